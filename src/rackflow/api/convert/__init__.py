@@ -1,0 +1,161 @@
+"""Conversions shared by every RPC group: ids, times, paging, component types and target specs.
+
+Converters validate shape (a UUID parses, an enum value is known, a oneof is set) and raise
+`InvalidArgument` naming the field; meaning (does the rack exist?) is the services' business.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rackflow.errors import InvalidArgument
+from rackflow.inventory.model import (
+    ComponentTarget,
+    ComponentType,
+    NVLDomainTarget,
+    RackTarget,
+    TargetSpec,
+)
+from rackflow.v1 import flow_pb2 as pb
+
+MAX_PAGE_SIZE = 1000
+MAX_TARGETS = 10_000
+
+
+def uuid_from(msg: pb.UUID, field: str, *, required: bool = True) -> uuid.UUID | None:
+    """Parse a `UUID` message; an empty id is None when not required."""
+    if not msg.id:
+        if required:
+            raise InvalidArgument(f"{field}: an id is required")
+        return None
+    try:
+        return uuid.UUID(msg.id)
+    except ValueError:
+        raise InvalidArgument(f"{field}: {msg.id!r} is not a UUID") from None
+
+
+def required_uuid(msg: pb.UUID, field: str) -> uuid.UUID:
+    value = uuid_from(msg, field, required=True)
+    assert value is not None
+    return value
+
+
+def uuid_to(value: uuid.UUID | None) -> pb.UUID | None:
+    return pb.UUID(id=str(value)) if value is not None else None
+
+
+def timestamp_to(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value.astimezone(UTC))
+    return ts
+
+
+def timestamp_from(ts: Timestamp, field: str) -> datetime:
+    try:
+        return ts.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidArgument(f"{field}: invalid timestamp: {exc}") from None
+
+
+def page_from(msg: pb.Pagination | None, field: str = "pagination") -> tuple[int, int | None]:
+    """(offset, limit) with limit None for "no limit"; negative values and huge pages are refused."""
+    if msg is None:
+        return 0, None
+    if msg.offset < 0:
+        raise InvalidArgument(f"{field}.offset: must be >= 0, got {msg.offset}")
+    if msg.limit < 0:
+        raise InvalidArgument(f"{field}.limit: must be >= 0, got {msg.limit}")
+    if msg.limit > MAX_PAGE_SIZE:
+        raise InvalidArgument(f"{field}.limit: at most {MAX_PAGE_SIZE}, got {msg.limit}")
+    return msg.offset, (msg.limit or None)
+
+
+_TYPE_FROM_PB = {
+    pb.COMPONENT_TYPE_UNKNOWN: ComponentType.UNKNOWN,
+    pb.COMPONENT_TYPE_COMPUTE: ComponentType.COMPUTE,
+    pb.COMPONENT_TYPE_NVSWITCH: ComponentType.NVSWITCH,
+    pb.COMPONENT_TYPE_POWERSHELF: ComponentType.POWERSHELF,
+    pb.COMPONENT_TYPE_TORSWITCH: ComponentType.TORSWITCH,
+    pb.COMPONENT_TYPE_UMS: ComponentType.UMS,
+    pb.COMPONENT_TYPE_CDU: ComponentType.CDU,
+}
+_TYPE_TO_PB = {v: k for k, v in _TYPE_FROM_PB.items()}
+
+
+def component_type_from(value: int, field: str, *, allow_unknown: bool = False) -> ComponentType:
+    try:
+        ctype = _TYPE_FROM_PB[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(f"{field}: unknown component type {value}") from None
+    if ctype is ComponentType.UNKNOWN and not allow_unknown:
+        raise InvalidArgument(f"{field}: a component type is required (COMPUTE, NVSWITCH, …)")
+    return ctype
+
+
+def component_type_to(value: ComponentType) -> pb.ComponentType.ValueType:
+    return _TYPE_TO_PB[value]
+
+
+def component_types_from(values: object, field: str) -> tuple[ComponentType, ...]:
+    types = tuple(component_type_from(v, f"{field}[{i}]") for i, v in enumerate(values))  # type: ignore[call-overload]
+    if len(set(types)) != len(types):
+        raise InvalidArgument(f"{field}: a component type is listed twice")
+    return types
+
+
+def target_spec_from(msg: pb.OperationTargetSpec, field: str = "target_spec") -> TargetSpec:
+    """The typed target spec; exactly one kind of target, at least one and at most MAX_TARGETS."""
+    kind = msg.WhichOneof("targets")
+    if kind is None:
+        raise InvalidArgument(f"{field}: no targets given (racks, components or nvl_domains)")
+    targets = getattr(msg, kind).targets
+    if not targets:
+        raise InvalidArgument(f"{field}.{kind}: the target list is empty")
+    if len(targets) > MAX_TARGETS:
+        raise InvalidArgument(f"{field}.{kind}: at most {MAX_TARGETS} targets, got {len(targets)}")
+    if kind == "racks":
+        return TargetSpec(racks=tuple(_rack_target(t, f"{field}.racks[{i}]") for i, t in enumerate(targets)))
+    if kind == "components":
+        return TargetSpec(
+            components=tuple(_component_target(t, f"{field}.components[{i}]") for i, t in enumerate(targets))
+        )
+    return TargetSpec(
+        nvl_domains=tuple(_domain_target(t, f"{field}.nvl_domains[{i}]") for i, t in enumerate(targets))
+    )
+
+
+def _rack_target(msg: pb.RackTarget, field: str) -> RackTarget:
+    types = component_types_from(msg.component_types, f"{field}.component_types")
+    which = msg.WhichOneof("identifier")
+    if which == "id":
+        return RackTarget(id=required_uuid(msg.id, f"{field}.id"), component_types=types)
+    if which == "name" and msg.name:
+        return RackTarget(name=msg.name, component_types=types)
+    if which == "external_id" and msg.external_id:
+        return RackTarget(external_id=msg.external_id, component_types=types)
+    raise InvalidArgument(f"{field}: a rack id, name or external_id is required")
+
+
+def _component_target(msg: pb.ComponentTarget, field: str) -> ComponentTarget:
+    which = msg.WhichOneof("identifier")
+    if which == "id":
+        return ComponentTarget(id=required_uuid(msg.id, f"{field}.id"))
+    if which == "external" and msg.external.id:
+        ctype = component_type_from(msg.external.type, f"{field}.external.type", allow_unknown=True)
+        return ComponentTarget(external_type=ctype, external_id=msg.external.id)
+    raise InvalidArgument(f"{field}: a component id or external reference is required")
+
+
+def _domain_target(msg: pb.NVLDomainTarget, field: str) -> NVLDomainTarget:
+    types = component_types_from(msg.component_types, f"{field}.component_types")
+    which = msg.WhichOneof("identifier")
+    if which == "id":
+        return NVLDomainTarget(id=required_uuid(msg.id, f"{field}.id"), component_types=types)
+    if which == "name" and msg.name:
+        return NVLDomainTarget(name=msg.name, component_types=types)
+    raise InvalidArgument(f"{field}: an NVLink domain id or name is required")

@@ -1,0 +1,37 @@
+"""The one place that reads the wall clock, so tests and fault drills can move time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Current time, timezone-aware UTC."""
+        ...
+
+
+class SystemClock:
+    """The real clock, optionally shifted (`RACKFLOW_CLOCK_OFFSET`, for clock-jump drills)."""
+
+    def __init__(self, offset: timedelta = timedelta(0)) -> None:
+        self.offset = offset
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+
+class FakeClock:
+    """A clock that only moves when told to; for unit tests."""
+
+    def __init__(self, start: datetime) -> None:
+        if start.tzinfo is None:
+            raise ValueError("FakeClock needs an aware datetime")
+        self._now = start.astimezone(UTC)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, delta: timedelta) -> None:
+        self._now += delta

@@ -1,0 +1,28 @@
+"""Domain errors. Every layer raises these; only `rackflow.api.errors` turns them into gRPC codes.
+
+Messages name the field and the bad value, because an operator reading them has nothing else to go on.
+"""
+
+
+class RackflowError(Exception):
+    """Root of every error rackflow reports to a client."""
+
+
+class InvalidArgument(RackflowError):
+    """Malformed input: bad spec, timezone, name, filter, mask path, target or UUID."""
+
+
+class NotFound(RackflowError):
+    """An id (or name) that does not exist."""
+
+
+class AlreadyExists(RackflowError):
+    """A duplicate unique name."""
+
+
+class FailedPrecondition(RackflowError):
+    """The request is well-formed but the current state forbids it."""
+
+
+class Unavailable(RackflowError):
+    """The database cannot be reached right now; the client may retry."""

@@ -1,0 +1,145 @@
+"""Inventory values: racks, components, NVLink domains, and the target specs that select them."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class ComponentType(enum.StrEnum):
+    UNKNOWN = "UNKNOWN"
+    COMPUTE = "COMPUTE"
+    NVSWITCH = "NVSWITCH"
+    POWERSHELF = "POWERSHELF"
+    TORSWITCH = "TORSWITCH"
+    UMS = "UMS"
+    CDU = "CDU"
+
+
+class PowerState(enum.StrEnum):
+    ON = "on"
+    OFF = "off"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Component:
+    id: uuid.UUID
+    rack_id: uuid.UUID
+    type: ComponentType
+    name: str
+    external_id: str
+    firmware_version: str
+    power_state: PowerState
+
+
+@dataclass(frozen=True)
+class Rack:
+    id: uuid.UUID
+    name: str
+    external_id: str
+    nvl_domain_id: uuid.UUID | None
+    created_at: datetime
+    components: tuple[Component, ...] = ()
+
+
+@dataclass(frozen=True)
+class NVLDomain:
+    id: uuid.UUID
+    name: str
+    rack_ids: tuple[uuid.UUID, ...]
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A component to create."""
+
+    type: ComponentType
+    name: str
+    external_id: str = ""
+    firmware_version: str = ""
+
+
+# --- target specs, as a client states them -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RackTarget:
+    """Exactly one of id, name, external_id is set. Empty component_types means all components."""
+
+    id: uuid.UUID | None = None
+    name: str | None = None
+    external_id: str | None = None
+    component_types: tuple[ComponentType, ...] = ()
+
+
+@dataclass(frozen=True)
+class ComponentTarget:
+    """Exactly one of id or (external_type, external_id) is set."""
+
+    id: uuid.UUID | None = None
+    external_type: ComponentType | None = None
+    external_id: str | None = None
+
+
+@dataclass(frozen=True)
+class NVLDomainTarget:
+    id: uuid.UUID | None = None
+    name: str | None = None
+    component_types: tuple[ComponentType, ...] = ()
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One kind of target list, as in the proto's `OperationTargetSpec` oneof."""
+
+    racks: tuple[RackTarget, ...] = ()
+    components: tuple[ComponentTarget, ...] = ()
+    nvl_domains: tuple[NVLDomainTarget, ...] = ()
+
+
+# --- resolved targets ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TypesFilter:
+    """Only components of these types."""
+
+    types: frozenset[ComponentType]
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": "types", "types": sorted(t.value for t in self.types)}
+
+
+@dataclass(frozen=True)
+class ComponentsFilter:
+    """Only these components (by id)."""
+
+    ids: frozenset[uuid.UUID]
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": "components", "components": sorted(str(i) for i in self.ids)}
+
+
+ComponentFilter = TypesFilter | ComponentsFilter
+
+
+def filter_from_json(data: dict[str, object] | None) -> ComponentFilter | None:
+    """Inverse of `to_json`; `None` means all components."""
+    if data is None:
+        return None
+    if data.get("kind") == "types":
+        return TypesFilter(frozenset(ComponentType(t) for t in data["types"]))  # type: ignore[attr-defined]
+    if data.get("kind") == "components":
+        return ComponentsFilter(frozenset(uuid.UUID(i) for i in data["components"]))  # type: ignore[attr-defined]
+    raise ValueError(f"unknown component filter {data!r}")
+
+
+@dataclass(frozen=True)
+class RackSelection:
+    """A rack and which of its components a target selects (`filter=None`: all of them)."""
+
+    rack_id: uuid.UUID
+    filter: ComponentFilter | None = field(default=None)

@@ -1,0 +1,27 @@
+"""The domain services of one rackflow process, built once and shared by the API, executor and dispatcher."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rackflow.clock import Clock
+from rackflow.inventory.service import InventoryService
+from rackflow.schedules.service import ScheduleService
+from rackflow.store.db import Database
+from rackflow.tasks.manager import TaskManager
+
+
+@dataclass
+class Services:
+    db: Database
+    clock: Clock
+    inventory: InventoryService
+    tasks: TaskManager
+    schedules: ScheduleService
+
+    @classmethod
+    def build(cls, db: Database, clock: Clock) -> Services:
+        inventory = InventoryService(db, clock)
+        tasks = TaskManager(db, clock)
+        schedules = ScheduleService(db, clock, inventory, tasks)
+        return cls(db=db, clock=clock, inventory=inventory, tasks=tasks, schedules=schedules)

@@ -1,0 +1,167 @@
+"""The database handle, and the only module that knows SQLite from PostgreSQL.
+
+Everything dialect-specific lives here: URL normalisation, how a write transaction starts (SQLite: one
+writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks), whether `FOR UPDATE SKIP LOCKED` exists, and which clock
+is "now" (PostgreSQL: the database's, so instances with skewed clocks agree on what is due).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql import Select
+
+from rackflow.errors import InvalidArgument, Unavailable
+
+_S = TypeVar("_S", bound=Select[Any])
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def normalise_url(url: str) -> str:
+    """Map the URLs operators write to the async drivers rackflow uses.
+
+    `sqlite:///x.db` -> `sqlite+aiosqlite:///x.db`; `postgresql://…` and `postgres://…` ->
+    `postgresql+psycopg://…`. Explicit async drivers are kept.
+    """
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # SQLAlchemy raises ArgumentError with a clear text
+        raise InvalidArgument(f"db: cannot parse database URL {url!r}: {exc}") from exc
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend == "sqlite":
+        if driver not in ("", "aiosqlite"):
+            raise InvalidArgument(f"db: unsupported SQLite driver {driver!r} (use sqlite:///path.db)")
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    elif backend in ("postgresql", "postgres"):
+        if driver not in ("", "psycopg", "psycopg_async"):
+            raise InvalidArgument(f"db: unsupported PostgreSQL driver {driver!r} (use postgresql://…)")
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    else:
+        raise InvalidArgument(f"db: unsupported database {backend!r} in {url!r} (sqlite or postgresql)")
+    return parsed.render_as_string(hide_password=False)
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True when a driver error means the database is unreachable rather than the query being wrong."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, InterfaceError):
+        return True
+    if isinstance(exc, OperationalError):
+        msg = str(exc.orig).lower()
+        # SQLite reports lock contention as OperationalError too; that is not an outage.
+        return "database is locked" not in msg
+    return False
+
+
+class Database:
+    """An async engine plus the dialect rules above. One per process."""
+
+    def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
+        self.url = normalise_url(url)
+        self.dialect = make_url(self.url).get_backend_name()
+        kwargs: dict[str, Any] = {"echo": echo}
+        if self.dialect == "postgresql":
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800)
+        else:
+            kwargs.update(connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
+        # SQLite allows one writer; serialise this process's writers here instead of spinning on
+        # "database is locked". Other processes on the same file wait on the busy timeout.
+        self._write_lock = asyncio.Lock() if self.is_sqlite else None
+        if self.is_sqlite:
+            _configure_sqlite(self.engine)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A read-write transaction: committed on success, rolled back on any error.
+
+        Connection failures surface as `Unavailable` so callers (and clients) can tell an outage from a bug.
+        """
+        if self._write_lock is not None:
+            async with self._write_lock:
+                async with self._begin(immediate=True) as conn:
+                    yield conn
+        else:
+            async with self._begin(immediate=False) as conn:
+                yield conn
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only transaction (never takes SQLite's write lock)."""
+        async with self._begin(immediate=False) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _begin(self, *, immediate: bool) -> AsyncIterator[AsyncConnection]:
+        try:
+            async with self.engine.connect() as conn:
+                if self.is_sqlite:
+                    conn = await conn.execution_options(sqlite_immediate=immediate)
+                async with conn.begin():
+                    yield conn
+        except (OperationalError, InterfaceError, DBAPIError) as exc:
+            if is_connection_error(exc):
+                raise Unavailable(f"database unavailable: {exc.orig or exc}") from exc
+            raise
+        except OSError as exc:
+            raise Unavailable(f"database unavailable: {exc}") from exc
+
+    async def now(self, conn: AsyncConnection) -> datetime:
+        """The clock that decides what is due: the database's on PostgreSQL, this process's on SQLite."""
+        if self.is_postgres:
+            value = (await conn.execute(text("SELECT clock_timestamp()"))).scalar_one()
+            assert isinstance(value, datetime)
+            return value.astimezone(UTC)
+        return datetime.now(UTC)
+
+    def skip_locked(self, stmt: _S) -> _S:
+        """Claim rows no other transaction holds (PostgreSQL); SQLite's single writer needs nothing."""
+        return stmt.with_for_update(skip_locked=True) if self.is_postgres else stmt
+
+    def for_update(self, stmt: _S) -> _S:
+        """Lock rows until commit (PostgreSQL); SQLite's single writer already excludes other writers."""
+        return stmt.with_for_update() if self.is_postgres else stmt
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    """WAL, foreign keys, busy timeout, and explicit BEGIN (IMMEDIATE for writers).
+
+    pysqlite's own transaction handling is switched off so that `BEGIN IMMEDIATE` takes the write lock at
+    the start of a write transaction; otherwise two writers can both read, then deadlock on upgrade.
+    """
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")

@@ -1,0 +1,171 @@
+"""Every table, as SQLAlchemy Core metadata. Alembic migrations in `migrations/` create exactly these
+(tests/store/test_migrations.py compares them)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
+
+from rackflow.store.types import UTCDateTime, json_type
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+nvl_domains = Table(
+    "nvl_domains",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+racks = Table(
+    "racks",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("external_id", String(255), nullable=True, unique=True),
+    Column("nvl_domain_id", Uuid, ForeignKey("nvl_domains.id", ondelete="SET NULL"), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+components = Table(
+    "components",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("rack_id", Uuid, ForeignKey("racks.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("type", String(16), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("external_id", String(255), nullable=True),
+    Column("firmware_version", String(255), nullable=False, server_default=""),
+    Column("power_state", String(16), nullable=False, server_default="unknown"),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("type", "external_id"),
+)
+
+# A process that runs tasks or fires schedules; its heartbeat is the lease on everything it owns.
+instances = Table(
+    "instances",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("heartbeat_at", UTCDateTime, nullable=False),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("operation", String(32), nullable=False),
+    Column("parameters", json_type(), nullable=False),
+    Column("rack_id", Uuid, ForeignKey("racks.id", ondelete="CASCADE"), nullable=False),
+    Column("component_ids", json_type(), nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("status", String(16), nullable=False),
+    Column("message", Text, nullable=False, server_default=""),
+    Column("queue_expires_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("schedule_id", Uuid, nullable=True, index=True),
+    Column("owner_id", Uuid, nullable=True),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    CheckConstraint(
+        "status IN ('pending', 'running', 'completed', 'failed', 'terminated', 'waiting')", name="status"
+    ),
+    Index("ix_tasks_rack_id_status", "rack_id", "status"),
+    Index("ix_tasks_created_at", "created_at"),
+    # The executor's claim scans only live tasks.
+    Index(
+        "ix_tasks_active",
+        "status",
+        "created_at",
+        postgresql_where=text("status IN ('pending', 'running', 'waiting')"),
+        sqlite_where=text("status IN ('pending', 'running', 'waiting')"),
+    ),
+)
+
+task_schedule = Table(
+    "task_schedule",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("spec_type", String(16), nullable=False),
+    Column("spec", String(256), nullable=False),
+    Column("timezone", String(64), nullable=False, server_default="UTC"),
+    Column("operation_template", json_type(), nullable=False),
+    Column("overlap_policy", String(8), nullable=False, server_default="skip"),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("next_run_at", UTCDateTime, nullable=True),
+    Column("last_run_at", UTCDateTime, nullable=True),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
+    CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
+    Index("ix_task_schedule_created_at_id", "created_at", "id"),
+    # The dispatcher's due scan: only enabled rows with a next run are indexed.
+    Index(
+        "ix_task_schedule_due",
+        "next_run_at",
+        postgresql_where=text("enabled AND next_run_at IS NOT NULL"),
+        sqlite_where=text("enabled AND next_run_at IS NOT NULL"),
+    ),
+)
+
+task_schedule_scope = Table(
+    "task_schedule_scope",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("schedule_id", Uuid, ForeignKey("task_schedule.id", ondelete="CASCADE"), nullable=False),
+    Column("rack_id", Uuid, ForeignKey("racks.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("component_filter", json_type(), nullable=True),
+    Column("last_task_id", Uuid, ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("schedule_id", "rack_id"),
+)
+
+task_schedule_run = Table(
+    "task_schedule_run",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("schedule_id", Uuid, ForeignKey("task_schedule.id", ondelete="CASCADE"), nullable=False),
+    Column("fired_at", UTCDateTime, nullable=False),
+    Column("scheduled_for", UTCDateTime, nullable=True),
+    Column("trigger", String(16), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("outcomes", json_type(), nullable=False),
+    Column("owner_id", Uuid, nullable=True),
+    CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
+    CheckConstraint("state IN ('running', 'completed', 'interrupted')", name="state"),
+    Index("ix_task_schedule_run_schedule_id_fired_at", "schedule_id", "fired_at"),
+    Index(
+        "ix_task_schedule_run_running",
+        "owner_id",
+        postgresql_where=text("state = 'running'"),
+        sqlite_where=text("state = 'running'"),
+    ),
+)

@@ -1,0 +1,106 @@
+"""Task values: operations, statuses, queue options."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+
+class OperationKind(enum.StrEnum):
+    """What a task does. The value is the wire name (`Task.operation`, `TaskSchedule.operation_type`)."""
+
+    POWER_ON = "power_on"
+    POWER_OFF = "power_off"
+    POWER_RESET = "power_reset"
+    BRING_UP = "bring_up"
+    INGEST = "ingest"
+    UPGRADE_FIRMWARE = "upgrade_firmware"
+
+    @property
+    def is_power(self) -> bool:
+        return self in (OperationKind.POWER_ON, OperationKind.POWER_OFF, OperationKind.POWER_RESET)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """An operation and its parameters, without its target."""
+
+    kind: OperationKind
+    forced: bool = False
+    target_version: str = ""
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind.value,
+            "forced": self.forced,
+            "target_version": self.target_version,
+            "window_start": self.window_start.isoformat() if self.window_start else None,
+            "window_end": self.window_end.isoformat() if self.window_end else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Operation:
+        start, end = data.get("window_start"), data.get("window_end")
+        return cls(
+            kind=OperationKind(str(data["kind"])),
+            forced=bool(data.get("forced", False)),
+            target_version=str(data.get("target_version") or ""),
+            window_start=datetime.fromisoformat(str(start)) if start else None,
+            window_end=datetime.fromisoformat(str(end)) if end else None,
+        )
+
+
+class TaskStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TERMINATED = "terminated"
+    WAITING = "waiting"
+
+    @property
+    def is_active(self) -> bool:
+        return self in ACTIVE_STATUSES
+
+    @property
+    def is_final(self) -> bool:
+        return not self.is_active
+
+
+ACTIVE_STATUSES = frozenset({TaskStatus.WAITING, TaskStatus.PENDING, TaskStatus.RUNNING})
+
+
+class ConflictStrategy(enum.StrEnum):
+    REJECT = "reject"
+    QUEUE = "queue"
+
+
+DEFAULT_QUEUE_TIMEOUT = timedelta(hours=1)
+MAX_WAITING_PER_RACK = 5
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    strategy: ConflictStrategy = ConflictStrategy.REJECT
+    timeout: timedelta = DEFAULT_QUEUE_TIMEOUT
+
+
+@dataclass(frozen=True)
+class Task:
+    id: uuid.UUID
+    operation: Operation
+    rack_id: uuid.UUID
+    component_ids: tuple[uuid.UUID, ...]
+    description: str
+    status: TaskStatus
+    message: str
+    queue_expires_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+    schedule_id: uuid.UUID | None = None

@@ -1,0 +1,107 @@
+"""Shared fixtures: a migrated database on SQLite and on PostgreSQL for every store test.
+
+PostgreSQL tests use `RACKFLOW_TEST_POSTGRES_URL` (default postgresql://postgres@127.0.0.1:5432/test). Each
+pytest session works in a database of its own (created from that server, dropped at the end), so several
+sessions can share one server. Unreachable server: skip locally, FAIL under CI=true.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from rackflow.store.db import Database
+from rackflow.store.migrate import migrate
+from rackflow.store.tables import metadata
+
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def postgres_admin_url() -> str:
+    return os.environ.get("RACKFLOW_TEST_POSTGRES_URL", DEFAULT_PG)
+
+
+def _pg_unreachable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"PostgreSQL tests cannot run under CI: {reason}", pytrace=False)
+    pytest.skip(f"PostgreSQL unreachable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a fresh, migrated PostgreSQL database for this pytest session."""
+    admin = make_url(postgres_admin_url())
+    name = f"rackflow_test_{uuid.uuid4().hex[:10]}"
+    try:
+        with psycopg.connect(admin.set(drivername="postgresql").render_as_string(False), autocommit=True,
+                             connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        _pg_unreachable(str(exc))
+    url = admin.set(database=name).render_as_string(hide_password=False)
+    _run(_migrate(url))
+    yield url
+    with psycopg.connect(admin.set(drivername="postgresql").render_as_string(False), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file; each test gets a copy."""
+    path = tmp_path_factory.mktemp("sqlite") / "template.db"
+    _run(_migrate(f"sqlite:///{path}"))
+    return path
+
+
+def _run(coro: object) -> None:
+    import asyncio
+
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def _migrate(url: str) -> None:
+    db = Database(url)
+    try:
+        await migrate(db)
+    finally:
+        await db.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A clean migrated database URL, once per backend."""
+    if request.param == "sqlite":
+        template: Path = request.getfixturevalue("sqlite_template")
+        path = tmp_path / "rackflow.db"
+        shutil.copy(template, path)
+        return f"sqlite:///{path}"
+    url: str = request.getfixturevalue("postgres_url")
+    tables = ", ".join(f'"{t.name}"' for t in metadata.sorted_tables)
+    with psycopg.connect(make_url(url).set(drivername="postgresql").render_as_string(False),
+                         autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {tables} CASCADE")
+    return url
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Database]:
+    database = Database(db_url)
+    yield database
+    await database.dispose()
+
+
+async def table_counts(db: Database) -> dict[str, int]:
+    """Row count of every table: tests assert a refused request left these unchanged."""
+    async with db.read() as conn:
+        return {
+            t.name: (await conn.execute(text(f'SELECT count(*) FROM "{t.name}"'))).scalar_one()
+            for t in metadata.sorted_tables
+        }
