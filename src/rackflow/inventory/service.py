@@ -1,12 +1,216 @@
-"""Inventory use cases: each request is one transaction."""
+"""Inventory use cases: racks, their components and NVLink domains.
+
+Each request is one transaction: input is validated before it opens, uniqueness is pre-checked inside it
+so the error names the clashing value, and a refused request writes nothing.
+"""
 
 from __future__ import annotations
 
+import unicodedata
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from rackflow.clock import Clock
+from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from rackflow.inventory.model import (
+    Component,
+    ComponentSpec,
+    ComponentType,
+    NVLDomain,
+    Rack,
+    RackSelection,
+    TargetSpec,
+)
+from rackflow.inventory.targets import resolve_targets
+from rackflow.store import inventory as store
 from rackflow.store.db import Database
+
+MAX_TEXT_LENGTH = 255  # the width of every inventory text column
+
+# Control characters break terminals and logs (and NUL breaks PostgreSQL); surrogates are not text.
+_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs"})
+
+
+def check_text(value: str, field: str, *, required: bool = False, identifier: bool = False) -> str:
+    """Validate a stored inventory string and return it unchanged.
+
+    `identifier`: names and external ids must not begin or end with whitespace, since "r1" and "r1 "
+    would look like one name to an operator but be two to the database.
+    """
+    if not value:
+        if required:
+            raise InvalidArgument(f"{field}: must not be empty")
+        return value
+    if len(value) > MAX_TEXT_LENGTH:
+        raise InvalidArgument(f"{field}: at most {MAX_TEXT_LENGTH} characters, got {len(value)}")
+    if any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES for ch in value):
+        raise InvalidArgument(f"{field}: {value!r} contains control characters")
+    if identifier and value != value.strip():
+        raise InvalidArgument(f"{field}: {value!r} has leading or trailing whitespace")
+    return value
+
+
+def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[ComponentSpec]:
+    """Validate each spec, and refuse two specs that claim the same (type, external_id)."""
+    first_seen: dict[tuple[ComponentType, str], int] = {}
+    for index, spec in enumerate(specs):
+        item = f"{field}[{index}]"
+        if spec.type is ComponentType.UNKNOWN:
+            raise InvalidArgument(f"{item}.type: a component type is required (COMPUTE, NVSWITCH, …)")
+        check_text(spec.name, f"{item}.name", required=True, identifier=True)
+        check_text(spec.external_id, f"{item}.external_id", identifier=True)
+        check_text(spec.firmware_version, f"{item}.firmware_version")
+        if spec.external_id:
+            key = (spec.type, spec.external_id)
+            if key in first_seen:
+                raise InvalidArgument(
+                    f"{item}.external_id: {spec.type.value} external_id {spec.external_id!r} is given twice "
+                    f"(also {field}[{first_seen[key]}])"
+                )
+            first_seen[key] = index
+    return list(specs)
 
 
 class InventoryService:
     def __init__(self, db: Database, clock: Clock) -> None:
         self.db = db
         self.clock = clock
+
+    # --- racks -----------------------------------------------------------------------------------
+
+    async def create_rack(
+        self,
+        name: str,
+        external_id: str = "",
+        nvl_domain_id: uuid.UUID | None = None,
+        components: Sequence[ComponentSpec] = (),
+    ) -> Rack:
+        check_text(name, "name", required=True, identifier=True)
+        check_text(external_id, "external_id", identifier=True)
+        specs = check_component_specs(components, "components")
+        async with self.db.transaction() as conn:
+            if await store.racks_by_column(conn, "name", [name]):
+                raise AlreadyExists(f"name: a rack named {name!r} already exists")
+            if external_id and await store.racks_by_column(conn, "external_id", [external_id]):
+                raise AlreadyExists(f"external_id: a rack with external_id {external_id!r} already exists")
+            if nvl_domain_id is not None and not await store.domains_by_column(conn, "id", [nvl_domain_id]):
+                raise NotFound(f"nvl_domain_id: no NVLink domain with id {nvl_domain_id}")
+            await _refuse_taken_external_ids(conn, specs, "components")
+            now = self.clock.now()
+            rack_id = await store.insert_rack(
+                conn, name=name, external_id=external_id, nvl_domain_id=nvl_domain_id, created_at=now
+            )
+            await store.insert_components(conn, rack_id, specs, now)
+            rack = await store.get_rack(conn, rack_id)
+        assert rack is not None
+        return rack
+
+    async def get_rack(self, rack_id: uuid.UUID) -> Rack:
+        async with self.db.read() as conn:
+            rack = await store.get_rack(conn, rack_id)
+        if rack is None:
+            raise NotFound(f"id: no rack with id {rack_id}")
+        return rack
+
+    async def list_racks(
+        self, nvl_domain_id: uuid.UUID | None = None, offset: int = 0, limit: int | None = None
+    ) -> tuple[list[Rack], int]:
+        """A page of racks, oldest first, and how many match in all."""
+        async with self.db.read() as conn:
+            if nvl_domain_id is not None and not await store.domains_by_column(conn, "id", [nvl_domain_id]):
+                raise NotFound(f"nvl_domain_id: no NVLink domain with id {nvl_domain_id}")
+            return await store.list_racks(conn, nvl_domain_id=nvl_domain_id, offset=offset, limit=limit)
+
+    async def delete_rack(self, rack_id: uuid.UUID) -> None:
+        """Delete a rack with its components, past tasks and schedule scopes; refused while it has work."""
+        async with self.db.transaction() as conn:
+            # The row lock makes a concurrent task submission for this rack wait, then fail its FK check.
+            if not await store.racks_for_update(self.db, conn, [rack_id]):
+                raise NotFound(f"id: no rack with id {rack_id}")
+            if await store.has_active_tasks(conn, rack_id):
+                raise FailedPrecondition(
+                    f"id: rack {rack_id} has waiting, pending or running tasks; cancel them or let them end"
+                )
+            await store.delete_rack(conn, rack_id)
+
+    # --- components ------------------------------------------------------------------------------
+
+    async def add_components(self, rack_id: uuid.UUID, specs: Sequence[ComponentSpec]) -> list[Component]:
+        """Create components (power state unknown) in an existing rack; returned in the order given."""
+        if not specs:
+            raise InvalidArgument("components: at least one component is required")
+        checked = check_component_specs(specs, "components")
+        async with self.db.transaction() as conn:
+            if not await store.rack_exists(conn, rack_id):
+                raise NotFound(f"rack_id: no rack with id {rack_id}")
+            await _refuse_taken_external_ids(conn, checked, "components")
+            return await store.insert_components(conn, rack_id, checked, self.clock.now())
+
+    async def remove_component(self, component_id: uuid.UUID) -> None:
+        """Delete a component, unless an active task is working on it."""
+        async with self.db.transaction() as conn:
+            component = (await store.components_by_ids(conn, [component_id])).get(component_id)
+            if component is None:
+                raise NotFound(f"id: no component with id {component_id}")
+            # Lock the rack as task submission does, so no task can pick the component up meanwhile.
+            await store.racks_for_update(self.db, conn, [component.rack_id])
+            active = await store.active_task_component_ids(conn, component.rack_id)
+            busy = sorted(str(task_id) for task_id, ids in active.items() if str(component_id) in ids)
+            if busy:
+                raise FailedPrecondition(f"id: component {component_id} is in use by active task {busy[0]}")
+            await store.delete_component(conn, component_id)
+
+    # --- NVLink domains --------------------------------------------------------------------------
+
+    async def create_domain(self, name: str, rack_ids: Sequence[uuid.UUID] = ()) -> NVLDomain:
+        """Create a domain and move the given racks (none of which may be in a domain yet) into it."""
+        check_text(name, "name", required=True, identifier=True)
+        first_seen: dict[uuid.UUID, int] = {}
+        for index, rack_id in enumerate(rack_ids):
+            if rack_id in first_seen:
+                raise InvalidArgument(
+                    f"rack_ids[{index}]: rack {rack_id} is listed twice "
+                    f"(also rack_ids[{first_seen[rack_id]}])"
+                )
+            first_seen[rack_id] = index
+        async with self.db.transaction() as conn:
+            if await store.domains_by_column(conn, "name", [name]):
+                raise AlreadyExists(f"name: an NVLink domain named {name!r} already exists")
+            current = await store.racks_for_update(self.db, conn, rack_ids)
+            for index, rack_id in enumerate(rack_ids):
+                if rack_id not in current:
+                    raise NotFound(f"rack_ids[{index}]: no rack with id {rack_id}")
+                if current[rack_id] is not None:
+                    raise FailedPrecondition(
+                        f"rack_ids[{index}]: rack {rack_id} is already in NVLink domain {current[rack_id]}"
+                    )
+            domain_id = await store.insert_domain(conn, name=name, created_at=self.clock.now())
+            await store.assign_domain(conn, domain_id, rack_ids)
+            domain = await store.get_domain(conn, domain_id)
+        assert domain is not None
+        return domain
+
+    async def list_domains(self) -> list[NVLDomain]:
+        async with self.db.read() as conn:
+            return await store.list_domains(conn)
+
+    # --- targets ---------------------------------------------------------------------------------
+
+    async def resolve(self, spec: TargetSpec) -> list[RackSelection]:
+        """`resolve_targets` in a read transaction of its own."""
+        async with self.db.read() as conn:
+            return await resolve_targets(conn, spec)
+
+
+async def _refuse_taken_external_ids(
+    conn: AsyncConnection, specs: Sequence[ComponentSpec], field: str
+) -> None:
+    taken = await store.components_by_external_ids(conn, [s.external_id for s in specs if s.external_id])
+    for index, spec in enumerate(specs):
+        if any(c.type is spec.type for c in taken.get(spec.external_id, [])):
+            raise AlreadyExists(
+                f"{field}[{index}].external_id: a {spec.type.value} component with external_id "
+                f"{spec.external_id!r} already exists"
+            )

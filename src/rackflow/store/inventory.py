@@ -1,0 +1,350 @@
+"""Inventory queries: racks, components and NVLink domains.
+
+The only inventory module that speaks SQL. A unique-constraint violation is translated here into
+`AlreadyExists`, so no other layer imports `sqlalchemy.exc`; callers pre-check for clear messages, and the
+translation covers the race a pre-check cannot. Lookups by many keys run in chunks of `CHUNK_SIZE` so a
+10,000-target request costs a handful of queries, and no IN list grows past what every driver accepts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Iterator, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, Row, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.errors import AlreadyExists
+from rackflow.inventory.model import Component, ComponentSpec, ComponentType, NVLDomain, PowerState, Rack
+from rackflow.store.db import Database
+from rackflow.store.tables import components, nvl_domains, racks, tasks
+
+CHUNK_SIZE = 1000
+ACTIVE_TASK_STATUSES = ("waiting", "pending", "running")
+UNIQUE_VIOLATION_SQLSTATE = "23505"
+
+_T = TypeVar("_T")
+
+
+def chunked(values: Collection[_T], size: int = CHUNK_SIZE) -> Iterator[list[_T]]:
+    """The values in lists of at most `size`, in their original order."""
+    items = list(values)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def is_unique_violation(exc: IntegrityError) -> bool:
+    """PostgreSQL reports SQLSTATE 23505; SQLite says so in its message."""
+    if getattr(exc.orig, "sqlstate", None) == UNIQUE_VIOLATION_SQLSTATE:
+        return True
+    return "UNIQUE constraint failed" in str(exc.orig)
+
+
+# --- rows to values ------------------------------------------------------------------------------
+
+
+def _component_from(row: Row[Any]) -> Component:
+    return Component(
+        id=row.id,
+        rack_id=row.rack_id,
+        type=ComponentType(row.type),
+        name=row.name,
+        external_id=row.external_id or "",
+        firmware_version=row.firmware_version,
+        power_state=PowerState(row.power_state),
+    )
+
+
+def _rack_from(row: Row[Any], rack_components: Sequence[Component] = ()) -> Rack:
+    return Rack(
+        id=row.id,
+        name=row.name,
+        external_id=row.external_id or "",
+        nvl_domain_id=row.nvl_domain_id,
+        created_at=row.created_at,
+        components=tuple(rack_components),
+    )
+
+
+# A rack lists its components grouped by type, then by name: the order an operator reads them in.
+_COMPONENT_ORDER = (components.c.type, components.c.name, components.c.id)
+_RACK_ORDER = (racks.c.created_at, racks.c.id)
+
+
+# --- racks ---------------------------------------------------------------------------------------
+
+
+async def insert_rack(
+    conn: AsyncConnection,
+    *,
+    name: str,
+    external_id: str,
+    nvl_domain_id: uuid.UUID | None,
+    created_at: datetime,
+) -> uuid.UUID:
+    rack_id = uuid.uuid4()
+    values = {
+        "id": rack_id,
+        "name": name,
+        "external_id": external_id or None,
+        "nvl_domain_id": nvl_domain_id,
+        "created_at": created_at,
+    }
+    try:
+        await conn.execute(insert(racks).values(values))
+    except IntegrityError as exc:
+        if is_unique_violation(exc):
+            raise AlreadyExists(
+                f"a rack named {name!r} or with external_id {external_id!r} already exists"
+            ) from None
+        raise
+    return rack_id
+
+
+async def rack_exists(conn: AsyncConnection, rack_id: uuid.UUID) -> bool:
+    """True when the rack exists (in this transaction's view)."""
+    found = await conn.execute(select(racks.c.id).where(racks.c.id == rack_id))
+    return found.first() is not None
+
+
+async def get_rack(conn: AsyncConnection, rack_id: uuid.UUID) -> Rack | None:
+    """The rack with its components, or None."""
+    row = (await conn.execute(select(racks).where(racks.c.id == rack_id))).first()
+    if row is None:
+        return None
+    rack_components = (await components_by_rack(conn, [rack_id]))[rack_id]
+    return _rack_from(row, rack_components)
+
+
+async def list_racks(
+    conn: AsyncConnection, *, nvl_domain_id: uuid.UUID | None, offset: int, limit: int | None
+) -> tuple[list[Rack], int]:
+    """One page of racks (oldest first, with their components) and the total before paging."""
+    where: list[ColumnElement[bool]] = []
+    if nvl_domain_id is not None:
+        where.append(racks.c.nvl_domain_id == nvl_domain_id)
+    total = (await conn.execute(select(func.count()).select_from(racks).where(*where))).scalar_one()
+    stmt = select(racks).where(*where).order_by(*_RACK_ORDER).offset(offset)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    rows = (await conn.execute(stmt)).all()
+    by_rack = await components_by_rack(conn, [row.id for row in rows])
+    return [_rack_from(row, by_rack[row.id]) for row in rows], total
+
+
+async def racks_by_column(
+    conn: AsyncConnection, column: str, values: Collection[Any]
+) -> dict[Any, uuid.UUID]:
+    """Map each found value of racks.<column> (id, name or external_id) to its rack id."""
+    col = racks.c[column]
+    found: dict[Any, uuid.UUID] = {}
+    for chunk in chunked(set(values)):
+        for row in await conn.execute(select(col, racks.c.id).where(col.in_(chunk))):
+            found[row[0]] = row.id
+    return found
+
+
+async def racks_for_update(
+    db: Database, conn: AsyncConnection, rack_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, uuid.UUID | None]:
+    """Lock the racks that exist and map each to its current NVLink domain (None: in no domain)."""
+    found: dict[uuid.UUID, uuid.UUID | None] = {}
+    for chunk in chunked(sorted(set(rack_ids))):  # sorted: concurrent lockers take rows in one order
+        stmt = select(racks.c.id, racks.c.nvl_domain_id).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
+        for row in await conn.execute(db.for_update(stmt)):
+            found[row.id] = row.nvl_domain_id
+    return found
+
+
+async def has_active_tasks(conn: AsyncConnection, rack_id: uuid.UUID) -> bool:
+    stmt = select(tasks.c.id).where(tasks.c.rack_id == rack_id, tasks.c.status.in_(ACTIVE_TASK_STATUSES))
+    return (await conn.execute(stmt.limit(1))).first() is not None
+
+
+async def active_task_component_ids(conn: AsyncConnection, rack_id: uuid.UUID) -> dict[uuid.UUID, set[str]]:
+    """Each active task of the rack, with the component ids (as stored: strings) it works on."""
+    stmt = select(tasks.c.id, tasks.c.component_ids).where(
+        tasks.c.rack_id == rack_id, tasks.c.status.in_(ACTIVE_TASK_STATUSES)
+    )
+    return {row.id: {str(c) for c in row.component_ids} for row in await conn.execute(stmt)}
+
+
+async def delete_rack(conn: AsyncConnection, rack_id: uuid.UUID) -> None:
+    """Delete the rack; its components, finished tasks and schedule scopes go with it (ON DELETE CASCADE)."""
+    await conn.execute(delete(racks).where(racks.c.id == rack_id))
+
+
+# --- components ----------------------------------------------------------------------------------
+
+
+async def insert_components(
+    conn: AsyncConnection, rack_id: uuid.UUID, specs: Sequence[ComponentSpec], created_at: datetime
+) -> list[Component]:
+    """Create the components with power state unknown; returns them in the order given."""
+    created = [
+        Component(
+            id=uuid.uuid4(),
+            rack_id=rack_id,
+            type=spec.type,
+            name=spec.name,
+            external_id=spec.external_id,
+            firmware_version=spec.firmware_version,
+            power_state=PowerState.UNKNOWN,
+        )
+        for spec in specs
+    ]
+    if not created:
+        return []
+    rows = [
+        {
+            "id": c.id,
+            "rack_id": rack_id,
+            "type": c.type.value,
+            "name": c.name,
+            "external_id": c.external_id or None,
+            "firmware_version": c.firmware_version,
+            "power_state": c.power_state.value,
+            "created_at": created_at,
+        }
+        for c in created
+    ]
+    try:
+        for chunk in chunked(rows):
+            await conn.execute(insert(components), chunk)
+    except IntegrityError as exc:
+        if is_unique_violation(exc):
+            raise AlreadyExists(
+                "a component with one of these (type, external_id) pairs already exists"
+            ) from None
+        raise
+    return created
+
+
+async def components_by_rack(
+    conn: AsyncConnection, rack_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, list[Component]]:
+    """Every component of each given rack (grouped by type, then name); a rack without any maps to []."""
+    by_rack: dict[uuid.UUID, list[Component]] = {rack_id: [] for rack_id in rack_ids}
+    for chunk in chunked(by_rack):
+        stmt = select(components).where(components.c.rack_id.in_(chunk)).order_by(*_COMPONENT_ORDER)
+        for row in await conn.execute(stmt):
+            by_rack[row.rack_id].append(_component_from(row))
+    return by_rack
+
+
+async def components_by_ids(conn: AsyncConnection, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Component]:
+    found: dict[uuid.UUID, Component] = {}
+    for chunk in chunked(set(ids)):
+        for row in await conn.execute(select(components).where(components.c.id.in_(chunk))):
+            found[row.id] = _component_from(row)
+    return found
+
+
+async def components_by_external_ids(
+    conn: AsyncConnection, external_ids: Collection[str]
+) -> dict[str, list[Component]]:
+    """Components of any type with these external ids: one external id may name one component per type."""
+    found: dict[str, list[Component]] = {}
+    for chunk in chunked(set(external_ids)):
+        stmt = select(components).where(components.c.external_id.in_(chunk)).order_by(components.c.type)
+        for row in await conn.execute(stmt):
+            found.setdefault(row.external_id, []).append(_component_from(row))
+    return found
+
+
+async def delete_component(conn: AsyncConnection, component_id: uuid.UUID) -> None:
+    await conn.execute(delete(components).where(components.c.id == component_id))
+
+
+async def set_component_state(
+    conn: AsyncConnection,
+    component_id: uuid.UUID,
+    *,
+    power_state: PowerState | None = None,
+    firmware_version: str | None = None,
+) -> bool:
+    """Record what a backend observed or changed; fields left None stay as they are.
+
+    Returns False when the component no longer exists (removed while a task worked on it).
+    """
+    values: dict[str, str] = {}
+    if power_state is not None:
+        values["power_state"] = PowerState(power_state).value
+    if firmware_version is not None:
+        values["firmware_version"] = firmware_version
+    if not values:
+        return await _component_exists(conn, component_id)
+    result = await conn.execute(update(components).where(components.c.id == component_id).values(values))
+    return result.rowcount > 0
+
+
+async def _component_exists(conn: AsyncConnection, component_id: uuid.UUID) -> bool:
+    found = await conn.execute(select(components.c.id).where(components.c.id == component_id))
+    return found.first() is not None
+
+
+# --- NVLink domains ------------------------------------------------------------------------------
+
+
+async def insert_domain(conn: AsyncConnection, *, name: str, created_at: datetime) -> uuid.UUID:
+    domain_id = uuid.uuid4()
+    try:
+        await conn.execute(insert(nvl_domains).values(id=domain_id, name=name, created_at=created_at))
+    except IntegrityError as exc:
+        if is_unique_violation(exc):
+            raise AlreadyExists(f"name: an NVLink domain named {name!r} already exists") from None
+        raise
+    return domain_id
+
+
+async def assign_domain(conn: AsyncConnection, domain_id: uuid.UUID, rack_ids: Collection[uuid.UUID]) -> None:
+    for chunk in chunked(rack_ids):
+        await conn.execute(update(racks).where(racks.c.id.in_(chunk)).values(nvl_domain_id=domain_id))
+
+
+async def domains_by_column(
+    conn: AsyncConnection, column: str, values: Collection[Any]
+) -> dict[Any, uuid.UUID]:
+    """Map each found value of nvl_domains.<column> (id or name) to its domain id."""
+    col = nvl_domains.c[column]
+    found: dict[Any, uuid.UUID] = {}
+    for chunk in chunked(set(values)):
+        for row in await conn.execute(select(col, nvl_domains.c.id).where(col.in_(chunk))):
+            found[row[0]] = row.id
+    return found
+
+
+async def rack_ids_by_domain(
+    conn: AsyncConnection, domain_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """The racks of each domain, oldest first; a domain without racks maps to []."""
+    by_domain: dict[uuid.UUID, list[uuid.UUID]] = {domain_id: [] for domain_id in domain_ids}
+    for chunk in chunked(by_domain):
+        stmt = (
+            select(racks.c.id, racks.c.nvl_domain_id)
+            .where(racks.c.nvl_domain_id.in_(chunk))
+            .order_by(*_RACK_ORDER)
+        )
+        for row in await conn.execute(stmt):
+            by_domain[row.nvl_domain_id].append(row.id)
+    return by_domain
+
+
+async def get_domain(conn: AsyncConnection, domain_id: uuid.UUID) -> NVLDomain | None:
+    row = (await conn.execute(select(nvl_domains).where(nvl_domains.c.id == domain_id))).first()
+    if row is None:
+        return None
+    rack_ids = (await rack_ids_by_domain(conn, [domain_id]))[domain_id]
+    return NVLDomain(id=row.id, name=row.name, rack_ids=tuple(rack_ids))
+
+
+async def list_domains(conn: AsyncConnection) -> list[NVLDomain]:
+    """Every domain with its racks, oldest domain first."""
+    rows = (
+        await conn.execute(select(nvl_domains).order_by(nvl_domains.c.created_at, nvl_domains.c.id))
+    ).all()
+    by_domain = await rack_ids_by_domain(conn, [row.id for row in rows])
+    return [NVLDomain(id=row.id, name=row.name, rack_ids=tuple(by_domain[row.id])) for row in rows]
