@@ -1,0 +1,88 @@
+"""Schedule values: the schedule, its scope entries, and the record of each firing."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from rackflow.inventory.model import ComponentFilter
+from rackflow.tasks.model import ConflictStrategy, Operation
+from rackflow.timespec import ScheduleSpec, SpecType
+
+MAX_NAME_LENGTH = 255
+
+
+class OverlapPolicy(enum.StrEnum):
+    """What a firing does for a scope whose previous task is still active. The value is the stored form."""
+
+    SKIP = "skip"
+    QUEUE = "queue"
+
+    @property
+    def conflict_strategy(self) -> ConflictStrategy:
+        """SKIP submits with REJECT (a conflict is refused), QUEUE with QUEUE (it waits its turn)."""
+        return ConflictStrategy.QUEUE if self is OverlapPolicy.QUEUE else ConflictStrategy.REJECT
+
+
+Trigger = Literal["dispatch", "manual"]
+RunState = Literal["running", "completed", "interrupted"]
+Outcome = Literal["submitted", "skipped_overlap", "failed"]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    id: uuid.UUID
+    name: str
+    spec: ScheduleSpec
+    overlap_policy: OverlapPolicy
+    enabled: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    operation: Operation
+    queue_timeout: timedelta
+    description: str
+
+    @property
+    def is_consumed(self) -> bool:
+        """A one-time schedule that has fired: it has no next run and can never be re-armed."""
+        return self.spec.type is SpecType.ONE_TIME and self.next_run_at is None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One rack a schedule targets; `filter=None` means all of the rack's components."""
+
+    id: uuid.UUID
+    schedule_id: uuid.UUID
+    rack_id: uuid.UUID
+    filter: ComponentFilter | None
+    last_task_id: uuid.UUID | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ScopeOutcome:
+    """What one firing did for one scope: `task_id` when submitted, `error` when failed."""
+
+    scope_id: uuid.UUID
+    rack_id: uuid.UUID
+    outcome: Outcome
+    task_id: uuid.UUID | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One firing of a schedule, as run history shows it."""
+
+    id: uuid.UUID
+    schedule_id: uuid.UUID
+    fired_at: datetime
+    trigger: Trigger
+    state: RunState
+    outcomes: tuple[ScopeOutcome, ...]
