@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import Select
 
+from rackflow.clock import Clock, SystemClock
 from rackflow.errors import InvalidArgument, Unavailable
 
 _S = TypeVar("_S", bound=Select[Any])
@@ -66,8 +67,9 @@ def is_connection_error(exc: BaseException) -> bool:
 class Database:
     """An async engine plus the dialect rules above. One per process."""
 
-    def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
+    def __init__(self, url: str, *, clock: Clock | None = None, pool_size: int = 10, echo: bool = False) -> None:
         self.url = normalise_url(url)
+        self.clock = clock or SystemClock()
         self.dialect = make_url(self.url).get_backend_name()
         kwargs: dict[str, Any] = {"echo": echo}
         if self.dialect == "postgresql":
@@ -133,7 +135,7 @@ class Database:
             value = (await conn.execute(text("SELECT clock_timestamp()"))).scalar_one()
             assert isinstance(value, datetime)
             return value.astimezone(UTC)
-        return datetime.now(UTC)
+        return self.clock.now()
 
     def skip_locked(self, stmt: _S) -> _S:
         """Claim rows no other transaction holds (PostgreSQL); SQLite's single writer needs nothing."""

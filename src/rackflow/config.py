@@ -1,0 +1,64 @@
+"""`rackflow serve` settings: one frozen value, validated once, from flags or `RACKFLOW_<NAME>` variables."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from rackflow.errors import InvalidArgument
+from rackflow.timespec import parse_go_duration
+
+DEFAULT_DB = "sqlite:///rackflow.db"
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_DISPATCH_INTERVAL = "10s"
+DEFAULT_DISPATCH_BATCH = 10
+
+
+class BackendName(enum.StrEnum):
+    SIMULATOR = "simulator"
+    REDFISH = "redfish"
+
+
+class LogFormat(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+def parse_host_port(value: str, flag: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 as `[::1]:PORT`); port 0 asks the OS for a free one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgument(f"{flag}: expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def parse_interval(value: str, flag: str) -> timedelta:
+    try:
+        ns = parse_go_duration(value)
+    except ValueError as exc:
+        raise InvalidArgument(f"{flag}: {exc}") from None
+    if ns <= 0:
+        raise InvalidArgument(f"{flag}: must be positive, got {value!r}")
+    return timedelta(microseconds=max(1, ns // 1000))
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    db: str = DEFAULT_DB
+    listen: str = DEFAULT_LISTEN
+    dispatch_interval: timedelta = timedelta(seconds=10)
+    dispatch_batch: int = DEFAULT_DISPATCH_BATCH
+    dispatcher: bool = True
+    backend: BackendName = BackendName.SIMULATOR
+    metrics_listen: str | None = None
+    migrate: bool = False
+    log_format: LogFormat = LogFormat.TEXT
+    clock_offset: timedelta = field(default=timedelta(0))
+
+    def __post_init__(self) -> None:
+        parse_host_port(self.listen, "--listen")
+        if self.metrics_listen:
+            parse_host_port(self.metrics_listen, "--metrics-listen")
+        if not 1 <= self.dispatch_batch <= 10_000:
+            raise InvalidArgument(f"--dispatch-batch: must be 1..10000, got {self.dispatch_batch}")

@@ -1,0 +1,53 @@
+"""Logging set-up for `rackflow serve`: one readable line per event, or JSON lines for machines."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+from rackflow.config import LogFormat
+
+# Fields a log call may attach with `extra={...}`; they are shown as key=value (text) or keys (JSON).
+EVENT_FIELDS = (
+    "schedule_id", "schedule_name", "trigger", "submitted", "skipped", "failed", "lag_s", "task_id", "rack_id",
+    "status", "instance_id", "claimed", "listen",
+)
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+        extras = " ".join(f"{k}={getattr(record, k)}" for k in EVENT_FIELDS if hasattr(record, k))
+        line = f"{stamp} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        if extras:
+            line += f"  {extras}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        data.update({k: getattr(record, k) for k in EVENT_FIELDS if hasattr(record, k)})
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def configure(fmt: LogFormat, level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt is LogFormat.JSON else _TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # Driver chatter is not an operator's event.
+    for noisy in ("sqlalchemy", "aiosqlite", "alembic", "grpc"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,30 @@
+"""Prometheus metrics, served on `--metrics-listen` (off by default)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from rackflow.config import parse_host_port
+
+FIRINGS = Counter("rackflow_schedule_firings_total", "Schedule firings, by trigger.", ["trigger"])
+SCOPE_OUTCOMES = Counter(
+    "rackflow_schedule_scope_outcomes_total", "Per-scope outcomes of firings.", ["outcome"]
+)
+DISPATCH_LAG = Histogram(
+    "rackflow_dispatch_lag_seconds",
+    "How late a schedule was claimed: claim time minus its next_run_at.",
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 900, 3600),
+)
+POLL_SECONDS = Histogram(
+    "rackflow_dispatch_poll_seconds",
+    "Duration of one dispatcher poll (claim, submit, write back).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+DUE_BACKLOG = Gauge("rackflow_dispatch_due_backlog", "Schedules due but not yet claimed, at the last poll.")
+TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
+
+
+def serve_metrics(listen: str) -> None:
+    """Start the /metrics HTTP endpoint in a background thread."""
+    host, port = parse_host_port(listen, "--metrics-listen")
+    start_http_server(port, addr=host)
