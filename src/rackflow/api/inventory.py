@@ -1,8 +1,16 @@
-"""Inventory RPCs: racks, components and NVLink domains."""
+"""Inventory RPCs: convert the request, delegate to the inventory service, convert the answer back."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from google.protobuf.empty_pb2 import Empty
+from grpc.aio import ServicerContext as Context
+
+from rackflow.api.convert import page_from, required_uuid, uuid_from
+from rackflow.api.convert.inventory import component_specs_from, component_to, domain_to, rack_to, uuids_from
+from rackflow.api.errors import rpc
+from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:
     from rackflow.services import Services
@@ -12,3 +20,60 @@ class InventoryRpcs:
     """The inventory part of the `Flow` servicer."""
 
     services: Services
+
+    @rpc
+    async def CreateRack(self, request: pb.CreateRackRequest, context: Context) -> pb.Rack:
+        rack = await self.services.inventory.create_rack(
+            name=request.name,
+            external_id=request.external_id,
+            nvl_domain_id=uuid_from(request.nvl_domain_id, "nvl_domain_id", required=False),
+            components=component_specs_from(request.components),
+        )
+        return rack_to(rack)
+
+    @rpc
+    async def GetRack(self, request: pb.GetRackRequest, context: Context) -> pb.Rack:
+        return rack_to(await self.services.inventory.get_rack(required_uuid(request.id, "id")))
+
+    @rpc
+    async def ListRacks(self, request: pb.ListRacksRequest, context: Context) -> pb.ListRacksResponse:
+        domain_id = (
+            required_uuid(request.nvl_domain_id, "nvl_domain_id")
+            if request.HasField("nvl_domain_id")
+            else None
+        )
+        offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
+        racks, total = await self.services.inventory.list_racks(domain_id, offset, limit)
+        return pb.ListRacksResponse(racks=[rack_to(r) for r in racks], total=total)
+
+    @rpc
+    async def DeleteRack(self, request: pb.DeleteRackRequest, context: Context) -> Empty:
+        await self.services.inventory.delete_rack(required_uuid(request.id, "id"))
+        return Empty()
+
+    @rpc
+    async def AddComponents(
+        self, request: pb.AddComponentsRequest, context: Context
+    ) -> pb.AddComponentsResponse:
+        rack_id = required_uuid(request.rack_id, "rack_id")
+        added = await self.services.inventory.add_components(
+            rack_id, component_specs_from(request.components)
+        )
+        return pb.AddComponentsResponse(components=[component_to(c) for c in added])
+
+    @rpc
+    async def RemoveComponent(self, request: pb.RemoveComponentRequest, context: Context) -> Empty:
+        await self.services.inventory.remove_component(required_uuid(request.id, "id"))
+        return Empty()
+
+    @rpc
+    async def CreateNVLDomain(self, request: pb.CreateNVLDomainRequest, context: Context) -> pb.NVLDomain:
+        rack_ids = uuids_from(request.rack_ids, "rack_ids")
+        return domain_to(await self.services.inventory.create_domain(request.name, rack_ids))
+
+    @rpc
+    async def ListNVLDomains(
+        self, request: pb.ListNVLDomainsRequest, context: Context
+    ) -> pb.ListNVLDomainsResponse:
+        domains = await self.services.inventory.list_domains()
+        return pb.ListNVLDomainsResponse(domains=[domain_to(d) for d in domains])

@@ -1,0 +1,73 @@
+"""Inventory conversions between protobuf messages and inventory values."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from rackflow.api.convert import (
+    MAX_TARGETS,
+    component_type_from,
+    component_type_to,
+    required_uuid,
+    timestamp_to,
+    uuid_to,
+)
+from rackflow.errors import InvalidArgument
+from rackflow.inventory.model import Component, ComponentSpec, NVLDomain, Rack
+from rackflow.v1 import flow_pb2 as pb
+
+MAX_COMPONENTS_PER_REQUEST = 10_000
+
+
+def component_to(component: Component) -> pb.Component:
+    return pb.Component(
+        id=uuid_to(component.id),
+        rack_id=uuid_to(component.rack_id),
+        type=component_type_to(component.type),
+        name=component.name,
+        external_id=component.external_id,
+        firmware_version=component.firmware_version,
+        power_state=component.power_state.value,
+    )
+
+
+def rack_to(rack: Rack) -> pb.Rack:
+    return pb.Rack(
+        id=uuid_to(rack.id),
+        name=rack.name,
+        external_id=rack.external_id,
+        nvl_domain_id=uuid_to(rack.nvl_domain_id),
+        components=[component_to(c) for c in rack.components],
+        created_at=timestamp_to(rack.created_at),
+    )
+
+
+def domain_to(domain: NVLDomain) -> pb.NVLDomain:
+    return pb.NVLDomain(
+        id=uuid_to(domain.id), name=domain.name, rack_ids=[pb.UUID(id=str(r)) for r in domain.rack_ids]
+    )
+
+
+def component_spec_from(msg: pb.ComponentSpec, field: str) -> ComponentSpec:
+    return ComponentSpec(
+        type=component_type_from(msg.type, f"{field}.type"),
+        name=msg.name,
+        external_id=msg.external_id,
+        firmware_version=msg.firmware_version,
+    )
+
+
+def component_specs_from(msgs: Sequence[pb.ComponentSpec], field: str = "components") -> list[ComponentSpec]:
+    _check_count(len(msgs), field, MAX_COMPONENTS_PER_REQUEST)
+    return [component_spec_from(msg, f"{field}[{i}]") for i, msg in enumerate(msgs)]
+
+
+def uuids_from(msgs: Sequence[pb.UUID], field: str) -> list[uuid.UUID]:
+    _check_count(len(msgs), field, MAX_TARGETS)
+    return [required_uuid(msg, f"{field}[{i}]") for i, msg in enumerate(msgs)]
+
+
+def _check_count(count: int, field: str, limit: int) -> None:
+    if count > limit:
+        raise InvalidArgument(f"{field}: at most {limit} per request, got {count}")

@@ -1,0 +1,305 @@
+"""Inventory RPCs through a real in-process gRPC server: happy paths, and refusals with their codes."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+
+import grpc
+import pytest
+from google.protobuf.empty_pb2 import Empty
+from sqlalchemy import insert
+
+from rackflow.store.db import Database
+from rackflow.store.tables import tasks
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1 import flow_pb2_grpc
+from tests.conftest import table_counts
+
+Stub = flow_pb2_grpc.FlowStub
+COMPUTE = pb.COMPONENT_TYPE_COMPUTE
+NVSWITCH = pb.COMPONENT_TYPE_NVSWITCH
+MISSING = str(uuid.UUID(int=1))
+
+
+def ident(value: str) -> pb.UUID:
+    return pb.UUID(id=value)
+
+
+async def refused(db: Database, call: Awaitable[object], code: grpc.StatusCode, pattern: str) -> None:
+    """The call fails with `code`, a message matching `pattern`, and no table changes."""
+    before = await table_counts(db)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == code, info.value.details()
+    assert re.search(pattern, info.value.details() or ""), info.value.details()
+    assert await table_counts(db) == before
+
+
+async def make_rack(stub: Stub, name: str, *specs: pb.ComponentSpec, external_id: str = "") -> pb.Rack:
+    rack: pb.Rack = await stub.CreateRack(
+        pb.CreateRackRequest(name=name, external_id=external_id, components=list(specs))
+    )
+    return rack
+
+
+# --- CreateRack / GetRack ------------------------------------------------------------------------
+
+
+async def test_create_and_get_rack(stub: Stub) -> None:
+    rack = await make_rack(
+        stub,
+        "r1",
+        pb.ComponentSpec(type=COMPUTE, name="c1", external_id="node-1", firmware_version="1.2"),
+        pb.ComponentSpec(type=NVSWITCH, name="s1"),
+        external_id="rack-ext",
+    )
+    uuid.UUID(rack.id.id)
+    assert (rack.name, rack.external_id, rack.HasField("nvl_domain_id")) == ("r1", "rack-ext", False)
+    assert abs(rack.created_at.ToDatetime(tzinfo=UTC) - datetime.now(UTC)).total_seconds() < 60
+    assert [(c.type, c.name, c.external_id, c.firmware_version, c.power_state) for c in rack.components] == [
+        (COMPUTE, "c1", "node-1", "1.2", "unknown"),
+        (NVSWITCH, "s1", "", "", "unknown"),
+    ]
+    assert all(c.rack_id == rack.id for c in rack.components)
+    assert await stub.GetRack(pb.GetRackRequest(id=rack.id)) == rack
+
+
+async def test_create_rack_refusals(stub: Stub, db: Database) -> None:
+    await make_rack(stub, "taken", pb.ComponentSpec(type=COMPUTE, name="c", external_id="node-1"))
+    bad = grpc.StatusCode.INVALID_ARGUMENT
+    cases: list[tuple[pb.CreateRackRequest, grpc.StatusCode, str]] = [
+        (pb.CreateRackRequest(name=""), bad, "^name: must not be empty"),
+        (pb.CreateRackRequest(name="r\n"), bad, "^name: .*control"),
+        (pb.CreateRackRequest(name=" r"), bad, "^name: .*whitespace"),
+        (pb.CreateRackRequest(name="x" * 256), bad, "^name: at most 255"),
+        (pb.CreateRackRequest(name="taken"), grpc.StatusCode.ALREADY_EXISTS, "'taken'"),
+        (
+            pb.CreateRackRequest(name="r", nvl_domain_id=ident("nope")),
+            bad,
+            "^nvl_domain_id: 'nope' is not a UUID",
+        ),
+        (pb.CreateRackRequest(name="r", nvl_domain_id=ident(MISSING)), grpc.StatusCode.NOT_FOUND, MISSING),
+        (
+            pb.CreateRackRequest(name="r", components=[pb.ComponentSpec(type=99, name="c")]),
+            bad,
+            r"^components\[0\]\.type: unknown component type 99",
+        ),
+        (
+            pb.CreateRackRequest(name="r", components=[pb.ComponentSpec(name="c")]),
+            bad,
+            r"^components\[0\]\.type: a component type is required",
+        ),
+        (
+            pb.CreateRackRequest(name="r", components=[pb.ComponentSpec(type=COMPUTE)]),
+            bad,
+            r"^components\[0\]\.name: must not be empty",
+        ),
+        (
+            pb.CreateRackRequest(
+                name="r",
+                components=[pb.ComponentSpec(type=COMPUTE, name="c", external_id="x")] * 2,
+            ),
+            bad,
+            r"^components\[1\]\.external_id: .*twice",
+        ),
+        (
+            pb.CreateRackRequest(
+                name="r", components=[pb.ComponentSpec(type=COMPUTE, name="c", external_id="node-1")]
+            ),
+            grpc.StatusCode.ALREADY_EXISTS,
+            r"^components\[0\]\.external_id: .*'node-1'",
+        ),
+        (
+            pb.CreateRackRequest(name="r", components=[pb.ComponentSpec(type=COMPUTE, name="c")] * 10_001),
+            bad,
+            "^components: at most 10000",
+        ),
+    ]
+    for request, code, pattern in cases:
+        await refused(db, stub.CreateRack(request), code, pattern)
+
+
+async def test_get_rack_refusals(stub: Stub, db: Database) -> None:
+    await refused(db, stub.GetRack(pb.GetRackRequest(id=ident(MISSING))), grpc.StatusCode.NOT_FOUND, MISSING)
+    await refused(
+        db, stub.GetRack(pb.GetRackRequest(id=ident("12"))), grpc.StatusCode.INVALID_ARGUMENT, "^id: '12'"
+    )
+    await refused(
+        db, stub.GetRack(pb.GetRackRequest()), grpc.StatusCode.INVALID_ARGUMENT, "^id: an id is required"
+    )
+
+
+# --- ListRacks -----------------------------------------------------------------------------------
+
+
+async def test_list_racks_pages_and_filters(stub: Stub) -> None:
+    made = [await make_rack(stub, f"r{i}", pb.ComponentSpec(type=COMPUTE, name="c")) for i in range(5)]
+    everything = await stub.ListRacks(pb.ListRacksRequest())
+    assert everything.total == 5 and {r.name for r in everything.racks} == {r.name for r in made}
+    assert all(len(r.components) == 1 for r in everything.racks)
+    page = await stub.ListRacks(pb.ListRacksRequest(pagination=pb.Pagination(offset=1, limit=2)))
+    assert (list(page.racks), page.total) == (list(everything.racks[1:3]), 5)
+    domain = await stub.CreateNVLDomain(pb.CreateNVLDomainRequest(name="d", rack_ids=[made[3].id]))
+    filtered = await stub.ListRacks(pb.ListRacksRequest(nvl_domain_id=domain.id))
+    assert ([r.name for r in filtered.racks], filtered.total) == (["r3"], 1)
+    assert filtered.racks[0].nvl_domain_id == domain.id
+
+
+async def test_list_racks_refusals(stub: Stub, db: Database) -> None:
+    bad = grpc.StatusCode.INVALID_ARGUMENT
+    cases: list[tuple[pb.ListRacksRequest, grpc.StatusCode, str]] = [
+        (pb.ListRacksRequest(pagination=pb.Pagination(limit=1001)), bad, r"^pagination\.limit: at most 1000"),
+        (pb.ListRacksRequest(pagination=pb.Pagination(offset=-1)), bad, r"^pagination\.offset"),
+        (pb.ListRacksRequest(nvl_domain_id=ident("x")), bad, "^nvl_domain_id: 'x' is not a UUID"),
+        (pb.ListRacksRequest(nvl_domain_id=ident("")), bad, "^nvl_domain_id: an id is required"),
+        (
+            pb.ListRacksRequest(nvl_domain_id=ident(MISSING)),
+            grpc.StatusCode.NOT_FOUND,
+            f"^nvl_domain_id: .*{MISSING}",
+        ),
+    ]
+    for request, code, pattern in cases:
+        await refused(db, stub.ListRacks(request), code, pattern)
+
+
+# --- DeleteRack ----------------------------------------------------------------------------------
+
+
+async def test_delete_rack(stub: Stub, db: Database) -> None:
+    rack = await make_rack(stub, "r", pb.ComponentSpec(type=COMPUTE, name="c"))
+    assert await stub.DeleteRack(pb.DeleteRackRequest(id=rack.id)) == Empty()
+    counts = await table_counts(db)
+    assert (counts["racks"], counts["components"]) == (0, 0)
+    await refused(
+        db, stub.DeleteRack(pb.DeleteRackRequest(id=rack.id)), grpc.StatusCode.NOT_FOUND, rack.id.id
+    )
+    await refused(
+        db, stub.DeleteRack(pb.DeleteRackRequest(id=ident("r"))), grpc.StatusCode.INVALID_ARGUMENT, "^id"
+    )
+
+
+async def test_delete_rack_with_active_task_is_failed_precondition(stub: Stub, db: Database) -> None:
+    rack = await make_rack(stub, "r")
+    now = datetime.now(UTC)
+    async with db.transaction() as conn:
+        await conn.execute(
+            insert(tasks).values(
+                id=uuid.uuid4(),
+                operation="power_on",
+                parameters={},
+                rack_id=uuid.UUID(rack.id.id),
+                component_ids=[],
+                status="running",
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    await refused(
+        db,
+        stub.DeleteRack(pb.DeleteRackRequest(id=rack.id)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "active|running",
+    )
+
+
+# --- components ----------------------------------------------------------------------------------
+
+
+async def test_add_and_remove_components(stub: Stub) -> None:
+    rack = await make_rack(stub, "r")
+    added = await stub.AddComponents(
+        pb.AddComponentsRequest(
+            rack_id=rack.id,
+            components=[
+                pb.ComponentSpec(type=NVSWITCH, name="s", external_id="x", firmware_version="3"),
+                pb.ComponentSpec(type=COMPUTE, name="c", external_id="x"),
+            ],
+        )
+    )
+    assert [(c.type, c.name, c.power_state, c.rack_id) for c in added.components] == [
+        (NVSWITCH, "s", "unknown", rack.id),
+        (COMPUTE, "c", "unknown", rack.id),
+    ]
+    assert await stub.RemoveComponent(pb.RemoveComponentRequest(id=added.components[0].id)) == Empty()
+    after = await stub.GetRack(pb.GetRackRequest(id=rack.id))
+    assert [c.id for c in after.components] == [added.components[1].id]
+
+
+async def test_component_refusals(stub: Stub, db: Database) -> None:
+    rack = await make_rack(stub, "r", pb.ComponentSpec(type=COMPUTE, name="c", external_id="x"))
+    bad = grpc.StatusCode.INVALID_ARGUMENT
+    one = [pb.ComponentSpec(type=COMPUTE, name="d")]
+    add_cases: list[tuple[pb.AddComponentsRequest, grpc.StatusCode, str]] = [
+        (
+            pb.AddComponentsRequest(rack_id=ident(MISSING), components=one),
+            grpc.StatusCode.NOT_FOUND,
+            "^rack_id: ",
+        ),
+        (pb.AddComponentsRequest(rack_id=ident("?"), components=one), bad, "^rack_id: '[?]' is not a UUID"),
+        (pb.AddComponentsRequest(components=one), bad, "^rack_id: an id is required"),
+        (pb.AddComponentsRequest(rack_id=rack.id), bad, "^components: at least one"),
+        (
+            pb.AddComponentsRequest(rack_id=rack.id, components=[pb.ComponentSpec(type=7, name="d")]),
+            bad,
+            r"^components\[0\]\.type: unknown component type 7",
+        ),
+        (
+            pb.AddComponentsRequest(
+                rack_id=rack.id,
+                components=[*one, pb.ComponentSpec(type=COMPUTE, name="e", external_id="x")],
+            ),
+            grpc.StatusCode.ALREADY_EXISTS,
+            r"^components\[1\]\.external_id: .*'x'",
+        ),
+    ]
+    for request, code, pattern in add_cases:
+        await refused(db, stub.AddComponents(request), code, pattern)
+    remove = stub.RemoveComponent
+    await refused(
+        db, remove(pb.RemoveComponentRequest(id=ident(MISSING))), grpc.StatusCode.NOT_FOUND, MISSING
+    )
+    await refused(db, remove(pb.RemoveComponentRequest(id=ident("c"))), bad, "^id: 'c' is not a UUID")
+
+
+# --- NVLink domains ------------------------------------------------------------------------------
+
+
+async def test_create_and_list_domains(stub: Stub) -> None:
+    r1 = await make_rack(stub, "r1")
+    r2 = await make_rack(stub, "r2")
+    domain = await stub.CreateNVLDomain(pb.CreateNVLDomainRequest(name="d1", rack_ids=[r1.id, r2.id]))
+    uuid.UUID(domain.id.id)
+    assert (domain.name, {r.id for r in domain.rack_ids}) == ("d1", {r1.id.id, r2.id.id})
+    empty = await stub.CreateNVLDomain(pb.CreateNVLDomainRequest(name="d2"))
+    assert list(empty.rack_ids) == []
+    listed = await stub.ListNVLDomains(pb.ListNVLDomainsRequest())
+    assert list(listed.domains) == [domain, empty]
+    assert (await stub.GetRack(pb.GetRackRequest(id=r1.id))).nvl_domain_id == domain.id
+
+
+async def test_create_domain_refusals(stub: Stub, db: Database) -> None:
+    r1 = await make_rack(stub, "r1")
+    r2 = await make_rack(stub, "r2")
+    await stub.CreateNVLDomain(pb.CreateNVLDomainRequest(name="d1", rack_ids=[r1.id]))
+    bad = grpc.StatusCode.INVALID_ARGUMENT
+    cases: list[tuple[pb.CreateNVLDomainRequest, grpc.StatusCode, str]] = [
+        (pb.CreateNVLDomainRequest(name="", rack_ids=[r2.id]), bad, "^name: must not be empty"),
+        (pb.CreateNVLDomainRequest(name="d1", rack_ids=[r2.id]), grpc.StatusCode.ALREADY_EXISTS, "'d1'"),
+        (pb.CreateNVLDomainRequest(name="d2", rack_ids=[r2.id, ident("no")]), bad, r"^rack_ids\[1\]: 'no'"),
+        (
+            pb.CreateNVLDomainRequest(name="d2", rack_ids=[r2.id, ident(MISSING)]),
+            grpc.StatusCode.NOT_FOUND,
+            rf"^rack_ids\[1\]: .*{MISSING}",
+        ),
+        (pb.CreateNVLDomainRequest(name="d2", rack_ids=[r2.id, r2.id]), bad, r"^rack_ids\[1\]: .*twice"),
+        (
+            pb.CreateNVLDomainRequest(name="d2", rack_ids=[r2.id, r1.id]),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            rf"^rack_ids\[1\]: rack {r1.id.id} is already in NVLink domain",
+        ),
+    ]
+    for request, code, pattern in cases:
+        await refused(db, stub.CreateNVLDomain(request), code, pattern)
