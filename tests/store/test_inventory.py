@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -357,3 +358,24 @@ async def test_integrity_error_becomes_already_exists(db: Database, inventory: I
             await store.insert_domain(conn, name="d", created_at=T0)
     async with db.read() as conn:
         assert len((await conn.execute(select(components))).all()) == 1
+
+
+async def test_concurrent_creates_of_one_name_leave_one_rack(
+    db: Database, inventory: InventoryService
+) -> None:
+    results = await asyncio.gather(*(inventory.create_rack("same") for _ in range(5)), return_exceptions=True)
+    assert sum(not isinstance(r, BaseException) for r in results) == 1
+    assert all(isinstance(r, AlreadyExists) for r in results if isinstance(r, BaseException))
+    assert (await table_counts(db))["racks"] == 1
+
+
+async def test_concurrent_domains_cannot_share_a_rack(db: Database, inventory: InventoryService) -> None:
+    rack = await inventory.create_rack("r")
+    results = await asyncio.gather(
+        *(inventory.create_domain(f"d{i}", [rack.id]) for i in range(5)), return_exceptions=True
+    )
+    won = [r for r in results if not isinstance(r, BaseException)]
+    assert len(won) == 1
+    assert all(isinstance(r, FailedPrecondition) for r in results if isinstance(r, BaseException))
+    assert (await table_counts(db))["nvl_domains"] == 1
+    assert (await inventory.get_rack(rack.id)).nvl_domain_id == won[0].id
