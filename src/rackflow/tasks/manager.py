@@ -1,12 +1,376 @@
-"""The task manager: turns operations into tasks, applies the conflict rules, queues and cancels."""
+"""The task manager: turns operations into tasks, applies the conflict rules, queues, promotes and cancels.
+
+Every change to which tasks of a rack may run happens under that rack's row lock (PostgreSQL; SQLite has
+one writer anyway), in one transaction per request: a refused request writes nothing. A rack's *blocking*
+tasks are its PENDING and RUNNING ones, plus a cancelled task whose executor has not stopped yet (it still
+holds the hardware). New tasks are checked against those; the QUEUE strategy parks a conflicting task as
+WAITING, and the rack's waiting tasks are promoted oldest first, in order, whenever a blocking task ends.
+"""
 
 from __future__ import annotations
 
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from rackflow.clock import Clock
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.inventory.model import Component, ComponentsFilter, RackSelection, TargetSpec, TypesFilter
+from rackflow.inventory.targets import resolve_targets
+from rackflow.store import tasks as store
 from rackflow.store.db import Database
+from rackflow.store.inventory import components_by_rack
+from rackflow.tasks.conflicts import TaskShape, conflicts
+from rackflow.tasks.model import (
+    DEFAULT_QUEUE_TIMEOUT,
+    MAX_WAITING_PER_RACK,
+    ConflictStrategy,
+    Operation,
+    OperationKind,
+    QueueOptions,
+    Task,
+    TaskStatus,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_DESCRIPTION_LENGTH = 1024
+MAX_QUEUE_TIMEOUT = timedelta(hours=24)
+CANCELLED_MESSAGE = "cancelled by user"
+EXPIRED_MESSAGE = "queue timeout expired"
+
+
+# --- validation and selection: pure ---------------------------------------------------------------
+
+
+def validate_operation(operation: Operation) -> None:
+    if operation.kind is OperationKind.UPGRADE_FIRMWARE and not operation.target_version.strip():
+        raise InvalidArgument("target_version: a firmware upgrade needs a target version")
+    start, end = operation.window_start, operation.window_end
+    if start is not None and end is not None and end <= start:
+        raise InvalidArgument(f"end_time: {end.isoformat()} is not after start_time {start.isoformat()}")
+
+
+def normalise_queue(queue: QueueOptions) -> QueueOptions:
+    """A zero timeout means the default; otherwise it must be positive and at most a day."""
+    if queue.timeout == timedelta(0):
+        return QueueOptions(queue.strategy, DEFAULT_QUEUE_TIMEOUT)
+    if not timedelta(0) < queue.timeout <= MAX_QUEUE_TIMEOUT:
+        raise InvalidArgument(
+            "queue_options.queue_timeout_seconds: must be between 1 and "
+            f"{int(MAX_QUEUE_TIMEOUT.total_seconds())}, got {queue.timeout.total_seconds():g}"
+        )
+    return queue
+
+
+def validate_description(description: str) -> None:
+    if len(description) > MAX_DESCRIPTION_LENGTH:
+        raise InvalidArgument(
+            f"description: at most {MAX_DESCRIPTION_LENGTH} characters, got {len(description)}"
+        )
+
+
+def selected_components(selection: RackSelection, rack_components: Sequence[Component]) -> list[Component]:
+    """The rack's components the selection's filter picks (no filter: all of them)."""
+    chosen = selection.filter
+    if chosen is None:
+        return list(rack_components)
+    if isinstance(chosen, TypesFilter):
+        return [c for c in rack_components if c.type in chosen.types]
+    assert isinstance(chosen, ComponentsFilter)
+    return [c for c in rack_components if c.id in chosen.ids]
+
+
+def shape_of(kind: OperationKind, component_ids: Iterable[uuid.UUID], rack_components: Sequence[Component]
+             ) -> TaskShape:
+    """The conflict shape; components removed from the rack since the task was made no longer count."""
+    types = {c.id: c.type for c in rack_components}
+    return TaskShape(kind, frozenset((types[i], i) for i in component_ids if i in types))
+
+
+def first_conflict(shape: TaskShape, blocking: Iterable[Task], rack_components: Sequence[Component]
+                   ) -> tuple[Task, str] | None:
+    for task in blocking:
+        reason = conflicts(shape, shape_of(task.operation.kind, task.component_ids, rack_components))
+        if reason is not None:
+            return task, reason
+    return None
+
+
+def _rack_label(rack_id: uuid.UUID, names: dict[uuid.UUID, str]) -> str:
+    return f"rack {names.get(rack_id, '?')!r} ({rack_id})"
+
+
+def _may_wait(operation: Operation, queue: QueueOptions, label: str, conflict: tuple[Task, str],
+              waiting: int) -> None:
+    """Refuse a conflicting task unless it may queue and the rack's waiting queue has room."""
+    other, reason = conflict
+    clash = (
+        f"{operation.kind.value} conflicts with task {other.id} "
+        f"({other.status.value} {other.operation.kind.value}): {reason}"
+    )
+    if queue.strategy is ConflictStrategy.REJECT:
+        raise FailedPrecondition(f"{label}: {clash}")
+    if waiting >= MAX_WAITING_PER_RACK:
+        raise FailedPrecondition(
+            f"{label}: waiting queue full ({MAX_WAITING_PER_RACK} tasks waiting); {clash}"
+        )
+
+
+# --- the manager --------------------------------------------------------------------------------
 
 
 class TaskManager:
+    """Submits, lists and cancels tasks; promotes and expires waiting ones for the executor.
+
+    `on_submit` callbacks run after a commit that made tasks PENDING, so this process's executor can start
+    them at once instead of at its next poll.
+    """
+
     def __init__(self, db: Database, clock: Clock) -> None:
         self.db = db
         self.clock = clock
+        self.on_submit: list[Callable[[], None]] = []
+
+    def wake_executors(self) -> None:
+        for callback in self.on_submit:
+            callback()
+
+    def _wake_if_pending(self, made: Iterable[Task]) -> None:
+        if any(t.status is TaskStatus.PENDING for t in made):
+            self.wake_executors()
+
+    # --- submitting -----------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        operation: Operation,
+        selections: Sequence[RackSelection],
+        *,
+        description: str,
+        queue: QueueOptions,
+        schedule_id: uuid.UUID | None = None,
+    ) -> list[Task]:
+        """One task per selection, all or none, in one transaction."""
+        async with self.db.transaction() as conn:
+            made = await self.submit_in(
+                conn, operation, selections, description=description, queue=queue, schedule_id=schedule_id
+            )
+        self._wake_if_pending(made)
+        return made
+
+    async def submit_target(
+        self,
+        operation: Operation,
+        spec: TargetSpec,
+        *,
+        description: str,
+        queue: QueueOptions,
+        schedule_id: uuid.UUID | None = None,
+    ) -> list[Task]:
+        """Resolve the target spec to racks and submit, in one transaction."""
+        async with self.db.transaction() as conn:
+            selections = await resolve_targets(conn, spec)
+            made = await self.submit_in(
+                conn, operation, selections, description=description, queue=queue, schedule_id=schedule_id
+            )
+        self._wake_if_pending(made)
+        return made
+
+    async def submit_in(
+        self,
+        conn: AsyncConnection,
+        operation: Operation,
+        selections: Sequence[RackSelection],
+        *,
+        description: str,
+        queue: QueueOptions,
+        schedule_id: uuid.UUID | None = None,
+    ) -> list[Task]:
+        """The submission inside the caller's transaction; after commit the caller calls `wake_executors`.
+
+        Raises InvalidArgument (bad operation, options or filter), NotFound (unknown rack) or
+        FailedPrecondition (a conflict under REJECT, or a full waiting queue) and writes nothing then,
+        provided the caller rolls back.
+        """
+        validate_operation(operation)
+        validate_description(description)
+        queue = normalise_queue(queue)
+        rack_ids = [s.rack_id for s in selections]
+        if not rack_ids:
+            raise InvalidArgument("target_spec: the targets select no rack")
+        if len(set(rack_ids)) != len(rack_ids):
+            twice = next(r for r in rack_ids if rack_ids.count(r) > 1)
+            raise InvalidArgument(f"target_spec: rack {twice} is targeted twice")
+
+        names = await store.lock_racks(self.db, conn, rack_ids)
+        missing = [r for r in rack_ids if r not in names]
+        if missing:
+            raise NotFound(f"rack_id: rack {missing[0]} not found")
+        by_rack = await components_by_rack(conn, rack_ids)
+        blocking = await store.blocking_tasks(conn, rack_ids)
+        waiting = await store.waiting_counts(conn, rack_ids)
+
+        now = self.clock.now()
+        made: list[Task] = []
+        for selection in selections:
+            rack_id = selection.rack_id
+            label = _rack_label(rack_id, names)
+            rack_components = by_rack[rack_id]
+            chosen = selected_components(selection, rack_components)
+            if selection.filter is not None and not chosen:
+                raise InvalidArgument(f"target_spec: the component filter selects no component of {label}")
+            shape = shape_of(operation.kind, (c.id for c in chosen), rack_components)
+            conflict = first_conflict(shape, blocking.get(rack_id, ()), rack_components)
+            status = TaskStatus.PENDING
+            if conflict is not None:
+                _may_wait(operation, queue, label, conflict, waiting.get(rack_id, 0))
+                status = TaskStatus.WAITING
+            made.append(
+                Task(
+                    id=uuid.uuid4(),
+                    operation=operation,
+                    rack_id=rack_id,
+                    component_ids=tuple(c.id for c in chosen),
+                    description=description,
+                    status=status,
+                    message="",
+                    queue_expires_at=now + queue.timeout if status is TaskStatus.WAITING else None,
+                    created_at=now,
+                    started_at=None,
+                    finished_at=None,
+                    updated_at=now,
+                    schedule_id=schedule_id,
+                )
+            )
+        await store.insert_tasks(conn, made)
+        return made
+
+    # --- reading --------------------------------------------------------------------------------
+
+    async def list_tasks(
+        self,
+        *,
+        rack_id: uuid.UUID | None = None,
+        schedule_id: uuid.UUID | None = None,
+        active_only: bool = False,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> tuple[list[Task], int]:
+        """Newest first, with the total before paging."""
+        async with self.db.read() as conn:
+            return await store.list_tasks(
+                conn, rack_id=rack_id, schedule_id=schedule_id, active_only=active_only, offset=offset,
+                limit=limit,
+            )
+
+    async def get_tasks(self, task_ids: Sequence[uuid.UUID]) -> list[Task]:
+        """The tasks that exist, in the order asked (each once); unknown ids are left out."""
+        async with self.db.read() as conn:
+            found = {t.id: t for t in await store.get_tasks(conn, task_ids)}
+        return [found[i] for i in dict.fromkeys(task_ids) if i in found]
+
+    # --- cancelling -----------------------------------------------------------------------------
+
+    async def cancel(self, task_id: uuid.UUID) -> Task:
+        """Stop an active task (TERMINATED, "cancelled by user"); a terminated one stays as it is.
+
+        A RUNNING task keeps its executor's hold until the executor notices between two steps and lets
+        go; only then are the rack's waiting tasks promoted.
+        """
+        async with self.db.transaction() as conn:
+            found = await store.get_task(conn, task_id)
+            if found is None:
+                raise NotFound(f"task_id: task {task_id} not found")
+            await store.lock_racks(self.db, conn, [found.rack_id])
+            task = await store.get_task(conn, task_id, lock=self.db)
+            if task is None:  # deleted with its rack meanwhile
+                raise NotFound(f"task_id: task {task_id} not found")
+            if task.status is TaskStatus.TERMINATED:
+                return task
+            if task.status.is_final:
+                raise FailedPrecondition(
+                    f"task_id: task {task_id} is already {task.status.value}; "
+                    "only active tasks can be cancelled"
+                )
+            await store.set_status(conn, [task_id], TaskStatus.TERMINATED, now=self.clock.now(),
+                                   message=CANCELLED_MESSAGE)
+            promoted = []
+            if task.status is not TaskStatus.RUNNING:
+                promoted = await self.promote_in(conn, [task.rack_id])
+            cancelled = await store.get_task(conn, task_id)
+        if promoted:
+            self.wake_executors()
+        assert cancelled is not None
+        return cancelled
+
+    # --- promotion and expiry: called by the executor -------------------------------------------
+
+    async def promote_in(self, conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+        """Expire the racks' overdue waiting tasks, then promote the rest oldest first, while they fit.
+
+        The caller holds the racks' locks. Promotion stops at the first waiting task that still conflicts,
+        so tasks queued on one rack start in the order they were submitted. Returns the promoted ids.
+        """
+        racks = sorted(set(rack_ids))
+        now = self.clock.now()
+        by_rack = await components_by_rack(conn, racks)
+        blocking = await store.blocking_tasks(conn, racks)
+        promoted: list[uuid.UUID] = []
+        for rack_id in racks:
+            queue = await store.waiting_tasks(conn, rack_id)
+            expired = [t.id for t in queue if t.queue_expires_at is not None and t.queue_expires_at <= now]
+            await store.set_status(conn, expired, TaskStatus.TERMINATED, now=now, message=EXPIRED_MESSAGE)
+            active = list(blocking.get(rack_id, ()))
+            for task in (t for t in queue if t.id not in expired):
+                shape = shape_of(task.operation.kind, task.component_ids, by_rack[rack_id])
+                if first_conflict(shape, active, by_rack[rack_id]) is not None:
+                    break
+                active.append(task)
+                promoted.append(task.id)
+        await store.set_status(conn, promoted, TaskStatus.PENDING, now=now)
+        return promoted
+
+    async def finish(self, task_id: uuid.UUID, *, owner_id: uuid.UUID, status: TaskStatus, message: str
+                     ) -> bool:
+        """End a task `owner_id` runs, drop its hold and promote the rack's waiting tasks.
+
+        False when the task was cancelled meanwhile (its hold is dropped all the same) or taken over by
+        another instance (nothing changes).
+        """
+        async with self.db.transaction() as conn:
+            task = await store.get_task(conn, task_id)
+            if task is None:
+                return False
+            await store.lock_racks(self.db, conn, [task.rack_id])
+            finished = await store.finish(
+                conn, task_id, owner_id=owner_id, status=status, message=message, now=self.clock.now()
+            )
+            released = finished or await store.release(conn, task_id, owner_id=owner_id)
+            promoted = await self.promote_in(conn, [task.rack_id]) if released else []
+        if promoted:
+            self.wake_executors()
+        return finished
+
+    async def sweep(self, *, lease_ttl: timedelta) -> list[uuid.UUID]:
+        """Housekeeping every executor runs each poll; returns the ids promoted.
+
+        Drops holds that dead instances left on cancelled tasks, expires overdue waiting tasks, and
+        promotes waiting tasks of racks nothing blocks any more. Normally finishing a task promotes at
+        once; this catches what a crash or an expiry left behind.
+        """
+        async with self.db.transaction() as conn:
+            stale_before = await self.db.now(conn) - lease_ttl
+            racks = await store.release_dead_holds(conn, stale_before=stale_before)
+            racks |= await store.racks_needing_promotion(conn, now=self.clock.now())
+            if not racks:
+                return []
+            await store.lock_racks(self.db, conn, racks)
+            promoted = await self.promote_in(conn, racks)
+        if promoted:
+            log.info("promoted %d waiting task(s)", len(promoted))
+            self.wake_executors()
+        return promoted

@@ -1,0 +1,316 @@
+"""Task rows: mapping to `Task` and the queries the task manager and the executor run.
+
+No rules live here: which task may run, wait or be promoted is decided in `rackflow.tasks.manager`.
+
+An `owner_id` is a *hold*: the instance named there is (or may still be) acting on the task's components.
+Claiming sets it; finishing and letting go of a cancelled task clear it; a cancelled RUNNING task keeps it
+until its executor has stopped, so nothing conflicting starts on the hardware before then.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, and_, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ColumnElement, Select
+
+from rackflow.store.db import Database
+from rackflow.store.instances import is_live
+from rackflow.store.inventory import chunked
+from rackflow.store.tables import racks, tasks
+from rackflow.tasks.model import ACTIVE_STATUSES, Operation, Task, TaskStatus
+
+_BLOCKING = (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
+_OLDEST_FIRST = (tasks.c.created_at, tasks.c.id)
+
+
+def task_from_row(row: Row[Any]) -> Task:
+    return Task(
+        id=row.id,
+        operation=Operation.from_json(row.parameters),
+        rack_id=row.rack_id,
+        component_ids=tuple(uuid.UUID(i) for i in row.component_ids),
+        description=row.description,
+        status=TaskStatus(row.status),
+        message=row.message,
+        queue_expires_at=row.queue_expires_at,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        updated_at=row.updated_at,
+        schedule_id=row.schedule_id,
+    )
+
+
+def _task_values(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "operation": task.operation.kind.value,
+        "parameters": task.operation.to_json(),
+        "rack_id": task.rack_id,
+        "component_ids": [str(i) for i in task.component_ids],
+        "description": task.description,
+        "status": task.status.value,
+        "message": task.message,
+        "queue_expires_at": task.queue_expires_at,
+        "created_at": task.created_at,
+        "started_at": task.started_at,
+        "finished_at": task.finished_at,
+        "updated_at": task.updated_at,
+        "schedule_id": task.schedule_id,
+    }
+
+
+async def insert_tasks(conn: AsyncConnection, new: Sequence[Task]) -> None:
+    if new:
+        await conn.execute(insert(tasks), [_task_values(t) for t in new])
+
+
+async def lock_racks(
+    db: Database, conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """Lock the racks' rows until commit, in id order (so lockers never deadlock); returns id -> name.
+
+    Every change to which tasks of a rack may run (submit, promote, cancel, finish) takes this lock first.
+    """
+    names: dict[uuid.UUID, str] = {}
+    for chunk in chunked(sorted(set(rack_ids))):
+        stmt = select(racks.c.id, racks.c.name).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
+        names.update({r.id: r.name for r in await conn.execute(db.for_update(stmt))})
+    return names
+
+
+async def _tasks_where(conn: AsyncConnection, stmt: Select[Any]) -> list[Task]:
+    return [task_from_row(r) for r in await conn.execute(stmt)]
+
+
+async def blocking_tasks(conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, list[Task]]:
+    """Per rack, the tasks a new task is checked against: PENDING, RUNNING, and still-held cancelled ones."""
+    by_rack: dict[uuid.UUID, list[Task]] = defaultdict(list)
+    for chunk in chunked(set(rack_ids)):
+        stmt = (
+            select(tasks)
+            .where(
+                tasks.c.rack_id.in_(chunk),
+                or_(tasks.c.status.in_(_BLOCKING), tasks.c.owner_id.is_not(None)),
+            )
+            .order_by(*_OLDEST_FIRST)
+        )
+        for task in await _tasks_where(conn, stmt):
+            by_rack[task.rack_id].append(task)
+    return by_rack
+
+
+async def waiting_counts(conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, int]:
+    counts: dict[uuid.UUID, int] = {}
+    for chunk in chunked(set(rack_ids)):
+        stmt = (
+            select(tasks.c.rack_id, func.count().label("waiting"))
+            .where(tasks.c.rack_id.in_(chunk), tasks.c.status == TaskStatus.WAITING.value)
+            .group_by(tasks.c.rack_id)
+        )
+        counts.update({r.rack_id: r.waiting for r in await conn.execute(stmt)})
+    return counts
+
+
+async def waiting_tasks(conn: AsyncConnection, rack_id: uuid.UUID) -> list[Task]:
+    """The rack's queue, oldest first."""
+    return await _tasks_where(
+        conn,
+        select(tasks)
+        .where(tasks.c.rack_id == rack_id, tasks.c.status == TaskStatus.WAITING.value)
+        .order_by(*_OLDEST_FIRST),
+    )
+
+
+async def get_task(conn: AsyncConnection, task_id: uuid.UUID, *, lock: Database | None = None) -> Task | None:
+    stmt = select(tasks).where(tasks.c.id == task_id)
+    found = await _tasks_where(conn, lock.for_update(stmt) if lock else stmt)
+    return found[0] if found else None
+
+
+async def get_tasks(conn: AsyncConnection, task_ids: Sequence[uuid.UUID]) -> list[Task]:
+    """The tasks that exist, in any order."""
+    found: list[Task] = []
+    for chunk in chunked(set(task_ids)):
+        found += await _tasks_where(conn, select(tasks).where(tasks.c.id.in_(chunk)))
+    return found
+
+
+async def list_tasks(
+    conn: AsyncConnection,
+    *,
+    rack_id: uuid.UUID | None,
+    schedule_id: uuid.UUID | None,
+    active_only: bool,
+    offset: int,
+    limit: int | None,
+) -> tuple[list[Task], int]:
+    """Newest first, and the total before paging."""
+    conditions = []
+    if rack_id is not None:
+        conditions.append(tasks.c.rack_id == rack_id)
+    if schedule_id is not None:
+        conditions.append(tasks.c.schedule_id == schedule_id)
+    if active_only:
+        conditions.append(tasks.c.status.in_([s.value for s in ACTIVE_STATUSES]))
+    where = and_(True, *conditions)
+    total = (await conn.execute(select(func.count()).select_from(tasks).where(where))).scalar_one()
+    page = select(tasks).where(where).order_by(tasks.c.created_at.desc(), tasks.c.id.desc()).offset(offset)
+    if limit is not None:
+        page = page.limit(limit)
+    return await _tasks_where(conn, page), total
+
+
+async def set_status(
+    conn: AsyncConnection,
+    task_ids: Sequence[uuid.UUID],
+    status: TaskStatus,
+    *,
+    now: datetime,
+    message: str | None = None,
+) -> None:
+    """Move tasks to `status`; a final status also stamps `finished_at`."""
+    if not task_ids:
+        return
+    values: dict[str, Any] = {"status": status.value, "updated_at": now}
+    if message is not None:
+        values["message"] = message
+    if status.is_final:
+        values["finished_at"] = now
+    await conn.execute(update(tasks).where(tasks.c.id.in_(list(task_ids))).values(**values))
+
+
+# --- the executor's queries ----------------------------------------------------------------------
+
+
+async def claimable(
+    db: Database,
+    conn: AsyncConnection,
+    *,
+    owner_id: uuid.UUID,
+    stale_before: datetime,
+    running_here: Iterable[uuid.UUID],
+    limit: int,
+) -> list[tuple[Task, int]]:
+    """Lock (skipping rows other claimers hold) up to `limit` tasks this instance should run, oldest first.
+
+    Those are PENDING tasks, RUNNING tasks whose owner's lease has expired (takeover), and RUNNING tasks
+    this instance owns but is not running (its coroutine was lost, e.g. across a database outage).
+    Each comes with the number of attempts made so far.
+    """
+    orphaned = and_(
+        tasks.c.status == TaskStatus.RUNNING.value,
+        or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, stale_before)),
+    )
+    forgotten = and_(
+        tasks.c.status == TaskStatus.RUNNING.value,
+        tasks.c.owner_id == owner_id,
+        tasks.c.id.not_in(list(running_here)),
+    )
+    stmt = (
+        select(tasks)
+        .where(or_(tasks.c.status == TaskStatus.PENDING.value, orphaned, forgotten))
+        .order_by(*_OLDEST_FIRST)
+        .limit(limit)
+    )
+    return [(task_from_row(r), r.attempts) for r in await conn.execute(db.skip_locked(stmt))]
+
+
+async def mark_running(conn: AsyncConnection, task: Task, *, owner_id: uuid.UUID, now: datetime) -> None:
+    """Take a claimed task: RUNNING, owned here, one more attempt; `started_at` keeps the first start."""
+    await conn.execute(
+        update(tasks)
+        .where(tasks.c.id == task.id)
+        .values(
+            status=TaskStatus.RUNNING.value,
+            owner_id=owner_id,
+            attempts=tasks.c.attempts + 1,
+            started_at=task.started_at or now,
+            updated_at=now,
+        )
+    )
+
+
+def _held_running(task_id: uuid.UUID, owner_id: uuid.UUID) -> ColumnElement[bool]:
+    return and_(
+        tasks.c.id == task_id, tasks.c.owner_id == owner_id, tasks.c.status == TaskStatus.RUNNING.value
+    )
+
+
+async def record_progress(
+    conn: AsyncConnection, task_id: uuid.UUID, *, owner_id: uuid.UUID, message: str, now: datetime
+) -> bool:
+    """Write the progress message; False when the task is no longer RUNNING here (cancelled or taken over)."""
+    result = await conn.execute(
+        update(tasks).where(_held_running(task_id, owner_id)).values(message=message, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+async def finish(
+    conn: AsyncConnection,
+    task_id: uuid.UUID,
+    *,
+    owner_id: uuid.UUID,
+    status: TaskStatus,
+    message: str,
+    now: datetime,
+) -> bool:
+    """End a task this instance runs and drop the hold; False when it was cancelled or taken over."""
+    result = await conn.execute(
+        update(tasks)
+        .where(_held_running(task_id, owner_id))
+        .values(status=status.value, message=message, finished_at=now, updated_at=now, owner_id=None)
+    )
+    return result.rowcount == 1
+
+
+async def release(conn: AsyncConnection, task_id: uuid.UUID, *, owner_id: uuid.UUID) -> bool:
+    """Drop this instance's hold on a task that is no longer RUNNING (it was cancelled)."""
+    result = await conn.execute(
+        update(tasks)
+        .where(
+            tasks.c.id == task_id,
+            tasks.c.owner_id == owner_id,
+            tasks.c.status != TaskStatus.RUNNING.value,
+        )
+        .values(owner_id=None)
+    )
+    return result.rowcount == 1
+
+
+async def release_dead_holds(conn: AsyncConnection, *, stale_before: datetime) -> set[uuid.UUID]:
+    """Drop holds of dead instances on tasks that are no longer RUNNING; returns the racks concerned."""
+    dead_hold = and_(
+        tasks.c.owner_id.is_not(None),
+        tasks.c.status != TaskStatus.RUNNING.value,
+        ~is_live(tasks.c.owner_id, stale_before),
+    )
+    held = (await conn.execute(select(tasks.c.id, tasks.c.rack_id).where(dead_hold))).all()
+    if held:
+        await conn.execute(update(tasks).where(tasks.c.id.in_([r.id for r in held])).values(owner_id=None))
+    return {r.rack_id for r in held}
+
+
+async def racks_needing_promotion(conn: AsyncConnection, *, now: datetime) -> set[uuid.UUID]:
+    """Racks with a waiting task that has expired, or with waiting tasks and nothing blocking them."""
+    blocker = tasks.alias("blocker")
+    nothing_blocks = ~select(blocker.c.id).where(
+        blocker.c.rack_id == tasks.c.rack_id,
+        or_(blocker.c.status.in_(_BLOCKING), blocker.c.owner_id.is_not(None)),
+    ).exists()
+    rows = await conn.execute(
+        select(tasks.c.rack_id)
+        .distinct()
+        .where(
+            tasks.c.status == TaskStatus.WAITING.value,
+            or_(tasks.c.queue_expires_at <= now, nothing_blocks),
+        )
+    )
+    return set(rows.scalars())
