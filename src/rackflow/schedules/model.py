@@ -12,8 +12,6 @@ from rackflow.inventory.model import ComponentFilter
 from rackflow.tasks.model import ConflictStrategy, Operation
 from rackflow.timespec import ScheduleSpec, SpecType
 
-MAX_NAME_LENGTH = 255
-
 
 class OverlapPolicy(enum.StrEnum):
     """What a firing does for a scope whose previous task is still active. The value is the stored form."""

@@ -1,0 +1,345 @@
+"""Schedule use cases. Each request is one transaction, so a refused request writes nothing.
+
+Specs are validated by `rackflow.timespec.parse_spec` on every path that accepts one (create, update,
+preview), and its `InvalidSpec` becomes `InvalidArgument` here, prefixed with the request's field path.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.clock import Clock
+from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from rackflow.inventory.model import TargetSpec
+from rackflow.inventory.service import InventoryService, check_text
+from rackflow.inventory.targets import resolve_targets
+from rackflow.schedules import firing
+from rackflow.schedules.model import OverlapPolicy, Run, Schedule, Scope
+from rackflow.schedules.scope import ScopeChanges, merge, reconcile
+from rackflow.store import schedules as store
+from rackflow.store.db import Database
+from rackflow.tasks.manager import TaskManager, normalise_queue, validate_description, validate_operation
+from rackflow.tasks.model import Operation, QueueOptions
+from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
+
+NAME_PATH = "schedule.name"
+OVERLAP_POLICY_PATH = "schedule.overlap_policy"
+SPEC_PATH = "schedule.spec"
+TIMEZONE_PATH = "schedule.spec.timezone"
+UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH)
+
+DEFAULT_TIMEZONE = "UTC"
+DEFAULT_PREVIEW_COUNT = 10
+MAX_PREVIEW_COUNT = 100
+
+
+def timing_of(spec: ScheduleSpec, field_prefix: str = "schedule.") -> Timing:
+    """The spec's timing, or InvalidArgument naming the field (`schedule.spec.timezone: …`)."""
+    try:
+        return parse_spec(spec)
+    except InvalidSpec as exc:
+        raise InvalidArgument(f"{field_prefix}{exc}") from None
+
+
+def _check_name(name: str) -> None:
+    """Non-empty, at most 255 characters, no control characters, no outer whitespace (as rack names)."""
+    check_text(name, NAME_PATH, required=True, identifier=True)
+
+
+def _check_operation(operation: Operation, queue: QueueOptions, description: str) -> QueueOptions:
+    """Refuse at create what the task manager would refuse at every firing; returns the normalised queue."""
+    validate_operation(operation)
+    validate_description(description)
+    if "\x00" in description:
+        raise InvalidArgument("description: must not contain NUL characters")
+    return normalise_queue(queue)
+
+
+def _check_mask(paths: Collection[str]) -> set[str]:
+    if not paths:
+        raise InvalidArgument(f"update_mask: at least one path is required ({', '.join(UPDATE_PATHS)})")
+    for path in paths:
+        if path not in UPDATE_PATHS:
+            raise InvalidArgument(f"update_mask: unknown path {path!r} (allowed: {', '.join(UPDATE_PATHS)})")
+    return set(paths)
+
+
+def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"id: schedule {schedule.name!r} ({schedule.id}) is a one-time schedule that has already fired; "
+        f"cannot {action} it (create a new schedule instead)"
+    )
+
+
+class ScheduleService:
+    def __init__(self, db: Database, clock: Clock, inventory: InventoryService, tasks: TaskManager) -> None:
+        self.db = db
+        self.clock = clock
+        self.inventory = inventory
+        self.tasks = tasks
+
+    async def _load(
+        self, conn: AsyncConnection, schedule_id: uuid.UUID, field: str = "id", *, lock: bool = False
+    ) -> Schedule:
+        schedule = await store.get_schedule(conn, schedule_id, lock=self.db.for_update if lock else None)
+        if schedule is None:
+            raise NotFound(f"{field}: no task schedule {schedule_id}")
+        return schedule
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        *,
+        name: str,
+        spec: ScheduleSpec,
+        overlap_policy: OverlapPolicy,
+        operation: Operation,
+        queue: QueueOptions,
+        description: str,
+        target: TargetSpec,
+    ) -> Schedule:
+        """A schedule and its initial scope (the target's racks). The overlap policy, not `queue`,
+        decides the conflict strategy at fire time; `queue` contributes its timeout."""
+        _check_name(name)
+        queue = _check_operation(operation, queue, description)
+        spec = replace(spec, timezone=spec.timezone or DEFAULT_TIMEZONE)
+        timing = timing_of(spec)
+        now = self.clock.now()
+        async with self.db.transaction() as conn:
+            if await store.name_taken(conn, name):
+                raise AlreadyExists(f"{NAME_PATH}: a schedule named {name!r} already exists")
+            selections = await resolve_targets(conn, target)
+            schedule = Schedule(
+                id=uuid.uuid4(),
+                name=name,
+                spec=spec,
+                overlap_policy=overlap_policy,
+                enabled=True,
+                next_run_at=timing.first_run(now),
+                last_run_at=None,
+                created_at=now,
+                updated_at=now,
+                operation=operation,
+                queue_timeout=queue.timeout,
+                description=description,
+            )
+            await store.insert_schedule(conn, schedule)
+            await store.insert_scopes(conn, schedule.id, selections, now)
+        return schedule
+
+    async def get(self, schedule_id: uuid.UUID) -> Schedule:
+        async with self.db.read() as conn:
+            return await self._load(conn, schedule_id)
+
+    async def list_schedules(
+        self,
+        *,
+        rack_id: uuid.UUID | None = None,
+        enabled_only: bool = False,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> tuple[list[Schedule], int]:
+        """Schedules by creation time (then id), and the total before paging."""
+        async with self.db.read() as conn:
+            return await store.list_schedules(
+                conn, rack_id=rack_id, enabled_only=enabled_only, offset=offset, limit=limit
+            )
+
+    async def update(
+        self,
+        schedule_id: uuid.UUID,
+        paths: Collection[str],
+        *,
+        name: str = "",
+        overlap_policy: OverlapPolicy | None = None,
+        spec_type: SpecType | None = None,
+        spec: str = "",
+        timezone: str = "",
+    ) -> Schedule:
+        """Apply the masked fields. `schedule.spec` replaces type and text, `schedule.spec.timezone` the zone;
+        either recomputes next_run_at from now. The operation and scope never change here."""
+        mask = _check_mask(paths)
+        if NAME_PATH in mask:
+            _check_name(name)
+        if OVERLAP_POLICY_PATH in mask and overlap_policy is None:
+            raise InvalidArgument(f"{OVERLAP_POLICY_PATH}: a policy is required (SKIP or QUEUE)")
+        if SPEC_PATH in mask and spec_type is None:
+            raise InvalidArgument(
+                f"{SPEC_PATH}.type: a schedule type is required (INTERVAL, CRON or ONE_TIME)"
+            )
+        now = self.clock.now()
+        async with self.db.transaction() as conn:
+            current = await self._load(conn, schedule_id, lock=True)
+            updated = replace(current, updated_at=now)
+            if NAME_PATH in mask:
+                if await store.name_taken(conn, name, other_than=schedule_id):
+                    raise AlreadyExists(f"{NAME_PATH}: a schedule named {name!r} already exists")
+                updated = replace(updated, name=name)
+            if overlap_policy is not None and OVERLAP_POLICY_PATH in mask:
+                updated = replace(updated, overlap_policy=overlap_policy)
+            if spec_type is not None and SPEC_PATH in mask:
+                updated = replace(updated, spec=replace(updated.spec, type=spec_type, spec=spec))
+            if TIMEZONE_PATH in mask:
+                updated = replace(updated, spec=replace(updated.spec, timezone=timezone or DEFAULT_TIMEZONE))
+            if mask & {SPEC_PATH, TIMEZONE_PATH}:
+                timing = timing_of(updated.spec)
+                if current.is_consumed:
+                    raise _consumed(current, "re-arm")
+                updated = replace(updated, next_run_at=timing.first_run(now))
+            await store.save_schedule(conn, updated)
+        return updated
+
+    async def pause(self, schedule_id: uuid.UUID) -> Schedule:
+        """Stop firing; a no-op when already paused. A fired one-time schedule has nothing to pause."""
+        async with self.db.transaction() as conn:
+            schedule = await self._load(conn, schedule_id, lock=True)
+            if schedule.is_consumed:
+                raise _consumed(schedule, "pause")
+            if not schedule.enabled:
+                return schedule
+            schedule = replace(schedule, enabled=False, updated_at=self.clock.now())
+            await store.save_schedule(conn, schedule)
+        return schedule
+
+    async def resume(self, schedule_id: uuid.UUID) -> Schedule:
+        """Fire again. Interval and cron restart from now (a run missed while paused is not fired at once);
+        an unfired one-time schedule keeps its time. A no-op when already enabled."""
+        async with self.db.transaction() as conn:
+            schedule = await self._load(conn, schedule_id, lock=True)
+            if schedule.is_consumed:
+                raise _consumed(schedule, "resume")
+            if schedule.enabled:
+                return schedule
+            now = self.clock.now()
+            next_run_at = schedule.next_run_at
+            if schedule.spec.type is not SpecType.ONE_TIME:
+                next_run_at = timing_of(schedule.spec).first_run(now)
+            schedule = replace(schedule, enabled=True, next_run_at=next_run_at, updated_at=now)
+            await store.save_schedule(conn, schedule)
+        return schedule
+
+    async def delete(self, schedule_id: uuid.UUID) -> None:
+        """Delete the schedule with its scope and runs; tasks it submitted keep running."""
+        async with self.db.transaction() as conn:
+            if not await store.delete_schedule(conn, schedule_id):
+                raise NotFound(f"id: no task schedule {schedule_id}")
+
+    async def trigger(self, schedule_id: uuid.UUID) -> list[uuid.UUID]:
+        """Fire now, whatever `enabled` and `next_run_at` say, on every scope (no overlap check).
+
+        Returns the ids of the tasks submitted; scopes whose submission failed are in the run history.
+        """
+        fired_at = self.clock.now()
+        run_id = uuid.uuid4()
+        async with self.db.transaction() as conn:
+            schedule = await self._load(conn, schedule_id, lock=True)
+            if schedule.is_consumed:
+                raise _consumed(schedule, "trigger")
+            enabled, next_run_at = firing.advance_after_firing(schedule, fired_at)
+            fired = replace(
+                schedule, enabled=enabled, next_run_at=next_run_at, last_run_at=fired_at, updated_at=fired_at
+            )
+            await store.save_schedule(conn, fired)
+            scopes = await store.list_scopes(conn, schedule_id)
+            await store.insert_run(
+                conn, run_id=run_id, schedule_id=schedule_id, fired_at=fired_at, trigger="manual"
+            )
+        result = await firing.fire(
+            self.db,
+            self.tasks,
+            self.clock,
+            fired,
+            scopes,
+            trigger="manual",
+            fired_at=fired_at,
+            skip_scope_ids=set(),
+            run_id=run_id,
+        )
+        return result.task_ids
+
+    # --- scope -----------------------------------------------------------------------------------
+
+    async def add_scope(self, schedule_id: uuid.UUID, target: TargetSpec) -> list[Scope]:
+        """Merge the target's racks into the scope (see `scope.merge`); returns the whole resulting scope."""
+        async with self.db.transaction() as conn:
+            await self._load(conn, schedule_id, "schedule_id", lock=True)
+            incoming = await resolve_targets(conn, target)
+            changes = merge(await store.list_scopes(conn, schedule_id), incoming)
+            await self._apply(conn, schedule_id, changes)
+            return await store.list_scopes(conn, schedule_id)
+
+    async def update_scope(
+        self, schedule_id: uuid.UUID, desired: TargetSpec
+    ) -> tuple[list[Scope], ScopeChanges]:
+        """Make the scope exactly `desired`; returns the resulting scope and what changed."""
+        async with self.db.transaction() as conn:
+            await self._load(conn, schedule_id, "schedule_id", lock=True)
+            wanted = await resolve_targets(conn, desired)
+            changes = reconcile(await store.list_scopes(conn, schedule_id), wanted)
+            await self._apply(conn, schedule_id, changes)
+            return await store.list_scopes(conn, schedule_id), changes
+
+    async def _apply(self, conn: AsyncConnection, schedule_id: uuid.UUID, changes: ScopeChanges) -> None:
+        await store.delete_scopes(conn, [scope.id for scope in changes.to_remove])
+        for scope, value in changes.to_update:
+            await store.set_scope_filter(conn, scope.id, value)
+        await store.insert_scopes(conn, schedule_id, changes.to_add, self.clock.now())
+
+    async def remove_scope(self, scope_id: uuid.UUID) -> None:
+        """Remove one scope entry (its tasks keep running); never the last one."""
+        async with self.db.transaction() as conn:
+            scope = await store.get_scope(conn, scope_id)
+            if scope is None:
+                raise NotFound(f"scope_id: no schedule scope {scope_id}")
+            schedule = await self._load(conn, scope.schedule_id, "scope_id", lock=True)
+            remaining = [s for s in await store.list_scopes(conn, schedule.id) if s.id != scope_id]
+            if not remaining:
+                raise FailedPrecondition(
+                    f"scope_id: {scope_id} is the last scope of schedule {schedule.name!r}; "
+                    "delete the schedule instead"
+                )
+            await store.delete_scopes(conn, [scope_id])
+
+    async def list_scopes(self, schedule_id: uuid.UUID) -> list[Scope]:
+        async with self.db.read() as conn:
+            await self._load(conn, schedule_id, "schedule_id")
+            return await store.list_scopes(conn, schedule_id)
+
+    # --- advisory and history --------------------------------------------------------------------
+
+    async def check_conflicts(
+        self, operation: Operation, target: TargetSpec, exclude_schedule_id: uuid.UUID | None = None
+    ) -> list[Schedule]:
+        """Enabled schedules running the same operation (type and code) on any of the target's racks.
+
+        Coarse on purpose: component filters are not intersected. Advisory only; nothing is blocked.
+        """
+        async with self.db.read() as conn:
+            selections = await resolve_targets(conn, target)
+            candidates = await store.enabled_schedules_on_racks(
+                conn, {selection.rack_id for selection in selections}, excluding=exclude_schedule_id
+            )
+        return [schedule for schedule in candidates if schedule.operation.kind is operation.kind]
+
+    def preview(self, spec: ScheduleSpec, after: datetime | None, count: int) -> list[datetime]:
+        """The next `count` fire times after `after` (default now), validated exactly as create does."""
+        if count < 0 or count > MAX_PREVIEW_COUNT:
+            raise InvalidArgument(
+                f"count: must be 1..{MAX_PREVIEW_COUNT} (0 means {DEFAULT_PREVIEW_COUNT}), got {count}"
+            )
+        timing = timing_of(spec, field_prefix="")
+        return timing.preview(after or self.clock.now(), count or DEFAULT_PREVIEW_COUNT)
+
+    async def list_runs(
+        self, schedule_id: uuid.UUID, *, offset: int = 0, limit: int | None = None
+    ) -> tuple[Sequence[Run], int]:
+        """The schedule's firings, newest first, and their total before paging."""
+        async with self.db.read() as conn:
+            await self._load(conn, schedule_id, "schedule_id")
+            return await store.list_runs(conn, schedule_id, offset=offset, limit=limit)

@@ -1,0 +1,388 @@
+"""Schedule queries: schedules, their scope entries, and run history.
+
+The only schedule module that speaks SQL. A duplicate name is translated here into `AlreadyExists` (the
+service pre-checks for a clear message; this covers the race a pre-check cannot). Functions take an open
+connection, so the caller decides what one transaction holds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, Row, Select, delete, exists, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.errors import AlreadyExists
+from rackflow.inventory.model import ComponentFilter, RackSelection, filter_from_json
+from rackflow.schedules.model import (
+    Outcome,
+    OverlapPolicy,
+    Run,
+    RunState,
+    Schedule,
+    Scope,
+    ScopeOutcome,
+    Trigger,
+)
+from rackflow.store.inventory import ACTIVE_TASK_STATUSES, chunked, is_unique_violation
+from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
+from rackflow.tasks.model import Operation
+from rackflow.timespec import ScheduleSpec, SpecType
+
+RUNS_KEPT_PER_SCHEDULE = 100
+
+SPEC_TYPE_TO_DB: dict[SpecType, str] = {
+    SpecType.INTERVAL: "interval",
+    SpecType.CRON: "cron",
+    SpecType.ONE_TIME: "one-time",
+}
+_SPEC_TYPE_FROM_DB = {v: k for k, v in SPEC_TYPE_TO_DB.items()}
+
+Lock = Callable[[Select[Any]], Select[Any]]
+
+
+# --- rows to values and back ---------------------------------------------------------------------
+
+
+def _template(operation: Operation, queue_timeout: timedelta) -> dict[str, object]:
+    """What a firing needs to rebuild the request; the target lives in the scope rows."""
+    return {"operation": operation.to_json(), "queue_timeout_seconds": queue_timeout.total_seconds()}
+
+
+def schedule_from_row(row: Row[Any]) -> Schedule:
+    template = row.operation_template
+    return Schedule(
+        id=row.id,
+        name=row.name,
+        spec=ScheduleSpec(_SPEC_TYPE_FROM_DB[row.spec_type], row.spec, row.timezone),
+        overlap_policy=OverlapPolicy(row.overlap_policy),
+        enabled=row.enabled,
+        next_run_at=row.next_run_at,
+        last_run_at=row.last_run_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        operation=Operation.from_json(template["operation"]),
+        queue_timeout=timedelta(seconds=template["queue_timeout_seconds"]),
+        description=row.description,
+    )
+
+
+def scope_from_row(row: Row[Any]) -> Scope:
+    return Scope(
+        id=row.id,
+        schedule_id=row.schedule_id,
+        rack_id=row.rack_id,
+        filter=filter_from_json(row.component_filter),
+        last_task_id=row.last_task_id,
+        created_at=row.created_at,
+    )
+
+
+def _filter_to_json(value: ComponentFilter | None) -> dict[str, object] | None:
+    return value.to_json() if value is not None else None
+
+
+def _outcome_to_json(outcome: ScopeOutcome) -> dict[str, object]:
+    return {
+        "scope_id": str(outcome.scope_id),
+        "rack_id": str(outcome.rack_id),
+        "outcome": outcome.outcome,
+        "task_id": str(outcome.task_id) if outcome.task_id else None,
+        "error": outcome.error,
+    }
+
+
+def _outcome_from_json(data: dict[str, Any]) -> ScopeOutcome:
+    return ScopeOutcome(
+        scope_id=uuid.UUID(data["scope_id"]),
+        rack_id=uuid.UUID(data["rack_id"]),
+        outcome=cast(Outcome, data["outcome"]),
+        task_id=uuid.UUID(data["task_id"]) if data.get("task_id") else None,
+        error=data.get("error") or "",
+    )
+
+
+def _run_from_row(row: Row[Any]) -> Run:
+    return Run(
+        id=row.id,
+        schedule_id=row.schedule_id,
+        fired_at=row.fired_at,
+        trigger=cast(Trigger, row.trigger),
+        state=cast(RunState, row.state),
+        outcomes=tuple(_outcome_from_json(item) for item in row.outcomes),
+    )
+
+
+def _name_taken(name: str) -> AlreadyExists:
+    return AlreadyExists(f"schedule.name: a schedule named {name!r} already exists")
+
+
+# --- schedules -----------------------------------------------------------------------------------
+
+
+async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
+    values = {
+        "id": schedule.id,
+        "name": schedule.name,
+        "spec_type": SPEC_TYPE_TO_DB[schedule.spec.type],
+        "spec": schedule.spec.spec,
+        "timezone": schedule.spec.timezone,
+        "operation_template": _template(schedule.operation, schedule.queue_timeout),
+        "overlap_policy": schedule.overlap_policy.value,
+        "enabled": schedule.enabled,
+        "next_run_at": schedule.next_run_at,
+        "last_run_at": schedule.last_run_at,
+        "description": schedule.description,
+        "created_at": schedule.created_at,
+        "updated_at": schedule.updated_at,
+    }
+    try:
+        await conn.execute(insert(task_schedule).values(values))
+    except IntegrityError as exc:
+        if is_unique_violation(exc):
+            raise _name_taken(schedule.name) from None
+        raise
+
+
+async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
+    """Write the mutable columns (name, spec, policy, state, times); the operation never changes."""
+    values = {
+        "name": schedule.name,
+        "spec_type": SPEC_TYPE_TO_DB[schedule.spec.type],
+        "spec": schedule.spec.spec,
+        "timezone": schedule.spec.timezone,
+        "overlap_policy": schedule.overlap_policy.value,
+        "enabled": schedule.enabled,
+        "next_run_at": schedule.next_run_at,
+        "last_run_at": schedule.last_run_at,
+        "updated_at": schedule.updated_at,
+    }
+    try:
+        await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))
+    except IntegrityError as exc:
+        if is_unique_violation(exc):
+            raise _name_taken(schedule.name) from None
+        raise
+
+
+async def get_schedule(
+    conn: AsyncConnection, schedule_id: uuid.UUID, *, lock: Lock | None = None
+) -> Schedule | None:
+    """The schedule, or None; `lock` (e.g. `Database.for_update`) holds the row until commit."""
+    stmt = select(task_schedule).where(task_schedule.c.id == schedule_id)
+    if lock is not None:
+        stmt = lock(stmt)
+    row = (await conn.execute(stmt)).first()
+    return schedule_from_row(row) if row is not None else None
+
+
+async def name_taken(conn: AsyncConnection, name: str, *, other_than: uuid.UUID | None = None) -> bool:
+    stmt = select(task_schedule.c.id).where(task_schedule.c.name == name)
+    if other_than is not None:
+        stmt = stmt.where(task_schedule.c.id != other_than)
+    return (await conn.execute(stmt.limit(1))).first() is not None
+
+
+async def list_schedules(
+    conn: AsyncConnection,
+    *,
+    rack_id: uuid.UUID | None = None,
+    enabled_only: bool = False,
+    offset: int = 0,
+    limit: int | None = None,
+) -> tuple[list[Schedule], int]:
+    """Schedules in creation order (then id), and how many match before paging."""
+    conditions: list[ColumnElement[bool]] = []
+    if rack_id is not None:
+        conditions.append(
+            exists().where(
+                task_schedule_scope.c.schedule_id == task_schedule.c.id,
+                task_schedule_scope.c.rack_id == rack_id,
+            )
+        )
+    if enabled_only:
+        conditions.append(task_schedule.c.enabled.is_(True))
+    total = (
+        await conn.execute(select(func.count()).select_from(task_schedule).where(*conditions))
+    ).scalar_one()
+    stmt = (
+        select(task_schedule)
+        .where(*conditions)
+        .order_by(task_schedule.c.created_at, task_schedule.c.id)
+        .offset(offset)
+        .limit(limit)
+    )
+    rows = (await conn.execute(stmt)).all()
+    return [schedule_from_row(row) for row in rows], total
+
+
+async def enabled_schedules_on_racks(
+    conn: AsyncConnection, rack_ids: Collection[uuid.UUID], *, excluding: uuid.UUID | None = None
+) -> list[Schedule]:
+    """Enabled schedules with a scope entry on any of the racks, in creation order."""
+    found: dict[uuid.UUID, Schedule] = {}
+    for chunk in chunked(rack_ids):
+        in_scope = exists().where(
+            task_schedule_scope.c.schedule_id == task_schedule.c.id, task_schedule_scope.c.rack_id.in_(chunk)
+        )
+        stmt = select(task_schedule).where(task_schedule.c.enabled.is_(True), in_scope)
+        if excluding is not None:
+            stmt = stmt.where(task_schedule.c.id != excluding)
+        for row in (await conn.execute(stmt)).all():
+            found.setdefault(row.id, schedule_from_row(row))
+    return sorted(found.values(), key=lambda schedule: (schedule.created_at, str(schedule.id)))
+
+
+async def delete_schedule(conn: AsyncConnection, schedule_id: uuid.UUID) -> bool:
+    """Delete the schedule; its scope entries and runs go with it (ON DELETE CASCADE)."""
+    result = await conn.execute(delete(task_schedule).where(task_schedule.c.id == schedule_id))
+    return result.rowcount > 0
+
+
+# --- scope entries -------------------------------------------------------------------------------
+
+
+async def list_scopes(conn: AsyncConnection, schedule_id: uuid.UUID) -> list[Scope]:
+    """The schedule's scope entries, oldest first."""
+    stmt = (
+        select(task_schedule_scope)
+        .where(task_schedule_scope.c.schedule_id == schedule_id)
+        .order_by(task_schedule_scope.c.created_at, task_schedule_scope.c.id)
+    )
+    return [scope_from_row(row) for row in (await conn.execute(stmt)).all()]
+
+
+async def get_scope(conn: AsyncConnection, scope_id: uuid.UUID) -> Scope | None:
+    row = (
+        await conn.execute(select(task_schedule_scope).where(task_schedule_scope.c.id == scope_id))
+    ).first()
+    return scope_from_row(row) if row is not None else None
+
+
+async def insert_scopes(
+    conn: AsyncConnection, schedule_id: uuid.UUID, selections: Sequence[RackSelection], now: datetime
+) -> None:
+    if not selections:
+        return
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "schedule_id": schedule_id,
+            "rack_id": selection.rack_id,
+            "component_filter": _filter_to_json(selection.filter),
+            "last_task_id": None,
+            "created_at": now,
+        }
+        for selection in selections
+    ]
+    await conn.execute(insert(task_schedule_scope), rows)
+
+
+async def set_scope_filter(conn: AsyncConnection, scope_id: uuid.UUID, value: ComponentFilter | None) -> None:
+    await conn.execute(
+        update(task_schedule_scope)
+        .where(task_schedule_scope.c.id == scope_id)
+        .values(component_filter=_filter_to_json(value))
+    )
+
+
+async def delete_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) -> None:
+    for chunk in chunked(scope_ids):
+        await conn.execute(delete(task_schedule_scope).where(task_schedule_scope.c.id.in_(chunk)))
+
+
+async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID, uuid.UUID]) -> None:
+    """Record each scope's newest task; a scope removed since the firing is simply not updated."""
+    for scope_id, task_id in task_by_scope.items():
+        await conn.execute(
+            update(task_schedule_scope)
+            .where(task_schedule_scope.c.id == scope_id)
+            .values(last_task_id=task_id)
+        )
+
+
+async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) -> set[uuid.UUID]:
+    """The scopes whose last task is still active (waiting, pending or running): SKIP leaves them out."""
+    ids = [scope.id for scope in scopes if scope.last_task_id is not None]
+    found: set[uuid.UUID] = set()
+    for chunk in chunked(ids):
+        stmt = (
+            select(task_schedule_scope.c.id)
+            .join(tasks, tasks.c.id == task_schedule_scope.c.last_task_id)
+            .where(task_schedule_scope.c.id.in_(chunk), tasks.c.status.in_(ACTIVE_TASK_STATUSES))
+        )
+        found.update((await conn.execute(stmt)).scalars())
+    return found
+
+
+# --- run history ---------------------------------------------------------------------------------
+
+
+async def insert_run(
+    conn: AsyncConnection,
+    *,
+    run_id: uuid.UUID,
+    schedule_id: uuid.UUID,
+    fired_at: datetime,
+    trigger: Trigger,
+    scheduled_for: datetime | None = None,
+    owner_id: uuid.UUID | None = None,
+) -> None:
+    """Record a firing as "running", in the transaction that claims it (phase 1)."""
+    await conn.execute(
+        insert(task_schedule_run).values(
+            id=run_id,
+            schedule_id=schedule_id,
+            fired_at=fired_at,
+            scheduled_for=scheduled_for,
+            trigger=trigger,
+            state="running",
+            outcomes=[],
+            owner_id=owner_id,
+        )
+    )
+
+
+async def complete_run(conn: AsyncConnection, run_id: uuid.UUID, outcomes: Sequence[ScopeOutcome]) -> None:
+    await conn.execute(
+        update(task_schedule_run)
+        .where(task_schedule_run.c.id == run_id)
+        .values(state="completed", outcomes=[_outcome_to_json(outcome) for outcome in outcomes])
+    )
+
+
+def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
+    return (
+        select(task_schedule_run)
+        .where(task_schedule_run.c.schedule_id == schedule_id)
+        .order_by(task_schedule_run.c.fired_at.desc(), task_schedule_run.c.id.desc())
+    )
+
+
+async def prune_runs(
+    conn: AsyncConnection, schedule_id: uuid.UUID, keep: int = RUNS_KEPT_PER_SCHEDULE
+) -> None:
+    """Delete the schedule's runs beyond the newest `keep`."""
+    old = _newest_runs_first(schedule_id).with_only_columns(task_schedule_run.c.id).offset(keep)
+    stale = list((await conn.execute(old)).scalars())
+    for chunk in chunked(stale):
+        await conn.execute(delete(task_schedule_run).where(task_schedule_run.c.id.in_(chunk)))
+
+
+async def list_runs(
+    conn: AsyncConnection, schedule_id: uuid.UUID, *, offset: int = 0, limit: int | None = None
+) -> tuple[list[Run], int]:
+    """The schedule's runs, newest first, and how many there are before paging."""
+    total = (
+        await conn.execute(
+            select(func.count())
+            .select_from(task_schedule_run)
+            .where(task_schedule_run.c.schedule_id == schedule_id)
+        )
+    ).scalar_one()
+    rows = (await conn.execute(_newest_runs_first(schedule_id).offset(offset).limit(limit))).all()
+    return [_run_from_row(row) for row in rows], total

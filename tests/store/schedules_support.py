@@ -1,0 +1,60 @@
+"""Shared set-up for the schedule store tests: services on a FakeClock, racks, and a schedule factory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from rackflow.clock import FakeClock
+from rackflow.inventory.model import ComponentSpec, ComponentType, Rack, RackTarget, TargetSpec
+from rackflow.schedules.model import OverlapPolicy, Schedule
+from rackflow.services import Services
+from rackflow.store.db import Database
+from rackflow.tasks.model import Operation, OperationKind, QueueOptions
+from rackflow.timespec import ScheduleSpec, SpecType
+
+START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+HOURLY = ScheduleSpec(SpecType.INTERVAL, "1h")
+POWER_OFF = Operation(OperationKind.POWER_OFF)
+RACK_TYPES = (ComponentType.COMPUTE, ComponentType.NVSWITCH, ComponentType.POWERSHELF)
+
+
+@dataclass
+class Env:
+    db: Database
+    clock: FakeClock
+    services: Services
+
+    async def rack(self, name: str, types: Sequence[ComponentType] = RACK_TYPES) -> Rack:
+        specs = [ComponentSpec(t, f"{name}-{t.value.lower()}-{i}") for i, t in enumerate(types)]
+        return await self.services.inventory.create_rack(name, components=specs)
+
+    async def schedule(
+        self,
+        name: str = "nightly",
+        *,
+        racks: Sequence[Rack] = (),
+        target: TargetSpec | None = None,
+        spec: ScheduleSpec = HOURLY,
+        policy: OverlapPolicy = OverlapPolicy.SKIP,
+        operation: Operation = POWER_OFF,
+    ) -> Schedule:
+        return await self.services.schedules.create(
+            name=name,
+            spec=spec,
+            overlap_policy=policy,
+            operation=operation,
+            queue=QueueOptions(),
+            description=f"{name} description",
+            target=target or rack_target(*racks),
+        )
+
+
+def make_env(db: Database) -> Env:
+    clock = FakeClock(START)
+    return Env(db, clock, Services.build(db, clock))
+
+
+def rack_target(*racks: Rack, types: Sequence[ComponentType] = ()) -> TargetSpec:
+    return TargetSpec(racks=tuple(RackTarget(id=r.id, component_types=tuple(types)) for r in racks))

@@ -1,0 +1,112 @@
+"""The advisory RPCs: CheckScheduleConflicts (coarse on purpose) and PreviewScheduleSpec."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rackflow.errors import InvalidArgument, NotFound
+from rackflow.inventory.model import ComponentTarget, ComponentType, TargetSpec
+from rackflow.store.db import Database
+from rackflow.tasks.model import Operation, OperationKind
+from rackflow.timespec import ScheduleSpec, SpecType
+from tests.conftest import table_counts
+from tests.store.schedules_support import POWER_OFF, START, Env, make_env, rack_target
+
+
+@pytest.fixture
+def env(db: Database) -> Env:
+    return make_env(db)
+
+
+# --- conflicts -----------------------------------------------------------------------------------
+
+
+async def test_same_operation_on_a_shared_rack_conflicts(env: Env) -> None:
+    r1, r2, r3 = await env.rack("r1"), await env.rack("r2"), await env.rack("r3")
+    first = await env.schedule("first", racks=[r1, r2])
+    env.clock.advance(timedelta(seconds=1))
+    second = await env.schedule("second", racks=[r2])
+    await env.schedule("elsewhere", racks=[r3])
+    await env.schedule("other-op", racks=[r1], operation=Operation(OperationKind.POWER_ON))
+    conflicts = await env.services.schedules.check_conflicts(POWER_OFF, rack_target(r1, r2))
+    assert [s.id for s in conflicts] == [first.id, second.id]
+
+
+async def test_conflict_check_ignores_component_filters(env: Env) -> None:
+    r1 = await env.rack("r1")
+    existing = await env.schedule(target=rack_target(r1, types=(ComponentType.COMPUTE,)))
+    proposed = TargetSpec(components=(ComponentTarget(id=r1.components[2].id),))  # the power shelf only
+    conflicts = await env.services.schedules.check_conflicts(POWER_OFF, proposed)
+    assert [s.id for s in conflicts] == [existing.id]
+
+
+async def test_conflict_check_skips_paused_and_excluded_schedules(env: Env) -> None:
+    r1 = await env.rack("r1")
+    paused = await env.schedule("paused", racks=[r1])
+    await env.services.schedules.pause(paused.id)
+    editing = await env.schedule("editing", racks=[r1])
+    assert [s.id for s in await env.services.schedules.check_conflicts(POWER_OFF, rack_target(r1))] == [
+        editing.id
+    ]
+    assert await env.services.schedules.check_conflicts(POWER_OFF, rack_target(r1), editing.id) == []
+    assert await env.services.schedules.check_conflicts(POWER_OFF, rack_target(r1), uuid.uuid4()) != []
+
+
+async def test_conflict_check_validates_its_target(env: Env) -> None:
+    with pytest.raises(NotFound, match="target_spec"):
+        await env.services.schedules.check_conflicts(
+            POWER_OFF, TargetSpec(components=(ComponentTarget(id=uuid.uuid4()),))
+        )
+    with pytest.raises(InvalidArgument, match="target_spec"):
+        await env.services.schedules.check_conflicts(POWER_OFF, TargetSpec())
+
+
+# --- preview -------------------------------------------------------------------------------------
+
+AFTER = datetime(2026, 6, 1, 0, 0, tzinfo=UTC)
+
+
+async def test_preview_interval_steps_from_after(env: Env) -> None:
+    times = env.services.schedules.preview(ScheduleSpec(SpecType.INTERVAL, "90m"), AFTER, 3)
+    assert times == [AFTER + timedelta(minutes=90 * n) for n in (1, 2, 3)]
+
+
+async def test_preview_cron_is_strictly_after_and_in_the_zone(env: Env) -> None:
+    spec = ScheduleSpec(SpecType.CRON, "0 0 * * *", "Europe/Paris")  # midnight in Paris = 22:00 UTC (CEST)
+    times = env.services.schedules.preview(spec, datetime(2026, 5, 31, 22, 0, tzinfo=UTC), 2)
+    assert times == [datetime(2026, 6, 1, 22, 0, tzinfo=UTC), datetime(2026, 6, 2, 22, 0, tzinfo=UTC)]
+
+
+async def test_preview_one_time_gives_its_time_even_if_past(env: Env) -> None:
+    times = env.services.schedules.preview(
+        ScheduleSpec(SpecType.ONE_TIME, "2020-01-01T00:00:00-05:00"), None, 5
+    )
+    assert times == [datetime(2020, 1, 1, 5, 0, tzinfo=UTC)]
+
+
+async def test_preview_defaults_to_now_and_ten_times(env: Env) -> None:
+    times = env.services.schedules.preview(ScheduleSpec(SpecType.INTERVAL, "1h"), None, 0)
+    assert times == [START + timedelta(hours=n) for n in range(1, 11)]
+    assert len(env.services.schedules.preview(ScheduleSpec(SpecType.INTERVAL, "1h"), None, 100)) == 100
+
+
+@pytest.mark.parametrize(
+    ("spec", "count", "message"),
+    [
+        (ScheduleSpec(SpecType.INTERVAL, "1h"), 101, "count"),
+        (ScheduleSpec(SpecType.INTERVAL, "1h"), -1, "count"),
+        (ScheduleSpec(SpecType.INTERVAL, "soon"), 1, r"^spec\.spec: "),
+        (ScheduleSpec(SpecType.CRON, "* * * *"), 1, r"^spec\.spec: "),
+        (ScheduleSpec(SpecType.ONE_TIME, "tomorrow"), 1, r"^spec\.spec: "),
+        (ScheduleSpec(SpecType.CRON, "0 2 * * *", "Local"), 1, r"^spec\.timezone: "),
+        (ScheduleSpec(SpecType.INTERVAL, "1" * 300 + "s"), 1, r"^spec\.spec: "),
+    ],
+)
+async def test_preview_validates_like_create(env: Env, spec: ScheduleSpec, count: int, message: str) -> None:
+    before = await table_counts(env.db)
+    with pytest.raises(InvalidArgument, match=message):
+        env.services.schedules.preview(spec, None, count)
+    assert await table_counts(env.db) == before

@@ -1,0 +1,213 @@
+"""Manual triggers and the shared firing phases, on both databases: advance, submit, write back, record."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rackflow.errors import FailedPrecondition, NotFound
+from rackflow.inventory.model import RackSelection
+from rackflow.schedules.firing import fire, task_description
+from rackflow.schedules.model import OverlapPolicy
+from rackflow.store import schedules as store
+from rackflow.store.db import Database
+from rackflow.tasks.model import QueueOptions, TaskStatus
+from rackflow.timespec import ScheduleSpec, SpecType
+from tests.conftest import table_counts
+from tests.store.schedules_support import POWER_OFF, START, Env, make_env
+
+
+@pytest.fixture
+def env(db: Database) -> Env:
+    return make_env(db)
+
+
+async def test_trigger_submits_one_task_per_scope_and_records_the_firing(env: Env) -> None:
+    r1, r2 = await env.rack("r1"), await env.rack("r2")
+    schedule = await env.schedule("nightly", racks=[r1, r2])
+    env.clock.advance(timedelta(minutes=5))
+    fired_at = env.clock.now()
+
+    task_ids = await env.services.schedules.trigger(schedule.id)
+
+    tasks = await env.services.tasks.get_tasks(task_ids)
+    assert {t.rack_id for t in tasks} == {r1.id, r2.id}
+    assert all(t.schedule_id == schedule.id for t in tasks)
+    assert all(t.operation == POWER_OFF for t in tasks)
+    assert {t.description for t in tasks} == {"nightly — 2026-03-02T12:05:00Z"}
+    after = await env.services.schedules.get(schedule.id)
+    assert after.last_run_at == fired_at
+    assert after.next_run_at == fired_at + timedelta(hours=1)
+    assert after.enabled
+    scopes = await env.services.schedules.list_scopes(schedule.id)
+    assert {s.rack_id: s.last_task_id for s in scopes} == {t.rack_id: t.id for t in tasks}
+    runs, total = await env.services.schedules.list_runs(schedule.id)
+    assert total == 1
+    (run,) = runs
+    assert (run.trigger, run.state, run.fired_at) == ("manual", "completed", fired_at)
+    assert {(o.rack_id, o.outcome, o.task_id, o.error) for o in run.outcomes} == {
+        (t.rack_id, "submitted", t.id, "") for t in tasks
+    }
+
+
+async def test_trigger_advances_cron_to_the_next_calendar_time(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1], spec=ScheduleSpec(SpecType.CRON, "0 */6 * * *"))
+    env.clock.advance(timedelta(hours=7))  # 19:00
+    await env.services.schedules.trigger(schedule.id)
+    assert (await env.services.schedules.get(schedule.id)).next_run_at == datetime(
+        2026, 3, 3, 0, 0, tzinfo=UTC
+    )
+
+
+async def test_one_time_is_consumed_by_a_trigger_and_cannot_fire_again(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1], spec=ScheduleSpec(SpecType.ONE_TIME, "2026-06-01T04:00:00Z"))
+    assert len(await env.services.schedules.trigger(schedule.id)) == 1
+    consumed = await env.services.schedules.get(schedule.id)
+    assert (consumed.enabled, consumed.next_run_at, consumed.last_run_at) == (False, None, START)
+    before = await table_counts(env.db)
+    with pytest.raises(FailedPrecondition, match="already fired"):
+        await env.services.schedules.trigger(schedule.id)
+    assert await table_counts(env.db) == before
+
+
+async def test_trigger_ignores_enabled_and_a_paused_schedule_stays_paused(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1])
+    await env.services.schedules.pause(schedule.id)
+    env.clock.advance(timedelta(minutes=20))
+    assert len(await env.services.schedules.trigger(schedule.id)) == 1
+    after = await env.services.schedules.get(schedule.id)
+    assert not after.enabled
+    assert after.last_run_at == env.clock.now()
+    assert after.next_run_at == env.clock.now() + timedelta(hours=1)
+
+
+async def test_trigger_ignores_the_overlap_policy_queue(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1], policy=OverlapPolicy.QUEUE)
+    (first,) = await env.services.schedules.trigger(schedule.id)
+    (second,) = await env.services.schedules.trigger(schedule.id)
+    statuses = {t.id: t.status for t in await env.services.tasks.get_tasks([first, second])}
+    assert statuses == {first: TaskStatus.PENDING, second: TaskStatus.WAITING}
+
+
+async def test_trigger_ignores_the_overlap_policy_skip_and_the_task_manager_decides(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1], policy=OverlapPolicy.SKIP)
+    await env.services.schedules.trigger(schedule.id)
+    env.clock.advance(timedelta(seconds=1))
+    assert await env.services.schedules.trigger(schedule.id) == []
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    (outcome,) = runs[0].outcomes
+    assert outcome.outcome == "failed"  # rejected by the conflict rules, not skipped for overlap
+    assert outcome.error
+
+
+async def test_a_failing_scope_does_not_stop_the_others(env: Env) -> None:
+    busy, free = await env.rack("busy"), await env.rack("free")
+    await env.services.tasks.submit(
+        POWER_OFF, [RackSelection(busy.id)], description="manual", queue=QueueOptions()
+    )
+    schedule = await env.schedule(racks=[busy, free])
+    task_ids = await env.services.schedules.trigger(schedule.id)
+    (task,) = await env.services.tasks.get_tasks(task_ids)
+    assert task.rack_id == free.id
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    outcomes = {o.rack_id: o for o in runs[0].outcomes}
+    assert outcomes[busy.id].outcome == "failed" and outcomes[busy.id].task_id is None
+    assert outcomes[busy.id].error
+    assert outcomes[free.id].outcome == "submitted"
+    scopes = {s.rack_id: s.last_task_id for s in await env.services.schedules.list_scopes(schedule.id)}
+    assert scopes == {busy.id: None, free.id: task.id}
+
+
+async def test_trigger_unknown_is_not_found(env: Env) -> None:
+    with pytest.raises(NotFound):
+        await env.services.schedules.trigger(uuid.uuid4())
+
+
+async def test_fire_records_skipped_scopes_and_keeps_their_last_task(env: Env) -> None:
+    """The dispatcher's path: phase 1 by hand, then `fire` with a scope the overlap check left out."""
+    r1, r2 = await env.rack("r1"), await env.rack("r2")
+    schedule = await env.schedule(racks=[r1, r2])
+    first_ids = await env.services.schedules.trigger(schedule.id)
+    scopes = await env.services.schedules.list_scopes(schedule.id)
+    async with env.db.read() as conn:
+        overlapping = await store.overlapping_scope_ids(conn, scopes)
+    assert overlapping == {s.id for s in scopes}
+
+    await env.services.tasks.cancel(next(s.last_task_id for s in scopes if s.rack_id == r2.id))  # type: ignore[arg-type]
+    async with env.db.read() as conn:
+        overlapping = await store.overlapping_scope_ids(conn, scopes)
+    (skipped,) = [s for s in scopes if s.rack_id == r1.id]
+    assert overlapping == {skipped.id}
+
+    env.clock.advance(timedelta(hours=1))
+    run_id = uuid.uuid4()
+    fired_at = env.clock.now()
+    async with env.db.transaction() as conn:
+        await store.insert_run(
+            conn, run_id=run_id, schedule_id=schedule.id, fired_at=fired_at, trigger="dispatch"
+        )
+    result = await fire(
+        env.db,
+        env.services.tasks,
+        env.clock,
+        schedule,
+        scopes,
+        trigger="dispatch",
+        fired_at=fired_at,
+        skip_scope_ids=overlapping,
+        run_id=run_id,
+    )
+    (new_task,) = result.task_ids
+    outcomes = {o.rack_id: o.outcome for o in result.outcomes}
+    assert outcomes == {r1.id: "skipped_overlap", r2.id: "submitted"}
+    after = {s.rack_id: s.last_task_id for s in await env.services.schedules.list_scopes(schedule.id)}
+    assert after[r1.id] in first_ids and after[r2.id] == new_task
+    runs, total = await env.services.schedules.list_runs(schedule.id)
+    assert total == 2 and runs[0].id == run_id and runs[0].trigger == "dispatch"
+
+
+async def test_runs_are_listed_newest_first_with_paging(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1], policy=OverlapPolicy.QUEUE)
+    for _ in range(3):
+        await env.services.schedules.trigger(schedule.id)
+        env.clock.advance(timedelta(minutes=1))
+    runs, total = await env.services.schedules.list_runs(schedule.id, offset=1, limit=1)
+    assert total == 3
+    assert [r.fired_at for r in runs] == [START + timedelta(minutes=1)]
+    with pytest.raises(NotFound, match="schedule_id"):
+        await env.services.schedules.list_runs(uuid.uuid4())
+
+
+async def test_run_history_keeps_the_newest_hundred(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1])
+    async with env.db.transaction() as conn:
+        for minute in range(102):
+            await store.insert_run(
+                conn,
+                run_id=uuid.uuid4(),
+                schedule_id=schedule.id,
+                fired_at=START + timedelta(minutes=minute),
+                trigger="dispatch",
+            )
+        await store.prune_runs(conn, schedule.id)
+    runs, total = await env.services.schedules.list_runs(schedule.id)
+    assert total == 100
+    assert runs[0].fired_at == START + timedelta(minutes=101)
+    assert runs[-1].fired_at == START + timedelta(minutes=2)
+
+
+def test_task_description_is_name_and_rfc3339_time() -> None:
+    class Named:
+        name = "backup"
+
+    moment = datetime(2026, 6, 1, 4, 0, 0, 250000, tzinfo=UTC)
+    assert task_description(Named(), moment) == "backup — 2026-06-01T04:00:00.250000Z"  # type: ignore[arg-type]
