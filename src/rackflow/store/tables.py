@@ -169,3 +169,20 @@ task_schedule_run = Table(
         sqlite_where=text("state = 'running'"),
     ),
 )
+
+# Who changed what, when, with what outcome: one row per mutating RPC, written after the RPC (api/audit.py).
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("principal", String(255), nullable=False),
+    Column("method", String(64), nullable=False),
+    Column("target_ids", json_type(), nullable=False),
+    Column("outcome", String(32), nullable=False),
+    Column("error", Text, nullable=False, server_default=""),
+    Column("request", json_type(), nullable=False),
+    Column("schedule_before", json_type(), nullable=True),
+    Column("schedule_after", json_type(), nullable=True),
+    Index("ix_audit_events_at_id", "at", "id"),
+)
