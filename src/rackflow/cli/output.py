@@ -1,0 +1,252 @@
+"""What every client command shares: the session (server, output format, client, clock) and rendering.
+
+Tables are for people (times in UTC, schedules also in their own zone, relative to now); `-o json` and
+`-o yaml` print the full protobuf message (proto field names, defaults included) for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import click
+import yaml
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+from rich.console import Console, RenderableType
+from rich.table import Table
+
+from rackflow.client import DEFAULT_TARGET, RackflowClient
+from rackflow.clock import Clock, SystemClock
+from rackflow.v1 import flow_pb2 as pb
+
+OUTPUT_FORMATS = ("table", "json", "yaml")
+# Wide enough that ids and times never wrap when output goes to a pipe or a file.
+PIPE_WIDTH = 200
+
+
+def _console() -> Console:
+    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
+
+
+@dataclass
+class Session:
+    """Per-invocation state, stored as the click context object; tests pass their own."""
+
+    server: str = DEFAULT_TARGET
+    output: str = "table"
+    connect: Callable[[str], RackflowClient] = RackflowClient
+    clock: Clock = field(default_factory=SystemClock)
+    sleep: Callable[[float], None] = time.sleep
+    console: Console = field(default_factory=_console)
+    _client: RackflowClient | None = None
+
+    @property
+    def client(self) -> RackflowClient:
+        if self._client is None:
+            self._client = self.connect(self.server)
+        return self._client
+
+    @property
+    def for_people(self) -> bool:
+        return self.output == "table"
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def emit(self, message: Message | dict[str, Any], view: Callable[[], RenderableType]) -> None:
+        """Print `message` as JSON/YAML, or `view()` (a rich renderable or markup) for people."""
+        if self.output == "json":
+            click.echo(json.dumps(to_dict(message), indent=2))
+        elif self.output == "yaml":
+            click.echo(yaml.safe_dump(to_dict(message), sort_keys=False), nl=False)
+        elif self.console.is_terminal:
+            self.console.print(view())
+        else:  # a pipe or a file: no padding at line ends, so `grep`/`awk`/diffs see clean lines
+            with self.console.capture() as captured:
+                self.console.print(view())
+            click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+
+def pass_session(ctx: click.Context) -> Session:
+    return ctx.ensure_object(Session)
+
+
+def _set_output(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(Session).output = value
+
+
+def output_option() -> click.Option:
+    return click.Option(
+        ["-o", "--output"],
+        type=click.Choice(OUTPUT_FORMATS),
+        expose_value=False,
+        is_eager=True,
+        callback=_set_output,
+        help="table (default), json or yaml.",
+    )
+
+
+class Command(click.Command):
+    """A client command: also takes `-o/--output` after its own arguments (`rackflow rack list -o json`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(output_option())
+
+
+class Group(click.Group):
+    """A noun (rack, task, schedule…) whose commands and subgroups are rackflow's own classes."""
+
+    command_class = Command
+    group_class = type
+
+
+def to_dict(message: Message | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(message, dict):
+        return message
+    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+
+def table(*columns: str, title: str | None = None) -> Table:
+    """An aligned, borderless table in the style of kubectl."""
+    result = Table(box=None, title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for column in columns:
+        result.add_column(column, no_wrap=column.isupper())
+    return result
+
+
+def details(rows: Iterable[tuple[str, RenderableType]]) -> Table:
+    """A two-column key/value view of one object."""
+    result = Table(box=None, show_header=False, pad_edge=False)
+    result.add_column(style="bold")
+    result.add_column()
+    for key, value in rows:
+        result.add_row(key, value)
+    return result
+
+
+# --- times ---------------------------------------------------------------------------------------
+
+
+def when(ts: Timestamp) -> datetime | None:
+    """The aware UTC time of a Timestamp field, None when unset."""
+    if ts.seconds == 0 and ts.nanos == 0:
+        return None
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def _clock(value: datetime) -> str:
+    return value.strftime("%H:%M" if value.second == 0 else "%H:%M:%S")
+
+
+def utc_text(value: datetime | None) -> str:
+    """`2026-12-01 10:00Z` (seconds only when not zero); `-` for no time."""
+    if value is None:
+        return "-"
+    value = value.astimezone(UTC)
+    return f"{value:%Y-%m-%d} {_clock(value)}Z"
+
+
+def zone_of(name: str) -> ZoneInfo:
+    """The named zone, UTC for "" or a name this machine does not know (display only)."""
+    try:
+        return ZoneInfo(name or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def zoned_text(value: datetime | None, zone: str) -> str:
+    """`2026-12-01 02:00 PST (10:00Z)`, or just the UTC form when the zone is UTC."""
+    if value is None:
+        return "-"
+    local = value.astimezone(zone_of(zone))
+    if local.utcoffset() == timedelta(0) and zone in ("", "UTC", "Etc/UTC"):
+        return utc_text(value)
+    return f"{local:%Y-%m-%d} {_clock(local)} {local.tzname()} ({_clock(value.astimezone(UTC))}Z)"
+
+
+def relative_text(value: datetime, now: datetime) -> str:
+    """`in 3h 12m`, `5m 3s ago`, `now`: the two largest units, whole seconds."""
+    seconds = round((value - now).total_seconds())
+    if seconds == 0:
+        return "now"
+    span = _span(abs(seconds))
+    return f"in {span}" if seconds > 0 else f"{span} ago"
+
+
+_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def _span(seconds: int) -> str:
+    """The largest unit and, when not zero, the next one: `3h 12m`, `2d`, `45s`."""
+    for index, (unit, size) in enumerate(_UNITS[:-1]):
+        if seconds >= size:
+            major, rest = divmod(seconds, size)
+            minor_unit, minor_size = _UNITS[index + 1]
+            minor = rest // minor_size
+            return f"{major}{unit} {minor}{minor_unit}" if minor else f"{major}{unit}"
+    return f"{seconds}s"
+
+
+def schedule_time_text(ts: Timestamp, zone: str, now: datetime) -> str:
+    """`2026-12-01 02:00 PST (10:00Z), in 3h 12m` — what an operator wants to know about a firing."""
+    value = when(ts)
+    if value is None:
+        return "-"
+    return f"{zoned_text(value, zone)}, {relative_text(value, now)}"
+
+
+# --- enums and specs -----------------------------------------------------------------------------
+
+STATUS_STYLES = {
+    "COMPLETED": "green",
+    "FAILED": "red",
+    "TERMINATED": "magenta",
+    "RUNNING": "cyan",
+    "PENDING": "yellow",
+    "WAITING": "yellow",
+}
+
+
+def status_name(status: pb.TaskStatus.ValueType) -> str:
+    return pb.TaskStatus.Name(status).removeprefix("TASK_STATUS_")
+
+
+def styled_status(status: pb.TaskStatus.ValueType) -> str:
+    name = status_name(status)
+    style = STATUS_STYLES.get(name)
+    return f"[{style}]{name}[/]" if style else name
+
+
+def component_type_name(ctype: pb.ComponentType.ValueType) -> str:
+    return pb.ComponentType.Name(ctype).removeprefix("COMPONENT_TYPE_")
+
+
+def spec_text(spec: pb.ScheduleSpec) -> str:
+    """`every 24h`, `cron "0 2 * * 1" America/Los_Angeles`, `once at 2026-06-01T04:00:00Z`."""
+    if spec.type == pb.SCHEDULE_SPEC_TYPE_INTERVAL:
+        return f"every {spec.spec}"
+    if spec.type == pb.SCHEDULE_SPEC_TYPE_CRON:
+        return f'cron "{spec.spec}" {spec.timezone or "UTC"}'
+    if spec.type == pb.SCHEDULE_SPEC_TYPE_ONE_TIME:
+        return f"once at {spec.spec}"
+    return spec.spec
+
+
+def overlap_name(policy: pb.OverlapPolicy.ValueType) -> str:
+    return pb.OverlapPolicy.Name(policy).removeprefix("OVERLAP_POLICY_").lower()
+
+
+def operation_label(operation: str) -> str:
+    """`power_on` -> `power-on`, the CLI's spelling."""
+    return operation.replace("_", "-")

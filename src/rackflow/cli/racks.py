@@ -1,0 +1,453 @@
+"""`rackflow rack …`, `rackflow domain …` and `rackflow inventory import|export`."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from google.protobuf.empty_pb2 import Empty
+from rich.console import Group as Stack
+from rich.table import Table
+
+from rackflow.cli.output import (
+    Group,
+    Session,
+    component_type_name,
+    details,
+    pass_session,
+    table,
+    utc_text,
+    when,
+)
+from rackflow.client import NewComponent, RackflowClient
+from rackflow.v1 import flow_pb2 as pb
+
+
+def parse_component(value: str) -> NewComponent:
+    """`TYPE:NAME[:EXTERNAL_ID]` -> a component to create."""
+    parts = value.split(":")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise click.BadParameter(f"{value!r}: expected TYPE:NAME or TYPE:NAME:EXTERNAL_ID")
+    component = NewComponent(*parts)
+    try:
+        component.to_proto()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return component
+
+
+def _components_callback(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> list[NewComponent]:
+    return [parse_component(v) for v in values]
+
+
+_component_option = click.option(
+    "--component",
+    "components",
+    multiple=True,
+    metavar="TYPE:NAME[:EXTERNAL_ID]",
+    callback=_components_callback,
+    help="A component (repeatable); TYPE is COMPUTE, NVSWITCH, POWERSHELF, TORSWITCH, UMS or CDU.",
+)
+
+
+def _type_counts(rack: pb.Rack) -> str:
+    counts = Counter(component_type_name(c.type) for c in rack.components)
+    return ", ".join(f"{n} {t}" for t, n in sorted(counts.items())) or "-"
+
+
+def _domain_names(session: Session) -> dict[str, str]:
+    return {d.id.id: d.name for d in session.client.list_domains().domains}
+
+
+def components_table(components: list[pb.Component]) -> Table:
+    view = table("NAME", "TYPE", "ID", "EXTERNAL ID", "FIRMWARE", "POWER")
+    for c in sorted(components, key=lambda c: (component_type_name(c.type), c.name)):
+        view.add_row(
+            c.name,
+            component_type_name(c.type),
+            c.id.id,
+            c.external_id or "-",
+            c.firmware_version or "-",
+            c.power_state,
+        )
+    return view
+
+
+def rack_view(rack: pb.Rack, domains: dict[str, str]) -> Stack:
+    summary = details(
+        [
+            ("name", rack.name),
+            ("id", rack.id.id),
+            ("external id", rack.external_id or "-"),
+            ("domain", domains.get(rack.nvl_domain_id.id, rack.nvl_domain_id.id or "-")),
+            ("created", utc_text(when(rack.created_at))),
+            ("components", _type_counts(rack)),
+        ]
+    )
+    return Stack(summary, "", components_table(list(rack.components)))
+
+
+# --- rack ----------------------------------------------------------------------------------------
+
+
+@click.group(cls=Group)
+def rack() -> None:
+    """Racks and their components."""
+
+
+@rack.command()
+@click.argument("name")
+@click.option("--external-id", default="", help="The rack's id in your own inventory system.")
+@click.option("--domain", default="", metavar="NAME_OR_ID", help="Put the rack in this NVLink domain.")
+@_component_option
+@click.pass_context
+def create(
+    ctx: click.Context, name: str, external_id: str, domain: str, components: list[NewComponent]
+) -> None:
+    """Create a rack, optionally with its components.
+
+    \b
+    Example:
+      rackflow rack create rack-05 --external-id SN-0005 \\
+          --component POWERSHELF:ps-0 --component COMPUTE:node-0:BMC-0042
+    """
+    session = pass_session(ctx)
+    created = session.client.create_rack(name, external_id=external_id, domain=domain, components=components)
+    session.emit(created, lambda: rack_view(created, _domain_names(session)))
+
+
+@rack.command()
+@click.argument("rack_ref", metavar="NAME_OR_ID")
+@click.pass_context
+def get(ctx: click.Context, rack_ref: str) -> None:
+    """Show a rack and its components.
+
+    \b
+    Example:
+      rackflow rack get rack-01 -o yaml
+    """
+    session = pass_session(ctx)
+    found = session.client.get_rack(rack_ref)
+    session.emit(found, lambda: rack_view(found, _domain_names(session)))
+
+
+@rack.command(name="list")
+@click.option("--domain", default="", metavar="NAME_OR_ID", help="Only racks in this NVLink domain.")
+@click.option("--limit", default=0, help="At most this many racks (0 = all).")
+@click.option("--offset", default=0, help="Skip this many racks.")
+@click.pass_context
+def list_racks(ctx: click.Context, domain: str, limit: int, offset: int) -> None:
+    """List racks.
+
+    \b
+    Example:
+      rackflow rack list --domain nvl-a
+    """
+    session = pass_session(ctx)
+    found = session.client.list_racks(domain=domain, offset=offset, limit=limit)
+
+    def view() -> Table:
+        domains = _domain_names(session)
+        result = table(
+            "NAME", "ID", "EXTERNAL ID", "DOMAIN", "COMPONENTS", "CREATED", title=f"{found.total} racks"
+        )
+        for r in found.racks:
+            domain_name = domains.get(r.nvl_domain_id.id, "-")
+            created = utc_text(when(r.created_at))
+            result.add_row(r.name, r.id.id, r.external_id or "-", domain_name, _type_counts(r), created)
+        return result
+
+    session.emit(found, view)
+
+
+@rack.command()
+@click.argument("rack_ref", metavar="NAME_OR_ID")
+@click.pass_context
+def delete(ctx: click.Context, rack_ref: str) -> None:
+    """Delete a rack and its components.
+
+    \b
+    Example:
+      rackflow rack delete rack-05
+    """
+    session = pass_session(ctx)
+    session.client.delete_rack(rack_ref)
+    session.emit(Empty(), lambda: f"deleted rack {rack_ref}")
+
+
+@rack.command(name="add-components")
+@click.argument("rack_ref", metavar="NAME_OR_ID")
+@_component_option
+@click.pass_context
+def add_components(ctx: click.Context, rack_ref: str, components: list[NewComponent]) -> None:
+    """Add components to a rack.
+
+    \b
+    Example:
+      rackflow rack add-components rack-01 --component COMPUTE:node-4 --component COMPUTE:node-5
+    """
+    if not components:
+        raise click.UsageError("give at least one --component TYPE:NAME[:EXTERNAL_ID]")
+    session = pass_session(ctx)
+    added = session.client.add_components(rack_ref, components)
+    session.emit(added, lambda: components_table(list(added.components)))
+
+
+@rack.command(name="remove-component")
+@click.argument("component_id", metavar="COMPONENT_ID")
+@click.pass_context
+def remove_component(ctx: click.Context, component_id: str) -> None:
+    """Remove one component (by id) from its rack.
+
+    \b
+    Example:
+      rackflow rack remove-component 0b6f3c1e-8d2a-4f7e-9c55-3a1d2e4f5a6b
+    """
+    session = pass_session(ctx)
+    session.client.remove_component(component_id)
+    session.emit(Empty(), lambda: f"removed component {component_id}")
+
+
+# --- domain --------------------------------------------------------------------------------------
+
+
+@click.group(cls=Group)
+def domain() -> None:
+    """NVLink domains: groups of racks that operations can target together."""
+
+
+@domain.command(name="create")
+@click.argument("name")
+@click.option("--rack", "racks", multiple=True, metavar="NAME_OR_ID", help="A member rack (repeatable).")
+@click.pass_context
+def create_domain(ctx: click.Context, name: str, racks: tuple[str, ...]) -> None:
+    """Create an NVLink domain from racks.
+
+    \b
+    Example:
+      rackflow domain create nvl-b --rack rack-03 --rack rack-04
+    """
+    session = pass_session(ctx)
+    created = session.client.create_domain(name, racks)
+    session.emit(created, lambda: domains_table([created], session))
+
+
+def domains_table(domains: list[pb.NVLDomain], session: Session) -> Table:
+    names = {r.id.id: r.name for r in session.client.list_racks().racks}
+    result = table("NAME", "ID", "RACKS")
+    for d in domains:
+        result.add_row(d.name, d.id.id, ", ".join(names.get(r.id, r.id) for r in d.rack_ids) or "-")
+    return result
+
+
+@domain.command(name="list")
+@click.pass_context
+def list_domains(ctx: click.Context) -> None:
+    """List NVLink domains and their racks.
+
+    \b
+    Example:
+      rackflow domain list -o json
+    """
+    session = pass_session(ctx)
+    found = session.client.list_domains()
+    session.emit(found, lambda: domains_table(list(found.domains), session))
+
+
+# --- inventory ---------------------------------------------------------------------------------
+#
+# A fleet file: `domains: [{name}]` and `racks: [{name, external_id?, domain?, components: [{type, name,
+# external_id?, firmware_version?}]}]`. Import creates what is missing and skips names that exist, so it
+# can be run again after fixing whatever stopped it halfway.
+
+_RACK_KEYS = {"name", "external_id", "domain", "components"}
+_COMPONENT_KEYS = {"type", "name", "external_id", "firmware_version"}
+
+
+@dataclass(frozen=True)
+class FleetRack:
+    name: str
+    external_id: str
+    domain: str
+    components: tuple[NewComponent, ...]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    domains: tuple[str, ...]
+    racks: tuple[FleetRack, ...]
+
+
+def _mapping(value: object, where: str, keys: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(value).__name__}")
+    unknown = sorted(set(value) - keys)
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r} (expected {', '.join(sorted(keys))})")
+    return value
+
+
+def _text(entry: dict[str, Any], key: str, where: str, *, required: bool = False) -> str:
+    value = entry.get(key, "")
+    if isinstance(value, bool) or not isinstance(value, str | int) or (required and not value):
+        wanted = "a non-empty string" if required else "a string (quote numbers like '1.2')"
+        raise ValueError(f"{where}.{key}: expected {wanted}, got {value!r}")
+    return str(value)
+
+
+def _list(document: dict[str, Any], key: str) -> list[Any]:
+    value = document.get(key) or []
+    if not isinstance(value, list):
+        raise ValueError(f"{key}: expected a list")
+    return value
+
+
+def parse_fleet(document: object) -> Fleet:
+    """Check a whole fleet document before anything is sent; errors name the place (racks[2].name)."""
+    top = _mapping(document, "fleet", {"domains", "racks"})
+    domains = tuple(
+        _text(_mapping(d, f"domains[{i}]", {"name"}), "name", f"domains[{i}]", required=True)
+        for i, d in enumerate(_list(top, "domains"))
+    )
+    racks = []
+    for i, item in enumerate(_list(top, "racks")):
+        where = f"racks[{i}]"
+        entry = _mapping(item, where, _RACK_KEYS)
+        components = []
+        for j, c in enumerate(entry.get("components") or []):
+            spot = f"{where}.components[{j}]"
+            fields = _mapping(c, spot, _COMPONENT_KEYS)
+            component = NewComponent(
+                *(
+                    _text(fields, k, spot, required=k in ("type", "name"))
+                    for k in ("type", "name", "external_id", "firmware_version")
+                )
+            )
+            try:
+                component.to_proto()
+            except ValueError as exc:
+                raise ValueError(f"{spot}.type: {exc}") from None
+            components.append(component)
+        rack_domain = _text(entry, "domain", where)
+        if rack_domain and rack_domain not in domains:
+            raise ValueError(f"{where}.domain: {rack_domain!r} is not listed under domains")
+        name = _text(entry, "name", where, required=True)
+        racks.append(FleetRack(name, _text(entry, "external_id", where), rack_domain, tuple(components)))
+    for names, kind in ((domains, "domain"), ([r.name for r in racks], "rack")):
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"{kind} {repeated[0]!r} is listed twice")
+    return Fleet(domains, tuple(racks))
+
+
+@dataclass
+class ImportResult:
+    created: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"created": self.created, "skipped": self.skipped}
+
+
+def import_fleet(plan: Fleet, client: RackflowClient) -> ImportResult:
+    """Create the missing racks, then the missing domains with their member racks; skip existing names."""
+    result = ImportResult()
+    rack_ids = {r.name: r.id.id for r in client.list_racks().racks}
+    domain_ids = {d.name: d.id.id for d in client.list_domains().domains}
+    for entry in plan.racks:
+        if entry.name in rack_ids:
+            result.skipped.append(f"rack {entry.name}")
+            continue
+        created = client.create_rack(
+            entry.name,
+            external_id=entry.external_id,
+            domain=domain_ids.get(entry.domain, ""),
+            components=entry.components,
+        )
+        rack_ids[entry.name] = created.id.id
+        result.created.append(f"rack {entry.name} ({len(created.components)} components)")
+    for name in plan.domains:
+        if name in domain_ids:
+            result.skipped.append(f"domain {name}")
+            continue
+        members = [rack_ids[r.name] for r in plan.racks if r.domain == name]
+        client.create_domain(name, members)
+        result.created.append(f"domain {name} ({len(members)} racks)")
+    return result
+
+
+def export_fleet(client: RackflowClient) -> dict[str, Any]:
+    """The fleet as a document `parse_fleet` accepts; empty fields are left out."""
+    domains = {d.id.id: d.name for d in client.list_domains().domains}
+    racks = []
+    for r in client.list_racks().racks:
+        components = [
+            {"type": component_type_name(c.type), "name": c.name}
+            | ({"external_id": c.external_id} if c.external_id else {})
+            | ({"firmware_version": c.firmware_version} if c.firmware_version else {})
+            for c in r.components
+        ]
+        entry: dict[str, Any] = {"name": r.name}
+        if r.external_id:
+            entry["external_id"] = r.external_id
+        if r.nvl_domain_id.id in domains:
+            entry["domain"] = domains[r.nvl_domain_id.id]
+        racks.append(entry | {"components": components})
+    return {"domains": [{"name": n} for n in domains.values()], "racks": racks}
+
+
+@click.group(cls=Group)
+def inventory() -> None:
+    """Load or save a whole fleet (racks, components, NVLink domains) as YAML or JSON."""
+
+
+@inventory.command(name="import")
+@click.argument("path", metavar="FILE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.pass_context
+def import_command(ctx: click.Context, path: Path) -> None:
+    """Create the racks and NVLink domains of a fleet file (YAML or JSON).
+
+    The whole file is checked before anything is created. Safe to run again: a rack or domain whose name
+    already exists is skipped with a note (its components are neither compared nor changed).
+
+    \b
+    Example:
+      rackflow inventory import examples/fleet.yaml
+    """
+    session = pass_session(ctx)
+    try:
+        plan = parse_fleet(yaml.safe_load(path.read_text()))
+    except (yaml.YAMLError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint=str(path)) from None
+    result = import_fleet(plan, session.client)
+
+    def view() -> str:
+        lines = [f"created {what}" for what in result.created]
+        lines += [f"[dim]skipped {what}: the name exists[/]" for what in result.skipped]
+        return "\n".join(lines) or "nothing to import"
+
+    session.emit(result.to_dict(), view)
+
+
+@inventory.command(name="export")
+@click.pass_context
+def export_command(ctx: click.Context) -> None:
+    """Print the fleet as YAML (or JSON with -o json), in the format `inventory import` reads.
+
+    \b
+    Example:
+      rackflow inventory export > fleet-backup.yaml
+    """
+    session = pass_session(ctx)
+    document = export_fleet(session.client)
+    if session.output == "json":
+        click.echo(json.dumps(document, indent=2))
+    else:
+        click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)

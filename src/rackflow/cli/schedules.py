@@ -1,0 +1,513 @@
+"""`rackflow schedule …`: task schedules, their scopes, previews, runs and conflicts."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
+
+import click
+from google.protobuf.empty_pb2 import Empty
+from rich.table import Table
+
+from rackflow.cli.output import (
+    Group,
+    Session,
+    component_type_name,
+    details,
+    operation_label,
+    overlap_name,
+    pass_session,
+    relative_text,
+    schedule_time_text,
+    spec_text,
+    table,
+    utc_text,
+    when,
+    zone_of,
+    zoned_text,
+)
+from rackflow.cli.targets import checked, parse_seconds, parse_time, target_options, valid
+from rackflow.cli.tasks import submitted_view
+from rackflow.client import OPERATION_RPCS, Operation, Spec, Targets, operation_name
+from rackflow.v1 import flow_pb2 as pb
+
+F = TypeVar("F", bound=Callable[..., Any])
+_OPERATIONS = click.Choice([operation_label(o) for o in OPERATION_RPCS])
+
+
+def _operation_callback(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    return operation_name(value) if value else None
+
+
+@click.group(cls=Group)
+def schedule() -> None:
+    """Task schedules: run an operation on an interval, a cron calendar in a time zone, or once."""
+
+
+def spec_options(*, required: bool) -> Callable[[F], F]:
+    """--interval | --cron | --at, handed to the command as `spec: Spec | None`; --tz is passed as is."""
+    options = [
+        click.option("--interval", metavar="DURATION", help="Every DURATION (Go syntax: 30m, 24h, 1h30m)."),
+        click.option("--cron", metavar="EXPR", help='A 5-field cron expression, e.g. "0 2 * * 1".'),
+        click.option(
+            "--tz", metavar="ZONE", help="IANA time zone the cron expression is read in (default UTC)."
+        ),
+        click.option("--at", metavar="TIME", help="Once, at an RFC 3339 time (2026-06-01T04:00:00Z)."),
+    ]
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_spec(
+            *args: Any, interval: str | None, cron: str | None, at: str | None, **kwargs: Any
+        ) -> Any:
+            spec = spec_from(interval, cron, kwargs["tz"], at)
+            if spec is None and required:
+                raise click.UsageError("give when it fires: --interval, --cron or --at")
+            return command(*args, spec=spec, **kwargs)
+
+        wrapped: Any = with_spec
+        for option in reversed(options):
+            wrapped = option(wrapped)
+        return cast(F, wrapped)
+
+    return decorate
+
+
+def spec_from(interval: str | None, cron: str | None, tz: str | None, at: str | None) -> Spec | None:
+    """The spec the options give (None when none is given); a usage error for more than one."""
+    given = [
+        (kind, value) for kind, value in (("interval", interval), ("cron", cron), ("one_time", at)) if value
+    ]
+    if len(given) > 1:
+        raise click.UsageError("give one of --interval, --cron or --at")
+    if not given:
+        return None
+    kind, value = given[0]
+    return Spec(kind, value, tz or "")
+
+
+def _state(s: pb.TaskSchedule) -> str:
+    if s.enabled:
+        return "[green]enabled[/]"
+    return "paused" if when(s.next_run_at) else "[dim]done[/]"
+
+
+def schedules_table(
+    schedules: Sequence[pb.TaskSchedule], session: Session, title: str | None = None
+) -> Table:
+    now = session.clock.now()
+    result = table("NAME", "OPERATION", "SPEC", "STATE", "OVERLAP", "NEXT", "LAST", title=title)
+    for s in schedules:
+        result.add_row(
+            s.name,
+            operation_label(s.operation_type),
+            spec_text(s.spec),
+            _state(s),
+            overlap_name(s.overlap_policy),
+            schedule_time_text(s.next_run_at, s.spec.timezone, now) if s.enabled else "-",
+            utc_text(when(s.last_run_at)),
+        )
+    return result
+
+
+def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
+    now = session.clock.now()
+    return details(
+        [
+            ("name", s.name),
+            ("id", s.id.id),
+            ("operation", operation_label(s.operation_type)),
+            ("spec", spec_text(s.spec)),
+            ("state", _state(s)),
+            ("overlap", overlap_name(s.overlap_policy)),
+            ("next", schedule_time_text(s.next_run_at, s.spec.timezone, now)),
+            ("last", schedule_time_text(s.last_run_at, s.spec.timezone, now)),
+            ("description", s.description or "-"),
+            ("created", utc_text(when(s.created_at))),
+            ("updated", utc_text(when(s.updated_at))),
+        ]
+    )
+
+
+def _show(ctx: click.Context, call: Callable[[Session], pb.TaskSchedule]) -> None:
+    session = pass_session(ctx)
+    found = call(session)
+    session.emit(found, lambda: schedule_view(found, session))
+
+
+_name_or_id = click.argument("schedule_ref", metavar="NAME_OR_ID")
+_overlap_help = "A scope whose last task is still active: skip it, or queue behind it."
+
+
+@schedule.command()
+@click.argument("name")
+@spec_options(required=True)
+@click.option(
+    "--op",
+    "operation",
+    type=_OPERATIONS,
+    callback=_operation_callback,
+    required=True,
+    help="The operation to run.",
+)
+@target_options()
+@click.option(
+    "--overlap", type=click.Choice(["skip", "queue"]), default="skip", show_default=True, help=_overlap_help
+)
+@click.option("--forced", is_flag=True, help="power-off / power-reset: skip the graceful shutdown.")
+@click.option("--version", default="", help="upgrade-firmware: the version to install.")
+@click.option(
+    "--queue-timeout",
+    callback=checked(parse_seconds),
+    metavar="DURATION",
+    help="With --overlap queue: how long a queued task may wait (server default 1h).",
+)
+@click.option("--description", default="", help="Free text kept with the schedule's tasks.")
+@click.pass_context
+def create(
+    ctx: click.Context,
+    name: str,
+    spec: Spec,
+    tz: str | None,  # already in `spec`
+    operation: str,
+    targets: Targets,
+    overlap: str,
+    forced: bool,
+    version: str,
+    queue_timeout: int | None,
+    description: str,
+) -> None:
+    """Create a schedule; its targets become the schedule's scope.
+
+    \b
+    Example:
+      rackflow schedule create nightly-reset --cron "0 2 * * *" --tz America/Los_Angeles \\
+          --op power-reset --rack rack-01 --rack rack-02 --types COMPUTE
+      rackflow schedule create daily-ingest --interval 24h --op ingest --domain nvl-a
+    """
+    run = valid(
+        Operation(
+            operation, targets, description, forced=forced, version=version, queue_timeout=queue_timeout or 0
+        )
+    )
+    _show(ctx, lambda session: session.client.create_schedule(name, spec, run, overlap=overlap))
+
+
+@schedule.command()
+@_name_or_id
+@click.pass_context
+def get(ctx: click.Context, schedule_ref: str) -> None:
+    """Show a schedule, its next firing in UTC and in its own zone.
+
+    \b
+    Example:
+      rackflow schedule get nightly-reset -o yaml
+    """
+    _show(ctx, lambda session: session.client.get_schedule(schedule_ref))
+
+
+@schedule.command(name="list")
+@click.option("--rack", default="", metavar="NAME_OR_ID", help="Only schedules with this rack in scope.")
+@click.option("--enabled-only", is_flag=True, help="Leave out paused and finished schedules.")
+@click.option("--limit", default=0, help="At most this many (0 = all).")
+@click.option("--offset", default=0, help="Skip this many.")
+@click.pass_context
+def list_schedules(ctx: click.Context, rack: str, enabled_only: bool, limit: int, offset: int) -> None:
+    """List schedules, oldest first, with their next firing.
+
+    \b
+    Example:
+      rackflow schedule list --rack rack-01 --enabled-only
+    """
+    session = pass_session(ctx)
+    found = session.client.list_schedules(rack=rack, enabled_only=enabled_only, offset=offset, limit=limit)
+    title = f"{len(found.task_schedules)} of {found.total} schedules"
+    session.emit(found, lambda: schedules_table(found.task_schedules, session, title))
+
+
+@schedule.command()
+@_name_or_id
+@click.option("--name", default=None, help="A new name.")
+@spec_options(required=False)
+@click.option("--overlap", type=click.Choice(["skip", "queue"]), default=None, help="A new overlap policy.")
+@click.pass_context
+def update(
+    ctx: click.Context,
+    schedule_ref: str,
+    name: str | None,
+    spec: Spec | None,
+    tz: str | None,
+    overlap: str | None,
+) -> None:
+    """Change a schedule's name, timing or overlap policy (its operation and scope stay).
+
+    --tz alone changes only the zone of the current spec.
+
+    \b
+    Example:
+      rackflow schedule update nightly-reset --cron "30 3 * * *" --tz Europe/Berlin
+    """
+    if name is None and spec is None and tz is None and overlap is None:
+        raise click.UsageError("nothing to change: give --name, --interval/--cron/--at, --tz or --overlap")
+    _show(
+        ctx,
+        lambda session: session.client.update_schedule(
+            schedule_ref, name=name, spec=spec, timezone=tz, overlap=overlap
+        ),
+    )
+
+
+@schedule.command()
+@_name_or_id
+@click.pass_context
+def pause(ctx: click.Context, schedule_ref: str) -> None:
+    """Stop a schedule from firing until it is resumed (its running tasks continue).
+
+    \b
+    Example:
+      rackflow schedule pause nightly-reset
+    """
+    _show(ctx, lambda session: session.client.pause_schedule(schedule_ref))
+
+
+@schedule.command()
+@_name_or_id
+@click.pass_context
+def resume(ctx: click.Context, schedule_ref: str) -> None:
+    """Let a paused schedule fire again, from its next time after now.
+
+    \b
+    Example:
+      rackflow schedule resume nightly-reset
+    """
+    _show(ctx, lambda session: session.client.resume_schedule(schedule_ref))
+
+
+@schedule.command()
+@_name_or_id
+@click.pass_context
+def delete(ctx: click.Context, schedule_ref: str) -> None:
+    """Delete a schedule and its scope; tasks it already submitted are not cancelled.
+
+    \b
+    Example:
+      rackflow schedule delete nightly-reset
+    """
+    session = pass_session(ctx)
+    session.client.delete_schedule(schedule_ref)
+    session.emit(Empty(), lambda: f"deleted schedule {schedule_ref}")
+
+
+@schedule.command()
+@_name_or_id
+@click.pass_context
+def trigger(ctx: click.Context, schedule_ref: str) -> None:
+    """Fire a schedule now, on every scope, whatever its overlap policy or pause.
+
+    \b
+    Example:
+      rackflow schedule trigger nightly-reset
+    """
+    session = pass_session(ctx)
+    response = session.client.trigger_schedule(schedule_ref)
+    session.emit(response, lambda: submitted_view(response))
+
+
+@schedule.command()
+@spec_options(required=True)
+@click.option("-n", "count", default=10, show_default=True, help="How many times (at most 100).")
+@click.option(
+    "--after", callback=checked(parse_time), metavar="TIME", help="Start after this time (default now)."
+)
+@click.pass_context
+def preview(ctx: click.Context, spec: Spec, tz: str | None, count: int, after: datetime | None) -> None:
+    """Show when a spec would fire, in UTC and in its zone, before creating a schedule.
+
+    \b
+    Example:
+      rackflow schedule preview --cron "0 2 * * *" --tz America/Los_Angeles -n 5
+    """
+    session = pass_session(ctx)
+    found = session.client.preview(spec, count=count, after=after)
+
+    def view() -> Table:
+        now = session.clock.now()
+        zone = tz or "UTC"
+        result = table("#", "UTC", zone_of(zone).key, "WHEN")
+        for index, ts in enumerate(found.times, start=1):
+            moment = ts.ToDatetime(tzinfo=UTC)
+            result.add_row(str(index), utc_text(moment), zoned_text(moment, zone), relative_text(moment, now))
+        return result
+
+    session.emit(found, view)
+
+
+def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Table:
+    columns = ("FIRED", "TRIGGER", "STATE", "SUBMITTED", "SKIPPED", "FAILED", "ERROR")
+    result = table(*columns, title=f"{len(found.runs)} of {found.total} runs")
+    for run in found.runs:
+        counts = Counter(o.outcome for o in run.outcomes)
+        error = next((o.error for o in run.outcomes if o.error), "")
+        result.add_row(
+            utc_text(when(run.fired_at)),
+            run.trigger,
+            run.state,
+            *(str(counts[kind]) for kind in ("submitted", "skipped_overlap", "failed")),
+            error,
+        )
+    return result
+
+
+@schedule.command()
+@_name_or_id
+@click.option(
+    "--limit", default=20, show_default=True, help="At most this many runs, newest first (0 = all)."
+)
+@click.pass_context
+def runs(ctx: click.Context, schedule_ref: str, limit: int) -> None:
+    """Show a schedule's recent firings and what each did per scope.
+
+    \b
+    Example:
+      rackflow schedule runs nightly-reset -o json
+    """
+    session = pass_session(ctx)
+    found = session.client.list_runs(schedule_ref, limit=limit)
+    session.emit(found, lambda: runs_table(found))
+
+
+@schedule.command()
+@click.argument("schedule_ref", metavar="[NAME_OR_ID]", required=False)
+@click.option(
+    "--op",
+    "operation",
+    type=_OPERATIONS,
+    callback=_operation_callback,
+    help="The proposed operation (without NAME_OR_ID).",
+)
+@target_options(required=False)
+@click.option("--exclude", default="", metavar="NAME_OR_ID", help="Leave this schedule out of the check.")
+@click.pass_context
+def conflicts(
+    ctx: click.Context, schedule_ref: str | None, operation: str | None, targets: Targets | None, exclude: str
+) -> None:
+    """List enabled schedules that would run the same operation on the same racks (advisory, coarse).
+
+    Check a proposal (--op and targets) or an existing schedule (NAME_OR_ID: its operation and scope).
+
+    \b
+    Example:
+      rackflow schedule conflicts --op power-reset --rack rack-01
+      rackflow schedule conflicts nightly-reset
+    """
+    session = pass_session(ctx)
+    if schedule_ref:
+        if operation or targets:
+            raise click.UsageError("give NAME_OR_ID or --op with targets, not both")
+        existing = session.client.get_schedule(schedule_ref)
+        scope_racks = [s.rack_id.id for s in session.client.list_scopes(existing.id.id).scopes]
+        proposal = Operation(existing.operation_type, Targets(racks=scope_racks))
+        exclude = exclude or existing.id.id
+    elif operation and targets:
+        proposal = valid(Operation(operation, targets))
+    else:
+        raise click.UsageError("give NAME_OR_ID, or --op with targets")
+    found = session.client.check_conflicts(proposal, exclude=exclude)
+
+    def view() -> Table | str:
+        return schedules_table(found.conflicts, session, "conflicts") if found.conflicts else "no conflicts"
+
+    session.emit(found, view)
+
+
+# --- scope ---------------------------------------------------------------------------------------
+
+
+@schedule.group(cls=Group)
+def scope() -> None:
+    """The racks (and component filters) a schedule acts on."""
+
+
+def _filter_text(entry: pb.TaskScheduleScope) -> str:
+    kind = entry.WhichOneof("component_filter")
+    if kind == "types":
+        return ",".join(component_type_name(t) for t in entry.types.types)
+    if kind == "components":
+        return f"{len(entry.components.targets)} listed"
+    return "all"
+
+
+def scopes_view(scopes: Sequence[pb.TaskScheduleScope], session: Session, title: str | None = None) -> Table:
+    racks = {r.id.id: r.name for r in session.client.list_racks().racks}
+    result = table("ID", "RACK", "COMPONENTS", "LAST TASK", "CREATED", title=title)
+    for entry in scopes:
+        rack = racks.get(entry.rack_id.id, entry.rack_id.id)
+        created = utc_text(when(entry.created_at))
+        result.add_row(entry.id.id, rack, _filter_text(entry), entry.last_task_id.id or "-", created)
+    return result
+
+
+@scope.command()
+@_name_or_id
+@target_options()
+@click.pass_context
+def add(ctx: click.Context, schedule_ref: str, targets: Targets) -> None:
+    """Add racks to a schedule's scope (filters of racks already in scope are merged).
+
+    \b
+    Example:
+      rackflow schedule scope add nightly-reset --rack rack-03 --types COMPUTE
+    """
+    session = pass_session(ctx)
+    found = session.client.add_scope(schedule_ref, targets)
+    session.emit(found, lambda: scopes_view(found.scopes, session))
+
+
+@scope.command(name="update")
+@_name_or_id
+@target_options()
+@click.pass_context
+def update_scope(ctx: click.Context, schedule_ref: str, targets: Targets) -> None:
+    """Replace a schedule's scope with exactly these targets.
+
+    \b
+    Example:
+      rackflow schedule scope update nightly-reset --rack rack-01 --rack rack-04
+    """
+    session = pass_session(ctx)
+    found = session.client.update_scope(schedule_ref, targets)
+    title = f"added {found.added}, removed {found.removed}, updated {found.updated}"
+    session.emit(found, lambda: scopes_view(found.scopes, session, title))
+
+
+@scope.command()
+@click.argument("scope_id", metavar="SCOPE_ID")
+@click.pass_context
+def remove(ctx: click.Context, scope_id: str) -> None:
+    """Remove one scope entry (see `schedule scope list`); the last one cannot be removed.
+
+    \b
+    Example:
+      rackflow schedule scope remove 2a7e4c1b-9f3d-4e8a-b6c5-1d2e3f4a5b6c
+    """
+    session = pass_session(ctx)
+    session.client.remove_scope(scope_id)
+    session.emit(Empty(), lambda: f"removed scope {scope_id}")
+
+
+@scope.command(name="list")
+@_name_or_id
+@click.pass_context
+def list_scopes(ctx: click.Context, schedule_ref: str) -> None:
+    """List a schedule's scope: one entry per rack.
+
+    \b
+    Example:
+      rackflow schedule scope list nightly-reset
+    """
+    session = pass_session(ctx)
+    found = session.client.list_scopes(schedule_ref)
+    session.emit(found, lambda: scopes_view(found.scopes, session))

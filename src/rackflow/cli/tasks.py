@@ -1,0 +1,267 @@
+"""`rackflow task …`: submit operations, list, inspect, cancel and watch tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+import grpc
+from rich.console import Group as Stack
+from rich.console import RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+
+from rackflow.cli.output import (
+    Group,
+    Session,
+    details,
+    operation_label,
+    pass_session,
+    relative_text,
+    status_name,
+    styled_status,
+    table,
+    utc_text,
+    when,
+)
+from rackflow.cli.targets import (
+    checked,
+    parse_seconds,
+    parse_time,
+    queue_options,
+    target_options,
+    valid,
+)
+from rackflow.client import Operation, RackflowClientError, Targets
+from rackflow.v1 import flow_pb2 as pb
+
+FINISHED = {pb.TASK_STATUS_COMPLETED, pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED}
+
+
+@click.group(cls=Group)
+def task() -> None:
+    """Submit operations as tasks (one per rack) and follow them."""
+
+
+def rack_names(session: Session) -> dict[str, str]:
+    return {r.id.id: r.name for r in session.client.list_racks().racks}
+
+
+def tasks_table(tasks: Sequence[pb.Task], racks: dict[str, str], title: str | None = None) -> Table:
+    result = table("ID", "OPERATION", "RACK", "STATUS", "CREATED", "FINISHED", "MESSAGE", title=title)
+    for t in tasks:
+        result.add_row(
+            t.id.id,
+            operation_label(t.operation),
+            racks.get(t.rack_id.id, t.rack_id.id),
+            styled_status(t.status),
+            utc_text(when(t.created_at)),
+            utc_text(when(t.finished_at)),
+            t.message or "",
+        )
+    return result
+
+
+def task_view(t: pb.Task, racks: dict[str, str]) -> Table:
+    rows: list[tuple[str, RenderableType]] = [
+        ("id", t.id.id),
+        ("operation", operation_label(t.operation)),
+        ("rack", racks.get(t.rack_id.id, t.rack_id.id)),
+        ("components", str(len(t.component_ids)) if t.component_ids else "all"),
+        ("status", styled_status(t.status)),
+        ("message", t.message or "-"),
+        ("description", t.description or "-"),
+        ("created", utc_text(when(t.created_at))),
+        ("started", utc_text(when(t.started_at))),
+        ("finished", utc_text(when(t.finished_at))),
+    ]
+    if t.status == pb.TASK_STATUS_WAITING:
+        rows.append(("queue expires", utc_text(when(t.queue_expires_at))))
+    if t.schedule_id.id:
+        rows.append(("schedule", t.schedule_id.id))
+    return details(rows)
+
+
+def submitted_view(response: pb.SubmitTaskResponse) -> Stack:
+    ids = table("TASK", title=f"submitted {len(response.task_ids)} task(s)")
+    for task_id in response.task_ids:
+        ids.add_row(task_id.id)
+    hint = "[dim]follow one with: rackflow task watch TASK[/]" if response.task_ids else ""
+    return Stack(ids, hint)
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+
+def _operation_command(
+    operation: str, summary: str, example: str, extra: Sequence[Callable[[Any], Any]] = ()
+) -> None:
+    """Register `rackflow task <operation>` with the target, queue and description options."""
+
+    def run(
+        ctx: click.Context,
+        targets: Targets,
+        queue: bool,
+        queue_timeout: int | None,
+        description: str,
+        **specific: Any,
+    ) -> None:
+        submit = valid(
+            Operation(
+                operation, targets, description, queue=queue, queue_timeout=queue_timeout or 0, **specific
+            )
+        )
+        session = pass_session(ctx)
+        response = session.client.submit(submit)
+        session.emit(response, lambda: submitted_view(response))
+
+    run.__doc__ = f"{summary}\n\n\b\nExample:\n  {example}"
+    command: Any = click.pass_context(run)
+    description = click.option("--description", default="", help="Free text kept with each task.")
+    for decorate in (*extra, description, queue_options, target_options()):
+        command = decorate(command)
+    task.command(name=operation_label(operation))(command)
+
+
+_forced = click.option("--forced", is_flag=True, help="Skip the graceful shutdown of the hosts.")
+_version = click.option("--version", required=True, help="The firmware version to install.")
+_start = click.option(
+    "--start", callback=checked(parse_time), metavar="TIME", help="Maintenance window start (RFC 3339)."
+)
+_end = click.option("--end", callback=checked(parse_time), metavar="TIME", help="Maintenance window end.")
+
+_operation_command(
+    "power_on",
+    "Power on racks or components (one task per rack).",
+    "rackflow task power-on --rack rack-01 --types COMPUTE",
+)
+_operation_command(
+    "power_off", "Power off racks or components.", "rackflow task power-off --domain nvl-a --queue", [_forced]
+)
+_operation_command(
+    "power_reset",
+    "Power-cycle racks or components.",
+    "rackflow task power-reset --component COMPUTE:BMC-0042 --forced",
+    [_forced],
+)
+_operation_command(
+    "bring_up",
+    "Bring racks up: power, discover and validate.",
+    "rackflow task bring-up --rack rack-01 --rack rack-02",
+)
+_operation_command(
+    "ingest", "Ingest racks: read their components and firmware.", "rackflow task ingest --rack rack-03"
+)
+_operation_command(
+    "upgrade_firmware",
+    "Upgrade firmware, optionally within a maintenance window.",
+    "rackflow task upgrade-firmware --rack rack-01 --types NVSWITCH --version 2.4.1",
+    [_version, _start, _end],
+)
+
+
+# --- tasks ---------------------------------------------------------------------------------------
+
+
+@task.command(name="list")
+@click.option("--rack", default="", metavar="NAME_OR_ID", help="Only tasks on this rack.")
+@click.option("--schedule", default="", metavar="NAME_OR_ID", help="Only tasks this schedule submitted.")
+@click.option("--active", is_flag=True, help="Only WAITING, PENDING and RUNNING tasks.")
+@click.option("--limit", default=50, show_default=True, help="At most this many, newest first (0 = all).")
+@click.option("--offset", default=0, help="Skip this many.")
+@click.pass_context
+def list_tasks(ctx: click.Context, rack: str, schedule: str, active: bool, limit: int, offset: int) -> None:
+    """List tasks, newest first.
+
+    \b
+    Example:
+      rackflow task list --schedule nightly-reset --active
+    """
+    session = pass_session(ctx)
+    found = session.client.list_tasks(
+        rack=rack, schedule=schedule, active_only=active, offset=offset, limit=limit
+    )
+    title = f"{len(found.tasks)} of {found.total} tasks"
+    session.emit(found, lambda: tasks_table(found.tasks, rack_names(session), title))
+
+
+@task.command()
+@click.argument("task_ids", nargs=-1, required=True, metavar="ID...")
+@click.pass_context
+def get(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
+    """Show tasks by id.
+
+    \b
+    Example:
+      rackflow task get 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f
+    """
+    session = pass_session(ctx)
+    found = session.client.get_tasks(task_ids)
+    missing = sorted(set(task_ids) - {t.id.id for t in found.tasks})
+    if missing:
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"task {missing[0]!r} not found")
+
+    def view() -> Table:
+        racks = rack_names(session)
+        return task_view(found.tasks[0], racks) if len(found.tasks) == 1 else tasks_table(found.tasks, racks)
+
+    session.emit(found, view)
+
+
+@task.command()
+@click.argument("task_id", metavar="ID")
+@click.pass_context
+def cancel(ctx: click.Context, task_id: str) -> None:
+    """Cancel a task: it stops and becomes TERMINATED (a finished task cannot be cancelled).
+
+    \b
+    Example:
+      rackflow task cancel 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f
+    """
+    session = pass_session(ctx)
+    response = session.client.cancel_task(task_id)
+    session.emit(response, lambda: task_view(response.task, rack_names(session)))
+
+
+def watch_view(t: pb.Task, racks: dict[str, str], session: Session) -> RenderableType:
+    now = session.clock.now()
+    started = when(t.started_at) or when(t.created_at)
+    since = f"started {relative_text(started, now)}" if started else ""
+    headline: RenderableType
+    if t.status in FINISHED:
+        headline = f"{styled_status(t.status)} {t.message}"
+    else:
+        headline = Spinner("dots", text=f"{status_name(t.status)} {since}  {t.message}")
+    return Stack(headline, "", task_view(t, racks))
+
+
+@task.command()
+@click.argument("task_id", metavar="ID")
+@click.option(
+    "--interval", default="1s", callback=checked(parse_seconds), show_default=True, help="How often to poll."
+)
+@click.pass_context
+def watch(ctx: click.Context, task_id: str, interval: int) -> None:
+    """Follow a task until it finishes; exit 0 if it COMPLETED, 1 otherwise.
+
+    \b
+    Example:
+      rackflow task watch 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f && echo done
+    """
+    session = pass_session(ctx)
+    current = session.client.get_task(task_id)
+    if session.for_people:
+        racks = rack_names(session)
+        with Live(watch_view(current, racks, session), console=session.console, refresh_per_second=8) as live:
+            while current.status not in FINISHED:
+                session.sleep(interval)
+                current = session.client.get_task(task_id)
+                live.update(watch_view(current, racks, session))
+    else:
+        while current.status not in FINISHED:
+            session.sleep(interval)
+            current = session.client.get_task(task_id)
+        session.emit(current, lambda: "")
+    ctx.exit(0 if current.status == pb.TASK_STATUS_COMPLETED else 1)

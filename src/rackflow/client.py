@@ -1,0 +1,569 @@
+"""A small synchronous client for rackflow's `Flow` service, the one the `rackflow` CLI uses.
+
+One method per RPC, taking plain Python values (names or ids, enum names as strings) and returning the
+protobuf messages unchanged. Racks and schedules may be named by name or id: a name is resolved by
+listing. Every gRPC failure becomes `RackflowClientError(code, message)`. No business logic lives
+here: the server validates and decides.
+
+    with RackflowClient("127.0.0.1:50051") as flow:
+        flow.create_schedule("nightly", Spec.cron("0 2 * * *", "America/Los_Angeles"),
+                             Operation("power_reset", Targets(racks=("rack-01",))))
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Self, TypedDict, TypeVar, Unpack, cast
+
+import grpc
+from google.protobuf.empty_pb2 import Empty
+from google.protobuf.field_mask_pb2 import FieldMask
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1 import flow_pb2_grpc
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+M = TypeVar("M", bound=Message)
+
+COMPONENT_TYPES: dict[str, pb.ComponentType.ValueType] = {
+    "COMPUTE": pb.COMPONENT_TYPE_COMPUTE,
+    "NVSWITCH": pb.COMPONENT_TYPE_NVSWITCH,
+    "POWERSHELF": pb.COMPONENT_TYPE_POWERSHELF,
+    "TORSWITCH": pb.COMPONENT_TYPE_TORSWITCH,
+    "UMS": pb.COMPONENT_TYPE_UMS,
+    "CDU": pb.COMPONENT_TYPE_CDU,
+}
+SPEC_TYPES: dict[str, pb.ScheduleSpecType.ValueType] = {
+    "interval": pb.SCHEDULE_SPEC_TYPE_INTERVAL,
+    "cron": pb.SCHEDULE_SPEC_TYPE_CRON,
+    "one_time": pb.SCHEDULE_SPEC_TYPE_ONE_TIME,
+}
+OVERLAP_POLICIES: dict[str, pb.OverlapPolicy.ValueType] = {
+    "skip": pb.OVERLAP_POLICY_SKIP,
+    "queue": pb.OVERLAP_POLICY_QUEUE,
+}
+# Operation name (also the `ScheduledOperation` oneof field) -> the RPC that submits it now.
+OPERATION_RPCS: dict[str, str] = {
+    "power_on": "PowerOnRack",
+    "power_off": "PowerOffRack",
+    "power_reset": "PowerResetRack",
+    "bring_up": "BringUpRack",
+    "ingest": "IngestRack",
+    "upgrade_firmware": "UpgradeFirmware",
+}
+_FORCEABLE = {"power_off", "power_reset"}
+
+
+class RackflowClientError(Exception):
+    """A failed call: the gRPC status code and the server's message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _key(value: str) -> str:
+    return value.strip().lower().replace("-", "_")
+
+
+def component_type(name: str) -> pb.ComponentType.ValueType:
+    """`compute`, `COMPUTE` or `COMPONENT_TYPE_COMPUTE` -> the enum value."""
+    key = name.strip().upper().removeprefix("COMPONENT_TYPE_")
+    if key not in COMPONENT_TYPES:
+        raise ValueError(f"unknown component type {name!r} (one of {', '.join(COMPONENT_TYPES)})")
+    return COMPONENT_TYPES[key]
+
+
+def operation_name(name: str) -> str:
+    """`power-on` or `power_on` -> `power_on`."""
+    key = _key(name)
+    if key not in OPERATION_RPCS:
+        choices = ", ".join(k.replace("_", "-") for k in OPERATION_RPCS)
+        raise ValueError(f"unknown operation {name!r} (one of {choices})")
+    return key
+
+
+def overlap_policy(name: str) -> pb.OverlapPolicy.ValueType:
+    key = _key(name)
+    if key not in OVERLAP_POLICIES:
+        raise ValueError(f"unknown overlap policy {name!r} (skip or queue)")
+    return OVERLAP_POLICIES[key]
+
+
+def _timestamp(value: datetime) -> Timestamp:
+    if value.tzinfo is None:
+        raise ValueError(f"{value!r} has no time zone")
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What an operation acts on: racks, components or NVLink domains (exactly one kind).
+
+    Racks and domains are names or ids; components are ids or `TYPE:EXTERNAL_ID`. `types` narrows racks
+    and domains to those component types (empty = all components).
+    """
+
+    racks: Sequence[str] = ()
+    components: Sequence[str] = ()
+    domains: Sequence[str] = ()
+    types: Sequence[str] = ()
+
+    def to_proto(self) -> pb.OperationTargetSpec:
+        kinds = [kind for kind in ("racks", "components", "domains") if getattr(self, kind)]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one kind of target: racks, components or domains")
+        types = [component_type(t) for t in self.types]
+        if self.components:
+            if types:
+                raise ValueError("component types filter racks or domains, not explicit components")
+            return pb.OperationTargetSpec(
+                components=pb.ComponentTargets(targets=[_component_target(c) for c in self.components])
+            )
+        if self.racks:
+            racks = [
+                pb.RackTarget(id=pb.UUID(id=r), component_types=types)
+                if is_uuid(r)
+                else pb.RackTarget(name=r, component_types=types)
+                for r in self.racks
+            ]
+            return pb.OperationTargetSpec(racks=pb.RackTargets(targets=racks))
+        domains = [
+            pb.NVLDomainTarget(id=pb.UUID(id=d), component_types=types)
+            if is_uuid(d)
+            else pb.NVLDomainTarget(name=d, component_types=types)
+            for d in self.domains
+        ]
+        return pb.OperationTargetSpec(nvl_domains=pb.NVLDomainTargets(targets=domains))
+
+
+def _component_target(value: str) -> pb.ComponentTarget:
+    if is_uuid(value):
+        return pb.ComponentTarget(id=pb.UUID(id=value))
+    ctype, sep, external_id = value.partition(":")
+    if not sep or not external_id:
+        raise ValueError(f"component {value!r}: expected a UUID or TYPE:EXTERNAL_ID")
+    return pb.ComponentTarget(external=pb.ExternalRef(type=component_type(ctype), id=external_id))
+
+
+@dataclass(frozen=True)
+class Spec:
+    """When a schedule fires: `interval` (Go duration), `cron` (in `timezone`) or `one_time` (RFC 3339)."""
+
+    type: str
+    spec: str
+    timezone: str = ""
+
+    @classmethod
+    def interval(cls, duration: str) -> Spec:
+        return cls("interval", duration)
+
+    @classmethod
+    def cron(cls, expression: str, timezone: str = "") -> Spec:
+        return cls("cron", expression, timezone)
+
+    @classmethod
+    def at(cls, rfc3339: str) -> Spec:
+        return cls("one_time", rfc3339)
+
+    def to_proto(self) -> pb.ScheduleSpec:
+        key = _key(self.type)
+        if key not in SPEC_TYPES:
+            raise ValueError(f"unknown spec type {self.type!r} (interval, cron or one_time)")
+        return pb.ScheduleSpec(type=SPEC_TYPES[key], spec=self.spec, timezone=self.timezone)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """An operation on targets: what a task command submits and what a schedule runs.
+
+    `forced` applies to power_off and power_reset; `version`, `start` and `end` to upgrade_firmware.
+    `queue` asks for the QUEUE conflict strategy (wait behind a conflicting task for `queue_timeout` s).
+    """
+
+    name: str
+    targets: Targets
+    description: str = ""
+    forced: bool = False
+    version: str = ""
+    start: datetime | None = None
+    end: datetime | None = None
+    queue: bool = False
+    queue_timeout: int = 0
+
+    def to_proto(self) -> pb.ScheduledOperation:
+        name = operation_name(self.name)
+        if self.forced and name not in _FORCEABLE:
+            raise ValueError(f"--forced applies to power-off and power-reset, not {name}")
+        if (self.version or self.start or self.end) and name != "upgrade_firmware":
+            raise ValueError(f"a version or maintenance window applies to upgrade-firmware, not {name}")
+        queue = pb.QueueOptions(
+            conflict_strategy=pb.CONFLICT_STRATEGY_QUEUE if self.queue else pb.CONFLICT_STRATEGY_REJECT,
+            queue_timeout_seconds=self.queue_timeout,
+        )
+        request = pb.ScheduledOperation()
+        body = getattr(request, name)
+        body.target_spec.CopyFrom(self.targets.to_proto())
+        body.description = self.description
+        body.queue_options.CopyFrom(queue)
+        if name in _FORCEABLE:
+            body.forced = self.forced
+        if name == "upgrade_firmware":
+            body.target_version = self.version
+            if self.start:
+                body.start_time.CopyFrom(_timestamp(self.start))
+            if self.end:
+                body.end_time.CopyFrom(_timestamp(self.end))
+        return request
+
+
+@dataclass(frozen=True)
+class NewComponent:
+    """A component to create in a rack."""
+
+    type: str
+    name: str
+    external_id: str = ""
+    firmware_version: str = ""
+
+    def to_proto(self) -> pb.ComponentSpec:
+        return pb.ComponentSpec(
+            type=component_type(self.type),
+            name=self.name,
+            external_id=self.external_id,
+            firmware_version=self.firmware_version,
+        )
+
+
+class SubmitOptions(TypedDict, total=False):
+    """Keyword options of every operation method (see `Operation`)."""
+
+    description: str
+    queue: bool
+    queue_timeout: int
+
+
+class ForcedOptions(SubmitOptions, total=False):
+    forced: bool
+
+
+class FirmwareOptions(SubmitOptions, total=False):
+    version: str
+    start: datetime
+    end: datetime
+
+
+def _page(offset: int, limit: int) -> pb.Pagination | None:
+    return pb.Pagination(offset=offset, limit=limit) if offset or limit else None
+
+
+class RackflowClient:
+    """Synchronous client; use as a context manager or call `close()`."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float = 30.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        """`credentials` (TLS) selects a secure channel; without it the channel is plaintext."""
+        self.target = target
+        self.timeout = timeout
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target)
+        else:
+            self._channel = grpc.secure_channel(target, credentials)
+        self._stub = flow_pb2_grpc.FlowStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _call(self, rpc: Callable[..., object], request: Message, returns: type[M]) -> M:
+        try:
+            response = rpc(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise RackflowClientError(exc.code(), exc.details() or "") from None
+        return cast(M, response)
+
+    # --- name or id ------------------------------------------------------------------------------
+
+    def resolve_rack_id(self, rack: str) -> str:
+        if is_uuid(rack):
+            return rack
+        for found in self.list_racks().racks:
+            if found.name == rack:
+                return found.id.id
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"rack {rack!r} not found")
+
+    def resolve_schedule_id(self, schedule: str) -> str:
+        if is_uuid(schedule):
+            return schedule
+        for found in self.list_schedules().task_schedules:
+            if found.name == schedule:
+                return found.id.id
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"schedule {schedule!r} not found")
+
+    def resolve_domain_id(self, domain: str) -> str:
+        if is_uuid(domain):
+            return domain
+        for found in self.list_domains().domains:
+            if found.name == domain:
+                return found.id.id
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"NVLink domain {domain!r} not found")
+
+    def _schedule_ref(self, schedule: str) -> pb.UUID:
+        return pb.UUID(id=self.resolve_schedule_id(schedule))
+
+    def _rack_ref(self, rack: str) -> pb.UUID:
+        return pb.UUID(id=self.resolve_rack_id(rack))
+
+    # --- inventory -------------------------------------------------------------------------------
+
+    def create_rack(
+        self,
+        name: str,
+        *,
+        external_id: str = "",
+        domain: str = "",
+        components: Sequence[NewComponent] = (),
+    ) -> pb.Rack:
+        """`domain` (name or id) puts the rack in an existing NVLink domain."""
+        request = pb.CreateRackRequest(
+            name=name,
+            external_id=external_id,
+            nvl_domain_id=pb.UUID(id=self.resolve_domain_id(domain)) if domain else None,
+            components=[c.to_proto() for c in components],
+        )
+        return self._call(self._stub.CreateRack, request, pb.Rack)
+
+    def get_rack(self, rack: str) -> pb.Rack:
+        return self._call(self._stub.GetRack, pb.GetRackRequest(id=self._rack_ref(rack)), pb.Rack)
+
+    def list_racks(self, *, domain: str = "", offset: int = 0, limit: int = 0) -> pb.ListRacksResponse:
+        request = pb.ListRacksRequest(
+            nvl_domain_id=pb.UUID(id=self.resolve_domain_id(domain)) if domain else None,
+            pagination=_page(offset, limit),
+        )
+        return self._call(self._stub.ListRacks, request, pb.ListRacksResponse)
+
+    def delete_rack(self, rack: str) -> None:
+        self._call(self._stub.DeleteRack, pb.DeleteRackRequest(id=self._rack_ref(rack)), Empty)
+
+    def add_components(self, rack: str, components: Sequence[NewComponent]) -> pb.AddComponentsResponse:
+        request = pb.AddComponentsRequest(
+            rack_id=self._rack_ref(rack), components=[c.to_proto() for c in components]
+        )
+        return self._call(self._stub.AddComponents, request, pb.AddComponentsResponse)
+
+    def remove_component(self, component_id: str) -> None:
+        request = pb.RemoveComponentRequest(id=pb.UUID(id=component_id))
+        self._call(self._stub.RemoveComponent, request, Empty)
+
+    def create_domain(self, name: str, racks: Sequence[str] = ()) -> pb.NVLDomain:
+        request = pb.CreateNVLDomainRequest(name=name, rack_ids=[self._rack_ref(r) for r in racks])
+        return self._call(self._stub.CreateNVLDomain, request, pb.NVLDomain)
+
+    def list_domains(self) -> pb.ListNVLDomainsResponse:
+        return self._call(self._stub.ListNVLDomains, pb.ListNVLDomainsRequest(), pb.ListNVLDomainsResponse)
+
+    # --- operations: one task per targeted rack ----------------------------------------------------
+
+    def submit(self, operation: Operation) -> pb.SubmitTaskResponse:
+        """Submit `operation` now through its own RPC (PowerOnRack, …, UpgradeFirmware)."""
+        request = operation.to_proto()
+        name = request.WhichOneof("operation")
+        assert name is not None
+        rpc = getattr(self._stub, OPERATION_RPCS[name])
+        return self._call(rpc, getattr(request, name), pb.SubmitTaskResponse)
+
+    def power_on(self, targets: Targets, **options: Unpack[SubmitOptions]) -> pb.SubmitTaskResponse:
+        return self.submit(Operation("power_on", targets, **options))
+
+    def power_off(self, targets: Targets, **options: Unpack[ForcedOptions]) -> pb.SubmitTaskResponse:
+        return self.submit(Operation("power_off", targets, **options))
+
+    def power_reset(self, targets: Targets, **options: Unpack[ForcedOptions]) -> pb.SubmitTaskResponse:
+        return self.submit(Operation("power_reset", targets, **options))
+
+    def bring_up(self, targets: Targets, **options: Unpack[SubmitOptions]) -> pb.SubmitTaskResponse:
+        return self.submit(Operation("bring_up", targets, **options))
+
+    def ingest(self, targets: Targets, **options: Unpack[SubmitOptions]) -> pb.SubmitTaskResponse:
+        return self.submit(Operation("ingest", targets, **options))
+
+    def upgrade_firmware(self, targets: Targets, **options: Unpack[FirmwareOptions]) -> pb.SubmitTaskResponse:
+        return self.submit(Operation("upgrade_firmware", targets, **options))
+
+    # --- tasks -----------------------------------------------------------------------------------
+
+    def list_tasks(
+        self,
+        *,
+        rack: str = "",
+        schedule: str = "",
+        active_only: bool = False,
+        offset: int = 0,
+        limit: int = 0,
+    ) -> pb.ListTasksResponse:
+        request = pb.ListTasksRequest(
+            rack_id=self._rack_ref(rack) if rack else None,
+            schedule_id=self._schedule_ref(schedule) if schedule else None,
+            active_only=active_only,
+            pagination=_page(offset, limit),
+        )
+        return self._call(self._stub.ListTasks, request, pb.ListTasksResponse)
+
+    def get_tasks(self, task_ids: Sequence[str]) -> pb.GetTasksByIDsResponse:
+        request = pb.GetTasksByIDsRequest(task_ids=[pb.UUID(id=t) for t in task_ids])
+        return self._call(self._stub.GetTasksByIDs, request, pb.GetTasksByIDsResponse)
+
+    def get_task(self, task_id: str) -> pb.Task:
+        """One task; NOT_FOUND when the server does not return it."""
+        for task in self.get_tasks([task_id]).tasks:
+            if task.id.id == task_id:
+                return task
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"task {task_id!r} not found")
+
+    def cancel_task(self, task_id: str) -> pb.CancelTaskResponse:
+        request = pb.CancelTaskRequest(task_id=pb.UUID(id=task_id))
+        return self._call(self._stub.CancelTask, request, pb.CancelTaskResponse)
+
+    # --- schedules -------------------------------------------------------------------------------
+
+    def create_schedule(
+        self, name: str, spec: Spec, operation: Operation, *, overlap: str = "skip"
+    ) -> pb.TaskSchedule:
+        config = pb.ScheduleConfig(name=name, spec=spec.to_proto(), overlap_policy=overlap_policy(overlap))
+        request = pb.CreateTaskScheduleRequest(schedule=config, operation=operation.to_proto())
+        return self._call(self._stub.CreateTaskSchedule, request, pb.TaskSchedule)
+
+    def get_schedule(self, schedule: str) -> pb.TaskSchedule:
+        request = pb.GetTaskScheduleRequest(id=self._schedule_ref(schedule))
+        return self._call(self._stub.GetTaskSchedule, request, pb.TaskSchedule)
+
+    def list_schedules(
+        self, *, rack: str = "", enabled_only: bool = False, offset: int = 0, limit: int = 0
+    ) -> pb.ListTaskSchedulesResponse:
+        request = pb.ListTaskSchedulesRequest(
+            rack_id=self._rack_ref(rack) if rack else None,
+            enabled_only=True if enabled_only else None,
+            pagination=_page(offset, limit),
+        )
+        return self._call(self._stub.ListTaskSchedules, request, pb.ListTaskSchedulesResponse)
+
+    def update_schedule(
+        self,
+        schedule: str,
+        *,
+        name: str | None = None,
+        spec: Spec | None = None,
+        timezone: str | None = None,
+        overlap: str | None = None,
+    ) -> pb.TaskSchedule:
+        """Change only what is given; `timezone` alone keeps the spec and changes its zone."""
+        config = pb.ScheduleConfig()
+        paths = []
+        if name is not None:
+            config.name = name
+            paths.append("schedule.name")
+        if overlap is not None:
+            config.overlap_policy = overlap_policy(overlap)
+            paths.append("schedule.overlap_policy")
+        if spec is not None:
+            config.spec.CopyFrom(spec.to_proto())
+            paths.append("schedule.spec")
+        elif timezone is not None:
+            config.spec.timezone = timezone
+            paths.append("schedule.spec.timezone")
+        if not paths:
+            raise ValueError("nothing to update: give a name, spec, timezone or overlap policy")
+        request = pb.UpdateTaskScheduleRequest(
+            id=self._schedule_ref(schedule), schedule=config, update_mask=FieldMask(paths=paths)
+        )
+        return self._call(self._stub.UpdateTaskSchedule, request, pb.TaskSchedule)
+
+    def pause_schedule(self, schedule: str) -> pb.TaskSchedule:
+        request = pb.PauseTaskScheduleRequest(id=self._schedule_ref(schedule))
+        return self._call(self._stub.PauseTaskSchedule, request, pb.TaskSchedule)
+
+    def resume_schedule(self, schedule: str) -> pb.TaskSchedule:
+        request = pb.ResumeTaskScheduleRequest(id=self._schedule_ref(schedule))
+        return self._call(self._stub.ResumeTaskSchedule, request, pb.TaskSchedule)
+
+    def delete_schedule(self, schedule: str) -> None:
+        request = pb.DeleteTaskScheduleRequest(id=self._schedule_ref(schedule))
+        self._call(self._stub.DeleteTaskSchedule, request, Empty)
+
+    def trigger_schedule(self, schedule: str) -> pb.SubmitTaskResponse:
+        request = pb.TriggerTaskScheduleRequest(id=self._schedule_ref(schedule))
+        return self._call(self._stub.TriggerTaskSchedule, request, pb.SubmitTaskResponse)
+
+    def add_scope(self, schedule: str, targets: Targets) -> pb.AddTaskScheduleScopeResponse:
+        request = pb.AddTaskScheduleScopeRequest(
+            schedule_id=self._schedule_ref(schedule), target_spec=targets.to_proto()
+        )
+        return self._call(self._stub.AddTaskScheduleScope, request, pb.AddTaskScheduleScopeResponse)
+
+    def update_scope(self, schedule: str, targets: Targets) -> pb.UpdateTaskScheduleScopeResponse:
+        request = pb.UpdateTaskScheduleScopeRequest(
+            schedule_id=self._schedule_ref(schedule), desired_scope=targets.to_proto()
+        )
+        return self._call(self._stub.UpdateTaskScheduleScope, request, pb.UpdateTaskScheduleScopeResponse)
+
+    def remove_scope(self, scope_id: str) -> None:
+        request = pb.RemoveTaskScheduleScopeRequest(scope_id=pb.UUID(id=scope_id))
+        self._call(self._stub.RemoveTaskScheduleScope, request, Empty)
+
+    def list_scopes(self, schedule: str) -> pb.ListTaskScheduleScopesResponse:
+        request = pb.ListTaskScheduleScopesRequest(schedule_id=self._schedule_ref(schedule))
+        return self._call(self._stub.ListTaskScheduleScopes, request, pb.ListTaskScheduleScopesResponse)
+
+    def check_conflicts(
+        self, operation: Operation, *, exclude: str = ""
+    ) -> pb.CheckScheduleConflictsResponse:
+        request = pb.CheckScheduleConflictsRequest(
+            operation=operation.to_proto(),
+            exclude_schedule_id=self._schedule_ref(exclude) if exclude else None,
+        )
+        return self._call(self._stub.CheckScheduleConflicts, request, pb.CheckScheduleConflictsResponse)
+
+    def preview(
+        self, spec: Spec, *, count: int = 0, after: datetime | None = None
+    ) -> pb.PreviewScheduleSpecResponse:
+        """The next `count` firing times (server default 10) strictly after `after` (default now)."""
+        request = pb.PreviewScheduleSpecRequest(
+            spec=spec.to_proto(), count=count, after=_timestamp(after) if after else None
+        )
+        return self._call(self._stub.PreviewScheduleSpec, request, pb.PreviewScheduleSpecResponse)
+
+    def list_runs(self, schedule: str, *, offset: int = 0, limit: int = 0) -> pb.ListTaskScheduleRunsResponse:
+        request = pb.ListTaskScheduleRunsRequest(
+            schedule_id=self._schedule_ref(schedule), pagination=_page(offset, limit)
+        )
+        return self._call(self._stub.ListTaskScheduleRuns, request, pb.ListTaskScheduleRunsResponse)

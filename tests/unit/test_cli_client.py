@@ -1,0 +1,151 @@
+"""`rackflow.client` over a real gRPC channel to a recording fake servicer: what goes on the wire."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.empty_pb2 import Empty
+from google.protobuf.message import Message
+
+from rackflow.client import Operation, RackflowClient, RackflowClientError, Spec, Targets
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1 import flow_pb2_grpc
+
+SCHEDULE_ID = "0c9d8e7f-6a5b-4c3d-2e1f-0a9b8c7d6e5f"
+
+
+class RecordingFlow(flow_pb2_grpc.FlowServicer):
+    """Answers a few RPCs and records every request it receives, in order."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, Message]] = []
+
+    def _record(self, name: str, request: Message) -> None:
+        self.requests.append((name, request))
+
+    def ListTaskSchedules(self, request: Any, context: Any) -> pb.ListTaskSchedulesResponse:
+        self._record("ListTaskSchedules", request)
+        schedule = pb.TaskSchedule(id=pb.UUID(id=SCHEDULE_ID), name="nightly")
+        return pb.ListTaskSchedulesResponse(task_schedules=[schedule], total=1)
+
+    def UpdateTaskSchedule(self, request: Any, context: Any) -> pb.TaskSchedule:
+        self._record("UpdateTaskSchedule", request)
+        return pb.TaskSchedule(id=request.id, name="nightly")
+
+    def UpgradeFirmware(self, request: Any, context: Any) -> pb.SubmitTaskResponse:
+        self._record("UpgradeFirmware", request)
+        return pb.SubmitTaskResponse(task_ids=[pb.UUID(id="t1")])
+
+    def PauseTaskSchedule(self, request: Any, context: Any) -> pb.TaskSchedule:
+        self._record("PauseTaskSchedule", request)
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "schedule nightly: a consumed one-time schedule")
+        raise AssertionError("abort raises")
+
+    def DeleteTaskSchedule(self, request: Any, context: Any) -> Empty:
+        self._record("DeleteTaskSchedule", request)
+        return Empty()
+
+
+@pytest.fixture
+def flow() -> Iterator[tuple[RecordingFlow, RackflowClient]]:
+    servicer = RecordingFlow()  # type: ignore[abstract]  # the RPCs it lacks answer UNIMPLEMENTED
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    flow_pb2_grpc.add_FlowServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    client = RackflowClient(f"127.0.0.1:{port}", timeout=5)
+    try:
+        yield servicer, client
+    finally:
+        client.close()
+        server.stop(grace=None)
+
+
+def test_a_schedule_name_is_resolved_by_listing(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    servicer, client = flow
+    client.delete_schedule("nightly")
+    assert [name for name, _ in servicer.requests] == ["ListTaskSchedules", "DeleteTaskSchedule"]
+    assert servicer.requests[1][1] == pb.DeleteTaskScheduleRequest(id=pb.UUID(id=SCHEDULE_ID))
+
+
+def test_an_id_is_used_as_is(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    servicer, client = flow
+    client.delete_schedule(SCHEDULE_ID)
+    assert [name for name, _ in servicer.requests] == ["DeleteTaskSchedule"]
+
+
+def test_an_unknown_name_is_not_found_without_calling_the_rpc(
+    flow: tuple[RecordingFlow, RackflowClient],
+) -> None:
+    servicer, client = flow
+    with pytest.raises(RackflowClientError) as caught:
+        client.delete_schedule("weekly")
+    assert caught.value.code == grpc.StatusCode.NOT_FOUND
+    assert caught.value.message == "schedule 'weekly' not found"
+    assert [name for name, _ in servicer.requests] == ["ListTaskSchedules"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "paths"),
+    [
+        ({"timezone": "Europe/Berlin"}, ["schedule.spec.timezone"]),
+        ({"name": "n2", "spec": Spec.interval("1h")}, ["schedule.name", "schedule.spec"]),
+        ({"spec": Spec.cron("0 2 * * *"), "timezone": "Asia/Tokyo"}, ["schedule.spec"]),
+        ({"overlap": "queue"}, ["schedule.overlap_policy"]),
+    ],
+)
+def test_update_sends_only_the_given_fields_in_the_mask(
+    flow: tuple[RecordingFlow, RackflowClient], changes: dict[str, Any], paths: list[str]
+) -> None:
+    servicer, client = flow
+    client.update_schedule(SCHEDULE_ID, **changes)
+    [(_, request)] = servicer.requests
+    assert isinstance(request, pb.UpdateTaskScheduleRequest)
+    assert list(request.update_mask.paths) == paths
+    if "overlap" in changes:
+        assert request.schedule.overlap_policy == pb.OVERLAP_POLICY_QUEUE
+
+
+def test_update_with_nothing_to_change_sends_nothing(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    servicer, client = flow
+    with pytest.raises(ValueError, match="nothing to update"):
+        client.update_schedule(SCHEDULE_ID)
+    assert servicer.requests == []
+
+
+def test_an_operation_goes_to_its_own_rpc(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    servicer, client = flow
+    response = client.upgrade_firmware(Targets(racks=("rack-01",)), version="2.4.1", queue=True)
+    assert [t.id for t in response.task_ids] == ["t1"]
+    [(name, request)] = servicer.requests
+    assert name == "UpgradeFirmware"
+    assert isinstance(request, pb.UpgradeFirmwareRequest)
+    assert request.target_version == "2.4.1"
+    assert request.queue_options.conflict_strategy == pb.CONFLICT_STRATEGY_QUEUE
+    assert request.target_spec.racks.targets[0].name == "rack-01"
+    assert client.submit(Operation("upgrade_firmware", Targets(racks=("r",)))) == response
+
+
+def test_a_server_error_keeps_its_code_and_message(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    _, client = flow
+    with pytest.raises(RackflowClientError) as caught:
+        client.pause_schedule(SCHEDULE_ID)
+    assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert caught.value.message == "schedule nightly: a consumed one-time schedule"
+
+
+def test_an_unimplemented_rpc_is_a_client_error_too(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    _, client = flow
+    with pytest.raises(RackflowClientError) as caught:
+        client.list_domains()
+    assert caught.value.code == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_no_server_is_unavailable() -> None:
+    with RackflowClient("127.0.0.1:1", timeout=5) as client, pytest.raises(RackflowClientError) as caught:
+        client.list_racks()
+    assert caught.value.code == grpc.StatusCode.UNAVAILABLE

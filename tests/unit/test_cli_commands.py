@@ -1,0 +1,439 @@
+"""The CLI's commands over a fake client: arguments in, client calls and output out, and exit codes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import grpc
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rackflow.cli.main import main
+from rackflow.cli.output import Session
+from rackflow.client import NewComponent, Operation, RackflowClientError, Spec, Targets
+from rackflow.clock import FakeClock
+from rackflow.v1 import flow_pb2 as pb
+
+NOW = datetime(2026, 12, 1, 6, 48, tzinfo=UTC)
+TASK_ID = "6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f"
+RACK_ID = "5f0c4a51-2c1b-4d7e-9a43-0f3a1b2c3d4e"
+
+
+def stamp(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def a_schedule(name: str = "nightly") -> pb.TaskSchedule:
+    return pb.TaskSchedule(
+        id=pb.UUID(id="0c9d8e7f-6a5b-4c3d-2e1f-0a9b8c7d6e5f"),
+        name=name,
+        spec=pb.ScheduleSpec(
+            type=pb.SCHEDULE_SPEC_TYPE_CRON, spec="0 2 * * *", timezone="America/Los_Angeles"
+        ),
+        enabled=True,
+        next_run_at=stamp(datetime(2026, 12, 1, 10, 0, tzinfo=UTC)),
+        operation_type="power_reset",
+    )
+
+
+def a_task(status: pb.TaskStatus.ValueType) -> pb.Task:
+    return pb.Task(id=pb.UUID(id=TASK_ID), operation="power_on", rack_id=pb.UUID(id=RACK_ID), status=status)
+
+
+class FakeClient:
+    """Records calls by method name; answers from `answers` (a value, or a callable for a sequence)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.answers: dict[str, Any] = {
+            "list_racks": pb.ListRacksResponse(
+                racks=[pb.Rack(id=pb.UUID(id=RACK_ID), name="rack-01")], total=1
+            ),
+            "list_domains": pb.ListNVLDomainsResponse(),
+            "submit": pb.SubmitTaskResponse(task_ids=[pb.UUID(id=TASK_ID)]),
+            "trigger_schedule": pb.SubmitTaskResponse(task_ids=[pb.UUID(id=TASK_ID)]),
+            "create_schedule": a_schedule(),
+            "get_schedule": a_schedule(),
+            "update_schedule": a_schedule(),
+            "list_schedules": pb.ListTaskSchedulesResponse(task_schedules=[a_schedule()], total=1),
+            "create_rack": pb.Rack(id=pb.UUID(id=RACK_ID), name="rack-09"),
+            "create_domain": pb.NVLDomain(name="nvl-a"),
+        }
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args, kwargs))
+            answer = self.answers.get(name)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer() if callable(answer) else answer
+
+        return call
+
+    def called(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        return [(args, kwargs) for called, args, kwargs in self.calls if called == name]
+
+
+@pytest.fixture
+def fake() -> FakeClient:
+    return FakeClient()
+
+
+@pytest.fixture
+def run(fake: FakeClient) -> Callable[..., Result]:
+    def invoke(*args: str) -> Result:
+        session = Session(connect=lambda _server: fake, clock=FakeClock(NOW), sleep=lambda _s: None)  # type: ignore[arg-type,return-value]
+        return CliRunner().invoke(main, list(args), obj=session)
+
+    return invoke
+
+
+def test_task_command_sends_the_operation_and_targets(fake: FakeClient, run: Callable[..., Result]) -> None:
+    result = run(
+        "task",
+        "power-on",
+        "--rack",
+        "rack-01",
+        "--types",
+        "compute,NVSWITCH",
+        "--queue",
+        "--queue-timeout",
+        "30m",
+        "--description",
+        "after maintenance",
+    )
+    assert result.exit_code == 0, result.output
+    [(args, _)] = fake.called("submit")
+    assert args[0] == Operation(
+        "power_on",
+        Targets(racks=("rack-01",), types=("COMPUTE", "NVSWITCH")),
+        "after maintenance",
+        queue=True,
+        queue_timeout=1800,
+    )
+    assert TASK_ID in result.output and "rackflow task watch" in result.output
+
+
+def test_json_output_is_the_full_message_wherever_the_option_is(run: Callable[..., Result]) -> None:
+    for args in (
+        ("-o", "json", "task", "bring-up", "--rack", "r"),
+        ("task", "bring-up", "--rack", "r", "-o", "json"),
+    ):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output) == {"task_ids": [{"id": TASK_ID}]}
+
+
+def test_yaml_output(run: Callable[..., Result]) -> None:
+    result = run("schedule", "get", "nightly", "-o", "yaml")
+    assert yaml.safe_load(result.output)["spec"]["timezone"] == "America/Los_Angeles"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("task", "power-on"), "give the targets"),
+        (("task", "power-on", "--rack", "a", "--domain", "b"), "--rack and --domain cannot be combined"),
+        (("task", "power-on", "--rack", "a", "--types", "GPU"), "unknown component type 'GPU'"),
+        (("task", "power-on", "--component", "node-1"), "expected a UUID or TYPE:EXTERNAL_ID"),
+        (("task", "upgrade-firmware", "--rack", "a"), "Missing option '--version'"),
+        (("task", "power-off", "--rack", "a", "--queue-timeout", "soon"), "not a duration"),
+        (("schedule", "create", "s", "--op", "ingest", "--rack", "a"), "--interval, --cron or --at"),
+        (
+            (
+                "schedule",
+                "create",
+                "s",
+                "--interval",
+                "1h",
+                "--cron",
+                "* * * * *",
+                "--op",
+                "ingest",
+                "--rack",
+                "a",
+            ),
+            "give one of",
+        ),
+        (
+            ("schedule", "create", "s", "--interval", "1h", "--op", "ingest", "--rack", "a", "--forced"),
+            "--forced applies to power-off and power-reset",
+        ),
+        (("schedule", "update", "s"), "nothing to change"),
+        (("schedule", "conflicts"), "give NAME_OR_ID, or --op with targets"),
+        (("rack", "create", "r", "--component", "COMPUTE"), "expected TYPE:NAME"),
+        (("rack", "add-components", "r"), "at least one --component"),
+        (("-o", "csv", "rack", "list"), "'csv' is not one of"),
+    ],
+)
+def test_bad_usage_exits_2_and_says_why(
+    fake: FakeClient, run: Callable[..., Result], args: tuple[str, ...], message: str
+) -> None:
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not [c for c in fake.calls if c[0] not in ("list_racks",)]
+
+
+def test_a_server_error_is_one_line_on_stderr_and_exit_1(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    fake.answers["get_schedule"] = RackflowClientError(grpc.StatusCode.NOT_FOUND, "schedule 'x' not found")
+    result = run("schedule", "get", "x")
+    assert result.exit_code == 1
+    assert result.stderr == "error: NOT_FOUND: schedule 'x' not found\n"
+    assert result.stdout == ""
+
+
+def test_schedule_create_sends_spec_operation_and_overlap(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    result = run(
+        "schedule",
+        "create",
+        "nightly",
+        "--cron",
+        "0 2 * * *",
+        "--tz",
+        "America/Los_Angeles",
+        "--op",
+        "power-reset",
+        "--rack",
+        "rack-01",
+        "--rack",
+        RACK_ID,
+        "--forced",
+        "--overlap",
+        "queue",
+    )
+    assert result.exit_code == 0, result.output
+    [(args, kwargs)] = fake.called("create_schedule")
+    assert args == (
+        "nightly",
+        Spec("cron", "0 2 * * *", "America/Los_Angeles"),
+        Operation("power_reset", Targets(racks=("rack-01", RACK_ID)), forced=True),
+    )
+    assert kwargs == {"overlap": "queue"}
+    assert "2026-12-01 02:00 PST (10:00Z), in 3h 12m" in result.output
+
+
+def test_schedule_list_shows_next_firing_in_the_schedule_zone_and_utc(run: Callable[..., Result]) -> None:
+    result = run("schedule", "list")
+    assert result.exit_code == 0, result.output
+    header, row = result.output.splitlines()[1:3]
+    assert header.split() == ["NAME", "OPERATION", "SPEC", "STATE", "OVERLAP", "NEXT", "LAST"]
+    assert row.startswith("nightly")
+    assert "power-reset" in row and "2026-12-01 02:00 PST (10:00Z), in 3h 12m" in row
+    assert header.index("NEXT") == row.index("2026-12-01 02:00 PST")  # aligned columns
+
+
+def test_schedule_update_with_only_tz_changes_only_the_zone(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    assert run("schedule", "update", "nightly", "--tz", "Europe/Berlin").exit_code == 0
+    [(args, kwargs)] = fake.called("update_schedule")
+    assert args == ("nightly",)
+    assert kwargs == {"name": None, "spec": None, "timezone": "Europe/Berlin", "overlap": None}
+
+
+def test_schedule_preview_prints_utc_and_the_zone(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["preview"] = pb.PreviewScheduleSpecResponse(
+        times=[stamp(datetime(2026, 12, 1, 10, tzinfo=UTC))]
+    )
+    result = run(
+        "schedule",
+        "preview",
+        "--cron",
+        "0 2 * * *",
+        "--tz",
+        "America/Los_Angeles",
+        "-n",
+        "1",
+        "--after",
+        "2026-12-01T00:00:00Z",
+    )
+    assert result.exit_code == 0, result.output
+    [(args, kwargs)] = fake.called("preview")
+    assert args == (Spec("cron", "0 2 * * *", "America/Los_Angeles"),)
+    assert kwargs == {"count": 1, "after": datetime(2026, 12, 1, tzinfo=UTC)}
+    assert "America/Los_Angeles" in result.output.splitlines()[0]
+    assert "2026-12-01 10:00Z  2026-12-01 02:00 PST (10:00Z)  in 3h 12m" in result.output
+
+
+def test_schedule_runs_summarises_outcomes(fake: FakeClient, run: Callable[..., Result]) -> None:
+    outcomes = [pb.ScopeOutcome(outcome="submitted"), pb.ScopeOutcome(outcome="failed", error="rack busy")]
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(
+        runs=[
+            pb.TaskScheduleRun(fired_at=stamp(NOW), trigger="manual", state="completed", outcomes=outcomes)
+        ],
+        total=1,
+    )
+    result = run("schedule", "runs", "nightly")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[2].split() == [
+        "2026-12-01",
+        "06:48Z",
+        "manual",
+        "completed",
+        "1",
+        "0",
+        "1",
+        "rack",
+        "busy",
+    ]
+
+
+def test_conflicts_of_an_existing_schedule_use_its_operation_and_scope(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    fake.answers["list_scopes"] = pb.ListTaskScheduleScopesResponse(
+        scopes=[pb.TaskScheduleScope(rack_id=pb.UUID(id=RACK_ID))]
+    )
+    fake.answers["check_conflicts"] = pb.CheckScheduleConflictsResponse()
+    result = run("schedule", "conflicts", "nightly")
+    assert result.exit_code == 0, result.output
+    [(args, kwargs)] = fake.called("check_conflicts")
+    assert args == (Operation("power_reset", Targets(racks=[RACK_ID])),)
+    assert kwargs == {"exclude": a_schedule().id.id}
+    assert "no conflicts" in result.output
+
+
+@pytest.mark.parametrize(
+    ("statuses", "exit_code"),
+    [
+        ([pb.TASK_STATUS_PENDING, pb.TASK_STATUS_RUNNING, pb.TASK_STATUS_COMPLETED], 0),
+        ([pb.TASK_STATUS_RUNNING, pb.TASK_STATUS_FAILED], 1),
+        ([pb.TASK_STATUS_TERMINATED], 1),
+    ],
+)
+def test_task_watch_follows_until_finished(
+    fake: FakeClient, run: Callable[..., Result], statuses: list[pb.TaskStatus.ValueType], exit_code: int
+) -> None:
+    answers: Iterator[pb.Task] = iter(a_task(s) for s in statuses)
+    fake.answers["get_task"] = lambda: next(answers)
+    result = run("task", "watch", TASK_ID)
+    assert result.exit_code == exit_code, result.output
+    assert len(fake.called("get_task")) == len(statuses)
+    assert pb.TaskStatus.Name(statuses[-1]).removeprefix("TASK_STATUS_") in result.output
+
+
+def test_task_watch_json_prints_the_final_task(fake: FakeClient, run: Callable[..., Result]) -> None:
+    answers = iter([a_task(pb.TASK_STATUS_RUNNING), a_task(pb.TASK_STATUS_COMPLETED)])
+    fake.answers["get_task"] = lambda: next(answers)
+    result = run("task", "watch", TASK_ID, "-o", "json")
+    assert result.exit_code == 0
+    assert json.loads(result.output)["status"] == "TASK_STATUS_COMPLETED"
+
+
+def test_task_get_reports_a_missing_id(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse()
+    result = run("task", "get", TASK_ID)
+    assert result.exit_code == 1
+    assert result.stderr == f"error: NOT_FOUND: task '{TASK_ID}' not found\n"
+
+
+def test_rack_create_parses_components(fake: FakeClient, run: Callable[..., Result]) -> None:
+    result = run(
+        "rack",
+        "create",
+        "rack-09",
+        "--external-id",
+        "SN-9",
+        "--component",
+        "COMPUTE:node-0:BMC-1",
+        "--component",
+        "powershelf:ps-0",
+    )
+    assert result.exit_code == 0, result.output
+    [(args, kwargs)] = fake.called("create_rack")
+    assert args == ("rack-09",)
+    assert kwargs == {
+        "external_id": "SN-9",
+        "domain": "",
+        "components": [NewComponent("COMPUTE", "node-0", "BMC-1"), NewComponent("powershelf", "ps-0")],
+    }
+
+
+def test_inventory_import_creates_what_is_missing_and_skips_existing_names(
+    fake: FakeClient, run: Callable[..., Result], tmp_path: Path
+) -> None:
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(
+        json.dumps(
+            {
+                "domains": [{"name": "nvl-a"}],
+                "racks": [
+                    {"name": "rack-01", "domain": "nvl-a"},
+                    {"name": "rack-09", "domain": "nvl-a", "components": [{"type": "COMPUTE", "name": "n0"}]},
+                ],
+            }
+        )
+    )
+    result = run("inventory", "import", str(fleet), "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {
+        "created": ["rack rack-09 (0 components)", "domain nvl-a (2 racks)"],
+        "skipped": ["rack rack-01"],
+    }
+    [(args, kwargs)] = fake.called("create_rack")
+    assert args == ("rack-09",) and kwargs["components"] == (NewComponent("COMPUTE", "n0"),)
+    assert fake.called("create_domain") == [(("nvl-a", [RACK_ID, RACK_ID]), {})]
+
+
+def test_inventory_import_checks_the_whole_file_first(
+    fake: FakeClient, run: Callable[..., Result], tmp_path: Path
+) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("racks:\n  - name: ok\n  - name: bad\n    domain: nowhere\n")
+    result = run("inventory", "import", str(fleet))
+    assert result.exit_code == 2
+    assert "racks[1].domain: 'nowhere' is not listed under domains" in result.output
+    assert fake.calls == []
+
+
+def test_inventory_export_round_trips_through_import(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["list_domains"] = pb.ListNVLDomainsResponse(
+        domains=[pb.NVLDomain(id=pb.UUID(id="d1"), name="nvl-a")]
+    )
+    component = pb.Component(type=pb.COMPONENT_TYPE_NVSWITCH, name="sw-0", firmware_version="1.2")
+    fake.answers["list_racks"] = pb.ListRacksResponse(
+        racks=[pb.Rack(name="rack-01", nvl_domain_id=pb.UUID(id="d1"), components=[component])]
+    )
+    result = run("inventory", "export")
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.output) == {
+        "domains": [{"name": "nvl-a"}],
+        "racks": [
+            {
+                "name": "rack-01",
+                "domain": "nvl-a",
+                "components": [{"type": "NVSWITCH", "name": "sw-0", "firmware_version": "1.2"}],
+            }
+        ],
+    }
+
+
+def _leaf_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _leaf_commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name)
+
+
+def test_every_command_help_has_an_example(run: Callable[..., Result]) -> None:
+    commands = list(_leaf_commands(main))
+    assert len(commands) == 37  # 35 client commands, serve and db migrate
+    for path in commands:
+        result = run(*path, "--help")
+        assert result.exit_code == 0, path
+        assert "Example:" in result.output, f"rackflow {' '.join(path)} --help has no example"
