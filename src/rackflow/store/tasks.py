@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Row, and_, func, insert, or_, select, update
@@ -196,14 +196,21 @@ async def claimable(
     owner_id: uuid.UUID,
     stale_before: datetime,
     running_here: Iterable[uuid.UUID],
+    now: datetime,
     limit: int,
 ) -> list[tuple[Task, int]]:
     """Lock (skipping rows other claimers hold) up to `limit` tasks this instance should run, oldest first.
 
-    Those are PENDING tasks, RUNNING tasks whose owner's lease has expired (takeover), and RUNNING tasks
-    this instance owns but is not running (its coroutine was lost, e.g. across a database outage).
-    Each comes with the number of attempts made so far.
+    Those are PENDING tasks whose maintenance window (if any) has opened by `now`, RUNNING tasks whose
+    owner's lease has expired (takeover), and RUNNING tasks this instance owns but is not running (its
+    run was interrupted, e.g. by a database outage). Each comes with the number of attempts made so far.
     """
+    # Stored as UTC ISO 8601 text (see Operation.to_json), which sorts in time order.
+    window_start = tasks.c.parameters["window_start"].as_string()
+    due = and_(
+        tasks.c.status == TaskStatus.PENDING.value,
+        or_(window_start.is_(None), window_start <= now.astimezone(UTC).isoformat()),
+    )
     orphaned = and_(
         tasks.c.status == TaskStatus.RUNNING.value,
         or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, stale_before)),
@@ -215,7 +222,7 @@ async def claimable(
     )
     stmt = (
         select(tasks)
-        .where(or_(tasks.c.status == TaskStatus.PENDING.value, orphaned, forgotten))
+        .where(or_(due, orphaned, forgotten))
         .order_by(*_OLDEST_FIRST)
         .limit(limit)
     )

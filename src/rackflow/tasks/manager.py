@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -98,6 +99,23 @@ def first_conflict(shape: TaskShape, blocking: Iterable[Task], rack_components: 
         if reason is not None:
             return task, reason
     return None
+
+
+def _in_utc(operation: Operation) -> Operation:
+    """Windows are stored in UTC, so the executor can compare them as text in SQL."""
+    start, end = operation.window_start, operation.window_end
+    return replace(
+        operation,
+        window_start=start.astimezone(UTC) if start else None,
+        window_end=end.astimezone(UTC) if end else None,
+    )
+
+
+def _initial_message(operation: Operation, now: datetime) -> str:
+    start = operation.window_start
+    if start is not None and start > now:
+        return f"waits for its maintenance window, opening at {start.isoformat()}"
+    return ""
 
 
 def _rack_label(rack_id: uuid.UUID, names: dict[uuid.UUID, str]) -> str:
@@ -197,6 +215,7 @@ class TaskManager:
         provided the caller rolls back.
         """
         validate_operation(operation)
+        operation = _in_utc(operation)
         validate_description(description)
         queue = normalise_queue(queue)
         rack_ids = [s.rack_id for s in selections]
@@ -237,7 +256,7 @@ class TaskManager:
                     component_ids=tuple(c.id for c in chosen),
                     description=description,
                     status=status,
-                    message="",
+                    message=_initial_message(operation, now),
                     queue_expires_at=now + queue.timeout if status is TaskStatus.WAITING else None,
                     created_at=now,
                     started_at=None,
@@ -341,13 +360,21 @@ class TaskManager:
         False when the task was cancelled meanwhile (its hold is dropped all the same) or taken over by
         another instance (nothing changes).
         """
+        return await self._let_go(task_id, owner_id, (status, message))
+
+    async def release(self, task_id: uuid.UUID, *, owner_id: uuid.UUID) -> None:
+        """`owner_id` has stopped working on a cancelled task: drop its hold and promote the rack."""
+        await self._let_go(task_id, owner_id, None)
+
+    async def _let_go(self, task_id: uuid.UUID, owner_id: uuid.UUID, outcome: tuple[TaskStatus, str] | None
+                      ) -> bool:
         async with self.db.transaction() as conn:
             task = await store.get_task(conn, task_id)
             if task is None:
                 return False
             await store.lock_racks(self.db, conn, [task.rack_id])
-            finished = await store.finish(
-                conn, task_id, owner_id=owner_id, status=status, message=message, now=self.clock.now()
+            finished = outcome is not None and await store.finish(
+                conn, task_id, owner_id=owner_id, status=outcome[0], message=outcome[1], now=self.clock.now()
             )
             released = finished or await store.release(conn, task_id, owner_id=owner_id)
             promoted = await self.promote_in(conn, [task.rack_id]) if released else []

@@ -1,0 +1,292 @@
+"""The executor with the simulator backend, on SQLite and PostgreSQL, at tiny step durations."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import insert, select, update
+
+from rackflow.clock import SystemClock
+from rackflow.errors import InvalidArgument
+from rackflow.inventory.model import Component, ComponentSpec, ComponentType, PowerState, Rack, RackSelection
+from rackflow.inventory.service import InventoryService
+from rackflow.store import instances
+from rackflow.store import tasks as store
+from rackflow.store.db import Database
+from rackflow.store.tables import instances as instances_table
+from rackflow.store.tables import tasks as tasks_table
+from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
+from rackflow.tasks.executor import MAX_ATTEMPTS, Executor
+from rackflow.tasks.manager import CANCELLED_MESSAGE, TaskManager
+from rackflow.tasks.model import ConflictStrategy, Operation, OperationKind, QueueOptions, Task, TaskStatus
+
+CLOCK = SystemClock()
+FAST = SimulatorConfig(step_seconds=0.01)
+REJECT = QueueOptions(ConflictStrategy.REJECT)
+QUEUE = QueueOptions(ConflictStrategy.QUEUE)
+
+
+async def make_rack(db: Database, computes: int = 3) -> Rack:
+    specs = [
+        ComponentSpec(ComponentType.COMPUTE, f"compute-{i}", external_id=f"gpu-{i}", firmware_version="1.0")
+        for i in range(computes)
+    ]
+    specs += [ComponentSpec(ComponentType.POWERSHELF, "shelf-0", external_id="shelf-0"),
+              ComponentSpec(ComponentType.NVSWITCH, "switch-0", external_id="switch-0")]
+    return await InventoryService(db, CLOCK).create_rack("r1", components=specs)
+
+
+async def submit(db: Database, rack: Rack, operation: Operation, queue: QueueOptions = REJECT) -> Task:
+    [task] = await TaskManager(db, CLOCK).submit(operation, [RackSelection(rack.id)], description="",
+                                                 queue=queue)
+    return task
+
+
+async def get(db: Database, task: Task) -> Task:
+    [found] = await TaskManager(db, CLOCK).get_tasks([task.id])
+    return found
+
+
+async def row(db: Database, task: Task) -> Any:
+    async with db.read() as conn:
+        return (await conn.execute(select(tasks_table).where(tasks_table.c.id == task.id))).one()
+
+
+async def components(db: Database, rack: Rack) -> dict[str, Component]:
+    return {c.name: c for c in (await InventoryService(db, CLOCK).get_rack(rack.id)).components}
+
+
+async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
+    """Poll `check` until it holds (at most 15 s)."""
+    async with asyncio.timeout(15):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.02)
+
+
+async def finished(db: Database, task: Task) -> Task:
+    async def done() -> bool:
+        return (await get(db, task)).status.is_final
+    await eventually(done)
+    return await get(db, task)
+
+
+@asynccontextmanager
+async def executing(db: Database, backend: Any = None, **options: Any) -> AsyncIterator[Executor]:
+    options = {"poll_interval": 0.05, "lease_ttl": 1.0, "instance_id": uuid.uuid4(), **options}
+    executor = Executor(db, CLOCK, backend or SimulatorBackend(db, FAST), **options)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(executor.run(stop))
+    try:
+        yield executor
+    finally:
+        stop.set()
+        await asyncio.wait_for(runner, 10)
+
+
+async def start_running(db: Database, task: Task, owner: uuid.UUID, *, attempts: int = 1,
+                        heartbeat_age: timedelta | None = None) -> None:
+    """Make `task` RUNNING under `owner`, whose heartbeat is `heartbeat_age` old (None: not registered)."""
+    async with db.transaction() as conn:
+        now = await db.now(conn)
+        await store.mark_running(conn, task, owner_id=owner, now=now)
+        await conn.execute(update(tasks_table).where(tasks_table.c.id == task.id).values(attempts=attempts))
+        if heartbeat_age is not None:
+            await conn.execute(insert(instances_table).values(
+                id=owner, host="gone", pid=1, started_at=now - heartbeat_age, heartbeat_at=now - heartbeat_age
+            ))
+
+
+class Recording:
+    """A backend that records the component order and delegates to the simulator."""
+
+    def __init__(self, inner: SimulatorBackend) -> None:
+        self.inner = inner
+        self.steps: list[str] = []
+
+    async def run_step(self, task: Task, component: Component) -> None:
+        self.steps.append(component.name)
+        await self.inner.run_step(task, component)
+
+
+# --- running to an end ----------------------------------------------------------------------------
+
+
+async def test_power_off_completes_and_switches_everything_off(db: Database) -> None:
+    rack = await make_rack(db)
+    async with executing(db):
+        task = await finished(db, await submit(db, rack, Operation(OperationKind.POWER_OFF)))
+    assert task.status is TaskStatus.COMPLETED
+    assert task.message == "powered off 5 components"
+    assert task.started_at is not None and task.finished_at is not None
+    assert {c.power_state for c in (await components(db, rack)).values()} == {PowerState.OFF}
+    assert (await row(db, task)).owner_id is None
+
+
+async def test_power_shelves_come_up_first_and_go_down_last(db: Database) -> None:
+    rack = await make_rack(db, computes=2)
+    backend = Recording(SimulatorBackend(db, FAST))
+    async with executing(db, backend):
+        await finished(db, await submit(db, rack, Operation(OperationKind.POWER_ON)))
+        on_order, backend.steps = backend.steps, []
+        await finished(db, await submit(db, rack, Operation(OperationKind.POWER_OFF)))
+    assert on_order == ["shelf-0", "switch-0", "compute-0", "compute-1"]
+    assert backend.steps == ["compute-0", "compute-1", "switch-0", "shelf-0"]
+
+
+async def test_firmware_upgrade_sets_the_version(db: Database) -> None:
+    rack = await make_rack(db, computes=1)
+    async with executing(db):
+        task = await finished(db, await submit(db, rack, Operation(OperationKind.UPGRADE_FIRMWARE,
+                                                                   target_version="2.5")))
+    assert task.message == "upgraded firmware of 3 components to 2.5"
+    assert {c.firmware_version for c in (await components(db, rack)).values()} == {"2.5"}
+
+
+async def test_injected_failure_fails_the_task_at_that_component(db: Database) -> None:
+    rack = await make_rack(db)
+    backend = SimulatorBackend(db, SimulatorConfig(step_seconds=0.01, fail_external_ids=frozenset({"gpu-1"})))
+    async with executing(db, backend):
+        task = await finished(db, await submit(db, rack, Operation(OperationKind.POWER_ON)))
+    assert task.status is TaskStatus.FAILED
+    assert task.message.startswith("power_on failed on compute-1 (4/5): simulated failure")
+    states = {name: c.power_state for name, c in (await components(db, rack)).items()}
+    assert states["compute-0"] is PowerState.ON and states["compute-2"] is PowerState.UNKNOWN
+
+
+async def test_queued_tasks_run_in_order(db: Database) -> None:
+    rack = await make_rack(db)
+    off = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+    on = await submit(db, rack, Operation(OperationKind.POWER_ON), QUEUE)
+    assert on.status is TaskStatus.WAITING
+    async with executing(db):
+        await finished(db, on)
+    off, on = await get(db, off), await get(db, on)
+    assert off.finished_at is not None and on.started_at is not None and off.finished_at <= on.started_at
+    assert {c.power_state for c in (await components(db, rack)).values()} == {PowerState.ON}
+
+
+async def test_a_submit_wakes_the_executor_at_once(db: Database) -> None:
+    rack = await make_rack(db, computes=1)
+    async with executing(db, poll_interval=30.0) as executor:
+        await asyncio.sleep(0.2)  # let it settle into its long nap
+        [task] = await executor.manager.submit(Operation(OperationKind.POWER_ON), [RackSelection(rack.id)],
+                                               description="", queue=REJECT)
+        async with asyncio.timeout(5):
+            task = await finished(db, task)
+    assert task.status is TaskStatus.COMPLETED
+
+
+# --- cancellation -----------------------------------------------------------------------------------
+
+
+async def test_cancelling_a_running_task_stops_its_steps(db: Database) -> None:
+    rack = await make_rack(db, computes=6)
+    slow = SimulatorBackend(db, SimulatorConfig(step_seconds=0.2))
+    manager = TaskManager(db, CLOCK)
+    async with executing(db, slow):
+        task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+        queued = await submit(db, rack, Operation(OperationKind.POWER_ON), QUEUE)
+
+        async def started() -> bool:
+            return (await get(db, task)).message.startswith("powering off 2/")
+        await eventually(started)
+        cancelled = await manager.cancel(task.id)
+        assert (cancelled.status, cancelled.message) == (TaskStatus.TERMINATED, CANCELLED_MESSAGE)
+        await finished(db, queued)
+    assert (await get(db, queued)).status is TaskStatus.COMPLETED
+    assert (await get(db, task)).message == CANCELLED_MESSAGE
+    assert (await row(db, task)).owner_id is None
+
+
+# --- takeover -------------------------------------------------------------------------------------
+
+
+async def test_a_task_of_a_dead_instance_is_taken_over(db: Database) -> None:
+    rack = await make_rack(db)
+    task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+    await start_running(db, task, uuid.uuid4(), heartbeat_age=timedelta(minutes=5))
+    async with executing(db) as executor:
+        done = await finished(db, task)
+    assert done.status is TaskStatus.COMPLETED
+    taken = await row(db, task)
+    assert taken.attempts == 2 and taken.owner_id is None
+    assert executor.instance_id not in {i.id for i in await instances.live_instances(db, timedelta(hours=1))}
+
+
+async def test_a_live_owner_keeps_its_task(db: Database) -> None:
+    rack = await make_rack(db)
+    task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+    await start_running(db, task, uuid.uuid4(), heartbeat_age=timedelta(0))
+    async with executing(db, lease_ttl=30.0):
+        await asyncio.sleep(0.5)
+    assert (await get(db, task)).status is TaskStatus.RUNNING
+
+
+async def test_a_restarted_instance_resumes_its_own_task(db: Database) -> None:
+    rack = await make_rack(db)
+    me = uuid.uuid4()
+    task = await submit(db, rack, Operation(OperationKind.POWER_ON))
+    await start_running(db, task, me, heartbeat_age=timedelta(0))
+    async with executing(db, instance_id=me, lease_ttl=30.0):
+        assert (await finished(db, task)).status is TaskStatus.COMPLETED
+
+
+async def test_a_task_that_keeps_dying_fails_after_max_attempts(db: Database) -> None:
+    rack = await make_rack(db)
+    task = await submit(db, rack, Operation(OperationKind.POWER_ON))
+    await start_running(db, task, uuid.uuid4(), attempts=MAX_ATTEMPTS)
+    async with executing(db):
+        done = await finished(db, task)
+    assert done.status is TaskStatus.FAILED and "gave up" in done.message
+
+
+# --- maintenance windows --------------------------------------------------------------------------
+
+
+async def test_firmware_waits_for_its_window_and_fails_after_it(db: Database) -> None:
+    rack = await make_rack(db)
+    now = datetime.now(UTC)
+    later = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="3",
+                      window_start=now + timedelta(hours=1))
+    missed = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="3",
+                       window_start=now - timedelta(hours=2), window_end=now - timedelta(hours=1))
+    manager = TaskManager(db, CLOCK)
+    [waiting] = await manager.submit(later, [RackSelection(rack.id, None)], description="", queue=REJECT)
+    assert waiting.message.startswith("waits for its maintenance window")
+    await manager.cancel(waiting.id)
+    [late] = await manager.submit(missed, [RackSelection(rack.id)], description="", queue=REJECT)
+    [pending] = await manager.submit(later, [RackSelection(rack.id)], description="", queue=QUEUE)
+    async with executing(db):
+        done = await finished(db, late)
+        await asyncio.sleep(0.3)
+    assert done.status is TaskStatus.FAILED and "maintenance window ended" in done.message
+    assert (await get(db, pending)).status is TaskStatus.PENDING
+
+
+# --- the simulator's configuration ------------------------------------------------------------------
+
+
+def test_simulator_config_from_env() -> None:
+    config = SimulatorConfig.from_env({
+        "RACKFLOW_SIM_STEP_SECONDS": "0.5", "RACKFLOW_SIM_FAIL_IDS": "a, b,,",
+        "RACKFLOW_SIM_FAIL_RATE": "0.25", "RACKFLOW_SIM_SEED": "7",
+    })
+    assert config == SimulatorConfig(0.5, frozenset({"a", "b"}), 0.25, 7)
+    assert SimulatorConfig.from_env({}) == SimulatorConfig()
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("RACKFLOW_SIM_STEP_SECONDS", "fast"), ("RACKFLOW_SIM_STEP_SECONDS", "-1"),
+    ("RACKFLOW_SIM_FAIL_RATE", "2"), ("RACKFLOW_SIM_SEED", "x"),
+])
+def test_simulator_config_rejects_bad_values(name: str, value: str) -> None:
+    with pytest.raises(InvalidArgument, match=name):
+        SimulatorConfig.from_env({name: value})
