@@ -53,7 +53,9 @@ def spec_options(*, required: bool) -> Callable[[F], F]:
         click.option("--interval", metavar="DURATION", help="Every DURATION (Go syntax: 30m, 24h, 1h30m)."),
         click.option("--cron", metavar="EXPR", help='A 5-field cron expression, e.g. "0 2 * * 1".'),
         click.option(
-            "--tz", metavar="ZONE", help="IANA time zone the cron expression is read in (default UTC)."
+            "--tz",
+            metavar="ZONE",
+            help="IANA zone cron is read in and times are shown in (default UTC).",
         ),
         click.option("--at", metavar="TIME", help="Once, at an RFC 3339 time (2026-06-01T04:00:00Z)."),
     ]

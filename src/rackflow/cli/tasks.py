@@ -240,7 +240,12 @@ def watch_view(t: pb.Task, racks: dict[str, str], session: Session) -> Renderabl
 @task.command()
 @click.argument("task_id", metavar="ID")
 @click.option(
-    "--interval", default="1s", callback=checked(parse_seconds), show_default=True, help="How often to poll."
+    "--interval",
+    default="1s",
+    metavar="DURATION",
+    callback=checked(parse_seconds),
+    show_default=True,
+    help="How often to poll.",
 )
 @click.pass_context
 def watch(ctx: click.Context, task_id: str, interval: int) -> None:
