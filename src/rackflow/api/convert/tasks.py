@@ -1,0 +1,139 @@
+"""Operation and task conversions between protobuf messages and task values.
+
+The schedules API reuses these: `scheduled_operation_from` reads a `ScheduledOperation` exactly as the
+matching submit RPC reads its request, so a schedule's tasks get the same validation and the same
+operation a direct submission would. Every converter takes the field path of the message it reads, so
+errors name the field as the client wrote it (`operation.upgrade_firmware.target_version`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from rackflow.api.convert import target_spec_from, timestamp_from, timestamp_to, uuid_to
+from rackflow.errors import InvalidArgument
+from rackflow.inventory.model import TargetSpec
+from rackflow.tasks.manager import MAX_DESCRIPTION_LENGTH, MAX_QUEUE_TIMEOUT
+from rackflow.tasks.model import (
+    DEFAULT_QUEUE_TIMEOUT,
+    ConflictStrategy,
+    Operation,
+    OperationKind,
+    QueueOptions,
+    Task,
+    TaskStatus,
+)
+from rackflow.v1 import flow_pb2 as pb
+
+OperationRequest = (
+    pb.PowerOnRackRequest
+    | pb.PowerOffRackRequest
+    | pb.PowerResetRackRequest
+    | pb.BringUpRackRequest
+    | pb.IngestRackRequest
+    | pb.UpgradeFirmwareRequest
+)
+
+_STRATEGY_FROM_PB = {
+    pb.CONFLICT_STRATEGY_REJECT: ConflictStrategy.REJECT,
+    pb.CONFLICT_STRATEGY_QUEUE: ConflictStrategy.QUEUE,
+}
+
+_STATUS_TO_PB = {
+    TaskStatus.PENDING: pb.TASK_STATUS_PENDING,
+    TaskStatus.RUNNING: pb.TASK_STATUS_RUNNING,
+    TaskStatus.COMPLETED: pb.TASK_STATUS_COMPLETED,
+    TaskStatus.FAILED: pb.TASK_STATUS_FAILED,
+    TaskStatus.TERMINATED: pb.TASK_STATUS_TERMINATED,
+    TaskStatus.WAITING: pb.TASK_STATUS_WAITING,
+}
+
+
+def _at(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def queue_options_from(msg: pb.QueueOptions, field: str = "queue_options") -> QueueOptions:
+    """Strategy REJECT unless asked; a zero timeout is the default (1 h), at most 24 h."""
+    strategy = _STRATEGY_FROM_PB.get(msg.conflict_strategy)
+    if strategy is None:
+        raise InvalidArgument(f"{field}.conflict_strategy: unknown strategy {msg.conflict_strategy}")
+    seconds = msg.queue_timeout_seconds
+    limit = int(MAX_QUEUE_TIMEOUT.total_seconds())
+    if not 0 <= seconds <= limit:
+        raise InvalidArgument(
+            f"{field}.queue_timeout_seconds: must be between 0 (the default, "
+            f"{int(DEFAULT_QUEUE_TIMEOUT.total_seconds())}) and {limit}, got {seconds}"
+        )
+    return QueueOptions(strategy, timedelta(seconds=seconds) if seconds else DEFAULT_QUEUE_TIMEOUT)
+
+
+def operation_from_request(
+    kind: OperationKind, msg: OperationRequest, field: str = ""
+) -> tuple[Operation, QueueOptions, str]:
+    """The operation, queue options and description of one submit request (its target is read apart).
+
+    `field` is the path of `msg` in the enclosing request ("" for a submit RPC itself).
+    """
+    if len(msg.description) > MAX_DESCRIPTION_LENGTH:
+        raise InvalidArgument(
+            f"{_at(field, 'description')}: at most {MAX_DESCRIPTION_LENGTH} characters, "
+            f"got {len(msg.description)}"
+        )
+    queue = queue_options_from(msg.queue_options, _at(field, "queue_options"))
+    if isinstance(msg, pb.PowerOffRackRequest | pb.PowerResetRackRequest):
+        return Operation(kind, forced=msg.forced), queue, msg.description
+    if isinstance(msg, pb.UpgradeFirmwareRequest):
+        return _firmware_from(msg, field), queue, msg.description
+    return Operation(kind), queue, msg.description
+
+
+def _firmware_from(msg: pb.UpgradeFirmwareRequest, field: str) -> Operation:
+    if not msg.target_version.strip():
+        raise InvalidArgument(f"{_at(field, 'target_version')}: a firmware upgrade needs a target version")
+    start_field, end_field = _at(field, "start_time"), _at(field, "end_time")
+    start = timestamp_from(msg.start_time, start_field) if msg.HasField("start_time") else None
+    end = timestamp_from(msg.end_time, end_field) if msg.HasField("end_time") else None
+    if start is not None and end is not None and end <= start:
+        raise InvalidArgument(
+            f"{end_field}: {end.isoformat()} is not after {start_field} {start.isoformat()}"
+        )
+    return Operation(
+        OperationKind.UPGRADE_FIRMWARE, target_version=msg.target_version, window_start=start, window_end=end
+    )
+
+
+def scheduled_operation_from(
+    msg: pb.ScheduledOperation, field: str = "operation"
+) -> tuple[Operation, QueueOptions, str, TargetSpec]:
+    """A schedule's operation: what `operation_from_request` gives, plus its target spec (the scope)."""
+    which = msg.WhichOneof("operation")
+    if which is None:
+        names = ", ".join(k.value for k in OperationKind)
+        raise InvalidArgument(f"{field}: an operation is required ({names})")
+    inner: OperationRequest = getattr(msg, which)
+    path = f"{field}.{which}"
+    operation, queue, description = operation_from_request(OperationKind(which), inner, path)
+    return operation, queue, description, target_spec_from(inner.target_spec, f"{path}.target_spec")
+
+
+def task_status_to(status: TaskStatus) -> pb.TaskStatus.ValueType:
+    return _STATUS_TO_PB[status]
+
+
+def task_to(task: Task) -> pb.Task:
+    return pb.Task(
+        id=uuid_to(task.id),
+        operation=task.operation.kind.value,
+        rack_id=uuid_to(task.rack_id),
+        component_ids=[pb.UUID(id=str(i)) for i in task.component_ids],
+        description=task.description,
+        status=task_status_to(task.status),
+        message=task.message,
+        queue_expires_at=timestamp_to(task.queue_expires_at),
+        created_at=timestamp_to(task.created_at),
+        started_at=timestamp_to(task.started_at),
+        finished_at=timestamp_to(task.finished_at),
+        updated_at=timestamp_to(task.updated_at),
+        schedule_id=uuid_to(task.schedule_id),
+    )
