@@ -57,7 +57,7 @@ class Executor:
         instance_id: uuid.UUID,
         manager: TaskManager | None = None,
         poll_interval: float = 0.5,
-        lease_ttl: float = 15.0,
+        lease_ttl: float = instances.LEASE_TTL.total_seconds(),
         max_concurrent: int = 32,
     ) -> None:
         self.db = db
