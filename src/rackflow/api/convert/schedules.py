@@ -1,0 +1,117 @@
+"""Schedule messages to domain values and back.
+
+Enums are checked here (an UNSPECIFIED or unknown number is INVALID_ARGUMENT naming the field); the spec
+text and timezone are checked by the service, which owns `parse_spec`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from rackflow.api.convert import component_type_to, timestamp_to, uuid_to
+from rackflow.errors import InvalidArgument
+from rackflow.inventory.model import ComponentsFilter, TypesFilter
+from rackflow.schedules.model import OverlapPolicy, Run, Schedule, Scope, ScopeOutcome
+from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.v1 import flow_pb2 as pb
+
+_SPEC_TYPE_FROM_PB = {
+    pb.SCHEDULE_SPEC_TYPE_INTERVAL: SpecType.INTERVAL,
+    pb.SCHEDULE_SPEC_TYPE_CRON: SpecType.CRON,
+    pb.SCHEDULE_SPEC_TYPE_ONE_TIME: SpecType.ONE_TIME,
+}
+_SPEC_TYPE_TO_PB = {v: k for k, v in _SPEC_TYPE_FROM_PB.items()}
+
+_POLICY_FROM_PB = {
+    pb.OVERLAP_POLICY_SKIP: OverlapPolicy.SKIP,
+    pb.OVERLAP_POLICY_QUEUE: OverlapPolicy.QUEUE,
+}
+_POLICY_TO_PB = {v: k for k, v in _POLICY_FROM_PB.items()}
+
+
+def spec_type_from(value: int, field: str) -> SpecType:
+    try:
+        return _SPEC_TYPE_FROM_PB[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(
+            f"{field}: schedule type {value} is not INTERVAL, CRON or ONE_TIME"
+            if value
+            else f"{field}: a schedule type is required (INTERVAL, CRON or ONE_TIME)"
+        ) from None
+
+
+def spec_from(msg: pb.ScheduleSpec, field: str = "schedule.spec") -> ScheduleSpec:
+    return ScheduleSpec(spec_type_from(msg.type, f"{field}.type"), msg.spec, msg.timezone)
+
+
+def overlap_policy_from(value: int, field: str = "schedule.overlap_policy") -> OverlapPolicy:
+    try:
+        return _POLICY_FROM_PB[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(f"{field}: overlap policy {value} is not SKIP or QUEUE") from None
+
+
+def spec_to(spec: ScheduleSpec) -> pb.ScheduleSpec:
+    return pb.ScheduleSpec(type=_SPEC_TYPE_TO_PB[spec.type], spec=spec.spec, timezone=spec.timezone)
+
+
+def schedule_to(schedule: Schedule) -> pb.TaskSchedule:
+    return pb.TaskSchedule(
+        id=uuid_to(schedule.id),
+        name=schedule.name,
+        spec=spec_to(schedule.spec),
+        overlap_policy=_POLICY_TO_PB[schedule.overlap_policy],
+        enabled=schedule.enabled,
+        next_run_at=timestamp_to(schedule.next_run_at),
+        last_run_at=timestamp_to(schedule.last_run_at),
+        created_at=timestamp_to(schedule.created_at),
+        updated_at=timestamp_to(schedule.updated_at),
+        operation_type=schedule.operation.kind.value,
+        description=schedule.description,
+    )
+
+
+def scope_to(scope: Scope) -> pb.TaskScheduleScope:
+    msg = pb.TaskScheduleScope(
+        id=uuid_to(scope.id),
+        schedule_id=uuid_to(scope.schedule_id),
+        rack_id=uuid_to(scope.rack_id),
+        last_task_id=uuid_to(scope.last_task_id),
+        created_at=timestamp_to(scope.created_at),
+    )
+    if isinstance(scope.filter, TypesFilter):
+        msg.types.types.extend(component_type_to(t) for t in sorted(scope.filter.types))
+    elif isinstance(scope.filter, ComponentsFilter):
+        msg.components.targets.extend(
+            pb.ComponentTarget(id=pb.UUID(id=str(i))) for i in sorted(scope.filter.ids, key=str)
+        )
+    return msg
+
+
+def preview_to(times: Sequence[datetime]) -> pb.PreviewScheduleSpecResponse:
+    response = pb.PreviewScheduleSpecResponse()
+    for moment in times:
+        response.times.add().FromDatetime(moment.astimezone(UTC))
+    return response
+
+
+def outcome_to(outcome: ScopeOutcome) -> pb.ScopeOutcome:
+    return pb.ScopeOutcome(
+        scope_id=uuid_to(outcome.scope_id),
+        rack_id=uuid_to(outcome.rack_id),
+        outcome=outcome.outcome,
+        task_id=uuid_to(outcome.task_id),
+        error=outcome.error,
+    )
+
+
+def run_to(run: Run) -> pb.TaskScheduleRun:
+    return pb.TaskScheduleRun(
+        id=uuid_to(run.id),
+        schedule_id=uuid_to(run.schedule_id),
+        fired_at=timestamp_to(run.fired_at),
+        trigger=run.trigger,
+        state=run.state,
+        outcomes=[outcome_to(outcome) for outcome in run.outcomes],
+    )

@@ -1,0 +1,185 @@
+"""Schedule RPCs: validate, convert, delegate, convert back."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from google.protobuf.empty_pb2 import Empty
+from grpc.aio import ServicerContext as Context
+
+from rackflow.api.convert import (
+    page_from,
+    required_uuid,
+    target_spec_from,
+    timestamp_from,
+    uuid_from,
+)
+from rackflow.api.convert.schedules import (
+    overlap_policy_from,
+    preview_to,
+    run_to,
+    schedule_to,
+    scope_to,
+    spec_from,
+    spec_type_from,
+)
+from rackflow.api.convert.tasks import scheduled_operation_from
+from rackflow.api.errors import rpc
+from rackflow.schedules.service import OVERLAP_POLICY_PATH, SPEC_PATH
+from rackflow.v1 import flow_pb2 as pb
+
+if TYPE_CHECKING:
+    from rackflow.services import Services
+
+
+class ScheduleRpcs:
+    """The task-schedule part of the `Flow` servicer."""
+
+    services: Services
+
+    @rpc
+    async def CreateTaskSchedule(
+        self, request: pb.CreateTaskScheduleRequest, context: Context
+    ) -> pb.TaskSchedule:
+        config = request.schedule
+        spec = spec_from(config.spec)
+        policy = overlap_policy_from(config.overlap_policy)
+        operation, queue, description, target = scheduled_operation_from(request.operation)
+        schedule = await self.services.schedules.create(
+            name=config.name,
+            spec=spec,
+            overlap_policy=policy,
+            operation=operation,
+            queue=queue,
+            description=description,
+            target=target,
+        )
+        return schedule_to(schedule)
+
+    @rpc
+    async def GetTaskSchedule(self, request: pb.GetTaskScheduleRequest, context: Context) -> pb.TaskSchedule:
+        return schedule_to(await self.services.schedules.get(required_uuid(request.id, "id")))
+
+    @rpc
+    async def ListTaskSchedules(
+        self, request: pb.ListTaskSchedulesRequest, context: Context
+    ) -> pb.ListTaskSchedulesResponse:
+        rack_id = uuid_from(request.rack_id, "rack_id") if request.HasField("rack_id") else None
+        offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
+        schedules, total = await self.services.schedules.list_schedules(
+            rack_id=rack_id, enabled_only=request.enabled_only, offset=offset, limit=limit
+        )
+        return pb.ListTaskSchedulesResponse(task_schedules=[schedule_to(s) for s in schedules], total=total)
+
+    @rpc
+    async def UpdateTaskSchedule(
+        self, request: pb.UpdateTaskScheduleRequest, context: Context
+    ) -> pb.TaskSchedule:
+        schedule_id = required_uuid(request.id, "id")
+        paths = list(request.update_mask.paths)
+        config = request.schedule
+        # Only masked fields are read, so an unset (zero) enum outside the mask is not an error.
+        policy = overlap_policy_from(config.overlap_policy) if OVERLAP_POLICY_PATH in paths else None
+        spec_type = spec_type_from(config.spec.type, f"{SPEC_PATH}.type") if SPEC_PATH in paths else None
+        schedule = await self.services.schedules.update(
+            schedule_id,
+            paths,
+            name=config.name,
+            overlap_policy=policy,
+            spec_type=spec_type,
+            spec=config.spec.spec,
+            timezone=config.spec.timezone,
+        )
+        return schedule_to(schedule)
+
+    @rpc
+    async def PauseTaskSchedule(
+        self, request: pb.PauseTaskScheduleRequest, context: Context
+    ) -> pb.TaskSchedule:
+        return schedule_to(await self.services.schedules.pause(required_uuid(request.id, "id")))
+
+    @rpc
+    async def ResumeTaskSchedule(
+        self, request: pb.ResumeTaskScheduleRequest, context: Context
+    ) -> pb.TaskSchedule:
+        return schedule_to(await self.services.schedules.resume(required_uuid(request.id, "id")))
+
+    @rpc
+    async def DeleteTaskSchedule(self, request: pb.DeleteTaskScheduleRequest, context: Context) -> Empty:
+        await self.services.schedules.delete(required_uuid(request.id, "id"))
+        return Empty()
+
+    @rpc
+    async def TriggerTaskSchedule(
+        self, request: pb.TriggerTaskScheduleRequest, context: Context
+    ) -> pb.SubmitTaskResponse:
+        task_ids = await self.services.schedules.trigger(required_uuid(request.id, "id"))
+        return pb.SubmitTaskResponse(task_ids=[pb.UUID(id=str(task_id)) for task_id in task_ids])
+
+    @rpc
+    async def AddTaskScheduleScope(
+        self, request: pb.AddTaskScheduleScopeRequest, context: Context
+    ) -> pb.AddTaskScheduleScopeResponse:
+        schedule_id = required_uuid(request.schedule_id, "schedule_id")
+        target = target_spec_from(request.target_spec, "target_spec")
+        scopes = await self.services.schedules.add_scope(schedule_id, target)
+        return pb.AddTaskScheduleScopeResponse(scopes=[scope_to(s) for s in scopes])
+
+    @rpc
+    async def RemoveTaskScheduleScope(
+        self, request: pb.RemoveTaskScheduleScopeRequest, context: Context
+    ) -> Empty:
+        await self.services.schedules.remove_scope(required_uuid(request.scope_id, "scope_id"))
+        return Empty()
+
+    @rpc
+    async def UpdateTaskScheduleScope(
+        self, request: pb.UpdateTaskScheduleScopeRequest, context: Context
+    ) -> pb.UpdateTaskScheduleScopeResponse:
+        schedule_id = required_uuid(request.schedule_id, "schedule_id")
+        desired = target_spec_from(request.desired_scope, "desired_scope")
+        scopes, changes = await self.services.schedules.update_scope(schedule_id, desired)
+        return pb.UpdateTaskScheduleScopeResponse(
+            scopes=[scope_to(s) for s in scopes],
+            added=changes.added,
+            removed=changes.removed,
+            updated=changes.updated,
+        )
+
+    @rpc
+    async def ListTaskScheduleScopes(
+        self, request: pb.ListTaskScheduleScopesRequest, context: Context
+    ) -> pb.ListTaskScheduleScopesResponse:
+        scopes = await self.services.schedules.list_scopes(required_uuid(request.schedule_id, "schedule_id"))
+        return pb.ListTaskScheduleScopesResponse(scopes=[scope_to(s) for s in scopes])
+
+    @rpc
+    async def CheckScheduleConflicts(
+        self, request: pb.CheckScheduleConflictsRequest, context: Context
+    ) -> pb.CheckScheduleConflictsResponse:
+        operation, _queue, _description, target = scheduled_operation_from(request.operation)
+        exclude = (
+            uuid_from(request.exclude_schedule_id, "exclude_schedule_id")
+            if request.HasField("exclude_schedule_id")
+            else None
+        )
+        conflicts = await self.services.schedules.check_conflicts(operation, target, exclude)
+        return pb.CheckScheduleConflictsResponse(conflicts=[schedule_to(s) for s in conflicts])
+
+    @rpc
+    async def PreviewScheduleSpec(
+        self, request: pb.PreviewScheduleSpecRequest, context: Context
+    ) -> pb.PreviewScheduleSpecResponse:
+        spec = spec_from(request.spec, "spec")
+        after = timestamp_from(request.after, "after") if request.HasField("after") else None
+        times = self.services.schedules.preview(spec, after, request.count)
+        return preview_to(times)
+
+    @rpc
+    async def ListTaskScheduleRuns(
+        self, request: pb.ListTaskScheduleRunsRequest, context: Context
+    ) -> pb.ListTaskScheduleRunsResponse:
+        schedule_id = required_uuid(request.schedule_id, "schedule_id")
+        offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
+        runs, total = await self.services.schedules.list_runs(schedule_id, offset=offset, limit=limit)
+        return pb.ListTaskScheduleRunsResponse(runs=[run_to(r) for r in runs], total=total)

@@ -1,0 +1,470 @@
+"""The 15 schedule RPCs through an in-process gRPC server: shapes, status codes, and refused requests."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rackflow.clock import Clock, FakeClock
+from rackflow.inventory.model import ComponentSpec, ComponentType, Rack
+from rackflow.services import Services
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1.flow_pb2_grpc import FlowStub
+from tests.conftest import table_counts
+
+START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return FakeClock(START)
+
+
+async def make_rack(services: Services, name: str) -> Rack:
+    types = (ComponentType.COMPUTE, ComponentType.NVSWITCH, ComponentType.POWERSHELF)
+    specs = [ComponentSpec(t, f"{name}-{t.value.lower()}") for t in types]
+    return await services.inventory.create_rack(name, components=specs)
+
+
+def racks_spec(*names: str, types: tuple[pb.ComponentType.ValueType, ...] = ()) -> pb.OperationTargetSpec:
+    return pb.OperationTargetSpec(
+        racks=pb.RackTargets(targets=[pb.RackTarget(name=n, component_types=types) for n in names])
+    )
+
+
+def power_off(*names: str, description: str = "weekly power cycle") -> pb.ScheduledOperation:
+    return pb.ScheduledOperation(
+        power_off=pb.PowerOffRackRequest(target_spec=racks_spec(*names), description=description, forced=True)
+    )
+
+
+def config(
+    name: str = "nightly",
+    spec_type: pb.ScheduleSpecType.ValueType = pb.SCHEDULE_SPEC_TYPE_INTERVAL,
+    spec: str = "1h",
+    timezone: str = "",
+    policy: pb.OverlapPolicy.ValueType = pb.OVERLAP_POLICY_SKIP,
+) -> pb.ScheduleConfig:
+    return pb.ScheduleConfig(
+        name=name, spec=pb.ScheduleSpec(type=spec_type, spec=spec, timezone=timezone), overlap_policy=policy
+    )
+
+
+async def create(stub: FlowStub, name: str = "nightly", *racks: str, **kwargs: Any) -> pb.TaskSchedule:
+    request = pb.CreateTaskScheduleRequest(
+        schedule=config(name, **kwargs), operation=power_off(*(racks or ("r1",)))
+    )
+    schedule: pb.TaskSchedule = await stub.CreateTaskSchedule(request)
+    return schedule
+
+
+async def expect(code: grpc.StatusCode, field: str, call: Awaitable[Any]) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == code, info.value.details()
+    assert field in (info.value.details() or ""), info.value.details()
+
+
+def when(ts: Timestamp) -> datetime:
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+@pytest.fixture
+async def racks(services: Services) -> list[Rack]:
+    return [await make_rack(services, name) for name in ("r1", "r2", "r3")]
+
+
+# --- create, get, list ---------------------------------------------------------------------------
+
+
+async def test_create_returns_the_schedule(stub: FlowStub, racks: list[Rack]) -> None:
+    schedule = await create(stub, "nightly", "r1", "r2")
+    assert schedule.name == "nightly"
+    assert schedule.spec == pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="1h", timezone="UTC")
+    assert schedule.overlap_policy == pb.OVERLAP_POLICY_SKIP
+    assert schedule.enabled
+    assert when(schedule.next_run_at) == START + timedelta(hours=1)
+    assert not schedule.HasField("last_run_at")
+    assert schedule.operation_type == "power_off"
+    assert schedule.description == "weekly power cycle"
+    assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == schedule
+    scopes = await stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=schedule.id))
+    assert {s.rack_id.id for s in scopes.scopes} == {str(racks[0].id), str(racks[1].id)}
+    assert all(s.WhichOneof("component_filter") is None for s in scopes.scopes)
+
+
+BAD_CONFIGS = [
+    ({"spec_type": pb.SCHEDULE_SPEC_TYPE_UNSPECIFIED}, "schedule.spec.type"),
+    ({"spec_type": 42}, "schedule.spec.type"),
+    ({"policy": 7}, "schedule.overlap_policy"),
+    ({"spec": "1d"}, "schedule.spec.spec"),
+    ({"spec": "0"}, "schedule.spec.spec"),
+    ({"spec_type": pb.SCHEDULE_SPEC_TYPE_CRON, "spec": "0 2 * *"}, "schedule.spec.spec"),
+    (
+        {"spec_type": pb.SCHEDULE_SPEC_TYPE_CRON, "spec": "0 2 * * *", "timezone": "EST5EDTX"},
+        "schedule.spec.timezone",
+    ),
+    ({"spec_type": pb.SCHEDULE_SPEC_TYPE_ONE_TIME, "spec": "2026-06-01 04:00"}, "schedule.spec.spec"),
+    ({"name": ""}, "schedule.name"),
+    ({"name": "a\x00b"}, "schedule.name"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field"), BAD_CONFIGS)
+async def test_bad_create_is_invalid_argument_and_writes_nothing(
+    stub: FlowStub, services: Services, racks: list[Rack], overrides: dict[str, Any], field: str
+) -> None:
+    before = await table_counts(services.db)
+    kwargs = {"name": "n", **overrides}
+    name = kwargs.pop("name")
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, field, create(stub, name, "r1", **kwargs))
+    assert await table_counts(services.db) == before
+
+
+async def test_bad_create_targets_and_operations(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    before = await table_counts(services.db)
+    no_operation = pb.CreateTaskScheduleRequest(schedule=config())
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "operation", stub.CreateTaskSchedule(no_operation))
+    empty_target = pb.CreateTaskScheduleRequest(
+        schedule=config(), operation=pb.ScheduledOperation(power_on=pb.PowerOnRackRequest())
+    )
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "target_spec", stub.CreateTaskSchedule(empty_target))
+    await expect(grpc.StatusCode.NOT_FOUND, "target_spec", create(stub, "n", "nope"))
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "target_spec", create(stub, "n", "r1", "r1"))
+    assert await table_counts(services.db) == before
+
+
+async def test_duplicate_name_is_already_exists(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    await create(stub, "dup")
+    before = await table_counts(services.db)
+    await expect(grpc.StatusCode.ALREADY_EXISTS, "schedule.name", create(stub, "dup"))
+    assert await table_counts(services.db) == before
+
+
+async def test_get_with_bad_or_unknown_id(stub: FlowStub) -> None:
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "id", stub.GetTaskSchedule(pb.GetTaskScheduleRequest()))
+    bad = pb.GetTaskScheduleRequest(id=pb.UUID(id="not-a-uuid"))
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "not-a-uuid", stub.GetTaskSchedule(bad))
+    unknown = pb.GetTaskScheduleRequest(id=pb.UUID(id="00000000-0000-0000-0000-000000000001"))
+    await expect(grpc.StatusCode.NOT_FOUND, "id", stub.GetTaskSchedule(unknown))
+
+
+async def test_list_filters_pages_and_counts(stub: FlowStub, services: Services, racks: list[Rack]) -> None:
+    assert isinstance(services.clock, FakeClock)
+    for index, rack in enumerate(["r1", "r2", "r1", "r3"]):
+        await create(stub, f"s{index}", rack)
+        services.clock.advance(timedelta(seconds=1))
+    s2 = (await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest())).task_schedules[2]
+    await stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=s2.id))
+
+    everything = await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest())
+    assert [s.name for s in everything.task_schedules] == ["s0", "s1", "s2", "s3"] and everything.total == 4
+    page = await stub.ListTaskSchedules(
+        pb.ListTaskSchedulesRequest(pagination=pb.Pagination(offset=1, limit=2))
+    )
+    assert [s.name for s in page.task_schedules] == ["s1", "s2"] and page.total == 4
+    on_r1 = await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest(rack_id=pb.UUID(id=str(racks[0].id))))
+    assert [s.name for s in on_r1.task_schedules] == ["s0", "s2"] and on_r1.total == 2
+    enabled = await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest(enabled_only=True))
+    assert [s.name for s in enabled.task_schedules] == ["s0", "s1", "s3"] and enabled.total == 3
+    bad_page = pb.ListTaskSchedulesRequest(pagination=pb.Pagination(offset=-1))
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "pagination.offset", stub.ListTaskSchedules(bad_page))
+    bad_rack = pb.ListTaskSchedulesRequest(rack_id=pb.UUID(id="x"))
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "rack_id", stub.ListTaskSchedules(bad_rack))
+
+
+# --- update, pause, resume, delete ---------------------------------------------------------------
+
+
+def update(schedule: pb.TaskSchedule, paths: list[str], **kwargs: Any) -> pb.UpdateTaskScheduleRequest:
+    return pb.UpdateTaskScheduleRequest(
+        id=schedule.id, schedule=config(**kwargs), update_mask=FieldMask(paths=paths)
+    )
+
+
+async def test_update_each_mask_path(stub: FlowStub, racks: list[Rack]) -> None:
+    schedule = await create(stub, "s", "r1")
+    renamed = await stub.UpdateTaskSchedule(update(schedule, ["schedule.name"], name="renamed"))
+    assert renamed.name == "renamed" and renamed.next_run_at == schedule.next_run_at
+    queued = await stub.UpdateTaskSchedule(
+        update(schedule, ["schedule.overlap_policy"], name="", policy=pb.OVERLAP_POLICY_QUEUE)
+    )
+    assert queued.overlap_policy == pb.OVERLAP_POLICY_QUEUE and queued.name == "renamed"
+    cron = await stub.UpdateTaskSchedule(
+        update(schedule, ["schedule.spec"], spec_type=pb.SCHEDULE_SPEC_TYPE_CRON, spec="0 14 * * *")
+    )
+    assert cron.spec == pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_CRON, spec="0 14 * * *", timezone="UTC")
+    assert when(cron.next_run_at) == datetime(2026, 3, 2, 14, 0, tzinfo=UTC)
+    # Only the timezone is masked, so the unset spec type in the request is not read.
+    tokyo = await stub.UpdateTaskSchedule(
+        pb.UpdateTaskScheduleRequest(
+            id=schedule.id,
+            schedule=pb.ScheduleConfig(spec=pb.ScheduleSpec(timezone="Asia/Tokyo")),
+            update_mask=FieldMask(paths=["schedule.spec.timezone"]),
+        )
+    )
+    assert tokyo.spec == pb.ScheduleSpec(
+        type=pb.SCHEDULE_SPEC_TYPE_CRON, spec="0 14 * * *", timezone="Asia/Tokyo"
+    )
+    assert when(tokyo.next_run_at) == datetime(2026, 3, 3, 5, 0, tzinfo=UTC)
+
+
+BAD_UPDATES = [
+    ([], {}, "update_mask"),
+    (["schedule.operation"], {}, "schedule.operation"),
+    (["schedule.spec"], {"spec_type": pb.SCHEDULE_SPEC_TYPE_UNSPECIFIED}, "schedule.spec.type"),
+    (["schedule.spec"], {"spec_type": pb.SCHEDULE_SPEC_TYPE_INTERVAL, "spec": "-5m"}, "schedule.spec.spec"),
+    (["schedule.spec.timezone"], {"timezone": "Local"}, "schedule.spec.timezone"),
+    (["schedule.overlap_policy"], {"policy": 3}, "schedule.overlap_policy"),
+    (["schedule.name"], {"name": ""}, "schedule.name"),
+]
+
+
+@pytest.mark.parametrize(("paths", "values", "field"), BAD_UPDATES)
+async def test_bad_update_is_invalid_argument_and_changes_nothing(
+    stub: FlowStub, racks: list[Rack], paths: list[str], values: dict[str, Any], field: str
+) -> None:
+    schedule = await create(stub, "s", "r1")
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT, field, stub.UpdateTaskSchedule(update(schedule, paths, **values))
+    )
+    assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == schedule
+
+
+async def test_rename_collision_applies_nothing(stub: FlowStub, racks: list[Rack]) -> None:
+    await create(stub, "taken", "r1")
+    schedule = await create(stub, "mine", "r1")
+    request = update(
+        schedule,
+        ["schedule.overlap_policy", "schedule.name", "schedule.spec"],
+        name="taken",
+        policy=pb.OVERLAP_POLICY_QUEUE,
+        spec="5m",
+    )
+    await expect(grpc.StatusCode.ALREADY_EXISTS, "taken", stub.UpdateTaskSchedule(request))
+    assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == schedule
+
+
+async def test_pause_resume_and_one_time_consumption(stub: FlowStub, racks: list[Rack]) -> None:
+    once = await create(
+        stub, "once", "r1", spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec="2026-03-02T15:00:00+01:00"
+    )
+    assert when(once.next_run_at) == datetime(2026, 3, 2, 14, 0, tzinfo=UTC)
+    paused = await stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=once.id))
+    assert not paused.enabled
+    assert await stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=once.id)) == paused
+    resumed = await stub.ResumeTaskSchedule(pb.ResumeTaskScheduleRequest(id=once.id))
+    assert resumed.enabled and resumed.next_run_at == once.next_run_at
+
+    fired = await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=once.id))
+    assert len(fired.task_ids) == 1
+    consumed = await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=once.id))
+    assert (
+        not consumed.enabled and not consumed.HasField("next_run_at") and when(consumed.last_run_at) == START
+    )
+    for call in (
+        stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=once.id)),
+        stub.ResumeTaskSchedule(pb.ResumeTaskScheduleRequest(id=once.id)),
+        stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=once.id)),
+        stub.UpdateTaskSchedule(
+            update(
+                consumed,
+                ["schedule.spec"],
+                spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME,
+                spec="2027-01-01T00:00:00Z",
+            )
+        ),
+    ):
+        await expect(grpc.StatusCode.FAILED_PRECONDITION, "already fired", call)
+
+
+async def test_trigger_and_delete(stub: FlowStub, services: Services, racks: list[Rack]) -> None:
+    schedule = await create(stub, "s", "r1", "r2")
+    await stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
+    fired = await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    assert len(fired.task_ids) == 2
+    after = await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))
+    assert not after.enabled and when(after.last_run_at) == START
+
+    runs = await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
+    assert runs.total == 1
+    (run,) = runs.runs
+    assert (run.trigger, run.state, when(run.fired_at)) == ("manual", "completed", START)
+    assert {o.task_id.id for o in run.outcomes} == {t.id for t in fired.task_ids}
+    assert {o.outcome for o in run.outcomes} == {"submitted"}
+
+    await stub.DeleteTaskSchedule(pb.DeleteTaskScheduleRequest(id=schedule.id))
+    await expect(
+        grpc.StatusCode.NOT_FOUND, "id", stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))
+    )
+    await expect(
+        grpc.StatusCode.NOT_FOUND, "id", stub.DeleteTaskSchedule(pb.DeleteTaskScheduleRequest(id=schedule.id))
+    )
+    tasks = await services.tasks.get_tasks([uuid.UUID(t.id) for t in fired.task_ids])
+    assert [t.status.value for t in tasks] == ["pending", "pending"]
+    counts = await table_counts(services.db)
+    assert counts["task_schedule_scope"] == counts["task_schedule_run"] == 0
+
+
+# --- scope ---------------------------------------------------------------------------------------
+
+
+async def test_scope_rpcs(stub: FlowStub, services: Services, racks: list[Rack]) -> None:
+    compute, nvswitch = pb.COMPONENT_TYPE_COMPUTE, pb.COMPONENT_TYPE_NVSWITCH
+    request = pb.CreateTaskScheduleRequest(
+        schedule=config("s"),
+        operation=pb.ScheduledOperation(
+            power_on=pb.PowerOnRackRequest(target_spec=racks_spec("r1", types=(compute,)))
+        ),
+    )
+    schedule = await stub.CreateTaskSchedule(request)
+    added = await stub.AddTaskScheduleScope(
+        pb.AddTaskScheduleScopeRequest(
+            schedule_id=schedule.id, target_spec=racks_spec("r1", "r2", types=(nvswitch,))
+        )
+    )
+    by_rack = {s.rack_id.id: s for s in added.scopes}
+    assert list(by_rack[str(racks[0].id)].types.types) == [compute, nvswitch]
+    assert list(by_rack[str(racks[1].id)].types.types) == [nvswitch]
+
+    component = racks[0].components[0]
+    mixed = pb.OperationTargetSpec(
+        components=pb.ComponentTargets(targets=[pb.ComponentTarget(id=pb.UUID(id=str(component.id)))])
+    )
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        str(racks[0].id),
+        stub.AddTaskScheduleScope(pb.AddTaskScheduleScopeRequest(schedule_id=schedule.id, target_spec=mixed)),
+    )
+    assert await table_counts(services.db) == before
+
+    updated = await stub.UpdateTaskScheduleScope(
+        pb.UpdateTaskScheduleScopeRequest(schedule_id=schedule.id, desired_scope=mixed)
+    )
+    assert (updated.added, updated.removed, updated.updated) == (0, 1, 1)
+    (only,) = updated.scopes
+    assert [t.id.id for t in only.components.targets] == [str(component.id)]
+
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "delete the schedule instead",
+        stub.RemoveTaskScheduleScope(pb.RemoveTaskScheduleScopeRequest(scope_id=only.id)),
+    )
+    grown = await stub.AddTaskScheduleScope(
+        pb.AddTaskScheduleScopeRequest(schedule_id=schedule.id, target_spec=racks_spec("r3"))
+    )
+    assert len(grown.scopes) == 2
+    await stub.RemoveTaskScheduleScope(pb.RemoveTaskScheduleScopeRequest(scope_id=only.id))
+    listed = await stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=schedule.id))
+    assert [s.rack_id.id for s in listed.scopes] == [str(racks[2].id)]
+    assert listed.scopes[0].WhichOneof("component_filter") is None
+    await expect(
+        grpc.StatusCode.NOT_FOUND,
+        "scope_id",
+        stub.RemoveTaskScheduleScope(pb.RemoveTaskScheduleScopeRequest(scope_id=only.id)),
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "desired_scope",
+        stub.UpdateTaskScheduleScope(pb.UpdateTaskScheduleScopeRequest(schedule_id=schedule.id)),
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "schedule_id",
+        stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest()),
+    )
+
+
+# --- advisory ------------------------------------------------------------------------------------
+
+
+async def test_check_conflicts(stub: FlowStub, racks: list[Rack]) -> None:
+    first = await create(stub, "first", "r1")
+    await create(stub, "elsewhere", "r3")
+    response = await stub.CheckScheduleConflicts(
+        pb.CheckScheduleConflictsRequest(operation=power_off("r1", "r2"))
+    )
+    assert [s.id for s in response.conflicts] == [first.id]
+    excluded = await stub.CheckScheduleConflicts(
+        pb.CheckScheduleConflictsRequest(operation=power_off("r1"), exclude_schedule_id=first.id)
+    )
+    assert list(excluded.conflicts) == []
+    other_kind = pb.ScheduledOperation(power_on=pb.PowerOnRackRequest(target_spec=racks_spec("r1")))
+    assert (
+        list(
+            (
+                await stub.CheckScheduleConflicts(pb.CheckScheduleConflictsRequest(operation=other_kind))
+            ).conflicts
+        )
+        == []
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "exclude_schedule_id",
+        stub.CheckScheduleConflicts(
+            pb.CheckScheduleConflictsRequest(operation=power_off("r1"), exclude_schedule_id=pb.UUID(id="zz"))
+        ),
+    )
+
+
+def preview(
+    spec_type: pb.ScheduleSpecType.ValueType,
+    spec: str,
+    count: int = 0,
+    timezone: str = "",
+    after: datetime | None = None,
+) -> pb.PreviewScheduleSpecRequest:
+    request = pb.PreviewScheduleSpecRequest(
+        spec=pb.ScheduleSpec(type=spec_type, spec=spec, timezone=timezone), count=count
+    )
+    if after is not None:
+        request.after.FromDatetime(after)
+    return request
+
+
+async def test_preview_each_type(stub: FlowStub) -> None:
+    interval = await stub.PreviewScheduleSpec(preview(pb.SCHEDULE_SPEC_TYPE_INTERVAL, "30m", 3))
+    assert [when(t) for t in interval.times] == [START + timedelta(minutes=30 * n) for n in (1, 2, 3)]
+    default_count = await stub.PreviewScheduleSpec(preview(pb.SCHEDULE_SPEC_TYPE_INTERVAL, "30m"))
+    assert len(default_count.times) == 10
+    after = datetime(2026, 7, 1, 6, 0, tzinfo=UTC)
+    cron = await stub.PreviewScheduleSpec(preview(pb.SCHEDULE_SPEC_TYPE_CRON, "0 6 * * 1-5", 2, "UTC", after))
+    assert [when(t) for t in cron.times] == [
+        datetime(2026, 7, 2, 6, 0, tzinfo=UTC),
+        datetime(2026, 7, 3, 6, 0, tzinfo=UTC),
+    ]
+    once = await stub.PreviewScheduleSpec(preview(pb.SCHEDULE_SPEC_TYPE_ONE_TIME, "2001-02-03T04:05:06Z"))
+    assert [when(t) for t in once.times] == [datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC)]
+
+
+@pytest.mark.parametrize(
+    ("request_args", "field"),
+    [
+        ((pb.SCHEDULE_SPEC_TYPE_INTERVAL, "1h", 101), "count"),
+        ((pb.SCHEDULE_SPEC_TYPE_INTERVAL, "1h", -3), "count"),
+        ((pb.SCHEDULE_SPEC_TYPE_UNSPECIFIED, "1h"), "spec.type"),
+        ((pb.SCHEDULE_SPEC_TYPE_INTERVAL, "fast"), "spec.spec"),
+        ((pb.SCHEDULE_SPEC_TYPE_CRON, "0 2 * * *", 1, "Atlantis/Capital"), "spec.timezone"),
+    ],
+)
+async def test_preview_rejects_what_create_rejects(
+    stub: FlowStub, request_args: tuple[Any, ...], field: str
+) -> None:
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, field, stub.PreviewScheduleSpec(preview(*request_args)))
+
+
+async def test_list_runs_of_unknown_schedule(stub: FlowStub) -> None:
+    unknown = pb.ListTaskScheduleRunsRequest(schedule_id=pb.UUID(id="00000000-0000-0000-0000-000000000002"))
+    await expect(grpc.StatusCode.NOT_FOUND, "schedule_id", stub.ListTaskScheduleRuns(unknown))
