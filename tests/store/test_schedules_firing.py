@@ -9,6 +9,7 @@ import pytest
 
 from rackflow.errors import FailedPrecondition, NotFound
 from rackflow.inventory.model import RackSelection
+from rackflow.schedules import firing
 from rackflow.schedules.firing import fire, task_description
 from rackflow.schedules.model import OverlapPolicy
 from rackflow.store import schedules as store
@@ -211,3 +212,44 @@ def test_task_description_is_name_and_rfc3339_time() -> None:
 
     moment = datetime(2026, 6, 1, 4, 0, 0, 250000, tzinfo=UTC)
     assert task_description(Named(), moment) == "backup — 2026-06-01T04:00:00.250000Z"  # type: ignore[arg-type]
+
+
+async def test_write_back_is_retried_after_a_failure(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1])
+    real_complete_run = store.complete_run
+    attempts: list[int] = []
+
+    async def flaky_complete_run(*args: object, **kwargs: object) -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("database went away")
+        await real_complete_run(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(firing, "WRITEBACK_RETRY_DELAY_SECONDS", 0)
+    monkeypatch.setattr(store, "complete_run", flaky_complete_run)
+    (task_id,) = await env.services.schedules.trigger(schedule.id)
+    assert len(attempts) == 2
+    (scope,) = await env.services.schedules.list_scopes(schedule.id)
+    assert scope.last_task_id == task_id
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    assert runs[0].state == "completed"
+
+
+async def test_write_back_gives_up_after_three_attempts_and_keeps_the_tasks(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1])
+
+    async def broken_complete_run(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("database went away")
+
+    monkeypatch.setattr(firing, "WRITEBACK_RETRY_DELAY_SECONDS", 0)
+    monkeypatch.setattr(store, "complete_run", broken_complete_run)
+    (task_id,) = await env.services.schedules.trigger(schedule.id)
+    assert len(await env.services.tasks.get_tasks([task_id])) == 1
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    assert runs[0].state == "running"  # left for the dispatcher's sweep to mark interrupted
+    (scope,) = await env.services.schedules.list_scopes(schedule.id)
+    assert scope.last_task_id is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,6 +20,7 @@ from rackflow.inventory.model import (
 )
 from rackflow.schedules.model import OverlapPolicy
 from rackflow.store import dispatch
+from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.timespec import ScheduleSpec, SpecType
@@ -419,3 +421,18 @@ async def test_consumed_one_time_cannot_be_paused_resumed_or_re_armed(env: Env) 
     assert await table_counts(env.db) == before
     renamed = await env.services.schedules.update(schedule.id, ["schedule.name"], name="done")
     assert renamed.name == "done" and renamed.next_run_at is None
+
+
+async def test_store_translates_a_name_race_into_already_exists(env: Env) -> None:
+    """Two creates that both pass the pre-check: the unique constraint decides, reported as ALREADY_EXISTS."""
+    r1 = await env.rack("r1")
+    first = await env.schedule("first", racks=[r1])
+    second = await env.schedule("second", racks=[r1])
+    with pytest.raises(AlreadyExists, match="'first'"):
+        async with env.db.transaction() as conn:
+            await store.insert_schedule(conn, replace(second, id=uuid.uuid4(), name="first"))
+    with pytest.raises(AlreadyExists, match="'first'"):
+        async with env.db.transaction() as conn:
+            await store.save_schedule(conn, replace(second, name="first"))
+    assert await env.services.schedules.get(first.id) == first
+    assert await env.services.schedules.get(second.id) == second
