@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from rackflow.errors import InvalidArgument
+from rackflow.security import ServerTls, TokenTable, check_exposure
 from rackflow.timespec import parse_go_duration
 
 DEFAULT_DB = "sqlite:///rackflow.db"
@@ -55,9 +56,17 @@ class ServeConfig:
     migrate: bool = False
     log_format: LogFormat = LogFormat.TEXT
     clock_offset: timedelta = field(default=timedelta(0))
+    # How long an instance's heartbeat may be silent before others take its tasks and runs over.
+    lease_ttl: timedelta = timedelta(seconds=15)
+    tls: ServerTls | None = None
+    tokens: TokenTable | None = field(default=None, repr=False)
+    insecure: bool = False
 
     def __post_init__(self) -> None:
-        parse_host_port(self.listen, "--listen")
+        host, _ = parse_host_port(self.listen, "--listen")
+        mutual_tls = self.tls is not None and self.tls.client_ca is not None
+        check_exposure(host, tls=self.tls is not None, auth=self.tokens is not None or mutual_tls,
+                       insecure=self.insecure)
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "--metrics-listen")
         if not 1 <= self.dispatch_batch <= 10_000:

@@ -1,0 +1,187 @@
+"""Secrets and key material: bearer tokens (only their SHA-256 is ever stored) and TLS credentials.
+
+Nothing here logs or formats a token or a key: error messages name the file, the entry and the field, never
+the secret. Token hashes are compared with `hmac.compare_digest` against every entry, so the time a check
+takes does not reveal which entry (if any) came close.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import yaml
+
+from rackflow.errors import InvalidArgument
+
+TOKEN_ENV_PREFIX = "RACKFLOW_AUTH_TOKEN_"
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+class Role(enum.StrEnum):
+    """`viewer` may read (Get/List/Preview/Check); `operator` may do everything."""
+
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+
+
+def hash_token(token: str) -> str:
+    """The form a token is stored in: lower-case hex SHA-256 of its UTF-8 bytes."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TokenEntry:
+    name: str
+    role: Role
+    sha256: str
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    """The accepted tokens, by hash. Names and hashes are unique, so a token maps to one principal."""
+
+    entries: tuple[TokenEntry, ...]
+
+    def __post_init__(self) -> None:
+        if not self.entries:
+            raise InvalidArgument("auth tokens: no tokens configured")
+        for attr in ("name", "sha256"):
+            values = [getattr(e, attr) for e in self.entries]
+            duplicates = sorted({v for v in values if values.count(v) > 1})
+            if duplicates:
+                shown = duplicates if attr == "name" else [f"{len(duplicates)} hash(es)"]
+                raise InvalidArgument(f"auth tokens: duplicate {attr}: {', '.join(shown)}")
+
+    def verify(self, token: str) -> TokenEntry | None:
+        """The entry whose hash matches `token`, or None. Every entry is compared, in constant time."""
+        digest = hash_token(token)
+        found = None
+        for entry in self.entries:
+            if hmac.compare_digest(entry.sha256, digest):
+                found = entry
+        return found
+
+
+def _entry_from(item: object, where: str) -> TokenEntry:
+    if not isinstance(item, Mapping):
+        raise InvalidArgument(f"{where}: expected a mapping with name, role and sha256")
+    if "token" in item:
+        raise InvalidArgument(f"{where}: plaintext 'token' is not accepted; store its sha256 instead")
+    unknown = sorted(set(map(str, item)) - {"name", "role", "sha256"})
+    if unknown:
+        raise InvalidArgument(f"{where}: unknown field(s) {', '.join(unknown)} (expected name, role, sha256)")
+    name, role, digest = item.get("name"), item.get("role"), item.get("sha256")
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise InvalidArgument(f"{where}.name: expected a non-empty string of at most 255 characters")
+    if role not in {r.value for r in Role}:
+        raise InvalidArgument(f"{where}.role: expected 'viewer' or 'operator', got {role!r}")
+    if not isinstance(digest, str) or not _SHA256_HEX.fullmatch(digest.lower()):
+        raise InvalidArgument(f"{where}.sha256: expected 64 hexadecimal characters (sha256 of the token)")
+    return TokenEntry(name=name.strip(), role=Role(role), sha256=digest.lower())
+
+
+def parse_token_file(text: str, source: str) -> tuple[TokenEntry, ...]:
+    """A YAML (or JSON, which is YAML) list of `{name, role, sha256}` mappings."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidArgument(f"{source}: not valid YAML or JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise InvalidArgument(f"{source}: expected a list of {{name, role, sha256}} entries")
+    return tuple(_entry_from(item, f"{source}[{i}]") for i, item in enumerate(data))
+
+
+def tokens_from_env(environ: Mapping[str, str]) -> tuple[TokenEntry, ...]:
+    """`RACKFLOW_AUTH_TOKEN_<NAME>=<role>:<sha256>` variables; NAME becomes the principal, lower-cased."""
+    entries = []
+    for key in sorted(k for k in environ if k.startswith(TOKEN_ENV_PREFIX)):
+        role, _, digest = environ[key].partition(":")
+        name = key.removeprefix(TOKEN_ENV_PREFIX).lower()
+        entries.append(_entry_from({"name": name, "role": role, "sha256": digest}, key))
+    return tuple(entries)
+
+
+def load_tokens(path: str | None, environ: Mapping[str, str]) -> TokenTable | None:
+    """Tokens from the file at `path` and from the environment; None when neither configures any."""
+    entries: tuple[TokenEntry, ...] = ()
+    if path:
+        entries = parse_token_file(_read(path, "--auth-tokens").decode(), path)
+    entries += tokens_from_env(environ)
+    return TokenTable(entries) if path or entries else None
+
+
+def _read(path: str, flag: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidArgument(f"{flag}: cannot read {path!r}: {exc.strerror}") from None
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """Paths of the server's certificate chain and key, and of the CA that signs client certificates."""
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+    @classmethod
+    def from_flags(cls, cert: str | None, key: str | None, client_ca: str | None) -> ServerTls | None:
+        """None when TLS is off; a key without a certificate (or a client CA without either) is refused."""
+        if not cert and not key and not client_ca:
+            return None
+        if not cert or not key:
+            raise InvalidArgument("--tls-cert, --tls-key: TLS needs both the certificate and its key")
+        return cls(cert, key, client_ca or None)
+
+
+def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
+    """TLS for the listener; with a client CA, clients must present a certificate it signed (mTLS)."""
+    client_ca = _read(tls.client_ca, "--tls-client-ca") if tls.client_ca else None
+    return grpc.ssl_server_credentials(
+        [(_read(tls.key, "--tls-key"), _read(tls.cert, "--tls-cert"))],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
+def channel_credentials(ca: str | None, cert: str | None, key: str | None) -> grpc.ChannelCredentials:
+    """Client TLS: trust `ca` (or the system roots), and present `cert`/`key` when the server wants mTLS."""
+    if (cert is None) != (key is None):
+        raise InvalidArgument("--tls-cert, --tls-key: give both (client certificate and key) or neither")
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(ca, "--tls-ca") if ca else None,
+        private_key=_read(key, "--tls-key") if key else None,
+        certificate_chain=_read(cert, "--tls-cert") if cert else None,
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost` or a loopback address; a wildcard (0.0.0.0, ::) or any other name is not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, *, tls: bool, auth: bool, insecure: bool) -> None:
+    """Refuse to serve beyond this machine without TLS and authentication, unless told to."""
+    if is_loopback(host) or insecure or (tls and auth):
+        return
+    missing = " and ".join(what for what, ok in (("TLS (--tls-cert/--tls-key)", tls),
+                                                 ("authentication (--auth-tokens or --tls-client-ca)", auth))
+                           if not ok)
+    raise InvalidArgument(
+        f"--listen: {host!r} is reachable beyond this machine, but {missing} is not configured; "
+        "configure it, listen on 127.0.0.1, or pass --insecure to accept the risk"
+    )
