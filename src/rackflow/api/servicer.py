@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rackflow.api.audit_rpcs import AuditRpcs
 from rackflow.api.inventory import InventoryRpcs
 from rackflow.api.schedules import ScheduleRpcs
 from rackflow.api.tasks import TaskRpcs
@@ -9,6 +10,6 @@ from rackflow.services import Services
 from rackflow.v1 import flow_pb2_grpc
 
 
-class FlowServicer(InventoryRpcs, TaskRpcs, ScheduleRpcs, flow_pb2_grpc.FlowServicer):
+class FlowServicer(InventoryRpcs, TaskRpcs, ScheduleRpcs, AuditRpcs, flow_pb2_grpc.FlowServicer):
     def __init__(self, services: Services) -> None:
         self.services = services

@@ -208,6 +208,7 @@ class Component(_message.Message):
     EXTERNAL_ID_FIELD_NUMBER: _builtins.int
     FIRMWARE_VERSION_FIELD_NUMBER: _builtins.int
     POWER_STATE_FIELD_NUMBER: _builtins.int
+    BMC_FIELD_NUMBER: _builtins.int
     type: Global___ComponentType.ValueType
     name: _builtins.str
     external_id: _builtins.str
@@ -218,6 +219,10 @@ class Component(_message.Message):
     def id(self) -> Global___UUID: ...
     @_builtins.property
     def rack_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def bmc(self) -> Global___BmcEndpoint:
+        """unset: the component has no BMC (the redfish backend refuses it)"""
+
     def __init__(
         self,
         *,
@@ -228,14 +233,45 @@ class Component(_message.Message):
         external_id: _builtins.str = ...,
         firmware_version: _builtins.str = ...,
         power_state: _builtins.str = ...,
+        bmc: Global___BmcEndpoint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "rack_id", b"rack_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bmc", b"bmc", "id", b"id", "rack_id", b"rack_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["external_id", b"external_id", "firmware_version", b"firmware_version", "id", b"id", "name", b"name", "power_state", b"power_state", "rack_id", b"rack_id", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bmc", b"bmc", "external_id", b"external_id", "firmware_version", b"firmware_version", "id", b"id", "name", b"name", "power_state", b"power_state", "rack_id", b"rack_id", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Component: _TypeAlias = Component  # noqa: Y015
+
+@_typing.final
+class BmcEndpoint(_message.Message):
+    """A component's BMC (docs/REDFISH.md). The credentials are a reference, read where they are used."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    CREDENTIALS_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    """Redfish service root, e.g. "https://10.0.0.5" or "https://10.0.0.5/redfish/v1" """
+    resource: _builtins.str
+    """"Systems/<id>", "Chassis/<id>" or "Managers/<id>"; a bare id means Systems/<id>"""
+    credentials: _builtins.str
+    """"env:NAME" or "file:/path"; the value there is "user:password" """
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        resource: _builtins.str = ...,
+        credentials: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "resource", b"resource", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BmcEndpoint: _TypeAlias = BmcEndpoint  # noqa: Y015
 
 @_typing.final
 class Rack(_message.Message):
@@ -310,10 +346,13 @@ class ComponentSpec(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     EXTERNAL_ID_FIELD_NUMBER: _builtins.int
     FIRMWARE_VERSION_FIELD_NUMBER: _builtins.int
+    BMC_FIELD_NUMBER: _builtins.int
     type: Global___ComponentType.ValueType
     name: _builtins.str
     external_id: _builtins.str
     firmware_version: _builtins.str
+    @_builtins.property
+    def bmc(self) -> Global___BmcEndpoint: ...
     def __init__(
         self,
         *,
@@ -321,10 +360,11 @@ class ComponentSpec(_message.Message):
         name: _builtins.str = ...,
         external_id: _builtins.str = ...,
         firmware_version: _builtins.str = ...,
+        bmc: Global___BmcEndpoint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bmc", b"bmc"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["external_id", b"external_id", "firmware_version", b"firmware_version", "name", b"name", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bmc", b"bmc", "external_id", b"external_id", "firmware_version", b"firmware_version", "name", b"name", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2027,3 +2067,130 @@ class ListTaskScheduleRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListTaskScheduleRunsResponse: _TypeAlias = ListTaskScheduleRunsResponse  # noqa: Y015
+
+@_typing.final
+class AuditEvent(_message.Message):
+    """One mutating RPC: who called it, on what, when, and how it ended."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    TARGET_IDS_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    REQUEST_JSON_FIELD_NUMBER: _builtins.int
+    SCHEDULE_BEFORE_JSON_FIELD_NUMBER: _builtins.int
+    SCHEDULE_AFTER_JSON_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """token name, client certificate CN, or "anonymous" """
+    method: _builtins.str
+    """RPC name, e.g. "DeleteRack" """
+    outcome: _builtins.str
+    """"OK" or a gRPC status code name, e.g. "NOT_FOUND" """
+    error: _builtins.str
+    """the error message when outcome is not OK"""
+    request_json: _builtins.str
+    """the request, as protobuf JSON"""
+    schedule_before_json: _builtins.str
+    """schedule RPCs: the schedule and its scopes before ("" if none)"""
+    schedule_after_json: _builtins.str
+    """... and after ("" when deleted or never created)"""
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def target_ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]:
+        """ids in the request, then ids the response returned"""
+
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        principal: _builtins.str = ...,
+        method: _builtins.str = ...,
+        target_ids: _abc.Iterable[Global___UUID] | None = ...,
+        outcome: _builtins.str = ...,
+        error: _builtins.str = ...,
+        request_json: _builtins.str = ...,
+        schedule_before_json: _builtins.str = ...,
+        schedule_after_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "error", b"error", "id", b"id", "method", b"method", "outcome", b"outcome", "principal", b"principal", "request_json", b"request_json", "schedule_after_json", b"schedule_after_json", "schedule_before_json", b"schedule_before_json", "target_ids", b"target_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditEvent: _TypeAlias = AuditEvent  # noqa: Y015
+
+@_typing.final
+class ListAuditEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SINCE_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    PAGINATION_FIELD_NUMBER: _builtins.int
+    method: _builtins.str
+    """only this RPC name"""
+    principal: _builtins.str
+    """only this principal"""
+    @_builtins.property
+    def since(self) -> _timestamp_pb2.Timestamp:
+        """events at or after this time"""
+
+    @_builtins.property
+    def pagination(self) -> Global___Pagination: ...
+    def __init__(
+        self,
+        *,
+        since: _timestamp_pb2.Timestamp | None = ...,
+        method: _builtins.str = ...,
+        principal: _builtins.str = ...,
+        pagination: Global___Pagination | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "_since", b"_since", "pagination", b"pagination", "since", b"since"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "_since", b"_since", "method", b"method", "pagination", b"pagination", "principal", b"principal", "since", b"since"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__pagination: _TypeAlias = _typing.Literal["pagination"]  # noqa: Y015
+    _WhichOneofArgType__pagination: _TypeAlias = _typing.Literal["_pagination", b"_pagination"]  # noqa: Y015
+    _WhichOneofReturnType__since: _TypeAlias = _typing.Literal["since"]  # noqa: Y015
+    _WhichOneofArgType__since: _TypeAlias = _typing.Literal["_since", b"_since"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pagination) -> _WhichOneofReturnType__pagination | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__since) -> _WhichOneofReturnType__since | None: ...
+
+Global___ListAuditEventsRequest: _TypeAlias = ListAuditEventsRequest  # noqa: Y015
+
+@_typing.final
+class ListAuditEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """matching events before paging"""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditEvent]:
+        """newest first"""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___AuditEvent] | None = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditEventsResponse: _TypeAlias = ListAuditEventsResponse  # noqa: Y015

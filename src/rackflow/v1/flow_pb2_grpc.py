@@ -195,6 +195,11 @@ class FlowStub:
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsRequest.SerializeToString,
                 response_deserializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsResponse.FromString,
                 _registered_method=True)
+        self.ListAuditEvents = channel.unary_unary(
+                '/rackflow.v1.Flow/ListAuditEvents',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.ListAuditEventsRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.ListAuditEventsResponse.FromString,
+                _registered_method=True)
 
 
 class FlowServicer:
@@ -396,6 +401,13 @@ class FlowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAuditEvents(self, request, context):
+        """Audit trail (docs/SECURITY.md)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FlowServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -558,6 +570,11 @@ def add_FlowServicer_to_server(servicer, server):
                     servicer.ListTaskScheduleRuns,
                     request_deserializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsRequest.FromString,
                     response_serializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsResponse.SerializeToString,
+            ),
+            'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEvents,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.ListAuditEventsRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.ListAuditEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1424,6 +1441,33 @@ class Flow:
             '/rackflow.v1.Flow/ListTaskScheduleRuns',
             rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsRequest.SerializeToString,
             rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/ListAuditEvents',
+            rackflow_dot_v1_dot_flow__pb2.ListAuditEventsRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.ListAuditEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

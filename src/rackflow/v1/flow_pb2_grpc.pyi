@@ -73,6 +73,8 @@ class FlowStub:
     CheckScheduleConflicts: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CheckScheduleConflictsRequest, _flow_pb2.CheckScheduleConflictsResponse]
     PreviewScheduleSpec: _grpc.UnaryUnaryMultiCallable[_flow_pb2.PreviewScheduleSpecRequest, _flow_pb2.PreviewScheduleSpecResponse]
     ListTaskScheduleRuns: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListTaskScheduleRunsRequest, _flow_pb2.ListTaskScheduleRunsResponse]
+    ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListAuditEventsRequest, _flow_pb2.ListAuditEventsResponse]
+    """Audit trail (docs/SECURITY.md)"""
 
 @_typing.type_check_only
 class FlowAsyncStub(FlowStub):
@@ -113,6 +115,8 @@ class FlowAsyncStub(FlowStub):
     CheckScheduleConflicts: _aio.UnaryUnaryMultiCallable[_flow_pb2.CheckScheduleConflictsRequest, _flow_pb2.CheckScheduleConflictsResponse]  # type: ignore[assignment]
     PreviewScheduleSpec: _aio.UnaryUnaryMultiCallable[_flow_pb2.PreviewScheduleSpecRequest, _flow_pb2.PreviewScheduleSpecResponse]  # type: ignore[assignment]
     ListTaskScheduleRuns: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListTaskScheduleRunsRequest, _flow_pb2.ListTaskScheduleRunsResponse]  # type: ignore[assignment]
+    ListAuditEvents: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListAuditEventsRequest, _flow_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
+    """Audit trail (docs/SECURITY.md)"""
 
 class FlowServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -342,5 +346,13 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
         request: _flow_pb2.ListTaskScheduleRunsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_flow_pb2.ListTaskScheduleRunsResponse, _abc.Awaitable[_flow_pb2.ListTaskScheduleRunsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListAuditEvents(
+        self,
+        request: _flow_pb2.ListAuditEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.ListAuditEventsResponse, _abc.Awaitable[_flow_pb2.ListAuditEventsResponse]]:
+        """Audit trail (docs/SECURITY.md)"""
 
 def add_FlowServicer_to_server(servicer: FlowServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

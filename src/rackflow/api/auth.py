@@ -1,0 +1,146 @@
+"""Who is calling, and may they? The authentication interceptor and the role of every RPC.
+
+The principal is a bearer token's name (`authorization: Bearer <token>`) when tokens are configured; else
+the client certificate's subject CN under mutual TLS; else `anonymous` (only possible on loopback or with
+`--insecure`, see `rackflow.security.check_exposure`). Without tokens every caller is an operator: the
+listener itself (loopback, or a CA-signed client certificate) is then the access control.
+
+Health and reflection are not intercepted, so load balancers and grpcurl work without a token. The
+principal is published in `current_principal` for the audit interceptor, which runs inside this one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from rackflow.security import Role, TokenTable
+from rackflow.v1 import flow_pb2
+
+log = logging.getLogger(__name__)
+
+FLOW_PREFIX = f"/{flow_pb2.DESCRIPTOR.services_by_name['Flow'].full_name}/"
+READ_PREFIXES = ("Get", "List", "Preview", "Check")
+ANONYMOUS = "anonymous"
+
+Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    role: Role
+    source: str  # "token", "certificate" or "anonymous"
+
+
+current_principal: ContextVar[Principal | None] = ContextVar("rackflow_principal", default=None)
+
+
+class AuthError(Exception):
+    """A refused call: its status code and a message that never contains the token."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def rpc_name(method: str) -> str | None:
+    """`/rackflow.v1.Flow/GetRack` -> `GetRack`; None for other services (health, reflection)."""
+    return method.removeprefix(FLOW_PREFIX) if method.startswith(FLOW_PREFIX) else None
+
+
+def is_mutating(rpc: str) -> bool:
+    return not rpc.startswith(READ_PREFIXES)
+
+
+def required_role(rpc: str) -> Role:
+    return Role.OPERATOR if is_mutating(rpc) else Role.VIEWER
+
+
+def bearer_token(metadata: Sequence[tuple[str, str | bytes]]) -> str | None:
+    """The token of the `authorization: Bearer …` header, or None when there is no such header."""
+    for key, value in metadata:
+        if key.lower() == "authorization" and isinstance(value, str):
+            scheme, _, token = value.strip().partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+def certificate_name(auth_context: Mapping[str, Sequence[bytes]]) -> str | None:
+    """The subject CN of the verified client certificate, if the connection presented one."""
+    names = auth_context.get("x509_common_name") or []
+    return names[0].decode(errors="replace") if names else None
+
+
+def authenticate(tokens: TokenTable | None, token: str | None, cert_name: str | None) -> Principal:
+    """The caller's principal, or AuthError(UNAUTHENTICATED) when tokens are required and not valid."""
+    if tokens is None:
+        if cert_name is not None:
+            return Principal(cert_name, Role.OPERATOR, "certificate")
+        return Principal(ANONYMOUS, Role.OPERATOR, "anonymous")
+    if token is None:
+        raise AuthError(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required (authorization: Bearer)")
+    entry = tokens.verify(token)
+    if entry is None:
+        raise AuthError(grpc.StatusCode.UNAUTHENTICATED, "the bearer token is not valid")
+    return Principal(entry.name, entry.role, "token")
+
+
+def authorize(principal: Principal, rpc: str) -> None:
+    """AuthError(PERMISSION_DENIED) when the principal's role may not call `rpc`."""
+    if required_role(rpc) is Role.OPERATOR and principal.role is not Role.OPERATOR:
+        raise AuthError(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"{rpc}: the {principal.role.value} role of {principal.name!r} may only call "
+            f"{'/'.join(READ_PREFIXES)} RPCs; this one needs the operator role",
+        )
+
+
+def with_behavior(handler: grpc.RpcMethodHandler, behavior: Behavior) -> grpc.RpcMethodHandler:
+    """The same unary-unary handler with a new behavior (every Flow RPC is unary-unary)."""
+    return grpc.unary_unary_rpc_method_handler(
+        behavior,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    def __init__(self, tokens: TokenTable | None) -> None:
+        self.tokens = tokens
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        rpc = rpc_name(handler_call_details.method)
+        if handler is None or rpc is None or handler.unary_unary is None:
+            return handler
+        return with_behavior(handler, self._guarded(rpc, handler.unary_unary))
+
+    def _guarded(self, rpc: str, behavior: Behavior) -> Behavior:
+        async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                principal = authenticate(
+                    self.tokens, bearer_token(context.invocation_metadata() or ()),
+                    certificate_name(context.auth_context()),
+                )
+                authorize(principal, rpc)
+            except AuthError as exc:
+                log.warning("refused %s from %s: %s", rpc, context.peer(), exc)
+                await context.abort(exc.code, str(exc))
+            reset = current_principal.set(principal)
+            try:
+                return await behavior(request, context)
+            finally:
+                current_principal.reset(reset)
+
+        return guarded

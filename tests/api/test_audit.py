@@ -1,0 +1,189 @@
+"""The audit trail through a real gRPC server: what is recorded, schedule before/after, ListAuditEvents."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rackflow.api import audit as audit_interceptor
+from rackflow.clock import Clock, FakeClock
+from rackflow.services import Services
+from rackflow.store import audit as audit_store
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1.flow_pb2_grpc import FlowStub
+from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
+
+START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+OPERATOR = bearer(OPERATOR_TOKEN)
+VIEWER = bearer(VIEWER_TOKEN)
+SECOND = timedelta(seconds=1)
+HOURLY = pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="1h")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+async def stub(services: Services) -> AsyncIterator[FlowStub]:
+    async with secured_server(services, TOKENS) as address, grpc.aio.insecure_channel(address) as channel:
+        yield FlowStub(channel)
+
+
+async def events(stub: FlowStub, **filters: object) -> list[pb.AuditEvent]:
+    response = await stub.ListAuditEvents(pb.ListAuditEventsRequest(**filters), metadata=VIEWER)  # type: ignore[arg-type]
+    return list(response.events)
+
+
+def racks_spec(*names: str) -> pb.OperationTargetSpec:
+    return pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name=n) for n in names]))
+
+
+async def create_schedule(stub: FlowStub, name: str = "nightly") -> pb.TaskSchedule:
+    request = pb.CreateTaskScheduleRequest(
+        schedule=pb.ScheduleConfig(name=name, spec=HOURLY),
+        operation=pb.ScheduledOperation(power_on=pb.PowerOnRackRequest(target_spec=racks_spec("r1"))),
+    )
+    schedule: pb.TaskSchedule = await stub.CreateTaskSchedule(request, metadata=OPERATOR)
+    return schedule
+
+
+async def test_a_mutation_records_who_what_when_and_outcome(stub: FlowStub) -> None:
+    components = [pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name="c1")]
+    rack = await stub.CreateRack(pb.CreateRackRequest(name="r1", components=components), metadata=OPERATOR)
+    (event,) = await events(stub)
+    assert (event.principal, event.method, event.outcome, event.error) == ("oncall", "CreateRack", "OK", "")
+    assert event.at.ToDatetime(tzinfo=UTC) == START
+    assert [i.id for i in event.target_ids] == [rack.id.id, rack.components[0].id.id]
+    assert json.loads(event.request_json)["name"] == "r1"
+    assert event.schedule_before_json == event.schedule_after_json == ""
+
+
+async def test_reads_are_not_recorded(stub: FlowStub) -> None:
+    await stub.ListRacks(pb.ListRacksRequest(), metadata=OPERATOR)
+    await stub.ListTasks(pb.ListTasksRequest(), metadata=OPERATOR)
+    assert await events(stub) == []
+
+
+async def test_a_failed_mutation_records_its_code_and_message(stub: FlowStub, clock: FakeClock) -> None:
+    missing = "6f1c1f9e-0000-4000-8000-000000000000"
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.DeleteRack(pb.DeleteRackRequest(id=pb.UUID(id=missing)), metadata=OPERATOR)
+    clock.advance(SECOND)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.CreateRack(pb.CreateRackRequest(name=""), metadata=OPERATOR)
+    invalid, not_found = await events(stub)
+    assert (not_found.method, not_found.outcome, [i.id for i in not_found.target_ids]) == (
+        "DeleteRack", "NOT_FOUND", [missing])
+    assert missing in not_found.error
+    assert (invalid.method, invalid.outcome) == ("CreateRack", "INVALID_ARGUMENT")
+
+
+async def test_operations_record_the_racks_and_the_submitted_tasks(stub: FlowStub) -> None:
+    components = [pb.ComponentSpec(type=pb.COMPONENT_TYPE_POWERSHELF, name="ps")]
+    rack = await stub.CreateRack(pb.CreateRackRequest(name="r1", components=components), metadata=OPERATOR)
+    target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(id=rack.id)]))
+    submitted = await stub.PowerOnRack(pb.PowerOnRackRequest(target_spec=target), metadata=OPERATOR)
+    (event,) = await events(stub, method="PowerOnRack")
+    assert [i.id for i in event.target_ids] == [rack.id.id, *(t.id for t in submitted.task_ids)]
+
+
+async def test_schedule_changes_carry_before_and_after(stub: FlowStub, services: Services,
+                                                       clock: FakeClock) -> None:
+    await services.inventory.create_rack("r1")
+    await services.inventory.create_rack("r2")
+    schedule = await create_schedule(stub)
+    clock.advance(SECOND)
+    await stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id), metadata=OPERATOR)
+    clock.advance(SECOND)
+    add_r2 = pb.AddTaskScheduleScopeRequest(schedule_id=schedule.id, target_spec=racks_spec("r2"))
+    added = await stub.AddTaskScheduleScope(add_r2, metadata=OPERATOR)
+    clock.advance(SECOND)
+    await stub.RemoveTaskScheduleScope(pb.RemoveTaskScheduleScopeRequest(scope_id=added.scopes[0].id),
+                                       metadata=OPERATOR)
+    clock.advance(SECOND)
+    await stub.DeleteTaskSchedule(pb.DeleteTaskScheduleRequest(id=schedule.id), metadata=OPERATOR)
+
+    delete, remove, add, pause, create = await events(stub)
+
+    def snapshots(event: pb.AuditEvent) -> tuple[dict[str, object] | None, dict[str, object] | None]:
+        def load(text: str) -> dict[str, object] | None:
+            return json.loads(text) if text else None
+        return load(event.schedule_before_json), load(event.schedule_after_json)
+
+    before, after = snapshots(create)
+    assert before is None and after is not None
+    assert (after["id"], after["name"], after["enabled"]) == (schedule.id.id, "nightly", True)
+    before, after = snapshots(pause)
+    assert before is not None and after is not None
+    assert (before["enabled"], after["enabled"]) == (True, False)
+    before, after = snapshots(add)
+    assert before is not None and after is not None
+    assert (len(before["scopes"]), len(after["scopes"])) == (1, 2)  # type: ignore[arg-type]
+    before, after = snapshots(remove)
+    assert before is not None and after is not None
+    assert (len(before["scopes"]), len(after["scopes"])) == (2, 1)  # type: ignore[arg-type]
+    assert [i.id for i in remove.target_ids] == [added.scopes[0].id.id, schedule.id.id]
+    before, after = snapshots(delete)
+    assert before is not None and after is None
+
+
+async def test_list_filters_pages_and_counts_newest_first(stub: FlowStub, clock: FakeClock) -> None:
+    for name in ("r1", "r2", "r3"):
+        await stub.CreateRack(pb.CreateRackRequest(name=name), metadata=OPERATOR)
+        clock.advance(timedelta(minutes=1))
+    listed = await stub.ListRacks(pb.ListRacksRequest(), metadata=VIEWER)
+    assert [r.name for r in listed.racks] == ["r1", "r2", "r3"]
+    await stub.DeleteRack(pb.DeleteRackRequest(id=listed.racks[0].id), metadata=OPERATOR)
+
+    newest_first = await events(stub)
+    assert [e.method for e in newest_first] == ["DeleteRack", "CreateRack", "CreateRack", "CreateRack"]
+    assert [json.loads(e.request_json)["name"] for e in newest_first[1:]] == ["r3", "r2", "r1"]
+
+    page = await stub.ListAuditEvents(pb.ListAuditEventsRequest(
+        method="CreateRack", pagination=pb.Pagination(offset=1, limit=1)), metadata=VIEWER)
+    assert page.total == 3
+    assert [json.loads(e.request_json)["name"] for e in page.events] == ["r2"]
+
+    since = Timestamp()
+    since.FromDatetime(START + timedelta(minutes=1))
+    assert len(await events(stub, since=since)) == 3
+    assert len(await events(stub, principal="oncall")) == 4
+    assert await events(stub, principal="dashboard") == []
+
+
+@pytest.mark.parametrize(("request_", "field"), [
+    (pb.ListAuditEventsRequest(method="DropAllTables"), "method"),
+    (pb.ListAuditEventsRequest(principal="x" * 256), "principal"),
+    (pb.ListAuditEventsRequest(pagination=pb.Pagination(limit=100_000)), "pagination.limit"),
+])
+async def test_bad_filters_are_invalid_argument(stub: FlowStub, request_: pb.ListAuditEventsRequest,
+                                                field: str) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.ListAuditEvents(request_, metadata=VIEWER)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.value.details() or "").startswith(field)
+
+
+async def test_an_audit_failure_does_not_fail_the_mutation(
+    stub: FlowStub, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: object) -> None:
+        raise RuntimeError("audit table is gone")
+
+    monkeypatch.setattr(audit_store, "insert_event", broken)
+    failures = audit_interceptor.AUDIT_WRITE_FAILURES._value.get()
+    with caplog.at_level(logging.ERROR):
+        rack = await stub.CreateRack(pb.CreateRackRequest(name="r1"), metadata=OPERATOR)
+    assert rack.name == "r1"
+    assert "AUDIT WRITE FAILED: CreateRack by oncall" in caplog.text
+    assert audit_interceptor.AUDIT_WRITE_FAILURES._value.get() == failures + 1
+    monkeypatch.undo()
+    assert await events(stub) == []
