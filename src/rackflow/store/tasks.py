@@ -292,17 +292,29 @@ async def release(conn: AsyncConnection, task_id: uuid.UUID, *, owner_id: uuid.U
     return result.rowcount == 1
 
 
-async def release_dead_holds(conn: AsyncConnection, *, stale_before: datetime) -> set[uuid.UUID]:
-    """Drop holds of dead instances on tasks that are no longer RUNNING; returns the racks concerned."""
-    dead_hold = and_(
+def _dead_hold(stale_before: datetime) -> ColumnElement[bool]:
+    # Only a cancelled RUNNING task keeps a hold after leaving RUNNING, so only TERMINATED rows qualify.
+    return and_(
+        tasks.c.status == TaskStatus.TERMINATED.value,
         tasks.c.owner_id.is_not(None),
-        tasks.c.status != TaskStatus.RUNNING.value,
         ~is_live(tasks.c.owner_id, stale_before),
     )
-    held = (await conn.execute(select(tasks.c.id, tasks.c.rack_id).where(dead_hold))).all()
-    if held:
-        await conn.execute(update(tasks).where(tasks.c.id.in_([r.id for r in held])).values(owner_id=None))
-    return {r.rack_id for r in held}
+
+
+async def racks_with_dead_holds(conn: AsyncConnection, *, stale_before: datetime) -> set[uuid.UUID]:
+    """Racks where a dead instance still holds a cancelled task (it died before letting go)."""
+    rows = await conn.execute(select(tasks.c.rack_id).distinct().where(_dead_hold(stale_before)))
+    return set(rows.scalars())
+
+
+async def release_dead_holds(
+    conn: AsyncConnection, rack_ids: Iterable[uuid.UUID], *, stale_before: datetime
+) -> None:
+    """Drop the holds dead instances left on the racks' tasks (the caller holds the racks' locks)."""
+    for chunk in chunked(set(rack_ids)):
+        await conn.execute(
+            update(tasks).where(tasks.c.rack_id.in_(chunk), _dead_hold(stale_before)).values(owner_id=None)
+        )
 
 
 async def racks_needing_promotion(conn: AsyncConnection, *, now: datetime) -> set[uuid.UUID]:

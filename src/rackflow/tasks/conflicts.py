@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from rackflow.inventory.model import ComponentType
-from rackflow.tasks.model import OperationKind
+from rackflow.inventory.model import Component, ComponentType
+from rackflow.tasks.model import OperationKind, Task
 
 
 class Activity(enum.Enum):
@@ -134,4 +134,21 @@ def conflicts(new: TaskShape, active: TaskShape) -> str | None:
     for rule in RULES:
         if rule.matches(new, active) or rule.matches(active, new):
             return rule.reason
+    return None
+
+
+def shape_of(kind: OperationKind, component_ids: Iterable[uuid.UUID], rack_components: Sequence[Component]
+             ) -> TaskShape:
+    """The conflict shape; components removed from the rack since the task was made no longer count."""
+    types = {c.id: c.type for c in rack_components}
+    return TaskShape(kind, frozenset((types[i], i) for i in component_ids if i in types))
+
+
+def first_conflict(shape: TaskShape, active: Iterable[Task], rack_components: Sequence[Component]
+                   ) -> tuple[Task, str] | None:
+    """The first of `active` (tasks on the same rack) that a task of `shape` conflicts with, and why."""
+    for task in active:
+        reason = conflicts(shape, shape_of(task.operation.kind, task.component_ids, rack_components))
+        if reason is not None:
+            return task, reason
     return None

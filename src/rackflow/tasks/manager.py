@@ -24,7 +24,7 @@ from rackflow.inventory.targets import resolve_targets
 from rackflow.store import tasks as store
 from rackflow.store.db import Database
 from rackflow.store.inventory import components_by_rack
-from rackflow.tasks.conflicts import TaskShape, conflicts
+from rackflow.tasks.conflicts import first_conflict, shape_of
 from rackflow.tasks.model import (
     DEFAULT_QUEUE_TIMEOUT,
     MAX_WAITING_PER_RACK,
@@ -83,22 +83,6 @@ def selected_components(selection: RackSelection, rack_components: Sequence[Comp
         return [c for c in rack_components if c.type in chosen.types]
     assert isinstance(chosen, ComponentsFilter)
     return [c for c in rack_components if c.id in chosen.ids]
-
-
-def shape_of(kind: OperationKind, component_ids: Iterable[uuid.UUID], rack_components: Sequence[Component]
-             ) -> TaskShape:
-    """The conflict shape; components removed from the rack since the task was made no longer count."""
-    types = {c.id: c.type for c in rack_components}
-    return TaskShape(kind, frozenset((types[i], i) for i in component_ids if i in types))
-
-
-def first_conflict(shape: TaskShape, blocking: Iterable[Task], rack_components: Sequence[Component]
-                   ) -> tuple[Task, str] | None:
-    for task in blocking:
-        reason = conflicts(shape, shape_of(task.operation.kind, task.component_ids, rack_components))
-        if reason is not None:
-            return task, reason
-    return None
 
 
 def _in_utc(operation: Operation) -> Operation:
@@ -382,20 +366,22 @@ class TaskManager:
             self.wake_executors()
         return finished
 
-    async def sweep(self, *, lease_ttl: timedelta) -> list[uuid.UUID]:
-        """Housekeeping every executor runs each poll; returns the ids promoted.
+    async def sweep(self, *, lease_ttl: timedelta, dead_holds: bool = True) -> list[uuid.UUID]:
+        """Housekeeping the executors run; returns the ids promoted.
 
-        Drops holds that dead instances left on cancelled tasks, expires overdue waiting tasks, and
-        promotes waiting tasks of racks nothing blocks any more. Normally finishing a task promotes at
-        once; this catches what a crash or an expiry left behind.
+        Expires overdue waiting tasks and promotes waiting tasks of racks nothing blocks any more
+        (normally finishing a task promotes at once; this catches what a crash or an expiry left behind).
+        With `dead_holds`, also drops the holds of dead instances on cancelled tasks: that looks at
+        every terminated task, so executors ask for it only once per lease period.
         """
         async with self.db.transaction() as conn:
             stale_before = await self.db.now(conn) - lease_ttl
-            racks = await store.release_dead_holds(conn, stale_before=stale_before)
-            racks |= await store.racks_needing_promotion(conn, now=self.clock.now())
+            held = await store.racks_with_dead_holds(conn, stale_before=stale_before) if dead_holds else set()
+            racks = held | await store.racks_needing_promotion(conn, now=self.clock.now())
             if not racks:
                 return []
             await store.lock_racks(self.db, conn, racks)
+            await store.release_dead_holds(conn, held, stale_before=stale_before)
             promoted = await self.promote_in(conn, racks)
         if promoted:
             log.info("promoted %d waiting task(s)", len(promoted))
