@@ -1,0 +1,127 @@
+"""Steps of one component type run together, up to the backend's `step_concurrency`; types stay in order.
+
+`step_batches` is pure; the executor tests run it against a backend that records what overlapped, on both
+databases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from rackflow.clock import SystemClock
+from rackflow.inventory.model import Component, ComponentSpec, ComponentType, PowerState, RackSelection
+from rackflow.inventory.service import InventoryService
+from rackflow.store.db import Database
+from rackflow.tasks.backends.base import StepFailed
+from rackflow.tasks.executor import Executor, step_batches
+from rackflow.tasks.manager import TaskManager
+from rackflow.tasks.model import ConflictStrategy, Operation, OperationKind, QueueOptions, Task, TaskStatus
+
+CLOCK = SystemClock()
+RACK = uuid.uuid4()
+
+
+def component(name: str, ctype: ComponentType) -> Component:
+    return Component(uuid.uuid4(), RACK, ctype, name, "", "", PowerState.UNKNOWN)
+
+
+def names(batches: list[list[tuple[int, Component]]]) -> list[list[str]]:
+    return [[f"{n}:{c.name}" for n, c in batch] for batch in batches]
+
+
+SHELF = ComponentType.POWERSHELF
+NODE = ComponentType.COMPUTE
+STEPS = [component("ps-0", SHELF), component("ps-1", SHELF)] + [component(f"n{i}", NODE) for i in range(5)]
+
+
+def test_width_one_runs_every_step_alone() -> None:
+    assert names(step_batches(STEPS, 1)) == [[f"{i}:{c.name}"] for i, c in enumerate(STEPS, 1)]
+
+
+def test_batches_never_mix_types_and_hold_at_most_width_steps() -> None:
+    shelves = ["1:ps-0", "2:ps-1"]
+    assert names(step_batches(STEPS, 2)) == [shelves, ["3:n0", "4:n1"], ["5:n2", "6:n3"], ["7:n4"]]
+    assert names(step_batches(STEPS, 4)) == [shelves, ["3:n0", "4:n1", "5:n2", "6:n3"], ["7:n4"]]
+
+
+def test_a_type_that_comes_back_later_starts_a_new_batch() -> None:
+    steps = [component("a", NODE), component("b", SHELF), component("c", NODE)]
+    assert names(step_batches(steps, 8)) == [["1:a"], ["2:b"], ["3:c"]]
+
+
+def test_no_steps_no_batches() -> None:
+    assert step_batches([], 4) == []
+
+
+class Overlapping:
+    """Records which steps were in flight together; fails the components named in `fail`."""
+
+    def __init__(self, width: int, fail: frozenset[str] = frozenset()) -> None:
+        self.step_concurrency = width
+        self.fail = fail
+        self.in_flight: dict[str, ComponentType] = {}
+        self.peak: dict[ComponentType, int] = {}
+        self.started: list[str] = []
+
+    async def run_step(self, task: Task, component: Component) -> None:
+        self.started.append(component.name)
+        self.in_flight[component.name] = component.type
+        # Anything of another type in flight now would break the power order.
+        assert set(self.in_flight.values()) == {component.type}
+        self.peak[component.type] = max(self.peak.get(component.type, 0), len(self.in_flight))
+        await asyncio.sleep(0.05)
+        del self.in_flight[component.name]
+        if component.name in self.fail:
+            raise StepFailed(f"{component.name} refused")
+
+
+async def run_task(db: Database, backend: Overlapping, kind: OperationKind) -> Task:
+    specs = [ComponentSpec(SHELF, f"ps{i}") for i in range(2)]
+    specs += [ComponentSpec(NODE, f"no{i}") for i in range(5)]
+    rack = await InventoryService(db, CLOCK).create_rack("r1", components=specs)
+    manager = TaskManager(db, CLOCK)
+    [task] = await manager.submit(
+        Operation(kind), [RackSelection(rack.id)], description="", queue=QueueOptions(ConflictStrategy.REJECT)
+    )
+    executor = Executor(db, CLOCK, backend, instance_id=uuid.uuid4(), manager=manager, poll_interval=0.02)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(executor.run(stop))
+    try:
+        async with asyncio.timeout(15):
+            return await finished(manager, task)
+    finally:
+        stop.set()
+        await runner
+
+
+async def finished(manager: TaskManager, task: Task) -> Task:
+    while True:
+        [found] = await manager.get_tasks([task.id])
+        if found.status.is_final:
+            return found
+        await asyncio.sleep(0.02)
+
+
+async def test_steps_of_one_type_overlap_up_to_the_backend_width(db: Database) -> None:
+    backend = Overlapping(width=3)
+    done = await run_task(db, backend, OperationKind.POWER_ON)
+    assert (done.status, done.message) == (TaskStatus.COMPLETED, "powered on 7 components")
+    assert backend.peak == {SHELF: 2, NODE: 3}
+    assert backend.started[:2] == ["ps0", "ps1"]  # shelves first on power-on
+
+
+async def test_power_off_runs_the_types_in_reverse(db: Database) -> None:
+    backend = Overlapping(width=3)
+    await run_task(db, backend, OperationKind.POWER_OFF)
+    assert backend.started[-2:] == ["ps0", "ps1"]
+
+
+async def test_a_failure_ends_the_task_after_its_batch_and_names_every_failed_step(db: Database) -> None:
+    backend = Overlapping(width=3, fail=frozenset({"no0", "no2"}))
+    done = await run_task(db, backend, OperationKind.POWER_ON)
+    assert done.status is TaskStatus.FAILED
+    assert done.message == (
+        "power_on failed on no0 (3/7): no0 refused; power_on failed on no2 (5/7): no2 refused"
+    )
+    assert backend.started == ["ps0", "ps1", "no0", "no1", "no2"]  # the next batch never started
