@@ -1,0 +1,161 @@
+"""Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher.
+
+Every process is a full peer: it serves the API, runs tasks and fires schedules. Several processes may share
+one PostgreSQL database; the store's row claims keep them from doing the same work twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from rackflow.api.audit import AuditInterceptor
+from rackflow.api.auth import AuthInterceptor
+from rackflow.api.servicer import FlowServicer
+from rackflow.clock import SystemClock
+from rackflow.config import BackendName, ServeConfig, parse_host_port
+from rackflow.metrics import serve_metrics
+from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.security import server_credentials
+from rackflow.services import Services
+from rackflow.store.db import Database
+from rackflow.store.migrate import migrate, require_migrated
+from rackflow.tasks.backends.base import Backend
+from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
+from rackflow.tasks.executor import Executor
+from rackflow.v1 import flow_pb2, flow_pb2_grpc
+
+log = logging.getLogger("rackflow.server")
+
+SERVICE_NAME = flow_pb2.DESCRIPTOR.services_by_name["Flow"].full_name
+SHUTDOWN_GRACE_SECONDS = 5.0
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def build_backend(config: ServeConfig, services: Services) -> Backend:
+    if config.backend is BackendName.REDFISH:
+        from rackflow.tasks.backends.redfish.backend import RedfishBackend  # loads sushy only when used
+        from rackflow.tasks.backends.redfish.config import RedfishConfig
+
+        return RedfishBackend(services.db, RedfishConfig.from_env())
+    return SimulatorBackend(services.db, SimulatorConfig.from_env())
+
+
+class RackflowServer:
+    """Start with `start()`, then `wait()` until `stop()` (or a signal) ends it."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.instance_id = uuid.uuid4()
+        self.clock = SystemClock(config.clock_offset)
+        self.db = Database(config.db, clock=self.clock)
+        self.services = Services.build(self.db, self.clock)
+        self.grpc: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self.address = ""
+        self._stop = asyncio.Event()
+        self._workers: list[asyncio.Task[None]] = []
+
+    async def start(self) -> str:
+        """Migrate if asked, refuse an unmigrated database, then serve. Returns the bound HOST:PORT."""
+        if self.config.migrate:
+            revision = await migrate(self.db)
+            log.info("database migrated to revision %s", revision)
+        await require_migrated(self.db)
+
+        self.grpc = grpc.aio.server(
+            # Authentication runs outside auditing, so the audit sees the caller's principal.
+            interceptors=[AuthInterceptor(self.config.tokens), AuditInterceptor(self.db, self.clock)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
+        flow_pb2_grpc.add_FlowServicer_to_server(FlowServicer(self.services), self.grpc)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            self.grpc,
+        )
+        host, port = parse_host_port(self.config.listen, "--listen")
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if self.config.tls is not None:
+            bound = self.grpc.add_secure_port(address, server_credentials(self.config.tls))
+        else:
+            bound = self.grpc.add_insecure_port(address)
+        if bound == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        self.address = f"{host}:{bound}"
+        await self.grpc.start()
+
+        backend = build_backend(self.config, self.services)
+        executor = Executor(
+            self.db,
+            self.clock,
+            backend,
+            instance_id=self.instance_id,
+            manager=self.services.tasks,
+            lease_ttl=self.config.lease_ttl.total_seconds(),
+        )
+        self._spawn("executor", executor.run)
+        if self.config.dispatcher:
+            dispatcher = Dispatcher(
+                self.services,
+                instance_id=self.instance_id,
+                interval=self.config.dispatch_interval,
+                batch=self.config.dispatch_batch,
+                lease_ttl=self.config.lease_ttl,
+            )
+            self._spawn("dispatcher", dispatcher.run)
+        if self.config.metrics_listen:
+            serve_metrics(self.config.metrics_listen)
+            log.info("metrics on http://%s/metrics", self.config.metrics_listen)
+
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "listening on %s (db %s, dispatcher %s, backend %s)",
+            self.address,
+            self.db.dialect,
+            "on" if self.config.dispatcher else "off",
+            self.config.backend.value,
+            extra={"instance_id": str(self.instance_id), "listen": self.address},
+        )
+        log.info(
+            "security: TLS %s, client certificates %s, bearer tokens %s",
+            "on" if self.config.tls else "off",
+            "required" if self.config.tls and self.config.tls.client_ca else "not required",
+            f"required ({len(self.config.tokens.entries)})" if self.config.tokens else "off",
+        )
+        return self.address
+
+    def _spawn(self, name: str, run: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+        task = asyncio.create_task(run(self._stop), name=name)
+        task.add_done_callback(self._worker_done)
+        self._workers.append(task)
+
+    def _worker_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s stopped unexpectedly; shutting down", task.get_name(), exc_info=task.exception())
+            self._stop.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def wait(self) -> None:
+        """Run until stopped, then shut down cleanly: stop workers, drain RPCs, close the database."""
+        await self._stop.wait()
+        log.info("shutting down")
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        if self.grpc is not None:
+            await self.grpc.stop(SHUTDOWN_GRACE_SECONDS)
+        await self.db.dispose()
+        log.info("stopped")

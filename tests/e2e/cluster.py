@@ -1,0 +1,131 @@
+"""Real `rackflow serve` processes for end-to-end tests: start, wait until listening, kill, stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import psycopg
+from sqlalchemy.engine import make_url
+
+from rackflow.v1 import flow_pb2_grpc
+
+STARTUP_TIMEOUT_S = 30.0
+_LISTENING = re.compile(r"listening on (\S+)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """One `rackflow serve` child; its output is kept for assertions and for failure messages."""
+
+    proc: subprocess.Popen[str]
+    address: str
+    log_path: Path
+    _reader: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def output(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def stub(self) -> flow_pb2_grpc.FlowStub:
+        return flow_pb2_grpc.FlowStub(grpc.insecure_channel(self.address))
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, as a crash would leave things."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+def start_server(
+    db_url: str,
+    log_dir: Path,
+    *,
+    args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    name: str = "server",
+) -> ServerProcess:
+    """Start `rackflow serve` on a free loopback port and wait for its "listening on" line."""
+    log_path = log_dir / f"{name}-{free_port()}.log"
+    cmd = [
+        sys.executable, "-m", "rackflow", "serve", "--db", db_url, "--listen", f"127.0.0.1:{free_port()}",
+        *args,
+    ]
+    child_env = {**os.environ, "RACKFLOW_SIM_STEP_SECONDS": "0.01", **(env or {})}
+    log_file = log_path.open("w")
+    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True, env=child_env)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        match = _LISTENING.search(log_path.read_text())
+        if match:
+            return ServerProcess(proc, match.group(1), log_path)
+        if proc.poll() is not None:
+            raise RuntimeError(f"rackflow serve exited with {proc.returncode}:\n{log_path.read_text()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"rackflow serve did not start in {STARTUP_TIMEOUT_S}s:\n{log_path.read_text()}")
+
+
+@contextmanager
+def servers(db_url: str, log_dir: Path, count: int, **kwargs: object) -> Iterator[list[ServerProcess]]:
+    """`count` servers on one database, all stopped (or killed) at the end."""
+    started: list[ServerProcess] = []
+    try:
+        for i in range(count):
+            started.append(start_server(db_url, log_dir, name=f"server{i}", **kwargs))  # type: ignore[arg-type]
+        yield started
+    finally:
+        for server in started:
+            server.stop()
+
+
+@contextmanager
+def fresh_postgres_database(admin_url: str) -> Iterator[str]:
+    """A new empty PostgreSQL database for one multi-process test (dropped afterwards)."""
+    import uuid
+
+    admin = make_url(admin_url).set(drivername="postgresql")
+    name = f"rackflow_e2e_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin.render_as_string(False), autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield admin.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin.render_as_string(False), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def sql(db_url: str, query: str, *params: object) -> list[tuple[object, ...]]:
+    """Run one query with psycopg and return all rows (assertions read the database directly)."""
+    url = make_url(db_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query, params)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []

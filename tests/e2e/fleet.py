@@ -1,0 +1,90 @@
+"""Helpers that set up racks and schedules over the real gRPC API, for end-to-end tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1 import flow_pb2_grpc
+
+_T = TypeVar("_T")
+PARALLEL_RPCS = 64
+
+
+def create_racks(
+    stub: flow_pb2_grpc.FlowStub, names: Sequence[str], *, components_per_rack: int = 1
+) -> list[pb.Rack]:
+    """Create racks (each with COMPUTE components), many RPCs in flight at once."""
+    requests = [
+        pb.CreateRackRequest(
+            name=name,
+            components=[
+                pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name=f"{name}-c{i}", external_id=f"{name}-c{i}")
+                for i in range(components_per_rack)
+            ],
+        )
+        for name in names
+    ]
+    return _parallel(stub.CreateRack.future, requests)
+
+
+def schedule_request(
+    name: str,
+    rack_names: Sequence[str],
+    *,
+    spec_type: int,
+    spec: str,
+    timezone: str = "",
+    overlap: int = pb.OVERLAP_POLICY_SKIP,
+    operation: str = "power_on",
+) -> pb.CreateTaskScheduleRequest:
+    target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name=n) for n in rack_names]))
+    op = pb.ScheduledOperation(**{operation: _operation_request(operation, target)})
+    return pb.CreateTaskScheduleRequest(
+        schedule=pb.ScheduleConfig(
+            name=name, spec=pb.ScheduleSpec(type=spec_type, spec=spec, timezone=timezone), overlap_policy=overlap
+        ),
+        operation=op,
+    )
+
+
+def _operation_request(operation: str, target: pb.OperationTargetSpec) -> object:
+    classes = {
+        "power_on": pb.PowerOnRackRequest,
+        "power_off": pb.PowerOffRackRequest,
+        "power_reset": pb.PowerResetRackRequest,
+        "bring_up": pb.BringUpRackRequest,
+        "ingest": pb.IngestRackRequest,
+    }
+    return classes[operation](target_spec=target)
+
+
+def create_schedules(
+    stub: flow_pb2_grpc.FlowStub, requests: Sequence[pb.CreateTaskScheduleRequest]
+) -> list[pb.TaskSchedule]:
+    return _parallel(stub.CreateTaskSchedule.future, requests)
+
+
+def _parallel(call: Callable[[object], object], requests: Sequence[object]) -> list[_T]:
+    results: list[_T] = []
+    for start in range(0, len(requests), PARALLEL_RPCS):
+        futures = [call(r) for r in requests[start : start + PARALLEL_RPCS]]
+        results.extend(f.result(timeout=60) for f in futures)  # type: ignore[attr-defined]
+    return results
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.2, what: str = "") -> float:
+    """Poll until `predicate()`; returns the seconds it took, or fails the test with `what`."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if predicate():
+            return time.monotonic() - started
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")

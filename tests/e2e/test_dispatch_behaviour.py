@@ -1,0 +1,151 @@
+"""Dispatch behaviour end to end: one real `rackflow serve`, simulator tasks that outlast the interval.
+
+Runs on SQLite and on PostgreSQL. Simulator steps take STEP_S per component, so a rack's task lasts
+components × STEP_S; schedules fire every second.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1 import flow_pb2_grpc
+from tests.conftest import postgres_admin_url
+from tests.e2e.cluster import ServerProcess, fresh_postgres_database, start_server
+from tests.e2e.fleet import create_racks, rfc3339, schedule_request, wait_until
+
+pytestmark = pytest.mark.slow
+
+STEP_S = 0.4
+INTERVAL = pb.SCHEDULE_SPEC_TYPE_INTERVAL
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log_dir = tmp_path_factory.mktemp("dispatch")
+    if request.param == "sqlite":
+        yield from _serve(f"sqlite:///{log_dir}/rackflow.db", log_dir)
+    else:
+        request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
+        with fresh_postgres_database(postgres_admin_url()) as url:
+            yield from _serve(url, log_dir)
+
+
+def _serve(url: str, log_dir: Path) -> Iterator[ServerProcess]:
+    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+    proc = start_server(url, log_dir, args=["--dispatch-interval", "200ms"],
+                        env={"RACKFLOW_SIM_STEP_SECONDS": str(STEP_S)})
+    yield proc
+    assert proc.stop() == 0, proc.output
+
+
+@pytest.fixture
+def stub(server: ServerProcess) -> flow_pb2_grpc.FlowStub:
+    return server.stub()
+
+
+def _runs(stub: flow_pb2_grpc.FlowStub, schedule: pb.TaskSchedule) -> list[pb.TaskScheduleRun]:
+    return list(stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id)).runs)
+
+
+def _tasks(stub: flow_pb2_grpc.FlowStub, schedule: pb.TaskSchedule) -> list[pb.Task]:
+    return list(stub.ListTasks(pb.ListTasksRequest(schedule_id=schedule.id)).tasks)
+
+
+def _outcomes(runs: list[pb.TaskScheduleRun]) -> list[str]:
+    return [o.outcome for run in runs for o in run.outcomes]
+
+
+def test_skip_leaves_out_a_scope_whose_task_is_still_running(stub: flow_pb2_grpc.FlowStub) -> None:
+    create_racks(stub, ["skip-a"], components_per_rack=8)  # a task lasts ~3.2 s; the interval is 1 s
+    schedule = stub.CreateTaskSchedule(schedule_request("skip", ["skip-a"], spec_type=INTERVAL, spec="1s"))
+    wait_until(lambda: "skipped_overlap" in _outcomes(_runs(stub, schedule)), timeout=15, what="a skipped firing")
+    stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
+    tasks = _tasks(stub, schedule)
+    assert all(t.status != pb.TASK_STATUS_WAITING for t in tasks), "SKIP must never queue"
+    assert len(tasks) == _outcomes(_runs(stub, schedule)).count("submitted")
+
+
+def test_queue_submits_behind_the_running_task(stub: flow_pb2_grpc.FlowStub) -> None:
+    create_racks(stub, ["queue-a"], components_per_rack=8)
+    schedule = stub.CreateTaskSchedule(schedule_request(
+        "queue", ["queue-a"], spec_type=INTERVAL, spec="1s", overlap=pb.OVERLAP_POLICY_QUEUE))
+    wait_until(lambda: any(t.status == pb.TASK_STATUS_WAITING for t in _tasks(stub, schedule)), timeout=15,
+               what="a waiting task")
+    stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
+    assert "skipped_overlap" not in _outcomes(_runs(stub, schedule))
+
+
+def test_per_scope_skip_fires_the_idle_racks(stub: flow_pb2_grpc.FlowStub) -> None:
+    create_racks(stub, [f"ps-{i}" for i in range(4)], components_per_rack=1)
+    create_racks(stub, ["ps-busy"], components_per_rack=8)
+    schedule = stub.CreateTaskSchedule(schedule_request(
+        "per-scope", [*(f"ps-{i}" for i in range(4)), "ps-busy"], spec_type=INTERVAL, spec="1s"))
+    busy_id = _rack_id(stub, "ps-busy").id
+
+    def four_fired_one_skipped() -> bool:
+        for run in _runs(stub, schedule):
+            kinds = {o.rack_id.id: o.outcome for o in run.outcomes}
+            if list(kinds.values()).count("submitted") == 4 and kinds.get(busy_id) == "skipped_overlap":
+                return True
+        return False
+
+    wait_until(four_fired_one_skipped, timeout=15, what="a firing on 4 racks with the busy one skipped")
+    stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
+
+
+def _rack_id(stub: flow_pb2_grpc.FlowStub, name: str) -> pb.UUID:
+    racks = stub.ListRacks(pb.ListRacksRequest()).racks
+    return next(r.id for r in racks if r.name == name)
+
+
+def test_empty_scope_advances_without_tasks(stub: flow_pb2_grpc.FlowStub) -> None:
+    create_racks(stub, ["empty-a"])
+    schedule = stub.CreateTaskSchedule(schedule_request("empty", ["empty-a"], spec_type=INTERVAL, spec="1h"))
+    stub.DeleteRack(pb.DeleteRackRequest(id=_rack_id(stub, "empty-a")))  # the scope goes with the rack
+    schedule = stub.UpdateTaskSchedule(pb.UpdateTaskScheduleRequest(
+        id=schedule.id, schedule=pb.ScheduleConfig(spec=pb.ScheduleSpec(type=INTERVAL, spec="1s")),
+        update_mask={"paths": ["schedule.spec"]}))
+    wait_until(lambda: len(_runs(stub, schedule)) >= 2, timeout=10, what="two firings of the empty schedule")
+    stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
+    assert _outcomes(_runs(stub, schedule)) == []
+    assert _tasks(stub, schedule) == []
+    after = stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))
+    assert after.last_run_at.ToDatetime() > schedule.created_at.ToDatetime()
+
+
+def test_one_time_is_consumed_even_when_every_submission_fails(stub: flow_pb2_grpc.FlowStub) -> None:
+    (rack,) = create_racks(stub, ["fail-a"], components_per_rack=8)
+    target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="fail-a")]))
+    stub.BringUpRack(pb.BringUpRackRequest(target_spec=target))  # bring-up conflicts with everything
+    past = rfc3339(datetime.now(UTC) - timedelta(seconds=1))
+    schedule = stub.CreateTaskSchedule(schedule_request(
+        "fail-once", ["fail-a"], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past))
+    wait_until(lambda: bool(_runs(stub, schedule)) and _runs(stub, schedule)[0].state == "completed",
+               timeout=10, what="the one-time firing")
+    (run,) = _runs(stub, schedule)
+    assert [o.outcome for o in run.outcomes] == ["failed"]
+    assert run.outcomes[0].error
+    after = stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))
+    assert not after.enabled and not after.HasField("next_run_at")
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ResumeTaskSchedule(pb.ResumeTaskScheduleRequest(id=schedule.id))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert rack.id.id
+
+
+def test_paused_schedule_never_fires(stub: flow_pb2_grpc.FlowStub) -> None:
+    create_racks(stub, ["paused-a"])
+    schedule = stub.CreateTaskSchedule(schedule_request("paused", ["paused-a"], spec_type=INTERVAL, spec="1s"))
+    stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
+    time.sleep(2.5)
+    assert _runs(stub, schedule) == []
+    assert _tasks(stub, schedule) == []
