@@ -221,6 +221,35 @@ async def test_a_task_of_a_dead_instance_is_taken_over(db: Database) -> None:
     assert executor.instance_id not in {i.id for i in await instances.live_instances(db, timedelta(hours=1))}
 
 
+async def test_heartbeats_keep_a_long_task_with_its_owner(db: Database) -> None:
+    rack = await make_rack(db, computes=6)
+    slow = SimulatorBackend(db, SimulatorConfig(step_seconds=0.2))
+    async with executing(db, slow, lease_ttl=0.6) as owner:
+        task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+
+        async def running() -> bool:
+            return (await row(db, task)).owner_id == owner.instance_id
+        await eventually(running)
+        async with executing(db, lease_ttl=0.6):  # a rival that would take over an expired lease
+            done = await finished(db, task)
+    assert done.status is TaskStatus.COMPLETED and (await row(db, task)).attempts == 1
+
+
+async def test_a_stopped_instance_hands_its_task_over_at_once(db: Database) -> None:
+    rack = await make_rack(db, computes=6)
+    slow = SimulatorBackend(db, SimulatorConfig(step_seconds=0.2))
+    async with executing(db, slow, lease_ttl=60.0):
+        task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+
+        async def running() -> bool:
+            return (await get(db, task)).status is TaskStatus.RUNNING
+        await eventually(running)
+    assert (await get(db, task)).status is TaskStatus.RUNNING  # left for a successor, not failed
+    async with executing(db, lease_ttl=60.0):  # no waiting for the 60 s lease: the owner unregistered
+        done = await finished(db, task)
+    assert done.status is TaskStatus.COMPLETED and (await row(db, task)).attempts == 2
+
+
 async def test_a_live_owner_keeps_its_task(db: Database) -> None:
     rack = await make_rack(db)
     task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
