@@ -25,6 +25,20 @@ class PowerState(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class Bmc:
+    """Where a component's BMC answers (Redfish), and a reference to its credentials, never the secret.
+
+    `resource` is the Redfish resource that is this component, relative to the service root
+    (`Systems/1`, `Chassis/PS0`, `Managers/BMC`; a bare id means `Systems/<id>`). `credentials` is
+    `env:NAME` or `file:/path`, whose value `user:password` is read each time it is used.
+    """
+
+    url: str
+    resource: str
+    credentials: str
+
+
+@dataclass(frozen=True)
 class Component:
     id: uuid.UUID
     rack_id: uuid.UUID
@@ -33,6 +47,7 @@ class Component:
     external_id: str
     firmware_version: str
     power_state: PowerState
+    bmc: Bmc | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,7 @@ class ComponentSpec:
     name: str
     external_id: str = ""
     firmware_version: str = ""
+    bmc: Bmc | None = None
 
 
 # --- target specs, as a client states them -------------------------------------------------------

@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.errors import AlreadyExists
-from rackflow.inventory.model import Component, ComponentSpec, ComponentType, NVLDomain, PowerState, Rack
+from rackflow.inventory.model import Bmc, Component, ComponentSpec, ComponentType, NVLDomain, PowerState, Rack
 from rackflow.store.db import Database
 from rackflow.store.tables import components, nvl_domains, racks, tasks
 
@@ -55,7 +55,20 @@ def _component_from(row: Row[Any]) -> Component:
         external_id=row.external_id or "",
         firmware_version=row.firmware_version,
         power_state=PowerState(row.power_state),
+        bmc=_bmc_from(row),
     )
+
+
+def _bmc_from(row: Row[Any]) -> Bmc | None:
+    if row.bmc_url is None:
+        return None
+    return Bmc(url=row.bmc_url, resource=row.bmc_resource or "", credentials=row.bmc_credentials or "")
+
+
+def _bmc_columns(bmc: Bmc | None) -> dict[str, str | None]:
+    if bmc is None:
+        return {"bmc_url": None, "bmc_resource": None, "bmc_credentials": None}
+    return {"bmc_url": bmc.url, "bmc_resource": bmc.resource, "bmc_credentials": bmc.credentials}
 
 
 def _rack_from(row: Row[Any], rack_components: Sequence[Component] = ()) -> Rack:
@@ -193,6 +206,7 @@ async def insert_components(
             external_id=spec.external_id,
             firmware_version=spec.firmware_version,
             power_state=PowerState.UNKNOWN,
+            bmc=spec.bmc,
         )
         for spec in specs
     ]
@@ -208,6 +222,7 @@ async def insert_components(
             "firmware_version": c.firmware_version,
             "power_state": c.power_state.value,
             "created_at": created_at,
+            **_bmc_columns(c.bmc),
         }
         for c in created
     ]

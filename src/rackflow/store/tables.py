@@ -60,6 +60,11 @@ components = Table(
     Column("firmware_version", String(255), nullable=False, server_default=""),
     Column("power_state", String(16), nullable=False, server_default="unknown"),
     Column("created_at", UTCDateTime, nullable=False),
+    # The component's BMC (migration 0003): all three set, or none. bmc_credentials is a reference
+    # (env:NAME or file:/path), never the secret itself.
+    Column("bmc_url", String(1024), nullable=True),
+    Column("bmc_resource", String(255), nullable=True),
+    Column("bmc_credentials", String(1024), nullable=True),
     UniqueConstraint("type", "external_id"),
 )
 

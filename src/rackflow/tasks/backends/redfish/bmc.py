@@ -1,0 +1,193 @@
+"""One BMC resource through sushy. Every method blocks: the backend calls them with `asyncio.to_thread`.
+
+sushy's own retries are turned down to a single attempt, so that retrying (with backoff, and never on
+401/403) is decided in one place, `calls.py`, and a step's timeout means what it says.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import sushy  # type: ignore[import-untyped]
+from sushy import auth as sushy_auth
+from sushy import exceptions as sushy_errors
+
+from rackflow.inventory.model import PowerState
+from rackflow.tasks.backends.redfish.config import RedfishConfig
+from rackflow.tasks.backends.redfish.endpoint import Credentials, Target
+from rackflow.tasks.backends.redfish.rules import (
+    PowerAction,
+    Unsupported,
+    choose_reset_type,
+    power_state_from,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a read of the BMC found: recorded on the component, and summarised in the log."""
+
+    power: PowerState
+    firmware: str | None
+    summary: str
+
+
+class BmcSession:
+    """A connection to one BMC and the one resource (system, chassis or manager) that is the component."""
+
+    def __init__(self, target: Target, credentials: Credentials, config: RedfishConfig) -> None:
+        self.target = target
+        self._root = sushy.Sushy(
+            target.base_url,
+            auth=sushy_auth.BasicAuth(username=credentials.username, password=credentials.password),
+            root_prefix=target.root_prefix,
+            verify=config.verify_tls,
+            server_side_retries=1,
+            server_side_retries_delay=0,
+            connect_timeout=config.connect_timeout,
+            read_timeout=config.read_timeout,
+        )
+
+    def close(self) -> None:
+        self._root._conn.close()
+
+    def _resource(self) -> Any:
+        """A fresh read of the resource (sushy objects cache their JSON; a new one reads it anew)."""
+        getter = {
+            "Systems": self._root.get_system,
+            "Chassis": self._root.get_chassis,
+            "Managers": self._root.get_manager,
+        }[self.target.collection]
+        return getter(self.target.path)
+
+    # --- power -----------------------------------------------------------------------------------
+
+    def power_state(self) -> PowerState:
+        resource = self._power_resource()
+        return power_state_from(_value(resource.power_state))
+
+    def reset(self, action: PowerAction) -> str:
+        """Send the Reset action; returns the ResetType sent."""
+        resource = self._power_resource()
+        if self.target.collection == "Systems":
+            offered = _names(resource.get_allowed_reset_system_values())
+            reset_type = choose_reset_type(action, offered)
+            resource.reset_system(sushy.ResetType(reset_type))
+        else:
+            offered = _names(resource.get_allowed_reset_chassis_values())
+            reset_type = choose_reset_type(action, offered)
+            resource.reset_chassis(sushy.ResetType(reset_type))
+        return reset_type
+
+    def _power_resource(self) -> Any:
+        if self.target.collection == "Managers":
+            raise Unsupported(
+                f"{self.target.collection}/{self.target.identity} is a manager, which has no power control; "
+                "point the component's bmc.resource at its Systems/<id> or Chassis/<id>"
+            )
+        return self._resource()
+
+    # --- firmware --------------------------------------------------------------------------------
+
+    def firmware_version(self) -> str | None:
+        """The resource's own version field, else the firmware inventory entry that names the resource."""
+        resource = self._resource()
+        own = {"Systems": "bios_version", "Managers": "firmware_version"}.get(self.target.collection)
+        version = getattr(resource, own) if own else None
+        if version:
+            return str(version)
+        for item in self._firmware_inventory():
+            related = {link.get("@odata.id", "").rstrip("/") for link in item.related_item or ()}
+            if self.target.path in related and item.version:
+                return str(item.version)
+        return None
+
+    def _firmware_inventory(self) -> list[Any]:
+        """Firmware inventory entries; an empty list where the service has none (many do not)."""
+        try:
+            return list(self._root.get_update_service().firmware_inventory.get_members())
+        except (sushy_errors.ResourceNotFoundError, sushy_errors.MissingAttributeError):
+            return []
+
+    def start_update(self, image_uri: str) -> Any | None:
+        """SimpleUpdate of this resource; the task monitor, or None when the service finished at once."""
+        service = self._root.get_update_service()
+        scheme = image_uri.split("://", 1)[0].upper()
+        try:
+            protocol = sushy.UpdateTransferProtocolType(scheme)
+        except ValueError:
+            raise Unsupported(f"image URI {image_uri!r}: unsupported transfer protocol {scheme}") from None
+        try:
+            return service.simple_update(image_uri, targets=[self.target.path], transfer_protocol=protocol)
+        except sushy_errors.MissingHeaderError:
+            return None
+
+    @staticmethod
+    def update_running(monitor: Any) -> bool:
+        """Refresh the task monitor; True while the service still works on the update."""
+        return bool(monitor.check_is_processing)
+
+    @staticmethod
+    def update_result(monitor: Any) -> dict[str, Any] | None:
+        """The finished task's JSON where the monitor returns it (it may also just be gone)."""
+        response = monitor.response
+        if response is None or not response.content:
+            return None
+        try:
+            doc = response.json()
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    # --- inventory -------------------------------------------------------------------------------
+
+    def observe(self) -> Observed:
+        """Read the resource, its chassis and the firmware inventory: what bring-up and ingest record."""
+        resource = self._resource()
+        power = (
+            PowerState.UNKNOWN
+            if self.target.collection == "Managers"
+            else power_state_from(_value(resource.power_state))
+        )
+        firmware = self.firmware_version()
+        parts = [
+            f"{self.target.collection}/{self.target.identity} {resource.name!r}",
+            *(f"{label} {value}" for label, value in _identity_fields(resource)),
+            f"power {power.value}",
+            f"firmware {firmware or 'unknown'}",
+        ]
+        if self.target.collection == "Systems":
+            chassis = [c.identity for c in _safe_links(lambda: resource.chassis)]
+            parts.append(f"chassis {', '.join(chassis) or '-'}")
+        inventory = [f"{item.name} {item.version}" for item in self._firmware_inventory()]
+        if inventory:
+            parts.append(f"firmware inventory: {', '.join(inventory)}")
+        return Observed(power, firmware, "; ".join(parts))
+
+
+def _value(field: Any) -> str | None:
+    """sushy maps some fields to enums; the Redfish string either way."""
+    if field is None:
+        return None
+    return str(getattr(field, "value", field))
+
+
+def _names(values: Any) -> set[str]:
+    return {str(getattr(v, "value", v)) for v in values}
+
+
+def _identity_fields(resource: Any) -> list[tuple[str, str]]:
+    fields = (("model", "model"), ("serial", "serial_number"), ("manufacturer", "manufacturer"))
+    return [(label, str(getattr(resource, attr))) for label, attr in fields if getattr(resource, attr, None)]
+
+
+def _safe_links(read: Any) -> list[Any]:
+    """Linked resources, or none when the service does not link them (optional in Redfish)."""
+    try:
+        return list(read())
+    except (sushy_errors.MissingAttributeError, sushy_errors.ResourceNotFoundError):
+        return []

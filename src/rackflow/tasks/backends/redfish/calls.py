@@ -1,0 +1,97 @@
+"""Calling a BMC off the event loop, with one retry policy for every call.
+
+Transient failures (the connection refused, reset or timed out; an HTTP 5xx) are retried with doubling
+delays: BMCs reboot, and are slow to answer while busy. Refused credentials (401/403) fail at once, since
+repeating them only locks the account. Anything else (404, a missing action, an unsupported value) fails
+at once too, with the BMC's own words. Every failure becomes a `StepFailed` whose text ends up in the
+task's message, so it says which BMC, what was being done, and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
+
+from rackflow.tasks.backends.base import StepFailed
+from rackflow.tasks.backends.redfish.config import RedfishConfig
+from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable
+from rackflow.tasks.backends.redfish.rules import Unsupported
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
+
+# The words of a connection failure worth keeping from a requests/urllib3 error's long text.
+_CONNECTION_REASONS = (
+    ("Connection refused", "connection refused"),
+    ("timed out", "timed out"),
+    ("Name or service not known", "host name not found"),
+    ("Temporary failure in name resolution", "host name not found"),
+    ("No route to host", "no route to host"),
+    ("Connection reset", "connection reset"),
+    ("RemoteDisconnected", "connection closed by the BMC"),
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, sushy_errors.ConnectionError | sushy_errors.ServerSideError)
+
+
+def reason(exc: BaseException) -> str:
+    """A one-line account of a BMC error, without the noise (and without credentials: none are in it)."""
+    if isinstance(exc, sushy_errors.AccessError):
+        return f"the BMC refused the credentials (HTTP {exc.status_code}{_detail(exc)})"
+    if isinstance(exc, sushy_errors.HTTPError):
+        return f"HTTP {exc.status_code}{_detail(exc)}"
+    if isinstance(exc, sushy_errors.ConnectionError):
+        text = str(exc)
+        for needle, said in _CONNECTION_REASONS:
+            if needle in text:
+                return said
+        if "SSL" in text or "certificate" in text:
+            return "TLS failure (RACKFLOW_REDFISH_VERIFY_TLS sets the CA bundle)"
+        return "cannot connect"
+    if isinstance(exc, sushy_errors.SushyError):
+        return re.sub(r"\s+", " ", str(exc)).strip()
+    return str(exc)
+
+
+def _detail(exc: sushy_errors.HTTPError) -> str:
+    return f": {exc.detail}" if exc.detail else ""
+
+
+async def call(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    config: RedfishConfig,
+    sleep: Sleep = asyncio.sleep,
+) -> T:
+    """`fn()` in a worker thread, retried on transient errors; a `StepFailed` saying `what` failed and why."""
+    delay = config.retry_delay
+    attempt = 1
+    while True:
+        try:
+            return await asyncio.to_thread(fn)
+        except (CredentialsUnavailable, Unsupported) as exc:
+            raise StepFailed(f"{what}: {exc}") from None
+        except sushy_errors.AccessError as exc:
+            raise StepFailed(f"{what}: {reason(exc)}; not retried") from None
+        except Exception as exc:
+            if not is_transient(exc):
+                if isinstance(exc, sushy_errors.SushyError):
+                    raise StepFailed(f"{what}: {reason(exc)}") from None
+                raise
+            if attempt > config.retries:
+                tries = f"{attempt} attempt{'' if attempt == 1 else 's'}"
+                raise StepFailed(f"{what}: {reason(exc)} (gave up after {tries})") from None
+            log.warning("%s: %s; retry %d/%d in %.1fs", what, reason(exc), attempt, config.retries, delay)
+            await sleep(delay)
+            delay = min(delay * 2, config.max_retry_delay)
+            attempt += 1

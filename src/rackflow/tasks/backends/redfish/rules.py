@@ -1,0 +1,118 @@
+"""The decisions of the redfish backend, as plain functions: which Reset to send, which state to wait for,
+which image to flash, and how to read a finished update task. No I/O here, so all of it is tested alone."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rackflow.inventory.model import ComponentType, PowerState
+from rackflow.tasks.model import OperationKind
+
+
+class PowerAction(enum.Enum):
+    ON = "power on"
+    GRACEFUL_OFF = "graceful shutdown"
+    FORCE_OFF = "forced power off"
+    GRACEFUL_RESTART = "graceful restart"
+    FORCE_RESTART = "forced restart"
+
+
+# Redfish ResetType values for each action, best first; a BMC that offers none of them cannot do it.
+RESET_TYPES: dict[PowerAction, tuple[str, ...]] = {
+    PowerAction.ON: ("On", "ForceOn"),
+    PowerAction.GRACEFUL_OFF: ("GracefulShutdown",),
+    PowerAction.FORCE_OFF: ("ForceOff",),
+    PowerAction.GRACEFUL_RESTART: ("GracefulRestart",),
+    PowerAction.FORCE_RESTART: ("ForceRestart", "PowerCycle"),
+}
+
+
+class Unsupported(ValueError):
+    """The BMC does not offer what the step needs."""
+
+
+def choose_reset_type(action: PowerAction, offered: Collection[str]) -> str:
+    """The ResetType to send; `offered` empty means the BMC did not say, so the first choice is tried."""
+    choices = RESET_TYPES[action]
+    if not offered:
+        return choices[0]
+    for choice in choices:
+        if choice in offered:
+            return choice
+    hint = " (a forced operation may be offered)" if action.name.startswith("GRACEFUL") else ""
+    raise Unsupported(
+        f"the BMC offers no ResetType for a {action.value}: wanted {' or '.join(choices)}, "
+        f"offered {', '.join(sorted(offered))}{hint}"
+    )
+
+
+@dataclass(frozen=True)
+class PowerPlan:
+    """What to send (None: already there) and the state that proves it happened."""
+
+    action: PowerAction | None
+    wanted: PowerState
+
+
+def power_plan(kind: OperationKind, *, forced: bool, current: PowerState) -> PowerPlan:
+    """Power operations are idempotent: a component already in the wanted state is left alone, and a reset
+    of a component that is off powers it on (a restart of something that is off is refused by most BMCs)."""
+    if kind is OperationKind.POWER_OFF:
+        if current is PowerState.OFF:
+            return PowerPlan(None, PowerState.OFF)
+        return PowerPlan(PowerAction.FORCE_OFF if forced else PowerAction.GRACEFUL_OFF, PowerState.OFF)
+    if kind is OperationKind.POWER_RESET and current is not PowerState.OFF:
+        return PowerPlan(PowerAction.FORCE_RESTART if forced else PowerAction.GRACEFUL_RESTART, PowerState.ON)
+    if kind in (OperationKind.POWER_ON, OperationKind.POWER_RESET, OperationKind.BRING_UP):
+        return PowerPlan(None if current is PowerState.ON else PowerAction.ON, PowerState.ON)
+    raise ValueError(f"{kind.value} is not a power operation")
+
+
+def power_state_from(redfish_state: str | None) -> PowerState:
+    """Redfish PowerState (On, Off, PoweringOn, PoweringOff, Paused) -> ours; in between is unknown."""
+    return {"On": PowerState.ON, "Off": PowerState.OFF}.get(redfish_state or "", PowerState.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class FirmwareImage:
+    """The image to flash, and the version the BMC must report afterwards (None: whatever it flashes)."""
+
+    uri: str
+    expected_version: str | None
+
+
+def firmware_image(target_version: str, template: str, component_type: ComponentType) -> FirmwareImage:
+    """A target_version with a scheme is the image URI itself; otherwise it is a version, and the image is
+    `template` with {version} and {type} filled in. Raises ValueError when neither applies."""
+    if "://" in target_version:
+        return FirmwareImage(target_version, None)
+    if not template:
+        raise ValueError(
+            f"target_version {target_version!r} is a version, but RACKFLOW_REDFISH_IMAGE_URI (which maps "
+            "versions to images) is not set; set it, or give the image URI as the target_version"
+        )
+    return FirmwareImage(
+        template.format(version=target_version, type=component_type.value.lower()), target_version
+    )
+
+
+# TaskState values that end a task without success (Redfish Task schema).
+FAILED_TASK_STATES = frozenset({"Exception", "Killed", "Cancelled", "Interrupted", "Suspended"})
+
+
+def update_failure(task_doc: Mapping[str, Any] | None) -> str | None:
+    """Why a finished update task failed, from its JSON; None when it succeeded or said nothing."""
+    if not task_doc:
+        return None
+    state = task_doc.get("TaskState")
+    status = task_doc.get("TaskStatus")
+    if state not in FAILED_TASK_STATES and status != "Critical":
+        return None
+    messages = [
+        str(m["Message"]) for m in task_doc.get("Messages") or () if isinstance(m, dict) and m.get("Message")
+    ]
+    detail = f": {'; '.join(messages)}" if messages else ""
+    return f"the BMC's update task ended {state or 'with status'} {status or ''}".rstrip() + detail
