@@ -205,9 +205,11 @@ class TaskManager:
         rack_ids = [s.rack_id for s in selections]
         if not rack_ids:
             raise InvalidArgument("target_spec: the targets select no rack")
-        if len(set(rack_ids)) != len(rack_ids):
-            twice = next(r for r in rack_ids if rack_ids.count(r) > 1)
-            raise InvalidArgument(f"target_spec: rack {twice} is targeted twice")
+        seen: set[uuid.UUID] = set()
+        for rack_id in rack_ids:
+            if rack_id in seen:
+                raise InvalidArgument(f"target_spec: rack {rack_id} is targeted twice")
+            seen.add(rack_id)
 
         names = await store.lock_racks(self.db, conn, rack_ids)
         missing = [r for r in rack_ids if r not in names]
@@ -374,12 +376,13 @@ class TaskManager:
         With `dead_holds`, also drops the holds of dead instances on cancelled tasks: that looks at
         every terminated task, so executors ask for it only once per lease period.
         """
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:  # usually there is nothing to do: find out without writing
             stale_before = await self.db.now(conn) - lease_ttl
             held = await store.racks_with_dead_holds(conn, stale_before=stale_before) if dead_holds else set()
             racks = held | await store.racks_needing_promotion(conn, now=self.clock.now())
-            if not racks:
-                return []
+        if not racks:
+            return []
+        async with self.db.transaction() as conn:
             await store.lock_racks(self.db, conn, racks)
             await store.release_dead_holds(conn, held, stale_before=stale_before)
             promoted = await self.promote_in(conn, racks)
