@@ -1,0 +1,248 @@
+"""The redfish backend's pure decisions, its retry policy, and its settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sushy import exceptions as sushy_errors
+
+from rackflow.errors import InvalidArgument
+from rackflow.inventory.model import ComponentType, PowerState
+from rackflow.tasks.backends.base import StepFailed
+from rackflow.tasks.backends.redfish.calls import call, reason
+from rackflow.tasks.backends.redfish.config import RedfishConfig
+from rackflow.tasks.backends.redfish.rules import (
+    FirmwareImage,
+    PowerAction,
+    PowerPlan,
+    Unsupported,
+    choose_reset_type,
+    firmware_image,
+    power_plan,
+    power_state_from,
+    update_failure,
+)
+from rackflow.tasks.model import OperationKind
+
+ON, OFF, UNKNOWN = PowerState.ON, PowerState.OFF, PowerState.UNKNOWN
+K = OperationKind
+
+
+@pytest.mark.parametrize(
+    ("kind", "forced", "current", "expected"),
+    [
+        (K.POWER_ON, False, OFF, PowerPlan(PowerAction.ON, ON)),
+        (K.POWER_ON, False, UNKNOWN, PowerPlan(PowerAction.ON, ON)),
+        (K.POWER_ON, False, ON, PowerPlan(None, ON)),
+        (K.POWER_OFF, False, ON, PowerPlan(PowerAction.GRACEFUL_OFF, OFF)),
+        (K.POWER_OFF, True, ON, PowerPlan(PowerAction.FORCE_OFF, OFF)),
+        (K.POWER_OFF, True, UNKNOWN, PowerPlan(PowerAction.FORCE_OFF, OFF)),
+        (K.POWER_OFF, True, OFF, PowerPlan(None, OFF)),
+        (K.POWER_RESET, False, ON, PowerPlan(PowerAction.GRACEFUL_RESTART, ON)),
+        (K.POWER_RESET, True, ON, PowerPlan(PowerAction.FORCE_RESTART, ON)),
+        (K.POWER_RESET, True, OFF, PowerPlan(PowerAction.ON, ON)),
+        (K.BRING_UP, False, OFF, PowerPlan(PowerAction.ON, ON)),
+        (K.BRING_UP, False, ON, PowerPlan(None, ON)),
+    ],
+)
+def test_power_plan(kind: OperationKind, forced: bool, current: PowerState, expected: PowerPlan) -> None:
+    assert power_plan(kind, forced=forced, current=current) == expected
+
+
+def test_power_plan_refuses_non_power_operations() -> None:
+    with pytest.raises(ValueError, match="ingest is not a power operation"):
+        power_plan(K.INGEST, forced=False, current=ON)
+
+
+@pytest.mark.parametrize(
+    ("action", "offered", "expected"),
+    [
+        (PowerAction.ON, set(), "On"),
+        (PowerAction.ON, {"ForceOn", "ForceOff"}, "ForceOn"),
+        (PowerAction.ON, {"On", "ForceOn"}, "On"),
+        (PowerAction.FORCE_RESTART, {"PowerCycle"}, "PowerCycle"),
+        (PowerAction.GRACEFUL_OFF, {"GracefulShutdown", "ForceOff"}, "GracefulShutdown"),
+    ],
+)
+def test_choose_reset_type(action: PowerAction, offered: set[str], expected: str) -> None:
+    assert choose_reset_type(action, offered) == expected
+
+
+def test_a_reset_the_bmc_does_not_offer_is_refused_with_what_it_offers() -> None:
+    with pytest.raises(Unsupported) as caught:
+        choose_reset_type(PowerAction.GRACEFUL_OFF, {"On", "ForceOff"})
+    assert str(caught.value) == (
+        "the BMC offers no ResetType for a graceful shutdown: wanted GracefulShutdown, offered ForceOff, On "
+        "(a forced operation may be offered)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("redfish", "ours"),
+    [("On", ON), ("Off", OFF), ("PoweringOn", UNKNOWN), ("Paused", UNKNOWN), (None, UNKNOWN)],
+)
+def test_power_state_from(redfish: str | None, ours: PowerState) -> None:
+    assert power_state_from(redfish) is ours
+
+
+def test_a_uri_target_version_is_the_image() -> None:
+    assert firmware_image("https://img/fw-2.bin", "", ComponentType.COMPUTE) == FirmwareImage(
+        "https://img/fw-2.bin", None
+    )
+
+
+def test_a_version_goes_through_the_template() -> None:
+    image = firmware_image("2.5", "http://images/{type}/fw-{version}.bin", ComponentType.NVSWITCH)
+    assert image == FirmwareImage("http://images/nvswitch/fw-2.5.bin", "2.5")
+
+
+def test_a_version_without_a_template_is_refused_with_the_way_out() -> None:
+    with pytest.raises(ValueError, match=r"'2.5' is a version, but RACKFLOW_REDFISH_IMAGE_URI"):
+        firmware_image("2.5", "", ComponentType.COMPUTE)
+
+
+@pytest.mark.parametrize(
+    ("doc", "failure"),
+    [
+        (None, None),
+        ({}, None),
+        ({"TaskState": "Completed", "TaskStatus": "OK"}, None),
+        ({"TaskState": "Exception", "TaskStatus": "Critical", "Messages": [{"Message": "bad image"}]},
+         "the BMC's update task ended Exception Critical: bad image"),
+        ({"TaskState": "Killed"}, "the BMC's update task ended Killed"),
+        ({"TaskState": "Completed", "TaskStatus": "Critical", "Messages": [{"Message": m} for m in "ab"]},
+         "the BMC's update task ended Completed Critical: a; b"),
+    ],
+)
+def test_update_failure(doc: dict[str, Any] | None, failure: str | None) -> None:
+    assert update_failure(doc) == failure
+
+
+# --- the retry policy ----------------------------------------------------------------------------
+
+
+class Response:
+    def __init__(self, status: int, message: str = "") -> None:
+        self.status_code = status
+        self.message = message
+
+    def json(self) -> dict[str, Any]:
+        return {"error": {"code": "Base.1.0.GeneralError", "message": self.message}}
+
+
+def http_error(cls: type[sushy_errors.HTTPError], status: int, message: str = "") -> sushy_errors.HTTPError:
+    return cls("GET", "http://bmc/redfish/v1/Systems/1", Response(status, message))
+
+
+REFUSED = sushy_errors.ConnectionError(
+    url="http://bmc/redfish/v1/", error="HTTPConnectionPool(...): [Errno 111] Connection refused"
+)
+
+
+class Script:
+    """A BMC call that raises the given errors in turn, then returns "ok"; and a sleep that records."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+        self.slept: list[float] = []
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "ok"
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+CONFIG = RedfishConfig(retries=3, retry_delay=1.0, max_retry_delay=3.0)
+
+
+async def test_transient_errors_are_retried_with_doubling_capped_delays() -> None:
+    fn = Script(REFUSED, http_error(sushy_errors.ServerSideError, 503), REFUSED)
+    assert await call(fn, what="x", config=CONFIG, sleep=fn.sleep) == "ok"
+    assert (fn.calls, fn.slept) == (4, [1.0, 2.0, 3.0])
+
+
+async def test_giving_up_says_why_and_after_how_many_attempts() -> None:
+    fn = Script(*[REFUSED] * 4)
+    with pytest.raises(StepFailed) as caught:
+        await call(fn, what="power on of http://bmc/redfish/v1/Systems/1", config=CONFIG, sleep=fn.sleep)
+    assert str(caught.value) == (
+        "power on of http://bmc/redfish/v1/Systems/1: connection refused (gave up after 4 attempts)"
+    )
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_refused_credentials_fail_at_once(status: int) -> None:
+    fn = Script(http_error(sushy_errors.AccessError, status, "Incorrect username or password"))
+    with pytest.raises(StepFailed) as caught:
+        await call(fn, what="reading", config=CONFIG, sleep=fn.sleep)
+    assert str(caught.value) == (
+        f"reading: the BMC refused the credentials (HTTP {status}: Incorrect username or password); "
+        "not retried"
+    )
+    assert (fn.calls, fn.slept) == (1, [])
+
+
+async def test_other_bmc_errors_fail_at_once_in_the_bmcs_words() -> None:
+    fn = Script(http_error(sushy_errors.ResourceNotFoundError, 404, "Fake system nope was not found"))
+    with pytest.raises(StepFailed, match=r"^reading: HTTP 404: Fake system nope was not found$"):
+        await call(fn, what="reading", config=CONFIG, sleep=fn.sleep)
+    assert fn.calls == 1
+
+
+async def test_a_bug_is_not_dressed_up_as_a_bmc_failure() -> None:
+    fn = Script(KeyError("oops"))
+    with pytest.raises(KeyError):
+        await call(fn, what="reading", config=CONFIG, sleep=fn.sleep)
+
+
+@pytest.mark.parametrize(
+    ("error", "text"),
+    [
+        ("Read timed out. (read timeout=60)", "timed out"),
+        ("[Errno -2] Name or service not known", "host name not found"),
+        ("[SSL: CERTIFICATE_VERIFY_FAILED]", "TLS failure (RACKFLOW_REDFISH_VERIFY_TLS sets the CA bundle)"),
+        ("something else", "cannot connect"),
+    ],
+)
+def test_connection_reasons_are_short(error: str, text: str) -> None:
+    assert reason(sushy_errors.ConnectionError(url="http://bmc", error=error)) == text
+
+
+# --- settings --------------------------------------------------------------------------------------
+
+
+def test_config_from_env() -> None:
+    env = {
+        "RACKFLOW_REDFISH_CONCURRENCY": "8",
+        "RACKFLOW_REDFISH_POWER_TIMEOUT": "90",
+        "RACKFLOW_REDFISH_RETRIES": "0",
+        "RACKFLOW_REDFISH_VERIFY_TLS": "/etc/ssl/bmc-ca.pem",
+        "RACKFLOW_REDFISH_IMAGE_URI": "https://img/{type}/{version}.bin",
+    }
+    config = RedfishConfig.from_env(env)
+    assert (config.concurrency, config.power_timeout, config.retries) == (8, 90.0, 0)
+    assert config.verify_tls == "/etc/ssl/bmc-ca.pem"
+    assert RedfishConfig.from_env({"RACKFLOW_REDFISH_VERIFY_TLS": "false"}).verify_tls is False
+    assert RedfishConfig.from_env({}) == RedfishConfig()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("CONCURRENCY", "0", "RACKFLOW_REDFISH_CONCURRENCY: must be 1..256, got 0"),
+        ("CONCURRENCY", "many", "RACKFLOW_REDFISH_CONCURRENCY: 'many' is not a whole number"),
+        ("POWER_TIMEOUT", "-1", "RACKFLOW_REDFISH_POWER_TIMEOUT: must be a positive number of seconds"),
+        ("POLL_SECONDS", "nan", "RACKFLOW_REDFISH_POLL_SECONDS: must be a positive number of seconds"),
+        ("IMAGE_URI", "https://img/fw.bin", "RACKFLOW_REDFISH_IMAGE_URI: must contain {version}"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_variable(name: str, value: str, message: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        RedfishConfig.from_env({f"RACKFLOW_REDFISH_{name}": value})
+    assert str(caught.value).startswith(message)
