@@ -264,11 +264,33 @@ def list_domains(ctx: click.Context) -> None:
 # --- inventory ---------------------------------------------------------------------------------
 #
 # A fleet file: `domains: [{name}]` and `racks: [{name, external_id?, domain?, components: [{type, name,
-# external_id?, firmware_version?}]}]`. Import creates what is missing and skips names that exist, so it
-# can be run again after fixing whatever stopped it halfway.
+# external_id?, firmware_version?, bmc?: {url, resource, credentials}}]}]` (bmc: docs/REDFISH.md). Import
+# creates what is missing and skips names that exist, so it can be run again after fixing whatever stopped
+# it halfway.
 
 _RACK_KEYS = {"name", "external_id", "domain", "components"}
-_COMPONENT_KEYS = {"type", "name", "external_id", "firmware_version"}
+_COMPONENT_KEYS = {"type", "name", "external_id", "firmware_version", "bmc"}
+_BMC_KEYS = ("url", "resource", "credentials")
+
+
+@dataclass(frozen=True)
+class FleetComponent(NewComponent):
+    """A fleet file's component: a `NewComponent` that may also name its BMC."""
+
+    bmc: pb.BmcEndpoint | None = None
+
+    def to_proto(self) -> pb.ComponentSpec:
+        spec = super().to_proto()
+        if self.bmc is not None:
+            spec.bmc.CopyFrom(self.bmc)
+        return spec
+
+
+def _bmc(fields: dict[str, Any], where: str) -> pb.BmcEndpoint | None:
+    if "bmc" not in fields:
+        return None
+    entry = _mapping(fields["bmc"], f"{where}.bmc", set(_BMC_KEYS))
+    return pb.BmcEndpoint(**{k: _text(entry, k, f"{where}.bmc", required=True) for k in _BMC_KEYS})
 
 
 @dataclass(frozen=True)
@@ -324,12 +346,12 @@ def parse_fleet(document: object) -> Fleet:
         for j, c in enumerate(entry.get("components") or []):
             spot = f"{where}.components[{j}]"
             fields = _mapping(c, spot, _COMPONENT_KEYS)
-            component = NewComponent(
-                *(
-                    _text(fields, k, spot, required=k in ("type", "name"))
-                    for k in ("type", "name", "external_id", "firmware_version")
-                )
-            )
+            texts = {
+                k: _text(fields, k, spot, required=k in ("type", "name"))
+                for k in ("type", "name", "external_id", "firmware_version")
+            }
+            bmc = _bmc(fields, spot)
+            component = NewComponent(**texts) if bmc is None else FleetComponent(**texts, bmc=bmc)
             try:
                 component.to_proto()
             except ValueError as exc:
@@ -392,6 +414,7 @@ def export_fleet(client: RackflowClient) -> dict[str, Any]:
             {"type": component_type_name(c.type), "name": c.name}
             | ({"external_id": c.external_id} if c.external_id else {})
             | ({"firmware_version": c.firmware_version} if c.firmware_version else {})
+            | ({"bmc": {k: getattr(c.bmc, k) for k in _BMC_KEYS}} if c.HasField("bmc") else {})
             for c in r.components
         ]
         entry: dict[str, Any] = {"name": r.name}

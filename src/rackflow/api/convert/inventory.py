@@ -14,7 +14,8 @@ from rackflow.api.convert import (
     uuid_to,
 )
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import Component, ComponentSpec, NVLDomain, Rack
+from rackflow.inventory.model import Bmc, Component, ComponentSpec, NVLDomain, Rack
+from rackflow.tasks.backends.redfish.endpoint import check_bmc
 from rackflow.v1 import flow_pb2 as pb
 
 MAX_COMPONENTS_PER_REQUEST = 10_000
@@ -29,7 +30,21 @@ def component_to(component: Component) -> pb.Component:
         external_id=component.external_id,
         firmware_version=component.firmware_version,
         power_state=component.power_state.value,
+        bmc=bmc_to(component.bmc),
     )
+
+
+def bmc_to(bmc: Bmc | None) -> pb.BmcEndpoint | None:
+    if bmc is None:
+        return None
+    return pb.BmcEndpoint(url=bmc.url, resource=bmc.resource, credentials=bmc.credentials)
+
+
+def bmc_from(msg: pb.BmcEndpoint, field: str) -> Bmc:
+    """Checked here, at the door, so a bad endpoint (or a password where a reference belongs) is refused
+    before anything is stored."""
+    bmc = Bmc(url=msg.url.strip(), resource=msg.resource.strip(), credentials=msg.credentials.strip())
+    return check_bmc(bmc, field)
 
 
 def rack_to(rack: Rack) -> pb.Rack:
@@ -55,6 +70,7 @@ def component_spec_from(msg: pb.ComponentSpec, field: str) -> ComponentSpec:
         name=msg.name,
         external_id=msg.external_id,
         firmware_version=msg.firmware_version,
+        bmc=bmc_from(msg.bmc, f"{field}.bmc") if msg.HasField("bmc") else None,
     )
 
 
