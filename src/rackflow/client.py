@@ -283,10 +283,15 @@ class RackflowClient:
         *,
         timeout: float = 30.0,
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
-        """`credentials` (TLS) selects a secure channel; without it the channel is plaintext."""
+        """`credentials` (TLS) selects a secure channel; without it the channel is plaintext.
+
+        `token` is sent as `authorization: Bearer <token>` on every call.
+        """
         self.target = target
         self.timeout = timeout
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         if credentials is None:
             self._channel = grpc.insecure_channel(target)
         else:
@@ -306,7 +311,7 @@ class RackflowClient:
 
     def _call(self, rpc: Callable[..., object], request: Message, returns: type[M]) -> M:
         try:
-            response = rpc(request, timeout=self.timeout)
+            response = rpc(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise RackflowClientError(exc.code(), exc.details() or "") from None
         return cast(M, response)
@@ -567,3 +572,22 @@ class RackflowClient:
             schedule_id=self._schedule_ref(schedule), pagination=_page(offset, limit)
         )
         return self._call(self._stub.ListTaskScheduleRuns, request, pb.ListTaskScheduleRunsResponse)
+
+    # --- audit -----------------------------------------------------------------------------------
+
+    def list_audit_events(
+        self,
+        *,
+        since: datetime | None = None,
+        method: str = "",
+        principal: str = "",
+        offset: int = 0,
+        limit: int = 0,
+    ) -> pb.ListAuditEventsResponse:
+        request = pb.ListAuditEventsRequest(
+            since=_timestamp(since) if since else None,
+            method=method,
+            principal=principal,
+            pagination=_page(offset, limit),
+        )
+        return self._call(self._stub.ListAuditEvents, request, pb.ListAuditEventsResponse)

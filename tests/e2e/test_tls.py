@@ -6,6 +6,8 @@ demands there), one with mutual TLS on loopback and no tokens (the client certif
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -162,3 +164,34 @@ def test_serve_refuses_a_bad_token_file_as_a_usage_error(tmp_path: Path) -> None
     assert result.returncode == 2
     assert "plaintext 'token' is not accepted" in result.stderr
     assert "plaintext-secret" not in result.stderr
+
+
+def cli(server: ServerProcess, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:
+    """`rackflow --server ADDRESS ARGS…` as a subprocess; `token` goes in RACKFLOW_TOKEN."""
+    command = [sys.executable, "-m", "rackflow", "--server", server.address, *args]
+    env = {**os.environ, "RACKFLOW_TOKEN": token}
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_cli_reaches_a_tls_server_with_a_token(tls_server: ServerProcess, pki: Pki) -> None:
+    ca = ("--tls-ca", str(pki.ca.cert))
+    created = cli(tls_server, *ca, "rack", "create", "cli-rack", token=OPERATOR_TOKEN)
+    assert created.returncode == 0, created.stderr
+    result = cli(tls_server, *ca, "--token", VIEWER_TOKEN, "audit", "--method", "CreateRack", "--since", "1h",
+                 "-o", "json")
+    assert result.returncode == 0, result.stderr
+    events = json.loads(result.stdout)["events"]
+    assert json.loads(events[0]["request_json"])["name"] == "cli-rack"
+    denied = cli(tls_server, *ca, "rack", "list")
+    assert denied.returncode == 1
+    assert "UNAUTHENTICATED" in denied.stderr
+
+
+def test_cli_presents_a_client_certificate_for_mutual_tls(mtls_server: ServerProcess, pki: Pki) -> None:
+    tls = ["--tls-ca", str(pki.ca.cert), "--tls-cert", str(pki.client.cert), "--tls-key", str(pki.client.key)]
+    result = cli(mtls_server, *tls, "audit", "--principal", "ops-laptop")
+    assert result.returncode == 0, result.stderr
+    assert "ops-laptop" in result.stdout
+    missing_key = cli(mtls_server, "--tls-ca", str(pki.ca.cert), "--tls-cert", str(pki.client.cert), "audit")
+    assert missing_key.returncode == 2
+    assert "--tls-cert, --tls-key" in missing_key.stderr

@@ -10,9 +10,11 @@ from typing import Any
 
 import click
 
+from rackflow.cli.audit import audit
 from rackflow.cli.output import OUTPUT_FORMATS, Group, Session
 from rackflow.cli.racks import domain, inventory, rack
 from rackflow.cli.schedules import schedule
+from rackflow.cli.security import auth, connection_options, use_connection
 from rackflow.cli.serve import db, serve
 from rackflow.cli.tasks import task
 from rackflow.client import DEFAULT_TARGET, RackflowClientError
@@ -53,18 +55,21 @@ Example:
 @click.option(
     "-o", "--output", type=click.Choice(OUTPUT_FORMATS), default=None, help="table (default), json or yaml."
 )
+@connection_options
 @click.version_option(package_name="rackflow")
 @click.pass_context
-def main(ctx: click.Context, server: str, output: str | None) -> None:
+def main(ctx: click.Context, server: str, output: str | None, tls_ca: str | None, tls_cert: str | None,
+         tls_key: str | None, token: str | None) -> None:
     """Automate operations on GPU racks: inventory, tasks and task schedules."""
     session = ctx.ensure_object(Session)
     session.server = server
+    use_connection(session, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token=token)
     if output is not None:
         session.output = output
     ctx.call_on_close(session.close)
 
 
-for command in (rack, domain, inventory, task, schedule, serve, db):
+for command in (rack, domain, inventory, task, schedule, audit, auth, serve, db):
     main.add_command(command)
 
 

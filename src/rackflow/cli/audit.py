@@ -1,0 +1,71 @@
+"""`rackflow audit`: who changed what, newest first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from rackflow.cli.output import Command, pass_session, table, utc_text, when
+from rackflow.cli.targets import parse_seconds, parse_time
+from rackflow.v1 import flow_pb2 as pb
+
+
+def parse_since(value: str, now: datetime) -> datetime:
+    """An RFC 3339 time, or a duration back from now (`30m`, `24h`)."""
+    try:
+        return now - timedelta(seconds=parse_seconds(value))
+    except ValueError:
+        pass
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither a duration like 30m or 24h nor an RFC 3339 time like 2026-06-01T04:00:00Z",
+            param_hint="--since",
+        ) from None
+
+
+def _targets_text(event: pb.AuditEvent) -> str:
+    ids = [i.id for i in event.target_ids]
+    if len(ids) <= 1:
+        return ids[0] if ids else "-"
+    return f"{ids[0]} (+{len(ids) - 1})"
+
+
+def audit_table(events: Sequence[pb.AuditEvent], title: str) -> Table:
+    result = table("TIME", "PRINCIPAL", "METHOD", "OUTCOME", "TARGETS", "ERROR", title=title)
+    for e in events:
+        outcome = e.outcome if e.outcome == "OK" else f"[red]{e.outcome}[/]"
+        result.add_row(utc_text(when(e.at)), escape(e.principal), e.method, outcome, _targets_text(e),
+                       escape(e.error))
+    return result
+
+
+@click.command(cls=Command)
+@click.option("--since", default=None, metavar="TIME",
+              help="Only events at or after TIME: RFC 3339, or a duration back from now (24h).")
+@click.option("--method", default="", metavar="RPC", help="Only this RPC, e.g. DeleteRack.")
+@click.option("--principal", default="", metavar="NAME", help="Only this caller (token name or cert CN).")
+@click.option("--limit", default=50, show_default=True, help="At most this many, newest first (0 = all).")
+@click.option("--offset", default=0, help="Skip this many.")
+@click.pass_context
+def audit(
+    ctx: click.Context, since: str | None, method: str, principal: str, limit: int, offset: int
+) -> None:
+    """The audit trail of changes: who called which mutating RPC, on what, when, and how it ended.
+
+    \b
+    Example:
+      rackflow audit --since 24h --method DeleteTaskSchedule
+      rackflow audit --principal oncall -o json
+    """
+    session = pass_session(ctx)
+    after = parse_since(since, session.clock.now()) if since else None
+    found = session.client.list_audit_events(
+        since=after, method=method, principal=principal, offset=offset, limit=limit
+    )
+    session.emit(found, lambda: audit_table(found.events, f"{len(found.events)} of {found.total} events"))
