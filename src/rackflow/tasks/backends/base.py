@@ -19,6 +19,10 @@ class StepFailed(Exception):
 
 
 class Backend(Protocol):
+    """Runs steps. A backend may also set `step_concurrency` (an int, 1 when absent): how many steps on
+    components of one type the executor runs at once (`executor.step_batches`); types stay in plan order.
+    """
+
     async def run_step(self, task: Task, component: Component) -> None:
         """Carry out `task.operation` on one component, recording what changed in the inventory.
 
