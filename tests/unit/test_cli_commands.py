@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 from google.protobuf.timestamp_pb2 import Timestamp
+from rich.console import Console
 
 from rackflow.cli.main import main
 from rackflow.cli.output import Session
@@ -463,3 +465,19 @@ def test_every_command_help_has_an_example(run: Callable[..., Result]) -> None:
         result = run(*path, "--help")
         assert result.exit_code == 0, path
         assert "Example:" in result.output, f"rackflow {' '.join(path)} --help has no example"
+
+
+def test_task_watch_on_a_terminal_uses_a_live_display(fake: FakeClient) -> None:
+    answers = iter([a_task(pb.TASK_STATUS_RUNNING), a_task(pb.TASK_STATUS_FAILED)])
+    fake.answers["get_task"] = lambda: next(answers)
+    screen = io.StringIO()
+    session = Session(
+        connect=lambda _server: fake,  # type: ignore[arg-type,return-value]
+        clock=FakeClock(NOW),
+        sleep=lambda _s: None,
+        console=Console(file=screen, force_terminal=True, width=120),
+    )
+    result = CliRunner().invoke(main, ["task", "watch", TASK_ID], obj=session)
+    assert result.exit_code == 1
+    assert "FAILED" in screen.getvalue()
+    assert "\x1b[" in screen.getvalue()  # drawn with terminal control codes

@@ -125,7 +125,7 @@ def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
             ("spec", spec_text(s.spec)),
             ("state", _state(s)),
             ("overlap", overlap_name(s.overlap_policy)),
-            ("next", schedule_time_text(s.next_run_at, s.spec.timezone, now)),
+            ("next", schedule_time_text(s.next_run_at, s.spec.timezone, now) if s.enabled else "-"),
             ("last", schedule_time_text(s.last_run_at, s.spec.timezone, now)),
             ("description", s.description or "-"),
             ("created", utc_text(when(s.created_at))),

@@ -257,16 +257,16 @@ def watch(ctx: click.Context, task_id: str, interval: int) -> None:
     """
     session = pass_session(ctx)
     current = session.client.get_task(task_id)
-    if session.for_people:
-        racks = rack_names(session)
+    racks = rack_names(session) if session.for_people else {}
+    if session.for_people and session.console.is_terminal:
         with Live(watch_view(current, racks, session), console=session.console, refresh_per_second=8) as live:
             while current.status not in FINISHED:
                 session.sleep(interval)
                 current = session.client.get_task(task_id)
                 live.update(watch_view(current, racks, session))
-    else:
+    else:  # a pipe, a file or -o json|yaml: no animation, just the finished task
         while current.status not in FINISHED:
             session.sleep(interval)
             current = session.client.get_task(task_id)
-        session.emit(current, lambda: "")
+        session.emit(current, lambda: watch_view(current, racks, session))
     ctx.exit(0 if current.status == pb.TASK_STATUS_COMPLETED else 1)
