@@ -140,7 +140,7 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             log.exception("audit: cannot read schedule %s for its before/after record", schedule_id)
             return None
 
-    async def _record(
+    async def record(
         self,
         rpc: str,
         request: Message,
@@ -191,7 +191,7 @@ class _AuditedCall:
     async def finish(self, response: Message | None, outcome: str, error: str) -> None:
         if not self.recorded:
             self.recorded = True
-            await self.interceptor._record(
+            await self.interceptor.record(
                 self.rpc, self.request, response, outcome, error, self.schedule_id, self.before
             )
 
