@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sushy import exceptions as sushy_errors
+from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
 
 from rackflow.clock import SystemClock
 from rackflow.inventory.model import Bmc, Component, ComponentSpec, ComponentType, PowerState

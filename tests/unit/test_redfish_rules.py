@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sushy import exceptions as sushy_errors
+from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
 
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import ComponentType, PowerState

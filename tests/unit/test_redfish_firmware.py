@@ -1,0 +1,309 @@
+"""Firmware upgrades, chassis power and inventory reads through the real sushy path, against a small fake.
+
+sushy-emulator's fake mode cannot flash anything (its SimpleUpdate answers 500 without libvirt) and has no
+FirmwareInventory, so this module serves a minimal Redfish service of its own on 127.0.0.1: one system, one
+power-shelf chassis with a firmware inventory entry, one manager, an UpdateService whose SimpleUpdate
+returns a task monitor that runs for a few polls and then applies the version named in the image file
+name. Requests can be made to fail (HTTP status codes, in turn) to exercise the retry policy end to end.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from rackflow.clock import SystemClock
+from rackflow.inventory.model import Bmc, Component, ComponentSpec, ComponentType, PowerState
+from rackflow.inventory.service import InventoryService
+from rackflow.store.db import Database
+from rackflow.tasks.backends.base import StepFailed
+from rackflow.tasks.backends.redfish.backend import RedfishBackend
+from rackflow.tasks.backends.redfish.config import RedfishConfig
+from rackflow.tasks.model import OperationKind, Task
+from tests.unit.test_redfish_backend import task
+
+ROOT = "/redfish/v1"
+AUTH = "Basic " + base64.b64encode(b"admin:secret").decode()
+ENV = {"BMC": "admin:secret"}
+_IMAGE_VERSION = re.compile(r"fw-([^/]+)\.bin$")
+
+
+@dataclass
+class FakeBmc:
+    """The state behind the fake service; tests read and steer it."""
+
+    bios_version: str = "1.0"
+    shelf_version: str = "4.2"
+    system_power: str = "On"
+    shelf_power: str = "On"
+    task_polls: int = 2
+    failures: list[int] = field(default_factory=list)  # status codes for the next requests, in turn
+    updates: list[dict[str, Any]] = field(default_factory=list)
+    pending: tuple[str, str] | None = None  # (target path, version) of the running update
+
+    def documents(self) -> dict[str, dict[str, Any]]:
+        reset = {"ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart"]}
+        inventory = f"{ROOT}/UpdateService/FirmwareInventory"
+        return {
+            ROOT: {
+                "Id": "RootService", "Name": "Fake", "RedfishVersion": "1.11.0",
+                "Systems": {"@odata.id": f"{ROOT}/Systems"}, "Chassis": {"@odata.id": f"{ROOT}/Chassis"},
+                "Managers": {"@odata.id": f"{ROOT}/Managers"},
+                "UpdateService": {"@odata.id": f"{ROOT}/UpdateService"},
+            },
+            f"{ROOT}/Systems/node-0": {
+                "Id": "node-0", "Name": "node-0", "Model": "GB200", "SerialNumber": "SN-1",
+                "PowerState": self.system_power, "BiosVersion": self.bios_version,
+                "Links": {"Chassis": [{"@odata.id": f"{ROOT}/Chassis/ps-0"}]},
+                "Actions": {
+                    "#ComputerSystem.Reset": {"target": f"{ROOT}/Systems/node-0/Actions/Reset", **reset}
+                },
+            },
+            f"{ROOT}/Chassis/ps-0": {
+                "Id": "ps-0", "Name": "Power shelf", "ChassisType": "PowerEquipment",
+                "PowerState": self.shelf_power,
+                "Actions": {"#Chassis.Reset": {"target": f"{ROOT}/Chassis/ps-0/Actions/Reset", **reset}},
+            },
+            f"{ROOT}/Managers/bmc": {"Id": "bmc", "Name": "BMC", "FirmwareVersion": "7.1"},
+            f"{ROOT}/UpdateService": {
+                "Id": "UpdateService", "Name": "Update Service",
+                "Actions": {"#UpdateService.SimpleUpdate": {
+                    "target": f"{ROOT}/UpdateService/Actions/SimpleUpdate",
+                    "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"],
+                }},
+                "FirmwareInventory": {"@odata.id": inventory},
+            },
+            inventory: {"Name": "Firmware", "Members": [{"@odata.id": f"{inventory}/shelf-fw"}]},
+            f"{inventory}/shelf-fw": {
+                "Id": "shelf-fw", "Name": "PSU", "Version": self.shelf_version,
+                "RelatedItem": [{"@odata.id": f"{ROOT}/Chassis/ps-0"}],
+            },
+        }
+
+    def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any] | None]:
+        if path.endswith("/Actions/Reset"):
+            on = body["ResetType"] in ("On", "ForceRestart")
+            if path.startswith(f"{ROOT}/Systems/"):
+                self.system_power = "On" if on else "Off"
+            else:
+                self.shelf_power = "On" if on else "Off"
+            return 204, {}, None
+        if path == f"{ROOT}/UpdateService/Actions/SimpleUpdate":
+            self.updates.append(body)
+            match = _IMAGE_VERSION.search(body["ImageURI"])
+            self.pending = (body["Targets"][0], match.group(1) if match else "")
+            monitor = f"{ROOT}/TaskService/TaskMonitors/1"
+            return 202, {"Location": monitor}, {"Id": "1", "Name": "update", "TaskState": "Running"}
+        return 404, {}, {"error": {"message": f"no action at {path}"}}
+
+    def monitor(self) -> tuple[int, dict[str, Any]]:
+        self.task_polls -= 1
+        if self.task_polls >= 0:
+            return 202, {"Id": "1", "Name": "update", "TaskState": "Running"}
+        assert self.pending is not None
+        target, version = self.pending
+        if not version:
+            messages = [{"Message": "image file name carries no version"}]
+            return 200, {"Id": "1", "Name": "update", "TaskState": "Exception", "Messages": messages}
+        if target.endswith("/Systems/node-0"):
+            self.bios_version = version
+        else:
+            self.shelf_version = version
+        return 200, {"Id": "1", "Name": "update", "TaskState": "Completed", "TaskStatus": "OK"}
+
+
+def _handler(bmc: FakeBmc) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+        def _send(
+            self, status: int, doc: dict[str, Any] | None, headers: dict[str, str] | None = None
+        ) -> None:
+            body = json.dumps(doc).encode() if doc is not None else b""
+            self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _refused(self) -> bool:
+            if bmc.failures:
+                status = bmc.failures.pop(0)
+                self._send(status, {"error": {"message": f"injected {status}"}})
+                return True
+            if self.path.rstrip("/") != ROOT and self.headers.get("Authorization") != AUTH:
+                self._send(401, {"error": {"message": "Incorrect username or password"}})
+                return True
+            return False
+
+        def do_GET(self) -> None:
+            if self._refused():
+                return
+            if self.path == f"{ROOT}/TaskService/TaskMonitors/1":
+                self._send(*bmc.monitor())
+                return
+            doc = bmc.documents().get(self.path.rstrip("/"))
+            if doc is None:
+                self._send(404, {"error": {"message": f"{self.path} not found"}})
+            else:
+                self._send(200, {"@odata.id": self.path, **doc})
+
+        def do_POST(self) -> None:
+            if self._refused():
+                return
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            status, headers, doc = bmc.post(self.path, body)
+            self._send(status, doc, headers)
+
+    return Handler
+
+
+@pytest.fixture
+def fake_bmc() -> Iterator[tuple[FakeBmc, str]]:
+    bmc = FakeBmc()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(bmc))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield bmc, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+CONFIG = RedfishConfig(poll_interval=0.01, retry_delay=0.01, image_uri="http://images/{type}/fw-{version}.bin")
+
+
+async def component(
+    db: Database, url: str, resource: str, ctype: ComponentType = ComponentType.COMPUTE
+) -> Component:
+    spec = ComponentSpec(ctype, "c0", firmware_version="old", bmc=Bmc(url, resource, "env:BMC"))
+    rack = await InventoryService(db, SystemClock()).create_rack("r1", components=[spec])
+    return rack.components[0]
+
+
+async def stored(db: Database, found: Component) -> Component:
+    return (await InventoryService(db, SystemClock()).get_rack(found.rack_id)).components[0]
+
+
+def backend(db: Database, config: RedfishConfig = CONFIG) -> RedfishBackend:
+    return RedfishBackend(db, config, env=ENV)
+
+
+def upgrade(version: str) -> Task:
+    return task(OperationKind.UPGRADE_FIRMWARE, target_version=version)
+
+
+async def test_a_system_is_flashed_with_the_mapped_image_and_the_version_read_back(
+    db: Database, fake_bmc: tuple[FakeBmc, str]
+) -> None:
+    bmc, url = fake_bmc
+    node = await component(db, url, "Systems/node-0")
+    await backend(db).run_step(upgrade("2.0"), node)
+    assert bmc.updates == [{
+        "ImageURI": "http://images/compute/fw-2.0.bin", "TransferProtocol": "HTTP",
+        "Targets": [f"{ROOT}/Systems/node-0"],
+    }]
+    assert bmc.task_polls < 0  # the task monitor was followed to its end
+    assert (await stored(db, node)).firmware_version == "2.0"
+
+
+async def test_a_chassis_version_is_read_from_the_firmware_inventory(
+    db: Database, fake_bmc: tuple[FakeBmc, str]
+) -> None:
+    bmc, url = fake_bmc
+    shelf = await component(db, url, "Chassis/ps-0", ComponentType.POWERSHELF)
+    await backend(db).run_step(upgrade("https://images/psu/fw-4.3.bin"), shelf)
+    assert bmc.updates[0]["TransferProtocol"] == "HTTPS"
+    assert (await stored(db, shelf)).firmware_version == "4.3"
+
+
+async def test_a_failed_update_task_fails_the_step(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+    _, url = fake_bmc
+    node = await component(db, url, "Systems/node-0")
+    with pytest.raises(StepFailed) as caught:
+        await backend(db).run_step(upgrade("http://images/unversioned.bin"), node)
+    assert str(caught.value) == (
+        f"{url}{ROOT}/Systems/node-0: the BMC's update task ended Exception: "
+        "image file name carries no version"
+    )
+    assert (await stored(db, node)).firmware_version == "old"
+
+
+async def test_server_errors_are_retried_through_sushy(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+    bmc, url = fake_bmc
+    node = await component(db, url, "Systems/node-0")
+    bmc.failures = [503, 503, 503]
+    await backend(db).run_step(upgrade("2.1"), node)
+    assert (await stored(db, node)).firmware_version == "2.1"
+
+
+async def test_server_errors_that_persist_fail_after_the_retries(
+    db: Database, fake_bmc: tuple[FakeBmc, str]
+) -> None:
+    bmc, url = fake_bmc
+    node = await component(db, url, "Systems/node-0")
+    bmc.failures = [500] * 50
+    with pytest.raises(StepFailed) as caught:
+        impatient = backend(db, RedfishConfig(retries=1, retry_delay=0.01))
+        await impatient.run_step(task(OperationKind.POWER_ON), node)
+    assert str(caught.value).startswith(f"connecting to {url}{ROOT}/Systems/node-0: HTTP 500: injected 500")
+    assert str(caught.value).endswith("(gave up after 2 attempts)")
+
+
+async def test_wrong_credentials_fail_without_retrying(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+    bmc, url = fake_bmc
+    node = await component(db, url, "Systems/node-0")
+    wrong = RedfishBackend(db, CONFIG, env={"BMC": "admin:wrong"})
+    with pytest.raises(StepFailed) as caught:
+        await wrong.run_step(task(OperationKind.POWER_OFF), node)
+    assert str(caught.value) == (
+        f"reading the power state of {url}{ROOT}/Systems/node-0: the BMC refused the credentials "
+        "(HTTP 401: Incorrect username or password); not retried"
+    )
+    assert bmc.system_power == "On"
+
+
+async def test_a_chassis_is_powered_through_chassis_reset(
+    db: Database, fake_bmc: tuple[FakeBmc, str]
+) -> None:
+    bmc, url = fake_bmc
+    shelf = await component(db, url, "Chassis/ps-0", ComponentType.POWERSHELF)
+    await backend(db).run_step(task(OperationKind.POWER_OFF, forced=True), shelf)
+    assert bmc.shelf_power == "Off"
+    assert (await stored(db, shelf)).power_state is PowerState.OFF
+
+
+async def test_a_manager_has_no_power_control(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+    _, url = fake_bmc
+    manager = await component(db, url, "Managers/bmc")
+    with pytest.raises(StepFailed, match=r"Managers/bmc is a manager, which has no power control"):
+        await backend(db).run_step(task(OperationKind.POWER_ON), manager)
+
+
+async def test_ingest_records_power_and_firmware(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+    bmc, url = fake_bmc
+    bmc.system_power = "Off"
+    node = await component(db, url, "Systems/node-0")
+    await backend(db).run_step(task(OperationKind.INGEST), node)
+    found = await stored(db, node)
+    assert (found.power_state, found.firmware_version) == (PowerState.OFF, "1.0")
+
+
+async def test_a_manager_firmware_version_is_ingested(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+    _, url = fake_bmc
+    manager = await component(db, url, "Managers/bmc")
+    await backend(db).run_step(task(OperationKind.INGEST), manager)
+    assert (await stored(db, manager)).firmware_version == "7.1"
+
