@@ -110,3 +110,16 @@ def test_unusable_credentials_say_where_they_looked_never_what_they_found(
         read_credentials(ref, env)
     assert str(caught.value).startswith(message)
     assert "no-colon" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["url", "resource", "credentials"])
+def test_control_characters_are_refused_before_they_reach_the_database(name: str) -> None:
+    fields = {"url": "https://10.0.0.5", "resource": "Systems/1", "credentials": "file:/etc/bmc"}
+    fields[name] += "\x00"
+    with pytest.raises(InvalidArgument, match=rf"^bmc\.{name}: must not contain control characters$"):
+        check_bmc(Bmc(**fields), "bmc")
+
+
+def test_values_wider_than_their_columns_are_refused() -> None:
+    with pytest.raises(InvalidArgument, match=r"^bmc\.resource: at most 255 characters, got 264$"):
+        check_bmc(bmc(resource="Systems/" + "x" * 256), "bmc")

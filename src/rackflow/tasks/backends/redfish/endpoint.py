@@ -19,8 +19,11 @@ from rackflow.inventory.model import Bmc
 
 DEFAULT_ROOT = "/redfish/v1/"
 RESOURCE_COLLECTIONS = ("Systems", "Chassis", "Managers")
+# The widths of the components.bmc_* columns.
+MAX_LENGTHS = {"url": 1024, "resource": 255, "credentials": 1024}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESOURCE_ID = re.compile(r"[A-Za-z0-9._:@~-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class CredentialsUnavailable(Exception):
@@ -53,6 +56,12 @@ class Target:
 
 def check_bmc(bmc: Bmc, field_name: str) -> Bmc:
     """The endpoint when it is usable; otherwise InvalidArgument naming the field and the bad value."""
+    for name, limit in MAX_LENGTHS.items():
+        value = getattr(bmc, name)
+        if _CONTROL.search(value):
+            raise InvalidArgument(f"{field_name}.{name}: must not contain control characters")
+        if len(value) > limit:
+            raise InvalidArgument(f"{field_name}.{name}: at most {limit} characters, got {len(value)}")
     target_of(bmc, field_name)
     check_credentials_ref(bmc.credentials, f"{field_name}.credentials")
     return bmc
