@@ -151,9 +151,7 @@ async def test_fire_records_skipped_scopes_and_keeps_their_last_task(env: Env) -
     run_id = uuid.uuid4()
     fired_at = env.clock.now()
     async with env.db.transaction() as conn:
-        await store.insert_run(
-            conn, run_id=run_id, schedule_id=schedule.id, fired_at=fired_at, trigger="dispatch"
-        )
+        await store.insert_runs(conn, [store.NewRun(run_id, schedule.id, fired_at, "dispatch")])
     result = await fire(
         env.db,
         env.services.tasks,
@@ -191,15 +189,14 @@ async def test_run_history_keeps_the_newest_hundred(env: Env) -> None:
     r1 = await env.rack("r1")
     schedule = await env.schedule(racks=[r1])
     async with env.db.transaction() as conn:
-        for minute in range(102):
-            await store.insert_run(
-                conn,
-                run_id=uuid.uuid4(),
-                schedule_id=schedule.id,
-                fired_at=START + timedelta(minutes=minute),
-                trigger="dispatch",
-            )
-        await store.prune_runs(conn, schedule.id)
+        await store.insert_runs(
+            conn,
+            [
+                store.NewRun(uuid.uuid4(), schedule.id, START + timedelta(minutes=minute), "dispatch")
+                for minute in range(102)
+            ],
+        )
+        await store.prune_runs(conn, [schedule.id])
     runs, total = await env.services.schedules.list_runs(schedule.id)
     assert total == 100
     assert runs[0].fired_at == START + timedelta(minutes=101)
@@ -217,17 +214,17 @@ def test_task_description_is_name_and_rfc3339_time() -> None:
 async def test_write_back_is_retried_after_a_failure(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     r1 = await env.rack("r1")
     schedule = await env.schedule(racks=[r1])
-    real_complete_run = store.complete_run
+    real_complete_runs = store.complete_runs
     attempts: list[int] = []
 
     async def flaky_complete_run(*args: object, **kwargs: object) -> None:
         attempts.append(1)
         if len(attempts) == 1:
             raise ConnectionError("database went away")
-        await real_complete_run(*args, **kwargs)  # type: ignore[arg-type]
+        await real_complete_runs(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(firing, "WRITEBACK_RETRY_DELAY_SECONDS", 0)
-    monkeypatch.setattr(store, "complete_run", flaky_complete_run)
+    monkeypatch.setattr(store, "complete_runs", flaky_complete_run)
     (task_id,) = await env.services.schedules.trigger(schedule.id)
     assert len(attempts) == 2
     (scope,) = await env.services.schedules.list_scopes(schedule.id)
@@ -246,7 +243,7 @@ async def test_write_back_gives_up_after_three_attempts_and_keeps_the_tasks(
         raise ConnectionError("database went away")
 
     monkeypatch.setattr(firing, "WRITEBACK_RETRY_DELAY_SECONDS", 0)
-    monkeypatch.setattr(store, "complete_run", broken_complete_run)
+    monkeypatch.setattr(store, "complete_runs", broken_complete_run)
     (task_id,) = await env.services.schedules.trigger(schedule.id)
     assert len(await env.services.tasks.get_tasks([task_id])) == 1
     runs, _ = await env.services.schedules.list_runs(schedule.id)

@@ -29,7 +29,7 @@ STATUS_FOR_ERROR: dict[type[errors.RackflowError], grpc.StatusCode] = {
 def status_for(exc: errors.RackflowError) -> grpc.StatusCode:
     for cls in type(exc).__mro__:
         if cls in STATUS_FOR_ERROR:
-            return STATUS_FOR_ERROR[cls]  # type: ignore[index]
+            return STATUS_FOR_ERROR[cls]
     return grpc.StatusCode.INTERNAL
 
 

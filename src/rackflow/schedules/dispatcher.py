@@ -24,32 +24,19 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from rackflow import failpoints, metrics
-from rackflow.schedules.firing import advance_after_firing, fire
-from rackflow.schedules.model import OverlapPolicy, Schedule, Scope
+from rackflow.schedules.firing import Firing, advance_after_firing, fire_batch
+from rackflow.schedules.model import OverlapPolicy
 from rackflow.services import Services
 from rackflow.store import dispatch, schedules
 from rackflow.store.instances import LEASE_TTL
 
 log = logging.getLogger(__name__)
 
-# Firings of one claimed batch that run phase 2/3 at the same time. More would only queue on the
-# connection pool (PostgreSQL) or the single writer (SQLite).
-FIRE_CONCURRENCY = 8
 # After an unexpected error (e.g. the database restarting) wait this long before polling again.
 ERROR_BACKOFF = timedelta(seconds=1)
-
-
-@dataclass(frozen=True)
-class _Claimed:
-    schedule: Schedule
-    scopes: list[Scope]
-    skip_scope_ids: set[uuid.UUID]
-    run_id: uuid.UUID
-    fired_at: datetime
 
 
 class Dispatcher:
@@ -92,13 +79,7 @@ class Dispatcher:
         claimed = await self._claim()
         if claimed:
             await failpoints.pause("pause_after_claim")
-            semaphore = asyncio.Semaphore(FIRE_CONCURRENCY)
-
-            async def fire_one(item: _Claimed) -> None:
-                async with semaphore:
-                    await self._fire(item)
-
-            await asyncio.gather(*(fire_one(item) for item in claimed))
+            await self._fire(claimed)
         if len(claimed) < self.batch:
             metrics.DUE_BACKLOG.set(0)
         else:
@@ -107,7 +88,7 @@ class Dispatcher:
         metrics.POLL_SECONDS.observe(time.perf_counter() - started)
         return len(claimed)
 
-    async def _claim(self) -> list[_Claimed]:
+    async def _claim(self) -> list[Firing]:
         """Phase 1 for a whole batch, in one transaction."""
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)
@@ -119,48 +100,38 @@ class Dispatcher:
                 sc for s in due if s.overlap_policy is OverlapPolicy.SKIP for sc in scopes[s.id]
             ]
             busy = await schedules.overlapping_scope_ids(conn, skip_candidates)
-            claimed: list[_Claimed] = []
+            claimed: list[Firing] = []
             advances: list[dispatch.Advance] = []
+            runs: list[schedules.NewRun] = []
             for schedule in due:
                 assert schedule.next_run_at is not None
                 metrics.DISPATCH_LAG.observe(max(0.0, (now - schedule.next_run_at).total_seconds()))
                 enabled, next_run_at = advance_after_firing(schedule, now)
                 advances.append(dispatch.Advance(schedule.id, enabled, next_run_at, now))
                 run_id = uuid.uuid4()
-                await schedules.insert_run(
-                    conn,
-                    run_id=run_id,
-                    schedule_id=schedule.id,
-                    fired_at=now,
-                    trigger="dispatch",
-                    scheduled_for=schedule.next_run_at,
-                    owner_id=self.instance_id,
+                runs.append(
+                    schedules.NewRun(
+                        run_id, schedule.id, now, "dispatch", schedule.next_run_at, self.instance_id
+                    )
                 )
                 own = scopes[schedule.id]
-                claimed.append(_Claimed(schedule, own, {sc.id for sc in own if sc.id in busy}, run_id, now))
+                skip = frozenset(sc.id for sc in own if sc.id in busy)
+                claimed.append(Firing(schedule, own, "dispatch", now, run_id, skip))
             await dispatch.advance(conn, advances, now)
+            await schedules.insert_runs(conn, runs)
         return claimed
 
-    async def _fire(self, item: _Claimed) -> None:
-        """Phases 2 and 3; never raises, so one schedule cannot stop the batch."""
+    async def _fire(self, claimed: list[Firing]) -> None:
+        """Phases 2 and 3 for the whole batch; never raises, so a bad batch cannot stop the loop."""
         try:
-            result = await fire(
-                self.db,
-                self.services.tasks,
-                self.services.clock,
-                item.schedule,
-                item.scopes,
-                trigger="dispatch",
-                fired_at=item.fired_at,
-                skip_scope_ids=item.skip_scope_ids,
-                run_id=item.run_id,
-            )
+            results = await fire_batch(self.db, self.services.tasks, self.services.clock, claimed)
         except Exception:
-            log.exception("schedule %s (%s): firing failed", item.schedule.name, item.schedule.id)
+            log.exception("firing a batch of %d schedule(s) failed", len(claimed))
             return
-        metrics.FIRINGS.labels("dispatch").inc()
-        for outcome in result.outcomes:
-            metrics.SCOPE_OUTCOMES.labels(outcome.outcome).inc()
+        metrics.FIRINGS.labels("dispatch").inc(len(results))
+        for result in results:
+            for outcome in result.outcomes:
+                metrics.SCOPE_OUTCOMES.labels(outcome.outcome).inc()
 
     async def sweep_abandoned_runs(self) -> None:
         async with self.db.transaction() as conn:

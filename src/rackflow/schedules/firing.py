@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rackflow.clock import Clock
+from rackflow.errors import RackflowError
 from rackflow.inventory.model import RackSelection
 from rackflow.schedules.model import Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
-from rackflow.tasks.manager import TaskManager
+from rackflow.tasks.manager import Submission, TaskManager
 from rackflow.tasks.model import QueueOptions
 from rackflow.timespec import SpecType, parse_spec
 
@@ -65,6 +66,18 @@ def task_description(schedule: Schedule, fired_at: datetime) -> str:
     return f"{schedule.name} — {fired_at.isoformat().replace('+00:00', 'Z')}"
 
 
+@dataclass(frozen=True)
+class Firing:
+    """One claimed firing waiting for phases 2 and 3: its schedule (already advanced), scopes and run row."""
+
+    schedule: Schedule
+    scopes: Sequence[Scope]
+    trigger: Trigger
+    fired_at: datetime
+    run_id: uuid.UUID
+    skip_scope_ids: frozenset[uuid.UUID] = frozenset()
+
+
 async def fire(
     db: Database,
     tasks: TaskManager,
@@ -77,65 +90,132 @@ async def fire(
     skip_scope_ids: set[uuid.UUID],
     run_id: uuid.UUID,
 ) -> RunResult:
-    """Phases 2 and 3 of a firing whose run row `run_id` phase 1 inserted.
+    """Phases 2 and 3 of one firing whose run row `run_id` phase 1 inserted.
 
     `skip_scope_ids` are the scopes the overlap check left out (empty for manual triggers).
     """
+    firing = Firing(schedule, scopes, trigger, fired_at, run_id, frozenset(skip_scope_ids))
+    (result,) = await fire_batch(db, tasks, clock, [firing])
+    return result
+
+
+async def fire_batch(
+    db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing]
+) -> list[RunResult]:
+    """Phases 2 and 3 for several firings at once: one submit transaction, one write-back transaction.
+
+    A refused scope (conflict, full queue, rack gone) fails alone and the others still fire. The task
+    manager locks the batch's racks in id order, so concurrent batches on other instances cannot deadlock.
+    """
     started = clock.now()
-    outcomes = tuple(
-        [
-            await _submit(tasks, schedule, scope, fired_at)
-            if scope.id not in skip_scope_ids
-            else ScopeOutcome(scope.id, scope.rack_id, "skipped_overlap")
-            for scope in scopes
-        ]
-    )
-    await _write_back(db, schedule.id, run_id, outcomes)
+    submitted = await _submit_all(db, tasks, firings)
+    results = [
+        RunResult(
+            f.run_id,
+            tuple(
+                ScopeOutcome(scope.id, scope.rack_id, "skipped_overlap")
+                if scope.id in f.skip_scope_ids
+                else submitted[(f.run_id, scope.id)]
+                for scope in f.scopes
+            ),
+        )
+        for f in firings
+    ]
+    await _write_back(db, firings, results)
+    elapsed = (clock.now() - started).total_seconds()
+    for firing, result in zip(firings, results, strict=True):
+        _log_firing(firing, result, elapsed)
+    return results
+
+
+def _log_firing(firing: Firing, result: RunResult, elapsed: float) -> None:
+    counts = {
+        kind: sum(o.outcome == kind for o in result.outcomes)
+        for kind in ("submitted", "skipped_overlap", "failed")
+    }
     log.info(
-        "schedule %s (%s) fired (%s): %d submitted, %d skipped, %d failed in %.3fs",
-        schedule.name,
-        schedule.id,
-        trigger,
-        sum(o.outcome == "submitted" for o in outcomes),
-        sum(o.outcome == "skipped_overlap" for o in outcomes),
-        sum(o.outcome == "failed" for o in outcomes),
-        (clock.now() - started).total_seconds(),
+        "schedule %s fired (%s): %d submitted, %d skipped, %d failed",
+        firing.schedule.name,
+        firing.trigger,
+        counts["submitted"],
+        counts["skipped_overlap"],
+        counts["failed"],
+        extra={
+            "schedule_id": str(firing.schedule.id),
+            "schedule_name": firing.schedule.name,
+            "trigger": firing.trigger,
+            "submitted": counts["submitted"],
+            "skipped": counts["skipped_overlap"],
+            "failed": counts["failed"],
+            "lag_s": round(elapsed, 3),
+        },
     )
-    return RunResult(run_id, outcomes)
 
 
-async def _submit(tasks: TaskManager, schedule: Schedule, scope: Scope, fired_at: datetime) -> ScopeOutcome:
-    """Submit the scope's task; any failure becomes this scope's outcome, never the whole firing's."""
+async def _submit_all(
+    db: Database, tasks: TaskManager, firings: Sequence[Firing]
+) -> dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome]:
+    """Phase 2: every eligible scope's task, keyed by (run id, scope id); refusals become outcomes.
+
+    All scopes go to the task manager in one transaction: it locks and reads their racks once and decides
+    each scope as a request of its own, so a refused scope (conflict, full queue, rack gone) fails alone.
+    If the transaction itself fails, nothing was committed and every scope of the batch is "failed".
+    """
+    jobs = [(f, scope) for f in firings for scope in f.scopes if scope.id not in f.skip_scope_ids]
+    if not jobs:
+        return {}
+    submissions = [
+        Submission(
+            f.schedule.operation,
+            (RackSelection(scope.rack_id, scope.filter),),
+            task_description(f.schedule, f.fired_at),
+            QueueOptions(f.schedule.overlap_policy.conflict_strategy, f.schedule.queue_timeout),
+            f.schedule.id,
+        )
+        for f, scope in jobs
+    ]
     try:
-        submitted = await tasks.submit(
-            schedule.operation,
-            [RackSelection(scope.rack_id, scope.filter)],
-            description=task_description(schedule, fired_at),
-            queue=QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
-            schedule_id=schedule.id,
-        )
+        async with db.transaction() as conn:
+            results = await tasks.submit_each_in(conn, submissions)
     except Exception as exc:
-        log.warning(
-            "schedule %s: scope %s (rack %s) not submitted: %s", schedule.id, scope.id, scope.rack_id, exc
-        )
-        return ScopeOutcome(scope.id, scope.rack_id, "failed", error=str(exc) or type(exc).__name__)
-    return ScopeOutcome(scope.id, scope.rack_id, "submitted", task_id=submitted[0].id)
+        log.warning("firing batch of %d scope(s) not submitted: %s", len(jobs), exc)
+        error = f"not submitted: {exc}" if str(exc) else f"not submitted: {type(exc).__name__}"
+        return {(f.run_id, sc.id): ScopeOutcome(sc.id, sc.rack_id, "failed", error=error) for f, sc in jobs}
+    tasks.wake_executors()
+    outcomes: dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome] = {}
+    for (firing, scope), result in zip(jobs, results, strict=True):
+        if isinstance(result, RackflowError):
+            log.warning(
+                "schedule %s: scope %s (rack %s) not submitted: %s",
+                firing.schedule.id,
+                scope.id,
+                scope.rack_id,
+                result,
+            )
+            outcomes[(firing.run_id, scope.id)] = ScopeOutcome(
+                scope.id, scope.rack_id, "failed", error=str(result)
+            )
+        else:
+            outcomes[(firing.run_id, scope.id)] = ScopeOutcome(
+                scope.id, scope.rack_id, "submitted", task_id=result[0].id
+            )
+    return outcomes
 
 
-async def _write_back(
-    db: Database, schedule_id: uuid.UUID, run_id: uuid.UUID, outcomes: Sequence[ScopeOutcome]
-) -> None:
-    """Phase 3, retried: last_task_id per submitted scope, the completed run, and run-history retention."""
-    task_by_scope = {o.scope_id: o.task_id for o in outcomes if o.task_id is not None}
+async def _write_back(db: Database, firings: Sequence[Firing], results: Sequence[RunResult]) -> None:
+    """Phase 3, retried: last_task_id per submitted scope, the completed runs, and run-history retention."""
+    task_by_scope = {o.scope_id: o.task_id for r in results for o in r.outcomes if o.task_id is not None}
+    outcomes_by_run = {r.run_id: r.outcomes for r in results}
+    schedule_ids = {f.schedule.id for f in firings}
     for attempt in range(1, WRITEBACK_MAX_ATTEMPTS + 1):
         try:
             async with db.transaction() as conn:
                 await store.set_last_task_ids(conn, task_by_scope)
-                await store.complete_run(conn, run_id, outcomes)
-                await store.prune_runs(conn, schedule_id)
+                await store.complete_runs(conn, outcomes_by_run)
+                await store.prune_runs(conn, schedule_ids)
             return
         except Exception:
             if attempt == WRITEBACK_MAX_ATTEMPTS:
-                log.exception("schedule %s: run %s write-back failed %d times", schedule_id, run_id, attempt)
+                log.exception("write-back of %d run(s) failed %d times", len(results), attempt)
                 return
             await asyncio.sleep(WRITEBACK_RETRY_DELAY_SECONDS * attempt)

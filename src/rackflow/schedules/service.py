@@ -247,9 +247,7 @@ class ScheduleService:
             )
             await store.save_schedule(conn, fired)
             scopes = await store.list_scopes(conn, schedule_id)
-            await store.insert_run(
-                conn, run_id=run_id, schedule_id=schedule_id, fired_at=fired_at, trigger="manual"
-            )
+            await store.insert_runs(conn, [store.NewRun(run_id, schedule_id, fired_at, "manual")])
         result = await firing.fire(
             self.db,
             self.tasks,

@@ -96,8 +96,13 @@ async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datet
     await conn.execute(
         stmt,
         [
-            {"b_id": a.schedule_id, "b_enabled": a.enabled, "b_next": a.next_run_at, "b_last": a.last_run_at,
-             "b_now": now}
+            {
+                "b_id": a.schedule_id,
+                "b_enabled": a.enabled,
+                "b_next": a.next_run_at,
+                "b_last": a.last_run_at,
+                "b_now": now,
+            }
             for a in advances
         ],
     )
@@ -116,7 +121,10 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
             task_schedule_run.c.state == "running",
             or_(
                 and_(task_schedule_run.c.owner_id.is_not(None), task_schedule_run.c.owner_id.not_in(live)),
-                and_(task_schedule_run.c.owner_id.is_(None), task_schedule_run.c.fired_at < now - ORPHAN_RUN_AGE),
+                and_(
+                    task_schedule_run.c.owner_id.is_(None),
+                    task_schedule_run.c.fired_at < now - ORPHAN_RUN_AGE,
+                ),
             ),
         )
         .values(state="interrupted")

@@ -8,11 +8,12 @@ connection, so the caller decides what one transaction holds.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Row, Select, delete, exists, func, insert, select, update
+from sqlalchemy import ColumnElement, Row, Select, bindparam, delete, exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -296,13 +297,15 @@ async def delete_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID])
 
 
 async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID, uuid.UUID]) -> None:
-    """Record each scope's newest task; a scope removed since the firing is simply not updated."""
-    for scope_id, task_id in task_by_scope.items():
-        await conn.execute(
-            update(task_schedule_scope)
-            .where(task_schedule_scope.c.id == scope_id)
-            .values(last_task_id=task_id)
-        )
+    """Record each scope's newest task (one executemany); a scope removed since the firing is not updated."""
+    if not task_by_scope:
+        return
+    stmt = (
+        update(task_schedule_scope)
+        .where(task_schedule_scope.c.id == bindparam("b_scope"))
+        .values(last_task_id=bindparam("b_task"))
+    )
+    await conn.execute(stmt, [{"b_scope": scope, "b_task": task} for scope, task in task_by_scope.items()])
 
 
 async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) -> set[uuid.UUID]:
@@ -322,36 +325,56 @@ async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) 
 # --- run history ---------------------------------------------------------------------------------
 
 
-async def insert_run(
-    conn: AsyncConnection,
-    *,
-    run_id: uuid.UUID,
-    schedule_id: uuid.UUID,
-    fired_at: datetime,
-    trigger: Trigger,
-    scheduled_for: datetime | None = None,
-    owner_id: uuid.UUID | None = None,
-) -> None:
-    """Record a firing as "running", in the transaction that claims it (phase 1)."""
-    await conn.execute(
-        insert(task_schedule_run).values(
-            id=run_id,
-            schedule_id=schedule_id,
-            fired_at=fired_at,
-            scheduled_for=scheduled_for,
-            trigger=trigger,
-            state="running",
-            outcomes=[],
-            owner_id=owner_id,
+@dataclass(frozen=True)
+class NewRun:
+    """A firing to record as "running" in the transaction that claims it (phase 1)."""
+
+    run_id: uuid.UUID
+    schedule_id: uuid.UUID
+    fired_at: datetime
+    trigger: Trigger
+    scheduled_for: datetime | None = None
+    owner_id: uuid.UUID | None = None
+
+
+async def insert_runs(conn: AsyncConnection, runs: Sequence[NewRun]) -> None:
+    """Record firings as "running" (one executemany)."""
+    if runs:
+        await conn.execute(
+            insert(task_schedule_run),
+            [
+                {
+                    "id": r.run_id,
+                    "schedule_id": r.schedule_id,
+                    "fired_at": r.fired_at,
+                    "scheduled_for": r.scheduled_for,
+                    "trigger": r.trigger,
+                    "state": "running",
+                    "outcomes": [],
+                    "owner_id": r.owner_id,
+                }
+                for r in runs
+            ],
         )
-    )
 
 
-async def complete_run(conn: AsyncConnection, run_id: uuid.UUID, outcomes: Sequence[ScopeOutcome]) -> None:
-    await conn.execute(
+async def complete_runs(
+    conn: AsyncConnection, outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]]
+) -> None:
+    """Mark runs completed with their per-scope outcomes (one executemany)."""
+    if not outcomes_by_run:
+        return
+    stmt = (
         update(task_schedule_run)
-        .where(task_schedule_run.c.id == run_id)
-        .values(state="completed", outcomes=[_outcome_to_json(outcome) for outcome in outcomes])
+        .where(task_schedule_run.c.id == bindparam("b_run"))
+        .values(state="completed", outcomes=bindparam("b_outcomes"))
+    )
+    await conn.execute(
+        stmt,
+        [
+            {"b_run": run_id, "b_outcomes": [_outcome_to_json(o) for o in outcomes]}
+            for run_id, outcomes in outcomes_by_run.items()
+        ],
     )
 
 
@@ -364,13 +387,24 @@ def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
 
 
 async def prune_runs(
-    conn: AsyncConnection, schedule_id: uuid.UUID, keep: int = RUNS_KEPT_PER_SCHEDULE
+    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID], keep: int = RUNS_KEPT_PER_SCHEDULE
 ) -> None:
-    """Delete the schedule's runs beyond the newest `keep`."""
-    old = _newest_runs_first(schedule_id).with_only_columns(task_schedule_run.c.id).offset(keep)
-    stale = list((await conn.execute(old)).scalars())
-    for chunk in chunked(stale):
-        await conn.execute(delete(task_schedule_run).where(task_schedule_run.c.id.in_(chunk)))
+    """Delete each schedule's runs beyond its newest `keep`, in one statement per chunk of schedules.
+
+    DELETE FROM task_schedule_run WHERE id IN (
+      SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY schedule_id
+                                                    ORDER BY fired_at DESC, id DESC) AS newer
+                      FROM task_schedule_run WHERE schedule_id IN (:ids)) ranked
+      WHERE newer > :keep)
+    """
+    run = task_schedule_run.c
+    for chunk in chunked(list(schedule_ids)):
+        newer = func.row_number().over(
+            partition_by=run.schedule_id, order_by=(run.fired_at.desc(), run.id.desc())
+        )
+        ranked = select(run.id, newer.label("newer")).where(run.schedule_id.in_(chunk)).subquery("ranked")
+        stale = select(ranked.c.id).where(ranked.c.newer > keep)
+        await conn.execute(delete(task_schedule_run).where(run.id.in_(stale)))
 
 
 async def list_runs(

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, RackflowError
 from rackflow.inventory.model import Component, ComponentsFilter, RackSelection, TargetSpec, TypesFilter
 from rackflow.inventory.targets import resolve_targets
 from rackflow.store import tasks as store
@@ -122,6 +122,91 @@ def _may_wait(operation: Operation, queue: QueueOptions, label: str, conflict: t
         )
 
 
+@dataclass(frozen=True)
+class Submission:
+    """One request for tasks: an operation on some racks, all of whose tasks are created or none."""
+
+    operation: Operation
+    selections: Sequence[RackSelection]
+    description: str
+    queue: QueueOptions
+    schedule_id: uuid.UUID | None = None
+
+
+def _checked(submission: Submission) -> Submission:
+    """Validate what needs no database, and normalise (UTC windows, default queue timeout)."""
+    validate_operation(submission.operation)
+    validate_description(submission.description)
+    rack_ids = [s.rack_id for s in submission.selections]
+    if not rack_ids:
+        raise InvalidArgument("target_spec: the targets select no rack")
+    seen: set[uuid.UUID] = set()
+    for rack_id in rack_ids:
+        if rack_id in seen:
+            raise InvalidArgument(f"target_spec: rack {rack_id} is targeted twice")
+        seen.add(rack_id)
+    return replace(
+        submission, operation=_in_utc(submission.operation), queue=normalise_queue(submission.queue)
+    )
+
+
+@dataclass
+class _RackState:
+    """What the conflict rules need to know about the locked racks, kept current as tasks are admitted."""
+
+    names: dict[uuid.UUID, str]
+    components: dict[uuid.UUID, list[Component]]
+    blocking: dict[uuid.UUID, list[Task]]
+    waiting: dict[uuid.UUID, int]
+
+    def plan(self, submission: Submission, now: datetime) -> list[Task]:
+        """The submission's tasks, or the error that refuses all of them."""
+        operation, queue = submission.operation, submission.queue
+        missing = [s.rack_id for s in submission.selections if s.rack_id not in self.names]
+        if missing:
+            raise NotFound(f"rack_id: rack {missing[0]} not found")
+        planned: list[Task] = []
+        for selection in submission.selections:
+            rack_id = selection.rack_id
+            label = _rack_label(rack_id, self.names)
+            rack_components = self.components.get(rack_id, [])
+            chosen = selected_components(selection, rack_components)
+            if selection.filter is not None and not chosen:
+                raise InvalidArgument(f"target_spec: the component filter selects no component of {label}")
+            shape = shape_of(operation.kind, (c.id for c in chosen), rack_components)
+            conflict = first_conflict(shape, self.blocking.get(rack_id, ()), rack_components)
+            status = TaskStatus.PENDING
+            if conflict is not None:
+                _may_wait(operation, queue, label, conflict, self.waiting.get(rack_id, 0))
+                status = TaskStatus.WAITING
+            planned.append(
+                Task(
+                    id=uuid.uuid4(),
+                    operation=operation,
+                    rack_id=rack_id,
+                    component_ids=tuple(c.id for c in chosen),
+                    description=submission.description,
+                    status=status,
+                    message=_initial_message(operation, now),
+                    queue_expires_at=now + queue.timeout if status is TaskStatus.WAITING else None,
+                    created_at=now,
+                    started_at=None,
+                    finished_at=None,
+                    updated_at=now,
+                    schedule_id=submission.schedule_id,
+                )
+            )
+        return planned
+
+    def admit(self, made: Sequence[Task]) -> None:
+        """Count newly planned tasks in, so later submissions in the same batch see them."""
+        for task in made:
+            if task.status is TaskStatus.PENDING:
+                self.blocking.setdefault(task.rack_id, []).append(task)
+            else:
+                self.waiting[task.rack_id] = self.waiting.get(task.rack_id, 0) + 1
+
+
 # --- the manager --------------------------------------------------------------------------------
 
 
@@ -198,61 +283,56 @@ class TaskManager:
         FailedPrecondition (a conflict under REJECT, or a full waiting queue) and writes nothing then,
         provided the caller rolls back.
         """
-        validate_operation(operation)
-        operation = _in_utc(operation)
-        validate_description(description)
-        queue = normalise_queue(queue)
-        rack_ids = [s.rack_id for s in selections]
+        submission = Submission(operation, tuple(selections), description, queue, schedule_id)
+        (result,) = await self.submit_each_in(conn, [submission])
+        if isinstance(result, RackflowError):
+            raise result
+        return result
+
+    async def submit_each_in(
+        self, conn: AsyncConnection, submissions: Sequence[Submission]
+    ) -> list[list[Task] | RackflowError]:
+        """Several independent submissions in the caller's transaction, each all or nothing on its own.
+
+        A refused submission comes back as its error and writes nothing; the others' tasks are inserted.
+        The racks of all of them are locked and read once, and each submission is decided against that
+        state as the earlier ones in the list left it (so two submissions on one rack conflict as two
+        requests would). This is what lets the dispatcher fire a whole batch in a few round trips.
+        """
+        results: list[list[Task] | RackflowError | None] = []
+        checked: list[Submission | None] = []
+        for submission in submissions:
+            try:
+                checked.append(_checked(submission))
+                results.append(None)
+            except RackflowError as exc:
+                checked.append(None)
+                results.append(exc)
+        rack_ids = {s.rack_id for c in checked if c is not None for s in c.selections}
         if not rack_ids:
-            raise InvalidArgument("target_spec: the targets select no rack")
-        seen: set[uuid.UUID] = set()
-        for rack_id in rack_ids:
-            if rack_id in seen:
-                raise InvalidArgument(f"target_spec: rack {rack_id} is targeted twice")
-            seen.add(rack_id)
-
+            return [r if r is not None else InvalidArgument("target_spec: no rack") for r in results]
         names = await store.lock_racks(self.db, conn, rack_ids)
-        missing = [r for r in rack_ids if r not in names]
-        if missing:
-            raise NotFound(f"rack_id: rack {missing[0]} not found")
-        by_rack = await components_by_rack(conn, rack_ids)
-        blocking = await store.blocking_tasks(conn, rack_ids)
-        waiting = await store.waiting_counts(conn, rack_ids)
-
+        state = _RackState(
+            names=names,
+            components=await components_by_rack(conn, names.keys()),
+            blocking=await store.blocking_tasks(conn, names.keys()),
+            waiting=await store.waiting_counts(conn, names.keys()),
+        )
         now = self.clock.now()
         made: list[Task] = []
-        for selection in selections:
-            rack_id = selection.rack_id
-            label = _rack_label(rack_id, names)
-            rack_components = by_rack[rack_id]
-            chosen = selected_components(selection, rack_components)
-            if selection.filter is not None and not chosen:
-                raise InvalidArgument(f"target_spec: the component filter selects no component of {label}")
-            shape = shape_of(operation.kind, (c.id for c in chosen), rack_components)
-            conflict = first_conflict(shape, blocking.get(rack_id, ()), rack_components)
-            status = TaskStatus.PENDING
-            if conflict is not None:
-                _may_wait(operation, queue, label, conflict, waiting.get(rack_id, 0))
-                status = TaskStatus.WAITING
-            made.append(
-                Task(
-                    id=uuid.uuid4(),
-                    operation=operation,
-                    rack_id=rack_id,
-                    component_ids=tuple(c.id for c in chosen),
-                    description=description,
-                    status=status,
-                    message=_initial_message(operation, now),
-                    queue_expires_at=now + queue.timeout if status is TaskStatus.WAITING else None,
-                    created_at=now,
-                    started_at=None,
-                    finished_at=None,
-                    updated_at=now,
-                    schedule_id=schedule_id,
-                )
-            )
+        for index, candidate in enumerate(checked):
+            if candidate is None:
+                continue
+            try:
+                planned = state.plan(candidate, now)
+            except RackflowError as exc:
+                results[index] = exc
+                continue
+            state.admit(planned)
+            made.extend(planned)
+            results[index] = planned
         await store.insert_tasks(conn, made)
-        return made
+        return [r for r in results if r is not None]
 
     # --- reading --------------------------------------------------------------------------------
 

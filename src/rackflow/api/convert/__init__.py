@@ -7,6 +7,7 @@ Converters validate shape (a UUID parses, an enum value is known, a oneof is set
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -101,8 +102,8 @@ def component_type_to(value: ComponentType) -> pb.ComponentType.ValueType:
     return _TYPE_TO_PB[value]
 
 
-def component_types_from(values: object, field: str) -> tuple[ComponentType, ...]:
-    types = tuple(component_type_from(v, f"{field}[{i}]") for i, v in enumerate(values))  # type: ignore[call-overload]
+def component_types_from(values: Iterable[int], field: str) -> tuple[ComponentType, ...]:
+    types = tuple(component_type_from(v, f"{field}[{i}]") for i, v in enumerate(values))
     if len(set(types)) != len(types):
         raise InvalidArgument(f"{field}: a component type is listed twice")
     return types
