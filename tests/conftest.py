@@ -41,8 +41,9 @@ def postgres_url() -> Iterator[str]:
     admin = make_url(postgres_admin_url())
     name = f"rackflow_test_{uuid.uuid4().hex[:10]}"
     try:
-        with psycopg.connect(admin.set(drivername="postgresql").render_as_string(False), autocommit=True,
-                             connect_timeout=5) as conn:
+        with psycopg.connect(
+            admin.set(drivername="postgresql").render_as_string(False), autocommit=True, connect_timeout=5
+        ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.OperationalError as exc:
         _pg_unreachable(str(exc))
@@ -85,8 +86,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{path}"
     url: str = request.getfixturevalue("postgres_url")
     tables = ", ".join(f'"{t.name}"' for t in metadata.sorted_tables)
-    with psycopg.connect(make_url(url).set(drivername="postgresql").render_as_string(False),
-                         autocommit=True) as conn:
+    with psycopg.connect(
+        make_url(url).set(drivername="postgresql").render_as_string(False), autocommit=True
+    ) as conn:
         conn.execute(f"TRUNCATE {tables} CASCADE")
     return url
 

@@ -65,8 +65,9 @@ class ServeConfig:
     def __post_init__(self) -> None:
         host, _ = parse_host_port(self.listen, "--listen")
         mutual_tls = self.tls is not None and self.tls.client_ca is not None
-        check_exposure(host, tls=self.tls is not None, auth=self.tokens is not None or mutual_tls,
-                       insecure=self.insecure)
+        check_exposure(
+            host, tls=self.tls is not None, auth=self.tokens is not None or mutual_tls, insecure=self.insecure
+        )
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "--metrics-listen")
         if not 1 <= self.dispatch_batch <= 10_000:

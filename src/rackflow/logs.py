@@ -11,8 +11,19 @@ from rackflow.config import LogFormat
 
 # Fields a log call may attach with `extra={...}`; they are shown as key=value (text) or keys (JSON).
 EVENT_FIELDS = (
-    "schedule_id", "schedule_name", "trigger", "submitted", "skipped", "failed", "lag_s", "task_id", "rack_id",
-    "status", "instance_id", "claimed", "listen",
+    "schedule_id",
+    "schedule_name",
+    "trigger",
+    "submitted",
+    "skipped",
+    "failed",
+    "lag_s",
+    "task_id",
+    "rack_id",
+    "status",
+    "instance_id",
+    "claimed",
+    "listen",
 )
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -75,12 +76,16 @@ class RackflowServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ]
+            ],
         )
         flow_pb2_grpc.add_FlowServicer_to_server(FlowServicer(self.services), self.grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
             self.grpc,
         )
         host, port = parse_host_port(self.config.listen, "--listen")
@@ -135,7 +140,7 @@ class RackflowServer:
         )
         return self.address
 
-    def _spawn(self, name: str, run: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    def _spawn(self, name: str, run: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
         task = asyncio.create_task(run(self._stop), name=name)
         task.add_done_callback(self._worker_done)
         self._workers.append(task)

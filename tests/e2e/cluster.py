@@ -76,7 +76,14 @@ def start_server(
     """Start `rackflow serve` on a free loopback port and wait for its "listening on" line."""
     log_path = log_dir / f"{name}-{free_port()}.log"
     cmd = [
-        sys.executable, "-m", "rackflow", "serve", "--db", db_url, "--listen", f"127.0.0.1:{free_port()}",
+        sys.executable,
+        "-m",
+        "rackflow",
+        "serve",
+        "--db",
+        db_url,
+        "--listen",
+        f"127.0.0.1:{free_port()}",
         *args,
     ]
     child_env = {**os.environ, "RACKFLOW_SIM_STEP_SECONDS": "0.01", **(env or {})}

@@ -22,7 +22,9 @@ def create_racks(
         pb.CreateRackRequest(
             name=name,
             components=[
-                pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name=f"{name}-c{i}", external_id=f"{name}-c{i}")
+                pb.ComponentSpec(
+                    type=pb.COMPONENT_TYPE_COMPUTE, name=f"{name}-c{i}", external_id=f"{name}-c{i}"
+                )
                 for i in range(components_per_rack)
             ],
         )
@@ -45,7 +47,9 @@ def schedule_request(
     op = pb.ScheduledOperation(**{operation: _operation_request(operation, target)})
     return pb.CreateTaskScheduleRequest(
         schedule=pb.ScheduleConfig(
-            name=name, spec=pb.ScheduleSpec(type=spec_type, spec=spec, timezone=timezone), overlap_policy=overlap
+            name=name,
+            spec=pb.ScheduleSpec(type=spec_type, spec=spec, timezone=timezone),
+            overlap_policy=overlap,
         ),
         operation=op,
     )

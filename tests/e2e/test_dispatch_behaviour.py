@@ -29,7 +29,9 @@ INTERVAL = pb.SCHEDULE_SPEC_TYPE_INTERVAL
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     log_dir = tmp_path_factory.mktemp("dispatch")
     if request.param == "sqlite":
         yield from _serve(f"sqlite:///{log_dir}/rackflow.db", log_dir)
@@ -41,8 +43,9 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 def _serve(url: str, log_dir: Path) -> Iterator[ServerProcess]:
     subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
-    proc = start_server(url, log_dir, args=["--dispatch-interval", "200ms"],
-                        env={"RACKFLOW_SIM_STEP_SECONDS": str(STEP_S)})
+    proc = start_server(
+        url, log_dir, args=["--dispatch-interval", "200ms"], env={"RACKFLOW_SIM_STEP_SECONDS": str(STEP_S)}
+    )
     yield proc
     assert proc.stop() == 0, proc.output
 
@@ -67,7 +70,9 @@ def _outcomes(runs: list[pb.TaskScheduleRun]) -> list[str]:
 def test_skip_leaves_out_a_scope_whose_task_is_still_running(stub: flow_pb2_grpc.FlowStub) -> None:
     create_racks(stub, ["skip-a"], components_per_rack=8)  # a task lasts ~3.2 s; the interval is 1 s
     schedule = stub.CreateTaskSchedule(schedule_request("skip", ["skip-a"], spec_type=INTERVAL, spec="1s"))
-    wait_until(lambda: "skipped_overlap" in _outcomes(_runs(stub, schedule)), timeout=15, what="a skipped firing")
+    wait_until(
+        lambda: "skipped_overlap" in _outcomes(_runs(stub, schedule)), timeout=15, what="a skipped firing"
+    )
     stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
     tasks = _tasks(stub, schedule)
     assert all(t.status != pb.TASK_STATUS_WAITING for t in tasks), "SKIP must never queue"
@@ -76,10 +81,14 @@ def test_skip_leaves_out_a_scope_whose_task_is_still_running(stub: flow_pb2_grpc
 
 def test_queue_submits_behind_the_running_task(stub: flow_pb2_grpc.FlowStub) -> None:
     create_racks(stub, ["queue-a"], components_per_rack=8)
-    schedule = stub.CreateTaskSchedule(schedule_request(
-        "queue", ["queue-a"], spec_type=INTERVAL, spec="1s", overlap=pb.OVERLAP_POLICY_QUEUE))
-    wait_until(lambda: any(t.status == pb.TASK_STATUS_WAITING for t in _tasks(stub, schedule)), timeout=15,
-               what="a waiting task")
+    schedule = stub.CreateTaskSchedule(
+        schedule_request("queue", ["queue-a"], spec_type=INTERVAL, spec="1s", overlap=pb.OVERLAP_POLICY_QUEUE)
+    )
+    wait_until(
+        lambda: any(t.status == pb.TASK_STATUS_WAITING for t in _tasks(stub, schedule)),
+        timeout=15,
+        what="a waiting task",
+    )
     stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
     assert "skipped_overlap" not in _outcomes(_runs(stub, schedule))
 
@@ -87,8 +96,11 @@ def test_queue_submits_behind_the_running_task(stub: flow_pb2_grpc.FlowStub) -> 
 def test_per_scope_skip_fires_the_idle_racks(stub: flow_pb2_grpc.FlowStub) -> None:
     create_racks(stub, [f"ps-{i}" for i in range(4)], components_per_rack=1)
     create_racks(stub, ["ps-busy"], components_per_rack=8)
-    schedule = stub.CreateTaskSchedule(schedule_request(
-        "per-scope", [*(f"ps-{i}" for i in range(4)), "ps-busy"], spec_type=INTERVAL, spec="1s"))
+    schedule = stub.CreateTaskSchedule(
+        schedule_request(
+            "per-scope", [*(f"ps-{i}" for i in range(4)), "ps-busy"], spec_type=INTERVAL, spec="1s"
+        )
+    )
     busy_id = _rack_id(stub, "ps-busy").id
 
     def four_fired_one_skipped() -> bool:
@@ -111,9 +123,13 @@ def test_empty_scope_advances_without_tasks(stub: flow_pb2_grpc.FlowStub) -> Non
     create_racks(stub, ["empty-a"])
     schedule = stub.CreateTaskSchedule(schedule_request("empty", ["empty-a"], spec_type=INTERVAL, spec="1h"))
     stub.DeleteRack(pb.DeleteRackRequest(id=_rack_id(stub, "empty-a")))  # the scope goes with the rack
-    schedule = stub.UpdateTaskSchedule(pb.UpdateTaskScheduleRequest(
-        id=schedule.id, schedule=pb.ScheduleConfig(spec=pb.ScheduleSpec(type=INTERVAL, spec="1s")),
-        update_mask={"paths": ["schedule.spec"]}))
+    schedule = stub.UpdateTaskSchedule(
+        pb.UpdateTaskScheduleRequest(
+            id=schedule.id,
+            schedule=pb.ScheduleConfig(spec=pb.ScheduleSpec(type=INTERVAL, spec="1s")),
+            update_mask={"paths": ["schedule.spec"]},
+        )
+    )
     wait_until(lambda: len(_runs(stub, schedule)) >= 2, timeout=10, what="two firings of the empty schedule")
     stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
     assert _outcomes(_runs(stub, schedule)) == []
@@ -127,10 +143,14 @@ def test_one_time_is_consumed_even_when_every_submission_fails(stub: flow_pb2_gr
     target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="fail-a")]))
     stub.BringUpRack(pb.BringUpRackRequest(target_spec=target))  # bring-up conflicts with everything
     past = rfc3339(datetime.now(UTC) - timedelta(seconds=1))
-    schedule = stub.CreateTaskSchedule(schedule_request(
-        "fail-once", ["fail-a"], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past))
-    wait_until(lambda: bool(_runs(stub, schedule)) and _runs(stub, schedule)[0].state == "completed",
-               timeout=10, what="the one-time firing")
+    schedule = stub.CreateTaskSchedule(
+        schedule_request("fail-once", ["fail-a"], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
+    )
+    wait_until(
+        lambda: bool(_runs(stub, schedule)) and _runs(stub, schedule)[0].state == "completed",
+        timeout=10,
+        what="the one-time firing",
+    )
     (run,) = _runs(stub, schedule)
     assert [o.outcome for o in run.outcomes] == ["failed"]
     assert run.outcomes[0].error
@@ -144,7 +164,9 @@ def test_one_time_is_consumed_even_when_every_submission_fails(stub: flow_pb2_gr
 
 def test_paused_schedule_never_fires(stub: flow_pb2_grpc.FlowStub) -> None:
     create_racks(stub, ["paused-a"])
-    schedule = stub.CreateTaskSchedule(schedule_request("paused", ["paused-a"], spec_type=INTERVAL, spec="1s"))
+    schedule = stub.CreateTaskSchedule(
+        schedule_request("paused", ["paused-a"], spec_type=INTERVAL, spec="1s")
+    )
     stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
     time.sleep(2.5)
     assert _runs(stub, schedule) == []

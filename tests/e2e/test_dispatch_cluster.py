@@ -43,39 +43,58 @@ def test_four_instances_fire_every_schedule_exactly_once(pg_db: str, tmp_path: P
         cron_racks = [f"cron-{i:02d}" for i in range(CRON_SCHEDULES)]
         create_racks(stub, once_racks + cron_racks)
         past = rfc3339(datetime.now(UTC) - timedelta(minutes=5))
-        create_schedules(stub, [
-            schedule_request(f"once-{i:04d}", [rack], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
-            for i, rack in enumerate(once_racks)
-        ])
-        create_schedules(stub, [
-            schedule_request(f"cron-{i:02d}", [rack], spec_type=pb.SCHEDULE_SPEC_TYPE_CRON, spec="* * * * *")
-            for i, rack in enumerate(cron_racks)
-        ])
+        create_schedules(
+            stub,
+            [
+                schedule_request(f"once-{i:04d}", [rack], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
+                for i, rack in enumerate(once_racks)
+            ],
+        )
+        create_schedules(
+            stub,
+            [
+                schedule_request(
+                    f"cron-{i:02d}", [rack], spec_type=pb.SCHEDULE_SPEC_TYPE_CRON, spec="* * * * *"
+                )
+                for i, rack in enumerate(cron_racks)
+            ],
+        )
 
     started = datetime.now(UTC)
     with servers(pg_db, tmp_path, INSTANCES, args=["--dispatch-interval", "1s"]) as cluster:
         drain_s = wait_until(
-            lambda: sql(pg_db, "SELECT count(*) FROM tasks WHERE description LIKE 'once-%%'")[0][0]
-            >= ONE_TIME_SCHEDULES,
+            lambda: (
+                sql(pg_db, "SELECT count(*) FROM tasks WHERE description LIKE 'once-%%'")[0][0]
+                >= ONE_TIME_SCHEDULES
+            ),
             timeout=120,
             what=f"{ONE_TIME_SCHEDULES} one-time tasks",
         )
         print(f"\n{ONE_TIME_SCHEDULES} one-time schedules drained by {INSTANCES} instances in {drain_s:.1f}s")
 
         # Every one-time schedule: one run, one task, consumed.
-        runs = sql(pg_db, """
-            SELECT s.name, count(r.id) FROM task_schedule s LEFT JOIN task_schedule_run r ON r.schedule_id = s.id
-            WHERE s.name LIKE 'once-%%' GROUP BY s.name HAVING count(r.id) <> 1""")
+        runs = sql(
+            pg_db,
+            """
+            SELECT s.name, count(r.id) FROM task_schedule s
+            LEFT JOIN task_schedule_run r ON r.schedule_id = s.id WHERE s.name LIKE 'once-%%' GROUP BY s.name HAVING count(r.id) <> 1""",
+        )
         assert runs == [], f"one-time schedules without exactly one run: {runs[:10]}"
-        dupes = sql(pg_db, """
+        dupes = sql(
+            pg_db,
+            """
             SELECT schedule_id, count(*) FROM tasks WHERE description LIKE 'once-%%'
-            GROUP BY schedule_id HAVING count(*) > 1""")
+            GROUP BY schedule_id HAVING count(*) > 1""",
+        )
         assert dupes == []
-        assert sql(pg_db, "SELECT count(DISTINCT schedule_id) FROM tasks WHERE description LIKE 'once-%%'") == [
-            (ONE_TIME_SCHEDULES,)
-        ]
-        assert sql(pg_db, """SELECT count(*) FROM task_schedule WHERE name LIKE 'once-%%'
-                             AND (enabled OR next_run_at IS NOT NULL)""") == [(0,)]
+        assert sql(
+            pg_db, "SELECT count(DISTINCT schedule_id) FROM tasks WHERE description LIKE 'once-%%'"
+        ) == [(ONE_TIME_SCHEDULES,)]
+        assert sql(
+            pg_db,
+            """SELECT count(*) FROM task_schedule WHERE name LIKE 'once-%%'
+                             AND (enabled OR next_run_at IS NOT NULL)""",
+        ) == [(0,)]
         # The work was shared: more than one instance fired schedules.
         owners = sql(pg_db, "SELECT count(DISTINCT owner_id) FROM task_schedule_run")[0][0]
         assert owners >= 2, "one instance did all the firing: the claim did not spread the work"
@@ -88,19 +107,30 @@ def test_four_instances_fire_every_schedule_exactly_once(pg_db: str, tmp_path: P
         for server in cluster:
             assert server.proc.poll() is None, server.output
 
-    rows = sql(pg_db, """
+    rows = sql(
+        pg_db,
+        """
         SELECT s.name, r.scheduled_for FROM task_schedule_run r JOIN task_schedule s ON s.id = r.schedule_id
-        WHERE s.name LIKE 'cron-%%' AND r.scheduled_for BETWEEN %s AND %s""", first_slot, last_slot)
+        WHERE s.name LIKE 'cron-%%' AND r.scheduled_for BETWEEN %s AND %s""",
+        first_slot,
+        last_slot,
+    )
     per_schedule: dict[str, list[datetime]] = {}
     for name, slot in rows:
         per_schedule.setdefault(str(name), []).append(slot)  # type: ignore[arg-type]
     expected = [first_slot + timedelta(minutes=m) for m in range(CRON_MINUTES)]
     assert len(per_schedule) == CRON_SCHEDULES
     for name, slots in per_schedule.items():
-        assert sorted(slots) == expected, f"{name} fired at {sorted(slots)}, expected once at each of {expected}"
-    cron_tasks = sql(pg_db, """SELECT count(*) FROM tasks t JOIN task_schedule s ON s.id = t.schedule_id
+        assert sorted(slots) == expected, (
+            f"{name} fired at {sorted(slots)}, expected once at each of {expected}"
+        )
+    cron_tasks = sql(
+        pg_db,
+        """SELECT count(*) FROM tasks t JOIN task_schedule s ON s.id = t.schedule_id
                                WHERE s.name LIKE 'cron-%%' AND t.created_at BETWEEN %s AND %s""",
-                     first_slot, last_slot + timedelta(seconds=15))[0][0]
+        first_slot,
+        last_slot + timedelta(seconds=15),
+    )[0][0]
     assert cron_tasks == CRON_SCHEDULES * CRON_MINUTES
 
 
@@ -112,34 +142,52 @@ def test_instance_killed_mid_drain_fires_nothing_twice(pg_db: str, tmp_path: Pat
         racks = [f"k-{i:03d}" for i in range(count)]
         create_racks(stub, racks)
         past = rfc3339(datetime.now(UTC) - timedelta(minutes=1))
-        create_schedules(stub, [
-            schedule_request(f"k-{i:03d}", [r], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
-            for i, r in enumerate(racks)
-        ])
+        create_schedules(
+            stub,
+            [
+                schedule_request(f"k-{i:03d}", [r], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
+                for i, r in enumerate(racks)
+            ],
+        )
 
     lease = {"RACKFLOW_LEASE_TTL": "3s"}
     # The victim pauses after committing its first claim (a failpoint), so the kill lands between phases.
-    victim = start_server(pg_db, tmp_path, name="victim", args=["--dispatch-interval", "1s"],
-                          env={**lease, "RACKFLOW_FAILPOINT_PAUSE_AFTER_CLAIM": "30s"})
+    victim = start_server(
+        pg_db,
+        tmp_path,
+        name="victim",
+        args=["--dispatch-interval", "1s"],
+        env={**lease, "RACKFLOW_FAILPOINT_PAUSE_AFTER_CLAIM": "30s"},
+    )
     try:
-        wait_until(lambda: "failpoint: pausing after claim" in victim.output, timeout=20, what="victim's claim")
+        wait_until(
+            lambda: "failpoint: pausing after claim" in victim.output, timeout=20, what="victim's claim"
+        )
         victim.kill()
         with servers(pg_db, tmp_path, 1, args=["--dispatch-interval", "1s"], env=lease):
             wait_until(
-                lambda: sql(pg_db, "SELECT count(*) FROM task_schedule WHERE next_run_at IS NOT NULL")[0][0] == 0
-                and sql(pg_db, "SELECT count(*) FROM task_schedule_run WHERE state = 'running'")[0][0] == 0,
+                lambda: (
+                    sql(pg_db, "SELECT count(*) FROM task_schedule WHERE next_run_at IS NOT NULL")[0][0] == 0
+                    and sql(pg_db, "SELECT count(*) FROM task_schedule_run WHERE state = 'running'")[0][0]
+                    == 0
+                ),
                 timeout=60,
                 what="every schedule consumed and no run left running",
             )
     finally:
         victim.kill()
 
-    per_schedule = sql(pg_db, """SELECT s.name, count(r.id) FROM task_schedule s
-                                 LEFT JOIN task_schedule_run r ON r.schedule_id = s.id GROUP BY s.name""")
+    per_schedule = sql(
+        pg_db,
+        """SELECT s.name, count(r.id) FROM task_schedule s
+                                 LEFT JOIN task_schedule_run r ON r.schedule_id = s.id GROUP BY s.name""",
+    )
     assert {n for _, n in per_schedule} == {1}, "a schedule fired twice or never"
     interrupted = sql(pg_db, "SELECT count(*) FROM task_schedule_run WHERE state = 'interrupted'")[0][0]
     assert interrupted >= 1, "the victim's claimed batch should show as interrupted runs"
-    tasks_per_schedule = sql(pg_db, "SELECT max(c) FROM (SELECT count(*) c FROM tasks GROUP BY schedule_id) x")
+    tasks_per_schedule = sql(
+        pg_db, "SELECT max(c) FROM (SELECT count(*) c FROM tasks GROUP BY schedule_id) x"
+    )
     assert tasks_per_schedule[0][0] == 1
     completed = sql(pg_db, "SELECT count(*) FROM task_schedule_run WHERE state = 'completed'")[0][0]
     assert completed + interrupted == count

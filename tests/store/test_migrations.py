@@ -29,8 +29,9 @@ async def test_utc_times_round_trip_exactly(db: Database) -> None:
     """SQLite drops offsets; the UTCDateTime type must hand back the same instant, aware, in UTC."""
     stamp = datetime(2026, 3, 8, 2, 30, 15, 123456, tzinfo=timezone(timedelta(hours=-5)))
     async with db.transaction() as conn:
-        await conn.execute(insert(instances).values(
-            id=uuid.uuid4(), host="h", pid=1, started_at=stamp, heartbeat_at=stamp))
+        await conn.execute(
+            insert(instances).values(id=uuid.uuid4(), host="h", pid=1, started_at=stamp, heartbeat_at=stamp)
+        )
     async with db.read() as conn:
         got = (await conn.execute(select(instances.c.started_at))).scalar_one()
     assert got == stamp

@@ -67,7 +67,9 @@ def is_connection_error(exc: BaseException) -> bool:
 class Database:
     """An async engine plus the dialect rules above. One per process."""
 
-    def __init__(self, url: str, *, clock: Clock | None = None, pool_size: int = 10, echo: bool = False) -> None:
+    def __init__(
+        self, url: str, *, clock: Clock | None = None, pool_size: int = 10, echo: bool = False
+    ) -> None:
         self.url = normalise_url(url)
         self.clock = clock or SystemClock()
         self.dialect = make_url(self.url).get_backend_name()
@@ -101,9 +103,8 @@ class Database:
         Connection failures surface as `Unavailable` so callers (and clients) can tell an outage from a bug.
         """
         if self._write_lock is not None:
-            async with self._write_lock:
-                async with self._begin(immediate=True) as conn:
-                    yield conn
+            async with self._write_lock, self._begin(immediate=True) as conn:
+                yield conn
         else:
             async with self._begin(immediate=False) as conn:
                 yield conn

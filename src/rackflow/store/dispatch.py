@@ -3,7 +3,7 @@
 The claim is the one place where instances compete, so it reads as plain SQL:
 
     SELECT * FROM task_schedule
-    WHERE enabled AND next_run_at IS NOT NULL AND next_run_at <= :now     -- the partial index ix_task_schedule_due
+    WHERE enabled AND next_run_at IS NOT NULL AND next_run_at <= :now   -- partial index ix_task_schedule_due
     ORDER BY next_run_at, id
     LIMIT :batch
     FOR UPDATE SKIP LOCKED                                                  -- PostgreSQL only

@@ -8,8 +8,8 @@ connection, so the caller decides what one transaction holds.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 

@@ -1,0 +1,215 @@
+"""`rackflow serve` and `rackflow db migrate`: the server-side commands."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from datetime import timedelta
+
+import click
+
+from rackflow import logs
+from rackflow.config import (
+    DEFAULT_DB,
+    DEFAULT_DISPATCH_BATCH,
+    DEFAULT_DISPATCH_INTERVAL,
+    DEFAULT_LISTEN,
+    BackendName,
+    LogFormat,
+    ServeConfig,
+    parse_interval,
+)
+from rackflow.errors import RackflowError
+from rackflow.security import ServerTls, load_tokens
+
+_db_option = click.option(
+    "--db",
+    envvar="RACKFLOW_DB",
+    default=DEFAULT_DB,
+    show_default=True,
+    help="Database URL: sqlite:///path.db or postgresql://user@host:port/db.",
+)
+
+
+@click.command(
+    epilog="Example:\n\n  rackflow serve --db postgresql://postgres@127.0.0.1:5432/rackflow --migrate"
+)
+@_db_option
+@click.option(
+    "--listen", envvar="RACKFLOW_LISTEN", default=DEFAULT_LISTEN, show_default=True, help="gRPC HOST:PORT."
+)
+@click.option(
+    "--dispatch-interval",
+    envvar="RACKFLOW_DISPATCH_INTERVAL",
+    default=DEFAULT_DISPATCH_INTERVAL,
+    show_default=True,
+    help="How often the dispatcher polls for due schedules (Go duration).",
+)
+@click.option(
+    "--dispatch-batch",
+    envvar="RACKFLOW_DISPATCH_BATCH",
+    default=DEFAULT_DISPATCH_BATCH,
+    type=int,
+    show_default=True,
+    help="Due schedules claimed per poll; a full batch polls again at once.",
+)
+@click.option(
+    "--no-dispatcher",
+    envvar="RACKFLOW_NO_DISPATCHER",
+    is_flag=True,
+    help="Serve the API and run tasks, but fire no schedules.",
+)
+@click.option(
+    "--backend",
+    envvar="RACKFLOW_BACKEND",
+    type=click.Choice([b.value for b in BackendName]),
+    default=BackendName.SIMULATOR.value,
+    show_default=True,
+    help="How tasks reach the racks.",
+)
+@click.option(
+    "--metrics-listen",
+    envvar="RACKFLOW_METRICS_LISTEN",
+    default=None,
+    help="Serve Prometheus /metrics on HOST:PORT (off by default).",
+)
+@click.option(
+    "--migrate",
+    "run_migrations",
+    envvar="RACKFLOW_MIGRATE",
+    is_flag=True,
+    help="Migrate the database to the newest schema before serving.",
+)
+@click.option(
+    "--log-format",
+    envvar="RACKFLOW_LOG_FORMAT",
+    type=click.Choice([f.value for f in LogFormat]),
+    default=LogFormat.TEXT.value,
+    show_default=True,
+)
+@click.option(
+    "--clock-offset",
+    envvar="RACKFLOW_CLOCK_OFFSET",
+    default="0s",
+    hidden=True,
+    help="Shift this process's clock (Go duration); for clock-jump drills only.",
+)
+@click.option(
+    "--lease-ttl",
+    envvar="RACKFLOW_LEASE_TTL",
+    default="15s",
+    show_default=True,
+    help="How long a silent instance keeps its tasks and runs before others take them over.",
+)
+@click.option(
+    "--tls-cert",
+    envvar="RACKFLOW_TLS_CERT",
+    default=None,
+    help="Serve TLS with this PEM certificate (chain).",
+)
+@click.option("--tls-key", envvar="RACKFLOW_TLS_KEY", default=None, help="The PEM private key of --tls-cert.")
+@click.option(
+    "--tls-client-ca",
+    envvar="RACKFLOW_TLS_CLIENT_CA",
+    default=None,
+    help="Require client certificates signed by this PEM CA (mutual TLS).",
+)
+@click.option(
+    "--auth-tokens",
+    envvar="RACKFLOW_AUTH_TOKENS",
+    default=None,
+    help="YAML/JSON list of {name, role, sha256} bearer tokens; see docs/SECURITY.md.",
+)
+@click.option(
+    "--insecure",
+    envvar="RACKFLOW_INSECURE",
+    is_flag=True,
+    help="Allow a non-loopback --listen without TLS and authentication.",
+)
+def serve(
+    db: str,
+    listen: str,
+    dispatch_interval: str,
+    dispatch_batch: int,
+    no_dispatcher: bool,
+    backend: str,
+    metrics_listen: str | None,
+    run_migrations: bool,
+    log_format: str,
+    clock_offset: str,
+    lease_ttl: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+    auth_tokens: str | None,
+    insecure: bool,
+) -> None:
+    """Serve the rackflow API, run tasks and fire due schedules."""
+    from rackflow.server import RackflowServer
+
+    try:
+        offset = (
+            timedelta(0) if clock_offset in ("0", "0s") else parse_interval(clock_offset, "--clock-offset")
+        )
+        config = ServeConfig(
+            db=db,
+            listen=listen,
+            dispatch_interval=parse_interval(dispatch_interval, "--dispatch-interval"),
+            dispatch_batch=dispatch_batch,
+            dispatcher=not no_dispatcher,
+            backend=BackendName(backend),
+            metrics_listen=metrics_listen,
+            migrate=run_migrations,
+            log_format=LogFormat(log_format),
+            clock_offset=offset,
+            lease_ttl=parse_interval(lease_ttl, "--lease-ttl"),
+            tls=ServerTls.from_flags(tls_cert, tls_key, tls_client_ca),
+            tokens=load_tokens(auth_tokens, os.environ),
+            insecure=insecure,
+        )
+    except RackflowError as exc:
+        raise click.UsageError(str(exc)) from None
+    logs.configure(config.log_format)
+
+    async def main() -> None:
+        server = RackflowServer(config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, server.stop)
+        await server.start()
+        await server.wait()
+
+    try:
+        asyncio.run(main())
+    except RackflowError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+@click.group()
+def db() -> None:
+    """Database administration."""
+
+
+@db.command(epilog="Example:\n\n  rackflow db migrate --db postgresql://postgres@127.0.0.1:5432/rackflow")
+@_db_option
+def migrate(db: str) -> None:
+    """Create or upgrade the schema (safe to run again, and from several hosts at once)."""
+    from rackflow.store.db import Database
+    from rackflow.store.migrate import migrate as run_migrate
+
+    async def main() -> str:
+        database = Database(db)
+        try:
+            return await run_migrate(database)
+        finally:
+            await database.dispose()
+
+    try:
+        revision = asyncio.run(main())
+    except RackflowError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"database at revision {revision}")
