@@ -77,7 +77,8 @@ def test_four_instances_fire_every_schedule_exactly_once(pg_db: str, tmp_path: P
             pg_db,
             """
             SELECT s.name, count(r.id) FROM task_schedule s
-            LEFT JOIN task_schedule_run r ON r.schedule_id = s.id WHERE s.name LIKE 'once-%%' GROUP BY s.name HAVING count(r.id) <> 1""",
+            LEFT JOIN task_schedule_run r ON r.schedule_id = s.id
+            WHERE s.name LIKE 'once-%%' GROUP BY s.name HAVING count(r.id) <> 1""",
         )
         assert runs == [], f"one-time schedules without exactly one run: {runs[:10]}"
         dupes = sql(
