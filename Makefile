@@ -24,7 +24,7 @@ run: $(VENV)/.installed
 	$(BIN)/rackflow db migrate --db $(DB)
 	@echo "rackflow listening on $(LISTEN) (database $(DB), simulator backend). Try, in another terminal:"
 	@echo "  $(BIN)/rackflow inventory import examples/fleet.yaml"
-	@echo "  $(BIN)/rackflow schedule create nightly-reset --cron '*/2 * * * *' --op power-reset --rack rack-a1"
+	@echo "  $(BIN)/rackflow schedule create nightly-reset --cron '*/2 * * * *' --op power-reset --rack rack-01"
 	@echo "  $(BIN)/rackflow schedule runs nightly-reset"
 	exec $(BIN)/rackflow serve --db $(DB) --listen $(LISTEN)
 

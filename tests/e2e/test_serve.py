@@ -1,0 +1,86 @@
+"""`rackflow serve` as a user meets it: reflection for grpcurl, health, a rack powered off end to end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+from rackflow.v1 import flow_pb2 as pb
+from tests.e2e.cluster import free_port, servers
+from tests.e2e.fleet import create_racks, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/rackflow.db"
+    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+    return url
+
+
+def test_reflection_lists_the_flow_service_as_grpcurl_sees_it(sqlite_url: str, tmp_path: Path) -> None:
+    with servers(sqlite_url, tmp_path, 1) as (server,):
+        channel = grpc.insecure_channel(server.address)
+        services = ProtoReflectionDescriptorDatabase(channel).get_services()
+        assert "rackflow.v1.Flow" in services
+        assert "grpc.health.v1.Health" in services
+        methods = {
+            m.name
+            for m in ProtoReflectionDescriptorDatabase(channel)
+            .FindFileContainingSymbol("rackflow.v1.Flow")
+            .service[0]
+            .method
+        }
+        assert {
+            "CreateTaskSchedule",
+            "PowerOffRack",
+            "PreviewScheduleSpec",
+            "ListTaskScheduleRuns",
+        } <= methods
+        health = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="rackflow.v1.Flow")
+        )
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_rack_created_over_grpc_is_powered_off(sqlite_url: str, tmp_path: Path) -> None:
+    with servers(sqlite_url, tmp_path, 1) as (server,):
+        stub = server.stub()
+        (rack,) = create_racks(stub, ["r1"], components_per_rack=3)
+        target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="r1")]))
+        (task_id,) = stub.PowerOffRack(pb.PowerOffRackRequest(target_spec=target)).task_ids
+
+        def task() -> pb.Task:
+            return stub.GetTasksByIDs(pb.GetTasksByIDsRequest(task_ids=[task_id])).tasks[0]
+
+        wait_until(lambda: task().status == pb.TASK_STATUS_COMPLETED, timeout=20, what="the task to complete")
+        after = stub.GetRack(pb.GetRackRequest(id=rack.id))
+        assert [c.power_state for c in after.components] == ["off", "off", "off"]
+
+
+def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rackflow",
+            "serve",
+            "--db",
+            f"sqlite:///{tmp_path}/empty.db",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    assert "has no rackflow schema" in result.stderr
+    assert "rackflow db migrate" in result.stderr
