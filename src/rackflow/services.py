@@ -23,5 +23,5 @@ class Services:
     def build(cls, db: Database, clock: Clock) -> Services:
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
-        schedules = ScheduleService(db, clock, inventory, tasks)
+        schedules = ScheduleService(db, clock, tasks)
         return cls(db=db, clock=clock, inventory=inventory, tasks=tasks, schedules=schedules)

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.clock import Clock
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.model import TargetSpec
-from rackflow.inventory.service import InventoryService, check_text
+from rackflow.inventory.service import check_text
 from rackflow.inventory.targets import resolve_targets
 from rackflow.schedules import firing
 from rackflow.schedules.model import OverlapPolicy, Run, Schedule, Scope
@@ -77,10 +77,9 @@ def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
 
 
 class ScheduleService:
-    def __init__(self, db: Database, clock: Clock, inventory: InventoryService, tasks: TaskManager) -> None:
+    def __init__(self, db: Database, clock: Clock, tasks: TaskManager) -> None:
         self.db = db
         self.clock = clock
-        self.inventory = inventory
         self.tasks = tasks
 
     async def _load(
