@@ -1,0 +1,53 @@
+"""What an operator's monitoring sees: Prometheus metrics and one structured log line per firing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from rackflow.v1 import flow_pb2 as pb
+from tests.e2e.cluster import free_port, servers
+from tests.e2e.fleet import create_racks, rfc3339, schedule_request, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def test_metrics_and_json_firing_log(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/rackflow.db"
+    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+    metrics_at = f"127.0.0.1:{free_port()}"
+    args = ["--dispatch-interval", "200ms", "--metrics-listen", metrics_at, "--log-format", "json"]
+    with servers(url, tmp_path, 1, args=args) as (server,):
+        stub = server.stub()
+        create_racks(stub, ["m1", "m2"])
+        past = rfc3339(datetime.now(UTC) - timedelta(seconds=5))
+        stub.CreateTaskSchedule(
+            schedule_request("observed", ["m1", "m2"], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
+        )
+
+        def metrics() -> str:
+            with urllib.request.urlopen(f"http://{metrics_at}/metrics", timeout=5) as response:
+                return str(response.read().decode())
+
+        wait_until(
+            lambda: 'rackflow_schedule_firings_total{trigger="dispatch"} 1.0' in metrics(),
+            timeout=15,
+            what="the firing to be counted",
+        )
+        text = metrics()
+        assert 'rackflow_schedule_scope_outcomes_total{outcome="submitted"} 2.0' in text
+        assert "rackflow_dispatch_lag_seconds_count 1.0" in text
+        assert "rackflow_dispatch_poll_seconds_count" in text
+        assert "rackflow_dispatch_due_backlog 0.0" in text
+
+        lines = [json.loads(line) for line in server.output.splitlines() if line.startswith("{")]
+        (firing,) = [line for line in lines if line.get("schedule_name") == "observed"]
+        assert firing["trigger"] == "dispatch"
+        assert (firing["submitted"], firing["skipped"], firing["failed"]) == (2, 0, 0)
+        assert firing["schedule_id"]
