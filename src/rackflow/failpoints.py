@@ -20,5 +20,5 @@ async def pause(name: str) -> None:
     if not value:
         return
     seconds = parse_go_duration(value) / 1e9
-    log.warning("failpoint: pausing %s for %ss", name.replace("_", " "), seconds)
+    log.warning("failpoint %s: pausing for %ss", name, seconds)
     await asyncio.sleep(seconds)

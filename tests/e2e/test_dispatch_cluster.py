@@ -162,7 +162,7 @@ def test_instance_killed_mid_drain_fires_nothing_twice(pg_db: str, tmp_path: Pat
     )
     try:
         wait_until(
-            lambda: "failpoint: pausing after claim" in victim.output, timeout=20, what="victim's claim"
+            lambda: "failpoint pause_after_claim: pausing" in victim.output, timeout=20, what="victim's claim"
         )
         victim.kill()
         with servers(pg_db, tmp_path, 1, args=["--dispatch-interval", "1s"], env=lease):
