@@ -132,12 +132,15 @@ task_schedule = Table(
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
-    # The dispatcher's due scan: only enabled rows with a next run are indexed.
+    # The dispatcher's due scan: only enabled rows with a next run are indexed, in claim order. Both
+    # databases match a partial index's predicate by its spelling, so it is spelled exactly as the claim's
+    # `enabled.is_(True)` renders (migration 0004; tests/store/test_due_index.py checks the claim uses it).
     Index(
         "ix_task_schedule_due",
         "next_run_at",
-        postgresql_where=text("enabled AND next_run_at IS NOT NULL"),
-        sqlite_where=text("enabled AND next_run_at IS NOT NULL"),
+        "id",
+        postgresql_where=text("enabled IS true AND next_run_at IS NOT NULL"),
+        sqlite_where=text("enabled IS 1 AND next_run_at IS NOT NULL"),
     ),
 )
 
