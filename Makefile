@@ -6,7 +6,7 @@ DB ?= sqlite:///rackflow.db
 LISTEN ?= 127.0.0.1:50051
 export RACKFLOW_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck unit proto bench clean
+.PHONY: run test lint typecheck unit proto docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ unit: $(VENV)/.installed-test
 
 proto: $(VENV)/.installed-test
 	PYTHON=$(BIN)/python scripts/gen_proto.sh
+
+docs: $(VENV)/.installed-test
+	$(BIN)/python scripts/gen_api_docs.py
 
 clean:
 	rm -rf $(VENV) rackflow.db rackflow.db-wal rackflow.db-shm .pytest_cache .mypy_cache .ruff_cache
