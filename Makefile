@@ -46,5 +46,17 @@ proto: $(VENV)/.installed-test
 docs: $(VENV)/.installed-test
 	$(BIN)/python scripts/gen_api_docs.py
 
+# Every benchmark once, at modest sizes (about 6 minutes; needs the PostgreSQL server, see bench/README.md).
+# docs/PERFORMANCE.md lists the full-size commands behind its figures.
+bench: $(VENV)/.installed
+	$(BIN)/python bench/dispatch_drain.py --db postgres --n 2000
+	$(BIN)/python bench/dispatch_drain.py --db postgres --n 2000 --instances 2
+	$(BIN)/python bench/dispatch_drain.py --db sqlite --n 2000
+	$(BIN)/python bench/dispatch_lag.py --db postgres --n 200
+	$(BIN)/python bench/poll_cost.py --db postgres --small 1000 --large 100000
+	$(BIN)/python bench/api.py --db postgres --seconds 5 --schedules 2000
+	$(BIN)/python bench/ceiling.py --n 2000
+	$(BIN)/python bench/memory.py --db postgres --schedules 20000
+
 clean:
 	rm -rf $(VENV) rackflow.db rackflow.db-wal rackflow.db-shm .pytest_cache .mypy_cache .ruff_cache

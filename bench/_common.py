@@ -1,0 +1,336 @@
+"""Shared set-up for the benchmarks: fresh databases, `rackflow serve` processes, bulk-loaded fleets.
+
+Servers are real `rackflow serve` child processes, started with the end-to-end tests' helpers
+(`tests/e2e/cluster.py`), so a benchmark measures exactly what an operator runs.
+
+Bulk loading: one rack and one schedule are created through the real services (validation, target
+resolution, the operation template); every other row is a clone of those rows with fresh ids and names,
+inserted with executemany (SQLAlchemy Core). Creating 10,000 schedules over the API would itself take
+tens of seconds (`bench/api.py` measures CreateTaskSchedule), and 1,000,000 would take hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # for tests.e2e
+
+from sqlalchemy import Engine, create_engine, insert, select, update  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from rackflow.clock import SystemClock  # noqa: E402
+from rackflow.inventory.model import ComponentSpec, ComponentType, RackTarget, TargetSpec  # noqa: E402
+from rackflow.schedules.model import OverlapPolicy  # noqa: E402
+from rackflow.services import Services  # noqa: E402
+from rackflow.store.db import Database, normalise_url  # noqa: E402
+from rackflow.store.tables import components, racks, task_schedule, task_schedule_scope  # noqa: E402
+from rackflow.tasks.model import Operation, OperationKind, QueueOptions  # noqa: E402
+from rackflow.timespec import ScheduleSpec  # noqa: E402
+from tests.e2e.cluster import ServerProcess, fresh_postgres_database, servers, start_server  # noqa: E402
+
+__all__ = [
+    "ServerProcess",
+    "Workspace",
+    "add_db_arguments",
+    "bulk_load",
+    "code_line",
+    "fresh_database",
+    "machine_line",
+    "median",
+    "percentile",
+    "py_spy",
+    "result",
+    "rss_kib",
+    "servers",
+    "start_server",
+    "sync_engine",
+]
+
+DEFAULT_POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+LOAD_CHUNK = 5_000
+
+# SIGTERM unwinds like Ctrl-C, so a stopped benchmark still stops its servers and drops its database.
+signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
+
+
+def add_db_arguments(
+    parser: argparse.ArgumentParser, *, kinds: Sequence[str] = ("sqlite", "postgres")
+) -> None:
+    """`--db` (PostgreSQL by default) and `--pg-admin`, the server scratch databases are made on."""
+    parser.add_argument("--db", choices=kinds, default="postgres")
+    parser.add_argument(
+        "--pg-admin",
+        default=os.environ.get("RACKFLOW_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_ADMIN),
+        help="PostgreSQL server to create scratch databases on (env RACKFLOW_BENCH_POSTGRES_URL).",
+    )
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A fresh, migrated database and a directory for server logs (and the SQLite file)."""
+
+    url: str
+    kind: str
+    log_dir: Path
+
+
+@contextmanager
+def fresh_database(kind: str, pg_admin: str) -> Iterator[Workspace]:
+    """A new database migrated with `rackflow db migrate`; PostgreSQL's is dropped afterwards."""
+    with tempfile.TemporaryDirectory(prefix="rackflow-bench-") as tmp:
+        log_dir = Path(tmp)
+        if kind == "sqlite":
+            url = f"sqlite:///{log_dir / 'bench.db'}"
+            _migrate(url)
+            yield Workspace(url, kind, log_dir)
+            return
+        with fresh_postgres_database(pg_admin) as url:
+            _migrate(url)
+            yield Workspace(url, kind, log_dir)
+
+
+def _migrate(url: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True, capture_output=True
+    )
+
+
+def sync_engine(url: str) -> Engine:
+    """A synchronous engine on the same database (pysqlite or psycopg), for loading and measuring."""
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() == "sqlite":
+        parsed = parsed.set(drivername="sqlite")
+    return create_engine(parsed)
+
+
+# --- bulk loading ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Template:
+    rack: dict[str, Any]
+    component: dict[str, Any]
+    schedule: dict[str, Any]
+    scope: dict[str, Any]
+
+
+async def _create_template(url: str, name: str, spec: ScheduleSpec) -> tuple[uuid.UUID, uuid.UUID]:
+    """One rack with one COMPUTE component and one power-on schedule on it, through the services."""
+    db = Database(url)
+    try:
+        services = Services.build(db, SystemClock())
+        rack = await services.inventory.create_rack(
+            name,
+            external_id=name,
+            components=[ComponentSpec(ComponentType.COMPUTE, f"{name}-c0", f"{name}-c0")],
+        )
+        schedule = await services.schedules.create(
+            name=name,
+            spec=spec,
+            overlap_policy=OverlapPolicy.SKIP,
+            operation=Operation(OperationKind.POWER_ON),
+            queue=QueueOptions(),
+            description="",
+            target=TargetSpec(racks=(RackTarget(id=rack.id),)),
+        )
+        return rack.id, schedule.id
+    finally:
+        await db.dispose()
+
+
+def _read_template(engine: Engine, rack_id: uuid.UUID, schedule_id: uuid.UUID) -> _Template:
+    with engine.connect() as conn:
+
+        def one(stmt: Any) -> dict[str, Any]:
+            return dict(conn.execute(stmt).one()._mapping)
+
+        return _Template(
+            rack=one(select(racks).where(racks.c.id == rack_id)),
+            component=one(select(components).where(components.c.rack_id == rack_id)),
+            schedule=one(select(task_schedule).where(task_schedule.c.id == schedule_id)),
+            scope=one(select(task_schedule_scope).where(task_schedule_scope.c.schedule_id == schedule_id)),
+        )
+
+
+def bulk_load(
+    url: str,
+    count: int,
+    *,
+    spec: ScheduleSpec,
+    next_run_at: Callable[[int], datetime | None],
+    enabled: Callable[[int], bool] = lambda _: True,
+    with_scopes: bool = True,
+    prefix: str = "bench",
+    start: int = 0,
+) -> None:
+    """`count` single-scope schedules named `<prefix>-<i>` (i from `start`), each on a rack of its own.
+
+    `next_run_at(i)` and `enabled(i)` set each schedule's timing. Without scopes only schedule rows are
+    written (enough for the due scan, and far faster for a million rows).
+    """
+    engine = sync_engine(url)
+    try:
+        rack_id, schedule_id = asyncio.run(_create_template(url, f"{prefix}-{start:07d}", spec))
+        template = _read_template(engine, rack_id, schedule_id)
+        with engine.begin() as conn:  # the template becomes item `start`
+            conn.execute(
+                update(task_schedule)
+                .where(task_schedule.c.id == schedule_id)
+                .values(next_run_at=next_run_at(start), enabled=enabled(start))
+            )
+        for chunk_start in range(start + 1, start + count, LOAD_CHUNK):
+            indexes = range(chunk_start, min(chunk_start + LOAD_CHUNK, start + count))
+            _insert_clones(engine, template, indexes, prefix, next_run_at, enabled, with_scopes)
+    finally:
+        engine.dispose()
+
+
+def _insert_clones(
+    engine: Engine,
+    template: _Template,
+    indexes: Sequence[int],
+    prefix: str,
+    next_run_at: Callable[[int], datetime | None],
+    enabled: Callable[[int], bool],
+    with_scopes: bool,
+) -> None:
+    rack_rows, component_rows, schedule_rows, scope_rows = [], [], [], []
+    for i in indexes:
+        name = f"{prefix}-{i:07d}"
+        schedule_id = uuid.uuid4()
+        schedule_rows.append(
+            {
+                **template.schedule,
+                "id": schedule_id,
+                "name": name,
+                "next_run_at": next_run_at(i),
+                "enabled": enabled(i),
+            }
+        )
+        if with_scopes:
+            rack_id = uuid.uuid4()
+            rack_rows.append({**template.rack, "id": rack_id, "name": name, "external_id": name})
+            component_rows.append(
+                {
+                    **template.component,
+                    "id": uuid.uuid4(),
+                    "rack_id": rack_id,
+                    "name": f"{name}-c0",
+                    "external_id": f"{name}-c0",
+                }
+            )
+            scope_rows.append(
+                {**template.scope, "id": uuid.uuid4(), "schedule_id": schedule_id, "rack_id": rack_id}
+            )
+    with engine.begin() as conn:
+        for table, rows in (
+            (racks, rack_rows),
+            (components, component_rows),
+            (task_schedule, schedule_rows),
+            (task_schedule_scope, scope_rows),
+        ):
+            if rows:
+                conn.execute(insert(table), rows)
+
+
+# --- measuring and reporting -------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The `pct` percentile (nearest rank), e.g. 99 for p99."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(pct / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident memory in KiB, from /proc/<pid>/status (VmRSS now, VmHWM its peak)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def result(figure: str, **fields: object) -> None:
+    """One result line: `figure key=value …`, floats rounded to two decimals."""
+    parts = [figure]
+    for key, value in fields.items():
+        parts.append(f"{key}={round(value, 2)}" if isinstance(value, float) else f"{key}={value}")
+    print(" ".join(parts), flush=True)
+
+
+@contextmanager
+def py_spy(pid: int, output: Path | None, *, rate: int = 100) -> Iterator[None]:
+    """Sample process `pid` with py-spy while the block runs (nothing when `output` is None).
+
+    `.svg` writes a flame graph; any other suffix the raw collapsed stacks, which grep and sort read.
+    """
+    if output is None:
+        yield
+        return
+    binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    fmt = "flamegraph" if output.suffix == ".svg" else "raw"
+    cmd = [binary, "record", "--pid", str(pid), "--rate", str(rate), "--format", fmt, "-o", str(output)]
+    sampler = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield
+    finally:
+        sampler.send_signal(signal.SIGINT)
+        _, err = sampler.communicate(timeout=60)
+        if sampler.returncode not in (0, -signal.SIGINT):
+            print(f"# py-spy failed ({sampler.returncode}): {err.decode(errors='replace')[-500:]}")
+
+
+def code_line() -> str:
+    """`# code …`: which rackflow source the servers run (PYTHONPATH can point at another checkout)."""
+    import rackflow
+
+    source = Path(rackflow.__file__).resolve().parents[1]
+    revision_file = source.parent / "REVISION"
+    if revision_file.exists():
+        revision = revision_file.read_text().strip()
+    else:
+        described = subprocess.run(
+            ["git", "-C", str(source), "describe", "--always", "--dirty"], capture_output=True, text=True
+        )
+        revision = described.stdout.strip() or "unknown"
+    return f"# code rackflow={source} revision={revision}"
+
+
+def machine_line() -> str:
+    """`# machine …`: what the figures were measured on, and how busy it was when they started."""
+    mem_kib = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    load = os.getloadavg()[0]
+    return (
+        f"# machine nproc={os.cpu_count()} mem_gib={mem_kib / 2**20:.1f} python={platform.python_version()} "
+        f"loadavg_1m={load:.2f} at={datetime.now(UTC).isoformat(timespec='seconds')}"
+    )

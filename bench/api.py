@@ -1,0 +1,190 @@
+"""api: GetTaskSchedule and CreateTaskSchedule throughput and latency, against the gRPC echo ceiling.
+
+One `rackflow serve` (dispatcher on, nothing due) on a fresh database with `--schedules` bulk-loaded
+schedules (each on a rack of its own). One client process runs `--clients` asyncio workers, each with its
+own channel, calling one RPC back to back for `--seconds` (after a one-second warm-up):
+
+* echo: the standard gRPC health `Check`, served by the same server, process and event loop, with no
+  interceptor and no database: the ceiling of gRPC in Python on this machine, with this client;
+* GetTaskSchedule on a random loaded schedule (one read transaction);
+* CreateTaskSchedule of a new daily cron schedule on a loaded rack (validation, one write transaction,
+  and the audit interceptor's before/after snapshots and audit row).
+
+The client shares the machine's cores with the server, so the echo figure is the ceiling of this pair.
+
+    python bench/api.py --db postgres --clients 16 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import grpc
+from _common import (
+    add_db_arguments,
+    bulk_load,
+    code_line,
+    fresh_database,
+    machine_line,
+    percentile,
+    result,
+    servers,
+    sync_engine,
+)
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy import select
+
+from rackflow.store.tables import task_schedule
+from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1 import flow_pb2_grpc
+
+WARMUP_SECONDS = 1.0
+Call = Callable[[grpc.aio.Channel, int], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class Phase:
+    rpc: str
+    calls: int
+    errors: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def per_s(self) -> float:
+        return self.calls / self.seconds
+
+
+async def run_phase(address: str, rpc: str, call: Call, clients: int, seconds: float) -> Phase:
+    """`clients` workers call `call` back to back; only calls that start after the warm-up count."""
+    latencies: list[float] = []
+    errors = 0
+    start = time.perf_counter()
+    measure_from = start + WARMUP_SECONDS
+    stop_at = measure_from + seconds
+
+    async def worker(worker_id: int) -> None:
+        nonlocal errors
+        async with grpc.aio.insecure_channel(address) as channel:
+            for k in itertools.count():
+                began = time.perf_counter()
+                if began >= stop_at:
+                    return
+                try:
+                    await call(channel, worker_id * 1_000_000 + k)
+                except grpc.aio.AioRpcError:
+                    errors += 1
+                    continue
+                if began >= measure_from:
+                    latencies.append(time.perf_counter() - began)
+
+    await asyncio.gather(*(worker(i) for i in range(clients)))
+    return Phase(rpc, len(latencies), errors, seconds, latencies)
+
+
+def echo() -> Call:
+    request = health_pb2.HealthCheckRequest(service="")
+
+    async def call(channel: grpc.aio.Channel, _n: int) -> object:
+        return await health_pb2_grpc.HealthStub(channel).Check(request)
+
+    return call
+
+
+def get_schedule(ids: list[str]) -> Call:
+    async def call(channel: grpc.aio.Channel, _n: int) -> object:
+        request = pb.GetTaskScheduleRequest(id=pb.UUID(id=random.choice(ids)))
+        return await flow_pb2_grpc.FlowStub(channel).GetTaskSchedule(request)
+
+    return call
+
+
+def create_schedule(rack_names: list[str], run_tag: str) -> Call:
+    async def call(channel: grpc.aio.Channel, n: int) -> object:
+        target = pb.OperationTargetSpec(
+            racks=pb.RackTargets(targets=[pb.RackTarget(name=random.choice(rack_names))])
+        )
+        request = pb.CreateTaskScheduleRequest(
+            schedule=pb.ScheduleConfig(
+                name=f"api-{run_tag}-{n}",
+                spec=pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_CRON, spec="30 3 * * *", timezone="UTC"),
+            ),
+            operation=pb.ScheduledOperation(power_on=pb.PowerOnRackRequest(target_spec=target)),
+        )
+        return await flow_pb2_grpc.FlowStub(channel).CreateTaskSchedule(request)
+
+    return call
+
+
+async def run_all(address: str, ids: list[str], rack_names: list[str], clients: int, seconds: float) -> None:
+    phases = []
+    for rpc, call in (
+        ("Health.Check", echo()),
+        ("GetTaskSchedule", get_schedule(ids)),
+        ("CreateTaskSchedule", create_schedule(rack_names, uuid.uuid4().hex[:6])),
+    ):
+        phase = await run_phase(address, rpc, call, clients, seconds)
+        phases.append(phase)
+        result(
+            "api",
+            rpc=phase.rpc,
+            clients=clients,
+            seconds=seconds,
+            calls=phase.calls,
+            errors=phase.errors,
+            per_s=phase.per_s,
+            p50_ms=percentile(phase.latencies, 50) * 1000,
+            p99_ms=percentile(phase.latencies, 99) * 1000,
+        )
+    echo_rate, get_rate, create_rate = (p.per_s for p in phases)
+    result(
+        "api_ratio",
+        get_over_echo=get_rate / echo_rate,
+        get_met="yes" if get_rate >= 0.5 * echo_rate else "no",
+        create_per_s=create_rate,
+        create_met="yes" if create_rate >= 300 else "no",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_db_arguments(parser)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per RPC")
+    parser.add_argument("--schedules", type=int, default=10_000, help="schedules (and racks) loaded first")
+    args = parser.parse_args()
+    print(machine_line())
+    print(code_line())
+    print(
+        f"# api db={args.db} clients={args.clients} seconds={args.seconds} schedules={args.schedules} "
+        "load=bulk-executemany",
+        flush=True,
+    )
+    with fresh_database(args.db, args.pg_admin) as ws:
+        later = datetime.now(UTC) + timedelta(days=1)
+        spec = ScheduleSpec(SpecType.CRON, "0 3 * * *", "UTC")
+        bulk_load(ws.url, args.schedules, spec=spec, next_run_at=lambda _: later)
+        engine = sync_engine(ws.url)
+        with engine.connect() as conn:
+            ids = [str(i) for i in conn.execute(select(task_schedule.c.id)).scalars()]
+            names = list(
+                conn.execute(select(task_schedule.c.name)).scalars()
+            )  # rack i shares schedule i's name
+        engine.dispose()
+        with servers(ws.url, ws.log_dir, 1) as (server,):
+            asyncio.run(run_all(server.address, ids, names, args.clients, args.seconds))
+
+
+if __name__ == "__main__":
+    main()

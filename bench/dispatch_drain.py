@@ -1,0 +1,174 @@
+"""dispatch_drain: N single-scope schedules due at once; how fast do 1 or 2 servers fire them all?
+
+The schedules (interval 24h, each on a rack of its own, due one minute ago) are bulk-loaded before any
+dispatcher runs (see `_common.bulk_load`), then the dispatching `rackflow serve` process(es) start. Figures,
+all from the database's own timestamps:
+
+* drain_s: first run's `fired_at` to the last task's `created_at`; firings_per_s = n / drain_s;
+* last_task_after_s: from spawning the server(s) to the last task (includes process start-up).
+
+The executor runs beside the dispatcher with the simulator's default step time (0.2 s), as `rackflow serve`
+does by default, so tasks start running while the drain goes on.
+
+    python bench/dispatch_drain.py --db postgres --instances 1 --n 10000 --dispatch-batch 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from _common import (
+    ServerProcess,
+    add_db_arguments,
+    bulk_load,
+    code_line,
+    fresh_database,
+    machine_line,
+    py_spy,
+    result,
+    servers,
+    sync_engine,
+)
+from sqlalchemy import Engine, func, select
+
+from rackflow.store.tables import task_schedule_run, tasks
+from rackflow.timespec import ScheduleSpec, SpecType
+
+SIM_STEP_SECONDS = "0.2"  # the simulator's default step time
+WAIT_POLL_SECONDS = 0.5
+COMPLETED_RUNS = select(func.count()).where(task_schedule_run.c.state == "completed")
+STALL_SECONDS = 60.0  # no firing completed for this long: something is broken, stop waiting
+
+
+@dataclass(frozen=True)
+class Drain:
+    n: int
+    load_s: float
+    drain_s: float
+    last_task_after_s: float
+    tasks: int
+    schedules_with_task: int
+    runs_completed: int
+
+    @property
+    def firings_per_s(self) -> float:
+        return self.runs_completed / self.drain_s if self.drain_s > 0 else float("nan")
+
+
+def measure_drain(
+    kind: str,
+    pg_admin: str,
+    *,
+    n: int,
+    instances: int,
+    batch: int,
+    timeout: float = 900.0,
+    profile: Path | None = None,
+) -> Drain:
+    """Load `n` due schedules into a fresh database, start the dispatcher(s), wait until all fired."""
+    with fresh_database(kind, pg_admin) as ws:
+        due = datetime.now(UTC) - timedelta(minutes=1)
+        started = time.perf_counter()
+        bulk_load(ws.url, n, spec=ScheduleSpec(SpecType.INTERVAL, "24h", "UTC"), next_run_at=lambda _: due)
+        load_s = time.perf_counter() - started
+
+        engine = sync_engine(ws.url)
+        spawned = datetime.now(UTC)
+        args = ["--dispatch-batch", str(batch)]
+        env = {"RACKFLOW_SIM_STEP_SECONDS": SIM_STEP_SECONDS}
+        with (
+            servers(ws.url, ws.log_dir, instances, args=args, env=env) as procs,
+            py_spy(procs[0].proc.pid, profile),
+        ):
+            _wait_for_completed_runs(engine, procs, n, timeout)
+        with engine.connect() as conn:
+            first_fired = conn.execute(select(func.min(task_schedule_run.c.fired_at))).scalar_one()
+            scheduled = select(tasks).where(tasks.c.schedule_id.is_not(None)).subquery()
+            last_task, task_count, schedules_with_task = conn.execute(
+                select(
+                    func.max(scheduled.c.created_at),
+                    func.count(),
+                    func.count(scheduled.c.schedule_id.distinct()),
+                )
+            ).one()
+            runs = conn.execute(COMPLETED_RUNS).scalar_one()
+        engine.dispose()
+    return Drain(
+        n=n,
+        load_s=load_s,
+        drain_s=(last_task - first_fired).total_seconds(),
+        last_task_after_s=(last_task - spawned).total_seconds(),
+        tasks=task_count,
+        schedules_with_task=schedules_with_task,
+        runs_completed=runs,
+    )
+
+
+def _wait_for_completed_runs(engine: Engine, procs: list[ServerProcess], n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last_count, last_progress = -1, time.monotonic()
+    with engine.connect() as conn:
+        while (count := conn.execute(COMPLETED_RUNS).scalar_one()) < n:
+            conn.commit()  # a fresh snapshot for the next count
+            now = time.monotonic()
+            if count != last_count:
+                last_count, last_progress = count, now
+            for proc in procs:
+                if proc.proc.poll() is not None:
+                    raise RuntimeError(f"server exited:\n{proc.output[-4000:]}")
+            if now > deadline or now - last_progress > STALL_SECONDS:
+                tail = procs[0].output[-4000:]
+                raise TimeoutError(f"{count} of {n} firings completed; giving up. Server log tail:\n{tail}")
+            time.sleep(WAIT_POLL_SECONDS)
+
+
+def report(kind: str, instances: int, batch: int, drain: Drain) -> None:
+    result(
+        "dispatch_drain",
+        db=kind,
+        instances=instances,
+        batch=batch,
+        n=drain.n,
+        firings_per_s=drain.firings_per_s,
+        drain_s=drain.drain_s,
+        last_task_after_s=drain.last_task_after_s,
+        tasks=drain.tasks,
+        schedules_with_task=drain.schedules_with_task,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_db_arguments(parser)
+    parser.add_argument("--instances", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--n", type=int, default=10_000, help="schedules due at once")
+    parser.add_argument("--dispatch-batch", type=int, default=10, help="serve --dispatch-batch")
+    parser.add_argument("--profile", type=Path, help="py-spy the (first) server into this file (.svg or raw)")
+    args = parser.parse_args()
+    print(machine_line())
+    print(code_line())
+    print(
+        f"# dispatch_drain db={args.db} instances={args.instances} n={args.n} batch={args.dispatch_batch} "
+        f"load=bulk-executemany spec=interval-24h sim_step_s={SIM_STEP_SECONDS}",
+        flush=True,
+    )
+    drain = measure_drain(
+        args.db,
+        args.pg_admin,
+        n=args.n,
+        instances=args.instances,
+        batch=args.dispatch_batch,
+        profile=args.profile,
+    )
+    print(f"# loaded {args.n} schedules in {drain.load_s:.1f}s", flush=True)
+    report(args.db, args.instances, args.dispatch_batch, drain)
+
+
+if __name__ == "__main__":
+    main()
