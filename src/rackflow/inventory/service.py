@@ -6,7 +6,6 @@ so the error names the clashing value, and a refused request writes nothing.
 
 from __future__ import annotations
 
-import unicodedata
 import uuid
 from collections.abc import Sequence
 
@@ -24,32 +23,9 @@ from rackflow.inventory.model import (
     TargetSpec,
 )
 from rackflow.inventory.targets import resolve_targets
+from rackflow.inventory.text import check_text as check_text  # re-exported: schedules validate names with it
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
-
-MAX_TEXT_LENGTH = 255  # the width of every inventory text column
-
-# Control characters break terminals and logs (and NUL breaks PostgreSQL); surrogates are not text.
-_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs"})
-
-
-def check_text(value: str, field: str, *, required: bool = False, identifier: bool = False) -> str:
-    """Validate a stored inventory string and return it unchanged.
-
-    `identifier`: names and external ids must not begin or end with whitespace, since "r1" and "r1 "
-    would look like one name to an operator but be two to the database.
-    """
-    if not value:
-        if required:
-            raise InvalidArgument(f"{field}: must not be empty")
-        return value
-    if len(value) > MAX_TEXT_LENGTH:
-        raise InvalidArgument(f"{field}: at most {MAX_TEXT_LENGTH} characters, got {len(value)}")
-    if any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES for ch in value):
-        raise InvalidArgument(f"{field}: {value!r} contains control characters")
-    if identifier and value != value.strip():
-        raise InvalidArgument(f"{field}: {value!r} has leading or trailing whitespace")
-    return value
 
 
 def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[ComponentSpec]:

@@ -24,6 +24,7 @@ from rackflow.inventory.model import (
     TargetSpec,
     TypesFilter,
 )
+from rackflow.inventory.text import check_text
 from rackflow.store import inventory as store
 
 FIELD = "target_spec"
@@ -40,6 +41,7 @@ async def resolve_targets(conn: AsyncConnection, spec: TargetSpec) -> list[RackS
         raise InvalidArgument(f"{FIELD}: no targets given (racks, components or nvl_domains)")
     if len(kinds) > 1:
         raise InvalidArgument(f"{FIELD}: give one kind of target, not {' and '.join(kinds)}")
+    _check_lookup_text(spec)
     if spec.racks:
         selections = await _resolve_racks(conn, spec.racks)
     elif spec.components:
@@ -49,6 +51,19 @@ async def resolve_targets(conn: AsyncConnection, spec: TargetSpec) -> list[RackS
     if not selections:
         raise InvalidArgument(f"{FIELD}: the targets select no rack")
     return selections
+
+
+def _check_lookup_text(spec: TargetSpec) -> None:
+    """Refuse, before any lookup, a name or external id no row can have (too long, control characters):
+    PostgreSQL cannot even compare text that holds a NUL, and a 10,000-target spec of huge names is
+    a slow way to find nothing."""
+    for index, rack in enumerate(spec.racks):
+        check_text(rack.name or "", f"{FIELD}.racks[{index}].name")
+        check_text(rack.external_id or "", f"{FIELD}.racks[{index}].external_id")
+    for index, component in enumerate(spec.components):
+        check_text(component.external_id or "", f"{FIELD}.components[{index}].external.id")
+    for index, domain in enumerate(spec.nvl_domains):
+        check_text(domain.name or "", f"{FIELD}.nvl_domains[{index}].name")
 
 
 def _listed_twice(field: str, what: str, kind: str, first_index: int) -> InvalidArgument:
