@@ -13,6 +13,7 @@ from datetime import timedelta
 from rackflow.api.convert import target_spec_from, timestamp_from, timestamp_to, uuid_to
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import TargetSpec
+from rackflow.inventory.text import check_text
 from rackflow.tasks.manager import MAX_DESCRIPTION_LENGTH, MAX_QUEUE_TIMEOUT
 from rackflow.tasks.model import (
     DEFAULT_QUEUE_TIMEOUT,
@@ -80,6 +81,8 @@ def operation_from_request(
             f"{_at(field, 'description')}: at most {MAX_DESCRIPTION_LENGTH} characters, "
             f"got {len(msg.description)}"
         )
+    if "\x00" in msg.description:  # free text, but PostgreSQL cannot store a NUL
+        raise InvalidArgument(f"{_at(field, 'description')}: must not contain NUL characters")
     queue = queue_options_from(msg.queue_options, _at(field, "queue_options"))
     if isinstance(msg, pb.PowerOffRackRequest | pb.PowerResetRackRequest):
         return Operation(kind, forced=msg.forced), queue, msg.description
@@ -91,6 +94,7 @@ def operation_from_request(
 def _firmware_from(msg: pb.UpgradeFirmwareRequest, field: str) -> Operation:
     if not msg.target_version.strip():
         raise InvalidArgument(f"{_at(field, 'target_version')}: a firmware upgrade needs a target version")
+    check_text(msg.target_version, _at(field, "target_version"))  # becomes components' firmware_version
     start_field, end_field = _at(field, "start_time"), _at(field, "end_time")
     start = timestamp_from(msg.start_time, start_field) if msg.HasField("start_time") else None
     end = timestamp_from(msg.end_time, end_field) if msg.HasField("end_time") else None
