@@ -17,6 +17,7 @@ EVENT_FIELDS = (
     "submitted",
     "skipped",
     "failed",
+    "duration_s",
     "lag_s",
     "task_id",
     "rack_id",

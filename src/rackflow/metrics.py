@@ -6,7 +6,9 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from rackflow.config import parse_host_port
 
-FIRINGS = Counter("rackflow_schedule_firings_total", "Schedule firings, by trigger.", ["trigger"])
+FIRINGS = Counter(
+    "rackflow_schedule_firings_total", "Schedule firings, by trigger (dispatch or manual).", ["trigger"]
+)
 SCOPE_OUTCOMES = Counter(
     "rackflow_schedule_scope_outcomes_total", "Per-scope outcomes of firings.", ["outcome"]
 )

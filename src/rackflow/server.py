@@ -69,6 +69,7 @@ class RackflowServer:
             revision = await migrate(self.db)
             log.info("database migrated to revision %s", revision)
         await require_migrated(self.db)
+        backend = build_backend(self.config, self.services)  # bad backend settings fail before we listen
 
         self.grpc = grpc.aio.server(
             # Authentication runs outside auditing, so the audit sees the caller's principal.
@@ -99,7 +100,6 @@ class RackflowServer:
         self.address = f"{host}:{bound}"
         await self.grpc.start()
 
-        backend = build_backend(self.config, self.services)
         executor = Executor(
             self.db,
             self.clock,

@@ -116,7 +116,7 @@ class Dispatcher:
                 )
                 own = scopes[schedule.id]
                 skip = frozenset(sc.id for sc in own if sc.id in busy)
-                claimed.append(Firing(schedule, own, "dispatch", now, run_id, skip))
+                claimed.append(Firing(schedule, own, "dispatch", now, run_id, skip, schedule.next_run_at))
             await dispatch.advance(conn, advances, now)
             await schedules.insert_runs(conn, runs)
         return claimed
@@ -124,14 +124,9 @@ class Dispatcher:
     async def _fire(self, claimed: list[Firing]) -> None:
         """Phases 2 and 3 for the whole batch; never raises, so a bad batch cannot stop the loop."""
         try:
-            results = await fire_batch(self.db, self.services.tasks, self.services.clock, claimed)
+            await fire_batch(self.db, self.services.tasks, self.services.clock, claimed)
         except Exception:
             log.exception("firing a batch of %d schedule(s) failed", len(claimed))
-            return
-        metrics.FIRINGS.labels("dispatch").inc(len(results))
-        for result in results:
-            for outcome in result.outcomes:
-                metrics.SCOPE_OUTCOMES.labels(outcome.outcome).inc()
 
     async def sweep_abandoned_runs(self) -> None:
         async with self.db.transaction() as conn:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from rackflow import metrics
 from rackflow.clock import Clock
 from rackflow.errors import RackflowError
 from rackflow.inventory.model import RackSelection
@@ -76,6 +77,7 @@ class Firing:
     fired_at: datetime
     run_id: uuid.UUID
     skip_scope_ids: frozenset[uuid.UUID] = frozenset()
+    scheduled_for: datetime | None = None  # the slot a dispatched firing was due at (None: manual)
 
 
 async def fire(
@@ -124,6 +126,9 @@ async def fire_batch(
     await _write_back(db, firings, results)
     elapsed = (clock.now() - started).total_seconds()
     for firing, result in zip(firings, results, strict=True):
+        metrics.FIRINGS.labels(firing.trigger).inc()
+        for outcome in result.outcomes:
+            metrics.SCOPE_OUTCOMES.labels(outcome.outcome).inc()
         _log_firing(firing, result, elapsed)
     return results
 
@@ -147,7 +152,12 @@ def _log_firing(firing: Firing, result: RunResult, elapsed: float) -> None:
             "submitted": counts["submitted"],
             "skipped": counts["skipped_overlap"],
             "failed": counts["failed"],
-            "lag_s": round(elapsed, 3),
+            "duration_s": round(elapsed, 3),
+            **(
+                {"lag_s": round((firing.fired_at - firing.scheduled_for).total_seconds(), 3)}
+                if firing.scheduled_for is not None
+                else {}
+            ),
         },
     )
 

@@ -8,8 +8,8 @@ is "now" (PostgreSQL: the database's, so instances with skewed clocks agree on w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -36,7 +36,7 @@ def normalise_url(url: str) -> str:
     try:
         parsed = make_url(url)
     except Exception as exc:  # SQLAlchemy raises ArgumentError with a clear text
-        raise InvalidArgument(f"db: cannot parse database URL {url!r}: {exc}") from exc
+        raise InvalidArgument(f"db: cannot parse the database URL: {exc}") from None
     backend, _, driver = parsed.drivername.partition("+")
     if backend == "sqlite":
         if driver not in ("", "aiosqlite"):
@@ -47,7 +47,7 @@ def normalise_url(url: str) -> str:
             raise InvalidArgument(f"db: unsupported PostgreSQL driver {driver!r} (use postgresql://…)")
         parsed = parsed.set(drivername="postgresql+psycopg")
     else:
-        raise InvalidArgument(f"db: unsupported database {backend!r} in {url!r} (sqlite or postgresql)")
+        raise InvalidArgument(f"db: unsupported database {backend!r} (use sqlite:///… or postgresql://…)")
     return parsed.render_as_string(hide_password=False)
 
 
@@ -62,6 +62,20 @@ def is_connection_error(exc: BaseException) -> bool:
         # SQLite reports lock contention as OperationalError too; that is not an outage.
         return "database is locked" not in msg
     return False
+
+
+@contextmanager
+def connection_errors_as_unavailable() -> Iterator[None]:
+    """Turn "the database cannot be reached" into `Unavailable`, so callers and clients can tell an
+    outage (retry later) from a bug; other driver errors pass through unchanged."""
+    try:
+        yield
+    except (OperationalError, InterfaceError, DBAPIError) as exc:
+        if is_connection_error(exc):
+            raise Unavailable(f"database unavailable: {exc.orig or exc}") from exc
+        raise
+    except OSError as exc:
+        raise Unavailable(f"database unavailable: {exc}") from exc
 
 
 class Database:
@@ -117,18 +131,12 @@ class Database:
 
     @asynccontextmanager
     async def _begin(self, *, immediate: bool) -> AsyncIterator[AsyncConnection]:
-        try:
+        with connection_errors_as_unavailable():
             async with self.engine.connect() as conn:
                 if self.is_sqlite:
                     conn = await conn.execution_options(sqlite_immediate=immediate)
                 async with conn.begin():
                     yield conn
-        except (OperationalError, InterfaceError, DBAPIError) as exc:
-            if is_connection_error(exc):
-                raise Unavailable(f"database unavailable: {exc.orig or exc}") from exc
-            raise
-        except OSError as exc:
-            raise Unavailable(f"database unavailable: {exc}") from exc
 
     async def now(self, conn: AsyncConnection) -> datetime:
         """The clock that decides what is due: the database's on PostgreSQL, this process's on SQLite."""

@@ -11,7 +11,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 
 from rackflow.errors import FailedPrecondition
-from rackflow.store.db import Database
+from rackflow.store.db import Database, connection_errors_as_unavailable
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # Several instances may start with --migrate at once; on PostgreSQL they take turns on this lock.
@@ -44,14 +44,16 @@ def _current(conn: Connection) -> str | None:
 
 async def migrate(db: Database) -> str:
     """Bring the schema to the newest revision; returns it. Safe to run again and concurrently."""
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_upgrade)
+    with connection_errors_as_unavailable():
+        async with db.engine.begin() as conn:
+            await conn.run_sync(_upgrade)
     return head_revision()
 
 
 async def current_revision(db: Database) -> str | None:
-    async with db.engine.connect() as conn:
-        return await conn.run_sync(_current)
+    with connection_errors_as_unavailable():
+        async with db.engine.connect() as conn:
+            return await conn.run_sync(_current)
 
 
 async def require_migrated(db: Database) -> None:

@@ -2070,7 +2070,11 @@ Global___ListTaskScheduleRunsResponse: _TypeAlias = ListTaskScheduleRunsResponse
 
 @_typing.final
 class AuditEvent(_message.Message):
-    """One mutating RPC: who called it, on what, when, and how it ended."""
+    """---------------------------------------------------------------------------------------------
+    Audit trail
+
+    One mutating RPC: who called it, on what, when, and how it ended.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
