@@ -44,7 +44,10 @@ def bmc_from(msg: pb.BmcEndpoint, field: str) -> Bmc:
     """Checked here, at the door, so a bad endpoint (or a password where a reference belongs) is refused
     before anything is stored."""
     bmc = Bmc(url=msg.url.strip(), resource=msg.resource.strip(), credentials=msg.credentials.strip())
-    return check_bmc(bmc, field)
+    try:
+        return check_bmc(bmc, field)
+    except ValueError as exc:  # urlsplit's own refusals, e.g. "Invalid IPv6 URL" for "https://[::1"
+        raise InvalidArgument(f"{field}.url: cannot parse {bmc.url!r}: {exc}") from None
 
 
 def rack_to(rack: Rack) -> pb.Rack:
