@@ -26,15 +26,18 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import grpc
 from _common import (
+    ServerProcess,
     add_db_arguments,
     bulk_load,
     code_line,
     fresh_database,
     machine_line,
     percentile,
+    py_spy,
     result,
     servers,
     sync_engine,
@@ -125,14 +128,22 @@ def create_schedule(rack_names: list[str], run_tag: str) -> Call:
     return call
 
 
-async def run_all(address: str, ids: list[str], rack_names: list[str], clients: int, seconds: float) -> None:
+async def run_all(
+    server: ServerProcess,
+    ids: list[str],
+    rack_names: list[str],
+    clients: int,
+    seconds: float,
+    profile_dir: Path | None,
+) -> None:
     phases = []
     for rpc, call in (
         ("Health.Check", echo()),
         ("GetTaskSchedule", get_schedule(ids)),
         ("CreateTaskSchedule", create_schedule(rack_names, uuid.uuid4().hex[:6])),
     ):
-        phase = await run_phase(address, rpc, call, clients, seconds)
+        with py_spy(server.proc.pid, profile_dir / f"{rpc}.raw" if profile_dir else None):
+            phase = await run_phase(server.address, rpc, call, clients, seconds)
         phases.append(phase)
         result(
             "api",
@@ -163,6 +174,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per RPC")
     parser.add_argument("--schedules", type=int, default=10_000, help="schedules (and racks) loaded first")
+    parser.add_argument("--profile", type=Path, help="py-spy the server into DIR/<rpc>.raw, one file per RPC")
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
@@ -183,7 +195,7 @@ def main() -> None:
             )  # rack i shares schedule i's name
         engine.dispose()
         with servers(ws.url, ws.log_dir, 1) as (server,):
-            asyncio.run(run_all(server.address, ids, names, args.clients, args.seconds))
+            asyncio.run(run_all(server, ids, names, args.clients, args.seconds, args.profile))
 
 
 if __name__ == "__main__":
