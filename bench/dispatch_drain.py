@@ -8,7 +8,8 @@ all from the database's own timestamps:
 * last_task_after_s: from spawning the server(s) to the last task (includes process start-up).
 
 The executor runs beside the dispatcher with the simulator's default step time (0.2 s), as `rackflow serve`
-does by default, so tasks start running while the drain goes on.
+does by default, so tasks start running while the drain goes on; `--sim-step 3600` keeps it idle instead
+(it starts 32 tasks that never finish), which measures the dispatcher alone.
 
     python bench/dispatch_drain.py --db postgres --instances 1 --n 10000 --dispatch-batch 10
 """
@@ -38,7 +39,7 @@ from sqlalchemy import Engine, func, select
 from rackflow.store.tables import task_schedule_run, tasks
 from rackflow.timespec import ScheduleSpec, SpecType
 
-SIM_STEP_SECONDS = "0.2"  # the simulator's default step time
+SIM_STEP_SECONDS = 0.2  # the simulator's default step time
 WAIT_POLL_SECONDS = 0.5
 COMPLETED_RUNS = select(func.count()).where(task_schedule_run.c.state == "completed")
 STALL_SECONDS = 60.0  # no firing completed for this long: something is broken, stop waiting
@@ -68,6 +69,7 @@ def measure_drain(
     batch: int,
     timeout: float = 900.0,
     profile: Path | None = None,
+    sim_step: float = SIM_STEP_SECONDS,
 ) -> Drain:
     """Load `n` due schedules into a fresh database, start the dispatcher(s), wait until all fired."""
     with fresh_database(kind, pg_admin) as ws:
@@ -79,7 +81,7 @@ def measure_drain(
         engine = sync_engine(ws.url)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
-        env = {"RACKFLOW_SIM_STEP_SECONDS": SIM_STEP_SECONDS}
+        env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}
         with (
             servers(ws.url, ws.log_dir, instances, args=args, env=env) as procs,
             py_spy(procs[0].proc.pid, profile),
@@ -149,13 +151,19 @@ def main() -> None:
     parser.add_argument("--instances", type=int, choices=(1, 2), default=1)
     parser.add_argument("--n", type=int, default=10_000, help="schedules due at once")
     parser.add_argument("--dispatch-batch", type=int, default=10, help="serve --dispatch-batch")
+    parser.add_argument(
+        "--sim-step",
+        type=float,
+        default=SIM_STEP_SECONDS,
+        help="simulator step seconds; 3600 keeps the executor idle (32 tasks start, none finishes)",
+    )
     parser.add_argument("--profile", type=Path, help="py-spy the (first) server into this file (.svg or raw)")
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
     print(
         f"# dispatch_drain db={args.db} instances={args.instances} n={args.n} batch={args.dispatch_batch} "
-        f"load=bulk-executemany spec=interval-24h sim_step_s={SIM_STEP_SECONDS}",
+        f"load=bulk-executemany spec=interval-24h sim_step_s={args.sim_step}",
         flush=True,
     )
     drain = measure_drain(
@@ -165,6 +173,7 @@ def main() -> None:
         instances=args.instances,
         batch=args.dispatch_batch,
         profile=args.profile,
+        sim_step=args.sim_step,
     )
     print(f"# loaded {args.n} schedules in {drain.load_s:.1f}s", flush=True)
     report(args.db, args.instances, args.dispatch_batch, drain)
