@@ -40,6 +40,12 @@ test: $(VENV)/.installed-test lint typecheck
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit
 
+# Only the fault-injection tests (database outage, instance crash, clock jump; docs/RELIABILITY.md).
+# `make test` runs them too, with everything else.
+.PHONY: test-faults
+test-faults: $(VENV)/.installed-test
+	$(BIN)/pytest -q -p no:cacheprovider tests/faults
+
 proto: $(VENV)/.installed-test
 	PYTHON=$(BIN)/python scripts/gen_proto.sh
 

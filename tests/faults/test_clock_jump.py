@@ -1,0 +1,125 @@
+"""The clock jumps an hour forward between two runs of `rackflow serve`: nothing missed is replayed.
+
+The seeds' rule: an interval schedule's next run is the dispatch time plus the interval, so a dispatcher
+that finds a schedule long overdue fires it once, now, and then every interval from now, not once per
+missed interval; a cron schedule fires its overdue slot once and then the next slot after now.
+
+Run on SQLite, where this process's clock decides what is due (`--clock-offset`, a hidden flag, shifts
+it). On PostgreSQL the dispatcher asks the database for the time (`Database.now`), so a jump of one
+instance's clock changes nothing there: see docs/RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from rackflow.v1 import flow_pb2 as pb
+from tests.e2e.cluster import start_server
+from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
+
+pytestmark = pytest.mark.slow
+
+INTERVAL = timedelta(seconds=3)
+JUMP = timedelta(hours=1)
+WATCH = timedelta(seconds=8)  # how long the jumped process runs: a few intervals
+ARGS = ["--dispatch-interval", "200ms"]
+POLL_SLACK = timedelta(seconds=1.5)  # a poll's lateness, on a busy machine
+
+
+def _read(db_path: Path, query: str, *params: object) -> list[tuple[object, ...]]:
+    """Read the SQLite file directly (the processes have stopped): times come back as naive UTC text."""
+    with sqlite3.connect(db_path) as conn:
+        return conn.execute(query, params).fetchall()
+
+
+def _utc(value: object) -> datetime:
+    assert isinstance(value, str), value
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+def _next_run(db_path: Path, name: str) -> datetime:
+    return _utc(_read(db_path, "SELECT next_run_at FROM task_schedule WHERE name = ?", name)[0][0])
+
+
+def _runs(db_path: Path, name: str) -> list[tuple[datetime, datetime]]:
+    """(scheduled_for, fired_at) of each dispatch firing of the schedule, in order."""
+    rows = _read(
+        db_path,
+        """SELECT r.scheduled_for, r.fired_at FROM task_schedule_run r
+           JOIN task_schedule s ON s.id = r.schedule_id
+           WHERE s.name = ? AND r.trigger = 'dispatch' ORDER BY r.fired_at""",
+        name,
+    )
+    return [(_utc(slot), _utc(fired)) for slot, fired in rows]
+
+
+def test_a_forward_clock_jump_fires_each_overdue_schedule_once(tmp_path: Path) -> None:
+    db_path = tmp_path / "rackflow.db"
+    url = f"sqlite:///{db_path}"
+    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+
+    before = start_server(url, tmp_path, name="before", args=ARGS)
+    try:
+        stub = before.stub()
+        create_racks(stub, ["jump-a", "jump-b"])
+        create_schedules(
+            stub,
+            [
+                schedule_request(
+                    "interval",
+                    ["jump-a"],
+                    spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL,
+                    spec=f"{INTERVAL.seconds}s",
+                ),
+                schedule_request(
+                    "minutely", ["jump-b"], spec_type=pb.SCHEDULE_SPEC_TYPE_CRON, spec="* * * * *"
+                ),
+            ],
+        )
+        wait_until(lambda: "schedule interval fired" in before.output, timeout=15, what="a first firing")
+    finally:
+        assert before.stop() == 0, before.output
+    interval_due, cron_due = _next_run(db_path, "interval"), _next_run(db_path, "minutely")
+    interval_runs_before = len(_runs(db_path, "interval"))
+    cron_runs_before = len(_runs(db_path, "minutely"))
+
+    jumped_from = datetime.now(UTC) + JUMP
+    after = start_server(
+        url, tmp_path, name="after", args=[*ARGS, "--clock-offset", f"{int(JUMP.total_seconds())}s"]
+    )
+    listening = datetime.now(UTC) + JUMP  # its dispatcher polls at once, as it starts listening
+    try:
+        time.sleep(WATCH.total_seconds())
+    finally:
+        assert after.stop() == 0, after.output
+    jumped_to = datetime.now(UTC) + JUMP
+
+    # Interval: the overdue run fires once at the jump, then every interval from there; none replayed.
+    runs = _runs(db_path, "interval")[interval_runs_before:]
+    assert runs, "the overdue interval schedule did not fire after the jump"
+    (first_slot, first_fired), *rest = runs
+    assert first_slot == interval_due
+    assert jumped_from <= first_fired <= listening + POLL_SLACK
+    fired = [first_fired, *(f for _, f in rest)]
+    gaps = [later - earlier for earlier, later in pairwise(fired)]
+    assert all(INTERVAL <= gap <= INTERVAL + POLL_SLACK for gap in gaps), gaps
+    assert len(runs) <= WATCH / INTERVAL + 1, f"{len(runs)} firings in {WATCH}: missed intervals replayed"
+    assert [slot for slot, _ in rest] == [f + INTERVAL for f in fired[:-1]]
+
+    # Cron: the overdue slot fires once; the next firing, if any yet, is a whole minute after the jump.
+    runs = _runs(db_path, "minutely")[cron_runs_before:]
+    assert runs and runs[0][0] == cron_due, (runs, cron_due)
+    later_slots = [slot for slot, _ in runs[1:]]
+    assert all(slot > jumped_from and slot.second == 0 for slot in later_slots), later_slots
+    assert len(runs) <= 2, f"cron replayed missed slots: {runs}"
+    next_cron = _next_run(db_path, "minutely")
+    assert jumped_to - POLL_SLACK < next_cron <= jumped_to + timedelta(minutes=1)
+    assert next_cron.second == 0 and next_cron.microsecond == 0
