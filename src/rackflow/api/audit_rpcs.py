@@ -10,6 +10,7 @@ from grpc.aio import ServicerContext as Context
 from rackflow.api.convert import page_from, timestamp_from, timestamp_to
 from rackflow.api.errors import rpc
 from rackflow.errors import InvalidArgument
+from rackflow.inventory.text import check_text
 from rackflow.store.audit import AuditEvent, list_events
 from rackflow.v1 import flow_pb2 as pb
 
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
     from rackflow.services import Services
 
 RPC_NAMES = frozenset(pb.DESCRIPTOR.services_by_name["Flow"].methods_by_name)
-MAX_PRINCIPAL_LENGTH = 255
 
 
 def _json_or_empty(value: dict[str, Any] | None) -> str:
@@ -50,8 +50,7 @@ class AuditRpcs:
     ) -> pb.ListAuditEventsResponse:
         if request.method and request.method not in RPC_NAMES:
             raise InvalidArgument(f"method: {request.method!r} is not an RPC of the Flow service")
-        if len(request.principal) > MAX_PRINCIPAL_LENGTH:
-            raise InvalidArgument(f"principal: at most {MAX_PRINCIPAL_LENGTH} characters")
+        check_text(request.principal, "principal")  # no row can hold a longer or control-character name
         since = timestamp_from(request.since, "since") if request.HasField("since") else None
         offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
         async with self.services.db.read() as conn:
