@@ -4,9 +4,10 @@ The seeds' rule: an interval schedule's next run is the dispatch time plus the i
 that finds a schedule long overdue fires it once, now, and then every interval from now, not once per
 missed interval; a cron schedule fires its overdue slot once and then the next slot after now.
 
-Run on SQLite, where this process's clock decides what is due (`--clock-offset`, a hidden flag, shifts
-it). On PostgreSQL the dispatcher asks the database for the time (`Database.now`), so a jump of one
-instance's clock changes nothing there: see docs/RELIABILITY.md.
+The jump is made on SQLite, where the process's clock decides what is due (`--clock-offset`, a hidden
+flag, shifts it). On PostgreSQL the dispatcher asks the database for the time (`Database.now`), so one
+instance's wrong clock changes nothing about when schedules fire: the last test shows it (and
+docs/RELIABILITY.md says what a wrong clock still affects there).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from rackflow.v1 import flow_pb2 as pb
-from tests.e2e.cluster import start_server
+from tests.e2e.cluster import servers, sql, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
 
 pytestmark = pytest.mark.slow
@@ -123,3 +124,47 @@ def test_a_forward_clock_jump_fires_each_overdue_schedule_once(tmp_path: Path) -
     next_cron = _next_run(db_path, "minutely")
     assert jumped_to - POLL_SLACK < next_cron <= jumped_to + timedelta(minutes=1)
     assert next_cron.second == 0 and next_cron.microsecond == 0
+
+
+@pytest.mark.postgres
+def test_on_postgres_an_instance_an_hour_ahead_fires_on_the_database_clock(
+    pg_db: str, tmp_path: Path
+) -> None:
+    """An instance whose clock is an hour ahead, alone with a schedule created by a correct one: it fires
+    the schedule when the database's clock says it is due, then every interval, because due checks and
+    advances use the database's time. (Its own clock would have fired at once, then not for an hour.)"""
+    with servers(pg_db, tmp_path, 1, args=["--no-dispatcher"]) as (right,):
+        create_racks(right.stub(), ["skew-a"])
+        (schedule,) = create_schedules(
+            right.stub(),
+            [
+                schedule_request(
+                    "interval",
+                    ["skew-a"],
+                    spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL,
+                    spec=f"{INTERVAL.seconds}s",
+                )
+            ],
+        )
+    first_due = schedule.next_run_at.ToDatetime(tzinfo=UTC)
+    with servers(pg_db, tmp_path, 1, args=[*ARGS, "--clock-offset", f"{int(JUMP.total_seconds())}s"]) as (
+        ahead,
+    ):
+        time.sleep(WATCH.total_seconds())
+    assert ahead.proc.returncode == 0, ahead.output
+
+    rows = sql(
+        pg_db,
+        "SELECT scheduled_for, fired_at FROM task_schedule_run WHERE trigger = 'dispatch' ORDER BY fired_at",
+    )
+    fired = [_aware(f) for _, f in rows]
+    assert len(fired) >= 2, rows
+    assert fired[0] >= first_due, f"fired at {fired[0]}, before it was due at {first_due}"
+    gaps = [later - earlier for earlier, later in pairwise(fired)]
+    assert all(INTERVAL <= gap <= INTERVAL + POLL_SLACK for gap in gaps), gaps
+    assert len({slot for slot, _ in rows}) == len(rows), "a tick fired twice"
+
+
+def _aware(value: object) -> datetime:
+    assert isinstance(value, datetime) and value.tzinfo is not None, value
+    return value
