@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -98,6 +100,39 @@ async def db(db_url: str) -> AsyncIterator[Database]:
     database = Database(db_url)
     yield database
     await database.dispose()
+
+
+def migrate_with_cli(url: str) -> None:
+    """`rackflow db migrate --db URL`, as an operator would run it before starting servers."""
+    subprocess.run(
+        [sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True, capture_output=True
+    )
+
+
+@pytest.fixture
+def pg_db(postgres_url: str) -> Iterator[str]:
+    """A migrated PostgreSQL database of its own, for tests that start real `rackflow serve` processes."""
+    from tests.e2e.cluster import fresh_postgres_database
+
+    with fresh_postgres_database(postgres_admin_url()) as url:
+        migrate_with_cli(url)
+        yield url
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def served_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database shared by one module's real servers: once on SQLite, once on PostgreSQL."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('served')}/rackflow.db"
+        migrate_with_cli(url)
+        yield url
+    else:
+        request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
+        from tests.e2e.cluster import fresh_postgres_database
+
+        with fresh_postgres_database(postgres_admin_url()) as url:
+            migrate_with_cli(url)
+            yield url
 
 
 async def table_counts(db: Database) -> dict[str, int]:

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import postgres_admin_url
-from tests.e2e.cluster import ServerProcess, fresh_postgres_database, start_server
+from tests.e2e.cluster import ServerProcess, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -24,21 +23,9 @@ FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 CLI_TIMEOUT_S = 60
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    log_dir = tmp_path_factory.mktemp("cli")
-    if request.param == "sqlite":
-        yield from _serve(f"sqlite:///{log_dir}/x.db", log_dir)
-    else:
-        request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
-        with fresh_postgres_database(postgres_admin_url()) as url:
-            yield from _serve(url, log_dir)
-
-
-def _serve(url: str, log_dir: Path) -> Iterator[ServerProcess]:
-    proc = start_server(url, log_dir, args=["--migrate"])
+@pytest.fixture(scope="module")
+def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = start_server(served_db_url, tmp_path_factory.mktemp("cli"))
     yield proc
     assert proc.stop() == 0, proc.output
 

@@ -6,20 +6,16 @@ components × STEP_S; schedules fire every second.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import grpc
 import pytest
 
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
-from tests.conftest import postgres_admin_url
-from tests.e2e.cluster import ServerProcess, fresh_postgres_database, start_server
+from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, rfc3339, schedule_request, wait_until
 
 pytestmark = pytest.mark.slow
@@ -28,23 +24,13 @@ STEP_S = 0.4
 INTERVAL = pb.SCHEDULE_SPEC_TYPE_INTERVAL
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    log_dir = tmp_path_factory.mktemp("dispatch")
-    if request.param == "sqlite":
-        yield from _serve(f"sqlite:///{log_dir}/rackflow.db", log_dir)
-    else:
-        request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
-        with fresh_postgres_database(postgres_admin_url()) as url:
-            yield from _serve(url, log_dir)
-
-
-def _serve(url: str, log_dir: Path) -> Iterator[ServerProcess]:
-    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+@pytest.fixture(scope="module")
+def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = start_server(
-        url, log_dir, args=["--dispatch-interval", "200ms"], env={"RACKFLOW_SIM_STEP_SECONDS": str(STEP_S)}
+        served_db_url,
+        tmp_path_factory.mktemp("dispatch"),
+        args=["--dispatch-interval", "200ms"],
+        env={"RACKFLOW_SIM_STEP_SECONDS": str(STEP_S)},
     )
     yield proc
     assert proc.stop() == 0, proc.output

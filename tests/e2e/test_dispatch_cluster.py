@@ -5,18 +5,14 @@ Real processes, the real PostgreSQL: the claim is `FOR UPDATE SKIP LOCKED`, so t
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from rackflow.v1 import flow_pb2 as pb
-from tests.conftest import postgres_admin_url
-from tests.e2e.cluster import fresh_postgres_database, servers, sql, start_server
+from tests.e2e.cluster import servers, sql, start_server
 from tests.e2e.fleet import create_racks, create_schedules, rfc3339, schedule_request, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -25,14 +21,6 @@ ONE_TIME_SCHEDULES = 2000
 CRON_SCHEDULES = 40
 INSTANCES = 4
 CRON_MINUTES = 3
-
-
-@pytest.fixture
-def pg_db(postgres_url: str) -> Iterator[str]:
-    """A migrated database of its own (`postgres_url` fails under CI, skips elsewhere, when unreachable)."""
-    with fresh_postgres_database(postgres_admin_url()) as url:
-        subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
-        yield url
 
 
 def test_four_instances_fire_every_schedule_exactly_once(pg_db: str, tmp_path: Path) -> None:

@@ -62,9 +62,20 @@ def tls_server(db_kind: str, pki: Pki, tmp_path_factory: pytest.TempPathFactory)
     tokens.write_text(f"- name: dashboard\n  role: viewer\n  sha256: {hash_token(VIEWER_TOKEN)}\n")
     with database(db_kind, log_dir, "tls") as url:
         server = start_server(
-            url, log_dir, name="tls",
-            args=["--migrate", "--listen", "0.0.0.0:0", "--tls-cert", str(pki.server.cert),
-                  "--tls-key", str(pki.server.key), "--auth-tokens", str(tokens)],
+            url,
+            log_dir,
+            name="tls",
+            args=[
+                "--migrate",
+                "--listen",
+                "0.0.0.0:0",
+                "--tls-cert",
+                str(pki.server.cert),
+                "--tls-key",
+                str(pki.server.key),
+                "--auth-tokens",
+                str(tokens),
+            ],
             env={"RACKFLOW_AUTH_TOKEN_ONCALL": f"operator:{hash_token(OPERATOR_TOKEN)}"},
         )
         server.address = server.address.replace("0.0.0.0", "127.0.0.1")
@@ -79,9 +90,18 @@ def mtls_server(db_kind: str, pki: Pki, tmp_path_factory: pytest.TempPathFactory
     log_dir = tmp_path_factory.mktemp("mtls")
     with database(db_kind, log_dir, "mtls") as url:
         server = start_server(
-            url, log_dir, name="mtls",
-            args=["--migrate", "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key),
-                  "--tls-client-ca", str(pki.ca.cert)],
+            url,
+            log_dir,
+            name="mtls",
+            args=[
+                "--migrate",
+                "--tls-cert",
+                str(pki.server.cert),
+                "--tls-key",
+                str(pki.server.key),
+                "--tls-client-ca",
+                str(pki.ca.cert),
+            ],
         )
         yield server
         assert server.stop() == 0, server.output
@@ -177,8 +197,19 @@ def test_cli_reaches_a_tls_server_with_a_token(tls_server: ServerProcess, pki: P
     ca = ("--tls-ca", str(pki.ca.cert))
     created = cli(tls_server, *ca, "rack", "create", "cli-rack", token=OPERATOR_TOKEN)
     assert created.returncode == 0, created.stderr
-    result = cli(tls_server, *ca, "--token", VIEWER_TOKEN, "audit", "--method", "CreateRack", "--since", "1h",
-                 "-o", "json")
+    result = cli(
+        tls_server,
+        *ca,
+        "--token",
+        VIEWER_TOKEN,
+        "audit",
+        "--method",
+        "CreateRack",
+        "--since",
+        "1h",
+        "-o",
+        "json",
+    )
     assert result.returncode == 0, result.stderr
     events = json.loads(result.stdout)["events"]
     assert json.loads(events[0]["request_json"])["name"] == "cli-rack"

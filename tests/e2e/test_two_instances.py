@@ -8,10 +8,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,8 +17,7 @@ import pytest
 
 from rackflow.store.instances import LEASE_TTL
 from rackflow.v1 import flow_pb2 as pb
-from tests.conftest import postgres_admin_url
-from tests.e2e.cluster import ServerProcess, fresh_postgres_database, servers, sql, start_server
+from tests.e2e.cluster import ServerProcess, servers, sql, start_server
 from tests.e2e.fleet import create_racks, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -31,20 +27,13 @@ SLOW_STEPS = {"RACKFLOW_SIM_STEP_SECONDS": "2"}  # tasks stay active while the t
 LEASE_TTL_S = LEASE_TTL.total_seconds()
 
 
-@pytest.fixture
-def pg_db(postgres_url: str) -> Iterator[str]:
-    """A migrated database of its own (`postgres_url` fails under CI, skips elsewhere, when unreachable)."""
-    with fresh_postgres_database(postgres_admin_url()) as url:
-        subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
-        yield url
-
-
 def on_rack(name: str) -> pb.OperationTargetSpec:
     return pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name=name)]))
 
 
-def race(first: ServerProcess, second: ServerProcess, racks: list[str], strategy: int
-         ) -> list[tuple[object, object]]:
+def race(
+    first: ServerProcess, second: ServerProcess, racks: list[str], strategy: int
+) -> list[tuple[object, object]]:
     """For every rack, power it off through `first` and on through `second`, all calls released at once.
 
     Returns per rack the two outcomes: the task id, or the gRPC status code of the refusal.
@@ -76,8 +65,12 @@ def race(first: ServerProcess, second: ServerProcess, racks: list[str], strategy
 
 
 def statuses_by_rack(db_url: str, prefix: str) -> dict[str, list[str]]:
-    rows = sql(db_url, "SELECT r.name, t.status FROM tasks t JOIN racks r ON r.id = t.rack_id "
-                       "WHERE r.name LIKE %s ORDER BY r.name, t.status", f"{prefix}%")
+    rows = sql(
+        db_url,
+        "SELECT r.name, t.status FROM tasks t JOIN racks r ON r.id = t.rack_id "
+        "WHERE r.name LIKE %s ORDER BY r.name, t.status",
+        f"{prefix}%",
+    )
     found: dict[str, list[str]] = {}
     for name, status in rows:
         found.setdefault(str(name), []).append(str(status))
@@ -118,9 +111,14 @@ def test_a_killed_instance_task_is_completed_by_another(pg_db: str, tmp_path: Pa
         task_id = stub.PowerOffRack(pb.PowerOffRackRequest(target_spec=on_rack("victim"))).task_ids[0].id
 
         def running_on_doomed() -> bool:
-            rows = sql(pg_db, "SELECT i.pid FROM tasks t JOIN instances i ON i.id = t.owner_id "
-                              "WHERE t.id = %s AND t.status = 'running'", task_id)
+            rows = sql(
+                pg_db,
+                "SELECT i.pid FROM tasks t JOIN instances i ON i.id = t.owner_id "
+                "WHERE t.id = %s AND t.status = 'running'",
+                task_id,
+            )
             return bool(rows) and rows[0][0] == doomed.proc.pid
+
         wait_until(running_on_doomed, timeout=30, what="the task to run on the doomed instance")
 
         survivor = start_server(pg_db, tmp_path, args=["--no-dispatcher"], name="survivor")
@@ -132,12 +130,16 @@ def test_a_killed_instance_task_is_completed_by_another(pg_db: str, tmp_path: Pa
 
         def completed() -> bool:
             return sql(pg_db, "SELECT status FROM tasks WHERE id = %s", task_id)[0][0] == "completed"
+
         wait_until(completed, timeout=LEASE_TTL_S + 30, what="another instance to complete the task")
 
         [(attempts, owner)] = sql(pg_db, "SELECT attempts, owner_id FROM tasks WHERE id = %s", task_id)
         assert attempts == 2 and owner is None
-        states = sql(pg_db, "SELECT DISTINCT c.power_state FROM components c "
-                            "JOIN racks r ON r.id = c.rack_id WHERE r.name = 'victim'")
+        states = sql(
+            pg_db,
+            "SELECT DISTINCT c.power_state FROM components c "
+            "JOIN racks r ON r.id = c.rack_id WHERE r.name = 'victim'",
+        )
         assert states == [("off",)]
         assert "taking over" in survivor.output
     finally:
