@@ -16,8 +16,7 @@ from rackflow.clock import SystemClock
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import Component, ComponentSpec, ComponentType, PowerState, Rack, RackSelection
 from rackflow.inventory.service import InventoryService
-from rackflow.store import instances
-from rackflow.store import tasks as store
+from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import instances as instances_table
 from rackflow.store.tables import tasks as tasks_table
@@ -96,7 +95,7 @@ async def start_running(db: Database, task: Task, owner: uuid.UUID, *, attempts:
     """Make `task` RUNNING under `owner`, whose heartbeat is `heartbeat_age` old (None: not registered)."""
     async with db.transaction() as conn:
         now = await db.now(conn)
-        await store.mark_running(conn, task, owner_id=owner, now=now)
+        await task_runs.mark_running(conn, task.id, owner_id=owner, now=now)
         await conn.execute(update(tasks_table).where(tasks_table.c.id == task.id).values(attempts=attempts))
         if heartbeat_age is not None:
             await conn.execute(insert(instances_table).values(

@@ -20,6 +20,7 @@ from rackflow.inventory.model import (
     TypesFilter,
 )
 from rackflow.inventory.service import InventoryService
+from rackflow.store import task_runs
 from rackflow.store import tasks as store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import CANCELLED_MESSAGE, EXPIRED_MESSAGE, TaskManager
@@ -85,7 +86,7 @@ async def statuses(manager: TaskManager, *tasks: Task) -> list[TaskStatus]:
 
 async def start_running(db: Database, task: Task, owner: uuid.UUID) -> None:
     async with db.transaction() as conn:
-        await store.mark_running(conn, task, owner_id=owner, now=datetime.now(UTC))
+        await task_runs.mark_running(conn, task.id, owner_id=owner, now=datetime.now(UTC))
 
 
 # --- submitting --------------------------------------------------------------------------------

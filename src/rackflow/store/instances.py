@@ -12,11 +12,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, exists, insert, select, update
+from sqlalchemy import DateTime, Interval, bindparam, delete, exists, func, insert, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from rackflow.store.db import Database
 from rackflow.store.tables import instances
+from rackflow.store.types import UTCDateTime
 
 # How long an instance's heartbeat stays valid: its tasks and schedule runs are taken over once it is this
 # old. Instances renew it every third of this, so a brief stall or database hiccup does not count as death.
@@ -73,6 +74,25 @@ async def live_instances(db: Database, lease_ttl: timedelta) -> list[Instance]:
         return [Instance(r.id, r.host, r.pid, r.started_at, r.heartbeat_at) for r in rows]
 
 
-def is_live(owner_id: ColumnElement[uuid.UUID], stale_before: datetime) -> ColumnElement[bool]:
+def lease_cutoff(db: Database) -> ColumnElement[datetime]:
+    """SQL for "now minus the lease time" on the clock `Database.now` reads (the database's on PostgreSQL),
+    so a statement compares heartbeats without first asking the database for the time. Its parameters
+    come from `lease_params`."""
+    if db.is_postgres:
+        now = func.statement_timestamp(type_=DateTime(timezone=True))
+        return now - bindparam("lease_ttl", type_=Interval())
+    return bindparam("stale_before", type_=UTCDateTime())
+
+
+def lease_params(db: Database, lease_ttl: timedelta) -> dict[str, datetime | timedelta]:
+    """The values `lease_cutoff` needs."""
+    if db.is_postgres:
+        return {"lease_ttl": lease_ttl}
+    return {"stale_before": db.clock.now() - lease_ttl}
+
+
+def is_live(
+    owner_id: ColumnElement[uuid.UUID], stale_before: datetime | ColumnElement[datetime]
+) -> ColumnElement[bool]:
     """SQL condition: `owner_id` names an instance whose heartbeat is not older than `stale_before`."""
     return exists().where(instances.c.id == owner_id, instances.c.heartbeat_at >= stale_before)

@@ -1,4 +1,4 @@
-"""Task rows: mapping to `Task` and the queries the task manager and the executor run.
+"""Task rows: mapping to `Task` and the queries the task manager runs (the executor's: `store.task_runs`).
 
 No rules live here: which task may run, wait or be promoted is decided in `rackflow.tasks.manager`.
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, and_, func, insert, or_, select, update
@@ -26,7 +26,7 @@ from rackflow.store.tables import racks, tasks
 from rackflow.tasks.model import ACTIVE_STATUSES, Operation, Task, TaskStatus
 
 _BLOCKING = (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
-_OLDEST_FIRST = (tasks.c.created_at, tasks.c.id)
+OLDEST_FIRST = (tasks.c.created_at, tasks.c.id)
 
 
 def task_from_row(row: Row[Any]) -> Task:
@@ -99,7 +99,7 @@ async def blocking_tasks(conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -
                 tasks.c.rack_id.in_(chunk),
                 or_(tasks.c.status.in_(_BLOCKING), tasks.c.owner_id.is_not(None)),
             )
-            .order_by(*_OLDEST_FIRST)
+            .order_by(*OLDEST_FIRST)
         )
         for task in await _tasks_where(conn, stmt):
             by_rack[task.rack_id].append(task)
@@ -118,14 +118,20 @@ async def waiting_counts(conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -
     return counts
 
 
-async def waiting_tasks(conn: AsyncConnection, rack_id: uuid.UUID) -> list[Task]:
-    """The rack's queue, oldest first."""
-    return await _tasks_where(
-        conn,
-        select(tasks)
-        .where(tasks.c.rack_id == rack_id, tasks.c.status == TaskStatus.WAITING.value)
-        .order_by(*_OLDEST_FIRST),
-    )
+async def waiting_tasks(
+    conn: AsyncConnection, rack_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, list[Task]]:
+    """Each rack's queue, oldest first (a rack without waiting tasks is left out)."""
+    by_rack: dict[uuid.UUID, list[Task]] = defaultdict(list)
+    for chunk in chunked(rack_ids):
+        stmt = (
+            select(tasks)
+            .where(tasks.c.rack_id.in_(chunk), tasks.c.status == TaskStatus.WAITING.value)
+            .order_by(*OLDEST_FIRST)
+        )
+        for task in await _tasks_where(conn, stmt):
+            by_rack[task.rack_id].append(task)
+    return by_rack
 
 
 async def get_task(conn: AsyncConnection, task_id: uuid.UUID, *, lock: Database | None = None) -> Task | None:
@@ -186,110 +192,20 @@ async def set_status(
     await conn.execute(update(tasks).where(tasks.c.id.in_(list(task_ids))).values(**values))
 
 
-# --- the executor's queries ----------------------------------------------------------------------
+# --- promotion and housekeeping -------------------------------------------------------------------
 
 
-async def claimable(
-    db: Database,
-    conn: AsyncConnection,
-    *,
-    owner_id: uuid.UUID,
-    stale_before: datetime,
-    running_here: Iterable[uuid.UUID],
-    now: datetime,
-    limit: int,
-) -> list[tuple[Task, int]]:
-    """Lock (skipping rows other claimers hold) up to `limit` tasks this instance should run, oldest first.
-
-    Those are PENDING tasks whose maintenance window (if any) has opened by `now`, RUNNING tasks whose
-    owner's lease has expired (takeover), and RUNNING tasks this instance owns but is not running (its
-    run was interrupted, e.g. by a database outage). Each comes with the number of attempts made so far.
-    """
-    # Stored as UTC ISO 8601 text (see Operation.to_json), which sorts in time order.
-    window_start = tasks.c.parameters["window_start"].as_string()
-    due = and_(
-        tasks.c.status == TaskStatus.PENDING.value,
-        or_(window_start.is_(None), window_start <= now.astimezone(UTC).isoformat()),
-    )
-    orphaned = and_(
-        tasks.c.status == TaskStatus.RUNNING.value,
-        or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, stale_before)),
-    )
-    forgotten = and_(
-        tasks.c.status == TaskStatus.RUNNING.value,
-        tasks.c.owner_id == owner_id,
-        tasks.c.id.not_in(list(running_here)),
-    )
-    stmt = (
-        select(tasks)
-        .where(or_(due, orphaned, forgotten))
-        .order_by(*_OLDEST_FIRST)
-        .limit(limit)
-    )
-    return [(task_from_row(r), r.attempts) for r in await conn.execute(db.skip_locked(stmt))]
-
-
-async def mark_running(conn: AsyncConnection, task: Task, *, owner_id: uuid.UUID, now: datetime) -> None:
-    """Take a claimed task: RUNNING, owned here, one more attempt; `started_at` keeps the first start."""
-    await conn.execute(
-        update(tasks)
-        .where(tasks.c.id == task.id)
-        .values(
-            status=TaskStatus.RUNNING.value,
-            owner_id=owner_id,
-            attempts=tasks.c.attempts + 1,
-            started_at=task.started_at or now,
-            updated_at=now,
+async def racks_with_waiting(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+    """The racks that have a waiting task: only those have anything to promote."""
+    found: set[uuid.UUID] = set()
+    for chunk in chunked(rack_ids):
+        rows = await conn.execute(
+            select(tasks.c.rack_id)
+            .distinct()
+            .where(tasks.c.rack_id.in_(chunk), tasks.c.status == TaskStatus.WAITING.value)
         )
-    )
-
-
-def _held_running(task_id: uuid.UUID, owner_id: uuid.UUID) -> ColumnElement[bool]:
-    return and_(
-        tasks.c.id == task_id, tasks.c.owner_id == owner_id, tasks.c.status == TaskStatus.RUNNING.value
-    )
-
-
-async def record_progress(
-    conn: AsyncConnection, task_id: uuid.UUID, *, owner_id: uuid.UUID, message: str, now: datetime
-) -> bool:
-    """Write the progress message; False when the task is no longer RUNNING here (cancelled or taken over)."""
-    result = await conn.execute(
-        update(tasks).where(_held_running(task_id, owner_id)).values(message=message, updated_at=now)
-    )
-    return result.rowcount == 1
-
-
-async def finish(
-    conn: AsyncConnection,
-    task_id: uuid.UUID,
-    *,
-    owner_id: uuid.UUID,
-    status: TaskStatus,
-    message: str,
-    now: datetime,
-) -> bool:
-    """End a task this instance runs and drop the hold; False when it was cancelled or taken over."""
-    result = await conn.execute(
-        update(tasks)
-        .where(_held_running(task_id, owner_id))
-        .values(status=status.value, message=message, finished_at=now, updated_at=now, owner_id=None)
-    )
-    return result.rowcount == 1
-
-
-async def release(conn: AsyncConnection, task_id: uuid.UUID, *, owner_id: uuid.UUID) -> bool:
-    """Drop this instance's hold on a task that is no longer RUNNING (it was cancelled)."""
-    result = await conn.execute(
-        update(tasks)
-        .where(
-            tasks.c.id == task_id,
-            tasks.c.owner_id == owner_id,
-            tasks.c.status != TaskStatus.RUNNING.value,
-        )
-        .values(owner_id=None)
-    )
-    return result.rowcount == 1
+        found.update(rows.scalars())
+    return found
 
 
 def _dead_hold(stale_before: datetime) -> ColumnElement[bool]:

@@ -2,8 +2,9 @@
 
 Design note, why a task runs to an end exactly once at a time and never stays RUNNING forever:
 
-* Claim. One transaction locks PENDING tasks (`FOR UPDATE SKIP LOCKED` on PostgreSQL, SQLite's single
-  writer otherwise) and marks them RUNNING with this instance as `owner_id`, so no two instances take one.
+* Claim. One statement takes several PENDING tasks at once (`UPDATE … WHERE id IN (SELECT … FOR UPDATE
+  SKIP LOCKED) RETURNING` on PostgreSQL; SQLite's single writer needs no lock) and marks them RUNNING with
+  this instance as `owner_id`, so no two instances take one.
 * Lease. The instance's heartbeat row (`store/instances.py`), renewed every `lease_ttl / 3` and compared on
   the database clock, is the lease on every task it owns. A RUNNING task whose owner's heartbeat is older
   than `lease_ttl`, or gone, is claimed by any instance (takeover, one more attempt). Steps are idempotent,
@@ -12,6 +13,16 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
 * Shutdown. In-flight runs are cancelled and the instance unregisters, so other instances (or this one,
   restarted) take its tasks over at once instead of after the lease.
+
+Design note, why the executor is cheap (it shares the event loop and the pool with the API and the
+dispatcher): the running tasks' writes go through one journal (`store.group_commit`). Each round is one
+transaction holding every write queued since the last: the endings (finish or let go, and promotion
+when the rack has waiting tasks), the next steps' progress messages, what the steps changed in the
+inventory (from a `DeferringBackend`), and the claim of as many new tasks as there is room for, the ending
+ones' slots included. So the executor never holds more than one connection for its tasks (plus one now
+and then for its heartbeat and its sweep) however many it runs, and a task costs a fraction of a
+transaction. The sweep for what nothing else catches (expired waiting tasks, dead instances' holds,
+stuck racks) runs on a timer, not on every poll.
 """
 
 from __future__ import annotations
@@ -23,16 +34,21 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol, TypeVar, runtime_checkable
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
 from rackflow.inventory.model import Component
-from rackflow.store import instances
-from rackflow.store import tasks as store
+from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
+from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
+from rackflow.store.task_runs import ComponentChange
 from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, plan
-from rackflow.tasks.manager import TaskManager
+from rackflow.tasks.manager import Ending, TaskManager
 from rackflow.tasks.model import OperationKind, Task, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -41,8 +57,70 @@ log = logging.getLogger(__name__)
 # attempts rather than taking down every instance in turn.
 MAX_ATTEMPTS = 3
 MAX_RETRY_DELAY_SECONDS = 5.0
+# How often the housekeeping sweep runs: finishing a task promotes its rack at once, so the sweep only
+# catches what a crash or a queue timeout left behind, and seconds of delay there are fine.
+SWEEP_INTERVAL_SECONDS = 2.0
 
 Outcome = tuple[TaskStatus, str]
+Batch = list[tuple[int, Component]]
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A claimed task, ready to run: its steps in batches, or why it must fail without running."""
+
+    task: Task
+    attempt: int
+    batches: list[Batch]
+    refusal: str | None
+
+    @property
+    def step_count(self) -> int:
+        return sum(len(batch) for batch in self.batches)
+
+    def progress(self, batch: Batch) -> str:
+        """The message written before a batch starts, e.g. "powering on 2/5: compute-0"."""
+        first, last = batch[0][0], batch[-1][0]
+        numbers = f"{first}" if first == last else f"{first}-{last}"
+        names = ", ".join(component.name for _, component in batch)
+        return f"{STEP_VERB[self.task.operation.kind]} {numbers}/{self.step_count}: {names}"
+
+
+@runtime_checkable
+class DeferringBackend(Protocol):
+    """A backend that can hand back what a step changed instead of writing it (the simulator does).
+
+    The executor then writes the change with the task's next progress message or its end, in the same
+    transaction, so a step costs no transaction of its own. If the instance dies before that write, the
+    task is taken over and its steps repeated, as with any step whose outcome was not recorded.
+    """
+
+    async def run_step_deferred(self, task: Task, component: Component) -> ComponentChange | None: ...
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One running task's write in a journal round: what its last steps changed, and then either the
+    progress message of its next batch of steps or its ending."""
+
+    task_id: uuid.UUID | None
+    changes: tuple[ComponentChange, ...]
+    message: str | None = None
+    ending: Ending | None = None
+
+
+# An entry that writes nothing: it asks for a round, to claim tasks when there is room.
+_CLAIM_ONLY = _Entry(None, ())
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A journal entry's result: the task is still ours (progress) or was ended as reported (ending);
+    and whether recording the round's endings promoted waiting tasks."""
+
+    ours: bool
+    promoted: bool
 
 
 class Executor:
@@ -59,6 +137,7 @@ class Executor:
         poll_interval: float = 0.5,
         lease_ttl: float = instances.LEASE_TTL.total_seconds(),
         max_concurrent: int = 32,
+        sweep_interval: float = SWEEP_INTERVAL_SECONDS,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -69,8 +148,16 @@ class Executor:
         self.poll_interval = poll_interval
         self.lease_ttl = timedelta(seconds=lease_ttl)
         self.max_concurrent = max_concurrent
+        self.sweep_interval = sweep_interval
         self._wake = asyncio.Event()
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._deferring = backend if isinstance(backend, DeferringBackend) else None
+        self._journal: GroupCommit[_Entry, _Written] = GroupCommit(
+            db, self._write_round, after_commit=self._start_claimed
+        )
+        self._claimed: list[_Run] = []  # by the round being written; started once it commits
+        self._stopping = False
+        self._next_sweep = 0.0
         self._next_hold_check = 0.0
 
     def wake(self) -> None:
@@ -87,45 +174,70 @@ class Executor:
                     log.exception("executor poll failed")
                 await self._nap(stop)
         finally:
+            self._stopping = True
             lease.cancel()
             runs = list(self._running.values())
             for run in runs:
                 run.cancel()
             await asyncio.gather(lease, *runs, return_exceptions=True)
+            await self._journal.close()
             try:
                 await instances.unregister(self.db, self.instance_id)
             except Exception:
                 log.warning("could not unregister instance %s; its lease will expire", self.instance_id)
 
     async def poll(self) -> None:
-        """One round: housekeeping (promotion, expiry, dead holds), then claim what there is room for."""
+        """Housekeeping when it is due (promotion, expiry, dead holds), then, if there is room for more
+        tasks, a journal round (which claims them)."""
+        await self._sweep_when_due()
+        if self.max_concurrent > len(self._running):
+            await self._journal.write(_CLAIM_ONLY)
+
+    async def _sweep_when_due(self) -> None:
         now = asyncio.get_running_loop().time()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self.sweep_interval
         dead_holds = now >= self._next_hold_check
         if dead_holds:
             self._next_hold_check = now + self.lease_ttl.total_seconds()
         await self.manager.sweep(lease_ttl=self.lease_ttl, dead_holds=dead_holds)
-        room = self.max_concurrent - len(self._running)
-        if room <= 0:
-            return
-        for task, attempt in await self._claim(room):
-            self._running[task.id] = asyncio.create_task(self._run(task, attempt), name=f"task {task.id}")
 
     # --- claiming and the lease ------------------------------------------------------------------
 
-    async def _claim(self, room: int) -> list[tuple[Task, int]]:
-        async with self.db.transaction() as conn:
-            stale_before = await self.db.now(conn) - self.lease_ttl
-            now = self.clock.now()
-            candidates = await store.claimable(
-                self.db, conn, owner_id=self.instance_id, stale_before=stale_before,
-                running_here=self._running, now=now, limit=room,
-            )
-            for task, _ in candidates:
-                await store.mark_running(conn, task, owner_id=self.instance_id, now=now)
-        for task, attempts in candidates:
-            if task.status is TaskStatus.RUNNING:
-                log.info("task %s: taking over (attempt %d)", task.id, attempts + 1)
-        return [(task, attempts + 1) for task, attempts in candidates]
+    async def _claim_in(self, conn: AsyncConnection, room: int) -> list[_Run]:
+        """Take tasks, read their components and record their first step, in the round's transaction."""
+        now = self.clock.now()
+        claimed = await task_runs.claim(
+            self.db, conn, owner_id=self.instance_id, lease_ttl=self.lease_ttl,
+            running_here=self._running.keys(), now=now, limit=room,
+        )
+        if not claimed:
+            return []
+        runs = await self._prepare(conn, claimed, now)
+        first = {r.task.id: r.progress(r.batches[0]) for r in runs if r.refusal is None and r.batches}
+        await task_runs.record_progress(conn, first, owner_id=self.instance_id, now=now)
+        return runs
+
+    def _start_claimed(self) -> None:
+        """After a round committed: run what it claimed (unless stopping: a successor takes those over)."""
+        claimed, self._claimed = self._claimed, []
+        for run in claimed if not self._stopping else ():
+            if run.attempt > 1:
+                log.info("task %s: taking over (attempt %d)", run.task.id, run.attempt)
+            self._running[run.task.id] = asyncio.create_task(self._run(run), name=f"task {run.task.id}")
+
+    async def _prepare(self, conn: AsyncConnection, claimed: list[tuple[Task, int]], now: datetime
+                       ) -> list[_Run]:
+        """Plan each task's steps over its components that still exist (one removed meanwhile is skipped)."""
+        by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
+        width = max(1, int(getattr(self.backend, "step_concurrency", 1)))
+        runs = []
+        for task, attempt in claimed:
+            wanted = set(task.component_ids)
+            steps = plan(task.operation.kind, [c for c in by_rack[task.rack_id] if c.id in wanted])
+            runs.append(_Run(task, attempt, step_batches(steps, width), _refusal(task, attempt, now)))
+        return runs
 
     async def _register(self, stop: asyncio.Event) -> None:
         while True:
@@ -159,47 +271,58 @@ class Executor:
 
     # --- running one task ------------------------------------------------------------------------
 
-    async def _run(self, task: Task, attempt: int) -> None:
+    async def _run(self, run: _Run) -> None:
+        task = run.task
+        changes: list[ComponentChange] = []
         try:
-            outcome = await self._execute(task, attempt)
+            outcome = await self._execute(run, changes)
+            entry = _Entry(task.id, tuple(changes), ending=Ending(task.id, task.rack_id, outcome))
+            written = await self._retrying(task, lambda: self._journal.write(entry))
+            if written.promoted:
+                self.manager.wake_executors()
             if outcome is None:
-                await self._retrying(task, lambda: self.manager.release(task.id, owner_id=self.instance_id))
                 log.info("task %s: stopped (cancelled or taken over)", task.id)
             else:
-                status, message = outcome
-                await self._retrying(task, lambda: self.manager.finish(
-                    task.id, owner_id=self.instance_id, status=status, message=message
-                ))
-                log.info("task %s: %s: %s", task.id, status.value, message)
+                log.info("task %s: %s: %s", task.id, outcome[0].value, outcome[1])
         except Exception:  # it stays RUNNING and mine, so the next poll picks it up again
             log.exception("task %s: run interrupted; it will be run again", task.id)
         finally:
             self._running.pop(task.id, None)
             self.wake()
 
-    async def _execute(self, task: Task, attempt: int) -> Outcome | None:
-        """Run the steps; the outcome to record, or None when the task stopped being ours."""
-        refusal = self._refusal(task, attempt)
-        if refusal is not None:
-            return TaskStatus.FAILED, refusal
-        kind = task.operation.kind
-        steps = plan(kind, await self._components(task))
-        width = max(1, int(getattr(self.backend, "step_concurrency", 1)))
-        for batch in step_batches(steps, width):
-            numbers = f"{batch[0][0]}" if len(batch) == 1 else f"{batch[0][0]}-{batch[-1][0]}"
-            names = ", ".join(component.name for _, component in batch)
-            if not await self._progress(task, f"{STEP_VERB[kind]} {numbers}/{len(steps)}: {names}"):
-                return None
-            outcomes = await asyncio.gather(*(self._step(task, c, n, len(steps)) for n, c in batch))
+    async def _execute(self, run: _Run, changes: list[ComponentChange]) -> Outcome | None:
+        """Run the steps; the outcome to record, or None when the task stopped being ours. `changes`
+        collects what the steps changed and the journal has not written yet.
+
+        The first batch's progress was written with the claim; each later one is written (with what the
+        batch before changed) before the batch starts, which is also where a cancellation or a takeover
+        is noticed.
+        """
+        if run.refusal is not None:
+            return TaskStatus.FAILED, run.refusal
+        task = run.task
+        for index, batch in enumerate(run.batches):
+            if index > 0:
+                entry = _Entry(task.id, tuple(changes), message=run.progress(batch))
+                changes.clear()
+                if not (await self._journal.write(entry)).ours:
+                    return None
+            outcomes = await asyncio.gather(
+                *(self._step(task, c, n, run.step_count, changes) for n, c in batch)
+            )
             failures = [failure for failure in outcomes if failure is not None]
             if failures:
                 return TaskStatus.FAILED, "; ".join(failures)
-        return TaskStatus.COMPLETED, _done(task, len(steps))
+        return TaskStatus.COMPLETED, _done(task, run.step_count)
 
-    async def _step(self, task: Task, component: Component, number: int, total: int) -> str | None:
+    async def _step(self, task: Task, component: Component, number: int, total: int,
+                    changes: list[ComponentChange]) -> str | None:
         """Run one step; why it failed, or None when it succeeded."""
         try:
-            await self.backend.run_step(task, component)
+            if self._deferring is None:
+                await self.backend.run_step(task, component)
+            elif (change := await self._deferring.run_step_deferred(task, component)) is not None:
+                changes.append(change)
         except StepFailed as exc:
             return f"{_failed(task, component, number, total)}: {exc}"
         except Exception as exc:  # a backend bug must fail the task, not the executor
@@ -207,49 +330,53 @@ class Executor:
             return f"{_failed(task, component, number, total)}: unexpected error: {exc!r}"
         return None
 
-    def _refusal(self, task: Task, attempt: int) -> str | None:
-        """Why the task must fail without running, if it must."""
-        if attempt > MAX_ATTEMPTS:
-            return f"gave up after {MAX_ATTEMPTS} attempts, each cut short with its rackflow instance"
-        window_end = task.operation.window_end
-        if window_end is not None and self.clock.now() > window_end:
-            return f"the maintenance window ended at {window_end.isoformat()} before the task could run"
-        return None
+    async def _write_round(self, conn: AsyncConnection, entries: Sequence[_Entry]) -> list[_Written]:
+        """One journal round, one transaction: the running tasks' endings first (they lock racks, in id
+        order, before touching task rows, as every rack-changing transaction does), then progress, then
+        what the steps changed (written whether or not the task is still ours: the hardware did change),
+        then claims for the room there is, counting the slots the ending tasks free."""
+        endings = [entry.ending for entry in entries if entry.ending is not None]
+        let_go = await self.manager.let_go_in(conn, self.instance_id, endings) if endings else None
+        messages = {e.task_id: e.message for e in entries if e.task_id is not None and e.message is not None}
+        now = self.clock.now()
+        held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
+        await task_runs.record_changes(conn, (change for entry in entries for change in entry.changes))
+        room = 0 if self._stopping else self.max_concurrent - len(self._running) + len(endings)
+        self._claimed = await self._claim_in(conn, room) if room > 0 else []
+        finished = let_go.finished if let_go else frozenset()
+        promoted = bool(let_go and let_go.promoted)
+        return [_Written(e.task_id in (finished if e.ending else held), promoted) for e in entries]
 
-    async def _components(self, task: Task) -> list[Component]:
-        """The task's components that still exist (one removed meanwhile is skipped)."""
-        wanted = set(task.component_ids)
-        async with self.db.read() as conn:
-            rack_components = (await components_by_rack(conn, [task.rack_id]))[task.rack_id]
-        return [c for c in rack_components if c.id in wanted]
-
-    async def _progress(self, task: Task, message: str) -> bool:
-        async with self.db.transaction() as conn:
-            return await store.record_progress(
-                conn, task.id, owner_id=self.instance_id, message=message, now=self.clock.now()
-            )
-
-    async def _retrying(self, task: Task, write: Callable[[], Awaitable[object]]) -> None:
+    async def _retrying(self, task: Task, write: Callable[[], Awaitable[_T]]) -> _T:
         """Retry a final write through an outage; the run only counts as over once it is recorded."""
         delay = 0.1
         while True:
             try:
-                await write()
-                return
+                return await write()
             except Exception:
                 log.warning("task %s: recording the outcome failed; retrying", task.id, exc_info=True)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_RETRY_DELAY_SECONDS)
 
 
-def step_batches(steps: Sequence[Component], width: int) -> list[list[tuple[int, Component]]]:
+def _refusal(task: Task, attempt: int, now: datetime) -> str | None:
+    """Why the task must fail without running, if it must."""
+    if attempt > MAX_ATTEMPTS:
+        return f"gave up after {MAX_ATTEMPTS} attempts, each cut short with its rackflow instance"
+    window_end = task.operation.window_end
+    if window_end is not None and now > window_end:
+        return f"the maintenance window ended at {window_end.isoformat()} before the task could run"
+    return None
+
+
+def step_batches(steps: Sequence[Component], width: int) -> list[Batch]:
     """The planned steps (numbered from 1) in batches run together: at most `width` consecutive steps of
     one component type. The order between types stays strict: a batch starts when the one before ended.
 
     A backend opts in with a `step_concurrency` attribute (the redfish backend: RACKFLOW_REDFISH_CONCURRENCY);
     without it every batch holds one step, so steps run one by one.
     """
-    batches: list[list[tuple[int, Component]]] = []
+    batches: list[Batch] = []
     for number, component in enumerate(steps, 1):
         last = batches[-1] if batches else None
         if last is not None and len(last) < width and last[-1][1].type is component.type:

@@ -21,6 +21,7 @@ from rackflow.clock import Clock
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, RackflowError
 from rackflow.inventory.model import Component, ComponentsFilter, RackSelection, TargetSpec, TypesFilter
 from rackflow.inventory.targets import resolve_targets
+from rackflow.store import task_runs
 from rackflow.store import tasks as store
 from rackflow.store.db import Database
 from rackflow.store.inventory import components_by_rack
@@ -100,6 +101,10 @@ def _initial_message(operation: Operation, now: datetime) -> str:
     if start is not None and start > now:
         return f"waits for its maintenance window, opening at {start.isoformat()}"
     return ""
+
+
+def _expired(task: Task, now: datetime) -> bool:
+    return task.queue_expires_at is not None and task.queue_expires_at <= now
 
 
 def _rack_label(rack_id: uuid.UUID, names: dict[uuid.UUID, str]) -> str:
@@ -205,6 +210,24 @@ class _RackState:
                 self.blocking.setdefault(task.rack_id, []).append(task)
             else:
                 self.waiting[task.rack_id] = self.waiting.get(task.rack_id, 0) + 1
+
+
+@dataclass(frozen=True)
+class Ending:
+    """An executor is done with a task: it ran to `outcome` (status, message), or, with None, it stopped
+    because the task was cancelled or taken over."""
+
+    task_id: uuid.UUID
+    rack_id: uuid.UUID
+    outcome: tuple[TaskStatus, str] | None
+
+
+@dataclass(frozen=True)
+class LetGo:
+    """What recording endings did: the tasks ended as reported, and the waiting tasks promoted."""
+
+    finished: frozenset[uuid.UUID]
+    promoted: list[uuid.UUID]
 
 
 # --- the manager --------------------------------------------------------------------------------
@@ -400,22 +423,24 @@ class TaskManager:
         The caller holds the racks' locks. Promotion stops at the first waiting task that still conflicts,
         so tasks queued on one rack start in the order they were submitted. Returns the promoted ids.
         """
-        racks = sorted(set(rack_ids))
+        queues = await store.waiting_tasks(conn, set(rack_ids))
+        if not queues:
+            return []
+        racks = sorted(queues)
         now = self.clock.now()
         by_rack = await components_by_rack(conn, racks)
         blocking = await store.blocking_tasks(conn, racks)
+        expired = {t.id for queue in queues.values() for t in queue if _expired(t, now)}
         promoted: list[uuid.UUID] = []
         for rack_id in racks:
-            queue = await store.waiting_tasks(conn, rack_id)
-            expired = [t.id for t in queue if t.queue_expires_at is not None and t.queue_expires_at <= now]
-            await store.set_status(conn, expired, TaskStatus.TERMINATED, now=now, message=EXPIRED_MESSAGE)
             active = list(blocking.get(rack_id, ()))
-            for task in (t for t in queue if t.id not in expired):
+            for task in (t for t in queues[rack_id] if t.id not in expired):
                 shape = shape_of(task.operation.kind, task.component_ids, by_rack[rack_id])
                 if first_conflict(shape, active, by_rack[rack_id]) is not None:
                     break
                 active.append(task)
                 promoted.append(task.id)
+        await store.set_status(conn, list(expired), TaskStatus.TERMINATED, now=now, message=EXPIRED_MESSAGE)
         await store.set_status(conn, promoted, TaskStatus.PENDING, now=now)
         return promoted
 
@@ -438,15 +463,28 @@ class TaskManager:
             task = await store.get_task(conn, task_id)
             if task is None:
                 return False
-            await store.lock_racks(self.db, conn, [task.rack_id])
-            finished = outcome is not None and await store.finish(
-                conn, task_id, owner_id=owner_id, status=outcome[0], message=outcome[1], now=self.clock.now()
-            )
-            released = finished or await store.release(conn, task_id, owner_id=owner_id)
-            promoted = await self.promote_in(conn, [task.rack_id]) if released else []
-        if promoted:
+            let_go = await self.let_go_in(conn, owner_id, [Ending(task_id, task.rack_id, outcome)])
+        if let_go.promoted:
             self.wake_executors()
-        return finished
+        return task_id in let_go.finished
+
+    async def let_go_in(self, conn: AsyncConnection, owner_id: uuid.UUID, endings: Sequence[Ending]) -> LetGo:
+        """Record what `owner_id`'s executor is done with, in the caller's transaction; the caller calls
+        `wake_executors` after commit when something was promoted.
+
+        Locks the racks first (so a submit on them waits and then sees the tasks gone), ends the tasks that
+        are still RUNNING there, drops the hold on those cancelled meanwhile, and promotes the waiting tasks
+        of those racks (a cheap look first: most racks have none). A task taken over by another instance is
+        left alone.
+        """
+        await store.lock_racks(self.db, conn, {e.rack_id for e in endings})
+        outcomes = {e.task_id: e.outcome for e in endings if e.outcome is not None}
+        finished = await task_runs.finish(conn, outcomes, owner_id=owner_id, now=self.clock.now())
+        stopped = [e.task_id for e in endings if e.task_id not in finished]
+        freed = finished | (await task_runs.release(conn, stopped, owner_id=owner_id) if stopped else set())
+        racks = {e.rack_id for e in endings if e.task_id in freed}
+        promoted = await self.promote_in(conn, await store.racks_with_waiting(conn, racks)) if racks else []
+        return LetGo(finished=frozenset(finished), promoted=promoted)
 
     async def sweep(self, *, lease_ttl: timedelta, dead_holds: bool = True) -> list[uuid.UUID]:
         """Housekeeping the executors run; returns the ids promoted.

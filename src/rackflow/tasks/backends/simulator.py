@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import Component, PowerState
 from rackflow.store.db import Database
-from rackflow.store.inventory import set_component_state
+from rackflow.store.task_runs import ComponentChange, record_changes
 from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.model import OperationKind, Task
 
@@ -75,12 +75,25 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
 
 
 class SimulatorBackend:
+    """Steps take `step_seconds` and then change the inventory as the operation would change hardware.
+
+    The executor runs steps through `run_step_deferred`, which hands the change back for it to write
+    together with the task's own next write; `run_step` (the plain backend protocol) writes it itself.
+    """
+
     def __init__(self, db: Database, config: SimulatorConfig | None = None) -> None:
         self.db = db
         self.config = config or SimulatorConfig()
         self._random = random.Random(self.config.seed)
 
     async def run_step(self, task: Task, component: Component) -> None:
+        change = await self.run_step_deferred(task, component)
+        if change is not None:
+            async with self.db.transaction() as conn:
+                await record_changes(conn, [change])
+
+    async def run_step_deferred(self, task: Task, component: Component) -> ComponentChange | None:
+        """Run the step; what it changed in the inventory (None: nothing), for the caller to record."""
         await asyncio.sleep(self.config.step_seconds)
         if component.external_id and component.external_id in self.config.fail_external_ids:
             raise StepFailed(f"simulated failure: {component.external_id!r} is in RACKFLOW_SIM_FAIL_IDS")
@@ -90,6 +103,5 @@ class SimulatorBackend:
         firmware = task.operation.target_version if kind is OperationKind.UPGRADE_FIRMWARE else None
         power = POWER_AFTER.get(kind)
         if power is None and firmware is None:
-            return
-        async with self.db.transaction() as conn:
-            await set_component_state(conn, component.id, power_state=power, firmware_version=firmware)
+            return None
+        return ComponentChange(component.id, power_state=power, firmware_version=firmware)

@@ -1,0 +1,221 @@
+"""The executor's queries on task rows: claiming, progress, endings, and what steps changed.
+
+Every write to a running task is fenced: it only applies while the task is RUNNING and owned by the
+writer, and says which tasks it applied to, so an executor learns at once that a task was cancelled or
+taken over. Each query handles many tasks in one statement, so the executor's journal writes a whole
+round of tasks in a handful of statements.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from weakref import WeakKeyDictionary
+
+from sqlalchemy import Integer, String, Uuid, and_, bindparam, case, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ColumnElement, Update
+
+from rackflow.inventory.model import PowerState
+from rackflow.store.db import Database
+from rackflow.store.instances import is_live, lease_cutoff, lease_params
+from rackflow.store.inventory import chunked
+from rackflow.store.tables import components, tasks
+from rackflow.store.tasks import OLDEST_FIRST, task_from_row
+from rackflow.store.types import UTCDateTime
+from rackflow.tasks.model import Task, TaskStatus
+
+# Tasks per UPDATE that writes a different value to each (two bound values per task and column).
+_CASE_CHUNK = 200
+
+
+async def claim(
+    db: Database,
+    conn: AsyncConnection,
+    *,
+    owner_id: uuid.UUID,
+    lease_ttl: timedelta,
+    running_here: Collection[uuid.UUID],
+    now: datetime,
+    limit: int,
+) -> list[tuple[Task, int]]:
+    """Take up to `limit` tasks this instance should run, oldest first, in one statement.
+
+    Those are PENDING tasks whose maintenance window (if any) has opened by `now`, RUNNING tasks whose
+    owner's lease (`lease_ttl`) has expired (takeover), and RUNNING tasks this instance owns but is not
+    running (its run was interrupted, e.g. by a database outage). Rows other claimers hold are skipped.
+    Each taken task becomes RUNNING, owned here, with one more attempt (`started_at` keeps the first
+    start); it comes back as it is now, with the number of its attempt.
+    """
+    params = {
+        "claimer": owner_id,
+        "claimed_at": now,
+        # Stored as UTC ISO 8601 text (see Operation.to_json), which sorts in time order.
+        "window_now": now.astimezone(UTC).isoformat(),
+        "running_here": list(running_here),
+        "room": limit,
+        **lease_params(db, lease_ttl),
+    }
+    rows = sorted(await conn.execute(_claim_statement(db), params), key=lambda r: (r.created_at, r.id))
+    return [(task_from_row(r), r.attempts) for r in rows]
+
+
+# What a claim writes: RUNNING, owned by the claimer, one more attempt; `started_at` keeps the first start.
+_CLAIMER = bindparam("claimer", type_=Uuid())
+_CLAIMED_AT = bindparam("claimed_at", type_=UTCDateTime())
+_RUNNING_VALUES = {
+    "status": TaskStatus.RUNNING.value,
+    "owner_id": _CLAIMER,
+    "attempts": tasks.c.attempts + 1,
+    "started_at": func.coalesce(tasks.c.started_at, _CLAIMED_AT),
+    "updated_at": _CLAIMED_AT,
+}
+
+# Built once per database (building the statement costs more than running it), with bound parameters.
+_CLAIM_STATEMENTS: WeakKeyDictionary[Database, Update] = WeakKeyDictionary()
+
+
+def _claim_statement(db: Database) -> Update:
+    stmt = _CLAIM_STATEMENTS.get(db)
+    if stmt is not None:
+        return stmt
+    window_start = tasks.c.parameters["window_start"].as_string()
+    due = and_(
+        tasks.c.status == TaskStatus.PENDING.value,
+        or_(window_start.is_(None), window_start <= bindparam("window_now", type_=String())),
+    )
+    orphaned = and_(
+        tasks.c.status == TaskStatus.RUNNING.value,
+        or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, lease_cutoff(db))),
+    )
+    forgotten = and_(
+        tasks.c.status == TaskStatus.RUNNING.value,
+        tasks.c.owner_id == _CLAIMER,
+        tasks.c.id.not_in(bindparam("running_here", expanding=True, type_=tasks.c.id.type)),
+    )
+    picked = (
+        select(tasks.c.id)
+        .where(or_(due, orphaned, forgotten))
+        .order_by(*OLDEST_FIRST)
+        .limit(bindparam("room", type_=Integer()))
+    )
+    stmt = (
+        update(tasks)
+        .where(tasks.c.id.in_(db.skip_locked(picked)))
+        .values(_RUNNING_VALUES)
+        .returning(*tasks.c)
+    )
+    _CLAIM_STATEMENTS[db] = stmt
+    return stmt
+
+
+async def mark_running(
+    conn: AsyncConnection, task_id: uuid.UUID, *, owner_id: uuid.UUID, now: datetime
+) -> None:
+    """Make one task RUNNING under `owner_id` as a claim would (for tools and tests that stage a run)."""
+    stmt = update(tasks).where(tasks.c.id == task_id).values(_RUNNING_VALUES)
+    await conn.execute(stmt, {"claimer": owner_id, "claimed_at": now})
+
+
+def _held_running(task_ids: Sequence[uuid.UUID], owner_id: uuid.UUID) -> ColumnElement[bool]:
+    return and_(
+        tasks.c.id.in_(task_ids), tasks.c.owner_id == owner_id, tasks.c.status == TaskStatus.RUNNING.value
+    )
+
+
+async def record_progress(
+    conn: AsyncConnection, messages: Mapping[uuid.UUID, str], *, owner_id: uuid.UUID, now: datetime
+) -> set[uuid.UUID]:
+    """Write each task's progress message; returns the tasks still RUNNING here (the others were cancelled
+    or taken over, and are left as they are)."""
+    held: set[uuid.UUID] = set()
+    for chunk in chunked(messages, _CASE_CHUNK):
+        result = await conn.execute(
+            update(tasks)
+            .where(_held_running(chunk, owner_id))
+            .values(message=_per_task({i: messages[i] for i in chunk}), updated_at=now)
+            .returning(tasks.c.id)
+        )
+        held.update(result.scalars())
+    return held
+
+
+async def finish(
+    conn: AsyncConnection,
+    outcomes: Mapping[uuid.UUID, tuple[TaskStatus, str]],
+    *,
+    owner_id: uuid.UUID,
+    now: datetime,
+) -> set[uuid.UUID]:
+    """End tasks this instance runs with their (status, message) and drop the hold; returns the tasks
+    ended (the others were cancelled or taken over, and are left as they are)."""
+    ended: set[uuid.UUID] = set()
+    for chunk in chunked(outcomes, _CASE_CHUNK):
+        result = await conn.execute(
+            update(tasks)
+            .where(_held_running(chunk, owner_id))
+            .values(
+                status=_per_task({i: outcomes[i][0].value for i in chunk}),
+                message=_per_task({i: outcomes[i][1] for i in chunk}),
+                finished_at=now,
+                updated_at=now,
+                owner_id=None,
+            )
+            .returning(tasks.c.id)
+        )
+        ended.update(result.scalars())
+    return ended
+
+
+async def release(conn: AsyncConnection, task_ids: Collection[uuid.UUID], *, owner_id: uuid.UUID
+                  ) -> set[uuid.UUID]:
+    """Drop this instance's hold on tasks that are no longer RUNNING (they were cancelled); returns those."""
+    released: set[uuid.UUID] = set()
+    for chunk in chunked(task_ids):
+        result = await conn.execute(
+            update(tasks)
+            .where(
+                tasks.c.id.in_(chunk),
+                tasks.c.owner_id == owner_id,
+                tasks.c.status != TaskStatus.RUNNING.value,
+            )
+            .values(owner_id=None)
+            .returning(tasks.c.id)
+        )
+        released.update(result.scalars())
+    return released
+
+
+@dataclass(frozen=True)
+class ComponentChange:
+    """What a step left on a component: its power state and/or firmware version (None: unchanged)."""
+
+    component_id: uuid.UUID
+    power_state: PowerState | None = None
+    firmware_version: str | None = None
+
+
+async def record_changes(conn: AsyncConnection, changes: Iterable[ComponentChange]) -> None:
+    """Write what steps changed, one UPDATE per distinct state (the steps of one operation all leave the
+    same). A component removed meanwhile is simply not updated."""
+    by_state: dict[tuple[PowerState | None, str | None], list[uuid.UUID]] = defaultdict(list)
+    for change in changes:
+        by_state[change.power_state, change.firmware_version].append(change.component_id)
+    for (power_state, firmware_version), component_ids in by_state.items():
+        values: dict[str, str] = {}
+        if power_state is not None:
+            values["power_state"] = power_state.value
+        if firmware_version is not None:
+            values["firmware_version"] = firmware_version
+        if not values:
+            continue
+        for chunk in chunked(component_ids):
+            await conn.execute(update(components).where(components.c.id.in_(chunk)).values(values))
+
+
+def _per_task(values: Mapping[uuid.UUID, str]) -> ColumnElement[str]:
+    """SQL picking each task's own value by its id (so one UPDATE writes many different values)."""
+    return case(values, value=tasks.c.id)
