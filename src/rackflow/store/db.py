@@ -25,6 +25,12 @@ from rackflow.errors import InvalidArgument, Unavailable
 _S = TypeVar("_S", bound=Select[Any])
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# PostgreSQL connections per process: kept open, plus opened for a burst and closed after it. Four
+# processes must fit a server's max_connections of 100 (with room to spare), so at most 25 each. Kept ones
+# cover the steady load (the executor holds at most three, however many tasks it runs), so bursts beyond
+# them, which cost a connect and a close each, stay rare.
+POOL_SIZE = 15
+POOL_OVERFLOW = 5
 
 
 def normalise_url(url: str) -> str:
@@ -82,14 +88,16 @@ class Database:
     """An async engine plus the dialect rules above. One per process."""
 
     def __init__(
-        self, url: str, *, clock: Clock | None = None, pool_size: int = 10, echo: bool = False
+        self, url: str, *, clock: Clock | None = None, pool_size: int = POOL_SIZE, echo: bool = False
     ) -> None:
         self.url = normalise_url(url)
         self.clock = clock or SystemClock()
         self.dialect = make_url(self.url).get_backend_name()
         kwargs: dict[str, Any] = {"echo": echo}
         if self.dialect == "postgresql":
-            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800)
+            kwargs.update(
+                pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_pre_ping=True, pool_recycle=1800
+            )
         else:
             kwargs.update(connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
