@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import event, insert, select, update
 
 from rackflow.clock import SystemClock
 from rackflow.errors import InvalidArgument
@@ -297,6 +297,62 @@ async def test_firmware_waits_for_its_window_and_fails_after_it(db: Database) ->
         await asyncio.sleep(0.3)
     assert done.status is TaskStatus.FAILED and "maintenance window ended" in done.message
     assert (await get(db, pending)).status is TaskStatus.PENDING
+
+
+# --- cost ----------------------------------------------------------------------------------------
+
+
+async def test_many_tasks_share_a_few_transactions_and_connections(db: Database) -> None:
+    racks = [await InventoryService(db, CLOCK).create_rack(
+        f"r{i}", components=[ComponentSpec(ComponentType.COMPUTE, "c")]) for i in range(24)]
+    manager = TaskManager(db, CLOCK)
+    made = [await submit(db, rack, Operation(OperationKind.POWER_ON)) for rack in racks]
+    held, peak, commits = [0], [0], [0]
+
+    def checked_out(*_: Any) -> None:
+        held[0] += 1
+        peak[0] = max(peak[0], held[0])
+
+    def checked_in(*_: Any) -> None:
+        held[0] -= 1
+
+    def committed(*_: Any) -> None:
+        commits[0] += 1
+
+    event.listen(db.engine.sync_engine.pool, "checkout", checked_out)
+    event.listen(db.engine.sync_engine.pool, "checkin", checked_in)
+    event.listen(db.engine.sync_engine, "commit", committed)
+    watcher = Database(db.url)  # the test's own reads must not count
+    try:
+        async with executing(db, manager=manager, poll_interval=1.0):
+            for task in made:
+                assert (await finished(watcher, task)).status is TaskStatus.COMPLETED
+    finally:
+        await watcher.dispose()
+    # Before the journal, each task took about five transactions and a connection of its own.
+    assert peak[0] <= 3
+    assert commits[0] < len(made) / 2
+    assert {c.power_state for r in racks for c in (await components(db, r)).values()} == {PowerState.ON}
+
+
+async def test_the_sweep_runs_on_a_timer_not_every_poll(db: Database) -> None:
+    manager = TaskManager(db, CLOCK)
+    sweeps = []
+    sweep = manager.sweep
+
+    async def counted(**options: Any) -> list[uuid.UUID]:
+        sweeps.append(options)
+        return await sweep(**options)
+
+    manager.sweep = counted  # type: ignore[method-assign]
+    async with executing(db, manager=manager, poll_interval=0.01, sweep_interval=60.0) as executor:
+        for _ in range(20):
+            executor.wake()
+            await asyncio.sleep(0.02)
+    assert len(sweeps) == 1
+    async with executing(db, manager=manager, poll_interval=0.01, sweep_interval=0.05):
+        await asyncio.sleep(0.5)
+    assert len(sweeps) >= 4
 
 
 # --- the simulator's configuration ------------------------------------------------------------------

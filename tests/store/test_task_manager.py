@@ -23,7 +23,7 @@ from rackflow.inventory.service import InventoryService
 from rackflow.store import task_runs
 from rackflow.store import tasks as store
 from rackflow.store.db import Database
-from rackflow.tasks.manager import CANCELLED_MESSAGE, EXPIRED_MESSAGE, TaskManager
+from rackflow.tasks.manager import CANCELLED_MESSAGE, EXPIRED_MESSAGE, Ending, TaskManager
 from rackflow.tasks.model import (
     ConflictStrategy,
     Operation,
@@ -364,3 +364,24 @@ async def test_get_tasks_keeps_request_order_and_skips_unknown(db: Database, clo
     a, b = await submit(manager, r1), await submit(manager, r2)
     found = await manager.get_tasks([b.id, uuid.uuid4(), a.id, b.id])
     assert [t.id for t in found] == [b.id, a.id]
+
+
+async def test_let_go_in_records_many_endings_in_one_transaction(db: Database, clock: FakeClock,
+                                                                   manager: TaskManager) -> None:
+    me = uuid.uuid4()
+    racks = [await make_rack(db, clock, f"r{i}") for i in range(4)]
+    done, cancelled, taken_over, unsure = [await submit(manager, rack) for rack in racks]
+    for task in (done, cancelled, taken_over, unsure):
+        await start_running(db, task, me)
+    await start_running(db, taken_over, uuid.uuid4())  # another instance has it now
+    queued = [await submit(manager, rack, POWER_ON, QUEUE) for rack in racks[:3]]
+    await manager.cancel(cancelled.id)
+    endings = [Ending(t.id, t.rack_id, (TaskStatus.COMPLETED, "done")) for t in (done, cancelled, taken_over)]
+    async with db.transaction() as conn:
+        let_go = await manager.let_go_in(conn, me, [*endings, Ending(unsure.id, unsure.rack_id, None)])
+    # `unsure` is reported stopped (None) but is still RUNNING here: it is neither ended nor let go.
+    assert let_go.finished == {done.id} and sorted(let_go.promoted) == sorted(q.id for q in queued[:2])
+    assert await statuses(manager, done, cancelled, taken_over, unsure, *queued) == [
+        TaskStatus.COMPLETED, TaskStatus.TERMINATED, TaskStatus.RUNNING, TaskStatus.RUNNING,
+        TaskStatus.PENDING, TaskStatus.PENDING, TaskStatus.WAITING,
+    ]

@@ -1,0 +1,131 @@
+"""The executor's queries on SQLite and PostgreSQL: batch claim, fenced progress and endings, changes."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import update
+
+from rackflow.clock import SystemClock
+from rackflow.inventory.model import ComponentSpec, ComponentType, PowerState, Rack, RackSelection
+from rackflow.inventory.service import InventoryService
+from rackflow.store import instances, task_runs
+from rackflow.store import tasks as store
+from rackflow.store.db import Database
+from rackflow.store.tables import tasks as tasks_table
+from rackflow.store.task_runs import ComponentChange
+from rackflow.tasks.manager import TaskManager
+from rackflow.tasks.model import ConflictStrategy, Operation, OperationKind, QueueOptions, Task, TaskStatus
+
+CLOCK = SystemClock()
+LEASE = timedelta(seconds=15)
+ME = uuid.uuid4()
+REJECT = QueueOptions(ConflictStrategy.REJECT)
+POWER_ON = Operation(OperationKind.POWER_ON)
+
+
+@pytest.fixture(autouse=True)
+async def registered(db: Database) -> None:
+    """This instance is alive, as it is while its executor runs."""
+    await instances.register(db, ME, host="here", pid=1)
+
+
+async def make_racks(db: Database, count: int) -> list[Rack]:
+    inventory = InventoryService(db, CLOCK)
+    specs = [ComponentSpec(ComponentType.COMPUTE, f"c{i}") for i in range(2)]
+    return [await inventory.create_rack(f"r{i}", components=specs) for i in range(count)]
+
+
+async def submit(db: Database, rack: Rack, operation: Operation = POWER_ON) -> Task:
+    [task] = await TaskManager(db, CLOCK).submit(operation, [RackSelection(rack.id)], description="",
+                                                 queue=REJECT)
+    return task
+
+
+async def claim(db: Database, limit: int = 10, running_here: tuple[uuid.UUID, ...] = ()
+                ) -> list[tuple[Task, int]]:
+    async with db.transaction() as conn:
+        return await task_runs.claim(db, conn, owner_id=ME, lease_ttl=LEASE, running_here=running_here,
+                                     now=datetime.now(UTC), limit=limit)
+
+
+async def run_as(db: Database, task: Task, owner: uuid.UUID) -> None:
+    async with db.transaction() as conn:
+        await task_runs.mark_running(conn, task.id, owner_id=owner, now=datetime.now(UTC))
+
+
+async def current(db: Database, task: Task) -> Task:
+    async with db.read() as conn:
+        found = await store.get_task(conn, task.id)
+    assert found is not None
+    return found
+
+
+async def test_claim_takes_several_oldest_first_in_one_go(db: Database) -> None:
+    submitted = [await submit(db, rack) for rack in await make_racks(db, 3)]
+    first = await claim(db, limit=2)
+    assert [(t.id, attempt) for t, attempt in first] == [(submitted[0].id, 1), (submitted[1].id, 1)]
+    assert all(t.status is TaskStatus.RUNNING and t.started_at is not None for t, _ in first)
+    mine = tuple(t.id for t, _ in first)
+    assert [t.id for t, _ in await claim(db, running_here=mine)] == [submitted[2].id]
+    assert await claim(db, running_here=(*mine, submitted[2].id)) == []
+
+
+async def test_claim_passes_over_what_is_not_due_or_still_owned(db: Database) -> None:
+    racks = await make_racks(db, 5)
+    later = Operation(OperationKind.POWER_ON, window_start=datetime.now(UTC) + timedelta(hours=1))
+    not_yet = await submit(db, racks[0], later)
+    live_owner = uuid.uuid4()
+    await instances.register(db, live_owner, host="h", pid=1)
+    owned = await submit(db, racks[1])
+    await run_as(db, owned, live_owner)
+    orphan = await submit(db, racks[2])  # its owner never registered: dead
+    await run_as(db, orphan, uuid.uuid4())
+    forgotten, running = await submit(db, racks[3]), await submit(db, racks[4])
+    await run_as(db, forgotten, ME)
+    await run_as(db, running, ME)
+    started = (await current(db, orphan)).started_at
+
+    taken = await claim(db, running_here=(running.id,))
+    assert [(t.id, attempt) for t, attempt in taken] == [(orphan.id, 2), (forgotten.id, 2)]
+    assert taken[0][0].started_at == started  # the first start is kept
+    assert (await current(db, not_yet)).status is TaskStatus.PENDING
+
+
+async def test_progress_and_endings_apply_only_while_the_task_is_held(db: Database) -> None:
+    held, cancelled, taken_over = [await submit(db, rack) for rack in await make_racks(db, 3)]
+    for task in (held, cancelled, taken_over):
+        await run_as(db, task, ME)
+    async with db.transaction() as conn:
+        await store.set_status(conn, [cancelled.id], TaskStatus.TERMINATED, now=datetime.now(UTC))
+        rival = update(tasks_table).where(tasks_table.c.id == taken_over.id).values(owner_id=uuid.uuid4())
+        await conn.execute(rival)
+    ids = [held.id, cancelled.id, taken_over.id]
+    now = datetime.now(UTC)
+    async with db.transaction() as conn:
+        progress = await task_runs.record_progress(conn, dict.fromkeys(ids, "step 2"), owner_id=ME, now=now)
+        outcomes = dict.fromkeys(ids, (TaskStatus.COMPLETED, "done"))
+        finished = await task_runs.finish(conn, outcomes, owner_id=ME, now=now)
+        released = await task_runs.release(conn, ids, owner_id=ME)
+    assert progress == finished == {held.id} and released == {cancelled.id}
+    done = await current(db, held)
+    assert (done.status, done.message, done.finished_at) == (TaskStatus.COMPLETED, "done", now)
+    assert (await current(db, taken_over)).message == ""
+
+
+async def test_record_changes_writes_each_state_once(db: Database) -> None:
+    [rack] = await make_racks(db, 1)
+    first, second = rack.components
+    changes = [
+        ComponentChange(first.id, PowerState.OFF),
+        ComponentChange(second.id, PowerState.OFF),
+        ComponentChange(second.id, firmware_version="2.0"),
+        ComponentChange(uuid.uuid4(), PowerState.ON),  # removed meanwhile: nothing to update
+    ]
+    async with db.transaction() as conn:
+        await task_runs.record_changes(conn, changes)
+    after = {c.id: c for c in (await InventoryService(db, CLOCK).get_rack(rack.id)).components}
+    assert after[first.id].power_state is PowerState.OFF and after[first.id].firmware_version == ""
+    assert (after[second.id].power_state, after[second.id].firmware_version) == (PowerState.OFF, "2.0")
