@@ -14,6 +14,7 @@ DEFAULT_DB = "sqlite:///rackflow.db"
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_DISPATCH_INTERVAL = "10s"
 DEFAULT_DISPATCH_BATCH = 10
+DEFAULT_DB_POOL_SIZE = 10
 
 
 class BackendName(enum.StrEnum):
@@ -58,6 +59,9 @@ class ServeConfig:
     clock_offset: timedelta = field(default=timedelta(0))
     # How long an instance's heartbeat may be silent before others take its tasks and runs over.
     lease_ttl: timedelta = timedelta(seconds=15)
+    # Connections kept open to PostgreSQL (a few more are opened for bursts). Size it so that
+    # instances × (pool + burst) stays under the server's max_connections.
+    db_pool_size: int = DEFAULT_DB_POOL_SIZE
     tls: ServerTls | None = None
     tokens: TokenTable | None = field(default=None, repr=False)
     insecure: bool = False
@@ -70,5 +74,7 @@ class ServeConfig:
         )
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "--metrics-listen")
+        if not 2 <= self.db_pool_size <= 500:
+            raise InvalidArgument(f"--db-pool-size: must be 2..500, got {self.db_pool_size}")
         if not 1 <= self.dispatch_batch <= 10_000:
             raise InvalidArgument(f"--dispatch-batch: must be 1..10000, got {self.dispatch_batch}")

@@ -55,7 +55,7 @@ class RackflowServer:
         self.config = config
         self.instance_id = uuid.uuid4()
         self.clock = SystemClock(config.clock_offset)
-        self.db = Database(config.db, clock=self.clock)
+        self.db = Database(config.db, clock=self.clock, pool_size=config.db_pool_size)
         self.services = Services.build(self.db, self.clock)
         self.grpc: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()

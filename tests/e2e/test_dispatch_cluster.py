@@ -49,7 +49,9 @@ def test_four_instances_fire_every_schedule_exactly_once(pg_db: str, tmp_path: P
         )
 
     started = datetime.now(UTC)
-    with servers(pg_db, tmp_path, INSTANCES, args=["--dispatch-interval", "1s"]) as cluster:
+    with servers(
+        pg_db, tmp_path, INSTANCES, args=["--dispatch-interval", "1s", "--db-pool-size", "5"]
+    ) as cluster:
         drain_s = wait_until(
             lambda: (
                 sql(pg_db, "SELECT count(*) FROM tasks WHERE description LIKE 'once-%%'")[0][0]

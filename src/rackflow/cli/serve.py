@@ -13,6 +13,7 @@ import click
 from rackflow import logs
 from rackflow.config import (
     DEFAULT_DB,
+    DEFAULT_DB_POOL_SIZE,
     DEFAULT_DISPATCH_BATCH,
     DEFAULT_DISPATCH_INTERVAL,
     DEFAULT_LISTEN,
@@ -97,6 +98,14 @@ _db_option = click.option(
     help="Shift this process's clock (Go duration); for clock-jump drills only.",
 )
 @click.option(
+    "--db-pool-size",
+    envvar="RACKFLOW_DB_POOL_SIZE",
+    default=DEFAULT_DB_POOL_SIZE,
+    type=int,
+    show_default=True,
+    help="PostgreSQL connections kept per process (5 more open for bursts).",
+)
+@click.option(
     "--lease-ttl",
     envvar="RACKFLOW_LEASE_TTL",
     default="15s",
@@ -139,6 +148,7 @@ def serve(
     run_migrations: bool,
     log_format: str,
     clock_offset: str,
+    db_pool_size: int,
     lease_ttl: str,
     tls_cert: str | None,
     tls_key: str | None,
@@ -164,6 +174,7 @@ def serve(
             migrate=run_migrations,
             log_format=LogFormat(log_format),
             clock_offset=offset,
+            db_pool_size=db_pool_size,
             lease_ttl=parse_interval(lease_ttl, "--lease-ttl"),
             tls=ServerTls.from_flags(tls_cert, tls_key, tls_client_ca),
             tokens=load_tokens(auth_tokens, os.environ),
