@@ -195,16 +195,21 @@ async def set_status(
 # --- promotion and housekeeping -------------------------------------------------------------------
 
 
-async def racks_with_waiting(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
-    """The racks that have a waiting task: only those have anything to promote."""
+async def lock_racks_with_waiting(
+    db: Database, conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Lock the racks' rows as `lock_racks` does; returns those with a waiting task (only they have
+    anything to promote). Under the locks no submit can add one, so the answer holds until commit."""
+    has_waiting = (
+        select(tasks.c.id)
+        .where(tasks.c.rack_id == racks.c.id, tasks.c.status == TaskStatus.WAITING.value)
+        .exists()
+        .label("has_waiting")
+    )
     found: set[uuid.UUID] = set()
-    for chunk in chunked(rack_ids):
-        rows = await conn.execute(
-            select(tasks.c.rack_id)
-            .distinct()
-            .where(tasks.c.rack_id.in_(chunk), tasks.c.status == TaskStatus.WAITING.value)
-        )
-        found.update(rows.scalars())
+    for chunk in chunked(sorted(set(rack_ids))):
+        stmt = select(racks.c.id, has_waiting).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
+        found.update(r.id for r in await conn.execute(db.for_update(stmt)) if r.has_waiting)
     return found
 
 

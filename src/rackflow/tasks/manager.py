@@ -472,18 +472,18 @@ class TaskManager:
         """Record what `owner_id`'s executor is done with, in the caller's transaction; the caller calls
         `wake_executors` after commit when something was promoted.
 
-        Locks the racks first (so a submit on them waits and then sees the tasks gone), ends the tasks that
-        are still RUNNING there, drops the hold on those cancelled meanwhile, and promotes the waiting tasks
-        of those racks (a cheap look first: most racks have none). A task taken over by another instance is
-        left alone.
+        Locks the racks first (so a submit on them waits and then sees the tasks gone), learning with the
+        same statement which have waiting tasks (most have none); ends the tasks that are still RUNNING
+        there, drops the hold on those cancelled meanwhile, and promotes the waiting tasks of those racks.
+        A task taken over by another instance is left alone.
         """
-        await store.lock_racks(self.db, conn, {e.rack_id for e in endings})
+        waiting = await store.lock_racks_with_waiting(self.db, conn, {e.rack_id for e in endings})
         outcomes = {e.task_id: e.outcome for e in endings if e.outcome is not None}
         finished = await task_runs.finish(conn, outcomes, owner_id=owner_id, now=self.clock.now())
         stopped = [e.task_id for e in endings if e.task_id not in finished]
         freed = finished | (await task_runs.release(conn, stopped, owner_id=owner_id) if stopped else set())
-        racks = {e.rack_id for e in endings if e.task_id in freed}
-        promoted = await self.promote_in(conn, await store.racks_with_waiting(conn, racks)) if racks else []
+        racks = {e.rack_id for e in endings if e.task_id in freed} & waiting
+        promoted = await self.promote_in(conn, racks) if racks else []
         return LetGo(finished=frozenset(finished), promoted=promoted)
 
     async def sweep(self, *, lease_ttl: timedelta, dead_holds: bool = True) -> list[uuid.UUID]:
