@@ -34,8 +34,10 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
+# Most e2e time is waiting (real cron minutes, leases), so tests run in 3 workers; the heavy
+# multi-instance PostgreSQL modules share one xdist group so they never overlap.
 test: $(VENV)/.installed-test lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadgroup
 
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit
