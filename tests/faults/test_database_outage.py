@@ -168,12 +168,6 @@ def _assert_no_tick_fired_twice(db_url: str) -> None:
     assert twice == [], f"ticks fired more than once: {twice}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug (schedules/firing.py, being rewritten): phase 3 gives up after 3 write-back attempts "
-    "(~0.6 s) and leaves the run 'running' for as long as its instance lives: the sweep only marks runs "
-    "of dead instances. Remove this mark once the write-back outlasts an outage or the run is marked.",
-)
 def test_a_firing_cut_off_by_the_outage_does_not_stay_running(pg_db: str, tmp_path: Path) -> None:
     """The database goes down between a firing's claim (phase 1) and its submissions and write-back
     (phases 2-3). The tick is spent, as designed (at most once); but once the database is back, its run

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,8 +37,11 @@ from rackflow.timespec import SpecType, parse_spec
 
 log = logging.getLogger(__name__)
 
-WRITEBACK_MAX_ATTEMPTS = 3
+# Phase 3 is retried with doubling delays (capped) until this deadline, so a database restart of a few
+# seconds does not leave the run "running"; past it the dispatcher's sweep marks the run interrupted.
+WRITEBACK_DEADLINE_SECONDS = 30.0
 WRITEBACK_RETRY_DELAY_SECONDS = 0.2
+WRITEBACK_MAX_DELAY_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -217,15 +221,21 @@ async def _write_back(db: Database, firings: Sequence[Firing], results: Sequence
     task_by_scope = {o.scope_id: o.task_id for r in results for o in r.outcomes if o.task_id is not None}
     outcomes_by_run = {r.run_id: r.outcomes for r in results}
     schedule_ids = {f.schedule.id for f in firings}
-    for attempt in range(1, WRITEBACK_MAX_ATTEMPTS + 1):
+    deadline = time.monotonic() + WRITEBACK_DEADLINE_SECONDS
+    delay = WRITEBACK_RETRY_DELAY_SECONDS
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             async with db.transaction() as conn:
                 await store.set_last_task_ids(conn, task_by_scope)
                 await store.complete_runs(conn, outcomes_by_run)
                 await store.prune_runs(conn, schedule_ids)
             return
-        except Exception:
-            if attempt == WRITEBACK_MAX_ATTEMPTS:
-                log.exception("write-back of %d run(s) failed %d times", len(results), attempt)
+        except Exception as exc:
+            if time.monotonic() + delay > deadline:
+                log.exception("write-back of %d run(s) failed %d times; giving up", len(results), attempt)
                 return
-            await asyncio.sleep(WRITEBACK_RETRY_DELAY_SECONDS * attempt)
+            log.warning("write-back of %d run(s) failed (%s); retrying in %.1fs", len(results), exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, WRITEBACK_MAX_DELAY_SECONDS)

@@ -29,8 +29,9 @@ from rackflow.store.inventory import chunked
 from rackflow.store.schedules import schedule_from_row, scope_from_row
 from rackflow.store.tables import instances, task_schedule, task_schedule_run, task_schedule_scope
 
-# A manual trigger's run has no owner instance; it counts as abandoned once this old.
-ORPHAN_RUN_AGE = timedelta(minutes=10)
+# A firing's phases 2-3 take seconds; a run still "running" this long after it fired is stuck (its owner
+# lost it, or is a manual trigger's process that died) whoever owns it.
+STUCK_RUN_AGE = timedelta(minutes=10)
 
 
 def _due(now: datetime):  # type: ignore[no-untyped-def]
@@ -109,7 +110,8 @@ async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datet
 
 
 async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: timedelta) -> int:
-    """Runs left "running" by an instance whose heartbeat stopped become "interrupted".
+    """Runs left "running" by an instance whose heartbeat stopped, or for longer than STUCK_RUN_AGE, become
+    "interrupted".
 
     Such a run was claimed (its tick is spent, at most once) but its process died before phase 3; the
     operator sees it in run history instead of silence. Returns how many were marked.
@@ -121,10 +123,7 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
             task_schedule_run.c.state == "running",
             or_(
                 and_(task_schedule_run.c.owner_id.is_not(None), task_schedule_run.c.owner_id.not_in(live)),
-                and_(
-                    task_schedule_run.c.owner_id.is_(None),
-                    task_schedule_run.c.fired_at < now - ORPHAN_RUN_AGE,
-                ),
+                task_schedule_run.c.fired_at < now - STUCK_RUN_AGE,
             ),
         )
         .values(state="interrupted")
