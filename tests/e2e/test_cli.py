@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.cluster import ServerProcess, start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_cli")]  # one worker: module-scoped servers
 
 FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 CLI_TIMEOUT_S = 60

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +27,7 @@ from tests.certs import KeyPair, Pki, make_pki
 from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import ServerProcess, fresh_postgres_database, start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_tls")]  # one worker: module-scoped servers
 
 OPERATOR_TOKEN = "e2e-operator-token-5b8e"
 VIEWER_TOKEN = "e2e-viewer-token-c04d"
@@ -220,6 +221,8 @@ def test_cli_reaches_a_tls_server_with_a_token(tls_server: ServerProcess, pki: P
 
 def test_cli_presents_a_client_certificate_for_mutual_tls(mtls_server: ServerProcess, pki: Pki) -> None:
     tls = ["--tls-ca", str(pki.ca.cert), "--tls-cert", str(pki.client.cert), "--tls-key", str(pki.client.key)]
+    created = cli(mtls_server, *tls, "rack", "create", f"mtls-{uuid.uuid4().hex[:8]}")  # an audited change
+    assert created.returncode == 0, created.stderr
     result = cli(mtls_server, *tls, "audit", "--principal", "ops-laptop")
     assert result.returncode == 0, result.stderr
     assert "ops-laptop" in result.stdout

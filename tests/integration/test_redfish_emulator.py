@@ -32,7 +32,7 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.e2e.cluster import ServerProcess, free_port, start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_redfish_emulator")]  # one worker: module-scoped servers
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "redfish-fleet.yaml"
 EXAMPLE_URL = "http://127.0.0.1:8000"
@@ -271,13 +271,15 @@ def test_a_rack_is_powered_off_on_and_reset_and_the_emulator_confirms_each(
     resets = emulator.resets_since(log_offset)
     assert sorted(resets) == sorted(LAB) and resets[0] == "lab-ps-0"  # the power shelf first
 
-    # A forced reset: every system is seen going off and coming back.
+    # A forced reset: every system gets its reset request and is on again afterwards. (The emulator's
+    # request log is the witness: a poller can miss its brief Off when the machine is loaded.)
+    log_offset = emulator.log_size()
     request = pb.PowerResetRackRequest(target_spec=racks("lab-rack-1"), forced=True)
-    with Watcher(emulator, LAB) as watcher:
-        tasks = wait_for(stub, stub.PowerResetRack(request))
+    tasks = wait_for(stub, stub.PowerResetRack(request))
     lab = tasks["lab-rack-1"]
     assert (lab.status, lab.message) == (pb.TASK_STATUS_COMPLETED, "reset 4 components")
-    assert {name: watcher.seen(name) for name in LAB} == {name: ["Off", "On"] for name in LAB}
+    assert sorted(set(emulator.resets_since(log_offset))) == sorted(LAB)
+    assert {name: emulator.power(name) for name in LAB} == dict.fromkeys(LAB, "On")
     assert component_power(stub, "lab-rack-1") == dict.fromkeys(COMPONENTS, "on")
 
 
