@@ -18,7 +18,10 @@ from rackflow.v1 import flow_pb2_grpc
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, rfc3339, schedule_request, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_dispatch_behaviour")]  # one worker: module-scoped servers
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("test_dispatch_behaviour"),
+]  # one worker: module-scoped servers
 
 STEP_S = 0.4
 INTERVAL = pb.SCHEDULE_SPEC_TYPE_INTERVAL

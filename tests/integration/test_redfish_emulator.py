@@ -32,7 +32,10 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.e2e.cluster import ServerProcess, free_port, start_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_redfish_emulator")]  # one worker: module-scoped servers
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("test_redfish_emulator"),
+]  # one worker: module-scoped servers
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "redfish-fleet.yaml"
 EXAMPLE_URL = "http://127.0.0.1:8000"
@@ -91,9 +94,20 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     log_path = home / "emulator.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sushy_tools.emulator.main", "--config", str(config), "--fake",
-             "-i", "127.0.0.1", "-p", str(port)],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "sushy_tools.emulator.main",
+                "--config",
+                str(config),
+                "--fake",
+                "-i",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     running = Emulator(f"http://127.0.0.1:{port}", systems, proc, log_path)
     try:
@@ -156,7 +170,9 @@ def _import_fleet(server: ServerProcess, emulator: Emulator, home: Path) -> None
     fleet.write_text(yaml.safe_dump(document))
     subprocess.run(
         [sys.executable, "-m", "rackflow", "--server", server.address, "inventory", "import", str(fleet)],
-        check=True, capture_output=True, timeout=60,
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
 
 
@@ -288,7 +304,8 @@ def test_ingest_reads_what_the_bmc_reports(server: ServerProcess, emulator: Emul
     request = pb.IngestRackRequest(target_spec=racks("lab-rack-1", "other-rack"))
     tasks = wait_for(stub, stub.IngestRack(request))
     assert (tasks["lab-rack-1"].status, tasks["lab-rack-1"].message) == (
-        pb.TASK_STATUS_COMPLETED, "ingested 4 components"
+        pb.TASK_STATUS_COMPLETED,
+        "ingested 4 components",
     )
     assert tasks["other-rack"].status == pb.TASK_STATUS_FAILED
     assert component_power(stub, "lab-rack-1") == dict.fromkeys(("ps-0", "node-0", "node-1", "node-2"), "on")
