@@ -23,7 +23,7 @@ from rackflow.inventory.model import (
     TargetSpec,
 )
 from rackflow.inventory.targets import resolve_targets
-from rackflow.inventory.text import check_text as check_text  # re-exported: schedules validate names with it
+from rackflow.inventory.text import check_text
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
 

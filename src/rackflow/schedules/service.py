@@ -16,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.clock import Clock
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.model import TargetSpec
-from rackflow.inventory.service import check_text
 from rackflow.inventory.targets import resolve_targets
+from rackflow.inventory.text import check_text
 from rackflow.schedules import firing
 from rackflow.schedules.model import OverlapPolicy, Run, Schedule, Scope
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
