@@ -12,7 +12,8 @@ from sqlalchemy import insert, select
 from rackflow.clock import FakeClock
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.model import ComponentSpec, ComponentType, PowerState
-from rackflow.inventory.service import InventoryService, check_text
+from rackflow.inventory.service import InventoryService
+from rackflow.inventory.text import check_text
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
 from rackflow.store.tables import components, task_schedule, task_schedule_scope, tasks
