@@ -46,7 +46,8 @@ async def claim(
 
     Those are PENDING tasks whose maintenance window (if any) has opened by `now`, RUNNING tasks whose
     owner's lease (`lease_ttl`) has expired (takeover), and RUNNING tasks this instance owns but is not
-    running (its run was interrupted, e.g. by a database outage). Rows other claimers hold are skipped.
+    running (its run was interrupted, e.g. by a database outage) — never one in `running_here`, even if
+    this instance's own lease lapsed. Rows other claimers hold are skipped.
     Each taken task becomes RUNNING, owned here, with one more attempt (`started_at` keeps the first
     start); it comes back as it is now, with the number of its attempt.
     """
@@ -91,14 +92,13 @@ def _claim_statement(db: Database) -> Update:
         tasks.c.status == TaskStatus.RUNNING.value,
         or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, lease_cutoff(db))),
     )
-    forgotten = and_(
-        tasks.c.status == TaskStatus.RUNNING.value,
-        tasks.c.owner_id == _CLAIMER,
-        tasks.c.id.not_in(bindparam("running_here", expanding=True, type_=tasks.c.id.type)),
-    )
+    forgotten = and_(tasks.c.status == TaskStatus.RUNNING.value, tasks.c.owner_id == _CLAIMER)
+    # Never a task this instance is running now, whatever its lease looks like: a loaded instance whose
+    # own heartbeat lapsed must not start a second run of its own task.
+    not_running_here = tasks.c.id.not_in(bindparam("running_here", expanding=True, type_=tasks.c.id.type))
     picked = (
         select(tasks.c.id)
-        .where(or_(due, orphaned, forgotten))
+        .where(or_(due, orphaned, forgotten), not_running_here)
         .order_by(*OLDEST_FIRST)
         .limit(bindparam("room", type_=Integer()))
     )

@@ -1,0 +1,34 @@
+"""Which tasks an executor's claim may take, on both databases: above all, never one it is running."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from rackflow.store import task_runs
+from rackflow.store import tasks as tasks_store
+from rackflow.store.db import Database
+from rackflow.tasks.model import Operation, OperationKind, TaskStatus
+from tests.store.test_executor import CLOCK, make_rack, submit
+
+LEASE = timedelta(seconds=15)
+
+
+async def _claim(db: Database, owner: uuid.UUID, running_here: list[uuid.UUID]) -> list[uuid.UUID]:
+    async with db.transaction() as conn:
+        claimed = await task_runs.claim(
+            db, conn, owner_id=owner, lease_ttl=LEASE, running_here=running_here, now=CLOCK.now(), limit=10
+        )
+    return [task.id for task, _ in claimed]
+
+
+async def test_an_instance_never_reclaims_a_task_it_is_running_even_with_a_lapsed_lease(db: Database) -> None:
+    task = await submit(db, await make_rack(db), Operation(OperationKind.POWER_OFF))
+    me, rival = uuid.uuid4(), uuid.uuid4()  # neither has an instance row: both leases look expired
+    assert await _claim(db, me, running_here=[]) == [task.id]  # PENDING: claimed, now RUNNING under `me`
+    assert await _claim(db, me, running_here=[task.id]) == []  # mine and running here: never again
+    assert await _claim(db, me, running_here=[]) == [task.id]  # mine but not running (run was cut short)
+    assert await _claim(db, rival, running_here=[]) == [task.id]  # `me` looks dead: takeover
+    async with db.read() as conn:
+        found = await tasks_store.get_task(conn, task.id)
+    assert found is not None and found.status is TaskStatus.RUNNING
