@@ -21,7 +21,7 @@ from rackflow.store.db import Database
 from rackflow.store.tables import instances as instances_table
 from rackflow.store.tables import tasks as tasks_table
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
-from rackflow.tasks.executor import MAX_ATTEMPTS, Executor
+from rackflow.tasks.executor import MAX_ATTEMPTS, DeferringBackend, Executor
 from rackflow.tasks.manager import CANCELLED_MESSAGE, TaskManager
 from rackflow.tasks.model import ConflictStrategy, Operation, OperationKind, QueueOptions, Task, TaskStatus
 
@@ -140,6 +140,16 @@ async def test_power_shelves_come_up_first_and_go_down_last(db: Database) -> Non
     assert backend.steps == ["compute-0", "compute-1", "switch-0", "shelf-0"]
 
 
+async def test_a_backend_that_records_its_own_changes_runs_the_same(db: Database) -> None:
+    rack = await make_rack(db, computes=1)
+    backend = Recording(SimulatorBackend(db, FAST))
+    assert not isinstance(backend, DeferringBackend)  # so the executor calls run_step
+    async with executing(db, backend):
+        task = await finished(db, await submit(db, rack, Operation(OperationKind.POWER_OFF)))
+    assert (task.status, task.message) == (TaskStatus.COMPLETED, "powered off 3 components")
+    assert {c.power_state for c in (await components(db, rack)).values()} == {PowerState.OFF}
+
+
 async def test_firmware_upgrade_sets_the_version(db: Database) -> None:
     rack = await make_rack(db, computes=1)
     async with executing(db):
@@ -222,14 +232,16 @@ async def test_a_task_of_a_dead_instance_is_taken_over(db: Database) -> None:
 
 async def test_heartbeats_keep_a_long_task_with_its_owner(db: Database) -> None:
     rack = await make_rack(db, computes=6)
-    slow = SimulatorBackend(db, SimulatorConfig(step_seconds=0.2))
-    async with executing(db, slow, lease_ttl=0.6) as owner:
+    # The task (8 steps of 0.4 s) outlasts the lease (2 s) more than once; a lease this short still
+    # leaves room for a loaded machine's scheduling delays.
+    slow = SimulatorBackend(db, SimulatorConfig(step_seconds=0.4))
+    async with executing(db, slow, lease_ttl=2.0) as owner:
         task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
 
         async def running() -> bool:
             return (await row(db, task)).owner_id == owner.instance_id
         await eventually(running)
-        async with executing(db, lease_ttl=0.6):  # a rival that would take over an expired lease
+        async with executing(db, lease_ttl=2.0):  # a rival that would take over an expired lease
             done = await finished(db, task)
     assert done.status is TaskStatus.COMPLETED and (await row(db, task)).attempts == 1
 
@@ -350,9 +362,11 @@ async def test_the_sweep_runs_on_a_timer_not_every_poll(db: Database) -> None:
             executor.wake()
             await asyncio.sleep(0.02)
     assert len(sweeps) == 1
+
+    async def swept_again() -> bool:
+        return len(sweeps) >= 4
     async with executing(db, manager=manager, poll_interval=0.01, sweep_interval=0.05):
-        await asyncio.sleep(0.5)
-    assert len(sweeps) >= 4
+        await eventually(swept_again)
 
 
 # --- the simulator's configuration ------------------------------------------------------------------
