@@ -21,6 +21,8 @@ class StepFailed(Exception):
 class Backend(Protocol):
     """Runs steps. A backend may also set `step_concurrency` (an int, 1 when absent): how many steps on
     components of one type the executor runs at once (`executor.step_batches`); types stay in plan order.
+    A backend may also offer `run_step_deferred` (`executor.DeferringBackend`): it returns what the step
+    changed instead of writing it, and the executor writes it with the task's next progress or its end.
     """
 
     async def run_step(self, task: Task, component: Component) -> None:
