@@ -3,8 +3,9 @@
 N daily cron schedules (`M H * * *`, UTC, each on a rack of its own) are bulk-loaded, all due at the same
 whole minute T (the next minute at least `--lead` seconds away). A dispatching `rackflow serve` starts before
 T; once every schedule has fired, the lag of each task is `created_at - T`. The poll phase is whatever the
-server's start gave it, so the first firing waits up to one poll interval; the target is p99 within the
-interval plus 2 s.
+server's start gave it, so the first task waits up to one poll interval (`first_s`); the target is p99
+within the interval plus 2 s, checked for this run's phase (`met`) and for the worst phase, a whole
+interval before the dispatcher's own spread (`worst_phase_p99_s`, `met_worst_phase`).
 
     python bench/dispatch_lag.py --db postgres --n 1000 --dispatch-interval 10s
 """
@@ -32,7 +33,7 @@ from rackflow.config import parse_interval
 from rackflow.store.tables import task_schedule_run, tasks
 from rackflow.timespec import ScheduleSpec, SpecType
 
-SIM_STEP_SECONDS = "0.2"
+SIM_STEP_SECONDS = "0.2"  # the simulator's default step time
 TARGET_OVER_INTERVAL_S = 2.0
 
 
@@ -90,7 +91,11 @@ def main() -> None:
         engine.dispose()
 
     p99 = percentile(lags, 99)
+    first = min(lags, default=float("nan"))
     allowed = interval.total_seconds() + TARGET_OVER_INTERVAL_S
+    # The first task waits for the poll phase this run happened to get (0 to one interval); what follows is
+    # the dispatcher's own work. The worst phase adds a whole interval to that.
+    worst_case_p99 = interval.total_seconds() + (p99 - first)
     result(
         "dispatch_lag",
         db=args.db,
@@ -98,11 +103,14 @@ def main() -> None:
         interval_s=interval.total_seconds(),
         batch=args.dispatch_batch,
         tasks=len(lags),
+        first_s=first,
         p50_s=percentile(lags, 50),
         p99_s=p99,
         max_s=max(lags, default=float("nan")),
+        worst_phase_p99_s=worst_case_p99,
         target_p99_s=allowed,
         met="yes" if p99 <= allowed else "no",
+        met_worst_phase="yes" if worst_case_p99 <= allowed else "no",
     )
 
 
