@@ -54,7 +54,7 @@ proto: $(VENV)/.installed-test
 docs: $(VENV)/.installed-test
 	$(BIN)/python scripts/gen_api_docs.py
 
-# Every benchmark once, at modest sizes (about 6 minutes; needs the PostgreSQL server, see bench/README.md).
+# Every benchmark once, at modest sizes (about 4 minutes; needs the PostgreSQL server, see bench/README.md).
 # docs/PERFORMANCE.md lists the full-size commands behind its figures.
 bench: $(VENV)/.installed
 	$(BIN)/python bench/dispatch_drain.py --db postgres --n 2000

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def summarise(lines: list[str]) -> tuple[int, Counter[str], Counter[str]]:
 
 
 def main() -> None:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
