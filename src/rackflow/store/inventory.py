@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Row, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Row, Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -152,12 +152,7 @@ async def racks_by_column(
     conn: AsyncConnection, column: str, values: Collection[Any]
 ) -> dict[Any, uuid.UUID]:
     """Map each found value of racks.<column> (id, name or external_id) to its rack id."""
-    col = racks.c[column]
-    found: dict[Any, uuid.UUID] = {}
-    for chunk in chunked(set(values)):
-        for row in await conn.execute(select(col, racks.c.id).where(col.in_(chunk))):
-            found[row[0]] = row.id
-    return found
+    return await _ids_by_column(conn, racks, column, values)
 
 
 async def racks_for_update(
@@ -324,10 +319,17 @@ async def domains_by_column(
     conn: AsyncConnection, column: str, values: Collection[Any]
 ) -> dict[Any, uuid.UUID]:
     """Map each found value of nvl_domains.<column> (id or name) to its domain id."""
-    col = nvl_domains.c[column]
+    return await _ids_by_column(conn, nvl_domains, column, values)
+
+
+async def _ids_by_column(
+    conn: AsyncConnection, table: Table, column: str, values: Collection[Any]
+) -> dict[Any, uuid.UUID]:
+    """One IN query per chunk of distinct values: value of table.<column> -> the row's id."""
+    col = table.c[column]
     found: dict[Any, uuid.UUID] = {}
     for chunk in chunked(set(values)):
-        for row in await conn.execute(select(col, nvl_domains.c.id).where(col.in_(chunk))):
+        for row in await conn.execute(select(col, table.c.id).where(col.in_(chunk))):
             found[row[0]] = row.id
     return found
 
