@@ -11,13 +11,22 @@ from sqlalchemy import insert, select
 
 from rackflow.clock import FakeClock
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.model import ComponentSpec, ComponentType, PowerState
+from rackflow.inventory.model import (
+    Component,
+    ComponentsFilter,
+    ComponentSpec,
+    ComponentTarget,
+    ComponentType,
+    PowerState,
+    TargetSpec,
+)
 from rackflow.inventory.service import InventoryService
 from rackflow.inventory.text import check_text
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
 from rackflow.store.tables import components, task_schedule, task_schedule_scope, tasks
 from tests.conftest import table_counts
+from tests.store.schedules_support import make_env, rack_target
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 COMPUTE = ComponentType.COMPUTE
@@ -58,6 +67,10 @@ async def add_task(
             )
         )
     return task_id
+
+
+def component_target(*chosen: Component) -> TargetSpec:
+    return TargetSpec(components=tuple(ComponentTarget(id=c.id) for c in chosen))
 
 
 # --- validation (pure) ---------------------------------------------------------------------------
@@ -278,6 +291,48 @@ async def test_remove_component(db: Database, inventory: InventoryService) -> No
     with pytest.raises(NotFound):
         await inventory.remove_component(a.id)
     assert await table_counts(db) == before
+
+
+async def test_remove_component_narrows_the_scopes_that_name_it(db: Database) -> None:
+    env = make_env(db)
+    r1, r2 = await env.rack("r1"), await env.rack("r2")
+    a, b, c = r1.components
+    named = {
+        "a-and-b": await env.schedule("a-and-b", target=component_target(a, b)),
+        "only-a": await env.schedule("only-a", target=component_target(a)),
+        "a-and-r2": await env.schedule("a-and-r2", target=component_target(a)),
+        "whole-r1": await env.schedule("whole-r1", racks=[r1]),
+        "c": await env.schedule("c", target=component_target(c)),
+    }
+    await env.services.schedules.add_scope(named["a-and-r2"].id, rack_target(r2))
+    before = {name: await env.services.schedules.list_scopes(s.id) for name, s in named.items()}
+
+    await env.services.inventory.remove_component(a.id)
+
+    after = {name: await env.services.schedules.list_scopes(s.id) for name, s in named.items()}
+    assert [(s.rack_id, s.filter) for s in after["a-and-b"]] == [(r1.id, ComponentsFilter(frozenset({b.id})))]
+    assert after["a-and-b"][0].id == before["a-and-b"][0].id
+    assert after["only-a"] == []  # as DeleteRack leaves it: the schedule advances and submits nothing
+    assert [(s.rack_id, s.filter) for s in after["a-and-r2"]] == [(r2.id, None)]
+    for unchanged in ("whole-r1", "c"):
+        assert after[unchanged] == before[unchanged]
+    (task_id,) = await env.services.schedules.trigger(named["a-and-b"].id)
+    assert [t.component_ids for t in await env.services.tasks.get_tasks([task_id])] == [(b.id,)]
+    assert await env.services.schedules.trigger(named["only-a"].id) == []
+    (task_id,) = await env.services.schedules.trigger(named["a-and-r2"].id)
+    assert [t.rack_id for t in await env.services.tasks.get_tasks([task_id])] == [r2.id]
+
+
+async def test_a_refused_remove_component_leaves_the_scopes_alone(db: Database) -> None:
+    env = make_env(db)
+    rack = await env.rack("r1")
+    a = rack.components[0]
+    schedule = await env.schedule("only-a", target=component_target(a))
+    await add_task(db, rack.id, "running", [str(a.id)])
+    before = await env.services.schedules.list_scopes(schedule.id)
+    with pytest.raises(FailedPrecondition, match="in use"):
+        await env.services.inventory.remove_component(a.id)
+    assert await env.services.schedules.list_scopes(schedule.id) == before
 
 
 # --- NVLink domains ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ so the error names the clashing value, and a refused request writes nothing.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 
@@ -15,6 +16,7 @@ from rackflow.clock import Clock
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.model import (
     Component,
+    ComponentsFilter,
     ComponentSpec,
     ComponentType,
     NVLDomain,
@@ -25,7 +27,10 @@ from rackflow.inventory.model import (
 from rackflow.inventory.targets import resolve_targets
 from rackflow.inventory.text import check_text
 from rackflow.store import inventory as store
+from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
+
+log = logging.getLogger(__name__)
 
 
 def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[ComponentSpec]:
@@ -125,7 +130,12 @@ class InventoryService:
             return await store.insert_components(conn, rack_id, checked, self.clock.now())
 
     async def remove_component(self, component_id: uuid.UUID) -> None:
-        """Delete a component, unless an active task is working on it."""
+        """Delete a component, unless an active task is working on it; schedules stop naming it.
+
+        As DeleteRack removes the rack's scope entries, a scope entry whose component filter names this
+        component loses it, and goes when it named no other: an emptied filter must never read as "all
+        components", which would power-cycle the whole rack.
+        """
         async with self.db.transaction() as conn:
             component = (await store.components_by_ids(conn, [component_id])).get(component_id)
             if component is None:
@@ -136,7 +146,10 @@ class InventoryService:
             busy = sorted(str(task_id) for task_id, ids in active.items() if str(component_id) in ids)
             if busy:
                 raise FailedPrecondition(f"id: component {component_id} is in use by active task {busy[0]}")
+            scope_changes = await _drop_from_scopes(self.db, conn, component)
             await store.delete_component(conn, component_id)
+        if scope_changes:
+            log.info("component %s removed: %s", component_id, "; ".join(scope_changes))
 
     # --- NVLink domains --------------------------------------------------------------------------
 
@@ -178,6 +191,29 @@ class InventoryService:
         """`resolve_targets` in a read transaction of its own."""
         async with self.db.read() as conn:
             return await resolve_targets(conn, spec)
+
+
+async def _drop_from_scopes(db: Database, conn: AsyncConnection, component: Component) -> list[str]:
+    """Narrow the scope entries naming the component to their other components, remove emptied ones.
+
+    Returns what changed, one line per scope entry, for the log.
+    """
+    changes: list[str] = []
+    emptied: list[uuid.UUID] = []
+    for scope in await store.component_scopes_for_update(db, conn, component.rack_id):
+        if component.id not in scope.filter.ids:
+            continue
+        remaining = scope.filter.ids - {component.id}
+        if remaining:
+            await schedule_store.set_scope_filter(conn, scope.scope_id, ComponentsFilter(remaining))
+            changes.append(f"narrowed scope {scope.scope_id} of schedule {scope.schedule_name!r}")
+        else:
+            emptied.append(scope.scope_id)
+            changes.append(
+                f"removed scope {scope.scope_id} of schedule {scope.schedule_name!r} (no component left)"
+            )
+    await schedule_store.delete_scopes(conn, emptied)
+    return changes
 
 
 async def _refuse_taken_external_ids(
