@@ -57,6 +57,7 @@ class RackflowServer:
         self.clock = SystemClock(config.clock_offset)
         self.db = Database(config.db, clock=self.clock, pool_size=config.db_pool_size)
         self.services = Services.build(self.db, self.clock)
+        self.audit = AuditInterceptor(self.db, self.clock)
         self.grpc: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.address = ""
@@ -73,7 +74,7 @@ class RackflowServer:
 
         self.grpc = grpc.aio.server(
             # Authentication runs outside auditing, so the audit sees the caller's principal.
-            interceptors=[AuthInterceptor(self.config.tokens), AuditInterceptor(self.db, self.clock)],
+            interceptors=[AuthInterceptor(self.config.tokens), self.audit],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -162,5 +163,6 @@ class RackflowServer:
         await asyncio.gather(*self._workers, return_exceptions=True)
         if self.grpc is not None:
             await self.grpc.stop(SHUTDOWN_GRACE_SECONDS)
+        await self.audit.close()  # events of RPCs cut short by the grace period
         await self.db.dispose()
         log.info("stopped")

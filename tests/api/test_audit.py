@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.api import audit as audit_interceptor
+from rackflow.api.auth import Principal, current_principal
 from rackflow.clock import Clock, FakeClock
+from rackflow.security import Role
 from rackflow.services import Services
 from rackflow.store import audit as audit_store
+from rackflow.store.db import Database
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
@@ -178,7 +184,7 @@ async def test_an_audit_failure_does_not_fail_the_mutation(
     async def broken(*args: object) -> None:
         raise RuntimeError("audit table is gone")
 
-    monkeypatch.setattr(audit_store, "insert_event", broken)
+    monkeypatch.setattr(audit_store, "insert_events", broken)
     failures = audit_interceptor.AUDIT_WRITE_FAILURES._value.get()
     with caplog.at_level(logging.ERROR):
         rack = await stub.CreateRack(pb.CreateRackRequest(name="r1"), metadata=OPERATOR)
@@ -187,3 +193,74 @@ async def test_an_audit_failure_does_not_fail_the_mutation(
     assert audit_interceptor.AUDIT_WRITE_FAILURES._value.get() == failures + 1
     monkeypatch.undo()
     assert await events(stub) == []
+
+
+async def read_back(db: Database, schedule_id: str) -> dict[str, object] | None:
+    async with db.read() as conn:
+        return await audit_store.schedule_snapshot(conn, uuid.UUID(schedule_id))
+
+
+async def stored_events(db: Database) -> list[audit_store.AuditEvent]:
+    async with db.read() as conn:
+        found, _ = await audit_store.list_events(conn)
+    return found
+
+
+async def test_the_after_snapshot_is_what_a_read_back_gives(stub: FlowStub, services: Services,
+                                                             clock: FakeClock) -> None:
+    await services.inventory.create_rack("r1")
+    await services.inventory.create_rack("r2")
+    schedule = await create_schedule(stub)
+    create_after = await read_back(services.db, schedule.id.id)
+    clock.advance(SECOND)
+    add_r2 = pb.AddTaskScheduleScopeRequest(schedule_id=schedule.id, target_spec=racks_spec("r2"))
+    await stub.AddTaskScheduleScope(add_r2, metadata=OPERATOR)
+    add, create = await stored_events(services.db)
+    assert create.schedule_before is None
+    assert create.schedule_after == create_after and create_after is not None
+    assert add.schedule_before == create_after
+    assert add.schedule_after == await read_back(services.db, schedule.id.id)
+    assert len(add.schedule_after["scopes"]) == 2  # type: ignore[index]
+
+
+async def test_concurrent_events_share_one_insert_and_are_committed_when_recorded(
+    stub: FlowStub, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await services.inventory.create_rack("r1")
+    schedules = [await create_schedule(stub, name=f"s{i}") for i in range(3)]
+    inserts: list[int] = []
+    insert_events = audit_store.insert_events
+
+    async def counted(conn: AsyncConnection, written: Sequence[audit_store.AuditEvent]) -> None:
+        inserts.append(len(written))
+        await insert_events(conn, written)
+
+    monkeypatch.setattr(audit_store, "insert_events", counted)
+    interceptor = audit_interceptor.AuditInterceptor(services.db, services.clock)
+    principal = current_principal.set(Principal("oncall", Role.OPERATOR, "token"))
+    calls = [
+        *(interceptor.record("PauseTaskSchedule", pb.PauseTaskScheduleRequest(id=s.id),
+                             None, "OK", "", uuid.UUID(s.id.id), None) for s in schedules),
+        interceptor.record("CreateRack", pb.CreateRackRequest(name="r2"), None, "OK", "", None, None),
+    ]
+    await asyncio.gather(*calls)
+    current_principal.reset(principal)
+
+    assert inserts == [4]
+    recorded = await stored_events(services.db)  # committed by the time record() returned
+    after = {e.request["id"]["id"]: e.schedule_after for e in recorded if e.method == "PauseTaskSchedule"}
+    assert after == {s.id.id: await read_back(services.db, s.id.id) for s in schedules}
+    (rack,) = [e for e in recorded if e.method == "CreateRack"]
+    assert (rack.principal, rack.schedule_before, rack.schedule_after) == ("oncall", None, None)
+
+
+async def test_close_waits_for_the_events_of_cancelled_calls(services: Services) -> None:
+    interceptor = audit_interceptor.AuditInterceptor(services.db, services.clock)
+    recording = asyncio.create_task(
+        interceptor.record("CreateRack", pb.CreateRackRequest(name="r1"), None, "CANCELLED", "", None, None)
+    )
+    await asyncio.sleep(0)  # queued
+    recording.cancel()
+    await interceptor.close()
+    assert recording.cancelled()
+    assert [(e.method, e.outcome) for e in await stored_events(services.db)] == [("CreateRack", "CANCELLED")]

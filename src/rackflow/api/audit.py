@@ -5,13 +5,23 @@ read (see `rackflow.api.auth.is_mutating`), runs it, and then writes one `audit_
 (set by the auth interceptor, which runs outside this one), the RPC name, the ids it touched (every UUID in
 the request, the ids of what the response returned: a created rack, schedule or the submitted tasks, and
 the schedule a scope RPC changed),
-the outcome (`OK` or the status code name) and the request as JSON. For schedule RPCs it also reads the
-schedule (row and scopes) just before and just after the call, so the row shows what changed.
+the outcome (`OK` or the status code name) and the request as JSON. For schedule RPCs the row also holds
+the schedule (row and scopes) as read just before the call and just after it, so it shows what changed.
+A create has no "before" and reads nothing before the call.
 
-The row is written in its own transaction after the RPC's transaction: an audit failure cannot roll back
-or fail a mutation that succeeded. It is logged at ERROR and counted in
-`rackflow_audit_write_failures_total` instead. The price is that a crash between the two commits loses that
-one event, and a concurrent change to the same schedule can fall between a before and an after snapshot.
+The rows of concurrent RPCs are written together (`GroupCommit`, one writer per process): one transaction
+reads all their "after" snapshots (two queries) and inserts all their rows (one INSERT), after the RPCs'
+own transactions committed. The "after" snapshot is read there, not taken from the RPC's response,
+because a `TaskSchedule` message lacks what the snapshot holds (the operation template, the timezone, the
+scopes). `record` returns only once its row is committed, so an RPC that returned has its event in the
+trail. What that saves: docs/PERFORMANCE.md, "api".
+
+An audit failure cannot roll back or fail a mutation that succeeded: it is logged at ERROR and counted in
+`rackflow_audit_write_failures_total` instead (a failed group is retried one row per transaction, so one
+bad row does not lose its neighbours). The price is that a crash between the RPC's commit and the audit
+commit loses those events, and a concurrent change to the same schedule can fall between a before and an
+after snapshot (the after is read when its group is written, at most one round after the RPC committed).
+`close` waits for queued rows, so a clean shutdown loses none.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from rackflow.api.auth import ANONYMOUS, Behavior, current_principal, is_mutatin
 from rackflow.clock import Clock
 from rackflow.store import audit as store
 from rackflow.store.db import Database
+from rackflow.store.group_commit import GroupCommit
 from rackflow.v1 import flow_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -87,6 +98,12 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, db: Database, clock: Clock) -> None:
         self.db = db
         self.clock = clock
+        # Concurrent RPCs' events share one transaction: one after-snapshot read and one INSERT per round.
+        self._writer: GroupCommit[store.PendingEvent, None] = GroupCommit(db, store.write_events)
+
+    async def close(self) -> None:
+        """Wait for the events already queued to be written (before the database is closed)."""
+        await self._writer.close()
 
     async def intercept_service(
         self,
@@ -102,7 +119,7 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _audited(self, rpc: str, behavior: Behavior) -> Behavior:
         async def audited(request: Any, context: grpc.aio.ServicerContext) -> Any:
             schedule_id = await self._schedule_id_before(rpc, request)
-            call = _AuditedCall(self, rpc, request, schedule_id, await self._snapshot(schedule_id))
+            call = _AuditedCall(self, rpc, request, schedule_id, await self._before(schedule_id))
             try:
                 response = await behavior(request, _RecordingContext(context, call))
             except asyncio.CancelledError:
@@ -130,14 +147,14 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 log.exception("audit: cannot look up the schedule of scope %s", scope_id)
         return None
 
-    async def _snapshot(self, schedule_id: uuid.UUID | None) -> dict[str, Any] | None:
+    async def _before(self, schedule_id: uuid.UUID | None) -> dict[str, Any] | None:
         if schedule_id is None:
             return None
         try:
             async with self.db.read() as conn:
                 return await store.schedule_snapshot(conn, schedule_id)
         except Exception:
-            log.exception("audit: cannot read schedule %s for its before/after record", schedule_id)
+            log.exception("audit: cannot read schedule %s for its before record", schedule_id)
             return None
 
     async def record(
@@ -150,10 +167,12 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         schedule_id: uuid.UUID | None,
         before: dict[str, Any] | None,
     ) -> None:
-        """Write the event; on failure log loudly and carry on, so the RPC's own result stands."""
+        """Write the event; on failure log loudly and carry on, so the RPC's own result stands.
+
+        Returns once the event is committed, so an RPC that returns has its event in the trail.
+        """
         principal = current_principal.get()
         try:
-            after = await self._snapshot(schedule_id)
             event = store.AuditEvent(
                 id=uuid.uuid4(),
                 at=self.clock.now(),
@@ -164,10 +183,8 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 error=error,
                 request=MessageToDict(request, preserving_proto_field_name=True),
                 schedule_before=before,
-                schedule_after=after,
             )
-            async with self.db.transaction() as conn:
-                await store.insert_event(conn, event)
+            await self._writer.write(store.PendingEvent(event, after_of=schedule_id))
         except Exception:
             AUDIT_WRITE_FAILURES.inc()
             log.exception(

@@ -1,9 +1,10 @@
-"""Audit trail queries: write one event, list events, and read a schedule as JSON for before/after."""
+"""Audit trail queries: write events (with their after snapshots), list them, read schedules as JSON."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -31,21 +32,51 @@ class AuditEvent:
     schedule_after: dict[str, Any] | None = None
 
 
-async def insert_event(conn: AsyncConnection, event: AuditEvent) -> None:
+@dataclass(frozen=True)
+class PendingEvent:
+    """An event to write whose `schedule_after` is the schedule `after_of` as the write finds it."""
+
+    event: AuditEvent
+    after_of: uuid.UUID | None = None
+
+
+async def insert_events(conn: AsyncConnection, events: Sequence[AuditEvent]) -> None:
+    """One INSERT for all of `events`."""
     await conn.execute(
-        insert(audit_events).values(
-            id=event.id,
-            at=event.at,
-            principal=event.principal,
-            method=event.method,
-            target_ids=list(event.target_ids),
-            outcome=event.outcome,
-            error=event.error,
-            request=event.request,
-            schedule_before=event.schedule_before,
-            schedule_after=event.schedule_after,
-        )
+        insert(audit_events),
+        [
+            {
+                "id": event.id,
+                "at": event.at,
+                "principal": event.principal,
+                "method": event.method,
+                "target_ids": list(event.target_ids),
+                "outcome": event.outcome,
+                "error": event.error,
+                "request": event.request,
+                "schedule_before": event.schedule_before,
+                "schedule_after": event.schedule_after,
+            }
+            for event in events
+        ],
     )
+
+
+async def write_events(conn: AsyncConnection, pending: Sequence[PendingEvent]) -> list[None]:
+    """Read the after snapshots of all of `pending` at once, then insert them all (a group-commit round).
+
+    Called after the RPCs' own transactions committed, so each snapshot is the schedule as its RPC left
+    it, unless a concurrent change came in between.
+    """
+    after = await schedule_snapshots(conn, {p.after_of for p in pending if p.after_of is not None})
+    await insert_events(
+        conn,
+        [
+            replace(p.event, schedule_after=after.get(p.after_of)) if p.after_of is not None else p.event
+            for p in pending
+        ],
+    )
+    return [None] * len(pending)
 
 
 async def list_events(
@@ -102,20 +133,33 @@ def _jsonable(value: object) -> object:
 
 async def schedule_snapshot(conn: AsyncConnection, schedule_id: uuid.UUID) -> dict[str, Any] | None:
     """The schedule row and its scopes as plain JSON, or None when there is no such schedule."""
-    row = (await conn.execute(select(task_schedule).where(task_schedule.c.id == schedule_id))).first()
-    if row is None:
-        return None
+    return (await schedule_snapshots(conn, [schedule_id])).get(schedule_id)
+
+
+async def schedule_snapshots(
+    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, dict[str, Any]]:
+    """`schedule_snapshot` of each id, in two queries however many; missing schedules are left out."""
+    if not schedule_ids:
+        return {}
+    query = select(task_schedule).where(task_schedule.c.id.in_(list(schedule_ids)))
+    snapshots: dict[uuid.UUID, dict[str, Any]] = {}
+    for row in await conn.execute(query):
+        snapshots[row.id] = {key: _jsonable(value) for key, value in row._mapping.items()}
+        snapshots[row.id]["scopes"] = []
+    if not snapshots:
+        return {}
     scope = task_schedule_scope.c
-    scopes = (
-        await conn.execute(
-            select(scope.id, scope.rack_id, scope.component_filter)
-            .where(scope.schedule_id == schedule_id)
-            .order_by(scope.rack_id)
+    scopes = await conn.execute(
+        select(scope.schedule_id, scope.id, scope.rack_id, scope.component_filter)
+        .where(scope.schedule_id.in_(list(snapshots)))
+        .order_by(scope.schedule_id, scope.rack_id)
+    )
+    for row in scopes:
+        snapshots[row.schedule_id]["scopes"].append(
+            {key: _jsonable(value) for key, value in row._mapping.items() if key != "schedule_id"}
         )
-    ).all()
-    snapshot = {key: _jsonable(value) for key, value in row._mapping.items()}
-    snapshot["scopes"] = [{key: _jsonable(value) for key, value in s._mapping.items()} for s in scopes]
-    return snapshot
+    return snapshots
 
 
 async def schedule_of_scope(conn: AsyncConnection, scope_id: uuid.UUID) -> uuid.UUID | None:
