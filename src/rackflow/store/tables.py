@@ -111,6 +111,15 @@ tasks = Table(
         postgresql_where=text("status IN ('pending', 'running', 'waiting')"),
         sqlite_where=text("status IN ('pending', 'running', 'waiting')"),
     ),
+    # The dead-hold sweep reads only held tasks, not every ended one. The predicate is the sweep's literal
+    # `owner_id IS NOT NULL`, not its `status = $1`: once psycopg prepares the statement, PostgreSQL's
+    # generic plan cannot prove a predicate from a parameter (migration 0005; tests/store/test_held_index.py).
+    Index(
+        "ix_tasks_held",
+        "owner_id",
+        postgresql_where=text("owner_id IS NOT NULL"),
+        sqlite_where=text("owner_id IS NOT NULL"),
+    ),
 )
 
 task_schedule = Table(
