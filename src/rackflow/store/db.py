@@ -8,6 +8,7 @@ is "now" (PostgreSQL: the database's, so instances with skewed clocks agree on w
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import Select
 
@@ -31,6 +32,11 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 # them, which cost a connect and a close each, stay rare.
 POOL_SIZE = 15
 POOL_OVERFLOW = 5
+# A pooled PostgreSQL connection idle longer than this is pinged before use, so one that died with a
+# database restart is replaced unseen. Busy connections are not: a ping is a round trip, and under load it
+# was a quarter of a read's (docs/PERFORMANCE.md). A connection that dies in use fails its request with
+# UNAVAILABLE, and SQLAlchemy then discards every connection of the pool opened before the failure.
+PING_AFTER_IDLE_S = 1.0
 
 
 def normalise_url(url: str) -> str:
@@ -96,7 +102,7 @@ class Database:
         kwargs: dict[str, Any] = {"echo": echo}
         if self.dialect == "postgresql":
             kwargs.update(
-                pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_pre_ping=True, pool_recycle=1800
+                pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_recycle=1800
             )
         else:
             kwargs.update(connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
@@ -106,6 +112,8 @@ class Database:
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
         if self.is_sqlite:
             _configure_sqlite(self.engine)
+        else:
+            _ping_when_idle(self.engine)
 
     @property
     def is_sqlite(self) -> bool:
@@ -133,9 +141,19 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        """A read-only transaction (never takes SQLite's write lock)."""
-        async with self._begin(immediate=False) as conn:
-            yield conn
+        """A read-only connection (never takes SQLite's write lock).
+
+        SQLite: one transaction, so every statement sees the same snapshot. PostgreSQL: autocommit, which
+        saves the `BEGIN` and `COMMIT` round trips and changes nothing else, because at READ COMMITTED each
+        statement takes its own snapshot inside a transaction too.
+        """
+        if self.is_sqlite:
+            async with self._begin(immediate=False) as conn:
+                yield conn
+            return
+        with connection_errors_as_unavailable():
+            async with self.engine.connect() as conn:
+                yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @asynccontextmanager
     async def _begin(self, *, immediate: bool) -> AsyncIterator[AsyncConnection]:
@@ -161,6 +179,29 @@ class Database:
     def for_update(self, stmt: _S) -> _S:
         """Lock rows until commit (PostgreSQL); SQLite's single writer already excludes other writers."""
         return stmt.with_for_update() if self.is_postgres else stmt
+
+
+def _ping_when_idle(engine: AsyncEngine) -> None:
+    """Ping a connection on checkout only if it sat in the pool longer than PING_AFTER_IDLE_S.
+
+    Raising DisconnectionError makes the pool discard the connection and check out another (three tries).
+    """
+
+    @event.listens_for(engine.sync_engine.pool, "checkin")
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine.pool, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+            return  # new, or in steady use
+        try:
+            alive = engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError(f"pooled connection is dead: {exc}") from exc
+        if not alive:
+            raise DisconnectionError("pooled connection is dead")
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

@@ -1,0 +1,70 @@
+"""How `Database` uses its PostgreSQL connections: reads without a transaction, and pings only after idling.
+
+The connections are killed from outside with `pg_terminate_backend`, as a database restart would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from rackflow.errors import Unavailable
+from rackflow.store import db as db_module
+from rackflow.store.db import Database
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def pg(postgres_url: str) -> AsyncIterator[Database]:
+    database = Database(postgres_url, pool_size=1)
+    yield database
+    await database.dispose()
+
+
+async def _backend_pid(db: Database) -> int:
+    async with db.read() as conn:
+        return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+def _terminate(postgres_url: str, pid: int) -> None:
+    url = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+async def test_a_read_runs_outside_a_transaction(pg: Database) -> None:
+    """Autocommit: each statement is its own transaction, so the second one starts a new one."""
+    started = text("SELECT xact_start, query_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+    async with pg.read() as conn:
+        await conn.execute(text("SELECT pg_sleep(0.02)"))
+        xact_start, query_start = (await conn.execute(started)).one()
+    assert xact_start == query_start
+    async with pg.transaction() as conn:  # a write transaction still spans its statements
+        await conn.execute(text("SELECT pg_sleep(0.02)"))
+        xact_start, query_start = (await conn.execute(started)).one()
+    assert xact_start < query_start
+
+
+async def test_a_connection_that_died_while_idle_is_replaced_unseen(
+    pg: Database, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 0.0)
+    first = await _backend_pid(pg)
+    _terminate(postgres_url, first)
+    assert await _backend_pid(pg) != first  # no error: the checkout ping found it dead
+
+
+async def test_a_busy_connection_is_not_pinged_and_one_request_sees_the_outage(
+    pg: Database, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 3600.0)
+    first = await _backend_pid(pg)
+    _terminate(postgres_url, first)
+    with pytest.raises(Unavailable, match="database unavailable"):
+        await _backend_pid(pg)
+    assert await _backend_pid(pg) != first  # the pool let the dead connection go
