@@ -335,11 +335,12 @@ class TaskManager:
         if not rack_ids:
             return [r if r is not None else InvalidArgument("target_spec: no rack") for r in results]
         names = await store.lock_racks(self.db, conn, rack_ids)
+        blocking, waiting = await store.blocking_and_waiting(conn, names.keys())
         state = _RackState(
             names=names,
             components=await components_by_rack(conn, names.keys()),
-            blocking=await store.blocking_tasks(conn, names.keys()),
-            waiting=await store.waiting_counts(conn, names.keys()),
+            blocking=blocking,
+            waiting=waiting,
         )
         now = self.clock.now()
         made: list[Task] = []
@@ -491,8 +492,8 @@ class TaskManager:
 
         Expires overdue waiting tasks and promotes waiting tasks of racks nothing blocks any more
         (normally finishing a task promotes at once; this catches what a crash or an expiry left behind).
-        With `dead_holds`, also drops the holds of dead instances on cancelled tasks: that looks at
-        every terminated task, so executors ask for it only once per lease period.
+        With `dead_holds`, also drops the holds of dead instances on cancelled tasks (found through the
+        partial index on held tasks); executors ask for it once per lease period.
         """
         async with self.db.read() as conn:  # usually there is nothing to do: find out without writing
             stale_before = await self.db.now(conn) - lease_ttl
