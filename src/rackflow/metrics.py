@@ -22,7 +22,10 @@ POLL_SECONDS = Histogram(
     "Duration of one dispatcher poll (claim, submit, write back).",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-DUE_BACKLOG = Gauge("rackflow_dispatch_due_backlog", "Schedules due but not yet claimed, at the last poll.")
+DUE_BACKLOG = Gauge(
+    "rackflow_dispatch_due_backlog",
+    "Schedules due but not yet claimed (while draining, counted at most once a second).",
+)
 TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
 
 

@@ -16,7 +16,7 @@ its `BEGIN IMMEDIATE` transaction is already exclusive.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -42,9 +42,14 @@ def _due(now: datetime):  # type: ignore[no-untyped-def]
     )
 
 
-async def claim_due(db: Database, conn: AsyncConnection, now: datetime, batch: int) -> list[Schedule]:
-    """Lock up to `batch` due schedules, oldest due first, skipping rows other instances hold."""
+async def claim_due(
+    db: Database, conn: AsyncConnection, now: datetime, batch: int, *, exclude: Collection[uuid.UUID] = ()
+) -> list[Schedule]:
+    """Lock up to `batch` due schedules, oldest due first, skipping rows other instances hold and the ids
+    in `exclude`."""
     stmt = select(task_schedule).where(_due(now)).order_by(task_schedule.c.next_run_at, task_schedule.c.id)
+    if exclude:
+        stmt = stmt.where(task_schedule.c.id.not_in(list(exclude)))
     rows = (await conn.execute(db.skip_locked(stmt.limit(batch)))).all()
     return [schedule_from_row(row) for row in rows]
 
