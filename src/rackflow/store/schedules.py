@@ -297,7 +297,11 @@ async def delete_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID])
 
 
 async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID, uuid.UUID]) -> None:
-    """Record each scope's newest task (one executemany); a scope removed since the firing is not updated."""
+    """Record each scope's newest task (one executemany); a scope removed since the firing is not updated.
+
+    Rows are updated in scope-id order, the order RemoveComponent locks them in, so that concurrent batches
+    and component removals wait for each other instead of deadlocking.
+    """
     if not task_by_scope:
         return
     stmt = (
@@ -305,7 +309,9 @@ async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID
         .where(task_schedule_scope.c.id == bindparam("b_scope"))
         .values(last_task_id=bindparam("b_task"))
     )
-    await conn.execute(stmt, [{"b_scope": scope, "b_task": task} for scope, task in task_by_scope.items()])
+    await conn.execute(
+        stmt, [{"b_scope": scope, "b_task": task_by_scope[scope]} for scope in sorted(task_by_scope)]
+    )
 
 
 async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) -> set[uuid.UUID]:
