@@ -24,7 +24,7 @@ from rackflow.store.db import Database
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.inventory import chunked
 from rackflow.store.tables import components, tasks
-from rackflow.store.tasks import OLDEST_FIRST, task_from_row
+from rackflow.store.tasks import OLDEST_FIRST, is_active, status_in, task_from_row
 from rackflow.store.types import UTCDateTime
 from rackflow.tasks.model import Task, TaskStatus
 
@@ -84,21 +84,18 @@ def _claim_statement(db: Database) -> Update:
     if stmt is not None:
         return stmt
     window_start = tasks.c.parameters["window_start"].as_string()
-    due = and_(
-        tasks.c.status == TaskStatus.PENDING.value,
-        or_(window_start.is_(None), window_start <= bindparam("window_now", type_=String())),
-    )
-    orphaned = and_(
-        tasks.c.status == TaskStatus.RUNNING.value,
-        or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, lease_cutoff(db))),
-    )
-    forgotten = and_(tasks.c.status == TaskStatus.RUNNING.value, tasks.c.owner_id == _CLAIMER)
+    pending = status_in(tasks.c.status, TaskStatus.PENDING)
+    running = status_in(tasks.c.status, TaskStatus.RUNNING)
+    due = and_(pending, or_(window_start.is_(None), window_start <= bindparam("window_now", type_=String())))
+    orphaned = and_(running, or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, lease_cutoff(db))))
+    forgotten = and_(running, tasks.c.owner_id == _CLAIMER)
     # Never a task this instance is running now, whatever its lease looks like: a loaded instance whose
     # own heartbeat lapsed must not start a second run of its own task.
     not_running_here = tasks.c.id.not_in(bindparam("running_here", expanding=True, type_=tasks.c.id.type))
     picked = (
         select(tasks.c.id)
-        .where(or_(due, orphaned, forgotten), not_running_here)
+        # `is_active` adds nothing to the branches but the partial index's predicate, for SQLite to use it.
+        .where(is_active(tasks.c.status), or_(due, orphaned, forgotten), not_running_here)
         .order_by(*OLDEST_FIRST)
         .limit(bindparam("room", type_=Integer()))
     )

@@ -15,9 +15,9 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, func, insert, or_, select, update
+from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 from rackflow.store.db import Database
 from rackflow.store.instances import is_live
@@ -25,8 +25,29 @@ from rackflow.store.inventory import chunked
 from rackflow.store.tables import racks, tasks
 from rackflow.tasks.model import ACTIVE_STATUSES, Operation, Task, TaskStatus
 
-_BLOCKING = (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
+_BLOCKING = (TaskStatus.PENDING, TaskStatus.RUNNING)
 OLDEST_FIRST = (tasks.c.created_at, tasks.c.id)
+
+
+def status_in(status: ColumnElement[str], *statuses: TaskStatus) -> ColumnElement[bool]:
+    """`status IN ('a', …)` with the statuses written into the SQL rather than sent as parameters.
+
+    psycopg prepares a statement after a few runs, and PostgreSQL may then plan it generically: such a
+    plan cannot match the partial index `ix_tasks_active` from a parameter, so it scans every ended task.
+    """
+    return status.in_([literal_column(f"'{s.value}'", String) for s in statuses])
+
+
+def is_active(status: ColumnElement[str]) -> ColumnElement[bool]:
+    """The task is PENDING, RUNNING or WAITING, spelled as the predicate of `ix_tasks_active` (statuses and
+    their order): SQLite uses a partial index only for a query that repeats its predicate."""
+    return status_in(status, TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.WAITING)
+
+
+def blocks(task: FromClause) -> ColumnElement[bool]:
+    """The task (of `tasks` or an alias) keeps a new one on its rack waiting: PENDING, RUNNING, or a
+    cancelled one still held."""
+    return or_(status_in(task.c.status, *_BLOCKING), task.c.owner_id.is_not(None))
 
 
 def task_from_row(row: Row[Any]) -> Task:
@@ -95,10 +116,7 @@ async def blocking_tasks(conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -
     for chunk in chunked(set(rack_ids)):
         stmt = (
             select(tasks)
-            .where(
-                tasks.c.rack_id.in_(chunk),
-                or_(tasks.c.status.in_(_BLOCKING), tasks.c.owner_id.is_not(None)),
-            )
+            .where(tasks.c.rack_id.in_(chunk), blocks(tasks))
             .order_by(*OLDEST_FIRST)
         )
         for task in await _tasks_where(conn, stmt):
@@ -118,13 +136,8 @@ async def blocking_and_waiting(
     for chunk in chunked(set(rack_ids)):
         stmt = (
             select(tasks)
-            .where(
-                tasks.c.rack_id.in_(chunk),
-                or_(
-                    tasks.c.status.in_((*_BLOCKING, TaskStatus.WAITING.value)),
-                    tasks.c.owner_id.is_not(None),
-                ),
-            )
+            # Blocking or waiting: every active task, and cancelled ones still held.
+            .where(tasks.c.rack_id.in_(chunk), or_(is_active(tasks.c.status), tasks.c.owner_id.is_not(None)))
             .order_by(*OLDEST_FIRST)
         )
         for row in await conn.execute(stmt):
@@ -258,15 +271,16 @@ async def release_dead_holds(
 async def racks_needing_promotion(conn: AsyncConnection, *, now: datetime) -> set[uuid.UUID]:
     """Racks with a waiting task that has expired, or with waiting tasks and nothing blocking them."""
     blocker = tasks.alias("blocker")
-    nothing_blocks = ~select(blocker.c.id).where(
-        blocker.c.rack_id == tasks.c.rack_id,
-        or_(blocker.c.status.in_(_BLOCKING), blocker.c.owner_id.is_not(None)),
-    ).exists()
+    nothing_blocks = ~(
+        select(blocker.c.id).where(blocker.c.rack_id == tasks.c.rack_id, blocks(blocker)).exists()
+    )
     rows = await conn.execute(
         select(tasks.c.rack_id)
         .distinct()
         .where(
-            tasks.c.status == TaskStatus.WAITING.value,
+            # `is_active` adds nothing but the partial index's predicate, for SQLite to use the index.
+            is_active(tasks.c.status),
+            status_in(tasks.c.status, TaskStatus.WAITING),
             or_(tasks.c.queue_expires_at <= now, nothing_blocks),
         )
     )

@@ -1,0 +1,233 @@
+"""The hot statements on live tasks are answered by indexes, never by a scan of every ended task.
+
+The executor's claim, a submission's look at its racks' blocking and waiting tasks, the promotion check
+and the SKIP overlap check each look for a few live tasks among a long history of ended ones. Both
+databases match the partial index `ix_tasks_active` (`status IN ('pending', 'running', 'waiting')`) by its
+predicate, and PostgreSQL cannot match it at all from a parameter once it plans a prepared statement
+generically (psycopg prepares a statement after a few runs): these statements write their statuses as SQL
+literals (`rackflow.store.tasks.status_in`). These tests EXPLAIN the statements the store really sends over
+a history of ended tasks: on PostgreSQL with fresh statistics (autovacuum keeps them), planned with the
+parameter values and generically; on SQLite without statistics, as rackflow runs it (it never ANALYZEs).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event, insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.schedules.model import Scope
+from rackflow.store import schedules as schedules_store
+from rackflow.store import task_runs
+from rackflow.store import tasks as tasks_store
+from rackflow.store.db import Database
+from rackflow.store.tables import instances, metadata, racks, task_schedule, task_schedule_scope, tasks
+
+ACTIVE_INDEX = "ix_tasks_active"
+ENDED_TASKS = 20_000
+RACKS = 200
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+# A read of every row of tasks (or of its alias `blocker`), in either database's EXPLAIN.
+FULL_SCAN = re.compile(r"Seq Scan on tasks\b|\bSCAN (tasks|blocker)\b")
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+NOW = datetime(2026, 3, 2, tzinfo=UTC)
+LEASE = timedelta(seconds=15)
+# The types psycopg sends these values as; text goes as `unknown`, for the server to infer from its use.
+PG_TYPES: tuple[tuple[type, str], ...] = (
+    (uuid.UUID, "uuid"), (datetime, "timestamptz"), (timedelta, "interval"), (int, "integer")
+)
+
+
+@dataclass(frozen=True)
+class History:
+    """The database and what the statements are asked about: racks with live work, its running tasks and
+    schedule scopes (some whose last task still runs)."""
+
+    db: Database
+    owner_id: uuid.UUID
+    rack_ids: list[uuid.UUID]
+    running_ids: list[uuid.UUID]
+    scopes: list[Scope]
+
+
+def _task(status: str, rack_id: uuid.UUID, owner_id: uuid.UUID | None = None) -> dict[str, Any]:
+    return {"id": uuid.uuid4(), "status": status, "rack_id": rack_id, "owner_id": owner_id}
+
+
+async def _add_history(db: Database) -> History:
+    """Many ended tasks on many racks; on the first racks a few pending, running, waiting and held ones."""
+    live = uuid.uuid4()
+    rack_ids = [uuid.uuid4() for _ in range(RACKS)]
+    ended = ("completed", "failed", "terminated")
+    history = [_task(ended[i % 3], rack_ids[i % RACKS]) for i in range(ENDED_TASKS)]
+    running = [_task("running", rack_ids[i], live) for i in range(3)]
+    live_work = running + [_task("pending", rack_ids[i]) for i in range(3, 6)]
+    live_work += [_task("waiting", rack_ids[i]) for i in range(6)]
+    live_work.append(_task("terminated", rack_ids[0], live))  # cancelled, its executor not yet stopped
+    schedule_id = uuid.uuid4()
+    scopes = [
+        Scope(
+            id=uuid.uuid4(),
+            schedule_id=schedule_id,
+            rack_id=rack_id,
+            filter=None,
+            last_task_id=(running[0] if i == 0 else history[i])["id"],
+            created_at=T0,
+        )
+        for i, rack_id in enumerate(rack_ids)
+    ]
+    async with db.transaction() as conn:
+        await conn.execute(
+            insert(instances), [{"id": live, "host": "h", "pid": 1, "started_at": NOW, "heartbeat_at": NOW}]
+        )
+        await conn.execute(
+            insert(racks), [{"id": r, "name": f"r{i}", "created_at": T0} for i, r in enumerate(rack_ids)]
+        )
+        base = {"operation": "power_on", "parameters": {"kind": "power_on"}, "component_ids": []}
+        await conn.execute(
+            insert(tasks), [{**base, "created_at": T0, "updated_at": T0, **t} for t in history + live_work]
+        )
+        await conn.execute(
+            insert(task_schedule),
+            {
+                "id": schedule_id,
+                "name": "nightly",
+                "spec_type": "interval",
+                "spec": "1h",
+                "operation_template": {"kind": "power_on"},
+                "created_at": T0,
+                "updated_at": T0,
+            },
+        )
+        await conn.execute(
+            insert(task_schedule_scope),
+            [
+                {
+                    "id": s.id,
+                    "schedule_id": schedule_id,
+                    "rack_id": s.rack_id,
+                    "last_task_id": s.last_task_id,
+                    "created_at": T0,
+                }
+                for s in scopes
+            ],
+        )
+        if db.is_postgres:
+            await conn.exec_driver_sql("ANALYZE")
+    return History(db, live, rack_ids[:5], [t["id"] for t in running], scopes[:10])
+
+
+@pytest.fixture
+async def history(db: Database) -> History:
+    return await _add_history(db)
+
+
+@pytest.fixture
+async def pg_history(postgres_url: str) -> AsyncIterator[History]:
+    """The history on PostgreSQL alone, in the session's database emptied first (as `db` does)."""
+    database = Database(postgres_url)
+    async with database.transaction() as conn:
+        await conn.exec_driver_sql(f"TRUNCATE {', '.join(t.name for t in metadata.sorted_tables)} CASCADE")
+    yield await _add_history(database)
+    await database.dispose()
+
+
+Send = Callable[[History, AsyncConnection], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class Hot:
+    """A hot statement: how the store sends it, and the index it must read (None: any index will do, e.g.
+    the rack's or the primary key, when the statement names the racks or tasks it is about)."""
+
+    send: Send
+    index: str | None = None
+
+
+HOT = {
+    "claim": Hot(
+        lambda h, conn: task_runs.claim(
+            h.db, conn, owner_id=h.owner_id, lease_ttl=LEASE, running_here=h.running_ids, now=NOW, limit=10
+        ),
+        ACTIVE_INDEX,
+    ),
+    "racks_needing_promotion": Hot(
+        lambda h, conn: tasks_store.racks_needing_promotion(conn, now=NOW), ACTIVE_INDEX
+    ),
+    "blocking_and_waiting": Hot(lambda h, conn: tasks_store.blocking_and_waiting(conn, h.rack_ids)),
+    "blocking_tasks": Hot(lambda h, conn: tasks_store.blocking_tasks(conn, h.rack_ids)),
+    "waiting_tasks": Hot(lambda h, conn: tasks_store.waiting_tasks(conn, h.rack_ids)),
+    "overlapping_scope_ids": Hot(lambda h, conn: schedules_store.overlapping_scope_ids(conn, h.scopes)),
+}
+
+
+async def _statement(history: History, hot: Hot) -> tuple[str, Any]:
+    """The one statement the store sends to the driver (in a transaction rolled back after: a claim
+    writes)."""
+    sent: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
+        sent.append((statement, parameters))
+
+    async with history.db.engine.connect() as conn:
+        transaction = await conn.begin()
+        event.listen(history.db.engine.sync_engine, "before_cursor_execute", capture)
+        try:
+            await hot.send(history, conn)
+        finally:
+            event.remove(history.db.engine.sync_engine, "before_cursor_execute", capture)
+            await transaction.rollback()
+    assert len(sent) == 1, f"expected one statement, got {[s for s, _ in sent]}"
+    return sent[0]
+
+
+def _plan(rows: Any) -> str:
+    return "\n".join(" ".join(str(col) for col in row) for row in rows)
+
+
+def _literal(value: object) -> str:
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _pg_type(value: object) -> str:
+    return next((pg_type for python_type, pg_type in PG_TYPES if isinstance(value, python_type)), "unknown")
+
+
+def _assert_reads_indexes(hot: Hot, plan: str) -> None:
+    assert not FULL_SCAN.search(plan), f"a full scan of tasks:\n{plan}"
+    if hot.index is not None:
+        assert hot.index in plan, plan
+
+
+@pytest.mark.parametrize("name", HOT)
+async def test_reads_indexes(history: History, name: str) -> None:
+    statement, parameters = await _statement(history, HOT[name])
+    prefix = "EXPLAIN " if history.db.is_postgres else "EXPLAIN QUERY PLAN "
+    async with history.db.read() as conn:
+        plan = _plan((await conn.exec_driver_sql(prefix + statement, parameters)).all())
+    _assert_reads_indexes(HOT[name], plan)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", HOT)
+async def test_reads_indexes_when_prepared_generically(pg_history: History, name: str) -> None:
+    statement, parameters = await _statement(pg_history, HOT[name])
+    names = list(dict.fromkeys(PLACEHOLDER.findall(statement)))
+    numbered = PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", statement)
+    types = ", ".join(_pg_type(parameters[name]) for name in names)
+    arguments = ", ".join(_literal(parameters[name]) for name in names)
+    async with pg_history.db.transaction() as conn:
+        await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+        await conn.exec_driver_sql(f"PREPARE hot ({types}) AS {numbered}")
+        plan = _plan((await conn.exec_driver_sql(f"EXPLAIN EXECUTE hot({arguments})")).all())
+        await conn.exec_driver_sql("DEALLOCATE hot")
+    assert re.search(r"\$\d", plan), f"not a generic plan:\n{plan}"
+    _assert_reads_indexes(HOT[name], plan)
