@@ -133,8 +133,10 @@ class ScheduleService:
         return schedule
 
     async def get(self, schedule_id: uuid.UUID) -> Schedule:
-        async with self.db.read() as conn:
-            return await self._load(conn, schedule_id)
+        schedule = await store.fetch_schedule(self.db, schedule_id)
+        if schedule is None:
+            raise NotFound(f"id: no task schedule {schedule_id}")
+        return schedule
 
     async def list_schedules(
         self,

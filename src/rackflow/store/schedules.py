@@ -29,6 +29,7 @@ from rackflow.schedules.model import (
     ScopeOutcome,
     Trigger,
 )
+from rackflow.store.db import Database
 from rackflow.store.inventory import ACTIVE_TASK_STATUSES, chunked, is_unique_violation
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.tasks.model import Operation
@@ -170,15 +171,22 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         raise
 
 
+_SCHEDULE_BY_ID = select(task_schedule).where(task_schedule.c.id == bindparam("schedule_id"))
+
+
 async def get_schedule(
     conn: AsyncConnection, schedule_id: uuid.UUID, *, lock: Lock | None = None
 ) -> Schedule | None:
     """The schedule, or None; `lock` (e.g. `Database.for_update`) holds the row until commit."""
-    stmt = select(task_schedule).where(task_schedule.c.id == schedule_id)
-    if lock is not None:
-        stmt = lock(stmt)
-    row = (await conn.execute(stmt)).first()
+    stmt = _SCHEDULE_BY_ID if lock is None else lock(_SCHEDULE_BY_ID)
+    row = (await conn.execute(stmt, {"schedule_id": schedule_id})).first()
     return schedule_from_row(row) if row is not None else None
+
+
+async def fetch_schedule(db: Database, schedule_id: uuid.UUID) -> Schedule | None:
+    """The schedule, or None, read on its own by `Database.fetch` (GetTaskSchedule's fast path)."""
+    rows = await db.fetch(_SCHEDULE_BY_ID, {"schedule_id": schedule_id})
+    return schedule_from_row(rows[0]) if rows else None
 
 
 async def name_taken(conn: AsyncConnection, name: str, *, other_than: uuid.UUID | None = None) -> bool:

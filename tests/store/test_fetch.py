@@ -1,0 +1,76 @@
+"""`Database.fetch`, the driver-level path of the hottest reads: the same rows as SQLAlchemy's, and on
+PostgreSQL the same connection hygiene (autocommit put back, dead connections dropped)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC
+
+import psycopg
+import pytest
+from sqlalchemy import literal, select, text
+from sqlalchemy.engine import make_url
+
+from rackflow.errors import Unavailable
+from rackflow.store import db as db_module
+from rackflow.store import schedules as store
+from rackflow.store.db import Database
+from tests.store.schedules_support import Env, make_env
+
+ONE = select(literal(1).label("one"))
+
+
+@pytest.fixture
+def env(db: Database) -> Env:
+    return make_env(db)
+
+
+async def test_fetch_reads_what_the_sqlalchemy_path_reads(env: Env) -> None:
+    made = await env.schedule("nightly", racks=[await env.rack("r1")])
+    async with env.db.read() as conn:
+        expected = await store.get_schedule(conn, made.id)
+    fetched = await store.fetch_schedule(env.db, made.id)
+    assert fetched == expected == made
+    assert fetched is not None and fetched.created_at.tzinfo is UTC
+
+
+async def test_fetch_of_an_unknown_id_is_none(env: Env) -> None:
+    made = await env.schedule("nightly", racks=[await env.rack("r1")])
+    await env.services.schedules.delete(made.id)
+    assert await store.fetch_schedule(env.db, made.id) is None
+
+
+@pytest.mark.postgres
+async def test_fetch_hands_back_a_connection_that_still_opens_transactions(postgres_url: str) -> None:
+    db = Database(postgres_url, pool_size=1)  # one connection: the fetch's and the transaction's
+    try:
+        assert [row.one for row in await db.fetch(ONE, {})] == [1]
+        started = text("SELECT xact_start, query_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+        async with db.transaction() as conn:
+            await conn.execute(text("SELECT pg_sleep(0.02)"))
+            xact_start, query_start = (await conn.execute(started)).one()
+        assert xact_start < query_start  # not left in autocommit
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_fetch_on_a_dead_connection_is_unavailable_once(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 3600.0)  # no checkout ping to hide the death
+    db = Database(postgres_url, pool_size=1)
+    env = make_env(db)
+    try:
+        suffix = uuid.uuid4().hex[:8]  # this database is not emptied between tests
+        made = await env.schedule(f"nightly-{suffix}", racks=[await env.rack(f"r-{suffix}")])
+        async with db.read() as conn:
+            pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        url = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(Unavailable, match="database unavailable"):
+            await store.fetch_schedule(db, made.id)
+        assert await store.fetch_schedule(db, made.id) == made  # a new connection
+    finally:
+        await db.dispose()
