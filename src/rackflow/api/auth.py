@@ -124,6 +124,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         rpc = rpc_name(handler_call_details.method)
         if handler is None or rpc is None or handler.unary_unary is None:
             return handler
+        if self.tokens is None and not is_mutating(rpc):
+            return handler  # any caller may read, and only mutations are audited: nothing to check
         return with_behavior(handler, self._guarded(rpc, handler.unary_unary))
 
     def _guarded(self, rpc: str, behavior: Behavior) -> Behavior:
