@@ -8,7 +8,7 @@ from datetime import UTC
 
 import psycopg
 import pytest
-from sqlalchemy import literal, select, text
+from sqlalchemy import func, literal, select, text
 from sqlalchemy.engine import make_url
 
 from rackflow.errors import Unavailable
@@ -18,6 +18,7 @@ from rackflow.store.db import Database
 from tests.store.schedules_support import Env, make_env
 
 ONE = select(literal(1).label("one"))
+PID = select(func.pg_backend_pid().label("pid"))
 
 
 @pytest.fixture
@@ -72,5 +73,21 @@ async def test_fetch_on_a_dead_connection_is_unavailable_once(
         with pytest.raises(Unavailable, match="database unavailable"):
             await store.fetch_schedule(db, made.id)
         assert await store.fetch_schedule(db, made.id) == made  # a new connection
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_fetch_replaces_a_connection_that_died_while_idle_unseen(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 0.0)  # every checkout pings
+    db = Database(postgres_url, pool_size=1)
+    try:
+        pid = (await db.fetch(PID, {}))[0].pid
+        url = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert (await db.fetch(PID, {}))[0].pid != pid  # no error: the checkout ping found it dead
     finally:
         await db.dispose()
