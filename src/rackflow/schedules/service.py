@@ -15,12 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.model import TargetSpec
-from rackflow.inventory.targets import resolve_targets
+from rackflow.inventory.model import ComponentsFilter, RackSelection, TargetSpec
+from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.inventory.text import check_text
 from rackflow.schedules import firing
 from rackflow.schedules.model import OverlapPolicy, Run, Schedule, Scope
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
+from rackflow.store import inventory as inventory_store
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import TaskManager, normalise_queue, validate_description, validate_operation
@@ -113,7 +114,7 @@ class ScheduleService:
         async with self.db.transaction() as conn:
             if await store.name_taken(conn, name):
                 raise AlreadyExists(f"{NAME_PATH}: a schedule named {name!r} already exists")
-            selections = await resolve_targets(conn, target)
+            selections = await self._resolve_locked(conn, target)
             schedule = Schedule(
                 id=uuid.uuid4(),
                 name=name,
@@ -268,7 +269,7 @@ class ScheduleService:
         """Merge the target's racks into the scope (see `scope.merge`); returns the whole resulting scope."""
         async with self.db.transaction() as conn:
             await self._load(conn, schedule_id, "schedule_id", lock=True)
-            incoming = await resolve_targets(conn, target)
+            incoming = await self._resolve_locked(conn, target)
             changes = merge(await store.list_scopes(conn, schedule_id), incoming)
             await self._apply(conn, schedule_id, changes)
             return await store.list_scopes(conn, schedule_id)
@@ -279,10 +280,36 @@ class ScheduleService:
         """Make the scope exactly `desired`; returns the resulting scope and what changed."""
         async with self.db.transaction() as conn:
             await self._load(conn, schedule_id, "schedule_id", lock=True)
-            wanted = await resolve_targets(conn, desired)
+            wanted = await self._resolve_locked(conn, desired)
             changes = reconcile(await store.list_scopes(conn, schedule_id), wanted)
             await self._apply(conn, schedule_id, changes)
             return await store.list_scopes(conn, schedule_id), changes
+
+    async def _resolve_locked(self, conn: AsyncConnection, target: TargetSpec) -> list[RackSelection]:
+        """Resolve the target for a scope write, with the racks of its component filters locked until commit.
+
+        RemoveComponent locks the component's rack before taking it out of scopes: holding those racks keeps
+        a component named here from vanishing before our scope row commits, and a component that vanished
+        since `resolve_targets` looked it up is NOT_FOUND, as it would have been a moment earlier.
+
+        Lock order: the schedule row (add, update), these racks in id order, then scope rows. No cycle: a
+        scope row we insert key-locks its rack, one we hold already (a target names one kind, so either all
+        its selections are filtered or we lock no rack, as before); RemoveComponent locks a rack and then
+        its scope rows, task submission only racks in id order, the dispatcher's write-back only scope rows.
+        None of them waits for a schedule row, and none that holds a scope row we want goes on to wait for
+        a rack we hold.
+        """
+        selections = await resolve_targets(conn, target)
+        named = {s.rack_id: s.filter.ids for s in selections if isinstance(s.filter, ComponentsFilter)}
+        if named:
+            await inventory_store.racks_for_update(self.db, conn, named)
+            ids = {c for component_ids in named.values() for c in component_ids}
+            vanished = ids - (await inventory_store.components_by_ids(conn, ids)).keys()
+            if vanished:  # components never change racks: one still here is still on its rack
+                await resolve_targets(conn, target)  # raises its NOT_FOUND, naming the target by position
+                # It resolved: an external id now names a component added meanwhile.
+                raise NotFound(f"{FIELD}: component {min(vanished)} was removed while the request ran")
+        return selections
 
     async def _apply(self, conn: AsyncConnection, schedule_id: uuid.UUID, changes: ScopeChanges) -> None:
         await store.delete_scopes(conn, [scope.id for scope in changes.to_remove])
