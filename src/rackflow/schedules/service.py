@@ -312,6 +312,8 @@ class ScheduleService:
         return selections
 
     async def _apply(self, conn: AsyncConnection, schedule_id: uuid.UUID, changes: ScopeChanges) -> None:
+        touched = [scope.id for scope in changes.to_remove] + [scope.id for scope, _ in changes.to_update]
+        await store.lock_scopes(self.db, conn, touched)
         await store.delete_scopes(conn, [scope.id for scope in changes.to_remove])
         for scope, value in changes.to_update:
             await store.set_scope_filter(conn, scope.id, value)

@@ -304,6 +304,17 @@ async def delete_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID])
         await conn.execute(delete(task_schedule_scope).where(task_schedule_scope.c.id.in_(chunk)))
 
 
+async def lock_scopes(db: Database, conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) -> None:
+    """Lock scope rows until commit, in id order: the order the dispatcher's write-back and RemoveComponent
+    take them in, so writers of several scope rows of one schedule wait for each other instead of
+    deadlocking (PostgreSQL; SQLite's single writer needs nothing)."""
+    if not scope_ids or not db.is_postgres:
+        return
+    for chunk in chunked(sorted(scope_ids)):
+        column = task_schedule_scope.c.id
+        await conn.execute(db.for_update(select(column).where(column.in_(chunk)).order_by(column)))
+
+
 async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID, uuid.UUID]) -> None:
     """Record each scope's newest task (one executemany); a scope removed since the firing is not updated.
 
