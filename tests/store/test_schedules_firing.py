@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.errors import FailedPrecondition, NotFound
+from rackflow.errors import FailedPrecondition, NotFound, Unavailable
 from rackflow.inventory.model import RackSelection
 from rackflow.schedules import firing
-from rackflow.schedules.firing import fire, task_description
-from rackflow.schedules.model import OverlapPolicy
+from rackflow.schedules.firing import RunResult, fire, task_description
+from rackflow.schedules.model import OverlapPolicy, Schedule
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.model import QueueOptions, TaskStatus
@@ -251,3 +255,146 @@ async def test_write_back_gives_up_at_its_deadline_and_keeps_the_tasks(
     assert runs[0].state == "running"  # left for the dispatcher's sweep to mark interrupted
     (scope,) = await env.services.schedules.list_scopes(schedule.id)
     assert scope.last_task_id is None
+
+
+async def _fire_by_hand(env: Env, schedule: Schedule) -> RunResult:
+    """Phase 1 by hand (a "running" run), then phases 2 and 3, as the dispatcher does."""
+    run_id, fired_at = uuid.uuid4(), env.clock.now()
+    async with env.db.transaction() as conn:
+        await store.insert_runs(conn, [store.NewRun(run_id, schedule.id, fired_at, "dispatch")])
+    scopes = await env.services.schedules.list_scopes(schedule.id)
+    return await fire(
+        env.db,
+        env.services.tasks,
+        env.clock,
+        schedule,
+        scopes,
+        trigger="dispatch",
+        fired_at=fired_at,
+        skip_scope_ids=set(),
+        run_id=run_id,
+    )
+
+
+def _lose_the_connection_after_the_submit_commits(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transaction that submits tasks commits, then raises `Unavailable`, as when the connection dies
+    during COMMIT after the database committed."""
+    real_transaction, real_submit_each_in = env.db.transaction, env.services.tasks.submit_each_in
+    submits: list[int] = []
+
+    async def counted_submit_each_in(*args: Any, **kwargs: Any) -> Any:
+        submits.append(1)
+        return await real_submit_each_in(*args, **kwargs)
+
+    @asynccontextmanager
+    async def transaction() -> AsyncIterator[AsyncConnection]:
+        submits_before = len(submits)
+        async with real_transaction() as conn:
+            yield conn
+        if len(submits) > submits_before:
+            raise Unavailable("database unavailable: server closed the connection unexpectedly")
+
+    monkeypatch.setattr(env.services.tasks, "submit_each_in", counted_submit_each_in)
+    monkeypatch.setattr(env.db, "transaction", transaction)
+
+
+async def test_a_submit_committed_but_reported_unavailable_records_the_tasks_it_made(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    busy, r1, r2 = await env.rack("busy"), await env.rack("r1"), await env.rack("r2")
+    await env.services.tasks.submit(
+        POWER_OFF, [RackSelection(busy.id)], description="manual", queue=QueueOptions()
+    )
+    schedule = await env.schedule(racks=[busy, r1, r2])
+    _lose_the_connection_after_the_submit_commits(env, monkeypatch)
+
+    result = await _fire_by_hand(env, schedule)
+
+    made, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    assert {t.rack_id for t in made} == {r1.id, r2.id}  # the busy rack's scope was refused
+    task_by_rack = {t.rack_id: t.id for t in made}
+    (run,) = [r for r in (await env.services.schedules.list_runs(schedule.id))[0] if r.id == result.run_id]
+    assert run.state == "completed"
+    for outcomes in (run.outcomes, result.outcomes):
+        by_rack = {o.rack_id: o for o in outcomes}
+        assert {rack: (o.outcome, o.task_id) for rack, o in by_rack.items()} == {
+            busy.id: ("failed", None),
+            r1.id: ("submitted", task_by_rack[r1.id]),
+            r2.id: ("submitted", task_by_rack[r2.id]),
+        }
+        assert by_rack[busy.id].error.startswith("not submitted: database unavailable")
+    scopes = {s.rack_id: s.last_task_id for s in await env.services.schedules.list_scopes(schedule.id)}
+    assert scopes == {busy.id: None, **task_by_rack}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [Unavailable("database unavailable: connection refused"), RuntimeError("a bug")],
+    ids=["connection-lost-before-commit", "bug"],
+)
+async def test_a_submit_that_fails_before_commit_records_every_scope_failed(
+    env: Env, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    r1, r2 = await env.rack("r1"), await env.rack("r2")
+    schedule = await env.schedule(racks=[r1, r2])
+    real_submit_each_in = env.services.tasks.submit_each_in
+
+    async def submit_then_fail(*args: Any, **kwargs: Any) -> Any:
+        await real_submit_each_in(*args, **kwargs)  # rows inserted, then rolled back
+        raise error
+
+    monkeypatch.setattr(env.services.tasks, "submit_each_in", submit_then_fail)
+
+    result = await _fire_by_hand(env, schedule)
+
+    assert (await env.services.tasks.list_tasks(schedule_id=schedule.id))[1] == 0
+    (run,) = (await env.services.schedules.list_runs(schedule.id))[0]
+    for outcomes in (run.outcomes, result.outcomes):
+        assert {(o.rack_id, o.outcome, o.task_id, o.error) for o in outcomes} == {
+            (rack.id, "failed", None, f"not submitted: {error}") for rack in (r1, r2)
+        }
+    assert {s.last_task_id for s in await env.services.schedules.list_scopes(schedule.id)} == {None}
+
+
+async def test_a_refused_scope_is_recorded_with_its_reason_and_nothing_is_looked_up(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    busy, free = await env.rack("busy"), await env.rack("free")
+    await env.services.tasks.submit(
+        POWER_OFF, [RackSelection(busy.id)], description="manual", queue=QueueOptions()
+    )
+    schedule = await env.schedule(racks=[busy, free])
+
+    async def no_lookup(*args: object) -> None:
+        raise AssertionError("a submit with a known outcome needs no lookup")
+
+    monkeypatch.setattr(store, "tasks_of_firings", no_lookup)
+
+    result = await _fire_by_hand(env, schedule)
+
+    outcomes = {o.rack_id: o for o in result.outcomes}
+    assert outcomes[busy.id].outcome == "failed" and outcomes[busy.id].task_id is None
+    assert "not submitted" not in outcomes[busy.id].error and "busy" in outcomes[busy.id].error
+    assert outcomes[free.id].outcome == "submitted"
+    (run,) = (await env.services.schedules.list_runs(schedule.id))[0]
+    assert run.outcomes == result.outcomes
+
+
+async def test_tasks_of_firings_finds_each_firings_tasks_by_schedule_description_and_rack(env: Env) -> None:
+    r1, r2 = await env.rack("r1"), await env.rack("r2")
+    schedule = await env.schedule(racks=[r1, r2], policy=OverlapPolicy.QUEUE)
+    first = await env.services.schedules.trigger(schedule.id)
+    first_description = task_description(schedule, env.clock.now())
+    env.clock.advance(timedelta(minutes=1))
+    second = await env.services.schedules.trigger(schedule.id)
+    second_description = task_description(schedule, env.clock.now())
+    tasks = {t.id: t for t in await env.services.tasks.get_tasks(first + second)}
+    async with env.db.read() as conn:
+        found = await store.tasks_of_firings(
+            conn, [(schedule.id, first_description), (uuid.uuid4(), second_description)]
+        )
+        both = await store.tasks_of_firings(
+            conn, [(schedule.id, first_description), (schedule.id, second_description)]
+        )
+    assert found == {(schedule.id, first_description, tasks[i].rack_id): i for i in first}
+    assert both == {(schedule.id, tasks[i].description, tasks[i].rack_id): i for i in first + second}

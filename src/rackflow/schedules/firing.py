@@ -5,9 +5,11 @@ A firing has three phases, so that no transaction is held while the task manager
 1. (caller, one transaction) lock the schedule row, advance it with `advance_after_firing`, set
    `last_run_at`, and record the run as "running" (`store.schedules.insert_run`). Once this commits, the
    tick is spent: whatever happens next, it is not fired again (at most once per tick).
-2. (`fire`, no transaction) submit one task per eligible scope. A scope that fails is logged and recorded
-   as "failed"; the other scopes still fire.
-3. (`fire`, a new transaction) write each scope's new `last_task_id` (the SKIP overlap check reads it) and
+2. (`fire`, one transaction) submit one task per eligible scope. A scope that fails is logged and recorded
+   as "failed"; the other scopes still fire. If the connection is lost (`Unavailable`), the transaction
+   may have committed before the client heard: the outcome is unknown.
+3. (`fire`, a new transaction) after an unknown outcome, look up which of the batch's tasks exist and record
+   those as "submitted"; then write each scope's new `last_task_id` (the SKIP overlap check reads it) and
    complete the run with its outcomes. Retried briefly: if it still fails, the tasks exist but the overlap
    check may see stale state until the next successful firing.
 
@@ -24,9 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from rackflow import metrics
 from rackflow.clock import Clock
-from rackflow.errors import RackflowError
+from rackflow.errors import RackflowError, Unavailable
 from rackflow.inventory.model import RackSelection
 from rackflow.schedules.model import Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.store import schedules as store
@@ -114,7 +118,7 @@ async def fire_batch(
     manager locks the batch's racks in id order, so concurrent batches on other instances cannot deadlock.
     """
     started = clock.now()
-    submitted = await _submit_all(db, tasks, firings)
+    submitted, outcome_unknown = await _submit_all(db, tasks, firings)
     results = [
         RunResult(
             f.run_id,
@@ -127,7 +131,9 @@ async def fire_batch(
         )
         for f in firings
     ]
-    await _write_back(db, firings, results)
+    results = await _write_back(db, firings, results, look_up_tasks=outcome_unknown)
+    if outcome_unknown and any(r.task_ids for r in results):
+        tasks.wake_executors()
     elapsed = (clock.now() - started).total_seconds()
     for firing, result in zip(firings, results, strict=True):
         metrics.FIRINGS.labels(firing.trigger).inc()
@@ -168,16 +174,20 @@ def _log_firing(firing: Firing, result: RunResult, elapsed: float) -> None:
 
 async def _submit_all(
     db: Database, tasks: TaskManager, firings: Sequence[Firing]
-) -> dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome]:
-    """Phase 2: every eligible scope's task, keyed by (run id, scope id); refusals become outcomes.
+) -> tuple[dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome], bool]:
+    """Phase 2: every eligible scope's outcome, keyed by (run id, scope id), and whether the outcome of the
+    submit transaction is unknown.
 
     All scopes go to the task manager in one transaction: it locks and reads their racks once and decides
     each scope as a request of its own, so a refused scope (conflict, full queue, rack gone) fails alone.
-    If the transaction itself fails, nothing was committed and every scope of the batch is "failed".
+    If the transaction itself fails, every scope of the batch is "failed". Any error but `Unavailable`
+    means nothing was committed: the database answered, or the error was raised before COMMIT. A lost
+    connection may have been lost during COMMIT, after the database committed: then the outcome is unknown,
+    and phase 3 looks up which tasks exist.
     """
     jobs = [(f, scope) for f in firings for scope in f.scopes if scope.id not in f.skip_scope_ids]
     if not jobs:
-        return {}
+        return {}, False
     submissions = [
         Submission(
             f.schedule.operation,
@@ -192,9 +202,19 @@ async def _submit_all(
         async with db.transaction() as conn:
             results = await tasks.submit_each_in(conn, submissions)
     except Exception as exc:
-        log.warning("firing batch of %d scope(s) not submitted: %s", len(jobs), exc)
+        outcome_unknown = isinstance(exc, Unavailable)
+        if outcome_unknown:
+            log.warning(
+                "firing batch of %d scope(s): submit outcome unknown (%s); the write-back will look up "
+                "which of its tasks were committed",
+                len(jobs),
+                exc,
+            )
+        else:
+            log.warning("firing batch of %d scope(s) not submitted: %s", len(jobs), exc)
         error = f"not submitted: {exc}" if str(exc) else f"not submitted: {type(exc).__name__}"
-        return {(f.run_id, sc.id): ScopeOutcome(sc.id, sc.rack_id, "failed", error=error) for f, sc in jobs}
+        failed = {(f.run_id, sc.id): ScopeOutcome(sc.id, sc.rack_id, "failed", error=error) for f, sc in jobs}
+        return failed, outcome_unknown
     tasks.wake_executors()
     outcomes: dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome] = {}
     for (firing, scope), result in zip(jobs, results, strict=True):
@@ -213,13 +233,18 @@ async def _submit_all(
             outcomes[(firing.run_id, scope.id)] = ScopeOutcome(
                 scope.id, scope.rack_id, "submitted", task_id=result[0].id
             )
-    return outcomes
+    return outcomes, False
 
 
-async def _write_back(db: Database, firings: Sequence[Firing], results: Sequence[RunResult]) -> None:
-    """Phase 3, retried: last_task_id per submitted scope, the completed runs, and run-history retention."""
-    task_by_scope = {o.scope_id: o.task_id for r in results for o in r.outcomes if o.task_id is not None}
-    outcomes_by_run = {r.run_id: r.outcomes for r in results}
+async def _write_back(
+    db: Database, firings: Sequence[Firing], results: Sequence[RunResult], *, look_up_tasks: bool
+) -> list[RunResult]:
+    """Phase 3, retried: last_task_id per submitted scope, the completed runs, and run-history retention.
+
+    `look_up_tasks` (the submit's outcome is unknown): first, in the same transaction, each "failed" scope
+    whose task exists becomes "submitted". Returns the results as recorded (as given if every attempt
+    failed).
+    """
     schedule_ids = {f.schedule.id for f in firings}
     deadline = time.monotonic() + WRITEBACK_DEADLINE_SECONDS
     delay = WRITEBACK_RETRY_DELAY_SECONDS
@@ -228,14 +253,50 @@ async def _write_back(db: Database, firings: Sequence[Firing], results: Sequence
         attempt += 1
         try:
             async with db.transaction() as conn:
+                recorded = await _with_tasks_found(conn, firings, results) if look_up_tasks else list(results)
+                task_by_scope = {o.scope_id: o.task_id for r in recorded for o in r.outcomes if o.task_id}
                 await store.set_last_task_ids(conn, task_by_scope)
-                await store.complete_runs(conn, outcomes_by_run)
+                await store.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
                 await store.prune_runs(conn, schedule_ids)
-            return
+            if look_up_tasks:
+                _log_tasks_found(results, recorded)
+            return recorded
         except Exception as exc:
             if time.monotonic() + delay > deadline:
                 log.exception("write-back of %d run(s) failed %d times; giving up", len(results), attempt)
-                return
+                return list(results)
             log.warning("write-back of %d run(s) failed (%s); retrying in %.1fs", len(results), exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, WRITEBACK_MAX_DELAY_SECONDS)
+
+
+async def _with_tasks_found(
+    conn: AsyncConnection, firings: Sequence[Firing], results: Sequence[RunResult]
+) -> list[RunResult]:
+    """The results with every "failed" scope whose task exists recorded as "submitted" with that task."""
+    descriptions = {f.run_id: task_description(f.schedule, f.fired_at) for f in firings}
+    found = await store.tasks_of_firings(conn, [(f.schedule.id, descriptions[f.run_id]) for f in firings])
+
+    def resolved(firing: Firing, outcome: ScopeOutcome) -> ScopeOutcome:
+        task_id = found.get((firing.schedule.id, descriptions[firing.run_id], outcome.rack_id))
+        if outcome.outcome != "failed" or task_id is None:
+            return outcome
+        return ScopeOutcome(outcome.scope_id, outcome.rack_id, "submitted", task_id=task_id)
+
+    return [
+        RunResult(r.run_id, tuple(resolved(f, o) for o in r.outcomes))
+        for f, r in zip(firings, results, strict=True)
+    ]
+
+
+def _log_tasks_found(unknown: Sequence[RunResult], recorded: Sequence[RunResult]) -> None:
+    in_doubt = sum(o.outcome == "failed" for r in unknown for o in r.outcomes)
+    found = sum(len(r.task_ids) for r in recorded)
+    log.warning(
+        "firing batch with an unknown submit outcome: %d of %d task(s) were committed after all and are "
+        "recorded as submitted; the other %d were not submitted",
+        found,
+        in_doubt,
+        in_doubt - found,
+        extra={"tasks_found": found, "tasks_in_doubt": in_doubt},
+    )

@@ -13,7 +13,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Row, Select, bindparam, delete, exists, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -344,6 +356,25 @@ async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) 
             .where(task_schedule_scope.c.id.in_(chunk), tasks.c.status.in_(ACTIVE_TASK_STATUSES))
         )
         found.update((await conn.execute(stmt)).scalars())
+    return found
+
+
+async def tasks_of_firings(
+    conn: AsyncConnection, firings: Collection[tuple[uuid.UUID, str]]
+) -> dict[tuple[uuid.UUID, str, uuid.UUID], uuid.UUID]:
+    """The tasks that exist for these firings, given as (schedule id, task description), keyed by (schedule
+    id, task description, rack id).
+
+    A firing's tasks carry its schedule id and its description (unique per firing), one per scope's rack;
+    this is how a firing whose submit transaction had an unknown outcome finds what it committed.
+    """
+    found: dict[tuple[uuid.UUID, str, uuid.UUID], uuid.UUID] = {}
+    for chunk in chunked(list(firings)):
+        stmt = select(tasks.c.schedule_id, tasks.c.description, tasks.c.rack_id, tasks.c.id).where(
+            tuple_(tasks.c.schedule_id, tasks.c.description).in_(chunk)
+        )
+        for row in (await conn.execute(stmt)).all():
+            found[(row.schedule_id, row.description, row.rack_id)] = row.id
     return found
 
 
