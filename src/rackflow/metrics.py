@@ -27,6 +27,9 @@ DUE_BACKLOG = Gauge(
     "Schedules due but not yet claimed (while draining, counted at most once a second).",
 )
 TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
+AUDIT_EVENTS_PRUNED = Counter(
+    "rackflow_audit_events_pruned_total", "Audit events this process deleted as older than --audit-retention."
+)
 
 
 def serve_metrics(listen: str) -> None:
