@@ -15,6 +15,8 @@ DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_DISPATCH_INTERVAL = "10s"
 DEFAULT_DISPATCH_BATCH = 10
 DEFAULT_DB_POOL_SIZE = 10
+# A floor against unit slips (`720m` for `720h`) that would empty a security record within the hour.
+MIN_AUDIT_RETENTION = timedelta(hours=1)
 
 
 class BackendName(enum.StrEnum):
@@ -45,6 +47,22 @@ def parse_interval(value: str, flag: str) -> timedelta:
     return timedelta(microseconds=max(1, ns // 1000))
 
 
+def parse_audit_retention(value: str) -> timedelta | None:
+    """`--audit-retention`: a Go duration of at least MIN_AUDIT_RETENTION, or None (keep every event) for
+    an empty value or a zero (`0`, `0s`, `0h`)."""
+    flag = "--audit-retention"
+    try:
+        ns = parse_go_duration(value) if value else 0
+    except ValueError as exc:
+        raise InvalidArgument(f"{flag}: {exc}") from None
+    if ns == 0:
+        return None
+    retention = timedelta(microseconds=ns // 1000)
+    if retention < MIN_AUDIT_RETENTION:
+        raise InvalidArgument(f"{flag}: must be at least 1h, or 0 to keep every event, got {value!r}")
+    return retention
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     db: str = DEFAULT_DB
@@ -65,6 +83,8 @@ class ServeConfig:
     tls: ServerTls | None = None
     tokens: TokenTable | None = field(default=None, repr=False)
     insecure: bool = False
+    # Audit events older than this are deleted; None keeps them forever (an operator's explicit choice).
+    audit_retention: timedelta | None = None
 
     def __post_init__(self) -> None:
         host, _ = parse_host_port(self.listen, "--listen")

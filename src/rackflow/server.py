@@ -1,4 +1,5 @@
-"""Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher.
+"""Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher, audit
+pruner.
 
 Every process is a full peer: it serves the API, runs tasks and fires schedules. Several processes may share
 one PostgreSQL database; the store's row claims keep them from doing the same work twice.
@@ -19,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from rackflow.api.audit import AuditInterceptor
 from rackflow.api.auth import AuthInterceptor
 from rackflow.api.servicer import FlowServicer
+from rackflow.audit_retention import AuditPruner
 from rackflow.clock import SystemClock
 from rackflow.config import BackendName, ServeConfig, parse_host_port
 from rackflow.metrics import serve_metrics
@@ -119,6 +121,8 @@ class RackflowServer:
                 lease_ttl=self.config.lease_ttl,
             )
             self._spawn("dispatcher", dispatcher.run)
+        if self.config.audit_retention is not None:
+            self._spawn("audit pruner", AuditPruner(self.db, self.config.audit_retention).run)
         if self.config.metrics_listen:
             serve_metrics(self.config.metrics_listen)
             log.info("metrics on http://%s/metrics", self.config.metrics_listen)

@@ -20,6 +20,7 @@ from rackflow.config import (
     BackendName,
     LogFormat,
     ServeConfig,
+    parse_audit_retention,
     parse_interval,
 )
 from rackflow.errors import RackflowError
@@ -113,6 +114,13 @@ _db_option = click.option(
     help="How long a silent instance keeps its tasks and runs before others take them over.",
 )
 @click.option(
+    "--audit-retention",
+    envvar="RACKFLOW_AUDIT_RETENTION",
+    default="0",
+    show_default=True,
+    help="Delete audit events older than this (Go duration, at least 1h); 0 keeps every event.",
+)
+@click.option(
     "--tls-cert",
     envvar="RACKFLOW_TLS_CERT",
     default=None,
@@ -150,6 +158,7 @@ def serve(
     clock_offset: str,
     db_pool_size: int,
     lease_ttl: str,
+    audit_retention: str,
     tls_cert: str | None,
     tls_key: str | None,
     tls_client_ca: str | None,
@@ -179,6 +188,7 @@ def serve(
             tls=ServerTls.from_flags(tls_cert, tls_key, tls_client_ca),
             tokens=load_tokens(auth_tokens, os.environ),
             insecure=insecure,
+            audit_retention=parse_audit_retention(audit_retention),
         )
     except RackflowError as exc:
         raise click.UsageError(str(exc)) from None

@@ -1,0 +1,94 @@
+"""`rackflow serve --audit-retention`: what an operator types, what the server is given, what is refused."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from rackflow import logs, server
+from rackflow.cli.serve import serve
+from rackflow.config import ServeConfig, parse_audit_retention
+from rackflow.errors import InvalidArgument
+
+
+@pytest.mark.parametrize(
+    ("text", "retention"),
+    [
+        ("", None),
+        ("0", None),
+        ("0s", None),
+        ("0h", None),
+        ("1h", timedelta(hours=1)),
+        ("2160h", timedelta(days=90)),
+        ("90m30s", timedelta(minutes=90, seconds=30)),
+    ],
+)
+def test_parse_audit_retention(text: str, retention: timedelta | None) -> None:
+    assert parse_audit_retention(text) == retention
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("59m59s", r"--audit-retention: must be at least 1h, or 0 to keep every event, got '59m59s'"),
+        ("1s", "must be at least 1h"),
+        ("-24h", "must be at least 1h"),
+        ("30d", r"--audit-retention: .*30d"),
+        ("24", r"--audit-retention: .*24"),
+    ],
+)
+def test_parse_audit_retention_refuses_short_negative_and_malformed_values(text: str, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        parse_audit_retention(text)
+
+
+class _Started(Exception):
+    """Raised by the stand-in server, so `serve` ends right after it built the config."""
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[ServeConfig]:
+    """The configs `rackflow serve` started a server with; nothing listens and logging is left alone."""
+    configs: list[ServeConfig] = []
+
+    def record(config: ServeConfig) -> Any:
+        configs.append(config)
+        raise _Started
+
+    monkeypatch.setattr(server, "RackflowServer", record)
+    monkeypatch.setattr(logs, "configure", lambda _fmt: None)
+    return configs
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "retention"),
+    [
+        ([], {}, None),
+        (["--audit-retention", "720h"], {}, timedelta(days=30)),
+        ([], {"RACKFLOW_AUDIT_RETENTION": "48h"}, timedelta(hours=48)),
+        (["--audit-retention", "0"], {"RACKFLOW_AUDIT_RETENTION": "48h"}, None),  # the flag wins
+    ],
+)
+def test_serve_passes_the_retention_to_the_server(
+    started: list[ServeConfig], args: list[str], env: dict[str, str], retention: timedelta | None
+) -> None:
+    result = CliRunner().invoke(serve, args, env={"RACKFLOW_AUDIT_RETENTION": None, **env})
+    assert isinstance(result.exception, _Started), result.output
+    assert [config.audit_retention for config in started] == [retention]
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--audit-retention", "30m"], {}), ([], {"RACKFLOW_AUDIT_RETENTION": "30m"})],
+    ids=["flag", "variable"],
+)
+def test_serve_refuses_a_short_retention_before_starting(
+    started: list[ServeConfig], args: list[str], env: dict[str, str]
+) -> None:
+    result = CliRunner().invoke(serve, args, env=env)
+    assert result.exit_code == 2
+    assert "--audit-retention: must be at least 1h, or 0 to keep every event, got '30m'" in result.output
+    assert started == []
