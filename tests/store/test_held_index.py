@@ -9,7 +9,6 @@ parameter values and, on PostgreSQL, generically.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -22,10 +21,10 @@ from rackflow.clock import SystemClock
 from rackflow.services import Services
 from rackflow.store.db import Database
 from rackflow.store.tables import instances, metadata, racks, tasks
+from tests.store.query_plans import explain, explain_generic
 
 HELD_INDEX = "ix_tasks_held"
 ENDED_TASKS = 5000
-PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
@@ -97,33 +96,12 @@ async def _sweep_statement(db: Database) -> tuple[str, Any]:
     return sent[0]
 
 
-def _plan(rows: Any) -> str:
-    return "\n".join(" ".join(str(col) for col in row) for row in rows)
-
-
-def _literal(value: object) -> str:
-    text = value.isoformat() if isinstance(value, datetime) else str(value)
-    return "'" + text.replace("'", "''") + "'"
-
-
 async def test_the_sweep_reads_the_held_index(history: Database) -> None:
-    statement, parameters = await _sweep_statement(history)
-    prefix = "EXPLAIN " if history.is_postgres else "EXPLAIN QUERY PLAN "
-    async with history.read() as conn:
-        plan = _plan((await conn.exec_driver_sql(prefix + statement, parameters)).all())
+    plan = await explain(history, *await _sweep_statement(history))
     assert HELD_INDEX in plan, plan
 
 
 @pytest.mark.postgres
 async def test_the_sweep_reads_the_held_index_when_prepared_generically(pg_history: Database) -> None:
-    statement, parameters = await _sweep_statement(pg_history)
-    names = list(dict.fromkeys(PLACEHOLDER.findall(statement)))
-    numbered = PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", statement)
-    arguments = ", ".join(_literal(parameters[name]) for name in names)
-    async with pg_history.transaction() as conn:
-        await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
-        await conn.exec_driver_sql(f"PREPARE held_sweep AS {numbered}")
-        plan = _plan((await conn.exec_driver_sql(f"EXPLAIN EXECUTE held_sweep({arguments})")).all())
-        await conn.exec_driver_sql("DEALLOCATE held_sweep")
-    assert "$1" in plan or "$2" in plan, f"not a generic plan:\n{plan}"
+    plan = await explain_generic(pg_history, *await _sweep_statement(pg_history))
     assert HELD_INDEX in plan, plan

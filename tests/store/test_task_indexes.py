@@ -29,20 +29,16 @@ from rackflow.store import task_runs
 from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
 from rackflow.store.tables import instances, metadata, racks, task_schedule, task_schedule_scope, tasks
+from tests.store.query_plans import explain, explain_generic
 
 ACTIVE_INDEX = "ix_tasks_active"
 ENDED_TASKS = 20_000
 RACKS = 200
-PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 # A read of every row of tasks (or of its alias `blocker`), in either database's EXPLAIN.
 FULL_SCAN = re.compile(r"Seq Scan on tasks\b|\bSCAN (tasks|blocker)\b")
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 NOW = datetime(2026, 3, 2, tzinfo=UTC)
 LEASE = timedelta(seconds=15)
-# The types psycopg sends these values as; text goes as `unknown`, for the server to infer from its use.
-PG_TYPES: tuple[tuple[type, str], ...] = (
-    (uuid.UUID, "uuid"), (datetime, "timestamptz"), (timedelta, "interval"), (int, "integer")
-)
 
 
 @dataclass(frozen=True)
@@ -188,19 +184,6 @@ async def _statement(history: History, hot: Hot) -> tuple[str, Any]:
     return sent[0]
 
 
-def _plan(rows: Any) -> str:
-    return "\n".join(" ".join(str(col) for col in row) for row in rows)
-
-
-def _literal(value: object) -> str:
-    text = value.isoformat() if isinstance(value, datetime) else str(value)
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _pg_type(value: object) -> str:
-    return next((pg_type for python_type, pg_type in PG_TYPES if isinstance(value, python_type)), "unknown")
-
-
 def _assert_reads_indexes(hot: Hot, plan: str) -> None:
     assert not FULL_SCAN.search(plan), f"a full scan of tasks:\n{plan}"
     if hot.index is not None:
@@ -209,25 +192,12 @@ def _assert_reads_indexes(hot: Hot, plan: str) -> None:
 
 @pytest.mark.parametrize("name", HOT)
 async def test_reads_indexes(history: History, name: str) -> None:
-    statement, parameters = await _statement(history, HOT[name])
-    prefix = "EXPLAIN " if history.db.is_postgres else "EXPLAIN QUERY PLAN "
-    async with history.db.read() as conn:
-        plan = _plan((await conn.exec_driver_sql(prefix + statement, parameters)).all())
+    plan = await explain(history.db, *await _statement(history, HOT[name]))
     _assert_reads_indexes(HOT[name], plan)
 
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("name", HOT)
 async def test_reads_indexes_when_prepared_generically(pg_history: History, name: str) -> None:
-    statement, parameters = await _statement(pg_history, HOT[name])
-    names = list(dict.fromkeys(PLACEHOLDER.findall(statement)))
-    numbered = PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", statement)
-    types = ", ".join(_pg_type(parameters[name]) for name in names)
-    arguments = ", ".join(_literal(parameters[name]) for name in names)
-    async with pg_history.db.transaction() as conn:
-        await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
-        await conn.exec_driver_sql(f"PREPARE hot ({types}) AS {numbered}")
-        plan = _plan((await conn.exec_driver_sql(f"EXPLAIN EXECUTE hot({arguments})")).all())
-        await conn.exec_driver_sql("DEALLOCATE hot")
-    assert re.search(r"\$\d", plan), f"not a generic plan:\n{plan}"
+    plan = await explain_generic(pg_history.db, *await _statement(pg_history, HOT[name]))
     _assert_reads_indexes(HOT[name], plan)

@@ -1,0 +1,54 @@
+"""EXPLAIN helpers for the index tests: the plan of a statement the code really sent, as PostgreSQL or
+SQLite would run it with its values (custom plan), and as PostgreSQL may run it once psycopg has prepared
+it (generic plan, where a partial index whose predicate depends on a parameter cannot be used)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from rackflow.store.db import Database
+
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+# The types psycopg sends these values as; text goes as `unknown`, for the server to infer from its use.
+PG_TYPES: tuple[tuple[type, str], ...] = (
+    (uuid.UUID, "uuid"), (datetime, "timestamptz"), (timedelta, "interval"), (int, "integer")
+)
+
+
+async def explain(db: Database, statement: str, parameters: Any) -> str:
+    """The plan of `statement` with its parameters bound (PostgreSQL or SQLite)."""
+    prefix = "EXPLAIN " if db.is_postgres else "EXPLAIN QUERY PLAN "
+    async with db.read() as conn:
+        return _text((await conn.exec_driver_sql(prefix + statement, parameters)).all())
+
+
+async def explain_generic(db: Database, statement: str, parameters: dict[str, Any]) -> str:
+    """PostgreSQL's generic plan of `statement`: prepared with typed `$n` parameters, planned with
+    `plan_cache_mode = force_generic_plan`."""
+    names = list(dict.fromkeys(PLACEHOLDER.findall(statement)))
+    numbered = PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", statement)
+    types = ", ".join(_pg_type(parameters[name]) for name in names)
+    arguments = ", ".join(_literal(parameters[name]) for name in names)
+    async with db.transaction() as conn:
+        await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+        await conn.exec_driver_sql(f"PREPARE explained ({types}) AS {numbered}")
+        plan = _text((await conn.exec_driver_sql(f"EXPLAIN EXECUTE explained({arguments})")).all())
+        await conn.exec_driver_sql("DEALLOCATE explained")
+    assert re.search(r"\$\d", plan), f"not a generic plan:\n{plan}"
+    return plan
+
+
+def _text(rows: Any) -> str:
+    return "\n".join(" ".join(str(col) for col in row) for row in rows)
+
+
+def _literal(value: object) -> str:
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _pg_type(value: object) -> str:
+    return next((pg_type for python_type, pg_type in PG_TYPES if isinstance(value, python_type)), "unknown")
