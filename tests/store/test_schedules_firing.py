@@ -152,28 +152,14 @@ async def test_fire_records_skipped_scopes_and_keeps_their_last_task(env: Env) -
     assert overlapping == {skipped.id}
 
     env.clock.advance(timedelta(hours=1))
-    run_id = uuid.uuid4()
-    fired_at = env.clock.now()
-    async with env.db.transaction() as conn:
-        await store.insert_runs(conn, [store.NewRun(run_id, schedule.id, fired_at, "dispatch")])
-    result = await fire(
-        env.db,
-        env.services.tasks,
-        env.clock,
-        schedule,
-        scopes,
-        trigger="dispatch",
-        fired_at=fired_at,
-        skip_scope_ids=overlapping,
-        run_id=run_id,
-    )
+    result = await _fire_by_hand(env, schedule, skip_scope_ids=overlapping)
     (new_task,) = result.task_ids
     outcomes = {o.rack_id: o.outcome for o in result.outcomes}
     assert outcomes == {r1.id: "skipped_overlap", r2.id: "submitted"}
     after = {s.rack_id: s.last_task_id for s in await env.services.schedules.list_scopes(schedule.id)}
     assert after[r1.id] in first_ids and after[r2.id] == new_task
     runs, total = await env.services.schedules.list_runs(schedule.id)
-    assert total == 2 and runs[0].id == run_id and runs[0].trigger == "dispatch"
+    assert total == 2 and runs[0].id == result.run_id and runs[0].trigger == "dispatch"
 
 
 async def test_runs_are_listed_newest_first_with_paging(env: Env) -> None:
@@ -257,7 +243,9 @@ async def test_write_back_gives_up_at_its_deadline_and_keeps_the_tasks(
     assert scope.last_task_id is None
 
 
-async def _fire_by_hand(env: Env, schedule: Schedule) -> RunResult:
+async def _fire_by_hand(
+    env: Env, schedule: Schedule, *, skip_scope_ids: set[uuid.UUID] | None = None
+) -> RunResult:
     """Phase 1 by hand (a "running" run), then phases 2 and 3, as the dispatcher does."""
     run_id, fired_at = uuid.uuid4(), env.clock.now()
     async with env.db.transaction() as conn:
@@ -271,7 +259,7 @@ async def _fire_by_hand(env: Env, schedule: Schedule) -> RunResult:
         scopes,
         trigger="dispatch",
         fired_at=fired_at,
-        skip_scope_ids=set(),
+        skip_scope_ids=skip_scope_ids or set(),
         run_id=run_id,
     )
 
