@@ -15,6 +15,7 @@ import logging
 from datetime import timedelta
 
 from rackflow import metrics
+from rackflow.clock import sleep_unless_stopped
 from rackflow.store import audit as store
 from rackflow.store.db import Database
 
@@ -47,8 +48,7 @@ class AuditPruner:
                 await self.prune_once(stop)
             except Exception as exc:
                 log.warning("audit prune failed (%s); retrying in %s", exc, self.every)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.every.total_seconds())
+            await sleep_unless_stopped(stop, self.every)
 
     async def prune_once(self, stop: asyncio.Event) -> int:
         """Delete the events past the retention, chunk by chunk; `stop` ends it after the current chunk, so a

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -35,3 +37,10 @@ class FakeClock:
 
     def advance(self, delta: timedelta) -> None:
         self._now += delta
+
+
+async def sleep_unless_stopped(stop: asyncio.Event, delay: timedelta) -> bool:
+    """Wait `delay`, or less if `stop` is set first (the background loops' pause); True when stopping."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), delay.total_seconds())
+    return stop.is_set()

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import failpoints, metrics
+from rackflow.clock import sleep_unless_stopped
 from rackflow.schedules.firing import Firing, advance_after_firing, fire_batch
 from rackflow.schedules.model import OverlapPolicy
 from rackflow.services import Services
@@ -91,7 +92,7 @@ class Dispatcher:
             except Exception as exc:
                 slots.release()
                 log.warning("dispatch poll failed (%s); retrying in %ss", exc, ERROR_BACKOFF.total_seconds())
-                await _sleep(stop, ERROR_BACKOFF)
+                await sleep_unless_stopped(stop, ERROR_BACKOFF)
                 continue
             if claimed:
                 task = asyncio.create_task(self._fire_then_release(claimed, started, slots))
@@ -104,7 +105,7 @@ class Dispatcher:
                 continue  # draining: more are probably due
             with contextlib.suppress(Exception):
                 await self.sweep_abandoned_runs()
-            await _sleep(stop, self.interval)
+            await sleep_unless_stopped(stop, self.interval)
         if firing:
             await asyncio.gather(*firing)
         log.info("dispatcher stopped")
@@ -197,7 +198,3 @@ class Dispatcher:
         if marked:
             log.warning("marked %d run(s) of stopped instances as interrupted", marked)
 
-
-async def _sleep(stop: asyncio.Event, delay: timedelta) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), delay.total_seconds())

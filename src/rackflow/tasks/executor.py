@@ -33,14 +33,13 @@ import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.clock import Clock
+from rackflow.clock import Clock, sleep_unless_stopped
 from rackflow.inventory.model import Component
 from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
@@ -248,11 +247,11 @@ class Executor:
                 return
             except Exception:
                 log.exception("cannot register instance %s; retrying", self.instance_id)
-                if await _sleep(stop, self.poll_interval):
+                if await sleep_unless_stopped(stop, timedelta(seconds=self.poll_interval)):
                     return
 
     async def _keep_lease(self, stop: asyncio.Event) -> None:
-        while not await _sleep(stop, self.lease_ttl.total_seconds() / 3):
+        while not await sleep_unless_stopped(stop, self.lease_ttl / 3):
             try:
                 if not await instances.heartbeat(self.db, self.instance_id):
                     log.warning("instance %s was unregistered; registering again", self.instance_id)
@@ -397,9 +396,3 @@ def _done(task: Task, count: int) -> str:
         text += f" to {task.operation.target_version}"
     return text
 
-
-async def _sleep(stop: asyncio.Event, seconds: float) -> bool:
-    """Sleep unless `stop` is set first; True when stopping."""
-    with suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    return stop.is_set()
