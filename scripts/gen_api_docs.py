@@ -164,8 +164,14 @@ def compile_descriptor(proto_root: Path) -> FileDescriptorProto:
         out = Path(tmp) / "flow.pb"
         subprocess.run(
             [
-                sys.executable, "-m", "grpc_tools.protoc", f"-I{proto_root}", "--include_imports",
-                "--include_source_info", f"--descriptor_set_out={out}", PROTO,
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
+                f"-I{proto_root}",
+                "--include_imports",
+                "--include_source_info",
+                f"--descriptor_set_out={out}",
+                PROTO,
             ],
             check=True,
         )

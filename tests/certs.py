@@ -32,9 +32,23 @@ def make_ca(directory: Path, name: str) -> KeyPair:
     """A self-signed CA named `name`."""
     pair = KeyPair(directory / f"{name}.pem", directory / f"{name}.key")
     _new_key(pair.key)
-    _openssl("req", "-x509", "-new", "-key", pair.key, "-out", pair.cert, "-days", "2",
-             "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    _openssl(
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        pair.key,
+        "-out",
+        pair.cert,
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     return pair
 
 
@@ -50,8 +64,23 @@ def make_cert(directory: Path, ca: KeyPair, common_name: str, *, server: bool) -
         if server
         else "extendedKeyUsage=clientAuth\n"
     )
-    _openssl("x509", "-req", "-in", csr, "-CA", ca.cert, "-CAkey", ca.key, "-CAcreateserial",
-             "-out", pair.cert, "-days", "2", "-extfile", extensions)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        csr,
+        "-CA",
+        ca.cert,
+        "-CAkey",
+        ca.key,
+        "-CAcreateserial",
+        "-out",
+        pair.cert,
+        "-days",
+        "2",
+        "-extfile",
+        extensions,
+    )
     return pair
 
 

@@ -178,8 +178,14 @@ def check_exposure(host: str, *, tls: bool, auth: bool, insecure: bool) -> None:
     """Refuse to serve beyond this machine without TLS and authentication, unless told to."""
     if is_loopback(host) or insecure or (tls and auth):
         return
-    missing = [what for what, ok in (("TLS (--tls-cert/--tls-key)", tls),
-                                     ("authentication (--auth-tokens or --tls-client-ca)", auth)) if not ok]
+    missing = [
+        what
+        for what, ok in (
+            ("TLS (--tls-cert/--tls-key)", tls),
+            ("authentication (--auth-tokens or --tls-client-ca)", auth),
+        )
+        if not ok
+    ]
     raise InvalidArgument(
         f"--listen: {host!r} is reachable beyond this machine, but {' and '.join(missing)} "
         f"{'are' if len(missing) > 1 else 'is'} not configured; "

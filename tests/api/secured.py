@@ -18,10 +18,12 @@ from rackflow.v1 import flow_pb2, flow_pb2_grpc
 
 VIEWER_TOKEN = "viewer-secret-7f3a0c"
 OPERATOR_TOKEN = "operator-secret-91c2d4"
-TOKENS = TokenTable((
-    TokenEntry("dashboard", Role.VIEWER, hash_token(VIEWER_TOKEN)),
-    TokenEntry("oncall", Role.OPERATOR, hash_token(OPERATOR_TOKEN)),
-))
+TOKENS = TokenTable(
+    (
+        TokenEntry("dashboard", Role.VIEWER, hash_token(VIEWER_TOKEN)),
+        TokenEntry("oncall", Role.OPERATOR, hash_token(OPERATOR_TOKEN)),
+    )
+)
 FLOW = flow_pb2.DESCRIPTOR.services_by_name["Flow"].full_name
 HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 

@@ -87,7 +87,10 @@ async def test_a_failed_mutation_records_its_code_and_message(stub: FlowStub, cl
         await stub.CreateRack(pb.CreateRackRequest(name=""), metadata=OPERATOR)
     invalid, not_found = await events(stub)
     assert (not_found.method, not_found.outcome, [i.id for i in not_found.target_ids]) == (
-        "DeleteRack", "NOT_FOUND", [missing])
+        "DeleteRack",
+        "NOT_FOUND",
+        [missing],
+    )
     assert missing in not_found.error
     assert (invalid.method, invalid.outcome) == ("CreateRack", "INVALID_ARGUMENT")
 
@@ -101,8 +104,9 @@ async def test_operations_record_the_racks_and_the_submitted_tasks(stub: FlowStu
     assert [i.id for i in event.target_ids] == [rack.id.id, *(t.id for t in submitted.task_ids)]
 
 
-async def test_schedule_changes_carry_before_and_after(stub: FlowStub, services: Services,
-                                                       clock: FakeClock) -> None:
+async def test_schedule_changes_carry_before_and_after(
+    stub: FlowStub, services: Services, clock: FakeClock
+) -> None:
     await services.inventory.create_rack("r1")
     await services.inventory.create_rack("r2")
     schedule = await create_schedule(stub)
@@ -112,8 +116,9 @@ async def test_schedule_changes_carry_before_and_after(stub: FlowStub, services:
     add_r2 = pb.AddTaskScheduleScopeRequest(schedule_id=schedule.id, target_spec=racks_spec("r2"))
     added = await stub.AddTaskScheduleScope(add_r2, metadata=OPERATOR)
     clock.advance(SECOND)
-    await stub.RemoveTaskScheduleScope(pb.RemoveTaskScheduleScopeRequest(scope_id=added.scopes[0].id),
-                                       metadata=OPERATOR)
+    await stub.RemoveTaskScheduleScope(
+        pb.RemoveTaskScheduleScopeRequest(scope_id=added.scopes[0].id), metadata=OPERATOR
+    )
     clock.advance(SECOND)
     await stub.DeleteTaskSchedule(pb.DeleteTaskScheduleRequest(id=schedule.id), metadata=OPERATOR)
 
@@ -122,6 +127,7 @@ async def test_schedule_changes_carry_before_and_after(stub: FlowStub, services:
     def snapshots(event: pb.AuditEvent) -> tuple[dict[str, object] | None, dict[str, object] | None]:
         def load(text: str) -> dict[str, object] | None:
             return json.loads(text) if text else None
+
         return load(event.schedule_before_json), load(event.schedule_after_json)
 
     before, after = snapshots(create)
@@ -153,8 +159,10 @@ async def test_list_filters_pages_and_counts_newest_first(stub: FlowStub, clock:
     assert [e.method for e in newest_first] == ["DeleteRack", "CreateRack", "CreateRack", "CreateRack"]
     assert [json.loads(e.request_json)["name"] for e in newest_first[1:]] == ["r3", "r2", "r1"]
 
-    page = await stub.ListAuditEvents(pb.ListAuditEventsRequest(
-        method="CreateRack", pagination=pb.Pagination(offset=1, limit=1)), metadata=VIEWER)
+    page = await stub.ListAuditEvents(
+        pb.ListAuditEventsRequest(method="CreateRack", pagination=pb.Pagination(offset=1, limit=1)),
+        metadata=VIEWER,
+    )
     assert page.total == 3
     assert [json.loads(e.request_json)["name"] for e in page.events] == ["r2"]
 
@@ -165,13 +173,17 @@ async def test_list_filters_pages_and_counts_newest_first(stub: FlowStub, clock:
     assert await events(stub, principal="dashboard") == []
 
 
-@pytest.mark.parametrize(("request_", "field"), [
-    (pb.ListAuditEventsRequest(method="DropAllTables"), "method"),
-    (pb.ListAuditEventsRequest(principal="x" * 256), "principal"),
-    (pb.ListAuditEventsRequest(pagination=pb.Pagination(limit=100_000)), "pagination.limit"),
-])
-async def test_bad_filters_are_invalid_argument(stub: FlowStub, request_: pb.ListAuditEventsRequest,
-                                                field: str) -> None:
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (pb.ListAuditEventsRequest(method="DropAllTables"), "method"),
+        (pb.ListAuditEventsRequest(principal="x" * 256), "principal"),
+        (pb.ListAuditEventsRequest(pagination=pb.Pagination(limit=100_000)), "pagination.limit"),
+    ],
+)
+async def test_bad_filters_are_invalid_argument(
+    stub: FlowStub, request_: pb.ListAuditEventsRequest, field: str
+) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await stub.ListAuditEvents(request_, metadata=VIEWER)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -206,8 +218,9 @@ async def stored_events(db: Database) -> list[audit_store.AuditEvent]:
     return found
 
 
-async def test_the_after_snapshot_is_what_a_read_back_gives(stub: FlowStub, services: Services,
-                                                             clock: FakeClock) -> None:
+async def test_the_after_snapshot_is_what_a_read_back_gives(
+    stub: FlowStub, services: Services, clock: FakeClock
+) -> None:
     await services.inventory.create_rack("r1")
     await services.inventory.create_rack("r2")
     schedule = await create_schedule(stub)
@@ -239,8 +252,18 @@ async def test_concurrent_events_share_one_insert_and_are_committed_when_recorde
     interceptor = audit_interceptor.AuditInterceptor(services.db, services.clock)
     principal = current_principal.set(Principal("oncall", Role.OPERATOR, "token"))
     calls = [
-        *(interceptor.record("PauseTaskSchedule", pb.PauseTaskScheduleRequest(id=s.id),
-                             None, "OK", "", uuid.UUID(s.id.id), None) for s in schedules),
+        *(
+            interceptor.record(
+                "PauseTaskSchedule",
+                pb.PauseTaskScheduleRequest(id=s.id),
+                None,
+                "OK",
+                "",
+                uuid.UUID(s.id.id),
+                None,
+            )
+            for s in schedules
+        ),
         interceptor.record("CreateRack", pb.CreateRackRequest(name="r2"), None, "OK", "", None, None),
     ]
     await asyncio.gather(*calls)

@@ -39,18 +39,23 @@ async def refused(call: object) -> grpc.aio.AioRpcError:
     return info.value
 
 
-@pytest.mark.parametrize("metadata", [
-    (),
-    (("authorization", "Bearer not-a-known-token"),),
-    (("authorization", f"Basic {VIEWER_TOKEN}"),),
-    (("authorization", "Bearer "),),
-])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        (),
+        (("authorization", "Bearer not-a-known-token"),),
+        (("authorization", f"Basic {VIEWER_TOKEN}"),),
+        (("authorization", "Bearer "),),
+    ],
+)
 async def test_missing_or_unknown_token_is_unauthenticated(
     stub: FlowStub, metadata: tuple[tuple[str, str], ...], db: Database
 ) -> None:
     before = await table_counts(db)
-    for call in (stub.ListRacks(pb.ListRacksRequest(), metadata=metadata),
-                 stub.CreateRack(pb.CreateRackRequest(name="r1"), metadata=metadata)):
+    for call in (
+        stub.ListRacks(pb.ListRacksRequest(), metadata=metadata),
+        stub.CreateRack(pb.CreateRackRequest(name="r1"), metadata=metadata),
+    ):
         error = await refused(call)
         assert error.code() == grpc.StatusCode.UNAUTHENTICATED
     assert await table_counts(db) == before
@@ -85,9 +90,18 @@ def test_every_rpc_is_classified_by_its_name() -> None:
     """The role rule is by prefix; this pins which RPCs a viewer may call, so a new RPC is a decision."""
     reads = {name for name in RPC_NAMES if not is_mutating(name)}
     assert reads == {
-        "GetRack", "ListRacks", "ListNVLDomains", "ListTasks", "GetTasksByIDs", "GetTaskSchedule",
-        "ListTaskSchedules", "ListTaskScheduleScopes", "CheckScheduleConflicts", "PreviewScheduleSpec",
-        "ListTaskScheduleRuns", "ListAuditEvents",
+        "GetRack",
+        "ListRacks",
+        "ListNVLDomains",
+        "ListTasks",
+        "GetTasksByIDs",
+        "GetTaskSchedule",
+        "ListTaskSchedules",
+        "ListTaskScheduleScopes",
+        "CheckScheduleConflicts",
+        "PreviewScheduleSpec",
+        "ListTaskScheduleRuns",
+        "ListAuditEvents",
     }
 
 
@@ -95,8 +109,12 @@ async def test_health_and_reflection_need_no_token(channel: grpc.aio.Channel) ->
     check = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
     assert check.status == health_pb2.HealthCheckResponse.SERVING
     reflect = reflection_pb2_grpc.ServerReflectionStub(channel)
-    replies = [r async for r in reflect.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(
-        list_services="")]))]
+    replies = [
+        r
+        async for r in reflect.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
+    ]
     names = {s.name for s in replies[0].list_services_response.service}
     assert "rackflow.v1.Flow" in names
 

@@ -41,18 +41,23 @@ async def refused(db: Database, call: Awaitable[object], code: grpc.StatusCode, 
 
 
 async def make_rack(stub: Stub, name: str = "r1") -> pb.Rack:
-    rack: pb.Rack = await stub.CreateRack(pb.CreateRackRequest(name=name, components=[
-        pb.ComponentSpec(type=pb.COMPONENT_TYPE_POWERSHELF, name="shelf-0"),
-        pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name="compute-0"),
-        pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name="compute-1"),
-    ]))
+    rack: pb.Rack = await stub.CreateRack(
+        pb.CreateRackRequest(
+            name=name,
+            components=[
+                pb.ComponentSpec(type=pb.COMPONENT_TYPE_POWERSHELF, name="shelf-0"),
+                pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name="compute-0"),
+                pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name="compute-1"),
+            ],
+        )
+    )
     return rack
 
 
 def on_racks(*names: str, types: tuple[int, ...] = ()) -> pb.OperationTargetSpec:
-    return pb.OperationTargetSpec(racks=pb.RackTargets(targets=[
-        pb.RackTarget(name=n, component_types=list(types)) for n in names
-    ]))
+    return pb.OperationTargetSpec(
+        racks=pb.RackTargets(targets=[pb.RackTarget(name=n, component_types=list(types)) for n in names])
+    )
 
 
 async def tasks_of(stub: Stub, response: pb.SubmitTaskResponse) -> list[pb.Task]:
@@ -75,8 +80,9 @@ SUBMITTERS = [
 ]
 
 
-@pytest.mark.parametrize(("method", "request_type", "fields", "operation"), SUBMITTERS,
-                         ids=[s[0] for s in SUBMITTERS])
+@pytest.mark.parametrize(
+    ("method", "request_type", "fields", "operation"), SUBMITTERS, ids=[s[0] for s in SUBMITTERS]
+)
 async def test_each_operation_submits_one_pending_task_per_rack(
     stub: Stub, method: str, request_type: Any, fields: dict[str, Any], operation: str
 ) -> None:
@@ -95,8 +101,9 @@ async def test_each_operation_submits_one_pending_task_per_rack(
 
 async def test_component_types_narrow_the_task(stub: Stub) -> None:
     rack = await make_rack(stub)
-    submitted = await stub.PowerOnRack(pb.PowerOnRackRequest(
-        target_spec=on_racks("r1", types=(pb.COMPONENT_TYPE_COMPUTE,))))
+    submitted = await stub.PowerOnRack(
+        pb.PowerOnRackRequest(target_spec=on_racks("r1", types=(pb.COMPONENT_TYPE_COMPUTE,)))
+    )
     [task] = await tasks_of(stub, submitted)
     computes = {c.id.id for c in rack.components if c.type == pb.COMPONENT_TYPE_COMPUTE}
     assert {c.id for c in task.component_ids} == computes
@@ -105,11 +112,20 @@ async def test_component_types_narrow_the_task(stub: Stub) -> None:
 async def test_conflicts_reject_or_queue(db: Database, stub: Stub) -> None:
     await make_rack(stub)
     [first] = (await stub.PowerOffRack(power_off("r1"))).task_ids
-    await refused(db, stub.PowerOnRack(pb.PowerOnRackRequest(target_spec=on_racks("r1"))),
-                  grpc.StatusCode.FAILED_PRECONDITION, f"conflicts with task {first.id}")
-    queued = await stub.PowerOnRack(pb.PowerOnRackRequest(
-        target_spec=on_racks("r1"), queue_options=pb.QueueOptions(
-            conflict_strategy=pb.CONFLICT_STRATEGY_QUEUE, queue_timeout_seconds=120)))
+    await refused(
+        db,
+        stub.PowerOnRack(pb.PowerOnRackRequest(target_spec=on_racks("r1"))),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"conflicts with task {first.id}",
+    )
+    queued = await stub.PowerOnRack(
+        pb.PowerOnRackRequest(
+            target_spec=on_racks("r1"),
+            queue_options=pb.QueueOptions(
+                conflict_strategy=pb.CONFLICT_STRATEGY_QUEUE, queue_timeout_seconds=120
+            ),
+        )
+    )
     [task] = await tasks_of(stub, queued)
     assert task.status == pb.TASK_STATUS_WAITING
     expires = task.queue_expires_at.ToDatetime() - task.created_at.ToDatetime()
@@ -117,54 +133,104 @@ async def test_conflicts_reject_or_queue(db: Database, stub: Stub) -> None:
     for _ in range(4):
         await stub.PowerOnRack(pb.PowerOnRackRequest(target_spec=on_racks("r1"), queue_options=QUEUE))
     one_more = pb.PowerOnRackRequest(target_spec=on_racks("r1"), queue_options=QUEUE)
-    await refused(db, stub.PowerOnRack(one_more),
-                  grpc.StatusCode.FAILED_PRECONDITION, "waiting queue full")
+    await refused(db, stub.PowerOnRack(one_more), grpc.StatusCode.FAILED_PRECONDITION, "waiting queue full")
 
 
 async def test_a_multi_rack_refusal_writes_nothing(db: Database, stub: Stub) -> None:
     await make_rack(stub, "free")
     await make_rack(stub, "busy")
     await stub.PowerOffRack(power_off("busy"))
-    await refused(db, stub.PowerOffRack(power_off("free", "busy")),
-                  grpc.StatusCode.FAILED_PRECONDITION, "busy")
+    await refused(
+        db, stub.PowerOffRack(power_off("free", "busy")), grpc.StatusCode.FAILED_PRECONDITION, "busy"
+    )
 
 
 def _ts(seconds: int) -> Timestamp:
     return Timestamp(seconds=seconds)
 
 
-@pytest.mark.parametrize(("call", "code", "pattern"), [
-    (lambda s: s.PowerOnRack(pb.PowerOnRackRequest()), grpc.StatusCode.INVALID_ARGUMENT, "target_spec"),
-    (lambda s: s.PowerOnRack(pb.PowerOnRackRequest(target_spec=on_racks("nope"))),
-     grpc.StatusCode.NOT_FOUND, "nope"),
-    (lambda s: s.UpgradeFirmware(pb.UpgradeFirmwareRequest(target_spec=on_racks("r1"))),
-     grpc.StatusCode.INVALID_ARGUMENT, "^target_version"),
-    (lambda s: s.UpgradeFirmware(pb.UpgradeFirmwareRequest(
-        target_spec=on_racks("r1"), target_version="2", start_time=_ts(2000), end_time=_ts(1000))),
-     grpc.StatusCode.INVALID_ARGUMENT, "^end_time"),
-    (lambda s: s.PowerOffRack(power_off("r1", description="x" * 1025)),
-     grpc.StatusCode.INVALID_ARGUMENT, "^description"),
-    (lambda s: s.PowerOffRack(power_off("r1", queue_options=pb.QueueOptions(queue_timeout_seconds=86401))),
-     grpc.StatusCode.INVALID_ARGUMENT, "queue_options.queue_timeout_seconds"),
-    (lambda s: s.PowerOffRack(power_off("r1", queue_options=pb.QueueOptions(queue_timeout_seconds=-1))),
-     grpc.StatusCode.INVALID_ARGUMENT, "queue_options.queue_timeout_seconds"),
-    (lambda s: s.PowerOffRack(power_off("r1", queue_options=pb.QueueOptions(conflict_strategy=7))),
-     grpc.StatusCode.INVALID_ARGUMENT, "conflict_strategy"),
-    (lambda s: s.PowerOnRack(pb.PowerOnRackRequest(
-        target_spec=on_racks("r1", types=(pb.COMPONENT_TYPE_CDU,)))),
-     grpc.StatusCode.INVALID_ARGUMENT, "r1"),
-    (lambda s: s.GetTasksByIDs(pb.GetTasksByIDsRequest(task_ids=[pb.UUID(id="zz")])),
-     grpc.StatusCode.INVALID_ARGUMENT, r"task_ids\[0\]"),
-    (lambda s: s.GetTasksByIDs(pb.GetTasksByIDsRequest(task_ids=[pb.UUID(id=str(uuid.uuid4()))] * 1001)),
-     grpc.StatusCode.INVALID_ARGUMENT, "at most 1000"),
-    (lambda s: s.ListTasks(pb.ListTasksRequest(rack_id=pb.UUID(id="bad"))),
-     grpc.StatusCode.INVALID_ARGUMENT, "rack_id"),
-    (lambda s: s.CancelTask(pb.CancelTaskRequest()), grpc.StatusCode.INVALID_ARGUMENT, "task_id"),
-    (lambda s: s.CancelTask(pb.CancelTaskRequest(task_id=pb.UUID(id=str(uuid.uuid4())))),
-     grpc.StatusCode.NOT_FOUND, "task_id"),
-])
-async def test_bad_requests_get_the_right_code(db: Database, stub: Stub, call: Any, code: grpc.StatusCode,
-                                               pattern: str) -> None:
+@pytest.mark.parametrize(
+    ("call", "code", "pattern"),
+    [
+        (lambda s: s.PowerOnRack(pb.PowerOnRackRequest()), grpc.StatusCode.INVALID_ARGUMENT, "target_spec"),
+        (
+            lambda s: s.PowerOnRack(pb.PowerOnRackRequest(target_spec=on_racks("nope"))),
+            grpc.StatusCode.NOT_FOUND,
+            "nope",
+        ),
+        (
+            lambda s: s.UpgradeFirmware(pb.UpgradeFirmwareRequest(target_spec=on_racks("r1"))),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "^target_version",
+        ),
+        (
+            lambda s: s.UpgradeFirmware(
+                pb.UpgradeFirmwareRequest(
+                    target_spec=on_racks("r1"), target_version="2", start_time=_ts(2000), end_time=_ts(1000)
+                )
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "^end_time",
+        ),
+        (
+            lambda s: s.PowerOffRack(power_off("r1", description="x" * 1025)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "^description",
+        ),
+        (
+            lambda s: s.PowerOffRack(
+                power_off("r1", queue_options=pb.QueueOptions(queue_timeout_seconds=86401))
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "queue_options.queue_timeout_seconds",
+        ),
+        (
+            lambda s: s.PowerOffRack(
+                power_off("r1", queue_options=pb.QueueOptions(queue_timeout_seconds=-1))
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "queue_options.queue_timeout_seconds",
+        ),
+        (
+            lambda s: s.PowerOffRack(power_off("r1", queue_options=pb.QueueOptions(conflict_strategy=7))),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "conflict_strategy",
+        ),
+        (
+            lambda s: s.PowerOnRack(
+                pb.PowerOnRackRequest(target_spec=on_racks("r1", types=(pb.COMPONENT_TYPE_CDU,)))
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "r1",
+        ),
+        (
+            lambda s: s.GetTasksByIDs(pb.GetTasksByIDsRequest(task_ids=[pb.UUID(id="zz")])),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            r"task_ids\[0\]",
+        ),
+        (
+            lambda s: s.GetTasksByIDs(
+                pb.GetTasksByIDsRequest(task_ids=[pb.UUID(id=str(uuid.uuid4()))] * 1001)
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "at most 1000",
+        ),
+        (
+            lambda s: s.ListTasks(pb.ListTasksRequest(rack_id=pb.UUID(id="bad"))),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "rack_id",
+        ),
+        (lambda s: s.CancelTask(pb.CancelTaskRequest()), grpc.StatusCode.INVALID_ARGUMENT, "task_id"),
+        (
+            lambda s: s.CancelTask(pb.CancelTaskRequest(task_id=pb.UUID(id=str(uuid.uuid4())))),
+            grpc.StatusCode.NOT_FOUND,
+            "task_id",
+        ),
+    ],
+)
+async def test_bad_requests_get_the_right_code(
+    db: Database, stub: Stub, call: Any, code: grpc.StatusCode, pattern: str
+) -> None:
     await make_rack(stub)
     await refused(db, call(stub), code, pattern)
 
@@ -186,8 +252,11 @@ async def test_list_tasks_filters_and_pages(stub: Stub, services: Services) -> N
     assert [t.id.id for t in active.tasks] == [second.id] and active.total == 1
     schedule_id = uuid.uuid4()
     [scheduled] = await services.tasks.submit_target(
-        Operation(OperationKind.POWER_ON), TargetSpec(racks=(RackTarget(name="r1"),)), description="",
-        queue=QueueOptions(), schedule_id=schedule_id,
+        Operation(OperationKind.POWER_ON),
+        TargetSpec(racks=(RackTarget(name="r1"),)),
+        description="",
+        queue=QueueOptions(),
+        schedule_id=schedule_id,
     )
     by_schedule = await stub.ListTasks(pb.ListTasksRequest(schedule_id=pb.UUID(id=str(schedule_id))))
     assert [t.id.id for t in by_schedule.tasks] == [str(scheduled.id)]
@@ -214,18 +283,28 @@ async def test_cancel_rules(db: Database, stub: Stub, services: Services) -> Non
     [done_id] = (await stub.PowerOffRack(power_off("r1"))).task_ids
     async with db.transaction() as conn:
         await store.set_status(conn, [uuid.UUID(done_id.id)], TaskStatus.COMPLETED, now=services.clock.now())
-    await refused(db, stub.CancelTask(pb.CancelTaskRequest(task_id=done_id)),
-                  grpc.StatusCode.FAILED_PRECONDITION, "completed")
+    await refused(
+        db,
+        stub.CancelTask(pb.CancelTaskRequest(task_id=done_id)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "completed",
+    )
 
 
 # --- the converter the schedules API shares --------------------------------------------------------
 
 
 def test_scheduled_operation_from_reads_the_inner_request() -> None:
-    msg = pb.ScheduledOperation(upgrade_firmware=pb.UpgradeFirmwareRequest(
-        target_spec=on_racks("r1"), description="fw", target_version="3.0",
-        queue_options=pb.QueueOptions(conflict_strategy=pb.CONFLICT_STRATEGY_QUEUE, queue_timeout_seconds=60),
-    ))
+    msg = pb.ScheduledOperation(
+        upgrade_firmware=pb.UpgradeFirmwareRequest(
+            target_spec=on_racks("r1"),
+            description="fw",
+            target_version="3.0",
+            queue_options=pb.QueueOptions(
+                conflict_strategy=pb.CONFLICT_STRATEGY_QUEUE, queue_timeout_seconds=60
+            ),
+        )
+    )
     operation, queue, description, target = scheduled_operation_from(msg)
     assert (operation.kind, operation.target_version) == (OperationKind.UPGRADE_FIRMWARE, "3.0")
     assert (queue.strategy, queue.timeout) == (ConflictStrategy.QUEUE, timedelta(seconds=60))
@@ -234,12 +313,17 @@ def test_scheduled_operation_from_reads_the_inner_request() -> None:
     assert off[0].forced and off[1].timeout == timedelta(hours=1)
 
 
-@pytest.mark.parametrize(("msg", "field"), [
-    (pb.ScheduledOperation(), "^operation: an operation is required"),
-    (pb.ScheduledOperation(upgrade_firmware=pb.UpgradeFirmwareRequest(target_spec=on_racks("r1"))),
-     "^operation.upgrade_firmware.target_version"),
-    (pb.ScheduledOperation(power_on=pb.PowerOnRackRequest()), "^operation.power_on.target_spec"),
-])
+@pytest.mark.parametrize(
+    ("msg", "field"),
+    [
+        (pb.ScheduledOperation(), "^operation: an operation is required"),
+        (
+            pb.ScheduledOperation(upgrade_firmware=pb.UpgradeFirmwareRequest(target_spec=on_racks("r1"))),
+            "^operation.upgrade_firmware.target_version",
+        ),
+        (pb.ScheduledOperation(power_on=pb.PowerOnRackRequest()), "^operation.power_on.target_spec"),
+    ],
+)
 def test_scheduled_operation_errors_name_the_field(msg: pb.ScheduledOperation, field: str) -> None:
     with pytest.raises(InvalidArgument, match=field):
         scheduled_operation_from(msg)

@@ -14,7 +14,10 @@ from rackflow.store.db import Database
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 # The types psycopg sends these values as; text goes as `unknown`, for the server to infer from its use.
 PG_TYPES: tuple[tuple[type, str], ...] = (
-    (uuid.UUID, "uuid"), (datetime, "timestamptz"), (timedelta, "interval"), (int, "integer")
+    (uuid.UUID, "uuid"),
+    (datetime, "timestamptz"),
+    (timedelta, "interval"),
+    (int, "integer"),
 )
 
 

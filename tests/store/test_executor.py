@@ -36,14 +36,17 @@ async def make_rack(db: Database, computes: int = 3) -> Rack:
         ComponentSpec(ComponentType.COMPUTE, f"compute-{i}", external_id=f"gpu-{i}", firmware_version="1.0")
         for i in range(computes)
     ]
-    specs += [ComponentSpec(ComponentType.POWERSHELF, "shelf-0", external_id="shelf-0"),
-              ComponentSpec(ComponentType.NVSWITCH, "switch-0", external_id="switch-0")]
+    specs += [
+        ComponentSpec(ComponentType.POWERSHELF, "shelf-0", external_id="shelf-0"),
+        ComponentSpec(ComponentType.NVSWITCH, "switch-0", external_id="switch-0"),
+    ]
     return await InventoryService(db, CLOCK).create_rack("r1", components=specs)
 
 
 async def submit(db: Database, rack: Rack, operation: Operation, queue: QueueOptions = REJECT) -> Task:
-    [task] = await TaskManager(db, CLOCK).submit(operation, [RackSelection(rack.id)], description="",
-                                                 queue=queue)
+    [task] = await TaskManager(db, CLOCK).submit(
+        operation, [RackSelection(rack.id)], description="", queue=queue
+    )
     return task
 
 
@@ -73,6 +76,7 @@ async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
 async def finished(db: Database, task: Task) -> Task:
     async def done() -> bool:
         return (await get(db, task)).status.is_final
+
     await eventually(done)
     return await get(db, task)
 
@@ -90,17 +94,24 @@ async def executing(db: Database, backend: Any = None, **options: Any) -> AsyncI
         await asyncio.wait_for(runner, 10)
 
 
-async def start_running(db: Database, task: Task, owner: uuid.UUID, *, attempts: int = 1,
-                        heartbeat_age: timedelta | None = None) -> None:
+async def start_running(
+    db: Database, task: Task, owner: uuid.UUID, *, attempts: int = 1, heartbeat_age: timedelta | None = None
+) -> None:
     """Make `task` RUNNING under `owner`, whose heartbeat is `heartbeat_age` old (None: not registered)."""
     async with db.transaction() as conn:
         now = await db.now(conn)
         await task_runs.mark_running(conn, task.id, owner_id=owner, now=now)
         await conn.execute(update(tasks_table).where(tasks_table.c.id == task.id).values(attempts=attempts))
         if heartbeat_age is not None:
-            await conn.execute(insert(instances_table).values(
-                id=owner, host="gone", pid=1, started_at=now - heartbeat_age, heartbeat_at=now - heartbeat_age
-            ))
+            await conn.execute(
+                insert(instances_table).values(
+                    id=owner,
+                    host="gone",
+                    pid=1,
+                    started_at=now - heartbeat_age,
+                    heartbeat_at=now - heartbeat_age,
+                )
+            )
 
 
 class Recording:
@@ -153,8 +164,9 @@ async def test_a_backend_that_records_its_own_changes_runs_the_same(db: Database
 async def test_firmware_upgrade_sets_the_version(db: Database) -> None:
     rack = await make_rack(db, computes=1)
     async with executing(db):
-        task = await finished(db, await submit(db, rack, Operation(OperationKind.UPGRADE_FIRMWARE,
-                                                                   target_version="2.5")))
+        task = await finished(
+            db, await submit(db, rack, Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.5"))
+        )
     assert task.message == "upgraded firmware of 3 components to 2.5"
     assert {c.firmware_version for c in (await components(db, rack)).values()} == {"2.5"}
 
@@ -186,8 +198,9 @@ async def test_a_submit_wakes_the_executor_at_once(db: Database) -> None:
     rack = await make_rack(db, computes=1)
     async with executing(db, poll_interval=30.0) as executor:
         await asyncio.sleep(0.2)  # let it settle into its long nap
-        [task] = await executor.manager.submit(Operation(OperationKind.POWER_ON), [RackSelection(rack.id)],
-                                               description="", queue=REJECT)
+        [task] = await executor.manager.submit(
+            Operation(OperationKind.POWER_ON), [RackSelection(rack.id)], description="", queue=REJECT
+        )
         async with asyncio.timeout(5):
             task = await finished(db, task)
     assert task.status is TaskStatus.COMPLETED
@@ -206,6 +219,7 @@ async def test_cancelling_a_running_task_stops_its_steps(db: Database) -> None:
 
         async def started() -> bool:
             return (await get(db, task)).message.startswith("powering off 2/")
+
         await eventually(started)
         cancelled = await manager.cancel(task.id)
         assert (cancelled.status, cancelled.message) == (TaskStatus.TERMINATED, CANCELLED_MESSAGE)
@@ -240,6 +254,7 @@ async def test_heartbeats_keep_a_long_task_with_its_owner(db: Database) -> None:
 
         async def running() -> bool:
             return (await row(db, task)).owner_id == owner.instance_id
+
         await eventually(running)
         async with executing(db, lease_ttl=2.0):  # a rival that would take over an expired lease
             done = await finished(db, task)
@@ -254,6 +269,7 @@ async def test_a_stopped_instance_hands_its_task_over_at_once(db: Database) -> N
 
         async def running() -> bool:
             return (await get(db, task)).status is TaskStatus.RUNNING
+
         await eventually(running)
     assert (await get(db, task)).status is TaskStatus.RUNNING  # left for a successor, not failed
     async with executing(db, lease_ttl=60.0):  # no waiting for the 60 s lease: the owner unregistered
@@ -294,10 +310,15 @@ async def test_a_task_that_keeps_dying_fails_after_max_attempts(db: Database) ->
 async def test_firmware_waits_for_its_window_and_fails_after_it(db: Database) -> None:
     rack = await make_rack(db)
     now = datetime.now(UTC)
-    later = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="3",
-                      window_start=now + timedelta(hours=1))
-    missed = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="3",
-                       window_start=now - timedelta(hours=2), window_end=now - timedelta(hours=1))
+    later = Operation(
+        OperationKind.UPGRADE_FIRMWARE, target_version="3", window_start=now + timedelta(hours=1)
+    )
+    missed = Operation(
+        OperationKind.UPGRADE_FIRMWARE,
+        target_version="3",
+        window_start=now - timedelta(hours=2),
+        window_end=now - timedelta(hours=1),
+    )
     manager = TaskManager(db, CLOCK)
     [waiting] = await manager.submit(later, [RackSelection(rack.id, None)], description="", queue=REJECT)
     assert waiting.message.startswith("waits for its maintenance window")
@@ -315,8 +336,12 @@ async def test_firmware_waits_for_its_window_and_fails_after_it(db: Database) ->
 
 
 async def test_many_tasks_share_a_few_transactions_and_connections(db: Database) -> None:
-    racks = [await InventoryService(db, CLOCK).create_rack(
-        f"r{i}", components=[ComponentSpec(ComponentType.COMPUTE, "c")]) for i in range(24)]
+    racks = [
+        await InventoryService(db, CLOCK).create_rack(
+            f"r{i}", components=[ComponentSpec(ComponentType.COMPUTE, "c")]
+        )
+        for i in range(24)
+    ]
     manager = TaskManager(db, CLOCK)
     made = [await submit(db, rack, Operation(OperationKind.POWER_ON)) for rack in racks]
     held, peak, commits = [0], [0], [0]
@@ -365,6 +390,7 @@ async def test_the_sweep_runs_on_a_timer_not_every_poll(db: Database) -> None:
 
     async def swept_again() -> bool:
         return len(sweeps) >= 4
+
     async with executing(db, manager=manager, poll_interval=0.01, sweep_interval=0.05):
         await eventually(swept_again)
 
@@ -373,18 +399,27 @@ async def test_the_sweep_runs_on_a_timer_not_every_poll(db: Database) -> None:
 
 
 def test_simulator_config_from_env() -> None:
-    config = SimulatorConfig.from_env({
-        "RACKFLOW_SIM_STEP_SECONDS": "0.5", "RACKFLOW_SIM_FAIL_IDS": "a, b,,",
-        "RACKFLOW_SIM_FAIL_RATE": "0.25", "RACKFLOW_SIM_SEED": "7",
-    })
+    config = SimulatorConfig.from_env(
+        {
+            "RACKFLOW_SIM_STEP_SECONDS": "0.5",
+            "RACKFLOW_SIM_FAIL_IDS": "a, b,,",
+            "RACKFLOW_SIM_FAIL_RATE": "0.25",
+            "RACKFLOW_SIM_SEED": "7",
+        }
+    )
     assert config == SimulatorConfig(0.5, frozenset({"a", "b"}), 0.25, 7)
     assert SimulatorConfig.from_env({}) == SimulatorConfig()
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("RACKFLOW_SIM_STEP_SECONDS", "fast"), ("RACKFLOW_SIM_STEP_SECONDS", "-1"),
-    ("RACKFLOW_SIM_FAIL_RATE", "2"), ("RACKFLOW_SIM_SEED", "x"),
-])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("RACKFLOW_SIM_STEP_SECONDS", "fast"),
+        ("RACKFLOW_SIM_STEP_SECONDS", "-1"),
+        ("RACKFLOW_SIM_FAIL_RATE", "2"),
+        ("RACKFLOW_SIM_SEED", "x"),
+    ],
+)
 def test_simulator_config_rejects_bad_values(name: str, value: str) -> None:
     with pytest.raises(InvalidArgument, match=name):
         SimulatorConfig.from_env({name: value})

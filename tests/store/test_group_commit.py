@@ -30,9 +30,11 @@ class Recorder:
             raise ValueError(f"item {min(items)} is negative")
         for item in items:
             now = datetime.now(UTC)
-            await conn.execute(insert(instances).values(
-                id=uuid.UUID(int=item + 1), host="h", pid=item, started_at=now, heartbeat_at=now
-            ))
+            await conn.execute(
+                insert(instances).values(
+                    id=uuid.UUID(int=item + 1), host="h", pid=item, started_at=now, heartbeat_at=now
+                )
+            )
         return [f"wrote {item}" for item in items]
 
 

@@ -72,11 +72,16 @@ def only(*ids: uuid.UUID) -> ComponentsFilter:
     return ComponentsFilter(frozenset(ids))
 
 
-async def submit(manager: TaskManager, rack: Rack, operation: Operation = POWER_OFF,
-                 queue: QueueOptions = REJECT, component_filter: TypesFilter | ComponentsFilter | None = None
-                 ) -> Task:
-    [task] = await manager.submit(operation, [RackSelection(rack.id, component_filter)],
-                                  description="test", queue=queue)
+async def submit(
+    manager: TaskManager,
+    rack: Rack,
+    operation: Operation = POWER_OFF,
+    queue: QueueOptions = REJECT,
+    component_filter: TypesFilter | ComponentsFilter | None = None,
+) -> Task:
+    [task] = await manager.submit(
+        operation, [RackSelection(rack.id, component_filter)], description="test", queue=queue
+    )
     return task
 
 
@@ -92,12 +97,18 @@ async def start_running(db: Database, task: Task, owner: uuid.UUID) -> None:
 # --- submitting --------------------------------------------------------------------------------
 
 
-async def test_submit_makes_one_pending_task_per_rack(db: Database, clock: FakeClock,
-                                                      manager: TaskManager) -> None:
+async def test_submit_makes_one_pending_task_per_rack(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     r1, r2 = await make_rack(db, clock, "r1"), await make_rack(db, clock, "r2")
     schedule_id = uuid.uuid4()
-    made = await manager.submit(POWER_OFF, [RackSelection(r1.id), RackSelection(r2.id)],
-                                description="night", queue=REJECT, schedule_id=schedule_id)
+    made = await manager.submit(
+        POWER_OFF,
+        [RackSelection(r1.id), RackSelection(r2.id)],
+        description="night",
+        queue=REJECT,
+        schedule_id=schedule_id,
+    )
     assert [t.rack_id for t in made] == [r1.id, r2.id]
     assert all(t.status is TaskStatus.PENDING and t.queue_expires_at is None for t in made)
     assert set(made[0].component_ids) == {c.id for c in r1.components}
@@ -107,8 +118,9 @@ async def test_submit_makes_one_pending_task_per_rack(db: Database, clock: FakeC
     assert stored[0].description == "night"
 
 
-async def test_reject_refuses_a_conflict_and_writes_nothing(db: Database, clock: FakeClock,
-                                                            manager: TaskManager) -> None:
+async def test_reject_refuses_a_conflict_and_writes_nothing(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     rack = await make_rack(db, clock)
     first = await submit(manager, rack)
     before = await table_counts(db)
@@ -118,8 +130,9 @@ async def test_reject_refuses_a_conflict_and_writes_nothing(db: Database, clock:
     assert await table_counts(db) == before
 
 
-async def test_queue_parks_a_conflict_as_waiting(db: Database, clock: FakeClock,
-                                                   manager: TaskManager) -> None:
+async def test_queue_parks_a_conflict_as_waiting(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     rack = await make_rack(db, clock)
     await submit(manager, rack)
     default = await submit(manager, rack, POWER_ON, QueueOptions(ConflictStrategy.QUEUE, timedelta(0)))
@@ -128,8 +141,9 @@ async def test_queue_parks_a_conflict_as_waiting(db: Database, clock: FakeClock,
     assert short.queue_expires_at == START + timedelta(seconds=90)
 
 
-async def test_disjoint_components_do_not_conflict(db: Database, clock: FakeClock,
-                                                   manager: TaskManager) -> None:
+async def test_disjoint_components_do_not_conflict(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     rack = await make_rack(db, clock)
     gpus = computes(rack)
     a = await submit(manager, rack, POWER_OFF, component_filter=only(gpus[0], gpus[1]))
@@ -150,14 +164,16 @@ async def test_waiting_queue_holds_at_most_five(db: Database, clock: FakeClock, 
     assert await table_counts(db) == before
 
 
-async def test_multi_rack_submit_is_all_or_nothing(db: Database, clock: FakeClock,
-                                                   manager: TaskManager) -> None:
+async def test_multi_rack_submit_is_all_or_nothing(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     free, busy = await make_rack(db, clock, "free"), await make_rack(db, clock, "busy")
     await submit(manager, busy)
     before = await table_counts(db)
     with pytest.raises(FailedPrecondition, match="busy"):
-        await manager.submit(POWER_ON, [RackSelection(free.id), RackSelection(busy.id)],
-                             description="", queue=REJECT)
+        await manager.submit(
+            POWER_ON, [RackSelection(free.id), RackSelection(busy.id)], description="", queue=REJECT
+        )
     assert await table_counts(db) == before
     assert await manager.list_tasks(rack_id=free.id) == ([], 0)
 
@@ -173,10 +189,13 @@ async def test_filters_pick_components(db: Database, clock: FakeClock, manager: 
     assert by_id.component_ids == (gpus[3],)
 
 
-@pytest.mark.parametrize("component_filter", [
-    TypesFilter(frozenset({ComponentType.CDU})),
-    ComponentsFilter(frozenset({uuid.uuid4()})),
-])
+@pytest.mark.parametrize(
+    "component_filter",
+    [
+        TypesFilter(frozenset({ComponentType.CDU})),
+        ComponentsFilter(frozenset({uuid.uuid4()})),
+    ],
+)
 async def test_a_filter_that_selects_nothing_is_invalid(
     db: Database, clock: FakeClock, manager: TaskManager, component_filter: TypesFilter | ComponentsFilter
 ) -> None:
@@ -185,17 +204,32 @@ async def test_a_filter_that_selects_nothing_is_invalid(
         await submit(manager, rack, component_filter=component_filter)
 
 
-@pytest.mark.parametrize(("operation", "queue", "description", "field"), [
-    (Operation(OperationKind.UPGRADE_FIRMWARE), REJECT, "", "target_version"),
-    (Operation(OperationKind.UPGRADE_FIRMWARE, target_version="1", window_start=START, window_end=START),
-     REJECT, "", "end_time"),
-    (POWER_ON, QueueOptions(ConflictStrategy.QUEUE, timedelta(hours=25)), "", "queue_timeout_seconds"),
-    (POWER_ON, QueueOptions(ConflictStrategy.QUEUE, timedelta(seconds=-1)), "", "queue_timeout_seconds"),
-    (POWER_ON, REJECT, "x" * 1025, "description"),
-])
-async def test_bad_requests_are_invalid(db: Database, clock: FakeClock, manager: TaskManager,
-                                        operation: Operation, queue: QueueOptions, description: str,
-                                        field: str) -> None:
+@pytest.mark.parametrize(
+    ("operation", "queue", "description", "field"),
+    [
+        (Operation(OperationKind.UPGRADE_FIRMWARE), REJECT, "", "target_version"),
+        (
+            Operation(
+                OperationKind.UPGRADE_FIRMWARE, target_version="1", window_start=START, window_end=START
+            ),
+            REJECT,
+            "",
+            "end_time",
+        ),
+        (POWER_ON, QueueOptions(ConflictStrategy.QUEUE, timedelta(hours=25)), "", "queue_timeout_seconds"),
+        (POWER_ON, QueueOptions(ConflictStrategy.QUEUE, timedelta(seconds=-1)), "", "queue_timeout_seconds"),
+        (POWER_ON, REJECT, "x" * 1025, "description"),
+    ],
+)
+async def test_bad_requests_are_invalid(
+    db: Database,
+    clock: FakeClock,
+    manager: TaskManager,
+    operation: Operation,
+    queue: QueueOptions,
+    description: str,
+    field: str,
+) -> None:
     rack = await make_rack(db, clock)
     before = await table_counts(db)
     with pytest.raises(InvalidArgument, match=field):
@@ -217,12 +251,14 @@ async def test_submit_target_resolves_the_spec(db: Database, clock: FakeClock, m
     [task] = await manager.submit_target(POWER_ON, spec, description="", queue=REJECT)
     assert task.component_ids == tuple(c.id for c in rack.components if c.type is ComponentType.NVSWITCH)
     with pytest.raises(NotFound):
-        await manager.submit_target(POWER_ON, TargetSpec(racks=(RackTarget(name="nope"),)),
-                                    description="", queue=REJECT)
+        await manager.submit_target(
+            POWER_ON, TargetSpec(racks=(RackTarget(name="nope"),)), description="", queue=REJECT
+        )
 
 
-async def test_submit_wakes_listeners_only_for_pending_tasks(db: Database, clock: FakeClock,
-                                                             manager: TaskManager) -> None:
+async def test_submit_wakes_listeners_only_for_pending_tasks(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     rack = await make_rack(db, clock)
     calls: list[int] = []
     manager.on_submit.append(lambda: calls.append(1))
@@ -234,8 +270,9 @@ async def test_submit_wakes_listeners_only_for_pending_tasks(db: Database, clock
 # --- promotion and expiry ----------------------------------------------------------------------
 
 
-async def test_promotion_is_oldest_first_and_stops_at_a_conflict(db: Database, clock: FakeClock,
-                                                                  manager: TaskManager) -> None:
+async def test_promotion_is_oldest_first_and_stops_at_a_conflict(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     rack = await make_rack(db, clock)
     gpus = computes(rack)
     blocker = await submit(manager, rack)
@@ -245,14 +282,18 @@ async def test_promotion_is_oldest_first_and_stops_at_a_conflict(db: Database, c
         waiting.append(await submit(manager, rack, FIRMWARE, QUEUE, only(gpu)))
     await manager.cancel(blocker.id)
     assert await statuses(manager, *waiting) == [
-        TaskStatus.PENDING, TaskStatus.PENDING, TaskStatus.WAITING, TaskStatus.WAITING
+        TaskStatus.PENDING,
+        TaskStatus.PENDING,
+        TaskStatus.WAITING,
+        TaskStatus.WAITING,
     ]
     await manager.cancel(waiting[0].id)
     assert await statuses(manager, *waiting[2:]) == [TaskStatus.PENDING, TaskStatus.PENDING]
 
 
-async def test_finish_promotes_and_sweep_expires(db: Database, clock: FakeClock,
-                                                  manager: TaskManager) -> None:
+async def test_finish_promotes_and_sweep_expires(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     rack = await make_rack(db, clock)
     owner = uuid.uuid4()
     running = await submit(manager, rack)
@@ -269,8 +310,9 @@ async def test_finish_promotes_and_sweep_expires(db: Database, clock: FakeClock,
     assert await statuses(manager, running, long) == [TaskStatus.COMPLETED, TaskStatus.PENDING]
 
 
-async def test_sweep_promotes_a_rack_nothing_blocks(db: Database, clock: FakeClock,
-                                                    manager: TaskManager) -> None:
+async def test_sweep_promotes_a_rack_nothing_blocks(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     rack = await make_rack(db, clock)
     blocker = await submit(manager, rack)
     queued = await submit(manager, rack, POWER_ON, QUEUE)
@@ -295,8 +337,9 @@ async def test_cancel_waiting_and_pending(db: Database, clock: FakeClock, manage
 
 
 @pytest.mark.parametrize("final", [TaskStatus.COMPLETED, TaskStatus.FAILED])
-async def test_cancel_refuses_finished_tasks(db: Database, clock: FakeClock, manager: TaskManager,
-                                             final: TaskStatus) -> None:
+async def test_cancel_refuses_finished_tasks(
+    db: Database, clock: FakeClock, manager: TaskManager, final: TaskStatus
+) -> None:
     rack = await make_rack(db, clock)
     task = await submit(manager, rack)
     async with db.transaction() as conn:
@@ -307,8 +350,9 @@ async def test_cancel_refuses_finished_tasks(db: Database, clock: FakeClock, man
         await manager.cancel(uuid.uuid4())
 
 
-async def test_cancelled_running_task_blocks_until_its_executor_lets_go(db: Database, clock: FakeClock,
-                                                                         manager: TaskManager) -> None:
+async def test_cancelled_running_task_blocks_until_its_executor_lets_go(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     rack = await make_rack(db, clock)
     owner = uuid.uuid4()
     running = await submit(manager, rack)
@@ -325,8 +369,9 @@ async def test_cancelled_running_task_blocks_until_its_executor_lets_go(db: Data
     assert after.message == CANCELLED_MESSAGE
 
 
-async def test_sweep_drops_the_hold_of_a_dead_owner(db: Database, clock: FakeClock,
-                                                    manager: TaskManager) -> None:
+async def test_sweep_drops_the_hold_of_a_dead_owner(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     rack = await make_rack(db, clock)
     running = await submit(manager, rack)
     await start_running(db, running, uuid.uuid4())  # an owner with no heartbeat: dead
@@ -338,14 +383,16 @@ async def test_sweep_drops_the_hold_of_a_dead_owner(db: Database, clock: FakeClo
 # --- reading -----------------------------------------------------------------------------------
 
 
-async def test_list_tasks_newest_first_with_filters(db: Database, clock: FakeClock,
-                                                    manager: TaskManager) -> None:
+async def test_list_tasks_newest_first_with_filters(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     r1, r2 = await make_rack(db, clock, "r1"), await make_rack(db, clock, "r2")
     schedule_id = uuid.uuid4()
     first = await submit(manager, r1)
     clock.advance(timedelta(seconds=1))
-    [second] = await manager.submit(POWER_OFF, [RackSelection(r2.id)], description="", queue=REJECT,
-                                    schedule_id=schedule_id)
+    [second] = await manager.submit(
+        POWER_OFF, [RackSelection(r2.id)], description="", queue=REJECT, schedule_id=schedule_id
+    )
     clock.advance(timedelta(seconds=1))
     third = await submit(manager, r1, POWER_ON, QUEUE)
     await manager.cancel(first.id)  # promotes `third`
@@ -358,16 +405,18 @@ async def test_list_tasks_newest_first_with_filters(db: Database, clock: FakeClo
     assert (await manager.list_tasks(schedule_id=schedule_id)) == ([second], 1)
 
 
-async def test_get_tasks_keeps_request_order_and_skips_unknown(db: Database, clock: FakeClock,
-                                                               manager: TaskManager) -> None:
+async def test_get_tasks_keeps_request_order_and_skips_unknown(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     r1, r2 = await make_rack(db, clock, "r1"), await make_rack(db, clock, "r2")
     a, b = await submit(manager, r1), await submit(manager, r2)
     found = await manager.get_tasks([b.id, uuid.uuid4(), a.id, b.id])
     assert [t.id for t in found] == [b.id, a.id]
 
 
-async def test_let_go_in_records_many_endings_in_one_transaction(db: Database, clock: FakeClock,
-                                                                   manager: TaskManager) -> None:
+async def test_let_go_in_records_many_endings_in_one_transaction(
+    db: Database, clock: FakeClock, manager: TaskManager
+) -> None:
     me = uuid.uuid4()
     racks = [await make_rack(db, clock, f"r{i}") for i in range(4)]
     done, cancelled, taken_over, unsure = [await submit(manager, rack) for rack in racks]
@@ -382,6 +431,11 @@ async def test_let_go_in_records_many_endings_in_one_transaction(db: Database, c
     # `unsure` is reported stopped (None) but is still RUNNING here: it is neither ended nor let go.
     assert let_go.finished == {done.id} and sorted(let_go.promoted) == sorted(q.id for q in queued[:2])
     assert await statuses(manager, done, cancelled, taken_over, unsure, *queued) == [
-        TaskStatus.COMPLETED, TaskStatus.TERMINATED, TaskStatus.RUNNING, TaskStatus.RUNNING,
-        TaskStatus.PENDING, TaskStatus.PENDING, TaskStatus.WAITING,
+        TaskStatus.COMPLETED,
+        TaskStatus.TERMINATED,
+        TaskStatus.RUNNING,
+        TaskStatus.RUNNING,
+        TaskStatus.PENDING,
+        TaskStatus.PENDING,
+        TaskStatus.WAITING,
     ]

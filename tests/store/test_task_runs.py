@@ -39,16 +39,25 @@ async def make_racks(db: Database, count: int) -> list[Rack]:
 
 
 async def submit(db: Database, rack: Rack, operation: Operation = POWER_ON) -> Task:
-    [task] = await TaskManager(db, CLOCK).submit(operation, [RackSelection(rack.id)], description="",
-                                                 queue=REJECT)
+    [task] = await TaskManager(db, CLOCK).submit(
+        operation, [RackSelection(rack.id)], description="", queue=REJECT
+    )
     return task
 
 
-async def claim(db: Database, limit: int = 10, running_here: tuple[uuid.UUID, ...] = ()
-                ) -> list[tuple[Task, int]]:
+async def claim(
+    db: Database, limit: int = 10, running_here: tuple[uuid.UUID, ...] = ()
+) -> list[tuple[Task, int]]:
     async with db.transaction() as conn:
-        return await task_runs.claim(db, conn, owner_id=ME, lease_ttl=LEASE, running_here=running_here,
-                                     now=datetime.now(UTC), limit=limit)
+        return await task_runs.claim(
+            db,
+            conn,
+            owner_id=ME,
+            lease_ttl=LEASE,
+            running_here=running_here,
+            now=datetime.now(UTC),
+            limit=limit,
+        )
 
 
 async def run_as(db: Database, task: Task, owner: uuid.UUID) -> None:

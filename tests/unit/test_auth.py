@@ -61,16 +61,19 @@ def test_token_file_accepts_yaml_and_json() -> None:
     assert parse_token_file(json_text, "t.json") == (TokenEntry("ci", Role.OPERATOR, OPERATOR_HASH),)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("{}", r"t\.yaml: expected a list"),
-    ("[1]", r"t\.yaml\[0\]: expected a mapping"),
-    ("- {name: a, role: admin, sha256: " + VIEWER_HASH + "}", r"t\.yaml\[0\]\.role: .*'admin'"),
-    ("- {name: a, role: viewer, sha256: abc}", r"t\.yaml\[0\]\.sha256: expected 64 hexadecimal"),
-    ("- {name: '', role: viewer, sha256: " + VIEWER_HASH + "}", r"t\.yaml\[0\]\.name"),
-    ("- {name: a, role: viewer, token: hunter2}", r"t\.yaml\[0\]: plaintext 'token' is not accepted"),
-    ("- {name: a, role: viewer, sha256: " + VIEWER_HASH + ", note: x}", r"unknown field\(s\) note"),
-    ("- [unclosed", r"t\.yaml: not valid YAML or JSON"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{}", r"t\.yaml: expected a list"),
+        ("[1]", r"t\.yaml\[0\]: expected a mapping"),
+        ("- {name: a, role: admin, sha256: " + VIEWER_HASH + "}", r"t\.yaml\[0\]\.role: .*'admin'"),
+        ("- {name: a, role: viewer, sha256: abc}", r"t\.yaml\[0\]\.sha256: expected 64 hexadecimal"),
+        ("- {name: '', role: viewer, sha256: " + VIEWER_HASH + "}", r"t\.yaml\[0\]\.name"),
+        ("- {name: a, role: viewer, token: hunter2}", r"t\.yaml\[0\]: plaintext 'token' is not accepted"),
+        ("- {name: a, role: viewer, sha256: " + VIEWER_HASH + ", note: x}", r"unknown field\(s\) note"),
+        ("- [unclosed", r"t\.yaml: not valid YAML or JSON"),
+    ],
+)
 def test_token_file_errors_name_the_entry_and_field(text: str, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message) as info:
         parse_token_file(text, "t.yaml")
@@ -102,14 +105,17 @@ def test_tokens_from_env_and_file_combine(tmp_path: Path) -> None:
         load_tokens(str(path), {})
 
 
-@pytest.mark.parametrize(("metadata", "token"), [
-    ((("authorization", "Bearer abc"),), "abc"),
-    ((("authorization", "bearer  abc "),), "abc"),
-    ((("x-other", "1"), ("authorization", "Bearer abc")), "abc"),
-    ((("authorization", "Basic abc"),), None),
-    ((("authorization", "Bearer"),), None),
-    ((), None),
-])
+@pytest.mark.parametrize(
+    ("metadata", "token"),
+    [
+        ((("authorization", "Bearer abc"),), "abc"),
+        ((("authorization", "bearer  abc "),), "abc"),
+        ((("x-other", "1"), ("authorization", "Bearer abc")), "abc"),
+        ((("authorization", "Basic abc"),), None),
+        ((("authorization", "Bearer"),), None),
+        ((), None),
+    ],
+)
 def test_bearer_token(metadata: tuple[tuple[str, str], ...], token: str | None) -> None:
     assert bearer_token(metadata) == token
 
@@ -148,10 +154,20 @@ def test_rpc_name_only_for_the_flow_service() -> None:
     assert rpc_name("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo") is None
 
 
-@pytest.mark.parametrize(("host", "loopback"), [
-    ("127.0.0.1", True), ("127.8.9.1", True), ("::1", True), ("[::1]", True), ("localhost", True),
-    ("0.0.0.0", False), ("::", False), ("10.1.2.3", False), ("rack-api.example.com", False),
-])
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.1.2.3", False),
+        ("rack-api.example.com", False),
+    ],
+)
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
@@ -188,11 +204,22 @@ def test_server_tls_from_flags() -> None:
 
 
 def test_target_ids_take_request_ids_then_returned_ids() -> None:
-    request = pb.PowerOnRackRequest(target_spec=pb.OperationTargetSpec(racks=pb.RackTargets(targets=[
-        pb.RackTarget(id=pb.UUID(id="r1")), pb.RackTarget(name="by-name"), pb.RackTarget(id=pb.UUID(id="r2")),
-    ])))
+    request = pb.PowerOnRackRequest(
+        target_spec=pb.OperationTargetSpec(
+            racks=pb.RackTargets(
+                targets=[
+                    pb.RackTarget(id=pb.UUID(id="r1")),
+                    pb.RackTarget(name="by-name"),
+                    pb.RackTarget(id=pb.UUID(id="r2")),
+                ]
+            )
+        )
+    )
     response = pb.SubmitTaskResponse(task_ids=[pb.UUID(id="t1"), pb.UUID(id="t2")])
     assert target_ids(request, response) == ("r1", "r2", "t1", "t2")
-    rack = pb.Rack(id=pb.UUID(id="r9"), nvl_domain_id=pb.UUID(id="d1"), components=[pb.Component(
-        id=pb.UUID(id="c1"), rack_id=pb.UUID(id="r9"))])
+    rack = pb.Rack(
+        id=pb.UUID(id="r9"),
+        nvl_domain_id=pb.UUID(id="d1"),
+        components=[pb.Component(id=pb.UUID(id="c1"), rack_id=pb.UUID(id="r9"))],
+    )
     assert target_ids(pb.CreateRackRequest(name="x"), rack, "r9", "s1") == ("r9", "d1", "c1", "s1")

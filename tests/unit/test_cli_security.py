@@ -37,12 +37,26 @@ class FakeAuditClient:
 
     def list_audit_events(self, **kwargs: Any) -> pb.ListAuditEventsResponse:
         self.calls.append(kwargs)
-        return pb.ListAuditEventsResponse(total=7, events=[
-            pb.AuditEvent(at=stamp(NOW), principal="oncall", method="DeleteRack", outcome="NOT_FOUND",
-                          target_ids=[pb.UUID(id=RACK_ID)], error="id: no rack"),
-            pb.AuditEvent(at=stamp(NOW), principal="ci", method="PowerOnRack", outcome="OK",
-                          target_ids=[pb.UUID(id=RACK_ID), pb.UUID(id="t1"), pb.UUID(id="t2")]),
-        ])
+        return pb.ListAuditEventsResponse(
+            total=7,
+            events=[
+                pb.AuditEvent(
+                    at=stamp(NOW),
+                    principal="oncall",
+                    method="DeleteRack",
+                    outcome="NOT_FOUND",
+                    target_ids=[pb.UUID(id=RACK_ID)],
+                    error="id: no rack",
+                ),
+                pb.AuditEvent(
+                    at=stamp(NOW),
+                    principal="ci",
+                    method="PowerOnRack",
+                    outcome="OK",
+                    target_ids=[pb.UUID(id=RACK_ID), pb.UUID(id="t1"), pb.UUID(id="t2")],
+                ),
+            ],
+        )
 
     def close(self) -> None:
         pass
@@ -55,8 +69,9 @@ def run(client: FakeAuditClient, *args: str) -> Result:
 
 def test_audit_sends_the_filters_and_shows_a_table() -> None:
     client = FakeAuditClient()
-    result = run(client, "audit", "--since", "24h", "--method", "DeleteRack", "--principal", "oncall",
-                 "--limit", "5")
+    result = run(
+        client, "audit", "--since", "24h", "--method", "DeleteRack", "--principal", "oncall", "--limit", "5"
+    )
     assert result.exit_code == 0, result.output
     expected = {"since": NOW - timedelta(hours=24), "method": "DeleteRack", "principal": "oncall"}
     assert client.calls == [{**expected, "offset": 0, "limit": 5}]

@@ -16,8 +16,15 @@ SWITCH_1, SWITCH_2 = uuid.uuid4(), uuid.uuid4()
 TOR_1 = uuid.uuid4()
 FIRMWARE = Op.UPGRADE_FIRMWARE
 
-TYPE_OF = {SHELF_1: T.POWERSHELF, SHELF_2: T.POWERSHELF, GPU_1: T.COMPUTE, GPU_2: T.COMPUTE,
-           SWITCH_1: T.NVSWITCH, SWITCH_2: T.NVSWITCH, TOR_1: T.TORSWITCH}
+TYPE_OF = {
+    SHELF_1: T.POWERSHELF,
+    SHELF_2: T.POWERSHELF,
+    GPU_1: T.COMPUTE,
+    GPU_2: T.COMPUTE,
+    SWITCH_1: T.NVSWITCH,
+    SWITCH_2: T.NVSWITCH,
+    TOR_1: T.TORSWITCH,
+}
 
 
 def shape(kind: Op, *ids: uuid.UUID) -> TaskShape:
@@ -37,8 +44,7 @@ CASES = [
     ("shelf power vs tor firmware", shape(Op.POWER_RESET, SHELF_1), shape(FIRMWARE, TOR_1), True),
     ("shelf power vs tor power", shape(Op.POWER_ON, SHELF_1), shape(Op.POWER_ON, TOR_1), True),
     ("shelf firmware vs compute power", shape(FIRMWARE, SHELF_1), shape(Op.POWER_ON, GPU_1), False),
-    ("shelf firmware vs other shelf firmware",
-     shape(FIRMWARE, SHELF_1), shape(FIRMWARE, SHELF_2), False),
+    ("shelf firmware vs other shelf firmware", shape(FIRMWARE, SHELF_1), shape(FIRMWARE, SHELF_2), False),
     # compute power vs compute power or firmware on overlapping components
     ("compute power, same tray", shape(Op.POWER_OFF, GPU_1), shape(Op.POWER_ON, GPU_1, GPU_2), True),
     ("compute power, other tray", shape(Op.POWER_OFF, GPU_1), shape(Op.POWER_ON, GPU_2), False),
@@ -49,10 +55,18 @@ CASES = [
     # NVSWITCH likewise
     ("switch power, same switch", shape(Op.POWER_RESET, SWITCH_1), shape(Op.POWER_OFF, SWITCH_1), True),
     ("switch power, other switch", shape(Op.POWER_RESET, SWITCH_1), shape(Op.POWER_OFF, SWITCH_2), False),
-    ("switch power vs firmware, same switch",
-     shape(Op.POWER_ON, SWITCH_1, GPU_2), shape(FIRMWARE, SWITCH_1), True),
-    ("switch power vs firmware, other switch",
-     shape(Op.POWER_ON, SWITCH_1), shape(FIRMWARE, SWITCH_2), False),
+    (
+        "switch power vs firmware, same switch",
+        shape(Op.POWER_ON, SWITCH_1, GPU_2),
+        shape(FIRMWARE, SWITCH_1),
+        True,
+    ),
+    (
+        "switch power vs firmware, other switch",
+        shape(Op.POWER_ON, SWITCH_1),
+        shape(FIRMWARE, SWITCH_2),
+        False,
+    ),
     # firmware vs firmware on overlapping components, of any type
     ("firmware, same tor", shape(FIRMWARE, TOR_1), shape(FIRMWARE, TOR_1, GPU_1), True),
     ("firmware, disjoint", shape(FIRMWARE, GPU_1), shape(FIRMWARE, GPU_2, TOR_1), False),

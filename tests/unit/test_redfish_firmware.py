@@ -54,36 +54,50 @@ class FakeBmc:
         inventory = f"{ROOT}/UpdateService/FirmwareInventory"
         return {
             ROOT: {
-                "Id": "RootService", "Name": "Fake", "RedfishVersion": "1.11.0",
-                "Systems": {"@odata.id": f"{ROOT}/Systems"}, "Chassis": {"@odata.id": f"{ROOT}/Chassis"},
+                "Id": "RootService",
+                "Name": "Fake",
+                "RedfishVersion": "1.11.0",
+                "Systems": {"@odata.id": f"{ROOT}/Systems"},
+                "Chassis": {"@odata.id": f"{ROOT}/Chassis"},
                 "Managers": {"@odata.id": f"{ROOT}/Managers"},
                 "UpdateService": {"@odata.id": f"{ROOT}/UpdateService"},
             },
             f"{ROOT}/Systems/node-0": {
-                "Id": "node-0", "Name": "node-0", "Model": "GB200", "SerialNumber": "SN-1",
-                "PowerState": self.system_power, "BiosVersion": self.bios_version,
+                "Id": "node-0",
+                "Name": "node-0",
+                "Model": "GB200",
+                "SerialNumber": "SN-1",
+                "PowerState": self.system_power,
+                "BiosVersion": self.bios_version,
                 "Links": {"Chassis": [{"@odata.id": f"{ROOT}/Chassis/ps-0"}]},
                 "Actions": {
                     "#ComputerSystem.Reset": {"target": f"{ROOT}/Systems/node-0/Actions/Reset", **reset}
                 },
             },
             f"{ROOT}/Chassis/ps-0": {
-                "Id": "ps-0", "Name": "Power shelf", "ChassisType": "PowerEquipment",
+                "Id": "ps-0",
+                "Name": "Power shelf",
+                "ChassisType": "PowerEquipment",
                 "PowerState": self.shelf_power,
                 "Actions": {"#Chassis.Reset": {"target": f"{ROOT}/Chassis/ps-0/Actions/Reset", **reset}},
             },
             f"{ROOT}/Managers/bmc": {"Id": "bmc", "Name": "BMC", "FirmwareVersion": "7.1"},
             f"{ROOT}/UpdateService": {
-                "Id": "UpdateService", "Name": "Update Service",
-                "Actions": {"#UpdateService.SimpleUpdate": {
-                    "target": f"{ROOT}/UpdateService/Actions/SimpleUpdate",
-                    "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"],
-                }},
+                "Id": "UpdateService",
+                "Name": "Update Service",
+                "Actions": {
+                    "#UpdateService.SimpleUpdate": {
+                        "target": f"{ROOT}/UpdateService/Actions/SimpleUpdate",
+                        "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"],
+                    }
+                },
                 "FirmwareInventory": {"@odata.id": inventory},
             },
             inventory: {"Name": "Firmware", "Members": [{"@odata.id": f"{inventory}/shelf-fw"}]},
             f"{inventory}/shelf-fw": {
-                "Id": "shelf-fw", "Name": "PSU", "Version": self.shelf_version,
+                "Id": "shelf-fw",
+                "Name": "PSU",
+                "Version": self.shelf_version,
                 "RelatedItem": [{"@odata.id": f"{ROOT}/Chassis/ps-0"}],
             },
         }
@@ -182,7 +196,9 @@ def fake_bmc() -> Iterator[tuple[FakeBmc, str]]:
         server.server_close()
 
 
-CONFIG = RedfishConfig(poll_interval=0.01, retry_delay=0.01, image_uri="http://images/{type}/fw-{version}.bin")
+CONFIG = RedfishConfig(
+    poll_interval=0.01, retry_delay=0.01, image_uri="http://images/{type}/fw-{version}.bin"
+)
 
 
 async def component(
@@ -211,10 +227,13 @@ async def test_a_system_is_flashed_with_the_mapped_image_and_the_version_read_ba
     bmc, url = fake_bmc
     node = await component(db, url, "Systems/node-0")
     await backend(db).run_step(upgrade("2.0"), node)
-    assert bmc.updates == [{
-        "ImageURI": "http://images/compute/fw-2.0.bin", "TransferProtocol": "HTTP",
-        "Targets": [f"{ROOT}/Systems/node-0"],
-    }]
+    assert bmc.updates == [
+        {
+            "ImageURI": "http://images/compute/fw-2.0.bin",
+            "TransferProtocol": "HTTP",
+            "Targets": [f"{ROOT}/Systems/node-0"],
+        }
+    ]
     assert bmc.task_polls < 0  # the task monitor was followed to its end
     assert (await stored(db, node)).firmware_version == "2.0"
 
@@ -306,4 +325,3 @@ async def test_a_manager_firmware_version_is_ingested(db: Database, fake_bmc: tu
     manager = await component(db, url, "Managers/bmc")
     await backend(db).run_step(task(OperationKind.INGEST), manager)
     assert (await stored(db, manager)).firmware_version == "7.1"
-

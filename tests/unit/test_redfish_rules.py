@@ -108,11 +108,15 @@ def test_a_version_without_a_template_is_refused_with_the_way_out() -> None:
         (None, None),
         ({}, None),
         ({"TaskState": "Completed", "TaskStatus": "OK"}, None),
-        ({"TaskState": "Exception", "TaskStatus": "Critical", "Messages": [{"Message": "bad image"}]},
-         "the BMC's update task ended Exception Critical: bad image"),
+        (
+            {"TaskState": "Exception", "TaskStatus": "Critical", "Messages": [{"Message": "bad image"}]},
+            "the BMC's update task ended Exception Critical: bad image",
+        ),
         ({"TaskState": "Killed"}, "the BMC's update task ended Killed"),
-        ({"TaskState": "Completed", "TaskStatus": "Critical", "Messages": [{"Message": m} for m in "ab"]},
-         "the BMC's update task ended Completed Critical: a; b"),
+        (
+            {"TaskState": "Completed", "TaskStatus": "Critical", "Messages": [{"Message": m} for m in "ab"]},
+            "the BMC's update task ended Completed Critical: a; b",
+        ),
     ],
 )
 def test_update_failure(doc: dict[str, Any] | None, failure: str | None) -> None:

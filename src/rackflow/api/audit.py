@@ -189,15 +189,23 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             AUDIT_WRITE_FAILURES.inc()
             log.exception(
                 "AUDIT WRITE FAILED: %s by %s (outcome %s) is not in the audit trail",
-                rpc, principal.name if principal else ANONYMOUS, outcome,
+                rpc,
+                principal.name if principal else ANONYMOUS,
+                outcome,
             )
 
 
 class _AuditedCall:
     """One audited RPC in flight; `finish` records it once, however the call ends."""
 
-    def __init__(self, interceptor: AuditInterceptor, rpc: str, request: Message,
-                 schedule_id: uuid.UUID | None, before: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        interceptor: AuditInterceptor,
+        rpc: str,
+        request: Message,
+        schedule_id: uuid.UUID | None,
+        before: dict[str, Any] | None,
+    ) -> None:
         self.interceptor = interceptor
         self.rpc = rpc
         self.request = request

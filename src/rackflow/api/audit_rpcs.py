@@ -55,7 +55,11 @@ class AuditRpcs:
         offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
         async with self.services.db.read() as conn:
             events, total = await list_events(
-                conn, since=since, method=request.method or None, principal=request.principal or None,
-                offset=offset, limit=limit,
+                conn,
+                since=since,
+                method=request.method or None,
+                principal=request.principal or None,
+                offset=offset,
+                limit=limit,
             )
         return pb.ListAuditEventsResponse(events=[audit_event_to(e) for e in events], total=total)

@@ -132,7 +132,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
                 principal = authenticate(
-                    self.tokens, bearer_token(context.invocation_metadata() or ()),
+                    self.tokens,
+                    bearer_token(context.invocation_metadata() or ()),
                     certificate_name(context.auth_context()),
                 )
                 authorize(principal, rpc)

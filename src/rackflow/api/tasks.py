@@ -69,7 +69,10 @@ class TaskRpcs:
         )
         offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
         found, total = await self.services.tasks.list_tasks(
-            rack_id=rack_id, schedule_id=schedule_id, active_only=request.active_only, offset=offset,
+            rack_id=rack_id,
+            schedule_id=schedule_id,
+            active_only=request.active_only,
+            offset=offset,
             limit=limit,
         )
         return pb.ListTasksResponse(tasks=[task_to(t) for t in found], total=total)

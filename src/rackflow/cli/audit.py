@@ -40,14 +40,19 @@ def audit_table(events: Sequence[pb.AuditEvent], title: str) -> Table:
     result = table("TIME", "PRINCIPAL", "METHOD", "OUTCOME", "TARGETS", "ERROR", title=title)
     for e in events:
         outcome = e.outcome if e.outcome == "OK" else f"[red]{e.outcome}[/]"
-        result.add_row(utc_text(when(e.at)), escape(e.principal), e.method, outcome, _targets_text(e),
-                       escape(e.error))
+        result.add_row(
+            utc_text(when(e.at)), escape(e.principal), e.method, outcome, _targets_text(e), escape(e.error)
+        )
     return result
 
 
 @click.command(cls=Command)
-@click.option("--since", default=None, metavar="TIME",
-              help="Only events at or after TIME: RFC 3339, or a duration back from now (24h).")
+@click.option(
+    "--since",
+    default=None,
+    metavar="TIME",
+    help="Only events at or after TIME: RFC 3339, or a duration back from now (24h).",
+)
 @click.option("--method", default="", metavar="RPC", help="Only this RPC, e.g. DeleteRack.")
 @click.option("--principal", default="", metavar="NAME", help="Only this caller (token name or cert CN).")
 @click.option("--limit", default=50, show_default=True, help="At most this many, newest first (0 = all).")

@@ -58,8 +58,15 @@ Example:
 @connection_options
 @click.version_option(package_name="rackflow")
 @click.pass_context
-def main(ctx: click.Context, server: str, output: str | None, tls_ca: str | None, tls_cert: str | None,
-         tls_key: str | None, token: str | None) -> None:
+def main(
+    ctx: click.Context,
+    server: str,
+    output: str | None,
+    tls_ca: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    token: str | None,
+) -> None:
     """Automate operations on GPU racks: inventory, tasks and task schedules."""
     session = ctx.ensure_object(Session)
     session.server = server

@@ -21,14 +21,34 @@ from rackflow.security import channel_credentials, hash_token
 F = TypeVar("F", bound=Callable[..., Any])
 
 _OPTIONS = (
-    click.option("--tls-ca", envvar="RACKFLOW_TLS_CA", default=None, metavar="FILE",
-                 help="Use TLS, trusting this PEM CA (env RACKFLOW_TLS_CA)."),
-    click.option("--tls-cert", envvar="RACKFLOW_CLIENT_TLS_CERT", default=None, metavar="FILE",
-                 help="Present this client certificate (mutual TLS; env RACKFLOW_CLIENT_TLS_CERT)."),
-    click.option("--tls-key", envvar="RACKFLOW_CLIENT_TLS_KEY", default=None, metavar="FILE",
-                 help="The PEM key of --tls-cert (env RACKFLOW_CLIENT_TLS_KEY)."),
-    click.option("--token", envvar="RACKFLOW_TOKEN", default=None, metavar="TOKEN",
-                 help="Bearer token; prefer the env RACKFLOW_TOKEN, which `ps` does not show."),
+    click.option(
+        "--tls-ca",
+        envvar="RACKFLOW_TLS_CA",
+        default=None,
+        metavar="FILE",
+        help="Use TLS, trusting this PEM CA (env RACKFLOW_TLS_CA).",
+    ),
+    click.option(
+        "--tls-cert",
+        envvar="RACKFLOW_CLIENT_TLS_CERT",
+        default=None,
+        metavar="FILE",
+        help="Present this client certificate (mutual TLS; env RACKFLOW_CLIENT_TLS_CERT).",
+    ),
+    click.option(
+        "--tls-key",
+        envvar="RACKFLOW_CLIENT_TLS_KEY",
+        default=None,
+        metavar="FILE",
+        help="The PEM key of --tls-cert (env RACKFLOW_CLIENT_TLS_KEY).",
+    ),
+    click.option(
+        "--token",
+        envvar="RACKFLOW_TOKEN",
+        default=None,
+        metavar="TOKEN",
+        help="Bearer token; prefer the env RACKFLOW_TOKEN, which `ps` does not show.",
+    ),
 )
 
 

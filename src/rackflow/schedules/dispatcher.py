@@ -197,4 +197,3 @@ class Dispatcher:
             marked = await dispatch.mark_abandoned_runs(conn, await self.db.now(conn), self.lease_ttl)
         if marked:
             log.warning("marked %d run(s) of stopped instances as interrupted", marked)
-

@@ -167,8 +167,9 @@ async def finish(
     return ended
 
 
-async def release(conn: AsyncConnection, task_ids: Collection[uuid.UUID], *, owner_id: uuid.UUID
-                  ) -> set[uuid.UUID]:
+async def release(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID], *, owner_id: uuid.UUID
+) -> set[uuid.UUID]:
     """Drop this instance's hold on tasks that are no longer RUNNING (they were cancelled); returns those."""
     released: set[uuid.UUID] = set()
     for chunk in chunked(task_ids):

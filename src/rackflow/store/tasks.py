@@ -114,11 +114,7 @@ async def blocking_tasks(conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -
     """Per rack, the tasks a new task is checked against: PENDING, RUNNING, and still-held cancelled ones."""
     by_rack: dict[uuid.UUID, list[Task]] = defaultdict(list)
     for chunk in chunked(set(rack_ids)):
-        stmt = (
-            select(tasks)
-            .where(tasks.c.rack_id.in_(chunk), blocks(tasks))
-            .order_by(*OLDEST_FIRST)
-        )
+        stmt = select(tasks).where(tasks.c.rack_id.in_(chunk), blocks(tasks)).order_by(*OLDEST_FIRST)
         for task in await _tasks_where(conn, stmt):
             by_rack[task.rack_id].append(task)
     return by_rack

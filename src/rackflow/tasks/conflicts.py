@@ -137,15 +137,17 @@ def conflicts(new: TaskShape, active: TaskShape) -> str | None:
     return None
 
 
-def shape_of(kind: OperationKind, component_ids: Iterable[uuid.UUID], rack_components: Sequence[Component]
-             ) -> TaskShape:
+def shape_of(
+    kind: OperationKind, component_ids: Iterable[uuid.UUID], rack_components: Sequence[Component]
+) -> TaskShape:
     """The conflict shape; components removed from the rack since the task was made no longer count."""
     types = {c.id: c.type for c in rack_components}
     return TaskShape(kind, frozenset((types[i], i) for i in component_ids if i in types))
 
 
-def first_conflict(shape: TaskShape, active: Iterable[Task], rack_components: Sequence[Component]
-                   ) -> tuple[Task, str] | None:
+def first_conflict(
+    shape: TaskShape, active: Iterable[Task], rack_components: Sequence[Component]
+) -> tuple[Task, str] | None:
     """The first of `active` (tasks on the same rack) that a task of `shape` conflicts with, and why."""
     for task in active:
         reason = conflicts(shape, shape_of(task.operation.kind, task.component_ids, rack_components))

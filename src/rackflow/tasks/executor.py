@@ -208,8 +208,13 @@ class Executor:
         """Take tasks, read their components and record their first step, in the round's transaction."""
         now = self.clock.now()
         claimed = await task_runs.claim(
-            self.db, conn, owner_id=self.instance_id, lease_ttl=self.lease_ttl,
-            running_here=self._running.keys(), now=now, limit=room,
+            self.db,
+            conn,
+            owner_id=self.instance_id,
+            lease_ttl=self.lease_ttl,
+            running_here=self._running.keys(),
+            now=now,
+            limit=room,
         )
         if not claimed:
             return []
@@ -226,8 +231,9 @@ class Executor:
                 log.info("task %s: taking over (attempt %d)", run.task.id, run.attempt)
             self._running[run.task.id] = asyncio.create_task(self._run(run), name=f"task {run.task.id}")
 
-    async def _prepare(self, conn: AsyncConnection, claimed: list[tuple[Task, int]], now: datetime
-                       ) -> list[_Run]:
+    async def _prepare(
+        self, conn: AsyncConnection, claimed: list[tuple[Task, int]], now: datetime
+    ) -> list[_Run]:
         """Plan each task's steps over its components that still exist (one removed meanwhile is skipped)."""
         by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
         width = max(1, int(getattr(self.backend, "step_concurrency", 1)))
@@ -314,8 +320,9 @@ class Executor:
                 return TaskStatus.FAILED, "; ".join(failures)
         return TaskStatus.COMPLETED, _done(task, run.step_count)
 
-    async def _step(self, task: Task, component: Component, number: int, total: int,
-                    changes: list[ComponentChange]) -> str | None:
+    async def _step(
+        self, task: Task, component: Component, number: int, total: int, changes: list[ComponentChange]
+    ) -> str | None:
         """Run one step; why it failed, or None when it succeeded."""
         try:
             if self._deferring is None:
@@ -395,4 +402,3 @@ def _done(task: Task, count: int) -> str:
     if kind is OperationKind.UPGRADE_FIRMWARE:
         text += f" to {task.operation.target_version}"
     return text
-

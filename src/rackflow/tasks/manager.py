@@ -111,8 +111,9 @@ def _rack_label(rack_id: uuid.UUID, names: dict[uuid.UUID, str]) -> str:
     return f"rack {names.get(rack_id, '?')!r} ({rack_id})"
 
 
-def _may_wait(operation: Operation, queue: QueueOptions, label: str, conflict: tuple[Task, str],
-              waiting: int) -> None:
+def _may_wait(
+    operation: Operation, queue: QueueOptions, label: str, conflict: tuple[Task, str], waiting: int
+) -> None:
     """Refuse a conflicting task unless it may queue and the rack's waiting queue has room."""
     other, reason = conflict
     clash = (
@@ -372,7 +373,11 @@ class TaskManager:
         """Newest first, with the total before paging."""
         async with self.db.read() as conn:
             return await store.list_tasks(
-                conn, rack_id=rack_id, schedule_id=schedule_id, active_only=active_only, offset=offset,
+                conn,
+                rack_id=rack_id,
+                schedule_id=schedule_id,
+                active_only=active_only,
+                offset=offset,
                 limit=limit,
             )
 
@@ -405,8 +410,9 @@ class TaskManager:
                     f"task_id: task {task_id} is already {task.status.value}; "
                     "only active tasks can be cancelled"
                 )
-            await store.set_status(conn, [task_id], TaskStatus.TERMINATED, now=self.clock.now(),
-                                   message=CANCELLED_MESSAGE)
+            await store.set_status(
+                conn, [task_id], TaskStatus.TERMINATED, now=self.clock.now(), message=CANCELLED_MESSAGE
+            )
             promoted = []
             if task.status is not TaskStatus.RUNNING:
                 promoted = await self.promote_in(conn, [task.rack_id])
@@ -445,8 +451,9 @@ class TaskManager:
         await store.set_status(conn, promoted, TaskStatus.PENDING, now=now)
         return promoted
 
-    async def finish(self, task_id: uuid.UUID, *, owner_id: uuid.UUID, status: TaskStatus, message: str
-                     ) -> bool:
+    async def finish(
+        self, task_id: uuid.UUID, *, owner_id: uuid.UUID, status: TaskStatus, message: str
+    ) -> bool:
         """End a task `owner_id` runs, drop its hold and promote the rack's waiting tasks.
 
         False when the task was cancelled meanwhile (its hold is dropped all the same) or taken over by
@@ -458,8 +465,9 @@ class TaskManager:
         """`owner_id` has stopped working on a cancelled task: drop its hold and promote the rack."""
         await self._let_go(task_id, owner_id, None)
 
-    async def _let_go(self, task_id: uuid.UUID, owner_id: uuid.UUID, outcome: tuple[TaskStatus, str] | None
-                      ) -> bool:
+    async def _let_go(
+        self, task_id: uuid.UUID, owner_id: uuid.UUID, outcome: tuple[TaskStatus, str] | None
+    ) -> bool:
         async with self.db.transaction() as conn:
             task = await store.get_task(conn, task_id)
             if task is None:

@@ -14,22 +14,22 @@ Create Date: 2026-12-03
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0004'
-down_revision = '0003'
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-OLD_WHERE = sa.text('enabled AND next_run_at IS NOT NULL')
-NEW_POSTGRESQL_WHERE = sa.text('enabled IS true AND next_run_at IS NOT NULL')
-NEW_SQLITE_WHERE = sa.text('enabled IS 1 AND next_run_at IS NOT NULL')
+OLD_WHERE = sa.text("enabled AND next_run_at IS NOT NULL")
+NEW_POSTGRESQL_WHERE = sa.text("enabled IS true AND next_run_at IS NOT NULL")
+NEW_SQLITE_WHERE = sa.text("enabled IS 1 AND next_run_at IS NOT NULL")
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('task_schedule', schema=None) as batch_op:
-        batch_op.drop_index('ix_task_schedule_due', postgresql_where=OLD_WHERE, sqlite_where=OLD_WHERE)
+    with op.batch_alter_table("task_schedule", schema=None) as batch_op:
+        batch_op.drop_index("ix_task_schedule_due", postgresql_where=OLD_WHERE, sqlite_where=OLD_WHERE)
         batch_op.create_index(
-            'ix_task_schedule_due',
-            ['next_run_at', 'id'],
+            "ix_task_schedule_due",
+            ["next_run_at", "id"],
             unique=False,
             postgresql_where=NEW_POSTGRESQL_WHERE,
             sqlite_where=NEW_SQLITE_WHERE,
@@ -37,11 +37,14 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('task_schedule', schema=None) as batch_op:
+    with op.batch_alter_table("task_schedule", schema=None) as batch_op:
         batch_op.drop_index(
-            'ix_task_schedule_due', postgresql_where=NEW_POSTGRESQL_WHERE, sqlite_where=NEW_SQLITE_WHERE
+            "ix_task_schedule_due", postgresql_where=NEW_POSTGRESQL_WHERE, sqlite_where=NEW_SQLITE_WHERE
         )
         batch_op.create_index(
-            'ix_task_schedule_due', ['next_run_at'], unique=False, postgresql_where=OLD_WHERE,
+            "ix_task_schedule_due",
+            ["next_run_at"],
+            unique=False,
+            postgresql_where=OLD_WHERE,
             sqlite_where=OLD_WHERE,
         )

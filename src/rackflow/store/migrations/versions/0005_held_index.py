@@ -16,21 +16,21 @@ Create Date: 2026-12-04
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0005'
-down_revision = '0004'
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
-HELD_WHERE = sa.text('owner_id IS NOT NULL')
+HELD_WHERE = sa.text("owner_id IS NOT NULL")
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('tasks', schema=None) as batch_op:
+    with op.batch_alter_table("tasks", schema=None) as batch_op:
         batch_op.create_index(
-            'ix_tasks_held', ['owner_id'], unique=False, postgresql_where=HELD_WHERE, sqlite_where=HELD_WHERE
+            "ix_tasks_held", ["owner_id"], unique=False, postgresql_where=HELD_WHERE, sqlite_where=HELD_WHERE
         )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('tasks', schema=None) as batch_op:
-        batch_op.drop_index('ix_tasks_held', postgresql_where=HELD_WHERE, sqlite_where=HELD_WHERE)
+    with op.batch_alter_table("tasks", schema=None) as batch_op:
+        batch_op.drop_index("ix_tasks_held", postgresql_where=HELD_WHERE, sqlite_where=HELD_WHERE)
