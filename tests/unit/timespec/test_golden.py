@@ -1,13 +1,13 @@
-"""Every line of the shared golden files is one test: Go's own answers, and the DST rule's.
+"""Every line of the golden files is one test: Go's own answers, and the DST rule's.
 
-The files live beside the repository (`<repo>/../shared/testdata`, or `$RACKFLOW_TESTDATA`). A missing file
-fails the suite rather than skipping it: without them nothing here proves rackflow agrees with Go.
+The files are part of the repository (`tests/data/golden`, see its README), so a clone anywhere runs them.
+A missing file fails the suite rather than skipping it: without them nothing here proves rackflow agrees
+with Go.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,9 +26,7 @@ from rackflow.timespec import (
     rfc3339_utc,
 )
 
-TESTDATA = Path(
-    os.environ.get("RACKFLOW_TESTDATA") or Path(__file__).resolve().parents[3] / ".." / "shared" / "testdata"
-)
+TESTDATA = Path(__file__).resolve().parents[2] / "data" / "golden"
 FILES = ("go-time-corpus.jsonl", "dst-cases.jsonl")
 VALID_SPEC = {SpecType.INTERVAL: "1h", SpecType.CRON: "0 * * * *", SpecType.ONE_TIME: "2026-06-01T04:00:00Z"}
 
@@ -48,7 +46,7 @@ def _cases() -> Iterator[Any]:
 @pytest.mark.parametrize(("case", "source"), list(_cases()))
 def test_golden(case: dict[str, Any] | None, source: str) -> None:
     if case is None:
-        pytest.fail(f"golden file missing: {source} (set RACKFLOW_TESTDATA to the shared/testdata folder)")
+        pytest.fail(f"golden file missing: {source} (it belongs in the repository)")
     check = {"cron": _check_cron, "duration": _check_duration, "rfc3339": _check_rfc3339, "tz": _check_tz}
     check[case["kind"]](case, case["expect"])
 
