@@ -401,15 +401,14 @@ async def test_check_conflicts(stub: FlowStub, racks: list[Rack]) -> None:
         pb.CheckScheduleConflictsRequest(operation=power_off("r1"), exclude_schedule_id=first.id)
     )
     assert list(excluded.conflicts) == []
-    other_kind = pb.ScheduledOperation(power_on=pb.PowerOnRackRequest(target_spec=racks_spec("r1")))
-    assert (
-        list(
-            (
-                await stub.CheckScheduleConflicts(pb.CheckScheduleConflictsRequest(operation=other_kind))
-            ).conflicts
+    # Another operation the conflict rules could refuse beside it: reported, component filters ignored.
+    firmware = pb.ScheduledOperation(
+        upgrade_firmware=pb.UpgradeFirmwareRequest(
+            target_spec=racks_spec("r1", types=(pb.COMPONENT_TYPE_NVSWITCH,)), target_version="v2.1.0"
         )
-        == []
     )
+    other_kind = await stub.CheckScheduleConflicts(pb.CheckScheduleConflictsRequest(operation=firmware))
+    assert [s.id for s in other_kind.conflicts] == [first.id]
     await expect(
         grpc.StatusCode.INVALID_ARGUMENT,
         "exclude_schedule_id",

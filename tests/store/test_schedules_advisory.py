@@ -1,4 +1,5 @@
-"""The advisory RPCs: CheckScheduleConflicts (coarse on purpose) and PreviewScheduleSpec."""
+"""The advisory RPCs: CheckScheduleConflicts (the task manager's rules, coarse on purpose) and
+PreviewScheduleSpec."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from rackflow.timespec import ScheduleSpec, SpecType
 from tests.conftest import table_counts
 from tests.store.schedules_support import POWER_OFF, START, Env, make_env, rack_target
 
+FIRMWARE = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="v2.1.0")
+
 
 @pytest.fixture
 def env(db: Database) -> Env:
@@ -30,9 +33,46 @@ async def test_same_operation_on_a_shared_rack_conflicts(env: Env) -> None:
     env.clock.advance(timedelta(seconds=1))
     second = await env.schedule("second", racks=[r2])
     await env.schedule("elsewhere", racks=[r3])
-    await env.schedule("other-op", racks=[r1], operation=Operation(OperationKind.POWER_ON))
     conflicts = await env.services.schedules.check_conflicts(POWER_OFF, rack_target(r1, r2))
     assert [s.id for s in conflicts] == [first.id, second.id]
+
+
+async def test_existing_bring_up_conflicts_with_a_proposed_power_on(env: Env) -> None:
+    r1 = await env.rack("r1")
+    bring_up = await env.schedule("bring-up", racks=[r1], operation=Operation(OperationKind.BRING_UP))
+    conflicts = await env.services.schedules.check_conflicts(
+        Operation(OperationKind.POWER_ON), rack_target(r1)
+    )
+    assert [s.id for s in conflicts] == [bring_up.id]
+
+
+async def test_compute_power_reset_conflicts_with_an_nvswitch_firmware_upgrade_of_the_same_rack(
+    env: Env,
+) -> None:
+    # At run time these two would run side by side (disjoint components); the check is coarse on purpose.
+    r1 = await env.rack("r1")
+    reset = await env.schedule(
+        "reset-trays",
+        target=rack_target(r1, types=(ComponentType.COMPUTE,)),
+        operation=Operation(OperationKind.POWER_RESET),
+    )
+    conflicts = await env.services.schedules.check_conflicts(
+        FIRMWARE, rack_target(r1, types=(ComponentType.NVSWITCH,))
+    )
+    assert [s.id for s in conflicts] == [reset.id]
+
+
+async def test_one_match_among_several_schedules(env: Env) -> None:
+    r1, r2, r3 = await env.rack("r1"), await env.rack("r2"), await env.rack("r3")
+    await env.schedule("ingest-r2", racks=[r2], operation=Operation(OperationKind.INGEST))
+    on_r1 = await env.schedule("firmware-r1", racks=[r1], operation=FIRMWARE)
+    await env.schedule("power-on-r3", racks=[r3], operation=Operation(OperationKind.POWER_ON))
+    paused = await env.schedule("paused-r1", racks=[r1], operation=Operation(OperationKind.BRING_UP))
+    await env.services.schedules.pause(paused.id)
+    conflicts = await env.services.schedules.check_conflicts(
+        Operation(OperationKind.POWER_OFF, forced=True), rack_target(r1)
+    )
+    assert [s.id for s in conflicts] == [on_r1.id]
 
 
 async def test_conflict_check_ignores_component_filters(env: Env) -> None:

@@ -396,7 +396,10 @@ def runs(ctx: click.Context, schedule_ref: str, limit: int) -> None:
 def conflicts(
     ctx: click.Context, schedule_ref: str | None, operation: str | None, targets: Targets | None, exclude: str
 ) -> None:
-    """List enabled schedules that would run the same operation on the same racks (advisory, coarse).
+    """List enabled schedules on the same racks whose operation could collide with this one (advisory).
+
+    The task manager's conflict rules decide, taking both operations to touch the whole rack: it may
+    report a pair that would run side by side, never one that could collide.
 
     Check a proposal (--op and targets) or an existing schedule (NAME_OR_ID: its operation and scope).
 

@@ -24,6 +24,7 @@ from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import inventory as inventory_store
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
+from rackflow.tasks.conflicts import could_conflict
 from rackflow.tasks.manager import TaskManager, normalise_queue, validate_description, validate_operation
 from rackflow.tasks.model import Operation, QueueOptions
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
@@ -344,16 +345,19 @@ class ScheduleService:
     async def check_conflicts(
         self, operation: Operation, target: TargetSpec, exclude_schedule_id: uuid.UUID | None = None
     ) -> list[Schedule]:
-        """Enabled schedules running the same operation (type and code) on any of the target's racks.
+        """Enabled schedules on any of the target's racks whose operation the task manager's conflict rules
+        could refuse to run beside `operation` there.
 
-        Coarse on purpose: component filters are not intersected. Advisory only; nothing is blocked.
+        Coarse on purpose (`conflicts.could_conflict`): both operations are taken to touch the whole rack,
+        component filters are not intersected, so it may over-report but never misses a pair the rules
+        would refuse at run time. Advisory only; nothing is blocked.
         """
         async with self.db.read() as conn:
             selections = await resolve_targets(conn, target)
             candidates = await store.enabled_schedules_on_racks(
                 conn, {selection.rack_id for selection in selections}, excluding=exclude_schedule_id
             )
-        return [schedule for schedule in candidates if schedule.operation.kind is operation.kind]
+        return [s for s in candidates if could_conflict(operation.kind, s.operation.kind) is not None]
 
     def preview(self, spec: ScheduleSpec, after: datetime | None, count: int) -> list[datetime]:
         """The next `count` fire times after `after` (default now), validated exactly as create does."""

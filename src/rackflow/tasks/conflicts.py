@@ -137,6 +137,29 @@ def conflicts(new: TaskShape, active: TaskShape) -> str | None:
     return None
 
 
+# One stand-in component of every type: together, all a task could touch on any rack.
+_WHOLE_RACK = frozenset((ctype, uuid.UUID(int=index)) for index, ctype in enumerate(ComponentType, start=1))
+
+
+def whole_rack(kind: OperationKind) -> TaskShape:
+    """A task of `kind` that touches every component a rack could have.
+
+    Every rule only grows with what a task touches (a `first_touching` type, an overlap of components), so
+    two real tasks on one rack that conflict have whole-rack shapes that conflict too.
+    """
+    return TaskShape(kind, _WHOLE_RACK)
+
+
+def could_conflict(a: OperationKind, b: OperationKind) -> str | None:
+    """Why tasks of kinds `a` and `b` might not run together on one rack, whatever components each touches,
+    or None when no two such tasks ever conflict.
+
+    Coarse on purpose (the schedule conflict check, which ignores component filters): it may report a pair
+    that would run side by side, never miss one the rules refuse.
+    """
+    return conflicts(whole_rack(a), whole_rack(b))
+
+
 def shape_of(
     kind: OperationKind, component_ids: Iterable[uuid.UUID], rack_components: Sequence[Component]
 ) -> TaskShape:
