@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.api import audit as audit_interceptor
 from rackflow.api.auth import Principal, current_principal
 from rackflow.clock import Clock, FakeClock
+from rackflow.inventory.model import ComponentSpec, ComponentType
 from rackflow.security import Role
 from rackflow.services import Services
 from rackflow.store import audit as audit_store
@@ -145,6 +146,26 @@ async def test_schedule_changes_carry_before_and_after(
     assert [i.id for i in remove.target_ids] == [added.scopes[0].id.id, schedule.id.id]
     before, after = snapshots(delete)
     assert before is not None and after is None
+
+
+async def test_a_trigger_that_submits_nothing_is_recorded_as_failed_with_its_message(
+    stub: FlowStub, services: Services, clock: FakeClock
+) -> None:
+    await services.inventory.create_rack("r1", components=[ComponentSpec(ComponentType.POWERSHELF, "ps")])
+    schedule = await create_schedule(stub)
+    clock.advance(SECOND)
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id), metadata=OPERATOR)
+    clock.advance(SECOND)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:  # the first trigger's task holds the rack
+        await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id), metadata=OPERATOR)
+
+    failed, succeeded, _create = await events(stub)
+    assert (succeeded.method, succeeded.outcome) == ("TriggerTaskSchedule", "OK")
+    assert (failed.method, failed.outcome) == ("TriggerTaskSchedule", "FAILED_PRECONDITION")
+    assert failed.error == refused.value.details() and "submitted no task" in failed.error
+    assert [i.id for i in failed.target_ids] == [schedule.id.id]
+    before, after = json.loads(failed.schedule_before_json), json.loads(failed.schedule_after_json)
+    assert after["last_run_at"] != before["last_run_at"]  # it fired all the same
 
 
 async def test_list_filters_pages_and_counts_newest_first(stub: FlowStub, clock: FakeClock) -> None:

@@ -317,6 +317,47 @@ async def test_trigger_and_delete(stub: FlowStub, services: Services, racks: lis
     assert counts["task_schedule_scope"] == counts["task_schedule_run"] == 0
 
 
+async def test_a_trigger_that_submits_nothing_is_failed_precondition_and_still_recorded(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    once = await create(
+        stub, "once", "r1", "r2", spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec="2026-06-01T04:00:00Z"
+    )
+    for rack in racks[:2]:  # bring-up owns the rack: the power-off of each scope is refused
+        target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(id=uuid_of(rack))]))
+        await stub.BringUpRack(pb.BringUpRackRequest(target_spec=target))
+
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "submitted no task",
+        stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=once.id)),
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=once.id))
+    assert "already fired" in (refused.value.details() or "")  # the failed trigger consumed it
+
+    (run,) = (await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=once.id))).runs
+    assert [o.outcome for o in run.outcomes] == ["failed", "failed"]
+    consumed = await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=once.id))
+    assert not consumed.enabled and not consumed.HasField("next_run_at")
+
+
+async def test_the_refusal_names_each_rack_and_its_reason(stub: FlowStub, racks: list[Rack]) -> None:
+    schedule = await create(stub, "s", "r1", "r2")
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))  # both racks now busy
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    message = refused.value.details() or ""
+    for rack in racks[:2]:
+        assert f"rack {rack.name!r} ({rack.id}): power_off conflicts with task" in message
+    assert "r3" not in message
+
+
+def uuid_of(rack: Rack) -> pb.UUID:
+    return pb.UUID(id=str(rack.id))
+
+
 # --- scope ---------------------------------------------------------------------------------------
 
 

@@ -111,6 +111,26 @@ def test_tables_for_people(server: ServerProcess) -> None:
     assert "2026-12-02 10:00Z  2026-12-02 02:00 PST (10:00Z)" in preview
 
 
+def test_a_trigger_that_submits_nothing_prints_each_rack_and_why(server: ServerProcess) -> None:
+    rackflow(server, "inventory", "import", str(FLEET))
+    # A firmware upgrade waiting for a window far ahead stays PENDING and holds rack-04 (and nothing else).
+    rackflow(
+        server, "task", "upgrade-firmware", "--rack", "rack-04", "--version", "9.9.9",
+        "--start", "2999-01-01T00:00:00Z",
+    )  # fmt: skip
+    created = rackflow_json(
+        server, "schedule", "create", "held", "--interval", "24h", "--op", "power-on", "--rack", "rack-04"
+    )
+    refused = rackflow(server, "schedule", "trigger", "held", expect=1)
+    prefix = (
+        f"error: FAILED_PRECONDITION: id: schedule 'held' ({created['id']['id']}) fired but submitted no task"
+    )
+    assert refused.stderr.startswith(prefix)
+    assert "rack 'rack-04' (" in refused.stderr and "power_on conflicts with task" in refused.stderr
+    runs = rackflow_json(server, "schedule", "runs", "held")
+    assert [[o["outcome"] for o in run["outcomes"]] for run in runs["runs"]] == [["failed"]]
+
+
 def test_errors_are_one_line_with_the_grpc_code(server: ServerProcess) -> None:
     missing = rackflow(server, "schedule", "get", "no-such-schedule", expect=1)
     assert missing.stderr == "error: NOT_FOUND: schedule 'no-such-schedule' not found\n"

@@ -12,13 +12,20 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.errors import FailedPrecondition, NotFound, Unavailable
-from rackflow.inventory.model import RackSelection
+from rackflow.inventory.model import Rack, RackSelection
 from rackflow.schedules import firing
 from rackflow.schedules.firing import RunResult, fire, task_description
 from rackflow.schedules.model import OverlapPolicy, Schedule
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
-from rackflow.tasks.model import QueueOptions, TaskStatus
+from rackflow.tasks.model import (
+    MAX_WAITING_PER_RACK,
+    ConflictStrategy,
+    Operation,
+    OperationKind,
+    QueueOptions,
+    TaskStatus,
+)
 from rackflow.timespec import ScheduleSpec, SpecType
 from tests.conftest import table_counts
 from tests.store.schedules_support import POWER_OFF, START, Env, make_env
@@ -105,11 +112,82 @@ async def test_trigger_ignores_the_overlap_policy_skip_and_the_task_manager_deci
     schedule = await env.schedule(racks=[r1], policy=OverlapPolicy.SKIP)
     await env.services.schedules.trigger(schedule.id)
     env.clock.advance(timedelta(seconds=1))
-    assert await env.services.schedules.trigger(schedule.id) == []
+    with pytest.raises(FailedPrecondition, match="conflicts with task"):
+        await env.services.schedules.trigger(schedule.id)
     runs, _ = await env.services.schedules.list_runs(schedule.id)
     (outcome,) = runs[0].outcomes
     assert outcome.outcome == "failed"  # rejected by the conflict rules, not skipped for overlap
     assert outcome.error
+
+
+async def _fill_queue(env: Env, rack: Rack) -> None:
+    """One pending task on the rack and MAX_WAITING_PER_RACK waiting behind it."""
+    selections = [RackSelection(rack.id)]
+    await env.services.tasks.submit(POWER_OFF, selections, description="busy", queue=QueueOptions())
+    for _ in range(MAX_WAITING_PER_RACK):
+        queued = QueueOptions(ConflictStrategy.QUEUE)
+        await env.services.tasks.submit(POWER_OFF, selections, description="queued", queue=queued)
+
+
+async def test_a_trigger_that_submits_nothing_is_failed_precondition_naming_each_rack_and_why(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full, gone = await env.rack("full"), await env.rack("gone")
+    await _fill_queue(env, full)
+    schedule = await env.schedule("nightly", racks=[full, gone], policy=OverlapPolicy.QUEUE)
+    real_fire = firing.fire
+
+    async def rack_deleted_after_phase_one(*args: Any, **kwargs: Any) -> RunResult:
+        await env.services.inventory.delete_rack(gone.id)
+        return await real_fire(*args, **kwargs)
+
+    monkeypatch.setattr(firing, "fire", rack_deleted_after_phase_one)
+    env.clock.advance(timedelta(minutes=5))
+    with pytest.raises(FailedPrecondition) as refused:
+        await env.services.schedules.trigger(schedule.id)
+
+    message = str(refused.value)
+    assert message.startswith(f"id: schedule 'nightly' ({schedule.id}) fired but submitted no task")
+    assert f"rack 'full' ({full.id}): waiting queue full" in message
+    assert f"rack '?' ({gone.id}): rack_id: rack {gone.id} not found" in message
+    # The firing happened all the same: recorded, with each scope's outcome, and the schedule advanced.
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert str(run.id) in message
+    assert (run.trigger, run.state) == ("manual", "completed")
+    assert {o.rack_id: o.outcome for o in run.outcomes} == {full.id: "failed", gone.id: "failed"}
+    after = await env.services.schedules.get(schedule.id)
+    assert after.last_run_at == env.clock.now()
+    assert after.next_run_at == env.clock.now() + timedelta(hours=1)
+
+
+async def test_a_one_time_schedule_is_consumed_by_a_trigger_that_submits_nothing(env: Env) -> None:
+    busy = await env.rack("busy")
+    await env.services.tasks.submit(
+        Operation(OperationKind.BRING_UP), [RackSelection(busy.id)], description="", queue=QueueOptions()
+    )
+    once = ScheduleSpec(SpecType.ONE_TIME, "2026-06-01T04:00:00Z")
+    schedule = await env.schedule(
+        "once", racks=[busy], spec=once, operation=Operation(OperationKind.POWER_ON)
+    )
+    with pytest.raises(
+        FailedPrecondition, match=f"rack 'busy' \\({busy.id}\\): power_on conflicts with task"
+    ):
+        await env.services.schedules.trigger(schedule.id)
+    consumed = await env.services.schedules.get(schedule.id)
+    assert (consumed.enabled, consumed.next_run_at, consumed.last_run_at) == (False, None, START)
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert [o.outcome for o in run.outcomes] == ["failed"]
+    with pytest.raises(FailedPrecondition, match="already fired"):
+        await env.services.schedules.trigger(schedule.id)
+
+
+async def test_a_trigger_of_a_schedule_without_scopes_is_ok_with_no_task(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1])
+    await env.services.inventory.delete_rack(r1.id)  # takes the schedule's only scope entry with it
+    assert await env.services.schedules.trigger(schedule.id) == []
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert run.outcomes == ()
 
 
 async def test_a_failing_scope_does_not_stop_the_others(env: Env) -> None:

@@ -309,6 +309,8 @@ def delete(ctx: click.Context, schedule_ref: str) -> None:
 def trigger(ctx: click.Context, schedule_ref: str) -> None:
     """Fire a schedule now, on every scope, whatever its overlap policy or pause.
 
+    When every scope fails, exits 1 naming each rack and why (the firing is still in `schedule runs`).
+
     \b
     Example:
       rackflow schedule trigger nightly-reset

@@ -25,7 +25,13 @@ from rackflow.store import inventory as inventory_store
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.conflicts import could_conflict
-from rackflow.tasks.manager import TaskManager, normalise_queue, validate_description, validate_operation
+from rackflow.tasks.manager import (
+    TaskManager,
+    normalise_queue,
+    rack_label,
+    validate_description,
+    validate_operation,
+)
 from rackflow.tasks.model import Operation, QueueOptions
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
 
@@ -237,6 +243,10 @@ class ScheduleService:
         """Fire now, whatever `enabled` and `next_run_at` say, on every scope (no overlap check).
 
         Returns the ids of the tasks submitted; scopes whose submission failed are in the run history.
+        When there were scopes and every one failed, raises FailedPrecondition naming each rack and its
+        reason rather than answer a misleading success with no task. That is the one refusal that changes
+        something: the firing has happened (phase 1 committed), so its run is recorded and a one-time
+        schedule is consumed, as a dispatched firing would be.
         """
         fired_at = self.clock.now()
         run_id = uuid.uuid4()
@@ -262,7 +272,22 @@ class ScheduleService:
             skip_scope_ids=set(),
             run_id=run_id,
         )
+        if scopes and not result.task_ids:
+            raise await self._nothing_submitted(fired, result)
         return result.task_ids
+
+    async def _nothing_submitted(self, schedule: Schedule, result: firing.RunResult) -> FailedPrecondition:
+        """The error of a trigger whose every scope failed: each rack, by name and id, and why."""
+        async with self.db.read() as conn:
+            names = await inventory_store.rack_names(conn, {o.rack_id for o in result.outcomes})
+        reasons = []
+        for outcome in result.outcomes:
+            label = rack_label(outcome.rack_id, names)
+            reasons.append(f"{label}: {outcome.error.removeprefix(f'{label}: ')}")
+        return FailedPrecondition(
+            f"id: schedule {schedule.name!r} ({schedule.id}) fired but submitted no task, every scope failed "
+            f"(recorded as run {result.run_id}): {'; '.join(reasons)}"
+        )
 
     # --- scope -----------------------------------------------------------------------------------
 

@@ -166,6 +166,15 @@ async def racks_by_column(
     return await _ids_by_column(conn, racks, column, values)
 
 
+async def rack_names(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The name of each of the racks that exist."""
+    found: dict[uuid.UUID, str] = {}
+    for chunk in chunked(set(rack_ids)):
+        stmt = select(racks.c.id, racks.c.name).where(racks.c.id.in_(chunk))
+        found.update({row.id: row.name for row in await conn.execute(stmt)})
+    return found
+
+
 async def racks_for_update(
     db: Database, conn: AsyncConnection, rack_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, uuid.UUID | None]:

@@ -107,7 +107,8 @@ def _expired(task: Task, now: datetime) -> bool:
     return task.queue_expires_at is not None and task.queue_expires_at <= now
 
 
-def _rack_label(rack_id: uuid.UUID, names: dict[uuid.UUID, str]) -> str:
+def rack_label(rack_id: uuid.UUID, names: dict[uuid.UUID, str]) -> str:
+    """`rack 'r1' (<id>)`: how every refusal names a rack (`'?'` for one that no longer exists)."""
     return f"rack {names.get(rack_id, '?')!r} ({rack_id})"
 
 
@@ -174,7 +175,7 @@ class _RackState:
         planned: list[Task] = []
         for selection in submission.selections:
             rack_id = selection.rack_id
-            label = _rack_label(rack_id, self.names)
+            label = rack_label(rack_id, self.names)
             rack_components = self.components.get(rack_id, [])
             chosen = selected_components(selection, rack_components)
             if selection.filter is not None and not chosen:
