@@ -220,6 +220,40 @@ async def test_update_each_mask_path(stub: FlowStub, racks: list[Rack]) -> None:
     assert when(tokyo.next_run_at) == datetime(2026, 3, 3, 5, 0, tzinfo=UTC)
 
 
+def timezone_only(schedule: pb.TaskSchedule, spec: pb.ScheduleSpec | None) -> pb.UpdateTaskScheduleRequest:
+    return pb.UpdateTaskScheduleRequest(
+        id=schedule.id,
+        schedule=pb.ScheduleConfig(spec=spec),
+        update_mask=FieldMask(paths=["schedule.spec.timezone"]),
+    )
+
+
+async def test_update_timezone_only_keeps_an_interval_next_run(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    assert isinstance(services.clock, FakeClock)
+    schedule = await create(stub, "s", "r1")
+    services.clock.advance(timedelta(minutes=40))
+    tokyo = await stub.UpdateTaskSchedule(timezone_only(schedule, pb.ScheduleSpec(timezone="Asia/Tokyo")))
+    assert tokyo.spec.timezone == "Asia/Tokyo" and tokyo.next_run_at == schedule.next_run_at
+    utc = await stub.UpdateTaskSchedule(timezone_only(schedule, pb.ScheduleSpec()))  # spec {}: UTC
+    assert utc.spec.timezone == "UTC" and utc.next_run_at == schedule.next_run_at
+
+
+async def test_update_timezone_without_a_spec_message_is_invalid_and_writes_nothing(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    schedule = await create(stub, "s", "r1")
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "schedule.spec: ",
+        stub.UpdateTaskSchedule(timezone_only(schedule, None)),
+    )
+    assert await table_counts(services.db) == before
+    assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == schedule
+
+
 BAD_UPDATES = [
     ([], {}, "update_mask"),
     (["schedule.operation"], {}, "schedule.operation"),

@@ -266,6 +266,32 @@ async def test_update_timezone_to_empty_means_utc(env: Env) -> None:
     assert updated.spec.timezone == "UTC"
 
 
+@pytest.mark.parametrize(
+    "spec", [ScheduleSpec(SpecType.INTERVAL, "1h"), ScheduleSpec(SpecType.ONE_TIME, "2026-03-05T08:00:00Z")]
+)
+async def test_update_timezone_only_leaves_an_interval_or_one_time_next_run_alone(
+    env: Env, spec: ScheduleSpec
+) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1], spec=spec)
+    env.clock.advance(timedelta(minutes=40))  # recomputing from now would postpone an interval's next run
+    updated = await env.services.schedules.update(
+        schedule.id, ["schedule.spec.timezone"], timezone="Asia/Tokyo"
+    )
+    assert updated.spec == replace(spec, timezone="Asia/Tokyo")
+    assert updated.next_run_at == schedule.next_run_at
+    assert await env.services.schedules.get(schedule.id) == updated
+
+
+async def test_update_timezone_of_a_cron_schedule_recomputes_its_next_run(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1], spec=ScheduleSpec(SpecType.CRON, "0 14 * * *"))
+    updated = await env.services.schedules.update(
+        schedule.id, ["schedule.spec.timezone"], timezone="America/New_York"
+    )
+    assert updated.next_run_at == datetime(2026, 3, 2, 19, 0, tzinfo=UTC)  # 14:00 EST
+
+
 BAD_UPDATES: list[tuple[list[str], dict[str, object], str]] = [
     ([], {}, "update_mask"),
     (["schedule.operation"], {}, "update_mask: unknown path 'schedule.operation'"),
@@ -274,6 +300,8 @@ BAD_UPDATES: list[tuple[list[str], dict[str, object], str]] = [
     (["schedule.spec"], {"spec_type": None, "spec": "1h"}, r"schedule\.spec\.type"),
     (["schedule.spec"], {"spec_type": SpecType.CRON, "spec": "* * *"}, r"schedule\.spec\.spec"),
     (["schedule.spec.timezone"], {"timezone": "Local"}, r"schedule\.spec\.timezone"),
+    (["schedule.spec.timezone"], {}, r"^schedule\.spec: .* no schedule\.spec"),
+    (["schedule.name", "schedule.spec.timezone"], {"name": "new"}, r"^schedule\.spec: "),
     (["schedule.overlap_policy"], {}, r"schedule\.overlap_policy"),
 ]
 

@@ -88,7 +88,7 @@ class ScheduleRpcs:
             overlap_policy=policy,
             spec_type=spec_type,
             spec=config.spec.spec,
-            timezone=config.spec.timezone,
+            timezone=config.spec.timezone if config.HasField("spec") else None,
         )
         return schedule_to(schedule)
 

@@ -169,10 +169,15 @@ class ScheduleService:
         overlap_policy: OverlapPolicy | None = None,
         spec_type: SpecType | None = None,
         spec: str = "",
-        timezone: str = "",
+        timezone: str | None = None,
     ) -> Schedule:
-        """Apply the masked fields. `schedule.spec` replaces type and text, `schedule.spec.timezone` the zone;
-        either recomputes next_run_at from now. The operation and scope never change here."""
+        """Apply the masked fields. The operation and scope never change here.
+
+        `schedule.spec` replaces type and text and recomputes next_run_at from now. `schedule.spec.timezone`
+        replaces the zone (None: the request carried no spec message, which is refused; "" means UTC); only
+        cron reads the zone, so only a cron schedule's next_run_at is recomputed: an interval's or one-time's
+        stays where it was.
+        """
         mask = _check_mask(paths)
         if NAME_PATH in mask:
             _check_name(name)
@@ -181,6 +186,11 @@ class ScheduleService:
         if SPEC_PATH in mask and spec_type is None:
             raise InvalidArgument(
                 f"{SPEC_PATH}.type: a schedule type is required (INTERVAL, CRON or ONE_TIME)"
+            )
+        if TIMEZONE_PATH in mask and timezone is None:
+            raise InvalidArgument(
+                f"{SPEC_PATH}: the update_mask names {TIMEZONE_PATH} but the request has no {SPEC_PATH} "
+                "(send spec { timezone: ... }; an empty timezone means UTC)"
             )
         now = self.clock.now()
         async with self.db.transaction() as conn:
@@ -197,10 +207,11 @@ class ScheduleService:
             if TIMEZONE_PATH in mask:
                 updated = replace(updated, spec=replace(updated.spec, timezone=timezone or DEFAULT_TIMEZONE))
             if mask & {SPEC_PATH, TIMEZONE_PATH}:
-                timing = timing_of(updated.spec)
+                timing = timing_of(updated.spec)  # the zone is validated for every spec type
                 if current.is_consumed:
-                    raise _consumed(current, "re-arm")
-                updated = replace(updated, next_run_at=timing.first_run(now))
+                    raise _consumed(current, "re-arm" if SPEC_PATH in mask else "change the timezone of")
+                if SPEC_PATH in mask or updated.spec.type is SpecType.CRON:
+                    updated = replace(updated, next_run_at=timing.first_run(now))
             await store.save_schedule(conn, updated)
         return updated
 
