@@ -234,6 +234,17 @@ class Operation:
         return request
 
 
+def with_targets(operation: pb.ScheduledOperation, targets: Targets) -> pb.ScheduledOperation:
+    """A copy of a schedule's stored operation (`TaskSchedule.operation`, no target) aimed at `targets`."""
+    aimed = pb.ScheduledOperation()
+    aimed.CopyFrom(operation)
+    name = aimed.WhichOneof("operation")
+    if name is None:
+        raise ValueError("the schedule carries no operation (a server older than this client?)")
+    getattr(aimed, name).target_spec.CopyFrom(targets.to_proto())
+    return aimed
+
+
 @dataclass(frozen=True)
 class NewComponent:
     """A component to create in a rack."""
@@ -550,10 +561,12 @@ class RackflowClient:
         return self._call(self._stub.ListTaskScheduleScopes, request, pb.ListTaskScheduleScopesResponse)
 
     def check_conflicts(
-        self, operation: Operation, *, exclude: str = ""
+        self, operation: Operation | pb.ScheduledOperation, *, exclude: str = ""
     ) -> pb.CheckScheduleConflictsResponse:
+        """Enabled schedules that could collide with `operation` (one built here, or a schedule's own
+        aimed at its scope with `with_targets`)."""
         request = pb.CheckScheduleConflictsRequest(
-            operation=operation.to_proto(),
+            operation=operation.to_proto() if isinstance(operation, Operation) else operation,
             exclude_schedule_id=self._schedule_ref(exclude) if exclude else None,
         )
         return self._call(self._stub.CheckScheduleConflicts, request, pb.CheckScheduleConflictsResponse)

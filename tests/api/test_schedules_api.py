@@ -94,10 +94,55 @@ async def test_create_returns_the_schedule(stub: FlowStub, racks: list[Rack]) ->
     assert not schedule.HasField("last_run_at")
     assert schedule.operation_type == "power_off"
     assert schedule.description == "weekly power cycle"
+    assert schedule.summary == "Power Off (forced)"
+    assert schedule.operation == pb.ScheduledOperation(
+        power_off=pb.PowerOffRackRequest(
+            description="weekly power cycle",
+            forced=True,
+            queue_options=pb.QueueOptions(
+                conflict_strategy=pb.CONFLICT_STRATEGY_REJECT, queue_timeout_seconds=3600
+            ),
+        )
+    )
     assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == schedule
     scopes = await stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=schedule.id))
     assert {s.rack_id.id for s in scopes.scopes} == {str(racks[0].id), str(racks[1].id)}
     assert all(s.WhichOneof("component_filter") is None for s in scopes.scopes)
+
+
+async def test_get_and_list_show_what_a_firmware_schedule_runs(stub: FlowStub, racks: list[Rack]) -> None:
+    window_start, window_end = Timestamp(), Timestamp()
+    window_start.FromDatetime(datetime(2026, 6, 1, 2, 0, tzinfo=UTC))
+    window_end.FromDatetime(datetime(2026, 6, 1, 4, 0, tzinfo=UTC))
+    firmware = pb.UpgradeFirmwareRequest(
+        target_spec=racks_spec("r1", types=(pb.COMPONENT_TYPE_NVSWITCH,)),
+        description="switch firmware",
+        queue_options=pb.QueueOptions(
+            conflict_strategy=pb.CONFLICT_STRATEGY_REJECT, queue_timeout_seconds=900
+        ),
+        target_version="v2.1.0",
+        start_time=window_start,
+        end_time=window_end,
+    )
+    created = await stub.CreateTaskSchedule(
+        pb.CreateTaskScheduleRequest(
+            schedule=config("fw", policy=pb.OVERLAP_POLICY_QUEUE),
+            operation=pb.ScheduledOperation(upgrade_firmware=firmware),
+        )
+    )
+    got = await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=created.id))
+    (listed,) = (await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest())).task_schedules
+    assert got == listed == created
+    assert got.summary == ("Upgrade Firmware to v2.1.0 from 2026-06-01T02:00:00Z until 2026-06-01T04:00:00Z")
+    assert got.operation_type == "upgrade_firmware"
+    stored = got.operation.upgrade_firmware
+    assert not stored.HasField("target_spec")  # the racks are the scope
+    assert (stored.target_version, stored.description) == ("v2.1.0", "switch firmware")
+    assert (stored.start_time, stored.end_time) == (window_start, window_end)
+    # The overlap policy, not the request's strategy, decides how each firing queues.
+    assert stored.queue_options == pb.QueueOptions(
+        conflict_strategy=pb.CONFLICT_STRATEGY_QUEUE, queue_timeout_seconds=900
+    )
 
 
 BAD_CONFIGS = [

@@ -61,6 +61,8 @@ def test_import_schedule_trigger_runs_tasks(server: ServerProcess) -> None:
     )  # fmt: skip
     assert created["name"] == "nightly-reset"
     assert created["operation_type"] == "power_reset"
+    assert created["summary"] == "Power Reset"
+    assert created["operation"]["power_reset"]["forced"] is False
     assert created["spec"] == {
         "type": "SCHEDULE_SPEC_TYPE_CRON",
         "spec": "0 2 * * *",
@@ -129,6 +131,32 @@ def test_a_trigger_that_submits_nothing_prints_each_rack_and_why(server: ServerP
     assert "rack 'rack-04' (" in refused.stderr and "power_on conflicts with task" in refused.stderr
     runs = rackflow_json(server, "schedule", "runs", "held")
     assert [[o["outcome"] for o in run["outcomes"]] for run in runs["runs"]] == [["failed"]]
+
+
+def test_a_firmware_schedule_shows_its_version_and_is_checked_with_it(server: ServerProcess) -> None:
+    rackflow(server, "inventory", "import", str(FLEET))
+    rackflow(
+        server,
+        "schedule",
+        "create",
+        "resets",
+        "--interval",
+        "24h",
+        "--op",
+        "power-reset",
+        "--rack",
+        "rack-03",
+    )
+    rackflow(
+        server, "schedule", "create", "switch-fw", "--interval", "168h", "--op", "upgrade-firmware",
+        "--version", "3.2.0", "--rack", "rack-03", "--types", "NVSWITCH",
+    )  # fmt: skip
+    listed = rackflow(server, "schedule", "list", "--rack", "rack-03").stdout
+    assert any(
+        line.startswith("switch-fw") and "Upgrade Firmware to 3.2.0" in line for line in listed.splitlines()
+    )
+    found = rackflow_json(server, "schedule", "conflicts", "switch-fw")  # its operation, version included
+    assert [s["name"] for s in found["conflicts"]] == ["resets"]
 
 
 def test_errors_are_one_line_with_the_grpc_code(server: ServerProcess) -> None:

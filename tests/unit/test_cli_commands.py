@@ -44,6 +44,8 @@ def a_schedule(name: str = "nightly") -> pb.TaskSchedule:
         enabled=True,
         next_run_at=stamp(datetime(2026, 12, 1, 10, 0, tzinfo=UTC)),
         operation_type="power_reset",
+        operation=pb.ScheduledOperation(power_reset=pb.PowerResetRackRequest(forced=True)),
+        summary="Power Reset (forced)",
     )
 
 
@@ -140,6 +142,17 @@ def test_yaml_output(run: Callable[..., Result]) -> None:
     assert yaml.safe_load(result.output)["spec"]["timezone"] == "America/Los_Angeles"
 
 
+def test_schedule_get_shows_what_it_runs_and_json_has_both_forms(run: Callable[..., Result]) -> None:
+    shown = run("schedule", "get", "nightly")
+    assert shown.exit_code == 0, shown.output
+    assert any(
+        line.split(None, 1) == ["operation", "Power Reset (forced)"] for line in shown.output.splitlines()
+    )
+    as_json = json.loads(run("schedule", "get", "nightly", "-o", "json").output)
+    assert as_json["summary"] == "Power Reset (forced)"
+    assert as_json["operation"]["power_reset"]["forced"] is True
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -234,7 +247,7 @@ def test_schedule_list_shows_next_firing_in_the_schedule_zone_and_utc(run: Calla
     header, row = result.output.splitlines()[1:3]
     assert header.split() == ["NAME", "OPERATION", "SPEC", "STATE", "OVERLAP", "NEXT", "LAST"]
     assert row.startswith("nightly")
-    assert "power-reset" in row and "2026-12-01 02:00 PST (10:00Z), in 3h 12m" in row
+    assert "Power Reset (forced)" in row and "2026-12-01 02:00 PST (10:00Z), in 3h 12m" in row
     assert header.index("NEXT") == row.index("2026-12-01 02:00 PST")  # aligned columns
 
 
@@ -304,7 +317,10 @@ def test_conflicts_of_an_existing_schedule_use_its_operation_and_scope(
     result = run("schedule", "conflicts", "nightly")
     assert result.exit_code == 0, result.output
     [(args, kwargs)] = fake.called("check_conflicts")
-    assert args == (Operation("power_reset", Targets(racks=[RACK_ID])),)
+    target = Targets(racks=[RACK_ID]).to_proto()
+    assert args == (
+        pb.ScheduledOperation(power_reset=pb.PowerResetRackRequest(target_spec=target, forced=True)),
+    )
     assert kwargs == {"exclude": a_schedule().id.id}
     assert "no conflicts" in result.output
 

@@ -31,7 +31,7 @@ from rackflow.cli.output import (
 )
 from rackflow.cli.targets import checked, parse_seconds, parse_time, target_options, valid
 from rackflow.cli.tasks import submitted_view
-from rackflow.client import OPERATION_RPCS, Operation, Spec, Targets, operation_name
+from rackflow.client import OPERATION_RPCS, Operation, Spec, Targets, operation_name, with_targets
 from rackflow.v1 import flow_pb2 as pb
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -105,7 +105,7 @@ def schedules_table(
     for s in schedules:
         result.add_row(
             s.name,
-            operation_label(s.operation_type),
+            s.summary,
             spec_text(s.spec),
             _state(s),
             overlap_name(s.overlap_policy),
@@ -121,7 +121,7 @@ def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
         [
             ("name", s.name),
             ("id", s.id.id),
-            ("operation", operation_label(s.operation_type)),
+            ("operation", s.summary),
             ("spec", spec_text(s.spec)),
             ("state", _state(s)),
             ("overlap", overlap_name(s.overlap_policy)),
@@ -416,7 +416,9 @@ def conflicts(
             raise click.UsageError("give NAME_OR_ID or --op with targets, not both")
         existing = session.client.get_schedule(schedule_ref)
         scope_racks = [s.rack_id.id for s in session.client.list_scopes(existing.id.id).scopes]
-        proposal = Operation(existing.operation_type, Targets(racks=scope_racks))
+        proposal: Operation | pb.ScheduledOperation = with_targets(
+            existing.operation, Targets(racks=scope_racks)
+        )
         exclude = exclude or existing.id.id
     elif operation and targets:
         proposal = valid(Operation(operation, targets))

@@ -37,7 +37,7 @@ from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Submission, TaskManager
 from rackflow.tasks.model import QueueOptions
-from rackflow.timespec import SpecType, parse_spec
+from rackflow.timespec import SpecType, format_rfc3339, parse_spec
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def advance_after_firing(schedule: Schedule, fired_at: datetime) -> tuple[bool, 
 
 def task_description(schedule: Schedule, fired_at: datetime) -> str:
     """`<schedule name> — <fired_at, RFC 3339>`, so an operator can tell which firing made a task."""
-    return f"{schedule.name} — {fired_at.isoformat().replace('+00:00', 'Z')}"
+    return f"{schedule.name} — {format_rfc3339(fired_at)}"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from rackflow.timespec import format_rfc3339
+
 
 class OperationKind(enum.StrEnum):
     """What a task does. The value is the wire name (`Task.operation`, `TaskSchedule.operation_type`)."""
@@ -22,6 +24,11 @@ class OperationKind(enum.StrEnum):
     def is_power(self) -> bool:
         return self in (OperationKind.POWER_ON, OperationKind.POWER_OFF, OperationKind.POWER_RESET)
 
+    @property
+    def display_name(self) -> str:
+        """`Power On`, `Upgrade Firmware`: the name people read."""
+        return self.value.replace("_", " ").title()
+
 
 @dataclass(frozen=True)
 class Operation:
@@ -32,6 +39,20 @@ class Operation:
     target_version: str = ""
     window_start: datetime | None = None
     window_end: datetime | None = None
+
+    @property
+    def summary(self) -> str:
+        """What it does, in one line for people: `Power Off (forced)`, `Upgrade Firmware to v2.1.0`."""
+        text = self.kind.display_name
+        if self.forced:
+            text += " (forced)"
+        if self.target_version:
+            text += f" to {self.target_version}"
+        if self.window_start is not None:
+            text += f" from {format_rfc3339(self.window_start)}"
+        if self.window_end is not None:
+            text += f" until {format_rfc3339(self.window_end)}"
+        return text
 
     def to_json(self) -> dict[str, object]:
         return {

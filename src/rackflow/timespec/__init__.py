@@ -7,7 +7,7 @@ display) that need one piece alone.
 
 from rackflow.timespec.cron import CronExpr
 from rackflow.timespec.duration import parse_go_duration
-from rackflow.timespec.rfc3339 import parse_rfc3339, rfc3339_utc
+from rackflow.timespec.rfc3339 import format_rfc3339, parse_rfc3339, rfc3339_utc
 from rackflow.timespec.spec import (
     MAX_SPEC_LENGTH,
     CronTiming,
@@ -31,6 +31,7 @@ __all__ = [
     "ScheduleSpec",
     "SpecType",
     "Timing",
+    "format_rfc3339",
     "parse_go_duration",
     "parse_rfc3339",
     "parse_spec",

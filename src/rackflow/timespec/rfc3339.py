@@ -71,6 +71,11 @@ def rfc3339_utc(text: str) -> str:
     return f"{sign}{abs(year):04d}-{shifted:%m-%dT%H:%M:%S}{fraction}Z"
 
 
+def format_rfc3339(moment: datetime) -> str:
+    """An aware datetime written in UTC as RFC 3339: `2026-06-01T04:00:00Z` (microseconds when not zero)."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def _parse(text: str) -> tuple[int, datetime, int]:
     """The UTC year, the UTC wall time in a year shifted into datetime's range, and the nanoseconds."""
     match = _PATTERN.fullmatch(text)

@@ -1388,11 +1388,15 @@ class TaskSchedule(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _builtins.int
     OPERATION_TYPE_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     enabled: _builtins.bool
     operation_type: _builtins.str
     description: _builtins.str
+    summary: _builtins.str
+    """The operation in one line for people: "Power Off (forced)", "Upgrade Firmware to v2.1.0"."""
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1405,6 +1409,13 @@ class TaskSchedule(_message.Message):
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def operation(self) -> Global___ScheduledOperation:
+        """What each firing submits, as stored: the operation with its parameters (forced, target version,
+        window), the tasks' description and queue options (conflict_strategy follows overlap_policy).
+        Its target_spec is empty: the racks are the scope (ListTaskScheduleScopes).
+        """
+
     def __init__(
         self,
         *,
@@ -1419,10 +1430,12 @@ class TaskSchedule(_message.Message):
         updated_at: _timestamp_pb2.Timestamp | None = ...,
         operation_type: _builtins.str = ...,
         description: _builtins.str = ...,
+        operation: Global___ScheduledOperation | None = ...,
+        summary: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

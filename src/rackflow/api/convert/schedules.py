@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from rackflow.api.convert import component_type_to, timestamp_to, uuid_to
+from rackflow.api.convert.tasks import scheduled_operation_to
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import ComponentsFilter, TypesFilter
 from rackflow.schedules.model import OverlapPolicy, Run, Schedule, Scope, ScopeOutcome
+from rackflow.tasks.model import QueueOptions
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.v1 import flow_pb2 as pb
 
@@ -69,6 +71,12 @@ def schedule_to(schedule: Schedule) -> pb.TaskSchedule:
         updated_at=timestamp_to(schedule.updated_at),
         operation_type=schedule.operation.kind.value,
         description=schedule.description,
+        operation=scheduled_operation_to(
+            schedule.operation,
+            QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
+            schedule.description,
+        ),
+        summary=schedule.operation.summary,
     )
 
 

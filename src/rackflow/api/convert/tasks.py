@@ -40,6 +40,8 @@ _STRATEGY_FROM_PB = {
     pb.CONFLICT_STRATEGY_QUEUE: ConflictStrategy.QUEUE,
 }
 
+_STRATEGY_TO_PB = {v: k for k, v in _STRATEGY_FROM_PB.items()}
+
 _STATUS_TO_PB = {
     TaskStatus.PENDING: pb.TASK_STATUS_PENDING,
     TaskStatus.RUNNING: pb.TASK_STATUS_RUNNING,
@@ -119,6 +121,28 @@ def scheduled_operation_from(
     path = f"{field}.{which}"
     operation, queue, description = operation_from_request(OperationKind(which), inner, path)
     return operation, queue, description, target_spec_from(inner.target_spec, f"{path}.target_spec")
+
+
+def scheduled_operation_to(
+    operation: Operation, queue: QueueOptions, description: str
+) -> pb.ScheduledOperation:
+    """The inverse of `scheduled_operation_from`, without a target (a schedule's lives in its scope)."""
+    message = pb.ScheduledOperation()
+    inner: OperationRequest = getattr(message, operation.kind.value)
+    inner.description = description
+    inner.queue_options.conflict_strategy = _STRATEGY_TO_PB[queue.strategy]
+    inner.queue_options.queue_timeout_seconds = int(queue.timeout.total_seconds())
+    if isinstance(inner, pb.PowerOffRackRequest | pb.PowerResetRackRequest):
+        inner.forced = operation.forced
+    if isinstance(inner, pb.UpgradeFirmwareRequest):
+        inner.MergeFrom(
+            pb.UpgradeFirmwareRequest(
+                target_version=operation.target_version,
+                start_time=timestamp_to(operation.window_start),
+                end_time=timestamp_to(operation.window_end),
+            )
+        )
+    return message
 
 
 def task_status_to(status: TaskStatus) -> pb.TaskStatus.ValueType:
