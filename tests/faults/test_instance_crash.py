@@ -23,7 +23,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("h
 LEASE_S = 3.0
 RACKS = 4
 COMPONENTS = 8
-SLOW_STEPS = {"RACKFLOW_SIM_STEP_SECONDS": "1"}  # a task takes COMPONENTS seconds: it is killed mid-way
+# A task takes COMPONENTS × STEP_S = 20 s: long enough that it is still running when the survivor has
+# started (which takes several seconds on a loaded machine) and the doomed instance is killed mid-way.
+STEP_S = 2.5
+SLOW_STEPS = {"RACKFLOW_SIM_STEP_SECONDS": f"{STEP_S:g}"}
 ARGS = ["--dispatch-interval", "500ms", "--lease-ttl", f"{LEASE_S:g}s"]
 
 
@@ -64,7 +67,7 @@ def test_tasks_of_a_killed_instance_are_taken_over_and_finished(pg_db: str, tmp_
             interval=0.1,
             what="the survivor to take every task over",
         )
-        wait_until(lambda: _all_done(pg_db), timeout=COMPONENTS + 20, what="every task to finish")
+        wait_until(lambda: _all_done(pg_db), timeout=COMPONENTS * STEP_S + 20, what="every task to finish")
         assert survivor.proc.poll() is None, survivor.output[-5000:]
     finally:
         doomed.kill()
