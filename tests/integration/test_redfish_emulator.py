@@ -198,15 +198,21 @@ class Watcher:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         assert self._thread is not None
-        self._thread.join(10)
+        self._thread.join()  # within a round of polls (each request times out after 10 s)
+        # A change made just before the block ended may not have been polled yet (on a loaded machine a
+        # round of polls takes longer than the task's last step): one last look records it.
+        self._poll()
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
-            for name in self.names:
-                state = self.emulator.power(name)
-                if state != self._last[name]:
-                    self._last[name] = state
-                    self.changes.append((name, state))
+            self._poll()
+
+    def _poll(self) -> None:
+        for name in self.names:
+            state = self.emulator.power(name)
+            if state != self._last[name]:
+                self._last[name] = state
+                self.changes.append((name, state))
 
     def seen(self, name: str) -> list[str]:
         return [state for n, state in self.changes if n == name]
