@@ -6,7 +6,7 @@ DB ?= sqlite:///rackflow.db
 LISTEN ?= 127.0.0.1:50051
 export RACKFLOW_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck unit proto docs bench clean
+.PHONY: run test lint typecheck unit proto docs bench clean browser screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,22 @@ typecheck: $(VENV)/.installed-test
 
 # Most e2e time is waiting (real cron minutes, leases), so tests run in 3 workers; the heavy
 # multi-instance PostgreSQL modules share one xdist group so they never overlap.
-test: $(VENV)/.installed-test lint typecheck
+test: $(VENV)/.installed-test lint typecheck browser
 	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadgroup
+
+# Debian's Chromium and ChromeDriver drive tests/browser; installed here when missing (apt-get, as root or
+# through sudo). Nothing downloads a browser at run time. Without them the browser tests skip locally and
+# FAIL under CI=true.
+CHROMIUM ?= /usr/bin/chromium
+CHROMEDRIVER ?= /usr/bin/chromedriver
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:
+	@if [ ! -x $(CHROMIUM) ] || [ ! -x $(CHROMEDRIVER) ]; then \
+	  echo "installing Debian's chromium and chromium-driver for tests/browser"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    --no-install-recommends chromium chromium-driver >/dev/null \
+	  || echo "warning: could not install chromium (tests/browser will skip, or fail under CI=true)"; \
+	fi
 
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit

@@ -34,7 +34,7 @@ from google.protobuf.descriptor_pb2 import (
     SourceCodeInfo,
 )
 
-from rackflow.api.errors import STATUS_FOR_ERROR
+from rackflow.api.errors import HTTP_STATUS_FOR_CODE, STATUS_FOR_ERROR
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO = "rackflow/v1/flow.proto"
@@ -140,10 +140,10 @@ code's number when a call fails (67 for INVALID_ARGUMENT, 70 for ALREADY_EXISTS)
 ## Errors
 
 Every error carries one of these codes and a message naming the field and the bad value. A refused request
-changes nothing.
+changes nothing. The JSON API ([HTTP.md](HTTP.md)) answers the same errors with the HTTP status beside each.
 
-| code | when |
-|---|---|
+| code | HTTP | when |
+|---|---|---|
 """
 
 
@@ -382,12 +382,13 @@ def render_types(file: FileDescriptorProto, source: Source) -> Iterator[str]:
 
 
 def render_errors() -> Iterator[str]:
-    mapped = {code.name for code in STATUS_FOR_ERROR.values()}
+    mapped = {status.grpc.name for status in STATUS_FOR_ERROR.values()}
     undocumented = sorted(mapped - ERROR_ROWS.keys())
     if undocumented:
         raise SystemExit(f"gen_api_docs: add {', '.join(undocumented)} to ERROR_ROWS")
+    http = {code.name: status for code, status in HTTP_STATUS_FOR_CODE.items()}
     for code, when in ERROR_ROWS.items():
-        yield f"| `{code}` | {when} |"
+        yield f"| `{code}` | {http[code]} | {when} |"
     yield ""
 
 

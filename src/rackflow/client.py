@@ -77,6 +77,13 @@ def is_uuid(value: str) -> bool:
     return True
 
 
+TASK_STATUSES = tuple(
+    value.name.removeprefix("TASK_STATUS_")
+    for value in pb.TaskStatus.DESCRIPTOR.values
+    if value.number != pb.TASK_STATUS_UNKNOWN
+)
+
+
 def _key(value: str) -> str:
     return value.strip().lower().replace("-", "_")
 
@@ -96,6 +103,14 @@ def operation_name(name: str) -> str:
         choices = ", ".join(k.replace("_", "-") for k in OPERATION_RPCS)
         raise ValueError(f"unknown operation {name!r} (one of {choices})")
     return key
+
+
+def task_status(name: str) -> pb.TaskStatus.ValueType:
+    """`running`, `RUNNING` or `TASK_STATUS_RUNNING` -> the enum value."""
+    key = name.strip().upper().removeprefix("TASK_STATUS_")
+    if key not in TASK_STATUSES:
+        raise ValueError(f"unknown task status {name!r} (one of {', '.join(TASK_STATUSES).lower()})")
+    return pb.TaskStatus.Value(f"TASK_STATUS_{key}")
 
 
 def overlap_policy(name: str) -> pb.OverlapPolicy.ValueType:
@@ -444,6 +459,7 @@ class RackflowClient:
         rack: str = "",
         schedule: str = "",
         active_only: bool = False,
+        statuses: Sequence[str] = (),
         offset: int = 0,
         limit: int = 0,
     ) -> pb.ListTasksResponse:
@@ -451,6 +467,7 @@ class RackflowClient:
             rack_id=self._rack_ref(rack) if rack else None,
             schedule_id=self._schedule_ref(schedule) if schedule else None,
             active_only=active_only,
+            statuses=[task_status(s) for s in statuses],
             pagination=_page(offset, limit),
         )
         return self._call(self._stub.ListTasks, request, pb.ListTasksResponse)
@@ -484,11 +501,24 @@ class RackflowClient:
         return self._call(self._stub.GetTaskSchedule, request, pb.TaskSchedule)
 
     def list_schedules(
-        self, *, rack: str = "", enabled_only: bool = False, offset: int = 0, limit: int = 0
+        self,
+        *,
+        rack: str = "",
+        enabled_only: bool = False,
+        paused_only: bool = False,
+        name_contains: str = "",
+        operation: str = "",
+        order_by: str = "",
+        offset: int = 0,
+        limit: int = 0,
     ) -> pb.ListTaskSchedulesResponse:
         request = pb.ListTaskSchedulesRequest(
             rack_id=self._rack_ref(rack) if rack else None,
             enabled_only=True if enabled_only else None,
+            paused_only=paused_only,
+            name_contains=name_contains,
+            operation_type=operation_name(operation) if operation else "",
+            order_by=order_by,
             pagination=_page(offset, limit),
         )
         return self._call(self._stub.ListTaskSchedules, request, pb.ListTaskSchedulesResponse)

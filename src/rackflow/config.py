@@ -85,13 +85,21 @@ class ServeConfig:
     insecure: bool = False
     # Audit events older than this are deleted; None keeps them forever (an operator's explicit choice).
     audit_retention: timedelta | None = None
+    # The dashboard and JSON API (rackflow.web) on HOST:PORT; None serves no HTTP at all.
+    http_listen: str | None = None
 
     def __post_init__(self) -> None:
-        host, _ = parse_host_port(self.listen, "--listen")
         mutual_tls = self.tls is not None and self.tls.client_ca is not None
-        check_exposure(
-            host, tls=self.tls is not None, auth=self.tokens is not None or mutual_tls, insecure=self.insecure
-        )
+        for flag, listen in (("--listen", self.listen), ("--http-listen", self.http_listen)):
+            if listen is not None:
+                host, _ = parse_host_port(listen, flag)
+                check_exposure(
+                    host,
+                    tls=self.tls is not None,
+                    auth=self.tokens is not None or mutual_tls,
+                    insecure=self.insecure,
+                    flag=flag,
+                )
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "--metrics-listen")
         if not 2 <= self.db_pool_size <= 500:

@@ -1,4 +1,5 @@
-"""Domain errors. Every layer raises these; only `rackflow.api.errors` turns them into gRPC codes.
+"""Domain errors. Every layer raises these; only `rackflow.api.errors` turns them into gRPC and HTTP status
+codes.
 
 Messages name the field and the bad value, because an operator reading them has nothing else to go on.
 """
@@ -26,3 +27,11 @@ class FailedPrecondition(RackflowError):
 
 class Unavailable(RackflowError):
     """The database cannot be reached right now; the client may retry."""
+
+
+class Unauthenticated(RackflowError):
+    """Bearer tokens are required and the request carries none, or one that is not valid."""
+
+
+class PermissionDenied(RackflowError):
+    """The caller is known, but its role may not do this."""

@@ -174,8 +174,11 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(host: str, *, tls: bool, auth: bool, insecure: bool) -> None:
-    """Refuse to serve beyond this machine without TLS and authentication, unless told to."""
+def check_exposure(host: str, *, tls: bool, auth: bool, insecure: bool, flag: str = "--listen") -> None:
+    """Refuse to serve beyond this machine without TLS and authentication, unless told to.
+
+    One rule for both listeners: gRPC (`--listen`) and the dashboard with its JSON API (`--http-listen`).
+    """
     if is_loopback(host) or insecure or (tls and auth):
         return
     missing = [
@@ -187,7 +190,7 @@ def check_exposure(host: str, *, tls: bool, auth: bool, insecure: bool) -> None:
         if not ok
     ]
     raise InvalidArgument(
-        f"--listen: {host!r} is reachable beyond this machine, but {' and '.join(missing)} "
+        f"{flag}: {host!r} is reachable beyond this machine, but {' and '.join(missing)} "
         f"{'are' if len(missing) > 1 else 'is'} not configured; "
         "configure it, listen on 127.0.0.1, or pass --insecure to accept the risk"
     )

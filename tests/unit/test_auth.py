@@ -10,7 +10,6 @@ import pytest
 
 from rackflow.api.audit import target_ids
 from rackflow.api.auth import (
-    AuthError,
     Principal,
     authenticate,
     authorize,
@@ -19,8 +18,9 @@ from rackflow.api.auth import (
     required_role,
     rpc_name,
 )
+from rackflow.api.errors import status_of
 from rackflow.config import ServeConfig
-from rackflow.errors import InvalidArgument
+from rackflow.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from rackflow.security import (
     Role,
     ServerTls,
@@ -130,9 +130,10 @@ def test_authenticate() -> None:
     assert authenticate(None, None, "laptop") == Principal("laptop", Role.OPERATOR, "certificate")
     assert authenticate(None, "ignored", None) == Principal("anonymous", Role.OPERATOR, "anonymous")
     for token in (None, "nope"):
-        with pytest.raises(AuthError) as info:
+        with pytest.raises(Unauthenticated) as refused:
             authenticate(TABLE, token, "laptop")
-        assert info.value.code == grpc.StatusCode.UNAUTHENTICATED
+        assert status_of(refused.value).grpc == grpc.StatusCode.UNAUTHENTICATED
+        assert status_of(refused.value).http == 401
 
 
 def test_authorize_by_role() -> None:
@@ -143,9 +144,10 @@ def test_authorize_by_role() -> None:
     for rpc in ("CreateRack", "CancelTask", "TriggerTaskSchedule", "PowerOnRack", "UpdateTaskScheduleScope"):
         assert required_role(rpc) is Role.OPERATOR
         authorize(operator, rpc)
-        with pytest.raises(AuthError) as info:
+        with pytest.raises(PermissionDenied) as denied:
             authorize(viewer, rpc)
-        assert info.value.code == grpc.StatusCode.PERMISSION_DENIED
+        assert status_of(denied.value).grpc == grpc.StatusCode.PERMISSION_DENIED
+        assert status_of(denied.value).http == 403
 
 
 def test_rpc_name_only_for_the_flow_service() -> None:

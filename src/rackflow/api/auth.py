@@ -19,6 +19,8 @@ from typing import Any
 
 import grpc
 
+from rackflow.api.errors import status_for
+from rackflow.errors import PermissionDenied, Unauthenticated
 from rackflow.security import Role, TokenTable
 from rackflow.v1 import flow_pb2
 
@@ -39,14 +41,6 @@ class Principal:
 
 
 current_principal: ContextVar[Principal | None] = ContextVar("rackflow_principal", default=None)
-
-
-class AuthError(Exception):
-    """A refused call: its status code and a message that never contains the token."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def rpc_name(method: str) -> str | None:
@@ -79,24 +73,26 @@ def certificate_name(auth_context: Mapping[str, Sequence[bytes]]) -> str | None:
 
 
 def authenticate(tokens: TokenTable | None, token: str | None, cert_name: str | None) -> Principal:
-    """The caller's principal, or AuthError(UNAUTHENTICATED) when tokens are required and not valid."""
+    """The caller's principal, or `Unauthenticated` when tokens are required and not valid.
+
+    Messages never contain the token. The HTTP API (`rackflow.web.auth`) authenticates with this too.
+    """
     if tokens is None:
         if cert_name is not None:
             return Principal(cert_name, Role.OPERATOR, "certificate")
         return Principal(ANONYMOUS, Role.OPERATOR, "anonymous")
     if token is None:
-        raise AuthError(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required (authorization: Bearer)")
+        raise Unauthenticated("a bearer token is required (authorization: Bearer)")
     entry = tokens.verify(token)
     if entry is None:
-        raise AuthError(grpc.StatusCode.UNAUTHENTICATED, "the bearer token is not valid")
+        raise Unauthenticated("the bearer token is not valid")
     return Principal(entry.name, entry.role, "token")
 
 
 def authorize(principal: Principal, rpc: str) -> None:
-    """AuthError(PERMISSION_DENIED) when the principal's role may not call `rpc`."""
+    """`PermissionDenied` when the principal's role may not call `rpc`."""
     if required_role(rpc) is Role.OPERATOR and principal.role is not Role.OPERATOR:
-        raise AuthError(
-            grpc.StatusCode.PERMISSION_DENIED,
+        raise PermissionDenied(
             f"{rpc}: the {principal.role.value} role of {principal.name!r} may only call "
             f"{'/'.join(READ_PREFIXES)} RPCs; this one needs the operator role",
         )
@@ -137,9 +133,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     certificate_name(context.auth_context()),
                 )
                 authorize(principal, rpc)
-            except AuthError as exc:
+            except (Unauthenticated, PermissionDenied) as exc:
                 log.warning("refused %s from %s: %s", rpc, context.peer(), exc)
-                await context.abort(exc.code, str(exc))
+                await context.abort(status_for(exc), str(exc))
             reset = current_principal.set(principal)
             try:
                 return await behavior(request, context)

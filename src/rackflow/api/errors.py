@@ -1,7 +1,9 @@
-"""The one table from domain errors to gRPC status codes, and the decorator every RPC wears.
+"""The one table from domain errors to status codes (gRPC and HTTP), and the decorator every RPC wears.
 
-Nothing else in rackflow chooses a status code. An unexpected exception is logged with its traceback and
-answered INTERNAL without leaking details; bad input never reaches that branch (the fuzz tests assert it).
+Nothing else in rackflow chooses a status code: the gRPC servicers abort with the code of this table, and
+the HTTP API (`rackflow.web.api`) answers with the HTTP status of the same row. An unexpected exception is
+logged with its traceback and answered INTERNAL (HTTP 500) without leaking details; bad input never
+reaches that branch (the fuzz tests assert it).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -17,20 +20,40 @@ from rackflow import errors
 
 log = logging.getLogger(__name__)
 
-STATUS_FOR_ERROR: dict[type[errors.RackflowError], grpc.StatusCode] = {
-    errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-    errors.NotFound: grpc.StatusCode.NOT_FOUND,
-    errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
-    errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+
+@dataclass(frozen=True)
+class Status:
+    grpc: grpc.StatusCode
+    http: int
+
+
+STATUS_FOR_ERROR: dict[type[errors.RackflowError], Status] = {
+    errors.InvalidArgument: Status(grpc.StatusCode.INVALID_ARGUMENT, 400),
+    errors.NotFound: Status(grpc.StatusCode.NOT_FOUND, 404),
+    errors.AlreadyExists: Status(grpc.StatusCode.ALREADY_EXISTS, 409),
+    errors.FailedPrecondition: Status(grpc.StatusCode.FAILED_PRECONDITION, 412),
+    errors.Unauthenticated: Status(grpc.StatusCode.UNAUTHENTICATED, 401),
+    errors.PermissionDenied: Status(grpc.StatusCode.PERMISSION_DENIED, 403),
+    errors.Unavailable: Status(grpc.StatusCode.UNAVAILABLE, 503),
+}
+INTERNAL = Status(grpc.StatusCode.INTERNAL, 500)
+INTERNAL_MESSAGE = "internal error (logged on the server)"
+
+# The HTTP status of every code the servicers can abort with (the rows above, read by code).
+HTTP_STATUS_FOR_CODE: dict[grpc.StatusCode, int] = {
+    status.grpc: status.http for status in (*STATUS_FOR_ERROR.values(), INTERNAL)
 }
 
 
-def status_for(exc: errors.RackflowError) -> grpc.StatusCode:
+def status_of(exc: errors.RackflowError) -> Status:
     for cls in type(exc).__mro__:
         if cls in STATUS_FOR_ERROR:
             return STATUS_FOR_ERROR[cls]
-    return grpc.StatusCode.INTERNAL
+    return INTERNAL
+
+
+def status_for(exc: errors.RackflowError) -> grpc.StatusCode:
+    return status_of(exc).grpc
 
 
 _R = TypeVar("_R")
@@ -48,7 +71,7 @@ def rpc(handler: Handler[_R]) -> Handler[_R]:
             await context.abort(status_for(exc), str(exc))
         except Exception:
             log.exception("unexpected error in %s", handler.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
+            await context.abort(INTERNAL.grpc, INTERNAL_MESSAGE)
         raise AssertionError("unreachable: context.abort raises")
 
     return wrapper

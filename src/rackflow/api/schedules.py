@@ -23,9 +23,10 @@ from rackflow.api.convert.schedules import (
     spec_from,
     spec_type_from,
 )
-from rackflow.api.convert.tasks import scheduled_operation_from
+from rackflow.api.convert.tasks import operation_kind_from, scheduled_operation_from
 from rackflow.api.errors import rpc
-from rackflow.schedules.service import OVERLAP_POLICY_PATH, SPEC_PATH
+from rackflow.inventory.text import check_text
+from rackflow.schedules.service import OVERLAP_POLICY_PATH, SPEC_PATH, parse_order
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:
@@ -67,7 +68,14 @@ class ScheduleRpcs:
         rack_id = uuid_from(request.rack_id, "rack_id") if request.HasField("rack_id") else None
         offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
         schedules, total = await self.services.schedules.list_schedules(
-            rack_id=rack_id, enabled_only=request.enabled_only, offset=offset, limit=limit
+            rack_id=rack_id,
+            enabled_only=request.enabled_only,
+            paused_only=request.paused_only,
+            name_contains=check_text(request.name_contains, "name_contains"),
+            operation=operation_kind_from(request.operation_type, "operation_type"),
+            order=parse_order(request.order_by),
+            offset=offset,
+            limit=limit,
         )
         return pb.ListTaskSchedulesResponse(task_schedules=[schedule_to(s) for s in schedules], total=total)
 

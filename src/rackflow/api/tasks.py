@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 from grpc.aio import ServicerContext as Context
 
 from rackflow.api.convert import page_from, required_uuid, target_spec_from
-from rackflow.api.convert.tasks import OperationRequest, operation_from_request, task_to
+from rackflow.api.convert.tasks import (
+    OperationRequest,
+    operation_from_request,
+    task_statuses_from,
+    task_to,
+)
 from rackflow.api.errors import rpc
 from rackflow.errors import InvalidArgument
 from rackflow.tasks.model import OperationKind
@@ -72,6 +77,7 @@ class TaskRpcs:
             rack_id=rack_id,
             schedule_id=schedule_id,
             active_only=request.active_only,
+            statuses=task_statuses_from(request.statuses, "statuses"),
             offset=offset,
             limit=limit,
         )

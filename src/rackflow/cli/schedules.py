@@ -214,18 +214,47 @@ def get(ctx: click.Context, schedule_ref: str) -> None:
 @schedule.command(name="list")
 @click.option("--rack", default="", metavar="NAME_OR_ID", help="Only schedules with this rack in scope.")
 @click.option("--enabled-only", is_flag=True, help="Leave out paused and finished schedules.")
+@click.option("--paused-only", is_flag=True, help="Only paused (and finished) schedules.")
+@click.option("--search", default="", metavar="TEXT", help="Only names containing TEXT (any case).")
+@click.option("--op", "operation", type=_OPERATIONS, default=None, help="Only schedules of this operation.")
+@click.option(
+    "--sort",
+    default="",
+    metavar="FIELD",
+    help="created_at (default), name, next_run_at or last_run_at; add ' desc' to reverse.",
+)
 @click.option("--limit", default=0, help="At most this many (0 = all).")
 @click.option("--offset", default=0, help="Skip this many.")
 @click.pass_context
-def list_schedules(ctx: click.Context, rack: str, enabled_only: bool, limit: int, offset: int) -> None:
-    """List schedules, oldest first, with their next firing.
+def list_schedules(
+    ctx: click.Context,
+    rack: str,
+    enabled_only: bool,
+    paused_only: bool,
+    search: str,
+    operation: str | None,
+    sort: str,
+    limit: int,
+    offset: int,
+) -> None:
+    """List schedules, oldest first (or as --sort says), with their next firing.
 
     \b
     Example:
       rackflow schedule list --rack rack-01 --enabled-only
+      rackflow schedule list --search nightly --sort "next_run_at"
     """
     session = pass_session(ctx)
-    found = session.client.list_schedules(rack=rack, enabled_only=enabled_only, offset=offset, limit=limit)
+    found = session.client.list_schedules(
+        rack=rack,
+        enabled_only=enabled_only,
+        paused_only=paused_only,
+        name_contains=search,
+        operation=operation or "",
+        order_by=sort,
+        offset=offset,
+        limit=limit,
+    )
     title = f"{len(found.task_schedules)} of {found.total} schedules"
     session.emit(found, lambda: schedules_table(found.task_schedules, session, title))
 

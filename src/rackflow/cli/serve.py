@@ -78,6 +78,12 @@ _db_option = click.option(
     help="Serve Prometheus /metrics on HOST:PORT (off by default).",
 )
 @click.option(
+    "--http-listen",
+    envvar="RACKFLOW_HTTP_LISTEN",
+    default=None,
+    help="Serve the web dashboard and the JSON API on HOST:PORT (off by default; docs/HTTP.md).",
+)
+@click.option(
     "--migrate",
     "run_migrations",
     envvar="RACKFLOW_MIGRATE",
@@ -153,6 +159,7 @@ def serve(
     no_dispatcher: bool,
     backend: str,
     metrics_listen: str | None,
+    http_listen: str | None,
     run_migrations: bool,
     log_format: str,
     clock_offset: str,
@@ -180,6 +187,7 @@ def serve(
             dispatcher=not no_dispatcher,
             backend=BackendName(backend),
             metrics_listen=metrics_listen,
+            http_listen=http_listen or None,
             migrate=run_migrations,
             log_format=LogFormat(log_format),
             clock_offset=offset,

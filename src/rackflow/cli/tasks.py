@@ -34,7 +34,7 @@ from rackflow.cli.targets import (
     target_options,
     valid,
 )
-from rackflow.client import Operation, RackflowClientError, Targets
+from rackflow.client import TASK_STATUSES, Operation, RackflowClientError, Targets
 from rackflow.v1 import flow_pb2 as pb
 
 FINISHED = {pb.TASK_STATUS_COMPLETED, pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED}
@@ -169,19 +169,35 @@ _operation_command(
 @click.option("--rack", default="", metavar="NAME_OR_ID", help="Only tasks on this rack.")
 @click.option("--schedule", default="", metavar="NAME_OR_ID", help="Only tasks this schedule submitted.")
 @click.option("--active", is_flag=True, help="Only WAITING, PENDING and RUNNING tasks.")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([s.lower() for s in TASK_STATUSES], case_sensitive=False),
+    help="Only tasks in this status (repeat for several).",
+)
 @click.option("--limit", default=50, show_default=True, help="At most this many, newest first (0 = all).")
 @click.option("--offset", default=0, help="Skip this many.")
 @click.pass_context
-def list_tasks(ctx: click.Context, rack: str, schedule: str, active: bool, limit: int, offset: int) -> None:
+def list_tasks(
+    ctx: click.Context,
+    rack: str,
+    schedule: str,
+    active: bool,
+    statuses: tuple[str, ...],
+    limit: int,
+    offset: int,
+) -> None:
     """List tasks, newest first.
 
     \b
     Example:
       rackflow task list --schedule nightly-reset --active
+      rackflow task list --status failed --status terminated
     """
     session = pass_session(ctx)
     found = session.client.list_tasks(
-        rack=rack, schedule=schedule, active_only=active, offset=offset, limit=limit
+        rack=rack, schedule=schedule, active_only=active, statuses=statuses, offset=offset, limit=limit
     )
     title = f"{len(found.tasks)} of {found.total} tasks"
     session.emit(found, lambda: tasks_table(found.tasks, rack_names(session), title))

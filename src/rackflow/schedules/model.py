@@ -51,6 +51,20 @@ class Schedule:
         return self.spec.type is SpecType.ONE_TIME and self.next_run_at is None
 
 
+SCHEDULE_ORDER_FIELDS = ("created_at", "name", "next_run_at", "last_run_at")
+
+
+@dataclass(frozen=True)
+class ScheduleOrder:
+    """How a schedule list is sorted: one of SCHEDULE_ORDER_FIELDS, ascending unless `descending`."""
+
+    field: str = "created_at"
+    descending: bool = False
+
+
+CREATION_ORDER = ScheduleOrder()  # ListTaskSchedules' order when none is asked for
+
+
 @dataclass(frozen=True)
 class Scope:
     """One rack a schedule targets; `filter=None` means all of the rack's components."""

@@ -19,7 +19,15 @@ from rackflow.inventory.model import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.inventory.text import check_text
 from rackflow.schedules import firing
-from rackflow.schedules.model import OverlapPolicy, Run, Schedule, Scope
+from rackflow.schedules.model import (
+    CREATION_ORDER,
+    SCHEDULE_ORDER_FIELDS,
+    OverlapPolicy,
+    Run,
+    Schedule,
+    ScheduleOrder,
+    Scope,
+)
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import inventory as inventory_store
 from rackflow.store import schedules as store
@@ -32,7 +40,7 @@ from rackflow.tasks.manager import (
     validate_description,
     validate_operation,
 )
-from rackflow.tasks.model import Operation, QueueOptions
+from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
 
 NAME_PATH = "schedule.name"
@@ -75,6 +83,20 @@ def _check_mask(paths: Collection[str]) -> set[str]:
         if path not in UPDATE_PATHS:
             raise InvalidArgument(f"update_mask: unknown path {path!r} (allowed: {', '.join(UPDATE_PATHS)})")
     return set(paths)
+
+
+def parse_order(text: str, field: str = "order_by") -> ScheduleOrder:
+    """`name`, `next_run_at desc`, …: a field of SCHEDULE_ORDER_FIELDS, optionally `asc` or `desc`."""
+    words = text.split()
+    if not words:
+        return CREATION_ORDER
+    name, direction = words[0], words[1].lower() if len(words) > 1 else "asc"
+    if name not in SCHEDULE_ORDER_FIELDS or direction not in ("asc", "desc") or len(words) > 2:
+        raise InvalidArgument(
+            f"{field}: {text!r} is not one of {', '.join(SCHEDULE_ORDER_FIELDS)}, "
+            "optionally followed by asc or desc"
+        )
+    return ScheduleOrder(name, descending=direction == "desc")
 
 
 def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
@@ -151,13 +173,27 @@ class ScheduleService:
         *,
         rack_id: uuid.UUID | None = None,
         enabled_only: bool = False,
+        paused_only: bool = False,
+        name_contains: str = "",
+        operation: OperationKind | None = None,
+        order: ScheduleOrder = CREATION_ORDER,
         offset: int = 0,
         limit: int | None = None,
     ) -> tuple[list[Schedule], int]:
-        """Schedules by creation time (then id), and the total before paging."""
+        """Schedules in `order` (by default creation time, then id), and the total before paging."""
+        if enabled_only and paused_only:
+            raise InvalidArgument("paused_only: cannot be combined with enabled_only")
         async with self.db.read() as conn:
             return await store.list_schedules(
-                conn, rack_id=rack_id, enabled_only=enabled_only, offset=offset, limit=limit
+                conn,
+                rack_id=rack_id,
+                enabled_only=enabled_only,
+                paused_only=paused_only,
+                name_contains=name_contains,
+                operation=operation,
+                order=order,
+                offset=offset,
+                limit=limit,
             )
 
     async def update(

@@ -32,11 +32,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.errors import AlreadyExists
 from rackflow.inventory.model import ComponentFilter, RackSelection, filter_from_json
 from rackflow.schedules.model import (
+    CREATION_ORDER,
     Outcome,
     OverlapPolicy,
     Run,
     RunState,
     Schedule,
+    ScheduleOrder,
     Scope,
     ScopeOutcome,
     Trigger,
@@ -44,7 +46,7 @@ from rackflow.schedules.model import (
 from rackflow.store.db import Database
 from rackflow.store.inventory import ACTIVE_TASK_STATUSES, chunked, is_unique_violation
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
-from rackflow.tasks.model import Operation
+from rackflow.tasks.model import Operation, OperationKind
 from rackflow.timespec import ScheduleSpec, SpecType
 
 RUNS_KEPT_PER_SCHEDULE = 100
@@ -208,15 +210,30 @@ async def name_taken(conn: AsyncConnection, name: str, *, other_than: uuid.UUID 
     return (await conn.execute(stmt.limit(1))).first() is not None
 
 
+_ORDER_COLUMNS = {
+    "created_at": task_schedule.c.created_at,
+    "name": task_schedule.c.name,
+    "next_run_at": task_schedule.c.next_run_at,
+    "last_run_at": task_schedule.c.last_run_at,
+}
+
+
 async def list_schedules(
     conn: AsyncConnection,
     *,
     rack_id: uuid.UUID | None = None,
     enabled_only: bool = False,
+    paused_only: bool = False,
+    name_contains: str = "",
+    operation: OperationKind | None = None,
+    order: ScheduleOrder = CREATION_ORDER,
     offset: int = 0,
     limit: int | None = None,
 ) -> tuple[list[Schedule], int]:
-    """Schedules in creation order (then id), and how many match before paging."""
+    """Schedules in `order` (then creation time, then id), and how many match before paging.
+
+    A NULL next or last run sorts last in either direction, on both databases.
+    """
     conditions: list[ColumnElement[bool]] = []
     if rack_id is not None:
         conditions.append(
@@ -227,13 +244,25 @@ async def list_schedules(
         )
     if enabled_only:
         conditions.append(task_schedule.c.enabled.is_(True))
+    if paused_only:
+        conditions.append(task_schedule.c.enabled.is_(False))
+    if name_contains:
+        conditions.append(task_schedule.c.name.icontains(name_contains, autoescape=True))
+    if operation is not None:
+        kind = task_schedule.c.operation_template[("operation", "kind")].as_string()
+        conditions.append(kind == operation.value)
     total = (
         await conn.execute(select(func.count()).select_from(task_schedule).where(*conditions))
     ).scalar_one()
+    column = _ORDER_COLUMNS[order.field]
     stmt = (
         select(task_schedule)
         .where(*conditions)
-        .order_by(task_schedule.c.created_at, task_schedule.c.id)
+        .order_by(
+            (column.desc() if order.descending else column.asc()).nulls_last(),
+            task_schedule.c.created_at,
+            task_schedule.c.id,
+        )
         .offset(offset)
         .limit(limit)
     )

@@ -180,6 +180,7 @@ async def list_tasks(
     rack_id: uuid.UUID | None,
     schedule_id: uuid.UUID | None,
     active_only: bool,
+    statuses: Collection[TaskStatus] = (),
     offset: int,
     limit: int | None,
 ) -> tuple[list[Task], int]:
@@ -191,6 +192,8 @@ async def list_tasks(
         conditions.append(tasks.c.schedule_id == schedule_id)
     if active_only:
         conditions.append(tasks.c.status.in_([s.value for s in ACTIVE_STATUSES]))
+    if statuses:
+        conditions.append(tasks.c.status.in_(sorted(s.value for s in statuses)))
     where = and_(True, *conditions)
     total = (await conn.execute(select(func.count()).select_from(tasks).where(where))).scalar_one()
     page = select(tasks).where(where).order_by(tasks.c.created_at.desc(), tasks.c.id.desc()).offset(offset)

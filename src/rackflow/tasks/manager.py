@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -368,16 +368,18 @@ class TaskManager:
         rack_id: uuid.UUID | None = None,
         schedule_id: uuid.UUID | None = None,
         active_only: bool = False,
+        statuses: Collection[TaskStatus] = (),
         offset: int = 0,
         limit: int | None = None,
     ) -> tuple[list[Task], int]:
-        """Newest first, with the total before paging."""
+        """Newest first, with the total before paging; `statuses` (if any) and `active_only` both apply."""
         async with self.db.read() as conn:
             return await store.list_tasks(
                 conn,
                 rack_id=rack_id,
                 schedule_id=schedule_id,
                 active_only=active_only,
+                statuses=statuses,
                 offset=offset,
                 limit=limit,
             )

@@ -1142,6 +1142,7 @@ class ListTasksRequest(_message.Message):
     ACTIVE_ONLY_FIELD_NUMBER: _builtins.int
     PAGINATION_FIELD_NUMBER: _builtins.int
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    STATUSES_FIELD_NUMBER: _builtins.int
     active_only: _builtins.bool
     @_builtins.property
     def rack_id(self) -> Global___UUID: ...
@@ -1149,6 +1150,10 @@ class ListTasksRequest(_message.Message):
     def pagination(self) -> Global___Pagination: ...
     @_builtins.property
     def schedule_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedScalarFieldContainer[Global___TaskStatus.ValueType]:
+        """only tasks in one of these statuses; empty = any status"""
+
     def __init__(
         self,
         *,
@@ -1156,10 +1161,11 @@ class ListTasksRequest(_message.Message):
         active_only: _builtins.bool = ...,
         pagination: Global___Pagination | None = ...,
         schedule_id: Global___UUID | None = ...,
+        statuses: _abc.Iterable[Global___TaskStatus.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "_rack_id", b"_rack_id", "_schedule_id", b"_schedule_id", "pagination", b"pagination", "rack_id", b"rack_id", "schedule_id", b"schedule_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "_rack_id", b"_rack_id", "_schedule_id", b"_schedule_id", "active_only", b"active_only", "pagination", b"pagination", "rack_id", b"rack_id", "schedule_id", b"schedule_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "_rack_id", b"_rack_id", "_schedule_id", b"_schedule_id", "active_only", b"active_only", "pagination", b"pagination", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "statuses", b"statuses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__pagination: _TypeAlias = _typing.Literal["pagination"]  # noqa: Y015
     _WhichOneofArgType__pagination: _TypeAlias = _typing.Literal["_pagination", b"_pagination"]  # noqa: Y015
@@ -1538,7 +1544,21 @@ class ListTaskSchedulesRequest(_message.Message):
     RACK_ID_FIELD_NUMBER: _builtins.int
     ENABLED_ONLY_FIELD_NUMBER: _builtins.int
     PAGINATION_FIELD_NUMBER: _builtins.int
+    PAUSED_ONLY_FIELD_NUMBER: _builtins.int
+    NAME_CONTAINS_FIELD_NUMBER: _builtins.int
+    OPERATION_TYPE_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
     enabled_only: _builtins.bool
+    paused_only: _builtins.bool
+    """only paused schedules (not with enabled_only)"""
+    name_contains: _builtins.str
+    """only names containing this text, ignoring case"""
+    operation_type: _builtins.str
+    """only this operation: power_on, power_off, … (as TaskSchedule.operation_type)"""
+    order_by: _builtins.str
+    """"created_at" (the default), "name", "next_run_at" or "last_run_at", optionally followed by " desc".
+    Ties are broken by creation time, then id. A schedule without a next (or last) run sorts last.
+    """
     @_builtins.property
     def rack_id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1549,10 +1569,14 @@ class ListTaskSchedulesRequest(_message.Message):
         rack_id: Global___UUID | None = ...,
         enabled_only: _builtins.bool | None = ...,
         pagination: Global___Pagination | None = ...,
+        paused_only: _builtins.bool = ...,
+        name_contains: _builtins.str = ...,
+        operation_type: _builtins.str = ...,
+        order_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_enabled_only", b"_enabled_only", "_pagination", b"_pagination", "_rack_id", b"_rack_id", "enabled_only", b"enabled_only", "pagination", b"pagination", "rack_id", b"rack_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enabled_only", b"_enabled_only", "_pagination", b"_pagination", "_rack_id", b"_rack_id", "enabled_only", b"enabled_only", "pagination", b"pagination", "rack_id", b"rack_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enabled_only", b"_enabled_only", "_pagination", b"_pagination", "_rack_id", b"_rack_id", "enabled_only", b"enabled_only", "name_contains", b"name_contains", "operation_type", b"operation_type", "order_by", b"order_by", "pagination", b"pagination", "paused_only", b"paused_only", "rack_id", b"rack_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__enabled_only: _TypeAlias = _typing.Literal["enabled_only"]  # noqa: Y015
     _WhichOneofArgType__enabled_only: _TypeAlias = _typing.Literal["_enabled_only", b"_enabled_only"]  # noqa: Y015

@@ -8,6 +8,7 @@ errors name the field as the client wrote it (`operation.upgrade_firmware.target
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from rackflow.api.convert import target_spec_from, timestamp_from, timestamp_to, uuid_to
@@ -50,6 +51,7 @@ _STATUS_TO_PB = {
     TaskStatus.TERMINATED: pb.TASK_STATUS_TERMINATED,
     TaskStatus.WAITING: pb.TASK_STATUS_WAITING,
 }
+_STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 
 
 def _at(prefix: str, name: str) -> str:
@@ -143,6 +145,28 @@ def scheduled_operation_to(
             )
         )
     return message
+
+
+def operation_kind_from(value: str, field: str) -> OperationKind | None:
+    """An operation name (`power_on`, …) as `Task.operation` spells it; None for an empty one."""
+    if not value:
+        return None
+    try:
+        return OperationKind(value)
+    except ValueError:
+        names = ", ".join(k.value for k in OperationKind)
+        raise InvalidArgument(f"{field}: {value!r} is not an operation ({names})") from None
+
+
+def task_statuses_from(values: Sequence[int], field: str) -> frozenset[TaskStatus]:
+    """Status filters; UNKNOWN or an unknown number is refused, naming its position."""
+    statuses = set()
+    for i, value in enumerate(values):
+        status = _STATUS_FROM_PB.get(value)  # type: ignore[call-overload]
+        if status is None:
+            raise InvalidArgument(f"{field}[{i}]: {value} is not a task status (PENDING, RUNNING, …)")
+        statuses.add(status)
+    return frozenset(statuses)
 
 
 def task_status_to(status: TaskStatus) -> pb.TaskStatus.ValueType:
