@@ -1,5 +1,5 @@
 """Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher, audit
-pruner.
+pruner, and (with --http-listen) the web dashboard and JSON API.
 
 Every process is a full peer: it serves the API, runs tasks and fires schedules. Several processes may share
 one PostgreSQL database; the store's row claims keep them from doing the same work twice.
@@ -63,6 +63,7 @@ class RackflowServer:
         self.grpc: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.address = ""
+        self.http_address = ""
         self._stop = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
 
@@ -123,6 +124,20 @@ class RackflowServer:
             self._spawn("dispatcher", dispatcher.run)
         if self.config.audit_retention is not None:
             self._spawn("audit pruner", AuditPruner(self.db, self.config.audit_retention).run)
+        if self.config.http_listen:
+            from rackflow.web.app import build_app  # loads Starlette and uvicorn only when asked for
+            from rackflow.web.server import HttpServer
+
+            app = build_app(self.services, self.audit, self.config.tokens, self.clock)
+            http = HttpServer(app, self.config.http_listen, self.config.tls)
+            self.http_address = http.bind()
+            self._spawn("http", http.run)
+            log.info(
+                "dashboard and JSON API on %s://%s/",
+                http.scheme,
+                self.http_address,
+                extra={"http_listen": self.http_address},
+            )
         if self.config.metrics_listen:
             serve_metrics(self.config.metrics_listen)
             log.info("metrics on http://%s/metrics", self.config.metrics_listen)

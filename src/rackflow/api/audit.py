@@ -114,9 +114,12 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         rpc = rpc_name(handler_call_details.method)
         if handler is None or rpc is None or handler.unary_unary is None or not is_mutating(rpc):
             return handler
-        return with_behavior(handler, self._audited(rpc, handler.unary_unary))
+        return with_behavior(handler, self.audited(rpc, handler.unary_unary))
 
-    def _audited(self, rpc: str, behavior: Behavior) -> Behavior:
+    def audited(self, rpc: str, behavior: Behavior) -> Behavior:
+        """`behavior` (a servicer method) recording its event; the HTTP API's actions go through this
+        too (`rackflow.web.calls`), so they write the same rows as the same RPC over gRPC."""
+
         async def audited(request: Any, context: grpc.aio.ServicerContext) -> Any:
             schedule_id = await self._schedule_id_before(rpc, request)
             call = _AuditedCall(self, rpc, request, schedule_id, await self._before(schedule_id))

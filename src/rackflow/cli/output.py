@@ -17,12 +17,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 import yaml
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console, RenderableType
 from rich.table import Table
 
+from rackflow.api.convert import message_json
 from rackflow.client import DEFAULT_TARGET, RackflowClient
 from rackflow.clock import Clock, SystemClock
 from rackflow.v1 import flow_pb2 as pb
@@ -114,7 +114,7 @@ class Group(click.Group):
 def to_dict(message: Message | dict[str, Any]) -> dict[str, Any]:
     if isinstance(message, dict):
         return message
-    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    return message_json(message)
 
 
 def table(*columns: str, title: str | None = None) -> Table:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -103,6 +103,20 @@ class InventoryService:
             if nvl_domain_id is not None and not await store.domains_by_column(conn, "id", [nvl_domain_id]):
                 raise NotFound(f"nvl_domain_id: no NVLink domain with id {nvl_domain_id}")
             return await store.list_racks(conn, nvl_domain_id=nvl_domain_id, offset=offset, limit=limit)
+
+    async def rack_id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
+        """The id of the rack called `name`; NotFound naming `field` otherwise."""
+        check_text(name, field, required=True)
+        async with self.db.read() as conn:
+            found = await store.racks_by_column(conn, "name", [name])
+        if name not in found:
+            raise NotFound(f"{field}: no rack named {name!r}")
+        return found[name]
+
+    async def rack_names(self, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The name of each rack that still exists among `rack_ids`."""
+        async with self.db.read() as conn:
+            return await store.rack_names(conn, rack_ids)
 
     async def delete_rack(self, rack_id: uuid.UUID) -> None:
         """Delete a rack with its components, past tasks and schedule scopes; refused while it has work."""

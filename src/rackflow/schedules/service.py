@@ -32,6 +32,7 @@ from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import inventory as inventory_store
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
+from rackflow.store.dispatch import count_due
 from rackflow.tasks.conflicts import could_conflict
 from rackflow.tasks.manager import (
     TaskManager,
@@ -439,6 +440,43 @@ class ScheduleService:
             )
         timing = timing_of(spec, field_prefix="")
         return timing.preview(after or self.clock.now(), count or DEFAULT_PREVIEW_COUNT)
+
+    async def recent_runs(
+        self, schedule_ids: Collection[uuid.UUID], per_schedule: int
+    ) -> dict[uuid.UUID, list[Run]]:
+        """Each schedule's newest runs, newest first (unknown ids map to [])."""
+        async with self.db.read() as conn:
+            return await store.recent_runs(conn, schedule_ids, per_schedule)
+
+    # --- names and overview ----------------------------------------------------------------------
+
+    async def id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
+        """The id of the schedule called `name`; NotFound naming `field` otherwise."""
+        check_text(name, field, required=True)
+        async with self.db.read() as conn:
+            found = await store.schedule_ids_by_name(conn, [name])
+        if name not in found:
+            raise NotFound(f"{field}: no task schedule named {name!r}")
+        return found[name]
+
+    async def names(self, schedule_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The name of each schedule that still exists among `schedule_ids`."""
+        async with self.db.read() as conn:
+            return await store.schedule_names(conn, schedule_ids)
+
+    async def state_counts(self) -> store.StateCounts:
+        async with self.db.read() as conn:
+            return await store.state_counts(conn)
+
+    async def next_to_fire(self, limit: int) -> list[Schedule]:
+        """The enabled schedules that fire soonest, soonest first."""
+        async with self.db.read() as conn:
+            return await store.next_to_fire(conn, limit)
+
+    async def due_count(self) -> int:
+        """How many enabled schedules are due and not yet fired: the dispatcher's backlog."""
+        async with self.db.read() as conn:
+            return await count_due(conn, await self.db.now(conn))
 
     async def list_runs(
         self, schedule_id: uuid.UUID, *, offset: int = 0, limit: int | None = None

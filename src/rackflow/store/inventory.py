@@ -167,7 +167,7 @@ async def racks_by_column(
 
 
 async def rack_names(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """The name of each of the racks that exist."""
+    """The name of each rack that exists among `rack_ids`."""
     found: dict[uuid.UUID, str] = {}
     for chunk in chunked(set(rack_ids)):
         stmt = select(racks.c.id, racks.c.name).where(racks.c.id.in_(chunk))

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ColumnElement,
     Row,
     Select,
+    and_,
     bindparam,
     delete,
     exists,
@@ -270,6 +271,59 @@ async def list_schedules(
     return [schedule_from_row(row) for row in rows], total
 
 
+async def schedule_ids_by_name(conn: AsyncConnection, names: Collection[str]) -> dict[str, uuid.UUID]:
+    """Each found name's schedule id (names are unique)."""
+    found: dict[str, uuid.UUID] = {}
+    for chunk in chunked(set(names)):
+        stmt = select(task_schedule.c.name, task_schedule.c.id).where(task_schedule.c.name.in_(chunk))
+        found.update({row.name: row.id for row in await conn.execute(stmt)})
+    return found
+
+
+async def schedule_names(conn: AsyncConnection, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The name of each schedule that exists among `ids`."""
+    found: dict[uuid.UUID, str] = {}
+    for chunk in chunked(set(ids)):
+        stmt = select(task_schedule.c.id, task_schedule.c.name).where(task_schedule.c.id.in_(chunk))
+        found.update({row.id: row.name for row in await conn.execute(stmt)})
+    return found
+
+
+_no_next_run = task_schedule.c.next_run_at.is_(None)
+
+
+@dataclass(frozen=True)
+class StateCounts:
+    enabled: int
+    paused: int
+    finished: int  # one-time schedules that have fired
+
+
+async def state_counts(conn: AsyncConnection) -> StateCounts:
+    """How many schedules are enabled, paused, and finished (one table scan, grouped)."""
+    finished = and_(task_schedule.c.spec_type == SPEC_TYPE_TO_DB[SpecType.ONE_TIME], _no_next_run)
+    stmt = select(task_schedule.c.enabled, finished.label("finished"), func.count()).group_by(
+        task_schedule.c.enabled, finished
+    )
+    counts = {(bool(row[0]), bool(row[1])): int(row[2]) for row in await conn.execute(stmt)}
+    return StateCounts(
+        enabled=counts.get((True, False), 0) + counts.get((True, True), 0),
+        paused=counts.get((False, False), 0),
+        finished=counts.get((False, True), 0),
+    )
+
+
+async def next_to_fire(conn: AsyncConnection, limit: int) -> list[Schedule]:
+    """The enabled schedules that fire soonest, in order (the dispatcher's due index serves this)."""
+    stmt = (
+        select(task_schedule)
+        .where(task_schedule.c.enabled.is_(True), task_schedule.c.next_run_at.is_not(None))
+        .order_by(task_schedule.c.next_run_at, task_schedule.c.id)
+        .limit(limit)
+    )
+    return [schedule_from_row(row) for row in (await conn.execute(stmt)).all()]
+
+
 async def enabled_schedules_on_racks(
     conn: AsyncConnection, rack_ids: Collection[uuid.UUID], *, excluding: uuid.UUID | None = None
 ) -> list[Schedule]:
@@ -490,6 +544,34 @@ async def prune_runs(
         ranked = select(run.id, newer.label("newer")).where(run.schedule_id.in_(chunk)).subquery("ranked")
         stale = select(ranked.c.id).where(ranked.c.newer > keep)
         await conn.execute(delete(task_schedule_run).where(run.id.in_(stale)))
+
+
+async def recent_runs(
+    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID], per_schedule: int
+) -> dict[uuid.UUID, list[Run]]:
+    """Each schedule's newest `per_schedule` runs, newest first, one statement per chunk of schedules
+    (a page of the schedule list shows a strip of them per row).
+
+    SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY schedule_id
+                                                ORDER BY fired_at DESC, id DESC) AS newer
+                   FROM task_schedule_run WHERE schedule_id IN (:ids)) ranked
+    WHERE newer <= :per_schedule ORDER BY schedule_id, newer
+    """
+    run = task_schedule_run.c
+    found: dict[uuid.UUID, list[Run]] = {schedule_id: [] for schedule_id in schedule_ids}
+    for chunk in chunked(list(found)):
+        newer = func.row_number().over(
+            partition_by=run.schedule_id, order_by=(run.fired_at.desc(), run.id.desc())
+        )
+        ranked = select(task_schedule_run, newer.label("newer")).where(run.schedule_id.in_(chunk)).subquery()
+        stmt = (
+            select(ranked)
+            .where(ranked.c.newer <= per_schedule)
+            .order_by(ranked.c.schedule_id, ranked.c.newer)
+        )
+        for row in (await conn.execute(stmt)).all():
+            found[row.schedule_id].append(_run_from_row(row))
+    return found
 
 
 async def list_runs(

@@ -202,6 +202,42 @@ async def list_tasks(
     return await _tasks_where(conn, page), total
 
 
+async def statuses(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, TaskStatus]:
+    """The status of each task that exists among `task_ids` (only the status column is read)."""
+    found: dict[uuid.UUID, TaskStatus] = {}
+    for chunk in chunked(set(task_ids)):
+        stmt = select(tasks.c.id, tasks.c.status).where(tasks.c.id.in_(chunk))
+        found.update({row.id: TaskStatus(row.status) for row in await conn.execute(stmt)})
+    return found
+
+
+async def status_counts(conn: AsyncConnection, *, created_since: datetime) -> dict[TaskStatus, int]:
+    """Active tasks (any age), and ended tasks created since `created_since`, by status.
+
+    Two index scans (ix_tasks_active, ix_tasks_created_at), not a count of the whole table.
+    """
+    active = [s.value for s in ACTIVE_STATUSES]
+    counts: dict[TaskStatus, int] = {}
+    for where in (
+        tasks.c.status.in_(active),
+        and_(tasks.c.created_at >= created_since, tasks.c.status.not_in(active)),
+    ):
+        stmt = select(tasks.c.status, func.count()).where(where).group_by(tasks.c.status)
+        counts.update({TaskStatus(row[0]): int(row[1]) for row in await conn.execute(stmt)})
+    return counts
+
+
+async def failed_since(conn: AsyncConnection, *, created_since: datetime, limit: int) -> list[Task]:
+    """FAILED tasks created since `created_since`, newest first, at most `limit`."""
+    stmt = (
+        select(tasks)
+        .where(tasks.c.created_at >= created_since, tasks.c.status == TaskStatus.FAILED.value)
+        .order_by(tasks.c.created_at.desc(), tasks.c.id.desc())
+        .limit(limit)
+    )
+    return await _tasks_where(conn, stmt)
+
+
 async def set_status(
     conn: AsyncConnection,
     task_ids: Sequence[uuid.UUID],

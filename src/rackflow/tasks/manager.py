@@ -390,6 +390,21 @@ class TaskManager:
             found = {t.id: t for t in await store.get_tasks(conn, task_ids)}
         return [found[i] for i in dict.fromkeys(task_ids) if i in found]
 
+    async def statuses(self, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, TaskStatus]:
+        """The status of each task that exists among `task_ids`."""
+        async with self.db.read() as conn:
+            return await store.statuses(conn, task_ids)
+
+    async def status_counts(self, created_since: datetime) -> dict[TaskStatus, int]:
+        """Active tasks, and ended tasks created since `created_since`, by status."""
+        async with self.db.read() as conn:
+            return await store.status_counts(conn, created_since=created_since)
+
+    async def failed_since(self, created_since: datetime, limit: int) -> list[Task]:
+        """FAILED tasks created since `created_since`, newest first."""
+        async with self.db.read() as conn:
+            return await store.failed_since(conn, created_since=created_since, limit=limit)
+
     # --- cancelling -----------------------------------------------------------------------------
 
     async def cancel(self, task_id: uuid.UUID) -> Task:

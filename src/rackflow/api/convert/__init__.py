@@ -9,7 +9,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.errors import InvalidArgument
@@ -24,6 +27,12 @@ from rackflow.v1 import flow_pb2 as pb
 
 MAX_PAGE_SIZE = 1000
 MAX_TARGETS = 10_000
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """The proto3 JSON form clients see (CLI `-o json`, the HTTP API): proto field names, enums by name,
+    and fields at their default value included, so a script never has to know proto3's defaults."""
+    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
 
 
 def uuid_from(msg: pb.UUID, field: str, *, required: bool = True) -> uuid.UUID | None:

@@ -1,0 +1,94 @@
+"""Run an RPC of the `Flow` servicer for an HTTP request: the JSON API's only way to do anything.
+
+The servicer method is called exactly as gRPC calls it, with a context whose `abort` raises `RpcError`:
+the `rpc` decorator has already turned a domain error into its status code and message, so the HTTP
+status comes from the same table (`rackflow.api.errors`). The caller's role is checked by the gRPC rule
+(`authorize`), and a mutating RPC is wrapped by the audit interceptor's own `audited`, so it writes the
+same audit row as over gRPC, with the HTTP caller's principal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf.message import Message
+
+from rackflow.api.audit import AuditInterceptor
+from rackflow.api.auth import Principal, authorize, current_principal, is_mutating
+from rackflow.api.errors import HTTP_STATUS_FOR_CODE, status_of
+from rackflow.api.servicer import FlowServicer
+from rackflow.errors import RackflowError
+
+# Messages name the field first: "schedule.spec.timezone: …", "task_ids[2]: …", "limit: …".
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]]*): ")
+
+
+class RpcError(Exception):
+    """A refused or failed call, as the client sees it: status code, HTTP status, message, field."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def of(cls, exc: RackflowError) -> RpcError:
+        return cls(status_of(exc).grpc, str(exc))
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS_FOR_CODE.get(self.code, 500)
+
+    @property
+    def field(self) -> str | None:
+        """The request field the message names first, if any."""
+        match = _FIELD_PREFIX.match(self.message)
+        return match.group(1) if match else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code.name, "message": self.message, "field": self.field}
+
+
+class _HttpContext:
+    """The part of `grpc.aio.ServicerContext` that servicers and the audit wrapper use."""
+
+    def __init__(self) -> None:
+        self._code: grpc.StatusCode | None = None
+        self._details = ""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", *_: Any, **__: Any) -> NoReturn:
+        self._code, self._details = code, details
+        raise RpcError(code, details)
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+Behavior = Callable[[Message, Any], Awaitable[Message]]
+
+
+class RpcCaller:
+    def __init__(self, servicer: FlowServicer, audit: AuditInterceptor) -> None:
+        self.servicer = servicer
+        self.audit = audit
+
+    async def __call__(self, rpc: str, request: Message, principal: Principal) -> Message:
+        """The RPC's response; `RpcError` when it is refused (role, validation, state) or fails."""
+        try:
+            authorize(principal, rpc)
+        except RackflowError as exc:
+            raise RpcError.of(exc) from None
+        behavior: Behavior = getattr(self.servicer, rpc)
+        if is_mutating(rpc):
+            behavior = self.audit.audited(rpc, behavior)
+        reset = current_principal.set(principal)
+        try:
+            return await behavior(request, _HttpContext())
+        finally:
+            current_principal.reset(reset)

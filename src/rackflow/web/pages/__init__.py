@@ -1,0 +1,192 @@
+"""What every page shares: templates, time and state helpers, authentication, and the page/fragment rule.
+
+A page is requested twice over: a navigation gets the whole document, and the page's script asks for the
+same URL again with `X-Rackflow-Fragment: 1` to refresh it (every few seconds, and after an action); the
+answer is then only the page's own HTML, whose `data-live` regions the script swaps in place, so scroll
+position, focus and filter inputs survive. With bearer tokens configured, a navigation carries no token, so
+it gets the empty layout ("shell") and the script fetches the fragment with the token it keeps.
+
+Each page group is a module (`overview`, `schedules`, `tasks`, `racks`, `audit`) with a `routes(site)`
+function and its templates; a new page group (maintenance windows, rollouts) adds one more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from importlib.resources import files
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+from rackflow.api.auth import Principal
+from rackflow.clock import Clock
+from rackflow.errors import RackflowError, Unauthenticated
+from rackflow.schedules.model import Schedule
+from rackflow.security import TokenTable
+from rackflow.services import Services
+from rackflow.tasks.model import TaskStatus
+from rackflow.timespec.words import describe
+from rackflow.web import views
+from rackflow.web.auth import principal_of
+from rackflow.web.calls import RpcCaller, RpcError
+
+log = logging.getLogger(__name__)
+
+FRAGMENT_HEADER = "x-rackflow-fragment"
+PAGE_SIZE = 50
+# How often an open page refreshes itself (the script reads it from the layout).
+REFRESH_SECONDS = 5
+NAV = (
+    ("/", "Overview"),
+    ("/schedules", "Schedules"),
+    ("/tasks", "Tasks"),
+    ("/racks", "Racks"),
+    ("/audit", "Audit"),
+)
+_STATIC = ("app.css", "app.js")
+
+Load = Callable[[Principal], Awaitable[Mapping[str, Any]]]
+
+
+def iso(moment: datetime | None) -> str:
+    """RFC 3339 in UTC, as `<time datetime>` wants it."""
+    if moment is None:
+        return ""
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def utc_text(moment: datetime | None) -> str:
+    """The text a page shows before its script localises it (and without a script)."""
+    return "—" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration_text(delta: timedelta | None) -> str:
+    if delta is None:
+        return ""
+    seconds = int(delta.total_seconds())
+    if seconds < 60:
+        return f"{max(seconds, 0)}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def operation_text(kind: str) -> str:
+    """`power_reset` -> `Power reset`. Schedules say more once `TaskSchedule.summary` exists."""
+    return kind.replace("_", " ").capitalize()
+
+
+def schedule_summary(schedule: Schedule) -> str:
+    """What a schedule runs, in a few words: the operation and what qualifies it."""
+    operation = schedule.operation
+    text = operation_text(operation.kind.value)
+    if operation.forced:
+        text += " (forced)"
+    if operation.target_version:
+        text += f" to {operation.target_version}"
+    return text
+
+
+class Site:
+    """The page side of the web app: templates and the services the pages read."""
+
+    def __init__(
+        self, services: Services, caller: RpcCaller, tokens: TokenTable | None, clock: Clock
+    ) -> None:
+        self.services = services
+        self.caller = caller
+        self.tokens = tokens
+        self.clock = clock
+        self.env = Environment(
+            loader=PackageLoader("rackflow.web", "templates"),
+            autoescape=select_autoescape(default=True),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        version = hashlib.sha256(
+            b"".join(files("rackflow.web").joinpath("static", name).read_bytes() for name in _STATIC)
+        ).hexdigest()[:12]
+        self.env.globals.update(
+            nav=NAV,
+            static=lambda name: f"/static/{name}?v={version}",
+            refresh_seconds=REFRESH_SECONDS,
+            tokens_required=tokens is not None,
+            looks=views.LOOKS,
+            task_looks=views.TASK_LOOKS,
+            schedule_state=views.schedule_state,
+            summary=schedule_summary,
+            operation_text=operation_text,
+            task_statuses=[s for s in TaskStatus],
+        )
+        self.env.filters.update(iso=iso, utc=utc_text, duration=duration_text, spec_words=describe)
+
+    def render(self, template: str, context: Mapping[str, Any]) -> str:
+        return self.env.get_template(template).render(context)
+
+    async def page(self, request: Request, template: str, title: str, load: Load) -> Response:
+        """The page (or its fragment): authenticate, load, render; domain errors become an error page."""
+        fragment = request.headers.get(FRAGMENT_HEADER) == "1"
+        headers = {"Cache-Control": "no-store"}
+        if self.tokens is not None and not fragment:
+            return HTMLResponse(self._layout(request, title, None), headers=headers)
+        status = 200
+        try:
+            principal = principal_of(request, self.tokens)
+            context = {"request": request, "now": self.clock.now(), **(await load(principal))}
+            body = self.render(template, context)
+        except Unauthenticated as exc:
+            error = RpcError.of(exc)
+            return JSONResponse(error.to_json(), error.http_status, {"WWW-Authenticate": "Bearer", **headers})
+        except RackflowError as exc:
+            error = RpcError.of(exc)
+            status = error.http_status
+            body = self.render("error.html", {"error": error})
+        if fragment:
+            return HTMLResponse(body, status, headers=headers)
+        return HTMLResponse(self._layout(request, title, body), status, headers=headers)
+
+    def _layout(self, request: Request, title: str, main: str | None) -> str:
+        return self.render("layout.html", {"request": request, "title": title, "main": main})
+
+
+def query_url(request: Request, **changes: Any) -> str:
+    """This page's URL with some query parameters changed (None removes one; page resets to 1)."""
+    params = {k: v for k, v in request.query_params.items() if k != "page"}
+    for key, value in changes.items():
+        if value is None or value == "":
+            params.pop(key, None)
+        else:
+            params[key] = str(value)
+    query = urlencode(params)
+    return f"{request.url.path}?{query}" if query else request.url.path
+
+
+def page_number(request: Request) -> int:
+    """The `page` query parameter (1-based); anything else is page 1."""
+    raw = request.query_params.get("page", "1")
+    return max(1, int(raw)) if raw.isdigit() else 1
+
+
+def offset_of(page: int, size: int = PAGE_SIZE) -> int:
+    return (page - 1) * size
+
+
+def pages_of(total: int, page: int, size: int = PAGE_SIZE) -> dict[str, int]:
+    """What the pager shows: this page, the last page, and which rows of the total these are."""
+    first_row = min(total, offset_of(page, size) + 1)
+    return {
+        "page": page,
+        "last": max(1, -(-total // size)),
+        "total": total,
+        "first_row": first_row,
+        "last_row": min(total, offset_of(page, size) + size),
+    }

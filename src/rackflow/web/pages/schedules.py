@@ -1,0 +1,137 @@
+"""Schedules: the list (filtered, sorted, paged on the server, with a strip of recent firings per row) and
+one schedule (configuration, scope, upcoming firings, the runs grid, actions)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from rackflow.api.convert.tasks import operation_kind_from
+from rackflow.schedules.model import Run, Schedule
+from rackflow.schedules.service import parse_order
+from rackflow.tasks.model import OperationKind
+from rackflow.timespec import SpecType
+from rackflow.web import refs
+from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
+from rackflow.web.views import (
+    LOOKS,
+    TASK_LOOKS,
+    Look,
+    outcome_verdict,
+    run_verdict,
+    task_ids_of,
+)
+
+STRIP_RUNS = 12  # firings in a list row's strip
+GRID_RUNS = 20  # firings (columns) in a schedule's runs grid
+UPCOMING = 8
+STATES = ("all", "enabled", "paused")
+SORTS = ("name", "next_run_at", "last_run_at", "created_at")
+
+
+@dataclass(frozen=True)
+class StripRun:
+    run: Run
+    look: Look
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One rack in one firing of the runs grid."""
+
+    look: Look
+    task_id: uuid.UUID | None
+    title: str
+
+
+def routes(site: Site) -> list[Route]:
+    async def schedule_list(request: Request) -> Response:
+        return await site.page(request, "schedules.html", "Schedules", lambda _: _list(site, request))
+
+    async def schedule_page(request: Request) -> Response:
+        ref = request.path_params["ref"]
+        return await site.page(request, "schedule.html", ref, lambda _: _one(site, ref))
+
+    return [Route("/schedules", schedule_list), Route("/schedules/{ref}", schedule_page)]
+
+
+async def _list(site: Site, request: Request) -> Mapping[str, Any]:
+    q = request.query_params
+    state = q.get("state", "all") if q.get("state") in STATES else "all"
+    sort, direction = q.get("sort", "name"), q.get("dir", "asc")
+    page = page_number(request)
+    schedules, total = await site.services.schedules.list_schedules(
+        enabled_only=state == "enabled",
+        paused_only=state == "paused",
+        name_contains=q.get("search", ""),
+        operation=operation_kind_from(q.get("op", ""), "op"),
+        order=parse_order(f"{sort} {direction}", "sort"),
+        offset=offset_of(page),
+        limit=PAGE_SIZE,
+    )
+    runs = await site.services.schedules.recent_runs([s.id for s in schedules], STRIP_RUNS)
+    statuses = await site.services.tasks.statuses(task_ids_of([r for rs in runs.values() for r in rs]))
+    strips = {
+        schedule_id: [StripRun(run, LOOKS[run_verdict(run, statuses)]) for run in reversed(found)]
+        for schedule_id, found in runs.items()
+    }
+    return {
+        "schedules": schedules,
+        "strips": strips,
+        "filters": {"search": q.get("search", ""), "state": state, "op": q.get("op", "")},
+        "sort": sort,
+        "direction": direction,
+        "states": STATES,
+        "operations": [k.value for k in OperationKind],
+        "pager": pages_of(total, page),
+        "url": lambda **changes: query_url(request, **changes),
+    }
+
+
+def upcoming(site: Site, schedule: Schedule) -> list[Any]:
+    """The schedule's next firings from its own next run (interval schedules count from their last)."""
+    if schedule.next_run_at is None:
+        return []
+    if schedule.spec.type is SpecType.ONE_TIME:
+        return [schedule.next_run_at]
+    later = site.services.schedules.preview(schedule.spec, schedule.next_run_at, UPCOMING - 1)
+    return [schedule.next_run_at, *later]
+
+
+async def _one(site: Site, ref: str) -> Mapping[str, Any]:
+    services = site.services
+    schedule = await services.schedules.get(await refs.schedule_id(services, ref, "id"))
+    scopes = await services.schedules.list_scopes(schedule.id)
+    runs, total_runs = await services.schedules.list_runs(schedule.id, limit=GRID_RUNS)
+    columns = list(reversed(runs))  # oldest left, newest right, as time runs
+    statuses = await services.tasks.statuses(task_ids_of(columns))
+    rack_ids = list(
+        dict.fromkeys([s.rack_id for s in scopes] + [o.rack_id for r in runs for o in r.outcomes])
+    )
+    names = await services.inventory.rack_names(rack_ids)
+    grid: dict[uuid.UUID, dict[uuid.UUID, Cell]] = {rack: {} for rack in rack_ids}
+    for run in columns:
+        for outcome in run.outcomes:
+            verdict = outcome_verdict(outcome, statuses)
+            status = statuses.get(outcome.task_id) if outcome.task_id else None
+            look = TASK_LOOKS[status] if status is not None else LOOKS[verdict]
+            title = outcome.error or (f"task {look.label}" if outcome.task_id else verdict.value)
+            grid[outcome.rack_id][run.id] = Cell(look, outcome.task_id, title)
+    return {
+        "schedule": schedule,
+        "scopes": scopes,
+        "scoped": {s.rack_id for s in scopes},
+        "rack_names": names,
+        "rack_ids": rack_ids,
+        "columns": columns,
+        "run_looks": {run.id: LOOKS[run_verdict(run, statuses)] for run in columns},
+        "grid": grid,
+        "total_runs": total_runs,
+        "upcoming": upcoming(site, schedule),
+    }
