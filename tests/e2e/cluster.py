@@ -23,6 +23,7 @@ from rackflow.v1 import flow_pb2_grpc
 
 STARTUP_TIMEOUT_S = 30.0
 _LISTENING = re.compile(r"listening on (\S+)")
+_DASHBOARD = re.compile(r"dashboard and JSON API on (\S+)/")
 
 
 def free_port() -> int:
@@ -43,6 +44,14 @@ class ServerProcess:
     @property
     def output(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
+
+    @property
+    def http_url(self) -> str:
+        """`http://HOST:PORT` of the dashboard and JSON API (the server must run with --http-listen)."""
+        match = _DASHBOARD.search(self.output)
+        if match is None:
+            raise AssertionError(f"this server serves no HTTP (no --http-listen?):\n{self.output}")
+        return match.group(1)
 
     def stub(self) -> flow_pb2_grpc.FlowStub:
         return flow_pb2_grpc.FlowStub(grpc.insecure_channel(self.address))

@@ -125,7 +125,8 @@ class Site:
             schedule_state=views.schedule_state,
             summary=schedule_summary,
             operation_text=operation_text,
-            task_statuses=[s for s in TaskStatus],
+            task_statuses=list(TaskStatus),
+            utc=UTC,
         )
         self.env.filters.update(iso=iso, utc=utc_text, duration=duration_text, spec_words=describe)
 

@@ -74,6 +74,7 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         "total_tasks": total_tasks,
         "schedules": schedules,
         "schedule_names": await services.schedules.names(task_schedules),
+        "rack_names": {rack.id: rack.name},
         "power_counts": power_counts,
         "firmware_versions": firmware_versions,
     }

@@ -111,10 +111,15 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
     runs, total_runs = await services.schedules.list_runs(schedule.id, limit=GRID_RUNS)
     columns = list(reversed(runs))  # oldest left, newest right, as time runs
     statuses = await services.tasks.statuses(task_ids_of(columns))
-    rack_ids = list(
-        dict.fromkeys([s.rack_id for s in scopes] + [o.rack_id for r in runs for o in r.outcomes])
+    names = await services.inventory.rack_names(
+        {s.rack_id for s in scopes} | {o.rack_id for r in runs for o in r.outcomes}
     )
-    names = await services.inventory.rack_names(rack_ids)
+    # Rows: the scope's racks by name, then racks that have left the scope (or the inventory).
+    scoped = {s.rack_id for s in scopes}
+    by_name = sorted(names, key=lambda rack: (rack not in scoped, names[rack]))
+    gone = {o.rack_id for r in runs for o in r.outcomes} - names.keys()
+    rack_ids = [*by_name, *sorted(gone, key=str)]
+    scopes = sorted(scopes, key=lambda scope: names.get(scope.rack_id, str(scope.rack_id)))
     grid: dict[uuid.UUID, dict[uuid.UUID, Cell]] = {rack: {} for rack in rack_ids}
     for run in columns:
         for outcome in run.outcomes:
@@ -126,7 +131,7 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
     return {
         "schedule": schedule,
         "scopes": scopes,
-        "scoped": {s.rack_id for s in scopes},
+        "scoped": scoped,
         "rack_names": names,
         "rack_ids": rack_ids,
         "columns": columns,

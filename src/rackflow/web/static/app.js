@@ -1,0 +1,258 @@
+// rackflow dashboard: keeps the page live, localises times, and runs actions through the JSON API.
+//
+// - Refresh: every few seconds (and after an action) the page asks its own URL again with
+//   `X-Rackflow-Fragment: 1` and swaps only the regions marked `data-live`, so scroll, focus and filter
+//   inputs stay as they are. A hidden tab does not poll.
+// - Tokens: when the server requires bearer tokens, the token is asked for once, kept in localStorage, and
+//   sent as an `Authorization` header; never as a cookie, so another site cannot act with it (no CSRF).
+// - Times: every <time datetime> is shown in the browser's zone, with UTC on hover and "in 3h" where asked.
+// - Actions: buttons with `data-post` ask for confirmation, POST to the API and show its error if refused.
+(() => {
+  "use strict";
+  const TOKEN_KEY = "rackflow.token";
+  const body = document.body;
+  const main = document.getElementById("main");
+  const refreshMs = Math.max(1, Number(body.dataset.refresh || 5)) * 1000;
+  const tokensRequired = body.dataset.tokens === "required";
+  const live = document.getElementById("live");
+  const flashBox = document.getElementById("flash");
+  const errorBox = document.getElementById("error");
+  const confirmDialog = document.getElementById("confirm");
+  const tokenDialog = document.getElementById("token-dialog");
+  const forget = document.getElementById("forget-token");
+  const raw = new WeakMap(); // live region -> the HTML it was last filled with (before times were localised)
+  let token = localStorage.getItem(TOKEN_KEY) || "";
+  let busy = false;
+
+  function headers(extra) {
+    const result = Object.assign({}, extra);
+    if (token) result.Authorization = "Bearer " + token;
+    return result;
+  }
+
+  // --- times ------------------------------------------------------------------------------------------
+  const pad = (n) => String(n).padStart(2, "0");
+  const zoneName = (d) => {
+    const part = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" })
+      .formatToParts(d).find((p) => p.type === "timeZoneName");
+    return part ? part.value : "";
+  };
+  function local(d, short) {
+    const day = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+    const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+    return short ? `${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock}` : `${day} ${clock} ${zoneName(d)}`;
+  }
+  function relative(ms) {
+    const future = ms > 0;
+    const s = Math.round(Math.abs(ms) / 1000);
+    const minutes = Math.round(s / 60);
+    const hours = Math.round(s / 3600);
+    let text;
+    if (s < 45) text = `${s}s`;
+    else if (minutes < 60) text = `${minutes}m`;
+    else if (s < 86400) text = minutes % 60 ? `${Math.floor(minutes / 60)}h ${minutes % 60}m` : `${minutes / 60}h`;
+    else text = hours % 24 ? `${Math.floor(hours / 24)}d ${hours % 24}h` : `${hours / 24}d`;
+    return future ? `in ${text}` : `${text} ago`;
+  }
+  function renderTimes(root) {
+    root.querySelectorAll("time[datetime]").forEach((el) => {
+      const d = new Date(el.getAttribute("datetime"));
+      if (Number.isNaN(d.getTime())) return;
+      const mode = el.dataset.mode || "abs";
+      const rel = relative(d.getTime() - Date.now());
+      el.textContent = mode === "rel" ? rel : mode === "short" ? local(d, true)
+        : mode === "both" ? `${local(d, false)} · ${rel}` : local(d, false);
+      el.title = d.toISOString().replace(".000Z", "Z") + " (UTC)";
+    });
+  }
+
+  // --- notices ----------------------------------------------------------------------------------------
+  function showError(text) { errorBox.textContent = text; errorBox.hidden = false; }
+  function flash(text) {
+    errorBox.hidden = true;
+    flashBox.textContent = text; flashBox.hidden = false;
+    clearTimeout(flash.timer);
+    flash.timer = setTimeout(() => { flashBox.hidden = true; }, 6000);
+  }
+  function setLive(ok, text) {
+    live.textContent = text;
+    live.classList.toggle("stale", !ok);
+  }
+
+  // --- token ------------------------------------------------------------------------------------------
+  function askToken(message) {
+    const error = document.getElementById("token-error");
+    error.textContent = message || "";
+    error.hidden = !message;
+    if (!tokenDialog.open) tokenDialog.showModal();
+    document.getElementById("token-input").focus();
+  }
+  tokenDialog.addEventListener("close", () => {
+    const value = document.getElementById("token-input").value.trim();
+    if (!value) return;
+    token = value;
+    localStorage.setItem(TOKEN_KEY, token);
+    document.getElementById("token-input").value = "";
+    forget.hidden = false;
+    refresh();
+  });
+  forget.hidden = !(tokensRequired && token);
+  forget.addEventListener("click", () => {
+    localStorage.removeItem(TOKEN_KEY);
+    token = "";
+    location.reload();
+  });
+
+  // --- live refresh -----------------------------------------------------------------------------------
+  function focusKey(el) {
+    return el.dataset.testid ? `[data-testid="${el.dataset.testid}"]` : el.id ? `#${el.id}` : null;
+  }
+  function swap(region, fresh) {
+    const focused = document.activeElement;
+    const key = focused && region.contains(focused) ? focusKey(focused) : null;
+    const index = key ? Array.from(region.querySelectorAll(key)).indexOf(focused) : -1;
+    region.innerHTML = fresh.innerHTML;
+    raw.set(region, fresh.innerHTML);
+    renderTimes(region);
+    if (key && index >= 0) {
+      const again = region.querySelectorAll(key)[index];
+      if (again) again.focus({ preventScroll: true });
+    }
+  }
+  function apply(html) {
+    const template = document.createElement("template");
+    template.innerHTML = html;
+    const fresh = template.content;
+    const current = main.querySelectorAll("[data-live]");
+    const incoming = fresh.querySelectorAll("[data-live]");
+    const sameShape = current.length > 0 && current.length === incoming.length &&
+      Array.from(incoming).every((n) => main.querySelector(`[data-live="${n.dataset.live}"]`));
+    if (main.hasAttribute("data-deferred") || !sameShape) {
+      main.replaceChildren(fresh);
+      main.removeAttribute("data-deferred");
+      main.querySelectorAll("[data-live]").forEach((r) => raw.set(r, r.innerHTML));
+      renderTimes(main);
+      return;
+    }
+    incoming.forEach((n) => {
+      const region = main.querySelector(`[data-live="${n.dataset.live}"]`);
+      if (raw.get(region) !== n.innerHTML) swap(region, n);
+    });
+  }
+  async function refresh() {
+    if (busy || confirmDialog.open || tokenDialog.open) return;
+    if (tokensRequired && !token) { askToken(); return; }
+    busy = true;
+    try {
+      const response = await fetch(location.pathname + location.search, {
+        headers: headers({ "X-Rackflow-Fragment": "1" }), cache: "no-store",
+      });
+      if (response.status === 401) {
+        const data = await response.json().catch(() => ({}));
+        setLive(false, "token needed");
+        askToken(token ? data.message || "The token was refused." : "");
+        return;
+      }
+      apply(await response.text());
+      setLive(true, `live · ${local(new Date(), true).slice(6)}`);
+    } catch (exc) {
+      setLive(false, "offline, retrying");
+    } finally {
+      busy = false;
+    }
+  }
+
+  // --- filters ----------------------------------------------------------------------------------------
+  function filterUrl(form) {
+    const params = new URLSearchParams();
+    new FormData(form).forEach((value, key) => { if (String(value).trim()) params.set(key, String(value).trim()); });
+    const query = params.toString();
+    return form.getAttribute("action") + (query ? `?${query}` : "");
+  }
+  function applyFilters(form) {
+    history.replaceState(null, "", filterUrl(form));
+    refresh();
+  }
+  let typing;
+  document.addEventListener("input", (event) => {
+    const form = event.target.closest("form[data-filters]");
+    if (!form || event.target.type !== "search") return;
+    clearTimeout(typing);
+    typing = setTimeout(() => applyFilters(form), 350);
+  });
+  document.addEventListener("change", (event) => {
+    const form = event.target.closest("form[data-filters]");
+    if (form && event.target.tagName === "SELECT") applyFilters(form);
+  });
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form[data-filters]");
+    if (!form) return;
+    event.preventDefault();
+    applyFilters(form);
+  });
+  document.addEventListener("keydown", (event) => {
+    const tag = (event.target.tagName || "").toLowerCase();
+    if (event.key !== "/" || ["input", "select", "textarea"].includes(tag) || event.metaKey || event.ctrlKey) return;
+    const search = document.querySelector("form[data-filters] input[type=search]");
+    if (search) { event.preventDefault(); search.focus(); search.select(); }
+  });
+
+  // --- actions ----------------------------------------------------------------------------------------
+  function confirmAction(button) {
+    return new Promise((resolve) => {
+      document.getElementById("confirm-title").textContent = button.dataset.confirmTitle || "Are you sure?";
+      document.getElementById("confirm-text").textContent = button.dataset.confirmText || "";
+      const fields = document.getElementById("confirm-fields");
+      fields.replaceChildren();
+      const form = button.dataset.fields && document.getElementById(button.dataset.fields);
+      if (form) fields.append(form.content.cloneNode(true));
+      confirmDialog.returnValue = "";
+      confirmDialog.addEventListener("close", () => {
+        const values = {};
+        fields.querySelectorAll("[name]").forEach((input) => { if (input.value) values[input.name] = input.value; });
+        resolve(confirmDialog.returnValue === "ok" ? values : null);
+      }, { once: true });
+      confirmDialog.showModal();
+      confirmDialog.querySelector("[data-testid=confirm-ok]").focus();
+    });
+  }
+  async function act(button) {
+    const values = await confirmAction(button);
+    if (values === null) return;
+    if (tokensRequired && !token) { askToken(); return; }
+    button.disabled = true;
+    try {
+      const response = await fetch(button.dataset.post, {
+        method: "POST",
+        headers: headers({ "Content-Type": "application/json" }),
+        body: JSON.stringify(values),
+      });
+      const data = await response.json().catch(() => ({}));
+      if (response.ok) {
+        flash(button.dataset.done || "Done");
+      } else {
+        const what = button.textContent.trim();
+        showError(`${what} refused (${data.code || response.status}): ${data.message || response.statusText}`);
+        if (response.status === 401) askToken(data.message);
+      }
+    } catch (exc) {
+      showError(`${button.textContent.trim()} failed: the server cannot be reached (${exc})`);
+    } finally {
+      button.disabled = false;
+    }
+    await refresh();
+  }
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-post]");
+    if (button) { event.preventDefault(); act(button); }
+  });
+
+  // --- start ------------------------------------------------------------------------------------------
+  main.querySelectorAll("[data-live]").forEach((r) => raw.set(r, r.innerHTML));
+  renderTimes(document);
+  if (main.hasAttribute("data-deferred")) refresh();
+  setInterval(() => { if (!document.hidden) refresh(); }, refreshMs);
+  setInterval(() => renderTimes(document), 15000);
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
+  window.rackflow = { refresh };
+})();

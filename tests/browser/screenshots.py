@@ -1,0 +1,50 @@
+"""`make screenshots`: pictures of the main pages of a demo fleet (`tests.browser.demo`) for the README.
+
+python -m tests.browser.screenshots docs/img
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.browser.chromium import Browser, missing
+from tests.browser.demo import start_demo
+
+PAGES = (
+    ("overview", "/"),
+    ("schedules", "/schedules"),
+    ("schedule", "/schedules/weekly-firmware"),
+    ("tasks", "/tasks"),
+    ("rack", "/racks/rack-07"),
+    ("audit", "/audit"),
+)
+
+
+def main(out: Path) -> None:
+    reason = missing()
+    if reason:
+        raise SystemExit(f"screenshots: {reason}")
+    out.mkdir(parents=True, exist_ok=True)
+    server = start_demo(Path(tempfile.mkdtemp(prefix="rackflow-shots-")))
+    browser = Browser(width=1440, height=960)
+    try:
+        driver = browser.driver
+        for name, path in PAGES:
+            driver.get(server.http_url + path)
+            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "main h1"))
+            driver.execute_script("window.scrollTo(0, 0)")
+            target = out / f"{name}.png"
+            driver.save_screenshot(str(target))
+            print(f"wrote {target}")
+    finally:
+        browser.close()
+        server.stop()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/img"))
