@@ -1,0 +1,91 @@
+"""Tokens and roles over HTTP: the gRPC rule, the same refusals, and pages that never leak without a token."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from rackflow.security import TokenTable
+from rackflow.services import Services
+from rackflow.store.db import Database
+from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN
+from tests.conftest import table_counts
+from tests.web.conftest import make_racks, make_schedule
+
+API = "/api/v1"
+FRAGMENT = {"X-Rackflow-Fragment": "1"}
+
+
+@pytest.fixture
+def tokens() -> TokenTable | None:
+    return TOKENS
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        bearer("not-a-token"),
+        {"Authorization": f"Basic {VIEWER_TOKEN}"},
+        {"Cookie": f"token={VIEWER_TOKEN}"},
+    ],
+    ids=["none", "unknown", "basic", "cookie"],
+)
+async def test_without_a_valid_token_everything_is_401(
+    http: httpx.AsyncClient, services: Services, db: Database, headers: dict[str, str]
+) -> None:
+    await make_racks(services, "r1")
+    await make_schedule(services, "nightly", "r1")
+    before = await table_counts(db)
+    for method, path in (("GET", "/schedules"), ("GET", "/racks/r1"), ("POST", "/schedules/nightly:pause")):
+        response = await http.request(method, API + path, headers=headers)
+        assert response.status_code == 401, response.text
+        assert response.json()["code"] == "UNAUTHENTICATED"
+        assert response.headers["www-authenticate"] == "Bearer"
+    fragment = await http.get("/schedules", headers={**headers, **FRAGMENT})
+    assert fragment.status_code == 401
+    assert await table_counts(db) == before
+
+
+async def test_a_viewer_reads_but_is_refused_every_action(
+    http: httpx.AsyncClient, services: Services, db: Database
+) -> None:
+    await make_racks(services, "r1")
+    await make_schedule(services, "nightly", "r1")
+    assert (await http.get(f"{API}/schedules/nightly", headers=bearer(VIEWER_TOKEN))).status_code == 200
+    before = await table_counts(db)
+    for verb in ("pause", "resume", "trigger"):
+        response = await http.post(f"{API}/schedules/nightly:{verb}", headers=bearer(VIEWER_TOKEN))
+        assert response.status_code == 403
+        body = response.json()
+        assert body["code"] == "PERMISSION_DENIED" and "operator" in body["message"]
+    assert await table_counts(db) == before  # refused by role: no change, and (as over gRPC) no audit row
+
+
+async def test_an_operator_acts_and_the_audit_names_the_token(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    await make_racks(services, "r1")
+    await make_schedule(services, "nightly", "r1")
+    paused = await http.post(f"{API}/schedules/nightly:pause", headers=bearer(OPERATOR_TOKEN))
+    assert paused.status_code == 200 and paused.json()["enabled"] is False
+    events = (await http.get(f"{API}/audit", headers=bearer(VIEWER_TOKEN))).json()["events"]
+    assert [(e["method"], e["principal"], e["outcome"]) for e in events] == [
+        ("PauseTaskSchedule", "oncall", "OK")
+    ]
+
+
+async def test_a_page_without_a_token_is_an_empty_shell(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1")
+    await make_schedule(services, "secret-schedule-name", "r1")
+    shell = await http.get("/schedules")
+    assert shell.status_code == 200
+    assert 'data-tokens="required"' in shell.text and "data-deferred" in shell.text
+    assert "secret-schedule-name" not in shell.text
+    fragment = await http.get("/schedules", headers={**FRAGMENT, **bearer(VIEWER_TOKEN)})
+    assert fragment.status_code == 200 and "secret-schedule-name" in fragment.text
+    assert "<html" not in fragment.text  # only the page's own part
