@@ -147,8 +147,8 @@ class Site:
         except Unauthenticated as exc:
             error = RpcError.of(exc)
             return JSONResponse(error.to_json(), error.http_status, {"WWW-Authenticate": "Bearer", **headers})
-        except RackflowError as exc:
-            error = RpcError.of(exc)
+        except (RackflowError, RpcError) as exc:
+            error = exc if isinstance(exc, RpcError) else RpcError.of(exc)
             status = error.http_status
             body = self.render("error.html", {"error": error})
         if fragment:

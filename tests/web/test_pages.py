@@ -1,0 +1,164 @@
+"""The pages as the server renders them (in process, both databases): what each shows, its filters and
+sorting, the runs grid, refresh fragments, and error pages. The browser tests (tests/browser) drive them
+for real; these check the content cheaply."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from rackflow.services import Services
+from rackflow.tasks.model import OperationKind, TaskStatus
+from rackflow.timespec import ScheduleSpec, SpecType
+from tests.web.conftest import end_task, make_racks, make_schedule
+
+FRAGMENT = {"X-Rackflow-Fragment": "1"}
+
+
+def tagged(html: str, name: str) -> list[str]:
+    """The tags carrying data-testid=`name`, in page order."""
+    return re.findall(rf'<[^>]*data-testid="{name}"[^>]*>', html)
+
+
+def row(html: str, name: str) -> str:
+    """The text of the schedule row named `name`, tags stripped."""
+    match = re.search(rf'<tr data-testid="schedule-row" data-name="{name}">(.*?)</tr>', html, re.S)
+    assert match, name
+    return re.sub(r"<[^>]+>", " ", match.group(1))
+
+
+def attribute(tag: str, name: str) -> str:
+    match = re.search(rf'{name}="([^"]*)"', tag)
+    assert match, tag
+    return match.group(1)
+
+
+@pytest.mark.parametrize("path", ["/", "/schedules", "/tasks", "/racks", "/audit"])
+async def test_every_page_renders_empty_and_as_a_fragment(http: httpx.AsyncClient, path: str) -> None:
+    page = await http.get(path)
+    assert page.status_code == 200
+    assert page.headers["cache-control"] == "no-store"
+    assert "<!doctype html>" in page.text and 'aria-current="page"' in page.text
+    fragment = await http.get(path, headers=FRAGMENT)
+    assert fragment.status_code == 200 and "<html" not in fragment.text and "data-live=" in fragment.text
+
+
+async def test_schedule_list_rows_filters_and_sorting(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1", "r2")
+    await make_schedule(services, "nightly-reset", "r1")
+    ingest = await make_schedule(
+        services, "hourly-ingest", "r2", spec=ScheduleSpec(SpecType.INTERVAL, "1h"), kind=OperationKind.INGEST
+    )
+    await services.schedules.pause(ingest.id)
+
+    def names(html: str) -> list[str]:
+        return [attribute(tag, "data-name") for tag in tagged(html, "schedule-row")]
+
+    page = (await http.get("/schedules")).text
+    assert names(page) == ["hourly-ingest", "nightly-reset"]  # by name
+    assert "every day at 02:00 Europe/Berlin" in page and "every 1h" in page
+    assert "Power reset" in page and "Ingest" in page
+    assert "paused" in row(page, "hourly-ingest") and "enabled" in row(page, "nightly-reset")
+    assert names((await http.get("/schedules?sort=name&dir=desc")).text) == ["nightly-reset", "hourly-ingest"]
+    assert names((await http.get("/schedules?state=paused")).text) == ["hourly-ingest"]
+    assert names((await http.get("/schedules?search=RESET")).text) == ["nightly-reset"]
+    assert names((await http.get("/schedules?op=ingest")).text) == ["hourly-ingest"]
+    empty = (await http.get("/schedules?search=nothing-like-it")).text
+    assert names(empty) == [] and tagged(empty, "empty")
+    bad = await http.get("/schedules?sort=colour")
+    assert bad.status_code == 400 and "sort" in bad.text and tagged(bad.text, "page-error")
+
+
+async def test_schedule_list_pages_through_many(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1")
+    for i in range(53):
+        await make_schedule(services, f"s{i:02d}", "r1", spec=ScheduleSpec(SpecType.INTERVAL, f"{i + 1}h"))
+    first = (await http.get("/schedules")).text
+    assert len(tagged(first, "schedule-row")) == 50 and "1–50 of 53" in first
+    second = (await http.get("/schedules?page=2")).text
+    assert [attribute(t, "data-name") for t in tagged(second, "schedule-row")] == ["s50", "s51", "s52"]
+    assert tagged(second, "pager-prev") and not tagged(second, "pager-next")
+
+
+async def test_a_schedule_page_shows_its_runs_grid(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1", "r2")
+    schedule = await make_schedule(services, "nightly", "r1", "r2")
+    first = await services.schedules.trigger(schedule.id)
+    for task_id in first:
+        await end_task(services, task_id, TaskStatus.COMPLETED)
+    failed, running = await services.schedules.trigger(schedule.id)
+    await end_task(services, failed, TaskStatus.FAILED)
+
+    page = (await http.get("/schedules/nightly")).text
+    assert len(tagged(page, "grid-column")) == 2
+    assert [attribute(t, "data-rack") for t in tagged(page, "grid-row")] == ["r1", "r2"]
+    statuses = sorted(attribute(t, "data-status") for t in tagged(page, "grid-cell"))
+    assert statuses == ["completed", "completed", "failed", "pending"]
+    assert f'href="/tasks/{failed}"' in page and f'href="/tasks/{running}"' in page
+    assert (
+        tagged(page, "action-pause") and tagged(page, "action-trigger") and not tagged(page, "action-resume")
+    )
+    assert len(tagged(page, "upcoming")) == 1
+
+    await services.schedules.pause(schedule.id)
+    paused = (await http.get(f"/schedules/{schedule.id}", headers=FRAGMENT)).text
+    assert tagged(paused, "action-resume") and not tagged(paused, "action-pause")
+    assert tagged(paused, "paused-note")
+
+
+async def test_tasks_page_filters_and_task_page(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1", "r2")
+    schedule = await make_schedule(services, "nightly", "r1", "r2")
+    failed, pending = await services.schedules.trigger(schedule.id)
+    await end_task(services, failed, TaskStatus.FAILED)
+
+    def rows(html: str) -> list[str]:
+        return [attribute(tag, "data-status") for tag in tagged(html, "task-row")]
+
+    assert sorted(rows((await http.get("/tasks")).text)) == ["failed", "pending"]
+    assert rows((await http.get("/tasks?status=failed")).text) == ["failed"]
+    assert sorted(rows((await http.get("/tasks?schedule=nightly")).text)) == ["failed", "pending"]
+    only_pending = (await http.get("/tasks?status=pending")).text
+    assert len(tagged(only_pending, "action-cancel")) == 1  # only an active task can be cancelled
+    assert (await http.get("/tasks?rack=r9")).status_code == 404
+
+    task = (await http.get(f"/tasks/{failed}")).text
+    assert "Power reset" in task and "nightly" in task and not tagged(task, "action-cancel")
+    assert tagged(task, "steps-table")
+    assert (await http.get(f"/tasks/{pending}")).text.count('data-testid="action-cancel"') == 1
+    assert (await http.get("/tasks/nope")).status_code == 400
+    assert (await http.get(f"/tasks/{schedule.id}")).status_code == 404
+
+
+async def test_rack_pages(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1", "r2")
+    await make_schedule(services, "nightly", "r1")
+    listing = (await http.get("/racks")).text
+    assert [attribute(t, "data-name") for t in tagged(listing, "rack-row")] == ["r1", "r2"]
+    rack = (await http.get("/racks/r1")).text
+    assert "nightly" in rack and "r1-compute" in rack and tagged(rack, "components-table")
+    assert (await http.get("/racks/r9")).status_code == 404
+
+
+async def test_overview_counts_and_failures(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1", "r2")
+    schedule = await make_schedule(services, "nightly", "r1", "r2")
+    paused = await make_schedule(services, "weekly", "r1", spec=ScheduleSpec(SpecType.CRON, "0 3 * * SUN"))
+    await services.schedules.pause(paused.id)
+    failed, _ = await services.schedules.trigger(schedule.id)
+    await end_task(services, failed, TaskStatus.FAILED)
+    page = (await http.get("/")).text
+    assert re.search(r"1 <span>enabled</span>", page) and "1 paused" in page
+    assert "1 failed" in page and tagged(page, "failure-row") and "nightly" in page
+    assert tagged(page, "time-axis")
+
+
+async def test_audit_page_lists_changes(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1")
+    await make_schedule(services, "nightly", "r1")
+    await http.post("/api/v1/schedules/nightly:pause")
+    page = (await http.get("/audit")).text
+    assert [attribute(t, "data-method") for t in tagged(page, "audit-row")] == ["PauseTaskSchedule"]
+    assert (await http.get("/audit?method=Reboot")).status_code == 400
