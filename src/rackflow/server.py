@@ -11,7 +11,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -33,6 +33,9 @@ from rackflow.tasks.backends.base import Backend
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from rackflow.tasks.executor import Executor
 from rackflow.v1 import flow_pb2, flow_pb2_grpc
+
+if TYPE_CHECKING:
+    from rackflow.web.server import HttpServer
 
 log = logging.getLogger("rackflow.server")
 
@@ -74,6 +77,7 @@ class RackflowServer:
             log.info("database migrated to revision %s", revision)
         await require_migrated(self.db)
         backend = build_backend(self.config, self.services)  # bad backend settings fail before we listen
+        http = self._bind_http()  # a taken HTTP port fails before gRPC listens
 
         self.grpc = grpc.aio.server(
             # Authentication runs outside auditing, so the audit sees the caller's principal.
@@ -124,13 +128,7 @@ class RackflowServer:
             self._spawn("dispatcher", dispatcher.run)
         if self.config.audit_retention is not None:
             self._spawn("audit pruner", AuditPruner(self.db, self.config.audit_retention).run)
-        if self.config.http_listen:
-            from rackflow.web.app import build_app  # loads Starlette and uvicorn only when asked for
-            from rackflow.web.server import HttpServer
-
-            app = build_app(self.services, self.audit, self.config.tokens, self.clock)
-            http = HttpServer(app, self.config.http_listen, self.config.tls)
-            self.http_address = http.bind()
+        if http is not None:
             self._spawn("http", http.run)
             log.info(
                 "dashboard and JSON API on %s://%s/",
@@ -159,6 +157,17 @@ class RackflowServer:
             f"required ({len(self.config.tokens.entries)})" if self.config.tokens else "off",
         )
         return self.address
+
+    def _bind_http(self) -> HttpServer | None:
+        if not self.config.http_listen:
+            return None
+        from rackflow.web.app import build_app  # loads Starlette and uvicorn only when asked for
+        from rackflow.web.server import HttpServer
+
+        app = build_app(self.services, self.audit, self.config.tokens, self.clock)
+        http = HttpServer(app, self.config.http_listen, self.config.tls)
+        self.http_address = http.bind()
+        return http
 
     def _spawn(self, name: str, run: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
         task = asyncio.create_task(run(self._stop), name=name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,30 @@ def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "has no rackflow schema" in result.stderr
     assert "rackflow db migrate" in result.stderr
+
+
+def test_serve_refuses_a_taken_http_port(sqlite_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rackflow",
+                "serve",
+                "--db",
+                sqlite_url,
+                "--listen",
+                f"127.0.0.1:{free_port()}",
+                "--http-listen",
+                f"127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode == 1
+    assert f"error: --http-listen: cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr

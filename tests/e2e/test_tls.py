@@ -2,12 +2,14 @@
 
 Two servers per database: one with TLS and tokens listening on every interface (what the exposure rule
 demands there), one with mutual TLS on loopback and no tokens (the client certificate is the principal).
+Both also serve the dashboard and JSON API (--http-listen), which must be secured exactly as gRPC is.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import uuid
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 from google.protobuf.message import Message
 
@@ -70,6 +73,8 @@ def tls_server(db_kind: str, pki: Pki, tmp_path_factory: pytest.TempPathFactory)
                 "--migrate",
                 "--listen",
                 "0.0.0.0:0",
+                "--http-listen",
+                "0.0.0.0:0",
                 "--tls-cert",
                 str(pki.server.cert),
                 "--tls-key",
@@ -96,6 +101,8 @@ def mtls_server(db_kind: str, pki: Pki, tmp_path_factory: pytest.TempPathFactory
             name="mtls",
             args=[
                 "--migrate",
+                "--http-listen",
+                "127.0.0.1:0",
                 "--tls-cert",
                 str(pki.server.cert),
                 "--tls-key",
@@ -229,3 +236,51 @@ def test_cli_presents_a_client_certificate_for_mutual_tls(mtls_server: ServerPro
     missing_key = cli(mtls_server, "--tls-ca", str(pki.ca.cert), "--tls-cert", str(pki.client.cert), "audit")
     assert missing_key.returncode == 2
     assert "--tls-cert, --tls-key" in missing_key.stderr
+
+
+# --- the dashboard and JSON API on the same servers -------------------------------------------------
+
+
+def https(server: ServerProcess, pki: Pki, client: KeyPair | None = None) -> httpx.Client:
+    """A client that trusts the test CA (and presents `client`'s certificate), for the server's HTTP side."""
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    base = server.http_url.replace("0.0.0.0", "127.0.0.1")
+    return httpx.Client(base_url=base, verify=context, timeout=CALL_TIMEOUT_S)
+
+
+def test_https_uses_the_grpc_certificate_tokens_and_roles(tls_server: ServerProcess, pki: Pki) -> None:
+    assert tls_server.http_url.startswith("https://0.0.0.0:")
+    with https(tls_server, pki) as client:
+        refused = client.get("/api/v1/racks")
+        assert refused.status_code == 401 and refused.json()["code"] == "UNAUTHENTICATED"
+        viewer = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
+        assert client.get("/api/v1/racks", headers=viewer).status_code == 200
+        denied = client.post(f"/api/v1/tasks/{uuid.uuid4()}:cancel", headers=viewer)
+        assert denied.status_code == 403
+        operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+        missing = client.post(f"/api/v1/tasks/{uuid.uuid4()}:cancel", headers=operator)
+        assert missing.status_code == 404 and missing.json()["field"] == "task_id"
+        shell = client.get("/tasks")
+        assert shell.status_code == 200 and "data-deferred" in shell.text  # no data without a token
+    plain = tls_server.http_url.replace("https://0.0.0.0", "http://127.0.0.1")
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{plain}/api/v1/racks", timeout=CALL_TIMEOUT_S)
+
+
+def test_https_with_mutual_tls_names_the_client_certificate(mtls_server: ServerProcess, pki: Pki) -> None:
+    with https(mtls_server, pki, pki.client) as client:
+        missing = client.post(f"/api/v1/tasks/{uuid.uuid4()}:cancel")  # an audited (refused) action
+        assert missing.status_code == 404
+        events = client.get("/api/v1/audit", params={"method": "CancelTask"}).json()["events"]
+        assert [(e["principal"], e["outcome"]) for e in events] == [("ops-laptop", "NOT_FOUND")]
+    for client_pair in (None, pki.rogue_client):
+        with https(mtls_server, pki, client_pair) as client, pytest.raises(httpx.HTTPError):
+            client.get("/api/v1/racks")
+
+
+def test_serve_refuses_an_exposed_http_listener_without_tls_and_auth(tmp_path: Path) -> None:
+    result = serve_exit(tmp_path, "--http-listen", "0.0.0.0:0")
+    assert result.returncode == 2, result.stderr
+    assert "--http-listen: '0.0.0.0' is reachable beyond this machine" in result.stderr

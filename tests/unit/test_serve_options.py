@@ -92,3 +92,36 @@ def test_serve_refuses_a_short_retention_before_starting(
     assert result.exit_code == 2
     assert "--audit-retention: must be at least 1h, or 0 to keep every event, got '30m'" in result.output
     assert started == []
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "http_listen"),
+    [
+        ([], {}, None),
+        (["--http-listen", "127.0.0.1:8080"], {}, "127.0.0.1:8080"),
+        ([], {"RACKFLOW_HTTP_LISTEN": "[::1]:0"}, "[::1]:0"),
+        ([], {"RACKFLOW_HTTP_LISTEN": ""}, None),
+    ],
+)
+def test_serve_passes_the_http_listener_to_the_server(
+    started: list[ServeConfig], args: list[str], env: dict[str, str], http_listen: str | None
+) -> None:
+    result = CliRunner().invoke(serve, args, env={"RACKFLOW_HTTP_LISTEN": None, **env})
+    assert isinstance(result.exception, _Started), result.output
+    assert [config.http_listen for config in started] == [http_listen]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("8080", "--http-listen: expected HOST:PORT, got '8080'"),
+        ("0.0.0.0:8080", "--http-listen: '0.0.0.0' is reachable beyond this machine"),
+    ],
+)
+def test_serve_refuses_a_bad_or_exposed_http_listener(
+    started: list[ServeConfig], value: str, message: str
+) -> None:
+    result = CliRunner().invoke(serve, ["--http-listen", value])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert started == []

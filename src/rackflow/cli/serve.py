@@ -212,7 +212,7 @@ def serve(
 
     try:
         asyncio.run(main())
-    except RackflowError as exc:
+    except (RackflowError, OSError) as exc:  # OSError: a listener that cannot bind its address
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
