@@ -11,7 +11,7 @@ import pytest
 from google.protobuf.empty_pb2 import Empty
 from google.protobuf.message import Message
 
-from rackflow.client import Operation, RackflowClient, RackflowClientError, Spec, Targets
+from rackflow.client import Operation, RackflowClient, RackflowClientError, Spec, Targets, task_status
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 
@@ -149,3 +149,35 @@ def test_no_server_is_unavailable() -> None:
     with RackflowClient("127.0.0.1:1", timeout=5) as client, pytest.raises(RackflowClientError) as caught:
         client.list_racks()
     assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_list_filters_become_the_request_fields(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    servicer, client = flow
+    client.list_schedules(
+        paused_only=True, name_contains="night", operation="power-reset", order_by="next_run_at desc", limit=5
+    )
+    assert servicer.requests[-1][1] == pb.ListTaskSchedulesRequest(
+        paused_only=True,
+        name_contains="night",
+        operation_type="power_reset",
+        order_by="next_run_at desc",
+        pagination=pb.Pagination(limit=5),
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "status"),
+    [
+        ("failed", pb.TASK_STATUS_FAILED),
+        ("RUNNING", pb.TASK_STATUS_RUNNING),
+        ("TASK_STATUS_WAITING", pb.TASK_STATUS_WAITING),
+    ],
+)
+def test_task_status_names(name: str, status: int) -> None:
+    assert task_status(name) == status
+
+
+@pytest.mark.parametrize("name", ["unknown", "TASK_STATUS_UNKNOWN", "done", ""])
+def test_unknown_task_status_names_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="unknown task status"):
+        task_status(name)

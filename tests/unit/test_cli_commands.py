@@ -497,3 +497,28 @@ def test_task_watch_on_a_terminal_uses_a_live_display(fake: FakeClient) -> None:
     assert result.exit_code == 1
     assert "FAILED" in screen.getvalue()
     assert "\x1b[" in screen.getvalue()  # drawn with terminal control codes
+
+
+def test_list_commands_pass_their_filters(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["list_tasks"] = pb.ListTasksResponse()
+    listed = run(
+        "schedule", "list", "--paused-only", "--search", "night", "--op", "power-reset", "--sort", "name desc"
+    )
+    assert listed.exit_code == 0, listed.output
+    [(_, kwargs)] = fake.called("list_schedules")
+    assert kwargs == {
+        "rack": "",
+        "enabled_only": False,
+        "paused_only": True,
+        "name_contains": "night",
+        "operation": "power-reset",
+        "order_by": "name desc",
+        "offset": 0,
+        "limit": 0,
+    }
+    tasks = run("task", "list", "--status", "failed", "--status", "TERMINATED")
+    assert tasks.exit_code == 0, tasks.output
+    [(_, kwargs)] = fake.called("list_tasks")
+    assert kwargs["statuses"] == ("failed", "terminated")
+    refused = run("task", "list", "--status", "lost")
+    assert refused.exit_code == 2 and "'lost' is not one of" in refused.output
