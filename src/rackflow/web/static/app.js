@@ -154,7 +154,8 @@
         return;
       }
       apply(await response.text());
-      setLive(true, `live · ${local(new Date(), true).slice(6)}`);
+      const now = new Date();
+      setLive(true, `live · ${pad(now.getHours())}:${pad(now.getMinutes())}:${pad(now.getSeconds())}`);
     } catch (exc) {
       setLive(false, "offline, retrying");
     } finally {

@@ -1,0 +1,38 @@
+"""Browser tests: a real `rackflow serve --http-listen` per module and database, and one headless Chromium
+per module. Without Chromium these tests skip, except under CI=true, where they fail."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from tests.browser.chromium import Browser, missing
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    reason = missing()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"browser tests cannot run under CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    started = Browser()
+    yield started
+    started.close()
+
+
+@pytest.fixture
+def driver(browser: Browser) -> Iterator[WebDriver]:
+    """The module's browser, with a clean local storage after each test and no JavaScript errors."""
+    browser.driver.get_log("browser")  # drop what earlier tests logged
+    yield browser.driver
+    errors = [
+        e
+        for e in browser.driver.get_log("browser")
+        if e["level"] == "SEVERE" and "favicon" not in e["message"]
+    ]
+    browser.driver.execute_script("window.localStorage.clear()")
+    assert errors == [], errors

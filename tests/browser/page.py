@@ -1,0 +1,54 @@
+"""Finding things on a page by their `data-testid`, and waiting for them (the pages refresh themselves)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+WAIT_S = 30.0  # generous: the machine may be busy with other test workers
+_T = TypeVar("_T")
+
+
+def wait(driver: WebDriver, condition: Callable[[WebDriver], _T], what: str) -> _T:
+    """`condition`'s first truthy result; an element swapped out by a refresh meanwhile is looked up again."""
+    return WebDriverWait(
+        driver, WAIT_S, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(condition, message=f"waiting for {what}")
+
+
+def read(driver: WebDriver, look: Callable[[WebDriver], _T]) -> _T:
+    """`look(driver)`, again if a refresh swapped the element it read between finding and reading it."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return look(driver)
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def text(driver: WebDriver, name: str) -> str:
+    """The text of the first displayed element with data-testid `name`."""
+    return read(driver, lambda d: str(visible(d, name).text))
+
+
+def by_testid(driver: WebDriver | WebElement, name: str) -> list[WebElement]:
+    return driver.find_elements(By.CSS_SELECTOR, f'[data-testid="{name}"]')
+
+
+def visible(driver: WebDriver, name: str) -> WebElement:
+    """The first element with data-testid `name` once it is displayed."""
+
+    def shown(d: WebDriver) -> Any:
+        found = [e for e in by_testid(d, name) if e.is_displayed()]
+        return found[0] if found else False
+
+    return wait(driver, shown, f"{name} to show")

@@ -1,0 +1,204 @@
+"""The dashboard in a real headless Chromium against a real `rackflow serve`, on SQLite and PostgreSQL:
+every page loads, a schedule is followed from the list to its runs grid, paused (with its badge), triggered
+(its new column appears) and a task cancelled, all through the page as an operator would."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from rackflow.v1 import flow_pb2 as pb
+from tests.browser.page import by_testid, read, text, visible, wait
+from tests.e2e.cluster import ServerProcess, start_server
+from tests.e2e.fleet import create_racks, create_schedules, schedule_request
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one worker: one server, one browser
+
+CRON, INTERVAL = pb.SCHEDULE_SPEC_TYPE_CRON, pb.SCHEDULE_SPEC_TYPE_INTERVAL
+
+
+@pytest.fixture(scope="module")
+def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A fleet whose tasks take a while (3 steps of 4 s), so a running task can be watched and cancelled.
+    No schedule comes due while the tests run: only the page's own actions fire them."""
+    started = start_server(
+        served_db_url,
+        tmp_path_factory.mktemp("browser"),
+        args=["--http-listen", "127.0.0.1:0"],
+        env={"RACKFLOW_SIM_STEP_SECONDS": "4"},
+        name="dashboard",
+    )
+    stub = started.stub()
+    create_racks(stub, [f"r{i}" for i in range(1, 7)], components_per_rack=3)
+    create_schedules(
+        stub,
+        [
+            schedule_request(
+                "nightly-reset",
+                ["r1", "r2"],
+                spec_type=CRON,
+                spec="0 2 * * *",
+                timezone="Europe/Berlin",
+                operation="power_reset",
+            ),
+            schedule_request("pause-me", ["r3"], spec_type=INTERVAL, spec="24h"),
+            schedule_request("trigger-me", ["r4", "r5"], spec_type=CRON, spec="0 3 * * *"),
+            schedule_request("cancel-me", ["r6"], spec_type=INTERVAL, spec="24h"),
+        ],
+    )
+    (nightly,) = [
+        s
+        for s in stub.ListTaskSchedules(pb.ListTaskSchedulesRequest()).task_schedules
+        if s.name == "nightly-reset"
+    ]
+    stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=nightly.id))
+    yield started
+    assert started.stop() == 0, started.output
+
+
+def h1(driver: WebDriver) -> str:
+    return str(driver.find_element(By.CSS_SELECTOR, "main h1").text)
+
+
+def open_page(driver: WebDriver, server: ServerProcess, path: str, title: str) -> None:
+    driver.get(server.http_url + path)
+    wait(driver, lambda d: title in h1(d), f"{path} to show {title!r}")
+
+
+def confirm(driver: WebDriver, action: str) -> str:
+    """Click the action button, then Confirm in its dialog; returns the dialog's title."""
+    visible(driver, action).click()
+    dialog = visible(driver, "confirm-dialog")
+    title = str(dialog.find_element(By.TAG_NAME, "h2").text)
+    visible(driver, "confirm-ok").click()
+    return title
+
+
+@pytest.mark.parametrize(
+    ("path", "title"),
+    [
+        ("/", "Overview"),
+        ("/schedules", "Schedules"),
+        ("/tasks", "Tasks"),
+        ("/racks", "Racks"),
+        ("/audit", "Audit trail"),
+        ("/racks/r1", "r1"),
+        ("/schedules/nightly-reset", "nightly-reset"),
+    ],
+)
+def test_every_page_loads(server: ServerProcess, driver: WebDriver, path: str, title: str) -> None:
+    open_page(driver, server, path, title)
+    assert driver.find_element(By.CSS_SELECTOR, "nav a[aria-current=page]")
+
+
+def test_times_are_in_the_browsers_zone_with_utc_on_hover(server: ServerProcess, driver: WebDriver) -> None:
+    open_page(driver, server, "/schedules/nightly-reset", "nightly-reset")
+
+    def first_upcoming(d: WebDriver) -> tuple[str, str]:
+        stamp = d.find_element(By.CSS_SELECTOR, "[data-testid=upcoming] time")
+        return str(stamp.text), str(stamp.get_attribute("title") or "")
+
+    shown, title = wait(
+        driver, lambda d: (t := first_upcoming(d))[1].endswith("(UTC)") and t, "the UTC title"
+    )
+    # 02:00 in Berlin is shown as 02:00 in a browser whose zone is Berlin, and as 01:00Z (winter) on hover.
+    assert re.match(r"\d{4}-\d\d-\d\d 02:00 (GMT\+1|CET|GMT\+2|CEST) · in ", shown), shown
+    assert re.search(r"T0[01]:00:00Z \(UTC\)$", title), title
+
+
+def test_follow_a_schedule_from_the_list_to_its_runs_grid(server: ServerProcess, driver: WebDriver) -> None:
+    open_page(driver, server, "/schedules", "Schedules")
+    wait(driver, lambda d: len(by_testid(d, "schedule-row")) == 4, "four schedules")
+    driver.find_element(By.TAG_NAME, "body").send_keys("/")  # the keyboard way to the filter
+    search = visible(driver, "filter-search")
+    assert driver.switch_to.active_element == search
+    search.send_keys("nightly")
+    wait(driver, lambda d: len(by_testid(d, "schedule-row")) == 1, "the filter to leave one row")
+    assert "search=nightly" in driver.current_url
+
+    # A refresh swaps the table but keeps what was typed, and where the keyboard was.
+    before = text(driver, "live-status")
+    wait(driver, lambda d: text(d, "live-status") != before, "a refresh")
+    assert search.get_attribute("value") == "nightly" and driver.switch_to.active_element == search
+
+    row_text = read(driver, lambda d: str(by_testid(d, "schedule-row")[0].text))
+    assert "every day at 02:00 Europe/Berlin" in row_text and "Power reset" in row_text
+    assert read(driver, lambda d: len(by_testid(by_testid(d, "schedule-row")[0], "run-pip"))) == 1
+    read(driver, lambda d: by_testid(d, "schedule-link")[0].click())
+    wait(driver, lambda d: h1(d) == "nightly-reset", "the schedule page")
+    assert len(by_testid(driver, "grid-column")) == 1
+    assert read(driver, lambda d: [r.get_attribute("data-rack") for r in by_testid(d, "grid-row")]) == [
+        "r1",
+        "r2",
+    ]
+    status = read(driver, lambda d: by_testid(d, "grid-cell")[0].get_attribute("data-status"))
+    assert status in ("pending", "running", "completed")
+    read(driver, lambda d: by_testid(d, "grid-cell")[0].click())
+    wait(driver, lambda d: re.fullmatch(r"Power reset on r[12]", h1(d)) is not None, "the task page")
+
+
+def test_pause_with_a_confirmation_and_see_the_badge(server: ServerProcess, driver: WebDriver) -> None:
+    open_page(driver, server, "/schedules/pause-me", "pause-me")
+    assert text(driver, "schedule-state").endswith("enabled")
+    visible(driver, "action-pause").click()
+    visible(driver, "confirm-cancel").click()  # changed our mind: nothing happens
+    assert text(driver, "schedule-state").endswith("enabled")
+
+    assert confirm(driver, "action-pause") == "Pause pause-me?"
+    wait(driver, lambda d: text(d, "schedule-state").endswith("paused"), "the paused badge")
+    assert text(driver, "flash") == "Paused pause-me"
+    assert visible(driver, "paused-note") and not by_testid(driver, "action-pause")
+
+    open_page(driver, server, "/audit", "Audit trail")
+    newest = read(driver, lambda d: by_testid(d, "audit-row")[0].get_attribute("data-method"))
+    assert newest == "PauseTaskSchedule"
+    open_page(driver, server, "/schedules/pause-me", "pause-me")
+    confirm(driver, "action-resume")
+    wait(driver, lambda d: text(d, "schedule-state").endswith("enabled"), "the enabled badge")
+
+
+def test_trigger_and_watch_the_new_column_appear(server: ServerProcess, driver: WebDriver) -> None:
+    open_page(driver, server, "/schedules/trigger-me", "trigger-me")
+    assert by_testid(driver, "no-runs")
+    assert confirm(driver, "action-trigger") == "Run trigger-me now?"
+    wait(driver, lambda d: len(by_testid(d, "grid-column")) == 1, "the first column")
+    statuses = read(driver, lambda d: [c.get_attribute("data-status") for c in by_testid(d, "grid-cell")])
+    assert len(statuses) == 2 and set(statuses) <= {"pending", "running"}
+    assert read(driver, lambda d: by_testid(d, "grid-column")[0].get_attribute("data-trigger")) == "manual"
+    wait(
+        driver,
+        lambda d: {c.get_attribute("data-status") for c in by_testid(d, "grid-cell")} == {"running"},
+        "both racks' tasks to run (the page refreshes itself)",
+    )
+    # Again, while those tasks still run: a second column, whose racks were refused (conflict).
+    confirm(driver, "action-trigger")
+    wait(driver, lambda d: len(by_testid(d, "grid-column")) == 2, "the second column")
+
+
+def test_cancel_a_task(server: ServerProcess, driver: WebDriver) -> None:
+    stub = server.stub()
+    (schedule,) = [
+        s
+        for s in stub.ListTaskSchedules(pb.ListTaskSchedulesRequest()).task_schedules
+        if s.name == "cancel-me"
+    ]
+    (task_id,) = stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id)).task_ids
+    open_page(driver, server, "/tasks?schedule=cancel-me", "Tasks")
+    assert read(driver, lambda d: [r.get_attribute("data-task") for r in by_testid(d, "task-row")]) == [
+        task_id.id
+    ]
+    assert confirm(driver, "action-cancel") == "Cancel this power on task?"
+    wait(
+        driver,
+        lambda d: [r.get_attribute("data-status") for r in by_testid(d, "task-row")] == ["terminated"],
+        "the task to be terminated",
+    )
+    assert text(driver, "flash").startswith("Cancelled task ")
+    assert not by_testid(driver, "action-cancel")
+    open_page(driver, server, f"/tasks/{task_id.id}", "Power on on r6")
+    assert text(driver, "task-status").endswith("terminated")
+    assert "cancelled by user" in text(driver, "task-message")
