@@ -1,0 +1,103 @@
+"""The dashboard of a server that requires bearer tokens, in headless Chromium: the page asks for a token
+once, keeps it, shows a refused action's error, and forgets the token when told to.
+
+Tokens and roles do not depend on the database (tests/web covers them on both); this runs on SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from rackflow.security import hash_token
+from rackflow.v1 import flow_pb2 as pb
+from tests.browser.page import by_testid, read, text, visible, wait
+from tests.conftest import migrate_with_cli
+from tests.e2e.cluster import ServerProcess, start_server
+from tests.e2e.fleet import schedule_request
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+
+VIEWER, OPERATOR = "browser-viewer-3c1f", "browser-operator-8d02"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    directory = tmp_path_factory.mktemp("tokens")
+    url = f"sqlite:///{directory}/rackflow.db"
+    migrate_with_cli(url)
+    started = start_server(
+        url,
+        directory,
+        args=["--http-listen", "127.0.0.1:0"],
+        env={
+            "RACKFLOW_AUTH_TOKEN_WALLBOARD": f"viewer:{hash_token(VIEWER)}",
+            "RACKFLOW_AUTH_TOKEN_ONCALL": f"operator:{hash_token(OPERATOR)}",
+        },
+        name="tokens",
+    )
+    metadata = (("authorization", f"Bearer {OPERATOR}"),)
+    stub = started.stub()
+    rack = stub.CreateRack(
+        pb.CreateRackRequest(
+            name="t1", components=[pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name="c0")]
+        ),
+        metadata=metadata,
+    )
+    assert rack.name == "t1"
+    stub.CreateTaskSchedule(
+        schedule_request("guarded", ["t1"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h"),
+        metadata=metadata,
+    )
+    yield started
+    assert started.stop() == 0, started.output
+    assert VIEWER not in started.output and OPERATOR not in started.output
+
+
+def give_token(driver: WebDriver, token: str) -> None:
+    visible(driver, "token-dialog")
+    field = visible(driver, "token-input")
+    field.clear()
+    field.send_keys(token)
+    visible(driver, "token-submit").click()
+
+
+def test_the_page_asks_once_and_a_viewers_action_is_refused_on_the_page(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    driver.get(f"{server.http_url}/schedules")
+    give_token(driver, VIEWER)
+    wait(driver, lambda d: len(by_testid(d, "schedule-row")) == 1, "the schedules, read with the token")
+
+    driver.get(f"{server.http_url}/schedules/guarded")  # a new page: the kept token is used, no question
+    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "main h1").text == "guarded", "the schedule")
+    assert not visible(driver, "live-status").get_attribute("class").endswith("stale")
+    assert not [d for d in by_testid(driver, "token-dialog") if d.is_displayed()]
+
+    visible(driver, "action-trigger").click()
+    visible(driver, "confirm-ok").click()
+    error = wait(
+        driver,
+        lambda d: "PERMISSION_DENIED" in text(d, "action-error") and text(d, "action-error"),
+        "the error",
+    )
+    assert error.startswith("Trigger now refused (PERMISSION_DENIED): TriggerTaskSchedule")
+    assert "operator role" in error
+    assert read(driver, lambda d: by_testid(d, "no-runs")), "a refused trigger fires nothing"
+
+
+def test_a_wrong_token_is_asked_again_and_an_operator_acts(server: ServerProcess, driver: WebDriver) -> None:
+    driver.get(f"{server.http_url}/schedules/guarded")
+    give_token(driver, "not-the-token")
+    wait(driver, lambda d: "not valid" in text(d, "token-error"), "the token to be refused")
+    give_token(driver, OPERATOR)
+    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "main h1").text == "guarded", "the schedule")
+    visible(driver, "action-trigger").click()
+    visible(driver, "confirm-ok").click()
+    wait(driver, lambda d: len(by_testid(d, "grid-column")) == 1, "the firing's column")
+    assert text(driver, "flash") == "Triggered guarded"
+
+    driver.find_element(By.ID, "forget-token").click()  # back to asking
+    visible(driver, "token-dialog")
