@@ -4,6 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DB ?= sqlite:///rackflow.db
 LISTEN ?= 127.0.0.1:50051
+HTTP_LISTEN ?= 127.0.0.1:8080
 export RACKFLOW_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
 .PHONY: run test lint typecheck unit proto docs bench clean browser screenshots
@@ -22,11 +23,13 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 run: $(VENV)/.installed
 	$(BIN)/rackflow db migrate --db $(DB)
-	@echo "rackflow listening on $(LISTEN) (database $(DB), simulator backend). Try, in another terminal:"
+	@echo "rackflow listening on $(LISTEN) (database $(DB), simulator backend)."
+	@echo "Dashboard and JSON API: http://$(HTTP_LISTEN)/"
+	@echo "Try, in another terminal:"
 	@echo "  $(BIN)/rackflow inventory import examples/fleet.yaml"
 	@echo "  $(BIN)/rackflow schedule create nightly-reset --cron '*/2 * * * *' --op power-reset --rack rack-01"
 	@echo "  $(BIN)/rackflow schedule runs nightly-reset"
-	exec $(BIN)/rackflow serve --db $(DB) --listen $(LISTEN)
+	exec $(BIN)/rackflow serve --db $(DB) --listen $(LISTEN) --http-listen $(HTTP_LISTEN)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
@@ -53,6 +56,10 @@ browser:
 	    --no-install-recommends chromium chromium-driver >/dev/null \
 	  || echo "warning: could not install chromium (tests/browser will skip, or fail under CI=true)"; \
 	fi
+
+# PNGs of the main pages of a demo fleet (tests/browser/demo.py), as shown in the README.
+screenshots: $(VENV)/.installed-test browser
+	$(BIN)/python -m tests.browser.screenshots docs/img
 
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit

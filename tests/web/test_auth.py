@@ -63,6 +63,7 @@ async def test_a_viewer_reads_but_is_refused_every_action(
         assert response.status_code == 403
         body = response.json()
         assert body["code"] == "PERMISSION_DENIED" and "operator" in body["message"]
+        assert body["field"] is None  # the message starts with the RPC's name, which is no field
     assert await table_counts(db) == before  # refused by role: no change, and (as over gRPC) no audit row
 
 

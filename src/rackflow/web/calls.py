@@ -22,8 +22,9 @@ from rackflow.api.errors import HTTP_STATUS_FOR_CODE, status_of
 from rackflow.api.servicer import FlowServicer
 from rackflow.errors import RackflowError
 
-# Messages name the field first: "schedule.spec.timezone: …", "task_ids[2]: …", "limit: …".
-_FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]]*): ")
+# Messages name the field first: "schedule.spec.timezone: …", "task_ids[2]: …", "limit: …". Field names are
+# snake_case; a message that starts with an RPC's name ("PauseTaskSchedule: the viewer role …") names none.
+_FIELD_PREFIX = re.compile(r"^([a-z_][\w.\[\]]*): ")
 
 
 class RpcError(Exception):
