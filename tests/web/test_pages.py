@@ -162,3 +162,15 @@ async def test_audit_page_lists_changes(http: httpx.AsyncClient, services: Servi
     page = (await http.get("/audit")).text
     assert [attribute(t, "data-method") for t in tagged(page, "audit-row")] == ["PauseTaskSchedule"]
     assert (await http.get("/audit?method=Reboot")).status_code == 400
+
+
+async def test_an_unexpected_failure_is_an_error_page_without_details(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken() -> None:
+        raise RuntimeError("secret detail")
+
+    monkeypatch.setattr(services.schedules, "state_counts", broken)
+    page = await http.get("/", headers=FRAGMENT)
+    assert page.status_code == 500 and tagged(page.text, "page-error")
+    assert "internal error (logged on the server)" in page.text and "secret detail" not in page.text

@@ -7,6 +7,8 @@ steps read the same way however they were written.
 
 from __future__ import annotations
 
+import functools
+
 from rackflow.timespec.cron import CronExpr
 from rackflow.timespec.rfc3339 import parse_rfc3339
 from rackflow.timespec.spec import ScheduleSpec, SpecType
@@ -16,6 +18,7 @@ _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 _MAX_TIMES = 4  # "at 02:00, 14:00": beyond this many times of day, the expression says it better
 
 
+@functools.lru_cache(maxsize=4096)  # a page of schedules shares a handful of specs; each parse is not free
 def describe(spec: ScheduleSpec) -> str:
     """The spec in words; a spec that does not parse is shown as written."""
     if spec.type is SpecType.INTERVAL:

@@ -83,10 +83,18 @@ class HttpServer:
     def bind(self) -> str:
         """Bind the listening socket; returns HOST:PORT with the port the OS chose for port 0."""
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        # IPPROTO_TCP explicitly (socket.create_server leaves 0): asyncio sets TCP_NODELAY only on accepted
+        # sockets that say TCP, and without it a kept-alive response's body waits ~40 ms behind its headers
+        # (Nagle's algorithm against the client's delayed ACK).
+        listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
-            self._socket = socket.create_server((self.host, self.port), family=family)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self.host, self.port))
+            listener.listen(socket.SOMAXCONN)
         except OSError as exc:
+            listener.close()
             raise OSError(f"--http-listen: cannot listen on {self.host}:{self.port}: {exc.strerror}") from exc
+        self._socket = listener
         port = self._socket.getsockname()[1]
         return f"[{self.host}]:{port}" if ":" in self.host else f"{self.host}:{port}"
 

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from rackflow.api.auth import Principal
+from rackflow.api.errors import INTERNAL, INTERNAL_MESSAGE
 from rackflow.clock import Clock
 from rackflow.errors import RackflowError, Unauthenticated
 from rackflow.schedules.model import Schedule
@@ -149,6 +150,11 @@ class Site:
             return JSONResponse(error.to_json(), error.http_status, {"WWW-Authenticate": "Bearer", **headers})
         except (RackflowError, RpcError) as exc:
             error = exc if isinstance(exc, RpcError) else RpcError.of(exc)
+            status = error.http_status
+            body = self.render("error.html", {"error": error})
+        except Exception:
+            log.exception("unexpected error rendering %s", request.url.path)
+            error = RpcError(INTERNAL.grpc, INTERNAL_MESSAGE)
             status = error.http_status
             body = self.render("error.html", {"error": error})
         if fragment:
