@@ -202,3 +202,20 @@ def test_cancel_a_task(server: ServerProcess, driver: WebDriver) -> None:
     open_page(driver, server, f"/tasks/{task_id.id}", "Power on on r6")
     assert text(driver, "task-status").endswith("terminated")
     assert "cancelled by user" in text(driver, "task-message")
+
+
+def test_a_refused_filter_is_said_on_the_page_and_the_form_stays(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    open_page(driver, server, "/tasks", "Tasks")
+    rack = visible(driver, "filter-rack")
+    rack.send_keys("nowhere\n")
+    wait(driver, lambda d: "no rack named 'nowhere'" in text(d, "action-error"), "the refusal")
+    assert (
+        "rack=nowhere" in driver.current_url
+        and visible(driver, "filter-rack").get_attribute("value") == "nowhere"
+    )
+    rack.clear()
+    rack.send_keys("r6\n")
+    wait(driver, lambda d: all(r.get_attribute("data-task") for r in by_testid(d, "task-row")), "r6's tasks")
+    assert not [e for e in by_testid(driver, "action-error") if e.is_displayed()]

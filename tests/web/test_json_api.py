@@ -100,6 +100,7 @@ async def test_list_schedules_filters_sorts_and_pages(
         ("enabled_only=maybe", 400, "INVALID_ARGUMENT", "enabled_only"),
         ("enabled_only=true&paused_only=true", 400, "INVALID_ARGUMENT", "paused_only"),
         ("order_by=color", 400, "INVALID_ARGUMENT", "order_by"),
+        ("name_contains=%00", 400, "INVALID_ARGUMENT", "name_contains"),
         ("operation_type=reboot", 400, "INVALID_ARGUMENT", "operation_type"),
         ("rack=no-such-rack", 404, "NOT_FOUND", "rack_id"),
         ("limt=5", 400, "INVALID_ARGUMENT", "limt"),

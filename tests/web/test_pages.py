@@ -67,6 +67,7 @@ async def test_schedule_list_rows_filters_and_sorting(http: httpx.AsyncClient, s
     assert names((await http.get("/schedules?op=ingest")).text) == ["hourly-ingest"]
     empty = (await http.get("/schedules?search=nothing-like-it")).text
     assert names(empty) == [] and tagged(empty, "empty")
+    assert (await http.get("/schedules?search=%00")).status_code == 400  # PostgreSQL cannot compare a NUL
     bad = await http.get("/schedules?sort=colour")
     assert bad.status_code == 400 and "sort" in bad.text and tagged(bad.text, "page-error")
 

@@ -25,7 +25,6 @@ from rackflow.api.convert.schedules import (
 )
 from rackflow.api.convert.tasks import operation_kind_from, scheduled_operation_from
 from rackflow.api.errors import rpc
-from rackflow.inventory.text import check_text
 from rackflow.schedules.service import OVERLAP_POLICY_PATH, SPEC_PATH, parse_order
 from rackflow.v1 import flow_pb2 as pb
 
@@ -71,7 +70,7 @@ class ScheduleRpcs:
             rack_id=rack_id,
             enabled_only=request.enabled_only,
             paused_only=request.paused_only,
-            name_contains=check_text(request.name_contains, "name_contains"),
+            name_contains=request.name_contains,
             operation=operation_kind_from(request.operation_type, "operation_type"),
             order=parse_order(request.order_by),
             offset=offset,

@@ -184,6 +184,7 @@ class ScheduleService:
         """Schedules in `order` (by default creation time, then id), and the total before paging."""
         if enabled_only and paused_only:
             raise InvalidArgument("paused_only: cannot be combined with enabled_only")
+        check_text(name_contains, "name_contains")  # no name holds control characters (nor NUL)
         async with self.db.read() as conn:
             return await store.list_schedules(
                 conn,

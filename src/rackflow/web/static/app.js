@@ -153,7 +153,16 @@
         askToken(token ? data.message || "The token was refused." : "");
         return;
       }
-      apply(await response.text());
+      const html = await response.text();
+      if (!response.ok && main.querySelector("form[data-filters]")) {
+        // A filter the server refused (an unknown rack, say): keep the page and its form, say why.
+        const template = document.createElement("template");
+        template.innerHTML = html;
+        const reason = template.content.querySelector("[data-testid=page-error] p");
+        showError(reason ? reason.textContent : `${response.status} ${response.statusText}`);
+      } else {
+        apply(html);
+      }
       const now = new Date();
       setLive(true, `live · ${pad(now.getHours())}:${pad(now.getMinutes())}:${pad(now.getSeconds())}`);
     } catch (exc) {
@@ -172,6 +181,7 @@
   }
   function applyFilters(form) {
     history.replaceState(null, "", filterUrl(form));
+    errorBox.hidden = true;
     refresh();
   }
   let typing;
@@ -183,7 +193,7 @@
   });
   document.addEventListener("change", (event) => {
     const form = event.target.closest("form[data-filters]");
-    if (form && event.target.tagName === "SELECT") applyFilters(form);
+    if (form && (event.target.tagName === "SELECT" || event.target.type === "text")) applyFilters(form);
   });
   document.addEventListener("submit", (event) => {
     const form = event.target.closest("form[data-filters]");
