@@ -63,8 +63,10 @@ def iso(moment: datetime | None) -> str:
 
 
 def utc_text(moment: datetime | None) -> str:
-    """The text a page shows before its script localises it (and without a script)."""
-    return "—" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    """The text a page shows before its script localises it (and without a script), and in titles."""
+    if moment is None:
+        return "—"
+    return moment.astimezone(UTC).isoformat(sep=" ", timespec="seconds").replace("+00:00", "Z")
 
 
 def duration_text(delta: timedelta | None) -> str:

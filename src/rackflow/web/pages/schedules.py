@@ -4,6 +4,7 @@ one schedule (configuration, scope, upcoming firings, the runs grid, actions).""
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +16,10 @@ from starlette.routing import Route
 from rackflow.api.convert.tasks import operation_kind_from
 from rackflow.schedules.model import Run, Schedule
 from rackflow.schedules.service import parse_order
-from rackflow.tasks.model import OperationKind
+from rackflow.tasks.model import OperationKind, TaskStatus
 from rackflow.timespec import SpecType
 from rackflow.web import refs
-from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
+from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url, utc_text
 from rackflow.web.views import (
     LOOKS,
     TASK_LOOKS,
@@ -36,9 +37,30 @@ SORTS = ("name", "next_run_at", "last_run_at", "created_at")
 
 
 @dataclass(frozen=True)
-class StripRun:
-    run: Run
+class Pip:
+    """One firing in a list row's strip: its colour and glyph, and what hovering says."""
+
     look: Look
+    title: str
+
+
+@dataclass(frozen=True)
+class Strip:
+    """A row's recent firings, oldest first, and how they ended in words (for screen readers)."""
+
+    pips: list[Pip]
+    summary: str
+
+
+def strip_of(runs: list[Run], statuses: Mapping[uuid.UUID, TaskStatus]) -> Strip:
+    """Made here, not in the template: a page has hundreds of pips."""
+    pips = []
+    for run in reversed(runs):
+        look = LOOKS[run_verdict(run, statuses)]
+        pips.append(Pip(look, f"{utc_text(run.fired_at)} · {run.trigger} · {look.label}"))
+    counts = Counter(pip.look.label for pip in pips)
+    summary = f"last {len(pips)} firings: " + ", ".join(f"{n} {label}" for label, n in counts.most_common())
+    return Strip(pips, summary)
 
 
 @dataclass(frozen=True)
@@ -77,10 +99,7 @@ async def _list(site: Site, request: Request) -> Mapping[str, Any]:
     )
     runs = await site.services.schedules.recent_runs([s.id for s in schedules], STRIP_RUNS)
     statuses = await site.services.tasks.statuses(task_ids_of([r for rs in runs.values() for r in rs]))
-    strips = {
-        schedule_id: [StripRun(run, LOOKS[run_verdict(run, statuses)]) for run in reversed(found)]
-        for schedule_id, found in runs.items()
-    }
+    strips = {schedule_id: strip_of(found, statuses) for schedule_id, found in runs.items()}
     return {
         "schedules": schedules,
         "strips": strips,
