@@ -184,6 +184,10 @@ async def test_racks_and_one_rack_by_name_or_id(http: httpx.AsyncClient, service
         "COMPONENT_TYPE_POWERSHELF",
     ]
     error_of(await http.get(f"{API}/racks/r9"), 404, "NOT_FOUND", "id")
+    domain = await services.inventory.create_domain("nvl-a", [r1])
+    in_domain = (await http.get(f"{API}/racks", params={"nvl_domain_id": str(domain.id)})).json()
+    assert [r["name"] for r in in_domain["racks"]] == ["r1"]
+    error_of(await http.get(f"{API}/racks?nvl_domain_id=nope"), 400, "INVALID_ARGUMENT", "nvl_domain_id")
 
 
 async def test_actions_change_the_schedule_and_are_audited_like_grpc(

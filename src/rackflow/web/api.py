@@ -289,6 +289,8 @@ class JsonApi:
 
     async def list_racks(self, call: Call) -> Message:
         request = pb.ListRacksRequest(pagination=call.query.pagination())
+        if domain := call.query.text("nvl_domain_id"):
+            request.nvl_domain_id.id = domain
         call.query.check()
         return await call.rpc("ListRacks", request)
 
