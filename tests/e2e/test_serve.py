@@ -66,22 +66,23 @@ def test_a_rack_created_over_grpc_is_powered_off(sqlite_url: str, tmp_path: Path
         assert [c.power_state for c in after.components] == ["off", "off", "off"]
 
 
+def serve_until_exit(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`rackflow serve` on a free port, for a start-up that is expected to fail."""
+    command = [
+        sys.executable,
+        "-m",
+        "rackflow",
+        "serve",
+        "--db",
+        db_url,
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+    ]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=30)
+
+
 def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rackflow",
-            "serve",
-            "--db",
-            f"sqlite:///{tmp_path}/empty.db",
-            "--listen",
-            f"127.0.0.1:{free_port()}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = serve_until_exit(f"sqlite:///{tmp_path}/empty.db")
     assert result.returncode == 1
     assert "has no rackflow schema" in result.stderr
     assert "rackflow db migrate" in result.stderr
@@ -92,23 +93,7 @@ def test_serve_refuses_a_taken_http_port(sqlite_url: str) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rackflow",
-                "serve",
-                "--db",
-                sqlite_url,
-                "--listen",
-                f"127.0.0.1:{free_port()}",
-                "--http-listen",
-                f"127.0.0.1:{port}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        result = serve_until_exit(sqlite_url, "--http-listen", f"127.0.0.1:{port}")
     assert result.returncode == 1
     assert f"error: --http-listen: cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr

@@ -166,13 +166,19 @@ async def racks_by_column(
     return await _ids_by_column(conn, racks, column, values)
 
 
-async def rack_names(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """The name of each rack that exists among `rack_ids`."""
+async def names_by_id(
+    conn: AsyncConnection, table: Table, ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """The name of each row of `table` (racks, schedules …) that exists among `ids`."""
     found: dict[uuid.UUID, str] = {}
-    for chunk in chunked(set(rack_ids)):
-        stmt = select(racks.c.id, racks.c.name).where(racks.c.id.in_(chunk))
+    for chunk in chunked(set(ids)):
+        stmt = select(table.c.id, table.c.name).where(table.c.id.in_(chunk))
         found.update({row.id: row.name for row in await conn.execute(stmt)})
     return found
+
+
+async def rack_names(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+    return await names_by_id(conn, racks, rack_ids)
 
 
 async def racks_for_update(

@@ -45,7 +45,7 @@ from rackflow.schedules.model import (
     Trigger,
 )
 from rackflow.store.db import Database
-from rackflow.store.inventory import ACTIVE_TASK_STATUSES, chunked, is_unique_violation
+from rackflow.store.inventory import ACTIVE_TASK_STATUSES, chunked, is_unique_violation, names_by_id
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.tasks.model import Operation, OperationKind
 from rackflow.timespec import ScheduleSpec, SpecType
@@ -281,12 +281,7 @@ async def schedule_ids_by_name(conn: AsyncConnection, names: Collection[str]) ->
 
 
 async def schedule_names(conn: AsyncConnection, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """The name of each schedule that exists among `ids`."""
-    found: dict[uuid.UUID, str] = {}
-    for chunk in chunked(set(ids)):
-        stmt = select(task_schedule.c.id, task_schedule.c.name).where(task_schedule.c.id.in_(chunk))
-        found.update({row.id: row.name for row in await conn.execute(stmt)})
-    return found
+    return await names_by_id(conn, task_schedule, ids)
 
 
 _no_next_run = task_schedule.c.next_run_at.is_(None)
