@@ -23,6 +23,7 @@
   const raw = new WeakMap(); // live region -> the HTML it was last filled with (before times were localised)
   let token = localStorage.getItem(TOKEN_KEY) || "";
   let busy = false;
+  let again = false;
 
   function headers(extra) {
     const result = Object.assign({}, extra);
@@ -140,7 +141,8 @@
     });
   }
   async function refresh() {
-    if (busy || confirmDialog.open || tokenDialog.open) return;
+    if (busy) { again = true; return; } // an action's result must not wait for the next tick
+    if (confirmDialog.open || tokenDialog.open) return;
     if (tokensRequired && !token) { askToken(); return; }
     busy = true;
     try {
@@ -169,6 +171,7 @@
       setLive(false, "offline, retrying");
     } finally {
       busy = false;
+      if (again) { again = false; refresh(); }
     }
   }
 
