@@ -126,7 +126,7 @@ def test_follow_a_schedule_from_the_list_to_its_runs_grid(server: ServerProcess,
     assert search.get_attribute("value") == "nightly" and driver.switch_to.active_element == search
 
     row_text = read(driver, lambda d: str(by_testid(d, "schedule-row")[0].text))
-    assert "every day at 02:00 Europe/Berlin" in row_text and "Power reset" in row_text
+    assert "every day at 02:00 Europe/Berlin" in row_text and "Power Reset" in row_text
     strip = read(
         driver,
         lambda d: by_testid(by_testid(d, "schedule-row")[0], "run-strip")[0].get_attribute("data-runs"),
@@ -142,7 +142,7 @@ def test_follow_a_schedule_from_the_list_to_its_runs_grid(server: ServerProcess,
     status = read(driver, lambda d: by_testid(d, "grid-cell")[0].get_attribute("data-status"))
     assert status in ("pending", "running", "completed")
     read(driver, lambda d: by_testid(d, "grid-cell")[0].click())
-    wait(driver, lambda d: re.fullmatch(r"Power reset on r[12]", h1(d)) is not None, "the task page")
+    wait(driver, lambda d: re.fullmatch(r"Power Reset on r[12]", h1(d)) is not None, "the task page")
 
 
 def test_pause_with_a_confirmation_and_see_the_badge(server: ServerProcess, driver: WebDriver) -> None:
@@ -178,9 +178,18 @@ def test_trigger_and_watch_the_new_column_appear(server: ServerProcess, driver: 
         lambda d: {c.get_attribute("data-status") for c in by_testid(d, "grid-cell")} == {"running"},
         "both racks' tasks to run (the page refreshes itself)",
     )
-    # Again, while those tasks still run: a second column, whose racks were refused (conflict).
+    # Again, while those tasks still run: both racks refuse the operation (conflict), so the trigger is
+    # refused and says why on the page, but the firing happened: a second column, every cell failed.
     confirm(driver, "action-trigger")
+    error = wait(
+        driver,
+        lambda d: "FAILED_PRECONDITION" in text(d, "action-error") and text(d, "action-error"),
+        "the refusal",
+    )
+    assert error.startswith("Trigger now refused (FAILED_PRECONDITION)") and "r4" in error and "r5" in error
     wait(driver, lambda d: len(by_testid(d, "grid-column")) == 2, "the second column")
+    cells = read(driver, lambda d: [c.get_attribute("data-status") for c in by_testid(d, "grid-cell")])
+    assert sorted(cells)[:2] == ["failed", "failed"]
 
 
 def test_cancel_a_task(server: ServerProcess, driver: WebDriver) -> None:
@@ -203,7 +212,7 @@ def test_cancel_a_task(server: ServerProcess, driver: WebDriver) -> None:
     )
     assert text(driver, "flash").startswith("Cancelled task ")
     assert not by_testid(driver, "action-cancel")
-    open_page(driver, server, f"/tasks/{task_id.id}", "Power on on r6")
+    open_page(driver, server, f"/tasks/{task_id.id}", "Power On on r6")
     assert text(driver, "task-status").endswith("terminated")
     assert "cancelled by user" in text(driver, "task-message")
 

@@ -59,7 +59,7 @@ async def test_schedule_list_rows_filters_and_sorting(http: httpx.AsyncClient, s
     page = (await http.get("/schedules")).text
     assert names(page) == ["hourly-ingest", "nightly-reset"]  # by name
     assert "every day at 02:00 Europe/Berlin" in page and "every 1h" in page
-    assert "Power reset" in page and "Ingest" in page
+    assert "Power Reset" in page and "Ingest" in page
     assert "paused" in row(page, "hourly-ingest") and "enabled" in row(page, "nightly-reset")
     assert names((await http.get("/schedules?sort=name&dir=desc")).text) == ["nightly-reset", "hourly-ingest"]
     assert names((await http.get("/schedules?state=paused")).text) == ["hourly-ingest"]
@@ -126,7 +126,7 @@ async def test_tasks_page_filters_and_task_page(http: httpx.AsyncClient, service
     assert (await http.get("/tasks?rack=r9")).status_code == 404
 
     task = (await http.get(f"/tasks/{failed}")).text
-    assert "Power reset" in task and "nightly" in task and not tagged(task, "action-cancel")
+    assert "Power Reset" in task and "nightly" in task and not tagged(task, "action-cancel")
     assert tagged(task, "steps-table")
     assert (await http.get(f"/tasks/{pending}")).text.count('data-testid="action-cancel"') == 1
     assert (await http.get("/tasks/nope")).status_code == 400

@@ -28,7 +28,6 @@ from rackflow.api.auth import Principal
 from rackflow.api.errors import INTERNAL, INTERNAL_MESSAGE
 from rackflow.clock import Clock
 from rackflow.errors import RackflowError, Unauthenticated
-from rackflow.schedules.model import Schedule
 from rackflow.security import TokenTable
 from rackflow.services import Services
 from rackflow.tasks.model import TaskStatus
@@ -82,22 +81,6 @@ def duration_text(delta: timedelta | None) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
-def operation_text(kind: str) -> str:
-    """`power_reset` -> `Power reset`. Schedules say more once `TaskSchedule.summary` exists."""
-    return kind.replace("_", " ").capitalize()
-
-
-def schedule_summary(schedule: Schedule) -> str:
-    """What a schedule runs, in a few words: the operation and what qualifies it."""
-    operation = schedule.operation
-    text = operation_text(operation.kind.value)
-    if operation.forced:
-        text += " (forced)"
-    if operation.target_version:
-        text += f" to {operation.target_version}"
-    return text
-
-
 class Site:
     """The page side of the web app: templates and the services the pages read."""
 
@@ -126,8 +109,6 @@ class Site:
             looks=views.LOOKS,
             task_looks=views.TASK_LOOKS,
             schedule_state=views.schedule_state,
-            summary=schedule_summary,
-            operation_text=operation_text,
             task_statuses=list(TaskStatus),
             utc=UTC,
         )

@@ -107,7 +107,7 @@ async def _list(site: Site, request: Request) -> Mapping[str, Any]:
         "sort": sort,
         "direction": direction,
         "states": STATES,
-        "operations": [k.value for k in OperationKind],
+        "operations": list(OperationKind),
         "pager": pages_of(total, page),
         "url": lambda **changes: query_url(request, **changes),
     }
