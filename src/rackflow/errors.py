@@ -18,7 +18,14 @@ class NotFound(RackflowError):
 
 
 class AlreadyExists(RackflowError):
-    """A duplicate unique name."""
+    """A unique value that is taken: `field` is the request field that gave it, `value` the value, and
+    `what` says what already has it ("a schedule named"), so every such message reads the same:
+    `schedule.name: a schedule named 'nightly' already exists`."""
+
+    def __init__(self, field: str, value: object, what: str) -> None:
+        super().__init__(f"{field}: {what} {value!r} already exists")
+        self.field = field
+        self.value = value
 
 
 class FailedPrecondition(RackflowError):

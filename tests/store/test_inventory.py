@@ -416,6 +416,19 @@ async def test_integrity_error_becomes_already_exists(db: Database, inventory: I
         assert len((await conn.execute(select(components))).all()) == 1
 
 
+async def test_the_translated_error_names_the_column_that_clashed(db: Database) -> None:
+    """A rack has two unique columns: the error names the one the database refused, with its value."""
+    async with db.transaction() as conn:
+        await store.insert_rack(conn, name="r", external_id="e", nvl_domain_id=None, created_at=T0)
+    with pytest.raises(AlreadyExists, match=r"^external_id: a rack with external_id 'e' already exists$"):
+        async with db.transaction() as conn:
+            await store.insert_rack(conn, name="other", external_id="e", nvl_domain_id=None, created_at=T0)
+    with pytest.raises(AlreadyExists, match=r"^name: a rack named 'r' already exists$") as caught:
+        async with db.transaction() as conn:
+            await store.insert_rack(conn, name="r", external_id="f", nvl_domain_id=None, created_at=T0)
+    assert (caught.value.field, caught.value.value) == ("name", "r")
+
+
 async def test_concurrent_creates_of_one_name_leave_one_rack(
     db: Database, inventory: InventoryService
 ) -> None:

@@ -73,9 +73,9 @@ class InventoryService:
         specs = check_component_specs(components, "components")
         async with self.db.transaction() as conn:
             if await store.racks_by_column(conn, "name", [name]):
-                raise AlreadyExists(f"name: a rack named {name!r} already exists")
+                raise AlreadyExists("name", name, "a rack named")
             if external_id and await store.racks_by_column(conn, "external_id", [external_id]):
-                raise AlreadyExists(f"external_id: a rack with external_id {external_id!r} already exists")
+                raise AlreadyExists("external_id", external_id, "a rack with external_id")
             if nvl_domain_id is not None and not await store.domains_by_column(conn, "id", [nvl_domain_id]):
                 raise NotFound(f"nvl_domain_id: no NVLink domain with id {nvl_domain_id}")
             await _refuse_taken_external_ids(conn, specs, "components")
@@ -180,7 +180,7 @@ class InventoryService:
             first_seen[rack_id] = index
         async with self.db.transaction() as conn:
             if await store.domains_by_column(conn, "name", [name]):
-                raise AlreadyExists(f"name: an NVLink domain named {name!r} already exists")
+                raise AlreadyExists("name", name, "an NVLink domain named")
             current = await store.racks_for_update(self.db, conn, rack_ids)
             for index, rack_id in enumerate(rack_ids):
                 if rack_id not in current:
@@ -237,6 +237,7 @@ async def _refuse_taken_external_ids(
     for index, spec in enumerate(specs):
         if any(c.type is spec.type for c in taken.get(spec.external_id, [])):
             raise AlreadyExists(
-                f"{field}[{index}].external_id: a {spec.type.value} component with external_id "
-                f"{spec.external_id!r} already exists"
+                f"{field}[{index}].external_id",
+                spec.external_id,
+                f"a {spec.type.value} component with external_id",
             )

@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.model import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.inventory.text import check_text
@@ -143,7 +143,7 @@ class ScheduleService:
         now = self.clock.now()
         async with self.db.transaction() as conn:
             if await store.name_taken(conn, name):
-                raise AlreadyExists(f"{NAME_PATH}: a schedule named {name!r} already exists")
+                raise store.name_taken_error(name)
             selections = await self._resolve_locked(conn, target)
             schedule = Schedule(
                 id=uuid.uuid4(),
@@ -236,7 +236,7 @@ class ScheduleService:
             updated = replace(current, updated_at=now)
             if NAME_PATH in mask:
                 if await store.name_taken(conn, name, other_than=schedule_id):
-                    raise AlreadyExists(f"{NAME_PATH}: a schedule named {name!r} already exists")
+                    raise store.name_taken_error(name)
                 updated = replace(updated, name=name)
             if overlap_policy is not None and OVERLAP_POLICY_PATH in mask:
                 updated = replace(updated, overlap_policy=overlap_policy)

@@ -8,9 +8,10 @@ is "now" (PostgreSQL: the database's, so instances with skewed clocks agree on w
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import namedtuple
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,15 +20,16 @@ from typing import Any, TypeVar, cast
 import psycopg
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import Select
 from sqlalchemy.util import greenlet_spawn
 
 from rackflow.clock import Clock, SystemClock
-from rackflow.errors import InvalidArgument, Unavailable
+from rackflow.errors import AlreadyExists, InvalidArgument, Unavailable
 
 _S = TypeVar("_S", bound=Select[Any])
+_T = TypeVar("_T")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # PostgreSQL connections per process: kept open, plus opened for a burst and closed after it. Four
@@ -41,6 +43,53 @@ POOL_OVERFLOW = 5
 # was a quarter of a read's (docs/PERFORMANCE.md). A connection that dies in use fails its request with
 # UNAVAILABLE, and SQLAlchemy then discards every connection of the pool opened before the failure.
 PING_AFTER_IDLE_S = 1.0
+# Values per IN list: lookups by many keys run in chunks, so a 10,000-target request costs a handful of
+# queries and no IN list grows past what every driver accepts.
+CHUNK_SIZE = 1000
+UNIQUE_VIOLATION_SQLSTATE = "23505"
+
+
+def chunked(values: Collection[_T], size: int = CHUNK_SIZE) -> Iterator[list[_T]]:
+    """The values in lists of at most `size`, in their original order."""
+    items = list(values)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def is_unique_violation(exc: IntegrityError) -> bool:
+    """PostgreSQL reports SQLSTATE 23505; SQLite says so in its message."""
+    if getattr(exc.orig, "sqlstate", None) == UNIQUE_VIOLATION_SQLSTATE:
+        return True
+    return "UNIQUE constraint failed" in str(exc.orig)
+
+
+def _violated_columns(exc: IntegrityError) -> set[str]:
+    """The columns of the unique constraint `exc` violated, as the driver names them (PostgreSQL:
+    `Key (type, external_id)=(…)`; SQLite: `UNIQUE constraint failed: components.type, …`)."""
+    detail = getattr(getattr(exc.orig, "diag", None), "message_detail", None) or ""
+    if found := re.match(r"Key \(([^)]*)\)=", detail):
+        return {column.strip() for column in found.group(1).split(",")}
+    if found := re.search(r"UNIQUE constraint failed: (.*)$", str(exc.orig)):
+        return {part.strip().rpartition(".")[2] for part in found.group(1).split(",")}
+    return set()
+
+
+@contextmanager
+def unique_violation_as(*taken: AlreadyExists) -> Iterator[None]:
+    """Inside the block, a unique-constraint violation becomes `AlreadyExists` naming the field and value.
+
+    The services pre-check for a clear message; this covers the race a pre-check cannot see. With several
+    unique columns, `taken` holds one error each and the one whose field ends in a column of the violated
+    constraint is raised (the first when the driver does not say). Other errors pass through.
+    """
+    try:
+        yield
+    except IntegrityError as exc:
+        if not is_unique_violation(exc):
+            raise
+        columns = _violated_columns(exc)
+        chosen = next((e for e in taken if e.field.rpartition(".")[2] in columns), taken[0])
+        raise chosen from None
 
 
 def normalise_url(url: str) -> str:

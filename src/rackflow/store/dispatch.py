@@ -24,8 +24,7 @@ from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.schedules.model import Schedule, Scope
-from rackflow.store.db import Database
-from rackflow.store.inventory import chunked
+from rackflow.store.db import Database, chunked
 from rackflow.store.schedules import schedule_from_row, scope_from_row
 from rackflow.store.tables import instances, task_schedule, task_schedule_run, task_schedule_scope
 

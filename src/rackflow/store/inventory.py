@@ -1,21 +1,20 @@
 """Inventory queries: racks, components and NVLink domains.
 
 The only inventory module that speaks SQL. A unique-constraint violation is translated here into
-`AlreadyExists`, so no other layer imports `sqlalchemy.exc`; callers pre-check for clear messages, and the
-translation covers the race a pre-check cannot. Lookups by many keys run in chunks of `CHUNK_SIZE` so a
-10,000-target request costs a handful of queries, and no IN list grows past what every driver accepts.
+`AlreadyExists` (`db.unique_violation_as`), so no other layer imports `sqlalchemy.exc`; callers pre-check for
+clear messages, and the translation covers the race a pre-check cannot. Lookups by many keys run in chunks
+(`db.chunked`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import ColumnElement, Row, Table, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.errors import AlreadyExists
@@ -30,29 +29,9 @@ from rackflow.inventory.model import (
     Rack,
     filter_from_json,
 )
-from rackflow.store.db import Database
+from rackflow.store.db import Database, chunked, unique_violation_as
 from rackflow.store.tables import components, nvl_domains, racks, task_schedule, task_schedule_scope, tasks
-
-CHUNK_SIZE = 1000
-ACTIVE_TASK_STATUSES = ("waiting", "pending", "running")
-UNIQUE_VIOLATION_SQLSTATE = "23505"
-
-_T = TypeVar("_T")
-
-
-def chunked(values: Collection[_T], size: int = CHUNK_SIZE) -> Iterator[list[_T]]:
-    """The values in lists of at most `size`, in their original order."""
-    items = list(values)
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def is_unique_violation(exc: IntegrityError) -> bool:
-    """PostgreSQL reports SQLSTATE 23505; SQLite says so in its message."""
-    if getattr(exc.orig, "sqlstate", None) == UNIQUE_VIOLATION_SQLSTATE:
-        return True
-    return "UNIQUE constraint failed" in str(exc.orig)
-
+from rackflow.store.tasks import is_active
 
 # --- rows to values ------------------------------------------------------------------------------
 
@@ -117,14 +96,11 @@ async def insert_rack(
         "nvl_domain_id": nvl_domain_id,
         "created_at": created_at,
     }
-    try:
+    with unique_violation_as(
+        AlreadyExists("name", name, "a rack named"),
+        AlreadyExists("external_id", external_id, "a rack with external_id"),
+    ):
         await conn.execute(insert(racks).values(values))
-    except IntegrityError as exc:
-        if is_unique_violation(exc):
-            raise AlreadyExists(
-                f"a rack named {name!r} or with external_id {external_id!r} already exists"
-            ) from None
-        raise
     return rack_id
 
 
@@ -194,14 +170,14 @@ async def racks_for_update(
 
 
 async def has_active_tasks(conn: AsyncConnection, rack_id: uuid.UUID) -> bool:
-    stmt = select(tasks.c.id).where(tasks.c.rack_id == rack_id, tasks.c.status.in_(ACTIVE_TASK_STATUSES))
+    stmt = select(tasks.c.id).where(tasks.c.rack_id == rack_id, is_active(tasks.c.status))
     return (await conn.execute(stmt.limit(1))).first() is not None
 
 
 async def active_task_component_ids(conn: AsyncConnection, rack_id: uuid.UUID) -> dict[uuid.UUID, set[str]]:
     """Each active task of the rack, with the component ids (as stored: strings) it works on."""
     stmt = select(tasks.c.id, tasks.c.component_ids).where(
-        tasks.c.rack_id == rack_id, tasks.c.status.in_(ACTIVE_TASK_STATUSES)
+        tasks.c.rack_id == rack_id, is_active(tasks.c.status)
     )
     return {row.id: {str(c) for c in row.component_ids} for row in await conn.execute(stmt)}
 
@@ -247,15 +223,11 @@ async def insert_components(
         }
         for c in created
     ]
-    try:
+    ids = sorted({c.external_id for c in created if c.external_id})
+    named = ", ".join(ids[:3]) + (f" (+{len(ids) - 3} more)" if len(ids) > 3 else "")
+    with unique_violation_as(AlreadyExists("external_id", named, "a component of the same type with one of")):
         for chunk in chunked(rows):
             await conn.execute(insert(components), chunk)
-    except IntegrityError as exc:
-        if is_unique_violation(exc):
-            raise AlreadyExists(
-                "a component with one of these (type, external_id) pairs already exists"
-            ) from None
-        raise
     return created
 
 
@@ -370,12 +342,8 @@ async def _component_exists(conn: AsyncConnection, component_id: uuid.UUID) -> b
 
 async def insert_domain(conn: AsyncConnection, *, name: str, created_at: datetime) -> uuid.UUID:
     domain_id = uuid.uuid4()
-    try:
+    with unique_violation_as(AlreadyExists("name", name, "an NVLink domain named")):
         await conn.execute(insert(nvl_domains).values(id=domain_id, name=name, created_at=created_at))
-    except IntegrityError as exc:
-        if is_unique_violation(exc):
-            raise AlreadyExists(f"name: an NVLink domain named {name!r} already exists") from None
-        raise
     return domain_id
 
 

@@ -1,8 +1,8 @@
 """Schedule queries: schedules, their scope entries, and run history.
 
 The only schedule module that speaks SQL. A duplicate name is translated here into `AlreadyExists` (the
-service pre-checks for a clear message; this covers the race a pre-check cannot). Functions take an open
-connection, so the caller decides what one transaction holds.
+service pre-checks for a clear message; `db.unique_violation_as` covers the race a pre-check cannot).
+Functions take an open connection, so the caller decides what one transaction holds.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.errors import AlreadyExists
@@ -44,9 +43,10 @@ from rackflow.schedules.model import (
     ScopeOutcome,
     Trigger,
 )
-from rackflow.store.db import Database
-from rackflow.store.inventory import ACTIVE_TASK_STATUSES, chunked, is_unique_violation, names_by_id
+from rackflow.store.db import Database, chunked, unique_violation_as
+from rackflow.store.inventory import names_by_id
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
+from rackflow.store.tasks import is_active
 from rackflow.tasks.model import Operation, OperationKind
 from rackflow.timespec import ScheduleSpec, SpecType
 
@@ -134,8 +134,8 @@ def _run_from_row(row: Row[Any]) -> Run:
     )
 
 
-def _name_taken(name: str) -> AlreadyExists:
-    return AlreadyExists(f"schedule.name: a schedule named {name!r} already exists")
+def name_taken_error(name: str) -> AlreadyExists:
+    return AlreadyExists("schedule.name", name, "a schedule named")
 
 
 # --- schedules -----------------------------------------------------------------------------------
@@ -157,12 +157,8 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
     }
-    try:
+    with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
-    except IntegrityError as exc:
-        if is_unique_violation(exc):
-            raise _name_taken(schedule.name) from None
-        raise
 
 
 async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
@@ -178,12 +174,8 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "last_run_at": schedule.last_run_at,
         "updated_at": schedule.updated_at,
     }
-    try:
+    with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))
-    except IntegrityError as exc:
-        if is_unique_violation(exc):
-            raise _name_taken(schedule.name) from None
-        raise
 
 
 _SCHEDULE_BY_ID = select(task_schedule).where(task_schedule.c.id == bindparam("schedule_id"))
@@ -431,7 +423,7 @@ async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) 
         stmt = (
             select(task_schedule_scope.c.id)
             .join(tasks, tasks.c.id == task_schedule_scope.c.last_task_id)
-            .where(task_schedule_scope.c.id.in_(chunk), tasks.c.status.in_(ACTIVE_TASK_STATUSES))
+            .where(task_schedule_scope.c.id.in_(chunk), is_active(tasks.c.status))
         )
         found.update((await conn.execute(stmt)).scalars())
     return found

@@ -20,9 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, Update
 
 from rackflow.inventory.model import PowerState
-from rackflow.store.db import Database
+from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
-from rackflow.store.inventory import chunked
 from rackflow.store.tables import components, tasks
 from rackflow.store.tasks import OLDEST_FIRST, is_active, status_in, task_from_row
 from rackflow.store.types import UTCDateTime

@@ -19,9 +19,8 @@ from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, sel
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
-from rackflow.store.db import Database
+from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live
-from rackflow.store.inventory import chunked
 from rackflow.store.tables import racks, tasks
 from rackflow.tasks.model import ACTIVE_STATUSES, Operation, Task, TaskStatus
 
@@ -39,9 +38,10 @@ def status_in(status: ColumnElement[str], *statuses: TaskStatus) -> ColumnElemen
 
 
 def is_active(status: ColumnElement[str]) -> ColumnElement[bool]:
-    """The task is PENDING, RUNNING or WAITING, spelled as the predicate of `ix_tasks_active` (statuses and
-    their order): SQLite uses a partial index only for a query that repeats its predicate."""
-    return status_in(status, TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.WAITING)
+    """The task is active (`ACTIVE_STATUSES`: pending, running or waiting), spelled as the predicate of
+    `ix_tasks_active` (statuses and their order): SQLite uses a partial index only for a query that repeats
+    its predicate. Every query that asks for active tasks uses this."""
+    return status_in(status, *ACTIVE_STATUSES)
 
 
 def blocks(task: FromClause) -> ColumnElement[bool]:
@@ -191,7 +191,7 @@ async def list_tasks(
     if schedule_id is not None:
         conditions.append(tasks.c.schedule_id == schedule_id)
     if active_only:
-        conditions.append(tasks.c.status.in_([s.value for s in ACTIVE_STATUSES]))
+        conditions.append(is_active(tasks.c.status))
     if statuses:
         conditions.append(tasks.c.status.in_(sorted(s.value for s in statuses)))
     where = and_(True, *conditions)
@@ -216,11 +216,10 @@ async def status_counts(conn: AsyncConnection, *, created_since: datetime) -> di
 
     Two index scans (ix_tasks_active, ix_tasks_created_at), not a count of the whole table.
     """
-    active = [s.value for s in ACTIVE_STATUSES]
     counts: dict[TaskStatus, int] = {}
     for where in (
-        tasks.c.status.in_(active),
-        and_(tasks.c.created_at >= created_since, tasks.c.status.not_in(active)),
+        is_active(tasks.c.status),
+        and_(tasks.c.created_at >= created_since, ~is_active(tasks.c.status)),
     ):
         stmt = select(tasks.c.status, func.count()).where(where).group_by(tasks.c.status)
         counts.update({TaskStatus(row[0]): int(row[1]) for row in await conn.execute(stmt)})

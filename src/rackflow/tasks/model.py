@@ -85,6 +85,7 @@ class TaskStatus(enum.StrEnum):
 
     @property
     def is_active(self) -> bool:
+        """Waiting, pending or running: the task still has work ahead of it (`ACTIVE_STATUSES`)."""
         return self in ACTIVE_STATUSES
 
     @property
@@ -92,7 +93,9 @@ class TaskStatus(enum.StrEnum):
         return not self.is_active
 
 
-ACTIVE_STATUSES = frozenset({TaskStatus.WAITING, TaskStatus.PENDING, TaskStatus.RUNNING})
+# An *active* task: the one definition. SQL spells it `store.tasks.is_active`, in this order, which is the
+# predicate of the partial index `ix_tasks_active`.
+ACTIVE_STATUSES = (TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.WAITING)
 
 
 class ConflictStrategy(enum.StrEnum):
