@@ -21,10 +21,10 @@ from rackflow.inventory.model import (
     TargetSpec,
 )
 from rackflow.inventory.service import InventoryService
-from rackflow.inventory.text import check_text
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
 from rackflow.store.tables import components, task_schedule, task_schedule_scope, tasks
+from rackflow.validation import check_text
 from tests.conftest import table_counts
 from tests.store.schedules_support import make_env, rack_target
 

@@ -10,9 +10,9 @@ from grpc.aio import ServicerContext as Context
 from rackflow.api.convert import page_from, timestamp_from, timestamp_to
 from rackflow.api.errors import rpc
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.text import check_text
 from rackflow.store.audit import AuditEvent, list_events
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import check_text
 
 if TYPE_CHECKING:
     from rackflow.services import Services

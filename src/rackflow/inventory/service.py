@@ -25,10 +25,10 @@ from rackflow.inventory.model import (
     TargetSpec,
 )
 from rackflow.inventory.targets import resolve_targets
-from rackflow.inventory.text import check_text
 from rackflow.store import inventory as store
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
+from rackflow.validation import check_name, check_text
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[Co
         item = f"{field}[{index}]"
         if spec.type is ComponentType.UNKNOWN:
             raise InvalidArgument(f"{item}.type: a component type is required (COMPUTE, NVSWITCH, …)")
-        check_text(spec.name, f"{item}.name", required=True, identifier=True)
+        check_name(spec.name, f"{item}.name")
         check_text(spec.external_id, f"{item}.external_id", identifier=True)
         check_text(spec.firmware_version, f"{item}.firmware_version")
         if spec.external_id:
@@ -68,7 +68,7 @@ class InventoryService:
         nvl_domain_id: uuid.UUID | None = None,
         components: Sequence[ComponentSpec] = (),
     ) -> Rack:
-        check_text(name, "name", required=True, identifier=True)
+        check_name(name, "name")
         check_text(external_id, "external_id", identifier=True)
         specs = check_component_specs(components, "components")
         async with self.db.transaction() as conn:
@@ -169,7 +169,7 @@ class InventoryService:
 
     async def create_domain(self, name: str, rack_ids: Sequence[uuid.UUID] = ()) -> NVLDomain:
         """Create a domain and move the given racks (none of which may be in a domain yet) into it."""
-        check_text(name, "name", required=True, identifier=True)
+        check_name(name, "name")
         first_seen: dict[uuid.UUID, int] = {}
         for index, rack_id in enumerate(rack_ids):
             if rack_id in first_seen:

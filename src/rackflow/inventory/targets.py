@@ -24,8 +24,8 @@ from rackflow.inventory.model import (
     TargetSpec,
     TypesFilter,
 )
-from rackflow.inventory.text import check_text
 from rackflow.store import inventory as store
+from rackflow.validation import check_text
 
 FIELD = "target_spec"
 

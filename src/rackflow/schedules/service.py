@@ -17,7 +17,6 @@ from rackflow.clock import Clock
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.model import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.inventory.targets import FIELD, resolve_targets
-from rackflow.inventory.text import check_text
 from rackflow.schedules import firing
 from rackflow.schedules.model import (
     CREATION_ORDER,
@@ -34,15 +33,10 @@ from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
 from rackflow.tasks.conflicts import could_conflict
-from rackflow.tasks.manager import (
-    TaskManager,
-    normalise_queue,
-    rack_label,
-    validate_description,
-    validate_operation,
-)
+from rackflow.tasks.manager import TaskManager, normalise_queue, rack_label
 from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
+from rackflow.validation import check_description, check_name, check_operation, check_text
 
 NAME_PATH = "schedule.name"
 OVERLAP_POLICY_PATH = "schedule.overlap_policy"
@@ -63,17 +57,10 @@ def timing_of(spec: ScheduleSpec, field_prefix: str = "schedule.") -> Timing:
         raise InvalidArgument(f"{field_prefix}{exc}") from None
 
 
-def _check_name(name: str) -> None:
-    """Non-empty, at most 255 characters, no control characters, no outer whitespace (as rack names)."""
-    check_text(name, NAME_PATH, required=True, identifier=True)
-
-
 def _check_operation(operation: Operation, queue: QueueOptions, description: str) -> QueueOptions:
     """Refuse at create what the task manager would refuse at every firing; returns the normalised queue."""
-    validate_operation(operation)
-    validate_description(description)
-    if "\x00" in description:
-        raise InvalidArgument("description: must not contain NUL characters")
+    check_operation(operation)
+    check_description(description)
     return normalise_queue(queue)
 
 
@@ -136,7 +123,7 @@ class ScheduleService:
     ) -> Schedule:
         """A schedule and its initial scope (the target's racks). The overlap policy, not `queue`,
         decides the conflict strategy at fire time; `queue` contributes its timeout."""
-        _check_name(name)
+        check_name(name, NAME_PATH)
         queue = _check_operation(operation, queue, description)
         spec = replace(spec, timezone=spec.timezone or DEFAULT_TIMEZONE)
         timing = timing_of(spec)
@@ -218,7 +205,7 @@ class ScheduleService:
         """
         mask = _check_mask(paths)
         if NAME_PATH in mask:
-            _check_name(name)
+            check_name(name, NAME_PATH)
         if OVERLAP_POLICY_PATH in mask and overlap_policy is None:
             raise InvalidArgument(f"{OVERLAP_POLICY_PATH}: a policy is required (SKIP or QUEUE)")
         if SPEC_PATH in mask and spec_type is None:

@@ -27,20 +27,17 @@ from rackflow.store.db import Database
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.conflicts import first_conflict, shape_of
 from rackflow.tasks.model import (
-    DEFAULT_QUEUE_TIMEOUT,
     MAX_WAITING_PER_RACK,
     ConflictStrategy,
     Operation,
-    OperationKind,
     QueueOptions,
     Task,
     TaskStatus,
 )
+from rackflow.validation import check_description, check_operation, queue_timeout
 
 log = logging.getLogger(__name__)
 
-MAX_DESCRIPTION_LENGTH = 1024
-MAX_QUEUE_TIMEOUT = timedelta(hours=24)
 CANCELLED_MESSAGE = "cancelled by user"
 EXPIRED_MESSAGE = "queue timeout expired"
 
@@ -48,31 +45,9 @@ EXPIRED_MESSAGE = "queue timeout expired"
 # --- validation and selection: pure ---------------------------------------------------------------
 
 
-def validate_operation(operation: Operation) -> None:
-    if operation.kind is OperationKind.UPGRADE_FIRMWARE and not operation.target_version.strip():
-        raise InvalidArgument("target_version: a firmware upgrade needs a target version")
-    start, end = operation.window_start, operation.window_end
-    if start is not None and end is not None and end <= start:
-        raise InvalidArgument(f"end_time: {end.isoformat()} is not after start_time {start.isoformat()}")
-
-
 def normalise_queue(queue: QueueOptions) -> QueueOptions:
-    """A zero timeout means the default; otherwise it must be positive and at most a day."""
-    if queue.timeout == timedelta(0):
-        return QueueOptions(queue.strategy, DEFAULT_QUEUE_TIMEOUT)
-    if not timedelta(0) < queue.timeout <= MAX_QUEUE_TIMEOUT:
-        raise InvalidArgument(
-            "queue_options.queue_timeout_seconds: must be between 1 and "
-            f"{int(MAX_QUEUE_TIMEOUT.total_seconds())}, got {queue.timeout.total_seconds():g}"
-        )
-    return queue
-
-
-def validate_description(description: str) -> None:
-    if len(description) > MAX_DESCRIPTION_LENGTH:
-        raise InvalidArgument(
-            f"description: at most {MAX_DESCRIPTION_LENGTH} characters, got {len(description)}"
-        )
+    """The queue options with their timeout checked, and a zero timeout made the default."""
+    return QueueOptions(queue.strategy, queue_timeout(queue.timeout.total_seconds()))
 
 
 def selected_components(selection: RackSelection, rack_components: Sequence[Component]) -> list[Component]:
@@ -142,8 +117,8 @@ class Submission:
 
 def _checked(submission: Submission) -> Submission:
     """Validate what needs no database, and normalise (UTC windows, default queue timeout)."""
-    validate_operation(submission.operation)
-    validate_description(submission.description)
+    check_operation(submission.operation)
+    check_description(submission.description)
     rack_ids = [s.rack_id for s in submission.selections]
     if not rack_ids:
         raise InvalidArgument("target_spec: the targets select no rack")

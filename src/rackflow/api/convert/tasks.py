@@ -9,15 +9,11 @@ errors name the field as the client wrote it (`operation.upgrade_firmware.target
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 
 from rackflow.api.convert import target_spec_from, timestamp_from, timestamp_to, uuid_to
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import TargetSpec
-from rackflow.inventory.text import check_text
-from rackflow.tasks.manager import MAX_DESCRIPTION_LENGTH, MAX_QUEUE_TIMEOUT
 from rackflow.tasks.model import (
-    DEFAULT_QUEUE_TIMEOUT,
     ConflictStrategy,
     Operation,
     OperationKind,
@@ -26,6 +22,13 @@ from rackflow.tasks.model import (
     TaskStatus,
 )
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import (
+    check_description,
+    check_target_version,
+    check_window,
+    field_path,
+    queue_timeout,
+)
 
 OperationRequest = (
     pb.PowerOnRackRequest
@@ -54,23 +57,12 @@ _STATUS_TO_PB = {
 _STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 
 
-def _at(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
-
-
 def queue_options_from(msg: pb.QueueOptions, field: str = "queue_options") -> QueueOptions:
     """Strategy REJECT unless asked; a zero timeout is the default (1 h), at most 24 h."""
     strategy = _STRATEGY_FROM_PB.get(msg.conflict_strategy)
     if strategy is None:
         raise InvalidArgument(f"{field}.conflict_strategy: unknown strategy {msg.conflict_strategy}")
-    seconds = msg.queue_timeout_seconds
-    limit = int(MAX_QUEUE_TIMEOUT.total_seconds())
-    if not 0 <= seconds <= limit:
-        raise InvalidArgument(
-            f"{field}.queue_timeout_seconds: must be between 0 (the default, "
-            f"{int(DEFAULT_QUEUE_TIMEOUT.total_seconds())}) and {limit}, got {seconds}"
-        )
-    return QueueOptions(strategy, timedelta(seconds=seconds) if seconds else DEFAULT_QUEUE_TIMEOUT)
+    return QueueOptions(strategy, queue_timeout(msg.queue_timeout_seconds, f"{field}.queue_timeout_seconds"))
 
 
 def operation_from_request(
@@ -80,14 +72,8 @@ def operation_from_request(
 
     `field` is the path of `msg` in the enclosing request ("" for a submit RPC itself).
     """
-    if len(msg.description) > MAX_DESCRIPTION_LENGTH:
-        raise InvalidArgument(
-            f"{_at(field, 'description')}: at most {MAX_DESCRIPTION_LENGTH} characters, "
-            f"got {len(msg.description)}"
-        )
-    if "\x00" in msg.description:  # free text, but PostgreSQL cannot store a NUL
-        raise InvalidArgument(f"{_at(field, 'description')}: must not contain NUL characters")
-    queue = queue_options_from(msg.queue_options, _at(field, "queue_options"))
+    check_description(msg.description, field_path(field, "description"))
+    queue = queue_options_from(msg.queue_options, field_path(field, "queue_options"))
     if isinstance(msg, pb.PowerOffRackRequest | pb.PowerResetRackRequest):
         return Operation(kind, forced=msg.forced), queue, msg.description
     if isinstance(msg, pb.UpgradeFirmwareRequest):
@@ -96,16 +82,11 @@ def operation_from_request(
 
 
 def _firmware_from(msg: pb.UpgradeFirmwareRequest, field: str) -> Operation:
-    if not msg.target_version.strip():
-        raise InvalidArgument(f"{_at(field, 'target_version')}: a firmware upgrade needs a target version")
-    check_text(msg.target_version, _at(field, "target_version"))  # becomes components' firmware_version
-    start_field, end_field = _at(field, "start_time"), _at(field, "end_time")
+    check_target_version(msg.target_version, field_path(field, "target_version"))
+    start_field, end_field = field_path(field, "start_time"), field_path(field, "end_time")
     start = timestamp_from(msg.start_time, start_field) if msg.HasField("start_time") else None
     end = timestamp_from(msg.end_time, end_field) if msg.HasField("end_time") else None
-    if start is not None and end is not None and end <= start:
-        raise InvalidArgument(
-            f"{end_field}: {end.isoformat()} is not after {start_field} {start.isoformat()}"
-        )
+    check_window(start, end, start_field, end_field)
     return Operation(
         OperationKind.UPGRADE_FIRMWARE, target_version=msg.target_version, window_start=start, window_end=end
     )

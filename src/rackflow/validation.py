@@ -1,0 +1,110 @@
+"""The input rules, each written once: stored text (names, external ids, versions), descriptions, what an
+operation needs, and queue timeouts.
+
+The API converters apply them at the door, naming the field as the client wrote it
+(`operation.upgrade_firmware.target_version`); the services apply the same functions to what reaches them
+by other paths (the task manager to every submission, the schedule service before it stores what each
+firing will submit), so no caller can store what an RPC would refuse. Every function raises
+`InvalidArgument` naming the field and the value, and returns what it accepted.
+
+PostgreSQL cannot store, or even compare, text that holds a NUL: that is why every free-text field is
+checked here before any query sees it.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import datetime, timedelta
+
+from rackflow.errors import InvalidArgument
+from rackflow.tasks.model import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind
+
+MAX_TEXT_LENGTH = 255  # the width of every inventory and schedule name column
+MAX_DESCRIPTION_LENGTH = 1024
+MAX_QUEUE_TIMEOUT = timedelta(hours=24)
+
+# Control characters break terminals and logs (and NUL breaks PostgreSQL); surrogates are not text.
+_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs"})
+
+
+def field_path(prefix: str, name: str) -> str:
+    """`name` inside the message at `prefix` ("" for the request itself)."""
+    return f"{prefix}.{name}" if prefix else name
+
+
+def check_text(value: str, field: str, *, required: bool = False, identifier: bool = False) -> str:
+    """A stored name, external id, version or principal: at most MAX_TEXT_LENGTH characters, no control
+    characters; `required`: not empty.
+
+    `identifier`: names and external ids must not begin or end with whitespace, since "r1" and "r1 "
+    would look like one name to an operator but be two to the database.
+    """
+    if not value:
+        if required:
+            raise InvalidArgument(f"{field}: must not be empty")
+        return value
+    if len(value) > MAX_TEXT_LENGTH:
+        raise InvalidArgument(f"{field}: at most {MAX_TEXT_LENGTH} characters, got {len(value)}")
+    if any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES for ch in value):
+        raise InvalidArgument(f"{field}: {value!r} contains control characters")
+    if identifier and value != value.strip():
+        raise InvalidArgument(f"{field}: {value!r} has leading or trailing whitespace")
+    return value
+
+
+def check_name(name: str, field: str) -> str:
+    """A rack, domain, component or schedule name: required, and an identifier (`check_text`)."""
+    return check_text(name, field, required=True, identifier=True)
+
+
+def check_description(description: str, field: str = "description") -> str:
+    """Free text for people (newlines and tabs welcome), at most MAX_DESCRIPTION_LENGTH characters, no NUL."""
+    if len(description) > MAX_DESCRIPTION_LENGTH:
+        raise InvalidArgument(f"{field}: at most {MAX_DESCRIPTION_LENGTH} characters, got {len(description)}")
+    if "\x00" in description:
+        raise InvalidArgument(f"{field}: must not contain NUL characters")
+    return description
+
+
+def check_target_version(version: str, field: str = "target_version") -> str:
+    """A firmware upgrade's target: required, and stored text (it becomes components' firmware_version)."""
+    if not version.strip():
+        raise InvalidArgument(f"{field}: a firmware upgrade needs a target version")
+    return check_text(version, field)
+
+
+def check_window(
+    start: datetime | None, end: datetime | None, start_field: str = "start_time", end_field: str = "end_time"
+) -> None:
+    """A maintenance window, when both ends are given, ends after it starts."""
+    if start is not None and end is not None and end <= start:
+        raise InvalidArgument(
+            f"{end_field}: {end.isoformat()} is not after {start_field} {start.isoformat()}"
+        )
+
+
+def check_operation(operation: Operation, field: str = "") -> Operation:
+    """What an operation needs beyond its kind: a firmware upgrade's target version and window order."""
+    if operation.kind is OperationKind.UPGRADE_FIRMWARE:
+        check_target_version(operation.target_version, field_path(field, "target_version"))
+    check_window(
+        operation.window_start,
+        operation.window_end,
+        field_path(field, "start_time"),
+        field_path(field, "end_time"),
+    )
+    return operation
+
+
+def queue_timeout(seconds: float, field: str = "queue_options.queue_timeout_seconds") -> timedelta:
+    """How long a queued task may wait: 0 means the default (DEFAULT_QUEUE_TIMEOUT), otherwise more than 0
+    and at most MAX_QUEUE_TIMEOUT."""
+    limit = int(MAX_QUEUE_TIMEOUT.total_seconds())
+    if seconds == 0:
+        return DEFAULT_QUEUE_TIMEOUT
+    if not 0 < seconds <= limit:
+        raise InvalidArgument(
+            f"{field}: must be between 0 (the default, {int(DEFAULT_QUEUE_TIMEOUT.total_seconds())}) "
+            f"and {limit}, got {seconds:g}"
+        )
+    return timedelta(seconds=seconds)
