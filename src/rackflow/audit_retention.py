@@ -16,12 +16,11 @@ from datetime import timedelta
 
 from rackflow import metrics
 from rackflow.clock import sleep_unless_stopped
+from rackflow.config import DEFAULT_AUDIT_PRUNE_INTERVAL
 from rackflow.store import audit as store
 from rackflow.store.db import Database
 
 log = logging.getLogger(__name__)
-
-PRUNE_EVERY = timedelta(hours=1)
 
 
 class AuditPruner:
@@ -32,7 +31,7 @@ class AuditPruner:
         db: Database,
         retention: timedelta,
         *,
-        every: timedelta = PRUNE_EVERY,
+        every: timedelta = DEFAULT_AUDIT_PRUNE_INTERVAL,
         chunk: int = store.PRUNE_CHUNK,
     ) -> None:
         self.db = db

@@ -1,4 +1,9 @@
-"""`rackflow serve` settings: one frozen value, validated once, from flags or `RACKFLOW_<NAME>` variables."""
+"""`rackflow serve` settings: one frozen value, validated once, from flags or `RACKFLOW_<NAME>` variables.
+
+Every default a setting has is written here and nowhere else: the flags show these, and the classes that
+take a setting (`Database`, `Executor`, `Dispatcher`, `AuditPruner`) default to them, so a test or a
+benchmark that builds one directly runs as `rackflow serve` would.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,27 @@ from rackflow.timespec import parse_go_duration
 
 DEFAULT_DB = "sqlite:///rackflow.db"
 DEFAULT_LISTEN = "127.0.0.1:50051"
-DEFAULT_DISPATCH_INTERVAL = "10s"
+# How often the dispatcher polls for due schedules, and how many it claims per poll (a full batch polls
+# again at once; docs/PERFORMANCE.md measured 10 as the fastest drain on two cores).
+DEFAULT_DISPATCH_INTERVAL = timedelta(seconds=10)
 DEFAULT_DISPATCH_BATCH = 10
+# How long an instance's heartbeat stays valid: its tasks and schedule runs are taken over once it is this
+# old. Instances renew it every third of this, so a brief stall or database hiccup does not count as death.
+DEFAULT_LEASE_TTL = timedelta(seconds=15)
+# PostgreSQL connections per process: DEFAULT_DB_POOL_SIZE kept open, plus up to DB_POOL_OVERFLOW opened for
+# a burst and closed after it. Four processes at the default need 60 of a server's usual 100
+# max_connections. The kept ones cover the steady load (the executor holds at most three however many
+# tasks it runs), so bursts beyond them, which cost a connect and a close each, stay rare.
 DEFAULT_DB_POOL_SIZE = 10
+DB_POOL_OVERFLOW = 5
+# The executor: how often it polls for tasks when nothing wakes it, how many tasks one process runs at
+# once, and how often it sweeps for what finishing does not catch (expired waiting tasks, dead instances'
+# holds); finishing a task promotes its rack at once, so seconds of delay in the sweep are fine.
+DEFAULT_EXECUTOR_POLL_INTERVAL = timedelta(milliseconds=500)
+DEFAULT_MAX_CONCURRENT_TASKS = 32
+DEFAULT_SWEEP_INTERVAL = timedelta(seconds=2)
+# How often each instance prunes the audit trail when --audit-retention is set.
+DEFAULT_AUDIT_PRUNE_INTERVAL = timedelta(hours=1)
 # A floor against unit slips (`720m` for `720h`) that would empty a security record within the hour.
 MIN_AUDIT_RETENTION = timedelta(hours=1)
 
@@ -27,6 +50,11 @@ class BackendName(enum.StrEnum):
 class LogFormat(enum.StrEnum):
     TEXT = "text"
     JSON = "json"
+
+
+def duration_text(value: timedelta) -> str:
+    """A whole-second duration as a flag takes it (`15s`), for the defaults `--help` shows."""
+    return f"{int(value.total_seconds())}s"
 
 
 def parse_host_port(value: str, flag: str) -> tuple[str, int]:
@@ -67,7 +95,7 @@ def parse_audit_retention(value: str) -> timedelta | None:
 class ServeConfig:
     db: str = DEFAULT_DB
     listen: str = DEFAULT_LISTEN
-    dispatch_interval: timedelta = timedelta(seconds=10)
+    dispatch_interval: timedelta = DEFAULT_DISPATCH_INTERVAL
     dispatch_batch: int = DEFAULT_DISPATCH_BATCH
     dispatcher: bool = True
     backend: BackendName = BackendName.SIMULATOR
@@ -76,9 +104,9 @@ class ServeConfig:
     log_format: LogFormat = LogFormat.TEXT
     clock_offset: timedelta = field(default=timedelta(0))
     # How long an instance's heartbeat may be silent before others take its tasks and runs over.
-    lease_ttl: timedelta = timedelta(seconds=15)
-    # Connections kept open to PostgreSQL (a few more are opened for bursts). Size it so that
-    # instances × (pool + burst) stays under the server's max_connections.
+    lease_ttl: timedelta = DEFAULT_LEASE_TTL
+    # Connections kept open to PostgreSQL (DB_POOL_OVERFLOW more are opened for bursts). Size it so that
+    # instances × (pool + overflow) stays under the server's max_connections.
     db_pool_size: int = DEFAULT_DB_POOL_SIZE
     tls: ServerTls | None = None
     tokens: TokenTable | None = field(default=None, repr=False)

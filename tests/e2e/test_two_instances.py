@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rackflow.store.instances import LEASE_TTL
+from rackflow.config import DEFAULT_LEASE_TTL as LEASE_TTL
 from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import ServerProcess, servers, sql, start_server
 from tests.e2e.fleet import create_racks, wait_until

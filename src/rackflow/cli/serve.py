@@ -12,14 +12,17 @@ import click
 
 from rackflow import logs
 from rackflow.config import (
+    DB_POOL_OVERFLOW,
     DEFAULT_DB,
     DEFAULT_DB_POOL_SIZE,
     DEFAULT_DISPATCH_BATCH,
     DEFAULT_DISPATCH_INTERVAL,
+    DEFAULT_LEASE_TTL,
     DEFAULT_LISTEN,
     BackendName,
     LogFormat,
     ServeConfig,
+    duration_text,
     parse_audit_retention,
     parse_interval,
 )
@@ -45,7 +48,7 @@ _db_option = click.option(
 @click.option(
     "--dispatch-interval",
     envvar="RACKFLOW_DISPATCH_INTERVAL",
-    default=DEFAULT_DISPATCH_INTERVAL,
+    default=duration_text(DEFAULT_DISPATCH_INTERVAL),
     show_default=True,
     help="How often the dispatcher polls for due schedules (Go duration).",
 )
@@ -110,12 +113,12 @@ _db_option = click.option(
     default=DEFAULT_DB_POOL_SIZE,
     type=int,
     show_default=True,
-    help="PostgreSQL connections kept per process (5 more open for bursts).",
+    help=f"PostgreSQL connections kept per process ({DB_POOL_OVERFLOW} more open for bursts).",
 )
 @click.option(
     "--lease-ttl",
     envvar="RACKFLOW_LEASE_TTL",
-    default="15s",
+    default=duration_text(DEFAULT_LEASE_TTL),
     show_default=True,
     help="How long a silent instance keeps its tasks and runs before others take them over.",
 )

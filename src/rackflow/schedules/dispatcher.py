@@ -32,11 +32,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import failpoints, metrics
 from rackflow.clock import sleep_unless_stopped
+from rackflow.config import DEFAULT_DISPATCH_BATCH, DEFAULT_DISPATCH_INTERVAL, DEFAULT_LEASE_TTL
 from rackflow.schedules.firing import Firing, advance_after_firing, fire_batch
 from rackflow.schedules.model import OverlapPolicy
 from rackflow.services import Services
 from rackflow.store import dispatch, schedules
-from rackflow.store.instances import LEASE_TTL
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,9 @@ class Dispatcher:
         services: Services,
         *,
         instance_id: uuid.UUID,
-        interval: timedelta = timedelta(seconds=10),
-        batch: int = 10,
-        lease_ttl: timedelta = LEASE_TTL,
+        interval: timedelta = DEFAULT_DISPATCH_INTERVAL,
+        batch: int = DEFAULT_DISPATCH_BATCH,
+        lease_ttl: timedelta = DEFAULT_LEASE_TTL,
     ) -> None:
         self.services = services
         self.db = services.db

@@ -26,18 +26,13 @@ from sqlalchemy.sql import Select
 from sqlalchemy.util import greenlet_spawn
 
 from rackflow.clock import Clock, SystemClock
+from rackflow.config import DB_POOL_OVERFLOW, DEFAULT_DB_POOL_SIZE
 from rackflow.errors import AlreadyExists, InvalidArgument, Unavailable
 
 _S = TypeVar("_S", bound=Select[Any])
 _T = TypeVar("_T")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-# PostgreSQL connections per process: kept open, plus opened for a burst and closed after it. Four
-# processes must fit a server's max_connections of 100 (with room to spare), so at most 25 each. Kept ones
-# cover the steady load (the executor holds at most three, however many tasks it runs), so bursts beyond
-# them, which cost a connect and a close each, stay rare.
-POOL_SIZE = 15
-POOL_OVERFLOW = 5
 # A pooled PostgreSQL connection idle longer than this is pinged before use, so one that died with a
 # database restart is replaced unseen. Busy connections are not: a ping is a round trip, and under load it
 # was a quarter of a read's (docs/PERFORMANCE.md). A connection that dies in use fails its request with
@@ -172,14 +167,19 @@ class Database:
     """An async engine plus the dialect rules above. One per process."""
 
     def __init__(
-        self, url: str, *, clock: Clock | None = None, pool_size: int = POOL_SIZE, echo: bool = False
+        self,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        pool_size: int = DEFAULT_DB_POOL_SIZE,
+        echo: bool = False,
     ) -> None:
         self.url = normalise_url(url)
         self.clock = clock or SystemClock()
         self.dialect = make_url(self.url).get_backend_name()
         kwargs: dict[str, Any] = {"echo": echo}
         if self.dialect == "postgresql":
-            kwargs.update(pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_recycle=1800)
+            kwargs.update(pool_size=pool_size, max_overflow=DB_POOL_OVERFLOW, pool_recycle=1800)
         else:
             kwargs.update(connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)

@@ -19,10 +19,6 @@ from rackflow.store.db import Database
 from rackflow.store.tables import instances
 from rackflow.store.types import UTCDateTime
 
-# How long an instance's heartbeat stays valid: its tasks and schedule runs are taken over once it is this
-# old. Instances renew it every third of this, so a brief stall or database hiccup does not count as death.
-LEASE_TTL = timedelta(seconds=15)
-
 
 @dataclass(frozen=True)
 class Instance:

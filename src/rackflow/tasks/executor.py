@@ -40,6 +40,12 @@ from typing import Protocol, TypeVar, runtime_checkable
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock, sleep_unless_stopped
+from rackflow.config import (
+    DEFAULT_EXECUTOR_POLL_INTERVAL,
+    DEFAULT_LEASE_TTL,
+    DEFAULT_MAX_CONCURRENT_TASKS,
+    DEFAULT_SWEEP_INTERVAL,
+)
 from rackflow.inventory.model import Component
 from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
@@ -56,9 +62,6 @@ log = logging.getLogger(__name__)
 # attempts rather than taking down every instance in turn.
 MAX_ATTEMPTS = 3
 MAX_RETRY_DELAY_SECONDS = 5.0
-# How often the housekeeping sweep runs: finishing a task promotes its rack at once, so the sweep only
-# catches what a crash or a queue timeout left behind, and seconds of delay there are fine.
-SWEEP_INTERVAL_SECONDS = 2.0
 
 Outcome = tuple[TaskStatus, str]
 Batch = list[tuple[int, Component]]
@@ -133,10 +136,10 @@ class Executor:
         *,
         instance_id: uuid.UUID,
         manager: TaskManager | None = None,
-        poll_interval: float = 0.5,
-        lease_ttl: float = instances.LEASE_TTL.total_seconds(),
-        max_concurrent: int = 32,
-        sweep_interval: float = SWEEP_INTERVAL_SECONDS,
+        poll_interval: float = DEFAULT_EXECUTOR_POLL_INTERVAL.total_seconds(),
+        lease_ttl: float = DEFAULT_LEASE_TTL.total_seconds(),
+        max_concurrent: int = DEFAULT_MAX_CONCURRENT_TASKS,
+        sweep_interval: float = DEFAULT_SWEEP_INTERVAL.total_seconds(),
     ) -> None:
         self.db = db
         self.clock = clock
