@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow import failpoints, metrics
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_DISPATCH_BATCH, DEFAULT_DISPATCH_INTERVAL, DEFAULT_LEASE_TTL
+from rackflow.retry import Retry, retrying
 from rackflow.schedules.firing import Firing, advance_after_firing, fire_batch
 from rackflow.schedules.model import OverlapPolicy
 from rackflow.services import Services
@@ -47,8 +48,8 @@ PIPELINE_DEPTH = 3
 # While draining, the backlog gauge is refreshed at most this often.
 BACKLOG_REFRESH = timedelta(seconds=1)
 
-# After an unexpected error (e.g. the database restarting) wait this long before polling again.
-ERROR_BACKOFF = timedelta(seconds=1)
+# After an unexpected error (e.g. the database restarting) poll again this often until a poll succeeds.
+POLL_RETRY = Retry.every(1.0)
 
 
 class Dispatcher:
@@ -88,12 +89,10 @@ class Dispatcher:
                 break
             started = time.perf_counter()
             try:
-                claimed = await self._claim()
-            except Exception as exc:
+                claimed = await retrying(self._claim, POLL_RETRY, what="dispatch poll", stop=stop)
+            except Exception:  # only raised once `stop` is set
                 slots.release()
-                log.warning("dispatch poll failed (%s); retrying in %ss", exc, ERROR_BACKOFF.total_seconds())
-                await sleep_unless_stopped(stop, ERROR_BACKOFF)
-                continue
+                break
             if claimed:
                 task = asyncio.create_task(self._fire_then_release(claimed, started, slots))
                 firing.add(task)

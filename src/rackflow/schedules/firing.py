@@ -18,9 +18,7 @@ Manual triggers (`ScheduleService.trigger`) and the dispatcher share this module
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from rackflow import metrics
 from rackflow.clock import Clock
 from rackflow.errors import RackflowError, Unavailable
 from rackflow.inventory.model import RackSelection
+from rackflow.retry import Retry, retrying
 from rackflow.schedules.model import Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
@@ -246,28 +245,27 @@ async def _write_back(
     failed).
     """
     schedule_ids = {f.schedule.id for f in firings}
-    deadline = time.monotonic() + WRITEBACK_DEADLINE_SECONDS
-    delay = WRITEBACK_RETRY_DELAY_SECONDS
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            async with db.transaction() as conn:
-                recorded = await _with_tasks_found(conn, firings, results) if look_up_tasks else list(results)
-                task_by_scope = {o.scope_id: o.task_id for r in recorded for o in r.outcomes if o.task_id}
-                await store.set_last_task_ids(conn, task_by_scope)
-                await store.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
-                await store.prune_runs(conn, schedule_ids)
-            if look_up_tasks:
-                _log_tasks_found(results, recorded)
-            return recorded
-        except Exception as exc:
-            if time.monotonic() + delay > deadline:
-                log.exception("write-back of %d run(s) failed %d times; giving up", len(results), attempt)
-                return list(results)
-            log.warning("write-back of %d run(s) failed (%s); retrying in %.1fs", len(results), exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, WRITEBACK_MAX_DELAY_SECONDS)
+
+    async def write_back() -> list[RunResult]:
+        async with db.transaction() as conn:
+            recorded = await _with_tasks_found(conn, firings, results) if look_up_tasks else list(results)
+            task_by_scope = {o.scope_id: o.task_id for r in recorded for o in r.outcomes if o.task_id}
+            await store.set_last_task_ids(conn, task_by_scope)
+            await store.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
+            await store.prune_runs(conn, schedule_ids)
+        return recorded
+
+    policy = Retry(
+        WRITEBACK_RETRY_DELAY_SECONDS, WRITEBACK_MAX_DELAY_SECONDS, deadline=WRITEBACK_DEADLINE_SECONDS
+    )
+    try:
+        recorded = await retrying(write_back, policy, what=f"write-back of {len(results)} run(s)")
+    except Exception:
+        log.exception("write-back of %d run(s) failed until its deadline; giving up", len(results))
+        return list(results)
+    if look_up_tasks:
+        _log_tasks_found(results, recorded)
+    return recorded
 
 
 async def _with_tasks_found(

@@ -28,14 +28,15 @@ stuck racks) runs on a timer, not on every poll.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -47,6 +48,7 @@ from rackflow.config import (
     DEFAULT_SWEEP_INTERVAL,
 )
 from rackflow.inventory.model import Component
+from rackflow.retry import Retry, retrying
 from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
@@ -61,11 +63,11 @@ log = logging.getLogger(__name__)
 # A task whose runs keep ending with their process (say, a step that crashes it) fails after this many
 # attempts rather than taking down every instance in turn.
 MAX_ATTEMPTS = 3
-MAX_RETRY_DELAY_SECONDS = 5.0
+# Recording a run's outcome is retried until it succeeds: the run only counts as over once it is recorded.
+OUTCOME_WRITE_RETRY = Retry(first_delay=0.1, max_delay=5.0)
 
 Outcome = tuple[TaskStatus, str]
 Batch = list[tuple[int, Component]]
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -248,16 +250,18 @@ class Executor:
         return runs
 
     async def _register(self, stop: asyncio.Event) -> None:
-        while True:
-            try:
-                await instances.register(
-                    self.db, self.instance_id, host=socket.gethostname(), pid=os.getpid()
-                )
-                return
-            except Exception:
-                log.exception("cannot register instance %s; retrying", self.instance_id)
-                if await sleep_unless_stopped(stop, timedelta(seconds=self.poll_interval)):
-                    return
+        """Register this instance, trying again every poll interval; give up only when stopping."""
+
+        async def register() -> None:
+            await instances.register(self.db, self.instance_id, host=socket.gethostname(), pid=os.getpid())
+
+        with contextlib.suppress(Exception):  # only raised once `stop` is set
+            await retrying(
+                register,
+                Retry.every(self.poll_interval),
+                what=f"registering instance {self.instance_id}",
+                stop=stop,
+            )
 
     async def _keep_lease(self, stop: asyncio.Event) -> None:
         while not await sleep_unless_stopped(stop, self.lease_ttl / 3):
@@ -285,7 +289,11 @@ class Executor:
         try:
             outcome = await self._execute(run, changes)
             entry = _Entry(task.id, tuple(changes), ending=Ending(task.id, task.rack_id, outcome))
-            written = await self._retrying(task, lambda: self._journal.write(entry))
+            written = await retrying(
+                lambda: self._journal.write(entry),
+                OUTCOME_WRITE_RETRY,
+                what=f"task {task.id}: recording the outcome",
+            )
             if written.promoted:
                 self.manager.wake_executors()
             if outcome is None:
@@ -355,17 +363,6 @@ class Executor:
         finished = let_go.finished if let_go else frozenset()
         promoted = bool(let_go and let_go.promoted)
         return [_Written(e.task_id in (finished if e.ending else held), promoted) for e in entries]
-
-    async def _retrying(self, task: Task, write: Callable[[], Awaitable[_T]]) -> _T:
-        """Retry a final write through an outage; the run only counts as over once it is recorded."""
-        delay = 0.1
-        while True:
-            try:
-                return await write()
-            except Exception:
-                log.warning("task %s: recording the outcome failed; retrying", task.id, exc_info=True)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_DELAY_SECONDS)
 
 
 def _refusal(task: Task, attempt: int, now: datetime) -> str | None:

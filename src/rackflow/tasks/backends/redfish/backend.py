@@ -18,11 +18,12 @@ from typing import Any, Protocol
 
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import Bmc, Component, PowerState
+from rackflow.retry import Sleep
 from rackflow.store.db import Database
 from rackflow.store.inventory import set_component_state
 from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.redfish.bmc import BmcSession, Observed
-from rackflow.tasks.backends.redfish.calls import Sleep, call
+from rackflow.tasks.backends.redfish.calls import call
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials, Target, read_credentials, target_of
 from rackflow.tasks.backends.redfish.rules import PowerAction, firmware_image, power_plan, update_failure

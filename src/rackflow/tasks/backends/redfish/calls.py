@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TypeVar
 
 from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
 
+from rackflow.retry import Retry, Sleep, retrying
 from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable
@@ -25,7 +26,6 @@ from rackflow.tasks.backends.redfish.rules import Unsupported
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Sleep = Callable[[float], Awaitable[None]]
 
 # The words of a connection failure worth keeping from a requests/urllib3 error's long text.
 _CONNECTION_REASONS = (
@@ -74,24 +74,26 @@ async def call(
     sleep: Sleep = asyncio.sleep,
 ) -> T:
     """`fn()` in a worker thread, retried on transient errors; a `StepFailed` saying `what` failed and why."""
-    delay = config.retry_delay
-    attempt = 1
-    while True:
-        try:
-            return await asyncio.to_thread(fn)
-        except (CredentialsUnavailable, Unsupported) as exc:
-            raise StepFailed(f"{what}: {exc}") from None
-        except sushy_errors.AccessError as exc:
-            raise StepFailed(f"{what}: {reason(exc)}; not retried") from None
-        except Exception as exc:
-            if not is_transient(exc):
-                if isinstance(exc, sushy_errors.SushyError):
-                    raise StepFailed(f"{what}: {reason(exc)}") from None
-                raise
-            if attempt > config.retries:
-                tries = f"{attempt} attempt{'' if attempt == 1 else 's'}"
-                raise StepFailed(f"{what}: {reason(exc)} (gave up after {tries})") from None
-            log.warning("%s: %s; retry %d/%d in %.1fs", what, reason(exc), attempt, config.retries, delay)
-            await sleep(delay)
-            delay = min(delay * 2, config.max_retry_delay)
-            attempt += 1
+    attempts = config.retries + 1
+    policy = Retry(config.retry_delay, config.max_retry_delay, attempts=attempts)
+    try:
+        return await retrying(
+            lambda: asyncio.to_thread(fn),
+            policy,
+            what=what,
+            retry_if=is_transient,
+            explain=reason,
+            sleep=sleep,
+            logger=log,
+        )
+    except (CredentialsUnavailable, Unsupported) as exc:
+        raise StepFailed(f"{what}: {exc}") from None
+    except sushy_errors.AccessError as exc:
+        raise StepFailed(f"{what}: {reason(exc)}; not retried") from None
+    except Exception as exc:
+        if is_transient(exc):
+            tries = f"{attempts} attempt{'' if attempts == 1 else 's'}"
+            raise StepFailed(f"{what}: {reason(exc)} (gave up after {tries})") from None
+        if isinstance(exc, sushy_errors.SushyError):
+            raise StepFailed(f"{what}: {reason(exc)}") from None
+        raise
