@@ -44,13 +44,13 @@ SHUTDOWN_GRACE_SECONDS = 5.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-def build_backend(config: ServeConfig, services: Services) -> Backend:
+def build_backend(config: ServeConfig) -> Backend:
     if config.backend is BackendName.REDFISH:
         from rackflow.tasks.backends.redfish.backend import RedfishBackend  # loads sushy only when used
         from rackflow.tasks.backends.redfish.config import RedfishConfig
 
-        return RedfishBackend(services.db, RedfishConfig.from_env())
-    return SimulatorBackend(services.db, SimulatorConfig.from_env())
+        return RedfishBackend(RedfishConfig.from_env())
+    return SimulatorBackend(SimulatorConfig.from_env())
 
 
 class RackflowServer:
@@ -76,7 +76,7 @@ class RackflowServer:
             revision = await migrate(self.db)
             log.info("database migrated to revision %s", revision)
         await require_migrated(self.db)
-        backend = build_backend(self.config, self.services)  # bad backend settings fail before we listen
+        backend = build_backend(self.config)  # bad backend settings fail before we listen
         http = self._bind_http()  # a taken HTTP port fails before gRPC listens
 
         self.grpc = grpc.aio.server(

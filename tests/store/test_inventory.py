@@ -24,6 +24,8 @@ from rackflow.inventory.service import InventoryService
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
 from rackflow.store.tables import components, task_schedule, task_schedule_scope, tasks
+from rackflow.store.task_runs import record_changes
+from rackflow.tasks.backends.base import ComponentChange
 from rackflow.validation import check_text
 from tests.conftest import table_counts
 from tests.store.schedules_support import make_env, rack_target
@@ -388,13 +390,14 @@ async def test_components_by_rack_and_rack_exists(db: Database, inventory: Inven
         assert not await store.rack_exists(conn, missing)
 
 
-async def test_set_component_state(db: Database, inventory: InventoryService) -> None:
+async def test_record_changes_writes_what_steps_reported(db: Database, inventory: InventoryService) -> None:
+    """The executor's write of what backend steps changed; a component removed meanwhile is skipped."""
     rack = await inventory.create_rack("r", components=[spec("c", firmware="1.0")])
     component_id = rack.components[0].id
     async with db.transaction() as conn:
-        assert await store.set_component_state(conn, component_id, power_state=PowerState.ON)
-        assert await store.set_component_state(conn, component_id, firmware_version="2.0")
-        assert not await store.set_component_state(conn, uuid.uuid4(), power_state=PowerState.OFF)
+        await record_changes(conn, [ComponentChange(component_id, power_state=PowerState.ON)])
+        await record_changes(conn, [ComponentChange(component_id, firmware_version="2.0")])
+        await record_changes(conn, [ComponentChange(uuid.uuid4(), power_state=PowerState.OFF)])
     (component,) = (await inventory.get_rack(rack.id)).components
     assert (component.power_state, component.firmware_version) == (PowerState.ON, "2.0")
 

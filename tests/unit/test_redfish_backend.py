@@ -1,4 +1,4 @@
-"""RedfishBackend.run_step against a scripted BMC session, recording into a real store (both databases).
+"""RedfishBackend.run_step against a scripted BMC session: what it does to the BMC and what it reports.
 
 The session fake stands where sushy would (`BmcSession`, exercised against the real emulator in
 tests/integration); here every branch of the step logic is driven deterministically, with a fake clock.
@@ -7,21 +7,20 @@ tests/integration); here every branch of the step logic is driven deterministica
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
 
-from rackflow.clock import SystemClock
-from rackflow.inventory.model import Bmc, Component, ComponentSpec, ComponentType, PowerState
-from rackflow.inventory.service import InventoryService
-from rackflow.store.db import Database
-from rackflow.tasks.backends.base import StepFailed
+from rackflow.inventory.bmc import Target
+from rackflow.inventory.model import Bmc, Component, ComponentType, PowerState
+from rackflow.tasks.backends.base import ComponentChange, StepFailed
 from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.bmc import Observed
 from rackflow.tasks.backends.redfish.config import RedfishConfig
-from rackflow.tasks.backends.redfish.endpoint import Credentials, Target
+from rackflow.tasks.backends.redfish.endpoint import Credentials
 from rackflow.tasks.backends.redfish.rules import PowerAction
 from rackflow.tasks.model import Operation, OperationKind, Task, TaskStatus
 
@@ -112,18 +111,25 @@ def task(kind: OperationKind, *, forced: bool = False, target_version: str = "")
     return Task(uuid.uuid4(), operation, uuid.uuid4(), (), "", status, "", None, now, now, None, now)
 
 
-async def make_component(db: Database, bmc: Bmc | None = BMC) -> Component:
-    spec = ComponentSpec(ComponentType.COMPUTE, "node-0", firmware_version="1.0", bmc=bmc)
-    rack = await InventoryService(db, SystemClock()).create_rack("r1", components=[spec])
-    return rack.components[0]
+def make_component(bmc: Bmc | None = BMC) -> Component:
+    return Component(
+        uuid.uuid4(), uuid.uuid4(), ComponentType.COMPUTE, "node-0", "", "1.0", PowerState.UNKNOWN, bmc
+    )
 
 
-async def stored(db: Database, component: Component) -> Component:
-    rack = await InventoryService(db, SystemClock()).get_rack(component.rack_id)
-    return rack.components[0]
+def stored(component: Component, change: ComponentChange | None) -> Component:
+    """The component as the executor records it with what the step reported."""
+    if change is None:
+        return component
+    assert change.component_id == component.id
+    return replace(
+        component,
+        power_state=change.power_state or component.power_state,
+        firmware_version=change.firmware_version or component.firmware_version,
+    )
 
 
-def backend(db: Database, session: FakeSession, clock: Clock, **config: Any) -> RedfishBackend:
+def backend(session: FakeSession, clock: Clock, **config: Any) -> RedfishBackend:
     settings = {"poll_interval": 1.0, "power_timeout": 10.0, "retry_delay": 0.5, **config}
 
     def connect(target: Target, credentials: Credentials, _config: RedfishConfig) -> FakeSession:
@@ -131,30 +137,30 @@ def backend(db: Database, session: FakeSession, clock: Clock, **config: Any) -> 
         return session
 
     return RedfishBackend(
-        db, RedfishConfig(**settings), connect=connect, env=ENV, sleep=clock.sleep, monotonic=clock.monotonic
+        RedfishConfig(**settings), connect=connect, env=ENV, sleep=clock.sleep, monotonic=clock.monotonic
     )
 
 
-async def test_a_component_without_a_bmc_fails_clearly(db: Database) -> None:
-    component = await make_component(db, bmc=None)
+async def test_a_component_without_a_bmc_fails_clearly() -> None:
+    component = make_component(bmc=None)
     with pytest.raises(StepFailed, match=r"^component node-0 has no BMC endpoint"):
-        await backend(db, FakeSession(), Clock()).run_step(task(OperationKind.POWER_ON), component)
+        await backend(FakeSession(), Clock()).run_step(task(OperationKind.POWER_ON), component)
 
 
-async def test_power_on_sends_reset_then_waits_for_the_state_and_records_it(db: Database) -> None:
-    component, session, clock = await make_component(db), FakeSession(OFF, lag=3), Clock()
-    await backend(db, session, clock).run_step(task(OperationKind.POWER_ON), component)
+async def test_power_on_sends_reset_then_waits_for_the_state_and_records_it() -> None:
+    component, session, clock = make_component(), FakeSession(OFF, lag=3), Clock()
+    change = await backend(session, clock).run_step(task(OperationKind.POWER_ON), component)
     assert session.resets == [PowerAction.ON]
     assert clock.slept == [1.0, 1.0]  # read 1 and 2 still off, read 3 on
-    assert (await stored(db, component)).power_state is ON
+    assert stored(component, change).power_state is ON
     assert session.closed
 
 
-async def test_a_component_already_in_the_state_is_left_alone(db: Database) -> None:
-    component, session = await make_component(db), FakeSession(ON)
-    await backend(db, session, Clock()).run_step(task(OperationKind.POWER_ON), component)
+async def test_a_component_already_in_the_state_is_left_alone() -> None:
+    component, session = make_component(), FakeSession(ON)
+    change = await backend(session, Clock()).run_step(task(OperationKind.POWER_ON), component)
     assert session.resets == []
-    assert (await stored(db, component)).power_state is ON
+    assert stored(component, change).power_state is ON
 
 
 @pytest.mark.parametrize(
@@ -166,110 +172,107 @@ async def test_a_component_already_in_the_state_is_left_alone(db: Database) -> N
         (OperationKind.POWER_RESET, True, PowerAction.FORCE_RESTART),
     ],
 )
-async def test_forced_chooses_the_reset_type(
-    db: Database, kind: OperationKind, forced: bool, action: PowerAction
-) -> None:
-    component, session = await make_component(db), FakeSession(ON)
-    await backend(db, session, Clock()).run_step(task(kind, forced=forced), component)
+async def test_forced_chooses_the_reset_type(kind: OperationKind, forced: bool, action: PowerAction) -> None:
+    component, session = make_component(), FakeSession(ON)
+    await backend(session, Clock()).run_step(task(kind, forced=forced), component)
     assert session.resets == [action]
 
 
-async def test_a_state_never_reached_fails_after_the_step_timeout(db: Database) -> None:
-    component, session, clock = await make_component(db), FakeSession(ON, lag=1000), Clock()
+async def test_a_state_never_reached_fails_after_the_step_timeout() -> None:
+    component, session, clock = make_component(), FakeSession(ON, lag=1000), Clock()
     with pytest.raises(StepFailed) as caught:
-        await backend(db, session, clock).run_step(task(OperationKind.POWER_OFF), component)
+        await backend(session, clock).run_step(task(OperationKind.POWER_OFF), component)
     assert str(caught.value) == (
         f"{WHERE}: power still on, not off, 10s after Reset GRACEFUL_OFF; a forced operation does not wait "
         "for the OS"
     )
-    assert clock.now == 10.0
-    assert (await stored(db, component)).power_state is PowerState.UNKNOWN  # nothing recorded
+    assert clock.now == 10.0  # and the step raised: it reports no change to record
 
 
-async def test_transient_errors_are_retried_and_the_step_still_succeeds(db: Database) -> None:
-    component, session, clock = await make_component(db), FakeSession(OFF, lag=1), Clock()
+async def test_transient_errors_are_retried_and_the_step_still_succeeds() -> None:
+    component, session, clock = make_component(), FakeSession(OFF, lag=1), Clock()
     refused = sushy_errors.ConnectionError(url=WHERE, error="[Errno 111] Connection refused")
     session.errors["power_state"] = [refused, refused]
-    await backend(db, session, clock).run_step(task(OperationKind.POWER_ON), component)
+    change = await backend(session, clock).run_step(task(OperationKind.POWER_ON), component)
     assert clock.slept[:2] == [0.5, 1.0]
-    assert (await stored(db, component)).power_state is ON
+    assert stored(component, change).power_state is ON
 
 
-async def test_unset_credentials_fail_without_connecting(db: Database) -> None:
-    component = await make_component(db, Bmc("http://bmc:8000", "node-0", "env:BMC_OTHER"))
+async def test_unset_credentials_fail_without_connecting() -> None:
+    component = make_component(Bmc("http://bmc:8000", "node-0", "env:BMC_OTHER"))
     with pytest.raises(StepFailed) as caught:
-        await backend(db, FakeSession(), Clock()).run_step(task(OperationKind.POWER_ON), component)
+        await backend(FakeSession(), Clock()).run_step(task(OperationKind.POWER_ON), component)
     assert str(caught.value) == (
         f"connecting to {WHERE}: credentials env:BMC_OTHER: environment variable BMC_OTHER is not set"
     )
 
 
-async def test_firmware_by_version_flashes_the_mapped_image_and_verifies(db: Database) -> None:
-    component, session, clock = await make_component(db), FakeSession(), Clock()
+async def test_firmware_by_version_flashes_the_mapped_image_and_verifies() -> None:
+    component, session, clock = make_component(), FakeSession(), Clock()
     session.flashes_to = "2.0"
-    run = backend(db, session, clock, image_uri="http://img/{type}/{version}.bin")
-    await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component)
+    run = backend(session, clock, image_uri="http://img/{type}/{version}.bin")
+    change = await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component)
     assert session.updates == ["http://img/compute/2.0.bin"]
     assert clock.slept == [1.0, 1.0]
-    assert (await stored(db, component)).firmware_version == "2.0"
+    assert stored(component, change).firmware_version == "2.0"
 
 
-async def test_firmware_already_at_the_version_is_not_flashed_again(db: Database) -> None:
-    component, session = await make_component(db), FakeSession(firmware="2.0")
-    run = backend(db, session, Clock(), image_uri="http://img/{version}.bin")
-    await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component)
+async def test_firmware_already_at_the_version_is_not_flashed_again() -> None:
+    component, session = make_component(), FakeSession(firmware="2.0")
+    run = backend(session, Clock(), image_uri="http://img/{version}.bin")
+    change = await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component)
     assert session.updates == []
+    assert stored(component, change).firmware_version == "2.0"
 
 
-async def test_firmware_that_reads_back_wrong_fails(db: Database) -> None:
-    component, session = await make_component(db), FakeSession()
+async def test_firmware_that_reads_back_wrong_fails() -> None:
+    component, session = make_component(), FakeSession()
     session.flashes_to = "1.9"
-    run = backend(db, session, Clock(), image_uri="http://img/{version}.bin")
+    run = backend(session, Clock(), image_uri="http://img/{version}.bin")
     with pytest.raises(StepFailed) as caught:
         await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component)
     assert str(caught.value) == (
         f"{WHERE}: after the update the BMC reports firmware 1.9, expected 2.0 (some BMCs apply firmware "
         "only at the next reset)"
     )
-    assert (await stored(db, component)).firmware_version == "1.0"
 
 
-async def test_a_failed_update_task_fails_the_step_in_the_bmcs_words(db: Database) -> None:
-    component, session = await make_component(db), FakeSession()
+async def test_a_failed_update_task_fails_the_step_in_the_bmcs_words() -> None:
+    component, session = make_component(), FakeSession()
     session.update_doc = {"TaskState": "Exception", "Messages": [{"Message": "image signature invalid"}]}
     with pytest.raises(StepFailed, match=r"update task ended Exception: image signature invalid$"):
-        await backend(db, session, Clock()).run_step(
+        await backend(session, Clock()).run_step(
             task(OperationKind.UPGRADE_FIRMWARE, target_version="https://img/fw.bin"), component
         )
 
 
-async def test_firmware_by_uri_records_what_the_bmc_reports(db: Database) -> None:
-    component, session = await make_component(db), FakeSession()
+async def test_firmware_by_uri_records_what_the_bmc_reports() -> None:
+    component, session = make_component(), FakeSession()
     session.flashes_to = "3.1.4"
-    await backend(db, session, Clock()).run_step(
+    change = await backend(session, Clock()).run_step(
         task(OperationKind.UPGRADE_FIRMWARE, target_version="https://img/fw.bin"), component
     )
     assert session.updates == ["https://img/fw.bin"]
-    assert (await stored(db, component)).firmware_version == "3.1.4"
+    assert stored(component, change).firmware_version == "3.1.4"
 
 
-async def test_a_version_without_an_image_mapping_fails_with_the_way_out(db: Database) -> None:
-    component = await make_component(db)
+async def test_a_version_without_an_image_mapping_fails_with_the_way_out() -> None:
+    component = make_component()
     with pytest.raises(StepFailed, match="RACKFLOW_REDFISH_IMAGE_URI"):
-        await backend(db, FakeSession(), Clock()).run_step(
+        await backend(FakeSession(), Clock()).run_step(
             task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component
         )
 
 
-async def test_ingest_records_what_it_reads_and_changes_nothing(db: Database) -> None:
-    component, session = await make_component(db), FakeSession(OFF, firmware="1.7")
-    await backend(db, session, Clock()).run_step(task(OperationKind.INGEST), component)
-    found = await stored(db, component)
+async def test_ingest_records_what_it_reads_and_changes_nothing() -> None:
+    component, session = make_component(), FakeSession(OFF, firmware="1.7")
+    change = await backend(session, Clock()).run_step(task(OperationKind.INGEST), component)
+    found = stored(component, change)
     assert (found.power_state, found.firmware_version, session.resets) == (OFF, "1.7", [])
 
 
-async def test_bring_up_reads_the_inventory_and_powers_on(db: Database) -> None:
-    component, session = await make_component(db), FakeSession(OFF, lag=1, firmware="1.7")
-    await backend(db, session, Clock()).run_step(task(OperationKind.BRING_UP), component)
-    found = await stored(db, component)
+async def test_bring_up_reads_the_inventory_and_powers_on() -> None:
+    component, session = make_component(), FakeSession(OFF, lag=1, firmware="1.7")
+    change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component)
+    found = stored(component, change)
     assert (found.power_state, found.firmware_version, session.resets) == (ON, "1.7", [PowerAction.ON])

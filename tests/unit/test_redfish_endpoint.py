@@ -7,14 +7,9 @@ from pathlib import Path
 import pytest
 
 from rackflow.errors import InvalidArgument
+from rackflow.inventory.bmc import Target, check_bmc, target_of
 from rackflow.inventory.model import Bmc
-from rackflow.tasks.backends.redfish.endpoint import (
-    CredentialsUnavailable,
-    Target,
-    check_bmc,
-    read_credentials,
-    target_of,
-)
+from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_credentials
 
 
 def bmc(url: str = "https://10.0.0.5", resource: str = "Systems/1", credentials: str = "env:BMC_1") -> Bmc:

@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from rackflow.inventory.bmc import check_bmc
 from rackflow.inventory.model import (
     Component,
-    ComponentsFilter,
     ComponentSpec,
     ComponentType,
     NVLDomain,
@@ -25,8 +25,8 @@ from rackflow.inventory.model import (
     TargetSpec,
 )
 from rackflow.inventory.targets import resolve_targets
+from rackflow.schedules.removal import drop_component_from_scopes
 from rackflow.store import inventory as store
-from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.validation import check_name, check_text
 
@@ -43,6 +43,8 @@ def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[Co
         check_name(spec.name, f"{item}.name")
         check_text(spec.external_id, f"{item}.external_id", identifier=True)
         check_text(spec.firmware_version, f"{item}.firmware_version")
+        if spec.bmc is not None:
+            check_bmc(spec.bmc, f"{item}.bmc")
         if spec.external_id:
             key = (spec.type, spec.external_id)
             if key in first_seen:
@@ -160,7 +162,7 @@ class InventoryService:
             busy = sorted(str(task_id) for task_id, ids in active.items() if str(component_id) in ids)
             if busy:
                 raise FailedPrecondition(f"id: component {component_id} is in use by active task {busy[0]}")
-            scope_changes = await _drop_from_scopes(self.db, conn, component)
+            scope_changes = await drop_component_from_scopes(self.db, conn, component)
             await store.delete_component(conn, component_id)
         if scope_changes:
             log.info("component %s removed: %s", component_id, "; ".join(scope_changes))
@@ -205,29 +207,6 @@ class InventoryService:
         """`resolve_targets` in a read transaction of its own."""
         async with self.db.read() as conn:
             return await resolve_targets(conn, spec)
-
-
-async def _drop_from_scopes(db: Database, conn: AsyncConnection, component: Component) -> list[str]:
-    """Narrow the scope entries naming the component to their other components, remove emptied ones.
-
-    Returns what changed, one line per scope entry, for the log.
-    """
-    changes: list[str] = []
-    emptied: list[uuid.UUID] = []
-    for scope in await store.component_scopes_for_update(db, conn, component.rack_id):
-        if component.id not in scope.filter.ids:
-            continue
-        remaining = scope.filter.ids - {component.id}
-        if remaining:
-            await schedule_store.set_scope_filter(conn, scope.scope_id, ComponentsFilter(remaining))
-            changes.append(f"narrowed scope {scope.scope_id} of schedule {scope.schedule_name!r}")
-        else:
-            emptied.append(scope.scope_id)
-            changes.append(
-                f"removed scope {scope.scope_id} of schedule {scope.schedule_name!r} (no component left)"
-            )
-    await schedule_store.delete_scopes(conn, emptied)
-    return changes
 
 
 async def _refuse_taken_external_ids(

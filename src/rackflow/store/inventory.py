@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,16 +20,14 @@ from rackflow.errors import AlreadyExists
 from rackflow.inventory.model import (
     Bmc,
     Component,
-    ComponentsFilter,
     ComponentSpec,
     ComponentType,
     NVLDomain,
     PowerState,
     Rack,
-    filter_from_json,
 )
 from rackflow.store.db import Database, chunked, unique_violation_as
-from rackflow.store.tables import components, nvl_domains, racks, task_schedule, task_schedule_scope, tasks
+from rackflow.store.tables import components, nvl_domains, racks, tasks
 from rackflow.store.tasks import is_active
 
 # --- rows to values ------------------------------------------------------------------------------
@@ -265,76 +262,6 @@ async def components_by_external_ids(
 
 async def delete_component(conn: AsyncConnection, component_id: uuid.UUID) -> None:
     await conn.execute(delete(components).where(components.c.id == component_id))
-
-
-@dataclass(frozen=True)
-class ComponentScope:
-    """A schedule scope entry whose filter names components by id."""
-
-    scope_id: uuid.UUID
-    schedule_id: uuid.UUID
-    schedule_name: str
-    filter: ComponentsFilter
-
-
-async def component_scopes_for_update(
-    db: Database, conn: AsyncConnection, rack_id: uuid.UUID
-) -> list[ComponentScope]:
-    """The rack's scope entries with a component-id filter, locked so no scope RPC rewrites them meanwhile.
-
-    Only the scope rows are locked, not their schedules: the scope RPCs lock a schedule before writing its
-    scope rows, so locking schedules after scope rows could deadlock with them. The filter is matched in
-    Python, as JSON containment is spelled differently on each database and a rack has few scope entries.
-    """
-    stmt = (
-        select(
-            task_schedule_scope.c.id,
-            task_schedule_scope.c.schedule_id,
-            task_schedule_scope.c.component_filter,
-        )
-        .where(task_schedule_scope.c.rack_id == rack_id)
-        .order_by(task_schedule_scope.c.id)
-    )
-    found: list[tuple[uuid.UUID, uuid.UUID, ComponentsFilter]] = []
-    for row in await conn.execute(db.for_update(stmt)):
-        value = filter_from_json(row.component_filter)
-        if isinstance(value, ComponentsFilter):
-            found.append((row.id, row.schedule_id, value))
-    names: dict[uuid.UUID, str] = {}
-    for chunk in chunked({schedule_id for _, schedule_id, _ in found}):
-        names_stmt = select(task_schedule.c.id, task_schedule.c.name).where(task_schedule.c.id.in_(chunk))
-        names.update({row.id: row.name for row in await conn.execute(names_stmt)})
-    return [
-        ComponentScope(scope_id, schedule_id, names[schedule_id], value)
-        for scope_id, schedule_id, value in found
-    ]
-
-
-async def set_component_state(
-    conn: AsyncConnection,
-    component_id: uuid.UUID,
-    *,
-    power_state: PowerState | None = None,
-    firmware_version: str | None = None,
-) -> bool:
-    """Record what a backend observed or changed; fields left None stay as they are.
-
-    Returns False when the component no longer exists (removed while a task worked on it).
-    """
-    values: dict[str, str] = {}
-    if power_state is not None:
-        values["power_state"] = PowerState(power_state).value
-    if firmware_version is not None:
-        values["firmware_version"] = firmware_version
-    if not values:
-        return await _component_exists(conn, component_id)
-    result = await conn.execute(update(components).where(components.c.id == component_id).values(values))
-    return result.rowcount > 0
-
-
-async def _component_exists(conn: AsyncConnection, component_id: uuid.UUID) -> bool:
-    found = await conn.execute(select(components.c.id).where(components.c.id == component_id))
-    return found.first() is not None
 
 
 # --- NVLink domains ------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.errors import AlreadyExists
-from rackflow.inventory.model import ComponentFilter, RackSelection, filter_from_json
+from rackflow.inventory.model import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
 from rackflow.schedules.model import (
     CREATION_ORDER,
     Outcome,
@@ -395,6 +395,49 @@ async def lock_scopes(db: Database, conn: AsyncConnection, scope_ids: Collection
     for chunk in chunked(sorted(scope_ids)):
         column = task_schedule_scope.c.id
         await conn.execute(db.for_update(select(column).where(column.in_(chunk)).order_by(column)))
+
+
+@dataclass(frozen=True)
+class ComponentScope:
+    """A schedule scope entry whose filter names components by id."""
+
+    scope_id: uuid.UUID
+    schedule_id: uuid.UUID
+    schedule_name: str
+    filter: ComponentsFilter
+
+
+async def component_scopes_for_update(
+    db: Database, conn: AsyncConnection, rack_id: uuid.UUID
+) -> list[ComponentScope]:
+    """The rack's scope entries with a component-id filter, locked so no scope RPC rewrites them meanwhile.
+
+    Only the scope rows are locked, not their schedules: the scope RPCs lock a schedule before writing its
+    scope rows, so locking schedules after scope rows could deadlock with them. The filter is matched in
+    Python, as JSON containment is spelled differently on each database and a rack has few scope entries.
+    """
+    stmt = (
+        select(
+            task_schedule_scope.c.id,
+            task_schedule_scope.c.schedule_id,
+            task_schedule_scope.c.component_filter,
+        )
+        .where(task_schedule_scope.c.rack_id == rack_id)
+        .order_by(task_schedule_scope.c.id)
+    )
+    found: list[tuple[uuid.UUID, uuid.UUID, ComponentsFilter]] = []
+    for row in await conn.execute(db.for_update(stmt)):
+        value = filter_from_json(row.component_filter)
+        if isinstance(value, ComponentsFilter):
+            found.append((row.id, row.schedule_id, value))
+    names: dict[uuid.UUID, str] = {}
+    for chunk in chunked({schedule_id for _, schedule_id, _ in found}):
+        names_stmt = select(task_schedule.c.id, task_schedule.c.name).where(task_schedule.c.id.in_(chunk))
+        names.update({row.id: row.name for row in await conn.execute(names_stmt)})
+    return [
+        ComponentScope(scope_id, schedule_id, names[schedule_id], value)
+        for scope_id, schedule_id, value in found
+    ]
 
 
 async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID, uuid.UUID]) -> None:

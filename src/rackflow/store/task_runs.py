@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from weakref import WeakKeyDictionary
 
@@ -25,6 +24,7 @@ from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.tables import components, tasks
 from rackflow.store.tasks import OLDEST_FIRST, is_active, status_in, task_from_row
 from rackflow.store.types import UTCDateTime
+from rackflow.tasks.backends.base import ComponentChange
 from rackflow.tasks.model import Task, TaskStatus
 
 # Tasks per UPDATE that writes a different value to each (two bound values per task and column).
@@ -184,15 +184,6 @@ async def release(
         )
         released.update(result.scalars())
     return released
-
-
-@dataclass(frozen=True)
-class ComponentChange:
-    """What a step left on a component: its power state and/or firmware version (None: unchanged)."""
-
-    component_id: uuid.UUID
-    power_state: PowerState | None = None
-    firmware_version: str | None = None
 
 
 async def record_changes(conn: AsyncConnection, changes: Iterable[ComponentChange]) -> None:

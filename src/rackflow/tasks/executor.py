@@ -18,7 +18,8 @@ Design note, why the executor is cheap (it shares the event loop and the pool wi
 dispatcher): the running tasks' writes go through one journal (`store.group_commit`). Each round is one
 transaction holding every write queued since the last: the endings (finish or let go, and promotion
 when the rack has waiting tasks), the next steps' progress messages, what the steps changed in the
-inventory (from a `DeferringBackend`), and the claim of as many new tasks as there is room for, the ending
+inventory (each backend step returns its `ComponentChange`: backends are drivers that touch no database,
+and the executor is the only writer), and the claim of as many new tasks as there is room for, the ending
 ones' slots included. So the executor never holds more than one connection for its tasks (plus one now
 and then for its heartbeat and its sweep) however many it runs, and a task costs a fraction of a
 transaction. The sweep for what nothing else catches (expired waiting tasks, dead instances' holds,
@@ -36,7 +37,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -53,8 +53,7 @@ from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
-from rackflow.store.task_runs import ComponentChange
-from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, plan
+from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, ComponentChange, StepFailed, plan
 from rackflow.tasks.manager import Ending, TaskManager
 from rackflow.tasks.model import OperationKind, Task, TaskStatus
 
@@ -89,18 +88,6 @@ class _Run:
         numbers = f"{first}" if first == last else f"{first}-{last}"
         names = ", ".join(component.name for _, component in batch)
         return f"{STEP_VERB[self.task.operation.kind]} {numbers}/{self.step_count}: {names}"
-
-
-@runtime_checkable
-class DeferringBackend(Protocol):
-    """A backend that can hand back what a step changed instead of writing it (the simulator does).
-
-    The executor then writes the change with the task's next progress message or its end, in the same
-    transaction, so a step costs no transaction of its own. If the instance dies before that write, the
-    task is taken over and its steps repeated, as with any step whose outcome was not recorded.
-    """
-
-    async def run_step_deferred(self, task: Task, component: Component) -> ComponentChange | None: ...
 
 
 @dataclass(frozen=True)
@@ -155,7 +142,6 @@ class Executor:
         self.sweep_interval = sweep_interval
         self._wake = asyncio.Event()
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
-        self._deferring = backend if isinstance(backend, DeferringBackend) else None
         self._journal: GroupCommit[_Entry, _Written] = GroupCommit(
             db, self._write_round, after_commit=self._start_claimed
         )
@@ -241,7 +227,7 @@ class Executor:
     ) -> list[_Run]:
         """Plan each task's steps over its components that still exist (one removed meanwhile is skipped)."""
         by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
-        width = max(1, int(getattr(self.backend, "step_concurrency", 1)))
+        width = max(1, self.backend.step_concurrency)
         runs = []
         for task, attempt in claimed:
             wanted = set(task.component_ids)
@@ -334,11 +320,12 @@ class Executor:
     async def _step(
         self, task: Task, component: Component, number: int, total: int, changes: list[ComponentChange]
     ) -> str | None:
-        """Run one step; why it failed, or None when it succeeded."""
+        """Run one step, keeping what it changed for the next journal write (with the task's next progress
+        message or its end, so a step costs no transaction of its own; if the instance dies first, the task
+        is taken over and the step repeated, as any step whose outcome was not recorded). Returns why it
+        failed, or None when it succeeded."""
         try:
-            if self._deferring is None:
-                await self.backend.run_step(task, component)
-            elif (change := await self._deferring.run_step_deferred(task, component)) is not None:
+            if (change := await self.backend.run_step(task, component)) is not None:
                 changes.append(change)
         except StepFailed as exc:
             return f"{_failed(task, component, number, total)}: {exc}"
@@ -379,8 +366,8 @@ def step_batches(steps: Sequence[Component], width: int) -> list[Batch]:
     """The planned steps (numbered from 1) in batches run together: at most `width` consecutive steps of
     one component type. The order between types stays strict: a batch starts when the one before ended.
 
-    A backend opts in with a `step_concurrency` attribute (the redfish backend: RACKFLOW_REDFISH_CONCURRENCY);
-    without it every batch holds one step, so steps run one by one.
+    `width` is the backend's `step_concurrency` (the redfish backend: RACKFLOW_REDFISH_CONCURRENCY); at
+    the default of 1 every batch holds one step, so steps run one by one.
     """
     batches: list[Batch] = []
     for number, component in enumerate(steps, 1):

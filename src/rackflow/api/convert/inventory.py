@@ -14,8 +14,8 @@ from rackflow.api.convert import (
     uuid_to,
 )
 from rackflow.errors import InvalidArgument
+from rackflow.inventory.bmc import check_bmc
 from rackflow.inventory.model import Bmc, Component, ComponentSpec, NVLDomain, Rack
-from rackflow.tasks.backends.redfish.endpoint import check_bmc
 from rackflow.v1 import flow_pb2 as pb
 
 MAX_COMPONENTS_PER_REQUEST = 10_000
@@ -44,10 +44,7 @@ def bmc_from(msg: pb.BmcEndpoint, field: str) -> Bmc:
     """Checked here, at the door, so a bad endpoint (or a password where a reference belongs) is refused
     before anything is stored."""
     bmc = Bmc(url=msg.url.strip(), resource=msg.resource.strip(), credentials=msg.credentials.strip())
-    try:
-        return check_bmc(bmc, field)
-    except ValueError as exc:  # urlsplit's own refusals, e.g. "Invalid IPv6 URL" for "https://[::1"
-        raise InvalidArgument(f"{field}.url: cannot parse {bmc.url!r}: {exc}") from None
+    return check_bmc(bmc, field)
 
 
 def rack_to(rack: Rack) -> pb.Rack:

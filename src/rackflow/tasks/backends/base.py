@@ -1,16 +1,20 @@
-"""What a backend is: the thing that carries out one task step on one component.
+"""What a backend is: a driver that carries out one task step on one component and says what it changed.
 
-The executor owns everything around the steps (claiming, progress, cancellation, finishing); a backend only
-knows how to talk to hardware, or to pretend to. Step order is decided here once, in `plan`, for every
-backend: power shelves come up first and go down last, so nothing is switched on without power behind it.
+The executor owns everything around the steps (claiming, progress, cancellation, finishing) and is the only
+writer: a backend talks to hardware, or pretends to, and returns a `ComponentChange`; it holds no database
+handle and knows nothing of storage. A new backend is a subclass of `Backend` with one method. Step order
+is decided here once, in `plan`, for every backend: power shelves come up first and go down last, so
+nothing is switched on without power behind it.
 """
 
 from __future__ import annotations
 
+import abc
+import uuid
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
 
-from rackflow.inventory.model import Component, ComponentType
+from rackflow.inventory.model import Component, ComponentType, PowerState
 from rackflow.tasks.model import OperationKind, Task
 
 
@@ -18,20 +22,33 @@ class StepFailed(Exception):
     """A component's step failed; the text says why and becomes part of the task's message."""
 
 
-class Backend(Protocol):
-    """Runs steps. A backend may also set `step_concurrency` (an int, 1 when absent): how many steps on
-    components of one type the executor runs at once (`executor.step_batches`); types stay in plan order.
-    A backend may also offer `run_step_deferred` (`executor.DeferringBackend`): it returns what the step
-    changed instead of writing it, and the executor writes it with the task's next progress or its end.
+@dataclass(frozen=True)
+class ComponentChange:
+    """What a step left on a component: its power state and/or firmware version (None: unchanged)."""
+
+    component_id: uuid.UUID
+    power_state: PowerState | None = None
+    firmware_version: str | None = None
+
+
+class Backend(abc.ABC):
+    """Runs steps, one component at a time.
+
+    `step_concurrency`: how many steps on components of one type the executor runs at once
+    (`executor.step_batches`); types stay in plan order.
     """
 
-    async def run_step(self, task: Task, component: Component) -> None:
-        """Carry out `task.operation` on one component, recording what changed in the inventory.
+    step_concurrency: int = 1
+
+    @abc.abstractmethod
+    async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
+        """Carry out `task.operation` on one component; what it changed or observed there (None: nothing),
+        which the executor records with the task's next write.
 
         Raise `StepFailed` with a reason when the component refuses. Steps must be idempotent: a task taken
-        over after its instance died repeats the steps that may already have happened.
+        over after its instance died repeats the steps that may already have happened, or whose change was
+        not recorded yet.
         """
-        ...
 
 
 # Infrastructure before what depends on it: power, cooling, management, network, fabric, then compute.

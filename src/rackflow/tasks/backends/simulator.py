@@ -1,7 +1,8 @@
 """The simulator backend: racks that exist only in the database, with timed steps and injected failures.
 
-Power and firmware changes land in the inventory (`power_state`, `firmware_version`) exactly as a real
-backend would record them, so everything above the backend behaves as it would against hardware.
+Its steps report power and firmware changes exactly as a real backend would, and the executor records them
+in the inventory (`power_state`, `firmware_version`), so everything above the backend behaves as it would
+against hardware.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from dataclasses import dataclass
 
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import Component, PowerState
-from rackflow.store.db import Database
-from rackflow.store.task_runs import ComponentChange, record_changes
-from rackflow.tasks.backends.base import StepFailed
+from rackflow.tasks.backends.base import Backend, ComponentChange, StepFailed
 from rackflow.tasks.model import OperationKind, Task
 
 # The power state each operation leaves behind; ingest only looks, so it changes nothing.
@@ -74,26 +73,14 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
         raise InvalidArgument(f"{name}: {raw!r} is not a whole number") from None
 
 
-class SimulatorBackend:
-    """Steps take `step_seconds` and then change the inventory as the operation would change hardware.
+class SimulatorBackend(Backend):
+    """Steps take `step_seconds` and then report the change the operation would make to hardware."""
 
-    The executor runs steps through `run_step_deferred`, which hands the change back for it to write
-    together with the task's own next write; `run_step` (the plain backend protocol) writes it itself.
-    """
-
-    def __init__(self, db: Database, config: SimulatorConfig | None = None) -> None:
-        self.db = db
+    def __init__(self, config: SimulatorConfig | None = None) -> None:
         self.config = config or SimulatorConfig()
         self._random = random.Random(self.config.seed)
 
-    async def run_step(self, task: Task, component: Component) -> None:
-        change = await self.run_step_deferred(task, component)
-        if change is not None:
-            async with self.db.transaction() as conn:
-                await record_changes(conn, [change])
-
-    async def run_step_deferred(self, task: Task, component: Component) -> ComponentChange | None:
-        """Run the step; what it changed in the inventory (None: nothing), for the caller to record."""
+    async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
         await asyncio.sleep(self.config.step_seconds)
         if component.external_id and component.external_id in self.config.fail_external_ids:
             raise StepFailed(f"simulated failure: {component.external_id!r} is in RACKFLOW_SIM_FAIL_IDS")

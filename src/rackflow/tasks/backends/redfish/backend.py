@@ -3,9 +3,9 @@
 Power steps send `Reset` and then poll `PowerState` until it reads the wanted state (or the step times out),
 so a completed task means the hardware got there, not merely that a BMC said "accepted". Firmware steps
 send `UpdateService.SimpleUpdate`, follow the returned task where the BMC gives one, then read the version
-back. Bring-up and ingest read the inventory. What a step observed is recorded on the component, as the
-simulator does. Steps are idempotent (a component already in the wanted state is left alone), because a
-task taken over from a dead instance repeats them.
+back. Bring-up and ingest read the inventory. What a step observed is returned as a `ComponentChange` for
+the executor to record on the component, as the simulator's is. Steps are idempotent (a component already
+in the wanted state is left alone), because a task taken over from a dead instance repeats them.
 """
 
 from __future__ import annotations
@@ -17,15 +17,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from rackflow.errors import InvalidArgument
+from rackflow.inventory.bmc import Target, target_of
 from rackflow.inventory.model import Bmc, Component, PowerState
 from rackflow.retry import Sleep
-from rackflow.store.db import Database
-from rackflow.store.inventory import set_component_state
-from rackflow.tasks.backends.base import StepFailed
+from rackflow.tasks.backends.base import Backend, ComponentChange, StepFailed
 from rackflow.tasks.backends.redfish.bmc import BmcSession, Observed
 from rackflow.tasks.backends.redfish.calls import call
 from rackflow.tasks.backends.redfish.config import RedfishConfig
-from rackflow.tasks.backends.redfish.endpoint import Credentials, Target, read_credentials, target_of
+from rackflow.tasks.backends.redfish.endpoint import Credentials, read_credentials
 from rackflow.tasks.backends.redfish.rules import PowerAction, firmware_image, power_plan, update_failure
 from rackflow.tasks.model import OperationKind, Task
 
@@ -48,12 +47,12 @@ class Session(Protocol):
 Connect = Callable[[Target, Credentials, RedfishConfig], Session]
 
 
-class RedfishBackend:
-    """`step_concurrency`: how many components of one type the executor may run at once."""
+class RedfishBackend(Backend):
+    """`step_concurrency` (RACKFLOW_REDFISH_CONCURRENCY): how many components of one type the executor may
+    run at once."""
 
     def __init__(
         self,
-        db: Database,
         config: RedfishConfig | None = None,
         *,
         connect: Connect = BmcSession,
@@ -61,7 +60,6 @@ class RedfishBackend:
         sleep: Sleep = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.db = db
         self.config = config or RedfishConfig()
         self.step_concurrency = self.config.concurrency
         self._connect = connect
@@ -69,7 +67,7 @@ class RedfishBackend:
         self._sleep = sleep
         self._monotonic = monotonic
 
-    async def run_step(self, task: Task, component: Component) -> None:
+    async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
         bmc = component.bmc
         if bmc is None:
             raise StepFailed(
@@ -84,11 +82,10 @@ class RedfishBackend:
         try:
             kind = task.operation.kind
             if kind.is_power:
-                await self._power(task, component, session, where)
-            elif kind is OperationKind.UPGRADE_FIRMWARE:
-                await self._firmware(task, component, session, where)
-            else:
-                await self._inventory(kind, component, session, where)
+                return await self._power(task, component, session, where)
+            if kind is OperationKind.UPGRADE_FIRMWARE:
+                return await self._firmware(task, component, session, where)
+            return await self._inventory(kind, component, session, where)
         finally:
             await asyncio.to_thread(session.close)
 
@@ -97,11 +94,11 @@ class RedfishBackend:
 
     # --- power -----------------------------------------------------------------------------------
 
-    async def _power(self, task: Task, component: Component, session: Session, where: str) -> None:
+    async def _power(self, task: Task, component: Component, session: Session, where: str) -> ComponentChange:
         current = await self._call(session.power_state, f"reading the power state of {where}")
         plan = power_plan(task.operation.kind, forced=task.operation.forced, current=current)
         await self._reach(plan.action, plan.wanted, session, where)
-        await self._record(component, power=plan.wanted)
+        return ComponentChange(component.id, power_state=plan.wanted)
 
     async def _reach(
         self, action: PowerAction | None, wanted: PowerState, session: Session, where: str
@@ -127,7 +124,9 @@ class RedfishBackend:
 
     # --- firmware --------------------------------------------------------------------------------
 
-    async def _firmware(self, task: Task, component: Component, session: Session, where: str) -> None:
+    async def _firmware(
+        self, task: Task, component: Component, session: Session, where: str
+    ) -> ComponentChange:
         try:
             image = firmware_image(task.operation.target_version, self.config.image_uri, component.type)
         except ValueError as exc:
@@ -136,8 +135,7 @@ class RedfishBackend:
         if image.expected_version is not None:
             current = await self._call(session.firmware_version, read_version)
             if current == image.expected_version:
-                await self._record(component, firmware=current)
-                return
+                return ComponentChange(component.id, firmware_version=current)
         monitor = await self._call(
             lambda: session.start_update(image.uri), f"SimpleUpdate of {where} with {image.uri}"
         )
@@ -149,7 +147,7 @@ class RedfishBackend:
                 f"{where}: after the update the BMC reports firmware {version or 'unknown'}, expected "
                 f"{image.expected_version} (some BMCs apply firmware only at the next reset)"
             )
-        await self._record(component, firmware=version)
+        return ComponentChange(component.id, firmware_version=version)
 
     async def _follow_update(self, session: Session, monitor: Any, where: str) -> None:
         deadline = self._monotonic() + self.config.firmware_timeout
@@ -167,7 +165,7 @@ class RedfishBackend:
 
     async def _inventory(
         self, kind: OperationKind, component: Component, session: Session, where: str
-    ) -> None:
+    ) -> ComponentChange:
         observed: Observed = await self._call(session.observe, f"reading the inventory of {where}")
         log.info("%s (%s): %s", component.name, where, observed.summary)
         power = observed.power
@@ -175,13 +173,7 @@ class RedfishBackend:
             plan = power_plan(kind, forced=False, current=power)
             await self._reach(plan.action, plan.wanted, session, where)
             power = plan.wanted
-        await self._record(component, power=power, firmware=observed.firmware)
-
-    async def _record(
-        self, component: Component, *, power: PowerState | None = None, firmware: str | None = None
-    ) -> None:
-        async with self.db.transaction() as conn:
-            await set_component_state(conn, component.id, power_state=power, firmware_version=firmware)
+        return ComponentChange(component.id, power_state=power, firmware_version=observed.firmware)
 
 
 def _target(bmc: Bmc, component: Component) -> Target:

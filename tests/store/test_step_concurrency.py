@@ -1,8 +1,5 @@
-"""Steps of one component type run together, up to the backend's `step_concurrency`; types stay in order.
-
-`step_batches` is pure; the executor tests run it against a backend that records what overlapped, on both
-databases.
-"""
+"""Steps of one component type run together, up to the backend's `step_concurrency`; types stay in order:
+the executor against a backend that records what overlapped, on both databases."""
 
 from __future__ import annotations
 
@@ -10,51 +7,20 @@ import asyncio
 import uuid
 
 from rackflow.clock import SystemClock
-from rackflow.inventory.model import Component, ComponentSpec, ComponentType, PowerState, RackSelection
+from rackflow.inventory.model import Component, ComponentSpec, ComponentType, RackSelection
 from rackflow.inventory.service import InventoryService
 from rackflow.store.db import Database
-from rackflow.tasks.backends.base import StepFailed
-from rackflow.tasks.executor import Executor, step_batches
+from rackflow.tasks.backends.base import Backend, ComponentChange, StepFailed
+from rackflow.tasks.executor import Executor
 from rackflow.tasks.manager import TaskManager
 from rackflow.tasks.model import ConflictStrategy, Operation, OperationKind, QueueOptions, Task, TaskStatus
 
 CLOCK = SystemClock()
-RACK = uuid.uuid4()
-
-
-def component(name: str, ctype: ComponentType) -> Component:
-    return Component(uuid.uuid4(), RACK, ctype, name, "", "", PowerState.UNKNOWN)
-
-
-def names(batches: list[list[tuple[int, Component]]]) -> list[list[str]]:
-    return [[f"{n}:{c.name}" for n, c in batch] for batch in batches]
-
-
 SHELF = ComponentType.POWERSHELF
 NODE = ComponentType.COMPUTE
-STEPS = [component("ps-0", SHELF), component("ps-1", SHELF)] + [component(f"n{i}", NODE) for i in range(5)]
 
 
-def test_width_one_runs_every_step_alone() -> None:
-    assert names(step_batches(STEPS, 1)) == [[f"{i}:{c.name}"] for i, c in enumerate(STEPS, 1)]
-
-
-def test_batches_never_mix_types_and_hold_at_most_width_steps() -> None:
-    shelves = ["1:ps-0", "2:ps-1"]
-    assert names(step_batches(STEPS, 2)) == [shelves, ["3:n0", "4:n1"], ["5:n2", "6:n3"], ["7:n4"]]
-    assert names(step_batches(STEPS, 4)) == [shelves, ["3:n0", "4:n1", "5:n2", "6:n3"], ["7:n4"]]
-
-
-def test_a_type_that_comes_back_later_starts_a_new_batch() -> None:
-    steps = [component("a", NODE), component("b", SHELF), component("c", NODE)]
-    assert names(step_batches(steps, 8)) == [["1:a"], ["2:b"], ["3:c"]]
-
-
-def test_no_steps_no_batches() -> None:
-    assert step_batches([], 4) == []
-
-
-class Overlapping:
+class Overlapping(Backend):
     """Records which steps were in flight together; fails the components named in `fail`."""
 
     def __init__(self, width: int, fail: frozenset[str] = frozenset()) -> None:
@@ -64,7 +30,7 @@ class Overlapping:
         self.peak: dict[ComponentType, int] = {}
         self.started: list[str] = []
 
-    async def run_step(self, task: Task, component: Component) -> None:
+    async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
         self.started.append(component.name)
         self.in_flight[component.name] = component.type
         # Anything of another type in flight now would break the power order.
@@ -74,6 +40,7 @@ class Overlapping:
         del self.in_flight[component.name]
         if component.name in self.fail:
             raise StepFailed(f"{component.name} refused")
+        return None
 
 
 async def run_task(db: Database, backend: Overlapping, kind: OperationKind) -> Task:

@@ -13,6 +13,7 @@ import base64
 import json
 import re
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,15 +21,12 @@ from typing import Any
 
 import pytest
 
-from rackflow.clock import SystemClock
-from rackflow.inventory.model import Bmc, Component, ComponentSpec, ComponentType, PowerState
-from rackflow.inventory.service import InventoryService
-from rackflow.store.db import Database
+from rackflow.inventory.model import Bmc, Component, ComponentType, PowerState
 from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.model import OperationKind, Task
-from tests.unit.test_redfish_backend import task
+from tests.unit.test_redfish_backend import stored, task
 
 ROOT = "/redfish/v1"
 AUTH = "Basic " + base64.b64encode(b"admin:secret").decode()
@@ -201,20 +199,13 @@ CONFIG = RedfishConfig(
 )
 
 
-async def component(
-    db: Database, url: str, resource: str, ctype: ComponentType = ComponentType.COMPUTE
-) -> Component:
-    spec = ComponentSpec(ctype, "c0", firmware_version="old", bmc=Bmc(url, resource, "env:BMC"))
-    rack = await InventoryService(db, SystemClock()).create_rack("r1", components=[spec])
-    return rack.components[0]
+def component(url: str, resource: str, ctype: ComponentType = ComponentType.COMPUTE) -> Component:
+    bmc = Bmc(url, resource, "env:BMC")
+    return Component(uuid.uuid4(), uuid.uuid4(), ctype, "c0", "", "old", PowerState.UNKNOWN, bmc)
 
 
-async def stored(db: Database, found: Component) -> Component:
-    return (await InventoryService(db, SystemClock()).get_rack(found.rack_id)).components[0]
-
-
-def backend(db: Database, config: RedfishConfig = CONFIG) -> RedfishBackend:
-    return RedfishBackend(db, config, env=ENV)
+def backend(config: RedfishConfig = CONFIG) -> RedfishBackend:
+    return RedfishBackend(config, env=ENV)
 
 
 def upgrade(version: str) -> Task:
@@ -222,11 +213,11 @@ def upgrade(version: str) -> Task:
 
 
 async def test_a_system_is_flashed_with_the_mapped_image_and_the_version_read_back(
-    db: Database, fake_bmc: tuple[FakeBmc, str]
+    fake_bmc: tuple[FakeBmc, str],
 ) -> None:
     bmc, url = fake_bmc
-    node = await component(db, url, "Systems/node-0")
-    await backend(db).run_step(upgrade("2.0"), node)
+    node = component(url, "Systems/node-0")
+    change = await backend().run_step(upgrade("2.0"), node)
     assert bmc.updates == [
         {
             "ImageURI": "http://images/compute/fw-2.0.bin",
@@ -235,56 +226,51 @@ async def test_a_system_is_flashed_with_the_mapped_image_and_the_version_read_ba
         }
     ]
     assert bmc.task_polls < 0  # the task monitor was followed to its end
-    assert (await stored(db, node)).firmware_version == "2.0"
+    assert stored(node, change).firmware_version == "2.0"
 
 
-async def test_a_chassis_version_is_read_from_the_firmware_inventory(
-    db: Database, fake_bmc: tuple[FakeBmc, str]
-) -> None:
+async def test_a_chassis_version_is_read_from_the_firmware_inventory(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
-    shelf = await component(db, url, "Chassis/ps-0", ComponentType.POWERSHELF)
-    await backend(db).run_step(upgrade("https://images/psu/fw-4.3.bin"), shelf)
+    shelf = component(url, "Chassis/ps-0", ComponentType.POWERSHELF)
+    change = await backend().run_step(upgrade("https://images/psu/fw-4.3.bin"), shelf)
     assert bmc.updates[0]["TransferProtocol"] == "HTTPS"
-    assert (await stored(db, shelf)).firmware_version == "4.3"
+    assert stored(shelf, change).firmware_version == "4.3"
 
 
-async def test_a_failed_update_task_fails_the_step(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+async def test_a_failed_update_task_fails_the_step(fake_bmc: tuple[FakeBmc, str]) -> None:
     _, url = fake_bmc
-    node = await component(db, url, "Systems/node-0")
+    node = component(url, "Systems/node-0")
     with pytest.raises(StepFailed) as caught:
-        await backend(db).run_step(upgrade("http://images/unversioned.bin"), node)
+        await backend().run_step(upgrade("http://images/unversioned.bin"), node)
     assert str(caught.value) == (
         f"{url}{ROOT}/Systems/node-0: the BMC's update task ended Exception: "
         "image file name carries no version"
     )
-    assert (await stored(db, node)).firmware_version == "old"
 
 
-async def test_server_errors_are_retried_through_sushy(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+async def test_server_errors_are_retried_through_sushy(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
-    node = await component(db, url, "Systems/node-0")
+    node = component(url, "Systems/node-0")
     bmc.failures = [503, 503, 503]
-    await backend(db).run_step(upgrade("2.1"), node)
-    assert (await stored(db, node)).firmware_version == "2.1"
+    change = await backend().run_step(upgrade("2.1"), node)
+    assert stored(node, change).firmware_version == "2.1"
 
 
-async def test_server_errors_that_persist_fail_after_the_retries(
-    db: Database, fake_bmc: tuple[FakeBmc, str]
-) -> None:
+async def test_server_errors_that_persist_fail_after_the_retries(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
-    node = await component(db, url, "Systems/node-0")
+    node = component(url, "Systems/node-0")
     bmc.failures = [500] * 50
     with pytest.raises(StepFailed) as caught:
-        impatient = backend(db, RedfishConfig(retries=1, retry_delay=0.01))
+        impatient = backend(RedfishConfig(retries=1, retry_delay=0.01))
         await impatient.run_step(task(OperationKind.POWER_ON), node)
     assert str(caught.value).startswith(f"connecting to {url}{ROOT}/Systems/node-0: HTTP 500: injected 500")
     assert str(caught.value).endswith("(gave up after 2 attempts)")
 
 
-async def test_wrong_credentials_fail_without_retrying(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+async def test_wrong_credentials_fail_without_retrying(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
-    node = await component(db, url, "Systems/node-0")
-    wrong = RedfishBackend(db, CONFIG, env={"BMC": "admin:wrong"})
+    node = component(url, "Systems/node-0")
+    wrong = RedfishBackend(CONFIG, env={"BMC": "admin:wrong"})
     with pytest.raises(StepFailed) as caught:
         await wrong.run_step(task(OperationKind.POWER_OFF), node)
     assert str(caught.value) == (
@@ -294,34 +280,32 @@ async def test_wrong_credentials_fail_without_retrying(db: Database, fake_bmc: t
     assert bmc.system_power == "On"
 
 
-async def test_a_chassis_is_powered_through_chassis_reset(
-    db: Database, fake_bmc: tuple[FakeBmc, str]
-) -> None:
+async def test_a_chassis_is_powered_through_chassis_reset(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
-    shelf = await component(db, url, "Chassis/ps-0", ComponentType.POWERSHELF)
-    await backend(db).run_step(task(OperationKind.POWER_OFF, forced=True), shelf)
+    shelf = component(url, "Chassis/ps-0", ComponentType.POWERSHELF)
+    change = await backend().run_step(task(OperationKind.POWER_OFF, forced=True), shelf)
     assert bmc.shelf_power == "Off"
-    assert (await stored(db, shelf)).power_state is PowerState.OFF
+    assert stored(shelf, change).power_state is PowerState.OFF
 
 
-async def test_a_manager_has_no_power_control(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+async def test_a_manager_has_no_power_control(fake_bmc: tuple[FakeBmc, str]) -> None:
     _, url = fake_bmc
-    manager = await component(db, url, "Managers/bmc")
+    manager = component(url, "Managers/bmc")
     with pytest.raises(StepFailed, match=r"Managers/bmc is a manager, which has no power control"):
-        await backend(db).run_step(task(OperationKind.POWER_ON), manager)
+        await backend().run_step(task(OperationKind.POWER_ON), manager)
 
 
-async def test_ingest_records_power_and_firmware(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+async def test_ingest_records_power_and_firmware(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
     bmc.system_power = "Off"
-    node = await component(db, url, "Systems/node-0")
-    await backend(db).run_step(task(OperationKind.INGEST), node)
-    found = await stored(db, node)
+    node = component(url, "Systems/node-0")
+    change = await backend().run_step(task(OperationKind.INGEST), node)
+    found = stored(node, change)
     assert (found.power_state, found.firmware_version) == (PowerState.OFF, "1.0")
 
 
-async def test_a_manager_firmware_version_is_ingested(db: Database, fake_bmc: tuple[FakeBmc, str]) -> None:
+async def test_a_manager_firmware_version_is_ingested(fake_bmc: tuple[FakeBmc, str]) -> None:
     _, url = fake_bmc
-    manager = await component(db, url, "Managers/bmc")
-    await backend(db).run_step(task(OperationKind.INGEST), manager)
-    assert (await stored(db, manager)).firmware_version == "7.1"
+    manager = component(url, "Managers/bmc")
+    change = await backend().run_step(task(OperationKind.INGEST), manager)
+    assert stored(manager, change).firmware_version == "7.1"
