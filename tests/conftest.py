@@ -95,6 +95,19 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with no schema at all, once per backend: for tests that migrate step by step."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
+    from tests.e2e.cluster import fresh_postgres_database
+
+    with fresh_postgres_database(postgres_admin_url()) as url:
+        yield url
+
+
 @pytest.fixture
 async def db(db_url: str) -> AsyncIterator[Database]:
     database = Database(db_url)

@@ -46,7 +46,7 @@ async def _run(env: Env, *, owner: uuid.UUID | None, age: timedelta) -> uuid.UUI
     schedule = await env.schedule(f"sched-{run_id.hex[:8]}", racks=[await env.rack(f"rack-{run_id.hex[:8]}")])
     async with env.db.transaction() as conn:
         await store.insert_runs(
-            conn, [store.NewRun(run_id, schedule.id, START - age, "dispatch", None, owner)]
+            env.db, conn, [store.NewRun(run_id, schedule.id, START - age, "dispatch", None, owner)]
         )
     return schedule.id
 

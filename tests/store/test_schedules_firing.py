@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.errors import FailedPrecondition, NotFound, Unavailable
 from rackflow.inventory.model import Rack, RackSelection
 from rackflow.schedules import firing
-from rackflow.schedules.firing import RunResult, fire, task_description
+from rackflow.schedules.firing import RunResult, task_description
 from rackflow.schedules.model import OverlapPolicy, Schedule
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
@@ -137,7 +137,7 @@ async def test_a_trigger_that_submits_nothing_is_failed_precondition_naming_each
     schedule = await env.schedule("nightly", racks=[full, gone], policy=OverlapPolicy.QUEUE)
     real_fire = firing.fire
 
-    async def rack_deleted_after_phase_one(*args: Any, **kwargs: Any) -> RunResult:
+    async def rack_deleted_after_phase_one(*args: Any, **kwargs: Any) -> list[RunResult]:
         await env.services.inventory.delete_rack(gone.id)
         return await real_fire(*args, **kwargs)
 
@@ -214,7 +214,7 @@ async def test_trigger_unknown_is_not_found(env: Env) -> None:
 
 
 async def test_fire_records_skipped_scopes_and_keeps_their_last_task(env: Env) -> None:
-    """The dispatcher's path: phase 1 by hand, then `fire` with a scope the overlap check left out."""
+    """The dispatcher's path: `firing.claim` leaves out the scope whose last task is still active."""
     r1, r2 = await env.rack("r1"), await env.rack("r2")
     schedule = await env.schedule(racks=[r1, r2])
     first_ids = await env.services.schedules.trigger(schedule.id)
@@ -230,7 +230,7 @@ async def test_fire_records_skipped_scopes_and_keeps_their_last_task(env: Env) -
     assert overlapping == {skipped.id}
 
     env.clock.advance(timedelta(hours=1))
-    result = await _fire_by_hand(env, schedule, skip_scope_ids=overlapping)
+    result = await _fire_by_hand(env, schedule)
     (new_task,) = result.task_ids
     outcomes = {o.rack_id: o.outcome for o in result.outcomes}
     assert outcomes == {r1.id: "skipped_overlap", r2.id: "submitted"}
@@ -258,6 +258,7 @@ async def test_run_history_keeps_the_newest_hundred(env: Env) -> None:
     schedule = await env.schedule(racks=[r1])
     async with env.db.transaction() as conn:
         await store.insert_runs(
+            env.db,
             conn,
             [
                 store.NewRun(uuid.uuid4(), schedule.id, START + timedelta(minutes=minute), "dispatch")
@@ -321,25 +322,15 @@ async def test_write_back_gives_up_at_its_deadline_and_keeps_the_tasks(
     assert scope.last_task_id is None
 
 
-async def _fire_by_hand(
-    env: Env, schedule: Schedule, *, skip_scope_ids: set[uuid.UUID] | None = None
-) -> RunResult:
-    """Phase 1 by hand (a "running" run), then phases 2 and 3, as the dispatcher does."""
-    run_id, fired_at = uuid.uuid4(), env.clock.now()
+async def _fire_by_hand(env: Env, schedule: Schedule) -> RunResult:
+    """The dispatcher's firing of one schedule, due or not: its row locked, `firing.claim` (the overlap
+    check, the advance, a "running" run for its slot), then `firing.fire` (submit, write back)."""
     async with env.db.transaction() as conn:
-        await store.insert_runs(conn, [store.NewRun(run_id, schedule.id, fired_at, "dispatch")])
-    scopes = await env.services.schedules.list_scopes(schedule.id)
-    return await fire(
-        env.db,
-        env.services.tasks,
-        env.clock,
-        schedule,
-        scopes,
-        trigger="dispatch",
-        fired_at=fired_at,
-        skip_scope_ids=skip_scope_ids or set(),
-        run_id=run_id,
-    )
+        locked = await store.get_schedule(conn, schedule.id, lock=env.db.for_update)
+        assert locked is not None
+        claimed = await firing.claim(env.db, conn, [locked], trigger="dispatch", now=env.clock.now())
+    (result,) = await firing.fire(env.db, env.services.tasks, env.clock, claimed)
+    return result
 
 
 def _lose_the_connection_after_the_submit_commits(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -446,21 +437,17 @@ async def test_a_refused_scope_is_recorded_with_its_reason_and_nothing_is_looked
     assert run.outcomes == result.outcomes
 
 
-async def test_tasks_of_firings_finds_each_firings_tasks_by_schedule_description_and_rack(env: Env) -> None:
+async def test_tasks_of_firings_finds_each_firings_tasks_by_run_and_rack(env: Env) -> None:
     r1, r2 = await env.rack("r1"), await env.rack("r2")
     schedule = await env.schedule(racks=[r1, r2], policy=OverlapPolicy.QUEUE)
     first = await env.services.schedules.trigger(schedule.id)
-    first_description = task_description(schedule, env.clock.now())
     env.clock.advance(timedelta(minutes=1))
     second = await env.services.schedules.trigger(schedule.id)
-    second_description = task_description(schedule, env.clock.now())
     tasks = {t.id: t for t in await env.services.tasks.get_tasks(first + second)}
+    (second_run, first_run), _ = await env.services.schedules.list_runs(schedule.id)
+    assert {tasks[i].run_id for i in first} == {first_run.id}  # every task carries its firing
     async with env.db.read() as conn:
-        found = await store.tasks_of_firings(
-            conn, [(schedule.id, first_description), (uuid.uuid4(), second_description)]
-        )
-        both = await store.tasks_of_firings(
-            conn, [(schedule.id, first_description), (schedule.id, second_description)]
-        )
-    assert found == {(schedule.id, first_description, tasks[i].rack_id): i for i in first}
-    assert both == {(schedule.id, tasks[i].description, tasks[i].rack_id): i for i in first + second}
+        found = await store.tasks_of_firings(conn, [first_run.id, uuid.uuid4()])
+        both = await store.tasks_of_firings(conn, [first_run.id, second_run.id])
+    assert found == {(first_run.id, tasks[i].rack_id): i for i in first}
+    assert both == {(tasks[i].run_id, tasks[i].rack_id): i for i in first + second}

@@ -2,15 +2,16 @@
 
 Delivery guarantee — at most once per tick, on any number of instances:
 
-* Phase 1 (one transaction) claims up to `batch` due rows with `FOR UPDATE SKIP LOCKED` (SQLite: inside its
-  single-writer transaction), runs the SKIP overlap check per scope, advances every claimed row's
-  `next_run_at` (interval: dispatch time + duration; cron: next time after the dispatch time; one-time:
-  consumed) and inserts a "running" run row per firing. When this commits, the tick is spent: no instance
-  can claim it again, because the row is locked until then and not due afterwards.
-* Phase 2 (no transaction) submits one task per eligible scope through the task manager; phase 3 writes
-  `last_task_id` back and completes the run (`rackflow.schedules.firing`). A crash between phases loses the
-  tick's remaining submissions rather than repeating them; its run row stays "running" until another
-  instance sees the owner's heartbeat has stopped and marks it "interrupted", so the operator sees it.
+* Phase 1 (one transaction) locks up to `batch` due rows with `FOR UPDATE SKIP LOCKED` (SQLite: inside its
+  single-writer transaction) and claims them (`firing.claim`: the SKIP overlap check per scope, every
+  row's `next_run_at` advanced (interval: dispatch time + duration; cron: next time after the dispatch
+  time; one-time: consumed), a "running" run row per firing). When this commits, the tick is spent: no
+  instance can claim it again, because the row is locked until then and not due afterwards; and should
+  any path try, the run table's unique (schedule, slot) index refuses a second run of the tick.
+* Phases 2 and 3 (`firing.fire`) submit one task per eligible scope through the task manager, then write
+  `last_task_id` back and complete the run. A crash between phases loses the tick's remaining submissions
+  rather than repeating them; its run row stays "running" until another instance sees the owner's
+  heartbeat has stopped and marks it "interrupted", so the operator sees it.
 * "Now" is the database's clock on PostgreSQL, so instances with skewed clocks agree on what is due.
 
 A full batch means more may be due: the loop polls again at once (draining) instead of sleeping, so
@@ -34,10 +35,9 @@ from rackflow import failpoints, metrics
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_DISPATCH_BATCH, DEFAULT_DISPATCH_INTERVAL, DEFAULT_LEASE_TTL
 from rackflow.retry import Retry, retrying
-from rackflow.schedules.firing import Firing, advance_after_firing, fire_batch
-from rackflow.schedules.model import OverlapPolicy
+from rackflow.schedules.firing import Firing, claim, fire
 from rackflow.services import Services
-from rackflow.store import dispatch, schedules
+from rackflow.store import dispatch
 
 log = logging.getLogger(__name__)
 
@@ -140,30 +140,10 @@ class Dispatcher:
             if not due:
                 metrics.DUE_BACKLOG.set(0)
                 return []
-            scopes = await dispatch.scopes_by_schedule(conn, [s.id for s in due])
-            skip_candidates = [
-                sc for s in due if s.overlap_policy is OverlapPolicy.SKIP for sc in scopes[s.id]
-            ]
-            busy = await schedules.overlapping_scope_ids(conn, skip_candidates)
-            claimed: list[Firing] = []
-            advances: list[dispatch.Advance] = []
-            runs: list[schedules.NewRun] = []
             for schedule in due:
                 assert schedule.next_run_at is not None
                 metrics.DISPATCH_LAG.observe(max(0.0, (now - schedule.next_run_at).total_seconds()))
-                enabled, next_run_at = advance_after_firing(schedule, now)
-                advances.append(dispatch.Advance(schedule.id, enabled, next_run_at, now))
-                run_id = uuid.uuid4()
-                runs.append(
-                    schedules.NewRun(
-                        run_id, schedule.id, now, "dispatch", schedule.next_run_at, self.instance_id
-                    )
-                )
-                own = scopes[schedule.id]
-                skip = frozenset(sc.id for sc in own if sc.id in busy)
-                claimed.append(Firing(schedule, own, "dispatch", now, run_id, skip, schedule.next_run_at))
-            await dispatch.advance(conn, advances, now)
-            await schedules.insert_runs(conn, runs)
+            claimed = await claim(self.db, conn, due, trigger="dispatch", now=now, owner_id=self.instance_id)
             backlog = await self._count_backlog(conn, now) if len(due) >= self.batch else 0
         if backlog is not None:
             metrics.DUE_BACKLOG.set(backlog)
@@ -185,7 +165,7 @@ class Dispatcher:
         """Phases 2 and 3 for the whole batch; never raises, so a bad batch cannot stop the loop."""
         try:
             await failpoints.pause("pause_after_claim")
-            await fire_batch(self.db, self.services.tasks, self.services.clock, claimed)
+            await fire(self.db, self.services.tasks, self.services.clock, claimed)
         except Exception:
             log.exception("firing a batch of %d schedule(s) failed", len(claimed))
         finally:

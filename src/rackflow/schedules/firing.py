@@ -1,27 +1,35 @@
-"""Firing a schedule: what happens after its row has been claimed and advanced.
+"""The whole life of a schedule firing, in order: claim (phase 1), submit (phase 2), write back (phase 3).
 
-A firing has three phases, so that no transaction is held while the task manager opens its own:
+Every firing takes this path, whoever starts it: the dispatcher (`Dispatcher`, for due schedules), a
+manual trigger (`ScheduleService.trigger`) and the tests. No transaction is held while the task manager
+opens its own:
 
-1. (caller, one transaction) lock the schedule row, advance it with `advance_after_firing`, set
-   `last_run_at`, and record the run as "running" (`store.schedules.insert_run`). Once this commits, the
-   tick is spent: whatever happens next, it is not fired again (at most once per tick).
-2. (`fire`, one transaction) submit one task per eligible scope. A scope that fails is logged and recorded
-   as "failed"; the other scopes still fire. If the connection is lost (`Unavailable`), the transaction
-   may have committed before the client heard: the outcome is unknown.
-3. (`fire`, a new transaction) after an unknown outcome, look up which of the batch's tasks exist and record
-   those as "submitted"; then write each scope's new `last_task_id` (the SKIP overlap check reads it) and
-   complete the run with its outcomes. Retried briefly: if it still fails, the tasks exist but the overlap
-   check may see stale state until the next successful firing.
+1. `claim` (the caller's transaction, which holds the schedule rows locked): read the scopes, decide per
+   scope what is not submitted (the SKIP overlap check: a scope whose last task is still active), advance
+   each schedule (`advance_after_firing`, `last_run_at`) and record its run as "running". Once this
+   commits, the tick is spent: whatever happens next, it is not fired again (at most once per tick). The
+   database holds that too: a dispatched run is unique per (schedule, slot), so a second claim of one slot
+   records nothing and fires nothing, whatever path it came by.
+2. `fire` (one transaction for the batch) submits one task per scope left, each carrying its run's id. A
+   scope that fails is recorded as "failed" with its reason; the other scopes still fire. If the
+   connection is lost (`Unavailable`), the transaction may have committed before the client heard: the
+   outcome is unknown.
+3. `fire` again (a new transaction, retried for WRITEBACK_DEADLINE_SECONDS): after an unknown outcome, look
+   up which of the runs' tasks exist (by run id) and record those as "submitted"; then write each scope's
+   new `last_task_id` (the SKIP overlap check reads it), complete the runs with their outcomes, and prune
+   run history. If it still fails, the tasks exist but the run stays "running" until the dispatcher's
+   sweep marks it "interrupted".
 
-Manual triggers (`ScheduleService.trigger`) and the dispatcher share this module.
+A decision per scope made at claim time (`Firing.decided`) is recorded as that scope's outcome and never
+submitted; the overlap check is the only such rule today.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -31,7 +39,7 @@ from rackflow.clock import Clock
 from rackflow.errors import RackflowError, Unavailable
 from rackflow.inventory.model import RackSelection
 from rackflow.retry import Retry, retrying
-from rackflow.schedules.model import Schedule, Scope, ScopeOutcome, Trigger
+from rackflow.schedules.model import Outcome, OverlapPolicy, Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Submission, TaskManager
@@ -45,6 +53,27 @@ log = logging.getLogger(__name__)
 WRITEBACK_DEADLINE_SECONDS = 30.0
 WRITEBACK_RETRY_DELAY_SECONDS = 0.2
 WRITEBACK_MAX_DELAY_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One claimed firing waiting for phases 2 and 3: its schedule (as claimed), scopes and run row.
+
+    `decided`: the scopes phase 1 settled without a task, with the outcome recorded for each
+    ("skipped_overlap"). `scheduled_for`: the slot a dispatched firing was due at (None: manual).
+    """
+
+    schedule: Schedule
+    scopes: Sequence[Scope]
+    trigger: Trigger
+    fired_at: datetime
+    run_id: uuid.UUID
+    decided: Mapping[uuid.UUID, Outcome] = field(default_factory=dict)
+    scheduled_for: datetime | None = None
+
+    @property
+    def to_submit(self) -> list[Scope]:
+        return [scope for scope in self.scopes if scope.id not in self.decided]
 
 
 @dataclass(frozen=True)
@@ -74,44 +103,75 @@ def task_description(schedule: Schedule, fired_at: datetime) -> str:
     return f"{schedule.name} — {format_rfc3339(fired_at)}"
 
 
-@dataclass(frozen=True)
-class Firing:
-    """One claimed firing waiting for phases 2 and 3: its schedule (already advanced), scopes and run row."""
-
-    schedule: Schedule
-    scopes: Sequence[Scope]
-    trigger: Trigger
-    fired_at: datetime
-    run_id: uuid.UUID
-    skip_scope_ids: frozenset[uuid.UUID] = frozenset()
-    scheduled_for: datetime | None = None  # the slot a dispatched firing was due at (None: manual)
+# --- phase 1: claim ------------------------------------------------------------------------------
 
 
-async def fire(
+async def claim(
     db: Database,
-    tasks: TaskManager,
-    clock: Clock,
-    schedule: Schedule,
-    scopes: Sequence[Scope],
+    conn: AsyncConnection,
+    schedules: Sequence[Schedule],
     *,
     trigger: Trigger,
-    fired_at: datetime,
-    skip_scope_ids: set[uuid.UUID],
-    run_id: uuid.UUID,
-) -> RunResult:
-    """Phases 2 and 3 of one firing whose run row `run_id` phase 1 inserted.
+    now: datetime,
+    owner_id: uuid.UUID | None = None,
+) -> list[Firing]:
+    """Phase 1 for `schedules`, which the caller has locked in `conn`'s transaction; the firings to run.
 
-    `skip_scope_ids` are the scopes the overlap check left out (empty for manual triggers).
+    Every schedule is advanced as having fired at `now`. A dispatched firing is recorded for the slot it
+    was due at (the schedule's `next_run_at`) and runs the overlap check; a manual one has no slot and
+    fires every scope (the task manager's conflict rules still decide). A dispatched firing whose slot is
+    recorded already is not fired again: its schedule is advanced, and it is left out of the result.
+    `owner_id` (the dispatching instance) lets the sweep tell a dead owner's "running" run.
     """
-    firing = Firing(schedule, scopes, trigger, fired_at, run_id, frozenset(skip_scope_ids))
-    (result,) = await fire_batch(db, tasks, clock, [firing])
-    return result
+    if not schedules:
+        return []
+    scopes = await store.scopes_by_schedule(conn, [s.id for s in schedules])
+    dispatched = trigger == "dispatch"
+    decided = await _decide(conn, schedules, scopes) if dispatched else {}
+    firings = [
+        Firing(
+            schedule,
+            scopes[schedule.id],
+            trigger,
+            now,
+            uuid.uuid4(),
+            {sc.id: decided[sc.id] for sc in scopes[schedule.id] if sc.id in decided},
+            schedule.next_run_at if dispatched else None,
+        )
+        for schedule in schedules
+    ]
+    advances = [store.Advance(s.id, *advance_after_firing(s, now), last_run_at=now) for s in schedules]
+    await store.advance(conn, advances, now)
+    runs = [
+        store.NewRun(f.run_id, f.schedule.id, now, trigger, f.scheduled_for, owner_id if dispatched else None)
+        for f in firings
+    ]
+    recorded = await store.insert_runs(db, conn, runs)
+    for f in firings:
+        if f.run_id not in recorded:
+            log.warning(
+                "schedule %s: its slot %s was fired already; not firing it again",
+                f.schedule.name,
+                f.scheduled_for,
+                extra={"schedule_id": str(f.schedule.id)},
+            )
+    return [f for f in firings if f.run_id in recorded]
 
 
-async def fire_batch(
-    db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing]
-) -> list[RunResult]:
-    """Phases 2 and 3 for several firings at once: one submit transaction, one write-back transaction.
+async def _decide(
+    conn: AsyncConnection, schedules: Sequence[Schedule], scopes: Mapping[uuid.UUID, Sequence[Scope]]
+) -> dict[uuid.UUID, Outcome]:
+    """The scopes a dispatched firing settles without a task: under SKIP, those whose last task is still
+    active (waiting, pending or running)."""
+    candidates = [sc for s in schedules if s.overlap_policy is OverlapPolicy.SKIP for sc in scopes[s.id]]
+    return dict.fromkeys(await store.overlapping_scope_ids(conn, candidates), "skipped_overlap")
+
+
+# --- phases 2 and 3: submit, write back ----------------------------------------------------------
+
+
+async def fire(db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing]) -> list[RunResult]:
+    """Phases 2 and 3 for claimed firings: one submit transaction, one write-back transaction.
 
     A refused scope (conflict, full queue, rack gone) fails alone and the others still fire. The task
     manager locks the batch's racks in id order, so concurrent batches on other instances cannot deadlock.
@@ -122,8 +182,8 @@ async def fire_batch(
         RunResult(
             f.run_id,
             tuple(
-                ScopeOutcome(scope.id, scope.rack_id, "skipped_overlap")
-                if scope.id in f.skip_scope_ids
+                ScopeOutcome(scope.id, scope.rack_id, f.decided[scope.id])
+                if scope.id in f.decided
                 else submitted[(f.run_id, scope.id)]
                 for scope in f.scopes
             ),
@@ -142,35 +202,6 @@ async def fire_batch(
     return results
 
 
-def _log_firing(firing: Firing, result: RunResult, elapsed: float) -> None:
-    counts = {
-        kind: sum(o.outcome == kind for o in result.outcomes)
-        for kind in ("submitted", "skipped_overlap", "failed")
-    }
-    log.info(
-        "schedule %s fired (%s): %d submitted, %d skipped, %d failed",
-        firing.schedule.name,
-        firing.trigger,
-        counts["submitted"],
-        counts["skipped_overlap"],
-        counts["failed"],
-        extra={
-            "schedule_id": str(firing.schedule.id),
-            "schedule_name": firing.schedule.name,
-            "trigger": firing.trigger,
-            "submitted": counts["submitted"],
-            "skipped": counts["skipped_overlap"],
-            "failed": counts["failed"],
-            "duration_s": round(elapsed, 3),
-            **(
-                {"lag_s": round((firing.fired_at - firing.scheduled_for).total_seconds(), 3)}
-                if firing.scheduled_for is not None
-                else {}
-            ),
-        },
-    )
-
-
 async def _submit_all(
     db: Database, tasks: TaskManager, firings: Sequence[Firing]
 ) -> tuple[dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome], bool]:
@@ -184,7 +215,7 @@ async def _submit_all(
     connection may have been lost during COMMIT, after the database committed: then the outcome is unknown,
     and phase 3 looks up which tasks exist.
     """
-    jobs = [(f, scope) for f in firings for scope in f.scopes if scope.id not in f.skip_scope_ids]
+    jobs = [(f, scope) for f in firings for scope in f.to_submit]
     if not jobs:
         return {}, False
     submissions = [
@@ -194,6 +225,7 @@ async def _submit_all(
             task_description(f.schedule, f.fired_at),
             QueueOptions(f.schedule.overlap_policy.conflict_strategy, f.schedule.queue_timeout),
             f.schedule.id,
+            f.run_id,
         )
         for f, scope in jobs
     ]
@@ -272,11 +304,10 @@ async def _with_tasks_found(
     conn: AsyncConnection, firings: Sequence[Firing], results: Sequence[RunResult]
 ) -> list[RunResult]:
     """The results with every "failed" scope whose task exists recorded as "submitted" with that task."""
-    descriptions = {f.run_id: task_description(f.schedule, f.fired_at) for f in firings}
-    found = await store.tasks_of_firings(conn, [(f.schedule.id, descriptions[f.run_id]) for f in firings])
+    found = await store.tasks_of_firings(conn, [f.run_id for f in firings])
 
     def resolved(firing: Firing, outcome: ScopeOutcome) -> ScopeOutcome:
-        task_id = found.get((firing.schedule.id, descriptions[firing.run_id], outcome.rack_id))
+        task_id = found.get((firing.run_id, outcome.rack_id))
         if outcome.outcome != "failed" or task_id is None:
             return outcome
         return ScopeOutcome(outcome.scope_id, outcome.rack_id, "submitted", task_id=task_id)
@@ -297,4 +328,33 @@ def _log_tasks_found(unknown: Sequence[RunResult], recorded: Sequence[RunResult]
         in_doubt,
         in_doubt - found,
         extra={"tasks_found": found, "tasks_in_doubt": in_doubt},
+    )
+
+
+def _log_firing(firing: Firing, result: RunResult, elapsed: float) -> None:
+    counts = {
+        kind: sum(o.outcome == kind for o in result.outcomes)
+        for kind in ("submitted", "skipped_overlap", "failed")
+    }
+    log.info(
+        "schedule %s fired (%s): %d submitted, %d skipped, %d failed",
+        firing.schedule.name,
+        firing.trigger,
+        counts["submitted"],
+        counts["skipped_overlap"],
+        counts["failed"],
+        extra={
+            "schedule_id": str(firing.schedule.id),
+            "schedule_name": firing.schedule.name,
+            "trigger": firing.trigger,
+            "submitted": counts["submitted"],
+            "skipped": counts["skipped_overlap"],
+            "failed": counts["failed"],
+            "duration_s": round(elapsed, 3),
+            **(
+                {"lag_s": round((firing.fired_at - firing.scheduled_for).total_seconds(), 3)}
+                if firing.scheduled_for is not None
+                else {}
+            ),
+        },
     )

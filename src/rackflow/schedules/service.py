@@ -284,32 +284,15 @@ class ScheduleService:
         something: the firing has happened (phase 1 committed), so its run is recorded and a one-time
         schedule is consumed, as a dispatched firing would be.
         """
-        fired_at = self.clock.now()
-        run_id = uuid.uuid4()
         async with self.db.transaction() as conn:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:
                 raise _consumed(schedule, "trigger")
-            enabled, next_run_at = firing.advance_after_firing(schedule, fired_at)
-            fired = replace(
-                schedule, enabled=enabled, next_run_at=next_run_at, last_run_at=fired_at, updated_at=fired_at
-            )
-            await store.save_schedule(conn, fired)
-            scopes = await store.list_scopes(conn, schedule_id)
-            await store.insert_runs(conn, [store.NewRun(run_id, schedule_id, fired_at, "manual")])
-        result = await firing.fire(
-            self.db,
-            self.tasks,
-            self.clock,
-            fired,
-            scopes,
-            trigger="manual",
-            fired_at=fired_at,
-            skip_scope_ids=set(),
-            run_id=run_id,
-        )
-        if scopes and not result.task_ids:
-            raise await self._nothing_submitted(fired, result)
+            # A manual firing has no slot, so it is always recorded: one firing.
+            (claimed,) = await firing.claim(self.db, conn, [schedule], trigger="manual", now=self.clock.now())
+        (result,) = await firing.fire(self.db, self.tasks, self.clock, [claimed])
+        if claimed.scopes and not result.task_ids:
+            raise await self._nothing_submitted(schedule, result)
         return result.task_ids
 
     async def _nothing_submitted(self, schedule: Schedule, result: firing.RunResult) -> FailedPrecondition:

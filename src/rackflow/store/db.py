@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 import psycopg
-from sqlalchemy import event, text
+from sqlalchemy import Insert, Table, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -49,6 +50,12 @@ def chunked(values: Collection[_T], size: int = CHUNK_SIZE) -> Iterator[list[_T]
     items = list(values)
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def some_of(values: Sequence[str], shown: int = 3) -> str:
+    """The first few values for a message, and how many more there are: `a, b, c (+7 more)`."""
+    more = f" (+{len(values) - shown} more)" if len(values) > shown else ""
+    return ", ".join(values[:shown]) + more
 
 
 def is_unique_violation(exc: IntegrityError) -> bool:
@@ -295,6 +302,12 @@ class Database:
     def for_update(self, stmt: _S) -> _S:
         """Lock rows until commit (PostgreSQL); SQLite's single writer already excludes other writers."""
         return stmt.with_for_update() if self.is_postgres else stmt
+
+    def insert_new(self, table: Table) -> Insert:
+        """An INSERT that leaves out the rows a unique constraint or index already holds a value of
+        (`ON CONFLICT DO NOTHING`, spelled alike by both databases); with RETURNING it says which went in."""
+        dialect_insert = postgresql.insert if self.is_postgres else sqlite.insert
+        return dialect_insert(table).on_conflict_do_nothing()
 
 
 def _ping_when_idle(engine: AsyncEngine) -> None:

@@ -1,4 +1,7 @@
-"""The dispatcher's queries: claim due schedules, advance them, and mark abandoned runs.
+"""The dispatcher's queries: claim due schedules, count them, and mark abandoned runs.
+
+(What a claim writes, for the dispatcher and manual triggers alike, is in `store.schedules`: scopes by
+schedule, `advance`, `insert_runs`.)
 
 The claim is the one place where instances compete, so it reads as plain SQL:
 
@@ -16,17 +19,16 @@ its `BEGIN IMMEDIATE` transaction is already exclusive.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, bindparam, func, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.schedules.model import Schedule, Scope
-from rackflow.store.db import Database, chunked
-from rackflow.store.schedules import schedule_from_row, scope_from_row
-from rackflow.store.tables import instances, task_schedule, task_schedule_run, task_schedule_scope
+from rackflow.schedules.model import Schedule
+from rackflow.store.db import Database
+from rackflow.store.schedules import schedule_from_row
+from rackflow.store.tables import instances, task_schedule, task_schedule_run
 
 # A firing's phases 2-3 take seconds; a run still "running" this long after it fired is stuck (its owner
 # lost it, or is a manual trigger's process that died) whoever owns it.
@@ -56,61 +58,6 @@ async def claim_due(
 async def count_due(conn: AsyncConnection, now: datetime) -> int:
     """How many schedules are due right now (the backlog gauge)."""
     return int((await conn.execute(select(func.count()).where(_due(now)))).scalar_one())
-
-
-async def scopes_by_schedule(
-    conn: AsyncConnection, schedule_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, list[Scope]]:
-    """Every claimed schedule's scopes, in creation order, with one query per chunk of schedules."""
-    found: dict[uuid.UUID, list[Scope]] = {sid: [] for sid in schedule_ids}
-    for chunk in chunked(list(schedule_ids)):
-        stmt = (
-            select(task_schedule_scope)
-            .where(task_schedule_scope.c.schedule_id.in_(chunk))
-            .order_by(task_schedule_scope.c.created_at, task_schedule_scope.c.id)
-        )
-        for row in (await conn.execute(stmt)).all():
-            found[row.schedule_id].append(scope_from_row(row))
-    return found
-
-
-@dataclass(frozen=True)
-class Advance:
-    """The new timing of one claimed schedule."""
-
-    schedule_id: uuid.UUID
-    enabled: bool
-    next_run_at: datetime | None
-    last_run_at: datetime
-
-
-async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datetime) -> None:
-    """Write every claimed schedule's new timing in one executemany."""
-    if not advances:
-        return
-    stmt = (
-        update(task_schedule)
-        .where(task_schedule.c.id == bindparam("b_id"))
-        .values(
-            enabled=bindparam("b_enabled"),
-            next_run_at=bindparam("b_next"),
-            last_run_at=bindparam("b_last"),
-            updated_at=bindparam("b_now"),
-        )
-    )
-    await conn.execute(
-        stmt,
-        [
-            {
-                "b_id": a.schedule_id,
-                "b_enabled": a.enabled,
-                "b_next": a.next_run_at,
-                "b_last": a.last_run_at,
-                "b_now": now,
-            }
-            for a in advances
-        ],
-    )
 
 
 async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: timedelta) -> int:

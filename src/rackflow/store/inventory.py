@@ -26,7 +26,7 @@ from rackflow.inventory.model import (
     PowerState,
     Rack,
 )
-from rackflow.store.db import Database, chunked, unique_violation_as
+from rackflow.store.db import Database, chunked, some_of, unique_violation_as
 from rackflow.store.tables import components, nvl_domains, racks, tasks
 from rackflow.store.tasks import is_active
 
@@ -220,8 +220,7 @@ async def insert_components(
         }
         for c in created
     ]
-    ids = sorted({c.external_id for c in created if c.external_id})
-    named = ", ".join(ids[:3]) + (f" (+{len(ids) - 3} more)" if len(ids) > 3 else "")
+    named = some_of(sorted({c.external_id for c in created if c.external_id}))
     with unique_violation_as(AlreadyExists("external_id", named, "a component of the same type with one of")):
         for chunk in chunked(rows):
             await conn.execute(insert(components), chunk)

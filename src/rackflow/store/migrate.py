@@ -30,24 +30,25 @@ def head_revision() -> str:
     return head
 
 
-def _upgrade(conn: Connection) -> None:
+def _upgrade(conn: Connection, revision: str) -> None:
     cfg = _config()
     cfg.attributes["connection"] = conn
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
-    command.upgrade(cfg, "head")
+    command.upgrade(cfg, revision)
 
 
 def _current(conn: Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
 
 
-async def migrate(db: Database) -> str:
-    """Bring the schema to the newest revision; returns it. Safe to run again and concurrently."""
+async def migrate(db: Database, revision: str = "head") -> str:
+    """Bring the schema to `revision` (the newest by default; an older one lets tests write rows as an
+    older rackflow did, then upgrade them); returns it. Safe to run again and concurrently."""
     with connection_errors_as_unavailable():
         async with db.engine.begin() as conn:
-            await conn.run_sync(_upgrade)
-    return head_revision()
+            await conn.run_sync(_upgrade, revision)
+    return head_revision() if revision == "head" else revision
 
 
 async def current_revision(db: Database) -> str | None:

@@ -24,7 +24,6 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -473,22 +472,77 @@ async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) 
 
 
 async def tasks_of_firings(
-    conn: AsyncConnection, firings: Collection[tuple[uuid.UUID, str]]
-) -> dict[tuple[uuid.UUID, str, uuid.UUID], uuid.UUID]:
-    """The tasks that exist for these firings, given as (schedule id, task description), keyed by (schedule
-    id, task description, rack id).
+    conn: AsyncConnection, run_ids: Collection[uuid.UUID]
+) -> dict[tuple[uuid.UUID, uuid.UUID], uuid.UUID]:
+    """The tasks that exist for these firings (runs), keyed by (run id, rack id).
 
-    A firing's tasks carry its schedule id and its description (unique per firing), one per scope's rack;
-    this is how a firing whose submit transaction had an unknown outcome finds what it committed.
+    A firing's tasks carry its run id, one per scope's rack (UNIQUE (run_id, rack_id), whose index this
+    reads); this is how a firing whose submit transaction had an unknown outcome finds what it committed.
     """
-    found: dict[tuple[uuid.UUID, str, uuid.UUID], uuid.UUID] = {}
-    for chunk in chunked(list(firings)):
-        stmt = select(tasks.c.schedule_id, tasks.c.description, tasks.c.rack_id, tasks.c.id).where(
-            tuple_(tasks.c.schedule_id, tasks.c.description).in_(chunk)
+    found: dict[tuple[uuid.UUID, uuid.UUID], uuid.UUID] = {}
+    for chunk in chunked(list(run_ids)):
+        stmt = select(tasks.c.run_id, tasks.c.rack_id, tasks.c.id).where(tasks.c.run_id.in_(chunk))
+        for row in (await conn.execute(stmt)).all():
+            found[(row.run_id, row.rack_id)] = row.id
+    return found
+
+
+# --- firing (phase 1: `schedules.firing.claim`) ----------------------------------------------------
+
+
+async def scopes_by_schedule(
+    conn: AsyncConnection, schedule_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[Scope]]:
+    """Every claimed schedule's scopes, in creation order, with one query per chunk of schedules."""
+    found: dict[uuid.UUID, list[Scope]] = {sid: [] for sid in schedule_ids}
+    for chunk in chunked(list(schedule_ids)):
+        stmt = (
+            select(task_schedule_scope)
+            .where(task_schedule_scope.c.schedule_id.in_(chunk))
+            .order_by(task_schedule_scope.c.created_at, task_schedule_scope.c.id)
         )
         for row in (await conn.execute(stmt)).all():
-            found[(row.schedule_id, row.description, row.rack_id)] = row.id
+            found[row.schedule_id].append(scope_from_row(row))
     return found
+
+
+@dataclass(frozen=True)
+class Advance:
+    """The new timing of one claimed schedule."""
+
+    schedule_id: uuid.UUID
+    enabled: bool
+    next_run_at: datetime | None
+    last_run_at: datetime
+
+
+async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datetime) -> None:
+    """Write every claimed schedule's new timing in one executemany."""
+    if not advances:
+        return
+    stmt = (
+        update(task_schedule)
+        .where(task_schedule.c.id == bindparam("b_id"))
+        .values(
+            enabled=bindparam("b_enabled"),
+            next_run_at=bindparam("b_next"),
+            last_run_at=bindparam("b_last"),
+            updated_at=bindparam("b_now"),
+        )
+    )
+    await conn.execute(
+        stmt,
+        [
+            {
+                "b_id": a.schedule_id,
+                "b_enabled": a.enabled,
+                "b_next": a.next_run_at,
+                "b_last": a.last_run_at,
+                "b_now": now,
+            }
+            for a in advances
+        ],
+    )
 
 
 # --- run history ---------------------------------------------------------------------------------
@@ -506,25 +560,32 @@ class NewRun:
     owner_id: uuid.UUID | None = None
 
 
-async def insert_runs(conn: AsyncConnection, runs: Sequence[NewRun]) -> None:
-    """Record firings as "running" (one executemany)."""
-    if runs:
-        await conn.execute(
-            insert(task_schedule_run),
-            [
-                {
-                    "id": r.run_id,
-                    "schedule_id": r.schedule_id,
-                    "fired_at": r.fired_at,
-                    "scheduled_for": r.scheduled_for,
-                    "trigger": r.trigger,
-                    "state": "running",
-                    "outcomes": [],
-                    "owner_id": r.owner_id,
-                }
-                for r in runs
-            ],
-        )
+async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun]) -> set[uuid.UUID]:
+    """Record firings as "running" (one statement); returns the ids of those recorded.
+
+    A dispatched firing whose slot (schedule, `scheduled_for`) is recorded already is left out: the unique
+    index `uq_task_schedule_run_slot` holds "once per tick" whatever code path tries a second time, and the
+    caller fires only what was recorded.
+    """
+    if not runs:
+        return set()
+    result = await conn.execute(
+        db.insert_new(task_schedule_run).returning(task_schedule_run.c.id),
+        [
+            {
+                "id": r.run_id,
+                "schedule_id": r.schedule_id,
+                "fired_at": r.fired_at,
+                "scheduled_for": r.scheduled_for,
+                "trigger": r.trigger,
+                "state": "running",
+                "outcomes": [],
+                "owner_id": r.owner_id,
+            }
+            for r in runs
+        ],
+    )
+    return set(result.scalars())
 
 
 async def complete_runs(

@@ -98,9 +98,15 @@ tasks = Table(
     Column("schedule_id", Uuid, nullable=True, index=True),
     Column("owner_id", Uuid, nullable=True),
     Column("attempts", Integer, nullable=False, server_default="0"),
+    # The firing that submitted the task (migration 0006); a pruned run leaves its tasks, unlinked.
+    Column("run_id", Uuid, ForeignKey("task_schedule_run.id", ondelete="SET NULL"), nullable=True),
     CheckConstraint(
         "status IN ('pending', 'running', 'completed', 'failed', 'terminated', 'waiting')", name="status"
     ),
+    # One task per rack per firing, whatever code path submits it (and the index the lost-connection
+    # recovery looks a firing's tasks up by). A unique index rather than a table constraint, so that
+    # migration 0006 need not rebuild the table on SQLite.
+    Index("uq_tasks_run_id_rack_id", "run_id", "rack_id", unique=True),
     Index("ix_tasks_rack_id_status", "rack_id", "status"),
     Index("ix_tasks_created_at", "created_at"),
     # The executor's claim scans only live tasks.
@@ -184,6 +190,16 @@ task_schedule_run = Table(
         "owner_id",
         postgresql_where=text("state = 'running'"),
         sqlite_where=text("state = 'running'"),
+    ),
+    # Exactly once per tick, held by the database: one run per (schedule, slot) it was dispatched for.
+    # Manual runs have no slot (NULL) and are not limited (migration 0006).
+    Index(
+        "uq_task_schedule_run_slot",
+        "schedule_id",
+        "scheduled_for",
+        unique=True,
+        postgresql_where=text("scheduled_for IS NOT NULL"),
+        sqlite_where=text("scheduled_for IS NOT NULL"),
     ),
 )
 

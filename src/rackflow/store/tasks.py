@@ -19,7 +19,8 @@ from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, sel
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
-from rackflow.store.db import Database, chunked
+from rackflow.errors import AlreadyExists
+from rackflow.store.db import Database, chunked, some_of, unique_violation_as
 from rackflow.store.instances import is_live
 from rackflow.store.tables import racks, tasks
 from rackflow.tasks.model import ACTIVE_STATUSES, Operation, Task, TaskStatus
@@ -65,6 +66,7 @@ def task_from_row(row: Row[Any]) -> Task:
         finished_at=row.finished_at,
         updated_at=row.updated_at,
         schedule_id=row.schedule_id,
+        run_id=row.run_id,
     )
 
 
@@ -84,11 +86,17 @@ def _task_values(task: Task) -> dict[str, Any]:
         "finished_at": task.finished_at,
         "updated_at": task.updated_at,
         "schedule_id": task.schedule_id,
+        "run_id": task.run_id,
     }
 
 
 async def insert_tasks(conn: AsyncConnection, new: Sequence[Task]) -> None:
-    if new:
+    """Insert the tasks (one executemany). A firing has one task per rack: a second one for a (run, rack)
+    is refused by the database, whatever submitted it, as `AlreadyExists` naming the run."""
+    if not new:
+        return
+    runs = some_of(sorted({str(t.run_id) for t in new if t.run_id is not None}))
+    with unique_violation_as(AlreadyExists("run_id", runs, "a task on one of these racks from the run")):
         await conn.execute(insert(tasks), [_task_values(t) for t in new])
 
 

@@ -113,6 +113,7 @@ class Submission:
     description: str
     queue: QueueOptions
     schedule_id: uuid.UUID | None = None
+    run_id: uuid.UUID | None = None  # the schedule firing it is for (its tasks carry it)
 
 
 def _checked(submission: Submission) -> Submission:
@@ -176,6 +177,7 @@ class _RackState:
                     finished_at=None,
                     updated_at=now,
                     schedule_id=submission.schedule_id,
+                    run_id=submission.run_id,
                 )
             )
         return planned

@@ -128,3 +128,4 @@ class Task:
     finished_at: datetime | None
     updated_at: datetime
     schedule_id: uuid.UUID | None = None
+    run_id: uuid.UUID | None = None  # the schedule firing that submitted it
