@@ -27,6 +27,10 @@ DUE_BACKLOG = Gauge(
     "Schedules due but not yet claimed (while draining, counted at most once a second).",
 )
 TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
+AUDIT_WRITE_FAILURES = Counter(
+    "rackflow_audit_write_failures_total",
+    "Audit events that could not be written (the action's result stands).",
+)
 AUDIT_EVENTS_PRUNED = Counter(
     "rackflow_audit_events_pruned_total", "Audit events this process deleted as older than --audit-retention."
 )

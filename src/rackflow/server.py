@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from rackflow.api.audit import AuditInterceptor
 from rackflow.api.auth import AuthInterceptor
 from rackflow.api.servicer import FlowServicer
-from rackflow.audit_retention import AuditPruner
+from rackflow.audit.retention import AuditPruner
 from rackflow.clock import SystemClock
 from rackflow.config import BackendName, ServeConfig, parse_host_port
 from rackflow.metrics import serve_metrics
@@ -62,7 +62,6 @@ class RackflowServer:
         self.clock = SystemClock(config.clock_offset)
         self.db = Database(config.db, clock=self.clock, pool_size=config.db_pool_size)
         self.services = Services.build(self.db, self.clock)
-        self.audit = AuditInterceptor(self.db, self.clock)
         self.grpc: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.address = ""
@@ -81,7 +80,7 @@ class RackflowServer:
 
         self.grpc = grpc.aio.server(
             # Authentication runs outside auditing, so the audit sees the caller's principal.
-            interceptors=[AuthInterceptor(self.config.tokens), self.audit],
+            interceptors=[AuthInterceptor(self.config.tokens), AuditInterceptor(self.services.audit)],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -191,6 +190,6 @@ class RackflowServer:
         await asyncio.gather(*self._workers, return_exceptions=True)
         if self.grpc is not None:
             await self.grpc.stop(SHUTDOWN_GRACE_SECONDS)
-        await self.audit.close()  # events of RPCs cut short by the grace period
+        await self.services.audit.close()  # events of RPCs cut short by the grace period
         await self.db.dispose()
         log.info("stopped")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rackflow.audit.trail import AuditTrail
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
 from rackflow.schedules.service import ScheduleService
@@ -18,10 +19,12 @@ class Services:
     inventory: InventoryService
     tasks: TaskManager
     schedules: ScheduleService
+    audit: AuditTrail
 
     @classmethod
     def build(cls, db: Database, clock: Clock) -> Services:
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
         schedules = ScheduleService(db, clock, tasks)
-        return cls(db=db, clock=clock, inventory=inventory, tasks=tasks, schedules=schedules)
+        audit = AuditTrail(db, clock)
+        return cls(db=db, clock=clock, inventory=inventory, tasks=tasks, schedules=schedules, audit=audit)

@@ -39,9 +39,7 @@ async def secured_server(
     credentials: grpc.ServerCredentials | None = None,
 ) -> AsyncIterator[str]:
     """A started server on a free loopback port; yields HOST:PORT."""
-    server = grpc.aio.server(
-        interceptors=[AuthInterceptor(tokens), AuditInterceptor(services.db, services.clock)]
-    )
+    server = grpc.aio.server(interceptors=[AuthInterceptor(tokens), AuditInterceptor(services.audit)])
     flow_pb2_grpc.add_FlowServicer_to_server(FlowServicer(services), server)
     status = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(status, server)

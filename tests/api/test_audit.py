@@ -14,8 +14,10 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow import metrics
 from rackflow.api import audit as audit_interceptor
 from rackflow.api.auth import Principal, current_principal
+from rackflow.audit.model import AuditEvent
 from rackflow.clock import Clock, FakeClock
 from rackflow.inventory.model import ComponentSpec, ComponentType
 from rackflow.security import Role
@@ -218,12 +220,12 @@ async def test_an_audit_failure_does_not_fail_the_mutation(
         raise RuntimeError("audit table is gone")
 
     monkeypatch.setattr(audit_store, "insert_events", broken)
-    failures = audit_interceptor.AUDIT_WRITE_FAILURES._value.get()
+    failures = metrics.AUDIT_WRITE_FAILURES._value.get()
     with caplog.at_level(logging.ERROR):
         rack = await stub.CreateRack(pb.CreateRackRequest(name="r1"), metadata=OPERATOR)
     assert rack.name == "r1"
     assert "AUDIT WRITE FAILED: CreateRack by oncall" in caplog.text
-    assert audit_interceptor.AUDIT_WRITE_FAILURES._value.get() == failures + 1
+    assert metrics.AUDIT_WRITE_FAILURES._value.get() == failures + 1
     monkeypatch.undo()
     assert await events(stub) == []
 
@@ -233,7 +235,7 @@ async def read_back(db: Database, schedule_id: str) -> dict[str, object] | None:
         return await audit_store.schedule_snapshot(conn, uuid.UUID(schedule_id))
 
 
-async def stored_events(db: Database) -> list[audit_store.AuditEvent]:
+async def stored_events(db: Database) -> list[AuditEvent]:
     async with db.read() as conn:
         found, _ = await audit_store.list_events(conn)
     return found
@@ -265,12 +267,12 @@ async def test_concurrent_events_share_one_insert_and_are_committed_when_recorde
     inserts: list[int] = []
     insert_events = audit_store.insert_events
 
-    async def counted(conn: AsyncConnection, written: Sequence[audit_store.AuditEvent]) -> None:
+    async def counted(conn: AsyncConnection, written: Sequence[AuditEvent]) -> None:
         inserts.append(len(written))
         await insert_events(conn, written)
 
     monkeypatch.setattr(audit_store, "insert_events", counted)
-    interceptor = audit_interceptor.AuditInterceptor(services.db, services.clock)
+    interceptor = audit_interceptor.AuditInterceptor(services.audit)
     principal = current_principal.set(Principal("oncall", Role.OPERATOR, "token"))
     calls = [
         *(
@@ -299,12 +301,12 @@ async def test_concurrent_events_share_one_insert_and_are_committed_when_recorde
 
 
 async def test_close_waits_for_the_events_of_cancelled_calls(services: Services) -> None:
-    interceptor = audit_interceptor.AuditInterceptor(services.db, services.clock)
+    interceptor = audit_interceptor.AuditInterceptor(services.audit)
     recording = asyncio.create_task(
         interceptor.record("CreateRack", pb.CreateRackRequest(name="r1"), None, "CANCELLED", "", None, None)
     )
     await asyncio.sleep(0)  # queued
     recording.cancel()
-    await interceptor.close()
+    await services.audit.close()
     assert recording.cancelled()
     assert [(e.method, e.outcome) for e in await stored_events(services.db)] == [("CreateRack", "CANCELLED")]

@@ -10,7 +10,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from rackflow.api.audit_rpcs import RPC_NAMES
+from rackflow.api.audit import RPC_NAMES
 from rackflow.api.auth import is_mutating
 from rackflow.security import ServerTls, server_credentials
 from rackflow.services import Services

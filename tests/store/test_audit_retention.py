@@ -13,7 +13,8 @@ from typing import Any
 from sqlalchemy import event, select
 
 from rackflow import metrics
-from rackflow.audit_retention import AuditPruner
+from rackflow.audit.model import OK, AuditEvent
+from rackflow.audit.retention import AuditPruner
 from rackflow.clock import SystemClock
 from rackflow.store import audit as store
 from rackflow.store.db import Database
@@ -22,14 +23,14 @@ from rackflow.store.tables import audit_events
 RETENTION = timedelta(hours=1)
 
 
-def _event(at: datetime) -> store.AuditEvent:
-    return store.AuditEvent(
+def _event(at: datetime) -> AuditEvent:
+    return AuditEvent(
         id=uuid.uuid4(),
         at=at,
         principal="alice",
         method="CreateRack",
         target_ids=(),
-        outcome=store.OK,
+        outcome=OK,
         error="",
         request={},
     )

@@ -1,54 +1,40 @@
-"""The audit interceptor: every mutating RPC is recorded once, outside the servicers.
+"""Audit over gRPC: the interceptor that records every mutating RPC, and ListAuditEvents.
 
-Design: the servicers know nothing about auditing. This interceptor wraps every Flow RPC that is not a
-read (see `rackflow.api.auth.is_mutating`), runs it, and then writes one `audit_events` row: the principal
-(set by the auth interceptor, which runs outside this one), the RPC name, the ids it touched (every UUID in
-the request, the ids of what the response returned: a created rack, schedule or the submitted tasks, and
-the schedule a scope RPC changed),
-the outcome (`OK` or the status code name) and the request as JSON. For schedule RPCs the row also holds
-the schedule (row and scopes) as read just before the call and just after it, so it shows what changed.
-A create has no "before" and reads nothing before the call.
-
-The rows of concurrent RPCs are written together (`GroupCommit`, one writer per process): one transaction
-reads all their "after" snapshots (two queries) and inserts all their rows (one INSERT), after the RPCs'
-own transactions committed. The "after" snapshot is read there, not taken from the RPC's response,
-because a `TaskSchedule` message lacks what the snapshot holds (the operation template, the timezone, the
-scopes). `record` returns only once its row is committed, so an RPC that returned has its event in the
-trail. What that saves: docs/PERFORMANCE.md, "api".
-
-An audit failure cannot roll back or fail a mutation that succeeded: it is logged at ERROR and counted in
-`rackflow_audit_write_failures_total` instead (a failed group is retried one row per transaction, so one
-bad row does not lose its neighbours). The price is that a crash between the RPC's commit and the audit
-commit loses those events, and a concurrent change to the same schedule can fall between a before and an
-after snapshot (the after is read when its group is written, at most one round after the RPC committed).
-`close` waits for queued rows, so a clean shutdown loses none.
+The servicers know nothing about auditing. The interceptor wraps every Flow RPC that is not a read (see
+`rackflow.api.auth.is_mutating`), runs it, and records one event in the audit trail (`rackflow.audit`):
+the principal (set by the auth interceptor, which runs outside this one), the RPC name, the ids it touched
+(every UUID in the request, the ids of what the response returned: a created rack, schedule or the
+submitted tasks, and the schedule a scope RPC changed), the outcome (`OK` or the status code name) and the
+request as JSON. For schedule RPCs the event also holds the schedule as read just before the call and just
+after it, so it shows what changed; a create has no "before" and reads nothing before the call. How the
+trail writes, and what an audit failure does (nothing to the RPC), is `rackflow.audit.trail`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
-from prometheus_client import Counter
+from grpc.aio import ServicerContext as Context
 
 from rackflow.api.auth import ANONYMOUS, Behavior, current_principal, is_mutating, rpc_name, with_behavior
-from rackflow.clock import Clock
-from rackflow.store import audit as store
-from rackflow.store.db import Database
-from rackflow.store.group_commit import GroupCommit
+from rackflow.api.convert import page_from, timestamp_from
+from rackflow.api.convert.audit import audit_event_to
+from rackflow.api.errors import rpc
+from rackflow.audit.model import OK
+from rackflow.audit.trail import AuditTrail
+from rackflow.errors import InvalidArgument
 from rackflow.v1 import flow_pb2 as pb
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from rackflow.services import Services
 
-AUDIT_WRITE_FAILURES = Counter(
-    "rackflow_audit_write_failures_total", "Audit events that could not be written (the RPC's result stands)."
-)
+RPC_NAMES = frozenset(pb.DESCRIPTOR.services_by_name["Flow"].methods_by_name)
 
 # Schedule RPCs whose request names the schedule, and the field that does.
 _SCHEDULE_ID_FIELD = {
@@ -95,15 +81,10 @@ def _parse_uuid(value: str) -> uuid.UUID | None:
 
 
 class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, db: Database, clock: Clock) -> None:
-        self.db = db
-        self.clock = clock
-        # Concurrent RPCs' events share one transaction: one after-snapshot read and one INSERT per round.
-        self._writer: GroupCommit[store.PendingEvent, None] = GroupCommit(db, store.write_events)
+    """Records every mutating RPC in `trail` (the process's `Services.audit`)."""
 
-    async def close(self) -> None:
-        """Wait for the events already queued to be written (before the database is closed)."""
-        await self._writer.close()
+    def __init__(self, trail: AuditTrail) -> None:
+        self.trail = trail
 
     async def intercept_service(
         self,
@@ -122,7 +103,9 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         async def audited(request: Any, context: grpc.aio.ServicerContext) -> Any:
             schedule_id = await self._schedule_id_before(rpc, request)
-            call = _AuditedCall(self, rpc, request, schedule_id, await self._before(schedule_id))
+            call = _AuditedCall(
+                self, rpc, request, schedule_id, await self.trail.schedule_before(schedule_id)
+            )
             try:
                 response = await behavior(request, _RecordingContext(context, call))
             except asyncio.CancelledError:
@@ -134,7 +117,7 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 raise
             if rpc == _CREATE_SCHEDULE_RPC:
                 call.schedule_id = _parse_uuid(response.id.id)
-            await call.finish(response, store.OK, "")
+            await call.finish(response, OK, "")
             return response
 
         return audited
@@ -143,22 +126,8 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if rpc in _SCHEDULE_ID_FIELD:
             return _parse_uuid(getattr(request, _SCHEDULE_ID_FIELD[rpc]).id)
         if rpc == _SCOPE_RPC and (scope_id := _parse_uuid(request.scope_id.id)) is not None:
-            try:
-                async with self.db.read() as conn:
-                    return await store.schedule_of_scope(conn, scope_id)
-            except Exception:
-                log.exception("audit: cannot look up the schedule of scope %s", scope_id)
+            return await self.trail.schedule_of_scope(scope_id)
         return None
-
-    async def _before(self, schedule_id: uuid.UUID | None) -> dict[str, Any] | None:
-        if schedule_id is None:
-            return None
-        try:
-            async with self.db.read() as conn:
-                return await store.schedule_snapshot(conn, schedule_id)
-        except Exception:
-            log.exception("audit: cannot read schedule %s for its before record", schedule_id)
-            return None
 
     async def record(
         self,
@@ -170,32 +139,22 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         schedule_id: uuid.UUID | None,
         before: dict[str, Any] | None,
     ) -> None:
-        """Write the event; on failure log loudly and carry on, so the RPC's own result stands.
+        """Record the RPC in the trail: the gRPC request and response converted, the caller's principal.
 
-        Returns once the event is committed, so an RPC that returns has its event in the trail.
+        Returns once the event is committed, so an RPC that returns has its event in the trail; never
+        raises (`AuditTrail.record`).
         """
         principal = current_principal.get()
-        try:
-            event = store.AuditEvent(
-                id=uuid.uuid4(),
-                at=self.clock.now(),
-                principal=principal.name if principal else ANONYMOUS,
-                method=rpc,
-                target_ids=target_ids(request, response, *([str(schedule_id)] if schedule_id else [])),
-                outcome=outcome,
-                error=error,
-                request=MessageToDict(request, preserving_proto_field_name=True),
-                schedule_before=before,
-            )
-            await self._writer.write(store.PendingEvent(event, after_of=schedule_id))
-        except Exception:
-            AUDIT_WRITE_FAILURES.inc()
-            log.exception(
-                "AUDIT WRITE FAILED: %s by %s (outcome %s) is not in the audit trail",
-                rpc,
-                principal.name if principal else ANONYMOUS,
-                outcome,
-            )
+        await self.trail.record(
+            principal=principal.name if principal else ANONYMOUS,
+            method=rpc,
+            target_ids=target_ids(request, response, *([str(schedule_id)] if schedule_id else [])),
+            outcome=outcome,
+            error=error,
+            request=MessageToDict(request, preserving_proto_field_name=True),
+            schedule_id=schedule_id,
+            before=before,
+        )
 
 
 class _AuditedCall:
@@ -241,3 +200,29 @@ class _RecordingContext:
     async def abort(self, code: grpc.StatusCode, details: str = "", *args: Any, **kwargs: Any) -> None:
         await self._call.finish(None, code.name, details)
         await self._context.abort(code, details, *args, **kwargs)
+
+
+# --- ListAuditEvents -------------------------------------------------------------------------------------
+
+
+class AuditRpcs:
+    """The audit part of the `Flow` servicer."""
+
+    services: Services
+
+    @rpc
+    async def ListAuditEvents(
+        self, request: pb.ListAuditEventsRequest, context: Context
+    ) -> pb.ListAuditEventsResponse:
+        if request.method and request.method not in RPC_NAMES:
+            raise InvalidArgument(f"method: {request.method!r} is not an RPC of the Flow service")
+        since = timestamp_from(request.since, "since") if request.HasField("since") else None
+        offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
+        events, total = await self.services.audit.list_events(
+            since=since,
+            method=request.method or None,
+            principal=request.principal or None,
+            offset=offset,
+            limit=limit,
+        )
+        return pb.ListAuditEventsResponse(events=[audit_event_to(e) for e in events], total=total)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rackflow.api.audit_rpcs import AuditRpcs
+from rackflow.api.audit import AuditRpcs
 from rackflow.api.inventory import InventoryRpcs
 from rackflow.api.schedules import ScheduleRpcs
 from rackflow.api.tasks import TaskRpcs

@@ -12,29 +12,13 @@ from typing import Any
 from sqlalchemy import ColumnElement, any_, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.audit.model import AuditEvent
 from rackflow.store.db import Database
 from rackflow.store.tables import audit_events, task_schedule, task_schedule_scope
 
-OK = "OK"
 # Rows deleted per transaction when pruning: a first prune of millions of rows holds no long transaction
 # (nor SQLite's write lock) and each chunk is a short range scan of ix_audit_events_at_id.
 PRUNE_CHUNK = 10_000
-
-
-@dataclass(frozen=True)
-class AuditEvent:
-    """One mutating RPC: who called `method` on which ids, when, and how it ended (`OK` or a code name)."""
-
-    id: uuid.UUID
-    at: datetime
-    principal: str
-    method: str
-    target_ids: tuple[str, ...]
-    outcome: str
-    error: str
-    request: dict[str, Any]
-    schedule_before: dict[str, Any] | None = None
-    schedule_after: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

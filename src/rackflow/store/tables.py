@@ -203,7 +203,7 @@ task_schedule_run = Table(
     ),
 )
 
-# Who changed what, when, with what outcome: one row per mutating RPC, written after the RPC (api/audit.py).
+# Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).
 audit_events = Table(
     "audit_events",
     metadata,

@@ -1,0 +1,6 @@
+"""The audit trail: who changed what, when, with what outcome, and the schedule before and after.
+
+`trail.AuditTrail` records and lists events (one per action, whichever front end took it: the gRPC
+interceptor in `rackflow.api.audit`, or any other that calls `AuditTrail.record`), `retention.AuditPruner`
+deletes the old ones, `model.AuditEvent` is one event. Its SQL is `rackflow.store.audit`.
+"""

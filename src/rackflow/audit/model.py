@@ -1,0 +1,30 @@
+"""Audit values: one recorded event."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+OK = "OK"  # the outcome of an action that succeeded; a refused one records its status code's name
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One action: who called `method` on which ids, when, and how it ended (`OK` or a code name).
+
+    `request` is the request as JSON; for an action on a schedule, `schedule_before` and `schedule_after`
+    hold the schedule (row and scopes) as read just before the action and just after it.
+    """
+
+    id: uuid.UUID
+    at: datetime
+    principal: str
+    method: str
+    target_ids: tuple[str, ...]
+    outcome: str
+    error: str
+    request: dict[str, Any]
+    schedule_before: dict[str, Any] | None = None
+    schedule_after: dict[str, Any] | None = None

@@ -1,0 +1,129 @@
+"""Recording and listing audit events: every front end records through `AuditTrail.record`.
+
+The gRPC interceptor (`rackflow.api.audit`) records every mutating RPC; another front end (an HTTP
+handler, say) records its actions the same way: read the schedule's "before" with `schedule_before` when
+the action names a schedule, carry the action out, then `record` one event with the principal, the method,
+the ids it touched, the outcome (`OK` or the status code's name), the request as JSON and the schedule
+whose "after" to read.
+
+Concurrent events are written together (`GroupCommit`, one writer per process): one transaction reads all
+their "after" snapshots (two queries) and inserts all their rows (one INSERT), after the actions' own
+transactions committed. The "after" snapshot is read there, not taken from an action's reply, because a
+reply lacks what the snapshot holds (the operation template, the timezone, the scopes). `record` returns
+only once its row is committed, so an action that returned has its event in the trail. What that saves:
+docs/PERFORMANCE.md, "api".
+
+An audit failure cannot roll back or fail an action that succeeded: it is logged at ERROR and counted in
+`rackflow_audit_write_failures_total` instead (a failed group is retried one row per transaction, so one
+bad row does not lose its neighbours). The price is that a crash between the action's commit and the
+audit commit loses those events, and a concurrent change to the same schedule can fall between a before
+and an after snapshot (the after is read when its group is written, at most one round after the action
+committed). `close` waits for queued rows, so a clean shutdown loses none.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rackflow import metrics
+from rackflow.audit.model import AuditEvent
+from rackflow.clock import Clock
+from rackflow.store import audit as store
+from rackflow.store.db import Database
+from rackflow.store.group_commit import GroupCommit
+from rackflow.validation import check_text
+
+log = logging.getLogger(__name__)
+
+
+class AuditTrail:
+    """The audit trail of one process: records events (grouped into shared transactions) and lists them."""
+
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+        self._writer: GroupCommit[store.PendingEvent, None] = GroupCommit(db, store.write_events)
+
+    async def close(self) -> None:
+        """Wait for the events already queued to be written (before the database is closed)."""
+        await self._writer.close()
+
+    async def schedule_of_scope(self, scope_id: uuid.UUID) -> uuid.UUID | None:
+        """The schedule a scope entry belongs to (None: no such scope, or the read failed, logged)."""
+        try:
+            async with self.db.read() as conn:
+                return await store.schedule_of_scope(conn, scope_id)
+        except Exception:
+            log.exception("audit: cannot look up the schedule of scope %s", scope_id)
+            return None
+
+    async def schedule_before(self, schedule_id: uuid.UUID | None) -> dict[str, Any] | None:
+        """The schedule (row and scopes) as JSON, to record as an action's "before" (None: no schedule, or
+        the read failed, which is logged: the action goes ahead all the same)."""
+        if schedule_id is None:
+            return None
+        try:
+            async with self.db.read() as conn:
+                return await store.schedule_snapshot(conn, schedule_id)
+        except Exception:
+            log.exception("audit: cannot read schedule %s for its before record", schedule_id)
+            return None
+
+    async def record(
+        self,
+        *,
+        principal: str,
+        method: str,
+        target_ids: Sequence[str],
+        outcome: str,
+        request: dict[str, Any],
+        error: str = "",
+        schedule_id: uuid.UUID | None = None,
+        before: dict[str, Any] | None = None,
+    ) -> None:
+        """Record one action: `principal` called `method` on `target_ids` and it ended with `outcome`
+        (`OK`, or the status code's name with `error`). With `schedule_id`, the event holds `before` and
+        the schedule as the write finds it. Returns once the event is committed; never raises (a failure
+        is logged loudly and counted, so the action's own result stands).
+        """
+        try:
+            event = AuditEvent(
+                id=uuid.uuid4(),
+                at=self.clock.now(),
+                principal=principal,
+                method=method,
+                target_ids=tuple(target_ids),
+                outcome=outcome,
+                error=error,
+                request=request,
+                schedule_before=before,
+            )
+            await self._writer.write(store.PendingEvent(event, after_of=schedule_id))
+        except Exception:
+            metrics.AUDIT_WRITE_FAILURES.inc()
+            log.exception(
+                "AUDIT WRITE FAILED: %s by %s (outcome %s) is not in the audit trail",
+                method,
+                principal,
+                outcome,
+            )
+
+    async def list_events(
+        self,
+        *,
+        since: datetime | None = None,
+        method: str | None = None,
+        principal: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> tuple[list[AuditEvent], int]:
+        """One page of events, newest first, and how many match the filters before paging."""
+        check_text(principal or "", "principal")  # no row can hold a longer or control-character name
+        async with self.db.read() as conn:
+            return await store.list_events(
+                conn, since=since, method=method, principal=principal, offset=offset, limit=limit
+            )
