@@ -251,7 +251,7 @@ async def test_list_tasks_filters_and_pages(stub: Stub, services: Services) -> N
     active = await stub.ListTasks(pb.ListTasksRequest(active_only=True))
     assert [t.id.id for t in active.tasks] == [second.id] and active.total == 1
     schedule_id = uuid.uuid4()
-    [scheduled] = await services.tasks.submit_target(
+    [scheduled] = await services.tasks.submit(
         Operation(OperationKind.POWER_ON),
         TargetSpec(racks=(RackTarget(name="r1"),)),
         description="",

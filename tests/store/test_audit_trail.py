@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rackflow.audit.model import OK
+from rackflow.audit.model import OK, EventFilter
 from rackflow.errors import InvalidArgument
 from rackflow.store.db import Database
 from tests.store.schedules_support import Env, make_env
@@ -30,16 +30,16 @@ async def test_an_action_outside_grpc_is_recorded_with_its_schedule_before_and_a
         schedule_id=schedule.id,
         before=before,
     )
-    (event,), total = await trail.list_events(principal="oncall")
+    (event,), total = await trail.list_events(EventFilter(principal="oncall"))
     assert total == 1
     assert (event.method, event.outcome, event.target_ids) == ("PauseTaskSchedule", OK, (str(schedule.id),))
     assert event.request == {"id": str(schedule.id), "via": "http"}
     assert before is not None and before["enabled"] is True
     assert event.schedule_before == before
     assert event.schedule_after is not None and event.schedule_after["enabled"] is False
-    assert await trail.list_events(method="CreateRack") == ([], 0)
+    assert await trail.list_events(EventFilter(method="CreateRack")) == ([], 0)
 
 
 async def test_a_principal_no_row_can_hold_is_refused(env: Env) -> None:
     with pytest.raises(InvalidArgument, match=r"^principal: "):
-        await env.services.audit.list_events(principal="a\x00b")
+        await env.services.audit.list_events(EventFilter(principal="a\x00b"))

@@ -248,10 +248,10 @@ async def test_unknown_and_duplicate_racks(db: Database, clock: FakeClock, manag
 async def test_submit_target_resolves_the_spec(db: Database, clock: FakeClock, manager: TaskManager) -> None:
     rack = await make_rack(db, clock)
     spec = TargetSpec(racks=(RackTarget(name="r1", component_types=(ComponentType.NVSWITCH,)),))
-    [task] = await manager.submit_target(POWER_ON, spec, description="", queue=REJECT)
+    [task] = await manager.submit(POWER_ON, spec, description="", queue=REJECT)
     assert task.component_ids == tuple(c.id for c in rack.components if c.type is ComponentType.NVSWITCH)
     with pytest.raises(NotFound):
-        await manager.submit_target(
+        await manager.submit(
             POWER_ON, TargetSpec(racks=(RackTarget(name="nope"),)), description="", queue=REJECT
         )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -22,11 +22,18 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from grpc.aio import ServicerContext as Context
 
-from rackflow.api.auth import ANONYMOUS, Behavior, current_principal, is_mutating, rpc_name, with_behavior
+from rackflow.api.auth import (
+    ANONYMOUS,
+    Behavior,
+    FlowInterceptor,
+    current_principal,
+    is_mutating,
+    with_behavior,
+)
 from rackflow.api.convert import page_from, timestamp_from
 from rackflow.api.convert.audit import audit_event_to
 from rackflow.api.errors import rpc
-from rackflow.audit.model import OK
+from rackflow.audit.model import OK, EventFilter
 from rackflow.audit.trail import AuditTrail
 from rackflow.errors import InvalidArgument
 from rackflow.v1 import flow_pb2 as pb
@@ -80,20 +87,14 @@ def _parse_uuid(value: str) -> uuid.UUID | None:
         return None
 
 
-class AuditInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AuditInterceptor(FlowInterceptor):
     """Records every mutating RPC in `trail` (the process's `Services.audit`)."""
 
     def __init__(self, trail: AuditTrail) -> None:
         self.trail = trail
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        rpc = rpc_name(handler_call_details.method)
-        if handler is None or rpc is None or handler.unary_unary is None or not is_mutating(rpc):
+    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        if not is_mutating(rpc):
             return handler
         return with_behavior(handler, self.audited(rpc, handler.unary_unary))
 
@@ -218,11 +219,6 @@ class AuditRpcs:
             raise InvalidArgument(f"method: {request.method!r} is not an RPC of the Flow service")
         since = timestamp_from(request.since, "since") if request.HasField("since") else None
         offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
-        events, total = await self.services.audit.list_events(
-            since=since,
-            method=request.method or None,
-            principal=request.principal or None,
-            offset=offset,
-            limit=limit,
-        )
+        matching = EventFilter(since, request.method or None, request.principal or None)
+        events, total = await self.services.audit.list_events(matching, offset=offset, limit=limit)
         return pb.ListAuditEventsResponse(events=[audit_event_to(e) for e in events], total=total)

@@ -107,9 +107,9 @@ def with_behavior(handler: grpc.RpcMethodHandler, behavior: Behavior) -> grpc.Rp
     )
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, tokens: TokenTable | None) -> None:
-        self.tokens = tokens
+class FlowInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """An interceptor of the Flow RPCs (all unary-unary): `wrap` returns the handler that serves `rpc`;
+    anything else (health, reflection) passes untouched."""
 
     async def intercept_service(
         self,
@@ -120,6 +120,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         rpc = rpc_name(handler_call_details.method)
         if handler is None or rpc is None or handler.unary_unary is None:
             return handler
+        return self.wrap(rpc, handler)
+
+    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        raise NotImplementedError
+
+
+class AuthInterceptor(FlowInterceptor):
+    def __init__(self, tokens: TokenTable | None) -> None:
+        self.tokens = tokens
+
+    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if self.tokens is None and not is_mutating(rpc):
             return handler  # any caller may read, and only mutations are audited: nothing to check
         return with_behavior(handler, self._guarded(rpc, handler.unary_unary))

@@ -35,7 +35,7 @@ class TaskRpcs:
     async def _submit(self, kind: OperationKind, request: OperationRequest) -> pb.SubmitTaskResponse:
         operation, queue, description = operation_from_request(kind, request)
         spec = target_spec_from(request.target_spec)
-        made = await self.services.tasks.submit_target(operation, spec, description=description, queue=queue)
+        made = await self.services.tasks.submit(operation, spec, description=description, queue=queue)
         return pb.SubmitTaskResponse(task_ids=[pb.UUID(id=str(t.id)) for t in made])
 
     @rpc

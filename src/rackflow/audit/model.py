@@ -28,3 +28,15 @@ class AuditEvent:
     request: dict[str, Any]
     schedule_before: dict[str, Any] | None = None
     schedule_after: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Which events to list: at or after `since`, of `method`, by `principal` (None: any)."""
+
+    since: datetime | None = None
+    method: str | None = None
+    principal: str | None = None
+
+
+EVERY_EVENT = EventFilter()

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
-from rackflow.audit.model import AuditEvent
+from rackflow.audit.model import EVERY_EVENT, AuditEvent, EventFilter
 from rackflow.clock import Clock
 from rackflow.store import audit as store
 from rackflow.store.db import Database
@@ -38,6 +39,8 @@ from rackflow.store.group_commit import GroupCommit
 from rackflow.validation import check_text
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class AuditTrail:
@@ -54,23 +57,25 @@ class AuditTrail:
 
     async def schedule_of_scope(self, scope_id: uuid.UUID) -> uuid.UUID | None:
         """The schedule a scope entry belongs to (None: no such scope, or the read failed, logged)."""
-        try:
-            async with self.db.read() as conn:
-                return await store.schedule_of_scope(conn, scope_id)
-        except Exception:
-            log.exception("audit: cannot look up the schedule of scope %s", scope_id)
-            return None
+        return await self._read(f"the schedule of scope {scope_id}", store.schedule_of_scope, scope_id)
 
     async def schedule_before(self, schedule_id: uuid.UUID | None) -> dict[str, Any] | None:
         """The schedule (row and scopes) as JSON, to record as an action's "before" (None: no schedule, or
         the read failed, which is logged: the action goes ahead all the same)."""
         if schedule_id is None:
             return None
+        return await self._read(f"schedule {schedule_id}", store.schedule_snapshot, schedule_id)
+
+    async def _read(
+        self, what: str, query: Callable[[AsyncConnection, uuid.UUID], Awaitable[_T | None]], key: uuid.UUID
+    ) -> _T | None:
+        """`query(conn, key)` in a read of its own; None, logged, when it fails (auditing never fails an
+        action)."""
         try:
             async with self.db.read() as conn:
-                return await store.schedule_snapshot(conn, schedule_id)
+                return await query(conn, key)
         except Exception:
-            log.exception("audit: cannot read schedule %s for its before record", schedule_id)
+            log.exception("audit: cannot read %s", what)
             return None
 
     async def record(
@@ -113,17 +118,10 @@ class AuditTrail:
             )
 
     async def list_events(
-        self,
-        *,
-        since: datetime | None = None,
-        method: str | None = None,
-        principal: str | None = None,
-        offset: int = 0,
-        limit: int | None = None,
+        self, matching: EventFilter = EVERY_EVENT, *, offset: int = 0, limit: int | None = None
     ) -> tuple[list[AuditEvent], int]:
-        """One page of events, newest first, and how many match the filters before paging."""
-        check_text(principal or "", "principal")  # no row can hold a longer or control-character name
+        """One page of events, newest first, and how many match the filter before paging."""
+        # No row can hold a longer or control-character name: refuse it before the query.
+        check_text(matching.principal or "", "principal")
         async with self.db.read() as conn:
-            return await store.list_events(
-                conn, since=since, method=method, principal=principal, offset=offset, limit=limit
-            )
+            return await store.list_events(conn, matching, offset=offset, limit=limit)

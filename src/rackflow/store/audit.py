@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, any_, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.audit.model import AuditEvent
+from rackflow.audit.model import EVERY_EVENT, AuditEvent, EventFilter
 from rackflow.store.db import Database
 from rackflow.store.tables import audit_events, task_schedule, task_schedule_scope
 
@@ -69,22 +69,16 @@ async def write_events(conn: AsyncConnection, pending: Sequence[PendingEvent]) -
 
 
 async def list_events(
-    conn: AsyncConnection,
-    *,
-    since: datetime | None = None,
-    method: str | None = None,
-    principal: str | None = None,
-    offset: int = 0,
-    limit: int | None = None,
+    conn: AsyncConnection, matching: EventFilter = EVERY_EVENT, *, offset: int = 0, limit: int | None = None
 ) -> tuple[list[AuditEvent], int]:
-    """One page of events, newest first, and the total matching the filters before paging."""
+    """One page of events, newest first, and the total matching the filter before paging."""
     where: list[ColumnElement[bool]] = []
-    if since is not None:
-        where.append(audit_events.c.at >= since)
-    if method:
-        where.append(audit_events.c.method == method)
-    if principal:
-        where.append(audit_events.c.principal == principal)
+    if matching.since is not None:
+        where.append(audit_events.c.at >= matching.since)
+    if matching.method:
+        where.append(audit_events.c.method == matching.method)
+    if matching.principal:
+        where.append(audit_events.c.principal == matching.principal)
     total = (await conn.execute(select(func.count()).select_from(audit_events).where(*where))).scalar_one()
     query = (
         select(audit_events)

@@ -237,32 +237,16 @@ class TaskManager:
     async def submit(
         self,
         operation: Operation,
-        selections: Sequence[RackSelection],
+        target: Sequence[RackSelection] | TargetSpec,
         *,
         description: str,
         queue: QueueOptions,
         schedule_id: uuid.UUID | None = None,
     ) -> list[Task]:
-        """One task per selection, all or none, in one transaction."""
+        """One task per selected rack, all or none, in one transaction (a target spec is resolved to racks
+        in it)."""
         async with self.db.transaction() as conn:
-            made = await self.submit_in(
-                conn, operation, selections, description=description, queue=queue, schedule_id=schedule_id
-            )
-        self._wake_if_pending(made)
-        return made
-
-    async def submit_target(
-        self,
-        operation: Operation,
-        spec: TargetSpec,
-        *,
-        description: str,
-        queue: QueueOptions,
-        schedule_id: uuid.UUID | None = None,
-    ) -> list[Task]:
-        """Resolve the target spec to racks and submit, in one transaction."""
-        async with self.db.transaction() as conn:
-            selections = await resolve_targets(conn, spec)
+            selections = await resolve_targets(conn, target) if isinstance(target, TargetSpec) else target
             made = await self.submit_in(
                 conn, operation, selections, description=description, queue=queue, schedule_id=schedule_id
             )

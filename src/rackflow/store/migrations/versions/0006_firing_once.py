@@ -17,10 +17,6 @@ SQLite cannot add a foreign key to a table, so the batch operation rebuilds `tas
 rows to a new table and drops the old one, and dropping it fires `task_schedule_scope.last_task_id`'s ON
 DELETE SET NULL, which would make every SKIP schedule forget its last task (and fire over it). The scopes'
 last tasks are kept aside in a temporary table and put back after the rebuild.
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-05
 """
 
 import sqlalchemy as sa
@@ -28,8 +24,6 @@ from alembic import op
 
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 SLOT_WHERE = sa.text("scheduled_for IS NOT NULL")
 
