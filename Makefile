@@ -7,7 +7,7 @@ LISTEN ?= 127.0.0.1:50051
 HTTP_LISTEN ?= 127.0.0.1:8080
 export RACKFLOW_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck unit proto docs bench clean browser screenshots
+.PHONY: run test lint typecheck unit proto docs bench clean browser screenshots hooks
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ run: $(VENV)/.installed
 	@echo "  $(BIN)/rackflow schedule create nightly-reset --cron '*/2 * * * *' --op power-reset --rack rack-01"
 	@echo "  $(BIN)/rackflow schedule runs nightly-reset"
 	exec $(BIN)/rackflow serve --db $(DB) --listen $(LISTEN) --http-listen $(HTTP_LISTEN)
+
+# Git hooks that run ruff (check, format) and mypy before each commit, from this venv: nothing to download.
+hooks: $(VENV)/.installed-test
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/pre-commit install
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
