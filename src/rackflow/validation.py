@@ -17,7 +17,7 @@ import unicodedata
 from datetime import datetime, timedelta
 
 from rackflow.errors import InvalidArgument
-from rackflow.tasks.model import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind
+from rackflow.tasks.model import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions
 
 MAX_TEXT_LENGTH = 255  # the width of every inventory and schedule name column
 MAX_DESCRIPTION_LENGTH = 1024
@@ -108,3 +108,10 @@ def queue_timeout(seconds: float, field: str = "queue_options.queue_timeout_seco
             f"and {limit}, got {seconds:g}"
         )
     return timedelta(seconds=seconds)
+
+
+def check_queue(queue: QueueOptions, field: str = "queue_options") -> QueueOptions:
+    """The queue options with their timeout checked, and a zero timeout made the default."""
+    return QueueOptions(
+        queue.strategy, queue_timeout(queue.timeout.total_seconds(), f"{field}.queue_timeout_seconds")
+    )

@@ -33,10 +33,10 @@ from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
 from rackflow.tasks.conflicts import could_conflict
-from rackflow.tasks.manager import TaskManager, normalise_queue, rack_label
+from rackflow.tasks.manager import TaskManager, rack_label
 from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
-from rackflow.validation import check_description, check_name, check_operation, check_text
+from rackflow.validation import check_description, check_name, check_operation, check_queue, check_text
 
 NAME_PATH = "schedule.name"
 OVERLAP_POLICY_PATH = "schedule.overlap_policy"
@@ -61,7 +61,7 @@ def _check_operation(operation: Operation, queue: QueueOptions, description: str
     """Refuse at create what the task manager would refuse at every firing; returns the normalised queue."""
     check_operation(operation)
     check_description(description)
-    return normalise_queue(queue)
+    return check_queue(queue)
 
 
 def _check_mask(paths: Collection[str]) -> set[str]:

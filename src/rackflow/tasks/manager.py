@@ -34,7 +34,7 @@ from rackflow.tasks.model import (
     Task,
     TaskStatus,
 )
-from rackflow.validation import check_description, check_operation, queue_timeout
+from rackflow.validation import check_description, check_operation, check_queue
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,6 @@ EXPIRED_MESSAGE = "queue timeout expired"
 
 
 # --- validation and selection: pure ---------------------------------------------------------------
-
-
-def normalise_queue(queue: QueueOptions) -> QueueOptions:
-    """The queue options with their timeout checked, and a zero timeout made the default."""
-    return QueueOptions(queue.strategy, queue_timeout(queue.timeout.total_seconds()))
 
 
 def selected_components(selection: RackSelection, rack_components: Sequence[Component]) -> list[Component]:
@@ -128,9 +123,7 @@ def _checked(submission: Submission) -> Submission:
         if rack_id in seen:
             raise InvalidArgument(f"target_spec: rack {rack_id} is targeted twice")
         seen.add(rack_id)
-    return replace(
-        submission, operation=_in_utc(submission.operation), queue=normalise_queue(submission.queue)
-    )
+    return replace(submission, operation=_in_utc(submission.operation), queue=check_queue(submission.queue))
 
 
 @dataclass
