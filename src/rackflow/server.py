@@ -62,6 +62,8 @@ class RackflowServer:
         self.clock = SystemClock(config.clock_offset)
         self.db = Database(config.db, clock=self.clock, pool_size=config.db_pool_size)
         self.services = Services.build(self.db, self.clock)
+        # Records every mutating RPC, over gRPC and through the HTTP API alike, in `services.audit`.
+        self.audit = AuditInterceptor(self.services.audit)
         self.grpc: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.address = ""
@@ -80,7 +82,7 @@ class RackflowServer:
 
         self.grpc = grpc.aio.server(
             # Authentication runs outside auditing, so the audit sees the caller's principal.
-            interceptors=[AuthInterceptor(self.config.tokens), AuditInterceptor(self.services.audit)],
+            interceptors=[AuthInterceptor(self.config.tokens), self.audit],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -39,12 +39,11 @@ def tokens() -> TokenTable | None:
 
 @pytest.fixture
 async def http(services: Services, tokens: TokenTable | None) -> AsyncIterator[httpx.AsyncClient]:  # noqa: F811
-    audit = AuditInterceptor(services.db, services.clock)
-    app = build_app(services, audit, tokens, services.clock)
+    app = build_app(services, AuditInterceptor(services.audit), tokens, services.clock)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://rackflow.test") as client:
         yield client
-    await audit.close()
+    await services.audit.close()
 
 
 async def make_racks(services: Services, *names: str) -> list[uuid.UUID]:  # noqa: F811

@@ -1,6 +1,6 @@
 """Audit: the trail of changes, newest first, filtered by method and principal.
 
-It reads through the `ListAuditEvents` RPC (the audit trail has no service of its own yet).
+It reads through the `ListAuditEvents` RPC (which asks `Services.audit`), as the JSON API does.
 """
 
 from __future__ import annotations
