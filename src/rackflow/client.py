@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self, TypedDict, TypeVar, Unpack, cast
 
@@ -554,8 +554,12 @@ class RackflowClient:
         )
         return self._call(self._stub.UpdateTaskSchedule, request, pb.TaskSchedule)
 
-    def pause_schedule(self, schedule: str) -> pb.TaskSchedule:
-        request = pb.PauseTaskScheduleRequest(id=self._schedule_ref(schedule))
+    def pause_schedule(
+        self, schedule: str, *, reason: str = "", resume_at: datetime | None = None
+    ) -> pb.TaskSchedule:
+        request = pb.PauseTaskScheduleRequest(id=self._schedule_ref(schedule), reason=reason)
+        if resume_at is not None:
+            request.resume_at.FromDatetime(resume_at.astimezone(UTC))
         return self._call(self._stub.PauseTaskSchedule, request, pb.TaskSchedule)
 
     def resume_schedule(self, schedule: str) -> pb.TaskSchedule:

@@ -86,6 +86,25 @@ async def test_operator_may_mutate(stub: FlowStub) -> None:
     assert listed.total == 0
 
 
+async def test_a_pause_names_the_principal_that_paused(stub: FlowStub, services: Services) -> None:
+    operator = bearer(OPERATOR_TOKEN)
+    rack = await stub.CreateRack(pb.CreateRackRequest(name="r1"), metadata=operator)
+    target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(id=rack.id)]))
+    schedule = await stub.CreateTaskSchedule(
+        pb.CreateTaskScheduleRequest(
+            schedule=pb.ScheduleConfig(
+                name="nightly", spec=pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="1h")
+            ),
+            operation=pb.ScheduledOperation(power_off=pb.PowerOffRackRequest(target_spec=target)),
+        ),
+        metadata=operator,
+    )
+    paused = await stub.PauseTaskSchedule(
+        pb.PauseTaskScheduleRequest(id=schedule.id, reason="maintenance"), metadata=operator
+    )
+    assert paused.paused_by == "oncall" and paused.pause_reason == "maintenance"
+
+
 def test_every_rpc_is_classified_by_its_name() -> None:
     """The role rule is by prefix; this pins which RPCs a viewer may call, so a new RPC is a decision."""
     reads = {name for name in RPC_NAMES if not is_mutating(name)}

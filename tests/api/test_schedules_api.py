@@ -335,6 +335,50 @@ async def test_rename_collision_applies_nothing(stub: FlowStub, racks: list[Rack
     assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == schedule
 
 
+def _timestamp(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+async def test_pause_with_a_reason_and_an_end_shows_them_until_resumed(
+    stub: FlowStub, racks: list[Rack]
+) -> None:
+    schedule = await create(stub, "nightly", "r1")
+    resume_at = START + timedelta(hours=2)
+    request = pb.PauseTaskScheduleRequest(id=schedule.id, reason="PSU swap, INC-4411")
+    request.resume_at.CopyFrom(_timestamp(resume_at))
+    paused = await stub.PauseTaskSchedule(request)
+    assert not paused.enabled
+    assert paused.pause_reason == "PSU swap, INC-4411"
+    assert paused.paused_by == ""  # anonymous: no principal to name
+    assert when(paused.paused_at) == START and when(paused.resume_at) == resume_at
+    assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == paused
+    resumed = await stub.ResumeTaskSchedule(pb.ResumeTaskScheduleRequest(id=schedule.id))
+    assert resumed.enabled and resumed.pause_reason == ""
+    assert not resumed.HasField("paused_at") and not resumed.HasField("resume_at")
+
+
+@pytest.mark.parametrize(
+    ("reason", "resume_at", "field"),
+    [
+        ("", START, "resume_at"),
+        ("", START - timedelta(hours=1), "resume_at"),
+        ("x" * 1025, None, "reason"),
+        ("bad\x00reason", None, "reason"),
+    ],
+)
+async def test_bad_pause_requests_are_invalid_and_write_nothing(
+    stub: FlowStub, racks: list[Rack], reason: str, resume_at: datetime | None, field: str
+) -> None:
+    schedule = await create(stub, "nightly", "r1")
+    request = pb.PauseTaskScheduleRequest(id=schedule.id, reason=reason)
+    if resume_at is not None:
+        request.resume_at.CopyFrom(_timestamp(resume_at))
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: ", stub.PauseTaskSchedule(request))
+    assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == schedule
+
+
 async def test_pause_resume_and_one_time_consumption(stub: FlowStub, racks: list[Rack]) -> None:
     once = await create(
         stub, "once", "r1", spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec="2026-03-02T15:00:00+01:00"

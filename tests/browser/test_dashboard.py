@@ -152,10 +152,17 @@ def test_pause_with_a_confirmation_and_see_the_badge(server: ServerProcess, driv
     visible(driver, "confirm-cancel").click()  # changed our mind: nothing happens
     assert text(driver, "schedule-state").endswith("enabled")
 
-    assert confirm(driver, "action-pause") == "Pause pause-me?"
+    visible(driver, "action-pause").click()  # this time with a reason and an end
+    dialog = visible(driver, "confirm-dialog")
+    assert dialog.find_element(By.TAG_NAME, "h2").text == "Pause pause-me?"
+    visible(driver, "pause-reason").send_keys("PSU swap, INC-4411")
+    visible(driver, "pause-resume-at").send_keys("2099-01-01T06:00:00Z")
+    visible(driver, "confirm-ok").click()
     wait(driver, lambda d: text(d, "schedule-state").endswith("paused"), "the paused badge")
     assert text(driver, "flash") == "Paused pause-me"
     assert visible(driver, "paused-note") and not by_testid(driver, "action-pause")
+    assert text(driver, "paused-reason") == "PSU swap, INC-4411"
+    assert "2099-01-01" in text(driver, "pause-resumes")
 
     open_page(driver, server, "/audit", "Audit trail")
     newest = read(driver, lambda d: by_testid(d, "audit-row")[0].get_attribute("data-method"))

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
@@ -160,3 +161,32 @@ def test_paused_schedule_never_fires(stub: flow_pb2_grpc.FlowStub) -> None:
     time.sleep(2.5)
     assert _runs(stub, schedule) == []
     assert _tasks(stub, schedule) == []
+
+
+def test_a_pause_ends_by_itself_at_resume_at(stub: flow_pb2_grpc.FlowStub) -> None:
+    """The serving process resumes the schedule at `resume_at` (as ResumeTaskSchedule would: it fires again)
+    and records that in the audit trail as done by rackflow itself."""
+    create_racks(stub, ["pause-a"], components_per_rack=1)
+    schedule = stub.CreateTaskSchedule(
+        schedule_request("pause-end", ["pause-a"], spec_type=INTERVAL, spec="1s")
+    )
+    request = pb.PauseTaskScheduleRequest(id=schedule.id, reason="PSU swap")
+    request.resume_at.FromDatetime(datetime.now(UTC) + timedelta(seconds=3))
+    paused = stub.PauseTaskSchedule(request)
+    assert not paused.enabled and paused.pause_reason == "PSU swap"
+    fired_while_paused = len(_runs(stub, schedule))
+
+    def resumed() -> bool:
+        return stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)).enabled
+
+    wait_until(resumed, timeout=20, what="the pause to end at resume_at")
+    after = stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))
+    assert after.pause_reason == "" and not after.HasField("resume_at")
+    assert when_of(after.updated_at) >= when_of(paused.resume_at)  # not before its end
+    wait_until(lambda: len(_runs(stub, schedule)) > fired_while_paused, timeout=15, what="a firing after")
+    events = stub.ListAuditEvents(pb.ListAuditEventsRequest(method="ResumeTaskSchedule")).events
+    assert [(e.principal, [t.id for t in e.target_ids]) for e in events] == [("rackflow", [schedule.id.id])]
+
+
+def when_of(ts: Timestamp) -> datetime:
+    return ts.ToDatetime(tzinfo=UTC)

@@ -112,8 +112,13 @@ async def _write_as_0005(db: Database) -> None:
         )
 
 
+# Columns that revisions after 0006 add: the rows are compared over the columns they had at 0005.
+LATER_COLUMNS = {"task_schedule": ("pause_reason", "paused_by", "paused_at", "resume_at")}
+
+
 async def _rows(db: Database, table: Any, *skip: str) -> list[tuple[Any, ...]]:
-    columns = [c for c in table.c if c.name not in skip]
+    later = LATER_COLUMNS.get(table.name, ())
+    columns = [c for c in table.c if c.name not in skip and c.name not in later]
     async with db.read() as conn:
         return sorted((await conn.execute(select(*columns))).all(), key=str)
 

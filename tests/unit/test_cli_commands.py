@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -522,3 +522,39 @@ def test_list_commands_pass_their_filters(fake: FakeClient, run: Callable[..., R
     assert kwargs["statuses"] == ("failed", "terminated")
     refused = run("task", "list", "--status", "lost")
     assert refused.exit_code == 2 and "'lost' is not one of" in refused.output
+
+
+def test_schedule_pause_sends_the_reason_and_the_end(fake: FakeClient, run: Callable[..., Result]) -> None:
+    paused = a_schedule()
+    paused.enabled = False
+    paused.pause_reason, paused.paused_by = "PSU swap", "oncall"
+    paused.paused_at.CopyFrom(stamp(NOW))
+    paused.resume_at.CopyFrom(stamp(NOW + timedelta(hours=2)))
+    fake.answers["pause_schedule"] = paused
+
+    result = run("schedule", "pause", "nightly", "--reason", "PSU swap", "--for", "2h")
+
+    assert result.exit_code == 0, result.output
+    [(args, kwargs)] = fake.called("pause_schedule")
+    assert args == ("nightly",) and kwargs == {"reason": "PSU swap", "resume_at": NOW + timedelta(hours=2)}
+    assert "PSU swap" in result.output and "by oncall" in result.output
+    assert "(08:48Z), in 2h" in result.output  # when it resumes, in its zone and UTC
+    until = run("schedule", "pause", "nightly", "--until", "2026-12-24T06:00:00Z")
+    assert until.exit_code == 0, until.output
+    assert fake.called("pause_schedule")[1][1]["resume_at"] == datetime(2026, 12, 24, 6, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--for", "2h", "--until", "2026-12-24T06:00:00Z"), "give one of --until or --for"),
+        (("--for", "soon"), "not a duration"),
+        (("--until", "2026-12-24T06:00:00"), "has no offset"),
+    ],
+)
+def test_schedule_pause_refuses_bad_ends(
+    fake: FakeClient, run: Callable[..., Result], args: tuple[str, ...], message: str
+) -> None:
+    result = run("schedule", "pause", "nightly", *args)
+    assert result.exit_code == 2 and message in result.output
+    assert fake.called("pause_schedule") == []

@@ -244,7 +244,7 @@ async def test_a_refused_action_is_audited_and_changes_nothing(
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ('{"reason": "maintenance"}', "body"),  # not a field of PauseTaskScheduleRequest (yet)
+        ('{"reasons": "maintenance"}', "body"),  # not a field of PauseTaskScheduleRequest
         ("[1, 2]", "body"),
         ("{not json", "body"),
         ('{"id": {"id": 5}}', "body"),

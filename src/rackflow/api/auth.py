@@ -43,6 +43,13 @@ class Principal:
 current_principal: ContextVar[Principal | None] = ContextVar("rackflow_principal", default=None)
 
 
+def caller_name() -> str:
+    """The calling principal's name, to store with what it did (e.g. `paused_by`); empty for an anonymous
+    caller, whose name says nothing."""
+    principal = current_principal.get()
+    return principal.name if principal is not None and principal.source != ANONYMOUS else ""
+
+
 def rpc_name(method: str) -> str | None:
     """`/rackflow.v1.Flow/GetRack` -> `GetRack`; None for other services (health, reflection)."""
     return method.removeprefix(FLOW_PREFIX) if method.startswith(FLOW_PREFIX) else None

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from google.protobuf.empty_pb2 import Empty
 from grpc.aio import ServicerContext as Context
 
+from rackflow.api.auth import caller_name
 from rackflow.api.convert import (
     page_from,
     required_uuid,
@@ -103,7 +104,11 @@ class ScheduleRpcs:
     async def PauseTaskSchedule(
         self, request: pb.PauseTaskScheduleRequest, context: Context
     ) -> pb.TaskSchedule:
-        return schedule_to(await self.services.schedules.pause(required_uuid(request.id, "id")))
+        resume_at = timestamp_from(request.resume_at, "resume_at") if request.HasField("resume_at") else None
+        schedule = await self.services.schedules.pause(
+            required_uuid(request.id, "id"), reason=request.reason, resume_at=resume_at, by=caller_name()
+        )
+        return schedule_to(schedule)
 
     @rpc
     async def ResumeTaskSchedule(

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 OK = "OK"  # the outcome of an action that succeeded; a refused one records its status code's name
+SYSTEM_PRINCIPAL = "rackflow"  # the principal of what rackflow does by itself (a pause ending at resume_at)
 
 
 @dataclass(frozen=True)

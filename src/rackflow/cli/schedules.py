@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
 import click
@@ -97,6 +97,18 @@ def _state(s: pb.TaskSchedule) -> str:
     return "paused" if when(s.next_run_at) else "[dim]done[/]"
 
 
+def _pause_rows(s: pb.TaskSchedule, now: datetime) -> list[tuple[str, str]]:
+    """Why, since when, by whom and until when a paused schedule is paused (nothing when not paused)."""
+    if s.enabled or not s.HasField("paused_at"):
+        return []
+    by = f" by {s.paused_by}" if s.paused_by else ""
+    rows = [("paused", f"{utc_text(when(s.paused_at))}{by}"), ("reason", s.pause_reason or "-")]
+    resumes = "when resumed"
+    if s.HasField("resume_at"):
+        resumes = schedule_time_text(s.resume_at, s.spec.timezone, now)
+    return [*rows, ("resumes", resumes)]
+
+
 def schedules_table(
     schedules: Sequence[pb.TaskSchedule], session: Session, title: str | None = None
 ) -> Table:
@@ -124,6 +136,7 @@ def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
             ("operation", s.summary),
             ("spec", spec_text(s.spec)),
             ("state", _state(s)),
+            *_pause_rows(s, now),
             ("overlap", overlap_name(s.overlap_policy)),
             ("next", schedule_time_text(s.next_run_at, s.spec.timezone, now) if s.enabled else "-"),
             ("last", schedule_time_text(s.last_run_at, s.spec.timezone, now)),
@@ -293,15 +306,31 @@ def update(
 
 @schedule.command()
 @_name_or_id
+@click.option("--reason", default="", help="Why, for the next operator (shown by `schedule get`).")
+@click.option("--until", callback=checked(parse_time), help="Resume by itself at this RFC 3339 time.")
+@click.option("--for", "for_", callback=checked(parse_seconds), help="Resume by itself after this long (2h).")
 @click.pass_context
-def pause(ctx: click.Context, schedule_ref: str) -> None:
+def pause(
+    ctx: click.Context, schedule_ref: str, reason: str, until: datetime | None, for_: int | None
+) -> None:
     """Stop a schedule from firing until it is resumed (its running tasks continue).
+
+    With --until or --for, rackflow resumes it at that time exactly as `schedule resume` would. Pausing a
+    paused schedule with a new reason or end replaces them.
 
     \b
     Example:
-      rackflow schedule pause nightly-reset
+      rackflow schedule pause nightly-reset --reason "rack-07 PSU swap, INC-4411" --for 2h
+      rackflow schedule pause fw-rollout --until 2026-12-24T06:00:00Z --reason "holiday freeze"
     """
-    _show(ctx, lambda session: session.client.pause_schedule(schedule_ref))
+    if until is not None and for_ is not None:
+        raise click.UsageError("give one of --until or --for")
+    session = pass_session(ctx)
+    resume_at = until if for_ is None else session.clock.now() + timedelta(seconds=for_)
+    _show(
+        ctx,
+        lambda session: session.client.pause_schedule(schedule_ref, reason=reason, resume_at=resume_at),
+    )
 
 
 @schedule.command()

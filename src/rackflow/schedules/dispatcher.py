@@ -32,10 +32,12 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import failpoints, metrics
+from rackflow.audit.model import OK, SYSTEM_PRINCIPAL
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_DISPATCH_BATCH, DEFAULT_DISPATCH_INTERVAL, DEFAULT_LEASE_TTL
 from rackflow.retry import Retry, retrying
 from rackflow.schedules.firing import Firing, claim, fire
+from rackflow.schedules.model import pause_to_json
 from rackflow.services import Services
 from rackflow.store import dispatch
 
@@ -104,6 +106,8 @@ class Dispatcher:
                 continue  # draining: more are probably due
             with contextlib.suppress(Exception):
                 await self.sweep_abandoned_runs()
+            with contextlib.suppress(Exception):
+                await self.resume_ended_pauses()
             await sleep_unless_stopped(stop, self.interval)
         if firing:
             await asyncio.gather(*firing)
@@ -170,6 +174,20 @@ class Dispatcher:
             log.exception("firing a batch of %d schedule(s) failed", len(claimed))
         finally:
             self._in_flight.difference_update(f.schedule.id for f in claimed)
+
+    async def resume_ended_pauses(self) -> None:
+        """Resume the schedules whose pause has reached its `resume_at`, each recorded in the audit trail
+        as a ResumeTaskSchedule by rackflow itself, with the pause that ended."""
+        for schedule, pause in await self.services.schedules.resume_ended_pauses():
+            log.info("resumed schedule %r: its pause ended at %s", schedule.name, pause.resume_at)
+            await self.services.audit.record(
+                principal=SYSTEM_PRINCIPAL,
+                method="ResumeTaskSchedule",
+                target_ids=[str(schedule.id)],
+                outcome=OK,
+                request={"id": str(schedule.id), "pause_ended": pause_to_json(pause)},
+                schedule_id=schedule.id,
+            )
 
     async def sweep_abandoned_runs(self) -> None:
         async with self.db.transaction() as conn:

@@ -31,6 +31,26 @@ Outcome = Literal["submitted", "skipped_overlap", "failed"]
 
 
 @dataclass(frozen=True)
+class Pause:
+    """Why and until when a schedule is paused, and who paused it (`by`: the principal, or empty)."""
+
+    reason: str
+    by: str
+    at: datetime
+    resume_at: datetime | None = None
+
+
+def pause_to_json(pause: Pause) -> dict[str, str | None]:
+    """The pause as the audit trail records it."""
+    return {
+        "reason": pause.reason,
+        "by": pause.by,
+        "at": pause.at.isoformat(),
+        "resume_at": pause.resume_at.isoformat() if pause.resume_at else None,
+    }
+
+
+@dataclass(frozen=True)
 class Schedule:
     id: uuid.UUID
     name: str
@@ -44,6 +64,7 @@ class Schedule:
     operation: Operation
     queue_timeout: timedelta
     description: str
+    pause: Pause | None = None  # set only while paused by PauseTaskSchedule (enabled is False)
 
     @property
     def is_consumed(self) -> bool:

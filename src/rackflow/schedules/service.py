@@ -22,6 +22,7 @@ from rackflow.schedules.model import (
     CREATION_ORDER,
     SCHEDULE_ORDER_FIELDS,
     OverlapPolicy,
+    Pause,
     Run,
     Schedule,
     ScheduleOrder,
@@ -46,6 +47,7 @@ UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH)
 
 DEFAULT_TIMEZONE = "UTC"
 DEFAULT_PREVIEW_COUNT = 10
+PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the next poll
 MAX_PREVIEW_COUNT = 100
 
 
@@ -85,6 +87,18 @@ def parse_order(text: str, field: str = "order_by") -> ScheduleOrder:
             "optionally followed by asc or desc"
         )
     return ScheduleOrder(name, descending=direction == "desc")
+
+
+def resumed(schedule: Schedule, now: datetime) -> Schedule:
+    """The schedule resumed at `now`: enabled, its pause forgotten, interval and cron restarting from now
+    (a run missed while paused is not fired at once), an unfired one-time schedule keeping its time. A
+    one-time schedule consumed while paused (by a trigger) only forgets its pause: it cannot fire again."""
+    if schedule.is_consumed:
+        return replace(schedule, pause=None, updated_at=now)
+    next_run_at = schedule.next_run_at
+    if schedule.spec.type is not SpecType.ONE_TIME:
+        next_run_at = timing_of(schedule.spec).first_run(now)
+    return replace(schedule, enabled=True, pause=None, next_run_at=next_run_at, updated_at=now)
 
 
 def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
@@ -240,34 +254,59 @@ class ScheduleService:
             await store.save_schedule(conn, updated)
         return updated
 
-    async def pause(self, schedule_id: uuid.UUID) -> Schedule:
-        """Stop firing; a no-op when already paused. A fired one-time schedule has nothing to pause."""
+    async def pause(
+        self,
+        schedule_id: uuid.UUID,
+        *,
+        reason: str = "",
+        resume_at: datetime | None = None,
+        by: str = "",
+    ) -> Schedule:
+        """Stop firing, saying why and, with `resume_at`, until when (the dispatcher then resumes it).
+
+        Pausing a paused schedule with a reason or an end replaces them (it stays paused since its first
+        pause); without either it is a no-op. A fired one-time schedule has nothing to pause.
+        """
+        check_description(reason, "reason")
+        now = self.clock.now()
+        if resume_at is not None and resume_at <= now:
+            raise InvalidArgument(f"resume_at: must be in the future, got {resume_at.isoformat()}")
         async with self.db.transaction() as conn:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:
                 raise _consumed(schedule, "pause")
-            if not schedule.enabled:
+            if not schedule.enabled and not (reason or resume_at):
                 return schedule
-            schedule = replace(schedule, enabled=False, updated_at=self.clock.now())
+            since = schedule.pause.at if schedule.pause is not None and not schedule.enabled else now
+            pause = Pause(reason=reason, by=by, at=since, resume_at=resume_at)
+            schedule = replace(schedule, enabled=False, pause=pause, updated_at=now)
             await store.save_schedule(conn, schedule)
         return schedule
 
     async def resume(self, schedule_id: uuid.UUID) -> Schedule:
-        """Fire again. Interval and cron restart from now (a run missed while paused is not fired at once);
-        an unfired one-time schedule keeps its time. A no-op when already enabled."""
+        """Fire again (see `resumed`). A no-op when already enabled."""
         async with self.db.transaction() as conn:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:
                 raise _consumed(schedule, "resume")
             if schedule.enabled:
                 return schedule
-            now = self.clock.now()
-            next_run_at = schedule.next_run_at
-            if schedule.spec.type is not SpecType.ONE_TIME:
-                next_run_at = timing_of(schedule.spec).first_run(now)
-            schedule = replace(schedule, enabled=True, next_run_at=next_run_at, updated_at=now)
+            schedule = resumed(schedule, self.clock.now())
             await store.save_schedule(conn, schedule)
         return schedule
+
+    async def resume_ended_pauses(self) -> list[tuple[Schedule, Pause]]:
+        """Resume every paused schedule whose `resume_at` has come (up to PAUSES_ENDED_PER_POLL), as
+        ResumeTaskSchedule would, on the database's clock; returns each with the pause that ended, for the
+        audit trail. Called by the dispatcher of every instance; SKIP LOCKED shares the rows out."""
+        ended: list[tuple[Schedule, Pause]] = []
+        async with self.db.transaction() as conn:
+            now = await self.db.now(conn)
+            for schedule in await store.claim_pauses_ended(self.db, conn, now, PAUSES_ENDED_PER_POLL):
+                assert schedule.pause is not None  # only paused schedules have a resume_at
+                ended.append((resumed(schedule, now), schedule.pause))
+                await store.save_schedule(conn, ended[-1][0])
+        return ended
 
     async def delete(self, schedule_id: uuid.UUID) -> None:
         """Delete the schedule with its scope and runs; tasks it submitted keep running."""

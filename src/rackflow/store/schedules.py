@@ -34,6 +34,7 @@ from rackflow.schedules.model import (
     CREATION_ORDER,
     Outcome,
     OverlapPolicy,
+    Pause,
     Run,
     RunState,
     Schedule,
@@ -69,6 +70,23 @@ def _template(operation: Operation, queue_timeout: timedelta) -> dict[str, objec
     return {"operation": operation.to_json(), "queue_timeout_seconds": queue_timeout.total_seconds()}
 
 
+def _pause_from_row(row: Row[Any]) -> Pause | None:
+    if row.paused_at is None:
+        return None
+    return Pause(reason=row.pause_reason, by=row.paused_by, at=row.paused_at, resume_at=row.resume_at)
+
+
+def _pause_columns(pause: Pause | None) -> dict[str, object]:
+    if pause is None:
+        return {"pause_reason": "", "paused_by": "", "paused_at": None, "resume_at": None}
+    return {
+        "pause_reason": pause.reason,
+        "paused_by": pause.by,
+        "paused_at": pause.at,
+        "resume_at": pause.resume_at,
+    }
+
+
 def schedule_from_row(row: Row[Any]) -> Schedule:
     template = row.operation_template
     return Schedule(
@@ -84,6 +102,7 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         operation=Operation.from_json(template["operation"]),
         queue_timeout=timedelta(seconds=template["queue_timeout_seconds"]),
         description=row.description,
+        pause=_pause_from_row(row),
     )
 
 
@@ -155,13 +174,14 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "description": schedule.description,
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
+        **_pause_columns(schedule.pause),
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
 
 
 async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
-    """Write the mutable columns (name, spec, policy, state, times); the operation never changes."""
+    """Write the mutable columns (name, spec, policy, state, pause, times); the operation never changes."""
     values = {
         "name": schedule.name,
         "spec_type": SPEC_TYPE_TO_DB[schedule.spec.type],
@@ -172,6 +192,7 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "next_run_at": schedule.next_run_at,
         "last_run_at": schedule.last_run_at,
         "updated_at": schedule.updated_at,
+        **_pause_columns(schedule.pause),
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))
@@ -308,6 +329,21 @@ async def next_to_fire(conn: AsyncConnection, limit: int) -> list[Schedule]:
         .limit(limit)
     )
     return [schedule_from_row(row) for row in (await conn.execute(stmt)).all()]
+
+
+async def claim_pauses_ended(
+    db: Database, conn: AsyncConnection, now: datetime, limit: int
+) -> list[Schedule]:
+    """Up to `limit` paused schedules whose `resume_at` has come, locked (SKIP LOCKED on PostgreSQL, so
+    instances share the work) until the caller's transaction resumes them. The partial index on
+    `resume_at` serves this."""
+    stmt = (
+        select(task_schedule)
+        .where(task_schedule.c.resume_at.is_not(None), task_schedule.c.resume_at <= now)
+        .order_by(task_schedule.c.resume_at, task_schedule.c.id)
+        .limit(limit)
+    )
+    return [schedule_from_row(row) for row in (await conn.execute(db.skip_locked(stmt))).all()]
 
 
 async def enabled_schedules_on_racks(

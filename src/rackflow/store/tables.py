@@ -144,6 +144,11 @@ task_schedule = Table(
     Column("description", Text, nullable=False, server_default=""),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # Set by PauseTaskSchedule, cleared by a resume (migration 0007).
+    Column("pause_reason", Text, nullable=False, server_default=""),
+    Column("paused_by", String(255), nullable=False, server_default=""),
+    Column("paused_at", UTCDateTime, nullable=True),
+    Column("resume_at", UTCDateTime, nullable=True),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
@@ -156,6 +161,13 @@ task_schedule = Table(
         "id",
         postgresql_where=text("enabled IS true AND next_run_at IS NOT NULL"),
         sqlite_where=text("enabled IS 1 AND next_run_at IS NOT NULL"),
+    ),
+    # The dispatcher's scan for pauses that have ended: only the few rows with an end are indexed.
+    Index(
+        "ix_task_schedule_resume_at",
+        "resume_at",
+        postgresql_where=text("resume_at IS NOT NULL"),
+        sqlite_where=text("resume_at IS NOT NULL"),
     ),
 )
 

@@ -1396,6 +1396,10 @@ class TaskSchedule(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     OPERATION_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
+    PAUSE_REASON_FIELD_NUMBER: _builtins.int
+    PAUSED_BY_FIELD_NUMBER: _builtins.int
+    PAUSED_AT_FIELD_NUMBER: _builtins.int
+    RESUME_AT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     enabled: _builtins.bool
@@ -1403,6 +1407,12 @@ class TaskSchedule(_message.Message):
     description: _builtins.str
     summary: _builtins.str
     """The operation in one line for people: "Power Off (forced)", "Upgrade Firmware to v2.1.0"."""
+    pause_reason: _builtins.str
+    """Set while paused (enabled false) by PauseTaskSchedule; empty on a schedule created paused or paused
+    before these fields existed.
+    """
+    paused_by: _builtins.str
+    """the caller's principal when authentication is on; else empty"""
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1422,6 +1432,12 @@ class TaskSchedule(_message.Message):
         Its target_spec is empty: the racks are the scope (ListTaskScheduleScopes).
         """
 
+    @_builtins.property
+    def paused_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def resume_at(self) -> _timestamp_pb2.Timestamp:
+        """when the dispatcher resumes it; unset = until resumed"""
+
     def __init__(
         self,
         *,
@@ -1438,10 +1454,14 @@ class TaskSchedule(_message.Message):
         description: _builtins.str = ...,
         operation: Global___ScheduledOperation | None = ...,
         summary: _builtins.str = ...,
+        pause_reason: _builtins.str = ...,
+        paused_by: _builtins.str = ...,
+        paused_at: _timestamp_pb2.Timestamp | None = ...,
+        resume_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "paused_at", b"paused_at", "resume_at", b"resume_at", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1651,16 +1671,28 @@ class PauseTaskScheduleRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    RESUME_AT_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """Why it is paused, for the next operator (shown by GetTaskSchedule and the CLI); at most 1,024 chars."""
     @_builtins.property
     def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def resume_at(self) -> _timestamp_pb2.Timestamp:
+        """When set, the dispatcher resumes the schedule at this time exactly as ResumeTaskSchedule would
+        (interval and cron restart from then). Must be in the future.
+        """
+
     def __init__(
         self,
         *,
         id: Global___UUID | None = ...,
+        reason: _builtins.str = ...,
+        resume_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "resume_at", b"resume_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "reason", b"reason", "resume_at", b"resume_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from rackflow.api.convert import component_type_to, timestamp_to, uuid_to
 from rackflow.api.convert.tasks import scheduled_operation_to
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import ComponentsFilter, TypesFilter
-from rackflow.schedules.model import OverlapPolicy, Run, Schedule, Scope, ScopeOutcome
+from rackflow.schedules.model import OverlapPolicy, Pause, Run, Schedule, Scope, ScopeOutcome
 from rackflow.tasks.model import QueueOptions
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.v1 import flow_pb2 as pb
@@ -77,7 +78,19 @@ def schedule_to(schedule: Schedule) -> pb.TaskSchedule:
             schedule.description,
         ),
         summary=schedule.operation.summary,
+        **_pause_to(schedule.pause),
     )
+
+
+def _pause_to(pause: Pause | None) -> dict[str, Any]:
+    if pause is None:
+        return {}
+    return {
+        "pause_reason": pause.reason,
+        "paused_by": pause.by,
+        "paused_at": timestamp_to(pause.at),
+        "resume_at": timestamp_to(pause.resume_at),
+    }
 
 
 def scope_to(scope: Scope) -> pb.TaskScheduleScope:
