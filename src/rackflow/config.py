@@ -38,6 +38,13 @@ DEFAULT_MAX_CONCURRENT_TASKS = 32
 DEFAULT_SWEEP_INTERVAL = timedelta(seconds=2)
 # How often each instance prunes the audit trail when --audit-retention is set.
 DEFAULT_AUDIT_PRUNE_INTERVAL = timedelta(hours=1)
+# The audit spool (rackflow.audit.spool): where events wait while the database cannot take them (relative to
+# the working directory, like the default SQLite file; instances on one host may share it), how big it may
+# grow (about 1 KiB an event: some 65,000 events), and how often a non-empty spool is replayed.
+DEFAULT_AUDIT_SPOOL = "rackflow-audit.spool"
+DEFAULT_AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
+MIN_AUDIT_SPOOL_MAX_BYTES = 64 * 1024
+DEFAULT_AUDIT_SPOOL_REPLAY_INTERVAL = timedelta(seconds=5)
 # A floor against unit slips (`720m` for `720h`) that would empty a security record within the hour.
 MIN_AUDIT_RETENTION = timedelta(hours=1)
 
@@ -113,6 +120,9 @@ class ServeConfig:
     insecure: bool = False
     # Audit events older than this are deleted; None keeps them forever (an operator's explicit choice).
     audit_retention: timedelta | None = None
+    # The audit spool file and its bound (rackflow.audit.spool).
+    audit_spool: str = DEFAULT_AUDIT_SPOOL
+    audit_spool_max_bytes: int = DEFAULT_AUDIT_SPOOL_MAX_BYTES
     # The dashboard and JSON API (rackflow.web) on HOST:PORT; None serves no HTTP at all.
     http_listen: str | None = None
 
@@ -132,5 +142,12 @@ class ServeConfig:
             parse_host_port(self.metrics_listen, "--metrics-listen")
         if not 2 <= self.db_pool_size <= 500:
             raise InvalidArgument(f"--db-pool-size: must be 2..500, got {self.db_pool_size}")
+        if not self.audit_spool:
+            raise InvalidArgument("--audit-spool: must name a file")
+        if self.audit_spool_max_bytes < MIN_AUDIT_SPOOL_MAX_BYTES:
+            raise InvalidArgument(
+                f"--audit-spool-max-bytes: must be at least {MIN_AUDIT_SPOOL_MAX_BYTES},"
+                f" got {self.audit_spool_max_bytes}"
+            )
         if not 1 <= self.dispatch_batch <= 10_000:
             raise InvalidArgument(f"--dispatch-batch: must be 1..10000, got {self.dispatch_batch}")

@@ -31,6 +31,18 @@ AUDIT_WRITE_FAILURES = Counter(
     "rackflow_audit_write_failures_total",
     "Audit events that could not be written (the action's result stands).",
 )
+AUDIT_EVENTS_SPOOLED = Counter(
+    "rackflow_audit_events_spooled_total",
+    "Audit events written to the local spool because the database was unavailable (replayed later).",
+)
+AUDIT_EVENTS_REPLAYED = Counter(
+    "rackflow_audit_events_replayed_total", "Spooled audit events written back to the database."
+)
+AUDIT_EVENTS_LOST = Counter(
+    "rackflow_audit_events_lost_total",
+    "Audit events neither written nor spooled (spool full or unwritable, or a spooled line unreadable).",
+)
+AUDIT_SPOOL_BYTES = Gauge("rackflow_audit_spool_bytes", "Bytes in this process's audit spool file.")
 AUDIT_EVENTS_PRUNED = Counter(
     "rackflow_audit_events_pruned_total", "Audit events this process deleted as older than --audit-retention."
 )

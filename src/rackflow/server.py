@@ -1,5 +1,5 @@
 """Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher, audit
-pruner, and (with --http-listen) the web dashboard and JSON API.
+spool replay and pruner, and (with --http-listen) the web dashboard and JSON API.
 
 Every process is a full peer: it serves the API, runs tasks and fires schedules. Several processes may share
 one PostgreSQL database; the store's row claims keep them from doing the same work twice.
@@ -11,6 +11,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -21,6 +22,7 @@ from rackflow.api.audit import AuditInterceptor
 from rackflow.api.auth import AuthInterceptor
 from rackflow.api.servicer import FlowServicer
 from rackflow.audit.retention import AuditPruner
+from rackflow.audit.spool import AuditSpool
 from rackflow.clock import SystemClock
 from rackflow.config import BackendName, ServeConfig, parse_host_port
 from rackflow.metrics import serve_metrics
@@ -61,7 +63,10 @@ class RackflowServer:
         self.instance_id = uuid.uuid4()
         self.clock = SystemClock(config.clock_offset)
         self.db = Database(config.db, clock=self.clock, pool_size=config.db_pool_size)
-        self.services = Services.build(self.db, self.clock)
+        self.audit_spool = AuditSpool(
+            self.db, Path(config.audit_spool), max_bytes=config.audit_spool_max_bytes
+        )
+        self.services = Services.build(self.db, self.clock, self.audit_spool)
         # Records every mutating RPC, over gRPC and through the HTTP API alike, in `services.audit`.
         self.audit = AuditInterceptor(self.services.audit)
         self.grpc: grpc.aio.Server | None = None
@@ -127,6 +132,7 @@ class RackflowServer:
                 lease_ttl=self.config.lease_ttl,
             )
             self._spawn("dispatcher", dispatcher.run)
+        self._spawn("audit spool", self.audit_spool.run)
         if self.config.audit_retention is not None:
             self._spawn("audit pruner", AuditPruner(self.db, self.config.audit_retention).run)
         if http is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rackflow.audit.spool import AuditSpool
 from rackflow.audit.trail import AuditTrail
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
@@ -22,9 +23,9 @@ class Services:
     audit: AuditTrail
 
     @classmethod
-    def build(cls, db: Database, clock: Clock) -> Services:
+    def build(cls, db: Database, clock: Clock, audit_spool: AuditSpool | None = None) -> Services:
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
         schedules = ScheduleService(db, clock, tasks)
-        audit = AuditTrail(db, clock)
+        audit = AuditTrail(db, clock, audit_spool)
         return cls(db=db, clock=clock, inventory=inventory, tasks=tasks, schedules=schedules, audit=audit)

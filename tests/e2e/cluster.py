@@ -95,7 +95,13 @@ def start_server(
         f"127.0.0.1:{free_port()}",
         *args,
     ]
-    child_env = {**os.environ, "RACKFLOW_SIM_STEP_SECONDS": "0.01", **(env or {})}
+    child_env = {
+        **os.environ,
+        "RACKFLOW_SIM_STEP_SECONDS": "0.01",
+        # Each server spools audit events beside its log, not in the working directory.
+        "RACKFLOW_AUDIT_SPOOL": str(log_path.with_suffix(".spool")),
+        **(env or {}),
+    }
     log_file = log_path.open("w")
     proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True, env=child_env)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S

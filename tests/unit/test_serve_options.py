@@ -125,3 +125,11 @@ def test_serve_refuses_a_bad_or_exposed_http_listener(
     assert result.exit_code == 2
     assert message in result.output
     assert started == []
+
+
+def test_the_audit_spool_needs_a_file_and_a_bound_of_at_least_64_kib() -> None:
+    with pytest.raises(InvalidArgument, match="--audit-spool: must name a file"):
+        ServeConfig(audit_spool="")
+    with pytest.raises(InvalidArgument, match="--audit-spool-max-bytes: must be at least 65536, got 65535"):
+        ServeConfig(audit_spool_max_bytes=65535)
+    assert ServeConfig(audit_spool_max_bytes=65536).audit_spool_max_bytes == 65536

@@ -1,6 +1,7 @@
 """The audit trail: who changed what, when, with what outcome, and the schedule before and after.
 
 `trail.AuditTrail` records and lists events (one per action, whichever front end took it: the gRPC
-interceptor in `rackflow.api.audit`, or any other that calls `AuditTrail.record`), `retention.AuditPruner`
-deletes the old ones, `model.AuditEvent` is one event. Its SQL is `rackflow.store.audit`.
+interceptor in `rackflow.api.audit`, or any other that calls `AuditTrail.record`), `spool.AuditSpool`
+keeps the events a database outage refused until it is back, `retention.AuditPruner` deletes the old
+ones, `model.AuditEvent` is one event. Its SQL is `rackflow.store.audit`.
 """

@@ -13,12 +13,15 @@ reply lacks what the snapshot holds (the operation template, the timezone, the s
 only once its row is committed, so an action that returned has its event in the trail. What that saves:
 docs/PERFORMANCE.md, "api".
 
-An audit failure cannot roll back or fail an action that succeeded: it is logged at ERROR and counted in
+An audit failure cannot roll back or fail an action that succeeded: it is counted in
 `rackflow_audit_write_failures_total` instead (a failed group is retried one row per transaction, so one
-bad row does not lose its neighbours). The price is that a crash between the action's commit and the
-audit commit loses those events, and a concurrent change to the same schedule can fall between a before
-and an after snapshot (the after is read when its group is written, at most one round after the action
-committed). `close` waits for queued rows, so a clean shutdown loses none.
+bad row does not lose its neighbours). When the database is unavailable (an outage between the action's
+commit and the audit write), the event goes to the local spool (`rackflow.audit.spool`, fsync'd before
+`record` returns) and is written once the database is back; any other failure, or a full spool, is logged
+at ERROR and the event is lost. The price: a crash between the action's commit and the audit write loses
+those events, and a concurrent change to the same schedule can fall between a before and an after snapshot
+(the after is read when its group is written, at most one round after the action committed; for a spooled
+event, when it is replayed). `close` waits for queued rows, so a clean shutdown loses none.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow import metrics
+from rackflow import failpoints, metrics
 from rackflow.audit.model import EVERY_EVENT, AuditEvent, EventFilter
+from rackflow.audit.spool import AuditSpool
 from rackflow.clock import Clock
+from rackflow.errors import Unavailable
 from rackflow.store import audit as store
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
@@ -44,11 +49,13 @@ _T = TypeVar("_T")
 
 
 class AuditTrail:
-    """The audit trail of one process: records events (grouped into shared transactions) and lists them."""
+    """The audit trail of one process: records events (grouped into shared transactions) and lists them.
+    Without a `spool`, an event the database cannot take is lost (logged and counted)."""
 
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, spool: AuditSpool | None = None) -> None:
         self.db = db
         self.clock = clock
+        self.spool = spool
         self._writer: GroupCommit[store.PendingEvent, None] = GroupCommit(db, store.write_events)
 
     async def close(self) -> None:
@@ -92,30 +99,67 @@ class AuditTrail:
     ) -> None:
         """Record one action: `principal` called `method` on `target_ids` and it ended with `outcome`
         (`OK`, or the status code's name with `error`). With `schedule_id`, the event holds `before` and
-        the schedule as the write finds it. Returns once the event is committed; never raises (a failure
-        is logged loudly and counted, so the action's own result stands).
+        the schedule as the write finds it. Returns once the event is committed, or spooled while the
+        database is unavailable; never raises (a failure is logged loudly and counted, so the action's own
+        result stands).
         """
+        event = AuditEvent(
+            id=uuid.uuid4(),
+            at=self.clock.now(),
+            principal=principal,
+            method=method,
+            target_ids=tuple(target_ids),
+            outcome=outcome,
+            error=error,
+            request=request,
+            schedule_before=before,
+        )
+        pending = store.PendingEvent(event, after_of=schedule_id)
         try:
-            event = AuditEvent(
-                id=uuid.uuid4(),
-                at=self.clock.now(),
-                principal=principal,
-                method=method,
-                target_ids=tuple(target_ids),
-                outcome=outcome,
-                error=error,
-                request=request,
-                schedule_before=before,
-            )
-            await self._writer.write(store.PendingEvent(event, after_of=schedule_id))
+            await failpoints.pause("audit_write")  # the action has committed; its event is not written yet
+            await self._writer.write(pending)
+        except Unavailable as exc:
+            metrics.AUDIT_WRITE_FAILURES.inc()
+            self._spool_or_lose(pending, exc)
         except Exception:
             metrics.AUDIT_WRITE_FAILURES.inc()
+            metrics.AUDIT_EVENTS_LOST.inc()
             log.exception(
                 "AUDIT WRITE FAILED: %s by %s (outcome %s) is not in the audit trail",
                 method,
                 principal,
                 outcome,
             )
+
+    def _spool_or_lose(self, pending: store.PendingEvent, why: Unavailable) -> None:
+        """Spool an event the database could not take; when that fails too, say loudly that it is lost."""
+        event = pending.event
+        reason = "is off"
+        if self.spool is not None:
+            try:
+                if self.spool.append(pending):
+                    metrics.AUDIT_EVENTS_SPOOLED.inc()
+                    log.warning(
+                        "audit: %s by %s spooled to %s until the database is back (%s)",
+                        event.method,
+                        event.principal,
+                        self.spool.path,
+                        why,
+                    )
+                    return
+                reason = f"{self.spool.path} is full ({self.spool.max_bytes} bytes)"
+            except OSError as exc:
+                reason = f"{self.spool.path} cannot be written ({exc})"
+        metrics.AUDIT_EVENTS_LOST.inc()
+        log.error(
+            "AUDIT WRITE FAILED: %s by %s (outcome %s) is not in the audit trail: the database is"
+            " unavailable (%s) and the audit spool %s",
+            event.method,
+            event.principal,
+            event.outcome,
+            why,
+            reason,
+        )
 
     async def list_events(
         self, matching: EventFilter = EVERY_EVENT, *, offset: int = 0, limit: int | None = None

@@ -13,6 +13,8 @@ import click
 from rackflow import logs
 from rackflow.config import (
     DB_POOL_OVERFLOW,
+    DEFAULT_AUDIT_SPOOL,
+    DEFAULT_AUDIT_SPOOL_MAX_BYTES,
     DEFAULT_DB,
     DEFAULT_DB_POOL_SIZE,
     DEFAULT_DISPATCH_BATCH,
@@ -130,6 +132,21 @@ _db_option = click.option(
     help="Delete audit events older than this (Go duration, at least 1h); 0 keeps every event.",
 )
 @click.option(
+    "--audit-spool",
+    envvar="RACKFLOW_AUDIT_SPOOL",
+    default=DEFAULT_AUDIT_SPOOL,
+    show_default=True,
+    help="File where audit events wait while the database is unavailable (replayed when it is back).",
+)
+@click.option(
+    "--audit-spool-max-bytes",
+    envvar="RACKFLOW_AUDIT_SPOOL_MAX_BYTES",
+    default=DEFAULT_AUDIT_SPOOL_MAX_BYTES,
+    type=int,
+    show_default=True,
+    help="Bound of --audit-spool; an event that would not fit is lost (logged, counted).",
+)
+@click.option(
     "--tls-cert",
     envvar="RACKFLOW_TLS_CERT",
     default=None,
@@ -169,6 +186,8 @@ def serve(
     db_pool_size: int,
     lease_ttl: str,
     audit_retention: str,
+    audit_spool: str,
+    audit_spool_max_bytes: int,
     tls_cert: str | None,
     tls_key: str | None,
     tls_client_ca: str | None,
@@ -200,6 +219,8 @@ def serve(
             tokens=load_tokens(auth_tokens, os.environ),
             insecure=insecure,
             audit_retention=parse_audit_retention(audit_retention),
+            audit_spool=audit_spool,
+            audit_spool_max_bytes=audit_spool_max_bytes,
         )
     except RackflowError as exc:
         raise click.UsageError(str(exc)) from None

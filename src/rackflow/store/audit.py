@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, any_, delete, func, insert, select
+from sqlalchemy import ColumnElement, any_, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.model import EVERY_EVENT, AuditEvent, EventFilter
-from rackflow.store.db import Database
+from rackflow.store.db import Database, insert_new
 from rackflow.store.tables import audit_events, task_schedule, task_schedule_scope
 
 # Rows deleted per transaction when pruning: a first prune of millions of rows holds no long transaction
@@ -30,9 +30,10 @@ class PendingEvent:
 
 
 async def insert_events(conn: AsyncConnection, events: Sequence[AuditEvent]) -> None:
-    """One INSERT for all of `events`."""
+    """One INSERT for all of `events`, leaving out ids already in the trail: a spooled event replayed twice
+    (`rackflow.audit.spool`) is written once."""
     await conn.execute(
-        insert(audit_events),
+        insert_new(conn.dialect.name, audit_events),
         [
             {
                 "id": event.id,

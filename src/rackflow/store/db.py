@@ -304,10 +304,16 @@ class Database:
         return stmt.with_for_update() if self.is_postgres else stmt
 
     def insert_new(self, table: Table) -> Insert:
-        """An INSERT that leaves out the rows a unique constraint or index already holds a value of
-        (`ON CONFLICT DO NOTHING`, spelled alike by both databases); with RETURNING it says which went in."""
-        dialect_insert = postgresql.insert if self.is_postgres else sqlite.insert
-        return dialect_insert(table).on_conflict_do_nothing()
+        """`insert_new(self.dialect, table)`."""
+        return insert_new(self.dialect, table)
+
+
+def insert_new(dialect: str, table: Table) -> Insert:
+    """An INSERT that leaves out the rows a unique constraint or index already holds a value of
+    (`ON CONFLICT DO NOTHING`, spelled alike by both databases); with RETURNING it says which went in.
+    `dialect` is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`."""
+    dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return dialect_insert(table).on_conflict_do_nothing()
 
 
 def _ping_when_idle(engine: AsyncEngine) -> None:
