@@ -1,7 +1,7 @@
 """`rackflow serve` settings: one frozen value, validated once, from flags or `RACKFLOW_<NAME>` variables.
 
 Every default a setting has is written here and nowhere else: the flags show these, and the classes that
-take a setting (`Database`, `Executor`, `Dispatcher`, `AuditPruner`) default to them, so a test or a
+take a setting (`Database`, `Executor`, `Dispatcher`, `Pruner`) default to them, so a test or a
 benchmark that builds one directly runs as `rackflow serve` would.
 """
 
@@ -36,8 +36,9 @@ DB_POOL_OVERFLOW = 5
 DEFAULT_EXECUTOR_POLL_INTERVAL = timedelta(milliseconds=500)
 DEFAULT_MAX_CONCURRENT_TASKS = 32
 DEFAULT_SWEEP_INTERVAL = timedelta(seconds=2)
-# How often each instance prunes the audit trail when --audit-retention is set.
-DEFAULT_AUDIT_PRUNE_INTERVAL = timedelta(hours=1)
+# How often each instance prunes what a retention (--audit-retention, --run-retention, --task-retention)
+# bounds, when it is set.
+DEFAULT_PRUNE_INTERVAL = timedelta(hours=1)
 # The audit spool (rackflow.audit.spool): where events wait while the database cannot take them (relative to
 # the working directory, like the default SQLite file; instances on one host may share it), how big it may
 # grow (about 1 KiB an event: some 65,000 events), and how often a non-empty spool is replayed.
@@ -45,8 +46,9 @@ DEFAULT_AUDIT_SPOOL = "rackflow-audit.spool"
 DEFAULT_AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
 MIN_AUDIT_SPOOL_MAX_BYTES = 64 * 1024
 DEFAULT_AUDIT_SPOOL_REPLAY_INTERVAL = timedelta(seconds=5)
-# A floor against unit slips (`720m` for `720h`) that would empty a security record within the hour.
-MIN_AUDIT_RETENTION = timedelta(hours=1)
+# A floor against unit slips (`720m` for `720h`) that would empty a security record, or the history of
+# what ran, within the hour.
+MIN_RETENTION = timedelta(hours=1)
 
 
 class BackendName(enum.StrEnum):
@@ -82,10 +84,9 @@ def parse_interval(value: str, flag: str) -> timedelta:
     return timedelta(microseconds=max(1, ns // 1000))
 
 
-def parse_audit_retention(value: str) -> timedelta | None:
-    """`--audit-retention`: a Go duration of at least MIN_AUDIT_RETENTION, or None (keep every event) for
-    an empty value or a zero (`0`, `0s`, `0h`)."""
-    flag = "--audit-retention"
+def parse_retention(value: str, flag: str) -> timedelta | None:
+    """A retention flag (`--audit-retention`, `--run-retention`, `--task-retention`): a Go duration of at
+    least MIN_RETENTION, or None (keep everything) for an empty value or a zero (`0`, `0s`, `0h`)."""
     try:
         ns = parse_go_duration(value) if value else 0
     except ValueError as exc:
@@ -93,8 +94,8 @@ def parse_audit_retention(value: str) -> timedelta | None:
     if ns == 0:
         return None
     retention = timedelta(microseconds=ns // 1000)
-    if retention < MIN_AUDIT_RETENTION:
-        raise InvalidArgument(f"{flag}: must be at least 1h, or 0 to keep every event, got {value!r}")
+    if retention < MIN_RETENTION:
+        raise InvalidArgument(f"{flag}: must be at least 1h, or 0 to keep everything, got {value!r}")
     return retention
 
 
@@ -120,6 +121,9 @@ class ServeConfig:
     insecure: bool = False
     # Audit events older than this are deleted; None keeps them forever (an operator's explicit choice).
     audit_retention: timedelta | None = None
+    # Schedule runs fired, and tasks ended, longer ago than this are deleted; None keeps them forever.
+    run_retention: timedelta | None = None
+    task_retention: timedelta | None = None
     # The audit spool file and its bound (rackflow.audit.spool).
     audit_spool: str = DEFAULT_AUDIT_SPOOL
     audit_spool_max_bytes: int = DEFAULT_AUDIT_SPOOL_MAX_BYTES

@@ -47,6 +47,13 @@ AUDIT_EVENTS_PRUNED = Counter(
     "rackflow_audit_events_pruned_total", "Audit events this process deleted as older than --audit-retention."
 )
 
+SCHEDULE_RUNS_PRUNED = Counter(
+    "rackflow_schedule_runs_pruned_total", "Schedule runs this process deleted as older than --run-retention."
+)
+TASKS_PRUNED = Counter(
+    "rackflow_tasks_pruned_total", "Ended tasks this process deleted as older than --task-retention."
+)
+
 
 def serve_metrics(listen: str) -> None:
     """Start the /metrics HTTP endpoint in a background thread."""

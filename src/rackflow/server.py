@@ -1,5 +1,5 @@
 """Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher, audit
-spool replay and pruner, and (with --http-listen) the web dashboard and JSON API.
+spool replay, the pruners of the retentions, and (with --http-listen) the web dashboard and JSON API.
 
 Every process is a full peer: it serves the API, runs tasks and fires schedules. Several processes may share
 one PostgreSQL database; the store's row claims keep them from doing the same work twice.
@@ -18,6 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from rackflow import metrics
 from rackflow.api.audit import AuditInterceptor
 from rackflow.api.auth import AuthInterceptor
 from rackflow.api.servicer import FlowServicer
@@ -26,9 +27,12 @@ from rackflow.audit.spool import AuditSpool
 from rackflow.clock import SystemClock
 from rackflow.config import BackendName, ServeConfig, parse_host_port
 from rackflow.metrics import serve_metrics
+from rackflow.retention import Pruner
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import server_credentials
 from rackflow.services import Services
+from rackflow.store import schedules as schedule_store
+from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.migrate import migrate, require_migrated
 from rackflow.tasks.backends.base import Backend
@@ -135,6 +139,26 @@ class RackflowServer:
         self._spawn("audit spool", self.audit_spool.run)
         if self.config.audit_retention is not None:
             self._spawn("audit pruner", AuditPruner(self.db, self.config.audit_retention).run)
+        if self.config.run_retention is not None:
+            runs = Pruner(
+                self.db,
+                self.config.run_retention,
+                name="run",
+                what="schedule runs",
+                prune=schedule_store.prune_old_runs,
+                counter=metrics.SCHEDULE_RUNS_PRUNED,
+            )
+            self._spawn("run pruner", runs.run)
+        if self.config.task_retention is not None:
+            ended = Pruner(
+                self.db,
+                self.config.task_retention,
+                name="task",
+                what="ended tasks",
+                prune=task_store.prune_finished_tasks,
+                counter=metrics.TASKS_PRUNED,
+            )
+            self._spawn("task pruner", ended.run)
         if http is not None:
             self._spawn("http", http.run)
             log.info(

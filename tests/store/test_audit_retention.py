@@ -18,6 +18,7 @@ from rackflow.audit.retention import AuditPruner
 from rackflow.clock import SystemClock
 from rackflow.store import audit as store
 from rackflow.store.db import Database
+from rackflow.store.retention import PRUNE_CHUNK
 from rackflow.store.tables import audit_events
 
 RETENTION = timedelta(hours=1)
@@ -143,7 +144,7 @@ async def test_a_chunk_reads_the_time_index_and_the_primary_key_not_the_table(db
 
     event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
     try:
-        await _prune(db, chunk=store.PRUNE_CHUNK)
+        await _prune(db, chunk=PRUNE_CHUNK)
     finally:
         event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
     statement, parameters = sent[0]

@@ -1,4 +1,5 @@
-"""`rackflow serve --audit-retention`: what an operator types, what the server is given, what is refused."""
+"""`rackflow serve` retentions, HTTP listener and audit spool: what an operator types, what the server is
+given, what is refused."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 
 from rackflow import logs, server
 from rackflow.cli.serve import serve
-from rackflow.config import ServeConfig, parse_audit_retention
+from rackflow.config import ServeConfig, parse_retention
 from rackflow.errors import InvalidArgument
 
 
@@ -26,23 +27,23 @@ from rackflow.errors import InvalidArgument
         ("90m30s", timedelta(minutes=90, seconds=30)),
     ],
 )
-def test_parse_audit_retention(text: str, retention: timedelta | None) -> None:
-    assert parse_audit_retention(text) == retention
+def test_parse_retention(text: str, retention: timedelta | None) -> None:
+    assert parse_retention(text, "--audit-retention") == retention
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("59m59s", r"--audit-retention: must be at least 1h, or 0 to keep every event, got '59m59s'"),
+        ("59m59s", r"--audit-retention: must be at least 1h, or 0 to keep everything, got '59m59s'"),
         ("1s", "must be at least 1h"),
         ("-24h", "must be at least 1h"),
         ("30d", r"--audit-retention: .*30d"),
         ("24", r"--audit-retention: .*24"),
     ],
 )
-def test_parse_audit_retention_refuses_short_negative_and_malformed_values(text: str, message: str) -> None:
+def test_parse_retention_refuses_short_negative_and_malformed_values(text: str, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
-        parse_audit_retention(text)
+        parse_retention(text, "--audit-retention")
 
 
 class _Started(Exception):
@@ -80,18 +81,29 @@ def test_serve_passes_the_retention_to_the_server(
     assert [config.audit_retention for config in started] == [retention]
 
 
-@pytest.mark.parametrize(
-    ("args", "env"),
-    [(["--audit-retention", "30m"], {}), ([], {"RACKFLOW_AUDIT_RETENTION": "30m"})],
-    ids=["flag", "variable"],
-)
+@pytest.mark.parametrize("flag", ["--audit-retention", "--run-retention", "--task-retention"])
+@pytest.mark.parametrize("by", ["flag", "variable"])
 def test_serve_refuses_a_short_retention_before_starting(
-    started: list[ServeConfig], args: list[str], env: dict[str, str]
+    started: list[ServeConfig], flag: str, by: str
 ) -> None:
+    variable = "RACKFLOW_" + flag.removeprefix("--").replace("-", "_").upper()
+    args, env = ([flag, "30m"], {}) if by == "flag" else ([], {variable: "30m"})
     result = CliRunner().invoke(serve, args, env=env)
     assert result.exit_code == 2
-    assert "--audit-retention: must be at least 1h, or 0 to keep every event, got '30m'" in result.output
+    assert f"{flag}: must be at least 1h, or 0 to keep everything, got '30m'" in result.output
     assert started == []
+
+
+def test_serve_passes_the_run_and_task_retentions_to_the_server(started: list[ServeConfig]) -> None:
+    env = {"RACKFLOW_RUN_RETENTION": None, "RACKFLOW_TASK_RETENTION": "48h"}
+    result = CliRunner().invoke(serve, ["--run-retention", "720h"], env=env)
+    assert isinstance(result.exception, _Started), result.output
+    assert [(c.run_retention, c.task_retention) for c in started] == [
+        (timedelta(days=30), timedelta(hours=48))
+    ]
+    started.clear()
+    CliRunner().invoke(serve, [], env={"RACKFLOW_RUN_RETENTION": None, "RACKFLOW_TASK_RETENTION": None})
+    assert [(c.run_retention, c.task_retention) for c in started] == [(None, None)]  # keep everything
 
 
 @pytest.mark.parametrize(

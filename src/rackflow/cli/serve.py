@@ -1,4 +1,4 @@
-"""`rackflow serve` and `rackflow db migrate`: the server-side commands."""
+"""`rackflow serve`, `rackflow db migrate` and `rackflow db backup`: the server-side commands."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import click
 
@@ -25,8 +26,8 @@ from rackflow.config import (
     LogFormat,
     ServeConfig,
     duration_text,
-    parse_audit_retention,
     parse_interval,
+    parse_retention,
 )
 from rackflow.errors import RackflowError
 from rackflow.security import ServerTls, load_tokens
@@ -132,6 +133,20 @@ _db_option = click.option(
     help="Delete audit events older than this (Go duration, at least 1h); 0 keeps every event.",
 )
 @click.option(
+    "--run-retention",
+    envvar="RACKFLOW_RUN_RETENTION",
+    default="0",
+    show_default=True,
+    help="Delete schedule runs fired longer ago than this (Go duration, at least 1h); 0 keeps them.",
+)
+@click.option(
+    "--task-retention",
+    envvar="RACKFLOW_TASK_RETENTION",
+    default="0",
+    show_default=True,
+    help="Delete tasks that ended longer ago than this (Go duration, at least 1h); 0 keeps them.",
+)
+@click.option(
     "--audit-spool",
     envvar="RACKFLOW_AUDIT_SPOOL",
     default=DEFAULT_AUDIT_SPOOL,
@@ -186,6 +201,8 @@ def serve(
     db_pool_size: int,
     lease_ttl: str,
     audit_retention: str,
+    run_retention: str,
+    task_retention: str,
     audit_spool: str,
     audit_spool_max_bytes: int,
     tls_cert: str | None,
@@ -218,7 +235,9 @@ def serve(
             tls=ServerTls.from_flags(tls_cert, tls_key, tls_client_ca),
             tokens=load_tokens(auth_tokens, os.environ),
             insecure=insecure,
-            audit_retention=parse_audit_retention(audit_retention),
+            audit_retention=parse_retention(audit_retention, "--audit-retention"),
+            run_retention=parse_retention(run_retention, "--run-retention"),
+            task_retention=parse_retention(task_retention, "--task-retention"),
             audit_spool=audit_spool,
             audit_spool_max_bytes=audit_spool_max_bytes,
         )
@@ -266,3 +285,23 @@ def migrate(db: str) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     click.echo(f"database at revision {revision}")
+
+
+@db.command(
+    epilog="Examples:\n\n  rackflow db backup --db sqlite:///rackflow.db rackflow-backup.db\n\n"
+    "  rackflow db backup --db postgresql://rackflow@db.internal/rackflow rackflow.dump"
+)
+@_db_option
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+def backup(db: str, path: Path) -> None:
+    """Copy the database to PATH while rackflow serves (SQLite: online backup; PostgreSQL: pg_dump).
+
+    Restoring, and what happens to work in flight at backup time: docs/OPERATIONS.md, "Backups".
+    """
+    from rackflow.store.backup import backup as run_backup
+
+    try:
+        click.echo(run_backup(db, path))
+    except RackflowError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)

@@ -9,16 +9,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, any_, delete, func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.model import EVERY_EVENT, AuditEvent, EventFilter
 from rackflow.store.db import Database, insert_new
+from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import audit_events, task_schedule, task_schedule_scope
-
-# Rows deleted per transaction when pruning: a first prune of millions of rows holds no long transaction
-# (nor SQLite's write lock) and each chunk is a short range scan of ix_audit_events_at_id.
-PRUNE_CHUNK = 10_000
 
 
 @dataclass(frozen=True)
@@ -107,40 +104,18 @@ async def list_events(
     return events, int(total)
 
 
-async def prune_events(
+def prune_events(
     db: Database, retention: timedelta, *, chunk: int = PRUNE_CHUNK
 ) -> AsyncGenerator[int, None]:
-    """Delete the events older than `retention` (by `Database.now`), oldest first, `chunk` rows per
-    transaction, yielding each committed chunk's count so the caller can count progress and stop between
-    chunks (`contextlib.aclosing`).
-
-    Safe from every instance at once: on PostgreSQL a pruner skips the rows another one is deleting and takes
-    the next ones; a chunk short of `chunk` ends the prune, and whatever a rival still holds is its to finish.
-    """
-    async with db.read() as conn:
-        cutoff = await db.now(conn) - retention
-    oldest = (
-        select(audit_events.c.id)
-        .where(audit_events.c.at < cutoff)
-        .order_by(audit_events.c.at, audit_events.c.id)
-        .limit(chunk)
+    """Delete the events older than `retention`, oldest first, by ix_audit_events_at_id (`prune_older`)."""
+    return prune_older(
+        db,
+        audit_events,
+        retention,
+        older=lambda cutoff: audit_events.c.at < cutoff,
+        order_by=(audit_events.c.at, audit_events.c.id),
+        chunk=chunk,
     )
-    oldest_ids = db.skip_locked(oldest).scalar_subquery()
-    # PostgreSQL plans `id IN (subquery)` as a hash join over a scan of the whole table, once per chunk (a
-    # first prune of n rows would read the table n / chunk times); it looks an array of the ids up in the
-    # primary key. At 1M rows: 180 ms a chunk against 26 ms.
-    in_chunk = (
-        audit_events.c.id == any_(func.array(oldest_ids))
-        if db.is_postgres
-        else audit_events.c.id.in_(oldest_ids)
-    )
-    prune = delete(audit_events).where(in_chunk)
-    while True:
-        async with db.transaction() as conn:
-            deleted = (await conn.execute(prune)).rowcount
-        yield deleted
-        if deleted < chunk:
-            return
 
 
 def _jsonable(value: object) -> object:

@@ -8,7 +8,7 @@ Functions take an open connection, so the caller decides what one transaction ho
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -45,6 +45,7 @@ from rackflow.schedules.model import (
 )
 from rackflow.store.db import Database, chunked, unique_violation_as
 from rackflow.store.inventory import names_by_id
+from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import is_active
 from rackflow.tasks.model import Operation, OperationKind
@@ -671,6 +672,24 @@ async def prune_runs(
         ranked = select(run.id, newer.label("newer")).where(run.schedule_id.in_(chunk)).subquery("ranked")
         stale = select(ranked.c.id).where(ranked.c.newer > keep)
         await conn.execute(delete(task_schedule_run).where(run.id.in_(stale)))
+
+
+def prune_old_runs(
+    db: Database, retention: timedelta, *, chunk: int = PRUNE_CHUNK
+) -> AsyncGenerator[int, None]:
+    """`--run-retention`: delete the runs (with their outcomes) fired longer than `retention` ago, oldest
+    first, by ix_task_schedule_run_fired_at_id (`prune_older`). A run still `running` stays: its firing may
+    yet write its outcomes. The tasks a deleted run submitted stay, unlinked (`tasks.run_id` SET NULL).
+    """
+    run = task_schedule_run.c
+    return prune_older(
+        db,
+        task_schedule_run,
+        retention,
+        older=lambda cutoff: and_(run.fired_at < cutoff, run.state != "running"),
+        order_by=(run.fired_at, run.id),
+        chunk=chunk,
+    )
 
 
 async def recent_runs(

@@ -178,7 +178,8 @@ task_schedule_scope = Table(
     Column("schedule_id", Uuid, ForeignKey("task_schedule.id", ondelete="CASCADE"), nullable=False),
     Column("rack_id", Uuid, ForeignKey("racks.id", ondelete="CASCADE"), nullable=False, index=True),
     Column("component_filter", json_type(), nullable=True),
-    Column("last_task_id", Uuid, ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True),
+    # Indexed for the SET NULL of a pruned task (migration 0010).
+    Column("last_task_id", Uuid, ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True, index=True),
     Column("created_at", UTCDateTime, nullable=False),
     UniqueConstraint("schedule_id", "rack_id"),
 )
@@ -197,6 +198,8 @@ task_schedule_run = Table(
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
     CheckConstraint("state IN ('running', 'completed', 'interrupted')", name="state"),
     Index("ix_task_schedule_run_schedule_id_fired_at", "schedule_id", "fired_at"),
+    # --run-retention takes the oldest runs of every schedule first (migration 0010).
+    Index("ix_task_schedule_run_fired_at_id", "fired_at", "id"),
     Index(
         "ix_task_schedule_run_running",
         "owner_id",

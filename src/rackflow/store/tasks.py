@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime
+from collections.abc import AsyncGenerator, Collection, Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, select, update
@@ -22,6 +22,7 @@ from sqlalchemy.sql import ColumnElement, FromClause, Select
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, some_of, unique_violation_as
 from rackflow.store.instances import is_live
+from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import racks, tasks
 from rackflow.tasks.model import ACTIVE_STATUSES, Operation, Task, TaskStatus
 
@@ -327,3 +328,24 @@ async def racks_needing_promotion(conn: AsyncConnection, *, now: datetime) -> se
         )
     )
     return set(rows.scalars())
+
+
+def prune_finished_tasks(
+    db: Database, retention: timedelta, *, chunk: int = PRUNE_CHUNK
+) -> AsyncGenerator[int, None]:
+    """`--task-retention`: delete the tasks that ended (completed, failed, terminated) longer than
+    `retention` ago, oldest first (`prune_older`). Active tasks stay however old. A task ends after it was
+    created, so `created_at < cutoff` holds for every one of them and lets ix_tasks_created_at find them;
+    a schedule scope whose last task goes forgets it (`last_task_id` SET NULL: nothing left to overlap).
+    """
+    ended = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.TERMINATED)
+    return prune_older(
+        db,
+        tasks,
+        retention,
+        older=lambda cutoff: and_(
+            tasks.c.created_at < cutoff, tasks.c.finished_at < cutoff, status_in(tasks.c.status, *ended)
+        ),
+        order_by=OLDEST_FIRST,
+        chunk=chunk,
+    )

@@ -1,0 +1,86 @@
+"""Retention: every instance deletes the rows older than a retention, at start-up and then hourly.
+
+One loop for every kind of row (`--audit-retention`, `--run-retention`, `--task-retention`): each instance
+prunes on its own, because deleting is idempotent and concurrent pruners skip each other's rows
+(`store.retention.prune_older`), so no leader is needed and the tables stay bounded while any instance
+runs. A failed prune (say, the database is down) is logged and tried again at the next round; it never
+stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator
+from datetime import timedelta
+from typing import Protocol
+
+from prometheus_client import Counter
+
+from rackflow.clock import sleep_unless_stopped
+from rackflow.config import DEFAULT_PRUNE_INTERVAL
+from rackflow.store.db import Database
+from rackflow.store.retention import PRUNE_CHUNK
+
+log = logging.getLogger(__name__)
+
+
+class PruneChunks(Protocol):
+    """A store function deleting the rows older than `retention`, yielding each committed chunk's count."""
+
+    def __call__(
+        self, db: Database, retention: timedelta, *, chunk: int = ...
+    ) -> AsyncGenerator[int, None]: ...
+
+
+class Pruner:
+    """Run with `run(stop)` beside the executor and the dispatcher. Its log lines read `{name} retention:
+    pruned N {what} older than …`."""
+
+    def __init__(
+        self,
+        db: Database,
+        retention: timedelta,
+        *,
+        name: str,
+        what: str,
+        prune: PruneChunks,
+        counter: Counter,
+        every: timedelta = DEFAULT_PRUNE_INTERVAL,
+        chunk: int = PRUNE_CHUNK,
+    ) -> None:
+        self.db = db
+        self.retention = retention
+        self.name = name
+        self.what = what
+        self.prune = prune
+        self.counter = counter
+        self.every = every
+        self.chunk = chunk
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Prune at once, then every `every` until `stop` is set."""
+        log.info(
+            "%s retention: deleting those older than %s, every %s", self.what, self.retention, self.every
+        )
+        while not stop.is_set():
+            try:
+                await self.prune_once(stop)
+            except Exception as exc:
+                log.warning("%s prune failed (%s); retrying in %s", self.name, exc, self.every)
+            await sleep_unless_stopped(stop, self.every)
+
+    async def prune_once(self, stop: asyncio.Event) -> int:
+        """Delete the rows past the retention, chunk by chunk; `stop` ends it after the current chunk, so a
+        first prune of millions of rows does not hold up shutdown. Returns how many went."""
+        pruned = 0
+        chunks = self.prune(self.db, self.retention, chunk=self.chunk)
+        async with contextlib.aclosing(chunks):
+            async for deleted in chunks:
+                pruned += deleted
+                self.counter.inc(deleted)
+                if stop.is_set():
+                    break
+        log.info("%s retention: pruned %d %s older than %s", self.name, pruned, self.what, self.retention)
+        return pruned

@@ -1,0 +1,50 @@
+"""`rackflow db backup`: a consistent copy of a live database, taken while rackflow serves.
+
+SQLite: SQLite's online backup API (`sqlite3.Connection.backup`) copies the database page by page from
+one read transaction, so the copy is one committed state even while instances write (a plain `cp` of a WAL
+database can catch a half-checkpointed file). PostgreSQL: `pg_dump --format=custom`, which reads one
+snapshot; restore it with `pg_restore` into an empty database (docs/OPERATIONS.md, "Backups").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from rackflow.errors import FailedPrecondition, InvalidArgument
+from rackflow.store.db import normalise_url
+
+
+def backup(url: str, path: Path) -> str:
+    """Copy the database of `url` to `path` (which must not exist yet); returns what was done, for the CLI."""
+    if path.exists():
+        raise InvalidArgument(f"backup: {path} exists; give a new file")
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() == "sqlite":
+        source = parsed.database
+        if not source or source == ":memory:" or not Path(source).exists():
+            raise InvalidArgument(f"backup: no SQLite database at {source!r}")
+        with (
+            contextlib.closing(sqlite3.connect(source)) as live,
+            contextlib.closing(sqlite3.connect(path)) as copy,
+        ):
+            live.backup(copy)
+        return f"SQLite online backup of {source} written to {path}"
+    pg_dump = shutil.which("pg_dump")
+    if pg_dump is None:
+        raise FailedPrecondition("backup: pg_dump not found; install the PostgreSQL client tools")
+    libpq_url = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+    done = subprocess.run(
+        [pg_dump, "--format=custom", "--file", str(path), "--dbname", libpq_url],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        path.unlink(missing_ok=True)
+        raise FailedPrecondition(f"backup: pg_dump failed: {done.stderr.strip()}")
+    return f"pg_dump (custom format) written to {path}; restore with pg_restore into an empty database"

@@ -1,0 +1,49 @@
+"""Deleting the rows past a retention, in bounded transactions, from every instance at once: the one loop
+behind the audit trail's, the schedule runs' and the finished tasks' retention (`rackflow.retention`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable, Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import ColumnElement, Table, any_, delete, func, select
+
+from rackflow.store.db import Database
+
+# Rows deleted per transaction when pruning: a first prune of millions of rows holds no long transaction
+# (nor SQLite's write lock), and each chunk is a short range scan of an index in `order_by`'s order.
+PRUNE_CHUNK = 10_000
+
+
+async def prune_older(
+    db: Database,
+    table: Table,
+    retention: timedelta,
+    *,
+    older: Callable[[datetime], ColumnElement[bool]],
+    order_by: Sequence[ColumnElement[object]],
+    chunk: int = PRUNE_CHUNK,
+) -> AsyncGenerator[int, None]:
+    """Delete the rows of `table` for which `older(cutoff)` holds, cutoff being `retention` before
+    `Database.now`, in `order_by` order (oldest first), `chunk` rows per transaction, yielding each committed
+    chunk's count so the caller can count progress and stop between chunks (`contextlib.aclosing`).
+
+    Safe from every instance at once: on PostgreSQL a pruner skips the rows another one is deleting and takes
+    the next ones; a chunk short of `chunk` ends the prune, and whatever a rival still holds is its to finish.
+    """
+    async with db.read() as conn:
+        cutoff = await db.now(conn) - retention
+    key = table.c.id
+    oldest = select(key).where(older(cutoff)).order_by(*order_by).limit(chunk)
+    oldest_ids = db.skip_locked(oldest).scalar_subquery()
+    # PostgreSQL plans `id IN (subquery)` as a hash join over a scan of the whole table, once per chunk (a
+    # first prune of n rows would read the table n / chunk times); it looks an array of the ids up in the
+    # primary key. At 1M audit rows: 180 ms a chunk against 26 ms.
+    in_chunk = key == any_(func.array(oldest_ids)) if db.is_postgres else key.in_(oldest_ids)
+    prune = delete(table).where(in_chunk)
+    while True:
+        async with db.transaction() as conn:
+            deleted = (await conn.execute(prune)).rowcount
+        yield deleted
+        if deleted < chunk:
+            return
