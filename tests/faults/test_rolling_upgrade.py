@@ -1,0 +1,175 @@
+"""An upgrade while running (docs/OPERATIONS.md, "Upgrades"): instances of the previous release serve the
+previous schema, `rackflow db migrate` brings the database to head while they serve, and they are replaced
+by the new release one at a time. Clients must see nothing worse than an UNAVAILABLE from the instance
+being restarted (answered on retry by another), and no schedule slot may be lost or fired twice.
+
+The previous release is this repository's source as it was just before its newest migration was added
+(`git archive` of that commit's parent), run from the same virtualenv with PYTHONPATH pointing at it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+
+from rackflow.store.migrate import MIGRATIONS_DIR, head_revision
+from rackflow.v1 import flow_pb2 as pb
+from tests.e2e.cluster import ServerProcess, sql, start_server
+from tests.e2e.fleet import create_racks, create_schedules, schedule_request
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres")]
+
+REPO = Path(__file__).resolve().parents[2]
+ARGS = ["--dispatch-interval", "1s", "--lease-ttl", "3s"]
+INTERVAL = timedelta(seconds=2)
+# A slot may come this late after the previous one and still count as on time: the interval, a dispatch
+# poll, and the few seconds a poll can take on this loaded machine while an instance stops.
+MAX_GAP = INTERVAL + timedelta(seconds=4)
+RACKS = [f"r{i}" for i in range(4)]
+
+
+def previous_release(into: Path) -> Path:
+    """The `src` tree of the commit before the one that added the newest migration."""
+    newest = next(MIGRATIONS_DIR.joinpath("versions").glob(f"{head_revision()}_*.py"))
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", "-C", str(REPO), *args], check=True, capture_output=True).stdout
+
+    added = (
+        git("log", "-1", "--diff-filter=A", "--format=%H", "--", str(newest.relative_to(REPO)))
+        .decode()
+        .strip()
+    )
+    assert added, f"{newest} is not committed: commit it before running this test"
+    archive = git("archive", "--format=tar", f"{added}^", "src")
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src"
+
+
+@dataclass
+class Clients:
+    """Clients calling the current instances in a loop; a call answered UNAVAILABLE is retried once on
+    another instance. Records every first answer, and every call that failed even after its retry."""
+
+    servers: list[ServerProcess]
+    first: list[grpc.StatusCode] = field(default_factory=list)
+    failed: list[tuple[grpc.StatusCode, str]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        made = 0
+        while not self.stop.is_set():
+            made += 1
+            self._call(lambda stub: stub.ListTaskSchedules(pb.ListTaskSchedulesRequest(), timeout=10))
+            self._call(lambda stub: stub.CreateRack(pb.CreateRackRequest(name=f"client-{made}"), timeout=10))
+            time.sleep(0.05)
+
+    def _call(self, call: Callable[[object], object]) -> None:
+        for attempt in range(2):
+            live = [s for s in self.servers if s.proc.poll() is None]
+            stub = live[(len(self.first) + attempt) % len(live)].stub()
+            try:
+                call(stub)
+            except grpc.RpcError as exc:
+                if attempt == 0:
+                    self.first.append(exc.code())
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == 1:
+                    self.failed.append((exc.code(), exc.details() or ""))
+                    return
+            else:
+                if attempt == 0:
+                    self.first.append(grpc.StatusCode.OK)
+                return
+
+
+def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path: Path) -> None:
+    old_src = previous_release(tmp_path / "previous")
+    old_env = {"PYTHONPATH": str(old_src)}
+    subprocess.run(
+        [sys.executable, "-m", "rackflow", "db", "migrate", "--db", pg_db_empty],
+        check=True,
+        capture_output=True,
+        env={**os.environ, **old_env},
+    )
+    previous_head = sql(pg_db_empty, "SELECT version_num FROM alembic_version")[0][0]
+    assert previous_head != head_revision()
+
+    running = [start_server(pg_db_empty, tmp_path, args=ARGS, env=old_env, name=f"old{i}") for i in range(2)]
+    clients = Clients(list(running))
+    traffic = threading.Thread(target=clients.run, name="clients")
+    try:
+        stub = running[0].stub()
+        create_racks(stub, RACKS)
+        create_schedules(
+            stub,
+            [
+                schedule_request(f"every-2s-{r}", [r], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="2s")
+                for r in RACKS
+            ],
+        )
+        traffic.start()
+        time.sleep(4)
+
+        migrated = subprocess.run(
+            [sys.executable, "-m", "rackflow", "db", "migrate", "--db", pg_db_empty],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        assert head_revision() in migrated.stdout
+        time.sleep(3)  # the previous release keeps serving the new schema
+
+        for i, old in enumerate(list(running)):
+            new = start_server(pg_db_empty, tmp_path, args=ARGS, name=f"new{i}")
+            clients.servers.append(new)
+            running.append(new)
+            assert old.stop() == 0
+            clients.servers.remove(old)
+            running.remove(old)
+            time.sleep(3)
+        time.sleep(4)
+    finally:
+        clients.stop.set()
+        if traffic.is_alive():
+            traffic.join(30)
+        for server in running:
+            server.stop()
+
+    assert clients.failed == [], clients.failed[:5]
+    assert set(clients.first) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}
+    assert clients.first.count(grpc.StatusCode.OK) > 100
+
+    slots = sql(pg_db_empty, "SELECT schedule_id, scheduled_for, state FROM task_schedule_run ORDER BY 1, 2")
+    assert len({(s, t) for s, t, _ in slots}) == len(slots), "a slot fired twice"
+    assert {state for _, _, state in slots} == {"completed"}
+    by_schedule: dict[object, list[object]] = {}
+    for schedule_id, slot, _ in slots:
+        by_schedule.setdefault(schedule_id, []).append(slot)
+    assert len(by_schedule) == len(RACKS)
+    for fired in by_schedule.values():
+        gaps = [later - earlier for earlier, later in zip(fired, fired[1:])]  # type: ignore[operator]
+        assert max(gaps) <= MAX_GAP, f"a slot was lost: gaps {gaps}"
+        assert len(fired) >= 8
+
+
+@pytest.fixture
+def pg_db_empty(postgres_url: str) -> Iterator[str]:
+    """A PostgreSQL database of its own with no schema (the previous release migrates it)."""
+    from tests.conftest import postgres_admin_url
+    from tests.e2e.cluster import fresh_postgres_database
+
+    with fresh_postgres_database(postgres_admin_url()) as url:
+        yield url
