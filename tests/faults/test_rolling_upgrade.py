@@ -10,6 +10,7 @@ The previous release is this repository's source as it was just before its newes
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import subprocess
 import sys
@@ -73,8 +74,9 @@ class Clients:
         made = 0
         while not self.stop.is_set():
             made += 1
+            create = pb.CreateRackRequest(name=f"client-{made}")
             self._call(lambda stub: stub.ListTaskSchedules(pb.ListTaskSchedulesRequest(), timeout=10))
-            self._call(lambda stub: stub.CreateRack(pb.CreateRackRequest(name=f"client-{made}"), timeout=10))
+            self._call(lambda stub, create=create: stub.CreateRack(create, timeout=10))
             time.sleep(0.05)
 
     def _call(self, call: Callable[[object], object]) -> None:
@@ -160,7 +162,7 @@ def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path
         by_schedule.setdefault(schedule_id, []).append(slot)
     assert len(by_schedule) == len(RACKS)
     for fired in by_schedule.values():
-        gaps = [later - earlier for earlier, later in zip(fired, fired[1:])]  # type: ignore[operator]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(fired)]  # type: ignore[operator]
         assert max(gaps) <= MAX_GAP, f"a slot was lost: gaps {gaps}"
         assert len(fired) >= 8
 
