@@ -75,6 +75,14 @@ unit: $(VENV)/.installed-test
 test-faults: $(VENV)/.installed-test
 	$(BIN)/pytest -q -p no:cacheprovider tests/faults
 
+# The 10-minute chaos soak (docs/RELIABILITY.md): SEED picks the faults; PG_RESTARTS restarts the whole
+# PostgreSQL server that many times (it is shared: 0 while others use it). `make test` runs a 2-minute one.
+SEED ?= 1
+PG_RESTARTS ?= 1
+.PHONY: soak
+soak: $(VENV)/.installed-test
+	$(BIN)/python bench/soak.py --minutes 10 --seed $(SEED) --pg-restarts $(PG_RESTARTS)
+
 proto: $(VENV)/.installed-test
 	PYTHON=$(BIN)/python scripts/gen_proto.sh
 

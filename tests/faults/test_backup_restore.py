@@ -168,3 +168,20 @@ def test_a_restored_backup_fires_nothing_the_backup_had_fired(served: str, tmp_p
             assert row.status in ("completed", "failed", "terminated") and row.attempts >= 2, row
         interrupted = query(copy, select(RUN.state).where(RUN.id.in_(runs_in_flight)))
         assert all(row.state == "interrupted" for row in interrupted), interrupted
+
+
+def test_backup_refuses_to_overwrite_a_file_or_to_copy_nothing(tmp_path: Path) -> None:
+    taken = tmp_path / "taken.db"
+    taken.write_bytes(b"keep me")
+    for url, path, message in [
+        (f"sqlite:///{tmp_path / 'live.db'}", taken, f"backup: {taken} exists; give a new file"),
+        (f"sqlite:///{tmp_path / 'missing.db'}", tmp_path / "new.db", "backup: no SQLite database at"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "rackflow", "db", "backup", "--db", url, str(path)],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert taken.read_bytes() == b"keep me"
+    assert not (tmp_path / "new.db").exists()

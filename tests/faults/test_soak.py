@@ -1,0 +1,31 @@
+"""The chaos soak's short variant (bench/soak.py; the 10-minute runs are in docs/RELIABILITY.md): three
+real instances on PostgreSQL through the fault proxy, 60 schedules, two minutes of seeded faults (no
+PostgreSQL restart: the server is shared with other test sessions). It exits non-zero when the checker
+finds a broken promise, and prints its table either way."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import postgres_admin_url
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres")]
+
+SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
+
+
+def test_two_minutes_of_faults_break_no_promise(postgres_url: str) -> None:
+    args = ["--minutes", "2", "--schedules", "60", "--racks", "30", "--pg-restarts", "0", "--seed", "7"]
+    done = subprocess.run(
+        [sys.executable, str(SOAK), *args, "--pg-admin", postgres_admin_url()],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "soak: every promise held" in done.stdout
+    assert "| kill |" in done.stdout or "| stop |" in done.stdout or "| drop |" in done.stdout
