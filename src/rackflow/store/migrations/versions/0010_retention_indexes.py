@@ -9,14 +9,14 @@
 Only indexes: no row changes, nothing rebuilt.
 
 Revision ID: 0010
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-01
 """
 
 from alembic import op
 
 revision = "0010"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
