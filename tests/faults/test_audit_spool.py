@@ -157,10 +157,11 @@ async def test_an_unreadable_line_is_skipped_and_its_neighbours_written(
         assert spool.append(audit_store.PendingEvent(_event(trail, method)))
     with spool.path.open("ab") as torn:
         torn.write(b'{"id": "a crash cut this li')
+    assert spool.append(audit_store.PendingEvent(_event(trail, "AddComponents")))  # after the torn line
     lost_before = metrics.AUDIT_EVENTS_LOST._value.get()
     with caplog.at_level(logging.ERROR):
-        assert await spool.replay() == 2
-    assert sorted((await stored(db)).values()) == ["CreateRack", "DeleteRack"]
+        assert await spool.replay() == 3
+    assert sorted((await stored(db)).values()) == ["AddComponents", "CreateRack", "DeleteRack"]
     assert "line 3 of" in caplog.text and "unreadable" in caplog.text
     assert metrics.AUDIT_EVENTS_LOST._value.get() == lost_before + 1
 

@@ -127,8 +127,10 @@ class AuditSpool:
             size = self.path.stat().st_size if self.path.exists() else 0
             if size + len(line) > self.max_bytes:
                 return False
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # a torn last line (a crash mid-write) must not swallow this one
                 os.write(fd, line)
                 os.fsync(fd)
             finally:
