@@ -14,13 +14,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql as pgsql
 from sqlalchemy.engine import make_url
 
-from tests.conftest import postgres_admin_url
+from tests.conftest import migrate_with_cli, postgres_admin_url
 from tests.e2e.cluster import fresh_postgres_database
 
 
@@ -29,6 +30,22 @@ def pg_db(postgres_url: str) -> Iterator[str]:
     """A migrated database of its own (`postgres_url` fails under CI, skips elsewhere, when unreachable)."""
     with fresh_postgres_database(postgres_admin_url()) as url:
         subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+        yield url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def own_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated database of its own, once per backend (SQLite: `rackflow.db` in a directory of its own,
+    `tmp_path / "db"`, which a test may move away to make an outage)."""
+    if request.param == "sqlite":
+        (tmp_path / "db").mkdir()
+        url = f"sqlite:///{tmp_path / 'db' / 'rackflow.db'}"
+        migrate_with_cli(url)
+        yield url
+        return
+    request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
+    with fresh_postgres_database(postgres_admin_url()) as url:
+        migrate_with_cli(url)
         yield url
 
 

@@ -27,28 +27,11 @@ from rackflow.clock import SystemClock
 from rackflow.store import audit as audit_store
 from rackflow.store.db import Database
 from rackflow.v1 import flow_pb2 as pb
-from tests.conftest import migrate_with_cli, postgres_admin_url
-from tests.e2e.cluster import fresh_postgres_database, servers, sql
+from tests.e2e.cluster import servers, sql
 from tests.e2e.fleet import wait_until
 from tests.faults.conftest import database_down
 
 PAUSE = "1s"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated database of its own, once per backend (SQLite: in a directory of its own, which `outage`
-    moves away)."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'db' / 'rackflow.db'}"
-        (tmp_path / "db").mkdir()
-        migrate_with_cli(url)
-        yield url
-        return
-    request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
-    with fresh_postgres_database(postgres_admin_url()) as url:
-        migrate_with_cli(url)
-        yield url
 
 
 @contextmanager
@@ -70,8 +53,8 @@ def outage(db: Database, url: str) -> Iterator[None]:
 
 
 @pytest.fixture
-async def db(backend: str) -> AsyncIterator[Database]:
-    database = Database(backend)
+async def db(own_db_url: str) -> AsyncIterator[Database]:
+    database = Database(own_db_url)
     yield database
     await database.dispose()
 
@@ -101,7 +84,7 @@ async def record_through_an_outage(
 
 async def test_an_event_written_during_an_outage_is_spooled_and_arrives_after_recovery(
     db: Database,
-    backend: str,
+    own_db_url: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -111,7 +94,7 @@ async def test_an_event_written_during_an_outage_is_spooled_and_arrives_after_re
     trail = AuditTrail(db, SystemClock(), spool)
     spooled_before = metrics.AUDIT_EVENTS_SPOOLED._value.get()
     with caplog.at_level(logging.WARNING):
-        await record_through_an_outage(trail, db, backend, caplog, "CreateRack")
+        await record_through_an_outage(trail, db, own_db_url, caplog, "CreateRack")
     assert metrics.AUDIT_EVENTS_SPOOLED._value.get() == spooled_before + 1
     assert "CreateRack by oncall spooled" in caplog.text
     assert spool.pending_bytes() > 0
@@ -131,7 +114,7 @@ async def test_an_event_written_during_an_outage_is_spooled_and_arrives_after_re
 
 async def test_a_full_spool_is_loud_and_the_action_stands(
     db: Database,
-    backend: str,
+    own_db_url: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -141,7 +124,7 @@ async def test_a_full_spool_is_loud_and_the_action_stands(
     trail = AuditTrail(db, SystemClock(), spool)
     lost_before = metrics.AUDIT_EVENTS_LOST._value.get()
     with caplog.at_level(logging.WARNING):
-        await record_through_an_outage(trail, db, backend, caplog, "DeleteRack")  # returns, never raises
+        await record_through_an_outage(trail, db, own_db_url, caplog, "DeleteRack")  # returns, never raises
     assert metrics.AUDIT_EVENTS_LOST._value.get() == lost_before + 1
     assert "AUDIT WRITE FAILED: DeleteRack by oncall" in caplog.text
     assert "is full (100 bytes)" in caplog.text

@@ -75,21 +75,6 @@ def restored(url: str, backup: Path, tmp_path: Path) -> Iterator[str]:
         yield new
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    from tests.conftest import migrate_with_cli
-
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'live.db'}"
-        migrate_with_cli(url)
-        yield url
-        return
-    request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
-    with fresh_postgres_database(postgres_admin_url()) as url:
-        migrate_with_cli(url)
-        yield url
-
-
 RUN = task_schedule_run.c
 SLOTS = select(RUN.schedule_id, RUN.scheduled_for).where(RUN.scheduled_for.is_not(None))
 
@@ -100,8 +85,8 @@ def running(url: str, table: Any) -> set[Any]:
     return {row.id for row in query(url, select(table.c.id).where(state == "running"))}
 
 
-def test_a_restored_backup_fires_nothing_the_backup_had_fired(served: str, tmp_path: Path) -> None:
-    backup = tmp_path / "backup.bin"
+def test_a_restored_backup_fires_nothing_the_backup_had_fired(own_db_url: str, tmp_path: Path) -> None:
+    served, backup = own_db_url, tmp_path / "backup.bin"
     with servers(served, tmp_path, 1, args=ARGS, env=ENV) as (server,):
         stub = server.stub()
         create_racks(stub, RACKS, components_per_rack=3)
