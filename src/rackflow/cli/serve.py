@@ -288,7 +288,7 @@ def migrate(db: str) -> None:
 
 
 @db.command(
-    epilog="Examples:\n\n  rackflow db backup --db sqlite:///rackflow.db rackflow-backup.db\n\n"
+    epilog="Example:\n\n  rackflow db backup --db sqlite:///rackflow.db rackflow-backup.db\n\n"
     "  rackflow db backup --db postgresql://rackflow@db.internal/rackflow rackflow.dump"
 )
 @_db_option
