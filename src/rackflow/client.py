@@ -58,6 +58,14 @@ OPERATION_RPCS: dict[str, str] = {
     "upgrade_firmware": "UpgradeFirmware",
 }
 _FORCEABLE = {"power_off", "power_reset"}
+WINDOW_KINDS: dict[str, pb.WindowKind.ValueType] = {
+    "allow": pb.WINDOW_KIND_ALLOW,
+    "freeze": pb.WINDOW_KIND_FREEZE,
+}
+WINDOW_POLICIES: dict[str, pb.WindowPolicy.ValueType] = {
+    "skip": pb.WINDOW_POLICY_SKIP,
+    "defer": pb.WINDOW_POLICY_DEFER,
+}
 
 
 class RackflowClientError(Exception):
@@ -258,6 +266,63 @@ def with_targets(operation: pb.ScheduledOperation, targets: Targets) -> pb.Sched
         raise ValueError("the schedule carries no operation (a server older than this client?)")
     getattr(aimed, name).target_spec.CopyFrom(targets.to_proto())
     return aimed
+
+
+def _window_target(value: str) -> pb.WindowTarget:
+    return pb.WindowTarget(id=pb.UUID(id=value)) if is_uuid(value) else pb.WindowTarget(name=value)
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    """A recurring window's timing: starts at `cron` in `timezone` ("" = UTC), lasting `duration`."""
+
+    cron: str
+    duration: str
+    timezone: str = ""
+
+
+@dataclass(frozen=True)
+class Span:
+    """A one-off window's timing."""
+
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class Window:
+    """A maintenance window to create: racks and domains by name or id (none: every rack), operation
+    names (none: every operation)."""
+
+    kind: str  # "allow" or "freeze"
+    when: Recurrence | Span
+    racks: Sequence[str] = ()
+    domains: Sequence[str] = ()
+    operations: Sequence[str] = ()
+    reason: str = ""
+
+    def to_proto(self, name: str) -> pb.MaintenanceWindow:
+        if self.kind not in WINDOW_KINDS:
+            raise ValueError(f"unknown window kind {self.kind!r} (allow or freeze)")
+        message = pb.MaintenanceWindow(
+            name=name,
+            reason=self.reason,
+            kind=WINDOW_KINDS[self.kind],
+            racks=[_window_target(r) for r in self.racks],
+            nvl_domains=[_window_target(d) for d in self.domains],
+            operations=list(self.operations),
+        )
+        set_window_when(message, self.when)
+        return message
+
+
+def set_window_when(message: pb.MaintenanceWindow, when: Recurrence | Span) -> None:
+    if isinstance(when, Recurrence):
+        message.recurring.CopyFrom(
+            pb.RecurringWindow(cron=when.cron, duration=when.duration, timezone=when.timezone)
+        )
+    else:
+        message.one_off.CopyFrom(pb.OneOffWindow(start=_timestamp(when.start), end=_timestamp(when.end)))
 
 
 @dataclass(frozen=True)
@@ -619,6 +684,83 @@ class RackflowClient:
             schedule_id=self._schedule_ref(schedule), pagination=_page(offset, limit)
         )
         return self._call(self._stub.ListTaskScheduleRuns, request, pb.ListTaskScheduleRunsResponse)
+
+    # --- maintenance windows -----------------------------------------------------------------------
+
+    def resolve_window_id(self, window: str) -> str:
+        if is_uuid(window):
+            return window
+        for found in self.list_windows().windows:
+            if found.name == window:
+                return found.id.id
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"maintenance window {window!r} not found")
+
+    def _window_ref(self, window: str) -> pb.UUID:
+        return pb.UUID(id=self.resolve_window_id(window))
+
+    def create_window(self, name: str, window: Window) -> pb.MaintenanceWindow:
+        request = pb.CreateMaintenanceWindowRequest(window=window.to_proto(name))
+        return self._call(self._stub.CreateMaintenanceWindow, request, pb.MaintenanceWindow)
+
+    def get_window(self, window: str) -> pb.MaintenanceWindow:
+        request = pb.GetMaintenanceWindowRequest(id=self._window_ref(window))
+        return self._call(self._stub.GetMaintenanceWindow, request, pb.MaintenanceWindow)
+
+    def list_windows(self, *, rack: str = "") -> pb.ListMaintenanceWindowsResponse:
+        request = pb.ListMaintenanceWindowsRequest(rack_id=self._rack_ref(rack) if rack else None)
+        return self._call(self._stub.ListMaintenanceWindows, request, pb.ListMaintenanceWindowsResponse)
+
+    def update_window(
+        self,
+        window: str,
+        *,
+        name: str | None = None,
+        reason: str | None = None,
+        kind: str | None = None,
+        when: Recurrence | Span | None = None,
+        racks: Sequence[str] | None = None,
+        domains: Sequence[str] | None = None,
+        operations: Sequence[str] | None = None,
+    ) -> pb.MaintenanceWindow:
+        """Change what is given (not None); the rest stays. Empty racks and domains: every rack."""
+        message = pb.MaintenanceWindow(
+            name=name or "",
+            reason=reason or "",
+            kind=WINDOW_KINDS[kind] if kind else pb.WINDOW_KIND_UNSPECIFIED,
+            racks=[_window_target(r) for r in racks or ()],
+            nvl_domains=[_window_target(d) for d in domains or ()],
+            operations=list(operations or ()),
+        )
+        if when is not None:
+            set_window_when(message, when)
+        given = {
+            "window.name": name,
+            "window.reason": reason,
+            "window.kind": kind,
+            "window.when": when,
+            "window.racks": racks,
+            "window.nvl_domains": domains,
+            "window.operations": operations,
+        }
+        request = pb.UpdateMaintenanceWindowRequest(
+            id=self._window_ref(window),
+            window=message,
+            update_mask=FieldMask(paths=[path for path, value in given.items() if value is not None]),
+        )
+        return self._call(self._stub.UpdateMaintenanceWindow, request, pb.MaintenanceWindow)
+
+    def delete_window(self, window: str) -> None:
+        request = pb.DeleteMaintenanceWindowRequest(id=self._window_ref(window))
+        self._call(self._stub.DeleteMaintenanceWindow, request, Empty)
+
+    def preview_windows(
+        self, rack: str, *, count: int = 0, after: datetime | None = None
+    ) -> pb.PreviewMaintenanceWindowsResponse:
+        """The next `count` openings and closings (server default 10) of the windows covering `rack`."""
+        request = pb.PreviewMaintenanceWindowsRequest(
+            rack_id=self._rack_ref(rack), count=count, after=_timestamp(after) if after else None
+        )
+        return self._call(self._stub.PreviewMaintenanceWindows, request, pb.PreviewMaintenanceWindowsResponse)
 
     # --- audit -----------------------------------------------------------------------------------
 

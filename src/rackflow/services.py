@@ -11,6 +11,7 @@ from rackflow.inventory.service import InventoryService
 from rackflow.schedules.service import ScheduleService
 from rackflow.store.db import Database
 from rackflow.tasks.manager import TaskManager
+from rackflow.windows.service import WindowService
 
 
 @dataclass
@@ -21,6 +22,7 @@ class Services:
     tasks: TaskManager
     schedules: ScheduleService
     audit: AuditTrail
+    windows: WindowService
 
     @classmethod
     def build(cls, db: Database, clock: Clock, audit_spool: AuditSpool | None = None) -> Services:
@@ -28,4 +30,13 @@ class Services:
         tasks = TaskManager(db, clock)
         schedules = ScheduleService(db, clock, tasks)
         audit = AuditTrail(db, clock, audit_spool)
-        return cls(db=db, clock=clock, inventory=inventory, tasks=tasks, schedules=schedules, audit=audit)
+        windows = WindowService(db, clock)
+        return cls(
+            db=db,
+            clock=clock,
+            inventory=inventory,
+            tasks=tasks,
+            schedules=schedules,
+            audit=audit,
+            windows=windows,
+        )

@@ -14,6 +14,7 @@ checked here before any query sees it.
 from __future__ import annotations
 
 import unicodedata
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from rackflow.errors import InvalidArgument
@@ -22,6 +23,8 @@ from rackflow.tasks.model import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind
 MAX_TEXT_LENGTH = 255  # the width of every inventory and schedule name column
 MAX_DESCRIPTION_LENGTH = 1024
 MAX_QUEUE_TIMEOUT = timedelta(hours=24)
+DEFAULT_PREVIEW_COUNT = 10  # what a preview (of a spec, a schedule or windows) lists when asked for 0
+MAX_PREVIEW_COUNT = 100
 
 # Control characters break terminals and logs (and NUL breaks PostgreSQL); surrogates are not text.
 _FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs"})
@@ -112,6 +115,15 @@ def queue_timeout(seconds: float, field: str = "queue_options.queue_timeout_seco
 
 def check_queue(queue: QueueOptions, field: str = "queue_options") -> QueueOptions:
     """The queue options with their timeout checked, and a zero timeout made the default."""
-    return QueueOptions(
-        queue.strategy, queue_timeout(queue.timeout.total_seconds(), f"{field}.queue_timeout_seconds")
+    return replace(
+        queue, timeout=queue_timeout(queue.timeout.total_seconds(), f"{field}.queue_timeout_seconds")
     )
+
+
+def preview_count(count: int, field: str = "count") -> int:
+    """How many entries a preview lists: 1..MAX_PREVIEW_COUNT, and 0 means DEFAULT_PREVIEW_COUNT."""
+    if count < 0 or count > MAX_PREVIEW_COUNT:
+        raise InvalidArgument(
+            f"{field}: must be 1..{MAX_PREVIEW_COUNT} (0 means {DEFAULT_PREVIEW_COUNT}), got {count}"
+        )
+    return count or DEFAULT_PREVIEW_COUNT

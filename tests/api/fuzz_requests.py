@@ -40,7 +40,7 @@ SPEC_TEXT = (
 ZONES = ("", "UTC", "Europe/Paris", "America/New_York", "EST", "US/Eastern", "Local", "Mars/Olympus")
 MASK_PATHS = (
     "schedule.name", "schedule.overlap_policy", "schedule.spec", "schedule.spec.timezone", "schedule",
-    "name", "schedule.enabled", "schedule.spec.type", "*", "",
+    "schedule.window_policy", "name", "schedule.enabled", "schedule.spec.type", "*", "",
 )
 # fmt: on
 TIMESTAMP_SECONDS = (0, -1, -62135596800, -62135596801, 253402300799, 253402300800, 1_900_000_000)
@@ -62,6 +62,8 @@ class Known:
     schedule_names: list[str] = field(default_factory=list)
     scope_ids: list[str] = field(default_factory=list)
     task_ids: list[str] = field(default_factory=list)
+    window_ids: list[str] = field(default_factory=list)
+    window_names: list[str] = field(default_factory=list)
 
 
 def build(cls: type[_M], **fields: Strategy[Any]) -> Strategy[_M]:
@@ -206,7 +208,12 @@ def descriptions() -> Strategy[str]:
 
 def queue_options() -> Strategy[pb.QueueOptions]:
     strategies = enums(list(pb.ConflictStrategy.values()))
-    return build(pb.QueueOptions, conflict_strategy=strategies, queue_timeout_seconds=int32s(86400, 86401))
+    return build(
+        pb.QueueOptions,
+        conflict_strategy=strategies,
+        queue_timeout_seconds=int32s(86400, 86401),
+        ignore_windows=st.booleans(),
+    )
 
 
 def operation_request(name: str, k: Known) -> Strategy[Message]:
@@ -265,6 +272,43 @@ def schedule_configs(k: Known) -> Strategy[pb.ScheduleConfig]:
         name=usually(st.text(alphabet="abcxyz-", min_size=1, max_size=8), texts(k.schedule_names)),
         spec=present(schedule_specs()),
         overlap_policy=enums(list(pb.OverlapPolicy.values())),
+        window_policy=enums(list(pb.WindowPolicy.values())),
+    )
+
+
+WINDOW_MASK_PATHS = (
+    "window.name", "window.reason", "window.kind", "window.when", "window.racks", "window.nvl_domains",
+    "window.operations",
+)  # fmt: skip
+
+
+def window_targets(known_ids: Sequence[str], known_names: Sequence[str]) -> Strategy[pb.WindowTarget]:
+    return st.one_of(
+        build(pb.WindowTarget, name=texts(known_names)),
+        build(pb.WindowTarget, id=ids(known_ids)),
+        st.just(pb.WindowTarget()),
+    )
+
+
+def maintenance_windows(k: Known) -> Strategy[pb.MaintenanceWindow]:
+    """Mostly a valid recurring or one-off timing; racks and domains known or not; operations."""
+    recurring = build(
+        pb.RecurringWindow,
+        cron=usually(st.sampled_from(("0 22 * * 6", "0 2 * * *", "* * * * *")), st.sampled_from(SPEC_TEXT)),
+        duration=usually(st.sampled_from(("6h", "1m", "30m")), st.sampled_from(SPEC_TEXT) | garbage_text()),
+        timezone=usually(st.sampled_from(ZONES), garbage_text()),
+    )
+    one_off = build(pb.OneOffWindow, start=present(timestamps()), end=present(timestamps()))
+    return build(
+        pb.MaintenanceWindow,
+        name=usually(st.text(alphabet="abcxyz-", min_size=1, max_size=8), texts(k.window_names)),
+        reason=descriptions(),
+        kind=enums(list(pb.WindowKind.values())),
+        recurring=maybe(recurring),
+        one_off=maybe(one_off),
+        racks=st.lists(window_targets(k.rack_ids, k.rack_names), max_size=3),
+        nvl_domains=st.lists(window_targets(k.domain_ids, k.domain_names), max_size=2),
+        operations=st.lists(usually(st.sampled_from(OPERATIONS), garbage_text()), max_size=3),
     )
 
 
@@ -394,6 +438,30 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             method=usually(st.sampled_from(("", "CreateRack")), st.just("createrack") | garbage_text()),
             principal=texts(plain=("", "anonymous", "ops")),
             pagination=maybe(pages()),
+        ),
+    }
+    window_id = ids(k.window_ids)
+    strategies |= {
+        "CreateMaintenanceWindow": build(
+            pb.CreateMaintenanceWindowRequest, window=present(maintenance_windows(k))
+        ),
+        "GetMaintenanceWindow": build(pb.GetMaintenanceWindowRequest, id=window_id),
+        "ListMaintenanceWindows": build(pb.ListMaintenanceWindowsRequest, rack_id=maybe(rack_id)),
+        "UpdateMaintenanceWindow": build(
+            pb.UpdateMaintenanceWindowRequest,
+            id=window_id,
+            window=present(maintenance_windows(k)),
+            update_mask=usually(
+                st.lists(st.sampled_from(WINDOW_MASK_PATHS), min_size=1, max_size=3, unique=True).map(_mask),
+                maybe(st.lists(st.sampled_from(MASK_PATHS) | garbage_text(), max_size=4).map(_mask)),
+            ),
+        ),
+        "DeleteMaintenanceWindow": build(pb.DeleteMaintenanceWindowRequest, id=window_id),
+        "PreviewMaintenanceWindows": build(
+            pb.PreviewMaintenanceWindowsRequest,
+            rack_id=rack_id,
+            after=maybe(timestamps()),
+            count=int32s(100, 101),
         ),
     }
     for rpc, name in submit.items():

@@ -121,6 +121,9 @@ def test_every_rpc_is_classified_by_its_name() -> None:
         "PreviewScheduleSpec",
         "ListTaskScheduleRuns",
         "ListAuditEvents",
+        "GetMaintenanceWindow",
+        "ListMaintenanceWindows",
+        "PreviewMaintenanceWindows",
     }
 
 

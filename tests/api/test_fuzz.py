@@ -116,6 +116,18 @@ async def seed(stub: flow_pb2_grpc.FlowStub) -> Known:
         known.scope_ids += [s.id.id for s in scopes.scopes]
     submitted = await stub.PowerOnRack(pb.PowerOnRackRequest(target_spec=on_racks("fz-1")))
     known.task_ids += [t.id for t in submitted.task_ids]
+    window = await stub.CreateMaintenanceWindow(
+        pb.CreateMaintenanceWindowRequest(
+            window=pb.MaintenanceWindow(
+                name="fz-window",
+                kind=pb.WINDOW_KIND_ALLOW,
+                recurring=pb.RecurringWindow(cron="0 22 * * 6", duration="6h", timezone="Europe/Berlin"),
+                racks=[pb.WindowTarget(name="fz-0")],
+            )
+        )
+    )
+    known.window_ids.append(window.id.id)
+    known.window_names.append(window.name)
     return known
 
 

@@ -6,10 +6,11 @@ from rackflow.api.audit import AuditRpcs
 from rackflow.api.inventory import InventoryRpcs
 from rackflow.api.schedules import ScheduleRpcs
 from rackflow.api.tasks import TaskRpcs
+from rackflow.api.windows import WindowRpcs
 from rackflow.services import Services
 from rackflow.v1 import flow_pb2_grpc
 
 
-class FlowServicer(InventoryRpcs, TaskRpcs, ScheduleRpcs, AuditRpcs, flow_pb2_grpc.FlowServicer):
+class FlowServicer(InventoryRpcs, TaskRpcs, ScheduleRpcs, WindowRpcs, AuditRpcs, flow_pb2_grpc.FlowServicer):
     def __init__(self, services: Services) -> None:
         self.services = services

@@ -17,6 +17,7 @@ from rackflow.cli.schedules import schedule
 from rackflow.cli.security import auth, connection_options, use_connection
 from rackflow.cli.serve import db, serve
 from rackflow.cli.tasks import task
+from rackflow.cli.windows import window
 from rackflow.client import DEFAULT_TARGET, RackflowClientError
 
 
@@ -76,7 +77,7 @@ def main(
     ctx.call_on_close(session.close)
 
 
-for command in (rack, domain, inventory, task, schedule, audit, auth, serve, db):
+for command in (rack, domain, inventory, task, schedule, window, audit, auth, serve, db):
     main.add_command(command)
 
 

@@ -37,7 +37,14 @@ from rackflow.tasks.conflicts import could_conflict
 from rackflow.tasks.manager import TaskManager, rack_label
 from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
-from rackflow.validation import check_description, check_name, check_operation, check_queue, check_text
+from rackflow.validation import (
+    check_description,
+    check_name,
+    check_operation,
+    check_queue,
+    check_text,
+    preview_count,
+)
 
 NAME_PATH = "schedule.name"
 OVERLAP_POLICY_PATH = "schedule.overlap_policy"
@@ -46,9 +53,7 @@ TIMEZONE_PATH = "schedule.spec.timezone"
 UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH)
 
 DEFAULT_TIMEZONE = "UTC"
-DEFAULT_PREVIEW_COUNT = 10
 PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the next poll
-MAX_PREVIEW_COUNT = 100
 
 
 def timing_of(spec: ScheduleSpec, field_prefix: str = "schedule.") -> Timing:
@@ -444,12 +449,9 @@ class ScheduleService:
 
     def preview(self, spec: ScheduleSpec, after: datetime | None, count: int) -> list[datetime]:
         """The next `count` fire times after `after` (default now), validated exactly as create does."""
-        if count < 0 or count > MAX_PREVIEW_COUNT:
-            raise InvalidArgument(
-                f"count: must be 1..{MAX_PREVIEW_COUNT} (0 means {DEFAULT_PREVIEW_COUNT}), got {count}"
-            )
+        count = preview_count(count)
         timing = timing_of(spec, field_prefix="")
-        return timing.preview(after or self.clock.now(), count or DEFAULT_PREVIEW_COUNT)
+        return timing.preview(after or self.clock.now(), count)
 
     async def recent_runs(
         self, schedule_ids: Collection[uuid.UUID], per_schedule: int

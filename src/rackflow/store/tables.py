@@ -100,6 +100,10 @@ tasks = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     # The firing that submitted the task (migration 0006); a pruned run leaves its tasks, unlinked.
     Column("run_id", Uuid, ForeignKey("task_schedule_run.id", ondelete="SET NULL"), nullable=True),
+    # A FREEZE window held the task back until then (migration 0011); the claim leaves it until that time.
+    Column("not_before", UTCDateTime, nullable=True),
+    # Submitted with queue_options.ignore_windows: FREEZE windows do not hold it (migration 0011).
+    Column("ignore_windows", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(
         "status IN ('pending', 'running', 'completed', 'failed', 'terminated', 'waiting')", name="status"
     ),
@@ -149,6 +153,9 @@ task_schedule = Table(
     Column("paused_by", String(255), nullable=False, server_default=""),
     Column("paused_at", UTCDateTime, nullable=True),
     Column("resume_at", UTCDateTime, nullable=True),
+    # What a dispatched firing does for a rack its maintenance windows close (migration 0011): "skip" or
+    # "defer" (checked by the service: adding a CHECK on SQLite would rebuild the table).
+    Column("window_policy", String(8), nullable=False, server_default="skip"),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
@@ -216,6 +223,50 @@ task_schedule_run = Table(
         postgresql_where=text("scheduled_for IS NOT NULL"),
         sqlite_where=text("scheduled_for IS NOT NULL"),
     ),
+)
+
+# Maintenance windows (migration 0011, docs/WINDOWS.md): either recurring (cron, duration, timezone) or one
+# off (start_at, end_at); the racks and domains they cover are rows of the two tables below, so deleting a
+# rack or domain removes it from its windows. `all_racks` is stored, not derived from those rows, so a
+# window whose racks were all deleted covers nothing rather than everything.
+maintenance_windows = Table(
+    "maintenance_windows",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("kind", String(8), nullable=False),
+    Column("cron", String(256), nullable=True),
+    Column("duration", String(64), nullable=True),
+    Column("timezone", String(64), nullable=True),
+    Column("start_at", UTCDateTime, nullable=True),
+    Column("end_at", UTCDateTime, nullable=True),
+    Column("all_racks", Boolean, nullable=False),
+    Column("operations", json_type(), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    CheckConstraint("kind IN ('allow', 'freeze')", name="kind"),
+    CheckConstraint(
+        "(cron IS NOT NULL AND duration IS NOT NULL AND timezone IS NOT NULL"
+        " AND start_at IS NULL AND end_at IS NULL)"
+        " OR (cron IS NULL AND duration IS NULL AND timezone IS NULL"
+        " AND start_at IS NOT NULL AND end_at IS NOT NULL AND end_at > start_at)",
+        name="when",
+    ),
+)
+
+maintenance_window_racks = Table(
+    "maintenance_window_racks",
+    metadata,
+    Column("window_id", Uuid, ForeignKey("maintenance_windows.id", ondelete="CASCADE"), primary_key=True),
+    Column("rack_id", Uuid, ForeignKey("racks.id", ondelete="CASCADE"), primary_key=True, index=True),
+)
+
+maintenance_window_domains = Table(
+    "maintenance_window_domains",
+    metadata,
+    Column("window_id", Uuid, ForeignKey("maintenance_windows.id", ondelete="CASCADE"), primary_key=True),
+    Column("domain_id", Uuid, ForeignKey("nvl_domains.id", ondelete="CASCADE"), primary_key=True, index=True),
 )
 
 # Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).

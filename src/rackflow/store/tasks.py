@@ -68,6 +68,8 @@ def task_from_row(row: Row[Any]) -> Task:
         updated_at=row.updated_at,
         schedule_id=row.schedule_id,
         run_id=row.run_id,
+        not_before=row.not_before,
+        ignore_windows=row.ignore_windows,
     )
 
 
@@ -88,6 +90,8 @@ def _task_values(task: Task) -> dict[str, Any]:
         "updated_at": task.updated_at,
         "schedule_id": task.schedule_id,
         "run_id": task.run_id,
+        "not_before": task.not_before,
+        "ignore_windows": task.ignore_windows,
     }
 
 

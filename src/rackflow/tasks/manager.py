@@ -109,6 +109,7 @@ class Submission:
     queue: QueueOptions
     schedule_id: uuid.UUID | None = None
     run_id: uuid.UUID | None = None  # the schedule firing it is for (its tasks carry it)
+    message: str = ""  # what its tasks say first (default: what their operation's window waits for)
 
 
 def _checked(submission: Submission) -> Submission:
@@ -163,7 +164,7 @@ class _RackState:
                     component_ids=tuple(c.id for c in chosen),
                     description=submission.description,
                     status=status,
-                    message=_initial_message(operation, now),
+                    message=submission.message or _initial_message(operation, now),
                     queue_expires_at=now + queue.timeout if status is TaskStatus.WAITING else None,
                     created_at=now,
                     started_at=None,
@@ -171,6 +172,7 @@ class _RackState:
                     updated_at=now,
                     schedule_id=submission.schedule_id,
                     run_id=submission.run_id,
+                    ignore_windows=queue.ignore_windows,
                 )
             )
         return planned

@@ -111,6 +111,7 @@ MAX_WAITING_PER_RACK = 5
 class QueueOptions:
     strategy: ConflictStrategy = ConflictStrategy.REJECT
     timeout: timedelta = DEFAULT_QUEUE_TIMEOUT
+    ignore_windows: bool = False  # start even inside a FREEZE window (docs/WINDOWS.md)
 
 
 @dataclass(frozen=True)
@@ -129,3 +130,5 @@ class Task:
     updated_at: datetime
     schedule_id: uuid.UUID | None = None
     run_id: uuid.UUID | None = None  # the schedule firing that submitted it
+    not_before: datetime | None = None  # a FREEZE window holds it back until then
+    ignore_windows: bool = False  # submitted with the override: FREEZE windows do not hold it

@@ -151,6 +151,50 @@ OVERLAP_POLICY_QUEUE: OverlapPolicy.ValueType  # 1
 """submit anyway with the QUEUE conflict strategy"""
 Global___OverlapPolicy: _TypeAlias = OverlapPolicy  # noqa: Y015
 
+class _WindowPolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WindowPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WindowPolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WINDOW_POLICY_SKIP: _WindowPolicy.ValueType  # 0
+    """default: the scope's outcome is "skipped_window", naming the window"""
+    WINDOW_POLICY_DEFER: _WindowPolicy.ValueType  # 1
+    """submit now; the task starts at the rack's next opening, or expires with it"""
+
+class WindowPolicy(_WindowPolicy, metaclass=_WindowPolicyEnumTypeWrapper):
+    """What a dispatched firing does for a rack that maintenance windows close at that moment (docs/WINDOWS.md)."""
+
+WINDOW_POLICY_SKIP: WindowPolicy.ValueType  # 0
+"""default: the scope's outcome is "skipped_window", naming the window"""
+WINDOW_POLICY_DEFER: WindowPolicy.ValueType  # 1
+"""submit now; the task starts at the rack's next opening, or expires with it"""
+Global___WindowPolicy: _TypeAlias = WindowPolicy  # noqa: Y015
+
+class _WindowKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WindowKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WindowKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WINDOW_KIND_UNSPECIFIED: _WindowKind.ValueType  # 0
+    WINDOW_KIND_ALLOW: _WindowKind.ValueType  # 1
+    """scheduled operations on its racks may start only inside it"""
+    WINDOW_KIND_FREEZE: _WindowKind.ValueType  # 2
+    """no operation may start inside it on its racks"""
+
+class WindowKind(_WindowKind, metaclass=_WindowKindEnumTypeWrapper):
+    """---------------------------------------------------------------------------------------------
+    Maintenance windows (docs/WINDOWS.md)
+    """
+
+WINDOW_KIND_UNSPECIFIED: WindowKind.ValueType  # 0
+WINDOW_KIND_ALLOW: WindowKind.ValueType  # 1
+"""scheduled operations on its racks may start only inside it"""
+WINDOW_KIND_FREEZE: WindowKind.ValueType  # 2
+"""no operation may start inside it on its racks"""
+Global___WindowKind: _TypeAlias = WindowKind  # noqa: Y015
+
 @_typing.final
 class UUID(_message.Message):
     """---------------------------------------------------------------------------------------------
@@ -849,18 +893,22 @@ class QueueOptions(_message.Message):
 
     CONFLICT_STRATEGY_FIELD_NUMBER: _builtins.int
     QUEUE_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    IGNORE_WINDOWS_FIELD_NUMBER: _builtins.int
     conflict_strategy: Global___ConflictStrategy.ValueType
     queue_timeout_seconds: _builtins.int
     """0 = default (3600)"""
+    ignore_windows: _builtins.bool
+    """Start even inside a FREEZE window that applies (docs/WINDOWS.md); needs the operator role, audited."""
     def __init__(
         self,
         *,
         conflict_strategy: Global___ConflictStrategy.ValueType = ...,
         queue_timeout_seconds: _builtins.int = ...,
+        ignore_windows: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflict_strategy", b"conflict_strategy", "queue_timeout_seconds", b"queue_timeout_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflict_strategy", b"conflict_strategy", "ignore_windows", b"ignore_windows", "queue_timeout_seconds", b"queue_timeout_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1084,11 +1132,15 @@ class Task(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_FIELD_NUMBER: _builtins.int
+    IGNORE_WINDOWS_FIELD_NUMBER: _builtins.int
     operation: _builtins.str
     """power_on, power_off, power_reset, bring_up, ingest, upgrade_firmware"""
     description: _builtins.str
     status: Global___TaskStatus.ValueType
     message: _builtins.str
+    ignore_windows: _builtins.bool
+    """submitted with queue_options.ignore_windows: FREEZE windows do not hold it"""
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1109,6 +1161,10 @@ class Task(_message.Message):
     def schedule_id(self) -> Global___UUID:
         """set when a schedule submitted the task"""
 
+    @_builtins.property
+    def not_before(self) -> _timestamp_pb2.Timestamp:
+        """A FREEZE window held the task back: it may not start before this time (docs/WINDOWS.md)."""
+
     def __init__(
         self,
         *,
@@ -1125,10 +1181,12 @@ class Task(_message.Message):
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
         schedule_id: Global___UUID | None = ...,
+        not_before: _timestamp_pb2.Timestamp | None = ...,
+        ignore_windows: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "id", b"id", "message", b"message", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "id", b"id", "ignore_windows", b"ignore_windows", "message", b"message", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1318,8 +1376,10 @@ class ScheduleConfig(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
     OVERLAP_POLICY_FIELD_NUMBER: _builtins.int
+    WINDOW_POLICY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
+    window_policy: Global___WindowPolicy.ValueType
     @_builtins.property
     def spec(self) -> Global___ScheduleSpec: ...
     def __init__(
@@ -1328,10 +1388,11 @@ class ScheduleConfig(_message.Message):
         name: _builtins.str = ...,
         spec: Global___ScheduleSpec | None = ...,
         overlap_policy: Global___OverlapPolicy.ValueType = ...,
+        window_policy: Global___WindowPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "overlap_policy", b"overlap_policy", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "overlap_policy", b"overlap_policy", "spec", b"spec", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1400,6 +1461,7 @@ class TaskSchedule(_message.Message):
     PAUSED_BY_FIELD_NUMBER: _builtins.int
     PAUSED_AT_FIELD_NUMBER: _builtins.int
     RESUME_AT_FIELD_NUMBER: _builtins.int
+    WINDOW_POLICY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     enabled: _builtins.bool
@@ -1413,6 +1475,7 @@ class TaskSchedule(_message.Message):
     """
     paused_by: _builtins.str
     """the caller's principal when authentication is on; else empty"""
+    window_policy: Global___WindowPolicy.ValueType
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1458,10 +1521,11 @@ class TaskSchedule(_message.Message):
         paused_by: _builtins.str = ...,
         paused_at: _timestamp_pb2.Timestamp | None = ...,
         resume_at: _timestamp_pb2.Timestamp | None = ...,
+        window_policy: Global___WindowPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "paused_at", b"paused_at", "resume_at", b"resume_at", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1649,7 +1713,9 @@ class UpdateTaskScheduleRequest(_message.Message):
     def schedule(self) -> Global___ScheduleConfig: ...
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask:
-        """Paths: schedule.name, schedule.overlap_policy, schedule.spec, schedule.spec.timezone."""
+        """Paths: schedule.name, schedule.overlap_policy, schedule.spec, schedule.spec.timezone,
+        schedule.window_policy.
+        """
 
     def __init__(
         self,
@@ -2023,7 +2089,7 @@ class ScopeOutcome(_message.Message):
     TASK_ID_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     outcome: _builtins.str
-    """"submitted", "skipped_overlap" or "failed" """
+    """"submitted", "skipped_overlap", "skipped_window" or "failed" """
     error: _builtins.str
     @_builtins.property
     def scope_id(self) -> Global___UUID: ...
@@ -2136,6 +2202,385 @@ class ListTaskScheduleRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListTaskScheduleRunsResponse: _TypeAlias = ListTaskScheduleRunsResponse  # noqa: Y015
+
+@_typing.final
+class RecurringWindow(_message.Message):
+    """Every occurrence starts at a time of `cron` (5 fields, read in `timezone` with the schedules' DST rule)
+    and lasts `duration` (a Go duration, more than 0 and at most the shortest gap between two starts).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CRON_FIELD_NUMBER: _builtins.int
+    DURATION_FIELD_NUMBER: _builtins.int
+    TIMEZONE_FIELD_NUMBER: _builtins.int
+    cron: _builtins.str
+    duration: _builtins.str
+    timezone: _builtins.str
+    """IANA name; empty = UTC"""
+    def __init__(
+        self,
+        *,
+        cron: _builtins.str = ...,
+        duration: _builtins.str = ...,
+        timezone: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cron", b"cron", "duration", b"duration", "timezone", b"timezone"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecurringWindow: _TypeAlias = RecurringWindow  # noqa: Y015
+
+@_typing.final
+class OneOffWindow(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def start(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def end(self) -> _timestamp_pb2.Timestamp:
+        """after start"""
+
+    def __init__(
+        self,
+        *,
+        start: _timestamp_pb2.Timestamp | None = ...,
+        end: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "start", b"start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OneOffWindow: _TypeAlias = OneOffWindow  # noqa: Y015
+
+@_typing.final
+class WindowTarget(_message.Message):
+    """A rack or NVLink domain a window covers. In a request give the id or the name; a response has both."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WindowTarget: _TypeAlias = WindowTarget  # noqa: Y015
+
+@_typing.final
+class MaintenanceWindow(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    RECURRING_FIELD_NUMBER: _builtins.int
+    ONE_OFF_FIELD_NUMBER: _builtins.int
+    RACKS_FIELD_NUMBER: _builtins.int
+    NVL_DOMAINS_FIELD_NUMBER: _builtins.int
+    OPERATIONS_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """unique"""
+    reason: _builtins.str
+    kind: Global___WindowKind.ValueType
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def recurring(self) -> Global___RecurringWindow: ...
+    @_builtins.property
+    def one_off(self) -> Global___OneOffWindow: ...
+    @_builtins.property
+    def racks(self) -> _containers.RepeatedCompositeFieldContainer[Global___WindowTarget]:
+        """The racks it covers: these racks and the racks of these domains; both empty = every rack."""
+
+    @_builtins.property
+    def nvl_domains(self) -> _containers.RepeatedCompositeFieldContainer[Global___WindowTarget]: ...
+    @_builtins.property
+    def operations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """power_on, …, upgrade_firmware; empty = every operation"""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        name: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        kind: Global___WindowKind.ValueType = ...,
+        recurring: Global___RecurringWindow | None = ...,
+        one_off: Global___OneOffWindow | None = ...,
+        racks: _abc.Iterable[Global___WindowTarget] | None = ...,
+        nvl_domains: _abc.Iterable[Global___WindowTarget] | None = ...,
+        operations: _abc.Iterable[_builtins.str] | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "one_off", b"one_off", "recurring", b"recurring", "updated_at", b"updated_at", "when", b"when"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "kind", b"kind", "name", b"name", "nvl_domains", b"nvl_domains", "one_off", b"one_off", "operations", b"operations", "racks", b"racks", "reason", b"reason", "recurring", b"recurring", "updated_at", b"updated_at", "when", b"when"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_when: _TypeAlias = _typing.Literal["recurring", "one_off"]  # noqa: Y015
+    _WhichOneofArgType_when: _TypeAlias = _typing.Literal["when", b"when"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_when) -> _WhichOneofReturnType_when | None: ...
+
+Global___MaintenanceWindow: _TypeAlias = MaintenanceWindow  # noqa: Y015
+
+@_typing.final
+class CreateMaintenanceWindowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WINDOW_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def window(self) -> Global___MaintenanceWindow: ...
+    def __init__(
+        self,
+        *,
+        window: Global___MaintenanceWindow | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["window", b"window"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["window", b"window"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateMaintenanceWindowRequest: _TypeAlias = CreateMaintenanceWindowRequest  # noqa: Y015
+
+@_typing.final
+class GetMaintenanceWindowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMaintenanceWindowRequest: _TypeAlias = GetMaintenanceWindowRequest  # noqa: Y015
+
+@_typing.final
+class ListMaintenanceWindowsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RACK_ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def rack_id(self) -> Global___UUID:
+        """only the windows that cover this rack"""
+
+    def __init__(
+        self,
+        *,
+        rack_id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "rack_id", b"rack_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "rack_id", b"rack_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__rack_id: _TypeAlias = _typing.Literal["rack_id"]  # noqa: Y015
+    _WhichOneofArgType__rack_id: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rack_id) -> _WhichOneofReturnType__rack_id | None: ...
+
+Global___ListMaintenanceWindowsRequest: _TypeAlias = ListMaintenanceWindowsRequest  # noqa: Y015
+
+@_typing.final
+class ListMaintenanceWindowsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WINDOWS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def windows(self) -> _containers.RepeatedCompositeFieldContainer[Global___MaintenanceWindow]:
+        """by name"""
+
+    def __init__(
+        self,
+        *,
+        windows: _abc.Iterable[Global___MaintenanceWindow] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["windows", b"windows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMaintenanceWindowsResponse: _TypeAlias = ListMaintenanceWindowsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateMaintenanceWindowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    WINDOW_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def window(self) -> Global___MaintenanceWindow: ...
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Paths: window.name, window.reason, window.kind, window.when (recurring or one_off, whichever is set),
+        window.racks, window.nvl_domains, window.operations.
+        """
+
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        window: Global___MaintenanceWindow | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "update_mask", b"update_mask", "window", b"window"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "update_mask", b"update_mask", "window", b"window"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateMaintenanceWindowRequest: _TypeAlias = UpdateMaintenanceWindowRequest  # noqa: Y015
+
+@_typing.final
+class DeleteMaintenanceWindowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteMaintenanceWindowRequest: _TypeAlias = DeleteMaintenanceWindowRequest  # noqa: Y015
+
+@_typing.final
+class PreviewMaintenanceWindowsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RACK_ID_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    """1..100; 0 = 10"""
+    @_builtins.property
+    def rack_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def after(self) -> _timestamp_pb2.Timestamp:
+        """default: now"""
+
+    def __init__(
+        self,
+        *,
+        rack_id: Global___UUID | None = ...,
+        after: _timestamp_pb2.Timestamp | None = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "rack_id", b"rack_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "count", b"count", "rack_id", b"rack_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__after: _TypeAlias = _typing.Literal["after"]  # noqa: Y015
+    _WhichOneofArgType__after: _TypeAlias = _typing.Literal["_after", b"_after"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__after) -> _WhichOneofReturnType__after | None: ...
+
+Global___PreviewMaintenanceWindowsRequest: _TypeAlias = PreviewMaintenanceWindowsRequest  # noqa: Y015
+
+@_typing.final
+class WindowEvent(_message.Message):
+    """A window covering the rack opens or closes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AT_FIELD_NUMBER: _builtins.int
+    WINDOW_ID_FIELD_NUMBER: _builtins.int
+    WINDOW_NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    CHANGE_FIELD_NUMBER: _builtins.int
+    OPERATIONS_FIELD_NUMBER: _builtins.int
+    window_name: _builtins.str
+    kind: Global___WindowKind.ValueType
+    change: _builtins.str
+    """"opens" or "closes" """
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def window_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def operations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the window's operations; empty = every operation"""
+
+    def __init__(
+        self,
+        *,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        window_id: Global___UUID | None = ...,
+        window_name: _builtins.str = ...,
+        kind: Global___WindowKind.ValueType = ...,
+        change: _builtins.str = ...,
+        operations: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "window_id", b"window_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "change", b"change", "kind", b"kind", "operations", b"operations", "window_id", b"window_id", "window_name", b"window_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WindowEvent: _TypeAlias = WindowEvent  # noqa: Y015
+
+@_typing.final
+class PreviewMaintenanceWindowsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___WindowEvent]:
+        """in time order"""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___WindowEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreviewMaintenanceWindowsResponse: _TypeAlias = PreviewMaintenanceWindowsResponse  # noqa: Y015
 
 @_typing.final
 class AuditEvent(_message.Message):

@@ -195,6 +195,36 @@ class FlowStub:
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsRequest.SerializeToString,
                 response_deserializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsResponse.FromString,
                 _registered_method=True)
+        self.CreateMaintenanceWindow = channel.unary_unary(
+                '/rackflow.v1.Flow/CreateMaintenanceWindow',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.CreateMaintenanceWindowRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.MaintenanceWindow.FromString,
+                _registered_method=True)
+        self.GetMaintenanceWindow = channel.unary_unary(
+                '/rackflow.v1.Flow/GetMaintenanceWindow',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.GetMaintenanceWindowRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.MaintenanceWindow.FromString,
+                _registered_method=True)
+        self.ListMaintenanceWindows = channel.unary_unary(
+                '/rackflow.v1.Flow/ListMaintenanceWindows',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.ListMaintenanceWindowsRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.ListMaintenanceWindowsResponse.FromString,
+                _registered_method=True)
+        self.UpdateMaintenanceWindow = channel.unary_unary(
+                '/rackflow.v1.Flow/UpdateMaintenanceWindow',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.UpdateMaintenanceWindowRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.MaintenanceWindow.FromString,
+                _registered_method=True)
+        self.DeleteMaintenanceWindow = channel.unary_unary(
+                '/rackflow.v1.Flow/DeleteMaintenanceWindow',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.DeleteMaintenanceWindowRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
+        self.PreviewMaintenanceWindows = channel.unary_unary(
+                '/rackflow.v1.Flow/PreviewMaintenanceWindows',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsResponse.FromString,
+                _registered_method=True)
         self.ListAuditEvents = channel.unary_unary(
                 '/rackflow.v1.Flow/ListAuditEvents',
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.ListAuditEventsRequest.SerializeToString,
@@ -401,6 +431,43 @@ class FlowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateMaintenanceWindow(self, request, context):
+        """Maintenance windows and freezes (docs/WINDOWS.md)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMaintenanceWindow(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMaintenanceWindows(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMaintenanceWindow(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMaintenanceWindow(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PreviewMaintenanceWindows(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListAuditEvents(self, request, context):
         """Audit trail (docs/SECURITY.md)
         """
@@ -570,6 +637,36 @@ def add_FlowServicer_to_server(servicer, server):
                     servicer.ListTaskScheduleRuns,
                     request_deserializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsRequest.FromString,
                     response_serializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsResponse.SerializeToString,
+            ),
+            'CreateMaintenanceWindow': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateMaintenanceWindow,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.CreateMaintenanceWindowRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.MaintenanceWindow.SerializeToString,
+            ),
+            'GetMaintenanceWindow': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMaintenanceWindow,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.GetMaintenanceWindowRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.MaintenanceWindow.SerializeToString,
+            ),
+            'ListMaintenanceWindows': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMaintenanceWindows,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.ListMaintenanceWindowsRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.ListMaintenanceWindowsResponse.SerializeToString,
+            ),
+            'UpdateMaintenanceWindow': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMaintenanceWindow,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.UpdateMaintenanceWindowRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.MaintenanceWindow.SerializeToString,
+            ),
+            'DeleteMaintenanceWindow': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMaintenanceWindow,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.DeleteMaintenanceWindowRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'PreviewMaintenanceWindows': grpc.unary_unary_rpc_method_handler(
+                    servicer.PreviewMaintenanceWindows,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsResponse.SerializeToString,
             ),
             'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAuditEvents,
@@ -1441,6 +1538,168 @@ class Flow:
             '/rackflow.v1.Flow/ListTaskScheduleRuns',
             rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsRequest.SerializeToString,
             rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateMaintenanceWindow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/CreateMaintenanceWindow',
+            rackflow_dot_v1_dot_flow__pb2.CreateMaintenanceWindowRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.MaintenanceWindow.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMaintenanceWindow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/GetMaintenanceWindow',
+            rackflow_dot_v1_dot_flow__pb2.GetMaintenanceWindowRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.MaintenanceWindow.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMaintenanceWindows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/ListMaintenanceWindows',
+            rackflow_dot_v1_dot_flow__pb2.ListMaintenanceWindowsRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.ListMaintenanceWindowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMaintenanceWindow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/UpdateMaintenanceWindow',
+            rackflow_dot_v1_dot_flow__pb2.UpdateMaintenanceWindowRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.MaintenanceWindow.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMaintenanceWindow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/DeleteMaintenanceWindow',
+            rackflow_dot_v1_dot_flow__pb2.DeleteMaintenanceWindowRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PreviewMaintenanceWindows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/PreviewMaintenanceWindows',
+            rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsResponse.FromString,
             options,
             channel_credentials,
             insecure,

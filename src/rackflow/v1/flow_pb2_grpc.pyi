@@ -73,6 +73,13 @@ class FlowStub:
     CheckScheduleConflicts: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CheckScheduleConflictsRequest, _flow_pb2.CheckScheduleConflictsResponse]
     PreviewScheduleSpec: _grpc.UnaryUnaryMultiCallable[_flow_pb2.PreviewScheduleSpecRequest, _flow_pb2.PreviewScheduleSpecResponse]
     ListTaskScheduleRuns: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListTaskScheduleRunsRequest, _flow_pb2.ListTaskScheduleRunsResponse]
+    CreateMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CreateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]
+    """Maintenance windows and freezes (docs/WINDOWS.md)"""
+    GetMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]
+    ListMaintenanceWindows: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListMaintenanceWindowsRequest, _flow_pb2.ListMaintenanceWindowsResponse]
+    UpdateMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.UpdateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]
+    DeleteMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.DeleteMaintenanceWindowRequest, _empty_pb2.Empty]
+    PreviewMaintenanceWindows: _grpc.UnaryUnaryMultiCallable[_flow_pb2.PreviewMaintenanceWindowsRequest, _flow_pb2.PreviewMaintenanceWindowsResponse]
     ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListAuditEventsRequest, _flow_pb2.ListAuditEventsResponse]
     """Audit trail (docs/SECURITY.md)"""
 
@@ -115,6 +122,13 @@ class FlowAsyncStub(FlowStub):
     CheckScheduleConflicts: _aio.UnaryUnaryMultiCallable[_flow_pb2.CheckScheduleConflictsRequest, _flow_pb2.CheckScheduleConflictsResponse]  # type: ignore[assignment]
     PreviewScheduleSpec: _aio.UnaryUnaryMultiCallable[_flow_pb2.PreviewScheduleSpecRequest, _flow_pb2.PreviewScheduleSpecResponse]  # type: ignore[assignment]
     ListTaskScheduleRuns: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListTaskScheduleRunsRequest, _flow_pb2.ListTaskScheduleRunsResponse]  # type: ignore[assignment]
+    CreateMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.CreateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]  # type: ignore[assignment]
+    """Maintenance windows and freezes (docs/WINDOWS.md)"""
+    GetMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]  # type: ignore[assignment]
+    ListMaintenanceWindows: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListMaintenanceWindowsRequest, _flow_pb2.ListMaintenanceWindowsResponse]  # type: ignore[assignment]
+    UpdateMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.UpdateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]  # type: ignore[assignment]
+    DeleteMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.DeleteMaintenanceWindowRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    PreviewMaintenanceWindows: _aio.UnaryUnaryMultiCallable[_flow_pb2.PreviewMaintenanceWindowsRequest, _flow_pb2.PreviewMaintenanceWindowsResponse]  # type: ignore[assignment]
     ListAuditEvents: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListAuditEventsRequest, _flow_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
     """Audit trail (docs/SECURITY.md)"""
 
@@ -346,6 +360,49 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
         request: _flow_pb2.ListTaskScheduleRunsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_flow_pb2.ListTaskScheduleRunsResponse, _abc.Awaitable[_flow_pb2.ListTaskScheduleRunsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateMaintenanceWindow(
+        self,
+        request: _flow_pb2.CreateMaintenanceWindowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.MaintenanceWindow, _abc.Awaitable[_flow_pb2.MaintenanceWindow]]:
+        """Maintenance windows and freezes (docs/WINDOWS.md)"""
+
+    @_abc_1.abstractmethod
+    def GetMaintenanceWindow(
+        self,
+        request: _flow_pb2.GetMaintenanceWindowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.MaintenanceWindow, _abc.Awaitable[_flow_pb2.MaintenanceWindow]]: ...
+
+    @_abc_1.abstractmethod
+    def ListMaintenanceWindows(
+        self,
+        request: _flow_pb2.ListMaintenanceWindowsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.ListMaintenanceWindowsResponse, _abc.Awaitable[_flow_pb2.ListMaintenanceWindowsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateMaintenanceWindow(
+        self,
+        request: _flow_pb2.UpdateMaintenanceWindowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.MaintenanceWindow, _abc.Awaitable[_flow_pb2.MaintenanceWindow]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteMaintenanceWindow(
+        self,
+        request: _flow_pb2.DeleteMaintenanceWindowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]: ...
+
+    @_abc_1.abstractmethod
+    def PreviewMaintenanceWindows(
+        self,
+        request: _flow_pb2.PreviewMaintenanceWindowsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.PreviewMaintenanceWindowsResponse, _abc.Awaitable[_flow_pb2.PreviewMaintenanceWindowsResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListAuditEvents(

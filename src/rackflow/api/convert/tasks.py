@@ -62,7 +62,8 @@ def queue_options_from(msg: pb.QueueOptions, field: str = "queue_options") -> Qu
     strategy = _STRATEGY_FROM_PB.get(msg.conflict_strategy)
     if strategy is None:
         raise InvalidArgument(f"{field}.conflict_strategy: unknown strategy {msg.conflict_strategy}")
-    return QueueOptions(strategy, queue_timeout(msg.queue_timeout_seconds, f"{field}.queue_timeout_seconds"))
+    timeout = queue_timeout(msg.queue_timeout_seconds, f"{field}.queue_timeout_seconds")
+    return QueueOptions(strategy, timeout, ignore_windows=msg.ignore_windows)
 
 
 def operation_from_request(
@@ -169,4 +170,6 @@ def task_to(task: Task) -> pb.Task:
         finished_at=timestamp_to(task.finished_at),
         updated_at=timestamp_to(task.updated_at),
         schedule_id=uuid_to(task.schedule_id),
+        not_before=timestamp_to(task.not_before),
+        ignore_windows=task.ignore_windows,
     )

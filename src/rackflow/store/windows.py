@@ -1,0 +1,209 @@
+"""Maintenance window queries, and the two task writes of the freeze gate.
+
+The only window module that speaks SQL. Windows are few (tens), so readers load them all and the pure
+rules of `rackflow.windows.rules` pick what covers a rack. Functions take an open connection, so the
+caller decides what one transaction holds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.errors import AlreadyExists
+from rackflow.store.db import chunked, unique_violation_as
+from rackflow.store.tables import (
+    maintenance_window_domains,
+    maintenance_window_racks,
+    maintenance_windows,
+    nvl_domains,
+    racks,
+    tasks,
+)
+from rackflow.store.tasks import status_in
+from rackflow.tasks.model import OperationKind, TaskStatus
+from rackflow.windows.model import MaintenanceWindow, OneOff, RackRef, Recurring, WindowKind
+
+
+def name_taken_error(name: str) -> AlreadyExists:
+    return AlreadyExists("window.name", name, "a maintenance window named")
+
+
+def _values(window: MaintenanceWindow) -> dict[str, Any]:
+    when = window.when
+    recurring = when if isinstance(when, Recurring) else None
+    one_off = when if isinstance(when, OneOff) else None
+    return {
+        "name": window.name,
+        "reason": window.reason,
+        "kind": window.kind.value,
+        "cron": recurring.cron if recurring else None,
+        "duration": recurring.duration if recurring else None,
+        "timezone": recurring.timezone if recurring else None,
+        "start_at": one_off.start if one_off else None,
+        "end_at": one_off.end if one_off else None,
+        "all_racks": window.all_racks,
+        "operations": sorted(op.value for op in window.operations),
+        "created_at": window.created_at,
+        "updated_at": window.updated_at,
+    }
+
+
+def _window_from(
+    row: Row[Any],
+    rack_names: Mapping[uuid.UUID, list[tuple[uuid.UUID, str]]],
+    domain_names: Mapping[uuid.UUID, list[tuple[uuid.UUID, str]]],
+) -> MaintenanceWindow:
+    when: Recurring | OneOff = (
+        Recurring(row.cron, row.duration, row.timezone)
+        if row.cron is not None
+        else OneOff(row.start_at, row.end_at)
+    )
+    return MaintenanceWindow(
+        id=row.id,
+        name=row.name,
+        reason=row.reason,
+        kind=WindowKind(row.kind),
+        when=when,
+        all_racks=row.all_racks,
+        racks=tuple(sorted(rack_names.get(row.id, []), key=lambda pair: pair[1])),
+        domains=tuple(sorted(domain_names.get(row.id, []), key=lambda pair: pair[1])),
+        operations=frozenset(OperationKind(op) for op in row.operations),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def _covered(
+    conn: AsyncConnection, window_ids: Collection[uuid.UUID]
+) -> tuple[dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, list[tuple[uuid.UUID, str]]]]:
+    """The (id, name) of the racks and of the domains each window names."""
+    by_rack: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+    by_domain: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+    for link, column, named, found in (
+        (maintenance_window_racks, "rack_id", racks, by_rack),
+        (maintenance_window_domains, "domain_id", nvl_domains, by_domain),
+    ):
+        for chunk in chunked(window_ids):
+            stmt = (
+                select(link.c.window_id, named.c.id, named.c.name)
+                .join(named, named.c.id == link.c[column])
+                .where(link.c.window_id.in_(chunk))
+            )
+            for row in await conn.execute(stmt):
+                found.setdefault(row.window_id, []).append((row.id, row.name))
+    return by_rack, by_domain
+
+
+async def _windows_where(conn: AsyncConnection, *conditions: Any) -> list[MaintenanceWindow]:
+    stmt = select(maintenance_windows).where(*conditions).order_by(maintenance_windows.c.name)
+    rows = (await conn.execute(stmt)).all()
+    if not rows:
+        return []
+    by_rack, by_domain = await _covered(conn, [row.id for row in rows])
+    return [_window_from(row, by_rack, by_domain) for row in rows]
+
+
+async def all_windows(conn: AsyncConnection) -> list[MaintenanceWindow]:
+    """Every window, by name."""
+    return await _windows_where(conn)
+
+
+async def get_window(conn: AsyncConnection, window_id: uuid.UUID) -> MaintenanceWindow | None:
+    found = await _windows_where(conn, maintenance_windows.c.id == window_id)
+    return found[0] if found else None
+
+
+async def name_taken(conn: AsyncConnection, name: str, *, other_than: uuid.UUID | None = None) -> bool:
+    stmt = select(maintenance_windows.c.id).where(maintenance_windows.c.name == name)
+    if other_than is not None:
+        stmt = stmt.where(maintenance_windows.c.id != other_than)
+    return (await conn.execute(stmt)).first() is not None
+
+
+async def _link(conn: AsyncConnection, window: MaintenanceWindow) -> None:
+    for link, column, pairs in (
+        (maintenance_window_racks, "rack_id", window.racks),
+        (maintenance_window_domains, "domain_id", window.domains),
+    ):
+        if pairs:
+            await conn.execute(insert(link), [{"window_id": window.id, column: i} for i, _ in pairs])
+
+
+async def insert_window(conn: AsyncConnection, window: MaintenanceWindow) -> None:
+    with unique_violation_as(name_taken_error(window.name)):
+        await conn.execute(insert(maintenance_windows).values(id=window.id, **_values(window)))
+    await _link(conn, window)
+
+
+async def save_window(conn: AsyncConnection, window: MaintenanceWindow) -> None:
+    """Write every field of an existing window, its racks and domains included."""
+    with unique_violation_as(name_taken_error(window.name)):
+        await conn.execute(
+            update(maintenance_windows).where(maintenance_windows.c.id == window.id).values(_values(window))
+        )
+    for link in (maintenance_window_racks, maintenance_window_domains):
+        await conn.execute(delete(link).where(link.c.window_id == window.id))
+    await _link(conn, window)
+
+
+async def delete_window(conn: AsyncConnection, window_id: uuid.UUID) -> bool:
+    result = await conn.execute(delete(maintenance_windows).where(maintenance_windows.c.id == window_id))
+    return bool(result.rowcount)
+
+
+async def rack_refs(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, RackRef]:
+    """What the window rules need to know of each rack that exists among `rack_ids`: its NVLink domain."""
+    found: dict[uuid.UUID, RackRef] = {}
+    for chunk in chunked(set(rack_ids)):
+        stmt = select(racks.c.id, racks.c.nvl_domain_id).where(racks.c.id.in_(chunk))
+        found.update({row.id: RackRef(row.id, row.nvl_domain_id) for row in await conn.execute(stmt)})
+    return found
+
+
+# --- the freeze gate's task writes ---------------------------------------------------------------
+
+
+async def hold_back(
+    conn: AsyncConnection,
+    held: Mapping[uuid.UUID, tuple[datetime, str]],
+    *,
+    owner_id: uuid.UUID,
+    now: datetime,
+) -> None:
+    """Undo this instance's claim of tasks a freeze holds (task id -> (until, message)): PENDING again,
+    unowned, the attempt not counted and never started, waiting until `until`. The claim just made them
+    RUNNING in this transaction, so nothing else saw them start."""
+    for task_id, (until, message) in held.items():
+        await conn.execute(
+            update(tasks)
+            .where(
+                tasks.c.id == task_id,
+                tasks.c.owner_id == owner_id,
+                status_in(tasks.c.status, TaskStatus.RUNNING),
+            )
+            .values(
+                status=TaskStatus.PENDING.value,
+                owner_id=None,
+                attempts=tasks.c.attempts - 1,
+                started_at=None,
+                not_before=until,
+                message=message,
+                updated_at=now,
+            )
+        )
+
+
+async def release_held(conn: AsyncConnection) -> None:
+    """Let every task a freeze holds be claimed again (and gated again), after windows changed: a freeze
+    shortened or deleted must not keep its tasks waiting for its old end."""
+    await conn.execute(
+        update(tasks)
+        .where(status_in(tasks.c.status, TaskStatus.PENDING), tasks.c.not_before.is_not(None))
+        .values(not_before=None)
+    )

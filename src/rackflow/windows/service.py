@@ -1,0 +1,230 @@
+"""Maintenance window use cases. Each request is one transaction, so a refused request writes nothing.
+
+Validation happens before any write and names the request's field (`window.recurring.duration`,
+`window.racks[1]`); racks and domains named by id or name are resolved here, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.clock import Clock
+from rackflow.errors import InvalidArgument, NotFound
+from rackflow.store import inventory as inventory_store
+from rackflow.store import windows as store
+from rackflow.store.db import Database
+from rackflow.store.tables import nvl_domains, racks
+from rackflow.tasks.model import OperationKind
+from rackflow.validation import check_description, check_name, check_text, preview_count
+from rackflow.windows.model import MaintenanceWindow, RackRef, Recurring, When, WindowKind
+from rackflow.windows.rules import WindowEvent, events
+
+NAME_PATH = "window.name"
+REASON_PATH = "window.reason"
+KIND_PATH = "window.kind"
+WHEN_PATH = "window.when"
+RACKS_PATH = "window.racks"
+DOMAINS_PATH = "window.nvl_domains"
+OPERATIONS_PATH = "window.operations"
+UPDATE_PATHS = (NAME_PATH, REASON_PATH, KIND_PATH, WHEN_PATH, RACKS_PATH, DOMAINS_PATH, OPERATIONS_PATH)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A rack or an NVLink domain as a request names it: by id, or else by name."""
+
+    id: uuid.UUID | None = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class WindowInput:
+    """A window as a request gives it (create, or the masked fields of an update)."""
+
+    name: str = ""
+    reason: str = ""
+    kind: WindowKind | None = None
+    when: When | None = None
+    racks: tuple[Ref, ...] = ()
+    domains: tuple[Ref, ...] = ()
+    operations: tuple[OperationKind, ...] = ()
+
+
+def _check_when(when: When | None, now: datetime) -> When:
+    if when is None:
+        raise InvalidArgument(
+            f"{WHEN_PATH}: give recurring {{cron, duration, timezone}} or one_off {{start, end}}"
+        )
+    try:
+        if isinstance(when, Recurring):
+            when.check(now, "window.recurring")
+        else:
+            when.check("window.one_off")
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return when
+
+
+def _check_operations(operations: Sequence[OperationKind]) -> frozenset[OperationKind]:
+    seen: set[OperationKind] = set()
+    for index, operation in enumerate(operations):
+        if operation in seen:
+            raise InvalidArgument(f"{OPERATIONS_PATH}[{index}]: {operation.value} is listed twice")
+        seen.add(operation)
+    return frozenset(seen)
+
+
+def _check_mask(paths: Collection[str]) -> set[str]:
+    if not paths:
+        raise InvalidArgument(f"update_mask: at least one path is required ({', '.join(UPDATE_PATHS)})")
+    for path in paths:
+        if path not in UPDATE_PATHS:
+            raise InvalidArgument(f"update_mask: unknown path {path!r} (allowed: {', '.join(UPDATE_PATHS)})")
+    return set(paths)
+
+
+async def _resolve(
+    conn: AsyncConnection, refs: Sequence[Ref], field: str, what: str, by_column: str
+) -> tuple[tuple[uuid.UUID, str], ...]:
+    """(id, name) of each named rack or domain, in request order; NotFound naming `field[i]`."""
+    lookup = inventory_store.racks_by_column if by_column == "racks" else inventory_store.domains_by_column
+    for index, ref in enumerate(refs):
+        if ref.id is None:
+            check_text(ref.name, f"{field}[{index}].name", required=True)
+    by_id = await lookup(conn, "id", [r.id for r in refs if r.id is not None])
+    by_name = await lookup(conn, "name", [r.name for r in refs if r.id is None])
+    table = racks if by_column == "racks" else nvl_domains
+    names = await inventory_store.names_by_id(conn, table, [*by_id.values(), *by_name.values()])
+    found: list[tuple[uuid.UUID, str]] = []
+    for index, ref in enumerate(refs):
+        found_id = by_id.get(ref.id) if ref.id is not None else by_name.get(ref.name)
+        if found_id is None:
+            label = f"id {ref.id}" if ref.id is not None else f"name {ref.name!r}"
+            raise NotFound(f"{field}[{index}]: no {what} with {label}")
+        if any(found_id == i for i, _ in found):
+            raise InvalidArgument(f"{field}[{index}]: the {what} {names[found_id]!r} is listed twice")
+        found.append((found_id, names[found_id]))
+    return tuple(found)
+
+
+class WindowService:
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+
+    async def _load(self, conn: AsyncConnection, window_id: uuid.UUID) -> MaintenanceWindow:
+        window = await store.get_window(conn, window_id)
+        if window is None:
+            raise NotFound(f"id: no maintenance window {window_id}")
+        return window
+
+    async def create(self, given: WindowInput) -> MaintenanceWindow:
+        check_name(given.name, NAME_PATH)
+        check_description(given.reason, REASON_PATH)
+        if given.kind is None:
+            raise InvalidArgument(f"{KIND_PATH}: a kind is required (ALLOW or FREEZE)")
+        now = self.clock.now()
+        when = _check_when(given.when, now)
+        operations = _check_operations(given.operations)
+        async with self.db.transaction() as conn:
+            if await store.name_taken(conn, given.name):
+                raise store.name_taken_error(given.name)
+            covered = await _resolve(conn, given.racks, RACKS_PATH, "rack", "racks")
+            domains = await _resolve(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
+            window = MaintenanceWindow(
+                id=uuid.uuid4(),
+                name=given.name,
+                reason=given.reason,
+                kind=given.kind,
+                when=when,
+                all_racks=not covered and not domains,
+                racks=covered,
+                domains=domains,
+                operations=operations,
+                created_at=now,
+                updated_at=now,
+            )
+            await store.insert_window(conn, window)
+        return window
+
+    async def get(self, window_id: uuid.UUID) -> MaintenanceWindow:
+        async with self.db.read() as conn:
+            return await self._load(conn, window_id)
+
+    async def list_windows(self, rack_id: uuid.UUID | None = None) -> list[MaintenanceWindow]:
+        """Every window by name, or those covering `rack_id` (for any operation)."""
+        async with self.db.read() as conn:
+            windows = await store.all_windows(conn)
+            if rack_id is None:
+                return windows
+            rack = await self._rack(conn, rack_id)
+        return [w for w in windows if w.covers(rack)]
+
+    async def update(
+        self, window_id: uuid.UUID, paths: Collection[str], given: WindowInput
+    ) -> MaintenanceWindow:
+        """Apply the masked fields. Tasks a freeze holds are let go, to be held again by what now applies
+        (a shortened or deleted freeze must not keep them waiting)."""
+        mask = _check_mask(paths)
+        if NAME_PATH in mask:
+            check_name(given.name, NAME_PATH)
+        if REASON_PATH in mask:
+            check_description(given.reason, REASON_PATH)
+        if KIND_PATH in mask and given.kind is None:
+            raise InvalidArgument(f"{KIND_PATH}: a kind is required (ALLOW or FREEZE)")
+        now = self.clock.now()
+        when = _check_when(given.when, now) if WHEN_PATH in mask else None
+        operations = _check_operations(given.operations) if OPERATIONS_PATH in mask else None
+        async with self.db.transaction() as conn:
+            current = await self._load(conn, window_id)
+            updated = replace(current, updated_at=now)
+            if NAME_PATH in mask:
+                if await store.name_taken(conn, given.name, other_than=window_id):
+                    raise store.name_taken_error(given.name)
+                updated = replace(updated, name=given.name)
+            if REASON_PATH in mask:
+                updated = replace(updated, reason=given.reason)
+            if given.kind is not None and KIND_PATH in mask:
+                updated = replace(updated, kind=given.kind)
+            if when is not None:
+                updated = replace(updated, when=when)
+            if operations is not None:
+                updated = replace(updated, operations=operations)
+            if RACKS_PATH in mask:
+                updated = replace(
+                    updated, racks=await _resolve(conn, given.racks, RACKS_PATH, "rack", "racks")
+                )
+            if DOMAINS_PATH in mask:
+                domains = await _resolve(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
+                updated = replace(updated, domains=domains)
+            if RACKS_PATH in mask or DOMAINS_PATH in mask:
+                updated = replace(updated, all_racks=not updated.racks and not updated.domains)
+            await store.save_window(conn, updated)
+            await store.release_held(conn)
+        return updated
+
+    async def delete(self, window_id: uuid.UUID) -> None:
+        async with self.db.transaction() as conn:
+            if not await store.delete_window(conn, window_id):
+                raise NotFound(f"id: no maintenance window {window_id}")
+            await store.release_held(conn)
+
+    async def preview(self, rack_id: uuid.UUID, after: datetime | None, count: int) -> list[WindowEvent]:
+        """The next `count` openings and closings of the windows covering the rack, after `after` (now)."""
+        count = preview_count(count)
+        async with self.db.read() as conn:
+            rack = await self._rack(conn, rack_id, "rack_id")
+            windows = await store.all_windows(conn)
+        return events(windows, rack, after or self.clock.now(), count)
+
+    @staticmethod
+    async def _rack(conn: AsyncConnection, rack_id: uuid.UUID, field: str = "rack_id") -> RackRef:
+        found = await store.rack_refs(conn, [rack_id])
+        if rack_id not in found:
+            raise NotFound(f"{field}: no rack {rack_id}")
+        return found[rack_id]
