@@ -1,0 +1,161 @@
+"""`rackflow window …` over the fake client: options in, client calls and tables out, usage errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+from click.testing import Result
+
+from rackflow.client import Recurrence, Span, Window
+from rackflow.v1 import flow_pb2 as pb
+from tests.unit.test_cli_commands import FakeClient, fake, run, stamp  # noqa: F401 (fixtures)
+
+WINDOW_ID = "7a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+
+
+def a_window() -> pb.MaintenanceWindow:
+    return pb.MaintenanceWindow(
+        id=pb.UUID(id=WINDOW_ID),
+        name="sat-night",
+        kind=pb.WINDOW_KIND_ALLOW,
+        recurring=pb.RecurringWindow(cron="0 22 * * 6", duration="6h", timezone="Europe/Berlin"),
+        racks=[pb.WindowTarget(name="rack-01")],
+        nvl_domains=[pb.WindowTarget(name="nvl-a")],
+        operations=["upgrade_firmware"],
+        reason="agreed with the tenants",
+    )
+
+
+@pytest.fixture(autouse=True)
+def answers(fake: FakeClient) -> None:  # noqa: F811
+    for name in ("create_window", "get_window", "update_window"):
+        fake.answers[name] = a_window()
+    fake.answers["list_windows"] = pb.ListMaintenanceWindowsResponse(windows=[a_window()])
+
+
+def test_create_recurring(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811
+    result = run(
+        "window", "create", "sat-night", "--allow", "--cron", "0 22 * * 6", "--duration", "6h",
+        "--tz", "Europe/Berlin", "--rack", "rack-01", "--domain", "nvl-a", "--op", "upgrade-firmware",
+        "--reason", "agreed with the tenants",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    [(args, _)] = fake.called("create_window")
+    assert args == (
+        "sat-night",
+        Window(
+            "allow",
+            Recurrence("0 22 * * 6", "6h", "Europe/Berlin"),
+            ("rack-01",),
+            ("nvl-a",),
+            ["upgrade_firmware"],
+            "agreed with the tenants",
+        ),
+    )
+    assert 'cron "0 22 * * 6" Europe/Berlin for 6h' in result.output
+    assert "rack-01, domain nvl-a" in result.output
+
+
+def test_create_one_off_freeze(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811
+    result = run(
+        "window",
+        "create",
+        "launch",
+        "--freeze",
+        "--start",
+        "2026-12-07T00:00:00Z",
+        "--end",
+        "2026-12-14T00:00:00Z",
+    )
+    assert result.exit_code == 0, result.output
+    [(args, _)] = fake.called("create_window")
+    start, end = datetime(2026, 12, 7, tzinfo=UTC), datetime(2026, 12, 14, tzinfo=UTC)
+    assert args == ("launch", Window("freeze", Span(start, end), (), (), [], ""))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("window", "create", "w", "--cron", "0 2 * * *", "--duration", "1h"), "give --allow or --freeze"),
+        (("window", "create", "w", "--allow", "--freeze", "--cron", "x", "--duration", "1h"), "not both"),
+        (("window", "create", "w", "--allow"), "give when"),
+        (("window", "create", "w", "--allow", "--cron", "0 2 * * *"), "needs --cron and --duration"),
+        (("window", "create", "w", "--allow", "--start", "2026-12-07T00:00:00Z"), "needs --start and --end"),
+        (
+            (
+                "window",
+                "create",
+                "w",
+                "--allow",
+                "--cron",
+                "x",
+                "--duration",
+                "1h",
+                "--start",
+                "2026-12-07T00:00:00Z",
+            ),
+            "not both",
+        ),
+        (
+            ("window", "create", "w", "--allow", "--start", "tomorrow", "--end", "later"),
+            "not an RFC 3339 time",
+        ),
+        (
+            ("window", "create", "w", "--freeze", "--cron", "x", "--duration", "1h", "--op", "reboot"),
+            "reboot",
+        ),
+        (("window", "update", "w"), "nothing to change"),
+        (("window", "update", "w", "--all-racks", "--rack", "r1"), "not both"),
+    ],
+)
+def test_bad_usage_exits_2(
+    fake: FakeClient,  # noqa: F811
+    run: Callable[..., Result],  # noqa: F811
+    args: tuple[str, ...],
+    message: str,
+) -> None:
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not fake.calls
+
+
+def test_update_sends_only_what_changes(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811
+    assert run("window", "update", "sat-night", "--duration", "4h", "--cron", "0 22 * * 6").exit_code == 0
+    assert run("window", "update", "sat-night", "--all-racks", "--all-ops", "--reason", "").exit_code == 0
+    (first_args, first), (_, second) = fake.called("update_window")
+    assert first_args == ("sat-night",)
+    assert first == {
+        "name": None,
+        "reason": None,
+        "kind": None,
+        "when": Recurrence("0 22 * * 6", "4h", ""),
+        "racks": None,
+        "domains": None,
+        "operations": None,
+    }
+    assert (second["racks"], second["domains"], second["operations"], second["reason"]) == ((), (), [], "")
+
+
+def test_list_and_preview(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811
+    result = run("window", "list", "--rack", "rack-01")
+    assert result.exit_code == 0, result.output
+    assert fake.called("list_windows") == [((), {"rack": "rack-01"})]
+    header = result.output.splitlines()[1].split()
+    assert header == ["NAME", "KIND", "WHEN", "COVERS", "OPERATIONS", "REASON"]
+    fake.answers["preview_windows"] = pb.PreviewMaintenanceWindowsResponse(
+        events=[
+            pb.WindowEvent(
+                at=stamp(datetime(2026, 12, 5, 21, tzinfo=UTC)),
+                window_name="sat-night",
+                kind=pb.WINDOW_KIND_ALLOW,
+                change="opens",
+            )
+        ]
+    )
+    result = run("window", "preview", "rack-01", "-n", "3", "--tz", "Europe/Berlin")
+    assert result.exit_code == 0, result.output
+    assert fake.called("preview_windows") == [(("rack-01",), {"count": 3, "after": None})]
+    assert "sat-night" in result.output and "opens" in result.output and "22:00 CET" in result.output
