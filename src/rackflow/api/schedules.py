@@ -25,8 +25,9 @@ from rackflow.api.convert.schedules import (
     spec_type_from,
 )
 from rackflow.api.convert.tasks import operation_kind_from, scheduled_operation_from
+from rackflow.api.convert.windows import window_policy_from
 from rackflow.api.errors import rpc
-from rackflow.schedules.service import OVERLAP_POLICY_PATH, SPEC_PATH, parse_order
+from rackflow.schedules.service import OVERLAP_POLICY_PATH, SPEC_PATH, WINDOW_POLICY_PATH, parse_order
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class ScheduleRpcs:
             name=config.name,
             spec=spec,
             overlap_policy=policy,
+            window_policy=window_policy_from(config.window_policy),
             operation=operation,
             queue=queue,
             description=description,
@@ -89,6 +91,7 @@ class ScheduleRpcs:
         # Only masked fields are read, so an unset (zero) enum outside the mask is not an error.
         policy = overlap_policy_from(config.overlap_policy) if OVERLAP_POLICY_PATH in paths else None
         spec_type = spec_type_from(config.spec.type, f"{SPEC_PATH}.type") if SPEC_PATH in paths else None
+        window_policy = window_policy_from(config.window_policy) if WINDOW_POLICY_PATH in paths else None
         schedule = await self.services.schedules.update(
             schedule_id,
             paths,
@@ -97,6 +100,7 @@ class ScheduleRpcs:
             spec_type=spec_type,
             spec=config.spec.spec,
             timezone=config.spec.timezone if config.HasField("spec") else None,
+            window_policy=window_policy,
         )
         return schedule_to(schedule)
 

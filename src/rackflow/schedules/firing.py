@@ -21,7 +21,10 @@ opens its own:
    sweep marks it "interrupted".
 
 A decision per scope made at claim time (`Firing.decided`) is recorded as that scope's outcome and never
-submitted; the overlap check is the only such rule today.
+submitted: the SKIP overlap check ("skipped_overlap"), then, for a dispatched firing, the maintenance
+windows (`window_decisions`, the one function the schedule preview asks too): a closed rack is
+"skipped_window" under the SKIP window policy, and under DEFER its task is submitted with the opening it
+waits for as its window (`Firing.deferred`), which the executor's claim and expiry already honour.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -39,12 +42,15 @@ from rackflow.clock import Clock
 from rackflow.errors import RackflowError, Unavailable
 from rackflow.inventory.model import RackSelection
 from rackflow.retry import Retry, retrying
-from rackflow.schedules.model import Outcome, OverlapPolicy, Schedule, Scope, ScopeOutcome, Trigger
+from rackflow.schedules.model import OverlapPolicy, Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.store import schedules as store
+from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Submission, TaskManager
-from rackflow.tasks.model import QueueOptions
+from rackflow.tasks.model import Operation, QueueOptions
 from rackflow.timespec import SpecType, format_rfc3339, parse_spec
+from rackflow.windows.model import MaintenanceWindow, RackRef
+from rackflow.windows.rules import Decision, decide_firing
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +66,8 @@ class Firing:
     """One claimed firing waiting for phases 2 and 3: its schedule (as claimed), scopes and run row.
 
     `decided`: the scopes phase 1 settled without a task, with the outcome recorded for each
-    ("skipped_overlap"). `scheduled_for`: the slot a dispatched firing was due at (None: manual).
+    ("skipped_overlap", "skipped_window"). `deferred`: the scopes whose task waits for an opening.
+    `scheduled_for`: the slot a dispatched firing was due at (None: manual).
     """
 
     schedule: Schedule
@@ -68,8 +75,9 @@ class Firing:
     trigger: Trigger
     fired_at: datetime
     run_id: uuid.UUID
-    decided: Mapping[uuid.UUID, Outcome] = field(default_factory=dict)
+    decided: Mapping[uuid.UUID, ScopeOutcome] = field(default_factory=dict)
     scheduled_for: datetime | None = None
+    deferred: Mapping[uuid.UUID, Decision] = field(default_factory=dict)
 
     @property
     def to_submit(self) -> list[Scope]:
@@ -127,7 +135,7 @@ async def claim(
         return []
     scopes = await store.scopes_by_schedule(conn, [s.id for s in schedules])
     dispatched = trigger == "dispatch"
-    decided = await _decide(conn, schedules, scopes) if dispatched else {}
+    decided, deferred = await _decide(conn, schedules, scopes, now) if dispatched else ({}, {})
     firings = [
         Firing(
             schedule,
@@ -137,6 +145,7 @@ async def claim(
             uuid.uuid4(),
             {sc.id: decided[sc.id] for sc in scopes[schedule.id] if sc.id in decided},
             schedule.next_run_at if dispatched else None,
+            {sc.id: deferred[sc.id] for sc in scopes[schedule.id] if sc.id in deferred},
         )
         for schedule in schedules
     ]
@@ -159,12 +168,74 @@ async def claim(
 
 
 async def _decide(
-    conn: AsyncConnection, schedules: Sequence[Schedule], scopes: Mapping[uuid.UUID, Sequence[Scope]]
-) -> dict[uuid.UUID, Outcome]:
-    """The scopes a dispatched firing settles without a task: under SKIP, those whose last task is still
-    active (waiting, pending or running)."""
+    conn: AsyncConnection,
+    schedules: Sequence[Schedule],
+    scopes: Mapping[uuid.UUID, Sequence[Scope]],
+    now: datetime,
+) -> tuple[dict[uuid.UUID, ScopeOutcome], dict[uuid.UUID, Decision]]:
+    """What a dispatched firing settles per scope before submitting: the scopes it records without a task
+    (under overlap SKIP, those whose last task is still active; then those the windows close under window
+    SKIP), and the scopes whose task is deferred to an opening."""
     candidates = [sc for s in schedules if s.overlap_policy is OverlapPolicy.SKIP for sc in scopes[s.id]]
-    return dict.fromkeys(await store.overlapping_scope_ids(conn, candidates), "skipped_overlap")
+    overlapping = await store.overlapping_scope_ids(conn, candidates)
+    decided = {
+        sc.id: ScopeOutcome(sc.id, sc.rack_id, "skipped_overlap")
+        for s in schedules
+        for sc in scopes[s.id]
+        if sc.id in overlapping
+    }
+    windows = await window_store.all_windows(conn)
+    if not windows:
+        return decided, {}
+    open_scopes = {s.id: [sc for sc in scopes[s.id] if sc.id not in decided] for s in schedules}
+    racks = await window_store.rack_refs(conn, {sc.rack_id for left in open_scopes.values() for sc in left})
+    deferred: dict[uuid.UUID, Decision] = {}
+    for schedule in schedules:
+        for scope_id, decision in window_decisions(
+            windows, racks, schedule, open_scopes[schedule.id], now
+        ).items():
+            if decision.action == "defer":
+                deferred[scope_id] = decision
+            elif decision.action == "skip_window":
+                rack_id = next(sc.rack_id for sc in open_scopes[schedule.id] if sc.id == scope_id)
+                decided[scope_id] = ScopeOutcome(scope_id, rack_id, "skipped_window", error=decision.reason)
+    return decided, deferred
+
+
+def window_decisions(
+    windows: Sequence[MaintenanceWindow],
+    racks: Mapping[uuid.UUID, RackRef],
+    schedule: Schedule,
+    scopes: Sequence[Scope],
+    at: datetime,
+) -> dict[uuid.UUID, Decision]:
+    """What the windows make a firing of `schedule` at `at` do for each scope (`windows.rules.decide_firing`
+    under the schedule's window policy): the dispatcher's decision, and the schedule preview's.
+
+    A rack missing from `racks` (deleted) is left to the task manager, which refuses it. A deferred firmware
+    upgrade that has a window of its own waits for the overlap of both, and is skipped if they do not meet.
+    """
+    decisions: dict[uuid.UUID, Decision] = {}
+    operation = schedule.operation
+    for scope in scopes:
+        rack = racks.get(scope.rack_id)
+        if rack is None:
+            continue
+        decision = decide_firing(windows, rack, operation.kind, at, schedule.window_policy)
+        if decision.action == "defer":
+            decision = _within_own_window(decision, operation)
+        decisions[scope.id] = decision
+    return decisions
+
+
+def _within_own_window(decision: Decision, operation: Operation) -> Decision:
+    assert decision.opens_at is not None
+    opens_at = max(decision.opens_at, operation.window_start or decision.opens_at)
+    ends = [end for end in (decision.closes_at, operation.window_end) if end is not None]
+    closes_at = min(ends, default=None)
+    if closes_at is not None and closes_at <= opens_at:
+        return replace(decision, action="skip_window", opens_at=None, closes_at=None)
+    return replace(decision, opens_at=opens_at, closes_at=closes_at)
 
 
 # --- phases 2 and 3: submit, write back ----------------------------------------------------------
@@ -182,9 +253,7 @@ async def fire(db: Database, tasks: TaskManager, clock: Clock, firings: Sequence
         RunResult(
             f.run_id,
             tuple(
-                ScopeOutcome(scope.id, scope.rack_id, f.decided[scope.id])
-                if scope.id in f.decided
-                else submitted[(f.run_id, scope.id)]
+                f.decided[scope.id] if scope.id in f.decided else submitted[(f.run_id, scope.id)]
                 for scope in f.scopes
             ),
         )
@@ -218,17 +287,7 @@ async def _submit_all(
     jobs = [(f, scope) for f in firings for scope in f.to_submit]
     if not jobs:
         return {}, False
-    submissions = [
-        Submission(
-            f.schedule.operation,
-            (RackSelection(scope.rack_id, scope.filter),),
-            task_description(f.schedule, f.fired_at),
-            QueueOptions(f.schedule.overlap_policy.conflict_strategy, f.schedule.queue_timeout),
-            f.schedule.id,
-            f.run_id,
-        )
-        for f, scope in jobs
-    ]
+    submissions = [_submission(f, scope) for f, scope in jobs]
     try:
         async with db.transaction() as conn:
             results = await tasks.submit_each_in(conn, submissions)
@@ -265,6 +324,25 @@ async def _submit_all(
                 scope.id, scope.rack_id, "submitted", task_id=result[0].id
             )
     return outcomes, False
+
+
+def _submission(firing: Firing, scope: Scope) -> Submission:
+    """The scope's task request; a deferred one carries its opening as its operation's window."""
+    schedule = firing.schedule
+    operation, message = schedule.operation, ""
+    deferral = firing.deferred.get(scope.id)
+    if deferral is not None:
+        operation = replace(operation, window_start=deferral.opens_at, window_end=deferral.closes_at)
+        message = deferral.reason
+    return Submission(
+        operation,
+        (RackSelection(scope.rack_id, scope.filter),),
+        task_description(schedule, firing.fired_at),
+        QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
+        schedule.id,
+        firing.run_id,
+        message,
+    )
 
 
 async def _write_back(
@@ -332,23 +410,21 @@ def _log_tasks_found(unknown: Sequence[RunResult], recorded: Sequence[RunResult]
 
 
 def _log_firing(firing: Firing, result: RunResult, elapsed: float) -> None:
-    counts = {
-        kind: sum(o.outcome == kind for o in result.outcomes)
-        for kind in ("submitted", "skipped_overlap", "failed")
-    }
+    counts = {kind: sum(o.outcome == kind for o in result.outcomes) for kind in ("submitted", "failed")}
+    counts["skipped"] = sum(o.outcome.startswith("skipped") for o in result.outcomes)
     log.info(
         "schedule %s fired (%s): %d submitted, %d skipped, %d failed",
         firing.schedule.name,
         firing.trigger,
         counts["submitted"],
-        counts["skipped_overlap"],
+        counts["skipped"],
         counts["failed"],
         extra={
             "schedule_id": str(firing.schedule.id),
             "schedule_name": firing.schedule.name,
             "trigger": firing.trigger,
             "submitted": counts["submitted"],
-            "skipped": counts["skipped_overlap"],
+            "skipped": counts["skipped"],
             "failed": counts["failed"],
             "duration_s": round(elapsed, 3),
             **(

@@ -11,6 +11,7 @@ from typing import Literal
 from rackflow.inventory.model import ComponentFilter
 from rackflow.tasks.model import ConflictStrategy, Operation
 from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.windows.model import WindowPolicy
 
 
 class OverlapPolicy(enum.StrEnum):
@@ -27,7 +28,7 @@ class OverlapPolicy(enum.StrEnum):
 
 Trigger = Literal["dispatch", "manual"]
 RunState = Literal["running", "completed", "interrupted"]
-Outcome = Literal["submitted", "skipped_overlap", "failed"]
+Outcome = Literal["submitted", "skipped_overlap", "skipped_window", "failed"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Schedule:
     queue_timeout: timedelta
     description: str
     pause: Pause | None = None  # set only while paused by PauseTaskSchedule (enabled is False)
+    window_policy: WindowPolicy = WindowPolicy.SKIP
 
     @property
     def is_consumed(self) -> bool:

@@ -45,12 +45,14 @@ from rackflow.validation import (
     check_text,
     preview_count,
 )
+from rackflow.windows.model import WindowPolicy
 
 NAME_PATH = "schedule.name"
 OVERLAP_POLICY_PATH = "schedule.overlap_policy"
 SPEC_PATH = "schedule.spec"
 TIMEZONE_PATH = "schedule.spec.timezone"
-UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH)
+WINDOW_POLICY_PATH = "schedule.window_policy"
+UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH, WINDOW_POLICY_PATH)
 
 DEFAULT_TIMEZONE = "UTC"
 PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the next poll
@@ -139,11 +141,18 @@ class ScheduleService:
         queue: QueueOptions,
         description: str,
         target: TargetSpec,
+        window_policy: WindowPolicy = WindowPolicy.SKIP,
     ) -> Schedule:
         """A schedule and its initial scope (the target's racks). The overlap policy, not `queue`,
-        decides the conflict strategy at fire time; `queue` contributes its timeout."""
+        decides the conflict strategy at fire time; `queue` contributes its timeout. Its firings obey
+        maintenance windows (`window_policy`), so `queue.ignore_windows` is refused."""
         check_name(name, NAME_PATH)
         queue = _check_operation(operation, queue, description)
+        if queue.ignore_windows:
+            raise InvalidArgument(
+                "operation.queue_options.ignore_windows: a schedule's firings obey maintenance windows "
+                "(see schedule.window_policy); only a direct submission may ignore them"
+            )
         spec = replace(spec, timezone=spec.timezone or DEFAULT_TIMEZONE)
         timing = timing_of(spec)
         now = self.clock.now()
@@ -164,6 +173,7 @@ class ScheduleService:
                 operation=operation,
                 queue_timeout=queue.timeout,
                 description=description,
+                window_policy=window_policy,
             )
             await store.insert_schedule(conn, schedule)
             await store.insert_scopes(conn, schedule.id, selections, now)
@@ -214,6 +224,7 @@ class ScheduleService:
         spec_type: SpecType | None = None,
         spec: str = "",
         timezone: str | None = None,
+        window_policy: WindowPolicy | None = None,
     ) -> Schedule:
         """Apply the masked fields. The operation and scope never change here.
 
@@ -227,6 +238,8 @@ class ScheduleService:
             check_name(name, NAME_PATH)
         if OVERLAP_POLICY_PATH in mask and overlap_policy is None:
             raise InvalidArgument(f"{OVERLAP_POLICY_PATH}: a policy is required (SKIP or QUEUE)")
+        if WINDOW_POLICY_PATH in mask and window_policy is None:
+            raise InvalidArgument(f"{WINDOW_POLICY_PATH}: a policy is required (SKIP or DEFER)")
         if SPEC_PATH in mask and spec_type is None:
             raise InvalidArgument(
                 f"{SPEC_PATH}.type: a schedule type is required (INTERVAL, CRON or ONE_TIME)"
@@ -246,6 +259,8 @@ class ScheduleService:
                 updated = replace(updated, name=name)
             if overlap_policy is not None and OVERLAP_POLICY_PATH in mask:
                 updated = replace(updated, overlap_policy=overlap_policy)
+            if window_policy is not None and WINDOW_POLICY_PATH in mask:
+                updated = replace(updated, window_policy=window_policy)
             if spec_type is not None and SPEC_PATH in mask:
                 updated = replace(updated, spec=replace(updated.spec, type=spec_type, spec=spec))
             if TIMEZONE_PATH in mask:

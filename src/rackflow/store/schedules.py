@@ -50,6 +50,7 @@ from rackflow.store.tables import task_schedule, task_schedule_run, task_schedul
 from rackflow.store.tasks import is_active
 from rackflow.tasks.model import Operation, OperationKind
 from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.windows.model import WindowPolicy
 
 RUNS_KEPT_PER_SCHEDULE = 100
 
@@ -104,6 +105,7 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         queue_timeout=timedelta(seconds=template["queue_timeout_seconds"]),
         description=row.description,
         pause=_pause_from_row(row),
+        window_policy=WindowPolicy(row.window_policy),
     )
 
 
@@ -169,6 +171,7 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "timezone": schedule.spec.timezone,
         "operation_template": _template(schedule.operation, schedule.queue_timeout),
         "overlap_policy": schedule.overlap_policy.value,
+        "window_policy": schedule.window_policy.value,
         "enabled": schedule.enabled,
         "next_run_at": schedule.next_run_at,
         "last_run_at": schedule.last_run_at,
@@ -189,6 +192,7 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "spec": schedule.spec.spec,
         "timezone": schedule.spec.timezone,
         "overlap_policy": schedule.overlap_policy.value,
+        "window_policy": schedule.window_policy.value,
         "enabled": schedule.enabled,
         "next_run_at": schedule.next_run_at,
         "last_run_at": schedule.last_run_at,

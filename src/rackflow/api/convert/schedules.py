@@ -12,6 +12,7 @@ from typing import Any
 
 from rackflow.api.convert import component_type_to, timestamp_to, uuid_to
 from rackflow.api.convert.tasks import scheduled_operation_to
+from rackflow.api.convert.windows import window_policy_to
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import ComponentsFilter, TypesFilter
 from rackflow.schedules.model import OverlapPolicy, Pause, Run, Schedule, Scope, ScopeOutcome
@@ -79,6 +80,7 @@ def schedule_to(schedule: Schedule) -> pb.TaskSchedule:
         ),
         summary=schedule.operation.summary,
         **_pause_to(schedule.pause),
+        window_policy=window_policy_to(schedule.window_policy),
     )
 
 

@@ -1,0 +1,157 @@
+"""Firing obeys maintenance windows, on both databases: SKIP records "skipped_window" naming the window,
+DEFER submits a task that waits for the rack's next opening, and a manual trigger ignores ALLOW windows."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rackflow.inventory.model import Rack
+from rackflow.schedules import firing
+from rackflow.schedules.firing import RunResult
+from rackflow.schedules.model import Schedule
+from rackflow.store import dispatch, task_runs
+from rackflow.store.db import Database
+from rackflow.tasks.model import Operation, OperationKind, TaskStatus
+from rackflow.windows.model import OneOff, Recurring, WindowKind, WindowPolicy
+from rackflow.windows.service import Ref, WindowInput
+from tests.store.schedules_support import START, Env, make_env
+
+NIGHTLY = Recurring("0 2 * * *", "2h")  # 02:00-04:00 UTC
+TOMORROW_2AM = datetime(2026, 3, 3, 2, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def env(db: Database) -> Env:
+    return make_env(db)
+
+
+async def window(env: Env, name: str, kind: WindowKind, when: Recurring | OneOff, *racks: Rack) -> None:
+    await env.services.windows.create(
+        WindowInput(name=name, kind=kind, when=when, racks=tuple(Ref(r.id) for r in racks))
+    )
+
+
+async def with_policy(env: Env, schedule: Schedule, policy: WindowPolicy) -> Schedule:
+    return await env.services.schedules.update(schedule.id, ["schedule.window_policy"], window_policy=policy)
+
+
+async def dispatch_at(env: Env, now: datetime) -> list[RunResult]:
+    """What the dispatcher does on one poll, with `now` as its clock (it reads the database's)."""
+    async with env.db.transaction() as conn:
+        due = await dispatch.claim_due(env.db, conn, now, batch=100)
+        claimed = await firing.claim(env.db, conn, due, trigger="dispatch", now=now, owner_id=uuid.uuid4())
+    return await firing.fire(env.db, env.services.tasks, env.clock, claimed)
+
+
+async def test_skip_records_skipped_window_naming_the_window_and_fires_the_rest(env: Env) -> None:
+    r1, r2, r3 = await env.rack("r1"), await env.rack("r2"), await env.rack("r3")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    await window(env, "launch", WindowKind.FREEZE, OneOff(START, START + timedelta(days=1)), r2)
+    schedule = await env.schedule(racks=[r1, r2, r3])
+    assert schedule.window_policy is WindowPolicy.SKIP  # the default
+
+    (result,) = await dispatch_at(env, START + timedelta(hours=1))
+
+    outcomes = {o.rack_id: o for o in result.outcomes}
+    assert outcomes[r1.id].outcome == "skipped_window"
+    assert "outside allow window 'nightly' (opens at 2026-03-03T02:00:00+00:00)" in outcomes[r1.id].error
+    assert outcomes[r2.id].outcome == "skipped_window"
+    assert "inside freeze 'launch' until 2026-03-03T12:00:00+00:00" in outcomes[r2.id].error
+    assert (outcomes[r3.id].outcome, outcomes[r3.id].error) == ("submitted", "")
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert [o.outcome for o in sorted(run.outcomes, key=lambda o: o.rack_id == r3.id)] == [
+        "skipped_window",
+        "skipped_window",
+        "submitted",
+    ]
+
+
+async def test_inside_the_allow_window_it_fires(env: Env) -> None:
+    r1 = await env.rack("r1")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    await env.schedule(racks=[r1])
+    (result,) = await dispatch_at(env, TOMORROW_2AM + timedelta(minutes=30))
+    assert [o.outcome for o in result.outcomes] == ["submitted"]
+
+
+async def test_a_window_for_other_operations_does_not_apply(env: Env) -> None:
+    r1 = await env.rack("r1")
+    await env.services.windows.create(
+        WindowInput(
+            name="fw", kind=WindowKind.FREEZE, when=OneOff(START, START + timedelta(days=1)),
+            operations=(OperationKind.UPGRADE_FIRMWARE,),
+        )
+    )  # fmt: skip
+    await env.schedule(racks=[r1])  # power off
+    (result,) = await dispatch_at(env, START + timedelta(hours=1))
+    assert [o.outcome for o in result.outcomes] == ["submitted"]
+
+
+async def test_defer_submits_a_task_that_waits_for_the_next_opening(env: Env) -> None:
+    r1 = await env.rack("r1")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    schedule = await with_policy(env, await env.schedule(racks=[r1]), WindowPolicy.DEFER)
+    fired_at = START + timedelta(hours=1)
+
+    (result,) = await dispatch_at(env, fired_at)
+
+    (outcome,) = result.outcomes
+    assert outcome.outcome == "submitted" and outcome.task_id is not None
+    (task,) = await env.services.tasks.get_tasks([outcome.task_id])
+    assert task.status is TaskStatus.PENDING
+    assert (task.operation.window_start, task.operation.window_end) == (
+        TOMORROW_2AM,
+        TOMORROW_2AM + timedelta(hours=2),
+    )
+    assert "waits for the opening at 2026-03-03T02:00:00+00:00" in task.message
+    assert "'nightly'" in task.message
+
+    async def claimable(at: datetime) -> list[uuid.UUID]:
+        async with env.db.transaction() as conn:
+            claimed = await task_runs.claim(
+                env.db, conn, owner_id=uuid.uuid4(), lease_ttl=timedelta(seconds=15), running_here=(),
+                now=at, limit=10,
+            )  # fmt: skip
+            await conn.rollback()
+        return [t.id for t, _ in claimed]
+
+    assert await claimable(fired_at + timedelta(hours=1)) == []  # the executor leaves it until 02:00
+    assert await claimable(TOMORROW_2AM) == [task.id]
+    assert schedule.window_policy is WindowPolicy.DEFER
+
+
+async def test_defer_of_a_firmware_upgrade_keeps_inside_its_own_window(env: Env) -> None:
+    r1 = await env.rack("r1")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    own = Operation(
+        OperationKind.UPGRADE_FIRMWARE,
+        target_version="2.0",
+        window_start=TOMORROW_2AM + timedelta(hours=1),
+        window_end=TOMORROW_2AM + timedelta(days=5),
+    )
+    schedule = await env.schedule(racks=[r1], operation=own)
+    await with_policy(env, schedule, WindowPolicy.DEFER)
+    (result,) = await dispatch_at(env, START + timedelta(hours=1))
+    (task,) = await env.services.tasks.get_tasks([result.outcomes[0].task_id])  # type: ignore[list-item]
+    assert (task.operation.window_start, task.operation.window_end) == (
+        TOMORROW_2AM + timedelta(hours=1),
+        TOMORROW_2AM + timedelta(hours=2),
+    )
+
+
+async def test_manual_trigger_ignores_allow_windows(env: Env) -> None:
+    r1 = await env.rack("r1")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    schedule = await env.schedule(racks=[r1])
+    assert len(await env.services.schedules.trigger(schedule.id)) == 1
+
+
+async def test_window_policy_is_stored_and_updated(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1])
+    deferred = await with_policy(env, schedule, WindowPolicy.DEFER)
+    assert (await env.services.schedules.get(schedule.id)).window_policy is WindowPolicy.DEFER
+    assert deferred.window_policy is WindowPolicy.DEFER
