@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from rackflow.inventory.model import Rack
 from rackflow.services import Services
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
+from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
 from tests.conftest import table_counts
 
 START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday
@@ -320,3 +322,68 @@ async def test_preview_lists_openings_and_closings_for_a_rack(stub: FlowStub, ra
         ),
     ):
         await expect(code, field, stub.PreviewMaintenanceWindows(bad))
+
+
+async def test_the_override_needs_the_operator_role_and_is_audited(
+    services: Services, racks: list[Rack]
+) -> None:
+    target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="r1")]))
+    request = pb.PowerOnRackRequest(
+        target_spec=target, queue_options=pb.QueueOptions(ignore_windows=True), description="urgent fix"
+    )
+    async with secured_server(services, TOKENS) as address, grpc.aio.insecure_channel(address) as channel:
+        secured = FlowStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await secured.PowerOnRack(request, metadata=bearer(VIEWER_TOKEN))
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        submitted = await secured.PowerOnRack(request, metadata=bearer(OPERATOR_TOKEN))
+        (task,) = (
+            await secured.GetTasksByIDs(
+                pb.GetTasksByIDsRequest(task_ids=submitted.task_ids), metadata=bearer(VIEWER_TOKEN)
+            )
+        ).tasks
+        assert task.ignore_windows
+        listed = await secured.ListAuditEvents(
+            pb.ListAuditEventsRequest(method="PowerOnRack"), metadata=bearer(VIEWER_TOKEN)
+        )
+    (event,) = listed.events  # the refused call never reached the audited servicer
+    assert (event.principal, event.outcome) == ("oncall", "OK")
+    assert json.loads(event.request_json)["queue_options"]["ignore_windows"] is True
+
+
+async def test_schedule_window_policy_round_trips_and_schedules_cannot_ignore_windows(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="r1")]))
+    spec = pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="1h")
+
+    def creating(policy: int, ignore: bool = False) -> Any:
+        return stub.CreateTaskSchedule(
+            pb.CreateTaskScheduleRequest(
+                schedule=pb.ScheduleConfig(name="nightly", spec=spec, window_policy=policy),  # type: ignore[arg-type]
+                operation=pb.ScheduledOperation(
+                    power_on=pb.PowerOnRackRequest(
+                        target_spec=target, queue_options=pb.QueueOptions(ignore_windows=ignore)
+                    )
+                ),
+            )
+        )
+
+    before = await table_counts(services.db)
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "schedule.window_policy", creating(7))
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "operation.queue_options.ignore_windows",
+        creating(pb.WINDOW_POLICY_SKIP, ignore=True),
+    )
+    assert await table_counts(services.db) == before
+    schedule = await creating(pb.WINDOW_POLICY_DEFER)
+    assert schedule.window_policy == pb.WINDOW_POLICY_DEFER
+    update = pb.UpdateTaskScheduleRequest(
+        id=schedule.id,
+        schedule=pb.ScheduleConfig(window_policy=pb.WINDOW_POLICY_SKIP),
+        update_mask=FieldMask(paths=["schedule.window_policy"]),
+    )
+    assert (await stub.UpdateTaskSchedule(update)).window_policy == pb.WINDOW_POLICY_SKIP
+    update.schedule.window_policy = 5  # type: ignore[assignment]
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "schedule.window_policy", stub.UpdateTaskSchedule(update))

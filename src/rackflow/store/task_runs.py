@@ -43,7 +43,8 @@ async def claim(
 ) -> list[tuple[Task, int]]:
     """Take up to `limit` tasks this instance should run, oldest first, in one statement.
 
-    Those are PENDING tasks whose maintenance window (if any) has opened by `now`, RUNNING tasks whose
+    Those are PENDING tasks whose maintenance window (if any) has opened by `now` and that no freeze holds
+    back past `now` (`not_before`), RUNNING tasks whose
     owner's lease (`lease_ttl`) has expired (takeover), and RUNNING tasks this instance owns but is not
     running (its run was interrupted, e.g. by a database outage) — never one in `running_here`, even if
     this instance's own lease lapsed. Rows other claimers hold are skipped.
@@ -85,7 +86,12 @@ def _claim_statement(db: Database) -> Update:
     window_start = tasks.c.parameters["window_start"].as_string()
     pending = status_in(tasks.c.status, TaskStatus.PENDING)
     running = status_in(tasks.c.status, TaskStatus.RUNNING)
-    due = and_(pending, or_(window_start.is_(None), window_start <= bindparam("window_now", type_=String())))
+    due = and_(
+        pending,
+        or_(window_start.is_(None), window_start <= bindparam("window_now", type_=String())),
+        # A freeze held it back until then (rackflow.windows.gate).
+        or_(tasks.c.not_before.is_(None), tasks.c.not_before <= _CLAIMED_AT),
+    )
     orphaned = and_(running, or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, lease_cutoff(db))))
     forgotten = and_(running, tasks.c.owner_id == _CLAIMER)
     # Never a task this instance is running now, whatever its lease looks like: a loaded instance whose

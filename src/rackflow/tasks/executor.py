@@ -56,6 +56,7 @@ from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, ComponentChange, StepFailed, plan
 from rackflow.tasks.manager import Ending, TaskManager
 from rackflow.tasks.model import OperationKind, Task, TaskStatus
+from rackflow.windows.gate import hold_frozen
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,7 @@ class Executor:
             now=now,
             limit=room,
         )
+        claimed = await hold_frozen(conn, claimed, owner_id=self.instance_id, now=now)  # windows/gate.py
         if not claimed:
             return []
         runs = await self._prepare(conn, claimed, now)
