@@ -219,6 +219,7 @@ class Operation:
 
     `forced` applies to power_off and power_reset; `version`, `start` and `end` to upgrade_firmware.
     `queue` asks for the QUEUE conflict strategy (wait behind a conflicting task for `queue_timeout` s).
+    `ignore_windows` starts the tasks even inside a FREEZE window (operator role; audited).
     """
 
     name: str
@@ -230,6 +231,7 @@ class Operation:
     end: datetime | None = None
     queue: bool = False
     queue_timeout: int = 0
+    ignore_windows: bool = False
 
     def to_proto(self) -> pb.ScheduledOperation:
         name = operation_name(self.name)
@@ -240,6 +242,7 @@ class Operation:
         queue = pb.QueueOptions(
             conflict_strategy=pb.CONFLICT_STRATEGY_QUEUE if self.queue else pb.CONFLICT_STRATEGY_REJECT,
             queue_timeout_seconds=self.queue_timeout,
+            ignore_windows=self.ignore_windows,
         )
         request = pb.ScheduledOperation()
         body = getattr(request, name)
@@ -678,6 +681,15 @@ class RackflowClient:
             spec=spec.to_proto(), count=count, after=_timestamp(after) if after else None
         )
         return self._call(self._stub.PreviewScheduleSpec, request, pb.PreviewScheduleSpecResponse)
+
+    def preview_schedule(
+        self, schedule: str, *, count: int = 0, after: datetime | None = None
+    ) -> pb.PreviewTaskScheduleResponse:
+        """The schedule's next `count` firings (server default 10) and what each does per rack."""
+        request = pb.PreviewTaskScheduleRequest(
+            id=self._schedule_ref(schedule), count=count, after=_timestamp(after) if after else None
+        )
+        return self._call(self._stub.PreviewTaskSchedule, request, pb.PreviewTaskScheduleResponse)
 
     def list_runs(self, schedule: str, *, offset: int = 0, limit: int = 0) -> pb.ListTaskScheduleRunsResponse:
         request = pb.ListTaskScheduleRunsRequest(

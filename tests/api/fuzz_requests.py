@@ -457,6 +457,9 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             ),
         ),
         "DeleteMaintenanceWindow": build(pb.DeleteMaintenanceWindowRequest, id=window_id),
+        "PreviewTaskSchedule": build(
+            pb.PreviewTaskScheduleRequest, id=schedule_id, after=maybe(timestamps()), count=int32s(100, 101)
+        ),
         "PreviewMaintenanceWindows": build(
             pb.PreviewMaintenanceWindowsRequest,
             rack_id=rack_id,

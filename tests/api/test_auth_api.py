@@ -124,6 +124,7 @@ def test_every_rpc_is_classified_by_its_name() -> None:
         "GetMaintenanceWindow",
         "ListMaintenanceWindows",
         "PreviewMaintenanceWindows",
+        "PreviewTaskSchedule",
     }
 
 

@@ -387,3 +387,46 @@ async def test_schedule_window_policy_round_trips_and_schedules_cannot_ignore_wi
     assert (await stub.UpdateTaskSchedule(update)).window_policy == pb.WINDOW_POLICY_SKIP
     update.schedule.window_policy = 5  # type: ignore[assignment]
     await expect(grpc.StatusCode.INVALID_ARGUMENT, "schedule.window_policy", stub.UpdateTaskSchedule(update))
+
+
+async def test_preview_task_schedule(stub: FlowStub, racks: list[Rack]) -> None:
+    await create(stub, freeze(hours=3, racks=[pb.WindowTarget(name="r1")]))
+    target = pb.OperationTargetSpec(
+        racks=pb.RackTargets(targets=[pb.RackTarget(name="r1"), pb.RackTarget(name="r2")])
+    )
+    schedule = await stub.CreateTaskSchedule(
+        pb.CreateTaskScheduleRequest(
+            schedule=pb.ScheduleConfig(
+                name="hourly",
+                spec=pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="1h"),
+                window_policy=pb.WINDOW_POLICY_DEFER,
+            ),
+            operation=pb.ScheduledOperation(power_on=pb.PowerOnRackRequest(target_spec=target)),
+        )
+    )
+    preview = await stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(id=schedule.id, count=4))
+    rows = [
+        (f.at.ToDatetime(tzinfo=UTC), [(d.rack_name, d.decision, d.window_name) for d in f.scopes])
+        for f in preview.firings
+    ]
+    assert rows == [
+        (START + timedelta(hours=1), [("r1", "defer", "launch"), ("r2", "fire", "")]),
+        (START + timedelta(hours=2), [("r1", "defer", "launch"), ("r2", "fire", "")]),
+        (START + timedelta(hours=3), [("r1", "fire", ""), ("r2", "fire", "")]),
+        (START + timedelta(hours=4), [("r1", "fire", ""), ("r2", "fire", "")]),
+    ]
+    deferred = preview.firings[0].scopes[0]
+    assert deferred.until.ToDatetime(tzinfo=UTC) == START + timedelta(hours=3)
+    assert not deferred.HasField("closes_at") and "inside freeze 'launch'" in deferred.reason
+    await stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
+    paused = await stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(id=schedule.id, count=1))
+    assert [d.decision for d in paused.firings[0].scopes] == ["paused", "paused"]
+    missing = pb.UUID(id="6f1c1f9e-0000-4000-8000-000000000000")
+    await expect(
+        grpc.StatusCode.NOT_FOUND, "id", stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(id=missing))
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "count",
+        stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(id=schedule.id, count=-1)),
+    )

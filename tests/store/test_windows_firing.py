@@ -15,6 +15,7 @@ from rackflow.schedules.model import Schedule
 from rackflow.store import dispatch, task_runs
 from rackflow.store.db import Database
 from rackflow.tasks.model import Operation, OperationKind, TaskStatus
+from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.windows.model import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import START, Env, make_env
@@ -155,3 +156,60 @@ async def test_window_policy_is_stored_and_updated(env: Env) -> None:
     deferred = await with_policy(env, schedule, WindowPolicy.DEFER)
     assert (await env.services.schedules.get(schedule.id)).window_policy is WindowPolicy.DEFER
     assert deferred.window_policy is WindowPolicy.DEFER
+
+
+@pytest.mark.parametrize("policy", list(WindowPolicy))
+async def test_the_preview_predicts_every_outcome_the_dispatcher_then_records(
+    env: Env, policy: WindowPolicy
+) -> None:
+    """Fire the previewed times with a controlled clock: outcome by outcome, the dispatcher does what the
+    preview said (both call `firing.window_decisions`)."""
+    r1, r2, r3 = await env.rack("r1"), await env.rack("r2"), await env.rack("r3")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    freeze = OneOff(START + timedelta(hours=3, minutes=30), START + timedelta(hours=7))
+    await window(env, "launch", WindowKind.FREEZE, freeze, r2, r1)
+    # r3 may be touched only once, from 2h to 5h: later firings have no opening left to defer to.
+    await window(
+        env, "once", WindowKind.ALLOW, OneOff(START + timedelta(hours=2), START + timedelta(hours=5)), r3
+    )
+    schedule = await with_policy(env, await env.schedule(racks=[r1, r2, r3]), policy)
+
+    planned = await env.services.schedules.preview_schedule(schedule.id, None, 30)
+
+    assert [p.at for p in planned] == [START + timedelta(hours=h) for h in range(1, 31)]
+    seen = {s.decision.action for p in planned for s in p.scopes if s.decision is not None}
+    assert seen == (
+        {"fire", "skip_window", "defer"} if policy is WindowPolicy.DEFER else {"fire", "skip_window"}
+    )
+    for firing_plan in planned:
+        (result,) = await dispatch_at(env, firing_plan.at)
+        outcomes = {o.scope_id: o for o in result.outcomes}
+        for scope_plan in firing_plan.scopes:
+            decision, outcome = scope_plan.decision, outcomes[scope_plan.scope.id]
+            assert decision is not None
+            expected = {"fire": "submitted", "defer": "submitted", "skip_window": "skipped_window"}
+            assert outcome.outcome == expected[decision.action], (firing_plan.at, scope_plan.rack_name)
+            if decision.action == "skip_window":
+                assert outcome.error == decision.reason
+                continue
+            assert outcome.task_id is not None
+            (task,) = await env.services.tasks.get_tasks([outcome.task_id])
+            assert (task.operation.window_start, task.operation.window_end) == (
+                decision.opens_at,
+                decision.closes_at,
+            )
+            await env.services.tasks.cancel(task.id)  # so the next firing's overlap check passes
+        after = await env.services.schedules.get(schedule.id)
+        assert after.last_run_at == firing_plan.at
+
+
+async def test_the_preview_of_a_paused_schedule_says_paused(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1], spec=ScheduleSpec(SpecType.CRON, "0 3 * * *"))
+    await env.services.schedules.pause(schedule.id)
+    planned = await env.services.schedules.preview_schedule(schedule.id, START + timedelta(days=2), 2)
+    assert [p.at for p in planned] == [
+        datetime(2026, 3, 5, 3, tzinfo=UTC),
+        datetime(2026, 3, 6, 3, tzinfo=UTC),
+    ]
+    assert [s.decision for p in planned for s in p.scopes] == [None, None]

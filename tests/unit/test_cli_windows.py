@@ -159,3 +159,44 @@ def test_list_and_preview(fake: FakeClient, run: Callable[..., Result]) -> None:
     assert result.exit_code == 0, result.output
     assert fake.called("preview_windows") == [(("rack-01",), {"count": 3, "after": None})]
     assert "sat-night" in result.output and "opens" in result.output and "22:00 CET" in result.output
+
+
+def _decision(rack: str, decision: str, **fields: object) -> pb.ScopeDecision:
+    return pb.ScopeDecision(rack_name=rack, decision=decision, **fields)  # type: ignore[arg-type]
+
+
+def test_schedule_preview_of_a_schedule_is_a_table_of_decisions(
+    fake: FakeClient,  # noqa: F811
+    run: Callable[..., Result],  # noqa: F811
+) -> None:
+    at = stamp(datetime(2026, 12, 5, 21, tzinfo=UTC))
+    fake.answers["preview_schedule"] = pb.PreviewTaskScheduleResponse(
+        firings=[
+            pb.PreviewFiring(
+                at=at,
+                scopes=[
+                    _decision("rack-01", "fire"),
+                    _decision("rack-02", "skip_window", window_name="launch"),
+                    _decision(
+                        "rack-03", "defer", window_name="sat", until=stamp(datetime(2026, 12, 6, tzinfo=UTC))
+                    ),
+                ],
+            )
+        ]
+    )
+    result = run("schedule", "preview", "nightly", "-n", "3")
+    assert result.exit_code == 0, result.output
+    assert fake.called("preview_schedule") == [(("nightly",), {"count": 3, "after": None})]
+    header, row = result.output.splitlines()[0:2]
+    assert header.split()[-3:] == ["rack-01", "rack-02", "rack-03"]
+    assert "fire" in row and "skip (launch)" in row and "defer → 2026-12-06 00:00Z" in row
+    usage = run("schedule", "preview", "nightly", "--cron", "0 2 * * *")
+    assert usage.exit_code == 2 and "not both" in usage.output
+    assert run("schedule", "preview").exit_code == 2
+
+
+def test_task_commands_can_ignore_windows(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811
+    assert run("task", "power-on", "--rack", "rack-01", "--ignore-windows").exit_code == 0
+    [(args, _)] = fake.called("submit")
+    assert args[0].ignore_windows
+    assert args[0].to_proto().power_on.queue_options.ignore_windows

@@ -17,6 +17,7 @@ from rackflow.api.convert import (
 )
 from rackflow.api.convert.schedules import (
     overlap_policy_from,
+    planned_firing_to,
     preview_to,
     run_to,
     schedule_to,
@@ -199,3 +200,12 @@ class ScheduleRpcs:
         offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
         runs, total = await self.services.schedules.list_runs(schedule_id, offset=offset, limit=limit)
         return pb.ListTaskScheduleRunsResponse(runs=[run_to(r) for r in runs], total=total)
+
+    @rpc
+    async def PreviewTaskSchedule(
+        self, request: pb.PreviewTaskScheduleRequest, context: Context
+    ) -> pb.PreviewTaskScheduleResponse:
+        schedule_id = required_uuid(request.id, "id")
+        after = timestamp_from(request.after, "after") if request.HasField("after") else None
+        planned = await self.services.schedules.preview_schedule(schedule_id, after, request.count)
+        return pb.PreviewTaskScheduleResponse(firings=[planned_firing_to(p) for p in planned])

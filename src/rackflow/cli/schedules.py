@@ -379,20 +379,39 @@ def trigger(ctx: click.Context, schedule_ref: str) -> None:
 
 
 @schedule.command()
-@spec_options(required=True)
+@click.argument("schedule_ref", metavar="[NAME_OR_ID]", required=False)
+@spec_options(required=False)
 @click.option("-n", "count", default=10, show_default=True, help="How many times (at most 100).")
 @click.option(
     "--after", callback=checked(parse_time), metavar="TIME", help="Start after this time (default now)."
 )
 @click.pass_context
-def preview(ctx: click.Context, spec: Spec, tz: str | None, count: int, after: datetime | None) -> None:
-    """Show when a spec would fire, in UTC and in its zone, before creating a schedule.
+def preview(
+    ctx: click.Context,
+    schedule_ref: str | None,
+    spec: Spec | None,
+    tz: str | None,
+    count: int,
+    after: datetime | None,
+) -> None:
+    """Show when a spec would fire, in UTC and in its zone, before creating a schedule; or, for an existing
+    schedule, what each of its next firings will do on each rack (fire, skip for a window, defer to an
+    opening, or paused), decided as the dispatcher decides.
 
     \b
     Example:
       rackflow schedule preview --cron "0 2 * * *" --tz America/Los_Angeles -n 5
+      rackflow schedule preview nightly-reset -n 14
     """
     session = pass_session(ctx)
+    if schedule_ref is not None:
+        if spec is not None:
+            raise click.UsageError("give a schedule or a spec (--interval, --cron, --at), not both")
+        planned = session.client.preview_schedule(schedule_ref, count=count, after=after)
+        session.emit(planned, lambda: planned_table(planned, tz or "UTC"))
+        return
+    if spec is None:
+        raise click.UsageError("give a schedule, or when it fires: --interval, --cron or --at")
     found = session.client.preview(spec, count=count, after=after)
 
     def view() -> Table:
@@ -405,6 +424,43 @@ def preview(ctx: click.Context, spec: Spec, tz: str | None, count: int, after: d
         return result
 
     session.emit(found, view)
+
+
+def _decision_text(decision: pb.ScopeDecision) -> str:
+    if decision.decision == "fire":
+        return "[green]fire[/]"
+    if decision.decision == "skip_window":
+        return f"[yellow]skip[/] ({decision.window_name})"
+    if decision.decision == "defer":
+        return f"defer → {utc_text(when(decision.until))}"
+    until = when(decision.until)
+    return f"[dim]paused{f' until {utc_text(until)}' if until else ''}[/]"
+
+
+# Up to this many racks are columns (fire times as rows); more, and the table turns: racks as rows.
+PREVIEW_COLUMNS = 6
+
+
+def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Table:
+    """Fire times as rows and racks as columns, or the reverse when there are many racks."""
+    racks = list(dict.fromkeys(d.rack_name for f in planned.firings for d in f.scopes))
+    cells = {
+        (f.at.ToDatetime(tzinfo=UTC), d.rack_name): _decision_text(d)
+        for f in planned.firings
+        for d in f.scopes
+    }
+    times = [f.at.ToDatetime(tzinfo=UTC) for f in planned.firings]
+    if len(racks) <= PREVIEW_COLUMNS:
+        result = table("FIRES (UTC)", zone_of(zone).key, *racks)
+        for moment in times:
+            result.add_row(
+                utc_text(moment), zoned_text(moment, zone), *(cells.get((moment, r), "-") for r in racks)
+            )
+        return result
+    result = table("RACK", *(utc_text(moment) for moment in times))
+    for rack in racks:
+        result.add_row(rack, *(cells.get((moment, rack), "-") for moment in times))
+    return result
 
 
 def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Table:

@@ -81,6 +81,10 @@ def task_view(t: pb.Task, racks: dict[str, str]) -> Table:
         rows.append(("queue expires", utc_text(when(t.queue_expires_at))))
     if t.schedule_id.id:
         rows.append(("schedule", t.schedule_id.id))
+    if when(t.not_before):
+        rows.append(("not before", utc_text(when(t.not_before))))
+    if t.ignore_windows:
+        rows.append(("windows", "ignored (submitted with --ignore-windows)"))
     return details(rows)
 
 
@@ -106,11 +110,18 @@ def _operation_command(
         queue: bool,
         queue_timeout: int | None,
         description: str,
+        ignore_windows: bool,
         **specific: Any,
     ) -> None:
         submit = valid(
             Operation(
-                operation, targets, description, queue=queue, queue_timeout=queue_timeout or 0, **specific
+                operation,
+                targets,
+                description,
+                queue=queue,
+                queue_timeout=queue_timeout or 0,
+                ignore_windows=ignore_windows,
+                **specific,
             )
         )
         session = pass_session(ctx)
@@ -120,7 +131,10 @@ def _operation_command(
     run.__doc__ = f"{summary}\n\n\b\nExample:\n  {example}"
     command: Any = click.pass_context(run)
     description = click.option("--description", default="", help="Free text kept with each task.")
-    for decorate in (*extra, description, queue_options, target_options()):
+    ignore = click.option(
+        "--ignore-windows", is_flag=True, help="Start even inside a FREEZE window (operator; audited)."
+    )
+    for decorate in (*extra, ignore, description, queue_options, target_options()):
         command = decorate(command)
     task.command(name=operation_label(operation))(command)
 

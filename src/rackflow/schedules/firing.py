@@ -48,7 +48,7 @@ from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Submission, TaskManager
 from rackflow.tasks.model import Operation, QueueOptions
-from rackflow.timespec import SpecType, format_rfc3339, parse_spec
+from rackflow.timespec import IntervalTiming, SpecType, format_rfc3339, parse_spec
 from rackflow.windows.model import MaintenanceWindow, RackRef
 from rackflow.windows.rules import Decision, decide_firing
 
@@ -104,6 +104,27 @@ def advance_after_firing(schedule: Schedule, fired_at: datetime) -> tuple[bool, 
     if schedule.spec.type is SpecType.ONE_TIME:
         return False, None
     return schedule.enabled, parse_spec(schedule.spec).next_after(fired_at)
+
+
+def planned_times(schedule: Schedule, after: datetime | None, now: datetime, count: int) -> list[datetime]:
+    """The next `count` times the dispatcher fires `schedule` if it keeps up (strictly after `after`; by
+    default from `now` on): its next_run_at (at once, `now`, when overdue), then each time
+    `advance_after_firing` gives after a firing at the one before."""
+    timing = parse_spec(schedule.spec)
+    moment = schedule.next_run_at
+    if moment is None:
+        return []
+    moment = max(moment, now)
+    if after is not None and moment <= after:  # it fires before `after`: skip to the first one past it
+        if isinstance(timing, IntervalTiming):
+            moment += timing.step * ((after - moment) // timing.step + 1)
+        else:
+            moment = timing.next_after(after) if schedule.spec.type is not SpecType.ONE_TIME else None
+    times: list[datetime] = []
+    while moment is not None and len(times) < count:
+        times.append(moment)
+        moment = advance_after_firing(replace(schedule, enabled=True), moment)[1]
+    return times
 
 
 def task_description(schedule: Schedule, fired_at: datetime) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -31,6 +31,7 @@ from rackflow.schedules.model import (
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import inventory as inventory_store
 from rackflow.store import schedules as store
+from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
 from rackflow.tasks.conflicts import could_conflict
@@ -46,6 +47,7 @@ from rackflow.validation import (
     preview_count,
 )
 from rackflow.windows.model import WindowPolicy
+from rackflow.windows.rules import FIRE, Decision
 
 NAME_PATH = "schedule.name"
 OVERLAP_POLICY_PATH = "schedule.overlap_policy"
@@ -56,6 +58,21 @@ UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH, WINDOW
 
 DEFAULT_TIMEZONE = "UTC"
 PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the next poll
+
+
+@dataclass(frozen=True)
+class PlannedScope:
+    """One scope of a previewed firing: what the windows make it do (None: the schedule is paused)."""
+
+    scope: Scope
+    rack_name: str
+    decision: Decision | None
+
+
+@dataclass(frozen=True)
+class PlannedFiring:
+    at: datetime
+    scopes: tuple[PlannedScope, ...]
 
 
 def timing_of(spec: ScheduleSpec, field_prefix: str = "schedule.") -> Timing:
@@ -467,6 +484,38 @@ class ScheduleService:
         count = preview_count(count)
         timing = timing_of(spec, field_prefix="")
         return timing.preview(after or self.clock.now(), count)
+
+    async def preview_schedule(
+        self, schedule_id: uuid.UUID, after: datetime | None, count: int
+    ) -> list[PlannedFiring]:
+        """The next `count` firings of the schedule (`firing.planned_times`) and, per scope, what the
+        windows make each do (`firing.window_decisions`, the dispatcher's own decision); every scope of a
+        paused schedule is "paused"."""
+        count = preview_count(count)
+        async with self.db.read() as conn:
+            schedule = await self._load(conn, schedule_id)
+            scopes = await store.list_scopes(conn, schedule_id)
+            rack_ids = {scope.rack_id for scope in scopes}
+            windows = await window_store.all_windows(conn)
+            racks = await window_store.rack_refs(conn, rack_ids)
+            names = await inventory_store.rack_names(conn, rack_ids)
+        planned = []
+        for moment in firing.planned_times(schedule, after, self.clock.now(), count):
+            decisions = firing.window_decisions(windows, racks, schedule, scopes, moment)
+            planned.append(
+                PlannedFiring(
+                    moment,
+                    tuple(
+                        PlannedScope(
+                            scope,
+                            names.get(scope.rack_id, "?"),
+                            decisions.get(scope.id, FIRE) if schedule.enabled else None,
+                        )
+                        for scope in scopes
+                    ),
+                )
+            )
+        return planned
 
     async def recent_runs(
         self, schedule_ids: Collection[uuid.UUID], per_schedule: int

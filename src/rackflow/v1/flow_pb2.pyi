@@ -2080,6 +2080,137 @@ class PreviewScheduleSpecResponse(_message.Message):
 Global___PreviewScheduleSpecResponse: _TypeAlias = PreviewScheduleSpecResponse  # noqa: Y015
 
 @_typing.final
+class PreviewTaskScheduleRequest(_message.Message):
+    """The next firings of an existing schedule and what each would do per scope, decided by the code the
+    dispatcher runs (docs/WINDOWS.md). The overlap check is not predicted: it depends on tasks not yet run.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    """1..100; 0 = 10"""
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def after(self) -> _timestamp_pb2.Timestamp:
+        """default: now"""
+
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        after: _timestamp_pb2.Timestamp | None = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "count", b"count", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__after: _TypeAlias = _typing.Literal["after"]  # noqa: Y015
+    _WhichOneofArgType__after: _TypeAlias = _typing.Literal["_after", b"_after"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__after) -> _WhichOneofReturnType__after | None: ...
+
+Global___PreviewTaskScheduleRequest: _TypeAlias = PreviewTaskScheduleRequest  # noqa: Y015
+
+@_typing.final
+class ScopeDecision(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_ID_FIELD_NUMBER: _builtins.int
+    RACK_ID_FIELD_NUMBER: _builtins.int
+    RACK_NAME_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    WINDOW_NAME_FIELD_NUMBER: _builtins.int
+    UNTIL_FIELD_NUMBER: _builtins.int
+    CLOSES_AT_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    rack_name: _builtins.str
+    decision: _builtins.str
+    """"fire", "skip_window", "defer" or "paused" """
+    window_name: _builtins.str
+    """skip_window, defer: the window that closes the rack then"""
+    reason: _builtins.str
+    """the words the run outcome or the task would carry"""
+    @_builtins.property
+    def scope_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def rack_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def until(self) -> _timestamp_pb2.Timestamp:
+        """defer: the opening its task waits for (closes_at unset: open past the search horizon);
+        paused: when the schedule resumes by itself (unset: when someone resumes it).
+        """
+
+    @_builtins.property
+    def closes_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        scope_id: Global___UUID | None = ...,
+        rack_id: Global___UUID | None = ...,
+        rack_name: _builtins.str = ...,
+        decision: _builtins.str = ...,
+        window_name: _builtins.str = ...,
+        until: _timestamp_pb2.Timestamp | None = ...,
+        closes_at: _timestamp_pb2.Timestamp | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["closes_at", b"closes_at", "rack_id", b"rack_id", "scope_id", b"scope_id", "until", b"until"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["closes_at", b"closes_at", "decision", b"decision", "rack_id", b"rack_id", "rack_name", b"rack_name", "reason", b"reason", "scope_id", b"scope_id", "until", b"until", "window_name", b"window_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScopeDecision: _TypeAlias = ScopeDecision  # noqa: Y015
+
+@_typing.final
+class PreviewFiring(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AT_FIELD_NUMBER: _builtins.int
+    SCOPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def scopes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScopeDecision]: ...
+    def __init__(
+        self,
+        *,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        scopes: _abc.Iterable[Global___ScopeDecision] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "scopes", b"scopes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreviewFiring: _TypeAlias = PreviewFiring  # noqa: Y015
+
+@_typing.final
+class PreviewTaskScheduleResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def firings(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreviewFiring]: ...
+    def __init__(
+        self,
+        *,
+        firings: _abc.Iterable[Global___PreviewFiring] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["firings", b"firings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreviewTaskScheduleResponse: _TypeAlias = PreviewTaskScheduleResponse  # noqa: Y015
+
+@_typing.final
 class ScopeOutcome(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -195,6 +195,11 @@ class FlowStub:
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsRequest.SerializeToString,
                 response_deserializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsResponse.FromString,
                 _registered_method=True)
+        self.PreviewTaskSchedule = channel.unary_unary(
+                '/rackflow.v1.Flow/PreviewTaskSchedule',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.PreviewTaskScheduleRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.PreviewTaskScheduleResponse.FromString,
+                _registered_method=True)
         self.CreateMaintenanceWindow = channel.unary_unary(
                 '/rackflow.v1.Flow/CreateMaintenanceWindow',
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.CreateMaintenanceWindowRequest.SerializeToString,
@@ -431,6 +436,12 @@ class FlowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PreviewTaskSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateMaintenanceWindow(self, request, context):
         """Maintenance windows and freezes (docs/WINDOWS.md)
         """
@@ -637,6 +648,11 @@ def add_FlowServicer_to_server(servicer, server):
                     servicer.ListTaskScheduleRuns,
                     request_deserializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsRequest.FromString,
                     response_serializer=rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsResponse.SerializeToString,
+            ),
+            'PreviewTaskSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PreviewTaskSchedule,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.PreviewTaskScheduleRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.PreviewTaskScheduleResponse.SerializeToString,
             ),
             'CreateMaintenanceWindow': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateMaintenanceWindow,
@@ -1538,6 +1554,33 @@ class Flow:
             '/rackflow.v1.Flow/ListTaskScheduleRuns',
             rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsRequest.SerializeToString,
             rackflow_dot_v1_dot_flow__pb2.ListTaskScheduleRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PreviewTaskSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/PreviewTaskSchedule',
+            rackflow_dot_v1_dot_flow__pb2.PreviewTaskScheduleRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.PreviewTaskScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

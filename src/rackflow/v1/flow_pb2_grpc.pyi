@@ -73,6 +73,7 @@ class FlowStub:
     CheckScheduleConflicts: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CheckScheduleConflictsRequest, _flow_pb2.CheckScheduleConflictsResponse]
     PreviewScheduleSpec: _grpc.UnaryUnaryMultiCallable[_flow_pb2.PreviewScheduleSpecRequest, _flow_pb2.PreviewScheduleSpecResponse]
     ListTaskScheduleRuns: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListTaskScheduleRunsRequest, _flow_pb2.ListTaskScheduleRunsResponse]
+    PreviewTaskSchedule: _grpc.UnaryUnaryMultiCallable[_flow_pb2.PreviewTaskScheduleRequest, _flow_pb2.PreviewTaskScheduleResponse]
     CreateMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CreateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]
     """Maintenance windows and freezes (docs/WINDOWS.md)"""
     GetMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]
@@ -122,6 +123,7 @@ class FlowAsyncStub(FlowStub):
     CheckScheduleConflicts: _aio.UnaryUnaryMultiCallable[_flow_pb2.CheckScheduleConflictsRequest, _flow_pb2.CheckScheduleConflictsResponse]  # type: ignore[assignment]
     PreviewScheduleSpec: _aio.UnaryUnaryMultiCallable[_flow_pb2.PreviewScheduleSpecRequest, _flow_pb2.PreviewScheduleSpecResponse]  # type: ignore[assignment]
     ListTaskScheduleRuns: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListTaskScheduleRunsRequest, _flow_pb2.ListTaskScheduleRunsResponse]  # type: ignore[assignment]
+    PreviewTaskSchedule: _aio.UnaryUnaryMultiCallable[_flow_pb2.PreviewTaskScheduleRequest, _flow_pb2.PreviewTaskScheduleResponse]  # type: ignore[assignment]
     CreateMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.CreateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]  # type: ignore[assignment]
     """Maintenance windows and freezes (docs/WINDOWS.md)"""
     GetMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]  # type: ignore[assignment]
@@ -360,6 +362,13 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
         request: _flow_pb2.ListTaskScheduleRunsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_flow_pb2.ListTaskScheduleRunsResponse, _abc.Awaitable[_flow_pb2.ListTaskScheduleRunsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PreviewTaskSchedule(
+        self,
+        request: _flow_pb2.PreviewTaskScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.PreviewTaskScheduleResponse, _abc.Awaitable[_flow_pb2.PreviewTaskScheduleResponse]]: ...
 
     @_abc_1.abstractmethod
     def CreateMaintenanceWindow(

@@ -16,6 +16,7 @@ from rackflow.api.convert.windows import window_policy_to
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import ComponentsFilter, TypesFilter
 from rackflow.schedules.model import OverlapPolicy, Pause, Run, Schedule, Scope, ScopeOutcome
+from rackflow.schedules.service import PlannedFiring, PlannedScope
 from rackflow.tasks.model import QueueOptions
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.v1 import flow_pb2 as pb
@@ -137,4 +138,32 @@ def run_to(run: Run) -> pb.TaskScheduleRun:
         trigger=run.trigger,
         state=run.state,
         outcomes=[outcome_to(outcome) for outcome in run.outcomes],
+    )
+
+
+def _scope_decision_to(planned: PlannedScope) -> pb.ScopeDecision:
+    msg = pb.ScopeDecision(
+        scope_id=uuid_to(planned.scope.id),
+        rack_id=uuid_to(planned.scope.rack_id),
+        rack_name=planned.rack_name,
+    )
+    decision = planned.decision
+    if decision is None:
+        msg.decision = "paused"
+        return msg
+    msg.MergeFrom(
+        pb.ScopeDecision(
+            decision=decision.action,
+            reason=decision.reason,
+            window_name=decision.closed.window.name if decision.closed is not None else "",
+            until=timestamp_to(decision.opens_at),
+            closes_at=timestamp_to(decision.closes_at),
+        )
+    )
+    return msg
+
+
+def planned_firing_to(planned: PlannedFiring) -> pb.PreviewFiring:
+    return pb.PreviewFiring(
+        at=timestamp_to(planned.at), scopes=[_scope_decision_to(s) for s in planned.scopes]
     )
