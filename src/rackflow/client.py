@@ -558,9 +558,20 @@ class RackflowClient:
     # --- schedules -------------------------------------------------------------------------------
 
     def create_schedule(
-        self, name: str, spec: Spec, operation: Operation, *, overlap: str = "skip"
+        self,
+        name: str,
+        spec: Spec,
+        operation: Operation,
+        *,
+        overlap: str = "skip",
+        window_policy: str = "skip",
     ) -> pb.TaskSchedule:
-        config = pb.ScheduleConfig(name=name, spec=spec.to_proto(), overlap_policy=overlap_policy(overlap))
+        config = pb.ScheduleConfig(
+            name=name,
+            spec=spec.to_proto(),
+            overlap_policy=overlap_policy(overlap),
+            window_policy=WINDOW_POLICIES[window_policy],
+        )
         request = pb.CreateTaskScheduleRequest(schedule=config, operation=operation.to_proto())
         return self._call(self._stub.CreateTaskSchedule, request, pb.TaskSchedule)
 
@@ -599,10 +610,14 @@ class RackflowClient:
         spec: Spec | None = None,
         timezone: str | None = None,
         overlap: str | None = None,
+        window_policy: str | None = None,
     ) -> pb.TaskSchedule:
         """Change only what is given; `timezone` alone keeps the spec and changes its zone."""
         config = pb.ScheduleConfig()
         paths = []
+        if window_policy is not None:
+            config.window_policy = WINDOW_POLICIES[window_policy]
+            paths.append("schedule.window_policy")
         if name is not None:
             config.name = name
             paths.append("schedule.name")
@@ -616,7 +631,7 @@ class RackflowClient:
             config.spec.timezone = timezone
             paths.append("schedule.spec.timezone")
         if not paths:
-            raise ValueError("nothing to update: give a name, spec, timezone or overlap policy")
+            raise ValueError("nothing to update: give a name, spec, timezone, overlap or window policy")
         request = pb.UpdateTaskScheduleRequest(
             id=self._schedule_ref(schedule), schedule=config, update_mask=FieldMask(paths=paths)
         )

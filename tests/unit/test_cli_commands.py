@@ -237,7 +237,7 @@ def test_schedule_create_sends_spec_operation_and_overlap(
         Spec("cron", "0 2 * * *", "America/Los_Angeles"),
         Operation("power_reset", Targets(racks=("rack-01", RACK_ID)), forced=True),
     )
-    assert kwargs == {"overlap": "queue"}
+    assert kwargs == {"overlap": "queue", "window_policy": "skip"}
     assert "2026-12-01 02:00 PST (10:00Z), in 3h 12m" in result.output
 
 
@@ -257,7 +257,13 @@ def test_schedule_update_with_only_tz_changes_only_the_zone(
     assert run("schedule", "update", "nightly", "--tz", "Europe/Berlin").exit_code == 0
     [(args, kwargs)] = fake.called("update_schedule")
     assert args == ("nightly",)
-    assert kwargs == {"name": None, "spec": None, "timezone": "Europe/Berlin", "overlap": None}
+    assert kwargs == {
+        "name": None,
+        "spec": None,
+        "timezone": "Europe/Berlin",
+        "overlap": None,
+        "window_policy": None,
+    }
 
 
 def test_schedule_preview_prints_utc_and_the_zone(fake: FakeClient, run: Callable[..., Result]) -> None:

@@ -35,7 +35,7 @@ def attribute(tag: str, name: str) -> str:
     return match.group(1)
 
 
-@pytest.mark.parametrize("path", ["/", "/schedules", "/tasks", "/racks", "/audit"])
+@pytest.mark.parametrize("path", ["/", "/schedules", "/tasks", "/racks", "/windows", "/audit"])
 async def test_every_page_renders_empty_and_as_a_fragment(http: httpx.AsyncClient, path: str) -> None:
     page = await http.get(path)
     assert page.status_code == 200

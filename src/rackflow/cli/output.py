@@ -247,6 +247,10 @@ def overlap_name(policy: pb.OverlapPolicy.ValueType) -> str:
     return pb.OverlapPolicy.Name(policy).removeprefix("OVERLAP_POLICY_").lower()
 
 
+def window_policy_name(policy: pb.WindowPolicy.ValueType) -> str:
+    return pb.WindowPolicy.Name(policy).removeprefix("WINDOW_POLICY_").lower()
+
+
 def operation_label(operation: str) -> str:
     """`power_on` -> `power-on`, the CLI's spelling."""
     return operation.replace("_", "-")

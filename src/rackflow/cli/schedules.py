@@ -26,6 +26,7 @@ from rackflow.cli.output import (
     table,
     utc_text,
     when,
+    window_policy_name,
     zone_of,
     zoned_text,
 )
@@ -138,6 +139,7 @@ def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
             ("state", _state(s)),
             *_pause_rows(s, now),
             ("overlap", overlap_name(s.overlap_policy)),
+            ("windows", window_policy_name(s.window_policy)),
             ("next", schedule_time_text(s.next_run_at, s.spec.timezone, now) if s.enabled else "-"),
             ("last", schedule_time_text(s.last_run_at, s.spec.timezone, now)),
             ("description", s.description or "-"),
@@ -155,6 +157,7 @@ def _show(ctx: click.Context, call: Callable[[Session], pb.TaskSchedule]) -> Non
 
 _name_or_id = click.argument("schedule_ref", metavar="NAME_OR_ID")
 _overlap_help = "A scope whose last task is still active: skip it, or queue behind it."
+_window_help = "A rack maintenance windows close at a firing: skip it, or defer its task to the next opening."
 
 
 @schedule.command()
@@ -171,6 +174,13 @@ _overlap_help = "A scope whose last task is still active: skip it, or queue behi
 @target_options()
 @click.option(
     "--overlap", type=click.Choice(["skip", "queue"]), default="skip", show_default=True, help=_overlap_help
+)
+@click.option(
+    "--window-policy",
+    type=click.Choice(["skip", "defer"]),
+    default="skip",
+    show_default=True,
+    help=_window_help,
 )
 @click.option("--forced", is_flag=True, help="power-off / power-reset: skip the graceful shutdown.")
 @click.option("--version", default="", help="upgrade-firmware: the version to install.")
@@ -190,6 +200,7 @@ def create(
     operation: str,
     targets: Targets,
     overlap: str,
+    window_policy: str,
     forced: bool,
     version: str,
     queue_timeout: int | None,
@@ -208,7 +219,12 @@ def create(
             operation, targets, description, forced=forced, version=version, queue_timeout=queue_timeout or 0
         )
     )
-    _show(ctx, lambda session: session.client.create_schedule(name, spec, run, overlap=overlap))
+    _show(
+        ctx,
+        lambda session: session.client.create_schedule(
+            name, spec, run, overlap=overlap, window_policy=window_policy
+        ),
+    )
 
 
 @schedule.command()
@@ -277,6 +293,9 @@ def list_schedules(
 @click.option("--name", default=None, help="A new name.")
 @spec_options(required=False)
 @click.option("--overlap", type=click.Choice(["skip", "queue"]), default=None, help="A new overlap policy.")
+@click.option(
+    "--window-policy", type=click.Choice(["skip", "defer"]), default=None, help="A new window policy."
+)
 @click.pass_context
 def update(
     ctx: click.Context,
@@ -285,6 +304,7 @@ def update(
     spec: Spec | None,
     tz: str | None,
     overlap: str | None,
+    window_policy: str | None,
 ) -> None:
     """Change a schedule's name, timing or overlap policy (its operation and scope stay).
 
@@ -294,12 +314,14 @@ def update(
     Example:
       rackflow schedule update nightly-reset --cron "30 3 * * *" --tz Europe/Berlin
     """
-    if name is None and spec is None and tz is None and overlap is None:
-        raise click.UsageError("nothing to change: give --name, --interval/--cron/--at, --tz or --overlap")
+    if name is None and spec is None and tz is None and overlap is None and window_policy is None:
+        raise click.UsageError(
+            "nothing to change: give --name, --interval/--cron/--at, --tz, --overlap or --window-policy"
+        )
     _show(
         ctx,
         lambda session: session.client.update_schedule(
-            schedule_ref, name=name, spec=spec, timezone=tz, overlap=overlap
+            schedule_ref, name=name, spec=spec, timezone=tz, overlap=overlap, window_policy=window_policy
         ),
     )
 

@@ -119,6 +119,11 @@ async def get_window(conn: AsyncConnection, window_id: uuid.UUID) -> Maintenance
     return found[0] if found else None
 
 
+async def window_id_by_name(conn: AsyncConnection, name: str) -> uuid.UUID | None:
+    stmt = select(maintenance_windows.c.id).where(maintenance_windows.c.name == name)
+    return (await conn.execute(stmt)).scalar_one_or_none()
+
+
 async def name_taken(conn: AsyncConnection, name: str, *, other_than: uuid.UUID | None = None) -> bool:
     stmt = select(maintenance_windows.c.id).where(maintenance_windows.c.name == name)
     if other_than is not None:

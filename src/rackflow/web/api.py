@@ -157,11 +157,15 @@ class JsonApi:
             ("/schedules/{ref}/runs", JsonApi.list_runs, get),
             ("/schedules/{ref}/scopes", JsonApi.list_scopes, get),
             ("/schedules/{ref}/preview", JsonApi.preview, get),
+            ("/schedules/{ref}/decisions", JsonApi.preview_decisions, get),
             ("/tasks", JsonApi.list_tasks, get),
             ("/tasks/{ref}:cancel", JsonApi.cancel_task, post),
             ("/tasks/{ref}", JsonApi.get_task, get),
             ("/racks", JsonApi.list_racks, get),
             ("/racks/{ref}", JsonApi.get_rack, get),
+            ("/racks/{ref}/windows", JsonApi.preview_windows, get),
+            ("/windows", JsonApi.list_windows, get),
+            ("/windows/{ref}", JsonApi.get_window, get),
             ("/audit", JsonApi.list_audit_events, get),
         ]
         return [Route(PREFIX + path, self._serve(h), methods=methods) for path, h, methods in table]
@@ -236,6 +240,14 @@ class JsonApi:
         request = pb.PreviewScheduleSpecRequest(spec=schedule.spec, count=count or 0, after=after)
         return await call.rpc("PreviewScheduleSpec", request)
 
+    async def preview_decisions(self, call: Call) -> Message:
+        """The schedule's next firings and each scope's decision under the maintenance windows."""
+        count, after = call.query.integer("count"), call.query.timestamp("after")
+        call.query.check()
+        schedule_id = await self._schedule(call.request.path_params["ref"], "id")
+        request = pb.PreviewTaskScheduleRequest(id=schedule_id, count=count or 0, after=after)
+        return await call.rpc("PreviewTaskSchedule", request)
+
     async def _schedule_action(self, call: Call, rpc: str, message: Message) -> Message:
         call.query.check()
         await _body(call.request, message)
@@ -298,6 +310,29 @@ class JsonApi:
         call.query.check()
         rack_id = await self._rack(call.request.path_params["ref"], "id")
         return await call.rpc("GetRack", pb.GetRackRequest(id=rack_id))
+
+    async def preview_windows(self, call: Call) -> Message:
+        count, after = call.query.integer("count"), call.query.timestamp("after")
+        call.query.check()
+        rack_id = await self._rack(call.request.path_params["ref"], "rack_id")
+        request = pb.PreviewMaintenanceWindowsRequest(rack_id=rack_id, count=count or 0, after=after)
+        return await call.rpc("PreviewMaintenanceWindows", request)
+
+    # --- maintenance windows ---------------------------------------------------------------------
+
+    async def list_windows(self, call: Call) -> Message:
+        request = pb.ListMaintenanceWindowsRequest()
+        if rack := call.query.text("rack"):
+            request.rack_id.CopyFrom(await self._rack(rack, "rack_id"))
+        call.query.check()
+        return await call.rpc("ListMaintenanceWindows", request)
+
+    async def get_window(self, call: Call) -> Message:
+        call.query.check()
+        window_id = await refs.window_id(self.services, call.request.path_params["ref"], "id")
+        return await call.rpc(
+            "GetMaintenanceWindow", pb.GetMaintenanceWindowRequest(id=pb.UUID(id=str(window_id)))
+        )
 
     async def list_audit_events(self, call: Call) -> Message:
         q = call.query

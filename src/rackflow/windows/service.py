@@ -222,6 +222,15 @@ class WindowService:
             windows = await store.all_windows(conn)
         return events(windows, rack, after or self.clock.now(), count)
 
+    async def id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
+        """The id of the window called `name`; NotFound naming `field` otherwise."""
+        check_text(name, field, required=True)
+        async with self.db.read() as conn:
+            found = await store.window_id_by_name(conn, name)
+        if found is None:
+            raise NotFound(f"{field}: no maintenance window named {name!r}")
+        return found
+
     @staticmethod
     async def _rack(conn: AsyncConnection, rack_id: uuid.UUID, field: str = "rack_id") -> RackRef:
         found = await store.rack_refs(conn, [rack_id])

@@ -6,8 +6,8 @@ answer is then only the page's own HTML, whose `data-live` regions the script sw
 position, focus and filter inputs survive. With bearer tokens configured, a navigation carries no token, so
 it gets the empty layout ("shell") and the script fetches the fragment with the token it keeps.
 
-Each page group is a module (`overview`, `schedules`, `tasks`, `racks`, `audit`) with a `routes(site)`
-function and its templates; a new page group (maintenance windows, rollouts) adds one more.
+Each page group is a module (`overview`, `schedules`, `tasks`, `racks`, `windows`, `audit`) with a
+`routes(site)` function and its templates; a new page group (rollouts) adds one more.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ NAV = (
     ("/schedules", "Schedules"),
     ("/tasks", "Tasks"),
     ("/racks", "Racks"),
+    ("/windows", "Windows"),
     ("/audit", "Audit"),
 )
 _STATIC = ("app.css", "app.js")
