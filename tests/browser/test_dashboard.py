@@ -85,6 +85,7 @@ def confirm(driver: WebDriver, action: str) -> str:
         ("/schedules", "Schedules"),
         ("/tasks", "Tasks"),
         ("/racks", "Racks"),
+        ("/windows", "Maintenance windows"),
         ("/audit", "Audit trail"),
         ("/racks/r1", "r1"),
         ("/schedules/nightly-reset", "nightly-reset"),
@@ -239,3 +240,28 @@ def test_a_refused_filter_is_said_on_the_page_and_the_form_stays(
     rack.send_keys("r6\n")
     wait(driver, lambda d: all(r.get_attribute("data-task") for r in by_testid(d, "task-row")), "r6's tasks")
     assert not [e for e in by_testid(driver, "action-error") if e.is_displayed()]
+
+
+def test_windows_page_lists_a_window_and_a_schedule_shows_its_policy(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    """An ALLOW window (it binds dispatched firings only, and nothing comes due here) on the page."""
+    stub = server.stub()
+    stub.CreateMaintenanceWindow(
+        pb.CreateMaintenanceWindowRequest(
+            window=pb.MaintenanceWindow(
+                name="sat-night",
+                kind=pb.WINDOW_KIND_ALLOW,
+                recurring=pb.RecurringWindow(cron="0 22 * * 6", duration="6h", timezone="Europe/Berlin"),
+                racks=[pb.WindowTarget(name="r3")],
+                reason="agreed with the tenants",
+            )
+        )
+    )
+    open_page(driver, server, "/windows", "Maintenance windows")
+    wait(driver, lambda d: len(by_testid(d, "window-row")) == 1, "the window's row")
+    row = read(driver, lambda d: str(by_testid(d, "window-row")[0].text))
+    assert "sat-night" in row and 'cron "0 22 * * 6" Europe/Berlin for 6h' in row and "r3" in row
+    assert read(driver, lambda d: text(d, "window-kind")) == "allow"
+    open_page(driver, server, "/schedules/pause-me", "pause-me")
+    assert text(driver, "schedule-window-policy").startswith("skip")
