@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,53 @@ def test_errors_are_one_line_with_the_grpc_code(server: ServerProcess) -> None:
     assert len(bad_cron.stderr.splitlines()) == 1
     usage = rackflow(server, "schedule", "create", "bad", "--op", "ingest", "--rack", "rack-01", expect=2)
     assert "give when it fires" in usage.stderr
+
+
+def test_windows_freeze_a_manual_task_until_deleted_and_preview_a_schedule(server: ServerProcess) -> None:
+    """On a rack of its own (the other tests' racks stay unfrozen): a freeze holds a task submitted by
+    hand, `--ignore-windows` overrides it, deleting the freeze lets the held task run; the previews."""
+    rackflow(server, "rack", "create", "rack-w", "--component", "COMPUTE:w-0:W-0")
+    created = rackflow_json(
+        server, "window", "create", "launch", "--freeze", "--start", "2026-01-01T00:00:00Z",
+        "--end", "2100-01-01T00:00:00Z", "--rack", "rack-w", "--reason", "GA launch",
+    )  # fmt: skip
+    assert created["kind"] == "WINDOW_KIND_FREEZE" and created["racks"][0]["name"] == "rack-w"
+    rackflow_json(
+        server, "window", "create", "sat-night", "--allow", "--cron", "0 22 * * 6", "--duration", "6h",
+        "--tz", "Europe/Berlin", "--rack", "rack-w",
+    )  # fmt: skip
+    assert [w["name"] for w in rackflow_json(server, "window", "list", "--rack", "rack-w")["windows"]] == [
+        "launch",
+        "sat-night",
+    ]
+    events = rackflow_json(server, "window", "preview", "rack-w", "-n", "3")["events"]
+    assert [(e["window_name"], e["change"]) for e in events][:1] == [("sat-night", "opens")]
+
+    (held_id,) = rackflow_json(server, "task", "power-on", "--rack", "rack-w")["task_ids"]
+
+    def task(task_id: dict[str, str]) -> Any:
+        return rackflow_json(server, "task", "get", task_id["id"])["tasks"][0]
+
+    deadline = time.monotonic() + 30
+    while not task(held_id)["message"].startswith("waits for freeze 'launch' to end at 2100-01-01"):
+        assert time.monotonic() < deadline, task(held_id)
+        time.sleep(0.5)
+    assert task(held_id)["status"] == "TASK_STATUS_PENDING"
+
+    schedule = rackflow_json(
+        server, "schedule", "create", "w-nightly", "--cron", "0 2 * * *", "--op", "power-off",
+        "--rack", "rack-w", "--window-policy", "defer",
+    )  # fmt: skip
+    assert schedule["window_policy"] == "WINDOW_POLICY_DEFER"
+    planned = rackflow_json(server, "schedule", "preview", "w-nightly", "-n", "2")["firings"]
+    assert [[d["decision"] for d in f["scopes"]] for f in planned] == [["skip_window"], ["skip_window"]]
+    table = rackflow(server, "schedule", "preview", "w-nightly", "-n", "2").stdout
+    assert "skip (launch)" in table
+    rackflow(server, "schedule", "delete", "w-nightly")
+
+    rackflow(server, "window", "delete", "launch")
+    deadline = time.monotonic() + 60
+    while task(held_id)["status"] != "TASK_STATUS_COMPLETED":
+        assert time.monotonic() < deadline, task(held_id)
+        time.sleep(0.5)
+    rackflow(server, "window", "delete", "sat-night")
