@@ -213,3 +213,20 @@ async def test_the_preview_of_a_paused_schedule_says_paused(env: Env) -> None:
         datetime(2026, 3, 6, 3, tzinfo=UTC),
     ]
     assert [s.decision for p in planned for s in p.scopes] == [None, None]
+
+
+async def test_the_preview_of_a_pause_with_an_end_resumes_then(env: Env) -> None:
+    r1 = await env.rack("r1")
+    schedule = await env.schedule(racks=[r1], spec=ScheduleSpec(SpecType.CRON, "0 3 * * *"))
+    resume_at = datetime(2026, 3, 4, 12, tzinfo=UTC)
+    await env.services.schedules.pause(schedule.id, reason="PSU swap", resume_at=resume_at)
+    planned = await env.services.schedules.preview_schedule(schedule.id, None, 4)
+    assert [
+        (p.at.day, p.resume_at, [s.decision.action if s.decision else "paused" for s in p.scopes])
+        for p in planned
+    ] == [
+        (3, resume_at, ["paused"]),
+        (4, resume_at, ["paused"]),
+        (5, None, ["fire"]),
+        (6, None, ["fire"]),
+    ]

@@ -71,8 +71,11 @@ class PlannedScope:
 
 @dataclass(frozen=True)
 class PlannedFiring:
+    """A previewed firing; `resume_at`: when a paused schedule resumes by itself (None: by hand)."""
+
     at: datetime
     scopes: tuple[PlannedScope, ...]
+    resume_at: datetime | None = None
 
 
 def timing_of(spec: ScheduleSpec, field_prefix: str = "schedule.") -> Timing:
@@ -489,8 +492,11 @@ class ScheduleService:
         self, schedule_id: uuid.UUID, after: datetime | None, count: int
     ) -> list[PlannedFiring]:
         """The next `count` firings of the schedule (`firing.planned_times`) and, per scope, what the
-        windows make each do (`firing.window_decisions`, the dispatcher's own decision); every scope of a
-        paused schedule is "paused"."""
+        windows make each do (`firing.window_decisions`, the dispatcher's own decision).
+
+        A paused schedule's times are "paused": all of them, or, with a `resume_at`, those before it, and
+        after it the times of the schedule as the dispatcher resumes it then (`resumed`), decided.
+        """
         count = preview_count(count)
         async with self.db.read() as conn:
             schedule = await self._load(conn, schedule_id)
@@ -499,19 +505,32 @@ class ScheduleService:
             windows = await window_store.all_windows(conn)
             racks = await window_store.rack_refs(conn, rack_ids)
             names = await inventory_store.rack_names(conn, rack_ids)
-        planned = []
-        for moment in firing.planned_times(schedule, after, self.clock.now(), count):
-            decisions = firing.window_decisions(windows, racks, schedule, scopes, moment)
+        now = self.clock.now()
+        resume_at = schedule.pause.resume_at if schedule.pause is not None else None
+        paused_times: list[datetime] = []
+        firing_schedule: Schedule | None = schedule
+        if not schedule.enabled:
+            paused_times = firing.planned_times(replace(schedule, enabled=True), after, now, count)
+            if resume_at is None:
+                firing_schedule = None
+            else:
+                paused_times = [moment for moment in paused_times if moment < resume_at]
+                firing_schedule = resumed(schedule, resume_at)
+        planned = [
+            PlannedFiring(
+                moment, tuple(PlannedScope(s, names.get(s.rack_id, "?"), None) for s in scopes), resume_at
+            )
+            for moment in paused_times
+        ]
+        if firing_schedule is None:
+            return planned
+        for moment in firing.planned_times(firing_schedule, after, now, count - len(planned)):
+            decisions = firing.window_decisions(windows, racks, firing_schedule, scopes, moment)
             planned.append(
                 PlannedFiring(
                     moment,
                     tuple(
-                        PlannedScope(
-                            scope,
-                            names.get(scope.rack_id, "?"),
-                            decisions.get(scope.id, FIRE) if schedule.enabled else None,
-                        )
-                        for scope in scopes
+                        PlannedScope(s, names.get(s.rack_id, "?"), decisions.get(s.id, FIRE)) for s in scopes
                     ),
                 )
             )

@@ -1,4 +1,5 @@
-"""`{ref}` in a URL names a schedule, a rack or a maintenance window by id or by name; an id wins when a name looks like one."""
+"""`{ref}` in a URL names a schedule, a rack or a maintenance window by id or by name; an id wins when a
+name looks like one."""
 
 from __future__ import annotations
 

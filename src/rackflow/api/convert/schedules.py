@@ -141,7 +141,7 @@ def run_to(run: Run) -> pb.TaskScheduleRun:
     )
 
 
-def _scope_decision_to(planned: PlannedScope) -> pb.ScopeDecision:
+def _scope_decision_to(planned: PlannedScope, resume_at: datetime | None) -> pb.ScopeDecision:
     msg = pb.ScopeDecision(
         scope_id=uuid_to(planned.scope.id),
         rack_id=uuid_to(planned.scope.rack_id),
@@ -149,7 +149,7 @@ def _scope_decision_to(planned: PlannedScope) -> pb.ScopeDecision:
     )
     decision = planned.decision
     if decision is None:
-        msg.decision = "paused"
+        msg.MergeFrom(pb.ScopeDecision(decision="paused", until=timestamp_to(resume_at)))
         return msg
     msg.MergeFrom(
         pb.ScopeDecision(
@@ -165,5 +165,5 @@ def _scope_decision_to(planned: PlannedScope) -> pb.ScopeDecision:
 
 def planned_firing_to(planned: PlannedFiring) -> pb.PreviewFiring:
     return pb.PreviewFiring(
-        at=timestamp_to(planned.at), scopes=[_scope_decision_to(s) for s in planned.scopes]
+        at=timestamp_to(planned.at), scopes=[_scope_decision_to(s, planned.resume_at) for s in planned.scopes]
     )
