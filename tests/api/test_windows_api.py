@@ -373,7 +373,7 @@ async def test_schedule_window_policy_round_trips_and_schedules_cannot_ignore_wi
     await expect(grpc.StatusCode.INVALID_ARGUMENT, "schedule.window_policy", creating(7))
     await expect(
         grpc.StatusCode.INVALID_ARGUMENT,
-        "operation.queue_options.ignore_windows",
+        "operation.power_on.queue_options.ignore_windows",
         creating(pb.WINDOW_POLICY_SKIP, ignore=True),
     )
     assert await table_counts(services.db) == before

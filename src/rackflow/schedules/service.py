@@ -170,7 +170,8 @@ class ScheduleService:
         queue = _check_operation(operation, queue, description)
         if queue.ignore_windows:
             raise InvalidArgument(
-                "operation.queue_options.ignore_windows: a schedule's firings obey maintenance windows "
+                f"operation.{operation.kind.value}.queue_options.ignore_windows: a schedule's firings obey "
+                "maintenance windows "
                 "(see schedule.window_policy); only a direct submission may ignore them"
             )
         spec = replace(spec, timezone=spec.timezone or DEFAULT_TIMEZONE)
