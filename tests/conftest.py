@@ -151,7 +151,9 @@ def served_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 async def table_counts(db: Database) -> dict[str, int]:
     """Row count of every table: tests assert a refused request left these unchanged."""
     async with db.read() as conn:
+        present = set(await conn.run_sync(lambda sync: sync.dialect.get_table_names(sync)))
         return {
             t.name: (await conn.execute(text(f'SELECT count(*) FROM "{t.name}"'))).scalar_one()
             for t in metadata.sorted_tables
+            if t.name in present  # a database at an older revision lacks the later tables
         }

@@ -212,14 +212,16 @@ async def _decide(
     racks = await window_store.rack_refs(conn, {sc.rack_id for left in open_scopes.values() for sc in left})
     deferred: dict[uuid.UUID, Decision] = {}
     for schedule in schedules:
-        for scope_id, decision in window_decisions(
-            windows, racks, schedule, open_scopes[schedule.id], now
-        ).items():
-            if decision.action == "defer":
-                deferred[scope_id] = decision
-            elif decision.action == "skip_window":
-                rack_id = next(sc.rack_id for sc in open_scopes[schedule.id] if sc.id == scope_id)
-                decided[scope_id] = ScopeOutcome(scope_id, rack_id, "skipped_window", error=decision.reason)
+        left = open_scopes[schedule.id]
+        decisions = window_decisions(windows, racks, schedule, left, now)
+        for scope in left:
+            decision = decisions.get(scope.id)
+            if decision is not None and decision.action == "defer":
+                deferred[scope.id] = decision
+            elif decision is not None and decision.action == "skip_window":
+                decided[scope.id] = ScopeOutcome(
+                    scope.id, scope.rack_id, "skipped_window", error=decision.reason
+                )
     return decided, deferred
 
 
