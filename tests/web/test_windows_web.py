@@ -86,3 +86,14 @@ async def test_windows_page_and_the_schedule_page_show_windows(
     schedule_page = (await http.get(f"/schedules/{schedule.id}")).text
     policy = re.search(r'data-testid="schedule-window-policy">(.*?)</dd>', schedule_page, re.S)
     assert policy is not None and policy.group(1).startswith("defer")
+
+
+async def test_a_rack_page_lists_the_windows_covering_it(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1", "r2")
+    await make_windows(services)
+    for rack, names in (("r1", ["launch", "sat-night"]), ("r2", ["launch"])):
+        page = (await http.get(f"/racks/{rack}")).text
+        section = re.search(r'data-testid="rack-windows">(.*?)</ul>', page, re.S)
+        assert section is not None
+        assert re.findall(r'<li data-name="([^"]+)">', section.group(1)) == names
+    assert "<strong>open</strong> until" in (await http.get("/racks/r2")).text

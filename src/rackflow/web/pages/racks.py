@@ -1,4 +1,5 @@
-"""Racks: the list (components, power, firmware) and one rack (its components, tasks and schedules)."""
+"""Racks: the list (components, power, firmware) and one rack (its components, tasks, schedules and the
+maintenance windows covering it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from starlette.routing import Route
 from rackflow.inventory.model import Rack
 from rackflow.web import refs
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
+from rackflow.web.pages.windows import current_or_next
 
 RACK_TASKS = 20
 
@@ -73,6 +75,8 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         "recent": [t for t in recent if not t.status.is_active],
         "total_tasks": total_tasks,
         "schedules": schedules,
+        "windows": await services.windows.list_windows(rack.id),
+        "current_or_next": current_or_next,
         "schedule_names": await services.schedules.names(task_schedules),
         "rack_names": {rack.id: rack.name},
         "power_counts": power_counts,
