@@ -11,6 +11,9 @@ The executor runs beside the dispatcher with the simulator's default step time (
 does by default, so tasks start running while the drain goes on; `--sim-step 3600` keeps it idle instead
 (it starts 32 tasks that never finish), which measures the dispatcher alone.
 
+`--windows K` adds K maintenance windows over every rack that never close one, so every scope is decided
+against K windows and still fires (the cost of docs/WINDOWS.md's per-scope decision).
+
     python bench/dispatch_drain.py --db postgres --instances 1 --n 10000 --dispatch-batch 10
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,9 +38,9 @@ from _common import (
     servers,
     sync_engine,
 )
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, insert, select
 
-from rackflow.store.tables import task_schedule_run, tasks
+from rackflow.store.tables import maintenance_windows, task_schedule_run, tasks
 from rackflow.timespec import ScheduleSpec, SpecType
 
 SIM_STEP_SECONDS = 0.2  # the simulator's default step time
@@ -70,6 +74,7 @@ def measure_drain(
     timeout: float = 900.0,
     profile: Path | None = None,
     sim_step: float = SIM_STEP_SECONDS,
+    windows: int = 0,
 ) -> Drain:
     """Load `n` due schedules into a fresh database, start the dispatcher(s), wait until all fired."""
     with fresh_database(kind, pg_admin) as ws:
@@ -79,6 +84,7 @@ def measure_drain(
         load_s = time.perf_counter() - started
 
         engine = sync_engine(ws.url)
+        _load_windows(engine, windows)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
         env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}
@@ -108,6 +114,31 @@ def measure_drain(
         schedules_with_task=schedules_with_task,
         runs_completed=runs,
     )
+
+
+def _load_windows(engine: Engine, count: int) -> None:
+    """`count` maintenance windows over every rack that never close one: ALLOW windows open all day every
+    day, FREEZEs an hour on 1 January. Every scope of every firing is then decided against all of them
+    (docs/WINDOWS.md), and every one fires."""
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "name": f"bench-window-{i}",
+            "kind": "allow" if i % 2 == 0 else "freeze",
+            "cron": "0 0 * * *" if i % 2 == 0 else "0 0 1 1 *",
+            "duration": "24h" if i % 2 == 0 else "1h",
+            "timezone": "Europe/Berlin",
+            "all_racks": True,
+            "operations": [],
+            "created_at": now,
+            "updated_at": now,
+        }
+        for i in range(count)
+    ]
+    if rows:
+        with engine.begin() as conn:
+            conn.execute(insert(maintenance_windows), rows)
 
 
 def _wait_for_completed_runs(engine: Engine, procs: list[ServerProcess], n: int, timeout: float) -> None:
@@ -158,12 +189,15 @@ def main() -> None:
         help="simulator step seconds; 3600 keeps the executor idle (32 tasks start, none finishes)",
     )
     parser.add_argument("--profile", type=Path, help="py-spy the (first) server into this file (.svg or raw)")
+    parser.add_argument(
+        "--windows", type=int, default=0, help="maintenance windows over every rack that never close one"
+    )
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
     print(
         f"# dispatch_drain db={args.db} instances={args.instances} n={args.n} batch={args.dispatch_batch} "
-        f"load=bulk-executemany spec=interval-24h sim_step_s={args.sim_step}",
+        f"load=bulk-executemany spec=interval-24h sim_step_s={args.sim_step} windows={args.windows}",
         flush=True,
     )
     drain = measure_drain(
@@ -174,6 +208,7 @@ def main() -> None:
         batch=args.dispatch_batch,
         profile=args.profile,
         sim_step=args.sim_step,
+        windows=args.windows,
     )
     print(f"# loaded {args.n} schedules in {drain.load_s:.1f}s", flush=True)
     report(args.db, args.instances, args.dispatch_batch, drain)
