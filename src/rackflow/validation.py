@@ -14,6 +14,7 @@ checked here before any query sees it.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -127,3 +128,13 @@ def preview_count(count: int, field: str = "count") -> int:
             f"{field}: must be 1..{MAX_PREVIEW_COUNT} (0 means {DEFAULT_PREVIEW_COUNT}), got {count}"
         )
     return count or DEFAULT_PREVIEW_COUNT
+
+
+def check_mask(paths: Collection[str], allowed: Sequence[str], field: str = "update_mask") -> set[str]:
+    """An update's field mask: at least one path, each one of `allowed`."""
+    if not paths:
+        raise InvalidArgument(f"{field}: at least one path is required ({', '.join(allowed)})")
+    for path in paths:
+        if path not in allowed:
+            raise InvalidArgument(f"{field}: unknown path {path!r} (allowed: {', '.join(allowed)})")
+    return set(paths)

@@ -40,6 +40,7 @@ from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
 from rackflow.validation import (
     check_description,
+    check_mask,
     check_name,
     check_operation,
     check_queue,
@@ -91,15 +92,6 @@ def _check_operation(operation: Operation, queue: QueueOptions, description: str
     check_operation(operation)
     check_description(description)
     return check_queue(queue)
-
-
-def _check_mask(paths: Collection[str]) -> set[str]:
-    if not paths:
-        raise InvalidArgument(f"update_mask: at least one path is required ({', '.join(UPDATE_PATHS)})")
-    for path in paths:
-        if path not in UPDATE_PATHS:
-            raise InvalidArgument(f"update_mask: unknown path {path!r} (allowed: {', '.join(UPDATE_PATHS)})")
-    return set(paths)
 
 
 def parse_order(text: str, field: str = "order_by") -> ScheduleOrder:
@@ -254,7 +246,7 @@ class ScheduleService:
         cron reads the zone, so only a cron schedule's next_run_at is recomputed: an interval's or one-time's
         stays where it was.
         """
-        mask = _check_mask(paths)
+        mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
             check_name(name, NAME_PATH)
         if OVERLAP_POLICY_PATH in mask and overlap_policy is None:

@@ -20,7 +20,7 @@ from rackflow.store import windows as store
 from rackflow.store.db import Database
 from rackflow.store.tables import nvl_domains, racks
 from rackflow.tasks.model import OperationKind
-from rackflow.validation import check_description, check_name, check_text, preview_count
+from rackflow.validation import check_description, check_mask, check_name, check_text, preview_count
 from rackflow.windows.model import MaintenanceWindow, RackRef, Recurring, When, WindowKind
 from rackflow.windows.rules import WindowEvent, events
 
@@ -77,15 +77,6 @@ def _check_operations(operations: Sequence[OperationKind]) -> frozenset[Operatio
             raise InvalidArgument(f"{OPERATIONS_PATH}[{index}]: {operation.value} is listed twice")
         seen.add(operation)
     return frozenset(seen)
-
-
-def _check_mask(paths: Collection[str]) -> set[str]:
-    if not paths:
-        raise InvalidArgument(f"update_mask: at least one path is required ({', '.join(UPDATE_PATHS)})")
-    for path in paths:
-        if path not in UPDATE_PATHS:
-            raise InvalidArgument(f"update_mask: unknown path {path!r} (allowed: {', '.join(UPDATE_PATHS)})")
-    return set(paths)
 
 
 async def _resolve(
@@ -170,7 +161,7 @@ class WindowService:
     ) -> MaintenanceWindow:
         """Apply the masked fields. Tasks a freeze holds are let go, to be held again by what now applies
         (a shortened or deleted freeze must not keep them waiting)."""
-        mask = _check_mask(paths)
+        mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
             check_name(given.name, NAME_PATH)
         if REASON_PATH in mask:
