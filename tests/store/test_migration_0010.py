@@ -73,7 +73,9 @@ async def test_0010_keeps_every_row_and_adds_the_retention_indexes(db_before: Da
 
     assert await migrate(db) == head_revision() == await current_revision(db)
 
-    assert await table_counts(db) == before
+    after = await table_counts(db)
+    assert {name: after[name] for name in before} == before
+    assert {after[name] for name in after.keys() - before.keys()} <= {0}  # tables later revisions add
 
     def index_names(conn: object, table: str) -> set[str]:
         return {ix["name"] for ix in inspect(conn).get_indexes(table)}  # type: ignore[misc]

@@ -1,4 +1,4 @@
-"""Migration 0008 on a database holding racks, schedules, scopes and tasks, on both databases: schedules
+"""Migration 0011 on a database holding racks, schedules, scopes and tasks, on both databases: schedules
 keep firing as before (window policy SKIP), tasks are neither held nor overriding, a scope keeps its last
 task (no table is rebuilt), and the window tables hold what they should; the downgrade drops them."""
 
@@ -33,15 +33,15 @@ RACK, SCHEDULE, SCOPE, TASK = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uui
 
 
 @pytest.fixture
-async def db_at_0007(empty_db_url: str) -> AsyncIterator[Database]:
+async def db_at_0010(empty_db_url: str) -> AsyncIterator[Database]:
     db = Database(empty_db_url)
-    assert await migrate(db, "0007") == "0007"
+    assert await migrate(db, "0010") == "0010"
     yield db
     await db.dispose()
 
 
-async def test_upgrade_keeps_schedules_tasks_and_scopes_as_they_were(db_at_0007: Database) -> None:
-    db = db_at_0007
+async def test_upgrade_keeps_schedules_tasks_and_scopes_as_they_were(db_at_0010: Database) -> None:
+    db = db_at_0010
     async with db.transaction() as conn:
         await conn.execute(insert(racks).values(id=RACK, name="r1", created_at=T0))
         await conn.execute(
@@ -75,8 +75,8 @@ async def test_upgrade_keeps_schedules_tasks_and_scopes_as_they_were(db_at_0007:
         assert await window_store.all_windows(conn) == []
 
 
-async def test_window_rows_follow_their_rack_and_the_downgrade_drops_them(db_at_0007: Database) -> None:
-    db = db_at_0007
+async def test_window_rows_follow_their_rack_and_the_downgrade_drops_them(db_at_0010: Database) -> None:
+    db = db_at_0010
     assert await migrate(db) == head_revision()
     window_id = uuid.uuid4()
     async with db.transaction() as conn:
@@ -99,17 +99,17 @@ async def test_window_rows_follow_their_rack_and_the_downgrade_drops_them(db_at_
     def downgrade(sync: Connection) -> list[str]:
         config = _config()
         config.attributes["connection"] = sync
-        command.downgrade(config, "0007")
+        command.downgrade(config, "0010")
         return list(sync.dialect.get_table_names(sync))
 
     async with db.engine.begin() as conn:
         tables = await conn.run_sync(downgrade)
-    assert await current_revision(db) == "0007"
+    assert await current_revision(db) == "0010"
     assert "maintenance_windows" not in tables and "maintenance_window_racks" not in tables
 
 
-async def test_a_window_is_one_off_or_recurring_never_both_nor_backwards(db_at_0007: Database) -> None:
-    db = db_at_0007
+async def test_a_window_is_one_off_or_recurring_never_both_nor_backwards(db_at_0010: Database) -> None:
+    db = db_at_0010
     await migrate(db)
     common = {"kind": "freeze", "all_racks": True, "operations": [], "created_at": T0, "updated_at": T0}
     for name, when in (
