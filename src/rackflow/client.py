@@ -565,12 +565,14 @@ class RackflowClient:
         *,
         overlap: str = "skip",
         window_policy: str = "skip",
+        rollout: pb.RolloutPolicy | None = None,
     ) -> pb.TaskSchedule:
         config = pb.ScheduleConfig(
             name=name,
             spec=spec.to_proto(),
             overlap_policy=overlap_policy(overlap),
             window_policy=WINDOW_POLICIES[window_policy],
+            rollout=rollout,
         )
         request = pb.CreateTaskScheduleRequest(schedule=config, operation=operation.to_proto())
         return self._call(self._stub.CreateTaskSchedule, request, pb.TaskSchedule)
@@ -611,13 +613,20 @@ class RackflowClient:
         timezone: str | None = None,
         overlap: str | None = None,
         window_policy: str | None = None,
+        rollout: pb.RolloutPolicy | None = None,
+        remove_rollout: bool = False,
     ) -> pb.TaskSchedule:
-        """Change only what is given; `timezone` alone keeps the spec and changes its zone."""
+        """Change only what is given; `timezone` alone keeps the spec and changes its zone. `rollout`
+        replaces the rollout policy, `remove_rollout` removes it."""
         config = pb.ScheduleConfig()
         paths = []
         if window_policy is not None:
             config.window_policy = WINDOW_POLICIES[window_policy]
             paths.append("schedule.window_policy")
+        if rollout is not None:
+            config.rollout.CopyFrom(rollout)
+        if rollout is not None or remove_rollout:
+            paths.append("schedule.rollout")
         if name is not None:
             config.name = name
             paths.append("schedule.name")
@@ -631,7 +640,9 @@ class RackflowClient:
             config.spec.timezone = timezone
             paths.append("schedule.spec.timezone")
         if not paths:
-            raise ValueError("nothing to update: give a name, spec, timezone, overlap or window policy")
+            raise ValueError(
+                "nothing to update: give a name, spec, timezone, overlap, window or rollout policy"
+            )
         request = pb.UpdateTaskScheduleRequest(
             id=self._schedule_ref(schedule), schedule=config, update_mask=FieldMask(paths=paths)
         )
@@ -711,6 +722,18 @@ class RackflowClient:
             schedule_id=self._schedule_ref(schedule), pagination=_page(offset, limit)
         )
         return self._call(self._stub.ListTaskScheduleRuns, request, pb.ListTaskScheduleRunsResponse)
+
+    def get_run(self, run_id: str) -> pb.TaskScheduleRun:
+        request = pb.GetTaskScheduleRunRequest(id=pb.UUID(id=run_id))
+        return self._call(self._stub.GetTaskScheduleRun, request, pb.TaskScheduleRun)
+
+    def resume_run(self, run_id: str) -> pb.TaskScheduleRun:
+        request = pb.ResumeTaskScheduleRunRequest(id=pb.UUID(id=run_id))
+        return self._call(self._stub.ResumeTaskScheduleRun, request, pb.TaskScheduleRun)
+
+    def cancel_run(self, run_id: str) -> pb.TaskScheduleRun:
+        request = pb.CancelTaskScheduleRunRequest(id=pb.UUID(id=run_id))
+        return self._call(self._stub.CancelTaskScheduleRun, request, pb.TaskScheduleRun)
 
     # --- maintenance windows -----------------------------------------------------------------------
 

@@ -155,3 +155,9 @@ class ServeConfig:
             )
         if not 1 <= self.dispatch_batch <= 10_000:
             raise InvalidArgument(f"--dispatch-batch: must be 1..10000, got {self.dispatch_batch}")
+
+
+# Rollouts (rackflow.rollouts): every instance with the dispatcher steps rolling runs this often (a step
+# also runs at once after a firing, a resume and a cancel), up to this many runs per transaction.
+ROLLOUT_STEP_INTERVAL = timedelta(seconds=1)
+ROLLOUT_STEP_BATCH = 20

@@ -26,6 +26,12 @@ DUE_BACKLOG = Gauge(
     "rackflow_dispatch_due_backlog",
     "Schedules due but not yet claimed (while draining, counted at most once a second).",
 )
+ROLLOUT_RACKS_STARTED = Counter(
+    "rackflow_rollout_racks_started_total", "Racks a rollout step submitted a task for (docs/ROLLOUTS.md)."
+)
+ROLLOUT_HALTS = Counter(
+    "rackflow_rollout_halts_total", "Rollouts halted by their failure budget or a canary."
+)
 TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
 AUDIT_WRITE_FAILURES = Counter(
     "rackflow_audit_write_failures_total",

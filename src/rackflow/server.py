@@ -1,5 +1,6 @@
-"""Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher, audit
-spool replay, the pruners of the retentions, and (with --http-listen) the web dashboard and JSON API.
+"""Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher (with
+the rollout driver), audit spool replay, the pruners of the retentions, and (with --http-listen) the web
+dashboard and JSON API.
 
 Every process is a full peer: it serves the API, runs tasks and fires schedules. Several processes may share
 one PostgreSQL database; the store's row claims keep them from doing the same work twice.
@@ -28,6 +29,7 @@ from rackflow.clock import SystemClock
 from rackflow.config import BackendName, ServeConfig, parse_host_port
 from rackflow.metrics import serve_metrics
 from rackflow.retention import Pruner
+from rackflow.rollouts.driver import RolloutDriver
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import server_credentials
 from rackflow.services import Services
@@ -136,6 +138,7 @@ class RackflowServer:
                 lease_ttl=self.config.lease_ttl,
             )
             self._spawn("dispatcher", dispatcher.run)
+            self._spawn("rollout driver", RolloutDriver(self.services.rollouts).run)
         self._spawn("audit spool", self.audit_spool.run)
         if self.config.audit_retention is not None:
             self._spawn("audit pruner", AuditPruner(self.db, self.config.audit_retention).run)

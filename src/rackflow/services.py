@@ -8,6 +8,7 @@ from rackflow.audit.spool import AuditSpool
 from rackflow.audit.trail import AuditTrail
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
+from rackflow.rollouts.service import RolloutService
 from rackflow.schedules.service import ScheduleService
 from rackflow.store.db import Database
 from rackflow.tasks.manager import TaskManager
@@ -21,6 +22,7 @@ class Services:
     inventory: InventoryService
     tasks: TaskManager
     schedules: ScheduleService
+    rollouts: RolloutService
     audit: AuditTrail
     windows: WindowService
 
@@ -28,9 +30,10 @@ class Services:
     def build(cls, db: Database, clock: Clock, audit_spool: AuditSpool | None = None) -> Services:
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
-        schedules = ScheduleService(db, clock, tasks)
         audit = AuditTrail(db, clock, audit_spool)
         windows = WindowService(db, clock)
+        rollouts = RolloutService(db, clock, tasks, audit)
+        schedules = ScheduleService(db, clock, tasks, rollouts)
         return cls(
             db=db,
             clock=clock,
@@ -39,4 +42,5 @@ class Services:
             schedules=schedules,
             audit=audit,
             windows=windows,
+            rollouts=rollouts,
         )

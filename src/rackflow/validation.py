@@ -18,7 +18,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from rackflow.config import parse_interval
 from rackflow.errors import InvalidArgument
+from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.tasks.model import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions
 
 MAX_TEXT_LENGTH = 255  # the width of every inventory and schedule name column
@@ -138,3 +140,25 @@ def check_mask(paths: Collection[str], allowed: Sequence[str], field: str = "upd
         if path not in allowed:
             raise InvalidArgument(f"{field}: unknown path {path!r} (allowed: {', '.join(allowed)})")
     return set(paths)
+
+
+def bake_time(text: str, field: str = "schedule.rollout.bake_time") -> timedelta:
+    """A rollout's bake time: a positive Go duration (as every duration flag takes), or "" for none."""
+    return parse_interval(text, field) if text else timedelta(0)
+
+
+def check_rollout(policy: RolloutPolicy, field: str = "schedule.rollout") -> RolloutPolicy:
+    """Counts are not negative (0: no limit), the failure percentage is 0..100 (0: none), the bake time
+    is not negative (a zero from the API means none: `bake_time` refuses a written zero)."""
+    for name in ("max_concurrent_racks", "max_per_domain", "canary_racks", "halt_after_failures"):
+        value = getattr(policy, name)
+        if value < 0:
+            raise InvalidArgument(f"{field_path(field, name)}: must not be negative, got {value}")
+    percent = policy.halt_after_failure_percent
+    if not 0 <= percent <= 100:
+        raise InvalidArgument(
+            f"{field_path(field, 'halt_after_failure_percent')}: must be 0..100, got {percent:g}"
+        )
+    if policy.bake_time < timedelta(0):
+        raise InvalidArgument(f"{field_path(field, 'bake_time')}: must be positive")
+    return policy

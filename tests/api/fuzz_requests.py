@@ -39,8 +39,8 @@ SPEC_TEXT = (
 )
 ZONES = ("", "UTC", "Europe/Paris", "America/New_York", "EST", "US/Eastern", "Local", "Mars/Olympus")
 MASK_PATHS = (
-    "schedule.name", "schedule.overlap_policy", "schedule.spec", "schedule.spec.timezone", "schedule",
-    "schedule.window_policy", "name", "schedule.enabled", "schedule.spec.type", "*", "",
+    "schedule.name", "schedule.overlap_policy", "schedule.spec", "schedule.spec.timezone", "schedule.rollout",
+    "schedule", "schedule.window_policy", "name", "schedule.enabled", "schedule.spec.type", "*", "",
 )
 # fmt: on
 TIMESTAMP_SECONDS = (0, -1, -62135596800, -62135596801, 253402300799, 253402300800, 1_900_000_000)
@@ -273,6 +273,22 @@ def schedule_configs(k: Known) -> Strategy[pb.ScheduleConfig]:
         spec=present(schedule_specs()),
         overlap_policy=enums(list(pb.OverlapPolicy.values())),
         window_policy=enums(list(pb.WindowPolicy.values())),
+        rollout=maybe(rollout_policies()),
+    )
+
+
+def rollout_policies() -> Strategy[pb.RolloutPolicy]:
+    return build(
+        pb.RolloutPolicy,
+        max_concurrent_racks=int32s(2),
+        max_per_domain=int32s(),
+        canary_racks=int32s(),
+        bake_time=usually(
+            st.sampled_from(("", "15m", "1s")), st.sampled_from(("0", "-1s", "1d")) | garbage_text()
+        ),
+        halt_after_failures=int32s(),
+        halt_after_failure_percent=usually(st.sampled_from((0.0, 10.0, 100.0)), st.floats()),
+        pause_on_halt=maybe(st.booleans()),
     )
 
 
@@ -406,7 +422,7 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             id=schedule_id,
             schedule=present(schedule_configs(k)),
             update_mask=usually(
-                st.lists(st.sampled_from(MASK_PATHS[:4]), min_size=1, max_size=2, unique=True).map(_mask),
+                st.lists(st.sampled_from(MASK_PATHS[:5]), min_size=1, max_size=2, unique=True).map(_mask),
                 maybe(st.lists(st.sampled_from(MASK_PATHS) | garbage_text(), max_size=4).map(_mask)),
             ),
         ),
@@ -432,6 +448,9 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
         "ListTaskScheduleRuns": build(
             pb.ListTaskScheduleRunsRequest, schedule_id=schedule_id, pagination=maybe(pages())
         ),
+        "GetTaskScheduleRun": build(pb.GetTaskScheduleRunRequest, id=ids()),
+        "ResumeTaskScheduleRun": build(pb.ResumeTaskScheduleRunRequest, id=ids()),
+        "CancelTaskScheduleRun": build(pb.CancelTaskScheduleRunRequest, id=ids()),
         "ListAuditEvents": build(
             pb.ListAuditEventsRequest,
             since=maybe(timestamps()),

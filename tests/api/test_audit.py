@@ -310,3 +310,34 @@ async def test_close_waits_for_the_events_of_cancelled_calls(services: Services)
     await services.audit.close()
     assert recording.cancelled()
     assert [(e.method, e.outcome) for e in await stored_events(services.db)] == [("CreateRack", "CANCELLED")]
+
+
+async def test_resuming_and_cancelling_a_rollout_are_recorded_with_the_run(stub: FlowStub) -> None:
+    components = [pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name="c1")]
+    await stub.CreateRack(pb.CreateRackRequest(name="r1", components=components), metadata=OPERATOR)
+    config = pb.ScheduleConfig(name="fw", spec=HOURLY, rollout=pb.RolloutPolicy(max_concurrent_racks=1))
+    operation = pb.ScheduledOperation(power_on=pb.PowerOnRackRequest(target_spec=racks_spec("r1")))
+    schedule = await stub.CreateTaskSchedule(
+        pb.CreateTaskScheduleRequest(schedule=config, operation=operation), metadata=OPERATOR
+    )
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id), metadata=OPERATOR)
+    listed = await stub.ListTaskScheduleRuns(
+        pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id), metadata=VIEWER
+    )
+    run_id = listed.runs[0].id
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.ResumeTaskScheduleRun(pb.ResumeTaskScheduleRunRequest(id=run_id), metadata=OPERATOR)
+    await stub.CancelTaskScheduleRun(pb.CancelTaskScheduleRunRequest(id=run_id), metadata=OPERATOR)
+    await stub.GetTaskScheduleRun(
+        pb.GetTaskScheduleRunRequest(id=run_id), metadata=VIEWER
+    )  # a read: not recorded
+    (cancel,) = await events(stub, method="CancelTaskScheduleRun")
+    (resume,) = await events(stub, method="ResumeTaskScheduleRun")
+    assert not await events(stub, method="GetTaskScheduleRun")
+    assert (cancel.method, cancel.outcome, cancel.principal) == ("CancelTaskScheduleRun", "OK", "oncall")
+    assert run_id in cancel.target_ids
+    assert (resume.method, resume.outcome) == ("ResumeTaskScheduleRun", "FAILED_PRECONDITION")
+    assert "only a halted rollout can be resumed" in resume.error
+    with pytest.raises(grpc.aio.AioRpcError) as denied:
+        await stub.CancelTaskScheduleRun(pb.CancelTaskScheduleRunRequest(id=run_id), metadata=VIEWER)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED

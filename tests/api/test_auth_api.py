@@ -120,6 +120,7 @@ def test_every_rpc_is_classified_by_its_name() -> None:
         "CheckScheduleConflicts",
         "PreviewScheduleSpec",
         "ListTaskScheduleRuns",
+        "GetTaskScheduleRun",
         "ListAuditEvents",
         "GetMaintenanceWindow",
         "ListMaintenanceWindows",

@@ -631,3 +631,124 @@ async def test_preview_rejects_what_create_rejects(
 async def test_list_runs_of_unknown_schedule(stub: FlowStub) -> None:
     unknown = pb.ListTaskScheduleRunsRequest(schedule_id=pb.UUID(id="00000000-0000-0000-0000-000000000002"))
     await expect(grpc.StatusCode.NOT_FOUND, "schedule_id", stub.ListTaskScheduleRuns(unknown))
+
+
+# --- rollouts ------------------------------------------------------------------------------------
+
+
+def rollout_request(name: str, policy: pb.RolloutPolicy, *racks: str) -> pb.CreateTaskScheduleRequest:
+    schedule = config(name)
+    schedule.rollout.CopyFrom(policy)
+    return pb.CreateTaskScheduleRequest(schedule=schedule, operation=power_off(*(racks or ("r1",))))
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [
+        (
+            pb.RolloutPolicy(max_concurrent_racks=-1),
+            "schedule.rollout.max_concurrent_racks: must not be negative",
+        ),
+        (pb.RolloutPolicy(max_per_domain=-1), "schedule.rollout.max_per_domain"),
+        (pb.RolloutPolicy(canary_racks=-3), "schedule.rollout.canary_racks"),
+        (pb.RolloutPolicy(halt_after_failures=-1), "schedule.rollout.halt_after_failures"),
+        (pb.RolloutPolicy(halt_after_failure_percent=101), "schedule.rollout.halt_after_failure_percent"),
+        (
+            pb.RolloutPolicy(halt_after_failure_percent=float("nan")),
+            "schedule.rollout.halt_after_failure_percent",
+        ),
+        (pb.RolloutPolicy(bake_time="0s"), "schedule.rollout.bake_time: must be positive"),
+        (pb.RolloutPolicy(bake_time="-15m"), "schedule.rollout.bake_time"),
+        (pb.RolloutPolicy(bake_time="1d"), "schedule.rollout.bake_time"),
+    ],
+)
+async def test_a_bad_rollout_policy_is_invalid_argument_naming_the_field_and_writes_nothing(
+    stub: FlowStub, services: Services, racks: list[Rack], policy: pb.RolloutPolicy, field: str
+) -> None:
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT, field, stub.CreateTaskSchedule(rollout_request("fw", policy))
+    )
+    schedule = await create(stub, "plain", "r1")
+    update = pb.UpdateTaskScheduleRequest(
+        id=schedule.id,
+        schedule=pb.ScheduleConfig(rollout=policy),
+        update_mask=FieldMask(paths=["schedule.rollout"]),
+    )
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, field, stub.UpdateTaskSchedule(update))
+    assert (await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))).HasField(
+        "rollout"
+    ) is False
+    assert (await table_counts(services.db))["task_schedule"] == before["task_schedule"] + 1
+
+
+async def test_a_rollout_policy_round_trips_and_the_run_shows_progress(
+    stub: FlowStub, racks: list[Rack]
+) -> None:
+    policy = pb.RolloutPolicy(max_concurrent_racks=1, canary_racks=1, bake_time="15m", halt_after_failures=2)
+    names = [r.name for r in racks]
+    schedule = await stub.CreateTaskSchedule(rollout_request("fw", policy, *names))
+    expected = pb.RolloutPolicy()
+    expected.CopyFrom(policy)
+    expected.pause_on_halt = True  # unset means true, and is shown as such
+    assert schedule.rollout == expected
+    (task_id,) = (await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))).task_ids
+    (run,) = (await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))).runs
+    assert run.state == "rolling" and run.rollout == expected
+    assert (run.progress.total, run.progress.active, run.progress.pending) == (len(names), 1, len(names) - 1)
+    assert run.progress.wave == "canary"
+    first = run.outcomes[0]
+    assert (first.outcome, first.task_id, first.task_status, first.canary) == (
+        "submitted",
+        task_id,
+        pb.TASK_STATUS_PENDING,
+        True,
+    )
+    assert await stub.GetTaskScheduleRun(pb.GetTaskScheduleRunRequest(id=run.id)) == run
+    task = (await stub.GetTasksByIDs(pb.GetTasksByIDsRequest(task_ids=[task_id]))).tasks[0]
+    assert task.run_id == run.id
+    # A trigger while it rolls is refused and records nothing.
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "is still rolling",
+        stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id)),
+    )
+    assert (
+        await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
+    ).total == 1
+    cancelled = await stub.CancelTaskScheduleRun(pb.CancelTaskScheduleRunRequest(id=run.id))
+    assert cancelled.state == "cancelled" and cancelled.progress.not_started == len(names) - 1
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "only a halted rollout can be resumed",
+        stub.ResumeTaskScheduleRun(pb.ResumeTaskScheduleRunRequest(id=run.id)),
+    )
+    removed = await stub.UpdateTaskSchedule(
+        pb.UpdateTaskScheduleRequest(id=schedule.id, update_mask=FieldMask(paths=["schedule.rollout"]))
+    )
+    assert not removed.HasField("rollout")
+
+
+@pytest.mark.parametrize("rpc", ["GetTaskScheduleRun", "ResumeTaskScheduleRun", "CancelTaskScheduleRun"])
+async def test_run_rpcs_refuse_bad_and_unknown_ids_and_plain_runs(
+    stub: FlowStub, services: Services, racks: list[Rack], rpc: str
+) -> None:
+    request_type = getattr(pb, f"{rpc}Request")
+    call = getattr(stub, rpc)
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "id", call(request_type(id=pb.UUID(id="not-a-uuid"))))
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "id", call(request_type()))
+    unknown = "00000000-0000-0000-0000-000000000003"
+    await expect(
+        grpc.StatusCode.NOT_FOUND,
+        f"id: no task schedule run {unknown}",
+        call(request_type(id=pb.UUID(id=unknown))),
+    )
+    schedule = await create(stub, "plain", "r1")
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    (run,) = (await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))).runs
+    if rpc == "GetTaskScheduleRun":
+        assert (await call(request_type(id=run.id))).state == "completed"
+        return
+    before = await table_counts(services.db)
+    await expect(grpc.StatusCode.FAILED_PRECONDITION, "is not a rollout", call(request_type(id=run.id)))
+    assert await table_counts(services.db) == before

@@ -230,3 +230,31 @@ def test_windows_freeze_a_manual_task_until_deleted_and_preview_a_schedule(serve
         assert time.monotonic() < deadline, task(held_id)
         time.sleep(0.5)
     rackflow(server, "window", "delete", "sat-night")
+
+
+def test_a_rollout_from_the_command_line(server: ServerProcess) -> None:
+    for name in ("ro-a", "ro-b", "ro-c"):
+        rackflow(server, "rack", "create", name, "--component", f"COMPUTE:{name}-c0")
+    created = rackflow_json(
+        server, "schedule", "create", "fw-ro", "--interval", "24h", "--op", "power-on",
+        "--rack", "ro-a", "--rack", "ro-b", "--rack", "ro-c",
+        "--max-concurrent", "1", "--canary", "1", "--halt-after", "34%",
+    )  # fmt: skip
+    assert created["rollout"]["max_concurrent_racks"] == 1
+    assert created["rollout"]["halt_after_failure_percent"] == 34
+    shown = rackflow(server, "schedule", "get", "fw-ro").stdout
+    assert "max 1, 1 canary, halt after 34%, pause on halt" in shown
+    bad = rackflow(server, "schedule", "update", "fw-ro", "--bake", "0s", expect=1)
+    assert "INVALID_ARGUMENT" in bad.stderr and "schedule.rollout.bake_time" in bad.stderr
+
+    triggered = rackflow_json(server, "schedule", "trigger", "fw-ro")
+    assert len(triggered["task_ids"]) == 1  # the canary alone
+    (run,) = rackflow_json(server, "schedule", "runs", "fw-ro")["runs"]
+    watched = rackflow(server, "run", "show", run["id"]["id"], "--watch", "--interval", "1")
+    assert "completed" in watched.stdout and "3/3 ok" in watched.stdout
+    done = rackflow_json(server, "run", "show", run["id"]["id"])
+    assert done["state"] == "completed" and done["progress"]["succeeded"] == 3
+    refused = rackflow(server, "run", "cancel", run["id"]["id"], expect=1)
+    assert "FAILED_PRECONDITION" in refused.stderr and "only a rolling or halted rollout" in refused.stderr
+    runs_table = rackflow(server, "schedule", "runs", "fw-ro").stdout
+    assert "3/3 ok" in runs_table

@@ -104,7 +104,12 @@ async def test_old_runs_go_in_chunks_running_and_recent_ones_stay_and_their_task
 ) -> None:
     await _fleet(db)
     old = [_run(_ago(hours=2)), _run(_ago(hours=3), "interrupted"), _run(_ago(days=40))]
-    kept = await _insert(db, task_schedule_run, [_run(_ago(hours=5), "running"), _run(_ago(minutes=10))])
+    kept = await _insert(
+        db,
+        task_schedule_run,
+        # A live (here halted) rollout's run stays however old, as a running one does.
+        [_run(_ago(hours=5), "running"), _run(_ago(hours=6), "halted"), _run(_ago(minutes=10))],
+    )
     await _insert(db, task_schedule_run, old)
     (task,) = await _insert(
         db, tasks, [_task("completed", _ago(hours=2), _ago(hours=2), run_id=old[0]["id"])]

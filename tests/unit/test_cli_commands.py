@@ -237,7 +237,7 @@ def test_schedule_create_sends_spec_operation_and_overlap(
         Spec("cron", "0 2 * * *", "America/Los_Angeles"),
         Operation("power_reset", Targets(racks=("rack-01", RACK_ID)), forced=True),
     )
-    assert kwargs == {"overlap": "queue", "window_policy": "skip"}
+    assert kwargs == {"overlap": "queue", "window_policy": "skip", "rollout": None}
     assert "2026-12-01 02:00 PST (10:00Z), in 3h 12m" in result.output
 
 
@@ -263,6 +263,8 @@ def test_schedule_update_with_only_tz_changes_only_the_zone(
         "timezone": "Europe/Berlin",
         "overlap": None,
         "window_policy": None,
+        "rollout": None,
+        "remove_rollout": False,
     }
 
 
@@ -308,9 +310,97 @@ def test_schedule_runs_summarises_outcomes(fake: FakeClient, run: Callable[..., 
         "1",
         "0",
         "1",
+        "-",
         "rack",
         "busy",
     ]
+
+
+def test_schedule_create_sends_the_rollout_policy(fake: FakeClient, run: Callable[..., Result]) -> None:
+    base = ("schedule", "create", "fw", "--interval", "24h", "--op", "power-on", "--rack", "rack-01")
+    flags = ("--max-concurrent", "5", "--max-per-domain", "1", "--canary", "2", "--bake", "15m")
+    result = run(*base, *flags, "--halt-after", "10%", "--no-pause-on-halt")
+    assert result.exit_code == 0, result.output
+    [(_args, kwargs)] = fake.called("create_schedule")
+    assert kwargs["rollout"] == pb.RolloutPolicy(
+        max_concurrent_racks=5,
+        max_per_domain=1,
+        canary_racks=2,
+        bake_time="15m",
+        halt_after_failure_percent=10,
+        pause_on_halt=False,
+    )
+    assert run(*base, "--halt-after", "3").exit_code == 0
+    assert fake.called("create_schedule")[1][1]["rollout"] == pb.RolloutPolicy(halt_after_failures=3)
+    bad = run(*base, "--halt-after", "three")
+    assert bad.exit_code == 2 and "neither a number of racks (3) nor a percentage (10%)" in bad.output
+
+
+def test_schedule_update_changes_only_the_named_rollout_fields(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    current = a_schedule()
+    current.rollout.CopyFrom(pb.RolloutPolicy(max_concurrent_racks=5, canary_racks=2))
+    fake.answers["get_schedule"] = current
+    assert run("schedule", "update", "nightly", "--halt-after", "2").exit_code == 0
+    [(_args, kwargs)] = fake.called("update_schedule")
+    assert kwargs["rollout"] == pb.RolloutPolicy(
+        max_concurrent_racks=5, canary_racks=2, halt_after_failures=2
+    )
+    assert run("schedule", "update", "nightly", "--no-rollout").exit_code == 0
+    assert fake.called("update_schedule")[1][1]["remove_rollout"] is True
+    both = run("schedule", "update", "nightly", "--no-rollout", "--canary", "1")
+    assert both.exit_code == 2 and "--no-rollout removes the rollout policy" in both.output
+
+
+def _a_rollout_run(state: str, active: int) -> pb.TaskScheduleRun:
+    return pb.TaskScheduleRun(
+        id=pb.UUID(id=TASK_ID),
+        fired_at=stamp(NOW),
+        trigger="dispatch",
+        state=state,
+        reason="rollout halted: 2 of 4 racks failed (limit 2)" if state == "halted" else "",
+        rollout=pb.RolloutPolicy(max_concurrent_racks=2, halt_after_failures=2),
+        progress=pb.RolloutProgress(
+            total=4, succeeded=1, failed=2 if state == "halted" else 0, active=active
+        ),
+        outcomes=[
+            pb.ScopeOutcome(
+                rack_id=pb.UUID(id=RACK_ID),
+                outcome="submitted",
+                task_id=pb.UUID(id=TASK_ID),
+                task_status=pb.TASK_STATUS_RUNNING,
+                canary=True,
+            )
+        ],
+    )
+
+
+def test_run_show_watch_follows_until_the_rollout_halts(fake: FakeClient, run: Callable[..., Result]) -> None:
+    answers = iter([_a_rollout_run("rolling", 2), _a_rollout_run("rolling", 1), _a_rollout_run("halted", 0)])
+    fake.answers["get_run"] = lambda: next(answers)
+    result = run("run", "show", TASK_ID, "--watch")
+    assert result.exit_code == 1, result.output  # halted: not completed
+    assert len(fake.called("get_run")) == 3
+    assert "rollout halted: 2 of 4 racks failed (limit 2)" in result.output
+    assert "rack-01 (canary)" in result.output and "max 2, halt after 2, pause on halt" in result.output
+    assert "1/4 ok, 2 failed" in result.output
+
+
+def test_run_resume_and_cancel_call_the_server(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["resume_run"] = _a_rollout_run("rolling", 1)
+    fake.answers["cancel_run"] = _a_rollout_run("cancelled", 1)
+    assert run("run", "resume", TASK_ID).exit_code == 0
+    assert fake.called("resume_run") == [((TASK_ID,), {})]
+    result = run("run", "cancel", TASK_ID, "-o", "json")
+    assert result.exit_code == 0 and json.loads(result.output)["state"] == "cancelled"
+
+
+def test_schedule_runs_shows_a_rollouts_progress(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[_a_rollout_run("halted", 0)], total=1)
+    result = run("schedule", "runs", "nightly")
+    assert result.exit_code == 0, result.output
+    assert "1/4 ok, 2 failed" in result.output and "rollout halted: 2 of 4" in result.output
 
 
 def test_conflicts_of_an_existing_schedule_use_its_operation_and_scope(

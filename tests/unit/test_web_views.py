@@ -71,6 +71,8 @@ def test_a_rack_in_a_firing() -> None:
     assert outcome_verdict(outcome("failed", error="conflict"), {}) is Verdict.FAILED
     assert outcome_verdict(outcome("skipped_overlap"), {}) is Verdict.SKIPPED
     assert outcome_verdict(outcome("submitted", T1), {T1: TaskStatus.PENDING}) is Verdict.WAITING
+    assert outcome_verdict(outcome("pending"), {}) is Verdict.PENDING  # a rollout's rack waiting its turn
+    assert outcome_verdict(outcome("not_started"), {}) is Verdict.NOT_STARTED
 
 
 def test_every_state_has_a_label_and_a_glyph_besides_its_colour() -> None:

@@ -13,6 +13,7 @@ import pytest
 from rackflow.api.audit import AuditInterceptor
 from rackflow.clock import Clock, FakeClock
 from rackflow.inventory.model import ComponentSpec, ComponentType, RackTarget, TargetSpec
+from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.schedules.model import OverlapPolicy, Schedule
 from rackflow.security import TokenTable
 from rackflow.services import Services
@@ -68,6 +69,7 @@ async def make_schedule(
     *racks: str,
     spec: ScheduleSpec = NIGHTLY,
     kind: OperationKind = OperationKind.POWER_RESET,
+    rollout: RolloutPolicy | None = None,
 ) -> Schedule:
     _tick(services)
     return await services.schedules.create(
@@ -78,6 +80,7 @@ async def make_schedule(
         queue=QueueOptions(),
         description="",
         target=TargetSpec(racks=tuple(RackTarget(name=r) for r in racks)),
+        rollout=rollout,
     )
 
 

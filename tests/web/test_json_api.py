@@ -13,6 +13,7 @@ import pytest
 from rackflow.api.convert import message_json
 from rackflow.api.servicer import FlowServicer
 from rackflow.clock import FakeClock
+from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.services import Services
 from rackflow.store.db import Database
 from rackflow.tasks.model import OperationKind, TaskStatus
@@ -291,3 +292,30 @@ async def test_responses_carry_the_security_headers(http: httpx.AsyncClient) -> 
         headers = (await http.get(path)).headers
         assert "frame-ancestors 'none'" in headers["content-security-policy"]
         assert headers["x-content-type-options"] == "nosniff"
+
+
+async def test_a_rollout_run_is_read_cancelled_and_refused_like_over_grpc(
+    http: httpx.AsyncClient, services: Services, db: Database
+) -> None:
+    await make_racks(services, "r1", "r2", "r3")
+    schedule = await make_schedule(
+        services, "fw", "r1", "r2", "r3", rollout=RolloutPolicy(max_concurrent_racks=1)
+    )
+    await services.schedules.trigger(schedule.id)
+    (run,) = (await http.get(f"{API}/schedules/fw/runs")).json()["runs"]
+    assert run["state"] == "rolling" and run["progress"]["pending"] == 2 and run["progress"]["active"] == 1
+    one = await http.get(f"{API}/runs/{run['id']['id']}")
+    assert one.status_code == 200 and one.json() == run
+    error_of(await http.get(f"{API}/runs/nope"), 400, "INVALID_ARGUMENT", "id")
+    before = await table_counts(db)
+    refused = await http.post(f"{API}/runs/{run['id']['id']}:resume")
+    assert "only a halted rollout can be resumed" in error_of(refused, 412, "FAILED_PRECONDITION", "id")
+    cancelled = await http.post(f"{API}/runs/{run['id']['id']}:cancel", json={})
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert cancelled.json()["progress"]["not_started"] == 2
+    rows = await audit_rows(http)
+    assert sorted((e["method"], e["outcome"]) for e in rows) == [  # one FakeClock instant: any order
+        ("CancelTaskScheduleRun", "OK"),
+        ("ResumeTaskScheduleRun", "FAILED_PRECONDITION"),
+    ]
+    assert (await table_counts(db))["tasks"] == before["tasks"]

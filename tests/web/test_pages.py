@@ -9,6 +9,7 @@ import re
 import httpx
 import pytest
 
+from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.services import Services
 from rackflow.tasks.model import OperationKind, TaskStatus
 from rackflow.timespec import ScheduleSpec, SpecType
@@ -107,6 +108,38 @@ async def test_a_schedule_page_shows_its_runs_grid(http: httpx.AsyncClient, serv
     paused = (await http.get(f"/schedules/{schedule.id}", headers=FRAGMENT)).text
     assert tagged(paused, "action-resume") and not tagged(paused, "action-pause")
     assert tagged(paused, "paused-note")
+
+
+async def test_a_rollouts_progress_and_actions_on_its_schedule_page(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    await make_racks(services, "r1", "r2", "r3", "r4")
+    policy = RolloutPolicy(max_concurrent_racks=2, halt_after_failures=1)
+    schedule = await make_schedule(services, "fw", "r1", "r2", "r3", "r4", rollout=policy)
+    plain = (await http.get("/schedules/fw")).text
+    assert "max 2, halt after 1, pause on halt" in plain and not tagged(plain, "rollout-panel")
+
+    first, _second = await services.schedules.trigger(schedule.id)
+    page = (await http.get("/schedules/fw")).text
+    (panel,) = tagged(page, "rollout-panel")
+    assert attribute(panel, "data-state") == "rolling"
+    assert "0 of 4 succeeded, 2 active, 2 waiting their turn" in page
+    statuses = sorted(attribute(t, "data-status") for t in tagged(page, "grid-cell"))
+    assert statuses == ["pending", "pending", "waiting its turn", "waiting its turn"]
+    assert tagged(page, "action-cancel-run") and not tagged(page, "action-resume-run")
+
+    await end_task(services, first, TaskStatus.FAILED)
+    await services.rollouts.advance()
+    halted = (await http.get("/schedules/fw", headers=FRAGMENT)).text
+    assert "rollout halted: 1 of 4 racks failed (limit 1)" in halted
+    assert re.search(
+        r'data-testid="rollout-state"><span class="glyph" aria-hidden="true">‖</span>halted<', halted
+    )
+    assert tagged(halted, "action-resume-run") and tagged(halted, "action-cancel-run")
+    cells = sorted(attribute(t, "data-status") for t in tagged(halted, "grid-cell"))
+    assert cells == ["failed", "not started", "not started", "pending"]
+    (progress,) = tagged(halted, "rollout-progress")
+    assert (attribute(progress, "max"), attribute(progress, "value")) == ("4", "3")
 
 
 async def test_tasks_page_filters_and_task_page(http: httpx.AsyncClient, services: Services) -> None:

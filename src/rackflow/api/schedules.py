@@ -19,6 +19,7 @@ from rackflow.api.convert.schedules import (
     overlap_policy_from,
     planned_firing_to,
     preview_to,
+    rollout_from,
     run_to,
     schedule_to,
     scope_to,
@@ -28,7 +29,13 @@ from rackflow.api.convert.schedules import (
 from rackflow.api.convert.tasks import operation_kind_from, scheduled_operation_from
 from rackflow.api.convert.windows import window_policy_from
 from rackflow.api.errors import rpc
-from rackflow.schedules.service import OVERLAP_POLICY_PATH, SPEC_PATH, WINDOW_POLICY_PATH, parse_order
+from rackflow.schedules.service import (
+    OVERLAP_POLICY_PATH,
+    ROLLOUT_PATH,
+    SPEC_PATH,
+    WINDOW_POLICY_PATH,
+    parse_order,
+)
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:
@@ -48,6 +55,7 @@ class ScheduleRpcs:
         spec = spec_from(config.spec)
         policy = overlap_policy_from(config.overlap_policy)
         operation, queue, description, target = scheduled_operation_from(request.operation)
+        rollout = rollout_from(config.rollout) if config.HasField("rollout") else None
         schedule = await self.services.schedules.create(
             name=config.name,
             spec=spec,
@@ -57,6 +65,7 @@ class ScheduleRpcs:
             queue=queue,
             description=description,
             target=target,
+            rollout=rollout,
         )
         return schedule_to(schedule)
 
@@ -93,6 +102,9 @@ class ScheduleRpcs:
         policy = overlap_policy_from(config.overlap_policy) if OVERLAP_POLICY_PATH in paths else None
         spec_type = spec_type_from(config.spec.type, f"{SPEC_PATH}.type") if SPEC_PATH in paths else None
         window_policy = window_policy_from(config.window_policy) if WINDOW_POLICY_PATH in paths else None
+        rollout = (
+            rollout_from(config.rollout) if ROLLOUT_PATH in paths and config.HasField("rollout") else None
+        )
         schedule = await self.services.schedules.update(
             schedule_id,
             paths,
@@ -102,6 +114,7 @@ class ScheduleRpcs:
             spec=config.spec.spec,
             timezone=config.spec.timezone if config.HasField("spec") else None,
             window_policy=window_policy,
+            rollout=rollout,
         )
         return schedule_to(schedule)
 
@@ -199,7 +212,26 @@ class ScheduleRpcs:
         schedule_id = required_uuid(request.schedule_id, "schedule_id")
         offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
         runs, total = await self.services.schedules.list_runs(schedule_id, offset=offset, limit=limit)
-        return pb.ListTaskScheduleRunsResponse(runs=[run_to(r) for r in runs], total=total)
+        reports = await self.services.rollouts.reports(runs)
+        return pb.ListTaskScheduleRunsResponse(runs=[run_to(r) for r in reports], total=total)
+
+    @rpc
+    async def GetTaskScheduleRun(
+        self, request: pb.GetTaskScheduleRunRequest, context: Context
+    ) -> pb.TaskScheduleRun:
+        return run_to(await self.services.rollouts.get(required_uuid(request.id, "id")))
+
+    @rpc
+    async def ResumeTaskScheduleRun(
+        self, request: pb.ResumeTaskScheduleRunRequest, context: Context
+    ) -> pb.TaskScheduleRun:
+        return run_to(await self.services.rollouts.resume(required_uuid(request.id, "id")))
+
+    @rpc
+    async def CancelTaskScheduleRun(
+        self, request: pb.CancelTaskScheduleRunRequest, context: Context
+    ) -> pb.TaskScheduleRun:
+        return run_to(await self.services.rollouts.cancel(required_uuid(request.id, "id")))
 
     @rpc
     async def PreviewTaskSchedule(

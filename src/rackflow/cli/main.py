@@ -13,6 +13,7 @@ import click
 from rackflow.cli.audit import audit
 from rackflow.cli.output import OUTPUT_FORMATS, Group, Session
 from rackflow.cli.racks import domain, inventory, rack
+from rackflow.cli.rollouts import run
 from rackflow.cli.schedules import schedule
 from rackflow.cli.security import auth, connection_options, use_connection
 from rackflow.cli.serve import db, serve
@@ -77,7 +78,7 @@ def main(
     ctx.call_on_close(session.close)
 
 
-for command in (rack, domain, inventory, task, schedule, window, audit, auth, serve, db):
+for command in (rack, domain, inventory, task, schedule, run, window, audit, auth, serve, db):
     main.add_command(command)
 
 

@@ -30,6 +30,7 @@ from rackflow.cli.output import (
     zone_of,
     zoned_text,
 )
+from rackflow.cli.rollouts import policy_from, policy_text, progress_text, rollout_options
 from rackflow.cli.targets import checked, parse_seconds, parse_time, target_options, valid
 from rackflow.cli.tasks import submitted_view
 from rackflow.client import OPERATION_RPCS, Operation, Spec, Targets, operation_name, with_targets
@@ -142,6 +143,7 @@ def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
             ("windows", window_policy_name(s.window_policy)),
             ("next", schedule_time_text(s.next_run_at, s.spec.timezone, now) if s.enabled else "-"),
             ("last", schedule_time_text(s.last_run_at, s.spec.timezone, now)),
+            ("rollout", policy_text(s.rollout) if s.HasField("rollout") else "-"),
             ("description", s.description or "-"),
             ("created", utc_text(when(s.created_at))),
             ("updated", utc_text(when(s.updated_at))),
@@ -191,6 +193,7 @@ _window_help = "A rack maintenance windows close at a firing: skip it, or defer 
     help="With --overlap queue: how long a queued task may wait (server default 1h).",
 )
 @click.option("--description", default="", help="Free text kept with the schedule's tasks.")
+@rollout_options(removable=False)
 @click.pass_context
 def create(
     ctx: click.Context,
@@ -205,24 +208,31 @@ def create(
     version: str,
     queue_timeout: int | None,
     description: str,
+    rollout: dict[str, Any] | None,
 ) -> None:
     """Create a schedule; its targets become the schedule's scope.
+
+    With any rollout flag, each firing rolls out: in waves within the caps, canaries first, halting
+    when too many racks failed (docs/ROLLOUTS.md).
 
     \b
     Example:
       rackflow schedule create nightly-reset --cron "0 2 * * *" --tz America/Los_Angeles \\
           --op power-reset --rack rack-01 --rack rack-02 --types COMPUTE
       rackflow schedule create daily-ingest --interval 24h --op ingest --domain nvl-a
+      rackflow schedule create fw-2-1 --at 2026-06-01T04:00:00Z --op upgrade-firmware --version 2.1 \\
+          --domain nvl-a --domain nvl-b --max-per-domain 1 --canary 2 --bake 15m --halt-after 2
     """
     run = valid(
         Operation(
             operation, targets, description, forced=forced, version=version, queue_timeout=queue_timeout or 0
         )
     )
+    policy = policy_from(rollout) if rollout is not None else None
     _show(
         ctx,
         lambda session: session.client.create_schedule(
-            name, spec, run, overlap=overlap, window_policy=window_policy
+            name, spec, run, overlap=overlap, window_policy=window_policy, rollout=policy
         ),
     )
 
@@ -296,6 +306,7 @@ def list_schedules(
 @click.option(
     "--window-policy", type=click.Choice(["skip", "defer"]), default=None, help="A new window policy."
 )
+@rollout_options(removable=True)
 @click.pass_context
 def update(
     ctx: click.Context,
@@ -305,25 +316,52 @@ def update(
     tz: str | None,
     overlap: str | None,
     window_policy: str | None,
+    rollout: dict[str, Any] | None,
+    no_rollout: bool,
 ) -> None:
-    """Change a schedule's name, timing or overlap policy (its operation and scope stay).
+    """Change a schedule's name, timing, overlap or rollout policy (its operation and scope stay).
 
-    --tz alone changes only the zone of the current spec.
+    --tz alone changes only the zone of the current spec. Rollout flags change only what they name in
+    the current rollout policy (or start one); --no-rollout removes it.
 
     \b
     Example:
       rackflow schedule update nightly-reset --cron "30 3 * * *" --tz Europe/Berlin
+      rackflow schedule update fw-2-1 --halt-after 10% --no-pause-on-halt
     """
-    if name is None and spec is None and tz is None and overlap is None and window_policy is None:
+    if no_rollout and rollout is not None:
+        raise click.UsageError("--no-rollout removes the rollout policy: give no other rollout flag with it")
+    if (
+        name is None
+        and spec is None
+        and tz is None
+        and overlap is None
+        and window_policy is None
+        and rollout is None
+        and not no_rollout
+    ):
         raise click.UsageError(
-            "nothing to change: give --name, --interval/--cron/--at, --tz, --overlap or --window-policy"
+            "nothing to change: give --name, --interval/--cron/--at, --tz, --overlap, --window-policy, "
+            "a rollout flag or --no-rollout"
         )
-    _show(
-        ctx,
-        lambda session: session.client.update_schedule(
-            schedule_ref, name=name, spec=spec, timezone=tz, overlap=overlap, window_policy=window_policy
-        ),
-    )
+
+    def call(session: Session) -> pb.TaskSchedule:
+        policy = None
+        if rollout is not None:
+            current = session.client.get_schedule(schedule_ref)
+            policy = policy_from(rollout, current.rollout if current.HasField("rollout") else None)
+        return session.client.update_schedule(
+            schedule_ref,
+            name=name,
+            spec=spec,
+            timezone=tz,
+            overlap=overlap,
+            window_policy=window_policy,
+            rollout=policy,
+            remove_rollout=no_rollout,
+        )
+
+    _show(ctx, call)
 
 
 @schedule.command()
@@ -486,16 +524,18 @@ def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Table:
 
 
 def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Table:
-    columns = ("FIRED", "TRIGGER", "STATE", "SUBMITTED", "SKIPPED", "FAILED", "ERROR")
+    columns = ("RUN", "FIRED", "TRIGGER", "STATE", "SUBMITTED", "SKIPPED", "FAILED", "ROLLOUT", "ERROR")
     result = table(*columns, title=f"{len(found.runs)} of {found.total} runs")
     for run in found.runs:
         counts = Counter(o.outcome for o in run.outcomes)
-        error = next((o.error for o in run.outcomes if o.error), "")
+        error = run.reason or next((o.error for o in run.outcomes if o.error), "")
         result.add_row(
+            run.id.id,
             utc_text(when(run.fired_at)),
             run.trigger,
             run.state,
             *(str(counts[kind]) for kind in ("submitted", "skipped_overlap", "failed")),
+            progress_text(run) or "-",
             error,
         )
     return result
@@ -508,7 +548,8 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Table:
 )
 @click.pass_context
 def runs(ctx: click.Context, schedule_ref: str, limit: int) -> None:
-    """Show a schedule's recent firings and what each did per scope.
+    """Show a schedule's recent firings and what each did per scope (a rollout: its progress; follow
+    one with `rackflow run show RUN_ID --watch`).
 
     \b
     Example:

@@ -48,6 +48,18 @@ def parse_time(value: str) -> datetime:
     return parsed
 
 
+def poll_interval_option(help_text: str = "How often to poll.") -> Callable[[Any], Any]:
+    """`--interval DURATION` (default 1s) of the commands that follow something until it ends."""
+    return click.option(
+        "--interval",
+        default="1s",
+        metavar="DURATION",
+        callback=checked(parse_seconds),
+        show_default=True,
+        help=help_text,
+    )
+
+
 def checked(parse: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
     """A click callback that turns a parser's ValueError into a usage error naming the option."""
 

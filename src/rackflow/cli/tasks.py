@@ -28,8 +28,8 @@ from rackflow.cli.output import (
 )
 from rackflow.cli.targets import (
     checked,
-    parse_seconds,
     parse_time,
+    poll_interval_option,
     queue_options,
     target_options,
     valid,
@@ -269,14 +269,7 @@ def watch_view(t: pb.Task, racks: dict[str, str], session: Session) -> Renderabl
 
 @task.command()
 @click.argument("task_id", metavar="ID")
-@click.option(
-    "--interval",
-    default="1s",
-    metavar="DURATION",
-    callback=checked(parse_seconds),
-    show_default=True,
-    help="How often to poll.",
-)
+@poll_interval_option()
 @click.pass_context
 def watch(ctx: click.Context, task_id: str, interval: int) -> None:
     """Follow a task until it finishes; exit 0 if it COMPLETED, 1 otherwise.

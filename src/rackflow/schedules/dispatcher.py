@@ -12,6 +12,8 @@ Delivery guarantee — at most once per tick, on any number of instances:
   `last_task_id` back and complete the run. A crash between phases loses the tick's remaining submissions
   rather than repeating them; its run row stays "running" until another instance sees the owner's
   heartbeat has stopped and marks it "interrupted", so the operator sees it.
+* A schedule with a rollout policy is recorded "rolling" in phase 1 and its first wave starts at once
+  (`RolloutService.advance`); the rollout driver (`rollouts/driver.py`) takes it from there.
 * "Now" is the database's clock on PostgreSQL, so instances with skewed clocks agree on what is due.
 
 A full batch means more may be due: the loop polls again at once (draining) instead of sleeping, so
@@ -170,6 +172,9 @@ class Dispatcher:
         try:
             await failpoints.pause("pause_after_claim")
             await fire(self.db, self.services.tasks, self.services.clock, claimed)
+            rollouts = [f.run_id for f in claimed if f.rolls_out]
+            if rollouts:  # their first wave now, not at the rollout driver's next step
+                await self.services.rollouts.advance(rollouts)
         except Exception:
             log.exception("firing a batch of %d schedule(s) failed", len(claimed))
         finally:

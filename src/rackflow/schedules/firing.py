@@ -25,6 +25,13 @@ submitted: the SKIP overlap check ("skipped_overlap"), then, for a dispatched fi
 windows (`window_decisions`, the one function the schedule preview asks too): a closed rack is
 "skipped_window" under the SKIP window policy, and under DEFER its task is submitted with the opening it
 waits for as its window (`Firing.deferred`), which the executor's claim and expiry already honour.
+
+A schedule with a rollout policy (`rackflow.rollouts`) is claimed the same way, but phase 1 records its
+run as "rolling" with every scope "pending" in rollout order (rack name, canaries first; the scopes
+settled above keep their outcome), and phases 2 and 3 are the rollout's steps (`RolloutService.advance`),
+which start scopes as the policy allows. While a schedule's previous rollout is still rolling or halted,
+its firing is recorded as "skipped" with the reason and nothing more happens (the database holds one live
+rollout per schedule).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from rackflow.errors import RackflowError, Unavailable
 from rackflow.inventory.model import RackSelection
 from rackflow.retry import Retry, retrying
 from rackflow.schedules.model import OverlapPolicy, Schedule, Scope, ScopeOutcome, Trigger
+from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
@@ -68,6 +76,7 @@ class Firing:
     `decided`: the scopes phase 1 settled without a task, with the outcome recorded for each
     ("skipped_overlap", "skipped_window"). `deferred`: the scopes whose task waits for an opening.
     `scheduled_for`: the slot a dispatched firing was due at (None: manual).
+    `rollout_outcomes`: a rollout's every scope as phase 1 recorded it, in rollout order.
     """
 
     schedule: Schedule
@@ -78,6 +87,11 @@ class Firing:
     decided: Mapping[uuid.UUID, ScopeOutcome] = field(default_factory=dict)
     scheduled_for: datetime | None = None
     deferred: Mapping[uuid.UUID, Decision] = field(default_factory=dict)
+    rollout_outcomes: tuple[ScopeOutcome, ...] = ()
+
+    @property
+    def rolls_out(self) -> bool:
+        return self.schedule.rollout is not None
 
     @property
     def to_submit(self) -> list[Scope]:
@@ -132,6 +146,19 @@ def task_description(schedule: Schedule, fired_at: datetime) -> str:
     return f"{schedule.name} — {format_rfc3339(fired_at)}"
 
 
+def scope_submission(schedule: Schedule, scope: Scope, fired_at: datetime, run_id: uuid.UUID) -> Submission:
+    """What a firing submits for one scope (phase 2, or a rollout's step): the schedule's operation on the
+    scope's rack and components, under the overlap policy's conflict strategy, carrying the run's id."""
+    return Submission(
+        schedule.operation,
+        (RackSelection(scope.rack_id, scope.filter),),
+        task_description(schedule, fired_at),
+        QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
+        schedule.id,
+        run_id,
+    )
+
+
 # --- phase 1: claim ------------------------------------------------------------------------------
 
 
@@ -172,11 +199,26 @@ async def claim(
     ]
     advances = [store.Advance(s.id, *advance_after_firing(s, now), last_run_at=now) for s in schedules]
     await store.advance(conn, advances, now)
+    firings, skipped = await _rollouts_in(conn, firings)
     runs = [
         store.NewRun(f.run_id, f.schedule.id, now, trigger, f.scheduled_for, owner_id if dispatched else None)
+        if not f.rolls_out
+        else store.NewRun(
+            f.run_id,
+            f.schedule.id,
+            now,
+            trigger,
+            f.scheduled_for,
+            state="skipped" if f.run_id in skipped else "rolling",
+            outcomes=f.rollout_outcomes,
+            rollout=f.schedule.rollout,
+            reason=skipped.get(f.run_id, ""),
+        )
         for f in firings
     ]
     recorded = await store.insert_runs(db, conn, runs)
+    # A rollout's run is never written back by phase 3, where run history is pruned: prune it here.
+    await store.prune_runs(conn, {f.schedule.id for f in firings if f.rolls_out})
     for f in firings:
         if f.run_id not in recorded:
             log.warning(
@@ -185,7 +227,57 @@ async def claim(
                 f.scheduled_for,
                 extra={"schedule_id": str(f.schedule.id)},
             )
-    return [f for f in firings if f.run_id in recorded]
+        elif f.run_id in skipped:
+            log.warning(
+                "schedule %s: firing skipped: %s",
+                f.schedule.name,
+                skipped[f.run_id],
+                extra={"schedule_id": str(f.schedule.id), "run_id": str(f.run_id)},
+            )
+    return [f for f in firings if f.run_id in recorded and f.run_id not in skipped]
+
+
+def skip_reason(live_run_id: uuid.UUID, state: str) -> str:
+    """Why a rollout's firing was skipped: the schedule's live rollout."""
+    return f"the schedule's previous rollout (run {live_run_id}) is still {state}"
+
+
+async def _rollouts_in(
+    conn: AsyncConnection, firings: Sequence[Firing]
+) -> tuple[list[Firing], dict[uuid.UUID, str]]:
+    """The firings with each rollout's scopes in rollout order, and the rollouts to skip (run id: why).
+
+    Rollout order is by rack name (then scope id), stable across firings; the first `canary_racks` scopes
+    that the overlap check did not settle are the canaries.
+    """
+    rolling = [f for f in firings if f.rolls_out]
+    if not rolling:
+        return list(firings), {}
+    live = await rollout_store.live_rollouts(conn, [f.schedule.id for f in rolling])
+    places = await rollout_store.rack_places(conn, {sc.rack_id for f in rolling for sc in f.scopes})
+    skipped: dict[uuid.UUID, str] = {}
+    result: list[Firing] = []
+    for f in firings:
+        if not f.rolls_out:
+            result.append(f)
+            continue
+        if f.schedule.id in live:
+            run_id, state = live[f.schedule.id]
+            skipped[f.run_id] = skip_reason(run_id, state)
+        assert f.schedule.rollout is not None
+        canaries = f.schedule.rollout.canary_racks
+        ordered = sorted(
+            f.scopes, key=lambda sc: (places[sc.rack_id].name if sc.rack_id in places else "", str(sc.id))
+        )
+        outcomes = []
+        for scope in ordered:
+            if scope.id in f.decided:
+                outcomes.append(f.decided[scope.id])
+            else:
+                outcomes.append(ScopeOutcome(scope.id, scope.rack_id, "pending", canary=canaries > 0))
+                canaries -= 1
+        result.append(replace(f, rollout_outcomes=() if f.run_id in skipped else tuple(outcomes)))
+    return result, skipped
 
 
 async def _decide(
@@ -269,7 +361,23 @@ async def fire(db: Database, tasks: TaskManager, clock: Clock, firings: Sequence
 
     A refused scope (conflict, full queue, rack gone) fails alone and the others still fire. The task
     manager locks the batch's racks in id order, so concurrent batches on other instances cannot deadlock.
+    A rollout's firing is left out: its result is its scopes as phase 1 recorded them (all pending), and
+    its scopes start in its rollout steps (`RolloutService.advance`).
     """
+    by_run = {f.run_id: RunResult(f.run_id, f.rollout_outcomes) for f in firings if f.rolls_out}
+    for f in firings:
+        if f.rolls_out:
+            metrics.FIRINGS.labels(f.trigger).inc()
+    plain = await _fire_plain(db, tasks, clock, [f for f in firings if not f.rolls_out])
+    by_run.update((r.run_id, r) for r in plain)
+    return [by_run[f.run_id] for f in firings]
+
+
+async def _fire_plain(
+    db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing]
+) -> list[RunResult]:
+    if not firings:
+        return []
     started = clock.now()
     submitted, outcome_unknown = await _submit_all(db, tasks, firings)
     results = [
@@ -351,21 +459,12 @@ async def _submit_all(
 
 def _submission(firing: Firing, scope: Scope) -> Submission:
     """The scope's task request; a deferred one carries its opening as its operation's window."""
-    schedule = firing.schedule
-    operation, message = schedule.operation, ""
+    submission = scope_submission(firing.schedule, scope, firing.fired_at, firing.run_id)
     deferral = firing.deferred.get(scope.id)
-    if deferral is not None:
-        operation = replace(operation, window_start=deferral.opens_at, window_end=deferral.closes_at)
-        message = deferral.reason
-    return Submission(
-        operation,
-        (RackSelection(scope.rack_id, scope.filter),),
-        task_description(schedule, firing.fired_at),
-        QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
-        schedule.id,
-        firing.run_id,
-        message,
-    )
+    if deferral is None:
+        return submission
+    operation = replace(submission.operation, window_start=deferral.opens_at, window_end=deferral.closes_at)
+    return replace(submission, operation=operation, message=deferral.reason)
 
 
 async def _write_back(

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from rackflow.inventory.model import ComponentFilter
+from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.tasks.model import ConflictStrategy, Operation
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.windows.model import WindowPolicy
@@ -27,8 +28,12 @@ class OverlapPolicy(enum.StrEnum):
 
 
 Trigger = Literal["dispatch", "manual"]
-RunState = Literal["running", "completed", "interrupted"]
-Outcome = Literal["submitted", "skipped_overlap", "skipped_window", "failed"]
+# A rollout's run is "rolling", then "completed", "halted" or "cancelled"; "skipped" when the schedule's
+# previous rollout was still rolling or halted (rackflow.rollouts).
+RunState = Literal["running", "completed", "interrupted", "rolling", "halted", "cancelled", "skipped"]
+ROLLOUT_LIVE_STATES: tuple[RunState, ...] = ("rolling", "halted")  # at most one such run per schedule
+# "pending" (waiting its turn) and "not_started" (halted or cancelled first) are a rollout's.
+Outcome = Literal["submitted", "skipped_overlap", "skipped_window", "failed", "pending", "not_started"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class Schedule:
     description: str
     pause: Pause | None = None  # set only while paused by PauseTaskSchedule (enabled is False)
     window_policy: WindowPolicy = WindowPolicy.SKIP
+    rollout: RolloutPolicy | None = None  # None: a firing starts every scope at once
 
     @property
     def is_consumed(self) -> bool:
@@ -102,18 +108,24 @@ class Scope:
 
 @dataclass(frozen=True)
 class ScopeOutcome:
-    """What one firing did for one scope: `task_id` when submitted, `error` when failed."""
+    """What one firing did for one scope: `task_id` when submitted, `error` when failed. `canary`: one of
+    a rollout's first scopes."""
 
     scope_id: uuid.UUID
     rack_id: uuid.UUID
     outcome: Outcome
     task_id: uuid.UUID | None = None
     error: str = ""
+    canary: bool = False
 
 
 @dataclass(frozen=True)
 class Run:
-    """One firing of a schedule, as run history shows it."""
+    """One firing of a schedule, as run history shows it.
+
+    A rollout's run also keeps its policy (as it was when it fired), why it halted or was skipped, and
+    what a resume excused: the failures before it, and the canary gate (`resumed`).
+    """
 
     id: uuid.UUID
     schedule_id: uuid.UUID
@@ -121,3 +133,7 @@ class Run:
     trigger: Trigger
     state: RunState
     outcomes: tuple[ScopeOutcome, ...]
+    rollout: RolloutPolicy | None = None
+    reason: str = ""
+    failures_excused: int = 0
+    resumed: bool = False

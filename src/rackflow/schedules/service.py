@@ -17,6 +17,8 @@ from rackflow.clock import Clock
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.model import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.inventory.targets import FIELD, resolve_targets
+from rackflow.rollouts.policy import RolloutPolicy
+from rackflow.rollouts.service import RolloutService
 from rackflow.schedules import firing
 from rackflow.schedules.model import (
     CREATION_ORDER,
@@ -30,6 +32,7 @@ from rackflow.schedules.model import (
 )
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import inventory as inventory_store
+from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
@@ -44,6 +47,7 @@ from rackflow.validation import (
     check_name,
     check_operation,
     check_queue,
+    check_rollout,
     check_text,
     preview_count,
 )
@@ -55,7 +59,8 @@ OVERLAP_POLICY_PATH = "schedule.overlap_policy"
 SPEC_PATH = "schedule.spec"
 TIMEZONE_PATH = "schedule.spec.timezone"
 WINDOW_POLICY_PATH = "schedule.window_policy"
-UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH, WINDOW_POLICY_PATH)
+ROLLOUT_PATH = "schedule.rollout"
+UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH, WINDOW_POLICY_PATH, ROLLOUT_PATH)
 
 DEFAULT_TIMEZONE = "UTC"
 PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the next poll
@@ -128,10 +133,11 @@ def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
 
 
 class ScheduleService:
-    def __init__(self, db: Database, clock: Clock, tasks: TaskManager) -> None:
+    def __init__(self, db: Database, clock: Clock, tasks: TaskManager, rollouts: RolloutService) -> None:
         self.db = db
         self.clock = clock
         self.tasks = tasks
+        self.rollouts = rollouts
 
     async def _load(
         self, conn: AsyncConnection, schedule_id: uuid.UUID, field: str = "id", *, lock: bool = False
@@ -154,11 +160,15 @@ class ScheduleService:
         description: str,
         target: TargetSpec,
         window_policy: WindowPolicy = WindowPolicy.SKIP,
+        rollout: RolloutPolicy | None = None,
     ) -> Schedule:
         """A schedule and its initial scope (the target's racks). The overlap policy, not `queue`,
         decides the conflict strategy at fire time; `queue` contributes its timeout. Its firings obey
-        maintenance windows (`window_policy`), so `queue.ignore_windows` is refused."""
+        maintenance windows (`window_policy`), so `queue.ignore_windows` is refused. `rollout`: fire as
+        a controlled rollout (None: every scope at once)."""
         check_name(name, NAME_PATH)
+        if rollout is not None:
+            check_rollout(rollout, ROLLOUT_PATH)
         queue = _check_operation(operation, queue, description)
         if queue.ignore_windows:
             raise InvalidArgument(
@@ -187,6 +197,7 @@ class ScheduleService:
                 queue_timeout=queue.timeout,
                 description=description,
                 window_policy=window_policy,
+                rollout=rollout,
             )
             await store.insert_schedule(conn, schedule)
             await store.insert_scopes(conn, schedule.id, selections, now)
@@ -238,8 +249,12 @@ class ScheduleService:
         spec: str = "",
         timezone: str | None = None,
         window_policy: WindowPolicy | None = None,
+        rollout: RolloutPolicy | None = None,
     ) -> Schedule:
         """Apply the masked fields. The operation and scope never change here.
+
+        `schedule.rollout` replaces the rollout policy (None removes it); a run already rolling keeps the
+        policy it fired with.
 
         `schedule.spec` replaces type and text and recomputes next_run_at from now. `schedule.spec.timezone`
         replaces the zone (None: the request carried no spec message, which is refused; "" means UTC); only
@@ -249,6 +264,8 @@ class ScheduleService:
         mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
             check_name(name, NAME_PATH)
+        if ROLLOUT_PATH in mask and rollout is not None:
+            check_rollout(rollout, ROLLOUT_PATH)
         if OVERLAP_POLICY_PATH in mask and overlap_policy is None:
             raise InvalidArgument(f"{OVERLAP_POLICY_PATH}: a policy is required (SKIP or QUEUE)")
         if WINDOW_POLICY_PATH in mask and window_policy is None:
@@ -270,6 +287,8 @@ class ScheduleService:
                 if await store.name_taken(conn, name, other_than=schedule_id):
                     raise store.name_taken_error(name)
                 updated = replace(updated, name=name)
+            if ROLLOUT_PATH in mask:
+                updated = replace(updated, rollout=rollout)
             if overlap_policy is not None and OVERLAP_POLICY_PATH in mask:
                 updated = replace(updated, overlap_policy=overlap_policy)
             if window_policy is not None and WINDOW_POLICY_PATH in mask:
@@ -355,14 +374,27 @@ class ScheduleService:
         reason rather than answer a misleading success with no task. That is the one refusal that changes
         something: the firing has happened (phase 1 committed), so its run is recorded and a one-time
         schedule is consumed, as a dispatched firing would be.
+
+        A rollout's firing returns the tasks of its first wave (the rest start in later steps). While the
+        schedule's previous rollout is rolling or halted, a trigger is refused and records nothing (a
+        dispatched firing is recorded as skipped instead).
         """
         async with self.db.transaction() as conn:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:
                 raise _consumed(schedule, "trigger")
-            # A manual firing has no slot, so it is always recorded: one firing.
+            if schedule.rollout is not None:
+                live = await rollout_store.live_rollouts(conn, [schedule.id])
+                if schedule.id in live:
+                    raise FailedPrecondition(
+                        f"id: schedule {schedule.name!r} ({schedule.id}) not fired: "
+                        f"{firing.skip_reason(*live[schedule.id])} (resume or cancel that run first)"
+                    )
+            # A manual firing has no slot, and under the schedule's lock no live rollout: one firing.
             (claimed,) = await firing.claim(self.db, conn, [schedule], trigger="manual", now=self.clock.now())
         (result,) = await firing.fire(self.db, self.tasks, self.clock, [claimed])
+        if claimed.rolls_out:
+            return list((await self.rollouts.advance([claimed.run_id])).task_ids)
         if claimed.scopes and not result.task_ids:
             raise await self._nothing_submitted(schedule, result)
         return result.task_ids

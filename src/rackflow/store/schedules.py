@@ -30,8 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.errors import AlreadyExists
 from rackflow.inventory.model import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
+from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.schedules.model import (
     CREATION_ORDER,
+    ROLLOUT_LIVE_STATES,
     Outcome,
     OverlapPolicy,
     Pause,
@@ -106,7 +108,16 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         description=row.description,
         pause=_pause_from_row(row),
         window_policy=WindowPolicy(row.window_policy),
+        rollout=_rollout_from(row.rollout),
     )
+
+
+def _rollout_from(data: dict[str, Any] | None) -> RolloutPolicy | None:
+    return RolloutPolicy.from_json(data) if data is not None else None
+
+
+def _rollout_to(policy: RolloutPolicy | None) -> dict[str, Any] | None:
+    return policy.to_json() if policy is not None else None
 
 
 def scope_from_row(row: Row[Any]) -> Scope:
@@ -131,6 +142,7 @@ def _outcome_to_json(outcome: ScopeOutcome) -> dict[str, object]:
         "outcome": outcome.outcome,
         "task_id": str(outcome.task_id) if outcome.task_id else None,
         "error": outcome.error,
+        **({"canary": True} if outcome.canary else {}),
     }
 
 
@@ -141,10 +153,15 @@ def _outcome_from_json(data: dict[str, Any]) -> ScopeOutcome:
         outcome=cast(Outcome, data["outcome"]),
         task_id=uuid.UUID(data["task_id"]) if data.get("task_id") else None,
         error=data.get("error") or "",
+        canary=bool(data.get("canary")),
     )
 
 
-def _run_from_row(row: Row[Any]) -> Run:
+def outcomes_to_json(outcomes: Sequence[ScopeOutcome]) -> list[dict[str, object]]:
+    return [_outcome_to_json(o) for o in outcomes]
+
+
+def run_from_row(row: Row[Any]) -> Run:
     return Run(
         id=row.id,
         schedule_id=row.schedule_id,
@@ -152,6 +169,10 @@ def _run_from_row(row: Row[Any]) -> Run:
         trigger=cast(Trigger, row.trigger),
         state=cast(RunState, row.state),
         outcomes=tuple(_outcome_from_json(item) for item in row.outcomes),
+        rollout=_rollout_from(row.rollout),
+        reason=row.reason,
+        failures_excused=row.failures_excused,
+        resumed=row.resumed,
     )
 
 
@@ -179,13 +200,14 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
         **_pause_columns(schedule.pause),
+        "rollout": _rollout_to(schedule.rollout),
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
 
 
 async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
-    """Write the mutable columns (name, spec, policy, state, pause, times); the operation never changes."""
+    """Write the mutable columns (name, spec, policies, state, pause, times); the operation never changes."""
     values = {
         "name": schedule.name,
         "spec_type": SPEC_TYPE_TO_DB[schedule.spec.type],
@@ -198,6 +220,7 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "last_run_at": schedule.last_run_at,
         "updated_at": schedule.updated_at,
         **_pause_columns(schedule.pause),
+        "rollout": _rollout_to(schedule.rollout),
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))
@@ -385,6 +408,15 @@ async def list_scopes(conn: AsyncConnection, schedule_id: uuid.UUID) -> list[Sco
         .order_by(task_schedule_scope.c.created_at, task_schedule_scope.c.id)
     )
     return [scope_from_row(row) for row in (await conn.execute(stmt)).all()]
+
+
+async def scopes_by_ids(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) -> list[Scope]:
+    """The scope entries that still exist among `scope_ids`, in any order."""
+    found: list[Scope] = []
+    for chunk in chunked(list(scope_ids)):
+        stmt = select(task_schedule_scope).where(task_schedule_scope.c.id.in_(chunk))
+        found += [scope_from_row(row) for row in (await conn.execute(stmt)).all()]
+    return found
 
 
 async def get_scope(conn: AsyncConnection, scope_id: uuid.UUID) -> Scope | None:
@@ -591,7 +623,8 @@ async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datet
 
 @dataclass(frozen=True)
 class NewRun:
-    """A firing to record as "running" in the transaction that claims it (phase 1)."""
+    """A firing to record in the transaction that claims it (phase 1): "running" until its write-back; a
+    rollout's is recorded "rolling" with every scope's outcome (or "skipped", with the reason)."""
 
     run_id: uuid.UUID
     schedule_id: uuid.UUID
@@ -599,14 +632,19 @@ class NewRun:
     trigger: Trigger
     scheduled_for: datetime | None = None
     owner_id: uuid.UUID | None = None
+    state: RunState = "running"
+    outcomes: Sequence[ScopeOutcome] = ()
+    rollout: RolloutPolicy | None = None
+    reason: str = ""
 
 
 async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun]) -> set[uuid.UUID]:
-    """Record firings as "running" (one statement); returns the ids of those recorded.
+    """Record firings (one statement); returns the ids of those recorded.
 
     A dispatched firing whose slot (schedule, `scheduled_for`) is recorded already is left out: the unique
     index `uq_task_schedule_run_slot` holds "once per tick" whatever code path tries a second time, and the
-    caller fires only what was recorded.
+    caller fires only what was recorded. So is a second live rollout of one schedule
+    (`uq_task_schedule_run_live_rollout`).
     """
     if not runs:
         return set()
@@ -619,9 +657,11 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
                 "fired_at": r.fired_at,
                 "scheduled_for": r.scheduled_for,
                 "trigger": r.trigger,
-                "state": "running",
-                "outcomes": [],
+                "state": r.state,
+                "outcomes": outcomes_to_json(r.outcomes),
                 "owner_id": r.owner_id,
+                "rollout": _rollout_to(r.rollout),
+                "reason": r.reason,
             }
             for r in runs
         ],
@@ -643,7 +683,7 @@ async def complete_runs(
     await conn.execute(
         stmt,
         [
-            {"b_run": run_id, "b_outcomes": [_outcome_to_json(o) for o in outcomes]}
+            {"b_run": run_id, "b_outcomes": outcomes_to_json(outcomes)}
             for run_id, outcomes in outcomes_by_run.items()
         ],
     )
@@ -660,21 +700,27 @@ def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
 async def prune_runs(
     conn: AsyncConnection, schedule_ids: Collection[uuid.UUID], keep: int = RUNS_KEPT_PER_SCHEDULE
 ) -> None:
-    """Delete each schedule's runs beyond its newest `keep`, in one statement per chunk of schedules.
+    """Delete each schedule's runs beyond its newest `keep` (but never a live rollout's), in one statement
+    per chunk of schedules.
 
     DELETE FROM task_schedule_run WHERE id IN (
-      SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY schedule_id
+      SELECT id FROM (SELECT id, state, row_number() OVER (PARTITION BY schedule_id
                                                     ORDER BY fired_at DESC, id DESC) AS newer
                       FROM task_schedule_run WHERE schedule_id IN (:ids)) ranked
-      WHERE newer > :keep)
+      WHERE newer > :keep AND state NOT IN ('rolling', 'halted'))
     """
     run = task_schedule_run.c
     for chunk in chunked(list(schedule_ids)):
         newer = func.row_number().over(
             partition_by=run.schedule_id, order_by=(run.fired_at.desc(), run.id.desc())
         )
-        ranked = select(run.id, newer.label("newer")).where(run.schedule_id.in_(chunk)).subquery("ranked")
-        stale = select(ranked.c.id).where(ranked.c.newer > keep)
+        ranked = (
+            select(run.id, run.state, newer.label("newer"))
+            .where(run.schedule_id.in_(chunk))
+            .subquery("ranked")
+        )
+        # A live rollout (rolling or halted) is kept however old: its run is what drives it.
+        stale = select(ranked.c.id).where(ranked.c.newer > keep, ranked.c.state.not_in(ROLLOUT_LIVE_STATES))
         await conn.execute(delete(task_schedule_run).where(run.id.in_(stale)))
 
 
@@ -683,14 +729,16 @@ def prune_old_runs(
 ) -> AsyncGenerator[int, None]:
     """`--run-retention`: delete the runs (with their outcomes) fired longer than `retention` ago, oldest
     first, by ix_task_schedule_run_fired_at_id (`prune_older`). A run still `running` stays: its firing may
-    yet write its outcomes. The tasks a deleted run submitted stay, unlinked (`tasks.run_id` SET NULL).
+    yet write its outcomes; so does a live (rolling or halted) rollout's: its run drives it. The tasks a
+    deleted run submitted stay, unlinked (`tasks.run_id` SET NULL).
     """
     run = task_schedule_run.c
+    kept = ("running", *ROLLOUT_LIVE_STATES)
     return prune_older(
         db,
         task_schedule_run,
         retention,
-        older=lambda cutoff: and_(run.fired_at < cutoff, run.state != "running"),
+        older=lambda cutoff: and_(run.fired_at < cutoff, run.state.not_in(kept)),
         order_by=(run.fired_at, run.id),
         chunk=chunk,
     )
@@ -720,7 +768,7 @@ async def recent_runs(
             .order_by(ranked.c.schedule_id, ranked.c.newer)
         )
         for row in (await conn.execute(stmt)).all():
-            found[row.schedule_id].append(_run_from_row(row))
+            found[row.schedule_id].append(run_from_row(row))
     return found
 
 
@@ -736,4 +784,4 @@ async def list_runs(
         )
     ).scalar_one()
     rows = (await conn.execute(_newest_runs_first(schedule_id).offset(offset).limit(limit))).all()
-    return [_run_from_row(row) for row in rows], total
+    return [run_from_row(row) for row in rows], total

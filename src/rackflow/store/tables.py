@@ -156,6 +156,8 @@ task_schedule = Table(
     # What a dispatched firing does for a rack its maintenance windows close (migration 0011): "skip" or
     # "defer" (checked by the service: adding a CHECK on SQLite would rebuild the table).
     Column("window_policy", String(8), nullable=False, server_default="skip"),
+    # How a firing rolls out (RolloutPolicy.to_json, migration 0012); NULL: every scope at once.
+    Column("rollout", json_type(), nullable=True),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
@@ -202,8 +204,17 @@ task_schedule_run = Table(
     Column("state", String(16), nullable=False),
     Column("outcomes", json_type(), nullable=False),
     Column("owner_id", Uuid, nullable=True),
+    # A rollout's run (migration 0012): its policy as fired, why it halted or was skipped, and what its
+    # last resume excused (the failures before it, and the canary gate).
+    Column("rollout", json_type(), nullable=True),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("failures_excused", Integer, nullable=False, server_default="0"),
+    Column("resumed", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
-    CheckConstraint("state IN ('running', 'completed', 'interrupted')", name="state"),
+    CheckConstraint(
+        "state IN ('running', 'completed', 'interrupted', 'rolling', 'halted', 'cancelled', 'skipped')",
+        name="state",
+    ),
     Index("ix_task_schedule_run_schedule_id_fired_at", "schedule_id", "fired_at"),
     # --run-retention takes the oldest runs of every schedule first (migration 0010).
     Index("ix_task_schedule_run_fired_at_id", "fired_at", "id"),
@@ -222,6 +233,22 @@ task_schedule_run = Table(
         unique=True,
         postgresql_where=text("scheduled_for IS NOT NULL"),
         sqlite_where=text("scheduled_for IS NOT NULL"),
+    ),
+    # Never two rollouts of one schedule at once, whatever path fires it (migration 0012): a firing while
+    # one is rolling or halted is recorded as "skipped".
+    Index(
+        "uq_task_schedule_run_live_rollout",
+        "schedule_id",
+        unique=True,
+        postgresql_where=text("state IN ('rolling', 'halted')"),
+        sqlite_where=text("state IN ('rolling', 'halted')"),
+    ),
+    # The rollout driver's scan: only rolling runs.
+    Index(
+        "ix_task_schedule_run_rolling",
+        "id",
+        postgresql_where=text("state = 'rolling'"),
+        sqlite_where=text("state = 'rolling'"),
     ),
 )
 

@@ -6,7 +6,7 @@ display) that need one piece alone.
 """
 
 from rackflow.timespec.cron import CronExpr
-from rackflow.timespec.duration import parse_go_duration
+from rackflow.timespec.duration import format_go_duration, parse_go_duration
 from rackflow.timespec.rfc3339 import format_rfc3339, parse_rfc3339, rfc3339_utc
 from rackflow.timespec.spec import (
     MAX_SPEC_LENGTH,
@@ -31,6 +31,7 @@ __all__ = [
     "ScheduleSpec",
     "SpecType",
     "Timing",
+    "format_go_duration",
     "format_rfc3339",
     "parse_go_duration",
     "parse_rfc3339",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+from datetime import timedelta
 from typing import Final
 
 _quote = functools.partial(json.dumps, ensure_ascii=False)
@@ -128,3 +129,18 @@ def _take_unit(s: bytes) -> tuple[bytes, bytes]:
     while i < len(s) and s[i] != ord(".") and s[i] not in _DIGITS:
         i += 1
     return s[:i], s[i:]
+
+
+def format_go_duration(value: timedelta) -> str:
+    """A positive duration in the fewest Go duration units that `parse_go_duration` reads back exactly:
+    `15m`, `1h30m`, `1.5s`, `250ms` (whole microseconds, as `timedelta` holds them)."""
+    micros = value // timedelta(microseconds=1)
+    hours, rest = divmod(micros, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    seconds, fraction = divmod(rest, 1_000_000)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else ""]
+    if fraction and not (hours or minutes or seconds):
+        parts.append(f"{fraction // 1000}ms" if fraction % 1000 == 0 else f"{fraction}us")
+    elif seconds or fraction:
+        parts.append(f"{seconds}.{fraction:06d}".rstrip("0").rstrip(".") + "s")
+    return "".join(parts) or "0s"

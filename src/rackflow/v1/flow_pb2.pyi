@@ -1134,6 +1134,7 @@ class Task(_message.Message):
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
     NOT_BEFORE_FIELD_NUMBER: _builtins.int
     IGNORE_WINDOWS_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     operation: _builtins.str
     """power_on, power_off, power_reset, bring_up, ingest, upgrade_firmware"""
     description: _builtins.str
@@ -1165,6 +1166,10 @@ class Task(_message.Message):
     def not_before(self) -> _timestamp_pb2.Timestamp:
         """A FREEZE window held the task back: it may not start before this time (docs/WINDOWS.md)."""
 
+    @_builtins.property
+    def run_id(self) -> Global___UUID:
+        """set when a schedule's firing (TaskScheduleRun) submitted the task"""
+
     def __init__(
         self,
         *,
@@ -1183,10 +1188,11 @@ class Task(_message.Message):
         schedule_id: Global___UUID | None = ...,
         not_before: _timestamp_pb2.Timestamp | None = ...,
         ignore_windows: _builtins.bool = ...,
+        run_id: Global___UUID | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "id", b"id", "ignore_windows", b"ignore_windows", "message", b"message", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "id", b"id", "ignore_windows", b"ignore_windows", "message", b"message", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1377,11 +1383,18 @@ class ScheduleConfig(_message.Message):
     SPEC_FIELD_NUMBER: _builtins.int
     OVERLAP_POLICY_FIELD_NUMBER: _builtins.int
     WINDOW_POLICY_FIELD_NUMBER: _builtins.int
+    ROLLOUT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     window_policy: Global___WindowPolicy.ValueType
     @_builtins.property
     def spec(self) -> Global___ScheduleSpec: ...
+    @_builtins.property
+    def rollout(self) -> Global___RolloutPolicy:
+        """Fire as a controlled rollout (docs/ROLLOUTS.md); unset: every scope at once. Update mask
+        `schedule.rollout` (unset in an update removes it).
+        """
+
     def __init__(
         self,
         *,
@@ -1389,14 +1402,63 @@ class ScheduleConfig(_message.Message):
         spec: Global___ScheduleSpec | None = ...,
         overlap_policy: Global___OverlapPolicy.ValueType = ...,
         window_policy: Global___WindowPolicy.ValueType = ...,
+        rollout: Global___RolloutPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["rollout", b"rollout", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "overlap_policy", b"overlap_policy", "spec", b"spec", "window_policy", b"window_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "overlap_policy", b"overlap_policy", "rollout", b"rollout", "spec", b"spec", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ScheduleConfig: _TypeAlias = ScheduleConfig  # noqa: Y015
+
+@_typing.final
+class RolloutPolicy(_message.Message):
+    """How a firing rolls out across the schedule's racks. Zero means no limit (no canaries, no bake)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_CONCURRENT_RACKS_FIELD_NUMBER: _builtins.int
+    MAX_PER_DOMAIN_FIELD_NUMBER: _builtins.int
+    CANARY_RACKS_FIELD_NUMBER: _builtins.int
+    BAKE_TIME_FIELD_NUMBER: _builtins.int
+    HALT_AFTER_FAILURES_FIELD_NUMBER: _builtins.int
+    HALT_AFTER_FAILURE_PERCENT_FIELD_NUMBER: _builtins.int
+    PAUSE_ON_HALT_FIELD_NUMBER: _builtins.int
+    max_concurrent_racks: _builtins.int
+    """at most this many of the firing's tasks active at once"""
+    max_per_domain: _builtins.int
+    """at most this many racks of one NVLink domain active at once"""
+    canary_racks: _builtins.int
+    """the first N scopes (by rack name) go first and alone"""
+    bake_time: _builtins.str
+    """Go duration to wait after the canaries succeeded; "" = none"""
+    halt_after_failures: _builtins.int
+    """halt when this many racks failed"""
+    halt_after_failure_percent: _builtins.float
+    """... or this percentage of the racks (0 < p <= 100)"""
+    pause_on_halt: _builtins.bool
+    """pause the schedule when the rollout halts (default true)"""
+    def __init__(
+        self,
+        *,
+        max_concurrent_racks: _builtins.int = ...,
+        max_per_domain: _builtins.int = ...,
+        canary_racks: _builtins.int = ...,
+        bake_time: _builtins.str = ...,
+        halt_after_failures: _builtins.int = ...,
+        halt_after_failure_percent: _builtins.float = ...,
+        pause_on_halt: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pause_on_halt", b"_pause_on_halt", "pause_on_halt", b"pause_on_halt"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pause_on_halt", b"_pause_on_halt", "bake_time", b"bake_time", "canary_racks", b"canary_racks", "halt_after_failure_percent", b"halt_after_failure_percent", "halt_after_failures", b"halt_after_failures", "max_concurrent_racks", b"max_concurrent_racks", "max_per_domain", b"max_per_domain", "pause_on_halt", b"pause_on_halt"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__pause_on_halt: _TypeAlias = _typing.Literal["pause_on_halt"]  # noqa: Y015
+    _WhichOneofArgType__pause_on_halt: _TypeAlias = _typing.Literal["_pause_on_halt", b"_pause_on_halt"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pause_on_halt) -> _WhichOneofReturnType__pause_on_halt | None: ...
+
+Global___RolloutPolicy: _TypeAlias = RolloutPolicy  # noqa: Y015
 
 @_typing.final
 class ScheduledOperation(_message.Message):
@@ -1462,6 +1524,7 @@ class TaskSchedule(_message.Message):
     PAUSED_AT_FIELD_NUMBER: _builtins.int
     RESUME_AT_FIELD_NUMBER: _builtins.int
     WINDOW_POLICY_FIELD_NUMBER: _builtins.int
+    ROLLOUT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     enabled: _builtins.bool
@@ -1501,6 +1564,10 @@ class TaskSchedule(_message.Message):
     def resume_at(self) -> _timestamp_pb2.Timestamp:
         """when the dispatcher resumes it; unset = until resumed"""
 
+    @_builtins.property
+    def rollout(self) -> Global___RolloutPolicy:
+        """unset: a firing starts every scope at once"""
+
     def __init__(
         self,
         *,
@@ -1522,10 +1589,11 @@ class TaskSchedule(_message.Message):
         paused_at: _timestamp_pb2.Timestamp | None = ...,
         resume_at: _timestamp_pb2.Timestamp | None = ...,
         window_policy: Global___WindowPolicy.ValueType = ...,
+        rollout: Global___RolloutPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "paused_at", b"paused_at", "resume_at", b"resume_at", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "paused_at", b"paused_at", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at", "window_policy", b"window_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2219,9 +2287,17 @@ class ScopeOutcome(_message.Message):
     OUTCOME_FIELD_NUMBER: _builtins.int
     TASK_ID_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    TASK_STATUS_FIELD_NUMBER: _builtins.int
+    CANARY_FIELD_NUMBER: _builtins.int
     outcome: _builtins.str
-    """"submitted", "skipped_overlap", "skipped_window" or "failed" """
+    """"submitted", "skipped_overlap", "skipped_window" or "failed"; in a rollout also "pending" (waiting
+    its turn) and "not_started" (halted or cancelled before its turn)
+    """
     error: _builtins.str
+    task_status: Global___TaskStatus.ValueType
+    """the task's status (final once it ended); unset without a task"""
+    canary: _builtins.bool
+    """one of the rollout's canary racks"""
     @_builtins.property
     def scope_id(self) -> Global___UUID: ...
     @_builtins.property
@@ -2236,10 +2312,12 @@ class ScopeOutcome(_message.Message):
         outcome: _builtins.str = ...,
         task_id: Global___UUID | None = ...,
         error: _builtins.str = ...,
+        task_status: Global___TaskStatus.ValueType = ...,
+        canary: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["rack_id", b"rack_id", "scope_id", b"scope_id", "task_id", b"task_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "outcome", b"outcome", "rack_id", b"rack_id", "scope_id", b"scope_id", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["canary", b"canary", "error", b"error", "outcome", b"outcome", "rack_id", b"rack_id", "scope_id", b"scope_id", "task_id", b"task_id", "task_status", b"task_status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2255,10 +2333,18 @@ class TaskScheduleRun(_message.Message):
     TRIGGER_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     OUTCOMES_FIELD_NUMBER: _builtins.int
+    ROLLOUT_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
     trigger: _builtins.str
     """"dispatch" or "manual" """
     state: _builtins.str
-    """"running", "completed" or "interrupted" """
+    """"running", "completed" or "interrupted"; a rollout: "rolling" (scopes still to start or tasks still
+    active), "halted" (its failure budget was reached), "cancelled", or "skipped" (the schedule's
+    previous rollout was still rolling or halted: see reason)
+    """
+    reason: _builtins.str
+    """why the run halted or was skipped"""
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -2267,6 +2353,12 @@ class TaskScheduleRun(_message.Message):
     def fired_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScopeOutcome]: ...
+    @_builtins.property
+    def rollout(self) -> Global___RolloutPolicy:
+        """the policy the run rolls out by; unset for a firing of every scope at once"""
+
+    @_builtins.property
+    def progress(self) -> Global___RolloutProgress: ...
     def __init__(
         self,
         *,
@@ -2276,14 +2368,139 @@ class TaskScheduleRun(_message.Message):
         trigger: _builtins.str = ...,
         state: _builtins.str = ...,
         outcomes: _abc.Iterable[Global___ScopeOutcome] | None = ...,
+        rollout: Global___RolloutPolicy | None = ...,
+        reason: _builtins.str = ...,
+        progress: Global___RolloutProgress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fired_at", b"fired_at", "id", b"id", "schedule_id", b"schedule_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fired_at", b"fired_at", "id", b"id", "progress", b"progress", "rollout", b"rollout", "schedule_id", b"schedule_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fired_at", b"fired_at", "id", b"id", "outcomes", b"outcomes", "schedule_id", b"schedule_id", "state", b"state", "trigger", b"trigger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fired_at", b"fired_at", "id", b"id", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "rollout", b"rollout", "schedule_id", b"schedule_id", "state", b"state", "trigger", b"trigger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TaskScheduleRun: _TypeAlias = TaskScheduleRun  # noqa: Y015
+
+@_typing.final
+class RolloutProgress(_message.Message):
+    """A rollout's counters, by scope."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTAL_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    ACTIVE_FIELD_NUMBER: _builtins.int
+    SUCCEEDED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    NOT_STARTED_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    WAVE_FIELD_NUMBER: _builtins.int
+    BAKE_UNTIL_FIELD_NUMBER: _builtins.int
+    FAILURES_COUNTED_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    pending: _builtins.int
+    """waiting their turn"""
+    active: _builtins.int
+    """task waiting, pending or running"""
+    succeeded: _builtins.int
+    failed: _builtins.int
+    """task failed or terminated, or not submitted"""
+    not_started: _builtins.int
+    """halted or cancelled before their turn"""
+    skipped: _builtins.int
+    """skipped by the overlap check"""
+    wave: _builtins.str
+    """"canary", "bake", "rest" or "" (no canaries)"""
+    failures_counted: _builtins.int
+    """failures since the last resume, against the halt limits"""
+    @_builtins.property
+    def bake_until(self) -> _timestamp_pb2.Timestamp:
+        """the rest start at this time (while baking)"""
+
+    def __init__(
+        self,
+        *,
+        total: _builtins.int = ...,
+        pending: _builtins.int = ...,
+        active: _builtins.int = ...,
+        succeeded: _builtins.int = ...,
+        failed: _builtins.int = ...,
+        not_started: _builtins.int = ...,
+        skipped: _builtins.int = ...,
+        wave: _builtins.str = ...,
+        bake_until: _timestamp_pb2.Timestamp | None = ...,
+        failures_counted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bake_until", b"bake_until"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "bake_until", b"bake_until", "failed", b"failed", "failures_counted", b"failures_counted", "not_started", b"not_started", "pending", b"pending", "skipped", b"skipped", "succeeded", b"succeeded", "total", b"total", "wave", b"wave"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RolloutProgress: _TypeAlias = RolloutProgress  # noqa: Y015
+
+@_typing.final
+class GetTaskScheduleRunRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTaskScheduleRunRequest: _TypeAlias = GetTaskScheduleRunRequest  # noqa: Y015
+
+@_typing.final
+class ResumeTaskScheduleRunRequest(_message.Message):
+    """Continue a halted rollout: its not_started scopes are pending again and failures count from zero."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeTaskScheduleRunRequest: _TypeAlias = ResumeTaskScheduleRunRequest  # noqa: Y015
+
+@_typing.final
+class CancelTaskScheduleRunRequest(_message.Message):
+    """End a rolling or halted rollout: its pending scopes become not_started. Running tasks are not cancelled."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelTaskScheduleRunRequest: _TypeAlias = CancelTaskScheduleRunRequest  # noqa: Y015
 
 @_typing.final
 class ListTaskScheduleRunsRequest(_message.Message):

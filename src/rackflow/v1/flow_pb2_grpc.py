@@ -230,6 +230,21 @@ class FlowStub:
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsRequest.SerializeToString,
                 response_deserializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsResponse.FromString,
                 _registered_method=True)
+        self.GetTaskScheduleRun = channel.unary_unary(
+                '/rackflow.v1.Flow/GetTaskScheduleRun',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.GetTaskScheduleRunRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+                _registered_method=True)
+        self.ResumeTaskScheduleRun = channel.unary_unary(
+                '/rackflow.v1.Flow/ResumeTaskScheduleRun',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.ResumeTaskScheduleRunRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+                _registered_method=True)
+        self.CancelTaskScheduleRun = channel.unary_unary(
+                '/rackflow.v1.Flow/CancelTaskScheduleRun',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.CancelTaskScheduleRunRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+                _registered_method=True)
         self.ListAuditEvents = channel.unary_unary(
                 '/rackflow.v1.Flow/ListAuditEvents',
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.ListAuditEventsRequest.SerializeToString,
@@ -479,6 +494,25 @@ class FlowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTaskScheduleRun(self, request, context):
+        """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeTaskScheduleRun(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelTaskScheduleRun(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListAuditEvents(self, request, context):
         """Audit trail (docs/SECURITY.md)
         """
@@ -683,6 +717,21 @@ def add_FlowServicer_to_server(servicer, server):
                     servicer.PreviewMaintenanceWindows,
                     request_deserializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsRequest.FromString,
                     response_serializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsResponse.SerializeToString,
+            ),
+            'GetTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTaskScheduleRun,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.GetTaskScheduleRunRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.SerializeToString,
+            ),
+            'ResumeTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeTaskScheduleRun,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.ResumeTaskScheduleRunRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.SerializeToString,
+            ),
+            'CancelTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelTaskScheduleRun,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.CancelTaskScheduleRunRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.SerializeToString,
             ),
             'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAuditEvents,
@@ -1743,6 +1792,87 @@ class Flow:
             '/rackflow.v1.Flow/PreviewMaintenanceWindows',
             rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsRequest.SerializeToString,
             rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTaskScheduleRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/GetTaskScheduleRun',
+            rackflow_dot_v1_dot_flow__pb2.GetTaskScheduleRunRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeTaskScheduleRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/ResumeTaskScheduleRun',
+            rackflow_dot_v1_dot_flow__pb2.ResumeTaskScheduleRunRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelTaskScheduleRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/CancelTaskScheduleRun',
+            rackflow_dot_v1_dot_flow__pb2.CancelTaskScheduleRunRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
             options,
             channel_credentials,
             insecure,

@@ -81,6 +81,10 @@ class FlowStub:
     UpdateMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.UpdateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]
     DeleteMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.DeleteMaintenanceWindowRequest, _empty_pb2.Empty]
     PreviewMaintenanceWindows: _grpc.UnaryUnaryMultiCallable[_flow_pb2.PreviewMaintenanceWindowsRequest, _flow_pb2.PreviewMaintenanceWindowsResponse]
+    GetTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
+    """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
+    ResumeTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
+    CancelTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CancelTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
     ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListAuditEventsRequest, _flow_pb2.ListAuditEventsResponse]
     """Audit trail (docs/SECURITY.md)"""
 
@@ -131,6 +135,10 @@ class FlowAsyncStub(FlowStub):
     UpdateMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.UpdateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]  # type: ignore[assignment]
     DeleteMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.DeleteMaintenanceWindowRequest, _empty_pb2.Empty]  # type: ignore[assignment]
     PreviewMaintenanceWindows: _aio.UnaryUnaryMultiCallable[_flow_pb2.PreviewMaintenanceWindowsRequest, _flow_pb2.PreviewMaintenanceWindowsResponse]  # type: ignore[assignment]
+    GetTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
+    """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
+    ResumeTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
+    CancelTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.CancelTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
     ListAuditEvents: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListAuditEventsRequest, _flow_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
     """Audit trail (docs/SECURITY.md)"""
 
@@ -412,6 +420,28 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
         request: _flow_pb2.PreviewMaintenanceWindowsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_flow_pb2.PreviewMaintenanceWindowsResponse, _abc.Awaitable[_flow_pb2.PreviewMaintenanceWindowsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetTaskScheduleRun(
+        self,
+        request: _flow_pb2.GetTaskScheduleRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]:
+        """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
+
+    @_abc_1.abstractmethod
+    def ResumeTaskScheduleRun(
+        self,
+        request: _flow_pb2.ResumeTaskScheduleRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]: ...
+
+    @_abc_1.abstractmethod
+    def CancelTaskScheduleRun(
+        self,
+        request: _flow_pb2.CancelTaskScheduleRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]: ...
 
     @_abc_1.abstractmethod
     def ListAuditEvents(

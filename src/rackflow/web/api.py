@@ -158,6 +158,9 @@ class JsonApi:
             ("/schedules/{ref}/scopes", JsonApi.list_scopes, get),
             ("/schedules/{ref}/preview", JsonApi.preview, get),
             ("/schedules/{ref}/decisions", JsonApi.preview_decisions, get),
+            ("/runs/{ref}:resume", JsonApi.resume_run, post),
+            ("/runs/{ref}:cancel", JsonApi.cancel_run, post),
+            ("/runs/{ref}", JsonApi.get_run, get),
             ("/tasks", JsonApi.list_tasks, get),
             ("/tasks/{ref}:cancel", JsonApi.cancel_task, post),
             ("/tasks/{ref}", JsonApi.get_task, get),
@@ -262,6 +265,25 @@ class JsonApi:
 
     async def trigger_schedule(self, call: Call) -> Message:
         return await self._schedule_action(call, "TriggerTaskSchedule", pb.TriggerTaskScheduleRequest())
+
+    # --- runs (rollouts) --------------------------------------------------------------------------
+
+    async def get_run(self, call: Call) -> Message:
+        call.query.check()
+        request = pb.GetTaskScheduleRunRequest(id=pb.UUID(id=call.request.path_params["ref"]))
+        return await call.rpc("GetTaskScheduleRun", request)
+
+    async def _run_action(self, call: Call, rpc: str, message: Message) -> Message:
+        call.query.check()
+        await _body(call.request, message)
+        message.id.id = call.request.path_params["ref"]  # type: ignore[attr-defined]
+        return await call.rpc(rpc, message)
+
+    async def resume_run(self, call: Call) -> Message:
+        return await self._run_action(call, "ResumeTaskScheduleRun", pb.ResumeTaskScheduleRunRequest())
+
+    async def cancel_run(self, call: Call) -> Message:
+        return await self._run_action(call, "CancelTaskScheduleRun", pb.CancelTaskScheduleRunRequest())
 
     # --- tasks -----------------------------------------------------------------------------------
 

@@ -33,6 +33,9 @@ class Verdict(enum.StrEnum):
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
+    HALTED = "halted"  # a rollout stopped by its failure budget
+    PENDING = "pending"  # a rollout's rack waiting its turn
+    NOT_STARTED = "not_started"  # a rollout's rack that never got its turn (halted or cancelled)
     EMPTY = "empty"
 
 
@@ -44,6 +47,9 @@ LOOKS: dict[str, Look] = {
     Verdict.CANCELLED: Look("cancelled", "■", "st-stop"),
     Verdict.SKIPPED: Look("skipped", "–", "st-skip"),
     Verdict.INTERRUPTED: Look("interrupted", "!", "st-fail"),
+    Verdict.HALTED: Look("halted", "‖", "st-fail"),
+    Verdict.PENDING: Look("waiting its turn", "◦", "st-idle"),
+    Verdict.NOT_STARTED: Look("not started", "○", "st-skip"),
     Verdict.EMPTY: Look("no racks", "·", "st-idle"),
 }
 
@@ -71,16 +77,23 @@ _PRECEDENCE = (
     Verdict.FAILED,
     Verdict.RUNNING,
     Verdict.WAITING,
+    Verdict.PENDING,
     Verdict.CANCELLED,
     Verdict.SUCCEEDED,
+    Verdict.NOT_STARTED,
     Verdict.SKIPPED,
 )
+
+# A rollout's rack outcomes that have no task (yet, or ever).
+_ROLLOUT_VERDICT = {"pending": Verdict.PENDING, "not_started": Verdict.NOT_STARTED}
 
 
 def outcome_verdict(outcome: ScopeOutcome, statuses: Mapping[uuid.UUID, TaskStatus]) -> Verdict:
     """One rack of one firing: its task's status when submitted (a vanished task counts as done)."""
     if outcome.outcome == "failed":
         return Verdict.FAILED
+    if outcome.outcome in _ROLLOUT_VERDICT:
+        return _ROLLOUT_VERDICT[outcome.outcome]
     if outcome.outcome != "submitted" or outcome.task_id is None:
         return Verdict.SKIPPED
     status = statuses.get(outcome.task_id)
@@ -90,8 +103,10 @@ def outcome_verdict(outcome: ScopeOutcome, statuses: Mapping[uuid.UUID, TaskStat
 def run_verdict(run: Run, statuses: Mapping[uuid.UUID, TaskStatus]) -> Verdict:
     if run.state == "interrupted":
         return Verdict.INTERRUPTED
+    if run.state == "halted":
+        return Verdict.HALTED
     verdicts = {outcome_verdict(o, statuses) for o in run.outcomes}
-    if run.state == "running":
+    if run.state in ("running", "rolling"):
         verdicts.add(Verdict.RUNNING)
     return next((v for v in _PRECEDENCE if v in verdicts), Verdict.EMPTY)
 

@@ -11,15 +11,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rackflow.api.convert import component_type_to, timestamp_to, uuid_to
-from rackflow.api.convert.tasks import scheduled_operation_to
+from rackflow.api.convert.tasks import scheduled_operation_to, task_status_to
 from rackflow.api.convert.windows import window_policy_to
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.model import ComponentsFilter, TypesFilter
-from rackflow.schedules.model import OverlapPolicy, Pause, Run, Schedule, Scope, ScopeOutcome
+from rackflow.rollouts.policy import RolloutPolicy
+from rackflow.rollouts.service import Progress, RunReport
+from rackflow.schedules.model import OverlapPolicy, Pause, Schedule, Scope, ScopeOutcome
 from rackflow.schedules.service import PlannedFiring, PlannedScope
-from rackflow.tasks.model import QueueOptions
-from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.tasks.model import QueueOptions, TaskStatus
+from rackflow.timespec import ScheduleSpec, SpecType, format_go_duration
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import bake_time, check_rollout
 
 _SPEC_TYPE_FROM_PB = {
     pb.SCHEDULE_SPEC_TYPE_INTERVAL: SpecType.INTERVAL,
@@ -57,6 +60,34 @@ def overlap_policy_from(value: int, field: str = "schedule.overlap_policy") -> O
         raise InvalidArgument(f"{field}: overlap policy {value} is not SKIP or QUEUE") from None
 
 
+def rollout_from(msg: pb.RolloutPolicy, field: str = "schedule.rollout") -> RolloutPolicy:
+    """The policy, checked (`validation.check_rollout`); an unset `pause_on_halt` means true."""
+    policy = RolloutPolicy(
+        max_concurrent_racks=msg.max_concurrent_racks,
+        max_per_domain=msg.max_per_domain,
+        canary_racks=msg.canary_racks,
+        bake_time=bake_time(msg.bake_time, f"{field}.bake_time"),
+        halt_after_failures=msg.halt_after_failures,
+        halt_after_failure_percent=msg.halt_after_failure_percent,
+        pause_on_halt=msg.pause_on_halt if msg.HasField("pause_on_halt") else True,
+    )
+    return check_rollout(policy, field)
+
+
+def rollout_to(policy: RolloutPolicy | None) -> pb.RolloutPolicy | None:
+    if policy is None:
+        return None
+    return pb.RolloutPolicy(
+        max_concurrent_racks=policy.max_concurrent_racks,
+        max_per_domain=policy.max_per_domain,
+        canary_racks=policy.canary_racks,
+        bake_time=format_go_duration(policy.bake_time) if policy.bake_time else "",
+        halt_after_failures=policy.halt_after_failures,
+        halt_after_failure_percent=policy.halt_after_failure_percent,
+        pause_on_halt=policy.pause_on_halt,
+    )
+
+
 def spec_to(spec: ScheduleSpec) -> pb.ScheduleSpec:
     return pb.ScheduleSpec(type=_SPEC_TYPE_TO_PB[spec.type], spec=spec.spec, timezone=spec.timezone)
 
@@ -82,6 +113,7 @@ def schedule_to(schedule: Schedule) -> pb.TaskSchedule:
         summary=schedule.operation.summary,
         **_pause_to(schedule.pause),
         window_policy=window_policy_to(schedule.window_policy),
+        rollout=rollout_to(schedule.rollout),
     )
 
 
@@ -120,24 +152,49 @@ def preview_to(times: Sequence[datetime]) -> pb.PreviewScheduleSpecResponse:
     return response
 
 
-def outcome_to(outcome: ScopeOutcome) -> pb.ScopeOutcome:
+def outcome_to(outcome: ScopeOutcome, task_status: TaskStatus | None) -> pb.ScopeOutcome:
     return pb.ScopeOutcome(
         scope_id=uuid_to(outcome.scope_id),
         rack_id=uuid_to(outcome.rack_id),
         outcome=outcome.outcome,
         task_id=uuid_to(outcome.task_id),
         error=outcome.error,
+        task_status=task_status_to(task_status) if task_status is not None else pb.TASK_STATUS_UNKNOWN,
+        canary=outcome.canary,
     )
 
 
-def run_to(run: Run) -> pb.TaskScheduleRun:
+def progress_to(progress: Progress | None) -> pb.RolloutProgress | None:
+    if progress is None:
+        return None
+    return pb.RolloutProgress(
+        total=progress.total,
+        pending=progress.pending,
+        active=progress.active,
+        succeeded=progress.succeeded,
+        failed=progress.failed,
+        not_started=progress.not_started,
+        skipped=progress.skipped,
+        wave=progress.wave,
+        bake_until=timestamp_to(progress.bake_until),
+        failures_counted=progress.failures_counted,
+    )
+
+
+def run_to(report: RunReport) -> pb.TaskScheduleRun:
+    run = report.run
     return pb.TaskScheduleRun(
         id=uuid_to(run.id),
         schedule_id=uuid_to(run.schedule_id),
         fired_at=timestamp_to(run.fired_at),
         trigger=run.trigger,
         state=run.state,
-        outcomes=[outcome_to(outcome) for outcome in run.outcomes],
+        outcomes=[
+            outcome_to(o, report.task_statuses.get(o.task_id) if o.task_id else None) for o in run.outcomes
+        ],
+        rollout=rollout_to(run.rollout),
+        reason=run.reason,
+        progress=progress_to(report.progress),
     )
 
 

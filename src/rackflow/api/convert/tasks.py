@@ -172,4 +172,5 @@ def task_to(task: Task) -> pb.Task:
         schedule_id=uuid_to(task.schedule_id),
         not_before=timestamp_to(task.not_before),
         ignore_windows=task.ignore_windows,
+        run_id=uuid_to(task.run_id),
     )

@@ -110,6 +110,7 @@ class Site:
             looks=views.LOOKS,
             task_looks=views.TASK_LOOKS,
             schedule_state=views.schedule_state,
+            run_verdict=views.run_verdict,
             task_statuses=list(TaskStatus),
             utc=UTC,
         )

@@ -147,8 +147,12 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
             look = TASK_LOOKS[status] if status is not None else LOOKS[verdict]
             title = outcome.error or (f"task {look.label}" if outcome.task_id else verdict.value)
             grid[outcome.rack_id][run.id] = Cell(look, outcome.task_id, title)
+    # The newest rollout among the shown runs, with its progress (the rollout panel).
+    rollout_runs = [run for run in runs if run.rollout is not None][:1]
+    (rollout,) = await services.rollouts.reports(rollout_runs) if rollout_runs else (None,)
     return {
         "schedule": schedule,
+        "rollout": rollout,
         "scopes": scopes,
         "scoped": scoped,
         "rack_names": names,

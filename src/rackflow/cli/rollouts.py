@@ -1,0 +1,253 @@
+"""Rollouts from the command line: the policy flags of `schedule create/update`, a run's progress in
+`schedule runs`, and `rackflow run show|resume|cancel` for one run (`show --watch` follows it live)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Group as Stack
+from rich.console import RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+
+from rackflow.api.convert.schedules import rollout_from
+from rackflow.cli.output import Group, Session, details, pass_session, styled_status, table, utc_text, when
+from rackflow.cli.targets import checked, poll_interval_option
+from rackflow.cli.tasks import rack_names
+from rackflow.v1 import flow_pb2 as pb
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# A run in one of these states changes no more, except for its started tasks ending.
+LIVE_STATES = ("rolling", "halted", "running")
+
+
+def parse_halt(value: str) -> tuple[int, float]:
+    """`--halt-after 3` (racks) or `--halt-after 10%` (of the racks): (count, percent)."""
+    text = value.strip()
+    try:
+        if text.endswith("%"):
+            return 0, float(text[:-1])
+        return int(text), 0.0
+    except ValueError:
+        raise ValueError(f"{value!r} is neither a number of racks (3) nor a percentage (10%)") from None
+
+
+_FLAGS = ("max_concurrent", "max_per_domain", "canary", "bake", "halt_after", "pause_on_halt")
+
+
+def rollout_options(*, removable: bool) -> Callable[[F], F]:
+    """The policy flags; the command receives `rollout` (the flags given, for `policy_from`, or None when
+    none was) and, with `removable`, `no_rollout`."""
+    options = [
+        click.option(
+            "--max-concurrent", type=int, metavar="N", help="Rollout: at most N racks' tasks active at once."
+        ),
+        click.option(
+            "--max-per-domain",
+            type=int,
+            metavar="N",
+            help="Rollout: at most N racks of one NVLink domain at once.",
+        ),
+        click.option(
+            "--canary", type=int, metavar="N", help="Rollout: the first N racks (by name) go first and alone."
+        ),
+        click.option(
+            "--bake", metavar="DURATION", help="Rollout: wait this long after the canaries succeeded (15m)."
+        ),
+        click.option(
+            "--halt-after",
+            metavar="N|P%",
+            callback=checked(parse_halt),
+            help="Rollout: halt when N racks (or P% of them) failed.",
+        ),
+        click.option(
+            "--pause-on-halt/--no-pause-on-halt",
+            default=None,
+            help="Rollout: pause the schedule when the rollout halts (default: pause).",
+        ),
+    ]
+    if removable:
+        options.append(click.option("--no-rollout", is_flag=True, help="Remove the rollout policy."))
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_rollout(*args: Any, **kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in _FLAGS}
+            kwargs["rollout"] = given if any(v is not None for v in given.values()) else None
+            return command(*args, **kwargs)
+
+        wrapped: Any = with_rollout
+        for option in reversed(options):
+            wrapped = option(wrapped)
+        return wrapped  # type: ignore[no-any-return]
+
+    return decorate
+
+
+def policy_from(flags: dict[str, Any], base: pb.RolloutPolicy | None = None) -> pb.RolloutPolicy:
+    """The flags given over `base` (a schedule's current policy, when updating); the server checks them."""
+    policy = pb.RolloutPolicy()
+    if base is not None:
+        policy.CopyFrom(base)
+    max_concurrent, max_per_domain, canary, bake, halt_after, pause_on_halt = (flags[f] for f in _FLAGS)
+    if max_concurrent is not None:
+        policy.max_concurrent_racks = max_concurrent
+    if max_per_domain is not None:
+        policy.max_per_domain = max_per_domain
+    if canary is not None:
+        policy.canary_racks = canary
+    if bake is not None:
+        policy.bake_time = bake
+    if halt_after is not None:
+        policy.halt_after_failures, policy.halt_after_failure_percent = halt_after
+    if pause_on_halt is not None:
+        policy.pause_on_halt = pause_on_halt
+    return policy
+
+
+def policy_text(policy: pb.RolloutPolicy) -> str:
+    """`max 5, 1 per domain, 2 canaries, bake 15m, halt after 2, pause on halt` (`RolloutPolicy.describe`)."""
+    return rollout_from(policy).describe()
+
+
+def progress_text(run: pb.TaskScheduleRun) -> str:
+    """`12/40 ok, 1 failed, 3 active, 24 pending` ("" for a firing of every scope at once)."""
+    if not run.HasField("progress"):
+        return ""
+    p = run.progress
+    parts = [f"{p.succeeded}/{p.total} ok"]
+    for count, label in (
+        (p.failed, "failed"),
+        (p.active, "active"),
+        (p.pending, "pending"),
+        (p.not_started, "not started"),
+        (p.skipped, "skipped"),
+    ):
+        if count:
+            parts.append(f"{count} {label}")
+    if p.wave:
+        parts.append(
+            f"wave {p.wave}" + (f" until {utc_text(when(p.bake_until))}" if p.wave == "bake" else "")
+        )
+    return ", ".join(parts)
+
+
+def run_view(run: pb.TaskScheduleRun, racks: dict[str, str]) -> RenderableType:
+    """A run: its state and reason, the rollout's progress bar and counters, and each rack's scope."""
+    head = details(
+        [
+            ("run", run.id.id),
+            ("schedule", run.schedule_id.id),
+            ("fired", f"{utc_text(when(run.fired_at))} ({run.trigger})"),
+            ("state", run.state),
+            *((("reason", run.reason),) if run.reason else ()),
+            *((("rollout", policy_text(run.rollout)),) if run.HasField("rollout") else ()),
+            *((("progress", progress_text(run)),) if run.HasField("progress") else ()),
+        ]
+    )
+    parts: list[RenderableType] = [head]
+    if run.HasField("progress") and run.progress.total:
+        p = run.progress
+        ended = p.succeeded + p.failed + p.not_started + p.skipped
+        parts += ["", ProgressBar(total=p.total, completed=ended, width=60)]
+    scopes = table("RACK", "OUTCOME", "TASK", "STATUS", "ERROR")
+    for o in run.outcomes:
+        rack = racks.get(o.rack_id.id, o.rack_id.id)
+        scopes.add_row(
+            f"{rack} (canary)" if o.canary else rack,
+            o.outcome,
+            o.task_id.id or "-",
+            styled_status(o.task_status) if o.task_status else "-",
+            o.error,
+        )
+    return Stack(*parts, "", scopes)
+
+
+def _finished(run: pb.TaskScheduleRun) -> bool:
+    """Nothing more will change: not live, and no started task still active."""
+    return run.state not in LIVE_STATES and not (run.HasField("progress") and run.progress.active)
+
+
+@click.group(cls=Group)
+def run() -> None:
+    """One firing of a schedule (a run): show it, and resume or cancel a rollout."""
+
+
+_run_id = click.argument("run_id", metavar="RUN_ID")
+
+
+@run.command()
+@_run_id
+@click.option(
+    "--watch", is_flag=True, help="Follow the run until it halts or ends (exit 1 unless it completed)."
+)
+@poll_interval_option("With --watch: how often to poll.")
+@click.pass_context
+def show(ctx: click.Context, run_id: str, watch: bool, interval: int) -> None:
+    """Show a run: each rack's outcome and task status; a rollout's progress and why it halted.
+
+    \b
+    Example:
+      rackflow run show 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f --watch
+    """
+    session = pass_session(ctx)
+    current = session.client.get_run(run_id)
+    racks = rack_names(session) if session.for_people else {}
+    if not watch:
+        session.emit(current, lambda: run_view(current, racks))
+        return
+
+    def done(r: pb.TaskScheduleRun) -> bool:
+        return _finished(r) or r.state == "halted"  # a halted run waits for a person
+
+    if session.for_people and session.console.is_terminal:
+        with Live(run_view(current, racks), console=session.console, refresh_per_second=4) as live:
+            while not done(current):
+                session.sleep(interval)
+                current = session.client.get_run(run_id)
+                live.update(run_view(current, racks))
+    else:  # a pipe, a file or -o json|yaml: no animation, just the run as it ended
+        while not done(current):
+            session.sleep(interval)
+            current = session.client.get_run(run_id)
+        session.emit(current, lambda: run_view(current, racks))
+    ctx.exit(0 if current.state == "completed" else 1)
+
+
+@run.command()
+@_run_id
+@click.pass_context
+def resume(ctx: click.Context, run_id: str) -> None:
+    """Continue a halted rollout: its not-started racks wait their turn again and failures count from
+    zero. Its schedule stays paused (`rackflow schedule resume` fires it again).
+
+    \b
+    Example:
+      rackflow run resume 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f
+    """
+    _act(ctx, lambda session: session.client.resume_run(run_id))
+
+
+@run.command()
+@_run_id
+@click.pass_context
+def cancel(ctx: click.Context, run_id: str) -> None:
+    """End a rolling or halted rollout: racks not started yet never start. Tasks already started are not
+    cancelled (`rackflow task cancel` does that).
+
+    \b
+    Example:
+      rackflow run cancel 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f
+    """
+    _act(ctx, lambda session: session.client.cancel_run(run_id))
+
+
+def _act(ctx: click.Context, call: Callable[[Session], pb.TaskScheduleRun]) -> None:
+    session = pass_session(ctx)
+    found = call(session)
+    racks = rack_names(session) if session.for_people else {}
+    session.emit(found, lambda: run_view(found, racks))

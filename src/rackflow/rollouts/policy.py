@@ -1,0 +1,192 @@
+"""The rollout rule, as one pure function: given a run's scopes in order and where each stands, which may
+start now, and whether the run must halt.
+
+No I/O and no clock: the caller passes `now` and the scopes' states as read from the database, so the rule
+is the same on every instance and after any restart (nothing lives in memory between two decisions).
+
+The rule, in order:
+
+1. Failures count from the last resume (`failures_excused` are the ones before it). When pending scopes
+   remain and the count reaches `halt_after_failures`, or `halt_after_failure_percent` of all scopes, the
+   run halts: nothing more starts (tasks already running finish).
+2. Canaries (the first `canary_racks` scopes) go first and alone. A failed canary halts the run; the rest
+   start only once every canary ended and none failed, and `bake_time` after the last canary finished.
+   A resumed run has passed its canary gate (the operator looked and said go).
+3. Caps: at most `max_concurrent_racks` scopes active at once, at most `max_per_domain` active in one
+   NVLink domain (a rack without a domain counts as a domain of its own). Scopes start in their order;
+   one held back by its domain's cap does not hold back later scopes of other domains.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from rackflow.timespec import format_go_duration
+
+
+@dataclass(frozen=True)
+class RolloutPolicy:
+    """How a schedule's firing rolls out. A zero means "no limit" (or no canaries, no bake)."""
+
+    max_concurrent_racks: int = 0
+    max_per_domain: int = 0
+    canary_racks: int = 0
+    bake_time: timedelta = timedelta(0)
+    halt_after_failures: int = 0
+    halt_after_failure_percent: float = 0.0
+    pause_on_halt: bool = True
+
+    def describe(self) -> str:
+        """For people: `max 5, 1 per domain, 2 canaries, bake 15m, halt after 2, pause on halt`."""
+        parts = []
+        if self.max_concurrent_racks:
+            parts.append(f"max {self.max_concurrent_racks}")
+        if self.max_per_domain:
+            parts.append(f"{self.max_per_domain} per domain")
+        if self.canary_racks:
+            parts.append(f"{self.canary_racks} canar{'y' if self.canary_racks == 1 else 'ies'}")
+        if self.bake_time:
+            parts.append(f"bake {format_go_duration(self.bake_time)}")
+        if self.halt_after_failures:
+            parts.append(f"halt after {self.halt_after_failures}")
+        if self.halt_after_failure_percent:
+            parts.append(f"halt after {self.halt_after_failure_percent:g}%")
+        parts.append("pause on halt" if self.pause_on_halt else "keep firing on halt")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_concurrent_racks": self.max_concurrent_racks,
+            "max_per_domain": self.max_per_domain,
+            "canary_racks": self.canary_racks,
+            "bake_seconds": self.bake_time.total_seconds(),
+            "halt_after_failures": self.halt_after_failures,
+            "halt_after_failure_percent": self.halt_after_failure_percent,
+            "pause_on_halt": self.pause_on_halt,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RolloutPolicy:
+        return cls(
+            max_concurrent_racks=int(data["max_concurrent_racks"]),
+            max_per_domain=int(data["max_per_domain"]),
+            canary_racks=int(data["canary_racks"]),
+            bake_time=timedelta(seconds=float(data["bake_seconds"])),
+            halt_after_failures=int(data["halt_after_failures"]),
+            halt_after_failure_percent=float(data["halt_after_failure_percent"]),
+            pause_on_halt=bool(data["pause_on_halt"]),
+        )
+
+
+class Phase(enum.StrEnum):
+    """Where one scope of a rollout stands."""
+
+    PENDING = "pending"  # waiting its turn
+    ACTIVE = "active"  # its task is waiting, pending or running
+    SUCCEEDED = "succeeded"  # its task completed
+    FAILED = "failed"  # its task failed or was terminated, or it could not be submitted
+    SKIPPED = "skipped"  # settled without a task (overlap, or a closed window): neither success nor failure
+    NOT_STARTED = "not_started"  # halted or cancelled before its turn
+
+
+ENDED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED, Phase.NOT_STARTED})
+
+
+@dataclass(frozen=True)
+class ScopeView:
+    """One scope as the rule sees it. `finished_at`: when its task ended (bake time counts from it)."""
+
+    scope_id: uuid.UUID
+    rack_id: uuid.UUID
+    label: str
+    domain_id: uuid.UUID | None
+    phase: Phase
+    canary: bool = False
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do now: `start` these scopes (in order), or `halt` with this reason. `done`: every scope
+    reached an end. `bake_until`: the rest wait for the canaries' bake time until then."""
+
+    start: tuple[uuid.UUID, ...] = ()
+    halt: str | None = None
+    done: bool = False
+    bake_until: datetime | None = None
+
+
+def failures_counted(scopes: Sequence[ScopeView], failures_excused: int) -> int:
+    return max(0, sum(s.phase is Phase.FAILED for s in scopes) - failures_excused)
+
+
+def halt_reason(policy: RolloutPolicy, scopes: Sequence[ScopeView], failures_excused: int) -> str | None:
+    """Why the failure budget stops the run, or None while it holds."""
+    failures, total = failures_counted(scopes, failures_excused), len(scopes)
+    if policy.halt_after_failures and failures >= policy.halt_after_failures:
+        return f"rollout halted: {failures} of {total} racks failed (limit {policy.halt_after_failures})"
+    percent = policy.halt_after_failure_percent
+    if percent and failures and failures * 100 >= percent * total:
+        return f"rollout halted: {failures} of {total} racks failed (limit {percent:g}%)"
+    return None
+
+
+def decide(
+    policy: RolloutPolicy,
+    scopes: Sequence[ScopeView],
+    *,
+    now: datetime,
+    failures_excused: int = 0,
+    resumed: bool = False,
+) -> Decision:
+    """The rule above, for `scopes` in rollout order (canaries first)."""
+    pending = [s for s in scopes if s.phase is Phase.PENDING]
+    active = [s for s in scopes if s.phase is Phase.ACTIVE]
+    if not pending:
+        return Decision(done=not active)
+    reason = halt_reason(policy, scopes, failures_excused)
+    if reason is not None:
+        return Decision(halt=reason)
+    eligible = pending
+    bake_until = None
+    canaries = [s for s in scopes if s.canary]
+    if canaries and not resumed:
+        failed = [s for s in canaries if s.phase is Phase.FAILED]
+        if failed:
+            return Decision(halt=f"rollout halted: canary {failed[0].label} failed")
+        if any(s.phase not in ENDED for s in canaries):
+            eligible = [s for s in pending if s.canary]
+        elif policy.bake_time:
+            ends = [s.finished_at for s in canaries if s.finished_at is not None]
+            bake_until = max(ends) + policy.bake_time if ends else None
+            if bake_until is not None and now < bake_until:
+                return Decision(bake_until=bake_until)
+    return Decision(start=_within_caps(policy, eligible, active), bake_until=bake_until)
+
+
+def _domain(scope: ScopeView) -> tuple[str, uuid.UUID]:
+    return ("domain", scope.domain_id) if scope.domain_id is not None else ("rack", scope.rack_id)
+
+
+def _within_caps(
+    policy: RolloutPolicy, eligible: Sequence[ScopeView], active: Sequence[ScopeView]
+) -> tuple[uuid.UUID, ...]:
+    room = policy.max_concurrent_racks - len(active) if policy.max_concurrent_racks else len(eligible)
+    per_domain = Counter(_domain(s) for s in active)
+    started: list[uuid.UUID] = []
+    for scope in eligible:
+        if room <= 0:
+            break
+        key = _domain(scope)
+        if policy.max_per_domain and per_domain[key] >= policy.max_per_domain:
+            continue
+        started.append(scope.scope_id)
+        per_domain[key] += 1
+        room -= 1
+    return tuple(started)

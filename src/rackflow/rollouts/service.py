@@ -1,0 +1,368 @@
+"""The seam that applies the rollout rule (`rollouts.policy.decide`) to runs in the database.
+
+A step (`RolloutService.advance`) is one transaction: lock rolling runs (`FOR UPDATE SKIP LOCKED`, so every
+instance may step runs and none waits for another), read their tasks' states, decide per run, submit the
+scopes the rule starts (each task carries its run: UNIQUE (run_id, rack_id) refuses a second task for a
+scope whatever path tries), and write the run back: its outcomes, and its state when it completed or
+halted (pausing its schedule unless `pause_on_halt` is off). Nothing is kept in memory between steps, so a
+rollout goes on from where it is when the instance that stepped it dies or restarts: another instance's
+next step takes the run, and if the dead one's transaction had not committed, nothing of it happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow import metrics
+from rackflow.audit.model import OK, SYSTEM_PRINCIPAL
+from rackflow.audit.trail import AuditTrail
+from rackflow.clock import Clock
+from rackflow.config import ROLLOUT_STEP_BATCH
+from rackflow.errors import FailedPrecondition, NotFound, RackflowError
+from rackflow.rollouts.policy import ENDED, Phase, ScopeView, decide, failures_counted
+from rackflow.schedules.firing import scope_submission
+from rackflow.schedules.model import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, ScopeOutcome
+from rackflow.store import rollouts as store
+from rackflow.store import schedules as schedule_store
+from rackflow.store.db import Database
+from rackflow.tasks.manager import TaskManager
+from rackflow.tasks.model import TaskStatus
+
+log = logging.getLogger(__name__)
+
+_FAILED_STATUSES = (TaskStatus.FAILED, TaskStatus.TERMINATED)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A rollout's counters by scope, its wave ("canary", "bake", "rest"; "" without canaries), when the
+    rest start while baking, and the failures counted against its halt limits (since the last resume)."""
+
+    total: int
+    pending: int
+    active: int
+    succeeded: int
+    failed: int
+    not_started: int
+    skipped: int
+    wave: str
+    bake_until: datetime | None
+    failures_counted: int
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """A run as an operator sees it: the run, each of its tasks' current status, and (a rollout) its
+    progress."""
+
+    run: Run
+    task_statuses: Mapping[uuid.UUID, TaskStatus]
+    progress: Progress | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one `advance` did: how many rolling runs it stepped, and the tasks it submitted."""
+
+    runs: int
+    task_ids: tuple[uuid.UUID, ...]
+
+
+def _phase(outcome: ScopeOutcome, task: store.TaskState | None) -> Phase:
+    """Where a scope stands, from its recorded outcome and (once submitted) its task."""
+    if outcome.outcome == "pending":
+        return Phase.PENDING
+    if outcome.outcome == "not_started":
+        return Phase.NOT_STARTED
+    if outcome.outcome in ("skipped_overlap", "skipped_window"):
+        return Phase.SKIPPED
+    if outcome.outcome == "failed" or task is None:  # not submitted, or its rack (and task) deleted
+        return Phase.FAILED
+    if task.status.is_active:
+        return Phase.ACTIVE
+    return Phase.FAILED if task.status in _FAILED_STATUSES else Phase.SUCCEEDED
+
+
+def _views(
+    run: Run,
+    tasks: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
+    places: Mapping[uuid.UUID, store.RackPlace],
+) -> list[ScopeView]:
+    views = []
+    for outcome in run.outcomes:
+        task = tasks.get((run.id, outcome.rack_id))
+        place = places.get(outcome.rack_id)
+        views.append(
+            ScopeView(
+                outcome.scope_id,
+                outcome.rack_id,
+                place.name if place else str(outcome.rack_id),
+                place.domain_id if place else None,
+                _phase(outcome, task),
+                outcome.canary,
+                task.finished_at if task else None,
+            )
+        )
+    return views
+
+
+def _progress(run: Run, views: Sequence[ScopeView], now: datetime) -> Progress:
+    assert run.rollout is not None
+    counts = Counter(v.phase for v in views)
+    canaries = [v for v in views if v.canary]
+    wave = ""
+    bake_until = None
+    if canaries:
+        if not run.resumed and any(v.phase not in ENDED for v in canaries):
+            wave = "canary"
+        else:
+            ends = [v.finished_at for v in canaries if v.finished_at is not None]
+            baking = run.rollout.bake_time and ends and not run.resumed and counts[Phase.PENDING]
+            bake_until = max(ends) + run.rollout.bake_time if baking else None
+            wave = "bake" if bake_until is not None and now < bake_until else "rest"
+    return Progress(
+        total=len(views),
+        pending=counts[Phase.PENDING],
+        active=counts[Phase.ACTIVE],
+        succeeded=counts[Phase.SUCCEEDED],
+        failed=counts[Phase.FAILED],
+        not_started=counts[Phase.NOT_STARTED],
+        skipped=counts[Phase.SKIPPED],
+        wave=wave,
+        bake_until=bake_until if wave == "bake" else None,
+        failures_counted=failures_counted(views, run.failures_excused),
+    )
+
+
+def _with_outcomes(run: Run, changed: Mapping[uuid.UUID, ScopeOutcome]) -> tuple[ScopeOutcome, ...]:
+    return tuple(changed.get(o.scope_id, o) for o in run.outcomes)
+
+
+def _marked(run: Run, was: Outcome, becomes: Outcome) -> tuple[ScopeOutcome, ...]:
+    """The run's outcomes with every `was` scope marked `becomes` (pending ones "not_started", or back)."""
+    return tuple(replace(o, outcome=becomes) if o.outcome == was else o for o in run.outcomes)
+
+
+class RolloutService:
+    def __init__(self, db: Database, clock: Clock, tasks: TaskManager, audit: AuditTrail) -> None:
+        self.db = db
+        self.clock = clock
+        self.tasks = tasks
+        self.audit = audit
+
+    # --- stepping ----------------------------------------------------------------------------------
+
+    async def advance(
+        self, run_ids: Collection[uuid.UUID] | None = None, limit: int = ROLLOUT_STEP_BATCH
+    ) -> Step:
+        """One step of up to `limit` rolling runs (of `run_ids`, if given) that no other instance is
+        stepping; see the module's docstring. With no run rolling anywhere (the usual case) it is one read,
+        not a write transaction (which on SQLite would take the database's single write lock every step)."""
+        if run_ids is None:
+            async with self.db.read() as conn:
+                if not await store.any_rolling(conn):
+                    return Step(0, ())
+        async with self.db.transaction() as conn:
+            runs = await store.claim_rolling(self.db, conn, limit, run_ids)
+            if not runs:
+                return Step(0, ())
+            now = self.clock.now()
+            tasks = await store.task_states(conn, [r.id for r in runs])
+            # The rule needs the domains of racks still to start or active, and the canaries' names.
+            live = {Phase.PENDING, Phase.ACTIVE}
+            needed = {v.rack_id for r in runs for v in _views(r, tasks, {}) if v.phase in live or v.canary}
+            places = await store.rack_places(conn, needed)
+            started: list[uuid.UUID] = []
+            paused: list[tuple[Run, str]] = []
+            for run in runs:
+                started += await self._step(conn, run, _views(run, tasks, places), now, paused)
+        if started:
+            self.tasks.wake_executors()
+            metrics.ROLLOUT_RACKS_STARTED.inc(len(started))
+        for run, reason in paused:
+            await self.audit.record(
+                principal=SYSTEM_PRINCIPAL,
+                method="PauseTaskSchedule",
+                target_ids=[str(run.schedule_id), str(run.id)],
+                outcome=OK,
+                request={"id": str(run.schedule_id), "reason": reason, "run_id": str(run.id)},
+                schedule_id=run.schedule_id,
+            )
+        return Step(len(runs), tuple(started))
+
+    async def _step(
+        self,
+        conn: AsyncConnection,
+        run: Run,
+        views: Sequence[ScopeView],
+        now: datetime,
+        paused: list[tuple[Run, str]],
+    ) -> list[uuid.UUID]:
+        """One run's step; a halt that pauses the schedule is added to `paused` (audited after commit)."""
+        assert run.rollout is not None
+        decision = decide(
+            run.rollout, views, now=now, failures_excused=run.failures_excused, resumed=run.resumed
+        )
+        if decision.halt is not None:
+            metrics.ROLLOUT_HALTS.inc()
+            await store.save_run(
+                conn,
+                replace(
+                    run, state="halted", outcomes=_marked(run, "pending", "not_started"), reason=decision.halt
+                ),
+            )
+            pauses = run.rollout.pause_on_halt and await self._pause(
+                conn, run.schedule_id, decision.halt, now
+            )
+            if pauses:
+                paused.append((run, decision.halt))
+            log.warning(
+                "run %s: %s%s",
+                run.id,
+                decision.halt,
+                "; schedule paused" if pauses else "",
+                extra={"run_id": str(run.id), "schedule_id": str(run.schedule_id)},
+            )
+            return []
+        if decision.done:
+            await store.save_run(conn, replace(run, state="completed"))
+            log.info("run %s: rollout completed", run.id, extra={"run_id": str(run.id)})
+            return []
+        if not decision.start:
+            return []
+        return await self._start(conn, run, decision.start)
+
+    async def _start(
+        self, conn: AsyncConnection, run: Run, scope_ids: Sequence[uuid.UUID]
+    ) -> list[uuid.UUID]:
+        """Submit the scopes' tasks in this transaction; a refused one (conflict, full queue) is "failed"
+        and counts against the failure budget, a scope removed from the schedule meanwhile "not_started"."""
+        schedule = await schedule_store.get_schedule(conn, run.schedule_id)
+        assert schedule is not None  # runs are deleted with their schedule
+        scopes = {s.id: s for s in await schedule_store.scopes_by_ids(conn, scope_ids)}
+        outcomes = {o.scope_id: o for o in run.outcomes}
+        changed: dict[uuid.UUID, ScopeOutcome] = {}
+        present = [scopes[i] for i in scope_ids if i in scopes]
+        for gone in (i for i in scope_ids if i not in scopes):
+            changed[gone] = replace(
+                outcomes[gone], outcome="not_started", error="removed from the schedule's scope"
+            )
+        results = await self.tasks.submit_each_in(
+            conn, [scope_submission(schedule, scope, run.fired_at, run.id) for scope in present]
+        )
+        started: dict[uuid.UUID, uuid.UUID] = {}
+        for scope, result in zip(present, results, strict=True):
+            if isinstance(result, RackflowError):
+                changed[scope.id] = replace(outcomes[scope.id], outcome="failed", error=str(result))
+            else:
+                started[scope.id] = result[0].id
+                changed[scope.id] = replace(outcomes[scope.id], outcome="submitted", task_id=result[0].id)
+        await schedule_store.set_last_task_ids(conn, started)
+        await store.save_run(conn, replace(run, outcomes=_with_outcomes(run, changed)))
+        return list(started.values())
+
+    async def _pause(self, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime) -> bool:
+        """Pause the schedule of a halted rollout, with the halt as its reason (by rackflow itself); False
+        when there is nothing to pause (already paused, or a fired one-time schedule)."""
+        schedule = await schedule_store.get_schedule(conn, schedule_id, lock=self.db.for_update)
+        if schedule is None or not schedule.enabled or schedule.is_consumed:
+            return False
+        pause = Pause(reason=reason, by=SYSTEM_PRINCIPAL, at=now)
+        await schedule_store.save_schedule(
+            conn, replace(schedule, enabled=False, pause=pause, updated_at=now)
+        )
+        return True
+
+    # --- one run: read, resume, cancel -------------------------------------------------------------
+
+    async def _load(self, conn: AsyncConnection, run_id: uuid.UUID, action: str) -> Run:
+        run = await store.get_run(self.db, conn, run_id, lock=True)
+        if run is None:
+            raise NotFound(f"id: no task schedule run {run_id}")
+        if run.rollout is None:
+            raise FailedPrecondition(
+                f"id: run {run_id} is not a rollout (its schedule has no rollout policy); cannot {action} it"
+            )
+        return run
+
+    async def get(self, run_id: uuid.UUID) -> RunReport:
+        async with self.db.read() as conn:
+            run = await store.get_run(self.db, conn, run_id)
+            if run is None:
+                raise NotFound(f"id: no task schedule run {run_id}")
+            (report,) = await self._reports(conn, [run])
+        return report
+
+    async def resume(self, run_id: uuid.UUID) -> RunReport:
+        """Continue a halted rollout: its not-started scopes are pending again, the failures so far are
+        excused (the budget counts from zero), and the canary gate is passed. Its schedule stays paused
+        (ResumeTaskSchedule resumes firing)."""
+        async with self.db.transaction() as conn:
+            run = await self._load(conn, run_id, "resume")
+            if run.state != "halted":
+                raise FailedPrecondition(
+                    f"id: run {run_id} is {run.state}; only a halted rollout can be resumed"
+                )
+            tasks = await store.task_states(conn, [run.id])
+            failures = failures_counted(_views(run, tasks, {}), 0)
+            await store.save_run(
+                conn,
+                replace(
+                    run,
+                    state="rolling",
+                    outcomes=_marked(run, "not_started", "pending"),
+                    reason="",
+                    failures_excused=failures,
+                    resumed=True,
+                ),
+            )
+        await self.advance([run_id])
+        return await self.get(run_id)
+
+    async def cancel(self, run_id: uuid.UUID) -> RunReport:
+        """End a rolling or halted rollout: its pending scopes become not_started. Tasks already started
+        are not cancelled (CancelTask does that, one by one)."""
+        async with self.db.transaction() as conn:
+            run = await self._load(conn, run_id, "cancel")
+            if run.state not in ROLLOUT_LIVE_STATES:
+                raise FailedPrecondition(
+                    f"id: run {run_id} is {run.state}; only a rolling or halted rollout can be cancelled"
+                )
+            pending = sum(o.outcome == "pending" for o in run.outcomes)
+            reason = (
+                f"cancelled with {pending} scope(s) not started; tasks already started were not cancelled"
+            )
+            if run.reason:
+                reason = f"{run.reason}; {reason}"
+            await store.save_run(
+                conn,
+                replace(
+                    run, state="cancelled", outcomes=_marked(run, "pending", "not_started"), reason=reason
+                ),
+            )
+        return await self.get(run_id)
+
+    async def reports(self, runs: Sequence[Run]) -> list[RunReport]:
+        """The runs with their tasks' statuses and (rollouts) progress."""
+        async with self.db.read() as conn:
+            return await self._reports(conn, runs)
+
+    async def _reports(self, conn: AsyncConnection, runs: Sequence[Run]) -> list[RunReport]:
+        tasks = await store.task_states(conn, [r.id for r in runs])
+        by_run: dict[uuid.UUID, dict[uuid.UUID, TaskStatus]] = {r.id: {} for r in runs}
+        for (run_id, _), task in tasks.items():
+            by_run[run_id][task.task_id] = task.status
+        now = self.clock.now()
+        reports = []
+        for run in runs:
+            statuses = by_run[run.id]
+            progress = _progress(run, _views(run, tasks, {}), now) if run.rollout is not None else None
+            reports.append(RunReport(run, statuses, progress))
+        return reports

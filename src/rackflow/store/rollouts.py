@@ -1,0 +1,119 @@
+"""Rollout queries: the rolling runs a driver advances, their tasks' states, and their racks' domains.
+
+A run's per-scope state is its `outcomes` (one JSON list in the run row): a rollout step locks the run row,
+reads its tasks, decides, submits, and writes the row back in one transaction, so every instance may step
+any run (`FOR UPDATE SKIP LOCKED`) and none can start a scope twice (the row lock, and UNIQUE
+(run_id, rack_id) on tasks behind it).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.schedules.model import ROLLOUT_LIVE_STATES, Run
+from rackflow.store.db import Database, chunked
+from rackflow.store.schedules import outcomes_to_json, run_from_row
+from rackflow.store.tables import racks, task_schedule_run, tasks
+from rackflow.tasks.model import TaskStatus
+
+_run = task_schedule_run.c
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """A rollout scope's task as a rollout step reads it."""
+
+    task_id: uuid.UUID
+    status: TaskStatus
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RackPlace:
+    """A rack's name (rollout order and reasons) and NVLink domain (the per-domain cap)."""
+
+    name: str
+    domain_id: uuid.UUID | None
+
+
+async def live_rollouts(
+    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, tuple[uuid.UUID, str]]:
+    """Each schedule's rolling or halted run, as (run id, state); at most one each (a unique index)."""
+    found: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
+    for chunk in chunked(list(schedule_ids)):
+        stmt = select(_run.schedule_id, _run.id, _run.state).where(
+            _run.schedule_id.in_(chunk), _run.state.in_(ROLLOUT_LIVE_STATES)
+        )
+        found.update({row.schedule_id: (row.id, row.state) for row in await conn.execute(stmt)})
+    return found
+
+
+async def any_rolling(conn: AsyncConnection) -> bool:
+    """Whether any run is rolling (one read of the partial index `ix_task_schedule_run_rolling`)."""
+    stmt = select(_run.id).where(_run.state == "rolling").limit(1)
+    return (await conn.execute(stmt)).first() is not None
+
+
+async def claim_rolling(
+    db: Database, conn: AsyncConnection, limit: int, run_ids: Collection[uuid.UUID] | None = None
+) -> list[Run]:
+    """Up to `limit` rolling runs (of `run_ids`, if given), locked until commit; runs another instance is
+    stepping are skipped, not waited for."""
+    stmt = select(task_schedule_run).where(_run.state == "rolling")
+    if run_ids is not None:
+        stmt = stmt.where(_run.id.in_(list(run_ids)))
+    stmt = stmt.order_by(_run.id).limit(limit)
+    return [run_from_row(row) for row in await conn.execute(db.skip_locked(stmt))]
+
+
+async def get_run(
+    db: Database, conn: AsyncConnection, run_id: uuid.UUID, *, lock: bool = False
+) -> Run | None:
+    """One run; `lock` holds it until commit (waiting for a rollout step that holds it)."""
+    stmt = select(task_schedule_run).where(_run.id == run_id)
+    row = (await conn.execute(db.for_update(stmt) if lock else stmt)).first()
+    return run_from_row(row) if row is not None else None
+
+
+async def save_run(conn: AsyncConnection, run: Run) -> None:
+    """Write what a rollout step, resume or cancel changed: state, outcomes, reason, what was excused."""
+    await conn.execute(
+        update(task_schedule_run)
+        .where(_run.id == run.id)
+        .values(
+            state=run.state,
+            outcomes=outcomes_to_json(run.outcomes),
+            reason=run.reason,
+            failures_excused=run.failures_excused,
+            resumed=run.resumed,
+        )
+    )
+
+
+async def task_states(
+    conn: AsyncConnection, run_ids: Collection[uuid.UUID]
+) -> dict[tuple[uuid.UUID, uuid.UUID], TaskState]:
+    """The tasks of these runs, keyed by (run id, rack id) (the index of UNIQUE (run_id, rack_id))."""
+    found: dict[tuple[uuid.UUID, uuid.UUID], TaskState] = {}
+    for chunk in chunked(list(run_ids)):
+        stmt = select(tasks.c.run_id, tasks.c.rack_id, tasks.c.id, tasks.c.status, tasks.c.finished_at).where(
+            tasks.c.run_id.in_(chunk)
+        )
+        for row in await conn.execute(stmt):
+            found[(row.run_id, row.rack_id)] = TaskState(row.id, TaskStatus(row.status), row.finished_at)
+    return found
+
+
+async def rack_places(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, RackPlace]:
+    found: dict[uuid.UUID, RackPlace] = {}
+    for chunk in chunked(list(rack_ids)):
+        stmt = select(racks.c.id, racks.c.name, racks.c.nvl_domain_id).where(racks.c.id.in_(chunk))
+        found.update({row.id: RackPlace(row.name, row.nvl_domain_id) for row in await conn.execute(stmt)})
+    return found

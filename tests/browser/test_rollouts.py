@@ -1,0 +1,64 @@
+"""A rollout in a real headless Chromium against a real `rackflow serve`, on SQLite and PostgreSQL: the
+operator triggers it from the schedule's page, watches its progress refresh itself, sees it halt on an
+injected failure with the reason, resumes it from the page and sees it finish."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from rackflow.v1 import flow_pb2 as pb
+from tests.browser.page import text, visible, wait
+from tests.browser.test_dashboard import confirm, open_page
+from tests.e2e.cluster import ServerProcess, start_server
+from tests.e2e.fleet import create_racks, schedule_request
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one worker: one server, one browser
+
+
+@pytest.fixture(scope="module")
+def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Four racks whose one-step tasks take a second; the second rack by name fails."""
+    started = start_server(
+        served_db_url,
+        tmp_path_factory.mktemp("browser-rollouts"),
+        args=["--http-listen", "127.0.0.1:0"],
+        env={"RACKFLOW_SIM_STEP_SECONDS": "1", "RACKFLOW_SIM_FAIL_IDS": "ro-2-c0"},
+        name="rollouts",
+    )
+    stub = started.stub()
+    names = [f"ro-{i}" for i in range(1, 5)]
+    create_racks(stub, names)
+    request = schedule_request("fw-rollout", names, spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")
+    request.schedule.rollout.CopyFrom(pb.RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
+    stub.CreateTaskSchedule(request)
+    yield started
+    assert started.stop() == 0, started.output
+
+
+def test_trigger_watch_it_halt_resume_and_finish(server: ServerProcess, driver: WebDriver) -> None:
+    open_page(driver, server, "/schedules/fw-rollout", "fw-rollout")
+    assert text(driver, "schedule-rollout") == "max 1, halt after 1, pause on halt"
+    assert confirm(driver, "action-trigger") == "Run fw-rollout now?"
+    visible(driver, "rollout-panel")
+    wait(driver, lambda d: "waiting their turn" in text(d, "rollout-counts"), "the rollout's first wave")
+    reason = wait(
+        driver,
+        lambda d: "rollout halted" in text(d, "rollout-reason") and text(d, "rollout-reason"),
+        "the rollout to halt on the injected failure (the page refreshes itself)",
+    )
+    assert reason == "rollout halted: 1 of 4 racks failed (limit 1)"
+    assert text(driver, "rollout-state").endswith("halted")
+    assert text(driver, "schedule-state").endswith("paused")
+    assert text(driver, "rollout-counts") == "1 of 4 succeeded, 1 failed, 2 not started"
+
+    assert confirm(driver, "action-resume-run") == "Resume this rollout?"
+    wait(
+        driver,
+        lambda d: text(d, "rollout-counts") == "3 of 4 succeeded, 1 failed",
+        "the resumed rollout to finish",
+    )
+    assert text(driver, "rollout-state").endswith("failed")  # finished, with a failed rack
+    assert not driver.find_elements("css selector", '[data-testid="action-cancel-run"]')

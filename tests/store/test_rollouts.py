@@ -1,0 +1,378 @@
+"""Rollouts on both databases, stepped by hand on a FakeClock: the caps, the canary gate, bake time,
+halting by count and by percent, pause on halt, resume, cancel, skipped firings, and no scope started
+twice. Tasks end by writing their status, as the executor would (tests/e2e/test_rollouts.py runs the
+whole thing with real processes)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+
+from rackflow.audit.model import EventFilter
+from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from rackflow.inventory.model import Rack
+from rackflow.rollouts.policy import RolloutPolicy
+from rackflow.rollouts.service import RunReport
+from rackflow.schedules import firing
+from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.schedules.model import OverlapPolicy, Schedule
+from rackflow.store import schedules as schedule_store
+from rackflow.store import tasks as task_store
+from rackflow.store.db import Database
+from rackflow.tasks.model import QueueOptions, Task, TaskStatus
+from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _racks(env: Env, count: int, prefix: str = "r") -> list[Rack]:
+    return [await env.rack(f"{prefix}{i:02d}") for i in range(count)]
+
+
+async def _schedule(env: Env, racks: Sequence[Rack], policy: RolloutPolicy, name: str = "fw") -> Schedule:
+    return await env.services.schedules.create(
+        name=name,
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(*racks),
+        rollout=policy,
+    )
+
+
+async def _run(env: Env, schedule: Schedule) -> RunReport:
+    runs, _ = await env.services.schedules.list_runs(schedule.id, limit=1)
+    return await env.services.rollouts.get(runs[0].id)
+
+
+async def _tasks(env: Env, schedule: Schedule) -> list[Task]:
+    found, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    return found
+
+
+async def _active(env: Env, schedule: Schedule) -> list[Task]:
+    return [t for t in await _tasks(env, schedule) if t.status.is_active]
+
+
+async def _end(env: Env, tasks: Sequence[Task], status: TaskStatus = TaskStatus.COMPLETED) -> None:
+    async with env.db.transaction() as conn:
+        await task_store.set_status(conn, [t.id for t in tasks], status, now=env.clock.now())
+
+
+def _names(env_racks: Sequence[Rack], tasks: Sequence[Task]) -> list[str]:
+    by_id = {r.id: r.name for r in env_racks}
+    return sorted(by_id[t.rack_id] for t in tasks)
+
+
+async def test_max_concurrent_racks_is_never_exceeded_and_the_run_completes(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 5)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=2))
+    first = await env.services.schedules.trigger(schedule.id)
+    assert len(first) == 2
+    report = await _run(env, schedule)
+    assert report.run.state == "rolling"
+    assert report.progress is not None and (report.progress.active, report.progress.pending) == (2, 3)
+    assert [o.outcome for o in report.run.outcomes] == [
+        "submitted",
+        "submitted",
+        "pending",
+        "pending",
+        "pending",
+    ]
+    assert (await env.services.rollouts.advance()).task_ids == ()  # no room
+    while active := await _active(env, schedule):
+        assert len(active) <= 2
+        await _end(env, active[:1])
+        await env.services.rollouts.advance()
+        assert len(await _active(env, schedule)) <= 2
+    await env.services.rollouts.advance()
+    report = await _run(env, schedule)
+    assert report.run.state == "completed"
+    assert report.progress is not None and report.progress.succeeded == 5
+    assert _names(racks, await _tasks(env, schedule)) == [r.name for r in racks]  # each rack once
+
+
+async def test_scopes_start_in_rack_name_order(db: Database) -> None:
+    env = make_env(db)
+    racks = [await env.rack(name) for name in ("c", "a", "b")]
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1))
+    await env.services.schedules.trigger(schedule.id)
+    started = []
+    for _ in range(3):
+        (task,) = await _active(env, schedule)
+        started += _names(racks, [task])
+        await _end(env, [task])
+        await env.services.rollouts.advance()
+    assert started == ["a", "b", "c"]
+
+
+async def test_max_per_domain_counts_a_rack_without_a_domain_as_its_own(db: Database) -> None:
+    env = make_env(db)
+    a = await _racks(env, 3, "a")
+    b = await _racks(env, 3, "b")
+    loose = await _racks(env, 2, "z")
+    await env.services.inventory.create_domain("dom-a", [r.id for r in a])
+    await env.services.inventory.create_domain("dom-b", [r.id for r in b])
+    schedule = await _schedule(env, [*a, *b, *loose], RolloutPolicy(max_per_domain=1))
+    await env.services.schedules.trigger(schedule.id)
+    assert _names([*a, *b, *loose], await _active(env, schedule)) == ["a00", "b00", "z00", "z01"]
+    await _end(env, [t for t in await _active(env, schedule) if t.rack_id == a[0].id])
+    await env.services.rollouts.advance()
+    assert _names([*a, *b, *loose], await _active(env, schedule)) == ["a01", "b00", "z00", "z01"]
+
+
+async def test_canaries_go_first_and_the_rest_wait_for_the_bake_time(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 6)
+    policy = RolloutPolicy(max_concurrent_racks=3, canary_racks=2, bake_time=timedelta(minutes=15))
+    schedule = await _schedule(env, racks, policy)
+    await env.services.schedules.trigger(schedule.id)
+    canaries = await _active(env, schedule)
+    assert _names(racks, canaries) == ["r00", "r01"]
+    report = await _run(env, schedule)
+    assert report.progress is not None and report.progress.wave == "canary"
+    assert [o.canary for o in report.run.outcomes] == [True, True, False, False, False, False]
+    await _end(env, canaries[:1])
+    assert (await env.services.rollouts.advance()).task_ids == ()  # one canary still running
+    env.clock.advance(timedelta(minutes=5))
+    await _end(env, canaries[1:])
+    done_at = env.clock.now()
+    assert (await env.services.rollouts.advance()).task_ids == ()  # baking
+    report = await _run(env, schedule)
+    assert report.progress is not None and report.progress.wave == "bake"
+    assert report.progress.bake_until == done_at + timedelta(minutes=15)
+    env.clock.advance(timedelta(minutes=15) - timedelta(seconds=1))
+    assert (await env.services.rollouts.advance()).task_ids == ()
+    env.clock.advance(timedelta(seconds=1))
+    assert len((await env.services.rollouts.advance()).task_ids) == 3
+    report = await _run(env, schedule)
+    assert report.progress is not None and report.progress.wave == "rest"
+
+
+async def test_a_failed_canary_halts_everything_after_it_and_pauses_the_schedule(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 4)
+    schedule = await _schedule(env, racks, RolloutPolicy(canary_racks=1))
+    halts = REGISTRY.get_sample_value("rackflow_rollout_halts_total") or 0.0
+    (canary,) = await env.services.schedules.trigger(schedule.id)
+    assert len(await _active(env, schedule)) == 1
+    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    assert REGISTRY.get_sample_value("rackflow_rollout_halts_total") == halts + 1
+    report = await _run(env, schedule)
+    assert report.run.state == "halted"
+    assert report.run.reason == "rollout halted: canary r00 failed"
+    assert [o.outcome for o in report.run.outcomes] == [
+        "submitted",
+        "not_started",
+        "not_started",
+        "not_started",
+    ]
+    assert report.task_statuses[canary] is TaskStatus.FAILED
+    paused = await env.services.schedules.get(schedule.id)
+    assert not paused.enabled and paused.pause is not None
+    assert (paused.pause.reason, paused.pause.by) == ("rollout halted: canary r00 failed", "rackflow")
+    (event,), _ = await env.services.audit.list_events(EventFilter(method="PauseTaskSchedule"))
+    assert (event.principal, event.request["reason"]) == ("rackflow", "rollout halted: canary r00 failed")
+    assert str(report.run.id) in event.target_ids
+    assert len(await _tasks(env, schedule)) == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "reason"),
+    [
+        (
+            RolloutPolicy(max_concurrent_racks=3, halt_after_failures=2),
+            "rollout halted: 2 of 10 racks failed (limit 2)",
+        ),
+        (
+            RolloutPolicy(max_concurrent_racks=3, halt_after_failure_percent=20),
+            "rollout halted: 2 of 10 racks failed (limit 20%)",
+        ),
+    ],
+)
+async def test_halts_at_exactly_the_threshold_and_running_tasks_finish(
+    db: Database, policy: RolloutPolicy, reason: str
+) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 10)
+    schedule = await _schedule(env, racks, policy)
+    await env.services.schedules.trigger(schedule.id)
+    first = await _active(env, schedule)
+    await _end(env, first[:1], TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    report = await _run(env, schedule)
+    assert report.run.state == "rolling" and report.progress is not None and report.progress.active == 3
+    await _end(env, (await _active(env, schedule))[:1], TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    report = await _run(env, schedule)
+    assert report.run.state == "halted"
+    assert report.run.reason == reason
+    assert report.progress is not None
+    assert (report.progress.failed, report.progress.active, report.progress.not_started) == (2, 2, 6)
+    assert len(await _active(env, schedule)) == 2  # not cancelled
+    assert not (await env.services.schedules.get(schedule.id)).enabled
+
+
+async def test_pause_on_halt_false_leaves_the_schedule_enabled(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 3)
+    schedule = await _schedule(
+        env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
+    )
+    await env.services.schedules.trigger(schedule.id)
+    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    assert (await _run(env, schedule)).run.state == "halted"
+    assert (await env.services.schedules.get(schedule.id)).enabled
+
+
+async def test_resume_counts_failures_from_zero_and_cancel_ends_the_run(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 5)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
+    await env.services.schedules.trigger(schedule.id)
+    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    run_id = (await _run(env, schedule)).run.id
+
+    # A trigger while the rollout is halted is refused and records nothing.
+    with pytest.raises(FailedPrecondition, match=f"previous rollout \\(run {run_id}\\) is still halted"):
+        await env.services.schedules.trigger(schedule.id)
+    assert (await env.services.schedules.list_runs(schedule.id))[1] == 1
+    # A dispatched one is recorded as skipped, with the reason.
+    await env.services.schedules.resume(schedule.id)
+    env.clock.advance(timedelta(hours=1))
+    assert await Dispatcher(env.services, instance_id=uuid.uuid4()).poll_once() == 0  # nothing to fire
+    skipped = await _run(env, schedule)
+    assert (
+        skipped.run.state == "skipped"
+        and skipped.run.reason == f"the schedule's previous rollout (run {run_id}) is still halted"
+    )
+    assert skipped.run.outcomes == ()
+    with pytest.raises(FailedPrecondition, match="is skipped; only a halted rollout can be resumed"):
+        await env.services.rollouts.resume(skipped.run.id)
+    await env.services.schedules.pause(schedule.id)
+
+    report = await env.services.rollouts.resume(run_id)
+    assert report.run.state == "rolling" and report.run.failures_excused == 1
+    assert report.progress is not None and (report.progress.active, report.progress.failures_counted) == (
+        1,
+        0,
+    )
+    with pytest.raises(FailedPrecondition, match="is rolling; only a halted rollout can be resumed"):
+        await env.services.rollouts.resume(run_id)
+    await _end(env, await _active(env, schedule))
+    await env.services.rollouts.advance()
+    assert (await env.services.rollouts.get(run_id)).run.state == "rolling"
+
+    report = await env.services.rollouts.cancel(run_id)
+    assert report.run.state == "cancelled"
+    assert "tasks already started were not cancelled" in report.run.reason
+    assert report.progress is not None and report.progress.not_started == 2 and report.progress.active == 1
+    assert len(await _active(env, schedule)) == 1
+    with pytest.raises(FailedPrecondition, match="is cancelled"):
+        await env.services.rollouts.cancel(run_id)
+    await env.services.rollouts.advance()
+    assert len(await _tasks(env, schedule)) == 3  # nothing more started
+
+    # The next firing rolls out again.
+    await env.services.schedules.resume(schedule.id)
+    assert len(await env.services.schedules.trigger(schedule.id)) == 1
+
+
+async def test_bad_run_ids_and_plain_runs_are_refused(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 1)
+    plain = await env.schedule("plain", racks=racks)
+    await env.services.schedules.trigger(plain.id)
+    run = (await _run(env, plain)).run
+    assert run.rollout is None
+    with pytest.raises(FailedPrecondition, match="is not a rollout"):
+        await env.services.rollouts.resume(run.id)
+    with pytest.raises(FailedPrecondition, match="is not a rollout"):
+        await env.services.rollouts.cancel(run.id)
+    missing = uuid.uuid4()
+    for call in (env.services.rollouts.get, env.services.rollouts.resume, env.services.rollouts.cancel):
+        with pytest.raises(NotFound, match=f"id: no task schedule run {missing}"):
+            await call(missing)
+
+
+async def test_no_scope_ever_gets_two_tasks_whatever_submits_it(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 2)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1))
+    (task_id,) = await env.services.schedules.trigger(schedule.id)
+    (task,) = await env.services.tasks.get_tasks([task_id])
+    async with env.db.transaction() as conn:
+        with pytest.raises(AlreadyExists, match="run_id"):
+            await task_store.insert_tasks(conn, [task.__class__(**{**task.__dict__, "id": uuid.uuid4()})])
+    # Stepping again and again starts nothing more while the one task runs.
+    for _ in range(3):
+        assert (await env.services.rollouts.advance()).task_ids == ()
+    assert len(await _tasks(env, schedule)) == 1
+
+
+async def test_the_policy_is_validated_naming_the_field(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 1)
+    for policy, field in [
+        (RolloutPolicy(max_concurrent_racks=-1), "schedule.rollout.max_concurrent_racks"),
+        (RolloutPolicy(max_per_domain=-2), "schedule.rollout.max_per_domain"),
+        (RolloutPolicy(canary_racks=-1), "schedule.rollout.canary_racks"),
+        (RolloutPolicy(halt_after_failures=-1), "schedule.rollout.halt_after_failures"),
+        (RolloutPolicy(halt_after_failure_percent=100.5), "schedule.rollout.halt_after_failure_percent"),
+        (RolloutPolicy(bake_time=timedelta(seconds=-1)), "schedule.rollout.bake_time"),
+    ]:
+        with pytest.raises(InvalidArgument, match=f"^{field}: "):
+            await _schedule(env, racks, policy)
+    assert (await env.services.schedules.list_schedules())[1] == 0
+
+
+async def test_update_sets_and_removes_the_policy(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 2)
+    schedule = await env.schedule("s", racks=racks)
+    assert schedule.rollout is None
+    policy = RolloutPolicy(max_concurrent_racks=1)
+    updated = await env.services.schedules.update(schedule.id, ["schedule.rollout"], rollout=policy)
+    assert updated.rollout == policy == (await env.services.schedules.get(schedule.id)).rollout
+    assert len(await env.services.schedules.trigger(schedule.id)) == 1
+    removed = await env.services.schedules.update(schedule.id, ["schedule.rollout"])
+    assert removed.rollout is None
+    # The run already rolling keeps the policy it fired with.
+    assert (await _run(env, schedule)).run.rollout == policy
+
+
+async def test_pruning_run_history_never_drops_a_live_rollout(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 2)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
+    await env.services.schedules.trigger(schedule.id)
+    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    halted = (await _run(env, schedule)).run
+    assert halted.state == "halted"
+    await env.services.schedules.resume(schedule.id)
+    for _ in range(3):  # dispatched firings while it is halted: each recorded as skipped
+        env.clock.advance(timedelta(hours=1))
+        async with env.db.transaction() as conn:
+            await firing.claim(
+                env.db,
+                conn,
+                [await env.services.schedules.get(schedule.id)],
+                trigger="dispatch",
+                now=env.clock.now(),
+            )
+    async with env.db.transaction() as conn:
+        await schedule_store.prune_runs(conn, [schedule.id], keep=1)
+    runs, total = await env.services.schedules.list_runs(schedule.id)
+    assert total == 2 and {r.state for r in runs} == {"halted", "skipped"}
+    assert halted.id in {r.id for r in runs}

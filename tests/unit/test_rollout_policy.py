@@ -1,0 +1,110 @@
+"""The rollout rule alone (`rollouts.policy.decide`): no database, no clock but the one passed in."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from rackflow.rollouts.policy import Decision, Phase, RolloutPolicy, ScopeView, decide
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+DOM_A, DOM_B = uuid.uuid4(), uuid.uuid4()
+
+
+def scope(
+    name: str,
+    phase: Phase = Phase.PENDING,
+    *,
+    domain: uuid.UUID | None = None,
+    canary: bool = False,
+    finished_at: datetime | None = None,
+) -> ScopeView:
+    return ScopeView(
+        uuid.uuid5(uuid.NAMESPACE_DNS, name), uuid.uuid4(), name, domain, phase, canary, finished_at
+    )
+
+
+def started(decision: Decision, *scopes: ScopeView) -> list[str]:
+    by_id = {s.scope_id: s.label for s in scopes}
+    return [by_id[i] for i in decision.start]
+
+
+def test_no_policy_limits_start_everything_pending_at_once() -> None:
+    scopes = [scope("a"), scope("b", Phase.SUCCEEDED), scope("c")]
+    assert started(decide(RolloutPolicy(), scopes, now=NOW), *scopes) == ["a", "c"]
+
+
+def test_max_concurrent_counts_the_active_ones() -> None:
+    scopes = [scope("a", Phase.ACTIVE), scope("b"), scope("c"), scope("d")]
+    assert started(decide(RolloutPolicy(max_concurrent_racks=3), scopes, now=NOW), *scopes) == ["b", "c"]
+    full = [scope("a", Phase.ACTIVE), scope("b", Phase.ACTIVE), scope("c")]
+    assert decide(RolloutPolicy(max_concurrent_racks=2), full, now=NOW) == Decision()
+
+
+def test_a_full_domain_does_not_hold_back_later_racks_of_other_domains() -> None:
+    scopes = [
+        scope("a1", Phase.ACTIVE, domain=DOM_A),
+        scope("a2", domain=DOM_A),
+        scope("b1", domain=DOM_B),
+        scope("b2", domain=DOM_B),
+        scope("x"),
+        scope("y"),
+    ]
+    decision = decide(RolloutPolicy(max_per_domain=1), scopes, now=NOW)
+    assert started(decision, *scopes) == ["b1", "x", "y"]  # racks without a domain: each its own
+
+
+def test_canaries_alone_first_then_the_rest_after_the_bake_time() -> None:
+    policy = RolloutPolicy(canary_racks=2, bake_time=timedelta(minutes=15))
+    waiting = [scope("c1", canary=True), scope("c2", canary=True), scope("r1")]
+    assert started(decide(policy, waiting, now=NOW), *waiting) == ["c1", "c2"]
+    one_left = [
+        scope("c1", Phase.SUCCEEDED, canary=True, finished_at=NOW),
+        scope("c2", Phase.ACTIVE, canary=True),
+        scope("r1"),
+    ]
+    assert decide(policy, one_left, now=NOW) == Decision()
+    done = NOW + timedelta(minutes=1)
+    baked = [
+        scope("c1", Phase.SUCCEEDED, canary=True, finished_at=NOW),
+        scope("c2", Phase.SUCCEEDED, canary=True, finished_at=done),
+        scope("r1"),
+    ]
+    assert decide(policy, baked, now=done + timedelta(minutes=14)) == Decision(
+        bake_until=done + timedelta(minutes=15)
+    )
+    assert started(decide(policy, baked, now=done + timedelta(minutes=15)), *baked) == ["r1"]
+
+
+def test_a_failed_canary_halts_unless_the_run_was_resumed() -> None:
+    scopes = [scope("c1", Phase.FAILED, canary=True), scope("c2", canary=True), scope("r1")]
+    assert decide(RolloutPolicy(canary_racks=2), scopes, now=NOW).halt == "rollout halted: canary c1 failed"
+    resumed = decide(RolloutPolicy(canary_racks=2), scopes, now=NOW, failures_excused=1, resumed=True)
+    assert started(resumed, *scopes) == ["c2", "r1"]
+
+
+def test_halting_at_exactly_the_count_or_the_percentage() -> None:
+    one = [scope("a", Phase.FAILED), scope("b"), scope("c"), scope("d")]
+    two = [scope("a", Phase.FAILED), scope("b", Phase.FAILED), scope("c"), scope("d")]
+    assert decide(RolloutPolicy(halt_after_failures=2), one, now=NOW).halt is None
+    assert decide(RolloutPolicy(halt_after_failures=2), two, now=NOW).halt == (
+        "rollout halted: 2 of 4 racks failed (limit 2)"
+    )
+    assert decide(RolloutPolicy(halt_after_failure_percent=50), one, now=NOW).halt is None
+    assert decide(RolloutPolicy(halt_after_failure_percent=50), two, now=NOW).halt == (
+        "rollout halted: 2 of 4 racks failed (limit 50%)"
+    )
+    # After a resume, the failures before it are excused.
+    assert decide(RolloutPolicy(halt_after_failures=2), two, now=NOW, failures_excused=1).halt is None
+
+
+def test_done_only_when_nothing_is_pending_or_active_and_no_halt_without_pending() -> None:
+    running = [scope("a", Phase.FAILED), scope("b", Phase.ACTIVE)]
+    assert decide(RolloutPolicy(halt_after_failures=1), running, now=NOW) == Decision(done=False)
+    ended = [scope("a", Phase.FAILED), scope("b", Phase.SUCCEEDED), scope("c", Phase.SKIPPED)]
+    assert decide(RolloutPolicy(halt_after_failures=1), ended, now=NOW) == Decision(done=True)
+
+
+def test_the_policy_round_trips_through_json() -> None:
+    policy = RolloutPolicy(3, 1, 2, timedelta(minutes=15), 2, 12.5, False)
+    assert RolloutPolicy.from_json(policy.to_json()) == policy
