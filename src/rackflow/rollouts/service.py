@@ -27,13 +27,15 @@ from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError
 from rackflow.rollouts.policy import ENDED, Phase, ScopeView, decide, failures_counted
-from rackflow.schedules.firing import scope_submission
-from rackflow.schedules.model import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, ScopeOutcome
+from rackflow.schedules.firing import scope_submission, window_decisions
+from rackflow.schedules.model import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, Schedule, Scope, ScopeOutcome
 from rackflow.store import rollouts as store
 from rackflow.store import schedules as schedule_store
+from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import TaskManager
 from rackflow.tasks.model import TaskStatus
+from rackflow.windows.rules import Decision
 
 log = logging.getLogger(__name__)
 
@@ -237,13 +239,17 @@ class RolloutService:
             return []
         if not decision.start:
             return []
-        return await self._start(conn, run, decision.start)
+        return await self._start(conn, run, decision.start, now)
 
     async def _start(
-        self, conn: AsyncConnection, run: Run, scope_ids: Sequence[uuid.UUID]
+        self, conn: AsyncConnection, run: Run, scope_ids: Sequence[uuid.UUID], now: datetime
     ) -> list[uuid.UUID]:
         """Submit the scopes' tasks in this transaction; a refused one (conflict, full queue) is "failed"
-        and counts against the failure budget, a scope removed from the schedule meanwhile "not_started"."""
+        and counts against the failure budget, a scope removed from the schedule meanwhile "not_started".
+
+        A dispatched rollout's scope obeys the maintenance windows when its turn comes, as a firing's
+        scopes do when it fires (`firing.window_decisions`): closed under SKIP it is "skipped_window"
+        (neither success nor failure), under DEFER its task waits for the opening."""
         schedule = await schedule_store.get_schedule(conn, run.schedule_id)
         assert schedule is not None  # runs are deleted with their schedule
         scopes = {s.id: s for s in await schedule_store.scopes_by_ids(conn, scope_ids)}
@@ -254,8 +260,19 @@ class RolloutService:
             changed[gone] = replace(
                 outcomes[gone], outcome="not_started", error="removed from the schedule's scope"
             )
+        deferrals: dict[uuid.UUID, Decision] = {}
+        if run.trigger == "dispatch":  # a manual trigger obeys no ALLOW window (the freeze gate still holds)
+            for scope_id, decided in (await self._window_decisions(conn, schedule, present, now)).items():
+                if decided.action == "defer":
+                    deferrals[scope_id] = decided
+                elif decided.action == "skip_window":
+                    changed[scope_id] = replace(
+                        outcomes[scope_id], outcome="skipped_window", error=decided.reason
+                    )
+            present = [scope for scope in present if scope.id not in changed]
         results = await self.tasks.submit_each_in(
-            conn, [scope_submission(schedule, scope, run.fired_at, run.id) for scope in present]
+            conn,
+            [scope_submission(schedule, sc, run.fired_at, run.id, deferrals.get(sc.id)) for sc in present],
         )
         started: dict[uuid.UUID, uuid.UUID] = {}
         for scope, result in zip(present, results, strict=True):
@@ -267,6 +284,15 @@ class RolloutService:
         await schedule_store.set_last_task_ids(conn, started)
         await store.save_run(conn, replace(run, outcomes=_with_outcomes(run, changed)))
         return list(started.values())
+
+    async def _window_decisions(
+        self, conn: AsyncConnection, schedule: Schedule, scopes: Sequence[Scope], now: datetime
+    ) -> dict[uuid.UUID, Decision]:
+        windows = await window_store.all_windows(conn)
+        if not windows:
+            return {}
+        racks = await window_store.rack_refs(conn, {scope.rack_id for scope in scopes})
+        return window_decisions(windows, racks, schedule, scopes, now)
 
     async def _pause(self, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime) -> bool:
         """Pause the schedule of a halted rollout, with the halt as its reason (by rackflow itself); False

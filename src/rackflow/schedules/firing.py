@@ -146,16 +146,28 @@ def task_description(schedule: Schedule, fired_at: datetime) -> str:
     return f"{schedule.name} — {format_rfc3339(fired_at)}"
 
 
-def scope_submission(schedule: Schedule, scope: Scope, fired_at: datetime, run_id: uuid.UUID) -> Submission:
+def scope_submission(
+    schedule: Schedule,
+    scope: Scope,
+    fired_at: datetime,
+    run_id: uuid.UUID,
+    deferral: Decision | None = None,
+) -> Submission:
     """What a firing submits for one scope (phase 2, or a rollout's step): the schedule's operation on the
-    scope's rack and components, under the overlap policy's conflict strategy, carrying the run's id."""
+    scope's rack and components, under the overlap policy's conflict strategy, carrying the run's id. A
+    deferred scope's task carries the opening it waits for as its operation's window, and says so."""
+    operation, message = schedule.operation, ""
+    if deferral is not None:
+        operation = replace(operation, window_start=deferral.opens_at, window_end=deferral.closes_at)
+        message = deferral.reason
     return Submission(
-        schedule.operation,
+        operation,
         (RackSelection(scope.rack_id, scope.filter),),
         task_description(schedule, fired_at),
         QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
         schedule.id,
         run_id,
+        message,
     )
 
 
@@ -458,13 +470,9 @@ async def _submit_all(
 
 
 def _submission(firing: Firing, scope: Scope) -> Submission:
-    """The scope's task request; a deferred one carries its opening as its operation's window."""
-    submission = scope_submission(firing.schedule, scope, firing.fired_at, firing.run_id)
-    deferral = firing.deferred.get(scope.id)
-    if deferral is None:
-        return submission
-    operation = replace(submission.operation, window_start=deferral.opens_at, window_end=deferral.closes_at)
-    return replace(submission, operation=operation, message=deferral.reason)
+    return scope_submission(
+        firing.schedule, scope, firing.fired_at, firing.run_id, firing.deferred.get(scope.id)
+    )
 
 
 async def _write_back(

@@ -1,0 +1,100 @@
+"""A dispatched rollout's racks obey the maintenance windows when their turn comes, on both databases: a
+rack closed under the SKIP window policy is "skipped_window" (neither success nor failure, the rollout goes
+on), under DEFER its task waits for the rack's next opening. The windows here are created after the firing,
+so only the rollout's later starts can have seen them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from rackflow.inventory.model import Rack
+from rackflow.rollouts.policy import RolloutPolicy
+from rackflow.schedules import firing
+from rackflow.schedules.model import OverlapPolicy, Schedule
+from rackflow.store import tasks as task_store
+from rackflow.store.db import Database
+from rackflow.tasks.model import QueueOptions, Task, TaskStatus
+from rackflow.windows.model import OneOff, Recurring, WindowKind, WindowPolicy
+from rackflow.windows.service import Ref, WindowInput
+from tests.store.schedules_support import HOURLY, POWER_OFF, START, Env, make_env, rack_target
+
+TOMORROW_2AM = datetime(2026, 3, 3, 2, 0, tzinfo=UTC)  # START is 2026-03-02 12:00 UTC
+
+
+async def _rollout(env: Env, racks: Sequence[Rack], policy: WindowPolicy) -> Schedule:
+    schedule = await env.services.schedules.create(
+        name="fw",
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(*racks),
+        window_policy=policy,
+        rollout=RolloutPolicy(max_concurrent_racks=1),
+    )
+    async with env.db.transaction() as conn:  # the dispatcher's firing, at the services' clock
+        claimed = await firing.claim(
+            env.db, conn, [schedule], trigger="dispatch", now=env.clock.now(), owner_id=uuid.uuid4()
+        )
+    await firing.fire(env.db, env.services.tasks, env.clock, claimed)
+    await env.services.rollouts.advance()  # its first step, as the dispatcher takes after a firing
+    return schedule
+
+
+async def _tasks(env: Env, schedule: Schedule) -> list[Task]:
+    found, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    return found
+
+
+async def _finish_active(env: Env, schedule: Schedule) -> None:
+    active = [t.id for t in await _tasks(env, schedule) if t.status.is_active]
+    async with env.db.transaction() as conn:
+        await task_store.set_status(conn, active, TaskStatus.COMPLETED, now=env.clock.now())
+    await env.services.rollouts.advance()
+
+
+async def _window(env: Env, name: str, kind: WindowKind, when: OneOff | Recurring, rack: Rack) -> None:
+    await env.services.windows.create(WindowInput(name=name, kind=kind, when=when, racks=(Ref(rack.id),)))
+
+
+async def test_a_rack_frozen_at_its_turn_is_skipped_and_the_rollout_goes_on(db: Database) -> None:
+    env = make_env(db)
+    r0, r1, r2 = [await env.rack(f"r{i}") for i in range(3)]
+    schedule = await _rollout(env, [r0, r1, r2], WindowPolicy.SKIP)
+    assert [t.rack_id for t in await _tasks(env, schedule)] == [r0.id]
+    await _window(env, "launch", WindowKind.FREEZE, OneOff(START, START + timedelta(days=1)), r1)
+
+    await _finish_active(env, schedule)  # r0 done: r1's turn, inside the freeze
+    await env.services.rollouts.advance()  # the next step gives r1's place to r2
+
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    report = await env.services.rollouts.get(runs[0].id)
+    by_rack = {o.rack_id: o for o in report.run.outcomes}
+    assert by_rack[r1.id].outcome == "skipped_window" and "freeze 'launch'" in by_rack[r1.id].error
+    assert by_rack[r2.id].outcome == "submitted"
+    await _finish_active(env, schedule)
+    report = await env.services.rollouts.get(runs[0].id)
+    assert report.run.state == "completed"
+    assert report.progress is not None
+    assert (report.progress.succeeded, report.progress.skipped, report.progress.failed) == (2, 1, 0)
+    assert sorted(t.rack_id for t in await _tasks(env, schedule)) == sorted([r0.id, r2.id])
+
+
+async def test_a_rack_closed_at_its_turn_waits_for_its_opening_under_defer(db: Database) -> None:
+    env = make_env(db)
+    r0, r1 = await env.rack("r0"), await env.rack("r1")
+    schedule = await _rollout(env, [r0, r1], WindowPolicy.DEFER)
+    await _window(env, "nightly", WindowKind.ALLOW, Recurring("0 2 * * *", "2h"), r1)
+
+    await _finish_active(env, schedule)
+
+    (waiting,) = [t for t in await _tasks(env, schedule) if t.rack_id == r1.id]
+    assert waiting.status is TaskStatus.PENDING
+    assert (waiting.operation.window_start, waiting.operation.window_end) == (
+        TOMORROW_2AM,
+        TOMORROW_2AM + timedelta(hours=2),
+    )
+    assert "waits for the opening at 2026-03-03T02:00:00+00:00" in waiting.message
