@@ -9,8 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from rackflow.schedules.dispatcher import Dispatcher
-from rackflow.schedules.firing import Firing
+from rackflow.schedules.dispatcher import Claim, Dispatcher
 from rackflow.schedules.model import Schedule
 from rackflow.store import dispatch
 from rackflow.store.db import Database
@@ -62,7 +61,7 @@ async def test_stopping_fires_the_batches_already_claimed(env: Env, monkeypatch:
     dispatcher, stop = _dispatcher(env), asyncio.Event()
     claim = dispatcher._claim
 
-    async def claim_then_stop() -> list[Firing]:
+    async def claim_then_stop() -> Claim:
         claimed = await claim()
         stop.set()  # the operator stops the server right after this claim committed
         return claimed

@@ -16,10 +16,17 @@ Delivery guarantee — at most once per tick, on any number of instances:
   (`RolloutService.advance`); the rollout driver (`rollouts/driver.py`) takes it from there.
 * "Now" is the database's clock on PostgreSQL, so instances with skewed clocks agree on what is due.
 
-A full batch means more may be due: the loop polls again at once (draining) instead of sleeping, so
-thousands of schedules due at the same minute fire in seconds, not in thousands of poll intervals. While
-draining, the next batch is claimed while earlier ones are still in phases 2-3 (up to PIPELINE_DEPTH at
-once), so one instance overlaps its round trips as two instances would.
+When to look — on time, with the poll as the safety net:
+
+* A claim that is not full also reads the earliest `next_run_at`, and the loop sleeps until then, never
+  longer than the poll interval. A request that makes a schedule due sooner announces it
+  (`store.wakeups`: NOTIFY on PostgreSQL, heard by every instance; in-process on SQLite), which ends the
+  sleep of any dispatcher planning to look later. A lost announcement costs at most one poll interval.
+* A full batch means more may be due: the loop polls again at once (draining) instead of sleeping, and
+  doubles its batch (up to DISPATCH_BATCH_CAP) so a large backlog pays a claim's round trips for more
+  firings; the first claim that is not full returns to the configured batch. While draining, the next
+  batch is claimed while earlier ones are still in phases 2-3 (up to PIPELINE_DEPTH at once), so one
+  instance overlaps its round trips as two instances would.
 """
 
 from __future__ import annotations
@@ -29,19 +36,24 @@ import contextlib
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import failpoints, metrics
 from rackflow.audit.model import OK, SYSTEM_PRINCIPAL
-from rackflow.clock import sleep_unless_stopped
-from rackflow.config import DEFAULT_DISPATCH_BATCH, DEFAULT_DISPATCH_INTERVAL, DEFAULT_LEASE_TTL
+from rackflow.config import (
+    DEFAULT_DISPATCH_BATCH,
+    DEFAULT_DISPATCH_INTERVAL,
+    DEFAULT_LEASE_TTL,
+    DISPATCH_BATCH_CAP,
+)
 from rackflow.retry import Retry, retrying
 from rackflow.schedules.firing import Firing, claim, fire
 from rackflow.schedules.model import pause_to_json
 from rackflow.services import Services
-from rackflow.store import dispatch
+from rackflow.store import dispatch, wakeups
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +66,14 @@ BACKLOG_REFRESH = timedelta(seconds=1)
 
 # After an unexpected error (e.g. the database restarting) poll again this often until a poll succeeds.
 POLL_RETRY = Retry.every(1.0)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What one claim took, and whether its batch came back full (more is probably due)."""
+
+    firings: list[Firing]
+    full: bool
 
 
 class Dispatcher:
@@ -70,10 +90,18 @@ class Dispatcher:
         self.db = services.db
         self.instance_id = instance_id
         self.interval = interval
-        self.batch = batch
+        self.batch = batch  # the starting batch; `claim_batch` grows from it while draining
+        self.claim_batch = batch
         self.lease_ttl = lease_ttl
+        # How long the loop sleeps after the last claim that was not full: until the earliest next run it
+        # read, at most `interval`.
+        self.wake_after = interval
         self._in_flight: set[uuid.UUID] = set()  # schedules claimed here and not yet written back
         self._next_backlog_count = 0.0  # time.monotonic() after which a full batch counts the backlog
+        # The time (the claim's clock) the loop means to look again; None while awake, when any
+        # announcement counts, as the claim running now may have read the due index before it committed.
+        self._wake_at: datetime | None = None
+        self._woken = asyncio.Event()  # an announcement of something due before `_wake_at`
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until `stop` is set. The first poll happens at once; a full batch polls again at once.
@@ -84,45 +112,72 @@ class Dispatcher:
         them.
         """
         log.info("dispatcher started: every %ss, batch %d", self.interval.total_seconds(), self.batch)
+        unsubscribe = self.db.wakeups.subscribe(self._hear)
+        listener = asyncio.create_task(wakeups.listen(self.db, stop))
         slots = asyncio.Semaphore(PIPELINE_DEPTH)
         firing: set[asyncio.Task[None]] = set()
-        while not stop.is_set():
-            await slots.acquire()
-            if stop.is_set():
-                slots.release()
-                break
-            started = time.perf_counter()
-            try:
-                claimed = await retrying(self._claim, POLL_RETRY, what="dispatch poll", stop=stop)
-            except Exception:  # only raised once `stop` is set
-                slots.release()
-                break
-            if claimed:
-                task = asyncio.create_task(self._fire_then_release(claimed, started, slots))
-                firing.add(task)
-                task.add_done_callback(firing.discard)
-            else:
-                slots.release()
-                metrics.POLL_SECONDS.observe(time.perf_counter() - started)
-            if len(claimed) >= self.batch:
-                continue  # draining: more are probably due
-            with contextlib.suppress(Exception):
-                await self.sweep_abandoned_runs()
-            with contextlib.suppress(Exception):
-                await self.resume_ended_pauses()
-            await sleep_unless_stopped(stop, self.interval)
-        if firing:
-            await asyncio.gather(*firing)
+        try:
+            while not stop.is_set():
+                await slots.acquire()
+                if stop.is_set():
+                    slots.release()
+                    break
+                started = time.perf_counter()
+                try:
+                    claim = await retrying(self._claim, POLL_RETRY, what="dispatch poll", stop=stop)
+                except Exception:  # only raised once `stop` is set
+                    slots.release()
+                    break
+                if claim.firings:
+                    task = asyncio.create_task(self._fire_then_release(claim.firings, started, slots))
+                    firing.add(task)
+                    task.add_done_callback(firing.discard)
+                else:
+                    slots.release()
+                    metrics.POLL_SECONDS.observe(time.perf_counter() - started)
+                if claim.full:
+                    continue  # draining: more are probably due
+                with contextlib.suppress(Exception):
+                    await self.sweep_abandoned_runs()
+                with contextlib.suppress(Exception):
+                    await self.resume_ended_pauses()
+                await self._sleep(stop)
+            if firing:
+                await asyncio.gather(*firing)
+        finally:
+            unsubscribe()
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
         log.info("dispatcher stopped")
+
+    def _hear(self, at: datetime | None) -> None:
+        """An announcement (`store.wakeups`): wake if it is due before the planned look, or unknown."""
+        if at is None or self._wake_at is None or at < self._wake_at:
+            self._woken.set()
+
+    async def _sleep(self, stop: asyncio.Event) -> None:
+        """Until `wake_after` has passed, an announcement of something sooner, or `stop`."""
+        if self._woken.is_set():
+            return
+        wait = asyncio.create_task(self._woken.wait())
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait(
+                {wait, stopping}, timeout=self.wake_after.total_seconds(), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            wait.cancel()
+            stopping.cancel()
 
     async def poll_once(self) -> int:
         """Claim, advance and fire one batch, waiting for it; returns how many schedules were claimed."""
         started = time.perf_counter()
-        claimed = await self._claim()
-        if claimed:
-            await self._fire(claimed)
+        claim = await self._claim()
+        if claim.firings:
+            await self._fire(claim.firings)
         metrics.POLL_SECONDS.observe(time.perf_counter() - started)
-        return len(claimed)
+        return len(claim.firings)
 
     async def _fire_then_release(
         self, claimed: list[Firing], started: float, slot: asyncio.Semaphore
@@ -133,28 +188,48 @@ class Dispatcher:
             slot.release()
             metrics.POLL_SECONDS.observe(time.perf_counter() - started)
 
-    async def _claim(self) -> list[Firing]:
+    async def _claim(self) -> Claim:
         """Phase 1 for a whole batch, in one transaction, skipping schedules this process is still firing.
 
         A schedule whose previous firing is still in phase 2 is left for the next claim, so its SKIP
         overlap check sees that firing's task (an interval shorter than a busy drain could otherwise let
-        a pipelined claim miss it).
+        a pipelined claim miss it). A full claim doubles the next batch (up to DISPATCH_BATCH_CAP); one
+        that is not full returns to the starting batch and sets `wake_after` from the earliest next run.
         """
+        self._wake_at = None  # awake: announcements from now on end the next sleep
+        self._woken.clear()
+        batch = self.claim_batch
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)
-            due = await dispatch.claim_due(self.db, conn, now, self.batch, exclude=self._in_flight)
-            if not due:
-                metrics.DUE_BACKLOG.set(0)
-                return []
+            due = await dispatch.claim_due(self.db, conn, now, batch, exclude=self._in_flight)
             for schedule in due:
                 assert schedule.next_run_at is not None
                 metrics.DISPATCH_LAG.observe(max(0.0, (now - schedule.next_run_at).total_seconds()))
             claimed = await claim(self.db, conn, due, trigger="dispatch", now=now, owner_id=self.instance_id)
-            backlog = await self._count_backlog(conn, now) if len(due) >= self.batch else 0
+            full = len(due) >= batch
+            backlog = await self._count_backlog(conn, now) if full else 0
+            earliest = None if full else await dispatch.next_due_at(conn)
         if backlog is not None:
             metrics.DUE_BACKLOG.set(backlog)
         self._in_flight.update(f.schedule.id for f in claimed)
-        return claimed
+        if full:
+            self.claim_batch = min(batch * 2, max(DISPATCH_BATCH_CAP, self.batch))
+        else:
+            self.claim_batch = self.batch
+            self._plan_wake(now, earliest)
+        return Claim(claimed, full)
+
+    def _plan_wake(self, now: datetime, earliest: datetime | None) -> None:
+        """Look again at the earliest next run, or after the interval if that is sooner (or none is known).
+
+        A schedule still in flight here may be due already (`earliest` <= now); it waits for a poll after
+        its firing's write-back rather than spin the loop.
+        """
+        wake_at = now + self.interval
+        if earliest is not None and now < earliest < wake_at:
+            wake_at = earliest
+        self.wake_after = wake_at - now
+        self._wake_at = wake_at
 
     async def _count_backlog(self, conn: AsyncConnection, now: datetime) -> int | None:
         """What is still due after a full batch, counted at most once per BACKLOG_REFRESH (None: not now).

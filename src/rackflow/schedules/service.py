@@ -34,6 +34,7 @@ from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import inventory as inventory_store
 from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
+from rackflow.store import wakeups
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
@@ -147,6 +148,15 @@ class ScheduleService:
             raise NotFound(f"{field}: no task schedule {schedule_id}")
         return schedule
 
+    async def _announce(self, conn: AsyncConnection, schedule: Schedule) -> None:
+        """Wake the dispatchers that plan to look later than this schedule is now due (`store.wakeups`).
+
+        Create, update and resume (by request or at a pause's end) call this; a manual trigger does not,
+        as advancing a schedule after a firing only moves its next run later.
+        """
+        if schedule.enabled and schedule.next_run_at is not None:
+            await wakeups.announce(self.db, conn, schedule.next_run_at)
+
     # --- lifecycle -------------------------------------------------------------------------------
 
     async def create(
@@ -201,6 +211,7 @@ class ScheduleService:
             )
             await store.insert_schedule(conn, schedule)
             await store.insert_scopes(conn, schedule.id, selections, now)
+            await self._announce(conn, schedule)
         return schedule
 
     async def get(self, schedule_id: uuid.UUID) -> Schedule:
@@ -304,6 +315,8 @@ class ScheduleService:
                 if SPEC_PATH in mask or updated.spec.type is SpecType.CRON:
                     updated = replace(updated, next_run_at=timing.first_run(now))
             await store.save_schedule(conn, updated)
+            if updated.next_run_at != current.next_run_at:
+                await self._announce(conn, updated)
         return updated
 
     async def pause(
@@ -333,6 +346,8 @@ class ScheduleService:
             pause = Pause(reason=reason, by=by, at=since, resume_at=resume_at)
             schedule = replace(schedule, enabled=False, pause=pause, updated_at=now)
             await store.save_schedule(conn, schedule)
+            if resume_at is not None:  # the dispatchers resume it then
+                await wakeups.announce(self.db, conn, resume_at)
         return schedule
 
     async def resume(self, schedule_id: uuid.UUID) -> Schedule:
@@ -345,6 +360,7 @@ class ScheduleService:
                 return schedule
             schedule = resumed(schedule, self.clock.now())
             await store.save_schedule(conn, schedule)
+            await self._announce(conn, schedule)
         return schedule
 
     async def resume_ended_pauses(self) -> list[tuple[Schedule, Pause]]:
@@ -358,6 +374,7 @@ class ScheduleService:
                 assert schedule.pause is not None  # only paused schedules have a resume_at
                 ended.append((resumed(schedule, now), schedule.pause))
                 await store.save_schedule(conn, ended[-1][0])
+                await self._announce(conn, ended[-1][0])
         return ended
 
     async def delete(self, schedule_id: uuid.UUID) -> None:

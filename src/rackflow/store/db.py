@@ -29,6 +29,7 @@ from sqlalchemy.util import greenlet_spawn
 from rackflow.clock import Clock, SystemClock
 from rackflow.config import DB_POOL_OVERFLOW, DEFAULT_DB_POOL_SIZE
 from rackflow.errors import AlreadyExists, InvalidArgument, Unavailable
+from rackflow.store.wakeups import Wakeups
 
 _S = TypeVar("_S", bound=Select[Any])
 _T = TypeVar("_T")
@@ -194,6 +195,8 @@ class Database:
         # "database is locked". Other processes on the same file wait on the busy timeout.
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
         self._driver_queries: dict[int, tuple[Select[Any], _DriverQuery]] = {}
+        # Who in this process hears that a schedule became due sooner (`store.wakeups`).
+        self.wakeups = Wakeups()
         if self.is_sqlite:
             _configure_sqlite(self.engine)
         else:

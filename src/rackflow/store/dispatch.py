@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.schedules.model import Schedule
@@ -35,12 +35,13 @@ from rackflow.store.tables import instances, task_schedule, task_schedule_run
 STUCK_RUN_AGE = timedelta(minutes=10)
 
 
-def _due(now: datetime):  # type: ignore[no-untyped-def]
-    return and_(
-        task_schedule.c.enabled.is_(True),
-        task_schedule.c.next_run_at.is_not(None),
-        task_schedule.c.next_run_at <= now,
-    )
+def _scheduled() -> ColumnElement[bool]:
+    """The rows the due index holds: enabled, with a next run."""
+    return and_(task_schedule.c.enabled.is_(True), task_schedule.c.next_run_at.is_not(None))
+
+
+def _due(now: datetime) -> ColumnElement[bool]:
+    return and_(_scheduled(), task_schedule.c.next_run_at <= now)
 
 
 async def claim_due(
@@ -58,6 +59,26 @@ async def claim_due(
 async def count_due(conn: AsyncConnection, now: datetime) -> int:
     """How many schedules are due right now (the backlog gauge)."""
     return int((await conn.execute(select(func.count()).where(_due(now)))).scalar_one())
+
+
+async def next_due_at(conn: AsyncConnection) -> datetime | None:
+    """When the dispatcher next has something to do: the earliest `next_run_at` of an enabled schedule or
+    `resume_at` of a paused one (the dispatcher sleeps until then), or None.
+
+    SELECT (SELECT min(next_run_at) FROM task_schedule
+            WHERE enabled AND next_run_at IS NOT NULL),           -- the due index's first entry
+           (SELECT min(resume_at) FROM task_schedule
+            WHERE resume_at IS NOT NULL)                          -- ix_task_schedule_resume_at's first entry
+    """
+    next_run = select(func.min(task_schedule.c.next_run_at)).where(_scheduled()).scalar_subquery()
+    pause_end = (
+        select(func.min(task_schedule.c.resume_at))
+        .where(task_schedule.c.resume_at.is_not(None))
+        .scalar_subquery()
+    )
+    row = (await conn.execute(select(next_run, pause_end))).one()
+    times = [value for value in row if isinstance(value, datetime)]
+    return min(times, default=None)
 
 
 async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: timedelta) -> int:
