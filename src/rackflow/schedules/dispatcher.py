@@ -94,8 +94,9 @@ class Dispatcher:
         self.claim_batch = batch
         self.lease_ttl = lease_ttl
         # How long the loop sleeps after the last claim that was not full: until the earliest next run it
-        # read, at most `interval`.
+        # read, at most `interval`, counted from the claim's clock reading (`_read_at`, time.monotonic()).
         self.wake_after = interval
+        self._read_at = 0.0
         self._in_flight: set[uuid.UUID] = set()  # schedules claimed here and not yet written back
         self._next_backlog_count = 0.0  # time.monotonic() after which a full batch counts the backlog
         # The time (the claim's clock) the loop means to look again; None while awake, when any
@@ -157,15 +158,15 @@ class Dispatcher:
             self._woken.set()
 
     async def _sleep(self, stop: asyncio.Event) -> None:
-        """Until `wake_after` has passed, an announcement of something sooner, or `stop`."""
-        if self._woken.is_set():
+        """Until `wake_after` has passed since the claim read the clock, an announcement of something
+        sooner, or `stop`."""
+        remaining = self._read_at + self.wake_after.total_seconds() - time.monotonic()
+        if self._woken.is_set() or remaining <= 0:
             return
         wait = asyncio.create_task(self._woken.wait())
         stopping = asyncio.create_task(stop.wait())
         try:
-            await asyncio.wait(
-                {wait, stopping}, timeout=self.wake_after.total_seconds(), return_when=asyncio.FIRST_COMPLETED
-            )
+            await asyncio.wait({wait, stopping}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         finally:
             wait.cancel()
             stopping.cancel()
@@ -201,6 +202,7 @@ class Dispatcher:
         batch = self.claim_batch
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)
+            read_at = time.monotonic()
             due = await dispatch.claim_due(self.db, conn, now, batch, exclude=self._in_flight)
             for schedule in due:
                 assert schedule.next_run_at is not None
@@ -216,6 +218,7 @@ class Dispatcher:
             self.claim_batch = min(batch * 2, max(DISPATCH_BATCH_CAP, self.batch))
         else:
             self.claim_batch = self.batch
+            self._read_at = read_at
             self._plan_wake(now, earliest)
         return Claim(claimed, full)
 
