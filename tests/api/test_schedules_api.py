@@ -15,6 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rackflow.clock import Clock, FakeClock
 from rackflow.inventory.model import ComponentSpec, ComponentType, Rack
 from rackflow.services import Services
+from rackflow.store import schedules as schedule_store
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.conftest import table_counts
@@ -227,6 +228,27 @@ async def test_list_filters_pages_and_counts(stub: FlowStub, services: Services,
     await expect(grpc.StatusCode.INVALID_ARGUMENT, "pagination.offset", stub.ListTaskSchedules(bad_page))
     bad_rack = pb.ListTaskSchedulesRequest(rack_id=pb.UUID(id="x"))
     await expect(grpc.StatusCode.INVALID_ARGUMENT, "rack_id", stub.ListTaskSchedules(bad_rack))
+
+
+async def test_a_list_longer_than_a_chunk_streams_every_schedule_in_order(
+    stub: FlowStub, services: Services, racks: list[Rack], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(schedule_store, "LIST_CHUNK", 3)  # 8 schedules: chunks of 3, 3 and 2
+    assert isinstance(services.clock, FakeClock)
+    for index in range(8):
+        await create(stub, f"s{index}", "r1")
+        services.clock.advance(timedelta(seconds=1))
+    everything = await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest())
+    assert [s.name for s in everything.task_schedules] == [
+        f"s{i}" for i in range(8)
+    ] and everything.total == 8
+    newest = await stub.ListTaskSchedules(
+        pb.ListTaskSchedulesRequest(order_by="name desc", pagination=pb.Pagination(offset=1, limit=4))
+    )
+    assert [s.name for s in newest.task_schedules] == ["s6", "s5", "s4", "s3"] and newest.total == 8
+    chunks: list[int] = []
+    total = await services.schedules.each_schedule_chunk(lambda chunk: chunks.append(len(chunk)))
+    assert (chunks, total) == ([3, 3, 2], 8)
 
 
 # --- update, pause, resume, delete ---------------------------------------------------------------

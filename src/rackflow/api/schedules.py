@@ -39,6 +39,7 @@ from rackflow.schedules.service import (
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:
+    from rackflow.schedules.model import Schedule
     from rackflow.services import Services
 
 
@@ -79,7 +80,13 @@ class ScheduleRpcs:
     ) -> pb.ListTaskSchedulesResponse:
         rack_id = uuid_from(request.rack_id, "rack_id") if request.HasField("rack_id") else None
         offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
-        schedules, total = await self.services.schedules.list_schedules(
+        response = pb.ListTaskSchedulesResponse()
+
+        def add(chunk: list[Schedule]) -> None:  # each chunk becomes messages before the next is read
+            response.task_schedules.extend(schedule_to(s) for s in chunk)
+
+        response.total = await self.services.schedules.each_schedule_chunk(
+            add,
             rack_id=rack_id,
             enabled_only=request.enabled_only,
             paused_only=request.paused_only,
@@ -89,7 +96,7 @@ class ScheduleRpcs:
             offset=offset,
             limit=limit,
         )
-        return pb.ListTaskSchedulesResponse(task_schedules=[schedule_to(s) for s in schedules], total=total)
+        return response
 
     @rpc
     async def UpdateTaskSchedule(

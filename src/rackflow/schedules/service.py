@@ -7,9 +7,10 @@ preview), and its `InvalidSpec` becomes `InvalidArgument` here, prefixed with th
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -220,8 +221,16 @@ class ScheduleService:
             raise NotFound(f"id: no task schedule {schedule_id}")
         return schedule
 
-    async def list_schedules(
+    async def list_schedules(self, **query: Any) -> tuple[list[Schedule], int]:
+        """Schedules in `order` (by default creation time, then id), and the total before paging; `query`
+        is `each_schedule_chunk`'s."""
+        found: list[Schedule] = []
+        total = await self.each_schedule_chunk(found.extend, **query)
+        return found, total
+
+    async def each_schedule_chunk(
         self,
+        consume: Callable[[list[Schedule]], None],
         *,
         rack_id: uuid.UUID | None = None,
         enabled_only: bool = False,
@@ -231,14 +240,17 @@ class ScheduleService:
         order: ScheduleOrder = CREATION_ORDER,
         offset: int = 0,
         limit: int | None = None,
-    ) -> tuple[list[Schedule], int]:
-        """Schedules in `order` (by default creation time, then id), and the total before paging."""
+    ) -> int:
+        """Pass the schedules to `consume` a chunk at a time (`store.each_schedule_chunk`), so a caller
+        that converts each chunk as it comes (ListTaskSchedules) never holds every schedule at once;
+        returns the total before paging."""
         if enabled_only and paused_only:
             raise InvalidArgument("paused_only: cannot be combined with enabled_only")
         check_text(name_contains, "name_contains")  # no name holds control characters (nor NUL)
-        async with self.db.read() as conn:
-            return await store.list_schedules(
+        async with self.db.read(streaming=True) as conn:
+            return await store.each_schedule_chunk(
                 conn,
+                consume,
                 rack_id=rack_id,
                 enabled_only=enabled_only,
                 paused_only=paused_only,

@@ -227,14 +227,15 @@ class Database:
                 yield conn
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
+    async def read(self, *, streaming: bool = False) -> AsyncIterator[AsyncConnection]:
         """A read-only connection (never takes SQLite's write lock).
 
         SQLite: one transaction, so every statement sees the same snapshot. PostgreSQL: autocommit, which
         saves the `BEGIN` and `COMMIT` round trips and changes nothing else, because at READ COMMITTED each
-        statement takes its own snapshot inside a transaction too.
+        statement takes its own snapshot inside a transaction too; `streaming` opens a transaction
+        instead, which the server-side cursor of `AsyncConnection.stream` needs.
         """
-        if self.is_sqlite:
+        if self.is_sqlite or streaming:
             async with self._begin(immediate=False) as conn:
                 yield conn
             return

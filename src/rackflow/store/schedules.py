@@ -259,8 +259,21 @@ _ORDER_COLUMNS = {
 }
 
 
-async def list_schedules(
+async def list_schedules(conn: AsyncConnection, **query: Any) -> tuple[list[Schedule], int]:
+    """Schedules in `order` (then creation time, then id), and how many match before paging; `query` is
+    `each_schedule_chunk`'s."""
+    found: list[Schedule] = []
+    total = await each_schedule_chunk(conn, found.extend, **query)
+    return found, total
+
+
+# Rows converted at once by `each_schedule_chunk`: what a streamed list holds beyond its response.
+LIST_CHUNK = 1_000
+
+
+async def each_schedule_chunk(
     conn: AsyncConnection,
+    consume: Callable[[list[Schedule]], None],
     *,
     rack_id: uuid.UUID | None = None,
     enabled_only: bool = False,
@@ -270,10 +283,13 @@ async def list_schedules(
     order: ScheduleOrder = CREATION_ORDER,
     offset: int = 0,
     limit: int | None = None,
-) -> tuple[list[Schedule], int]:
-    """Schedules in `order` (then creation time, then id), and how many match before paging.
+) -> int:
+    """Pass the schedules in `order` (then creation time, then id) to `consume`, LIST_CHUNK at a time, from
+    a server-side cursor (PostgreSQL: `conn` must be in a transaction); returns how many match before paging.
 
-    A NULL next or last run sorts last in either direction, on both databases.
+    Only one chunk of rows and schedules exists at once, so listing 100,000 schedules costs the caller's
+    response and one chunk, not every layer (rows, schedules, messages) of all of them at once. A NULL next
+    or last run sorts last in either direction, on both databases.
     """
     conditions: list[ColumnElement[bool]] = []
     if rack_id is not None:
@@ -307,8 +323,10 @@ async def list_schedules(
         .offset(offset)
         .limit(limit)
     )
-    rows = (await conn.execute(stmt)).all()
-    return [schedule_from_row(row) for row in rows], total
+    rows = await conn.stream(stmt)
+    async for chunk in rows.partitions(LIST_CHUNK):
+        consume([schedule_from_row(row) for row in chunk])
+    return int(total)
 
 
 async def schedule_ids_by_name(conn: AsyncConnection, names: Collection[str]) -> dict[str, uuid.UUID]:
