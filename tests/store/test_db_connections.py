@@ -37,6 +37,13 @@ def _terminate(postgres_url: str, pid: int) -> None:
         conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
+async def test_connections_plan_each_run_of_a_prepared_statement_with_its_values(pg: Database) -> None:
+    async with pg.read() as conn:
+        assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == db_module.PLAN_CACHE_MODE
+    async with pg.transaction() as conn:
+        assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == "force_custom_plan"
+
+
 async def test_a_read_runs_outside_a_transaction(pg: Database) -> None:
     """Autocommit: each statement is its own transaction, so the second one starts a new one."""
     started = text("SELECT xact_start, query_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")

@@ -171,6 +171,14 @@ def _driver_query(stmt: Select[Any], dialect: Any) -> _DriverQuery:
     )
 
 
+# psycopg prepares a statement after five runs, and PostgreSQL may then keep a generic plan costed on the
+# tables' statistics at that moment: a server started on an almost empty database kept sequential scans of
+# `tasks` and `task_schedule_run` while a drain grew them, and slowed from 1,189 to 430 firings/s
+# (docs/PERFORMANCE.md, "flat as work grows"). Planning each run with its values keeps index use whatever
+# the statistics were; the prepared statement still saves the parse.
+PLAN_CACHE_MODE = "force_custom_plan"
+
+
 class Database:
     """An async engine plus the dialect rules above. One per process."""
 
@@ -187,7 +195,12 @@ class Database:
         self.dialect = make_url(self.url).get_backend_name()
         kwargs: dict[str, Any] = {"echo": echo}
         if self.dialect == "postgresql":
-            kwargs.update(pool_size=pool_size, max_overflow=DB_POOL_OVERFLOW, pool_recycle=1800)
+            kwargs.update(
+                pool_size=pool_size,
+                max_overflow=DB_POOL_OVERFLOW,
+                pool_recycle=1800,
+                connect_args={"options": f"-c plan_cache_mode={PLAN_CACHE_MODE}"},
+            )
         else:
             kwargs.update(connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
