@@ -89,13 +89,16 @@ proto: $(VENV)/.installed-test
 docs: $(VENV)/.installed-test
 	$(BIN)/python scripts/gen_api_docs.py
 
-# Every benchmark once, at modest sizes (about 4 minutes; needs the PostgreSQL server, see bench/README.md).
+# Every benchmark once, at modest sizes (about 8 minutes; needs the PostgreSQL server, see bench/README.md;
+# the APScheduler peer makes its own venv from PyPI on first use).
 # docs/PERFORMANCE.md lists the full-size commands behind its figures.
 bench: $(VENV)/.installed
 	$(BIN)/python bench/dispatch_drain.py --db postgres --n 2000
 	$(BIN)/python bench/dispatch_drain.py --db postgres --n 2000 --instances 2
 	$(BIN)/python bench/dispatch_drain.py --db sqlite --n 2000
-	$(BIN)/python bench/dispatch_lag.py --db postgres --n 200
+	$(BIN)/python bench/dispatch_lag.py --db postgres --samples 40 --n 200
+	$(BIN)/python bench/drain_scaling.py --db postgres --small 500 --large 5000
+	$(BIN)/python bench/peers/versus_apscheduler3.py --n 1000
 	$(BIN)/python bench/poll_cost.py --db postgres --small 1000 --large 100000
 	$(BIN)/python bench/api.py --db postgres --seconds 5 --schedules 2000
 	$(BIN)/python bench/ceiling.py --n 2000
