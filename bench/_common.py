@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # for tests.e2e
 
-from sqlalchemy import Engine, create_engine, insert, select, update  # noqa: E402
+from sqlalchemy import Engine, create_engine, insert, select, text, update  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from rackflow.clock import SystemClock  # noqa: E402
@@ -200,6 +200,12 @@ def bulk_load(
         for chunk_start in range(start + 1, start + count, LOAD_CHUNK):
             indexes = range(chunk_start, min(chunk_start + LOAD_CHUNK, start + count))
             _insert_clones(engine, template, indexes, prefix, next_run_at, enabled, with_scopes)
+        if engine.dialect.name == "postgresql":
+            # A fleet that grew over weeks has planner statistics (autovacuum keeps them); a table filled a
+            # moment ago has none, and PostgreSQL then guesses that 200 ids out of 50,000 match a third of
+            # the rows and scans them all, once per batch (docs/PERFORMANCE.md, "flat as work grows").
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(text("ANALYZE"))
     finally:
         engine.dispose()
 

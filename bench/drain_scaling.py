@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from _common import add_db_arguments, code_line, machine_line, result
-from dispatch_drain import measure_drain
+from dispatch_drain import SIM_STEP_SECONDS, measure_drain
 
 DEFAULT_BATCH = 10
 TARGET_RATIO = 0.8
@@ -26,6 +26,12 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=1_000)
     parser.add_argument("--large", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--sim-step",
+        type=float,
+        default=SIM_STEP_SECONDS,
+        help="simulator step seconds; 3600 keeps the executor idle, which measures the dispatcher alone",
+    )
     args = parser.parse_args()
     print(code_line())
     print(
@@ -36,7 +42,9 @@ def main() -> None:
         rates = {}
         for n in (args.small, args.large):
             print(machine_line(), flush=True)
-            drain = measure_drain(args.db, args.pg_admin, n=n, instances=1, batch=DEFAULT_BATCH)
+            drain = measure_drain(
+                args.db, args.pg_admin, n=n, instances=1, batch=DEFAULT_BATCH, sim_step=args.sim_step
+            )
             rates[n] = drain.firings_per_s
             result(
                 "dispatch_drain", db=args.db, n=n, firings_per_s=drain.firings_per_s, drain_s=drain.drain_s
