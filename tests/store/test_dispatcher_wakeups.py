@@ -1,7 +1,8 @@
 """The dispatcher looks on time, on both databases: it plans to wake at the earliest next run (at most one
 poll interval away), an announcement of a sooner schedule ends its sleep (NOTIFY on PostgreSQL, in-process
-on SQLite), a lost announcement still fires at the next poll, a listener that lost its connection
-reconnects, and the claim batch grows while a backlog drains and returns to its start after it."""
+on SQLite), a pause's end is a wake-up time too, a lost announcement still fires at the next poll, a
+listener that lost its connection reconnects, and the claim batch grows while a backlog drains and returns
+to its start after it."""
 
 from __future__ import annotations
 
@@ -114,6 +115,21 @@ async def test_a_resumed_and_an_updated_schedule_are_announced(env: Env) -> None
             moved.id, ["schedule.spec"], spec_type=SpecType.ONE_TIME, spec=soon
         )
         assert await _fired(env, moved)
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 30)
+
+
+async def test_it_wakes_when_a_pause_ends_and_fires_the_resumed_schedule(env: Env) -> None:
+    schedule = await _one_time(env, "paused-briefly", await _db_now(env))  # due once resumed
+    resume_at = await _db_now(env) + timedelta(milliseconds=500)
+    await env.services.schedules.pause(schedule.id, reason="maintenance", resume_at=resume_at)
+    dispatcher, stop = _dispatcher(env, NEVER_WITHIN_THE_TEST), asyncio.Event()
+    loop = asyncio.create_task(dispatcher.run(stop))
+    try:
+        await _sleeping(dispatcher)
+        assert dispatcher.wake_after <= timedelta(milliseconds=500)  # the pause's end, not the interval
+        assert await _fired(env, schedule)
     finally:
         stop.set()
         await asyncio.wait_for(loop, 30)
