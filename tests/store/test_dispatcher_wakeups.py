@@ -167,6 +167,13 @@ def test_only_an_announcement_before_the_planned_look_wakes_the_loop() -> None:
         assert dispatcher._woken.is_set()
 
 
+def test_a_payload_that_is_not_an_aware_time_means_look_now() -> None:
+    at = datetime.fromisoformat("2026-03-02T12:00:10.5+00:00")
+    assert wakeups.payload_time(at.isoformat()) == at
+    for payload in ("", "soon", "2026-03-02T12:00:10"):  # the last one naive
+        assert wakeups.payload_time(payload) is None
+
+
 @pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 async def test_a_listener_that_lost_its_connection_reconnects_and_looks(env: Env) -> None:
     dispatcher, stop = _dispatcher(env, NEVER_WITHIN_THE_TEST), asyncio.Event()

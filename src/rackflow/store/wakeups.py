@@ -83,7 +83,7 @@ async def listen(db: Database, stop: asyncio.Event) -> None:
             async with conn:
                 db.wakeups.deliver(None)
                 await _relay(db, conn, stop)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:  # the connection dropped, or the server refused a statement
             if not stop.is_set():
                 log.warning("schedule listener lost its connection (%s); reconnecting", exc)
 
@@ -102,7 +102,7 @@ async def _relay(
 
     async def relay() -> None:
         async for notice in conn.notifies():
-            db.wakeups.deliver(_payload_time(notice.payload))
+            db.wakeups.deliver(payload_time(notice.payload))
 
     relaying = asyncio.create_task(relay())
     stopping = asyncio.create_task(stop.wait())
@@ -115,9 +115,11 @@ async def _relay(
         relaying.result()  # the connection's error, if it ended on one
 
 
-def _payload_time(payload: str) -> datetime | None:
-    """The announced time; None (look now) for a payload that is not one."""
+def payload_time(payload: str) -> datetime | None:
+    """The announced time; None (look now) for a payload that is not an aware time (another client may
+    NOTIFY on the channel too, and a naive time cannot be compared with the dispatcher's)."""
     try:
-        return datetime.fromisoformat(payload)
+        at = datetime.fromisoformat(payload)
     except ValueError:
         return None
+    return at if at.tzinfo is not None else None
