@@ -85,6 +85,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         timeout=60,
         what="the triggered tasks to complete",
     )
+    cli(started, "window", "create", "sat-night", "--allow", "--cron", "0 22 * * 6", "--duration", "6h",
+        "--tz", "Europe/Berlin", "--rack", "rack-01")  # fmt: skip
     yield started
     started.stop()
 
