@@ -3,31 +3,37 @@ every promise held (docs/RELIABILITY.md, "The chaos soak").
 
 `--instances` real `rackflow serve` processes (default 3) share one PostgreSQL database, reached through a
 loopback TCP proxy (tests/faults/tcp_proxy.py). The load: `--schedules` recurring schedules (default 300)
-over `--racks` racks, 40% cron every minute in five zones, 60% intervals of 20–90 s, a quarter of them
-QUEUE, the rest SKIP; tasks from the simulator with 5% of steps failing; and a client that keeps calling
-every live instance (creating racks, one-time schedules due 10–40 s later, power-on tasks; listing
-schedules and tasks). A seeded fault driver, one fault at a time every 10–30 s for `--minutes`:
+over `--racks` racks (four in five of them in NVLink domains of five), 40% cron every minute in five zones,
+60% intervals of 20–90 s, a quarter of them QUEUE, the rest SKIP; `--rollout-share` of them (default 10%)
+roll out (docs/ROLLOUTS.md) over 4–8 racks every minute or every 30–90 s, with drawn caps, canaries, bake
+times of seconds and halt limits, some not pausing on a halt; tasks from the simulator with 5% of steps
+failing (which halts some rollouts: intended); and a client that keeps calling every live instance
+(creating racks, one-time schedules due 10–40 s later, power-on tasks; listing schedules and tasks; as an
+operator, resuming or cancelling halted rollouts). A seeded fault driver, one fault at a time every 10–30 s
+for `--minutes`:
 
 * `kill`: SIGKILL an instance, start a new one in its place 1–5 s later (same audit spool file);
 * `stop`: SIGSTOP an instance for its lease plus 1–4 s, then SIGCONT (others take its work over);
 * `drop`: the proxy cuts every database connection and refuses new ones for 1–5 s;
 * `delay`: the proxy holds every chunk 50–300 ms each way for 5–15 s;
-* `pg-restart`: `pg_ctlcluster <version> main restart` (at most `--pg-restarts` times; it restarts the whole
-  server, so every other user of it sees the restart too: 0 on a shared machine).
+* `pg-restart`: `pg_ctlcluster <version> <--pg-cluster> restart` (at most `--pg-restarts` times; it restarts
+  the whole server, so every other user of it sees the restart too: run the soak on a cluster of its own,
+  docs/RELIABILITY.md, or keep it 0).
 
 Then the faults stop, the load keeps going `--settle` seconds, and the checker takes its snapshot: every
 schedule's runs must follow its spec exactly (each run's slot is the spec's next time after the previous
-firing: nothing fired twice, nothing skipped silently), and no schedule may be overdue. Then every schedule
-is disabled (in the database), the tasks drain, and the checker reads the rest: tasks submitted twice for
-one rack and firing, tasks or runs left RUNNING without a live owner, audit rows against the mutating
-calls answered OK, the API's answers by code during each fault, and the time to recover after each. It
-prints one table (Markdown) and exits 1 if any promise was broken.
+firing, a firing skipped because the previous rollout was live included: nothing fired twice, nothing
+skipped silently), and no schedule may be overdue, except one that rackflow paused when its rollout
+halted (its later slots are not due: listed). Then every schedule is disabled (in the database), the tasks
+and rollouts drain, and the checker reads the rest: tasks submitted twice for one rack and firing, tasks
+or runs left RUNNING without a live owner, rollouts left rolling without progress, a rollout's tasks
+against its record, its caps (from the tasks' start and end times) and its canary gate, audit rows against
+the mutating calls answered OK, the API's answers by code during each fault, and the time to recover after
+each. It prints one table (Markdown) and exits 1 if any promise was broken.
 
-    python bench/soak.py --minutes 10 --seed 1
+    python bench/soak.py --minutes 10 --seed 1 --pg-admin postgresql://postgres@127.0.0.1:5433/postgres \
+        --pg-cluster soak                                                      # on a cluster of its own
     python bench/soak.py --minutes 2 --schedules 60 --racks 30 --pg-restarts 0   # what `make test` runs
-
-`--rollout-share` is where rollout schedules (issue 15) join the mix once rollouts exist; until then it
-must stay 0.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import psycopg
 from _common import code_line, fresh_database, machine_line, percentile
 from sqlalchemy.engine import make_url
 
+from rackflow.audit.model import SYSTEM_PRINCIPAL
 from rackflow.timespec import ScheduleSpec, SpecType, parse_spec
 from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import ServerProcess, start_server
@@ -62,8 +69,19 @@ ZONES = ("UTC", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe", "Euro
 DISPATCH_INTERVAL_S = 2
 LEASE_S = 5
 CALL_TIMEOUT_S = 10
+# How late a due slot may still be unfired without being a miss: three polls and a call's timeout.
+DISPATCH_SLACK = timedelta(seconds=DISPATCH_INTERVAL_S * 3 + CALL_TIMEOUT_S)
+DOMAIN_SIZE = 5
 FAULTS = ("kill", "stop", "drop", "delay", "pg-restart")
-MUTATING = ("CreateRack", "CreateTaskSchedule", "PowerOnRack")
+MUTATING = (
+    "CreateRack",
+    "CreateNVLDomain",
+    "CreateTaskSchedule",
+    "PowerOnRack",
+    "ResumeTaskScheduleRun",
+    "CancelTaskScheduleRun",
+)
+ACTIVE = ("pending", "running", "waiting")
 
 
 # --- the fleet ---------------------------------------------------------------------------------------
@@ -126,7 +144,7 @@ class Call:
 @dataclass
 class Client:
     """Calls the live instances in turn; every answer is recorded. Mutating calls are counted per method
-    for the audit check; one-time schedules it creates are remembered for the slot check."""
+    for the audit check. It also plays the operator of the rollout schedules (`rollout_ids`)."""
 
     fleet: Fleet
     rng: random.Random
@@ -134,6 +152,7 @@ class Client:
     calls: list[Call] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     schedule_ids: list[str] = field(default_factory=list)
+    rollout_ids: list[str] = field(default_factory=list)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _stubs: dict[str, Any] = field(default_factory=dict)
 
@@ -152,6 +171,18 @@ class Client:
             return None
         self.calls.append(Call(started, time.time(), method, "OK"))
         return answer
+
+    def operate(self) -> None:
+        """Look at a rollout schedule's runs and continue its halted rollout (one in ten: cancel it). A
+        schedule the halt paused stays paused: resuming it would start its slots afresh from the resume,
+        off the chain the slot check follows."""
+        schedule = pb.UUID(id=self.rng.choice(self.rollout_ids))
+        request = pb.ListTaskScheduleRunsRequest(schedule_id=schedule, pagination=pb.Pagination(limit=100))
+        answer = self.call("ListTaskScheduleRuns", request)
+        halted = [run.id for run in answer.runs if run.state == "halted"] if answer else []
+        if halted:
+            method = "CancelTaskScheduleRun" if self.rng.random() < 0.1 else "ResumeTaskScheduleRun"
+            self.call(method, getattr(pb, f"{method}Request")(id=halted[0]))
 
     def run(self) -> None:
         for n in itertools.count():
@@ -178,6 +209,8 @@ class Client:
                 self.call(
                     "ListTaskSchedules", pb.ListTaskSchedulesRequest(pagination=pb.Pagination(limit=50))
                 )
+            elif n % 12 == 5 and self.rollout_ids:
+                self.operate()
             else:
                 self.call("ListTasks", pb.ListTasksRequest(active_only=True))
             time.sleep(0.1)
@@ -201,8 +234,24 @@ def pg_version(admin_url: str) -> str:
     return str(int(row[0]) // 10000)
 
 
+def pg_cluster_port(version: str, cluster: str) -> int | None:
+    """The port `pg_lsclusters` lists for the cluster, None when there is no such cluster."""
+    listed = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True)
+    for line in listed.stdout.splitlines():
+        ver, name, port, *_ = line.split()
+        if (ver, name) == (version, cluster):
+            return int(port)
+    return None
+
+
 def drive_faults(
-    fleet: Fleet, proxy: TcpProxy, rng: random.Random, until: float, pg_restarts: int, pg_admin: str
+    fleet: Fleet,
+    proxy: TcpProxy,
+    rng: random.Random,
+    until: float,
+    pg_restarts: int,
+    pg_admin: str,
+    pg_cluster: str,
 ) -> list[Fault]:
     faults: list[Fault] = []
     restarts_left = pg_restarts
@@ -245,9 +294,11 @@ def drive_faults(
             restarts_left -= 1
             version = pg_version(pg_admin)
             done = subprocess.run(
-                ["pg_ctlcluster", version, "main", "restart"], capture_output=True, text=True, timeout=120
+                ["pg_ctlcluster", version, pg_cluster, "restart"], capture_output=True, text=True, timeout=120
             )
-            fault.detail = f"pg_ctlcluster {version} main restart: rc {done.returncode} {done.stderr.strip()}"
+            fault.detail = (
+                f"pg_ctlcluster {version} {pg_cluster} restart: rc {done.returncode} {done.stderr.strip()}"
+            )
         fault.ended = time.time()
         faults.append(fault)
         print(f"# fault {fault.kind} {fault.detail} ({fault.ended - fault.started:.1f}s)", flush=True)
@@ -277,8 +328,14 @@ def query(conn: psycopg.Connection[Any], statement: str, *params: object) -> lis
 def check_slots(conn: psycopg.Connection[Any], horizon: datetime, verdict: Verdict) -> None:
     """Each schedule's runs, in slot order, against its spec: the first run's slot is the first time after
     its creation (recurring: as computed at creation), each next run's slot is the spec's next time after
-    the previous firing, and the next after the last firing is not before the horizon."""
-    schedules = query(conn, "SELECT id, spec_type, spec, timezone, created_at, enabled FROM task_schedule")
+    the previous firing, and the next after the last firing is not before the horizon.
+
+    A rollout's firing while the schedule's previous rollout is still live is recorded as a `skipped` run:
+    that is the slot, recorded once. A schedule that rackflow paused when its rollout halted is not due
+    while paused: a next slot after the pause (less the dispatch slack) is listed, not a miss."""
+    schedules = query(
+        conn, "SELECT id, spec_type, spec, timezone, created_at, paused_by, paused_at FROM task_schedule"
+    )
     runs: dict[Any, list[tuple[datetime, datetime, str]]] = defaultdict(list)
     for schedule_id, slot, fired, state in query(
         conn,
@@ -293,15 +350,16 @@ def check_slots(conn: psycopg.Connection[Any], horizon: datetime, verdict: Verdi
     )[0][0]
     broken: list[str] = []
     coalesced: list[str] = []
-    due = fired = interrupted = 0
+    paused: list[str] = []
+    due = 0
+    states: Counter[str] = Counter()
     lags: list[float] = []
-    for schedule_id, spec_type, spec, zone, created, _enabled in schedules:
+    for schedule_id, spec_type, spec, zone, created, paused_by, paused_at in schedules:
         timing = parse_spec(ScheduleSpec(SpecType(spec_type), spec, zone))
         history = runs.get(schedule_id, [])
         for slot, fired_at, state in history:
             if slot < horizon:
-                fired += 1
-                interrupted += state == "interrupted"
+                states[state] += 1
             lags.append((fired_at - slot).total_seconds())
         if spec_type == "one-time":
             at = timing.first_run(created)
@@ -321,16 +379,26 @@ def check_slots(conn: psycopg.Connection[Any], horizon: datetime, verdict: Verdi
                     skipped = timing.next_after(skipped)
             due += slot < horizon
             expected = timing.next_after(fired_at)
-        if expected is not None and expected < horizon:
+        if expected is None or expected >= horizon:
+            continue
+        if paused_by == SYSTEM_PRINCIPAL and paused_at is not None and expected > paused_at - DISPATCH_SLACK:
+            paused.append(f"{schedule_id} from {expected:%H:%M:%S} (paused {paused_at:%H:%M:%S})")
+        else:
             broken.append(f"{schedule_id}: slot {expected} not fired by {horizon}")
+    fired = sum(states.values())
     verdict.add("due slots (from the specs, up to the horizon)", due)
-    verdict.add("runs recorded for them (completed + interrupted)", f"{fired} ({interrupted} interrupted)")
+    verdict.add("runs recorded for them, by state", f"{fired} {dict(sorted(states.items()))}")
     verdict.add("slots fired twice", duplicates, duplicates == 0)
     verdict.add("runs off their spec's chain, or overdue", len(broken), not broken, "; ".join(broken[:3]))
     verdict.add(
         "cron slots passed over by a late firing (listed, not fired)",
         len(coalesced),
         note="; ".join(coalesced[:3]),
+    )
+    verdict.add(
+        "schedules paused by a halted rollout: next slot not due (listed)",
+        len(paused),
+        note="; ".join(paused[:3]),
     )
     verdict.add(
         "dispatch lag p50 / p99 / max (s)",
@@ -352,7 +420,7 @@ def check_work(conn: psycopg.Connection[Any], verdict: Verdict) -> None:
     orphans = query(conn, f"SELECT count(*) FROM tasks WHERE status = 'running' AND {ownerless}")[0][0]
     verdict.add("tasks RUNNING past their lease with no live owner", orphans, orphans == 0)
     by_status = dict(query(conn, "SELECT status, count(*) FROM tasks GROUP BY status"))
-    active = {s: n for s, n in by_status.items() if s in ("pending", "running", "waiting")}
+    active = {s: n for s, n in by_status.items() if s in ACTIVE}
     verdict.add(
         "tasks by status at the end",
         dict(sorted(by_status.items())),
@@ -365,6 +433,118 @@ def check_work(conn: psycopg.Connection[Any], verdict: Verdict) -> None:
         0
     ]
     verdict.add("runs left running with no live owner", stuck, stuck == 0)
+
+
+@dataclass(frozen=True)
+class RolloutTask:
+    task_id: str
+    rack_id: str
+    domain: str  # the rack's NVLink domain, or the rack itself: a rack without one is a domain of its own
+    status: str
+    owner_id: Any
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+def most_at_once(tasks: list[RolloutTask]) -> tuple[int, int]:
+    """The most of `tasks` running at once, in all and in one domain, from their start and end times (an
+    end at the instant of a start is before it; a task not ended runs on)."""
+    events = sorted(
+        [(t.started_at, 1, t.domain) for t in tasks if t.started_at is not None]
+        + [(t.finished_at, -1, t.domain) for t in tasks if t.started_at is not None and t.finished_at]
+    )
+    running = most = most_in_domain = 0
+    per_domain: Counter[str] = Counter()
+    for _, delta, domain in events:
+        running += delta
+        per_domain[domain] += delta
+        most = max(most, running)
+        most_in_domain = max(most_in_domain, per_domain[domain])
+    return most, most_in_domain
+
+
+def check_rollouts(conn: psycopg.Connection[Any], verdict: Verdict) -> None:
+    """After the drain: every rollout's run ended, halted (waiting for an operator), or still rolling with a
+    task a live instance runs; each of its racks started at most once and only as its record says; its caps
+    held (from the tasks' start and end times); no rack after the canaries started before they all ended
+    well and the bake time passed (unless the operator resumed the run, which passes the gate)."""
+    # A run without a policy holds JSON null there, not SQL NULL.
+    runs = query(
+        conn,
+        "SELECT id, state, outcomes, rollout, resumed FROM task_schedule_run"
+        " WHERE jsonb_typeof(rollout) = 'object'",
+    )
+    tasks: dict[Any, list[RolloutTask]] = defaultdict(list)
+    for run_id, *row in query(
+        conn,
+        "SELECT t.run_id, t.id::text, t.rack_id::text, coalesce(r.nvl_domain_id, r.id)::text, t.status,"
+        " t.owner_id, t.created_at, t.started_at, t.finished_at FROM tasks t JOIN racks r ON r.id = t.rack_id"
+        " JOIN task_schedule_run s ON s.id = t.run_id WHERE jsonb_typeof(s.rollout) = 'object'",
+    ):
+        tasks[run_id].append(RolloutTask(*row))
+    live = {
+        row[0]
+        for row in query(
+            conn, f"SELECT id FROM instances WHERE heartbeat_at > now() - interval '{LEASE_S} seconds'"
+        )
+    }
+    states = Counter(state for _, state, _, _, _ in runs)
+    outcomes = Counter(o["outcome"] for _, _, scopes, _, _ in runs for o in scopes)
+    resumed = sum(run[4] for run in runs)
+    verdict.add("rollout runs by state", dict(sorted(states.items())))
+    verdict.add("rollout runs the operator resumed (cancelled: above)", resumed)
+    verdict.add("rollout racks by outcome (submitted: started)", dict(sorted(outcomes.items())))
+    stuck: list[str] = []
+    off_record: list[str] = []
+    over_cap: list[str] = []
+    early: list[str] = []
+    for run_id, state, scopes, policy, was_resumed in runs:
+        mine = tasks.get(run_id, [])
+        if state == "rolling" and not any(t.status in ACTIVE and t.owner_id in live for t in mine):
+            stuck.append(f"{run_id}: {Counter(o['outcome'] for o in scopes)}")
+        racks = [o["rack_id"] for o in scopes]
+        recorded = sorted((o["rack_id"], o["task_id"]) for o in scopes if o["outcome"] == "submitted")
+        started = sorted((t.rack_id, t.task_id) for t in mine)
+        if len(set(racks)) != len(racks) or recorded != started:
+            off_record.append(f"{run_id}: recorded {len(recorded)} started, {len(started)} tasks")
+        most, most_in_domain = most_at_once(mine)
+        cap, domain_cap = policy["max_concurrent_racks"], policy["max_per_domain"]
+        if (cap and most > cap) or (domain_cap and most_in_domain > domain_cap):
+            over_cap.append(
+                f"{run_id}: {most} at once (max {cap}), {most_in_domain} in a domain (max {domain_cap})"
+            )
+        canaries = {o["rack_id"] for o in scopes if o.get("canary")}
+        rest = [t for t in mine if t.rack_id not in canaries]
+        if canaries and rest and not was_resumed:  # a resume passes the gate
+            gate = [t for t in mine if t.rack_id in canaries]
+            ends = [t.finished_at for t in gate if t.finished_at is not None]
+            opened = max(ends) + timedelta(seconds=policy["bake_seconds"]) if ends else None
+            bad = [t for t in gate if t.status != "completed"] + [
+                o for o in scopes if o.get("canary") and o["outcome"] == "failed"
+            ]
+            first = min(t.created_at for t in rest)
+            if bad or (opened is not None and first < opened):
+                early.append(f"{run_id}: first after the canaries at {first}, gate {opened}, {len(bad)} bad")
+    verdict.add(
+        "rollouts left rolling without a task a live instance runs",
+        len(stuck),
+        not stuck,
+        "; ".join(stuck[:3]),
+    )
+    verdict.add(
+        "rollout racks started off the run's record (twice, or unrecorded)",
+        len(off_record),
+        not off_record,
+        "; ".join(off_record[:3]),
+    )
+    verdict.add(
+        "rollouts over a cap (tasks' start and end times)",
+        len(over_cap),
+        not over_cap,
+        "; ".join(over_cap[:3]),
+    )
+    verdict.add("rollouts past their canary gate early", len(early), not early, "; ".join(early[:3]))
 
 
 def check_audit(conn: psycopg.Connection[Any], calls: list[Call], verdict: Verdict) -> None:
@@ -416,19 +596,57 @@ def fault_table(faults: list[Fault], calls: list[Call], first_runs: list[float])
 # --- the run ---------------------------------------------------------------------------------------------
 
 
+def rollout_policy(rng: random.Random) -> pb.RolloutPolicy:
+    """A drawn policy: caps, canaries with a bake time of seconds (so rollouts progress within minutes),
+    a halt limit by count or share, and three in ten go on firing after a halt."""
+    canaries = rng.choice((0, 1, 2))
+    policy = pb.RolloutPolicy(
+        max_concurrent_racks=rng.choice((0, 1, 2, 3)),
+        max_per_domain=rng.choice((0, 1, 2)),
+        canary_racks=canaries,
+        bake_time=rng.choice(("2s", "5s")) if canaries else "",
+        pause_on_halt=rng.random() < 0.7,
+    )
+    if rng.random() < 0.6:
+        policy.halt_after_failures = rng.choice((1, 2, 3))
+    else:
+        policy.halt_after_failure_percent = rng.choice((25.0, 50.0))
+    return policy
+
+
 def create_load(
     client: Client, rng: random.Random, schedules: int, racks: list[str], rollout_share: float
 ) -> None:
+    ids = []
     for name in racks:
         components = [
             pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name=f"{name}-c{i}", external_id=f"{name}-c{i}")
             for i in range(2)
         ]
-        if client.call("CreateRack", pb.CreateRackRequest(name=name, components=components)) is None:
+        rack = client.call("CreateRack", pb.CreateRackRequest(name=name, components=components))
+        if rack is None:
             raise SystemExit(f"cannot create rack {name}: {client.calls[-1].code}")
+        ids.append(rack.id)
+    in_domains = len(ids) * 4 // 5 // DOMAIN_SIZE * DOMAIN_SIZE  # the rest are domains of their own
+    for first in range(0, in_domains, DOMAIN_SIZE):
+        request = pb.CreateNVLDomainRequest(name=f"nvl-{first}", rack_ids=ids[first : first + DOMAIN_SIZE])
+        if client.call("CreateNVLDomain", request) is None:
+            raise SystemExit(f"cannot create domain nvl-{first}: {client.calls[-1].code}")
     requests = []
     for i in range(schedules):
         overlap = pb.OVERLAP_POLICY_QUEUE if rng.random() < 0.25 else pb.OVERLAP_POLICY_SKIP
+        if rng.random() < rollout_share:
+            scope = rng.sample(racks, rng.randint(4, 8))
+            if rng.random() < 0.5:
+                spec_type, spec, zone = pb.SCHEDULE_SPEC_TYPE_CRON, "* * * * *", rng.choice(ZONES)
+            else:
+                spec_type, spec, zone = pb.SCHEDULE_SPEC_TYPE_INTERVAL, f"{rng.randint(30, 90)}s", ""
+            request = schedule_request(
+                f"rollout-{i}", scope, spec_type=spec_type, spec=spec, timezone=zone, overlap=overlap
+            )
+            request.schedule.rollout.CopyFrom(rollout_policy(rng))
+            requests.append(request)
+            continue
         rack = [rng.choice(racks)]
         if rng.random() < 0.4:
             zone = rng.choice(ZONES)
@@ -449,12 +667,13 @@ def create_load(
                     f"every-{i}", rack, spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec=every, overlap=overlap
                 )
             )
-    assert rollout_share == 0
     for request in requests:
         answer = client.call("CreateTaskSchedule", request)
         if answer is None:
             raise SystemExit(f"cannot create schedule {request.schedule.name}: {client.calls[-1].code}")
         client.schedule_ids.append(answer.id.id)
+        if request.schedule.HasField("rollout"):
+            client.rollout_ids.append(answer.id.id)
 
 
 def main() -> int:
@@ -469,10 +688,12 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=20.0, help="seconds of load after the last fault")
     parser.add_argument("--pg-restarts", type=int, default=1, help="at most this many PostgreSQL restarts")
     parser.add_argument(
-        "--rollout-share",
-        type=float,
-        default=0.0,
-        help="share of schedules with a rollout policy (issue 15); 0 until rollouts exist",
+        "--rollout-share", type=float, default=0.1, help="share of the schedules with a rollout policy"
+    )
+    parser.add_argument(
+        "--pg-cluster",
+        default="main",
+        help="the cluster `pg_ctlcluster` restarts: the one serving --pg-admin (not a shared one)",
     )
     parser.add_argument(
         "--pg-admin",
@@ -481,14 +702,19 @@ def main() -> int:
         ),
     )
     args = parser.parse_args()
-    if args.rollout_share:
-        parser.error("--rollout-share: rollouts (issue 15) are not in this build; leave it 0")
+    if not 0 <= args.rollout_share <= 1:
+        parser.error("--rollout-share: a share from 0 to 1")
+    if args.pg_restarts:  # restarting another cluster than the soak's would test nothing and hit its users
+        port = make_url(args.pg_admin).port or 5432
+        if pg_cluster_port(pg_version(args.pg_admin), args.pg_cluster) != port:
+            parser.error(f"--pg-cluster: {args.pg_cluster} is not the cluster serving port {port}")
     rng = random.Random(args.seed)
     print(machine_line())
     print(code_line())
     print(
         f"# soak minutes={args.minutes} seed={args.seed} instances={args.instances}"
-        f" schedules={args.schedules} racks={args.racks} pg_restarts={args.pg_restarts}",
+        f" schedules={args.schedules} racks={args.racks} rollout_share={args.rollout_share:g}"
+        f" pg_restarts={args.pg_restarts} pg_cluster={args.pg_cluster}",
         flush=True,
     )
     with fresh_database("postgres", args.pg_admin) as ws:
@@ -507,13 +733,19 @@ def main() -> int:
             load.start()
             started = time.time()
             faults = drive_faults(
-                fleet, proxy, rng, started + args.minutes * 60, args.pg_restarts, args.pg_admin
+                fleet,
+                proxy,
+                rng,
+                started + args.minutes * 60,
+                args.pg_restarts,
+                args.pg_admin,
+                args.pg_cluster,
             )
             time.sleep(args.settle)
             libpq = direct.set(drivername="postgresql").render_as_string(False)
             with psycopg.connect(libpq, autocommit=True) as conn:
                 now = query(conn, "SELECT now()")[0][0]
-                horizon = now - timedelta(seconds=DISPATCH_INTERVAL_S * 3 + CALL_TIMEOUT_S)
+                horizon = now - DISPATCH_SLACK
                 check_slots(conn, horizon, verdict)
                 first_runs = sorted(
                     r[0].timestamp() for r in query(conn, "SELECT fired_at FROM task_schedule_run")
@@ -524,11 +756,15 @@ def main() -> int:
                 conn.execute(
                     "UPDATE task_schedule SET enabled = false"
                 )  # no more firings: let the tasks drain
-                deadline = time.time() + 180
-                active = "SELECT count(*) FROM tasks WHERE status IN ('pending', 'running', 'waiting')"
-                while time.time() < deadline and query(conn, active)[0][0]:
+                deadline = time.time() + 180  # the rollouts' settle time too: they step on disabled
+                busy = (
+                    f"SELECT (SELECT count(*) FROM tasks WHERE status IN {ACTIVE})"
+                    " + (SELECT count(*) FROM task_schedule_run WHERE state = 'rolling')"
+                )
+                while time.time() < deadline and query(conn, busy)[0][0]:
                     time.sleep(2)
                 check_work(conn, verdict)
+                check_rollouts(conn, verdict)
                 check_audit(conn, client.calls, verdict)
         finally:
             for slot in fleet.slots:

@@ -1,10 +1,11 @@
 """The chaos soak's short variant (bench/soak.py; the 10-minute runs are in docs/RELIABILITY.md): three
-real instances on PostgreSQL through the fault proxy, 60 schedules, two minutes of seeded faults (no
-PostgreSQL restart: the server is shared with other test sessions). It exits non-zero when the checker
-finds a broken promise, and prints its table either way."""
+real instances on PostgreSQL through the fault proxy, 60 schedules (a tenth of them rollouts), two minutes
+of seeded faults (no PostgreSQL restart: the server is shared with other test sessions). It exits non-zero
+when the checker finds a broken promise, and prints its table either way."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,5 @@ def test_two_minutes_of_faults_break_no_promise(postgres_url: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "soak: every promise held" in done.stdout
     assert "| kill |" in done.stdout or "| stop |" in done.stdout or "| drop |" in done.stdout
+    rollouts = re.search(r"^\| rollout runs by state \| (\{.*\}) \|", done.stdout, re.MULTILINE)
+    assert rollouts is not None and rollouts.group(1) != "{}", "no rollout fired in the soak"
