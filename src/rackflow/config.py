@@ -165,3 +165,7 @@ class ServeConfig:
 # also runs at once after a firing, a resume and a cancel), up to this many runs per transaction.
 ROLLOUT_STEP_INTERVAL = timedelta(seconds=1)
 ROLLOUT_STEP_BATCH = 20
+
+# Operation budgets (rackflow.budgets): a task a full budget holds back is claimed again after this long,
+# or at once when a budget is raised or deleted (docs/ROLLOUTS.md, "Budgets").
+BUDGET_RETRY_DELAY = timedelta(seconds=2)

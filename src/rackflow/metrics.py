@@ -32,6 +32,11 @@ ROLLOUT_RACKS_STARTED = Counter(
 ROLLOUT_HALTS = Counter(
     "rackflow_rollout_halts_total", "Rollouts halted by their failure budget or a canary."
 )
+BUDGET_HOLDS = Counter(
+    "rackflow_budget_holds_total",
+    "Task starts an operation budget held back (a task waiting long is counted at each claim).",
+    ["budget"],
+)
 TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
 AUDIT_WRITE_FAILURES = Counter(
     "rackflow_audit_write_failures_total",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from rackflow.audit.spool import AuditSpool
 from rackflow.audit.trail import AuditTrail
+from rackflow.budgets.service import BudgetService
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
 from rackflow.rollouts.service import RolloutService
@@ -25,6 +26,7 @@ class Services:
     rollouts: RolloutService
     audit: AuditTrail
     windows: WindowService
+    budgets: BudgetService
 
     @classmethod
     def build(cls, db: Database, clock: Clock, audit_spool: AuditSpool | None = None) -> Services:
@@ -43,4 +45,5 @@ class Services:
             audit=audit,
             windows=windows,
             rollouts=rollouts,
+            budgets=BudgetService(db, clock),
         )

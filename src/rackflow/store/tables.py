@@ -296,6 +296,24 @@ maintenance_window_domains = Table(
     Column("domain_id", Uuid, ForeignKey("nvl_domains.id", ondelete="CASCADE"), primary_key=True, index=True),
 )
 
+# Fleet-wide operation budgets (migration 0013): the executor starts no task of `operations` that would
+# make more than `max_running` of them run at once (rackflow/budgets/gate.py).
+operation_budgets = Table(
+    "operation_budgets",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("operations", json_type(), nullable=False),
+    Column("max_running", Integer, nullable=False),
+    Column("max_running_per_domain", Integer, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    CheckConstraint("max_running >= 1", name="max_running"),
+    CheckConstraint(
+        "max_running_per_domain IS NULL OR max_running_per_domain >= 1", name="max_running_per_domain"
+    ),
+)
+
 # Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).
 audit_events = Table(
     "audit_events",

@@ -40,6 +40,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.budgets.gate import hold_over_budget
 from rackflow.clock import Clock, sleep_unless_stopped
 from rackflow.config import (
     DEFAULT_EXECUTOR_POLL_INTERVAL,
@@ -209,6 +210,7 @@ class Executor:
             limit=room,
         )
         claimed = await hold_frozen(conn, claimed, owner_id=self.instance_id, now=now)  # windows/gate.py
+        claimed = await hold_over_budget(self.db, conn, claimed, owner_id=self.instance_id, now=now)
         if not claimed:
             return []
         runs = await self._prepare(conn, claimed, now)

@@ -1,0 +1,24 @@
+"""An operation budget: at most `max_running` tasks of its operations running across the fleet at once
+(and at most `max_running_per_domain` in one NVLink domain), whoever submitted them."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from rackflow.tasks.model import OperationKind
+
+
+@dataclass(frozen=True)
+class OperationBudget:
+    id: uuid.UUID
+    name: str
+    operations: frozenset[OperationKind]
+    max_running: int
+    max_running_per_domain: int | None
+    created_at: datetime
+    updated_at: datetime
+
+    def counts(self, operation: OperationKind) -> bool:
+        return operation in self.operations
