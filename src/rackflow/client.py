@@ -812,6 +812,71 @@ class RackflowClient:
         )
         return self._call(self._stub.PreviewMaintenanceWindows, request, pb.PreviewMaintenanceWindowsResponse)
 
+    # --- operation budgets -------------------------------------------------------------------------
+
+    def _budget_ref(self, budget: str) -> pb.UUID:
+        if is_uuid(budget):
+            return pb.UUID(id=budget)
+        for found in self.list_budgets().budgets:
+            if found.name == budget:
+                return found.id
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"operation budget {budget!r} not found")
+
+    def create_budget(
+        self, name: str, operations: Sequence[str], max_running: int, max_per_domain: int | None = None
+    ) -> pb.OperationBudget:
+        """A budget of `operations` (`upgrade-firmware` or `upgrade_firmware`)."""
+        budget = pb.OperationBudget(
+            name=name,
+            operations=[operation_name(o) for o in operations],
+            max_running=max_running,
+            max_running_per_domain=max_per_domain,
+        )
+        request = pb.CreateOperationBudgetRequest(budget=budget)
+        return self._call(self._stub.CreateOperationBudget, request, pb.OperationBudget)
+
+    def get_budget(self, budget: str) -> pb.OperationBudget:
+        request = pb.GetOperationBudgetRequest(id=self._budget_ref(budget))
+        return self._call(self._stub.GetOperationBudget, request, pb.OperationBudget)
+
+    def list_budgets(self) -> pb.ListOperationBudgetsResponse:
+        request = pb.ListOperationBudgetsRequest()
+        return self._call(self._stub.ListOperationBudgets, request, pb.ListOperationBudgetsResponse)
+
+    def update_budget(
+        self,
+        budget: str,
+        *,
+        name: str | None = None,
+        operations: Sequence[str] | None = None,
+        max_running: int | None = None,
+        max_per_domain: int | None = None,
+        no_per_domain_cap: bool = False,
+    ) -> pb.OperationBudget:
+        """Change what is given (not None); `no_per_domain_cap` removes the per-domain cap."""
+        message = pb.OperationBudget(
+            name=name or "",
+            operations=[operation_name(o) for o in operations or ()],
+            max_running=max_running or 0,
+            max_running_per_domain=max_per_domain,
+        )
+        given = {
+            "budget.name": name is not None,
+            "budget.operations": operations is not None,
+            "budget.max_running": max_running is not None,
+            "budget.max_running_per_domain": max_per_domain is not None or no_per_domain_cap,
+        }
+        request = pb.UpdateOperationBudgetRequest(
+            id=self._budget_ref(budget),
+            budget=message,
+            update_mask=FieldMask(paths=[path for path, present in given.items() if present]),
+        )
+        return self._call(self._stub.UpdateOperationBudget, request, pb.OperationBudget)
+
+    def delete_budget(self, budget: str) -> None:
+        request = pb.DeleteOperationBudgetRequest(id=self._budget_ref(budget))
+        self._call(self._stub.DeleteOperationBudget, request, Empty)
+
     # --- audit -----------------------------------------------------------------------------------
 
     def list_audit_events(

@@ -654,3 +654,95 @@ def test_schedule_pause_refuses_bad_ends(
     result = run("schedule", "pause", "nightly", *args)
     assert result.exit_code == 2 and message in result.output
     assert fake.called("pause_schedule") == []
+
+
+# --- operation budgets ------------------------------------------------------------------------------
+
+BUDGET_ID = "7a6b5c4d-3e2f-4a1b-9c8d-7e6f5a4b3c2d"
+
+
+def a_budget(per_domain: int | None = 2) -> pb.OperationBudget:
+    return pb.OperationBudget(
+        id=pb.UUID(id=BUDGET_ID),
+        name="fw",
+        operations=["upgrade_firmware"],
+        max_running=8,
+        max_running_per_domain=per_domain,
+        created_at=stamp(NOW),
+        updated_at=stamp(NOW),
+    )
+
+
+def test_budget_create_sends_the_operations_and_caps(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["create_budget"] = a_budget()
+    result = run(
+        "budget", "create", "fw", "--op", "upgrade-firmware", "--op", "power-off", "--max-running", "8",
+        "--max-per-domain", "2",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert fake.called("create_budget") == [(("fw", ("upgrade-firmware", "power-off"), 8, 2), {})]
+    assert "upgrade-firmware" in result.output and "8" in result.output
+
+
+def test_budget_create_needs_an_operation_and_a_cap(fake: FakeClient, run: Callable[..., Result]) -> None:
+    for args in (
+        ("budget", "create", "fw", "--max-running", "8"),
+        ("budget", "create", "fw", "--op", "ingest"),
+    ):
+        result = run(*args)
+        assert result.exit_code == 2 and "Missing option" in result.output
+    result = run("budget", "create", "fw", "--op", "reboot", "--max-running", "1")
+    assert result.exit_code == 2 and "reboot" in result.output
+    assert fake.called("create_budget") == []
+
+
+def test_budget_list_and_show(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["list_budgets"] = pb.ListOperationBudgetsResponse(budgets=[a_budget(), a_budget(None)])
+    result = run("budget", "list")
+    assert result.exit_code == 0, result.output
+    assert "2 budgets" in result.output and "upgrade-firmware" in result.output
+    fake.answers["get_budget"] = a_budget()
+    result = run("budget", "show", "fw", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["max_running_per_domain"] == 2
+    assert fake.called("get_budget") == [(("fw",), {})]
+
+
+def test_budget_update_sends_only_what_is_given(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["update_budget"] = a_budget(None)
+    result = run("budget", "update", "fw", "--max-running", "12", "--no-per-domain-cap")
+    assert result.exit_code == 0, result.output
+    [(args, kwargs)] = fake.called("update_budget")
+    assert args == ("fw",)
+    assert kwargs == {
+        "name": None,
+        "operations": None,
+        "max_running": 12,
+        "max_per_domain": None,
+        "no_per_domain_cap": True,
+    }
+    for bad, message in (
+        (("budget", "update", "fw"), "nothing to change"),
+        (("budget", "update", "fw", "--max-per-domain", "2", "--no-per-domain-cap"), "not both"),
+    ):
+        result = run(*bad)
+        assert result.exit_code == 2 and message in result.output
+    assert len(fake.called("update_budget")) == 1
+
+
+def test_budget_delete(fake: FakeClient, run: Callable[..., Result]) -> None:
+    result = run("budget", "delete", "fw")
+    assert result.exit_code == 0, result.output
+    assert fake.called("delete_budget") == [(("fw",), {})]
+    assert "deleted budget fw" in result.output
+
+
+def test_a_task_a_budget_holds_shows_why(fake: FakeClient, run: Callable[..., Result]) -> None:
+    held = a_task(pb.TASK_STATUS_PENDING)
+    held.message = "waits for budget 'fw' (8 of 8 running)"
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[held])
+    fake.answers["list_tasks"] = pb.ListTasksResponse(tasks=[held], total=1)
+    for args in (("task", "get", TASK_ID), ("task", "list", "--active")):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        assert "waits for budget 'fw' (8 of 8 running)" in " ".join(result.output.split()), result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rackflow.api.audit import AuditRpcs
+from rackflow.api.budgets import BudgetRpcs
 from rackflow.api.inventory import InventoryRpcs
 from rackflow.api.schedules import ScheduleRpcs
 from rackflow.api.tasks import TaskRpcs
@@ -11,6 +12,8 @@ from rackflow.services import Services
 from rackflow.v1 import flow_pb2_grpc
 
 
-class FlowServicer(InventoryRpcs, TaskRpcs, ScheduleRpcs, WindowRpcs, AuditRpcs, flow_pb2_grpc.FlowServicer):
+class FlowServicer(
+    InventoryRpcs, TaskRpcs, ScheduleRpcs, WindowRpcs, BudgetRpcs, AuditRpcs, flow_pb2_grpc.FlowServicer
+):
     def __init__(self, services: Services) -> None:
         self.services = services

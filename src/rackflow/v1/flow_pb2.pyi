@@ -2931,6 +2931,190 @@ class PreviewMaintenanceWindowsResponse(_message.Message):
 Global___PreviewMaintenanceWindowsResponse: _TypeAlias = PreviewMaintenanceWindowsResponse  # noqa: Y015
 
 @_typing.final
+class OperationBudget(_message.Message):
+    """---------------------------------------------------------------------------------------------
+    Operation budgets (docs/ROLLOUTS.md, "Budgets")
+
+    At most `max_running` tasks of `operations` running at once across the fleet, whoever submitted them;
+    a task that would exceed it stays PENDING with the message "waits for budget 'NAME' (8 of 8 running)".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    OPERATIONS_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_PER_DOMAIN_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """unique"""
+    max_running: _builtins.int
+    """at least 1"""
+    max_running_per_domain: _builtins.int
+    """at least 1 per NVLink domain; unset = no such cap"""
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def operations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """power_on, …, upgrade_firmware; at least one"""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        name: _builtins.str = ...,
+        operations: _abc.Iterable[_builtins.str] | None = ...,
+        max_running: _builtins.int = ...,
+        max_running_per_domain: _builtins.int | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_running_per_domain", b"_max_running_per_domain", "created_at", b"created_at", "id", b"id", "max_running_per_domain", b"max_running_per_domain", "updated_at", b"updated_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_running_per_domain", b"_max_running_per_domain", "created_at", b"created_at", "id", b"id", "max_running", b"max_running", "max_running_per_domain", b"max_running_per_domain", "name", b"name", "operations", b"operations", "updated_at", b"updated_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_running_per_domain: _TypeAlias = _typing.Literal["max_running_per_domain"]  # noqa: Y015
+    _WhichOneofArgType__max_running_per_domain: _TypeAlias = _typing.Literal["_max_running_per_domain", b"_max_running_per_domain"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running_per_domain) -> _WhichOneofReturnType__max_running_per_domain | None: ...
+
+Global___OperationBudget: _TypeAlias = OperationBudget  # noqa: Y015
+
+@_typing.final
+class CreateOperationBudgetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUDGET_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def budget(self) -> Global___OperationBudget: ...
+    def __init__(
+        self,
+        *,
+        budget: Global___OperationBudget | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateOperationBudgetRequest: _TypeAlias = CreateOperationBudgetRequest  # noqa: Y015
+
+@_typing.final
+class GetOperationBudgetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetOperationBudgetRequest: _TypeAlias = GetOperationBudgetRequest  # noqa: Y015
+
+@_typing.final
+class ListOperationBudgetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOperationBudgetsRequest: _TypeAlias = ListOperationBudgetsRequest  # noqa: Y015
+
+@_typing.final
+class ListOperationBudgetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUDGETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def budgets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OperationBudget]:
+        """by name"""
+
+    def __init__(
+        self,
+        *,
+        budgets: _abc.Iterable[Global___OperationBudget] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOperationBudgetsResponse: _TypeAlias = ListOperationBudgetsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateOperationBudgetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def budget(self) -> Global___OperationBudget: ...
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Paths: budget.name, budget.operations, budget.max_running, budget.max_running_per_domain (unset in
+        `budget`: the per-domain cap is removed).
+        """
+
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        budget: Global___OperationBudget | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "id", b"id", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "id", b"id", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateOperationBudgetRequest: _TypeAlias = UpdateOperationBudgetRequest  # noqa: Y015
+
+@_typing.final
+class DeleteOperationBudgetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteOperationBudgetRequest: _TypeAlias = DeleteOperationBudgetRequest  # noqa: Y015
+
+@_typing.final
 class AuditEvent(_message.Message):
     """---------------------------------------------------------------------------------------------
     Audit trail

@@ -230,6 +230,31 @@ class FlowStub:
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsRequest.SerializeToString,
                 response_deserializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsResponse.FromString,
                 _registered_method=True)
+        self.CreateOperationBudget = channel.unary_unary(
+                '/rackflow.v1.Flow/CreateOperationBudget',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.CreateOperationBudgetRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.OperationBudget.FromString,
+                _registered_method=True)
+        self.GetOperationBudget = channel.unary_unary(
+                '/rackflow.v1.Flow/GetOperationBudget',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.GetOperationBudgetRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.OperationBudget.FromString,
+                _registered_method=True)
+        self.ListOperationBudgets = channel.unary_unary(
+                '/rackflow.v1.Flow/ListOperationBudgets',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.ListOperationBudgetsRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.ListOperationBudgetsResponse.FromString,
+                _registered_method=True)
+        self.UpdateOperationBudget = channel.unary_unary(
+                '/rackflow.v1.Flow/UpdateOperationBudget',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.UpdateOperationBudgetRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.OperationBudget.FromString,
+                _registered_method=True)
+        self.DeleteOperationBudget = channel.unary_unary(
+                '/rackflow.v1.Flow/DeleteOperationBudget',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.DeleteOperationBudgetRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
         self.GetTaskScheduleRun = channel.unary_unary(
                 '/rackflow.v1.Flow/GetTaskScheduleRun',
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.GetTaskScheduleRunRequest.SerializeToString,
@@ -494,6 +519,37 @@ class FlowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateOperationBudget(self, request, context):
+        """Fleet-wide operation budgets (docs/ROLLOUTS.md, "Budgets")
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOperationBudget(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListOperationBudgets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateOperationBudget(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteOperationBudget(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetTaskScheduleRun(self, request, context):
         """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one.
         """
@@ -717,6 +773,31 @@ def add_FlowServicer_to_server(servicer, server):
                     servicer.PreviewMaintenanceWindows,
                     request_deserializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsRequest.FromString,
                     response_serializer=rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsResponse.SerializeToString,
+            ),
+            'CreateOperationBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateOperationBudget,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.CreateOperationBudgetRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.OperationBudget.SerializeToString,
+            ),
+            'GetOperationBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOperationBudget,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.GetOperationBudgetRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.OperationBudget.SerializeToString,
+            ),
+            'ListOperationBudgets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOperationBudgets,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.ListOperationBudgetsRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.ListOperationBudgetsResponse.SerializeToString,
+            ),
+            'UpdateOperationBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateOperationBudget,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.UpdateOperationBudgetRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.OperationBudget.SerializeToString,
+            ),
+            'DeleteOperationBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteOperationBudget,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.DeleteOperationBudgetRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
             'GetTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTaskScheduleRun,
@@ -1792,6 +1873,141 @@ class Flow:
             '/rackflow.v1.Flow/PreviewMaintenanceWindows',
             rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsRequest.SerializeToString,
             rackflow_dot_v1_dot_flow__pb2.PreviewMaintenanceWindowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateOperationBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/CreateOperationBudget',
+            rackflow_dot_v1_dot_flow__pb2.CreateOperationBudgetRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.OperationBudget.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOperationBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/GetOperationBudget',
+            rackflow_dot_v1_dot_flow__pb2.GetOperationBudgetRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.OperationBudget.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOperationBudgets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/ListOperationBudgets',
+            rackflow_dot_v1_dot_flow__pb2.ListOperationBudgetsRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.ListOperationBudgetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateOperationBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/UpdateOperationBudget',
+            rackflow_dot_v1_dot_flow__pb2.UpdateOperationBudgetRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.OperationBudget.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteOperationBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/DeleteOperationBudget',
+            rackflow_dot_v1_dot_flow__pb2.DeleteOperationBudgetRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

@@ -81,6 +81,12 @@ class FlowStub:
     UpdateMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.UpdateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]
     DeleteMaintenanceWindow: _grpc.UnaryUnaryMultiCallable[_flow_pb2.DeleteMaintenanceWindowRequest, _empty_pb2.Empty]
     PreviewMaintenanceWindows: _grpc.UnaryUnaryMultiCallable[_flow_pb2.PreviewMaintenanceWindowsRequest, _flow_pb2.PreviewMaintenanceWindowsResponse]
+    CreateOperationBudget: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CreateOperationBudgetRequest, _flow_pb2.OperationBudget]
+    """Fleet-wide operation budgets (docs/ROLLOUTS.md, "Budgets")"""
+    GetOperationBudget: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetOperationBudgetRequest, _flow_pb2.OperationBudget]
+    ListOperationBudgets: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListOperationBudgetsRequest, _flow_pb2.ListOperationBudgetsResponse]
+    UpdateOperationBudget: _grpc.UnaryUnaryMultiCallable[_flow_pb2.UpdateOperationBudgetRequest, _flow_pb2.OperationBudget]
+    DeleteOperationBudget: _grpc.UnaryUnaryMultiCallable[_flow_pb2.DeleteOperationBudgetRequest, _empty_pb2.Empty]
     GetTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
@@ -135,6 +141,12 @@ class FlowAsyncStub(FlowStub):
     UpdateMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.UpdateMaintenanceWindowRequest, _flow_pb2.MaintenanceWindow]  # type: ignore[assignment]
     DeleteMaintenanceWindow: _aio.UnaryUnaryMultiCallable[_flow_pb2.DeleteMaintenanceWindowRequest, _empty_pb2.Empty]  # type: ignore[assignment]
     PreviewMaintenanceWindows: _aio.UnaryUnaryMultiCallable[_flow_pb2.PreviewMaintenanceWindowsRequest, _flow_pb2.PreviewMaintenanceWindowsResponse]  # type: ignore[assignment]
+    CreateOperationBudget: _aio.UnaryUnaryMultiCallable[_flow_pb2.CreateOperationBudgetRequest, _flow_pb2.OperationBudget]  # type: ignore[assignment]
+    """Fleet-wide operation budgets (docs/ROLLOUTS.md, "Budgets")"""
+    GetOperationBudget: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetOperationBudgetRequest, _flow_pb2.OperationBudget]  # type: ignore[assignment]
+    ListOperationBudgets: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListOperationBudgetsRequest, _flow_pb2.ListOperationBudgetsResponse]  # type: ignore[assignment]
+    UpdateOperationBudget: _aio.UnaryUnaryMultiCallable[_flow_pb2.UpdateOperationBudgetRequest, _flow_pb2.OperationBudget]  # type: ignore[assignment]
+    DeleteOperationBudget: _aio.UnaryUnaryMultiCallable[_flow_pb2.DeleteOperationBudgetRequest, _empty_pb2.Empty]  # type: ignore[assignment]
     GetTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
@@ -420,6 +432,42 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
         request: _flow_pb2.PreviewMaintenanceWindowsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_flow_pb2.PreviewMaintenanceWindowsResponse, _abc.Awaitable[_flow_pb2.PreviewMaintenanceWindowsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateOperationBudget(
+        self,
+        request: _flow_pb2.CreateOperationBudgetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.OperationBudget, _abc.Awaitable[_flow_pb2.OperationBudget]]:
+        """Fleet-wide operation budgets (docs/ROLLOUTS.md, "Budgets")"""
+
+    @_abc_1.abstractmethod
+    def GetOperationBudget(
+        self,
+        request: _flow_pb2.GetOperationBudgetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.OperationBudget, _abc.Awaitable[_flow_pb2.OperationBudget]]: ...
+
+    @_abc_1.abstractmethod
+    def ListOperationBudgets(
+        self,
+        request: _flow_pb2.ListOperationBudgetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.ListOperationBudgetsResponse, _abc.Awaitable[_flow_pb2.ListOperationBudgetsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateOperationBudget(
+        self,
+        request: _flow_pb2.UpdateOperationBudgetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.OperationBudget, _abc.Awaitable[_flow_pb2.OperationBudget]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteOperationBudget(
+        self,
+        request: _flow_pb2.DeleteOperationBudgetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]: ...
 
     @_abc_1.abstractmethod
     def GetTaskScheduleRun(

@@ -69,7 +69,7 @@ def _refs_from(targets: Sequence[pb.WindowTarget], field: str) -> tuple[Ref, ...
     return tuple(refs)
 
 
-def _operations_from(names: Sequence[str], field: str) -> tuple[OperationKind, ...]:
+def operations_from(names: Sequence[str], field: str) -> tuple[OperationKind, ...]:
     operations = []
     for index, name in enumerate(names):
         try:
@@ -88,7 +88,7 @@ def window_from(msg: pb.MaintenanceWindow, field: str = "window") -> WindowInput
         when=_when_from(msg, field),
         racks=_refs_from(msg.racks, f"{field}.racks"),
         domains=_refs_from(msg.nvl_domains, f"{field}.nvl_domains"),
-        operations=_operations_from(msg.operations, f"{field}.operations"),
+        operations=operations_from(msg.operations, f"{field}.operations"),
     )
 
 
