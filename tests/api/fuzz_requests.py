@@ -64,6 +64,8 @@ class Known:
     task_ids: list[str] = field(default_factory=list)
     window_ids: list[str] = field(default_factory=list)
     window_names: list[str] = field(default_factory=list)
+    budget_ids: list[str] = field(default_factory=list)
+    budget_names: list[str] = field(default_factory=list)
 
 
 def build(cls: type[_M], **fields: Strategy[Any]) -> Strategy[_M]:
@@ -328,6 +330,25 @@ def maintenance_windows(k: Known) -> Strategy[pb.MaintenanceWindow]:
     )
 
 
+BUDGET_MASK_PATHS = (
+    "budget.name",
+    "budget.operations",
+    "budget.max_running",
+    "budget.max_running_per_domain",
+)
+
+
+def operation_budgets(k: Known) -> Strategy[pb.OperationBudget]:
+    """Mostly known operations and small caps; names new or taken."""
+    return build(
+        pb.OperationBudget,
+        name=usually(st.text(alphabet="abcxyz-", min_size=1, max_size=8), texts(k.budget_names)),
+        operations=st.lists(usually(st.sampled_from(OPERATIONS), garbage_text()), max_size=3),
+        max_running=int32s(8),
+        max_running_per_domain=maybe(int32s(2)),
+    )
+
+
 def component_specs() -> Strategy[pb.ComponentSpec]:
     bmc = build(
         pb.BmcEndpoint,
@@ -476,6 +497,19 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             ),
         ),
         "DeleteMaintenanceWindow": build(pb.DeleteMaintenanceWindowRequest, id=window_id),
+        "CreateOperationBudget": build(pb.CreateOperationBudgetRequest, budget=present(operation_budgets(k))),
+        "GetOperationBudget": build(pb.GetOperationBudgetRequest, id=ids(k.budget_ids)),
+        "ListOperationBudgets": st.just(pb.ListOperationBudgetsRequest()),
+        "UpdateOperationBudget": build(
+            pb.UpdateOperationBudgetRequest,
+            id=ids(k.budget_ids),
+            budget=present(operation_budgets(k)),
+            update_mask=usually(
+                st.lists(st.sampled_from(BUDGET_MASK_PATHS), min_size=1, max_size=3, unique=True).map(_mask),
+                maybe(st.lists(st.sampled_from(MASK_PATHS) | garbage_text(), max_size=4).map(_mask)),
+            ),
+        ),
+        "DeleteOperationBudget": build(pb.DeleteOperationBudgetRequest, id=ids(k.budget_ids)),
         "PreviewTaskSchedule": build(
             pb.PreviewTaskScheduleRequest, id=schedule_id, after=maybe(timestamps()), count=int32s(100, 101)
         ),

@@ -128,6 +128,13 @@ async def seed(stub: flow_pb2_grpc.FlowStub) -> Known:
     )
     known.window_ids.append(window.id.id)
     known.window_names.append(window.name)
+    budget = await stub.CreateOperationBudget(
+        pb.CreateOperationBudgetRequest(
+            budget=pb.OperationBudget(name="fz-budget", operations=["upgrade_firmware"], max_running=8)
+        )
+    )
+    known.budget_ids.append(budget.id.id)
+    known.budget_names.append(budget.name)
     return known
 
 
