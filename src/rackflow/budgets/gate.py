@@ -41,6 +41,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow import failpoints
 from rackflow.budgets.rules import Started, admit
 from rackflow.config import BUDGET_RETRY_DELAY
 from rackflow.metrics import BUDGET_HOLDS
@@ -74,6 +75,8 @@ async def hold_over_budget(
         return list(claimed)
     racks = await rack_refs(conn, {task.rack_id for task in candidates})
     already = await store.running(conn, counted, besides=frozenset(task.id for task in fresh))
+    # Widens the window between the count and the commit, for tests/e2e/test_budgets.py to show the lock.
+    await failpoints.pause("budget_counted")
     held = admit(
         budgets,
         already,
