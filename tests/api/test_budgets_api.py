@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable
 from typing import Any
 
 import grpc
@@ -15,6 +14,7 @@ from rackflow.services import Services
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
+from tests.api.test_windows_api import expect
 from tests.conftest import table_counts
 
 
@@ -29,13 +29,6 @@ async def create(stub: FlowStub, budget: pb.OperationBudget) -> pb.OperationBudg
         pb.CreateOperationBudgetRequest(budget=budget)
     )
     return created
-
-
-async def expect(code: grpc.StatusCode, field: str, call: Awaitable[Any]) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await call
-    assert info.value.code() == code, info.value.details()
-    assert (info.value.details() or "").startswith(field), info.value.details()
 
 
 async def test_create_get_list_and_delete(stub: FlowStub) -> None:

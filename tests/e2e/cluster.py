@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import grpc
 import psycopg
@@ -151,3 +152,33 @@ def sql(db_url: str, query: str, *params: object) -> list[tuple[object, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute(query, params)  # type: ignore[arg-type]
         return cur.fetchall() if cur.description else []
+
+
+class Sampler:
+    """Runs `query` against the database every 20 ms in a thread, from entering the `with` to leaving it,
+    and hands each result to `observe` (a subclass keeps what it needs); `samples` counts the results."""
+
+    query = ""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def observe(self, rows: list[tuple[object, ...]]) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.observe(sql(self.db_url, self.query))
+            self.samples += 1
+            self._stop.wait(0.02)

@@ -6,14 +6,13 @@ complete."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from rackflow.v1 import flow_pb2 as pb
-from tests.e2e.cluster import servers, sql
+from tests.e2e.cluster import Sampler, servers, sql
 from tests.e2e.fleet import create_racks, schedule_request, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres")]
@@ -24,43 +23,29 @@ DOMAINS = 3
 RACKS_PER_DOMAIN = 6
 
 
-class RunningSampler:
-    """Samples the RUNNING power-on tasks (their domains and owners) and the budget's waiting messages."""
+class RunningSampler(Sampler):
+    """Samples the RUNNING power-on tasks (their domains and owners) and the waiting ones' messages."""
+
+    query = (
+        "SELECT t.status, t.message, t.owner_id, r.nvl_domain_id FROM tasks t "
+        "JOIN racks r ON r.id = t.rack_id "
+        "WHERE t.operation = 'power_on' AND t.status IN ('pending', 'running')"
+    )
 
     def __init__(self, db_url: str) -> None:
-        self.db_url = db_url
+        super().__init__(db_url)
         self.max_running = 0
         self.max_per_domain = 0
         self.owners: set[object] = set()
         self.waiting_messages: set[str] = set()
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> RunningSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            rows = sql(
-                self.db_url,
-                "SELECT t.status, t.message, t.owner_id, r.nvl_domain_id FROM tasks t "
-                "JOIN racks r ON r.id = t.rack_id WHERE t.operation = 'power_on' "
-                "AND t.status IN ('pending', 'running')",
-            )
-            running = [row for row in rows if row[0] == "running"]
-            self.samples += 1
-            self.max_running = max(self.max_running, len(running))
-            domains = Counter(row[3] for row in running)
-            self.max_per_domain = max(self.max_per_domain, max(domains.values(), default=0))
-            self.owners |= {row[2] for row in running}
-            self.waiting_messages |= {str(row[1]) for row in rows if row[0] == "pending" and row[1]}
-            self._stop.wait(0.02)
+    def observe(self, rows: list[tuple[object, ...]]) -> None:
+        running = [row for row in rows if row[0] == "running"]
+        self.max_running = max(self.max_running, len(running))
+        domains = Counter(row[3] for row in running)
+        self.max_per_domain = max(self.max_per_domain, max(domains.values(), default=0))
+        self.owners |= {row[2] for row in running}
+        self.waiting_messages |= {str(row[1]) for row in rows if row[0] == "pending" and row[1]}
 
 
 def test_a_budget_holds_across_two_instances_for_schedules_and_manual_tasks(

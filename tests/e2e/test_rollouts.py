@@ -5,7 +5,6 @@ its threshold, with the reason and the schedule paused."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
-from tests.e2e.cluster import servers, sql, start_server
+from tests.e2e.cluster import Sampler, servers, sql, start_server
 from tests.e2e.fleet import create_racks, schedule_request, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres")]
@@ -40,36 +39,19 @@ def _rollout_schedule(
     return stub.CreateTaskSchedule(request)
 
 
-class ActiveSampler:
-    """Samples the run's active tasks (and their domains) from the database until stopped."""
+class ActiveSampler(Sampler):
+    """Samples the run's active tasks (and their domains)."""
 
-    def __init__(self, db_url: str) -> None:
-        self.db_url = db_url
-        self.max_active = 0
-        self.max_per_domain = 0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+    query = (
+        "SELECT r.nvl_domain_id FROM tasks t JOIN racks r ON r.id = t.rack_id "
+        "WHERE t.run_id IS NOT NULL AND t.status IN ('pending', 'running', 'waiting')"
+    )
+    max_active = 0
+    max_per_domain = 0
 
-    def __enter__(self) -> ActiveSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            rows = sql(
-                self.db_url,
-                "SELECT r.nvl_domain_id FROM tasks t JOIN racks r ON r.id = t.rack_id "
-                "WHERE t.run_id IS NOT NULL AND t.status IN ('pending', 'running', 'waiting')",
-            )
-            self.samples += 1
-            self.max_active = max(self.max_active, len(rows))
-            self.max_per_domain = max(self.max_per_domain, max(Counter(rows).values(), default=0))
-            self._stop.wait(0.02)
+    def observe(self, rows: list[tuple[object, ...]]) -> None:
+        self.max_active = max(self.max_active, len(rows))
+        self.max_per_domain = max(self.max_per_domain, max(Counter(rows).values(), default=0))
 
 
 def test_caps_hold_and_another_instance_finishes_after_a_sigkill(pg_db: str, tmp_path: Path) -> None:

@@ -18,23 +18,19 @@ from rackflow.clock import SystemClock
 from rackflow.errors import AlreadyExists, InvalidArgument, NotFound
 from rackflow.inventory.model import Rack, RackSelection
 from rackflow.rollouts.policy import RolloutPolicy
-from rackflow.schedules.model import OverlapPolicy
 from rackflow.services import Services
 from rackflow.store import instances, task_runs
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.tasks.model import Operation, OperationKind, QueueOptions, Task, TaskStatus
-from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
+from tests.store.schedules_support import POWER_OFF, Env, make_env
 from tests.store.test_executor import eventually, executing, finished, get
+from tests.store.test_rollouts import _racks, _schedule
 
 pytestmark = pytest.mark.asyncio
 
 POWER_ON = Operation(OperationKind.POWER_ON)
 FLEET_CAP = "waits for budget 'power' ({} of {} running)"
-
-
-async def _racks(env: Env, count: int, prefix: str = "r") -> list[Rack]:
-    return [await env.rack(f"{prefix}{i:02d}") for i in range(count)]
 
 
 async def _budget(
@@ -229,16 +225,7 @@ async def test_a_rollout_and_a_budget_compose(db: Database) -> None:
     env = make_env(db)
     racks = await _racks(env, 8)
     await _budget(env, 2)
-    schedule = await env.services.schedules.create(
-        name="fw",
-        spec=HOURLY,
-        overlap_policy=OverlapPolicy.SKIP,
-        operation=POWER_OFF,
-        queue=QueueOptions(),
-        description="",
-        target=rack_target(*racks),
-        rollout=RolloutPolicy(max_concurrent_racks=5),
-    )
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=5))
     submitted = await env.services.schedules.trigger(schedule.id)
     assert len(submitted) == 5
     claimer = Claimer(env)

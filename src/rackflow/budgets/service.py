@@ -17,7 +17,7 @@ from rackflow.store import budgets as store
 from rackflow.store.db import Database
 from rackflow.store.windows import release_held
 from rackflow.tasks.model import OperationKind
-from rackflow.validation import check_mask, check_name, check_text
+from rackflow.validation import check_mask, check_name
 
 NAME_PATH = "budget.name"
 OPERATIONS_PATH = "budget.operations"
@@ -134,15 +134,6 @@ class BudgetService:
             if not await store.delete_budget(conn, budget_id):
                 raise NotFound(f"id: no operation budget {budget_id}")
         await self._release()
-
-    async def id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
-        """The id of the budget called `name`; NotFound naming `field` otherwise."""
-        check_text(name, field, required=True)
-        async with self.db.read() as conn:
-            found = await store.budget_id_by_name(conn, name)
-        if found is None:
-            raise NotFound(f"{field}: no operation budget named {name!r}")
-        return found
 
     async def _release(self) -> None:
         """Clear the back-off of held tasks, in a transaction of its own after the budget's: a claim that

@@ -60,18 +60,6 @@ async def get_budget(conn: AsyncConnection, budget_id: uuid.UUID) -> OperationBu
     return _budget_from(row) if row is not None else None
 
 
-async def budget_id_by_name(conn: AsyncConnection, name: str) -> uuid.UUID | None:
-    stmt = select(operation_budgets.c.id).where(operation_budgets.c.name == name)
-    return (await conn.execute(stmt)).scalar_one_or_none()
-
-
-async def name_taken(conn: AsyncConnection, name: str, *, other_than: uuid.UUID | None = None) -> bool:
-    stmt = select(operation_budgets.c.id).where(operation_budgets.c.name == name)
-    if other_than is not None:
-        stmt = stmt.where(operation_budgets.c.id != other_than)
-    return (await conn.execute(stmt)).first() is not None
-
-
 async def insert_budget(conn: AsyncConnection, budget: OperationBudget) -> None:
     with unique_violation_as(name_taken_error(budget.name)):
         await conn.execute(insert(operation_budgets).values(id=budget.id, **_values(budget)))
