@@ -102,6 +102,16 @@ def check_operation(operation: Operation, field: str = "") -> Operation:
     return operation
 
 
+def distinct_operations(operations: Sequence[OperationKind], field: str) -> frozenset[OperationKind]:
+    """A list of operations (a window's, a budget's) naming none twice; `field[i]` names the repeat."""
+    seen: set[OperationKind] = set()
+    for index, operation in enumerate(operations):
+        if operation in seen:
+            raise InvalidArgument(f"{field}[{index}]: {operation.value} is listed twice")
+        seen.add(operation)
+    return frozenset(seen)
+
+
 def queue_timeout(seconds: float, field: str = "queue_options.queue_timeout_seconds") -> timedelta:
     """How long a queued task may wait: 0 means the default (DEFAULT_QUEUE_TIMEOUT), otherwise more than 0
     and at most MAX_QUEUE_TIMEOUT."""

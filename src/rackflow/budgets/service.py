@@ -17,7 +17,7 @@ from rackflow.store import budgets as store
 from rackflow.store.db import Database
 from rackflow.store.windows import release_held
 from rackflow.tasks.model import OperationKind
-from rackflow.validation import check_mask, check_name
+from rackflow.validation import check_mask, check_name, distinct_operations
 
 NAME_PATH = "budget.name"
 OPERATIONS_PATH = "budget.operations"
@@ -39,12 +39,7 @@ class BudgetInput:
 def _check_operations(operations: Sequence[OperationKind]) -> frozenset[OperationKind]:
     if not operations:
         raise InvalidArgument(f"{OPERATIONS_PATH}: at least one operation is required")
-    seen: set[OperationKind] = set()
-    for index, operation in enumerate(operations):
-        if operation in seen:
-            raise InvalidArgument(f"{OPERATIONS_PATH}[{index}]: {operation.value} is listed twice")
-        seen.add(operation)
-    return frozenset(seen)
+    return distinct_operations(operations, OPERATIONS_PATH)
 
 
 def _check_max_running(value: int) -> int:

@@ -20,7 +20,14 @@ from rackflow.store import windows as store
 from rackflow.store.db import Database
 from rackflow.store.tables import nvl_domains, racks
 from rackflow.tasks.model import OperationKind
-from rackflow.validation import check_description, check_mask, check_name, check_text, preview_count
+from rackflow.validation import (
+    check_description,
+    check_mask,
+    check_name,
+    check_text,
+    distinct_operations,
+    preview_count,
+)
 from rackflow.windows.model import MaintenanceWindow, RackRef, Recurring, When, WindowKind
 from rackflow.windows.rules import WindowEvent, events
 
@@ -70,15 +77,6 @@ def _check_when(when: When | None, now: datetime) -> When:
     return when
 
 
-def _check_operations(operations: Sequence[OperationKind]) -> frozenset[OperationKind]:
-    seen: set[OperationKind] = set()
-    for index, operation in enumerate(operations):
-        if operation in seen:
-            raise InvalidArgument(f"{OPERATIONS_PATH}[{index}]: {operation.value} is listed twice")
-        seen.add(operation)
-    return frozenset(seen)
-
-
 async def _resolve(
     conn: AsyncConnection, refs: Sequence[Ref], field: str, what: str, by_column: str
 ) -> tuple[tuple[uuid.UUID, str], ...]:
@@ -121,7 +119,7 @@ class WindowService:
             raise InvalidArgument(f"{KIND_PATH}: a kind is required (ALLOW or FREEZE)")
         now = self.clock.now()
         when = _check_when(given.when, now)
-        operations = _check_operations(given.operations)
+        operations = distinct_operations(given.operations, OPERATIONS_PATH)
         async with self.db.transaction() as conn:
             if await store.name_taken(conn, given.name):
                 raise store.name_taken_error(given.name)
@@ -170,7 +168,9 @@ class WindowService:
             raise InvalidArgument(f"{KIND_PATH}: a kind is required (ALLOW or FREEZE)")
         now = self.clock.now()
         when = _check_when(given.when, now) if WHEN_PATH in mask else None
-        operations = _check_operations(given.operations) if OPERATIONS_PATH in mask else None
+        operations = None
+        if OPERATIONS_PATH in mask:
+            operations = distinct_operations(given.operations, OPERATIONS_PATH)
         async with self.db.transaction() as conn:
             current = await self._load(conn, window_id)
             updated = replace(current, updated_at=now)
