@@ -47,7 +47,8 @@ from rackflow.config import BUDGET_RETRY_DELAY
 from rackflow.metrics import BUDGET_HOLDS
 from rackflow.store import budgets as store
 from rackflow.store.db import Database
-from rackflow.store.windows import hold_back, rack_refs
+from rackflow.store.task_runs import hold_back
+from rackflow.store.windows import rack_refs
 from rackflow.tasks.model import OperationKind, Task
 from rackflow.windows.model import RackRef
 

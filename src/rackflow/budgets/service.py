@@ -15,7 +15,7 @@ from rackflow.clock import Clock
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.store import budgets as store
 from rackflow.store.db import Database
-from rackflow.store.windows import release_held
+from rackflow.store.task_runs import release_held
 from rackflow.tasks.model import OperationKind
 from rackflow.validation import check_mask, check_name, distinct_operations
 

@@ -100,7 +100,8 @@ tasks = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     # The firing that submitted the task (migration 0006); a pruned run leaves its tasks, unlinked.
     Column("run_id", Uuid, ForeignKey("task_schedule_run.id", ondelete="SET NULL"), nullable=True),
-    # A FREEZE window held the task back until then (migration 0011); the claim leaves it until that time.
+    # A FREEZE window (migration 0011) or a full budget held the task back until then; the claim leaves it
+    # until that time.
     Column("not_before", UTCDateTime, nullable=True),
     # Submitted with queue_options.ignore_windows: FREEZE windows do not hold it (migration 0011).
     Column("ignore_windows", Boolean, nullable=False, server_default=text("false")),

@@ -43,8 +43,8 @@ async def claim(
 ) -> list[tuple[Task, int]]:
     """Take up to `limit` tasks this instance should run, oldest first, in one statement.
 
-    Those are PENDING tasks whose maintenance window (if any) has opened by `now` and that no freeze holds
-    back past `now` (`not_before`), RUNNING tasks whose
+    Those are PENDING tasks whose maintenance window (if any) has opened by `now` and that no freeze or
+    budget holds back past `now` (`not_before`), RUNNING tasks whose
     owner's lease (`lease_ttl`) has expired (takeover), and RUNNING tasks this instance owns but is not
     running (its run was interrupted, e.g. by a database outage) — never one in `running_here`, even if
     this instance's own lease lapsed. Rows other claimers hold are skipped.
@@ -89,7 +89,7 @@ def _claim_statement(db: Database) -> Update:
     due = and_(
         pending,
         or_(window_start.is_(None), window_start <= bindparam("window_now", type_=String())),
-        # A freeze held it back until then (rackflow.windows.gate).
+        # A freeze or a budget held it back until then (rackflow.windows.gate, rackflow.budgets.gate).
         or_(tasks.c.not_before.is_(None), tasks.c.not_before <= _CLAIMED_AT),
     )
     orphaned = and_(running, or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, lease_cutoff(db))))
@@ -213,3 +213,47 @@ async def record_changes(conn: AsyncConnection, changes: Iterable[ComponentChang
 def _per_task(values: Mapping[uuid.UUID, str]) -> ColumnElement[str]:
     """SQL picking each task's own value by its id (so one UPDATE writes many different values)."""
     return case(values, value=tasks.c.id)
+
+
+# --- the start gates' task writes (rackflow.windows.gate, rackflow.budgets.gate) -----------------------
+
+
+async def hold_back(
+    conn: AsyncConnection,
+    held: Mapping[uuid.UUID, tuple[datetime, str]],
+    *,
+    owner_id: uuid.UUID,
+    now: datetime,
+) -> None:
+    """Undo this instance's claim of tasks a freeze or a budget holds (task id -> (until, message)):
+    PENDING again, unowned, the attempt not counted and never started, waiting until `until`. The claim
+    just made them RUNNING in this transaction, so nothing else saw them start."""
+    for task_id, (until, message) in held.items():
+        await conn.execute(
+            update(tasks)
+            .where(
+                tasks.c.id == task_id,
+                tasks.c.owner_id == owner_id,
+                status_in(tasks.c.status, TaskStatus.RUNNING),
+            )
+            .values(
+                status=TaskStatus.PENDING.value,
+                owner_id=None,
+                attempts=tasks.c.attempts - 1,
+                started_at=None,
+                not_before=until,
+                message=message,
+                updated_at=now,
+            )
+        )
+
+
+async def release_held(conn: AsyncConnection) -> None:
+    """Let every task a gate holds be claimed again (and gated again), after windows or budgets changed: a
+    freeze shortened or deleted, or a budget raised or deleted, must not keep its tasks waiting for the old
+    end or back-off."""
+    await conn.execute(
+        update(tasks)
+        .where(status_in(tasks.c.status, TaskStatus.PENDING), tasks.c.not_before.is_not(None))
+        .values(not_before=None)
+    )

@@ -1,4 +1,4 @@
-"""Maintenance window queries, and the two task writes of the freeze gate.
+"""Maintenance window queries.
 
 The only window module that speaks SQL. Windows are few (tens), so readers load them all and the pure
 rules of `rackflow.windows.rules` pick what covers a rack. Functions take an open connection, so the
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Mapping
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, delete, insert, select, update
@@ -23,10 +22,8 @@ from rackflow.store.tables import (
     maintenance_windows,
     nvl_domains,
     racks,
-    tasks,
 )
-from rackflow.store.tasks import status_in
-from rackflow.tasks.model import OperationKind, TaskStatus
+from rackflow.tasks.model import OperationKind
 from rackflow.windows.model import MaintenanceWindow, OneOff, RackRef, Recurring, WindowKind
 
 
@@ -169,46 +166,3 @@ async def rack_refs(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> d
         stmt = select(racks.c.id, racks.c.nvl_domain_id).where(racks.c.id.in_(chunk))
         found.update({row.id: RackRef(row.id, row.nvl_domain_id) for row in await conn.execute(stmt)})
     return found
-
-
-# --- the freeze gate's task writes ---------------------------------------------------------------
-
-
-async def hold_back(
-    conn: AsyncConnection,
-    held: Mapping[uuid.UUID, tuple[datetime, str]],
-    *,
-    owner_id: uuid.UUID,
-    now: datetime,
-) -> None:
-    """Undo this instance's claim of tasks a freeze holds (task id -> (until, message)): PENDING again,
-    unowned, the attempt not counted and never started, waiting until `until`. The claim just made them
-    RUNNING in this transaction, so nothing else saw them start."""
-    for task_id, (until, message) in held.items():
-        await conn.execute(
-            update(tasks)
-            .where(
-                tasks.c.id == task_id,
-                tasks.c.owner_id == owner_id,
-                status_in(tasks.c.status, TaskStatus.RUNNING),
-            )
-            .values(
-                status=TaskStatus.PENDING.value,
-                owner_id=None,
-                attempts=tasks.c.attempts - 1,
-                started_at=None,
-                not_before=until,
-                message=message,
-                updated_at=now,
-            )
-        )
-
-
-async def release_held(conn: AsyncConnection) -> None:
-    """Let every task a freeze holds be claimed again (and gated again), after windows changed: a freeze
-    shortened or deleted must not keep its tasks waiting for its old end."""
-    await conn.execute(
-        update(tasks)
-        .where(status_in(tasks.c.status, TaskStatus.PENDING), tasks.c.not_before.is_not(None))
-        .values(not_before=None)
-    )

@@ -4,7 +4,9 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
 
 * Claim. One statement takes several PENDING tasks at once (`UPDATE … WHERE id IN (SELECT … FOR UPDATE
   SKIP LOCKED) RETURNING` on PostgreSQL; SQLite's single writer needs no lock) and marks them RUNNING with
-  this instance as `owner_id`, so no two instances take one.
+  this instance as `owner_id`, so no two instances take one. In the same transaction the start gates
+  (freezes: `windows/gate.py`; operation budgets, which lock their rows: `budgets/gate.py`) hand back
+  what they hold, as if never claimed.
 * Lease. The instance's heartbeat row (`store/instances.py`), renewed every `lease_ttl / 3` and compared on
   the database clock, is the lease on every task it owns. A RUNNING task whose owner's heartbeat is older
   than `lease_ttl`, or gone, is claimed by any instance (takeover, one more attempt). Steps are idempotent,
@@ -210,6 +212,7 @@ class Executor:
             limit=room,
         )
         claimed = await hold_frozen(conn, claimed, owner_id=self.instance_id, now=now)  # windows/gate.py
+        # budgets/gate.py: after the freeze gate, so a frozen task never takes a budget's room.
         claimed = await hold_over_budget(self.db, conn, claimed, owner_id=self.instance_id, now=now)
         if not claimed:
             return []

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.store import task_runs
 from rackflow.store import windows as store
 from rackflow.tasks.model import Task
 from rackflow.windows.model import WindowKind
@@ -45,6 +46,6 @@ async def hold_frozen(
             held[task.id] = (frozen.until, message)
     if not held:
         return list(claimed)
-    await store.hold_back(conn, held, owner_id=owner_id, now=now)
+    await task_runs.hold_back(conn, held, owner_id=owner_id, now=now)
     log.info("%d task(s) held back by freezes", len(held), extra={"tasks_held": len(held)})
     return [(task, attempt) for task, attempt in claimed if task.id not in held]

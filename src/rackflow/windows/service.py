@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.clock import Clock
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.store import inventory as inventory_store
+from rackflow.store import task_runs
 from rackflow.store import windows as store
 from rackflow.store.db import Database
 from rackflow.store.tables import nvl_domains, racks
@@ -196,14 +197,14 @@ class WindowService:
             if RACKS_PATH in mask or DOMAINS_PATH in mask:
                 updated = replace(updated, all_racks=not updated.racks and not updated.domains)
             await store.save_window(conn, updated)
-            await store.release_held(conn)
+            await task_runs.release_held(conn)
         return updated
 
     async def delete(self, window_id: uuid.UUID) -> None:
         async with self.db.transaction() as conn:
             if not await store.delete_window(conn, window_id):
                 raise NotFound(f"id: no maintenance window {window_id}")
-            await store.release_held(conn)
+            await task_runs.release_held(conn)
 
     async def preview(self, rack_id: uuid.UUID, after: datetime | None, count: int) -> list[WindowEvent]:
         """The next `count` openings and closings of the windows covering the rack, after `after` (now)."""
