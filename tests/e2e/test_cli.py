@@ -258,3 +258,22 @@ def test_a_rollout_from_the_command_line(server: ServerProcess) -> None:
     assert "FAILED_PRECONDITION" in refused.stderr and "only a rolling or halted rollout" in refused.stderr
     runs_table = rackflow(server, "schedule", "runs", "fw-ro").stdout
     assert "3/3 ok" in runs_table
+
+
+def test_an_operation_budget_from_the_command_line(server: ServerProcess) -> None:
+    """Create, list, show, update and delete a budget; a refused create says which field."""
+    created = rackflow_json(
+        server, "budget", "create", "fw", "--op", "upgrade-firmware", "--max-running", "8",
+        "--max-per-domain", "2",
+    )  # fmt: skip
+    assert (created["name"], created["operations"], created["max_running"]) == ("fw", ["upgrade_firmware"], 8)
+    assert created["max_running_per_domain"] == 2
+    assert [b["name"] for b in rackflow_json(server, "budget", "list")["budgets"]] == ["fw"]
+    assert "upgrade-firmware" in rackflow(server, "budget", "list").stdout
+    updated = rackflow_json(server, "budget", "update", "fw", "--max-running", "12", "--no-per-domain-cap")
+    assert updated["max_running"] == 12 and "max_running_per_domain" not in updated
+    assert rackflow_json(server, "budget", "show", created["id"]["id"])["max_running"] == 12
+    refused = rackflow(server, "budget", "create", "fw2", "--op", "power-on", "--max-running", "0", expect=1)
+    assert "INVALID_ARGUMENT" in refused.stderr and "budget.max_running" in refused.stderr
+    rackflow(server, "budget", "delete", "fw")
+    assert rackflow_json(server, "budget", "list") == {"budgets": []}
