@@ -227,25 +227,30 @@ async def hold_back(
 ) -> None:
     """Undo this instance's claim of tasks a freeze or a budget holds (task id -> (until, message)):
     PENDING again, unowned, the attempt not counted and never started, waiting until `until`. The claim
-    just made them RUNNING in this transaction, so nothing else saw them start."""
-    for task_id, (until, message) in held.items():
-        await conn.execute(
-            update(tasks)
-            .where(
-                tasks.c.id == task_id,
-                tasks.c.owner_id == owner_id,
-                status_in(tasks.c.status, TaskStatus.RUNNING),
+    just made them RUNNING in this transaction, so nothing else saw them start. One statement per
+    distinct (until, message): the held tasks of one claim mostly share them."""
+    by_reason: dict[tuple[datetime, str], list[uuid.UUID]] = defaultdict(list)
+    for task_id, reason in held.items():
+        by_reason[reason].append(task_id)
+    for (until, message), task_ids in by_reason.items():
+        for chunk in chunked(task_ids):
+            await conn.execute(
+                update(tasks)
+                .where(
+                    tasks.c.id.in_(chunk),
+                    tasks.c.owner_id == owner_id,
+                    status_in(tasks.c.status, TaskStatus.RUNNING),
+                )
+                .values(
+                    status=TaskStatus.PENDING.value,
+                    owner_id=None,
+                    attempts=tasks.c.attempts - 1,
+                    started_at=None,
+                    not_before=until,
+                    message=message,
+                    updated_at=now,
+                )
             )
-            .values(
-                status=TaskStatus.PENDING.value,
-                owner_id=None,
-                attempts=tasks.c.attempts - 1,
-                started_at=None,
-                not_before=until,
-                message=message,
-                updated_at=now,
-            )
-        )
 
 
 async def release_held(conn: AsyncConnection) -> None:
