@@ -285,3 +285,36 @@ async def test_budget_names_are_unique_and_inputs_are_checked(db: Database) -> N
     assert [b.name for b in await env.services.budgets.list_budgets()] == ["power"]
     with pytest.raises(NotFound, match="id"):
         await env.services.budgets.delete(uuid.uuid4())
+
+
+async def test_a_queue_behind_a_full_budget_does_not_crowd_other_tasks_out_of_the_claims(
+    db: Database,
+) -> None:
+    """The tasks behind a full cap wait out the back-off with the held ones, so the next claim reaches the
+    task no budget holds instead of taking (and handing back) more of the queue."""
+    env = make_env(db)
+    await _budget(env, 1)
+    racks = await _racks(env, 12)
+    queued = await _submit(env, racks[:11])
+    claimer = Claimer(env)
+    assert await claimer.claim(limit=3) == [queued[0].id]  # 2 claimed and held, 8 never claimed
+    for task in await _tasks(env, [t.id for t in queued[1:]]):
+        assert task.status is TaskStatus.PENDING and task.message == FLEET_CAP.format(1, 1)
+        assert task.not_before is not None and task.not_before > env.clock.now()
+    (power_on,) = await _submit(env, racks[11:], POWER_ON)
+    assert await claimer.claim(limit=3) == [power_on.id]
+
+
+async def test_a_full_domain_pushes_back_only_its_own_queue(db: Database) -> None:
+    env = make_env(db)
+    a = await _racks(env, 3, "a")
+    (b,) = await _racks(env, 1, "b")
+    await env.services.inventory.create_domain("dom-a", [r.id for r in a])
+    await _budget(env, 10, per_domain=1)
+    in_a = await _submit(env, a)
+    (in_b,) = await _submit(env, [b])
+    claimer = Claimer(env)
+    assert await claimer.claim(limit=2) == [in_a[0].id]
+    (pushed,) = await _tasks(env, [in_a[2].id])
+    assert pushed.message == "waits for budget 'power' (1 of 1 running in its NVLink domain)"
+    assert await claimer.claim(limit=2) == [in_b.id]

@@ -9,8 +9,11 @@ journal round that records its end; a task a freeze or a budget handed back neve
 The executor calls `hold_over_budget` on what its claim just took, in the claim's transaction, after the
 freeze gate. A held task goes back to PENDING as if never claimed (the attempt is not counted), with
 `not_before` BUDGET_RETRY_DELAY ahead (config.py) so the claim leaves it alone that long, and a message
-naming the budget: "waits for budget 'fw' (8 of 8 running)". Raising or deleting a budget clears that
-back-off (`BudgetService`), so held tasks start at the next claim.
+naming the budget: "waits for budget 'fw' (8 of 8 running)". Every other due PENDING task behind the same
+full cap gets the same back-off and message (`store.budgets.push_back`): otherwise a long queue behind a
+budget would fill every claim with tasks only to hand them back, and starve the tasks no budget holds.
+So a queue behind a full budget costs one gated claim per back-off, whatever its length. Raising or
+deleting a budget clears the back-off (`BudgetService`), so held tasks start at the next claim.
 
 Only first attempts are gated. A later attempt is a takeover of a task that was RUNNING all along (its
 owner died, or its run was interrupted): it was counted as running the whole time, so starting it again
@@ -90,6 +93,9 @@ async def hold_over_budget(
         return list(claimed)
     until = now + BUDGET_RETRY_DELAY
     await hold_back(conn, {i: (until, h.message) for i, h in held.items()}, owner_id=owner_id, now=now)
+    full = {(h.budget.id, h.domain): h for h in held.values()}
+    for cap in full.values():
+        await store.push_back(db, conn, cap.budget, cap.domain, until=until, message=cap.message, now=now)
     for reason in held.values():
         BUDGET_HOLDS.labels(budget=reason.budget.name).inc()
     log.info("%d task(s) held back by budgets", len(held), extra={"tasks_held": len(held)})

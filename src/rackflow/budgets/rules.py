@@ -33,18 +33,18 @@ class Started:
 
 @dataclass(frozen=True)
 class Held:
-    """Why a task may not start: `budget` has `running` of its `cap` (in the task's domain when
-    `in_domain`)."""
+    """Why a task may not start: `budget` has `running` of its `cap`, in the fleet (`domain` None) or in
+    the task's `domain`."""
 
     budget: OperationBudget
     running: int
     cap: int
-    in_domain: bool
+    domain: uuid.UUID | None
 
     @property
     def message(self) -> str:
         """The words the held task carries, e.g. "waits for budget 'fw' (8 of 8 running)"."""
-        where = " in its NVLink domain" if self.in_domain else ""
+        where = " in its NVLink domain" if self.domain is not None else ""
         return f"waits for budget {self.budget.name!r} ({self.running} of {self.cap} running{where})"
 
 
@@ -84,8 +84,8 @@ def _full(
     domain: Counter[tuple[uuid.UUID, uuid.UUID]],
 ) -> Held | None:
     if fleet[budget.id] >= budget.max_running:
-        return Held(budget, fleet[budget.id], budget.max_running, in_domain=False)
+        return Held(budget, fleet[budget.id], budget.max_running, None)
     cap = budget.max_running_per_domain
     if cap is not None and domain[budget.id, task.domain] >= cap:
-        return Held(budget, domain[budget.id, task.domain], cap, in_domain=True)
+        return Held(budget, domain[budget.id, task.domain], cap, task.domain)
     return None

@@ -7,9 +7,10 @@ an open connection, so the caller decides what one transaction holds.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, delete, func, insert, select, update
+from sqlalchemy import Row, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.budgets.model import OperationBudget
@@ -112,3 +113,34 @@ async def running(
     for row in await conn.execute(stmt):
         found += [Started(OperationKind(row.operation), row.nvl_domain_id or row.rack_id)] * row.n
     return found
+
+
+async def push_back(
+    db: Database,
+    conn: AsyncConnection,
+    budget: OperationBudget,
+    domain: uuid.UUID | None,
+    *,
+    until: datetime,
+    message: str,
+    now: datetime,
+) -> None:
+    """Every PENDING task of `budget`'s operations that is due by `now` (in `domain`, a domain's or a
+    rack's id, when given) waits until `until` with `message`: the cap is full, so claiming them before
+    then would only hand them back, and a long queue behind a budget would crowd everything else out of the
+    claims. Rows another claim holds are skipped (that claim gates them), so this never waits on a row
+    lock while the budget rows are locked."""
+    due = select(tasks.c.id).where(
+        is_active(tasks.c.status),
+        status_in(tasks.c.status, TaskStatus.PENDING),
+        tasks.c.operation.in_(sorted(op.value for op in budget.operations)),
+        or_(tasks.c.not_before.is_(None), tasks.c.not_before <= now),
+    )
+    if domain is not None:
+        in_domain = select(racks.c.id).where(racks.c.nvl_domain_id == domain)
+        due = due.where(or_(tasks.c.rack_id == domain, tasks.c.rack_id.in_(in_domain)))
+    await conn.execute(
+        update(tasks)
+        .where(tasks.c.id.in_(db.skip_locked(due)))
+        .values(not_before=until, message=message, updated_at=now)
+    )
