@@ -126,6 +126,8 @@ def test_every_rpc_is_classified_by_its_name() -> None:
         "ListMaintenanceWindows",
         "PreviewMaintenanceWindows",
         "PreviewTaskSchedule",
+        "GetOperationBudget",
+        "ListOperationBudgets",
     }
 
 

@@ -121,7 +121,12 @@ LATER_COLUMNS = {
 
 
 # Tables that revisions after 0006 create (empty after the upgrade).
-LATER_TABLES = ("maintenance_windows", "maintenance_window_racks", "maintenance_window_domains")
+LATER_TABLES = (
+    "maintenance_windows",
+    "maintenance_window_racks",
+    "maintenance_window_domains",
+    "operation_budgets",
+)
 
 
 async def _rows(db: Database, table: Any, *skip: str) -> list[tuple[Any, ...]]:
