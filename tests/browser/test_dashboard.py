@@ -242,7 +242,7 @@ def test_a_refused_filter_is_said_on_the_page_and_the_form_stays(
     assert not [e for e in by_testid(driver, "action-error") if e.is_displayed()]
 
 
-def test_windows_page_lists_a_window_and_a_schedule_shows_its_policy(
+def test_windows_page_lists_a_window_and_a_budget_and_a_schedule_shows_its_policy(
     server: ServerProcess, driver: WebDriver
 ) -> None:
     """An ALLOW window (it binds dispatched firings only, and nothing comes due here) on the page."""
@@ -263,5 +263,18 @@ def test_windows_page_lists_a_window_and_a_schedule_shows_its_policy(
     row = read(driver, lambda d: str(by_testid(d, "window-row")[0].text))
     assert "sat-night" in row and 'cron "0 22 * * 6" Europe/Berlin for 6h' in row and "r3" in row
     assert read(driver, lambda d: text(d, "window-kind")) == "allow"
+    stub.CreateOperationBudget(
+        pb.CreateOperationBudgetRequest(
+            budget=pb.OperationBudget(name="fw", operations=["upgrade_firmware"], max_running=8)
+        )
+    )
+    try:  # the page refreshes its live regions: the new budget appears without a reload
+        wait(driver, lambda d: len(by_testid(d, "budget-row")) == 1, "the budget's row")
+        budget = read(driver, lambda d: str(by_testid(d, "budget-row")[0].text))
+        assert "fw" in budget and "upgrade_firmware" in budget
+        assert read(driver, lambda d: text(d, "budget-running")) == "0 of 8"
+    finally:
+        (created,) = stub.ListOperationBudgets(pb.ListOperationBudgetsRequest()).budgets
+        stub.DeleteOperationBudget(pb.DeleteOperationBudgetRequest(id=created.id))
     open_page(driver, server, "/schedules/pause-me", "pause-me")
     assert text(driver, "schedule-window-policy").startswith("skip")

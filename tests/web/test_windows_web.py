@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import html
 import re
+import uuid
 from datetime import timedelta
 
 import httpx
 
+from rackflow.budgets.service import BudgetInput
+from rackflow.inventory.model import RackSelection
 from rackflow.services import Services
+from rackflow.store import task_runs
+from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.windows.model import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.windows.service import Ref, WindowInput
 from tests.web.conftest import make_racks, make_schedule
@@ -97,3 +102,27 @@ async def test_a_rack_page_lists_the_windows_covering_it(http: httpx.AsyncClient
         assert section is not None
         assert re.findall(r'<li data-name="([^"]+)">', section.group(1)) == names
     assert "<strong>open</strong> until" in (await http.get("/racks/r2")).text
+
+
+async def test_the_windows_page_lists_operation_budgets_with_what_runs(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    empty = (await http.get("/windows")).text
+    assert "No operation budgets" in empty
+    r1, r2 = await make_racks(services, "r1", "r2")
+    await services.budgets.create(BudgetInput("power", (OperationKind.POWER_OFF,), 2, 1))
+    await services.budgets.create(BudgetInput("fw", (OperationKind.UPGRADE_FIRMWARE,), 8))
+    tasks = await services.tasks.submit(
+        Operation(OperationKind.POWER_OFF),
+        [RackSelection(r1), RackSelection(r2)],
+        description="",
+        queue=QueueOptions(),
+    )
+    async with services.db.transaction() as conn:
+        await task_runs.mark_running(conn, tasks[0].id, owner_id=uuid.uuid4(), now=services.clock.now())
+    page = (await http.get("/windows")).text
+    rows = re.findall(r'<tr data-testid="budget-row" data-name="([^"]+)">(.*?)</tr>', page, re.S)
+    text = {name: html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body))) for name, body in rows}
+    assert list(text) == ["fw", "power"]
+    assert "power_off" in text["power"] and "1 of 2" in text["power"] and " 1 " in text["power"]
+    assert "upgrade_firmware" in text["fw"] and "0 of 8" in text["fw"] and "—" in text["fw"]

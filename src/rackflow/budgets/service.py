@@ -90,6 +90,14 @@ class BudgetService:
         async with self.db.read() as conn:
             return await store.all_budgets(conn)
 
+    async def with_running(self) -> list[tuple[OperationBudget, int]]:
+        """Every budget by name, with how many tasks it counts are RUNNING now (the dashboard's view)."""
+        async with self.db.read() as conn:
+            budgets = await store.all_budgets(conn)
+            counted: frozenset[OperationKind] = frozenset().union(*(b.operations for b in budgets))
+            running = await store.running(conn, counted, besides=frozenset())
+        return [(b, sum(1 for task in running if b.counts(task.operation))) for b in budgets]
+
     async def update(
         self, budget_id: uuid.UUID, paths: Collection[str], given: BudgetInput
     ) -> OperationBudget:

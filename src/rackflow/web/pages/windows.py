@@ -1,4 +1,5 @@
-"""Maintenance windows: every window, what it covers, and when it next opens or closes (docs/WINDOWS.md)."""
+"""Maintenance windows: every window, what it covers, and when it next opens or closes (docs/WINDOWS.md);
+below them the operation budgets, with how many of their tasks run now (docs/ROLLOUTS.md, "Budgets")."""
 
 from __future__ import annotations
 
@@ -47,4 +48,5 @@ async def _list(site: Site) -> Mapping[str, Any]:
         "when_text": when_text,
         "covers_text": covers_text,
         "current_or_next": current_or_next,
+        "budgets": await site.services.budgets.with_running(),
     }
