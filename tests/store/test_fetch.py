@@ -3,6 +3,7 @@ PostgreSQL the same connection hygiene (autocommit put back, dead connections dr
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC
 
@@ -19,6 +20,12 @@ from tests.store.schedules_support import Env, make_env
 
 ONE = select(literal(1).label("one"))
 PID = select(func.pg_backend_pid().label("pid"))
+
+
+def terminate(postgres_url: str, pid: int) -> None:
+    url = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
 @pytest.fixture
@@ -61,18 +68,13 @@ async def test_fetch_on_a_dead_connection_is_unavailable_once(
 ) -> None:
     monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 3600.0)  # no checkout ping to hide the death
     db = Database(postgres_url, pool_size=1)
-    env = make_env(db)
     try:
-        suffix = uuid.uuid4().hex[:8]  # this database is not emptied between tests
-        made = await env.schedule(f"nightly-{suffix}", racks=[await env.rack(f"r-{suffix}")])
         async with db.read() as conn:
             pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
-        url = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        terminate(postgres_url, pid)
         with pytest.raises(Unavailable, match="database unavailable"):
-            await store.fetch_schedule(db, made.id)
-        assert await store.fetch_schedule(db, made.id) == made  # a new connection
+            await db.fetch(ONE, {})
+        assert (await db.fetch(PID, {}))[0].pid != pid  # a new connection
     finally:
         await db.dispose()
 
@@ -85,9 +87,50 @@ async def test_fetch_replaces_a_connection_that_died_while_idle_unseen(
     db = Database(postgres_url, pool_size=1)
     try:
         pid = (await db.fetch(PID, {}))[0].pid
-        url = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        terminate(postgres_url, pid)
         assert (await db.fetch(PID, {}))[0].pid != pid  # no error: the checkout ping found it dead
+    finally:
+        await db.dispose()
+
+
+async def test_concurrent_gets_each_receive_their_own_schedule(env: Env) -> None:
+    made = [await env.schedule(f"s{i}", racks=[await env.rack(f"r{i}")]) for i in range(5)]
+    gone = await env.schedule("gone", racks=[await env.rack("r-gone")])
+    await env.services.schedules.delete(gone.id)
+    wanted = [m.id for m in made] * 2 + [gone.id]  # a key asked twice in one round is answered twice
+    got = await asyncio.gather(*(store.fetch_schedule(env.db, i) for i in wanted))
+    assert got == [*made, *made, None]
+
+
+async def test_a_get_sees_a_write_committed_before_it_was_asked(env: Env) -> None:
+    made = await env.schedule("nightly", racks=[await env.rack("r1")])
+    reading = [asyncio.ensure_future(store.fetch_schedule(env.db, made.id)) for _ in range(3)]
+    await env.services.schedules.pause(made.id, reason="x")
+    after = await store.fetch_schedule(env.db, made.id)  # queued after the pause committed
+    assert after is not None and after.pause is not None
+    assert all(r is not None for r in await asyncio.gather(*reading))
+
+
+@pytest.mark.postgres
+async def test_keyed_reads_replace_their_connection_when_it_died_while_idle(postgres_url: str) -> None:
+    db = Database(postgres_url, pool_size=1)
+    env = make_env(db)
+    try:
+        suffix = uuid.uuid4().hex[:8]  # this database is not emptied between tests
+        made = await env.schedule(f"nightly-{suffix}", racks=[await env.rack(f"r-{suffix}")])
+        assert await store.fetch_schedule(db, made.id) == made
+        (own,) = db._own_connections  # the keyed reads' connection, outside the pool
+        assert own._conn is not None
+        terminate(postgres_url, own._conn.info.backend_pid)
+        assert await store.fetch_schedule(db, made.id) == made  # no error: a new connection, at once
+    finally:
+        await db.dispose()
+
+
+async def test_keyed_reads_are_unavailable_when_the_database_cannot_be_reached() -> None:
+    db = Database("postgresql://postgres@127.0.0.1:1/nowhere")
+    try:
+        with pytest.raises(Unavailable, match="database unavailable"):
+            await store.fetch_schedule(db, uuid.uuid4())
     finally:
         await db.dispose()

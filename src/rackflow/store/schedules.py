@@ -226,7 +226,8 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))
 
 
-_SCHEDULE_BY_ID = select(task_schedule).where(task_schedule.c.id == bindparam("schedule_id"))
+_SCHEDULES = select(task_schedule)
+_SCHEDULE_BY_ID = _SCHEDULES.where(task_schedule.c.id == bindparam("schedule_id"))
 
 
 async def get_schedule(
@@ -239,9 +240,10 @@ async def get_schedule(
 
 
 async def fetch_schedule(db: Database, schedule_id: uuid.UUID) -> Schedule | None:
-    """The schedule, or None, read on its own by `Database.fetch` (GetTaskSchedule's fast path)."""
-    rows = await db.fetch(_SCHEDULE_BY_ID, {"schedule_id": schedule_id})
-    return schedule_from_row(rows[0]) if rows else None
+    """The schedule, or None, read outside any transaction by `Database.fetch_by_key`, together with
+    concurrent callers' (GetTaskSchedule's fast path)."""
+    row = await db.fetch_by_key(_SCHEDULES, task_schedule.c.id, schedule_id)
+    return schedule_from_row(row) if row is not None else None
 
 
 async def name_taken(conn: AsyncConnection, name: str, *, other_than: uuid.UUID | None = None) -> bool:
