@@ -1,0 +1,85 @@
+"""`KeyedReads`: who is answered by which round, and what a failed round or a cancelled caller does."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable, Sequence
+
+import pytest
+
+from rackflow.store.keyed_reads import KeyedReads
+
+
+class Reader:
+    """Rows are (key, key * 10) for keys below 100; each round waits until the test releases it."""
+
+    def __init__(self) -> None:
+        self.rounds: list[list[Hashable]] = []
+        self.release = asyncio.Event()
+        self.fail_next = False
+
+    async def read_many(self, keys: list[Hashable]) -> Sequence[tuple[int, int]]:
+        self.rounds.append(sorted(keys, key=repr))
+        await self.release.wait()
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("boom")
+        return [(k, k * 10) for k in keys if isinstance(k, int) and k < 100]
+
+
+def reads(reader: Reader) -> KeyedReads:
+    return KeyedReads(reader.read_many, lambda row: row[0])
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_callers_queued_together_share_one_round_and_get_their_own_rows() -> None:
+    reader = Reader()
+    keyed = reads(reader)
+    asked = [asyncio.ensure_future(keyed.get(k)) for k in (3, 1, 3, 500)]
+    await settle()
+    reader.release.set()
+    assert await asyncio.gather(*asked) == [(3, 30), (1, 10), (3, 30), None]
+    assert reader.rounds == [[1, 3, 500]]
+
+
+async def test_a_key_asked_during_a_round_waits_for_the_next_one() -> None:
+    reader = Reader()
+    keyed = reads(reader)
+    first = asyncio.ensure_future(keyed.get(1))
+    await settle()  # the first round is in flight
+    late = asyncio.ensure_future(keyed.get(2))
+    await settle()
+    assert reader.rounds == [[1]]  # not sent with the round already asked
+    reader.release.set()
+    assert (await first, await late) == ((1, 10), (2, 20))
+    assert reader.rounds == [[1], [2]]
+
+
+async def test_a_failed_round_fails_its_callers_only() -> None:
+    reader = Reader()
+    keyed = reads(reader)
+    reader.fail_next = True
+    failing = [asyncio.ensure_future(keyed.get(k)) for k in (1, 2)]
+    await settle()
+    later = asyncio.ensure_future(keyed.get(3))
+    reader.release.set()
+    for f in failing:
+        with pytest.raises(RuntimeError, match="boom"):
+            await f
+    assert await later == (3, 30)
+
+
+async def test_a_cancelled_caller_leaves_the_others_answered() -> None:
+    reader = Reader()
+    keyed = reads(reader)
+    gone, kept = asyncio.ensure_future(keyed.get(1)), asyncio.ensure_future(keyed.get(1))
+    await settle()
+    gone.cancel()
+    reader.release.set()
+    assert await kept == (1, 10)
+    assert gone.cancelled()
+    assert await keyed.get(4) == (4, 40)  # the reader is still usable
