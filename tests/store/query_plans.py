@@ -39,8 +39,10 @@ async def explain_generic(db: Database, statement: str, parameters: dict[str, An
         await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
         await conn.exec_driver_sql(f"PREPARE explained ({types}) AS {numbered}")
         plan = _text((await conn.exec_driver_sql(f"EXPLAIN EXECUTE explained({arguments})")).all())
+        # VERBOSE shows the parameters the short form hides (a function's arguments, an OFFSET)
+        verbose = _text((await conn.exec_driver_sql(f"EXPLAIN VERBOSE EXECUTE explained({arguments})")).all())
         await conn.exec_driver_sql("DEALLOCATE explained")
-    assert re.search(r"\$\d", plan), f"not a generic plan:\n{plan}"
+    assert re.search(r"\$\d", verbose), f"not a generic plan:\n{verbose}"
     return plan
 
 
@@ -49,9 +51,13 @@ def _text(rows: Any) -> str:
 
 
 def _literal(value: object) -> str:
+    if isinstance(value, list):  # an array parameter (`keys_table`): '{a,b}'
+        return "'{" + ",".join(_literal(v).strip("'") for v in value) + "}'"
     text = value.isoformat() if isinstance(value, datetime) else str(value)
     return "'" + text.replace("'", "''") + "'"
 
 
 def _pg_type(value: object) -> str:
+    if isinstance(value, list) and value:
+        return _pg_type(value[0]) + "[]"
     return next((pg_type for python_type, pg_type in PG_TYPES if isinstance(value, python_type)), "unknown")

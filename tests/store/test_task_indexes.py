@@ -49,6 +49,7 @@ class History:
     db: Database
     owner_id: uuid.UUID
     rack_ids: list[uuid.UUID]
+    batch_rack_ids: list[uuid.UUID]  # as many racks as a large dispatch batch names
     running_ids: list[uuid.UUID]
     scopes: list[Scope]
 
@@ -57,7 +58,7 @@ def _task(status: str, rack_id: uuid.UUID, owner_id: uuid.UUID | None = None) ->
     return {"id": uuid.uuid4(), "status": status, "rack_id": rack_id, "owner_id": owner_id}
 
 
-async def _add_history(db: Database) -> History:
+async def _add_history(db: Database, *, analyze: bool = True) -> History:
     """Many ended tasks on many racks; on the first racks a few pending, running, waiting and held ones."""
     live = uuid.uuid4()
     rack_ids = [uuid.uuid4() for _ in range(RACKS)]
@@ -115,9 +116,9 @@ async def _add_history(db: Database) -> History:
                 for s in scopes
             ],
         )
-        if db.is_postgres:
+        if db.is_postgres and analyze:
             await conn.exec_driver_sql("ANALYZE")
-    return History(db, live, rack_ids[:5], [t["id"] for t in running], scopes[:10])
+    return History(db, live, rack_ids[:5], rack_ids, [t["id"] for t in running], scopes[:10])
 
 
 @pytest.fixture
@@ -132,6 +133,18 @@ async def pg_history(postgres_url: str) -> AsyncIterator[History]:
     async with database.transaction() as conn:
         await conn.exec_driver_sql(f"TRUNCATE {', '.join(t.name for t in metadata.sorted_tables)} CASCADE")
     yield await _add_history(database)
+    await database.dispose()
+
+
+@pytest.fixture
+async def pg_history_analyzed_empty(postgres_url: str) -> AsyncIterator[History]:
+    """The history on PostgreSQL, written after the tables were analyzed empty: the statistics of a
+    fleet's first drain, before autovacuum has looked at the tables it fills."""
+    database = Database(postgres_url)
+    async with database.transaction() as conn:
+        await conn.exec_driver_sql(f"TRUNCATE {', '.join(t.name for t in metadata.sorted_tables)} CASCADE")
+        await conn.exec_driver_sql("ANALYZE")
+    yield await _add_history(database, analyze=False)
     await database.dispose()
 
 
@@ -201,3 +214,20 @@ async def test_reads_indexes(history: History, name: str) -> None:
 async def test_reads_indexes_when_prepared_generically(pg_history: History, name: str) -> None:
     plan = await explain_generic(pg_history.db, *await _statement(pg_history, HOT[name]))
     _assert_reads_indexes(HOT[name], plan)
+
+
+# Statements run once per dispatched batch, about all its racks, which must not read the whole table while
+# it grows from empty (docs/PERFORMANCE.md, "flat as work grows").
+PER_BATCH = {
+    "blocking_and_waiting": Hot(lambda h, conn: tasks_store.blocking_and_waiting(conn, h.batch_rack_ids)),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", PER_BATCH)
+async def test_a_batch_reads_indexes_with_the_statistics_of_empty_tables(
+    pg_history_analyzed_empty: History, name: str
+) -> None:
+    history = pg_history_analyzed_empty
+    plan = await explain(history.db, *await _statement(history, PER_BATCH[name]))
+    _assert_reads_indexes(PER_BATCH[name], plan)

@@ -18,13 +18,14 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 import psycopg
-from sqlalchemy import ColumnElement, Insert, Table, any_, bindparam, event, text
+from sqlalchemy import ColumnElement, Insert, Table, any_, bindparam, event, func, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import Select
+from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.util import greenlet_spawn
 
 from rackflow.clock import Clock, SystemClock
@@ -409,6 +410,20 @@ class Database:
     def insert_new(self, table: Table) -> Insert:
         """`insert_new(self.dialect, table)`."""
         return insert_new(self.dialect, table)
+
+
+def keys_table(keys: Sequence[Any], column: ColumnElement[Any], name: str) -> TableValuedAlias:
+    """PostgreSQL: `unnest(:keys) AS name(key)`, the keys as a table of one column typed as `column`.
+
+    Joined to a LATERAL subquery that looks one key up (`… WHERE column = name.key`), it makes the planner
+    walk an index once per key whatever the table's statistics say. A plain `column IN (…)` over a table
+    that grew from empty since it was last analyzed is costed as matching most of it and read in full.
+    """
+    return (
+        func.unnest(bindparam(f"{name}_keys", list(keys), type_=ARRAY(column.type)))
+        .table_valued("key")
+        .render_derived(name=name)
+    )
 
 
 def insert_new(dialect: str, table: Table) -> Insert:

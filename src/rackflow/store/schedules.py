@@ -24,6 +24,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    true,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -45,7 +46,7 @@ from rackflow.schedules.model import (
     ScopeOutcome,
     Trigger,
 )
-from rackflow.store.db import Database, chunked, unique_violation_as
+from rackflow.store.db import Database, chunked, keys_table, unique_violation_as
 from rackflow.store.inventory import names_by_id
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
@@ -720,28 +721,38 @@ def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
 async def prune_runs(
     conn: AsyncConnection, schedule_ids: Collection[uuid.UUID], keep: int = RUNS_KEPT_PER_SCHEDULE
 ) -> None:
-    """Delete each schedule's runs beyond its newest `keep` (but never a live rollout's), in one statement
-    per chunk of schedules.
+    """Delete each schedule's runs beyond its newest `keep` (but never a live rollout's): one query per
+    chunk of schedules finds them, and only if there are any, one more deletes them by id.
 
-    DELETE FROM task_schedule_run WHERE id IN (
-      SELECT id FROM (SELECT id, state, row_number() OVER (PARTITION BY schedule_id
-                                                    ORDER BY fired_at DESC, id DESC) AS newer
-                      FROM task_schedule_run WHERE schedule_id IN (:ids)) ranked
-      WHERE newer > :keep AND state NOT IN ('rolling', 'halted'))
+    On PostgreSQL the find walks ix_task_schedule_run_schedule_id_fired_at once per schedule (`keys_table`,
+    a LATERAL subquery skipping the newest `keep`): ranking the runs of `schedule_id IN (…)` with a window
+    was planned as a full scan of the run table while it grew from empty, once per dispatched batch
+    (docs/PERFORMANCE.md, "flat as work grows"). SQLite ranks them with the window over its index.
     """
     run = task_schedule_run.c
+    newest_first = (run.fired_at.desc(), run.id.desc())
     for chunk in chunked(list(schedule_ids)):
-        newer = func.row_number().over(
-            partition_by=run.schedule_id, order_by=(run.fired_at.desc(), run.id.desc())
-        )
-        ranked = (
-            select(run.id, run.state, newer.label("newer"))
-            .where(run.schedule_id.in_(chunk))
-            .subquery("ranked")
-        )
+        if conn.dialect.name == "postgresql":
+            schedule = keys_table(chunk, run.schedule_id, "schedule")
+            older = (
+                select(run.id, run.state)
+                .where(run.schedule_id == schedule.c.key)
+                .order_by(*newest_first)
+                .offset(keep)
+                .lateral("older")
+            )
+            candidates = select(older.c.id, older.c.state).select_from(schedule.join(older, true()))
+        else:
+            newer = func.row_number().over(partition_by=run.schedule_id, order_by=newest_first)
+            ranked = (
+                select(run.id, run.state, newer.label("newer")).where(run.schedule_id.in_(chunk)).subquery()
+            )
+            candidates = select(ranked.c.id, ranked.c.state).where(ranked.c.newer > keep)
+        found = candidates.subquery("candidates")
         # A live rollout (rolling or halted) is kept however old: its run is what drives it.
-        stale = select(ranked.c.id).where(ranked.c.newer > keep, ranked.c.state.not_in(ROLLOUT_LIVE_STATES))
-        await conn.execute(delete(task_schedule_run).where(run.id.in_(stale)))
+        stale = select(found.c.id).where(found.c.state.not_in(ROLLOUT_LIVE_STATES))
+        for ids in chunked(list((await conn.execute(stale)).scalars())):
+            await conn.execute(delete(task_schedule_run).where(run.id.in_(ids)))
 
 
 def prune_old_runs(

@@ -15,12 +15,12 @@ from collections.abc import AsyncGenerator, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, select, update
+from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import Database, chunked, some_of, unique_violation_as
+from rackflow.store.db import Database, chunked, keys_table, some_of, unique_violation_as
 from rackflow.store.instances import is_live
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import racks, tasks
@@ -138,17 +138,26 @@ async def blocking_and_waiting(
 ) -> tuple[dict[uuid.UUID, list[Task]], dict[uuid.UUID, int]]:
     """Per rack, `blocking_tasks` and how many tasks wait in its queue, read with one query per chunk.
 
-    Submission needs both for the same racks; reading them together saves it a round trip.
+    Submission needs both for the same racks; reading them together saves it a round trip. On PostgreSQL
+    each rack's live tasks are looked up on their own (`keys_table`; OFFSET 0 keeps the planner from
+    turning the lookups back into one join): `rack_id IN (…)` was planned as a full scan of `tasks`, once
+    per dispatched batch, while the table grew from empty (docs/PERFORMANCE.md, "flat as work grows").
     """
     blocking: dict[uuid.UUID, list[Task]] = defaultdict(list)
     waiting: dict[uuid.UUID, int] = defaultdict(int)
+    # Blocking or waiting: every active task, and cancelled ones still held.
+    live = or_(is_active(tasks.c.status), tasks.c.owner_id.is_not(None))
     for chunk in chunked(set(rack_ids)):
-        stmt = (
-            select(tasks)
-            # Blocking or waiting: every active task, and cancelled ones still held.
-            .where(tasks.c.rack_id.in_(chunk), or_(is_active(tasks.c.status), tasks.c.owner_id.is_not(None)))
-            .order_by(*OLDEST_FIRST)
-        )
+        if conn.dialect.name == "postgresql":
+            rack = keys_table(chunk, tasks.c.rack_id, "rack")
+            found = select(tasks).where(tasks.c.rack_id == rack.c.key, live).offset(0).lateral("live")
+            stmt = (
+                select(found)
+                .select_from(rack.join(found, true()))
+                .order_by(*(found.c[c.key] for c in OLDEST_FIRST))
+            )
+        else:
+            stmt = select(tasks).where(tasks.c.rack_id.in_(chunk), live).order_by(*OLDEST_FIRST)
         for row in await conn.execute(stmt):
             if row.status == TaskStatus.WAITING.value:
                 waiting[row.rack_id] += 1
