@@ -1,0 +1,102 @@
+"""The run-history prune: each schedule keeps its newest runs, and on PostgreSQL the per-batch look for
+runs to delete walks the run index per schedule even while the table's statistics are those of an empty
+table (a fleet's first drain), instead of reading every run (docs/PERFORMANCE.md, "flat as work grows")."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event, insert, select
+
+from rackflow.store import schedules as store
+from rackflow.store.db import Database
+from rackflow.store.tables import metadata, task_schedule, task_schedule_run
+from tests.store.query_plans import explain
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+SCHEDULES = 200  # a large dispatch batch
+RUNS_EACH = 50
+
+
+async def _add_runs(db: Database, runs_each: int) -> list[uuid.UUID]:
+    ids = [uuid.uuid4() for _ in range(SCHEDULES)]
+    base = {"spec_type": "interval", "spec": "1h", "operation_template": {"kind": "power_on"}}
+    async with db.transaction() as conn:
+        await conn.execute(
+            insert(task_schedule),
+            [
+                {**base, "id": s, "name": f"s{i}", "created_at": T0, "updated_at": T0}
+                for i, s in enumerate(ids)
+            ],
+        )
+        await conn.execute(
+            insert(task_schedule_run),
+            [
+                {
+                    "id": uuid.uuid4(),
+                    "schedule_id": s,
+                    "fired_at": T0 + timedelta(minutes=k),
+                    "scheduled_for": T0 + timedelta(minutes=k),
+                    "trigger": "dispatch",
+                    "state": "rolling" if k == 0 and i == 0 else "completed",
+                    "outcomes": [],
+                }
+                for i, s in enumerate(ids)
+                for k in range(runs_each)
+            ],
+        )
+    return ids
+
+
+async def test_each_schedule_keeps_its_newest_runs_and_live_rollouts(db: Database) -> None:
+    ids = await _add_runs(db, 5)
+    async with db.transaction() as conn:
+        await store.prune_runs(conn, ids, keep=2)
+    async with db.read() as conn:
+        rows = (
+            await conn.execute(select(task_schedule_run.c.schedule_id, task_schedule_run.c.fired_at))
+        ).all()
+    kept: dict[uuid.UUID, list[datetime]] = {}
+    for schedule_id, fired_at in rows:
+        kept.setdefault(schedule_id, []).append(fired_at)
+    newest = [T0 + timedelta(minutes=4), T0 + timedelta(minutes=3)]
+    assert sorted(kept[ids[0]], reverse=True) == [*newest, T0]  # the oldest is a live rollout's run
+    assert all(sorted(kept[s], reverse=True) == newest for s in ids[1:])
+
+
+@pytest.fixture
+async def pg_runs_analyzed_empty(postgres_url: str) -> AsyncIterator[tuple[Database, list[uuid.UUID]]]:
+    database = Database(postgres_url)
+    async with database.transaction() as conn:
+        await conn.exec_driver_sql(f"TRUNCATE {', '.join(t.name for t in metadata.sorted_tables)} CASCADE")
+        await conn.exec_driver_sql("ANALYZE")
+    yield database, await _add_runs(database, RUNS_EACH)
+    await database.dispose()
+
+
+@pytest.mark.postgres
+async def test_the_prune_reads_the_run_index_with_the_statistics_of_an_empty_table(
+    pg_runs_analyzed_empty: tuple[Database, list[uuid.UUID]],
+) -> None:
+    db, ids = pg_runs_analyzed_empty
+    sent: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
+        sent.append((statement, parameters))
+
+    async with db.engine.connect() as conn:
+        transaction = await conn.begin()
+        event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
+        try:
+            await store.prune_runs(conn, ids, keep=RUNS_EACH)  # nothing to delete: one statement
+        finally:
+            event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
+            await transaction.rollback()
+    assert len(sent) == 1, [s for s, _ in sent]
+    plan = await explain(db, *sent[0])
+    assert "Seq Scan on task_schedule_run" not in plan, plan
+    assert "ix_task_schedule_run_schedule_id_fired_at" in plan, plan
