@@ -103,6 +103,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/dispatch_lag.py --db postgres --samples 40 --n 200
 	$(BIN)/python bench/drain_scaling.py --db postgres --small 500 --large 5000
 	$(BIN)/python bench/peers/versus_apscheduler3.py --n 1000
+	$(BIN)/python bench/fanout.py --db postgres --schedules 10 --racks 100
 	$(BIN)/python bench/poll_cost.py --db postgres --small 1000 --large 100000
 	$(BIN)/python bench/api.py --db postgres --seconds 5 --schedules 2000
 	$(BIN)/python bench/ceiling.py --n 2000
