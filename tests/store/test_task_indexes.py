@@ -137,12 +137,12 @@ async def pg_history(postgres_url: str) -> AsyncIterator[History]:
 
 
 @pytest.fixture
-async def pg_history_analyzed_empty(postgres_url: str) -> AsyncIterator[History]:
-    """The history on PostgreSQL, written after the tables were analyzed empty: the statistics of a
-    fleet's first drain, before autovacuum has looked at the tables it fills."""
-    database = Database(postgres_url)
+async def pg_history_analyzed_empty(pg_db: str) -> AsyncIterator[History]:
+    """The history on PostgreSQL, written into a database of its own after its empty tables were analyzed:
+    no statistics at all, as at a fleet's first drain before autovacuum has looked at the tables it fills
+    (in the shared test database, ANALYZE of an emptied table would leave an earlier test's statistics)."""
+    database = Database(pg_db)
     async with database.transaction() as conn:
-        await conn.exec_driver_sql(f"TRUNCATE {', '.join(t.name for t in metadata.sorted_tables)} CASCADE")
         await conn.exec_driver_sql("ANALYZE")
     yield await _add_history(database, analyze=False)
     await database.dispose()

@@ -192,6 +192,11 @@ def _driver_query(stmt: Select[Any], dialect: Any) -> _DriverQuery:
 PLAN_CACHE_MODE = "force_custom_plan"
 
 
+def _with_plan_cache_mode(options: str | None) -> str:
+    """libpq `options` (the URL's, if any) with rackflow's plan cache mode."""
+    return " ".join(filter(None, (options, f"-c plan_cache_mode={PLAN_CACHE_MODE}")))
+
+
 class _OwnConnection:
     """One psycopg connection in autocommit, outside the pool, for one caller at a time (`KeyedReads`).
 
@@ -211,9 +216,8 @@ class _OwnConnection:
             try:
                 if self._conn is None:
                     args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
-                    self._conn = await psycopg.AsyncConnection.connect(
-                        *args, autocommit=True, options=f"-c plan_cache_mode={PLAN_CACHE_MODE}", **kwargs
-                    )
+                    kwargs["options"] = _with_plan_cache_mode(kwargs.get("options"))
+                    self._conn = await psycopg.AsyncConnection.connect(*args, autocommit=True, **kwargs)
                 return await (await self._conn.execute(sql, params)).fetchall()
             except (psycopg.OperationalError, OSError) as exc:
                 await self.close()
@@ -247,7 +251,7 @@ class Database:
                 pool_size=pool_size,
                 max_overflow=DB_POOL_OVERFLOW,
                 pool_recycle=1800,
-                connect_args={"options": f"-c plan_cache_mode={PLAN_CACHE_MODE}"},
+                connect_args={"options": _with_plan_cache_mode(None)},
             )
         else:
             kwargs.update(connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
