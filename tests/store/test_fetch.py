@@ -1,5 +1,6 @@
-"""`Database.fetch`, the driver-level path of the hottest reads: the same rows as SQLAlchemy's, and on
-PostgreSQL the same connection hygiene (autocommit put back, dead connections dropped)."""
+"""`Database.fetch_by_key`, the driver-level path of the hottest reads (GetTaskSchedule): the same rows
+as SQLAlchemy's, concurrent callers answered together, and on PostgreSQL its own connection replaced when
+it dies."""
 
 from __future__ import annotations
 
@@ -9,17 +10,12 @@ from datetime import UTC
 
 import psycopg
 import pytest
-from sqlalchemy import func, literal, select, text
 from sqlalchemy.engine import make_url
 
 from rackflow.errors import Unavailable
-from rackflow.store import db as db_module
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from tests.store.schedules_support import Env, make_env
-
-ONE = select(literal(1).label("one"))
-PID = select(func.pg_backend_pid().label("pid"))
 
 
 def terminate(postgres_url: str, pid: int) -> None:
@@ -46,51 +42,6 @@ async def test_fetch_of_an_unknown_id_is_none(env: Env) -> None:
     made = await env.schedule("nightly", racks=[await env.rack("r1")])
     await env.services.schedules.delete(made.id)
     assert await store.fetch_schedule(env.db, made.id) is None
-
-
-@pytest.mark.postgres
-async def test_fetch_hands_back_a_connection_that_still_opens_transactions(postgres_url: str) -> None:
-    db = Database(postgres_url, pool_size=1)  # one connection: the fetch's and the transaction's
-    try:
-        assert [row.one for row in await db.fetch(ONE, {})] == [1]
-        started = text("SELECT xact_start, query_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")
-        async with db.transaction() as conn:
-            await conn.execute(text("SELECT pg_sleep(0.02)"))
-            xact_start, query_start = (await conn.execute(started)).one()
-        assert xact_start < query_start  # not left in autocommit
-    finally:
-        await db.dispose()
-
-
-@pytest.mark.postgres
-async def test_fetch_on_a_dead_connection_is_unavailable_once(
-    postgres_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 3600.0)  # no checkout ping to hide the death
-    db = Database(postgres_url, pool_size=1)
-    try:
-        async with db.read() as conn:
-            pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
-        terminate(postgres_url, pid)
-        with pytest.raises(Unavailable, match="database unavailable"):
-            await db.fetch(ONE, {})
-        assert (await db.fetch(PID, {}))[0].pid != pid  # a new connection
-    finally:
-        await db.dispose()
-
-
-@pytest.mark.postgres
-async def test_fetch_replaces_a_connection_that_died_while_idle_unseen(
-    postgres_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 0.0)  # every checkout pings
-    db = Database(postgres_url, pool_size=1)
-    try:
-        pid = (await db.fetch(PID, {}))[0].pid
-        terminate(postgres_url, pid)
-        assert (await db.fetch(PID, {}))[0].pid != pid  # no error: the checkout ping found it dead
-    finally:
-        await db.dispose()
 
 
 async def test_concurrent_gets_each_receive_their_own_schedule(env: Env) -> None:

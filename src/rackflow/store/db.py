@@ -26,7 +26,6 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, Inter
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.selectable import TableValuedAlias
-from sqlalchemy.util import greenlet_spawn
 
 from rackflow.clock import Clock, SystemClock
 from rackflow.config import DB_POOL_OVERFLOW, DEFAULT_DB_POOL_SIZE
@@ -173,7 +172,7 @@ class _DriverQuery:
 def _driver_query(stmt: Select[Any], dialect: Any) -> _DriverQuery:
     compiled = stmt.compile(dialect=dialect)
     if compiled.post_compile_params:
-        raise ValueError("Database.fetch takes no expanding (IN) parameters")
+        raise ValueError("a driver query takes no expanding (IN) parameters")
     columns = list(stmt.selected_columns)
     return _DriverQuery(
         sql=compiled.string,
@@ -259,7 +258,6 @@ class Database:
         # SQLite allows one writer; serialise this process's writers here instead of spinning on
         # "database is locked". Other processes on the same file wait on the busy timeout.
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
-        self._driver_queries: dict[int, tuple[Select[Any], _DriverQuery]] = {}
         self._keyed_reads: dict[int, tuple[Select[Any], KeyedReads]] = {}
         self._own_connections: list[_OwnConnection] = []
         # Who in this process hears that a schedule became due sooner (`store.wakeups`).
@@ -321,50 +319,13 @@ class Database:
                 async with conn.begin():
                     yield conn
 
-    async def fetch(self, stmt: Select[Any], params: Mapping[str, Any]) -> Sequence[Any]:
-        """The rows of one read-only statement (a module-level constant with named bind parameters), with
-        attribute access as SQLAlchemy's rows have.
-
-        PostgreSQL: the statement is compiled once and run through psycopg directly, on a connection of
-        the same pool, applying the same type conversions. SQLAlchemy's execution machinery cost about
-        270 µs of CPU per statement against psycopg's 130 µs, two thirds of a GetTaskSchedule
-        (docs/PERFORMANCE.md), so the hottest single-row reads use this. SQLite: plain SQLAlchemy.
-        """
-        if self.is_sqlite:
-            async with self.read() as conn:
-                return list((await conn.execute(stmt, params)).all())
-        query = self._driver_query(stmt)
-        with connection_errors_as_unavailable():  # checkout failures
-            pooled = await self.engine.raw_connection()
-        try:
-            driver = pooled.driver_connection
-            assert driver is not None
-            await driver.set_autocommit(True)  # no BEGIN/ROLLBACK round trips around one statement
-            try:
-                raw_rows = await (await driver.execute(query.sql, query.bind(params))).fetchall()
-            finally:
-                await driver.set_autocommit(False)
-        except psycopg.OperationalError as exc:
-            await greenlet_spawn(pooled.invalidate, exc)  # never hand this connection out again
-            raise Unavailable(f"database unavailable: {exc}") from exc
-        finally:
-            await greenlet_spawn(pooled.close)  # back to the pool
-        return query.rows(raw_rows)
-
-    def _driver_query(self, stmt: Select[Any]) -> _DriverQuery:
-        cached = self._driver_queries.get(id(stmt))
-        if cached is None or cached[0] is not stmt:
-            cached = (stmt, _driver_query(stmt, self.engine.dialect))
-            self._driver_queries[id(stmt)] = cached
-        return cached[1]
-
     async def fetch_by_key(self, stmt: Select[Any], column: ColumnElement[Any], key: Any) -> Any | None:
         """The row of `stmt` (a module-level constant selecting `column`) whose `column` is `key`, or None.
 
         Concurrent calls for the same `stmt` share one query per round (`store.keyed_reads`):
         `column = ANY(:keys)` on PostgreSQL, on a connection of the statement's own outside the pool
-        (`_OwnConnection`); an `IN` list through `fetch` on SQLite. Under 16 clients, a GetTaskSchedule
-        through `fetch` cost the server about 400 µs of CPU more than one answered from memory, mostly
+        (`_OwnConnection`); an `IN` list in a read transaction on SQLite. Under 16 clients, a GetTaskSchedule
+        read through the pool cost the server about 400 µs of CPU more than one answered from memory, mostly
         the pool's checkout and return (each a new greenlet, whose frame stack is a fresh mmap) and one
         event-loop wake-up per query (docs/PERFORMANCE.md, "api").
         """
@@ -381,11 +342,12 @@ class Database:
             by_list = stmt.where(column.in_(bindparam("keys", expanding=True)))
 
             async def read_many(keys: list[Any]) -> Sequence[Any]:
-                return await self.fetch(by_list, {"keys": keys})
+                async with self.read() as conn:
+                    return list((await conn.execute(by_list, {"keys": keys})).all())
 
         else:
-            query = self._driver_query(
-                stmt.where(column == any_(bindparam("keys", type_=ARRAY(column.type))))
+            query = _driver_query(
+                stmt.where(column == any_(bindparam("keys", type_=ARRAY(column.type)))), self.engine.dialect
             )
             own = _OwnConnection(self.engine)
             self._own_connections.append(own)
