@@ -11,6 +11,8 @@ own channel, calling one RPC back to back for `--seconds` (after a one-second wa
   and the audit interceptor's before/after snapshots and audit row).
 
 The client shares the machine's cores with the server, so the echo figure is the ceiling of this pair.
+PostgreSQL shares them too: each phase prints its CPU per call beside the server's and the client's, and
+for GetTaskSchedule how many calls each query answered (`rackflow_keyed_read_*`, store/keyed_reads.py).
 
     python bench/api.py --db postgres --clients 16 --seconds 10 --rounds 3
 
@@ -27,6 +29,7 @@ import itertools
 import os
 import random
 import time
+import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -55,6 +58,7 @@ from rackflow.store.tables import task_schedule
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
+from tests.e2e.cluster import free_port
 
 WARMUP_SECONDS = 1.0
 # Given a worker's channel, the function that makes its n-th call. The stub is built once per worker, as a
@@ -141,6 +145,32 @@ def create_schedule(rack_names: list[str], run_tag: str) -> Call:
     return on
 
 
+def postgres_cpu_seconds() -> float:
+    """User plus system CPU this machine's PostgreSQL processes have used (those alive now)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended
+            continue
+        if "(postgres)" in text:
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def keyed_reads(metrics_url: str) -> tuple[float, float]:
+    """(rounds, callers) of the server's keyed reads so far, from its /metrics."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    values = dict(line.split(" ", 1) for line in text.splitlines() if line.startswith("rackflow_keyed_read_"))
+    # A revision from before the keyed reads' metrics has neither: its phases print "-".
+    return (
+        float(values.get("rackflow_keyed_read_rounds_total", 0)),
+        float(values.get("rackflow_keyed_read_callers_total", 0)),
+    )
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU the process has used, from /proc/<pid>/stat."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -149,6 +179,7 @@ def cpu_seconds(pid: int) -> float:
 
 async def run_all(
     server: ServerProcess,
+    metrics_url: str,
     ids: list[str],
     rack_names: list[str],
     clients: int,
@@ -164,10 +195,14 @@ async def run_all(
     for k, (rpc, call) in enumerate(plan):
         profile = profile_dir / f"{rpc}.raw" if profile_dir and k in (0, 1, len(plan) - 1) else None
         cpu_before, client_before = cpu_seconds(server.proc.pid), time.process_time()
+        postgres_before, reads_before = postgres_cpu_seconds(), keyed_reads(metrics_url)
         with py_spy(server.proc.pid, profile):
             phase = await run_phase(server.address, rpc, call, clients, seconds)
         cpu = cpu_seconds(server.proc.pid) - cpu_before
         client_cpu = time.process_time() - client_before
+        postgres_cpu = postgres_cpu_seconds() - postgres_before
+        reads_after = keyed_reads(metrics_url)
+        rounds, callers = reads_after[0] - reads_before[0], reads_after[1] - reads_before[1]
         phases.append(phase)
         result(
             "api",
@@ -182,6 +217,8 @@ async def run_all(
             # the whole phase's server CPU (warm-up included) over the calls measured: compare, not sum
             server_cpu_us_per_call=cpu / max(phase.calls, 1) * 1e6,
             client_cpu_us_per_call=client_cpu / max(phase.calls, 1) * 1e6,
+            postgres_cpu_us_per_call=postgres_cpu / max(phase.calls, 1) * 1e6,
+            calls_per_query=f"{callers / rounds:.2f}" if rounds else "-",
         )
     ratios = [get.per_s / echo.per_s for echo, get in zip(phases[0:-1:2], phases[1:-1:2], strict=True)]
     ratio = median(ratios)
@@ -227,8 +264,15 @@ def main() -> None:
                 conn.execute(select(task_schedule.c.name)).scalars()
             )  # rack i shares schedule i's name
         engine.dispose()
-        with servers(ws.url, ws.log_dir, 1) as (server,):
-            asyncio.run(run_all(server, ids, names, args.clients, args.seconds, args.rounds, args.profile))
+        metrics_port = free_port()
+        metrics_args = ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
+        with servers(ws.url, ws.log_dir, 1, args=metrics_args) as (server,):
+            metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+            asyncio.run(
+                run_all(
+                    server, metrics_url, ids, names, args.clients, args.seconds, args.rounds, args.profile
+                )
+            )
 
 
 if __name__ == "__main__":

@@ -37,6 +37,13 @@ BUDGET_HOLDS = Counter(
     "Task starts an operation budget held back (a task waiting long is counted at each claim).",
     ["budget"],
 )
+KEYED_READ_ROUNDS = Counter(
+    "rackflow_keyed_read_rounds_total",
+    "Queries sent for GetTaskSchedule's keyed reads; callers over rounds is how many each answered.",
+)
+KEYED_READ_CALLERS = Counter(
+    "rackflow_keyed_read_callers_total", "GetTaskSchedule reads answered by the keyed reads' rounds."
+)
 TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
 AUDIT_WRITE_FAILURES = Counter(
     "rackflow_audit_write_failures_total",

@@ -1,4 +1,5 @@
-"""`KeyedReads`: who is answered by which round, and what a failed round or a cancelled caller does."""
+"""`KeyedReads`: who is answered by which round, when a round waits to gather concurrent callers, and what
+a failed round or a cancelled caller does."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ class Reader:
         return [(k, k * 10) for k in keys if isinstance(k, int) and k < 100]
 
 
-def reads(reader: Reader) -> KeyedReads:
-    return KeyedReads(reader.read_many, lambda row: row[0])
+def reads(reader: Reader, *, gather_window: float = 3600.0) -> KeyedReads:
+    """By default a window no test outlasts: a round that waits for it never goes."""
+    return KeyedReads(reader.read_many, lambda row: row[0], gather_window=gather_window)
 
 
 async def settle() -> None:
@@ -48,7 +50,7 @@ async def test_callers_queued_together_share_one_round_and_get_their_own_rows() 
 
 async def test_a_key_asked_during_a_round_waits_for_the_next_one() -> None:
     reader = Reader()
-    keyed = reads(reader)
+    keyed = reads(reader, gather_window=0.01)
     first = asyncio.ensure_future(keyed.get(1))
     await settle()  # the first round is in flight
     late = asyncio.ensure_future(keyed.get(2))
@@ -61,7 +63,7 @@ async def test_a_key_asked_during_a_round_waits_for_the_next_one() -> None:
 
 async def test_a_failed_round_fails_its_callers_only() -> None:
     reader = Reader()
-    keyed = reads(reader)
+    keyed = reads(reader, gather_window=0.01)
     reader.fail_next = True
     failing = [asyncio.ensure_future(keyed.get(k)) for k in (1, 2)]
     await settle()
@@ -75,7 +77,7 @@ async def test_a_failed_round_fails_its_callers_only() -> None:
 
 async def test_a_cancelled_caller_leaves_the_others_answered() -> None:
     reader = Reader()
-    keyed = reads(reader)
+    keyed = reads(reader, gather_window=0.01)
     gone, kept = asyncio.ensure_future(keyed.get(1)), asyncio.ensure_future(keyed.get(1))
     await settle()
     gone.cancel()
@@ -83,3 +85,57 @@ async def test_a_cancelled_caller_leaves_the_others_answered() -> None:
     assert await kept == (1, 10)
     assert gone.cancelled()
     assert await keyed.get(4) == (4, 40)  # the reader is still usable
+
+
+async def test_callers_one_after_another_are_never_held() -> None:
+    reader = Reader()
+    reader.release.set()
+    keyed = reads(reader)
+    for key in range(5):
+        asked = asyncio.ensure_future(keyed.get(key))
+        await settle()  # no time passes: a round that waited for the window would still be waiting
+        assert asked.done() and asked.result() == (key, key * 10)
+    assert reader.rounds == [[0], [1], [2], [3], [4]]
+
+
+async def test_callers_who_came_during_a_round_make_the_next_wait_for_as_many() -> None:
+    reader = Reader()
+    keyed = reads(reader)
+    first = asyncio.ensure_future(keyed.get(1))
+    await settle()  # round [1] is out; two more readers come meanwhile
+    during = [asyncio.ensure_future(keyed.get(k)) for k in (2, 3)]
+    reader.release.set()
+    assert await first == (1, 10)
+    await settle()
+    # Round [1] answered one caller and two came while it was out: the next waits for three.
+    assert reader.rounds == [[1]] and not any(f.done() for f in during)
+    third = asyncio.ensure_future(keyed.get(4))
+    assert await asyncio.gather(*during, third) == [(2, 20), (3, 30), (4, 40)]
+    assert reader.rounds == [[1], [2, 3, 4]]
+
+
+async def test_a_round_waits_no_longer_than_the_window() -> None:
+    reader = Reader()
+    keyed = reads(reader, gather_window=0.05)
+    first = asyncio.ensure_future(keyed.get(1))
+    await settle()
+    during = [asyncio.ensure_future(keyed.get(k)) for k in (2, 3)]
+    reader.release.set()
+    await first
+    # Three expected, two came: the round goes when the window closes.
+    assert await asyncio.wait_for(asyncio.gather(*during), timeout=5) == [(2, 20), (3, 30)]
+    assert reader.rounds == [[1], [2, 3]]
+
+
+async def test_readers_gone_quiet_longer_than_the_window_are_not_waited_for() -> None:
+    reader = Reader()
+    keyed = reads(reader, gather_window=0.05)
+    first = asyncio.ensure_future(keyed.get(1))
+    await settle()
+    during = [asyncio.ensure_future(keyed.get(k)) for k in (2, 3)]
+    reader.release.set()
+    await asyncio.gather(first, *during)  # the last round expected three and answered two
+    await asyncio.sleep(0.2)
+    lone = asyncio.ensure_future(keyed.get(9))
+    await settle()
+    assert lone.done() and lone.result() == (9, 90)
