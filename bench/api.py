@@ -11,8 +11,9 @@ own channel, calling one RPC back to back for `--seconds` (after a one-second wa
   and the audit interceptor's before/after snapshots and audit row).
 
 The client shares the machine's cores with the server, so the echo figure is the ceiling of this pair.
-PostgreSQL shares them too: each phase prints its CPU per call beside the server's and the client's, and
-for GetTaskSchedule how many calls each query answered (`rackflow_keyed_read_*`, store/keyed_reads.py).
+PostgreSQL shares them too: each phase prints its CPU per call (all of the machine's PostgreSQL processes,
+so only on a quiet machine is it the server's queries alone) beside the server's and the client's, and for
+GetTaskSchedule how many calls each query answered (`rackflow_keyed_read_*`, store/keyed_reads.py).
 
     python bench/api.py --db postgres --clients 16 --seconds 10 --rounds 3
 
@@ -145,9 +146,9 @@ def create_schedule(rack_names: list[str], run_tag: str) -> Call:
     return on
 
 
-def postgres_cpu_seconds() -> float:
-    """User plus system CPU this machine's PostgreSQL processes have used (those alive now)."""
-    total = 0.0
+def postgres_cpu() -> dict[int, float]:
+    """CPU seconds (user plus system) each of this machine's PostgreSQL processes has used so far."""
+    used: dict[int, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
@@ -155,8 +156,13 @@ def postgres_cpu_seconds() -> float:
             continue
         if "(postgres)" in text:
             fields = text.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+            used[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return used
+
+
+def postgres_cpu_since(before: dict[int, float]) -> float:
+    """PostgreSQL's CPU since `before` (a backend that ended in between is not counted; a new one is)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in postgres_cpu().items())
 
 
 def keyed_reads(metrics_url: str) -> tuple[float, float]:
@@ -195,12 +201,12 @@ async def run_all(
     for k, (rpc, call) in enumerate(plan):
         profile = profile_dir / f"{rpc}.raw" if profile_dir and k in (0, 1, len(plan) - 1) else None
         cpu_before, client_before = cpu_seconds(server.proc.pid), time.process_time()
-        postgres_before, reads_before = postgres_cpu_seconds(), keyed_reads(metrics_url)
+        postgres_before, reads_before = postgres_cpu(), keyed_reads(metrics_url)
         with py_spy(server.proc.pid, profile):
             phase = await run_phase(server.address, rpc, call, clients, seconds)
         cpu = cpu_seconds(server.proc.pid) - cpu_before
         client_cpu = time.process_time() - client_before
-        postgres_cpu = postgres_cpu_seconds() - postgres_before
+        database_cpu = postgres_cpu_since(postgres_before)
         reads_after = keyed_reads(metrics_url)
         rounds, callers = reads_after[0] - reads_before[0], reads_after[1] - reads_before[1]
         phases.append(phase)
@@ -217,7 +223,7 @@ async def run_all(
             # the whole phase's server CPU (warm-up included) over the calls measured: compare, not sum
             server_cpu_us_per_call=cpu / max(phase.calls, 1) * 1e6,
             client_cpu_us_per_call=client_cpu / max(phase.calls, 1) * 1e6,
-            postgres_cpu_us_per_call=postgres_cpu / max(phase.calls, 1) * 1e6,
+            postgres_cpu_us_per_call=database_cpu / max(phase.calls, 1) * 1e6,
             calls_per_query=f"{callers / rounds:.2f}" if rounds else "-",
         )
     ratios = [get.per_s / echo.per_s for echo, get in zip(phases[0:-1:2], phases[1:-1:2], strict=True)]
