@@ -12,9 +12,9 @@ answered 1.15 callers on average under 16 clients, and each paid a whole query (
 this side and PostgreSQL's). So when readers are concurrent (callers came while the last round was out),
 a round first waits up to `GATHER_WINDOW_S` for as many callers as the last round answered plus those that
 came during it; callers that keep reading come back within that. Under 16 clients a round then answers
-about five callers, and the server's CPU per Get falls by a third (docs/PERFORMANCE.md, "api"). A lone
-caller, or callers one after another, never wait: nobody came while their round was out, and the flusher
-starts afresh once the queue is empty.
+4–7 callers, and the server's CPU per Get fell from about 800 to about 500 µs (docs/PERFORMANCE.md, issue
+17's third round). A lone caller, or callers one after another, never wait: nobody came while their round
+was out, and after a pause longer than the window nobody is expected.
 
 Read-your-writes holds: a key queued while a round is in flight waits for the next round, whose query is
 sent after the key was queued, so it sees every write committed before the caller asked. A round that
@@ -32,9 +32,9 @@ from rackflow.metrics import KEYED_READ_CALLERS, KEYED_READ_ROUNDS
 # Reads the rows of these keys (at most one per key, in any order).
 ReadMany = Callable[[list[Hashable]], Awaitable[Sequence[Any]]]
 
-# The longest a round waits for the concurrent callers it expects. Under 16 clients a window of 1 ms
-# gathered 2.7 callers a round and 2 ms 5.1 (bench/api.py); next to a Get's own latency under that load
-# (p50 12 ms unbatched, 7 ms batched) the wait is small, and only concurrent readers pay it.
+# The longest a round waits for the concurrent callers it expects. Under 16 clients a fixed wait of 1 ms
+# gathered 2.7 callers a round and one of 2 ms 5.1 (bench/api.py); next to a Get's latency under that
+# load (p50 9–12 ms unbatched, 5–7 ms batched) the wait is small, and only concurrent readers pay it.
 GATHER_WINDOW_S = 0.002
 
 
