@@ -8,6 +8,7 @@ is "now" (PostgreSQL: the database's, so instances with skewed clocks agree on w
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections import namedtuple
@@ -18,7 +19,20 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 import psycopg
-from sqlalchemy import ColumnElement, Insert, Table, any_, bindparam, event, func, text
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    Insert,
+    Table,
+    Text,
+    any_,
+    bindparam,
+    event,
+    func,
+    select,
+    text,
+)
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import make_url
@@ -390,6 +404,40 @@ def keys_table(keys: Sequence[Any], column: ColumnElement[Any], name: str) -> Ta
         .table_valued("key")
         .render_derived(name=name)
     )
+
+
+def insert_rows(
+    dialect: str, table: Table, rows: Sequence[Mapping[str, Any]], *, new_only: bool = False
+) -> tuple[Insert, dict[str, list[Any]] | Sequence[Mapping[str, Any]]]:
+    """An INSERT of `rows` (each with the same keys, at least one row) and the parameters to run it with:
+    `await conn.execute(*insert_rows(...))`. `new_only` leaves out the rows a unique constraint already
+    holds a value of (`insert_new`).
+
+    PostgreSQL: `INSERT … SELECT … FROM unnest(:a, :b, …)`, one array per column, JSON values as text cast
+    to their type (so None stays JSON null, as SQLAlchemy stores it). Its text is the same for any number
+    of rows, so psycopg parses it once. The multi-row VALUES that SQLAlchemy renders for an executemany
+    with RETURNING is a new text for each count of rows, with a parameter per value, and psycopg parses it
+    again every time (it caches statements under 4 KB with at most 50 parameters): recording a drain's
+    batches of 200 runs that way was 10 % of the server's time (docs/PERFORMANCE.md). A plain executemany
+    (no RETURNING) keeps one short text but runs a statement per row; with JSON columns, psycopg's quoting
+    of text arrays costs more than it saves, so `insert_tasks` stays one. SQLite: the plain executemany.
+    """
+    insert = insert_new(dialect, table) if new_only else table.insert()
+    if dialect != "postgresql":
+        return insert, rows
+    names = list(rows[0])
+    arrays: list[ColumnElement[Any]] = []
+    values: dict[str, list[Any]] = {}
+    for name in names:
+        column_type = table.c[name].type
+        if isinstance(column_type, JSON):
+            arrays.append(sql_cast(bindparam(name, type_=ARRAY(Text)), ARRAY(column_type)))
+            values[name] = [json.dumps(row[name]) for row in rows]
+        else:
+            arrays.append(bindparam(name, type_=ARRAY(column_type)))
+            values[name] = [row[name] for row in rows]
+    new_rows = func.unnest(*arrays).table_valued(*names).render_derived(name="new_rows")
+    return insert.from_select(names, select(*new_rows.c)), values
 
 
 def insert_new(dialect: str, table: Table) -> Insert:

@@ -46,7 +46,7 @@ from rackflow.schedules.model import (
     ScopeOutcome,
     Trigger,
 )
-from rackflow.store.db import Database, chunked, keys_table, unique_violation_as
+from rackflow.store.db import Database, chunked, insert_rows, keys_table, unique_violation_as
 from rackflow.store.inventory import names_by_id
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
@@ -669,8 +669,9 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
     """
     if not runs:
         return set()
-    result = await conn.execute(
-        db.insert_new(task_schedule_run).returning(task_schedule_run.c.id),
+    insert, values = insert_rows(
+        db.dialect,
+        task_schedule_run,
         [
             {
                 "id": r.run_id,
@@ -686,7 +687,9 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
             }
             for r in runs
         ],
+        new_only=True,
     )
+    result = await conn.execute(insert.returning(task_schedule_run.c.id), values)
     return set(result.scalars())
 
 

@@ -1,0 +1,116 @@
+"""`insert_rows`, the one-statement INSERT of many rows that records a batch's firings (`insert_runs`):
+it stores exactly what a row-by-row INSERT stores, leaves out rows a unique index holds already, and on
+PostgreSQL its text is the same for any number of rows (so the driver parses it once)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Text, cast, insert, select
+from sqlalchemy.dialects import postgresql
+
+from rackflow.store import schedules as store
+from rackflow.store.db import Database, insert_rows
+from rackflow.store.tables import task_schedule, task_schedule_run
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+# Values a text array must quote: quotes, backslashes, braces, commas, NULL-like words, non-ASCII.
+AWKWARD = 'a "quoted" \\ {brace}, NULL, émoji ✓'
+
+
+async def _schedule(db: Database) -> uuid.UUID:
+    schedule_id = uuid.uuid4()
+    async with db.transaction() as conn:
+        await conn.execute(
+            insert(task_schedule).values(
+                id=schedule_id,
+                name="nightly",
+                spec_type="interval",
+                spec="1h",
+                operation_template={"kind": "power_on"},
+                created_at=T0,
+                updated_at=T0,
+            )
+        )
+    return schedule_id
+
+
+def _run_values(schedule_id: uuid.UUID, k: int) -> dict[str, Any]:
+    return {
+        "id": uuid.uuid4(),
+        "schedule_id": schedule_id,
+        "fired_at": T0 + timedelta(seconds=k),
+        "scheduled_for": T0 + timedelta(hours=k) if k % 2 else None,
+        "trigger": "dispatch" if k % 2 else "manual",
+        "state": "running",
+        "outcomes": [{"scope_id": str(uuid.uuid4()), "error": AWKWARD, "n": k}] if k % 3 else [],
+        "owner_id": uuid.uuid4() if k % 2 else None,
+        "rollout": {"max_concurrent_racks": k, "note": AWKWARD} if k % 4 == 1 else None,
+        "reason": AWKWARD if k % 2 else "",
+    }
+
+
+async def _stored(db: Database, ids: list[uuid.UUID]) -> list[tuple[Any, ...]]:
+    """Each row as stored, JSON as its text and whether it is SQL NULL, in the order of `ids`."""
+    run = task_schedule_run.c
+    stmt = select(
+        run.schedule_id,
+        run.fired_at,
+        run.scheduled_for,
+        run.trigger,
+        run.state,
+        run.owner_id,
+        run.reason,
+        cast(run.outcomes, Text),
+        run.rollout.is_(None),
+        cast(run.rollout, Text),
+    )
+    async with db.read() as conn:
+        return [tuple((await conn.execute(stmt.where(run.id == i))).one()) for i in ids]
+
+
+async def test_rows_are_stored_as_a_row_by_row_insert_stores_them(db: Database) -> None:
+    schedule_id = await _schedule(db)
+    rows = [_run_values(schedule_id, k) for k in range(1, 13)]
+    twins = [{**row, "id": uuid.uuid4(), "scheduled_for": None} for row in rows]
+    async with db.transaction() as conn:
+        await conn.execute(*insert_rows(db.dialect, task_schedule_run, rows))
+        await conn.execute(insert(task_schedule_run), twins)  # the reference: SQLAlchemy, row by row
+    stored = await _stored(db, [r["id"] for r in rows])
+    reference = await _stored(db, [t["id"] for t in twins])
+    for row, mine, theirs in zip(rows, stored, reference, strict=True):
+        assert mine[:2] == theirs[:2] and mine[3:] == theirs[3:]  # all but the slot, which twins leave out
+        assert mine[2] == row["scheduled_for"]
+
+
+async def test_insert_runs_leaves_out_a_slot_recorded_already(db: Database) -> None:
+    schedule_id = await _schedule(db)
+    slot = T0 + timedelta(hours=1)
+
+    def run(scheduled_for: datetime) -> store.NewRun:
+        return store.NewRun(uuid.uuid4(), schedule_id, T0, "dispatch", scheduled_for)
+
+    first, again, later = run(slot), run(slot), run(slot + timedelta(hours=1))
+    async with db.transaction() as conn:
+        assert await store.insert_runs(db, conn, [first]) == {first.run_id}
+        assert await store.insert_runs(db, conn, [again, later]) == {later.run_id}
+    async with db.read() as conn:
+        recorded = set((await conn.execute(select(task_schedule_run.c.id))).scalars())
+    assert recorded == {first.run_id, later.run_id}
+
+
+def test_on_postgresql_the_statement_is_the_same_text_for_any_number_of_rows() -> None:
+    schedule_id = uuid.uuid4()
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+
+    def compiled(count: int) -> tuple[str, int]:
+        rows = [_run_values(schedule_id, k) for k in range(count)]
+        stmt, params = insert_rows("postgresql", task_schedule_run, rows, new_only=True)
+        assert isinstance(params, dict) and all(len(v) == count for v in params.values())
+        return str(stmt.compile(dialect=dialect)), len(params)
+
+    one, many = compiled(1), compiled(300)
+    assert one == many
+    assert one[1] == 10  # one array per column
