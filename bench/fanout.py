@@ -9,6 +9,8 @@ itself, the figure the target names) and `due_to_last_task_s` (the due time to t
 
     python bench/fanout.py --db postgres --schedules 1 --racks 1000
     python bench/fanout.py --db postgres --schedules 100 --racks 100
+
+`--profile FILE` samples the server with py-spy from its start until the last task (`.svg`: a flame graph).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from _common import (
     add_db_arguments,
@@ -23,6 +26,7 @@ from _common import (
     code_line,
     fresh_database,
     machine_line,
+    py_spy,
     result,
     servers,
     sync_engine,
@@ -36,7 +40,9 @@ LEAD_SECONDS = 8.0  # from loading to due: time for the server to start and go t
 WAIT_POLL_SECONDS = 0.2
 
 
-def measure(kind: str, pg_admin: str, schedules: int, racks_each: int, timeout: float) -> None:
+def measure(
+    kind: str, pg_admin: str, schedules: int, racks_each: int, timeout: float, profile: Path | None
+) -> None:
     total = schedules * racks_each
     with fresh_database(kind, pg_admin) as ws:
         # Every rack comes with a disabled single-scope schedule; the first S schedules then take over the
@@ -69,7 +75,7 @@ def measure(kind: str, pg_admin: str, schedules: int, racks_each: int, timeout: 
             ready = datetime.now(UTC)
             deadline = time.monotonic() + timeout
             count_tasks = select(func.count()).select_from(tasks).where(tasks.c.schedule_id.is_not(None))
-            with engine.connect() as conn:
+            with py_spy(server.proc.pid, profile), engine.connect() as conn:
                 while conn.execute(count_tasks).scalar_one() < total:
                     conn.commit()
                     if time.monotonic() > deadline:
@@ -105,11 +111,12 @@ def main() -> None:
     parser.add_argument("--schedules", type=int, default=1)
     parser.add_argument("--racks", type=int, default=1_000, help="racks per schedule")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--profile", type=Path, help="py-spy the server into FILE")
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
     print(f"# fanout db={args.db} schedules={args.schedules} racks_each={args.racks}", flush=True)
-    measure(args.db, args.pg_admin, args.schedules, args.racks, args.timeout)
+    measure(args.db, args.pg_admin, args.schedules, args.racks, args.timeout, args.profile)
     print(machine_line())
 
 
