@@ -21,6 +21,7 @@ from typing import Any, TypeVar, cast
 import psycopg
 from sqlalchemy import (
     JSON,
+    Column,
     ColumnElement,
     Insert,
     Table,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     func,
     select,
     text,
+    true,
 )
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
@@ -438,6 +440,36 @@ def insert_rows(
             values[name] = [row[name] for row in rows]
     new_rows = func.unnest(*arrays).table_valued(*names).render_derived(name="new_rows")
     return insert.from_select(names, select(*new_rows.c)), values
+
+
+def by_keys(
+    dialect: str,
+    stmt: Select[Any],
+    column: ColumnElement[Any],
+    keys: Sequence[Any],
+    *,
+    order_by: Sequence[Column[Any]] = (),
+) -> Select[Any]:
+    """The rows of `stmt` (a SELECT without ORDER BY) whose `column` is one of `keys`, ordered by `order_by`
+    (columns `stmt` selects), each key looked up on its own, in an index of `column`.
+
+    PostgreSQL (`keys_table`):
+
+        SELECT found.* FROM unnest(:lookup_keys) AS lookup(key)
+        JOIN LATERAL (<stmt> AND column = lookup.key OFFSET 0) AS found ON true ORDER BY …
+
+    `column IN (…)` of a dispatched batch's 200 keys was planned as a full scan whatever the statistics:
+    without any (a table filled since it was last analyzed) as matching most of the table, and with them as
+    a hashed scan that PostgreSQL costs below 200 index probes, which it stays only while the fleet is small
+    (docs/PERFORMANCE.md, "flat as work grows"). OFFSET 0 keeps the planner from folding the lookups back
+    into one join. SQLite: `<stmt> AND column IN (…)`, which it answers by an index lookup per key.
+    `dialect` is `Database.dialect` or `conn.dialect.name`.
+    """
+    if dialect != "postgresql":
+        return stmt.where(column.in_(keys)).order_by(*order_by)
+    lookup = keys_table(keys, column, "lookup")
+    found = stmt.where(column == lookup.c.key).offset(0).lateral("found")
+    return select(found).select_from(lookup.join(found, true())).order_by(*(found.c[c.key] for c in order_by))
 
 
 def insert_new(dialect: str, table: Table) -> Insert:

@@ -26,7 +26,7 @@ from rackflow.inventory.model import (
     PowerState,
     Rack,
 )
-from rackflow.store.db import Database, chunked, some_of, unique_violation_as
+from rackflow.store.db import Database, by_keys, chunked, some_of, unique_violation_as
 from rackflow.store.tables import components, nvl_domains, racks, tasks
 from rackflow.store.tasks import is_active
 
@@ -236,7 +236,7 @@ async def components_by_rack(
     """Every component of each given rack (grouped by type, then name); a rack without any maps to []."""
     by_rack: dict[uuid.UUID, list[Component]] = {rack_id: [] for rack_id in rack_ids}
     for chunk in chunked(by_rack):
-        stmt = _COMPONENTS.where(components.c.rack_id.in_(chunk)).order_by(*_COMPONENT_ORDER)
+        stmt = by_keys(conn.dialect.name, _COMPONENTS, components.c.rack_id, chunk, order_by=_COMPONENT_ORDER)
         for row in await conn.execute(stmt):
             by_rack[row.rack_id].append(_component_from(row))
     return by_rack

@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.schedules.model import ROLLOUT_LIVE_STATES, Run
-from rackflow.store.db import Database, chunked
+from rackflow.store.db import Database, by_keys, chunked
 from rackflow.store.schedules import outcomes_to_json, run_from_row
 from rackflow.store.tables import racks, task_schedule_run, tasks
 from rackflow.tasks.model import TaskStatus
@@ -114,6 +114,8 @@ async def task_states(
 async def rack_places(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, RackPlace]:
     found: dict[uuid.UUID, RackPlace] = {}
     for chunk in chunked(list(rack_ids)):
-        stmt = select(racks.c.id, racks.c.name, racks.c.nvl_domain_id).where(racks.c.id.in_(chunk))
+        stmt = by_keys(
+            conn.dialect.name, select(racks.c.id, racks.c.name, racks.c.nvl_domain_id), racks.c.id, chunk
+        )
         found.update({row.id: RackPlace(row.name, row.nvl_domain_id) for row in await conn.execute(stmt)})
     return found

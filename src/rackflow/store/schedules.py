@@ -46,7 +46,7 @@ from rackflow.schedules.model import (
     ScopeOutcome,
     Trigger,
 )
-from rackflow.store.db import Database, chunked, insert_rows, keys_table, unique_violation_as
+from rackflow.store.db import Database, by_keys, chunked, insert_rows, keys_table, unique_violation_as
 from rackflow.store.inventory import names_by_id
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
@@ -552,15 +552,20 @@ async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID
 
 
 async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) -> set[uuid.UUID]:
-    """The scopes whose last task is still active (waiting, pending or running): SKIP leaves them out."""
+    """The scopes whose last task is still active (waiting, pending or running): SKIP leaves them out.
+
+    Each scope and its last task are looked up by primary key (`by_keys`): while many tasks are active, as
+    in a drain, `id IN (…)` of a batch's scopes was planned as a full scan of the scopes.
+    """
     ids = [scope.id for scope in scopes if scope.last_task_id is not None]
     found: set[uuid.UUID] = set()
+    active_last_task = (
+        select(task_schedule_scope.c.id)
+        .join(tasks, tasks.c.id == task_schedule_scope.c.last_task_id)
+        .where(is_active(tasks.c.status))
+    )
     for chunk in chunked(ids):
-        stmt = (
-            select(task_schedule_scope.c.id)
-            .join(tasks, tasks.c.id == task_schedule_scope.c.last_task_id)
-            .where(task_schedule_scope.c.id.in_(chunk), is_active(tasks.c.status))
-        )
+        stmt = by_keys(conn.dialect.name, active_last_task, task_schedule_scope.c.id, chunk)
         found.update((await conn.execute(stmt)).scalars())
     return found
 
@@ -587,13 +592,17 @@ async def tasks_of_firings(
 async def scopes_by_schedule(
     conn: AsyncConnection, schedule_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[Scope]]:
-    """Every claimed schedule's scopes, in creation order, with one query per chunk of schedules."""
+    """Every claimed schedule's scopes, in creation order, with one query per chunk of schedules (each
+    schedule's scopes by the (schedule_id, rack_id) unique index: `by_keys`)."""
+    scope = task_schedule_scope.c
     found: dict[uuid.UUID, list[Scope]] = {sid: [] for sid in schedule_ids}
     for chunk in chunked(list(schedule_ids)):
-        stmt = (
-            select(task_schedule_scope)
-            .where(task_schedule_scope.c.schedule_id.in_(chunk))
-            .order_by(task_schedule_scope.c.created_at, task_schedule_scope.c.id)
+        stmt = by_keys(
+            conn.dialect.name,
+            select(task_schedule_scope),
+            scope.schedule_id,
+            chunk,
+            order_by=(scope.created_at, scope.id),
         )
         for row in (await conn.execute(stmt)).all():
             found[row.schedule_id].append(scope_from_row(row))

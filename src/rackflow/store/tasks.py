@@ -15,12 +15,12 @@ from collections.abc import AsyncGenerator, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, select, true, update
+from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import Database, chunked, keys_table, some_of, unique_violation_as
+from rackflow.store.db import Database, by_keys, chunked, some_of, unique_violation_as
 from rackflow.store.instances import is_live
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import racks, tasks
@@ -110,11 +110,13 @@ async def lock_racks(
 ) -> dict[uuid.UUID, str]:
     """Lock the racks' rows until commit, in id order (so lockers never deadlock); returns id -> name.
 
+    On PostgreSQL each row is locked as its lookup (`by_keys`) reaches it, so the keys go in sorted.
+
     Every change to which tasks of a rack may run (submit, promote, cancel, finish) takes this lock first.
     """
     names: dict[uuid.UUID, str] = {}
     for chunk in chunked(sorted(set(rack_ids))):
-        stmt = select(racks.c.id, racks.c.name).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
+        stmt = by_keys(db.dialect, select(racks.c.id, racks.c.name), racks.c.id, chunk, order_by=[racks.c.id])
         names.update({r.id: r.name for r in await conn.execute(db.for_update(stmt))})
     return names
 
@@ -138,26 +140,18 @@ async def blocking_and_waiting(
 ) -> tuple[dict[uuid.UUID, list[Task]], dict[uuid.UUID, int]]:
     """Per rack, `blocking_tasks` and how many tasks wait in its queue, read with one query per chunk.
 
-    Submission needs both for the same racks; reading them together saves it a round trip. On PostgreSQL
-    each rack's live tasks are looked up on their own (`keys_table`; OFFSET 0 keeps the planner from
-    turning the lookups back into one join): `rack_id IN (…)` was planned as a full scan of `tasks`, once
-    per dispatched batch, while the table grew from empty (docs/PERFORMANCE.md, "flat as work grows").
+    Submission needs both for the same racks; reading them together saves it a round trip. Each rack's
+    live tasks are looked up on their own (`by_keys`): on PostgreSQL `rack_id IN (…)` was planned as a full
+    scan of `tasks`, once per dispatched batch, while the table grew from empty.
     """
     blocking: dict[uuid.UUID, list[Task]] = defaultdict(list)
     waiting: dict[uuid.UUID, int] = defaultdict(int)
     # Blocking or waiting: every active task, and cancelled ones still held.
     live = or_(is_active(tasks.c.status), tasks.c.owner_id.is_not(None))
     for chunk in chunked(set(rack_ids)):
-        if conn.dialect.name == "postgresql":
-            rack = keys_table(chunk, tasks.c.rack_id, "rack")
-            found = select(tasks).where(tasks.c.rack_id == rack.c.key, live).offset(0).lateral("live")
-            stmt = (
-                select(found)
-                .select_from(rack.join(found, true()))
-                .order_by(*(found.c[c.key] for c in OLDEST_FIRST))
-            )
-        else:
-            stmt = select(tasks).where(tasks.c.rack_id.in_(chunk), live).order_by(*OLDEST_FIRST)
+        stmt = by_keys(
+            conn.dialect.name, select(tasks).where(live), tasks.c.rack_id, chunk, order_by=OLDEST_FIRST
+        )
         for row in await conn.execute(stmt):
             if row.status == TaskStatus.WAITING.value:
                 waiting[row.rack_id] += 1

@@ -15,7 +15,7 @@ from sqlalchemy import Row, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import chunked, unique_violation_as
+from rackflow.store.db import by_keys, chunked, unique_violation_as
 from rackflow.store.tables import (
     maintenance_window_domains,
     maintenance_window_racks,
@@ -163,6 +163,6 @@ async def rack_refs(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> d
     """What the window rules need to know of each rack that exists among `rack_ids`: its NVLink domain."""
     found: dict[uuid.UUID, RackRef] = {}
     for chunk in chunked(set(rack_ids)):
-        stmt = select(racks.c.id, racks.c.nvl_domain_id).where(racks.c.id.in_(chunk))
+        stmt = by_keys(conn.dialect.name, select(racks.c.id, racks.c.nvl_domain_id), racks.c.id, chunk)
         found.update({row.id: RackRef(row.id, row.nvl_domain_id) for row in await conn.execute(stmt)})
     return found
