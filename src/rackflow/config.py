@@ -25,6 +25,10 @@ DEFAULT_DISPATCH_BATCH = 10
 # larger); a claim that is not full goes back to --dispatch-batch. A larger batch pays a claim's round trips
 # for more firings (docs/PERFORMANCE.md: 10 → 100 tripled the drain).
 DISPATCH_BATCH_CAP = 200
+# The dispatcher's backlog (the gauge, the dashboard) is counted up to this many due schedules, "at least"
+# when it reaches it: enough to tell a drain that keeps up from one far behind (fifty of the largest
+# claims), without reading every due row of a large backlog once a second while it drains.
+DUE_COUNT_CAP = 10_000
 # How long an instance's heartbeat stays valid: its tasks and schedule runs are taken over once it is this
 # old. Instances renew it every third of this, so a brief stall or database hiccup does not count as death.
 DEFAULT_LEASE_TTL = timedelta(seconds=15)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from rackflow.config import parse_host_port
+from rackflow.config import DUE_COUNT_CAP, parse_host_port
 
 FIRINGS = Counter(
     "rackflow_schedule_firings_total", "Schedule firings, by trigger (dispatch or manual).", ["trigger"]
@@ -24,7 +24,8 @@ POLL_SECONDS = Histogram(
 )
 DUE_BACKLOG = Gauge(
     "rackflow_dispatch_due_backlog",
-    "Schedules due but not yet claimed (while draining, counted at most once a second).",
+    f"Schedules due but not yet claimed, counted up to {DUE_COUNT_CAP} (at least that many when it shows "
+    f"{DUE_COUNT_CAP}; while draining, counted at most once a second).",
 )
 ROLLOUT_RACKS_STARTED = Counter(
     "rackflow_rollout_racks_started_total", "Racks a rollout step submitted a task for (docs/ROLLOUTS.md)."

@@ -41,6 +41,15 @@ async def test_claim_takes_due_enabled_rows_oldest_first_up_to_the_batch(env: En
     assert [s.name for s in claimed] == ["s1", "s2"]
 
 
+async def test_the_backlog_is_counted_up_to_its_cap(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    rack = await env.rack("r1")
+    for i in range(3):
+        await _set(env, (await env.schedule(f"s{i}", racks=[rack])).id, next_run_at=START)
+    monkeypatch.setattr(dispatch, "DUE_COUNT_CAP", 2)
+    async with env.db.read() as conn:
+        assert await dispatch.count_due(conn, START + timedelta(hours=1)) == 2  # "at least 2"
+
+
 async def _run(env: Env, *, owner: uuid.UUID | None, age: timedelta) -> uuid.UUID:
     run_id = uuid.uuid4()
     schedule = await env.schedule(f"sched-{run_id.hex[:8]}", racks=[await env.rack(f"rack-{run_id.hex[:8]}")])

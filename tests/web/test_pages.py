@@ -5,14 +5,19 @@ for real; these check the content cheaply."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.services import Services
+from rackflow.store import dispatch
+from rackflow.store.tables import task_schedule
 from rackflow.tasks.model import OperationKind, TaskStatus
 from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.web.pages import overview
 from tests.web.conftest import end_task, make_racks, make_schedule
 
 FRAGMENT = {"X-Rackflow-Fragment": "1"}
@@ -187,6 +192,23 @@ async def test_overview_counts_and_failures(http: httpx.AsyncClient, services: S
     assert re.search(r"1 <span>enabled</span>", page) and "1 paused" in page
     assert "1 failed" in page and tagged(page, "failure-row") and "nightly" in page
     assert tagged(page, "time-axis")
+
+
+async def test_overview_backlog_at_its_cap_says_at_least(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await make_racks(services, "r1")
+    schedule = await make_schedule(services, "nightly", "r1")
+    async with services.db.transaction() as conn:  # overdue by either database's clock
+        await conn.execute(
+            update(task_schedule)
+            .where(task_schedule.c.id == schedule.id)
+            .values(next_run_at=datetime(2000, 1, 1, tzinfo=UTC))
+        )
+    assert "1 <span>due" in (await http.get("/")).text
+    for module in (dispatch, overview):
+        monkeypatch.setattr(module, "DUE_COUNT_CAP", 1)
+    assert "1+ <span>due" in (await http.get("/")).text
 
 
 async def test_audit_page_lists_changes(http: httpx.AsyncClient, services: Services) -> None:

@@ -235,10 +235,11 @@ class Dispatcher:
         self._wake_at = wake_at
 
     async def _count_backlog(self, conn: AsyncConnection, now: datetime) -> int | None:
-        """What is still due after a full batch, counted at most once per BACKLOG_REFRESH (None: not now).
+        """What is still due after a full batch (up to DUE_COUNT_CAP), counted at most once per
+        BACKLOG_REFRESH (None: not now).
 
-        Counting reads every due index entry, so counting on each batch of a 10,000-row drain would cost
-        the database more than the claims do.
+        Counting walks up to DUE_COUNT_CAP due index entries, so counting on each batch of a drain would
+        cost the database more than the claims do.
         """
         if time.monotonic() < self._next_backlog_count:
             return None

@@ -623,7 +623,8 @@ class ScheduleService:
             return await store.next_to_fire(conn, limit)
 
     async def due_count(self) -> int:
-        """How many enabled schedules are due and not yet fired: the dispatcher's backlog."""
+        """How many enabled schedules are due and not yet fired, up to DUE_COUNT_CAP ("at least" there):
+        the dispatcher's backlog."""
         async with self.db.read() as conn:
             return await count_due(conn, await self.db.now(conn))
 

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.config import DUE_COUNT_CAP
 from rackflow.schedules.model import Schedule
 from rackflow.store.db import Database
 from rackflow.store.schedules import schedule_from_row
@@ -57,8 +58,25 @@ async def claim_due(
 
 
 async def count_due(conn: AsyncConnection, now: datetime) -> int:
-    """How many schedules are due right now (the backlog gauge)."""
-    return int((await conn.execute(select(func.count()).where(_due(now)))).scalar_one())
+    """How many schedules are due right now, counted up to DUE_COUNT_CAP (the backlog gauge and the
+    dashboard's backlog; the cap means "at least that many").
+
+    SELECT count(*) FROM (SELECT id FROM task_schedule
+                          WHERE enabled AND next_run_at IS NOT NULL AND next_run_at <= :now
+                          ORDER BY next_run_at, id LIMIT :cap) AS due   -- the due index's first entries
+
+    A plain count read every due row, every second of a drain: the whole table on PostgreSQL at a
+    20,000-schedule backlog (docs/PERFORMANCE.md, "flat as work grows"). In the claim's order and limited,
+    it walks at most DUE_COUNT_CAP entries of ix_task_schedule_due.
+    """
+    due = (
+        select(task_schedule.c.id)
+        .where(_due(now))
+        .order_by(task_schedule.c.next_run_at, task_schedule.c.id)
+        .limit(DUE_COUNT_CAP)
+        .subquery("due")
+    )
+    return int((await conn.execute(select(func.count()).select_from(due))).scalar_one())
 
 
 async def next_due_at(conn: AsyncConnection) -> datetime | None:

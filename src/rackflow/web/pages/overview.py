@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rackflow.config import DUE_COUNT_CAP
 from rackflow.schedules.model import Schedule
 from rackflow.tasks.model import Task
 from rackflow.timespec import SpecType
@@ -76,10 +77,12 @@ async def _load(site: Site) -> Mapping[str, Any]:
         key=lambda g: g.tasks[0].created_at,
         reverse=True,
     )
+    backlog = await services.schedules.due_count()
     return {
         "counts": await services.schedules.state_counts(),
         "task_counts": await services.tasks.status_counts(now - FAILURE_WINDOW),
-        "backlog": await services.schedules.due_count(),
+        "backlog": backlog,
+        "backlog_capped": backlog >= DUE_COUNT_CAP,
         "failures": groups,
         "failed_total": len(failed),
         "failed_capped": len(failed) == FAILED_TASKS_READ,
