@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.store.db import Database
 
@@ -19,6 +23,28 @@ PG_TYPES: tuple[tuple[type, str], ...] = (
     (timedelta, "interval"),
     (int, "integer"),
 )
+
+
+async def statement_sent(
+    db: Database, send: Callable[[AsyncConnection], Awaitable[object]]
+) -> tuple[str, Any]:
+    """The one statement (and its parameters) that `send` sends to the driver, in a transaction rolled back
+    after it (some of them write)."""
+    sent: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
+        sent.append((statement, parameters))
+
+    async with db.engine.connect() as conn:
+        transaction = await conn.begin()
+        event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
+        try:
+            await send(conn)
+        finally:
+            event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
+            await transaction.rollback()
+    assert len(sent) == 1, f"expected one statement, got {[s for s, _ in sent]}"
+    return sent[0]
 
 
 async def explain(db: Database, statement: str, parameters: Any) -> str:

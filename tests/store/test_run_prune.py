@@ -7,15 +7,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import event, insert, select
+from sqlalchemy import insert, select
 
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
-from tests.store.query_plans import explain
+from tests.store.query_plans import explain, statement_sent
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 SCHEDULES = 200  # a large dispatch batch
@@ -85,20 +84,9 @@ async def test_the_prune_reads_the_run_index_with_the_statistics_of_an_empty_tab
     pg_runs_analyzed_empty: tuple[Database, list[uuid.UUID]],
 ) -> None:
     db, ids = pg_runs_analyzed_empty
-    sent: list[tuple[str, Any]] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
-        sent.append((statement, parameters))
-
-    async with db.engine.connect() as conn:
-        transaction = await conn.begin()
-        event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
-        try:
-            await store.prune_runs(conn, ids, keep=RUNS_EACH)  # nothing to delete: one statement
-        finally:
-            event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
-            await transaction.rollback()
-    assert len(sent) == 1, [s for s, _ in sent]
-    plan = await explain(db, *sent[0])
+    # nothing to delete: one statement
+    plan = await explain(
+        db, *await statement_sent(db, lambda conn: store.prune_runs(conn, ids, keep=RUNS_EACH))
+    )
     assert "Seq Scan on task_schedule_run" not in plan, plan
     assert "ix_task_schedule_run_schedule_id_fired_at" in plan, plan

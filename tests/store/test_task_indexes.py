@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert
+from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.schedules.model import Scope
@@ -29,7 +29,7 @@ from rackflow.store import task_runs
 from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
 from rackflow.store.tables import instances, metadata, racks, task_schedule, task_schedule_scope, tasks
-from tests.store.query_plans import explain, explain_generic
+from tests.store.query_plans import explain, explain_generic, statement_sent
 
 ACTIVE_INDEX = "ix_tasks_active"
 ENDED_TASKS = 20_000
@@ -178,23 +178,7 @@ HOT = {
 
 
 async def _statement(history: History, hot: Hot) -> tuple[str, Any]:
-    """The one statement the store sends to the driver (in a transaction rolled back after: a claim
-    writes)."""
-    sent: list[tuple[str, Any]] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
-        sent.append((statement, parameters))
-
-    async with history.db.engine.connect() as conn:
-        transaction = await conn.begin()
-        event.listen(history.db.engine.sync_engine, "before_cursor_execute", capture)
-        try:
-            await hot.send(history, conn)
-        finally:
-            event.remove(history.db.engine.sync_engine, "before_cursor_execute", capture)
-            await transaction.rollback()
-    assert len(sent) == 1, f"expected one statement, got {[s for s, _ in sent]}"
-    return sent[0]
+    return await statement_sent(history.db, lambda conn: hot.send(history, conn))
 
 
 def _assert_reads_indexes(hot: Hot, plan: str) -> None:
