@@ -11,6 +11,11 @@ The executor runs beside the dispatcher with the simulator's default step time (
 does by default, so tasks start running while the drain goes on; `--sim-step 3600` keeps it idle instead
 (it starts 32 tasks that never finish), which measures the dispatcher alone.
 
+`--seq-scans` (PostgreSQL) prints, at every progress count (10 s) and for the whole wait, how often each
+table a dispatch round reads or writes was read in full and how many rows those reads returned
+(`pg_stat_user_tables`: `seq_scan`, `seq_tup_read`; the bench's own count of completed runs, every 10 s, is
+one of `task_schedule_run`'s).
+
 `--windows K` adds K maintenance windows over every rack that never close one, so every scope is decided
 against K windows and still fires (the cost of docs/WINDOWS.md's per-scope decision).
 
@@ -39,7 +44,7 @@ from _common import (
     servers,
     sync_engine,
 )
-from sqlalchemy import Engine, Select, func, insert, select
+from sqlalchemy import Connection, Engine, Select, bindparam, func, insert, select, text
 
 from rackflow.store.tables import maintenance_windows, task_schedule, task_schedule_run, tasks
 from rackflow.timespec import ScheduleSpec, SpecType
@@ -52,6 +57,10 @@ COMPLETED_RUNS = select(func.count()).where(task_schedule_run.c.state == "comple
 # the whole run table twice a second, a cost that grew with N on the cores the server shares.
 RUNNING_RUN = select(task_schedule_run.c.id).where(task_schedule_run.c.state == "running").limit(1)
 PROGRESS_SECONDS = 10.0  # how often the completed runs are counted, to notice a stall
+ROUND_TABLES = ("racks", "components", "task_schedule_scope", "task_schedule", "tasks", "task_schedule_run")
+SEQ_SCANS = text(
+    "SELECT relname, seq_scan, seq_tup_read FROM pg_stat_user_tables WHERE relname IN :tables"
+).bindparams(bindparam("tables", ROUND_TABLES, expanding=True))
 STALL_SECONDS = 60.0  # no firing completed for this long: something is broken, stop waiting
 
 
@@ -91,6 +100,7 @@ def measure_drain(
     profile: Path | None = None,
     sim_step: float = SIM_STEP_SECONDS,
     windows: int = 0,
+    seq_scans: bool = False,
 ) -> Drain:
     """Load `n` due schedules into a fresh database, start the dispatcher(s), wait until all fired."""
     with fresh_database(kind, pg_admin) as ws:
@@ -108,7 +118,7 @@ def measure_drain(
             servers(ws.url, ws.log_dir, instances, args=args, env=env) as procs,
             py_spy(procs[0].proc.pid, profile),
         ):
-            _wait_for_completed_runs(engine, procs, due, timeout)
+            _wait_for_completed_runs(engine, procs, due, timeout, seq_scans=seq_scans)
         with engine.connect() as conn:
             first_fired = conn.execute(select(func.min(task_schedule_run.c.fired_at))).scalar_one()
             scheduled = select(tasks).where(tasks.c.schedule_id.is_not(None)).subquery()
@@ -157,19 +167,35 @@ def _load_windows(engine: Engine, count: int) -> None:
             conn.execute(insert(maintenance_windows), rows)
 
 
+def _table_reads(conn: Connection) -> dict[str, tuple[int, int]]:
+    """Per table of ROUND_TABLES: (full scans, rows they returned) since the database was created."""
+    return {row.relname: (row.seq_scan, row.seq_tup_read) for row in conn.execute(SEQ_SCANS)}
+
+
+def _print_seq_scans(
+    what: str, before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> None:
+    counts = " ".join(f"{t}={after[t][0] - before[t][0]}/{after[t][1] - before[t][1]}" for t in ROUND_TABLES)
+    print(f"# seq scans/rows read {what}: {counts}", flush=True)
+
+
 def _wait_for_completed_runs(
-    engine: Engine, procs: list[ServerProcess], due: datetime, timeout: float
+    engine: Engine, procs: list[ServerProcess], due: datetime, timeout: float, *, seq_scans: bool
 ) -> None:
     """Until no schedule is due any more and no run is still firing."""
     deadline = time.monotonic() + timeout
     last_count, last_progress, counted_at = -1, time.monotonic(), 0.0
     with engine.connect() as conn:
+        first_reads = reads = _table_reads(conn) if seq_scans else {}
         while (
             conn.execute(first_due(due)).first() is not None or conn.execute(RUNNING_RUN).first() is not None
         ):
             now = time.monotonic()
             if now - counted_at >= PROGRESS_SECONDS:
                 count, counted_at = conn.execute(COMPLETED_RUNS).scalar_one(), now
+                if seq_scans:
+                    previous, reads = reads, _table_reads(conn)
+                    _print_seq_scans(f"by {count} runs", previous, reads)
                 if count != last_count:
                     last_count, last_progress = count, now
             conn.commit()  # a fresh snapshot for the next look
@@ -180,6 +206,9 @@ def _wait_for_completed_runs(
                 tail = procs[0].output[-4000:]
                 raise TimeoutError(f"{last_count} firings completed; giving up. Server log tail:\n{tail}")
             time.sleep(WAIT_POLL_SECONDS)
+        if seq_scans:
+            conn.commit()
+            _print_seq_scans("over the drain", first_reads, _table_reads(conn))
 
 
 def report(kind: str, instances: int, batch: int, drain: Drain) -> None:
@@ -215,6 +244,11 @@ def main() -> None:
     parser.add_argument(
         "--windows", type=int, default=0, help="maintenance windows over every rack that never close one"
     )
+    parser.add_argument(
+        "--seq-scans",
+        action="store_true",
+        help="print full scans (and rows they read) per table every 10 s and over the drain (PostgreSQL)",
+    )
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
@@ -232,6 +266,7 @@ def main() -> None:
         profile=args.profile,
         sim_step=args.sim_step,
         windows=args.windows,
+        seq_scans=args.seq_scans,
     )
     print(f"# loaded {args.n} schedules in {drain.load_s:.1f}s", flush=True)
     report(args.db, args.instances, args.dispatch_batch, drain)
