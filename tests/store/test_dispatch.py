@@ -93,3 +93,10 @@ async def test_sweep_interrupts_runs_of_dead_owners_and_stuck_runs_only(env: Env
         stuck_live: "interrupted",
         stuck_manual: "interrupted",
     }
+
+
+async def test_a_repeated_key_reads_its_rows_once(env: Env) -> None:
+    schedule = await env.schedule("s0", racks=[await env.rack("r1")])
+    async with env.db.read() as conn:
+        found = await store.scopes_by_schedule(conn, [schedule.id, schedule.id])
+    assert len(found[schedule.id]) == 1  # as `IN (a, a)` would: by_keys looks each key up once

@@ -467,7 +467,7 @@ def by_keys(
     """
     if dialect != "postgresql":
         return stmt.where(column.in_(keys)).order_by(*order_by)
-    lookup = keys_table(keys, column, "lookup")
+    lookup = keys_table(list(dict.fromkeys(keys)), column, "lookup")  # each key once, as in an IN list
     found = stmt.where(column == lookup.c.key).offset(0).lateral("found")
     return select(found).select_from(lookup.join(found, true())).order_by(*(found.c[c.key] for c in order_by))
 
