@@ -23,8 +23,9 @@ DEFAULT_DISPATCH_INTERVAL = timedelta(seconds=10)
 DEFAULT_DISPATCH_BATCH = 10
 # While a backlog drains, each full claim doubles the next one's batch up to this (the starting batch if
 # larger); a claim that is not full goes back to --dispatch-batch. A larger batch pays a claim's round trips
-# for more firings (docs/PERFORMANCE.md: 10 → 100 tripled the drain).
-DISPATCH_BATCH_CAP = 200
+# and statements for more firings (docs/PERFORMANCE.md: 10 → 100 tripled the drain; a cap of 1,000 drained
+# 10,000 schedules 31–50 % faster than one of 200, and 500 in between).
+DISPATCH_BATCH_CAP = 1000
 # The dispatcher's backlog (the gauge, the dashboard) is counted up to this many due schedules, "at least"
 # when it reaches it: enough to tell a drain that keeps up from one far behind (fifty of the largest
 # claims), without reading every due row of a large backlog once a second while it drains.

@@ -2,10 +2,11 @@
 statistics (docs/PERFORMANCE.md, "flat as work grows").
 
 One dispatch round reads its batch's scopes, their last tasks, its racks (the window rules', the rollout
-order's, the submit's lock) and their components by up to 200 ids each. Written as `column IN (…)`,
-PostgreSQL 15 read each of those tables in full: with statistics of the fleet as a hashed scan that it costs
-below 200 index probes (until the fleet is large, and then still once per batch), and with the statistics
-of empty tables (a fleet loaded since they were analyzed) as matching most of the table. These tests
+order's, the submit's lock) and their components by up to `DISPATCH_BATCH_CAP` ids each. Written as
+`column IN (…)`, PostgreSQL 15 read each of those tables in full: with statistics of the fleet as a hashed
+scan that it costs below that many index probes (until the fleet is large, and then still once per batch),
+and with the statistics of empty tables (a fleet loaded since they were analyzed) as matching most of the
+table. These tests
 EXPLAIN the statements the store sends over a fleet in both states. (The live-task read and the run prune
 are tested in test_task_indexes.py and test_run_prune.py; SQLite's IN lists in the store tests as before.)
 """
@@ -23,6 +24,7 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.config import DISPATCH_BATCH_CAP
 from rackflow.schedules.model import Scope
 from rackflow.store import dispatch, rollouts, windows
 from rackflow.store import inventory as inventory_store
@@ -36,8 +38,8 @@ from tests.store.query_plans import explain, statement_sent
 
 pytestmark = pytest.mark.postgres
 
-FLEET = 2_000  # racks, each with one component and one schedule over it
-BATCH = 200  # the largest dispatch batch (DISPATCH_BATCH_CAP)
+BATCH = DISPATCH_BATCH_CAP  # the largest dispatch batch
+FLEET = 10 * BATCH  # racks, each with one component and one schedule over it
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 FULL_SCAN = re.compile(r"Seq Scan on (racks|components|task_schedule_scope|task_schedule|tasks)\b")
 
@@ -142,7 +144,7 @@ def _load(url: str, *, analyze_after: bool) -> Fleet:
 @pytest.fixture(scope="module", params=["with_statistics", "analyzed_empty"])
 def fleet(request: pytest.FixtureRequest) -> Iterator[Fleet]:
     """The fleet in a database of its own, analyzed after it was loaded (PostgreSQL prefers a hashed scan
-    of 2,000 rows to 200 probes) or before (no statistics, as at a fleet's first drain)."""
+    of the fleet to a batch of probes) or before (no statistics, as at a fleet's first drain)."""
     request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
     with fresh_postgres_database(postgres_admin_url()) as url:
         migrate_with_cli(url)
