@@ -98,13 +98,22 @@ async def test_callers_one_after_another_are_never_held() -> None:
     assert reader.rounds == [[0], [1], [2], [3], [4]]
 
 
+async def two_come_during_a_round(
+    reader: Reader, keyed: KeyedReads
+) -> tuple[asyncio.Future[object], list[asyncio.Future[object]]]:
+    """Round [1] goes out, keys 2 and 3 are asked while it is out, then it is answered: the next round
+    expects three callers (the one it answered and the two who came)."""
+    first = asyncio.ensure_future(keyed.get(1))
+    await settle()
+    during = [asyncio.ensure_future(keyed.get(k)) for k in (2, 3)]
+    reader.release.set()
+    return first, during
+
+
 async def test_callers_who_came_during_a_round_make_the_next_wait_for_as_many() -> None:
     reader = Reader()
     keyed = reads(reader)
-    first = asyncio.ensure_future(keyed.get(1))
-    await settle()  # round [1] is out; two more readers come meanwhile
-    during = [asyncio.ensure_future(keyed.get(k)) for k in (2, 3)]
-    reader.release.set()
+    first, during = await two_come_during_a_round(reader, keyed)
     assert await first == (1, 10)
     await settle()
     # Round [1] answered one caller and two came while it was out: the next waits for three.
@@ -117,10 +126,7 @@ async def test_callers_who_came_during_a_round_make_the_next_wait_for_as_many() 
 async def test_a_round_waits_no_longer_than_the_window() -> None:
     reader = Reader()
     keyed = reads(reader, gather_window=0.05)
-    first = asyncio.ensure_future(keyed.get(1))
-    await settle()
-    during = [asyncio.ensure_future(keyed.get(k)) for k in (2, 3)]
-    reader.release.set()
+    first, during = await two_come_during_a_round(reader, keyed)
     await first
     # Three expected, two came: the round goes when the window closes.
     assert await asyncio.wait_for(asyncio.gather(*during), timeout=5) == [(2, 20), (3, 30)]
@@ -130,10 +136,7 @@ async def test_a_round_waits_no_longer_than_the_window() -> None:
 async def test_readers_gone_quiet_longer_than_the_window_are_not_waited_for() -> None:
     reader = Reader()
     keyed = reads(reader, gather_window=0.05)
-    first = asyncio.ensure_future(keyed.get(1))
-    await settle()
-    during = [asyncio.ensure_future(keyed.get(k)) for k in (2, 3)]
-    reader.release.set()
+    first, during = await two_come_during_a_round(reader, keyed)
     await asyncio.gather(first, *during)  # the last round expected three and answered two
     await asyncio.sleep(0.2)
     lone = asyncio.ensure_future(keyed.get(9))
