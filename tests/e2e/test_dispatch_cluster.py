@@ -24,17 +24,21 @@ CRON_MINUTES = 3
 
 
 def test_four_instances_fire_every_schedule_exactly_once(pg_db: str, tmp_path: Path) -> None:
-    # Set up with a server that fires nothing, so every one-time schedule is due when the cluster starts.
+    # Set up with a server that fires nothing. The one-time schedules are made due only once all four
+    # instances run: started one after another, the first would otherwise drain a backlog this size alone
+    # before the others are up (its batch doubles up to DISPATCH_BATCH_CAP), and the claims would never race.
     with servers(pg_db, tmp_path, 1, args=["--no-dispatcher"]) as (setup,):
         stub = setup.stub()
         once_racks = [f"once-{i:04d}" for i in range(ONE_TIME_SCHEDULES)]
         cron_racks = [f"cron-{i:02d}" for i in range(CRON_SCHEDULES)]
         create_racks(stub, once_racks + cron_racks)
-        past = rfc3339(datetime.now(UTC) - timedelta(minutes=5))
+        later = rfc3339(datetime.now(UTC) + timedelta(hours=1))
         create_schedules(
             stub,
             [
-                schedule_request(f"once-{i:04d}", [rack], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
+                schedule_request(
+                    f"once-{i:04d}", [rack], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=later
+                )
                 for i, rack in enumerate(once_racks)
             ],
         )
@@ -51,6 +55,11 @@ def test_four_instances_fire_every_schedule_exactly_once(pg_db: str, tmp_path: P
     with servers(
         pg_db, tmp_path, INSTANCES, args=["--dispatch-interval", "1s", "--db-pool-size", "5"]
     ) as cluster:
+        # Due now: every instance finds them at its next poll, within the 1 s interval of the others.
+        sql(
+            pg_db,
+            "UPDATE task_schedule SET next_run_at = now() - interval '5 minutes' WHERE name LIKE 'once-%%'",
+        )
         drain_s = wait_until(
             lambda: (
                 sql(pg_db, "SELECT count(*) FROM tasks WHERE description LIKE 'once-%%'")[0][0]
