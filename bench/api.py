@@ -155,8 +155,7 @@ def postgres_cpu() -> dict[int, float]:
         except OSError:  # the process ended
             continue
         if "(postgres)" in text:
-            fields = text.rsplit(")", 1)[1].split()
-            used[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            used[int(stat.parent.name)] = stat_cpu_seconds(text)
     return used
 
 
@@ -179,7 +178,12 @@ def keyed_reads(metrics_url: str) -> tuple[float, float]:
 
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU the process has used, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
+
+
+def stat_cpu_seconds(stat: str) -> float:
+    """User plus system CPU seconds in the text of a /proc/<pid>/stat."""
+    fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

@@ -458,9 +458,10 @@ def by_keys(
         SELECT found.* FROM unnest(:lookup_keys) AS lookup(key)
         JOIN LATERAL (<stmt> AND column = lookup.key OFFSET 0) AS found ON true ORDER BY …
 
-    `column IN (…)` of a dispatched batch's 200 keys was planned as a full scan whatever the statistics:
-    without any (a table filled since it was last analyzed) as matching most of the table, and with them as
-    a hashed scan that PostgreSQL costs below 200 index probes, which it stays only while the fleet is small
+    `column IN (…)` of a dispatched batch's keys (up to `DISPATCH_BATCH_CAP`) was planned as a full scan
+    whatever the statistics: without any (a table filled since it was last analyzed) as matching most of the
+    table, and with them as a hashed scan that PostgreSQL costs below as many index probes, which it stays
+    only while the fleet is small
     (docs/PERFORMANCE.md, "flat as work grows"). OFFSET 0 keeps the planner from folding the lookups back
     into one join. SQLite: `<stmt> AND column IN (…)`, which it answers by an index lookup per key.
     `dialect` is `Database.dialect` or `conn.dialect.name`.
