@@ -38,12 +38,12 @@ from sqlalchemy import Engine, create_engine, insert, select, text, update  # no
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from rackflow.clock import SystemClock  # noqa: E402
-from rackflow.inventory.model import ComponentSpec, ComponentType, RackTarget, TargetSpec  # noqa: E402
-from rackflow.schedules.model import OverlapPolicy  # noqa: E402
+from rackflow.domain.inventory import ComponentSpec, ComponentType, RackTarget, TargetSpec  # noqa: E402
+from rackflow.domain.schedules import OverlapPolicy  # noqa: E402
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions  # noqa: E402
 from rackflow.services import Services  # noqa: E402
 from rackflow.store.db import Database, normalise_url  # noqa: E402
 from rackflow.store.tables import components, racks, task_schedule, task_schedule_scope  # noqa: E402
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions  # noqa: E402
 from rackflow.timespec import ScheduleSpec  # noqa: E402
 from tests.e2e.cluster import ServerProcess, fresh_postgres_database, servers, start_server  # noqa: E402
 

@@ -23,11 +23,11 @@ from _common import add_db_arguments, code_line, fresh_database, machine_line, m
 from rackflow.budgets.gate import hold_over_budget
 from rackflow.budgets.service import BudgetInput
 from rackflow.clock import SystemClock
-from rackflow.inventory.model import ComponentSpec, ComponentType, RackSelection
+from rackflow.domain.inventory import ComponentSpec, ComponentType, RackSelection
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
 from rackflow.services import Services
 from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 
 LEASE = timedelta(hours=1)
 ROUNDS = 60

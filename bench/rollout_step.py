@@ -20,13 +20,13 @@ from _common import add_db_arguments, code_line, fresh_database, machine_line, m
 from sqlalchemy import update
 
 from rackflow.clock import SystemClock
-from rackflow.inventory.model import ComponentSpec, ComponentType, RackTarget, TargetSpec
-from rackflow.rollouts.policy import RolloutPolicy
-from rackflow.schedules.model import OverlapPolicy
+from rackflow.domain.inventory import ComponentSpec, ComponentType, RackTarget, TargetSpec
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, TaskStatus
 from rackflow.services import Services
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions, TaskStatus
 from rackflow.timespec import ScheduleSpec, SpecType
 
 FIRMWARE = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.1.0")

@@ -58,7 +58,7 @@ import psycopg
 from _common import code_line, fresh_database, machine_line, percentile
 from sqlalchemy.engine import make_url
 
-from rackflow.audit.model import SYSTEM_PRINCIPAL
+from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.timespec import ScheduleSpec, SpecType, parse_spec
 from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import ServerProcess, start_server

@@ -19,9 +19,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from rackflow.config import parse_interval
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.tasks import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions
 from rackflow.errors import InvalidArgument
-from rackflow.rollouts.policy import RolloutPolicy
-from rackflow.tasks.model import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions
 
 MAX_TEXT_LENGTH = 255  # the width of every inventory and schedule name column
 MAX_DESCRIPTION_LENGTH = 1024

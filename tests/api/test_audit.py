@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow import metrics
 from rackflow.api import audit as audit_interceptor
 from rackflow.api.auth import Principal, current_principal
-from rackflow.audit.model import AuditEvent
 from rackflow.clock import Clock, FakeClock
-from rackflow.inventory.model import ComponentSpec, ComponentType
+from rackflow.domain.audit import AuditEvent
+from rackflow.domain.inventory import ComponentSpec, ComponentType
 from rackflow.security import Role
 from rackflow.services import Services
 from rackflow.store import audit as audit_store

@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, select, update
 
+from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import Database
 from rackflow.store.tables import metadata, tasks
-from rackflow.tasks.model import TaskStatus
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.api.fuzz_requests import Known, requests_by_rpc

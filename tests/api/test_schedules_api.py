@@ -13,7 +13,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.clock import Clock, FakeClock
-from rackflow.inventory.model import ComponentSpec, ComponentType, Rack
+from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
 from rackflow.services import Services
 from rackflow.store import schedules as schedule_store
 from rackflow.v1 import flow_pb2 as pb

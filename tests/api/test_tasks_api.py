@@ -16,12 +16,12 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.api.convert.tasks import scheduled_operation_from
+from rackflow.domain.inventory import RackTarget, TargetSpec
+from rackflow.domain.tasks import ConflictStrategy, Operation, OperationKind, QueueOptions, TaskStatus
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import RackTarget, TargetSpec
 from rackflow.services import Services
 from rackflow.store import tasks as store
 from rackflow.store.db import Database
-from rackflow.tasks.model import ConflictStrategy, Operation, OperationKind, QueueOptions, TaskStatus
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.conftest import table_counts

@@ -14,7 +14,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.clock import Clock, FakeClock
-from rackflow.inventory.model import Rack
+from rackflow.domain.inventory import Rack
 from rackflow.services import Services
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub

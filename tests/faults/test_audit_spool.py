@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from rackflow import metrics
-from rackflow.audit.model import OK, AuditEvent
 from rackflow.audit.spool import AuditSpool
 from rackflow.audit.trail import AuditTrail
 from rackflow.clock import SystemClock
+from rackflow.domain.audit import OK, AuditEvent
 from rackflow.store import audit as audit_store
 from rackflow.store.db import Database
 from rackflow.v1 import flow_pb2 as pb

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from rackflow.inventory.model import Bmc, Component, ComponentType, PowerState
+from rackflow.domain.inventory import Bmc, Component, ComponentType, PowerState
+from rackflow.domain.tasks import OperationKind, Task
 from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.config import RedfishConfig
-from rackflow.tasks.model import OperationKind, Task
 from tests.unit.test_redfish_backend import stored, task
 
 ROOT = "/redfish/v1"

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rackflow.clock import FakeClock
-from rackflow.inventory.model import ComponentSpec, ComponentType, Rack, RackTarget, TargetSpec
-from rackflow.schedules.model import OverlapPolicy, Schedule
+from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack, RackTarget, TargetSpec
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
 from rackflow.services import Services
 from rackflow.store.db import Database
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.timespec import ScheduleSpec, SpecType
 
 START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

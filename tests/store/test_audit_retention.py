@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import event, select
 
 from rackflow import metrics
-from rackflow.audit.model import OK, AuditEvent
 from rackflow.audit.retention import AuditPruner
 from rackflow.clock import SystemClock
+from rackflow.domain.audit import OK, AuditEvent
 from rackflow.store import audit as store
 from rackflow.store.db import Database
 from rackflow.store.retention import PRUNE_CHUNK

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rackflow.audit.model import OK, EventFilter
+from rackflow.domain.audit import OK, EventFilter
 from rackflow.errors import InvalidArgument
 from rackflow.store.db import Database
 from tests.store.schedules_support import Env, make_env

@@ -25,7 +25,7 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.config import DISPATCH_BATCH_CAP
-from rackflow.schedules.model import Scope
+from rackflow.domain.schedules import Scope
 from rackflow.store import dispatch, rollouts, windows
 from rackflow.store import inventory as inventory_store
 from rackflow.store import schedules as schedules_store

@@ -15,14 +15,14 @@ import pytest
 from rackflow.budgets.gate import hold_over_budget
 from rackflow.budgets.service import BudgetInput
 from rackflow.clock import SystemClock
+from rackflow.domain.inventory import Rack, RackSelection
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
 from rackflow.errors import AlreadyExists, InvalidArgument, NotFound
-from rackflow.inventory.model import Rack, RackSelection
-from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.services import Services
 from rackflow.store import instances, task_runs
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions, Task, TaskStatus
 from tests.store.schedules_support import POWER_OFF, Env, make_env
 from tests.store.test_executor import eventually, executing, finished, get
 from tests.store.test_rollouts import _racks, _schedule

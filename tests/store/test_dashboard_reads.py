@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
+from rackflow.domain.schedules import ScheduleOrder
+from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import FailedPrecondition
-from rackflow.schedules.model import ScheduleOrder
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
-from rackflow.tasks.model import TaskStatus
 from rackflow.timespec import ScheduleSpec, SpecType
 from tests.store.schedules_support import START, make_env
 

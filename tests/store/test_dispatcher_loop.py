@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
+from rackflow.domain.schedules import Schedule
 from rackflow.schedules.dispatcher import Claim, Dispatcher
-from rackflow.schedules.model import Schedule
 from rackflow.store import dispatch
 from rackflow.store.db import Database
 from tests.store.schedules_support import START, Env, make_env

@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from rackflow.domain.schedules import Schedule
 from rackflow.schedules import dispatcher as dispatcher_module
 from rackflow.schedules.dispatcher import Dispatcher
-from rackflow.schedules.model import Schedule
 from rackflow.store import wakeups
 from rackflow.store.db import Database
 from rackflow.timespec import ScheduleSpec, SpecType, format_rfc3339

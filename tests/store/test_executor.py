@@ -13,18 +13,26 @@ import pytest
 from sqlalchemy import event, insert, select, update
 
 from rackflow.clock import SystemClock
+from rackflow.domain.inventory import Component, ComponentSpec, ComponentType, PowerState, Rack, RackSelection
+from rackflow.domain.tasks import (
+    ComponentChange,
+    ConflictStrategy,
+    Operation,
+    OperationKind,
+    QueueOptions,
+    Task,
+    TaskStatus,
+)
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import Component, ComponentSpec, ComponentType, PowerState, Rack, RackSelection
 from rackflow.inventory.service import InventoryService
 from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import instances as instances_table
 from rackflow.store.tables import tasks as tasks_table
-from rackflow.tasks.backends.base import Backend, ComponentChange
+from rackflow.tasks.backends.base import Backend
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from rackflow.tasks.executor import MAX_ATTEMPTS, Executor
 from rackflow.tasks.manager import CANCELLED_MESSAGE, TaskManager
-from rackflow.tasks.model import ConflictStrategy, Operation, OperationKind, QueueOptions, Task, TaskStatus
 
 CLOCK = SystemClock()
 FAST = SimulatorConfig(step_seconds=0.01)

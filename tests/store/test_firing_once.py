@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from rackflow.domain.schedules import OverlapPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.schedules import firing
-from rackflow.schedules.model import OverlapPolicy
 from rackflow.store import schedules as store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database

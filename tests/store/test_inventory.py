@@ -10,8 +10,7 @@ import pytest
 from sqlalchemy import insert, select
 
 from rackflow.clock import FakeClock
-from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     Component,
     ComponentsFilter,
     ComponentSpec,
@@ -20,12 +19,13 @@ from rackflow.inventory.model import (
     PowerState,
     TargetSpec,
 )
+from rackflow.domain.tasks import ComponentChange
+from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.service import InventoryService
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
 from rackflow.store.tables import components, task_schedule, task_schedule_scope, tasks
 from rackflow.store.task_runs import record_changes
-from rackflow.tasks.backends.base import ComponentChange
 from rackflow.validation import check_text
 from tests.conftest import table_counts
 from tests.store.schedules_support import make_env, rack_target

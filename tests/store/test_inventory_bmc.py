@@ -7,8 +7,8 @@ from sqlalchemy import select
 
 from rackflow.api.convert.inventory import component_specs_from, component_to
 from rackflow.clock import SystemClock
+from rackflow.domain.inventory import Bmc, ComponentSpec, ComponentType
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import Bmc, ComponentSpec, ComponentType
 from rackflow.inventory.service import InventoryService
 from rackflow.store.db import Database
 from rackflow.store.tables import components

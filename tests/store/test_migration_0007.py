@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import insert
 
-from rackflow.schedules.model import Pause
+from rackflow.domain.schedules import Pause
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate

@@ -13,6 +13,7 @@ from alembic import command
 from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from rackflow.domain.windows import WindowPolicy
 from rackflow.store import schedules as store
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
@@ -26,7 +27,6 @@ from rackflow.store.tables import (
     tasks,
 )
 from rackflow.store.tasks import get_task
-from rackflow.windows.model import WindowPolicy
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RACK, SCHEDULE, SCOPE, TASK = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()

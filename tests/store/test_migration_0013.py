@@ -14,12 +14,12 @@ from alembic import command
 from sqlalchemy import Connection, insert
 from sqlalchemy.exc import IntegrityError
 
+from rackflow.domain.tasks import TaskStatus
 from rackflow.store import budgets as budget_store
 from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, head_revision, migrate
 from rackflow.store.tables import operation_budgets, racks, tasks
 from rackflow.store.tasks import get_task
-from rackflow.tasks.model import TaskStatus
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 RACK, TASK = uuid.uuid4(), uuid.uuid4()

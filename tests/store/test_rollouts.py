@@ -12,18 +12,18 @@ from datetime import timedelta
 import pytest
 from prometheus_client import REGISTRY
 
-from rackflow.audit.model import EventFilter
+from rackflow.domain.audit import EventFilter
+from rackflow.domain.inventory import Rack
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.tasks import QueueOptions, Task, TaskStatus
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.model import Rack
-from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.rollouts.service import RunReport
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
-from rackflow.schedules.model import OverlapPolicy, Schedule
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
-from rackflow.tasks.model import QueueOptions, Task, TaskStatus
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
 
 pytestmark = pytest.mark.asyncio

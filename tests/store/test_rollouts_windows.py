@@ -9,14 +9,14 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from rackflow.inventory.model import Rack
-from rackflow.rollouts.policy import RolloutPolicy
+from rackflow.domain.inventory import Rack
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.tasks import QueueOptions, Task, TaskStatus
+from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
-from rackflow.schedules.model import OverlapPolicy, Schedule
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
-from rackflow.tasks.model import QueueOptions, Task, TaskStatus
-from rackflow.windows.model import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import HOURLY, POWER_OFF, START, Env, make_env, rack_target
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rackflow.domain.inventory import ComponentTarget, ComponentType, TargetSpec
+from rackflow.domain.tasks import Operation, OperationKind
 from rackflow.errors import InvalidArgument, NotFound
-from rackflow.inventory.model import ComponentTarget, ComponentType, TargetSpec
 from rackflow.store.db import Database
-from rackflow.tasks.model import Operation, OperationKind
 from rackflow.timespec import ScheduleSpec, SpecType
 from tests.conftest import table_counts
 from tests.store.schedules_support import POWER_OFF, START, Env, make_env, rack_target

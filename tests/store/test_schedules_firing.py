@@ -11,14 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.errors import FailedPrecondition, NotFound, Unavailable
-from rackflow.inventory.model import Rack, RackSelection
-from rackflow.schedules import firing
-from rackflow.schedules.firing import RunResult, task_description
-from rackflow.schedules.model import OverlapPolicy, Schedule
-from rackflow.store import schedules as store
-from rackflow.store.db import Database
-from rackflow.tasks.model import (
+from rackflow.domain.inventory import Rack, RackSelection
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.tasks import (
     MAX_WAITING_PER_RACK,
     ConflictStrategy,
     Operation,
@@ -26,6 +21,11 @@ from rackflow.tasks.model import (
     QueueOptions,
     TaskStatus,
 )
+from rackflow.errors import FailedPrecondition, NotFound, Unavailable
+from rackflow.schedules import firing
+from rackflow.schedules.firing import RunResult, task_description
+from rackflow.store import schedules as store
+from rackflow.store.db import Database
 from rackflow.timespec import ScheduleSpec, SpecType
 from tests.conftest import table_counts
 from tests.store.schedules_support import POWER_OFF, START, Env, make_env

@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     ComponentsFilter,
     ComponentTarget,
     ComponentType,
@@ -18,11 +17,12 @@ from rackflow.inventory.model import (
     TargetSpec,
     TypesFilter,
 )
-from rackflow.schedules.model import OverlapPolicy
+from rackflow.domain.schedules import OverlapPolicy
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
+from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.store import dispatch
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.timespec import ScheduleSpec, SpecType
 from tests.conftest import table_counts
 from tests.store.schedules_support import HOURLY, POWER_OFF, START, Env, make_env, rack_target

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rackflow.audit.model import SYSTEM_PRINCIPAL, EventFilter
+from rackflow.domain.audit import SYSTEM_PRINCIPAL, EventFilter
+from rackflow.domain.schedules import Pause, Schedule
 from rackflow.errors import FailedPrecondition, InvalidArgument
 from rackflow.schedules.dispatcher import Dispatcher
-from rackflow.schedules.model import Pause, Schedule
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.timespec import ScheduleSpec, SpecType

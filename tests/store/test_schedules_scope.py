@@ -6,8 +6,7 @@ import uuid
 
 import pytest
 
-from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     ComponentsFilter,
     ComponentTarget,
     ComponentType,
@@ -15,6 +14,7 @@ from rackflow.inventory.model import (
     TargetSpec,
     TypesFilter,
 )
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.store.db import Database
 from tests.conftest import table_counts
 from tests.store.schedules_support import Env, make_env, rack_target

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.errors import NotFound
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     Component,
     ComponentsFilter,
     ComponentSpec,
@@ -25,6 +24,7 @@ from rackflow.inventory.model import (
     RackSelection,
     TargetSpec,
 )
+from rackflow.errors import NotFound
 from rackflow.inventory.targets import resolve_targets
 from rackflow.schedules import service as schedule_service
 from rackflow.store import inventory as inventory_store

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import update
 
-from rackflow.inventory.model import ComponentType
+from rackflow.domain.inventory import ComponentType
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule_scope
 from tests.store.schedules_support import Env, make_env, rack_target

@@ -7,13 +7,21 @@ import asyncio
 import uuid
 
 from rackflow.clock import SystemClock
-from rackflow.inventory.model import Component, ComponentSpec, ComponentType, RackSelection
+from rackflow.domain.inventory import Component, ComponentSpec, ComponentType, RackSelection
+from rackflow.domain.tasks import (
+    ComponentChange,
+    ConflictStrategy,
+    Operation,
+    OperationKind,
+    QueueOptions,
+    Task,
+    TaskStatus,
+)
 from rackflow.inventory.service import InventoryService
 from rackflow.store.db import Database
-from rackflow.tasks.backends.base import Backend, ComponentChange, StepFailed
+from rackflow.tasks.backends.base import Backend, StepFailed
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.manager import TaskManager
-from rackflow.tasks.model import ConflictStrategy, Operation, OperationKind, QueueOptions, Task, TaskStatus
 
 CLOCK = SystemClock()
 SHELF = ComponentType.POWERSHELF

@@ -11,8 +11,7 @@ import pytest
 from sqlalchemy import event, insert
 
 from rackflow.clock import FakeClock
-from rackflow.errors import InvalidArgument, NotFound
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     ComponentsFilter,
     ComponentSpec,
     ComponentTarget,
@@ -24,6 +23,7 @@ from rackflow.inventory.model import (
     TargetSpec,
     TypesFilter,
 )
+from rackflow.errors import InvalidArgument, NotFound
 from rackflow.inventory.service import InventoryService
 from rackflow.store.db import Database
 from rackflow.store.tables import racks as racks_table

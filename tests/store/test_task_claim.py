@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+from rackflow.domain.tasks import Operation, OperationKind, TaskStatus
 from rackflow.store import task_runs
 from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
-from rackflow.tasks.model import Operation, OperationKind, TaskStatus
 from tests.store.test_executor import CLOCK, make_rack, submit
 
 LEASE = timedelta(seconds=15)

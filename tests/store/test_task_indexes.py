@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.schedules.model import Scope
+from rackflow.domain.schedules import Scope
 from rackflow.store import schedules as schedules_store
 from rackflow.store import task_runs
 from rackflow.store import tasks as tasks_store

@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rackflow.clock import FakeClock
-from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     ComponentsFilter,
     ComponentSpec,
     ComponentType,
@@ -19,12 +18,7 @@ from rackflow.inventory.model import (
     TargetSpec,
     TypesFilter,
 )
-from rackflow.inventory.service import InventoryService
-from rackflow.store import task_runs
-from rackflow.store import tasks as store
-from rackflow.store.db import Database
-from rackflow.tasks.manager import CANCELLED_MESSAGE, EXPIRED_MESSAGE, Ending, TaskManager
-from rackflow.tasks.model import (
+from rackflow.domain.tasks import (
     ConflictStrategy,
     Operation,
     OperationKind,
@@ -32,6 +26,12 @@ from rackflow.tasks.model import (
     Task,
     TaskStatus,
 )
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.inventory.service import InventoryService
+from rackflow.store import task_runs
+from rackflow.store import tasks as store
+from rackflow.store.db import Database
+from rackflow.tasks.manager import CANCELLED_MESSAGE, EXPIRED_MESSAGE, Ending, TaskManager
 from tests.conftest import table_counts
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

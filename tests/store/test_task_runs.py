@@ -9,15 +9,22 @@ import pytest
 from sqlalchemy import update
 
 from rackflow.clock import SystemClock
-from rackflow.inventory.model import ComponentSpec, ComponentType, PowerState, Rack, RackSelection
+from rackflow.domain.inventory import ComponentSpec, ComponentType, PowerState, Rack, RackSelection
+from rackflow.domain.tasks import (
+    ComponentChange,
+    ConflictStrategy,
+    Operation,
+    OperationKind,
+    QueueOptions,
+    Task,
+    TaskStatus,
+)
 from rackflow.inventory.service import InventoryService
 from rackflow.store import instances, task_runs
 from rackflow.store import tasks as store
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks as tasks_table
-from rackflow.store.task_runs import ComponentChange
 from rackflow.tasks.manager import TaskManager
-from rackflow.tasks.model import ConflictStrategy, Operation, OperationKind, QueueOptions, Task, TaskStatus
 
 CLOCK = SystemClock()
 LEASE = timedelta(seconds=15)

@@ -8,15 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rackflow.inventory.model import Rack
+from rackflow.domain.inventory import Rack
+from rackflow.domain.schedules import Schedule
+from rackflow.domain.tasks import Operation, OperationKind, TaskStatus
+from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
 from rackflow.schedules.firing import RunResult
-from rackflow.schedules.model import Schedule
 from rackflow.store import dispatch, task_runs
 from rackflow.store.db import Database
-from rackflow.tasks.model import Operation, OperationKind, TaskStatus
 from rackflow.timespec import ScheduleSpec, SpecType
-from rackflow.windows.model import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import START, Env, make_env
 

@@ -9,13 +9,13 @@ import uuid
 from datetime import timedelta
 
 from rackflow.clock import SystemClock
-from rackflow.inventory.model import RackSelection
+from rackflow.domain.inventory import RackSelection
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
+from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.services import Services
 from rackflow.store import task_runs
 from rackflow.store.db import Database
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions, Task, TaskStatus
 from rackflow.windows.gate import hold_frozen
-from rackflow.windows.model import OneOff, WindowKind
 from rackflow.windows.service import WindowInput
 from tests.store.test_executor import eventually, executing, finished, get, make_rack
 

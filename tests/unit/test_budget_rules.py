@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rackflow.budgets.model import OperationBudget
-from rackflow.budgets.rules import Started, admit
-from rackflow.tasks.model import OperationKind
+from rackflow.budgets.rules import admit
+from rackflow.domain.budgets import OperationBudget, Started
+from rackflow.domain.tasks import OperationKind
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 FW, OFF, ON = OperationKind.UPGRADE_FIRMWARE, OperationKind.POWER_OFF, OperationKind.POWER_ON

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rackflow.inventory.model import Component, PowerState
-from rackflow.inventory.model import ComponentType as T
+from rackflow.domain.inventory import Component, PowerState
+from rackflow.domain.inventory import ComponentType as T
+from rackflow.domain.tasks import OperationKind as Op
 from rackflow.tasks.conflicts import RULES, TaskShape, conflicts, could_conflict, shape_of
-from rackflow.tasks.model import OperationKind as Op
 
 SHELF_1, SHELF_2 = uuid.uuid4(), uuid.uuid4()
 GPU_1, GPU_2 = uuid.uuid4(), uuid.uuid4()

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from rackflow.api.convert.inventory import component_specs_from, domain_to, rack_to, uuids_from
+from rackflow.domain.inventory import Component, ComponentSpec, ComponentType, NVLDomain, PowerState, Rack
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import Component, ComponentSpec, ComponentType, NVLDomain, PowerState, Rack
 from rackflow.v1 import flow_pb2 as pb
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from rackflow.tasks.model import Operation, OperationKind
+from rackflow.domain.tasks import Operation, OperationKind
 
 WINDOW_START = datetime(2026, 6, 1, 4, 0, tzinfo=timezone(timedelta(hours=2)))
 

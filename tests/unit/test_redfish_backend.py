@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
 
+from rackflow.domain.inventory import Bmc, Component, ComponentType, PowerState
+from rackflow.domain.tasks import ComponentChange, Operation, OperationKind, Task, TaskStatus
 from rackflow.inventory.bmc import Target
-from rackflow.inventory.model import Bmc, Component, ComponentType, PowerState
-from rackflow.tasks.backends.base import ComponentChange, StepFailed
+from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.bmc import Observed
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials
 from rackflow.tasks.backends.redfish.rules import PowerAction
-from rackflow.tasks.model import Operation, OperationKind, Task, TaskStatus
 
 ON, OFF = PowerState.ON, PowerState.OFF
 BMC = Bmc("http://bmc:8000", "Systems/node-0", "env:BMC_RACK1")

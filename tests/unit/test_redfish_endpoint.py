@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from rackflow.domain.inventory import Bmc
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.bmc import Target, check_bmc, target_of
-from rackflow.inventory.model import Bmc
 from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_credentials
 
 

@@ -8,8 +8,8 @@ import pytest
 from rackflow.api.convert.inventory import component_specs_from
 from rackflow.cli.racks import parse_fleet
 from rackflow.clock import SystemClock
+from rackflow.domain.inventory import Bmc
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import Bmc
 from rackflow.v1 import flow_pb2 as pb
 
 CLOCK = SystemClock()

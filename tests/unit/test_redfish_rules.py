@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
 
+from rackflow.domain.inventory import ComponentType, PowerState
+from rackflow.domain.tasks import OperationKind
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import ComponentType, PowerState
 from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.redfish.calls import call, reason
 from rackflow.tasks.backends.redfish.config import RedfishConfig
@@ -23,7 +24,6 @@ from rackflow.tasks.backends.redfish.rules import (
     power_state_from,
     update_failure,
 )
-from rackflow.tasks.model import OperationKind
 
 ON, OFF, UNKNOWN = PowerState.ON, PowerState.OFF, PowerState.UNKNOWN
 K = OperationKind

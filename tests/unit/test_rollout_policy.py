@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from rackflow.rollouts.policy import Decision, Phase, RolloutPolicy, ScopeView, decide
+from rackflow.domain.rollouts import Decision, Phase, RolloutPolicy, ScopeView, decide
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DOM_A, DOM_B = uuid.uuid4(), uuid.uuid4()

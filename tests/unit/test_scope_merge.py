@@ -7,15 +7,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rackflow.errors import FailedPrecondition
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     ComponentFilter,
     ComponentsFilter,
     ComponentType,
     RackSelection,
     TypesFilter,
 )
-from rackflow.schedules.model import Scope
+from rackflow.domain.schedules import Scope
+from rackflow.errors import FailedPrecondition
 from rackflow.schedules.scope import merge, merge_filters, reconcile
 
 RACK = uuid.uuid4()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from rackflow.inventory.model import Component, ComponentType, PowerState
+from rackflow.domain.inventory import Component, ComponentType, PowerState
 from rackflow.tasks.executor import step_batches
 
 RACK = uuid.uuid4()

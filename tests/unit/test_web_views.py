@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rackflow.schedules.model import Outcome, Run, RunState, ScopeOutcome
-from rackflow.tasks.model import TaskStatus
+from rackflow.domain.schedules import Outcome, Run, RunState, ScopeOutcome
+from rackflow.domain.tasks import TaskStatus
 from rackflow.web.views import LOOKS, TASK_LOOKS, Verdict, outcome_verdict, run_verdict
 
 T1, T2 = uuid.uuid4(), uuid.uuid4()

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from rackflow.tasks.model import OperationKind
-from rackflow.windows.model import (
+from rackflow.domain.tasks import OperationKind
+from rackflow.domain.windows import (
     MaintenanceWindow,
     OneOff,
     RackRef,

@@ -12,13 +12,13 @@ import pytest
 
 from rackflow.api.audit import AuditInterceptor
 from rackflow.clock import Clock, FakeClock
-from rackflow.inventory.model import ComponentSpec, ComponentType, RackTarget, TargetSpec
-from rackflow.rollouts.policy import RolloutPolicy
-from rackflow.schedules.model import OverlapPolicy, Schedule
+from rackflow.domain.inventory import ComponentSpec, ComponentType, RackTarget, TargetSpec
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, TaskStatus
 from rackflow.security import TokenTable
 from rackflow.services import Services
 from rackflow.store import tasks as task_store
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions, TaskStatus
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.web.app import build_app
 from tests.api.conftest import services  # noqa: F401  (the fixture)

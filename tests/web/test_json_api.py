@@ -13,10 +13,10 @@ import pytest
 from rackflow.api.convert import message_json
 from rackflow.api.servicer import FlowServicer
 from rackflow.clock import FakeClock
-from rackflow.rollouts.policy import RolloutPolicy
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.services import Services
 from rackflow.store.db import Database
-from rackflow.tasks.model import OperationKind, TaskStatus
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.v1 import flow_pb2 as pb
 from tests.conftest import table_counts

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from rackflow.rollouts.policy import RolloutPolicy
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.services import Services
 from rackflow.store import dispatch
 from rackflow.store.tables import task_schedule
-from rackflow.tasks.model import OperationKind, TaskStatus
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.web.pages import overview
 from tests.web.conftest import end_task, make_racks, make_schedule

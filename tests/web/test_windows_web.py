@@ -11,11 +11,11 @@ from datetime import timedelta
 import httpx
 
 from rackflow.budgets.service import BudgetInput
-from rackflow.inventory.model import RackSelection
+from rackflow.domain.inventory import RackSelection
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
+from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.services import Services
 from rackflow.store import task_runs
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions
-from rackflow.windows.model import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.windows.service import Ref, WindowInput
 from tests.web.conftest import make_racks, make_schedule
 

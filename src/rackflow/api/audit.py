@@ -33,8 +33,8 @@ from rackflow.api.auth import (
 from rackflow.api.convert import page_from, timestamp_from
 from rackflow.api.convert.audit import audit_event_to
 from rackflow.api.errors import rpc
-from rackflow.audit.model import OK, EventFilter
 from rackflow.audit.trail import AuditTrail
+from rackflow.domain.audit import OK, EventFilter
 from rackflow.errors import InvalidArgument
 from rackflow.v1 import flow_pb2 as pb
 

@@ -39,7 +39,7 @@ from rackflow.schedules.service import (
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:
-    from rackflow.schedules.model import Schedule
+    from rackflow.domain.schedules import Schedule
     from rackflow.services import Services
 
 

@@ -17,8 +17,8 @@ from rackflow.api.convert.tasks import (
     task_to,
 )
 from rackflow.api.errors import rpc
+from rackflow.domain.tasks import OperationKind
 from rackflow.errors import InvalidArgument
-from rackflow.tasks.model import OperationKind
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:

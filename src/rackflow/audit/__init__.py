@@ -3,5 +3,5 @@
 `trail.AuditTrail` records and lists events (one per action, whichever front end took it: the gRPC
 interceptor in `rackflow.api.audit`, or any other that calls `AuditTrail.record`), `spool.AuditSpool`
 keeps the events a database outage refused until it is back, `retention.AuditPruner` deletes the old
-ones, `model.AuditEvent` is one event. Its SQL is `rackflow.store.audit`.
+ones, `rackflow.domain.audit.AuditEvent` is one event. Its SQL is `rackflow.store.audit`.
 """

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from rackflow import metrics
-from rackflow.audit.model import AuditEvent
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_AUDIT_SPOOL_MAX_BYTES, DEFAULT_AUDIT_SPOOL_REPLAY_INTERVAL
+from rackflow.domain.audit import AuditEvent
 from rackflow.errors import Unavailable
 from rackflow.store import audit as store
 from rackflow.store.db import Database

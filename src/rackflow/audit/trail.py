@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import failpoints, metrics
-from rackflow.audit.model import EVERY_EVENT, AuditEvent, EventFilter
 from rackflow.audit.spool import AuditSpool
 from rackflow.clock import Clock
+from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter
 from rackflow.errors import Unavailable
 from rackflow.store import audit as store
 from rackflow.store.db import Database

@@ -1,2 +1,2 @@
-"""Fleet-wide operation budgets: the resource (`model`), the admission rule (`rules`), the use cases
-(`service`) and the executor's start gate (`gate`). See docs/ROLLOUTS.md, "Budgets"."""
+"""Fleet-wide operation budgets: the resource (`rackflow.domain.budgets`), the admission rule (`rules`),
+the use cases (`service`) and the executor's start gate (`gate`). See docs/ROLLOUTS.md, "Budgets"."""

@@ -45,15 +45,16 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import failpoints
-from rackflow.budgets.rules import Started, admit
+from rackflow.budgets.rules import admit
 from rackflow.config import BUDGET_RETRY_DELAY
+from rackflow.domain.budgets import Started
+from rackflow.domain.tasks import OperationKind, Task
+from rackflow.domain.windows import RackRef
 from rackflow.metrics import BUDGET_HOLDS
 from rackflow.store import budgets as store
 from rackflow.store.db import Database
 from rackflow.store.task_runs import hold_back
 from rackflow.store.windows import rack_refs
-from rackflow.tasks.model import OperationKind, Task
-from rackflow.windows.model import RackRef
 
 log = logging.getLogger(__name__)
 

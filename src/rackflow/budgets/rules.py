@@ -16,19 +16,9 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from rackflow.budgets.model import OperationBudget
-from rackflow.tasks.model import OperationKind
+from rackflow.domain.budgets import OperationBudget, Started
 
 K = TypeVar("K", bound=Hashable)
-
-
-@dataclass(frozen=True)
-class Started:
-    """A task that counts (running, or about to start): its operation and its domain (or its rack's id
-    when the rack has none)."""
-
-    operation: OperationKind
-    domain: uuid.UUID
 
 
 @dataclass(frozen=True)

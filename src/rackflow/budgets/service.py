@@ -10,13 +10,13 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
-from rackflow.budgets.model import OperationBudget
 from rackflow.clock import Clock
+from rackflow.domain.budgets import OperationBudget
+from rackflow.domain.tasks import OperationKind
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.store import budgets as store
 from rackflow.store.db import Database
 from rackflow.store.task_runs import release_held
-from rackflow.tasks.model import OperationKind
 from rackflow.validation import check_mask, check_name, distinct_operations
 
 NAME_PATH = "budget.name"

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from rackflow.domain.inventory import Bmc
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import Bmc
 
 DEFAULT_ROOT = "/redfish/v1/"
 RESOURCE_COLLECTIONS = ("Systems", "Chassis", "Managers")

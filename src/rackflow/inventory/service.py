@@ -13,9 +13,7 @@ from collections.abc import Collection, Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.bmc import check_bmc
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     Component,
     ComponentSpec,
     ComponentType,
@@ -24,6 +22,8 @@ from rackflow.inventory.model import (
     RackSelection,
     TargetSpec,
 )
+from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from rackflow.inventory.bmc import check_bmc
 from rackflow.inventory.targets import resolve_targets
 from rackflow.schedules.removal import drop_component_from_scopes
 from rackflow.store import inventory as store

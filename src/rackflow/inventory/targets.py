@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.errors import InvalidArgument, NotFound
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     Component,
     ComponentsFilter,
     ComponentTarget,
@@ -24,6 +23,7 @@ from rackflow.inventory.model import (
     TargetSpec,
     TypesFilter,
 )
+from rackflow.errors import InvalidArgument, NotFound
 from rackflow.store import inventory as store
 from rackflow.validation import check_text
 

@@ -21,20 +21,20 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
-from rackflow.audit.model import OK, SYSTEM_PRINCIPAL
 from rackflow.audit.trail import AuditTrail
 from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
+from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
+from rackflow.domain.rollouts import ENDED, Phase, ScopeView, decide, failures_counted
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, Schedule, Scope, ScopeOutcome
+from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError
-from rackflow.rollouts.policy import ENDED, Phase, ScopeView, decide, failures_counted
 from rackflow.schedules.firing import scope_submission, window_decisions
-from rackflow.schedules.model import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, Schedule, Scope, ScopeOutcome
 from rackflow.store import rollouts as store
 from rackflow.store import schedules as schedule_store
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import TaskManager
-from rackflow.tasks.model import TaskStatus
 from rackflow.windows.rules import Decision
 
 log = logging.getLogger(__name__)

@@ -42,16 +42,16 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import failpoints, metrics
-from rackflow.audit.model import OK, SYSTEM_PRINCIPAL
 from rackflow.config import (
     DEFAULT_DISPATCH_BATCH,
     DEFAULT_DISPATCH_INTERVAL,
     DEFAULT_LEASE_TTL,
     DISPATCH_BATCH_CAP,
 )
+from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
+from rackflow.domain.schedules import pause_to_json
 from rackflow.retry import Retry, retrying
 from rackflow.schedules.firing import Firing, claim, fire
-from rackflow.schedules.model import pause_to_json
 from rackflow.services import Services
 from rackflow.store import dispatch, wakeups
 

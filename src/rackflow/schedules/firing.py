@@ -46,18 +46,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
 from rackflow.clock import Clock
+from rackflow.domain.inventory import RackSelection
+from rackflow.domain.schedules import OverlapPolicy, Schedule, Scope, ScopeOutcome, Trigger
+from rackflow.domain.tasks import Operation, QueueOptions
+from rackflow.domain.windows import MaintenanceWindow, RackRef
 from rackflow.errors import RackflowError, Unavailable
-from rackflow.inventory.model import RackSelection
 from rackflow.retry import Retry, retrying
-from rackflow.schedules.model import OverlapPolicy, Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Submission, TaskManager
-from rackflow.tasks.model import Operation, QueueOptions
 from rackflow.timespec import IntervalTiming, SpecType, format_rfc3339, parse_spec
-from rackflow.windows.model import MaintenanceWindow, RackRef
 from rackflow.windows.rules import Decision, decide_firing
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import uuid
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.inventory.model import Component, ComponentsFilter
+from rackflow.domain.inventory import Component, ComponentsFilter
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 

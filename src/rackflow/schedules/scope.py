@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, RackSelection, TypesFilter
+from rackflow.domain.schedules import Scope
 from rackflow.errors import FailedPrecondition
-from rackflow.inventory.model import ComponentFilter, ComponentsFilter, RackSelection, TypesFilter
-from rackflow.schedules.model import Scope
 
 
 def merge_filters(

@@ -15,13 +15,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.model import ComponentsFilter, RackSelection, TargetSpec
-from rackflow.inventory.targets import FIELD, resolve_targets
-from rackflow.rollouts.policy import RolloutPolicy
-from rackflow.rollouts.service import RolloutService
-from rackflow.schedules import firing
-from rackflow.schedules.model import (
+from rackflow.domain.inventory import ComponentsFilter, RackSelection, TargetSpec
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import (
     CREATION_ORDER,
     SCHEDULE_ORDER_FIELDS,
     OverlapPolicy,
@@ -31,6 +27,12 @@ from rackflow.schedules.model import (
     ScheduleOrder,
     Scope,
 )
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
+from rackflow.domain.windows import WindowPolicy
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.inventory.targets import FIELD, resolve_targets
+from rackflow.rollouts.service import RolloutService
+from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import inventory as inventory_store
 from rackflow.store import rollouts as rollout_store
@@ -41,7 +43,6 @@ from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
 from rackflow.tasks.conflicts import could_conflict
 from rackflow.tasks.manager import TaskManager, rack_label
-from rackflow.tasks.model import Operation, OperationKind, QueueOptions
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
 from rackflow.validation import (
     check_description,
@@ -53,7 +54,6 @@ from rackflow.validation import (
     check_text,
     preview_count,
 )
-from rackflow.windows.model import WindowPolicy
 from rackflow.windows.rules import FIRE, Decision
 
 NAME_PATH = "schedule.name"

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.audit.model import EVERY_EVENT, AuditEvent, EventFilter
+from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter
 from rackflow.store.db import Database, insert_new
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import audit_events, task_schedule, task_schedule_scope

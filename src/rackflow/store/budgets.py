@@ -13,13 +13,12 @@ from typing import Any
 from sqlalchemy import Row, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.budgets.model import OperationBudget
-from rackflow.budgets.rules import Started
+from rackflow.domain.budgets import OperationBudget, Started
+from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, unique_violation_as
 from rackflow.store.tables import operation_budgets, racks, tasks
 from rackflow.store.tasks import is_active, status_in
-from rackflow.tasks.model import OperationKind, TaskStatus
 
 
 def name_taken_error(name: str) -> AlreadyExists:

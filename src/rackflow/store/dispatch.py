@@ -26,7 +26,7 @@ from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.config import DUE_COUNT_CAP
-from rackflow.schedules.model import Schedule
+from rackflow.domain.schedules import Schedule
 from rackflow.store.db import Database
 from rackflow.store.schedules import schedule_from_row
 from rackflow.store.tables import instances, task_schedule, task_schedule_run

@@ -16,8 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, Table, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.errors import AlreadyExists
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     Bmc,
     Component,
     ComponentSpec,
@@ -26,6 +25,7 @@ from rackflow.inventory.model import (
     PowerState,
     Rack,
 )
+from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, by_keys, chunked, some_of, unique_violation_as
 from rackflow.store.tables import components, nvl_domains, racks, tasks
 from rackflow.store.tasks import is_active

@@ -16,11 +16,11 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.schedules.model import ROLLOUT_LIVE_STATES, Run
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run
+from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import Database, by_keys, chunked
 from rackflow.store.schedules import outcomes_to_json, run_from_row
 from rackflow.store.tables import racks, task_schedule_run, tasks
-from rackflow.tasks.model import TaskStatus
 
 _run = task_schedule_run.c
 

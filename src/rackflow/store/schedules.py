@@ -29,10 +29,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.errors import AlreadyExists
-from rackflow.inventory.model import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
-from rackflow.rollouts.policy import RolloutPolicy
-from rackflow.schedules.model import (
+from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import (
     CREATION_ORDER,
     ROLLOUT_LIVE_STATES,
     Outcome,
@@ -46,14 +45,15 @@ from rackflow.schedules.model import (
     ScopeOutcome,
     Trigger,
 )
+from rackflow.domain.tasks import Operation, OperationKind
+from rackflow.domain.windows import WindowPolicy
+from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, by_keys, chunked, insert_rows, keys_table, unique_violation_as
 from rackflow.store.inventory import names_by_id
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import is_active
-from rackflow.tasks.model import Operation, OperationKind
 from rackflow.timespec import ScheduleSpec, SpecType
-from rackflow.windows.model import WindowPolicy
 
 RUNS_KEPT_PER_SCHEDULE = 100
 

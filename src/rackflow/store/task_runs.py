@@ -18,14 +18,13 @@ from sqlalchemy import Integer, String, Uuid, and_, bindparam, case, func, or_, 
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, Update
 
-from rackflow.inventory.model import PowerState
+from rackflow.domain.inventory import PowerState
+from rackflow.domain.tasks import ComponentChange, Task, TaskStatus
 from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.tables import components, tasks
 from rackflow.store.tasks import OLDEST_FIRST, is_active, status_in, task_from_row
 from rackflow.store.types import UTCDateTime
-from rackflow.tasks.backends.base import ComponentChange
-from rackflow.tasks.model import Task, TaskStatus
 
 # Tasks per UPDATE that writes a different value to each (two bound values per task and column).
 _CASE_CHUNK = 200

@@ -19,12 +19,12 @@ from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, sel
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
+from rackflow.domain.tasks import ACTIVE_STATUSES, Operation, Task, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, by_keys, chunked, some_of, unique_violation_as
 from rackflow.store.instances import is_live
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import racks, tasks
-from rackflow.tasks.model import ACTIVE_STATUSES, Operation, Task, TaskStatus
 
 _BLOCKING = (TaskStatus.PENDING, TaskStatus.RUNNING)
 OLDEST_FIRST = (tasks.c.created_at, tasks.c.id)

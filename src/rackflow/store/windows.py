@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy import Row, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.domain.tasks import OperationKind
+from rackflow.domain.windows import MaintenanceWindow, OneOff, RackRef, Recurring, WindowKind
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import by_keys, chunked, unique_violation_as
 from rackflow.store.tables import (
@@ -23,8 +25,6 @@ from rackflow.store.tables import (
     nvl_domains,
     racks,
 )
-from rackflow.tasks.model import OperationKind
-from rackflow.windows.model import MaintenanceWindow, OneOff, RackRef, Recurring, WindowKind
 
 
 def name_taken_error(name: str) -> AlreadyExists:

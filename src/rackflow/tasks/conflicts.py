@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from rackflow.inventory.model import Component, ComponentType
-from rackflow.tasks.model import OperationKind, Task
+from rackflow.domain.inventory import Component, ComponentType
+from rackflow.domain.tasks import OperationKind, Task
 
 
 class Activity(enum.Enum):

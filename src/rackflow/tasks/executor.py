@@ -50,15 +50,15 @@ from rackflow.config import (
     DEFAULT_MAX_CONCURRENT_TASKS,
     DEFAULT_SWEEP_INTERVAL,
 )
-from rackflow.inventory.model import Component
+from rackflow.domain.inventory import Component
+from rackflow.domain.tasks import ComponentChange, OperationKind, Task, TaskStatus
 from rackflow.retry import Retry, retrying
 from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
-from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, ComponentChange, StepFailed, plan
+from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, plan
 from rackflow.tasks.manager import Ending, TaskManager
-from rackflow.tasks.model import OperationKind, Task, TaskStatus
 from rackflow.windows.gate import hold_frozen
 
 log = logging.getLogger(__name__)

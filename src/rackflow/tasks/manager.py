@@ -18,15 +18,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, RackflowError
-from rackflow.inventory.model import Component, ComponentsFilter, RackSelection, TargetSpec, TypesFilter
-from rackflow.inventory.targets import resolve_targets
-from rackflow.store import task_runs
-from rackflow.store import tasks as store
-from rackflow.store.db import Database
-from rackflow.store.inventory import components_by_rack
-from rackflow.tasks.conflicts import first_conflict, shape_of
-from rackflow.tasks.model import (
+from rackflow.domain.inventory import Component, ComponentsFilter, RackSelection, TargetSpec, TypesFilter
+from rackflow.domain.tasks import (
     MAX_WAITING_PER_RACK,
     ConflictStrategy,
     Operation,
@@ -34,6 +27,13 @@ from rackflow.tasks.model import (
     Task,
     TaskStatus,
 )
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, RackflowError
+from rackflow.inventory.targets import resolve_targets
+from rackflow.store import task_runs
+from rackflow.store import tasks as store
+from rackflow.store.db import Database
+from rackflow.store.inventory import components_by_rack
+from rackflow.tasks.conflicts import first_conflict, shape_of
 from rackflow.validation import check_description, check_operation, check_queue
 
 log = logging.getLogger(__name__)

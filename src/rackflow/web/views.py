@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rackflow.schedules.model import Run, Schedule, ScopeOutcome
-from rackflow.tasks.model import TaskStatus
+from rackflow.domain.schedules import Run, Schedule, ScopeOutcome
+from rackflow.domain.tasks import TaskStatus
 
 
 @dataclass(frozen=True)

@@ -1,2 +1,2 @@
-"""Maintenance windows and freezes: the resource (`model`), how windows combine (`rules`), the use cases
-(`service`) and the executor's start gate (`gate`). See docs/WINDOWS.md."""
+"""Maintenance windows and freezes: the resource (`rackflow.domain.windows`), how windows combine
+(`rules`), the use cases (`service`) and the executor's start gate (`gate`). See docs/WINDOWS.md."""

@@ -17,10 +17,10 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.domain.tasks import Task
+from rackflow.domain.windows import WindowKind
 from rackflow.store import task_runs
 from rackflow.store import windows as store
-from rackflow.tasks.model import Task
-from rackflow.windows.model import WindowKind
 from rackflow.windows.rules import freeze_at
 
 log = logging.getLogger(__name__)

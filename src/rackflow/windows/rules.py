@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from rackflow.tasks.model import OperationKind
-from rackflow.windows.model import MaintenanceWindow, Occurrence, RackRef, WindowKind, WindowPolicy
+from rackflow.domain.tasks import OperationKind
+from rackflow.domain.windows import MaintenanceWindow, Occurrence, RackRef, WindowKind, WindowPolicy
 
 # DEFER looks this far ahead for the rack's next opening; with none by then the scope is skipped.
 OPENING_HORIZON = timedelta(days=366)

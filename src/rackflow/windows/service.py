@@ -14,13 +14,14 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
+from rackflow.domain.tasks import OperationKind
+from rackflow.domain.windows import MaintenanceWindow, RackRef, Recurring, When, WindowKind
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.store import inventory as inventory_store
 from rackflow.store import task_runs
 from rackflow.store import windows as store
 from rackflow.store.db import Database
 from rackflow.store.tables import nvl_domains, racks
-from rackflow.tasks.model import OperationKind
 from rackflow.validation import (
     check_description,
     check_mask,
@@ -29,7 +30,6 @@ from rackflow.validation import (
     distinct_operations,
     preview_count,
 )
-from rackflow.windows.model import MaintenanceWindow, RackRef, Recurring, When, WindowKind
 from rackflow.windows.rules import WindowEvent, events
 
 NAME_PATH = "window.name"

@@ -15,14 +15,14 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import (
+from rackflow.domain.inventory import (
     ComponentTarget,
     ComponentType,
     NVLDomainTarget,
     RackTarget,
     TargetSpec,
 )
+from rackflow.errors import InvalidArgument
 from rackflow.v1 import flow_pb2 as pb
 
 MAX_PAGE_SIZE = 1000

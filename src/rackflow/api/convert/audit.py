@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from rackflow.api.convert import timestamp_to
-from rackflow.audit.model import AuditEvent
+from rackflow.domain.audit import AuditEvent
 from rackflow.v1 import flow_pb2 as pb
 
 

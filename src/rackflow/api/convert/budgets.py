@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rackflow.api.convert import timestamp_to, uuid_to
 from rackflow.api.convert.windows import operations_from
-from rackflow.budgets.model import OperationBudget
 from rackflow.budgets.service import BudgetInput
+from rackflow.domain.budgets import OperationBudget
 from rackflow.v1 import flow_pb2 as pb
 
 

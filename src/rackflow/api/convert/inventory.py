@@ -13,9 +13,9 @@ from rackflow.api.convert import (
     timestamp_to,
     uuid_to,
 )
+from rackflow.domain.inventory import Bmc, Component, ComponentSpec, NVLDomain, Rack
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.bmc import check_bmc
-from rackflow.inventory.model import Bmc, Component, ComponentSpec, NVLDomain, Rack
 from rackflow.v1 import flow_pb2 as pb
 
 MAX_COMPONENTS_PER_REQUEST = 10_000

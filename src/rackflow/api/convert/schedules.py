@@ -13,13 +13,13 @@ from typing import Any
 from rackflow.api.convert import component_type_to, timestamp_to, uuid_to
 from rackflow.api.convert.tasks import scheduled_operation_to, task_status_to
 from rackflow.api.convert.windows import window_policy_to
+from rackflow.domain.inventory import ComponentsFilter, TypesFilter
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy, Pause, Schedule, Scope, ScopeOutcome
+from rackflow.domain.tasks import QueueOptions, TaskStatus
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import ComponentsFilter, TypesFilter
-from rackflow.rollouts.policy import RolloutPolicy
 from rackflow.rollouts.service import Progress, RunReport
-from rackflow.schedules.model import OverlapPolicy, Pause, Schedule, Scope, ScopeOutcome
 from rackflow.schedules.service import PlannedFiring, PlannedScope
-from rackflow.tasks.model import QueueOptions, TaskStatus
 from rackflow.timespec import ScheduleSpec, SpecType, format_go_duration
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.validation import bake_time, check_rollout

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rackflow.api.convert import target_spec_from, timestamp_from, timestamp_to, uuid_to
-from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import TargetSpec
-from rackflow.tasks.model import (
+from rackflow.domain.inventory import TargetSpec
+from rackflow.domain.tasks import (
     ConflictStrategy,
     Operation,
     OperationKind,
@@ -21,6 +20,7 @@ from rackflow.tasks.model import (
     Task,
     TaskStatus,
 )
+from rackflow.errors import InvalidArgument
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.validation import (
     check_description,

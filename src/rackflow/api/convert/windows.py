@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rackflow.api.convert import timestamp_from, timestamp_to, uuid_from, uuid_to
+from rackflow.domain.tasks import OperationKind
+from rackflow.domain.windows import MaintenanceWindow, OneOff, Recurring, When, WindowKind, WindowPolicy
 from rackflow.errors import InvalidArgument
-from rackflow.tasks.model import OperationKind
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.windows.model import MaintenanceWindow, OneOff, Recurring, When, WindowKind, WindowPolicy
 from rackflow.windows.rules import WindowEvent
 from rackflow.windows.service import Ref, WindowInput
 

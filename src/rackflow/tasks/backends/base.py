@@ -10,25 +10,14 @@ nothing is switched on without power behind it.
 from __future__ import annotations
 
 import abc
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from rackflow.inventory.model import Component, ComponentType, PowerState
-from rackflow.tasks.model import OperationKind, Task
+from rackflow.domain.inventory import Component, ComponentType
+from rackflow.domain.tasks import ComponentChange, OperationKind, Task
 
 
 class StepFailed(Exception):
     """A component's step failed; the text says why and becomes part of the task's message."""
-
-
-@dataclass(frozen=True)
-class ComponentChange:
-    """What a step left on a component: its power state and/or firmware version (None: unchanged)."""
-
-    component_id: uuid.UUID
-    power_state: PowerState | None = None
-    firmware_version: str | None = None
 
 
 class Backend(abc.ABC):

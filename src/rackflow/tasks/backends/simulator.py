@@ -14,10 +14,10 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rackflow.domain.inventory import Component, PowerState
+from rackflow.domain.tasks import ComponentChange, OperationKind, Task
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.model import Component, PowerState
-from rackflow.tasks.backends.base import Backend, ComponentChange, StepFailed
-from rackflow.tasks.model import OperationKind, Task
+from rackflow.tasks.backends.base import Backend, StepFailed
 
 # The power state each operation leaves behind; ingest only looks, so it changes nothing.
 POWER_AFTER: dict[OperationKind, PowerState] = {

@@ -27,10 +27,10 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from rackflow.api.auth import Principal
 from rackflow.api.errors import INTERNAL, INTERNAL_MESSAGE
 from rackflow.clock import Clock
+from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import RackflowError, Unauthenticated
 from rackflow.security import TokenTable
 from rackflow.services import Services
-from rackflow.tasks.model import TaskStatus
 from rackflow.timespec.words import describe
 from rackflow.web import views
 from rackflow.web.auth import principal_of

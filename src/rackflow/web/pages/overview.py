@@ -14,8 +14,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rackflow.config import DUE_COUNT_CAP
-from rackflow.schedules.model import Schedule
-from rackflow.tasks.model import Task
+from rackflow.domain.schedules import Schedule
+from rackflow.domain.tasks import Task
 from rackflow.timespec import SpecType
 from rackflow.web.pages import Site
 

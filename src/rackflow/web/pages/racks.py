@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rackflow.inventory.model import Rack
+from rackflow.domain.inventory import Rack
 from rackflow.web import refs
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
 from rackflow.web.pages.windows import current_or_next

@@ -14,9 +14,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rackflow.api.convert.tasks import operation_kind_from
-from rackflow.schedules.model import Run, Schedule
+from rackflow.domain.schedules import Run, Schedule
+from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.schedules.service import parse_order
-from rackflow.tasks.model import OperationKind, TaskStatus
 from rackflow.timespec import SpecType
 from rackflow.web import refs
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url, utc_text

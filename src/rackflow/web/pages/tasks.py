@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.tasks.backends.base import plan
-from rackflow.tasks.model import TaskStatus
 from rackflow.web import refs
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
 

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rackflow.domain.windows import MaintenanceWindow, Occurrence, Recurring
 from rackflow.web.pages import Site
-from rackflow.windows.model import MaintenanceWindow, Occurrence, Recurring
 
 
 def routes(site: Site) -> list[Route]:

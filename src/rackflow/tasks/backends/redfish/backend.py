@@ -16,17 +16,17 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from rackflow.domain.inventory import Bmc, Component, PowerState
+from rackflow.domain.tasks import ComponentChange, OperationKind, Task
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.bmc import Target, target_of
-from rackflow.inventory.model import Bmc, Component, PowerState
 from rackflow.retry import Sleep
-from rackflow.tasks.backends.base import Backend, ComponentChange, StepFailed
+from rackflow.tasks.backends.base import Backend, StepFailed
 from rackflow.tasks.backends.redfish.bmc import BmcSession, Observed
 from rackflow.tasks.backends.redfish.calls import call
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials, read_credentials
 from rackflow.tasks.backends.redfish.rules import PowerAction, firmware_image, power_plan, update_failure
-from rackflow.tasks.model import OperationKind, Task
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import sushy  # type: ignore[import-untyped]
 from sushy import auth as sushy_auth
 from sushy import exceptions as sushy_errors
 
+from rackflow.domain.inventory import PowerState
 from rackflow.inventory.bmc import Target
-from rackflow.inventory.model import PowerState
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials
 from rackflow.tasks.backends.redfish.rules import (

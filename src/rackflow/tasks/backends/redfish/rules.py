@@ -8,8 +8,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rackflow.inventory.model import ComponentType, PowerState
-from rackflow.tasks.model import OperationKind
+from rackflow.domain.inventory import ComponentType, PowerState
+from rackflow.domain.tasks import OperationKind
 
 
 class PowerAction(enum.Enum):

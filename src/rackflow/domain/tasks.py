@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from rackflow.domain.inventory import PowerState
 from rackflow.timespec import format_rfc3339
 
 
@@ -132,3 +133,12 @@ class Task:
     run_id: uuid.UUID | None = None  # the schedule firing that submitted it
     not_before: datetime | None = None  # a FREEZE window holds it back until then
     ignore_windows: bool = False  # submitted with the override: FREEZE windows do not hold it
+
+
+@dataclass(frozen=True)
+class ComponentChange:
+    """What a step left on a component: its power state and/or firmware version (None: unchanged)."""
+
+    component_id: uuid.UUID
+    power_state: PowerState | None = None
+    firmware_version: str | None = None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from rackflow.tasks.model import OperationKind
+from rackflow.domain.tasks import OperationKind
 from rackflow.timespec import CronExpr, parse_go_duration, resolve_zone
 
 # How many starts of a recurring window are compared to find its shortest gap (a weekly window: about

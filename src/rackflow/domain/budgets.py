@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from rackflow.tasks.model import OperationKind
+from rackflow.domain.tasks import OperationKind
 
 
 @dataclass(frozen=True)
@@ -22,3 +22,12 @@ class OperationBudget:
 
     def counts(self, operation: OperationKind) -> bool:
         return operation in self.operations
+
+
+@dataclass(frozen=True)
+class Started:
+    """A task that counts (running, or about to start): its operation and its domain (or its rack's id
+    when the rack has none)."""
+
+    operation: OperationKind
+    domain: uuid.UUID

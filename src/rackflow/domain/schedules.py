@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from rackflow.inventory.model import ComponentFilter
-from rackflow.rollouts.policy import RolloutPolicy
-from rackflow.tasks.model import ConflictStrategy, Operation
+from rackflow.domain.inventory import ComponentFilter
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.tasks import ConflictStrategy, Operation
+from rackflow.domain.windows import WindowPolicy
 from rackflow.timespec import ScheduleSpec, SpecType
-from rackflow.windows.model import WindowPolicy
 
 
 class OverlapPolicy(enum.StrEnum):
