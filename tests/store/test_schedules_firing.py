@@ -23,9 +23,10 @@ from rackflow.domain.tasks import (
 )
 from rackflow.errors import FailedPrecondition, NotFound, Unavailable
 from rackflow.schedules import firing
-from rackflow.schedules.firing import RunResult, task_description
+from rackflow.schedules.firing import RunResult
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
+from rackflow.tasks.scheduled import task_description
 from rackflow.timespec import ScheduleSpec, SpecType
 from tests.conftest import table_counts
 from tests.store.schedules_support import POWER_OFF, START, Env, make_env

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rackflow.domain.tasks import OperationKind
+from rackflow.domain.window_rules import closed_at, decide_firing, events, freeze_at, next_opening
 from rackflow.domain.windows import (
     MaintenanceWindow,
     OneOff,
@@ -21,7 +22,6 @@ from rackflow.domain.windows import (
     WindowKind,
     WindowPolicy,
 )
-from rackflow.windows.rules import closed_at, decide_firing, events, freeze_at, next_opening
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden" / "dst-cases.jsonl"
 RACK = RackRef(uuid.uuid4(), uuid.uuid4())

@@ -84,6 +84,14 @@ class RolloutPolicy:
         )
 
 
+@dataclass(frozen=True)
+class RackPlace:
+    """A rack's name (rollout order and reasons) and NVLink domain (the per-domain cap)."""
+
+    name: str
+    domain_id: uuid.UUID | None
+
+
 class Phase(enum.StrEnum):
     """Where one scope of a rollout stands."""
 

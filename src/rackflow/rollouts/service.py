@@ -1,12 +1,15 @@
-"""The seam that applies the rollout rule (`rollouts.policy.decide`) to runs in the database.
+"""The seam that applies the rollout rule (`rackflow.domain.rollouts.decide`) to runs in the database.
 
-A step (`RolloutService.advance`) is one transaction: lock rolling runs (`FOR UPDATE SKIP LOCKED`, so every
-instance may step runs and none waits for another), read their tasks' states, decide per run, submit the
-scopes the rule starts (each task carries its run: UNIQUE (run_id, rack_id) refuses a second task for a
-scope whatever path tries), and write the run back: its outcomes, and its state when it completed or
-halted (pausing its schedule unless `pause_on_halt` is off). Nothing is kept in memory between steps, so a
-rollout goes on from where it is when the instance that stepped it dies or restarts: another instance's
-next step takes the run, and if the dead one's transaction had not committed, nothing of it happened.
+`RolloutService.advance` is the one entry point that moves a rollout: the rollout driver's loop and a
+firing's first step (`schedules.firing.fire_and_start`) both call it. A step is one transaction: lock
+rolling runs (`FOR UPDATE SKIP LOCKED`, so every instance may step runs and none waits for another), read
+their tasks' states, decide per run, submit the scopes the rule starts as the planner settles them
+(`domain.firing.plan_starts`: a scope removed meanwhile, the windows), each task carrying its run (UNIQUE
+(run_id, rack_id) refuses a second task for a scope whatever path tries), and write the run back: its
+outcomes, and its state when it completed or halted (pausing its schedule unless `pause_on_halt` is off).
+Nothing is kept in memory between steps, so a rollout goes on from where it is when the instance that
+stepped it dies or restarts: another instance's next step takes the run, and if the dead one's
+transaction had not committed, nothing of it happened.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -25,17 +28,17 @@ from rackflow.audit.trail import AuditTrail
 from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
 from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
-from rackflow.domain.rollouts import ENDED, Phase, ScopeView, decide, failures_counted
-from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, Schedule, Scope, ScopeOutcome
+from rackflow.domain.firing import plan_starts
+from rackflow.domain.rollouts import ENDED, Phase, RackPlace, ScopeView, decide, failures_counted
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, ScopeOutcome
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError
-from rackflow.schedules.firing import scope_submission, window_decisions
+from rackflow.store import firing as firing_store
 from rackflow.store import rollouts as store
 from rackflow.store import schedules as schedule_store
-from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import TaskManager
-from rackflow.windows.rules import Decision
+from rackflow.tasks.scheduled import scope_submission
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +74,14 @@ class RunReport:
 
 @dataclass(frozen=True)
 class Step:
-    """What one `advance` did: how many rolling runs it stepped, and the tasks it submitted."""
+    """What one `advance` did: how many rolling runs it stepped, and the tasks it submitted, by run."""
 
     runs: int
-    task_ids: tuple[uuid.UUID, ...]
+    started: Mapping[uuid.UUID, tuple[uuid.UUID, ...]] = field(default_factory=dict)
+
+    @property
+    def task_ids(self) -> tuple[uuid.UUID, ...]:
+        return tuple(task_id for tasks in self.started.values() for task_id in tasks)
 
 
 def _phase(outcome: ScopeOutcome, task: store.TaskState | None) -> Phase:
@@ -95,7 +102,7 @@ def _phase(outcome: ScopeOutcome, task: store.TaskState | None) -> Phase:
 def _views(
     run: Run,
     tasks: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
-    places: Mapping[uuid.UUID, store.RackPlace],
+    places: Mapping[uuid.UUID, RackPlace],
 ) -> list[ScopeView]:
     views = []
     for outcome in run.outcomes:
@@ -170,24 +177,25 @@ class RolloutService:
         if run_ids is None:
             async with self.db.read() as conn:
                 if not await store.any_rolling(conn):
-                    return Step(0, ())
+                    return Step(0)
         async with self.db.transaction() as conn:
             runs = await store.claim_rolling(self.db, conn, limit, run_ids)
             if not runs:
-                return Step(0, ())
+                return Step(0)
             now = self.clock.now()
             tasks = await store.task_states(conn, [r.id for r in runs])
             # The rule needs the domains of racks still to start or active, and the canaries' names.
             live = {Phase.PENDING, Phase.ACTIVE}
             needed = {v.rack_id for r in runs for v in _views(r, tasks, {}) if v.phase in live or v.canary}
             places = await store.rack_places(conn, needed)
-            started: list[uuid.UUID] = []
+            started: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
             paused: list[tuple[Run, str]] = []
             for run in runs:
-                started += await self._step(conn, run, _views(run, tasks, places), now, paused)
-        if started:
+                started[run.id] = tuple(await self._step(conn, run, _views(run, tasks, places), now, paused))
+        step = Step(len(runs), started)
+        if step.task_ids:
             self.tasks.wake_executors()
-            metrics.ROLLOUT_RACKS_STARTED.inc(len(started))
+            metrics.ROLLOUT_RACKS_STARTED.inc(len(step.task_ids))
         for run, reason in paused:
             await self.audit.record(
                 principal=SYSTEM_PRINCIPAL,
@@ -197,7 +205,7 @@ class RolloutService:
                 request={"id": str(run.schedule_id), "reason": reason, "run_id": str(run.id)},
                 schedule_id=run.schedule_id,
             )
-        return Step(len(runs), tuple(started))
+        return step
 
     async def _step(
         self,
@@ -244,38 +252,19 @@ class RolloutService:
     async def _start(
         self, conn: AsyncConnection, run: Run, scope_ids: Sequence[uuid.UUID], now: datetime
     ) -> list[uuid.UUID]:
-        """Submit the scopes' tasks in this transaction; a refused one (conflict, full queue) is "failed"
-        and counts against the failure budget, a scope removed from the schedule meanwhile "not_started".
-
-        A dispatched rollout's scope obeys the maintenance windows when its turn comes, as a firing's
-        scopes do when it fires (`firing.window_decisions`): closed under SKIP it is "skipped_window"
-        (neither success nor failure), under DEFER its task waits for the opening."""
-        schedule = await schedule_store.get_schedule(conn, run.schedule_id)
-        assert schedule is not None  # runs are deleted with their schedule
-        scopes = {s.id: s for s in await schedule_store.scopes_by_ids(conn, scope_ids)}
+        """Start the scopes in this transaction as the planner settles them (`plan_starts`: removed from
+        the schedule meanwhile, or closed by a window); a refused one (conflict, full queue) is "failed"
+        and counts against the failure budget."""
+        snapshot = await firing_store.load_starts(conn, run.schedule_id, scope_ids, run.trigger)
+        starts = plan_starts(snapshot, run.outcomes, scope_ids, run.trigger, now)
+        (schedule,) = snapshot.schedules
         outcomes = {o.scope_id: o for o in run.outcomes}
-        changed: dict[uuid.UUID, ScopeOutcome] = {}
-        present = [scopes[i] for i in scope_ids if i in scopes]
-        for gone in (i for i in scope_ids if i not in scopes):
-            changed[gone] = replace(
-                outcomes[gone], outcome="not_started", error="removed from the schedule's scope"
-            )
-        deferrals: dict[uuid.UUID, Decision] = {}
-        if run.trigger == "dispatch":  # a manual trigger obeys no ALLOW window (the freeze gate still holds)
-            for scope_id, decided in (await self._window_decisions(conn, schedule, present, now)).items():
-                if decided.action == "defer":
-                    deferrals[scope_id] = decided
-                elif decided.action == "skip_window":
-                    changed[scope_id] = replace(
-                        outcomes[scope_id], outcome="skipped_window", error=decided.reason
-                    )
-            present = [scope for scope in present if scope.id not in changed]
+        changed = dict(starts.settled)
         results = await self.tasks.submit_each_in(
-            conn,
-            [scope_submission(schedule, sc, run.fired_at, run.id, deferrals.get(sc.id)) for sc in present],
+            conn, [scope_submission(schedule, sc, run.fired_at, run.id, wait) for sc, wait in starts.submit]
         )
         started: dict[uuid.UUID, uuid.UUID] = {}
-        for scope, result in zip(present, results, strict=True):
+        for (scope, _), result in zip(starts.submit, results, strict=True):
             if isinstance(result, RackflowError):
                 changed[scope.id] = replace(outcomes[scope.id], outcome="failed", error=str(result))
             else:
@@ -284,15 +273,6 @@ class RolloutService:
         await schedule_store.set_last_task_ids(conn, started)
         await store.save_run(conn, replace(run, outcomes=_with_outcomes(run, changed)))
         return list(started.values())
-
-    async def _window_decisions(
-        self, conn: AsyncConnection, schedule: Schedule, scopes: Sequence[Scope], now: datetime
-    ) -> dict[uuid.UUID, Decision]:
-        windows = await window_store.all_windows(conn)
-        if not windows:
-            return {}
-        racks = await window_store.rack_refs(conn, {scope.rack_id for scope in scopes})
-        return window_decisions(windows, racks, schedule, scopes, now)
 
     async def _pause(self, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime) -> bool:
         """Pause the schedule of a halted rollout, with the halt as its reason (by rackflow itself); False

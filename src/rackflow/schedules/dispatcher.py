@@ -3,17 +3,19 @@
 Delivery guarantee — at most once per tick, on any number of instances:
 
 * Phase 1 (one transaction) locks up to `batch` due rows with `FOR UPDATE SKIP LOCKED` (SQLite: inside its
-  single-writer transaction) and claims them (`firing.claim`: the SKIP overlap check per scope, every
-  row's `next_run_at` advanced (interval: dispatch time + duration; cron: next time after the dispatch
-  time; one-time: consumed), a "running" run row per firing). When this commits, the tick is spent: no
+  single-writer transaction) and claims them (`firing.claim`: load the batch's snapshot, plan it with the
+  pure planner — the SKIP overlap check and the windows per scope, every row's `next_run_at` advanced
+  (interval: dispatch time + duration; cron: next time after the dispatch time; one-time: consumed) — and
+  write it: the advances and a "running" run row per firing). When this commits, the tick is spent: no
   instance can claim it again, because the row is locked until then and not due afterwards; and should
   any path try, the run table's unique (schedule, slot) index refuses a second run of the tick.
-* Phases 2 and 3 (`firing.fire`) submit one task per eligible scope through the task manager, then write
-  `last_task_id` back and complete the run. A crash between phases loses the tick's remaining submissions
-  rather than repeating them; its run row stays "running" until another instance sees the owner's
-  heartbeat has stopped and marks it "interrupted", so the operator sees it.
+* Phases 2 and 3 (`firing.fire_and_start`) submit one task per eligible scope through the task manager,
+  then write `last_task_id` back and complete the run. A crash between phases loses the tick's remaining
+  submissions rather than repeating them; its run row stays "running" until another instance sees the
+  owner's heartbeat has stopped and marks it "interrupted", so the operator sees it.
 * A schedule with a rollout policy is recorded "rolling" in phase 1 and its first wave starts at once
-  (`RolloutService.advance`); the rollout driver (`rollouts/driver.py`) takes it from there.
+  (`fire_and_start` takes its first `RolloutService.advance`); the rollout driver (`rollouts/driver.py`)
+  takes it from there.
 * "Now" is the database's clock on PostgreSQL, so instances with skewed clocks agree on what is due.
 
 When to look — on time, with the poll as the safety net:
@@ -49,9 +51,10 @@ from rackflow.config import (
     DISPATCH_BATCH_CAP,
 )
 from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
+from rackflow.domain.firing import Firing
 from rackflow.domain.schedules import pause_to_json
 from rackflow.retry import Retry, retrying
-from rackflow.schedules.firing import Firing, claim, fire
+from rackflow.schedules.firing import claim, fire_and_start
 from rackflow.services import Services
 from rackflow.store import dispatch, wakeups
 
@@ -250,10 +253,8 @@ class Dispatcher:
         """Phases 2 and 3 for the whole batch; never raises, so a bad batch cannot stop the loop."""
         try:
             await failpoints.pause("pause_after_claim")
-            await fire(self.db, self.services.tasks, self.services.clock, claimed)
-            rollouts = [f.run_id for f in claimed if f.rolls_out]
-            if rollouts:  # their first wave now, not at the rollout driver's next step
-                await self.services.rollouts.advance(rollouts)
+            services = self.services
+            await fire_and_start(self.db, services.tasks, services.rollouts, services.clock, claimed)
         except Exception:
             log.exception("firing a batch of %d schedule(s) failed", len(claimed))
         finally:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
+from rackflow.domain.firing import plan, planned_times, scope_decisions
 from rackflow.domain.inventory import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
@@ -28,17 +29,17 @@ from rackflow.domain.schedules import (
     Scope,
 )
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
+from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
+from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
-from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
 from rackflow.store import wakeups
-from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
 from rackflow.tasks.conflicts import could_conflict
@@ -54,7 +55,6 @@ from rackflow.validation import (
     check_text,
     preview_count,
 )
-from rackflow.windows.rules import FIRE, Decision
 
 NAME_PATH = "schedule.name"
 OVERLAP_POLICY_PATH = "schedule.overlap_policy"
@@ -70,7 +70,7 @@ PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the ne
 
 @dataclass(frozen=True)
 class PlannedScope:
-    """One scope of a previewed firing: what the windows make it do (None: the schedule is paused)."""
+    """One scope of a previewed firing: what the planner makes it do (None: the schedule is paused)."""
 
     scope: Scope
     rack_name: str
@@ -412,18 +412,11 @@ class ScheduleService:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:
                 raise _consumed(schedule, "trigger")
-            if schedule.rollout is not None:
-                live = await rollout_store.live_rollouts(conn, [schedule.id])
-                if schedule.id in live:
-                    raise FailedPrecondition(
-                        f"id: schedule {schedule.name!r} ({schedule.id}) not fired: "
-                        f"{firing.skip_reason(*live[schedule.id])} (resume or cancel that run first)"
-                    )
-            # A manual firing has no slot, and under the schedule's lock no live rollout: one firing.
+            # A manual firing has no slot: one firing (refused while the schedule's rollout is live).
             (claimed,) = await firing.claim(self.db, conn, [schedule], trigger="manual", now=self.clock.now())
-        (result,) = await firing.fire(self.db, self.tasks, self.clock, [claimed])
+        (result,) = await firing.fire_and_start(self.db, self.tasks, self.rollouts, self.clock, [claimed])
         if claimed.rolls_out:
-            return list((await self.rollouts.advance([claimed.run_id])).task_ids)
+            return list(result.started)
         if claimed.scopes and not result.task_ids:
             raise await self._nothing_submitted(schedule, result)
         return result.task_ids
@@ -545,8 +538,10 @@ class ScheduleService:
     async def preview_schedule(
         self, schedule_id: uuid.UUID, after: datetime | None, count: int
     ) -> list[PlannedFiring]:
-        """The next `count` firings of the schedule (`firing.planned_times`) and, per scope, what the
-        windows make each do (`firing.window_decisions`, the dispatcher's own decision).
+        """The next `count` firings of the schedule (`planned_times`) and, per scope, what the planner
+        decides then over a snapshot read now (`domain.firing.plan`, the dispatcher's own decision): a scope
+        whose last task is still active is skipped for overlap (under overlap SKIP), the windows skip or
+        defer the others.
 
         A paused schedule's times are "paused": all of them, or, with a `resume_at`, those before it, and
         after it the times of the schedule as the dispatcher resumes it then (`resumed`), decided.
@@ -554,17 +549,15 @@ class ScheduleService:
         count = preview_count(count)
         async with self.db.read() as conn:
             schedule = await self._load(conn, schedule_id)
-            scopes = await store.list_scopes(conn, schedule_id)
-            rack_ids = {scope.rack_id for scope in scopes}
-            windows = await window_store.all_windows(conn)
-            racks = await window_store.rack_refs(conn, rack_ids)
-            names = await inventory_store.rack_names(conn, rack_ids)
+            snapshot = await firing_store.load(conn, [schedule], "dispatch")
+            scopes = snapshot.scopes[schedule.id]
+            names = await inventory_store.rack_names(conn, {scope.rack_id for scope in scopes})
         now = self.clock.now()
         resume_at = schedule.pause.resume_at if schedule.pause is not None else None
         paused_times: list[datetime] = []
         firing_schedule: Schedule | None = schedule
         if not schedule.enabled:
-            paused_times = firing.planned_times(replace(schedule, enabled=True), after, now, count)
+            paused_times = planned_times(replace(schedule, enabled=True), after, now, count)
             if resume_at is None:
                 firing_schedule = None
             else:
@@ -578,14 +571,13 @@ class ScheduleService:
         ]
         if firing_schedule is None:
             return planned
-        for moment in firing.planned_times(firing_schedule, after, now, count - len(planned)):
-            decisions = firing.window_decisions(windows, racks, firing_schedule, scopes, moment)
+        snapshot = replace(snapshot, schedules=(firing_schedule,))
+        for moment in planned_times(firing_schedule, after, now, count - len(planned)):
+            (decided,) = plan(snapshot, moment, "dispatch")
+            decisions = scope_decisions(decided)
             planned.append(
                 PlannedFiring(
-                    moment,
-                    tuple(
-                        PlannedScope(s, names.get(s.rack_id, "?"), decisions.get(s.id, FIRE)) for s in scopes
-                    ),
+                    moment, tuple(PlannedScope(s, names.get(s.rack_id, "?"), decisions[s.id]) for s in scopes)
                 )
             )
         return planned

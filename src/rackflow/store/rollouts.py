@@ -16,6 +16,8 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.domain.firing import LiveRollout
+from rackflow.domain.rollouts import RackPlace
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import Database, by_keys, chunked
@@ -34,24 +36,16 @@ class TaskState:
     finished_at: datetime | None
 
 
-@dataclass(frozen=True)
-class RackPlace:
-    """A rack's name (rollout order and reasons) and NVLink domain (the per-domain cap)."""
-
-    name: str
-    domain_id: uuid.UUID | None
-
-
 async def live_rollouts(
     conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]
-) -> dict[uuid.UUID, tuple[uuid.UUID, str]]:
-    """Each schedule's rolling or halted run, as (run id, state); at most one each (a unique index)."""
-    found: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
+) -> dict[uuid.UUID, LiveRollout]:
+    """Each schedule's rolling or halted run; at most one each (a unique index)."""
+    found: dict[uuid.UUID, LiveRollout] = {}
     for chunk in chunked(list(schedule_ids)):
         stmt = select(_run.schedule_id, _run.id, _run.state).where(
             _run.schedule_id.in_(chunk), _run.state.in_(ROLLOUT_LIVE_STATES)
         )
-        found.update({row.schedule_id: (row.id, row.state) for row in await conn.execute(stmt)})
+        found.update({row.schedule_id: LiveRollout(row.id, row.state) for row in await conn.execute(stmt)})
     return found
 
 

@@ -1,7 +1,7 @@
 """Maintenance window queries.
 
 The only window module that speaks SQL. Windows are few (tens), so readers load them all and the pure
-rules of `rackflow.windows.rules` pick what covers a rack. Functions take an open connection, so the
+rules of `rackflow.domain.window_rules` pick what covers a rack. Functions take an open connection, so the
 caller decides what one transaction holds.
 """
 

@@ -18,10 +18,10 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.tasks import Task
+from rackflow.domain.window_rules import freeze_at
 from rackflow.domain.windows import WindowKind
 from rackflow.store import task_runs
 from rackflow.store import windows as store
-from rackflow.windows.rules import freeze_at
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
 from rackflow.domain.tasks import OperationKind
+from rackflow.domain.window_rules import WindowEvent, events
 from rackflow.domain.windows import MaintenanceWindow, RackRef, Recurring, When, WindowKind
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.store import inventory as inventory_store
@@ -30,7 +31,6 @@ from rackflow.validation import (
     distinct_operations,
     preview_count,
 )
-from rackflow.windows.rules import WindowEvent, events
 
 NAME_PATH = "window.name"
 REASON_PATH = "window.reason"

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 from rackflow.api.convert import timestamp_from, timestamp_to, uuid_from, uuid_to
 from rackflow.domain.tasks import OperationKind
+from rackflow.domain.window_rules import WindowEvent
 from rackflow.domain.windows import MaintenanceWindow, OneOff, Recurring, When, WindowKind, WindowPolicy
 from rackflow.errors import InvalidArgument
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.windows.rules import WindowEvent
 from rackflow.windows.service import Ref, WindowInput
 
 _KIND_FROM_PB = {pb.WINDOW_KIND_ALLOW: WindowKind.ALLOW, pb.WINDOW_KIND_FREEZE: WindowKind.FREEZE}

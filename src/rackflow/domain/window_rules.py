@@ -34,13 +34,15 @@ class Closed:
     until: datetime | None
 
 
-Action = Literal["fire", "skip_window", "defer"]
+# "skip_overlap" is the planner's (`domain.firing.scope_decisions`), never the windows'.
+Action = Literal["fire", "skip_window", "defer", "skip_overlap"]
 
 
 @dataclass(frozen=True)
 class Decision:
     """What a firing does for one scope: fire; skip it (`closed` says which window); or defer it, the task
-    waiting for the opening `[opens_at, closes_at)` (closes_at None: open past the horizon)."""
+    waiting for the opening `[opens_at, closes_at)` (closes_at None: open past the horizon). The planner
+    adds "skip_overlap": the scope's last task is still active."""
 
     action: Action
     closed: Closed | None = None

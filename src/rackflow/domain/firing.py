@@ -1,0 +1,327 @@
+"""The planner: what a firing does, decided by pure functions over one snapshot of what it needs.
+
+Every firing is load -> plan -> write. The caller reads a `Snapshot` in the transaction that claims the
+firing (`rackflow.store.firing.load`), `plan` decides, and the caller writes the result
+(`rackflow.store.firing.record`). The same `plan` decides a dispatched batch, a manual trigger and each
+time the schedule preview shows, and `plan_starts` the scopes a rollout's step starts, so a preview cannot
+disagree with what then happens. No I/O and no clock: the caller passes `now`, and every rule here is
+tested without a database (tests/unit/test_planner.py).
+
+For each schedule of the snapshot, `plan` decides:
+
+1. its timing after this firing (`advance_after_firing`) and, dispatched, the slot it fires for (its
+   `next_run_at`: the database records a slot once);
+2. per scope, what is settled without a task. Only a dispatched firing is checked (`checks_scopes`); a
+   manual one has no slot and fires every scope (the task manager's conflict rules still decide):
+   - the SKIP overlap check: a scope whose last task is still active is "skipped_overlap";
+   - the maintenance windows (`window_decisions`): a closed rack is "skipped_window" under the SKIP
+     window policy; under DEFER its task is submitted waiting for the opening (`Firing.deferred`);
+3. for a schedule with a rollout policy, its scopes in rollout order (`rollout_outcomes`: by rack name,
+   then scope id; the first `canary_racks` scopes not settled above are the canaries), every one not
+   settled "pending" for the rollout's steps. While its previous rollout is live (rolling or halted) the
+   firing is skipped with the reason (`Firing.skipped`): a dispatched one is recorded as skipped, a
+   manual one refused (`Firing.refused`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from rackflow.domain.rollouts import RackPlace
+from rackflow.domain.schedules import OverlapPolicy, RunState, Schedule, Scope, ScopeOutcome, Trigger
+from rackflow.domain.tasks import Operation
+from rackflow.domain.window_rules import FIRE, Decision, decide_firing
+from rackflow.domain.windows import MaintenanceWindow, RackRef
+from rackflow.timespec import IntervalTiming, SpecType, parse_spec
+
+
+@dataclass(frozen=True)
+class LiveRollout:
+    """A schedule's rolling or halted run: at most one per schedule (a unique index)."""
+
+    run_id: uuid.UUID
+    state: RunState
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the planner decides from, read at once for a batch of schedules.
+
+    `scopes`: each schedule's, in creation order. `busy`: the scopes whose last task is still active (read
+    only where the overlap check runs). `windows` and `racks` (each existing rack's NVLink domain): read
+    only where windows are obeyed; a rack missing from `racks` (deleted) is left to the task manager.
+    `live_rollouts` (by schedule) and `places` (rack names, for rollout order): read only for rollouts.
+    """
+
+    schedules: tuple[Schedule, ...]
+    scopes: Mapping[uuid.UUID, Sequence[Scope]]
+    busy: frozenset[uuid.UUID] = frozenset()
+    windows: tuple[MaintenanceWindow, ...] = ()
+    racks: Mapping[uuid.UUID, RackRef] = field(default_factory=dict)
+    live_rollouts: Mapping[uuid.UUID, LiveRollout] = field(default_factory=dict)
+    places: Mapping[uuid.UUID, RackPlace] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One schedule's planned firing, the run that records it, and (once recorded) phases 2 and 3's input.
+
+    `enabled`, `next_run_at`: the schedule's timing after this firing. `scheduled_for`: the slot a
+    dispatched firing is due at (None: manual). `decided`: the scopes settled without a task, with their
+    outcome. `windows`: what the windows make each other scope do (dispatched only). `rollout_outcomes`: a
+    rollout's every scope as its run starts, in rollout order. `skipped`: why the firing does nothing (its
+    schedule's previous rollout is live), or "".
+    """
+
+    schedule: Schedule
+    scopes: Sequence[Scope]
+    trigger: Trigger
+    fired_at: datetime
+    run_id: uuid.UUID
+    enabled: bool
+    next_run_at: datetime | None
+    scheduled_for: datetime | None = None
+    decided: Mapping[uuid.UUID, ScopeOutcome] = field(default_factory=dict)
+    windows: Mapping[uuid.UUID, Decision] = field(default_factory=dict)
+    rollout_outcomes: tuple[ScopeOutcome, ...] = ()
+    skipped: str = ""
+
+    @property
+    def rolls_out(self) -> bool:
+        return self.schedule.rollout is not None
+
+    @property
+    def refused(self) -> bool:
+        """A skipped manual firing is refused and records nothing; a dispatched one is recorded as skipped
+        (its slot is spent all the same)."""
+        return bool(self.skipped) and self.trigger == "manual"
+
+    @property
+    def deferred(self) -> dict[uuid.UUID, Decision]:
+        """The scopes whose task waits for a window's opening."""
+        return {scope_id: d for scope_id, d in self.windows.items() if d.action == "defer"}
+
+    @property
+    def to_submit(self) -> list[Scope]:
+        return [scope for scope in self.scopes if scope.id not in self.decided]
+
+
+def checks_scopes(trigger: Trigger) -> bool:
+    """Whether a firing runs the overlap check and obeys the windows: a dispatched firing (and its
+    rollout's steps) does; a manual one has no slot and obeys no ALLOW window (the freeze gate still
+    holds its tasks)."""
+    return trigger == "dispatch"
+
+
+def overlap_checked(schedule: Schedule, trigger: Trigger) -> bool:
+    """Whether a firing of `schedule` skips the scopes whose last task is still active."""
+    return checks_scopes(trigger) and schedule.overlap_policy is OverlapPolicy.SKIP
+
+
+def plan(
+    snapshot: Snapshot,
+    now: datetime,
+    trigger: Trigger,
+    new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+) -> list[Firing]:
+    """Each schedule of the snapshot fired at `now` by `trigger`, decided as the module says; `new_id`
+    names each firing's run."""
+    return [_plan_one(snapshot, schedule, now, trigger, new_id()) for schedule in snapshot.schedules]
+
+
+def _plan_one(
+    snapshot: Snapshot, schedule: Schedule, now: datetime, trigger: Trigger, run_id: uuid.UUID
+) -> Firing:
+    scopes = snapshot.scopes.get(schedule.id, ())
+    decided: dict[uuid.UUID, ScopeOutcome] = {}
+    if overlap_checked(schedule, trigger):
+        decided = {
+            sc.id: ScopeOutcome(sc.id, sc.rack_id, "skipped_overlap")
+            for sc in scopes
+            if sc.id in snapshot.busy
+        }
+    windows: dict[uuid.UUID, Decision] = {}
+    if checks_scopes(trigger) and snapshot.windows:
+        left = [sc for sc in scopes if sc.id not in decided]
+        windows = window_decisions(snapshot.windows, snapshot.racks, schedule, left, now)
+        decided |= {
+            sc.id: ScopeOutcome(sc.id, sc.rack_id, "skipped_window", error=windows[sc.id].reason)
+            for sc in left
+            if sc.id in windows and windows[sc.id].action == "skip_window"
+        }
+    enabled, next_run_at = advance_after_firing(schedule, now)
+    firing = Firing(
+        schedule,
+        tuple(scopes),
+        trigger,
+        now,
+        run_id,
+        enabled,
+        next_run_at,
+        schedule.next_run_at if trigger == "dispatch" else None,
+        decided,
+        windows,
+    )
+    if schedule.rollout is None:
+        return firing
+    live = snapshot.live_rollouts.get(schedule.id)
+    if live is not None:
+        return replace(firing, skipped=skip_reason(live))
+    return replace(firing, rollout_outcomes=rollout_outcomes(firing, snapshot.places))
+
+
+SKIP_OVERLAP = Decision("skip_overlap")
+
+
+def scope_decisions(firing: Firing) -> dict[uuid.UUID, Decision]:
+    """What the firing does for each of its scopes, as the schedule preview shows it: skipped for overlap,
+    or what the windows make it do (FIRE where none close its rack)."""
+    return {
+        sc.id: SKIP_OVERLAP
+        if sc.id in firing.decided and firing.decided[sc.id].outcome == "skipped_overlap"
+        else firing.windows.get(sc.id, FIRE)
+        for sc in firing.scopes
+    }
+
+
+def skip_reason(live: LiveRollout) -> str:
+    """Why a rollout's firing is skipped: the schedule's live rollout."""
+    return f"the schedule's previous rollout (run {live.run_id}) is still {live.state}"
+
+
+def rollout_outcomes(firing: Firing, places: Mapping[uuid.UUID, RackPlace]) -> tuple[ScopeOutcome, ...]:
+    """A rollout's scopes as its run starts: in rollout order, by rack name (a deleted rack's first), then
+    scope id, stable across firings; the settled ones keep their outcome, every other one is "pending",
+    and the first `canary_racks` of those are the canaries."""
+    assert firing.schedule.rollout is not None
+    canaries = firing.schedule.rollout.canary_racks
+    ordered = sorted(
+        firing.scopes,
+        key=lambda sc: (places[sc.rack_id].name if sc.rack_id in places else "", str(sc.id)),
+    )
+    outcomes = []
+    for scope in ordered:
+        if scope.id in firing.decided:
+            outcomes.append(firing.decided[scope.id])
+        else:
+            outcomes.append(ScopeOutcome(scope.id, scope.rack_id, "pending", canary=canaries > 0))
+            canaries -= 1
+    return tuple(outcomes)
+
+
+@dataclass(frozen=True)
+class Starts:
+    """What a rollout's step does with the scopes its rule starts: the outcomes it settles without a task
+    (`settled`: removed from the schedule, or closed by a window), and the scopes to submit, each with the
+    opening its task waits for (None: at once)."""
+
+    settled: Mapping[uuid.UUID, ScopeOutcome]
+    submit: tuple[tuple[Scope, Decision | None], ...]
+
+
+def plan_starts(
+    snapshot: Snapshot,
+    outcomes: Sequence[ScopeOutcome],
+    start: Sequence[uuid.UUID],
+    trigger: Trigger,
+    now: datetime,
+) -> Starts:
+    """A rollout step's starts (`start`, from the rollout rule) for the run whose scopes stand at
+    `outcomes`; `snapshot` holds its one schedule and the scopes still in it.
+
+    A scope removed from the schedule meanwhile is "not_started". A dispatched rollout's scope obeys the
+    windows when its turn comes, as a firing's scopes do when it fires: closed under SKIP it is
+    "skipped_window" (neither success nor failure), under DEFER its task waits for the opening."""
+    (schedule,) = snapshot.schedules
+    by_id = {o.scope_id: o for o in outcomes}
+    present_by_id = {sc.id: sc for sc in snapshot.scopes.get(schedule.id, ())}
+    settled: dict[uuid.UUID, ScopeOutcome] = {
+        gone: replace(by_id[gone], outcome="not_started", error="removed from the schedule's scope")
+        for gone in start
+        if gone not in present_by_id
+    }
+    present = [present_by_id[i] for i in start if i in present_by_id]
+    windows: dict[uuid.UUID, Decision] = {}
+    if checks_scopes(trigger) and snapshot.windows:
+        windows = window_decisions(snapshot.windows, snapshot.racks, schedule, present, now)
+    for scope_id, decision in windows.items():
+        if decision.action == "skip_window":
+            settled[scope_id] = replace(by_id[scope_id], outcome="skipped_window", error=decision.reason)
+    submit = tuple(
+        (sc, windows[sc.id] if sc.id in windows and windows[sc.id].action == "defer" else None)
+        for sc in present
+        if sc.id not in settled
+    )
+    return Starts(settled, submit)
+
+
+def window_decisions(
+    windows: Sequence[MaintenanceWindow],
+    racks: Mapping[uuid.UUID, RackRef],
+    schedule: Schedule,
+    scopes: Collection[Scope],
+    at: datetime,
+) -> dict[uuid.UUID, Decision]:
+    """What the windows make a firing of `schedule` at `at` do for each scope (`window_rules.decide_firing`
+    under the schedule's window policy).
+
+    A rack missing from `racks` (deleted) is left to the task manager, which refuses it. A deferred firmware
+    upgrade that has a window of its own waits for the overlap of both, and is skipped if they do not meet.
+    """
+    decisions: dict[uuid.UUID, Decision] = {}
+    operation = schedule.operation
+    for scope in scopes:
+        rack = racks.get(scope.rack_id)
+        if rack is None:
+            continue
+        decision = decide_firing(windows, rack, operation.kind, at, schedule.window_policy)
+        if decision.action == "defer":
+            decision = _within_own_window(decision, operation)
+        decisions[scope.id] = decision
+    return decisions
+
+
+def _within_own_window(decision: Decision, operation: Operation) -> Decision:
+    assert decision.opens_at is not None
+    opens_at = max(decision.opens_at, operation.window_start or decision.opens_at)
+    ends = [end for end in (decision.closes_at, operation.window_end) if end is not None]
+    closes_at = min(ends, default=None)
+    if closes_at is not None and closes_at <= opens_at:
+        return replace(decision, action="skip_window", opens_at=None, closes_at=None)
+    return replace(decision, opens_at=opens_at, closes_at=closes_at)
+
+
+def advance_after_firing(schedule: Schedule, fired_at: datetime) -> tuple[bool, datetime | None]:
+    """(enabled, next_run_at) once the schedule has fired at `fired_at`.
+
+    One-time: consumed (disabled, no next run). Interval: `fired_at` + duration, so missed intervals are
+    not replayed. Cron: the next calendar time after `fired_at`. `enabled` is otherwise kept, so a paused
+    schedule fired by hand stays paused.
+    """
+    if schedule.spec.type is SpecType.ONE_TIME:
+        return False, None
+    return schedule.enabled, parse_spec(schedule.spec).next_after(fired_at)
+
+
+def planned_times(schedule: Schedule, after: datetime | None, now: datetime, count: int) -> list[datetime]:
+    """The next `count` times the dispatcher fires `schedule` if it keeps up (strictly after `after`; by
+    default from `now` on): its next_run_at (at once, `now`, when overdue), then each time
+    `advance_after_firing` gives after a firing at the one before."""
+    timing = parse_spec(schedule.spec)
+    moment = schedule.next_run_at
+    if moment is None:
+        return []
+    moment = max(moment, now)
+    if after is not None and moment <= after:  # it fires before `after`: skip to the first one past it
+        if isinstance(timing, IntervalTiming):
+            moment += timing.step * ((after - moment) // timing.step + 1)
+        else:
+            moment = timing.next_after(after) if schedule.spec.type is not SpecType.ONE_TIME else None
+    times: list[datetime] = []
+    while moment is not None and len(times) < count:
+        times.append(moment)
+        moment = advance_after_firing(replace(schedule, enabled=True), moment)[1]
+    return times

@@ -1,0 +1,99 @@
+"""A firing's reads and writes around the planner (`rackflow.domain.firing`): `load` reads the snapshot a
+batch of firings is planned from, `record` writes what the plan decided, and `load_starts` reads what a
+rollout's step plans its starts from.
+
+Each takes the caller's connection: the dispatcher and a manual trigger load and record in the
+transaction that holds the schedule rows locked, so what the plan saw is what it writes over. Reads are
+set-based, one query per chunk of the batch whatever its size, and skip what the plan will not ask
+(`checks_scopes`, `overlap_checked`: a manual firing reads neither tasks nor windows).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.domain.firing import Firing, Snapshot, checks_scopes, overlap_checked
+from rackflow.domain.schedules import Schedule, Trigger
+from rackflow.store import rollouts, schedules, windows
+from rackflow.store.db import Database
+
+
+async def load(conn: AsyncConnection, batch: Sequence[Schedule], trigger: Trigger) -> Snapshot:
+    """What `plan` needs to fire `batch` by `trigger`: the scopes; where the overlap check runs, which
+    scopes' last task is still active; where windows are obeyed, the windows and the racks they may close
+    (only if there are any windows); for rollouts, each schedule's live rollout and its racks' names."""
+    scopes = await schedules.scopes_by_schedule(conn, [s.id for s in batch])
+    checked = [sc for s in batch if overlap_checked(s, trigger) for sc in scopes[s.id]]
+    busy = frozenset(await schedules.overlapping_scope_ids(conn, checked))
+    found = await windows.all_windows(conn) if checks_scopes(trigger) else []
+    racks = {}
+    if found:
+        racks = await windows.rack_refs(
+            conn, {sc.rack_id for s in batch for sc in scopes[s.id] if sc.id not in busy}
+        )
+    rolling = [s.id for s in batch if s.rollout is not None]
+    live, places = {}, {}
+    if rolling:
+        live = await rollouts.live_rollouts(conn, rolling)
+        places = await rollouts.rack_places(conn, {sc.rack_id for sid in rolling for sc in scopes[sid]})
+    return Snapshot(tuple(batch), scopes, busy, tuple(found), racks, live, places)
+
+
+async def load_starts(
+    conn: AsyncConnection, schedule_id: uuid.UUID, scope_ids: Sequence[uuid.UUID], trigger: Trigger
+) -> Snapshot:
+    """What `plan_starts` needs for a rollout's step to start `scope_ids`: the schedule, those of the
+    scopes still in it, and (where windows are obeyed, and there are any) the windows and the racks."""
+    schedule = await schedules.get_schedule(conn, schedule_id)
+    assert schedule is not None  # runs are deleted with their schedule
+    present = await schedules.scopes_by_ids(conn, scope_ids)
+    found = await windows.all_windows(conn) if checks_scopes(trigger) else []
+    racks = await windows.rack_refs(conn, {sc.rack_id for sc in present}) if found else {}
+    return Snapshot((schedule,), {schedule.id: present}, windows=tuple(found), racks=racks)
+
+
+async def record(
+    db: Database, conn: AsyncConnection, planned: Sequence[Firing], owner_id: uuid.UUID | None = None
+) -> set[uuid.UUID]:
+    """Write the plan in one go: every schedule's new timing, one run per firing (a plain one "running",
+    owned by the dispatching instance `owner_id`; a rollout's "rolling" with its scopes in order, or
+    "skipped" with the reason), and a rollout's run history pruned (a rollout's run is never written back
+    by phase 3, where the others' is). Returns the ids of the runs recorded: a dispatched firing whose
+    slot is recorded already is left out (`schedules.insert_runs`), and must not be fired again."""
+    if not planned:
+        return set()
+    now = planned[0].fired_at
+    await schedules.advance(
+        conn,
+        [schedules.Advance(f.schedule.id, f.enabled, f.next_run_at, last_run_at=f.fired_at) for f in planned],
+        now,
+    )
+    runs = [
+        schedules.NewRun(
+            f.run_id,
+            f.schedule.id,
+            f.fired_at,
+            f.trigger,
+            f.scheduled_for,
+            owner_id if f.trigger == "dispatch" else None,
+        )
+        if not f.rolls_out
+        else schedules.NewRun(
+            f.run_id,
+            f.schedule.id,
+            f.fired_at,
+            f.trigger,
+            f.scheduled_for,
+            state="skipped" if f.skipped else "rolling",
+            outcomes=f.rollout_outcomes,
+            rollout=f.schedule.rollout,
+            reason=f.skipped,
+        )
+        for f in planned
+    ]
+    recorded = await schedules.insert_runs(db, conn, runs)
+    await schedules.prune_runs(conn, {f.schedule.id for f in planned if f.rolls_out})
+    return recorded

@@ -1,0 +1,45 @@
+"""The task a schedule's firing submits for one scope, written once for a firing's phase 2
+(`schedules.firing`) and a rollout's step (`rollouts.service`), which both sit above the task manager."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import datetime
+
+from rackflow.domain.inventory import RackSelection
+from rackflow.domain.schedules import Schedule, Scope
+from rackflow.domain.tasks import QueueOptions
+from rackflow.domain.window_rules import Decision
+from rackflow.tasks.manager import Submission
+from rackflow.timespec import format_rfc3339
+
+
+def task_description(schedule: Schedule, fired_at: datetime) -> str:
+    """`<schedule name> — <fired_at, RFC 3339>`, so an operator can tell which firing made a task."""
+    return f"{schedule.name} — {format_rfc3339(fired_at)}"
+
+
+def scope_submission(
+    schedule: Schedule,
+    scope: Scope,
+    fired_at: datetime,
+    run_id: uuid.UUID,
+    deferral: Decision | None = None,
+) -> Submission:
+    """What a firing submits for one scope (phase 2, or a rollout's step): the schedule's operation on the
+    scope's rack and components, under the overlap policy's conflict strategy, carrying the run's id. A
+    deferred scope's task carries the opening it waits for as its operation's window, and says so."""
+    operation, message = schedule.operation, ""
+    if deferral is not None:
+        operation = replace(operation, window_start=deferral.opens_at, window_end=deferral.closes_at)
+        message = deferral.reason
+    return Submission(
+        operation,
+        (RackSelection(scope.rack_id, scope.filter),),
+        task_description(schedule, fired_at),
+        QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
+        schedule.id,
+        run_id,
+        message,
+    )
