@@ -41,8 +41,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from rackflow import failpoints, metrics
 from rackflow.config import (
     DEFAULT_DISPATCH_BATCH,
@@ -64,7 +62,8 @@ log = logging.getLogger(__name__)
 # submits. Measured at batch 10 (docs/PERFORMANCE.md): 3 drained faster than 2, and 4 no faster than 3.
 PIPELINE_DEPTH = 3
 
-# While draining, the backlog gauge is refreshed at most this often.
+# While draining, the backlog gauge is refreshed at most this often: counting walks up to DUE_COUNT_CAP due
+# index entries, so counting on each batch of a drain would cost the database more than the claims do.
 BACKLOG_REFRESH = timedelta(seconds=1)
 
 # After an unexpected error (e.g. the database restarting) poll again this often until a poll succeeds.
@@ -203,6 +202,7 @@ class Dispatcher:
         self._wake_at = None  # awake: announcements from now on end the next sleep
         self._woken.clear()
         batch = self.claim_batch
+        may_count = time.monotonic() >= self._next_backlog_count  # see BACKLOG_REFRESH
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)
             read_at = time.monotonic()
@@ -212,8 +212,15 @@ class Dispatcher:
                 metrics.DISPATCH_LAG.observe(max(0.0, (now - schedule.next_run_at).total_seconds()))
             claimed = await claim(self.db, conn, due, trigger="dispatch", now=now, owner_id=self.instance_id)
             full = len(due) >= batch
-            backlog = await self._count_backlog(conn, now) if full else 0
-            earliest = None if full else await dispatch.next_due_at(conn)
+            # What is still due after a full batch (None: counted too recently), or when to look next.
+            backlog: int | None = 0
+            earliest: datetime | None = None
+            if full:
+                backlog = await dispatch.count_due(conn, now) if may_count else None
+            else:
+                earliest = await dispatch.next_due_at(conn)
+        if full and may_count:
+            self._next_backlog_count = time.monotonic() + BACKLOG_REFRESH.total_seconds()
         if backlog is not None:
             metrics.DUE_BACKLOG.set(backlog)
         self._in_flight.update(f.schedule.id for f in claimed)
@@ -236,18 +243,6 @@ class Dispatcher:
             wake_at = earliest
         self.wake_after = wake_at - now
         self._wake_at = wake_at
-
-    async def _count_backlog(self, conn: AsyncConnection, now: datetime) -> int | None:
-        """What is still due after a full batch (up to DUE_COUNT_CAP), counted at most once per
-        BACKLOG_REFRESH (None: not now).
-
-        Counting walks up to DUE_COUNT_CAP due index entries, so counting on each batch of a drain would
-        cost the database more than the claims do.
-        """
-        if time.monotonic() < self._next_backlog_count:
-            return None
-        self._next_backlog_count = time.monotonic() + BACKLOG_REFRESH.total_seconds()
-        return await dispatch.count_due(conn, now)
 
     async def _fire(self, claimed: list[Firing]) -> None:
         """Phases 2 and 3 for the whole batch; never raises, so a bad batch cannot stop the loop."""

@@ -1,0 +1,354 @@
+"""The planner's rules (`rackflow.domain.firing`), table-driven over snapshots built in memory: no database.
+
+The store tests prove the same firings end to end (tests/store/test_schedules_firing.py, test_firing_once,
+test_windows_firing, test_rollouts*); these pin each rule alone, one row a case.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rackflow.domain.firing import (
+    LiveRollout,
+    Snapshot,
+    advance_after_firing,
+    plan,
+    plan_starts,
+    planned_times,
+    scope_decisions,
+)
+from rackflow.domain.rollouts import RackPlace, RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy, Schedule, Scope, ScopeOutcome, Trigger
+from rackflow.domain.tasks import Operation, OperationKind
+from rackflow.domain.windows import MaintenanceWindow, OneOff, RackRef, WindowKind, WindowPolicy
+from rackflow.timespec import ScheduleSpec, SpecType
+
+NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+POWER_OFF = Operation(OperationKind.POWER_OFF)
+HOURLY = ScheduleSpec(SpecType.INTERVAL, "1h")
+
+
+def schedule(
+    *,
+    overlap: OverlapPolicy = OverlapPolicy.SKIP,
+    window_policy: WindowPolicy = WindowPolicy.SKIP,
+    operation: Operation = POWER_OFF,
+    rollout: RolloutPolicy | None = None,
+    spec: ScheduleSpec = HOURLY,
+    enabled: bool = True,
+) -> Schedule:
+    return Schedule(
+        id=uuid.uuid4(),
+        name="nightly",
+        spec=spec,
+        overlap_policy=overlap,
+        enabled=enabled,
+        next_run_at=NOW - timedelta(seconds=5),
+        last_run_at=None,
+        created_at=NOW - HOUR,
+        updated_at=NOW - HOUR,
+        operation=operation,
+        queue_timeout=HOUR,
+        description="",
+        window_policy=window_policy,
+        rollout=rollout,
+    )
+
+
+def scopes_of(owner: Schedule, count: int) -> tuple[Scope, ...]:
+    return tuple(Scope(uuid.uuid4(), owner.id, uuid.uuid4(), None, None, NOW - HOUR) for _ in range(count))
+
+
+def racks_of(scopes: tuple[Scope, ...]) -> dict[uuid.UUID, RackRef]:
+    return {sc.rack_id: RackRef(sc.rack_id, None) for sc in scopes}
+
+
+def closing(kind: WindowKind, start: datetime, end: datetime) -> MaintenanceWindow:
+    """A window over every rack and operation."""
+    return MaintenanceWindow(
+        id=uuid.uuid4(),
+        name=kind.value,
+        reason="",
+        kind=kind,
+        when=OneOff(start, end),
+        all_racks=True,
+        racks=(),
+        domains=(),
+        operations=frozenset(),
+        created_at=NOW - HOUR,
+        updated_at=NOW - HOUR,
+    )
+
+
+# An ALLOW window that opens in two hours: the racks are closed now, and open from then for an hour.
+ALLOW_LATER = closing(WindowKind.ALLOW, NOW + 2 * HOUR, NOW + 3 * HOUR)
+
+
+@pytest.mark.parametrize(
+    ("overlap", "trigger", "expected"),
+    [
+        (OverlapPolicy.SKIP, "dispatch", "skipped_overlap"),
+        (OverlapPolicy.QUEUE, "dispatch", "submit"),  # it queues behind the active task
+        (OverlapPolicy.SKIP, "manual", "submit"),  # a manual firing runs no overlap check
+    ],
+)
+def test_a_scope_whose_last_task_is_active(overlap: OverlapPolicy, trigger: Trigger, expected: str) -> None:
+    owner = schedule(overlap=overlap)
+    busy, idle = scopes_of(owner, 2)
+    snapshot = Snapshot((owner,), {owner.id: (busy, idle)}, busy=frozenset({busy.id}))
+
+    (firing,) = plan(snapshot, NOW, trigger)
+
+    got = firing.decided[busy.id].outcome if busy.id in firing.decided else "submit"
+    assert got == expected
+    assert idle in firing.to_submit
+
+
+@pytest.mark.parametrize(
+    ("operation", "policy", "expected", "opens_at", "closes_at"),
+    [
+        (POWER_OFF, WindowPolicy.SKIP, "skipped_window", None, None),
+        (POWER_OFF, WindowPolicy.DEFER, "defer", NOW + 2 * HOUR, NOW + 3 * HOUR),
+        # A firmware upgrade with a window of its own waits for the overlap of both...
+        (
+            Operation(OperationKind.UPGRADE_FIRMWARE, window_start=NOW + 150 * timedelta(minutes=1)),
+            WindowPolicy.DEFER,
+            "defer",
+            NOW + 150 * timedelta(minutes=1),
+            NOW + 3 * HOUR,
+        ),
+        (
+            Operation(OperationKind.UPGRADE_FIRMWARE, window_end=NOW + 150 * timedelta(minutes=1)),
+            WindowPolicy.DEFER,
+            "defer",
+            NOW + 2 * HOUR,
+            NOW + 150 * timedelta(minutes=1),
+        ),
+        # ... and is skipped when they do not meet.
+        (
+            Operation(OperationKind.UPGRADE_FIRMWARE, window_start=NOW + 5 * HOUR),
+            WindowPolicy.DEFER,
+            "skipped_window",
+            None,
+            None,
+        ),
+    ],
+)
+def test_a_rack_the_windows_close(
+    operation: Operation,
+    policy: WindowPolicy,
+    expected: str,
+    opens_at: datetime | None,
+    closes_at: datetime | None,
+) -> None:
+    owner = schedule(window_policy=policy, operation=operation)
+    (scope,) = scopes_of(owner, 1)
+    snapshot = Snapshot((owner,), {owner.id: (scope,)}, windows=(ALLOW_LATER,), racks=racks_of((scope,)))
+
+    (firing,) = plan(snapshot, NOW, "dispatch")
+
+    if expected == "skipped_window":
+        assert firing.decided[scope.id].outcome == "skipped_window"
+        assert firing.decided[scope.id].error == firing.windows[scope.id].reason != ""
+        assert firing.to_submit == []
+        return
+    deferral = firing.deferred[scope.id]
+    assert (deferral.opens_at, deferral.closes_at) == (opens_at, closes_at)
+    assert firing.to_submit == [scope] and firing.decided == {}
+
+
+@pytest.mark.parametrize(
+    ("window", "trigger", "decided"),
+    [
+        (None, "dispatch", False),  # no window: every rack is open
+        (closing(WindowKind.ALLOW, NOW - HOUR, NOW + HOUR), "dispatch", False),  # inside its ALLOW window
+        (closing(WindowKind.FREEZE, NOW - HOUR, NOW + HOUR), "dispatch", True),  # inside a freeze
+        (ALLOW_LATER, "manual", False),  # a manual firing obeys no ALLOW window
+        (closing(WindowKind.FREEZE, NOW - HOUR, NOW + HOUR), "manual", False),  # (the freeze gate holds it)
+    ],
+)
+def test_which_firings_the_windows_decide(
+    window: MaintenanceWindow | None, trigger: Trigger, decided: bool
+) -> None:
+    owner = schedule()
+    (scope,) = scopes_of(owner, 1)
+    windows = (window,) if window is not None else ()
+    snapshot = Snapshot((owner,), {owner.id: (scope,)}, windows=windows, racks=racks_of((scope,)))
+
+    (firing,) = plan(snapshot, NOW, trigger)
+
+    assert (scope.id in firing.decided) is decided
+
+
+def test_a_deleted_rack_is_left_to_the_task_manager() -> None:
+    owner = schedule()
+    (scope,) = scopes_of(owner, 1)
+    snapshot = Snapshot((owner,), {owner.id: (scope,)}, windows=(ALLOW_LATER,), racks={})
+
+    (firing,) = plan(snapshot, NOW, "dispatch")
+
+    assert firing.to_submit == [scope] and firing.windows == {}
+
+
+def test_a_manual_firing_has_no_slot_and_decides_nothing() -> None:
+    owner = schedule()
+    busy, closed = scopes_of(owner, 2)
+    snapshot = Snapshot(
+        (owner,),
+        {owner.id: (busy, closed)},
+        busy=frozenset({busy.id}),
+        windows=(ALLOW_LATER,),
+        racks=racks_of((busy, closed)),
+    )
+
+    (manual,) = plan(snapshot, NOW, "manual")
+    (dispatched,) = plan(snapshot, NOW, "dispatch")
+
+    assert (manual.scheduled_for, manual.decided, manual.windows) == (None, {}, {})
+    assert manual.to_submit == [busy, closed]
+    assert dispatched.scheduled_for == owner.next_run_at
+    assert {o.outcome for o in dispatched.decided.values()} == {"skipped_overlap", "skipped_window"}
+
+
+@pytest.mark.parametrize(
+    ("canaries", "busy_name", "expected"),
+    [
+        (0, None, [("a", "pending", False), ("b", "pending", False), ("c", "pending", False)]),
+        (2, None, [("a", "pending", True), ("b", "pending", True), ("c", "pending", False)]),
+        # A settled scope keeps its place in the order and its outcome, and is no canary.
+        (2, "a", [("a", "skipped_overlap", False), ("b", "pending", True), ("c", "pending", True)]),
+        (5, "b", [("a", "pending", True), ("b", "skipped_overlap", False), ("c", "pending", True)]),
+    ],
+)
+def test_a_rollout_orders_its_scopes_by_rack_name_canaries_first(
+    canaries: int, busy_name: str | None, expected: list[tuple[str, str, bool]]
+) -> None:
+    owner = schedule(rollout=RolloutPolicy(canary_racks=canaries))
+    scopes = scopes_of(owner, 3)
+    names = dict(zip((sc.rack_id for sc in scopes), ("c", "a", "b"), strict=True))
+    busy = frozenset(sc.id for sc in scopes if names[sc.rack_id] == busy_name)
+    places = {rack_id: RackPlace(name, None) for rack_id, name in names.items()}
+    snapshot = Snapshot((owner,), {owner.id: scopes}, busy=busy, places=places)
+
+    (firing,) = plan(snapshot, NOW, "dispatch")
+
+    got = [(names[o.rack_id], o.outcome, o.canary) for o in firing.rollout_outcomes]
+    assert got == expected
+    assert not firing.skipped
+
+
+@pytest.mark.parametrize(("trigger", "refused"), [("dispatch", False), ("manual", True)])
+def test_a_rollout_whose_previous_one_is_live_is_skipped(trigger: Trigger, refused: bool) -> None:
+    owner = schedule(rollout=RolloutPolicy(max_concurrent_racks=1))
+    scopes = scopes_of(owner, 2)
+    live = LiveRollout(uuid.uuid4(), "halted")
+    snapshot = Snapshot((owner,), {owner.id: scopes}, live_rollouts={owner.id: live})
+
+    (firing,) = plan(snapshot, NOW, trigger)
+
+    assert firing.skipped == f"the schedule's previous rollout (run {live.run_id}) is still halted"
+    assert firing.refused is refused
+    assert firing.rollout_outcomes == ()
+    # The slot is spent all the same: the schedule still advances.
+    assert firing.next_run_at == NOW + HOUR
+
+
+@pytest.mark.parametrize(
+    ("spec", "enabled", "expected"),
+    [
+        (ScheduleSpec(SpecType.INTERVAL, "90m"), True, (True, NOW + timedelta(minutes=90))),
+        (ScheduleSpec(SpecType.CRON, "0 2 * * *"), True, (True, datetime(2030, 1, 2, 2, tzinfo=UTC))),
+        (
+            ScheduleSpec(SpecType.CRON, "0 2 * * *", "Europe/Berlin"),
+            True,
+            (True, datetime(2030, 1, 2, 1, tzinfo=UTC)),
+        ),
+        (ScheduleSpec(SpecType.ONE_TIME, "2030-01-01T11:59:55Z"), True, (False, None)),  # consumed
+        (ScheduleSpec(SpecType.INTERVAL, "1h"), False, (False, NOW + HOUR)),  # fired by hand, stays paused
+    ],
+)
+def test_the_next_time_after_a_firing(
+    spec: ScheduleSpec, enabled: bool, expected: tuple[bool, datetime | None]
+) -> None:
+    owner = schedule(spec=spec, enabled=enabled)
+    assert advance_after_firing(owner, NOW) == expected
+    (firing,) = plan(Snapshot((owner,), {owner.id: ()}), NOW, "manual" if not enabled else "dispatch")
+    assert (firing.enabled, firing.next_run_at) == expected
+
+
+def test_planned_times_are_the_times_the_planner_advances_to() -> None:
+    owner = replace(schedule(spec=ScheduleSpec(SpecType.INTERVAL, "1h")), next_run_at=NOW + HOUR)
+    times = planned_times(owner, None, NOW, 3)
+    assert times == [NOW + HOUR, NOW + 2 * HOUR, NOW + 3 * HOUR]
+    assert advance_after_firing(owner, times[0])[1] == times[1]
+
+
+def test_the_preview_shows_the_overlap_skip_and_the_windows() -> None:
+    owner = schedule(window_policy=WindowPolicy.DEFER)
+    busy, closed = scopes_of(owner, 2)
+    snapshot = Snapshot(
+        (owner,),
+        {owner.id: (busy, closed)},
+        busy=frozenset({busy.id}),
+        windows=(ALLOW_LATER,),
+        racks=racks_of((busy, closed)),
+    )
+
+    (firing,) = plan(snapshot, NOW, "dispatch")
+    decisions = scope_decisions(firing)
+
+    assert decisions[busy.id].action == "skip_overlap"
+    assert decisions[closed.id].action == "defer"
+    (later,) = plan(snapshot, NOW + 2 * HOUR, "dispatch")  # the window is open by then
+    assert scope_decisions(later)[closed.id].action == "fire"
+
+
+def _run_outcomes(scopes: tuple[Scope, ...]) -> tuple[ScopeOutcome, ...]:
+    return tuple(ScopeOutcome(sc.id, sc.rack_id, "pending") for sc in scopes)
+
+
+@pytest.mark.parametrize(
+    ("trigger", "policy", "window", "expected"),
+    [
+        ("dispatch", WindowPolicy.SKIP, None, "submit"),
+        ("dispatch", WindowPolicy.SKIP, ALLOW_LATER, "skipped_window"),
+        ("dispatch", WindowPolicy.DEFER, ALLOW_LATER, "defer"),
+        ("manual", WindowPolicy.SKIP, ALLOW_LATER, "submit"),  # a manual rollout obeys no ALLOW window
+    ],
+)
+def test_a_rollout_step_starts_its_scopes_as_the_windows_allow(
+    trigger: Trigger, policy: WindowPolicy, window: MaintenanceWindow | None, expected: str
+) -> None:
+    owner = schedule(window_policy=policy, rollout=RolloutPolicy(max_concurrent_racks=2))
+    present, removed = scopes_of(owner, 2)
+    windows = (window,) if window is not None else ()
+    snapshot = Snapshot((owner,), {owner.id: (present,)}, windows=windows, racks=racks_of((present,)))
+
+    starts = plan_starts(snapshot, _run_outcomes((present, removed)), [present.id, removed.id], trigger, NOW)
+
+    assert starts.settled[removed.id].outcome == "not_started"
+    assert starts.settled[removed.id].error == "removed from the schedule's scope"
+    if expected == "skipped_window":
+        assert starts.settled[present.id].outcome == "skipped_window"
+        assert starts.submit == ()
+        return
+    ((scope, deferral),) = starts.submit
+    assert scope == present and present.id not in starts.settled
+    assert (deferral is not None and deferral.opens_at == NOW + 2 * HOUR) is (expected == "defer")
+
+
+def test_a_batch_is_planned_schedule_by_schedule() -> None:
+    """One snapshot, many schedules: each gets its own run, its own scopes and its own decisions."""
+    skip, queue = schedule(overlap=OverlapPolicy.SKIP), schedule(overlap=OverlapPolicy.QUEUE)
+    (a,), (b,) = scopes_of(skip, 1), scopes_of(queue, 1)
+    snapshot = Snapshot((skip, queue), {skip.id: (a,), queue.id: (b,)}, busy=frozenset({a.id, b.id}))
+
+    first, second = plan(snapshot, NOW, "dispatch")
+
+    assert first.run_id != second.run_id
+    assert (first.schedule, first.to_submit, second.schedule, second.to_submit) == (skip, [], queue, [b])
