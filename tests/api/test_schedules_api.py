@@ -14,8 +14,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.clock import Clock, FakeClock
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
+from rackflow.domain.tasks import TaskStatus
+from rackflow.schedules import firing
 from rackflow.services import Services
 from rackflow.store import schedules as schedule_store
+from rackflow.store import tasks as task_store
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.conftest import table_counts
@@ -432,6 +435,38 @@ async def test_pause_resume_and_one_time_consumption(stub: FlowStub, racks: list
         ),
     ):
         await expect(grpc.StatusCode.FAILED_PRECONDITION, "already fired", call)
+
+
+@pytest.mark.parametrize(
+    ("policy", "busy"), [(pb.OVERLAP_POLICY_SKIP, "skip_overlap"), (pb.OVERLAP_POLICY_QUEUE, "fire")]
+)
+async def test_the_preview_predicts_the_overlap_skip(
+    stub: FlowStub, services: Services, racks: list[Rack], policy: pb.OverlapPolicy.ValueType, busy: str
+) -> None:
+    """A scope whose last task is still active is skipped by a dispatched firing under overlap SKIP: the
+    preview says so at every time while that task runs, and the dispatcher then records just that."""
+    schedule = await create(stub, "s", "r1", "r2", policy=policy)
+    fired = await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    tasks = await services.tasks.get_tasks([uuid.UUID(t.id) for t in fired.task_ids])
+    done = [t.id for t in tasks if t.rack_id == racks[1].id]  # r2's task ended, r1's still runs
+    async with services.db.transaction() as conn:
+        await task_store.set_status(conn, done, TaskStatus.COMPLETED, now=START)
+
+    preview = await stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(id=schedule.id, count=3))
+
+    rows = [sorted((d.rack_name, d.decision) for d in f.scopes) for f in preview.firings]
+    assert rows == [[("r1", busy), ("r2", "fire")]] * 3
+    at = when(preview.firings[0].at)
+    async with services.db.transaction() as conn:
+        locked = await schedule_store.get_schedule(
+            conn, uuid.UUID(schedule.id.id), lock=services.db.for_update
+        )
+        assert locked is not None
+        claimed = await firing.claim(services.db, conn, [locked], trigger="dispatch", now=at)
+    (result,) = await firing.fire(services.db, services.tasks, services.clock, claimed)
+    outcomes = {o.rack_id: o.outcome for o in result.outcomes}
+    expected = {"skip_overlap": "skipped_overlap", "fire": "submitted"}
+    assert outcomes == {racks[0].id: expected[busy], racks[1].id: "submitted"}
 
 
 async def test_trigger_and_delete(stub: FlowStub, services: Services, racks: list[Rack]) -> None:

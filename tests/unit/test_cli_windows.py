@@ -180,6 +180,7 @@ def test_schedule_preview_of_a_schedule_is_a_table_of_decisions(
                     _decision(
                         "rack-03", "defer", window_name="sat", until=stamp(datetime(2026, 12, 6, tzinfo=UTC))
                     ),
+                    _decision("rack-04", "skip_overlap"),
                 ],
             )
         ]
@@ -188,8 +189,9 @@ def test_schedule_preview_of_a_schedule_is_a_table_of_decisions(
     assert result.exit_code == 0, result.output
     assert fake.called("preview_schedule") == [(("nightly",), {"count": 3, "after": None})]
     header, row = result.output.splitlines()[0:2]
-    assert header.split()[-3:] == ["rack-01", "rack-02", "rack-03"]
+    assert header.split()[-4:] == ["rack-01", "rack-02", "rack-03", "rack-04"]
     assert "fire" in row and "skip (launch)" in row and "defer → 2026-12-06 00:00Z" in row
+    assert "skip (still running)" in row
     usage = run("schedule", "preview", "nightly", "--cron", "0 2 * * *")
     assert usage.exit_code == 2 and "not both" in usage.output
     assert run("schedule", "preview").exit_code == 2

@@ -489,6 +489,8 @@ def preview(
 def _decision_text(decision: pb.ScopeDecision) -> str:
     if decision.decision == "fire":
         return "[green]fire[/]"
+    if decision.decision == "skip_overlap":
+        return "[yellow]skip[/] (still running)"
     if decision.decision == "skip_window":
         return f"[yellow]skip[/] ({decision.window_name})"
     if decision.decision == "defer":

@@ -2149,8 +2149,9 @@ Global___PreviewScheduleSpecResponse: _TypeAlias = PreviewScheduleSpecResponse  
 
 @_typing.final
 class PreviewTaskScheduleRequest(_message.Message):
-    """The next firings of an existing schedule and what each would do per scope, decided by the code the
-    dispatcher runs (docs/WINDOWS.md). The overlap check is not predicted: it depends on tasks not yet run.
+    """The next firings of an existing schedule and what each would do per scope, decided by the planner the
+    dispatcher runs (docs/WINDOWS.md) over the tasks and windows as they stand now: under overlap SKIP, a
+    scope whose last task is still active is "skip_overlap" at every time (unless that task ends first).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -2197,7 +2198,7 @@ class ScopeDecision(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     rack_name: _builtins.str
     decision: _builtins.str
-    """"fire", "skip_window", "defer" or "paused" """
+    """"fire", "skip_overlap", "skip_window", "defer" or "paused" """
     window_name: _builtins.str
     """skip_window, defer: the window that closes the rack then"""
     reason: _builtins.str
