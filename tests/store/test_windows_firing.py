@@ -163,7 +163,7 @@ async def test_the_preview_predicts_every_outcome_the_dispatcher_then_records(
     env: Env, policy: WindowPolicy
 ) -> None:
     """Fire the previewed times with a controlled clock: outcome by outcome, the dispatcher does what the
-    preview said (both call `firing.window_decisions`)."""
+    preview said (both run the planner, `domain.firing.plan`)."""
     r1, r2, r3 = await env.rack("r1"), await env.rack("r2"), await env.rack("r3")
     await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
     freeze = OneOff(START + timedelta(hours=3, minutes=30), START + timedelta(hours=7))

@@ -1,4 +1,4 @@
-"""The rollout rule alone (`rollouts.policy.decide`): no database, no clock but the one passed in."""
+"""The rollout rule alone (`domain.rollouts.decide`): no database, no clock but the one passed in."""
 
 from __future__ import annotations
 

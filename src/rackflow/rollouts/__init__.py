@@ -1,6 +1,7 @@
 """Rollouts: a schedule's firing started across its racks in waves, within budgets, halting on failures.
 
-`rackflow.domain.rollouts` is the pure rule (which scopes may start now, and whether to halt); `service`
-applies it to the runs in the database (the one seam), and `driver` is the loop in every instance that
-keeps rolling runs moving.
+The pure parts sit in the domain: `rackflow.domain.rollouts` is the rule (which scopes may start now, and
+whether to halt), and the planner (`rackflow.domain.firing`) orders a new rollout's scopes and settles the
+ones a step starts. `service` applies them to the runs in the database: `RolloutService.advance` is the one
+entry point that moves a rollout, and `driver` is the loop in every instance that calls it.
 """

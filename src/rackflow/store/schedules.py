@@ -586,7 +586,7 @@ async def tasks_of_firings(
     return found
 
 
-# --- firing (phase 1: `schedules.firing.claim`) ----------------------------------------------------
+# --- firing (phase 1: `schedules.firing.claim`, through `store.firing`) ---------------------------
 
 
 async def scopes_by_schedule(

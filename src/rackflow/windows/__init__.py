@@ -1,2 +1,3 @@
 """Maintenance windows and freezes: the resource (`rackflow.domain.windows`), how windows combine
-(`rules`), the use cases (`service`) and the executor's start gate (`gate`). See docs/WINDOWS.md."""
+(`rackflow.domain.window_rules`), the use cases (`service`) and the executor's start gate (`gate`). See
+docs/WINDOWS.md."""

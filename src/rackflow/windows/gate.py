@@ -5,7 +5,7 @@ The executor calls `hold_frozen` on what its claim just took, in the claim's tra
 back to PENDING as if never claimed (the attempt is not counted), with `not_before` at the freeze's end,
 so the claim leaves it alone until then, and a message saying what it waits for. Only first attempts are
 gated: a task already running when a freeze opens (or taken over from a dead instance) is not interrupted.
-ALLOW windows do not gate starts: they bind scheduled firings (`schedules.firing.window_decisions`).
+ALLOW windows do not gate starts: they bind scheduled firings (`domain.firing.window_decisions`).
 """
 
 from __future__ import annotations
