@@ -157,8 +157,8 @@ def test_a_rack_the_windows_close(
         assert firing.decided[scope.id].error == firing.windows[scope.id].reason != ""
         assert firing.to_submit == []
         return
-    deferral = firing.deferred[scope.id]
-    assert (deferral.opens_at, deferral.closes_at) == (opens_at, closes_at)
+    deferral = firing.deferral(scope.id)
+    assert deferral is not None and (deferral.opens_at, deferral.closes_at) == (opens_at, closes_at)
     assert firing.to_submit == [scope] and firing.decided == {}
 
 

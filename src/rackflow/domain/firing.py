@@ -15,7 +15,7 @@ For each schedule of the snapshot, `plan` decides:
    manual one has no slot and fires every scope (the task manager's conflict rules still decide):
    - the SKIP overlap check: a scope whose last task is still active is "skipped_overlap";
    - the maintenance windows (`window_decisions`): a closed rack is "skipped_window" under the SKIP
-     window policy; under DEFER its task is submitted waiting for the opening (`Firing.deferred`);
+     window policy; under DEFER its task is submitted waiting for the opening (`Firing.deferral`);
 3. for a schedule with a rollout policy, its scopes in rollout order (`rollout_outcomes`: by rack name,
    then scope id; the first `canary_racks` scopes not settled above are the canaries), every one not
    settled "pending" for the rollout's steps. While its previous rollout is live (rolling or halted) the
@@ -99,10 +99,10 @@ class Firing:
         (its slot is spent all the same)."""
         return bool(self.skipped) and self.trigger == "manual"
 
-    @property
-    def deferred(self) -> dict[uuid.UUID, Decision]:
-        """The scopes whose task waits for a window's opening."""
-        return {scope_id: d for scope_id, d in self.windows.items() if d.action == "defer"}
+    def deferral(self, scope_id: uuid.UUID) -> Decision | None:
+        """The window opening the scope's task waits for (None: it may start at once)."""
+        decision = self.windows.get(scope_id)
+        return decision if decision is not None and decision.action == "defer" else None
 
     @property
     def to_submit(self) -> list[Scope]:

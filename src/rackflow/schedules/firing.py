@@ -245,9 +245,7 @@ async def _submit_all(
 
 
 def _submission(firing: Firing, scope: Scope) -> Submission:
-    return scope_submission(
-        firing.schedule, scope, firing.fired_at, firing.run_id, firing.deferred.get(scope.id)
-    )
+    return scope_submission(firing.schedule, scope, firing.fired_at, firing.run_id, firing.deferral(scope.id))
 
 
 async def _write_back(
