@@ -72,9 +72,8 @@ async def time_polls(urls: Sequence[str], polls: int) -> tuple[list[list[float]]
     """
     dbs = [Database(url) for url in urls]
     try:
-        dispatchers = [
-            Dispatcher(Services.build(db, SystemClock()), instance_id=uuid.uuid4(), batch=10) for db in dbs
-        ]
+        services = [Services.build(db, SystemClock()) for db in dbs]
+        dispatchers = [Dispatcher(s.schedules, s.audit, instance_id=uuid.uuid4(), batch=10) for s in services]
         for _ in range(WARMUP_POLLS):
             for dispatcher in dispatchers:
                 await dispatcher.poll_once()

@@ -131,7 +131,8 @@ class RackflowServer:
         self._spawn("executor", executor.run)
         if self.config.dispatcher:
             dispatcher = Dispatcher(
-                self.services,
+                self.services.schedules,
+                self.services.audit,
                 instance_id=self.instance_id,
                 interval=self.config.dispatch_interval,
                 batch=self.config.dispatch_batch,

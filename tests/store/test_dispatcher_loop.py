@@ -31,7 +31,13 @@ async def _due_schedules(env: Env, count: int) -> list[Schedule]:
 
 
 def _dispatcher(env: Env) -> Dispatcher:
-    return Dispatcher(env.services, instance_id=uuid.uuid4(), interval=timedelta(seconds=30), batch=BATCH)
+    return Dispatcher(
+        env.services.schedules,
+        env.services.audit,
+        instance_id=uuid.uuid4(),
+        interval=timedelta(seconds=30),
+        batch=BATCH,
+    )
 
 
 async def _runs_by_schedule(env: Env, made: list[Schedule]) -> dict[str, list[str]]:

@@ -28,9 +28,10 @@ async def _claim_statement(db: Database) -> tuple[str, Any]:
         if "FROM task_schedule" in statement and "next_run_at <=" in statement:
             sent.append((statement, parameters))
 
+    services = Services.build(db, SystemClock())
     event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
     try:
-        await Dispatcher(Services.build(db, SystemClock()), instance_id=uuid.uuid4(), batch=10).poll_once()
+        await Dispatcher(services.schedules, services.audit, instance_id=uuid.uuid4(), batch=10).poll_once()
     finally:
         event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
     claims = [s for s in sent if s[0].lstrip().upper().startswith("SELECT")]

@@ -129,7 +129,7 @@ async def test_the_dispatcher_resumes_ended_pauses_and_audits_them_as_rackflow(e
         by="ann",
     )
     await _set_resume_at(env, paused, PAST)
-    dispatcher = Dispatcher(env.services, instance_id=uuid.uuid4())
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
 
     await dispatcher.resume_ended_pauses()
 

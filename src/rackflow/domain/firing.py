@@ -154,16 +154,16 @@ def _plan_one(
         }
     enabled, next_run_at = advance_after_firing(schedule, now)
     firing = Firing(
-        schedule,
-        tuple(scopes),
-        trigger,
-        now,
-        run_id,
-        enabled,
-        next_run_at,
-        schedule.next_run_at if trigger == "dispatch" else None,
-        decided,
-        windows,
+        schedule=schedule,
+        scopes=tuple(scopes),
+        trigger=trigger,
+        fired_at=now,
+        run_id=run_id,
+        enabled=enabled,
+        next_run_at=next_run_at,
+        scheduled_for=schedule.next_run_at if trigger == "dispatch" else None,
+        decided=decided,
+        windows=windows,
     )
     if schedule.rollout is None:
         return firing

@@ -1,7 +1,7 @@
 """The seam that applies the rollout rule (`rackflow.domain.rollouts.decide`) to runs in the database.
 
 `RolloutService.advance` is the one entry point that moves a rollout: the rollout driver's loop and a
-firing's first step (`schedules.firing.fire_and_start`) both call it. A step is one transaction: lock
+firing's first step (`ScheduleService.fire`) both call it. A step is one transaction: lock
 rolling runs (`FOR UPDATE SKIP LOCKED`, so every instance may step runs and none waits for another), read
 their tasks' states, decide per run, submit the scopes the rule starts as the planner settles them
 (`domain.firing.plan_starts`: a scope removed meanwhile, the windows), each task carrying its run (UNIQUE

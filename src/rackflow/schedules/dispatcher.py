@@ -9,12 +9,13 @@ Delivery guarantee — at most once per tick, on any number of instances:
   write it: the advances and a "running" run row per firing). When this commits, the tick is spent: no
   instance can claim it again, because the row is locked until then and not due afterwards; and should
   any path try, the run table's unique (schedule, slot) index refuses a second run of the tick.
-* Phases 2 and 3 (`firing.fire_and_start`) submit one task per eligible scope through the task manager,
-  then write `last_task_id` back and complete the run. A crash between phases loses the tick's remaining
-  submissions rather than repeating them; its run row stays "running" until another instance sees the
-  owner's heartbeat has stopped and marks it "interrupted", so the operator sees it.
+* Phases 2 and 3 (`ScheduleService.fire`, as for a manual trigger) submit one task per eligible scope
+  through the task manager, then write `last_task_id` back and complete the run. A crash between phases
+  loses the tick's remaining submissions rather than repeating them; its run row stays "running" until
+  another instance sees the owner's heartbeat has stopped and marks it "interrupted", so the operator
+  sees it.
 * A schedule with a rollout policy is recorded "rolling" in phase 1 and its first wave starts at once
-  (`fire_and_start` takes its first `RolloutService.advance`); the rollout driver (`rollouts/driver.py`)
+  (`ScheduleService.fire` takes its first `RolloutService.advance`); the rollout driver (`rollouts/driver.py`)
   takes it from there.
 * "Now" is the database's clock on PostgreSQL, so instances with skewed clocks agree on what is due.
 
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rackflow import failpoints, metrics
+from rackflow.audit.trail import AuditTrail
 from rackflow.config import (
     DEFAULT_DISPATCH_BATCH,
     DEFAULT_DISPATCH_INTERVAL,
@@ -52,8 +54,8 @@ from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
 from rackflow.domain.firing import Firing
 from rackflow.domain.schedules import pause_to_json
 from rackflow.retry import Retry, retrying
-from rackflow.schedules.firing import claim, fire_and_start
-from rackflow.services import Services
+from rackflow.schedules.firing import claim
+from rackflow.schedules.service import ScheduleService
 from rackflow.store import dispatch, wakeups
 
 log = logging.getLogger(__name__)
@@ -81,15 +83,17 @@ class Claim:
 class Dispatcher:
     def __init__(
         self,
-        services: Services,
+        schedules: ScheduleService,
+        audit: AuditTrail,
         *,
         instance_id: uuid.UUID,
         interval: timedelta = DEFAULT_DISPATCH_INTERVAL,
         batch: int = DEFAULT_DISPATCH_BATCH,
         lease_ttl: timedelta = DEFAULT_LEASE_TTL,
     ) -> None:
-        self.services = services
-        self.db = services.db
+        self.schedules = schedules
+        self.audit = audit
+        self.db = schedules.db
         self.instance_id = instance_id
         self.interval = interval
         self.batch = batch  # the starting batch; `claim_batch` grows from it while draining
@@ -227,29 +231,21 @@ class Dispatcher:
         if full:
             self.claim_batch = min(batch * 2, max(DISPATCH_BATCH_CAP, self.batch))
         else:
-            self.claim_batch = self.batch
-            self._read_at = read_at
-            self._plan_wake(now, earliest)
+            # Look again at the earliest next run, or after the interval if that is sooner (or none is
+            # known). A schedule still in flight here may be due already (`earliest` <= now); it waits for a
+            # poll after its firing's write-back rather than spin the loop.
+            wake_at = now + self.interval
+            if earliest is not None and now < earliest < wake_at:
+                wake_at = earliest
+            self.claim_batch, self._read_at = self.batch, read_at
+            self.wake_after, self._wake_at = wake_at - now, wake_at
         return Claim(claimed, full)
-
-    def _plan_wake(self, now: datetime, earliest: datetime | None) -> None:
-        """Look again at the earliest next run, or after the interval if that is sooner (or none is known).
-
-        A schedule still in flight here may be due already (`earliest` <= now); it waits for a poll after
-        its firing's write-back rather than spin the loop.
-        """
-        wake_at = now + self.interval
-        if earliest is not None and now < earliest < wake_at:
-            wake_at = earliest
-        self.wake_after = wake_at - now
-        self._wake_at = wake_at
 
     async def _fire(self, claimed: list[Firing]) -> None:
         """Phases 2 and 3 for the whole batch; never raises, so a bad batch cannot stop the loop."""
         try:
             await failpoints.pause("pause_after_claim")
-            services = self.services
-            await fire_and_start(self.db, services.tasks, services.rollouts, services.clock, claimed)
+            await self.schedules.fire(claimed)
         except Exception:
             log.exception("firing a batch of %d schedule(s) failed", len(claimed))
         finally:
@@ -258,9 +254,9 @@ class Dispatcher:
     async def resume_ended_pauses(self) -> None:
         """Resume the schedules whose pause has reached its `resume_at`, each recorded in the audit trail
         as a ResumeTaskSchedule by rackflow itself, with the pause that ended."""
-        for schedule, pause in await self.services.schedules.resume_ended_pauses():
+        for schedule, pause in await self.schedules.resume_ended_pauses():
             log.info("resumed schedule %r: its pause ended at %s", schedule.name, pause.resume_at)
-            await self.services.audit.record(
+            await self.audit.record(
                 principal=SYSTEM_PRINCIPAL,
                 method="ResumeTaskSchedule",
                 target_ids=[str(schedule.id)],

@@ -26,10 +26,10 @@ opens its own:
 A scope the plan settled (`Firing.decided`: "skipped_overlap", "skipped_window") is recorded with that
 outcome and never submitted. A rollout's firing is recorded "rolling" in phase 1 with its scopes in rollout
 order, and its scopes start in the rollout's steps (`RolloutService.advance`, the one entry point that
-advances a rollout) instead of phases 2 and 3: `fire_and_start`, which the dispatcher and a manual trigger
-both call, takes its first step at once. While a schedule's previous rollout is still rolling or halted,
-a dispatched firing is recorded as "skipped" with the reason and nothing more happens, and a manual one is
-refused (the database holds one live rollout per schedule).
+advances a rollout) instead of phases 2 and 3: `ScheduleService.fire`, which the dispatcher and a manual
+trigger both call after claiming, takes its first step at once. While a schedule's previous rollout is
+still rolling or halted, a dispatched firing is recorded as "skipped" with the reason and nothing more
+happens, and a manual one is refused (the database holds one live rollout per schedule).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -48,7 +48,6 @@ from rackflow.domain.firing import Firing, plan
 from rackflow.domain.schedules import Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.errors import FailedPrecondition, RackflowError, Unavailable
 from rackflow.retry import Retry, retrying
-from rackflow.rollouts.service import RolloutService
 from rackflow.store import firing as firing_store
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
@@ -100,7 +99,8 @@ async def claim(
     """
     if not schedules:
         return []
-    planned = plan(await firing_store.load(conn, schedules, trigger), now, trigger)
+    snapshot = await firing_store.load(conn, schedules, trigger)
+    planned = plan(snapshot, now, trigger)
     refused = next((f for f in planned if f.refused), None)
     if refused is not None:
         raise FailedPrecondition(
@@ -127,20 +127,6 @@ async def claim(
 
 
 # --- phases 2 and 3: submit, write back ----------------------------------------------------------
-
-
-async def fire_and_start(
-    db: Database, tasks: TaskManager, rollouts: RolloutService, clock: Clock, firings: Sequence[Firing]
-) -> list[RunResult]:
-    """Phases 2 and 3 for claimed firings (`fire`), then the first step of their rollouts at once rather
-    than at the rollout driver's next step: the one way the dispatcher and a manual trigger fire what
-    they claimed. A rollout's result says which tasks that step started."""
-    results = await fire(db, tasks, clock, firings)
-    rolling = [f.run_id for f in firings if f.rolls_out]
-    if not rolling:
-        return results
-    started = (await rollouts.advance(rolling)).started
-    return [replace(r, started=started.get(r.run_id, ())) for r in results]
 
 
 async def fire(db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing]) -> list[RunResult]:

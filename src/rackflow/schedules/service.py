@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.domain.firing import plan, planned_times, scope_decisions
+from rackflow.domain.firing import Firing, plan, planned_times, scope_decisions
 from rackflow.domain.inventory import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
@@ -414,12 +414,23 @@ class ScheduleService:
                 raise _consumed(schedule, "trigger")
             # A manual firing has no slot: one firing (refused while the schedule's rollout is live).
             (claimed,) = await firing.claim(self.db, conn, [schedule], trigger="manual", now=self.clock.now())
-        (result,) = await firing.fire_and_start(self.db, self.tasks, self.rollouts, self.clock, [claimed])
+        (result,) = await self.fire([claimed])
         if claimed.rolls_out:
             return list(result.started)
         if claimed.scopes and not result.task_ids:
             raise await self._nothing_submitted(schedule, result)
         return result.task_ids
+
+    async def fire(self, claimed: Sequence[Firing]) -> list[firing.RunResult]:
+        """Phases 2 and 3 for claimed firings (`firing.fire`), then the first step of their rollouts at once
+        rather than at the rollout driver's next step: the one way the dispatcher and a manual trigger fire
+        what they claimed. A rollout's result says which tasks that step started."""
+        results = await firing.fire(self.db, self.tasks, self.clock, claimed)
+        rolling = [f.run_id for f in claimed if f.rolls_out]
+        if not rolling:
+            return results
+        started = (await self.rollouts.advance(rolling)).started
+        return [replace(r, started=started.get(r.run_id, ())) for r in results]
 
     async def _nothing_submitted(self, schedule: Schedule, result: firing.RunResult) -> FailedPrecondition:
         """The error of a trigger whose every scope failed: each rack, by name and id, and why."""

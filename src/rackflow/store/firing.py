@@ -15,8 +15,10 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.domain.firing import Firing, Snapshot, checks_scopes, overlap_checked
+from rackflow.domain.firing import Firing, LiveRollout, Snapshot, checks_scopes, overlap_checked
+from rackflow.domain.rollouts import RackPlace
 from rackflow.domain.schedules import Schedule, Trigger
+from rackflow.domain.windows import RackRef
 from rackflow.store import rollouts, schedules, windows
 from rackflow.store.db import Database
 
@@ -29,13 +31,13 @@ async def load(conn: AsyncConnection, batch: Sequence[Schedule], trigger: Trigge
     checked = [sc for s in batch if overlap_checked(s, trigger) for sc in scopes[s.id]]
     busy = frozenset(await schedules.overlapping_scope_ids(conn, checked))
     found = await windows.all_windows(conn) if checks_scopes(trigger) else []
-    racks = {}
-    if found:
-        racks = await windows.rack_refs(
-            conn, {sc.rack_id for s in batch for sc in scopes[s.id] if sc.id not in busy}
-        )
+    racks: dict[uuid.UUID, RackRef] = {}
+    if found:  # the racks of the scopes the windows may still close
+        open_racks = {sc.rack_id for s in batch for sc in scopes[s.id] if sc.id not in busy}
+        racks = await windows.rack_refs(conn, open_racks)
     rolling = [s.id for s in batch if s.rollout is not None]
-    live, places = {}, {}
+    live: dict[uuid.UUID, LiveRollout] = {}
+    places: dict[uuid.UUID, RackPlace] = {}
     if rolling:
         live = await rollouts.live_rollouts(conn, rolling)
         places = await rollouts.rack_places(conn, {sc.rack_id for sid in rolling for sc in scopes[sid]})
@@ -65,12 +67,8 @@ async def record(
     slot is recorded already is left out (`schedules.insert_runs`), and must not be fired again."""
     if not planned:
         return set()
-    now = planned[0].fired_at
-    await schedules.advance(
-        conn,
-        [schedules.Advance(f.schedule.id, f.enabled, f.next_run_at, last_run_at=f.fired_at) for f in planned],
-        now,
-    )
+    advances = [schedules.Advance(f.schedule.id, f.enabled, f.next_run_at, f.fired_at) for f in planned]
+    await schedules.advance(conn, advances, planned[0].fired_at)
     runs = [
         schedules.NewRun(
             f.run_id,
