@@ -25,6 +25,7 @@ from rackflow.domain.tasks import (
 )
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.service import InventoryService
+from rackflow.services import Services
 from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import instances as instances_table
@@ -92,7 +93,13 @@ async def finished(db: Database, task: Task) -> Task:
 
 @asynccontextmanager
 async def executing(db: Database, backend: Any = None, **options: Any) -> AsyncIterator[Executor]:
-    options = {"poll_interval": 0.05, "lease_ttl": 1.0, "instance_id": uuid.uuid4(), **options}
+    options = {
+        "poll_interval": 0.05,
+        "lease_ttl": 1.0,
+        "instance_id": uuid.uuid4(),
+        "gates": Services.build(db, CLOCK).gates,  # as `rackflow serve` registers them
+        **options,
+    }
     executor = Executor(db, CLOCK, backend or SimulatorBackend(FAST), **options)
     stop = asyncio.Event()
     runner = asyncio.create_task(executor.run(stop))

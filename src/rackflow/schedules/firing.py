@@ -23,8 +23,8 @@ opens its own:
 A decision per scope made at claim time (`Firing.decided`) is recorded as that scope's outcome and never
 submitted: the SKIP overlap check ("skipped_overlap"), then, for a dispatched firing, the maintenance
 windows (`window_decisions`, the one function the schedule preview asks too): a closed rack is
-"skipped_window" under the SKIP window policy, and under DEFER its task is submitted with the opening it
-waits for as its window (`Firing.deferred`), which the executor's claim and expiry already honour.
+"skipped_window" under the SKIP window policy, and under DEFER its task is submitted held until the
+opening it waits for (`Firing.deferred`; the task's typed hold, which the executor's claim and expiry honour).
 
 A schedule with a rollout policy (`rackflow.rollouts`) is claimed the same way, but phase 1 records its
 run as "rolling" with every scope "pending" in rollout order (rack name, canaries first; the scopes
@@ -155,19 +155,17 @@ def scope_submission(
 ) -> Submission:
     """What a firing submits for one scope (phase 2, or a rollout's step): the schedule's operation on the
     scope's rack and components, under the overlap policy's conflict strategy, carrying the run's id. A
-    deferred scope's task carries the opening it waits for as its operation's window, and says so."""
-    operation, message = schedule.operation, ""
-    if deferral is not None:
-        operation = replace(operation, window_start=deferral.opens_at, window_end=deferral.closes_at)
-        message = deferral.reason
+    deferred scope's task is held until the opening it waits for, and says so."""
     return Submission(
-        operation,
+        schedule.operation,
         (RackSelection(scope.rack_id, scope.filter),),
         task_description(schedule, fired_at),
         QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
         schedule.id,
         run_id,
-        message,
+        deferral.reason if deferral else "",
+        opens_at=deferral.opens_at if deferral else None,
+        closes_at=deferral.closes_at if deferral else None,
     )
 
 

@@ -34,6 +34,7 @@ from rackflow.store import tasks as store
 from rackflow.store.db import Database
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.conflicts import first_conflict, shape_of
+from rackflow.tasks.gates import WINDOW_HOLD
 from rackflow.validation import check_description, check_operation, check_queue
 
 log = logging.getLogger(__name__)
@@ -57,13 +58,22 @@ def selected_components(selection: RackSelection, rack_components: Sequence[Comp
 
 
 def _in_utc(operation: Operation) -> Operation:
-    """Windows are stored in UTC, so the executor can compare them as text in SQL."""
+    """A firmware upgrade's window is kept in UTC, as every time (CONTRIBUTING.md, "Time")."""
     start, end = operation.window_start, operation.window_end
     return replace(
         operation,
         window_start=start.astimezone(UTC) if start else None,
         window_end=end.astimezone(UTC) if end else None,
     )
+
+
+def _window(submission: Submission) -> tuple[datetime | None, datetime | None]:
+    """When the submission's tasks may start and by when they must have: the operation's own window (a
+    firmware upgrade's) within the opening a deferred firing waits for."""
+    operation = submission.operation
+    starts = [t for t in (operation.window_start, submission.opens_at) if t is not None]
+    ends = [t for t in (operation.window_end, submission.closes_at) if t is not None]
+    return max(starts, default=None), min(ends, default=None)
 
 
 def _initial_message(operation: Operation, now: datetime) -> str:
@@ -110,6 +120,10 @@ class Submission:
     schedule_id: uuid.UUID | None = None
     run_id: uuid.UUID | None = None  # the schedule firing it is for (its tasks carry it)
     message: str = ""  # what its tasks say first (default: what their operation's window waits for)
+    # The opening a DEFER firing waits for: its tasks are held until `opens_at`, and fail if they have not
+    # started by `closes_at` (with a firmware upgrade's own window, the later start and the earlier end).
+    opens_at: datetime | None = None
+    closes_at: datetime | None = None
 
 
 def _checked(submission: Submission) -> Submission:
@@ -143,6 +157,9 @@ class _RackState:
         if missing:
             raise NotFound(f"rack_id: rack {missing[0]} not found")
         planned: list[Task] = []
+        not_before, not_after = _window(submission)
+        message = submission.message or _initial_message(operation, now)
+        waits = not_before is not None and not_before > now
         for selection in submission.selections:
             rack_id = selection.rack_id
             label = rack_label(rack_id, self.names)
@@ -164,7 +181,7 @@ class _RackState:
                     component_ids=tuple(c.id for c in chosen),
                     description=submission.description,
                     status=status,
-                    message=submission.message or _initial_message(operation, now),
+                    message=message,
                     queue_expires_at=now + queue.timeout if status is TaskStatus.WAITING else None,
                     created_at=now,
                     started_at=None,
@@ -173,6 +190,11 @@ class _RackState:
                     schedule_id=submission.schedule_id,
                     run_id=submission.run_id,
                     ignore_windows=queue.ignore_windows,
+                    not_before=not_before,
+                    not_after=not_after,
+                    held_by=WINDOW_HOLD if waits else None,
+                    held_reason=message if waits else None,
+                    held_since=now if waits else None,
                 )
             )
         return planned
