@@ -21,7 +21,8 @@ from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, Task, TaskStatus
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import Database, by_keys, chunked, some_of, unique_violation_as
+from rackflow.store.db import Database, chunked, some_of, unique_violation_as
+from rackflow.store.dialect import by_keys
 from rackflow.store.instances import is_live
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import racks, tasks
