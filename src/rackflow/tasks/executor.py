@@ -58,7 +58,7 @@ from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, plan
 from rackflow.tasks.gates import Gate, consult
-from rackflow.tasks.manager import Ending, TaskManager
+from rackflow.tasks.manager import Ending, TaskManager, count_ended
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +148,10 @@ class Executor:
         self._wake = asyncio.Event()
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._journal: GroupCommit[_Entry, _Written] = GroupCommit(
-            db, self._write_round, after_commit=self._start_claimed
+            db, self._write_round, after_commit=self._after_round
         )
         self._claimed: list[_Run] = []  # by the round being written; started once it commits
+        self._ended: Mapping[TaskStatus, int] = {}  # by the round being written; counted once it commits
         self._stopping = False
         self._next_sweep = 0.0
         self._next_hold_check = 0.0
@@ -220,8 +221,11 @@ class Executor:
         await task_runs.record_progress(conn, first, owner_id=self.instance_id, now=now)
         return runs
 
-    def _start_claimed(self) -> None:
-        """After a round committed: run what it claimed (unless stopping: a successor takes those over)."""
+    def _after_round(self) -> None:
+        """After a round committed: count the tasks it ended, and run what it claimed (unless stopping: a
+        successor takes those over)."""
+        ended, self._ended = self._ended, {}
+        count_ended(ended)
         claimed, self._claimed = self._claimed, []
         for run in claimed if not self._stopping else ():
             if run.attempt > 1:
@@ -353,6 +357,7 @@ class Executor:
         then claims for the room there is, counting the slots the ending tasks free."""
         endings = [entry.ending for entry in entries if entry.ending is not None]
         let_go = await self.manager.let_go_in(conn, self.instance_id, endings) if endings else None
+        self._ended = let_go.ended if let_go else {}
         messages = {e.task_id: e.message for e in entries if e.task_id is not None and e.message is not None}
         now = self.clock.now()
         held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
