@@ -2,7 +2,7 @@
 
 In-process, on a fresh database: R racks (one COMPUTE component each) in D NVLink domains, a power-off
 task on each, RUNNING already under one live instance, and P more PENDING. Each measured round is one
-claim transaction of another instance, as the executor's: `claim` takes P tasks, then `hold_over_budget`
+claim transaction of another instance, as the executor's: `claim` takes P tasks, then the budget gate
 runs (timed alone), then the transaction is rolled back so every round sees the same state. First with no
 budget (the gate's one unlocked read), then with a budget counting power-off whose caps let part of the
 claim through (the rest is handed back): lock, count, decide, hand back.
@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from _common import add_db_arguments, code_line, fresh_database, machine_line, median, percentile, result
 
-from rackflow.budgets.gate import hold_over_budget
+from rackflow.budgets.gate import BudgetGate
 from rackflow.budgets.service import BudgetInput
 from rackflow.clock import SystemClock
 from rackflow.domain.inventory import ComponentSpec, ComponentType, RackSelection
@@ -28,6 +28,7 @@ from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
 from rackflow.services import Services
 from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
+from rackflow.tasks.gates import consult
 
 LEASE = timedelta(hours=1)
 ROUNDS = 60
@@ -68,7 +69,7 @@ async def measure(url: str, running: int, claim: int, domains: int) -> None:
                     db, conn, owner_id=claimer, lease_ttl=LEASE, running_here=(), now=now, limit=claim
                 )
                 started = time.perf_counter()
-                kept = await hold_over_budget(db, conn, claimed, owner_id=claimer, now=now)
+                kept = (await consult([BudgetGate(db)], conn, claimed, owner_id=claimer, now=now)).claimed
                 elapsed = time.perf_counter() - started
                 await conn.rollback()
             return elapsed, claim - len(kept)

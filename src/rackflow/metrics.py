@@ -38,6 +38,11 @@ BUDGET_HOLDS = Counter(
     "Task starts an operation budget held back (a task waiting long is counted at each claim).",
     ["budget"],
 )
+TASK_HOLDS = Counter(
+    "rackflow_task_holds_total",
+    "Task starts a start gate held back, by gate (a task waiting long is counted at each claim).",
+    ["gate"],
+)
 KEYED_READ_ROUNDS = Counter(
     "rackflow_keyed_read_rounds_total",
     "Queries sent for GetTaskSchedule's keyed reads; callers over rounds is how many each answered.",

@@ -126,6 +126,7 @@ class RackflowServer:
             backend,
             instance_id=self.instance_id,
             manager=self.services.tasks,
+            gates=self.services.gates,
             lease_ttl=self.config.lease_ttl.total_seconds(),
         )
         self._spawn("executor", executor.run)

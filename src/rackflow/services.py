@@ -6,13 +6,16 @@ from dataclasses import dataclass
 
 from rackflow.audit.spool import AuditSpool
 from rackflow.audit.trail import AuditTrail
+from rackflow.budgets.gate import BudgetGate
 from rackflow.budgets.service import BudgetService
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules.service import ScheduleService
 from rackflow.store.db import Database
+from rackflow.tasks.gates import Gate
 from rackflow.tasks.manager import TaskManager
+from rackflow.windows.gate import FreezeGate
 from rackflow.windows.service import WindowService
 
 
@@ -27,6 +30,9 @@ class Services:
     audit: AuditTrail
     windows: WindowService
     budgets: BudgetService
+    # The executor's start gates, consulted in this order at each claim (`rackflow.tasks.gates`): a frozen
+    # task never takes a budget's room. A new gate is registered here.
+    gates: tuple[Gate, ...]
 
     @classmethod
     def build(cls, db: Database, clock: Clock, audit_spool: AuditSpool | None = None) -> Services:
@@ -46,4 +52,5 @@ class Services:
             windows=windows,
             rollouts=rollouts,
             budgets=BudgetService(db, clock),
+            gates=(FreezeGate(), BudgetGate(db)),
         )

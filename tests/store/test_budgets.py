@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from rackflow.budgets.gate import hold_over_budget
+from rackflow.budgets.gate import BudgetGate
 from rackflow.budgets.service import BudgetInput
 from rackflow.clock import SystemClock
 from rackflow.domain.inventory import Rack, RackSelection
@@ -23,6 +23,7 @@ from rackflow.services import Services
 from rackflow.store import instances, task_runs
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
+from rackflow.tasks.gates import consult
 from tests.store.schedules_support import POWER_OFF, Env, make_env
 from tests.store.test_executor import eventually, executing, finished, get
 from tests.store.test_rollouts import _racks, _schedule
@@ -75,8 +76,8 @@ class Claimer:
                 now=now,
                 limit=limit,
             )
-            admitted = await hold_over_budget(db, conn, claimed, owner_id=self.owner, now=now)
-        started = [task.id for task, _ in admitted]
+            gated = await consult([BudgetGate(db)], conn, claimed, owner_id=self.owner, now=now)
+        started = [task.id for task, _ in gated.claimed]
         self.running.update(started)
         return started
 

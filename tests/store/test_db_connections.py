@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from rackflow.errors import Unavailable
-from rackflow.store import db as db_module
+from rackflow.store import dialect as dialects
 from rackflow.store.db import Database
 
 pytestmark = pytest.mark.postgres
@@ -39,7 +39,7 @@ def _terminate(postgres_url: str, pid: int) -> None:
 
 async def test_connections_plan_each_run_of_a_prepared_statement_with_its_values(pg: Database) -> None:
     async with pg.read() as conn:
-        assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == db_module.PLAN_CACHE_MODE
+        assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == dialects.PLAN_CACHE_MODE
     async with pg.transaction() as conn:
         assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == "force_custom_plan"
 
@@ -60,7 +60,7 @@ async def test_a_read_runs_outside_a_transaction(pg: Database) -> None:
 async def test_a_connection_that_died_while_idle_is_replaced_unseen(
     pg: Database, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 0.0)
+    monkeypatch.setattr(dialects, "PING_AFTER_IDLE_S", 0.0)
     first = await _backend_pid(pg)
     _terminate(postgres_url, first)
     assert await _backend_pid(pg) != first  # no error: the checkout ping found it dead
@@ -69,7 +69,7 @@ async def test_a_connection_that_died_while_idle_is_replaced_unseen(
 async def test_a_busy_connection_is_not_pinged_and_one_request_sees_the_outage(
     pg: Database, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 3600.0)
+    monkeypatch.setattr(dialects, "PING_AFTER_IDLE_S", 3600.0)
     first = await _backend_pid(pg)
     _terminate(postgres_url, first)
     with pytest.raises(Unavailable, match="database unavailable"):

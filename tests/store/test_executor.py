@@ -25,7 +25,8 @@ from rackflow.domain.tasks import (
 )
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.service import InventoryService
-from rackflow.store import instances, task_runs
+from rackflow.services import Services
+from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import instances as instances_table
 from rackflow.store.tables import tasks as tasks_table
@@ -92,7 +93,13 @@ async def finished(db: Database, task: Task) -> Task:
 
 @asynccontextmanager
 async def executing(db: Database, backend: Any = None, **options: Any) -> AsyncIterator[Executor]:
-    options = {"poll_interval": 0.05, "lease_ttl": 1.0, "instance_id": uuid.uuid4(), **options}
+    options = {
+        "poll_interval": 0.05,
+        "lease_ttl": 1.0,
+        "instance_id": uuid.uuid4(),
+        "gates": Services.build(db, CLOCK).gates,  # as `rackflow serve` registers them
+        **options,
+    }
     executor = Executor(db, CLOCK, backend or SimulatorBackend(FAST), **options)
     stop = asyncio.Event()
     runner = asyncio.create_task(executor.run(stop))
@@ -249,7 +256,9 @@ async def test_a_task_of_a_dead_instance_is_taken_over(db: Database) -> None:
     assert done.status is TaskStatus.COMPLETED
     taken = await row(db, task)
     assert taken.attempts == 2 and taken.owner_id is None
-    assert executor.instance_id not in {i.id for i in await instances.live_instances(db, timedelta(hours=1))}
+    async with db.read() as conn:
+        registered = set((await conn.execute(select(instances_table.c.id))).scalars())
+    assert executor.instance_id not in registered  # it unregistered as it stopped
 
 
 async def test_heartbeats_keep_a_long_task_with_its_owner(db: Database) -> None:

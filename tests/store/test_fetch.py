@@ -1,4 +1,4 @@
-"""`Database.fetch_by_key`, the driver-level path of the hottest reads (GetTaskSchedule): the same rows
+"""`keyed_reads.fetch_by_key`, the driver-level path of the hottest reads (GetTaskSchedule): the same rows
 as SQLAlchemy's, concurrent callers answered together, and on PostgreSQL its own connection replaced when
 it dies."""
 
@@ -70,7 +70,8 @@ async def test_keyed_reads_replace_their_connection_when_it_died_while_idle(post
         suffix = uuid.uuid4().hex[:8]  # this database is not emptied between tests
         made = await env.schedule(f"nightly-{suffix}", racks=[await env.rack(f"r-{suffix}")])
         assert await store.fetch_schedule(db, made.id) == made
-        (own,) = db._own_connections  # the keyed reads' connection, outside the pool
+        (close,) = db.on_dispose  # closes the keyed reads' connection, outside the pool
+        own = close.__self__
         assert own._conn is not None
         terminate(postgres_url, own._conn.info.backend_pid)
         assert await store.fetch_schedule(db, made.id) == made  # no error: a new connection, at once

@@ -12,7 +12,8 @@ from sqlalchemy import Text, cast, insert, select
 from sqlalchemy.dialects import postgresql
 
 from rackflow.store import schedules as store
-from rackflow.store.db import Database, insert_rows
+from rackflow.store.db import Database
+from rackflow.store.dialect import insert_rows
 from rackflow.store.tables import task_schedule, task_schedule_run
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -93,7 +93,7 @@ async def test_a_rack_closed_at_its_turn_waits_for_its_opening_under_defer(db: D
 
     (waiting,) = [t for t in await _tasks(env, schedule) if t.rack_id == r1.id]
     assert waiting.status is TaskStatus.PENDING
-    assert (waiting.operation.window_start, waiting.operation.window_end) == (
+    assert (waiting.not_before, waiting.not_after) == (
         TOMORROW_2AM,
         TOMORROW_2AM + timedelta(hours=2),
     )

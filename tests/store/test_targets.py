@@ -25,6 +25,7 @@ from rackflow.domain.inventory import (
 )
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.inventory.service import InventoryService
+from rackflow.inventory.targets import resolve_targets
 from rackflow.store.db import Database
 from rackflow.store.tables import racks as racks_table
 
@@ -62,6 +63,12 @@ async def racks(inventory: InventoryService, clock: FakeClock) -> list[Rack]:
     return made
 
 
+async def resolve(db: Database, spec: TargetSpec) -> list[RackSelection]:
+    """What a submission does with a target spec (`TaskManager.submit`): resolve it in its transaction."""
+    async with db.transaction() as conn:
+        return await resolve_targets(conn, spec)
+
+
 def by_type(rack: Rack, ctype: ComponentType) -> uuid.UUID:
     return next(c.id for c in rack.components if c.type is ctype)
 
@@ -76,7 +83,7 @@ async def test_racks_by_id_name_and_external_id_keep_input_order(
             RackTarget(name="r1"),
         )
     )
-    assert await inventory.resolve(spec) == [
+    assert await resolve(inventory.db, spec) == [
         RackSelection(racks[2].id, None),
         RackSelection(racks[0].id, TypesFilter(frozenset({NVSWITCH, COMPUTE}))),
         RackSelection(racks[1].id, None),
@@ -98,7 +105,7 @@ async def test_unknown_rack_is_not_found(
     inventory: InventoryService, racks: list[Rack], target: RackTarget, message: str
 ) -> None:
     with pytest.raises(NotFound, match=message):
-        await inventory.resolve(TargetSpec(racks=(RackTarget(name="r0"), target)))
+        await resolve(inventory.db, TargetSpec(racks=(RackTarget(name="r0"), target)))
 
 
 async def test_rack_reached_twice_is_invalid(inventory: InventoryService, racks: list[Rack]) -> None:
@@ -106,7 +113,7 @@ async def test_rack_reached_twice_is_invalid(inventory: InventoryService, racks:
     with pytest.raises(
         InvalidArgument, match=r"racks\[2\]: rack with name 'r1' is listed twice \(also .*racks\[0\]\)"
     ):
-        await inventory.resolve(spec)
+        await resolve(inventory.db, spec)
 
 
 async def test_components_grouped_per_rack(inventory: InventoryService, racks: list[Rack]) -> None:
@@ -118,7 +125,7 @@ async def test_components_grouped_per_rack(inventory: InventoryService, racks: l
             ComponentTarget(external_type=NVSWITCH, external_id="node-0"),
         )
     )
-    assert await inventory.resolve(spec) == [
+    assert await resolve(inventory.db, spec) == [
         RackSelection(
             racks[1].id,
             ComponentsFilter(frozenset({by_type(racks[1], NVSWITCH), by_type(racks[1], COMPUTE)})),
@@ -136,8 +143,9 @@ async def test_untyped_ref_matching_several_types_is_ambiguous(
     with pytest.raises(
         InvalidArgument, match=r"components\[0\]: external_id 'node-0' is ambiguous.*COMPUTE, NVSWITCH"
     ):
-        await inventory.resolve(
-            TargetSpec(components=(ComponentTarget(external_type=UNKNOWN, external_id="node-0"),))
+        await resolve(
+            inventory.db,
+            TargetSpec(components=(ComponentTarget(external_type=UNKNOWN, external_id="node-0"),)),
         )
 
 
@@ -156,7 +164,7 @@ async def test_unknown_component_is_not_found(
     inventory: InventoryService, racks: list[Rack], target: ComponentTarget, message: str
 ) -> None:
     with pytest.raises(NotFound, match=message):
-        await inventory.resolve(TargetSpec(components=(target,)))
+        await resolve(inventory.db, TargetSpec(components=(target,)))
 
 
 async def test_component_reached_twice_is_invalid(inventory: InventoryService, racks: list[Rack]) -> None:
@@ -167,7 +175,7 @@ async def test_component_reached_twice_is_invalid(inventory: InventoryService, r
         )
     )
     with pytest.raises(InvalidArgument, match=r"components\[1\]: component .* is listed twice"):
-        await inventory.resolve(spec)
+        await resolve(inventory.db, spec)
 
 
 async def test_domains_expand_to_their_racks(inventory: InventoryService, racks: list[Rack]) -> None:
@@ -176,7 +184,7 @@ async def test_domains_expand_to_their_racks(inventory: InventoryService, racks:
     spec = TargetSpec(
         nvl_domains=(NVLDomainTarget(name="d2", component_types=(COMPUTE,)), NVLDomainTarget(id=d1.id))
     )
-    assert await inventory.resolve(spec) == [
+    assert await resolve(inventory.db, spec) == [
         RackSelection(racks[1].id, TypesFilter(frozenset({COMPUTE}))),
         RackSelection(racks[0].id, None),
         RackSelection(racks[2].id, None),
@@ -187,31 +195,31 @@ async def test_domain_errors(inventory: InventoryService, racks: list[Rack]) -> 
     d1 = await inventory.create_domain("d1", [racks[0].id])
     await inventory.create_domain("empty", [])
     with pytest.raises(NotFound, match=r"nvl_domains\[1\]: no NVLink domain with name 'nope'"):
-        await inventory.resolve(
-            TargetSpec(nvl_domains=(NVLDomainTarget(id=d1.id), NVLDomainTarget(name="nope")))
+        await resolve(
+            inventory.db, TargetSpec(nvl_domains=(NVLDomainTarget(id=d1.id), NVLDomainTarget(name="nope")))
         )
     with pytest.raises(
         InvalidArgument, match=r"nvl_domains\[1\]: NVLink domain with name 'd1' is listed twice"
     ):
-        await inventory.resolve(
-            TargetSpec(nvl_domains=(NVLDomainTarget(id=d1.id), NVLDomainTarget(name="d1")))
+        await resolve(
+            inventory.db, TargetSpec(nvl_domains=(NVLDomainTarget(id=d1.id), NVLDomainTarget(name="d1")))
         )
     with pytest.raises(InvalidArgument, match="select no rack"):
-        await inventory.resolve(TargetSpec(nvl_domains=(NVLDomainTarget(name="empty"),)))
+        await resolve(inventory.db, TargetSpec(nvl_domains=(NVLDomainTarget(name="empty"),)))
     # An empty domain next to a populated one is fine: the spec as a whole selects racks.
     spec = TargetSpec(nvl_domains=(NVLDomainTarget(name="empty"), NVLDomainTarget(name="d1")))
-    assert await inventory.resolve(spec) == [RackSelection(racks[0].id, None)]
+    assert await resolve(inventory.db, spec) == [RackSelection(racks[0].id, None)]
 
 
 async def test_spec_shape_errors(inventory: InventoryService, racks: list[Rack]) -> None:
     with pytest.raises(InvalidArgument, match="no targets"):
-        await inventory.resolve(TargetSpec())
+        await resolve(inventory.db, TargetSpec())
     with pytest.raises(InvalidArgument, match="one kind of target"):
-        await inventory.resolve(
-            TargetSpec(racks=(RackTarget(name="r0"),), nvl_domains=(NVLDomainTarget(name="d"),))
+        await resolve(
+            inventory.db, TargetSpec(racks=(RackTarget(name="r0"),), nvl_domains=(NVLDomainTarget(name="d"),))
         )
     with pytest.raises(InvalidArgument, match=r"racks\[0\]\.component_types"):
-        await inventory.resolve(TargetSpec(racks=(RackTarget(name="r0", component_types=(UNKNOWN,)),)))
+        await resolve(inventory.db, TargetSpec(racks=(RackTarget(name="r0", component_types=(UNKNOWN,)),)))
 
 
 @contextmanager
@@ -254,7 +262,7 @@ async def test_ten_thousand_rack_targets_are_batched(db: Database, inventory: In
         for i, rack_id in enumerate(rack_ids)
     )
     with counted_statements(db) as statements:
-        selections = await inventory.resolve(TargetSpec(racks=targets))
+        selections = await resolve(inventory.db, TargetSpec(racks=targets))
     assert [s.rack_id for s in selections] == rack_ids
     selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
     assert 3 <= len(selects) <= 12
@@ -269,7 +277,7 @@ async def test_thousands_of_component_targets_are_batched(db: Database, inventor
         + tuple(ComponentTarget(external_type=COMPUTE, external_id=c.external_id) for c in halves[1])
     )
     with counted_statements(db) as statements:
-        selections = await inventory.resolve(spec)
+        selections = await resolve(inventory.db, spec)
     assert selections == [RackSelection(rack.id, ComponentsFilter(frozenset(c.id for c in rack.components)))]
     selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
     assert 2 <= len(selects) <= 6

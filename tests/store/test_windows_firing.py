@@ -103,10 +103,9 @@ async def test_defer_submits_a_task_that_waits_for_the_next_opening(env: Env) ->
     assert outcome.outcome == "submitted" and outcome.task_id is not None
     (task,) = await env.services.tasks.get_tasks([outcome.task_id])
     assert task.status is TaskStatus.PENDING
-    assert (task.operation.window_start, task.operation.window_end) == (
-        TOMORROW_2AM,
-        TOMORROW_2AM + timedelta(hours=2),
-    )
+    assert (task.not_before, task.not_after) == (TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2))
+    assert task.operation == Operation(OperationKind.POWER_OFF)  # the opening is a hold, not a parameter
+    assert task.held_by == "window" and task.held_reason == task.message
     assert "waits for the opening at 2026-03-03T02:00:00+00:00" in task.message
     assert "'nightly'" in task.message
 
@@ -137,10 +136,11 @@ async def test_defer_of_a_firmware_upgrade_keeps_inside_its_own_window(env: Env)
     await with_policy(env, schedule, WindowPolicy.DEFER)
     (result,) = await dispatch_at(env, START + timedelta(hours=1))
     (task,) = await env.services.tasks.get_tasks([result.outcomes[0].task_id])  # type: ignore[list-item]
-    assert (task.operation.window_start, task.operation.window_end) == (
+    assert (task.not_before, task.not_after) == (
         TOMORROW_2AM + timedelta(hours=1),
         TOMORROW_2AM + timedelta(hours=2),
     )
+    assert task.operation == own  # its own window stays its parameter
 
 
 async def test_manual_trigger_ignores_allow_windows(env: Env) -> None:
@@ -194,10 +194,7 @@ async def test_the_preview_predicts_every_outcome_the_dispatcher_then_records(
                 continue
             assert outcome.task_id is not None
             (task,) = await env.services.tasks.get_tasks([outcome.task_id])
-            assert (task.operation.window_start, task.operation.window_end) == (
-                decision.opens_at,
-                decision.closes_at,
-            )
+            assert (task.not_before, task.not_after) == (decision.opens_at, decision.closes_at)
             await env.services.tasks.cancel(task.id)  # so the next firing's overlap check passes
         after = await env.services.schedules.get(schedule.id)
         assert after.last_run_at == firing_plan.at

@@ -15,7 +15,8 @@ from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.services import Services
 from rackflow.store import task_runs
 from rackflow.store.db import Database
-from rackflow.windows.gate import hold_frozen
+from rackflow.tasks.gates import consult
+from rackflow.windows.gate import FreezeGate
 from rackflow.windows.service import WindowInput
 from tests.store.test_executor import eventually, executing, finished, get, make_rack
 
@@ -126,6 +127,7 @@ async def test_a_running_task_is_not_held(db: Database) -> None:
         )
         assert [(t.id, attempt) for t, attempt in claimed] == [(task.id, 1)]
         taken_over = [(t, 2) for t, _ in claimed]
-        assert await hold_frozen(conn, taken_over, owner_id=owner, now=CLOCK.now()) == taken_over
-        assert await hold_frozen(conn, claimed, owner_id=owner, now=CLOCK.now()) == []
+        gates = [FreezeGate()]
+        assert (await consult(gates, conn, taken_over, owner_id=owner, now=CLOCK.now())).claimed == taken_over
+        assert (await consult(gates, conn, claimed, owner_id=owner, now=CLOCK.now())).claimed == []
     assert (await get(db, task)).status is TaskStatus.PENDING

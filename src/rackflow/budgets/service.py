@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
+from rackflow.budgets.gate import BudgetGate
 from rackflow.clock import Clock
 from rackflow.domain.budgets import OperationBudget
 from rackflow.domain.tasks import OperationKind
@@ -144,4 +145,4 @@ class BudgetService:
         and its held tasks are released here too. (Releasing inside the change's transaction would wait
         on tasks a claim holds while holding the row lock that claim waits for.)"""
         async with self.db.transaction() as conn:
-            await release_held(conn)
+            await release_held(conn, BudgetGate.name)

@@ -81,8 +81,13 @@ def task_view(t: pb.Task, racks: dict[str, str]) -> Table:
         rows.append(("queue expires", utc_text(when(t.queue_expires_at))))
     if t.schedule_id.id:
         rows.append(("schedule", t.schedule_id.id))
+    if t.held_by:
+        since = utc_text(when(t.held_since))
+        rows.append(("held by", f"{t.held_by} since {since}: {t.held_reason}"))
     if when(t.not_before):
         rows.append(("not before", utc_text(when(t.not_before))))
+    if when(t.not_after):
+        rows.append(("not after", utc_text(when(t.not_after))))
     if t.ignore_windows:
         rows.append(("windows", "ignored (submitted with --ignore-windows)"))
     return details(rows)

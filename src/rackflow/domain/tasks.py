@@ -131,8 +131,25 @@ class Task:
     updated_at: datetime
     schedule_id: uuid.UUID | None = None
     run_id: uuid.UUID | None = None  # the schedule firing that submitted it
-    not_before: datetime | None = None  # a FREEZE window holds it back until then
     ignore_windows: bool = False  # submitted with the override: FREEZE windows do not hold it
+    # The typed hold (`rackflow.tasks.gates`): the claim leaves the task until `not_before`; `held_by` names
+    # what holds it ("window": its opening; "freeze", "budget": a start gate), `held_reason` says why to
+    # people, `held_since` is when that hold began. A task that has not started by `not_after` (its
+    # window's end) fails without running. Only `not_after` outlives the start.
+    not_before: datetime | None = None
+    not_after: datetime | None = None
+    held_by: str | None = None
+    held_reason: str | None = None
+    held_since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A task may not start before `until`, for `reason` (people read it on the task): what a start gate
+    answers for a task it holds back (`rackflow.tasks.gates`), and what the store writes."""
+
+    until: datetime
+    reason: str
 
 
 @dataclass(frozen=True)

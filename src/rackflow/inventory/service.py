@@ -19,12 +19,9 @@ from rackflow.domain.inventory import (
     ComponentType,
     NVLDomain,
     Rack,
-    RackSelection,
-    TargetSpec,
 )
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.bmc import check_bmc
-from rackflow.inventory.targets import resolve_targets
 from rackflow.schedules.removal import drop_component_from_scopes
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
@@ -202,11 +199,6 @@ class InventoryService:
             return await store.list_domains(conn)
 
     # --- targets ---------------------------------------------------------------------------------
-
-    async def resolve(self, spec: TargetSpec) -> list[RackSelection]:
-        """`resolve_targets` in a read transaction of its own."""
-        async with self.db.read() as conn:
-            return await resolve_targets(conn, spec)
 
 
 async def _refuse_taken_external_ids(

@@ -13,10 +13,10 @@ opens its own:
    per (schedule, slot), so a second claim of one slot records nothing and fires nothing, whatever path it
    came by.
 2. `fire` (one transaction for the batch) submits one task per scope left (`tasks.scheduled`), each
-   carrying its run's id; a deferred scope's task waits for its window's opening, which the executor's
-   claim and expiry already honour. A scope that fails is recorded as "failed" with its reason; the other
-   scopes still fire. If the connection is lost (`Unavailable`), the transaction may have committed before
-   the client heard: the outcome is unknown.
+   carrying its run's id; a deferred scope's task is held (the task's typed hold) until its window opens,
+   which the executor's claim and expiry honour. A scope that fails is recorded as "failed" with its
+   reason; the other scopes still fire. If the connection is lost (`Unavailable`), the transaction may
+   have committed before the client heard: the outcome is unknown.
 3. `fire` again (a new transaction, retried for WRITEBACK_DEADLINE_SECONDS): after an unknown outcome, look
    up which of the runs' tasks exist (by run id) and record those as "submitted"; then write each scope's
    new `last_task_id` (the SKIP overlap check reads it), complete the runs with their outcomes, and prune

@@ -13,7 +13,8 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter
-from rackflow.store.db import Database, insert_new
+from rackflow.store.db import Database
+from rackflow.store.dialect import insert_new
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import audit_events, task_schedule, task_schedule_scope
 

@@ -14,11 +14,11 @@ from sqlalchemy import Row, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.budgets import OperationBudget, Started
-from rackflow.domain.tasks import OperationKind, TaskStatus
+from rackflow.domain.tasks import Hold, OperationKind, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, unique_violation_as
 from rackflow.store.tables import operation_budgets, racks, tasks
-from rackflow.store.tasks import is_active, status_in
+from rackflow.store.tasks import hold_values, is_active, status_in
 
 
 def name_taken_error(name: str) -> AlreadyExists:
@@ -120,12 +120,12 @@ async def push_back(
     budget: OperationBudget,
     domain: uuid.UUID | None,
     *,
-    until: datetime,
-    message: str,
+    gate: str,
+    hold: Hold,
     now: datetime,
 ) -> None:
     """Every PENDING task of `budget`'s operations that is due by `now` (in `domain`, a domain's or a
-    rack's id, when given) waits until `until` with `message`: the cap is full, so claiming them before
+    rack's id, when given) is held by `gate` as `hold` says: the cap is full, so claiming them before
     then would only hand them back, and a long queue behind a budget would crowd everything else out of the
     claims. Rows another claim holds are skipped (that claim gates them), so this never waits on a row
     lock while the budget rows are locked."""
@@ -139,7 +139,5 @@ async def push_back(
         in_domain = select(racks.c.id).where(racks.c.nvl_domain_id == domain)
         due = due.where(or_(tasks.c.rack_id == domain, tasks.c.rack_id.in_(in_domain)))
     await conn.execute(
-        update(tasks)
-        .where(tasks.c.id.in_(db.skip_locked(due)))
-        .values(not_before=until, message=message, updated_at=now)
+        update(tasks).where(tasks.c.id.in_(db.skip_locked(due))).values(hold_values(gate, hold, now))
     )

@@ -9,24 +9,14 @@ Each function is a transaction of its own: registration never rides along with o
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import DateTime, Interval, bindparam, delete, exists, func, insert, select, update
+from sqlalchemy import delete, exists, insert, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from rackflow.store.db import Database
+from rackflow.store.dialect import now_minus, now_minus_params
 from rackflow.store.tables import instances
-from rackflow.store.types import UTCDateTime
-
-
-@dataclass(frozen=True)
-class Instance:
-    id: uuid.UUID
-    host: str
-    pid: int
-    started_at: datetime
-    heartbeat_at: datetime
 
 
 async def register(db: Database, instance_id: uuid.UUID, *, host: str, pid: int) -> None:
@@ -60,31 +50,16 @@ async def unregister(db: Database, instance_id: uuid.UUID) -> None:
         await conn.execute(delete(instances).where(instances.c.id == instance_id))
 
 
-async def live_instances(db: Database, lease_ttl: timedelta) -> list[Instance]:
-    """Instances whose heartbeat is younger than `lease_ttl` by the database clock, oldest first."""
-    async with db.read() as conn:
-        stale_before = await db.now(conn) - lease_ttl
-        rows = await conn.execute(
-            select(instances).where(instances.c.heartbeat_at >= stale_before).order_by(instances.c.started_at)
-        )
-        return [Instance(r.id, r.host, r.pid, r.started_at, r.heartbeat_at) for r in rows]
-
-
 def lease_cutoff(db: Database) -> ColumnElement[datetime]:
     """SQL for "now minus the lease time" on the clock `Database.now` reads (the database's on PostgreSQL),
     so a statement compares heartbeats without first asking the database for the time. Its parameters
     come from `lease_params`."""
-    if db.is_postgres:
-        now = func.statement_timestamp(type_=DateTime(timezone=True))
-        return now - bindparam("lease_ttl", type_=Interval())
-    return bindparam("stale_before", type_=UTCDateTime())
+    return now_minus(db.dialect)
 
 
 def lease_params(db: Database, lease_ttl: timedelta) -> dict[str, datetime | timedelta]:
     """The values `lease_cutoff` needs."""
-    if db.is_postgres:
-        return {"lease_ttl": lease_ttl}
-    return {"stale_before": db.clock.now() - lease_ttl}
+    return now_minus_params(db.dialect, db.clock, lease_ttl)
 
 
 def is_live(

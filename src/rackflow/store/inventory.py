@@ -26,7 +26,8 @@ from rackflow.domain.inventory import (
     Rack,
 )
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import Database, by_keys, chunked, some_of, unique_violation_as
+from rackflow.store.db import Database, chunked, some_of, unique_violation_as
+from rackflow.store.dialect import by_keys
 from rackflow.store.tables import components, nvl_domains, racks, tasks
 from rackflow.store.tasks import is_active
 

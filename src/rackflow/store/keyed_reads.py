@@ -16,6 +16,15 @@ came during it; callers that keep reading come back within that. Under 16 client
 17's third round). A lone caller, or callers one after another, never wait: nobody came while their round
 was out, and after a pause longer than the window nobody is expected.
 
+The rows come two ways. SQLite: an `IN` list in a read transaction. PostgreSQL: `column = ANY(:keys)` sent
+by psycopg itself on a connection of the statement's own, outside the pool (`_OwnConnection`), with the
+statement compiled once (`_DriverQuery`): under 16 clients a read through the pool cost the server about
+400 µs of CPU more than one answered from memory, mostly the pool's checkout and return (each a new
+greenlet, whose frame stack is a fresh mmap) and one event-loop wake-up per query (docs/PERFORMANCE.md,
+"api"). `_DriverQuery` converts values as SQLAlchemy would, through its public type API (`dialect_impl`,
+`bind_processor`, `result_processor`) and the compiled statement's bind names; tests/store/test_fetch.py
+compares its rows with SQLAlchemy's own, so an upgrade that changes either fails there.
+
 Read-your-writes holds: a key queued while a round is in flight waits for the next round, whose query is
 sent after the key was queued, so it sees every write committed before the caller asked. A round that
 fails gives its error to each of its callers; a caller that gives up (cancelled) leaves the others alone.
@@ -24,10 +33,24 @@ fails gives its error to each of its callers; a caller that gives up (cancelled)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections import namedtuple
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
+import psycopg
+from sqlalchemy import ColumnElement, any_, bindparam
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql import Select
+
+from rackflow.errors import Unavailable
 from rackflow.metrics import KEYED_READ_CALLERS, KEYED_READ_ROUNDS
+from rackflow.store.db import Database
+from rackflow.store.dialect import with_plan_cache_mode
 
 # Reads the rows of these keys (at most one per key, in any order).
 ReadMany = Callable[[list[Hashable]], Awaitable[Sequence[Any]]]
@@ -125,3 +148,121 @@ def _settle(future: asyncio.Future[None]) -> None:
 def _waiting(callers: dict[Hashable, list[asyncio.Future[Any]]]) -> list[asyncio.Future[Any]]:
     """The futures still to answer (a caller that was cancelled is not)."""
     return [future for futures in callers.values() for future in futures if not future.done()]
+
+
+# --- fetching by key -------------------------------------------------------------------------------
+
+# Per database, per statement (a module-level constant): its keyed reads.
+_READS: WeakKeyDictionary[Database, dict[int, tuple[Select[Any], KeyedReads]]] = WeakKeyDictionary()
+
+
+async def fetch_by_key(db: Database, stmt: Select[Any], column: ColumnElement[Any], key: Any) -> Any | None:
+    """The row of `stmt` (a module-level constant selecting `column`) whose `column` is `key`, or None,
+    read outside any transaction. Concurrent calls for the same `stmt` share one query per round."""
+    by_stmt = _READS.setdefault(db, {})
+    cached = by_stmt.get(id(stmt))
+    if cached is None or cached[0] is not stmt:
+        cached = (stmt, _keyed_reads_of(db, stmt, column))
+        by_stmt[id(stmt)] = cached
+    return await cached[1].get(key)
+
+
+def _keyed_reads_of(db: Database, stmt: Select[Any], column: ColumnElement[Any]) -> KeyedReads:
+    name = column.key
+    assert name is not None
+    if db.is_sqlite:
+        by_list = stmt.where(column.in_(bindparam("keys", expanding=True)))
+
+        async def read_many(keys: list[Any]) -> Sequence[Any]:
+            async with db.read() as conn:
+                return list((await conn.execute(by_list, {"keys": keys})).all())
+
+    else:
+        query = _driver_query(
+            stmt.where(column == any_(bindparam("keys", type_=ARRAY(column.type)))), db.engine.dialect
+        )
+        own = _OwnConnection(db.engine)
+        db.on_dispose.append(own.close)
+
+        async def read_many(keys: list[Any]) -> Sequence[Any]:
+            return query.rows(await own.fetchall(query.sql, query.bind({"keys": keys})))
+
+    return KeyedReads(read_many, lambda row: getattr(row, name))
+
+
+@dataclass(frozen=True)
+class _DriverQuery:
+    """A SELECT compiled once for psycopg, with SQLAlchemy's own bind and result conversions."""
+
+    sql: str
+    defaults: Mapping[str, Any]  # values bound in the statement itself (literals)
+    binds: Mapping[str, Callable[[Any], Any]]
+    results: tuple[Callable[[Any], Any] | None, ...]
+    row: Callable[..., tuple[Any, ...]]
+
+    def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        values = {**self.defaults, **params}
+        return {k: self.binds[k](v) if k in self.binds else v for k, v in values.items()}
+
+    def rows(self, raw_rows: Sequence[Sequence[Any]]) -> list[Any]:
+        return [
+            self.row(*(f(v) if f is not None else v for f, v in zip(self.results, raw, strict=True)))
+            for raw in raw_rows
+        ]
+
+
+def _driver_query(stmt: Select[Any], dialect: Dialect) -> _DriverQuery:
+    """Compile `stmt` and take the conversions SQLAlchemy would apply: each bound parameter's
+    `bind_processor` under the name the SQL text uses, each selected column's `result_processor`, from
+    the types' implementations for `dialect` (public API; built once per statement, so nothing is lost
+    to SQLAlchemy's private per-dialect caches)."""
+    compiled = stmt.compile(dialect=dialect)
+    if compiled.post_compile_params:
+        raise ValueError("a driver query takes no expanding (IN) parameters")
+    binds: dict[str, Callable[[Any], Any]] = {}
+    for param, name in compiled.bind_names.items():
+        processor = param.type.dialect_impl(dialect).bind_processor(dialect)
+        if processor is not None:
+            binds[compiled.escaped_bind_names.get(name, name)] = processor
+    columns = list(stmt.selected_columns)
+    return _DriverQuery(
+        sql=compiled.string,
+        defaults=compiled.params,
+        binds=binds,
+        results=tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns),
+        row=namedtuple("Row", [c.key for c in columns]),  # type: ignore[misc]
+    )
+
+
+class _OwnConnection:
+    """One psycopg connection in autocommit, outside the pool, for one caller at a time (`KeyedReads`).
+
+    Opened on first use with the pool's own connect arguments, so rows convert the same. A connection that
+    fails is closed; if it had been used before (it may have died idle, with a database restart), one new
+    connection is tried at once, as the pool's ping on checkout would; otherwise the caller gets
+    `Unavailable`.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def fetchall(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        while True:
+            reused = self._conn is not None
+            try:
+                if self._conn is None:
+                    args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
+                    kwargs["options"] = with_plan_cache_mode(kwargs.get("options"))
+                    self._conn = await psycopg.AsyncConnection.connect(*args, autocommit=True, **kwargs)
+                return await (await self._conn.execute(sql, params)).fetchall()
+            except (psycopg.OperationalError, OSError) as exc:
+                await self.close()
+                if not reused:
+                    raise Unavailable(f"database unavailable: {exc}") from exc
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with suppress(psycopg.Error, OSError):
+                await conn.close()

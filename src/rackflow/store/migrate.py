@@ -8,14 +8,13 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from rackflow.errors import FailedPrecondition
 from rackflow.store.db import Database, connection_errors_as_unavailable
+from rackflow.store.dialect import lock_migrations
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-# Several instances may start with --migrate at once; on PostgreSQL they take turns on this lock.
-_PG_MIGRATION_LOCK = 7_262_532_861
 
 
 def _config() -> Config:
@@ -33,8 +32,7 @@ def head_revision() -> str:
 def _upgrade(conn: Connection, revision: str) -> None:
     cfg = _config()
     cfg.attributes["connection"] = conn
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+    lock_migrations(conn)
     command.upgrade(cfg, revision)
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, Table, any_, delete, func, select
+from sqlalchemy import ColumnElement, Table, delete, select
 
 from rackflow.store.db import Database
+from rackflow.store.dialect import ids_in
 
 # Rows deleted per transaction when pruning: a first prune of millions of rows holds no long transaction
 # (nor SQLite's write lock), and each chunk is a short range scan of an index in `order_by`'s order.
@@ -35,12 +36,9 @@ async def prune_older(
         cutoff = await db.now(conn) - retention
     key = table.c.id
     oldest = select(key).where(older(cutoff)).order_by(*order_by).limit(chunk)
-    oldest_ids = db.skip_locked(oldest).scalar_subquery()
-    # PostgreSQL plans `id IN (subquery)` as a hash join over a scan of the whole table, once per chunk (a
-    # first prune of n rows would read the table n / chunk times); it looks an array of the ids up in the
-    # primary key. At 1M audit rows: 180 ms a chunk against 26 ms.
-    in_chunk = key == any_(func.array(oldest_ids)) if db.is_postgres else key.in_(oldest_ids)
-    prune = delete(table).where(in_chunk)
+    # `ids_in`: on PostgreSQL, `id IN (subquery)` would read the whole table once per chunk (a first prune
+    # of n rows would read it n / chunk times).
+    prune = delete(table).where(ids_in(db.dialect, key, db.skip_locked(oldest)))
     while True:
         async with db.transaction() as conn:
             deleted = (await conn.execute(prune)).rowcount

@@ -20,7 +20,8 @@ from rackflow.domain.firing import LiveRollout
 from rackflow.domain.rollouts import RackPlace
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run
 from rackflow.domain.tasks import TaskStatus
-from rackflow.store.db import Database, by_keys, chunked
+from rackflow.store.db import Database, chunked
+from rackflow.store.dialect import by_keys
 from rackflow.store.schedules import outcomes_to_json, run_from_row
 from rackflow.store.tables import racks, task_schedule_run, tasks
 

@@ -24,7 +24,6 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    true,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -48,8 +47,10 @@ from rackflow.domain.schedules import (
 from rackflow.domain.tasks import Operation, OperationKind
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import Database, by_keys, chunked, insert_rows, keys_table, unique_violation_as
+from rackflow.store.db import Database, chunked, unique_violation_as
+from rackflow.store.dialect import by_keys, insert_rows, locks_rows, past_first
 from rackflow.store.inventory import names_by_id
+from rackflow.store.keyed_reads import fetch_by_key
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import is_active
@@ -241,9 +242,9 @@ async def get_schedule(
 
 
 async def fetch_schedule(db: Database, schedule_id: uuid.UUID) -> Schedule | None:
-    """The schedule, or None, read outside any transaction by `Database.fetch_by_key`, together with
+    """The schedule, or None, read outside any transaction by `keyed_reads.fetch_by_key`, together with
     concurrent callers' (GetTaskSchedule's fast path)."""
-    row = await db.fetch_by_key(_SCHEDULES, task_schedule.c.id, schedule_id)
+    row = await fetch_by_key(db, _SCHEDULES, task_schedule.c.id, schedule_id)
     return schedule_from_row(row) if row is not None else None
 
 
@@ -483,7 +484,7 @@ async def lock_scopes(db: Database, conn: AsyncConnection, scope_ids: Collection
     """Lock scope rows until commit, in id order: the order the dispatcher's write-back and RemoveComponent
     take them in, so writers of several scope rows of one schedule wait for each other instead of
     deadlocking (PostgreSQL; SQLite's single writer needs nothing)."""
-    if not scope_ids or not db.is_postgres:
+    if not scope_ids or not locks_rows(db.dialect):
         return
     for chunk in chunked(sorted(scope_ids)):
         column = task_schedule_scope.c.id
@@ -736,31 +737,22 @@ async def prune_runs(
     """Delete each schedule's runs beyond its newest `keep` (but never a live rollout's): one query per
     chunk of schedules finds them, and only if there are any, one more deletes them by id.
 
-    On PostgreSQL the find walks ix_task_schedule_run_schedule_id_fired_at once per schedule (`keys_table`,
-    a LATERAL subquery skipping the newest `keep`): ranking the runs of `schedule_id IN (…)` with a window
-    was planned as a full scan of the run table while it grew from empty, once per dispatched batch
-    (docs/PERFORMANCE.md, "flat as work grows"). SQLite ranks them with the window over its index.
+    The find is `dialect.past_first`: on PostgreSQL it walks ix_task_schedule_run_schedule_id_fired_at
+    once per schedule, where a window over `schedule_id IN (…)` was planned as a full scan of the run table
+    while it grew from empty, once per dispatched batch.
     """
     run = task_schedule_run.c
     newest_first = (run.fired_at.desc(), run.id.desc())
     for chunk in chunked(list(schedule_ids)):
-        if conn.dialect.name == "postgresql":
-            schedule = keys_table(chunk, run.schedule_id, "schedule")
-            older = (
-                select(run.id, run.state)
-                .where(run.schedule_id == schedule.c.key)
-                .order_by(*newest_first)
-                .offset(keep)
-                .lateral("older")
-            )
-            candidates = select(older.c.id, older.c.state).select_from(schedule.join(older, true()))
-        else:
-            newer = func.row_number().over(partition_by=run.schedule_id, order_by=newest_first)
-            ranked = (
-                select(run.id, run.state, newer.label("newer")).where(run.schedule_id.in_(chunk)).subquery()
-            )
-            candidates = select(ranked.c.id, ranked.c.state).where(ranked.c.newer > keep)
-        found = candidates.subquery("candidates")
+        older = past_first(
+            conn.dialect.name,
+            select(run.id, run.state),
+            run.schedule_id,
+            chunk,
+            order_by=newest_first,
+            skip=keep,
+        )
+        found = older.subquery("candidates")
         # A live rollout (rolling or halted) is kept however old: its run is what drives it.
         stale = select(found.c.id).where(found.c.state.not_in(ROLLOUT_LIVE_STATES))
         for ids in chunked(list((await conn.execute(stale)).scalars())):

@@ -100,9 +100,14 @@ tasks = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     # The firing that submitted the task (migration 0006); a pruned run leaves its tasks, unlinked.
     Column("run_id", Uuid, ForeignKey("task_schedule_run.id", ondelete="SET NULL"), nullable=True),
-    # A FREEZE window (migration 0011) or a full budget held the task back until then; the claim leaves it
-    # until that time.
+    # The typed hold (rackflow.tasks.gates; migrations 0011, 0014): the claim leaves the task until
+    # `not_before`, held by `held_by` (a gate's name, or "window": its opening) for `held_reason` since
+    # `held_since`; a task not started by `not_after` (its window's end) fails without running.
     Column("not_before", UTCDateTime, nullable=True),
+    Column("not_after", UTCDateTime, nullable=True),
+    Column("held_by", String(32), nullable=True),
+    Column("held_reason", Text, nullable=True),
+    Column("held_since", UTCDateTime, nullable=True),
     # Submitted with queue_options.ignore_windows: FREEZE windows do not hold it (migration 0011).
     Column("ignore_windows", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(

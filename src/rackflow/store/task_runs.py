@@ -11,19 +11,19 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Integer, String, Uuid, and_, bindparam, case, func, or_, select, update
+from sqlalchemy import Integer, Uuid, and_, bindparam, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, Update
 
 from rackflow.domain.inventory import PowerState
-from rackflow.domain.tasks import ComponentChange, Task, TaskStatus
+from rackflow.domain.tasks import ComponentChange, Hold, Task, TaskStatus
 from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.tables import components, tasks
-from rackflow.store.tasks import OLDEST_FIRST, is_active, status_in, task_from_row
+from rackflow.store.tasks import NOT_HELD, OLDEST_FIRST, hold_values, is_active, status_in, task_from_row
 from rackflow.store.types import UTCDateTime
 
 # Tasks per UPDATE that writes a different value to each (two bound values per task and column).
@@ -42,8 +42,8 @@ async def claim(
 ) -> list[tuple[Task, int]]:
     """Take up to `limit` tasks this instance should run, oldest first, in one statement.
 
-    Those are PENDING tasks whose maintenance window (if any) has opened by `now` and that no freeze or
-    budget holds back past `now` (`not_before`), RUNNING tasks whose
+    Those are PENDING tasks that nothing holds past `now` (`not_before`: their window's opening, or a
+    start gate's hold), RUNNING tasks whose
     owner's lease (`lease_ttl`) has expired (takeover), and RUNNING tasks this instance owns but is not
     running (its run was interrupted, e.g. by a database outage) — never one in `running_here`, even if
     this instance's own lease lapsed. Rows other claimers hold are skipped.
@@ -53,8 +53,6 @@ async def claim(
     params = {
         "claimer": owner_id,
         "claimed_at": now,
-        # Stored as UTC ISO 8601 text (see Operation.to_json), which sorts in time order.
-        "window_now": now.astimezone(UTC).isoformat(),
         "running_here": list(running_here),
         "room": limit,
         **lease_params(db, lease_ttl),
@@ -82,15 +80,10 @@ def _claim_statement(db: Database) -> Update:
     stmt = _CLAIM_STATEMENTS.get(db)
     if stmt is not None:
         return stmt
-    window_start = tasks.c.parameters["window_start"].as_string()
     pending = status_in(tasks.c.status, TaskStatus.PENDING)
     running = status_in(tasks.c.status, TaskStatus.RUNNING)
-    due = and_(
-        pending,
-        or_(window_start.is_(None), window_start <= bindparam("window_now", type_=String())),
-        # A freeze or a budget held it back until then (rackflow.windows.gate, rackflow.budgets.gate).
-        or_(tasks.c.not_before.is_(None), tasks.c.not_before <= _CLAIMED_AT),
-    )
+    # The typed hold: its window's opening, or a start gate's hold (rackflow.tasks.gates).
+    due = and_(pending, or_(tasks.c.not_before.is_(None), tasks.c.not_before <= _CLAIMED_AT))
     orphaned = and_(running, or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, lease_cutoff(db))))
     forgotten = and_(running, tasks.c.owner_id == _CLAIMER)
     # Never a task this instance is running now, whatever its lease looks like: a loaded instance whose
@@ -214,50 +207,55 @@ def _per_task(values: Mapping[uuid.UUID, str]) -> ColumnElement[str]:
     return case(values, value=tasks.c.id)
 
 
-# --- the start gates' task writes (rackflow.windows.gate, rackflow.budgets.gate) -----------------------
+# --- the typed hold's writes at claim time (rackflow.tasks.gates) ------------------------------------
 
 
 async def hold_back(
     conn: AsyncConnection,
-    held: Mapping[uuid.UUID, tuple[datetime, str]],
+    gate: str,
+    holds: Mapping[uuid.UUID, Hold],
     *,
     owner_id: uuid.UUID,
     now: datetime,
 ) -> None:
-    """Undo this instance's claim of tasks a freeze or a budget holds (task id -> (until, message)):
-    PENDING again, unowned, the attempt not counted and never started, waiting until `until`. The claim
-    just made them RUNNING in this transaction, so nothing else saw them start. One statement per
-    distinct (until, message): the held tasks of one claim mostly share them."""
-    by_reason: dict[tuple[datetime, str], list[uuid.UUID]] = defaultdict(list)
-    for task_id, reason in held.items():
-        by_reason[reason].append(task_id)
-    for (until, message), task_ids in by_reason.items():
+    """Undo this instance's claim of tasks `gate` holds (task id -> hold): PENDING again, unowned, the
+    attempt not counted and never started, held until the hold's end. The claim just made them RUNNING in
+    this transaction, so nothing else saw them start. One statement per distinct hold: the held tasks of
+    one claim mostly share it."""
+    by_hold: dict[Hold, list[uuid.UUID]] = defaultdict(list)
+    for task_id, hold in holds.items():
+        by_hold[hold].append(task_id)
+    for hold, task_ids in by_hold.items():
         for chunk in chunked(task_ids):
             await conn.execute(
                 update(tasks)
-                .where(
-                    tasks.c.id.in_(chunk),
-                    tasks.c.owner_id == owner_id,
-                    status_in(tasks.c.status, TaskStatus.RUNNING),
-                )
+                .where(_held_running(chunk, owner_id))
                 .values(
                     status=TaskStatus.PENDING.value,
                     owner_id=None,
                     attempts=tasks.c.attempts - 1,
                     started_at=None,
-                    not_before=until,
-                    message=message,
-                    updated_at=now,
+                    **hold_values(gate, hold, now),
                 )
             )
 
 
-async def release_held(conn: AsyncConnection) -> None:
-    """Let every task a gate holds be claimed again (and gated again), after windows or budgets changed: a
+async def clear_holds(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
+    """The claimed tasks start: nothing holds them any more (only those that were held are written)."""
+    for chunk in chunked(task_ids):
+        await conn.execute(update(tasks).where(tasks.c.id.in_(chunk)).values(NOT_HELD))
+
+
+async def release_held(conn: AsyncConnection, gate: str) -> None:
+    """Let every task `gate` holds be claimed again (and gated again), after what it decides by changed: a
     freeze shortened or deleted, or a budget raised or deleted, must not keep its tasks waiting for the old
     end or back-off."""
     await conn.execute(
         update(tasks)
-        .where(status_in(tasks.c.status, TaskStatus.PENDING), tasks.c.not_before.is_not(None))
+        .where(
+            status_in(tasks.c.status, TaskStatus.PENDING),
+            tasks.c.held_by == gate,
+            tasks.c.not_before.is_not(None),
+        )
         .values(not_before=None)
     )

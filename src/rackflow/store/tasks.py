@@ -15,16 +15,18 @@ from collections.abc import AsyncGenerator, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, String, and_, func, insert, literal_column, or_, select, update
+from sqlalchemy import Row, String, and_, case, func, insert, literal, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
-from rackflow.domain.tasks import ACTIVE_STATUSES, Operation, Task, TaskStatus
+from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, Task, TaskStatus
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import Database, by_keys, chunked, some_of, unique_violation_as
+from rackflow.store.db import Database, chunked, some_of, unique_violation_as
+from rackflow.store.dialect import by_keys
 from rackflow.store.instances import is_live
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import racks, tasks
+from rackflow.store.types import UTCDateTime
 
 _BLOCKING = (TaskStatus.PENDING, TaskStatus.RUNNING)
 OLDEST_FIRST = (tasks.c.created_at, tasks.c.id)
@@ -68,8 +70,12 @@ def task_from_row(row: Row[Any]) -> Task:
         updated_at=row.updated_at,
         schedule_id=row.schedule_id,
         run_id=row.run_id,
-        not_before=row.not_before,
         ignore_windows=row.ignore_windows,
+        not_before=row.not_before,
+        not_after=row.not_after,
+        held_by=row.held_by,
+        held_reason=row.held_reason,
+        held_since=row.held_since,
     )
 
 
@@ -90,9 +96,32 @@ def _task_values(task: Task) -> dict[str, Any]:
         "updated_at": task.updated_at,
         "schedule_id": task.schedule_id,
         "run_id": task.run_id,
-        "not_before": task.not_before,
         "ignore_windows": task.ignore_windows,
+        "not_before": task.not_before,
+        "not_after": task.not_after,
+        "held_by": task.held_by,
+        "held_reason": task.held_reason,
+        "held_since": task.held_since,
     }
+
+
+def hold_values(gate: str, hold: Hold, now: datetime) -> dict[str, Any]:
+    """The columns a hold writes on a task: `not_before` and who holds it, why and since when (since the
+    first of this gate's holds in a row, so a gate can tell how long it has held the task). The message
+    says the reason too, as everything that waits does."""
+    at = literal(now, UTCDateTime())
+    return {
+        "not_before": hold.until,
+        "held_by": gate,
+        "held_reason": hold.reason,
+        "held_since": case((tasks.c.held_by == gate, func.coalesce(tasks.c.held_since, at)), else_=at),
+        "message": hold.reason,
+        "updated_at": now,
+    }
+
+
+# Written when a task starts: nothing holds it any more (`not_after` stays: a takeover is refused past it).
+NOT_HELD: dict[str, Any] = {"not_before": None, "held_by": None, "held_reason": None, "held_since": None}
 
 
 async def insert_tasks(conn: AsyncConnection, new: Sequence[Task]) -> None:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import psycopg
 from sqlalchemy import func, select
@@ -28,9 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.retry import Retry, retrying
-
-if TYPE_CHECKING:
-    from rackflow.store.db import Database
+from rackflow.store.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -38,24 +34,6 @@ CHANNEL = "rackflow_due"
 
 # A listener whose connection failed reconnects this often until it succeeds.
 RECONNECT = Retry.every(1.0)
-
-Subscriber = Callable[[datetime | None], None]
-
-
-class Wakeups:
-    """This process's subscribers to "due sooner": each gets the announced time (None: look now)."""
-
-    def __init__(self) -> None:
-        self._subscribers: list[Subscriber] = []
-
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Add a subscriber; returns the function that removes it."""
-        self._subscribers.append(subscriber)
-        return lambda: self._subscribers.remove(subscriber)
-
-    def deliver(self, at: datetime | None) -> None:
-        for subscriber in list(self._subscribers):
-            subscriber(at)
 
 
 async def announce(db: Database, conn: AsyncConnection, at: datetime) -> None:

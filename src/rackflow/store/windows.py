@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import MaintenanceWindow, OneOff, RackRef, Recurring, WindowKind
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import by_keys, chunked, unique_violation_as
+from rackflow.store.db import chunked, unique_violation_as
+from rackflow.store.dialect import by_keys
 from rackflow.store.tables import (
     maintenance_window_domains,
     maintenance_window_racks,

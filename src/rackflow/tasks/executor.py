@@ -5,8 +5,8 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
 * Claim. One statement takes several PENDING tasks at once (`UPDATE … WHERE id IN (SELECT … FOR UPDATE
   SKIP LOCKED) RETURNING` on PostgreSQL; SQLite's single writer needs no lock) and marks them RUNNING with
   this instance as `owner_id`, so no two instances take one. In the same transaction the start gates
-  (freezes: `windows/gate.py`; operation budgets, which lock their rows: `budgets/gate.py`) hand back
-  what they hold, as if never claimed.
+  the executor was built with (`rackflow.tasks.gates`: freezes, operation budgets, …) hand back what they
+  hold, as if never claimed, or fail what they refuse.
 * Lease. The instance's heartbeat row (`store/instances.py`), renewed every `lease_ttl / 3` and compared on
   the database clock, is the lease on every task it owns. A RUNNING task whose owner's heartbeat is older
   than `lease_ttl`, or gone, is claimed by any instance (takeover, one more attempt). Steps are idempotent,
@@ -36,13 +36,12 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.budgets.gate import hold_over_budget
 from rackflow.clock import Clock, sleep_unless_stopped
 from rackflow.config import (
     DEFAULT_EXECUTOR_POLL_INTERVAL,
@@ -58,8 +57,8 @@ from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, plan
-from rackflow.tasks.manager import Ending, TaskManager
-from rackflow.windows.gate import hold_frozen
+from rackflow.tasks.gates import Gate, consult
+from rackflow.tasks.manager import Ending, TaskManager, count_ended
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +128,7 @@ class Executor:
         *,
         instance_id: uuid.UUID,
         manager: TaskManager | None = None,
+        gates: Sequence[Gate] = (),
         poll_interval: float = DEFAULT_EXECUTOR_POLL_INTERVAL.total_seconds(),
         lease_ttl: float = DEFAULT_LEASE_TTL.total_seconds(),
         max_concurrent: int = DEFAULT_MAX_CONCURRENT_TASKS,
@@ -140,6 +140,7 @@ class Executor:
         self.instance_id = instance_id
         self.manager = manager or TaskManager(db, clock)
         self.manager.on_submit.append(self.wake)
+        self.gates = tuple(gates)  # consulted in this order at each claim (`Services.gates`)
         self.poll_interval = poll_interval
         self.lease_ttl = timedelta(seconds=lease_ttl)
         self.max_concurrent = max_concurrent
@@ -147,9 +148,10 @@ class Executor:
         self._wake = asyncio.Event()
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._journal: GroupCommit[_Entry, _Written] = GroupCommit(
-            db, self._write_round, after_commit=self._start_claimed
+            db, self._write_round, after_commit=self._after_round
         )
         self._claimed: list[_Run] = []  # by the round being written; started once it commits
+        self._ended: Mapping[TaskStatus, int] = {}  # by the round being written; counted once it commits
         self._stopping = False
         self._next_sweep = 0.0
         self._next_hold_check = 0.0
@@ -211,18 +213,19 @@ class Executor:
             now=now,
             limit=room,
         )
-        claimed = await hold_frozen(conn, claimed, owner_id=self.instance_id, now=now)  # windows/gate.py
-        # budgets/gate.py: after the freeze gate, so a frozen task never takes a budget's room.
-        claimed = await hold_over_budget(self.db, conn, claimed, owner_id=self.instance_id, now=now)
-        if not claimed:
+        gated = await consult(self.gates, conn, claimed, owner_id=self.instance_id, now=now)
+        if not gated.claimed:
             return []
-        runs = await self._prepare(conn, claimed, now)
+        runs = await self._prepare(conn, gated.claimed, gated.failed, now)
         first = {r.task.id: r.progress(r.batches[0]) for r in runs if r.refusal is None and r.batches}
         await task_runs.record_progress(conn, first, owner_id=self.instance_id, now=now)
         return runs
 
-    def _start_claimed(self) -> None:
-        """After a round committed: run what it claimed (unless stopping: a successor takes those over)."""
+    def _after_round(self) -> None:
+        """After a round committed: count the tasks it ended, and run what it claimed (unless stopping: a
+        successor takes those over)."""
+        ended, self._ended = self._ended, {}
+        count_ended(ended)
         claimed, self._claimed = self._claimed, []
         for run in claimed if not self._stopping else ():
             if run.attempt > 1:
@@ -230,16 +233,22 @@ class Executor:
             self._running[run.task.id] = asyncio.create_task(self._run(run), name=f"task {run.task.id}")
 
     async def _prepare(
-        self, conn: AsyncConnection, claimed: list[tuple[Task, int]], now: datetime
+        self,
+        conn: AsyncConnection,
+        claimed: list[tuple[Task, int]],
+        failed: Mapping[uuid.UUID, str],
+        now: datetime,
     ) -> list[_Run]:
-        """Plan each task's steps over its components that still exist (one removed meanwhile is skipped)."""
+        """Plan each task's steps over its components that still exist (one removed meanwhile is skipped);
+        a task a gate failed (`failed`: why) fails without running."""
         by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
         width = max(1, self.backend.step_concurrency)
         runs = []
         for task, attempt in claimed:
             wanted = set(task.component_ids)
             steps = plan(task.operation.kind, [c for c in by_rack[task.rack_id] if c.id in wanted])
-            runs.append(_Run(task, attempt, step_batches(steps, width), _refusal(task, attempt, now)))
+            refusal = _refusal(task, attempt, now) or failed.get(task.id)
+            runs.append(_Run(task, attempt, step_batches(steps, width), refusal))
         return runs
 
     async def _register(self, stop: asyncio.Event) -> None:
@@ -348,6 +357,7 @@ class Executor:
         then claims for the room there is, counting the slots the ending tasks free."""
         endings = [entry.ending for entry in entries if entry.ending is not None]
         let_go = await self.manager.let_go_in(conn, self.instance_id, endings) if endings else None
+        self._ended = let_go.ended if let_go else {}
         messages = {e.task_id: e.message for e in entries if e.task_id is not None and e.message is not None}
         now = self.clock.now()
         held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
@@ -363,9 +373,8 @@ def _refusal(task: Task, attempt: int, now: datetime) -> str | None:
     """Why the task must fail without running, if it must."""
     if attempt > MAX_ATTEMPTS:
         return f"gave up after {MAX_ATTEMPTS} attempts, each cut short with its rackflow instance"
-    window_end = task.operation.window_end
-    if window_end is not None and now > window_end:
-        return f"the maintenance window ended at {window_end.isoformat()} before the task could run"
+    if task.not_after is not None and now > task.not_after:
+        return f"the maintenance window ended at {task.not_after.isoformat()} before the task could run"
     return None
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -29,11 +31,13 @@ from rackflow.domain.tasks import (
 )
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, RackflowError
 from rackflow.inventory.targets import resolve_targets
+from rackflow.metrics import TASKS_FINISHED
 from rackflow.store import task_runs
 from rackflow.store import tasks as store
 from rackflow.store.db import Database
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.conflicts import first_conflict, shape_of
+from rackflow.tasks.gates import WINDOW_HOLD
 from rackflow.validation import check_description, check_operation, check_queue
 
 log = logging.getLogger(__name__)
@@ -57,13 +61,22 @@ def selected_components(selection: RackSelection, rack_components: Sequence[Comp
 
 
 def _in_utc(operation: Operation) -> Operation:
-    """Windows are stored in UTC, so the executor can compare them as text in SQL."""
+    """A firmware upgrade's window is kept in UTC, as every time (CONTRIBUTING.md, "Time")."""
     start, end = operation.window_start, operation.window_end
     return replace(
         operation,
         window_start=start.astimezone(UTC) if start else None,
         window_end=end.astimezone(UTC) if end else None,
     )
+
+
+def _window(submission: Submission) -> tuple[datetime | None, datetime | None]:
+    """When the submission's tasks may start and by when they must have: the operation's own window (a
+    firmware upgrade's) within the opening a deferred firing waits for."""
+    operation = submission.operation
+    starts = [t for t in (operation.window_start, submission.opens_at) if t is not None]
+    ends = [t for t in (operation.window_end, submission.closes_at) if t is not None]
+    return max(starts, default=None), min(ends, default=None)
 
 
 def _initial_message(operation: Operation, now: datetime) -> str:
@@ -110,6 +123,10 @@ class Submission:
     schedule_id: uuid.UUID | None = None
     run_id: uuid.UUID | None = None  # the schedule firing it is for (its tasks carry it)
     message: str = ""  # what its tasks say first (default: what their operation's window waits for)
+    # The opening a DEFER firing waits for: its tasks are held until `opens_at`, and fail if they have not
+    # started by `closes_at` (with a firmware upgrade's own window, the later start and the earlier end).
+    opens_at: datetime | None = None
+    closes_at: datetime | None = None
 
 
 def _checked(submission: Submission) -> Submission:
@@ -143,6 +160,9 @@ class _RackState:
         if missing:
             raise NotFound(f"rack_id: rack {missing[0]} not found")
         planned: list[Task] = []
+        not_before, not_after = _window(submission)
+        message = submission.message or _initial_message(operation, now)
+        waits = not_before is not None and not_before > now
         for selection in submission.selections:
             rack_id = selection.rack_id
             label = rack_label(rack_id, self.names)
@@ -164,7 +184,7 @@ class _RackState:
                     component_ids=tuple(c.id for c in chosen),
                     description=submission.description,
                     status=status,
-                    message=submission.message or _initial_message(operation, now),
+                    message=message,
                     queue_expires_at=now + queue.timeout if status is TaskStatus.WAITING else None,
                     created_at=now,
                     started_at=None,
@@ -173,6 +193,11 @@ class _RackState:
                     schedule_id=submission.schedule_id,
                     run_id=submission.run_id,
                     ignore_windows=queue.ignore_windows,
+                    not_before=not_before,
+                    not_after=not_after,
+                    held_by=WINDOW_HOLD if waits else None,
+                    held_reason=message if waits else None,
+                    held_since=now if waits else None,
                 )
             )
         return planned
@@ -198,10 +223,28 @@ class Ending:
 
 @dataclass(frozen=True)
 class LetGo:
-    """What recording endings did: the tasks ended as reported, and the waiting tasks promoted."""
+    """What recording endings did: the tasks ended as reported, the waiting tasks promoted, and how many
+    tasks reached each final status (those ended and the waiting ones that expired), for
+    `count_ended` once the transaction has committed."""
 
     finished: frozenset[uuid.UUID]
     promoted: list[uuid.UUID]
+    ended: Mapping[TaskStatus, int] = field(default_factory=dict)
+
+
+class Promotion(NamedTuple):
+    """What `promote_in` did: the waiting tasks promoted, and how many expired (TERMINATED)."""
+
+    promoted: list[uuid.UUID]
+    expired: int
+
+
+def count_ended(ended: Mapping[TaskStatus, int]) -> None:
+    """`rackflow_tasks_finished_total`: tasks that reached a final status, counted once their transaction
+    committed (a rolled-back one ended nothing)."""
+    for status, count in ended.items():
+        if count:
+            TASKS_FINISHED.labels(status=status.value).inc(count)
 
 
 # --- the manager --------------------------------------------------------------------------------
@@ -387,26 +430,27 @@ class TaskManager:
             await store.set_status(
                 conn, [task_id], TaskStatus.TERMINATED, now=self.clock.now(), message=CANCELLED_MESSAGE
             )
-            promoted = []
+            promotion = Promotion([], 0)
             if task.status is not TaskStatus.RUNNING:
-                promoted = await self.promote_in(conn, [task.rack_id])
+                promotion = await self.promote_in(conn, [task.rack_id])
             cancelled = await store.get_task(conn, task_id)
-        if promoted:
+        count_ended({TaskStatus.TERMINATED: 1 + promotion.expired})
+        if promotion.promoted:
             self.wake_executors()
         assert cancelled is not None
         return cancelled
 
     # --- promotion and expiry: called by the executor -------------------------------------------
 
-    async def promote_in(self, conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+    async def promote_in(self, conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -> Promotion:
         """Expire the racks' overdue waiting tasks, then promote the rest oldest first, while they fit.
 
         The caller holds the racks' locks. Promotion stops at the first waiting task that still conflicts,
-        so tasks queued on one rack start in the order they were submitted. Returns the promoted ids.
+        so tasks queued on one rack start in the order they were submitted.
         """
         queues = await store.waiting_tasks(conn, set(rack_ids))
         if not queues:
-            return []
+            return Promotion([], 0)
         racks = sorted(queues)
         now = self.clock.now()
         by_rack = await components_by_rack(conn, racks)
@@ -423,7 +467,7 @@ class TaskManager:
                 promoted.append(task.id)
         await store.set_status(conn, list(expired), TaskStatus.TERMINATED, now=now, message=EXPIRED_MESSAGE)
         await store.set_status(conn, promoted, TaskStatus.PENDING, now=now)
-        return promoted
+        return Promotion(promoted, len(expired))
 
     async def finish(
         self, task_id: uuid.UUID, *, owner_id: uuid.UUID, status: TaskStatus, message: str
@@ -447,6 +491,7 @@ class TaskManager:
             if task is None:
                 return False
             let_go = await self.let_go_in(conn, owner_id, [Ending(task_id, task.rack_id, outcome)])
+        count_ended(let_go.ended)
         if let_go.promoted:
             self.wake_executors()
         return task_id in let_go.finished
@@ -466,8 +511,10 @@ class TaskManager:
         stopped = [e.task_id for e in endings if e.task_id not in finished]
         freed = finished | (await task_runs.release(conn, stopped, owner_id=owner_id) if stopped else set())
         racks = {e.rack_id for e in endings if e.task_id in freed} & waiting
-        promoted = await self.promote_in(conn, racks) if racks else []
-        return LetGo(finished=frozenset(finished), promoted=promoted)
+        promotion = await self.promote_in(conn, racks) if racks else Promotion([], 0)
+        ended = Counter(outcomes[i][0] for i in finished)
+        ended[TaskStatus.TERMINATED] += promotion.expired
+        return LetGo(finished=frozenset(finished), promoted=promotion.promoted, ended=ended)
 
     async def sweep(self, *, lease_ttl: timedelta, dead_holds: bool = True) -> list[uuid.UUID]:
         """Housekeeping the executors run; returns the ids promoted.
@@ -486,7 +533,8 @@ class TaskManager:
         async with self.db.transaction() as conn:
             await store.lock_racks(self.db, conn, racks)
             await store.release_dead_holds(conn, held, stale_before=stale_before)
-            promoted = await self.promote_in(conn, racks)
+            promoted, expired = await self.promote_in(conn, racks)
+        count_ended({TaskStatus.TERMINATED: expired})
         if promoted:
             log.info("promoted %d waiting task(s)", len(promoted))
             self.wake_executors()

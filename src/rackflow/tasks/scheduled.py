@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from datetime import datetime
 
 from rackflow.domain.inventory import RackSelection
@@ -29,17 +28,15 @@ def scope_submission(
 ) -> Submission:
     """What a firing submits for one scope (phase 2, or a rollout's step): the schedule's operation on the
     scope's rack and components, under the overlap policy's conflict strategy, carrying the run's id. A
-    deferred scope's task carries the opening it waits for as its operation's window, and says so."""
-    operation, message = schedule.operation, ""
-    if deferral is not None:
-        operation = replace(operation, window_start=deferral.opens_at, window_end=deferral.closes_at)
-        message = deferral.reason
+    deferred scope's task is held until the opening it waits for, and says so."""
     return Submission(
-        operation,
+        schedule.operation,
         (RackSelection(scope.rack_id, scope.filter),),
         task_description(schedule, fired_at),
         QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
         schedule.id,
         run_id,
-        message,
+        deferral.reason if deferral else "",
+        opens_at=deferral.opens_at if deferral else None,
+        closes_at=deferral.closes_at if deferral else None,
     )

@@ -1135,6 +1135,10 @@ class Task(_message.Message):
     NOT_BEFORE_FIELD_NUMBER: _builtins.int
     IGNORE_WINDOWS_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
+    HELD_BY_FIELD_NUMBER: _builtins.int
+    HELD_REASON_FIELD_NUMBER: _builtins.int
+    HELD_SINCE_FIELD_NUMBER: _builtins.int
+    NOT_AFTER_FIELD_NUMBER: _builtins.int
     operation: _builtins.str
     """power_on, power_off, power_reset, bring_up, ingest, upgrade_firmware"""
     description: _builtins.str
@@ -1142,6 +1146,9 @@ class Task(_message.Message):
     message: _builtins.str
     ignore_windows: _builtins.bool
     """submitted with queue_options.ignore_windows: FREEZE windows do not hold it"""
+    held_by: _builtins.str
+    """"window" (its opening), "freeze", "budget"; empty: nothing holds it"""
+    held_reason: _builtins.str
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1164,11 +1171,20 @@ class Task(_message.Message):
 
     @_builtins.property
     def not_before(self) -> _timestamp_pb2.Timestamp:
-        """A FREEZE window held the task back: it may not start before this time (docs/WINDOWS.md)."""
+        """The task is held: it may not start before this time (its window's opening, a FREEZE window, a full
+        budget; docs/WINDOWS.md). `held_by` says what holds it, `held_reason` why, `held_since` since when;
+        all four are cleared when it starts.
+        """
 
     @_builtins.property
     def run_id(self) -> Global___UUID:
         """set when a schedule's firing (TaskScheduleRun) submitted the task"""
+
+    @_builtins.property
+    def held_since(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def not_after(self) -> _timestamp_pb2.Timestamp:
+        """Its window's end: if it has not started by then, it fails without running."""
 
     def __init__(
         self,
@@ -1189,10 +1205,14 @@ class Task(_message.Message):
         not_before: _timestamp_pb2.Timestamp | None = ...,
         ignore_windows: _builtins.bool = ...,
         run_id: Global___UUID | None = ...,
+        held_by: _builtins.str = ...,
+        held_reason: _builtins.str = ...,
+        held_since: _timestamp_pb2.Timestamp | None = ...,
+        not_after: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "held_since", b"held_since", "id", b"id", "not_after", b"not_after", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "id", b"id", "ignore_windows", b"ignore_windows", "message", b"message", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "held_by", b"held_by", "held_reason", b"held_reason", "held_since", b"held_since", "id", b"id", "ignore_windows", b"ignore_windows", "message", b"message", "not_after", b"not_after", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

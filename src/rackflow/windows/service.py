@@ -31,6 +31,7 @@ from rackflow.validation import (
     distinct_operations,
     preview_count,
 )
+from rackflow.windows.gate import FreezeGate
 
 NAME_PATH = "window.name"
 REASON_PATH = "window.reason"
@@ -197,14 +198,14 @@ class WindowService:
             if RACKS_PATH in mask or DOMAINS_PATH in mask:
                 updated = replace(updated, all_racks=not updated.racks and not updated.domains)
             await store.save_window(conn, updated)
-            await task_runs.release_held(conn)
+            await task_runs.release_held(conn, FreezeGate.name)
         return updated
 
     async def delete(self, window_id: uuid.UUID) -> None:
         async with self.db.transaction() as conn:
             if not await store.delete_window(conn, window_id):
                 raise NotFound(f"id: no maintenance window {window_id}")
-            await task_runs.release_held(conn)
+            await task_runs.release_held(conn, FreezeGate.name)
 
     async def preview(self, rack_id: uuid.UUID, after: datetime | None, count: int) -> list[WindowEvent]:
         """The next `count` openings and closings of the windows covering the rack, after `after` (now)."""

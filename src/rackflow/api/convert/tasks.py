@@ -173,4 +173,8 @@ def task_to(task: Task) -> pb.Task:
         not_before=timestamp_to(task.not_before),
         ignore_windows=task.ignore_windows,
         run_id=uuid_to(task.run_id),
+        held_by=task.held_by or "",
+        held_reason=task.held_reason or "",
+        held_since=timestamp_to(task.held_since),
+        not_after=timestamp_to(task.not_after),
     )

@@ -1,0 +1,323 @@
+"""Where rackflow's SQL differs between SQLite and PostgreSQL: the one module that branches on the database.
+
+The other store modules write each statement once and call here for the part that differs: how an engine
+is set up (`engine_options`, `prepare_engine`), which clock is "now" (`database_now`, `now_minus`), row
+locks (`skip_locked`, `for_update`, `locks_rows`), lookups by many keys (`by_keys`, `keys_table`,
+`past_first`, `ids_in`), bulk inserts (`insert_rows`, `insert_new`) and the migration lock. `dialect`
+is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
+
+How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks) is
+`store.db.Database`'s; the PostgreSQL keyed-read path is `store.keyed_reads`'.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    ColumnElement,
+    Connection,
+    DateTime,
+    Insert,
+    Interval,
+    Table,
+    Text,
+    any_,
+    bindparam,
+    event,
+    func,
+    select,
+    text,
+    true,
+)
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.selectable import TableValuedAlias
+
+from rackflow.clock import Clock
+from rackflow.config import DB_POOL_OVERFLOW
+from rackflow.store.types import UTCDateTime
+
+_S = TypeVar("_S", bound=Select[Any])
+
+POSTGRESQL = "postgresql"
+SQLITE = "sqlite"
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# A pooled PostgreSQL connection idle longer than this is pinged before use, so one that died with a
+# database restart is replaced unseen. Busy connections are not: a ping is a round trip, and under load it
+# was a quarter of a read's (docs/PERFORMANCE.md). A connection that dies in use fails its request with
+# UNAVAILABLE, and SQLAlchemy then discards every connection of the pool opened before the failure.
+PING_AFTER_IDLE_S = 1.0
+# psycopg prepares a statement after five runs, and PostgreSQL may then keep a generic plan costed on the
+# tables' statistics at that moment: a server started on an almost empty database kept sequential scans of
+# `tasks` and `task_schedule_run` while a drain grew them, and slowed from 1,189 to 430 firings/s
+# (docs/PERFORMANCE.md, "flat as work grows"). Planning each run with its values keeps index use whatever
+# the statistics were; the prepared statement still saves the parse.
+PLAN_CACHE_MODE = "force_custom_plan"
+# Several instances may start with --migrate at once; on PostgreSQL they take turns on this lock (the same
+# number in every version, so an old and a new instance exclude each other too).
+_PG_MIGRATION_LOCK = 7_262_532_861
+
+
+# --- engines and clocks -----------------------------------------------------------------------------
+
+
+def with_plan_cache_mode(options: str | None) -> str:
+    """libpq `options` (the URL's, if any) with rackflow's plan cache mode."""
+    return " ".join(filter(None, (options, f"-c plan_cache_mode={PLAN_CACHE_MODE}")))
+
+
+def engine_options(dialect: str, pool_size: int) -> dict[str, Any]:
+    """`create_async_engine` arguments: PostgreSQL's pool and plan cache mode; SQLite's busy timeout."""
+    if dialect == POSTGRESQL:
+        return {
+            "pool_size": pool_size,
+            "max_overflow": DB_POOL_OVERFLOW,
+            "pool_recycle": 1800,
+            "connect_args": {"options": with_plan_cache_mode(None)},
+        }
+    return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
+
+
+def prepare_engine(dialect: str, engine: AsyncEngine) -> None:
+    """SQLite: WAL, foreign keys, busy timeout and explicit BEGIN (IMMEDIATE for writers). PostgreSQL:
+    a connection idle in the pool longer than PING_AFTER_IDLE_S is pinged before use."""
+    if dialect == SQLITE:
+        _configure_sqlite(engine)
+    else:
+        _ping_when_idle(engine)
+
+
+async def database_now(dialect: str, conn: AsyncConnection, clock: Clock) -> datetime:
+    """The clock that decides what is due: the database's on PostgreSQL, this process's on SQLite."""
+    if dialect == POSTGRESQL:
+        value = (await conn.execute(text("SELECT clock_timestamp()"))).scalar_one()
+        assert isinstance(value, datetime)
+        return value.astimezone(UTC)
+    return clock.now()
+
+
+def now_minus(dialect: str) -> ColumnElement[datetime]:
+    """SQL for "now minus a span" on the clock `database_now` reads, so a statement compares times without
+    first asking the database for its time. Its parameters come from `now_minus_params`."""
+    if dialect == POSTGRESQL:
+        now = func.statement_timestamp(type_=DateTime(timezone=True))
+        return now - bindparam("span", type_=Interval())
+    return bindparam("before", type_=UTCDateTime())
+
+
+def now_minus_params(dialect: str, clock: Clock, span: timedelta) -> dict[str, datetime | timedelta]:
+    """The values `now_minus` needs."""
+    if dialect == POSTGRESQL:
+        return {"span": span}
+    return {"before": clock.now() - span}
+
+
+# --- row locks --------------------------------------------------------------------------------------
+
+
+def locks_rows(dialect: str) -> bool:
+    """PostgreSQL locks rows; SQLite's single writer already excludes every other writer."""
+    return dialect == POSTGRESQL
+
+
+def skip_locked(dialect: str, stmt: _S) -> _S:
+    """Claim rows no other transaction holds (PostgreSQL); SQLite's single writer needs nothing."""
+    return stmt.with_for_update(skip_locked=True) if locks_rows(dialect) else stmt
+
+
+def for_update(dialect: str, stmt: _S) -> _S:
+    """Lock rows until commit (PostgreSQL); SQLite's single writer already excludes other writers."""
+    return stmt.with_for_update() if locks_rows(dialect) else stmt
+
+
+def lock_migrations(conn: Connection) -> None:
+    """Migrations from several instances at once run one after another (PostgreSQL's advisory lock, held
+    to the transaction's end; SQLite's single writer does that already)."""
+    if conn.dialect.name == POSTGRESQL:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+
+
+# --- lookups by many keys ---------------------------------------------------------------------------
+
+
+def keys_table(keys: Sequence[Any], column: ColumnElement[Any], name: str) -> TableValuedAlias:
+    """PostgreSQL: `unnest(:keys) AS name(key)`, the keys as a table of one column typed as `column`.
+
+    Joined to a LATERAL subquery that looks one key up (`… WHERE column = name.key`), it makes the planner
+    walk an index once per key whatever the table's statistics say. A plain `column IN (…)` over a table
+    that grew from empty since it was last analyzed is costed as matching most of it and read in full.
+    """
+    return (
+        func.unnest(bindparam(f"{name}_keys", list(keys), type_=ARRAY(column.type)))
+        .table_valued("key")
+        .render_derived(name=name)
+    )
+
+
+def by_keys(
+    dialect: str,
+    stmt: Select[Any],
+    column: ColumnElement[Any],
+    keys: Sequence[Any],
+    *,
+    order_by: Sequence[Column[Any]] = (),
+) -> Select[Any]:
+    """The rows of `stmt` (a SELECT without ORDER BY) whose `column` is one of `keys`, ordered by `order_by`
+    (columns `stmt` selects), each key looked up on its own, in an index of `column`.
+
+    PostgreSQL (`keys_table`):
+
+        SELECT found.* FROM unnest(:lookup_keys) AS lookup(key)
+        JOIN LATERAL (<stmt> AND column = lookup.key OFFSET 0) AS found ON true ORDER BY …
+
+    `column IN (…)` of a dispatched batch's keys (up to `DISPATCH_BATCH_CAP`) was planned as a full scan
+    whatever the statistics: without any (a table filled since it was last analyzed) as matching most of the
+    table, and with them as a hashed scan that PostgreSQL costs below as many index probes, which it stays
+    only while the fleet is small
+    (docs/PERFORMANCE.md, "flat as work grows"). OFFSET 0 keeps the planner from folding the lookups back
+    into one join. SQLite: `<stmt> AND column IN (…)`, which it answers by an index lookup per key.
+    """
+    if dialect != POSTGRESQL:
+        return stmt.where(column.in_(keys)).order_by(*order_by)
+    lookup = keys_table(list(dict.fromkeys(keys)), column, "lookup")  # each key once, as in an IN list
+    found = stmt.where(column == lookup.c.key).offset(0).lateral("found")
+    return select(found).select_from(lookup.join(found, true())).order_by(*(found.c[c.key] for c in order_by))
+
+
+def past_first(
+    dialect: str,
+    stmt: Select[Any],
+    column: ColumnElement[Any],
+    keys: Sequence[Any],
+    *,
+    order_by: Sequence[ColumnElement[Any]],
+    skip: int,
+) -> Select[Any]:
+    """The rows of `stmt` (a SELECT without ORDER BY) for each of `keys` in `column`, but the first `skip`
+    of each key in `order_by`; the columns `stmt` selects.
+
+    PostgreSQL walks an index of `column` once per key (`keys_table`, a LATERAL subquery skipping the first
+    `skip`): ranking the rows of `column IN (…)` with a window was planned as a full scan of a table that
+    grew from empty (docs/PERFORMANCE.md, "flat as work grows"). SQLite ranks them with the window over
+    its index.
+    """
+    if dialect == POSTGRESQL:
+        lookup = keys_table(keys, column, "lookup")
+        rest = stmt.where(column == lookup.c.key).order_by(*order_by).offset(skip).lateral("rest")
+        return select(*rest.c).select_from(lookup.join(rest, true()))
+    rank = func.row_number().over(partition_by=column, order_by=order_by).label("rank")
+    ranked = stmt.add_columns(rank).where(column.in_(keys)).subquery("ranked")
+    return select(*list(ranked.c)[: len(stmt.selected_columns)]).where(ranked.c.rank > skip)
+
+
+def ids_in(dialect: str, key: ColumnElement[Any], ids: Select[Any]) -> ColumnElement[bool]:
+    """`key` is one of the ids the subquery `ids` selects. PostgreSQL plans `id IN (subquery)` as a hash
+    join over a scan of the whole table; `id = ANY(ARRAY(subquery))` looks the ids up in the primary key
+    (at 1M audit rows a prune chunk took 180 ms against 26 ms)."""
+    subquery = ids.scalar_subquery()
+    return key == any_(func.array(subquery)) if dialect == POSTGRESQL else key.in_(subquery)
+
+
+# --- bulk inserts -----------------------------------------------------------------------------------
+
+
+def insert_rows(
+    dialect: str, table: Table, rows: Sequence[Mapping[str, Any]], *, new_only: bool = False
+) -> tuple[Insert, dict[str, list[Any]] | Sequence[Mapping[str, Any]]]:
+    """An INSERT of `rows` (each with the same keys, at least one row) and the parameters to run it with:
+    `await conn.execute(*insert_rows(...))`. `new_only` leaves out the rows a unique constraint already
+    holds a value of (`insert_new`).
+
+    PostgreSQL: `INSERT … SELECT … FROM unnest(:a, :b, …)`, one array per column, JSON values as text cast
+    to their type (so None stays JSON null, as SQLAlchemy stores it). Its text is the same for any number
+    of rows, so psycopg parses it once. The multi-row VALUES that SQLAlchemy renders for an executemany
+    with RETURNING is a new text for each count of rows, with a parameter per value, and psycopg parses it
+    again every time (it caches statements under 4 KB with at most 50 parameters): recording a drain's
+    batches of 200 runs that way was 10 % of the server's time (docs/PERFORMANCE.md). A plain executemany
+    (no RETURNING) keeps one short text but runs a statement per row; with JSON columns, psycopg's quoting
+    of text arrays costs more than it saves, so `insert_tasks` stays one. SQLite: the plain executemany.
+    """
+    insert = insert_new(dialect, table) if new_only else table.insert()
+    if dialect != POSTGRESQL:
+        return insert, rows
+    names = list(rows[0])
+    arrays: list[ColumnElement[Any]] = []
+    values: dict[str, list[Any]] = {}
+    for name in names:
+        column_type = table.c[name].type
+        if isinstance(column_type, JSON):
+            arrays.append(sql_cast(bindparam(name, type_=ARRAY(Text)), ARRAY(column_type)))
+            values[name] = [json.dumps(row[name]) for row in rows]
+        else:
+            arrays.append(bindparam(name, type_=ARRAY(column_type)))
+            values[name] = [row[name] for row in rows]
+    new_rows = func.unnest(*arrays).table_valued(*names).render_derived(name="new_rows")
+    return insert.from_select(names, select(*new_rows.c)), values
+
+
+def insert_new(dialect: str, table: Table) -> Insert:
+    """An INSERT that leaves out the rows a unique constraint or index already holds a value of
+    (`ON CONFLICT DO NOTHING`, spelled alike by both databases); with RETURNING it says which went in."""
+    dialect_insert = postgresql.insert if dialect == POSTGRESQL else sqlite.insert
+    return dialect_insert(table).on_conflict_do_nothing()
+
+
+# --- engine setup -----------------------------------------------------------------------------------
+
+
+def _ping_when_idle(engine: AsyncEngine) -> None:
+    """Ping a connection on checkout only if it sat in the pool longer than PING_AFTER_IDLE_S.
+
+    Raising DisconnectionError makes the pool discard the connection and check out another (three tries).
+    """
+
+    @event.listens_for(engine.sync_engine.pool, "checkin")
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine.pool, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+            return  # new, or in steady use
+        try:
+            alive = engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError(f"pooled connection is dead: {exc}") from exc
+        if not alive:
+            raise DisconnectionError("pooled connection is dead")
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    """WAL, foreign keys, busy timeout, and explicit BEGIN (IMMEDIATE for writers).
+
+    pysqlite's own transaction handling is switched off so that `BEGIN IMMEDIATE` takes the write lock at
+    the start of a write transaction; otherwise two writers can both read, then deadlock on upgrade.
+    """
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")

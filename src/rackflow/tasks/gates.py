@@ -1,0 +1,126 @@
+"""The start gates: one seam for everything that may keep a claimed task from starting yet.
+
+A task that may not start yet is *held*, one typed way, on its row (`Task.not_before`, `held_by`,
+`held_reason`, `held_since`): the executor's claim leaves it until `not_before`. Two things hold tasks:
+
+* its window, from submission: a firmware upgrade's own maintenance window, or the opening a DEFER
+  firing waits for (`held_by` "window"; `not_after`, the window's end, fails it if it has not started by
+  then). The claim's SQL honours it; no gate is involved.
+* the start gates, at claim time. A gate is an object with a `name` and a `check`: given the claim's
+  connection (its transaction), the claimed tasks and now, it answers for each task it stops, `Hold(until,
+  reason)` or `Fail(reason)`. The executor calls `consult` with the gates it was built with (the list is
+  made in `Services.build`, services.py): a held task goes back to PENDING as if never claimed (the
+  attempt is not counted), held by that gate until `until`; a failed task fails without running, with
+  the reason as its message. Gates run in the list's order, each on the tasks the ones before let through
+  (so a frozen task never takes a budget's room).
+
+Only first attempts are gated. A later attempt is a takeover of a task that was RUNNING all along (its
+owner died, or its run was interrupted): it started already, so handing it back would lose its place
+(and its `started_at`) for nothing.
+
+A gate's `check` runs inside the claim's transaction, which holds rows locked: it must do no network I/O
+and nothing slow. A gate that needs the outside world (a pre-flight check asking Alertmanager) reads what
+a loop of its own last found, from the database, and holds the task until the next look ("until re-check");
+`Task.held_since` (kept while the same gate holds the task) tells it how long it has waited, so it can
+`Fail` the task once a maximum wait is exceeded.
+
+Adding a gate: a module with a class that has `name` and `check` (as `windows/gate.py`), and its
+instance in the list `Services.build` makes. Its name shows on the tasks it holds (`rackflow task show`,
+the API's `Task.held_by`).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.domain.tasks import Hold, Task
+from rackflow.metrics import TASK_HOLDS
+from rackflow.store import task_runs
+from rackflow.store.tasks import NOT_HELD
+
+log = logging.getLogger(__name__)
+
+
+# `held_by` of a task that waits for its window's opening (set at submission; no gate involved).
+WINDOW_HOLD = "window"
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The task must not start, ever: it fails without running, with `reason` as its message."""
+
+    reason: str
+
+
+Verdict = Hold | Fail
+
+
+class Gate(Protocol):
+    """A start gate. `name` is short, lower case and stable: it is stored on the tasks it holds."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def check(
+        self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
+    ) -> Mapping[uuid.UUID, Verdict]:
+        """The tasks among `tasks` (just claimed, first attempts) that may not start at `now`, with why.
+        Tasks left out start (unless a later gate stops them). It may read and write in `conn` (the claim's
+        transaction), but never wait on anything outside the database."""
+        ...
+
+
+@dataclass(frozen=True)
+class Gated:
+    """What the gates made of a claim: the tasks that start (or fail), and why the failed ones fail."""
+
+    claimed: list[tuple[Task, int]]
+    failed: dict[uuid.UUID, str]
+
+
+async def consult(
+    gates: Sequence[Gate],
+    conn: AsyncConnection,
+    claimed: Sequence[tuple[Task, int]],
+    *,
+    owner_id: uuid.UUID,
+    now: datetime,
+) -> Gated:
+    """Ask the gates about what a claim just took (task, attempt), in its transaction; hand back the held
+    tasks, and clear the hold of those that start. What is left starts, but the failed ones fail."""
+    held: set[uuid.UUID] = set()
+    failed: dict[uuid.UUID, str] = {}
+    open_ = [task for task, attempt in claimed if attempt == 1]
+    for gate in gates:
+        if not open_:
+            break
+        verdicts = await gate.check(conn, open_, now)
+        holds = {i: verdict for i, verdict in verdicts.items() if isinstance(verdict, Hold)}
+        failed.update((i, verdict.reason) for i, verdict in verdicts.items() if isinstance(verdict, Fail))
+        if holds:
+            # Handed back at once, so the next gate's count (a budget's) no longer sees them RUNNING.
+            await task_runs.hold_back(conn, gate.name, holds, owner_id=owner_id, now=now)
+            held.update(holds)
+            TASK_HOLDS.labels(gate=gate.name).inc(len(holds))
+            log.info("%d task(s) held back by %s", len(holds), gate.name, extra={"tasks_held": len(holds)})
+        open_ = [task for task in open_ if task.id not in verdicts]
+    was_held = {
+        task.id
+        for task, _ in claimed
+        if task.id not in held and (task.held_by is not None or task.not_before is not None)
+    }
+    if was_held:
+        await task_runs.clear_holds(conn, was_held)
+    starts = [
+        (replace(task, **NOT_HELD) if task.id in was_held else task, attempt)
+        for task, attempt in claimed
+        if task.id not in held
+    ]
+    return Gated(starts, failed)
