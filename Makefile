@@ -1,4 +1,5 @@
-# rackflow — `make run` serves a local instance; `make test` runs the whole suite (SQLite and PostgreSQL).
+# rackflow — `make run` serves a local instance; `make check` is the fast lane (lint, types, unit tests, the
+# SQLite half of the store tests); `make test` runs the whole suite (SQLite and PostgreSQL), as CI does.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +8,7 @@ LISTEN ?= 127.0.0.1:50051
 HTTP_LISTEN ?= 127.0.0.1:8080
 export RACKFLOW_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck unit proto docs bench clean browser screenshots hooks
+.PHONY: run check test lint typecheck unit proto docs bench clean browser screenshots hooks
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +69,13 @@ screenshots: $(VENV)/.installed-test browser
 
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit
+
+# The fast lane, before a commit: ruff, mypy, tests/unit and the SQLite half of tests/store (`-m "not
+# postgres"`: no PostgreSQL server, no rackflow processes); CHECK_WORKERS sets the pytest workers. It is
+# not CI: `make test` is (the PostgreSQL half, api, web, e2e, faults, …).
+CHECK_WORKERS ?= auto
+check: $(VENV)/.installed-test lint typecheck
+	$(BIN)/pytest -q -p no:cacheprovider -n $(CHECK_WORKERS) -m "not postgres" tests/unit tests/store
 
 # Only the fault-injection tests (database outage, instance crash, clock jump; docs/RELIABILITY.md).
 # `make test` runs them too, with everything else.
