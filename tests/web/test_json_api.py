@@ -23,6 +23,7 @@ from tests.conftest import table_counts
 from tests.web.conftest import end_task, make_racks, make_schedule
 
 API = "/api/v1"
+JSON = {"Content-Type": "application/json"}
 
 
 def error_of(response: httpx.Response, status: int, code: str, field: str | None) -> str:
@@ -257,7 +258,8 @@ async def test_a_malformed_body_is_refused_before_anything_runs(
     await make_racks(services, "r1")
     await make_schedule(services, "nightly", "r1")
     before = await table_counts(db)
-    error_of(await http.post(f"{API}/schedules/nightly:pause", content=body), 400, "INVALID_ARGUMENT", field)
+    response = await http.post(f"{API}/schedules/nightly:pause", content=body, headers=JSON)
+    error_of(response, 400, "INVALID_ARGUMENT", field)
     assert await table_counts(db) == before
 
 

@@ -33,6 +33,7 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.web import refs
 from rackflow.web.auth import principal_of
 from rackflow.web.calls import RpcCaller, RpcError
+from rackflow.web.security import BodyTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,8 @@ class JsonApi:
                 return error_response(exc)
             except RackflowError as exc:
                 return error_response(RpcError.of(exc))
+            except BodyTooLarge:
+                raise  # the request guard answers it (413)
             except Exception:
                 log.exception("unexpected error in %s %s", request.method, request.url.path)
                 return JSONResponse({"code": "INTERNAL", "message": INTERNAL_MESSAGE, "field": None}, 500)
