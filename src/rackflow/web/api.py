@@ -41,7 +41,7 @@ from rackflow.timespec import parse_go_duration
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.web import refs
 from rackflow.web.auth import principal_of
-from rackflow.web.bodies import parse_into, read_json
+from rackflow.web.bodies import parse_into, read_json, real_oneof
 from rackflow.web.calls import RpcCaller, RpcError
 from rackflow.web.security import BodyTooLarge
 
@@ -226,7 +226,8 @@ def update_mask(data: dict[str, Any], message: Message, wrapper: str) -> FieldMa
     paths = []
     for key, value in given.items():
         field = next(f for f in message.DESCRIPTOR.fields if key in (f.name, f.json_name))
-        path = f"{wrapper}.{field.containing_oneof.name if field.containing_oneof else field.name}"
+        oneof = real_oneof(field)
+        path = f"{wrapper}.{oneof.name if oneof is not None else field.name}"
         if isinstance(value, dict) and set(value) == {"timezone"} and f"{path}.timezone" == TIMEZONE_PATH:
             path = TIMEZONE_PATH
         paths.append(path)

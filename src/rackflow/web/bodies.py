@@ -82,6 +82,15 @@ def takes(field: FieldDescriptor) -> str:
     return _SCALAR.get(field.type, "an integer")
 
 
+def real_oneof(field: FieldDescriptor | Any) -> Any:
+    """The oneof a field is a member of; None for none, and for the one-member oneof that proto3 makes of an
+    `optional` field (`_max_running_per_domain`), which is no choice."""
+    oneof = field.containing_oneof
+    if oneof is None or (len(oneof.fields) == 1 and oneof.name == f"_{field.name}"):
+        return None
+    return oneof
+
+
 def _field(descriptor: Descriptor | Any, key: str) -> FieldDescriptor | None:
     found = descriptor.fields_by_name.get(key)
     if found is not None:
@@ -100,7 +109,7 @@ def _merge(
         if field is None:
             names = ", ".join(f.name for f in descriptor.fields if f.name not in hidden) or "nothing"
             raise InvalidArgument(f"{path}: unknown field ({_where(prefix)} takes: {names})")
-        oneof = field.containing_oneof
+        oneof = real_oneof(field)
         if oneof is not None and value is not None:
             if oneof.name in oneofs:
                 raise InvalidArgument(
