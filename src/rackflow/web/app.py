@@ -9,7 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,6 +20,7 @@ from rackflow.security import TokenTable
 from rackflow.services import Services
 from rackflow.web.api import JsonApi
 from rackflow.web.calls import RpcCaller
+from rackflow.web.openapi import OPENAPI_PATH, document
 from rackflow.web.pages import Site, audit, overview, racks, schedules, tasks, windows
 from rackflow.web.security import HttpSecurity, RequestGuard
 
@@ -74,8 +75,16 @@ def build_app(
 ) -> Starlette:
     caller = RpcCaller(FlowServicer(services), audit_interceptor)
     site = Site(services, caller, tokens, clock)
+    api = JsonApi(services, caller, tokens)
+    openapi = JSONResponse(document(api.endpoints())).body  # made once: the table does not change
+
+    async def serve_openapi(_request: Request) -> Response:
+        # It describes the API and reads nothing: no credentials needed, like gRPC reflection.
+        return Response(openapi, media_type="application/json")
+
     routes: list[BaseRoute] = [
-        *JsonApi(services, caller, tokens).routes(),
+        Route(OPENAPI_PATH, serve_openapi, methods=["GET"]),
+        *api.routes(),
         *overview.routes(site),
         *schedules.routes(site),
         *tasks.routes(site),
