@@ -57,7 +57,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         message = f"no such path: {request.url.path}"
     elif exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
+        allow = (exc.headers or {}).get("Allow", "")  # Starlette's order varies: sorted, for a stable message
+        allowed = ", ".join(sorted(m.strip() for m in allow.split(",") if m.strip()))
         message = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed})"
     else:
         message = exc.detail

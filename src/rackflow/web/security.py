@@ -113,7 +113,7 @@ def peer_of(scope: Scope) -> str:
 
 
 def error_body(code: str, message: str) -> bytes:
-    return json.dumps({"code": code, "message": message, "field": None}).encode()
+    return json.dumps({"code": code, "message": message, "field": None}, separators=(",", ":")).encode()
 
 
 class RequestGuard:
