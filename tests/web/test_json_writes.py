@@ -419,3 +419,31 @@ async def test_an_unsaved_spec_is_previewed_and_validated_as_you_type(
         await http.post(f"{API}/schedules:preview", json={"spec": spec, "count": 500}), 400, "count", "count"
     )
     assert await table_counts(db) == before  # a preview writes nothing, not even an audit row
+
+
+async def test_a_queue_timeout_takes_a_duration_as_the_cli_does(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """`--queue-timeout 30m` in the CLI; `"queue_timeout_seconds": "30m"` (or 1800) here."""
+    await make_racks(services, "r1", "r2")
+    body = {
+        "schedule": {**CREATE_SCHEDULE["schedule"], "overlap_policy": "OVERLAP_POLICY_QUEUE"},
+        "operation": {
+            "power_on": {
+                **CREATE_SCHEDULE["operation"]["power_on"],
+                "queue_options": {"queue_timeout_seconds": "30m"},
+            }
+        },
+    }
+    made = ok(await http.post(f"{API}/schedules", json=body))
+    assert made["operation"]["power_on"]["queue_options"]["queue_timeout_seconds"] == 1800
+    field = "operation.power_on.queue_options.queue_timeout_seconds"
+    for bad in ("30 minutes", "1.5s"):
+        body["schedule"]["name"] = "again"
+        body["operation"]["power_on"]["queue_options"]["queue_timeout_seconds"] = bad
+        refused(
+            await http.post(f"{API}/schedules", json=body),
+            400,
+            field,
+            "whole seconds, or a duration like 30m",
+        )

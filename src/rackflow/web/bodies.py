@@ -9,7 +9,8 @@ the field takes (an enum's names, "an RFC 3339 time") and shows what it got. Fie
 the path (`id`) are refused in the body rather than silently overwritten.
 
 A time the CLI takes as a duration (`rackflow schedule pause --for 2h`) is taken as one here too: the
-fields of `RELATIVE_TIMES` accept `"2h"` for "two hours from now".
+fields of `RELATIVE_TIMES` accept `"2h"` for "two hours from now"; and a count of seconds the CLI takes
+as a duration (`--queue-timeout 30m`) accepts one (`DURATION_SECONDS`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from rackflow.timespec import parse_go_duration
 
 # Request fields (by name, at any depth) that take a duration from now as well as a time.
 RELATIVE_TIMES = frozenset({"resume_at"})
+# Whole-second fields (by name) that take a duration as well as a number (`"30m"`: 1800).
+DURATION_SECONDS = frozenset({"queue_timeout_seconds"})
 # Well-known types: what a client sends for them in proto3 JSON.
 WELL_KNOWN = {
     "google.protobuf.Timestamp": "an RFC 3339 time like 2026-06-01T04:00:00Z",
@@ -79,6 +82,8 @@ def takes(field: FieldDescriptor) -> str:
         return WELL_KNOWN.get(name, "an object")
     if field.enum_type is not None:
         return "one of " + ", ".join(v.name for v in field.enum_type.values)
+    if field.name in DURATION_SECONDS:
+        return "whole seconds, or a duration like 30m"
     return _SCALAR.get(field.type, "an integer")
 
 
@@ -149,6 +154,11 @@ def _merge_field(field: FieldDescriptor, value: Any, message: Message, path: str
         child.SetInParent()
         _merge(value, child, path + ".", now)
         return
+    if field.name in DURATION_SECONDS and isinstance(value, str) and not value.strip().isdigit():
+        seconds = _seconds(value)
+        if seconds is None:
+            raise InvalidArgument(f"{path}: expected {takes(field)}, got {_shown(value)}")
+        value = seconds
     if field.name in RELATIVE_TIMES and isinstance(value, str) and value[:1].isdigit():
         relative = _from_now(value, now)
         if relative is not None:
@@ -165,6 +175,16 @@ def _leaf(field: FieldDescriptor, value: Any, message: Message, path: str) -> No
     except json_format.ParseError:
         raise InvalidArgument(f"{path}: expected {takes(field)}, got {_shown(value)}") from None
     message.MergeFrom(single)
+
+
+def _seconds(text: str) -> int | None:
+    """`30m` as 1800; None for what is no duration of whole seconds."""
+    try:
+        nanoseconds = parse_go_duration(text)
+    except ValueError:
+        return None
+    seconds, rest = divmod(nanoseconds, 1_000_000_000)
+    return seconds if rest == 0 else None
 
 
 def _from_now(text: str, now: datetime) -> Timestamp | None:

@@ -15,7 +15,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 
 from rackflow.web.api import PREFIX, Endpoint, Param
-from rackflow.web.bodies import RELATIVE_TIMES, real_oneof
+from rackflow.web.bodies import DURATION_SECONDS, RELATIVE_TIMES, real_oneof
 
 OPENAPI_PATH = f"{PREFIX}/openapi.json"
 TITLE = "rackflow JSON API"
@@ -119,6 +119,11 @@ class _Schemas:
             return self.message(nested)
         if field.enum_type is not None:
             return self.enum(field.enum_type)
+        if field.name in DURATION_SECONDS:
+            return {
+                "type": ["integer", "string"],
+                "description": "whole seconds, or (in a request) a duration like 30m",
+            }
         if field.type in _INTEGER_32:
             return {"type": "integer", "format": "int32"}
         if field.type in _INTEGER_64:
