@@ -55,6 +55,11 @@ DEFAULT_AUDIT_SPOOL = "rackflow-audit.spool"
 DEFAULT_AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
 MIN_AUDIT_SPOOL_MAX_BYTES = 64 * 1024
 DEFAULT_AUDIT_SPOOL_REPLAY_INTERVAL = timedelta(seconds=5)
+# The HTTP listener (rackflow.web.security): a request body larger than this is refused with 413 while it
+# is read. A schedule or window with a few thousand racks is well under 1 MiB of JSON; the floor keeps a
+# slip (`1024` meaning KiB) from refusing every write.
+DEFAULT_HTTP_MAX_BODY_BYTES = 1024 * 1024
+MIN_HTTP_MAX_BODY_BYTES = 1024
 # A floor against unit slips (`720m` for `720h`) that would empty a security record, or the history of
 # what ran, within the hour.
 MIN_RETENTION = timedelta(hours=1)
@@ -81,6 +86,11 @@ def parse_host_port(value: str, flag: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise InvalidArgument(f"{flag}: expected HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)
+
+
+def parse_list(value: str | None) -> tuple[str, ...]:
+    """A comma-separated flag (`--http-allowed-hosts a,b`): its items, trimmed, empty ones dropped."""
+    return tuple(item.strip() for item in (value or "").split(",") if item.strip())
 
 
 def parse_interval(value: str, flag: str) -> timedelta:
@@ -138,6 +148,11 @@ class ServeConfig:
     audit_spool_max_bytes: int = DEFAULT_AUDIT_SPOOL_MAX_BYTES
     # The dashboard and JSON API (rackflow.web) on HOST:PORT; None serves no HTTP at all.
     http_listen: str | None = None
+    # Names (besides the listen address and loopback) the HTTP listener answers to in `Host` ("*": any),
+    # and origins (scheme://host[:port]) whose pages may send it state-changing requests.
+    http_allowed_hosts: tuple[str, ...] = ()
+    http_allowed_origins: tuple[str, ...] = ()
+    http_max_body_bytes: int = DEFAULT_HTTP_MAX_BODY_BYTES
 
     def __post_init__(self) -> None:
         mutual_tls = self.tls is not None and self.tls.client_ca is not None
@@ -162,6 +177,17 @@ class ServeConfig:
                 f"--audit-spool-max-bytes: must be at least {MIN_AUDIT_SPOOL_MAX_BYTES},"
                 f" got {self.audit_spool_max_bytes}"
             )
+        if self.http_max_body_bytes < MIN_HTTP_MAX_BODY_BYTES:
+            raise InvalidArgument(
+                f"--http-max-body-bytes: must be at least {MIN_HTTP_MAX_BODY_BYTES},"
+                f" got {self.http_max_body_bytes}"
+            )
+        for origin in self.http_allowed_origins:
+            scheme, sep, rest = origin.partition("://")
+            if scheme not in ("http", "https") or not sep or not rest or "/" in rest.rstrip("/"):
+                raise InvalidArgument(
+                    f"--http-allowed-origins: expected scheme://host[:port], got {origin!r}"
+                )
         if not 1 <= self.dispatch_batch <= 10_000:
             raise InvalidArgument(f"--dispatch-batch: must be 1..10000, got {self.dispatch_batch}")
 

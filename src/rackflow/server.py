@@ -198,9 +198,16 @@ class RackflowServer:
         if not self.config.http_listen:
             return None
         from rackflow.web.app import build_app  # loads Starlette and uvicorn only when asked for
+        from rackflow.web.security import HttpSecurity
         from rackflow.web.server import HttpServer
 
-        app = build_app(self.services, self.audit, self.config.tokens, self.clock)
+        security = HttpSecurity(
+            listen_host=parse_host_port(self.config.http_listen, "--http-listen")[0],
+            allowed_hosts=self.config.http_allowed_hosts,
+            allowed_origins=self.config.http_allowed_origins,
+            max_body_bytes=self.config.http_max_body_bytes,
+        )
+        app = build_app(self.services, self.audit, self.config.tokens, self.clock, security)
         http = HttpServer(app, self.config.http_listen, self.config.tls)
         self.http_address = http.bind()
         return http

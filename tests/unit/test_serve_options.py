@@ -145,3 +145,40 @@ def test_the_audit_spool_needs_a_file_and_a_bound_of_at_least_64_kib() -> None:
     with pytest.raises(InvalidArgument, match="--audit-spool-max-bytes: must be at least 65536, got 65535"):
         ServeConfig(audit_spool_max_bytes=65535)
     assert ServeConfig(audit_spool_max_bytes=65536).audit_spool_max_bytes == 65536
+
+
+def test_serve_passes_the_http_guard_options_to_the_server(started: list[ServeConfig]) -> None:
+    unset = {
+        "RACKFLOW_HTTP_ALLOWED_HOSTS": None,
+        "RACKFLOW_HTTP_ALLOWED_ORIGINS": None,
+        "RACKFLOW_HTTP_MAX_BODY_BYTES": None,
+    }
+    CliRunner().invoke(serve, [], env=unset)
+    args = ["--http-allowed-hosts", "rackflow.lab, 10.0.0.5,", "--http-max-body-bytes", "4096"]
+    env = {**unset, "RACKFLOW_HTTP_ALLOWED_ORIGINS": "https://portal.lab:8443"}
+    result = CliRunner().invoke(serve, args, env=env)
+    assert isinstance(result.exception, _Started), result.output
+    assert [(c.http_allowed_hosts, c.http_allowed_origins, c.http_max_body_bytes) for c in started] == [
+        ((), (), 1024 * 1024),
+        (("rackflow.lab", "10.0.0.5"), ("https://portal.lab:8443",), 4096),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--http-max-body-bytes", "1023"], "--http-max-body-bytes: must be at least 1024, got 1023"),
+        (["--http-allowed-origins", "portal.lab"], "expected scheme://host[:port], got 'portal.lab'"),
+        (
+            ["--http-allowed-origins", "https://a.lab/x"],
+            "expected scheme://host[:port], got 'https://a.lab/x'",
+        ),
+    ],
+)
+def test_serve_refuses_a_bad_http_guard_option(
+    started: list[ServeConfig], args: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(serve, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert started == []

@@ -21,8 +21,10 @@ from rackflow.services import Services
 from rackflow.store import tasks as task_store
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.web.app import build_app
+from rackflow.web.security import HttpSecurity
 from tests.api.conftest import services  # noqa: F401  (the fixture)
 
+BASE_URL = "http://127.0.0.1:8080"
 START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 NIGHTLY = ScheduleSpec(SpecType.CRON, "0 2 * * *", "Europe/Berlin")
 
@@ -39,10 +41,20 @@ def tokens() -> TokenTable | None:
 
 
 @pytest.fixture
-async def http(services: Services, tokens: TokenTable | None) -> AsyncIterator[httpx.AsyncClient]:  # noqa: F811
-    app = build_app(services, AuditInterceptor(services.audit), tokens, services.clock)
+def security() -> HttpSecurity:
+    """The request guard's settings: `rackflow serve --http-listen 127.0.0.1:8080`'s (`make run`)."""
+    return HttpSecurity()
+
+
+@pytest.fixture
+async def http(
+    services: Services,  # noqa: F811
+    tokens: TokenTable | None,
+    security: HttpSecurity,
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = build_app(services, AuditInterceptor(services.audit), tokens, services.clock, security)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://rackflow.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
         yield client
     await services.audit.close()
 

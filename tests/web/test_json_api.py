@@ -23,6 +23,7 @@ from tests.conftest import table_counts
 from tests.web.conftest import end_task, make_racks, make_schedule
 
 API = "/api/v1"
+JSON = {"Content-Type": "application/json"}
 
 
 def error_of(response: httpx.Response, status: int, code: str, field: str | None) -> str:
@@ -243,21 +244,33 @@ async def test_a_refused_action_is_audited_and_changes_nothing(
 
 
 @pytest.mark.parametrize(
-    ("body", "field"),
+    ("body", "field", "words"),
     [
-        ('{"reasons": "maintenance"}', "body"),  # not a field of PauseTaskScheduleRequest
-        ("[1, 2]", "body"),
-        ("{not json", "body"),
-        ('{"id": {"id": 5}}', "body"),
+        (
+            '{"reasons": "maintenance"}',
+            "reasons",
+            "reasons: unknown field (the request body takes: reason, resume_at)",
+        ),
+        ("[1, 2]", None, "the request body must be a JSON object, got [1, 2]"),
+        ("{not json", None, "the request body is not valid JSON"),
+        ('{"id": {"id": "x"}}', "id", "id: set by the URL path; leave it out of the body"),
+        ('{"reason": 5}', "reason", "reason: expected a string, got 5"),
+        ('{"resume_at": "tomorrow"}', "resume_at", "resume_at: expected an RFC 3339 time like"),
+        ('{"resumeAt": "2h30"}', "resume_at", 'or a duration from now like 2h, got "2h30"'),
     ],
 )
 async def test_a_malformed_body_is_refused_before_anything_runs(
-    http: httpx.AsyncClient, services: Services, db: Database, body: str, field: str
+    http: httpx.AsyncClient, services: Services, db: Database, body: str, field: str | None, words: str
 ) -> None:
+    """In the API's words: the field's path and what it takes, never the protobuf parser's internals."""
     await make_racks(services, "r1")
     await make_schedule(services, "nightly", "r1")
     before = await table_counts(db)
-    error_of(await http.post(f"{API}/schedules/nightly:pause", content=body), 400, "INVALID_ARGUMENT", field)
+    response = await http.post(f"{API}/schedules/nightly:pause", content=body, headers=JSON)
+    message = error_of(response, 400, "INVALID_ARGUMENT", field)
+    assert (
+        words in message and "Available Fields" not in message and "PauseTaskScheduleRequest" not in message
+    )
     assert await table_counts(db) == before
 
 
@@ -266,7 +279,8 @@ async def test_unknown_schedule_actions_and_paths(http: httpx.AsyncClient, db: D
     for verb in ("pause", "resume", "trigger"):
         error_of(await http.post(f"{API}/schedules/ghost:{verb}"), 404, "NOT_FOUND", "id")
     assert (await http.get(f"{API}/nothing-here")).status_code == 404
-    assert (await http.delete(f"{API}/schedules/ghost")).status_code == 405
+    error_of(await http.delete(f"{API}/schedules/ghost"), 404, "NOT_FOUND", "id")
+    error_of(await http.put(f"{API}/schedules/ghost", json={}), 405, "UNIMPLEMENTED", None)
     assert await table_counts(db) == before  # a name that names nothing never reaches an RPC
     # A malformed id does reach CancelTask, which refuses it; the audit records that, as over gRPC.
     error_of(await http.post(f"{API}/tasks/nope:cancel"), 400, "INVALID_ARGUMENT", "task_id")
@@ -285,6 +299,31 @@ async def test_audit_filters(http: httpx.AsyncClient, services: Services) -> Non
     assert none_later == {"events": [], "total": 0}
     error_of(await http.get(f"{API}/audit?method=Reboot"), 400, "INVALID_ARGUMENT", "method")
     error_of(await http.get(f"{API}/audit?since=soon"), 400, "INVALID_ARGUMENT", "since")
+
+
+async def test_times_take_durations_where_the_cli_does(
+    http: httpx.AsyncClient, services: Services, clock: FakeClock
+) -> None:
+    """`audit --since 24h` (back from now) and `schedule pause --for 2h` (on from now), over HTTP."""
+    await make_racks(services, "r1")
+    await make_schedule(services, "nightly", "r1")
+    paused = await http.post(f"{API}/schedules/nightly:pause", json={"resume_at": "2h30m"})
+    assert paused.status_code == 200, paused.text
+    resume_at = datetime.fromisoformat(paused.json()["resume_at"])
+    assert resume_at == clock.now() + timedelta(hours=2, minutes=30)
+    clock.advance(timedelta(hours=2))
+
+    async def methods(since: str) -> list[str]:
+        response = await http.get(f"{API}/audit", params={"since": since})
+        assert response.status_code == 200, response.text
+        return [e["method"] for e in response.json()["events"]]
+
+    assert await methods("24h") == await methods("3h") == ["PauseTaskSchedule"]
+    assert await methods("1h") == await methods("90m") == []
+    message = error_of(await http.get(f"{API}/audit?since=-1h"), 400, "INVALID_ARGUMENT", "since")
+    assert message == "since: a duration back from now must be positive, got '-1h'"
+    message = error_of(await http.get(f"{API}/audit?since=yesterday"), 400, "INVALID_ARGUMENT", "since")
+    assert "neither a duration like 24h nor an RFC 3339 time" in message
 
 
 async def test_responses_carry_the_security_headers(http: httpx.AsyncClient) -> None:

@@ -20,6 +20,7 @@ from rackflow.config import (
     DEFAULT_DB_POOL_SIZE,
     DEFAULT_DISPATCH_BATCH,
     DEFAULT_DISPATCH_INTERVAL,
+    DEFAULT_HTTP_MAX_BODY_BYTES,
     DEFAULT_LEASE_TTL,
     DEFAULT_LISTEN,
     BackendName,
@@ -27,6 +28,7 @@ from rackflow.config import (
     ServeConfig,
     duration_text,
     parse_interval,
+    parse_list,
     parse_retention,
 )
 from rackflow.errors import RackflowError
@@ -88,6 +90,26 @@ _db_option = click.option(
     envvar="RACKFLOW_HTTP_LISTEN",
     default=None,
     help="Serve the web dashboard and the JSON API on HOST:PORT (off by default; docs/HTTP.md).",
+)
+@click.option(
+    "--http-allowed-hosts",
+    envvar="RACKFLOW_HTTP_ALLOWED_HOSTS",
+    default="",
+    help="Comma-separated names the HTTP listener answers to besides its address and localhost ('*': any).",
+)
+@click.option(
+    "--http-allowed-origins",
+    envvar="RACKFLOW_HTTP_ALLOWED_ORIGINS",
+    default="",
+    help="Comma-separated origins (scheme://host[:port]) whose pages may send state-changing requests.",
+)
+@click.option(
+    "--http-max-body-bytes",
+    envvar="RACKFLOW_HTTP_MAX_BODY_BYTES",
+    default=DEFAULT_HTTP_MAX_BODY_BYTES,
+    type=int,
+    show_default=True,
+    help="Refuse an HTTP request body larger than this (413).",
 )
 @click.option(
     "--migrate",
@@ -195,6 +217,9 @@ def serve(
     backend: str,
     metrics_listen: str | None,
     http_listen: str | None,
+    http_allowed_hosts: str,
+    http_allowed_origins: str,
+    http_max_body_bytes: int,
     run_migrations: bool,
     log_format: str,
     clock_offset: str,
@@ -227,6 +252,9 @@ def serve(
             backend=BackendName(backend),
             metrics_listen=metrics_listen,
             http_listen=http_listen or None,
+            http_allowed_hosts=parse_list(http_allowed_hosts),
+            http_allowed_origins=parse_list(http_allowed_origins),
+            http_max_body_bytes=http_max_body_bytes,
             migrate=run_migrations,
             log_format=LogFormat(log_format),
             clock_offset=offset,

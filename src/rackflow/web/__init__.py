@@ -9,7 +9,9 @@ Design:
 - Pages (`pages/`, one module per page group, Jinja2 templates in `templates/`) read the domain services
   and render HTML; they never act. Every action a page offers is a `fetch` to the JSON API.
 - Security is the gRPC listener's (`auth.py`): the same TLS certificate, bearer tokens, roles and exposure
-  rule. Tokens travel in an `Authorization` header that the page's script adds, never in a cookie, so
-  there is no ambient credential to forge a request with (no CSRF).
+  rule. Tokens travel in an `Authorization` header that the page's script adds, never in a cookie. Without
+  tokens the listener itself is the credential, so the request guard (`security.py`) refuses what another
+  site could make a browser send: a foreign `Host`, a cross-origin write, a body that is not JSON, and a
+  body over the limit; it also logs every refusal.
 - No build step and no CDN: `static/` holds the only stylesheet and script, served from the package.
 """

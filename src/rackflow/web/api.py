@@ -1,21 +1,28 @@
 """The JSON API, `/api/v1/…`: each endpoint builds one RPC's request message and returns its response.
 
+One table (`JsonApi.endpoints`) says, per endpoint, its method and path, the RPC it runs, its query
+parameters and whether it takes a body; the server's routes and the OpenAPI document
+(`rackflow.web.openapi`, `GET /api/v1/openapi.json`) are both made from it, so neither can drift.
+
 Responses are the RPC's response message in proto3 JSON (`message_json`: proto field names, enums by
 name, defaults included). Errors are `{"code", "message", "field"}` with the HTTP status of the code
 (`rackflow.api.errors`); `field` is the request field the message names (or the query parameter, for a
 malformed one), null when none is named. Query parameters are explicit per endpoint (docs/HTTP.md) and an
-unknown one is refused, so a typo never silently widens a filter. `{ref}` and the `rack`/`schedule`
-filters take an id or a name.
+unknown one is refused, so a typo never silently widens a filter. A body is the request message in proto3
+JSON less what the path sets (`rackflow.web.bodies`); a PATCH derives the update mask from the fields it
+gives. `{ref}` and the `rack`/`schedule` filters take an id or a name.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
-from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.requests import Request
@@ -27,30 +34,78 @@ from rackflow.api.convert import message_json
 from rackflow.api.errors import INTERNAL_MESSAGE
 from rackflow.client import task_status
 from rackflow.errors import InvalidArgument, NotFound, RackflowError
+from rackflow.schedules.service import TIMEZONE_PATH
 from rackflow.security import TokenTable
 from rackflow.services import Services
+from rackflow.timespec import parse_go_duration
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.web import refs
 from rackflow.web.auth import principal_of
+from rackflow.web.bodies import parse_into, read_json, real_oneof
 from rackflow.web.calls import RpcCaller, RpcError
+from rackflow.web.security import BodyTooLarge
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/api/v1"
 INT32_MAX = 2**31 - 1
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+FLOW = pb.DESCRIPTOR.services_by_name["Flow"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A query parameter: its name, what it takes (`kind`: string, integer, boolean, time, since, list)
+    and what it does, for the OpenAPI document."""
+
+    name: str
+    kind: str
+    doc: str
+
+
+OFFSET = Param("offset", "integer", "skip this many (with limit)")
+LIMIT = Param("limit", "integer", "at most this many (1-1000; absent: all)")
+PAGE = (OFFSET, LIMIT)
+COUNT = Param("count", "integer", "how many (1-100, default 10)")
+AFTER = Param("after", "time", "from this time (RFC 3339, default now)")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One method on one path, and the RPC it runs."""
+
+    method: str
+    path: str  # below PREFIX
+    rpc: str
+    handler: Handler
+    summary: str
+    params: tuple[Param, ...] = ()
+    # Takes a JSON body: the RPC's request message less `path_fields` (which the path sets).
+    body: bool = False
+    path_fields: tuple[str, ...] = ()
+    # What it answers when not the RPC's own response (GET /tasks/{id} answers the one Task).
+    answers: Descriptor | None = None
+
+    @property
+    def request_type(self) -> Descriptor:
+        return FLOW.methods_by_name[self.rpc].input_type
+
+    @property
+    def response_type(self) -> Descriptor:
+        return self.answers or FLOW.methods_by_name[self.rpc].output_type
 
 
 class Query:
-    """A request's query parameters. Each read names the parameter it reads; `check` then refuses any
-    parameter the endpoint does not take."""
+    """A request's query parameters, as the endpoint declares them: a read names the parameter it reads,
+    and `check` refuses any parameter the endpoint does not take."""
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, params: tuple[Param, ...], now: datetime) -> None:
         self._params = request.query_params
-        self._known: list[str] = []
+        self._declared = {p.name for p in params}
+        self._now = now
 
     def _raw(self, name: str) -> str | None:
-        self._known.append(name)
+        assert name in self._declared, f"query parameter {name!r} is read but not declared"
         return self._params.get(name)
 
     def text(self, name: str) -> str:
@@ -58,7 +113,7 @@ class Query:
 
     def values(self, name: str) -> list[str]:
         """A repeated parameter: `?status=a&status=b` or `?status=a,b`."""
-        self._known.append(name)
+        self._raw(name)
         return [v.strip() for item in self._params.getlist(name) for v in item.split(",") if v.strip()]
 
     def integer(self, name: str) -> int | None:
@@ -92,6 +147,28 @@ class Query:
             raise InvalidArgument(f"{name}: {raw!r} is not an RFC 3339 time (2026-06-01T04:00:00Z)") from None
         return stamp
 
+    def since(self, name: str) -> Timestamp | None:
+        """A time, or a duration back from now (`24h`, `30m`), as `rackflow audit --since` takes it."""
+        raw = self._raw(name)
+        if not raw:
+            return None
+        stamp = Timestamp()
+        try:
+            nanoseconds = parse_go_duration(raw)
+        except ValueError:
+            try:
+                stamp.FromJsonString(raw)
+            except ValueError:
+                raise InvalidArgument(
+                    f"{name}: {raw!r} is neither a duration like 24h nor an RFC 3339 time like "
+                    "2026-06-01T04:00:00Z"
+                ) from None
+            return stamp
+        if nanoseconds <= 0:
+            raise InvalidArgument(f"{name}: a duration back from now must be positive, got {raw!r}")
+        stamp.FromDatetime(self._now - timedelta(microseconds=nanoseconds // 1000))
+        return stamp
+
     def pagination(self) -> pb.Pagination | None:
         """`offset` and `limit`, as the list RPCs take them (limit 0 or absent: no limit)."""
         offset, limit = self.integer("offset"), self.integer("limit")
@@ -100,41 +177,61 @@ class Query:
         return pb.Pagination(offset=offset or 0, limit=limit or 0)
 
     def check(self) -> None:
-        unknown = sorted(set(self._params) - set(self._known))
+        unknown = sorted(set(self._params) - self._declared)
         if unknown:
-            takes = ", ".join(sorted(set(self._known))) or "none"
+            takes = ", ".join(sorted(self._declared)) or "none"
             raise InvalidArgument(f"{unknown[0]}: unknown query parameter (this endpoint takes: {takes})")
-
-
-async def _body(request: Request, message: Message) -> Message:
-    """Merge the JSON body (proto3 JSON of the request message; may be empty) into `message`."""
-    raw = await request.body()
-    if not raw.strip():
-        return message
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidArgument(f"body: not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidArgument("body: expected a JSON object")
-    try:
-        json_format.ParseDict(data, message, ignore_unknown_fields=False)
-    except json_format.ParseError as exc:
-        raise InvalidArgument(f"body: {exc}") from None
-    return message
 
 
 @dataclass
 class Call:
-    """One API request: its query, its caller, and a way to run RPCs as that caller."""
+    """One API request: its endpoint, query, caller, and a way to run RPCs as that caller."""
 
     request: Request
+    endpoint: Endpoint
     query: Query
     principal: Principal
     caller: RpcCaller
+    now: datetime
+
+    def ref(self, name: str = "ref") -> str:
+        return str(self.request.path_params[name])
+
+    async def body(self, message: Message) -> Any:
+        """`message` with the JSON body merged in (an empty body leaves it as it is)."""
+        data = read_json(await self.request.body())
+        if data is not None:
+            parse_into(data, message, self.now, path_fields=self.endpoint.path_fields)
+        return message
+
+    async def patch(self, message: Message, wrapper: str) -> Any:
+        """The body of a PATCH, with the update mask of the fields it gives under `wrapper`."""
+        data = read_json(await self.request.body()) or {}
+        parse_into(data, message, self.now, path_fields=self.endpoint.path_fields)
+        message.update_mask.CopyFrom(update_mask(data, getattr(message, wrapper), wrapper))  # type: ignore[attr-defined]
+        return message
 
     async def rpc(self, name: str, message: Message) -> Message:
         return await self.caller(name, message, self.principal)
+
+
+def update_mask(data: dict[str, Any], message: Message, wrapper: str) -> FieldMask:
+    """The paths of the fields a PATCH body gives under `wrapper` (`{"window": {"name": …}}` ->
+    `window.name`): a member of a oneof is its oneof (`window.when`), and a schedule's `spec` that gives
+    only its `timezone` is `schedule.spec.timezone`, as UpdateTaskSchedule takes it."""
+    given = data.get(wrapper)
+    if not isinstance(given, dict) or not given:
+        names = ", ".join(f.name for f in message.DESCRIPTOR.fields)
+        raise InvalidArgument(f"{wrapper}: give the fields to change (one or more of {names})")
+    paths = []
+    for key, value in given.items():
+        field = next(f for f in message.DESCRIPTOR.fields if key in (f.name, f.json_name))
+        oneof = real_oneof(field)
+        path = f"{wrapper}.{oneof.name if oneof is not None else field.name}"
+        if isinstance(value, dict) and set(value) == {"timezone"} and f"{path}.timezone" == TIMEZONE_PATH:
+            path = TIMEZONE_PATH
+        paths.append(path)
+    return FieldMask(paths=sorted(set(paths)))
 
 
 Handler = Callable[["JsonApi", Call], Awaitable[Message]]
@@ -146,43 +243,323 @@ class JsonApi:
         self.caller = caller
         self.tokens = tokens
 
-    def routes(self) -> list[Route]:
-        get, post = ["GET"], ["POST"]
-        table: list[tuple[str, Handler, list[str]]] = [
-            ("/schedules", JsonApi.list_schedules, get),
-            ("/schedules/{ref}:pause", JsonApi.pause_schedule, post),
-            ("/schedules/{ref}:resume", JsonApi.resume_schedule, post),
-            ("/schedules/{ref}:trigger", JsonApi.trigger_schedule, post),
-            ("/schedules/{ref}", JsonApi.get_schedule, get),
-            ("/schedules/{ref}/runs", JsonApi.list_runs, get),
-            ("/schedules/{ref}/scopes", JsonApi.list_scopes, get),
-            ("/schedules/{ref}/preview", JsonApi.preview, get),
-            ("/schedules/{ref}/decisions", JsonApi.preview_decisions, get),
-            ("/runs/{ref}:resume", JsonApi.resume_run, post),
-            ("/runs/{ref}:cancel", JsonApi.cancel_run, post),
-            ("/runs/{ref}", JsonApi.get_run, get),
-            ("/tasks", JsonApi.list_tasks, get),
-            ("/tasks/{ref}:cancel", JsonApi.cancel_task, post),
-            ("/tasks/{ref}", JsonApi.get_task, get),
-            ("/racks", JsonApi.list_racks, get),
-            ("/racks/{ref}", JsonApi.get_rack, get),
-            ("/racks/{ref}/windows", JsonApi.preview_windows, get),
-            ("/windows", JsonApi.list_windows, get),
-            ("/windows/{ref}", JsonApi.get_window, get),
-            ("/audit", JsonApi.list_audit_events, get),
-        ]
-        return [Route(PREFIX + path, self._serve(h), methods=methods) for path, h, methods in table]
+    @staticmethod
+    def endpoints() -> list[Endpoint]:
+        """Every endpoint, in the order the routes match (an action path before the `{ref}` it extends)."""
+        api, get, post, patch, put, delete = JsonApi, "GET", "POST", "PATCH", "PUT", "DELETE"
+        schedules = (
+            Endpoint(
+                get,
+                "/schedules",
+                "ListTaskSchedules",
+                api.list_schedules,
+                "List schedules",
+                (
+                    Param("rack", "string", "only schedules that target this rack (id or name)"),
+                    Param("enabled_only", "boolean", "only enabled schedules"),
+                    Param("paused_only", "boolean", "only paused schedules"),
+                    Param("name_contains", "string", "only names containing this, ignoring case"),
+                    Param("operation_type", "string", "only this operation (power_on, ...)"),
+                    Param(
+                        "order_by",
+                        "string",
+                        "created_at (default), name, next_run_at or last_run_at, "
+                        "optionally followed by ' desc'",
+                    ),
+                    *PAGE,
+                ),
+            ),
+            Endpoint(
+                post, "/schedules", "CreateTaskSchedule", api.create_schedule, "Create a schedule", body=True
+            ),
+            Endpoint(
+                post,
+                "/schedules:preview",
+                "PreviewScheduleSpec",
+                api.preview_spec,
+                "The next firings of a schedule spec that is not saved (validates it)",
+                body=True,
+            ),
+            Endpoint(
+                post,
+                "/schedules/{ref}:pause",
+                "PauseTaskSchedule",
+                api.pause_schedule,
+                "Pause a schedule",
+                body=True,
+                path_fields=("id",),
+            ),
+            Endpoint(
+                post,
+                "/schedules/{ref}:resume",
+                "ResumeTaskSchedule",
+                api.resume_schedule,
+                "Resume a paused schedule",
+                body=True,
+                path_fields=("id",),
+            ),
+            Endpoint(
+                post,
+                "/schedules/{ref}:trigger",
+                "TriggerTaskSchedule",
+                api.trigger_schedule,
+                "Fire a schedule now",
+                body=True,
+                path_fields=("id",),
+            ),
+            Endpoint(get, "/schedules/{ref}", "GetTaskSchedule", api.get_schedule, "One schedule"),
+            Endpoint(
+                patch,
+                "/schedules/{ref}",
+                "UpdateTaskSchedule",
+                api.update_schedule,
+                "Change a schedule: the fields given under `schedule` (the update mask is theirs)",
+                body=True,
+                path_fields=("id", "update_mask"),
+            ),
+            Endpoint(
+                delete, "/schedules/{ref}", "DeleteTaskSchedule", api.delete_schedule, "Delete a schedule"
+            ),
+            Endpoint(
+                get,
+                "/schedules/{ref}/runs",
+                "ListTaskScheduleRuns",
+                api.list_runs,
+                "A schedule's runs, newest first",
+                PAGE,
+            ),
+            Endpoint(
+                get,
+                "/schedules/{ref}/scopes",
+                "ListTaskScheduleScopes",
+                api.list_scopes,
+                "A schedule's scopes (its racks)",
+            ),
+            Endpoint(
+                post,
+                "/schedules/{ref}/scopes",
+                "AddTaskScheduleScope",
+                api.add_scope,
+                "Add racks to a schedule",
+                body=True,
+                path_fields=("schedule_id",),
+            ),
+            Endpoint(
+                put,
+                "/schedules/{ref}/scopes",
+                "UpdateTaskScheduleScope",
+                api.replace_scopes,
+                "Replace a schedule's racks by the desired scope",
+                body=True,
+                path_fields=("schedule_id",),
+            ),
+            Endpoint(
+                delete,
+                "/schedules/{ref}/scopes/{scope_id}",
+                "RemoveTaskScheduleScope",
+                api.remove_scope,
+                "Remove one scope from a schedule",
+            ),
+            Endpoint(
+                get,
+                "/schedules/{ref}/preview",
+                "PreviewScheduleSpec",
+                api.preview,
+                "A schedule's next firing times",
+                (COUNT, AFTER),
+            ),
+            Endpoint(
+                get,
+                "/schedules/{ref}/decisions",
+                "PreviewTaskSchedule",
+                api.preview_decisions,
+                "A schedule's next firings and each scope's decision under the windows",
+                (COUNT, AFTER),
+            ),
+        )
+        runs = (
+            Endpoint(
+                post,
+                "/runs/{ref}:resume",
+                "ResumeTaskScheduleRun",
+                api.resume_run,
+                "Resume a halted rollout",
+                body=True,
+                path_fields=("id",),
+            ),
+            Endpoint(
+                post,
+                "/runs/{ref}:cancel",
+                "CancelTaskScheduleRun",
+                api.cancel_run,
+                "Cancel a rollout",
+                body=True,
+                path_fields=("id",),
+            ),
+            Endpoint(
+                get,
+                "/runs/{ref}",
+                "GetTaskScheduleRun",
+                api.get_run,
+                "One run (a rollout's with its progress)",
+            ),
+        )
+        tasks = (
+            Endpoint(
+                get,
+                "/tasks",
+                "ListTasks",
+                api.list_tasks,
+                "List tasks, newest first",
+                (
+                    Param("status", "list", "only these statuses (repeat it, or comma-separate)"),
+                    Param("rack", "string", "only this rack's (id or name)"),
+                    Param("schedule", "string", "only this schedule's (id or name)"),
+                    Param("active_only", "boolean", "only pending, waiting and running tasks"),
+                    *PAGE,
+                ),
+            ),
+            Endpoint(
+                post,
+                "/tasks/{ref}:cancel",
+                "CancelTask",
+                api.cancel_task,
+                "Cancel a task",
+                body=True,
+                path_fields=("task_id",),
+            ),
+            Endpoint(
+                get, "/tasks/{ref}", "GetTasksByIDs", api.get_task, "One task", answers=pb.Task.DESCRIPTOR
+            ),
+        )
+        racks = (
+            Endpoint(
+                get,
+                "/racks",
+                "ListRacks",
+                api.list_racks,
+                "List racks",
+                (
+                    Param("nvl_domain_id", "string", "only the racks of this NVLink domain"),
+                    *PAGE,
+                ),
+            ),
+            Endpoint(get, "/racks/{ref}", "GetRack", api.get_rack, "One rack"),
+            Endpoint(
+                get,
+                "/racks/{ref}/windows",
+                "PreviewMaintenanceWindows",
+                api.preview_windows,
+                "The next openings and closings of the windows covering a rack",
+                (COUNT, AFTER),
+            ),
+        )
+        windows = (
+            Endpoint(
+                get,
+                "/windows",
+                "ListMaintenanceWindows",
+                api.list_windows,
+                "List maintenance windows",
+                (Param("rack", "string", "only the windows covering this rack (id or name)"),),
+            ),
+            Endpoint(
+                post,
+                "/windows",
+                "CreateMaintenanceWindow",
+                api.create_window,
+                "Create a maintenance window",
+                body=True,
+            ),
+            Endpoint(get, "/windows/{ref}", "GetMaintenanceWindow", api.get_window, "One maintenance window"),
+            Endpoint(
+                patch,
+                "/windows/{ref}",
+                "UpdateMaintenanceWindow",
+                api.update_window,
+                "Change a window: the fields given under `window`",
+                body=True,
+                path_fields=("id", "update_mask"),
+            ),
+            Endpoint(
+                delete,
+                "/windows/{ref}",
+                "DeleteMaintenanceWindow",
+                api.delete_window,
+                "Delete a maintenance window",
+            ),
+        )
+        budgets = (
+            Endpoint(get, "/budgets", "ListOperationBudgets", api.list_budgets, "List operation budgets"),
+            Endpoint(
+                post,
+                "/budgets",
+                "CreateOperationBudget",
+                api.create_budget,
+                "Create an operation budget",
+                body=True,
+            ),
+            Endpoint(get, "/budgets/{ref}", "GetOperationBudget", api.get_budget, "One operation budget"),
+            Endpoint(
+                patch,
+                "/budgets/{ref}",
+                "UpdateOperationBudget",
+                api.update_budget,
+                "Change a budget: the fields given under `budget`",
+                body=True,
+                path_fields=("id", "update_mask"),
+            ),
+            Endpoint(
+                delete,
+                "/budgets/{ref}",
+                "DeleteOperationBudget",
+                api.delete_budget,
+                "Delete an operation budget",
+            ),
+        )
+        audit = (
+            Endpoint(
+                get,
+                "/audit",
+                "ListAuditEvents",
+                api.list_audit_events,
+                "The audit trail, newest first",
+                (
+                    Param("since", "since", "only events since this time, or this long ago (24h)"),
+                    Param("method", "string", "only this RPC"),
+                    Param("principal", "string", "only this caller"),
+                    *PAGE,
+                ),
+            ),
+        )
+        return [*schedules, *runs, *tasks, *racks, *windows, *budgets, *audit]
 
-    def _serve(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def routes(self) -> list[Route]:
+        """One route per path, serving each of its methods by its endpoint."""
+        by_path: dict[str, dict[str, Endpoint]] = {}
+        for endpoint in self.endpoints():
+            by_path.setdefault(endpoint.path, {})[endpoint.method] = endpoint
+        return [
+            Route(PREFIX + path, self._serve(methods), methods=list(methods))
+            for path, methods in by_path.items()
+        ]
+
+    def _serve(self, endpoints: dict[str, Endpoint]) -> Callable[[Request], Awaitable[Response]]:
         async def respond(request: Request) -> Response:
+            endpoint = endpoints["GET" if request.method == "HEAD" else request.method]
             try:
                 principal = principal_of(request, self.tokens)
-                call = Call(request, Query(request), principal, self.caller)
-                message = await handler(self, call)
+                now = self.services.clock.now()
+                query = Query(request, endpoint.params, now)
+                call = Call(request, endpoint, query, principal, self.caller, now)
+                query.check()
+                message = await endpoint.handler(self, call)
             except RpcError as exc:
                 return error_response(exc)
             except RackflowError as exc:
                 return error_response(RpcError.of(exc))
+            except BodyTooLarge:
+                raise  # the request guard answers it (413)
             except Exception:
                 log.exception("unexpected error in %s %s", request.method, request.url.path)
                 return JSONResponse({"code": "INTERNAL", "message": INTERNAL_MESSAGE, "field": None}, 500)
@@ -198,6 +575,12 @@ class JsonApi:
     async def _rack(self, ref: str, field: str) -> pb.UUID:
         return pb.UUID(id=str(await refs.rack_id(self.services, ref, field)))
 
+    async def _window(self, ref: str, field: str) -> pb.UUID:
+        return pb.UUID(id=str(await refs.window_id(self.services, ref, field)))
+
+    async def _budget(self, ref: str, field: str) -> pb.UUID:
+        return pb.UUID(id=str(await refs.budget_id(self.services, ref, field)))
+
     # --- schedules -------------------------------------------------------------------------------
 
     async def list_schedules(self, call: Call) -> Message:
@@ -212,32 +595,66 @@ class JsonApi:
         )
         if rack := q.text("rack"):
             request.rack_id.CopyFrom(await self._rack(rack, "rack_id"))
-        q.check()
         return await call.rpc("ListTaskSchedules", request)
 
+    async def create_schedule(self, call: Call) -> Message:
+        return await call.rpc("CreateTaskSchedule", await call.body(pb.CreateTaskScheduleRequest()))
+
+    async def preview_spec(self, call: Call) -> Message:
+        return await call.rpc("PreviewScheduleSpec", await call.body(pb.PreviewScheduleSpecRequest()))
+
     async def get_schedule(self, call: Call) -> Message:
-        call.query.check()
-        schedule_id = await self._schedule(call.request.path_params["ref"], "id")
+        schedule_id = await self._schedule(call.ref(), "id")
         return await call.rpc("GetTaskSchedule", pb.GetTaskScheduleRequest(id=schedule_id))
+
+    async def update_schedule(self, call: Call) -> Message:
+        request = await call.patch(pb.UpdateTaskScheduleRequest(), "schedule")
+        request.id.CopyFrom(await self._schedule(call.ref(), "id"))
+        return await call.rpc("UpdateTaskSchedule", request)
+
+    async def delete_schedule(self, call: Call) -> Message:
+        schedule_id = await self._schedule(call.ref(), "id")
+        return await call.rpc("DeleteTaskSchedule", pb.DeleteTaskScheduleRequest(id=schedule_id))
 
     async def list_runs(self, call: Call) -> Message:
         request = pb.ListTaskScheduleRunsRequest(pagination=call.query.pagination())
-        call.query.check()
-        request.schedule_id.CopyFrom(await self._schedule(call.request.path_params["ref"], "schedule_id"))
+        request.schedule_id.CopyFrom(await self._schedule(call.ref(), "schedule_id"))
         return await call.rpc("ListTaskScheduleRuns", request)
 
     async def list_scopes(self, call: Call) -> Message:
-        call.query.check()
-        schedule_id = await self._schedule(call.request.path_params["ref"], "schedule_id")
+        schedule_id = await self._schedule(call.ref(), "schedule_id")
         return await call.rpc(
             "ListTaskScheduleScopes", pb.ListTaskScheduleScopesRequest(schedule_id=schedule_id)
+        )
+
+    async def add_scope(self, call: Call) -> Message:
+        request = await call.body(pb.AddTaskScheduleScopeRequest())
+        request.schedule_id.CopyFrom(await self._schedule(call.ref(), "schedule_id"))
+        return await call.rpc("AddTaskScheduleScope", request)
+
+    async def replace_scopes(self, call: Call) -> Message:
+        request = await call.body(pb.UpdateTaskScheduleScopeRequest())
+        request.schedule_id.CopyFrom(await self._schedule(call.ref(), "schedule_id"))
+        return await call.rpc("UpdateTaskScheduleScope", request)
+
+    async def remove_scope(self, call: Call) -> Message:
+        """RemoveTaskScheduleScope takes the scope alone; the path's schedule must be the scope's."""
+        schedule_id = await self._schedule(call.ref(), "schedule_id")
+        scope_id = call.ref("scope_id")
+        scopes = await call.rpc(
+            "ListTaskScheduleScopes", pb.ListTaskScheduleScopesRequest(schedule_id=schedule_id)
+        )
+        assert isinstance(scopes, pb.ListTaskScheduleScopesResponse)
+        if scope_id not in {s.id.id for s in scopes.scopes}:
+            raise NotFound(f"scope_id: {scope_id} is not a scope of schedule {call.ref()!r}")
+        return await call.rpc(
+            "RemoveTaskScheduleScope", pb.RemoveTaskScheduleScopeRequest(scope_id=pb.UUID(id=scope_id))
         )
 
     async def preview(self, call: Call) -> Message:
         """The schedule's next firings: PreviewScheduleSpec of its own spec."""
         count, after = call.query.integer("count"), call.query.timestamp("after")
-        call.query.check()
-        schedule_id = await self._schedule(call.request.path_params["ref"], "id")
+        schedule_id = await self._schedule(call.ref(), "id")
         schedule = await call.rpc("GetTaskSchedule", pb.GetTaskScheduleRequest(id=schedule_id))
         assert isinstance(schedule, pb.TaskSchedule)
         request = pb.PreviewScheduleSpecRequest(spec=schedule.spec, count=count or 0, after=after)
@@ -246,16 +663,14 @@ class JsonApi:
     async def preview_decisions(self, call: Call) -> Message:
         """The schedule's next firings and each scope's decision under the maintenance windows."""
         count, after = call.query.integer("count"), call.query.timestamp("after")
-        call.query.check()
-        schedule_id = await self._schedule(call.request.path_params["ref"], "id")
+        schedule_id = await self._schedule(call.ref(), "id")
         request = pb.PreviewTaskScheduleRequest(id=schedule_id, count=count or 0, after=after)
         return await call.rpc("PreviewTaskSchedule", request)
 
     async def _schedule_action(self, call: Call, rpc: str, message: Message) -> Message:
-        call.query.check()
-        await _body(call.request, message)
-        message.id.CopyFrom(await self._schedule(call.request.path_params["ref"], "id"))  # type: ignore[attr-defined]
-        return await call.rpc(rpc, message)
+        request = await call.body(message)
+        request.id.CopyFrom(await self._schedule(call.ref(), "id"))
+        return await call.rpc(rpc, request)
 
     async def pause_schedule(self, call: Call) -> Message:
         return await self._schedule_action(call, "PauseTaskSchedule", pb.PauseTaskScheduleRequest())
@@ -269,15 +684,12 @@ class JsonApi:
     # --- runs (rollouts) --------------------------------------------------------------------------
 
     async def get_run(self, call: Call) -> Message:
-        call.query.check()
-        request = pb.GetTaskScheduleRunRequest(id=pb.UUID(id=call.request.path_params["ref"]))
-        return await call.rpc("GetTaskScheduleRun", request)
+        return await call.rpc("GetTaskScheduleRun", pb.GetTaskScheduleRunRequest(id=pb.UUID(id=call.ref())))
 
     async def _run_action(self, call: Call, rpc: str, message: Message) -> Message:
-        call.query.check()
-        await _body(call.request, message)
-        message.id.id = call.request.path_params["ref"]  # type: ignore[attr-defined]
-        return await call.rpc(rpc, message)
+        request = await call.body(message)
+        request.id.id = call.ref()
+        return await call.rpc(rpc, request)
 
     async def resume_run(self, call: Call) -> Message:
         return await self._run_action(call, "ResumeTaskScheduleRun", pb.ResumeTaskScheduleRunRequest())
@@ -300,12 +712,10 @@ class JsonApi:
             request.rack_id.CopyFrom(await self._rack(rack, "rack_id"))
         if schedule := q.text("schedule"):
             request.schedule_id.CopyFrom(await self._schedule(schedule, "schedule_id"))
-        q.check()
         return await call.rpc("ListTasks", request)
 
     async def get_task(self, call: Call) -> Message:
-        call.query.check()
-        ref = call.request.path_params["ref"]
+        ref = call.ref()
         found = await call.rpc("GetTasksByIDs", pb.GetTasksByIDsRequest(task_ids=[pb.UUID(id=ref)]))
         assert isinstance(found, pb.GetTasksByIDsResponse)
         if not found.tasks:
@@ -313,30 +723,25 @@ class JsonApi:
         return found.tasks[0]
 
     async def cancel_task(self, call: Call) -> Message:
-        call.query.check()
-        request = await _body(call.request, pb.CancelTaskRequest())
-        assert isinstance(request, pb.CancelTaskRequest)
-        request.task_id.id = call.request.path_params["ref"]
+        request = await call.body(pb.CancelTaskRequest())
+        request.task_id.id = call.ref()
         return await call.rpc("CancelTask", request)
 
-    # --- racks and audit -------------------------------------------------------------------------
+    # --- racks -----------------------------------------------------------------------------------
 
     async def list_racks(self, call: Call) -> Message:
         request = pb.ListRacksRequest(pagination=call.query.pagination())
         if domain := call.query.text("nvl_domain_id"):
             request.nvl_domain_id.id = domain
-        call.query.check()
         return await call.rpc("ListRacks", request)
 
     async def get_rack(self, call: Call) -> Message:
-        call.query.check()
-        rack_id = await self._rack(call.request.path_params["ref"], "id")
+        rack_id = await self._rack(call.ref(), "id")
         return await call.rpc("GetRack", pb.GetRackRequest(id=rack_id))
 
     async def preview_windows(self, call: Call) -> Message:
         count, after = call.query.integer("count"), call.query.timestamp("after")
-        call.query.check()
-        rack_id = await self._rack(call.request.path_params["ref"], "rack_id")
+        rack_id = await self._rack(call.ref(), "rack_id")
         request = pb.PreviewMaintenanceWindowsRequest(rack_id=rack_id, count=count or 0, after=after)
         return await call.rpc("PreviewMaintenanceWindows", request)
 
@@ -346,25 +751,55 @@ class JsonApi:
         request = pb.ListMaintenanceWindowsRequest()
         if rack := call.query.text("rack"):
             request.rack_id.CopyFrom(await self._rack(rack, "rack_id"))
-        call.query.check()
         return await call.rpc("ListMaintenanceWindows", request)
 
+    async def create_window(self, call: Call) -> Message:
+        return await call.rpc("CreateMaintenanceWindow", await call.body(pb.CreateMaintenanceWindowRequest()))
+
     async def get_window(self, call: Call) -> Message:
-        call.query.check()
-        window_id = await refs.window_id(self.services, call.request.path_params["ref"], "id")
-        return await call.rpc(
-            "GetMaintenanceWindow", pb.GetMaintenanceWindowRequest(id=pb.UUID(id=str(window_id)))
-        )
+        window_id = await self._window(call.ref(), "id")
+        return await call.rpc("GetMaintenanceWindow", pb.GetMaintenanceWindowRequest(id=window_id))
+
+    async def update_window(self, call: Call) -> Message:
+        request = await call.patch(pb.UpdateMaintenanceWindowRequest(), "window")
+        request.id.CopyFrom(await self._window(call.ref(), "id"))
+        return await call.rpc("UpdateMaintenanceWindow", request)
+
+    async def delete_window(self, call: Call) -> Message:
+        window_id = await self._window(call.ref(), "id")
+        return await call.rpc("DeleteMaintenanceWindow", pb.DeleteMaintenanceWindowRequest(id=window_id))
+
+    # --- operation budgets -----------------------------------------------------------------------
+
+    async def list_budgets(self, call: Call) -> Message:
+        return await call.rpc("ListOperationBudgets", pb.ListOperationBudgetsRequest())
+
+    async def create_budget(self, call: Call) -> Message:
+        return await call.rpc("CreateOperationBudget", await call.body(pb.CreateOperationBudgetRequest()))
+
+    async def get_budget(self, call: Call) -> Message:
+        budget_id = await self._budget(call.ref(), "id")
+        return await call.rpc("GetOperationBudget", pb.GetOperationBudgetRequest(id=budget_id))
+
+    async def update_budget(self, call: Call) -> Message:
+        request = await call.patch(pb.UpdateOperationBudgetRequest(), "budget")
+        request.id.CopyFrom(await self._budget(call.ref(), "id"))
+        return await call.rpc("UpdateOperationBudget", request)
+
+    async def delete_budget(self, call: Call) -> Message:
+        budget_id = await self._budget(call.ref(), "id")
+        return await call.rpc("DeleteOperationBudget", pb.DeleteOperationBudgetRequest(id=budget_id))
+
+    # --- audit -----------------------------------------------------------------------------------
 
     async def list_audit_events(self, call: Call) -> Message:
         q = call.query
         request = pb.ListAuditEventsRequest(
-            since=q.timestamp("since"),
+            since=q.since("since"),
             method=q.text("method"),
             principal=q.text("principal"),
             pagination=q.pagination(),
         )
-        q.check()
         return await call.rpc("ListAuditEvents", request)
 
 

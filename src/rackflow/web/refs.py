@@ -1,11 +1,12 @@
-"""`{ref}` in a URL names a schedule, a rack or a maintenance window by id or by name; an id wins when a
-name looks like one."""
+"""`{ref}` in a URL names a schedule, a rack, a maintenance window or an operation budget by id or by name;
+an id wins when a name looks like one."""
 
 from __future__ import annotations
 
 import uuid
 
 from rackflow.client import is_uuid
+from rackflow.errors import NotFound
 from rackflow.services import Services
 
 
@@ -19,3 +20,13 @@ async def rack_id(services: Services, ref: str, field: str) -> uuid.UUID:
 
 async def window_id(services: Services, ref: str, field: str) -> uuid.UUID:
     return uuid.UUID(ref) if is_uuid(ref) else await services.windows.id_by_name(ref, field)
+
+
+async def budget_id(services: Services, ref: str, field: str) -> uuid.UUID:
+    """Budgets are few and have no name index: a name is looked for in the list (as the CLI does)."""
+    if is_uuid(ref):
+        return uuid.UUID(ref)
+    for budget in await services.budgets.list_budgets():
+        if budget.name == ref:
+            return budget.id
+    raise NotFound(f"{field}: no operation budget named {ref!r}")
