@@ -47,7 +47,7 @@ class RackRow:
     outcome_look: Look
     task: Task | None
     task_look: Look | None
-    wave: str  # "canary", "rest", or "" for a firing of every rack at once
+    wave: str  # "canary" or "rest" in a rollout with canaries, else ""
 
 
 def progress_bar(progress: Progress) -> Bar:
@@ -69,8 +69,8 @@ def rows_of(
     names: Mapping[uuid.UUID, str],
     tasks: Mapping[uuid.UUID, Task],
     statuses: Mapping[uuid.UUID, TaskStatus],
-    rollout: bool,
 ) -> list[RackRow]:
+    canaries = any(o.canary for o in outcomes)
     rows = []
     for outcome in outcomes:
         task = tasks.get(outcome.task_id) if outcome.task_id else None
@@ -82,7 +82,7 @@ def rows_of(
                 OUTCOME_LOOKS[outcome.outcome],
                 task,
                 TASK_LOOKS[status] if status is not None else None,
-                ("canary" if outcome.canary else "rest") if rollout else "",
+                ("canary" if outcome.canary else "rest") if canaries else "",
             )
         )
     return sorted(rows, key=lambda row: (row.wave != "canary", row.rack_name))
@@ -108,5 +108,5 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         "state": RUN_LOOKS[run.state],
         "progress": report.progress,
         "bar": progress_bar(report.progress) if report.progress else run_bar(run, statuses),
-        "rows": rows_of(run.outcomes, names, tasks, statuses, run.rollout is not None),
+        "rows": rows_of(run.outcomes, names, tasks, statuses),
     }
