@@ -74,6 +74,9 @@ async def test_a_run_page_shows_each_rack_its_task_and_error(
     listing = (await http.get("/schedules")).text
     assert [attribute(t, "href") for t in tagged(listing, "strip-run-link")] == [f"/runs/{run_id}"]
 
+    task_page = (await http.get(f"/tasks/{failed}")).text
+    assert [attribute(t, "href") for t in tagged(task_page, "task-run-link")] == [f"/runs/{run_id}"]
+
     assert (await http.get("/runs/nope")).status_code == 400
     missing = await http.get(f"/runs/{schedule.id}")
     assert missing.status_code == 404 and tagged(missing.text, "page-error")
