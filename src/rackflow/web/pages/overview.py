@@ -21,7 +21,7 @@ from starlette.routing import Route
 from rackflow.config import DUE_COUNT_CAP
 from rackflow.domain.schedules import Schedule, ScheduleOrder
 from rackflow.domain.tasks import Task
-from rackflow.timespec import SpecType
+from rackflow.timespec import IntervalTiming, SpecType, parse_spec
 from rackflow.validation import MAX_PREVIEW_COUNT
 from rackflow.web.pages import Site
 
@@ -29,7 +29,7 @@ FAILURE_WINDOW = timedelta(hours=24)
 HORIZON = timedelta(hours=24)  # the time axis
 AXIS_SCHEDULES = 12  # rows on the time axis: the schedules that fire soonest
 SLOTS = 96  # the axis in slots of 15 minutes: one mark per slot that has firings, with their count
-MAX_FIRINGS = 1440  # firings read per row: one a minute for the whole horizon (cron's finest)
+MAX_FIRINGS = 1440  # a cron's firings over the horizon at most: one a minute
 FAILED_TASKS_READ = 500
 FLAG_ROWS = 10  # rows per flag panel (each says how many there are in all)
 AXIS_WIDTH = 1000  # SVG user units; the axis scales to the page width
@@ -50,7 +50,6 @@ class AxisRow:
     schedule: Schedule
     marks: list[Mark]
     firings: int  # in the horizon
-    capped: bool  # more than MAX_FIRINGS: the marks show the first MAX_FIRINGS
 
 
 @dataclass(frozen=True)
@@ -68,39 +67,78 @@ def routes(site: Site) -> list[Route]:
     return [Route("/", overview)]
 
 
-def firings_within(site: Site, schedule: Schedule, end: datetime) -> tuple[list[datetime], bool]:
-    """The schedule's firings from its next run to `end` (at most MAX_FIRINGS), and whether there are more."""
+# A slot's firings: how many, the first and the last.
+Slots = dict[int, tuple[int, datetime, datetime]]
+
+
+def _slot_of(moment: datetime, now: datetime) -> int:
+    return min(SLOTS - 1, max(0, int((moment - now) / (HORIZON / SLOTS))))
+
+
+def _ceil_div(a: timedelta, b: timedelta) -> int:
+    return -(-a // b)
+
+
+def interval_slots(first: datetime, step: timedelta, now: datetime) -> Slots:
+    """Every `step` from `first` to the horizon's end, counted per slot without listing each firing (an
+    interval may be seconds: 86,400 firings a day)."""
+    end, slot = now + HORIZON, HORIZON / SLOTS
+    last_k = (end - first) // step
+    found: Slots = {}
+    for index in range(_slot_of(first, now), SLOTS):
+        low = 0 if index == _slot_of(first, now) else _ceil_div(now + slot * index - first, step)
+        high = last_k if index == SLOTS - 1 else _ceil_div(now + slot * (index + 1) - first, step) - 1
+        high = min(high, last_k)
+        if low <= high:
+            found[index] = (high - low + 1, first + step * low, first + step * high)
+    return found
+
+
+def listed_slots(times: list[datetime], now: datetime) -> Slots:
+    found: Slots = {}
+    for t in times:
+        index = _slot_of(t, now)
+        count, first, _ = found.get(index, (0, t, t))
+        found[index] = (count + 1, first, t)
+    return found
+
+
+def firing_slots(site: Site, schedule: Schedule, now: datetime) -> Slots:
+    """The schedule's firings from its next run to the horizon's end, by slot. A cron fires at most once a
+    minute (MAX_FIRINGS over the horizon), so its times are listed; an interval's are counted."""
     assert schedule.next_run_at is not None
+    end = now + HORIZON
+    if schedule.next_run_at > end:
+        return {}
+    timing = parse_spec(schedule.spec)
+    if isinstance(timing, IntervalTiming):
+        return interval_slots(schedule.next_run_at, timing.step, now)
     times = [schedule.next_run_at]
     if schedule.spec.type is not SpecType.ONE_TIME:
-        while times[-1] <= end and len(times) < MAX_FIRINGS:
+        while times[-1] <= end and len(times) <= MAX_FIRINGS:
             more = site.services.schedules.preview(schedule.spec, times[-1], MAX_PREVIEW_COUNT)
             if not more:
                 break
             times += more
-    inside = [t for t in times if t <= end]
-    return inside[:MAX_FIRINGS], len(inside) > MAX_FIRINGS
+    return listed_slots([t for t in times if t <= end], now)
 
 
-def marks_of(times: list[datetime], now: datetime) -> list[Mark]:
+def marks_of(slots: Slots, now: datetime) -> list[Mark]:
     """One mark per slot with firings: a lone firing where it falls, several in the slot's middle."""
     slot = HORIZON / SLOTS
-    by_slot: dict[int, list[datetime]] = defaultdict(list)
-    for t in times:
-        by_slot[min(SLOTS - 1, max(0, int((t - now) / slot)))].append(t)
     marks = []
-    for index, found in sorted(by_slot.items()):
-        middle = now + slot * (index + 0.5) if len(found) > 1 else max(now, found[0])
+    for index, (count, first, last) in sorted(slots.items()):
+        middle = now + slot * (index + 0.5) if count > 1 else max(now, first)
         x = (middle - now).total_seconds() / HORIZON.total_seconds() * AXIS_WIDTH
-        marks.append(Mark(x, len(found), found[0], found[-1]))
+        marks.append(Mark(x, count, first, last))
     return marks
 
 
 def _axis(site: Site, schedules: list[Schedule], now: datetime) -> list[AxisRow]:
     rows = []
     for schedule in schedules:
-        times, capped = firings_within(site, schedule, now + HORIZON)
-        rows.append(AxisRow(schedule, marks_of(times, now), len(times), capped))
+        slots = firing_slots(site, schedule, now)
+        rows.append(AxisRow(schedule, marks_of(slots, now), sum(n for n, _, _ in slots.values())))
     return rows
 
 
