@@ -2,8 +2,9 @@
 
     python -m tests.browser.demo          serves it at http://127.0.0.1:8080/ until Ctrl-C
 
-Twelve racks in two NVLink domains, six schedules (one paused, one firmware upgrade, one whose rack keeps
-failing) and a few firings of each, so every page has something to show.
+Twelve racks in two NVLink domains, seven schedules (one paused, one firmware upgrade, one whose rack keeps
+failing, one rollout halted by that rack) and a few firings of each, and a task held back by a freeze, so
+every page has something to show.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from rackflow.client import NewComponent, Operation, RackflowClient, Spec, Targets
+from rackflow.client import NewComponent, Operation, RackflowClient, Span, Spec, Targets, Window
+from rackflow.v1 import flow_pb2 as pb
 from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
 
 FAILING_RACK = "rack-07"
 # Components whose steps fail (the simulator's RACKFLOW_SIM_FAIL_IDS): one compute tray of FAILING_RACK.
 FAIL_IDS = f"{FAILING_RACK}-node-2"
+ROLLOUT = "gpu-fw-rollout"  # halts when FAILING_RACK fails (the run page's screenshot)
 
 
 def _components(rack: str) -> list[NewComponent]:
@@ -78,12 +81,38 @@ def seed(client: RackflowClient) -> None:
         _wait_idle(client)
     client.power_on(_racks(["rack-09"]), description="after maintenance")
     _wait_idle(client)
+    client.create_schedule(
+        ROLLOUT,
+        Spec.cron("0 4 * * TUE", "Europe/Berlin"),
+        Operation("upgrade_firmware", _racks(names[4:12]), version="2.6.0"),
+        rollout=pb.RolloutPolicy(max_concurrent_racks=2, halt_after_failures=1),
+    )
+    client.trigger_schedule(ROLLOUT)
+    _wait_halted(client, ROLLOUT)
+    now = datetime.now(UTC)
+    client.create_window(
+        "pdu-work",
+        Window(
+            "freeze",
+            Span(now - timedelta(minutes=5), now + timedelta(hours=3)),
+            racks=["rack-03"],
+            reason="PDU replacement, INC-5120",
+        ),
+    )
+    client.power_on(_racks(["rack-03"]), description="after the PDU work")  # held back by the freeze
 
 
 def _wait_idle(client: RackflowClient, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while client.list_tasks(active_only=True).total and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def _wait_halted(client: RackflowClient, schedule: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while client.list_runs(schedule, limit=1).runs[0].state != "halted" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _wait_idle(client)
 
 
 def start_demo(directory: Path, http_listen: str = "127.0.0.1:0") -> ServerProcess:

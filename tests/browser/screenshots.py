@@ -12,8 +12,9 @@ from pathlib import Path
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from rackflow.client import RackflowClient
 from tests.browser.chromium import Browser, missing
-from tests.browser.demo import start_demo
+from tests.browser.demo import ROLLOUT, start_demo
 
 PAGES = (
     ("overview", "/"),
@@ -31,10 +32,12 @@ def main(out: Path) -> None:
         raise SystemExit(f"screenshots: {reason}")
     out.mkdir(parents=True, exist_ok=True)
     server = start_demo(Path(tempfile.mkdtemp(prefix="rackflow-shots-")))
+    with RackflowClient(server.address) as client:
+        rollout = client.list_runs(ROLLOUT, limit=1).runs[0].id.id
     browser = Browser(width=1440, height=960)
     try:
         driver = browser.driver
-        for name, path in PAGES:
+        for name, path in (*PAGES, ("run", f"/runs/{rollout}")):
             driver.get(server.http_url + path)
             WebDriverWait(driver, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "main h1"))
             driver.execute_script("window.scrollTo(0, 0)")

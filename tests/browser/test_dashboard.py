@@ -96,18 +96,23 @@ def test_every_page_loads(server: ServerProcess, driver: WebDriver, path: str, t
     assert driver.find_element(By.CSS_SELECTOR, "nav a[aria-current=page]")
 
 
-def test_times_are_in_the_browsers_zone_with_utc_on_hover(server: ServerProcess, driver: WebDriver) -> None:
+def test_times_are_in_the_schedules_zone_with_utc_on_hover(server: ServerProcess, driver: WebDriver) -> None:
+    """A Berlin schedule in a Berlin browser: its own zone's time, and only how far away beside it (the
+    viewer's zone is the same); UTC on hover. tests/browser/test_console.py views it from New York."""
     open_page(driver, server, "/schedules/nightly-reset", "nightly-reset")
 
-    def first_upcoming(d: WebDriver) -> tuple[str, str]:
-        stamp = d.find_element(By.CSS_SELECTOR, "[data-testid=upcoming] time")
-        return str(stamp.text), str(stamp.get_attribute("title") or "")
+    def first_upcoming(d: WebDriver) -> tuple[str, str, str]:
+        (first,) = d.find_elements(By.CSS_SELECTOR, "[data-testid=upcoming] li")[:1]
+        beside = first.find_element(By.CSS_SELECTOR, "[data-testid=zone-viewer]")
+        own = first.find_element(By.CSS_SELECTOR, "[data-testid=zone-own]")
+        return str(own.text), str(beside.text), str(beside.get_attribute("title") or "")
 
-    shown, title = wait(
-        driver, lambda d: (t := first_upcoming(d))[1].endswith("(UTC)") and t, "the UTC title"
+    own, beside, title = wait(
+        driver, lambda d: (t := first_upcoming(d))[2].endswith("(UTC)") and t, "the title"
     )
-    # 02:00 in Berlin is shown as 02:00 in a browser whose zone is Berlin, and as 01:00Z (winter) on hover.
-    assert re.match(r"\d{4}-\d\d-\d\d 02:00 (GMT\+1|CET|GMT\+2|CEST) · in ", shown), shown
+    # 02:00 in Berlin is shown as 02:00 CET (the schedule's zone) and as 01:00Z (winter) on hover.
+    assert re.match(r"\d{4}-\d\d-\d\d 02:00 (CET|CEST)$", own), own
+    assert re.match(r"^· in ", beside) and "yours" not in beside, beside
     assert re.search(r"T0[01]:00:00Z \(UTC\)$", title), title
 
 

@@ -4,15 +4,20 @@ recent failures, the schedules that fire soonest, and schedule lists sorted with
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from datetime import timedelta
 
-from rackflow.domain.schedules import ScheduleOrder
-from rackflow.domain.tasks import TaskStatus
+from sqlalchemy import update
+
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy, ScheduleOrder
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, TaskStatus
 from rackflow.errors import FailedPrecondition
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
+from rackflow.store.tables import tasks
 from rackflow.timespec import ScheduleSpec, SpecType
-from tests.store.schedules_support import START, make_env
+from tests.store.schedules_support import START, make_env, rack_target
 
 
 async def test_recent_runs_are_each_schedules_newest_first(db: Database) -> None:
@@ -109,3 +114,60 @@ async def test_names_by_id_and_ids_by_name(db: Database) -> None:
     assert await env.services.schedules.names([schedule.id, rack.id]) == {schedule.id: "nightly"}
     assert await env.services.inventory.rack_id_by_name("r1") == rack.id
     assert await env.services.inventory.rack_names([rack.id, schedule.id]) == {rack.id: "r1"}
+
+
+async def test_held_tasks_are_the_pending_ones_held_back_or_deferred(db: Database) -> None:
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(4)]
+    schedule = await env.schedule("reset", racks=racks)
+    frozen, deferred, free, running = await env.services.schedules.trigger(schedule.id)
+    later = env.clock.now() + timedelta(hours=2)
+    async with db.transaction() as conn:
+        await conn.execute(update(tasks).where(tasks.c.id == frozen).values(not_before=later))
+        (task,) = await task_store.get_tasks(conn, [deferred])
+        opening = replace(task.operation, window_start=later, window_end=later + timedelta(hours=1))
+        await conn.execute(update(tasks).where(tasks.c.id == deferred).values(parameters=opening.to_json()))
+        await conn.execute(update(tasks).where(tasks.c.id == running).values(not_before=later))
+        await task_store.set_status(conn, [running], TaskStatus.RUNNING, now=env.clock.now())
+
+    held, total = await env.services.tasks.held(10)
+    assert {t.id for t in held} == {frozen, deferred} and total == 2
+    assert free not in {t.id for t in held}
+    assert len((await env.services.tasks.held(1))[0]) == 1
+    env.clock.advance(timedelta(hours=3))  # the freeze and the deferral are over
+    assert await env.services.tasks.held(10) == ([], 0)
+
+
+async def test_halted_rollouts_newest_first_and_live_states(db: Database) -> None:
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(2)]
+    policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1)
+    made = []
+    for name in ("a", "b", "c"):
+        made.append(
+            await env.services.schedules.create(
+                name=name,
+                spec=ScheduleSpec(SpecType.INTERVAL, "1h"),
+                overlap_policy=OverlapPolicy.SKIP,
+                operation=Operation(OperationKind.POWER_OFF),
+                queue=QueueOptions(),
+                description="",
+                target=rack_target(*racks),
+                rollout=policy,
+            )
+        )
+    for schedule in made[:2]:  # one rack at a time: the first fails and the rollout halts
+        env.clock.advance(timedelta(minutes=1))
+        (task_id,) = await env.services.schedules.trigger(schedule.id)
+        async with db.transaction() as conn:
+            await task_store.set_status(conn, [task_id], TaskStatus.FAILED, now=env.clock.now())
+        await env.services.rollouts.advance()
+    env.clock.advance(timedelta(minutes=1))
+    await env.services.schedules.trigger(made[2].id)  # rolling
+
+    halted = await env.services.rollouts.halted(10)
+    assert [r.schedule_id for r in halted] == [made[1].id, made[0].id]
+    assert [r.state for r in halted] == ["halted", "halted"]
+    assert [r.schedule_id for r in await env.services.rollouts.halted(1)] == [made[1].id]
+    live = await env.services.rollouts.live([s.id for s in made])
+    assert live == {made[0].id: "halted", made[1].id: "halted", made[2].id: "rolling"}

@@ -35,6 +35,19 @@ def row(html: str, name: str) -> str:
     return re.sub(r"<[^>]+>", " ", match.group(1))
 
 
+def segments(html: str) -> dict[str, int]:
+    """The first progress bar's segments: kind -> racks."""
+    bar = html[html.index('data-testid="progress-bar"') :]
+    bar = bar[: bar.index("</svg>")]
+    return {attribute(t, "data-kind"): int(attribute(t, "data-count")) for t in tagged(bar, "bar-segment")}
+
+
+def legend(html: str) -> str:
+    match = re.search(r'data-testid="bar-legend">(.*?)</p>', html, re.S)
+    assert match
+    return match.group(1)
+
+
 def attribute(tag: str, name: str) -> str:
     match = re.search(rf'{name}="([^"]*)"', tag)
     assert match, tag
@@ -143,8 +156,11 @@ async def test_a_rollouts_progress_and_actions_on_its_schedule_page(
     assert tagged(halted, "action-resume-run") and tagged(halted, "action-cancel-run")
     cells = sorted(attribute(t, "data-status") for t in tagged(halted, "grid-cell"))
     assert cells == ["failed", "not started", "not started", "pending"]
-    (progress,) = tagged(halted, "rollout-progress")
-    assert (attribute(progress, "max"), attribute(progress, "value")) == ("4", "3")
+    assert segments(halted) == {"failed": 1, "running": 1, "not_started": 2}  # not all green: 0 succeeded
+    assert 'data-kind="not_started"' in legend(halted)
+    (link,) = tagged(halted, "rollout-link")
+    run_page = (await http.get(attribute(link, "href"))).text
+    assert segments(run_page) == {"failed": 1, "running": 1, "not_started": 2}
 
 
 async def test_tasks_page_filters_and_task_page(http: httpx.AsyncClient, services: Services) -> None:

@@ -355,6 +355,17 @@ class RolloutService:
             )
         return await self.get(run_id)
 
+    async def halted(self, limit: int) -> list[Run]:
+        """Halted rollouts, newest first: each waits for someone to resume or cancel it."""
+        async with self.db.read() as conn:
+            return await store.halted_runs(conn, limit)
+
+    async def live(self, schedule_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The state ("rolling" or "halted") of each of these schedules' live rollout, if it has one."""
+        async with self.db.read() as conn:
+            found = await store.live_rollouts(conn, schedule_ids)
+        return {schedule_id: state for schedule_id, (_, state) in found.items()}
+
     async def reports(self, runs: Sequence[Run]) -> list[RunReport]:
         """The runs with their tasks' statuses and (rollouts) progress."""
         async with self.db.read() as conn:

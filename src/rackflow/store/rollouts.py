@@ -50,6 +50,17 @@ async def live_rollouts(
     return found
 
 
+async def halted_runs(conn: AsyncConnection, limit: int) -> list[Run]:
+    """Halted rollouts, newest first, at most `limit` (the overview flags them: each waits for a person)."""
+    stmt = (
+        select(task_schedule_run)
+        .where(_run.state == "halted")
+        .order_by(_run.fired_at.desc(), _run.id.desc())
+        .limit(limit)
+    )
+    return [run_from_row(row) for row in await conn.execute(stmt)]
+
+
 async def any_rolling(conn: AsyncConnection) -> bool:
     """Whether any run is rolling (one read of the partial index `ix_task_schedule_run_rolling`)."""
     stmt = select(_run.id).where(_run.state == "rolling").limit(1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncGenerator, Collection, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row, String, and_, case, func, insert, literal, literal_column, or_, select, update
@@ -280,6 +280,19 @@ async def failed_since(conn: AsyncConnection, *, created_since: datetime, limit:
         .limit(limit)
     )
     return await _tasks_where(conn, stmt)
+
+
+async def held_tasks(conn: AsyncConnection, *, now: datetime, limit: int) -> tuple[list[Task], int]:
+    """PENDING tasks that may not start yet: held back by a freeze or a budget (`not_before`), or deferred
+    to a window's opening (their operation's `window_start`); newest first, and how many there are."""
+    window_start = tasks.c.parameters["window_start"].as_string()
+    where = and_(
+        status_in(tasks.c.status, TaskStatus.PENDING),
+        or_(tasks.c.not_before > now, window_start > now.astimezone(UTC).isoformat()),
+    )
+    total = (await conn.execute(select(func.count()).select_from(tasks).where(where))).scalar_one()
+    stmt = select(tasks).where(where).order_by(tasks.c.created_at.desc(), tasks.c.id.desc()).limit(limit)
+    return await _tasks_where(conn, stmt), total
 
 
 async def set_status(

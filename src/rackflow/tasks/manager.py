@@ -404,6 +404,11 @@ class TaskManager:
         async with self.db.read() as conn:
             return await store.failed_since(conn, created_since=created_since, limit=limit)
 
+    async def held(self, limit: int) -> tuple[list[Task], int]:
+        """Pending tasks a freeze, a budget or a deferral holds back now (newest first), and how many."""
+        async with self.db.read() as conn:
+            return await store.held_tasks(conn, now=self.clock.now(), limit=limit)
+
     # --- cancelling -----------------------------------------------------------------------------
 
     async def cancel(self, task_id: uuid.UUID) -> Task:

@@ -1,5 +1,11 @@
 """What the pages show for a state: one label, one glyph and one colour class per state, as tables.
 
+There is one table per kind of state the API has, each covering every value (tests/unit/test_web_views.py
+holds them to the domain's lists): `RUN_LOOKS` for a firing's recorded state (`Run.state`),
+`OUTCOME_LOOKS` for what a firing did for one rack (`ScopeOutcome.outcome`), `TASK_LOOKS` for a task's
+status, and `LOOKS` for a *verdict*: how a firing, or one rack of it, stands once its tasks' statuses are
+taken into account (the grid cells, strips and headers). `BAR_LOOKS` are the segments of a progress bar.
+
 Colours are the Okabe–Ito palette (distinguishable with every common colour-vision deficiency) and every
 state also has a text label and a glyph, so no state is told by colour alone. `static/app.css` defines the
 `st-*` classes.
@@ -9,10 +15,11 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rackflow.domain.schedules import Run, Schedule, ScopeOutcome
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Run, RunState, Schedule, ScopeOutcome
 from rackflow.domain.tasks import TaskStatus
 
 
@@ -20,15 +27,46 @@ from rackflow.domain.tasks import TaskStatus
 class Look:
     label: str
     glyph: str
-    css: str  # st-ok, st-fail, st-run, st-wait, st-stop, st-skip, st-idle
+    css: str  # st-ok, st-fail, st-part, st-run, st-wait, st-stop, st-skip, st-idle
+
+
+RUN_LOOKS: dict[RunState, Look] = {
+    "running": Look("running", "▶", "st-run"),
+    "completed": Look("completed", "✓", "st-ok"),
+    "interrupted": Look("interrupted", "!", "st-fail"),
+    "rolling": Look("rolling", "»", "st-run"),
+    "halted": Look("halted", "‖", "st-fail"),
+    "cancelled": Look("cancelled", "■", "st-stop"),
+    "skipped": Look("skipped", "–", "st-skip"),
+}
+
+OUTCOME_LOOKS: dict[Outcome, Look] = {
+    "submitted": Look("submitted", "↑", "st-run"),
+    "skipped_overlap": Look("skipped: still busy", "–", "st-skip"),
+    "skipped_window": Look("skipped: window closed", "⊘", "st-skip"),
+    "failed": Look("not submitted", "✗", "st-fail"),
+    "pending": Look("waiting its turn", "◦", "st-idle"),
+    "not_started": Look("not started", "○", "st-skip"),
+}
+
+TASK_LOOKS: dict[TaskStatus, Look] = {
+    TaskStatus.COMPLETED: Look("completed", "✓", "st-ok"),
+    TaskStatus.FAILED: Look("failed", "✗", "st-fail"),
+    TaskStatus.RUNNING: Look("running", "▶", "st-run"),
+    TaskStatus.PENDING: Look("pending", "…", "st-wait"),
+    TaskStatus.WAITING: Look("waiting", "⧗", "st-wait"),
+    TaskStatus.TERMINATED: Look("terminated", "■", "st-stop"),
+}
 
 
 class Verdict(enum.StrEnum):
-    """How one firing (or one rack of it) ended, from its outcomes and its tasks' statuses."""
+    """How one firing (or one rack of it) stands, from its state, its outcomes and its tasks' statuses."""
 
     SUCCEEDED = "succeeded"
-    FAILED = "failed"
+    PARTIAL = "partial"  # some racks failed, others did not
+    FAILED = "failed"  # every rack that was tried failed
     RUNNING = "running"
+    ROLLING = "rolling"  # a rollout still starting racks (after a resume too, whatever failed before)
     WAITING = "waiting"
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
@@ -39,27 +77,20 @@ class Verdict(enum.StrEnum):
     EMPTY = "empty"
 
 
-LOOKS: dict[str, Look] = {
+LOOKS: dict[Verdict, Look] = {
     Verdict.SUCCEEDED: Look("succeeded", "✓", "st-ok"),
+    Verdict.PARTIAL: Look("partial", "◐", "st-part"),
     Verdict.FAILED: Look("failed", "✗", "st-fail"),
     Verdict.RUNNING: Look("running", "▶", "st-run"),
+    Verdict.ROLLING: RUN_LOOKS["rolling"],
     Verdict.WAITING: Look("waiting", "…", "st-wait"),
     Verdict.CANCELLED: Look("cancelled", "■", "st-stop"),
     Verdict.SKIPPED: Look("skipped", "–", "st-skip"),
-    Verdict.INTERRUPTED: Look("interrupted", "!", "st-fail"),
-    Verdict.HALTED: Look("halted", "‖", "st-fail"),
-    Verdict.PENDING: Look("waiting its turn", "◦", "st-idle"),
-    Verdict.NOT_STARTED: Look("not started", "○", "st-skip"),
+    Verdict.INTERRUPTED: RUN_LOOKS["interrupted"],
+    Verdict.HALTED: RUN_LOOKS["halted"],
+    Verdict.PENDING: OUTCOME_LOOKS["pending"],
+    Verdict.NOT_STARTED: OUTCOME_LOOKS["not_started"],
     Verdict.EMPTY: Look("no racks", "·", "st-idle"),
-}
-
-TASK_LOOKS: dict[TaskStatus, Look] = {
-    TaskStatus.COMPLETED: Look("completed", "✓", "st-ok"),
-    TaskStatus.FAILED: Look("failed", "✗", "st-fail"),
-    TaskStatus.RUNNING: Look("running", "▶", "st-run"),
-    TaskStatus.PENDING: Look("pending", "…", "st-wait"),
-    TaskStatus.WAITING: Look("waiting", "⧗", "st-wait"),
-    TaskStatus.TERMINATED: Look("terminated", "■", "st-stop"),
 }
 
 # A task's status as the verdict of its rack in a firing.
@@ -72,17 +103,21 @@ _TASK_VERDICT = {
     TaskStatus.TERMINATED: Verdict.CANCELLED,
 }
 
-# A firing's verdict is the first of these that any of its racks has (so one failure marks the firing).
-_PRECEDENCE = (
-    Verdict.FAILED,
-    Verdict.RUNNING,
-    Verdict.WAITING,
-    Verdict.PENDING,
-    Verdict.CANCELLED,
-    Verdict.SUCCEEDED,
-    Verdict.NOT_STARTED,
-    Verdict.SKIPPED,
-)
+# Run states that say how the firing stands whatever its racks did.
+_STATE_VERDICT: dict[str, Verdict] = {
+    "interrupted": Verdict.INTERRUPTED,
+    "halted": Verdict.HALTED,
+    "cancelled": Verdict.CANCELLED,
+    "skipped": Verdict.SKIPPED,
+    "rolling": Verdict.ROLLING,
+}
+
+# A firing whose racks still have work ahead: the first of these any rack has.
+_STILL_GOING = (Verdict.RUNNING, Verdict.WAITING, Verdict.PENDING)
+# A firing that has ended with no rack failed: the first of these any rack has.
+_ENDED = (Verdict.CANCELLED, Verdict.SUCCEEDED, Verdict.NOT_STARTED, Verdict.SKIPPED)
+# Racks that were never tried (they do not count against "every rack failed").
+_NOT_TRIED = (Verdict.SKIPPED, Verdict.NOT_STARTED)
 
 # A rollout's rack outcomes that have no task (yet, or ever).
 _ROLLOUT_VERDICT = {"pending": Verdict.PENDING, "not_started": Verdict.NOT_STARTED}
@@ -101,21 +136,94 @@ def outcome_verdict(outcome: ScopeOutcome, statuses: Mapping[uuid.UUID, TaskStat
 
 
 def run_verdict(run: Run, statuses: Mapping[uuid.UUID, TaskStatus]) -> Verdict:
-    if run.state == "interrupted":
-        return Verdict.INTERRUPTED
-    if run.state == "halted":
-        return Verdict.HALTED
-    verdicts = {outcome_verdict(o, statuses) for o in run.outcomes}
-    if run.state in ("running", "rolling"):
-        verdicts.add(Verdict.RUNNING)
-    return next((v for v in _PRECEDENCE if v in verdicts), Verdict.EMPTY)
+    """A firing: its state when that says it all (halted, cancelled, rolling …); else running while any
+    rack has work ahead; else "failed" when every rack tried failed, "partial" when only some did."""
+    if run.state in _STATE_VERDICT:
+        return _STATE_VERDICT[run.state]
+    verdicts = Counter(outcome_verdict(o, statuses) for o in run.outcomes)
+    if run.state == "running":
+        verdicts[Verdict.RUNNING] += 1
+    going = next((v for v in _STILL_GOING if verdicts[v]), None)
+    if going is not None:
+        return going
+    if verdicts[Verdict.FAILED]:
+        tried = sum(n for v, n in verdicts.items() if v not in _NOT_TRIED)
+        return Verdict.FAILED if verdicts[Verdict.FAILED] == tried else Verdict.PARTIAL
+    return next((v for v in _ENDED if verdicts[v]), Verdict.EMPTY)
 
 
 def task_ids_of(runs: list[Run]) -> set[uuid.UUID]:
     return {o.task_id for run in runs for o in run.outcomes if o.task_id is not None}
 
 
-def schedule_state(schedule: Schedule) -> Look:
+SCHEDULE_LOOKS = {
+    "enabled": Look("enabled", "●", "st-ok"),
+    "paused": Look("paused", "❚❚", "st-wait"),
+    "finished": Look("finished", "✓", "st-idle"),
+}
+
+
+def schedule_state(schedule: Schedule, live_rollout: str | None = None) -> Look:
+    """Enabled, paused, or finished (a one-time schedule that has fired) — but a one-time schedule whose
+    rollout still rolls or is halted has not finished: it shows its rollout's state (`live_rollout`)."""
     if schedule.is_consumed:
-        return Look("finished", "✓", "st-idle")
-    return Look("enabled", "●", "st-ok") if schedule.enabled else Look("paused", "❚❚", "st-wait")
+        live: dict[str, Look] = {state: RUN_LOOKS[state] for state in ROLLOUT_LIVE_STATES}
+        return live.get(live_rollout or "", SCHEDULE_LOOKS["finished"])
+    return SCHEDULE_LOOKS["enabled"] if schedule.enabled else SCHEDULE_LOOKS["paused"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    key: str
+    look: Look
+    count: int
+    start: int  # racks before this segment (its x on the bar)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A firing's racks by where they stand, as a segmented bar (every segment, empty ones too, so the
+    legend names them all)."""
+
+    segments: list[Segment]
+    total: int
+
+    @property
+    def summary(self) -> str:
+        parts = [f"{s.count} {s.look.label}" for s in self.segments if s.count]
+        return f"{self.total} racks: " + (", ".join(parts) or "none")
+
+
+BAR_LOOKS: dict[str, Look] = {
+    "succeeded": Look("succeeded", "✓", "st-ok"),
+    "failed": Look("failed", "✗", "st-fail"),
+    "running": Look("running", "▶", "st-run"),
+    "pending": Look("waiting its turn", "◦", "st-idle"),
+    "not_started": Look("not started", "○", "st-skip"),
+    "skipped": Look("skipped", "–", "st-skip"),
+}
+
+# A rack's verdict as its bar segment; a terminated task counts as failed, as a rollout counts it.
+_BAR_OF_VERDICT = {
+    Verdict.SUCCEEDED: "succeeded",
+    Verdict.FAILED: "failed",
+    Verdict.CANCELLED: "failed",
+    Verdict.RUNNING: "running",
+    Verdict.WAITING: "running",
+    Verdict.PENDING: "pending",
+    Verdict.NOT_STARTED: "not_started",
+    Verdict.SKIPPED: "skipped",
+}
+
+
+def bar_of(counts: Mapping[str, int]) -> Bar:
+    segments, start = [], 0
+    for key, look in BAR_LOOKS.items():
+        segments.append(Segment(key, look, counts.get(key, 0), start))
+        start += counts.get(key, 0)
+    return Bar(segments, start)
+
+
+def run_bar(run: Run, statuses: Mapping[uuid.UUID, TaskStatus]) -> Bar:
+    """The racks of a firing by where they stand (for a rollout, as `RolloutService` counts them)."""
+    return bar_of(Counter(_BAR_OF_VERDICT[outcome_verdict(o, statuses)] for o in run.outcomes))

@@ -6,8 +6,11 @@ answer is then only the page's own HTML, whose `data-live` regions the script sw
 position, focus and filter inputs survive. With bearer tokens configured, a navigation carries no token, so
 it gets the empty layout ("shell") and the script fetches the fragment with the token it keeps.
 
-Each page group is a module (`overview`, `schedules`, `tasks`, `racks`, `windows`, `audit`) with a
-`routes(site)` function and its templates; a new page group (rollouts) adds one more.
+Each page group is a module (`overview`, `schedules`, `runs`, `tasks`, `racks`, `windows`, `audit`) with a
+`routes(site)` function and its templates.
+
+A page offers an action only to a caller whose role may do it: every template gets `may(rpc)`, the API's own
+rule (`rackflow.api.auth.authorize`), so a viewer sees no button that would end in a 403.
 """
 
 from __future__ import annotations
@@ -19,16 +22,17 @@ from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from typing import Any
 from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from rackflow.api.auth import Principal
+from rackflow.api.auth import Principal, authorize
 from rackflow.api.errors import INTERNAL, INTERNAL_MESSAGE
 from rackflow.clock import Clock
 from rackflow.domain.tasks import TaskStatus
-from rackflow.errors import RackflowError, Unauthenticated
+from rackflow.errors import PermissionDenied, RackflowError, Unauthenticated
 from rackflow.security import TokenTable
 from rackflow.services import Services
 from rackflow.timespec.words import describe
@@ -67,6 +71,26 @@ def utc_text(moment: datetime | None) -> str:
     if moment is None:
         return "—"
     return moment.astimezone(UTC).isoformat(sep=" ", timespec="seconds").replace("+00:00", "Z")
+
+
+def zone_text(moment: datetime | None, zone: str) -> str:
+    """`2026-03-03 02:00 CET`: the time in a schedule's own zone (`zone`; empty is UTC), as its cron reads."""
+    if moment is None:
+        return "—"
+    return moment.astimezone(ZoneInfo(zone or "UTC")).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def may_call(principal: Principal) -> Callable[[str], bool]:
+    """`may(rpc)`: whether the caller's role may call `rpc`, by the rule the API enforces."""
+
+    def may(rpc: str) -> bool:
+        try:
+            authorize(principal, rpc)
+        except PermissionDenied:
+            return False
+        return True
+
+    return may
 
 
 def duration_text(delta: timedelta | None) -> str:
@@ -111,10 +135,13 @@ class Site:
             task_looks=views.TASK_LOOKS,
             schedule_state=views.schedule_state,
             run_verdict=views.run_verdict,
+            run_looks=views.RUN_LOOKS,
             task_statuses=list(TaskStatus),
             utc=UTC,
         )
-        self.env.filters.update(iso=iso, utc=utc_text, duration=duration_text, spec_words=describe)
+        self.env.filters.update(
+            iso=iso, utc=utc_text, in_zone=zone_text, duration=duration_text, spec_words=describe
+        )
 
     def render(self, template: str, context: Mapping[str, Any]) -> str:
         return self.env.get_template(template).render(context)
@@ -128,7 +155,12 @@ class Site:
         status = 200
         try:
             principal = principal_of(request, self.tokens)
-            context = {"request": request, "now": self.clock.now(), **(await load(principal))}
+            context = {
+                "request": request,
+                "now": self.clock.now(),
+                "may": may_call(principal),
+                **(await load(principal)),
+            }
             body = self.render(template, context)
         except Unauthenticated as exc:
             error = RpcError.of(exc)

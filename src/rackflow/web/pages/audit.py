@@ -1,12 +1,16 @@
 """Audit: the trail of changes, newest first, filtered by method and principal.
 
-It reads through the `ListAuditEvents` RPC (which asks `Services.audit`), as the JSON API does.
+It reads through the `ListAuditEvents` RPC (which asks `Services.audit`), as the JSON API does. An event's
+targets are ids; the page names each (schedule, rack, task, run, window, budget, domain) and links it to
+its page, and an id that names nothing any more (deleted) is shown as it is.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -14,6 +18,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rackflow.api.auth import Principal
+from rackflow.client import is_uuid
+from rackflow.errors import NotFound
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
 
@@ -23,6 +29,46 @@ def routes(site: Site) -> list[Route]:
         return await site.page(request, "audit.html", "Audit", lambda p: _list(site, request, p))
 
     return [Route("/audit", audit_list)]
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str
+    name: str
+    href: str | None
+
+
+async def targets_of(site: Site, raw_ids: Collection[str]) -> dict[str, Target]:
+    """What each id names now, by kind, with a link to its page; ids that name nothing are left out."""
+    services = site.services
+    ids = {uuid.UUID(raw) for raw in raw_ids if is_uuid(raw)}
+    found: dict[uuid.UUID, Target] = {}
+    for i, name in (await services.schedules.names(ids)).items():
+        found[i] = Target("schedule", name, f"/schedules/{i}")
+    for i, name in (await services.inventory.rack_names(ids - found.keys())).items():
+        found[i] = Target("rack", name, f"/racks/{i}")
+    tasks = await services.tasks.get_tasks(list(ids - found.keys()))
+    racks = await services.inventory.rack_names({t.rack_id for t in tasks})
+    for t in tasks:
+        label = f"{t.operation.kind.display_name} on {racks.get(t.rack_id, str(t.rack_id)[:8])}"
+        found[t.id] = Target("task", label, f"/tasks/{t.id}")
+    for w in await services.windows.list_windows():
+        if w.id in ids:
+            found[w.id] = Target("window", w.name, "/windows")
+    for budget, _running in await services.budgets.with_running():
+        if budget.id in ids:
+            found[budget.id] = Target("budget", budget.name, "/windows")
+    for d in await services.inventory.list_domains():
+        if d.id in ids:
+            found[d.id] = Target("domain", d.name, None)
+    for i in sorted(ids - found.keys()):  # what is left may be a run (one read each; a page has few)
+        try:
+            report = await services.rollouts.get(i)
+        except NotFound:
+            continue
+        names = await services.schedules.names([report.run.schedule_id])
+        found[i] = Target("run", f"of {names.get(report.run.schedule_id, '(deleted)')}", f"/runs/{i}")
+    return {str(i): target for i, target in found.items()}
 
 
 def _pretty(text: str) -> str:
@@ -41,6 +87,7 @@ async def _list(site: Site, request: Request, principal: Principal) -> Mapping[s
     assert isinstance(found, pb.ListAuditEventsResponse)
     return {
         "events": found.events,
+        "targets": await targets_of(site, {t.id for e in found.events for t in e.target_ids}),
         "pretty": _pretty,
         "filters": {"method": q.get("method", ""), "principal": q.get("principal", "")},
         "methods": sorted(m for m in pb.DESCRIPTOR.services_by_name["Flow"].methods_by_name),

@@ -75,6 +75,7 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         "recent": [t for t in recent if not t.status.is_active],
         "total_tasks": total_tasks,
         "schedules": schedules,
+        "live_rollouts": await services.rollouts.live([s.id for s in schedules]),
         "windows": await services.windows.list_windows(rack.id),
         "current_or_next": current_or_next,
         "schedule_names": await services.schedules.names(task_schedules),

@@ -20,6 +20,7 @@ from rackflow.schedules.service import parse_order
 from rackflow.timespec import SpecType
 from rackflow.web import refs
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url, utc_text
+from rackflow.web.pages.runs import progress_bar
 from rackflow.web.views import (
     LOOKS,
     TASK_LOOKS,
@@ -38,10 +39,11 @@ SORTS = ("name", "next_run_at", "last_run_at", "created_at")
 
 @dataclass(frozen=True)
 class Pip:
-    """One firing in a list row's strip: its colour and glyph, and what hovering says."""
+    """One firing in a list row's strip: its colour and glyph, what hovering says, and its run's page."""
 
     look: Look
     title: str
+    run_id: uuid.UUID
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def strip_of(runs: list[Run], statuses: Mapping[uuid.UUID, TaskStatus]) -> Strip
     pips = []
     for run in reversed(runs):
         look = LOOKS[run_verdict(run, statuses)]
-        pips.append(Pip(look, f"{utc_text(run.fired_at)} · {run.trigger} · {look.label}"))
+        pips.append(Pip(look, f"{utc_text(run.fired_at)} · {run.trigger} · {look.label}", run.id))
     counts = Counter(pip.look.label for pip in pips)
     summary = f"last {len(pips)} firings: " + ", ".join(f"{n} {label}" for label, n in counts.most_common())
     return Strip(pips, summary)
@@ -103,6 +105,7 @@ async def _list(site: Site, request: Request) -> Mapping[str, Any]:
     return {
         "schedules": schedules,
         "strips": strips,
+        "live_rollouts": await site.services.rollouts.live([s.id for s in schedules]),
         "filters": {"search": q.get("search", ""), "state": state, "op": q.get("op", "")},
         "sort": sort,
         "direction": direction,
@@ -150,15 +153,18 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
     # The newest rollout among the shown runs, with its progress (the rollout panel).
     rollout_runs = [run for run in runs if run.rollout is not None][:1]
     (rollout,) = await services.rollouts.reports(rollout_runs) if rollout_runs else (None,)
+    live = await services.rollouts.live([schedule.id])
     return {
         "schedule": schedule,
+        "live_rollout": live.get(schedule.id),
         "rollout": rollout,
+        "rollout_bar": progress_bar(rollout.progress) if rollout and rollout.progress else None,
         "scopes": scopes,
         "scoped": scoped,
         "rack_names": names,
         "rack_ids": rack_ids,
         "columns": columns,
-        "run_looks": {run.id: LOOKS[run_verdict(run, statuses)] for run in columns},
+        "verdicts": {run.id: LOOKS[run_verdict(run, statuses)] for run in columns},
         "grid": grid,
         "total_runs": total_runs,
         "upcoming": upcoming(site, schedule),

@@ -5,8 +5,10 @@
 //   inputs stay as they are. A hidden tab does not poll.
 // - Tokens: when the server requires bearer tokens, the token is asked for once, kept in localStorage, and
 //   sent as an `Authorization` header; never as a cookie, so another site cannot act with it (no CSRF).
-// - Times: every <time datetime> is shown in the browser's zone, with UTC on hover and "in 3h" where asked.
+// - Times: every <time datetime> is shown in the browser's zone, with UTC on hover and "in 3h" where asked;
+//   a schedule's times are shown in its own zone by the server, with the browser's beside ("beside").
 // - Actions: buttons with `data-post` ask for confirmation, POST to the API and show its error if refused.
+//   A dialog with fields stays open on an error, with what was typed and the reason in words.
 (() => {
   "use strict";
   const TOKEN_KEY = "rackflow.token";
@@ -55,12 +57,24 @@
     else text = hours % 24 ? `${Math.floor(hours / 24)}d ${hours % 24}h` : `${hours / 24}d`;
     return future ? `in ${text}` : `${text} ago`;
   }
+  const viewerZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  // The same instant's wall clock in two zones: equal means the viewer reads the schedule's zone already.
+  function sameClock(d, zone) {
+    const clock = (tz) => new Intl.DateTimeFormat("en-US", { timeZone: tz, dateStyle: "short", timeStyle: "short" }).format(d);
+    try { return clock(zone) === clock(viewerZone); } catch (exc) { return false; }
+  }
   function renderTimes(root) {
     root.querySelectorAll("time[datetime]").forEach((el) => {
       const d = new Date(el.getAttribute("datetime"));
       if (Number.isNaN(d.getTime())) return;
       const mode = el.dataset.mode || "abs";
       const rel = relative(d.getTime() - Date.now());
+      if (mode === "beside") {
+        const yours = sameClock(d, el.dataset.zone) ? "" : `(yours: ${local(d, false)})`;
+        el.textContent = [yours, el.dataset.rel === "both" ? `· ${rel}` : ""].filter(Boolean).join(" ");
+        el.title = d.toISOString().replace(".000Z", "Z") + " (UTC)";
+        return;
+      }
       el.textContent = mode === "rel" ? rel : mode === "short" ? local(d, true)
         : mode === "both" ? `${local(d, false)} · ${rel}` : local(d, false);
       el.title = d.toISOString().replace(".000Z", "Z") + " (UTC)";
@@ -212,29 +226,39 @@
   });
 
   // --- actions ----------------------------------------------------------------------------------------
-  function confirmAction(button) {
-    return new Promise((resolve) => {
-      document.getElementById("confirm-title").textContent = button.dataset.confirmTitle || "Are you sure?";
-      document.getElementById("confirm-text").textContent = button.dataset.confirmText || "";
-      const fields = document.getElementById("confirm-fields");
-      fields.replaceChildren();
-      const form = button.dataset.fields && document.getElementById(button.dataset.fields);
-      if (form) fields.append(form.content.cloneNode(true));
-      confirmDialog.returnValue = "";
-      confirmDialog.addEventListener("close", () => {
-        const values = {};
-        fields.querySelectorAll("[name]").forEach((input) => { if (input.value) values[input.name] = input.value; });
-        resolve(confirmDialog.returnValue === "ok" ? values : null);
-      }, { once: true });
-      confirmDialog.showModal();
-      confirmDialog.querySelector("[data-testid=confirm-ok]").focus();
-    });
+  // "for 2h", "90m", "1h30m" (Go durations) from now; or a time: RFC 3339, or "2026-12-24 06:00" in the
+  // browser's zone. Returns RFC 3339 (UTC), or throws an Error whose message says what is accepted.
+  const DURATION = /^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$/;
+  const UNIT_MS = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1000, m: 60000, h: 3600000 };
+  function whenValue(label, raw) {
+    const text = raw.trim().replace(/^(for|in)\s+/i, "").replace(/^(at|until)\s+/i, "");
+    if (DURATION.test(text)) {
+      let ms = 0;
+      for (const [, n, , unit] of text.matchAll(/(\d+(\.\d+)?)(ns|us|µs|ms|s|m|h)/g)) ms += Number(n) * UNIT_MS[unit];
+      if (ms <= 0) throw new Error(`${label}: "${raw}" is no time at all; give a duration such as 2h`);
+      return new Date(Date.now() + ms).toISOString();
+    }
+    const local = /^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?$/.test(text);
+    const zoned = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/i.test(text);
+    const d = local ? new Date(text.replace(" ", "T")) : zoned ? new Date(text) : null;
+    if (!d || Number.isNaN(d.getTime())) {
+      throw new Error(`${label}: "${raw}" is neither a duration (for 2h, 90m, 1h30m) nor a time ` +
+        `(2026-12-24 06:00 in your zone, or 2026-12-24T06:00:00Z)`);
+    }
+    if (d.getTime() <= Date.now()) throw new Error(`${label}: ${local ? text : d.toISOString()} has passed; give a later time`);
+    return d.toISOString();
   }
-  async function act(button) {
-    const values = await confirmAction(button);
-    if (values === null) return;
-    if (tokensRequired && !token) { askToken(); return; }
-    button.disabled = true;
+  function fieldValues(fields) {
+    const values = {};
+    fields.querySelectorAll("[name]").forEach((input) => {
+      if (!input.value.trim()) return;
+      const label = (input.closest("label")?.firstChild?.textContent || input.name).trim().split(",")[0];
+      values[input.name] = input.dataset.when ? whenValue(label, input.value) : input.value;
+    });
+    return values;
+  }
+  async function post(button, values) {
+    if (tokensRequired && !token) { askToken(); return { ok: false, message: "a token is needed" }; }
     try {
       const response = await fetch(button.dataset.post, {
         method: "POST",
@@ -242,20 +266,59 @@
         body: JSON.stringify(values),
       });
       const data = await response.json().catch(() => ({}));
-      if (response.ok) {
-        flash(button.dataset.done || "Done");
-      } else {
-        const what = button.textContent.trim();
-        showError(`${what} refused (${data.code || response.status}): ${data.message || response.statusText}`);
-        if (response.status === 401) askToken(data.message);
-      }
+      if (response.status === 401) askToken(data.message);
+      const what = button.textContent.trim();
+      return response.ok ? { ok: true }
+        : { ok: false, message: `${what} refused (${data.code || response.status}): ${data.message || response.statusText}` };
     } catch (exc) {
-      showError(`${button.textContent.trim()} failed: the server cannot be reached (${exc})`);
-    } finally {
-      button.disabled = false;
+      return { ok: false, message: `${button.textContent.trim()} failed: the server cannot be reached (${exc})` };
     }
-    await refresh();
   }
+  // Confirm, then act. A dialog with fields stays open until the action is done, so a refusal keeps what
+  // was typed and says why inside it; one without fields closes and the refusal shows on the page.
+  function act(button) {
+    const fields = document.getElementById("confirm-fields");
+    const error = document.getElementById("confirm-error");
+    const form = confirmDialog.querySelector("form");
+    document.getElementById("confirm-title").textContent = button.dataset.confirmTitle || "Are you sure?";
+    document.getElementById("confirm-text").textContent = button.dataset.confirmText || "";
+    fields.replaceChildren();
+    error.hidden = true;
+    const template = button.dataset.fields && document.getElementById(button.dataset.fields);
+    if (template) fields.append(template.content.cloneNode(true));
+    const keepOpen = Boolean(template);
+    const ok = confirmDialog.querySelector("[data-testid=confirm-ok]");
+    async function submitted(event) {
+      event.preventDefault();
+      let values;
+      try {
+        values = fieldValues(fields);
+      } catch (exc) {
+        error.textContent = exc.message; error.hidden = false;
+        return;
+      }
+      ok.disabled = true; button.disabled = true;
+      if (!keepOpen) confirmDialog.close("ok");
+      const result = await post(button, values);
+      ok.disabled = false; button.disabled = false;
+      if (result.ok) {
+        if (confirmDialog.open) confirmDialog.close("ok");
+        flash(button.dataset.done || "Done");
+      } else if (keepOpen && confirmDialog.open) {
+        error.textContent = result.message; error.hidden = false;
+      } else {
+        showError(result.message);
+      }
+      if (!confirmDialog.open) await refresh();
+    }
+    form.addEventListener("submit", submitted);
+    confirmDialog.addEventListener("close", () => form.removeEventListener("submit", submitted), { once: true });
+    confirmDialog.returnValue = "";
+    confirmDialog.showModal();
+    (fields.querySelector("input") || ok).focus();
+  }
+  // Cancel is not a submit button, so Enter in a field confirms rather than cancels.
+  confirmDialog.querySelector("[data-testid=confirm-cancel]").addEventListener("click", () => confirmDialog.close("cancel"));
   document.addEventListener("click", (event) => {
     const button = event.target.closest("button[data-post]");
     if (button) { event.preventDefault(); act(button); }

@@ -1,0 +1,112 @@
+"""One firing of a schedule (`/runs/{id}`): how it stands, each rack's outcome with its task, error and
+wave, its progress as a segmented bar, and Resume/Cancel for a rollout that is halted or rolling."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from rackflow.domain.schedules import ScopeOutcome
+from rackflow.domain.tasks import Task, TaskStatus
+from rackflow.errors import InvalidArgument
+from rackflow.rollouts.service import Progress
+from rackflow.web.pages import Site
+from rackflow.web.views import (
+    LOOKS,
+    OUTCOME_LOOKS,
+    RUN_LOOKS,
+    TASK_LOOKS,
+    Bar,
+    Look,
+    bar_of,
+    run_bar,
+    run_verdict,
+)
+
+
+def routes(site: Site) -> list[Route]:
+    async def run_page(request: Request) -> Response:
+        ref = request.path_params["ref"]
+        return await site.page(request, "run.html", f"Run {ref[:8]}", lambda _: _one(site, ref))
+
+    return [Route("/runs/{ref}", run_page)]
+
+
+@dataclass(frozen=True)
+class RackRow:
+    """One rack of the firing: what the firing did for it, and its task as it stands now."""
+
+    outcome: ScopeOutcome
+    rack_name: str
+    outcome_look: Look
+    task: Task | None
+    task_look: Look | None
+    wave: str  # "canary" or "rest" in a rollout with canaries, else ""
+
+
+def progress_bar(progress: Progress) -> Bar:
+    """A rollout's bar, from the counters the server keeps (`RolloutService`)."""
+    return bar_of(
+        {
+            "succeeded": progress.succeeded,
+            "failed": progress.failed,
+            "running": progress.active,
+            "pending": progress.pending,
+            "not_started": progress.not_started,
+            "skipped": progress.skipped,
+        }
+    )
+
+
+def rows_of(
+    outcomes: tuple[ScopeOutcome, ...],
+    names: Mapping[uuid.UUID, str],
+    tasks: Mapping[uuid.UUID, Task],
+    statuses: Mapping[uuid.UUID, TaskStatus],
+) -> list[RackRow]:
+    canaries = any(o.canary for o in outcomes)
+    rows = []
+    for outcome in outcomes:
+        task = tasks.get(outcome.task_id) if outcome.task_id else None
+        status = task.status if task else statuses.get(outcome.task_id) if outcome.task_id else None
+        rows.append(
+            RackRow(
+                outcome,
+                names.get(outcome.rack_id, str(outcome.rack_id)),
+                OUTCOME_LOOKS[outcome.outcome],
+                task,
+                TASK_LOOKS[status] if status is not None else None,
+                ("canary" if outcome.canary else "rest") if canaries else "",
+            )
+        )
+    return sorted(rows, key=lambda row: (row.wave != "canary", row.rack_name))
+
+
+async def _one(site: Site, ref: str) -> Mapping[str, Any]:
+    services = site.services
+    try:
+        run_id = uuid.UUID(ref)
+    except ValueError:
+        raise InvalidArgument(f"id: {ref!r} is not a run id") from None
+    report = await services.rollouts.get(run_id)
+    run = report.run
+    task_ids = [o.task_id for o in run.outcomes if o.task_id is not None]
+    tasks = {t.id: t for t in await services.tasks.get_tasks(task_ids)}
+    statuses = {**report.task_statuses, **{t.id: t.status for t in tasks.values()}}
+    names = await services.inventory.rack_names({o.rack_id for o in run.outcomes})
+    schedule_names = await services.schedules.names([run.schedule_id])
+    return {
+        "run": run,
+        "schedule_name": schedule_names.get(run.schedule_id),
+        "verdict": LOOKS[run_verdict(run, statuses)],
+        "state": RUN_LOOKS[run.state],
+        "progress": report.progress,
+        "bar": progress_bar(report.progress) if report.progress else run_bar(run, statuses),
+        "rows": rows_of(run.outcomes, names, tasks, statuses),
+    }

@@ -1,0 +1,232 @@
+"""The operator console in a real headless Chromium against a real `rackflow serve` (SQLite: some tests
+write a run's state straight into its file): every run state's badge on the run page, the run page reached
+from a schedule's runs grid, a halted rollout's segmented bar, Resume and Cancel from the run page, the
+pause dialog keeping what was typed on an error, and a Berlin schedule's times seen from New York."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from rackflow.domain.schedules import RunState
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.web.views import RUN_LOOKS
+from tests.browser.chromium import Browser
+from tests.browser.page import by_testid, read, text, visible, wait
+from tests.browser.test_dashboard import confirm, h1, open_page
+from tests.conftest import migrate_with_cli
+from tests.e2e.cluster import ServerProcess, start_server
+from tests.e2e.fleet import create_racks, create_schedules, schedule_request
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+
+INTERVAL, CRON = pb.SCHEDULE_SPEC_TYPE_INTERVAL, pb.SCHEDULE_SPEC_TYPE_CRON
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("console") / "rackflow.db"
+    migrate_with_cli(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(database: Path) -> Iterator[ServerProcess]:
+    """Racks whose one-step tasks take 2 s; the first rack of each rollout fails."""
+    started = start_server(
+        f"sqlite:///{database}",
+        database.parent,
+        args=["--http-listen", "127.0.0.1:0"],
+        env={"RACKFLOW_SIM_STEP_SECONDS": "2", "RACKFLOW_SIM_FAIL_IDS": "a1-c0,b1-c0"},
+        name="console",
+    )
+    stub = started.stub()
+    create_racks(stub, ["p1", "p2", "a1", "a2", "a3", "b1", "b2", "q1", "q2"])
+    requests = [
+        schedule_request("plain", ["p1", "p2"], spec_type=INTERVAL, spec="24h"),
+        schedule_request("pause-me", ["q1"], spec_type=INTERVAL, spec="24h"),
+        schedule_request("doomed", ["q2"], spec_type=INTERVAL, spec="24h"),
+        schedule_request("berlin", ["q2"], spec_type=CRON, spec="0 2 * * *", timezone="Europe/Berlin"),
+    ]
+    for name, racks in (("roll-a", ["a1", "a2", "a3"]), ("roll-b", ["b1", "b2"])):
+        request = schedule_request(name, racks, spec_type=INTERVAL, spec="24h")
+        request.schedule.rollout.CopyFrom(pb.RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
+        requests.append(request)
+    create_schedules(stub, requests)
+    yield started
+    assert started.stop() == 0, started.output
+
+
+def schedule_id(server: ServerProcess, name: str) -> pb.UUID:
+    schedules = server.stub().ListTaskSchedules(pb.ListTaskSchedulesRequest()).task_schedules
+    (found,) = [s for s in schedules if s.name == name]
+    return found.id
+
+
+def badge(driver: WebDriver, testid: str) -> tuple[str, str]:
+    """A badge's label (its glyph left out) and its colour class."""
+    element = visible(driver, testid)
+    return read(driver, lambda d: (str(element.text)[1:].strip(), str(element.get_attribute("class"))))
+
+
+def segments(driver: WebDriver) -> dict[str, int]:
+    return read(
+        driver,
+        lambda d: {
+            str(s.get_attribute("data-kind")): int(str(s.get_attribute("data-count")))
+            for s in by_testid(d, "bar-segment")
+        },
+    )
+
+
+def test_the_run_page_from_a_schedules_runs_grid(server: ServerProcess, driver: WebDriver) -> None:
+    open_page(driver, server, "/schedules/plain", "plain")
+    confirm(driver, "action-trigger")
+    wait(driver, lambda d: len(by_testid(d, "grid-column")) == 1, "the firing's column")
+    read(driver, lambda d: by_testid(d, "grid-run-link")[0].click())
+    wait(driver, lambda d: h1(d).startswith("Firing of"), "the run page")
+    assert re.fullmatch(r"/runs/[0-9a-f-]{36}", driver.current_url.split(server.http_url)[1])
+    racks = read(driver, lambda d: [r.get_attribute("data-rack") for r in by_testid(d, "run-rack")])
+    assert racks == ["p1", "p2"]
+    assert read(driver, lambda d: len(by_testid(d, "run-task-link"))) == 2
+    wait(driver, lambda d: badge(d, "run-verdict")[0] == "succeeded", "both racks to succeed")
+    assert segments(driver) == {"succeeded": 2}
+    legend = text(driver, "bar-legend")
+    assert "not started 0" in legend and "succeeded 2" in legend
+    visible(driver, "run-schedule").click()
+    wait(driver, lambda d: h1(d) == "plain", "back to the schedule")
+
+
+@pytest.mark.parametrize("state", ["running", "completed", "interrupted", "halted", "cancelled", "skipped"])
+def test_each_run_states_badge(
+    server: ServerProcess, driver: WebDriver, database: Path, state: RunState
+) -> None:
+    """A plain firing's row given each state (rolling is a live rollout's: the test below sees it)."""
+    stub = server.stub()
+    runs = stub.ListTaskScheduleRuns(
+        pb.ListTaskScheduleRunsRequest(schedule_id=schedule_id(server, "plain"))
+    ).runs
+    run_id = runs[0].id.id
+    with sqlite3.connect(database) as db:
+        db.execute("UPDATE task_schedule_run SET state = ? WHERE id = ?", (state, uuid.UUID(run_id).hex))
+    try:
+        open_page(driver, server, f"/runs/{run_id}", "Firing of")
+        label, css = badge(driver, "run-state")
+        assert (label, css) == (RUN_LOOKS[state].label, f"badge {RUN_LOOKS[state].css}")
+    finally:
+        with sqlite3.connect(database) as db:
+            db.execute(
+                "UPDATE task_schedule_run SET state = 'completed' WHERE id = ?", (uuid.UUID(run_id).hex,)
+            )
+
+
+def test_a_halted_rollouts_bar_resume_and_cancel_on_its_page(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    stub = server.stub()
+    for name in ("roll-a", "roll-b"):
+        stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule_id(server, name)))
+    open_page(driver, server, "/schedules/roll-a", "roll-a")
+    visible(driver, "rollout-link").click()
+    wait(driver, lambda d: h1(d).startswith("Rollout of"), "the rollout's page")
+    wait(driver, lambda d: badge(d, "run-state")[0] == "halted", "the rollout to halt on a1's failure")
+    assert badge(driver, "run-verdict") == ("halted", "badge st-fail")
+    # Not a full green bar: 1 failed and 2 never started, and the legend names "not started".
+    assert segments(driver) == {"failed": 1, "not_started": 2}
+    assert "not started 2" in text(driver, "bar-legend")
+    assert text(driver, "run-reason") == "rollout halted: 1 of 3 racks failed (limit 1)"
+    outcomes = read(
+        driver, lambda d: sorted(str(r.get_attribute("data-outcome")) for r in by_testid(d, "run-rack"))
+    )
+    assert outcomes == ["not_started", "not_started", "submitted"]
+
+    assert confirm(driver, "action-resume-run") == "Resume this rollout?"
+    wait(driver, lambda d: badge(d, "run-state")[0] == "rolling", "the resumed rollout to roll")
+    assert badge(driver, "run-verdict")[0] == "rolling"  # its failure before the resume does not mark it
+    wait(driver, lambda d: badge(d, "run-state")[0] == "completed", "the rollout to finish")
+    assert badge(driver, "run-verdict") == ("partial", "badge st-part")  # 1 of 3 failed, not all
+    assert segments(driver) == {"succeeded": 2, "failed": 1}
+    assert not by_testid(driver, "action-cancel-run")
+
+    open_page(driver, server, "/schedules/roll-b", "roll-b")
+    visible(driver, "rollout-link").click()
+    wait(driver, lambda d: badge(d, "run-state")[0] == "halted", "roll-b to halt")
+    assert confirm(driver, "action-cancel-run") == "Cancel this rollout?"
+    wait(driver, lambda d: badge(d, "run-state")[0] == "cancelled", "the rollout to be cancelled")
+    assert badge(driver, "run-verdict") == ("cancelled", "badge st-stop")  # not "failed"
+    assert not by_testid(driver, "action-resume-run") and not by_testid(driver, "action-cancel-run")
+
+
+def test_the_pause_dialog_takes_a_duration_and_keeps_its_input_on_an_error(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    open_page(driver, server, "/schedules/pause-me", "pause-me")
+    visible(driver, "action-pause").click()
+    visible(driver, "pause-reason").send_keys("PSU swap, INC-4411")
+    resume = visible(driver, "pause-resume-at")
+    resume.send_keys("2 hours")
+    visible(driver, "confirm-ok").click()
+    error = wait(driver, lambda d: text(d, "confirm-error"), "the dialog's error")
+    assert error.startswith('Resume: "2 hours" is neither a duration (for 2h, 90m, 1h30m) nor a time')
+    assert visible(driver, "confirm-dialog").is_displayed()
+    assert visible(driver, "pause-reason").get_attribute("value") == "PSU swap, INC-4411"
+    resume.clear()
+    resume.send_keys("2000-01-01 06:00")
+    visible(driver, "confirm-ok").click()
+    wait(driver, lambda d: "has passed" in text(d, "confirm-error"), "a time that has passed")
+    resume.clear()
+    resume.send_keys("for 2h\n")  # Enter confirms
+    wait(driver, lambda d: text(d, "schedule-state").endswith("paused"), "the paused badge")
+    assert not visible_dialog(driver)
+    assert text(driver, "paused-reason") == "PSU swap, INC-4411"
+    resumes = read(driver, lambda d: d.find_element(By.CSS_SELECTOR, "[data-testid=pause-resumes] time"))
+    assert read(driver, lambda d: "in 2h" in str(resumes.text) or "in 1h 59m" in str(resumes.text))
+
+    # The server refuses (the schedule was deleted meanwhile): its message, in the dialog, input kept.
+    open_page(driver, server, "/schedules/doomed", "doomed")
+    visible(driver, "action-pause").click()
+    visible(driver, "pause-reason").send_keys("rack q2 out")
+    visible(driver, "pause-resume-at").send_keys("90m")
+    server.stub().DeleteTaskSchedule(pb.DeleteTaskScheduleRequest(id=schedule_id(server, "doomed")))
+    visible(driver, "confirm-ok").click()
+    error = wait(
+        driver, lambda d: "NOT_FOUND" in text(d, "confirm-error") and text(d, "confirm-error"), "refusal"
+    )
+    assert error.startswith("Pause refused (NOT_FOUND): id: ") and "Available Fields" not in error
+    assert visible(driver, "pause-reason").get_attribute("value") == "rack q2 out"
+    assert visible(driver, "pause-resume-at").get_attribute("value") == "90m"
+    visible(driver, "confirm-cancel").click()
+    assert not visible_dialog(driver)
+
+
+def visible_dialog(driver: WebDriver) -> bool:
+    return any(d.is_displayed() for d in by_testid(driver, "confirm-dialog"))
+
+
+def test_a_berlin_schedule_seen_from_new_york(server: ServerProcess) -> None:
+    new_york = Browser(timezone="America/New_York")
+    try:
+        driver = new_york.driver
+        open_page(driver, server, "/schedules/berlin", "berlin")
+        first = wait(
+            driver,
+            lambda d: (items := d.find_elements(By.CSS_SELECTOR, "[data-testid=upcoming] li")) and items[0],
+            "the upcoming firings",
+        )
+        own = read(driver, lambda d: str(first.find_element(By.CSS_SELECTOR, "[data-testid=zone-own]").text))
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d 02:00 CES?T", own), own
+        beside = wait(
+            driver,
+            lambda d: str(first.find_element(By.CSS_SELECTOR, "[data-testid=zone-viewer]").text) or False,
+            "the viewer's time beside",
+        )
+        assert re.match(r"\(yours: \d{4}-\d\d-\d\d 20:00 (EST|EDT|GMT-5|GMT-4)\) · in ", beside), beside
+    finally:
+        new_york.close()
