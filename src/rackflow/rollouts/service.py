@@ -364,7 +364,7 @@ class RolloutService:
         """The state ("rolling" or "halted") of each of these schedules' live rollout, if it has one."""
         async with self.db.read() as conn:
             found = await store.live_rollouts(conn, schedule_ids)
-        return {schedule_id: state for schedule_id, (_, state) in found.items()}
+        return {schedule_id: rollout.state for schedule_id, rollout in found.items()}
 
     async def reports(self, runs: Sequence[Run]) -> list[RunReport]:
         """The runs with their tasks' statuses and (rollouts) progress."""
