@@ -292,27 +292,67 @@ def test_schedule_preview_prints_utc_and_the_zone(fake: FakeClient, run: Callabl
     assert "2026-12-01 10:00Z  2026-12-01 02:00 PST (10:00Z)  in 3h 12m" in result.output
 
 
+RUN_ID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+
+
 def test_schedule_runs_summarises_outcomes(fake: FakeClient, run: Callable[..., Result]) -> None:
-    outcomes = [pb.ScopeOutcome(outcome="submitted"), pb.ScopeOutcome(outcome="failed", error="rack busy")]
+    outcomes = [
+        pb.ScopeOutcome(outcome="submitted", task_status=pb.TASK_STATUS_COMPLETED),
+        pb.ScopeOutcome(outcome="failed", error="rack busy"),
+        pb.ScopeOutcome(outcome="skipped_window"),
+        pb.ScopeOutcome(outcome="skipped_overlap"),
+    ]
     fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(
         runs=[
-            pb.TaskScheduleRun(fired_at=stamp(NOW), trigger="manual", state="completed", outcomes=outcomes)
+            pb.TaskScheduleRun(
+                id=pb.UUID(id=RUN_ID),
+                fired_at=stamp(NOW),
+                trigger="manual",
+                state="completed",
+                outcomes=outcomes,
+            )
+        ],
+        total=1,
+    )
+    result = run("schedule", "runs", "nightly")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1].split() == [
+        "RUN", "FIRED", "STATE", "TASKS", "FAILED", "SKIPPED", "ROLLOUT", "ERROR"
+    ]  # fmt: skip
+    assert result.output.splitlines()[2].split() == [
+        RUN_ID, "2026-12-01", "06:48Z", "(manual)", "completed", "1", "1", "2", "-", "rack", "busy"
+    ]  # fmt: skip
+
+
+def test_schedule_runs_counts_a_rack_whose_task_failed_as_failed(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """A rack whose task was submitted and then failed (or was terminated) failed in that run: FAILED
+    counted only failed submissions and read 0 while a rack's task failed every run."""
+    outcomes = [
+        pb.ScopeOutcome(outcome="submitted", task_status=pb.TASK_STATUS_FAILED),
+        pb.ScopeOutcome(outcome="submitted", task_status=pb.TASK_STATUS_TERMINATED),
+        pb.ScopeOutcome(outcome="submitted", task_status=pb.TASK_STATUS_RUNNING),
+    ]
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(
+        runs=[
+            pb.TaskScheduleRun(
+                id=pb.UUID(id=RUN_ID), fired_at=stamp(NOW), trigger="dispatch", outcomes=outcomes
+            )
         ],
         total=1,
     )
     result = run("schedule", "runs", "nightly")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[2].split() == [
+        RUN_ID,
         "2026-12-01",
         "06:48Z",
-        "manual",
-        "completed",
-        "1",
+        "running",
+        "3",
+        "2",
         "0",
-        "1",
         "-",
-        "rack",
-        "busy",
     ]
 
 

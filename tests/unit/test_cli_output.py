@@ -6,11 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
+from rich.console import Console
 
 from rackflow.cli.output import (
+    Listing,
+    free_text,
     relative_text,
     schedule_time_text,
     spec_text,
+    table,
     to_dict,
     utc_text,
     when,
@@ -104,3 +108,71 @@ def test_to_dict_keeps_proto_names_and_default_values_for_scripts() -> None:
     assert result["enabled"] is False
     assert result["overlap_policy"] == "OVERLAP_POLICY_SKIP"
     assert to_dict({"already": "plain"}) == {"already": "plain"}
+
+
+# --- tables: the key columns stay whole at any width ---------------------------------------------
+
+ID = "6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f"
+LONG = "BMC 10.0.0.7 refused the connection after 3 attempts: connection reset by peer " * 3
+
+
+def rendered(renderable: object, width: int) -> list[str]:
+    """What a pipe of this width receives (as `Session.emit` writes it)."""
+    console = Console(width=width, force_terminal=False)
+    with console.capture() as captured:
+        console.print(renderable, crop=False)
+    return [line.rstrip() for line in captured.get().splitlines()]
+
+
+def a_listing() -> Listing:
+    result = table("RUN", "FIRED", "STATE", free_text("PROGRESS"), free_text("ERROR"), title="1 of 1 runs")
+    result.add_row(ID, "2026-12-01 10:00:17Z", "[green]completed[/]", "12/40 ok, 1 failed", LONG)
+    return result
+
+
+@pytest.mark.parametrize("width", [100, 140, 200])
+def test_key_columns_are_whole_and_on_the_header_line_at_any_width(width: int) -> None:
+    lines = rendered(a_listing(), width)
+    assert lines[0] == "1 of 1 runs"
+    assert lines[1].split()[:3] == ["RUN", "FIRED", "STATE"]
+    assert lines[2].split()[:4] == [ID, "2026-12-01", "10:00:17Z", "completed"]
+    assert all(len(line) <= width for line in lines)
+    words = " ".join(lines[2:]).split()
+    assert set(LONG.split()) <= set(words)  # the free text is all there too, wrapped somewhere
+    assert {"12/40", "failed"} <= set(words)
+
+
+def test_free_text_wraps_in_its_column_when_there_is_room() -> None:
+    lines = rendered(a_listing(), 200)
+    error_at = lines[1].index("ERROR")
+    assert len(lines) > 3  # the error took several lines
+    assert all(line[:error_at].strip() == "" for line in lines[3:])  # ... in its own column
+    assert " ".join(line[error_at:].strip() for line in lines[2:]) == LONG.strip()
+
+
+def test_free_text_moves_under_the_row_when_its_column_would_be_too_narrow() -> None:
+    lines = rendered(a_listing(), 100)
+    assert "ERROR" not in lines[1]
+    assert lines[3].startswith("    progress: 12/40 ok") or lines[3].startswith("    error: ")
+    under = " ".join(line.strip() for line in lines[3:])
+    assert f"error: {LONG.strip()}" in under
+
+
+def test_key_columns_move_under_the_row_from_the_right_when_they_alone_are_too_wide() -> None:
+    result = table("ID", "RACK", "CREATED", "FINISHED", free_text("MESSAGE"))
+    result.add_row(ID, "rack-01", "2026-12-01 10:00:17Z", "2026-12-01 10:05:00Z", "done")
+    lines = rendered(result, 70)
+    assert lines[0].split() == ["ID", "RACK", "CREATED"]
+    assert lines[1].split() == [ID, "rack-01", "2026-12-01", "10:00:17Z"]
+    assert lines[2:] == ["    finished: 2026-12-01 10:05:00Z", "    message: done"]
+
+
+def test_a_cell_of_nothing_is_not_repeated_under_the_row() -> None:
+    result = table("ID", free_text("MESSAGE"))
+    result.add_row(ID, "-")
+    assert rendered(result, 40) == ["ID", ID]
+
+
+def test_a_row_must_fill_every_column() -> None:
+    with pytest.raises(ValueError, match="a row of 1 cells in a table of 2 columns"):
+        table("A", "B").add_row("x")

@@ -12,13 +12,14 @@ import click
 import yaml
 from google.protobuf.empty_pb2 import Empty
 from rich.console import Group as Stack
-from rich.table import Table
 
 from rackflow.cli.output import (
     Group,
+    Listing,
     Session,
     component_type_name,
     details,
+    free_text,
     pass_session,
     table,
     utc_text,
@@ -66,7 +67,7 @@ def _domain_names(session: Session) -> dict[str, str]:
     return {d.id.id: d.name for d in session.client.list_domains().domains}
 
 
-def components_table(components: list[pb.Component]) -> Table:
+def components_table(components: list[pb.Component]) -> Listing:
     view = table("NAME", "TYPE", "ID", "EXTERNAL ID", "FIRMWARE", "POWER")
     for c in sorted(components, key=lambda c: (component_type_name(c.type), c.name)):
         view.add_row(
@@ -153,7 +154,7 @@ def list_racks(ctx: click.Context, domain: str, limit: int, offset: int) -> None
     session = pass_session(ctx)
     found = session.client.list_racks(domain=domain, offset=offset, limit=limit)
 
-    def view() -> Table:
+    def view() -> Listing:
         domains = _domain_names(session)
         result = table(
             "NAME", "ID", "EXTERNAL ID", "DOMAIN", "COMPONENTS", "CREATED", title=f"{found.total} racks"
@@ -239,9 +240,9 @@ def create_domain(ctx: click.Context, name: str, racks: tuple[str, ...]) -> None
     session.emit(created, lambda: domains_table([created], session))
 
 
-def domains_table(domains: list[pb.NVLDomain], session: Session) -> Table:
+def domains_table(domains: list[pb.NVLDomain], session: Session) -> Listing:
     names = {r.id.id: r.name for r in session.client.list_racks().racks}
-    result = table("NAME", "ID", "RACKS")
+    result = table("NAME", "ID", free_text("RACKS"))
     for d in domains:
         result.add_row(d.name, d.id.id, ", ".join(names.get(r.id, r.id) for r in d.rack_ids) or "-")
     return result

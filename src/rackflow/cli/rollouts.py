@@ -14,7 +14,17 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 
 from rackflow.api.convert.schedules import rollout_from
-from rackflow.cli.output import Group, Session, details, pass_session, styled_status, table, utc_text, when
+from rackflow.cli.output import (
+    Group,
+    Session,
+    details,
+    free_text,
+    pass_session,
+    styled_status,
+    table,
+    utc_text,
+    when,
+)
 from rackflow.cli.targets import checked, poll_interval_option
 from rackflow.cli.tasks import rack_names
 from rackflow.v1 import flow_pb2 as pb
@@ -154,7 +164,7 @@ def run_view(run: pb.TaskScheduleRun, racks: dict[str, str]) -> RenderableType:
         p = run.progress
         ended = p.succeeded + p.failed + p.not_started + p.skipped
         parts += ["", ProgressBar(total=p.total, completed=ended, width=60)]
-    scopes = table("RACK", "OUTCOME", "TASK", "STATUS", "ERROR")
+    scopes = table("RACK", "OUTCOME", "TASK", "STATUS", free_text("ERROR"))
     for o in run.outcomes:
         rack = racks.get(o.rack_id.id, o.rack_id.id)
         scopes.add_row(

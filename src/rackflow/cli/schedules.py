@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -14,9 +13,11 @@ from rich.table import Table
 
 from rackflow.cli.output import (
     Group,
+    Listing,
     Session,
     component_type_name,
     details,
+    free_text,
     operation_label,
     overlap_name,
     pass_session,
@@ -113,9 +114,11 @@ def _pause_rows(s: pb.TaskSchedule, now: datetime) -> list[tuple[str, str]]:
 
 def schedules_table(
     schedules: Sequence[pb.TaskSchedule], session: Session, title: str | None = None
-) -> Table:
+) -> Listing:
     now = session.clock.now()
-    result = table("NAME", "OPERATION", "SPEC", "STATE", "OVERLAP", "NEXT", "LAST", title=title)
+    result = table(
+        "NAME", free_text("OPERATION"), free_text("SPEC"), "STATE", "OVERLAP", "NEXT", "LAST", title=title
+    )
     for s in schedules:
         result.add_row(
             s.name,
@@ -474,7 +477,7 @@ def preview(
         raise click.UsageError("give a schedule, or when it fires: --interval, --cron or --at")
     found = session.client.preview(spec, count=count, after=after)
 
-    def view() -> Table:
+    def view() -> Listing:
         now = session.clock.now()
         zone = tz or "UTC"
         result = table("#", "UTC", zone_of(zone).key, "WHEN")
@@ -501,7 +504,7 @@ def _decision_text(decision: pb.ScopeDecision) -> str:
 PREVIEW_COLUMNS = 6
 
 
-def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Table:
+def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing:
     """Fire times as rows and racks as columns, or the reverse when there are many racks."""
     racks = list(dict.fromkeys(d.rack_name for f in planned.firings for d in f.scopes))
     cells = {
@@ -523,18 +526,39 @@ def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Table:
     return result
 
 
-def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Table:
-    columns = ("RUN", "FIRED", "TRIGGER", "STATE", "SUBMITTED", "SKIPPED", "FAILED", "ROLLOUT", "ERROR")
+# A rack whose task ended so counts as failed, as the rollout's progress counts it.
+_FAILED_TASKS = (pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED)
+
+
+def failed(outcome: pb.ScopeOutcome) -> bool:
+    """The rack failed in this run: its task could not be submitted, or it failed or was terminated."""
+    return outcome.outcome == "failed" or outcome.task_status in _FAILED_TASKS
+
+
+def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Listing:
+    """One run a row: TASKS the racks it submitted a task to, FAILED the racks whose submission or task
+    failed, SKIPPED the racks it left alone (overlap or window)."""
+    columns = (
+        "RUN",
+        "FIRED",
+        "STATE",
+        "TASKS",
+        "FAILED",
+        "SKIPPED",
+        free_text("ROLLOUT"),
+        free_text("ERROR"),
+    )
     result = table(*columns, title=f"{len(found.runs)} of {found.total} runs")
     for run in found.runs:
-        counts = Counter(o.outcome for o in run.outcomes)
+        fired = utc_text(when(run.fired_at)) + (f" ({run.trigger})" if run.trigger != "dispatch" else "")
         error = run.reason or next((o.error for o in run.outcomes if o.error), "")
         result.add_row(
             run.id.id,
-            utc_text(when(run.fired_at)),
-            run.trigger,
+            fired,
             run.state,
-            *(str(counts[kind]) for kind in ("submitted", "skipped_overlap", "failed")),
+            str(sum(o.outcome == "submitted" for o in run.outcomes)),
+            str(sum(failed(o) for o in run.outcomes)),
+            str(sum(o.outcome.startswith("skipped") for o in run.outcomes)),
             progress_text(run) or "-",
             error,
         )
@@ -603,7 +627,7 @@ def conflicts(
         raise click.UsageError("give NAME_OR_ID, or --op with targets")
     found = session.client.check_conflicts(proposal, exclude=exclude)
 
-    def view() -> Table | str:
+    def view() -> Listing | str:
         return schedules_table(found.conflicts, session, "conflicts") if found.conflicts else "no conflicts"
 
     session.emit(found, view)
@@ -626,7 +650,9 @@ def _filter_text(entry: pb.TaskScheduleScope) -> str:
     return "all"
 
 
-def scopes_view(scopes: Sequence[pb.TaskScheduleScope], session: Session, title: str | None = None) -> Table:
+def scopes_view(
+    scopes: Sequence[pb.TaskScheduleScope], session: Session, title: str | None = None
+) -> Listing:
     racks = {r.id.id: r.name for r in session.client.list_racks().racks}
     result = table("ID", "RACK", "COMPONENTS", "LAST TASK", "CREATED", title=title)
     for entry in scopes:

@@ -15,8 +15,10 @@ from rich.table import Table
 
 from rackflow.cli.output import (
     Group,
+    Listing,
     Session,
     details,
+    free_text,
     operation_label,
     pass_session,
     relative_text,
@@ -49,8 +51,9 @@ def rack_names(session: Session) -> dict[str, str]:
     return {r.id.id: r.name for r in session.client.list_racks().racks}
 
 
-def tasks_table(tasks: Sequence[pb.Task], racks: dict[str, str], title: str | None = None) -> Table:
-    result = table("ID", "OPERATION", "RACK", "STATUS", "CREATED", "FINISHED", "MESSAGE", title=title)
+def tasks_table(tasks: Sequence[pb.Task], racks: dict[str, str], title: str | None = None) -> Listing:
+    columns = ("ID", "OPERATION", "RACK", "STATUS", "CREATED", "FINISHED", free_text("MESSAGE"))
+    result = table(*columns, title=title)
     for t in tasks:
         result.add_row(
             t.id.id,
@@ -233,7 +236,7 @@ def get(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
     if missing:
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"task {missing[0]!r} not found")
 
-    def view() -> Table:
+    def view() -> Listing | Table:
         racks = rack_names(session)
         return task_view(found.tasks[0], racks) if len(found.tasks) == 1 else tasks_table(found.tasks, racks)
 

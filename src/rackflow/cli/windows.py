@@ -12,8 +12,10 @@ from rich.table import Table
 
 from rackflow.cli.output import (
     Group,
+    Listing,
     Session,
     details,
+    free_text,
     operation_label,
     pass_session,
     relative_text,
@@ -57,8 +59,9 @@ def _ops_text(operations: Sequence[str]) -> str:
     return ", ".join(operation_label(o) for o in operations) if operations else "all"
 
 
-def windows_table(windows: Sequence[pb.MaintenanceWindow], title: str | None = None) -> Table:
-    result = table("NAME", "KIND", "WHEN", "COVERS", "OPERATIONS", "REASON", title=title)
+def windows_table(windows: Sequence[pb.MaintenanceWindow], title: str | None = None) -> Listing:
+    columns = ("NAME", "KIND", "WHEN", free_text("COVERS"), free_text("OPERATIONS"), free_text("REASON"))
+    result = table(*columns, title=title)
     for w in windows:
         kind = _kind_name(w.kind)
         styled = f"[red]{kind}[/]" if w.kind == pb.WINDOW_KIND_FREEZE else f"[green]{kind}[/]"
@@ -314,9 +317,9 @@ def preview(ctx: click.Context, rack: str, count: int, after: datetime | None, t
     session = pass_session(ctx)
     found = session.client.preview_windows(rack, count=count, after=after)
 
-    def view() -> Table:
+    def view() -> Listing:
         now = session.clock.now()
-        result = table("UTC", tz, "WHEN", "WINDOW", "KIND", "CHANGE", "OPERATIONS")
+        result = table("UTC", tz, "WHEN", "WINDOW", "KIND", "CHANGE", free_text("OPERATIONS"))
         for event in found.events:
             moment = event.at.ToDatetime(tzinfo=UTC)
             result.add_row(
