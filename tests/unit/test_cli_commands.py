@@ -337,7 +337,11 @@ def test_schedule_runs_counts_a_rack_whose_task_failed_as_failed(
     fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(
         runs=[
             pb.TaskScheduleRun(
-                id=pb.UUID(id=RUN_ID), fired_at=stamp(NOW), trigger="dispatch", outcomes=outcomes
+                id=pb.UUID(id=RUN_ID),
+                fired_at=stamp(NOW),
+                trigger="dispatch",
+                state="running",
+                outcomes=outcomes,
             )
         ],
         total=1,
