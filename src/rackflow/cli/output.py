@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
@@ -112,6 +112,16 @@ class Group(click.Group):
 
     command_class = Command
     group_class = type
+
+    # Former names still accepted but not listed: each group shows one object with `show`, as budgets and
+    # runs always did (`get` was the word of racks, tasks, windows and schedules).
+    ALIASES: ClassVar[dict[str, str]] = {"get": "show"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is None and cmd_name in self.ALIASES:
+            return super().get_command(ctx, self.ALIASES[cmd_name])
+        return found
 
 
 def to_dict(message: Message | dict[str, Any]) -> dict[str, Any]:

@@ -127,12 +127,12 @@ def create(
 @rack.command()
 @click.argument("rack_ref", metavar="NAME_OR_ID")
 @click.pass_context
-def get(ctx: click.Context, rack_ref: str) -> None:
+def show(ctx: click.Context, rack_ref: str) -> None:
     """Show a rack and its components.
 
     \b
     Example:
-      rackflow rack get rack-01 -o yaml
+      rackflow rack show rack-01 -o yaml
     """
     session = pass_session(ctx)
     found = session.client.get_rack(rack_ref)

@@ -26,7 +26,7 @@ from rackflow.cli.output import (
     when,
 )
 from rackflow.cli.targets import checked, poll_interval_option
-from rackflow.cli.tasks import rack_names
+from rackflow.cli.tasks import rack_names, schedule_name
 from rackflow.v1 import flow_pb2 as pb
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -146,12 +146,13 @@ def progress_text(run: pb.TaskScheduleRun) -> str:
     return ", ".join(parts)
 
 
-def run_view(run: pb.TaskScheduleRun, racks: dict[str, str]) -> RenderableType:
-    """A run: its state and reason, the rollout's progress bar and counters, and each rack's scope."""
+def run_view(run: pb.TaskScheduleRun, racks: dict[str, str], schedule: str) -> RenderableType:
+    """A run of the schedule named `schedule`: its state and reason, the rollout's progress bar and
+    counters, and each rack's scope."""
     head = details(
         [
             ("run", run.id.id),
-            ("schedule", run.schedule_id.id),
+            ("schedule", schedule or "-"),
             ("fired", f"{utc_text(when(run.fired_at))} ({run.trigger})"),
             ("state", run.state),
             *((("reason", run.reason),) if run.reason else ()),
@@ -207,24 +208,25 @@ def show(ctx: click.Context, run_id: str, watch: bool, interval: int) -> None:
     session = pass_session(ctx)
     current = session.client.get_run(run_id)
     racks = rack_names(session) if session.for_people else {}
+    schedule = schedule_name(session, current.schedule_id.id) if session.for_people else ""
     if not watch:
-        session.emit(current, lambda: run_view(current, racks))
+        session.emit(current, lambda: run_view(current, racks, schedule))
         return
 
     def done(r: pb.TaskScheduleRun) -> bool:
         return _finished(r) or r.state == "halted"  # a halted run waits for a person
 
     if session.for_people and session.console.is_terminal:
-        with Live(run_view(current, racks), console=session.console, refresh_per_second=4) as live:
+        with Live(run_view(current, racks, schedule), console=session.console, refresh_per_second=4) as live:
             while not done(current):
                 session.sleep(interval)
                 current = session.client.get_run(run_id)
-                live.update(run_view(current, racks))
+                live.update(run_view(current, racks, schedule))
     else:  # a pipe, a file or -o json|yaml: no animation, just the run as it ended
         while not done(current):
             session.sleep(interval)
             current = session.client.get_run(run_id)
-        session.emit(current, lambda: run_view(current, racks))
+        session.emit(current, lambda: run_view(current, racks, schedule))
     ctx.exit(0 if current.state == "completed" else 1)
 
 
@@ -260,4 +262,5 @@ def _act(ctx: click.Context, call: Callable[[Session], pb.TaskScheduleRun]) -> N
     session = pass_session(ctx)
     found = call(session)
     racks = rack_names(session) if session.for_people else {}
-    session.emit(found, lambda: run_view(found, racks))
+    schedule = schedule_name(session, found.schedule_id.id) if session.for_people else ""
+    session.emit(found, lambda: run_view(found, racks, schedule))

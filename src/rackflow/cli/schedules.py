@@ -243,12 +243,12 @@ def create(
 @schedule.command()
 @_name_or_id
 @click.pass_context
-def get(ctx: click.Context, schedule_ref: str) -> None:
+def show(ctx: click.Context, schedule_ref: str) -> None:
     """Show a schedule, its next firing in UTC and in its own zone.
 
     \b
     Example:
-      rackflow schedule get nightly-reset -o yaml
+      rackflow schedule show nightly-reset -o yaml
     """
     _show(ctx, lambda session: session.client.get_schedule(schedule_ref))
 
@@ -369,7 +369,7 @@ def update(
 
 @schedule.command()
 @_name_or_id
-@click.option("--reason", default="", help="Why, for the next operator (shown by `schedule get`).")
+@click.option("--reason", default="", help="Why, for the next operator (shown by `schedule show`).")
 @click.option("--until", callback=checked(parse_time), help="Resume by itself at this RFC 3339 time.")
 @click.option("--for", "for_", callback=checked(parse_seconds), help="Resume by itself after this long (2h).")
 @click.pass_context

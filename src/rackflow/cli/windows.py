@@ -199,12 +199,12 @@ def create(
 @window.command()
 @_ref
 @click.pass_context
-def get(ctx: click.Context, window_ref: str) -> None:
+def show(ctx: click.Context, window_ref: str) -> None:
     """Show one window.
 
     \b
     Example:
-      rackflow window get sat-night -o yaml
+      rackflow window show sat-night -o yaml
     """
     session = pass_session(ctx)
     _show(session, session.client.get_window(window_ref))
