@@ -32,7 +32,7 @@ from rackflow.cli.output import (
     zoned_text,
 )
 from rackflow.cli.rollouts import policy_from, policy_text, progress_text, rollout_options
-from rackflow.cli.targets import checked, parse_seconds, parse_time, target_options, valid
+from rackflow.cli.targets import checked, parse_seconds, parse_time, parse_zone, target_options, valid
 from rackflow.cli.tasks import submitted_view
 from rackflow.client import OPERATION_RPCS, Operation, Spec, Targets, operation_name, with_targets
 from rackflow.v1 import flow_pb2 as pb
@@ -58,7 +58,9 @@ def spec_options(*, required: bool) -> Callable[[F], F]:
         click.option(
             "--tz",
             metavar="ZONE",
-            help="IANA zone cron is read in and times are shown in (default UTC).",
+            callback=checked(parse_zone),
+            help="IANA zone cron is read in and times are shown in (default UTC; previewing a schedule: "
+            "the schedule's zone).",
         ),
         click.option("--at", metavar="TIME", help="Once, at an RFC 3339 time (2026-06-01T04:00:00Z)."),
     ]
@@ -459,19 +461,22 @@ def preview(
 ) -> None:
     """Show when a spec would fire, in UTC and in its zone, before creating a schedule; or, for an existing
     schedule, what each of its next firings will do on each rack (fire, skip for a window, defer to an
-    opening, or paused), decided as the dispatcher decides.
+    opening, or paused), decided as the dispatcher decides, in UTC and in the schedule's zone (or --tz).
 
     \b
     Example:
       rackflow schedule preview --cron "0 2 * * *" --tz America/Los_Angeles -n 5
-      rackflow schedule preview nightly-reset -n 14
+      rackflow schedule preview nightly-reset -n 14 --tz Europe/Berlin
     """
     session = pass_session(ctx)
     if schedule_ref is not None:
         if spec is not None:
             raise click.UsageError("give a schedule or a spec (--interval, --cron, --at), not both")
         planned = session.client.preview_schedule(schedule_ref, count=count, after=after)
-        session.emit(planned, lambda: planned_table(planned, tz or "UTC"))
+        if session.for_people and tz is None:
+            tz = session.client.get_schedule(schedule_ref).spec.timezone
+        zone = tz or "UTC"
+        session.emit(planned, lambda: planned_table(planned, zone))
         return
     if spec is None:
         raise click.UsageError("give a schedule, or when it fires: --interval, --cron or --at")
@@ -489,40 +494,38 @@ def preview(
     session.emit(found, view)
 
 
-def _decision_text(decision: pb.ScopeDecision) -> str:
+def _decision_text(decision: pb.ScopeDecision, zone: str) -> str:
     if decision.decision == "fire":
         return "[green]fire[/]"
     if decision.decision == "skip_window":
         return f"[yellow]skip[/] ({decision.window_name})"
     if decision.decision == "defer":
-        return f"defer → {utc_text(when(decision.until))}"
+        return f"defer → {zoned_text(when(decision.until), zone)}"
     until = when(decision.until)
-    return f"[dim]paused{f' until {utc_text(until)}' if until else ''}[/]"
+    return f"[dim]paused{f' until {zoned_text(until, zone)}' if until else ''}[/]"
 
 
-# Up to this many racks are columns (fire times as rows); more, and the table turns: racks as rows.
+# Up to this many racks are columns, one decision a cell; more, and each firing lists its racks by decision.
 PREVIEW_COLUMNS = 6
 
 
 def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing:
-    """Fire times as rows and racks as columns, or the reverse when there are many racks."""
+    """A row per firing, in UTC and in `zone` (decision times too): a column per rack, or, for many racks,
+    the racks grouped by what the firing does to them."""
     racks = list(dict.fromkeys(d.rack_name for f in planned.firings for d in f.scopes))
-    cells = {
-        (f.at.ToDatetime(tzinfo=UTC), d.rack_name): _decision_text(d)
-        for f in planned.firings
-        for d in f.scopes
-    }
-    times = [f.at.ToDatetime(tzinfo=UTC) for f in planned.firings]
-    if len(racks) <= PREVIEW_COLUMNS:
-        result = table("FIRES (UTC)", zone_of(zone).key, *racks)
-        for moment in times:
-            result.add_row(
-                utc_text(moment), zoned_text(moment, zone), *(cells.get((moment, r), "-") for r in racks)
-            )
-        return result
-    result = table("RACK", *(utc_text(moment) for moment in times))
-    for rack in racks:
-        result.add_row(rack, *(cells.get((moment, rack), "-") for moment in times))
+    few = len(racks) <= PREVIEW_COLUMNS
+    result = table("FIRES (UTC)", zone_of(zone).key, *(racks if few else [free_text("RACKS")]))
+    for firing in planned.firings:
+        moment = firing.at.ToDatetime(tzinfo=UTC)
+        decided = {d.rack_name: _decision_text(d, zone) for d in firing.scopes}
+        if few:
+            cells = [decided.get(rack, "-") for rack in racks]
+        else:
+            by_decision: dict[str, list[str]] = {}
+            for rack, text in decided.items():
+                by_decision.setdefault(text, []).append(rack)
+            cells = ["; ".join(f"{text}: {', '.join(names)}" for text, names in by_decision.items())]
+        result.add_row(utc_text(moment), zoned_text(moment, zone), *cells)
     return result
 
 

@@ -24,7 +24,7 @@ from rackflow.cli.output import (
     when,
     zoned_text,
 )
-from rackflow.cli.targets import checked, parse_time
+from rackflow.cli.targets import checked, parse_time, parse_zone
 from rackflow.client import OPERATION_RPCS, Recurrence, Span, Window, operation_name
 from rackflow.v1 import flow_pb2 as pb
 
@@ -305,7 +305,13 @@ def delete(ctx: click.Context, window_ref: str) -> None:
 @click.option(
     "--after", callback=checked(parse_time), metavar="TIME", help="Start after this time (default now)."
 )
-@click.option("--tz", default="UTC", metavar="ZONE", help="Also show the times in this zone.")
+@click.option(
+    "--tz",
+    default="UTC",
+    metavar="ZONE",
+    callback=checked(parse_zone),
+    help="Also show the times in this zone.",
+)
 @click.pass_context
 def preview(ctx: click.Context, rack: str, count: int, after: datetime | None, tz: str) -> None:
     """Show the next openings and closings of the windows covering a rack.
