@@ -164,7 +164,13 @@ def test_key_columns_move_under_the_row_from_the_right_when_they_alone_are_too_w
     lines = rendered(result, 70)
     assert lines[0].split() == ["ID", "RACK", "CREATED"]
     assert lines[1].split() == [ID, "rack-01", "2026-12-01", "10:00:17Z"]
-    assert lines[2:] == ["    finished: 2026-12-01 10:05:00Z", "    message: done"]
+    assert lines[2:] == ["    finished: 2026-12-01 10:05:00Z   message: done"]
+
+
+def test_a_header_that_is_a_value_keeps_its_case_under_the_row() -> None:
+    result = table("RACK", "10:00Z", "LAST TASK")
+    result.add_row("rack-01-of-hall-b", "fire", "-")
+    assert rendered(result, 20) == ["RACK", "rack-01-of-hall-b", "    10:00Z: fire"]
 
 
 def test_a_cell_of_nothing_is_not_repeated_under_the_row() -> None:

@@ -155,8 +155,9 @@ class Listing:
     Rich's own table shrinks every column alike when the console is narrow, so a long error squeezed the
     run id and the time to `6f1c2d3e-4b5…` and dropped whole columns. Here the key columns take the width
     their values need; the free-text columns share what is left and wrap in it. A free-text column that
-    would get less than `TEXT_MIN` cells moves under each row (`error: …`), and so, when the key columns
-    alone are too wide, do key columns from the right: a value is moved, never cut or dropped.
+    would get less than `TEXT_MIN` cells moves under each row (`error: …`, on one indented line with the
+    others moved, wrapped), and so, when the key columns alone are too wide, do key columns from the right:
+    a value is moved, never cut or dropped.
     """
 
     def __init__(self, columns: Sequence[Column], title: str | None = None) -> None:
@@ -211,19 +212,31 @@ class Listing:
                 for i, w in widths.items()
             ]
             yield from _lines(_join(parts, list(widths.values())), console)
-            for i in below:
-                if row[i].plain.strip() not in ("", "-"):
-                    label = Text.assemble((f"{self.columns[i].header.lower()}: ", "dim"), row[i])
-                    wrapped = label.wrap(console, max(options.max_width - 4, TEXT_MIN), overflow="fold")
-                    for line in wrapped:
-                        line.rstrip()
-                    yield from _lines([Text("    ") + line for line in wrapped], console)
+            under = [
+                Text.assemble((f"{_label(self.columns[i].header)}: ", "dim"), row[i])
+                for i in below
+                if row[i].plain.strip() not in ("", "-")
+            ]
+            if under:
+                wrapped = (
+                    Text("   ")
+                    .join(under)
+                    .wrap(console, max(options.max_width - 4, TEXT_MIN), overflow="fold")
+                )
+                for line in wrapped:
+                    line.rstrip()
+                yield from _lines([Text("    ") + line for line in wrapped], console)
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         naturals = self._naturals(self._cells(console))
         gaps = GAP * (len(naturals) - 1)
         keys = sum(n for n, column in zip(naturals, self.columns, strict=True) if column.key)
         return Measurement(keys + gaps, sum(naturals) + gaps)
+
+
+def _label(header: str) -> str:
+    """`ERROR` -> `error`, `LAST TASK` -> `last task`; a header that is a value (a time) stays."""
+    return header.lower() if header.replace(" ", "").isalpha() else header
 
 
 def _as_text(console: Console, cell: RenderableType) -> Text:
