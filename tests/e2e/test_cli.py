@@ -283,6 +283,7 @@ def test_a_rack_whose_task_fails_counts_as_failed_and_run_show_names_it(server: 
     header = next(i for i, line in enumerate(shown) if line.startswith("RACK"))
     assert shown[header].split()[:4] == ["RACK", "OUTCOME", "TASK", "STATUS"]
     assert shown[header + 1].split()[:4] == ["cli-fail", "submitted", task_id, "FAILED"]
+    assert f"simulated failure: '{FAILING}'" in shown[header + 1]  # the task's message is its error
 
 
 def test_an_operation_budget_from_the_command_line(server: ServerProcess) -> None:

@@ -884,12 +884,14 @@ def test_run_show_of_a_halted_run_keeps_rack_outcome_task_and_status(
             outcome="submitted",
             task_id=pb.UUID(id=RUN_ID),
             task_status=pb.TASK_STATUS_FAILED,
-            error=LONG_ERROR,
         )
     )
     fake.answers["get_run"] = halted
+    failed_task = pb.Task(id=pb.UUID(id=RUN_ID), status=pb.TASK_STATUS_FAILED, message=LONG_ERROR)
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[failed_task])
     result = run_at(width, "run", "show", TASK_ID)
     assert result.exit_code == 0, result.output
+    assert fake.called("get_tasks") == [(([RUN_ID],), {})]  # the failed task's message is its ERROR
     lines = result.output.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("RACK"))
     assert lines[header].split()[:4] == ["RACK", "OUTCOME", "TASK", "STATUS"]

@@ -146,9 +146,29 @@ def progress_text(run: pb.TaskScheduleRun) -> str:
     return ", ".join(parts)
 
 
-def run_view(run: pb.TaskScheduleRun, racks: dict[str, str], schedule: str) -> RenderableType:
+# A rack whose task ended so failed in its run, as the rollout's progress counts it.
+FAILED_TASKS = (pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED)
+
+
+def failed(outcome: pb.ScopeOutcome) -> bool:
+    """The rack failed in this run: its task could not be submitted, or it failed or was terminated."""
+    return outcome.outcome == "failed" or outcome.task_status in FAILED_TASKS
+
+
+def failed_task_messages(session: Session, run: pb.TaskScheduleRun) -> dict[str, str]:
+    """Why the run's failed tasks failed (their messages, by task id), in one call; the run's outcomes
+    carry only the errors of submissions."""
+    ids = [o.task_id.id for o in run.outcomes if o.task_id.id and o.task_status in FAILED_TASKS]
+    if not ids:
+        return {}
+    return {t.id.id: t.message for t in session.client.get_tasks(ids).tasks}
+
+
+def run_view(
+    run: pb.TaskScheduleRun, racks: dict[str, str], schedule: str, messages: dict[str, str]
+) -> RenderableType:
     """A run of the schedule named `schedule`: its state and reason, the rollout's progress bar and
-    counters, and each rack's scope."""
+    counters, and each rack's scope (the error of a failed task from `messages`)."""
     head = details(
         [
             ("run", run.id.id),
@@ -173,7 +193,7 @@ def run_view(run: pb.TaskScheduleRun, racks: dict[str, str], schedule: str) -> R
             o.outcome,
             o.task_id.id or "-",
             styled_status(o.task_status) if o.task_status else "-",
-            o.error,
+            o.error or messages.get(o.task_id.id, ""),
         )
     return Stack(*parts, "", scopes)
 
@@ -209,24 +229,28 @@ def show(ctx: click.Context, run_id: str, watch: bool, interval: int) -> None:
     current = session.client.get_run(run_id)
     racks = rack_names(session) if session.for_people else {}
     schedule = schedule_name(session, current.schedule_id.id) if session.for_people else ""
+
+    def view(r: pb.TaskScheduleRun) -> RenderableType:
+        return run_view(r, racks, schedule, failed_task_messages(session, r))
+
     if not watch:
-        session.emit(current, lambda: run_view(current, racks, schedule))
+        session.emit(current, lambda: view(current))
         return
 
     def done(r: pb.TaskScheduleRun) -> bool:
         return _finished(r) or r.state == "halted"  # a halted run waits for a person
 
     if session.for_people and session.console.is_terminal:
-        with Live(run_view(current, racks, schedule), console=session.console, refresh_per_second=4) as live:
+        with Live(view(current), console=session.console, refresh_per_second=4) as live:
             while not done(current):
                 session.sleep(interval)
                 current = session.client.get_run(run_id)
-                live.update(run_view(current, racks, schedule))
+                live.update(view(current))
     else:  # a pipe, a file or -o json|yaml: no animation, just the run as it ended
         while not done(current):
             session.sleep(interval)
             current = session.client.get_run(run_id)
-        session.emit(current, lambda: run_view(current, racks, schedule))
+        session.emit(current, lambda: view(current))
     ctx.exit(0 if current.state == "completed" else 1)
 
 
@@ -263,4 +287,4 @@ def _act(ctx: click.Context, call: Callable[[Session], pb.TaskScheduleRun]) -> N
     found = call(session)
     racks = rack_names(session) if session.for_people else {}
     schedule = schedule_name(session, found.schedule_id.id) if session.for_people else ""
-    session.emit(found, lambda: run_view(found, racks, schedule))
+    session.emit(found, lambda: run_view(found, racks, schedule, failed_task_messages(session, found)))

@@ -31,7 +31,7 @@ from rackflow.cli.output import (
     zone_of,
     zoned_text,
 )
-from rackflow.cli.rollouts import policy_from, policy_text, progress_text, rollout_options
+from rackflow.cli.rollouts import failed, policy_from, policy_text, progress_text, rollout_options
 from rackflow.cli.targets import checked, parse_seconds, parse_time, parse_zone, target_options, valid
 from rackflow.cli.tasks import submitted_view
 from rackflow.client import OPERATION_RPCS, Operation, Spec, Targets, operation_name, with_targets
@@ -527,15 +527,6 @@ def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing
             cells = ["; ".join(f"{text}: {', '.join(names)}" for text, names in by_decision.items())]
         result.add_row(utc_text(moment), zoned_text(moment, zone), *cells)
     return result
-
-
-# A rack whose task ended so counts as failed, as the rollout's progress counts it.
-_FAILED_TASKS = (pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED)
-
-
-def failed(outcome: pb.ScopeOutcome) -> bool:
-    """The rack failed in this run: its task could not be submitted, or it failed or was terminated."""
-    return outcome.outcome == "failed" or outcome.task_status in _FAILED_TASKS
 
 
 def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Listing:
