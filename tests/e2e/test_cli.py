@@ -277,6 +277,7 @@ def test_a_rack_whose_task_fails_counts_as_failed_and_run_show_names_it(server: 
     assert lines[1].split()[:6] == ["RUN", "FIRED", "STATE", "TASKS", "FAILED", "SKIPPED"]
     run_id, *_ = lines[2].split()
     assert lines[2].split()[3:8] == ["(manual)", "completed", "1", "1", "0"]
+    assert "simulated failure" in lines[2]  # the failed task's message
 
     shown = rackflow(server, "run", "show", run_id).stdout.splitlines()
     assert ["schedule", "fails"] in [line.split() for line in shown]

@@ -343,36 +343,43 @@ def test_schedule_runs_counts_a_rack_whose_task_failed_as_failed(
     fake: FakeClient, run: Callable[..., Result]
 ) -> None:
     """A rack whose task was submitted and then failed (or was terminated) failed in that run: FAILED
-    counted only failed submissions and read 0 while a rack's task failed every run."""
-    outcomes = [
-        pb.ScopeOutcome(outcome="submitted", task_status=pb.TASK_STATUS_FAILED),
-        pb.ScopeOutcome(outcome="submitted", task_status=pb.TASK_STATUS_TERMINATED),
-        pb.ScopeOutcome(outcome="submitted", task_status=pb.TASK_STATUS_RUNNING),
+    counted only failed submissions and read 0 while a rack's task failed every run. ERROR is then the
+    first failed task's message, looked up for every listed run in one call."""
+
+    def a_run(run_id: str, *statuses: pb.TaskStatus.ValueType) -> pb.TaskScheduleRun:
+        outcomes = [
+            pb.ScopeOutcome(outcome="submitted", task_id=pb.UUID(id=f"{run_id}-{n}"), task_status=status)
+            for n, status in enumerate(statuses)
+        ]
+        return pb.TaskScheduleRun(
+            id=pb.UUID(id=run_id),
+            fired_at=stamp(NOW),
+            trigger="dispatch",
+            state="completed",
+            outcomes=outcomes,
+        )
+
+    runs = [
+        a_run("r1", pb.TASK_STATUS_COMPLETED, pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED),
+        a_run("r2", pb.TASK_STATUS_FAILED),
+        a_run("r3", pb.TASK_STATUS_COMPLETED),
     ]
-    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(
-        runs=[
-            pb.TaskScheduleRun(
-                id=pb.UUID(id=RUN_ID),
-                fired_at=stamp(NOW),
-                trigger="dispatch",
-                state="running",
-                outcomes=outcomes,
-            )
-        ],
-        total=1,
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=runs, total=3)
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(
+        tasks=[
+            pb.Task(id=pb.UUID(id="r1-1"), message="BMC timeout"),
+            pb.Task(id=pb.UUID(id="r2-0"), message="PSU"),
+        ]
     )
     result = run("schedule", "runs", "nightly")
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[2].split() == [
-        RUN_ID,
-        "2026-12-01",
-        "06:48Z",
-        "running",
-        "3",
-        "2",
-        "0",
-        "-",
+    rows = [line.split() for line in result.output.splitlines()[2:]]
+    assert [row[4:] for row in rows] == [
+        ["3", "2", "0", "-", "BMC", "timeout"],
+        ["1", "1", "0", "-", "PSU"],
+        ["1", "0", "0", "-"],
     ]
+    assert fake.called("get_tasks") == [((["r1-1", "r2-0"],), {})]
 
 
 def test_schedule_create_sends_the_rollout_policy(fake: FakeClient, run: Callable[..., Result]) -> None:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -155,13 +155,16 @@ def failed(outcome: pb.ScopeOutcome) -> bool:
     return outcome.outcome == "failed" or outcome.task_status in FAILED_TASKS
 
 
-def failed_task_messages(session: Session, run: pb.TaskScheduleRun) -> dict[str, str]:
-    """Why the run's failed tasks failed (their messages, by task id), in one call; the run's outcomes
-    carry only the errors of submissions."""
-    ids = [o.task_id.id for o in run.outcomes if o.task_id.id and o.task_status in FAILED_TASKS]
-    if not ids:
+def failed_task_ids(run: pb.TaskScheduleRun) -> list[str]:
+    return [o.task_id.id for o in run.outcomes if o.task_id.id and o.task_status in FAILED_TASKS]
+
+
+def task_messages(session: Session, task_ids: Sequence[str]) -> dict[str, str]:
+    """Why these (failed) tasks failed, by task id, in one call: a run's outcomes carry only the errors
+    of submissions, the task its own message."""
+    if not task_ids:
         return {}
-    return {t.id.id: t.message for t in session.client.get_tasks(ids).tasks}
+    return {t.id.id: t.message for t in session.client.get_tasks(task_ids).tasks}
 
 
 def run_view(
@@ -231,7 +234,7 @@ def show(ctx: click.Context, run_id: str, watch: bool, interval: int) -> None:
     schedule = schedule_name(session, current.schedule_id.id) if session.for_people else ""
 
     def view(r: pb.TaskScheduleRun) -> RenderableType:
-        return run_view(r, racks, schedule, failed_task_messages(session, r))
+        return run_view(r, racks, schedule, task_messages(session, failed_task_ids(r)))
 
     if not watch:
         session.emit(current, lambda: view(current))
@@ -287,4 +290,6 @@ def _act(ctx: click.Context, call: Callable[[Session], pb.TaskScheduleRun]) -> N
     found = call(session)
     racks = rack_names(session) if session.for_people else {}
     schedule = schedule_name(session, found.schedule_id.id) if session.for_people else ""
-    session.emit(found, lambda: run_view(found, racks, schedule, failed_task_messages(session, found)))
+    session.emit(
+        found, lambda: run_view(found, racks, schedule, task_messages(session, failed_task_ids(found)))
+    )

@@ -31,7 +31,15 @@ from rackflow.cli.output import (
     zone_of,
     zoned_text,
 )
-from rackflow.cli.rollouts import failed, policy_from, policy_text, progress_text, rollout_options
+from rackflow.cli.rollouts import (
+    failed,
+    failed_task_ids,
+    policy_from,
+    policy_text,
+    progress_text,
+    rollout_options,
+    task_messages,
+)
 from rackflow.cli.targets import checked, parse_seconds, parse_time, parse_zone, target_options, valid
 from rackflow.cli.tasks import submitted_view
 from rackflow.client import OPERATION_RPCS, Operation, Spec, Targets, operation_name, with_targets
@@ -529,9 +537,10 @@ def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing
     return result
 
 
-def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Listing:
+def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str]) -> Listing:
     """One run a row: TASKS the racks it submitted a task to, FAILED the racks whose submission or task
-    failed, SKIPPED the racks it left alone (overlap or window)."""
+    failed, SKIPPED the racks it left alone (overlap or window); ERROR why it halted, or the first failed
+    submission's error, or the first failed task's message (`messages`, by task id)."""
     columns = (
         "RUN",
         "FIRED",
@@ -545,7 +554,8 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Listing:
     result = table(*columns, title=f"{len(found.runs)} of {found.total} runs")
     for run in found.runs:
         fired = utc_text(when(run.fired_at)) + (f" ({run.trigger})" if run.trigger != "dispatch" else "")
-        error = run.reason or next((o.error for o in run.outcomes if o.error), "")
+        failed_tasks = (messages.get(task_id, "") for task_id in failed_task_ids(run))
+        error = run.reason or next((o.error for o in run.outcomes if o.error), "") or next(failed_tasks, "")
         result.add_row(
             run.id.id,
             fired,
@@ -575,7 +585,12 @@ def runs(ctx: click.Context, schedule_ref: str, limit: int) -> None:
     """
     session = pass_session(ctx)
     found = session.client.list_runs(schedule_ref, limit=limit)
-    session.emit(found, lambda: runs_table(found))
+
+    def view() -> Listing:
+        first_failed = [ids[0] for ids in map(failed_task_ids, found.runs) if ids]
+        return runs_table(found, task_messages(session, first_failed))
+
+    session.emit(found, view)
 
 
 @schedule.command()
