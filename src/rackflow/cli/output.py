@@ -20,7 +20,6 @@ import yaml
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
-from rich.measure import Measurement
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
@@ -226,12 +225,6 @@ class Listing:
                 for line in wrapped:
                     line.rstrip()
                 yield from _lines([Text("    ") + line for line in wrapped], console)
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        naturals = self._naturals(self._cells(console))
-        gaps = GAP * (len(naturals) - 1)
-        keys = sum(n for n, column in zip(naturals, self.columns, strict=True) if column.key)
-        return Measurement(keys + gaps, sum(naturals) + gaps)
 
 
 def _label(header: str) -> str:
