@@ -8,6 +8,8 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console
 
+from rackflow.cli.audit import audit_table
+from rackflow.cli.budgets import budgets_table
 from rackflow.cli.output import (
     Listing,
     free_text,
@@ -20,6 +22,9 @@ from rackflow.cli.output import (
     when,
     zoned_text,
 )
+from rackflow.cli.racks import components_table
+from rackflow.cli.tasks import tasks_table
+from rackflow.cli.windows import windows_table
 from rackflow.v1 import flow_pb2 as pb
 
 NOW = datetime(2026, 12, 1, 6, 48, tzinfo=UTC)
@@ -182,3 +187,51 @@ def test_a_cell_of_nothing_is_not_repeated_under_the_row() -> None:
 def test_a_row_must_fill_every_column() -> None:
     with pytest.raises(ValueError, match="a row of 1 cells in a table of 2 columns"):
         table("A", "B").add_row("x")
+
+
+def _every_table() -> dict[str, Listing]:
+    """Each list table of the CLI with long free text beside full ids and times."""
+    at = stamp(datetime(2026, 12, 1, 10, 0, 17, tzinfo=UTC))
+    task = pb.Task(
+        id=pb.UUID(id=ID),
+        operation="upgrade_firmware",
+        rack_id=pb.UUID(id="r"),
+        status=pb.TASK_STATUS_FAILED,
+        message=LONG,
+        created_at=at,
+        finished_at=at,
+    )
+    event = pb.AuditEvent(
+        at=at, principal="oncall", method="UpdateTaskSchedule", outcome="INVALID_ARGUMENT", error=LONG
+    )
+    event.target_ids.add(id=ID)
+    window = pb.MaintenanceWindow(
+        name="launch", kind=pb.WINDOW_KIND_FREEZE, reason=LONG, operations=["power_on", "upgrade_firmware"]
+    )
+    window.one_off.start.CopyFrom(at)
+    window.one_off.end.CopyFrom(at)
+    budget = pb.OperationBudget(name="fw", operations=["upgrade_firmware", "power_reset"], max_running=8)
+    component = pb.Component(
+        id=pb.UUID(id=ID), name="compute-0", external_id="SN-77-A", firmware_version="2.1.7-hotfix3"
+    )
+    return {
+        "tasks": tasks_table([task], {"r": "rack-01"}),
+        "audit": audit_table([event], "1 of 1 events"),
+        "windows": windows_table([window]),
+        "budgets": budgets_table([budget]),
+        "components": components_table([component]),
+    }
+
+
+@pytest.mark.parametrize("width", [100, 140, 200])
+@pytest.mark.parametrize("name", ["tasks", "audit", "windows", "budgets", "components"])
+def test_every_list_shows_each_key_value_whole(name: str, width: int) -> None:
+    listing = _every_table()[name]
+    lines = rendered(listing, width)
+    assert all(len(line) <= width for line in lines), lines
+    console = Console()
+    for row in listing.rows:
+        for column, cell in zip(listing.columns, row, strict=True):
+            if column.key:
+                value = console.render_str(cell).plain if isinstance(cell, str) else str(cell)
+                assert any(value in line for line in lines), (column.header, value, lines)
