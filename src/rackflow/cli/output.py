@@ -236,7 +236,7 @@ def _as_text(console: Console, cell: RenderableType) -> Text:
     if isinstance(cell, Text):
         return cell
     if isinstance(cell, str):
-        return console.render_str(cell)
+        return console.render_str(cell, highlight=False)  # as rich tables: no colours guessed in values
     raise TypeError(f"a table cell is text, not {type(cell).__name__}")
 
 
