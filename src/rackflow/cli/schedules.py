@@ -579,6 +579,9 @@ def runs(ctx: click.Context, schedule_ref: str, limit: int) -> None:
     """Show a schedule's recent firings and what each did per scope (a rollout: its progress; follow
     one with `rackflow run show RUN_ID --watch`).
 
+    TASKS counts the racks a task was submitted to, FAILED the racks whose submission or task failed
+    (or was terminated), SKIPPED the racks left alone (overlap or window); ERROR says why.
+
     \b
     Example:
       rackflow schedule runs nightly-reset -o json
