@@ -22,11 +22,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_cli")]  # one work
 
 FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 CLI_TIMEOUT_S = 60
+FAILING = "cli-fail-c0"
 
 
 @pytest.fixture(scope="module")
 def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = start_server(served_db_url, tmp_path_factory.mktemp("cli"))
+    # A component with this external id fails every step (the FAILED count of `schedule runs`).
+    proc = start_server(served_db_url, tmp_path_factory.mktemp("cli"), env={"RACKFLOW_SIM_FAIL_IDS": FAILING})
     yield proc
     assert proc.stop() == 0, proc.output
 
@@ -96,7 +98,7 @@ def test_import_schedule_trigger_runs_tasks(server: ServerProcess) -> None:
 
     watched = rackflow(server, "task", "watch", task_ids[0], "--interval", "1")
     assert "COMPLETED" in watched.stdout
-    finished = rackflow_json(server, "task", "get", *task_ids)
+    finished = rackflow_json(server, "task", "get", *task_ids)  # `get`: the former `show`, still taken
     assert {t["status"] for t in finished["tasks"]} <= {"TASK_STATUS_COMPLETED", "TASK_STATUS_RUNNING",
                                                          "TASK_STATUS_PENDING"}  # fmt: skip
 
@@ -161,7 +163,7 @@ def test_a_firmware_schedule_shows_its_version_and_is_checked_with_it(server: Se
 
 
 def test_errors_are_one_line_with_the_grpc_code(server: ServerProcess) -> None:
-    missing = rackflow(server, "schedule", "get", "no-such-schedule", expect=1)
+    missing = rackflow(server, "schedule", "show", "no-such-schedule", expect=1)
     assert missing.stderr == "error: NOT_FOUND: schedule 'no-such-schedule' not found\n"
     bad_cron = rackflow(
         server,
@@ -242,7 +244,7 @@ def test_a_rollout_from_the_command_line(server: ServerProcess) -> None:
     )  # fmt: skip
     assert created["rollout"]["max_concurrent_racks"] == 1
     assert created["rollout"]["halt_after_failure_percent"] == 34
-    shown = rackflow(server, "schedule", "get", "fw-ro").stdout
+    shown = rackflow(server, "schedule", "show", "fw-ro").stdout
     assert "max 1, 1 canary, halt after 34%, pause on halt" in shown
     bad = rackflow(server, "schedule", "update", "fw-ro", "--bake", "0s", expect=1)
     assert "INVALID_ARGUMENT" in bad.stderr and "schedule.rollout.bake_time" in bad.stderr
@@ -258,6 +260,31 @@ def test_a_rollout_from_the_command_line(server: ServerProcess) -> None:
     assert "FAILED_PRECONDITION" in refused.stderr and "only a rolling or halted rollout" in refused.stderr
     runs_table = rackflow(server, "schedule", "runs", "fw-ro").stdout
     assert "3/3 ok" in runs_table
+
+
+def test_a_rack_whose_task_fails_counts_as_failed_and_run_show_names_it(server: ServerProcess) -> None:
+    """The task fails after it was submitted: `schedule runs` counts it in FAILED (it read 0), and the
+    piped tables keep every key column whole beside the long error."""
+    rackflow(server, "rack", "create", "cli-fail", "--component", f"COMPUTE:c0:{FAILING}")
+    rackflow(
+        server, "schedule", "create", "fails", "--interval", "24h", "--op", "power-on", "--rack", "cli-fail"
+    )
+    (task_id,) = (t["id"] for t in rackflow_json(server, "schedule", "trigger", "fails")["task_ids"])
+
+    deadline = time.monotonic() + 60
+    while (lines := rackflow(server, "schedule", "runs", "fails").stdout.splitlines())[2].split()[6] != "1":
+        assert time.monotonic() < deadline, lines  # the task has not failed yet
+    assert lines[1].split()[:6] == ["RUN", "FIRED", "STATE", "TASKS", "FAILED", "SKIPPED"]
+    run_id, *_ = lines[2].split()
+    assert lines[2].split()[3:8] == ["(manual)", "completed", "1", "1", "0"]
+    assert "simulated failure" in lines[2]  # the failed task's message
+
+    shown = rackflow(server, "run", "show", run_id).stdout.splitlines()
+    assert ["schedule", "fails"] in [line.split() for line in shown]
+    header = next(i for i, line in enumerate(shown) if line.startswith("RACK"))
+    assert shown[header].split()[:4] == ["RACK", "OUTCOME", "TASK", "STATUS"]
+    assert shown[header + 1].split()[:4] == ["cli-fail", "submitted", task_id, "FAILED"]
+    assert f"simulated failure: '{FAILING}'" in shown[header + 1]  # the task's message is its error
 
 
 def test_an_operation_budget_from_the_command_line(server: ServerProcess) -> None:

@@ -101,6 +101,21 @@ def run(fake: FakeClient) -> Callable[..., Result]:
     return invoke
 
 
+@pytest.fixture
+def run_at(fake: FakeClient) -> Callable[..., Result]:
+    """`run`, printing to a pipe of this many columns (None: a pipe as the CLI sees it, 200)."""
+
+    def invoke(width: int | None, *args: str) -> Result:
+        console = Console(width=width, force_terminal=False) if width else Session().console
+        session = Session(connect=lambda _server: fake, clock=FakeClock(NOW), console=console)  # type: ignore[arg-type,return-value]
+        return CliRunner().invoke(main, list(args), obj=session)
+
+    return invoke
+
+
+WIDTHS = [100, 140, 200, None]
+
+
 def test_task_command_sends_the_operation_and_targets(fake: FakeClient, run: Callable[..., Result]) -> None:
     result = run(
         "task",
@@ -292,28 +307,79 @@ def test_schedule_preview_prints_utc_and_the_zone(fake: FakeClient, run: Callabl
     assert "2026-12-01 10:00Z  2026-12-01 02:00 PST (10:00Z)  in 3h 12m" in result.output
 
 
+RUN_ID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+
+
 def test_schedule_runs_summarises_outcomes(fake: FakeClient, run: Callable[..., Result]) -> None:
-    outcomes = [pb.ScopeOutcome(outcome="submitted"), pb.ScopeOutcome(outcome="failed", error="rack busy")]
+    outcomes = [
+        pb.ScopeOutcome(outcome="submitted", task_status=pb.TASK_STATUS_COMPLETED),
+        pb.ScopeOutcome(outcome="failed", error="rack busy"),
+        pb.ScopeOutcome(outcome="skipped_window"),
+        pb.ScopeOutcome(outcome="skipped_overlap"),
+    ]
     fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(
         runs=[
-            pb.TaskScheduleRun(fired_at=stamp(NOW), trigger="manual", state="completed", outcomes=outcomes)
+            pb.TaskScheduleRun(
+                id=pb.UUID(id=RUN_ID),
+                fired_at=stamp(NOW),
+                trigger="manual",
+                state="completed",
+                outcomes=outcomes,
+            )
         ],
         total=1,
     )
     result = run("schedule", "runs", "nightly")
     assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1].split() == [
+        "RUN", "FIRED", "STATE", "TASKS", "FAILED", "SKIPPED", "ROLLOUT", "ERROR"
+    ]  # fmt: skip
     assert result.output.splitlines()[2].split() == [
-        "2026-12-01",
-        "06:48Z",
-        "manual",
-        "completed",
-        "1",
-        "0",
-        "1",
-        "-",
-        "rack",
-        "busy",
+        RUN_ID, "2026-12-01", "06:48Z", "(manual)", "completed", "1", "1", "2", "-", "rack", "busy"
+    ]  # fmt: skip
+
+
+def test_schedule_runs_counts_a_rack_whose_task_failed_as_failed(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """A rack whose task was submitted and then failed (or was terminated) failed in that run: FAILED
+    counted only failed submissions and read 0 while a rack's task failed every run. ERROR is then the
+    first failed task's message, looked up for every listed run in one call."""
+
+    def a_run(run_id: str, *statuses: pb.TaskStatus.ValueType) -> pb.TaskScheduleRun:
+        outcomes = [
+            pb.ScopeOutcome(outcome="submitted", task_id=pb.UUID(id=f"{run_id}-{n}"), task_status=status)
+            for n, status in enumerate(statuses)
+        ]
+        return pb.TaskScheduleRun(
+            id=pb.UUID(id=run_id),
+            fired_at=stamp(NOW),
+            trigger="dispatch",
+            state="completed",
+            outcomes=outcomes,
+        )
+
+    runs = [
+        a_run("r1", pb.TASK_STATUS_COMPLETED, pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED),
+        a_run("r2", pb.TASK_STATUS_FAILED),
+        a_run("r3", pb.TASK_STATUS_COMPLETED),
     ]
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=runs, total=3)
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(
+        tasks=[
+            pb.Task(id=pb.UUID(id="r1-1"), message="BMC timeout"),
+            pb.Task(id=pb.UUID(id="r2-0"), message="PSU"),
+        ]
+    )
+    result = run("schedule", "runs", "nightly")
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines()[2:]]
+    assert [row[4:] for row in rows] == [
+        ["3", "2", "0", "-", "BMC", "timeout"],
+        ["1", "1", "0", "-", "PSU"],
+        ["1", "0", "0", "-"],
+    ]
+    assert fake.called("get_tasks") == [((["r1-1", "r2-0"],), {})]
 
 
 def test_schedule_create_sends_the_rollout_policy(fake: FakeClient, run: Callable[..., Result]) -> None:
@@ -537,20 +603,20 @@ def test_inventory_export_round_trips_through_import(fake: FakeClient, run: Call
 
 
 ISSUE_8_COMMANDS = {
-    *(f"rack {c}" for c in ("create", "get", "list", "delete", "add-components", "remove-component")),
+    *(f"rack {c}" for c in ("create", "show", "list", "delete", "add-components", "remove-component")),
     "domain create",
     "domain list",
     *(
         f"task {c}"
         for c in (
             "power-on", "power-off", "power-reset", "bring-up", "ingest", "upgrade-firmware",
-            "list", "get", "cancel", "watch",
+            "list", "show", "cancel", "watch",
         )
     ),
     *(
         f"schedule {c}"
         for c in (
-            "create", "get", "list", "update", "pause", "resume", "delete", "trigger", "preview", "runs",
+            "create", "show", "list", "update", "pause", "resume", "delete", "trigger", "preview", "runs",
             "conflicts",
         )
     ),
@@ -577,6 +643,31 @@ def test_every_command_help_has_an_example(run: Callable[..., Result]) -> None:
         result = run(*path, "--help")
         assert result.exit_code == 0, path
         assert "Example:" in result.output, f"rackflow {' '.join(path)} --help has no example"
+
+
+SHOWN_BY_GROUP = {
+    "rack": "rack-01", "task": TASK_ID, "schedule": "nightly", "window": "w", "budget": "b", "run": TASK_ID
+}  # fmt: skip
+
+
+def test_every_group_shows_one_object_with_show_and_still_takes_get(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """`show` is the verb everywhere (budgets and runs had it; racks, tasks, windows and schedules said
+    `get`, which still works but is no longer listed)."""
+    fake.answers["get_rack"] = pb.Rack(id=pb.UUID(id=RACK_ID), name="rack-01")
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[a_task(pb.TASK_STATUS_RUNNING)])
+    fake.answers["get_window"] = pb.MaintenanceWindow(name="w")
+    fake.answers["get_budget"] = pb.OperationBudget(name="b")
+    fake.answers["get_run"] = pb.TaskScheduleRun(id=pb.UUID(id=TASK_ID))
+    groups = {name for name, command in main.commands.items() if "show" in getattr(command, "commands", {})}
+    assert groups == set(SHOWN_BY_GROUP)
+    for group, ref in SHOWN_BY_GROUP.items():
+        help_text = run(group, "--help").output
+        assert " show " in help_text and " get " not in help_text, group
+        shown = run(group, "show", ref, "-o", "json")
+        assert shown.exit_code == 0, (group, shown.output)
+        assert run(group, "get", ref, "-o", "json").output == shown.output
 
 
 def test_task_watch_on_a_terminal_uses_a_live_display(fake: FakeClient) -> None:
@@ -746,3 +837,122 @@ def test_a_task_a_budget_holds_shows_why(fake: FakeClient, run: Callable[..., Re
         result = run(*args)
         assert result.exit_code == 0, result.output
         assert "waits for budget 'fw' (8 of 8 running)" in " ".join(result.output.split()), result.output
+
+
+# --- the key columns at 100-200 columns and in a pipe (issue 25) ---------------------------------
+
+LONG_ERROR = (
+    "submit power_reset on rack-07: BMC 10.0.0.7 refused the connection after 3 attempts (connection "
+    "reset by peer); the last answer was 503 Service Unavailable from the Redfish service root"
+)
+FIRED = "2026-12-01 06:48:17Z"
+
+
+def _columns(output: str, line: int) -> list[str]:
+    return output.splitlines()[line].split()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_schedule_runs_keeps_id_time_and_counts_whole_beside_a_long_error(
+    fake: FakeClient, run_at: Callable[..., Result], width: int | None
+) -> None:
+    outcomes = [pb.ScopeOutcome(outcome="failed", error=LONG_ERROR), pb.ScopeOutcome(outcome="submitted")]
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(
+        runs=[
+            pb.TaskScheduleRun(
+                id=pb.UUID(id=RUN_ID),
+                fired_at=stamp(NOW + timedelta(seconds=17)),
+                trigger="dispatch",
+                state="completed",
+                outcomes=outcomes,
+            )
+        ],
+        total=1,
+    )
+    result = run_at(width, "schedule", "runs", "nightly")
+    assert result.exit_code == 0, result.output
+    assert _columns(result.output, 1)[:6] == ["RUN", "FIRED", "STATE", "TASKS", "FAILED", "SKIPPED"]
+    assert _columns(result.output, 2)[:7] == [RUN_ID, *FIRED.split(), "completed", "1", "1", "0"]
+    assert all(len(line) <= (width or 200) for line in result.output.splitlines())
+    assert " ".join(LONG_ERROR.split()) in " ".join(" ".join(result.output.splitlines()[2:]).split()) or (
+        set(LONG_ERROR.split()) <= set(result.output.split())
+    )
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_run_show_of_a_halted_run_keeps_rack_outcome_task_and_status(
+    fake: FakeClient, run_at: Callable[..., Result], width: int | None
+) -> None:
+    halted = _a_rollout_run("halted", 0)
+    halted.schedule_id.id = a_schedule().id.id
+    halted.outcomes.append(
+        pb.ScopeOutcome(
+            rack_id=pb.UUID(id=RACK_ID),
+            outcome="submitted",
+            task_id=pb.UUID(id=RUN_ID),
+            task_status=pb.TASK_STATUS_FAILED,
+        )
+    )
+    fake.answers["get_run"] = halted
+    failed_task = pb.Task(id=pb.UUID(id=RUN_ID), status=pb.TASK_STATUS_FAILED, message=LONG_ERROR)
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[failed_task])
+    result = run_at(width, "run", "show", TASK_ID)
+    assert result.exit_code == 0, result.output
+    assert fake.called("get_tasks") == [(([RUN_ID],), {})]  # the failed task's message is its ERROR
+    lines = result.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("RACK"))
+    assert lines[header].split()[:4] == ["RACK", "OUTCOME", "TASK", "STATUS"]
+    assert lines[header + 1].split() == ["rack-01", "(canary)", "submitted", TASK_ID, "RUNNING"]
+    assert lines[header + 2].split()[:4] == ["rack-01", "submitted", RUN_ID, "FAILED"]
+    assert set(LONG_ERROR.split()) <= set(" ".join(lines[header:]).split())
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_schedule_list_keeps_name_state_and_times(
+    fake: FakeClient, run_at: Callable[..., Result], width: int | None
+) -> None:
+    listed = a_schedule("nightly-reset-nvl-a")
+    listed.summary = "Upgrade Firmware to 2.1.7-hotfix3 (COMPUTE, NVSWITCH)"
+    listed.last_run_at.CopyFrom(stamp(datetime(2026, 11, 30, 10, 0, tzinfo=UTC)))  # a firing: a whole minute
+    fake.answers["list_schedules"] = pb.ListTaskSchedulesResponse(task_schedules=[listed], total=1)
+    result = run_at(width, "schedule", "list")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert {"NAME", "STATE", "OVERLAP", "NEXT", "LAST"} <= set(lines[1].split())
+    for value in (
+        "nightly-reset-nvl-a",
+        "enabled",
+        "2026-12-01 02:00 PST (10:00Z), in 3h 12m",
+        "2026-11-30 10:00Z",
+    ):
+        assert value in lines[2], (value, lines[2])
+    assert "Upgrade Firmware" in result.output
+
+
+def test_run_and_task_show_name_their_schedule(fake: FakeClient, run: Callable[..., Result]) -> None:
+    """The schedule by its name, not its UUID (`-o json` keeps the id for scripts)."""
+    fired = _a_rollout_run("rolling", 1)
+    fired.schedule_id.id = a_schedule().id.id
+    fake.answers["get_run"] = fired
+    submitted = a_task(pb.TASK_STATUS_RUNNING)
+    submitted.schedule_id.id = a_schedule().id.id
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[submitted])
+    for args in (("run", "show", TASK_ID), ("task", "show", TASK_ID)):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        [row] = [line.split() for line in result.output.splitlines() if line.startswith("schedule")]
+        assert row == ["schedule", "nightly"]
+    assert [args for args, _ in fake.called("get_schedule")] == [(a_schedule().id.id,)] * 2
+    as_json = json.loads(run("run", "show", TASK_ID, "-o", "json").output)
+    assert as_json["schedule_id"] == {"id": a_schedule().id.id}
+    assert len(fake.called("get_schedule")) == 2  # no look-up for scripts
+
+
+def test_a_deleted_schedule_is_named_by_its_id(fake: FakeClient, run: Callable[..., Result]) -> None:
+    submitted = a_task(pb.TASK_STATUS_COMPLETED)
+    submitted.schedule_id.id = a_schedule().id.id
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[submitted])
+    fake.answers["get_schedule"] = RackflowClientError(grpc.StatusCode.NOT_FOUND, "schedule not found")
+    result = run("task", "show", TASK_ID)
+    assert result.exit_code == 0, result.output
+    assert f"schedule     {a_schedule().id.id}" in result.output

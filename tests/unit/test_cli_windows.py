@@ -189,12 +189,49 @@ def test_schedule_preview_of_a_schedule_is_a_table_of_decisions(
     assert result.exit_code == 0, result.output
     assert fake.called("preview_schedule") == [(("nightly",), {"count": 3, "after": None})]
     header, row = result.output.splitlines()[0:2]
-    assert header.split()[-4:] == ["rack-01", "rack-02", "rack-03", "rack-04"]
-    assert "fire" in row and "skip (launch)" in row and "defer → 2026-12-06 00:00Z" in row
+    assert header.split() == [
+        "FIRES",
+        "(UTC)",
+        "America/Los_Angeles",
+        "rack-01",
+        "rack-02",
+        "rack-03",
+        "rack-04",
+    ]
+    assert row.startswith("2026-12-05 21:00Z  2026-12-05 13:00 PST (21:00Z)  fire ")  # the schedule's zone
+    assert "skip (launch)" in row and "defer → 2026-12-05 16:00 PST (00:00Z)" in row
     assert "skip (still running)" in row
+    berlin = run("schedule", "preview", "nightly", "-n", "3", "--tz", "Europe/Berlin")
+    assert berlin.exit_code == 0, berlin.output
+    header, row = berlin.output.splitlines()[0:2]
+    assert header.split()[:3] == ["FIRES", "(UTC)", "Europe/Berlin"]
+    assert row.startswith("2026-12-05 21:00Z  2026-12-05 22:00 CET (21:00Z)  fire ")
+    assert "defer → 2026-12-06 01:00 CET (00:00Z)" in row
+    bad = run("schedule", "preview", "nightly", "--tz", "Europe/Berln")
+    assert bad.exit_code == 2 and "--tz" in bad.output and "Europe/Berln" in bad.output
     usage = run("schedule", "preview", "nightly", "--cron", "0 2 * * *")
     assert usage.exit_code == 2 and "not both" in usage.output
     assert run("schedule", "preview").exit_code == 2
+
+
+def test_schedule_preview_of_many_racks_lists_them_by_decision_in_the_zone_asked(
+    fake: FakeClient,  # noqa: F811
+    run: Callable[..., Result],  # noqa: F811
+) -> None:
+    """More racks than fit as columns: a row per firing still, in UTC and in --tz, racks by decision."""
+    at = stamp(datetime(2026, 12, 5, 21, tzinfo=UTC))
+    racks = [_decision(f"rack-{i:02}", "fire") for i in range(1, 9)]
+    racks[6] = _decision("rack-07", "skip_window", window_name="launch")
+    fake.answers["preview_schedule"] = pb.PreviewTaskScheduleResponse(
+        firings=[pb.PreviewFiring(at=at, scopes=racks)]
+    )
+    result = run("schedule", "preview", "nightly", "--tz", "Asia/Tokyo")
+    assert result.exit_code == 0, result.output
+    assert fake.called("get_schedule") == []  # --tz given: the schedule's zone is not needed
+    header, row = result.output.splitlines()[0:2]
+    assert header.split() == ["FIRES", "(UTC)", "Asia/Tokyo", "RACKS"]
+    assert row.startswith("2026-12-05 21:00Z  2026-12-06 06:00 JST (21:00Z)  fire: rack-01, rack-02")
+    assert "skip (launch): rack-07" in " ".join(result.output.split())
 
 
 def test_task_commands_can_ignore_windows(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811
@@ -202,3 +239,13 @@ def test_task_commands_can_ignore_windows(fake: FakeClient, run: Callable[..., R
     [(args, _)] = fake.called("submit")
     assert args[0].ignore_windows
     assert args[0].to_proto().power_on.queue_options.ignore_windows
+
+
+def test_window_preview_refuses_a_zone_it_cannot_show(
+    fake: FakeClient,  # noqa: F811
+    run: Callable[..., Result],  # noqa: F811
+) -> None:
+    """A zone only used for display never reaches the server, so the CLI checks it (it showed UTC)."""
+    bad = run("window", "preview", "rack-01", "--tz", "Mars/Olympus_Mons")
+    assert bad.exit_code == 2 and "--tz" in bad.output and "not in the IANA tz database" in bad.output
+    assert fake.called("preview_windows") == []

@@ -14,7 +14,7 @@ from tests.unit.test_cli_commands import a_task, stamp
 
 def _text(task: pb.Task) -> str:
     screen = io.StringIO()
-    Console(file=screen, width=160).print(task_view(task, {}))
+    Console(file=screen, width=160).print(task_view(task, {}, ""))
     return screen.getvalue()
 
 

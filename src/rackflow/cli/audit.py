@@ -7,9 +7,8 @@ from datetime import datetime, timedelta
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
-from rackflow.cli.output import Command, pass_session, table, utc_text, when
+from rackflow.cli.output import Command, Listing, free_text, pass_session, table, utc_text, when
 from rackflow.cli.targets import parse_seconds, parse_time
 from rackflow.v1 import flow_pb2 as pb
 
@@ -36,8 +35,8 @@ def _targets_text(event: pb.AuditEvent) -> str:
     return f"{ids[0]} (+{len(ids) - 1})"
 
 
-def audit_table(events: Sequence[pb.AuditEvent], title: str) -> Table:
-    result = table("TIME", "PRINCIPAL", "METHOD", "OUTCOME", "TARGETS", "ERROR", title=title)
+def audit_table(events: Sequence[pb.AuditEvent], title: str) -> Listing:
+    result = table("TIME", "PRINCIPAL", "METHOD", "OUTCOME", "TARGETS", free_text("ERROR"), title=title)
     for e in events:
         outcome = e.outcome if e.outcome == "OK" else f"[red]{e.outcome}[/]"
         result.add_row(

@@ -8,7 +8,18 @@ import click
 from google.protobuf.empty_pb2 import Empty
 from rich.table import Table
 
-from rackflow.cli.output import Group, Session, details, operation_label, pass_session, table, utc_text, when
+from rackflow.cli.output import (
+    Group,
+    Listing,
+    Session,
+    details,
+    free_text,
+    operation_label,
+    pass_session,
+    table,
+    utc_text,
+    when,
+)
 from rackflow.client import OPERATION_RPCS
 from rackflow.v1 import flow_pb2 as pb
 
@@ -30,8 +41,10 @@ def _ops(b: pb.OperationBudget) -> str:
     return ", ".join(operation_label(o) for o in b.operations)
 
 
-def budgets_table(budgets: Sequence[pb.OperationBudget]) -> Table:
-    result = table("NAME", "OPERATIONS", "MAX RUNNING", "PER DOMAIN", title=f"{len(budgets)} budgets")
+def budgets_table(budgets: Sequence[pb.OperationBudget]) -> Listing:
+    result = table(
+        "NAME", free_text("OPERATIONS"), "MAX RUNNING", "PER DOMAIN", title=f"{len(budgets)} budgets"
+    )
     for b in budgets:
         result.add_row(b.name, _ops(b), str(b.max_running), _per_domain(b))
     return result

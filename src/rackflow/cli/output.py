@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 import yaml
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.table import Table
+from rich.text import Text
 
 from rackflow.api.convert import message_json
 from rackflow.client import DEFAULT_TARGET, RackflowClient
@@ -68,11 +70,11 @@ class Session:
             click.echo(json.dumps(to_dict(message), indent=2))
         elif self.output == "yaml":
             click.echo(yaml.safe_dump(to_dict(message), sort_keys=False), nl=False)
-        elif self.console.is_terminal:
-            self.console.print(view())
+        elif self.console.is_terminal:  # uncropped: a table's ids stay whole even wider than the console
+            self.console.print(view(), crop=False)
         else:  # a pipe or a file: no padding at line ends, so `grep`/`awk`/diffs see clean lines
             with self.console.capture() as captured:
-                self.console.print(view())
+                self.console.print(view(), crop=False)
             click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
@@ -110,6 +112,16 @@ class Group(click.Group):
     command_class = Command
     group_class = type
 
+    # Former names still accepted but not listed: each group shows one object with `show`, as budgets and
+    # runs always did (`get` was the word of racks, tasks, windows and schedules).
+    ALIASES: ClassVar[dict[str, str]] = {"get": "show"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is None and cmd_name in self.ALIASES:
+            return super().get_command(ctx, self.ALIASES[cmd_name])
+        return found
+
 
 def to_dict(message: Message | dict[str, Any]) -> dict[str, Any]:
     if isinstance(message, dict):
@@ -117,12 +129,157 @@ def to_dict(message: Message | dict[str, Any]) -> dict[str, Any]:
     return message_json(message)
 
 
-def table(*columns: str, title: str | None = None) -> Table:
-    """An aligned, borderless table in the style of kubectl."""
-    result = Table(box=None, title=title, title_justify="left", header_style="bold", pad_edge=False)
-    for column in columns:
-        result.add_column(column, no_wrap=column.isupper())
+# Between two columns of a table.
+GAP = 2
+# A free-text column that would get fewer cells than this (and than its text needs) moves under its rows.
+TEXT_MIN = 16
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of `table`. A key column (an id, name, time, state or count) is always shown whole, on one
+    line, at any width; a free-text column (an error, message or description) gives way first."""
+
+    header: str
+    key: bool = True
+
+
+def free_text(header: str) -> Column:
+    return Column(header, key=False)
+
+
+class Listing:
+    """An aligned, borderless table in the style of kubectl that never hides the column a row is known by.
+
+    Rich's own table shrinks every column alike when the console is narrow, so a long error squeezed the
+    run id and the time to `6f1c2d3e-4b5…` and dropped whole columns. Here the key columns take the width
+    their values need; the free-text columns share what is left and wrap in it. A free-text column that
+    would get less than `TEXT_MIN` cells moves under each row (`error: …`, on one indented line with the
+    others moved, wrapped), and so, when the key columns alone are too wide, do key columns from the right:
+    a value is moved, never cut or dropped.
+    """
+
+    def __init__(self, columns: Sequence[Column], title: str | None = None) -> None:
+        self.columns = list(columns)
+        self.title = title
+        self.rows: list[list[RenderableType]] = []
+
+    def add_row(self, *cells: RenderableType) -> None:
+        if len(cells) != len(self.columns):
+            raise ValueError(f"a row of {len(cells)} cells in a table of {len(self.columns)} columns")
+        self.rows.append(list(cells))
+
+    def _cells(self, console: Console) -> list[list[Text]]:
+        return [[_as_text(console, cell) for cell in row] for row in self.rows]
+
+    def _naturals(self, cells: list[list[Text]]) -> list[int]:
+        return [
+            max([len(column.header), *(_text_width(row[index]) for row in cells)])
+            for index, column in enumerate(self.columns)
+        ]
+
+    def _fit(self, naturals: list[int], width: int) -> tuple[dict[int, int], list[int]]:
+        """The width of each column shown in line, and the columns moved under the rows: free text first
+        (widest first), then key columns from the right; never the first column, which names the row."""
+        inline = list(range(len(self.columns)))
+        while True:
+            text = [i for i in inline if not self.columns[i].key]
+            keys = sum(naturals[i] for i in inline if self.columns[i].key)
+            room = width - keys - GAP * (len(inline) - 1)
+            shares = _share(room, {i: naturals[i] for i in text})
+            if room >= 0 and all(shares[i] >= min(naturals[i], TEXT_MIN) for i in text):
+                break
+            if text:
+                inline.remove(max(text, key=lambda i: naturals[i]))
+            elif len(inline) > 1:
+                inline.pop()
+            else:
+                break
+        below = [i for i in range(len(self.columns)) if i not in inline]
+        return {i: shares.get(i, naturals[i]) for i in inline}, below
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        cells = self._cells(console)
+        widths, below = self._fit(self._naturals(cells), options.max_width)
+        if self.title:
+            yield from _lines([Text(self.title, style="table.title")], console)
+        header = [Text(self.columns[i].header, style="bold") for i in widths]
+        yield from _lines(_join([[h] for h in header], list(widths.values())), console)
+        for row in cells:
+            parts = [
+                list(row[i].split("\n") if self.columns[i].key else row[i].wrap(console, w, overflow="fold"))
+                for i, w in widths.items()
+            ]
+            yield from _lines(_join(parts, list(widths.values())), console)
+            under = [
+                Text.assemble((f"{_label(self.columns[i].header)}: ", "dim"), row[i])
+                for i in below
+                if row[i].plain.strip() not in ("", "-")
+            ]
+            if under:
+                wrapped = (
+                    Text("   ")
+                    .join(under)
+                    .wrap(console, max(options.max_width - 4, TEXT_MIN), overflow="fold")
+                )
+                for line in wrapped:
+                    line.rstrip()
+                yield from _lines([Text("    ") + line for line in wrapped], console)
+
+
+def _label(header: str) -> str:
+    """`ERROR` -> `error`, `LAST TASK` -> `last task`; a header that is a value (a time) stays."""
+    return header.lower() if header.replace(" ", "").isalpha() else header
+
+
+def _as_text(console: Console, cell: RenderableType) -> Text:
+    if isinstance(cell, Text):
+        return cell
+    if isinstance(cell, str):
+        return console.render_str(cell, highlight=False)  # as rich tables: no colours guessed in values
+    raise TypeError(f"a table cell is text, not {type(cell).__name__}")
+
+
+def _text_width(text: Text) -> int:
+    return max((line.cell_len for line in text.split("\n")), default=0)
+
+
+def _share(room: int, naturals: dict[int, int]) -> dict[int, int]:
+    """`room` cells shared among columns wanting `naturals`: none gets more than it needs, and what one
+    does not need goes to the others (narrowest first)."""
+    shares = {}
+    left = room
+    for done, (index, natural) in enumerate(sorted(naturals.items(), key=lambda item: item[1])):
+        shares[index] = min(natural, left // (len(naturals) - done))
+        left -= shares[index]
+    return shares
+
+
+def _join(parts: Sequence[Sequence[Text]], widths: list[int]) -> list[Text]:
+    """Cells of one row (each a list of lines) side by side, padded to their widths."""
+    height = max(len(lines) for lines in parts)
+    result = []
+    for number in range(height):
+        line = Text()
+        for index, (lines, width) in enumerate(zip(parts, widths, strict=True)):
+            piece = lines[number].copy() if number < len(lines) else Text()
+            if index < len(parts) - 1:
+                piece.pad_right(width - piece.cell_len + GAP)
+            line.append_text(piece)
+        line.rstrip()
+        result.append(line)
     return result
+
+
+def _lines(lines: Iterable[Text], console: Console) -> RenderResult:
+    for line in lines:
+        yield from line.render(console)
+        yield Segment.line()
+
+
+def table(*columns: str | Column, title: str | None = None) -> Listing:
+    """A `Listing`; a column given by its header alone is a key column."""
+    return Listing([c if isinstance(c, Column) else Column(c) for c in columns], title)
 
 
 def details(rows: Iterable[tuple[str, RenderableType]]) -> Table:

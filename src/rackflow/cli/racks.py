@@ -12,13 +12,14 @@ import click
 import yaml
 from google.protobuf.empty_pb2 import Empty
 from rich.console import Group as Stack
-from rich.table import Table
 
 from rackflow.cli.output import (
     Group,
+    Listing,
     Session,
     component_type_name,
     details,
+    free_text,
     pass_session,
     table,
     utc_text,
@@ -66,7 +67,7 @@ def _domain_names(session: Session) -> dict[str, str]:
     return {d.id.id: d.name for d in session.client.list_domains().domains}
 
 
-def components_table(components: list[pb.Component]) -> Table:
+def components_table(components: list[pb.Component]) -> Listing:
     view = table("NAME", "TYPE", "ID", "EXTERNAL ID", "FIRMWARE", "POWER")
     for c in sorted(components, key=lambda c: (component_type_name(c.type), c.name)):
         view.add_row(
@@ -126,12 +127,12 @@ def create(
 @rack.command()
 @click.argument("rack_ref", metavar="NAME_OR_ID")
 @click.pass_context
-def get(ctx: click.Context, rack_ref: str) -> None:
+def show(ctx: click.Context, rack_ref: str) -> None:
     """Show a rack and its components.
 
     \b
     Example:
-      rackflow rack get rack-01 -o yaml
+      rackflow rack show rack-01 -o yaml
     """
     session = pass_session(ctx)
     found = session.client.get_rack(rack_ref)
@@ -153,11 +154,10 @@ def list_racks(ctx: click.Context, domain: str, limit: int, offset: int) -> None
     session = pass_session(ctx)
     found = session.client.list_racks(domain=domain, offset=offset, limit=limit)
 
-    def view() -> Table:
+    def view() -> Listing:
         domains = _domain_names(session)
-        result = table(
-            "NAME", "ID", "EXTERNAL ID", "DOMAIN", "COMPONENTS", "CREATED", title=f"{found.total} racks"
-        )
+        columns = ("NAME", "ID", "EXTERNAL ID", "DOMAIN", free_text("COMPONENTS"), "CREATED")
+        result = table(*columns, title=f"{found.total} racks")
         for r in found.racks:
             domain_name = domains.get(r.nvl_domain_id.id, "-")
             created = utc_text(when(r.created_at))
@@ -239,9 +239,9 @@ def create_domain(ctx: click.Context, name: str, racks: tuple[str, ...]) -> None
     session.emit(created, lambda: domains_table([created], session))
 
 
-def domains_table(domains: list[pb.NVLDomain], session: Session) -> Table:
+def domains_table(domains: list[pb.NVLDomain], session: Session) -> Listing:
     names = {r.id.id: r.name for r in session.client.list_racks().racks}
-    result = table("NAME", "ID", "RACKS")
+    result = table("NAME", "ID", free_text("RACKS"))
     for d in domains:
         result.add_row(d.name, d.id.id, ", ".join(names.get(r.id, r.id) for r in d.rack_ids) or "-")
     return result

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -14,9 +14,19 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 
 from rackflow.api.convert.schedules import rollout_from
-from rackflow.cli.output import Group, Session, details, pass_session, styled_status, table, utc_text, when
+from rackflow.cli.output import (
+    Group,
+    Session,
+    details,
+    free_text,
+    pass_session,
+    styled_status,
+    table,
+    utc_text,
+    when,
+)
 from rackflow.cli.targets import checked, poll_interval_option
-from rackflow.cli.tasks import rack_names
+from rackflow.cli.tasks import rack_names, schedule_name
 from rackflow.v1 import flow_pb2 as pb
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -136,12 +146,36 @@ def progress_text(run: pb.TaskScheduleRun) -> str:
     return ", ".join(parts)
 
 
-def run_view(run: pb.TaskScheduleRun, racks: dict[str, str]) -> RenderableType:
-    """A run: its state and reason, the rollout's progress bar and counters, and each rack's scope."""
+# A rack whose task ended so failed in its run, as the rollout's progress counts it.
+FAILED_TASKS = (pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED)
+
+
+def failed(outcome: pb.ScopeOutcome) -> bool:
+    """The rack failed in this run: its task could not be submitted, or it failed or was terminated."""
+    return outcome.outcome == "failed" or outcome.task_status in FAILED_TASKS
+
+
+def failed_task_ids(run: pb.TaskScheduleRun) -> list[str]:
+    return [o.task_id.id for o in run.outcomes if o.task_id.id and o.task_status in FAILED_TASKS]
+
+
+def task_messages(session: Session, task_ids: Sequence[str]) -> dict[str, str]:
+    """Why these (failed) tasks failed, by task id, in one call: a run's outcomes carry only the errors
+    of submissions, the task its own message."""
+    if not task_ids:
+        return {}
+    return {t.id.id: t.message for t in session.client.get_tasks(task_ids).tasks}
+
+
+def run_view(
+    run: pb.TaskScheduleRun, racks: dict[str, str], schedule: str, messages: dict[str, str]
+) -> RenderableType:
+    """A run of the schedule named `schedule`: its state and reason, the rollout's progress bar and
+    counters, and each rack's scope (the error of a failed task from `messages`)."""
     head = details(
         [
             ("run", run.id.id),
-            ("schedule", run.schedule_id.id),
+            ("schedule", schedule or "-"),
             ("fired", f"{utc_text(when(run.fired_at))} ({run.trigger})"),
             ("state", run.state),
             *((("reason", run.reason),) if run.reason else ()),
@@ -154,7 +188,7 @@ def run_view(run: pb.TaskScheduleRun, racks: dict[str, str]) -> RenderableType:
         p = run.progress
         ended = p.succeeded + p.failed + p.not_started + p.skipped
         parts += ["", ProgressBar(total=p.total, completed=ended, width=60)]
-    scopes = table("RACK", "OUTCOME", "TASK", "STATUS", "ERROR")
+    scopes = table("RACK", "OUTCOME", "TASK", "STATUS", free_text("ERROR"))
     for o in run.outcomes:
         rack = racks.get(o.rack_id.id, o.rack_id.id)
         scopes.add_row(
@@ -162,7 +196,7 @@ def run_view(run: pb.TaskScheduleRun, racks: dict[str, str]) -> RenderableType:
             o.outcome,
             o.task_id.id or "-",
             styled_status(o.task_status) if o.task_status else "-",
-            o.error,
+            o.error or messages.get(o.task_id.id, ""),
         )
     return Stack(*parts, "", scopes)
 
@@ -197,24 +231,29 @@ def show(ctx: click.Context, run_id: str, watch: bool, interval: int) -> None:
     session = pass_session(ctx)
     current = session.client.get_run(run_id)
     racks = rack_names(session) if session.for_people else {}
+    schedule = schedule_name(session, current.schedule_id.id) if session.for_people else ""
+
+    def view(r: pb.TaskScheduleRun) -> RenderableType:
+        return run_view(r, racks, schedule, task_messages(session, failed_task_ids(r)))
+
     if not watch:
-        session.emit(current, lambda: run_view(current, racks))
+        session.emit(current, lambda: view(current))
         return
 
     def done(r: pb.TaskScheduleRun) -> bool:
         return _finished(r) or r.state == "halted"  # a halted run waits for a person
 
     if session.for_people and session.console.is_terminal:
-        with Live(run_view(current, racks), console=session.console, refresh_per_second=4) as live:
+        with Live(view(current), console=session.console, refresh_per_second=4) as live:
             while not done(current):
                 session.sleep(interval)
                 current = session.client.get_run(run_id)
-                live.update(run_view(current, racks))
+                live.update(view(current))
     else:  # a pipe, a file or -o json|yaml: no animation, just the run as it ended
         while not done(current):
             session.sleep(interval)
             current = session.client.get_run(run_id)
-        session.emit(current, lambda: run_view(current, racks))
+        session.emit(current, lambda: view(current))
     ctx.exit(0 if current.state == "completed" else 1)
 
 
@@ -250,4 +289,7 @@ def _act(ctx: click.Context, call: Callable[[Session], pb.TaskScheduleRun]) -> N
     session = pass_session(ctx)
     found = call(session)
     racks = rack_names(session) if session.for_people else {}
-    session.emit(found, lambda: run_view(found, racks))
+    schedule = schedule_name(session, found.schedule_id.id) if session.for_people else ""
+    session.emit(
+        found, lambda: run_view(found, racks, schedule, task_messages(session, failed_task_ids(found)))
+    )

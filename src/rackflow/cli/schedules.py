@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -14,9 +13,11 @@ from rich.table import Table
 
 from rackflow.cli.output import (
     Group,
+    Listing,
     Session,
     component_type_name,
     details,
+    free_text,
     operation_label,
     overlap_name,
     pass_session,
@@ -30,8 +31,16 @@ from rackflow.cli.output import (
     zone_of,
     zoned_text,
 )
-from rackflow.cli.rollouts import policy_from, policy_text, progress_text, rollout_options
-from rackflow.cli.targets import checked, parse_seconds, parse_time, target_options, valid
+from rackflow.cli.rollouts import (
+    failed,
+    failed_task_ids,
+    policy_from,
+    policy_text,
+    progress_text,
+    rollout_options,
+    task_messages,
+)
+from rackflow.cli.targets import checked, parse_seconds, parse_time, parse_zone, target_options, valid
 from rackflow.cli.tasks import submitted_view
 from rackflow.client import OPERATION_RPCS, Operation, Spec, Targets, operation_name, with_targets
 from rackflow.v1 import flow_pb2 as pb
@@ -57,7 +66,9 @@ def spec_options(*, required: bool) -> Callable[[F], F]:
         click.option(
             "--tz",
             metavar="ZONE",
-            help="IANA zone cron is read in and times are shown in (default UTC).",
+            callback=checked(parse_zone),
+            help="IANA zone cron is read in and times are shown in (default UTC; previewing a schedule: "
+            "the schedule's zone).",
         ),
         click.option("--at", metavar="TIME", help="Once, at an RFC 3339 time (2026-06-01T04:00:00Z)."),
     ]
@@ -113,9 +124,11 @@ def _pause_rows(s: pb.TaskSchedule, now: datetime) -> list[tuple[str, str]]:
 
 def schedules_table(
     schedules: Sequence[pb.TaskSchedule], session: Session, title: str | None = None
-) -> Table:
+) -> Listing:
     now = session.clock.now()
-    result = table("NAME", "OPERATION", "SPEC", "STATE", "OVERLAP", "NEXT", "LAST", title=title)
+    result = table(
+        "NAME", free_text("OPERATION"), free_text("SPEC"), "STATE", "OVERLAP", "NEXT", "LAST", title=title
+    )
     for s in schedules:
         result.add_row(
             s.name,
@@ -240,12 +253,12 @@ def create(
 @schedule.command()
 @_name_or_id
 @click.pass_context
-def get(ctx: click.Context, schedule_ref: str) -> None:
+def show(ctx: click.Context, schedule_ref: str) -> None:
     """Show a schedule, its next firing in UTC and in its own zone.
 
     \b
     Example:
-      rackflow schedule get nightly-reset -o yaml
+      rackflow schedule show nightly-reset -o yaml
     """
     _show(ctx, lambda session: session.client.get_schedule(schedule_ref))
 
@@ -366,7 +379,7 @@ def update(
 
 @schedule.command()
 @_name_or_id
-@click.option("--reason", default="", help="Why, for the next operator (shown by `schedule get`).")
+@click.option("--reason", default="", help="Why, for the next operator (shown by `schedule show`).")
 @click.option("--until", callback=checked(parse_time), help="Resume by itself at this RFC 3339 time.")
 @click.option("--for", "for_", callback=checked(parse_seconds), help="Resume by itself after this long (2h).")
 @click.pass_context
@@ -456,25 +469,28 @@ def preview(
 ) -> None:
     """Show when a spec would fire, in UTC and in its zone, before creating a schedule; or, for an existing
     schedule, what each of its next firings will do on each rack (fire, skip for a window, defer to an
-    opening, or paused), decided as the dispatcher decides.
+    opening, or paused), decided as the dispatcher decides, in UTC and in the schedule's zone (or --tz).
 
     \b
     Example:
       rackflow schedule preview --cron "0 2 * * *" --tz America/Los_Angeles -n 5
-      rackflow schedule preview nightly-reset -n 14
+      rackflow schedule preview nightly-reset -n 14 --tz Europe/Berlin
     """
     session = pass_session(ctx)
     if schedule_ref is not None:
         if spec is not None:
             raise click.UsageError("give a schedule or a spec (--interval, --cron, --at), not both")
         planned = session.client.preview_schedule(schedule_ref, count=count, after=after)
-        session.emit(planned, lambda: planned_table(planned, tz or "UTC"))
+        if session.for_people and tz is None:
+            tz = session.client.get_schedule(schedule_ref).spec.timezone
+        zone = tz or "UTC"
+        session.emit(planned, lambda: planned_table(planned, zone))
         return
     if spec is None:
         raise click.UsageError("give a schedule, or when it fires: --interval, --cron or --at")
     found = session.client.preview(spec, count=count, after=after)
 
-    def view() -> Table:
+    def view() -> Listing:
         now = session.clock.now()
         zone = tz or "UTC"
         result = table("#", "UTC", zone_of(zone).key, "WHEN")
@@ -486,7 +502,7 @@ def preview(
     session.emit(found, view)
 
 
-def _decision_text(decision: pb.ScopeDecision) -> str:
+def _decision_text(decision: pb.ScopeDecision, zone: str) -> str:
     if decision.decision == "fire":
         return "[green]fire[/]"
     if decision.decision == "skip_overlap":
@@ -494,49 +510,61 @@ def _decision_text(decision: pb.ScopeDecision) -> str:
     if decision.decision == "skip_window":
         return f"[yellow]skip[/] ({decision.window_name})"
     if decision.decision == "defer":
-        return f"defer → {utc_text(when(decision.until))}"
+        return f"defer → {zoned_text(when(decision.until), zone)}"
     until = when(decision.until)
-    return f"[dim]paused{f' until {utc_text(until)}' if until else ''}[/]"
+    return f"[dim]paused{f' until {zoned_text(until, zone)}' if until else ''}[/]"
 
 
-# Up to this many racks are columns (fire times as rows); more, and the table turns: racks as rows.
+# Up to this many racks are columns, one decision a cell; more, and each firing lists its racks by decision.
 PREVIEW_COLUMNS = 6
 
 
-def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Table:
-    """Fire times as rows and racks as columns, or the reverse when there are many racks."""
+def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing:
+    """A row per firing, in UTC and in `zone` (decision times too): a column per rack, or, for many racks,
+    the racks grouped by what the firing does to them."""
     racks = list(dict.fromkeys(d.rack_name for f in planned.firings for d in f.scopes))
-    cells = {
-        (f.at.ToDatetime(tzinfo=UTC), d.rack_name): _decision_text(d)
-        for f in planned.firings
-        for d in f.scopes
-    }
-    times = [f.at.ToDatetime(tzinfo=UTC) for f in planned.firings]
-    if len(racks) <= PREVIEW_COLUMNS:
-        result = table("FIRES (UTC)", zone_of(zone).key, *racks)
-        for moment in times:
-            result.add_row(
-                utc_text(moment), zoned_text(moment, zone), *(cells.get((moment, r), "-") for r in racks)
-            )
-        return result
-    result = table("RACK", *(utc_text(moment) for moment in times))
-    for rack in racks:
-        result.add_row(rack, *(cells.get((moment, rack), "-") for moment in times))
+    few = len(racks) <= PREVIEW_COLUMNS
+    result = table("FIRES (UTC)", zone_of(zone).key, *(racks if few else [free_text("RACKS")]))
+    for firing in planned.firings:
+        moment = firing.at.ToDatetime(tzinfo=UTC)
+        decided = {d.rack_name: _decision_text(d, zone) for d in firing.scopes}
+        if few:
+            cells = [decided.get(rack, "-") for rack in racks]
+        else:
+            by_decision: dict[str, list[str]] = {}
+            for rack, text in decided.items():
+                by_decision.setdefault(text, []).append(rack)
+            cells = ["; ".join(f"{text}: {', '.join(names)}" for text, names in by_decision.items())]
+        result.add_row(utc_text(moment), zoned_text(moment, zone), *cells)
     return result
 
 
-def runs_table(found: pb.ListTaskScheduleRunsResponse) -> Table:
-    columns = ("RUN", "FIRED", "TRIGGER", "STATE", "SUBMITTED", "SKIPPED", "FAILED", "ROLLOUT", "ERROR")
+def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str]) -> Listing:
+    """One run a row: TASKS the racks it submitted a task to, FAILED the racks whose submission or task
+    failed, SKIPPED the racks it left alone (overlap or window); ERROR why it halted, or the first failed
+    submission's error, or the first failed task's message (`messages`, by task id)."""
+    columns = (
+        "RUN",
+        "FIRED",
+        "STATE",
+        "TASKS",
+        "FAILED",
+        "SKIPPED",
+        free_text("ROLLOUT"),
+        free_text("ERROR"),
+    )
     result = table(*columns, title=f"{len(found.runs)} of {found.total} runs")
     for run in found.runs:
-        counts = Counter(o.outcome for o in run.outcomes)
-        error = run.reason or next((o.error for o in run.outcomes if o.error), "")
+        fired = utc_text(when(run.fired_at)) + (f" ({run.trigger})" if run.trigger != "dispatch" else "")
+        failed_tasks = (messages.get(task_id, "") for task_id in failed_task_ids(run))
+        error = run.reason or next((o.error for o in run.outcomes if o.error), "") or next(failed_tasks, "")
         result.add_row(
             run.id.id,
-            utc_text(when(run.fired_at)),
-            run.trigger,
+            fired,
             run.state,
-            *(str(counts[kind]) for kind in ("submitted", "skipped_overlap", "failed")),
+            str(sum(o.outcome == "submitted" for o in run.outcomes)),
+            str(sum(failed(o) for o in run.outcomes)),
+            str(sum(o.outcome.startswith("skipped") for o in run.outcomes)),
             progress_text(run) or "-",
             error,
         )
@@ -553,13 +581,21 @@ def runs(ctx: click.Context, schedule_ref: str, limit: int) -> None:
     """Show a schedule's recent firings and what each did per scope (a rollout: its progress; follow
     one with `rackflow run show RUN_ID --watch`).
 
+    TASKS counts the racks a task was submitted to, FAILED the racks whose submission or task failed
+    (or was terminated), SKIPPED the racks left alone (overlap or window); ERROR says why.
+
     \b
     Example:
       rackflow schedule runs nightly-reset -o json
     """
     session = pass_session(ctx)
     found = session.client.list_runs(schedule_ref, limit=limit)
-    session.emit(found, lambda: runs_table(found))
+
+    def view() -> Listing:
+        first_failed = [ids[0] for ids in map(failed_task_ids, found.runs) if ids]
+        return runs_table(found, task_messages(session, first_failed))
+
+    session.emit(found, view)
 
 
 @schedule.command()
@@ -605,7 +641,7 @@ def conflicts(
         raise click.UsageError("give NAME_OR_ID, or --op with targets")
     found = session.client.check_conflicts(proposal, exclude=exclude)
 
-    def view() -> Table | str:
+    def view() -> Listing | str:
         return schedules_table(found.conflicts, session, "conflicts") if found.conflicts else "no conflicts"
 
     session.emit(found, view)
@@ -628,7 +664,9 @@ def _filter_text(entry: pb.TaskScheduleScope) -> str:
     return "all"
 
 
-def scopes_view(scopes: Sequence[pb.TaskScheduleScope], session: Session, title: str | None = None) -> Table:
+def scopes_view(
+    scopes: Sequence[pb.TaskScheduleScope], session: Session, title: str | None = None
+) -> Listing:
     racks = {r.id.id: r.name for r in session.client.list_racks().racks}
     result = table("ID", "RACK", "COMPONENTS", "LAST TASK", "CREATED", title=title)
     for entry in scopes:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar, cast
 import click
 
 from rackflow.client import Operation, Targets, component_type
+from rackflow.timespec import resolve_zone
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,6 +36,12 @@ def parse_types(value: str) -> tuple[str, ...]:
     for name in names:
         component_type(name)
     return names
+
+
+def parse_zone(value: str) -> str:
+    """A tz database zone name, checked here: a zone only shown (previews) never reaches the server."""
+    resolve_zone(value)
+    return value
 
 
 def parse_time(value: str) -> datetime:

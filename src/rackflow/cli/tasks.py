@@ -15,8 +15,10 @@ from rich.table import Table
 
 from rackflow.cli.output import (
     Group,
+    Listing,
     Session,
     details,
+    free_text,
     operation_label,
     pass_session,
     relative_text,
@@ -49,8 +51,21 @@ def rack_names(session: Session) -> dict[str, str]:
     return {r.id.id: r.name for r in session.client.list_racks().racks}
 
 
-def tasks_table(tasks: Sequence[pb.Task], racks: dict[str, str], title: str | None = None) -> Table:
-    result = table("ID", "OPERATION", "RACK", "STATUS", "CREATED", "FINISHED", "MESSAGE", title=title)
+def schedule_name(session: Session, schedule_id: str) -> str:
+    """A schedule's name for people; its id when it is gone (deleted since), "" for no schedule."""
+    if not schedule_id:
+        return ""
+    try:
+        return session.client.get_schedule(schedule_id).name
+    except RackflowClientError as exc:
+        if exc.code != grpc.StatusCode.NOT_FOUND:
+            raise
+        return schedule_id
+
+
+def tasks_table(tasks: Sequence[pb.Task], racks: dict[str, str], title: str | None = None) -> Listing:
+    columns = ("ID", "OPERATION", "RACK", "STATUS", "CREATED", "FINISHED", free_text("MESSAGE"))
+    result = table(*columns, title=title)
     for t in tasks:
         result.add_row(
             t.id.id,
@@ -64,7 +79,8 @@ def tasks_table(tasks: Sequence[pb.Task], racks: dict[str, str], title: str | No
     return result
 
 
-def task_view(t: pb.Task, racks: dict[str, str]) -> Table:
+def task_view(t: pb.Task, racks: dict[str, str], schedule: str) -> Table:
+    """One task; `schedule` is the name of the schedule that submitted it (`schedule_name`)."""
     rows: list[tuple[str, RenderableType]] = [
         ("id", t.id.id),
         ("operation", operation_label(t.operation)),
@@ -80,7 +96,7 @@ def task_view(t: pb.Task, racks: dict[str, str]) -> Table:
     if t.status == pb.TASK_STATUS_WAITING:
         rows.append(("queue expires", utc_text(when(t.queue_expires_at))))
     if t.schedule_id.id:
-        rows.append(("schedule", t.schedule_id.id))
+        rows.append(("schedule", schedule))
     if t.held_by:
         since = utc_text(when(t.held_since))
         rows.append(("held by", f"{t.held_by} since {since}: {t.held_reason}"))
@@ -225,12 +241,12 @@ def list_tasks(
 @task.command()
 @click.argument("task_ids", nargs=-1, required=True, metavar="ID...")
 @click.pass_context
-def get(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
+def show(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
     """Show tasks by id.
 
     \b
     Example:
-      rackflow task get 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f
+      rackflow task show 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f
     """
     session = pass_session(ctx)
     found = session.client.get_tasks(task_ids)
@@ -238,9 +254,11 @@ def get(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
     if missing:
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"task {missing[0]!r} not found")
 
-    def view() -> Table:
+    def view() -> Listing | Table:
         racks = rack_names(session)
-        return task_view(found.tasks[0], racks) if len(found.tasks) == 1 else tasks_table(found.tasks, racks)
+        if len(found.tasks) == 1:
+            return task_view(found.tasks[0], racks, schedule_name(session, found.tasks[0].schedule_id.id))
+        return tasks_table(found.tasks, racks)
 
     session.emit(found, view)
 
@@ -257,10 +275,15 @@ def cancel(ctx: click.Context, task_id: str) -> None:
     """
     session = pass_session(ctx)
     response = session.client.cancel_task(task_id)
-    session.emit(response, lambda: task_view(response.task, rack_names(session)))
+    session.emit(
+        response,
+        lambda: task_view(
+            response.task, rack_names(session), schedule_name(session, response.task.schedule_id.id)
+        ),
+    )
 
 
-def watch_view(t: pb.Task, racks: dict[str, str], session: Session) -> RenderableType:
+def watch_view(t: pb.Task, racks: dict[str, str], schedule: str, session: Session) -> RenderableType:
     now = session.clock.now()
     started = when(t.started_at) or when(t.created_at)
     since = f"started {relative_text(started, now)}" if started else ""
@@ -269,7 +292,7 @@ def watch_view(t: pb.Task, racks: dict[str, str], session: Session) -> Renderabl
         headline = f"{styled_status(t.status)} {t.message}"
     else:
         headline = Spinner("dots", text=f"{status_name(t.status)} {since}  {t.message}")
-    return Stack(headline, "", task_view(t, racks))
+    return Stack(headline, "", task_view(t, racks, schedule))
 
 
 @task.command()
@@ -286,15 +309,18 @@ def watch(ctx: click.Context, task_id: str, interval: int) -> None:
     session = pass_session(ctx)
     current = session.client.get_task(task_id)
     racks = rack_names(session) if session.for_people else {}
+    schedule = schedule_name(session, current.schedule_id.id) if session.for_people else ""
     if session.for_people and session.console.is_terminal:
-        with Live(watch_view(current, racks, session), console=session.console, refresh_per_second=8) as live:
+        with Live(
+            watch_view(current, racks, schedule, session), console=session.console, refresh_per_second=8
+        ) as live:
             while current.status not in FINISHED:
                 session.sleep(interval)
                 current = session.client.get_task(task_id)
-                live.update(watch_view(current, racks, session))
+                live.update(watch_view(current, racks, schedule, session))
     else:  # a pipe, a file or -o json|yaml: no animation, just the finished task
         while current.status not in FINISHED:
             session.sleep(interval)
             current = session.client.get_task(task_id)
-        session.emit(current, lambda: watch_view(current, racks, session))
+        session.emit(current, lambda: watch_view(current, racks, schedule, session))
     ctx.exit(0 if current.status == pb.TASK_STATUS_COMPLETED else 1)

@@ -12,8 +12,10 @@ from rich.table import Table
 
 from rackflow.cli.output import (
     Group,
+    Listing,
     Session,
     details,
+    free_text,
     operation_label,
     pass_session,
     relative_text,
@@ -22,7 +24,7 @@ from rackflow.cli.output import (
     when,
     zoned_text,
 )
-from rackflow.cli.targets import checked, parse_time
+from rackflow.cli.targets import checked, parse_time, parse_zone
 from rackflow.client import OPERATION_RPCS, Recurrence, Span, Window, operation_name
 from rackflow.v1 import flow_pb2 as pb
 
@@ -57,8 +59,9 @@ def _ops_text(operations: Sequence[str]) -> str:
     return ", ".join(operation_label(o) for o in operations) if operations else "all"
 
 
-def windows_table(windows: Sequence[pb.MaintenanceWindow], title: str | None = None) -> Table:
-    result = table("NAME", "KIND", "WHEN", "COVERS", "OPERATIONS", "REASON", title=title)
+def windows_table(windows: Sequence[pb.MaintenanceWindow], title: str | None = None) -> Listing:
+    columns = ("NAME", "KIND", "WHEN", free_text("COVERS"), free_text("OPERATIONS"), free_text("REASON"))
+    result = table(*columns, title=title)
     for w in windows:
         kind = _kind_name(w.kind)
         styled = f"[red]{kind}[/]" if w.kind == pb.WINDOW_KIND_FREEZE else f"[green]{kind}[/]"
@@ -196,12 +199,12 @@ def create(
 @window.command()
 @_ref
 @click.pass_context
-def get(ctx: click.Context, window_ref: str) -> None:
+def show(ctx: click.Context, window_ref: str) -> None:
     """Show one window.
 
     \b
     Example:
-      rackflow window get sat-night -o yaml
+      rackflow window show sat-night -o yaml
     """
     session = pass_session(ctx)
     _show(session, session.client.get_window(window_ref))
@@ -302,7 +305,13 @@ def delete(ctx: click.Context, window_ref: str) -> None:
 @click.option(
     "--after", callback=checked(parse_time), metavar="TIME", help="Start after this time (default now)."
 )
-@click.option("--tz", default="UTC", metavar="ZONE", help="Also show the times in this zone.")
+@click.option(
+    "--tz",
+    default="UTC",
+    metavar="ZONE",
+    callback=checked(parse_zone),
+    help="Also show the times in this zone.",
+)
 @click.pass_context
 def preview(ctx: click.Context, rack: str, count: int, after: datetime | None, tz: str) -> None:
     """Show the next openings and closings of the windows covering a rack.
@@ -314,9 +323,9 @@ def preview(ctx: click.Context, rack: str, count: int, after: datetime | None, t
     session = pass_session(ctx)
     found = session.client.preview_windows(rack, count=count, after=after)
 
-    def view() -> Table:
+    def view() -> Listing:
         now = session.clock.now()
-        result = table("UTC", tz, "WHEN", "WINDOW", "KIND", "CHANGE", "OPERATIONS")
+        result = table("UTC", tz, "WHEN", "WINDOW", "KIND", "CHANGE", free_text("OPERATIONS"))
         for event in found.events:
             moment = event.at.ToDatetime(tzinfo=UTC)
             result.add_row(
