@@ -39,27 +39,30 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(database: Path) -> Iterator[ServerProcess]:
-    """Racks whose one-step tasks take 2 s; the first rack of each rollout fails."""
+    """Racks whose one-step tasks take 3 s (a resumed rollout of three racks rolls for 9 s: long enough to
+    be seen rolling on a busy machine); the first rack of each rollout fails."""
     started = start_server(
         f"sqlite:///{database}",
         database.parent,
         args=["--http-listen", "127.0.0.1:0"],
-        env={"RACKFLOW_SIM_STEP_SECONDS": "2", "RACKFLOW_SIM_FAIL_IDS": "a1-c0,b1-c0"},
+        env={"RACKFLOW_SIM_STEP_SECONDS": "3", "RACKFLOW_SIM_FAIL_IDS": "a1-c0,b1-c0"},
         name="console",
     )
     stub = started.stub()
-    create_racks(stub, ["p1", "p2", "a1", "a2", "a3", "b1", "b2", "q1", "q2"])
+    create_racks(stub, ["p1", "p2", "a1", "a2", "a3", "a4", "b1", "b2", "q1", "q2", "s1"])
     requests = [
         schedule_request("plain", ["p1", "p2"], spec_type=INTERVAL, spec="24h"),
+        schedule_request("states", ["s1"], spec_type=INTERVAL, spec="24h"),
         schedule_request("pause-me", ["q1"], spec_type=INTERVAL, spec="24h"),
         schedule_request("doomed", ["q2"], spec_type=INTERVAL, spec="24h"),
         schedule_request("berlin", ["q2"], spec_type=CRON, spec="0 2 * * *", timezone="Europe/Berlin"),
     ]
-    for name, racks in (("roll-a", ["a1", "a2", "a3"]), ("roll-b", ["b1", "b2"])):
+    for name, racks in (("roll-a", ["a1", "a2", "a3", "a4"]), ("roll-b", ["b1", "b2"])):
         request = schedule_request(name, racks, spec_type=INTERVAL, spec="24h")
         request.schedule.rollout.CopyFrom(pb.RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
         requests.append(request)
     create_schedules(stub, requests)
+    stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule_id(started, "states")))
     yield started
     assert started.stop() == 0, started.output
 
@@ -72,8 +75,12 @@ def schedule_id(server: ServerProcess, name: str) -> pb.UUID:
 
 def badge(driver: WebDriver, testid: str) -> tuple[str, str]:
     """A badge's label (its glyph left out) and its colour class."""
-    element = visible(driver, testid)
-    return read(driver, lambda d: (str(element.text)[1:].strip(), str(element.get_attribute("class"))))
+
+    def look(d: WebDriver) -> tuple[str, str]:
+        element = visible(d, testid)  # looked up again when a refresh swapped it
+        return str(element.text)[1:].strip(), str(element.get_attribute("class"))
+
+    return read(driver, look)
 
 
 def segments(driver: WebDriver) -> dict[str, int]:
@@ -138,21 +145,21 @@ def test_a_halted_rollouts_bar_resume_and_cancel_on_its_page(
     wait(driver, lambda d: h1(d).startswith("Rollout of"), "the rollout's page")
     wait(driver, lambda d: badge(d, "run-state")[0] == "halted", "the rollout to halt on a1's failure")
     assert badge(driver, "run-verdict") == ("halted", "badge st-fail")
-    # Not a full green bar: 1 failed and 2 never started, and the legend names "not started".
-    assert segments(driver) == {"failed": 1, "not_started": 2}
-    assert "not started 2" in text(driver, "bar-legend")
-    assert text(driver, "run-reason") == "rollout halted: 1 of 3 racks failed (limit 1)"
+    # Not a full green bar: 1 failed and 3 never started, and the legend names "not started".
+    assert segments(driver) == {"failed": 1, "not_started": 3}
+    assert "not started 3" in text(driver, "bar-legend")
+    assert text(driver, "run-reason") == "rollout halted: 1 of 4 racks failed (limit 1)"
     outcomes = read(
         driver, lambda d: sorted(str(r.get_attribute("data-outcome")) for r in by_testid(d, "run-rack"))
     )
-    assert outcomes == ["not_started", "not_started", "submitted"]
+    assert outcomes == ["not_started", "not_started", "not_started", "submitted"]
 
     assert confirm(driver, "action-resume-run") == "Resume this rollout?"
     wait(driver, lambda d: badge(d, "run-state")[0] == "rolling", "the resumed rollout to roll")
     assert badge(driver, "run-verdict")[0] == "rolling"  # its failure before the resume does not mark it
     wait(driver, lambda d: badge(d, "run-state")[0] == "completed", "the rollout to finish")
-    assert badge(driver, "run-verdict") == ("partial", "badge st-part")  # 1 of 3 failed, not all
-    assert segments(driver) == {"succeeded": 2, "failed": 1}
+    assert badge(driver, "run-verdict") == ("partial", "badge st-part")  # 1 of 4 failed, not all
+    assert segments(driver) == {"succeeded": 3, "failed": 1}
     assert not by_testid(driver, "action-cancel-run")
 
     open_page(driver, server, "/schedules/roll-b", "roll-b")
