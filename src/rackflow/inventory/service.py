@@ -22,7 +22,7 @@ from rackflow.domain.inventory import (
 )
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.bmc import check_bmc
-from rackflow.schedules.removal import drop_component_from_scopes
+from rackflow.inventory.scope_removal import drop_component_from_scopes
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
 from rackflow.validation import check_name, check_text
