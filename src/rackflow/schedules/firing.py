@@ -51,7 +51,9 @@ from rackflow.domain.schedules import OverlapPolicy, Schedule, Scope, ScopeOutco
 from rackflow.domain.tasks import Operation, QueueOptions
 from rackflow.domain.windows import MaintenanceWindow, RackRef
 from rackflow.errors import RackflowError, Unavailable
+from rackflow.notify import events
 from rackflow.retry import Retry, retrying
+from rackflow.store import outbox
 from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
 from rackflow.store import windows as window_store
@@ -492,6 +494,7 @@ async def _write_back(
             task_by_scope = {o.scope_id: o.task_id for r in recorded for o in r.outcomes if o.task_id}
             await store.set_last_task_ids(conn, task_by_scope)
             await store.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
+            await outbox.record_events(conn, events.runs_with_failures(firings, recorded, db.clock.now()))
             await store.prune_runs(conn, schedule_ids)
         return recorded
 

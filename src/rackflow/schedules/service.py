@@ -31,13 +31,14 @@ from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.targets import FIELD, resolve_targets
+from rackflow.notify import events
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import inventory as inventory_store
+from rackflow.store import outbox, wakeups
 from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
-from rackflow.store import wakeups
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
@@ -387,6 +388,7 @@ class ScheduleService:
                 ended.append((resumed(schedule, now), schedule.pause))
                 await store.save_schedule(conn, ended[-1][0])
                 await self._announce(conn, ended[-1][0])
+            await outbox.record_events(conn, events.pauses_ended(ended, now))
         return ended
 
     async def delete(self, schedule_id: uuid.UUID) -> None:

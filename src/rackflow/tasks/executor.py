@@ -52,8 +52,9 @@ from rackflow.config import (
 )
 from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import ComponentChange, OperationKind, Task, TaskStatus
+from rackflow.notify import events
 from rackflow.retry import Retry, retrying
-from rackflow.store import instances, task_runs
+from rackflow.store import instances, outbox, task_runs
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
@@ -350,6 +351,7 @@ class Executor:
         let_go = await self.manager.let_go_in(conn, self.instance_id, endings) if endings else None
         messages = {e.task_id: e.message for e in entries if e.task_id is not None and e.message is not None}
         now = self.clock.now()
+        await outbox.record_events(conn, events.tasks_failed(endings, let_go.finished if let_go else (), now))
         held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
         await task_runs.record_changes(conn, (change for entry in entries for change in entry.changes))
         room = 0 if self._stopping else self.max_concurrent - len(self._running) + len(endings)
