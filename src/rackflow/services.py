@@ -9,6 +9,7 @@ from rackflow.audit.trail import AuditTrail
 from rackflow.budgets.service import BudgetService
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
+from rackflow.notify.service import NotificationService
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules.service import ScheduleService
 from rackflow.store.db import Database
@@ -27,6 +28,7 @@ class Services:
     audit: AuditTrail
     windows: WindowService
     budgets: BudgetService
+    notifications: NotificationService
 
     @classmethod
     def build(cls, db: Database, clock: Clock, audit_spool: AuditSpool | None = None) -> Services:
@@ -46,4 +48,5 @@ class Services:
             windows=windows,
             rollouts=rollouts,
             budgets=BudgetService(db, clock),
+            notifications=NotificationService(db, clock),
         )

@@ -299,13 +299,13 @@ async def claim_deliveries(
 
 @dataclass(frozen=True)
 class Result:
-    """How one claimed send went: delivered, or failed with `error` and tried again at `retry_at` (None:
-    the channel's attempts are used up, the delivery is dead)."""
+    """How one claimed send went: delivered, or failed with `error` and tried again `retry_after` from when
+    the result is written (None: the channel's attempts are used up, the delivery is dead)."""
 
     claimed: Claimed
     delivered: bool
     error: str = ""
-    retry_at: datetime | None = None
+    retry_after: timedelta | None = None
 
 
 async def record_results(conn: AsyncConnection, results: Sequence[Result], now: datetime) -> int:
@@ -315,10 +315,10 @@ async def record_results(conn: AsyncConnection, results: Sequence[Result], now: 
     for result in results:
         if result.delivered:
             values: dict[str, Any] = {"state": DELIVERED, "delivered_at": now, "last_error": ""}
-        elif result.retry_at is None:
+        elif result.retry_after is None:
             values = {"state": DEAD, "last_error": result.error}
         else:
-            values = {"next_attempt_at": result.retry_at, "last_error": result.error}
+            values = {"next_attempt_at": now + result.retry_after, "last_error": result.error}
         fence = and_(
             _delivery.id == result.claimed.id,
             _delivery.attempts == result.claimed.attempt,
@@ -383,6 +383,31 @@ async def redeliver(
     if channel_id is not None:
         stmt = stmt.where(_delivery.channel_id == channel_id)
     return (await conn.execute(stmt)).rowcount
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a delivery round has to do: whether events wait to be fanned out, the channels, and those
+    with deliveries due."""
+
+    new_events: bool
+    channels: list[Channel]
+    due: set[uuid.UUID]
+
+
+async def work(conn: AsyncConnection, now: datetime) -> Work:
+    """Three short reads (the partial indexes of new events and of pending deliveries)."""
+    new = select(_event.id).where(_event.fanned_out.is_(False)).limit(1)
+    due = (
+        select(_delivery.channel_id)
+        .where(_delivery.state == PENDING, _delivery.next_attempt_at <= now)
+        .distinct()
+    )
+    return Work(
+        new_events=(await conn.execute(new)).first() is not None,
+        channels=await list_channels(conn),
+        due=set((await conn.execute(due)).scalars()),
+    )
 
 
 @dataclass(frozen=True)
