@@ -32,6 +32,7 @@ from rackflow.api.auth import (
 )
 from rackflow.api.convert import page_from, timestamp_from
 from rackflow.api.convert.audit import audit_event_to
+from rackflow.api.convert.notifications import without_secrets
 from rackflow.api.errors import rpc
 from rackflow.audit.trail import AuditTrail
 from rackflow.domain.audit import OK, EventFilter
@@ -152,7 +153,7 @@ class AuditInterceptor(FlowInterceptor):
             target_ids=target_ids(request, response, *([str(schedule_id)] if schedule_id else [])),
             outcome=outcome,
             error=error,
-            request=MessageToDict(request, preserving_proto_field_name=True),
+            request=MessageToDict(without_secrets(request), preserving_proto_field_name=True),
             schedule_id=schedule_id,
             before=before,
         )

@@ -35,7 +35,7 @@ UPDATE_PATHS = tuple(
         "name",
         "url",
         "secret",
-        "enabled",
+        "disabled",
         "event_types",
         "schedules",
         "operations",
@@ -47,6 +47,7 @@ UPDATE_PATHS = tuple(
 MAX_ATTEMPTS_LIMIT = 100
 MAX_RATE_PER_MINUTE = 6000
 DELIVERIES_SHOWN = 100
+MAX_DELIVERIES_SHOWN = 1000
 MAX_URL_LENGTH = 2048  # the column's
 MAX_SECRET_LENGTH = 1024
 
@@ -60,7 +61,7 @@ class ChannelInput:
     kind: str = ""
     url: str = ""
     secret: str = ""
-    enabled: bool = True
+    disabled: bool = False
     event_types: tuple[str, ...] = ()
     schedules: tuple[str, ...] = ()
     operations: tuple[OperationKind, ...] = ()
@@ -181,7 +182,7 @@ class NotificationService:
             kind=_kind(given.kind),
             url=_url(given.url),
             secret=_secret(given.secret),
-            enabled=given.enabled,
+            enabled=not given.disabled,
             subscription=_subscription(given),
             rate_per_minute=_rate(given),
             max_attempts=_attempts(given),
@@ -230,7 +231,7 @@ class NotificationService:
                 name=given.name if "name" in mask else current.name,
                 url=given.url if "url" in mask else current.url,
                 secret=given.secret if "secret" in mask else current.secret,
-                enabled=given.enabled if "enabled" in mask else current.enabled,
+                enabled=not given.disabled if "disabled" in mask else current.enabled,
                 subscription=Subscription(
                     event_types=checked.event_types if "event_types" in mask else sub.event_types,
                     schedules=checked.schedules if "schedules" in mask else sub.schedules,
@@ -270,5 +271,9 @@ class NotificationService:
         limit: int = DELIVERIES_SHOWN,
     ) -> list[Delivery]:
         """The newest deliveries (of `states`, to `channel_id`), newest first."""
+        if not 1 <= limit <= MAX_DELIVERIES_SHOWN:
+            raise InvalidArgument(
+                f"limit: must be 1..{MAX_DELIVERIES_SHOWN} (0 for {DELIVERIES_SHOWN}), got {limit}"
+            )
         async with self.db.read() as conn:
             return await store.list_deliveries(conn, states=states, channel_id=channel_id, limit=limit)
