@@ -147,6 +147,8 @@ class JsonApi:
         self.tokens = tokens
 
     def routes(self) -> list[Route]:
+        from rackflow.web import notify_api  # it imports this module's helpers: only once this is loaded
+
         get, post = ["GET"], ["POST"]
         table: list[tuple[str, Handler, list[str]]] = [
             ("/schedules", JsonApi.list_schedules, get),
@@ -170,6 +172,7 @@ class JsonApi:
             ("/windows", JsonApi.list_windows, get),
             ("/windows/{ref}", JsonApi.get_window, get),
             ("/audit", JsonApi.list_audit_events, get),
+            *notify_api.routes(),
         ]
         return [Route(PREFIX + path, self._serve(h), methods=methods) for path, h, methods in table]
 

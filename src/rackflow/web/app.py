@@ -15,7 +15,7 @@ from rackflow.security import TokenTable
 from rackflow.services import Services
 from rackflow.web.api import JsonApi
 from rackflow.web.calls import RpcCaller
-from rackflow.web.pages import Site, audit, overview, racks, schedules, tasks, windows
+from rackflow.web.pages import Site, audit, notifications, overview, racks, schedules, tasks, windows
 
 # No inline script or style, nothing from elsewhere, never framed: a page can only run the package's script.
 SECURITY_HEADERS = [
@@ -54,6 +54,7 @@ def build_app(
         *tasks.routes(site),
         *racks.routes(site),
         *windows.routes(site),
+        *notifications.routes(site),
         *audit.routes(site),
         Mount("/static", StaticFiles(packages=[("rackflow.web", "static")]), name="static"),
     ]

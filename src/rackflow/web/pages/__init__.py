@@ -48,6 +48,7 @@ NAV = (
     ("/tasks", "Tasks"),
     ("/racks", "Racks"),
     ("/windows", "Windows"),
+    ("/notifications", "Notifications"),
     ("/audit", "Audit"),
 )
 _STATIC = ("app.css", "app.js")
