@@ -1,10 +1,12 @@
 """A real HTTP receiver on 127.0.0.1 for the notification tests: it records every POST (path, headers,
-body) and answers 200, or the statuses it is told to fail with first."""
+body) and answers 200 (after `delay` seconds, to let concurrent senders overlap), or the statuses it is
+told to fail with first."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ class Receiver:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.failures: list[int] = []  # statuses to answer, in order, before 200s
+        self.delay = 0.0
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -36,6 +39,7 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                time.sleep(receiver.delay)
                 with receiver.lock:
                     receiver.received.append(Received(self.path, dict(self.headers.items()), body))
                     status = receiver.failures.pop(0) if receiver.failures else 200
