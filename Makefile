@@ -63,7 +63,8 @@ browser:
 	fi
 
 # Debian's promtool (package prometheus: checks and tests contrib/prometheus/rackflow-alerts.yml) and
-# Alertmanager (package prometheus-alertmanager: the notification tests start one on loopback), installed
+# Alertmanager and amtool (package prometheus-alertmanager: the notification tests start one on loopback and
+# check docs/NOTIFICATIONS.md's configuration), installed
 # here when missing, as chromium is. Only the binaries are used: nothing starts their services. Without
 # them those tests skip locally and FAIL under CI=true.
 PROMTOOL ?= /usr/bin/promtool

@@ -10,6 +10,7 @@ import pytest
 
 PROMTOOL = Path(os.environ.get("RACKFLOW_TEST_PROMTOOL", "/usr/bin/promtool"))
 ALERTMANAGER = Path(os.environ.get("RACKFLOW_TEST_ALERTMANAGER", "/usr/bin/prometheus-alertmanager"))
+AMTOOL = Path(os.environ.get("RACKFLOW_TEST_AMTOOL", "/usr/bin/amtool"))
 
 
 def require(tool: Path, package: str) -> Path:

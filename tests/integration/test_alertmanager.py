@@ -1,11 +1,13 @@
 """rackflow's alerts in a REAL Alertmanager (Debian's prometheus-alertmanager, on loopback, no cluster),
 on both databases: a rollout's halt appears in Alertmanager's API with its labels, and resolves when the run
-is resumed (the clearing event sends the same labels with `endsAt`)."""
+is resumed (the clearing event sends the same labels with `endsAt`). docs/NOTIFICATIONS.md's Alertmanager
+configuration passes `amtool check-config`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import subprocess
 import time
@@ -23,7 +25,7 @@ from rackflow.domain.tasks import TaskStatus
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.service import ChannelInput
 from rackflow.store.db import Database
-from tests.debian_tools import ALERTMANAGER, require
+from tests.debian_tools import ALERTMANAGER, AMTOOL, require
 from tests.store.schedules_support import make_env
 from tests.store.test_rollouts import _active, _end, _racks, _run, _schedule
 
@@ -34,6 +36,7 @@ receivers:
   - name: nobody
 """
 READY_WITHIN_S = 30
+DOC = Path(__file__).parents[2] / "docs" / "NOTIFICATIONS.md"
 
 
 def _free_port() -> int:
@@ -120,3 +123,16 @@ async def test_a_halt_alerts_in_alertmanager_and_resolves_when_the_run_resumes(
     assert [d.state for d in await env.services.notifications.deliveries()] == [DeliveryState.DELIVERED] * 2
     # Alertmanager lists only alerts that have not ended: the clearing's endsAt resolved it.
     assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
+
+
+def test_the_docs_alertmanager_configuration_is_valid(tmp_path: Path) -> None:
+    (config,) = re.findall(r"```yaml\n(route:.*?)```", DOC.read_text(), flags=re.S)
+    (tmp_path / "alertmanager.yml").write_text(config)
+    checked = subprocess.run(
+        [str(require(AMTOOL, "prometheus-alertmanager")), "check-config", str(tmp_path / "alertmanager.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
