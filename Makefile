@@ -62,11 +62,10 @@ browser:
 	  || echo "warning: could not install chromium (tests/browser will skip, or fail under CI=true)"; \
 	fi
 
-# Debian's promtool (package prometheus: checks and tests contrib/prometheus/rackflow-alerts.yml) and
-# Alertmanager and amtool (package prometheus-alertmanager: the notification tests start one on loopback and
-# check docs/NOTIFICATIONS.md's configuration), installed
-# here when missing, as chromium is. Only the binaries are used: nothing starts their services. Without
-# them those tests skip locally and FAIL under CI=true.
+# Debian's prometheus (its promtool checks and tests contrib/prometheus/rackflow-alerts.yml) and
+# prometheus-alertmanager (the notification tests start an Alertmanager on loopback, and its amtool checks
+# docs/NOTIFICATIONS.md's configuration), installed here when missing, as chromium is. Only the binaries
+# are used: nothing starts their services. Without them those tests skip locally and FAIL under CI=true.
 PROMTOOL ?= /usr/bin/promtool
 ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
 tools:
