@@ -127,16 +127,19 @@ class Deliverer:
         return fanned + len(claims)
 
     async def _claim(self, channels: list[Channel]) -> list[tuple[Channel, outbox.Claimed]]:
-        """Claim what each channel's rate allows, in one transaction."""
+        """Claim what each channel's rate allows, in one transaction (none while every rate is spent)."""
+        rooms = {c.id: min(self._bucket(c).available(self.monotonic()), self.batch) for c in channels}
         claims: list[tuple[Channel, outbox.Claimed]] = []
+        if not any(rooms.values()):
+            return claims
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)
-            for channel in channels:
-                room = min(self._bucket(channel).available(self.monotonic()), self.batch)
-                if room > 0:
-                    claimed = await outbox.claim_deliveries(self.db, conn, channel.id, now, room, self.lease)
-                    self._bucket(channel).take(len(claimed))
-                    claims += [(channel, c) for c in claimed]
+            for channel in (c for c in channels if rooms[c.id] > 0):
+                claimed = await outbox.claim_deliveries(
+                    self.db, conn, channel.id, now, rooms[channel.id], self.lease
+                )
+                self._bucket(channel).take(len(claimed))
+                claims += [(channel, c) for c in claimed]
         return claims
 
     def _bucket(self, channel: Channel) -> TokenBucket:
