@@ -88,6 +88,35 @@ def _secret(variable: str | None) -> str:
     return value
 
 
+def _channel(
+    *,
+    kind: str = "",
+    name: str,
+    url: str,
+    secret: str,
+    disabled: bool,
+    lists: tuple[Sequence[str], Sequence[str], Sequence[str]],
+    settings: tuple[str | None, int | None, int | None],
+) -> pb.NotificationChannel:
+    """The message of create and update: `lists` are the event types, schedules and operations; `settings`
+    the minimum severity, rate and attempts (None: not given)."""
+    events, schedules, operations = lists
+    min_severity, rate_per_minute, max_attempts = settings
+    return pb.NotificationChannel(
+        name=name,
+        kind=kind,
+        url=url,
+        secret=secret,
+        disabled=disabled,
+        event_types=events,
+        schedules=schedules,
+        operations=operations,
+        min_severity=min_severity or "",
+        rate_per_minute=rate_per_minute or 0,
+        max_attempts=max_attempts or 0,
+    )
+
+
 _secret_env = click.option(
     "--secret-env", metavar="VARIABLE", help="Read the webhook's HMAC key from this environment variable."
 )
@@ -138,18 +167,14 @@ def create(
       rackflow notify create am --kind alertmanager --url http://alertmanager:9093 --min-severity warning
     """
     session = pass_session(ctx)
-    channel = pb.NotificationChannel(
-        name=name,
+    channel = _channel(
         kind=kind,
+        name=name,
         url=url,
         secret=_secret(secret_env),
         disabled=disabled,
-        event_types=events,
-        schedules=schedules,
-        operations=operations,
-        min_severity=min_severity or "",
-        rate_per_minute=rate_per_minute or 0,
-        max_attempts=max_attempts or 0,
+        lists=(events, schedules, operations),
+        settings=(min_severity, rate_per_minute, max_attempts),
     )
     _show(session, session.client.create_channel(channel))
 
@@ -233,17 +258,13 @@ def update(
             raise click.UsageError(f"give --{flag} or --any-{flag}, not both")
     if secret_env and no_secret:
         raise click.UsageError("give --secret-env or --no-secret, not both")
-    changes = pb.NotificationChannel(
+    changes = _channel(
         name=name or "",
         url=url or "",
         secret=_secret(secret_env),
         disabled=enable is False,
-        event_types=events,
-        schedules=schedules,
-        operations=operations,
-        min_severity=min_severity or "",
-        rate_per_minute=rate_per_minute or 0,
-        max_attempts=max_attempts or 0,
+        lists=(events, schedules, operations),
+        settings=(min_severity, rate_per_minute, max_attempts),
     )
     fields = [
         field

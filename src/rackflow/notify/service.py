@@ -26,7 +26,7 @@ from rackflow.errors import AlreadyExists, InvalidArgument, NotFound
 from rackflow.notify.senders import redacted_url
 from rackflow.store import outbox as store
 from rackflow.store.db import Database, unique_violation_as
-from rackflow.validation import check_mask, check_name, distinct_operations
+from rackflow.validation import check_mask, check_name, distinct_operations, enum_values
 
 FIELD = "channel"
 UPDATE_PATHS = tuple(
@@ -115,16 +115,7 @@ def redacted(url: str) -> str:
 
 
 def _event_types(values: Sequence[str]) -> tuple[EventType, ...]:
-    found = []
-    for i, value in enumerate(values):
-        try:
-            found.append(EventType(value))
-        except ValueError:
-            known = ", ".join(t.value for t in EventType)
-            raise InvalidArgument(
-                f"{FIELD}.event_types[{i}]: unknown event type {value!r} ({known})"
-            ) from None
-    return tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys(enum_values(EventType, values, f"{FIELD}.event_types", "event type")))
 
 
 def _severity(value: str) -> Severity:

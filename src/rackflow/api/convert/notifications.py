@@ -3,15 +3,17 @@ names); meaning (a known kind, an http URL, bounds) is the service's. A secret n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from google.protobuf.message import Message
 
 from rackflow.api.convert import timestamp_to, uuid_to
 from rackflow.api.convert.windows import operations_from
 from rackflow.domain.notifications import ChannelKind, Delivery, DeliveryState, Event
-from rackflow.errors import InvalidArgument
 from rackflow.notify.senders import redacted_url
 from rackflow.notify.service import ChannelInput, ChannelView
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import enum_values
 
 REDACTED = "(redacted)"
 
@@ -52,15 +54,8 @@ def channel_to(shown: ChannelView) -> pb.NotificationChannel:
     )
 
 
-def states_from(names: list[str], field: str = "states") -> tuple[DeliveryState, ...]:
-    states = []
-    for index, name in enumerate(names):
-        try:
-            states.append(DeliveryState(name))
-        except ValueError:
-            known = ", ".join(s.value for s in DeliveryState)
-            raise InvalidArgument(f"{field}[{index}]: unknown state {name!r} (one of {known})") from None
-    return tuple(states)
+def states_from(names: Sequence[str], field: str = "states") -> tuple[DeliveryState, ...]:
+    return enum_values(DeliveryState, names, field, "state")
 
 
 def event_to(event: Event) -> pb.NotificationEvent:
