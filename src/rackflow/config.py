@@ -61,11 +61,13 @@ MIN_RETENTION = timedelta(hours=1)
 
 
 # Notifications (rackflow.notify, docs/NOTIFICATIONS.md). Every instance's delivery loop looks for work this
-# often (at once again while a look finds a full batch), fanning out and claiming up to NOTIFY_BATCH at a
-# time. A send gives up after NOTIFY_SEND_TIMEOUT; its claim lasts NOTIFY_SEND_LEASE, past the timeout, so
+# often (at once again while a round was full), fanning out up to NOTIFY_BATCH events and claiming up to
+# NOTIFY_SENDS deliveries a round, all sent at once (one thread each), so every claimed send starts at once.
+# A send gives up after NOTIFY_SEND_TIMEOUT; its claim lasts NOTIFY_SEND_LEASE, well past the timeout, so
 # only an instance that died mid-send lets another send it again.
 NOTIFY_INTERVAL = timedelta(seconds=1)
-NOTIFY_BATCH = 50
+NOTIFY_BATCH = 100
+NOTIFY_SENDS = 16
 NOTIFY_SEND_TIMEOUT = timedelta(seconds=10)
 NOTIFY_SEND_LEASE = timedelta(seconds=60)
 # A failed send is tried again after 2 s doubling up to 10 min (times a random 50–100 %, so a receiver that

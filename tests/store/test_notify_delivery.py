@@ -137,6 +137,19 @@ async def test_a_channels_rate_holds_and_refills(db: Database) -> None:
         assert len(receiver.received) == 2
 
 
+async def test_a_round_claims_at_most_its_sends_and_says_it_was_full(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as receiver:
+        await _channel(env, receiver, rate_per_minute=6000)
+        await _record(env, 5)
+        deliverer = _deliverer(db, sends=2)
+        assert await deliverer.deliver_once() is True
+        assert len(receiver.received) == 2
+        assert await deliverer.deliver_once() is True
+        assert await deliverer.deliver_once() is False  # the last one: room was left
+        assert len(receiver.received) == 5
+
+
 async def test_subscriptions_choose_the_events_a_channel_gets(db: Database) -> None:
     env = make_env(db)
     with receiving() as receiver:
@@ -157,7 +170,7 @@ async def test_two_instances_never_send_one_delivery_twice(db_url: str) -> None:
         with receiving() as receiver:
             await _channel(env, receiver, rate_per_minute=6000)
             await _record(env, 60)
-            a, b = _deliverer(first, batch=7), _deliverer(second, batch=7)
+            a, b = _deliverer(first, sends=7), _deliverer(second, sends=7)
             for _ in range(30):
                 await asyncio.gather(a.deliver_once(), b.deliver_once())
                 if len(receiver.received) >= 60:

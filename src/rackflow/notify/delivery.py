@@ -17,6 +17,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from rackflow import metrics
@@ -29,9 +30,10 @@ from rackflow.config import (
     NOTIFY_RETRY_MAX,
     NOTIFY_SEND_LEASE,
     NOTIFY_SEND_TIMEOUT,
+    NOTIFY_SENDS,
 )
 from rackflow.domain.notifications import Channel
-from rackflow.notify.senders import Request, SendFailed, request_for, send
+from rackflow.notify.senders import Request, SendFailed, post, request_for
 from rackflow.retry import Retry
 from rackflow.store import outbox
 from rackflow.store.db import Database
@@ -77,9 +79,10 @@ class Deliverer:
         external_url: str = "",
         interval: timedelta = NOTIFY_INTERVAL,
         batch: int = NOTIFY_BATCH,
+        sends: int = NOTIFY_SENDS,
         timeout: timedelta = NOTIFY_SEND_TIMEOUT,
         lease: timedelta = NOTIFY_SEND_LEASE,
-        sender: Send = send,
+        sender: Send | None = None,
         jitter: Callable[[], float] = lambda: random.uniform(0.5, 1.0),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -87,9 +90,13 @@ class Deliverer:
         self.external_url = external_url
         self.interval = interval
         self.batch = batch
+        self.sends = sends
         self.timeout = timeout
         self.lease = lease
-        self.sender = sender
+        # A pool of the loop's own, one thread per send a round claims: a send never waits for a thread
+        # (so never outlives its lease waiting), and takes none from the event loop's default executor.
+        self._pool = ThreadPoolExecutor(sends, thread_name_prefix="rackflow-notify")
+        self.sender = sender or self._post
         self.jitter = jitter
         self.monotonic = monotonic
         self._buckets: dict[uuid.UUID, tuple[int, TokenBucket]] = {}
@@ -97,17 +104,23 @@ class Deliverer:
     async def run(self, stop: asyncio.Event) -> None:
         """Rounds until `stop`: at once again after a busy one, else after `interval`. A failed round (say,
         the database is down) is logged and tried again."""
-        while not stop.is_set():
-            busy = False
-            try:
-                busy = await self.deliver_once() >= self.batch
-            except Exception as exc:
-                log.warning("notification delivery round failed (%s); trying again", exc)
-            if not busy:
-                await sleep_unless_stopped(stop, self.interval)
+        try:
+            while not stop.is_set():
+                busy = False
+                try:
+                    busy = await self.deliver_once()
+                except Exception as exc:
+                    log.warning("notification delivery round failed (%s); trying again", exc)
+                if not busy:
+                    await sleep_unless_stopped(stop, self.interval)
+        finally:
+            self._pool.shutdown(wait=False)
 
-    async def deliver_once(self) -> int:
-        """Fan out, claim, send, record; returns how many events and sends the round handled. With nothing
+    async def _post(self, request: Request, seconds: float) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._pool, post, request, seconds)
+
+    async def deliver_once(self) -> bool:
+        """Fan out, claim, send, record; returns whether the round was full (more may wait). With nothing
         to do (the usual case) it only reads: no write transaction (on SQLite, the one writer's lock)."""
         async with self.db.read() as conn:
             work = await outbox.work(conn, await self.db.now(conn))
@@ -124,20 +137,22 @@ class Deliverer:
             async with self.db.transaction() as conn:
                 await outbox.record_results(conn, results, await self.db.now(conn))
         await self._observe()
-        return fanned + len(claims)
+        return fanned >= self.batch or len(claims) >= self.sends
 
     async def _claim(self, channels: list[Channel]) -> list[tuple[Channel, outbox.Claimed]]:
-        """Claim what each channel's rate allows, in one transaction (none while every rate is spent)."""
-        rooms = {c.id: min(self._bucket(c).available(self.monotonic()), self.batch) for c in channels}
+        """Claim what each channel's rate allows, up to `sends` in all, in one transaction (none while every
+        rate is spent)."""
+        rooms = {c.id: self._bucket(c).available(self.monotonic()) for c in channels}
         claims: list[tuple[Channel, outbox.Claimed]] = []
         if not any(rooms.values()):
             return claims
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)
             for channel in (c for c in channels if rooms[c.id] > 0):
-                claimed = await outbox.claim_deliveries(
-                    self.db, conn, channel.id, now, rooms[channel.id], self.lease
-                )
+                room = min(rooms[channel.id], self.sends - len(claims))
+                if room <= 0:
+                    break
+                claimed = await outbox.claim_deliveries(self.db, conn, channel.id, now, room, self.lease)
                 self._bucket(channel).take(len(claimed))
                 claims += [(channel, c) for c in claimed]
         return claims

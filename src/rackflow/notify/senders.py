@@ -12,7 +12,6 @@ delivery is at least once, and a receiver that remembers ids sees each event onc
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
@@ -157,13 +156,9 @@ def alert(event: Event, link: str) -> dict[str, Any]:
     return found
 
 
-async def send(request: Request, seconds: float) -> None:
-    """POST the request; raises `SendFailed` unless the receiver answers 2xx within `seconds` (the
-    socket's timeout: the thread cannot be cancelled, so the caller's own timeout only stops waiting)."""
-    await asyncio.to_thread(_post, request, seconds)
-
-
-def _post(request: Request, timeout: float) -> None:
+def post(request: Request, timeout: float) -> None:
+    """POST the request (blocking: run it on a thread); raises `SendFailed` unless the receiver answers 2xx.
+    `timeout` bounds each socket operation (the caller bounds the whole)."""
     posted = urllib.request.Request(
         request.url, data=request.body, headers=dict(request.headers), method="POST"
     )
