@@ -150,6 +150,18 @@ async def test_a_round_claims_at_most_its_sends_and_says_it_was_full(db: Databas
         assert len(receiver.received) == 5
 
 
+async def test_a_busy_channel_does_not_starve_the_others(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as busy, receiving() as quiet:
+        await env.services.notifications.create(ChannelInput(name="a-busy", kind="webhook", url=busy.url))
+        await env.services.notifications.create(ChannelInput(name="b-quiet", kind="webhook", url=quiet.url))
+        await _record(env, 6)  # both channels get all six
+        deliverer = _deliverer(db, sends=3)
+        for _ in range(2):
+            await deliverer.deliver_once()
+        assert quiet.received and busy.received
+
+
 async def test_subscriptions_choose_the_events_a_channel_gets(db: Database) -> None:
     env = make_env(db)
     with receiving() as receiver:

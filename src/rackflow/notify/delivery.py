@@ -100,6 +100,7 @@ class Deliverer:
         self.jitter = jitter
         self.monotonic = monotonic
         self._buckets: dict[uuid.UUID, tuple[int, TokenBucket]] = {}
+        self._rounds = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Rounds until `stop`: at once again after a busy one, else after `interval`. A failed round (say,
@@ -141,7 +142,10 @@ class Deliverer:
 
     async def _claim(self, channels: list[Channel]) -> list[tuple[Channel, outbox.Claimed]]:
         """Claim what each channel's rate allows, up to `sends` in all, in one transaction (none while every
-        rate is spent)."""
+        rate is spent). Each round starts one channel further on, so a busy channel cannot starve the rest."""
+        self._rounds += 1
+        start = self._rounds % len(channels)
+        channels = channels[start:] + channels[:start]
         rooms = {c.id: self._bucket(c).available(self.monotonic()) for c in channels}
         claims: list[tuple[Channel, outbox.Claimed]] = []
         if not any(rooms.values()):
