@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:50051
 HTTP_LISTEN ?= 127.0.0.1:8080
 export RACKFLOW_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run check test lint typecheck unit proto docs bench clean browser screenshots hooks
+.PHONY: run check test lint typecheck unit proto docs bench clean browser tools screenshots hooks
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,7 @@ typecheck: $(VENV)/.installed-test
 
 # Most e2e time is waiting (real cron minutes, leases), so tests run in 3 workers; the heavy
 # multi-instance PostgreSQL modules share one xdist group so they never overlap.
-test: $(VENV)/.installed-test lint typecheck browser
+test: $(VENV)/.installed-test lint typecheck browser tools
 	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadgroup
 
 # Debian's Chromium and ChromeDriver drive tests/browser; installed here when missing (apt-get, as root or
@@ -61,6 +61,20 @@ browser:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    --no-install-recommends chromium chromium-driver >/dev/null \
 	  || echo "warning: could not install chromium (tests/browser will skip, or fail under CI=true)"; \
+	fi
+
+# Debian's prometheus (its promtool checks and tests contrib/prometheus/rackflow-alerts.yml) and
+# prometheus-alertmanager (the notification tests start an Alertmanager on loopback, and its amtool checks
+# docs/NOTIFICATIONS.md's configuration), installed here when missing, as chromium is. Only the binaries
+# are used: nothing starts their services. Without them those tests skip locally and FAIL under CI=true.
+PROMTOOL ?= /usr/bin/promtool
+ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
+tools:
+	@if [ ! -x $(PROMTOOL) ] || [ ! -x $(ALERTMANAGER) ]; then \
+	  echo "installing Debian's prometheus (promtool) and prometheus-alertmanager for the alerting tests"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    --no-install-recommends prometheus prometheus-alertmanager >/dev/null \
+	  || echo "warning: could not install prometheus tools (their tests will skip, or fail under CI=true)"; \
 	fi
 
 # PNGs of the main pages of a demo fleet (tests/browser/demo.py), as shown in the README.

@@ -877,6 +877,67 @@ class RackflowClient:
         request = pb.DeleteOperationBudgetRequest(id=self._budget_ref(budget))
         self._call(self._stub.DeleteOperationBudget, request, Empty)
 
+    # --- notifications ---------------------------------------------------------------------------
+
+    def _channel_ref(self, channel: str) -> pb.UUID:
+        if is_uuid(channel):
+            return pb.UUID(id=channel)
+        for found in self.list_channels().channels:
+            if found.name == channel:
+                return found.id
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"notification channel {channel!r} not found")
+
+    def create_channel(self, channel: pb.NotificationChannel) -> pb.NotificationChannel:
+        """A channel as given (operations as `power-on` or `power_on`)."""
+        channel.operations[:] = [operation_name(o) for o in channel.operations]
+        request = pb.CreateNotificationChannelRequest(channel=channel)
+        return self._call(self._stub.CreateNotificationChannel, request, pb.NotificationChannel)
+
+    def get_channel(self, channel: str) -> pb.NotificationChannel:
+        request = pb.GetNotificationChannelRequest(id=self._channel_ref(channel))
+        return self._call(self._stub.GetNotificationChannel, request, pb.NotificationChannel)
+
+    def list_channels(self) -> pb.ListNotificationChannelsResponse:
+        request = pb.ListNotificationChannelsRequest()
+        return self._call(self._stub.ListNotificationChannels, request, pb.ListNotificationChannelsResponse)
+
+    def update_channel(
+        self, channel: str, changes: pb.NotificationChannel, fields: Sequence[str]
+    ) -> pb.NotificationChannel:
+        """Change the `fields` (`url`, `disabled`, `event_types`, …) of the channel to their value in
+        `changes`."""
+        changes.operations[:] = [operation_name(o) for o in changes.operations]
+        request = pb.UpdateNotificationChannelRequest(
+            id=self._channel_ref(channel),
+            channel=changes,
+            update_mask=FieldMask(paths=[f"channel.{name}" for name in fields]),
+        )
+        return self._call(self._stub.UpdateNotificationChannel, request, pb.NotificationChannel)
+
+    def delete_channel(self, channel: str) -> None:
+        request = pb.DeleteNotificationChannelRequest(id=self._channel_ref(channel))
+        self._call(self._stub.DeleteNotificationChannel, request, Empty)
+
+    def list_deliveries(
+        self, *, states: Sequence[str] = (), channel: str | None = None, limit: int = 0
+    ) -> pb.ListNotificationDeliveriesResponse:
+        request = pb.ListNotificationDeliveriesRequest(
+            states=list(states), channel_id=self._channel_ref(channel) if channel else None, limit=limit
+        )
+        return self._call(
+            self._stub.ListNotificationDeliveries, request, pb.ListNotificationDeliveriesResponse
+        )
+
+    def redeliver(
+        self, delivery_ids: Sequence[str] = (), channel: str | None = None
+    ) -> pb.RedeliverNotificationsResponse:
+        """Send dead deliveries again: these, or the channel's, or (neither) every dead one."""
+        request = pb.RedeliverNotificationsRequest(
+            delivery_ids=[pb.UUID(id=i) for i in delivery_ids],
+            channel_id=self._channel_ref(channel) if channel else None,
+        )
+        return self._call(self._stub.RedeliverNotifications, request, pb.RedeliverNotificationsResponse)
+
     # --- audit -----------------------------------------------------------------------------------
 
     def list_audit_events(

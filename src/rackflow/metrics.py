@@ -78,6 +78,31 @@ TASKS_PRUNED = Counter(
     "rackflow_tasks_pruned_total", "Ended tasks this process deleted as older than --task-retention."
 )
 
+NOTIFICATIONS_DELIVERED = Counter(
+    "rackflow_notifications_delivered_total", "Notifications a channel accepted, by channel.", ["channel"]
+)
+NOTIFICATIONS_FAILED = Counter(
+    "rackflow_notifications_failed_total",
+    "Notification sends that failed (each is tried again, until the channel's attempts), by channel.",
+    ["channel"],
+)
+NOTIFICATIONS_DEAD = Counter(
+    "rackflow_notifications_dead_total",
+    "Notifications given up on after the channel's attempts (`rackflow notify redeliver`), by channel.",
+    ["channel"],
+)
+NOTIFICATION_OUTBOX_AGE = Gauge(
+    "rackflow_notification_outbox_age_seconds",
+    "Age of the oldest event not yet delivered everywhere it goes (0: nothing waits; dead ones excluded).",
+)
+NOTIFICATION_DEAD_DELIVERIES = Gauge(
+    "rackflow_notification_dead_deliveries", "Deliveries in the dead-letter state, across every channel."
+)
+NOTIFICATION_EVENTS_PRUNED = Counter(
+    "rackflow_notification_events_pruned_total",
+    "Delivered notification events this process deleted as older than --notification-retention.",
+)
+
 
 def serve_metrics(listen: str) -> None:
     """Start the /metrics HTTP endpoint in a background thread."""

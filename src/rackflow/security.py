@@ -13,6 +13,7 @@ import hmac
 import ipaddress
 import re
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,3 +195,27 @@ def check_exposure(host: str, *, tls: bool, auth: bool, insecure: bool, flag: st
         f"{'are' if len(missing) > 1 else 'is'} not configured; "
         "configure it, listen on 127.0.0.1, or pass --insecure to accept the risk"
     )
+
+
+# --- who is calling ---------------------------------------------------------------------------------
+# The front ends (gRPC's interceptor, the HTTP API) set the caller of the request being served; what a
+# service records about who did something (a pause's author, an event's principal) reads it here.
+
+ANONYMOUS = "anonymous"
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    role: Role
+    source: str  # "token", "certificate" or "anonymous"
+
+
+current_principal: ContextVar[Principal | None] = ContextVar("rackflow_principal", default=None)
+
+
+def caller_name() -> str:
+    """The calling principal's name, to store with what it did (e.g. `paused_by`); empty for an anonymous
+    caller, whose name says nothing."""
+    principal = current_principal.get()
+    return principal.name if principal is not None and principal.source != ANONYMOUS else ""

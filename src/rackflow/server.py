@@ -1,6 +1,6 @@
 """Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher (with
-the rollout driver), audit spool replay, the pruners of the retentions, and (with --http-listen) the web
-dashboard and JSON API.
+the rollout driver), audit spool replay, notification delivery, the pruners of the retentions, and (with
+--http-listen) the web dashboard and JSON API.
 
 Every process is a full peer: it serves the API, runs tasks and fires schedules. Several processes may share
 one PostgreSQL database; the store's row claims keep them from doing the same work twice.
@@ -28,11 +28,13 @@ from rackflow.audit.spool import AuditSpool
 from rackflow.clock import SystemClock
 from rackflow.config import BackendName, ServeConfig, parse_host_port
 from rackflow.metrics import serve_metrics
+from rackflow.notify.delivery import Deliverer
 from rackflow.retention import Pruner
 from rackflow.rollouts.driver import RolloutDriver
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import server_credentials
 from rackflow.services import Services
+from rackflow.store import outbox
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -142,6 +144,17 @@ class RackflowServer:
             self._spawn("dispatcher", dispatcher.run)
             self._spawn("rollout driver", RolloutDriver(self.services.rollouts).run)
         self._spawn("audit spool", self.audit_spool.run)
+        self._spawn("notifications", Deliverer(self.db, external_url=self.config.external_url).run)
+        if self.config.notification_retention is not None:
+            delivered = Pruner(
+                self.db,
+                self.config.notification_retention,
+                name="notification",
+                what="delivered notification events",
+                prune=outbox.prune_delivered,
+                counter=metrics.NOTIFICATION_EVENTS_PRUNED,
+            )
+            self._spawn("notification pruner", delivered.run)
         if self.config.audit_retention is not None:
             self._spawn("audit pruner", AuditPruner(self.db, self.config.audit_retention).run)
         if self.config.run_retention is not None:

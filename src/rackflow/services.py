@@ -10,6 +10,7 @@ from rackflow.budgets.gate import BudgetGate
 from rackflow.budgets.service import BudgetService
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
+from rackflow.notify.service import NotificationService
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules.service import ScheduleService
 from rackflow.store.db import Database
@@ -33,6 +34,7 @@ class Services:
     # The executor's start gates, consulted in this order at each claim (`rackflow.tasks.gates`): a frozen
     # task never takes a budget's room. A new gate is registered here.
     gates: tuple[Gate, ...]
+    notifications: NotificationService
 
     @classmethod
     def build(cls, db: Database, clock: Clock, audit_spool: AuditSpool | None = None) -> Services:
@@ -53,4 +55,5 @@ class Services:
             rollouts=rollouts,
             budgets=BudgetService(db, clock),
             gates=(FreezeGate(), BudgetGate(db)),
+            notifications=NotificationService(db, clock),
         )

@@ -13,10 +13,12 @@ checked here before any query sees it.
 
 from __future__ import annotations
 
+import enum
 import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from rackflow.config import parse_interval
 from rackflow.domain.rollouts import RolloutPolicy
@@ -172,3 +174,19 @@ def check_rollout(policy: RolloutPolicy, field: str = "schedule.rollout") -> Rol
     if policy.bake_time < timedelta(0):
         raise InvalidArgument(f"{field_path(field, 'bake_time')}: must be positive")
     return policy
+
+
+_E = TypeVar("_E", bound=enum.StrEnum)
+
+
+def enum_values(kind: type[_E], names: Sequence[str], field: str, what: str) -> tuple[_E, ...]:
+    """Each name as a member of `kind`; an unknown one is refused as `field[i]: unknown <what> …` with the
+    names known."""
+    found = []
+    for index, name in enumerate(names):
+        try:
+            found.append(kind(name))
+        except ValueError:
+            known = ", ".join(member.value for member in kind)
+            raise InvalidArgument(f"{field}[{index}]: unknown {what} {name!r} (one of {known})") from None
+    return tuple(found)

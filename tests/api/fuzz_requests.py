@@ -66,6 +66,8 @@ class Known:
     window_names: list[str] = field(default_factory=list)
     budget_ids: list[str] = field(default_factory=list)
     budget_names: list[str] = field(default_factory=list)
+    channel_ids: list[str] = field(default_factory=list)
+    channel_names: list[str] = field(default_factory=list)
 
 
 def build(cls: type[_M], **fields: Strategy[Any]) -> Strategy[_M]:
@@ -349,6 +351,43 @@ def operation_budgets(k: Known) -> Strategy[pb.OperationBudget]:
     )
 
 
+CHANNEL_MASK_PATHS = (
+    "channel.name",
+    "channel.url",
+    "channel.secret",
+    "channel.disabled",
+    "channel.event_types",
+    "channel.schedules",
+    "channel.operations",
+    "channel.min_severity",
+    "channel.rate_per_minute",
+    "channel.max_attempts",
+)
+DELIVERY_STATES = ("pending", "delivered", "dead")
+EVENT_TYPES = ("run.halted", "run.halt_cleared", "task.failed", "schedule.paused", "rollout.finished")
+
+
+def notification_channels(k: Known) -> Strategy[pb.NotificationChannel]:
+    """Mostly known kinds, event types and severities, loopback URLs; names new or taken."""
+    return build(
+        pb.NotificationChannel,
+        name=usually(st.text(alphabet="abcxyz-", min_size=1, max_size=8), texts(k.channel_names)),
+        kind=usually(st.sampled_from(("webhook", "slack", "alertmanager")), garbage_text()),
+        url=usually(
+            st.sampled_from(("http://127.0.0.1:9/hook", "https://hooks.example.invalid/x")),
+            st.sampled_from(("ftp://x", "https://", "http://[::1", "hooks")) | garbage_text(),
+        ),
+        secret=maybe(usually(st.text(alphabet="abc123", max_size=12), garbage_text())),
+        disabled=maybe(st.booleans()),
+        event_types=st.lists(usually(st.sampled_from(EVENT_TYPES), garbage_text()), max_size=3),
+        schedules=st.lists(texts(k.schedule_names), max_size=2),
+        operations=st.lists(usually(st.sampled_from(OPERATIONS), garbage_text()), max_size=3),
+        min_severity=maybe(usually(st.sampled_from(("info", "warning", "critical")), garbage_text())),
+        rate_per_minute=int32s(60),
+        max_attempts=int32s(3, 100, 101),
+    )
+
+
 def component_specs() -> Strategy[pb.ComponentSpec]:
     bmc = build(
         pb.BmcEndpoint,
@@ -510,6 +549,34 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             ),
         ),
         "DeleteOperationBudget": build(pb.DeleteOperationBudgetRequest, id=ids(k.budget_ids)),
+        "CreateNotificationChannel": build(
+            pb.CreateNotificationChannelRequest, channel=present(notification_channels(k))
+        ),
+        "GetNotificationChannel": build(pb.GetNotificationChannelRequest, id=ids(k.channel_ids)),
+        "ListNotificationChannels": st.just(pb.ListNotificationChannelsRequest()),
+        "UpdateNotificationChannel": build(
+            pb.UpdateNotificationChannelRequest,
+            id=ids(k.channel_ids),
+            channel=present(notification_channels(k)),
+            update_mask=usually(
+                st.lists(st.sampled_from(CHANNEL_MASK_PATHS), min_size=1, max_size=3, unique=True).map(_mask),
+                maybe(st.lists(st.sampled_from(MASK_PATHS) | garbage_text(), max_size=4).map(_mask)),
+            ),
+        ),
+        "DeleteNotificationChannel": build(pb.DeleteNotificationChannelRequest, id=ids(k.channel_ids)),
+        "ListNotificationDeliveries": build(
+            pb.ListNotificationDeliveriesRequest,
+            states=st.lists(
+                usually(st.sampled_from(("pending", "delivered", "dead")), garbage_text()), max_size=2
+            ),
+            channel_id=maybe(ids(k.channel_ids)),
+            limit=int32s(1000, 1001),
+        ),
+        "RedeliverNotifications": build(
+            pb.RedeliverNotificationsRequest,
+            delivery_ids=st.lists(ids(), max_size=2),
+            channel_id=maybe(ids(k.channel_ids)),
+        ),
         "PreviewTaskSchedule": build(
             pb.PreviewTaskScheduleRequest, id=schedule_id, after=maybe(timestamps()), count=int32s(100, 101)
         ),

@@ -16,11 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
 from rackflow.api import audit as audit_interceptor
-from rackflow.api.auth import Principal, current_principal
 from rackflow.clock import Clock, FakeClock
 from rackflow.domain.audit import AuditEvent
 from rackflow.domain.inventory import ComponentSpec, ComponentType
-from rackflow.security import Role
+from rackflow.security import Principal, Role, current_principal
 from rackflow.services import Services
 from rackflow.store import audit as audit_store
 from rackflow.store.db import Database

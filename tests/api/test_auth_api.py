@@ -128,6 +128,9 @@ def test_every_rpc_is_classified_by_its_name() -> None:
         "PreviewTaskSchedule",
         "GetOperationBudget",
         "ListOperationBudgets",
+        "GetNotificationChannel",
+        "ListNotificationChannels",
+        "ListNotificationDeliveries",
     }
 
 

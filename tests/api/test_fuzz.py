@@ -135,6 +135,13 @@ async def seed(stub: flow_pb2_grpc.FlowStub) -> Known:
     )
     known.budget_ids.append(budget.id.id)
     known.budget_names.append(budget.name)
+    channel = await stub.CreateNotificationChannel(
+        pb.CreateNotificationChannelRequest(
+            channel=pb.NotificationChannel(name="fz-channel", kind="webhook", url="http://127.0.0.1:9/")
+        )
+    )
+    known.channel_ids.append(channel.id.id)
+    known.channel_names.append(channel.name)
     return known
 
 

@@ -87,6 +87,7 @@ def confirm(driver: WebDriver, action: str) -> str:
         ("/racks", "Racks"),
         ("/windows", "Maintenance windows"),
         ("/audit", "Audit trail"),
+        ("/notifications", "Notifications"),
         ("/racks/r1", "r1"),
         ("/schedules/nightly-reset", "nightly-reset"),
     ],

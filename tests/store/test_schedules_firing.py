@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.domain.firing import RunResult
 from rackflow.domain.inventory import Rack, RackSelection
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import (
@@ -23,7 +24,6 @@ from rackflow.domain.tasks import (
 )
 from rackflow.errors import FailedPrecondition, NotFound, Unavailable
 from rackflow.schedules import firing
-from rackflow.schedules.firing import RunResult
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.scheduled import task_description

@@ -20,6 +20,7 @@ from rackflow.domain.inventory import (
 )
 from rackflow.domain.tasks import (
     ConflictStrategy,
+    Ending,
     Operation,
     OperationKind,
     QueueOptions,
@@ -31,7 +32,7 @@ from rackflow.inventory.service import InventoryService
 from rackflow.store import task_runs
 from rackflow.store import tasks as store
 from rackflow.store.db import Database
-from rackflow.tasks.manager import CANCELLED_MESSAGE, EXPIRED_MESSAGE, Ending, TaskManager
+from rackflow.tasks.manager import CANCELLED_MESSAGE, EXPIRED_MESSAGE, TaskManager
 from tests.conftest import table_counts
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rackflow.domain.firing import RunResult
 from rackflow.domain.inventory import Rack
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Operation, OperationKind, TaskStatus
 from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
-from rackflow.schedules.firing import RunResult
 from rackflow.store import dispatch, task_runs
 from rackflow.store.db import Database
 from rackflow.timespec import ScheduleSpec, SpecType

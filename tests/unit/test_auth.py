@@ -9,19 +9,12 @@ import grpc
 import pytest
 
 from rackflow.api.audit import target_ids
-from rackflow.api.auth import (
-    Principal,
-    authenticate,
-    authorize,
-    bearer_token,
-    certificate_name,
-    required_role,
-    rpc_name,
-)
+from rackflow.api.auth import authenticate, authorize, bearer_token, certificate_name, required_role, rpc_name
 from rackflow.api.errors import status_of
 from rackflow.config import ServeConfig
 from rackflow.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from rackflow.security import (
+    Principal,
     Role,
     ServerTls,
     TokenEntry,

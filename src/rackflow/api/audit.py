@@ -22,20 +22,15 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from grpc.aio import ServicerContext as Context
 
-from rackflow.api.auth import (
-    ANONYMOUS,
-    Behavior,
-    FlowInterceptor,
-    current_principal,
-    is_mutating,
-    with_behavior,
-)
+from rackflow.api.auth import Behavior, FlowInterceptor, is_mutating, with_behavior
 from rackflow.api.convert import page_from, timestamp_from
 from rackflow.api.convert.audit import audit_event_to
+from rackflow.api.convert.notifications import without_secrets
 from rackflow.api.errors import rpc
 from rackflow.audit.trail import AuditTrail
 from rackflow.domain.audit import OK, EventFilter
 from rackflow.errors import InvalidArgument
+from rackflow.security import ANONYMOUS, current_principal
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:
@@ -152,7 +147,7 @@ class AuditInterceptor(FlowInterceptor):
             target_ids=target_ids(request, response, *([str(schedule_id)] if schedule_id else [])),
             outcome=outcome,
             error=error,
-            request=MessageToDict(request, preserving_proto_field_name=True),
+            request=MessageToDict(without_secrets(request), preserving_proto_field_name=True),
             schedule_id=schedule_id,
             before=before,
         )

@@ -13,41 +13,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from rackflow.api.errors import status_for
 from rackflow.errors import PermissionDenied, Unauthenticated
-from rackflow.security import Role, TokenTable
+from rackflow.security import ANONYMOUS, Principal, Role, TokenTable, current_principal
 from rackflow.v1 import flow_pb2
 
 log = logging.getLogger(__name__)
 
 FLOW_PREFIX = f"/{flow_pb2.DESCRIPTOR.services_by_name['Flow'].full_name}/"
 READ_PREFIXES = ("Get", "List", "Preview", "Check")
-ANONYMOUS = "anonymous"
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
-
-
-@dataclass(frozen=True)
-class Principal:
-    name: str
-    role: Role
-    source: str  # "token", "certificate" or "anonymous"
-
-
-current_principal: ContextVar[Principal | None] = ContextVar("rackflow_principal", default=None)
-
-
-def caller_name() -> str:
-    """The calling principal's name, to store with what it did (e.g. `paused_by`); empty for an anonymous
-    caller, whose name says nothing."""
-    principal = current_principal.get()
-    return principal.name if principal is not None and principal.source != ANONYMOUS else ""
 
 
 def rpc_name(method: str) -> str | None:

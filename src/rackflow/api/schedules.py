@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 from google.protobuf.empty_pb2 import Empty
 from grpc.aio import ServicerContext as Context
 
-from rackflow.api.auth import caller_name
 from rackflow.api.convert import (
     page_from,
     required_uuid,
@@ -36,6 +35,7 @@ from rackflow.schedules.service import (
     WINDOW_POLICY_PATH,
     parse_order,
 )
+from rackflow.security import caller_name
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:

@@ -23,6 +23,7 @@ from rackflow.config import (
     DEFAULT_HTTP_MAX_BODY_BYTES,
     DEFAULT_LEASE_TTL,
     DEFAULT_LISTEN,
+    DEFAULT_NOTIFICATION_RETENTION,
     BackendName,
     LogFormat,
     ServeConfig,
@@ -169,6 +170,19 @@ _db_option = click.option(
     help="Delete tasks that ended longer ago than this (Go duration, at least 1h); 0 keeps them.",
 )
 @click.option(
+    "--notification-retention",
+    envvar="RACKFLOW_NOTIFICATION_RETENTION",
+    default=f"{int(DEFAULT_NOTIFICATION_RETENTION.total_seconds()) // 3600}h",
+    show_default=True,
+    help="Delete delivered notification events older than this (Go duration, at least 1h); 0 keeps them.",
+)
+@click.option(
+    "--external-url",
+    envvar="RACKFLOW_EXTERNAL_URL",
+    default="",
+    help="The dashboard's address as operators reach it; notifications link to run pages under it.",
+)
+@click.option(
     "--audit-spool",
     envvar="RACKFLOW_AUDIT_SPOOL",
     default=DEFAULT_AUDIT_SPOOL,
@@ -228,6 +242,8 @@ def serve(
     audit_retention: str,
     run_retention: str,
     task_retention: str,
+    notification_retention: str,
+    external_url: str,
     audit_spool: str,
     audit_spool_max_bytes: int,
     tls_cert: str | None,
@@ -266,6 +282,8 @@ def serve(
             audit_retention=parse_retention(audit_retention, "--audit-retention"),
             run_retention=parse_retention(run_retention, "--run-retention"),
             task_retention=parse_retention(task_retention, "--task-retention"),
+            notification_retention=parse_retention(notification_retention, "--notification-retention"),
+            external_url=external_url,
             audit_spool=audit_spool,
             audit_spool_max_bytes=audit_spool_max_bytes,
         )

@@ -325,3 +325,16 @@ def planned_times(schedule: Schedule, after: datetime | None, now: datetime, cou
         times.append(moment)
         moment = advance_after_firing(replace(schedule, enabled=True), moment)[1]
     return times
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A firing's outcome per scope as recorded; a rollout's `started`: the tasks its first step started."""
+
+    run_id: uuid.UUID
+    outcomes: tuple[ScopeOutcome, ...]
+    started: tuple[uuid.UUID, ...] = ()
+
+    @property
+    def task_ids(self) -> list[uuid.UUID]:
+        return [outcome.task_id for outcome in self.outcomes if outcome.task_id is not None]

@@ -159,3 +159,13 @@ class ComponentChange:
     component_id: uuid.UUID
     power_state: PowerState | None = None
     firmware_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """An executor is done with a task: it ran to `outcome` (status, message), or, with None, it stopped
+    because the task was cancelled or taken over."""
+
+    task_id: uuid.UUID
+    rack_id: uuid.UUID
+    outcome: tuple[TaskStatus, str] | None

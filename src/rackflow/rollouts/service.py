@@ -33,7 +33,9 @@ from rackflow.domain.rollouts import ENDED, Phase, RackPlace, ScopeView, decide,
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, ScopeOutcome
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError
+from rackflow.notify import events
 from rackflow.store import firing as firing_store
+from rackflow.store import outbox
 from rackflow.store import rollouts as store
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
@@ -231,6 +233,7 @@ class RolloutService:
             pauses = run.rollout.pause_on_halt and await self._pause(
                 conn, run.schedule_id, decision.halt, now
             )
+            await outbox.record_events(conn, events.rollout_halted(run, decision.halt, bool(pauses), now))
             if pauses:
                 paused.append((run, decision.halt))
             log.warning(
@@ -243,6 +246,7 @@ class RolloutService:
             return []
         if decision.done:
             await store.save_run(conn, replace(run, state="completed"))
+            await outbox.record_events(conn, events.rollout_finished(run, views, now))
             log.info("run %s: rollout completed", run.id, extra={"run_id": str(run.id)})
             return []
         if not decision.start:
@@ -329,6 +333,7 @@ class RolloutService:
                     resumed=True,
                 ),
             )
+            await outbox.record_events(conn, events.halt_cleared(run, "resumed", self.clock.now()))
         await self.advance([run_id])
         return await self.get(run_id)
 
@@ -353,6 +358,7 @@ class RolloutService:
                     run, state="cancelled", outcomes=_marked(run, "pending", "not_started"), reason=reason
                 ),
             )
+            await outbox.record_events(conn, events.halt_cleared(run, "cancelled", self.clock.now()))
         return await self.get(run_id)
 
     async def halted(self, limit: int) -> list[Run]:

@@ -37,18 +37,19 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
 from rackflow.clock import Clock
-from rackflow.domain.firing import Firing, plan
+from rackflow.domain.firing import Firing, RunResult, plan
 from rackflow.domain.schedules import Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.errors import FailedPrecondition, RackflowError, Unavailable
+from rackflow.notify import events
 from rackflow.retry import Retry, retrying
 from rackflow.store import firing as firing_store
+from rackflow.store import outbox
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Submission, TaskManager
@@ -61,19 +62,6 @@ log = logging.getLogger(__name__)
 WRITEBACK_DEADLINE_SECONDS = 30.0
 WRITEBACK_RETRY_DELAY_SECONDS = 0.2
 WRITEBACK_MAX_DELAY_SECONDS = 2.0
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """A firing's outcome per scope as recorded; a rollout's `started`: the tasks its first step started."""
-
-    run_id: uuid.UUID
-    outcomes: tuple[ScopeOutcome, ...]
-    started: tuple[uuid.UUID, ...] = ()
-
-    @property
-    def task_ids(self) -> list[uuid.UUID]:
-        return [outcome.task_id for outcome in self.outcomes if outcome.task_id is not None]
 
 
 # --- phase 1: claim ------------------------------------------------------------------------------
@@ -251,6 +239,7 @@ async def _write_back(
             task_by_scope = {o.scope_id: o.task_id for r in recorded for o in r.outcomes if o.task_id}
             await store.set_last_task_ids(conn, task_by_scope)
             await store.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
+            await outbox.record_events(conn, events.runs_with_failures(firings, recorded, db.clock.now()))
             await store.prune_runs(conn, schedule_ids)
         return recorded
 

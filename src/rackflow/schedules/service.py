@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.domain.firing import Firing, plan, planned_times, scope_decisions
+from rackflow.domain.firing import Firing, RunResult, plan, planned_times, scope_decisions
 from rackflow.domain.inventory import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
@@ -33,13 +33,14 @@ from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.targets import FIELD, resolve_targets
+from rackflow.notify import events
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
+from rackflow.store import outbox, wakeups
 from rackflow.store import schedules as store
-from rackflow.store import wakeups
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
 from rackflow.tasks.conflicts import could_conflict
@@ -387,6 +388,7 @@ class ScheduleService:
                 ended.append((resumed(schedule, now), schedule.pause))
                 await store.save_schedule(conn, ended[-1][0])
                 await self._announce(conn, ended[-1][0])
+            await outbox.record_events(conn, events.pauses_ended(ended, now))
         return ended
 
     async def delete(self, schedule_id: uuid.UUID) -> None:
@@ -421,7 +423,7 @@ class ScheduleService:
             raise await self._nothing_submitted(schedule, result)
         return result.task_ids
 
-    async def fire(self, claimed: Sequence[Firing]) -> list[firing.RunResult]:
+    async def fire(self, claimed: Sequence[Firing]) -> list[RunResult]:
         """Phases 2 and 3 for claimed firings (`firing.fire`), then the first step of their rollouts at once
         rather than at the rollout driver's next step: the one way the dispatcher and a manual trigger fire
         what they claimed. A rollout's result says which tasks that step started."""
@@ -432,7 +434,7 @@ class ScheduleService:
         started = (await self.rollouts.advance(rolling)).started
         return [replace(r, started=started.get(r.run_id, ())) for r in results]
 
-    async def _nothing_submitted(self, schedule: Schedule, result: firing.RunResult) -> FailedPrecondition:
+    async def _nothing_submitted(self, schedule: Schedule, result: RunResult) -> FailedPrecondition:
         """The error of a trigger whose every scope failed: each rack, by name and id, and why."""
         async with self.db.read() as conn:
             names = await inventory_store.rack_names(conn, {o.rack_id for o in result.outcomes})

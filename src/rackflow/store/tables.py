@@ -336,3 +336,91 @@ audit_events = Table(
     Column("schedule_after", json_type(), nullable=True),
     Index("ix_audit_events_at_id", "at", "id"),
 )
+
+# Notifications (migration 0015, docs/NOTIFICATIONS.md). The outbox: one row per event, written in the
+# transaction of the change it reports (store/outbox.py). No foreign keys: an event outlives the schedule,
+# run, rack or task it names, whose names it keeps. `fanned_out` turns true once the delivery loop has made
+# its deliveries (one per matching channel).
+notification_event = Table(
+    "notification_event",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("type", String(64), nullable=False),
+    Column("severity", String(16), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("schedule_id", Uuid, nullable=True),
+    Column("schedule_name", String(255), nullable=False, server_default=""),
+    Column("run_id", Uuid, nullable=True),
+    Column("rack_id", Uuid, nullable=True),
+    Column("rack_name", String(255), nullable=False, server_default=""),
+    Column("task_id", Uuid, nullable=True),
+    Column("operation", String(32), nullable=False, server_default=""),
+    Column("principal", String(255), nullable=False),
+    Column("payload", json_type(), nullable=False),
+    Column("fanned_out", Boolean, nullable=False, server_default=text("false")),
+    CheckConstraint("severity IN ('info', 'warning', 'critical')", name="severity"),
+    # The fan-out's scan: only events not fanned out yet are indexed.
+    Index(
+        "ix_notification_event_new",
+        "at",
+        postgresql_where=text("fanned_out IS false"),
+        sqlite_where=text("fanned_out IS 0"),
+    ),
+    Index("ix_notification_event_at_id", "at", "id"),
+)
+
+# Where events go: a webhook, a Slack incoming webhook or an Alertmanager, and what it subscribes to (empty
+# lists: everything). `secret` is a webhook's HMAC key, never returned by the API.
+notification_channel = Table(
+    "notification_channel",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("kind", String(16), nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("secret", Text, nullable=False, server_default=""),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("event_types", json_type(), nullable=False),
+    Column("schedules", json_type(), nullable=False),
+    Column("operations", json_type(), nullable=False),
+    Column("min_severity", String(16), nullable=False),
+    Column("rate_per_minute", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    CheckConstraint("kind IN ('webhook', 'slack', 'alertmanager')", name="kind"),
+    CheckConstraint("rate_per_minute >= 1", name="rate_per_minute"),
+    CheckConstraint("max_attempts >= 1", name="max_attempts"),
+)
+
+# One event to one channel: "pending" until it is delivered, or "dead" after the channel's max_attempts. A
+# claim counts the attempt and moves next_attempt_at past the send's lease, so no other instance sends it
+# meanwhile; the result is written only while that attempt is still the row's (the fence).
+notification_delivery = Table(
+    "notification_delivery",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column(
+        "event_id", Uuid, ForeignKey("notification_event.id", ondelete="CASCADE"), nullable=False, index=True
+    ),
+    Column("channel_id", Uuid, ForeignKey("notification_channel.id", ondelete="CASCADE"), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    Column("last_error", Text, nullable=False, server_default=""),
+    Column("delivered_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    CheckConstraint("state IN ('pending', 'delivered', 'dead')", name="state"),
+    UniqueConstraint("event_id", "channel_id"),
+    # The claim's scan: a channel's pending deliveries in the order they are due.
+    Index(
+        "ix_notification_delivery_due",
+        "channel_id",
+        "next_attempt_at",
+        postgresql_where=text("state = 'pending'"),
+        sqlite_where=text("state = 'pending'"),
+    ),
+    Index("ix_notification_delivery_state_created_at", "state", "created_at"),
+)

@@ -50,15 +50,16 @@ from rackflow.config import (
     DEFAULT_SWEEP_INTERVAL,
 )
 from rackflow.domain.inventory import Component
-from rackflow.domain.tasks import ComponentChange, OperationKind, Task, TaskStatus
+from rackflow.domain.tasks import ComponentChange, Ending, OperationKind, Task, TaskStatus
+from rackflow.notify import events
 from rackflow.retry import Retry, retrying
-from rackflow.store import instances, task_runs
+from rackflow.store import instances, outbox, task_runs
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, plan
 from rackflow.tasks.gates import Gate, consult
-from rackflow.tasks.manager import Ending, TaskManager, count_ended
+from rackflow.tasks.manager import TaskManager, count_ended
 
 log = logging.getLogger(__name__)
 
@@ -360,6 +361,7 @@ class Executor:
         self._ended = let_go.ended if let_go else {}
         messages = {e.task_id: e.message for e in entries if e.task_id is not None and e.message is not None}
         now = self.clock.now()
+        await outbox.record_events(conn, events.tasks_failed(endings, let_go.finished if let_go else (), now))
         held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
         await task_runs.record_changes(conn, (change for entry in entries for change in entry.changes))
         room = 0 if self._stopping else self.max_concurrent - len(self._running) + len(endings)

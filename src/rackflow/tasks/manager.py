@@ -24,6 +24,7 @@ from rackflow.domain.inventory import Component, ComponentsFilter, RackSelection
 from rackflow.domain.tasks import (
     MAX_WAITING_PER_RACK,
     ConflictStrategy,
+    Ending,
     Operation,
     QueueOptions,
     Task,
@@ -209,16 +210,6 @@ class _RackState:
                 self.blocking.setdefault(task.rack_id, []).append(task)
             else:
                 self.waiting[task.rack_id] = self.waiting.get(task.rack_id, 0) + 1
-
-
-@dataclass(frozen=True)
-class Ending:
-    """An executor is done with a task: it ran to `outcome` (status, message), or, with None, it stopped
-    because the task was cancelled or taken over."""
-
-    task_id: uuid.UUID
-    rack_id: uuid.UUID
-    outcome: tuple[TaskStatus, str] | None
 
 
 @dataclass(frozen=True)

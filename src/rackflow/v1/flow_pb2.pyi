@@ -3136,6 +3136,444 @@ class DeleteOperationBudgetRequest(_message.Message):
 Global___DeleteOperationBudgetRequest: _TypeAlias = DeleteOperationBudgetRequest  # noqa: Y015
 
 @_typing.final
+class NotificationChannel(_message.Message):
+    """---------------------------------------------------------------------------------------------
+    Notifications (docs/NOTIFICATIONS.md)
+
+    Where events go: a webhook (signed JSON), a Slack incoming webhook, or an Alertmanager (its base URL).
+    Empty subscription lists match every event.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
+    HAS_SECRET_FIELD_NUMBER: _builtins.int
+    DISABLED_FIELD_NUMBER: _builtins.int
+    EVENT_TYPES_FIELD_NUMBER: _builtins.int
+    SCHEDULES_FIELD_NUMBER: _builtins.int
+    OPERATIONS_FIELD_NUMBER: _builtins.int
+    MIN_SEVERITY_FIELD_NUMBER: _builtins.int
+    RATE_PER_MINUTE_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """unique"""
+    kind: _builtins.str
+    """webhook, slack, alertmanager; fixed at creation"""
+    url: _builtins.str
+    """http(s); returned without credentials (a Slack URL without its path)"""
+    secret: _builtins.str
+    """a webhook's HMAC key; write-only, never returned"""
+    has_secret: _builtins.bool
+    """output only"""
+    disabled: _builtins.bool
+    """a disabled channel gets no new deliveries and sends none"""
+    min_severity: _builtins.str
+    """info (default), warning, critical"""
+    rate_per_minute: _builtins.int
+    """per instance; 0 on create: the default (60)"""
+    max_attempts: _builtins.int
+    """then the delivery is dead; 0 on create: the default (10)"""
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def event_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """run.halted, task.failed, …; a condition's type admits its clearing"""
+
+    @_builtins.property
+    def schedules(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """schedule names"""
+
+    @_builtins.property
+    def operations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """power_on, …, upgrade_firmware"""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        name: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        url: _builtins.str = ...,
+        secret: _builtins.str = ...,
+        has_secret: _builtins.bool = ...,
+        disabled: _builtins.bool = ...,
+        event_types: _abc.Iterable[_builtins.str] | None = ...,
+        schedules: _abc.Iterable[_builtins.str] | None = ...,
+        operations: _abc.Iterable[_builtins.str] | None = ...,
+        min_severity: _builtins.str = ...,
+        rate_per_minute: _builtins.int = ...,
+        max_attempts: _builtins.int = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "updated_at", b"updated_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "disabled", b"disabled", "event_types", b"event_types", "has_secret", b"has_secret", "id", b"id", "kind", b"kind", "max_attempts", b"max_attempts", "min_severity", b"min_severity", "name", b"name", "operations", b"operations", "rate_per_minute", b"rate_per_minute", "schedules", b"schedules", "secret", b"secret", "updated_at", b"updated_at", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotificationChannel: _TypeAlias = NotificationChannel  # noqa: Y015
+
+@_typing.final
+class CreateNotificationChannelRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANNEL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def channel(self) -> Global___NotificationChannel: ...
+    def __init__(
+        self,
+        *,
+        channel: Global___NotificationChannel | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["channel", b"channel"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel", b"channel"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateNotificationChannelRequest: _TypeAlias = CreateNotificationChannelRequest  # noqa: Y015
+
+@_typing.final
+class GetNotificationChannelRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetNotificationChannelRequest: _TypeAlias = GetNotificationChannelRequest  # noqa: Y015
+
+@_typing.final
+class ListNotificationChannelsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNotificationChannelsRequest: _TypeAlias = ListNotificationChannelsRequest  # noqa: Y015
+
+@_typing.final
+class ListNotificationChannelsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANNELS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def channels(self) -> _containers.RepeatedCompositeFieldContainer[Global___NotificationChannel]:
+        """by name"""
+
+    def __init__(
+        self,
+        *,
+        channels: _abc.Iterable[Global___NotificationChannel] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channels", b"channels"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNotificationChannelsResponse: _TypeAlias = ListNotificationChannelsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateNotificationChannelRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    CHANNEL_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def channel(self) -> Global___NotificationChannel: ...
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Paths: channel.name, channel.url, channel.secret, channel.disabled, channel.event_types,
+        channel.schedules, channel.operations, channel.min_severity, channel.rate_per_minute,
+        channel.max_attempts.
+        """
+
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        channel: Global___NotificationChannel | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["channel", b"channel", "id", b"id", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel", b"channel", "id", b"id", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateNotificationChannelRequest: _TypeAlias = UpdateNotificationChannelRequest  # noqa: Y015
+
+@_typing.final
+class DeleteNotificationChannelRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteNotificationChannelRequest: _TypeAlias = DeleteNotificationChannelRequest  # noqa: Y015
+
+@_typing.final
+class NotificationEvent(_message.Message):
+    """One event of the outbox, with the names of what it concerns as they were when it happened."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    SEVERITY_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    RACK_ID_FIELD_NUMBER: _builtins.int
+    RACK_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    severity: _builtins.str
+    summary: _builtins.str
+    """what happened"""
+    reason: _builtins.str
+    """why"""
+    schedule: _builtins.str
+    rack: _builtins.str
+    operation: _builtins.str
+    principal: _builtins.str
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def schedule_id(self) -> Global___UUID:
+        """unset when it concerns none"""
+
+    @_builtins.property
+    def run_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def rack_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def task_id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        type: _builtins.str = ...,
+        severity: _builtins.str = ...,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        summary: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        schedule_id: Global___UUID | None = ...,
+        schedule: _builtins.str = ...,
+        run_id: Global___UUID | None = ...,
+        rack_id: Global___UUID | None = ...,
+        rack: _builtins.str = ...,
+        task_id: Global___UUID | None = ...,
+        operation: _builtins.str = ...,
+        principal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "id", b"id", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "task_id", b"task_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "id", b"id", "operation", b"operation", "principal", b"principal", "rack", b"rack", "rack_id", b"rack_id", "reason", b"reason", "run_id", b"run_id", "schedule", b"schedule", "schedule_id", b"schedule_id", "severity", b"severity", "summary", b"summary", "task_id", b"task_id", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotificationEvent: _TypeAlias = NotificationEvent  # noqa: Y015
+
+@_typing.final
+class NotificationDelivery(_message.Message):
+    """One event to one channel: pending (to be sent), delivered, or dead (gave up after max_attempts)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    CHANNEL_ID_FIELD_NUMBER: _builtins.int
+    CHANNEL_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    NEXT_ATTEMPT_AT_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    DELIVERED_AT_FIELD_NUMBER: _builtins.int
+    channel: _builtins.str
+    state: _builtins.str
+    attempts: _builtins.int
+    last_error: _builtins.str
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def event(self) -> Global___NotificationEvent: ...
+    @_builtins.property
+    def channel_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def next_attempt_at(self) -> _timestamp_pb2.Timestamp:
+        """while pending"""
+
+    @_builtins.property
+    def delivered_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        event: Global___NotificationEvent | None = ...,
+        channel_id: Global___UUID | None = ...,
+        channel: _builtins.str = ...,
+        state: _builtins.str = ...,
+        attempts: _builtins.int = ...,
+        next_attempt_at: _timestamp_pb2.Timestamp | None = ...,
+        last_error: _builtins.str = ...,
+        delivered_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["channel_id", b"channel_id", "delivered_at", b"delivered_at", "event", b"event", "id", b"id", "next_attempt_at", b"next_attempt_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "channel", b"channel", "channel_id", b"channel_id", "delivered_at", b"delivered_at", "event", b"event", "id", b"id", "last_error", b"last_error", "next_attempt_at", b"next_attempt_at", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotificationDelivery: _TypeAlias = NotificationDelivery  # noqa: Y015
+
+@_typing.final
+class ListNotificationDeliveriesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATES_FIELD_NUMBER: _builtins.int
+    CHANNEL_ID_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """newest first; 0: 100, at most 1000"""
+    @_builtins.property
+    def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """pending, delivered, dead; none: all"""
+
+    @_builtins.property
+    def channel_id(self) -> Global___UUID:
+        """unset: every channel"""
+
+    def __init__(
+        self,
+        *,
+        states: _abc.Iterable[_builtins.str] | None = ...,
+        channel_id: Global___UUID | None = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["channel_id", b"channel_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel_id", b"channel_id", "limit", b"limit", "states", b"states"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNotificationDeliveriesRequest: _TypeAlias = ListNotificationDeliveriesRequest  # noqa: Y015
+
+@_typing.final
+class ListNotificationDeliveriesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELIVERIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deliveries(self) -> _containers.RepeatedCompositeFieldContainer[Global___NotificationDelivery]: ...
+    def __init__(
+        self,
+        *,
+        deliveries: _abc.Iterable[Global___NotificationDelivery] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deliveries", b"deliveries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNotificationDeliveriesResponse: _TypeAlias = ListNotificationDeliveriesResponse  # noqa: Y015
+
+@_typing.final
+class RedeliverNotificationsRequest(_message.Message):
+    """Which dead deliveries to send again: these ids, or the channel's, or (neither) every dead one."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELIVERY_IDS_FIELD_NUMBER: _builtins.int
+    CHANNEL_ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def delivery_ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]: ...
+    @_builtins.property
+    def channel_id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        delivery_ids: _abc.Iterable[Global___UUID] | None = ...,
+        channel_id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["channel_id", b"channel_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel_id", b"channel_id", "delivery_ids", b"delivery_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedeliverNotificationsRequest: _TypeAlias = RedeliverNotificationsRequest  # noqa: Y015
+
+@_typing.final
+class RedeliverNotificationsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REDELIVERED_FIELD_NUMBER: _builtins.int
+    redelivered: _builtins.int
+    def __init__(
+        self,
+        *,
+        redelivered: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["redelivered", b"redelivered"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedeliverNotificationsResponse: _TypeAlias = RedeliverNotificationsResponse  # noqa: Y015
+
+@_typing.final
 class AuditEvent(_message.Message):
     """---------------------------------------------------------------------------------------------
     Audit trail

@@ -270,6 +270,41 @@ class FlowStub:
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.CancelTaskScheduleRunRequest.SerializeToString,
                 response_deserializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
                 _registered_method=True)
+        self.CreateNotificationChannel = channel.unary_unary(
+                '/rackflow.v1.Flow/CreateNotificationChannel',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.CreateNotificationChannelRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.NotificationChannel.FromString,
+                _registered_method=True)
+        self.GetNotificationChannel = channel.unary_unary(
+                '/rackflow.v1.Flow/GetNotificationChannel',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.GetNotificationChannelRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.NotificationChannel.FromString,
+                _registered_method=True)
+        self.ListNotificationChannels = channel.unary_unary(
+                '/rackflow.v1.Flow/ListNotificationChannels',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.ListNotificationChannelsRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.ListNotificationChannelsResponse.FromString,
+                _registered_method=True)
+        self.UpdateNotificationChannel = channel.unary_unary(
+                '/rackflow.v1.Flow/UpdateNotificationChannel',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.UpdateNotificationChannelRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.NotificationChannel.FromString,
+                _registered_method=True)
+        self.DeleteNotificationChannel = channel.unary_unary(
+                '/rackflow.v1.Flow/DeleteNotificationChannel',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.DeleteNotificationChannelRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
+        self.ListNotificationDeliveries = channel.unary_unary(
+                '/rackflow.v1.Flow/ListNotificationDeliveries',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.ListNotificationDeliveriesRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.ListNotificationDeliveriesResponse.FromString,
+                _registered_method=True)
+        self.RedeliverNotifications = channel.unary_unary(
+                '/rackflow.v1.Flow/RedeliverNotifications',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.RedeliverNotificationsRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.RedeliverNotificationsResponse.FromString,
+                _registered_method=True)
         self.ListAuditEvents = channel.unary_unary(
                 '/rackflow.v1.Flow/ListAuditEvents',
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.ListAuditEventsRequest.SerializeToString,
@@ -569,6 +604,50 @@ class FlowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateNotificationChannel(self, request, context):
+        """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNotificationChannel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListNotificationChannels(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateNotificationChannel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteNotificationChannel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListNotificationDeliveries(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RedeliverNotifications(self, request, context):
+        """Dead deliveries become pending again, with a fresh count of attempts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListAuditEvents(self, request, context):
         """Audit trail (docs/SECURITY.md)
         """
@@ -813,6 +892,41 @@ def add_FlowServicer_to_server(servicer, server):
                     servicer.CancelTaskScheduleRun,
                     request_deserializer=rackflow_dot_v1_dot_flow__pb2.CancelTaskScheduleRunRequest.FromString,
                     response_serializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.SerializeToString,
+            ),
+            'CreateNotificationChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateNotificationChannel,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.CreateNotificationChannelRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.NotificationChannel.SerializeToString,
+            ),
+            'GetNotificationChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNotificationChannel,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.GetNotificationChannelRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.NotificationChannel.SerializeToString,
+            ),
+            'ListNotificationChannels': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNotificationChannels,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.ListNotificationChannelsRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.ListNotificationChannelsResponse.SerializeToString,
+            ),
+            'UpdateNotificationChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateNotificationChannel,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.UpdateNotificationChannelRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.NotificationChannel.SerializeToString,
+            ),
+            'DeleteNotificationChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteNotificationChannel,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.DeleteNotificationChannelRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'ListNotificationDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNotificationDeliveries,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.ListNotificationDeliveriesRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.ListNotificationDeliveriesResponse.SerializeToString,
+            ),
+            'RedeliverNotifications': grpc.unary_unary_rpc_method_handler(
+                    servicer.RedeliverNotifications,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.RedeliverNotificationsRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.RedeliverNotificationsResponse.SerializeToString,
             ),
             'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAuditEvents,
@@ -2089,6 +2203,195 @@ class Flow:
             '/rackflow.v1.Flow/CancelTaskScheduleRun',
             rackflow_dot_v1_dot_flow__pb2.CancelTaskScheduleRunRequest.SerializeToString,
             rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateNotificationChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/CreateNotificationChannel',
+            rackflow_dot_v1_dot_flow__pb2.CreateNotificationChannelRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.NotificationChannel.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNotificationChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/GetNotificationChannel',
+            rackflow_dot_v1_dot_flow__pb2.GetNotificationChannelRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.NotificationChannel.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNotificationChannels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/ListNotificationChannels',
+            rackflow_dot_v1_dot_flow__pb2.ListNotificationChannelsRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.ListNotificationChannelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateNotificationChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/UpdateNotificationChannel',
+            rackflow_dot_v1_dot_flow__pb2.UpdateNotificationChannelRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.NotificationChannel.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteNotificationChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/DeleteNotificationChannel',
+            rackflow_dot_v1_dot_flow__pb2.DeleteNotificationChannelRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNotificationDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/ListNotificationDeliveries',
+            rackflow_dot_v1_dot_flow__pb2.ListNotificationDeliveriesRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.ListNotificationDeliveriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RedeliverNotifications(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/RedeliverNotifications',
+            rackflow_dot_v1_dot_flow__pb2.RedeliverNotificationsRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.RedeliverNotificationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -91,6 +91,15 @@ class FlowStub:
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
     CancelTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CancelTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
+    CreateNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CreateNotificationChannelRequest, _flow_pb2.NotificationChannel]
+    """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md)."""
+    GetNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetNotificationChannelRequest, _flow_pb2.NotificationChannel]
+    ListNotificationChannels: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListNotificationChannelsRequest, _flow_pb2.ListNotificationChannelsResponse]
+    UpdateNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.UpdateNotificationChannelRequest, _flow_pb2.NotificationChannel]
+    DeleteNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.DeleteNotificationChannelRequest, _empty_pb2.Empty]
+    ListNotificationDeliveries: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListNotificationDeliveriesRequest, _flow_pb2.ListNotificationDeliveriesResponse]
+    RedeliverNotifications: _grpc.UnaryUnaryMultiCallable[_flow_pb2.RedeliverNotificationsRequest, _flow_pb2.RedeliverNotificationsResponse]
+    """Dead deliveries become pending again, with a fresh count of attempts."""
     ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListAuditEventsRequest, _flow_pb2.ListAuditEventsResponse]
     """Audit trail (docs/SECURITY.md)"""
 
@@ -151,6 +160,15 @@ class FlowAsyncStub(FlowStub):
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
     CancelTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.CancelTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
+    CreateNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.CreateNotificationChannelRequest, _flow_pb2.NotificationChannel]  # type: ignore[assignment]
+    """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md)."""
+    GetNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetNotificationChannelRequest, _flow_pb2.NotificationChannel]  # type: ignore[assignment]
+    ListNotificationChannels: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListNotificationChannelsRequest, _flow_pb2.ListNotificationChannelsResponse]  # type: ignore[assignment]
+    UpdateNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.UpdateNotificationChannelRequest, _flow_pb2.NotificationChannel]  # type: ignore[assignment]
+    DeleteNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.DeleteNotificationChannelRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    ListNotificationDeliveries: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListNotificationDeliveriesRequest, _flow_pb2.ListNotificationDeliveriesResponse]  # type: ignore[assignment]
+    RedeliverNotifications: _aio.UnaryUnaryMultiCallable[_flow_pb2.RedeliverNotificationsRequest, _flow_pb2.RedeliverNotificationsResponse]  # type: ignore[assignment]
+    """Dead deliveries become pending again, with a fresh count of attempts."""
     ListAuditEvents: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListAuditEventsRequest, _flow_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
     """Audit trail (docs/SECURITY.md)"""
 
@@ -490,6 +508,57 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
         request: _flow_pb2.CancelTaskScheduleRunRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateNotificationChannel(
+        self,
+        request: _flow_pb2.CreateNotificationChannelRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.NotificationChannel, _abc.Awaitable[_flow_pb2.NotificationChannel]]:
+        """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md)."""
+
+    @_abc_1.abstractmethod
+    def GetNotificationChannel(
+        self,
+        request: _flow_pb2.GetNotificationChannelRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.NotificationChannel, _abc.Awaitable[_flow_pb2.NotificationChannel]]: ...
+
+    @_abc_1.abstractmethod
+    def ListNotificationChannels(
+        self,
+        request: _flow_pb2.ListNotificationChannelsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.ListNotificationChannelsResponse, _abc.Awaitable[_flow_pb2.ListNotificationChannelsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateNotificationChannel(
+        self,
+        request: _flow_pb2.UpdateNotificationChannelRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.NotificationChannel, _abc.Awaitable[_flow_pb2.NotificationChannel]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteNotificationChannel(
+        self,
+        request: _flow_pb2.DeleteNotificationChannelRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]: ...
+
+    @_abc_1.abstractmethod
+    def ListNotificationDeliveries(
+        self,
+        request: _flow_pb2.ListNotificationDeliveriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.ListNotificationDeliveriesResponse, _abc.Awaitable[_flow_pb2.ListNotificationDeliveriesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RedeliverNotifications(
+        self,
+        request: _flow_pb2.RedeliverNotificationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.RedeliverNotificationsResponse, _abc.Awaitable[_flow_pb2.RedeliverNotificationsResponse]]:
+        """Dead deliveries become pending again, with a fresh count of attempts."""
 
     @_abc_1.abstractmethod
     def ListAuditEvents(

@@ -29,13 +29,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rackflow.api.auth import Principal
 from rackflow.api.convert import message_json
 from rackflow.api.errors import INTERNAL_MESSAGE
 from rackflow.client import task_status
 from rackflow.errors import InvalidArgument, NotFound, RackflowError
 from rackflow.schedules.service import TIMEZONE_PATH
-from rackflow.security import TokenTable
+from rackflow.security import Principal, TokenTable
 from rackflow.services import Services
 from rackflow.timespec import parse_go_duration
 from rackflow.v1 import flow_pb2 as pb
@@ -532,7 +531,71 @@ class JsonApi:
                 ),
             ),
         )
-        return [*schedules, *runs, *tasks, *racks, *windows, *budgets, *audit]
+        channels, deliveries = "/notification-channels", "/notification-deliveries"
+        notifications = (
+            Endpoint(
+                get, channels, "ListNotificationChannels", api.list_channels, "List notification channels"
+            ),
+            Endpoint(
+                post,
+                channels,
+                "CreateNotificationChannel",
+                api.create_channel,
+                "Create a notification channel",
+                body=True,
+            ),
+            Endpoint(
+                post,
+                channels + "/{ref}:redeliver",
+                "RedeliverNotifications",
+                api.redeliver_channel,
+                "Send a channel's dead deliveries again",
+            ),
+            Endpoint(
+                get,
+                channels + "/{ref}",
+                "GetNotificationChannel",
+                api.get_channel,
+                "One notification channel",
+            ),
+            Endpoint(
+                patch,
+                channels + "/{ref}",
+                "UpdateNotificationChannel",
+                api.update_channel,
+                "Change a channel: the fields given under `channel`",
+                body=True,
+                path_fields=("id", "update_mask"),
+            ),
+            Endpoint(
+                delete,
+                channels + "/{ref}",
+                "DeleteNotificationChannel",
+                api.delete_channel,
+                "Delete a notification channel",
+            ),
+            Endpoint(
+                get,
+                deliveries,
+                "ListNotificationDeliveries",
+                api.list_deliveries,
+                "Notification deliveries, newest first",
+                (
+                    Param("state", "list", "only deliveries in these states (pending, delivered, dead)"),
+                    Param("channel", "string", "only this channel's (id or name)"),
+                    Param("limit", "integer", "at most this many"),
+                ),
+            ),
+            Endpoint(
+                post,
+                deliveries + ":redeliver",
+                "RedeliverNotifications",
+                api.redeliver,
+                "Send dead deliveries again (those named, or every one)",
+                body=True,
+            ),
+        )
+        return [*schedules, *runs, *tasks, *racks, *windows, *budgets, *audit, *notifications]
 
     def routes(self) -> list[Route]:
         """One route per path, serving each of its methods by its endpoint."""
@@ -801,6 +864,54 @@ class JsonApi:
             pagination=q.pagination(),
         )
         return await call.rpc("ListAuditEvents", request)
+
+    # --- notification channels and deliveries ----------------------------------------------------
+
+    async def _channel(self, ref: str, field: str) -> pb.UUID:
+        """The channel's id, from its id or its name."""
+        for shown in await self.services.notifications.list_channels():
+            if ref in (str(shown.channel.id), shown.channel.name):
+                return pb.UUID(id=str(shown.channel.id))
+        raise NotFound(f"{field}: no notification channel {ref!r}")
+
+    async def list_channels(self, call: Call) -> Message:
+        return await call.rpc("ListNotificationChannels", pb.ListNotificationChannelsRequest())
+
+    async def create_channel(self, call: Call) -> Message:
+        request = await call.body(pb.CreateNotificationChannelRequest())
+        return await call.rpc("CreateNotificationChannel", request)
+
+    async def get_channel(self, call: Call) -> Message:
+        channel_id = await self._channel(call.ref(), "id")
+        return await call.rpc("GetNotificationChannel", pb.GetNotificationChannelRequest(id=channel_id))
+
+    async def update_channel(self, call: Call) -> Message:
+        request = await call.patch(pb.UpdateNotificationChannelRequest(), "channel")
+        request.id.CopyFrom(await self._channel(call.ref(), "id"))
+        return await call.rpc("UpdateNotificationChannel", request)
+
+    async def delete_channel(self, call: Call) -> Message:
+        channel_id = await self._channel(call.ref(), "id")
+        return await call.rpc("DeleteNotificationChannel", pb.DeleteNotificationChannelRequest(id=channel_id))
+
+    async def redeliver_channel(self, call: Call) -> Message:
+        """The channel's dead deliveries, pending again."""
+        channel_id = await self._channel(call.ref(), "channel_id")
+        request = pb.RedeliverNotificationsRequest(channel_id=channel_id)
+        return await call.rpc("RedeliverNotifications", request)
+
+    async def list_deliveries(self, call: Call) -> Message:
+        q = call.query
+        request = pb.ListNotificationDeliveriesRequest(
+            states=q.values("state"), limit=q.integer("limit") or 0
+        )
+        if channel := q.text("channel"):
+            request.channel_id.CopyFrom(await self._channel(channel, "channel_id"))
+        return await call.rpc("ListNotificationDeliveries", request)
+
+    async def redeliver(self, call: Call) -> Message:
+        """Body (optional): `{"delivery_ids": [{"id": "…"}]}`; none: every dead delivery."""
+        return await call.rpc("RedeliverNotifications", await call.body(pb.RedeliverNotificationsRequest()))
 
 
 def error_response(error: RpcError) -> JSONResponse:

@@ -21,7 +21,7 @@ from rackflow.services import Services
 from rackflow.web.api import JsonApi
 from rackflow.web.calls import RpcCaller
 from rackflow.web.openapi import OPENAPI_PATH, document
-from rackflow.web.pages import Site, audit, overview, racks, runs, schedules, tasks, windows
+from rackflow.web.pages import Site, audit, notifications, overview, racks, runs, schedules, tasks, windows
 from rackflow.web.security import HttpSecurity, RequestGuard
 
 # Starlette's own refusals as the API's codes: an unknown path, a method its path does not take.
@@ -92,6 +92,7 @@ def build_app(
         *tasks.routes(site),
         *racks.routes(site),
         *windows.routes(site),
+        *notifications.routes(site),
         *audit.routes(site),
         Mount("/static", StaticFiles(packages=[("rackflow.web", "static")]), name="static"),
     ]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from starlette.requests import HTTPConnection
 
-from rackflow.api.auth import Principal, authenticate, bearer_token
-from rackflow.security import TokenTable
+from rackflow.api.auth import authenticate, bearer_token
+from rackflow.security import Principal, TokenTable
 
 CLIENT_CERTIFICATE_NAME = "rackflow_client_certificate_name"
 

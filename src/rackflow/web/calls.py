@@ -17,10 +17,11 @@ import grpc
 from google.protobuf.message import Message
 
 from rackflow.api.audit import AuditInterceptor
-from rackflow.api.auth import Principal, authorize, current_principal, is_mutating
+from rackflow.api.auth import authorize, is_mutating
 from rackflow.api.errors import HTTP_STATUS_FOR_CODE, status_of
 from rackflow.api.servicer import FlowServicer
 from rackflow.errors import RackflowError
+from rackflow.security import Principal, current_principal
 
 # Messages name the field first: "schedule.spec.timezone: …", "task_ids[2]: …", "limit: …". Field names are
 # snake_case; a message that starts with an RPC's name ("PauseTaskSchedule: the viewer role …") names none.

@@ -28,12 +28,12 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from rackflow.api.auth import Principal, authorize
+from rackflow.api.auth import authorize
 from rackflow.api.errors import INTERNAL, INTERNAL_MESSAGE
 from rackflow.clock import Clock
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import PermissionDenied, RackflowError, Unauthenticated
-from rackflow.security import TokenTable
+from rackflow.security import Principal, TokenTable
 from rackflow.services import Services
 from rackflow.timespec.words import describe
 from rackflow.web import views
@@ -52,6 +52,7 @@ NAV = (
     ("/tasks", "Tasks"),
     ("/racks", "Racks"),
     ("/windows", "Windows"),
+    ("/notifications", "Notifications"),
     ("/audit", "Audit"),
 )
 _STATIC = ("app.css", "app.js")

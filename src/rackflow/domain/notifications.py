@@ -1,0 +1,179 @@
+"""Notification values: the events rackflow reports (docs/NOTIFICATIONS.md), the channels they go to, and
+what a channel subscribes to.
+
+An event is written to the outbox in the transaction of the change it reports (`store.outbox`), so none is
+lost and none is invented by a rolled-back change; the delivery loop (`rackflow.notify`) fans it out to
+the channels whose subscription matches and delivers it at least once.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from rackflow.domain.audit import SYSTEM_PRINCIPAL
+from rackflow.domain.tasks import OperationKind
+
+
+class EventType(enum.StrEnum):
+    """What happened. The value is the wire and stored name."""
+
+    RUN_COMPLETED_WITH_FAILURES = "run.completed_with_failures"
+    RUN_HALTED = "run.halted"
+    # A halted run was resumed or cancelled: the halt's condition has cleared.
+    RUN_HALT_CLEARED = "run.halt_cleared"
+    ROLLOUT_FINISHED = "rollout.finished"
+    TASK_FAILED = "task.failed"
+    # By rackflow itself: a rollout's halt paused the schedule, or an operator's pause reached its end.
+    SCHEDULE_PAUSED = "schedule.paused"
+    SCHEDULE_RESUMED = "schedule.resumed"
+
+
+# The event that ends the condition another one reported: Alertmanager gets the alert again with `endsAt`,
+# and a subscription to the condition receives its clearing too.
+CLEARS: Mapping[EventType, EventType] = {
+    EventType.RUN_HALT_CLEARED: EventType.RUN_HALTED,
+    EventType.SCHEDULE_RESUMED: EventType.SCHEDULE_PAUSED,
+}
+
+
+class Severity(enum.StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return list(Severity).index(self)
+
+
+# Each type's severity; a clearing has the severity of what it clears (the same Alertmanager labels, and
+# it reaches whoever received the condition).
+SEVERITY: Mapping[EventType, Severity] = {
+    EventType.RUN_COMPLETED_WITH_FAILURES: Severity.WARNING,
+    EventType.RUN_HALTED: Severity.CRITICAL,
+    EventType.RUN_HALT_CLEARED: Severity.CRITICAL,
+    EventType.ROLLOUT_FINISHED: Severity.INFO,
+    EventType.TASK_FAILED: Severity.WARNING,
+    EventType.SCHEDULE_PAUSED: Severity.WARNING,
+    EventType.SCHEDULE_RESUMED: Severity.WARNING,
+}
+
+
+class ChannelKind(enum.StrEnum):
+    WEBHOOK = "webhook"  # generic JSON, signed (X-Rackflow-Signature)
+    SLACK = "slack"  # a Slack incoming webhook's message format
+    ALERTMANAGER = "alertmanager"  # Alertmanager's POST /api/v2/alerts
+
+
+class DeliveryState(enum.StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    DEAD = "dead"  # gave up after the channel's attempts; `rackflow notify redeliver` tries again
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened, as the outbox keeps it.
+
+    The constructors name the ids they know; `store.outbox.record_events` fills in the rest from the rows
+    they name (a task's rack, schedule and run; the schedule's name and operation; the rack's name), so a
+    channel can filter on names and show them even after those rows are gone.
+    """
+
+    type: EventType
+    severity: Severity
+    at: datetime
+    summary: str  # what happened, one line
+    reason: str = ""  # why, when rackflow knows
+    schedule_id: uuid.UUID | None = None
+    run_id: uuid.UUID | None = None
+    rack_id: uuid.UUID | None = None
+    task_id: uuid.UUID | None = None
+    principal: str = SYSTEM_PRINCIPAL
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    schedule_name: str = ""
+    rack_name: str = ""
+    operation: str = ""
+    id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as a webhook receives it (and `notify` shows it)."""
+        ids = {"schedule_id": self.schedule_id, "run_id": self.run_id, "rack_id": self.rack_id}
+        return {
+            "id": str(self.id),
+            "type": self.type.value,
+            "severity": self.severity.value,
+            "at": self.at.isoformat(),
+            "summary": self.summary,
+            "reason": self.reason,
+            **{k: str(v) if v is not None else None for k, v in ids.items()},
+            "task_id": str(self.task_id) if self.task_id else None,
+            "schedule": self.schedule_name,
+            "rack": self.rack_name,
+            "operation": self.operation,
+            "principal": self.principal,
+            "payload": dict(self.payload),
+        }
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which events a channel receives: every filter that is set must match (an empty one matches all).
+
+    `event_types` also admits the clearing of each type it names (`CLEARS`); `schedules` are schedule names.
+    """
+
+    event_types: tuple[EventType, ...] = ()
+    schedules: tuple[str, ...] = ()
+    operations: tuple[OperationKind, ...] = ()
+    min_severity: Severity = Severity.INFO
+
+    def matches(self, event: Event) -> bool:
+        if self.event_types and event.type not in self.event_types:
+            cleared = CLEARS.get(event.type)
+            if cleared is None or cleared not in self.event_types:
+                return False
+        if self.schedules and event.schedule_name not in self.schedules:
+            return False
+        if self.operations and event.operation not in {op.value for op in self.operations}:
+            return False
+        return event.severity.rank >= self.min_severity.rank
+
+
+@dataclass(frozen=True)
+class Channel:
+    """Where notifications go. `secret` (a webhook's HMAC key) is write-only: the API never returns it, and
+    a Slack URL, which is a credential itself, is returned without its path (`redacted_url`)."""
+
+    id: uuid.UUID
+    name: str
+    kind: ChannelKind
+    url: str
+    secret: str = field(repr=False)
+    enabled: bool
+    subscription: Subscription
+    # Deliveries this channel gets per minute from one instance; more wait their turn.
+    rate_per_minute: int
+    max_attempts: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One event's delivery to one channel, as `rackflow notify` lists it."""
+
+    id: uuid.UUID
+    event: Event
+    channel_id: uuid.UUID
+    channel_name: str
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: datetime | None
+    last_error: str
+    delivered_at: datetime | None

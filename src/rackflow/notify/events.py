@@ -1,0 +1,156 @@
+"""The events each write site records, built here so that a site adds one line:
+`await outbox.record_events(conn, events.<kind>(…))` in the transaction that writes the change.
+
+Each constructor returns a list (often empty: the change was not one to report), names the ids it knows,
+and leaves the names to `store.outbox.record_events`. The principal is the RPC's caller when there is one,
+else rackflow itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from rackflow.domain.audit import SYSTEM_PRINCIPAL
+from rackflow.domain.notifications import SEVERITY, Event, EventType
+from rackflow.domain.rollouts import Phase, ScopeView
+from rackflow.domain.schedules import Pause, Run, Schedule
+from rackflow.domain.tasks import TaskStatus
+from rackflow.security import caller_name
+
+if TYPE_CHECKING:
+    import uuid
+
+    from rackflow.domain.firing import Firing, RunResult
+    from rackflow.domain.tasks import Ending
+
+# How many per-rack errors a run's event quotes in its reason (the run's page has them all).
+ERRORS_QUOTED = 3
+
+
+def _event(kind: EventType, at: datetime, summary: str, **fields: object) -> Event:
+    return Event(
+        type=kind,
+        severity=SEVERITY[kind],
+        at=at,
+        summary=summary,
+        principal=caller_name() or SYSTEM_PRINCIPAL,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def _quoted(errors: Sequence[str]) -> str:
+    more = f" (+{len(errors) - ERRORS_QUOTED} more)" if len(errors) > ERRORS_QUOTED else ""
+    return "; ".join(errors[:ERRORS_QUOTED]) + more
+
+
+def runs_with_failures(firings: Sequence[Firing], results: Sequence[RunResult], at: datetime) -> list[Event]:
+    """A plain firing's run recorded as completed with scopes that could not be submitted."""
+    found = []
+    for firing, result in zip(firings, results, strict=True):
+        failed = [o for o in result.outcomes if o.outcome == "failed"]
+        if not failed:
+            continue
+        found.append(
+            _event(
+                EventType.RUN_COMPLETED_WITH_FAILURES,
+                at,
+                f"schedule {firing.schedule.name}: {len(failed)} of {len(result.outcomes)} rack(s) failed",
+                reason=_quoted([o.error for o in failed]),
+                schedule_id=firing.schedule.id,
+                run_id=result.run_id,
+                rack_id=failed[0].rack_id if len(failed) == 1 else None,
+                payload={"failed": len(failed), "scopes": len(result.outcomes)},
+            )
+        )
+    return found
+
+
+def rollout_halted(run: Run, reason: str, paused: bool, at: datetime) -> list[Event]:
+    """A rollout halted, and (`paused`) its schedule paused by the halt."""
+    halted = _event(
+        EventType.RUN_HALTED,
+        at,
+        "rollout halted",
+        reason=reason,
+        schedule_id=run.schedule_id,
+        run_id=run.id,
+    )
+    if not paused:
+        return [halted]
+    pause = _event(
+        EventType.SCHEDULE_PAUSED,
+        at,
+        "schedule paused by its rollout's halt",
+        reason=reason,
+        schedule_id=run.schedule_id,
+        run_id=run.id,
+    )
+    return [halted, pause]
+
+
+def rollout_finished(run: Run, views: Iterable[ScopeView], at: datetime) -> list[Event]:
+    """A rollout completed: how many racks succeeded, failed and were skipped."""
+    phases = [v.phase for v in views]
+    counts = {p.value: phases.count(p) for p in (Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED)}
+    summary = "rollout finished: " + ", ".join(f"{n} {phase}" for phase, n in counts.items())
+    return [
+        _event(
+            EventType.ROLLOUT_FINISHED,
+            at,
+            summary,
+            schedule_id=run.schedule_id,
+            run_id=run.id,
+            payload=counts,
+        )
+    ]
+
+
+def halt_cleared(run: Run, how: Literal["resumed", "cancelled"], at: datetime) -> list[Event]:
+    """A halted rollout was resumed or cancelled: its halt alert resolves (`run` as it was: cancelling a
+    rolling one clears nothing)."""
+    if run.state != "halted":
+        return []
+    return [
+        _event(
+            EventType.RUN_HALT_CLEARED,
+            at,
+            f"halted rollout {how}",
+            reason=run.reason,
+            schedule_id=run.schedule_id,
+            run_id=run.id,
+        )
+    ]
+
+
+def tasks_failed(endings: Iterable[Ending], ended: Collection[uuid.UUID], at: datetime) -> list[Event]:
+    """The tasks an executor's round ended as FAILED (a final status: a failed task is not tried again).
+    `ended` are the endings the round recorded (the others were cancelled or taken over meanwhile)."""
+    return [
+        _event(
+            EventType.TASK_FAILED,
+            at,
+            "task failed",
+            reason=ending.outcome[1],
+            task_id=ending.task_id,
+            rack_id=ending.rack_id,
+        )
+        for ending in endings
+        if ending.outcome is not None and ending.outcome[0] is TaskStatus.FAILED and ending.task_id in ended
+    ]
+
+
+def pauses_ended(resumed: Iterable[tuple[Schedule, Pause]], at: datetime) -> list[Event]:
+    """Schedules rackflow resumed because their pause reached its end."""
+    return [
+        _event(
+            EventType.SCHEDULE_RESUMED,
+            at,
+            "schedule resumed: its pause ended",
+            reason=pause.reason,
+            schedule_id=schedule.id,
+            payload={"paused_by": pause.by},
+        )
+        for schedule, pause in resumed
+    ]

@@ -1,0 +1,174 @@
+"""What a channel receives for an event, by kind, and the HTTP POST that sends it (docs/NOTIFICATIONS.md).
+
+* webhook: the event as JSON, signed: `X-Rackflow-Signature: sha256=<hex>`, the HMAC-SHA256 with the
+  channel's secret of `<X-Rackflow-Timestamp>.<body>`, so a receiver can check it and refuse old replays;
+* slack: an incoming webhook's `{"text": …}`: what, where, why, and a link to the run's page;
+* alertmanager: one alert for `POST /api/v2/alerts`, labelled alertname, schedule, rack, severity (and
+  run or task); the event that clears a condition sends the same labels with `endsAt` now.
+
+Every request carries the event id as its idempotency key (`Idempotency-Key`, `X-Rackflow-Event-Id`):
+delivery is at least once, and a receiver that remembers ids sees each event once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from rackflow.config import ALERT_CONDITION_HORIZON, ALERT_ONE_OFF
+from rackflow.domain.notifications import CLEARS, Channel, ChannelKind, Event, EventType
+
+USER_AGENT = "rackflow-notify"
+ALERTS_PATH = "/api/v2/alerts"
+# How much of a receiver's answer a failed delivery keeps as its error.
+ERROR_BODY_CHARS = 200
+
+ALERT_NAMES: Mapping[EventType, str] = {
+    EventType.RUN_COMPLETED_WITH_FAILURES: "RackflowRunCompletedWithFailures",
+    EventType.RUN_HALTED: "RackflowRunHalted",
+    EventType.ROLLOUT_FINISHED: "RackflowRolloutFinished",
+    EventType.TASK_FAILED: "RackflowTaskFailed",
+    EventType.SCHEDULE_PAUSED: "RackflowSchedulePaused",
+}
+SLACK_ICONS: Mapping[str, str] = {
+    "info": ":information_source:",
+    "warning": ":warning:",
+    "critical": ":rotating_light:",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    url: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class SendFailed(Exception):
+    """The receiver could not be reached, or did not answer 2xx; the message says which, never the URL."""
+
+
+def redacted_url(kind: ChannelKind, url: str) -> str:
+    """The URL as the API shows it: no user, password or query; a Slack URL (whose path is its credential)
+    without its path either."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    path = "/…" if kind is ChannelKind.SLACK and parts.path not in ("", "/") else parts.path
+    return urlunsplit((parts.scheme, netloc, path, "", ""))
+
+
+def run_link(external_url: str, event: Event) -> str:
+    """The page of the event's run on the dashboard (`--external-url`), or empty."""
+    if not external_url or event.run_id is None:
+        return ""
+    return f"{external_url.rstrip('/')}/runs/{event.run_id}"
+
+
+def request_for(channel: Channel, event: Event, *, now: datetime, external_url: str) -> Request:
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "Idempotency-Key": str(event.id),
+        "X-Rackflow-Event-Id": str(event.id),
+    }
+    link = run_link(external_url, event)
+    if channel.kind is ChannelKind.WEBHOOK:
+        body = _json({**event.to_json(), "link": link})
+        timestamp = str(int(now.timestamp()))
+        headers["X-Rackflow-Timestamp"] = timestamp
+        if channel.secret:
+            headers["X-Rackflow-Signature"] = "sha256=" + sign(channel.secret, timestamp, body)
+        return Request(channel.url, headers, body)
+    if channel.kind is ChannelKind.SLACK:
+        return Request(channel.url, headers, _json({"text": slack_text(event, link)}))
+    url = channel.url.rstrip("/") + ALERTS_PATH
+    return Request(url, headers, _json([alert(event, link)]))
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The webhook signature: hex HMAC-SHA256 of `<timestamp>.<body>` keyed with the channel's secret."""
+    return hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def slack_text(event: Event, link: str) -> str:
+    """What (the summary), where (schedule, rack, operation), why (the reason), and the run's page."""
+    where = ", ".join(
+        f"{label} `{value}`"
+        for label, value in (
+            ("schedule", event.schedule_name),
+            ("rack", event.rack_name),
+            ("operation", event.operation),
+        )
+        if value
+    )
+    lines = [f"{SLACK_ICONS[event.severity.value]} *{event.summary}*"]
+    if where:
+        lines.append(f"where: {where}")
+    if event.reason:
+        lines.append(f"why: {event.reason}")
+    if link:
+        lines.append(f"<{link}|open the run>")
+    return "\n".join(lines)
+
+
+def alert(event: Event, link: str) -> dict[str, Any]:
+    """The Alertmanager alert of an event. A condition's alert lasts ALERT_CONDITION_HORIZON unless its
+    clearing event ends it (the same labels, `endsAt` the clearing's time); a one-off's, ALERT_ONE_OFF."""
+    condition = CLEARS.get(event.type, event.type)
+    labels = {
+        "alertname": ALERT_NAMES[condition],
+        "severity": event.severity.value,
+        "schedule": event.schedule_name,
+        "rack": event.rack_name,
+        "operation": event.operation,
+    }
+    if condition.value.startswith("run."):
+        labels["run"] = str(event.run_id) if event.run_id else ""
+    if condition is EventType.TASK_FAILED:
+        labels["task"] = str(event.task_id) if event.task_id else ""
+    if event.type in CLEARS:
+        ends = event.at
+    elif event.type in CLEARS.values():
+        ends = event.at + ALERT_CONDITION_HORIZON
+    else:
+        ends = event.at + ALERT_ONE_OFF
+    found = {
+        "labels": {k: v for k, v in labels.items() if v},
+        "annotations": {"summary": event.summary, "description": event.reason, "event_id": str(event.id)},
+        "startsAt": event.at.isoformat(),
+        "endsAt": ends.isoformat(),
+    }
+    if link:
+        found["generatorURL"] = link
+    return found
+
+
+def post(request: Request, timeout: float) -> None:
+    """POST the request (blocking: run it on a thread); raises `SendFailed` unless the receiver answers 2xx.
+    `timeout` bounds each socket operation (the caller bounds the whole)."""
+    posted = urllib.request.Request(
+        request.url, data=request.body, headers=dict(request.headers), method="POST"
+    )
+    try:
+        with urllib.request.urlopen(posted, timeout=timeout) as answer:
+            answer.read()
+    except urllib.error.HTTPError as exc:
+        text = exc.read(ERROR_BODY_CHARS).decode(errors="replace").strip()
+        raise SendFailed(f"HTTP {exc.code}" + (f": {text}" if text else "")) from None
+    except urllib.error.URLError as exc:
+        raise SendFailed(f"unreachable: {exc.reason}") from None
+    except (OSError, ValueError) as exc:
+        raise SendFailed(f"unreachable: {exc}") from None

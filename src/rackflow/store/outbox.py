@@ -1,0 +1,449 @@
+"""The notification outbox (docs/NOTIFICATIONS.md): events, channels and deliveries.
+
+`record_events` is the one way an event is written: inside the caller's transaction, so an event exists
+exactly when the change it reports committed. The delivery loop (`rackflow.notify.delivery`) then, from any
+instance, fans new events out into one delivery per matching channel (`fan_out`), claims due deliveries
+(`claim_deliveries`: SKIP LOCKED on PostgreSQL, and the attempt counted and the row moved past a lease in
+the same statement, so no other instance sends it meanwhile), and writes each result fenced by the attempt
+it claimed (`record_results`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncGenerator, Collection, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, delete, exists, func, select, update
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.domain.notifications import (
+    Channel,
+    ChannelKind,
+    Delivery,
+    DeliveryState,
+    Event,
+    EventType,
+    Severity,
+    Subscription,
+)
+from rackflow.domain.tasks import OperationKind
+from rackflow.store.db import Database, chunked
+from rackflow.store.dialect import insert_rows
+from rackflow.store.retention import PRUNE_CHUNK, prune_older
+from rackflow.store.tables import (
+    notification_channel,
+    notification_delivery,
+    notification_event,
+    racks,
+    task_schedule,
+    task_schedule_run,
+    tasks,
+)
+
+_event = notification_event.c
+_channel = notification_channel.c
+_delivery = notification_delivery.c
+PENDING, DELIVERED, DEAD = (s.value for s in DeliveryState)
+
+
+# --- events ----------------------------------------------------------------------------------------------
+
+
+async def record_events(conn: AsyncConnection, events: Sequence[Event]) -> None:
+    """Write `events` to the outbox in the caller's transaction, with the names of what they concern
+    (`_with_context`). No events, no query: the write sites call this on every change."""
+    if not events:
+        return
+    rows = [_event_row(event) for event in await _with_context(conn, events)]
+    await conn.execute(*insert_rows(conn.dialect.name, notification_event, rows))
+
+
+async def _with_context(conn: AsyncConnection, events: Sequence[Event]) -> list[Event]:
+    """The events with what their ids imply: a task's rack, run, schedule and operation; a run's schedule;
+    a schedule's name and operation; a rack's name (what a constructor already set is kept)."""
+    found = await _lookup(conn, tasks, [e.task_id for e in events])
+    events = [
+        replace(
+            e,
+            rack_id=e.rack_id or row.rack_id,
+            run_id=e.run_id or row.run_id,
+            schedule_id=e.schedule_id or row.schedule_id,
+            operation=e.operation or row.operation,
+        )
+        if (row := found.get(e.task_id)) is not None
+        else e
+        for e in events
+    ]
+    runs = await _lookup(conn, task_schedule_run, [e.run_id for e in events if e.schedule_id is None])
+    events = [replace(e, schedule_id=runs[e.run_id].schedule_id) if e.run_id in runs else e for e in events]
+    schedules = await _lookup(conn, task_schedule, [e.schedule_id for e in events])
+    events = [
+        replace(
+            e,
+            schedule_name=e.schedule_name or row.name,
+            operation=e.operation or str(row.operation_template["operation"]["kind"]),
+        )
+        if (row := schedules.get(e.schedule_id)) is not None
+        else e
+        for e in events
+    ]
+    named = await _lookup(conn, racks, [e.rack_id for e in events if not e.rack_name])
+    return [replace(e, rack_name=named[e.rack_id].name) if e.rack_id in named else e for e in events]
+
+
+async def _lookup(
+    conn: AsyncConnection, table: Any, ids: Collection[uuid.UUID | None]
+) -> dict[Any, Row[Any]]:
+    wanted = {i for i in ids if i is not None}
+    found: dict[Any, Row[Any]] = {}
+    for chunk in chunked(wanted):
+        found.update({row.id: row for row in await conn.execute(select(table).where(table.c.id.in_(chunk)))})
+    return found
+
+
+def _event_row(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "type": event.type.value,
+        "severity": event.severity.value,
+        "at": event.at,
+        "summary": event.summary,
+        "reason": event.reason,
+        "schedule_id": event.schedule_id,
+        "schedule_name": event.schedule_name,
+        "run_id": event.run_id,
+        "rack_id": event.rack_id,
+        "rack_name": event.rack_name,
+        "task_id": event.task_id,
+        "operation": event.operation,
+        "principal": event.principal,
+        "payload": dict(event.payload),
+        "fanned_out": False,
+    }
+
+
+def _event_from(row: Any) -> Event:
+    return Event(
+        id=row.id,
+        type=EventType(row.type),
+        severity=Severity(row.severity),
+        at=row.at,
+        summary=row.summary,
+        reason=row.reason,
+        schedule_id=row.schedule_id,
+        schedule_name=row.schedule_name,
+        run_id=row.run_id,
+        rack_id=row.rack_id,
+        rack_name=row.rack_name,
+        task_id=row.task_id,
+        operation=row.operation,
+        principal=row.principal,
+        payload=row.payload,
+    )
+
+
+async def list_events(conn: AsyncConnection, limit: int) -> list[Event]:
+    """The newest `limit` events, newest first."""
+    stmt = select(notification_event).order_by(_event.at.desc(), _event.id.desc()).limit(limit)
+    return [_event_from(row) for row in await conn.execute(stmt)]
+
+
+async def fan_out(db: Database, conn: AsyncConnection, now: datetime, limit: int) -> int:
+    """Make the deliveries of up to `limit` events not fanned out yet (oldest first, SKIP LOCKED): one per
+    enabled channel whose subscription matches, due at once. Returns how many events it took."""
+    stmt = select(notification_event).where(_event.fanned_out.is_(False)).order_by(_event.at).limit(limit)
+    events = [_event_from(row) for row in await conn.execute(db.skip_locked(stmt))]
+    if not events:
+        return 0
+    channels = [c for c in await list_channels(conn) if c.enabled]
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "event_id": event.id,
+            "channel_id": channel.id,
+            "state": PENDING,
+            "attempts": 0,
+            "next_attempt_at": now,
+            "last_error": "",
+            "created_at": now,
+        }
+        for event in events
+        for channel in channels
+        if channel.subscription.matches(event)
+    ]
+    if rows:
+        await conn.execute(*insert_rows(db.dialect, notification_delivery, rows, new_only=True))
+    for chunk in chunked([e.id for e in events]):
+        await conn.execute(update(notification_event).where(_event.id.in_(chunk)).values(fanned_out=True))
+    return len(events)
+
+
+# --- channels --------------------------------------------------------------------------------------------
+
+
+def _channel_row(channel: Channel) -> dict[str, Any]:
+    sub = channel.subscription
+    return {
+        "id": channel.id,
+        "name": channel.name,
+        "kind": channel.kind.value,
+        "url": channel.url,
+        "secret": channel.secret,
+        "enabled": channel.enabled,
+        "event_types": [t.value for t in sub.event_types],
+        "schedules": list(sub.schedules),
+        "operations": [op.value for op in sub.operations],
+        "min_severity": sub.min_severity.value,
+        "rate_per_minute": channel.rate_per_minute,
+        "max_attempts": channel.max_attempts,
+        "created_at": channel.created_at,
+        "updated_at": channel.updated_at,
+    }
+
+
+def _channel_from(row: Any) -> Channel:
+    return Channel(
+        id=row.id,
+        name=row.name,
+        kind=ChannelKind(row.kind),
+        url=row.url,
+        secret=row.secret,
+        enabled=row.enabled,
+        subscription=Subscription(
+            event_types=tuple(EventType(t) for t in row.event_types),
+            schedules=tuple(row.schedules),
+            operations=tuple(OperationKind(op) for op in row.operations),
+            min_severity=Severity(row.min_severity),
+        ),
+        rate_per_minute=row.rate_per_minute,
+        max_attempts=row.max_attempts,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def insert_channel(conn: AsyncConnection, channel: Channel) -> None:
+    await conn.execute(notification_channel.insert().values(**_channel_row(channel)))
+
+
+async def save_channel(conn: AsyncConnection, channel: Channel) -> None:
+    row = _channel_row(channel)
+    del row["id"], row["created_at"]
+    await conn.execute(update(notification_channel).where(_channel.id == channel.id).values(**row))
+
+
+async def get_channel(conn: AsyncConnection, channel_id: uuid.UUID) -> Channel | None:
+    row = (await conn.execute(select(notification_channel).where(_channel.id == channel_id))).first()
+    return _channel_from(row) if row is not None else None
+
+
+async def channel_named(conn: AsyncConnection, name: str) -> Channel | None:
+    row = (await conn.execute(select(notification_channel).where(_channel.name == name))).first()
+    return _channel_from(row) if row is not None else None
+
+
+async def list_channels(conn: AsyncConnection) -> list[Channel]:
+    """Every channel, by name."""
+    stmt = select(notification_channel).order_by(_channel.name)
+    return [_channel_from(row) for row in await conn.execute(stmt)]
+
+
+async def delete_channel(conn: AsyncConnection, channel_id: uuid.UUID) -> bool:
+    """Delete the channel with its deliveries; False when there was none."""
+    result = await conn.execute(delete(notification_channel).where(_channel.id == channel_id))
+    return result.rowcount > 0
+
+
+# --- deliveries ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A delivery this instance is sending: `attempt` is the fence its result is written under."""
+
+    id: uuid.UUID
+    attempt: int
+    event: Event
+
+
+async def claim_deliveries(
+    db: Database, conn: AsyncConnection, channel_id: uuid.UUID, now: datetime, limit: int, lease: timedelta
+) -> list[Claimed]:
+    """Up to `limit` of the channel's due pending deliveries, oldest due first, skipping rows another
+    instance is claiming; each counts one more attempt and is not due again until `lease` from `now` (its
+    send's bound), so only a sender that died leaves it to be claimed again."""
+    due = (
+        select(_delivery.id)
+        .where(
+            _delivery.channel_id == channel_id, _delivery.state == PENDING, _delivery.next_attempt_at <= now
+        )
+        .order_by(_delivery.next_attempt_at, _delivery.id)
+        .limit(limit)
+    )
+    ids = list((await conn.execute(db.skip_locked(due))).scalars())
+    if not ids:
+        return []
+    claimed = (
+        update(notification_delivery)
+        .where(_delivery.id.in_(ids))
+        .values(attempts=_delivery.attempts + 1, next_attempt_at=now + lease)
+        .returning(_delivery.id, _delivery.attempts, _delivery.event_id)
+    )
+    attempts = {row.id: (row.attempts, row.event_id) for row in await conn.execute(claimed)}
+    events = await _lookup(conn, notification_event, [event_id for _, event_id in attempts.values()])
+    return [Claimed(i, attempts[i][0], _event_from(events[attempts[i][1]])) for i in ids]
+
+
+@dataclass(frozen=True)
+class Result:
+    """How one claimed send went: delivered, or failed with `error` and tried again `retry_after` from when
+    the result is written (None: the channel's attempts are used up, the delivery is dead)."""
+
+    claimed: Claimed
+    delivered: bool
+    error: str = ""
+    retry_after: timedelta | None = None
+
+
+async def record_results(conn: AsyncConnection, results: Sequence[Result], now: datetime) -> int:
+    """Write the sends' results, each only while its attempt is still the row's (a send that outlived
+    its lease and was claimed again leaves the newer attempt's row alone). Returns how many were written."""
+    written = 0
+    for result in results:
+        if result.delivered:
+            values: dict[str, Any] = {"state": DELIVERED, "delivered_at": now, "last_error": ""}
+        elif result.retry_after is None:
+            values = {"state": DEAD, "last_error": result.error}
+        else:
+            values = {"next_attempt_at": now + result.retry_after, "last_error": result.error}
+        fence = and_(
+            _delivery.id == result.claimed.id,
+            _delivery.attempts == result.claimed.attempt,
+            _delivery.state == PENDING,
+        )
+        written += (await conn.execute(update(notification_delivery).where(fence).values(**values))).rowcount
+    return written
+
+
+async def list_deliveries(
+    conn: AsyncConnection,
+    *,
+    states: Collection[DeliveryState] = (),
+    channel_id: uuid.UUID | None = None,
+    limit: int = 100,
+) -> list[Delivery]:
+    """Deliveries (of `states`, to `channel_id`, when given), newest first, with their events."""
+    stmt = (
+        select(notification_delivery, _channel.name.label("channel_name"))
+        .join(notification_channel, _channel.id == _delivery.channel_id)
+        .order_by(_delivery.created_at.desc(), _delivery.id.desc())
+        .limit(limit)
+    )
+    if states:
+        stmt = stmt.where(_delivery.state.in_([s.value for s in states]))
+    if channel_id is not None:
+        stmt = stmt.where(_delivery.channel_id == channel_id)
+    rows = list(await conn.execute(stmt))
+    events = await _lookup(conn, notification_event, [row.event_id for row in rows])
+    return [
+        Delivery(
+            id=row.id,
+            event=_event_from(events[row.event_id]),
+            channel_id=row.channel_id,
+            channel_name=row.channel_name,
+            state=DeliveryState(row.state),
+            attempts=row.attempts,
+            next_attempt_at=row.next_attempt_at,
+            last_error=row.last_error,
+            delivered_at=row.delivered_at,
+        )
+        for row in rows
+    ]
+
+
+async def redeliver(
+    conn: AsyncConnection,
+    now: datetime,
+    *,
+    delivery_ids: Collection[uuid.UUID] = (),
+    channel_id: uuid.UUID | None = None,
+) -> int:
+    """Make dead deliveries (these, or the channel's, or all) pending again, due now, with their attempts
+    counted from zero. Returns how many."""
+    stmt = (
+        update(notification_delivery)
+        .where(_delivery.state == DEAD)
+        .values(state=PENDING, attempts=0, next_attempt_at=now)
+    )
+    if delivery_ids:
+        stmt = stmt.where(_delivery.id.in_(list(delivery_ids)))
+    if channel_id is not None:
+        stmt = stmt.where(_delivery.channel_id == channel_id)
+    return (await conn.execute(stmt)).rowcount
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a delivery round has to do: whether events wait to be fanned out, the channels, and those
+    with deliveries due."""
+
+    new_events: bool
+    channels: list[Channel]
+    due: set[uuid.UUID]
+
+
+async def work(conn: AsyncConnection, now: datetime) -> Work:
+    """Three short reads (the partial indexes of new events and of pending deliveries)."""
+    new = select(_event.id).where(_event.fanned_out.is_(False)).limit(1)
+    due = (
+        select(_delivery.channel_id)
+        .where(_delivery.state == PENDING, _delivery.next_attempt_at <= now)
+        .distinct()
+    )
+    return Work(
+        new_events=(await conn.execute(new)).first() is not None,
+        channels=await list_channels(conn),
+        due=set((await conn.execute(due)).scalars()),
+    )
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What waits: the oldest undelivered event's time (None: nothing waits), and dead deliveries."""
+
+    oldest: datetime | None
+    dead: int
+
+
+async def backlog(conn: AsyncConnection) -> Backlog:
+    """The outbox's age (the oldest event not fanned out, or with a pending delivery) and dead count."""
+    pending_event = (
+        select(func.min(_event.at))
+        .join(notification_delivery, _delivery.event_id == _event.id)
+        .where(_delivery.state == PENDING)
+    )
+    new_event = select(func.min(_event.at)).where(_event.fanned_out.is_(False))
+    dates = [(await conn.execute(stmt)).scalar() for stmt in (pending_event, new_event)]
+    dead = (await conn.execute(select(func.count()).where(_delivery.state == DEAD))).scalar_one()
+    oldest = min((d for d in dates if d is not None), default=None)
+    return Backlog(oldest, dead)
+
+
+def prune_delivered(
+    db: Database, retention: timedelta, *, chunk: int = PRUNE_CHUNK
+) -> AsyncGenerator[int, None]:
+    """Delete the events older than `retention` whose deliveries all went through (with them), oldest first
+    (`prune_older`). An event still pending or dead anywhere stays, to be delivered or re-driven."""
+    unfinished = exists().where(_delivery.event_id == _event.id, _delivery.state != DELIVERED)
+    return prune_older(
+        db,
+        notification_event,
+        retention,
+        older=lambda cutoff: and_(_event.at < cutoff, _event.fanned_out.is_(True), ~unfinished),
+        order_by=(_event.at, _event.id),
+        chunk=chunk,
+    )

@@ -1,0 +1,188 @@
+"""The notification RPCs through an in-process gRPC server: shapes, secrets never coming back (nor into the
+audit trail), bad input naming the field and writing nothing, NOT_FOUND, ALREADY_EXISTS, updates by mask,
+the operator role, and listing and redelivering dead deliveries."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
+
+from rackflow.domain.notifications import Event, EventType, Severity
+from rackflow.notify.delivery import Deliverer
+from rackflow.services import Services
+from rackflow.store import outbox
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1.flow_pb2_grpc import FlowStub
+from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
+from tests.api.test_windows_api import expect
+from tests.conftest import table_counts
+
+SLACK_URL = "https://hooks.slack.com/services/T000/B000/XXXXSECRET"
+
+
+def hook(name: str = "ops", **fields: Any) -> pb.NotificationChannel:
+    given = {
+        "name": name,
+        "kind": "webhook",
+        "url": "https://hooks.example.com/rf",
+        "secret": "k3y",
+        **fields,
+    }
+    return pb.NotificationChannel(**given)
+
+
+async def create(stub: FlowStub, channel: pb.NotificationChannel, **call: Any) -> pb.NotificationChannel:
+    created: pb.NotificationChannel = await stub.CreateNotificationChannel(
+        pb.CreateNotificationChannelRequest(channel=channel), **call
+    )
+    return created
+
+
+async def test_create_get_list_update_and_delete_never_return_secrets(stub: FlowStub) -> None:
+    created = await create(stub, hook(event_types=["run.halted"], operations=["upgrade_firmware"]))
+    assert (created.kind, created.has_secret, created.secret, created.disabled) == (
+        "webhook",
+        True,
+        "",
+        False,
+    )
+    assert (list(created.event_types), list(created.operations)) == (["run.halted"], ["upgrade_firmware"])
+    assert (created.min_severity, created.rate_per_minute, created.max_attempts) == ("info", 60, 10)
+    slack = await create(stub, pb.NotificationChannel(name="slack", kind="slack", url=SLACK_URL))
+    assert slack.url == "https://hooks.slack.com/…" and not slack.has_secret
+    assert await stub.GetNotificationChannel(pb.GetNotificationChannelRequest(id=created.id)) == created
+    listed = await stub.ListNotificationChannels(pb.ListNotificationChannelsRequest())
+    assert [c.name for c in listed.channels] == ["ops", "slack"]
+    assert "XXXXSECRET" not in str(listed) and "k3y" not in str(listed)
+
+    changes = pb.NotificationChannel(disabled=True, min_severity="critical", event_types=[])
+    paths = ["channel.disabled", "channel.min_severity", "channel.event_types", "channel.secret"]
+    updated = await stub.UpdateNotificationChannel(
+        pb.UpdateNotificationChannelRequest(
+            id=created.id, channel=changes, update_mask=FieldMask(paths=paths)
+        )
+    )
+    assert (updated.disabled, updated.min_severity, list(updated.event_types)) == (True, "critical", [])
+    assert not updated.has_secret and list(updated.operations) == ["upgrade_firmware"]
+    await stub.DeleteNotificationChannel(pb.DeleteNotificationChannelRequest(id=created.id))
+    listed = await stub.ListNotificationChannels(pb.ListNotificationChannelsRequest())
+    assert [c.name for c in listed.channels] == ["slack"]
+
+
+@pytest.mark.parametrize(
+    ("channel", "field"),
+    [
+        (hook(name=""), "channel.name"),
+        (hook(kind="email"), "channel.kind"),
+        (hook(url="ftp://x/y"), "channel.url"),
+        (hook(url="not a url"), "channel.url"),
+        (hook(event_types=["run.halted", "run.exploded"]), "channel.event_types[1]"),
+        (hook(operations=["reboot"]), "channel.operations[0]"),
+        (hook(operations=["power_on", "power_on"]), "channel.operations[1]"),
+        (hook(schedules=[" padded"]), "channel.schedules[0]"),
+        (hook(min_severity="loud"), "channel.min_severity"),
+        (hook(rate_per_minute=-1), "channel.rate_per_minute"),
+        (hook(max_attempts=101), "channel.max_attempts"),
+        (hook(secret="x" * 1025), "channel.secret"),
+    ],
+)
+async def test_bad_create_names_the_field_and_writes_nothing(
+    stub: FlowStub, services: Services, channel: pb.NotificationChannel, field: str
+) -> None:
+    before = await table_counts(services.db)
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, field, create(stub, channel))
+    assert await table_counts(services.db) == before
+
+
+async def test_a_refused_url_is_not_quoted_whole(stub: FlowStub) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await create(stub, hook(url="gopher://hooks.example.com/token-XYZ"))
+    assert "token-XYZ" not in (info.value.details() or "")
+
+
+async def test_duplicates_unknown_ids_and_bad_masks(stub: FlowStub, services: Services) -> None:
+    created = await create(stub, hook())
+    before = await table_counts(services.db)
+    await expect(grpc.StatusCode.ALREADY_EXISTS, "channel.name", create(stub, hook(url="https://b.example/")))
+    assert await table_counts(services.db) == before
+    missing = pb.UUID(id=str(uuid.uuid4()))
+    await expect(
+        grpc.StatusCode.NOT_FOUND,
+        "id",
+        stub.GetNotificationChannel(pb.GetNotificationChannelRequest(id=missing)),
+    )
+    await expect(
+        grpc.StatusCode.NOT_FOUND,
+        "id",
+        stub.DeleteNotificationChannel(pb.DeleteNotificationChannelRequest(id=missing)),
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "id",
+        stub.GetNotificationChannel(pb.GetNotificationChannelRequest(id=pb.UUID(id="nope"))),
+    )
+    bad_mask = pb.UpdateNotificationChannelRequest(
+        id=created.id, channel=hook(), update_mask=FieldMask(paths=["channel.kind"])
+    )
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "update_mask", stub.UpdateNotificationChannel(bad_mask))
+    await expect(
+        grpc.StatusCode.NOT_FOUND,
+        "channel_id",
+        stub.RedeliverNotifications(pb.RedeliverNotificationsRequest(channel_id=missing)),
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "states[0]",
+        stub.ListNotificationDeliveries(pb.ListNotificationDeliveriesRequest(states=["lost"])),
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "limit",
+        stub.ListNotificationDeliveries(pb.ListNotificationDeliveriesRequest(limit=5000)),
+    )
+
+
+async def test_dead_deliveries_are_listed_and_redelivered(stub: FlowStub, services: Services) -> None:
+    # Nothing listens on port 9 of loopback: every send fails at once.
+    created = await create(stub, hook(url="http://127.0.0.1:9/", max_attempts=1))
+    event = Event(EventType.TASK_FAILED, Severity.WARNING, services.clock.now(), "task failed")
+    async with services.db.transaction() as conn:
+        await outbox.record_events(conn, [event])
+    await Deliverer(services.db).deliver_once()
+    listed = await stub.ListNotificationDeliveries(pb.ListNotificationDeliveriesRequest(states=["dead"]))
+    (dead,) = listed.deliveries
+    assert (dead.channel, dead.state, dead.attempts, dead.event.id.id) == ("ops", "dead", 1, str(event.id))
+    assert dead.last_error.startswith("unreachable")
+    request = pb.RedeliverNotificationsRequest(delivery_ids=[dead.id], channel_id=created.id)
+    assert (await stub.RedeliverNotifications(request)).redelivered == 1
+    assert (await stub.RedeliverNotifications(request)).redelivered == 0  # pending now, not dead
+    listed = await stub.ListNotificationDeliveries(pb.ListNotificationDeliveriesRequest(states=["pending"]))
+    assert [(d.id, d.attempts) for d in listed.deliveries] == [(dead.id, 0)]
+
+
+async def test_channels_need_the_operator_role_and_the_audit_keeps_no_secret(services: Services) -> None:
+    async with secured_server(services, TOKENS) as address, grpc.aio.insecure_channel(address) as channel:
+        stub = FlowStub(channel)
+        await expect(
+            grpc.StatusCode.PERMISSION_DENIED, "", create(stub, hook(), metadata=bearer(VIEWER_TOKEN))
+        )
+        await create(stub, hook(), metadata=bearer(OPERATOR_TOKEN))
+        await create(
+            stub,
+            pb.NotificationChannel(name="slack", kind="slack", url=SLACK_URL),
+            metadata=bearer(OPERATOR_TOKEN),
+        )
+        events, _ = await services.audit.list_events()
+    requests = [json.loads(json.dumps(e.request)) for e in events if e.method == "CreateNotificationChannel"]
+    assert len(requests) == 2
+    text = json.dumps(requests)
+    assert "k3y" not in text and "XXXXSECRET" not in text
+    assert {r["channel"]["url"] for r in requests} == {
+        "https://hooks.example.com/rf",
+        "https://hooks.slack.com/…",
+    }

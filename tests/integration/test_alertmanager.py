@@ -1,0 +1,138 @@
+"""rackflow's alerts in a REAL Alertmanager (Debian's prometheus-alertmanager, on loopback, no cluster),
+on both databases: a rollout's halt appears in Alertmanager's API with its labels, and resolves when the run
+is resumed (the clearing event sends the same labels with `endsAt`). docs/NOTIFICATIONS.md's Alertmanager
+configuration passes `amtool check-config`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rackflow.domain.notifications import DeliveryState
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.tasks import TaskStatus
+from rackflow.notify.delivery import Deliverer
+from rackflow.notify.service import ChannelInput
+from rackflow.store.db import Database
+from tests.debian_tools import ALERTMANAGER, AMTOOL, require
+from tests.store.schedules_support import make_env
+from tests.store.test_rollouts import _active, _end, _racks, _run, _schedule
+
+CONFIG = """
+route:
+  receiver: nobody
+receivers:
+  - name: nobody
+"""
+READY_WITHIN_S = 30
+DOC = Path(__file__).parents[2] / "docs" / "NOTIFICATIONS.md"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return json.loads(answer.read() or b"null")
+
+
+@pytest.fixture(scope="module")
+def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary = require(ALERTMANAGER, "prometheus-alertmanager")
+    home: Path = tmp_path_factory.mktemp("alertmanager")
+    (home / "alertmanager.yml").write_text(CONFIG)
+    url = f"http://127.0.0.1:{_free_port()}"
+    process = subprocess.Popen(
+        [
+            str(binary),
+            f"--config.file={home / 'alertmanager.yml'}",
+            f"--storage.path={home}",
+            f"--web.listen-address={url.removeprefix('http://')}",
+            "--cluster.listen-address=",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(home / "log").open("w"),
+    )
+    try:
+        deadline = time.monotonic() + READY_WITHIN_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"Alertmanager did not start: {(home / 'log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _rackflow_alerts(url: str, run_id: str) -> list[dict[str, Any]]:
+    return [a for a in _get(f"{url}/api/v2/alerts") if a["labels"].get("run") == run_id]
+
+
+async def test_a_halt_alerts_in_alertmanager_and_resolves_when_the_run_resumes(
+    db: Database, alertmanager: str
+) -> None:
+    env = make_env(db)
+    env.clock.advance(datetime.now(UTC) - env.clock.now())  # Alertmanager judges endsAt by its own clock
+    await env.services.notifications.create(
+        ChannelInput(name="am", kind="alertmanager", url=alertmanager, event_types=("run.halted",))
+    )
+    racks = await _racks(env, 3)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
+    await env.services.schedules.trigger(schedule.id)
+    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    run_id = (await _run(env, schedule)).run.id
+    deliverer = Deliverer(db)
+    await deliverer.deliver_once()
+
+    (firing,) = await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id))
+    assert firing["labels"] == {
+        "alertname": "RackflowRunHalted",
+        "schedule": "fw",
+        "severity": "critical",
+        "operation": "power_off",
+        "run": str(run_id),
+    }
+    assert firing["status"]["state"] == "active"
+    assert firing["annotations"]["description"] == "rollout halted: 1 of 3 racks failed (limit 1)"
+
+    await env.services.rollouts.resume(run_id)
+    await deliverer.deliver_once()
+    assert [d.state for d in await env.services.notifications.deliveries()] == [DeliveryState.DELIVERED] * 2
+    # Alertmanager lists only alerts that have not ended: the clearing's endsAt resolved it.
+    assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
+
+
+def test_the_docs_alertmanager_configuration_is_valid(tmp_path: Path) -> None:
+    (config,) = re.findall(r"```yaml\n(route:.*?)```", DOC.read_text(), flags=re.S)
+    (tmp_path / "alertmanager.yml").write_text(config)
+    checked = subprocess.run(
+        [str(require(AMTOOL, "prometheus-alertmanager")), "check-config", str(tmp_path / "alertmanager.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr

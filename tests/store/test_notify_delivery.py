@@ -1,0 +1,230 @@
+"""Notification delivery on both databases, to a real HTTP receiver on loopback (tests/receiver.py): a
+signed webhook gets each event once with its id as idempotency key; Slack's message says what, where and
+why with the run's link; a failing receiver is retried with back-off, then the delivery is dead until
+redelivered; a channel's rate holds; two instances on one database never send a delivery twice; a send that
+outlived its claim cannot overwrite the newer attempt; retention keeps what is not delivered."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import uuid
+from datetime import timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+
+from rackflow.domain.notifications import DeliveryState, Event, EventType, Severity
+from rackflow.notify.delivery import Deliverer
+from rackflow.notify.service import ChannelInput, ChannelView
+from rackflow.store import outbox
+from rackflow.store.db import Database
+from tests.receiver import Receiver, receiving
+from tests.store.schedules_support import Env, make_env
+
+pytestmark = pytest.mark.asyncio
+
+SECRET = "s3cret-key"
+
+
+async def _channel(env: Env, receiver: Receiver, kind: str = "webhook", **fields: object) -> ChannelView:
+    given = ChannelInput(name=f"{kind}-1", kind=kind, url=receiver.url, secret=SECRET, **fields)  # type: ignore[arg-type]
+    return await env.services.notifications.create(given)
+
+
+async def _record(env: Env, count: int = 1, **fields: object) -> list[Event]:
+    made = [
+        Event(EventType.TASK_FAILED, Severity.WARNING, env.clock.now(), f"task {i} failed", **fields)  # type: ignore[arg-type]
+        for i in range(count)
+    ]
+    async with env.db.transaction() as conn:
+        await outbox.record_events(conn, made)
+    return made
+
+
+def _deliverer(db: Database, **options: object) -> Deliverer:
+    return Deliverer(db, jitter=lambda: 0.0, timeout=timedelta(seconds=5), **options)  # type: ignore[arg-type]
+
+
+async def _states(env: Env) -> list[DeliveryState]:
+    return [d.state for d in await env.services.notifications.deliveries()]
+
+
+async def test_a_webhook_gets_each_event_once_signed_with_its_id_as_key(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as receiver:
+        await _channel(env, receiver)
+        (event,) = await _record(env, reason="power_on failed on compute-1")
+        deliverer = _deliverer(db)
+        await deliverer.deliver_once()
+        await deliverer.deliver_once()
+    (got,) = receiver.received
+    assert got.headers["Idempotency-Key"] == got.headers["X-Rackflow-Event-Id"] == str(event.id)
+    timestamp = got.headers["X-Rackflow-Timestamp"]
+    expected = hmac.new(SECRET.encode(), f"{timestamp}.".encode() + got.body, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(got.headers["X-Rackflow-Signature"], f"sha256={expected}")
+    body = got.json()
+    assert (body["id"], body["type"], body["reason"]) == (str(event.id), "task.failed", event.reason)
+    assert await _states(env) == [DeliveryState.DELIVERED]
+
+
+async def test_slack_says_what_where_and_why_with_the_runs_link(db: Database) -> None:
+    env = make_env(db)
+    rack = await env.rack("r7")
+    schedule = await env.schedule("fw-nightly", racks=[rack])
+    run_id = uuid.uuid4()
+    with receiving() as receiver:
+        await _channel(env, receiver, kind="slack")
+        await _record(env, schedule_id=schedule.id, rack_id=rack.id, run_id=run_id, reason="BMC timed out")
+        await _deliverer(db, external_url="https://rackflow.example.com/").deliver_once()
+    (got,) = receiver.received
+    assert set(got.json()) == {"text"}
+    assert got.json()["text"].splitlines() == [
+        ":warning: *task 0 failed*",
+        "where: schedule `fw-nightly`, rack `r7`, operation `power_off`",
+        "why: BMC timed out",
+        f"<https://rackflow.example.com/runs/{run_id}|open the run>",
+    ]
+
+
+async def test_a_failing_receiver_is_retried_then_dead_then_redelivered(db: Database) -> None:
+    env = make_env(db)
+    dead_total = ("rackflow_notifications_dead_total", {"channel": "webhook-1"})
+    before = REGISTRY.get_sample_value(*dead_total) or 0.0
+    with receiving() as receiver:
+        channel = await _channel(env, receiver, max_attempts=2)
+        receiver.failures = [500, 503, 500]
+        await _record(env)
+        deliverer = _deliverer(db)
+        await deliverer.deliver_once()
+        (pending,) = await env.services.notifications.deliveries()
+        assert (pending.state, pending.attempts, pending.last_error) == (
+            DeliveryState.PENDING,
+            1,
+            "HTTP 500: ok",
+        )
+        await deliverer.deliver_once()  # jitter 0: due again at once
+        (dead,) = await env.services.notifications.deliveries([DeliveryState.DEAD])
+        assert (dead.attempts, dead.last_error) == (2, "HTTP 503: ok")
+        await deliverer.deliver_once()
+        assert len(receiver.received) == 2  # dead: not tried again
+        assert (
+            REGISTRY.get_sample_value("rackflow_notifications_dead_total", {"channel": "webhook-1"})
+            == before + 1
+        )
+        assert REGISTRY.get_sample_value("rackflow_notification_dead_deliveries") == 1
+        assert await env.services.notifications.redeliver(channel_id=channel.channel.id) == 1
+        await deliverer.deliver_once()  # one more failure (the third status), then a success
+        await deliverer.deliver_once()
+    assert len(receiver.received) == 4
+    assert len({r.headers["X-Rackflow-Event-Id"] for r in receiver.received}) == 1
+    assert await _states(env) == [DeliveryState.DELIVERED]
+
+
+async def test_a_channels_rate_holds_and_refills(db: Database) -> None:
+    env = make_env(db)
+    clock = [1000.0]
+    with receiving() as receiver:
+        await _channel(env, receiver, rate_per_minute=6)  # a burst of one, then one every 10 s
+        await _record(env, 3)
+        deliverer = _deliverer(db, monotonic=lambda: clock[0])
+        await deliverer.deliver_once()
+        await deliverer.deliver_once()
+        assert len(receiver.received) == 1
+        clock[0] += 10
+        await deliverer.deliver_once()
+        assert len(receiver.received) == 2
+
+
+async def test_a_round_claims_at_most_its_sends_and_says_it_was_full(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as receiver:
+        await _channel(env, receiver, rate_per_minute=6000)
+        await _record(env, 5)
+        deliverer = _deliverer(db, sends=2)
+        assert await deliverer.deliver_once() is True
+        assert len(receiver.received) == 2
+        assert await deliverer.deliver_once() is True
+        assert await deliverer.deliver_once() is False  # the last one: room was left
+        assert len(receiver.received) == 5
+
+
+async def test_a_busy_channel_does_not_starve_the_others(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as busy, receiving() as quiet:
+        await env.services.notifications.create(ChannelInput(name="a-busy", kind="webhook", url=busy.url))
+        await env.services.notifications.create(ChannelInput(name="b-quiet", kind="webhook", url=quiet.url))
+        await _record(env, 6)  # both channels get all six
+        deliverer = _deliverer(db, sends=3)
+        for _ in range(2):
+            await deliverer.deliver_once()
+        assert quiet.received and busy.received
+
+
+async def test_subscriptions_choose_the_events_a_channel_gets(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as receiver:
+        await _channel(env, receiver, event_types=("run.halted",), min_severity="critical")
+        await _record(env)  # a failed task: not subscribed
+        halted = Event(EventType.RUN_HALTED, Severity.CRITICAL, env.clock.now(), "rollout halted")
+        cleared = Event(EventType.RUN_HALT_CLEARED, Severity.CRITICAL, env.clock.now(), "resumed")
+        async with db.transaction() as conn:
+            await outbox.record_events(conn, [halted, cleared])
+        await _deliverer(db).deliver_once()
+    assert sorted(r.json()["type"] for r in receiver.received) == ["run.halt_cleared", "run.halted"]
+
+
+async def test_two_instances_never_send_one_delivery_twice(db_url: str) -> None:
+    first, second = Database(db_url), Database(db_url)
+    try:
+        env = make_env(first)
+        with receiving() as receiver:
+            await _channel(env, receiver, rate_per_minute=6000)
+            await _record(env, 60)
+            a, b = _deliverer(first, sends=7), _deliverer(second, sends=7)
+            for _ in range(30):
+                await asyncio.gather(a.deliver_once(), b.deliver_once())
+                if len(receiver.received) >= 60:
+                    break
+        ids = [r.headers["X-Rackflow-Event-Id"] for r in receiver.received]
+        assert len(ids) == 60 and len(set(ids)) == 60
+    finally:
+        await first.dispose()
+        await second.dispose()
+
+
+async def test_a_send_that_outlived_its_claim_does_not_overwrite_the_next(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as receiver:
+        channel = (await _channel(env, receiver)).channel
+    await _record(env)
+    async with db.transaction() as conn:
+        await outbox.fan_out(db, conn, env.clock.now(), 10)
+    claims = []
+    for _ in range(2):  # a lease of zero: the second claim takes it over at once
+        async with db.transaction() as conn:
+            now = await db.now(conn)
+            claims += await outbox.claim_deliveries(db, conn, channel.id, now, 10, timedelta(0))
+    old, new = claims
+    async with db.transaction() as conn:
+        assert await outbox.record_results(conn, [outbox.Result(old, delivered=True)], env.clock.now()) == 0
+        assert await outbox.record_results(conn, [outbox.Result(new, delivered=True)], env.clock.now()) == 1
+
+
+async def test_retention_deletes_only_events_delivered_everywhere(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as receiver:
+        await _channel(env, receiver, max_attempts=1)
+        receiver.failures = [500]
+        env.clock.advance(timedelta(days=-30))
+        old = await _record(env, 2)
+        env.clock.advance(timedelta(days=30))
+        await _deliverer(db).deliver_once()  # one dead, one delivered
+    async with db.read() as conn:
+        assert REGISTRY.get_sample_value("rackflow_notification_outbox_age_seconds") == 0.0
+        assert len(await outbox.list_events(conn, 10)) == 2
+    pruned = [n async for n in outbox.prune_delivered(db, timedelta(days=7))]
+    assert sum(pruned) == 1
+    (kept,) = await env.services.notifications.deliveries()
+    assert kept.state is DeliveryState.DEAD and kept.event.id in {e.id for e in old}
