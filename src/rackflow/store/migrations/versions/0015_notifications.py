@@ -9,7 +9,7 @@
 New tables only: no existing table changes, so SQLite rebuilds nothing.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-12-02
 """
 
@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql
 JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
