@@ -126,6 +126,9 @@ LATER_TABLES = (
     "maintenance_window_racks",
     "maintenance_window_domains",
     "operation_budgets",
+    "notification_event",
+    "notification_channel",
+    "notification_delivery",
 )
 
 
