@@ -1,6 +1,7 @@
 """The dashboard's forms in a real headless Chromium against a real `rackflow serve`: a schedule made in
 the form fires (triggered) and its run page shows it; a bad field is named next to it while typing and
-what was typed stays; a schedule's racks are edited; a window and a budget are made and deleted. (A viewer
+what was typed stays; a schedule targets an NVLink domain with a component filter; a schedule's racks
+are edited; a window and a budget are made (the budget changed) and deleted. (A viewer
 is offered no form: tests/browser/test_tokens.py.)"""
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         name="forms",
     )
     stub = started.stub()
-    create_racks(stub, ["f1", "f2", "f3"])
+    racks = create_racks(stub, ["f1", "f2", "f3"])
+    stub.CreateNVLDomain(pb.CreateNVLDomainRequest(name="d1", rack_ids=[r.id for r in racks[1:]]))
     create_schedules(
         stub,
         [schedule_request("editable", ["f1", "f2"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")],
@@ -109,6 +111,22 @@ def test_a_schedule_made_in_the_form_fires_and_its_run_page_shows_it(
     )
 
 
+def test_a_schedule_targets_a_domain_and_some_of_its_components(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    open_page(driver, server, "/schedules/new", "New schedule")
+    field(driver, "form-name", "domain-wide")
+    visible(driver, "form-scope-domains").click()
+    Select(visible(driver, "scope-add-domain")).select_by_visible_text("d1")
+    visible(driver, "scope-add").click()
+    driver.find_element(By.CSS_SELECTOR, 'input[value="COMPONENT_TYPE_COMPUTE"]').click()
+    wait(driver, lambda d: decisions(d) == [("f2", "fire"), ("f3", "fire")], "the domain's racks")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: h1(d) == "domain-wide", "the new schedule's page")
+    rows = [r.text.split()[:2] for r in by_testid(driver, "scope-row")]
+    assert rows == [["f2", "COMPUTE"], ["f3", "COMPUTE"]], rows
+
+
 def test_a_bad_field_is_named_beside_it_while_typing_and_the_input_stays(
     server: ServerProcess, driver: WebDriver
 ) -> None:
@@ -177,6 +195,11 @@ def test_a_window_and_a_budget_are_made_and_deleted(server: ServerProcess, drive
     visible(driver, "form-save").click()
     wait(driver, lambda d: len(by_testid(d, "budget-row")) == 1, "the budget")
     assert "0 of 2" in text(driver, "budget-running")
+    visible(driver, "budget-edit").click()
+    wait(driver, lambda d: h1(d) == "Edit budget resets", "the budget's edit form")
+    field(driver, "form-max-running", "3")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: "0 of 3" in text(d, "budget-running"), "the budget changed")
 
     assert confirm(driver, "window-delete") == "Delete window nights?"
     wait(driver, lambda d: not by_testid(d, "window-row"), "the window gone")
