@@ -19,6 +19,7 @@ from rackflow.schedules import firing
 from rackflow.services import Services
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
+from rackflow.store.db import Database
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.conftest import table_counts
@@ -809,3 +810,82 @@ async def test_run_rpcs_refuse_bad_and_unknown_ids_and_plain_runs(
     before = await table_counts(services.db)
     await expect(grpc.StatusCode.FAILED_PRECONDITION, "is not a rollout", call(request_type(id=run.id)))
     assert await table_counts(services.db) == before
+
+
+# --- the preview of an unsaved schedule (a form's) ---------------------------------------------------
+
+
+def draft(**fields: Any) -> pb.CreateTaskScheduleRequest:
+    request = pb.CreateTaskScheduleRequest(schedule=config(), operation=power_off("r1"))
+    for name, value in fields.items():
+        getattr(request, name).CopyFrom(value)
+    return request
+
+
+async def test_a_draft_is_previewed_per_rack_and_nothing_is_written(
+    stub: FlowStub, services: Services, db: Database
+) -> None:
+    await make_rack(services, "r1")
+    before = await table_counts(db)
+    preview = await stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(draft=draft(), count=2))
+    assert [when(f.at) for f in preview.firings] == [START + timedelta(hours=n) for n in (1, 2)]
+    assert [(s.rack_name, s.decision) for s in preview.firings[0].scopes] == [("r1", "fire")]
+    nameless = draft(schedule=config(name=""))  # a form may not have a name yet
+    assert len((await stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(draft=nameless))).firings) == 10
+    assert await table_counts(db) == before
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "code", "field"),
+    [
+        (
+            {"draft": draft(schedule=config(spec="fast"))},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "draft.schedule.spec.spec",
+        ),
+        (
+            {"draft": draft(schedule=config(spec_type=pb.SCHEDULE_SPEC_TYPE_UNSPECIFIED))},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "draft.schedule.spec.type",
+        ),
+        (
+            {
+                "draft": draft(
+                    schedule=config(spec_type=pb.SCHEDULE_SPEC_TYPE_CRON, spec="0 2 * * *", timezone="X/Y")
+                )
+            },
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "draft.schedule.spec.timezone",
+        ),
+        (
+            {"draft": draft(schedule=config(name="\tx"))},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "draft.schedule.name",
+        ),
+        (
+            {"draft": draft(operation=pb.ScheduledOperation())},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "draft.operation",
+        ),
+        (
+            {"draft": draft(operation=power_off("r9"))},
+            grpc.StatusCode.NOT_FOUND,
+            "draft.target_spec.racks[0]",
+        ),
+        ({"draft": draft(), "count": 101}, grpc.StatusCode.INVALID_ARGUMENT, "count"),
+        (
+            {"draft": draft(), "id": pb.UUID(id="00000000-0000-0000-0000-000000000002")},
+            grpc.StatusCode.NOT_FOUND,
+            "id",
+        ),
+        ({"draft": draft(), "id": pb.UUID(id="nope")}, grpc.StatusCode.INVALID_ARGUMENT, "id"),
+    ],
+)
+async def test_a_bad_draft_names_the_field(
+    stub: FlowStub, services: Services, request_fields: dict[str, Any], code: grpc.StatusCode, field: str
+) -> None:
+    await make_rack(services, "r1")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(**request_fields))
+    assert info.value.code() == code, info.value.details()
+    assert (info.value.details() or "").startswith(f"{field}: "), info.value.details()

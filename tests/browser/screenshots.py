@@ -22,8 +22,13 @@ PAGES = (
     ("schedule", "/schedules/weekly-firmware"),
     ("tasks", "/tasks"),
     ("rack", "/racks/rack-07"),
+    ("windows", "/windows"),
     ("audit", "/audit"),
+    # The edit form, once its preview shows the next firings and each rack's decision.
+    ("schedule-form", "/schedules/weekly-firmware/edit"),
 )
+# What a page shows once it is ready (default: its heading).
+READY = {"schedule-form": '[data-testid="preview-decision"]'}
 
 
 def main(out: Path) -> None:
@@ -39,7 +44,8 @@ def main(out: Path) -> None:
         driver = browser.driver
         for name, path in (*PAGES, ("run", f"/runs/{rollout}")):
             driver.get(server.http_url + path)
-            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "main h1"))
+            ready = READY.get(name, "main h1")
+            WebDriverWait(driver, 20).until(lambda d, ready=ready: d.find_element(By.CSS_SELECTOR, ready))
             driver.execute_script("window.scrollTo(0, 0)")
             target = out / f"{name}.png"
             driver.save_screenshot(str(target))

@@ -1,5 +1,6 @@
 """The dashboard of a server that requires bearer tokens, in headless Chromium: the page asks for a token
-once, keeps it, offers a viewer no action and an operator every one, and forgets the token when told to.
+once, keeps it, offers a viewer no action and no form and an operator every one, and forgets the token when
+told to.
 
 Tokens and roles do not depend on the database (tests/web covers them on both); this runs on SQLite."""
 
@@ -80,6 +81,11 @@ def test_the_page_asks_once_and_a_viewer_sees_no_action(server: ServerProcess, d
     ]
     assert actions == []
     assert read(driver, lambda d: by_testid(d, "no-runs"))
+    assert not by_testid(driver, "action-edit")
+    # Nor any form: a form's page says the role may not write (tests/web/test_forms.py checks each).
+    driver.get(f"{server.http_url}/schedules/new")
+    visible(driver, "form-refused")
+    assert not driver.find_elements(By.CSS_SELECTOR, "form[data-editor]")
 
 
 def test_a_wrong_token_is_asked_again_and_an_operator_acts(server: ServerProcess, driver: WebDriver) -> None:
@@ -93,6 +99,9 @@ def test_a_wrong_token_is_asked_again_and_an_operator_acts(server: ServerProcess
     visible(driver, "confirm-ok").click()
     wait(driver, lambda d: len(by_testid(d, "grid-column")) == 1, "the firing's column")
     assert text(driver, "flash") == "Triggered guarded"
+    # A form's page comes in after the token too, and its preview is asked with it.
+    driver.get(f"{server.http_url}/schedules/guarded/edit")
+    wait(driver, lambda d: by_testid(d, "preview-decision"), "the edit form's preview")
 
     driver.find_element(By.ID, "forget-token").click()  # back to asking
     visible(driver, "token-dialog")

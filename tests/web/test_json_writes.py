@@ -402,23 +402,56 @@ async def test_a_bad_budget_names_the_field(
 # --- previews of what is not saved --------------------------------------------------------------
 
 
-async def test_an_unsaved_spec_is_previewed_and_validated_as_you_type(
-    http: httpx.AsyncClient, db: Database
+async def test_an_unsaved_schedule_is_previewed_with_its_decisions_and_validated_as_you_type(
+    http: httpx.AsyncClient, db: Database, services: Services
 ) -> None:
+    await make_racks(services, "r1", "r2")
+    ok(await http.post(f"{API}/windows", json=CREATE_WINDOW))  # r1 opens only on Saturday nights
     before = await table_counts(db)
-    spec = {"type": "SCHEDULE_SPEC_TYPE_CRON", "spec": "0 2 * * *", "timezone": "Europe/Berlin"}
-    times = ok(
-        await http.post(
-            f"{API}/schedules:preview", json={"spec": spec, "count": 2, "after": "2026-12-01T00:00:00Z"}
-        )
-    )
-    assert times == {"times": ["2026-12-01T01:00:00Z", "2026-12-02T01:00:00Z"]}
-    bad = {"spec": {**spec, "spec": "0 2 * *"}}
-    refused(await http.post(f"{API}/schedules:preview", json=bad), 400, "spec.spec", "0 2 * *")
-    refused(
-        await http.post(f"{API}/schedules:preview", json={"spec": spec, "count": 500}), 400, "count", "count"
-    )
+    draft = {**CREATE_SCHEDULE, "schedule": {**CREATE_SCHEDULE["schedule"], "name": ""}}
+    body = {"draft": draft, "count": 2, "after": "2026-12-01T00:00:00Z"}  # a Tuesday
+    firings = ok(await http.post(f"{API}/schedules:preview", json=body))["firings"]
+    assert [f["at"] for f in firings] == ["2026-12-01T02:00:00Z", "2026-12-02T02:00:00Z"]
+    decisions = {s["rack_name"]: (s["decision"], s["window_name"]) for s in firings[0]["scopes"]}
+    assert decisions == {"r1": ("skip_window", "sat-night"), "r2": ("fire", "")}
+
+    def with_schedule(**fields: Any) -> dict[str, Any]:
+        return {"draft": {**draft, "schedule": {**draft["schedule"], **fields}}}
+
+    spec = draft["schedule"]["spec"]
+    cases = [
+        (with_schedule(spec={**spec, "spec": "0 2 * *"}), "draft.schedule.spec.spec", "0 2 * *"),
+        (with_schedule(spec={**spec, "timezone": "Mars/Olympus"}), "draft.schedule.spec.timezone", "Mars"),
+        (with_schedule(name=" padded"), "draft.schedule.name", "whitespace"),
+        (with_schedule(rollout={"bake_time": "soon"}), "draft.schedule.rollout.bake_time", "soon"),
+        ({"draft": {**draft, "operation": {}}}, "draft.operation", "required"),
+        ({"count": 2}, "draft", "required"),
+        ({**body, "count": 500}, "count", "count"),
+    ]
+    for bad, field, words in cases:
+        refused(await http.post(f"{API}/schedules:preview", json=bad), 400, field, words)
+    unknown = {"racks": {"targets": [{"name": "r9"}]}}
+    bad = {"draft": {**draft, "operation": {"power_on": {"target_spec": unknown}}}}
+    refused(await http.post(f"{API}/schedules:preview", json=bad), 404, "draft.target_spec.racks[0]", "r9")
     assert await table_counts(db) == before  # a preview writes nothing, not even an audit row
+
+
+async def test_an_edit_is_previewed_with_the_saved_racks_last_tasks(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """With `id`, a rack the schedule already has keeps its last task: still active, it is skipped for
+    overlap; a rack the edit adds fires."""
+    await make_racks(services, "r1", "r2", "r3")
+    schedule = ok(await http.post(f"{API}/schedules", json=CREATE_SCHEDULE))
+    ok(await http.post(f"{API}/schedules/web-made:trigger", json={}))
+    target = {"racks": {"targets": [{"name": "r1"}, {"name": "r2"}, {"name": "r3"}]}}
+    draft = {**CREATE_SCHEDULE, "operation": {"power_on": {"target_spec": target}}}
+    body = {"id": schedule["id"], "draft": draft, "count": 1}
+    firings = ok(await http.post(f"{API}/schedules:preview", json=body))["firings"]
+    decisions = {s["rack_name"]: s["decision"] for s in firings[0]["scopes"]}
+    assert decisions == {"r1": "skip_overlap", "r2": "skip_overlap", "r3": "fire"}
+    missing = {**body, "id": {"id": "00000000-0000-4000-8000-000000000000"}}
+    refused(await http.post(f"{API}/schedules:preview", json=missing), 404, "id", "00000000")
 
 
 async def test_a_queue_timeout_takes_a_duration_as_the_cli_does(

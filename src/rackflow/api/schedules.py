@@ -28,15 +28,18 @@ from rackflow.api.convert.schedules import (
 from rackflow.api.convert.tasks import operation_kind_from, scheduled_operation_from
 from rackflow.api.convert.windows import window_policy_from
 from rackflow.api.errors import rpc
+from rackflow.errors import InvalidArgument, NotFound
 from rackflow.schedules.service import (
     OVERLAP_POLICY_PATH,
     ROLLOUT_PATH,
     SPEC_PATH,
     WINDOW_POLICY_PATH,
+    Draft,
     parse_order,
 )
 from rackflow.security import caller_name
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import preview_count
 
 if TYPE_CHECKING:
     from rackflow.domain.schedules import Schedule
@@ -52,22 +55,7 @@ class ScheduleRpcs:
     async def CreateTaskSchedule(
         self, request: pb.CreateTaskScheduleRequest, context: Context
     ) -> pb.TaskSchedule:
-        config = request.schedule
-        spec = spec_from(config.spec)
-        policy = overlap_policy_from(config.overlap_policy)
-        operation, queue, description, target = scheduled_operation_from(request.operation)
-        rollout = rollout_from(config.rollout) if config.HasField("rollout") else None
-        schedule = await self.services.schedules.create(
-            name=config.name,
-            spec=spec,
-            overlap_policy=policy,
-            window_policy=window_policy_from(config.window_policy),
-            operation=operation,
-            queue=queue,
-            description=description,
-            target=target,
-            rollout=rollout,
-        )
+        schedule = await self.services.schedules.create(**vars(draft_from(request)))
         return schedule_to(schedule)
 
     @rpc
@@ -244,7 +232,38 @@ class ScheduleRpcs:
     async def PreviewTaskSchedule(
         self, request: pb.PreviewTaskScheduleRequest, context: Context
     ) -> pb.PreviewTaskScheduleResponse:
-        schedule_id = required_uuid(request.id, "id")
         after = timestamp_from(request.after, "after") if request.HasField("after") else None
-        planned = await self.services.schedules.preview_schedule(schedule_id, after, request.count)
+        if not request.HasField("draft"):
+            schedule_id = required_uuid(request.id, "id")
+            planned = await self.services.schedules.preview_schedule(schedule_id, after, request.count)
+            return pb.PreviewTaskScheduleResponse(firings=[planned_firing_to(p) for p in planned])
+        # What is not the draft's is checked first, so an error under `draft.` is the draft's own.
+        count = preview_count(request.count)
+        editing = uuid_from(request.id, "id") if request.HasField("id") else None
+        if editing is not None:
+            await self.services.schedules.get(editing)
+        try:
+            draft = draft_from(request.draft)
+            planned = await self.services.schedules.preview_draft(draft, editing, after, count)
+        except (InvalidArgument, NotFound) as exc:  # the draft's fields, named as the request names them
+            raise type(exc)(f"draft.{exc}") from None
         return pb.PreviewTaskScheduleResponse(firings=[planned_firing_to(p) for p in planned])
+
+
+def draft_from(request: pb.CreateTaskScheduleRequest) -> Draft:
+    """The schedule a CreateTaskSchedule request describes, its enums and rollout checked."""
+    config = request.schedule
+    spec = spec_from(config.spec)
+    overlap_policy = overlap_policy_from(config.overlap_policy)
+    operation, queue, description, target = scheduled_operation_from(request.operation)
+    return Draft(
+        name=config.name,
+        spec=spec,
+        overlap_policy=overlap_policy,
+        operation=operation,
+        queue=queue,
+        description=description,
+        target=target,
+        window_policy=window_policy_from(config.window_policy),
+        rollout=rollout_from(config.rollout) if config.HasField("rollout") else None,
+    )

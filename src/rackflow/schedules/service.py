@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.domain.firing import Firing, RunResult, plan, planned_times, scope_decisions
+from rackflow.domain.firing import Firing, RunResult, Snapshot, plan, planned_times, scope_decisions
 from rackflow.domain.inventory import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
@@ -85,6 +85,53 @@ class PlannedFiring:
     at: datetime
     scopes: tuple[PlannedScope, ...]
     resume_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A schedule as CreateTaskSchedule gives it, not saved: what create saves, and what a form previews."""
+
+    name: str
+    spec: ScheduleSpec
+    overlap_policy: OverlapPolicy
+    operation: Operation
+    queue: QueueOptions
+    description: str
+    target: TargetSpec
+    window_policy: WindowPolicy = WindowPolicy.SKIP
+    rollout: RolloutPolicy | None = None
+
+    def checked(self, schedule_id: uuid.UUID, now: datetime, *, named: bool = True) -> Schedule:
+        """The schedule it makes at `now`, every field checked as create checks it (the name only when
+        `named`: a preview's draft may have none yet); the scope is left to the caller to resolve."""
+        if named or self.name:
+            check_name(self.name, NAME_PATH)
+        if self.rollout is not None:
+            check_rollout(self.rollout, ROLLOUT_PATH)
+        queue = _check_operation(self.operation, self.queue, self.description)
+        if queue.ignore_windows:
+            raise InvalidArgument(
+                f"operation.{self.operation.kind.value}.queue_options.ignore_windows: a schedule's firings "
+                "obey maintenance windows "
+                "(see schedule.window_policy); only a direct submission may ignore them"
+            )
+        spec = replace(self.spec, timezone=self.spec.timezone or DEFAULT_TIMEZONE)
+        return Schedule(
+            id=schedule_id,
+            name=self.name,
+            spec=spec,
+            overlap_policy=self.overlap_policy,
+            enabled=True,
+            next_run_at=timing_of(spec).first_run(now),
+            last_run_at=None,
+            created_at=now,
+            updated_at=now,
+            operation=self.operation,
+            queue_timeout=queue.timeout,
+            description=self.description,
+            window_policy=self.window_policy,
+            rollout=self.rollout,
+        )
 
 
 def timing_of(spec: ScheduleSpec, field_prefix: str = "schedule.") -> Timing:
@@ -178,39 +225,15 @@ class ScheduleService:
         decides the conflict strategy at fire time; `queue` contributes its timeout. Its firings obey
         maintenance windows (`window_policy`), so `queue.ignore_windows` is refused. `rollout`: fire as
         a controlled rollout (None: every scope at once)."""
-        check_name(name, NAME_PATH)
-        if rollout is not None:
-            check_rollout(rollout, ROLLOUT_PATH)
-        queue = _check_operation(operation, queue, description)
-        if queue.ignore_windows:
-            raise InvalidArgument(
-                f"operation.{operation.kind.value}.queue_options.ignore_windows: a schedule's firings obey "
-                "maintenance windows "
-                "(see schedule.window_policy); only a direct submission may ignore them"
-            )
-        spec = replace(spec, timezone=spec.timezone or DEFAULT_TIMEZONE)
-        timing = timing_of(spec)
+        draft = Draft(
+            name, spec, overlap_policy, operation, queue, description, target, window_policy, rollout
+        )
         now = self.clock.now()
+        schedule = draft.checked(uuid.uuid4(), now)
         async with self.db.transaction() as conn:
             if await store.name_taken(conn, name):
                 raise store.name_taken_error(name)
             selections = await self._resolve_locked(conn, target)
-            schedule = Schedule(
-                id=uuid.uuid4(),
-                name=name,
-                spec=spec,
-                overlap_policy=overlap_policy,
-                enabled=True,
-                next_run_at=timing.first_run(now),
-                last_run_at=None,
-                created_at=now,
-                updated_at=now,
-                operation=operation,
-                queue_timeout=queue.timeout,
-                description=description,
-                window_policy=window_policy,
-                rollout=rollout,
-            )
             await store.insert_schedule(conn, schedule)
             await store.insert_scopes(conn, schedule.id, selections, now)
             await self._announce(conn, schedule)
@@ -584,16 +607,30 @@ class ScheduleService:
         ]
         if firing_schedule is None:
             return planned
-        snapshot = replace(snapshot, schedules=(firing_schedule,))
-        for moment in planned_times(firing_schedule, after, now, count - len(planned)):
-            (decided,) = plan(snapshot, moment, "dispatch")
-            decisions = scope_decisions(decided)
-            planned.append(
-                PlannedFiring(
-                    moment, tuple(PlannedScope(s, names.get(s.rack_id, "?"), decisions[s.id]) for s in scopes)
-                )
-            )
-        return planned
+        return planned + _decided(snapshot, firing_schedule, names, after, now, count - len(planned))
+
+    async def preview_draft(
+        self, draft: Draft, editing: uuid.UUID | None, after: datetime | None, count: int
+    ) -> list[PlannedFiring]:
+        """The next `count` firings of an unsaved schedule and each of its racks' decision, planned as
+        `preview_schedule` plans a saved one. `editing`: the draft is that schedule's edit, so a rack
+        already in its scope keeps its scope (and last task: the overlap check sees it) and its live
+        rollout counts; the draft itself is previewed enabled."""
+        count = preview_count(count)
+        now = self.clock.now()
+        schedule = draft.checked(editing or uuid.uuid4(), now, named=False)
+        async with self.db.read() as conn:
+            saved = await store.list_scopes(conn, (await self._load(conn, editing)).id) if editing else []
+            kept = {scope.rack_id: scope for scope in saved}
+            scopes = [
+                replace(kept[s.rack_id], filter=s.filter)
+                if s.rack_id in kept
+                else Scope(uuid.uuid4(), schedule.id, s.rack_id, s.filter, None, now)
+                for s in await resolve_targets(conn, draft.target)
+            ]
+            snapshot = await firing_store.load(conn, [schedule], "dispatch", {schedule.id: scopes})
+            names = await inventory_store.rack_names(conn, {scope.rack_id for scope in scopes})
+        return _decided(snapshot, schedule, names, after, now, count)
 
     async def recent_runs(
         self, schedule_ids: Collection[uuid.UUID], per_schedule: int
@@ -640,3 +677,26 @@ class ScheduleService:
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
             return await store.list_runs(conn, schedule_id, offset=offset, limit=limit)
+
+
+def _decided(
+    snapshot: Snapshot,
+    schedule: Schedule,
+    names: dict[uuid.UUID, str],
+    after: datetime | None,
+    now: datetime,
+    count: int,
+) -> list[PlannedFiring]:
+    """The schedule's next `count` firings and what the planner decides for each of its scopes then."""
+    scopes = snapshot.scopes[schedule.id]
+    snapshot = replace(snapshot, schedules=(schedule,))
+    planned = []
+    for moment in planned_times(schedule, after, now, count):
+        (decided,) = plan(snapshot, moment, "dispatch")
+        decisions = scope_decisions(decided)
+        planned.append(
+            PlannedFiring(
+                moment, tuple(PlannedScope(s, names.get(s.rack_id, "?"), decisions[s.id]) for s in scopes)
+            )
+        )
+    return planned

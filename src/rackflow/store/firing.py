@@ -11,23 +11,30 @@ set-based, one query per chunk of the batch whatever its size, and skip what the
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import Firing, LiveRollout, Snapshot, checks_scopes, overlap_checked
 from rackflow.domain.rollouts import RackPlace
-from rackflow.domain.schedules import Schedule, Trigger
+from rackflow.domain.schedules import Schedule, Scope, Trigger
 from rackflow.domain.windows import RackRef
 from rackflow.store import rollouts, schedules, windows
 from rackflow.store.db import Database
 
 
-async def load(conn: AsyncConnection, batch: Sequence[Schedule], trigger: Trigger) -> Snapshot:
+async def load(
+    conn: AsyncConnection,
+    batch: Sequence[Schedule],
+    trigger: Trigger,
+    scopes: Mapping[uuid.UUID, Sequence[Scope]] | None = None,
+) -> Snapshot:
     """What `plan` needs to fire `batch` by `trigger`: the scopes; where the overlap check runs, which
     scopes' last task is still active; where windows are obeyed, the windows and the racks they may close
-    (only if there are any windows); for rollouts, each schedule's live rollout and its racks' names."""
-    scopes = await schedules.scopes_by_schedule(conn, [s.id for s in batch])
+    (only if there are any windows); for rollouts, each schedule's live rollout and its racks' names.
+    `scopes` given (an unsaved schedule's preview) stand for the saved ones."""
+    if scopes is None:
+        scopes = await schedules.scopes_by_schedule(conn, [s.id for s in batch])
     checked = [sc for s in batch if overlap_checked(s, trigger) for sc in scopes[s.id]]
     busy = frozenset(await schedules.overlapping_scope_ids(conn, checked))
     found = await windows.all_windows(conn) if checks_scopes(trigger) else []

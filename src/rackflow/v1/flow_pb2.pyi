@@ -2172,6 +2172,12 @@ class PreviewTaskScheduleRequest(_message.Message):
     """The next firings of an existing schedule and what each would do per scope, decided by the planner the
     dispatcher runs (docs/WINDOWS.md) over the tasks and windows as they stand now: under overlap SKIP, a
     scope whose last task is still active is "skip_overlap" at every time (unless that task ends first).
+
+    With `draft`, the schedule previewed is that unsaved one (a form's preview before create or update): as
+    CreateTaskSchedule takes it, validated as create validates it (less its name, which may be empty and is
+    not checked for uniqueness), errors naming the field under `draft.`; its racks are the target spec's. With
+    `draft` and `id`, it is that schedule's edit: a rack already in its scope keeps its last task, so the
+    overlap decision is the saved schedule's, and the draft is previewed enabled.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -2179,24 +2185,30 @@ class PreviewTaskScheduleRequest(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     AFTER_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
+    DRAFT_FIELD_NUMBER: _builtins.int
     count: _builtins.int
     """1..100; 0 = 10"""
     @_builtins.property
-    def id(self) -> Global___UUID: ...
+    def id(self) -> Global___UUID:
+        """the schedule (required without `draft`)"""
+
     @_builtins.property
     def after(self) -> _timestamp_pb2.Timestamp:
         """default: now"""
 
+    @_builtins.property
+    def draft(self) -> Global___CreateTaskScheduleRequest: ...
     def __init__(
         self,
         *,
         id: Global___UUID | None = ...,
         after: _timestamp_pb2.Timestamp | None = ...,
         count: _builtins.int = ...,
+        draft: Global___CreateTaskScheduleRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "id", b"id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "draft", b"draft", "id", b"id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "count", b"count", "id", b"id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "count", b"count", "draft", b"draft", "id", b"id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__after: _TypeAlias = _typing.Literal["after"]  # noqa: Y015
     _WhichOneofArgType__after: _TypeAlias = _typing.Literal["_after", b"_after"]  # noqa: Y015

@@ -274,9 +274,10 @@ class JsonApi:
             Endpoint(
                 post,
                 "/schedules:preview",
-                "PreviewScheduleSpec",
-                api.preview_spec,
-                "The next firings of a schedule spec that is not saved (validates it)",
+                "PreviewTaskSchedule",
+                api.preview_draft,
+                "The next firings of an unsaved schedule (`draft`, as create takes it; with `id`, that "
+                "schedule's edit) and each rack's decision under the windows and overlap (validates it)",
                 body=True,
             ),
             Endpoint(
@@ -663,8 +664,11 @@ class JsonApi:
     async def create_schedule(self, call: Call) -> Message:
         return await call.rpc("CreateTaskSchedule", await call.body(pb.CreateTaskScheduleRequest()))
 
-    async def preview_spec(self, call: Call) -> Message:
-        return await call.rpc("PreviewScheduleSpec", await call.body(pb.PreviewScheduleSpecRequest()))
+    async def preview_draft(self, call: Call) -> Message:
+        request = await call.body(pb.PreviewTaskScheduleRequest())
+        if not request.HasField("draft"):
+            raise InvalidArgument("draft: the schedule to preview is required, as create takes it")
+        return await call.rpc("PreviewTaskSchedule", request)
 
     async def get_schedule(self, call: Call) -> Message:
         schedule_id = await self._schedule(call.ref(), "id")

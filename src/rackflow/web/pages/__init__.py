@@ -35,6 +35,7 @@ from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import PermissionDenied, RackflowError, Unauthenticated
 from rackflow.security import Principal, TokenTable
 from rackflow.services import Services
+from rackflow.timespec import format_go_duration
 from rackflow.timespec.words import describe
 from rackflow.web import views
 from rackflow.web.auth import principal_of
@@ -55,7 +56,7 @@ NAV = (
     ("/notifications", "Notifications"),
     ("/audit", "Audit"),
 )
-_STATIC = ("app.css", "app.js")
+_STATIC = ("app.css", "app.js", "forms.js")
 
 Load = Callable[[Principal], Awaitable[Mapping[str, Any]]]
 
@@ -141,7 +142,12 @@ class Site:
             utc=UTC,
         )
         self.env.filters.update(
-            iso=iso, utc=utc_text, in_zone=zone_text, duration=duration_text, spec_words=describe
+            iso=iso,
+            utc=utc_text,
+            in_zone=zone_text,
+            duration=duration_text,
+            spec_words=describe,
+            go_duration=format_go_duration,
         )
 
     def render(self, template: str, context: Mapping[str, Any]) -> str:

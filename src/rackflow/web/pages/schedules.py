@@ -1,9 +1,17 @@
-"""Schedules: the list (filtered, sorted, paged on the server, with a strip of recent firings per row) and
-one schedule (configuration, scope, upcoming firings, the runs grid, actions)."""
+"""Schedules: the list (filtered, sorted, paged on the server, with a strip of recent firings per row),
+one schedule (configuration, scope, upcoming firings, the runs grid, actions), and the form that creates
+or edits one (`/schedules/new`, `/schedules/{ref}/edit`).
+
+The form is plain HTML filled in here; `static/forms.js` turns it into JSON API calls: as you type it
+asks `POST /api/v1/schedules:preview` for the draft's next firings and each rack's decision (or the
+first error, shown next to the field it names), and Save creates it (`POST /api/v1/schedules`) or changes
+it (`PATCH /api/v1/schedules/{id}`, then `PUT …/scopes` for its racks). An operation cannot be changed
+after create (UpdateTaskSchedule has no such path), so the edit form shows it fixed."""
 
 from __future__ import annotations
 
 import uuid
+import zoneinfo
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rackflow.api.convert.tasks import operation_kind_from
+from rackflow.domain.inventory import ComponentsFilter, ComponentType, TypesFilter
 from rackflow.domain.schedules import Run, Schedule
 from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.schedules.service import parse_order
@@ -82,7 +91,56 @@ def routes(site: Site) -> list[Route]:
         ref = request.path_params["ref"]
         return await site.page(request, "schedule.html", ref, lambda _: _one(site, ref))
 
-    return [Route("/schedules", schedule_list), Route("/schedules/{ref}", schedule_page)]
+    async def new_schedule(request: Request) -> Response:
+        return await site.page(request, "schedule_form.html", "New schedule", lambda _: _form(site, None))
+
+    async def edit_schedule(request: Request) -> Response:
+        ref = request.path_params["ref"]
+        return await site.page(request, "schedule_form.html", f"Edit {ref}", lambda _: _form(site, ref))
+
+    return [
+        Route("/schedules", schedule_list),
+        Route("/schedules/new", new_schedule),
+        Route("/schedules/{ref}/edit", edit_schedule),
+        Route("/schedules/{ref}", schedule_page),
+    ]
+
+
+# The zones a form's time-zone field suggests (any IANA name is accepted).
+ZONES = sorted(zoneinfo.available_timezones() - {"localtime", "Factory"})
+COMPONENT_TYPES = [t for t in ComponentType if t is not ComponentType.UNKNOWN]
+
+
+async def _form(site: Site, ref: str | None) -> Mapping[str, Any]:
+    """What the schedule form offers (racks, domains, operations, zones) and, to edit, the schedule with
+    its racks by name and the component types its scopes share (none: all components)."""
+    services = site.services
+    racks, _ = await services.inventory.list_racks()
+    context: dict[str, Any] = {
+        "racks": sorted(r.name for r in racks),
+        "domains": sorted(d.name for d in await services.inventory.list_domains()),
+        "operations": list(OperationKind),
+        "component_types": COMPONENT_TYPES,
+        "zones": ZONES,
+        "schedule": None,
+        "scope_racks": [],
+        "scope_types": [],
+        "mixed_filters": False,
+    }
+    if ref is None:
+        return context
+    schedule = await services.schedules.get(await refs.schedule_id(services, ref, "id"))
+    scopes = await services.schedules.list_scopes(schedule.id)
+    names = await services.inventory.rack_names({s.rack_id for s in scopes})
+    filters = {s.filter for s in scopes}
+    (shared,) = filters if len(filters) == 1 else (None,)
+    context.update(
+        schedule=schedule,
+        scope_racks=sorted(names[s.rack_id] for s in scopes if s.rack_id in names),
+        scope_types=sorted(t.value for t in shared.types) if isinstance(shared, TypesFilter) else [],
+        mixed_filters=len(filters) > 1 or isinstance(shared, ComponentsFilter),
+    )
+    return context
 
 
 async def _list(site: Site, request: Request) -> Mapping[str, Any]:

@@ -1,5 +1,7 @@
 """Maintenance windows: every window, what it covers, and when it next opens or closes (docs/WINDOWS.md);
-below them the operation budgets, with how many of their tasks run now (docs/ROLLOUTS.md, "Budgets")."""
+below them the operation budgets, with how many of their tasks run now (docs/ROLLOUTS.md, "Budgets").
+Each is created and edited in a form (`/windows/new`, `/windows/{ref}/edit`, `/budgets/new`,
+`/budgets/{ref}/edit`) that `static/forms.js` sends to the JSON API, and deleted from the list."""
 
 from __future__ import annotations
 
@@ -11,15 +13,52 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import MaintenanceWindow, Occurrence, Recurring
+from rackflow.web import refs
 from rackflow.web.pages import Site
+from rackflow.web.pages.schedules import ZONES
 
 
 def routes(site: Site) -> list[Route]:
     async def window_list(request: Request) -> Response:
         return await site.page(request, "windows.html", "Windows", lambda _: _list(site))
 
-    return [Route("/windows", window_list)]
+    async def window_form(request: Request) -> Response:
+        ref = request.path_params.get("ref")
+        title = f"Edit {ref}" if ref else "New window"
+        return await site.page(request, "window_form.html", title, lambda _: _window_form(site, ref))
+
+    async def budget_form(request: Request) -> Response:
+        ref = request.path_params.get("ref")
+        title = f"Edit {ref}" if ref else "New budget"
+        return await site.page(request, "budget_form.html", title, lambda _: _budget_form(site, ref))
+
+    return [
+        Route("/windows", window_list),
+        Route("/windows/new", window_form),
+        Route("/windows/{ref}/edit", window_form),
+        Route("/budgets/new", budget_form),
+        Route("/budgets/{ref}/edit", budget_form),
+    ]
+
+
+async def _window_form(site: Site, ref: str | None) -> Mapping[str, Any]:
+    window = None
+    if ref is not None:
+        window = await site.services.windows.get(await refs.window_id(site.services, ref, "id"))
+    return {
+        "window": window,
+        "operations": list(OperationKind),
+        "zones": ZONES,
+    }
+
+
+async def _budget_form(site: Site, ref: str | None) -> Mapping[str, Any]:
+    budget = None
+    if ref is not None:
+        budget = await site.services.budgets.get(await refs.budget_id(site.services, ref, "id"))
+    return {"budget": budget, "operations": list(OperationKind)}
 
 
 def when_text(window: MaintenanceWindow) -> str:

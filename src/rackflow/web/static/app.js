@@ -7,8 +7,10 @@
 //   sent as an `Authorization` header; never as a cookie, so another site cannot act with it (no CSRF).
 // - Times: every <time datetime> is shown in the browser's zone, with UTC on hover and "in 3h" where asked;
 //   a schedule's times are shown in its own zone by the server, with the browser's beside ("beside").
-// - Actions: buttons with `data-post` ask for confirmation, POST to the API and show its error if refused.
+// - Actions: buttons with `data-post` ask for confirmation, POST (or `data-method`) to the API and show its
+//   error if refused; with `data-then` the browser goes there once it is done (after a delete).
 //   A dialog with fields stays open on an error, with what was typed and the reason in words.
+// - Forms (create and edit) are forms.js's; a page with one is not refreshed while it is open.
 (() => {
   "use strict";
   const TOKEN_KEY = "rackflow.token";
@@ -147,6 +149,7 @@
       main.removeAttribute("data-deferred");
       main.querySelectorAll("[data-live]").forEach((r) => raw.set(r, r.innerHTML));
       renderTimes(main);
+      document.dispatchEvent(new Event("rackflow:page")); // forms.js sets up a form that came in this way
       return;
     }
     incoming.forEach((n) => {
@@ -157,6 +160,8 @@
   async function refresh() {
     if (busy) { again = true; return; } // an action's result must not wait for the next tick
     if (confirmDialog.open || tokenDialog.open) return;
+    // A form page (forms.js) is not refreshed: that would throw away what is being typed.
+    if (main.querySelector("form[data-editor]") && !main.hasAttribute("data-deferred")) return;
     if (tokensRequired && !token) { askToken(); return; }
     busy = true;
     try {
@@ -261,7 +266,7 @@
     if (tokensRequired && !token) { askToken(); return { ok: false, message: "a token is needed" }; }
     try {
       const response = await fetch(button.dataset.post, {
-        method: "POST",
+        method: button.dataset.method || "POST",
         headers: headers({ "Content-Type": "application/json" }),
         body: JSON.stringify(values),
       });
@@ -301,6 +306,10 @@
       if (!keepOpen) confirmDialog.close("ok");
       const result = await post(button, values);
       ok.disabled = false; button.disabled = false;
+      if (result.ok && button.dataset.then) {
+        location.assign(button.dataset.then); // what was acted on is gone (a delete): go where it was listed
+        return;
+      }
       if (result.ok) {
         if (confirmDialog.open) confirmDialog.close("ok");
         flash(button.dataset.done || "Done");

@@ -1,0 +1,284 @@
+// rackflow dashboard forms: create and edit schedules, maintenance windows and operation budgets through
+// the JSON API (docs/HTTP.md), as `application/json` from this origin (the CSRF guard refuses anything else).
+//
+// - Errors: the API names the field of its first error (`{"code", "message", "field"}`); the message is
+//   shown next to the input whose `data-error-for` is the longest prefix of that field, or at the foot of
+//   the form. Nothing the user typed is thrown away.
+// - The schedule form validates as you type: each change (after a short pause) asks
+//   `POST /api/v1/schedules:preview` with the draft, and shows the next firings in the schedule's zone and
+//   the viewer's, with each rack's decision (fire, skip for overlap, skip or defer for a window).
+// - A resource form (`data-editor="resource"`: windows, budgets) sends its inputs under `data-wrapper` to
+//   `data-url` with `data-method`, then goes to `data-then`.
+(() => {
+  "use strict";
+  const TOKEN_KEY = "rackflow.token";
+  const PREVIEW_COUNT = 6;
+  const TYPING_MS = 300;
+  const DECISIONS = {
+    fire: ["fires", "st-ok"],
+    skip_overlap: ["skipped: its last task is still active", "st-skip"],
+    skip_window: ["skipped: window closed", "st-skip"],
+    defer: ["deferred to its window", "st-wait"],
+    paused: ["paused", "st-skip"],
+  };
+
+  async function call(method, url, payload) {
+    const headers = { "Content-Type": "application/json" };
+    const token = localStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    try {
+      const response = await fetch(url, { method, headers, body: payload === undefined ? undefined : JSON.stringify(payload) });
+      const data = await response.json().catch(() => ({}));
+      return { ok: response.ok, status: response.status, data };
+    } catch (exc) {
+      return { ok: false, status: 0, data: { message: `the server cannot be reached (${exc})`, field: null } };
+    }
+  }
+
+  // --- errors next to their fields ----------------------------------------------------------------------
+  function normalise(field) {
+    return String(field || "")
+      .replace(/^draft\./, "")
+      .replace(/^operation\.\w+\.target_spec/, "target_spec")
+      .replace(/^desired_scope/, "target_spec")
+      .replace(/^operation\.\w+\./, "operation.");
+  }
+  function clearErrors(form) {
+    form.querySelectorAll("[data-error-for]").forEach((p) => { p.hidden = true; p.textContent = ""; });
+    form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
+  }
+  function showError(form, data, status) {
+    clearErrors(form);
+    const field = normalise(data.field);
+    let best = null;
+    form.querySelectorAll("[data-error-for]").forEach((p) => {
+      const key = p.dataset.errorFor;
+      const fits = key === "" || field === key || field.startsWith(key + ".") || field.startsWith(key + "[");
+      if (fits && (!best || key.length > best.dataset.errorFor.length)) best = p;
+    });
+    if (!best) return;
+    const code = data.code ? `${data.code}: ` : status ? `${status}: ` : "";
+    best.textContent = best.dataset.errorFor ? data.message || "refused" : code + (data.message || "refused");
+    best.hidden = false;
+    const input = best.closest("label, fieldset")?.querySelector("input, select");
+    if (input) input.setAttribute("aria-invalid", "true");
+  }
+
+  // --- the schedule form --------------------------------------------------------------------------------
+  function scheduleDraft(form) {
+    const el = form.elements;
+    const value = (name) => (el[name] ? String(el[name].value).trim() : "");
+    const schedule = {
+      name: value("name"),
+      spec: { type: value("spec_type"), spec: value("spec"), timezone: value("timezone") },
+      overlap_policy: value("overlap_policy"),
+      window_policy: value("window_policy"),
+    };
+    if (el.rollout_on.checked) {
+      const rollout = {};
+      form.querySelectorAll("[data-rollout] input").forEach((input) => {
+        const key = input.name.replace(/^rollout\./, "");
+        const text = input.value.trim();
+        if (text) rollout[key] = key === "bake_time" || !/^\d+$/.test(text) ? text : Number(text);
+      });
+      schedule.rollout = rollout;
+    }
+    const kind = form.querySelector("[name=scope_kind]:checked").value;
+    const types = Array.from(form.querySelectorAll("[name=component_types]:checked")).map((c) => c.value);
+    const targets = Array.from(form.querySelectorAll(".chosen li")).map((li) =>
+      types.length ? { name: li.dataset.name, component_types: types } : { name: li.dataset.name });
+    const target = { [kind]: { targets } };
+    const op = value("operation");
+    const inner = { target_spec: target, description: value("description") };
+    if (op === "upgrade_firmware") inner.target_version = value("target_version");
+    if (op === "power_off" || op === "power_reset") inner.forced = el.forced.checked;
+    return { schedule, operation: { [op]: inner }, target };
+  }
+
+  function zoneOk(zone) {
+    try { new Intl.DateTimeFormat("en-US", { timeZone: zone }); return true; } catch (exc) { return false; }
+  }
+  function inZone(date, zone) {
+    const text = new Intl.DateTimeFormat("sv-SE", {
+      timeZone: zone, year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+    }).format(date);
+    const name = new Intl.DateTimeFormat("en-US", { timeZone: zone, timeZoneName: "short" })
+      .formatToParts(date).find((p) => p.type === "timeZoneName");
+    return `${text} ${name ? name.value : zone}`;
+  }
+
+  function renderPreview(form, panel, firings) {
+    const zone = form.elements.timezone.value.trim() || "UTC";
+    const scheduleZone = zoneOk(zone) ? zone : "UTC";
+    const viewer = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    panel.querySelector("[data-preview-zones]").textContent =
+      scheduleZone === viewer ? `in ${scheduleZone}` : `in ${scheduleZone} · yours: ${viewer}`;
+    const list = panel.querySelector("[data-preview-list]");
+    list.replaceChildren();
+    const status = panel.querySelector("[data-preview-status]");
+    status.textContent = firings.length ? "" : "It would never fire (a one-time schedule in the past?).";
+    status.hidden = firings.length > 0;
+    firings.forEach((firing) => {
+      const at = new Date(firing.at);
+      const li = document.createElement("li");
+      li.dataset.testid = "preview-firing";
+      const when = document.createElement("div");
+      when.className = "when";
+      const own = document.createElement("strong");
+      own.textContent = inZone(at, scheduleZone);
+      when.append(own);
+      if (inZone(at, viewer) !== own.textContent && scheduleZone !== viewer) {
+        const yours = document.createElement("span");
+        yours.className = "muted";
+        yours.textContent = ` (yours: ${inZone(at, viewer)})`;
+        when.append(yours);
+      }
+      li.append(when);
+      const racks = document.createElement("ul");
+      racks.className = "decisions";
+      firing.scopes.forEach((scope) => {
+        const [words, css] = DECISIONS[scope.decision] || [scope.decision, "st-skip"];
+        const item = document.createElement("li");
+        item.dataset.testid = "preview-decision";
+        item.dataset.rack = scope.rack_name;
+        item.dataset.decision = scope.decision;
+        const badge = document.createElement("span");
+        badge.className = `badge ${css}`;
+        badge.textContent = scope.rack_name;
+        item.append(badge, " ", scope.window_name ? `${words} (${scope.window_name})` : words);
+        if (scope.reason) item.title = scope.reason;
+        racks.append(item);
+      });
+      li.append(racks);
+      list.append(li);
+    });
+  }
+
+  function setUpSchedule(form) {
+    const panel = document.querySelector("[data-testid=form-preview]");
+    const editing = form.dataset.id;
+    let timer = null;
+    let asked = 0;
+
+    function showOps() {
+      const op = form.elements.operation.value;
+      form.querySelectorAll("[data-for-ops]").forEach((el) => { el.hidden = !el.dataset.forOps.split(" ").includes(op); });
+      form.querySelector("[data-rollout]").hidden = !form.elements.rollout_on.checked;
+      const kind = form.querySelector("[name=scope_kind]:checked").value;
+      form.querySelectorAll("[data-choices]").forEach((s) => { s.hidden = s.dataset.choices !== kind; });
+    }
+    async function preview() {
+      const mine = ++asked;
+      const { schedule, operation } = scheduleDraft(form);
+      const body = { draft: { schedule, operation }, count: PREVIEW_COUNT };
+      if (editing) body.id = { id: editing };
+      const result = await call("POST", "/api/v1/schedules:preview", body);
+      if (mine !== asked) return; // a newer draft was asked for meanwhile
+      const status = panel.querySelector("[data-preview-status]");
+      if (result.ok) {
+        clearErrors(form);
+        renderPreview(form, panel, result.data.firings || []);
+      } else {
+        showError(form, result.data, result.status);
+        panel.querySelector("[data-preview-list]").replaceChildren();
+        status.hidden = false;
+        status.textContent = "Fix the field marked in the form to see its firings.";
+      }
+    }
+    function later() { clearTimeout(timer); timer = setTimeout(preview, TYPING_MS); }
+
+    form.addEventListener("input", later);
+    form.addEventListener("change", () => { showOps(); later(); });
+    form.addEventListener("click", (event) => {
+      const remove = event.target.closest("[data-remove]");
+      if (remove) { remove.closest("li").remove(); later(); return; }
+      if (!event.target.closest("[data-add]")) return;
+      const kind = form.querySelector("[name=scope_kind]:checked").value;
+      const choice = form.querySelector(`[data-choices="${kind}"]`);
+      const name = choice && choice.value;
+      if (!name || form.querySelector(`.chosen li[data-name="${CSS.escape(name)}"]`)) return;
+      const li = document.createElement("li");
+      li.dataset.name = name;
+      const button = document.createElement("button");
+      button.type = "button"; button.className = "link"; button.dataset.remove = "";
+      button.setAttribute("aria-label", `Remove ${name}`);
+      button.textContent = "×";
+      li.append(`${name} `, button);
+      form.querySelector(".chosen").append(li);
+      later();
+    });
+    form.querySelectorAll("[name=scope_kind]").forEach((radio) => radio.addEventListener("change", () => {
+      form.querySelector(".chosen").replaceChildren(); // a target names one kind: racks or domains
+    }));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const save = form.querySelector("[data-testid=form-save]");
+      save.disabled = true;
+      const { schedule, operation, target } = scheduleDraft(form);
+      let result;
+      if (!editing) {
+        result = await call("POST", "/api/v1/schedules", { schedule, operation });
+      } else {
+        result = await call("PATCH", `/api/v1/schedules/${editing}`, { schedule: { ...schedule, rollout: schedule.rollout || null } });
+        if (result.ok) result = await call("PUT", `/api/v1/schedules/${editing}/scopes`, { desired_scope: target });
+      }
+      save.disabled = false;
+      if (!result.ok) { showError(form, result.data, result.status); return; }
+      location.assign(`/schedules/${editing || encodeURIComponent(result.data.id.id)}`);
+    });
+    showOps();
+    preview();
+  }
+
+  // --- windows and budgets ------------------------------------------------------------------------------
+  function setPath(target, path, value) {
+    const keys = path.split(".");
+    let node = target;
+    keys.slice(0, -1).forEach((key) => { node = node[key] = node[key] || {}; });
+    node[keys[keys.length - 1]] = value;
+  }
+  function resourceBody(form) {
+    const body = {};
+    const when = form.querySelector("[name=when]:checked");
+    form.querySelectorAll("[data-when]").forEach((group) => { group.hidden = when && group.dataset.when !== when.value; });
+    form.querySelectorAll("input[name], select[name]").forEach((input) => {
+      if (input.name === "when" || input.closest("[data-when]")?.hidden) return;
+      const kind = input.dataset.kind || "text";
+      const text = String(input.value).trim();
+      if (kind === "checks") {
+        if (!(input.name in body)) body[input.name] = [];
+        if (input.checked) body[input.name].push(input.value);
+      } else if (kind === "names") {
+        body[input.name] = text.split(",").map((n) => n.trim()).filter(Boolean).map((name) => ({ name }));
+      } else if (kind === "int") {
+        if (text) body[input.name] = /^\d+$/.test(text) ? Number(text) : text;
+      } else {
+        setPath(body, input.name, text);
+      }
+    });
+    return body;
+  }
+  function setUpResource(form) {
+    form.addEventListener("change", () => resourceBody(form));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const save = form.querySelector("[data-testid=form-save]");
+      save.disabled = true;
+      const result = await call(form.dataset.method, form.dataset.url, { [form.dataset.wrapper]: resourceBody(form) });
+      save.disabled = false;
+      if (!result.ok) { showError(form, result.data, result.status); return; }
+      location.assign(form.dataset.then);
+    });
+    resourceBody(form);
+  }
+
+  function setUp() {
+    document.querySelectorAll("form[data-editor]:not([data-ready])").forEach((form) => {
+      form.dataset.ready = "1";
+      if (form.dataset.editor === "schedule") setUpSchedule(form);
+      else setUpResource(form);
+    });
+  }
+  document.addEventListener("rackflow:page", setUp);
+  setUp();
+})();

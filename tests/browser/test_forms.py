@@ -1,0 +1,207 @@
+"""The dashboard's forms in a real headless Chromium against a real `rackflow serve`: a schedule made in
+the form fires (triggered) and its run page shows it; a bad field is named next to it while typing and
+what was typed stays; a schedule targets an NVLink domain with a component filter; a schedule's racks
+are edited; a window and a budget are made (the budget changed) and deleted. (A viewer
+is offered no form: tests/browser/test_tokens.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
+
+from rackflow.v1 import flow_pb2 as pb
+from tests.browser.page import by_testid, read, text, visible, wait
+from tests.browser.test_dashboard import confirm, h1, open_page
+from tests.conftest import migrate_with_cli
+from tests.e2e.cluster import ServerProcess, start_server
+from tests.e2e.fleet import create_racks, create_schedules, schedule_request
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    directory = tmp_path_factory.mktemp("forms")
+    url = f"sqlite:///{directory}/rackflow.db"
+    migrate_with_cli(url)
+    started = start_server(
+        url,
+        directory,
+        args=["--http-listen", "127.0.0.1:0"],
+        env={"RACKFLOW_SIM_STEP_SECONDS": "1"},
+        name="forms",
+    )
+    stub = started.stub()
+    racks = create_racks(stub, ["f1", "f2", "f3"])
+    stub.CreateNVLDomain(pb.CreateNVLDomainRequest(name="d1", rack_ids=[r.id for r in racks[1:]]))
+    create_schedules(
+        stub,
+        [schedule_request("editable", ["f1", "f2"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")],
+    )
+    yield started
+    assert started.stop() == 0, started.output
+
+
+def field(driver: WebDriver, testid: str, value: str) -> None:
+    element = visible(driver, testid)
+    element.clear()
+    element.send_keys(value)
+
+
+def add_rack(driver: WebDriver, name: str) -> None:
+    Select(visible(driver, "scope-add-rack")).select_by_visible_text(name)
+    visible(driver, "scope-add").click()
+
+
+def chosen(driver: WebDriver) -> list[str]:
+    return read(
+        driver,
+        lambda d: [
+            str(li.get_attribute("data-name")) for li in d.find_elements(By.CSS_SELECTOR, ".chosen li")
+        ],
+    )
+
+
+def decisions(driver: WebDriver) -> list[tuple[str, str]]:
+    """The first previewed firing's (rack, decision) pairs (the preview is redrawn as the form changes)."""
+    return read(
+        driver,
+        lambda d: [
+            (str(e.get_attribute("data-rack")), str(e.get_attribute("data-decision")))
+            for e in d.find_elements(
+                By.CSS_SELECTOR, '[data-testid="preview-firing"]:first-child [data-testid="preview-decision"]'
+            )
+        ],
+    )
+
+
+def test_a_schedule_made_in_the_form_fires_and_its_run_page_shows_it(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    open_page(driver, server, "/schedules", "Schedules")
+    visible(driver, "new-schedule").click()
+    wait(driver, lambda d: h1(d) == "New schedule", "the form")
+    field(driver, "form-name", "made-here")
+    field(driver, "form-timezone", "America/New_York")
+    Select(visible(driver, "form-operation")).select_by_value("power_reset")
+    add_rack(driver, "f1")
+    add_rack(driver, "f3")
+    assert chosen(driver) == ["f1", "f3"]
+    # The next firings, planned as the dispatcher would: in the schedule's zone, the viewer's (Berlin) beside.
+    wait(driver, lambda d: decisions(d) == [("f1", "fire"), ("f3", "fire")], "each rack's decision")
+    first = text(driver, "preview-firing")
+    assert "02:00 EST" in first or "02:00 EDT" in first, first
+    assert "yours:" in first and ("CET" in first or "CEST" in first or "GMT+" in first), first
+    visible(driver, "form-save").click()
+
+    wait(driver, lambda d: h1(d) == "made-here", "the new schedule's page")
+    assert text(driver, "schedule-summary") == "Power Reset"
+    assert confirm(driver, "action-trigger") == "Run made-here now?"
+    visible(driver, "grid-run-link").click()
+    wait(driver, lambda d: h1(d).startswith("Firing of"), "the run page")
+    assert text(driver, "run-schedule") == "made-here"
+    wait(
+        driver,
+        lambda d: sorted(e.text.split()[0] for e in by_testid(d, "run-rack") if e.text) == ["f1", "f3"],
+        "both racks on the run page",
+    )
+
+
+def test_a_schedule_targets_a_domain_and_some_of_its_components(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    open_page(driver, server, "/schedules/new", "New schedule")
+    field(driver, "form-name", "domain-wide")
+    visible(driver, "form-scope-domains").click()
+    Select(visible(driver, "scope-add-domain")).select_by_visible_text("d1")
+    visible(driver, "scope-add").click()
+    driver.find_element(By.CSS_SELECTOR, 'input[value="COMPONENT_TYPE_COMPUTE"]').click()
+    wait(driver, lambda d: decisions(d) == [("f2", "fire"), ("f3", "fire")], "the domain's racks")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: h1(d) == "domain-wide", "the new schedule's page")
+    rows = [r.text.split()[:2] for r in by_testid(driver, "scope-row")]
+    assert rows == [["f2", "COMPUTE"], ["f3", "COMPUTE"]], rows
+
+
+def test_a_bad_field_is_named_beside_it_while_typing_and_the_input_stays(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    open_page(driver, server, "/schedules/new", "New schedule")
+    field(driver, "form-name", "typo")
+    add_rack(driver, "f2")
+    field(driver, "form-timezone", "Mars/Olympus")
+    error = visible(driver, "error-schedule.spec.timezone")  # no Save needed: the preview asks as you type
+    assert "Mars/Olympus" in read(driver, lambda d: error.text)
+    assert visible(driver, "form-timezone").get_attribute("aria-invalid") == "true"
+    visible(driver, "form-save").click()  # refused by the server too, nothing lost
+    wait(driver, lambda d: "Mars/Olympus" in text(d, "error-schedule.spec.timezone"), "the create's error")
+    assert visible(driver, "form-timezone").get_attribute("value") == "Mars/Olympus"
+    assert visible(driver, "form-name").get_attribute("value") == "typo" and chosen(driver) == ["f2"]
+    visible(driver, "form-rollout-on").click()
+    field(driver, "form-rollout-max_concurrent_racks", "2")
+    field(driver, "form-timezone", "Europe/Berlin")
+    wait(
+        driver, lambda d: not by_testid(d, "error-schedule.spec.timezone")[0].is_displayed(), "the error gone"
+    )
+    wait(driver, lambda d: decisions(d) == [("f2", "fire")], "the preview back")
+
+
+def test_a_schedules_racks_are_edited(server: ServerProcess, driver: WebDriver) -> None:
+    open_page(driver, server, "/schedules/editable", "editable")
+    visible(driver, "action-edit").click()
+    wait(driver, lambda d: h1(d) == "Edit editable", "the edit form")
+    assert chosen(driver) == ["f1", "f2"]
+    visible(driver, "scope-chosen").find_element(By.CSS_SELECTOR, 'li[data-name="f1"] button').click()
+    add_rack(driver, "f3")
+    wait(driver, lambda d: decisions(d) == [("f2", "fire"), ("f3", "fire")], "the edit's preview")
+    field(driver, "form-spec", "12h")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: h1(d) == "editable", "back on the schedule")
+    wait(
+        driver,
+        lambda d: [r.text.split()[0] for r in by_testid(d, "scope-row")] == ["f2", "f3"],
+        "the new scope",
+    )
+    assert "12h" in driver.find_element(By.CSS_SELECTOR, "[data-live=config]").text
+
+
+def test_a_window_and_a_budget_are_made_and_deleted(server: ServerProcess, driver: WebDriver) -> None:
+    open_page(driver, server, "/windows", "Maintenance windows")
+    visible(driver, "new-window").click()
+    wait(driver, lambda d: h1(d) == "New maintenance window", "the window form")
+    field(driver, "form-name", "nights")
+    field(driver, "form-duration", "soon")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: "soon" in text(d, "error-window.recurring.duration"), "the duration's error")
+    field(driver, "form-duration", "4h")
+    field(driver, "form-racks", "f1, f2")
+    visible(driver, "form-save").click()
+    wait(
+        driver,
+        lambda d: [r.get_attribute("data-name") for r in by_testid(d, "window-row")] == ["nights"],
+        "it",
+    )
+    assert "f1, f2" in text(driver, "window-row")
+
+    visible(driver, "new-budget").click()
+    wait(driver, lambda d: h1(d) == "New operation budget", "the budget form")
+    field(driver, "form-name", "resets")
+    visible(driver, "form-op-power_reset").click()
+    field(driver, "form-max-running", "2")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: len(by_testid(d, "budget-row")) == 1, "the budget")
+    assert "0 of 2" in text(driver, "budget-running")
+    visible(driver, "budget-edit").click()
+    wait(driver, lambda d: h1(d) == "Edit budget resets", "the budget's edit form")
+    field(driver, "form-max-running", "3")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: "0 of 3" in text(d, "budget-running"), "the budget changed")
+
+    assert confirm(driver, "window-delete") == "Delete window nights?"
+    wait(driver, lambda d: not by_testid(d, "window-row"), "the window gone")
+    assert confirm(driver, "budget-delete") == "Delete budget resets?"
+    wait(driver, lambda d: not by_testid(d, "budget-row"), "the budget gone")

@@ -1,0 +1,121 @@
+"""The forms that create and edit schedules, windows and budgets (`static/forms.js` drives them; the
+browser tests in tests/browser/test_forms.py run them): each page is offered to a role that may write, filled
+in with what is saved when editing, and to a viewer shows no form and no link or button to one."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.security import TokenTable
+from rackflow.services import Services
+from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN
+from tests.web.conftest import make_racks, make_schedule
+from tests.web.test_pages import FRAGMENT, tagged
+
+FORM_LINKS = (
+    "new-schedule",
+    "action-edit",
+    "action-delete",
+    "new-window",
+    "window-edit",
+    "window-delete",
+    "new-budget",
+    "budget-edit",
+    "budget-delete",
+)
+
+
+@pytest.fixture
+def tokens() -> TokenTable | None:
+    return TOKENS
+
+
+def value_of(html: str, testid: str) -> str:
+    (tag,) = tagged(html, testid)
+    found = re.search(r'value="([^"]*)"', tag)
+    return found.group(1) if found else ""
+
+
+async def fleet(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1", "r2", "r3")
+    await make_schedule(services, "nightly", "r1", "r2", rollout=RolloutPolicy(max_concurrent_racks=1))
+    headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    window = {
+        "window": {
+            "name": "sat",
+            "kind": "WINDOW_KIND_ALLOW",
+            "racks": [{"name": "r3"}],
+            "recurring": {"cron": "0 22 * * 6", "duration": "6h", "timezone": "Europe/Berlin"},
+        }
+    }
+    budget = {"budget": {"name": "fw", "operations": ["upgrade_firmware"], "max_running": 4}}
+    for path, body in (("/api/v1/windows", window), ("/api/v1/budgets", budget)):
+        response = await http.post(path, json=body, headers=headers)
+        assert response.status_code == 200, response.text
+
+
+async def page(http: httpx.AsyncClient, path: str, token: str) -> str:
+    response = await http.get(path, headers={"Authorization": f"Bearer {token}", **FRAGMENT})
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+async def test_an_operator_gets_each_form_filled_in_with_what_is_saved(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    await fleet(http, services)
+    new = await page(http, "/schedules/new", OPERATOR_TOKEN)
+    assert tagged(new, "schedule-form") and not tagged(new, "form-refused")
+    assert re.findall(r"<option>(r\d)</option>", new) == ["r1", "r2", "r3"]  # the racks to add
+    assert 'value="Europe/Berlin"' in new  # the zones suggested
+    assert 'value="COMPONENT_TYPE_COMPUTE"' in new
+    edit = await page(http, "/schedules/nightly/edit", OPERATOR_TOKEN)
+    assert value_of(edit, "form-name") == "nightly"
+    assert re.findall(r'<li data-name="([^"]+)"', edit) == ["r1", "r2"]  # its racks, each removable
+    assert value_of(edit, "form-rollout-max_concurrent_racks") == "1"
+    assert "disabled" in tagged(edit, "form-operation")[0]  # an operation cannot be changed
+    window = await page(http, "/windows/sat/edit", OPERATOR_TOKEN)
+    assert value_of(window, "form-cron") == "0 22 * * 6" and value_of(window, "form-racks") == "r3"
+    assert value_of(window, "form-timezone") == "Europe/Berlin"
+    assert 'data-method="PATCH"' in window
+    budget = await page(http, "/budgets/fw/edit", OPERATOR_TOKEN)
+    assert (
+        value_of(budget, "form-max-running") == "4"
+        and "checked" in tagged(budget, "form-op-upgrade_firmware")[0]
+    )
+    for path in ("/windows/new", "/budgets/new"):
+        assert 'data-method="POST"' in await page(http, path, OPERATOR_TOKEN)
+    shown = set()
+    for path in ("/schedules", "/schedules/nightly", "/windows"):
+        html = await page(http, path, OPERATOR_TOKEN)
+        shown |= {link for link in FORM_LINKS if tagged(html, link)}
+    assert shown == set(FORM_LINKS)
+    delete = tagged(await page(http, "/schedules/nightly", OPERATOR_TOKEN), "action-delete")[0]
+    assert 'data-method="DELETE"' in delete and 'data-then="/schedules"' in delete
+
+
+async def test_a_viewer_sees_no_form_and_no_way_to_one(http: httpx.AsyncClient, services: Services) -> None:
+    await fleet(http, services)
+    for path in (
+        "/schedules/new",
+        "/schedules/nightly/edit",
+        "/windows/new",
+        "/windows/sat/edit",
+        "/budgets/new",
+        "/budgets/fw/edit",
+    ):
+        html = await page(http, path, VIEWER_TOKEN)
+        assert tagged(html, "form-refused") and "<form" not in html, path
+    for path in ("/schedules", "/schedules/nightly", "/windows"):
+        html = await page(http, path, VIEWER_TOKEN)
+        assert not [link for link in FORM_LINKS if tagged(html, link)], path
+
+
+async def test_a_form_for_what_does_not_exist_is_a_404(http: httpx.AsyncClient, services: Services) -> None:
+    for path in ("/schedules/gone/edit", "/windows/gone/edit", "/budgets/gone/edit"):
+        response = await http.get(path, headers={"Authorization": f"Bearer {OPERATOR_TOKEN}", **FRAGMENT})
+        assert response.status_code == 404, path
