@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rackflow.api.audit import AuditRpcs
 from rackflow.api.budgets import BudgetRpcs
+from rackflow.api.checks import CheckRpcs
 from rackflow.api.inventory import InventoryRpcs
 from rackflow.api.schedules import ScheduleRpcs
 from rackflow.api.tasks import TaskRpcs
@@ -13,7 +14,14 @@ from rackflow.v1 import flow_pb2_grpc
 
 
 class FlowServicer(
-    InventoryRpcs, TaskRpcs, ScheduleRpcs, WindowRpcs, BudgetRpcs, AuditRpcs, flow_pb2_grpc.FlowServicer
+    InventoryRpcs,
+    TaskRpcs,
+    ScheduleRpcs,
+    WindowRpcs,
+    BudgetRpcs,
+    CheckRpcs,
+    AuditRpcs,
+    flow_pb2_grpc.FlowServicer,
 ):
     def __init__(self, services: Services) -> None:
         self.services = services

@@ -12,6 +12,7 @@ import click
 
 from rackflow.cli.audit import audit
 from rackflow.cli.budgets import budget
+from rackflow.cli.checks import check
 from rackflow.cli.output import OUTPUT_FORMATS, Group, Session
 from rackflow.cli.racks import domain, inventory, rack
 from rackflow.cli.rollouts import run
@@ -79,7 +80,7 @@ def main(
     ctx.call_on_close(session.close)
 
 
-for command in (rack, domain, inventory, task, schedule, run, window, budget, audit, auth, serve, db):
+for command in (rack, domain, inventory, task, schedule, run, window, budget, check, audit, auth, serve, db):
     main.add_command(command)
 
 
