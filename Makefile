@@ -7,7 +7,7 @@ LISTEN ?= 127.0.0.1:50051
 HTTP_LISTEN ?= 127.0.0.1:8080
 export RACKFLOW_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck unit proto docs bench clean browser screenshots hooks
+.PHONY: run test lint typecheck unit proto docs bench clean browser tools screenshots hooks
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,7 @@ typecheck: $(VENV)/.installed-test
 
 # Most e2e time is waiting (real cron minutes, leases), so tests run in 3 workers; the heavy
 # multi-instance PostgreSQL modules share one xdist group so they never overlap.
-test: $(VENV)/.installed-test lint typecheck browser
+test: $(VENV)/.installed-test lint typecheck browser tools
 	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadgroup
 
 # Debian's Chromium and ChromeDriver drive tests/browser; installed here when missing (apt-get, as root or
@@ -60,6 +60,17 @@ browser:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    --no-install-recommends chromium chromium-driver >/dev/null \
 	  || echo "warning: could not install chromium (tests/browser will skip, or fail under CI=true)"; \
+	fi
+
+# Debian's Alertmanager drives tests/integration/test_alertmanager_checks.py (docs/CHECKS.md); installed
+# here when missing, as `browser` installs Chromium. Without it those tests skip locally and FAIL under CI=true.
+ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
+tools:
+	@if [ ! -x $(ALERTMANAGER) ]; then \
+	  echo "installing Debian's prometheus-alertmanager for the pre-flight check tests"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    --no-install-recommends prometheus-alertmanager >/dev/null \
+	  || echo "warning: could not install prometheus-alertmanager (its tests will skip, or fail under CI=true)"; \
 	fi
 
 # PNGs of the main pages of a demo fleet (tests/browser/demo.py), as shown in the README.

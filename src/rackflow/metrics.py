@@ -50,7 +50,7 @@ CHECK_RESULTS = Counter(
 )
 CHECK_HOLDS = Counter(
     "rackflow_check_holds_total",
-    'Task starts the pre-flight gate held back, by the check that held them ("" while none answered).',
+    "Rounds of pre-flight checks that held their task, by the check whose reason the task shows.",
     ["check"],
 )
 CHECK_WAIT = Histogram(

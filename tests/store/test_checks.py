@@ -37,9 +37,12 @@ async def _count(db: Database, table: object) -> int:
         return (await conn.execute(select(func.count()).select_from(table))).scalar_one()  # type: ignore[arg-type]
 
 
+def _sample(name: str, labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 def _results(check: str, result: str) -> float:
-    labels = {"check": check, "result": result}
-    return REGISTRY.get_sample_value("rackflow_check_results_total", labels) or 0.0
+    return _sample("rackflow_check_results_total", {"check": check, "result": result})
 
 
 async def _rack(db: Database, name: str) -> Rack:
@@ -88,6 +91,8 @@ async def test_a_drain_hook_holds_the_task_until_it_says_ready(
             )
         )
         before = _results("drained", "hold")
+        holds = _sample("rackflow_check_holds_total", {"check": "drained"})
+        waits = _sample("rackflow_check_wait_seconds_count", {})
         task = await submit(db, rack, POWER_ON)
         async with checking(db):
             held = await _held_with(db, task, "draining 3 jobs")
@@ -105,6 +110,8 @@ async def test_a_drain_hook_holds_the_task_until_it_says_ready(
         expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
         assert hmac.compare_digest(headers["X-Rackflow-Signature"], expected)
     assert _results("drained", "hold") - before == 2
+    assert _sample("rackflow_check_holds_total", {"check": "drained"}) - holds == 2
+    assert _sample("rackflow_check_wait_seconds_count", {}) - waits == 1  # once, when it started
     assert await _count(db, preflight_results) == 3
 
 

@@ -10,8 +10,10 @@ hook delays no other rack and never the dispatcher or the executor. A round:
 2. asks every check that applies, at once, outside any transaction (at most PREFLIGHT_CONCURRENCY HTTP
    requests at once in the process, each with its timeout);
 3. stores the results as round `attempt` and, in the same transaction, lets the task be claimed at once if
-   all passed (the claim's gate then starts it), or holds it until the next look with the first failing
-   check's reason (written on the task: `held_reason`, its message, `rackflow task show`, the pages).
+   all passed (the claim's gate then starts it), or holds it with the first failing check's reason
+   (written on the task: `held_reason`, its message, `rackflow task show`, the pages) until that check's
+   maximum wait runs out; the next round, due after the interval (or the hook's `retry_after`), releases
+   it if the checks pass by then. So a held task costs no claims while it waits.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from rackflow.domain.checks import (
     duration_of,
 )
 from rackflow.domain.tasks import Hold, Task, TaskStatus
-from rackflow.metrics import CHECK_RESULTS
+from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS
 from rackflow.store import checks as store
 from rackflow.store.db import Database
 from rackflow.store.inventory import components_by_rack
@@ -166,12 +168,16 @@ class PreflightChecker:
             if not await store.record_round(conn, task.id, attempt, results, next_check_at=next_check_at):
                 return
             if failing:
+                # Until the first maximum wait runs out, when the claim's gate fails it: the next round
+                # (this checker's, at `next_check_at`) releases it as soon as the checks pass.
                 check, first = failing[0]
-                until = min(min(r.recheck_at for _, r in failing), _deadline(task, failing, checked_at))
-                await store.hold_until(conn, GATE_NAME, task.id, Hold(until, first.reason), now=checked_at)
+                hold = Hold(_deadline(task, failing, checked_at), first.reason)
+                await store.hold_until(conn, GATE_NAME, task.id, hold, now=checked_at)
             else:
                 await store.release(conn, GATE_NAME, task.id, "pre-flight checks passed", now=checked_at)
-        if not failing:
+        if failing:
+            CHECK_HOLDS.labels(check=failing[0][0].name).inc()
+        else:
             self.manager.wake_executors()
         log.info(
             "task %s: pre-flight round %d: %s",

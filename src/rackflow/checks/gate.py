@@ -9,7 +9,8 @@ nothing outside the database: it reads what the checker (`rackflow.checks.checke
 * a task no check applies to starts (when no check exists, the gate's whole cost is one indexed read);
 * a task held for the first time is recorded as waiting (`preflight_tasks`), its first round due at once,
   and held "until re-check" with the reason "waits for pre-flight checks: …"; the checker releases it when
-  the round passes, or holds it until the next look with the failing check's reason;
+  the round passes, or holds it with the failing check's reason until the check's maximum wait ends
+  (its next round, after the interval, releases it if the checks pass by then);
 * a task whose last round all passed, still fresh, starts; an operator's override starts it too;
 * a task whose checks still hold it after a check's `max_wait` (since the gate first held it,
   `Task.held_since`) fails, with that check's last reason.
@@ -29,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.config import PREFLIGHT_ANSWER_WAIT
 from rackflow.domain.checks import CheckResult, PreflightCheck
 from rackflow.domain.tasks import Hold, Task
-from rackflow.metrics import CHECK_HOLDS, CHECK_WAIT
+from rackflow.metrics import CHECK_WAIT
 from rackflow.store import checks as store
 from rackflow.store.windows import rack_refs
 from rackflow.tasks.gates import Fail, Verdict
@@ -90,7 +91,6 @@ class PreflightGate:
                 CHECK_WAIT.observe(waited.total_seconds())
                 continue
             failing = [c for c, r in results if r is not None and not r.passed]
-            CHECK_HOLDS.labels(check=failing[0].name if failing else "").inc()
             if state is None:
                 new.append(task.id)
             elif not failing:  # its last round is stale or incomplete: look again now
@@ -137,9 +137,6 @@ def _hold_or_fail(
             else f"waits for pre-flight checks {names}"
         )
         return Hold(until, reason)
-    next_look = min(r.recheck_at for _, r in failing)
+    # The checker's next round releases it if the checks pass; else the first maximum wait fails it.
     deadline = min(now + (c.max_wait_delta - waited) for c, _ in failing)
-    until = min(next_look, deadline)
-    if until <= now:  # the checker has not looked again yet: it will release the task when it does
-        until = min(now + PREFLIGHT_ANSWER_WAIT, deadline)
-    return Hold(until, failing[0][1].reason)
+    return Hold(deadline, failing[0][1].reason)
