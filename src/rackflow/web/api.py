@@ -163,12 +163,15 @@ class JsonApi:
             ("/runs/{ref}", JsonApi.get_run, get),
             ("/tasks", JsonApi.list_tasks, get),
             ("/tasks/{ref}:cancel", JsonApi.cancel_task, post),
+            ("/tasks/{ref}:override-checks", JsonApi.override_checks, post),
             ("/tasks/{ref}", JsonApi.get_task, get),
             ("/racks", JsonApi.list_racks, get),
             ("/racks/{ref}", JsonApi.get_rack, get),
             ("/racks/{ref}/windows", JsonApi.preview_windows, get),
             ("/windows", JsonApi.list_windows, get),
             ("/windows/{ref}", JsonApi.get_window, get),
+            ("/checks", JsonApi.list_checks, get),
+            ("/checks/{ref}", JsonApi.get_check, get),
             ("/audit", JsonApi.list_audit_events, get),
         ]
         return [Route(PREFIX + path, self._serve(h), methods=methods) for path, h, methods in table]
@@ -319,6 +322,13 @@ class JsonApi:
         request.task_id.id = call.request.path_params["ref"]
         return await call.rpc("CancelTask", request)
 
+    async def override_checks(self, call: Call) -> Message:
+        call.query.check()
+        request = await _body(call.request, pb.OverridePreflightChecksRequest())
+        assert isinstance(request, pb.OverridePreflightChecksRequest)
+        request.task_id.id = call.request.path_params["ref"]
+        return await call.rpc("OverridePreflightChecks", request)
+
     # --- racks and audit -------------------------------------------------------------------------
 
     async def list_racks(self, call: Call) -> Message:
@@ -355,6 +365,17 @@ class JsonApi:
         return await call.rpc(
             "GetMaintenanceWindow", pb.GetMaintenanceWindowRequest(id=pb.UUID(id=str(window_id)))
         )
+
+    # --- pre-flight checks -----------------------------------------------------------------------
+
+    async def list_checks(self, call: Call) -> Message:
+        call.query.check()
+        return await call.rpc("ListPreflightChecks", pb.ListPreflightChecksRequest())
+
+    async def get_check(self, call: Call) -> Message:
+        call.query.check()
+        check_id = await refs.check_id(self.services, call.request.path_params["ref"], "id")
+        return await call.rpc("GetPreflightCheck", pb.GetPreflightCheckRequest(id=pb.UUID(id=str(check_id))))
 
     async def list_audit_events(self, call: Call) -> Message:
         q = call.query

@@ -19,3 +19,7 @@ async def rack_id(services: Services, ref: str, field: str) -> uuid.UUID:
 
 async def window_id(services: Services, ref: str, field: str) -> uuid.UUID:
     return uuid.UUID(ref) if is_uuid(ref) else await services.windows.id_by_name(ref, field)
+
+
+async def check_id(services: Services, ref: str, field: str) -> uuid.UUID:
+    return uuid.UUID(ref) if is_uuid(ref) else await services.checks.id_by_name(ref, field)
