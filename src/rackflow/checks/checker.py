@@ -53,6 +53,12 @@ from rackflow.tasks.manager import TaskManager
 
 log = logging.getLogger(__name__)
 
+# The gate wakes the checker from inside the claim, before the claim commits the task's hold, so the poll
+# right after a wake may not see it yet: it polls again after 25, 50, 100 … ms (up to EAGER_UNTIL) until
+# it finds one, so a task whose checks pass waits a round trip, not a poll interval.
+EAGER_FIRST = 0.025
+EAGER_UNTIL = 0.8
+
 
 class PreflightChecker:
     """Runs rounds of checks until `stop` is set; `wake()` makes it poll now."""
@@ -82,12 +88,19 @@ class PreflightChecker:
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
+            eager = 0.0  # after a wake: the next nap's length, doubling, while polls find nothing
             while not stop.is_set():
+                started = 0
                 try:
-                    await self.poll()
+                    started = await self.poll()
                 except Exception:  # an outage or a bug: report it and try again next poll
                     log.exception("pre-flight checker poll failed")
-                await self._nap(stop)
+                if started or eager > EAGER_UNTIL:
+                    eager = 0.0
+                if await self._nap(stop, eager or self.poll_interval.total_seconds()):
+                    eager = EAGER_FIRST
+                elif eager:
+                    eager *= 2
         finally:
             for running in self._rounds:
                 running.cancel()
@@ -114,16 +127,17 @@ class PreflightChecker:
         while self._rounds:
             await asyncio.gather(*list(self._rounds), return_exceptions=True)
 
-    async def _nap(self, stop: asyncio.Event) -> None:
+    async def _nap(self, stop: asyncio.Event, seconds: float) -> bool:
+        """Sleep `seconds`, or until woken or stopped; whether it was woken."""
         waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
         try:
-            await asyncio.wait(
-                waiters, timeout=self.poll_interval.total_seconds(), return_when=asyncio.FIRST_COMPLETED
-            )
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in waiters:
                 waiter.cancel()
+        woken = self._wake.is_set()
         self._wake.clear()
+        return woken
 
     async def round(
         self, task: Task, waiting: Waiting, checks: list[PreflightCheck], rack: RackFacts | None
