@@ -128,6 +128,8 @@ def test_every_rpc_is_classified_by_its_name() -> None:
         "PreviewTaskSchedule",
         "GetOperationBudget",
         "ListOperationBudgets",
+        "GetPreflightCheck",
+        "ListPreflightChecks",
     }
 
 
