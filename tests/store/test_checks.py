@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import uuid
+from datetime import timedelta
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from rackflow.checks.service import CheckInput
 from rackflow.domain.checks import RackIdleSettings, WebhookSettings
@@ -23,10 +25,10 @@ from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
 from rackflow.inventory.service import InventoryService
 from rackflow.services import Services
 from rackflow.store.db import Database
-from rackflow.store.tables import preflight_results, preflight_tasks
+from rackflow.store.tables import preflight_results, preflight_tasks, tasks
 from rackflow.store.tasks import set_status
 from tests.checks_support import Answer, checking, receiving
-from tests.store.test_executor import CLOCK, eventually, finished, get, make_rack, submit
+from tests.store.test_executor import CLOCK, eventually, finished, get, make_rack, start_running, submit
 
 POWER_ON = Operation(OperationKind.POWER_ON)
 SECRET_ENV = "RACKFLOW_TEST_DRAIN_KEY"
@@ -176,3 +178,26 @@ async def test_an_override_starts_a_held_task_and_a_deleted_check_lets_its_tasks
             assert (await get(db, b)).status is TaskStatus.PENDING
             await running.checks.delete(check.id)
             assert (await finished(db, b)).status is TaskStatus.COMPLETED
+
+
+async def test_rack_idle_holds_while_a_busy_operation_runs_on_the_rack(db: Database) -> None:
+    rack, other = await _rack(db, "r1"), await _rack(db, "r2")
+    task = await submit(db, rack, POWER_ON)
+    # A power reset RUNNING on the rack under a live instance (moved there after its submission, which
+    # the conflict rules would have refused: the check must see it whatever let it run).
+    busy = await submit(db, other, Operation(OperationKind.POWER_RESET))
+    await start_running(db, busy, uuid.uuid4(), heartbeat_age=-timedelta(hours=1))
+    async with db.transaction() as conn:
+        await conn.execute(update(tasks).where(tasks.c.id == busy.id).values(rack_id=rack.id))
+    services = Services.build(db, CLOCK)
+    idle = RackIdleSettings(frozenset({OperationKind.POWER_RESET}), "")
+    await services.checks.create(CheckInput(name="idle", settings=idle, interval="100ms"))
+    async with checking(db):
+        held = await _held_with(db, task, "is running on the rack")
+        assert (
+            held.held_reason
+            == f"pre-flight check 'idle': rack_idle: power_reset task {busy.id} is running on the rack"
+        )
+        async with db.transaction() as conn:
+            await set_status(conn, [busy.id], TaskStatus.COMPLETED, now=CLOCK.now())
+        assert (await finished(db, task)).status is TaskStatus.COMPLETED
