@@ -27,6 +27,8 @@ async def test_checks_routes_and_a_held_task_on_its_page(http: httpx.AsyncClient
     )
     assert [c["name"] for c in (await http.get(f"{API}/checks")).json()["checks"]] == ["drained"]
     assert (await http.get(f"{API}/checks/drained")).json()["webhook"]["timeout"] == "10s"
+    [row] = tagged((await http.get("/windows")).text, "check-row")
+    assert 'data-name="drained"' in row
     error_of(await http.get(f"{API}/checks/nope"), 404, "NOT_FOUND", "id")
 
     [task] = await services.tasks.submit(

@@ -1,5 +1,6 @@
 """Maintenance windows: every window, what it covers, and when it next opens or closes (docs/WINDOWS.md);
-below them the operation budgets, with how many of their tasks run now (docs/ROLLOUTS.md, "Budgets")."""
+below them the operation budgets, with how many of their tasks run now (docs/ROLLOUTS.md, "Budgets"), and
+the pre-flight checks (docs/CHECKS.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rackflow.domain.checks import PreflightCheck
 from rackflow.domain.windows import MaintenanceWindow, Occurrence, Recurring
 from rackflow.web.pages import Site
 
@@ -30,7 +32,7 @@ def when_text(window: MaintenanceWindow) -> str:
     return "one off"
 
 
-def covers_text(window: MaintenanceWindow) -> str:
+def covers_text(window: MaintenanceWindow | PreflightCheck) -> str:
     if window.all_racks:
         return "all racks"
     names = [name for _, name in window.racks] + [f"domain {name}" for _, name in window.domains]
@@ -49,4 +51,5 @@ async def _list(site: Site) -> Mapping[str, Any]:
         "covers_text": covers_text,
         "current_or_next": current_or_next,
         "budgets": await site.services.budgets.with_running(),
+        "checks": await site.services.checks.list_checks(),
     }
