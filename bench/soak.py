@@ -11,8 +11,9 @@ failing (which halts some rollouts: intended); and a client that keeps calling e
 (creating racks, one-time schedules due 10–40 s later, power-on tasks; listing schedules and tasks; as an
 operator, resuming or cancelling halted rollouts); a pre-flight check (docs/CHECKS.md) on a tenth of the
 racks (none of them in a rollout) asks a drain hook, served by the soak itself, that flaps between "ready"
-and "not ready" every 2–6 s. A seeded fault driver, one fault at a time every 10–30 s
-for `--minutes`:
+and "not ready" every 2–6 s, and another asks a real Alertmanager (Debian's, `--alertmanager`) that the
+soak restarts now and then and posts alerts for those racks to (fired, then resolved). A seeded fault
+driver, one fault at a time every 10–30 s for `--minutes`:
 
 * `kill`: SIGKILL an instance, start a new one in its place 1–5 s later (same audit spool file);
 * `stop`: SIGSTOP an instance for its lease plus 1–4 s, then SIGCONT (others take its work over);
@@ -52,6 +53,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -67,7 +69,7 @@ from sqlalchemy.engine import make_url
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.timespec import ScheduleSpec, SpecType, parse_spec
 from rackflow.v1 import flow_pb2 as pb
-from tests.e2e.cluster import ServerProcess, start_server
+from tests.e2e.cluster import ServerProcess, free_port, start_server
 from tests.e2e.fleet import rfc3339, schedule_request
 from tests.faults.tcp_proxy import TcpProxy
 
@@ -190,6 +192,97 @@ class FlappingHook:
         self.stop.set()
         with self.lock:
             self.ready = True
+
+
+@dataclass
+class SoakAlertmanager:
+    """A real Alertmanager on a free loopback port that the soak restarts (down 1–4 s) and posts alerts
+    for the checked racks to (each resolved 3–8 s later), every 5–15 s, seeded."""
+
+    binary: str
+    work: Path
+    rng: random.Random
+    racks: list[str]
+    url: str = ""
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    alerts: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+    _firing: list[dict[str, str]] = field(default_factory=list)
+
+    def start(self) -> None:
+        if not self.url:
+            self.url = f"http://127.0.0.1:{free_port()}"
+            (self.work / "alertmanager.yml").write_text(
+                'route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n'
+            )
+        log = (self.work / "alertmanager.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                f"--config.file={self.work / 'alertmanager.yml'}",
+                f"--storage.path={self.work / 'alertmanager'}",
+                f"--web.listen-address={self.url.removeprefix('http://')}",
+                "--cluster.listen-address=",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit(f"alertmanager did not get ready: {(self.work / 'alertmanager.log').read_text()}")
+
+    def down(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+
+    def post(self, labels: dict[str, str], *, resolved: bool) -> None:
+        alert: dict[str, Any] = {"labels": labels}
+        if resolved:
+            alert["endsAt"] = rfc3339(datetime.now(UTC) - timedelta(minutes=1))
+        request = urllib.request.Request(
+            f"{self.url}/api/v2/alerts",
+            data=json.dumps([alert]).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5):
+                pass
+        except OSError:
+            pass  # down just now: a restart forgets its alerts anyway
+
+    def churn(self) -> None:
+        while not self.stop.wait(self.rng.uniform(5, 15)):
+            if self.rng.random() < 0.4:
+                self.down()
+                time.sleep(self.rng.uniform(1, 4))
+                self.start()
+                self.restarts += 1
+            else:
+                labels = {
+                    "alertname": "SoakRackHot",
+                    "rack": self.rng.choice(self.racks),
+                    "severity": "critical",
+                }
+                self.post(labels, resolved=False)
+                self.alerts += 1
+                time.sleep(self.rng.uniform(3, 8))
+                self.post(labels, resolved=True)
+
+    def settle(self) -> None:
+        """Up, with no alert, from now on (the drain at the end)."""
+        self.stop.set()
+        if self.process is None or self.process.poll() is not None:
+            self.start()
+        for rack in self.racks:
+            self.post({"alertname": "SoakRackHot", "rack": rack, "severity": "critical"}, resolved=True)
 
 
 # --- the client ----------------------------------------------------------------------------------------
@@ -526,6 +619,10 @@ def check_preflight(
         row[0] for row in started if row[1] and not row[2] and not all(answers.get((row[0], row[1]), [False]))
     ]
     verdict.add("checked racks' tasks started after the hook said not ready", len(not_ready), not not_ready)
+    held_by = dict(
+        query(conn, "SELECT check_name, count(*) FROM preflight_results WHERE NOT passed GROUP BY 1")
+    )
+    verdict.add("pre-flight rounds that held, by check", dict(sorted(held_by.items())))
     rounds = query(conn, "SELECT count(*), count(*) FILTER (WHERE NOT passed) FROM preflight_results")[0]
     verdict.add(
         "pre-flight: tasks started, rounds asked, rounds that held, hook flips",
@@ -722,6 +819,7 @@ def create_load(
     rollout_share: float,
     checked: list[str],
     hook_url: str,
+    alertmanager_url: str,
 ) -> None:
     ids = []
     for name in racks:
@@ -746,8 +844,17 @@ def create_load(
         interval="2s",
         max_wait="10m",
     )
-    if client.call("CreatePreflightCheck", pb.CreatePreflightCheckRequest(check=check)) is None:
-        raise SystemExit(f"cannot create the pre-flight check: {client.calls[-1].code}")
+    alerts = pb.PreflightCheck(
+        name="soak-alerts",
+        operations=["power_on"],
+        racks=[pb.WindowTarget(name=name) for name in checked],
+        alertmanager=pb.AlertmanagerCheck(url=alertmanager_url, matchers=['rack="{rack.name}"']),
+        interval="2s",
+        max_wait="10m",
+    )
+    for made in (check, alerts) if alertmanager_url else (check,):
+        if client.call("CreatePreflightCheck", pb.CreatePreflightCheckRequest(check=made)) is None:
+            raise SystemExit(f"cannot create the pre-flight check {made.name}: {client.calls[-1].code}")
     unchecked = [name for name in racks if name not in checked]
     requests = []
     for i in range(schedules):
@@ -799,6 +906,11 @@ def main() -> int:
     )
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--alertmanager",
+        default="/usr/bin/prometheus-alertmanager",
+        help="Debian's Alertmanager (make tools): a pre-flight check asks it while the soak restarts it",
+    )
     parser.add_argument("--instances", type=int, default=3)
     parser.add_argument("--schedules", type=int, default=300)
     parser.add_argument("--racks", type=int, default=100)
@@ -847,8 +959,30 @@ def main() -> int:
         hook = FlappingHook(random.Random(args.seed + 2))
         hook.start()
         checked = racks[-max(2, len(racks) // 10) :]  # the last racks are in no NVLink domain
+        alertmanager = None
+        if os.access(args.alertmanager, os.X_OK):
+            alertmanager = SoakAlertmanager(
+                args.alertmanager, ws.log_dir, random.Random(args.seed + 3), checked
+            )
+            alertmanager.start()
+        verdict.add(
+            "Alertmanager for the pre-flight check (restarts, alerts: below)",
+            args.alertmanager if alertmanager else f"{args.alertmanager} missing (make tools)",
+            alertmanager is not None or not os.environ.get("CI"),
+        )
         try:
-            create_load(client, rng, args.schedules, racks, args.rollout_share, checked, hook.url)
+            create_load(
+                client,
+                rng,
+                args.schedules,
+                racks,
+                args.rollout_share,
+                checked,
+                hook.url,
+                alertmanager.url if alertmanager else "",
+            )
+            if alertmanager is not None:
+                threading.Thread(target=alertmanager.churn, name="alertmanager churn", daemon=True).start()
             load = threading.Thread(target=client.run, name="client", daemon=True)
             load.start()
             started = time.time()
@@ -873,6 +1007,8 @@ def main() -> int:
             client.stop.set()
             load.join(CALL_TIMEOUT_S * 2)
             hook.settle()
+            if alertmanager is not None:
+                alertmanager.settle()
             with psycopg.connect(libpq, autocommit=True) as conn:
                 conn.execute(
                     "UPDATE task_schedule SET enabled = false"
@@ -892,6 +1028,13 @@ def main() -> int:
             for slot in fleet.slots:
                 slot.server.stop()
             proxy.stop()
+            if alertmanager is not None:
+                alertmanager.stop.set()
+                alertmanager.down()
+                verdict.add(
+                    "Alertmanager restarts, alerts fired and resolved",
+                    f"{alertmanager.restarts}, {alertmanager.alerts}",
+                )
         check_logs(fleet, verdict)
         calls = Counter(c.code for c in client.calls)
         verdict.add("API answers over the whole run", ", ".join(f"{k} {v}" for k, v in calls.most_common()))
