@@ -9,8 +9,11 @@ roll out (docs/ROLLOUTS.md) over 4–8 racks every minute or every 30–90 s, wi
 times of seconds and halt limits, some not pausing on a halt; tasks from the simulator with 5% of steps
 failing (which halts some rollouts: intended); and a client that keeps calling every live instance
 (creating racks, one-time schedules due 10–40 s later, power-on tasks; listing schedules and tasks; as an
-operator, resuming or cancelling halted rollouts). A seeded fault driver, one fault at a time every 10–30 s
-for `--minutes`:
+operator, resuming or cancelling halted rollouts); a pre-flight check (docs/CHECKS.md) on a tenth of the
+racks (none of them in a rollout) asks a drain hook, served by the soak itself, that flaps between "ready"
+and "not ready" every 2–6 s, and another asks a real Alertmanager (Debian's, `--alertmanager`) that the
+soak restarts now and then and posts alerts for those racks to (fired, then resolved). A seeded fault
+driver, one fault at a time every 10–30 s for `--minutes`:
 
 * `kill`: SIGKILL an instance, start a new one in its place 1–5 s later (same audit spool file);
 * `stop`: SIGSTOP an instance for its lease plus 1–4 s, then SIGCONT (others take its work over);
@@ -27,7 +30,9 @@ skipped silently), and no schedule may be overdue, except one that rackflow paus
 halted (its later slots are not due: listed). Then every schedule is disabled (in the database), the tasks
 and rollouts drain, and the checker reads the rest: tasks submitted twice for one rack and firing, tasks
 or runs left RUNNING without a live owner, rollouts left rolling without progress, a rollout's tasks
-against its record, its caps (from the tasks' start and end times) and its canary gate, audit rows against
+against its record, its caps (from the tasks' start and end times) and its canary gate, that no task on a
+checked rack started without its checks or while its hook said "not ready" (its last round passed, before
+it started, and the hook's log agrees), audit rows against
 the mutating calls answered OK, the API's answers by code during each fault, and the time to recover after
 each. It prints one table (Markdown) and exits 1 if any promise was broken.
 
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import random
 import signal
@@ -47,9 +53,11 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +69,7 @@ from sqlalchemy.engine import make_url
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.timespec import ScheduleSpec, SpecType, parse_spec
 from rackflow.v1 import flow_pb2 as pb
-from tests.e2e.cluster import ServerProcess, start_server
+from tests.e2e.cluster import ServerProcess, free_port, start_server
 from tests.e2e.fleet import rfc3339, schedule_request
 from tests.faults.tcp_proxy import TcpProxy
 
@@ -80,6 +88,7 @@ MUTATING = (
     "PowerOnRack",
     "ResumeTaskScheduleRun",
     "CancelTaskScheduleRun",
+    "CreatePreflightCheck",
 )
 ACTIVE = ("pending", "running", "waiting")
 
@@ -128,6 +137,152 @@ class Fleet:
     def live(self) -> list[ServerProcess]:
         with self.lock:
             return [s.server for s in self.slots if s.server.proc.poll() is None and not s.stopped]
+
+
+# --- the flapping drain hook -------------------------------------------------------------------------
+
+
+@dataclass
+class FlappingHook:
+    """A drain hook that flips between ready and not ready every 2–6 s (seeded), and logs every answer it
+    gave: (task id, attempt) -> ready. Served on loopback in a thread of the soak."""
+
+    rng: random.Random
+    ready: bool = True
+    answers: dict[tuple[str, int], list[bool]] = field(default_factory=lambda: defaultdict(list))
+    flips: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+    url: str = ""
+
+    def start(self) -> None:
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                asked = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                with hook.lock:
+                    ready = hook.ready
+                    hook.answers[(asked["task_id"], asked["attempt"])].append(ready)
+                answer = {"ok": True} if ready else {"ok": False, "reason": "draining (soak)"}
+                raw = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{server.server_address[1]}/drain"
+        threading.Thread(target=server.serve_forever, name="drain hook", daemon=True).start()
+        threading.Thread(target=self._flap, name="drain hook flaps", daemon=True).start()
+
+    def _flap(self) -> None:
+        while not self.stop.wait(self.rng.uniform(2, 6)):
+            with self.lock:
+                self.ready = not self.ready
+                self.flips += 1
+
+    def settle(self) -> None:
+        """Ready from now on (the drain at the end)."""
+        self.stop.set()
+        with self.lock:
+            self.ready = True
+
+
+@dataclass
+class SoakAlertmanager:
+    """A real Alertmanager on a free loopback port that the soak restarts (down 1–4 s) and posts alerts
+    for the checked racks to (each resolved 3–8 s later), every 5–15 s, seeded."""
+
+    binary: str
+    work: Path
+    rng: random.Random
+    racks: list[str]
+    url: str = ""
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    alerts: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+    _firing: list[dict[str, str]] = field(default_factory=list)
+
+    def start(self) -> None:
+        if not self.url:
+            self.url = f"http://127.0.0.1:{free_port()}"
+            (self.work / "alertmanager.yml").write_text(
+                'route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n'
+            )
+        log = (self.work / "alertmanager.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                f"--config.file={self.work / 'alertmanager.yml'}",
+                f"--storage.path={self.work / 'alertmanager'}",
+                f"--web.listen-address={self.url.removeprefix('http://')}",
+                "--cluster.listen-address=",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit(f"alertmanager did not get ready: {(self.work / 'alertmanager.log').read_text()}")
+
+    def down(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+
+    def post(self, labels: dict[str, str], *, resolved: bool) -> None:
+        alert: dict[str, Any] = {"labels": labels}
+        if resolved:
+            alert["endsAt"] = rfc3339(datetime.now(UTC) - timedelta(minutes=1))
+        request = urllib.request.Request(
+            f"{self.url}/api/v2/alerts",
+            data=json.dumps([alert]).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5):
+                pass
+        except OSError:
+            pass  # down just now: a restart forgets its alerts anyway
+
+    def churn(self) -> None:
+        while not self.stop.wait(self.rng.uniform(5, 15)):
+            if self.rng.random() < 0.4:
+                self.down()
+                time.sleep(self.rng.uniform(1, 4))
+                self.start()
+                self.restarts += 1
+            else:
+                labels = {
+                    "alertname": "SoakRackHot",
+                    "rack": self.rng.choice(self.racks),
+                    "severity": "critical",
+                }
+                self.post(labels, resolved=False)
+                self.alerts += 1
+                time.sleep(self.rng.uniform(3, 8))
+                self.post(labels, resolved=True)
+
+    def settle(self) -> None:
+        """Up, with no alert, from now on (the drain at the end)."""
+        self.stop.set()
+        if self.process is None or self.process.poll() is not None:
+            self.start()
+        for rack in self.racks:
+            self.post({"alertname": "SoakRackHot", "rack": rack, "severity": "critical"}, resolved=True)
 
 
 # --- the client ----------------------------------------------------------------------------------------
@@ -435,6 +590,48 @@ def check_work(conn: psycopg.Connection[Any], verdict: Verdict) -> None:
     verdict.add("runs left running with no live owner", stuck, stuck == 0)
 
 
+def check_preflight(
+    conn: psycopg.Connection[Any], hook: FlappingHook, checked: list[str], verdict: Verdict
+) -> None:
+    """No task on a checked rack started without its checks, or on a round that held it: each started
+    task's last round passed, was taken before it started, and the hook said "ready" to that round."""
+    started = query(
+        conn,
+        "WITH last AS (SELECT r.task_id, bool_and(r.passed) AS passed, max(r.checked_at) AS at"
+        " FROM preflight_results r JOIN preflight_tasks w ON w.task_id = r.task_id AND w.attempt = r.attempt"
+        " GROUP BY r.task_id)"
+        " SELECT t.id::text, w.attempt, w.override_reason IS NOT NULL, l.passed, l.at <= t.started_at"
+        " FROM tasks t JOIN racks k ON k.id = t.rack_id"
+        " LEFT JOIN preflight_tasks w ON w.task_id = t.id LEFT JOIN last l ON l.task_id = t.id"
+        " WHERE k.name = ANY(%s) AND t.started_at IS NOT NULL"
+        " AND NOT (t.status = 'failed' AND t.message LIKE '%%gave up after%%')",
+        checked,
+    )
+    unchecked = [row[0] for row in started if row[1] is None]
+    verdict.add("checked racks' tasks that started without their checks", len(unchecked), not unchecked)
+    on_a_hold = [row[0] for row in started if row[1] is not None and not row[2] and not (row[3] and row[4])]
+    verdict.add(
+        "checked racks' tasks started on a round that did not pass before them", len(on_a_hold), not on_a_hold
+    )
+    with hook.lock:
+        answers = dict(hook.answers)
+    not_ready = [
+        row[0] for row in started if row[1] and not row[2] and not all(answers.get((row[0], row[1]), [False]))
+    ]
+    verdict.add("checked racks' tasks started after the hook said not ready", len(not_ready), not not_ready)
+    held_by = dict(
+        query(conn, "SELECT check_name, count(*) FROM preflight_results WHERE NOT passed GROUP BY 1")
+    )
+    verdict.add("pre-flight rounds that held, by check", dict(sorted(held_by.items())))
+    rounds = query(conn, "SELECT count(*), count(*) FILTER (WHERE NOT passed) FROM preflight_results")[0]
+    verdict.add(
+        "pre-flight: tasks started, rounds asked, rounds that held, hook flips",
+        f"{len(started)}, {rounds[0]}, {rounds[1]}, {hook.flips}",
+        len(started) > 0 and rounds[1] > 0,
+        "" if len(started) > 0 and rounds[1] > 0 else "(the checks were never exercised)",
+    )
+
+
 @dataclass(frozen=True)
 class RolloutTask:
     task_id: str
@@ -615,7 +812,14 @@ def rollout_policy(rng: random.Random) -> pb.RolloutPolicy:
 
 
 def create_load(
-    client: Client, rng: random.Random, schedules: int, racks: list[str], rollout_share: float
+    client: Client,
+    rng: random.Random,
+    schedules: int,
+    racks: list[str],
+    rollout_share: float,
+    checked: list[str],
+    hook_url: str,
+    alertmanager_url: str,
 ) -> None:
     ids = []
     for name in racks:
@@ -632,11 +836,31 @@ def create_load(
         request = pb.CreateNVLDomainRequest(name=f"nvl-{first}", rack_ids=ids[first : first + DOMAIN_SIZE])
         if client.call("CreateNVLDomain", request) is None:
             raise SystemExit(f"cannot create domain nvl-{first}: {client.calls[-1].code}")
+    check = pb.PreflightCheck(
+        name="soak-drain",
+        operations=["power_on"],
+        racks=[pb.WindowTarget(name=name) for name in checked],
+        webhook=pb.WebhookCheck(url=hook_url, timeout="2s"),
+        interval="2s",
+        max_wait="10m",
+    )
+    alerts = pb.PreflightCheck(
+        name="soak-alerts",
+        operations=["power_on"],
+        racks=[pb.WindowTarget(name=name) for name in checked],
+        alertmanager=pb.AlertmanagerCheck(url=alertmanager_url, matchers=['rack="{rack.name}"']),
+        interval="2s",
+        max_wait="10m",
+    )
+    for made in (check, alerts) if alertmanager_url else (check,):
+        if client.call("CreatePreflightCheck", pb.CreatePreflightCheckRequest(check=made)) is None:
+            raise SystemExit(f"cannot create the pre-flight check {made.name}: {client.calls[-1].code}")
+    unchecked = [name for name in racks if name not in checked]
     requests = []
     for i in range(schedules):
         overlap = pb.OVERLAP_POLICY_QUEUE if rng.random() < 0.25 else pb.OVERLAP_POLICY_SKIP
         if rng.random() < rollout_share:
-            scope = rng.sample(racks, rng.randint(4, 8))
+            scope = rng.sample(unchecked, rng.randint(4, 8))  # held racks would not count against caps
             if rng.random() < 0.5:
                 spec_type, spec, zone = pb.SCHEDULE_SPEC_TYPE_CRON, "* * * * *", rng.choice(ZONES)
             else:
@@ -682,6 +906,11 @@ def main() -> int:
     )
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--alertmanager",
+        default="/usr/bin/prometheus-alertmanager",
+        help="Debian's Alertmanager (make tools): a pre-flight check asks it while the soak restarts it",
+    )
     parser.add_argument("--instances", type=int, default=3)
     parser.add_argument("--schedules", type=int, default=300)
     parser.add_argument("--racks", type=int, default=100)
@@ -727,8 +956,33 @@ def main() -> int:
         racks = [f"rack-{i}" for i in range(args.racks)]
         client = Client(fleet, random.Random(args.seed + 1), racks)
         verdict = Verdict()
+        hook = FlappingHook(random.Random(args.seed + 2))
+        hook.start()
+        checked = racks[-max(2, len(racks) // 10) :]  # the last racks are in no NVLink domain
+        alertmanager = None
+        if os.access(args.alertmanager, os.X_OK):
+            alertmanager = SoakAlertmanager(
+                args.alertmanager, ws.log_dir, random.Random(args.seed + 3), checked
+            )
+            alertmanager.start()
+        verdict.add(
+            "Alertmanager for the pre-flight check (restarts, alerts: below)",
+            args.alertmanager if alertmanager else f"{args.alertmanager} missing (make tools)",
+            alertmanager is not None or not os.environ.get("CI"),
+        )
         try:
-            create_load(client, rng, args.schedules, racks, args.rollout_share)
+            create_load(
+                client,
+                rng,
+                args.schedules,
+                racks,
+                args.rollout_share,
+                checked,
+                hook.url,
+                alertmanager.url if alertmanager else "",
+            )
+            if alertmanager is not None:
+                threading.Thread(target=alertmanager.churn, name="alertmanager churn", daemon=True).start()
             load = threading.Thread(target=client.run, name="client", daemon=True)
             load.start()
             started = time.time()
@@ -752,6 +1006,9 @@ def main() -> int:
                 )
             client.stop.set()
             load.join(CALL_TIMEOUT_S * 2)
+            hook.settle()
+            if alertmanager is not None:
+                alertmanager.settle()
             with psycopg.connect(libpq, autocommit=True) as conn:
                 conn.execute(
                     "UPDATE task_schedule SET enabled = false"
@@ -765,11 +1022,19 @@ def main() -> int:
                     time.sleep(2)
                 check_work(conn, verdict)
                 check_rollouts(conn, verdict)
+                check_preflight(conn, hook, checked, verdict)
                 check_audit(conn, client.calls, verdict)
         finally:
             for slot in fleet.slots:
                 slot.server.stop()
             proxy.stop()
+            if alertmanager is not None:
+                alertmanager.stop.set()
+                alertmanager.down()
+                verdict.add(
+                    "Alertmanager restarts, alerts fired and resolved",
+                    f"{alertmanager.restarts}, {alertmanager.alerts}",
+                )
         check_logs(fleet, verdict)
         calls = Counter(c.code for c in client.calls)
         verdict.add("API answers over the whole run", ", ".join(f"{k} {v}" for k, v in calls.most_common()))

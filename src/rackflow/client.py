@@ -938,6 +938,45 @@ class RackflowClient:
         )
         return self._call(self._stub.RedeliverNotifications, request, pb.RedeliverNotificationsResponse)
 
+    # --- pre-flight checks -------------------------------------------------------------------------
+
+    def _check_ref(self, check: str) -> pb.UUID:
+        if is_uuid(check):
+            return pb.UUID(id=check)
+        for found in self.list_checks().checks:
+            if found.name == check:
+                return found.id
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"pre-flight check {check!r} not found")
+
+    def create_check(self, check: pb.PreflightCheck) -> pb.PreflightCheck:
+        """A check as the message says (`preflight_check` builds one)."""
+        request = pb.CreatePreflightCheckRequest(check=check)
+        return self._call(self._stub.CreatePreflightCheck, request, pb.PreflightCheck)
+
+    def get_check(self, check: str) -> pb.PreflightCheck:
+        request = pb.GetPreflightCheckRequest(id=self._check_ref(check))
+        return self._call(self._stub.GetPreflightCheck, request, pb.PreflightCheck)
+
+    def list_checks(self) -> pb.ListPreflightChecksResponse:
+        request = pb.ListPreflightChecksRequest()
+        return self._call(self._stub.ListPreflightChecks, request, pb.ListPreflightChecksResponse)
+
+    def update_check(self, check: str, message: pb.PreflightCheck, paths: Sequence[str]) -> pb.PreflightCheck:
+        """Change the fields `paths` name (`check.interval`, `check.kind`, …) to their values in `message`."""
+        request = pb.UpdatePreflightCheckRequest(
+            id=self._check_ref(check), check=message, update_mask=FieldMask(paths=list(paths))
+        )
+        return self._call(self._stub.UpdatePreflightCheck, request, pb.PreflightCheck)
+
+    def delete_check(self, check: str) -> None:
+        request = pb.DeletePreflightCheckRequest(id=self._check_ref(check))
+        self._call(self._stub.DeletePreflightCheck, request, Empty)
+
+    def override_checks(self, task_id: str, reason: str) -> pb.Task:
+        """Let a pending task start whatever its pre-flight checks say (operator role; audited)."""
+        request = pb.OverridePreflightChecksRequest(task_id=pb.UUID(id=task_id), reason=reason)
+        return self._call(self._stub.OverridePreflightChecks, request, pb.Task)
+
     # --- audit -----------------------------------------------------------------------------------
 
     def list_audit_events(

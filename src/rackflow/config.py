@@ -237,3 +237,23 @@ ROLLOUT_STEP_BATCH = 20
 # Operation budgets (rackflow.budgets): a task a full budget holds back is claimed again after this long,
 # or at once when a budget is raised or deleted (docs/ROLLOUTS.md, "Budgets").
 BUDGET_RETRY_DELAY = timedelta(seconds=2)
+
+# Pre-flight checks (rackflow.checks, docs/CHECKS.md). A check's own defaults: asked again every
+# interval while it holds a task, which fails after the maximum wait; a webhook's answer is awaited this
+# long (at most MAX_WEBHOOK_TIMEOUT), an Alertmanager's ALERTMANAGER_TIMEOUT.
+DEFAULT_CHECK_INTERVAL = "30s"
+DEFAULT_CHECK_MAX_WAIT = "1h"
+MIN_CHECK_INTERVAL = timedelta(milliseconds=100)
+DEFAULT_WEBHOOK_TIMEOUT = "10s"
+MAX_WEBHOOK_TIMEOUT = timedelta(seconds=60)
+ALERTMANAGER_TIMEOUT = timedelta(seconds=10)
+# Every instance's checker looks for held tasks whose next round is due this often (and at once when its
+# own gate holds a new one), takes up to PREFLIGHT_BATCH of them a look, and asks at most
+# PREFLIGHT_CONCURRENCY checks at once. A round's lease outlasts its slowest check by PREFLIGHT_LEASE_SLACK
+# (a checker that died mid-round is taken over after that). A task held for its first answer is claimed
+# (and gated) again after PREFLIGHT_ANSWER_WAIT if no checker released it sooner.
+PREFLIGHT_POLL_INTERVAL = timedelta(seconds=1)
+PREFLIGHT_BATCH = 100
+PREFLIGHT_CONCURRENCY = 16
+PREFLIGHT_LEASE_SLACK = timedelta(seconds=30)
+PREFLIGHT_ANSWER_WAIT = timedelta(seconds=30)

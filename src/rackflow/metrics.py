@@ -43,6 +43,21 @@ TASK_HOLDS = Counter(
     "Task starts a start gate held back, by gate (a task waiting long is counted at each claim).",
     ["gate"],
 )
+CHECK_RESULTS = Counter(
+    "rackflow_check_results_total",
+    "Pre-flight check looks, by check and result (pass, hold), one per task and round (docs/CHECKS.md).",
+    ["check", "result"],
+)
+CHECK_HOLDS = Counter(
+    "rackflow_check_holds_total",
+    "Rounds of pre-flight checks that held their task, by the check whose reason the task shows.",
+    ["check"],
+)
+CHECK_WAIT = Histogram(
+    "rackflow_check_wait_seconds",
+    "How long the pre-flight gate held a task before it let it start or failed it.",
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200),
+)
 KEYED_READ_ROUNDS = Counter(
     "rackflow_keyed_read_rounds_total",
     "Queries sent for GetTaskSchedule's keyed reads; callers over rounds is how many each answered.",

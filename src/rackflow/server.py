@@ -1,6 +1,6 @@
 """Wiring of one `rackflow serve` process: database, services, gRPC server, executor, dispatcher (with
-the rollout driver), audit spool replay, notification delivery, the pruners of the retentions, and (with
---http-listen) the web dashboard and JSON API.
+the rollout driver), the pre-flight checker, audit spool replay, notification delivery, the pruners of the
+retentions, and (with --http-listen) the web dashboard and JSON API.
 
 Every process is a full peer: it serves the API, runs tasks and fires schedules. Several processes may share
 one PostgreSQL database; the store's row claims keep them from doing the same work twice.
@@ -25,6 +25,7 @@ from rackflow.api.auth import AuthInterceptor
 from rackflow.api.servicer import FlowServicer
 from rackflow.audit.retention import AuditPruner
 from rackflow.audit.spool import AuditSpool
+from rackflow.checks.checker import PreflightChecker
 from rackflow.clock import SystemClock
 from rackflow.config import BackendName, ServeConfig, parse_host_port
 from rackflow.metrics import serve_metrics
@@ -132,6 +133,9 @@ class RackflowServer:
             lease_ttl=self.config.lease_ttl.total_seconds(),
         )
         self._spawn("executor", executor.run)
+        checker = PreflightChecker(self.db, self.clock, self.services.tasks)
+        self.services.checks.gate.on_hold.append(checker.wake)
+        self._spawn("preflight checker", checker.run)
         if self.config.dispatcher:
             dispatcher = Dispatcher(
                 self.services.schedules,

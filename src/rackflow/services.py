@@ -8,6 +8,7 @@ from rackflow.audit.spool import AuditSpool
 from rackflow.audit.trail import AuditTrail
 from rackflow.budgets.gate import BudgetGate
 from rackflow.budgets.service import BudgetService
+from rackflow.checks.service import CheckService
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
 from rackflow.notify.service import NotificationService
@@ -31,8 +32,10 @@ class Services:
     audit: AuditTrail
     windows: WindowService
     budgets: BudgetService
+    checks: CheckService
     # The executor's start gates, consulted in this order at each claim (`rackflow.tasks.gates`): a frozen
-    # task never takes a budget's room. A new gate is registered here.
+    # task never takes a budget's room, and pre-flight checks ask only about what windows and budgets
+    # admit. A new gate is registered here.
     gates: tuple[Gate, ...]
     notifications: NotificationService
 
@@ -44,6 +47,7 @@ class Services:
         windows = WindowService(db, clock)
         rollouts = RolloutService(db, clock, tasks, audit)
         schedules = ScheduleService(db, clock, tasks, rollouts)
+        checks = CheckService(db, clock, tasks)
         return cls(
             db=db,
             clock=clock,
@@ -54,6 +58,7 @@ class Services:
             windows=windows,
             rollouts=rollouts,
             budgets=BudgetService(db, clock),
-            gates=(FreezeGate(), BudgetGate(db)),
             notifications=NotificationService(db, clock),
+            checks=checks,
+            gates=(FreezeGate(), BudgetGate(db), checks.gate),
         )

@@ -68,6 +68,8 @@ class Known:
     budget_names: list[str] = field(default_factory=list)
     channel_ids: list[str] = field(default_factory=list)
     channel_names: list[str] = field(default_factory=list)
+    check_ids: list[str] = field(default_factory=list)
+    check_names: list[str] = field(default_factory=list)
 
 
 def build(cls: type[_M], **fields: Strategy[Any]) -> Strategy[_M]:
@@ -351,6 +353,18 @@ def operation_budgets(k: Known) -> Strategy[pb.OperationBudget]:
     )
 
 
+CHECK_MASK_PATHS = (
+    "check.name",
+    "check.operations",
+    "check.racks",
+    "check.nvl_domains",
+    "check.kind",
+    "check.interval",
+    "check.max_wait",
+)
+DURATIONS = ("", "100ms", "30s", "1h", "0s", "-1s", "99999999h", "soon")
+
+
 CHANNEL_MASK_PATHS = (
     "channel.name",
     "channel.url",
@@ -365,6 +379,41 @@ CHANNEL_MASK_PATHS = (
 )
 DELIVERY_STATES = ("pending", "delivered", "dead")
 EVENT_TYPES = ("run.halted", "run.halt_cleared", "task.failed", "schedule.paused", "rollout.finished")
+
+
+def preflight_checks(k: Known) -> Strategy[pb.PreflightCheck]:
+    """One kind or none, URLs good or not, secrets as references or not, durations good or not; racks and
+    domains known or not."""
+    urls = usually(
+        st.sampled_from(("http://127.0.0.1:9", "https://am:9093")), st.just("ftp://x") | garbage_text()
+    )
+    durations = usually(st.sampled_from(DURATIONS[:4]), st.sampled_from(DURATIONS[4:]) | garbage_text())
+    operations = st.lists(usually(st.sampled_from(OPERATIONS), garbage_text()), max_size=3)
+    return build(
+        pb.PreflightCheck,
+        name=usually(st.text(alphabet="abcxyz-", min_size=1, max_size=8), texts(k.check_names)),
+        operations=operations,
+        racks=st.lists(window_targets(k.rack_ids, k.rack_names), max_size=3),
+        nvl_domains=st.lists(window_targets(k.domain_ids, k.domain_names), max_size=2),
+        alertmanager=maybe(
+            build(
+                pb.AlertmanagerCheck,
+                url=urls,
+                matchers=st.lists(texts(plain=('rack="{rack.name}"',)), max_size=2),
+            )
+        ),
+        webhook=maybe(
+            build(
+                pb.WebhookCheck,
+                url=urls,
+                secret=usually(st.sampled_from(("", "env:KEY", "file:/k")), garbage_text()),
+                timeout=durations,
+            )
+        ),
+        rack_idle=maybe(build(pb.RackIdleCheck, busy_operations=operations, failed_within=durations)),
+        interval=durations,
+        max_wait=durations,
+    )
 
 
 def notification_channels(k: Known) -> Strategy[pb.NotificationChannel]:
@@ -576,6 +625,22 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             pb.RedeliverNotificationsRequest,
             delivery_ids=st.lists(ids(), max_size=2),
             channel_id=maybe(ids(k.channel_ids)),
+        ),
+        "CreatePreflightCheck": build(pb.CreatePreflightCheckRequest, check=present(preflight_checks(k))),
+        "GetPreflightCheck": build(pb.GetPreflightCheckRequest, id=ids(k.check_ids)),
+        "ListPreflightChecks": st.just(pb.ListPreflightChecksRequest()),
+        "UpdatePreflightCheck": build(
+            pb.UpdatePreflightCheckRequest,
+            id=ids(k.check_ids),
+            check=present(preflight_checks(k)),
+            update_mask=usually(
+                st.lists(st.sampled_from(CHECK_MASK_PATHS), min_size=1, max_size=3, unique=True).map(_mask),
+                maybe(st.lists(st.sampled_from(MASK_PATHS) | garbage_text(), max_size=4).map(_mask)),
+            ),
+        ),
+        "DeletePreflightCheck": build(pb.DeletePreflightCheckRequest, id=ids(k.check_ids)),
+        "OverridePreflightChecks": build(
+            pb.OverridePreflightChecksRequest, task_id=ids(k.task_ids), reason=descriptions()
         ),
         "PreviewTaskSchedule": build(
             pb.PreviewTaskScheduleRequest, id=schedule_id, after=maybe(timestamps()), count=int32s(100, 101)

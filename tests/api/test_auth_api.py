@@ -131,6 +131,8 @@ def test_every_rpc_is_classified_by_its_name() -> None:
         "GetNotificationChannel",
         "ListNotificationChannels",
         "ListNotificationDeliveries",
+        "GetPreflightCheck",
+        "ListPreflightChecks",
     }
 
 

@@ -142,6 +142,15 @@ async def seed(stub: flow_pb2_grpc.FlowStub) -> Known:
     )
     known.channel_ids.append(channel.id.id)
     known.channel_names.append(channel.name)
+    check = await stub.CreatePreflightCheck(
+        pb.CreatePreflightCheckRequest(
+            check=pb.PreflightCheck(
+                name="fz-check", rack_idle=pb.RackIdleCheck(busy_operations=["power_reset"])
+            )
+        )
+    )
+    known.check_ids.append(check.id.id)
+    known.check_names.append(check.name)
     return known
 
 

@@ -129,6 +129,9 @@ LATER_TABLES = (
     "notification_event",
     "notification_channel",
     "notification_delivery",
+    "preflight_checks",
+    "preflight_tasks",
+    "preflight_results",
 )
 
 

@@ -94,7 +94,15 @@ async def test_upgrade_keeps_every_run_and_task_link_then_holds_one_live_rollout
     db = db_at_0011
     await _write_as_0011(db)
     # 0013 and 0015 add these, empty
-    later = ("operation_budgets", "notification_event", "notification_channel", "notification_delivery")
+    later = (
+        "operation_budgets",
+        "notification_event",
+        "notification_channel",
+        "notification_delivery",
+        "preflight_checks",
+        "preflight_tasks",
+        "preflight_results",
+    )
     counts = {**await table_counts(db), **dict.fromkeys(later, 0)}
     runs_before = await _runs(db)
 

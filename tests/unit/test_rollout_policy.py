@@ -5,7 +5,12 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from rackflow.checks.gate import GATE_NAME
 from rackflow.domain.rollouts import Decision, Phase, RolloutPolicy, ScopeView, decide
+from rackflow.domain.schedules import ScopeOutcome
+from rackflow.domain.tasks import TaskStatus
+from rackflow.rollouts.service import _phase
+from rackflow.store.rollouts import TaskState
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DOM_A, DOM_B = uuid.uuid4(), uuid.uuid4()
@@ -108,3 +113,23 @@ def test_done_only_when_nothing_is_pending_or_active_and_no_halt_without_pending
 def test_the_policy_round_trips_through_json() -> None:
     policy = RolloutPolicy(3, 1, 2, timedelta(minutes=15), 2, 12.5, False)
     assert RolloutPolicy.from_json(policy.to_json()) == policy
+
+
+def test_racks_held_by_pre_flight_checks_count_neither_against_the_cap_nor_as_failed() -> None:
+    """docs/CHECKS.md: a held rack's task is not running, so it takes no room; the run is not done (nor
+    halted) while one is held; only a check that gives up fails the task, and then it counts."""
+    scopes = [scope("a", Phase.HELD), scope("b", Phase.HELD), scope("c"), scope("d")]
+    policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1)
+    assert started(decide(policy, scopes, now=NOW), *scopes) == ["c"]
+    all_held = [scope("a", Phase.HELD), scope("b", Phase.SUCCEEDED)]
+    assert decide(policy, all_held, now=NOW) == Decision(done=False)
+    gave_up = [scope("a", Phase.FAILED), scope("c")]
+    assert decide(policy, gave_up, now=NOW).halt == "rollout halted: 1 of 2 racks failed (limit 1)"
+
+
+def test_a_pending_task_held_by_the_pre_flight_gate_is_a_held_scope() -> None:
+    outcome = ScopeOutcome(uuid.uuid4(), uuid.uuid4(), "submitted", task_id=uuid.uuid4())
+    held = TaskState(uuid.uuid4(), TaskStatus.PENDING, None, held_by=GATE_NAME)
+    assert _phase(outcome, held) is Phase.HELD
+    by_budget = TaskState(uuid.uuid4(), TaskStatus.PENDING, None, held_by="budget")
+    assert _phase(outcome, by_budget) is Phase.ACTIVE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rackflow.api.audit import AuditRpcs
 from rackflow.api.budgets import BudgetRpcs
+from rackflow.api.checks import CheckRpcs
 from rackflow.api.inventory import InventoryRpcs
 from rackflow.api.notifications import NotificationRpcs
 from rackflow.api.schedules import ScheduleRpcs
@@ -20,6 +21,7 @@ class FlowServicer(
     WindowRpcs,
     BudgetRpcs,
     NotificationRpcs,
+    CheckRpcs,
     AuditRpcs,
     flow_pb2_grpc.FlowServicer,
 ):

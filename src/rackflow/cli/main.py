@@ -12,6 +12,7 @@ import click
 
 from rackflow.cli.audit import audit
 from rackflow.cli.budgets import budget
+from rackflow.cli.checks import check
 from rackflow.cli.notify import notify
 from rackflow.cli.output import OUTPUT_FORMATS, Group, Session
 from rackflow.cli.racks import domain, inventory, rack
@@ -80,7 +81,22 @@ def main(
     ctx.call_on_close(session.close)
 
 
-for command in (rack, domain, inventory, task, schedule, run, window, budget, notify, audit, auth, serve, db):
+for command in (
+    rack,
+    domain,
+    inventory,
+    task,
+    schedule,
+    run,
+    window,
+    budget,
+    check,
+    notify,
+    audit,
+    auth,
+    serve,
+    db,
+):
     main.add_command(command)
 
 

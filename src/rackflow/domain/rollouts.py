@@ -97,6 +97,9 @@ class Phase(enum.StrEnum):
 
     PENDING = "pending"  # waiting its turn
     ACTIVE = "active"  # its task is waiting, pending or running
+    # Its task is held by a pre-flight check (docs/CHECKS.md): not running against the caps, and not failed
+    # unless a check gives up (then the task fails).
+    HELD = "held"
     SUCCEEDED = "succeeded"  # its task completed
     FAILED = "failed"  # its task failed or was terminated, or it could not be submitted
     SKIPPED = "skipped"  # settled without a task (overlap, or a closed window): neither success nor failure
@@ -157,7 +160,7 @@ def decide(
     pending = [s for s in scopes if s.phase is Phase.PENDING]
     active = [s for s in scopes if s.phase is Phase.ACTIVE]
     if not pending:
-        return Decision(done=not active)
+        return Decision(done=not active and all(s.phase is not Phase.HELD for s in scopes))
     reason = halt_reason(policy, scopes, failures_excused)
     if reason is not None:
         return Decision(halt=reason)

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
 from rackflow.audit.trail import AuditTrail
+from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
 from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
 from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
@@ -96,6 +97,8 @@ def _phase(outcome: ScopeOutcome, task: store.TaskState | None) -> Phase:
         return Phase.SKIPPED
     if outcome.outcome == "failed" or task is None:  # not submitted, or its rack (and task) deleted
         return Phase.FAILED
+    if task.status is TaskStatus.PENDING and task.held_by == PREFLIGHT_GATE:
+        return Phase.HELD
     if task.status.is_active:
         return Phase.ACTIVE
     return Phase.FAILED if task.status in _FAILED_STATUSES else Phase.SUCCEEDED
@@ -141,7 +144,7 @@ def _progress(run: Run, views: Sequence[ScopeView], now: datetime) -> Progress:
     return Progress(
         total=len(views),
         pending=counts[Phase.PENDING],
-        active=counts[Phase.ACTIVE],
+        active=counts[Phase.ACTIVE] + counts[Phase.HELD],
         succeeded=counts[Phase.SUCCEEDED],
         failed=counts[Phase.FAILED],
         not_started=counts[Phase.NOT_STARTED],
@@ -187,7 +190,7 @@ class RolloutService:
             now = self.clock.now()
             tasks = await store.task_states(conn, [r.id for r in runs])
             # The rule needs the domains of racks still to start or active, and the canaries' names.
-            live = {Phase.PENDING, Phase.ACTIVE}
+            live = {Phase.PENDING, Phase.ACTIVE, Phase.HELD}
             needed = {v.rack_id for r in runs for v in _views(r, tasks, {}) if v.phase in live or v.canary}
             places = await store.rack_places(conn, needed)
             started: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}

@@ -35,6 +35,7 @@ class TaskState:
     task_id: uuid.UUID
     status: TaskStatus
     finished_at: datetime | None
+    held_by: str | None = None
 
 
 async def live_rollouts(
@@ -109,11 +110,12 @@ async def task_states(
     """The tasks of these runs, keyed by (run id, rack id) (the index of UNIQUE (run_id, rack_id))."""
     found: dict[tuple[uuid.UUID, uuid.UUID], TaskState] = {}
     for chunk in chunked(list(run_ids)):
-        stmt = select(tasks.c.run_id, tasks.c.rack_id, tasks.c.id, tasks.c.status, tasks.c.finished_at).where(
-            tasks.c.run_id.in_(chunk)
-        )
+        stmt = select(
+            tasks.c.run_id, tasks.c.rack_id, tasks.c.id, tasks.c.status, tasks.c.finished_at, tasks.c.held_by
+        ).where(tasks.c.run_id.in_(chunk))
         for row in await conn.execute(stmt):
-            found[(row.run_id, row.rack_id)] = TaskState(row.id, TaskStatus(row.status), row.finished_at)
+            state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by)
+            found[(row.run_id, row.rack_id)] = state
     return found
 
 

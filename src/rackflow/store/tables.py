@@ -320,6 +320,53 @@ operation_budgets = Table(
     ),
 )
 
+# Pre-flight checks (migration 0016; rackflow/checks/): what must hold on a rack before a task of
+# `operations` starts there. `rack_ids` and `domain_ids` (JSON lists) name what it covers; `all_racks` when
+# it named neither. `settings` holds the kind's own (docs/CHECKS.md).
+preflight_checks = Table(
+    "preflight_checks",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("kind", String(16), nullable=False),
+    Column("operations", json_type(), nullable=False),
+    Column("all_racks", Boolean, nullable=False),
+    Column("rack_ids", json_type(), nullable=False),
+    Column("domain_ids", json_type(), nullable=False),
+    Column("settings", json_type(), nullable=False),
+    Column("interval", String(64), nullable=False),
+    Column("max_wait", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# A task the pre-flight gate has held: rounds of checks done, when the next is due (NULL: now), the lease
+# of the checker doing one (`checking_until`), and an operator's override of its checks.
+preflight_tasks = Table(
+    "preflight_tasks",
+    metadata,
+    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("attempt", Integer, nullable=False),
+    Column("next_check_at", UTCDateTime, nullable=True),
+    Column("checking_until", UTCDateTime, nullable=True),
+    Column("override_reason", Text, nullable=True),
+    Column("overridden_at", UTCDateTime, nullable=True),
+)
+
+# What each round of a task's checks found, by check (its name kept: the check may be deleted since).
+preflight_results = Table(
+    "preflight_results",
+    metadata,
+    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("check_id", Uuid, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("check_name", String(255), nullable=False),
+    Column("passed", Boolean, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("checked_at", UTCDateTime, nullable=False),
+    Column("recheck_at", UTCDateTime, nullable=False),
+)
+
 # Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).
 audit_events = Table(
     "audit_events",

@@ -1147,7 +1147,7 @@ class Task(_message.Message):
     ignore_windows: _builtins.bool
     """submitted with queue_options.ignore_windows: FREEZE windows do not hold it"""
     held_by: _builtins.str
-    """"window" (its opening), "freeze", "budget"; empty: nothing holds it"""
+    """"window" (its opening), "freeze", "budget", "preflight"; empty: nothing holds it"""
     held_reason: _builtins.str
     @_builtins.property
     def id(self) -> Global___UUID: ...
@@ -3146,6 +3146,334 @@ class DeleteOperationBudgetRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteOperationBudgetRequest: _TypeAlias = DeleteOperationBudgetRequest  # noqa: Y015
+
+@_typing.final
+class AlertmanagerCheck(_message.Message):
+    """---------------------------------------------------------------------------------------------
+    Pre-flight checks (docs/CHECKS.md)
+
+    Any alert an Alertmanager (API v2) reports active, not silenced and not inhibited, matching all the
+    matchers, holds the task; the reason names the alert.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    MATCHERS_FIELD_NUMBER: _builtins.int
+    FAIL_CLOSED_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    """e.g. "http://alertmanager:9093" """
+    fail_closed: _builtins.bool
+    """an Alertmanager that cannot be asked holds the task; unset = true"""
+    @_builtins.property
+    def matchers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Alertmanager matchers, each templated with {rack.name}, {rack.id}, {rack.external_id}, {rack.domain};
+        e.g. rack="{rack.name}", severity=~"critical|warning"
+        """
+
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        matchers: _abc.Iterable[_builtins.str] | None = ...,
+        fail_closed: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fail_closed", b"_fail_closed", "fail_closed", b"fail_closed"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fail_closed", b"_fail_closed", "fail_closed", b"fail_closed", "matchers", b"matchers", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__fail_closed: _TypeAlias = _typing.Literal["fail_closed"]  # noqa: Y015
+    _WhichOneofArgType__fail_closed: _TypeAlias = _typing.Literal["_fail_closed", b"_fail_closed"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fail_closed) -> _WhichOneofReturnType__fail_closed | None: ...
+
+Global___AlertmanagerCheck: _TypeAlias = AlertmanagerCheck  # noqa: Y015
+
+@_typing.final
+class WebhookCheck(_message.Message):
+    """POST the task as JSON (rack, components in scope, operation, task id, schedule and run, attempt); a 2xx
+    {"ok": true} passes, {"ok": false, "reason": "…", "retry_after": "30s"} holds, anything else holds
+    with the error.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    secret: _builtins.str
+    """env:NAME or file:/path naming the HMAC-SHA256 key that signs the body (header X-Rackflow-Signature:
+    sha256=<hex>); empty = unsigned. The reference is stored, never the key.
+    """
+    timeout: _builtins.str
+    """Go duration, at most 60s; empty = 10s"""
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        secret: _builtins.str = ...,
+        timeout: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["secret", b"secret", "timeout", b"timeout", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WebhookCheck: _TypeAlias = WebhookCheck  # noqa: Y015
+
+@_typing.final
+class RackIdleCheck(_message.Message):
+    """Built in: no other task of `busy_operations` RUNNING on the rack, and the rack's last finished task of the
+    same operation did not fail within `failed_within` (a flapping rack is not retried blindly).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUSY_OPERATIONS_FIELD_NUMBER: _builtins.int
+    FAILED_WITHIN_FIELD_NUMBER: _builtins.int
+    failed_within: _builtins.str
+    """Go duration; empty = not looked at"""
+    @_builtins.property
+    def busy_operations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        busy_operations: _abc.Iterable[_builtins.str] | None = ...,
+        failed_within: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["busy_operations", b"busy_operations", "failed_within", b"failed_within"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RackIdleCheck: _TypeAlias = RackIdleCheck  # noqa: Y015
+
+@_typing.final
+class PreflightCheck(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    OPERATIONS_FIELD_NUMBER: _builtins.int
+    RACKS_FIELD_NUMBER: _builtins.int
+    NVL_DOMAINS_FIELD_NUMBER: _builtins.int
+    ALERTMANAGER_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
+    RACK_IDLE_FIELD_NUMBER: _builtins.int
+    INTERVAL_FIELD_NUMBER: _builtins.int
+    MAX_WAIT_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """unique"""
+    interval: _builtins.str
+    """Go duration: asked again this often while it holds a task; empty = 30s"""
+    max_wait: _builtins.str
+    """Go duration: a task it holds this long fails with its last reason; empty = 1h"""
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def operations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """power_on, …, upgrade_firmware; empty = every operation"""
+
+    @_builtins.property
+    def racks(self) -> _containers.RepeatedCompositeFieldContainer[Global___WindowTarget]:
+        """The racks it applies to: these racks and the racks of these domains; both empty = every rack."""
+
+    @_builtins.property
+    def nvl_domains(self) -> _containers.RepeatedCompositeFieldContainer[Global___WindowTarget]: ...
+    @_builtins.property
+    def alertmanager(self) -> Global___AlertmanagerCheck: ...
+    @_builtins.property
+    def webhook(self) -> Global___WebhookCheck: ...
+    @_builtins.property
+    def rack_idle(self) -> Global___RackIdleCheck: ...
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        name: _builtins.str = ...,
+        operations: _abc.Iterable[_builtins.str] | None = ...,
+        racks: _abc.Iterable[Global___WindowTarget] | None = ...,
+        nvl_domains: _abc.Iterable[Global___WindowTarget] | None = ...,
+        alertmanager: Global___AlertmanagerCheck | None = ...,
+        webhook: Global___WebhookCheck | None = ...,
+        rack_idle: Global___RackIdleCheck | None = ...,
+        interval: _builtins.str = ...,
+        max_wait: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alertmanager", b"alertmanager", "created_at", b"created_at", "id", b"id", "kind", b"kind", "rack_idle", b"rack_idle", "updated_at", b"updated_at", "webhook", b"webhook"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alertmanager", b"alertmanager", "created_at", b"created_at", "id", b"id", "interval", b"interval", "kind", b"kind", "max_wait", b"max_wait", "name", b"name", "nvl_domains", b"nvl_domains", "operations", b"operations", "rack_idle", b"rack_idle", "racks", b"racks", "updated_at", b"updated_at", "webhook", b"webhook"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["alertmanager", "webhook", "rack_idle"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___PreflightCheck: _TypeAlias = PreflightCheck  # noqa: Y015
+
+@_typing.final
+class CreatePreflightCheckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def check(self) -> Global___PreflightCheck: ...
+    def __init__(
+        self,
+        *,
+        check: Global___PreflightCheck | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["check", b"check"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check", b"check"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePreflightCheckRequest: _TypeAlias = CreatePreflightCheckRequest  # noqa: Y015
+
+@_typing.final
+class GetPreflightCheckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPreflightCheckRequest: _TypeAlias = GetPreflightCheckRequest  # noqa: Y015
+
+@_typing.final
+class ListPreflightChecksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPreflightChecksRequest: _TypeAlias = ListPreflightChecksRequest  # noqa: Y015
+
+@_typing.final
+class ListPreflightChecksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def checks(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreflightCheck]:
+        """by name"""
+
+    def __init__(
+        self,
+        *,
+        checks: _abc.Iterable[Global___PreflightCheck] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checks", b"checks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPreflightChecksResponse: _TypeAlias = ListPreflightChecksResponse  # noqa: Y015
+
+@_typing.final
+class UpdatePreflightCheckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    CHECK_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    @_builtins.property
+    def check(self) -> Global___PreflightCheck: ...
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Paths: check.name, check.operations, check.racks, check.nvl_domains, check.kind (the kind and its
+        settings), check.interval, check.max_wait.
+        """
+
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        check: Global___PreflightCheck | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["check", b"check", "id", b"id", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check", b"check", "id", b"id", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdatePreflightCheckRequest: _TypeAlias = UpdatePreflightCheckRequest  # noqa: Y015
+
+@_typing.final
+class DeletePreflightCheckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletePreflightCheckRequest: _TypeAlias = DeletePreflightCheckRequest  # noqa: Y015
+
+@_typing.final
+class OverridePreflightChecksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """required; shown on the task"""
+    @_builtins.property
+    def task_id(self) -> Global___UUID:
+        """a PENDING task"""
+
+    def __init__(
+        self,
+        *,
+        task_id: Global___UUID | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task_id", b"task_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OverridePreflightChecksRequest: _TypeAlias = OverridePreflightChecksRequest  # noqa: Y015
 
 @_typing.final
 class NotificationChannel(_message.Message):

@@ -255,6 +255,36 @@ class FlowStub:
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.DeleteOperationBudgetRequest.SerializeToString,
                 response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                 _registered_method=True)
+        self.CreatePreflightCheck = channel.unary_unary(
+                '/rackflow.v1.Flow/CreatePreflightCheck',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.CreatePreflightCheckRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.PreflightCheck.FromString,
+                _registered_method=True)
+        self.GetPreflightCheck = channel.unary_unary(
+                '/rackflow.v1.Flow/GetPreflightCheck',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.GetPreflightCheckRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.PreflightCheck.FromString,
+                _registered_method=True)
+        self.ListPreflightChecks = channel.unary_unary(
+                '/rackflow.v1.Flow/ListPreflightChecks',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.ListPreflightChecksRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.ListPreflightChecksResponse.FromString,
+                _registered_method=True)
+        self.UpdatePreflightCheck = channel.unary_unary(
+                '/rackflow.v1.Flow/UpdatePreflightCheck',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.UpdatePreflightCheckRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.PreflightCheck.FromString,
+                _registered_method=True)
+        self.DeletePreflightCheck = channel.unary_unary(
+                '/rackflow.v1.Flow/DeletePreflightCheck',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.DeletePreflightCheckRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
+        self.OverridePreflightChecks = channel.unary_unary(
+                '/rackflow.v1.Flow/OverridePreflightChecks',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.OverridePreflightChecksRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.Task.FromString,
+                _registered_method=True)
         self.GetTaskScheduleRun = channel.unary_unary(
                 '/rackflow.v1.Flow/GetTaskScheduleRun',
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.GetTaskScheduleRunRequest.SerializeToString,
@@ -585,6 +615,44 @@ class FlowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePreflightCheck(self, request, context):
+        """Pre-flight checks (docs/CHECKS.md): what must hold on a rack before a task starts there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPreflightCheck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPreflightChecks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdatePreflightCheck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeletePreflightCheck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OverridePreflightChecks(self, request, context):
+        """Let one pending task start whatever its checks say (operator role; audited).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetTaskScheduleRun(self, request, context):
         """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one.
         """
@@ -877,6 +945,36 @@ def add_FlowServicer_to_server(servicer, server):
                     servicer.DeleteOperationBudget,
                     request_deserializer=rackflow_dot_v1_dot_flow__pb2.DeleteOperationBudgetRequest.FromString,
                     response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'CreatePreflightCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePreflightCheck,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.CreatePreflightCheckRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.PreflightCheck.SerializeToString,
+            ),
+            'GetPreflightCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPreflightCheck,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.GetPreflightCheckRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.PreflightCheck.SerializeToString,
+            ),
+            'ListPreflightChecks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPreflightChecks,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.ListPreflightChecksRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.ListPreflightChecksResponse.SerializeToString,
+            ),
+            'UpdatePreflightCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdatePreflightCheck,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.UpdatePreflightCheckRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.PreflightCheck.SerializeToString,
+            ),
+            'DeletePreflightCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeletePreflightCheck,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.DeletePreflightCheckRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'OverridePreflightChecks': grpc.unary_unary_rpc_method_handler(
+                    servicer.OverridePreflightChecks,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.OverridePreflightChecksRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.Task.SerializeToString,
             ),
             'GetTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTaskScheduleRun,
@@ -2122,6 +2220,168 @@ class Flow:
             '/rackflow.v1.Flow/DeleteOperationBudget',
             rackflow_dot_v1_dot_flow__pb2.DeleteOperationBudgetRequest.SerializeToString,
             google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePreflightCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/CreatePreflightCheck',
+            rackflow_dot_v1_dot_flow__pb2.CreatePreflightCheckRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.PreflightCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPreflightCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/GetPreflightCheck',
+            rackflow_dot_v1_dot_flow__pb2.GetPreflightCheckRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.PreflightCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPreflightChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/ListPreflightChecks',
+            rackflow_dot_v1_dot_flow__pb2.ListPreflightChecksRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.ListPreflightChecksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdatePreflightCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/UpdatePreflightCheck',
+            rackflow_dot_v1_dot_flow__pb2.UpdatePreflightCheckRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.PreflightCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeletePreflightCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/DeletePreflightCheck',
+            rackflow_dot_v1_dot_flow__pb2.DeletePreflightCheckRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OverridePreflightChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/OverridePreflightChecks',
+            rackflow_dot_v1_dot_flow__pb2.OverridePreflightChecksRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.Task.FromString,
             options,
             channel_credentials,
             insecure,

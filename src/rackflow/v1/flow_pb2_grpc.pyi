@@ -87,6 +87,14 @@ class FlowStub:
     ListOperationBudgets: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListOperationBudgetsRequest, _flow_pb2.ListOperationBudgetsResponse]
     UpdateOperationBudget: _grpc.UnaryUnaryMultiCallable[_flow_pb2.UpdateOperationBudgetRequest, _flow_pb2.OperationBudget]
     DeleteOperationBudget: _grpc.UnaryUnaryMultiCallable[_flow_pb2.DeleteOperationBudgetRequest, _empty_pb2.Empty]
+    CreatePreflightCheck: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CreatePreflightCheckRequest, _flow_pb2.PreflightCheck]
+    """Pre-flight checks (docs/CHECKS.md): what must hold on a rack before a task starts there."""
+    GetPreflightCheck: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetPreflightCheckRequest, _flow_pb2.PreflightCheck]
+    ListPreflightChecks: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ListPreflightChecksRequest, _flow_pb2.ListPreflightChecksResponse]
+    UpdatePreflightCheck: _grpc.UnaryUnaryMultiCallable[_flow_pb2.UpdatePreflightCheckRequest, _flow_pb2.PreflightCheck]
+    DeletePreflightCheck: _grpc.UnaryUnaryMultiCallable[_flow_pb2.DeletePreflightCheckRequest, _empty_pb2.Empty]
+    OverridePreflightChecks: _grpc.UnaryUnaryMultiCallable[_flow_pb2.OverridePreflightChecksRequest, _flow_pb2.Task]
+    """Let one pending task start whatever its checks say (operator role; audited)."""
     GetTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
@@ -156,6 +164,14 @@ class FlowAsyncStub(FlowStub):
     ListOperationBudgets: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListOperationBudgetsRequest, _flow_pb2.ListOperationBudgetsResponse]  # type: ignore[assignment]
     UpdateOperationBudget: _aio.UnaryUnaryMultiCallable[_flow_pb2.UpdateOperationBudgetRequest, _flow_pb2.OperationBudget]  # type: ignore[assignment]
     DeleteOperationBudget: _aio.UnaryUnaryMultiCallable[_flow_pb2.DeleteOperationBudgetRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    CreatePreflightCheck: _aio.UnaryUnaryMultiCallable[_flow_pb2.CreatePreflightCheckRequest, _flow_pb2.PreflightCheck]  # type: ignore[assignment]
+    """Pre-flight checks (docs/CHECKS.md): what must hold on a rack before a task starts there."""
+    GetPreflightCheck: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetPreflightCheckRequest, _flow_pb2.PreflightCheck]  # type: ignore[assignment]
+    ListPreflightChecks: _aio.UnaryUnaryMultiCallable[_flow_pb2.ListPreflightChecksRequest, _flow_pb2.ListPreflightChecksResponse]  # type: ignore[assignment]
+    UpdatePreflightCheck: _aio.UnaryUnaryMultiCallable[_flow_pb2.UpdatePreflightCheckRequest, _flow_pb2.PreflightCheck]  # type: ignore[assignment]
+    DeletePreflightCheck: _aio.UnaryUnaryMultiCallable[_flow_pb2.DeletePreflightCheckRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    OverridePreflightChecks: _aio.UnaryUnaryMultiCallable[_flow_pb2.OverridePreflightChecksRequest, _flow_pb2.Task]  # type: ignore[assignment]
+    """Let one pending task start whatever its checks say (operator role; audited)."""
     GetTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
@@ -486,6 +502,50 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
         request: _flow_pb2.DeleteOperationBudgetRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]: ...
+
+    @_abc_1.abstractmethod
+    def CreatePreflightCheck(
+        self,
+        request: _flow_pb2.CreatePreflightCheckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.PreflightCheck, _abc.Awaitable[_flow_pb2.PreflightCheck]]:
+        """Pre-flight checks (docs/CHECKS.md): what must hold on a rack before a task starts there."""
+
+    @_abc_1.abstractmethod
+    def GetPreflightCheck(
+        self,
+        request: _flow_pb2.GetPreflightCheckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.PreflightCheck, _abc.Awaitable[_flow_pb2.PreflightCheck]]: ...
+
+    @_abc_1.abstractmethod
+    def ListPreflightChecks(
+        self,
+        request: _flow_pb2.ListPreflightChecksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.ListPreflightChecksResponse, _abc.Awaitable[_flow_pb2.ListPreflightChecksResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdatePreflightCheck(
+        self,
+        request: _flow_pb2.UpdatePreflightCheckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.PreflightCheck, _abc.Awaitable[_flow_pb2.PreflightCheck]]: ...
+
+    @_abc_1.abstractmethod
+    def DeletePreflightCheck(
+        self,
+        request: _flow_pb2.DeletePreflightCheckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]: ...
+
+    @_abc_1.abstractmethod
+    def OverridePreflightChecks(
+        self,
+        request: _flow_pb2.OverridePreflightChecksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.Task, _abc.Awaitable[_flow_pb2.Task]]:
+        """Let one pending task start whatever its checks say (operator role; audited)."""
 
     @_abc_1.abstractmethod
     def GetTaskScheduleRun(

@@ -429,6 +429,15 @@ class JsonApi:
                 path_fields=("task_id",),
             ),
             Endpoint(
+                post,
+                "/tasks/{ref}:override-checks",
+                "OverridePreflightChecks",
+                api.override_checks,
+                "Let a held task start without its pre-flight checks (audited)",
+                body=True,
+                path_fields=("task_id",),
+            ),
+            Endpoint(
                 get, "/tasks/{ref}", "GetTasksByIDs", api.get_task, "One task", answers=pb.Task.DESCRIPTOR
             ),
         )
@@ -596,7 +605,11 @@ class JsonApi:
                 body=True,
             ),
         )
-        return [*schedules, *runs, *tasks, *racks, *windows, *budgets, *audit, *notifications]
+        checks = (
+            Endpoint(get, "/checks", "ListPreflightChecks", api.list_checks, "List pre-flight checks"),
+            Endpoint(get, "/checks/{ref}", "GetPreflightCheck", api.get_check, "One pre-flight check"),
+        )
+        return [*schedules, *runs, *tasks, *racks, *windows, *budgets, *checks, *audit, *notifications]
 
     def routes(self) -> list[Route]:
         """One route per path, serving each of its methods by its endpoint."""
@@ -856,6 +869,20 @@ class JsonApi:
     async def delete_budget(self, call: Call) -> Message:
         budget_id = await self._budget(call.ref(), "id")
         return await call.rpc("DeleteOperationBudget", pb.DeleteOperationBudgetRequest(id=budget_id))
+
+    # --- pre-flight checks -----------------------------------------------------------------------
+
+    async def list_checks(self, call: Call) -> Message:
+        return await call.rpc("ListPreflightChecks", pb.ListPreflightChecksRequest())
+
+    async def get_check(self, call: Call) -> Message:
+        check_id = pb.UUID(id=str(await refs.check_id(self.services, call.ref(), "id")))
+        return await call.rpc("GetPreflightCheck", pb.GetPreflightCheckRequest(id=check_id))
+
+    async def override_checks(self, call: Call) -> Message:
+        request = await call.body(pb.OverridePreflightChecksRequest())
+        request.task_id.id = call.ref()
+        return await call.rpc("OverridePreflightChecks", request)
 
     # --- audit -----------------------------------------------------------------------------------
 

@@ -30,3 +30,7 @@ async def budget_id(services: Services, ref: str, field: str) -> uuid.UUID:
         if budget.name == ref:
             return budget.id
     raise NotFound(f"{field}: no operation budget named {ref!r}")
+
+
+async def check_id(services: Services, ref: str, field: str) -> uuid.UUID:
+    return uuid.UUID(ref) if is_uuid(ref) else await services.checks.id_by_name(ref, field)

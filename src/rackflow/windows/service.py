@@ -79,7 +79,7 @@ def _check_when(when: When | None, now: datetime) -> When:
     return when
 
 
-async def _resolve(
+async def resolve_refs(
     conn: AsyncConnection, refs: Sequence[Ref], field: str, what: str, by_column: str
 ) -> tuple[tuple[uuid.UUID, str], ...]:
     """(id, name) of each named rack or domain, in request order; NotFound naming `field[i]`."""
@@ -125,8 +125,8 @@ class WindowService:
         async with self.db.transaction() as conn:
             if await store.name_taken(conn, given.name):
                 raise store.name_taken_error(given.name)
-            covered = await _resolve(conn, given.racks, RACKS_PATH, "rack", "racks")
-            domains = await _resolve(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
+            covered = await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
+            domains = await resolve_refs(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
             window = MaintenanceWindow(
                 id=uuid.uuid4(),
                 name=given.name,
@@ -190,10 +190,10 @@ class WindowService:
                 updated = replace(updated, operations=operations)
             if RACKS_PATH in mask:
                 updated = replace(
-                    updated, racks=await _resolve(conn, given.racks, RACKS_PATH, "rack", "racks")
+                    updated, racks=await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
                 )
             if DOMAINS_PATH in mask:
-                domains = await _resolve(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
+                domains = await resolve_refs(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
                 updated = replace(updated, domains=domains)
             if RACKS_PATH in mask or DOMAINS_PATH in mask:
                 updated = replace(updated, all_racks=not updated.racks and not updated.domains)

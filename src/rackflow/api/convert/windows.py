@@ -59,7 +59,7 @@ def _when_from(msg: pb.MaintenanceWindow, field: str) -> When | None:
     return None
 
 
-def _refs_from(targets: Sequence[pb.WindowTarget], field: str) -> tuple[Ref, ...]:
+def refs_from(targets: Sequence[pb.WindowTarget], field: str) -> tuple[Ref, ...]:
     refs = []
     for index, target in enumerate(targets):
         ref_id = uuid_from(target.id, f"{field}[{index}].id", required=False)
@@ -86,8 +86,8 @@ def window_from(msg: pb.MaintenanceWindow, field: str = "window") -> WindowInput
         reason=msg.reason,
         kind=kind_from(msg.kind, f"{field}.kind"),
         when=_when_from(msg, field),
-        racks=_refs_from(msg.racks, f"{field}.racks"),
-        domains=_refs_from(msg.nvl_domains, f"{field}.nvl_domains"),
+        racks=refs_from(msg.racks, f"{field}.racks"),
+        domains=refs_from(msg.nvl_domains, f"{field}.nvl_domains"),
         operations=operations_from(msg.operations, f"{field}.operations"),
     )
 

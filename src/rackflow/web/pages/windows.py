@@ -1,7 +1,8 @@
 """Maintenance windows: every window, what it covers, and when it next opens or closes (docs/WINDOWS.md);
-below them the operation budgets, with how many of their tasks run now (docs/ROLLOUTS.md, "Budgets").
-Each is created and edited in a form (`/windows/new`, `/windows/{ref}/edit`, `/budgets/new`,
-`/budgets/{ref}/edit`) that `static/forms.js` sends to the JSON API, and deleted from the list."""
+below them the operation budgets, with how many of their tasks run now (docs/ROLLOUTS.md, "Budgets"), and
+the pre-flight checks (docs/CHECKS.md). Windows and budgets are created and edited in a form (`/windows/new`,
+`/windows/{ref}/edit`, `/budgets/new`, `/budgets/{ref}/edit`) that `static/forms.js` sends to the JSON API,
+and deleted from the list."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rackflow.domain.checks import PreflightCheck
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import MaintenanceWindow, Occurrence, Recurring
 from rackflow.web import refs
@@ -69,7 +71,7 @@ def when_text(window: MaintenanceWindow) -> str:
     return "one off"
 
 
-def covers_text(window: MaintenanceWindow) -> str:
+def covers_text(window: MaintenanceWindow | PreflightCheck) -> str:
     if window.all_racks:
         return "all racks"
     names = [name for _, name in window.racks] + [f"domain {name}" for _, name in window.domains]
@@ -88,4 +90,5 @@ async def _list(site: Site) -> Mapping[str, Any]:
         "covers_text": covers_text,
         "current_or_next": current_or_next,
         "budgets": await site.services.budgets.with_running(),
+        "checks": await site.services.checks.list_checks(),
     }

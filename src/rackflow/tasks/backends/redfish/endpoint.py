@@ -25,21 +25,26 @@ class Credentials:
 
 def read_credentials(ref: str, env: Mapping[str, str] | None = None) -> Credentials:
     """Resolve a reference to `user:password` now; the error says where it looked, never what it found."""
-    env = os.environ if env is None else env
-    scheme, _, rest = ref.partition(":")
-    if scheme == "env":
-        if rest not in env:
-            raise CredentialsUnavailable(f"credentials {ref}: environment variable {rest} is not set")
-        value = env[rest]
-    elif scheme == "file":
-        try:
-            value = Path(rest).read_text()
-        except OSError as exc:
-            problem = exc.strerror or type(exc).__name__
-            raise CredentialsUnavailable(f"credentials {ref}: cannot read the file ({problem})") from None
-    else:
-        raise CredentialsUnavailable("credentials: expected env:NAME or file:/path")
+    value = read_reference(ref, "credentials", env)
     username, sep, password = value.rstrip("\r\n").partition(":")
     if not sep or not username:
         raise CredentialsUnavailable(f"credentials {ref}: expected the form user:password")
     return Credentials(username, password)
+
+
+def read_reference(ref: str, what: str, env: Mapping[str, str] | None = None) -> str:
+    """The secret `ref` (`env:NAME` or `file:/path`) names, read now (a rotated secret is used at once); the
+    error names `what` and where it looked, never what it found."""
+    env = os.environ if env is None else env
+    scheme, _, rest = ref.partition(":")
+    if scheme == "env":
+        if rest not in env:
+            raise CredentialsUnavailable(f"{what} {ref}: environment variable {rest} is not set")
+        return env[rest]
+    if scheme == "file":
+        try:
+            return Path(rest).read_text()
+        except OSError as exc:
+            problem = exc.strerror or type(exc).__name__
+            raise CredentialsUnavailable(f"{what} {ref}: cannot read the file ({problem})") from None
+    raise CredentialsUnavailable(f"{what}: expected env:NAME or file:/path")

@@ -1,0 +1,142 @@
+"""The start gate of pre-flight checks: a task starts only when every check that applies to it passed in
+its last round, and that round is fresh (docs/CHECKS.md).
+
+A gate of the executor's claim (`rackflow.tasks.gates`), after the freeze and budget gates, so checks are
+asked only about tasks the windows and budgets admit. It runs inside the claim's transaction, so it asks
+nothing outside the database: it reads what the checker (`rackflow.checks.checker`, a loop of every
+`rackflow serve`) stored, and
+
+* a task no check applies to starts (when no check exists, the gate's whole cost is one indexed read);
+* a task held for the first time is recorded as waiting (`preflight_tasks`), its first round due at once,
+  and held "until re-check" with the reason "waits for pre-flight checks: …"; the checker releases it when
+  the round passes, or holds it with the failing check's reason until the check's maximum wait ends
+  (its next round, after the interval, releases it if the checks pass by then);
+* a task whose last round all passed, still fresh, starts; an operator's override starts it too;
+* a task whose checks still hold it after a check's `max_wait` (since the gate first held it,
+  `Task.held_since`) fails, with that check's last reason.
+
+Only first attempts are gated (as every gate), and two instances never start a task twice: the claim
+already takes each task once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.config import PREFLIGHT_ANSWER_WAIT
+from rackflow.domain.checks import CheckResult, PreflightCheck
+from rackflow.domain.tasks import Hold, Task
+from rackflow.metrics import CHECK_WAIT
+from rackflow.store import checks as store
+from rackflow.store.windows import rack_refs
+from rackflow.tasks.gates import Fail, Verdict
+
+GATE_NAME = "preflight"
+
+
+class PreflightGate:
+    """Holds a task until the checks that apply to it pass; fails it when one gives up."""
+
+    name = GATE_NAME
+
+    def __init__(self) -> None:
+        # Called (in the claim, before it commits) when tasks need a look: the checker of this process
+        # polls at once rather than at its next interval.
+        self.on_hold: list[Callable[[], None]] = []
+
+    async def check(
+        self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
+    ) -> dict[uuid.UUID, Verdict]:
+        if not await store.any_checks(conn):
+            return {}
+        checks = await store.all_checks(conn)
+        racks = await rack_refs(conn, {task.rack_id for task in tasks})
+        mine = {
+            task.id: covering
+            for task in tasks
+            if task.rack_id in racks
+            and (covering := [c for c in checks if c.applies(racks[task.rack_id], task.operation.kind)])
+        }
+        if not mine:
+            return {}
+        waiting = await store.waiting(conn, mine.keys())
+        found = await store.results(conn, waiting.values())
+        verdicts: dict[uuid.UUID, Verdict] = {}
+        new: list[uuid.UUID] = []
+        stale: list[uuid.UUID] = []
+        for task in tasks:
+            applying = mine.get(task.id)
+            if applying is None:
+                continue
+            state = waiting.get(task.id)
+            waited = now - task.held_since if task.held_by == self.name and task.held_since else timedelta(0)
+            if state is not None and state.override_reason is not None:
+                _started(task, waited)
+                continue
+            by_check = {r.check_id: r for r in found.get(task.id, [])}
+            # A look from before the check last changed does not count: the check is asked again.
+            results = [(c, _current(by_check.get(c.id), c)) for c in applying]
+            if state is not None and all(
+                r is not None and r.passed and r.recheck_at > now for _, r in results
+            ):
+                _started(task, waited)
+                continue
+            verdict = _hold_or_fail(task, results, waited, now)
+            verdicts[task.id] = verdict
+            if isinstance(verdict, Fail):
+                CHECK_WAIT.observe(waited.total_seconds())
+                continue
+            failing = [c for c, r in results if r is not None and not r.passed]
+            if state is None:
+                new.append(task.id)
+            elif not failing:  # its last round is stale or incomplete: look again now
+                stale.append(task.id)
+        await store.start_waiting(conn, new)
+        await store.check_again(conn, stale)
+        if new or stale:
+            for callback in self.on_hold:
+                callback()
+        return verdicts
+
+
+def _current(result: CheckResult | None, check: PreflightCheck) -> CheckResult | None:
+    return result if result is not None and result.checked_at >= check.updated_at else None
+
+
+def _started(task: Task, waited: timedelta) -> None:
+    if task.held_by == GATE_NAME:
+        CHECK_WAIT.observe(waited.total_seconds())
+
+
+def _hold_or_fail(
+    task: Task,
+    results: Sequence[tuple[PreflightCheck, CheckResult | None]],
+    waited: timedelta,
+    now: datetime,
+) -> Verdict:
+    """Hold until the next look (or the first maximum wait to run out, whichever is first), or fail with
+    the reason of the first failing check that gave up."""
+    failing = [(c, r) for c, r in results if r is not None and not r.passed]
+    for check, result in failing:
+        if waited >= check.max_wait_delta:
+            return Fail(f"{result.reason} (pre-flight check {check.name!r} gave up after {check.max_wait})")
+    if not failing:
+        patience = min(results, key=lambda pair: pair[0].max_wait_delta)[0]
+        if waited >= patience.max_wait_delta:
+            last = task.held_reason or "no answer"
+            return Fail(f"{last} (pre-flight check {patience.name!r} gave up after {patience.max_wait})")
+        names = ", ".join(repr(c.name) for c, _ in results)
+        until = now + min(PREFLIGHT_ANSWER_WAIT, patience.max_wait_delta - waited)
+        reason = (
+            task.held_reason
+            if task.held_by == GATE_NAME and task.held_reason
+            else f"waits for pre-flight checks {names}"
+        )
+        return Hold(until, reason)
+    # The checker's next round releases it if the checks pass; else the first maximum wait fails it.
+    deadline = min(now + (c.max_wait_delta - waited) for c, _ in failing)
+    return Hold(deadline, failing[0][1].reason)

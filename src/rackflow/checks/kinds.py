@@ -1,0 +1,179 @@
+"""One look of each kind of check at one task's rack: what the checker runs, outside any transaction.
+
+HTTP goes through the standard library (`urllib`) in the checker's own thread pool, so a slow
+Alertmanager or hook never waits on the event loop, and each request has its timeout. Every answer that
+is not a clear yes is a `Look` that holds the task with why (an Alertmanager that cannot be asked passes
+only when its check is not `fail_closed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from rackflow.config import ALERTMANAGER_TIMEOUT
+from rackflow.domain.checks import (
+    AlertmanagerSettings,
+    Look,
+    RackFacts,
+    WebhookSettings,
+    duration_of,
+)
+from rackflow.domain.inventory import Component
+from rackflow.domain.tasks import Task
+from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_reference
+from rackflow.timespec import parse_go_duration
+
+SIGNATURE_HEADER = "X-Rackflow-Signature"
+_T = TypeVar("_T")
+
+
+def render(matcher: str, rack: RackFacts) -> str:
+    """`matcher` with `{rack.name}`, `{rack.id}`, `{rack.external_id}` and `{rack.domain}` filled in (only
+    these: a matcher's own braces, a regex's `{2}`, stay as they are)."""
+    for key, value in (
+        ("{rack.name}", rack.name),
+        ("{rack.id}", str(rack.id)),
+        ("{rack.external_id}", rack.external_id),
+        ("{rack.domain}", rack.domain),
+    ):
+        matcher = matcher.replace(key, value)
+    return matcher
+
+
+def alert_text(alert: dict[str, Any]) -> str:
+    """`RackOverheat{rack="r1",severity="critical"}`: the alert's name and its other labels, sorted."""
+    labels = dict(alert.get("labels") or {})
+    name = labels.pop("alertname", "alert")
+    inner = ",".join(f"{key}={json.dumps(str(value))}" for key, value in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+def signature(secret: bytes, body: bytes) -> str:
+    """The value of `SIGNATURE_HEADER`: `sha256=` and the HMAC-SHA256 of the body, in hex."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The thread pool a look's blocking HTTP runs in (the checker's, bounded)."""
+
+    pool: Executor
+
+    async def run(self, call: Callable[[], _T]) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, call)
+
+
+async def alertmanager(settings: AlertmanagerSettings, rack: RackFacts, asked: Asked) -> Look:
+    matchers = [render(m, rack) for m in settings.matchers]
+    query = urllib.parse.urlencode(
+        [("active", "true"), ("silenced", "false"), ("inhibited", "false")]
+        + [("filter", m) for m in matchers]
+    )
+    url = f"{settings.url.rstrip('/')}/api/v2/alerts?{query}"
+
+    def get() -> Any:
+        with urllib.request.urlopen(url, timeout=ALERTMANAGER_TIMEOUT.total_seconds()) as answer:
+            return json.load(answer)
+
+    try:
+        alerts = await asked.run(get)
+        if not isinstance(alerts, list):
+            raise ValueError("the answer is not a list of alerts")
+    except (OSError, ValueError) as exc:
+        problem = f"alertmanager: cannot ask {settings.url}: {_error(exc)}"
+        if settings.fail_closed:
+            return Look(False, problem)
+        return Look(True, f"{problem} (fail_closed is off)")
+    if not alerts:
+        return Look(True, "alertmanager: no matching alert")
+    named = [alert_text(a) for a in alerts if isinstance(a, dict)]
+    more = f" and {len(named) - 1} more" if len(named) > 1 else ""
+    return Look(False, f"alertmanager: alert {named[0]} firing{more}")
+
+
+def webhook_payload(
+    check: str, task: Task, attempt: int, rack: RackFacts, components: Sequence[Component]
+) -> dict[str, Any]:
+    """What a hook is told: the task, its rack and the components in scope, who scheduled it, the round."""
+    return {
+        "check": check,
+        "task_id": str(task.id),
+        "attempt": attempt,
+        "operation": task.operation.kind.value,
+        "rack": {
+            "id": str(rack.id),
+            "name": rack.name,
+            "external_id": rack.external_id,
+            "domain": rack.domain,
+        },
+        "components": [
+            {"id": str(c.id), "name": c.name, "type": c.type.value, "external_id": c.external_id or ""}
+            for c in components
+        ],
+        "schedule_id": str(task.schedule_id) if task.schedule_id else None,
+        "run_id": str(task.run_id) if task.run_id else None,
+    }
+
+
+async def webhook(settings: WebhookSettings, payload: dict[str, Any], asked: Asked) -> Look:
+    body = json.dumps(payload, sort_keys=True).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": "rackflow"}
+    if settings.secret:
+        try:
+            secret = read_reference(settings.secret, "webhook secret")
+        except CredentialsUnavailable as exc:
+            return Look(False, f"webhook: {exc}")
+        headers[SIGNATURE_HEADER] = signature(secret.rstrip("\r\n").encode(), body)
+    timeout = duration_of(settings.timeout).total_seconds()
+    request = urllib.request.Request(settings.url, data=body, headers=headers, method="POST")
+
+    def post() -> tuple[int, bytes]:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, answer.read(64 * 1024)
+
+    try:
+        status, raw = await asked.run(post)
+    except (OSError, ValueError) as exc:
+        return Look(False, f"webhook: {settings.url}: {_error(exc)}")
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return Look(False, f"webhook: {settings.url} answered HTTP {status} without JSON")
+    if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
+        return Look(False, f'webhook: {settings.url} answered without "ok": true or false')
+    if answer["ok"]:
+        return Look(True, "webhook: ok")
+    reason = str(answer.get("reason") or "not ready")
+    return Look(False, f"webhook: {reason}", _retry_after(answer.get("retry_after")))
+
+
+def _retry_after(value: object) -> timedelta | None:
+    """A hook's `retry_after` (a Go duration, e.g. "30s"); None when absent or not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        nanos = parse_go_duration(value)
+    except ValueError:
+        return None
+    return timedelta(microseconds=nanos // 1000) if nanos > 0 else None
+
+
+def _error(exc: BaseException) -> str:
+    """An HTTP failure for people: the status, "timed out", or what refused the connection."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, TimeoutError):
+        return "timed out"
+    return str(reason) or type(reason).__name__

@@ -1,0 +1,250 @@
+"""Pre-flight check use cases, and an operator's override of one task's checks. Each change is one
+transaction, so a refused request writes nothing.
+
+Validation happens before any write and names the request's field (`check.webhook.timeout`,
+`check.racks[1]`); racks and domains named by id or name are resolved as windows resolve them.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.checks.gate import GATE_NAME, PreflightGate
+from rackflow.clock import Clock
+from rackflow.config import (
+    DEFAULT_CHECK_INTERVAL,
+    DEFAULT_CHECK_MAX_WAIT,
+    DEFAULT_WEBHOOK_TIMEOUT,
+    MAX_WEBHOOK_TIMEOUT,
+    MIN_CHECK_INTERVAL,
+)
+from rackflow.domain.checks import (
+    AlertmanagerSettings,
+    PreflightCheck,
+    RackIdleSettings,
+    Settings,
+    WebhookSettings,
+    duration_of,
+)
+from rackflow.domain.tasks import OperationKind, Task, TaskStatus
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.inventory.bmc import check_credentials_ref
+from rackflow.store import checks as store
+from rackflow.store import task_runs
+from rackflow.store.db import Database
+from rackflow.store.tasks import get_task
+from rackflow.tasks.manager import TaskManager
+from rackflow.validation import check_description, check_mask, check_name, check_text, distinct_operations
+from rackflow.windows.service import Ref, resolve_refs
+
+NAME_PATH = "check.name"
+OPERATIONS_PATH = "check.operations"
+RACKS_PATH = "check.racks"
+DOMAINS_PATH = "check.nvl_domains"
+KIND_PATH = "check.kind"
+INTERVAL_PATH = "check.interval"
+MAX_WAIT_PATH = "check.max_wait"
+UPDATE_PATHS = (NAME_PATH, OPERATIONS_PATH, RACKS_PATH, DOMAINS_PATH, KIND_PATH, INTERVAL_PATH, MAX_WAIT_PATH)
+
+
+@dataclass(frozen=True)
+class CheckInput:
+    """A check as a request gives it (create, or the masked fields of an update); "" durations take the
+    defaults of config.py."""
+
+    name: str = ""
+    operations: tuple[OperationKind, ...] = ()
+    racks: tuple[Ref, ...] = ()
+    domains: tuple[Ref, ...] = ()
+    settings: Settings | None = None
+    interval: str = ""
+    max_wait: str = ""
+
+
+def _duration(text: str, field: str, *, minimum: str = "") -> str:
+    try:
+        value = duration_of(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"{field}: {exc}") from None
+    if value <= duration_of("0s") or (minimum and value < duration_of(minimum)):
+        least = f"at least {minimum}" if minimum else "more than 0"
+        raise InvalidArgument(f"{field}: {text!r} must be {least}")
+    return text
+
+
+def _url(url: str, field: str) -> str:
+    check_text(url, field, required=True)
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise InvalidArgument(f"{field}: {url!r} is not an http:// or https:// URL with a host")
+    return url
+
+
+def check_settings(settings: Settings | None) -> Settings:
+    """The kind's settings with their defaults filled in; InvalidArgument naming the field."""
+    if settings is None:
+        raise InvalidArgument(f"{KIND_PATH}: give alertmanager {{…}}, webhook {{…}} or rack_idle {{…}}")
+    if isinstance(settings, AlertmanagerSettings):
+        field = "check.alertmanager"
+        _url(settings.url, f"{field}.url")
+        for index, matcher in enumerate(settings.matchers):
+            check_text(matcher, f"{field}.matchers[{index}]", required=True)
+        return settings
+    if isinstance(settings, WebhookSettings):
+        field = "check.webhook"
+        _url(settings.url, f"{field}.url")
+        if settings.secret:
+            check_credentials_ref(settings.secret, f"{field}.secret")
+        timeout = _duration(settings.timeout or DEFAULT_WEBHOOK_TIMEOUT, f"{field}.timeout")
+        if duration_of(timeout) > MAX_WEBHOOK_TIMEOUT:
+            raise InvalidArgument(f"{field}.timeout: {timeout!r} is longer than {MAX_WEBHOOK_TIMEOUT}")
+        return replace(settings, timeout=timeout)
+    field = "check.rack_idle"
+    busy = settings.busy_operations
+    if settings.failed_within:
+        _duration(settings.failed_within, f"{field}.failed_within")
+    elif not busy:
+        raise InvalidArgument(f"{field}: give busy_operations, failed_within, or both")
+    return RackIdleSettings(busy, settings.failed_within)
+
+
+def _timing(interval: str, max_wait: str) -> tuple[str, str]:
+    minimum = f"{int(MIN_CHECK_INTERVAL.total_seconds() * 1000)}ms"
+    interval = _duration(interval or DEFAULT_CHECK_INTERVAL, INTERVAL_PATH, minimum=minimum)
+    max_wait = _duration(max_wait or DEFAULT_CHECK_MAX_WAIT, MAX_WAIT_PATH)
+    return interval, max_wait
+
+
+class CheckService:
+    def __init__(self, db: Database, clock: Clock, manager: TaskManager) -> None:
+        self.db = db
+        self.clock = clock
+        self.manager = manager
+        # The start gate of these checks (registered in `Services.gates`, after budgets).
+        self.gate = PreflightGate()
+
+    async def create(self, given: CheckInput) -> PreflightCheck:
+        check_name(given.name, NAME_PATH)
+        operations = distinct_operations(given.operations, OPERATIONS_PATH)
+        settings = check_settings(given.settings)
+        interval, max_wait = _timing(given.interval, given.max_wait)
+        now = self.clock.now()
+        async with self.db.transaction() as conn:
+            covered = await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
+            domains = await resolve_refs(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
+            check = PreflightCheck(
+                id=uuid.uuid4(),
+                name=given.name,
+                operations=operations,
+                all_racks=not covered and not domains,
+                racks=covered,
+                domains=domains,
+                settings=settings,
+                interval=interval,
+                max_wait=max_wait,
+                created_at=now,
+                updated_at=now,
+            )
+            await store.insert_check(conn, check)
+        return check
+
+    async def get(self, check_id: uuid.UUID) -> PreflightCheck:
+        async with self.db.read() as conn:
+            return await self._load(conn, check_id)
+
+    async def list_checks(self) -> list[PreflightCheck]:
+        """Every check, by name."""
+        async with self.db.read() as conn:
+            return await store.all_checks(conn)
+
+    async def id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
+        check_text(name, field, required=True)
+        async with self.db.read() as conn:
+            found = await store.check_id_by_name(conn, name)
+        if found is None:
+            raise NotFound(f"{field}: no pre-flight check named {name!r}")
+        return found
+
+    async def update(self, check_id: uuid.UUID, paths: Collection[str], given: CheckInput) -> PreflightCheck:
+        """Apply the masked fields; the tasks checks hold are looked at again at once, by what now applies."""
+        mask = check_mask(paths, UPDATE_PATHS)
+        if NAME_PATH in mask:
+            check_name(given.name, NAME_PATH)
+        operations = (
+            distinct_operations(given.operations, OPERATIONS_PATH) if OPERATIONS_PATH in mask else None
+        )
+        settings = check_settings(given.settings) if KIND_PATH in mask else None
+        now = self.clock.now()
+        async with self.db.transaction() as conn:
+            current = await self._load(conn, check_id)
+            updated = replace(
+                current,
+                name=given.name if NAME_PATH in mask else current.name,
+                operations=operations if operations is not None else current.operations,
+                settings=settings if settings is not None else current.settings,
+                updated_at=now,
+            )
+            interval, max_wait = _timing(
+                given.interval if INTERVAL_PATH in mask else current.interval,
+                given.max_wait if MAX_WAIT_PATH in mask else current.max_wait,
+            )
+            updated = replace(updated, interval=interval, max_wait=max_wait)
+            if RACKS_PATH in mask:
+                updated = replace(
+                    updated, racks=await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
+                )
+            if DOMAINS_PATH in mask:
+                domains = await resolve_refs(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
+                updated = replace(updated, domains=domains)
+            if RACKS_PATH in mask or DOMAINS_PATH in mask:
+                updated = replace(updated, all_racks=not updated.racks and not updated.domains)
+            await store.save_check(conn, updated)
+            await self._look_again(conn)
+        return updated
+
+    async def delete(self, check_id: uuid.UUID) -> None:
+        async with self.db.transaction() as conn:
+            if not await store.delete_check(conn, check_id):
+                raise NotFound(f"id: no pre-flight check {check_id}")
+            await self._look_again(conn)
+
+    async def override(self, task_id: uuid.UUID, reason: str) -> Task:
+        """Let one pending task start whatever its checks say (audited as every mutating RPC); the reason
+        shows on the task."""
+        check_description(reason, "reason")
+        if not reason.strip():
+            raise InvalidArgument("reason: say why the checks may be skipped")
+        now = self.clock.now()
+        async with self.db.transaction() as conn:
+            task = await get_task(conn, task_id)
+            if task is None:
+                raise NotFound(f"task_id: no task {task_id}")
+            if task.status is not TaskStatus.PENDING:
+                raise FailedPrecondition(
+                    f"task_id: task {task_id} is {task.status.value}; only a pending task's checks"
+                    " can be overridden"
+                )
+            await store.override(conn, task_id, reason, now=now)
+            await store.release(conn, GATE_NAME, task_id, f"pre-flight checks overridden: {reason}", now=now)
+            task = await get_task(conn, task_id)
+        self.manager.wake_executors()
+        assert task is not None
+        return task
+
+    async def _load(self, conn: AsyncConnection, check_id: uuid.UUID) -> PreflightCheck:
+        check = await store.get_check(conn, check_id)
+        if check is None:
+            raise NotFound(f"id: no pre-flight check {check_id}")
+        return check
+
+    @staticmethod
+    async def _look_again(conn: AsyncConnection) -> None:
+        """After a change, the tasks the checks hold are claimed (and gated) again at once, their next
+        round due now: a deleted check must not keep them waiting, a changed one must be asked."""
+        await store.check_all_again(conn)
+        await task_runs.release_held(conn, GATE_NAME)

@@ -1,0 +1,399 @@
+"""Pre-flight check queries: the checks, the tasks their gate holds, and what each round of checks found.
+
+The only pre-flight module that speaks SQL. Checks are few (tens), so readers load them all. Functions
+take an open connection, so the caller decides what one transaction holds: the gate's reads run inside the
+executor's claim, the checker's writes in short transactions of their own, never around a look outside.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, and_, delete, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.domain.checks import (
+    AlertmanagerSettings,
+    CheckKind,
+    CheckResult,
+    PreflightCheck,
+    RackFacts,
+    RackIdleSettings,
+    Settings,
+    Waiting,
+    WebhookSettings,
+)
+from rackflow.domain.tasks import Hold, OperationKind, Task, TaskStatus
+from rackflow.errors import AlreadyExists
+from rackflow.store.db import chunked, unique_violation_as
+from rackflow.store.inventory import names_by_id
+from rackflow.store.tables import (
+    nvl_domains,
+    preflight_checks,
+    preflight_results,
+    preflight_tasks,
+    racks,
+    tasks,
+)
+from rackflow.store.tasks import hold_values, is_active, status_in, task_from_row
+
+
+def name_taken_error(name: str) -> AlreadyExists:
+    return AlreadyExists("check.name", name, "a pre-flight check named")
+
+
+# --- the checks ---------------------------------------------------------------------------------
+
+
+def _settings_values(settings: Settings) -> dict[str, Any]:
+    if isinstance(settings, AlertmanagerSettings):
+        return {"url": settings.url, "matchers": list(settings.matchers), "fail_closed": settings.fail_closed}
+    if isinstance(settings, WebhookSettings):
+        return {"url": settings.url, "secret": settings.secret, "timeout": settings.timeout}
+    return {
+        "busy_operations": sorted(op.value for op in settings.busy_operations),
+        "failed_within": settings.failed_within,
+    }
+
+
+def _settings_from(kind: CheckKind, values: dict[str, Any]) -> Settings:
+    if kind is CheckKind.ALERTMANAGER:
+        return AlertmanagerSettings(values["url"], tuple(values["matchers"]), values["fail_closed"])
+    if kind is CheckKind.WEBHOOK:
+        return WebhookSettings(values["url"], values["secret"], values["timeout"])
+    busy = frozenset(OperationKind(op) for op in values["busy_operations"])
+    return RackIdleSettings(busy, values["failed_within"])
+
+
+def _values(check: PreflightCheck) -> dict[str, Any]:
+    return {
+        "name": check.name,
+        "kind": check.kind.value,
+        "operations": sorted(op.value for op in check.operations),
+        "all_racks": check.all_racks,
+        "rack_ids": [str(i) for i, _ in check.racks],
+        "domain_ids": [str(i) for i, _ in check.domains],
+        "settings": _settings_values(check.settings),
+        "interval": check.interval,
+        "max_wait": check.max_wait,
+        "created_at": check.created_at,
+        "updated_at": check.updated_at,
+    }
+
+
+async def _checks_where(conn: AsyncConnection, *conditions: Any) -> list[PreflightCheck]:
+    rows = (
+        await conn.execute(select(preflight_checks).where(*conditions).order_by(preflight_checks.c.name))
+    ).all()
+    if not rows:
+        return []
+    rack_ids = {uuid.UUID(i) for row in rows for i in row.rack_ids}
+    domain_ids = {uuid.UUID(i) for row in rows for i in row.domain_ids}
+    rack_names = await names_by_id(conn, racks, rack_ids) if rack_ids else {}
+    domain_names = await names_by_id(conn, nvl_domains, domain_ids) if domain_ids else {}
+
+    def named(ids: list[str], names: dict[uuid.UUID, str]) -> tuple[tuple[uuid.UUID, str], ...]:
+        # A rack or domain deleted since is left out (and the check covers nothing there).
+        found = [(uuid.UUID(i), names[uuid.UUID(i)]) for i in ids if uuid.UUID(i) in names]
+        return tuple(sorted(found, key=lambda pair: pair[1]))
+
+    return [
+        PreflightCheck(
+            id=row.id,
+            name=row.name,
+            operations=frozenset(OperationKind(op) for op in row.operations),
+            all_racks=row.all_racks,
+            racks=named(row.rack_ids, rack_names),
+            domains=named(row.domain_ids, domain_names),
+            settings=_settings_from(CheckKind(row.kind), row.settings),
+            interval=row.interval,
+            max_wait=row.max_wait,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+        for row in rows
+    ]
+
+
+async def all_checks(conn: AsyncConnection) -> list[PreflightCheck]:
+    """Every check, by name."""
+    return await _checks_where(conn)
+
+
+async def any_checks(conn: AsyncConnection) -> bool:
+    """Whether any check exists: the gate's whole cost when none does."""
+    return (await conn.execute(select(preflight_checks.c.id).limit(1))).first() is not None
+
+
+async def get_check(conn: AsyncConnection, check_id: uuid.UUID) -> PreflightCheck | None:
+    found = await _checks_where(conn, preflight_checks.c.id == check_id)
+    return found[0] if found else None
+
+
+async def check_id_by_name(conn: AsyncConnection, name: str) -> uuid.UUID | None:
+    stmt = select(preflight_checks.c.id).where(preflight_checks.c.name == name)
+    return (await conn.execute(stmt)).scalar_one_or_none()
+
+
+async def insert_check(conn: AsyncConnection, check: PreflightCheck) -> None:
+    with unique_violation_as(name_taken_error(check.name)):
+        await conn.execute(insert(preflight_checks).values(id=check.id, **_values(check)))
+
+
+async def save_check(conn: AsyncConnection, check: PreflightCheck) -> None:
+    """Write every field of an existing check."""
+    with unique_violation_as(name_taken_error(check.name)):
+        await conn.execute(
+            update(preflight_checks).where(preflight_checks.c.id == check.id).values(_values(check))
+        )
+
+
+async def delete_check(conn: AsyncConnection, check_id: uuid.UUID) -> bool:
+    result = await conn.execute(delete(preflight_checks).where(preflight_checks.c.id == check_id))
+    return bool(result.rowcount)
+
+
+async def rack_facts(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, RackFacts]:
+    """Name, external id and NVLink domain of each rack that exists among `rack_ids`."""
+    found: dict[uuid.UUID, RackFacts] = {}
+    for chunk in chunked(set(rack_ids)):
+        stmt = (
+            select(
+                racks.c.id,
+                racks.c.name,
+                racks.c.external_id,
+                racks.c.nvl_domain_id,
+                nvl_domains.c.name.label("domain"),
+            )
+            .outerjoin(nvl_domains, nvl_domains.c.id == racks.c.nvl_domain_id)
+            .where(racks.c.id.in_(chunk))
+        )
+        for row in await conn.execute(stmt):
+            found[row.id] = RackFacts(
+                row.id, row.name, row.external_id or "", row.nvl_domain_id, row.domain or ""
+            )
+    return found
+
+
+# --- the tasks the gate holds -------------------------------------------------------------------
+
+
+def _waiting_from(row: Row[Any]) -> Waiting:
+    return Waiting(row.task_id, row.attempt, row.next_check_at, row.override_reason)
+
+
+async def waiting(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Waiting]:
+    found: dict[uuid.UUID, Waiting] = {}
+    for chunk in chunked(set(task_ids)):
+        stmt = select(preflight_tasks).where(preflight_tasks.c.task_id.in_(chunk))
+        found.update({row.task_id: _waiting_from(row) for row in await conn.execute(stmt)})
+    return found
+
+
+async def start_waiting(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
+    """Tasks the gate holds for the first time: their first round of checks is due at once. Called in the
+    claim, which holds the tasks' rows, so no other claim adds the same row meanwhile."""
+    if task_ids:
+        await conn.execute(
+            insert(preflight_tasks), [{"task_id": i, "attempt": 0, "next_check_at": None} for i in task_ids]
+        )
+
+
+async def check_again(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
+    """The tasks' last round is stale (they were claimed too late to start on it): the next is due now."""
+    for chunk in chunked(set(task_ids)):
+        await conn.execute(
+            update(preflight_tasks).where(preflight_tasks.c.task_id.in_(chunk)).values(next_check_at=None)
+        )
+
+
+async def check_all_again(conn: AsyncConnection) -> None:
+    """Every held task's next round is due now (a check changed or went away)."""
+    await conn.execute(
+        update(preflight_tasks).where(preflight_tasks.c.overridden_at.is_(None)).values(next_check_at=None)
+    )
+
+
+async def results(conn: AsyncConnection, rounds: Collection[Waiting]) -> dict[uuid.UUID, list[CheckResult]]:
+    """The results of each task's last round (its `attempt`), by task."""
+    found: dict[uuid.UUID, list[CheckResult]] = {}
+    done = [w for w in rounds if w.attempt > 0]
+    for chunk in chunked(done):
+        pairs = [
+            and_(preflight_results.c.task_id == w.task_id, preflight_results.c.attempt == w.attempt)
+            for w in chunk
+        ]
+        stmt = select(preflight_results).where(or_(*pairs)).order_by(preflight_results.c.check_name)
+        for row in await conn.execute(stmt):
+            found.setdefault(row.task_id, []).append(
+                CheckResult(
+                    task_id=row.task_id,
+                    check_id=row.check_id,
+                    check_name=row.check_name,
+                    attempt=row.attempt,
+                    passed=row.passed,
+                    reason=row.reason,
+                    checked_at=row.checked_at,
+                    recheck_at=row.recheck_at,
+                )
+            )
+    return found
+
+
+async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) -> list[tuple[Task, Waiting]]:
+    """Tasks `gate` holds whose next round of checks is due and that no checker is checking (or whose
+    checker's lease ran out), not overridden, oldest first."""
+    stmt = (
+        select(
+            tasks,
+            preflight_tasks.c.attempt,
+            preflight_tasks.c.next_check_at,
+            preflight_tasks.c.override_reason,
+        )
+        .join(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
+        .where(
+            is_active(tasks.c.status),
+            status_in(tasks.c.status, TaskStatus.PENDING),
+            tasks.c.held_by == gate,
+            preflight_tasks.c.overridden_at.is_(None),
+            or_(preflight_tasks.c.next_check_at.is_(None), preflight_tasks.c.next_check_at <= now),
+            or_(preflight_tasks.c.checking_until.is_(None), preflight_tasks.c.checking_until <= now),
+        )
+        .order_by(tasks.c.created_at)
+        .limit(limit)
+    )
+    return [
+        (task_from_row(row), Waiting(row.id, row.attempt, row.next_check_at, row.override_reason))
+        for row in await conn.execute(stmt)
+    ]
+
+
+async def take_round(conn: AsyncConnection, task: Waiting, *, now: datetime, until: datetime) -> bool:
+    """Take the task's next round (no other checker's lease, the same round still due): False when another
+    instance's checker took it first."""
+    result = await conn.execute(
+        update(preflight_tasks)
+        .where(
+            preflight_tasks.c.task_id == task.task_id,
+            preflight_tasks.c.attempt == task.attempt,
+            preflight_tasks.c.overridden_at.is_(None),
+            or_(preflight_tasks.c.checking_until.is_(None), preflight_tasks.c.checking_until <= now),
+        )
+        .values(checking_until=until)
+    )
+    return bool(result.rowcount)
+
+
+async def record_round(
+    conn: AsyncConnection,
+    task_id: uuid.UUID,
+    attempt: int,
+    found: Sequence[CheckResult],
+    *,
+    next_check_at: datetime,
+) -> bool:
+    """Store round `attempt`'s results and end the lease; False (and nothing written) when the round was
+    not ours any more (overridden, or a lease that ran out and another checker took over)."""
+    result = await conn.execute(
+        update(preflight_tasks)
+        .where(
+            preflight_tasks.c.task_id == task_id,
+            preflight_tasks.c.attempt == attempt - 1,
+            preflight_tasks.c.overridden_at.is_(None),
+        )
+        .values(attempt=attempt, next_check_at=next_check_at, checking_until=None)
+    )
+    if not result.rowcount:
+        return False
+    if found:
+        await conn.execute(
+            insert(preflight_results),
+            [
+                {
+                    "task_id": r.task_id,
+                    "check_id": r.check_id,
+                    "attempt": r.attempt,
+                    "check_name": r.check_name,
+                    "passed": r.passed,
+                    "reason": r.reason,
+                    "checked_at": r.checked_at,
+                    "recheck_at": r.recheck_at,
+                }
+                for r in found
+            ],
+        )
+    return True
+
+
+def _still_held(gate: str, task_id: uuid.UUID) -> Any:
+    return and_(tasks.c.id == task_id, status_in(tasks.c.status, TaskStatus.PENDING), tasks.c.held_by == gate)
+
+
+async def release(
+    conn: AsyncConnection, gate: str, task_id: uuid.UUID, reason: str, *, now: datetime
+) -> None:
+    """The task may be claimed at once (its checks passed, or were overridden); still held by `gate`, which
+    lets it start at the claim."""
+    await conn.execute(
+        update(tasks)
+        .where(_still_held(gate, task_id))
+        .values(not_before=None, held_reason=reason, message=reason, updated_at=now)
+    )
+
+
+async def hold_until(
+    conn: AsyncConnection, gate: str, task_id: uuid.UUID, hold: Hold, *, now: datetime
+) -> None:
+    """A round failed: the task waits for `hold` (its reason the failing check's)."""
+    await conn.execute(update(tasks).where(_still_held(gate, task_id)).values(hold_values(gate, hold, now)))
+
+
+async def override(conn: AsyncConnection, task_id: uuid.UUID, reason: str, *, now: datetime) -> None:
+    """An operator let the task start whatever its checks say."""
+    values = {"override_reason": reason, "overridden_at": now, "checking_until": None}
+    found = await conn.execute(
+        update(preflight_tasks).where(preflight_tasks.c.task_id == task_id).values(values)
+    )
+    if not found.rowcount:
+        await conn.execute(insert(preflight_tasks).values(task_id=task_id, attempt=0, **values))
+
+
+# --- what rack_idle asks ------------------------------------------------------------------------
+
+
+async def busy_with(
+    conn: AsyncConnection, rack_id: uuid.UUID, operations: Collection[OperationKind], *, besides: uuid.UUID
+) -> list[Task]:
+    """The other tasks of `operations` RUNNING on the rack."""
+    if not operations:
+        return []
+    stmt = select(tasks).where(
+        tasks.c.rack_id == rack_id,
+        is_active(tasks.c.status),
+        status_in(tasks.c.status, TaskStatus.RUNNING),
+        tasks.c.operation.in_(sorted(op.value for op in operations)),
+        tasks.c.id != besides,
+    )
+    return [task_from_row(row) for row in await conn.execute(stmt)]
+
+
+async def last_finished(
+    conn: AsyncConnection, rack_id: uuid.UUID, operation: OperationKind, *, besides: uuid.UUID
+) -> Task | None:
+    """The rack's most recently finished other task of `operation`."""
+    stmt = (
+        select(tasks)
+        .where(
+            tasks.c.rack_id == rack_id,
+            tasks.c.operation == operation.value,
+            tasks.c.finished_at.is_not(None),
+            tasks.c.id != besides,
+        )
+        .order_by(tasks.c.finished_at.desc())
+        .limit(1)
+    )
+    row = (await conn.execute(stmt)).first()
+    return task_from_row(row) if row is not None else None

@@ -1,0 +1,234 @@
+"""The pre-flight check RPCs through an in-process gRPC server: shapes of the three kinds, defaults, bad
+input naming the field (and writing nothing), NOT_FOUND, ALREADY_EXISTS, updates by mask, the override of
+one task's checks, the operator role and the audit rows."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
+
+from rackflow.domain.inventory import Rack
+from rackflow.services import Services
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1.flow_pb2_grpc import FlowStub
+from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
+from tests.api.test_windows_api import expect
+from tests.conftest import table_counts
+
+
+@pytest.fixture
+async def racks(services: Services) -> list[Rack]:
+    r1 = await services.inventory.create_rack("r1")
+    r2 = await services.inventory.create_rack("r2")
+    await services.inventory.create_domain("nvl-a", [r2.id])
+    return [r1, r2]
+
+
+def alerts(name: str = "no-alerts", **fields: Any) -> pb.PreflightCheck:
+    kind = pb.AlertmanagerCheck(url="http://127.0.0.1:9093", matchers=['rack="{rack.name}"'])
+    return pb.PreflightCheck(**{"name": name, "alertmanager": kind, **fields})
+
+
+def hook(**settings: Any) -> pb.PreflightCheck:
+    return pb.PreflightCheck(
+        name="drained", webhook=pb.WebhookCheck(**{"url": "http://127.0.0.1:1/", **settings})
+    )
+
+
+def idle(**settings: Any) -> pb.PreflightCheck:
+    return pb.PreflightCheck(name="idle", rack_idle=pb.RackIdleCheck(**settings))
+
+
+async def create(stub: FlowStub, check: pb.PreflightCheck) -> pb.PreflightCheck:
+    created: pb.PreflightCheck = await stub.CreatePreflightCheck(pb.CreatePreflightCheckRequest(check=check))
+    return created
+
+
+async def test_create_get_list_and_delete(stub: FlowStub, racks: list[Rack]) -> None:
+    am = await create(
+        stub,
+        alerts(
+            operations=["upgrade_firmware"],
+            racks=[pb.WindowTarget(name="r1")],
+            nvl_domains=[pb.WindowTarget(name="nvl-a")],
+        ),
+    )
+    assert am.alertmanager.fail_closed and list(am.alertmanager.matchers) == ['rack="{rack.name}"']
+    assert (am.interval, am.max_wait) == ("30s", "1h")  # the defaults
+    assert [t.name for t in am.racks] == ["r1"] and [t.name for t in am.nvl_domains] == ["nvl-a"]
+    drained = await create(stub, hook(secret="env:DRAIN_KEY"))
+    assert (drained.webhook.timeout, drained.webhook.secret) == ("10s", "env:DRAIN_KEY")
+    busy = await create(stub, idle(busy_operations=["power_reset"], failed_within="1h"))
+    assert list(busy.rack_idle.busy_operations) == ["power_reset"] and not busy.racks
+    assert await stub.GetPreflightCheck(pb.GetPreflightCheckRequest(id=am.id)) == am
+    listed = await stub.ListPreflightChecks(pb.ListPreflightChecksRequest())
+    assert [c.name for c in listed.checks] == ["drained", "idle", "no-alerts"]
+    await stub.DeletePreflightCheck(pb.DeletePreflightCheckRequest(id=am.id))
+    listed = await stub.ListPreflightChecks(pb.ListPreflightChecksRequest())
+    assert [c.name for c in listed.checks] == ["drained", "idle"]
+
+
+@pytest.mark.parametrize(
+    ("check", "field"),
+    [
+        (alerts(name=""), "check.name"),
+        (pb.PreflightCheck(name="x"), "check.kind"),
+        (alerts(operations=["reboot"]), "check.operations[0]"),
+        (alerts(operations=["power_on", "power_on"]), "check.operations[1]"),
+        (alerts(racks=[pb.WindowTarget()]), "check.racks[0]"),
+        (alerts(nvl_domains=[pb.WindowTarget(id=pb.UUID(id="nope"))]), "check.nvl_domains[0].id"),
+        (alerts(interval="soon"), "check.interval"),
+        (alerts(interval="1ms"), "check.interval"),
+        (alerts(max_wait="-1m"), "check.max_wait"),
+        (pb.PreflightCheck(name="x", alertmanager=pb.AlertmanagerCheck(url="")), "check.alertmanager.url"),
+        (
+            pb.PreflightCheck(name="x", alertmanager=pb.AlertmanagerCheck(url="ftp://h")),
+            "check.alertmanager.url",
+        ),
+        (
+            pb.PreflightCheck(name="x", alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=[""])),
+            "check.alertmanager.matchers[0]",
+        ),
+        (hook(url="localhost:80"), "check.webhook.url"),
+        (hook(secret="hunter2"), "check.webhook.secret"),
+        (hook(timeout="2m"), "check.webhook.timeout"),
+        (hook(timeout="0s"), "check.webhook.timeout"),
+        (idle(), "check.rack_idle"),
+        (idle(busy_operations=["reboot"]), "check.rack_idle.busy_operations[0]"),
+        (idle(busy_operations=["power_on", "power_on"]), "check.rack_idle.busy_operations[1]"),
+        (idle(failed_within="often"), "check.rack_idle.failed_within"),
+    ],
+)
+async def test_bad_create_names_the_field_and_writes_nothing(
+    stub: FlowStub, services: Services, check: pb.PreflightCheck, field: str
+) -> None:
+    before = await table_counts(services.db)
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, field, create(stub, check))
+    assert await table_counts(services.db) == before
+
+
+async def test_unknown_racks_names_and_ids(stub: FlowStub, services: Services, racks: list[Rack]) -> None:
+    await expect(
+        grpc.StatusCode.NOT_FOUND,
+        "check.racks[1]",
+        create(stub, alerts(racks=[pb.WindowTarget(name="r1"), pb.WindowTarget(name="r9")])),
+    )
+    await create(stub, alerts())
+    before = await table_counts(services.db)
+    await expect(grpc.StatusCode.ALREADY_EXISTS, "check.name", create(stub, alerts()))
+    assert await table_counts(services.db) == before
+    missing = pb.UUID(id=str(uuid.uuid4()))
+    await expect(
+        grpc.StatusCode.NOT_FOUND, "id", stub.GetPreflightCheck(pb.GetPreflightCheckRequest(id=missing))
+    )
+    await expect(
+        grpc.StatusCode.NOT_FOUND, "id", stub.DeletePreflightCheck(pb.DeletePreflightCheckRequest(id=missing))
+    )
+    request = pb.UpdatePreflightCheckRequest(
+        id=missing, check=alerts(interval="1m"), update_mask=FieldMask(paths=["check.interval"])
+    )
+    await expect(grpc.StatusCode.NOT_FOUND, "id", stub.UpdatePreflightCheck(request))
+
+
+async def test_update_by_mask(stub: FlowStub, services: Services, racks: list[Rack]) -> None:
+    created = await create(stub, alerts(racks=[pb.WindowTarget(name="r1")]))
+
+    async def update(paths: list[str], check: pb.PreflightCheck) -> pb.PreflightCheck:
+        request = pb.UpdatePreflightCheckRequest(
+            id=created.id, check=check, update_mask=FieldMask(paths=paths)
+        )
+        updated: pb.PreflightCheck = await stub.UpdatePreflightCheck(request)
+        return updated
+
+    slower = await update(
+        ["check.interval", "check.max_wait"], pb.PreflightCheck(interval="1m", max_wait="2h")
+    )
+    assert (slower.interval, slower.max_wait, slower.name) == ("1m", "2h", "no-alerts")
+    assert slower.WhichOneof("kind") == "alertmanager" and [t.name for t in slower.racks] == ["r1"]
+    hooked = await update(["check.kind", "check.racks"], hook(url="http://127.0.0.1:2/"))
+    assert hooked.WhichOneof("kind") == "webhook" and not hooked.racks
+    await create(stub, alerts("other"))
+    before = await table_counts(services.db)
+    for paths, check, code, field in (
+        ([], pb.PreflightCheck(), grpc.StatusCode.INVALID_ARGUMENT, "update_mask"),
+        (["check.color"], pb.PreflightCheck(), grpc.StatusCode.INVALID_ARGUMENT, "update_mask"),
+        (["check.kind"], pb.PreflightCheck(), grpc.StatusCode.INVALID_ARGUMENT, "check.kind"),
+        (
+            ["check.interval"],
+            pb.PreflightCheck(interval="x"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "check.interval",
+        ),
+        (["check.name"], pb.PreflightCheck(name="other"), grpc.StatusCode.ALREADY_EXISTS, "check.name"),
+    ):
+        request = pb.UpdatePreflightCheckRequest(
+            id=created.id, check=check, update_mask=FieldMask(paths=paths)
+        )
+        await expect(code, field, stub.UpdatePreflightCheck(request))
+    assert await table_counts(services.db) == before
+
+
+async def test_override_of_a_task_s_checks(stub: FlowStub, services: Services, racks: list[Rack]) -> None:
+    submitted = await stub.PowerOnRack(
+        pb.PowerOnRackRequest(
+            target_spec=pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="r1")]))
+        )
+    )
+    task_id = submitted.task_ids[0]
+    before = await table_counts(services.db)
+    for request, code, field in (
+        (pb.OverridePreflightChecksRequest(task_id=task_id), grpc.StatusCode.INVALID_ARGUMENT, "reason"),
+        (pb.OverridePreflightChecksRequest(reason="x"), grpc.StatusCode.INVALID_ARGUMENT, "task_id"),
+        (
+            pb.OverridePreflightChecksRequest(task_id=pb.UUID(id=str(uuid.uuid4())), reason="x"),
+            grpc.StatusCode.NOT_FOUND,
+            "task_id",
+        ),
+    ):
+        await expect(code, field, stub.OverridePreflightChecks(request))
+    assert await table_counts(services.db) == before
+    task = await stub.OverridePreflightChecks(
+        pb.OverridePreflightChecksRequest(task_id=task_id, reason="INC-1: stale")
+    )
+    assert task.id == task_id and task.status == pb.TASK_STATUS_PENDING
+    await stub.CancelTask(pb.CancelTaskRequest(task_id=task_id))
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "task_id",
+        stub.OverridePreflightChecks(pb.OverridePreflightChecksRequest(task_id=task_id, reason="again")),
+    )
+
+
+async def test_changes_need_the_operator_role_and_are_audited(services: Services) -> None:
+    async with secured_server(services, TOKENS) as address, grpc.aio.insecure_channel(address) as channel:
+        secured = FlowStub(channel)
+        request = pb.CreatePreflightCheckRequest(check=alerts())
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await secured.CreatePreflightCheck(request, metadata=bearer(VIEWER_TOKEN))
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        created = await secured.CreatePreflightCheck(request, metadata=bearer(OPERATOR_TOKEN))
+        update = pb.UpdatePreflightCheckRequest(
+            id=created.id, check=alerts(interval="5s"), update_mask=FieldMask(paths=["check.interval"])
+        )
+        await secured.UpdatePreflightCheck(update, metadata=bearer(OPERATOR_TOKEN))
+        await secured.DeletePreflightCheck(
+            pb.DeletePreflightCheckRequest(id=created.id), metadata=bearer(OPERATOR_TOKEN)
+        )
+        await secured.ListPreflightChecks(pb.ListPreflightChecksRequest(), metadata=bearer(VIEWER_TOKEN))
+        override = pb.OverridePreflightChecksRequest(task_id=pb.UUID(id=str(uuid.uuid4())), reason="x")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await secured.OverridePreflightChecks(override, metadata=bearer(VIEWER_TOKEN))
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        listed = await secured.ListAuditEvents(pb.ListAuditEventsRequest(), metadata=bearer(VIEWER_TOKEN))
+    events = [e for e in listed.events if "PreflightCheck" in e.method]
+    assert sorted(e.method for e in events) == [
+        "CreatePreflightCheck",
+        "DeletePreflightCheck",
+        "UpdatePreflightCheck",
+    ]
+    assert all(e.outcome == "OK" and e.principal == "oncall" for e in events)
+    assert all(created.id in e.target_ids for e in events)

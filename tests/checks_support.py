@@ -1,0 +1,99 @@
+"""What the pre-flight check tests share: a real HTTP receiver for webhooks (the standard library's server
+in a thread, on loopback) that answers from a script and records what it was sent, and an executor with
+the checker beside it, wired as `rackflow serve` wires them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from rackflow.checks.checker import PreflightChecker
+from rackflow.services import Services
+from rackflow.store.db import Database
+from tests.store.test_executor import CLOCK, executing
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One scripted answer: HTTP status, a JSON body, after `delay` seconds."""
+
+    body: Any = field(default_factory=lambda: {"ok": True})
+    status: int = 200
+    delay: float = 0.0
+
+
+@dataclass
+class Receiver:
+    """Answers each POST with the next scripted answer (the last one repeats), and records the posts."""
+
+    script: list[Answer]
+    url: str = ""
+    posts: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_answer(self, headers: dict[str, str], body: bytes) -> Answer:
+        with self.lock:
+            self.posts.append((headers, body))
+            return self.script.pop(0) if len(self.script) > 1 else self.script[0]
+
+    def payloads(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [json.loads(body) for _, body in self.posts]
+
+
+@contextmanager
+def receiving(*script: Answer) -> Iterator[Receiver]:
+    receiver = Receiver(list(script) or [Answer()])
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            answer = receiver.next_answer(dict(self.headers.items()), body)
+            time.sleep(answer.delay)
+            raw = answer.body if isinstance(answer.body, bytes) else json.dumps(answer.body).encode()
+            try:
+                self.send_response(answer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+            except OSError:  # the client gave up (a timeout test)
+                pass
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    receiver.url = f"http://127.0.0.1:{server.server_address[1]}/drain"
+    try:
+        yield receiver
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@asynccontextmanager
+async def checking(db: Database, **options: Any) -> AsyncIterator[Services]:
+    """An executor and a pre-flight checker over `db`, wired as `rackflow serve` wires them."""
+    services = Services.build(db, CLOCK)
+    checker = PreflightChecker(db, CLOCK, services.tasks, poll_interval=timedelta(milliseconds=50))
+    services.checks.gate.on_hold.append(checker.wake)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(checker.run(stop))
+    try:
+        async with executing(db, gates=services.gates, manager=services.tasks, **options):
+            yield services
+    finally:
+        stop.set()
+        await asyncio.wait_for(runner, 10)

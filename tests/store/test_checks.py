@@ -1,0 +1,203 @@
+"""Pre-flight checks end to end in one process, on both databases: the executor's claim with the
+pre-flight gate, and the checker beside it asking a real HTTP receiver (webhooks) or the database
+(rack_idle).
+
+A task no check applies to is not touched; a drain hook that says "not ready" twice then "ready" holds the
+task (reason on it) and then lets it start, its posts signed with HMAC-SHA256; a hook that times out holds
+it, and the maximum wait fails it with the reason; rack_idle holds a task on a rack whose last same task
+failed recently; an operator's override starts a held task; a deleted check lets its tasks go."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import uuid
+from datetime import timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import func, select, update
+
+from rackflow.checks.service import CheckInput
+from rackflow.domain.checks import RackIdleSettings, WebhookSettings
+from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
+from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
+from rackflow.inventory.service import InventoryService
+from rackflow.services import Services
+from rackflow.store.db import Database
+from rackflow.store.tables import preflight_results, preflight_tasks, tasks
+from rackflow.store.tasks import set_status
+from tests.checks_support import Answer, checking, receiving
+from tests.store.test_executor import CLOCK, eventually, finished, get, make_rack, start_running, submit
+
+POWER_ON = Operation(OperationKind.POWER_ON)
+SECRET_ENV = "RACKFLOW_TEST_DRAIN_KEY"
+
+
+async def _count(db: Database, table: object) -> int:
+    async with db.read() as conn:
+        return (await conn.execute(select(func.count()).select_from(table))).scalar_one()  # type: ignore[arg-type]
+
+
+def _sample(name: str, labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def _results(check: str, result: str) -> float:
+    return _sample("rackflow_check_results_total", {"check": check, "result": result})
+
+
+async def _rack(db: Database, name: str) -> Rack:
+    spec = ComponentSpec(ComponentType.COMPUTE, "compute-0", external_id=f"{name}-gpu-0")
+    return await InventoryService(db, CLOCK).create_rack(name, components=[spec])
+
+
+async def _held_with(db: Database, task: Task, words: str) -> Task:
+    async def held() -> bool:
+        found = await get(db, task)
+        return found.held_by == "preflight" and words in (found.held_reason or "")
+
+    await eventually(held)
+    return await get(db, task)
+
+
+async def test_a_task_no_check_applies_to_is_not_touched(db: Database) -> None:
+    rack = await make_rack(db, computes=1)
+    services = Services.build(db, CLOCK)
+    only_firmware = CheckInput(
+        name="fw-only",
+        operations=(OperationKind.UPGRADE_FIRMWARE,),
+        settings=WebhookSettings("http://127.0.0.1:9/", "", ""),
+    )
+    await services.checks.create(only_firmware)
+    task = await submit(db, rack, POWER_ON)
+    async with checking(db):
+        done = await finished(db, task)
+    assert done.status is TaskStatus.COMPLETED
+    assert await _count(db, preflight_tasks) == 0 and await _count(db, preflight_results) == 0
+
+
+async def test_a_drain_hook_holds_the_task_until_it_says_ready(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SECRET_ENV, "s3cret\n")
+    rack = await make_rack(db, computes=2)
+    draining = Answer({"ok": False, "reason": "draining 3 jobs", "retry_after": "100ms"})
+    with receiving(draining, draining, Answer({"ok": True})) as hook:
+        services = Services.build(db, CLOCK)
+        await services.checks.create(
+            CheckInput(
+                name="drained",
+                settings=WebhookSettings(hook.url, f"env:{SECRET_ENV}", "2s"),
+                interval="10s",  # retry_after answers sooner
+            )
+        )
+        before = _results("drained", "hold")
+        holds = _sample("rackflow_check_holds_total", {"check": "drained"})
+        waits = _sample("rackflow_check_wait_seconds_count", {})
+        task = await submit(db, rack, POWER_ON)
+        async with checking(db):
+            held = await _held_with(db, task, "draining 3 jobs")
+            assert held.status is TaskStatus.PENDING and held.started_at is None
+            assert held.held_reason == "pre-flight check 'drained': webhook: draining 3 jobs"
+            assert held.message == held.held_reason
+            done = await finished(db, task)
+        payloads = hook.payloads()
+    assert done.status is TaskStatus.COMPLETED
+    assert [p["attempt"] for p in payloads] == [1, 2, 3]
+    assert {p["task_id"] for p in payloads} == {str(task.id)}
+    assert payloads[0]["rack"]["name"] == rack.name and payloads[0]["operation"] == "power_on"
+    assert len(payloads[0]["components"]) == len(task.component_ids)
+    for headers, body in hook.posts:
+        expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(headers["X-Rackflow-Signature"], expected)
+    assert _results("drained", "hold") - before == 2
+    assert _sample("rackflow_check_holds_total", {"check": "drained"}) - holds == 2
+    assert _sample("rackflow_check_wait_seconds_count", {}) - waits == 1  # once, when it started
+    assert await _count(db, preflight_results) == 3
+
+
+async def test_a_hook_that_times_out_holds_and_the_maximum_wait_fails_the_task(db: Database) -> None:
+    rack = await make_rack(db, computes=1)
+    with receiving(Answer(delay=2.0)) as hook:
+        services = Services.build(db, CLOCK)
+        await services.checks.create(
+            CheckInput(
+                name="slow",
+                settings=WebhookSettings(hook.url, "", "200ms"),
+                interval="100ms",
+                max_wait="1500ms",
+            )
+        )
+        task = await submit(db, rack, POWER_ON)
+        async with checking(db):
+            held = await _held_with(db, task, "timed out")
+            assert held.status is TaskStatus.PENDING
+            done = await finished(db, task)
+    assert done.status is TaskStatus.FAILED
+    assert "webhook" in done.message and "timed out" in done.message
+    assert done.message.endswith("(pre-flight check 'slow' gave up after 1500ms)")
+
+
+async def test_rack_idle_holds_a_rack_whose_last_same_task_failed_recently(db: Database) -> None:
+    rack = await make_rack(db, computes=1)
+    services = Services.build(db, CLOCK)
+    earlier = await submit(db, rack, POWER_ON)
+    async with db.transaction() as conn:
+        await set_status(conn, [earlier.id], TaskStatus.FAILED, now=CLOCK.now(), message="PSU fault")
+    await services.checks.create(
+        CheckInput(
+            name="not-flapping",
+            settings=RackIdleSettings(frozenset({OperationKind.POWER_RESET}), "1h"),
+            interval="100ms",
+            max_wait="800ms",
+        )
+    )
+    task = await submit(db, rack, POWER_ON)
+    async with checking(db):
+        held = await _held_with(db, task, "PSU fault")
+        assert "rack_idle: the rack's last power_on failed at" in (held.held_reason or "")
+        done = await finished(db, task)
+    assert done.status is TaskStatus.FAILED and "PSU fault" in done.message and "gave up" in done.message
+
+
+async def test_an_override_starts_a_held_task_and_a_deleted_check_lets_its_tasks_go(db: Database) -> None:
+    first, second = await _rack(db, "r1"), await _rack(db, "r2")
+    with receiving(Answer({"ok": False, "reason": "jobs running"})) as hook:
+        services = Services.build(db, CLOCK)
+        check = await services.checks.create(
+            CheckInput(name="never", settings=WebhookSettings(hook.url, "", "2s"), interval="10s")
+        )
+        a, b = await submit(db, first, POWER_ON), await submit(db, second, POWER_ON)
+        async with checking(db) as running:
+            await _held_with(db, a, "jobs running")
+            await _held_with(db, b, "jobs running")
+            overridden = await running.checks.override(a.id, "INC-7: hook is wrong")
+            assert overridden.held_reason == "pre-flight checks overridden: INC-7: hook is wrong"
+            assert (await finished(db, a)).status is TaskStatus.COMPLETED
+            assert (await get(db, b)).status is TaskStatus.PENDING
+            await running.checks.delete(check.id)
+            assert (await finished(db, b)).status is TaskStatus.COMPLETED
+
+
+async def test_rack_idle_holds_while_a_busy_operation_runs_on_the_rack(db: Database) -> None:
+    rack, other = await _rack(db, "r1"), await _rack(db, "r2")
+    task = await submit(db, rack, POWER_ON)
+    # A power reset RUNNING on the rack under a live instance (moved there after its submission, which
+    # the conflict rules would have refused: the check must see it whatever let it run).
+    busy = await submit(db, other, Operation(OperationKind.POWER_RESET))
+    await start_running(db, busy, uuid.uuid4(), heartbeat_age=-timedelta(hours=1))
+    async with db.transaction() as conn:
+        await conn.execute(update(tasks).where(tasks.c.id == busy.id).values(rack_id=rack.id))
+    services = Services.build(db, CLOCK)
+    idle = RackIdleSettings(frozenset({OperationKind.POWER_RESET}), "")
+    await services.checks.create(CheckInput(name="idle", settings=idle, interval="100ms"))
+    async with checking(db):
+        held = await _held_with(db, task, "is running on the rack")
+        assert (
+            held.held_reason
+            == f"pre-flight check 'idle': rack_idle: power_reset task {busy.id} is running on the rack"
+        )
+        async with db.transaction() as conn:
+            await set_status(conn, [busy.id], TaskStatus.COMPLETED, now=CLOCK.now())
+        assert (await finished(db, task)).status is TaskStatus.COMPLETED

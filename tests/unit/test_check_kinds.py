@@ -1,0 +1,70 @@
+"""The pure parts of the pre-flight checks: matcher templates, how an alert is named, the webhook
+signature, and which checks apply to a task's rack and operation."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import uuid
+from datetime import UTC, datetime
+
+from rackflow.checks.kinds import alert_text, render, signature
+from rackflow.domain.checks import PreflightCheck, RackFacts, RackIdleSettings
+from rackflow.domain.tasks import OperationKind
+from rackflow.domain.windows import RackRef
+
+RACK = RackFacts(uuid.UUID(int=7), "rack-01", "SN-1001", uuid.UUID(int=9), "nvl-a")
+NOW = datetime(2026, 12, 2, tzinfo=UTC)
+
+
+def test_matchers_are_templated_with_the_rack_only() -> None:
+    assert render('rack="{rack.name}"', RACK) == 'rack="rack-01"'
+    assert render("serial={rack.external_id},id={rack.id}", RACK) == f"serial=SN-1001,id={RACK.id}"
+    assert render('domain=~"{rack.domain}|none"', RACK) == 'domain=~"nvl-a|none"'
+    assert render('pdu=~"p[0-9]{2}"', RACK) == 'pdu=~"p[0-9]{2}"'  # a regex's braces stay
+    assert render("{rack.__class__}", RACK) == "{rack.__class__}"
+
+
+def test_an_alert_is_named_with_its_sorted_labels() -> None:
+    alert = {"labels": {"severity": "critical", "alertname": "RackOverheat", "rack": 'r"1'}}
+    assert alert_text(alert) == 'RackOverheat{rack="r\\"1",severity="critical"}'
+    assert alert_text({"labels": {}}) == "alert{}"
+
+
+def test_the_signature_is_the_hmac_sha256_of_the_body() -> None:
+    body = b'{"ok": true}'
+    assert signature(b"k", body) == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
+
+
+def _check(
+    operations: frozenset[OperationKind], racks: tuple[uuid.UUID, ...], domains: tuple[uuid.UUID, ...]
+) -> PreflightCheck:
+    return PreflightCheck(
+        id=uuid.uuid4(),
+        name="c",
+        operations=operations,
+        all_racks=not racks and not domains,
+        racks=tuple((i, str(i)) for i in racks),
+        domains=tuple((i, str(i)) for i in domains),
+        settings=RackIdleSettings(frozenset(), "1h"),
+        interval="30s",
+        max_wait="1h",
+        created_at=NOW,
+        updated_at=NOW,
+    )
+
+
+def test_a_check_applies_by_operation_rack_and_domain() -> None:
+    fw = OperationKind.UPGRADE_FIRMWARE
+    in_domain, alone = RackRef(uuid.uuid4(), uuid.UUID(int=9)), RackRef(uuid.uuid4(), None)
+    everywhere = _check(frozenset(), (), ())
+    assert everywhere.applies(alone, OperationKind.POWER_ON) and everywhere.kind.value == "rack_idle"
+    firmware_only = _check(frozenset({fw}), (), ())
+    assert firmware_only.applies(alone, fw) and not firmware_only.applies(alone, OperationKind.POWER_ON)
+    by_domain = _check(frozenset(), (), (uuid.UUID(int=9),))
+    assert by_domain.applies(in_domain, fw) and not by_domain.applies(alone, fw)
+    by_rack = _check(frozenset(), (alone.rack_id,), ())
+    assert by_rack.applies(alone, fw) and not by_rack.applies(in_domain, fw)
+    assert (
+        everywhere.interval_delta.total_seconds() == 30 and everywhere.max_wait_delta.total_seconds() == 3600
+    )

@@ -1,0 +1,105 @@
+"""`rackflow check …` and `rackflow task override-checks` over a fake client: what each sends, the usage
+errors, and what it shows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from click.testing import Result
+
+from rackflow.v1 import flow_pb2 as pb
+from tests.unit.test_cli_commands import TASK_ID, FakeClient, a_task, fake, run
+
+__all__ = ["fake", "run"]  # the fixtures, shared with test_cli_commands
+
+
+def a_check() -> pb.PreflightCheck:
+    return pb.PreflightCheck(
+        id=pb.UUID(id="1d2c3b4a-5e6f-4a7b-8c9d-0e1f2a3b4c5d"),
+        name="no-alerts",
+        operations=["upgrade_firmware"],
+        racks=[pb.WindowTarget(name="rack-01")],
+        alertmanager=pb.AlertmanagerCheck(
+            url="http://am:9093", matchers=['rack="{rack.name}"'], fail_closed=True
+        ),
+        interval="30s",
+        max_wait="1h",
+    )
+
+
+def test_check_create_sends_the_kind_and_what_it_applies_to(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    fake.answers["create_check"] = a_check()
+    result = run(
+        "check", "create", "no-alerts", "--alertmanager", "http://am:9093", "--matcher", 'rack="{rack.name}"',
+        "--op", "upgrade-firmware", "--rack", "rack-01", "--domain", "nvl-a", "--max-wait", "2h",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    [((sent,), _)] = fake.called("create_check")
+    assert sent.name == "no-alerts" and list(sent.operations) == ["upgrade_firmware"]
+    assert (sent.alertmanager.url, list(sent.alertmanager.matchers)) == (
+        "http://am:9093",
+        ['rack="{rack.name}"'],
+    )
+    assert sent.alertmanager.fail_closed and sent.max_wait == "2h" and sent.interval == ""
+    assert [t.name for t in sent.racks] == ["rack-01"] and [t.name for t in sent.nvl_domains] == ["nvl-a"]
+    assert "alertmanager http://am:9093" in result.output
+
+    fake.answers["create_check"] = a_check()
+    run("check", "create", "drained", "--webhook", "http://h/drain", "--secret", "env:KEY", "--timeout", "5s")
+    run("check", "create", "idle", "--rack-idle", "--busy", "power-reset", "--failed-within", "1h")
+    (_, (hook,), _), (_, (idle,), _) = [c for c in fake.calls if c[0] == "create_check"][1:]
+    assert (hook.webhook.url, hook.webhook.secret, hook.webhook.timeout) == (
+        "http://h/drain",
+        "env:KEY",
+        "5s",
+    )
+    assert (list(idle.rack_idle.busy_operations), idle.rack_idle.failed_within) == (["power_reset"], "1h")
+
+
+def test_check_create_needs_exactly_one_kind(fake: FakeClient, run: Callable[..., Result]) -> None:
+    for args in (
+        ("check", "create", "x"),
+        ("check", "create", "x", "--webhook", "http://h", "--rack-idle"),
+    ):
+        result = run(*args)
+        assert (
+            result.exit_code == 2 and "give one of --alertmanager, --webhook or --rack-idle" in result.output
+        )
+    assert fake.called("create_check") == []
+
+
+def test_check_list_show_update_and_delete(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["list_checks"] = pb.ListPreflightChecksResponse(checks=[a_check()])
+    result = run("check", "list")
+    assert result.exit_code == 0 and "1 checks" in result.output and "no-alerts" in result.output
+    fake.answers["get_check"] = a_check()
+    result = run("check", "show", "no-alerts", "-o", "json")
+    assert json.loads(result.output)["alertmanager"]["url"] == "http://am:9093"
+    fake.answers["update_check"] = a_check()
+    result = run("check", "update", "no-alerts", "--interval", "1m", "--all-racks")
+    assert result.exit_code == 0, result.output
+    [((ref, message, paths), _)] = fake.called("update_check")
+    assert (ref, message.interval) == ("no-alerts", "1m")
+    assert paths == ["check.racks", "check.nvl_domains", "check.interval"]
+    assert run("check", "update", "no-alerts").exit_code == 2
+    result = run("check", "delete", "no-alerts")
+    assert (
+        fake.called("delete_check") == [(("no-alerts",), {})] and "deleted check no-alerts" in result.output
+    )
+
+
+def test_task_override_checks_sends_the_reason_and_shows_the_task(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    task = a_task(pb.TASK_STATUS_PENDING)
+    task.held_by = "preflight"
+    task.held_reason = "pre-flight checks overridden: INC-7"
+    fake.answers["override_checks"] = task
+    result = run("task", "override-checks", TASK_ID, "--reason", "INC-7")
+    assert result.exit_code == 0, result.output
+    assert fake.called("override_checks") == [((TASK_ID, "INC-7"), {})]
+    assert "pre-flight checks overridden: INC-7" in " ".join(result.output.split())
+    assert run("task", "override-checks", TASK_ID).exit_code == 2  # --reason is required
