@@ -209,3 +209,10 @@ def test_window_events_for_a_rack() -> None:
         (utc("2026-01-02T04:00:00Z"), "nightly", False),
         (utc("2026-01-03T00:00:00Z"), "launch", False),
     ]
+
+
+def test_occurrences_after_the_first_representable_time_start_there() -> None:
+    """`after` near year 1 (the fuzz tests send it): no overflow, the first occurrence is found."""
+    window = Recurring("0 22 * * 6", "6h", "UTC")
+    first = next(window.occurrences(datetime(1, 1, 1, tzinfo=UTC)))
+    assert first.start == datetime(1, 1, 6, 22, tzinfo=UTC) and first.end == datetime(1, 1, 7, 4, tzinfo=UTC)

@@ -109,7 +109,9 @@ class Recurring:
     def occurrences(self, after: datetime) -> Iterator[Occurrence]:
         """The occurrences that end after `after`, in order (the first may have started already)."""
         length = self.length
-        current = after - length
+        # From `length` before `after`, or from the first representable time when that is earlier.
+        earliest = datetime.min.replace(tzinfo=after.tzinfo)
+        current = after - length if after - earliest > length else earliest
         while (start := self._expr.next_after(current, self._zone)) is not None:
             yield Occurrence(start, start + length)
             current = start
