@@ -123,11 +123,6 @@ async def all_checks(conn: AsyncConnection) -> list[PreflightCheck]:
     return await _checks_where(conn)
 
 
-async def any_checks(conn: AsyncConnection) -> bool:
-    """Whether any check exists: the gate's whole cost when none does."""
-    return (await conn.execute(select(preflight_checks.c.id).limit(1))).first() is not None
-
-
 async def get_check(conn: AsyncConnection, check_id: uuid.UUID) -> PreflightCheck | None:
     found = await _checks_where(conn, preflight_checks.c.id == check_id)
     return found[0] if found else None
