@@ -899,11 +899,7 @@ class JsonApi:
     # --- notification channels and deliveries ----------------------------------------------------
 
     async def _channel(self, ref: str, field: str) -> pb.UUID:
-        """The channel's id, from its id or its name."""
-        for shown in await self.services.notifications.list_channels():
-            if ref in (str(shown.channel.id), shown.channel.name):
-                return pb.UUID(id=str(shown.channel.id))
-        raise NotFound(f"{field}: no notification channel {ref!r}")
+        return pb.UUID(id=str(await refs.channel_id(self.services, ref, field)))
 
     async def list_channels(self, call: Call) -> Message:
         return await call.rpc("ListNotificationChannels", pb.ListNotificationChannelsRequest())

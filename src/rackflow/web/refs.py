@@ -34,3 +34,13 @@ async def budget_id(services: Services, ref: str, field: str) -> uuid.UUID:
 
 async def check_id(services: Services, ref: str, field: str) -> uuid.UUID:
     return uuid.UUID(ref) if is_uuid(ref) else await services.checks.id_by_name(ref, field)
+
+
+async def channel_id(services: Services, ref: str, field: str) -> uuid.UUID:
+    """Notification channels are few and have no name index: a name is looked for in the list."""
+    if is_uuid(ref):
+        return uuid.UUID(ref)
+    for shown in await services.notifications.list_channels():
+        if shown.channel.name == ref:
+            return shown.channel.id
+    raise NotFound(f"{field}: no notification channel {ref!r}")
