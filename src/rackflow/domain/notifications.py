@@ -31,6 +31,11 @@ class EventType(enum.StrEnum):
     # By rackflow itself: a rollout's halt paused the schedule, or an operator's pause reached its end.
     SCHEDULE_PAUSED = "schedule.paused"
     SCHEDULE_RESUMED = "schedule.resumed"
+    # A start gate (a freeze, a budget, a pre-flight check) has held a task longer than the threshold
+    # (--notification-hold-threshold), and the end of that hold: the task started, ended, or another gate
+    # holds it now (`rackflow.notify.holds`).
+    TASK_HELD_TOO_LONG = "task.held_too_long"
+    TASK_HOLD_CLEARED = "task.hold_cleared"
 
 
 # The event that ends the condition another one reported: Alertmanager gets the alert again with `endsAt`,
@@ -38,6 +43,7 @@ class EventType(enum.StrEnum):
 CLEARS: Mapping[EventType, EventType] = {
     EventType.RUN_HALT_CLEARED: EventType.RUN_HALTED,
     EventType.SCHEDULE_RESUMED: EventType.SCHEDULE_PAUSED,
+    EventType.TASK_HOLD_CLEARED: EventType.TASK_HELD_TOO_LONG,
 }
 
 
@@ -61,6 +67,8 @@ SEVERITY: Mapping[EventType, Severity] = {
     EventType.TASK_FAILED: Severity.WARNING,
     EventType.SCHEDULE_PAUSED: Severity.WARNING,
     EventType.SCHEDULE_RESUMED: Severity.WARNING,
+    EventType.TASK_HELD_TOO_LONG: Severity.WARNING,
+    EventType.TASK_HOLD_CLEARED: Severity.WARNING,
 }
 
 
@@ -100,6 +108,9 @@ class Event:
     rack_name: str = ""
     operation: str = ""
     id: uuid.UUID = field(default_factory=uuid.uuid4)
+    # What a loop found, named (`task.held_too_long`: the task, its gate, since when): the outbox holds one
+    # event per key, however many instances found it. Empty for the events write sites record.
+    key: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The event as a webhook receives it (and `notify` shows it)."""

@@ -23,12 +23,12 @@ from datetime import timedelta
 from rackflow import metrics
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import (
+    DEFAULT_NOTIFY_SEND_LEASE,
     NOTIFY_BATCH,
     NOTIFY_INTERVAL,
     NOTIFY_RATE_BURST,
     NOTIFY_RETRY_FIRST,
     NOTIFY_RETRY_MAX,
-    NOTIFY_SEND_LEASE,
     NOTIFY_SEND_TIMEOUT,
     NOTIFY_SENDS,
 )
@@ -81,7 +81,7 @@ class Deliverer:
         batch: int = NOTIFY_BATCH,
         sends: int = NOTIFY_SENDS,
         timeout: timedelta = NOTIFY_SEND_TIMEOUT,
-        lease: timedelta = NOTIFY_SEND_LEASE,
+        lease: timedelta = DEFAULT_NOTIFY_SEND_LEASE,
         sender: Send | None = None,
         jitter: Callable[[], float] = lambda: random.uniform(0.5, 1.0),
         monotonic: Callable[[], float] = time.monotonic,

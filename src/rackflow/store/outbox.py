@@ -30,7 +30,7 @@ from rackflow.domain.notifications import (
     Severity,
     Subscription,
 )
-from rackflow.domain.tasks import OperationKind
+from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.store.db import Database, chunked
 from rackflow.store.dialect import insert_rows
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
@@ -59,7 +59,8 @@ async def record_events(conn: AsyncConnection, events: Sequence[Event]) -> None:
     if not events:
         return
     rows = [_event_row(event) for event in await _with_context(conn, events)]
-    await conn.execute(*insert_rows(conn.dialect.name, notification_event, rows))
+    keyed = any(event.key for event in events)  # another instance may have written the same key first
+    await conn.execute(*insert_rows(conn.dialect.name, notification_event, rows, new_only=keyed))
 
 
 async def _with_context(conn: AsyncConnection, events: Sequence[Event]) -> list[Event]:
@@ -123,6 +124,7 @@ def _event_row(event: Event) -> dict[str, Any]:
         "principal": event.principal,
         "payload": dict(event.payload),
         "fanned_out": False,
+        "dedupe_key": event.key or None,
     }
 
 
@@ -143,6 +145,7 @@ def _event_from(row: Any) -> Event:
         operation=row.operation,
         principal=row.principal,
         payload=row.payload,
+        key=row.dedupe_key or "",
     )
 
 
@@ -180,6 +183,80 @@ async def fan_out(db: Database, conn: AsyncConnection, now: datetime, limit: int
     for chunk in chunked([e.id for e in events]):
         await conn.execute(update(notification_event).where(_event.id.in_(chunk)).values(fanned_out=True))
     return len(events)
+
+
+# --- conditions a loop finds: tasks held too long (rackflow.notify.holds) -------------------------------
+
+
+@dataclass(frozen=True)
+class Held:
+    """A task a start gate holds: which gate, since when, why."""
+
+    task_id: uuid.UUID
+    rack_id: uuid.UUID
+    held_by: str
+    held_since: datetime
+    reason: str
+
+
+def _held(row: Any) -> Held:
+    return Held(row.id, row.rack_id, row.held_by, row.held_since, row.held_reason or "")
+
+
+async def long_holds(
+    conn: AsyncConnection, cutoff: datetime, *, exclude: Collection[str], limit: int
+) -> list[Held]:
+    """Pending tasks held (by anything but `exclude`) since `cutoff` or earlier, longest held first."""
+    stmt = (
+        select(tasks.c.id, tasks.c.rack_id, tasks.c.held_by, tasks.c.held_since, tasks.c.held_reason)
+        .where(
+            tasks.c.status == TaskStatus.PENDING.value,
+            tasks.c.held_by.is_not(None),
+            tasks.c.held_by.not_in(list(exclude)),
+            tasks.c.held_since <= cutoff,
+        )
+        .order_by(tasks.c.held_since, tasks.c.id)
+        .limit(limit)
+    )
+    return [_held(row) for row in await conn.execute(stmt)]
+
+
+async def held_now(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Held | None]:
+    """Of these tasks (deleted ones left out), what holds each now (None: it is not a held pending task)."""
+    found = await _lookup(conn, tasks, task_ids)
+    pending = TaskStatus.PENDING.value
+    return {
+        task_id: _held(row) if row.status == pending and row.held_by and row.held_since else None
+        for task_id, row in found.items()
+    }
+
+
+async def keys_taken(conn: AsyncConnection, keys: Collection[str]) -> set[str]:
+    """Which of `keys` an event already has."""
+    taken: set[str] = set()
+    for chunk in chunked(set(keys)):
+        stmt = select(_event.dedupe_key).where(_event.dedupe_key.in_(chunk))
+        taken.update(key for key in (await conn.execute(stmt)).scalars() if key is not None)
+    return taken
+
+
+async def open_conditions(conn: AsyncConnection, kind: EventType) -> list[Event]:
+    """The keyed events of `kind` whose condition is not cleared yet (few: the partial index)."""
+    stmt = select(notification_event).where(
+        _event.type == kind.value, _event.dedupe_key.is_not(None), _event.cleared_at.is_(None)
+    )
+    return [_event_from(row) for row in await conn.execute(stmt)]
+
+
+async def clear_condition(conn: AsyncConnection, event_id: uuid.UUID, now: datetime) -> bool:
+    """Mark the condition `event_id` raised as cleared; False when it was already (another instance got
+    there first: only the transaction that answers True writes the clearing event)."""
+    stmt = (
+        update(notification_event)
+        .where(_event.id == event_id, _event.cleared_at.is_(None))
+        .values(cleared_at=now)
+    )
+    return (await conn.execute(stmt)).rowcount == 1
 
 
 # --- channels --------------------------------------------------------------------------------------------
@@ -437,13 +514,15 @@ def prune_delivered(
     db: Database, retention: timedelta, *, chunk: int = PRUNE_CHUNK
 ) -> AsyncGenerator[int, None]:
     """Delete the events older than `retention` whose deliveries all went through (with them), oldest first
-    (`prune_older`). An event still pending or dead anywhere stays, to be delivered or re-driven."""
+    (`prune_older`). An event still pending or dead anywhere stays, to be delivered or re-driven, and so
+    does a condition not cleared yet (its clearing is made from it)."""
     unfinished = exists().where(_delivery.event_id == _event.id, _delivery.state != DELIVERED)
+    still_open = and_(_event.dedupe_key.is_not(None), _event.cleared_at.is_(None))
     return prune_older(
         db,
         notification_event,
         retention,
-        older=lambda cutoff: and_(_event.at < cutoff, _event.fanned_out.is_(True), ~unfinished),
+        older=lambda cutoff: and_(_event.at < cutoff, _event.fanned_out.is_(True), ~unfinished, ~still_open),
         order_by=(_event.at, _event.id),
         chunk=chunk,
     )
