@@ -23,10 +23,10 @@ from datetime import timedelta
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_NOTIFICATION_HOLD_THRESHOLD, NOTIFY_BATCH, NOTIFY_HOLD_WATCH_INTERVAL
 from rackflow.domain.notifications import Event, EventType
+from rackflow.domain.tasks import WINDOW_HOLD
 from rackflow.notify import events
 from rackflow.store import outbox
 from rackflow.store.db import Database
-from rackflow.tasks.gates import WINDOW_HOLD
 
 log = logging.getLogger(__name__)
 
