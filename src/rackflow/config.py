@@ -80,8 +80,8 @@ DEFAULT_NOTIFY_SEND_LEASE = timedelta(seconds=60)
 NOTIFY_RETRY_FIRST = timedelta(seconds=2)
 NOTIFY_RETRY_MAX = timedelta(minutes=10)
 DEFAULT_NOTIFY_MAX_ATTEMPTS = 10
-# Each channel gets at most this many deliveries a minute from one instance (Slack takes about one message a
-# second per webhook), in bursts of up to NOTIFY_RATE_BURST's worth.
+# Each channel gets at most this many deliveries a minute, from all instances together (Slack takes about one
+# message a second per webhook), in bursts of up to NOTIFY_RATE_BURST's worth.
 DEFAULT_NOTIFY_RATE_PER_MINUTE = 60
 NOTIFY_RATE_BURST = timedelta(seconds=10)
 # Events whose deliveries all went through are deleted this long after they happened (--notification-

@@ -12,7 +12,7 @@ import enum
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
@@ -168,11 +168,22 @@ class Channel:
     secret: str = field(repr=False)
     enabled: bool
     subscription: Subscription
-    # Deliveries this channel gets per minute from one instance; more wait their turn.
+    # Deliveries this channel gets per minute, from all instances together (`tokens_now`); more wait.
     rate_per_minute: int
     max_attempts: int
     created_at: datetime
     updated_at: datetime
+
+
+def tokens_now(
+    tokens: float | None, at: datetime | None, now: datetime, rate_per_minute: int, burst: timedelta
+) -> float:
+    """A channel's token bucket at `now`: `tokens` left at `at` (None: never drawn from, full), refilled at
+    `rate_per_minute`, holding at most `burst`'s worth (at least one send). One token, one send."""
+    capacity = max(1.0, rate_per_minute / 60 * burst.total_seconds())
+    if tokens is None or at is None:
+        return capacity
+    return min(capacity, tokens + max(0.0, (now - at).total_seconds()) * rate_per_minute / 60)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from rackflow.domain.notifications import (
     EventType,
     Severity,
     Subscription,
+    tokens_now,
 )
 from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.store.db import Database, chunked
@@ -375,6 +376,31 @@ async def claim_deliveries(
     return [Claimed(i, attempts[i][0], _event_from(events[attempts[i][1]])) for i in ids]
 
 
+async def take_tokens(
+    db: Database, conn: AsyncConnection, channels: Sequence[Channel], now: datetime, burst: timedelta
+) -> dict[uuid.UUID, float]:
+    """Lock the channels' token buckets (their rows, in id order, so two instances' claims never wait for
+    each other in a cycle) until the caller's transaction ends, and return the tokens each holds at `now`:
+    every instance's claims for a channel draw from its one bucket, one at a time. The caller writes what
+    it took with `spend_tokens` in the same transaction. A channel deleted meanwhile is left out."""
+    by_id = {channel.id: channel for channel in channels}
+    stmt = (
+        select(_channel.id, _channel.rate_tokens, _channel.rate_at)
+        .where(_channel.id.in_(list(by_id)))
+        .order_by(_channel.id)
+    )
+    return {
+        row.id: tokens_now(row.rate_tokens, row.rate_at, now, by_id[row.id].rate_per_minute, burst)
+        for row in await conn.execute(db.for_update(stmt))
+    }
+
+
+async def spend_tokens(conn: AsyncConnection, channel_id: uuid.UUID, left: float, now: datetime) -> None:
+    await conn.execute(
+        update(notification_channel).where(_channel.id == channel_id).values(rate_tokens=left, rate_at=now)
+    )
+
+
 @dataclass(frozen=True)
 class Result:
     """How one claimed send went: delivered, or failed with `error` and tried again `retry_after` from when
@@ -465,26 +491,31 @@ async def redeliver(
 
 @dataclass(frozen=True)
 class Work:
-    """What a delivery round has to do: whether events wait to be fanned out, the channels, and those
-    with deliveries due."""
+    """What a delivery round has to do: whether events wait to be fanned out, the channels, those with
+    deliveries due, and the tokens each channel's bucket holds (`take_tokens` locks and draws)."""
 
     new_events: bool
     channels: list[Channel]
     due: set[uuid.UUID]
+    tokens: dict[uuid.UUID, float]
 
 
-async def work(conn: AsyncConnection, now: datetime) -> Work:
-    """Three short reads (the partial indexes of new events and of pending deliveries)."""
+async def work(conn: AsyncConnection, now: datetime, burst: timedelta) -> Work:
+    """Three short reads (the partial indexes of new events and of pending deliveries, and the channels)."""
     new = select(_event.id).where(_event.fanned_out.is_(False)).limit(1)
     due = (
         select(_delivery.channel_id)
         .where(_delivery.state == PENDING, _delivery.next_attempt_at <= now)
         .distinct()
     )
+    rows = list(await conn.execute(select(notification_channel).order_by(_channel.name)))
     return Work(
         new_events=(await conn.execute(new)).first() is not None,
-        channels=await list_channels(conn),
+        channels=[_channel_from(row) for row in rows],
         due=set((await conn.execute(due)).scalars()),
+        tokens={
+            row.id: tokens_now(row.rate_tokens, row.rate_at, now, row.rate_per_minute, burst) for row in rows
+        },
     )
 
 
