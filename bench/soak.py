@@ -63,6 +63,7 @@ from typing import Any
 
 import grpc
 import psycopg
+import soak_notify
 from _common import code_line, fresh_database, machine_line, percentile
 from sqlalchemy.engine import make_url
 
@@ -129,6 +130,7 @@ class Fleet:
             f"{LEASE_S}s",
             "--db-pool-size",
             "4",
+            *soak_notify.SERVE_ARGS,
         ]
         server = start_server(self.db_url, self.log_dir, args=args, env=env, name=f"instance{index}")
         self.logs.append(server.log_path)
@@ -961,6 +963,9 @@ def main() -> int:
         racks = [f"rack-{i}" for i in range(args.racks)]
         client = Client(fleet, random.Random(args.seed + 1), racks)
         verdict = Verdict()
+        receiver = soak_notify.FailingReceiver(random.Random(args.seed + 4))  # bench/soak_notify.py
+        receiver.start()
+        soak_notify.subscribe(fleet.live()[0], receiver)
         hook = FlappingHook(random.Random(args.seed + 2))
         hook.start()
         checked = [] if args.no_preflight else racks[-max(2, len(racks) // 10) :]  # in no NVLink domain
@@ -1030,10 +1035,12 @@ def main() -> int:
                 if checked:
                     check_preflight(conn, hook, checked, verdict)
                 check_audit(conn, client.calls, verdict)
+                soak_notify.check(conn, receiver, verdict.add)
         finally:
             for slot in fleet.slots:
                 slot.server.stop()
             proxy.stop()
+            receiver.stop()
             if alertmanager is not None:
                 alertmanager.stop.set()
                 alertmanager.down()

@@ -68,25 +68,30 @@ MIN_RETENTION = timedelta(hours=1)
 # Notifications (rackflow.notify, docs/NOTIFICATIONS.md). Every instance's delivery loop looks for work this
 # often (at once again while a round was full), fanning out up to NOTIFY_BATCH events and claiming up to
 # NOTIFY_SENDS deliveries a round, all sent at once (one thread each), so every claimed send starts at once.
-# A send gives up after NOTIFY_SEND_TIMEOUT; its claim lasts NOTIFY_SEND_LEASE, well past the timeout, so
-# only an instance that died mid-send lets another send it again.
+# A send gives up after NOTIFY_SEND_TIMEOUT; its claim lasts DEFAULT_NOTIFY_SEND_LEASE (--notification-send-
+# lease), well past the timeout, so only an instance that died mid-send lets another send it again.
 NOTIFY_INTERVAL = timedelta(seconds=1)
 NOTIFY_BATCH = 100
 NOTIFY_SENDS = 16
 NOTIFY_SEND_TIMEOUT = timedelta(seconds=10)
-NOTIFY_SEND_LEASE = timedelta(seconds=60)
+DEFAULT_NOTIFY_SEND_LEASE = timedelta(seconds=60)
 # A failed send is tried again after 2 s doubling up to 10 min (times a random 50–100 %, so a receiver that
 # comes back is not hit by every instance at once); after a channel's max attempts it is dead.
 NOTIFY_RETRY_FIRST = timedelta(seconds=2)
 NOTIFY_RETRY_MAX = timedelta(minutes=10)
 DEFAULT_NOTIFY_MAX_ATTEMPTS = 10
-# Each channel gets at most this many deliveries a minute from one instance (Slack takes about one message a
-# second per webhook), in bursts of up to NOTIFY_RATE_BURST's worth.
+# Each channel gets at most this many deliveries a minute, from all instances together (Slack takes about one
+# message a second per webhook), in bursts of up to NOTIFY_RATE_BURST's worth.
 DEFAULT_NOTIFY_RATE_PER_MINUTE = 60
 NOTIFY_RATE_BURST = timedelta(seconds=10)
 # Events whose deliveries all went through are deleted this long after they happened (--notification-
 # retention); pending and dead ones stay until delivered or the channel is deleted.
 DEFAULT_NOTIFICATION_RETENTION = timedelta(days=7)
+# A task a start gate (freeze, budget, pre-flight check) has held longer than this is reported once per hold
+# (`task.held_too_long`, --notification-hold-threshold); every instance looks for such holds, and for the
+# end of those reported, every NOTIFY_HOLD_WATCH_INTERVAL (or a quarter of the threshold, if shorter).
+DEFAULT_NOTIFICATION_HOLD_THRESHOLD = timedelta(hours=1)
+NOTIFY_HOLD_WATCH_INTERVAL = timedelta(seconds=15)
 # An Alertmanager alert for a condition (a halted run, a paused schedule) ends this long after it started
 # unless rackflow clears it sooner; an alert for a one-off event (a failed task) ends after ALERT_ONE_OFF.
 ALERT_CONDITION_HORIZON = timedelta(days=7)
@@ -186,6 +191,12 @@ class ServeConfig:
     external_url: str = ""
     # Delivered notification events older than this are deleted; None keeps them.
     notification_retention: timedelta | None = DEFAULT_NOTIFICATION_RETENTION
+    # A task held by a start gate longer than this is reported (`task.held_too_long`).
+    notification_hold_threshold: timedelta = DEFAULT_NOTIFICATION_HOLD_THRESHOLD
+    # How long a claimed notification send is left to its instance before another sends it again: the
+    # longest a SIGKILLed instance's sends wait. Longer than NOTIFY_SEND_TIMEOUT, or a slow send that is
+    # still going would be sent again beside it.
+    notification_send_lease: timedelta = DEFAULT_NOTIFY_SEND_LEASE
 
     def __post_init__(self) -> None:
         mutual_tls = self.tls is not None and self.tls.client_ca is not None
@@ -224,6 +235,11 @@ class ServeConfig:
         if self.external_url and not self.external_url.startswith(("http://", "https://")):
             raise InvalidArgument(
                 f"--external-url: must be an http:// or https:// URL, got {self.external_url!r}"
+            )
+        if self.notification_send_lease <= NOTIFY_SEND_TIMEOUT:
+            raise InvalidArgument(
+                f"--notification-send-lease: must be longer than a send's timeout,"
+                f" {duration_text(NOTIFY_SEND_TIMEOUT)}, got {duration_text(self.notification_send_lease)}"
             )
         if not 1 <= self.dispatch_batch <= 10_000:
             raise InvalidArgument(f"--dispatch-batch: must be 1..10000, got {self.dispatch_batch}")

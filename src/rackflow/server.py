@@ -30,6 +30,7 @@ from rackflow.clock import SystemClock
 from rackflow.config import BackendName, ServeConfig, parse_host_port
 from rackflow.metrics import serve_metrics
 from rackflow.notify.delivery import Deliverer
+from rackflow.notify.holds import HoldWatcher
 from rackflow.retention import Pruner
 from rackflow.rollouts.driver import RolloutDriver
 from rackflow.schedules.dispatcher import Dispatcher
@@ -148,7 +149,12 @@ class RackflowServer:
             self._spawn("dispatcher", dispatcher.run)
             self._spawn("rollout driver", RolloutDriver(self.services.rollouts).run)
         self._spawn("audit spool", self.audit_spool.run)
-        self._spawn("notifications", Deliverer(self.db, external_url=self.config.external_url).run)
+        deliverer = Deliverer(
+            self.db, external_url=self.config.external_url, lease=self.config.notification_send_lease
+        )
+        self._spawn("notifications", deliverer.run)
+        holds = HoldWatcher(self.db, threshold=self.config.notification_hold_threshold)
+        self._spawn("notification hold watcher", holds.run)
         if self.config.notification_retention is not None:
             delivered = Pruner(
                 self.db,

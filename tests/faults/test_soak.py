@@ -35,3 +35,5 @@ def test_two_minutes_of_faults_break_no_promise(postgres_url: str) -> None:
     assert "| kill |" in done.stdout or "| stop |" in done.stdout or "| drop |" in done.stdout
     rollouts = re.search(r"^\| rollout runs by state \| (\{.*\}) \|", done.stdout, re.MULTILINE)
     assert rollouts is not None and rollouts.group(1) != "{}", "no rollout fired in the soak"
+    # bench/soak_notify.py: a receiver that fails and delays got every notification event, none lost.
+    assert "| notification events that never reached the receiver (lost) | 0 | ok" in done.stdout

@@ -1,6 +1,7 @@
 """rackflow's alerts in a REAL Alertmanager (Debian's prometheus-alertmanager, on loopback, no cluster),
 on both databases: a rollout's halt appears in Alertmanager's API with its labels, and resolves when the run
-is resumed (the clearing event sends the same labels with `endsAt`). docs/NOTIFICATIONS.md's Alertmanager
+is resumed (the clearing event sends the same labels with `endsAt`); a task a freeze holds too long
+appears, and resolves when the freeze is deleted and the task starts. docs/NOTIFICATIONS.md's Alertmanager
 configuration passes `amtool check-config`."""
 
 from __future__ import annotations
@@ -13,21 +14,27 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from rackflow.domain.notifications import DeliveryState
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import TaskStatus
 from rackflow.notify.delivery import Deliverer
+from rackflow.notify.holds import HoldWatcher
 from rackflow.notify.service import ChannelInput
+from rackflow.services import Services
 from rackflow.store.db import Database
+from rackflow.store.tables import tasks
 from tests.debian_tools import ALERTMANAGER, AMTOOL, require
 from tests.store.schedules_support import make_env
+from tests.store.test_executor import executing, finished, make_rack
 from tests.store.test_rollouts import _active, _end, _racks, _run, _schedule
+from tests.store.test_windows_gate import CLOCK, freeze, held, submit
 
 CONFIG = """
 route:
@@ -123,6 +130,46 @@ async def test_a_halt_alerts_in_alertmanager_and_resolves_when_the_run_resumes(
     assert [d.state for d in await env.services.notifications.deliveries()] == [DeliveryState.DELIVERED] * 2
     # Alertmanager lists only alerts that have not ended: the clearing's endsAt resolved it.
     assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
+
+
+async def test_a_long_hold_alerts_and_resolves_when_the_task_starts(db: Database, alertmanager: str) -> None:
+    services = Services.build(db, CLOCK)
+    await services.notifications.create(
+        ChannelInput(name="am", kind="alertmanager", url=alertmanager, event_types=("task.held_too_long",))
+    )
+    rack = await make_rack(db)
+    window_id = await freeze(services)
+    task = await submit(services, rack.id)
+    async with executing(db):
+        await held(db, task)
+    async with db.transaction() as conn:  # held for two hours, as time passing would have it
+        since = CLOCK.now() - timedelta(hours=2)
+        await conn.execute(update(tasks).where(tasks.c.id == task.id).values(held_since=since))
+    watcher, deliverer = HoldWatcher(db), Deliverer(db)
+    await watcher.watch_once()
+    await deliverer.deliver_once()
+
+    def alerts() -> list[dict[str, Any]]:
+        return [a for a in _get(f"{alertmanager}/api/v2/alerts") if a["labels"].get("task") == str(task.id)]
+
+    (firing,) = await asyncio.to_thread(alerts)
+    assert firing["labels"] == {
+        "alertname": "RackflowTaskHeldTooLong",
+        "severity": "warning",
+        "rack": rack.name,
+        "operation": "power_on",
+        "task": str(task.id),
+    }
+    assert firing["status"]["state"] == "active"
+    assert firing["annotations"]["description"].startswith("waits for freeze 'launch-week' to end at ")
+
+    async with executing(db):
+        await services.windows.delete(window_id)
+        await finished(db, task)
+    await watcher.watch_once()
+    await deliverer.deliver_once()
+    assert [d.state for d in await services.notifications.deliveries()] == [DeliveryState.DELIVERED] * 2
+    assert await asyncio.to_thread(alerts) == []
 
 
 def test_the_docs_alertmanager_configuration_is_valid(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Notification delivery on both databases, to a real HTTP receiver on loopback (tests/receiver.py): a
 signed webhook gets each event once with its id as idempotency key; Slack's message says what, where and
 why with the run's link; a failing receiver is retried with back-off, then the delivery is dead until
-redelivered; a channel's rate holds; two instances on one database never send a delivery twice; a send that
-outlived its claim cannot overwrite the newer attempt; retention keeps what is not delivered."""
+redelivered; a channel's rate holds across instances; two instances on one database never send a delivery
+twice; a send that outlived its claim cannot overwrite the newer attempt; retention keeps what is not
+delivered."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from datetime import timedelta
 
 import pytest
 from prometheus_client import REGISTRY
+from sqlalchemy import select, update
 
 from rackflow.domain.notifications import DeliveryState, Event, EventType, Severity
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.service import ChannelInput, ChannelView
 from rackflow.store import outbox
 from rackflow.store.db import Database
+from rackflow.store.tables import notification_channel
 from tests.receiver import Receiver, receiving
 from tests.store.schedules_support import Env, make_env
 
@@ -122,19 +125,34 @@ async def test_a_failing_receiver_is_retried_then_dead_then_redelivered(db: Data
     assert await _states(env) == [DeliveryState.DELIVERED]
 
 
-async def test_a_channels_rate_holds_and_refills(db: Database) -> None:
-    env = make_env(db)
-    clock = [1000.0]
-    with receiving() as receiver:
-        await _channel(env, receiver, rate_per_minute=6)  # a burst of one, then one every 10 s
-        await _record(env, 3)
-        deliverer = _deliverer(db, monotonic=lambda: clock[0])
-        await deliverer.deliver_once()
-        await deliverer.deliver_once()
-        assert len(receiver.received) == 1
-        clock[0] += 10
-        await deliverer.deliver_once()
-        assert len(receiver.received) == 2
+async def _refill(db: Database, seconds: float) -> None:
+    """Move the channel's bucket back `seconds`, as time passing would refill it."""
+    async with db.transaction() as conn:
+        at = (await conn.execute(select(notification_channel.c.rate_at))).scalar_one()
+        await conn.execute(update(notification_channel).values(rate_at=at - timedelta(seconds=seconds)))
+
+
+async def test_a_channels_rate_holds_across_instances_and_refills(db_url: str) -> None:
+    first, second = Database(db_url), Database(db_url)
+    try:
+        env = make_env(first)
+        with receiving() as receiver:
+            await _channel(env, receiver, rate_per_minute=6)  # a burst of one, then one every 10 s
+            await _record(env, 4)
+            a, b = _deliverer(first), _deliverer(second)
+            for _ in range(2):
+                await asyncio.gather(a.deliver_once(), b.deliver_once())
+            assert len(receiver.received) == 1  # one bucket for both instances, not one each
+            await _refill(first, 10)
+            await asyncio.gather(a.deliver_once(), b.deliver_once())
+            assert len(receiver.received) == 2
+            await _refill(first, 3600)  # a long quiet spell refills no more than the burst
+            for _ in range(2):
+                await asyncio.gather(a.deliver_once(), b.deliver_once())
+            assert len(receiver.received) == 3
+    finally:
+        await first.dispose()
+        await second.dispose()
 
 
 async def test_a_round_claims_at_most_its_sends_and_says_it_was_full(db: Database) -> None:

@@ -7,9 +7,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from rackflow.config import ALERT_CONDITION_HORIZON, ALERT_ONE_OFF
-from rackflow.domain.notifications import ChannelKind, Event, EventType, Severity, Subscription
+from rackflow.domain.notifications import ChannelKind, Event, EventType, Severity, Subscription, tokens_now
 from rackflow.domain.tasks import OperationKind
-from rackflow.notify.delivery import TokenBucket, retry_delay
+from rackflow.notify.delivery import retry_delay
 from rackflow.notify.senders import alert, redacted_url
 
 AT = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
@@ -50,12 +50,17 @@ def test_the_back_off_doubles_to_its_cap_with_jitter() -> None:
 
 
 def test_the_token_bucket_bursts_then_refills_at_its_rate() -> None:
-    bucket = TokenBucket(60, now=0.0)  # one a second, bursts of ten
-    assert bucket.available(0.0) == 10
-    bucket.take(10)
-    assert bucket.available(0.5) == 0
-    assert bucket.available(3.0) == 3
-    assert bucket.available(100.0) == 10
+    burst = timedelta(seconds=10)
+
+    def tokens(left: float | None, seconds_later: float, rate: int = 60) -> float:
+        return tokens_now(left, AT, AT + timedelta(seconds=seconds_later), rate, burst)
+
+    assert tokens(None, 0) == 10  # never drawn from: full, ten seconds' worth at one a second
+    assert tokens(0, 0.5) == 0.5
+    assert tokens(0, 3) == 3
+    assert tokens(0, 100) == 10
+    assert tokens(0, -5) == 0  # a clock behind the last draw refills nothing
+    assert tokens(None, 0, rate=1) == 1  # a slow channel still sends one at a time
 
 
 def test_urls_are_shown_without_credentials() -> None:

@@ -71,7 +71,7 @@ def channel_view(c: pb.NotificationChannel) -> Table:
             ("schedules", _any(c.schedules)),
             ("operations", _any([operation_label(o) for o in c.operations])),
             ("min severity", c.min_severity),
-            ("rate", f"{c.rate_per_minute}/min per instance"),
+            ("rate", f"{c.rate_per_minute}/min"),
             ("max attempts", str(c.max_attempts)),
             ("created", utc_text(when(c.created_at))),
             ("updated", utc_text(when(c.updated_at))),

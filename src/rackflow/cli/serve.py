@@ -23,7 +23,9 @@ from rackflow.config import (
     DEFAULT_HTTP_MAX_BODY_BYTES,
     DEFAULT_LEASE_TTL,
     DEFAULT_LISTEN,
+    DEFAULT_NOTIFICATION_HOLD_THRESHOLD,
     DEFAULT_NOTIFICATION_RETENTION,
+    DEFAULT_NOTIFY_SEND_LEASE,
     BackendName,
     LogFormat,
     ServeConfig,
@@ -177,6 +179,20 @@ _db_option = click.option(
     help="Delete delivered notification events older than this (Go duration, at least 1h); 0 keeps them.",
 )
 @click.option(
+    "--notification-hold-threshold",
+    envvar="RACKFLOW_NOTIFICATION_HOLD_THRESHOLD",
+    default=duration_text(DEFAULT_NOTIFICATION_HOLD_THRESHOLD),
+    show_default=True,
+    help="Report a task a freeze, budget or pre-flight check has held longer than this (task.held_too_long).",
+)
+@click.option(
+    "--notification-send-lease",
+    envvar="RACKFLOW_NOTIFICATION_SEND_LEASE",
+    default=duration_text(DEFAULT_NOTIFY_SEND_LEASE),
+    show_default=True,
+    help="How long a claimed notification send is left to its instance before another sends it again.",
+)
+@click.option(
     "--external-url",
     envvar="RACKFLOW_EXTERNAL_URL",
     default="",
@@ -243,6 +259,8 @@ def serve(
     run_retention: str,
     task_retention: str,
     notification_retention: str,
+    notification_hold_threshold: str,
+    notification_send_lease: str,
     external_url: str,
     audit_spool: str,
     audit_spool_max_bytes: int,
@@ -283,6 +301,10 @@ def serve(
             run_retention=parse_retention(run_retention, "--run-retention"),
             task_retention=parse_retention(task_retention, "--task-retention"),
             notification_retention=parse_retention(notification_retention, "--notification-retention"),
+            notification_hold_threshold=parse_interval(
+                notification_hold_threshold, "--notification-hold-threshold"
+            ),
+            notification_send_lease=parse_interval(notification_send_lease, "--notification-send-lease"),
             external_url=external_url,
             audit_spool=audit_spool,
             audit_spool_max_bytes=audit_spool_max_bytes,

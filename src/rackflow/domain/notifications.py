@@ -12,7 +12,7 @@ import enum
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
@@ -31,6 +31,11 @@ class EventType(enum.StrEnum):
     # By rackflow itself: a rollout's halt paused the schedule, or an operator's pause reached its end.
     SCHEDULE_PAUSED = "schedule.paused"
     SCHEDULE_RESUMED = "schedule.resumed"
+    # A start gate (a freeze, a budget, a pre-flight check) has held a task longer than the threshold
+    # (--notification-hold-threshold), and the end of that hold: the task started, ended, or another gate
+    # holds it now (`rackflow.notify.holds`).
+    TASK_HELD_TOO_LONG = "task.held_too_long"
+    TASK_HOLD_CLEARED = "task.hold_cleared"
 
 
 # The event that ends the condition another one reported: Alertmanager gets the alert again with `endsAt`,
@@ -38,6 +43,7 @@ class EventType(enum.StrEnum):
 CLEARS: Mapping[EventType, EventType] = {
     EventType.RUN_HALT_CLEARED: EventType.RUN_HALTED,
     EventType.SCHEDULE_RESUMED: EventType.SCHEDULE_PAUSED,
+    EventType.TASK_HOLD_CLEARED: EventType.TASK_HELD_TOO_LONG,
 }
 
 
@@ -61,6 +67,8 @@ SEVERITY: Mapping[EventType, Severity] = {
     EventType.TASK_FAILED: Severity.WARNING,
     EventType.SCHEDULE_PAUSED: Severity.WARNING,
     EventType.SCHEDULE_RESUMED: Severity.WARNING,
+    EventType.TASK_HELD_TOO_LONG: Severity.WARNING,
+    EventType.TASK_HOLD_CLEARED: Severity.WARNING,
 }
 
 
@@ -100,6 +108,9 @@ class Event:
     rack_name: str = ""
     operation: str = ""
     id: uuid.UUID = field(default_factory=uuid.uuid4)
+    # What a loop found, named (`task.held_too_long`: the task, its gate, since when): the outbox holds one
+    # event per key, however many instances found it. Empty for the events write sites record.
+    key: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The event as a webhook receives it (and `notify` shows it)."""
@@ -157,11 +168,22 @@ class Channel:
     secret: str = field(repr=False)
     enabled: bool
     subscription: Subscription
-    # Deliveries this channel gets per minute from one instance; more wait their turn.
+    # Deliveries this channel gets per minute, from all instances together (`tokens_now`); more wait.
     rate_per_minute: int
     max_attempts: int
     created_at: datetime
     updated_at: datetime
+
+
+def tokens_now(
+    tokens: float | None, at: datetime | None, now: datetime, rate_per_minute: int, burst: timedelta
+) -> float:
+    """A channel's token bucket at `now`: `tokens` left at `at` (None: never drawn from, full), refilled at
+    `rate_per_minute`, holding at most `burst`'s worth (at least one send). One token, one send."""
+    capacity = max(1.0, rate_per_minute / 60 * burst.total_seconds())
+    if tokens is None or at is None:
+        return capacity
+    return min(capacity, tokens + max(0.0, (now - at).total_seconds()) * rate_per_minute / 60)
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,10 @@ class QueueOptions:
     ignore_windows: bool = False  # start even inside a FREEZE window (docs/WINDOWS.md)
 
 
+# `held_by` of a task that waits for its window's opening (set at submission; no gate involved).
+WINDOW_HOLD = "window"
+
+
 @dataclass(frozen=True)
 class Task:
     id: uuid.UUID

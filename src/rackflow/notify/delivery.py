@@ -5,7 +5,9 @@ delivery twice at once).
 At least once: a delivery is pending until a receiver answered 2xx and that was written; a send whose
 instance died is claimed again once its lease has passed. A failed send is tried again after an exponential
 back-off with jitter (`retry_delay`), and after the channel's `max_attempts` it is dead until `rackflow
-notify redeliver`. Each channel is sent at most `rate_per_minute` a minute from one instance (`TokenBucket`).
+notify redeliver`. Each channel is sent at most `rate_per_minute` a minute from all instances together: its
+token bucket is its row, which a claim locks, draws from and writes in the claim's transaction
+(`outbox.take_tokens`), so instances take turns and N instances do not send N times the rate.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import asyncio
 import itertools
 import logging
 import random
-import time
-import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -23,12 +23,12 @@ from datetime import timedelta
 from rackflow import metrics
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import (
+    DEFAULT_NOTIFY_SEND_LEASE,
     NOTIFY_BATCH,
     NOTIFY_INTERVAL,
     NOTIFY_RATE_BURST,
     NOTIFY_RETRY_FIRST,
     NOTIFY_RETRY_MAX,
-    NOTIFY_SEND_LEASE,
     NOTIFY_SEND_TIMEOUT,
     NOTIFY_SENDS,
 )
@@ -51,24 +51,6 @@ def retry_delay(attempt: int, jitter: float) -> timedelta:
     return timedelta(seconds=delay * jitter)
 
 
-class TokenBucket:
-    """`rate_per_minute` sends a minute, in bursts of up to NOTIFY_RATE_BURST's worth (at least one)."""
-
-    def __init__(self, rate_per_minute: int, now: float) -> None:
-        self.rate = rate_per_minute / 60.0
-        self.capacity = max(1.0, self.rate * NOTIFY_RATE_BURST.total_seconds())
-        self.tokens = self.capacity
-        self.at = now
-
-    def available(self, now: float) -> int:
-        self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        return int(self.tokens)
-
-    def take(self, count: int) -> None:
-        self.tokens -= count
-
-
 class Deliverer:
     """Run with `run(stop)`; `deliver_once()` is one round (tests call it directly)."""
 
@@ -81,10 +63,9 @@ class Deliverer:
         batch: int = NOTIFY_BATCH,
         sends: int = NOTIFY_SENDS,
         timeout: timedelta = NOTIFY_SEND_TIMEOUT,
-        lease: timedelta = NOTIFY_SEND_LEASE,
+        lease: timedelta = DEFAULT_NOTIFY_SEND_LEASE,
         sender: Send | None = None,
         jitter: Callable[[], float] = lambda: random.uniform(0.5, 1.0),
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db = db
         self.external_url = external_url
@@ -98,8 +79,6 @@ class Deliverer:
         self._pool = ThreadPoolExecutor(sends, thread_name_prefix="rackflow-notify")
         self.sender = sender or self._post
         self.jitter = jitter
-        self.monotonic = monotonic
-        self._buckets: dict[uuid.UUID, tuple[int, TokenBucket]] = {}
         self._rounds = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -124,13 +103,18 @@ class Deliverer:
         """Fan out, claim, send, record; returns whether the round was full (more may wait). With nothing
         to do (the usual case) it only reads: no write transaction (on SQLite, the one writer's lock)."""
         async with self.db.read() as conn:
-            work = await outbox.work(conn, await self.db.now(conn))
+            work = await outbox.work(conn, await self.db.now(conn), NOTIFY_RATE_BURST)
         fanned = 0
         if work.new_events:
             async with self.db.transaction() as conn:
                 fanned = await outbox.fan_out(self.db, conn, await self.db.now(conn), self.batch)
         claims: list[tuple[Channel, outbox.Claimed]] = []
-        due = [c for c in work.channels if c.enabled and (c.id in work.due or fanned)]
+        # A channel whose bucket holds no whole token has none to take now (the claim reads it again, locked).
+        due = [
+            c
+            for c in work.channels
+            if c.enabled and (c.id in work.due or fanned) and work.tokens.get(c.id, 0.0) >= 1.0
+        ]
         if due:
             claims = await self._claim(due)
         if claims:
@@ -141,33 +125,26 @@ class Deliverer:
         return fanned >= self.batch or len(claims) >= self.sends
 
     async def _claim(self, channels: list[Channel]) -> list[tuple[Channel, outbox.Claimed]]:
-        """Claim what each channel's rate allows, up to `sends` in all, in one transaction (none while every
-        rate is spent). Each round starts one channel further on, so a busy channel cannot starve the rest."""
+        """Claim what each channel's bucket allows, up to `sends` in all, in one transaction. Each round
+        starts one channel further on, so a busy channel cannot starve the rest."""
         self._rounds += 1
         start = self._rounds % len(channels)
         channels = channels[start:] + channels[:start]
-        rooms = {c.id: self._bucket(c).available(self.monotonic()) for c in channels}
         claims: list[tuple[Channel, outbox.Claimed]] = []
-        if not any(rooms.values()):
-            return claims
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)
-            for channel in (c for c in channels if rooms[c.id] > 0):
-                room = min(rooms[channel.id], self.sends - len(claims))
-                if room <= 0:
+            buckets = await outbox.take_tokens(self.db, conn, channels, now, NOTIFY_RATE_BURST)
+            for channel in (c for c in channels if c.id in buckets):
+                if len(claims) >= self.sends:
                     break
+                tokens = buckets[channel.id]
+                room = min(int(tokens), self.sends - len(claims))
+                if room <= 0:
+                    continue
                 claimed = await outbox.claim_deliveries(self.db, conn, channel.id, now, room, self.lease)
-                self._bucket(channel).take(len(claimed))
+                await outbox.spend_tokens(conn, channel.id, tokens - len(claimed), now)
                 claims += [(channel, c) for c in claimed]
         return claims
-
-    def _bucket(self, channel: Channel) -> TokenBucket:
-        """The channel's bucket, made anew when its rate changed."""
-        kept = self._buckets.get(channel.id)
-        if kept is None or kept[0] != channel.rate_per_minute:
-            kept = (channel.rate_per_minute, TokenBucket(channel.rate_per_minute, self.monotonic()))
-            self._buckets[channel.id] = kept
-        return kept[1]
 
     async def _send(self, channel: Channel, claimed: outbox.Claimed) -> outbox.Result:
         request = request_for(channel, claimed.event, now=self.db.clock.now(), external_url=self.external_url)

@@ -1,15 +1,18 @@
 """The events each write site records, built here so that a site adds one line:
 `await outbox.record_events(conn, events.<kind>(…))` in the transaction that writes the change.
 
-Each constructor returns a list (often empty: the change was not one to report), names the ids it knows,
-and leaves the names to `store.outbox.record_events`. The principal is the RPC's caller when there is one,
-else rackflow itself.
+Each write site's constructor returns a list (often empty: the change was not one to report), names the
+ids it knows, and leaves the names to `store.outbox.record_events`; the hold watcher's (`held_too_long`,
+`hold_cleared`: `rackflow.notify.holds`) return one keyed event each. The principal is the RPC's caller
+when there is one, else rackflow itself.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
@@ -18,12 +21,12 @@ from rackflow.domain.rollouts import Phase, ScopeView
 from rackflow.domain.schedules import Pause, Run, Schedule
 from rackflow.domain.tasks import TaskStatus
 from rackflow.security import caller_name
+from rackflow.timespec.duration import format_go_duration
 
 if TYPE_CHECKING:
-    import uuid
-
     from rackflow.domain.firing import Firing, RunResult
     from rackflow.domain.tasks import Ending
+    from rackflow.store.outbox import Held
 
 # How many per-rack errors a run's event quotes in its reason (the run's page has them all).
 ERRORS_QUOTED = 3
@@ -154,3 +157,39 @@ def pauses_ended(resumed: Iterable[tuple[Schedule, Pause]], at: datetime) -> lis
         )
         for schedule, pause in resumed
     ]
+
+
+def held_too_long(held: Held, threshold: timedelta, at: datetime) -> Event:
+    """A start gate has held a task since `held.held_since`, longer than `threshold`; keyed by the task, the
+    gate and that time, so each hold is reported once, however many instances find it."""
+    return _event(
+        EventType.TASK_HELD_TOO_LONG,
+        at,
+        f"task held by {held.held_by} for more than {format_go_duration(threshold)}",
+        reason=held.reason,
+        task_id=held.task_id,
+        rack_id=held.rack_id,
+        payload={"held_by": held.held_by, "held_since": held.held_since.isoformat()},
+        key=hold_key(held),
+    )
+
+
+def hold_key(held: Held) -> str:
+    return f"{EventType.TASK_HELD_TOO_LONG.value}:{held.task_id}:{held.held_by}:{held.held_since.isoformat()}"
+
+
+def hold_cleared(raised: Event, why: str, at: datetime) -> Event:
+    """The hold `raised` reported ended (`why`: the task started, ended, another gate holds it): the same
+    names and ids as `raised`, so Alertmanager ends that very alert even if the task is gone. Not keyed
+    (a keyed event is an open condition until cleared): only the transaction that marked `raised` cleared
+    writes it (`outbox.clear_condition`)."""
+    return replace(
+        raised,
+        id=uuid.uuid4(),
+        type=EventType.TASK_HOLD_CLEARED,
+        severity=SEVERITY[EventType.TASK_HOLD_CLEARED],
+        at=at,
+        summary=f"task no longer held by {raised.payload.get('held_by', 'a gate')}: {why}",
+        principal=SYSTEM_PRINCIPAL,
+        key="",
+    )

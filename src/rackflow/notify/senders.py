@@ -37,6 +37,7 @@ ALERT_NAMES: Mapping[EventType, str] = {
     EventType.ROLLOUT_FINISHED: "RackflowRolloutFinished",
     EventType.TASK_FAILED: "RackflowTaskFailed",
     EventType.SCHEDULE_PAUSED: "RackflowSchedulePaused",
+    EventType.TASK_HELD_TOO_LONG: "RackflowTaskHeldTooLong",
 }
 SLACK_ICONS: Mapping[str, str] = {
     "info": ":information_source:",
@@ -137,7 +138,7 @@ def alert(event: Event, link: str) -> dict[str, Any]:
     }
     if condition.value.startswith("run."):
         labels["run"] = str(event.run_id) if event.run_id else ""
-    if condition is EventType.TASK_FAILED:
+    if condition.value.startswith("task."):
         labels["task"] = str(event.task_id) if event.task_id else ""
     if event.type in CLEARS:
         ends = event.at

@@ -29,8 +29,9 @@ from rackflow.domain.notifications import (
     EventType,
     Severity,
     Subscription,
+    tokens_now,
 )
-from rackflow.domain.tasks import OperationKind
+from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.store.db import Database, chunked
 from rackflow.store.dialect import insert_rows
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
@@ -59,7 +60,8 @@ async def record_events(conn: AsyncConnection, events: Sequence[Event]) -> None:
     if not events:
         return
     rows = [_event_row(event) for event in await _with_context(conn, events)]
-    await conn.execute(*insert_rows(conn.dialect.name, notification_event, rows))
+    keyed = any(event.key for event in events)  # another instance may have written the same key first
+    await conn.execute(*insert_rows(conn.dialect.name, notification_event, rows, new_only=keyed))
 
 
 async def _with_context(conn: AsyncConnection, events: Sequence[Event]) -> list[Event]:
@@ -123,6 +125,7 @@ def _event_row(event: Event) -> dict[str, Any]:
         "principal": event.principal,
         "payload": dict(event.payload),
         "fanned_out": False,
+        "dedupe_key": event.key or None,
     }
 
 
@@ -143,6 +146,7 @@ def _event_from(row: Any) -> Event:
         operation=row.operation,
         principal=row.principal,
         payload=row.payload,
+        key=row.dedupe_key or "",
     )
 
 
@@ -180,6 +184,80 @@ async def fan_out(db: Database, conn: AsyncConnection, now: datetime, limit: int
     for chunk in chunked([e.id for e in events]):
         await conn.execute(update(notification_event).where(_event.id.in_(chunk)).values(fanned_out=True))
     return len(events)
+
+
+# --- conditions a loop finds: tasks held too long (rackflow.notify.holds) -------------------------------
+
+
+@dataclass(frozen=True)
+class Held:
+    """A task a start gate holds: which gate, since when, why."""
+
+    task_id: uuid.UUID
+    rack_id: uuid.UUID
+    held_by: str
+    held_since: datetime
+    reason: str
+
+
+def _held(row: Any) -> Held:
+    return Held(row.id, row.rack_id, row.held_by, row.held_since, row.held_reason or "")
+
+
+async def long_holds(
+    conn: AsyncConnection, cutoff: datetime, *, exclude: Collection[str], limit: int
+) -> list[Held]:
+    """Pending tasks held (by anything but `exclude`) since `cutoff` or earlier, longest held first."""
+    stmt = (
+        select(tasks.c.id, tasks.c.rack_id, tasks.c.held_by, tasks.c.held_since, tasks.c.held_reason)
+        .where(
+            tasks.c.status == TaskStatus.PENDING.value,
+            tasks.c.held_by.is_not(None),
+            tasks.c.held_by.not_in(list(exclude)),
+            tasks.c.held_since <= cutoff,
+        )
+        .order_by(tasks.c.held_since, tasks.c.id)
+        .limit(limit)
+    )
+    return [_held(row) for row in await conn.execute(stmt)]
+
+
+async def held_now(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Held | None]:
+    """Of these tasks (deleted ones left out), what holds each now (None: it is not a held pending task)."""
+    found = await _lookup(conn, tasks, task_ids)
+    pending = TaskStatus.PENDING.value
+    return {
+        task_id: _held(row) if row.status == pending and row.held_by and row.held_since else None
+        for task_id, row in found.items()
+    }
+
+
+async def keys_taken(conn: AsyncConnection, keys: Collection[str]) -> set[str]:
+    """Which of `keys` an event already has."""
+    taken: set[str] = set()
+    for chunk in chunked(set(keys)):
+        stmt = select(_event.dedupe_key).where(_event.dedupe_key.in_(chunk))
+        taken.update(key for key in (await conn.execute(stmt)).scalars() if key is not None)
+    return taken
+
+
+async def open_conditions(conn: AsyncConnection, kind: EventType) -> list[Event]:
+    """The keyed events of `kind` whose condition is not cleared yet (few: the partial index)."""
+    stmt = select(notification_event).where(
+        _event.type == kind.value, _event.dedupe_key.is_not(None), _event.cleared_at.is_(None)
+    )
+    return [_event_from(row) for row in await conn.execute(stmt)]
+
+
+async def clear_condition(conn: AsyncConnection, event_id: uuid.UUID, now: datetime) -> bool:
+    """Mark the condition `event_id` raised as cleared; False when it was already (another instance got
+    there first: only the transaction that answers True writes the clearing event)."""
+    stmt = (
+        update(notification_event)
+        .where(_event.id == event_id, _event.cleared_at.is_(None))
+        .values(cleared_at=now)
+    )
+    return (await conn.execute(stmt)).rowcount == 1
 
 
 # --- channels --------------------------------------------------------------------------------------------
@@ -298,6 +376,31 @@ async def claim_deliveries(
     return [Claimed(i, attempts[i][0], _event_from(events[attempts[i][1]])) for i in ids]
 
 
+async def take_tokens(
+    db: Database, conn: AsyncConnection, channels: Sequence[Channel], now: datetime, burst: timedelta
+) -> dict[uuid.UUID, float]:
+    """Lock the channels' token buckets (their rows, in id order, so two instances' claims never wait for
+    each other in a cycle) until the caller's transaction ends, and return the tokens each holds at `now`:
+    every instance's claims for a channel draw from its one bucket, one at a time. The caller writes what
+    it took with `spend_tokens` in the same transaction. A channel deleted meanwhile is left out."""
+    by_id = {channel.id: channel for channel in channels}
+    stmt = (
+        select(_channel.id, _channel.rate_tokens, _channel.rate_at)
+        .where(_channel.id.in_(list(by_id)))
+        .order_by(_channel.id)
+    )
+    return {
+        row.id: tokens_now(row.rate_tokens, row.rate_at, now, by_id[row.id].rate_per_minute, burst)
+        for row in await conn.execute(db.for_update(stmt))
+    }
+
+
+async def spend_tokens(conn: AsyncConnection, channel_id: uuid.UUID, left: float, now: datetime) -> None:
+    await conn.execute(
+        update(notification_channel).where(_channel.id == channel_id).values(rate_tokens=left, rate_at=now)
+    )
+
+
 @dataclass(frozen=True)
 class Result:
     """How one claimed send went: delivered, or failed with `error` and tried again `retry_after` from when
@@ -388,26 +491,31 @@ async def redeliver(
 
 @dataclass(frozen=True)
 class Work:
-    """What a delivery round has to do: whether events wait to be fanned out, the channels, and those
-    with deliveries due."""
+    """What a delivery round has to do: whether events wait to be fanned out, the channels, those with
+    deliveries due, and the tokens each channel's bucket holds (`take_tokens` locks and draws)."""
 
     new_events: bool
     channels: list[Channel]
     due: set[uuid.UUID]
+    tokens: dict[uuid.UUID, float]
 
 
-async def work(conn: AsyncConnection, now: datetime) -> Work:
-    """Three short reads (the partial indexes of new events and of pending deliveries)."""
+async def work(conn: AsyncConnection, now: datetime, burst: timedelta) -> Work:
+    """Three short reads (the partial indexes of new events and of pending deliveries, and the channels)."""
     new = select(_event.id).where(_event.fanned_out.is_(False)).limit(1)
     due = (
         select(_delivery.channel_id)
         .where(_delivery.state == PENDING, _delivery.next_attempt_at <= now)
         .distinct()
     )
+    rows = list(await conn.execute(select(notification_channel).order_by(_channel.name)))
     return Work(
         new_events=(await conn.execute(new)).first() is not None,
-        channels=await list_channels(conn),
+        channels=[_channel_from(row) for row in rows],
         due=set((await conn.execute(due)).scalars()),
+        tokens={
+            row.id: tokens_now(row.rate_tokens, row.rate_at, now, row.rate_per_minute, burst) for row in rows
+        },
     )
 
 
@@ -437,13 +545,15 @@ def prune_delivered(
     db: Database, retention: timedelta, *, chunk: int = PRUNE_CHUNK
 ) -> AsyncGenerator[int, None]:
     """Delete the events older than `retention` whose deliveries all went through (with them), oldest first
-    (`prune_older`). An event still pending or dead anywhere stays, to be delivered or re-driven."""
+    (`prune_older`). An event still pending or dead anywhere stays, to be delivered or re-driven, and so
+    does a condition not cleared yet (its clearing is made from it)."""
     unfinished = exists().where(_delivery.event_id == _event.id, _delivery.state != DELIVERED)
+    still_open = and_(_event.dedupe_key.is_not(None), _event.cleared_at.is_(None))
     return prune_older(
         db,
         notification_event,
         retention,
-        older=lambda cutoff: and_(_event.at < cutoff, _event.fanned_out.is_(True), ~unfinished),
+        older=lambda cutoff: and_(_event.at < cutoff, _event.fanned_out.is_(True), ~unfinished, ~still_open),
         order_by=(_event.at, _event.id),
         chunk=chunk,
     )

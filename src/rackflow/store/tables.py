@@ -7,6 +7,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -407,6 +408,10 @@ notification_event = Table(
     Column("principal", String(255), nullable=False),
     Column("payload", json_type(), nullable=False),
     Column("fanned_out", Boolean, nullable=False, server_default=text("false")),
+    # An event a loop finds (a task held too long) is keyed by what it reports, so instances that find the
+    # same thing write it once; `cleared_at` once its condition's clearing is written (migration 0017).
+    Column("dedupe_key", String(255), nullable=True),
+    Column("cleared_at", UTCDateTime, nullable=True),
     CheckConstraint("severity IN ('info', 'warning', 'critical')", name="severity"),
     # The fan-out's scan: only events not fanned out yet are indexed.
     Index(
@@ -416,6 +421,14 @@ notification_event = Table(
         sqlite_where=text("fanned_out IS 0"),
     ),
     Index("ix_notification_event_at_id", "at", "id"),
+    Index("uq_notification_event_dedupe_key", "dedupe_key", unique=True),
+    # The conditions still open (a clearing to write when they end): few rows.
+    Index(
+        "ix_notification_event_open",
+        "type",
+        postgresql_where=text("dedupe_key IS NOT NULL AND cleared_at IS NULL"),
+        sqlite_where=text("dedupe_key IS NOT NULL AND cleared_at IS NULL"),
+    ),
 )
 
 # Where events go: a webhook, a Slack incoming webhook or an Alertmanager, and what it subscribes to (empty
@@ -437,6 +450,9 @@ notification_channel = Table(
     Column("max_attempts", Integer, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The channel's token bucket, shared by every instance's claims (NULL: full; migration 0017).
+    Column("rate_tokens", Float, nullable=True),
+    Column("rate_at", UTCDateTime, nullable=True),
     CheckConstraint("kind IN ('webhook', 'slack', 'alertmanager')", name="kind"),
     CheckConstraint("rate_per_minute >= 1", name="rate_per_minute"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),

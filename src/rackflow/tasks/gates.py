@@ -48,10 +48,6 @@ from rackflow.store.tasks import NOT_HELD
 log = logging.getLogger(__name__)
 
 
-# `held_by` of a task that waits for its window's opening (set at submission; no gate involved).
-WINDOW_HOLD = "window"
-
-
 @dataclass(frozen=True)
 class Fail:
     """The task must not start, ever: it fails without running, with `reason` as its message."""

@@ -23,6 +23,7 @@ from rackflow.clock import Clock
 from rackflow.domain.inventory import Component, ComponentsFilter, RackSelection, TargetSpec, TypesFilter
 from rackflow.domain.tasks import (
     MAX_WAITING_PER_RACK,
+    WINDOW_HOLD,
     ConflictStrategy,
     Ending,
     Operation,
@@ -38,7 +39,6 @@ from rackflow.store import tasks as store
 from rackflow.store.db import Database
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.conflicts import first_conflict, shape_of
-from rackflow.tasks.gates import WINDOW_HOLD
 from rackflow.validation import check_description, check_operation, check_queue
 
 log = logging.getLogger(__name__)

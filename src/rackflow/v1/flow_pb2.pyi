@@ -3516,7 +3516,7 @@ class NotificationChannel(_message.Message):
     min_severity: _builtins.str
     """info (default), warning, critical"""
     rate_per_minute: _builtins.int
-    """per instance; 0 on create: the default (60)"""
+    """all instances together; 0 on create: the default (60)"""
     max_attempts: _builtins.int
     """then the delivery is dead; 0 on create: the default (10)"""
     @_builtins.property
