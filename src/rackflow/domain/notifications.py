@@ -31,6 +31,11 @@ class EventType(enum.StrEnum):
     # By rackflow itself: a rollout's halt paused the schedule, or an operator's pause reached its end.
     SCHEDULE_PAUSED = "schedule.paused"
     SCHEDULE_RESUMED = "schedule.resumed"
+    # A firing waits for approval (docs/SAFETY.md); it ends approved, rejected or expired.
+    RUN_AWAITING_APPROVAL = "run.awaiting_approval"
+    RUN_APPROVED = "run.approved"
+    RUN_REJECTED = "run.rejected"
+    RUN_EXPIRED = "run.expired"
 
 
 # The event that ends the condition another one reported: Alertmanager gets the alert again with `endsAt`,
@@ -38,6 +43,9 @@ class EventType(enum.StrEnum):
 CLEARS: Mapping[EventType, EventType] = {
     EventType.RUN_HALT_CLEARED: EventType.RUN_HALTED,
     EventType.SCHEDULE_RESUMED: EventType.SCHEDULE_PAUSED,
+    EventType.RUN_APPROVED: EventType.RUN_AWAITING_APPROVAL,
+    EventType.RUN_REJECTED: EventType.RUN_AWAITING_APPROVAL,
+    EventType.RUN_EXPIRED: EventType.RUN_AWAITING_APPROVAL,
 }
 
 
@@ -61,6 +69,10 @@ SEVERITY: Mapping[EventType, Severity] = {
     EventType.TASK_FAILED: Severity.WARNING,
     EventType.SCHEDULE_PAUSED: Severity.WARNING,
     EventType.SCHEDULE_RESUMED: Severity.WARNING,
+    EventType.RUN_AWAITING_APPROVAL: Severity.WARNING,
+    EventType.RUN_APPROVED: Severity.WARNING,
+    EventType.RUN_REJECTED: Severity.WARNING,
+    EventType.RUN_EXPIRED: Severity.WARNING,
 }
 
 

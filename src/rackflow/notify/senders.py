@@ -37,6 +37,7 @@ ALERT_NAMES: Mapping[EventType, str] = {
     EventType.ROLLOUT_FINISHED: "RackflowRolloutFinished",
     EventType.TASK_FAILED: "RackflowTaskFailed",
     EventType.SCHEDULE_PAUSED: "RackflowSchedulePaused",
+    EventType.RUN_AWAITING_APPROVAL: "RackflowRunAwaitingApproval",
 }
 SLACK_ICONS: Mapping[str, str] = {
     "info": ":information_source:",
