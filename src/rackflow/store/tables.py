@@ -211,7 +211,7 @@ task_schedule_run = Table(
     Column("fired_at", UTCDateTime, nullable=False),
     Column("scheduled_for", UTCDateTime, nullable=True),
     Column("trigger", String(16), nullable=False),
-    Column("state", String(16), nullable=False),
+    Column("state", String(32), nullable=False),  # 32 since "awaiting_approval" (migration 0018)
     Column("outcomes", json_type(), nullable=False),
     Column("owner_id", Uuid, nullable=True),
     # A rollout's run (migration 0012): its policy as fired, why it halted or was skipped, and what its

@@ -3,7 +3,8 @@
 * `task_schedule.approval`: the ApprovalPolicy as JSON (NULL: firings start at once);
   `task_schedule.last_edited_by`: who last created, updated or re-scoped it (the two-person rule).
 * `task_schedule_run`: `approval` (the RunApproval as JSON) and `approval_expires_at` (the expiry sweep's
-  column); its `state` may also be "awaiting_approval", "expired" or "rejected".
+  column); its `state` may also be "awaiting_approval", "expired" or "rejected", and is 32 characters wide
+  (was 16: "awaiting_approval" has 17).
 * `uq_task_schedule_run_awaiting`: at most one run of a schedule awaits approval. No run before this
   revision has that state, so no existing row can break it. `ix_task_schedule_run_approval_expires_at`:
   the expiry sweep reads only the awaiting runs.
@@ -46,6 +47,12 @@ def _rebuild_runs(check: str, add_columns: bool) -> None:
             batch_op.add_column(sa.Column("approval", json_type(), nullable=True))
             batch_op.add_column(sa.Column("approval_expires_at", UTCDateTime(), nullable=True))
         batch_op.drop_constraint(op.f("ck_task_schedule_run_state"), type_="check")
+        batch_op.alter_column(
+            "state",
+            existing_type=sa.String(length=16 if add_columns else 32),
+            type_=sa.String(length=32 if add_columns else 16),
+            existing_nullable=False,
+        )
         batch_op.create_check_constraint("state", sa.text(check))
         if not add_columns:
             batch_op.drop_column("approval_expires_at")
