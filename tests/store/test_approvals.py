@@ -21,6 +21,7 @@ from rackflow.clock import FakeClock
 from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.audit import EventFilter
 from rackflow.domain.inventory import Rack
+from rackflow.domain.notifications import Event, EventType
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import QueueOptions, Task
@@ -29,6 +30,7 @@ from rackflow.rollouts.service import RunReport
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import Principal, Role, current_principal
 from rackflow.services import Services
+from rackflow.store import outbox
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, rack_target
@@ -114,6 +116,16 @@ async def test_a_firing_awaits_approval_then_starts_its_frozen_plan_once(db: Dat
     ):
         await env.services.approvals.approve(waiting.run.id)
     assert len(await _tasks(env, schedule)) == 2
+    assert [(e.type, e.run_id) for e in await _events(env)] == [
+        (EventType.RUN_AWAITING_APPROVAL, waiting.run.id),
+        (EventType.RUN_APPROVED, waiting.run.id),
+    ]
+
+
+async def _events(env: Env) -> list[Event]:
+    """The notification events recorded, oldest first (each in the transaction of its change)."""
+    async with env.db.read() as conn:
+        return list(reversed(await outbox.list_events(conn, 100)))
 
 
 async def test_two_approvals_at_once_start_the_run_once(db: Database) -> None:
@@ -217,6 +229,10 @@ async def test_a_run_past_its_timeout_expires_once_audited_as_rackflow(db: Datab
     (event,), _ = await env.services.audit.list_events(EventFilter(method="ExpireTaskScheduleRun"))
     assert event.principal == "rackflow" and event.target_ids == (str(schedule.id), str(waiting.run.id))
     assert await _tasks(env, schedule) == []
+    assert [(e.type, e.principal, e.run_id) for e in await _events(env)] == [
+        (EventType.RUN_AWAITING_APPROVAL, "rackflow", waiting.run.id),
+        (EventType.RUN_EXPIRED, "rackflow", waiting.run.id),
+    ]
 
 
 async def _due_now(env: Env, schedule: Schedule) -> None:
