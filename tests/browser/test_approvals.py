@@ -126,8 +126,11 @@ def test_another_approver_approves_and_the_run_starts(server: ServerProcess, dri
 
 
 def test_an_approver_rejects_with_a_reason(server: ServerProcess, driver: WebDriver) -> None:
-    driver.get(_run_url(server, "gated-2"))
+    driver.get(f"{server.http_url}/schedules/gated-2")
     give_token(driver, APPROVER)
+    wait(driver, lambda d: text(d, "schedule-approval"), "the schedule's approval policy")
+    assert text(driver, "schedule-approval") == "1 approver within 4h · last edited by editor"
+    driver.get(_run_url(server, "gated-2"))  # the token is kept
     wait(driver, lambda d: "awaiting approval" in text(d, "run-state"), "the run awaiting approval")
     _act(driver, "action-reject-run", "reject-comment", "not during the freeze")
     wait(driver, lambda d: "rejected" in text(d, "run-state"), "the run rejected, without a reload")
