@@ -84,6 +84,17 @@ async def test_a_bad_approval_policy_names_its_field_and_writes_nothing(
     assert (await table_counts(services.db))["task_schedule"] == before["task_schedule"] + 1
 
 
+async def test_the_audit_trail_may_be_read_for_expiries(stub: FlowStub) -> None:
+    """An expiry is recorded under a method that is no RPC's; the trail may still be filtered by it."""
+    found = await stub.ListAuditEvents(pb.ListAuditEventsRequest(method="ExpireTaskScheduleRun"))
+    assert found.total == 0
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "method: 'ExpireEverything'",
+        stub.ListAuditEvents(pb.ListAuditEventsRequest(method="ExpireEverything")),
+    )
+
+
 async def test_the_policy_is_stored_updated_removed_and_previewed(stub: FlowStub, services: Services) -> None:
     await make_rack(services, "r1")
     schedule = await _create(stub, pb.ApprovalPolicy(required=True, timeout="90m", min_approvers=2))

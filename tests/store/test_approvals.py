@@ -19,7 +19,7 @@ import pytest
 
 from rackflow.clock import FakeClock
 from rackflow.domain.approvals import ApprovalPolicy
-from rackflow.domain.audit import EventFilter
+from rackflow.domain.audit import EXPIRE_RUN, EventFilter
 from rackflow.domain.inventory import Rack
 from rackflow.domain.notifications import Event, EventType
 from rackflow.domain.rollouts import RolloutPolicy
@@ -226,7 +226,7 @@ async def test_a_run_past_its_timeout_expires_once_audited_as_rackflow(db: Datab
         "(0 of 1 approver)"
     )
     assert [o.outcome for o in expired.run.outcomes] == ["not_started"]
-    (event,), _ = await env.services.audit.list_events(EventFilter(method="ExpireTaskScheduleRun"))
+    (event,), _ = await env.services.audit.list_events(EventFilter(method=EXPIRE_RUN))
     assert event.principal == "rackflow" and event.target_ids == (str(schedule.id), str(waiting.run.id))
     assert await _tasks(env, schedule) == []
     assert [(e.type, e.principal, e.run_id) for e in await _events(env)] == [

@@ -50,7 +50,7 @@ from rackflow.config import (
     DEFAULT_LEASE_TTL,
     DISPATCH_BATCH_CAP,
 )
-from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
+from rackflow.domain.audit import EXPIRE_RUN, OK, SYSTEM_PRINCIPAL
 from rackflow.domain.firing import Firing
 from rackflow.domain.schedules import pause_to_json
 from rackflow.retry import Retry, retrying
@@ -278,7 +278,7 @@ class Dispatcher:
         for item in await self.approvals.expire_overdue():
             await self.audit.record(
                 principal=SYSTEM_PRINCIPAL,
-                method="ExpireTaskScheduleRun",
+                method=EXPIRE_RUN,
                 target_ids=[str(item.run.schedule_id), str(item.run.id)],
                 outcome=OK,
                 request={"id": str(item.run.id), "reason": item.reason},
