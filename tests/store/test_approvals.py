@@ -298,3 +298,26 @@ async def test_a_trigger_its_approver_approves_starts_at_once(db: Database) -> N
     assert run.run.state == "completed" and run.run.approval is not None
     assert [a.principal for a in run.run.approval.approvers] == ["ann"]
     assert [t.id for t in await _tasks(env, schedule)] == [task_id]
+
+
+async def test_a_waiting_rollout_does_not_start_beside_a_live_one(db: Database) -> None:
+    """Its schedule's approval policy was removed while it waited: the next firing rolls out at once, and
+    approving the waiting one is refused until that rollout ends (one live rollout per schedule)."""
+    env = _env(db)
+    racks = [await env.rack("r1"), await env.rack("r2")]
+    schedule = await _schedule(env, racks, rollout=RolloutPolicy(max_concurrent_racks=1))
+    await env.services.schedules.trigger(schedule.id)
+    (waiting,) = await _runs(env, schedule)
+    await env.services.schedules.update(schedule.id, ["schedule.approval"], approval=None)
+    env.clock.advance(SECOND)
+    await env.services.schedules.trigger(schedule.id)
+    rolling, _ = await _runs(env, schedule)
+    assert rolling.run.state == "rolling"
+
+    with pytest.raises(
+        FailedPrecondition, match=f"the schedule's rollout \\(run {rolling.run.id}\\) is still rolling"
+    ):
+        await env.services.approvals.approve(waiting.run.id)
+    assert (await env.services.rollouts.get(waiting.run.id)).run.state == "awaiting_approval"
+    await env.services.rollouts.cancel(rolling.run.id)
+    assert (await env.services.approvals.approve(waiting.run.id)).run.state == "rolling"

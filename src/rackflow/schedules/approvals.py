@@ -100,6 +100,7 @@ class ApprovalService:
             if not approval.approved:
                 await store.decide_awaiting(conn, run.id, "awaiting_approval", approval)
             else:
+                await self._no_live_rollout(conn, run)
                 state: RunState = "rolling" if run.rollout is not None else "running"
                 if not await store.decide_awaiting(conn, run.id, state, approval):
                     raise FailedPrecondition(f"id: run {run_id} no longer awaits approval")
@@ -116,6 +117,19 @@ class ApprovalService:
             log.info("run %s: approved by %s; starting it", run_id, principal, extra={"run_id": str(run_id)})
             await self.schedules.fire([firing])
         return await self.rollouts.get(run_id)
+
+    async def _no_live_rollout(self, conn: AsyncConnection, run: Run) -> None:
+        """Refuse to start a rollout while another of its schedule is live (one live rollout per schedule:
+        a unique index). The planner skips firings while a run awaits approval, but once the schedule's
+        approval policy is removed its firings roll out again beside the run still waiting."""
+        if run.rollout is None:
+            return
+        live = (await run_store.live_rollouts(conn, [run.schedule_id])).get(run.schedule_id)
+        if live is not None:
+            raise FailedPrecondition(
+                f"id: run {run.id} cannot start: the schedule's rollout (run {live.run_id}) is still "
+                f"{live.state} (let it finish, or cancel it, first)"
+            )
 
     async def reject(self, run_id: uuid.UUID, comment: str) -> RunReport:
         """The caller rejects the run, saying why: "rejected", nothing submitted."""
