@@ -566,6 +566,7 @@ class RackflowClient:
         overlap: str = "skip",
         window_policy: str = "skip",
         rollout: pb.RolloutPolicy | None = None,
+        approval: pb.ApprovalPolicy | None = None,
     ) -> pb.TaskSchedule:
         config = pb.ScheduleConfig(
             name=name,
@@ -573,6 +574,7 @@ class RackflowClient:
             overlap_policy=overlap_policy(overlap),
             window_policy=WINDOW_POLICIES[window_policy],
             rollout=rollout,
+            approval=approval,
         )
         request = pb.CreateTaskScheduleRequest(schedule=config, operation=operation.to_proto())
         return self._call(self._stub.CreateTaskSchedule, request, pb.TaskSchedule)
@@ -615,11 +617,17 @@ class RackflowClient:
         window_policy: str | None = None,
         rollout: pb.RolloutPolicy | None = None,
         remove_rollout: bool = False,
+        approval: pb.ApprovalPolicy | None = None,
+        remove_approval: bool = False,
     ) -> pb.TaskSchedule:
         """Change only what is given; `timezone` alone keeps the spec and changes its zone. `rollout`
-        replaces the rollout policy, `remove_rollout` removes it."""
+        replaces the rollout policy, `remove_rollout` removes it; `approval` and `remove_approval` alike."""
         config = pb.ScheduleConfig()
         paths = []
+        if approval is not None:
+            config.approval.CopyFrom(approval)
+        if approval is not None or remove_approval:
+            paths.append("schedule.approval")
         if window_policy is not None:
             config.window_policy = WINDOW_POLICIES[window_policy]
             paths.append("schedule.window_policy")
@@ -641,7 +649,7 @@ class RackflowClient:
             paths.append("schedule.spec.timezone")
         if not paths:
             raise ValueError(
-                "nothing to update: give a name, spec, timezone, overlap, window or rollout policy"
+                "nothing to update: give a name, spec, timezone, overlap, window, rollout or approval policy"
             )
         request = pb.UpdateTaskScheduleRequest(
             id=self._schedule_ref(schedule), schedule=config, update_mask=FieldMask(paths=paths)
@@ -664,8 +672,9 @@ class RackflowClient:
         request = pb.DeleteTaskScheduleRequest(id=self._schedule_ref(schedule))
         self._call(self._stub.DeleteTaskSchedule, request, Empty)
 
-    def trigger_schedule(self, schedule: str) -> pb.SubmitTaskResponse:
-        request = pb.TriggerTaskScheduleRequest(id=self._schedule_ref(schedule))
+    def trigger_schedule(self, schedule: str, *, approve: bool = False) -> pb.SubmitTaskResponse:
+        """Fire now; `approve`: the caller (an approver) approves the firing of a schedule that needs it."""
+        request = pb.TriggerTaskScheduleRequest(id=self._schedule_ref(schedule), approve=approve)
         return self._call(self._stub.TriggerTaskSchedule, request, pb.SubmitTaskResponse)
 
     def add_scope(self, schedule: str, targets: Targets) -> pb.AddTaskScheduleScopeResponse:
@@ -734,6 +743,14 @@ class RackflowClient:
     def cancel_run(self, run_id: str) -> pb.TaskScheduleRun:
         request = pb.CancelTaskScheduleRunRequest(id=pb.UUID(id=run_id))
         return self._call(self._stub.CancelTaskScheduleRun, request, pb.TaskScheduleRun)
+
+    def approve_run(self, run_id: str, comment: str = "") -> pb.TaskScheduleRun:
+        request = pb.ApproveTaskScheduleRunRequest(id=pb.UUID(id=run_id), comment=comment)
+        return self._call(self._stub.ApproveTaskScheduleRun, request, pb.TaskScheduleRun)
+
+    def reject_run(self, run_id: str, comment: str) -> pb.TaskScheduleRun:
+        request = pb.RejectTaskScheduleRunRequest(id=pb.UUID(id=run_id), comment=comment)
+        return self._call(self._stub.RejectTaskScheduleRun, request, pb.TaskScheduleRun)
 
     # --- maintenance windows -----------------------------------------------------------------------
 

@@ -33,6 +33,11 @@ ROLLOUT_RACKS_STARTED = Counter(
 ROLLOUT_HALTS = Counter(
     "rackflow_rollout_halts_total", "Rollouts halted by their failure budget or a canary."
 )
+APPROVAL_DECISIONS = Counter(
+    "rackflow_approval_decisions_total",
+    "Runs awaiting approval that were approved (and started), rejected or expired (docs/SAFETY.md).",
+    ["decision"],
+)
 BUDGET_HOLDS = Counter(
     "rackflow_budget_holds_total",
     "Task starts an operation budget held back (a task waiting long is counted at each claim).",

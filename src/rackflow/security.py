@@ -27,10 +27,18 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class Role(enum.StrEnum):
-    """`viewer` may read (Get/List/Preview/Check); `operator` may do everything."""
+    """`viewer` may read (Get/List/Preview/Check); `operator` may also change things; `approver` may do
+    everything an operator may and also approve or reject a run awaiting approval (docs/SAFETY.md). Each
+    role holds the ones before it."""
 
     VIEWER = "viewer"
     OPERATOR = "operator"
+    APPROVER = "approver"
+
+    def holds(self, needed: Role) -> bool:
+        """Whether this role may do what `needed` may."""
+        order = list(Role)
+        return order.index(self) >= order.index(needed)
 
 
 def hash_token(token: str) -> str:
@@ -83,7 +91,8 @@ def _entry_from(item: object, where: str) -> TokenEntry:
     if not isinstance(name, str) or not name.strip() or len(name) > 255:
         raise InvalidArgument(f"{where}.name: expected a non-empty string of at most 255 characters")
     if role not in {r.value for r in Role}:
-        raise InvalidArgument(f"{where}.role: expected 'viewer' or 'operator', got {role!r}")
+        known = ", ".join(repr(r.value) for r in Role)
+        raise InvalidArgument(f"{where}.role: expected one of {known}, got {role!r}")
     if not isinstance(digest, str) or not _SHA256_HEX.fullmatch(digest.lower()):
         raise InvalidArgument(f"{where}.sha256: expected 64 hexadecimal characters (sha256 of the token)")
     return TokenEntry(name=name.strip(), role=Role(role), sha256=digest.lower())
@@ -212,6 +221,20 @@ class Principal:
 
 
 current_principal: ContextVar[Principal | None] = ContextVar("rackflow_principal", default=None)
+
+
+def caller_known_by_token() -> bool:
+    """Whether the caller of the request being served was named by a bearer token: only then can rackflow
+    tell two people apart (the two-person rule of approvals)."""
+    principal = current_principal.get()
+    return principal is not None and principal.source == "token"
+
+
+def caller_holds(role: Role) -> bool:
+    """Whether the caller of the request being served holds `role` (a service called outside a request,
+    by rackflow itself, holds every role)."""
+    principal = current_principal.get()
+    return principal is None or principal.role.holds(role)
 
 
 def caller_name() -> str:

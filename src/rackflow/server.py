@@ -142,6 +142,7 @@ class RackflowServer:
                 self.services.schedules,
                 self.services.audit,
                 instance_id=self.instance_id,
+                approvals=self.services.approvals,
                 interval=self.config.dispatch_interval,
                 batch=self.config.dispatch_batch,
                 lease_ttl=self.config.lease_ttl,

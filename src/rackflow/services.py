@@ -13,6 +13,7 @@ from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
 from rackflow.notify.service import NotificationService
 from rackflow.rollouts.service import RolloutService
+from rackflow.schedules.approvals import ApprovalService
 from rackflow.schedules.service import ScheduleService
 from rackflow.store.db import Database
 from rackflow.tasks.gates import Gate
@@ -29,6 +30,7 @@ class Services:
     tasks: TaskManager
     schedules: ScheduleService
     rollouts: RolloutService
+    approvals: ApprovalService
     audit: AuditTrail
     windows: WindowService
     budgets: BudgetService
@@ -57,6 +59,7 @@ class Services:
             audit=audit,
             windows=windows,
             rollouts=rollouts,
+            approvals=ApprovalService(schedules, rollouts),
             budgets=BudgetService(db, clock),
             notifications=NotificationService(db, clock),
             checks=checks,

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from rackflow.config import parse_interval
+from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions
 from rackflow.errors import InvalidArgument
@@ -30,6 +31,8 @@ MAX_DESCRIPTION_LENGTH = 1024
 MAX_QUEUE_TIMEOUT = timedelta(hours=24)
 DEFAULT_PREVIEW_COUNT = 10  # what a preview (of a spec, a schedule or windows) lists when asked for 0
 MAX_PREVIEW_COUNT = 100
+MAX_APPROVERS = 10  # an approval policy's min_approvers
+MAX_APPROVAL_TIMEOUT = timedelta(days=30)
 
 # Control characters break terminals and logs (and NUL breaks PostgreSQL); surrogates are not text.
 _FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs"})
@@ -174,6 +177,28 @@ def check_rollout(policy: RolloutPolicy, field: str = "schedule.rollout") -> Rol
     if policy.bake_time < timedelta(0):
         raise InvalidArgument(f"{field_path(field, 'bake_time')}: must be positive")
     return policy
+
+
+def approval_policy(
+    required: bool, timeout: str, min_approvers: int, field: str = "schedule.approval"
+) -> ApprovalPolicy | None:
+    """A schedule's approval policy as a request gives it: None when not `required`; else a positive Go
+    duration of at most MAX_APPROVAL_TIMEOUT, and 1..MAX_APPROVERS approvers (0 means 1)."""
+    if not required:
+        if timeout or min_approvers:
+            raise InvalidArgument(
+                f"{field_path(field, 'required')}: must be true when a timeout or min_approvers is given"
+            )
+        return None
+    if not timeout:
+        raise InvalidArgument(f"{field_path(field, 'timeout')}: required (a Go duration such as 4h)")
+    waits = parse_interval(timeout, field_path(field, "timeout"))
+    if waits > MAX_APPROVAL_TIMEOUT:
+        raise InvalidArgument(f"{field_path(field, 'timeout')}: at most 720h (30 days), got {timeout!r}")
+    if not 0 <= min_approvers <= MAX_APPROVERS:
+        where = field_path(field, "min_approvers")
+        raise InvalidArgument(f"{where}: must be 1..{MAX_APPROVERS} (0 means 1), got {min_approvers}")
+    return ApprovalPolicy(waits, min_approvers or 1)
 
 
 _E = TypeVar("_E", bound=enum.StrEnum)

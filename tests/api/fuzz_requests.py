@@ -280,6 +280,16 @@ def schedule_configs(k: Known) -> Strategy[pb.ScheduleConfig]:
         overlap_policy=enums(list(pb.OverlapPolicy.values())),
         window_policy=enums(list(pb.WindowPolicy.values())),
         rollout=maybe(rollout_policies()),
+        approval=maybe(approval_policies()),
+    )
+
+
+def approval_policies() -> Strategy[pb.ApprovalPolicy]:
+    return build(
+        pb.ApprovalPolicy,
+        required=st.booleans(),
+        timeout=st.sampled_from(("", "4h", "0s", "-1h", "800h", "later")) | garbage_text(),
+        min_approvers=int32s(3),
     )
 
 
@@ -560,6 +570,12 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
         "GetTaskScheduleRun": build(pb.GetTaskScheduleRunRequest, id=ids()),
         "ResumeTaskScheduleRun": build(pb.ResumeTaskScheduleRunRequest, id=ids()),
         "CancelTaskScheduleRun": build(pb.CancelTaskScheduleRunRequest, id=ids()),
+        "ApproveTaskScheduleRun": build(
+            pb.ApproveTaskScheduleRunRequest, id=ids(), comment=texts(plain=("", "ok"))
+        ),
+        "RejectTaskScheduleRun": build(
+            pb.RejectTaskScheduleRunRequest, id=ids(), comment=texts(plain=("", "no"))
+        ),
         "ListAuditEvents": build(
             pb.ListAuditEventsRequest,
             since=maybe(timestamps()),

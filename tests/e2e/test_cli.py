@@ -304,3 +304,28 @@ def test_an_operation_budget_from_the_command_line(server: ServerProcess) -> Non
     assert "INVALID_ARGUMENT" in refused.stderr and "budget.max_running" in refused.stderr
     rackflow(server, "budget", "delete", "fw")
     assert rackflow_json(server, "budget", "list") == {"budgets": []}
+
+
+def test_an_approval_from_the_command_line(server: ServerProcess) -> None:
+    rackflow(server, "rack", "create", "ap-a", "--component", "COMPUTE:ap-a-c0")
+    created = rackflow_json(
+        server, "schedule", "create", "fw-ap", "--interval", "24h", "--op", "power-on", "--rack", "ap-a",
+        "--approval-timeout", "4h",
+    )  # fmt: skip
+    assert created["approval"] == {"required": True, "timeout": "4h", "min_approvers": 1}
+    bad = rackflow(server, "schedule", "update", "fw-ap", "--min-approvers", "11", expect=1)
+    assert "INVALID_ARGUMENT" in bad.stderr and "schedule.approval.min_approvers" in bad.stderr
+
+    waiting = rackflow(server, "schedule", "trigger", "fw-ap").stdout
+    assert "awaiting 1 more of 1 approver(s)" in waiting
+    (run,) = rackflow_json(server, "schedule", "runs", "fw-ap")["runs"]
+    assert run["state"] == "awaiting_approval" and run["outcomes"][0]["outcome"] == "pending"
+    assert "awaiting_approval" in rackflow(server, "schedule", "runs", "fw-ap").stdout
+    assert (
+        "needs_approval" in rackflow(server, "schedule", "preview", "fw-ap", "-n", "1", "-o", "json").stdout
+    )
+
+    approved = rackflow_json(server, "run", "approve", run["id"]["id"], "--comment", "checked")
+    assert approved["state"] == "completed" and approved["outcomes"][0]["outcome"] == "submitted"
+    refused = rackflow(server, "run", "reject", run["id"]["id"], "--comment", "late", expect=1)
+    assert "FAILED_PRECONDITION" in refused.stderr and "only a run awaiting approval" in refused.stderr

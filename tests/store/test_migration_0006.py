@@ -114,9 +114,25 @@ async def _write_as_0005(db: Database) -> None:
 
 # Columns that revisions after 0006 add: the rows are compared over the columns they had at 0005.
 LATER_COLUMNS = {
-    "task_schedule": ("pause_reason", "paused_by", "paused_at", "resume_at", "window_policy", "rollout"),
+    "task_schedule": (
+        "pause_reason",
+        "paused_by",
+        "paused_at",
+        "resume_at",
+        "window_policy",
+        "rollout",
+        "approval",
+        "last_edited_by",
+    ),
     "tasks": ("not_before", "ignore_windows", "not_after", "held_by", "held_reason", "held_since"),
-    "task_schedule_run": ("rollout", "reason", "failures_excused", "resumed"),
+    "task_schedule_run": (
+        "rollout",
+        "reason",
+        "failures_excused",
+        "resumed",
+        "approval",
+        "approval_expires_at",
+    ),
 }
 
 

@@ -255,7 +255,8 @@ async def test_resume_counts_failures_from_zero_and_cancel_ends_the_run(db: Data
     skipped = await _run(env, schedule)
     assert (
         skipped.run.state == "skipped"
-        and skipped.run.reason == f"the schedule's previous rollout (run {run_id}) is still halted"
+        and skipped.run.reason
+        == f"the schedule's previous rollout (run {run_id}) is still halted (resume or cancel it first)"
     )
     assert skipped.run.outcomes == ()
     with pytest.raises(FailedPrecondition, match="is skipped; only a halted rollout can be resumed"):

@@ -120,8 +120,9 @@ def test_certificate_name() -> None:
 
 def test_authenticate() -> None:
     assert authenticate(TABLE, "v-token", "laptop") == Principal("grafana", Role.VIEWER, "token")
-    assert authenticate(None, None, "laptop") == Principal("laptop", Role.OPERATOR, "certificate")
-    assert authenticate(None, "ignored", None) == Principal("anonymous", Role.OPERATOR, "anonymous")
+    # Without tokens every caller may do everything: the approver role holds the operator's.
+    assert authenticate(None, None, "laptop") == Principal("laptop", Role.APPROVER, "certificate")
+    assert authenticate(None, "ignored", None) == Principal("anonymous", Role.APPROVER, "anonymous")
     for token in (None, "nope"):
         with pytest.raises(Unauthenticated) as refused:
             authenticate(TABLE, token, "laptop")
@@ -141,6 +142,21 @@ def test_authorize_by_role() -> None:
             authorize(viewer, rpc)
         assert status_of(denied.value).grpc == grpc.StatusCode.PERMISSION_DENIED
         assert status_of(denied.value).http == 403
+
+
+def test_only_the_approver_role_approves_and_it_holds_the_operators() -> None:
+    viewer, operator = Principal("g", Role.VIEWER, "token"), Principal("c", Role.OPERATOR, "token")
+    approver = Principal("lead", Role.APPROVER, "token")
+    for rpc in ("ApproveTaskScheduleRun", "RejectTaskScheduleRun"):
+        assert required_role(rpc) is Role.APPROVER
+        authorize(approver, rpc)
+        for refused in (viewer, operator):
+            with pytest.raises(PermissionDenied, match=f"{rpc}: .* needs the approver role"):
+                authorize(refused, rpc)
+    for rpc in ("TriggerTaskSchedule", "GetRack"):
+        authorize(approver, rpc)
+    entry = f"[{{name: lead, role: approver, sha256: {OPERATOR_HASH}}}]"
+    assert parse_token_file(entry, "t.yaml") == (TokenEntry("lead", Role.APPROVER, OPERATOR_HASH),)
 
 
 def test_rpc_name_only_for_the_flow_service() -> None:

@@ -252,7 +252,7 @@ def test_schedule_create_sends_spec_operation_and_overlap(
         Spec("cron", "0 2 * * *", "America/Los_Angeles"),
         Operation("power_reset", Targets(racks=("rack-01", RACK_ID)), forced=True),
     )
-    assert kwargs == {"overlap": "queue", "window_policy": "skip", "rollout": None}
+    assert kwargs == {"overlap": "queue", "window_policy": "skip", "rollout": None, "approval": None}
     assert "2026-12-01 02:00 PST (10:00Z), in 3h 12m" in result.output
 
 
@@ -280,6 +280,8 @@ def test_schedule_update_with_only_tz_changes_only_the_zone(
         "window_policy": None,
         "rollout": None,
         "remove_rollout": False,
+        "approval": None,
+        "remove_approval": False,
     }
 
 

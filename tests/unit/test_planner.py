@@ -251,7 +251,9 @@ def test_a_rollout_whose_previous_one_is_live_is_skipped(trigger: Trigger, refus
 
     (firing,) = plan(snapshot, NOW, trigger)
 
-    assert firing.skipped == f"the schedule's previous rollout (run {live.run_id}) is still halted"
+    assert firing.skipped == (
+        f"the schedule's previous rollout (run {live.run_id}) is still halted (resume or cancel it first)"
+    )
     assert firing.refused is refused
     assert firing.rollout_outcomes == ()
     # The slot is spent all the same: the schedule still advances.

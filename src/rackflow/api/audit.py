@@ -28,7 +28,7 @@ from rackflow.api.convert.audit import audit_event_to
 from rackflow.api.convert.notifications import without_secrets
 from rackflow.api.errors import rpc
 from rackflow.audit.trail import AuditTrail
-from rackflow.domain.audit import OK, EventFilter
+from rackflow.domain.audit import OK, SYSTEM_METHODS, EventFilter
 from rackflow.errors import InvalidArgument
 from rackflow.security import ANONYMOUS, current_principal
 from rackflow.v1 import flow_pb2 as pb
@@ -210,7 +210,7 @@ class AuditRpcs:
     async def ListAuditEvents(
         self, request: pb.ListAuditEventsRequest, context: Context
     ) -> pb.ListAuditEventsResponse:
-        if request.method and request.method not in RPC_NAMES:
+        if request.method and request.method not in RPC_NAMES | SYSTEM_METHODS:
             raise InvalidArgument(f"method: {request.method!r} is not an RPC of the Flow service")
         since = timestamp_from(request.since, "since") if request.HasField("since") else None
         offset, limit = page_from(request.pagination if request.HasField("pagination") else None)

@@ -2,8 +2,10 @@
 
 The principal is a bearer token's name (`authorization: Bearer <token>`) when tokens are configured; else
 the client certificate's subject CN under mutual TLS; else `anonymous` (only possible on loopback or with
-`--insecure`, see `rackflow.security.check_exposure`). Without tokens every caller is an operator: the
-listener itself (loopback, or a CA-signed client certificate) is then the access control.
+`--insecure`, see `rackflow.security.check_exposure`). Without tokens every caller may do everything (the
+approver role, which holds the operator's): the listener itself (loopback, or a CA-signed client
+certificate) is then the access control. A token gets the approver role from its entry's `role: approver`
+(docs/SECURITY.md); only it may approve or reject a run awaiting approval.
 
 Health and reflection are not intercepted, so load balancers and grpcurl work without a token. The
 principal is published in `current_principal` for the audit interceptor, which runs inside this one.
@@ -26,6 +28,8 @@ log = logging.getLogger(__name__)
 
 FLOW_PREFIX = f"/{flow_pb2.DESCRIPTOR.services_by_name['Flow'].full_name}/"
 READ_PREFIXES = ("Get", "List", "Preview", "Check")
+# The RPCs only the approver role may call (docs/SAFETY.md, "Approval").
+APPROVER_RPCS = frozenset({"ApproveTaskScheduleRun", "RejectTaskScheduleRun"})
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
@@ -40,6 +44,8 @@ def is_mutating(rpc: str) -> bool:
 
 
 def required_role(rpc: str) -> Role:
+    if rpc in APPROVER_RPCS:
+        return Role.APPROVER
     return Role.OPERATOR if is_mutating(rpc) else Role.VIEWER
 
 
@@ -66,8 +72,8 @@ def authenticate(tokens: TokenTable | None, token: str | None, cert_name: str | 
     """
     if tokens is None:
         if cert_name is not None:
-            return Principal(cert_name, Role.OPERATOR, "certificate")
-        return Principal(ANONYMOUS, Role.OPERATOR, "anonymous")
+            return Principal(cert_name, Role.APPROVER, "certificate")
+        return Principal(ANONYMOUS, Role.APPROVER, "anonymous")
     if token is None:
         raise Unauthenticated("a bearer token is required (authorization: Bearer)")
     entry = tokens.verify(token)
@@ -78,11 +84,18 @@ def authenticate(tokens: TokenTable | None, token: str | None, cert_name: str | 
 
 def authorize(principal: Principal, rpc: str) -> None:
     """`PermissionDenied` when the principal's role may not call `rpc`."""
-    if required_role(rpc) is Role.OPERATOR and principal.role is not Role.OPERATOR:
+    needed = required_role(rpc)
+    if principal.role.holds(needed):
+        return
+    if needed is Role.APPROVER:
         raise PermissionDenied(
-            f"{rpc}: the {principal.role.value} role of {principal.name!r} may only call "
-            f"{'/'.join(READ_PREFIXES)} RPCs; this one needs the operator role",
+            f"{rpc}: the {principal.role.value} role of {principal.name!r} may not approve or reject runs; "
+            "this one needs the approver role"
         )
+    raise PermissionDenied(
+        f"{rpc}: the {principal.role.value} role of {principal.name!r} may only call "
+        f"{'/'.join(READ_PREFIXES)} RPCs; this one needs the operator role",
+    )
 
 
 def with_behavior(handler: grpc.RpcMethodHandler, behavior: Behavior) -> grpc.RpcMethodHandler:

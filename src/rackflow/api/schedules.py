@@ -15,6 +15,7 @@ from rackflow.api.convert import (
     uuid_from,
 )
 from rackflow.api.convert.schedules import (
+    approval_from,
     overlap_policy_from,
     planned_firing_to,
     preview_to,
@@ -28,8 +29,9 @@ from rackflow.api.convert.schedules import (
 from rackflow.api.convert.tasks import operation_kind_from, scheduled_operation_from
 from rackflow.api.convert.windows import window_policy_from
 from rackflow.api.errors import rpc
-from rackflow.errors import InvalidArgument, NotFound
+from rackflow.errors import InvalidArgument, NotFound, PermissionDenied
 from rackflow.schedules.service import (
+    APPROVAL_PATH,
     OVERLAP_POLICY_PATH,
     ROLLOUT_PATH,
     SPEC_PATH,
@@ -37,7 +39,7 @@ from rackflow.schedules.service import (
     Draft,
     parse_order,
 )
-from rackflow.security import caller_name
+from rackflow.security import Role, caller_holds, caller_name
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.validation import preview_count
 
@@ -110,6 +112,7 @@ class ScheduleRpcs:
             timezone=config.spec.timezone if config.HasField("spec") else None,
             window_policy=window_policy,
             rollout=rollout,
+            approval=approval_from(config.approval) if APPROVAL_PATH in paths else None,
         )
         return schedule_to(schedule)
 
@@ -138,7 +141,13 @@ class ScheduleRpcs:
     async def TriggerTaskSchedule(
         self, request: pb.TriggerTaskScheduleRequest, context: Context
     ) -> pb.SubmitTaskResponse:
-        task_ids = await self.services.schedules.trigger(required_uuid(request.id, "id"))
+        schedule_id = required_uuid(request.id, "id")
+        if request.approve and not caller_holds(Role.APPROVER):
+            raise PermissionDenied(
+                "approve: only the approver role may approve a firing as it triggers it "
+                "(trigger without approve: the firing awaits approval)"
+            )
+        task_ids = await self.services.schedules.trigger(schedule_id, approve=request.approve)
         return pb.SubmitTaskResponse(task_ids=[pb.UUID(id=str(task_id)) for task_id in task_ids])
 
     @rpc
@@ -229,6 +238,20 @@ class ScheduleRpcs:
         return run_to(await self.services.rollouts.cancel(required_uuid(request.id, "id")))
 
     @rpc
+    async def ApproveTaskScheduleRun(
+        self, request: pb.ApproveTaskScheduleRunRequest, context: Context
+    ) -> pb.TaskScheduleRun:
+        run_id = required_uuid(request.id, "id")
+        return run_to(await self.services.approvals.approve(run_id, request.comment))
+
+    @rpc
+    async def RejectTaskScheduleRun(
+        self, request: pb.RejectTaskScheduleRunRequest, context: Context
+    ) -> pb.TaskScheduleRun:
+        run_id = required_uuid(request.id, "id")
+        return run_to(await self.services.approvals.reject(run_id, request.comment))
+
+    @rpc
     async def PreviewTaskSchedule(
         self, request: pb.PreviewTaskScheduleRequest, context: Context
     ) -> pb.PreviewTaskScheduleResponse:
@@ -266,4 +289,5 @@ def draft_from(request: pb.CreateTaskScheduleRequest) -> Draft:
         target=target,
         window_policy=window_policy_from(config.window_policy),
         rollout=rollout_from(config.rollout) if config.HasField("rollout") else None,
+        approval=approval_from(config.approval),
     )

@@ -1,5 +1,6 @@
 """Rollouts from the command line: the policy flags of `schedule create/update`, a run's progress in
-`schedule runs`, and `rackflow run show|resume|cancel` for one run (`show --watch` follows it live)."""
+`schedule runs`, and `rackflow run show|resume|cancel` for one run (`show --watch` follows it live), and
+`rackflow run approve|reject` for a run awaiting approval (docs/SAFETY.md)."""
 
 from __future__ import annotations
 
@@ -119,6 +120,25 @@ def policy_from(flags: dict[str, Any], base: pb.RolloutPolicy | None = None) -> 
     return policy
 
 
+def approval_text(run: pb.TaskScheduleRun) -> str:
+    """`awaiting 1 more of 2 approver(s) by 2026-…`, `approved by ann, bob`, `rejected by ann: why`, or ""."""
+    if not run.HasField("approval"):
+        return ""
+    a = run.approval
+    names = ", ".join(x.principal for x in a.approvers)
+    if run.state == "awaiting_approval":
+        left = a.min_approvers - len(a.approvers)
+        so_far = f" (approved by {names})" if names else ""
+        return (
+            f"awaiting {left} more of {a.min_approvers} approver(s) by {utc_text(when(a.expires_at))}{so_far}"
+        )
+    if a.rejected_by:
+        return f"rejected by {a.rejected_by}: {a.comment}"
+    if run.state == "expired":
+        return f"expired at {utc_text(when(a.expires_at))}"
+    return f"approved by {names}" if names else ""
+
+
 def policy_text(policy: pb.RolloutPolicy) -> str:
     """`max 5, 1 per domain, 2 canaries, bake 15m, halt after 2, pause on halt` (`RolloutPolicy.describe`)."""
     return rollout_from(policy).describe()
@@ -178,6 +198,7 @@ def run_view(
             ("schedule", schedule or "-"),
             ("fired", f"{utc_text(when(run.fired_at))} ({run.trigger})"),
             ("state", run.state),
+            *((("approval", approval_text(run)),) if run.HasField("approval") else ()),
             *((("reason", run.reason),) if run.reason else ()),
             *((("rollout", policy_text(run.rollout)),) if run.HasField("rollout") else ()),
             *((("progress", progress_text(run)),) if run.HasField("progress") else ()),
@@ -208,7 +229,8 @@ def _finished(run: pb.TaskScheduleRun) -> bool:
 
 @click.group(cls=Group)
 def run() -> None:
-    """One firing of a schedule (a run): show it, and resume or cancel a rollout."""
+    """One firing of a schedule (a run): show it, resume or cancel a rollout, approve or reject a run
+    awaiting approval."""
 
 
 _run_id = click.argument("run_id", metavar="RUN_ID")
@@ -283,6 +305,35 @@ def cancel(ctx: click.Context, run_id: str) -> None:
       rackflow run cancel 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f
     """
     _act(ctx, lambda session: session.client.cancel_run(run_id))
+
+
+@run.command()
+@_run_id
+@click.option("--comment", default="", help="Why, for the run's record and the audit trail.")
+@click.pass_context
+def approve(ctx: click.Context, run_id: str, comment: str) -> None:
+    """Approve a run awaiting approval (approver role; not the schedule's last editor). With enough
+    approvers it starts at once, exactly once (docs/SAFETY.md).
+
+    \b
+    Example:
+      rackflow run approve 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f --comment "checked the change ticket"
+    """
+    _act(ctx, lambda session: session.client.approve_run(run_id, comment))
+
+
+@run.command()
+@_run_id
+@click.option("--comment", required=True, help="Why it is rejected (required).")
+@click.pass_context
+def reject(ctx: click.Context, run_id: str, comment: str) -> None:
+    """Reject a run awaiting approval: nothing of it starts (approver role).
+
+    \b
+    Example:
+      rackflow run reject 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f --comment "not during the freeze"
+    """
+    _act(ctx, lambda session: session.client.reject_run(run_id, comment))
 
 
 def _act(ctx: click.Context, call: Callable[[Session], pb.TaskScheduleRun]) -> None:

@@ -9,6 +9,7 @@ from typing import Any, TypeVar, cast
 
 import click
 from google.protobuf.empty_pb2 import Empty
+from rich.console import RenderableType
 from rich.table import Table
 
 from rackflow.cli.output import (
@@ -32,6 +33,7 @@ from rackflow.cli.output import (
     zoned_text,
 )
 from rackflow.cli.rollouts import (
+    approval_text,
     failed,
     failed_task_ids,
     policy_from,
@@ -157,6 +159,13 @@ def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
             ("next", schedule_time_text(s.next_run_at, s.spec.timezone, now) if s.enabled else "-"),
             ("last", schedule_time_text(s.last_run_at, s.spec.timezone, now)),
             ("rollout", policy_text(s.rollout) if s.HasField("rollout") else "-"),
+            (
+                "approval",
+                f"{s.approval.min_approvers} approver(s) within {s.approval.timeout}"
+                if s.HasField("approval")
+                else "-",
+            ),
+            ("last edited by", s.last_edited_by or "-"),
             ("description", s.description or "-"),
             ("created", utc_text(when(s.created_at))),
             ("updated", utc_text(when(s.updated_at))),
@@ -171,6 +180,23 @@ def _show(ctx: click.Context, call: Callable[[Session], pb.TaskSchedule]) -> Non
 
 
 _name_or_id = click.argument("schedule_ref", metavar="NAME_OR_ID")
+_approval_timeout = click.option(
+    "--approval-timeout",
+    metavar="DURATION",
+    help="Each firing awaits approval, expiring after DURATION (4h); docs/SAFETY.md.",
+)
+_min_approvers = click.option(
+    "--min-approvers", type=int, metavar="N", help="With approval: N distinct approvers (default 1)."
+)
+
+
+def _approval(timeout: str | None, min_approvers: int | None) -> pb.ApprovalPolicy | None:
+    """The approval policy the flags give (None: no flag); the server checks it and names the field."""
+    if timeout is None and min_approvers is None:
+        return None
+    return pb.ApprovalPolicy(required=True, timeout=timeout or "", min_approvers=min_approvers or 0)
+
+
 _overlap_help = "A scope whose last task is still active: skip it, or queue behind it."
 _window_help = "A rack maintenance windows close at a firing: skip it, or defer its task to the next opening."
 
@@ -207,6 +233,8 @@ _window_help = "A rack maintenance windows close at a firing: skip it, or defer 
 )
 @click.option("--description", default="", help="Free text kept with the schedule's tasks.")
 @rollout_options(removable=False)
+@_approval_timeout
+@_min_approvers
 @click.pass_context
 def create(
     ctx: click.Context,
@@ -222,11 +250,14 @@ def create(
     queue_timeout: int | None,
     description: str,
     rollout: dict[str, Any] | None,
+    approval_timeout: str | None,
+    min_approvers: int | None,
 ) -> None:
     """Create a schedule; its targets become the schedule's scope.
 
     With any rollout flag, each firing rolls out: in waves within the caps, canaries first, halting
-    when too many racks failed (docs/ROLLOUTS.md).
+    when too many racks failed (docs/ROLLOUTS.md). With --approval-timeout, each firing awaits approval
+    (`rackflow run approve`) before anything starts (docs/SAFETY.md).
 
     \b
     Example:
@@ -235,6 +266,8 @@ def create(
       rackflow schedule create daily-ingest --interval 24h --op ingest --domain nvl-a
       rackflow schedule create fw-2-1 --at 2026-06-01T04:00:00Z --op upgrade-firmware --version 2.1 \\
           --domain nvl-a --domain nvl-b --max-per-domain 1 --canary 2 --bake 15m --halt-after 2
+      rackflow schedule create fw-2-2 --cron "0 3 * * SAT" --op upgrade-firmware --version 2.2 \\
+          --domain nvl-a --approval-timeout 4h --min-approvers 2
     """
     run = valid(
         Operation(
@@ -245,7 +278,13 @@ def create(
     _show(
         ctx,
         lambda session: session.client.create_schedule(
-            name, spec, run, overlap=overlap, window_policy=window_policy, rollout=policy
+            name,
+            spec,
+            run,
+            overlap=overlap,
+            window_policy=window_policy,
+            rollout=policy,
+            approval=_approval(approval_timeout, min_approvers),
         ),
     )
 
@@ -320,6 +359,9 @@ def list_schedules(
     "--window-policy", type=click.Choice(["skip", "defer"]), default=None, help="A new window policy."
 )
 @rollout_options(removable=True)
+@_approval_timeout
+@_min_approvers
+@click.option("--no-approval", is_flag=True, help="Firings no longer await approval.")
 @click.pass_context
 def update(
     ctx: click.Context,
@@ -331,6 +373,9 @@ def update(
     window_policy: str | None,
     rollout: dict[str, Any] | None,
     no_rollout: bool,
+    approval_timeout: str | None,
+    min_approvers: int | None,
+    no_approval: bool,
 ) -> None:
     """Change a schedule's name, timing, overlap or rollout policy (its operation and scope stay).
 
@@ -352,10 +397,17 @@ def update(
         and window_policy is None
         and rollout is None
         and not no_rollout
+        and approval_timeout is None
+        and min_approvers is None
+        and not no_approval
     ):
         raise click.UsageError(
             "nothing to change: give --name, --interval/--cron/--at, --tz, --overlap, --window-policy, "
-            "a rollout flag or --no-rollout"
+            "a rollout flag, --no-rollout, an approval flag or --no-approval"
+        )
+    if no_approval and (approval_timeout is not None or min_approvers is not None):
+        raise click.UsageError(
+            "--no-approval removes the approval policy: give no other approval flag with it"
         )
 
     def call(session: Session) -> pb.TaskSchedule:
@@ -363,6 +415,13 @@ def update(
         if rollout is not None:
             current = session.client.get_schedule(schedule_ref)
             policy = policy_from(rollout, current.rollout if current.HasField("rollout") else None)
+        approval = None
+        if approval_timeout is not None or min_approvers is not None:
+            current = session.client.get_schedule(schedule_ref)
+            approval = _approval(
+                approval_timeout or current.approval.timeout,
+                min_approvers if min_approvers is not None else current.approval.min_approvers,
+            )
         return session.client.update_schedule(
             schedule_ref,
             name=name,
@@ -372,6 +431,8 @@ def update(
             window_policy=window_policy,
             rollout=policy,
             remove_rollout=no_rollout,
+            approval=approval,
+            remove_approval=no_approval,
         )
 
     _show(ctx, call)
@@ -436,19 +497,36 @@ def delete(ctx: click.Context, schedule_ref: str) -> None:
 
 @schedule.command()
 @_name_or_id
+@click.option(
+    "--approve",
+    is_flag=True,
+    help="For a schedule that needs approval: approve this firing as you trigger it (approver role).",
+)
 @click.pass_context
-def trigger(ctx: click.Context, schedule_ref: str) -> None:
+def trigger(ctx: click.Context, schedule_ref: str, approve: bool) -> None:
     """Fire a schedule now, on every scope, whatever its overlap policy or pause.
 
     When every scope fails, exits 1 naming each rack and why (the firing is still in `schedule runs`).
+    A schedule that needs approval records the firing awaiting it (`rackflow run approve RUN_ID`), unless
+    --approve counts your approval.
 
     \b
     Example:
       rackflow schedule trigger nightly-reset
+      rackflow schedule trigger fw-2-2 --approve
     """
     session = pass_session(ctx)
-    response = session.client.trigger_schedule(schedule_ref)
-    session.emit(response, lambda: submitted_view(response))
+    response = session.client.trigger_schedule(schedule_ref, approve=approve)
+
+    def view() -> RenderableType:
+        if not response.task_ids:
+            (latest,) = session.client.list_runs(schedule_ref, limit=1).runs or (None,)
+            if latest is not None and latest.state == "awaiting_approval":
+                hint = f"[dim]rackflow run approve {latest.id.id}[/]"
+                return f"run {latest.id.id}: {approval_text(latest)}\n{hint}"
+        return submitted_view(response)
+
+    session.emit(response, view)
 
 
 @schedule.command()
@@ -557,7 +635,12 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
     for run in found.runs:
         fired = utc_text(when(run.fired_at)) + (f" ({run.trigger})" if run.trigger != "dispatch" else "")
         failed_tasks = (messages.get(task_id, "") for task_id in failed_task_ids(run))
-        error = run.reason or next((o.error for o in run.outcomes if o.error), "") or next(failed_tasks, "")
+        error = (
+            run.reason
+            or (approval_text(run) if run.state == "awaiting_approval" else "")
+            or next((o.error for o in run.outcomes if o.error), "")
+            or next(failed_tasks, "")
+        )
         result.add_row(
             run.id.id,
             fired,

@@ -9,6 +9,9 @@ from typing import Any
 
 OK = "OK"  # the outcome of an action that succeeded; a refused one records its status code's name
 SYSTEM_PRINCIPAL = "rackflow"  # the principal of what rackflow does by itself (a pause ending at resume_at)
+# What rackflow records by itself under a name that is no RPC's: a run awaiting approval expiring.
+EXPIRE_RUN = "ExpireTaskScheduleRun"
+SYSTEM_METHODS = frozenset({EXPIRE_RUN})
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,12 @@ For each schedule of the snapshot, `plan` decides:
    settled "pending" for the rollout's steps. While its previous rollout is live (rolling or halted) the
    firing is skipped with the reason (`Firing.skipped`): a dispatched one is recorded as skipped, a
    manual one refused (`Firing.refused`).
+4. for a schedule with an approval policy (`rackflow.domain.approvals`), that the run awaits approval
+   (`Firing.approval`): the plan above (`planned_outcomes`: which racks, in which waves) is recorded frozen
+   and nothing is submitted. A manual trigger whose caller approved it as it fired counts that approval,
+   and starts at once when it is enough. While a run of the schedule awaits approval, a firing is skipped
+   with the reason (`awaiting_skip_reason`), as for a live rollout: approvals never pile up. Once approved,
+   `approved_firing` rebuilds the firing from the frozen plan, and it takes the same path as any firing.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from rackflow.domain.approvals import Approver, RunApproval, opened
 from rackflow.domain.rollouts import RackPlace
-from rackflow.domain.schedules import OverlapPolicy, RunState, Schedule, Scope, ScopeOutcome, Trigger
+from rackflow.domain.schedules import OverlapPolicy, Run, RunState, Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.domain.tasks import Operation
 from rackflow.domain.window_rules import FIRE, Decision, decide_firing
 from rackflow.domain.windows import MaintenanceWindow, RackRef
@@ -54,6 +61,8 @@ class Snapshot:
     only where the overlap check runs). `windows` and `racks` (each existing rack's NVLink domain): read
     only where windows are obeyed; a rack missing from `racks` (deleted) is left to the task manager.
     `live_rollouts` (by schedule) and `places` (rack names, for rollout order): read only for rollouts.
+    `awaiting`: each schedule's run awaiting approval (at most one: a unique index), read only for the
+    schedules that need approval.
     """
 
     schedules: tuple[Schedule, ...]
@@ -63,6 +72,7 @@ class Snapshot:
     racks: Mapping[uuid.UUID, RackRef] = field(default_factory=dict)
     live_rollouts: Mapping[uuid.UUID, LiveRollout] = field(default_factory=dict)
     places: Mapping[uuid.UUID, RackPlace] = field(default_factory=dict)
+    awaiting: Mapping[uuid.UUID, uuid.UUID] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,10 +98,16 @@ class Firing:
     windows: Mapping[uuid.UUID, Decision] = field(default_factory=dict)
     rollout_outcomes: tuple[ScopeOutcome, ...] = ()
     skipped: str = ""
+    approval: RunApproval | None = None
 
     @property
     def rolls_out(self) -> bool:
         return self.schedule.rollout is not None
+
+    @property
+    def needs_approval(self) -> bool:
+        """Recorded "awaiting_approval", its plan frozen, and nothing started (not approved as it fired)."""
+        return self.approval is not None and self.approval.decided_at is None
 
     @property
     def refused(self) -> bool:
@@ -107,6 +123,16 @@ class Firing:
     @property
     def to_submit(self) -> list[Scope]:
         return [scope for scope in self.scopes if scope.id not in self.decided]
+
+    @property
+    def planned_outcomes(self) -> tuple[ScopeOutcome, ...]:
+        """The plan as a run awaiting approval freezes it: a rollout's scopes in rollout order (canaries
+        marked), else every scope in order; settled ones with their outcome, the others "pending"."""
+        if self.rolls_out:
+            return self.rollout_outcomes
+        return tuple(
+            self.decided.get(sc.id) or ScopeOutcome(sc.id, sc.rack_id, "pending") for sc in self.scopes
+        )
 
 
 def checks_scopes(trigger: Trigger) -> bool:
@@ -126,14 +152,22 @@ def plan(
     now: datetime,
     trigger: Trigger,
     new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+    approver: Approver | None = None,
 ) -> list[Firing]:
     """Each schedule of the snapshot fired at `now` by `trigger`, decided as the module says; `new_id`
-    names each firing's run."""
-    return [_plan_one(snapshot, schedule, now, trigger, new_id()) for schedule in snapshot.schedules]
+    names each firing's run; `approver`: a manual trigger's caller who approves it as it fires."""
+    return [
+        _plan_one(snapshot, schedule, now, trigger, new_id(), approver) for schedule in snapshot.schedules
+    ]
 
 
 def _plan_one(
-    snapshot: Snapshot, schedule: Schedule, now: datetime, trigger: Trigger, run_id: uuid.UUID
+    snapshot: Snapshot,
+    schedule: Schedule,
+    now: datetime,
+    trigger: Trigger,
+    run_id: uuid.UUID,
+    approver: Approver | None = None,
 ) -> Firing:
     scopes = snapshot.scopes.get(schedule.id, ())
     decided: dict[uuid.UUID, ScopeOutcome] = {}
@@ -165,12 +199,58 @@ def _plan_one(
         decided=decided,
         windows=windows,
     )
+    if schedule.approval is not None:
+        awaiting = snapshot.awaiting.get(schedule.id)
+        if awaiting is not None:
+            return replace(firing, skipped=awaiting_skip_reason(awaiting))
+        firing = replace(firing, approval=opened(schedule.approval, now, approver))
     if schedule.rollout is None:
         return firing
     live = snapshot.live_rollouts.get(schedule.id)
     if live is not None:
         return replace(firing, skipped=skip_reason(live))
     return replace(firing, rollout_outcomes=rollout_outcomes(firing, snapshot.places))
+
+
+def awaiting_skip_reason(run_id: uuid.UUID) -> str:
+    """Why a firing is skipped while the schedule's previous firing awaits approval."""
+    return (
+        f"the schedule's previous run (run {run_id}) is still awaiting approval (approve or reject it first)"
+    )
+
+
+def approved_firing(run: Run, snapshot: Snapshot, now: datetime) -> Firing:
+    """The firing an approved run starts at `now`, from its frozen plan (`run.outcomes`); `snapshot` holds
+    the run's schedule, the scopes of its pending outcomes still in it, and (where windows are obeyed) the
+    windows and racks, as `plan_starts` needs.
+
+    A rollout starts as any rollout does, by its own policy as fired and its steps. A plain firing submits
+    its pending scopes as `plan_starts` settles them now: a scope removed from the schedule meanwhile is
+    "not_started", and a dispatched run's scopes obey the windows as they stand when it starts, as a
+    rollout's do when their turn comes (approval may come hours after the firing)."""
+    (schedule,) = snapshot.schedules
+    firing = Firing(
+        schedule=replace(schedule, rollout=run.rollout),
+        scopes=(),
+        trigger=run.trigger,
+        fired_at=now,
+        run_id=run.id,
+        enabled=schedule.enabled,
+        next_run_at=schedule.next_run_at,
+        approval=run.approval,
+    )
+    if run.rollout is not None:
+        return replace(firing, rollout_outcomes=run.outcomes)
+    pending = [o.scope_id for o in run.outcomes if o.outcome == "pending"]
+    starts = plan_starts(snapshot, run.outcomes, pending, run.trigger, now)
+    present = {sc.id: sc for sc in snapshot.scopes.get(schedule.id, ())}
+    scopes = tuple(
+        present.get(o.scope_id) or Scope(o.scope_id, schedule.id, o.rack_id, None, None, run.fired_at)
+        for o in run.outcomes
+    )
+    decided = {o.scope_id: o for o in run.outcomes if o.outcome != "pending"} | dict(starts.settled)
+    windows = {sc.id: wait for sc, wait in starts.submit if wait is not None}
+    return replace(firing, scopes=scopes, decided=decided, windows=windows)
 
 
 SKIP_OVERLAP = Decision("skip_overlap")
@@ -189,7 +269,10 @@ def scope_decisions(firing: Firing) -> dict[uuid.UUID, Decision]:
 
 def skip_reason(live: LiveRollout) -> str:
     """Why a rollout's firing is skipped: the schedule's live rollout."""
-    return f"the schedule's previous rollout (run {live.run_id}) is still {live.state}"
+    return (
+        f"the schedule's previous rollout (run {live.run_id}) is still {live.state} "
+        "(resume or cancel it first)"
+    )
 
 
 def rollout_outcomes(firing: Firing, places: Mapping[uuid.UUID, RackPlace]) -> tuple[ScopeOutcome, ...]:

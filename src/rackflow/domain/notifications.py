@@ -36,6 +36,11 @@ class EventType(enum.StrEnum):
     # holds it now (`rackflow.notify.holds`).
     TASK_HELD_TOO_LONG = "task.held_too_long"
     TASK_HOLD_CLEARED = "task.hold_cleared"
+    # A firing waits for approval (docs/SAFETY.md); it ends approved, rejected or expired.
+    RUN_AWAITING_APPROVAL = "run.awaiting_approval"
+    RUN_APPROVED = "run.approved"
+    RUN_REJECTED = "run.rejected"
+    RUN_EXPIRED = "run.expired"
 
 
 # The event that ends the condition another one reported: Alertmanager gets the alert again with `endsAt`,
@@ -44,6 +49,9 @@ CLEARS: Mapping[EventType, EventType] = {
     EventType.RUN_HALT_CLEARED: EventType.RUN_HALTED,
     EventType.SCHEDULE_RESUMED: EventType.SCHEDULE_PAUSED,
     EventType.TASK_HOLD_CLEARED: EventType.TASK_HELD_TOO_LONG,
+    EventType.RUN_APPROVED: EventType.RUN_AWAITING_APPROVAL,
+    EventType.RUN_REJECTED: EventType.RUN_AWAITING_APPROVAL,
+    EventType.RUN_EXPIRED: EventType.RUN_AWAITING_APPROVAL,
 }
 
 
@@ -69,6 +77,10 @@ SEVERITY: Mapping[EventType, Severity] = {
     EventType.SCHEDULE_RESUMED: Severity.WARNING,
     EventType.TASK_HELD_TOO_LONG: Severity.WARNING,
     EventType.TASK_HOLD_CLEARED: Severity.WARNING,
+    EventType.RUN_AWAITING_APPROVAL: Severity.WARNING,
+    EventType.RUN_APPROVED: Severity.WARNING,
+    EventType.RUN_REJECTED: Severity.WARNING,
+    EventType.RUN_EXPIRED: Severity.WARNING,
 }
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.inventory import ComponentFilter
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import ConflictStrategy, Operation
@@ -29,8 +30,21 @@ class OverlapPolicy(enum.StrEnum):
 
 Trigger = Literal["dispatch", "manual"]
 # A rollout's run is "rolling", then "completed", "halted" or "cancelled"; "skipped" when the schedule's
-# previous rollout was still rolling or halted (rackflow.rollouts).
-RunState = Literal["running", "completed", "interrupted", "rolling", "halted", "cancelled", "skipped"]
+# previous rollout was still rolling or halted (rackflow.rollouts). A firing of a schedule that needs
+# approval is "awaiting_approval" (its plan frozen, nothing submitted) until it is approved (then "running"
+# or "rolling"), "rejected", or "expired" (rackflow.domain.approvals).
+RunState = Literal[
+    "running",
+    "completed",
+    "interrupted",
+    "rolling",
+    "halted",
+    "cancelled",
+    "skipped",
+    "awaiting_approval",
+    "expired",
+    "rejected",
+]
 ROLLOUT_LIVE_STATES: tuple[RunState, ...] = ("rolling", "halted")  # at most one such run per schedule
 # "pending" (waiting its turn) and "not_started" (halted or cancelled first) are a rollout's.
 Outcome = Literal["submitted", "skipped_overlap", "skipped_window", "failed", "pending", "not_started"]
@@ -73,6 +87,8 @@ class Schedule:
     pause: Pause | None = None  # set only while paused by PauseTaskSchedule (enabled is False)
     window_policy: WindowPolicy = WindowPolicy.SKIP
     rollout: RolloutPolicy | None = None  # None: a firing starts every scope at once
+    approval: ApprovalPolicy | None = None  # None: a firing starts at once
+    last_edited_by: str = ""  # who last created, updated or re-scoped it (the two-person rule)
 
     @property
     def is_consumed(self) -> bool:
@@ -137,3 +153,4 @@ class Run:
     reason: str = ""
     failures_excused: int = 0
     resumed: bool = False
+    approval: RunApproval | None = None  # a run of a schedule that needs approval

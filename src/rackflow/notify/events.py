@@ -144,6 +144,46 @@ def tasks_failed(endings: Iterable[Ending], ended: Collection[uuid.UUID], at: da
     ]
 
 
+def runs_awaiting_approval(firings: Iterable[Firing], at: datetime) -> list[Event]:
+    """Firings recorded awaiting approval: someone must approve or reject each before it expires."""
+    return [
+        _event(
+            EventType.RUN_AWAITING_APPROVAL,
+            at,
+            f"schedule {f.schedule.name}: run awaits approval",
+            reason=f"needs {f.approval.min_approvers} approver(s) by {f.approval.expires_at.isoformat()}",
+            schedule_id=f.schedule.id,
+            run_id=f.run_id,
+        )
+        for f in firings
+        if f.approval is not None
+    ]
+
+
+_DECIDED = {
+    "approved": EventType.RUN_APPROVED,
+    "rejected": EventType.RUN_REJECTED,
+    "expired": EventType.RUN_EXPIRED,
+}
+
+
+def approval_decided(
+    run: Run, decision: Literal["approved", "rejected", "expired"], reason: str, at: datetime
+) -> list[Event]:
+    """A run that awaited approval was approved (it starts), rejected, or expired: the condition ends."""
+    kind = _DECIDED[decision]
+    return [
+        _event(
+            kind,
+            at,
+            f"run {kind.value.removeprefix('run.')}",
+            reason=reason,
+            schedule_id=run.schedule_id,
+            run_id=run.id,
+        )
+    ]
+
+
 def pauses_ended(resumed: Iterable[tuple[Schedule, Pause]], at: datetime) -> list[Event]:
     """Schedules rackflow resumed because their pause reached its end."""
     return [

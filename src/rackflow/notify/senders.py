@@ -38,6 +38,7 @@ ALERT_NAMES: Mapping[EventType, str] = {
     EventType.TASK_FAILED: "RackflowTaskFailed",
     EventType.SCHEDULE_PAUSED: "RackflowSchedulePaused",
     EventType.TASK_HELD_TOO_LONG: "RackflowTaskHeldTooLong",
+    EventType.RUN_AWAITING_APPROVAL: "RackflowRunAwaitingApproval",
 }
 SLACK_ICONS: Mapping[str, str] = {
     "info": ":information_source:",

@@ -50,10 +50,11 @@ from rackflow.config import (
     DEFAULT_LEASE_TTL,
     DISPATCH_BATCH_CAP,
 )
-from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
+from rackflow.domain.audit import EXPIRE_RUN, OK, SYSTEM_PRINCIPAL
 from rackflow.domain.firing import Firing
 from rackflow.domain.schedules import pause_to_json
 from rackflow.retry import Retry, retrying
+from rackflow.schedules.approvals import ApprovalService
 from rackflow.schedules.firing import claim
 from rackflow.schedules.service import ScheduleService
 from rackflow.store import dispatch, wakeups
@@ -87,12 +88,14 @@ class Dispatcher:
         audit: AuditTrail,
         *,
         instance_id: uuid.UUID,
+        approvals: ApprovalService | None = None,
         interval: timedelta = DEFAULT_DISPATCH_INTERVAL,
         batch: int = DEFAULT_DISPATCH_BATCH,
         lease_ttl: timedelta = DEFAULT_LEASE_TTL,
     ) -> None:
         self.schedules = schedules
         self.audit = audit
+        self.approvals = approvals  # None: this dispatcher expires no approvals (a test of the loop alone)
         self.db = schedules.db
         self.instance_id = instance_id
         self.interval = interval
@@ -148,6 +151,8 @@ class Dispatcher:
                     await self.sweep_abandoned_runs()
                 with contextlib.suppress(Exception):
                     await self.resume_ended_pauses()
+                with contextlib.suppress(Exception):
+                    await self.expire_approvals()
                 await self._sleep(stop)
             if firing:
                 await asyncio.gather(*firing)
@@ -263,6 +268,21 @@ class Dispatcher:
                 outcome=OK,
                 request={"id": str(schedule.id), "pause_ended": pause_to_json(pause)},
                 schedule_id=schedule.id,
+            )
+
+    async def expire_approvals(self) -> None:
+        """Expire the runs awaiting approval past their timeout, each recorded in the audit trail as an
+        ExpireTaskScheduleRun by rackflow itself, with the reason."""
+        if self.approvals is None:
+            return
+        for item in await self.approvals.expire_overdue():
+            await self.audit.record(
+                principal=SYSTEM_PRINCIPAL,
+                method=EXPIRE_RUN,
+                target_ids=[str(item.run.schedule_id), str(item.run.id)],
+                outcome=OK,
+                request={"id": str(item.run.id), "reason": item.reason},
+                schedule_id=item.run.schedule_id,
             )
 
     async def sweep_abandoned_runs(self) -> None:

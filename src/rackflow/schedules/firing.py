@@ -30,6 +30,11 @@ advances a rollout) instead of phases 2 and 3: `ScheduleService.fire`, which the
 trigger both call after claiming, takes its first step at once. While a schedule's previous rollout is
 still rolling or halted, a dispatched firing is recorded as "skipped" with the reason and nothing more
 happens, and a manual one is refused (the database holds one live rollout per schedule).
+
+A firing of a schedule that needs approval is recorded "awaiting_approval" in phase 1 with its plan frozen
+in its outcomes, and goes no further: `ScheduleService.fire` leaves it out. Once approved
+(`schedules.approvals`), the firing the planner rebuilds from the frozen plan (`approved_firing`) takes
+phases 2 and 3, or its rollout's steps, like any other.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
 from rackflow.clock import Clock
+from rackflow.domain.approvals import Approver
 from rackflow.domain.firing import Firing, RunResult, plan
 from rackflow.domain.schedules import Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.errors import FailedPrecondition, RackflowError, Unavailable
@@ -75,6 +81,7 @@ async def claim(
     trigger: Trigger,
     now: datetime,
     owner_id: uuid.UUID | None = None,
+    approver: Approver | None = None,
 ) -> list[Firing]:
     """Phase 1 for `schedules`, which the caller has locked in `conn`'s transaction; the firings to run.
 
@@ -84,18 +91,21 @@ async def claim(
     whose slot is recorded already, or that is skipped for a live rollout, is left out of the result. A
     manual firing of a schedule whose rollout is live is refused (FailedPrecondition naming the run) and
     records nothing. `owner_id` (the dispatching instance) lets the sweep tell a dead owner's "running" run.
+    A firing that needs approval is recorded awaiting it and returned (`Firing.needs_approval`: the caller
+    fires none of those); `approver`: a manual trigger's caller who approves it as it fires.
     """
     if not schedules:
         return []
     snapshot = await firing_store.load(conn, schedules, trigger)
-    planned = plan(snapshot, now, trigger)
+    planned = plan(snapshot, now, trigger, approver=approver)
     refused = next((f for f in planned if f.refused), None)
     if refused is not None:
         raise FailedPrecondition(
-            f"id: schedule {refused.schedule.name!r} ({refused.schedule.id}) not fired: {refused.skipped} "
-            "(resume or cancel that run first)"
+            f"id: schedule {refused.schedule.name!r} ({refused.schedule.id}) not fired: {refused.skipped}"
         )
     recorded = await firing_store.record(db, conn, planned, owner_id)
+    awaiting = [f for f in planned if f.run_id in recorded and f.needs_approval]
+    await outbox.record_events(conn, events.runs_awaiting_approval(awaiting, now))
     for f in planned:
         if f.run_id not in recorded:
             log.warning(

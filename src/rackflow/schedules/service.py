@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
+from rackflow.domain.approvals import ApprovalPolicy, Approver, check_approver, opened
 from rackflow.domain.firing import Firing, RunResult, Snapshot, plan, planned_times, scope_decisions
 from rackflow.domain.inventory import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.domain.rollouts import RolloutPolicy
@@ -37,6 +38,7 @@ from rackflow.notify import events
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
+from rackflow.security import ANONYMOUS, caller_known_by_token, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
 from rackflow.store import outbox, wakeups
@@ -63,7 +65,16 @@ SPEC_PATH = "schedule.spec"
 TIMEZONE_PATH = "schedule.spec.timezone"
 WINDOW_POLICY_PATH = "schedule.window_policy"
 ROLLOUT_PATH = "schedule.rollout"
-UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH, WINDOW_POLICY_PATH, ROLLOUT_PATH)
+APPROVAL_PATH = "schedule.approval"
+UPDATE_PATHS = (
+    NAME_PATH,
+    OVERLAP_POLICY_PATH,
+    SPEC_PATH,
+    TIMEZONE_PATH,
+    WINDOW_POLICY_PATH,
+    ROLLOUT_PATH,
+    APPROVAL_PATH,
+)
 
 DEFAULT_TIMEZONE = "UTC"
 PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the next poll
@@ -80,11 +91,13 @@ class PlannedScope:
 
 @dataclass(frozen=True)
 class PlannedFiring:
-    """A previewed firing; `resume_at`: when a paused schedule resumes by itself (None: by hand)."""
+    """A previewed firing; `resume_at`: when a paused schedule resumes by itself (None: by hand);
+    `needs_approval`: it would await approval before anything starts."""
 
     at: datetime
     scopes: tuple[PlannedScope, ...]
     resume_at: datetime | None = None
+    needs_approval: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,7 @@ class Draft:
     target: TargetSpec
     window_policy: WindowPolicy = WindowPolicy.SKIP
     rollout: RolloutPolicy | None = None
+    approval: ApprovalPolicy | None = None
 
     def checked(self, schedule_id: uuid.UUID, now: datetime, *, named: bool = True) -> Schedule:
         """The schedule it makes at `now`, every field checked as create checks it (the name only when
@@ -131,6 +145,8 @@ class Draft:
             description=self.description,
             window_policy=self.window_policy,
             rollout=self.rollout,
+            approval=self.approval,
+            last_edited_by=caller_name(),
         )
 
 
@@ -220,13 +236,24 @@ class ScheduleService:
         target: TargetSpec,
         window_policy: WindowPolicy = WindowPolicy.SKIP,
         rollout: RolloutPolicy | None = None,
+        approval: ApprovalPolicy | None = None,
     ) -> Schedule:
         """A schedule and its initial scope (the target's racks). The overlap policy, not `queue`,
         decides the conflict strategy at fire time; `queue` contributes its timeout. Its firings obey
         maintenance windows (`window_policy`), so `queue.ignore_windows` is refused. `rollout`: fire as
-        a controlled rollout (None: every scope at once)."""
+        a controlled rollout (None: every scope at once). `approval`: each firing awaits approval. The
+        caller is recorded as its last editor (the two-person rule)."""
         draft = Draft(
-            name, spec, overlap_policy, operation, queue, description, target, window_policy, rollout
+            name,
+            spec,
+            overlap_policy,
+            operation,
+            queue,
+            description,
+            target,
+            window_policy,
+            rollout,
+            approval,
         )
         now = self.clock.now()
         schedule = draft.checked(uuid.uuid4(), now)
@@ -297,11 +324,14 @@ class ScheduleService:
         timezone: str | None = None,
         window_policy: WindowPolicy | None = None,
         rollout: RolloutPolicy | None = None,
+        approval: ApprovalPolicy | None = None,
     ) -> Schedule:
-        """Apply the masked fields. The operation and scope never change here.
+        """Apply the masked fields. The operation and scope never change here. The caller becomes the
+        schedule's last editor (the two-person rule).
 
         `schedule.rollout` replaces the rollout policy (None removes it); a run already rolling keeps the
-        policy it fired with.
+        policy it fired with. `schedule.approval` replaces the approval policy (None removes it); a run
+        already awaiting approval keeps the approval it fired with.
 
         `schedule.spec` replaces type and text and recomputes next_run_at from now. `schedule.spec.timezone`
         replaces the zone (None: the request carried no spec message, which is refused; "" means UTC); only
@@ -329,7 +359,9 @@ class ScheduleService:
         now = self.clock.now()
         async with self.db.transaction() as conn:
             current = await self._load(conn, schedule_id, lock=True)
-            updated = replace(current, updated_at=now)
+            updated = replace(current, updated_at=now, last_edited_by=caller_name())
+            if APPROVAL_PATH in mask:
+                updated = replace(updated, approval=approval)
             if NAME_PATH in mask:
                 if await store.name_taken(conn, name, other_than=schedule_id):
                     raise store.name_taken_error(name)
@@ -420,7 +452,7 @@ class ScheduleService:
             if not await store.delete_schedule(conn, schedule_id):
                 raise NotFound(f"id: no task schedule {schedule_id}")
 
-    async def trigger(self, schedule_id: uuid.UUID) -> list[uuid.UUID]:
+    async def trigger(self, schedule_id: uuid.UUID, *, approve: bool = False) -> list[uuid.UUID]:
         """Fire now, whatever `enabled` and `next_run_at` say, on every scope (no overlap check).
 
         Returns the ids of the tasks submitted; scopes whose submission failed are in the run history.
@@ -432,13 +464,34 @@ class ScheduleService:
         A rollout's firing returns the tasks of its first wave (the rest start in later steps). While the
         schedule's previous rollout is rolling or halted, a trigger is refused and records nothing (a
         dispatched firing is recorded as skipped instead).
+
+        A schedule that needs approval records the firing "awaiting_approval" and returns no task, unless
+        `approve` (the caller holds the approver role: the front end checks it): then the caller's approval
+        counts, under the two-person rule, and it starts at once when that is enough. While a run of the
+        schedule awaits approval, a trigger is refused.
         """
+        now = self.clock.now()
         async with self.db.transaction() as conn:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:
                 raise _consumed(schedule, "trigger")
-            # A manual firing has no slot: one firing (refused while the schedule's rollout is live).
-            (claimed,) = await firing.claim(self.db, conn, [schedule], trigger="manual", now=self.clock.now())
+            approver = None
+            if approve and schedule.approval is not None:
+                approver = Approver(caller_name() or ANONYMOUS, now)
+                check_approver(
+                    opened(schedule.approval, now, None),
+                    approver.principal,
+                    schedule.last_edited_by,
+                    two_person=caller_known_by_token(),
+                    field="approve",
+                )
+            # A manual firing has no slot: one firing (refused while the schedule's rollout is live or a
+            # run of it awaits approval).
+            (claimed,) = await firing.claim(
+                self.db, conn, [schedule], trigger="manual", now=now, approver=approver
+            )
+        if claimed.needs_approval:
+            return []
         (result,) = await self.fire([claimed])
         if claimed.rolls_out:
             return list(result.started)
@@ -448,8 +501,10 @@ class ScheduleService:
 
     async def fire(self, claimed: Sequence[Firing]) -> list[RunResult]:
         """Phases 2 and 3 for claimed firings (`firing.fire`), then the first step of their rollouts at once
-        rather than at the rollout driver's next step: the one way the dispatcher and a manual trigger fire
-        what they claimed. A rollout's result says which tasks that step started."""
+        rather than at the rollout driver's next step: the one way the dispatcher, a manual trigger and an
+        approval fire what they claimed. A rollout's result says which tasks that step started. A firing
+        awaiting approval is left out (it starts when approved)."""
+        claimed = [f for f in claimed if not f.needs_approval]
         results = await firing.fire(self.db, self.tasks, self.clock, claimed)
         rolling = [f.run_id for f in claimed if f.rolls_out]
         if not rolling:
@@ -479,6 +534,7 @@ class ScheduleService:
             incoming = await self._resolve_locked(conn, target)
             changes = merge(await store.list_scopes(conn, schedule_id), incoming)
             await self._apply(conn, schedule_id, changes)
+            await store.set_last_edited_by(conn, schedule_id, caller_name(), self.clock.now())
             return await store.list_scopes(conn, schedule_id)
 
     async def update_scope(
@@ -490,6 +546,7 @@ class ScheduleService:
             wanted = await self._resolve_locked(conn, desired)
             changes = reconcile(await store.list_scopes(conn, schedule_id), wanted)
             await self._apply(conn, schedule_id, changes)
+            await store.set_last_edited_by(conn, schedule_id, caller_name(), self.clock.now())
             return await store.list_scopes(conn, schedule_id), changes
 
     async def _resolve_locked(self, conn: AsyncConnection, target: TargetSpec) -> list[RackSelection]:
@@ -540,6 +597,7 @@ class ScheduleService:
                     "delete the schedule instead"
                 )
             await store.delete_scopes(conn, [scope_id])
+            await store.set_last_edited_by(conn, schedule.id, caller_name(), self.clock.now())
 
     async def list_scopes(self, schedule_id: uuid.UUID) -> list[Scope]:
         async with self.db.read() as conn:
@@ -601,7 +659,10 @@ class ScheduleService:
                 firing_schedule = resumed(schedule, resume_at)
         planned = [
             PlannedFiring(
-                moment, tuple(PlannedScope(s, names.get(s.rack_id, "?"), None) for s in scopes), resume_at
+                moment,
+                tuple(PlannedScope(s, names.get(s.rack_id, "?"), None) for s in scopes),
+                resume_at,
+                needs_approval=schedule.approval is not None,
             )
             for moment in paused_times
         ]
@@ -696,7 +757,9 @@ def _decided(
         decisions = scope_decisions(decided)
         planned.append(
             PlannedFiring(
-                moment, tuple(PlannedScope(s, names.get(s.rack_id, "?"), decisions[s.id]) for s in scopes)
+                moment,
+                tuple(PlannedScope(s, names.get(s.rack_id, "?"), decisions[s.id]) for s in scopes),
+                needs_approval=schedule.approval is not None,
             )
         )
     return planned

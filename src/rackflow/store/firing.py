@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import Firing, LiveRollout, Snapshot, checks_scopes, overlap_checked
 from rackflow.domain.rollouts import RackPlace
-from rackflow.domain.schedules import Schedule, Scope, Trigger
+from rackflow.domain.schedules import RunState, Schedule, Scope, Trigger
 from rackflow.domain.windows import RackRef
 from rackflow.store import rollouts, schedules, windows
 from rackflow.store.db import Database
@@ -31,8 +31,9 @@ async def load(
 ) -> Snapshot:
     """What `plan` needs to fire `batch` by `trigger`: the scopes; where the overlap check runs, which
     scopes' last task is still active; where windows are obeyed, the windows and the racks they may close
-    (only if there are any windows); for rollouts, each schedule's live rollout and its racks' names.
-    `scopes` given (an unsaved schedule's preview) stand for the saved ones."""
+    (only if there are any windows); for rollouts, each schedule's live rollout and its racks' names; for
+    the schedules that need approval, each one's run awaiting it. `scopes` given (an unsaved schedule's
+    preview) stand for the saved ones."""
     if scopes is None:
         scopes = await schedules.scopes_by_schedule(conn, [s.id for s in batch])
     checked = [sc for s in batch if overlap_checked(s, trigger) for sc in scopes[s.id]]
@@ -48,7 +49,9 @@ async def load(
     if rolling:
         live = await rollouts.live_rollouts(conn, rolling)
         places = await rollouts.rack_places(conn, {sc.rack_id for sid in rolling for sc in scopes[sid]})
-    return Snapshot(tuple(batch), scopes, busy, tuple(found), racks, live, places)
+    approving = [s.id for s in batch if s.approval is not None]
+    awaiting = await schedules.awaiting_runs(conn, approving) if approving else {}
+    return Snapshot(tuple(batch), scopes, busy, tuple(found), racks, live, places, awaiting)
 
 
 async def load_starts(
@@ -68,9 +71,10 @@ async def record(
     db: Database, conn: AsyncConnection, planned: Sequence[Firing], owner_id: uuid.UUID | None = None
 ) -> set[uuid.UUID]:
     """Write the plan in one go: every schedule's new timing, one run per firing (a plain one "running",
-    owned by the dispatching instance `owner_id`; a rollout's "rolling" with its scopes in order, or
-    "skipped" with the reason), and a rollout's run history pruned (a rollout's run is never written back
-    by phase 3, where the others' is). Returns the ids of the runs recorded: a dispatched firing whose
+    owned by the dispatching instance `owner_id`; a rollout's "rolling" with its scopes in order; "skipped"
+    with the reason; one that needs approval "awaiting_approval" with its plan frozen), and the history of
+    the runs phase 3 will not write back pruned (a rollout's, a skipped one's, one awaiting approval).
+    Returns the ids of the runs recorded: a dispatched firing whose
     slot is recorded already is left out (`schedules.insert_runs`), and must not be fired again."""
     if not planned:
         return set()
@@ -83,22 +87,24 @@ async def record(
             f.fired_at,
             f.trigger,
             f.scheduled_for,
-            owner_id if f.trigger == "dispatch" else None,
-        )
-        if not f.rolls_out
-        else schedules.NewRun(
-            f.run_id,
-            f.schedule.id,
-            f.fired_at,
-            f.trigger,
-            f.scheduled_for,
-            state="skipped" if f.skipped else "rolling",
-            outcomes=f.rollout_outcomes,
+            owner_id if f.trigger == "dispatch" and not f.rolls_out else None,
+            state=_state(f),
+            outcomes=f.planned_outcomes if f.rolls_out or f.needs_approval else (),
             rollout=f.schedule.rollout,
             reason=f.skipped,
+            approval=f.approval,
         )
         for f in planned
     ]
     recorded = await schedules.insert_runs(db, conn, runs)
-    await schedules.prune_runs(conn, {f.schedule.id for f in planned if f.rolls_out})
+    unwritten = {f.schedule.id for f in planned if f.rolls_out or f.skipped or f.needs_approval}
+    await schedules.prune_runs(conn, unwritten)
     return recorded
+
+
+def _state(firing: Firing) -> RunState:
+    if firing.skipped:
+        return "skipped"
+    if firing.needs_approval:
+        return "awaiting_approval"
+    return "rolling" if firing.rolls_out else "running"

@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
@@ -57,6 +58,8 @@ from rackflow.store.tasks import is_active
 from rackflow.timespec import ScheduleSpec, SpecType
 
 RUNS_KEPT_PER_SCHEDULE = 100
+# Runs never pruned however old: a live rollout's drives it, and one awaiting approval may yet start.
+UNDECIDED_STATES: tuple[RunState, ...] = (*ROLLOUT_LIVE_STATES, "awaiting_approval")
 
 SPEC_TYPE_TO_DB: dict[SpecType, str] = {
     SpecType.INTERVAL: "interval",
@@ -111,6 +114,8 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         pause=_pause_from_row(row),
         window_policy=WindowPolicy(row.window_policy),
         rollout=_rollout_from(row.rollout),
+        approval=ApprovalPolicy.from_json(row.approval) if row.approval is not None else None,
+        last_edited_by=row.last_edited_by,
     )
 
 
@@ -175,6 +180,7 @@ def run_from_row(row: Row[Any]) -> Run:
         reason=row.reason,
         failures_excused=row.failures_excused,
         resumed=row.resumed,
+        approval=RunApproval.from_json(row.approval) if row.approval is not None else None,
     )
 
 
@@ -203,6 +209,8 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "updated_at": schedule.updated_at,
         **_pause_columns(schedule.pause),
         "rollout": _rollout_to(schedule.rollout),
+        "approval": schedule.approval.to_json() if schedule.approval is not None else None,
+        "last_edited_by": schedule.last_edited_by,
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
@@ -223,6 +231,8 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "updated_at": schedule.updated_at,
         **_pause_columns(schedule.pause),
         "rollout": _rollout_to(schedule.rollout),
+        "approval": schedule.approval.to_json() if schedule.approval is not None else None,
+        "last_edited_by": schedule.last_edited_by,
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))
@@ -667,6 +677,7 @@ class NewRun:
     outcomes: Sequence[ScopeOutcome] = ()
     rollout: RolloutPolicy | None = None
     reason: str = ""
+    approval: RunApproval | None = None
 
 
 async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun]) -> set[uuid.UUID]:
@@ -694,6 +705,7 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
                 "owner_id": r.owner_id,
                 "rollout": _rollout_to(r.rollout),
                 "reason": r.reason,
+                **_approval_columns(r.state, r.approval),
             }
             for r in runs
         ],
@@ -701,6 +713,81 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
     )
     result = await conn.execute(insert.returning(task_schedule_run.c.id), values)
     return set(result.scalars())
+
+
+def _approval_columns(state: RunState, approval: RunApproval | None) -> dict[str, object]:
+    """A run's approval, and the time the expiry sweep looks for while (only while) it awaits approval."""
+    return {
+        "approval": approval.to_json() if approval is not None else None,
+        "approval_expires_at": approval.expires_at
+        if approval is not None and state == "awaiting_approval"
+        else None,
+    }
+
+
+async def set_last_edited_by(conn: AsyncConnection, schedule_id: uuid.UUID, by: str, now: datetime) -> None:
+    """Record who changed the schedule's scope, and when (the two-person rule reads it)."""
+    await conn.execute(
+        update(task_schedule)
+        .where(task_schedule.c.id == schedule_id)
+        .values(last_edited_by=by, updated_at=now)
+    )
+
+
+async def awaiting_runs(
+    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, uuid.UUID]:
+    """Each schedule's run awaiting approval (at most one: `uq_task_schedule_run_awaiting`)."""
+    run = task_schedule_run.c
+    found: dict[uuid.UUID, uuid.UUID] = {}
+    for chunk in chunked(list(schedule_ids)):
+        stmt = select(run.schedule_id, run.id).where(
+            run.schedule_id.in_(chunk), run.state == "awaiting_approval"
+        )
+        found.update({row.schedule_id: row.id for row in await conn.execute(stmt)})
+    return found
+
+
+async def decide_awaiting(
+    conn: AsyncConnection,
+    run_id: uuid.UUID,
+    state: RunState,
+    approval: RunApproval,
+    *,
+    outcomes: Sequence[ScopeOutcome] | None = None,
+    reason: str | None = None,
+) -> bool:
+    """Move a run awaiting approval on: to `state` with `approval` (and, given, its outcomes and reason),
+    or, with `state` "awaiting_approval", only record one more approver. Conditional on the run still
+    awaiting approval, so of two instances or two approvers deciding at once exactly one does; False: the
+    run no longer awaited approval, and nothing was written."""
+    values: dict[str, object] = {"state": state, **_approval_columns(state, approval)}
+    if outcomes is not None:
+        values["outcomes"] = outcomes_to_json(outcomes)
+    if reason is not None:
+        values["reason"] = reason
+    result = await conn.execute(
+        update(task_schedule_run)
+        .where(task_schedule_run.c.id == run_id, task_schedule_run.c.state == "awaiting_approval")
+        .values(values)
+    )
+    return bool(result.rowcount)
+
+
+async def claim_expired_approvals(
+    db: Database, conn: AsyncConnection, now: datetime, limit: int
+) -> list[Run]:
+    """Up to `limit` runs awaiting approval past their expiry, locked (SKIP LOCKED on PostgreSQL, so
+    instances share them) until the caller's transaction marks them expired; served by the partial index
+    `ix_task_schedule_run_approval_expires_at`."""
+    run = task_schedule_run.c
+    stmt = (
+        select(task_schedule_run)
+        .where(run.state == "awaiting_approval", run.approval_expires_at <= now)
+        .order_by(run.approval_expires_at, run.id)
+        .limit(limit)
+    )
+    return [run_from_row(row) for row in (await conn.execute(db.skip_locked(stmt))).all()]
 
 
 async def complete_runs(
@@ -734,7 +821,8 @@ def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
 async def prune_runs(
     conn: AsyncConnection, schedule_ids: Collection[uuid.UUID], keep: int = RUNS_KEPT_PER_SCHEDULE
 ) -> None:
-    """Delete each schedule's runs beyond its newest `keep` (but never a live rollout's): one query per
+    """Delete each schedule's runs beyond its newest `keep` (but never a live rollout's, nor one awaiting
+    approval): one query per
     chunk of schedules finds them, and only if there are any, one more deletes them by id.
 
     The find is `dialect.past_first`: on PostgreSQL it walks ix_task_schedule_run_schedule_id_fired_at
@@ -753,8 +841,9 @@ async def prune_runs(
             skip=keep,
         )
         found = older.subquery("candidates")
-        # A live rollout (rolling or halted) is kept however old: its run is what drives it.
-        stale = select(found.c.id).where(found.c.state.not_in(ROLLOUT_LIVE_STATES))
+        # A live rollout (rolling or halted) is kept however old: its run is what drives it; so is a run
+        # awaiting approval (the firings skipped meanwhile would otherwise push it out).
+        stale = select(found.c.id).where(found.c.state.not_in(UNDECIDED_STATES))
         for ids in chunked(list((await conn.execute(stale)).scalars())):
             await conn.execute(delete(task_schedule_run).where(run.id.in_(ids)))
 
@@ -764,11 +853,12 @@ def prune_old_runs(
 ) -> AsyncGenerator[int, None]:
     """`--run-retention`: delete the runs (with their outcomes) fired longer than `retention` ago, oldest
     first, by ix_task_schedule_run_fired_at_id (`prune_older`). A run still `running` stays: its firing may
-    yet write its outcomes; so does a live (rolling or halted) rollout's: its run drives it. The tasks a
+    yet write its outcomes; so does a live (rolling or halted) rollout's: its run drives it; and one
+    awaiting approval, which may yet start. The tasks a
     deleted run submitted stay, unlinked (`tasks.run_id` SET NULL).
     """
     run = task_schedule_run.c
-    kept = ("running", *ROLLOUT_LIVE_STATES)
+    kept = ("running", *UNDECIDED_STATES)
     return prune_older(
         db,
         task_schedule_run,

@@ -165,6 +165,10 @@ task_schedule = Table(
     Column("window_policy", String(8), nullable=False, server_default="skip"),
     # How a firing rolls out (RolloutPolicy.to_json, migration 0012); NULL: every scope at once.
     Column("rollout", json_type(), nullable=True),
+    # The approval policy (ApprovalPolicy.to_json, migration 0018; NULL: firings start at once), and who
+    # last created, updated or re-scoped the schedule: the two-person rule keeps them from approving.
+    Column("approval", json_type(), nullable=True),
+    Column("last_edited_by", String(255), nullable=False, server_default=""),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
@@ -208,7 +212,7 @@ task_schedule_run = Table(
     Column("fired_at", UTCDateTime, nullable=False),
     Column("scheduled_for", UTCDateTime, nullable=True),
     Column("trigger", String(16), nullable=False),
-    Column("state", String(16), nullable=False),
+    Column("state", String(32), nullable=False),  # 32 since "awaiting_approval" (migration 0018)
     Column("outcomes", json_type(), nullable=False),
     Column("owner_id", Uuid, nullable=True),
     # A rollout's run (migration 0012): its policy as fired, why it halted or was skipped, and what its
@@ -217,9 +221,14 @@ task_schedule_run = Table(
     Column("reason", Text, nullable=False, server_default=""),
     Column("failures_excused", Integer, nullable=False, server_default="0"),
     Column("resumed", Boolean, nullable=False, server_default=text("false")),
+    # A run of a schedule that needs approval (migration 0018): its RunApproval.to_json, and while it
+    # awaits approval the time it expires (the expiry sweep's column).
+    Column("approval", json_type(), nullable=True),
+    Column("approval_expires_at", UTCDateTime, nullable=True),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
     CheckConstraint(
-        "state IN ('running', 'completed', 'interrupted', 'rolling', 'halted', 'cancelled', 'skipped')",
+        "state IN ('running', 'completed', 'interrupted', 'rolling', 'halted', 'cancelled', 'skipped', "
+        "'awaiting_approval', 'expired', 'rejected')",
         name="state",
     ),
     Index("ix_task_schedule_run_schedule_id_fired_at", "schedule_id", "fired_at"),
@@ -249,6 +258,21 @@ task_schedule_run = Table(
         unique=True,
         postgresql_where=text("state IN ('rolling', 'halted')"),
         sqlite_where=text("state IN ('rolling', 'halted')"),
+    ),
+    # At most one run of a schedule awaits approval (migration 0018): a firing meanwhile is "skipped". The
+    # expiry sweep of every instance reads the awaiting runs by the time they expire.
+    Index(
+        "uq_task_schedule_run_awaiting",
+        "schedule_id",
+        unique=True,
+        postgresql_where=text("state = 'awaiting_approval'"),
+        sqlite_where=text("state = 'awaiting_approval'"),
+    ),
+    Index(
+        "ix_task_schedule_run_approval_expires_at",
+        "approval_expires_at",
+        postgresql_where=text("state = 'awaiting_approval'"),
+        sqlite_where=text("state = 'awaiting_approval'"),
     ),
     # The rollout driver's scan: only rolling runs.
     Index(

@@ -1404,6 +1404,7 @@ class ScheduleConfig(_message.Message):
     OVERLAP_POLICY_FIELD_NUMBER: _builtins.int
     WINDOW_POLICY_FIELD_NUMBER: _builtins.int
     ROLLOUT_FIELD_NUMBER: _builtins.int
+    APPROVAL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     window_policy: Global___WindowPolicy.ValueType
@@ -1415,6 +1416,12 @@ class ScheduleConfig(_message.Message):
         `schedule.rollout` (unset in an update removes it).
         """
 
+    @_builtins.property
+    def approval(self) -> Global___ApprovalPolicy:
+        """Hold every firing (and manual trigger) for approval (docs/SAFETY.md). Update mask `schedule.approval`
+        (unset in an update removes it).
+        """
+
     def __init__(
         self,
         *,
@@ -1423,14 +1430,47 @@ class ScheduleConfig(_message.Message):
         overlap_policy: Global___OverlapPolicy.ValueType = ...,
         window_policy: Global___WindowPolicy.ValueType = ...,
         rollout: Global___RolloutPolicy | None = ...,
+        approval: Global___ApprovalPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["rollout", b"rollout", "spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "rollout", b"rollout", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "overlap_policy", b"overlap_policy", "rollout", b"rollout", "spec", b"spec", "window_policy", b"window_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "name", b"name", "overlap_policy", b"overlap_policy", "rollout", b"rollout", "spec", b"spec", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ScheduleConfig: _TypeAlias = ScheduleConfig  # noqa: Y015
+
+@_typing.final
+class ApprovalPolicy(_message.Message):
+    """A firing waits in "awaiting_approval" until enough approvers approve it, someone rejects it, or it
+    expires.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUIRED_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    MIN_APPROVERS_FIELD_NUMBER: _builtins.int
+    required: _builtins.bool
+    """false: no approval (as if unset)"""
+    timeout: _builtins.str
+    """Go duration, required when `required`: the run expires this long after firing"""
+    min_approvers: _builtins.int
+    """distinct approvers needed; 0 means 1"""
+    def __init__(
+        self,
+        *,
+        required: _builtins.bool = ...,
+        timeout: _builtins.str = ...,
+        min_approvers: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_approvers", b"min_approvers", "required", b"required", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApprovalPolicy: _TypeAlias = ApprovalPolicy  # noqa: Y015
 
 @_typing.final
 class RolloutPolicy(_message.Message):
@@ -1545,6 +1585,8 @@ class TaskSchedule(_message.Message):
     RESUME_AT_FIELD_NUMBER: _builtins.int
     WINDOW_POLICY_FIELD_NUMBER: _builtins.int
     ROLLOUT_FIELD_NUMBER: _builtins.int
+    APPROVAL_FIELD_NUMBER: _builtins.int
+    LAST_EDITED_BY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     enabled: _builtins.bool
@@ -1559,6 +1601,10 @@ class TaskSchedule(_message.Message):
     paused_by: _builtins.str
     """the caller's principal when authentication is on; else empty"""
     window_policy: Global___WindowPolicy.ValueType
+    last_edited_by: _builtins.str
+    """Who last created, updated or re-scoped the schedule (empty for an anonymous caller): the two-person
+    rule keeps this principal from approving its firings.
+    """
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1588,6 +1634,10 @@ class TaskSchedule(_message.Message):
     def rollout(self) -> Global___RolloutPolicy:
         """unset: a firing starts every scope at once"""
 
+    @_builtins.property
+    def approval(self) -> Global___ApprovalPolicy:
+        """unset: firings start at once"""
+
     def __init__(
         self,
         *,
@@ -1610,10 +1660,12 @@ class TaskSchedule(_message.Message):
         resume_at: _timestamp_pb2.Timestamp | None = ...,
         window_policy: Global___WindowPolicy.ValueType = ...,
         rollout: Global___RolloutPolicy | None = ...,
+        approval: Global___ApprovalPolicy | None = ...,
+        last_edited_by: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "paused_at", b"paused_at", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "paused_at", b"paused_at", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at", "window_policy", b"window_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_edited_by", b"last_edited_by", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1802,7 +1854,7 @@ class UpdateTaskScheduleRequest(_message.Message):
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask:
         """Paths: schedule.name, schedule.overlap_policy, schedule.spec, schedule.spec.timezone,
-        schedule.window_policy.
+        schedule.window_policy, schedule.rollout, schedule.approval.
         """
 
     def __init__(
@@ -1897,16 +1949,22 @@ class TriggerTaskScheduleRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
+    APPROVE_FIELD_NUMBER: _builtins.int
+    approve: _builtins.bool
+    """For a schedule that needs approval: the caller holds the approver role and approves this firing now
+    (it starts at once; audited). Without it the firing awaits approval like a dispatched one.
+    """
     @_builtins.property
     def id(self) -> Global___UUID: ...
     def __init__(
         self,
         *,
         id: Global___UUID | None = ...,
+        approve: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approve", b"approve", "id", b"id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2273,6 +2331,9 @@ class PreviewFiring(_message.Message):
 
     AT_FIELD_NUMBER: _builtins.int
     SCOPES_FIELD_NUMBER: _builtins.int
+    NEEDS_APPROVAL_FIELD_NUMBER: _builtins.int
+    needs_approval: _builtins.bool
+    """the firing would await approval before anything is submitted"""
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -2282,10 +2343,11 @@ class PreviewFiring(_message.Message):
         *,
         at: _timestamp_pb2.Timestamp | None = ...,
         scopes: _abc.Iterable[Global___ScopeDecision] | None = ...,
+        needs_approval: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "scopes", b"scopes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "needs_approval", b"needs_approval", "scopes", b"scopes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2369,12 +2431,14 @@ class TaskScheduleRun(_message.Message):
     ROLLOUT_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
+    APPROVAL_FIELD_NUMBER: _builtins.int
     trigger: _builtins.str
     """"dispatch" or "manual" """
     state: _builtins.str
     """"running", "completed" or "interrupted"; a rollout: "rolling" (scopes still to start or tasks still
     active), "halted" (its failure budget was reached), "cancelled", or "skipped" (the schedule's
-    previous rollout was still rolling or halted: see reason)
+    previous rollout was still rolling or halted: see reason); with approval (RunApproval):
+    "awaiting_approval", then running/rolling once approved, or "rejected" or "expired"
     """
     reason: _builtins.str
     """why the run halted or was skipped"""
@@ -2392,6 +2456,10 @@ class TaskScheduleRun(_message.Message):
 
     @_builtins.property
     def progress(self) -> Global___RolloutProgress: ...
+    @_builtins.property
+    def approval(self) -> Global___RunApproval:
+        """set on a run of a schedule that needs approval"""
+
     def __init__(
         self,
         *,
@@ -2404,14 +2472,88 @@ class TaskScheduleRun(_message.Message):
         rollout: Global___RolloutPolicy | None = ...,
         reason: _builtins.str = ...,
         progress: Global___RolloutProgress | None = ...,
+        approval: Global___RunApproval | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fired_at", b"fired_at", "id", b"id", "progress", b"progress", "rollout", b"rollout", "schedule_id", b"schedule_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "progress", b"progress", "rollout", b"rollout", "schedule_id", b"schedule_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fired_at", b"fired_at", "id", b"id", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "rollout", b"rollout", "schedule_id", b"schedule_id", "state", b"state", "trigger", b"trigger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "rollout", b"rollout", "schedule_id", b"schedule_id", "state", b"state", "trigger", b"trigger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TaskScheduleRun: _TypeAlias = TaskScheduleRun  # noqa: Y015
+
+@_typing.final
+class RunApproval(_message.Message):
+    """A run's approval: the plan (its outcomes, "pending" until started) is frozen while it awaits approval."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    MIN_APPROVERS_FIELD_NUMBER: _builtins.int
+    APPROVERS_FIELD_NUMBER: _builtins.int
+    REJECTED_BY_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    DECIDED_AT_FIELD_NUMBER: _builtins.int
+    min_approvers: _builtins.int
+    rejected_by: _builtins.str
+    """rejected: who"""
+    comment: _builtins.str
+    """rejected: why"""
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """awaiting_approval past this time becomes "expired" """
+
+    @_builtins.property
+    def approvers(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunApprover]:
+        """who approved so far, in order"""
+
+    @_builtins.property
+    def decided_at(self) -> _timestamp_pb2.Timestamp:
+        """when it was approved, rejected or expired"""
+
+    def __init__(
+        self,
+        *,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+        min_approvers: _builtins.int = ...,
+        approvers: _abc.Iterable[Global___RunApprover] | None = ...,
+        rejected_by: _builtins.str = ...,
+        comment: _builtins.str = ...,
+        decided_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decided_at", b"decided_at", "expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approvers", b"approvers", "comment", b"comment", "decided_at", b"decided_at", "expires_at", b"expires_at", "min_approvers", b"min_approvers", "rejected_by", b"rejected_by"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunApproval: _TypeAlias = RunApproval  # noqa: Y015
+
+@_typing.final
+class RunApprover(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    comment: _builtins.str
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "comment", b"comment", "principal", b"principal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunApprover: _TypeAlias = RunApprover  # noqa: Y015
 
 @_typing.final
 class RolloutProgress(_message.Message):
@@ -2534,6 +2676,58 @@ class CancelTaskScheduleRunRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelTaskScheduleRunRequest: _TypeAlias = CancelTaskScheduleRunRequest  # noqa: Y015
+
+@_typing.final
+class ApproveTaskScheduleRunRequest(_message.Message):
+    """Approve a run awaiting approval: with enough distinct approvers it starts at once (exactly once)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    comment: _builtins.str
+    """at most 1,024 characters"""
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["comment", b"comment", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApproveTaskScheduleRunRequest: _TypeAlias = ApproveTaskScheduleRunRequest  # noqa: Y015
+
+@_typing.final
+class RejectTaskScheduleRunRequest(_message.Message):
+    """Reject a run awaiting approval: it becomes "rejected" and submits nothing."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    comment: _builtins.str
+    """why; required, at most 1,024 characters"""
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["comment", b"comment", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RejectTaskScheduleRunRequest: _TypeAlias = RejectTaskScheduleRunRequest  # noqa: Y015
 
 @_typing.final
 class ListTaskScheduleRunsRequest(_message.Message):

@@ -300,6 +300,16 @@ class FlowStub:
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.CancelTaskScheduleRunRequest.SerializeToString,
                 response_deserializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
                 _registered_method=True)
+        self.ApproveTaskScheduleRun = channel.unary_unary(
+                '/rackflow.v1.Flow/ApproveTaskScheduleRun',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.ApproveTaskScheduleRunRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+                _registered_method=True)
+        self.RejectTaskScheduleRun = channel.unary_unary(
+                '/rackflow.v1.Flow/RejectTaskScheduleRun',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.RejectTaskScheduleRunRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+                _registered_method=True)
         self.CreateNotificationChannel = channel.unary_unary(
                 '/rackflow.v1.Flow/CreateNotificationChannel',
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.CreateNotificationChannelRequest.SerializeToString,
@@ -672,6 +682,20 @@ class FlowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ApproveTaskScheduleRun(self, request, context):
+        """Approval (ScheduleConfig.approval, docs/SAFETY.md): approve or reject a run awaiting approval. Both
+        need the approver role; with tokens on, the approver must not be the schedule's last editor.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RejectTaskScheduleRun(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateNotificationChannel(self, request, context):
         """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md).
         """
@@ -989,6 +1013,16 @@ def add_FlowServicer_to_server(servicer, server):
             'CancelTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelTaskScheduleRun,
                     request_deserializer=rackflow_dot_v1_dot_flow__pb2.CancelTaskScheduleRunRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.SerializeToString,
+            ),
+            'ApproveTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveTaskScheduleRun,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.ApproveTaskScheduleRunRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.SerializeToString,
+            ),
+            'RejectTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.RejectTaskScheduleRun,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.RejectTaskScheduleRunRequest.FromString,
                     response_serializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.SerializeToString,
             ),
             'CreateNotificationChannel': grpc.unary_unary_rpc_method_handler(
@@ -2462,6 +2496,60 @@ class Flow:
             target,
             '/rackflow.v1.Flow/CancelTaskScheduleRun',
             rackflow_dot_v1_dot_flow__pb2.CancelTaskScheduleRunRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveTaskScheduleRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/ApproveTaskScheduleRun',
+            rackflow_dot_v1_dot_flow__pb2.ApproveTaskScheduleRunRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RejectTaskScheduleRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/RejectTaskScheduleRun',
+            rackflow_dot_v1_dot_flow__pb2.RejectTaskScheduleRunRequest.SerializeToString,
             rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
             options,
             channel_credentials,

@@ -99,6 +99,11 @@ class FlowStub:
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
     CancelTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CancelTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
+    ApproveTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ApproveTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
+    """Approval (ScheduleConfig.approval, docs/SAFETY.md): approve or reject a run awaiting approval. Both
+    need the approver role; with tokens on, the approver must not be the schedule's last editor.
+    """
+    RejectTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.RejectTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
     CreateNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CreateNotificationChannelRequest, _flow_pb2.NotificationChannel]
     """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md)."""
     GetNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetNotificationChannelRequest, _flow_pb2.NotificationChannel]
@@ -176,6 +181,11 @@ class FlowAsyncStub(FlowStub):
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
     CancelTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.CancelTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
+    ApproveTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.ApproveTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
+    """Approval (ScheduleConfig.approval, docs/SAFETY.md): approve or reject a run awaiting approval. Both
+    need the approver role; with tokens on, the approver must not be the schedule's last editor.
+    """
+    RejectTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.RejectTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
     CreateNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.CreateNotificationChannelRequest, _flow_pb2.NotificationChannel]  # type: ignore[assignment]
     """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md)."""
     GetNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetNotificationChannelRequest, _flow_pb2.NotificationChannel]  # type: ignore[assignment]
@@ -566,6 +576,23 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
     def CancelTaskScheduleRun(
         self,
         request: _flow_pb2.CancelTaskScheduleRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]: ...
+
+    @_abc_1.abstractmethod
+    def ApproveTaskScheduleRun(
+        self,
+        request: _flow_pb2.ApproveTaskScheduleRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]:
+        """Approval (ScheduleConfig.approval, docs/SAFETY.md): approve or reject a run awaiting approval. Both
+        need the approver role; with tokens on, the approver must not be the schedule's last editor.
+        """
+
+    @_abc_1.abstractmethod
+    def RejectTaskScheduleRun(
+        self,
+        request: _flow_pb2.RejectTaskScheduleRunRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]: ...
 

@@ -397,6 +397,24 @@ class JsonApi:
                 path_fields=("id",),
             ),
             Endpoint(
+                post,
+                "/runs/{ref}:approve",
+                "ApproveTaskScheduleRun",
+                api.approve_run,
+                "Approve a run awaiting approval (approver role)",
+                body=True,
+                path_fields=("id",),
+            ),
+            Endpoint(
+                post,
+                "/runs/{ref}:reject",
+                "RejectTaskScheduleRun",
+                api.reject_run,
+                "Reject a run awaiting approval, saying why (approver role)",
+                body=True,
+                path_fields=("id",),
+            ),
+            Endpoint(
                 get,
                 "/runs/{ref}",
                 "GetTaskScheduleRun",
@@ -776,6 +794,12 @@ class JsonApi:
 
     async def cancel_run(self, call: Call) -> Message:
         return await self._run_action(call, "CancelTaskScheduleRun", pb.CancelTaskScheduleRunRequest())
+
+    async def approve_run(self, call: Call) -> Message:
+        return await self._run_action(call, "ApproveTaskScheduleRun", pb.ApproveTaskScheduleRunRequest())
+
+    async def reject_run(self, call: Call) -> Message:
+        return await self._run_action(call, "RejectTaskScheduleRun", pb.RejectTaskScheduleRunRequest())
 
     # --- tasks -----------------------------------------------------------------------------------
 

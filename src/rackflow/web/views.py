@@ -38,6 +38,9 @@ RUN_LOOKS: dict[RunState, Look] = {
     "halted": Look("halted", "‖", "st-fail"),
     "cancelled": Look("cancelled", "■", "st-stop"),
     "skipped": Look("skipped", "–", "st-skip"),
+    "awaiting_approval": Look("awaiting approval", "?", "st-wait"),
+    "rejected": Look("rejected", "✋", "st-stop"),
+    "expired": Look("expired", "⌛", "st-skip"),
 }
 
 OUTCOME_LOOKS: dict[Outcome, Look] = {
@@ -74,6 +77,9 @@ class Verdict(enum.StrEnum):
     HALTED = "halted"  # a rollout stopped by its failure budget
     PENDING = "pending"  # a rollout's rack waiting its turn
     NOT_STARTED = "not_started"  # a rollout's rack that never got its turn (halted or cancelled)
+    AWAITING_APPROVAL = "awaiting_approval"  # nothing starts until it is approved
+    REJECTED = "rejected"
+    EXPIRED = "expired"  # not approved in time
     EMPTY = "empty"
 
 
@@ -90,6 +96,9 @@ LOOKS: dict[Verdict, Look] = {
     Verdict.HALTED: RUN_LOOKS["halted"],
     Verdict.PENDING: OUTCOME_LOOKS["pending"],
     Verdict.NOT_STARTED: OUTCOME_LOOKS["not_started"],
+    Verdict.AWAITING_APPROVAL: RUN_LOOKS["awaiting_approval"],
+    Verdict.REJECTED: RUN_LOOKS["rejected"],
+    Verdict.EXPIRED: RUN_LOOKS["expired"],
     Verdict.EMPTY: Look("no racks", "·", "st-idle"),
 }
 
@@ -110,6 +119,9 @@ _STATE_VERDICT: dict[str, Verdict] = {
     "cancelled": Verdict.CANCELLED,
     "skipped": Verdict.SKIPPED,
     "rolling": Verdict.ROLLING,
+    "awaiting_approval": Verdict.AWAITING_APPROVAL,
+    "rejected": Verdict.REJECTED,
+    "expired": Verdict.EXPIRED,
 }
 
 # A firing whose racks still have work ahead: the first of these any rack has.

@@ -13,6 +13,7 @@ from typing import Any
 from rackflow.api.convert import component_type_to, timestamp_to, uuid_to
 from rackflow.api.convert.tasks import scheduled_operation_to, task_status_to
 from rackflow.api.convert.windows import window_policy_to
+from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.inventory import ComponentsFilter, TypesFilter
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Pause, Schedule, Scope, ScopeOutcome
@@ -22,7 +23,7 @@ from rackflow.rollouts.service import Progress, RunReport
 from rackflow.schedules.service import PlannedFiring, PlannedScope
 from rackflow.timespec import ScheduleSpec, SpecType, format_go_duration
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.validation import bake_time, check_rollout
+from rackflow.validation import approval_policy, bake_time, check_rollout
 
 _SPEC_TYPE_FROM_PB = {
     pb.SCHEDULE_SPEC_TYPE_INTERVAL: SpecType.INTERVAL,
@@ -88,6 +89,35 @@ def rollout_to(policy: RolloutPolicy | None) -> pb.RolloutPolicy | None:
     )
 
 
+def approval_from(msg: pb.ApprovalPolicy, field: str = "schedule.approval") -> ApprovalPolicy | None:
+    """The policy, checked (`validation.approval_policy`); None when not required (or unset)."""
+    return approval_policy(msg.required, msg.timeout, msg.min_approvers, field)
+
+
+def approval_to(policy: ApprovalPolicy | None) -> pb.ApprovalPolicy | None:
+    if policy is None:
+        return None
+    return pb.ApprovalPolicy(
+        required=True, timeout=format_go_duration(policy.timeout), min_approvers=policy.min_approvers
+    )
+
+
+def run_approval_to(approval: RunApproval | None) -> pb.RunApproval | None:
+    if approval is None:
+        return None
+    return pb.RunApproval(
+        expires_at=timestamp_to(approval.expires_at),
+        min_approvers=approval.min_approvers,
+        approvers=[
+            pb.RunApprover(principal=a.principal, at=timestamp_to(a.at), comment=a.comment)
+            for a in approval.approvers
+        ],
+        rejected_by=approval.rejected_by,
+        comment=approval.comment,
+        decided_at=timestamp_to(approval.decided_at),
+    )
+
+
 def spec_to(spec: ScheduleSpec) -> pb.ScheduleSpec:
     return pb.ScheduleSpec(type=_SPEC_TYPE_TO_PB[spec.type], spec=spec.spec, timezone=spec.timezone)
 
@@ -114,6 +144,8 @@ def schedule_to(schedule: Schedule) -> pb.TaskSchedule:
         **_pause_to(schedule.pause),
         window_policy=window_policy_to(schedule.window_policy),
         rollout=rollout_to(schedule.rollout),
+        approval=approval_to(schedule.approval),
+        last_edited_by=schedule.last_edited_by,
     )
 
 
@@ -195,6 +227,7 @@ def run_to(report: RunReport) -> pb.TaskScheduleRun:
         rollout=rollout_to(run.rollout),
         reason=run.reason,
         progress=progress_to(report.progress),
+        approval=run_approval_to(run.approval),
     )
 
 
@@ -222,5 +255,7 @@ def _scope_decision_to(planned: PlannedScope, resume_at: datetime | None) -> pb.
 
 def planned_firing_to(planned: PlannedFiring) -> pb.PreviewFiring:
     return pb.PreviewFiring(
-        at=timestamp_to(planned.at), scopes=[_scope_decision_to(s, planned.resume_at) for s in planned.scopes]
+        at=timestamp_to(planned.at),
+        scopes=[_scope_decision_to(s, planned.resume_at) for s in planned.scopes],
+        needs_approval=planned.needs_approval,
     )

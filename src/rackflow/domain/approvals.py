@@ -1,0 +1,135 @@
+"""Approval values and their rules: a schedule's approval policy, and a run's approval as it goes.
+
+A schedule with an approval policy does not start what a firing planned: the run is recorded
+"awaiting_approval" with its plan frozen in its outcomes (which racks, in which waves), and it starts only
+once `min_approvers` distinct approvers approved it, none of them the schedule's last editor when the
+callers are known by token (the two-person rule). Past `expires_at` it is "expired"; rejected, "rejected".
+These are pure rules, no I/O and no clock (tests/unit/test_approvals.py), so every instance and the API
+decide alike; the database holds "starts once" (a conditional UPDATE ... WHERE state = 'awaiting_approval').
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from rackflow.errors import FailedPrecondition, PermissionDenied
+from rackflow.timespec import format_go_duration
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """A schedule's firings wait for `min_approvers` approvals, for at most `timeout` after firing."""
+
+    timeout: timedelta
+    min_approvers: int = 1
+
+    def describe(self) -> str:
+        """For people: `2 approvers within 4h`."""
+        who = f"{self.min_approvers} approver{'s' if self.min_approvers != 1 else ''}"
+        return f"{who} within {format_go_duration(self.timeout)}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timeout_seconds": self.timeout.total_seconds(), "min_approvers": self.min_approvers}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ApprovalPolicy:
+        return cls(timedelta(seconds=float(data["timeout_seconds"])), int(data["min_approvers"]))
+
+
+@dataclass(frozen=True)
+class Approver:
+    """One approval of a run: who, when, and what they said."""
+
+    principal: str
+    at: datetime
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class RunApproval:
+    """A run's approval: until when it may be approved, how many approvers it needs, who approved so far;
+    once decided, when (`decided_at`) and, rejected, by whom and why."""
+
+    expires_at: datetime
+    min_approvers: int
+    approvers: tuple[Approver, ...] = ()
+    rejected_by: str = ""
+    comment: str = ""
+    decided_at: datetime | None = None
+
+    @property
+    def approved(self) -> bool:
+        return len(self.approvers) >= self.min_approvers
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "expires_at": self.expires_at.isoformat(),
+            "min_approvers": self.min_approvers,
+            "approvers": [
+                {"principal": a.principal, "at": a.at.isoformat(), "comment": a.comment}
+                for a in self.approvers
+            ],
+            "rejected_by": self.rejected_by,
+            "comment": self.comment,
+            "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunApproval:
+        return cls(
+            expires_at=datetime.fromisoformat(data["expires_at"]),
+            min_approvers=int(data["min_approvers"]),
+            approvers=tuple(
+                Approver(a["principal"], datetime.fromisoformat(a["at"]), a.get("comment") or "")
+                for a in data.get("approvers") or ()
+            ),
+            rejected_by=data.get("rejected_by") or "",
+            comment=data.get("comment") or "",
+            decided_at=datetime.fromisoformat(data["decided_at"]) if data.get("decided_at") else None,
+        )
+
+
+def opened(policy: ApprovalPolicy, fired_at: datetime, approver: Approver | None) -> RunApproval:
+    """The approval of a run fired at `fired_at`; `approver`: a manual trigger's caller who approved it as
+    it fired (`approve = true`), counted as the first approver (decided at once when that is enough)."""
+    approval = RunApproval(fired_at + policy.timeout, policy.min_approvers)
+    return with_approver(approval, approver) if approver is not None else approval
+
+
+def with_approver(approval: RunApproval, approver: Approver) -> RunApproval:
+    """The approval with one more approver, decided when that makes enough."""
+    added = replace(approval, approvers=(*approval.approvers, approver))
+    return replace(added, decided_at=approver.at) if added.approved else added
+
+
+def check_approver(
+    approval: RunApproval, principal: str, last_editor: str, *, two_person: bool, field: str = "id"
+) -> None:
+    """Refuse an approval (or rejection) `principal` may not give.
+
+    `two_person` (the callers are known by token): the schedule's last editor may not approve its firings
+    (PermissionDenied), nor may one principal approve twice (FailedPrecondition: each approver counts once).
+    Without tokens every caller is the same anonymous operator, and these rules cannot tell people apart.
+    """
+    if not two_person:
+        return
+    if principal == last_editor:
+        raise PermissionDenied(
+            f"{field}: {principal!r} last edited the schedule and may not approve or reject its runs "
+            "(two-person rule: another approver must)"
+        )
+    if any(a.principal == principal for a in approval.approvers):
+        raise FailedPrecondition(
+            f"{field}: {principal!r} has already approved this run; another approver must"
+        )
+
+
+def describe_expiry(approval: RunApproval) -> str:
+    """The reason an expired run records."""
+    got = len(approval.approvers)
+    return (
+        f"not approved by {approval.expires_at.isoformat()} "
+        f"({got} of {approval.min_approvers} approver{'s' if approval.min_approvers != 1 else ''})"
+    )

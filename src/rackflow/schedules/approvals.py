@@ -1,0 +1,175 @@
+"""Approval use cases: approve, reject, and expire a run awaiting approval (docs/SAFETY.md, "Approval").
+
+A firing of a schedule with an approval policy is recorded "awaiting_approval" with its plan frozen
+(`schedules.firing.claim`). Here it moves on, each move one transaction that locks the run row and ends with
+a conditional UPDATE ... WHERE state = 'awaiting_approval' (`store.schedules.decide_awaiting`), so of two
+instances or two approvers deciding at once exactly one does:
+
+- `approve`: the caller's approval is added (the rules of `domain.approvals.check_approver`: the two-person
+  rule, one approval per principal); with enough of them the run becomes "running" (or "rolling") and, once
+  that committed, the firing rebuilt from its frozen plan (`domain.firing.approved_firing`) takes the same
+  path as any other (`ScheduleService.fire`: phases 2 and 3, or the rollout's first step). Tasks carry the
+  run's id, and UNIQUE (run_id, rack_id) refuses a second task for a rack of it whatever path tries.
+- `reject`: "rejected" with the caller and the comment; nothing is submitted.
+- `expire_overdue`: the dispatcher of every instance calls it each poll; a run past its `expires_at` (on the
+  database's clock) becomes "expired" (SKIP LOCKED shares the runs out), audited as rackflow itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow import metrics
+from rackflow.domain.approvals import Approver, check_approver, describe_expiry, with_approver
+from rackflow.domain.firing import Firing, approved_firing
+from rackflow.domain.schedules import Run, RunState, Schedule, ScopeOutcome
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.notify import events
+from rackflow.rollouts.service import RolloutService, RunReport
+from rackflow.schedules.service import ScheduleService
+from rackflow.security import ANONYMOUS, caller_known_by_token, caller_name
+from rackflow.store import firing as firing_store
+from rackflow.store import outbox
+from rackflow.store import rollouts as run_store
+from rackflow.store import schedules as store
+from rackflow.validation import check_description
+
+log = logging.getLogger(__name__)
+
+EXPIRED_PER_POLL = 100  # runs expired per dispatcher poll; more wait for the next poll
+
+
+@dataclass(frozen=True)
+class Expired:
+    """A run the expiry sweep marked expired, and why (for the audit trail)."""
+
+    run: Run
+    reason: str
+
+
+def _not_started(run: Run, why: str) -> tuple[ScopeOutcome, ...]:
+    """The run's frozen plan with every pending scope "not_started", saying why."""
+    return tuple(
+        replace(o, outcome="not_started", error=why) if o.outcome == "pending" else o for o in run.outcomes
+    )
+
+
+class ApprovalService:
+    def __init__(self, schedules: ScheduleService, rollouts: RolloutService) -> None:
+        self.schedules = schedules
+        self.rollouts = rollouts
+        self.db = schedules.db
+        self.clock = schedules.clock
+
+    async def _awaiting(self, conn: AsyncConnection, run_id: uuid.UUID, action: str) -> tuple[Run, Schedule]:
+        """The run, locked, and its schedule; refused unless the run awaits approval and has not expired."""
+        run = await run_store.get_run(self.db, conn, run_id, lock=True)
+        if run is None:
+            raise NotFound(f"id: no task schedule run {run_id}")
+        if run.state != "awaiting_approval" or run.approval is None:
+            raise FailedPrecondition(
+                f"id: run {run_id} is {run.state}; only a run awaiting approval can be {action}"
+            )
+        if run.approval.expires_at <= await self.db.now(conn):
+            raise FailedPrecondition(
+                f"id: run {run_id} expired at {run.approval.expires_at.isoformat()} and can no longer be "
+                f"{action}"
+            )
+        schedule = await store.get_schedule(conn, run.schedule_id)
+        assert schedule is not None  # runs are deleted with their schedule
+        return run, schedule
+
+    async def approve(self, run_id: uuid.UUID, comment: str = "") -> RunReport:
+        """The caller approves the run; with enough approvers it starts, exactly once (see the module)."""
+        check_description(comment, "comment")
+        principal = caller_name() or ANONYMOUS
+        now = self.clock.now()
+        firing: Firing | None = None
+        async with self.db.transaction() as conn:
+            run, schedule = await self._awaiting(conn, run_id, "approved")
+            assert run.approval is not None
+            check_approver(
+                run.approval, principal, schedule.last_edited_by, two_person=caller_known_by_token()
+            )
+            approval = with_approver(run.approval, Approver(principal, now, comment))
+            if not approval.approved:
+                await store.decide_awaiting(conn, run.id, "awaiting_approval", approval)
+            else:
+                await self._no_live_rollout(conn, run)
+                state: RunState = "rolling" if run.rollout is not None else "running"
+                if not await store.decide_awaiting(conn, run.id, state, approval):
+                    raise FailedPrecondition(f"id: run {run_id} no longer awaits approval")
+                pending = [o.scope_id for o in run.outcomes if o.outcome == "pending"]
+                snapshot = await firing_store.load_starts(conn, schedule.id, pending, run.trigger)
+                firing = approved_firing(replace(run, approval=approval), snapshot, now)
+                await outbox.record_events(
+                    conn, events.approval_decided(run, "approved", f"approved by {principal}", now)
+                )
+        if firing is None:
+            log.info("run %s: approved by %s, awaiting more approvers", run_id, principal)
+        else:
+            metrics.APPROVAL_DECISIONS.labels("approved").inc()
+            log.info("run %s: approved by %s; starting it", run_id, principal, extra={"run_id": str(run_id)})
+            await self.schedules.fire([firing])
+        return await self.rollouts.get(run_id)
+
+    async def _no_live_rollout(self, conn: AsyncConnection, run: Run) -> None:
+        """Refuse to start a rollout while another of its schedule is live (one live rollout per schedule:
+        a unique index). The planner skips firings while a run awaits approval, but once the schedule's
+        approval policy is removed its firings roll out again beside the run still waiting."""
+        if run.rollout is None:
+            return
+        live = (await run_store.live_rollouts(conn, [run.schedule_id])).get(run.schedule_id)
+        if live is not None:
+            raise FailedPrecondition(
+                f"id: run {run.id} cannot start: the schedule's rollout (run {live.run_id}) is still "
+                f"{live.state} (let it finish, or cancel it, first)"
+            )
+
+    async def reject(self, run_id: uuid.UUID, comment: str) -> RunReport:
+        """The caller rejects the run, saying why: "rejected", nothing submitted."""
+        if not check_description(comment, "comment").strip():
+            raise InvalidArgument("comment: required: say why the run is rejected")
+        principal = caller_name() or ANONYMOUS
+        now = self.clock.now()
+        async with self.db.transaction() as conn:
+            run, schedule = await self._awaiting(conn, run_id, "rejected")
+            assert run.approval is not None
+            check_approver(
+                run.approval, principal, schedule.last_edited_by, two_person=caller_known_by_token()
+            )
+            reason = f"rejected by {principal}: {comment}"
+            approval = replace(run.approval, rejected_by=principal, comment=comment, decided_at=now)
+            await store.decide_awaiting(
+                conn, run.id, "rejected", approval, outcomes=_not_started(run, "rejected"), reason=reason
+            )
+            await outbox.record_events(conn, events.approval_decided(run, "rejected", reason, now))
+        metrics.APPROVAL_DECISIONS.labels("rejected").inc()
+        log.info("run %s: %s", run_id, reason, extra={"run_id": str(run_id)})
+        return await self.rollouts.get(run_id)
+
+    async def expire_overdue(self) -> list[Expired]:
+        """Mark every run awaiting approval past its expiry "expired" (up to EXPIRED_PER_POLL), on the
+        database's clock; returns them for the audit trail. Any instance may; each run expires once."""
+        expired: list[Expired] = []
+        async with self.db.transaction() as conn:
+            now: datetime = await self.db.now(conn)
+            for run in await store.claim_expired_approvals(self.db, conn, now, EXPIRED_PER_POLL):
+                assert run.approval is not None
+                reason = describe_expiry(run.approval)
+                approval = replace(run.approval, decided_at=now)
+                outcomes = _not_started(run, "not approved in time")
+                if await store.decide_awaiting(
+                    conn, run.id, "expired", approval, outcomes=outcomes, reason=reason
+                ):
+                    expired.append(Expired(run, reason))
+                    await outbox.record_events(conn, events.approval_decided(run, "expired", reason, now))
+        for item in expired:
+            metrics.APPROVAL_DECISIONS.labels("expired").inc()
+            log.warning("run %s: expired: %s", item.run.id, item.reason, extra={"run_id": str(item.run.id)})
+        return expired

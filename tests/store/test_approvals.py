@@ -1,0 +1,323 @@
+"""Approval on both databases (docs/SAFETY.md, "Approval"): a firing awaits approval with its plan frozen
+and submits nothing; approved, it starts once through the firing path; rejected or expired, never; the
+two-person rule and min_approvers; the next firing while one awaits. tests/e2e/test_approval.py proves
+"starts once" with two real instances on PostgreSQL.
+
+The fake clock starts at the real time here: on PostgreSQL the expiry is decided on the database's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rackflow.clock import FakeClock
+from rackflow.domain.approvals import ApprovalPolicy
+from rackflow.domain.audit import EXPIRE_RUN, EventFilter
+from rackflow.domain.inventory import Rack
+from rackflow.domain.notifications import Event, EventType
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.tasks import QueueOptions, Task
+from rackflow.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from rackflow.rollouts.service import RunReport
+from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.security import Principal, Role, current_principal
+from rackflow.services import Services
+from rackflow.store import outbox
+from rackflow.store import schedules as schedule_store
+from rackflow.store.db import Database
+from tests.store.schedules_support import HOURLY, POWER_OFF, Env, rack_target
+
+pytestmark = pytest.mark.asyncio
+
+FOUR_HOURS = timedelta(hours=4)
+SECOND = timedelta(seconds=1)
+
+
+def _env(db: Database, start: datetime | None = None) -> Env:
+    clock = FakeClock(start or datetime.now(UTC))
+    return Env(db, clock, Services.build(db, clock))
+
+
+@contextlib.contextmanager
+def caller(name: str, role: Role = Role.APPROVER) -> Iterator[None]:
+    """Calls made inside come from `name`, known by its token (as the API's interceptor publishes it)."""
+    reset = current_principal.set(Principal(name, role, "token"))
+    try:
+        yield
+    finally:
+        current_principal.reset(reset)
+
+
+async def _schedule(
+    env: Env, racks: Sequence[Rack], approvers: int = 1, rollout: RolloutPolicy | None = None
+) -> Schedule:
+    return await env.services.schedules.create(
+        name="fw",
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(*racks),
+        rollout=rollout,
+        approval=ApprovalPolicy(FOUR_HOURS, approvers),
+    )
+
+
+async def _runs(env: Env, schedule: Schedule) -> list[RunReport]:
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    return await env.services.rollouts.reports(runs)
+
+
+async def _tasks(env: Env, schedule: Schedule) -> list[Task]:
+    found, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    return found
+
+
+async def test_a_firing_awaits_approval_then_starts_its_frozen_plan_once(db: Database) -> None:
+    env = _env(db)
+    racks = [await env.rack("r1"), await env.rack("r2")]
+    schedule = await _schedule(env, racks)
+
+    assert await env.services.schedules.trigger(schedule.id) == []
+    (waiting,) = await _runs(env, schedule)
+    assert waiting.run.state == "awaiting_approval"
+    assert sorted(o.rack_id for o in waiting.run.outcomes) == sorted(r.id for r in racks)
+    assert {o.outcome for o in waiting.run.outcomes} == {"pending"}
+    assert waiting.run.approval is not None
+    assert waiting.run.approval.expires_at == waiting.run.fired_at + FOUR_HOURS
+    assert await _tasks(env, schedule) == []
+    # Another trigger meanwhile is refused, naming the run, and records nothing.
+    with pytest.raises(FailedPrecondition, match=f"run {waiting.run.id}\\) is still awaiting approval"):
+        await env.services.schedules.trigger(schedule.id)
+    assert len(await _runs(env, schedule)) == 1
+
+    env.clock.advance(timedelta(minutes=5))
+    approved = await env.services.approvals.approve(waiting.run.id, "looks right")
+
+    assert approved.run.state == "completed"
+    assert approved.run.approval is not None and [a.principal for a in approved.run.approval.approvers] == [
+        "anonymous"
+    ]
+    tasks = await _tasks(env, schedule)
+    assert sorted(t.rack_id for t in tasks) == sorted(r.id for r in racks)
+    assert {t.run_id for t in tasks} == {waiting.run.id}
+    assert {o.outcome for o in approved.run.outcomes} == {"submitted"}
+    with pytest.raises(
+        FailedPrecondition, match="is completed; only a run awaiting approval can be approved"
+    ):
+        await env.services.approvals.approve(waiting.run.id)
+    assert len(await _tasks(env, schedule)) == 2
+    assert [(e.type, e.run_id) for e in await _events(env)] == [
+        (EventType.RUN_AWAITING_APPROVAL, waiting.run.id),
+        (EventType.RUN_APPROVED, waiting.run.id),
+    ]
+
+
+async def _events(env: Env) -> list[Event]:
+    """The notification events recorded, oldest first (each in the transaction of its change)."""
+    async with env.db.read() as conn:
+        return list(reversed(await outbox.list_events(conn, 100)))
+
+
+async def test_two_approvals_at_once_start_the_run_once(db: Database) -> None:
+    env = _env(db)
+    schedule = await _schedule(env, [await env.rack("r1")])
+    await env.services.schedules.trigger(schedule.id)
+    (waiting,) = await _runs(env, schedule)
+
+    async def approve(name: str) -> RunReport | Exception:
+        with caller(name):
+            try:
+                return await env.services.approvals.approve(waiting.run.id)
+            except FailedPrecondition as exc:
+                return exc
+
+    results = await asyncio.gather(approve("ann"), approve("bob"))
+
+    assert sum(isinstance(r, FailedPrecondition) for r in results) == 1
+    assert len(await _tasks(env, schedule)) == 1
+
+
+async def test_the_two_person_rule_and_min_approvers(db: Database) -> None:
+    env = _env(db)
+    with caller("editor", Role.OPERATOR):
+        schedule = await _schedule(env, [await env.rack("r1")], approvers=2)
+        await env.services.schedules.trigger(schedule.id)
+    assert schedule.last_edited_by == "editor"
+    (waiting,) = await _runs(env, schedule)
+    run_id = waiting.run.id
+
+    with caller("editor"), pytest.raises(PermissionDenied, match="'editor' last edited the schedule"):
+        await env.services.approvals.approve(run_id)
+    with caller("ann"):
+        report = await env.services.approvals.approve(run_id, "one")
+    assert report.run.state == "awaiting_approval" and await _tasks(env, schedule) == []
+    with caller("ann"), pytest.raises(FailedPrecondition, match="'ann' has already approved this run"):
+        await env.services.approvals.approve(run_id)
+    # Editing the scope makes its editor the last editor: bob may no longer approve.
+    with caller("bob", Role.OPERATOR):
+        await env.services.schedules.add_scope(schedule.id, rack_target(await env.rack("r2")))
+    with caller("bob"), pytest.raises(PermissionDenied, match="'bob' last edited"):
+        await env.services.approvals.approve(run_id)
+    with caller("cat"):
+        report = await env.services.approvals.approve(run_id, "two")
+    assert report.run.state == "completed"
+    assert report.run.approval is not None
+    assert [(a.principal, a.comment) for a in report.run.approval.approvers] == [
+        ("ann", "one"),
+        ("cat", "two"),
+    ]
+    # The frozen plan was r1 alone; r2 joined the scope after the firing and is not in it.
+    assert len(await _tasks(env, schedule)) == 1
+
+
+async def test_a_rejected_run_never_starts(db: Database) -> None:
+    env = _env(db)
+    schedule = await _schedule(env, [await env.rack("r1")])
+    await env.services.schedules.trigger(schedule.id)
+    (waiting,) = await _runs(env, schedule)
+
+    with pytest.raises(InvalidArgument, match=r"^comment: required"):
+        await env.services.approvals.reject(waiting.run.id, " ")
+    with caller("ann"):
+        report = await env.services.approvals.reject(waiting.run.id, "not during the freeze")
+
+    assert report.run.state == "rejected"
+    assert report.run.reason == "rejected by ann: not during the freeze"
+    assert [(o.outcome, o.error) for o in report.run.outcomes] == [("not_started", "rejected")]
+    assert report.run.approval is not None and report.run.approval.rejected_by == "ann"
+    with pytest.raises(FailedPrecondition, match="is rejected; only a run awaiting approval can be approved"):
+        await env.services.approvals.approve(waiting.run.id)
+    assert await _tasks(env, schedule) == []
+    # The schedule fires again: the next firing awaits approval anew.
+    env.clock.advance(timedelta(minutes=1))
+    assert await env.services.schedules.trigger(schedule.id) == []
+    assert [r.run.state for r in await _runs(env, schedule)] == ["awaiting_approval", "rejected"]
+
+
+async def test_a_run_past_its_timeout_expires_once_audited_as_rackflow(db: Database) -> None:
+    env = _env(db, datetime.now(UTC) - FOUR_HOURS - timedelta(minutes=1))
+    schedule = await _schedule(env, [await env.rack("r1")])
+    await env.services.schedules.trigger(schedule.id)
+    (waiting,) = await _runs(env, schedule)
+    env.clock.advance(FOUR_HOURS + timedelta(minutes=1))
+
+    with pytest.raises(FailedPrecondition, match=r"expired at .* and can no longer be approved"):
+        await env.services.approvals.approve(waiting.run.id)
+    dispatchers = [
+        Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4(), approvals=approvals)
+        for approvals in (env.services.approvals, _env(db).services.approvals)
+    ]
+    for dispatcher in dispatchers:
+        await dispatcher.expire_approvals()
+
+    (expired,) = await _runs(env, schedule)
+    assert expired.run.state == "expired"
+    assert expired.run.reason.startswith("not approved by ") and expired.run.reason.endswith(
+        "(0 of 1 approver)"
+    )
+    assert [o.outcome for o in expired.run.outcomes] == ["not_started"]
+    (event,), _ = await env.services.audit.list_events(EventFilter(method=EXPIRE_RUN))
+    assert event.principal == "rackflow" and event.target_ids == (str(schedule.id), str(waiting.run.id))
+    assert await _tasks(env, schedule) == []
+    assert [(e.type, e.principal, e.run_id) for e in await _events(env)] == [
+        (EventType.RUN_AWAITING_APPROVAL, "rackflow", waiting.run.id),
+        (EventType.RUN_EXPIRED, "rackflow", waiting.run.id),
+    ]
+
+
+async def _due_now(env: Env, schedule: Schedule) -> None:
+    """Make the schedule due on both databases' clocks (PostgreSQL's is the real one)."""
+    current = await env.services.schedules.get(schedule.id)
+    async with env.db.transaction() as conn:
+        await schedule_store.save_schedule(conn, replace(current, next_run_at=env.clock.now() - SECOND))
+
+
+async def test_a_dispatched_firing_while_one_awaits_is_skipped_and_the_awaiting_run_is_kept(
+    db: Database,
+) -> None:
+    env = _env(db)
+    schedule = await _schedule(env, [await env.rack("r1")])
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    await _due_now(env, schedule)
+    assert await dispatcher.poll_once() == 1
+    (waiting,) = await _runs(env, schedule)
+    assert waiting.run.state == "awaiting_approval" and waiting.run.trigger == "dispatch"
+
+    env.clock.advance(SECOND)
+    await _due_now(env, schedule)
+    await dispatcher.poll_once()
+
+    skipped, first = await _runs(env, schedule)
+    assert first.run.id == waiting.run.id and first.run.state == "awaiting_approval"
+    assert skipped.run.state == "skipped"
+    assert f"run {waiting.run.id}) is still awaiting approval" in skipped.run.reason
+    # History pruning keeps the run that awaits approval however many firings were skipped since.
+    async with db.transaction() as conn:
+        await schedule_store.prune_runs(conn, {schedule.id}, keep=1)
+    assert {r.run.id for r in await _runs(env, schedule)} == {skipped.run.id, waiting.run.id}
+    report = await env.services.approvals.approve(waiting.run.id)
+    assert report.run.state == "completed" and len(await _tasks(env, schedule)) == 1
+
+
+async def test_an_approved_rollout_starts_by_its_waves(db: Database) -> None:
+    env = _env(db)
+    racks = [await env.rack(f"r{i}") for i in range(3)]
+    schedule = await _schedule(env, racks, rollout=RolloutPolicy(canary_racks=1))
+    await env.services.schedules.trigger(schedule.id)
+    (waiting,) = await _runs(env, schedule)
+    assert waiting.run.state == "awaiting_approval"
+    assert [o.canary for o in waiting.run.outcomes] == [True, False, False]
+
+    report = await env.services.approvals.approve(waiting.run.id)
+
+    assert report.run.state == "rolling"
+    (task,) = await _tasks(env, schedule)
+    assert task.rack_id == racks[0].id  # the canary, first by rack name
+
+
+async def test_a_trigger_its_approver_approves_starts_at_once(db: Database) -> None:
+    env = _env(db)
+    with caller("editor", Role.OPERATOR):
+        schedule = await _schedule(env, [await env.rack("r1")])
+    with caller("editor"), pytest.raises(PermissionDenied, match=r"^approve: 'editor' last edited"):
+        await env.services.schedules.trigger(schedule.id, approve=True)
+    assert await _runs(env, schedule) == []
+    with caller("ann"):
+        (task_id,) = await env.services.schedules.trigger(schedule.id, approve=True)
+    (run,) = await _runs(env, schedule)
+    assert run.run.state == "completed" and run.run.approval is not None
+    assert [a.principal for a in run.run.approval.approvers] == ["ann"]
+    assert [t.id for t in await _tasks(env, schedule)] == [task_id]
+
+
+async def test_a_waiting_rollout_does_not_start_beside_a_live_one(db: Database) -> None:
+    """Its schedule's approval policy was removed while it waited: the next firing rolls out at once, and
+    approving the waiting one is refused until that rollout ends (one live rollout per schedule)."""
+    env = _env(db)
+    racks = [await env.rack("r1"), await env.rack("r2")]
+    schedule = await _schedule(env, racks, rollout=RolloutPolicy(max_concurrent_racks=1))
+    await env.services.schedules.trigger(schedule.id)
+    (waiting,) = await _runs(env, schedule)
+    await env.services.schedules.update(schedule.id, ["schedule.approval"], approval=None)
+    env.clock.advance(SECOND)
+    await env.services.schedules.trigger(schedule.id)
+    rolling, _ = await _runs(env, schedule)
+    assert rolling.run.state == "rolling"
+
+    with pytest.raises(
+        FailedPrecondition, match=f"the schedule's rollout \\(run {rolling.run.id}\\) is still rolling"
+    ):
+        await env.services.approvals.approve(waiting.run.id)
+    assert (await env.services.rollouts.get(waiting.run.id)).run.state == "awaiting_approval"
+    await env.services.rollouts.cancel(rolling.run.id)
+    assert (await env.services.approvals.approve(waiting.run.id)).run.state == "rolling"

@@ -1,0 +1,146 @@
+"""Migration 0018 on a database that already holds what 0016 wrote, on both databases: every run and task
+link kept (SQLite rebuilds `task_schedule_run`, which must not unlink its tasks), the approval columns empty,
+the wider state column and the new states in force with at most one run awaiting approval per schedule;
+and back down again, a run that never started ending "skipped"."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from alembic import command
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from rackflow.store.db import Database
+from rackflow.store.migrate import _config, current_revision, migrate
+from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
+from tests.conftest import table_counts
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+RACK, SCHEDULE, TASK = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+RUN_A, RUN_B = uuid.uuid4(), uuid.uuid4()
+RUN_COLUMNS = ("id", "schedule_id", "fired_at", "trigger", "state", "outcomes", "reason", "rollout")
+
+
+@pytest.fixture
+async def db_at_0016(empty_db_url: str) -> AsyncIterator[Database]:
+    db = Database(empty_db_url)
+    assert await migrate(db, "0016") == "0016"
+    yield db
+    await db.dispose()
+
+
+def _run(run_id: uuid.UUID, fired: datetime, state: str) -> dict[str, Any]:
+    outcomes = [
+        {"scope_id": str(uuid.uuid4()), "rack_id": str(RACK), "outcome": "submitted", "task_id": None}
+    ]
+    return {
+        "id": run_id,
+        "schedule_id": SCHEDULE,
+        "fired_at": fired,
+        "scheduled_for": fired,
+        "trigger": "dispatch",
+        "state": state,
+        "outcomes": outcomes,
+    }
+
+
+async def _write_as_0016(db: Database) -> None:
+    async with db.transaction() as conn:
+        await conn.execute(insert(racks).values(id=RACK, name="r1", created_at=T0))
+        await conn.execute(
+            insert(task_schedule).values(
+                id=SCHEDULE,
+                name="nightly",
+                spec_type="interval",
+                spec="1h",
+                operation_template={"operation": {"kind": "power_off"}, "queue_timeout_seconds": 3600},
+                created_at=T0,
+                updated_at=T0,
+            )
+        )
+        await conn.execute(
+            insert(task_schedule_run),
+            [_run(RUN_A, T0, "completed"), _run(RUN_B, T0 + timedelta(hours=1), "halted")],
+        )
+        await conn.execute(
+            insert(tasks).values(
+                id=TASK,
+                operation="power_off",
+                parameters={"kind": "power_off", "forced": False},
+                rack_id=RACK,
+                component_ids=[],
+                status="completed",
+                created_at=T0,
+                updated_at=T0,
+                schedule_id=SCHEDULE,
+                run_id=RUN_A,
+            )
+        )
+
+
+async def _runs(db: Database) -> list[tuple[Any, ...]]:
+    columns = [task_schedule_run.c[name] for name in RUN_COLUMNS]
+    async with db.read() as conn:
+        return sorted((await conn.execute(select(*columns))).all(), key=str)
+
+
+async def _set_state(db: Database, run_id: uuid.UUID, state: str) -> None:
+    async with db.transaction() as conn:
+        await conn.execute(
+            update(task_schedule_run).where(task_schedule_run.c.id == run_id).values(state=state)
+        )
+
+
+async def test_upgrade_keeps_every_run_and_link_then_holds_one_awaiting_run(db_at_0016: Database) -> None:
+    db = db_at_0016
+    await _write_as_0016(db)
+    counts = await table_counts(db)
+    runs_before = await _runs(db)
+
+    assert await migrate(db, "0018") == "0018" == await current_revision(db)
+
+    assert await table_counts(db) == counts
+    assert await _runs(db) == runs_before
+    async with db.read() as conn:
+        assert (await conn.execute(select(tasks.c.run_id).where(tasks.c.id == TASK))).scalar_one() == RUN_A
+        new = (
+            await conn.execute(select(task_schedule_run.c.approval, task_schedule_run.c.approval_expires_at))
+        ).all()
+        assert set(new) == {(None, None)}
+        schedule = (
+            await conn.execute(select(task_schedule.c.approval, task_schedule.c.last_edited_by))
+        ).one()
+        assert tuple(schedule) == (None, "")
+
+    await _set_state(db, RUN_A, "awaiting_approval")  # 17 characters: the column is wider now
+    with pytest.raises(IntegrityError):  # one awaiting run per schedule
+        await _set_state(db, RUN_B, "awaiting_approval")
+    with pytest.raises(IntegrityError):
+        await _set_state(db, RUN_B, "exploded")
+    for state in ("expired", "rejected"):
+        await _set_state(db, RUN_B, state)
+
+
+def _downgrade_to_0016(conn: Connection) -> None:
+    cfg = _config()
+    cfg.attributes["connection"] = conn
+    command.downgrade(cfg, "0016")
+
+
+async def test_downgrade_ends_waiting_runs_as_skipped_and_keeps_the_links(db_at_0016: Database) -> None:
+    db = db_at_0016
+    await _write_as_0016(db)
+    await migrate(db, "0018")
+    await _set_state(db, RUN_B, "awaiting_approval")
+    async with db.engine.begin() as conn:
+        await conn.run_sync(_downgrade_to_0016)
+    assert await current_revision(db) == "0016"
+    async with db.read() as conn:
+        states = dict((await conn.execute(select(task_schedule_run.c.id, task_schedule_run.c.state))).all())
+        assert (await conn.execute(select(tasks.c.run_id).where(tasks.c.id == TASK))).scalar_one() == RUN_A
+    assert states == {RUN_A: "completed", RUN_B: "skipped"}

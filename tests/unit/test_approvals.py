@@ -1,0 +1,184 @@
+"""The approval rules (`rackflow.domain.approvals`) and what the planner does with a schedule that needs
+approval (`rackflow.domain.firing`), table-driven over snapshots built in memory: no database.
+
+The store tests prove the same end to end on both databases (tests/store/test_approvals.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from rackflow.domain.approvals import (
+    ApprovalPolicy,
+    Approver,
+    RunApproval,
+    check_approver,
+    describe_expiry,
+    opened,
+    with_approver,
+)
+from rackflow.domain.firing import LiveRollout, Snapshot, approved_firing, plan
+from rackflow.domain.rollouts import RackPlace, RolloutPolicy
+from rackflow.domain.schedules import Run, ScopeOutcome, Trigger
+from rackflow.domain.windows import WindowKind, WindowPolicy
+from rackflow.errors import FailedPrecondition, PermissionDenied
+from tests.unit.test_planner import HOUR, NOW, closing, racks_of, schedule, scopes_of
+
+POLICY = ApprovalPolicy(timedelta(hours=4), min_approvers=2)
+
+
+def test_a_run_is_approved_once_enough_distinct_approvers_approved() -> None:
+    approval = opened(POLICY, NOW, None)
+    assert approval.expires_at == NOW + timedelta(hours=4) and not approval.approved
+    first = with_approver(approval, Approver("ann", NOW + HOUR))
+    assert not first.approved and first.decided_at is None
+    second = with_approver(first, Approver("bob", NOW + 2 * HOUR, "ok"))
+    assert second.approved and second.decided_at == NOW + 2 * HOUR
+    assert RunApproval.from_json(second.to_json()) == second
+    assert describe_expiry(first) == f"not approved by {approval.expires_at.isoformat()} (1 of 2 approvers)"
+    assert ApprovalPolicy.from_json(POLICY.to_json()) == POLICY
+    assert POLICY.describe() == "2 approvers within 4h"
+
+
+@pytest.mark.parametrize(
+    ("principal", "approved_by", "two_person", "refused"),
+    [
+        ("ann", (), True, None),
+        ("editor", (), True, PermissionDenied),  # the schedule's last editor
+        ("ann", ("ann",), True, FailedPrecondition),  # one approval per principal
+        ("editor", (), False, None),  # without tokens nobody can be told apart
+        ("anonymous", ("anonymous",), False, None),
+    ],
+)
+def test_who_may_approve(
+    principal: str, approved_by: tuple[str, ...], two_person: bool, refused: type[Exception] | None
+) -> None:
+    approval = RunApproval(NOW + HOUR, 2, tuple(Approver(p, NOW) for p in approved_by))
+    if refused is None:
+        check_approver(approval, principal, "editor", two_person=two_person)
+        return
+    with pytest.raises(refused, match=f"^id: '{principal}' "):
+        check_approver(approval, principal, "editor", two_person=two_person)
+
+
+@pytest.mark.parametrize("trigger", ["dispatch", "manual"])
+def test_a_firing_that_needs_approval_freezes_its_plan_and_starts_nothing(trigger: Trigger) -> None:
+    owner = replace(schedule(), approval=POLICY)
+    scopes = scopes_of(owner, 3)
+    snapshot = Snapshot((owner,), {owner.id: scopes}, busy=frozenset({scopes[0].id}))
+
+    (firing,) = plan(snapshot, NOW, trigger)
+
+    assert firing.needs_approval and not firing.skipped
+    assert firing.approval == RunApproval(NOW + timedelta(hours=4), 2)
+    expected_first = "skipped_overlap" if trigger == "dispatch" else "pending"
+    assert [o.outcome for o in firing.planned_outcomes] == [expected_first, "pending", "pending"]
+    assert [o.scope_id for o in firing.planned_outcomes] == [sc.id for sc in scopes]
+    # The schedule advances as for any firing: the tick is spent.
+    assert firing.next_run_at == NOW + HOUR
+
+
+def test_a_rollout_that_needs_approval_freezes_its_waves() -> None:
+    owner = replace(schedule(rollout=RolloutPolicy(canary_racks=1)), approval=POLICY)
+    scopes = scopes_of(owner, 2)
+    places = {sc.rack_id: RackPlace(name, None) for sc, name in zip(scopes, ("b", "a"), strict=True)}
+
+    (firing,) = plan(Snapshot((owner,), {owner.id: scopes}, places=places), NOW, "dispatch")
+
+    assert firing.needs_approval and firing.rolls_out
+    assert [(o.scope_id, o.outcome, o.canary) for o in firing.planned_outcomes] == [
+        (scopes[1].id, "pending", True),
+        (scopes[0].id, "pending", False),
+    ]
+
+
+@pytest.mark.parametrize(("trigger", "refused"), [("dispatch", False), ("manual", True)])
+def test_a_firing_while_a_run_awaits_approval_is_skipped(trigger: Trigger, refused: bool) -> None:
+    owner = replace(schedule(rollout=RolloutPolicy()), approval=POLICY)
+    waiting = uuid.uuid4()
+    snapshot = Snapshot(
+        (owner,),
+        {owner.id: scopes_of(owner, 1)},
+        awaiting={owner.id: waiting},
+        live_rollouts={owner.id: LiveRollout(uuid.uuid4(), "halted")},
+    )
+
+    (firing,) = plan(snapshot, NOW, trigger, approver=Approver("ann", NOW))
+
+    assert firing.skipped == (
+        f"the schedule's previous run (run {waiting}) is still awaiting approval (approve or reject it first)"
+    )
+    assert firing.refused is refused and not firing.needs_approval and firing.planned_outcomes == ()
+
+
+@pytest.mark.parametrize(("needed", "awaits"), [(1, False), (2, True)])
+def test_a_trigger_its_approver_approves_counts_their_approval(needed: int, awaits: bool) -> None:
+    owner = replace(schedule(), approval=replace(POLICY, min_approvers=needed))
+    snapshot = Snapshot((owner,), {owner.id: scopes_of(owner, 1)})
+
+    (firing,) = plan(snapshot, NOW, "manual", approver=Approver("ann", NOW))
+
+    assert firing.needs_approval is awaits
+    assert firing.approval is not None and firing.approval.approvers == (Approver("ann", NOW),)
+
+
+def test_a_schedule_without_approval_ignores_an_approver() -> None:
+    owner = schedule()
+    (firing,) = plan(
+        Snapshot((owner,), {owner.id: scopes_of(owner, 1)}), NOW, "manual", approver=Approver("a", NOW)
+    )
+    assert firing.approval is None and not firing.needs_approval
+
+
+def _approved_run(
+    schedule_id: uuid.UUID, frozen: tuple[ScopeOutcome, ...], rollout: RolloutPolicy | None, trigger: Trigger
+) -> Run:
+    approval = RunApproval(NOW + HOUR, 1, (Approver("ann", NOW + HOUR / 2),), decided_at=NOW + HOUR / 2)
+    return Run(uuid.uuid4(), schedule_id, NOW, trigger, "running", frozen, rollout, approval=approval)
+
+
+def test_an_approved_plain_run_starts_its_frozen_pending_scopes_as_the_windows_allow_now() -> None:
+    owner = replace(schedule(window_policy=WindowPolicy.DEFER), approval=POLICY)
+    scopes = scopes_of(owner, 4)
+    gone, skipped, deferred, fired = scopes
+    frozen = (
+        ScopeOutcome(gone.id, gone.rack_id, "pending"),
+        ScopeOutcome(skipped.id, skipped.rack_id, "skipped_overlap"),
+        ScopeOutcome(deferred.id, deferred.rack_id, "pending"),
+        ScopeOutcome(fired.id, fired.rack_id, "pending"),
+    )
+    run = _approved_run(owner.id, frozen, None, "dispatch")
+    later = NOW + 2 * HOUR
+    # An ALLOW window of `deferred`'s rack opens an hour after the approval: that rack waits for it.
+    # `gone` was removed from the schedule meanwhile.
+    allow = closing(WindowKind.ALLOW, later + HOUR, later + 2 * HOUR)
+    window = replace(allow, all_racks=False, racks=((deferred.rack_id, "r"),))
+    snapshot = Snapshot(
+        (owner,), {owner.id: (deferred, fired)}, windows=(window,), racks=racks_of((deferred, fired))
+    )
+
+    firing = approved_firing(run, snapshot, later)
+
+    assert firing.run_id == run.id and firing.fired_at == later and not firing.needs_approval
+    assert [sc.id for sc in firing.scopes] == [o.scope_id for o in frozen]
+    assert firing.decided[gone.id].outcome == "not_started"
+    assert firing.decided[skipped.id].outcome == "skipped_overlap"
+    assert [sc.id for sc in firing.to_submit] == [deferred.id, fired.id]
+    assert firing.deferral(deferred.id) is not None and firing.deferral(fired.id) is None
+
+
+def test_an_approved_rollout_starts_by_its_own_policy_as_fired() -> None:
+    fired_with = RolloutPolicy(canary_racks=1)
+    owner = replace(schedule(rollout=None), approval=POLICY)  # its rollout removed since it fired
+    (scope,) = scopes_of(owner, 1)
+    frozen = (ScopeOutcome(scope.id, scope.rack_id, "pending", canary=True),)
+    run = _approved_run(owner.id, frozen, fired_with, "manual")
+
+    firing = approved_firing(run, Snapshot((owner,), {owner.id: (scope,)}), NOW + HOUR)
+
+    assert firing.rolls_out and firing.schedule.rollout == fired_with
+    assert firing.rollout_outcomes == frozen
