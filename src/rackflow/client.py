@@ -567,7 +567,11 @@ class RackflowClient:
         window_policy: str = "skip",
         rollout: pb.RolloutPolicy | None = None,
         approval: pb.ApprovalPolicy | None = None,
+        start_deadline: str = "",
+        pause_after_failed_runs: int = 0,
     ) -> pb.TaskSchedule:
+        """`start_deadline` (a Go duration; "" the server's default, "0s" none) and
+        `pause_after_failed_runs` (0: never): docs/SAFETY.md."""
         config = pb.ScheduleConfig(
             name=name,
             spec=spec.to_proto(),
@@ -575,6 +579,8 @@ class RackflowClient:
             window_policy=WINDOW_POLICIES[window_policy],
             rollout=rollout,
             approval=approval,
+            start_deadline=start_deadline,
+            pause_after_failed_runs=pause_after_failed_runs,
         )
         request = pb.CreateTaskScheduleRequest(schedule=config, operation=operation.to_proto())
         return self._call(self._stub.CreateTaskSchedule, request, pb.TaskSchedule)
@@ -619,15 +625,24 @@ class RackflowClient:
         remove_rollout: bool = False,
         approval: pb.ApprovalPolicy | None = None,
         remove_approval: bool = False,
+        start_deadline: str | None = None,
+        pause_after_failed_runs: int | None = None,
     ) -> pb.TaskSchedule:
         """Change only what is given; `timezone` alone keeps the spec and changes its zone. `rollout`
-        replaces the rollout policy, `remove_rollout` removes it; `approval` and `remove_approval` alike."""
+        replaces the rollout policy, `remove_rollout` removes it; `approval` and `remove_approval` alike.
+        `start_deadline` "" goes back to the server's default."""
         config = pb.ScheduleConfig()
         paths = []
         if approval is not None:
             config.approval.CopyFrom(approval)
         if approval is not None or remove_approval:
             paths.append("schedule.approval")
+        if start_deadline is not None:
+            config.start_deadline = start_deadline
+            paths.append("schedule.start_deadline")
+        if pause_after_failed_runs is not None:
+            config.pause_after_failed_runs = pause_after_failed_runs
+            paths.append("schedule.pause_after_failed_runs")
         if window_policy is not None:
             config.window_policy = WINDOW_POLICIES[window_policy]
             paths.append("schedule.window_policy")
@@ -649,7 +664,8 @@ class RackflowClient:
             paths.append("schedule.spec.timezone")
         if not paths:
             raise ValueError(
-                "nothing to update: give a name, spec, timezone, overlap, window, rollout or approval policy"
+                "nothing to update: give a name, spec, timezone, overlap, window, rollout or approval "
+                "policy, start deadline or pause after failed runs"
             )
         request = pb.UpdateTaskScheduleRequest(
             id=self._schedule_ref(schedule), schedule=config, update_mask=FieldMask(paths=paths)
@@ -718,11 +734,20 @@ class RackflowClient:
         return self._call(self._stub.PreviewScheduleSpec, request, pb.PreviewScheduleSpecResponse)
 
     def preview_schedule(
-        self, schedule: str, *, count: int = 0, after: datetime | None = None
+        self,
+        schedule: str,
+        *,
+        count: int = 0,
+        after: datetime | None = None,
+        resume_at: datetime | None = None,
     ) -> pb.PreviewTaskScheduleResponse:
-        """The schedule's next `count` firings (server default 10) and what each does per rack."""
+        """The schedule's next `count` firings (server default 10) and what each does per rack;
+        `resume_at`: as if paused until then (which slots a late resume would miss)."""
         request = pb.PreviewTaskScheduleRequest(
-            id=self._schedule_ref(schedule), count=count, after=_timestamp(after) if after else None
+            id=self._schedule_ref(schedule),
+            count=count,
+            after=_timestamp(after) if after else None,
+            resume_at=_timestamp(resume_at) if resume_at else None,
         )
         return self._call(self._stub.PreviewTaskSchedule, request, pb.PreviewTaskScheduleResponse)
 

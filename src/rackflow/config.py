@@ -63,6 +63,10 @@ MIN_HTTP_MAX_BODY_BYTES = 1024
 # A floor against unit slips (`720m` for `720h`) that would empty a security record, or the history of
 # what ran, within the hour.
 MIN_RETENTION = timedelta(hours=1)
+# A start deadline (a schedule's, or --default-start-deadline) shorter than this would miss firings that
+# are merely as late as a dispatcher's poll; the default is unset (a firing starts however late).
+MIN_START_DEADLINE = timedelta(seconds=1)
+DEFAULT_START_DEADLINE: timedelta | None = None
 
 
 # Notifications (rackflow.notify, docs/NOTIFICATIONS.md). Every instance's delivery loop looks for work this
@@ -176,6 +180,8 @@ class ServeConfig:
     # Schedule runs fired, and tasks ended, longer ago than this are deleted; None keeps them forever.
     run_retention: timedelta | None = None
     task_retention: timedelta | None = None
+    # The start deadline of a schedule without its own (docs/SAFETY.md); None: none.
+    default_start_deadline: timedelta | None = DEFAULT_START_DEADLINE
     # The audit spool file and its bound (rackflow.audit.spool).
     audit_spool: str = DEFAULT_AUDIT_SPOOL
     audit_spool_max_bytes: int = DEFAULT_AUDIT_SPOOL_MAX_BYTES

@@ -70,6 +70,14 @@ KEYED_READ_ROUNDS = Counter(
 KEYED_READ_CALLERS = Counter(
     "rackflow_keyed_read_callers_total", "GetTaskSchedule reads answered by the keyed reads' rounds."
 )
+SCHEDULE_MISSED = Counter(
+    "rackflow_schedule_missed_total",
+    "Dispatched firings recorded as missed: found past their schedule's start deadline, nothing submitted.",
+)
+SCHEDULES_PAUSED_AFTER_FAILURES = Counter(
+    "rackflow_schedule_paused_after_failures_total",
+    "Schedules rackflow paused after pause_after_failed_runs consecutive runs with a failed rack.",
+)
 TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
 AUDIT_WRITE_FAILURES = Counter(
     "rackflow_audit_write_failures_total",

@@ -76,7 +76,9 @@ class RackflowServer:
         self.audit_spool = AuditSpool(
             self.db, Path(config.audit_spool), max_bytes=config.audit_spool_max_bytes
         )
-        self.services = Services.build(self.db, self.clock, self.audit_spool)
+        self.services = Services.build(
+            self.db, self.clock, self.audit_spool, default_start_deadline=config.default_start_deadline
+        )
         # Records every mutating RPC, over gRPC and through the HTTP API alike, in `services.audit`.
         self.audit = AuditInterceptor(self.services.audit)
         self.grpc: grpc.aio.Server | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from rackflow.audit.spool import AuditSpool
 from rackflow.audit.trail import AuditTrail
@@ -42,13 +43,22 @@ class Services:
     notifications: NotificationService
 
     @classmethod
-    def build(cls, db: Database, clock: Clock, audit_spool: AuditSpool | None = None) -> Services:
+    def build(
+        cls,
+        db: Database,
+        clock: Clock,
+        audit_spool: AuditSpool | None = None,
+        *,
+        default_start_deadline: timedelta | None = None,
+    ) -> Services:
+        """The services; `default_start_deadline` (`--default-start-deadline`): the start deadline of a
+        schedule without its own."""
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
         audit = AuditTrail(db, clock, audit_spool)
         windows = WindowService(db, clock)
         rollouts = RolloutService(db, clock, tasks, audit)
-        schedules = ScheduleService(db, clock, tasks, rollouts)
+        schedules = ScheduleService(db, clock, tasks, rollouts, default_start_deadline)
         checks = CheckService(db, clock, tasks)
         return cls(
             db=db,

@@ -19,12 +19,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TypeVar
+from urllib.parse import SplitResult, urlsplit
 
-from rackflow.config import parse_interval
+from rackflow.config import MIN_START_DEADLINE, parse_interval
 from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions
 from rackflow.errors import InvalidArgument
+from rackflow.timespec import format_go_duration, parse_go_duration
 
 MAX_TEXT_LENGTH = 255  # the width of every inventory and schedule name column
 MAX_DESCRIPTION_LENGTH = 1024
@@ -61,6 +63,17 @@ def check_text(value: str, field: str, *, required: bool = False, identifier: bo
     if identifier and value != value.strip():
         raise InvalidArgument(f"{field}: {value!r} has leading or trailing whitespace")
     return value
+
+
+def http_url(url: str) -> SplitResult | None:
+    """`url`'s parts when it is an http:// or https:// URL with a host, else None: also for what urlsplit
+    cannot parse at all (it raises ValueError for "http://[::1", which must be a refusal, not an error)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return None
+    return parts if parts.scheme in ("http", "https") and host else None
 
 
 def check_name(name: str, field: str) -> str:
@@ -215,3 +228,32 @@ def enum_values(kind: type[_E], names: Sequence[str], field: str, what: str) -> 
             known = ", ".join(member.value for member in kind)
             raise InvalidArgument(f"{field}[{index}]: unknown {what} {name!r} (one of {known})") from None
     return tuple(found)
+
+
+MAX_PAUSE_AFTER_FAILED_RUNS = 100  # a schedule keeps its newest 100 runs: a longer streak cannot be seen
+
+
+def start_deadline(text: str, field: str = "schedule.start_deadline") -> timedelta | None:
+    """A start deadline: "" for none of its own (the server's default applies), a Go duration of at least
+    MIN_START_DEADLINE, or a zero ("0", "0s") for none at all, whatever the server's default."""
+    if not text:
+        return None
+    try:
+        ns = parse_go_duration(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"{field}: {exc}") from None
+    if ns == 0:
+        return timedelta(0)
+    deadline = timedelta(microseconds=ns // 1000)
+    if deadline < MIN_START_DEADLINE:
+        raise InvalidArgument(
+            f"{field}: must be at least {format_go_duration(MIN_START_DEADLINE)}, or 0 for none, got {text!r}"
+        )
+    return deadline
+
+
+def check_pause_after_failed_runs(count: int, field: str = "schedule.pause_after_failed_runs") -> int:
+    """0 (never) .. MAX_PAUSE_AFTER_FAILED_RUNS."""
+    if not 0 <= count <= MAX_PAUSE_AFTER_FAILED_RUNS:
+        raise InvalidArgument(f"{field}: must be 0..{MAX_PAUSE_AFTER_FAILED_RUNS} (0: never), got {count}")
+    return count

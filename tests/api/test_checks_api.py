@@ -90,6 +90,10 @@ async def test_create_get_list_and_delete(stub: FlowStub, racks: list[Rack]) -> 
             "check.alertmanager.url",
         ),
         (
+            pb.PreflightCheck(name="x", alertmanager=pb.AlertmanagerCheck(url="http://[::1")),
+            "check.alertmanager.url",
+        ),
+        (
             pb.PreflightCheck(name="x", alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=[""])),
             "check.alertmanager.matchers[0]",
         ),

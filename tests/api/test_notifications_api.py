@@ -81,6 +81,7 @@ async def test_create_get_list_update_and_delete_never_return_secrets(stub: Flow
         (hook(kind="email"), "channel.kind"),
         (hook(url="ftp://x/y"), "channel.url"),
         (hook(url="not a url"), "channel.url"),
+        (hook(url="http://[::1"), "channel.url"),  # urlsplit raises on it: a refusal, not INTERNAL
         (hook(event_types=["run.halted", "run.exploded"]), "channel.event_types[1]"),
         (hook(operations=["reboot"]), "channel.operations[0]"),
         (hook(operations=["power_on", "power_on"]), "channel.operations[1]"),

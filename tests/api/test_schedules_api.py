@@ -56,9 +56,15 @@ def config(
     spec: str = "1h",
     timezone: str = "",
     policy: pb.OverlapPolicy.ValueType = pb.OVERLAP_POLICY_SKIP,
+    start_deadline: str = "",
+    pause_after_failed_runs: int = 0,
 ) -> pb.ScheduleConfig:
     return pb.ScheduleConfig(
-        name=name, spec=pb.ScheduleSpec(type=spec_type, spec=spec, timezone=timezone), overlap_policy=policy
+        name=name,
+        spec=pb.ScheduleSpec(type=spec_type, spec=spec, timezone=timezone),
+        overlap_policy=policy,
+        start_deadline=start_deadline,
+        pause_after_failed_runs=pause_after_failed_runs,
     )
 
 
@@ -164,6 +170,11 @@ BAD_CONFIGS = [
     ({"spec_type": pb.SCHEDULE_SPEC_TYPE_ONE_TIME, "spec": "2026-06-01 04:00"}, "schedule.spec.spec"),
     ({"name": ""}, "schedule.name"),
     ({"name": "a\x00b"}, "schedule.name"),
+    ({"start_deadline": "15"}, "schedule.start_deadline"),
+    ({"start_deadline": "-1m"}, "schedule.start_deadline"),
+    ({"start_deadline": "100ms"}, "schedule.start_deadline"),
+    ({"pause_after_failed_runs": -1}, "schedule.pause_after_failed_runs"),
+    ({"pause_after_failed_runs": 1000}, "schedule.pause_after_failed_runs"),
 ]
 
 
@@ -333,7 +344,47 @@ BAD_UPDATES = [
     (["schedule.spec.timezone"], {"timezone": "Local"}, "schedule.spec.timezone"),
     (["schedule.overlap_policy"], {"policy": 3}, "schedule.overlap_policy"),
     (["schedule.name"], {"name": ""}, "schedule.name"),
+    (["schedule.start_deadline"], {"start_deadline": "soon"}, "schedule.start_deadline"),
+    (
+        ["schedule.pause_after_failed_runs"],
+        {"pause_after_failed_runs": 101},
+        "schedule.pause_after_failed_runs",
+    ),
 ]
+
+
+async def test_the_start_deadline_and_pause_after_failed_runs_round_trip(
+    stub: FlowStub, racks: list[Rack]
+) -> None:
+    schedule = await create(stub, "s", "r1", start_deadline="15m", pause_after_failed_runs=3)
+    assert (schedule.start_deadline, schedule.pause_after_failed_runs) == ("15m", 3)
+    none = await stub.UpdateTaskSchedule(update(schedule, ["schedule.start_deadline"], start_deadline="0s"))
+    assert (none.start_deadline, none.pause_after_failed_runs) == ("0s", 3)  # none, whatever the default
+    unset = await stub.UpdateTaskSchedule(
+        update(schedule, ["schedule.start_deadline", "schedule.pause_after_failed_runs"])
+    )
+    assert (unset.start_deadline, unset.pause_after_failed_runs) == ("", 0)
+
+
+async def test_the_preview_as_if_resumed_shows_the_missed_slot(stub: FlowStub, racks: list[Rack]) -> None:
+    one_time = {"spec_type": pb.SCHEDULE_SPEC_TYPE_ONE_TIME, "spec": "2026-03-02T13:00:00Z"}
+    schedule = await create(stub, "s", "r1", start_deadline="30m", **one_time)
+    late = Timestamp()
+    late.FromDatetime(datetime(2026, 3, 2, 14, 0))
+    preview = await stub.PreviewTaskSchedule(
+        pb.PreviewTaskScheduleRequest(id=schedule.id, count=2, resume_at=late)
+    )
+    paused, resumed = preview.firings
+    assert [s.decision for s in paused.scopes] == ["paused"] and not paused.would_be_missed
+    assert [s.decision for s in resumed.scopes] == ["missed"] and resumed.would_be_missed
+    on_time = await stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(id=schedule.id, count=1))
+    assert not on_time.firings[0].would_be_missed
+    draft = pb.CreateTaskScheduleRequest(schedule=config("d"), operation=power_off("r1"))
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "resume_at",
+        stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(draft=draft, resume_at=late)),
+    )
 
 
 @pytest.mark.parametrize(("paths", "values", "field"), BAD_UPDATES)

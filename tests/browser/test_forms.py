@@ -7,6 +7,7 @@ is offered no form: tests/browser/test_tokens.py.)"""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from selenium.webdriver.common.by import By
@@ -18,7 +19,7 @@ from tests.browser.page import by_testid, read, text, visible, wait
 from tests.browser.test_dashboard import confirm, h1, open_page
 from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
-from tests.e2e.fleet import create_racks, create_schedules, schedule_request
+from tests.e2e.fleet import create_racks, create_schedules, rfc3339, schedule_request, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
@@ -205,3 +206,37 @@ def test_a_window_and_a_budget_are_made_and_deleted(server: ServerProcess, drive
     wait(driver, lambda d: not by_testid(d, "window-row"), "the window gone")
     assert confirm(driver, "budget-delete") == "Delete budget resets?"
     wait(driver, lambda d: not by_testid(d, "budget-row"), "the budget gone")
+
+
+def test_a_start_deadline_is_set_in_the_form_and_a_missed_run_shows_how_late(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    open_page(driver, server, "/schedules/new", "New schedule")
+    field(driver, "form-name", "guarded")
+    add_rack(driver, "f1")
+    field(driver, "form-start-deadline", "soon")
+    error = visible(driver, "error-schedule.start_deadline")  # named while typing, by the preview
+    assert "soon" in read(driver, lambda d: error.text)
+    field(driver, "form-start-deadline", "15m")
+    field(driver, "form-pause-after", "3")
+    wait(driver, lambda d: not by_testid(d, "error-schedule.start_deadline")[0].is_displayed(), "no error")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: h1(d) == "guarded", "the new schedule's page")
+    assert text(driver, "schedule-start-deadline").startswith("15m")
+    assert text(driver, "schedule-pause-after") == "3 consecutive failing runs"
+
+    # A one-time slot an hour ago with a one-minute deadline: the dispatcher records it missed.
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    request = schedule_request(
+        "late-one", ["f2"], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=rfc3339(an_hour_ago)
+    )
+    request.schedule.start_deadline = "1m"
+    stub = server.stub()
+    late_one = stub.CreateTaskSchedule(request)
+    runs = pb.ListTaskScheduleRunsRequest(schedule_id=late_one.id)
+    wait_until(lambda: bool(stub.ListTaskScheduleRuns(runs).runs), timeout=30, what="the missed run")
+    open_page(driver, server, "/schedules/late-one", "late-one")
+    visible(driver, "grid-run-link").click()
+    wait(driver, lambda d: h1(d).startswith("Firing of"), "the run page")
+    assert "late, past its start deadline" in text(driver, "run-late-by")
+    assert "past its start deadline of 1m" in text(driver, "run-reason")

@@ -272,11 +272,11 @@ def test_a_rack_whose_task_fails_counts_as_failed_and_run_show_names_it(server: 
     (task_id,) = (t["id"] for t in rackflow_json(server, "schedule", "trigger", "fails")["task_ids"])
 
     deadline = time.monotonic() + 60
-    while (lines := rackflow(server, "schedule", "runs", "fails").stdout.splitlines())[2].split()[6] != "1":
+    while (lines := rackflow(server, "schedule", "runs", "fails").stdout.splitlines())[2].split()[7] != "1":
         assert time.monotonic() < deadline, lines  # the task has not failed yet
-    assert lines[1].split()[:6] == ["RUN", "FIRED", "STATE", "TASKS", "FAILED", "SKIPPED"]
+    assert lines[1].split()[:7] == ["RUN", "FIRED", "STATE", "LATE", "TASKS", "FAILED", "SKIPPED"]
     run_id, *_ = lines[2].split()
-    assert lines[2].split()[3:8] == ["(manual)", "completed", "1", "1", "0"]
+    assert lines[2].split()[3:9] == ["(manual)", "completed", "-", "1", "1", "0"]
     assert "simulated failure" in lines[2]  # the failed task's message
 
     shown = rackflow(server, "run", "show", run_id).stdout.splitlines()

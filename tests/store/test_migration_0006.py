@@ -123,6 +123,9 @@ LATER_COLUMNS = {
         "rollout",
         "approval",
         "last_edited_by",
+        "start_deadline_us",
+        "pause_after_failed_runs",
+        "failures_counted_until",
     ),
     "tasks": ("not_before", "ignore_windows", "not_after", "held_by", "held_reason", "held_since"),
     "task_schedule_run": (
@@ -132,6 +135,7 @@ LATER_COLUMNS = {
         "resumed",
         "approval",
         "approval_expires_at",
+        "late_by_us",
     ),
 }
 

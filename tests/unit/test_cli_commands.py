@@ -252,7 +252,14 @@ def test_schedule_create_sends_spec_operation_and_overlap(
         Spec("cron", "0 2 * * *", "America/Los_Angeles"),
         Operation("power_reset", Targets(racks=("rack-01", RACK_ID)), forced=True),
     )
-    assert kwargs == {"overlap": "queue", "window_policy": "skip", "rollout": None, "approval": None}
+    assert kwargs == {
+        "overlap": "queue",
+        "window_policy": "skip",
+        "rollout": None,
+        "approval": None,
+        "start_deadline": "",
+        "pause_after_failed_runs": 0,
+    }
     assert "2026-12-01 02:00 PST (10:00Z), in 3h 12m" in result.output
 
 
@@ -282,6 +289,8 @@ def test_schedule_update_with_only_tz_changes_only_the_zone(
         "remove_rollout": False,
         "approval": None,
         "remove_approval": False,
+        "start_deadline": None,
+        "pause_after_failed_runs": None,
     }
 
 
@@ -334,11 +343,46 @@ def test_schedule_runs_summarises_outcomes(fake: FakeClient, run: Callable[..., 
     result = run("schedule", "runs", "nightly")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1].split() == [
-        "RUN", "FIRED", "STATE", "TASKS", "FAILED", "SKIPPED", "ROLLOUT", "ERROR"
+        "RUN", "FIRED", "STATE", "LATE", "TASKS", "FAILED", "SKIPPED", "ROLLOUT", "ERROR"
     ]  # fmt: skip
     assert result.output.splitlines()[2].split() == [
-        RUN_ID, "2026-12-01", "06:48Z", "(manual)", "completed", "1", "1", "2", "-", "rack", "busy"
+        RUN_ID, "2026-12-01", "06:48Z", "(manual)", "completed", "-", "1", "1", "2", "-", "rack", "busy"
     ]  # fmt: skip
+
+
+def test_schedule_runs_shows_a_missed_run_and_how_late(fake: FakeClient, run: Callable[..., Result]) -> None:
+    reason = "found 2h after its slot, past its start deadline of 15m; nothing was submitted"
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(
+        runs=[
+            pb.TaskScheduleRun(
+                id=pb.UUID(id=RUN_ID),
+                fired_at=stamp(NOW),
+                trigger="dispatch",
+                state="missed",
+                late_by="2h0m0s",
+                reason=reason,
+                outcomes=[pb.ScopeOutcome(outcome="missed", error=reason)],
+            )
+        ],
+        total=1,
+    )
+    result = run("schedule", "runs", "nightly")
+    assert result.exit_code == 0, result.output
+    row = result.output.splitlines()[2].split()
+    assert row[3:9] == ["missed", "2h0m0s", "0", "0", "0", "-"]
+    assert "past its start deadline" in result.output
+
+
+def test_schedule_create_and_update_send_the_start_deadline_and_pause_after(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    base = ("schedule", "create", "s", "--interval", "1h", "--op", "ingest", "--rack", "a")
+    assert run(*base, "--start-deadline", "15m", "--pause-after-failed-runs", "3").exit_code == 0
+    [(_args, kwargs)] = fake.called("create_schedule")
+    assert (kwargs["start_deadline"], kwargs["pause_after_failed_runs"]) == ("15m", 3)
+    assert run("schedule", "update", "s", "--start-deadline", "").exit_code == 0
+    [(_args, kwargs)] = fake.called("update_schedule")
+    assert (kwargs["start_deadline"], kwargs["pause_after_failed_runs"]) == ("", None)
 
 
 def test_schedule_runs_counts_a_rack_whose_task_failed_as_failed(
@@ -376,7 +420,7 @@ def test_schedule_runs_counts_a_rack_whose_task_failed_as_failed(
     result = run("schedule", "runs", "nightly")
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines()[2:]]
-    assert [row[4:] for row in rows] == [
+    assert [row[5:] for row in rows] == [
         ["3", "2", "0", "-", "BMC", "timeout"],
         ["1", "1", "0", "-", "PSU"],
         ["1", "0", "0", "-"],
@@ -876,8 +920,8 @@ def test_schedule_runs_keeps_id_time_and_counts_whole_beside_a_long_error(
     )
     result = run_at(width, "schedule", "runs", "nightly")
     assert result.exit_code == 0, result.output
-    assert _columns(result.output, 1)[:6] == ["RUN", "FIRED", "STATE", "TASKS", "FAILED", "SKIPPED"]
-    assert _columns(result.output, 2)[:7] == [RUN_ID, *FIRED.split(), "completed", "1", "1", "0"]
+    assert _columns(result.output, 1)[:7] == ["RUN", "FIRED", "STATE", "LATE", "TASKS", "FAILED", "SKIPPED"]
+    assert _columns(result.output, 2)[:8] == [RUN_ID, *FIRED.split(), "completed", "-", "1", "1", "0"]
     assert all(len(line) <= (width or 200) for line in result.output.splitlines())
     assert " ".join(LONG_ERROR.split()) in " ".join(" ".join(result.output.splitlines()[2:]).split()) or (
         set(LONG_ERROR.split()) <= set(result.output.split())

@@ -187,7 +187,7 @@ def test_schedule_preview_of_a_schedule_is_a_table_of_decisions(
     )
     result = run("schedule", "preview", "nightly", "-n", "3")
     assert result.exit_code == 0, result.output
-    assert fake.called("preview_schedule") == [(("nightly",), {"count": 3, "after": None})]
+    assert fake.called("preview_schedule") == [(("nightly",), {"count": 3, "after": None, "resume_at": None})]
     header, row = result.output.splitlines()[0:2]
     assert header.split() == [
         "FIRES",

@@ -14,16 +14,20 @@ import pytest
 
 from rackflow.domain.firing import (
     LiveRollout,
+    RunTally,
     Snapshot,
     advance_after_firing,
+    failing_streak,
     plan,
     plan_starts,
     planned_times,
     scope_decisions,
+    start_deadline,
+    tally,
 )
 from rackflow.domain.rollouts import RackPlace, RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule, Scope, ScopeOutcome, Trigger
-from rackflow.domain.tasks import Operation, OperationKind
+from rackflow.domain.tasks import Operation, OperationKind, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff, RackRef, WindowKind, WindowPolicy
 from rackflow.timespec import ScheduleSpec, SpecType
 
@@ -41,6 +45,8 @@ def schedule(
     rollout: RolloutPolicy | None = None,
     spec: ScheduleSpec = HOURLY,
     enabled: bool = True,
+    deadline: timedelta | None = None,
+    late: timedelta = timedelta(seconds=5),
 ) -> Schedule:
     return Schedule(
         id=uuid.uuid4(),
@@ -48,7 +54,7 @@ def schedule(
         spec=spec,
         overlap_policy=overlap,
         enabled=enabled,
-        next_run_at=NOW - timedelta(seconds=5),
+        next_run_at=NOW - late,
         last_run_at=None,
         created_at=NOW - HOUR,
         updated_at=NOW - HOUR,
@@ -57,6 +63,7 @@ def schedule(
         description="",
         window_policy=window_policy,
         rollout=rollout,
+        start_deadline=deadline,
     )
 
 
@@ -354,3 +361,151 @@ def test_a_batch_is_planned_schedule_by_schedule() -> None:
 
     assert first.run_id != second.run_id
     assert (first.schedule, first.to_submit, second.schedule, second.to_submit) == (skip, [], queue, [b])
+
+
+MINUTE = timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(
+    ("own", "default", "late", "trigger", "missed"),
+    [
+        (None, None, 10 * HOUR, "dispatch", False),  # unset: however late, as the seeds do
+        (15 * MINUTE, None, 16 * MINUTE, "dispatch", True),
+        (15 * MINUTE, None, 15 * MINUTE, "dispatch", False),  # exactly at the deadline still fires
+        (15 * MINUTE, None, 14 * MINUTE, "dispatch", False),
+        (None, 15 * MINUTE, 16 * MINUTE, "dispatch", True),  # the server's default
+        (HOUR, 15 * MINUTE, 16 * MINUTE, "dispatch", False),  # ... which the schedule's own overrides
+        (timedelta(0), 15 * MINUTE, 16 * MINUTE, "dispatch", False),  # own zero: no deadline at all
+        (15 * MINUTE, None, 10 * HOUR, "manual", False),  # a manual trigger is never missed
+    ],
+)
+def test_the_start_deadline(
+    own: timedelta | None, default: timedelta | None, late: timedelta, trigger: Trigger, missed: bool
+) -> None:
+    owner = schedule(deadline=own, late=late)
+    scopes = scopes_of(owner, 2)
+    snapshot = Snapshot((owner,), {owner.id: scopes})
+
+    (firing,) = plan(snapshot, NOW, trigger, default_start_deadline=default)
+
+    assert firing.missed is missed
+    assert firing.enabled and firing.next_run_at == NOW + HOUR  # advanced as any firing
+    if missed:
+        assert firing.late_by == late
+        assert firing.to_submit == []
+        assert {o.outcome for o in firing.decided.values()} == {"missed"}
+        assert "past its start deadline of" in firing.missed_reason
+        assert scope_decisions(firing)[scopes[0].id].action == "missed"
+    else:
+        assert len(firing.to_submit) == 2
+
+
+def test_a_missed_rollout_is_missed_not_skipped() -> None:
+    owner = schedule(deadline=MINUTE, late=HOUR, rollout=RolloutPolicy(max_concurrent_racks=1))
+    scopes = scopes_of(owner, 1)
+    live = {owner.id: LiveRollout(uuid.uuid4(), "halted")}
+    snapshot = Snapshot((owner,), {owner.id: scopes}, live_rollouts=live)
+
+    (firing,) = plan(snapshot, NOW, "dispatch")
+
+    assert firing.missed and not firing.skipped and firing.rollout_outcomes == ()
+
+
+# The firing's slot is 5 s ago; ALLOW_LATER opens the racks in two hours, for an hour.
+@pytest.mark.parametrize(
+    ("deadline", "expected", "closes_at", "run_missed"),
+    [
+        (None, "defer", NOW + 3 * HOUR, False),  # no deadline: waits for the opening, as before
+        (4 * HOUR, "defer", NOW + 3 * HOUR, False),  # the opening ends before the deadline
+        (150 * MINUTE, "defer", NOW - timedelta(seconds=5) + 150 * MINUTE, False),  # capped at it
+        (HOUR, "missed", None, True),  # opens after the deadline: nothing could start in time
+        (2 * HOUR + timedelta(seconds=5), "missed", None, True),  # opening exactly at the deadline
+    ],
+)
+def test_a_deferral_past_the_start_deadline(
+    deadline: timedelta | None, expected: str, closes_at: datetime | None, run_missed: bool
+) -> None:
+    owner = schedule(window_policy=WindowPolicy.DEFER, deadline=deadline)
+    scopes = scopes_of(owner, 2)
+    snapshot = Snapshot((owner,), {owner.id: scopes}, windows=(ALLOW_LATER,), racks=racks_of(scopes))
+
+    (firing,) = plan(snapshot, NOW, "dispatch")
+
+    decision = scope_decisions(firing)[scopes[0].id]
+    assert decision.action == expected
+    assert decision.closes_at == closes_at
+    assert firing.missed is run_missed
+    if run_missed:
+        assert firing.late_by == 2 * HOUR + timedelta(seconds=5)  # as late as its earliest opening
+        assert "comes after the start deadline" in firing.decided[scopes[0].id].error
+
+
+def test_a_deferral_past_the_deadline_misses_only_its_scope_when_others_fire() -> None:
+    owner = schedule(window_policy=WindowPolicy.DEFER, deadline=HOUR)
+    closed, open_ = scopes_of(owner, 2)
+    window = replace(ALLOW_LATER, all_racks=False, racks=((closed.rack_id, "r1"),))
+    snapshot = Snapshot(
+        (owner,), {owner.id: (closed, open_)}, windows=(window,), racks=racks_of((closed, open_))
+    )
+
+    (firing,) = plan(snapshot, NOW, "dispatch")
+
+    assert not firing.missed
+    assert firing.decided[closed.id].outcome == "missed"
+    assert firing.to_submit == [open_]
+
+
+def test_the_schedules_zero_deadline_overrides_the_default() -> None:
+    assert start_deadline(schedule(deadline=timedelta(0)), HOUR) is None
+    assert start_deadline(schedule(), HOUR) == HOUR
+    assert start_deadline(schedule(deadline=MINUTE), HOUR) == MINUTE
+
+
+def _tally(finished: bool = True, failed: bool = True) -> RunTally:
+    return RunTally(uuid.uuid4(), NOW, finished, failed)
+
+
+F, OK, GOING = _tally(), _tally(failed=False), _tally(finished=False)
+
+
+@pytest.mark.parametrize(
+    ("newest_first", "limit", "pauses"),
+    [
+        ((F, F, F), 3, True),
+        ((F, F, F, OK), 3, True),  # older successes do not matter
+        ((F, F), 3, False),  # not enough runs yet
+        ((F, OK, F), 3, False),  # a success breaks the streak
+        ((GOING, F, F, F), 3, False),  # a newer run still going decides nothing yet
+        ((F, F, F), 0, False),  # off
+        ((F,), 1, True),
+    ],
+)
+def test_pause_after_failed_runs(newest_first: tuple[RunTally, ...], limit: int, pauses: bool) -> None:
+    streak = failing_streak(newest_first, limit)
+    assert bool(streak) is pauses
+    if pauses:
+        assert streak == newest_first[:limit]
+
+
+@pytest.mark.parametrize(
+    ("state", "outcomes", "statuses", "finished", "failed"),
+    [
+        ("completed", ("submitted", "submitted"), (TaskStatus.COMPLETED, TaskStatus.FAILED), True, True),
+        ("completed", ("submitted", "submitted"), (TaskStatus.COMPLETED, TaskStatus.RUNNING), False, False),
+        ("completed", ("submitted", "failed"), (TaskStatus.COMPLETED,), True, True),  # not submitted
+        ("completed", ("submitted",), (TaskStatus.TERMINATED,), True, False),
+        ("running", ("submitted",), (TaskStatus.FAILED,), False, True),  # its write-back is to come
+        ("rolling", ("submitted", "pending"), (TaskStatus.FAILED,), False, True),
+        ("halted", ("submitted", "pending"), (TaskStatus.FAILED,), True, True),
+    ],
+)
+def test_a_run_is_tallied_from_its_tasks_final_statuses(
+    state: str, outcomes: tuple[str, ...], statuses: tuple[TaskStatus, ...], finished: bool, failed: bool
+) -> None:
+    task_ids = [uuid.uuid4() for _ in statuses]
+    scope_outcomes = [
+        ScopeOutcome(uuid.uuid4(), uuid.uuid4(), o, task_id=task_ids[i] if i < len(task_ids) else None)  # type: ignore[arg-type]
+        for i, o in enumerate(outcomes)
+    ]
+    got = tally(uuid.uuid4(), NOW, state, scope_outcomes, dict(zip(task_ids, statuses, strict=True)))  # type: ignore[arg-type]
+    assert (got.finished, got.failed) == (finished, failed)

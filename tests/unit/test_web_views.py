@@ -113,6 +113,7 @@ def test_each_task_status_has_its_look(status: TaskStatus, look: Look) -> None:
         (Verdict.PENDING, Look("waiting its turn", "◦", "st-idle")),
         (Verdict.NOT_STARTED, Look("not started", "○", "st-skip")),
         (Verdict.EMPTY, Look("no racks", "·", "st-idle")),
+        (Verdict.MISSED, Look("missed", "⌛", "st-stop")),
     ],
 )
 def test_each_verdict_has_its_look(verdict: Verdict, look: Look) -> None:

@@ -5,7 +5,9 @@ for real; these check the content cheaply."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -13,8 +15,10 @@ from sqlalchemy import update
 
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import OperationKind, TaskStatus
+from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
 from rackflow.store import dispatch
+from rackflow.store import schedules as schedule_store
 from rackflow.store.tables import task_schedule
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.web.pages import overview
@@ -246,3 +250,24 @@ async def test_an_unexpected_failure_is_an_error_page_without_details(
     page = await http.get("/", headers=FRAGMENT)
     assert page.status_code == 500 and tagged(page.text, "page-error")
     assert "internal error (logged on the server)" in page.text and "secret detail" not in page.text
+
+
+async def test_a_missed_run_shows_its_slot_and_how_late(http: httpx.AsyncClient, services: Services) -> None:
+    await make_racks(services, "r1")
+    schedule = await make_schedule(services, "guarded", "r1")
+    async with services.db.transaction() as conn:
+        slot = await services.db.now(conn) - timedelta(hours=2)
+        late = replace(
+            schedule, next_run_at=slot, start_deadline=timedelta(minutes=15), pause_after_failed_runs=3
+        )
+        await schedule_store.save_schedule(conn, late)
+
+    await Dispatcher(services.schedules, services.audit, instance_id=uuid.uuid4()).poll_once()
+    (run,), _ = await services.schedules.list_runs(schedule.id)
+
+    page = (await http.get("/schedules/guarded")).text
+    assert tagged(page, "schedule-start-deadline") and "15m" in page and "3 consecutive failing runs" in page
+    assert 'title="missed: open this firing"' in page
+    run_page = await http.get(f"/runs/{run.id}")
+    assert run_page.status_code == 200, run_page.text
+    assert tagged(run_page.text, "run-slot") and "late, past its start deadline" in run_page.text

@@ -35,13 +35,14 @@ from rackflow.schedules.service import (
     OVERLAP_POLICY_PATH,
     ROLLOUT_PATH,
     SPEC_PATH,
+    START_DEADLINE_PATH,
     WINDOW_POLICY_PATH,
     Draft,
     parse_order,
 )
 from rackflow.security import Role, caller_holds, caller_name
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.validation import preview_count
+from rackflow.validation import preview_count, start_deadline
 
 if TYPE_CHECKING:
     from rackflow.domain.schedules import Schedule
@@ -113,6 +114,8 @@ class ScheduleRpcs:
             window_policy=window_policy,
             rollout=rollout,
             approval=approval_from(config.approval) if APPROVAL_PATH in paths else None,
+            start_deadline=start_deadline(config.start_deadline) if START_DEADLINE_PATH in paths else None,
+            pause_after_failed_runs=config.pause_after_failed_runs,
         )
         return schedule_to(schedule)
 
@@ -256,9 +259,14 @@ class ScheduleRpcs:
         self, request: pb.PreviewTaskScheduleRequest, context: Context
     ) -> pb.PreviewTaskScheduleResponse:
         after = timestamp_from(request.after, "after") if request.HasField("after") else None
+        resume_at = timestamp_from(request.resume_at, "resume_at") if request.HasField("resume_at") else None
+        if resume_at is not None and request.HasField("draft"):
+            raise InvalidArgument("resume_at: previews a saved schedule as if resumed; not with draft")
         if not request.HasField("draft"):
             schedule_id = required_uuid(request.id, "id")
-            planned = await self.services.schedules.preview_schedule(schedule_id, after, request.count)
+            planned = await self.services.schedules.preview_schedule(
+                schedule_id, after, request.count, resume_at=resume_at
+            )
             return pb.PreviewTaskScheduleResponse(firings=[planned_firing_to(p) for p in planned])
         # What is not the draft's is checked first, so an error under `draft.` is the draft's own.
         count = preview_count(request.count)
@@ -290,4 +298,6 @@ def draft_from(request: pb.CreateTaskScheduleRequest) -> Draft:
         window_policy=window_policy_from(config.window_policy),
         rollout=rollout_from(config.rollout) if config.HasField("rollout") else None,
         approval=approval_from(config.approval),
+        start_deadline=start_deadline(config.start_deadline),
+        pause_after_failed_runs=config.pause_after_failed_runs,
     )

@@ -7,7 +7,6 @@ Validation happens before any write and names the request's field (`check.webhoo
 
 from __future__ import annotations
 
-import urllib.parse
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, replace
@@ -39,7 +38,14 @@ from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.store.tasks import get_task
 from rackflow.tasks.manager import TaskManager
-from rackflow.validation import check_description, check_mask, check_name, check_text, distinct_operations
+from rackflow.validation import (
+    check_description,
+    check_mask,
+    check_name,
+    check_text,
+    distinct_operations,
+    http_url,
+)
 from rackflow.windows.service import Ref, resolve_refs
 
 NAME_PATH = "check.name"
@@ -79,8 +85,7 @@ def _duration(text: str, field: str, *, minimum: str = "") -> str:
 
 def _url(url: str, field: str) -> str:
     check_text(url, field, required=True)
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+    if http_url(url) is None:
         raise InvalidArgument(f"{field}: {url!r} is not an http:// or https:// URL with a host")
     return url
 

@@ -166,11 +166,38 @@ def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
                 else "-",
             ),
             ("last edited by", s.last_edited_by or "-"),
+            ("start deadline", _deadline_text(s.start_deadline)),
+            (
+                "pause after",
+                f"{s.pause_after_failed_runs} failing runs" if s.pause_after_failed_runs else "-",
+            ),
             ("description", s.description or "-"),
             ("created", utc_text(when(s.created_at))),
             ("updated", utc_text(when(s.updated_at))),
         ]
     )
+
+
+def _deadline_text(deadline: str) -> str:
+    if not deadline:
+        return "server default"
+    return "none" if deadline == "0s" else deadline
+
+
+_deadline_option = click.option(
+    "--start-deadline",
+    default=None,
+    metavar="DURATION",
+    help="Record a firing found later than its slot plus this as missed, submitting nothing (Go duration; "
+    '"0s": none, whatever the server default; "" the server default). docs/SAFETY.md',
+)
+_pause_after_option = click.option(
+    "--pause-after-failed-runs",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Pause the schedule after N consecutive runs with a failed rack (0: never).",
+)
 
 
 def _show(ctx: click.Context, call: Callable[[Session], pb.TaskSchedule]) -> None:
@@ -232,6 +259,8 @@ _window_help = "A rack maintenance windows close at a firing: skip it, or defer 
     help="With --overlap queue: how long a queued task may wait (server default 1h).",
 )
 @click.option("--description", default="", help="Free text kept with the schedule's tasks.")
+@_deadline_option
+@_pause_after_option
 @rollout_options(removable=False)
 @_approval_timeout
 @_min_approvers
@@ -249,6 +278,8 @@ def create(
     version: str,
     queue_timeout: int | None,
     description: str,
+    start_deadline: str | None,
+    pause_after_failed_runs: int | None,
     rollout: dict[str, Any] | None,
     approval_timeout: str | None,
     min_approvers: int | None,
@@ -268,6 +299,8 @@ def create(
           --domain nvl-a --domain nvl-b --max-per-domain 1 --canary 2 --bake 15m --halt-after 2
       rackflow schedule create fw-2-2 --cron "0 3 * * SAT" --op upgrade-firmware --version 2.2 \\
           --domain nvl-a --approval-timeout 4h --min-approvers 2
+      rackflow schedule create nightly-off --cron "0 1 * * *" --op power-off --rack rack-01 \\
+          --start-deadline 15m --pause-after-failed-runs 3
     """
     run = valid(
         Operation(
@@ -285,6 +318,8 @@ def create(
             window_policy=window_policy,
             rollout=policy,
             approval=_approval(approval_timeout, min_approvers),
+            start_deadline=start_deadline or "",
+            pause_after_failed_runs=pause_after_failed_runs or 0,
         ),
     )
 
@@ -358,6 +393,8 @@ def list_schedules(
 @click.option(
     "--window-policy", type=click.Choice(["skip", "defer"]), default=None, help="A new window policy."
 )
+@_deadline_option
+@_pause_after_option
 @rollout_options(removable=True)
 @_approval_timeout
 @_min_approvers
@@ -371,6 +408,8 @@ def update(
     tz: str | None,
     overlap: str | None,
     window_policy: str | None,
+    start_deadline: str | None,
+    pause_after_failed_runs: int | None,
     rollout: dict[str, Any] | None,
     no_rollout: bool,
     approval_timeout: str | None,
@@ -386,6 +425,7 @@ def update(
     Example:
       rackflow schedule update nightly-reset --cron "30 3 * * *" --tz Europe/Berlin
       rackflow schedule update fw-2-1 --halt-after 10% --no-pause-on-halt
+      rackflow schedule update nightly-reset --start-deadline 15m --pause-after-failed-runs 3
     """
     if no_rollout and rollout is not None:
         raise click.UsageError("--no-rollout removes the rollout policy: give no other rollout flag with it")
@@ -395,6 +435,8 @@ def update(
         and tz is None
         and overlap is None
         and window_policy is None
+        and start_deadline is None
+        and pause_after_failed_runs is None
         and rollout is None
         and not no_rollout
         and approval_timeout is None
@@ -403,7 +445,8 @@ def update(
     ):
         raise click.UsageError(
             "nothing to change: give --name, --interval/--cron/--at, --tz, --overlap, --window-policy, "
-            "a rollout flag, --no-rollout, an approval flag or --no-approval"
+            "--start-deadline, --pause-after-failed-runs, a rollout flag, --no-rollout, an approval flag or "
+            "--no-approval"
         )
     if no_approval and (approval_timeout is not None or min_approvers is not None):
         raise click.UsageError(
@@ -433,6 +476,8 @@ def update(
             remove_rollout=no_rollout,
             approval=approval,
             remove_approval=no_approval,
+            start_deadline=start_deadline,
+            pause_after_failed_runs=pause_after_failed_runs,
         )
 
     _show(ctx, call)
@@ -536,6 +581,12 @@ def trigger(ctx: click.Context, schedule_ref: str, approve: bool) -> None:
 @click.option(
     "--after", callback=checked(parse_time), metavar="TIME", help="Start after this time (default now)."
 )
+@click.option(
+    "--resume-at",
+    callback=checked(parse_time),
+    metavar="TIME",
+    help="A schedule: as if paused until this time, showing the slots a late resume would miss.",
+)
 @click.pass_context
 def preview(
     ctx: click.Context,
@@ -544,21 +595,26 @@ def preview(
     tz: str | None,
     count: int,
     after: datetime | None,
+    resume_at: datetime | None,
 ) -> None:
     """Show when a spec would fire, in UTC and in its zone, before creating a schedule; or, for an existing
     schedule, what each of its next firings will do on each rack (fire, skip for a window, defer to an
-    opening, or paused), decided as the dispatcher decides, in UTC and in the schedule's zone (or --tz).
+    opening, paused, or missed past its start deadline), decided as the dispatcher decides, in UTC and in
+    the schedule's zone (or --tz).
 
     \b
     Example:
       rackflow schedule preview --cron "0 2 * * *" --tz America/Los_Angeles -n 5
       rackflow schedule preview nightly-reset -n 14 --tz Europe/Berlin
+      rackflow schedule preview fw-2-1 --resume-at 2026-06-01T09:00:00Z
     """
     session = pass_session(ctx)
+    if resume_at is not None and schedule_ref is None:
+        raise click.UsageError("--resume-at previews a schedule: give its NAME_OR_ID")
     if schedule_ref is not None:
         if spec is not None:
             raise click.UsageError("give a schedule or a spec (--interval, --cron, --at), not both")
-        planned = session.client.preview_schedule(schedule_ref, count=count, after=after)
+        planned = session.client.preview_schedule(schedule_ref, count=count, after=after, resume_at=resume_at)
         if session.for_people and tz is None:
             tz = session.client.get_schedule(schedule_ref).spec.timezone
         zone = tz or "UTC"
@@ -589,6 +645,8 @@ def _decision_text(decision: pb.ScopeDecision, zone: str) -> str:
         return f"[yellow]skip[/] ({decision.window_name})"
     if decision.decision == "defer":
         return f"defer → {zoned_text(when(decision.until), zone)}"
+    if decision.decision == "missed":
+        return "[red]missed[/] (past the start deadline)"
     until = when(decision.until)
     return f"[dim]paused{f' until {zoned_text(until, zone)}' if until else ''}[/]"
 
@@ -625,6 +683,7 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
         "RUN",
         "FIRED",
         "STATE",
+        "LATE",
         "TASKS",
         "FAILED",
         "SKIPPED",
@@ -645,6 +704,7 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
             run.id.id,
             fired,
             run.state,
+            run.late_by or "-",
             str(sum(o.outcome == "submitted" for o in run.outcomes)),
             str(sum(failed(o) for o in run.outcomes)),
             str(sum(o.outcome.startswith("skipped") for o in run.outcomes)),

@@ -36,6 +36,7 @@ from rackflow.config import (
 )
 from rackflow.errors import RackflowError
 from rackflow.security import ServerTls, load_tokens
+from rackflow.validation import start_deadline
 
 _db_option = click.option(
     "--db",
@@ -151,6 +152,13 @@ _db_option = click.option(
     help="How long a silent instance keeps its tasks and runs before others take them over.",
 )
 @click.option(
+    "--default-start-deadline",
+    envvar="RACKFLOW_DEFAULT_START_DEADLINE",
+    default="",
+    help="A schedule without its own start deadline records a firing found later than its slot plus this "
+    "as missed (Go duration, at least 1s); unset: it fires however late.",
+)
+@click.option(
     "--audit-retention",
     envvar="RACKFLOW_AUDIT_RETENTION",
     default="0",
@@ -255,6 +263,7 @@ def serve(
     clock_offset: str,
     db_pool_size: int,
     lease_ttl: str,
+    default_start_deadline: str,
     audit_retention: str,
     run_retention: str,
     task_retention: str,
@@ -297,6 +306,7 @@ def serve(
             tls=ServerTls.from_flags(tls_cert, tls_key, tls_client_ca),
             tokens=load_tokens(auth_tokens, os.environ),
             insecure=insecure,
+            default_start_deadline=start_deadline(default_start_deadline, "--default-start-deadline") or None,
             audit_retention=parse_retention(audit_retention, "--audit-retention"),
             run_retention=parse_retention(run_retention, "--run-retention"),
             task_retention=parse_retention(task_retention, "--task-retention"),

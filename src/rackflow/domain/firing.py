@@ -27,6 +27,15 @@ For each schedule of the snapshot, `plan` decides:
    and starts at once when it is enough. While a run of the schedule awaits approval, a firing is skipped
    with the reason (`awaiting_skip_reason`), as for a live rollout: approvals never pile up. Once approved,
    `approved_firing` rebuilds the firing from the frozen plan, and it takes the same path as any firing.
+5. the start deadline (`start_deadline_at`, dispatched firings only: a manual trigger is never missed):
+   a firing found later than its slot + the deadline is missed (`Firing.late_by`): every scope "missed",
+   nothing submitted, the schedule advanced as any firing advances it. A deferred scope whose window opens
+   at or after the deadline is "missed" too, and one that opens before it must start by the deadline (its
+   task's end is capped there, so it fails rather than starts late); a firing left with nothing to submit
+   but missed scopes is missed as a whole, late by as much as its earliest opening.
+
+`failing_streak` decides, from the tallies of a schedule's newest runs, whether its
+`pause_after_failed_runs` pauses it.
 """
 
 from __future__ import annotations
@@ -34,15 +43,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rackflow.domain.approvals import Approver, RunApproval, opened
 from rackflow.domain.rollouts import RackPlace
 from rackflow.domain.schedules import OverlapPolicy, Run, RunState, Schedule, Scope, ScopeOutcome, Trigger
-from rackflow.domain.tasks import Operation
+from rackflow.domain.tasks import Operation, TaskStatus
 from rackflow.domain.window_rules import FIRE, Decision, decide_firing
 from rackflow.domain.windows import MaintenanceWindow, RackRef
-from rackflow.timespec import IntervalTiming, SpecType, parse_spec
+from rackflow.timespec import IntervalTiming, SpecType, format_go_duration, parse_spec
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,8 @@ class Firing:
     dispatched firing is due at (None: manual). `decided`: the scopes settled without a task, with their
     outcome. `windows`: what the windows make each other scope do (dispatched only). `rollout_outcomes`: a
     rollout's every scope as its run starts, in rollout order. `skipped`: why the firing does nothing (its
-    schedule's previous rollout is live), or "".
+    schedule's previous rollout is live), or "". `late_by`: set when the firing is missed (recorded as
+    such with `missed_reason`, submitting nothing).
     """
 
     schedule: Schedule
@@ -99,6 +109,12 @@ class Firing:
     rollout_outcomes: tuple[ScopeOutcome, ...] = ()
     skipped: str = ""
     approval: RunApproval | None = None
+    late_by: timedelta | None = None  # set: the firing is missed (past its start deadline), this late
+    missed_reason: str = ""
+
+    @property
+    def missed(self) -> bool:
+        return self.late_by is not None
 
     @property
     def rolls_out(self) -> bool:
@@ -153,12 +169,73 @@ def plan(
     trigger: Trigger,
     new_id: Callable[[], uuid.UUID] = uuid.uuid4,
     approver: Approver | None = None,
+    *,
+    default_start_deadline: timedelta | None = None,
 ) -> list[Firing]:
     """Each schedule of the snapshot fired at `now` by `trigger`, decided as the module says; `new_id`
-    names each firing's run; `approver`: a manual trigger's caller who approves it as it fires."""
+    names each firing's run; `approver`: a manual trigger's caller who approves it as it fires.
+    `default_start_deadline`: the server's, for a schedule without its own."""
     return [
-        _plan_one(snapshot, schedule, now, trigger, new_id(), approver) for schedule in snapshot.schedules
+        _plan_one(snapshot, schedule, now, trigger, new_id(), approver, default_start_deadline)
+        for schedule in snapshot.schedules
     ]
+
+
+def start_deadline(schedule: Schedule, default: timedelta | None) -> timedelta | None:
+    """The deadline a dispatched firing of `schedule` starts by: its own, else the server's default; a
+    schedule's own zero means none, whatever the default."""
+    deadline = schedule.start_deadline if schedule.start_deadline is not None else default
+    return deadline if deadline else None
+
+
+def start_deadline_at(schedule: Schedule, trigger: Trigger, default: timedelta | None) -> datetime | None:
+    """The latest time a firing of `schedule` for its slot (`next_run_at`) may start: slot + deadline.
+    None: no deadline, or a manual firing (which has no slot and is never missed). It depends only on the
+    slot and the stored deadline, so every instance decides the same from the database's clock."""
+    deadline = start_deadline(schedule, default)
+    if trigger != "dispatch" or deadline is None or schedule.next_run_at is None:
+        return None
+    return schedule.next_run_at + deadline
+
+
+def missed_reason(late_by: timedelta, deadline: timedelta) -> str:
+    """Why the firing is missed, in whole seconds (the run keeps `late_by` exactly)."""
+    late = timedelta(seconds=round(late_by.total_seconds()))
+    return (
+        f"found {format_go_duration(late)} after its slot, past its start deadline of "
+        f"{format_go_duration(deadline)}; nothing was submitted"
+    )
+
+
+def _missed(
+    firing: Firing, late_by: timedelta, deadline: timedelta, decided: Mapping[uuid.UUID, ScopeOutcome]
+) -> Firing:
+    """The firing missed as a whole: every scope "missed" (keeping a deferral's words), nothing to do."""
+    reason = missed_reason(late_by, deadline)
+    outcomes = {
+        sc.id: decided[sc.id]
+        if sc.id in decided and decided[sc.id].outcome == "missed"
+        else ScopeOutcome(sc.id, sc.rack_id, "missed", error=reason)
+        for sc in firing.scopes
+    }
+    return replace(firing, decided=outcomes, late_by=late_by, missed_reason=reason)
+
+
+def _deadline_decisions(
+    windows: Mapping[uuid.UUID, Decision], deadline_at: datetime
+) -> dict[uuid.UUID, Decision]:
+    """The deferrals under a start deadline: one whose opening is at or after it is "missed"; one before
+    it must start by it (its end capped there)."""
+    capped: dict[uuid.UUID, Decision] = {}
+    for scope_id, decision in windows.items():
+        if decision.action == "defer":
+            assert decision.opens_at is not None
+            if decision.opens_at >= deadline_at:
+                decision = replace(decision, action="missed", closes_at=None)
+            elif decision.closes_at is None or decision.closes_at > deadline_at:
+                decision = replace(decision, closes_at=deadline_at)
+        capped[scope_id] = decision
+    return capped
 
 
 def _plan_one(
@@ -168,8 +245,24 @@ def _plan_one(
     trigger: Trigger,
     run_id: uuid.UUID,
     approver: Approver | None = None,
+    default_start_deadline: timedelta | None = None,
 ) -> Firing:
     scopes = snapshot.scopes.get(schedule.id, ())
+    deadline_at = start_deadline_at(schedule, trigger, default_start_deadline)
+    enabled, next_run_at = advance_after_firing(schedule, now)
+    firing = Firing(
+        schedule=schedule,
+        scopes=tuple(scopes),
+        trigger=trigger,
+        fired_at=now,
+        run_id=run_id,
+        enabled=enabled,
+        next_run_at=next_run_at,
+        scheduled_for=schedule.next_run_at if trigger == "dispatch" else None,
+    )
+    if deadline_at is not None and now > deadline_at:
+        assert schedule.next_run_at is not None
+        return _missed(firing, now - schedule.next_run_at, deadline_at - schedule.next_run_at, {})
     decided: dict[uuid.UUID, ScopeOutcome] = {}
     if overlap_checked(schedule, trigger):
         decided = {
@@ -186,19 +279,19 @@ def _plan_one(
             for sc in left
             if sc.id in windows and windows[sc.id].action == "skip_window"
         }
-    enabled, next_run_at = advance_after_firing(schedule, now)
-    firing = Firing(
-        schedule=schedule,
-        scopes=tuple(scopes),
-        trigger=trigger,
-        fired_at=now,
-        run_id=run_id,
-        enabled=enabled,
-        next_run_at=next_run_at,
-        scheduled_for=schedule.next_run_at if trigger == "dispatch" else None,
-        decided=decided,
-        windows=windows,
-    )
+        if deadline_at is not None:
+            windows = _deadline_decisions(windows, deadline_at)
+            decided |= {
+                sc.id: ScopeOutcome(sc.id, sc.rack_id, "missed", error=windows[sc.id].reason)
+                for sc in left
+                if sc.id in windows and windows[sc.id].action == "missed"
+            }
+    firing = replace(firing, decided=decided, windows=windows)
+    missed_openings = [d.opens_at for d in windows.values() if d.action == "missed" and d.opens_at]
+    if missed_openings and not firing.to_submit:  # nothing could start in time
+        assert deadline_at is not None and schedule.next_run_at is not None
+        slot = schedule.next_run_at
+        return _missed(firing, min(missed_openings) - slot, deadline_at - slot, decided)
     if schedule.approval is not None:
         awaiting = snapshot.awaiting.get(schedule.id)
         if awaiting is not None:
@@ -254,17 +347,23 @@ def approved_firing(run: Run, snapshot: Snapshot, now: datetime) -> Firing:
 
 
 SKIP_OVERLAP = Decision("skip_overlap")
+MISSED = Decision("missed")
 
 
 def scope_decisions(firing: Firing) -> dict[uuid.UUID, Decision]:
     """What the firing does for each of its scopes, as the schedule preview shows it: skipped for overlap,
-    or what the windows make it do (FIRE where none close its rack)."""
-    return {
-        sc.id: SKIP_OVERLAP
-        if sc.id in firing.decided and firing.decided[sc.id].outcome == "skipped_overlap"
-        else firing.windows.get(sc.id, FIRE)
-        for sc in firing.scopes
-    }
+    missed (past the start deadline), or what the windows make it do (FIRE where none close its rack)."""
+    decisions = {}
+    for sc in firing.scopes:
+        outcome = firing.decided[sc.id].outcome if sc.id in firing.decided else None
+        window = firing.windows.get(sc.id)
+        if outcome == "skipped_overlap":
+            decisions[sc.id] = SKIP_OVERLAP
+        elif outcome == "missed" and (window is None or window.action != "missed"):
+            decisions[sc.id] = MISSED
+        else:
+            decisions[sc.id] = window or FIRE
+    return decisions
 
 
 def skip_reason(live: LiveRollout) -> str:
@@ -421,3 +520,51 @@ class RunResult:
     @property
     def task_ids(self) -> list[uuid.UUID]:
         return [outcome.task_id for outcome in self.outcomes if outcome.task_id is not None]
+
+
+# Runs that neither start nor fail anything, so they neither count towards nor break a failing streak.
+NOT_COUNTED_STATES: tuple[RunState, ...] = ("missed", "skipped")
+
+
+@dataclass(frozen=True)
+class RunTally:
+    """One run as `pause_after_failed_runs` counts it: `finished` (the run is no longer running or rolling
+    and each of its tasks has reached a final status) and `failed` (a rack not submitted, or a task
+    ended FAILED)."""
+
+    run_id: uuid.UUID
+    fired_at: datetime
+    finished: bool
+    failed: bool
+
+
+def tally(
+    run_id: uuid.UUID,
+    fired_at: datetime,
+    state: RunState,
+    outcomes: Sequence[ScopeOutcome],
+    task_statuses: Mapping[uuid.UUID, TaskStatus],
+) -> RunTally:
+    """The run counted from its tasks' final statuses (a task missing from `task_statuses`, pruned, is
+    taken as ended without failing). A halted rollout has stopped on its failures: finished."""
+    statuses = [
+        task_statuses[o.task_id] for o in outcomes if o.task_id is not None and o.task_id in task_statuses
+    ]
+    finished = state not in ("running", "rolling") and not any(s.is_active for s in statuses)
+    failed = any(o.outcome == "failed" for o in outcomes) or TaskStatus.FAILED in statuses
+    return RunTally(run_id, fired_at, finished, failed)
+
+
+def failing_streak(newest_first: Sequence[RunTally], limit: int) -> tuple[RunTally, ...]:
+    """The `limit` newest counted runs if every one has finished with a failure (they pause the
+    schedule), else (). A newer run still going decides nothing yet; a newer success breaks the streak."""
+    if limit <= 0 or len(newest_first) < limit:
+        return ()
+    streak = tuple(newest_first[:limit])
+    return streak if all(t.finished and t.failed for t in streak) else ()
+
+
+def streak_reason(streak: Sequence[RunTally]) -> str:
+    """The pause's reason, naming the runs, oldest first."""
+    runs = ", ".join(str(t.run_id) for t in reversed(streak))
+    return f"paused by rackflow: {len(streak)} consecutive runs with a failed rack ({runs})"

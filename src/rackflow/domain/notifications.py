@@ -23,12 +23,15 @@ class EventType(enum.StrEnum):
     """What happened. The value is the wire and stored name."""
 
     RUN_COMPLETED_WITH_FAILURES = "run.completed_with_failures"
+    # A dispatched firing found past its schedule's start deadline: nothing was submitted.
+    RUN_MISSED = "run.missed"
     RUN_HALTED = "run.halted"
     # A halted run was resumed or cancelled: the halt's condition has cleared.
     RUN_HALT_CLEARED = "run.halt_cleared"
     ROLLOUT_FINISHED = "rollout.finished"
     TASK_FAILED = "task.failed"
-    # By rackflow itself: a rollout's halt paused the schedule, or an operator's pause reached its end.
+    # By rackflow itself: a rollout's halt or pause_after_failed_runs paused the schedule, or an operator's
+    # pause reached its end.
     SCHEDULE_PAUSED = "schedule.paused"
     SCHEDULE_RESUMED = "schedule.resumed"
     # A start gate (a freeze, a budget, a pre-flight check) has held a task longer than the threshold
@@ -69,6 +72,7 @@ class Severity(enum.StrEnum):
 # it reaches whoever received the condition).
 SEVERITY: Mapping[EventType, Severity] = {
     EventType.RUN_COMPLETED_WITH_FAILURES: Severity.WARNING,
+    EventType.RUN_MISSED: Severity.WARNING,
     EventType.RUN_HALTED: Severity.CRITICAL,
     EventType.RUN_HALT_CLEARED: Severity.CRITICAL,
     EventType.ROLLOUT_FINISHED: Severity.INFO,

@@ -32,7 +32,8 @@ Trigger = Literal["dispatch", "manual"]
 # A rollout's run is "rolling", then "completed", "halted" or "cancelled"; "skipped" when the schedule's
 # previous rollout was still rolling or halted (rackflow.rollouts). A firing of a schedule that needs
 # approval is "awaiting_approval" (its plan frozen, nothing submitted) until it is approved (then "running"
-# or "rolling"), "rejected", or "expired" (rackflow.domain.approvals).
+# or "rolling"), "rejected", or "expired" (rackflow.domain.approvals). "missed": a dispatched firing found
+# past its start deadline, recorded with its slot and how late, submitting nothing (docs/SAFETY.md).
 RunState = Literal[
     "running",
     "completed",
@@ -44,10 +45,15 @@ RunState = Literal[
     "awaiting_approval",
     "expired",
     "rejected",
+    "missed",
 ]
 ROLLOUT_LIVE_STATES: tuple[RunState, ...] = ("rolling", "halted")  # at most one such run per schedule
-# "pending" (waiting its turn) and "not_started" (halted or cancelled first) are a rollout's.
-Outcome = Literal["submitted", "skipped_overlap", "skipped_window", "failed", "pending", "not_started"]
+# "pending" (waiting its turn) and "not_started" (halted or cancelled first) are a rollout's. "missed": the
+# scope could not start by its firing's start deadline (the whole firing was late, or its window's opening
+# comes after the deadline).
+Outcome = Literal[
+    "submitted", "skipped_overlap", "skipped_window", "failed", "pending", "not_started", "missed"
+]
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,14 @@ class Schedule:
     rollout: RolloutPolicy | None = None  # None: a firing starts every scope at once
     approval: ApprovalPolicy | None = None  # None: a firing starts at once
     last_edited_by: str = ""  # who last created, updated or re-scoped it (the two-person rule)
+    # How late a dispatched firing may start (None: the server's --default-start-deadline, and with none
+    # either, however late, as the seeds do).
+    start_deadline: timedelta | None = None
+    # Pause after this many consecutive finished runs with a failed rack (0: never).
+    pause_after_failed_runs: int = 0
+    # Runs fired at or before this do not count towards pause_after_failed_runs: the newest run of the
+    # streak that last paused the schedule (a resume starts the count afresh).
+    failures_counted_until: datetime | None = None
 
     @property
     def is_consumed(self) -> bool:
@@ -154,3 +168,5 @@ class Run:
     failures_excused: int = 0
     resumed: bool = False
     approval: RunApproval | None = None  # a run of a schedule that needs approval
+    scheduled_for: datetime | None = None  # a dispatched run's slot (None: manual)
+    late_by: timedelta | None = None  # a missed run: how long after its slot it was found

@@ -34,8 +34,9 @@ class Closed:
     until: datetime | None
 
 
-# "skip_overlap" is the planner's (`domain.firing.scope_decisions`), never the windows'.
-Action = Literal["fire", "skip_window", "defer", "skip_overlap"]
+# "skip_overlap" and "missed" (a deferral whose opening comes after the start deadline) are the planner's
+# (`domain.firing`), never the windows'.
+Action = Literal["fire", "skip_window", "defer", "skip_overlap", "missed"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,12 @@ class Decision:
         if self.closed is None:
             return ""
         window = self.closed.window
+        if self.action == "missed":
+            assert self.opens_at is not None
+            return (
+                f"{_closed_words(self.closed)}; its opening at {self.opens_at.isoformat()} comes after the "
+                "start deadline"
+            )
         if self.action == "defer":
             assert self.opens_at is not None
             until = f" until {self.closes_at.isoformat()}" if self.closes_at else ""

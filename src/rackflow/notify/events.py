@@ -70,6 +70,41 @@ def runs_with_failures(firings: Sequence[Firing], results: Sequence[RunResult], 
     return found
 
 
+def runs_missed(firings: Sequence[Firing], at: datetime) -> list[Event]:
+    """Dispatched firings recorded as missed (past their start deadline): nothing was submitted."""
+    return [
+        _event(
+            EventType.RUN_MISSED,
+            at,
+            f"schedule {f.schedule.name}: run missed",
+            reason=f.missed_reason,
+            schedule_id=f.schedule.id,
+            run_id=f.run_id,
+            payload={
+                "scheduled_for": f.scheduled_for.isoformat() if f.scheduled_for else None,
+                "late_by_us": f.late_by.total_seconds() if f.late_by is not None else None,
+            },
+        )
+        for f in firings
+    ]
+
+
+def paused_after_failures(
+    schedule: Schedule, reason: str, newest_run: uuid.UUID, at: datetime
+) -> list[Event]:
+    """rackflow paused the schedule after `pause_after_failed_runs` consecutive failing runs."""
+    return [
+        _event(
+            EventType.SCHEDULE_PAUSED,
+            at,
+            "schedule paused after consecutive failing runs",
+            reason=reason,
+            schedule_id=schedule.id,
+            run_id=newest_run,
+        )
+    ]
+
+
 def rollout_halted(run: Run, reason: str, paused: bool, at: datetime) -> list[Event]:
     """A rollout halted, and (`paused`) its schedule paused by the halt."""
     halted = _event(

@@ -34,6 +34,7 @@ ERROR_BODY_CHARS = 200
 ALERT_NAMES: Mapping[EventType, str] = {
     EventType.RUN_COMPLETED_WITH_FAILURES: "RackflowRunCompletedWithFailures",
     EventType.RUN_HALTED: "RackflowRunHalted",
+    EventType.RUN_MISSED: "RackflowRunMissed",
     EventType.ROLLOUT_FINISHED: "RackflowRolloutFinished",
     EventType.TASK_FAILED: "RackflowTaskFailed",
     EventType.SCHEDULE_PAUSED: "RackflowSchedulePaused",

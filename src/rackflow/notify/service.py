@@ -8,7 +8,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 
 from rackflow.clock import Clock
 from rackflow.config import DEFAULT_NOTIFY_MAX_ATTEMPTS, DEFAULT_NOTIFY_RATE_PER_MINUTE
@@ -26,7 +25,7 @@ from rackflow.errors import AlreadyExists, InvalidArgument, NotFound
 from rackflow.notify.senders import redacted_url
 from rackflow.store import outbox as store
 from rackflow.store.db import Database, unique_violation_as
-from rackflow.validation import check_mask, check_name, distinct_operations, enum_values
+from rackflow.validation import check_mask, check_name, distinct_operations, enum_values, http_url
 
 FIELD = "channel"
 UPDATE_PATHS = tuple(
@@ -100,18 +99,17 @@ def _secret(value: str) -> str:
 
 
 def _url(value: str) -> str:
-    parts = urlsplit(value)
     if len(value) > MAX_URL_LENGTH:
         raise InvalidArgument(f"{FIELD}.url: at most {MAX_URL_LENGTH} characters, got {len(value)}")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if http_url(value) is None:
         raise InvalidArgument(f"{FIELD}.url: must be an http:// or https:// URL, got {redacted(value)!r}")
     return value
 
 
 def redacted(url: str) -> str:
     """A refused URL as an error message may quote it: its scheme and host only (it may hold a token)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}/…" if parts.hostname else "(not a URL)"
+    parts = http_url(url)
+    return f"{parts.scheme}://{parts.hostname}/…" if parts is not None else "(not a URL)"
 
 
 def _event_types(values: Sequence[str]) -> tuple[EventType, ...]:

@@ -153,6 +153,8 @@ class Dispatcher:
                     await self.resume_ended_pauses()
                 with contextlib.suppress(Exception):
                     await self.expire_approvals()
+                with contextlib.suppress(Exception):
+                    await self.pause_failing_schedules()
                 await self._sleep(stop)
             if firing:
                 await asyncio.gather(*firing)
@@ -219,7 +221,15 @@ class Dispatcher:
             for schedule in due:
                 assert schedule.next_run_at is not None
                 metrics.DISPATCH_LAG.observe(max(0.0, (now - schedule.next_run_at).total_seconds()))
-            claimed = await claim(self.db, conn, due, trigger="dispatch", now=now, owner_id=self.instance_id)
+            claimed = await claim(
+                self.db,
+                conn,
+                due,
+                trigger="dispatch",
+                now=now,
+                owner_id=self.instance_id,
+                default_start_deadline=self.schedules.default_start_deadline,
+            )
             full = len(due) >= batch
             # What is still due after a full batch (None: counted too recently), or when to look next.
             backlog: int | None = 0
@@ -283,6 +293,27 @@ class Dispatcher:
                 outcome=OK,
                 request={"id": str(item.run.id), "reason": item.reason},
                 schedule_id=item.run.schedule_id,
+            )
+
+    async def pause_failing_schedules(self) -> None:
+        """Pause the schedules whose `pause_after_failed_runs` streak is complete
+        (`ScheduleService.pause_failing`), each recorded in the audit trail as a PauseTaskSchedule by
+        rackflow itself, naming the runs."""
+        for schedule, streak in await self.schedules.pause_failing():
+            assert schedule.pause is not None
+            metrics.SCHEDULES_PAUSED_AFTER_FAILURES.inc()
+            log.warning("paused schedule %r: %s", schedule.name, schedule.pause.reason)
+            await self.audit.record(
+                principal=SYSTEM_PRINCIPAL,
+                method="PauseTaskSchedule",
+                target_ids=[str(schedule.id)],
+                outcome=OK,
+                request={
+                    "id": str(schedule.id),
+                    "reason": schedule.pause.reason,
+                    "failed_runs": [str(t.run_id) for t in reversed(streak)],
+                },
+                schedule_id=schedule.id,
             )
 
     async def sweep_abandoned_runs(self) -> None:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -82,6 +82,7 @@ async def claim(
     now: datetime,
     owner_id: uuid.UUID | None = None,
     approver: Approver | None = None,
+    default_start_deadline: timedelta | None = None,
 ) -> list[Firing]:
     """Phase 1 for `schedules`, which the caller has locked in `conn`'s transaction; the firings to run.
 
@@ -93,11 +94,13 @@ async def claim(
     records nothing. `owner_id` (the dispatching instance) lets the sweep tell a dead owner's "running" run.
     A firing that needs approval is recorded awaiting it and returned (`Firing.needs_approval`: the caller
     fires none of those); `approver`: a manual trigger's caller who approves it as it fires.
+    A dispatched firing past its start deadline (`default_start_deadline`: the server's, for a schedule
+    without its own) is recorded "missed" (counted, and reported in the same transaction) and left out.
     """
     if not schedules:
         return []
     snapshot = await firing_store.load(conn, schedules, trigger)
-    planned = plan(snapshot, now, trigger, approver=approver)
+    planned = plan(snapshot, now, trigger, approver=approver, default_start_deadline=default_start_deadline)
     refused = next((f for f in planned if f.refused), None)
     if refused is not None:
         raise FailedPrecondition(
@@ -114,6 +117,15 @@ async def claim(
                 f.scheduled_for,
                 extra={"schedule_id": str(f.schedule.id)},
             )
+        elif f.missed:
+            metrics.SCHEDULE_MISSED.inc()
+            log.warning(
+                "schedule %s: slot %s missed: %s",
+                f.schedule.name,
+                f.scheduled_for,
+                f.missed_reason,
+                extra={"schedule_id": str(f.schedule.id), "run_id": str(f.run_id)},
+            )
         elif f.skipped:
             log.warning(
                 "schedule %s: firing skipped: %s",
@@ -121,7 +133,9 @@ async def claim(
                 f.skipped,
                 extra={"schedule_id": str(f.schedule.id), "run_id": str(f.run_id)},
             )
-    return [f for f in planned if f.run_id in recorded and not f.skipped]
+    missed = [f for f in planned if f.run_id in recorded and f.missed]
+    await outbox.record_events(conn, events.runs_missed(missed, now))
+    return [f for f in planned if f.run_id in recorded and not f.skipped and not f.missed]
 
 
 # --- phases 2 and 3: submit, write back ----------------------------------------------------------

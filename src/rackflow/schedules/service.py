@@ -9,14 +9,26 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
 from rackflow.domain.approvals import ApprovalPolicy, Approver, check_approver, opened
-from rackflow.domain.firing import Firing, RunResult, Snapshot, plan, planned_times, scope_decisions
+from rackflow.domain.audit import SYSTEM_PRINCIPAL
+from rackflow.domain.firing import (
+    Firing,
+    RunResult,
+    RunTally,
+    Snapshot,
+    failing_streak,
+    plan,
+    planned_times,
+    scope_decisions,
+    streak_reason,
+    tally,
+)
 from rackflow.domain.inventory import ComponentsFilter, RackSelection, TargetSpec
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
@@ -43,6 +55,7 @@ from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
 from rackflow.store import outbox, wakeups
 from rackflow.store import schedules as store
+from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
 from rackflow.tasks.conflicts import could_conflict
@@ -53,6 +66,7 @@ from rackflow.validation import (
     check_mask,
     check_name,
     check_operation,
+    check_pause_after_failed_runs,
     check_queue,
     check_rollout,
     check_text,
@@ -66,6 +80,8 @@ TIMEZONE_PATH = "schedule.spec.timezone"
 WINDOW_POLICY_PATH = "schedule.window_policy"
 ROLLOUT_PATH = "schedule.rollout"
 APPROVAL_PATH = "schedule.approval"
+START_DEADLINE_PATH = "schedule.start_deadline"
+PAUSE_AFTER_FAILED_RUNS_PATH = "schedule.pause_after_failed_runs"
 UPDATE_PATHS = (
     NAME_PATH,
     OVERLAP_POLICY_PATH,
@@ -74,6 +90,8 @@ UPDATE_PATHS = (
     WINDOW_POLICY_PATH,
     ROLLOUT_PATH,
     APPROVAL_PATH,
+    START_DEADLINE_PATH,
+    PAUSE_AFTER_FAILED_RUNS_PATH,
 )
 
 DEFAULT_TIMEZONE = "UTC"
@@ -92,12 +110,14 @@ class PlannedScope:
 @dataclass(frozen=True)
 class PlannedFiring:
     """A previewed firing; `resume_at`: when a paused schedule resumes by itself (None: by hand);
-    `needs_approval`: it would await approval before anything starts."""
+    `needs_approval`: it would await approval before anything starts; `would_be_missed`: found past its
+    start deadline, it would be recorded missed and submit nothing."""
 
     at: datetime
     scopes: tuple[PlannedScope, ...]
     resume_at: datetime | None = None
     needs_approval: bool = False
+    would_be_missed: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +134,8 @@ class Draft:
     window_policy: WindowPolicy = WindowPolicy.SKIP
     rollout: RolloutPolicy | None = None
     approval: ApprovalPolicy | None = None
+    start_deadline: timedelta | None = None  # None: the server's default (checked at the door)
+    pause_after_failed_runs: int = 0
 
     def checked(self, schedule_id: uuid.UUID, now: datetime, *, named: bool = True) -> Schedule:
         """The schedule it makes at `now`, every field checked as create checks it (the name only when
@@ -122,6 +144,7 @@ class Draft:
             check_name(self.name, NAME_PATH)
         if self.rollout is not None:
             check_rollout(self.rollout, ROLLOUT_PATH)
+        check_pause_after_failed_runs(self.pause_after_failed_runs, PAUSE_AFTER_FAILED_RUNS_PATH)
         queue = _check_operation(self.operation, self.queue, self.description)
         if queue.ignore_windows:
             raise InvalidArgument(
@@ -147,6 +170,8 @@ class Draft:
             rollout=self.rollout,
             approval=self.approval,
             last_edited_by=caller_name(),
+            start_deadline=self.start_deadline,
+            pause_after_failed_runs=self.pause_after_failed_runs,
         )
 
 
@@ -199,11 +224,20 @@ def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
 
 
 class ScheduleService:
-    def __init__(self, db: Database, clock: Clock, tasks: TaskManager, rollouts: RolloutService) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        tasks: TaskManager,
+        rollouts: RolloutService,
+        default_start_deadline: timedelta | None = None,
+    ) -> None:
         self.db = db
         self.clock = clock
         self.tasks = tasks
         self.rollouts = rollouts
+        # The start deadline of a schedule without its own (`--default-start-deadline`; None: none).
+        self.default_start_deadline = default_start_deadline
 
     async def _load(
         self, conn: AsyncConnection, schedule_id: uuid.UUID, field: str = "id", *, lock: bool = False
@@ -237,12 +271,15 @@ class ScheduleService:
         window_policy: WindowPolicy = WindowPolicy.SKIP,
         rollout: RolloutPolicy | None = None,
         approval: ApprovalPolicy | None = None,
+        start_deadline: timedelta | None = None,
+        pause_after_failed_runs: int = 0,
     ) -> Schedule:
         """A schedule and its initial scope (the target's racks). The overlap policy, not `queue`,
         decides the conflict strategy at fire time; `queue` contributes its timeout. Its firings obey
         maintenance windows (`window_policy`), so `queue.ignore_windows` is refused. `rollout`: fire as
         a controlled rollout (None: every scope at once). `approval`: each firing awaits approval. The
-        caller is recorded as its last editor (the two-person rule)."""
+        caller is recorded as its last editor (the two-person rule). `start_deadline` (None: the server's
+        default) and `pause_after_failed_runs` (0: never): docs/SAFETY.md."""
         draft = Draft(
             name,
             spec,
@@ -254,6 +291,8 @@ class ScheduleService:
             window_policy,
             rollout,
             approval,
+            start_deadline,
+            pause_after_failed_runs,
         )
         now = self.clock.now()
         schedule = draft.checked(uuid.uuid4(), now)
@@ -325,9 +364,14 @@ class ScheduleService:
         window_policy: WindowPolicy | None = None,
         rollout: RolloutPolicy | None = None,
         approval: ApprovalPolicy | None = None,
+        start_deadline: timedelta | None = None,
+        pause_after_failed_runs: int = 0,
     ) -> Schedule:
         """Apply the masked fields. The operation and scope never change here. The caller becomes the
         schedule's last editor (the two-person rule).
+
+        `schedule.start_deadline` replaces the schedule's own deadline (None: the server's default
+        applies); `schedule.pause_after_failed_runs` the streak that pauses it (0: never).
 
         `schedule.rollout` replaces the rollout policy (None removes it); a run already rolling keeps the
         policy it fired with. `schedule.approval` replaces the approval policy (None removes it); a run
@@ -343,6 +387,8 @@ class ScheduleService:
             check_name(name, NAME_PATH)
         if ROLLOUT_PATH in mask and rollout is not None:
             check_rollout(rollout, ROLLOUT_PATH)
+        if PAUSE_AFTER_FAILED_RUNS_PATH in mask:
+            check_pause_after_failed_runs(pause_after_failed_runs, PAUSE_AFTER_FAILED_RUNS_PATH)
         if OVERLAP_POLICY_PATH in mask and overlap_policy is None:
             raise InvalidArgument(f"{OVERLAP_POLICY_PATH}: a policy is required (SKIP or QUEUE)")
         if WINDOW_POLICY_PATH in mask and window_policy is None:
@@ -368,6 +414,10 @@ class ScheduleService:
                 updated = replace(updated, name=name)
             if ROLLOUT_PATH in mask:
                 updated = replace(updated, rollout=rollout)
+            if START_DEADLINE_PATH in mask:
+                updated = replace(updated, start_deadline=start_deadline)
+            if PAUSE_AFTER_FAILED_RUNS_PATH in mask:
+                updated = replace(updated, pause_after_failed_runs=pause_after_failed_runs)
             if overlap_policy is not None and OVERLAP_POLICY_PATH in mask:
                 updated = replace(updated, overlap_policy=overlap_policy)
             if window_policy is not None and WINDOW_POLICY_PATH in mask:
@@ -445,6 +495,44 @@ class ScheduleService:
                 await self._announce(conn, ended[-1][0])
             await outbox.record_events(conn, events.pauses_ended(ended, now))
         return ended
+
+    async def pause_failing(self) -> list[tuple[Schedule, tuple[RunTally, ...]]]:
+        """Pause every enabled schedule whose newest `pause_after_failed_runs` counted runs have all
+        finished with a failed rack (`domain.firing.failing_streak`, counted from the tasks' final
+        statuses), by rackflow, with the reason naming the runs; returns each with its streak, for the
+        audit trail.
+
+        Called by the dispatcher of every instance after each poll, so a streak is seen within a poll
+        interval of its last task ending, whichever path ended it. The pause is a conditional UPDATE
+        (`store.pause_after_failures`): however many instances decide the same streak, one pauses and
+        reports it; its runs are not counted again (a resume starts the count afresh).
+        """
+        streaks: list[tuple[Schedule, tuple[RunTally, ...]]] = []
+        async with self.db.read() as conn:  # a poll with no streak to pause writes nothing
+            candidates = await store.pausing_after_failures(conn)
+            if not candidates:
+                return []
+            runs = await store.counted_runs(conn, candidates)
+            task_ids = {o.task_id for found in runs.values() for r in found for o in r.outcomes if o.task_id}
+            statuses = await task_store.statuses(conn, task_ids)
+        for schedule in candidates:
+            tallies = [tally(r.id, r.fired_at, r.state, r.outcomes, statuses) for r in runs[schedule.id]]
+            streak = failing_streak(tallies, schedule.pause_after_failed_runs)
+            if streak:
+                streaks.append((schedule, streak))
+        if not streaks:
+            return []
+        paused: list[tuple[Schedule, tuple[RunTally, ...]]] = []
+        async with self.db.transaction() as conn:
+            now = await self.db.now(conn)
+            for schedule, streak in streaks:
+                pause = Pause(streak_reason(streak), SYSTEM_PRINCIPAL, now)
+                if not await store.pause_after_failures(conn, schedule.id, pause, streak[0].fired_at):
+                    continue  # paused, turned off or counted meanwhile (by another instance)
+                paused.append((replace(schedule, enabled=False, pause=pause, updated_at=now), streak))
+                found = events.paused_after_failures(schedule, pause.reason, streak[0].run_id, now)
+                await outbox.record_events(conn, found)
+        return paused
 
     async def delete(self, schedule_id: uuid.UUID) -> None:
         """Delete the schedule with its scope and runs; tasks it submitted keep running."""
@@ -630,7 +718,12 @@ class ScheduleService:
         return timing.preview(after or self.clock.now(), count)
 
     async def preview_schedule(
-        self, schedule_id: uuid.UUID, after: datetime | None, count: int
+        self,
+        schedule_id: uuid.UUID,
+        after: datetime | None,
+        count: int,
+        *,
+        resume_at: datetime | None = None,
     ) -> list[PlannedFiring]:
         """The next `count` firings of the schedule (`planned_times`) and, per scope, what the planner
         decides then over a snapshot read now (`domain.firing.plan`, the dispatcher's own decision): a scope
@@ -639,6 +732,8 @@ class ScheduleService:
 
         A paused schedule's times are "paused": all of them, or, with a `resume_at`, those before it, and
         after it the times of the schedule as the dispatcher resumes it then (`resumed`), decided.
+        `resume_at` given previews the schedule as if paused until then (whatever its own pause says), so
+        an operator sees which slots a late resume would find past the start deadline (`would_be_missed`).
         """
         count = preview_count(count)
         async with self.db.read() as conn:
@@ -647,6 +742,8 @@ class ScheduleService:
             scopes = snapshot.scopes[schedule.id]
             names = await inventory_store.rack_names(conn, {scope.rack_id for scope in scopes})
         now = self.clock.now()
+        if resume_at is not None:
+            schedule = replace(schedule, enabled=False, pause=Pause("", "", now, resume_at))
         resume_at = schedule.pause.resume_at if schedule.pause is not None else None
         paused_times: list[datetime] = []
         firing_schedule: Schedule | None = schedule
@@ -668,7 +765,16 @@ class ScheduleService:
         ]
         if firing_schedule is None:
             return planned
-        return planned + _decided(snapshot, firing_schedule, names, after, now, count - len(planned))
+        from_ = max(now, resume_at) if resume_at is not None else now
+        return planned + _decided(
+            snapshot,
+            firing_schedule,
+            names,
+            after,
+            from_,
+            count - len(planned),
+            self.default_start_deadline,
+        )
 
     async def preview_draft(
         self, draft: Draft, editing: uuid.UUID | None, after: datetime | None, count: int
@@ -691,7 +797,7 @@ class ScheduleService:
             ]
             snapshot = await firing_store.load(conn, [schedule], "dispatch", {schedule.id: scopes})
             names = await inventory_store.rack_names(conn, {scope.rack_id for scope in scopes})
-        return _decided(snapshot, schedule, names, after, now, count)
+        return _decided(snapshot, schedule, names, after, now, count, self.default_start_deadline)
 
     async def recent_runs(
         self, schedule_ids: Collection[uuid.UUID], per_schedule: int
@@ -747,19 +853,28 @@ def _decided(
     after: datetime | None,
     now: datetime,
     count: int,
+    default_start_deadline: timedelta | None,
 ) -> list[PlannedFiring]:
-    """The schedule's next `count` firings and what the planner decides for each of its scopes then."""
+    """The schedule's next `count` firings and what the planner decides for each of its scopes then. Each
+    is planned for its slot: the first, when overdue at `now`, for the schedule's `next_run_at` (so its
+    start deadline may have passed), the others each for their own time."""
     scopes = snapshot.scopes[schedule.id]
-    snapshot = replace(snapshot, schedules=(schedule,))
-    planned = []
+    planned: list[PlannedFiring] = []
+    overdue = schedule.next_run_at is not None and schedule.next_run_at < now
     for moment in planned_times(schedule, after, now, count):
-        (decided,) = plan(snapshot, moment, "dispatch")
+        slot = moment
+        if overdue and moment == now:  # the overdue slot, fired at once
+            assert schedule.next_run_at is not None
+            slot = schedule.next_run_at
+        slotted = replace(snapshot, schedules=(replace(schedule, next_run_at=slot),))
+        (decided,) = plan(slotted, moment, "dispatch", default_start_deadline=default_start_deadline)
         decisions = scope_decisions(decided)
         planned.append(
             PlannedFiring(
                 moment,
                 tuple(PlannedScope(s, names.get(s.rack_id, "?"), decisions[s.id]) for s in scopes),
-                needs_approval=schedule.approval is not None,
+                needs_approval=schedule.approval is not None and not decided.missed,
+                would_be_missed=decided.missed,
             )
         )
     return planned

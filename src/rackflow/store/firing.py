@@ -70,36 +70,50 @@ async def load_starts(
 async def record(
     db: Database, conn: AsyncConnection, planned: Sequence[Firing], owner_id: uuid.UUID | None = None
 ) -> set[uuid.UUID]:
-    """Write the plan in one go: every schedule's new timing, one run per firing (a plain one "running",
-    owned by the dispatching instance `owner_id`; a rollout's "rolling" with its scopes in order; "skipped"
-    with the reason; one that needs approval "awaiting_approval" with its plan frozen), and the history of
-    the runs phase 3 will not write back pruned (a rollout's, a skipped one's, one awaiting approval).
-    Returns the ids of the runs recorded: a dispatched firing whose
+    """Write the plan in one go: every schedule's new timing, one run per firing (`_new_run`), and the
+    history of the runs phase 3 will not write back pruned (a rollout's, a skipped one's, a missed one's,
+    one awaiting approval). Returns the ids of the runs recorded: a dispatched firing whose
     slot is recorded already is left out (`schedules.insert_runs`), and must not be fired again."""
     if not planned:
         return set()
     advances = [schedules.Advance(f.schedule.id, f.enabled, f.next_run_at, f.fired_at) for f in planned]
     await schedules.advance(conn, advances, planned[0].fired_at)
-    runs = [
-        schedules.NewRun(
+    runs = [_new_run(f, owner_id) for f in planned]
+    recorded = await schedules.insert_runs(db, conn, runs)
+    unwritten = {f.schedule.id for f in planned if f.rolls_out or f.skipped or f.needs_approval or f.missed}
+    await schedules.prune_runs(conn, unwritten)
+    return recorded
+
+
+def _new_run(f: Firing, owner_id: uuid.UUID | None) -> schedules.NewRun:
+    """A plain firing's run "running", owned by the dispatching instance `owner_id`; a missed one "missed"
+    with every scope's outcome, its reason and how late; a rollout's "rolling" with its scopes in order;
+    "skipped" with the reason; one that needs approval "awaiting_approval" with its plan frozen."""
+    if f.missed:
+        return schedules.NewRun(
             f.run_id,
             f.schedule.id,
             f.fired_at,
             f.trigger,
             f.scheduled_for,
-            owner_id if f.trigger == "dispatch" and not f.rolls_out else None,
-            state=_state(f),
-            outcomes=f.planned_outcomes if f.rolls_out or f.needs_approval else (),
-            rollout=f.schedule.rollout,
-            reason=f.skipped,
-            approval=f.approval,
+            state="missed",
+            outcomes=tuple(f.decided[sc.id] for sc in f.scopes),
+            reason=f.missed_reason,
+            late_by=f.late_by,
         )
-        for f in planned
-    ]
-    recorded = await schedules.insert_runs(db, conn, runs)
-    unwritten = {f.schedule.id for f in planned if f.rolls_out or f.skipped or f.needs_approval}
-    await schedules.prune_runs(conn, unwritten)
-    return recorded
+    return schedules.NewRun(
+        f.run_id,
+        f.schedule.id,
+        f.fired_at,
+        f.trigger,
+        f.scheduled_for,
+        owner_id if f.trigger == "dispatch" and not f.rolls_out else None,
+        state=_state(f),
+        outcomes=f.planned_outcomes if f.rolls_out or f.needs_approval else (),
+        rollout=f.schedule.rollout,
+        reason=f.skipped,
+        approval=f.approval,
+    )
 
 
 def _state(firing: Firing) -> RunState:

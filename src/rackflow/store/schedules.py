@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
+from rackflow.domain.firing import NOT_COUNTED_STATES
 from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
@@ -116,7 +117,26 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         rollout=_rollout_from(row.rollout),
         approval=ApprovalPolicy.from_json(row.approval) if row.approval is not None else None,
         last_edited_by=row.last_edited_by,
+        start_deadline=_micros_from(row.start_deadline_us),
+        pause_after_failed_runs=row.pause_after_failed_runs,
+        failures_counted_until=row.failures_counted_until,
     )
+
+
+def _micros_from(micros: int | None) -> timedelta | None:
+    return timedelta(microseconds=micros) if micros is not None else None
+
+
+def _micros_to(value: timedelta | None) -> int | None:
+    return value // timedelta(microseconds=1) if value is not None else None
+
+
+def _safety_columns(schedule: Schedule) -> dict[str, object]:
+    return {
+        "start_deadline_us": _micros_to(schedule.start_deadline),
+        "pause_after_failed_runs": schedule.pause_after_failed_runs,
+        "failures_counted_until": schedule.failures_counted_until,
+    }
 
 
 def _rollout_from(data: dict[str, Any] | None) -> RolloutPolicy | None:
@@ -181,6 +201,8 @@ def run_from_row(row: Row[Any]) -> Run:
         failures_excused=row.failures_excused,
         resumed=row.resumed,
         approval=RunApproval.from_json(row.approval) if row.approval is not None else None,
+        scheduled_for=row.scheduled_for,
+        late_by=_micros_from(row.late_by_us),
     )
 
 
@@ -211,6 +233,7 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "rollout": _rollout_to(schedule.rollout),
         "approval": schedule.approval.to_json() if schedule.approval is not None else None,
         "last_edited_by": schedule.last_edited_by,
+        **_safety_columns(schedule),
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
@@ -233,6 +256,7 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "rollout": _rollout_to(schedule.rollout),
         "approval": schedule.approval.to_json() if schedule.approval is not None else None,
         "last_edited_by": schedule.last_edited_by,
+        **_safety_columns(schedule),
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))
@@ -404,6 +428,79 @@ async def claim_pauses_ended(
         .limit(limit)
     )
     return [schedule_from_row(row) for row in (await conn.execute(db.skip_locked(stmt))).all()]
+
+
+async def pausing_after_failures(conn: AsyncConnection) -> list[Schedule]:
+    """The enabled schedules with a `pause_after_failed_runs` (the partial index
+    ix_task_schedule_pause_after_failed_runs holds only those)."""
+    stmt = select(task_schedule).where(
+        task_schedule.c.pause_after_failed_runs > 0, task_schedule.c.enabled.is_(True)
+    )
+    return [schedule_from_row(row) for row in (await conn.execute(stmt)).all()]
+
+
+async def counted_runs(conn: AsyncConnection, schedules: Sequence[Schedule]) -> dict[uuid.UUID, list[Run]]:
+    """Each schedule's newest `pause_after_failed_runs` runs that count towards it, newest first: fired
+    after its `failures_counted_until`, neither missed nor skipped. One statement per chunk.
+
+    SELECT * FROM (SELECT run.*, row_number() OVER (PARTITION BY run.schedule_id
+                                                    ORDER BY run.fired_at DESC, run.id DESC) AS newer
+                   FROM task_schedule_run run
+                   JOIN task_schedule ON ... WHERE run.schedule_id IN (:ids)
+                   AND run.state NOT IN ('missed', 'skipped') AND run.fired_at > failures_counted_until) r
+    WHERE newer <= its schedule's pause_after_failed_runs
+    """
+    run = task_schedule_run.c
+    owner = task_schedule.c
+    found: dict[uuid.UUID, list[Run]] = {s.id: [] for s in schedules}
+    for chunk in chunked(list(found)):
+        newer = func.row_number().over(
+            partition_by=run.schedule_id, order_by=(run.fired_at.desc(), run.id.desc())
+        )
+        ranked = (
+            select(task_schedule_run, newer.label("newer"), owner.pause_after_failed_runs.label("counted"))
+            .select_from(task_schedule_run.join(task_schedule, owner.id == run.schedule_id))
+            .where(
+                run.schedule_id.in_(chunk),
+                run.state.not_in(NOT_COUNTED_STATES),
+                owner.failures_counted_until.is_(None) | (run.fired_at > owner.failures_counted_until),
+            )
+            .subquery()
+        )
+        stmt = (
+            select(ranked)
+            .where(ranked.c.newer <= ranked.c.counted)
+            .order_by(ranked.c.schedule_id, ranked.c.newer)
+        )
+        for row in (await conn.execute(stmt)).all():
+            found[row.schedule_id].append(run_from_row(row))
+    return found
+
+
+async def pause_after_failures(
+    conn: AsyncConnection, schedule_id: uuid.UUID, pause: Pause, counted_until: datetime
+) -> bool:
+    """Pause the schedule for a failing streak whose newest run was fired at `counted_until`, unless it
+    is no longer enabled, no longer pauses after failures, or that streak was counted already: a
+    conditional UPDATE, so of any number of instances deciding the same streak exactly one pauses it (and
+    reports it). Returns whether this one did."""
+    schedule = task_schedule.c
+    stmt = (
+        update(task_schedule)
+        .where(
+            schedule.id == schedule_id,
+            schedule.enabled.is_(True),
+            schedule.pause_after_failed_runs > 0,
+            schedule.failures_counted_until.is_(None) | (schedule.failures_counted_until < counted_until),
+        )
+        .values(
+            enabled=False,
+            failures_counted_until=counted_until,
+            updated_at=pause.at,
+            **_pause_columns(pause),
+        )
+    )
+    return (await conn.execute(stmt)).rowcount == 1
 
 
 async def enabled_schedules_on_racks(
@@ -678,6 +775,7 @@ class NewRun:
     rollout: RolloutPolicy | None = None
     reason: str = ""
     approval: RunApproval | None = None
+    late_by: timedelta | None = None  # a missed run's
 
 
 async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun]) -> set[uuid.UUID]:
@@ -706,6 +804,7 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
                 "rollout": _rollout_to(r.rollout),
                 "reason": r.reason,
                 **_approval_columns(r.state, r.approval),
+                "late_by_us": _micros_to(r.late_by),
             }
             for r in runs
         ],

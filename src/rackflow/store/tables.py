@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -169,6 +170,12 @@ task_schedule = Table(
     # last created, updated or re-scoped the schedule: the two-person rule keeps them from approving.
     Column("approval", json_type(), nullable=True),
     Column("last_edited_by", String(255), nullable=False, server_default=""),
+    # How late a dispatched firing may start, in microseconds (migration 0019); NULL: the server's default;
+    # 0: none. Pause after this many consecutive failing runs (0: never), counting only the runs fired
+    # after `failures_counted_until` (the last streak that paused it).
+    Column("start_deadline_us", BigInteger, nullable=True),
+    Column("pause_after_failed_runs", Integer, nullable=False, server_default="0"),
+    Column("failures_counted_until", UTCDateTime, nullable=True),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
@@ -188,6 +195,13 @@ task_schedule = Table(
         "resume_at",
         postgresql_where=text("resume_at IS NOT NULL"),
         sqlite_where=text("resume_at IS NOT NULL"),
+    ),
+    # The dispatcher's scan for failing streaks: only the enabled rows that pause after failures.
+    Index(
+        "ix_task_schedule_pause_after_failed_runs",
+        "id",
+        postgresql_where=text("pause_after_failed_runs > 0 AND enabled IS true"),
+        sqlite_where=text("pause_after_failed_runs > 0 AND enabled IS 1"),
     ),
 )
 
@@ -225,10 +239,12 @@ task_schedule_run = Table(
     # awaits approval the time it expires (the expiry sweep's column).
     Column("approval", json_type(), nullable=True),
     Column("approval_expires_at", UTCDateTime, nullable=True),
+    # A missed run (migration 0019): how long after its slot it was found, in microseconds.
+    Column("late_by_us", BigInteger, nullable=True),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
     CheckConstraint(
         "state IN ('running', 'completed', 'interrupted', 'rolling', 'halted', 'cancelled', 'skipped', "
-        "'awaiting_approval', 'expired', 'rejected')",
+        "'awaiting_approval', 'expired', 'rejected', 'missed')",
         name="state",
     ),
     Index("ix_task_schedule_run_schedule_id_fired_at", "schedule_id", "fired_at"),

@@ -1404,10 +1404,22 @@ class ScheduleConfig(_message.Message):
     OVERLAP_POLICY_FIELD_NUMBER: _builtins.int
     WINDOW_POLICY_FIELD_NUMBER: _builtins.int
     ROLLOUT_FIELD_NUMBER: _builtins.int
+    START_DEADLINE_FIELD_NUMBER: _builtins.int
+    PAUSE_AFTER_FAILED_RUNS_FIELD_NUMBER: _builtins.int
     APPROVAL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     window_policy: Global___WindowPolicy.ValueType
+    start_deadline: _builtins.str
+    """Go duration: a dispatched firing found later than its slot plus this is recorded as a `missed` run
+    and submits nothing (docs/SAFETY.md). "" (unset): the server's --default-start-deadline, and with
+    none, however late; "0s": none, whatever the server's default. At least 1s. Update mask
+    `schedule.start_deadline`.
+    """
+    pause_after_failed_runs: _builtins.int
+    """Pause the schedule after this many consecutive finished runs with a failed rack (0: never; at most
+    100). Update mask `schedule.pause_after_failed_runs`.
+    """
     @_builtins.property
     def spec(self) -> Global___ScheduleSpec: ...
     @_builtins.property
@@ -1430,11 +1442,13 @@ class ScheduleConfig(_message.Message):
         overlap_policy: Global___OverlapPolicy.ValueType = ...,
         window_policy: Global___WindowPolicy.ValueType = ...,
         rollout: Global___RolloutPolicy | None = ...,
+        start_deadline: _builtins.str = ...,
+        pause_after_failed_runs: _builtins.int = ...,
         approval: Global___ApprovalPolicy | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "rollout", b"rollout", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "name", b"name", "overlap_policy", b"overlap_policy", "rollout", b"rollout", "spec", b"spec", "window_policy", b"window_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "name", b"name", "overlap_policy", b"overlap_policy", "pause_after_failed_runs", b"pause_after_failed_runs", "rollout", b"rollout", "spec", b"spec", "start_deadline", b"start_deadline", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1585,6 +1599,8 @@ class TaskSchedule(_message.Message):
     RESUME_AT_FIELD_NUMBER: _builtins.int
     WINDOW_POLICY_FIELD_NUMBER: _builtins.int
     ROLLOUT_FIELD_NUMBER: _builtins.int
+    START_DEADLINE_FIELD_NUMBER: _builtins.int
+    PAUSE_AFTER_FAILED_RUNS_FIELD_NUMBER: _builtins.int
     APPROVAL_FIELD_NUMBER: _builtins.int
     LAST_EDITED_BY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
@@ -1601,6 +1617,9 @@ class TaskSchedule(_message.Message):
     paused_by: _builtins.str
     """the caller's principal when authentication is on; else empty"""
     window_policy: Global___WindowPolicy.ValueType
+    start_deadline: _builtins.str
+    """the schedule's own ("" : the server's default applies; "0s": none)"""
+    pause_after_failed_runs: _builtins.int
     last_edited_by: _builtins.str
     """Who last created, updated or re-scoped the schedule (empty for an anonymous caller): the two-person
     rule keeps this principal from approving its firings.
@@ -1660,12 +1679,14 @@ class TaskSchedule(_message.Message):
         resume_at: _timestamp_pb2.Timestamp | None = ...,
         window_policy: Global___WindowPolicy.ValueType = ...,
         rollout: Global___RolloutPolicy | None = ...,
+        start_deadline: _builtins.str = ...,
+        pause_after_failed_runs: _builtins.int = ...,
         approval: Global___ApprovalPolicy | None = ...,
         last_edited_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "paused_at", b"paused_at", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_edited_by", b"last_edited_by", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "summary", b"summary", "updated_at", b"updated_at", "window_policy", b"window_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_edited_by", b"last_edited_by", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_after_failed_runs", b"pause_after_failed_runs", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "start_deadline", b"start_deadline", "summary", b"summary", "updated_at", b"updated_at", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2244,6 +2265,7 @@ class PreviewTaskScheduleRequest(_message.Message):
     AFTER_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
     DRAFT_FIELD_NUMBER: _builtins.int
+    RESUME_AT_FIELD_NUMBER: _builtins.int
     count: _builtins.int
     """1..100; 0 = 10"""
     @_builtins.property
@@ -2256,6 +2278,12 @@ class PreviewTaskScheduleRequest(_message.Message):
 
     @_builtins.property
     def draft(self) -> Global___CreateTaskScheduleRequest: ...
+    @_builtins.property
+    def resume_at(self) -> _timestamp_pb2.Timestamp:
+        """Preview the saved schedule as if resumed at this time (paused or not): the slots a late resume would
+        find past their start deadline show `would_be_missed`. Not with `draft`.
+        """
+
     def __init__(
         self,
         *,
@@ -2263,14 +2291,20 @@ class PreviewTaskScheduleRequest(_message.Message):
         after: _timestamp_pb2.Timestamp | None = ...,
         count: _builtins.int = ...,
         draft: Global___CreateTaskScheduleRequest | None = ...,
+        resume_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "draft", b"draft", "id", b"id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "_resume_at", b"_resume_at", "after", b"after", "draft", b"draft", "id", b"id", "resume_at", b"resume_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "after", b"after", "count", b"count", "draft", b"draft", "id", b"id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "_resume_at", b"_resume_at", "after", b"after", "count", b"count", "draft", b"draft", "id", b"id", "resume_at", b"resume_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__after: _TypeAlias = _typing.Literal["after"]  # noqa: Y015
     _WhichOneofArgType__after: _TypeAlias = _typing.Literal["_after", b"_after"]  # noqa: Y015
+    _WhichOneofReturnType__resume_at: _TypeAlias = _typing.Literal["resume_at"]  # noqa: Y015
+    _WhichOneofArgType__resume_at: _TypeAlias = _typing.Literal["_resume_at", b"_resume_at"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__after) -> _WhichOneofReturnType__after | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resume_at) -> _WhichOneofReturnType__resume_at | None: ...
 
 Global___PreviewTaskScheduleRequest: _TypeAlias = PreviewTaskScheduleRequest  # noqa: Y015
 
@@ -2288,7 +2322,7 @@ class ScopeDecision(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     rack_name: _builtins.str
     decision: _builtins.str
-    """"fire", "skip_overlap", "skip_window", "defer" or "paused" """
+    """"fire", "skip_overlap", "skip_window", "defer", "paused" or "missed" (past the start deadline)"""
     window_name: _builtins.str
     """skip_window, defer: the window that closes the rack then"""
     reason: _builtins.str
@@ -2331,7 +2365,10 @@ class PreviewFiring(_message.Message):
 
     AT_FIELD_NUMBER: _builtins.int
     SCOPES_FIELD_NUMBER: _builtins.int
+    WOULD_BE_MISSED_FIELD_NUMBER: _builtins.int
     NEEDS_APPROVAL_FIELD_NUMBER: _builtins.int
+    would_be_missed: _builtins.bool
+    """found past its start deadline: recorded `missed`, nothing submitted"""
     needs_approval: _builtins.bool
     """the firing would await approval before anything is submitted"""
     @_builtins.property
@@ -2343,11 +2380,12 @@ class PreviewFiring(_message.Message):
         *,
         at: _timestamp_pb2.Timestamp | None = ...,
         scopes: _abc.Iterable[Global___ScopeDecision] | None = ...,
+        would_be_missed: _builtins.bool = ...,
         needs_approval: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "needs_approval", b"needs_approval", "scopes", b"scopes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "needs_approval", b"needs_approval", "scopes", b"scopes", "would_be_missed", b"would_be_missed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2385,8 +2423,9 @@ class ScopeOutcome(_message.Message):
     TASK_STATUS_FIELD_NUMBER: _builtins.int
     CANARY_FIELD_NUMBER: _builtins.int
     outcome: _builtins.str
-    """"submitted", "skipped_overlap", "skipped_window" or "failed"; in a rollout also "pending" (waiting
-    its turn) and "not_started" (halted or cancelled before its turn)
+    """"submitted", "skipped_overlap", "skipped_window", "failed" or "missed" (could not start by the
+    start deadline); in a rollout also "pending" (waiting its turn) and "not_started" (halted or
+    cancelled before its turn)
     """
     error: _builtins.str
     task_status: Global___TaskStatus.ValueType
@@ -2431,17 +2470,22 @@ class TaskScheduleRun(_message.Message):
     ROLLOUT_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
+    SCHEDULED_FOR_FIELD_NUMBER: _builtins.int
+    LATE_BY_FIELD_NUMBER: _builtins.int
     APPROVAL_FIELD_NUMBER: _builtins.int
     trigger: _builtins.str
     """"dispatch" or "manual" """
     state: _builtins.str
-    """"running", "completed" or "interrupted"; a rollout: "rolling" (scopes still to start or tasks still
-    active), "halted" (its failure budget was reached), "cancelled", or "skipped" (the schedule's
-    previous rollout was still rolling or halted: see reason); with approval (RunApproval):
-    "awaiting_approval", then running/rolling once approved, or "rejected" or "expired"
+    """"running", "completed" or "interrupted"; "missed" (found past its start deadline: nothing submitted,
+    see reason and late_by); a rollout: "rolling" (scopes still to start or tasks still active), "halted"
+    (its failure budget was reached), "cancelled", or "skipped" (the schedule's previous rollout was still
+    rolling or halted: see reason); with approval (RunApproval): "awaiting_approval", then running/rolling
+    once approved, or "rejected" or "expired"
     """
     reason: _builtins.str
     """why the run halted or was skipped"""
+    late_by: _builtins.str
+    """a missed run: how long after its slot it was found (Go duration)"""
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -2456,6 +2500,10 @@ class TaskScheduleRun(_message.Message):
 
     @_builtins.property
     def progress(self) -> Global___RolloutProgress: ...
+    @_builtins.property
+    def scheduled_for(self) -> _timestamp_pb2.Timestamp:
+        """a dispatched run's slot; unset for a manual one"""
+
     @_builtins.property
     def approval(self) -> Global___RunApproval:
         """set on a run of a schedule that needs approval"""
@@ -2472,11 +2520,13 @@ class TaskScheduleRun(_message.Message):
         rollout: Global___RolloutPolicy | None = ...,
         reason: _builtins.str = ...,
         progress: Global___RolloutProgress | None = ...,
+        scheduled_for: _timestamp_pb2.Timestamp | None = ...,
+        late_by: _builtins.str = ...,
         approval: Global___RunApproval | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "progress", b"progress", "rollout", b"rollout", "schedule_id", b"schedule_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "progress", b"progress", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "rollout", b"rollout", "schedule_id", b"schedule_id", "state", b"state", "trigger", b"trigger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "late_by", b"late_by", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for", "state", b"state", "trigger", b"trigger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -41,6 +41,7 @@ RUN_LOOKS: dict[RunState, Look] = {
     "awaiting_approval": Look("awaiting approval", "?", "st-wait"),
     "rejected": Look("rejected", "✋", "st-stop"),
     "expired": Look("expired", "⌛", "st-skip"),
+    "missed": Look("missed", "⌛", "st-stop"),
 }
 
 OUTCOME_LOOKS: dict[Outcome, Look] = {
@@ -50,6 +51,7 @@ OUTCOME_LOOKS: dict[Outcome, Look] = {
     "failed": Look("not submitted", "✗", "st-fail"),
     "pending": Look("waiting its turn", "◦", "st-idle"),
     "not_started": Look("not started", "○", "st-skip"),
+    "missed": Look("missed: past the start deadline", "⌛", "st-stop"),
 }
 
 TASK_LOOKS: dict[TaskStatus, Look] = {
@@ -80,6 +82,7 @@ class Verdict(enum.StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"  # nothing starts until it is approved
     REJECTED = "rejected"
     EXPIRED = "expired"  # not approved in time
+    MISSED = "missed"  # past its start deadline: nothing submitted
     EMPTY = "empty"
 
 
@@ -99,6 +102,7 @@ LOOKS: dict[Verdict, Look] = {
     Verdict.AWAITING_APPROVAL: RUN_LOOKS["awaiting_approval"],
     Verdict.REJECTED: RUN_LOOKS["rejected"],
     Verdict.EXPIRED: RUN_LOOKS["expired"],
+    Verdict.MISSED: RUN_LOOKS["missed"],
     Verdict.EMPTY: Look("no racks", "·", "st-idle"),
 }
 
@@ -122,17 +126,18 @@ _STATE_VERDICT: dict[str, Verdict] = {
     "awaiting_approval": Verdict.AWAITING_APPROVAL,
     "rejected": Verdict.REJECTED,
     "expired": Verdict.EXPIRED,
+    "missed": Verdict.MISSED,
 }
 
 # A firing whose racks still have work ahead: the first of these any rack has.
 _STILL_GOING = (Verdict.RUNNING, Verdict.WAITING, Verdict.PENDING)
 # A firing that has ended with no rack failed: the first of these any rack has.
-_ENDED = (Verdict.CANCELLED, Verdict.SUCCEEDED, Verdict.NOT_STARTED, Verdict.SKIPPED)
+_ENDED = (Verdict.CANCELLED, Verdict.SUCCEEDED, Verdict.NOT_STARTED, Verdict.MISSED, Verdict.SKIPPED)
 # Racks that were never tried (they do not count against "every rack failed").
-_NOT_TRIED = (Verdict.SKIPPED, Verdict.NOT_STARTED)
+_NOT_TRIED = (Verdict.SKIPPED, Verdict.NOT_STARTED, Verdict.MISSED)
 
-# A rollout's rack outcomes that have no task (yet, or ever).
-_ROLLOUT_VERDICT = {"pending": Verdict.PENDING, "not_started": Verdict.NOT_STARTED}
+# Rack outcomes that have no task (yet, or ever) and say more than "skipped".
+_ROLLOUT_VERDICT = {"pending": Verdict.PENDING, "not_started": Verdict.NOT_STARTED, "missed": Verdict.MISSED}
 
 
 def outcome_verdict(outcome: ScopeOutcome, statuses: Mapping[uuid.UUID, TaskStatus]) -> Verdict:
@@ -224,6 +229,7 @@ _BAR_OF_VERDICT = {
     Verdict.WAITING: "running",
     Verdict.PENDING: "pending",
     Verdict.NOT_STARTED: "not_started",
+    Verdict.MISSED: "not_started",  # past its start deadline: never started
     Verdict.SKIPPED: "skipped",
 }
 

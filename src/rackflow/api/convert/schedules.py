@@ -7,7 +7,7 @@ text and timezone are checked by the service, which owns `parse_spec`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rackflow.api.convert import component_type_to, timestamp_to, uuid_to
@@ -146,7 +146,14 @@ def schedule_to(schedule: Schedule) -> pb.TaskSchedule:
         rollout=rollout_to(schedule.rollout),
         approval=approval_to(schedule.approval),
         last_edited_by=schedule.last_edited_by,
+        start_deadline=_duration_to(schedule.start_deadline),
+        pause_after_failed_runs=schedule.pause_after_failed_runs,
     )
+
+
+def _duration_to(value: timedelta | None) -> str:
+    """A Go duration; None is "" (unset), a zero "0s"."""
+    return format_go_duration(value) if value is not None else ""
 
 
 def _pause_to(pause: Pause | None) -> dict[str, Any]:
@@ -228,6 +235,8 @@ def run_to(report: RunReport) -> pb.TaskScheduleRun:
         reason=run.reason,
         progress=progress_to(report.progress),
         approval=run_approval_to(run.approval),
+        scheduled_for=timestamp_to(run.scheduled_for),
+        late_by=_duration_to(run.late_by),
     )
 
 
@@ -258,4 +267,5 @@ def planned_firing_to(planned: PlannedFiring) -> pb.PreviewFiring:
         at=timestamp_to(planned.at),
         scopes=[_scope_decision_to(s, planned.resume_at) for s in planned.scopes],
         needs_approval=planned.needs_approval,
+        would_be_missed=planned.would_be_missed,
     )

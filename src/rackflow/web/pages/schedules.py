@@ -214,6 +214,7 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
     live = await services.rollouts.live([schedule.id])
     return {
         "schedule": schedule,
+        "default_start_deadline": services.schedules.default_start_deadline,
         "live_rollout": live.get(schedule.id),
         "rollout": rollout,
         "rollout_bar": progress_bar(rollout.progress) if rollout and rollout.progress else None,

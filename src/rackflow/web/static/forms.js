@@ -20,6 +20,7 @@
     skip_window: ["skipped: window closed", "st-skip"],
     defer: ["deferred to its window", "st-wait"],
     paused: ["paused", "st-skip"],
+    missed: ["missed: past its start deadline", "st-stop"],
   };
 
   async function call(method, url, payload) {
@@ -73,6 +74,8 @@
       spec: { type: value("spec_type"), spec: value("spec"), timezone: value("timezone") },
       overlap_policy: value("overlap_policy"),
       window_policy: value("window_policy"),
+      start_deadline: value("start_deadline"),
+      pause_after_failed_runs: /^\d+$/.test(value("pause_after_failed_runs")) ? Number(value("pause_after_failed_runs")) : value("pause_after_failed_runs") || 0,
     };
     if (el.rollout_on.checked) {
       const rollout = {};
