@@ -18,6 +18,7 @@ from rackflow.api.convert.schedules import (
     overlap_policy_from,
     planned_firing_to,
     preview_to,
+    retry_policy_from,
     rollout_from,
     run_to,
     schedule_to,
@@ -31,6 +32,7 @@ from rackflow.api.errors import rpc
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.schedules.service import (
     OVERLAP_POLICY_PATH,
+    RETRY_PATH,
     ROLLOUT_PATH,
     SPEC_PATH,
     WINDOW_POLICY_PATH,
@@ -100,6 +102,7 @@ class ScheduleRpcs:
         rollout = (
             rollout_from(config.rollout) if ROLLOUT_PATH in paths and config.HasField("rollout") else None
         )
+        retry = retry_policy_from(config.retry) if RETRY_PATH in paths and config.HasField("retry") else None
         schedule = await self.services.schedules.update(
             schedule_id,
             paths,
@@ -110,6 +113,7 @@ class ScheduleRpcs:
             timezone=config.spec.timezone if config.HasField("spec") else None,
             window_policy=window_policy,
             rollout=rollout,
+            retry=retry,
         )
         return schedule_to(schedule)
 
@@ -229,6 +233,14 @@ class ScheduleRpcs:
         return run_to(await self.services.rollouts.cancel(required_uuid(request.id, "id")))
 
     @rpc
+    async def RetryTaskScheduleRun(
+        self, request: pb.RetryTaskScheduleRunRequest, context: Context
+    ) -> pb.TaskScheduleRun:
+        only_failed = request.only_failed if request.HasField("only_failed") else True
+        run_id = required_uuid(request.id, "id")
+        return run_to(await self.services.schedules.retry_run(run_id, only_failed=only_failed))
+
+    @rpc
     async def PreviewTaskSchedule(
         self, request: pb.PreviewTaskScheduleRequest, context: Context
     ) -> pb.PreviewTaskScheduleResponse:
@@ -266,4 +278,5 @@ def draft_from(request: pb.CreateTaskScheduleRequest) -> Draft:
         target=target,
         window_policy=window_policy_from(config.window_policy),
         rollout=rollout_from(config.rollout) if config.HasField("rollout") else None,
+        retry=retry_policy_from(config.retry) if config.HasField("retry") else None,
     )

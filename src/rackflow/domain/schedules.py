@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
 from rackflow.domain.inventory import ComponentFilter
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.tasks import ConflictStrategy, Operation
+from rackflow.domain.tasks import ConflictStrategy, Operation, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
 from rackflow.timespec import ScheduleSpec, SpecType
 
@@ -32,6 +33,8 @@ Trigger = Literal["dispatch", "manual"]
 # previous rollout was still rolling or halted (rackflow.rollouts).
 RunState = Literal["running", "completed", "interrupted", "rolling", "halted", "cancelled", "skipped"]
 ROLLOUT_LIVE_STATES: tuple[RunState, ...] = ("rolling", "halted")  # at most one such run per schedule
+# The runs RetryTaskScheduleRun re-runs: those that are over (a halted one is cancelled first).
+RETRIABLE_RUN_STATES: tuple[RunState, ...] = ("completed", "interrupted", "halted", "cancelled")
 # "pending" (waiting its turn) and "not_started" (halted or cancelled first) are a rollout's.
 Outcome = Literal["submitted", "skipped_overlap", "skipped_window", "failed", "pending", "not_started"]
 
@@ -73,6 +76,7 @@ class Schedule:
     pause: Pause | None = None  # set only while paused by PauseTaskSchedule (enabled is False)
     window_policy: WindowPolicy = WindowPolicy.SKIP
     rollout: RolloutPolicy | None = None  # None: a firing starts every scope at once
+    retry: RetryPolicy | None = None  # None: each task gets one attempt
 
     @property
     def is_consumed(self) -> bool:
@@ -119,6 +123,23 @@ class ScopeOutcome:
     canary: bool = False
 
 
+def racks_to_retry(
+    run: Run, task_statuses: Mapping[uuid.UUID, TaskStatus], *, only_failed: bool
+) -> list[ScopeOutcome]:
+    """The scopes of `run` that RetryTaskScheduleRun fires again: with `only_failed`, those whose task
+    failed or was terminated, whose submission failed, or that never started (a halted or cancelled
+    rollout's); else every scope of the run. `task_statuses`: the run's tasks' statuses, by task id."""
+    if not only_failed:
+        return list(run.outcomes)
+    failed = (TaskStatus.FAILED, TaskStatus.TERMINATED)
+    return [
+        o
+        for o in run.outcomes
+        if o.outcome in ("failed", "not_started", "pending")
+        or (o.task_id is not None and task_statuses.get(o.task_id) in failed)
+    ]
+
+
 @dataclass(frozen=True)
 class Run:
     """One firing of a schedule, as run history shows it.
@@ -137,3 +158,4 @@ class Run:
     reason: str = ""
     failures_excused: int = 0
     resumed: bool = False
+    retry_of: uuid.UUID | None = None  # the run RetryTaskScheduleRun re-ran to make this one

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -75,6 +75,7 @@ async def claim(
     trigger: Trigger,
     now: datetime,
     owner_id: uuid.UUID | None = None,
+    scopes: Mapping[uuid.UUID, Sequence[Scope]] | None = None,
 ) -> list[Firing]:
     """Phase 1 for `schedules`, which the caller has locked in `conn`'s transaction; the firings to run.
 
@@ -84,10 +85,11 @@ async def claim(
     whose slot is recorded already, or that is skipped for a live rollout, is left out of the result. A
     manual firing of a schedule whose rollout is live is refused (FailedPrecondition naming the run) and
     records nothing. `owner_id` (the dispatching instance) lets the sweep tell a dead owner's "running" run.
+    `scopes` (by schedule) fires only those of the schedules' scopes (RetryTaskScheduleRun's racks).
     """
     if not schedules:
         return []
-    snapshot = await firing_store.load(conn, schedules, trigger)
+    snapshot = await firing_store.load(conn, schedules, trigger, scopes)
     planned = plan(snapshot, now, trigger)
     refused = next((f for f in planned if f.refused), None)
     if refused is not None:

@@ -20,6 +20,7 @@ from rackflow.domain.inventory import ComponentsFilter, RackSelection, TargetSpe
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
     CREATION_ORDER,
+    RETRIABLE_RUN_STATES,
     SCHEDULE_ORDER_FIELDS,
     OverlapPolicy,
     Pause,
@@ -27,19 +28,21 @@ from rackflow.domain.schedules import (
     Schedule,
     ScheduleOrder,
     Scope,
+    racks_to_retry,
 )
-from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryPolicy
 from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.notify import events
-from rackflow.rollouts.service import RolloutService
+from rackflow.rollouts.service import RolloutService, RunReport
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
 from rackflow.store import outbox, wakeups
+from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
@@ -52,6 +55,7 @@ from rackflow.validation import (
     check_name,
     check_operation,
     check_queue,
+    check_retry,
     check_rollout,
     check_text,
     preview_count,
@@ -63,7 +67,16 @@ SPEC_PATH = "schedule.spec"
 TIMEZONE_PATH = "schedule.spec.timezone"
 WINDOW_POLICY_PATH = "schedule.window_policy"
 ROLLOUT_PATH = "schedule.rollout"
-UPDATE_PATHS = (NAME_PATH, OVERLAP_POLICY_PATH, SPEC_PATH, TIMEZONE_PATH, WINDOW_POLICY_PATH, ROLLOUT_PATH)
+RETRY_PATH = "schedule.retry"
+UPDATE_PATHS = (
+    NAME_PATH,
+    OVERLAP_POLICY_PATH,
+    SPEC_PATH,
+    TIMEZONE_PATH,
+    WINDOW_POLICY_PATH,
+    ROLLOUT_PATH,
+    RETRY_PATH,
+)
 
 DEFAULT_TIMEZONE = "UTC"
 PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the next poll
@@ -100,6 +113,7 @@ class Draft:
     target: TargetSpec
     window_policy: WindowPolicy = WindowPolicy.SKIP
     rollout: RolloutPolicy | None = None
+    retry: RetryPolicy | None = None
 
     def checked(self, schedule_id: uuid.UUID, now: datetime, *, named: bool = True) -> Schedule:
         """The schedule it makes at `now`, every field checked as create checks it (the name only when
@@ -108,6 +122,8 @@ class Draft:
             check_name(self.name, NAME_PATH)
         if self.rollout is not None:
             check_rollout(self.rollout, ROLLOUT_PATH)
+        if self.retry is not None:
+            check_retry(self.retry, RETRY_PATH)
         queue = _check_operation(self.operation, self.queue, self.description)
         if queue.ignore_windows:
             raise InvalidArgument(
@@ -131,6 +147,7 @@ class Draft:
             description=self.description,
             window_policy=self.window_policy,
             rollout=self.rollout,
+            retry=self.retry,
         )
 
 
@@ -220,13 +237,15 @@ class ScheduleService:
         target: TargetSpec,
         window_policy: WindowPolicy = WindowPolicy.SKIP,
         rollout: RolloutPolicy | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Schedule:
         """A schedule and its initial scope (the target's racks). The overlap policy, not `queue`,
         decides the conflict strategy at fire time; `queue` contributes its timeout. Its firings obey
         maintenance windows (`window_policy`), so `queue.ignore_windows` is refused. `rollout`: fire as
-        a controlled rollout (None: every scope at once)."""
+        a controlled rollout (None: every scope at once). `retry`: how its tasks retry retryable failures
+        (None: one attempt)."""
         draft = Draft(
-            name, spec, overlap_policy, operation, queue, description, target, window_policy, rollout
+            name, spec, overlap_policy, operation, queue, description, target, window_policy, rollout, retry
         )
         now = self.clock.now()
         schedule = draft.checked(uuid.uuid4(), now)
@@ -297,11 +316,13 @@ class ScheduleService:
         timezone: str | None = None,
         window_policy: WindowPolicy | None = None,
         rollout: RolloutPolicy | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Schedule:
         """Apply the masked fields. The operation and scope never change here.
 
         `schedule.rollout` replaces the rollout policy (None removes it); a run already rolling keeps the
-        policy it fired with.
+        policy it fired with. `schedule.retry` replaces the retry policy (None removes it); tasks already
+        submitted keep the policy they were submitted with.
 
         `schedule.spec` replaces type and text and recomputes next_run_at from now. `schedule.spec.timezone`
         replaces the zone (None: the request carried no spec message, which is refused; "" means UTC); only
@@ -313,6 +334,8 @@ class ScheduleService:
             check_name(name, NAME_PATH)
         if ROLLOUT_PATH in mask and rollout is not None:
             check_rollout(rollout, ROLLOUT_PATH)
+        if RETRY_PATH in mask and retry is not None:
+            check_retry(retry, RETRY_PATH)
         if OVERLAP_POLICY_PATH in mask and overlap_policy is None:
             raise InvalidArgument(f"{OVERLAP_POLICY_PATH}: a policy is required (SKIP or QUEUE)")
         if WINDOW_POLICY_PATH in mask and window_policy is None:
@@ -336,6 +359,8 @@ class ScheduleService:
                 updated = replace(updated, name=name)
             if ROLLOUT_PATH in mask:
                 updated = replace(updated, rollout=rollout)
+            if RETRY_PATH in mask:
+                updated = replace(updated, retry=retry)
             if overlap_policy is not None and OVERLAP_POLICY_PATH in mask:
                 updated = replace(updated, overlap_policy=overlap_policy)
             if window_policy is not None and WINDOW_POLICY_PATH in mask:
@@ -419,6 +444,54 @@ class ScheduleService:
         async with self.db.transaction() as conn:
             if not await store.delete_schedule(conn, schedule_id):
                 raise NotFound(f"id: no task schedule {schedule_id}")
+
+    async def retry_run(self, run_id: uuid.UUID, *, only_failed: bool = True) -> RunReport:
+        """RetryTaskScheduleRun: fire the failed and not-started racks of a run that is over (with
+        `only_failed` false, all its racks) as a new manual run of its schedule, linked by `retry_of`, with
+        the run's own rollout policy (None: every rack at once), whatever the schedule's is now.
+
+        Refused (FailedPrecondition naming the state) for a run still running or rolling, or with tasks
+        still active; and when none of its racks is left to retry. A halted run is cancelled in the same
+        transaction (its not-started racks go to the new run), so the schedule keeps one live rollout. The
+        new run's firing is the manual trigger's path (`firing.claim` over those scopes, then `fire`).
+        """
+        async with self.db.transaction() as conn:
+            run = await rollout_store.get_run(self.db, conn, run_id, lock=True)
+            if run is None:
+                raise NotFound(f"id: no task schedule run {run_id}")
+            if run.state not in RETRIABLE_RUN_STATES:
+                raise FailedPrecondition(
+                    f"id: run {run_id} is {run.state}; only a finished or halted run can be retried "
+                    f"({', '.join(RETRIABLE_RUN_STATES)})"
+                )
+            schedule = await self._load(conn, run.schedule_id, lock=True)
+            tasks = await rollout_store.task_states(conn, [run.id])
+            active = [t for t in tasks.values() if t.status.is_active]
+            if active:
+                raise FailedPrecondition(
+                    f"id: run {run_id} still has {len(active)} active task(s) (e.g. {active[0].task_id}); "
+                    "retry it once they have ended"
+                )
+            statuses = {t.task_id: t.status for t in tasks.values()}
+            chosen = racks_to_retry(run, statuses, only_failed=only_failed)
+            present = await store.scopes_by_ids(conn, [o.scope_id for o in chosen])
+            if not present:
+                which = "failed or not-started racks" if only_failed else "racks"
+                raise FailedPrecondition(f"id: run {run_id} has no {which} left in its schedule to retry")
+            if run.state == "halted":
+                await self.rollouts.cancel_in(conn, run, "retried by RetryTaskScheduleRun")
+            as_fired = replace(schedule, rollout=run.rollout)
+            (claimed,) = await firing.claim(
+                self.db,
+                conn,
+                [as_fired],
+                trigger="manual",
+                now=self.clock.now(),
+                scopes={schedule.id: present},
+            )
+            await rollout_store.link_retry(conn, claimed.run_id, run.id)
+        await self.fire([claimed])
+        return await self.rollouts.get(claimed.run_id)
 
     async def trigger(self, schedule_id: uuid.UUID) -> list[uuid.UUID]:
         """Fire now, whatever `enabled` and `next_run_at` say, on every scope (no overlap check).

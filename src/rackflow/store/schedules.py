@@ -44,7 +44,7 @@ from rackflow.domain.schedules import (
     ScopeOutcome,
     Trigger,
 )
-from rackflow.domain.tasks import Operation, OperationKind
+from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, unique_violation_as
@@ -111,6 +111,7 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         pause=_pause_from_row(row),
         window_policy=WindowPolicy(row.window_policy),
         rollout=_rollout_from(row.rollout),
+        retry=RetryPolicy.from_json(row.retry) if row.retry is not None else None,
     )
 
 
@@ -175,6 +176,7 @@ def run_from_row(row: Row[Any]) -> Run:
         reason=row.reason,
         failures_excused=row.failures_excused,
         resumed=row.resumed,
+        retry_of=row.retry_of,
     )
 
 
@@ -203,6 +205,7 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "updated_at": schedule.updated_at,
         **_pause_columns(schedule.pause),
         "rollout": _rollout_to(schedule.rollout),
+        "retry": schedule.retry.to_json() if schedule.retry is not None else None,
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
@@ -223,6 +226,7 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "updated_at": schedule.updated_at,
         **_pause_columns(schedule.pause),
         "rollout": _rollout_to(schedule.rollout),
+        "retry": schedule.retry.to_json() if schedule.retry is not None else None,
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))

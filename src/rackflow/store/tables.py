@@ -110,6 +110,12 @@ tasks = Table(
     Column("held_since", UTCDateTime, nullable=True),
     # Submitted with queue_options.ignore_windows: FREEZE windows do not hold it (migration 0011).
     Column("ignore_windows", Boolean, nullable=False, server_default=text("false")),
+    # Retries (migration 0019, docs/SAFETY.md): the schedule's RetryPolicy as submitted (NULL: one
+    # attempt), the current attempt (from 1; `attempts` above counts claims within it, for takeovers),
+    # and when the current attempt started (`started_at` keeps the first start).
+    Column("retry", json_type(), nullable=True),
+    Column("attempt", Integer, nullable=False, server_default="1"),
+    Column("attempt_started_at", UTCDateTime, nullable=True),
     CheckConstraint(
         "status IN ('pending', 'running', 'completed', 'failed', 'terminated', 'waiting')", name="status"
     ),
@@ -164,6 +170,8 @@ task_schedule = Table(
     Column("window_policy", String(8), nullable=False, server_default="skip"),
     # How a firing rolls out (RolloutPolicy.to_json, migration 0012); NULL: every scope at once.
     Column("rollout", json_type(), nullable=True),
+    # How its tasks retry retryable failures (RetryPolicy.to_json, migration 0019); NULL: one attempt.
+    Column("retry", json_type(), nullable=True),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
@@ -216,6 +224,9 @@ task_schedule_run = Table(
     Column("reason", Text, nullable=False, server_default=""),
     Column("failures_excused", Integer, nullable=False, server_default="0"),
     Column("resumed", Boolean, nullable=False, server_default=text("false")),
+    # The run RetryTaskScheduleRun re-ran (migration 0019). No foreign key (adding one rebuilds the table
+    # on SQLite): a pruned run leaves the id, which then names no run.
+    Column("retry_of", Uuid, nullable=True, index=True),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
     CheckConstraint(
         "state IN ('running', 'completed', 'interrupted', 'rolling', 'halted', 'cancelled', 'skipped')",
@@ -365,6 +376,20 @@ preflight_results = Table(
     Column("reason", Text, nullable=False),
     Column("checked_at", UTCDateTime, nullable=False),
     Column("recheck_at", UTCDateTime, nullable=False),
+)
+
+# Every ended attempt of a task with retries (migration 0019, docs/SAFETY.md): when it ran, how it ended,
+# and whether its failure was retryable. Goes with its task.
+task_attempt = Table(
+    "task_attempt",
+    metadata,
+    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("message", Text, nullable=False, server_default=""),
+    Column("retryable", Boolean, nullable=False, server_default=text("false")),
 )
 
 # Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).

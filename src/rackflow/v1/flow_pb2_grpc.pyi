@@ -99,6 +99,10 @@ class FlowStub:
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
     CancelTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CancelTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
+    RetryTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.RetryTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
+    """Re-run a finished or halted run's failed and not-started racks (all racks without only_failed) as
+    a new run, linked by retry_of, with the same rollout policy (docs/SAFETY.md).
+    """
     CreateNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CreateNotificationChannelRequest, _flow_pb2.NotificationChannel]
     """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md)."""
     GetNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetNotificationChannelRequest, _flow_pb2.NotificationChannel]
@@ -176,6 +180,10 @@ class FlowAsyncStub(FlowStub):
     """Rollouts (ScheduleConfig.rollout): one run, and continuing or ending a halted or rolling one."""
     ResumeTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.ResumeTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
     CancelTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.CancelTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
+    RetryTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.RetryTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
+    """Re-run a finished or halted run's failed and not-started racks (all racks without only_failed) as
+    a new run, linked by retry_of, with the same rollout policy (docs/SAFETY.md).
+    """
     CreateNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.CreateNotificationChannelRequest, _flow_pb2.NotificationChannel]  # type: ignore[assignment]
     """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md)."""
     GetNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetNotificationChannelRequest, _flow_pb2.NotificationChannel]  # type: ignore[assignment]
@@ -568,6 +576,16 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
         request: _flow_pb2.CancelTaskScheduleRunRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]: ...
+
+    @_abc_1.abstractmethod
+    def RetryTaskScheduleRun(
+        self,
+        request: _flow_pb2.RetryTaskScheduleRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]:
+        """Re-run a finished or halted run's failed and not-started racks (all racks without only_failed) as
+        a new run, linked by retry_of, with the same rollout policy (docs/SAFETY.md).
+        """
 
     @_abc_1.abstractmethod
     def CreateNotificationChannel(

@@ -16,13 +16,13 @@ from rackflow.api.convert.windows import window_policy_to
 from rackflow.domain.inventory import ComponentsFilter, TypesFilter
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Pause, Schedule, Scope, ScopeOutcome
-from rackflow.domain.tasks import QueueOptions, TaskStatus
+from rackflow.domain.tasks import QueueOptions, RetryPolicy, TaskStatus
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import Progress, RunReport
 from rackflow.schedules.service import PlannedFiring, PlannedScope
 from rackflow.timespec import ScheduleSpec, SpecType, format_go_duration
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.validation import bake_time, check_rollout
+from rackflow.validation import bake_time, check_rollout, retry_from
 
 _SPEC_TYPE_FROM_PB = {
     pb.SCHEDULE_SPEC_TYPE_INTERVAL: SpecType.INTERVAL,
@@ -88,6 +88,22 @@ def rollout_to(policy: RolloutPolicy | None) -> pb.RolloutPolicy | None:
     )
 
 
+def retry_policy_from(msg: pb.RetryPolicy, field: str = "schedule.retry") -> RetryPolicy:
+    """The policy, defaults applied and checked (`validation.retry_from`)."""
+    return retry_from(msg.max_attempts, msg.initial_backoff, msg.multiplier, msg.max_backoff, field)
+
+
+def retry_policy_to(policy: RetryPolicy | None) -> pb.RetryPolicy | None:
+    if policy is None:
+        return None
+    return pb.RetryPolicy(
+        max_attempts=policy.max_attempts,
+        initial_backoff=format_go_duration(policy.initial_backoff),
+        multiplier=policy.multiplier,
+        max_backoff=format_go_duration(policy.max_backoff),
+    )
+
+
 def spec_to(spec: ScheduleSpec) -> pb.ScheduleSpec:
     return pb.ScheduleSpec(type=_SPEC_TYPE_TO_PB[spec.type], spec=spec.spec, timezone=spec.timezone)
 
@@ -114,6 +130,7 @@ def schedule_to(schedule: Schedule) -> pb.TaskSchedule:
         **_pause_to(schedule.pause),
         window_policy=window_policy_to(schedule.window_policy),
         rollout=rollout_to(schedule.rollout),
+        retry=retry_policy_to(schedule.retry),
     )
 
 
@@ -195,6 +212,8 @@ def run_to(report: RunReport) -> pb.TaskScheduleRun:
         rollout=rollout_to(run.rollout),
         reason=run.reason,
         progress=progress_to(report.progress),
+        retry_of=uuid_to(run.retry_of),
+        retried_by=[pb.UUID(id=str(i)) for i in report.retried_by],
     )
 
 
