@@ -5,6 +5,7 @@ attempt; a waiting retry is held by "retry" until its back-off ends."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 import pytest
@@ -68,7 +69,7 @@ async def test_a_retryable_failure_is_retried_until_an_attempt_succeeds(db: Data
         (3, TaskStatus.COMPLETED, False),
     ]
     assert "simulated retryable failure" in attempts[0].message
-    for earlier, later in zip(attempts, attempts[1:], strict=False):
+    for earlier, later in itertools.pairwise(attempts):
         assert later.started_at is not None and earlier.started_at is not None
         # The next attempt started after the one before ended, and at least its back-off later.
         assert later.started_at >= earlier.finished_at + timedelta(milliseconds=10)
