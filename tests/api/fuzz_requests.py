@@ -40,6 +40,7 @@ SPEC_TEXT = (
 ZONES = ("", "UTC", "Europe/Paris", "America/New_York", "EST", "US/Eastern", "Local", "Mars/Olympus")
 MASK_PATHS = (
     "schedule.name", "schedule.overlap_policy", "schedule.spec", "schedule.spec.timezone", "schedule.rollout",
+    "schedule.retry",
     "schedule", "schedule.window_policy", "name", "schedule.enabled", "schedule.spec.type", "*", "",
 )
 # fmt: on
@@ -280,6 +281,20 @@ def schedule_configs(k: Known) -> Strategy[pb.ScheduleConfig]:
         overlap_policy=enums(list(pb.OverlapPolicy.values())),
         window_policy=enums(list(pb.WindowPolicy.values())),
         rollout=maybe(rollout_policies()),
+        retry=maybe(retry_policies()),
+    )
+
+
+def retry_policies() -> Strategy[pb.RetryPolicy]:
+    backoffs = usually(
+        st.sampled_from(("", "1s", "30s", "10m")), st.sampled_from(("0", "-1s", "48h")) | garbage_text()
+    )
+    return build(
+        pb.RetryPolicy,
+        max_attempts=int32s(3),
+        initial_backoff=backoffs,
+        multiplier=usually(st.sampled_from((0.0, 1.0, 2.0)), st.floats()),
+        max_backoff=backoffs,
     )
 
 
@@ -560,6 +575,9 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
         "GetTaskScheduleRun": build(pb.GetTaskScheduleRunRequest, id=ids()),
         "ResumeTaskScheduleRun": build(pb.ResumeTaskScheduleRunRequest, id=ids()),
         "CancelTaskScheduleRun": build(pb.CancelTaskScheduleRunRequest, id=ids()),
+        "RetryTaskScheduleRun": build(
+            pb.RetryTaskScheduleRunRequest, id=ids(), only_failed=maybe(st.booleans())
+        ),
         "ListAuditEvents": build(
             pb.ListAuditEventsRequest,
             since=maybe(timestamps()),
