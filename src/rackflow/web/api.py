@@ -397,6 +397,15 @@ class JsonApi:
                 path_fields=("id",),
             ),
             Endpoint(
+                post,
+                "/runs/{ref}:retry",
+                "RetryTaskScheduleRun",
+                api.retry_run,
+                "Re-run a finished or halted run's failed racks (all with only_failed false) as a new run",
+                body=True,
+                path_fields=("id",),
+            ),
+            Endpoint(
                 get,
                 "/runs/{ref}",
                 "GetTaskScheduleRun",
@@ -776,6 +785,9 @@ class JsonApi:
 
     async def cancel_run(self, call: Call) -> Message:
         return await self._run_action(call, "CancelTaskScheduleRun", pb.CancelTaskScheduleRunRequest())
+
+    async def retry_run(self, call: Call) -> Message:
+        return await self._run_action(call, "RetryTaskScheduleRun", pb.RetryTaskScheduleRunRequest())
 
     # --- tasks -----------------------------------------------------------------------------------
 
