@@ -566,6 +566,7 @@ class RackflowClient:
         overlap: str = "skip",
         window_policy: str = "skip",
         rollout: pb.RolloutPolicy | None = None,
+        retry: pb.RetryPolicy | None = None,
     ) -> pb.TaskSchedule:
         config = pb.ScheduleConfig(
             name=name,
@@ -573,6 +574,7 @@ class RackflowClient:
             overlap_policy=overlap_policy(overlap),
             window_policy=WINDOW_POLICIES[window_policy],
             rollout=rollout,
+            retry=retry,
         )
         request = pb.CreateTaskScheduleRequest(schedule=config, operation=operation.to_proto())
         return self._call(self._stub.CreateTaskSchedule, request, pb.TaskSchedule)
@@ -615,11 +617,17 @@ class RackflowClient:
         window_policy: str | None = None,
         rollout: pb.RolloutPolicy | None = None,
         remove_rollout: bool = False,
+        retry: pb.RetryPolicy | None = None,
+        remove_retry: bool = False,
     ) -> pb.TaskSchedule:
         """Change only what is given; `timezone` alone keeps the spec and changes its zone. `rollout`
-        replaces the rollout policy, `remove_rollout` removes it."""
+        replaces the rollout policy, `remove_rollout` removes it; `retry` and `remove_retry` likewise."""
         config = pb.ScheduleConfig()
         paths = []
+        if retry is not None:
+            config.retry.CopyFrom(retry)
+        if retry is not None or remove_retry:
+            paths.append("schedule.retry")
         if window_policy is not None:
             config.window_policy = WINDOW_POLICIES[window_policy]
             paths.append("schedule.window_policy")
@@ -641,7 +649,7 @@ class RackflowClient:
             paths.append("schedule.spec.timezone")
         if not paths:
             raise ValueError(
-                "nothing to update: give a name, spec, timezone, overlap, window or rollout policy"
+                "nothing to update: give a name, spec, timezone, overlap, window, rollout or retry policy"
             )
         request = pb.UpdateTaskScheduleRequest(
             id=self._schedule_ref(schedule), schedule=config, update_mask=FieldMask(paths=paths)
@@ -734,6 +742,12 @@ class RackflowClient:
     def cancel_run(self, run_id: str) -> pb.TaskScheduleRun:
         request = pb.CancelTaskScheduleRunRequest(id=pb.UUID(id=run_id))
         return self._call(self._stub.CancelTaskScheduleRun, request, pb.TaskScheduleRun)
+
+    def retry_run(self, run_id: str, *, only_failed: bool = True) -> pb.TaskScheduleRun:
+        """The new run re-running the run's failed and not-started racks (every rack without
+        `only_failed`)."""
+        request = pb.RetryTaskScheduleRunRequest(id=pb.UUID(id=run_id), only_failed=only_failed)
+        return self._call(self._stub.RetryTaskScheduleRun, request, pb.TaskScheduleRun)
 
     # --- maintenance windows -----------------------------------------------------------------------
 

@@ -37,6 +37,9 @@ from rackflow.cli.rollouts import (
     policy_from,
     policy_text,
     progress_text,
+    retry_options,
+    retry_policy_from,
+    retry_text,
     rollout_options,
     task_messages,
 )
@@ -157,6 +160,7 @@ def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
             ("next", schedule_time_text(s.next_run_at, s.spec.timezone, now) if s.enabled else "-"),
             ("last", schedule_time_text(s.last_run_at, s.spec.timezone, now)),
             ("rollout", policy_text(s.rollout) if s.HasField("rollout") else "-"),
+            ("retries", retry_text(s.retry) if s.HasField("retry") else "-"),
             ("description", s.description or "-"),
             ("created", utc_text(when(s.created_at))),
             ("updated", utc_text(when(s.updated_at))),
@@ -207,6 +211,7 @@ _window_help = "A rack maintenance windows close at a firing: skip it, or defer 
 )
 @click.option("--description", default="", help="Free text kept with the schedule's tasks.")
 @rollout_options(removable=False)
+@retry_options(removable=False)
 @click.pass_context
 def create(
     ctx: click.Context,
@@ -222,11 +227,13 @@ def create(
     queue_timeout: int | None,
     description: str,
     rollout: dict[str, Any] | None,
+    retry: dict[str, Any] | None,
 ) -> None:
     """Create a schedule; its targets become the schedule's scope.
 
     With any rollout flag, each firing rolls out: in waves within the caps, canaries first, halting
-    when too many racks failed (docs/ROLLOUTS.md).
+    when too many racks failed (docs/ROLLOUTS.md). With --retries, a task whose failure the backend
+    calls retryable is tried again after a back-off (docs/SAFETY.md).
 
     \b
     Example:
@@ -235,6 +242,8 @@ def create(
       rackflow schedule create daily-ingest --interval 24h --op ingest --domain nvl-a
       rackflow schedule create fw-2-1 --at 2026-06-01T04:00:00Z --op upgrade-firmware --version 2.1 \\
           --domain nvl-a --domain nvl-b --max-per-domain 1 --canary 2 --bake 15m --halt-after 2
+      rackflow schedule create nightly-on --cron "0 6 * * *" --op power-on --domain nvl-a \\
+          --retries 3 --retry-backoff 1m
     """
     run = valid(
         Operation(
@@ -242,10 +251,11 @@ def create(
         )
     )
     policy = policy_from(rollout) if rollout is not None else None
+    retry_policy = retry_policy_from(retry) if retry is not None else None
     _show(
         ctx,
         lambda session: session.client.create_schedule(
-            name, spec, run, overlap=overlap, window_policy=window_policy, rollout=policy
+            name, spec, run, overlap=overlap, window_policy=window_policy, rollout=policy, retry=retry_policy
         ),
     )
 
@@ -320,6 +330,7 @@ def list_schedules(
     "--window-policy", type=click.Choice(["skip", "defer"]), default=None, help="A new window policy."
 )
 @rollout_options(removable=True)
+@retry_options(removable=True)
 @click.pass_context
 def update(
     ctx: click.Context,
@@ -331,19 +342,25 @@ def update(
     window_policy: str | None,
     rollout: dict[str, Any] | None,
     no_rollout: bool,
+    retry: dict[str, Any] | None,
+    no_retries: bool,
 ) -> None:
-    """Change a schedule's name, timing, overlap or rollout policy (its operation and scope stay).
+    """Change a schedule's name, timing, overlap, rollout or retry policy (its operation and scope stay).
 
     --tz alone changes only the zone of the current spec. Rollout flags change only what they name in
-    the current rollout policy (or start one); --no-rollout removes it.
+    the current rollout policy (or start one); --no-rollout removes it. Retry flags and --no-retries
+    do the same for the retry policy.
 
     \b
     Example:
       rackflow schedule update nightly-reset --cron "30 3 * * *" --tz Europe/Berlin
       rackflow schedule update fw-2-1 --halt-after 10% --no-pause-on-halt
+      rackflow schedule update nightly-on --retries 5
     """
     if no_rollout and rollout is not None:
         raise click.UsageError("--no-rollout removes the rollout policy: give no other rollout flag with it")
+    if no_retries and retry is not None:
+        raise click.UsageError("--no-retries removes the retry policy: give no other retry flag with it")
     if (
         name is None
         and spec is None
@@ -352,17 +369,22 @@ def update(
         and window_policy is None
         and rollout is None
         and not no_rollout
+        and retry is None
+        and not no_retries
     ):
         raise click.UsageError(
             "nothing to change: give --name, --interval/--cron/--at, --tz, --overlap, --window-policy, "
-            "a rollout flag or --no-rollout"
+            "a rollout flag, --no-rollout, a retry flag or --no-retries"
         )
 
     def call(session: Session) -> pb.TaskSchedule:
-        policy = None
-        if rollout is not None:
+        policy = retry_policy = None
+        if rollout is not None or retry is not None:
             current = session.client.get_schedule(schedule_ref)
-            policy = policy_from(rollout, current.rollout if current.HasField("rollout") else None)
+            if rollout is not None:
+                policy = policy_from(rollout, current.rollout if current.HasField("rollout") else None)
+            if retry is not None:
+                retry_policy = retry_policy_from(retry, current.retry if current.HasField("retry") else None)
         return session.client.update_schedule(
             schedule_ref,
             name=name,
@@ -372,6 +394,8 @@ def update(
             window_policy=window_policy,
             rollout=policy,
             remove_rollout=no_rollout,
+            retry=retry_policy,
+            remove_retry=no_retries,
         )
 
     _show(ctx, call)
