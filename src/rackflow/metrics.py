@@ -66,6 +66,10 @@ KEYED_READ_CALLERS = Counter(
     "rackflow_keyed_read_callers_total", "GetTaskSchedule reads answered by the keyed reads' rounds."
 )
 TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
+TASK_RETRIES = Counter(
+    "rackflow_task_retries_total",
+    "Task attempts that failed retryably and were sent back for another attempt (docs/SAFETY.md).",
+)
 AUDIT_WRITE_FAILURES = Counter(
     "rackflow_audit_write_failures_total",
     "Audit events that could not be written (the action's result stands).",

@@ -58,6 +58,7 @@ from rackflow.config import (
 )
 from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import ComponentChange, Ending, OperationKind, Task, TaskAttempt, TaskStatus
+from rackflow.metrics import TASK_RETRIES
 from rackflow.notify import events
 from rackflow.retry import Retry, retrying
 from rackflow.store import instances, outbox, task_runs
@@ -168,6 +169,7 @@ class Executor:
         )
         self._claimed: list[_Run] = []  # by the round being written; started once it commits
         self._ended: Mapping[TaskStatus, int] = {}  # by the round being written; counted once it commits
+        self._retried = 0  # attempts the round being written sent back for another; counted so too
         self._stopping = False
         self._next_sweep = 0.0
         self._next_hold_check = 0.0
@@ -242,6 +244,8 @@ class Executor:
         successor takes those over)."""
         ended, self._ended = self._ended, {}
         count_ended(ended)
+        retried, self._retried = self._retried, 0
+        TASK_RETRIES.inc(retried)
         claimed, self._claimed = self._claimed, []
         for run in claimed if not self._stopping else ():
             if run.attempt > 1:
@@ -379,6 +383,7 @@ class Executor:
         endings = [entry.ending for entry in entries if entry.ending is not None]
         let_go = await self.manager.let_go_in(conn, self.instance_id, endings) if endings else None
         self._ended = let_go.ended if let_go else {}
+        self._retried = len(let_go.retried) if let_go else 0
         messages = {e.task_id: e.message for e in entries if e.task_id is not None and e.message is not None}
         now = self.clock.now()
         await outbox.record_events(conn, events.tasks_failed(endings, let_go.finished if let_go else (), now))
