@@ -1,6 +1,7 @@
 """Retries in a real headless Chromium against a real `rackflow serve`, on SQLite and PostgreSQL: a task
 whose steps fail retryably shows each attempt on its page; the run page's "Retry failed racks" re-runs
-the failed rack as a new run, and the two runs link to each other."""
+the failed rack as a new run, and the two runs link to each other; the schedule form sets a retry policy
+(a bad value named beside its field) and the schedule's page shows it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from rackflow.v1 import flow_pb2 as pb
 from tests.browser.page import by_testid, text, visible, wait
-from tests.browser.test_dashboard import confirm, open_page
+from tests.browser.test_dashboard import confirm, h1, open_page
+from tests.browser.test_forms import add_rack, field
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, schedule_request, wait_until
 
@@ -87,3 +89,22 @@ def test_a_task_shows_each_attempt_and_the_run_retries_its_failed_rack(
     assert racks == ["rt-2"]
     visible(driver, "run-retry-of").click()
     wait(driver, lambda d: run_id in d.current_url, "back on the run that was retried")
+
+
+def test_a_retry_policy_is_set_in_the_form_named_when_bad_and_shown_on_the_schedule(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    open_page(driver, server, "/schedules/fw-retry", "fw-retry")
+    assert text(driver, "schedule-retry") == "2 attempts, back-off 1s x2 up to 1s"
+    open_page(driver, server, "/schedules/new", "New schedule")
+    field(driver, "form-name", "retried-here")
+    add_rack(driver, "rt-1")
+    visible(driver, "form-retry-on").click()
+    field(driver, "form-retry-max_attempts", "20")
+    error = wait(driver, lambda d: text(d, "error-schedule.retry.max_attempts"), "the preview's error")
+    assert "must be 2..10, got 20" in error
+    field(driver, "form-retry-max_attempts", "4")
+    field(driver, "form-retry-initial_backoff", "2m")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: h1(d) == "retried-here", "the new schedule's page")
+    assert text(driver, "schedule-retry") == "4 attempts, back-off 2m x2 up to 10m"
