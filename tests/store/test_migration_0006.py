@@ -114,10 +114,15 @@ async def _write_as_0005(db: Database) -> None:
 
 # Columns that revisions after 0006 add: the rows are compared over the columns they had at 0005.
 LATER_COLUMNS = {
-    "task_schedule": ("pause_reason", "paused_by", "paused_at", "resume_at", "window_policy", "rollout"),
-    "tasks": ("not_before", "ignore_windows", "not_after", "held_by", "held_reason", "held_since"),
-    "task_schedule_run": ("rollout", "reason", "failures_excused", "resumed"),
-}
+    "task_schedule": (
+        "pause_reason", "paused_by", "paused_at", "resume_at", "window_policy", "rollout", "retry",
+    ),
+    "tasks": (
+        "not_before", "ignore_windows", "not_after", "held_by", "held_reason", "held_since",
+        "retry", "attempt", "attempt_started_at",
+    ),
+    "task_schedule_run": ("rollout", "reason", "failures_excused", "resumed", "retry_of"),
+}  # fmt: skip
 
 
 # Tables that revisions after 0006 create (empty after the upgrade).
@@ -132,6 +137,7 @@ LATER_TABLES = (
     "preflight_checks",
     "preflight_tasks",
     "preflight_results",
+    "task_attempt",
 )
 
 

@@ -105,8 +105,8 @@ def test_a_retryable_failure_with_attempts_left_is_tried_again_after_its_backoff
 
 @pytest.mark.parametrize(
     ("attempt", "retryable", "retry"),
-    [(4, True, POLICY), (1, False, POLICY), (1, True, None)],
-    ids=["last attempt", "a refusal", "no policy"],
+    [(1, False, POLICY), (1, True, None)],
+    ids=["a refusal", "no policy"],
 )
 def test_otherwise_the_task_ends(attempt: int, retryable: bool, retry: RetryPolicy | None) -> None:
     ending = _ending(task(attempt, retry), ((TaskStatus.FAILED, "no"), retryable), NOW)
@@ -202,3 +202,9 @@ def test_bad_simulator_settings_name_the_variable(env: dict[str, str], message: 
     with pytest.raises(InvalidArgument) as caught:
         SimulatorConfig.from_env(env)
     assert str(caught.value).startswith(message)
+
+
+def test_a_failed_last_attempt_says_which_it_was() -> None:
+    ending = _ending(task(attempt=4), ((TaskStatus.FAILED, "timed out"), True), NOW)
+    assert ending.outcome == (TaskStatus.FAILED, "attempt 4 of 4: timed out")
+    assert ending.attempt is not None and ending.attempt.message == "timed out"

@@ -399,7 +399,8 @@ class Executor:
 def _ending(task: Task, executed: tuple[Outcome, bool] | None, now: datetime) -> Ending:
     """What the executor reports for a run that ended at `now`: its outcome (None: the task stopped being
     ours); for a task with retries, the attempt's record, and when a retryable failure with attempts left
-    is tried again (its outcome's message then says so, and becomes the task's held reason)."""
+    is tried again (its outcome's message then says so, and becomes the task's held reason). A failed
+    last attempt that was not the first says which it was."""
     if executed is None:
         return Ending(task.id, task.rack_id, None)
     (status, message), retryable = executed
@@ -411,6 +412,8 @@ def _ending(task: Task, executed: tuple[Outcome, bool] | None, now: datetime) ->
         return Ending(
             task.id, task.rack_id, (status, task.retry_reason(retry_at, message)), retry_at, attempt
         )
+    if status is TaskStatus.FAILED and task.attempt > 1:
+        message = f"attempt {task.attempt} of {task.max_attempts}: {message}"
     return Ending(task.id, task.rack_id, (status, message), attempt=attempt)
 
 
