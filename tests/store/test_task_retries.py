@@ -1,7 +1,8 @@
 """Retries on both databases, through the real executor: a retryable failure (as the backend classes it)
 is tried again after its back-off, as the same task, until an attempt succeeds or the last one fails; a
 refusal is never retried; every ended attempt is recorded; "task failed" is notified only for the last
-attempt; a waiting retry is held by "retry" until its back-off ends."""
+attempt; a waiting retry is held by "retry" until its back-off ends; pre-flight checks are asked again for
+each attempt."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from datetime import timedelta
 
 import pytest
 
-from rackflow.clock import SystemClock
+from rackflow.checks.service import CheckInput
+from rackflow.domain.checks import WebhookSettings
 from rackflow.domain.inventory import Rack, RackSelection
 from rackflow.domain.notifications import EventType
 from rackflow.domain.tasks import (
@@ -22,15 +24,16 @@ from rackflow.domain.tasks import (
     Task,
     TaskStatus,
 )
+from rackflow.services import Services
 from rackflow.store import outbox
 from rackflow.store.db import Database
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from rackflow.tasks.manager import Submission, TaskManager
-from tests.store.test_executor import eventually, executing, finished, get, make_rack
+from tests.checks_support import Answer, checking, receiving
+from tests.store.test_executor import CLOCK, eventually, executing, finished, get, make_rack
 
 pytestmark = pytest.mark.asyncio
 
-CLOCK = SystemClock()
 QUICK = RetryPolicy(3, timedelta(milliseconds=10), 2.0, timedelta(milliseconds=40))
 POWER_ON = Operation(OperationKind.POWER_ON)
 
@@ -132,3 +135,20 @@ async def test_the_next_attempt_waits_out_its_backoff_held_by_retry(db: Database
     assert "attempt 1 failed: " in (waiting.held_reason or "")
     assert waiting.attempt_started_at is None and waiting.started_at is not None
     assert await failed_events(db, task) == 0
+
+
+async def test_pre_flight_checks_run_again_for_every_attempt(db: Database) -> None:
+    """A check whose answer stays fresh for a minute is still asked once per attempt: the round that let
+    an attempt start never starts the next one."""
+    rack = await make_rack(db, computes=1)
+    with receiving(Answer({"ok": True})) as hook:
+        services = Services.build(db, CLOCK)
+        await services.checks.create(
+            CheckInput(name="ready", settings=WebhookSettings(hook.url, "", "2s"), interval="1m")
+        )
+        task = await submit(db, rack, QUICK)
+        async with checking(db, backend=backend(transient_external_ids={"gpu-0": None})):
+            done = await finished(db, task)
+        payloads = hook.payloads()
+    assert (done.status, done.attempt) == (TaskStatus.FAILED, 3)
+    assert [p["attempt"] for p in payloads] == [1, 2, 3]  # one round of checks per attempt
