@@ -569,6 +569,7 @@ class RackflowClient:
         approval: pb.ApprovalPolicy | None = None,
         start_deadline: str = "",
         pause_after_failed_runs: int = 0,
+        retry: pb.RetryPolicy | None = None,
     ) -> pb.TaskSchedule:
         """`start_deadline` (a Go duration; "" the server's default, "0s" none) and
         `pause_after_failed_runs` (0: never): docs/SAFETY.md."""
@@ -581,6 +582,7 @@ class RackflowClient:
             approval=approval,
             start_deadline=start_deadline,
             pause_after_failed_runs=pause_after_failed_runs,
+            retry=retry,
         )
         request = pb.CreateTaskScheduleRequest(schedule=config, operation=operation.to_proto())
         return self._call(self._stub.CreateTaskSchedule, request, pb.TaskSchedule)
@@ -627,10 +629,12 @@ class RackflowClient:
         remove_approval: bool = False,
         start_deadline: str | None = None,
         pause_after_failed_runs: int | None = None,
+        retry: pb.RetryPolicy | None = None,
+        remove_retry: bool = False,
     ) -> pb.TaskSchedule:
         """Change only what is given; `timezone` alone keeps the spec and changes its zone. `rollout`
         replaces the rollout policy, `remove_rollout` removes it; `approval` and `remove_approval` alike.
-        `start_deadline` "" goes back to the server's default."""
+        `start_deadline` "" goes back to the server's default; `retry` and `remove_retry` like rollout."""
         config = pb.ScheduleConfig()
         paths = []
         if approval is not None:
@@ -643,6 +647,10 @@ class RackflowClient:
         if pause_after_failed_runs is not None:
             config.pause_after_failed_runs = pause_after_failed_runs
             paths.append("schedule.pause_after_failed_runs")
+        if retry is not None:
+            config.retry.CopyFrom(retry)
+        if retry is not None or remove_retry:
+            paths.append("schedule.retry")
         if window_policy is not None:
             config.window_policy = WINDOW_POLICIES[window_policy]
             paths.append("schedule.window_policy")
@@ -664,8 +672,8 @@ class RackflowClient:
             paths.append("schedule.spec.timezone")
         if not paths:
             raise ValueError(
-                "nothing to update: give a name, spec, timezone, overlap, window, rollout or approval "
-                "policy, start deadline or pause after failed runs"
+                "nothing to update: give a name, spec, timezone, overlap, window, rollout, approval or "
+                "retry policy, start deadline or pause after failed runs"
             )
         request = pb.UpdateTaskScheduleRequest(
             id=self._schedule_ref(schedule), schedule=config, update_mask=FieldMask(paths=paths)
@@ -776,6 +784,12 @@ class RackflowClient:
     def reject_run(self, run_id: str, comment: str) -> pb.TaskScheduleRun:
         request = pb.RejectTaskScheduleRunRequest(id=pb.UUID(id=run_id), comment=comment)
         return self._call(self._stub.RejectTaskScheduleRun, request, pb.TaskScheduleRun)
+
+    def retry_run(self, run_id: str, *, only_failed: bool = True) -> pb.TaskScheduleRun:
+        """The new run re-running the run's failed and not-started racks (every rack without
+        `only_failed`)."""
+        request = pb.RetryTaskScheduleRunRequest(id=pb.UUID(id=run_id), only_failed=only_failed)
+        return self._call(self._stub.RetryTaskScheduleRun, request, pb.TaskScheduleRun)
 
     # --- maintenance windows -----------------------------------------------------------------------
 

@@ -256,6 +256,14 @@ class ServeConfig:
 ROLLOUT_STEP_INTERVAL = timedelta(seconds=1)
 ROLLOUT_STEP_BATCH = 20
 
+# Retries (RetryPolicy, docs/SAFETY.md): what an unset field of the API's policy means, and the limits.
+DEFAULT_RETRY_INITIAL_BACKOFF = timedelta(seconds=30)
+DEFAULT_RETRY_MULTIPLIER = 2.0
+DEFAULT_RETRY_MAX_BACKOFF = timedelta(minutes=10)
+MAX_RETRY_ATTEMPTS = 10
+MAX_RETRY_MULTIPLIER = 10.0
+MAX_RETRY_BACKOFF = timedelta(hours=24)
+
 # Operation budgets (rackflow.budgets): a task a full budget holds back is claimed again after this long,
 # or at once when a budget is raised or deleted (docs/ROLLOUTS.md, "Budgets").
 BUDGET_RETRY_DELAY = timedelta(seconds=2)

@@ -79,6 +79,10 @@ SCHEDULES_PAUSED_AFTER_FAILURES = Counter(
     "Schedules rackflow paused after pause_after_failed_runs consecutive runs with a failed rack.",
 )
 TASKS_FINISHED = Counter("rackflow_tasks_finished_total", "Tasks that reached a final status.", ["status"])
+TASK_RETRIES = Counter(
+    "rackflow_task_retries_total",
+    "Task attempts that failed retryably and were sent back for another attempt (docs/SAFETY.md).",
+)
 AUDIT_WRITE_FAILURES = Counter(
     "rackflow_audit_write_failures_total",
     "Audit events that could not be written (the action's result stands).",

@@ -21,10 +21,19 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 from urllib.parse import SplitResult, urlsplit
 
-from rackflow.config import MIN_START_DEADLINE, parse_interval
+from rackflow.config import (
+    DEFAULT_RETRY_INITIAL_BACKOFF,
+    DEFAULT_RETRY_MAX_BACKOFF,
+    DEFAULT_RETRY_MULTIPLIER,
+    MAX_RETRY_ATTEMPTS,
+    MAX_RETRY_BACKOFF,
+    MAX_RETRY_MULTIPLIER,
+    MIN_START_DEADLINE,
+    parse_interval,
+)
 from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.tasks import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions
+from rackflow.domain.tasks import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions, RetryPolicy
 from rackflow.errors import InvalidArgument
 from rackflow.timespec import format_go_duration, parse_go_duration
 
@@ -212,6 +221,60 @@ def approval_policy(
         where = field_path(field, "min_approvers")
         raise InvalidArgument(f"{where}: must be 1..{MAX_APPROVERS} (0 means 1), got {min_approvers}")
     return ApprovalPolicy(waits, min_approvers or 1)
+
+
+def retry_from(
+    max_attempts: int,
+    initial_backoff: str,
+    multiplier: float,
+    max_backoff: str,
+    field: str = "schedule.retry",
+) -> RetryPolicy:
+    """A retry policy as the API and the CLI give it (Go durations; "" and 0 take config.py's defaults),
+    checked."""
+    policy = RetryPolicy(
+        max_attempts=max_attempts,
+        initial_backoff=(
+            parse_interval(initial_backoff, field_path(field, "initial_backoff"))
+            if initial_backoff
+            else DEFAULT_RETRY_INITIAL_BACKOFF
+        ),
+        multiplier=multiplier or DEFAULT_RETRY_MULTIPLIER,
+        max_backoff=(
+            parse_interval(max_backoff, field_path(field, "max_backoff"))
+            if max_backoff
+            else DEFAULT_RETRY_MAX_BACKOFF
+        ),
+    )
+    return check_retry(policy, field)
+
+
+def check_retry(policy: RetryPolicy, field: str = "schedule.retry") -> RetryPolicy:
+    """2..MAX_RETRY_ATTEMPTS attempts (one attempt is no policy at all), back-offs positive with the
+    initial one at most the maximum and the maximum at most MAX_RETRY_BACKOFF, a multiplier of
+    1..MAX_RETRY_MULTIPLIER."""
+    if not 2 <= policy.max_attempts <= MAX_RETRY_ATTEMPTS:
+        raise InvalidArgument(
+            f"{field_path(field, 'max_attempts')}: must be 2..{MAX_RETRY_ATTEMPTS}, got {policy.max_attempts}"
+        )
+    if not 1 <= policy.multiplier <= MAX_RETRY_MULTIPLIER:
+        raise InvalidArgument(
+            f"{field_path(field, 'multiplier')}: must be 1..{MAX_RETRY_MULTIPLIER:g}, "
+            f"got {policy.multiplier:g}"
+        )
+    for name in ("initial_backoff", "max_backoff"):
+        value: timedelta = getattr(policy, name)
+        if not timedelta(0) < value <= MAX_RETRY_BACKOFF:
+            raise InvalidArgument(
+                f"{field_path(field, name)}: must be positive and at most "
+                f"{format_go_duration(MAX_RETRY_BACKOFF)}, got {format_go_duration(value)}"
+            )
+    if policy.initial_backoff > policy.max_backoff:
+        raise InvalidArgument(
+            f"{field_path(field, 'initial_backoff')}: {format_go_duration(policy.initial_backoff)} is "
+            f"longer than max_backoff {format_go_duration(policy.max_backoff)}"
+        )
+    return policy
 
 
 _E = TypeVar("_E", bound=enum.StrEnum)

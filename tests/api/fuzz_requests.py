@@ -40,6 +40,7 @@ SPEC_TEXT = (
 ZONES = ("", "UTC", "Europe/Paris", "America/New_York", "EST", "US/Eastern", "Local", "Mars/Olympus")
 MASK_PATHS = (
     "schedule.name", "schedule.overlap_policy", "schedule.spec", "schedule.spec.timezone", "schedule.rollout",
+    "schedule.retry",
     "schedule", "schedule.window_policy", "name", "schedule.enabled", "schedule.spec.type", "*", "",
 )
 # fmt: on
@@ -281,6 +282,7 @@ def schedule_configs(k: Known) -> Strategy[pb.ScheduleConfig]:
         window_policy=enums(list(pb.WindowPolicy.values())),
         rollout=maybe(rollout_policies()),
         approval=maybe(approval_policies()),
+        retry=maybe(retry_policies()),
     )
 
 
@@ -290,6 +292,19 @@ def approval_policies() -> Strategy[pb.ApprovalPolicy]:
         required=st.booleans(),
         timeout=st.sampled_from(("", "4h", "0s", "-1h", "800h", "later")) | garbage_text(),
         min_approvers=int32s(3),
+    )
+
+
+def retry_policies() -> Strategy[pb.RetryPolicy]:
+    backoffs = usually(
+        st.sampled_from(("", "1s", "30s", "10m")), st.sampled_from(("0", "-1s", "48h")) | garbage_text()
+    )
+    return build(
+        pb.RetryPolicy,
+        max_attempts=int32s(3),
+        initial_backoff=backoffs,
+        multiplier=usually(st.sampled_from((0.0, 1.0, 2.0)), st.floats()),
+        max_backoff=backoffs,
     )
 
 
@@ -575,6 +590,9 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
         ),
         "RejectTaskScheduleRun": build(
             pb.RejectTaskScheduleRunRequest, id=ids(), comment=texts(plain=("", "no"))
+        ),
+        "RetryTaskScheduleRun": build(
+            pb.RetryTaskScheduleRunRequest, id=ids(), only_failed=maybe(st.booleans())
         ),
         "ListAuditEvents": build(
             pb.ListAuditEventsRequest,

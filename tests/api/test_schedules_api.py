@@ -940,3 +940,106 @@ async def test_a_bad_draft_names_the_field(
         await stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(**request_fields))
     assert info.value.code() == code, info.value.details()
     assert (info.value.details() or "").startswith(f"{field}: "), info.value.details()
+
+
+# --- retries (docs/SAFETY.md) ---------------------------------------------------------------------
+
+
+def retry_request(name: str, policy: pb.RetryPolicy, *racks: str) -> pb.CreateTaskScheduleRequest:
+    schedule = config(name)
+    schedule.retry.CopyFrom(policy)
+    return pb.CreateTaskScheduleRequest(schedule=schedule, operation=power_off(*(racks or ("r1",))))
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [
+        (pb.RetryPolicy(), "schedule.retry.max_attempts: must be 2..10, got 0"),
+        (pb.RetryPolicy(max_attempts=11), "schedule.retry.max_attempts: must be 2..10, got 11"),
+        (pb.RetryPolicy(max_attempts=3, initial_backoff="soon"), "schedule.retry.initial_backoff"),
+        (pb.RetryPolicy(max_attempts=3, max_backoff="0s"), "schedule.retry.max_backoff"),
+        (pb.RetryPolicy(max_attempts=3, multiplier=0.5), "schedule.retry.multiplier: must be 1..10"),
+        (
+            pb.RetryPolicy(max_attempts=3, initial_backoff="1h", max_backoff="1m"),
+            "schedule.retry.initial_backoff",
+        ),
+    ],
+)
+async def test_a_bad_retry_policy_is_invalid_argument_naming_the_field_and_writes_nothing(
+    stub: FlowStub, services: Services, racks: list[Rack], policy: pb.RetryPolicy, field: str
+) -> None:
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT, field, stub.CreateTaskSchedule(retry_request("fw", policy))
+    )
+    schedule = await create(stub, "plain", "r1")
+    update = pb.UpdateTaskScheduleRequest(
+        id=schedule.id,
+        schedule=pb.ScheduleConfig(retry=policy),
+        update_mask=FieldMask(paths=["schedule.retry"]),
+    )
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, field, stub.UpdateTaskSchedule(update))
+    assert not (await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))).HasField("retry")
+    assert (await table_counts(services.db))["task_schedule"] == before["task_schedule"] + 1
+
+
+async def test_a_retry_policy_round_trips_with_its_defaults_and_tasks_show_their_attempt(
+    stub: FlowStub, racks: list[Rack]
+) -> None:
+    schedule = await stub.CreateTaskSchedule(retry_request("fw", pb.RetryPolicy(max_attempts=4)))
+    assert schedule.retry == pb.RetryPolicy(
+        max_attempts=4, initial_backoff="30s", multiplier=2.0, max_backoff="10m"
+    )
+    (task_id,) = (await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))).task_ids
+    (task,) = (await stub.GetTasksByIDs(pb.GetTasksByIDsRequest(task_ids=[task_id]))).tasks
+    assert (task.attempt, task.max_attempts, list(task.attempts)) == (1, 4, [])
+    removed = await stub.UpdateTaskSchedule(
+        pb.UpdateTaskScheduleRequest(id=schedule.id, update_mask=FieldMask(paths=["schedule.retry"]))
+    )
+    assert not removed.HasField("retry")
+
+
+async def test_retry_run_refuses_bad_and_unknown_ids_and_runs_that_are_not_over(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    call = stub.RetryTaskScheduleRun
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "id", call(pb.RetryTaskScheduleRunRequest()))
+    bad = pb.RetryTaskScheduleRunRequest(id=pb.UUID(id="not-a-uuid"))
+    await expect(grpc.StatusCode.INVALID_ARGUMENT, "id", call(bad))
+    unknown = "00000000-0000-0000-0000-000000000003"
+    await expect(
+        grpc.StatusCode.NOT_FOUND,
+        f"id: no task schedule run {unknown}",
+        call(pb.RetryTaskScheduleRunRequest(id=pb.UUID(id=unknown))),
+    )
+    schedule = await stub.CreateTaskSchedule(
+        rollout_request("fw", pb.RolloutPolicy(max_concurrent_racks=1), "r1", "r2")
+    )
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    (run,) = (await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))).runs
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"id: run {run.id.id} is rolling; only a finished or halted run can be retried",
+        call(pb.RetryTaskScheduleRunRequest(id=run.id)),
+    )
+    assert await table_counts(services.db) == before
+
+
+async def test_retry_run_re_runs_the_failed_racks_as_a_linked_run(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    schedule = await create(stub, "plain", "r1", "r2")
+    task_ids = (await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))).task_ids
+    (run,) = (await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))).runs
+    async with services.db.transaction() as conn:
+        ids = [uuid.UUID(t.id) for t in task_ids]
+        await task_store.set_status(conn, ids[:1], TaskStatus.FAILED, now=datetime.now(UTC))
+        await task_store.set_status(conn, ids[1:], TaskStatus.COMPLETED, now=datetime.now(UTC))
+    again = await stub.RetryTaskScheduleRun(pb.RetryTaskScheduleRunRequest(id=run.id))
+    assert again.retry_of == run.id and again.trigger == "manual"
+    assert [o.rack_id for o in again.outcomes] == [
+        o.rack_id for o in run.outcomes if o.task_id == task_ids[0]
+    ]
+    old = await stub.GetTaskScheduleRun(pb.GetTaskScheduleRunRequest(id=run.id))
+    assert list(old.retried_by) == [again.id]

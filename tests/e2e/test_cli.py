@@ -23,12 +23,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_cli")]  # one work
 FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 CLI_TIMEOUT_S = 60
 FAILING = "cli-fail-c0"
+FLAKY = "cli-flaky-c0"
 
 
 @pytest.fixture(scope="module")
 def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # A component with this external id fails every step (the FAILED count of `schedule runs`).
-    proc = start_server(served_db_url, tmp_path_factory.mktemp("cli"), env={"RACKFLOW_SIM_FAIL_IDS": FAILING})
+    # A component with this external id fails every step (the FAILED count of `schedule runs`); FLAKY's
+    # steps all fail retryably.
+    env = {"RACKFLOW_SIM_FAIL_IDS": FAILING, "RACKFLOW_SIM_TRANSIENT_IDS": FLAKY}
+    proc = start_server(served_db_url, tmp_path_factory.mktemp("cli"), env=env)
     yield proc
     assert proc.stop() == 0, proc.output
 
@@ -285,6 +288,31 @@ def test_a_rack_whose_task_fails_counts_as_failed_and_run_show_names_it(server: 
     assert shown[header].split()[:4] == ["RACK", "OUTCOME", "TASK", "STATUS"]
     assert shown[header + 1].split()[:4] == ["cli-fail", "submitted", task_id, "FAILED"]
     assert f"simulated failure: '{FAILING}'" in shown[header + 1]  # the task's message is its error
+
+
+def test_retries_and_a_run_retried_from_the_command_line(server: ServerProcess) -> None:
+    """A schedule with --retries: its task's retryable failures are retried to the last attempt, which
+    `task show` lists; `run retry` re-runs the failed rack as a new run linked to the old."""
+    rackflow(server, "rack", "create", "cli-flaky", "--component", f"COMPUTE:c0:{FLAKY}")
+    created = rackflow_json(
+        server, "schedule", "create", "flaky", "--interval", "24h", "--op", "power-on", "--rack", "cli-flaky",
+        "--retries", "2", "--retry-backoff", "100ms", "--retry-max-backoff", "100ms",
+    )  # fmt: skip
+    assert created["retry"] == {
+        "max_attempts": 2, "initial_backoff": "100ms", "multiplier": 2.0, "max_backoff": "100ms",
+    }  # fmt: skip
+    (task_id,) = (t["id"] for t in rackflow_json(server, "schedule", "trigger", "flaky")["task_ids"])
+    rackflow(server, "task", "watch", task_id, "--interval", "1", expect=1)  # it failed
+    shown = rackflow(server, "task", "show", task_id).stdout
+    assert "2 of 2" in shown and "FAILED (retryable): power_on failed on c0 (1/1)" in shown
+    (task,) = rackflow_json(server, "task", "show", task_id)["tasks"]
+    assert [a["attempt"] for a in task["attempts"]] == [1, 2]
+    (run,) = rackflow_json(server, "schedule", "runs", "flaky")["runs"]
+    again = rackflow_json(server, "run", "retry", run["id"]["id"])
+    assert again["retry_of"] == run["id"] and len(again["outcomes"]) == 1
+    assert again["id"]["id"] in rackflow(server, "run", "show", run["id"]["id"]).stdout  # retried by
+    refused = rackflow(server, "run", "retry", "00000000-0000-0000-0000-000000000009", expect=1)
+    assert "NOT_FOUND" in refused.stderr and "no task schedule run" in refused.stderr
 
 
 def test_an_operation_budget_from_the_command_line(server: ServerProcess) -> None:

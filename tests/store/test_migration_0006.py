@@ -126,8 +126,19 @@ LATER_COLUMNS = {
         "start_deadline_us",
         "pause_after_failed_runs",
         "failures_counted_until",
+        "retry",
     ),
-    "tasks": ("not_before", "ignore_windows", "not_after", "held_by", "held_reason", "held_since"),
+    "tasks": (
+        "not_before",
+        "ignore_windows",
+        "not_after",
+        "held_by",
+        "held_reason",
+        "held_since",
+        "retry",
+        "attempt",
+        "attempt_started_at",
+    ),
     "task_schedule_run": (
         "rollout",
         "reason",
@@ -136,6 +147,7 @@ LATER_COLUMNS = {
         "approval",
         "approval_expires_at",
         "late_by_us",
+        "retry_of",
     ),
 }
 
@@ -152,6 +164,7 @@ LATER_TABLES = (
     "preflight_checks",
     "preflight_tasks",
     "preflight_results",
+    "task_attempt",
 )
 
 

@@ -24,14 +24,14 @@ RACK, SCHEDULE, TASK, RUN = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4
 
 
 @pytest.fixture
-async def db_at_0016(empty_db_url: str) -> AsyncIterator[Database]:
+async def db_at_0018(empty_db_url: str) -> AsyncIterator[Database]:
     db = Database(empty_db_url)
     assert await migrate(db, "0018") == "0018"
     yield db
     await db.dispose()
 
 
-async def _write_as_0016(db: Database) -> None:
+async def _write_as_0018(db: Database) -> None:
     async with db.transaction() as conn:
         await conn.execute(insert(racks).values(id=RACK, name="r1", created_at=T0))
         await conn.execute(
@@ -75,12 +75,12 @@ async def _write_as_0016(db: Database) -> None:
         )
 
 
-async def test_upgrade_keeps_runs_and_links_and_allows_missed(db_at_0016: Database) -> None:
-    db = db_at_0016
-    await _write_as_0016(db)
+async def test_upgrade_keeps_runs_and_links_and_allows_missed(db_at_0018: Database) -> None:
+    db = db_at_0018
+    await _write_as_0018(db)
     counts = await table_counts(db)
 
-    assert await migrate(db) == head_revision() == await current_revision(db)
+    assert await migrate(db, "0019") == "0019" == await current_revision(db)
 
     assert await table_counts(db) == counts
     schedule, run = task_schedule.c, task_schedule_run.c
@@ -105,20 +105,20 @@ async def test_upgrade_keeps_runs_and_links_and_allows_missed(db_at_0016: Databa
             await conn.execute(update(task_schedule_run).values(state="exploded"))
 
 
-def _downgrade_to_0016(conn: Connection) -> None:
+def _downgrade_to_0018(conn: Connection) -> None:
     cfg = _config()
     cfg.attributes["connection"] = conn
     command.downgrade(cfg, "0018")
 
 
-async def test_downgrade_reads_a_missed_run_as_completed_and_keeps_the_links(db_at_0016: Database) -> None:
-    db = db_at_0016
-    await _write_as_0016(db)
-    await migrate(db)
+async def test_downgrade_reads_a_missed_run_as_completed_and_keeps_the_links(db_at_0018: Database) -> None:
+    db = db_at_0018
+    await _write_as_0018(db)
+    await migrate(db, "0019")
     async with db.transaction() as conn:
         await conn.execute(update(task_schedule_run).values(state="missed"))
     async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0016)
+        await conn.run_sync(_downgrade_to_0018)
     assert await current_revision(db) == "0018"
     async with db.read() as conn:
         assert (await conn.execute(select(task_schedule_run.c.state))).scalar_one() == "completed"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -259,6 +260,7 @@ def test_schedule_create_sends_spec_operation_and_overlap(
         "approval": None,
         "start_deadline": "",
         "pause_after_failed_runs": 0,
+        "retry": None,
     }
     assert "2026-12-01 02:00 PST (10:00Z), in 3h 12m" in result.output
 
@@ -291,6 +293,8 @@ def test_schedule_update_with_only_tz_changes_only_the_zone(
         "remove_approval": False,
         "start_deadline": None,
         "pause_after_failed_runs": None,
+        "retry": None,
+        "remove_retry": False,
     }
 
 
@@ -506,6 +510,67 @@ def test_run_resume_and_cancel_call_the_server(fake: FakeClient, run: Callable[.
     assert fake.called("resume_run") == [((TASK_ID,), {})]
     result = run("run", "cancel", TASK_ID, "-o", "json")
     assert result.exit_code == 0 and json.loads(result.output)["state"] == "cancelled"
+
+
+def test_run_retry_asks_for_the_failed_racks_or_all_and_shows_the_new_run(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    again = _a_rollout_run("rolling", 1)
+    again.retry_of.id = RACK_ID
+    fake.answers["retry_run"] = again
+    result = run("run", "retry", TASK_ID)
+    assert result.exit_code == 0, result.output
+    assert re.search(rf"retry of +{RACK_ID}", result.output), result.output
+    assert run("run", "retry", TASK_ID, "--all").exit_code == 0
+    assert fake.called("retry_run") == [
+        ((TASK_ID,), {"only_failed": True}),
+        ((TASK_ID,), {"only_failed": False}),
+    ]
+
+
+def test_schedule_create_and_update_send_the_retry_policy(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    base = ("schedule", "create", "fw", "--interval", "24h", "--op", "power-on", "--rack", "rack-01")
+    result = run(*base, "--retries", "3", "--retry-backoff", "1m", "--retry-max-backoff", "30m")
+    assert result.exit_code == 0, result.output
+    [(_args, kwargs)] = fake.called("create_schedule")
+    assert kwargs["retry"] == pb.RetryPolicy(max_attempts=3, initial_backoff="1m", max_backoff="30m")
+    current = a_schedule()
+    current.retry.CopyFrom(
+        pb.RetryPolicy(max_attempts=3, initial_backoff="1m", multiplier=2, max_backoff="30m")
+    )
+    fake.answers["get_schedule"] = current
+    assert run("schedule", "update", "nightly", "--retries", "5").exit_code == 0
+    assert fake.called("update_schedule")[0][1]["retry"] == pb.RetryPolicy(
+        max_attempts=5, initial_backoff="1m", multiplier=2, max_backoff="30m"
+    )
+    assert run("schedule", "update", "nightly", "--no-retries").exit_code == 0
+    assert fake.called("update_schedule")[1][1]["remove_retry"] is True
+    both = run("schedule", "update", "nightly", "--no-retries", "--retries", "2")
+    assert both.exit_code == 2 and "--no-retries removes the retry policy" in both.output
+    shown = run("schedule", "show", "nightly")
+    assert "3 attempts, back-off 1m x2 up to 30m" in shown.output
+
+
+def test_task_show_shows_each_attempt(fake: FakeClient, run: Callable[..., Result]) -> None:
+    task = a_task(pb.TASK_STATUS_PENDING)
+    task.attempt, task.max_attempts = 2, 3
+    task.attempts.append(
+        pb.TaskAttempt(
+            attempt=1,
+            started_at=stamp(NOW),
+            finished_at=stamp(NOW),
+            status=pb.TASK_STATUS_FAILED,
+            message="power on failed on c0 (1/1): timed out",
+            retryable=True,
+        )
+    )
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[task])
+    result = run("task", "show", TASK_ID)
+    assert result.exit_code == 0, result.output
+    assert "2 of 3" in result.output
+    assert "FAILED (retryable): power on failed on c0 (1/1): timed out" in result.output
 
 
 def test_schedule_runs_shows_a_rollouts_progress(fake: FakeClient, run: Callable[..., Result]) -> None:

@@ -187,6 +187,7 @@ async def test_a_state_never_reached_fails_after_the_step_timeout() -> None:
         "for the OS"
     )
     assert clock.now == 10.0  # and the step raised: it reports no change to record
+    assert caught.value.retryable  # a timeout: a later attempt may get there
 
 
 async def test_transient_errors_are_retried_and_the_step_still_succeeds() -> None:

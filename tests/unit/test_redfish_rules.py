@@ -178,6 +178,14 @@ async def test_giving_up_says_why_and_after_how_many_attempts() -> None:
     assert str(caught.value) == (
         "power on of http://bmc/redfish/v1/Systems/1: connection refused (gave up after 4 attempts)"
     )
+    assert caught.value.retryable  # a task with a retry policy tries again after its back-off
+
+
+async def test_a_server_error_that_outlives_the_call_retries_is_retryable() -> None:
+    fn = Script(*[http_error(sushy_errors.ServerSideError, 500)] * 4)
+    with pytest.raises(StepFailed) as caught:
+        await call(fn, what="reading", config=CONFIG, sleep=fn.sleep)
+    assert caught.value.retryable
 
 
 @pytest.mark.parametrize("status", [401, 403])
@@ -190,13 +198,15 @@ async def test_refused_credentials_fail_at_once(status: int) -> None:
         "not retried"
     )
     assert (fn.calls, fn.slept) == (1, [])
+    assert not caught.value.retryable
 
 
 async def test_other_bmc_errors_fail_at_once_in_the_bmcs_words() -> None:
     fn = Script(http_error(sushy_errors.ResourceNotFoundError, 404, "Fake system nope was not found"))
-    with pytest.raises(StepFailed, match=r"^reading: HTTP 404: Fake system nope was not found$"):
+    with pytest.raises(StepFailed, match=r"^reading: HTTP 404: Fake system nope was not found$") as caught:
         await call(fn, what="reading", config=CONFIG, sleep=fn.sleep)
     assert fn.calls == 1
+    assert not caught.value.retryable  # a 4xx would fail the same way again
 
 
 async def test_a_bug_is_not_dressed_up_as_a_bmc_failure() -> None:

@@ -358,3 +358,22 @@ async def test_a_rollout_run_is_read_cancelled_and_refused_like_over_grpc(
         ("ResumeTaskScheduleRun", "FAILED_PRECONDITION"),
     ]
     assert (await table_counts(db))["tasks"] == before["tasks"]
+
+
+async def test_a_run_is_retried_over_http_with_only_failed_in_the_body(
+    http: httpx.AsyncClient, services: Services, db: Database
+) -> None:
+    await make_racks(services, "r1", "r2")
+    schedule = await make_schedule(services, "fw", "r1", "r2")
+    task_ids = await services.schedules.trigger(schedule.id)
+    (run,) = (await http.get(f"{API}/schedules/fw/runs")).json()["runs"]
+    url = f"{API}/runs/{run['id']['id']}:retry"
+    before = await table_counts(db)
+    refused = await http.post(url, json={})
+    assert "still has 2 active task(s)" in error_of(refused, 412, "FAILED_PRECONDITION", "id")
+    assert await table_counts(db) == {**before, "audit_events": before["audit_events"] + 1}
+    for task_id in task_ids:
+        await end_task(services, task_id, TaskStatus.COMPLETED)
+    again = await http.post(url, json={"only_failed": False})
+    assert again.status_code == 200, again.text
+    assert again.json()["retry_of"] == run["id"] and len(again.json()["outcomes"]) == 2

@@ -19,6 +19,7 @@ from rackflow.api.convert.schedules import (
     overlap_policy_from,
     planned_firing_to,
     preview_to,
+    retry_policy_from,
     rollout_from,
     run_to,
     schedule_to,
@@ -33,6 +34,7 @@ from rackflow.errors import InvalidArgument, NotFound, PermissionDenied
 from rackflow.schedules.service import (
     APPROVAL_PATH,
     OVERLAP_POLICY_PATH,
+    RETRY_PATH,
     ROLLOUT_PATH,
     SPEC_PATH,
     START_DEADLINE_PATH,
@@ -103,6 +105,7 @@ class ScheduleRpcs:
         rollout = (
             rollout_from(config.rollout) if ROLLOUT_PATH in paths and config.HasField("rollout") else None
         )
+        retry = retry_policy_from(config.retry) if RETRY_PATH in paths and config.HasField("retry") else None
         schedule = await self.services.schedules.update(
             schedule_id,
             paths,
@@ -116,6 +119,7 @@ class ScheduleRpcs:
             approval=approval_from(config.approval) if APPROVAL_PATH in paths else None,
             start_deadline=start_deadline(config.start_deadline) if START_DEADLINE_PATH in paths else None,
             pause_after_failed_runs=config.pause_after_failed_runs,
+            retry=retry,
         )
         return schedule_to(schedule)
 
@@ -255,6 +259,14 @@ class ScheduleRpcs:
         return run_to(await self.services.approvals.reject(run_id, request.comment))
 
     @rpc
+    async def RetryTaskScheduleRun(
+        self, request: pb.RetryTaskScheduleRunRequest, context: Context
+    ) -> pb.TaskScheduleRun:
+        only_failed = request.only_failed if request.HasField("only_failed") else True
+        run_id = required_uuid(request.id, "id")
+        return run_to(await self.services.schedules.retry_run(run_id, only_failed=only_failed))
+
+    @rpc
     async def PreviewTaskSchedule(
         self, request: pb.PreviewTaskScheduleRequest, context: Context
     ) -> pb.PreviewTaskScheduleResponse:
@@ -300,4 +312,5 @@ def draft_from(request: pb.CreateTaskScheduleRequest) -> Draft:
         approval=approval_from(config.approval),
         start_deadline=start_deadline(config.start_deadline),
         pause_after_failed_runs=config.pause_after_failed_runs,
+        retry=retry_policy_from(config.retry) if config.HasField("retry") else None,
     )

@@ -90,7 +90,9 @@ class TaskRpcs:
         if len(request.task_ids) > MAX_TASK_IDS:
             raise InvalidArgument(f"task_ids: at most {MAX_TASK_IDS} ids, got {len(request.task_ids)}")
         ids = [required_uuid(msg, f"task_ids[{i}]") for i, msg in enumerate(request.task_ids)]
-        return pb.GetTasksByIDsResponse(tasks=[task_to(t) for t in await self.services.tasks.get_tasks(ids)])
+        found = await self.services.tasks.get_tasks(ids)
+        attempts = await self.services.tasks.attempts([t.id for t in found if t.retry is not None])
+        return pb.GetTasksByIDsResponse(tasks=[task_to(t, attempts.get(t.id, ())) for t in found])
 
     @rpc
     async def CancelTask(self, request: pb.CancelTaskRequest, context: Context) -> pb.CancelTaskResponse:

@@ -15,8 +15,10 @@ nothing outside the database: it reads what the checker (`rackflow.checks.checke
 * a task whose checks still hold it after a check's `max_wait` (since the gate first held it,
   `Task.held_since`) fails, with that check's last reason.
 
-Only first attempts are gated (as every gate), and two instances never start a task twice: the claim
-already takes each task once.
+Only first claims are gated (as every gate), and two instances never start a task twice: the claim
+already takes each task once. Each attempt of a task with retries (docs/SAFETY.md, "Retries") is checked
+anew: a round counts for attempt n > 1 only if it was made since the gate first held that attempt, so the
+rounds that let an earlier attempt start never start a later one.
 """
 
 from __future__ import annotations
@@ -78,8 +80,10 @@ class PreflightGate:
                 _started(task, waited)
                 continue
             by_check = {r.check_id: r for r in found.get(task.id, [])}
-            # A look from before the check last changed does not count: the check is asked again.
-            results = [(c, _current(by_check.get(c.id), c)) for c in applying]
+            # A look from before the check last changed, or before this attempt, does not count: the
+            # check is asked again.
+            since = _attempt_since(task, now)
+            results = [(c, _current(by_check.get(c.id), c, since)) for c in applying]
             if state is not None and all(
                 r is not None and r.passed and r.recheck_at > now for _, r in results
             ):
@@ -103,8 +107,19 @@ class PreflightGate:
         return verdicts
 
 
-def _current(result: CheckResult | None, check: PreflightCheck) -> CheckResult | None:
-    return result if result is not None and result.checked_at >= check.updated_at else None
+def _current(result: CheckResult | None, check: PreflightCheck, since: datetime | None) -> CheckResult | None:
+    if result is None or result.checked_at < check.updated_at:
+        return None
+    return result if since is None or result.checked_at >= since else None
+
+
+def _attempt_since(task: Task, now: datetime) -> datetime | None:
+    """Since when a round counts for the task's current attempt: any round for its first; for a retry, a
+    round made since the gate first held this attempt (`held_since` while the gate holds it), and none yet
+    at the attempt's first claim (it still says what held it last: its back-off)."""
+    if task.attempt == 1:
+        return None
+    return task.held_since if task.held_by == GATE_NAME and task.held_since is not None else now
 
 
 def _started(task: Task, waited: timedelta) -> None:

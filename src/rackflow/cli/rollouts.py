@@ -1,6 +1,7 @@
 """Rollouts from the command line: the policy flags of `schedule create/update`, a run's progress in
-`schedule runs`, and `rackflow run show|resume|cancel` for one run (`show --watch` follows it live), and
-`rackflow run approve|reject` for a run awaiting approval (docs/SAFETY.md)."""
+`schedule runs`, and `rackflow run show|resume|cancel|retry` for one run (`show --watch` follows it
+live), `rackflow run approve|reject` for a run awaiting approval, and the retry policy's flags of
+`schedule create/update` (docs/SAFETY.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rich.console import RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 
+from rackflow.api.convert.schedules import retry_policy_from as retry_policy_from_pb
 from rackflow.api.convert.schedules import rollout_from
 from rackflow.cli.output import (
     Group,
@@ -202,6 +204,8 @@ def run_view(
             *((("reason", run.reason),) if run.reason else ()),
             *((("rollout", policy_text(run.rollout)),) if run.HasField("rollout") else ()),
             *((("progress", progress_text(run)),) if run.HasField("progress") else ()),
+            *((("retry of", run.retry_of.id),) if run.retry_of.id else ()),
+            *((("retried by", ", ".join(i.id for i in run.retried_by)),) if run.retried_by else ()),
         ]
     )
     parts: list[RenderableType] = [head]
@@ -230,7 +234,7 @@ def _finished(run: pb.TaskScheduleRun) -> bool:
 @click.group(cls=Group)
 def run() -> None:
     """One firing of a schedule (a run): show it, resume or cancel a rollout, approve or reject a run
-    awaiting approval."""
+    awaiting approval, retry its failed racks."""
 
 
 _run_id = click.argument("run_id", metavar="RUN_ID")
@@ -334,6 +338,87 @@ def reject(ctx: click.Context, run_id: str, comment: str) -> None:
       rackflow run reject 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f --comment "not during the freeze"
     """
     _act(ctx, lambda session: session.client.reject_run(run_id, comment))
+
+
+@run.command()
+@_run_id
+@click.option("--all", "all_racks", is_flag=True, help="Re-run every rack of the run, not only the failed.")
+@click.pass_context
+def retry(ctx: click.Context, run_id: str, all_racks: bool) -> None:
+    """Re-run a finished or halted run's failed and not-started racks as a new run, linked to it, with
+    its rollout policy (a halted rollout is cancelled first). Shows the new run.
+
+    \b
+    Example:
+      rackflow run retry 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f
+      rackflow run retry 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f --all
+    """
+    _act(ctx, lambda session: session.client.retry_run(run_id, only_failed=not all_racks))
+
+
+_RETRY_FLAGS = ("retries", "retry_backoff", "retry_multiplier", "retry_max_backoff")
+
+
+def retry_options(*, removable: bool) -> Callable[[F], F]:
+    """The retry policy's flags; the command receives `retry` (the flags given, for `retry_policy_from`,
+    or None when none was) and, with `removable`, `no_retries`."""
+    options = [
+        click.option(
+            "--retries",
+            type=int,
+            metavar="N",
+            help="Retry: N attempts in all for a failure the backend calls retryable (timeouts, 5xx).",
+        ),
+        click.option(
+            "--retry-backoff", metavar="DURATION", help="Retry: wait before the second attempt (30s)."
+        ),
+        click.option(
+            "--retry-multiplier",
+            type=float,
+            metavar="X",
+            help="Retry: each later wait is X times the last (2).",
+        ),
+        click.option("--retry-max-backoff", metavar="DURATION", help="Retry: the longest wait (10m)."),
+    ]
+    if removable:
+        options.append(click.option("--no-retries", is_flag=True, help="Remove the retry policy."))
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_retry(*args: Any, **kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in _RETRY_FLAGS}
+            kwargs["retry"] = given if any(v is not None for v in given.values()) else None
+            return command(*args, **kwargs)
+
+        wrapped: Any = with_retry
+        for option in reversed(options):
+            wrapped = option(wrapped)
+        return wrapped  # type: ignore[no-any-return]
+
+    return decorate
+
+
+def retry_policy_from(flags: dict[str, Any], base: pb.RetryPolicy | None = None) -> pb.RetryPolicy:
+    """The flags given over `base` (a schedule's current policy, when updating); the server checks them
+    and fills what is left unset with its defaults."""
+    policy = pb.RetryPolicy()
+    if base is not None:
+        policy.CopyFrom(base)
+    retries, backoff, multiplier, max_backoff = (flags[f] for f in _RETRY_FLAGS)
+    if retries is not None:
+        policy.max_attempts = retries
+    if backoff is not None:
+        policy.initial_backoff = backoff
+    if multiplier is not None:
+        policy.multiplier = multiplier
+    if max_backoff is not None:
+        policy.max_backoff = max_backoff
+    return policy
+
+
+def retry_text(policy: pb.RetryPolicy) -> str:
+    """`3 attempts, back-off 30s x2 up to 10m` (`RetryPolicy.describe`)."""
+    return retry_policy_from_pb(policy).describe()
 
 
 def _act(ctx: click.Context, call: Callable[[Session], pb.TaskScheduleRun]) -> None:

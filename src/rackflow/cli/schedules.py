@@ -39,6 +39,9 @@ from rackflow.cli.rollouts import (
     policy_from,
     policy_text,
     progress_text,
+    retry_options,
+    retry_policy_from,
+    retry_text,
     rollout_options,
     task_messages,
 )
@@ -171,6 +174,7 @@ def schedule_view(s: pb.TaskSchedule, session: Session) -> Table:
                 "pause after",
                 f"{s.pause_after_failed_runs} failing runs" if s.pause_after_failed_runs else "-",
             ),
+            ("retries", retry_text(s.retry) if s.HasField("retry") else "-"),
             ("description", s.description or "-"),
             ("created", utc_text(when(s.created_at))),
             ("updated", utc_text(when(s.updated_at))),
@@ -264,6 +268,7 @@ _window_help = "A rack maintenance windows close at a firing: skip it, or defer 
 @rollout_options(removable=False)
 @_approval_timeout
 @_min_approvers
+@retry_options(removable=False)
 @click.pass_context
 def create(
     ctx: click.Context,
@@ -283,12 +288,14 @@ def create(
     rollout: dict[str, Any] | None,
     approval_timeout: str | None,
     min_approvers: int | None,
+    retry: dict[str, Any] | None,
 ) -> None:
     """Create a schedule; its targets become the schedule's scope.
 
     With any rollout flag, each firing rolls out: in waves within the caps, canaries first, halting
     when too many racks failed (docs/ROLLOUTS.md). With --approval-timeout, each firing awaits approval
-    (`rackflow run approve`) before anything starts (docs/SAFETY.md).
+    (`rackflow run approve`) before anything starts; with --retries, a task whose failure the backend calls
+    retryable is tried again after a back-off (docs/SAFETY.md).
 
     \b
     Example:
@@ -301,6 +308,8 @@ def create(
           --domain nvl-a --approval-timeout 4h --min-approvers 2
       rackflow schedule create nightly-off --cron "0 1 * * *" --op power-off --rack rack-01 \\
           --start-deadline 15m --pause-after-failed-runs 3
+      rackflow schedule create nightly-on --cron "0 6 * * *" --op power-on --domain nvl-a \\
+          --retries 3 --retry-backoff 1m
     """
     run = valid(
         Operation(
@@ -308,6 +317,7 @@ def create(
         )
     )
     policy = policy_from(rollout) if rollout is not None else None
+    retry_policy = retry_policy_from(retry) if retry is not None else None
     _show(
         ctx,
         lambda session: session.client.create_schedule(
@@ -320,6 +330,7 @@ def create(
             approval=_approval(approval_timeout, min_approvers),
             start_deadline=start_deadline or "",
             pause_after_failed_runs=pause_after_failed_runs or 0,
+            retry=retry_policy,
         ),
     )
 
@@ -399,6 +410,7 @@ def list_schedules(
 @_approval_timeout
 @_min_approvers
 @click.option("--no-approval", is_flag=True, help="Firings no longer await approval.")
+@retry_options(removable=True)
 @click.pass_context
 def update(
     ctx: click.Context,
@@ -415,20 +427,26 @@ def update(
     approval_timeout: str | None,
     min_approvers: int | None,
     no_approval: bool,
+    retry: dict[str, Any] | None,
+    no_retries: bool,
 ) -> None:
-    """Change a schedule's name, timing, overlap or rollout policy (its operation and scope stay).
+    """Change a schedule's name, timing, overlap, rollout or retry policy (its operation and scope stay).
 
     --tz alone changes only the zone of the current spec. Rollout flags change only what they name in
-    the current rollout policy (or start one); --no-rollout removes it.
+    the current rollout policy (or start one); --no-rollout removes it. Retry flags and --no-retries
+    do the same for the retry policy.
 
     \b
     Example:
       rackflow schedule update nightly-reset --cron "30 3 * * *" --tz Europe/Berlin
       rackflow schedule update fw-2-1 --halt-after 10% --no-pause-on-halt
       rackflow schedule update nightly-reset --start-deadline 15m --pause-after-failed-runs 3
+      rackflow schedule update nightly-on --retries 5
     """
     if no_rollout and rollout is not None:
         raise click.UsageError("--no-rollout removes the rollout policy: give no other rollout flag with it")
+    if no_retries and retry is not None:
+        raise click.UsageError("--no-retries removes the retry policy: give no other retry flag with it")
     if (
         name is None
         and spec is None
@@ -442,11 +460,13 @@ def update(
         and approval_timeout is None
         and min_approvers is None
         and not no_approval
+        and retry is None
+        and not no_retries
     ):
         raise click.UsageError(
             "nothing to change: give --name, --interval/--cron/--at, --tz, --overlap, --window-policy, "
-            "--start-deadline, --pause-after-failed-runs, a rollout flag, --no-rollout, an approval flag or "
-            "--no-approval"
+            "--start-deadline, --pause-after-failed-runs, a rollout flag, --no-rollout, an approval flag, "
+            "--no-approval, a retry flag or --no-retries"
         )
     if no_approval and (approval_timeout is not None or min_approvers is not None):
         raise click.UsageError(
@@ -454,17 +474,19 @@ def update(
         )
 
     def call(session: Session) -> pb.TaskSchedule:
-        policy = None
-        if rollout is not None:
+        policy = retry_policy = approval = None
+        asks_current = (rollout, retry, approval_timeout, min_approvers) != (None, None, None, None)
+        if asks_current:
             current = session.client.get_schedule(schedule_ref)
-            policy = policy_from(rollout, current.rollout if current.HasField("rollout") else None)
-        approval = None
-        if approval_timeout is not None or min_approvers is not None:
-            current = session.client.get_schedule(schedule_ref)
-            approval = _approval(
-                approval_timeout or current.approval.timeout,
-                min_approvers if min_approvers is not None else current.approval.min_approvers,
-            )
+            if rollout is not None:
+                policy = policy_from(rollout, current.rollout if current.HasField("rollout") else None)
+            if retry is not None:
+                retry_policy = retry_policy_from(retry, current.retry if current.HasField("retry") else None)
+            if approval_timeout is not None or min_approvers is not None:
+                approval = _approval(
+                    approval_timeout or current.approval.timeout,
+                    min_approvers if min_approvers is not None else current.approval.min_approvers,
+                )
         return session.client.update_schedule(
             schedule_ref,
             name=name,
@@ -478,6 +500,8 @@ def update(
             remove_approval=no_approval,
             start_deadline=start_deadline,
             pause_after_failed_runs=pause_after_failed_runs,
+            retry=retry_policy,
+            remove_retry=no_retries,
         )
 
     _show(ctx, call)

@@ -106,6 +106,18 @@ def task_view(t: pb.Task, racks: dict[str, str], schedule: str) -> Table:
         rows.append(("not after", utc_text(when(t.not_after))))
     if t.ignore_windows:
         rows.append(("windows", "ignored (submitted with --ignore-windows)"))
+    if t.max_attempts > 1:
+        rows.append(("attempt", f"{t.attempt} of {t.max_attempts}"))
+    for a in t.attempts:
+        ended = "completed" if a.status == pb.TASK_STATUS_COMPLETED else f"{status_name(a.status)}"
+        kind = " (retryable)" if a.retryable else ""
+        error = f": {a.message}" if a.status != pb.TASK_STATUS_COMPLETED else ""
+        rows.append(
+            (
+                f"attempt {a.attempt}",
+                f"{utc_text(when(a.started_at))} - {utc_text(when(a.finished_at))} {ended}{kind}{error}",
+            )
+        )
     return details(rows)
 
 

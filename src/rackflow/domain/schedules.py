@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -11,7 +12,7 @@ from typing import Literal
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.inventory import ComponentFilter
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.tasks import ConflictStrategy, Operation
+from rackflow.domain.tasks import ConflictStrategy, Operation, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
 from rackflow.timespec import ScheduleSpec, SpecType
 
@@ -54,6 +55,18 @@ ROLLOUT_LIVE_STATES: tuple[RunState, ...] = ("rolling", "halted")  # at most one
 Outcome = Literal[
     "submitted", "skipped_overlap", "skipped_window", "failed", "pending", "not_started", "missed"
 ]
+# The runs RetryTaskScheduleRun re-runs: those that are over (a halted one is cancelled first), including
+# one that never started: missed past its deadline, or expired or rejected unapproved (the new run is a
+# manual firing: it awaits approval again where the schedule needs it).
+RETRIABLE_RUN_STATES: tuple[RunState, ...] = (
+    "completed",
+    "interrupted",
+    "halted",
+    "cancelled",
+    "missed",
+    "expired",
+    "rejected",
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +116,7 @@ class Schedule:
     # Runs fired at or before this do not count towards pause_after_failed_runs: the newest run of the
     # streak that last paused the schedule (a resume starts the count afresh).
     failures_counted_until: datetime | None = None
+    retry: RetryPolicy | None = None  # None: each task gets one attempt
 
     @property
     def is_consumed(self) -> bool:
@@ -149,6 +163,24 @@ class ScopeOutcome:
     canary: bool = False
 
 
+def racks_to_retry(
+    run: Run, task_statuses: Mapping[uuid.UUID, TaskStatus], *, only_failed: bool
+) -> list[ScopeOutcome]:
+    """The scopes of `run` that RetryTaskScheduleRun fires again: with `only_failed`, those whose task
+    failed or was terminated, whose submission failed, or that never started (a halted or cancelled
+    rollout's, an unapproved run's, a missed run's); else every scope of the run. `task_statuses`: the
+    run's tasks' statuses, by task id."""
+    if not only_failed:
+        return list(run.outcomes)
+    failed = (TaskStatus.FAILED, TaskStatus.TERMINATED)
+    return [
+        o
+        for o in run.outcomes
+        if o.outcome in ("failed", "not_started", "pending", "missed")
+        or (o.task_id is not None and task_statuses.get(o.task_id) in failed)
+    ]
+
+
 @dataclass(frozen=True)
 class Run:
     """One firing of a schedule, as run history shows it.
@@ -170,3 +202,4 @@ class Run:
     approval: RunApproval | None = None  # a run of a schedule that needs approval
     scheduled_for: datetime | None = None  # a dispatched run's slot (None: manual)
     late_by: timedelta | None = None  # a missed run: how long after its slot it was found
+    retry_of: uuid.UUID | None = None  # the run RetryTaskScheduleRun re-ran to make this one

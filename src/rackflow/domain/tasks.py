@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rackflow.domain.inventory import PowerState
-from rackflow.timespec import format_rfc3339
+from rackflow.timespec import format_go_duration, format_rfc3339
 
 
 class OperationKind(enum.StrEnum):
@@ -99,6 +99,10 @@ class TaskStatus(enum.StrEnum):
 ACTIVE_STATUSES = (TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.WAITING)
 
 
+# `held_by` of a task waiting out the back-off before its next attempt (`Task.retry_at`).
+RETRY_HOLD = "retry"
+
+
 class ConflictStrategy(enum.StrEnum):
     REJECT = "reject"
     QUEUE = "queue"
@@ -117,6 +121,62 @@ class QueueOptions:
 
 # `held_by` of a task that waits for its window's opening (set at submission; no gate involved).
 WINDOW_HOLD = "window"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a task retries a failure its backend classes as retryable (`StepFailed.retryable`): up to
+    `max_attempts` attempts in all, attempt n+1 waiting `backoff(n)` after attempt n failed. Checked by
+    `validation.check_retry`; the API's defaults are in config.py."""
+
+    max_attempts: int
+    initial_backoff: timedelta
+    multiplier: float
+    max_backoff: timedelta
+
+    def backoff(self, failed_attempt: int) -> timedelta:
+        """The wait after attempt `failed_attempt` (1-based) failed: the initial back-off, multiplied
+        once per attempt since the first, never above the maximum."""
+        grown = self.initial_backoff.total_seconds() * self.multiplier ** (failed_attempt - 1)
+        return min(timedelta(seconds=grown), self.max_backoff)
+
+    def describe(self) -> str:
+        """For people: `3 attempts, back-off 30s x2 up to 10m`."""
+        return (
+            f"{self.max_attempts} attempts, back-off {format_go_duration(self.initial_backoff)} "
+            f"x{self.multiplier:g} up to {format_go_duration(self.max_backoff)}"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_backoff_seconds": self.initial_backoff.total_seconds(),
+            "multiplier": self.multiplier,
+            "max_backoff_seconds": self.max_backoff.total_seconds(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> RetryPolicy:
+        return cls(
+            max_attempts=int(str(data["max_attempts"])),
+            initial_backoff=timedelta(seconds=float(str(data["initial_backoff_seconds"]))),
+            multiplier=float(str(data["multiplier"])),
+            max_backoff=timedelta(seconds=float(str(data["max_backoff_seconds"]))),
+        )
+
+
+@dataclass(frozen=True)
+class TaskAttempt:
+    """One ended attempt of a task with retries: when it ran, how it ended and, for a failure, whether
+    the backend classed it as retryable."""
+
+    task_id: uuid.UUID
+    attempt: int
+    started_at: datetime | None
+    finished_at: datetime
+    status: TaskStatus
+    message: str
+    retryable: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,6 +205,30 @@ class Task:
     held_by: str | None = None
     held_reason: str | None = None
     held_since: datetime | None = None
+    # Retries (its schedule's `RetryPolicy`, copied at submission; None: one attempt). `attempt` counts
+    # from 1; a retried task goes back to PENDING held by "retry" until its back-off ends, and
+    # `attempt_started_at` is when the current attempt started (`started_at` keeps the first start).
+    retry: RetryPolicy | None = None
+    attempt: int = 1
+    attempt_started_at: datetime | None = None
+
+    @property
+    def max_attempts(self) -> int:
+        return self.retry.max_attempts if self.retry is not None else 1
+
+    def retry_at(self, now: datetime) -> datetime | None:
+        """When a retryable failure of the current attempt, ending at `now`, is tried again; None when
+        this was the last attempt (or the task has no retries)."""
+        if self.retry is None or self.attempt >= self.retry.max_attempts:
+            return None
+        return now + self.retry.backoff(self.attempt)
+
+    def retry_reason(self, at: datetime, error: str) -> str:
+        """What a task waiting for its next attempt says (its message and held reason)."""
+        return (
+            f"attempt {self.attempt + 1} of {self.max_attempts} at {format_rfc3339(at)}; "
+            f"attempt {self.attempt} failed: {error}"
+        )
 
 
 @dataclass(frozen=True)
@@ -173,3 +257,7 @@ class Ending:
     task_id: uuid.UUID
     rack_id: uuid.UUID
     outcome: tuple[TaskStatus, str] | None
+    # A failed attempt to be tried again at `retry_at` (the task goes back to PENDING, held by "retry")
+    # instead of ending; `attempt` is the record of the attempt that ended (tasks with retries only).
+    retry_at: datetime | None = None
+    attempt: TaskAttempt | None = None

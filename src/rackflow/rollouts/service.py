@@ -73,6 +73,7 @@ class RunReport:
     run: Run
     task_statuses: Mapping[uuid.UUID, TaskStatus]
     progress: Progress | None
+    retried_by: tuple[uuid.UUID, ...] = ()  # the runs RetryTaskScheduleRun made from this one
 
 
 @dataclass(frozen=True)
@@ -349,20 +350,21 @@ class RolloutService:
                 raise FailedPrecondition(
                     f"id: run {run_id} is {run.state}; only a rolling or halted rollout can be cancelled"
                 )
-            pending = sum(o.outcome == "pending" for o in run.outcomes)
-            reason = (
-                f"cancelled with {pending} scope(s) not started; tasks already started were not cancelled"
-            )
-            if run.reason:
-                reason = f"{run.reason}; {reason}"
-            await store.save_run(
-                conn,
-                replace(
-                    run, state="cancelled", outcomes=_marked(run, "pending", "not_started"), reason=reason
-                ),
-            )
-            await outbox.record_events(conn, events.halt_cleared(run, "cancelled", self.clock.now()))
+            await self.cancel_in(conn, run)
         return await self.get(run_id)
+
+    async def cancel_in(self, conn: AsyncConnection, run: Run, why: str = "") -> Run:
+        """Cancel a live rollout `run` (locked by the caller) in the caller's transaction: its pending
+        scopes become not_started, its halt alert resolves; `why` comes first in its reason."""
+        pending = sum(o.outcome == "pending" for o in run.outcomes)
+        reason = f"cancelled with {pending} scope(s) not started; tasks already started were not cancelled"
+        reason = "; ".join(part for part in (run.reason, why, reason) if part)
+        cancelled = replace(
+            run, state="cancelled", outcomes=_marked(run, "pending", "not_started"), reason=reason
+        )
+        await store.save_run(conn, cancelled)
+        await outbox.record_events(conn, events.halt_cleared(run, "cancelled", self.clock.now()))
+        return cancelled
 
     async def halted(self, limit: int) -> list[Run]:
         """Halted rollouts, newest first: each waits for someone to resume or cancel it."""
@@ -382,6 +384,7 @@ class RolloutService:
 
     async def _reports(self, conn: AsyncConnection, runs: Sequence[Run]) -> list[RunReport]:
         tasks = await store.task_states(conn, [r.id for r in runs])
+        retries = await store.retried_by(conn, [r.id for r in runs])
         by_run: dict[uuid.UUID, dict[uuid.UUID, TaskStatus]] = {r.id: {} for r in runs}
         for (run_id, _), task in tasks.items():
             by_run[run_id][task.task_id] = task.status
@@ -390,5 +393,5 @@ class RolloutService:
         for run in runs:
             statuses = by_run[run.id]
             progress = _progress(run, _views(run, tasks, {}), now) if run.rollout is not None else None
-            reports.append(RunReport(run, statuses, progress))
+            reports.append(RunReport(run, statuses, progress, tuple(retries.get(run.id, ()))))
         return reports

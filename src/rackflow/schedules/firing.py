@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -83,6 +83,7 @@ async def claim(
     owner_id: uuid.UUID | None = None,
     approver: Approver | None = None,
     default_start_deadline: timedelta | None = None,
+    scopes: Mapping[uuid.UUID, Sequence[Scope]] | None = None,
 ) -> list[Firing]:
     """Phase 1 for `schedules`, which the caller has locked in `conn`'s transaction; the firings to run.
 
@@ -96,10 +97,11 @@ async def claim(
     fires none of those); `approver`: a manual trigger's caller who approves it as it fires.
     A dispatched firing past its start deadline (`default_start_deadline`: the server's, for a schedule
     without its own) is recorded "missed" (counted, and reported in the same transaction) and left out.
+    `scopes` (by schedule) fires only those of the schedules' scopes (RetryTaskScheduleRun's racks).
     """
     if not schedules:
         return []
-    snapshot = await firing_store.load(conn, schedules, trigger)
+    snapshot = await firing_store.load(conn, schedules, trigger, scopes)
     planned = plan(snapshot, now, trigger, approver=approver, default_start_deadline=default_start_deadline)
     refused = next((f for f in planned if f.refused), None)
     if refused is not None:

@@ -33,6 +33,7 @@ from rackflow.domain.inventory import ComponentsFilter, RackSelection, TargetSpe
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
     CREATION_ORDER,
+    RETRIABLE_RUN_STATES,
     SCHEDULE_ORDER_FIELDS,
     OverlapPolicy,
     Pause,
@@ -40,20 +41,22 @@ from rackflow.domain.schedules import (
     Schedule,
     ScheduleOrder,
     Scope,
+    racks_to_retry,
 )
-from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryPolicy
 from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.notify import events
-from rackflow.rollouts.service import RolloutService
+from rackflow.rollouts.service import RolloutService, RunReport
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.security import ANONYMOUS, caller_known_by_token, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
 from rackflow.store import outbox, wakeups
+from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -68,6 +71,7 @@ from rackflow.validation import (
     check_operation,
     check_pause_after_failed_runs,
     check_queue,
+    check_retry,
     check_rollout,
     check_text,
     preview_count,
@@ -82,6 +86,7 @@ ROLLOUT_PATH = "schedule.rollout"
 APPROVAL_PATH = "schedule.approval"
 START_DEADLINE_PATH = "schedule.start_deadline"
 PAUSE_AFTER_FAILED_RUNS_PATH = "schedule.pause_after_failed_runs"
+RETRY_PATH = "schedule.retry"
 UPDATE_PATHS = (
     NAME_PATH,
     OVERLAP_POLICY_PATH,
@@ -92,6 +97,7 @@ UPDATE_PATHS = (
     APPROVAL_PATH,
     START_DEADLINE_PATH,
     PAUSE_AFTER_FAILED_RUNS_PATH,
+    RETRY_PATH,
 )
 
 DEFAULT_TIMEZONE = "UTC"
@@ -136,6 +142,7 @@ class Draft:
     approval: ApprovalPolicy | None = None
     start_deadline: timedelta | None = None  # None: the server's default (checked at the door)
     pause_after_failed_runs: int = 0
+    retry: RetryPolicy | None = None
 
     def checked(self, schedule_id: uuid.UUID, now: datetime, *, named: bool = True) -> Schedule:
         """The schedule it makes at `now`, every field checked as create checks it (the name only when
@@ -145,6 +152,8 @@ class Draft:
         if self.rollout is not None:
             check_rollout(self.rollout, ROLLOUT_PATH)
         check_pause_after_failed_runs(self.pause_after_failed_runs, PAUSE_AFTER_FAILED_RUNS_PATH)
+        if self.retry is not None:
+            check_retry(self.retry, RETRY_PATH)
         queue = _check_operation(self.operation, self.queue, self.description)
         if queue.ignore_windows:
             raise InvalidArgument(
@@ -172,6 +181,7 @@ class Draft:
             last_edited_by=caller_name(),
             start_deadline=self.start_deadline,
             pause_after_failed_runs=self.pause_after_failed_runs,
+            retry=self.retry,
         )
 
 
@@ -273,13 +283,15 @@ class ScheduleService:
         approval: ApprovalPolicy | None = None,
         start_deadline: timedelta | None = None,
         pause_after_failed_runs: int = 0,
+        retry: RetryPolicy | None = None,
     ) -> Schedule:
         """A schedule and its initial scope (the target's racks). The overlap policy, not `queue`,
         decides the conflict strategy at fire time; `queue` contributes its timeout. Its firings obey
         maintenance windows (`window_policy`), so `queue.ignore_windows` is refused. `rollout`: fire as
         a controlled rollout (None: every scope at once). `approval`: each firing awaits approval. The
         caller is recorded as its last editor (the two-person rule). `start_deadline` (None: the server's
-        default) and `pause_after_failed_runs` (0: never): docs/SAFETY.md."""
+        default) and `pause_after_failed_runs` (0: never): docs/SAFETY.md. `retry`: how its tasks retry
+        retryable failures (None: one attempt)."""
         draft = Draft(
             name,
             spec,
@@ -293,6 +305,7 @@ class ScheduleService:
             approval,
             start_deadline,
             pause_after_failed_runs,
+            retry,
         )
         now = self.clock.now()
         schedule = draft.checked(uuid.uuid4(), now)
@@ -366,6 +379,7 @@ class ScheduleService:
         approval: ApprovalPolicy | None = None,
         start_deadline: timedelta | None = None,
         pause_after_failed_runs: int = 0,
+        retry: RetryPolicy | None = None,
     ) -> Schedule:
         """Apply the masked fields. The operation and scope never change here. The caller becomes the
         schedule's last editor (the two-person rule).
@@ -375,7 +389,8 @@ class ScheduleService:
 
         `schedule.rollout` replaces the rollout policy (None removes it); a run already rolling keeps the
         policy it fired with. `schedule.approval` replaces the approval policy (None removes it); a run
-        already awaiting approval keeps the approval it fired with.
+        already awaiting approval keeps the approval it fired with. `schedule.retry` replaces the retry
+        policy (None removes it); tasks already submitted keep the policy they were submitted with.
 
         `schedule.spec` replaces type and text and recomputes next_run_at from now. `schedule.spec.timezone`
         replaces the zone (None: the request carried no spec message, which is refused; "" means UTC); only
@@ -389,6 +404,8 @@ class ScheduleService:
             check_rollout(rollout, ROLLOUT_PATH)
         if PAUSE_AFTER_FAILED_RUNS_PATH in mask:
             check_pause_after_failed_runs(pause_after_failed_runs, PAUSE_AFTER_FAILED_RUNS_PATH)
+        if RETRY_PATH in mask and retry is not None:
+            check_retry(retry, RETRY_PATH)
         if OVERLAP_POLICY_PATH in mask and overlap_policy is None:
             raise InvalidArgument(f"{OVERLAP_POLICY_PATH}: a policy is required (SKIP or QUEUE)")
         if WINDOW_POLICY_PATH in mask and window_policy is None:
@@ -418,6 +435,8 @@ class ScheduleService:
                 updated = replace(updated, start_deadline=start_deadline)
             if PAUSE_AFTER_FAILED_RUNS_PATH in mask:
                 updated = replace(updated, pause_after_failed_runs=pause_after_failed_runs)
+            if RETRY_PATH in mask:
+                updated = replace(updated, retry=retry)
             if overlap_policy is not None and OVERLAP_POLICY_PATH in mask:
                 updated = replace(updated, overlap_policy=overlap_policy)
             if window_policy is not None and WINDOW_POLICY_PATH in mask:
@@ -539,6 +558,54 @@ class ScheduleService:
         async with self.db.transaction() as conn:
             if not await store.delete_schedule(conn, schedule_id):
                 raise NotFound(f"id: no task schedule {schedule_id}")
+
+    async def retry_run(self, run_id: uuid.UUID, *, only_failed: bool = True) -> RunReport:
+        """RetryTaskScheduleRun: fire the failed and not-started racks of a run that is over (with
+        `only_failed` false, all its racks) as a new manual run of its schedule, linked by `retry_of`, with
+        the run's own rollout policy (None: every rack at once), whatever the schedule's is now.
+
+        Refused (FailedPrecondition naming the state) for a run still running or rolling, or with tasks
+        still active; and when none of its racks is left to retry. A halted run is cancelled in the same
+        transaction (its not-started racks go to the new run), so the schedule keeps one live rollout. The
+        new run's firing is the manual trigger's path (`firing.claim` over those scopes, then `fire`).
+        """
+        async with self.db.transaction() as conn:
+            run = await rollout_store.get_run(self.db, conn, run_id, lock=True)
+            if run is None:
+                raise NotFound(f"id: no task schedule run {run_id}")
+            if run.state not in RETRIABLE_RUN_STATES:
+                raise FailedPrecondition(
+                    f"id: run {run_id} is {run.state}; only a finished or halted run can be retried "
+                    f"({', '.join(RETRIABLE_RUN_STATES)})"
+                )
+            schedule = await self._load(conn, run.schedule_id, lock=True)
+            tasks = await rollout_store.task_states(conn, [run.id])
+            active = [t for t in tasks.values() if t.status.is_active]
+            if active:
+                raise FailedPrecondition(
+                    f"id: run {run_id} still has {len(active)} active task(s) (e.g. {active[0].task_id}); "
+                    "retry it once they have ended"
+                )
+            statuses = {t.task_id: t.status for t in tasks.values()}
+            chosen = racks_to_retry(run, statuses, only_failed=only_failed)
+            present = await store.scopes_by_ids(conn, [o.scope_id for o in chosen])
+            if not present:
+                which = "failed or not-started racks" if only_failed else "racks"
+                raise FailedPrecondition(f"id: run {run_id} has no {which} left in its schedule to retry")
+            if run.state == "halted":
+                await self.rollouts.cancel_in(conn, run, "retried by RetryTaskScheduleRun")
+            as_fired = replace(schedule, rollout=run.rollout)
+            (claimed,) = await firing.claim(
+                self.db,
+                conn,
+                [as_fired],
+                trigger="manual",
+                now=self.clock.now(),
+                scopes={schedule.id: present},
+            )
+            await rollout_store.link_retry(conn, claimed.run_id, run.id)
+        await self.fire([claimed])
+        return await self.rollouts.get(claimed.run_id)
 
     async def trigger(self, schedule_id: uuid.UUID, *, approve: bool = False) -> list[uuid.UUID]:
         """Fire now, whatever `enabled` and `next_run_at` say, on every scope (no overlap check).

@@ -244,7 +244,8 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
     stmt = (
         select(
             tasks,
-            preflight_tasks.c.attempt,
+            # Labelled: the task's own `attempt` (its retry attempt) is in the row too.
+            preflight_tasks.c.attempt.label("round"),
             preflight_tasks.c.next_check_at,
             preflight_tasks.c.override_reason,
         )
@@ -261,7 +262,7 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
         .limit(limit)
     )
     return [
-        (task_from_row(row), Waiting(row.id, row.attempt, row.next_check_at, row.override_reason))
+        (task_from_row(row), Waiting(row.id, row.round, row.next_check_at, row.override_reason))
         for row in await conn.execute(stmt)
     ]
 

@@ -104,6 +104,23 @@ async def save_run(conn: AsyncConnection, run: Run) -> None:
     )
 
 
+async def link_retry(conn: AsyncConnection, run_id: uuid.UUID, retry_of: uuid.UUID) -> None:
+    """Record that `run_id` re-runs `retry_of` (RetryTaskScheduleRun)."""
+    await conn.execute(update(task_schedule_run).where(_run.id == run_id).values(retry_of=retry_of))
+
+
+async def retried_by(
+    conn: AsyncConnection, run_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """The runs that re-ran each of these runs, oldest first (by the index on `retry_of`)."""
+    found: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for chunk in chunked(list(run_ids)):
+        stmt = select(_run.retry_of, _run.id).where(_run.retry_of.in_(chunk)).order_by(_run.fired_at, _run.id)
+        for row in await conn.execute(stmt):
+            found.setdefault(row.retry_of, []).append(row.id)
+    return found
+
+
 async def task_states(
     conn: AsyncConnection, run_ids: Collection[uuid.UUID]
 ) -> dict[tuple[uuid.UUID, uuid.UUID], TaskState]:

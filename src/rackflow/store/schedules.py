@@ -46,7 +46,7 @@ from rackflow.domain.schedules import (
     ScopeOutcome,
     Trigger,
 )
-from rackflow.domain.tasks import Operation, OperationKind
+from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, unique_violation_as
@@ -120,6 +120,7 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         start_deadline=_micros_from(row.start_deadline_us),
         pause_after_failed_runs=row.pause_after_failed_runs,
         failures_counted_until=row.failures_counted_until,
+        retry=RetryPolicy.from_json(row.retry) if row.retry is not None else None,
     )
 
 
@@ -203,6 +204,7 @@ def run_from_row(row: Row[Any]) -> Run:
         approval=RunApproval.from_json(row.approval) if row.approval is not None else None,
         scheduled_for=row.scheduled_for,
         late_by=_micros_from(row.late_by_us),
+        retry_of=row.retry_of,
     )
 
 
@@ -234,6 +236,7 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "approval": schedule.approval.to_json() if schedule.approval is not None else None,
         "last_edited_by": schedule.last_edited_by,
         **_safety_columns(schedule),
+        "retry": schedule.retry.to_json() if schedule.retry is not None else None,
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
@@ -257,6 +260,7 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "approval": schedule.approval.to_json() if schedule.approval is not None else None,
         "last_edited_by": schedule.last_edited_by,
         **_safety_columns(schedule),
+        "retry": schedule.retry.to_json() if schedule.retry is not None else None,
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))

@@ -112,6 +112,12 @@ tasks = Table(
     Column("held_since", UTCDateTime, nullable=True),
     # Submitted with queue_options.ignore_windows: FREEZE windows do not hold it (migration 0011).
     Column("ignore_windows", Boolean, nullable=False, server_default=text("false")),
+    # Retries (migration 0020, docs/SAFETY.md): the schedule's RetryPolicy as submitted (NULL: one
+    # attempt), the current attempt (from 1; `attempts` above counts claims within it, for takeovers),
+    # and when the current attempt started (`started_at` keeps the first start).
+    Column("retry", json_type(), nullable=True),
+    Column("attempt", Integer, nullable=False, server_default="1"),
+    Column("attempt_started_at", UTCDateTime, nullable=True),
     CheckConstraint(
         "status IN ('pending', 'running', 'completed', 'failed', 'terminated', 'waiting')", name="status"
     ),
@@ -176,6 +182,8 @@ task_schedule = Table(
     Column("start_deadline_us", BigInteger, nullable=True),
     Column("pause_after_failed_runs", Integer, nullable=False, server_default="0"),
     Column("failures_counted_until", UTCDateTime, nullable=True),
+    # How its tasks retry retryable failures (RetryPolicy.to_json, migration 0020); NULL: one attempt.
+    Column("retry", json_type(), nullable=True),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
@@ -241,6 +249,9 @@ task_schedule_run = Table(
     Column("approval_expires_at", UTCDateTime, nullable=True),
     # A missed run (migration 0019): how long after its slot it was found, in microseconds.
     Column("late_by_us", BigInteger, nullable=True),
+    # The run RetryTaskScheduleRun re-ran (migration 0020). No foreign key (adding one rebuilds the table
+    # on SQLite): a pruned run leaves the id, which then names no run.
+    Column("retry_of", Uuid, nullable=True, index=True),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
     CheckConstraint(
         "state IN ('running', 'completed', 'interrupted', 'rolling', 'halted', 'cancelled', 'skipped', "
@@ -406,6 +417,20 @@ preflight_results = Table(
     Column("reason", Text, nullable=False),
     Column("checked_at", UTCDateTime, nullable=False),
     Column("recheck_at", UTCDateTime, nullable=False),
+)
+
+# Every ended attempt of a task with retries (migration 0020, docs/SAFETY.md): when it ran, how it ended,
+# and whether its failure was retryable. Goes with its task.
+task_attempt = Table(
+    "task_attempt",
+    metadata,
+    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("message", Text, nullable=False, server_default=""),
+    Column("retryable", Boolean, nullable=False, server_default=text("false")),
 )
 
 # Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).

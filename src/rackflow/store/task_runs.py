@@ -14,15 +14,15 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Integer, Uuid, and_, bindparam, case, func, or_, select, update
+from sqlalchemy import Integer, Uuid, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, Update
 
 from rackflow.domain.inventory import PowerState
-from rackflow.domain.tasks import ComponentChange, Hold, Task, TaskStatus
+from rackflow.domain.tasks import RETRY_HOLD, ComponentChange, Hold, Task, TaskAttempt, TaskStatus
 from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
-from rackflow.store.tables import components, tasks
+from rackflow.store.tables import components, task_attempt, tasks
 from rackflow.store.tasks import NOT_HELD, OLDEST_FIRST, hold_values, is_active, status_in, task_from_row
 from rackflow.store.types import UTCDateTime
 
@@ -47,8 +47,9 @@ async def claim(
     owner's lease (`lease_ttl`) has expired (takeover), and RUNNING tasks this instance owns but is not
     running (its run was interrupted, e.g. by a database outage) — never one in `running_here`, even if
     this instance's own lease lapsed. Rows other claimers hold are skipped.
-    Each taken task becomes RUNNING, owned here, with one more attempt (`started_at` keeps the first
-    start); it comes back as it is now, with the number of its attempt.
+    Each taken task becomes RUNNING, owned here, with one more claim (`started_at` keeps the first start,
+    `attempt_started_at` the current retry attempt's); it comes back as it is now, with the number of its
+    claim within the current attempt (a number above 1 is a takeover).
     """
     params = {
         "claimer": owner_id,
@@ -69,6 +70,7 @@ _RUNNING_VALUES = {
     "owner_id": _CLAIMER,
     "attempts": tasks.c.attempts + 1,
     "started_at": func.coalesce(tasks.c.started_at, _CLAIMED_AT),
+    "attempt_started_at": func.coalesce(tasks.c.attempt_started_at, _CLAIMED_AT),
     "updated_at": _CLAIMED_AT,
 }
 
@@ -164,6 +166,63 @@ async def finish(
     return ended
 
 
+async def retry_later(
+    conn: AsyncConnection,
+    retries: Mapping[uuid.UUID, tuple[datetime, str]],
+    *,
+    owner_id: uuid.UUID,
+    now: datetime,
+) -> set[uuid.UUID]:
+    """Send tasks this instance runs, whose attempt failed retryably, back to PENDING for their next
+    attempt (task id -> (when, why)): unowned, the next attempt number, no claim counted within it, held by
+    "retry" until its back-off ends, so the executors' ordinary claim (and its gates) starts it again.
+    Returns the tasks sent back (the others were cancelled or taken over, and are left as they are)."""
+    sent: set[uuid.UUID] = set()
+    for task_id, (at, reason) in retries.items():
+        result = await conn.execute(
+            update(tasks)
+            .where(_held_running([task_id], owner_id))
+            .values(
+                status=TaskStatus.PENDING.value,
+                owner_id=None,
+                attempts=0,
+                attempt=tasks.c.attempt + 1,
+                attempt_started_at=None,
+                not_before=at,
+                held_by=RETRY_HOLD,
+                held_reason=reason,
+                held_since=now,
+                message=reason,
+                updated_at=now,
+            )
+            .returning(tasks.c.id)
+        )
+        sent.update(result.scalars())
+    return sent
+
+
+async def record_attempts(conn: AsyncConnection, attempts: Sequence[TaskAttempt]) -> None:
+    """Keep the ended attempts of tasks with retries (one executemany); the primary key (task, attempt)
+    refuses a second record of one attempt."""
+    if not attempts:
+        return
+    await conn.execute(
+        insert(task_attempt),
+        [
+            {
+                "task_id": a.task_id,
+                "attempt": a.attempt,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+                "status": a.status.value,
+                "message": a.message,
+                "retryable": a.retryable,
+            }
+            for a in attempts
+        ],
+    )
+
+
 async def release(
     conn: AsyncConnection, task_ids: Collection[uuid.UUID], *, owner_id: uuid.UUID
 ) -> set[uuid.UUID]:
@@ -219,7 +278,8 @@ async def hold_back(
     now: datetime,
 ) -> None:
     """Undo this instance's claim of tasks `gate` holds (task id -> hold): PENDING again, unowned, the
-    attempt not counted and never started, held until the hold's end. The claim just made them RUNNING in
+    claim not counted and the attempt never started (a retry keeps its first attempt's `started_at`),
+    held until the hold's end. The claim just made them RUNNING in
     this transaction, so nothing else saw them start. One statement per distinct hold: the held tasks of
     one claim mostly share it."""
     by_hold: dict[Hold, list[uuid.UUID]] = defaultdict(list)
@@ -234,7 +294,8 @@ async def hold_back(
                     status=TaskStatus.PENDING.value,
                     owner_id=None,
                     attempts=tasks.c.attempts - 1,
-                    started_at=None,
+                    started_at=case((tasks.c.attempt == 1, None), else_=tasks.c.started_at),
+                    attempt_started_at=None,
                     **hold_values(gate, hold, now),
                 )
             )

@@ -19,13 +19,13 @@ from sqlalchemy import Row, String, and_, case, func, insert, literal, literal_c
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
-from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, Task, TaskStatus
+from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, RetryPolicy, Task, TaskAttempt, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys
 from rackflow.store.instances import is_live
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
-from rackflow.store.tables import racks, tasks
+from rackflow.store.tables import racks, task_attempt, tasks
 from rackflow.store.types import UTCDateTime
 
 _BLOCKING = (TaskStatus.PENDING, TaskStatus.RUNNING)
@@ -76,6 +76,9 @@ def task_from_row(row: Row[Any]) -> Task:
         held_by=row.held_by,
         held_reason=row.held_reason,
         held_since=row.held_since,
+        retry=RetryPolicy.from_json(row.retry) if row.retry is not None else None,
+        attempt=row.attempt,
+        attempt_started_at=row.attempt_started_at,
     )
 
 
@@ -102,6 +105,9 @@ def _task_values(task: Task) -> dict[str, Any]:
         "held_by": task.held_by,
         "held_reason": task.held_reason,
         "held_since": task.held_since,
+        "retry": task.retry.to_json() if task.retry is not None else None,
+        "attempt": task.attempt,
+        "attempt_started_at": task.attempt_started_at,
     }
 
 
@@ -132,6 +138,32 @@ async def insert_tasks(conn: AsyncConnection, new: Sequence[Task]) -> None:
     runs = some_of(sorted({str(t.run_id) for t in new if t.run_id is not None}))
     with unique_violation_as(AlreadyExists("run_id", runs, "a task on one of these racks from the run")):
         await conn.execute(insert(tasks), [_task_values(t) for t in new])
+
+
+async def attempts(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, list[TaskAttempt]]:
+    """The ended attempts of these tasks (`task_attempt`), by task, oldest first."""
+    found: dict[uuid.UUID, list[TaskAttempt]] = {}
+    for chunk in chunked(list(task_ids)):
+        stmt = (
+            select(task_attempt)
+            .where(task_attempt.c.task_id.in_(chunk))
+            .order_by(task_attempt.c.task_id, task_attempt.c.attempt)
+        )
+        for row in await conn.execute(stmt):
+            found.setdefault(row.task_id, []).append(
+                TaskAttempt(
+                    row.task_id,
+                    row.attempt,
+                    row.started_at,
+                    row.finished_at,
+                    TaskStatus(row.status),
+                    row.message,
+                    row.retryable,
+                )
+            )
+    return found
 
 
 async def lock_racks(

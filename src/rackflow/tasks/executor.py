@@ -9,8 +9,15 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   hold, as if never claimed, or fail what they refuse.
 * Lease. The instance's heartbeat row (`store/instances.py`), renewed every `lease_ttl / 3` and compared on
   the database clock, is the lease on every task it owns. A RUNNING task whose owner's heartbeat is older
-  than `lease_ttl`, or gone, is claimed by any instance (takeover, one more attempt). Steps are idempotent,
-  so repeating the ones a dead owner may have done is safe; after `MAX_ATTEMPTS` the task fails instead.
+  than `lease_ttl`, or gone, is claimed by any instance (takeover, one more claim). Steps are idempotent,
+  so repeating the ones a dead owner may have done is safe; after `MAX_ATTEMPTS` claims the task fails.
+* Retries. A task with a retry policy whose attempt failed with only retryable step failures
+  (`StepFailed.retryable`), and has attempts left, is not ended: the same fenced write that would end it
+  sends it back to PENDING with the next attempt number, held by "retry" until its back-off ends
+  (`task_runs.retry_later`). The ordinary claim then starts the next attempt, through the start gates
+  (pre-flight checks run again for it), on whichever instance claims it first, so an attempt starts once.
+  Each ended attempt is recorded (`task_attempt`); the task's final failure, and its "task failed"
+  notification, come only with its last attempt.
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
 * Shutdown. In-flight runs are cancelled and the instance unregisters, so other instances (or this one,
@@ -50,7 +57,8 @@ from rackflow.config import (
     DEFAULT_SWEEP_INTERVAL,
 )
 from rackflow.domain.inventory import Component
-from rackflow.domain.tasks import ComponentChange, Ending, OperationKind, Task, TaskStatus
+from rackflow.domain.tasks import ComponentChange, Ending, OperationKind, Task, TaskAttempt, TaskStatus
+from rackflow.metrics import TASK_RETRIES
 from rackflow.notify import events
 from rackflow.retry import Retry, retrying
 from rackflow.store import instances, outbox, task_runs
@@ -71,6 +79,14 @@ OUTCOME_WRITE_RETRY = Retry(first_delay=0.1, max_delay=5.0)
 
 Outcome = tuple[TaskStatus, str]
 Batch = list[tuple[int, Component]]
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Why one step failed, and whether its backend classed the failure as retryable."""
+
+    reason: str
+    retryable: bool
 
 
 @dataclass(frozen=True)
@@ -153,6 +169,7 @@ class Executor:
         )
         self._claimed: list[_Run] = []  # by the round being written; started once it commits
         self._ended: Mapping[TaskStatus, int] = {}  # by the round being written; counted once it commits
+        self._retried = 0  # attempts the round being written sent back for another; counted so too
         self._stopping = False
         self._next_sweep = 0.0
         self._next_hold_check = 0.0
@@ -227,6 +244,8 @@ class Executor:
         successor takes those over)."""
         ended, self._ended = self._ended, {}
         count_ended(ended)
+        retried, self._retried = self._retried, 0
+        TASK_RETRIES.inc(retried)
         claimed, self._claimed = self._claimed, []
         for run in claimed if not self._stopping else ():
             if run.attempt > 1:
@@ -290,8 +309,9 @@ class Executor:
         task = run.task
         changes: list[ComponentChange] = []
         try:
-            outcome = await self._execute(run, changes)
-            entry = _Entry(task.id, tuple(changes), ending=Ending(task.id, task.rack_id, outcome))
+            executed = await self._execute(run, changes)
+            ending = _ending(task, executed, self.clock.now())
+            entry = _Entry(task.id, tuple(changes), ending=ending)
             written = await retrying(
                 lambda: self._journal.write(entry),
                 OUTCOME_WRITE_RETRY,
@@ -299,26 +319,29 @@ class Executor:
             )
             if written.promoted:
                 self.manager.wake_executors()
-            if outcome is None:
+            if ending.outcome is None:
                 log.info("task %s: stopped (cancelled or taken over)", task.id)
+            elif ending.retry_at is not None:
+                log.info("task %s: retrying: %s", task.id, ending.outcome[1])
             else:
-                log.info("task %s: %s: %s", task.id, outcome[0].value, outcome[1])
+                log.info("task %s: %s: %s", task.id, ending.outcome[0].value, ending.outcome[1])
         except Exception:  # it stays RUNNING and mine, so the next poll picks it up again
             log.exception("task %s: run interrupted; it will be run again", task.id)
         finally:
             self._running.pop(task.id, None)
             self.wake()
 
-    async def _execute(self, run: _Run, changes: list[ComponentChange]) -> Outcome | None:
-        """Run the steps; the outcome to record, or None when the task stopped being ours. `changes`
-        collects what the steps changed and the journal has not written yet.
+    async def _execute(self, run: _Run, changes: list[ComponentChange]) -> tuple[Outcome, bool] | None:
+        """Run the steps; the outcome to record and whether it is a retryable failure (every failed step's
+        was), or None when the task stopped being ours. `changes` collects what the steps changed and the
+        journal has not written yet.
 
         The first batch's progress was written with the claim; each later one is written (with what the
         batch before changed) before the batch starts, which is also where a cancellation or a takeover
         is noticed.
         """
         if run.refusal is not None:
-            return TaskStatus.FAILED, run.refusal
+            return (TaskStatus.FAILED, run.refusal), False
         task = run.task
         for index, batch in enumerate(run.batches):
             if index > 0:
@@ -331,24 +354,25 @@ class Executor:
             )
             failures = [failure for failure in outcomes if failure is not None]
             if failures:
-                return TaskStatus.FAILED, "; ".join(failures)
-        return TaskStatus.COMPLETED, _done(task, run.step_count)
+                reason = "; ".join(failure.reason for failure in failures)
+                return (TaskStatus.FAILED, reason), all(failure.retryable for failure in failures)
+        return (TaskStatus.COMPLETED, _done(task, run.step_count)), False
 
     async def _step(
         self, task: Task, component: Component, number: int, total: int, changes: list[ComponentChange]
-    ) -> str | None:
+    ) -> _Failure | None:
         """Run one step, keeping what it changed for the next journal write (with the task's next progress
         message or its end, so a step costs no transaction of its own; if the instance dies first, the task
         is taken over and the step repeated, as any step whose outcome was not recorded). Returns why it
-        failed, or None when it succeeded."""
+        failed, or None when it succeeded. A backend bug is never retryable."""
         try:
             if (change := await self.backend.run_step(task, component)) is not None:
                 changes.append(change)
         except StepFailed as exc:
-            return f"{_failed(task, component, number, total)}: {exc}"
+            return _Failure(f"{_failed(task, component, number, total)}: {exc}", exc.retryable)
         except Exception as exc:  # a backend bug must fail the task, not the executor
             log.exception("task %s: step on %s raised", task.id, component.name)
-            return f"{_failed(task, component, number, total)}: unexpected error: {exc!r}"
+            return _Failure(f"{_failed(task, component, number, total)}: unexpected error: {exc!r}", False)
         return None
 
     async def _write_round(self, conn: AsyncConnection, entries: Sequence[_Entry]) -> list[_Written]:
@@ -359,6 +383,7 @@ class Executor:
         endings = [entry.ending for entry in entries if entry.ending is not None]
         let_go = await self.manager.let_go_in(conn, self.instance_id, endings) if endings else None
         self._ended = let_go.ended if let_go else {}
+        self._retried = len(let_go.retried) if let_go else 0
         messages = {e.task_id: e.message for e in entries if e.task_id is not None and e.message is not None}
         now = self.clock.now()
         await outbox.record_events(conn, events.tasks_failed(endings, let_go.finished if let_go else (), now))
@@ -366,9 +391,30 @@ class Executor:
         await task_runs.record_changes(conn, (change for entry in entries for change in entry.changes))
         room = 0 if self._stopping else self.max_concurrent - len(self._running) + len(endings)
         self._claimed = await self._claim_in(conn, room) if room > 0 else []
-        finished = let_go.finished if let_go else frozenset()
+        finished = (let_go.finished | let_go.retried) if let_go else frozenset()
         promoted = bool(let_go and let_go.promoted)
         return [_Written(e.task_id in (finished if e.ending else held), promoted) for e in entries]
+
+
+def _ending(task: Task, executed: tuple[Outcome, bool] | None, now: datetime) -> Ending:
+    """What the executor reports for a run that ended at `now`: its outcome (None: the task stopped being
+    ours); for a task with retries, the attempt's record, and when a retryable failure with attempts left
+    is tried again (its outcome's message then says so, and becomes the task's held reason). A failed
+    last attempt that was not the first says which it was."""
+    if executed is None:
+        return Ending(task.id, task.rack_id, None)
+    (status, message), retryable = executed
+    attempt = None
+    if task.retry is not None:
+        attempt = TaskAttempt(task.id, task.attempt, task.attempt_started_at, now, status, message, retryable)
+    retry_at = task.retry_at(now) if retryable else None
+    if retry_at is not None:
+        return Ending(
+            task.id, task.rack_id, (status, task.retry_reason(retry_at, message)), retry_at, attempt
+        )
+    if status is TaskStatus.FAILED and task.attempt > 1:
+        message = f"attempt {task.attempt} of {task.max_attempts}: {message}"
+    return Ending(task.id, task.rack_id, (status, message), attempt=attempt)
 
 
 def _refusal(task: Task, attempt: int, now: datetime) -> str | None:

@@ -28,7 +28,9 @@ from rackflow.domain.tasks import (
     Ending,
     Operation,
     QueueOptions,
+    RetryPolicy,
     Task,
+    TaskAttempt,
     TaskStatus,
 )
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, RackflowError
@@ -128,6 +130,7 @@ class Submission:
     # started by `closes_at` (with a firmware upgrade's own window, the later start and the earlier end).
     opens_at: datetime | None = None
     closes_at: datetime | None = None
+    retry: RetryPolicy | None = None  # its schedule's: each task retries retryable failures so
 
 
 def _checked(submission: Submission) -> Submission:
@@ -199,6 +202,7 @@ class _RackState:
                     held_by=WINDOW_HOLD if waits else None,
                     held_reason=message if waits else None,
                     held_since=now if waits else None,
+                    retry=submission.retry,
                 )
             )
         return planned
@@ -214,13 +218,14 @@ class _RackState:
 
 @dataclass(frozen=True)
 class LetGo:
-    """What recording endings did: the tasks ended as reported, the waiting tasks promoted, and how many
-    tasks reached each final status (those ended and the waiting ones that expired), for
-    `count_ended` once the transaction has committed."""
+    """What recording endings did: the tasks ended as reported, those sent back for another attempt,
+    the waiting tasks promoted, and how many tasks reached each final status (those ended and the waiting
+    ones that expired), for `count_ended` once the transaction has committed."""
 
     finished: frozenset[uuid.UUID]
     promoted: list[uuid.UUID]
     ended: Mapping[TaskStatus, int] = field(default_factory=dict)
+    retried: frozenset[uuid.UUID] = frozenset()
 
 
 class Promotion(NamedTuple):
@@ -380,6 +385,13 @@ class TaskManager:
             found = {t.id: t for t in await store.get_tasks(conn, task_ids)}
         return [found[i] for i in dict.fromkeys(task_ids) if i in found]
 
+    async def attempts(self, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, list[TaskAttempt]]:
+        """The ended attempts of each of these tasks that has any, oldest first."""
+        if not task_ids:
+            return {}
+        async with self.db.read() as conn:
+            return await store.attempts(conn, task_ids)
+
     async def statuses(self, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, TaskStatus]:
         """The status of each task that exists among `task_ids`."""
         async with self.db.read() as conn:
@@ -498,19 +510,36 @@ class TaskManager:
 
         Locks the racks first (so a submit on them waits and then sees the tasks gone), learning with the
         same statement which have waiting tasks (most have none); ends the tasks that are still RUNNING
-        there, drops the hold on those cancelled meanwhile, and promotes the waiting tasks of those racks.
-        A task taken over by another instance is left alone.
+        there, sends those whose attempt failed retryably back for their next attempt (`Ending.retry_at`:
+        they stay active, so the rack stays theirs), drops the hold on those cancelled meanwhile, and
+        promotes the waiting tasks of those racks. A task taken over by another instance is left alone.
+        The attempts of tasks with retries are recorded (`task_attempt`).
         """
         waiting = await store.lock_racks_with_waiting(self.db, conn, {e.rack_id for e in endings})
-        outcomes = {e.task_id: e.outcome for e in endings if e.outcome is not None}
-        finished = await task_runs.finish(conn, outcomes, owner_id=owner_id, now=self.clock.now())
-        stopped = [e.task_id for e in endings if e.task_id not in finished]
+        now = self.clock.now()
+        retries = {
+            e.task_id: (e.retry_at, e.outcome[1])
+            for e in endings
+            if e.retry_at is not None and e.outcome is not None
+        }
+        outcomes = {
+            e.task_id: e.outcome for e in endings if e.outcome is not None and e.task_id not in retries
+        }
+        finished = await task_runs.finish(conn, outcomes, owner_id=owner_id, now=now)
+        retried = await task_runs.retry_later(conn, retries, owner_id=owner_id, now=now) if retries else set()
+        stopped = [e.task_id for e in endings if e.task_id not in finished and e.task_id not in retried]
         freed = finished | (await task_runs.release(conn, stopped, owner_id=owner_id) if stopped else set())
+        recorded = finished | retried
+        await task_runs.record_attempts(
+            conn, [e.attempt for e in endings if e.attempt is not None and e.task_id in recorded]
+        )
         racks = {e.rack_id for e in endings if e.task_id in freed} & waiting
         promotion = await self.promote_in(conn, racks) if racks else Promotion([], 0)
         ended = Counter(outcomes[i][0] for i in finished)
         ended[TaskStatus.TERMINATED] += promotion.expired
-        return LetGo(finished=frozenset(finished), promoted=promotion.promoted, ended=ended)
+        return LetGo(
+            finished=frozenset(finished), promoted=promotion.promoted, ended=ended, retried=frozenset(retried)
+        )
 
     async def sweep(self, *, lease_ttl: timedelta, dead_holds: bool = True) -> list[uuid.UUID]:
         """Housekeeping the executors run; returns the ids promoted.

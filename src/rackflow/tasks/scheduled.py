@@ -27,8 +27,9 @@ def scope_submission(
     deferral: Decision | None = None,
 ) -> Submission:
     """What a firing submits for one scope (phase 2, or a rollout's step): the schedule's operation on the
-    scope's rack and components, under the overlap policy's conflict strategy, carrying the run's id. A
-    deferred scope's task is held until the opening it waits for, and says so."""
+    scope's rack and components, under the overlap policy's conflict strategy, carrying the run's id and
+    the schedule's retry policy. A deferred scope's task is held until the opening it waits for, and says
+    so."""
     return Submission(
         schedule.operation,
         (RackSelection(scope.rack_id, scope.filter),),
@@ -39,4 +40,5 @@ def scope_submission(
         deferral.reason if deferral else "",
         opens_at=deferral.opens_at if deferral else None,
         closes_at=deferral.closes_at if deferral else None,
+        retry=schedule.retry,
     )

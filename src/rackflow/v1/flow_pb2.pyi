@@ -1139,6 +1139,10 @@ class Task(_message.Message):
     HELD_REASON_FIELD_NUMBER: _builtins.int
     HELD_SINCE_FIELD_NUMBER: _builtins.int
     NOT_AFTER_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    ATTEMPT_STARTED_AT_FIELD_NUMBER: _builtins.int
     operation: _builtins.str
     """power_on, power_off, power_reset, bring_up, ingest, upgrade_firmware"""
     description: _builtins.str
@@ -1149,6 +1153,11 @@ class Task(_message.Message):
     held_by: _builtins.str
     """"window" (its opening), "freeze", "budget", "preflight"; empty: nothing holds it"""
     held_reason: _builtins.str
+    attempt: _builtins.int
+    """Retries (its schedule's RetryPolicy; docs/SAFETY.md): this is attempt `attempt` of `max_attempts`
+    (1 of 1 without retries). While it waits out a back-off it is PENDING, held_by "retry".
+    """
+    max_attempts: _builtins.int
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1186,6 +1195,14 @@ class Task(_message.Message):
     def not_after(self) -> _timestamp_pb2.Timestamp:
         """Its window's end: if it has not started by then, it fails without running."""
 
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskAttempt]:
+        """The attempts that ended, oldest first (tasks with retries; filled by GetTasksByIDs, not ListTasks)."""
+
+    @_builtins.property
+    def attempt_started_at(self) -> _timestamp_pb2.Timestamp:
+        """when the current attempt started"""
+
     def __init__(
         self,
         *,
@@ -1209,14 +1226,59 @@ class Task(_message.Message):
         held_reason: _builtins.str = ...,
         held_since: _timestamp_pb2.Timestamp | None = ...,
         not_after: _timestamp_pb2.Timestamp | None = ...,
+        attempt: _builtins.int = ...,
+        max_attempts: _builtins.int = ...,
+        attempts: _abc.Iterable[Global___TaskAttempt] | None = ...,
+        attempt_started_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "held_since", b"held_since", "id", b"id", "not_after", b"not_after", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attempt_started_at", b"attempt_started_at", "created_at", b"created_at", "finished_at", b"finished_at", "held_since", b"held_since", "id", b"id", "not_after", b"not_after", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "held_by", b"held_by", "held_reason", b"held_reason", "held_since", b"held_since", "id", b"id", "ignore_windows", b"ignore_windows", "message", b"message", "not_after", b"not_after", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_started_at", b"attempt_started_at", "attempts", b"attempts", "component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "held_by", b"held_by", "held_reason", b"held_reason", "held_since", b"held_since", "id", b"id", "ignore_windows", b"ignore_windows", "max_attempts", b"max_attempts", "message", b"message", "not_after", b"not_after", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
+
+@_typing.final
+class TaskAttempt(_message.Message):
+    """One ended attempt of a task with retries."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    RETRYABLE_FIELD_NUMBER: _builtins.int
+    attempt: _builtins.int
+    status: Global___TaskStatus.ValueType
+    """FAILED or COMPLETED (TERMINATED: cancelled while running)"""
+    message: _builtins.str
+    """the error of a failed attempt"""
+    retryable: _builtins.bool
+    """the backend classed the failure as retryable"""
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        attempt: _builtins.int = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        status: Global___TaskStatus.ValueType = ...,
+        message: _builtins.str = ...,
+        retryable: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "finished_at", b"finished_at", "message", b"message", "retryable", b"retryable", "started_at", b"started_at", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskAttempt: _TypeAlias = TaskAttempt  # noqa: Y015
 
 @_typing.final
 class ListTasksRequest(_message.Message):
@@ -1407,6 +1469,7 @@ class ScheduleConfig(_message.Message):
     START_DEADLINE_FIELD_NUMBER: _builtins.int
     PAUSE_AFTER_FAILED_RUNS_FIELD_NUMBER: _builtins.int
     APPROVAL_FIELD_NUMBER: _builtins.int
+    RETRY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     window_policy: Global___WindowPolicy.ValueType
@@ -1434,6 +1497,12 @@ class ScheduleConfig(_message.Message):
         (unset in an update removes it).
         """
 
+    @_builtins.property
+    def retry(self) -> Global___RetryPolicy:
+        """Retry a task's retryable failures with back-off (docs/SAFETY.md, "Retries"); unset: one attempt.
+        Update mask `schedule.retry` (unset in an update removes it).
+        """
+
     def __init__(
         self,
         *,
@@ -1445,10 +1514,11 @@ class ScheduleConfig(_message.Message):
         start_deadline: _builtins.str = ...,
         pause_after_failed_runs: _builtins.int = ...,
         approval: Global___ApprovalPolicy | None = ...,
+        retry: Global___RetryPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "rollout", b"rollout", "spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "retry", b"retry", "rollout", b"rollout", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "name", b"name", "overlap_policy", b"overlap_policy", "pause_after_failed_runs", b"pause_after_failed_runs", "rollout", b"rollout", "spec", b"spec", "start_deadline", b"start_deadline", "window_policy", b"window_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "name", b"name", "overlap_policy", b"overlap_policy", "pause_after_failed_runs", b"pause_after_failed_runs", "retry", b"retry", "rollout", b"rollout", "spec", b"spec", "start_deadline", b"start_deadline", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1485,6 +1555,43 @@ class ApprovalPolicy(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ApprovalPolicy: _TypeAlias = ApprovalPolicy  # noqa: Y015
+
+@_typing.final
+class RetryPolicy(_message.Message):
+    """How a schedule's tasks retry a failure their backend classes as retryable (a Redfish timeout,
+    connection error or 5xx; never a 4xx or a refused request). Attempt n+1 waits
+    min(initial_backoff * multiplier^(n-1), max_backoff) after attempt n failed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    INITIAL_BACKOFF_FIELD_NUMBER: _builtins.int
+    MULTIPLIER_FIELD_NUMBER: _builtins.int
+    MAX_BACKOFF_FIELD_NUMBER: _builtins.int
+    max_attempts: _builtins.int
+    """attempts in all, the first included (2..10)"""
+    initial_backoff: _builtins.str
+    """Go duration before the second attempt; "" = 30s"""
+    multiplier: _builtins.float
+    """each later back-off is this many times the one before (>= 1); 0 = 2"""
+    max_backoff: _builtins.str
+    """Go duration the back-off never exceeds; "" = 10m"""
+    def __init__(
+        self,
+        *,
+        max_attempts: _builtins.int = ...,
+        initial_backoff: _builtins.str = ...,
+        multiplier: _builtins.float = ...,
+        max_backoff: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["initial_backoff", b"initial_backoff", "max_attempts", b"max_attempts", "max_backoff", b"max_backoff", "multiplier", b"multiplier"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryPolicy: _TypeAlias = RetryPolicy  # noqa: Y015
 
 @_typing.final
 class RolloutPolicy(_message.Message):
@@ -1603,6 +1710,7 @@ class TaskSchedule(_message.Message):
     PAUSE_AFTER_FAILED_RUNS_FIELD_NUMBER: _builtins.int
     APPROVAL_FIELD_NUMBER: _builtins.int
     LAST_EDITED_BY_FIELD_NUMBER: _builtins.int
+    RETRY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     overlap_policy: Global___OverlapPolicy.ValueType
     enabled: _builtins.bool
@@ -1657,6 +1765,10 @@ class TaskSchedule(_message.Message):
     def approval(self) -> Global___ApprovalPolicy:
         """unset: firings start at once"""
 
+    @_builtins.property
+    def retry(self) -> Global___RetryPolicy:
+        """unset: each task gets one attempt"""
+
     def __init__(
         self,
         *,
@@ -1683,10 +1795,11 @@ class TaskSchedule(_message.Message):
         pause_after_failed_runs: _builtins.int = ...,
         approval: Global___ApprovalPolicy | None = ...,
         last_edited_by: _builtins.str = ...,
+        retry: Global___RetryPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "paused_at", b"paused_at", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "created_at", b"created_at", "id", b"id", "last_run_at", b"last_run_at", "next_run_at", b"next_run_at", "operation", b"operation", "paused_at", b"paused_at", "resume_at", b"resume_at", "retry", b"retry", "rollout", b"rollout", "spec", b"spec", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_edited_by", b"last_edited_by", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_after_failed_runs", b"pause_after_failed_runs", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "rollout", b"rollout", "spec", b"spec", "start_deadline", b"start_deadline", "summary", b"summary", "updated_at", b"updated_at", "window_policy", b"window_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "created_at", b"created_at", "description", b"description", "enabled", b"enabled", "id", b"id", "last_edited_by", b"last_edited_by", "last_run_at", b"last_run_at", "name", b"name", "next_run_at", b"next_run_at", "operation", b"operation", "operation_type", b"operation_type", "overlap_policy", b"overlap_policy", "pause_after_failed_runs", b"pause_after_failed_runs", "pause_reason", b"pause_reason", "paused_at", b"paused_at", "paused_by", b"paused_by", "resume_at", b"resume_at", "retry", b"retry", "rollout", b"rollout", "spec", b"spec", "start_deadline", b"start_deadline", "summary", b"summary", "updated_at", b"updated_at", "window_policy", b"window_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2473,6 +2586,8 @@ class TaskScheduleRun(_message.Message):
     SCHEDULED_FOR_FIELD_NUMBER: _builtins.int
     LATE_BY_FIELD_NUMBER: _builtins.int
     APPROVAL_FIELD_NUMBER: _builtins.int
+    RETRY_OF_FIELD_NUMBER: _builtins.int
+    RETRIED_BY_FIELD_NUMBER: _builtins.int
     trigger: _builtins.str
     """"dispatch" or "manual" """
     state: _builtins.str
@@ -2508,6 +2623,14 @@ class TaskScheduleRun(_message.Message):
     def approval(self) -> Global___RunApproval:
         """set on a run of a schedule that needs approval"""
 
+    @_builtins.property
+    def retry_of(self) -> Global___UUID:
+        """set on a run made by RetryTaskScheduleRun: the run it retried"""
+
+    @_builtins.property
+    def retried_by(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]:
+        """the runs RetryTaskScheduleRun made from this one"""
+
     def __init__(
         self,
         *,
@@ -2523,10 +2646,12 @@ class TaskScheduleRun(_message.Message):
         scheduled_for: _timestamp_pb2.Timestamp | None = ...,
         late_by: _builtins.str = ...,
         approval: Global___RunApproval | None = ...,
+        retry_of: Global___UUID | None = ...,
+        retried_by: _abc.Iterable[Global___UUID] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "progress", b"progress", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "progress", b"progress", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "late_by", b"late_by", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for", "state", b"state", "trigger", b"trigger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "late_by", b"late_by", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "retried_by", b"retried_by", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for", "state", b"state", "trigger", b"trigger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2778,6 +2903,36 @@ class RejectTaskScheduleRunRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RejectTaskScheduleRunRequest: _TypeAlias = RejectTaskScheduleRunRequest  # noqa: Y015
+
+@_typing.final
+class RetryTaskScheduleRunRequest(_message.Message):
+    """A halted run being retried is cancelled first (its not-started racks go to the new run), so the
+    schedule keeps one live rollout. Refused for a run still running or rolling.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ONLY_FAILED_FIELD_NUMBER: _builtins.int
+    only_failed: _builtins.bool
+    """default true: the failed and not-started racks; false: every rack"""
+    @_builtins.property
+    def id(self) -> Global___UUID: ...
+    def __init__(
+        self,
+        *,
+        id: Global___UUID | None = ...,
+        only_failed: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_only_failed", b"_only_failed", "id", b"id", "only_failed", b"only_failed"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_only_failed", b"_only_failed", "id", b"id", "only_failed", b"only_failed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__only_failed: _TypeAlias = _typing.Literal["only_failed"]  # noqa: Y015
+    _WhichOneofArgType__only_failed: _TypeAlias = _typing.Literal["_only_failed", b"_only_failed"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__only_failed) -> _WhichOneofReturnType__only_failed | None: ...
+
+Global___RetryTaskScheduleRunRequest: _TypeAlias = RetryTaskScheduleRunRequest  # noqa: Y015
 
 @_typing.final
 class ListTaskScheduleRunsRequest(_message.Message):

@@ -310,6 +310,11 @@ class FlowStub:
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.RejectTaskScheduleRunRequest.SerializeToString,
                 response_deserializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
                 _registered_method=True)
+        self.RetryTaskScheduleRun = channel.unary_unary(
+                '/rackflow.v1.Flow/RetryTaskScheduleRun',
+                request_serializer=rackflow_dot_v1_dot_flow__pb2.RetryTaskScheduleRunRequest.SerializeToString,
+                response_deserializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+                _registered_method=True)
         self.CreateNotificationChannel = channel.unary_unary(
                 '/rackflow.v1.Flow/CreateNotificationChannel',
                 request_serializer=rackflow_dot_v1_dot_flow__pb2.CreateNotificationChannelRequest.SerializeToString,
@@ -696,6 +701,14 @@ class FlowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RetryTaskScheduleRun(self, request, context):
+        """Re-run a finished or halted run's failed and not-started racks (all racks without only_failed) as
+        a new run, linked by retry_of, with the same rollout policy (docs/SAFETY.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateNotificationChannel(self, request, context):
         """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md).
         """
@@ -1023,6 +1036,11 @@ def add_FlowServicer_to_server(servicer, server):
             'RejectTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
                     servicer.RejectTaskScheduleRun,
                     request_deserializer=rackflow_dot_v1_dot_flow__pb2.RejectTaskScheduleRunRequest.FromString,
+                    response_serializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.SerializeToString,
+            ),
+            'RetryTaskScheduleRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryTaskScheduleRun,
+                    request_deserializer=rackflow_dot_v1_dot_flow__pb2.RetryTaskScheduleRunRequest.FromString,
                     response_serializer=rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.SerializeToString,
             ),
             'CreateNotificationChannel': grpc.unary_unary_rpc_method_handler(
@@ -2550,6 +2568,33 @@ class Flow:
             target,
             '/rackflow.v1.Flow/RejectTaskScheduleRun',
             rackflow_dot_v1_dot_flow__pb2.RejectTaskScheduleRunRequest.SerializeToString,
+            rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryTaskScheduleRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rackflow.v1.Flow/RetryTaskScheduleRun',
+            rackflow_dot_v1_dot_flow__pb2.RetryTaskScheduleRunRequest.SerializeToString,
             rackflow_dot_v1_dot_flow__pb2.TaskScheduleRun.FromString,
             options,
             channel_credentials,

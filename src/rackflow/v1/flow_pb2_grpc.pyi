@@ -104,6 +104,10 @@ class FlowStub:
     need the approver role; with tokens on, the approver must not be the schedule's last editor.
     """
     RejectTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.RejectTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
+    RetryTaskScheduleRun: _grpc.UnaryUnaryMultiCallable[_flow_pb2.RetryTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]
+    """Re-run a finished or halted run's failed and not-started racks (all racks without only_failed) as
+    a new run, linked by retry_of, with the same rollout policy (docs/SAFETY.md).
+    """
     CreateNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.CreateNotificationChannelRequest, _flow_pb2.NotificationChannel]
     """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md)."""
     GetNotificationChannel: _grpc.UnaryUnaryMultiCallable[_flow_pb2.GetNotificationChannelRequest, _flow_pb2.NotificationChannel]
@@ -186,6 +190,10 @@ class FlowAsyncStub(FlowStub):
     need the approver role; with tokens on, the approver must not be the schedule's last editor.
     """
     RejectTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.RejectTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
+    RetryTaskScheduleRun: _aio.UnaryUnaryMultiCallable[_flow_pb2.RetryTaskScheduleRunRequest, _flow_pb2.TaskScheduleRun]  # type: ignore[assignment]
+    """Re-run a finished or halted run's failed and not-started racks (all racks without only_failed) as
+    a new run, linked by retry_of, with the same rollout policy (docs/SAFETY.md).
+    """
     CreateNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.CreateNotificationChannelRequest, _flow_pb2.NotificationChannel]  # type: ignore[assignment]
     """Notifications: where events go, and what was delivered (docs/NOTIFICATIONS.md)."""
     GetNotificationChannel: _aio.UnaryUnaryMultiCallable[_flow_pb2.GetNotificationChannelRequest, _flow_pb2.NotificationChannel]  # type: ignore[assignment]
@@ -595,6 +603,16 @@ class FlowServicer(metaclass=_abc_1.ABCMeta):
         request: _flow_pb2.RejectTaskScheduleRunRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]: ...
+
+    @_abc_1.abstractmethod
+    def RetryTaskScheduleRun(
+        self,
+        request: _flow_pb2.RetryTaskScheduleRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_flow_pb2.TaskScheduleRun, _abc.Awaitable[_flow_pb2.TaskScheduleRun]]:
+        """Re-run a finished or halted run's failed and not-started racks (all racks without only_failed) as
+        a new run, linked by retry_of, with the same rollout policy (docs/SAFETY.md).
+        """
 
     @_abc_1.abstractmethod
     def CreateNotificationChannel(

@@ -415,6 +415,15 @@ class JsonApi:
                 path_fields=("id",),
             ),
             Endpoint(
+                post,
+                "/runs/{ref}:retry",
+                "RetryTaskScheduleRun",
+                api.retry_run,
+                "Re-run a finished or halted run's failed racks (all with only_failed false) as a new run",
+                body=True,
+                path_fields=("id",),
+            ),
+            Endpoint(
                 get,
                 "/runs/{ref}",
                 "GetTaskScheduleRun",
@@ -800,6 +809,9 @@ class JsonApi:
 
     async def reject_run(self, call: Call) -> Message:
         return await self._run_action(call, "RejectTaskScheduleRun", pb.RejectTaskScheduleRunRequest())
+
+    async def retry_run(self, call: Call) -> Message:
+        return await self._run_action(call, "RetryTaskScheduleRun", pb.RetryTaskScheduleRunRequest())
 
     # --- tasks -----------------------------------------------------------------------------------
 

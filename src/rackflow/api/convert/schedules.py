@@ -17,13 +17,13 @@ from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.inventory import ComponentsFilter, TypesFilter
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Pause, Schedule, Scope, ScopeOutcome
-from rackflow.domain.tasks import QueueOptions, TaskStatus
+from rackflow.domain.tasks import QueueOptions, RetryPolicy, TaskStatus
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import Progress, RunReport
 from rackflow.schedules.service import PlannedFiring, PlannedScope
 from rackflow.timespec import ScheduleSpec, SpecType, format_go_duration
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.validation import approval_policy, bake_time, check_rollout
+from rackflow.validation import approval_policy, bake_time, check_rollout, retry_from
 
 _SPEC_TYPE_FROM_PB = {
     pb.SCHEDULE_SPEC_TYPE_INTERVAL: SpecType.INTERVAL,
@@ -118,6 +118,22 @@ def run_approval_to(approval: RunApproval | None) -> pb.RunApproval | None:
     )
 
 
+def retry_policy_from(msg: pb.RetryPolicy, field: str = "schedule.retry") -> RetryPolicy:
+    """The policy, defaults applied and checked (`validation.retry_from`)."""
+    return retry_from(msg.max_attempts, msg.initial_backoff, msg.multiplier, msg.max_backoff, field)
+
+
+def retry_policy_to(policy: RetryPolicy | None) -> pb.RetryPolicy | None:
+    if policy is None:
+        return None
+    return pb.RetryPolicy(
+        max_attempts=policy.max_attempts,
+        initial_backoff=format_go_duration(policy.initial_backoff),
+        multiplier=policy.multiplier,
+        max_backoff=format_go_duration(policy.max_backoff),
+    )
+
+
 def spec_to(spec: ScheduleSpec) -> pb.ScheduleSpec:
     return pb.ScheduleSpec(type=_SPEC_TYPE_TO_PB[spec.type], spec=spec.spec, timezone=spec.timezone)
 
@@ -148,6 +164,7 @@ def schedule_to(schedule: Schedule) -> pb.TaskSchedule:
         last_edited_by=schedule.last_edited_by,
         start_deadline=_duration_to(schedule.start_deadline),
         pause_after_failed_runs=schedule.pause_after_failed_runs,
+        retry=retry_policy_to(schedule.retry),
     )
 
 
@@ -237,6 +254,8 @@ def run_to(report: RunReport) -> pb.TaskScheduleRun:
         approval=run_approval_to(run.approval),
         scheduled_for=timestamp_to(run.scheduled_for),
         late_by=_duration_to(run.late_by),
+        retry_of=uuid_to(run.retry_of),
+        retried_by=[pb.UUID(id=str(i)) for i in report.retried_by],
     )
 
 

@@ -18,6 +18,7 @@ from rackflow.domain.tasks import (
     OperationKind,
     QueueOptions,
     Task,
+    TaskAttempt,
     TaskStatus,
 )
 from rackflow.errors import InvalidArgument
@@ -155,7 +156,8 @@ def task_status_to(status: TaskStatus) -> pb.TaskStatus.ValueType:
     return _STATUS_TO_PB[status]
 
 
-def task_to(task: Task) -> pb.Task:
+def task_to(task: Task, attempts: Sequence[TaskAttempt] = ()) -> pb.Task:
+    """The task; `attempts`: its ended attempts (GetTasksByIDs reads them, lists leave them out)."""
     return pb.Task(
         id=uuid_to(task.id),
         operation=task.operation.kind.value,
@@ -177,4 +179,18 @@ def task_to(task: Task) -> pb.Task:
         held_reason=task.held_reason or "",
         held_since=timestamp_to(task.held_since),
         not_after=timestamp_to(task.not_after),
+        attempt=task.attempt,
+        max_attempts=task.max_attempts,
+        attempts=[
+            pb.TaskAttempt(
+                attempt=a.attempt,
+                started_at=timestamp_to(a.started_at),
+                finished_at=timestamp_to(a.finished_at),
+                status=task_status_to(a.status),
+                message=a.message,
+                retryable=a.retryable,
+            )
+            for a in attempts
+        ],
+        attempt_started_at=timestamp_to(task.attempt_started_at),
     )

@@ -17,7 +17,16 @@ from rackflow.domain.tasks import ComponentChange, OperationKind, Task
 
 
 class StepFailed(Exception):
-    """A component's step failed; the text says why and becomes part of the task's message."""
+    """A component's step failed; the text says why and becomes part of the task's message.
+
+    `retryable`: the backend judges that the same step may succeed if tried again later (a timeout, a lost
+    connection, a server error), so a task with a retry policy gets another attempt. A refusal (a 4xx, a
+    request the component rejects) is not: trying again would fail the same way.
+    """
+
+    def __init__(self, reason: str, *, retryable: bool = False) -> None:
+        super().__init__(reason)
+        self.retryable = retryable
 
 
 class Backend(abc.ABC):

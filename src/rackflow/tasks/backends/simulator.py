@@ -11,8 +11,9 @@ import asyncio
 import math
 import os
 import random
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rackflow.domain.inventory import Component, PowerState
 from rackflow.domain.tasks import ComponentChange, OperationKind, Task
@@ -30,23 +31,33 @@ POWER_AFTER: dict[OperationKind, PowerState] = {
 
 @dataclass(frozen=True)
 class SimulatorConfig:
-    """How long each step takes, and which steps fail (by component external id, or at random)."""
+    """How long each step takes, and which steps fail (by component external id, or at random): with a
+    refusal (`fail_*`, never retried) or with a retryable failure, as a BMC timeout or 5xx would
+    (`transient_*`; docs/SAFETY.md, "Retries"). `transient_external_ids` maps an id to how many of its steps
+    fail in this process before one succeeds (None: every one)."""
 
     step_seconds: float = 0.2
     fail_external_ids: frozenset[str] = frozenset()
     fail_rate: float = 0.0
     seed: int | None = None
+    transient_external_ids: Mapping[str, int | None] = field(default_factory=dict)
+    transient_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.step_seconds) and self.step_seconds >= 0):
             raise InvalidArgument(f"RACKFLOW_SIM_STEP_SECONDS: must be >= 0, got {self.step_seconds}")
         if not 0.0 <= self.fail_rate <= 1.0:
             raise InvalidArgument(f"RACKFLOW_SIM_FAIL_RATE: must be between 0 and 1, got {self.fail_rate}")
+        if not 0.0 <= self.transient_rate <= 1.0:
+            raise InvalidArgument(
+                f"RACKFLOW_SIM_TRANSIENT_RATE: must be between 0 and 1, got {self.transient_rate}"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SimulatorConfig:
         """RACKFLOW_SIM_STEP_SECONDS, RACKFLOW_SIM_FAIL_IDS (comma list), RACKFLOW_SIM_FAIL_RATE,
-        RACKFLOW_SIM_SEED; unset variables keep the defaults."""
+        RACKFLOW_SIM_SEED, RACKFLOW_SIM_TRANSIENT_IDS (comma list of `id` or `id:N`),
+        RACKFLOW_SIM_TRANSIENT_RATE; unset variables keep the defaults."""
         env = os.environ if env is None else env
         ids = frozenset(i.strip() for i in env.get("RACKFLOW_SIM_FAIL_IDS", "").split(",") if i.strip())
         return cls(
@@ -54,7 +65,24 @@ class SimulatorConfig:
             fail_external_ids=ids,
             fail_rate=_float(env, "RACKFLOW_SIM_FAIL_RATE", cls.fail_rate),
             seed=_int(env, "RACKFLOW_SIM_SEED"),
+            transient_external_ids=_transient_ids(env.get("RACKFLOW_SIM_TRANSIENT_IDS", "")),
+            transient_rate=_float(env, "RACKFLOW_SIM_TRANSIENT_RATE", cls.transient_rate),
         )
+
+
+def _transient_ids(text: str) -> dict[str, int | None]:
+    """`a,b:2`: every step on `a` fails retryably, the first 2 steps on `b` do."""
+    found: dict[str, int | None] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        name, _, count = item.partition(":")
+        if count and not (count.isdigit() and int(count) > 0):
+            raise InvalidArgument(
+                f"RACKFLOW_SIM_TRANSIENT_IDS: {item!r}: the count after ':' must be a whole number > 0"
+            )
+        found[name.strip()] = int(count) if count else None
+    return found
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -79,6 +107,7 @@ class SimulatorBackend(Backend):
     def __init__(self, config: SimulatorConfig | None = None) -> None:
         self.config = config or SimulatorConfig()
         self._random = random.Random(self.config.seed)
+        self._transient_failures: Counter[str] = Counter()  # by external id, in this process
 
     async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
         await asyncio.sleep(self.config.step_seconds)
@@ -86,9 +115,28 @@ class SimulatorBackend(Backend):
             raise StepFailed(f"simulated failure: {component.external_id!r} is in RACKFLOW_SIM_FAIL_IDS")
         if self.config.fail_rate and self._random.random() < self.config.fail_rate:
             raise StepFailed(f"simulated failure (fail rate {self.config.fail_rate:g})")
+        self._fail_transiently(component)
         kind = task.operation.kind
         firmware = task.operation.target_version if kind is OperationKind.UPGRADE_FIRMWARE else None
         power = POWER_AFTER.get(kind)
         if power is None and firmware is None:
             return None
         return ComponentChange(component.id, power_state=power, firmware_version=firmware)
+
+    def _fail_transiently(self, component: Component) -> None:
+        """Raise a retryable failure when the configuration injects one for this step."""
+        external_id = component.external_id
+        transient = self.config.transient_external_ids
+        if external_id and external_id in transient:
+            limit = transient[external_id]
+            if limit is None or self._transient_failures[external_id] < limit:
+                self._transient_failures[external_id] += 1
+                raise StepFailed(
+                    f"simulated retryable failure: {external_id!r} is in RACKFLOW_SIM_TRANSIENT_IDS "
+                    "(as a BMC timeout)",
+                    retryable=True,
+                )
+        if self.config.transient_rate and self._random.random() < self.config.transient_rate:
+            raise StepFailed(
+                f"simulated retryable failure (transient rate {self.config.transient_rate:g})", retryable=True
+            )

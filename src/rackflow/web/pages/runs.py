@@ -1,5 +1,6 @@
 """One firing of a schedule (`/runs/{id}`): how it stands, each rack's outcome with its task, error and
-wave, its progress as a segmented bar, and Resume/Cancel for a rollout that is halted or rolling."""
+wave, its progress as a segmented bar, Resume/Cancel for a rollout that is halted or rolling, and Retry
+for a run that is over with racks that failed or never started (RetryTaskScheduleRun)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rackflow.domain.schedules import ScopeOutcome
+from rackflow.domain.schedules import RETRIABLE_RUN_STATES, ScopeOutcome, racks_to_retry
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import Progress
@@ -109,4 +110,9 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         "progress": report.progress,
         "bar": progress_bar(report.progress) if report.progress else run_bar(run, statuses),
         "rows": rows_of(run.outcomes, names, tasks, statuses),
+        "retried_by": report.retried_by,
+        # RetryTaskScheduleRun takes a run that is over (its tasks ended) and had a rack fail or not start.
+        "retriable": run.state in RETRIABLE_RUN_STATES
+        and not any(s.is_active for s in statuses.values())
+        and bool(racks_to_retry(run, statuses, only_failed=True)),
     }

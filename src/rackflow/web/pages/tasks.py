@@ -85,4 +85,5 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         "steps": plan(task.operation.kind, components),
         "missing_components": len(task.component_ids) - len(components),
         "schedule_name": names.get(task.schedule_id) if task.schedule_id else None,
+        "attempts": (await services.tasks.attempts([task.id])).get(task.id, []) if task.retry else [],
     }

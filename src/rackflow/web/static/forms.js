@@ -86,6 +86,16 @@
       });
       schedule.rollout = rollout;
     }
+    if (el.retry_on.checked) {
+      const retry = {};
+      form.querySelectorAll("[data-retry] input").forEach((input) => {
+        const key = input.name.replace(/^retry\./, "");
+        const text = input.value.trim();
+        const numeric = key === "max_attempts" || key === "multiplier";
+        if (text) retry[key] = numeric && /^\d+(\.\d+)?$/.test(text) ? Number(text) : text;
+      });
+      schedule.retry = retry;
+    }
     const kind = form.querySelector("[name=scope_kind]:checked").value;
     const types = Array.from(form.querySelectorAll("[name=component_types]:checked")).map((c) => c.value);
     const targets = Array.from(form.querySelectorAll(".chosen li")).map((li) =>
@@ -167,6 +177,7 @@
       const op = form.elements.operation.value;
       form.querySelectorAll("[data-for-ops]").forEach((el) => { el.hidden = !el.dataset.forOps.split(" ").includes(op); });
       form.querySelector("[data-rollout]").hidden = !form.elements.rollout_on.checked;
+      form.querySelector("[data-retry]").hidden = !form.elements.retry_on.checked;
       const kind = form.querySelector("[name=scope_kind]:checked").value;
       form.querySelectorAll("[data-choices]").forEach((s) => { s.hidden = s.dataset.choices !== kind; });
     }
@@ -222,7 +233,7 @@
       if (!editing) {
         result = await call("POST", "/api/v1/schedules", { schedule, operation });
       } else {
-        result = await call("PATCH", `/api/v1/schedules/${editing}`, { schedule: { ...schedule, rollout: schedule.rollout || null } });
+        result = await call("PATCH", `/api/v1/schedules/${editing}`, { schedule: { ...schedule, rollout: schedule.rollout || null, retry: schedule.retry || null } });
         if (result.ok) result = await call("PUT", `/api/v1/schedules/${editing}/scopes`, { desired_scope: target });
       }
       save.disabled = false;

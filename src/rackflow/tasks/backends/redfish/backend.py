@@ -118,7 +118,8 @@ class RedfishBackend(Backend):
                 hint = "; a forced operation does not wait for the OS" if graceful else ""
                 raise StepFailed(
                     f"{where}: power still {state.value}, not {wanted.value}, "
-                    f"{self.config.power_timeout:g}s after Reset {sent}{hint}"
+                    f"{self.config.power_timeout:g}s after Reset {sent}{hint}",
+                    retryable=True,  # a timeout: the component may get there on a later attempt
                 )
             await self._sleep(self.config.poll_interval)
 
@@ -155,7 +156,9 @@ class RedfishBackend(Backend):
         while await self._call(lambda: session.update_running(monitor), what):
             if self._monotonic() >= deadline:
                 timeout = self.config.firmware_timeout
-                raise StepFailed(f"{where}: the update task is still running after {timeout:g}s")
+                raise StepFailed(
+                    f"{where}: the update task is still running after {timeout:g}s", retryable=True
+                )
             await self._sleep(self.config.poll_interval)
         failure = update_failure(session.update_result(monitor))
         if failure is not None:

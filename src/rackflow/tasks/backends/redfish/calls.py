@@ -4,7 +4,9 @@ Transient failures (the connection refused, reset or timed out; an HTTP 5xx) are
 delays: BMCs reboot, and are slow to answer while busy. Refused credentials (401/403) fail at once, since
 repeating them only locks the account. Anything else (404, a missing action, an unsupported value) fails
 at once too, with the BMC's own words. Every failure becomes a `StepFailed` whose text ends up in the
-task's message, so it says which BMC, what was being done, and why.
+task's message, so it says which BMC, what was being done, and why, and is classed for a task's retry
+policy (docs/SAFETY.md, "Retries"): a transient failure that outlived these retries is retryable (a later
+attempt, after a back-off of minutes, may find the BMC back); a refusal (any 4xx) is not.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ async def call(
     except Exception as exc:
         if is_transient(exc):
             tries = f"{attempts} attempt{'' if attempts == 1 else 's'}"
-            raise StepFailed(f"{what}: {reason(exc)} (gave up after {tries})") from None
+            raise StepFailed(f"{what}: {reason(exc)} (gave up after {tries})", retryable=True) from None
         if isinstance(exc, sushy_errors.SushyError):
             raise StepFailed(f"{what}: {reason(exc)}") from None
         raise

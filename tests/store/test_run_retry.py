@@ -1,0 +1,219 @@
+"""A schedule's retry policy and RetryTaskScheduleRun on both databases: the policy is stored, updated and
+carried by the tasks a firing submits; a run that is over is re-fired for its failed and not-started racks
+(or all of them) as a new run linked to it, with its own rollout policy; a halted run is cancelled by it;
+a run still running or rolling, or with nothing to retry, is refused and nothing is written; and a rollout
+counts a rack as failed only after its last attempt."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+
+import pytest
+
+from rackflow.clock import SystemClock
+from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.tasks import QueueOptions, RetryPolicy, Task, TaskStatus
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.rollouts.service import RunReport
+from rackflow.services import Services
+from rackflow.store import tasks as task_store
+from rackflow.store.db import Database
+from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
+from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
+from tests.store.test_executor import eventually, executing
+
+pytestmark = pytest.mark.asyncio
+
+RETRY = RetryPolicy(3, timedelta(seconds=30), 2.0, timedelta(minutes=5))
+
+
+async def _schedule(
+    env: Env, racks: Sequence[Rack], *, rollout: RolloutPolicy | None = None, retry: RetryPolicy | None = None
+) -> Schedule:
+    return await env.services.schedules.create(
+        name="fw",
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(*racks),
+        rollout=rollout,
+        retry=retry,
+    )
+
+
+async def _racks(env: Env, count: int) -> list[Rack]:
+    return [await env.rack(f"r{i:02d}") for i in range(count)]
+
+
+async def _tasks(env: Env, run_id: uuid.UUID) -> list[Task]:
+    found, _ = await env.services.tasks.list_tasks()
+    return [t for t in found if t.run_id == run_id]
+
+
+async def _end(env: Env, tasks: Sequence[Task], status: TaskStatus) -> None:
+    async with env.db.transaction() as conn:
+        await task_store.set_status(conn, [t.id for t in tasks], status, now=env.clock.now())
+
+
+async def _runs(env: Env, schedule: Schedule) -> list[RunReport]:
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    return await env.services.rollouts.reports(runs)
+
+
+def _rack_names(racks: Sequence[Rack], tasks: Sequence[Task]) -> list[str]:
+    by_id = {r.id: r.name for r in racks}
+    return sorted(by_id[t.rack_id] for t in tasks)
+
+
+async def test_the_policy_is_stored_updated_and_carried_by_the_tasks(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 1)
+    schedule = await _schedule(env, racks, retry=RETRY)
+    assert (await env.services.schedules.get(schedule.id)).retry == RETRY
+    (task_id,) = await env.services.schedules.trigger(schedule.id)
+    (task,) = await env.services.tasks.get_tasks([task_id])
+    assert (task.retry, task.attempt, task.max_attempts) == (RETRY, 1, 3)
+    slower = RetryPolicy(5, timedelta(minutes=1), 1.5, timedelta(hours=1))
+    updated = await env.services.schedules.update(schedule.id, ["schedule.retry"], retry=slower)
+    assert (await env.services.schedules.get(schedule.id)).retry == updated.retry == slower
+    removed = await env.services.schedules.update(schedule.id, ["schedule.retry"], retry=None)
+    assert removed.retry is None
+    (task,) = await env.services.tasks.get_tasks([task_id])
+    assert task.retry == RETRY  # a submitted task keeps the policy it was submitted with
+
+
+async def test_a_bad_policy_names_the_field_and_writes_nothing(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 1)
+    bad = RetryPolicy(1, timedelta(seconds=1), 2.0, timedelta(seconds=2))
+    with pytest.raises(InvalidArgument, match=r"^schedule\.retry\.max_attempts: must be 2\.\.10, got 1$"):
+        await _schedule(env, racks, retry=bad)
+    assert (await env.services.schedules.list_schedules())[1] == 0
+    schedule = await _schedule(env, racks)
+    with pytest.raises(InvalidArgument, match=r"^schedule\.retry\.max_attempts"):
+        await env.services.schedules.update(schedule.id, ["schedule.retry"], retry=bad)
+    assert (await env.services.schedules.get(schedule.id)).retry is None
+
+
+async def test_a_finished_run_is_retried_for_its_failed_racks_as_a_linked_run(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 3)
+    schedule = await _schedule(env, racks)
+    await env.services.schedules.trigger(schedule.id)
+    (first,) = await _runs(env, schedule)
+    tasks = sorted(await _tasks(env, first.run.id), key=lambda t: _rack_names(racks, [t]))
+    await _end(env, tasks[:1], TaskStatus.COMPLETED)
+    await _end(env, tasks[1:2], TaskStatus.FAILED)
+    await _end(env, tasks[2:], TaskStatus.TERMINATED)
+    env.clock.advance(timedelta(seconds=1))
+    again = await env.services.schedules.retry_run(first.run.id)
+    assert again.run.retry_of == first.run.id and again.run.trigger == "manual"
+    assert _rack_names(racks, await _tasks(env, again.run.id)) == ["r01", "r02"]
+    by_id = {r.run.id: r for r in await _runs(env, schedule)}
+    assert by_id[first.run.id].retried_by == (again.run.id,)
+    # Once those ended, every rack (only_failed false) may be re-run.
+    await _end(env, await _tasks(env, again.run.id), TaskStatus.COMPLETED)
+    env.clock.advance(timedelta(seconds=1))
+    everything = await env.services.schedules.retry_run(first.run.id, only_failed=False)
+    assert _rack_names(racks, await _tasks(env, everything.run.id)) == ["r00", "r01", "r02"]
+
+
+async def test_refusals_name_the_state_and_write_nothing(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 2)
+    schedule = await _schedule(env, racks)
+    await env.services.schedules.trigger(schedule.id)
+    (run,) = await _runs(env, schedule)
+    with pytest.raises(FailedPrecondition, match=r"^id: run .* still has 2 active task\(s\)"):
+        await env.services.schedules.retry_run(run.run.id)
+    await _end(env, await _tasks(env, run.run.id), TaskStatus.COMPLETED)
+    with pytest.raises(FailedPrecondition, match=r"^id: run .* has no failed or not-started racks left"):
+        await env.services.schedules.retry_run(run.run.id)
+    with pytest.raises(NotFound, match=r"^id: no task schedule run "):
+        await env.services.schedules.retry_run(uuid.uuid4())
+    rolling = await _schedule_named(env, racks, "rolling", RolloutPolicy(max_concurrent_racks=1))
+    await env.services.schedules.trigger(rolling.id)
+    (live,) = await _runs(env, rolling)
+    with pytest.raises(FailedPrecondition, match=r"^id: run .* is rolling; only a finished or halted run"):
+        await env.services.schedules.retry_run(live.run.id)
+    assert len(await _runs(env, schedule)) == 1 and len(await _runs(env, rolling)) == 1
+
+
+async def _schedule_named(env: Env, racks: Sequence[Rack], name: str, rollout: RolloutPolicy) -> Schedule:
+    return await env.services.schedules.create(
+        name=name,
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.QUEUE,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(*racks),
+        rollout=rollout,
+    )
+
+
+async def test_a_halted_rollout_is_cancelled_and_its_racks_rolled_out_again(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 3)
+    policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
+    schedule = await _schedule(env, racks, rollout=policy)
+    await env.services.schedules.trigger(schedule.id)
+    (halting,) = await _runs(env, schedule)
+    await _end(env, await _tasks(env, halting.run.id), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    assert (await env.services.rollouts.get(halting.run.id)).run.state == "halted"
+    # The schedule's policy changed since: the retry rolls out by the run's own.
+    await env.services.schedules.update(schedule.id, ["schedule.rollout"], rollout=None)
+    env.clock.advance(timedelta(seconds=1))
+    again = await env.services.schedules.retry_run(halting.run.id)
+    old = await env.services.rollouts.get(halting.run.id)
+    assert old.run.state == "cancelled" and "retried by RetryTaskScheduleRun" in old.run.reason
+    assert again.run.state == "rolling" and again.run.rollout == policy
+    assert sorted(o.outcome for o in again.run.outcomes) == ["pending", "pending", "submitted"]
+    assert len(again.run.outcomes) == 3  # the failed rack and the two that never started
+
+
+async def test_a_rollout_counts_a_rack_failed_only_after_its_last_attempt(db: Database) -> None:
+    """With the real executor: the first rack's first two steps fail retryably, its third attempt
+    succeeds; a halt after one failure never happens, and every rack is rolled out."""
+    clock = SystemClock()
+    services = Services.build(db, clock)
+    specs = [ComponentSpec(ComponentType.COMPUTE, "c", external_id="flaky")]
+    first = await services.inventory.create_rack("a-first", components=specs)
+    second = await services.inventory.create_rack(
+        "b-second", components=[ComponentSpec(ComponentType.COMPUTE, "d")]
+    )
+    quick = RetryPolicy(3, timedelta(milliseconds=10), 1.0, timedelta(milliseconds=10))
+    schedule = await services.schedules.create(
+        name="careful",
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(first, second),
+        rollout=RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1),
+        retry=quick,
+    )
+    await services.schedules.trigger(schedule.id)
+    backend = SimulatorBackend(SimulatorConfig(step_seconds=0.005, transient_external_ids={"flaky": 2}))
+    async with executing(db, backend):
+
+        async def over() -> bool:
+            await services.rollouts.advance()
+            runs, _ = await services.schedules.list_runs(schedule.id)
+            return runs[0].state != "rolling"
+
+        await eventually(over)
+    runs, _ = await services.schedules.list_runs(schedule.id)
+    assert runs[0].state == "completed"
+    found, _ = await services.tasks.list_tasks(schedule_id=schedule.id)
+    by_rack = {t.rack_id: t for t in found}
+    assert (by_rack[first.id].status, by_rack[first.id].attempt) == (TaskStatus.COMPLETED, 3)
+    assert (by_rack[second.id].status, by_rack[second.id].attempt) == (TaskStatus.COMPLETED, 1)
