@@ -264,7 +264,9 @@ def insert_rows(
     parses it again every time (it caches statements under 4 KB with at most 50 parameters): recording a
     drain's batches of 200 runs that way was 10 % of the server's time (docs/PERFORMANCE.md). A plain
     executemany (no RETURNING) keeps one short text but runs a statement per row, each a round of the
-    pipeline and a statement for PostgreSQL to execute. SQLite: the plain executemany (no round trips).
+    pipeline and a statement for PostgreSQL to execute: a batch's tasks went in that way while their JSON
+    columns' text arrays cost more to send than the statements saved, until arrays went in binary
+    (`binary_arrays`). SQLite: the plain executemany (no round trips).
     """
     insert = insert_new(dialect, table) if new_only else table.insert()
     if dialect != POSTGRESQL:
