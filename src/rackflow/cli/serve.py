@@ -253,7 +253,7 @@ def serve(
     insecure: bool,
 ) -> None:
     """Serve the rackflow API, run tasks and fire due schedules."""
-    from rackflow.server import RackflowServer
+    from rackflow.server import RackflowServer, tune_gc
 
     try:
         offset = (
@@ -297,6 +297,7 @@ def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, server.stop)
         await server.start()
+        tune_gc()
         await server.wait()
 
     try:
