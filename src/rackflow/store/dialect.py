@@ -292,7 +292,7 @@ def update_rows(
         UPDATE table SET a = new_values.a, …, c = :c_c
         FROM unnest(:key, :a, …) AS new_values(key, a, …) WHERE table.key = new_values.key
 
-    An executemany ran one UPDATE per row: a drain's advances, write-backs and completions were four
+    An executemany ran one UPDATE per row: a drain's advances, last-task ids and completions were three
     statements a firing for PostgreSQL to bind and execute (docs/PERFORMANCE.md, "Issue 29"). Which order
     the rows are updated in is the plan's: a caller that must lock rows in an order (against deadlocks)
     locks them first. SQLite: the plain executemany of `UPDATE … WHERE key = :key` (no round trips).
