@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # for tests.e2e
 
-from sqlalchemy import Engine, create_engine, insert, select, text, update  # noqa: E402
+from sqlalchemy import Connection, Engine, create_engine, insert, select, text, update  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from rackflow.clock import SystemClock  # noqa: E402
@@ -48,11 +48,13 @@ from rackflow.timespec import ScheduleSpec  # noqa: E402
 from tests.e2e.cluster import ServerProcess, fresh_postgres_database, servers, start_server  # noqa: E402
 
 __all__ = [
+    "DatabaseCpu",
     "ServerProcess",
     "Workspace",
     "add_db_arguments",
     "bulk_load",
     "code_line",
+    "cpu_seconds",
     "fresh_database",
     "machine_line",
     "median",
@@ -62,6 +64,7 @@ __all__ = [
     "rss_kib",
     "servers",
     "start_server",
+    "stat_cpu_seconds",
     "sync_engine",
 ]
 
@@ -280,6 +283,55 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(f"{field}:"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU the process has used, from /proc/<pid>/stat."""
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
+
+
+def stat_cpu_seconds(stat: str) -> float:
+    """User plus system CPU seconds in the text of a /proc/<pid>/stat."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# The backends serving the measuring connection's database, other than the measuring one itself.
+_DATABASE_BACKENDS = text(
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+
+
+class DatabaseCpu:
+    """CPU used by the PostgreSQL backends of one database (the server's connections, and autovacuum's
+    there) since the first `sample`, whatever else the machine's PostgreSQL does meanwhile: other
+    sessions' databases share the server on a shared machine, so counting every `postgres` process would
+    charge their work to the figure.
+
+    Backends are listed at every `sample` (each is a /proc read per backend); one that ends between two
+    samples is counted up to the last sample that saw it, so sample often (the drain's wait does, twice a
+    second). A backend first seen after the first sample started during the measurement and counts in full.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._started = False
+
+    def sample(self, conn: Connection) -> None:
+        for pid in conn.execute(_DATABASE_BACKENDS).scalars():
+            try:
+                seconds = cpu_seconds(pid)
+            except OSError:  # the backend ended
+                continue
+            if pid not in self._first:
+                self._first[pid] = seconds if not self._started else 0.0
+            self._last[pid] = seconds
+        self._started = True
+
+    @property
+    def seconds(self) -> float:
+        return sum(seconds - self._first[pid] for pid, seconds in self._last.items())
 
 
 def result(figure: str, **fields: object) -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import os
 import random
 import time
 import urllib.request
@@ -43,6 +42,7 @@ from _common import (
     add_db_arguments,
     bulk_load,
     code_line,
+    cpu_seconds,
     fresh_database,
     machine_line,
     median,
@@ -50,6 +50,7 @@ from _common import (
     py_spy,
     result,
     servers,
+    stat_cpu_seconds,
     sync_engine,
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -174,17 +175,6 @@ def keyed_reads(metrics_url: str) -> tuple[float, float]:
         float(values.get("rackflow_keyed_read_rounds_total", 0)),
         float(values.get("rackflow_keyed_read_callers_total", 0)),
     )
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU the process has used, from /proc/<pid>/stat."""
-    return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
-
-
-def stat_cpu_seconds(stat: str) -> float:
-    """User plus system CPU seconds in the text of a /proc/<pid>/stat."""
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def run_all(

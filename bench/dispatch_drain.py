@@ -5,7 +5,12 @@ dispatcher runs (see `_common.bulk_load`), then the dispatching `rackflow serve`
 all from the database's own timestamps:
 
 * drain_s: first run's `fired_at` to the last task's `created_at`; firings_per_s = n / drain_s;
-* last_task_after_s: from spawning the server(s) to the last task (includes process start-up).
+* last_task_after_s: from spawning the server(s) to the last task (includes process start-up);
+* server_cpu_us_per_firing: the server processes' CPU (user plus system, /proc/<pid>/stat) from the
+  moment they listen until the drain ends, over the firings; postgres_cpu_us_per_firing: the same for
+  the PostgreSQL backends of the bench's database (`DatabaseCpu`: not the machine's other databases), "-"
+  on SQLite, whose work is the server's. Both include the executor's work on the tasks the drain made, as
+  `rackflow serve` does it; CPU is what a shared machine moves least, so compare these before rates.
 
 The executor runs beside the dispatcher with the simulator's default step time (0.2 s), as `rackflow serve`
 does by default, so tasks start running while the drain goes on; `--sim-step 3600` keeps it idle instead
@@ -33,10 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    DatabaseCpu,
     ServerProcess,
     add_db_arguments,
     bulk_load,
     code_line,
+    cpu_seconds,
     fresh_database,
     machine_line,
     py_spy,
@@ -83,10 +90,22 @@ class Drain:
     tasks: int
     schedules_with_task: int
     runs_completed: int
+    server_cpu_s: float
+    postgres_cpu_s: float | None  # None on SQLite
 
     @property
     def firings_per_s(self) -> float:
         return self.runs_completed / self.drain_s if self.drain_s > 0 else float("nan")
+
+    @property
+    def server_cpu_us_per_firing(self) -> float:
+        return self.server_cpu_s / max(self.runs_completed, 1) * 1e6
+
+    @property
+    def postgres_cpu_us_per_firing(self) -> float | None:
+        if self.postgres_cpu_s is None:
+            return None
+        return self.postgres_cpu_s / max(self.runs_completed, 1) * 1e6
 
 
 def measure_drain(
@@ -118,7 +137,12 @@ def measure_drain(
             servers(ws.url, ws.log_dir, instances, args=args, env=env) as procs,
             py_spy(procs[0].proc.pid, profile),
         ):
-            _wait_for_completed_runs(engine, procs, due, timeout, seq_scans=seq_scans)
+            server_cpu_before = sum(cpu_seconds(p.proc.pid) for p in procs)
+            database_cpu = DatabaseCpu() if kind == "postgres" else None
+            _wait_for_completed_runs(
+                engine, procs, due, timeout, seq_scans=seq_scans, database_cpu=database_cpu
+            )
+            server_cpu_s = sum(cpu_seconds(p.proc.pid) for p in procs) - server_cpu_before
         with engine.connect() as conn:
             first_fired = conn.execute(select(func.min(task_schedule_run.c.fired_at))).scalar_one()
             scheduled = select(tasks).where(tasks.c.schedule_id.is_not(None)).subquery()
@@ -139,6 +163,8 @@ def measure_drain(
         tasks=task_count,
         schedules_with_task=schedules_with_task,
         runs_completed=runs,
+        server_cpu_s=server_cpu_s,
+        postgres_cpu_s=database_cpu.seconds if database_cpu is not None else None,
     )
 
 
@@ -180,16 +206,25 @@ def _print_seq_scans(
 
 
 def _wait_for_completed_runs(
-    engine: Engine, procs: list[ServerProcess], due: datetime, timeout: float, *, seq_scans: bool
+    engine: Engine,
+    procs: list[ServerProcess],
+    due: datetime,
+    timeout: float,
+    *,
+    seq_scans: bool,
+    database_cpu: DatabaseCpu | None = None,
 ) -> None:
-    """Until no schedule is due any more and no run is still firing."""
+    """Until no schedule is due any more and no run is still firing; `database_cpu` is sampled at every
+    look."""
     deadline = time.monotonic() + timeout
     last_count, last_progress, counted_at = -1, time.monotonic(), 0.0
     with engine.connect() as conn:
         first_reads = reads = _table_reads(conn) if seq_scans else {}
-        while (
-            conn.execute(first_due(due)).first() is not None or conn.execute(RUNNING_RUN).first() is not None
-        ):
+        while True:
+            if database_cpu is not None:
+                database_cpu.sample(conn)
+            if conn.execute(first_due(due)).first() is None and conn.execute(RUNNING_RUN).first() is None:
+                break
             now = time.monotonic()
             if now - counted_at >= PROGRESS_SECONDS:
                 count, counted_at = conn.execute(COMPLETED_RUNS).scalar_one(), now
@@ -223,6 +258,10 @@ def report(kind: str, instances: int, batch: int, drain: Drain) -> None:
         last_task_after_s=drain.last_task_after_s,
         tasks=drain.tasks,
         schedules_with_task=drain.schedules_with_task,
+        server_cpu_us_per_firing=drain.server_cpu_us_per_firing,
+        postgres_cpu_us_per_firing=drain.postgres_cpu_us_per_firing
+        if drain.postgres_cpu_us_per_firing is not None
+        else "-",
     )
 
 

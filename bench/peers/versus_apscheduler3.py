@@ -88,6 +88,8 @@ def main() -> None:
             rackflow_per_s=drain.firings_per_s,
             apscheduler3_per_s=peer,
             ratio=drain.firings_per_s / peer,
+            server_cpu_us_per_firing=drain.server_cpu_us_per_firing,
+            postgres_cpu_us_per_firing=drain.postgres_cpu_us_per_firing,
         )
 
 

@@ -26,6 +26,11 @@ DEFAULT_DISPATCH_BATCH = 10
 # and statements for more firings (docs/PERFORMANCE.md: 10 → 100 tripled the drain; a cap of 1,000 drained
 # 10,000 schedules 31–50 % faster than one of 200, and 500 in between).
 DISPATCH_BATCH_CAP = 1000
+# The cyclic garbage collector's youngest-generation threshold in a serving process (Python's default: 700
+# allocations). A draining dispatcher allocates tens of thousands of short-lived objects a second (rows,
+# plans, submissions), and at 700 a collection ran every few firings: 7 % of a drain's samples were in
+# the collector (docs/PERFORMANCE.md, "Issue 29"). The objects made at start-up are frozen out of it too.
+SERVE_GC_THRESHOLD = 20_000
 # The dispatcher's backlog (the gauge, the dashboard) is counted up to this many due schedules, "at least"
 # when it reaches it: enough to tell a drain that keeps up from one far behind (fifty of the largest
 # claims), without reading every due row of a large backlog once a second while it drains.

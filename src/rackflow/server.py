@@ -9,6 +9,7 @@ one PostgreSQL database; the store's row claims keep them from doing the same wo
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
@@ -27,7 +28,7 @@ from rackflow.audit.retention import AuditPruner
 from rackflow.audit.spool import AuditSpool
 from rackflow.checks.checker import PreflightChecker
 from rackflow.clock import SystemClock
-from rackflow.config import BackendName, ServeConfig, parse_host_port
+from rackflow.config import SERVE_GC_THRESHOLD, BackendName, ServeConfig, parse_host_port
 from rackflow.metrics import serve_metrics
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.holds import HoldWatcher
@@ -263,3 +264,15 @@ class RackflowServer:
         await self.services.audit.close()  # events of RPCs cut short by the grace period
         await self.db.dispose()
         log.info("stopped")
+
+
+def tune_gc() -> None:
+    """For a process that serves until it stops (`rackflow serve`, once started; not an in-process server
+    of the tests, whose objects do not live as long): collect cyclic garbage less often
+    (SERVE_GC_THRESHOLD), and leave what start-up made (modules, compiled statements, services) out of every
+    collection from now on (`gc.freeze`): it lives as long as the process, and each full collection walked
+    all of it again."""
+    gc.collect()
+    gc.freeze()
+    _, middle, oldest = gc.get_threshold()
+    gc.set_threshold(SERVE_GC_THRESHOLD, middle, oldest)

@@ -1,20 +1,24 @@
-"""`insert_rows`, the one-statement INSERT of many rows that records a batch's firings (`insert_runs`):
-it stores exactly what a row-by-row INSERT stores, leaves out rows a unique index holds already, and on
-PostgreSQL its text is the same for any number of rows (so the driver parses it once)."""
+"""`insert_rows`, the one-statement INSERT of many rows that records a batch's firings (`insert_runs`) and
+tasks (`insert_tasks`): it stores exactly what a row-by-row INSERT stores, leaves out rows a unique index
+holds already, and on PostgreSQL its text is the same for any number of rows (so the driver parses it
+once)."""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Text, cast, insert, select
+from sqlalchemy import JSON, Text, cast, insert, select
 from sqlalchemy.dialects import postgresql
 
+from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
 from rackflow.store import schedules as store
+from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
 from rackflow.store.dialect import insert_rows
-from rackflow.store.tables import task_schedule, task_schedule_run
+from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 # Values a text array must quote: quotes, backslashes, braces, commas, NULL-like words, non-ASCII.
@@ -115,3 +119,56 @@ def test_on_postgresql_the_statement_is_the_same_text_for_any_number_of_rows() -
     one, many = compiled(1), compiled(300)
     assert one == many
     assert one[1] == 10  # one array per column
+
+
+async def test_insert_tasks_stores_what_a_row_by_row_insert_stores(db: Database) -> None:
+    """A batch's tasks (`insert_tasks`, one statement) against twins inserted by SQLAlchemy row by row."""
+    schedule_id = await _schedule(db)
+    rack_id = uuid.uuid4()
+    async with db.transaction() as conn:
+        await conn.execute(insert(racks).values(id=rack_id, name="r1", created_at=T0))
+
+    def task(k: int) -> Task:
+        held = k % 2 == 1
+        return Task(
+            id=uuid.uuid4(),
+            operation=Operation(
+                OperationKind.UPGRADE_FIRMWARE if k % 3 == 0 else OperationKind.POWER_OFF,
+                forced=k % 2 == 0,
+                target_version=AWKWARD if k % 3 == 0 else "",
+                window_start=T0 + timedelta(hours=k) if k % 3 == 0 else None,
+            ),
+            rack_id=rack_id,
+            component_ids=tuple(uuid.UUID(int=k * 10 + n) for n in range(k % 3)),
+            description=f"{AWKWARD} {k}",
+            status=TaskStatus.PENDING if k % 2 else TaskStatus.WAITING,
+            message=AWKWARD if k % 4 == 0 else "",
+            queue_expires_at=T0 + timedelta(minutes=k) if k % 2 else None,
+            created_at=T0 + timedelta(microseconds=k),
+            started_at=None,
+            finished_at=None,
+            updated_at=T0,
+            schedule_id=schedule_id if k % 2 else None,
+            run_id=None,
+            ignore_windows=k % 5 == 0,
+            not_before=T0 + timedelta(hours=1) if held else None,
+            not_after=T0 + timedelta(hours=2) if k % 3 == 1 else None,
+            held_by="window" if held else None,
+            held_reason=AWKWARD if held else None,
+            held_since=T0 if held else None,
+        )
+
+    mine = [task(k) for k in range(1, 10)]
+    twins = [replace(t, id=uuid.uuid4()) for t in mine]
+    async with db.transaction() as conn:
+        await tasks_store.insert_tasks(conn, mine)
+        await conn.execute(insert(tasks), [tasks_store._task_values(t) for t in twins])  # the reference
+
+    async def stored(ids: list[uuid.UUID]) -> list[tuple[Any, ...]]:
+        columns = [cast(c, Text) if isinstance(c.type, JSON) else c for c in tasks.c if c.name != "id"]
+        async with db.read() as conn:
+            return [tuple((await conn.execute(select(*columns).where(tasks.c.id == i))).one()) for i in ids]
+
+    assert await stored([t.id for t in mine]) == await stored([t.id for t in twins])
+    async with db.read() as conn:
+        assert await tasks_store.get_tasks(conn, [mine[2].id]) == [mine[2]]

@@ -280,7 +280,7 @@ def serve(
     insecure: bool,
 ) -> None:
     """Serve the rackflow API, run tasks and fire due schedules."""
-    from rackflow.server import RackflowServer
+    from rackflow.server import RackflowServer, tune_gc
 
     try:
         offset = (
@@ -329,6 +329,7 @@ def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, server.stop)
         await server.start()
+        tune_gc()
         await server.wait()
 
     try:

@@ -3,8 +3,8 @@
 The other store modules write each statement once and call here for the part that differs: how an engine
 is set up (`engine_options`, `prepare_engine`), which clock is "now" (`database_now`, `now_minus`), row
 locks (`skip_locked`, `for_update`, `locks_rows`), lookups by many keys (`by_keys`, `keys_table`,
-`past_first`, `ids_in`), bulk inserts (`insert_rows`, `insert_new`) and the migration lock. `dialect`
-is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
+`past_first`, `ids_in`), bulk writes (`insert_rows`, `update_rows`, `insert_new`) and the migration
+lock. `dialect` is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
 
 How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks) is
 `store.db.Database`'s; the PostgreSQL keyed-read path is `store.keyed_reads`'.
@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from psycopg.types.array import ListBinaryDumper
 from sqlalchemy import (
     JSON,
     Column,
@@ -28,6 +29,7 @@ from sqlalchemy import (
     Interval,
     Table,
     Text,
+    Update,
     any_,
     bindparam,
     event,
@@ -35,6 +37,7 @@ from sqlalchemy import (
     select,
     text,
     true,
+    update,
 )
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
@@ -92,11 +95,26 @@ def engine_options(dialect: str, pool_size: int) -> dict[str, Any]:
 
 def prepare_engine(dialect: str, engine: AsyncEngine) -> None:
     """SQLite: WAL, foreign keys, busy timeout and explicit BEGIN (IMMEDIATE for writers). PostgreSQL:
-    a connection idle in the pool longer than PING_AFTER_IDLE_S is pinged before use."""
+    a connection idle in the pool longer than PING_AFTER_IDLE_S is pinged before use, and arrays are sent
+    in binary (`binary_arrays`)."""
     if dialect == SQLITE:
         _configure_sqlite(engine)
     else:
         _ping_when_idle(engine)
+        event.listen(engine.sync_engine, "connect", lambda dbapi_conn, _record: binary_arrays(dbapi_conn))
+
+
+def binary_arrays(dbapi_conn: Any) -> None:
+    """Send a list parameter (an array: the keys of `by_keys`, the columns of `insert_rows` and
+    `update_rows`) in PostgreSQL's binary format on this connection.
+
+    psycopg sends a list as text by default, since text allows mixed element types, and builds that text in
+    Python: per element, about 1.3 µs for a UUID, 8 µs for a timestamp and 12 µs for a JSON text (quoted and
+    escaped), against 0.2-0.5 µs in binary (psycopg 3.3, this machine). Every array rackflow sends holds
+    values of one column, so binary loses nothing; sending a drain's arrays as text was about a tenth of the
+    server's CPU (docs/PERFORMANCE.md, "Issue 29")."""
+    connection = getattr(dbapi_conn, "driver_connection", dbapi_conn)
+    connection.adapters.register_dumper(list, ListBinaryDumper)
 
 
 async def database_now(dialect: str, conn: AsyncConnection, clock: Clock) -> datetime:
@@ -240,31 +258,88 @@ def insert_rows(
     `await conn.execute(*insert_rows(...))`. `new_only` leaves out the rows a unique constraint already
     holds a value of (`insert_new`).
 
-    PostgreSQL: `INSERT … SELECT … FROM unnest(:a, :b, …)`, one array per column, JSON values as text cast
-    to their type (so None stays JSON null, as SQLAlchemy stores it). Its text is the same for any number
-    of rows, so psycopg parses it once. The multi-row VALUES that SQLAlchemy renders for an executemany
-    with RETURNING is a new text for each count of rows, with a parameter per value, and psycopg parses it
-    again every time (it caches statements under 4 KB with at most 50 parameters): recording a drain's
-    batches of 200 runs that way was 10 % of the server's time (docs/PERFORMANCE.md). A plain executemany
-    (no RETURNING) keeps one short text but runs a statement per row; with JSON columns, psycopg's quoting
-    of text arrays costs more than it saves, so `insert_tasks` stays one. SQLite: the plain executemany.
+    PostgreSQL: `INSERT … SELECT … FROM unnest(:a, :b, …)` (`rows_table`). Its text is the same for any
+    number of rows, so psycopg parses it once. The multi-row VALUES that SQLAlchemy renders for an
+    executemany with RETURNING is a new text for each count of rows, with a parameter per value, and psycopg
+    parses it again every time (it caches statements under 4 KB with at most 50 parameters): recording a
+    drain's batches of 200 runs that way was 10 % of the server's time (docs/PERFORMANCE.md). A plain
+    executemany (no RETURNING) keeps one short text but runs a statement per row, each a round of the
+    pipeline and a statement for PostgreSQL to execute: a batch's tasks went in that way while their JSON
+    columns' text arrays cost more to send than the statements saved, until arrays went in binary
+    (`binary_arrays`). SQLite: the plain executemany (no round trips).
     """
     insert = insert_new(dialect, table) if new_only else table.insert()
     if dialect != POSTGRESQL:
         return insert, rows
+    new_rows, values = rows_table(table, rows, "new_rows")
+    return insert.from_select(list(rows[0]), select(*new_rows.c)), values
+
+
+def update_rows(
+    dialect: str,
+    table: Table,
+    key: str,
+    rows: Sequence[Mapping[str, Any]],
+    constants: Mapping[str, Any] | None = None,
+) -> tuple[Update, dict[str, Any] | list[dict[str, Any]]]:
+    """An UPDATE writing each of `rows` (each with the same keys, at least one row) to the row of `table`
+    whose `key` column holds its `key` value, every other key of the row a column to set, and `constants`
+    (column -> value) set on each; and the parameters to run it with: `await conn.execute(*update_rows(...))`.
+    A row whose key is not in the table updates nothing, as its own `UPDATE … WHERE key = …` would.
+
+    PostgreSQL: one statement for any number of rows, its text the same for every count:
+
+        UPDATE table SET a = new_values.a, …, c = :c_c
+        FROM unnest(:key, :a, …) AS new_values(key, a, …) WHERE table.key = new_values.key
+
+    An executemany ran one UPDATE per row: a drain's advances, last-task ids and completions were three
+    statements a firing for PostgreSQL to bind and execute (docs/PERFORMANCE.md, "Issue 29"). Which order
+    the rows are updated in is the plan's: a caller that must lock rows in an order (against deadlocks)
+    locks them first. SQLite: the plain executemany of `UPDATE … WHERE key = :key` (no round trips).
+    """
+    names = [name for name in rows[0] if name != key]
+    constant_values = {f"c_{name}": value for name, value in (constants or {}).items()}
+    constant_columns: dict[str, Any] = {
+        name: bindparam(f"c_{name}", type_=table.c[name].type) for name in constants or {}
+    }
+    if dialect != POSTGRESQL:
+        by_row = (
+            update(table)
+            .where(table.c[key] == bindparam(f"b_{key}", type_=table.c[key].type))
+            .values(
+                {name: bindparam(f"b_{name}", type_=table.c[name].type) for name in names} | constant_columns
+            )
+        )
+        return by_row, [{**{f"b_{n}": v for n, v in row.items()}, **constant_values} for row in rows]
+    new_values, values = rows_table(table, rows, "new_values")
+    stmt = (
+        update(table)
+        .where(table.c[key] == new_values.c[key])
+        .values({name: new_values.c[name] for name in names} | constant_columns)
+    )
+    return stmt, {**values, **constant_values}
+
+
+def rows_table(
+    table: Table, rows: Sequence[Mapping[str, Any]], name: str
+) -> tuple[TableValuedAlias, dict[str, list[Any]]]:
+    """PostgreSQL: `unnest(:a, :b, …) AS name(a, b, …)`, the rows (each with the same keys, columns of
+    `table`) as a table, one array parameter per column, and the parameters (`b_<column>`: the column's
+    values in row order). JSON values go as text cast to their type, so None stays JSON null, as
+    SQLAlchemy stores it."""
     names = list(rows[0])
     arrays: list[ColumnElement[Any]] = []
     values: dict[str, list[Any]] = {}
-    for name in names:
-        column_type = table.c[name].type
+    for column in names:
+        column_type = table.c[column].type
+        parameter = f"b_{column}"
         if isinstance(column_type, JSON):
-            arrays.append(sql_cast(bindparam(name, type_=ARRAY(Text)), ARRAY(column_type)))
-            values[name] = [json.dumps(row[name]) for row in rows]
+            arrays.append(sql_cast(bindparam(parameter, type_=ARRAY(Text)), ARRAY(column_type)))
+            values[parameter] = [json.dumps(row[column]) for row in rows]
         else:
-            arrays.append(bindparam(name, type_=ARRAY(column_type)))
-            values[name] = [row[name] for row in rows]
-    new_rows = func.unnest(*arrays).table_valued(*names).render_derived(name="new_rows")
-    return insert.from_select(names, select(*new_rows.c)), values
+            arrays.append(bindparam(parameter, type_=ARRAY(column_type)))
+            values[parameter] = [row[column] for row in rows]
+    return func.unnest(*arrays).table_valued(*names).render_derived(name=name), values
 
 
 def insert_new(dialect: str, table: Table) -> Insert:

@@ -50,7 +50,7 @@ from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, unique_violation_as
-from rackflow.store.dialect import by_keys, insert_rows, locks_rows, past_first
+from rackflow.store.dialect import by_keys, for_update, insert_rows, locks_rows, past_first, update_rows
 from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
@@ -595,11 +595,20 @@ async def lock_scopes(db: Database, conn: AsyncConnection, scope_ids: Collection
     """Lock scope rows until commit, in id order: the order the dispatcher's write-back and RemoveComponent
     take them in, so writers of several scope rows of one schedule wait for each other instead of
     deadlocking (PostgreSQL; SQLite's single writer needs nothing)."""
-    if not scope_ids or not locks_rows(db.dialect):
+    await _lock_scopes(conn, scope_ids)
+
+
+async def _lock_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) -> None:
+    """`lock_scopes`, each scope looked up by its key (`by_keys`) and locked in the sorted order its
+    lookups return them in."""
+    dialect = conn.dialect.name
+    if not scope_ids or not locks_rows(dialect):
         return
+    column = task_schedule_scope.c.id
     for chunk in chunked(sorted(scope_ids)):
-        column = task_schedule_scope.c.id
-        await conn.execute(db.for_update(select(column).where(column.in_(chunk)).order_by(column)))
+        await conn.execute(
+            for_update(dialect, by_keys(dialect, select(column), column, chunk, order_by=[column]))
+        )
 
 
 @dataclass(frozen=True)
@@ -646,21 +655,19 @@ async def component_scopes_for_update(
 
 
 async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID, uuid.UUID]) -> None:
-    """Record each scope's newest task (one executemany); a scope removed since the firing is not updated.
+    """Record each scope's newest task (one statement, `update_rows`); a scope removed since the firing is
+    not updated.
 
-    Rows are updated in scope-id order, the order RemoveComponent locks them in, so that concurrent batches
-    and component removals wait for each other instead of deadlocking.
+    The rows are locked first in scope-id order, the order RemoveComponent locks them in, so that concurrent
+    batches and component removals wait for each other instead of deadlocking: the set-based UPDATE takes
+    its rows in the order of its plan.
     """
     if not task_by_scope:
         return
-    stmt = (
-        update(task_schedule_scope)
-        .where(task_schedule_scope.c.id == bindparam("b_scope"))
-        .values(last_task_id=bindparam("b_task"))
-    )
-    await conn.execute(
-        stmt, [{"b_scope": scope, "b_task": task_by_scope[scope]} for scope in sorted(task_by_scope)]
-    )
+    scope_ids = sorted(task_by_scope)
+    await _lock_scopes(conn, scope_ids)
+    rows = [{"id": scope_id, "last_task_id": task_by_scope[scope_id]} for scope_id in scope_ids]
+    await conn.execute(*update_rows(conn.dialect.name, task_schedule_scope, "id", rows))
 
 
 async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) -> set[uuid.UUID]:
@@ -732,32 +739,19 @@ class Advance:
 
 
 async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datetime) -> None:
-    """Write every claimed schedule's new timing in one executemany."""
+    """Write every claimed schedule's new timing in one statement (`update_rows`)."""
     if not advances:
         return
-    stmt = (
-        update(task_schedule)
-        .where(task_schedule.c.id == bindparam("b_id"))
-        .values(
-            enabled=bindparam("b_enabled"),
-            next_run_at=bindparam("b_next"),
-            last_run_at=bindparam("b_last"),
-            updated_at=bindparam("b_now"),
-        )
-    )
-    await conn.execute(
-        stmt,
-        [
-            {
-                "b_id": a.schedule_id,
-                "b_enabled": a.enabled,
-                "b_next": a.next_run_at,
-                "b_last": a.last_run_at,
-                "b_now": now,
-            }
-            for a in advances
-        ],
-    )
+    rows = [
+        {
+            "id": a.schedule_id,
+            "enabled": a.enabled,
+            "next_run_at": a.next_run_at,
+            "last_run_at": a.last_run_at,
+        }
+        for a in advances
+    ]
+    await conn.execute(*update_rows(conn.dialect.name, task_schedule, "id", rows, {"updated_at": now}))
 
 
 # --- run history ---------------------------------------------------------------------------------
@@ -896,21 +890,13 @@ async def claim_expired_approvals(
 async def complete_runs(
     conn: AsyncConnection, outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]]
 ) -> None:
-    """Mark runs completed with their per-scope outcomes (one executemany)."""
+    """Mark runs completed with their per-scope outcomes (one statement, `update_rows`)."""
     if not outcomes_by_run:
         return
-    stmt = (
-        update(task_schedule_run)
-        .where(task_schedule_run.c.id == bindparam("b_run"))
-        .values(state="completed", outcomes=bindparam("b_outcomes"))
-    )
-    await conn.execute(
-        stmt,
-        [
-            {"b_run": run_id, "b_outcomes": outcomes_to_json(outcomes)}
-            for run_id, outcomes in outcomes_by_run.items()
-        ],
-    )
+    rows = [
+        {"id": run_id, "outcomes": outcomes_to_json(outcomes)} for run_id, outcomes in outcomes_by_run.items()
+    ]
+    await conn.execute(*update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"}))
 
 
 def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:

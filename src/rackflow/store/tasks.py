@@ -15,14 +15,14 @@ from collections.abc import AsyncGenerator, Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, String, and_, case, func, insert, literal, literal_column, or_, select, update
+from sqlalchemy import Row, String, and_, case, func, literal, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, RetryPolicy, Task, TaskAttempt, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, some_of, unique_violation_as
-from rackflow.store.dialect import by_keys
+from rackflow.store.dialect import by_keys, insert_rows
 from rackflow.store.instances import is_live
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import racks, task_attempt, tasks
@@ -131,13 +131,13 @@ NOT_HELD: dict[str, Any] = {"not_before": None, "held_by": None, "held_reason": 
 
 
 async def insert_tasks(conn: AsyncConnection, new: Sequence[Task]) -> None:
-    """Insert the tasks (one executemany). A firing has one task per rack: a second one for a (run, rack)
-    is refused by the database, whatever submitted it, as `AlreadyExists` naming the run."""
+    """Insert the tasks in one statement (`insert_rows`). A firing has one task per rack: a second one for
+    a (run, rack) is refused by the database, whatever submitted it, as `AlreadyExists` naming the run."""
     if not new:
         return
     runs = some_of(sorted({str(t.run_id) for t in new if t.run_id is not None}))
     with unique_violation_as(AlreadyExists("run_id", runs, "a task on one of these racks from the run")):
-        await conn.execute(insert(tasks), [_task_values(t) for t in new])
+        await conn.execute(*insert_rows(conn.dialect.name, tasks, [_task_values(t) for t in new]))
 
 
 async def attempts(
