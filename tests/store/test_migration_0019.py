@@ -15,7 +15,7 @@ from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import _config, current_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
 from tests.conftest import table_counts
 
