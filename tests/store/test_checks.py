@@ -9,29 +9,38 @@ failed recently; an operator's override starts a held task; a deleted check lets
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.checks.checker import PreflightChecker
+from rackflow.checks.gate import GATE_NAME
 from rackflow.checks.service import CheckInput
-from rackflow.domain.checks import RackIdleSettings, WebhookSettings
+from rackflow.clock import FakeClock
+from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSettings
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
 from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
 from rackflow.inventory.service import InventoryService
 from rackflow.services import Services
+from rackflow.store import checks as store
+from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import preflight_results, preflight_tasks, tasks
 from rackflow.store.tasks import set_status
+from rackflow.tasks.gates import consult
 from tests.checks_support import Answer, checking, receiving
 from tests.store.test_executor import CLOCK, eventually, finished, get, make_rack, start_running, submit
 
 POWER_ON = Operation(OperationKind.POWER_ON)
 SECRET_ENV = "RACKFLOW_TEST_DRAIN_KEY"
+OWNER = uuid.uuid4()
 
 
 async def _count(db: Database, table: object) -> int:
@@ -201,3 +210,99 @@ async def test_rack_idle_holds_while_a_busy_operation_runs_on_the_rack(db: Datab
         async with db.transaction() as conn:
             await set_status(conn, [busy.id], TaskStatus.COMPLETED, now=CLOCK.now())
         assert (await finished(db, task)).status is TaskStatus.COMPLETED
+
+
+# --- a claim deciding on a round, and the next round, one after the other (issue 26's soak finding) ---
+
+
+async def _claim(db: Database, conn: AsyncConnection, services: Services, now: datetime) -> list[uuid.UUID]:
+    """One claim with the gates, in `conn`'s transaction, as the executor makes it: the tasks that start."""
+    claimed = await task_runs.claim(
+        db, conn, owner_id=OWNER, lease_ttl=timedelta(seconds=30), running_here=(), now=now, limit=10
+    )
+    gated = await consult(services.gates, conn, claimed, owner_id=OWNER, now=now)
+    return [task.id for task, _ in gated.claimed]
+
+
+async def _passed_once(db: Database, hook_url: str) -> tuple[Services, PreflightChecker, FakeClock, Task]:
+    """A task held by a drain hook (interval 2s) whose first round passed: released, not yet claimed."""
+    clock = FakeClock(CLOCK.now())
+    services = Services.build(db, clock)
+    await services.checks.create(
+        CheckInput(name="drained", settings=WebhookSettings(hook_url, "", "2s"), interval="2s")
+    )
+    task = await submit(db, await make_rack(db, computes=1), POWER_ON)
+    checker = PreflightChecker(db, clock, services.tasks)
+    async with db.transaction() as conn:
+        assert await _claim(db, conn, services, clock.now()) == []  # held for its first round
+    assert await checker.poll() == 1
+    await checker.settle()
+    assert (await get(db, task)).not_before is None  # released: the next claim starts it
+    return services, checker, clock, task
+
+
+async def test_a_round_due_while_a_claim_starts_the_task_is_not_taken(db: Database) -> None:
+    """The claim decides on the last round (passed, fresh at its `now`) and, before it commits, the next
+    round falls due: the checker must not ask about the task and record a failing round for a task that
+    then starts (the soak found one started beside such a round)."""
+    with receiving(Answer({"ok": True}), Answer({"ok": False, "reason": "jobs came back"})) as hook:
+        services, checker, clock, task = await _passed_once(db, hook.url)
+        deciding_at = clock.now() + timedelta(seconds=1.9)  # the round that passed is fresh until +2s
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, deciding_at) == [task.id]
+            clock.advance(timedelta(seconds=2.5))  # the next round is due; the claim has not committed
+            polling = asyncio.create_task(checker.poll())
+            await asyncio.sleep(0.5)
+        await polling
+        await checker.settle()
+        asked = len(hook.posts)
+    assert (await get(db, task)).status is not TaskStatus.PENDING
+    async with db.read() as conn:
+        rounds = (await conn.execute(select(preflight_results.c.attempt, preflight_results.c.passed))).all()
+    assert [tuple(r) for r in rounds] == [(1, True)], "a round was recorded for a task that started"
+    assert asked == 1
+
+
+async def test_a_claim_while_a_round_is_under_way_holds_the_task(db: Database) -> None:
+    """A claim whose `now` is still before the last pass went stale (its clock read before a slow
+    statement, or another instance's) while a checker is asking the next round: the task waits for it."""
+    slow_no = Answer({"ok": False, "reason": "jobs came back"}, delay=1.0)
+    with receiving(Answer({"ok": True}), slow_no) as hook:
+        services, checker, clock, task = await _passed_once(db, hook.url)
+        deciding_at = clock.now() + timedelta(seconds=1.9)
+        clock.advance(timedelta(seconds=2.5))
+        assert await checker.poll() == 1  # its round asks the hook, which takes a second to say no
+
+        async def taken() -> bool:
+            async with db.read() as conn:
+                found = select(preflight_tasks.c.checking_until).where(preflight_tasks.c.task_id == task.id)
+                return (await conn.execute(found)).scalar_one() is not None
+
+        await eventually(taken)
+        async with db.transaction() as conn:
+            started = await _claim(db, conn, services, deciding_at)
+        await checker.settle()
+    assert started == [], "the task started while a round of its checks was under way"
+    held = await get(db, task)
+    assert held.status is TaskStatus.PENDING and "jobs came back" in (held.held_reason or "")
+
+
+async def test_a_late_round_is_not_recorded_for_a_task_that_no_longer_waits(db: Database) -> None:
+    """A checker whose lease ran out (a stopped instance) comes back after the task started: its round is
+    neither taken nor recorded, by a conditional write in the database."""
+    with receiving(Answer({"ok": True})) as hook:
+        services, _, clock, task = await _passed_once(db, hook.url)
+        async with db.read() as conn:
+            [waiting] = (await store.waiting(conn, [task.id])).values()
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, clock.now()) == [task.id]
+        late = clock.now() + timedelta(seconds=3)
+        async with db.transaction() as conn:
+            assert not await store.take_round(db, conn, GATE_NAME, waiting, now=late, until=late)
+        failing = CheckResult(task.id, uuid.uuid4(), "drained", 2, False, "no", late, late)
+        async with db.transaction() as conn:
+            recorded = await store.record_round(
+                db, conn, GATE_NAME, task.id, 2, [failing], next_check_at=late
+            )
+    assert not recorded
+    assert await _count(db, preflight_results) == 1

@@ -11,12 +11,17 @@ nothing outside the database: it reads what the checker (`rackflow.checks.checke
   and held "until re-check" with the reason "waits for pre-flight checks: …"; the checker releases it when
   the round passes, or holds it with the failing check's reason until the check's maximum wait ends
   (its next round, after the interval, releases it if the checks pass by then);
-* a task whose last round all passed, still fresh, starts; an operator's override starts it too;
+* a task whose last round all passed, still fresh, starts, unless a checker is asking its next round
+  (that round is under way: the task waits for it); an operator's override starts it too;
 * a task whose checks still hold it after a check's `max_wait` (since the gate first held it,
   `Task.held_since`) fails, with that check's last reason.
 
 Only first attempts are gated (as every gate), and two instances never start a task twice: the claim
-already takes each task once.
+already takes each task once. A claim and a checker's round of the same task happen one after the other:
+the checker takes and records a round only under the lock of the task's row while it is still held
+(`store.take_round`, `store.record_round`), and the claim holds that lock from before this gate reads the
+last round until it commits, so no round is asked about a task that a claim is starting, and none is
+written after it started.
 """
 
 from __future__ import annotations
@@ -76,6 +81,12 @@ class PreflightGate:
             waited = now - task.held_since if task.held_by == self.name and task.held_since else timedelta(0)
             if state is not None and state.override_reason is not None:
                 _started(task, waited)
+                continue
+            if state is not None and state.checking_until is not None and state.checking_until > now:
+                # A checker is asking its next round: the last one's pass may be about to turn into a hold.
+                names = ", ".join(repr(c.name) for c in applying)
+                reason = f"waits for pre-flight checks {names}: a round is under way"
+                verdicts[task.id] = Hold(state.checking_until, reason)
                 continue
             by_check = {r.check_id: r for r in found.get(task.id, [])}
             # A look from before the check last changed does not count: the check is asked again.

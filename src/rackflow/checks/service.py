@@ -229,7 +229,7 @@ class CheckService:
                     f"task_id: task {task_id} is {task.status.value}; only a pending task's checks"
                     " can be overridden"
                 )
-            await store.override(conn, task_id, reason, now=now)
+            await store.override(self.db, conn, task_id, reason, now=now)
             await store.release(conn, GATE_NAME, task_id, f"pre-flight checks overridden: {reason}", now=now)
             task = await get_task(conn, task_id)
         self.manager.wake_executors()
@@ -245,6 +245,7 @@ class CheckService:
     @staticmethod
     async def _look_again(conn: AsyncConnection) -> None:
         """After a change, the tasks the checks hold are claimed (and gated) again at once, their next
-        round due now: a deleted check must not keep them waiting, a changed one must be asked."""
-        await store.check_all_again(conn)
+        round due now: a deleted check must not keep them waiting, a changed one must be asked. The tasks'
+        rows first, then their rounds', the order in which the checker locks them."""
         await task_runs.release_held(conn, GATE_NAME)
+        await store.check_all_again(conn)
