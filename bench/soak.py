@@ -296,6 +296,7 @@ class Call:
     ended: float
     method: str
     code: str
+    detail: str = ""  # the server's words, for an error
 
 
 @dataclass
@@ -324,7 +325,7 @@ class Client:
             stub = self._stubs.get(server.address) or self._stubs.setdefault(server.address, server.stub())
             answer = getattr(stub, method)(request, timeout=CALL_TIMEOUT_S)
         except grpc.RpcError as exc:
-            self.calls.append(Call(started, time.time(), method, exc.code().name))
+            self.calls.append(Call(started, time.time(), method, exc.code().name, exc.details() or ""))
             return None
         self.calls.append(Call(started, time.time(), method, "OK"))
         return answer
@@ -1078,6 +1079,13 @@ def main() -> int:
         check_logs(fleet, verdict)
         calls = Counter(c.code for c in client.calls)
         verdict.add("API answers over the whole run", ", ".join(f"{k} {v}" for k, v in calls.most_common()))
+        errors = Counter(f"{c.method} {c.code}" for c in client.calls if c.code not in ("OK", "NO_INSTANCE"))
+        verdict.add("API errors by method", ", ".join(f"{k} {v}" for k, v in errors.most_common()) or "-")
+        internal = Counter(
+            f"{c.method}: {c.detail[:200]}" for c in client.calls if c.code in ("INTERNAL", "UNKNOWN")
+        )
+        for said, count in internal.most_common(5):
+            print(f"# INTERNAL or UNKNOWN x{count}: {said}")
         print()
         print(
             f"Seed {args.seed}, {args.minutes:g} min, {args.instances} instances, {args.schedules} schedules,"

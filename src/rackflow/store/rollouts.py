@@ -36,6 +36,7 @@ class TaskState:
     status: TaskStatus
     finished_at: datetime | None
     held_by: str | None = None
+    held_reason: str | None = None
 
 
 async def live_rollouts(
@@ -111,10 +112,16 @@ async def task_states(
     found: dict[tuple[uuid.UUID, uuid.UUID], TaskState] = {}
     for chunk in chunked(list(run_ids)):
         stmt = select(
-            tasks.c.run_id, tasks.c.rack_id, tasks.c.id, tasks.c.status, tasks.c.finished_at, tasks.c.held_by
+            tasks.c.run_id,
+            tasks.c.rack_id,
+            tasks.c.id,
+            tasks.c.status,
+            tasks.c.finished_at,
+            tasks.c.held_by,
+            tasks.c.held_reason,
         ).where(tasks.c.run_id.in_(chunk))
         for row in await conn.execute(stmt):
-            state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by)
+            state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by, row.held_reason)
             found[(row.run_id, row.rack_id)] = state
     return found
 

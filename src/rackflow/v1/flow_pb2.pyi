@@ -2322,6 +2322,8 @@ class ScopeOutcome(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     TASK_STATUS_FIELD_NUMBER: _builtins.int
     CANARY_FIELD_NUMBER: _builtins.int
+    HELD_BY_FIELD_NUMBER: _builtins.int
+    HELD_REASON_FIELD_NUMBER: _builtins.int
     outcome: _builtins.str
     """"submitted", "skipped_overlap", "skipped_window" or "failed"; in a rollout also "pending" (waiting
     its turn) and "not_started" (halted or cancelled before its turn)
@@ -2331,6 +2333,11 @@ class ScopeOutcome(_message.Message):
     """the task's status (final once it ended); unset without a task"""
     canary: _builtins.bool
     """one of the rollout's canary racks"""
+    held_by: _builtins.str
+    """While the task waits, held by a start gate ("freeze", "budget", "preflight") or its window ("window"):
+    which, and why (the same as the task's own held_by and held_reason); "" otherwise
+    """
+    held_reason: _builtins.str
     @_builtins.property
     def scope_id(self) -> Global___UUID: ...
     @_builtins.property
@@ -2347,10 +2354,12 @@ class ScopeOutcome(_message.Message):
         error: _builtins.str = ...,
         task_status: Global___TaskStatus.ValueType = ...,
         canary: _builtins.bool = ...,
+        held_by: _builtins.str = ...,
+        held_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["rack_id", b"rack_id", "scope_id", b"scope_id", "task_id", b"task_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["canary", b"canary", "error", b"error", "outcome", b"outcome", "rack_id", b"rack_id", "scope_id", b"scope_id", "task_id", b"task_id", "task_status", b"task_status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["canary", b"canary", "error", b"error", "held_by", b"held_by", "held_reason", b"held_reason", "outcome", b"outcome", "rack_id", b"rack_id", "scope_id", b"scope_id", "task_id", b"task_id", "task_status", b"task_status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
