@@ -189,6 +189,36 @@ async def test_an_override_starts_a_held_task_and_a_deleted_check_lets_its_tasks
             assert (await finished(db, b)).status is TaskStatus.COMPLETED
 
 
+async def test_an_override_of_one_check_leaves_the_others_counting(db: Database) -> None:
+    rack = await _rack(db, "r1")
+    with (
+        receiving(Answer({"ok": False, "reason": "jobs running"})) as jobs,
+        receiving(Answer({"ok": False, "reason": "cooling fault"})) as cooling,
+    ):
+        services = Services.build(db, CLOCK)
+        for name, hook in (("jobs", jobs), ("cooling", cooling)):
+            await services.checks.create(
+                CheckInput(name=name, settings=WebhookSettings(hook.url, "", "2s"), interval="100ms")
+            )
+        task = await submit(db, rack, POWER_ON)
+        async with checking(db) as running:
+            await _held_with(db, task, "pre-flight check 'cooling'")
+            once = await running.checks.override(
+                task.id, "INC-8: the cooling alarm is a false one", ["cooling"]
+            )
+            assert (
+                once.held_reason
+                == "pre-flight check 'cooling' overridden: INC-8: the cooling alarm is a false one"
+            )
+            held = await _held_with(db, task, "jobs running")  # the other check still holds it
+            assert held.status is TaskStatus.PENDING
+            asked_cooling = len(cooling.posts)
+            await _held_with(db, task, "jobs running")
+            await running.checks.override(task.id, "INC-8: drained by hand", ["jobs"])
+            assert (await finished(db, task)).status is TaskStatus.COMPLETED
+        assert len(cooling.posts) == asked_cooling  # an overridden check is not asked again
+
+
 async def test_rack_idle_holds_while_a_busy_operation_runs_on_the_rack(db: Database) -> None:
     rack, other = await _rack(db, "r1"), await _rack(db, "r2")
     task = await submit(db, rack, POWER_ON)

@@ -116,8 +116,10 @@ class PreflightChecker:
                 return 0
             checks = await store.all_checks(conn)
             facts = await store.rack_facts(conn, {task.rack_id for task, _ in due})
+            overridden = await store.overridden_checks(conn, {task.id for task, _ in due})
         for task, waiting in due:
-            running = asyncio.create_task(self.round(task, waiting, checks, facts.get(task.rack_id)))
+            asked = [c for c in checks if c.id not in overridden.get(task.id, frozenset())]
+            running = asyncio.create_task(self.round(task, waiting, asked, facts.get(task.rack_id)))
             self._rounds.add(running)
             running.add_done_callback(self._rounds.discard)
         return len(due)

@@ -12,7 +12,8 @@ nothing outside the database: it reads what the checker (`rackflow.checks.checke
   the round passes, or holds it with the failing check's reason until the check's maximum wait ends
   (its next round, after the interval, releases it if the checks pass by then);
 * a task whose last round all passed, still fresh, starts, unless a checker is asking its next round
-  (that round is under way: the task waits for it); an operator's override starts it too;
+  (that round is under way: the task waits for it); an operator's override of all its checks starts it
+  too, and a check overridden for it alone counts as passed;
 * a task whose checks still hold it after a check's `max_wait` (since the gate first held it,
   `Task.held_since`) fails, with that check's last reason.
 
@@ -61,25 +62,30 @@ class PreflightGate:
             return {}
         racks = await rack_refs(conn, {task.rack_id for task in tasks})
         mine = {
-            task.id: covering
+            task.id: applies
             for task in tasks
             if task.rack_id in racks
-            and (covering := [c for c in checks if c.applies(racks[task.rack_id], task.operation.kind)])
+            and (applies := [c for c in checks if c.applies(racks[task.rack_id], task.operation.kind)])
         }
         if not mine:
             return {}
         waiting = await store.waiting(conn, mine.keys())
         found = await store.results(conn, waiting.values())
+        # Checks an operator overrode for one task count as passed for it (only a task with a row can have
+        # some: the override adds its row).
+        overridden = await store.overridden_checks(conn, waiting.keys()) if waiting else {}
         verdicts: dict[uuid.UUID, Verdict] = {}
         new: list[uuid.UUID] = []
         stale: list[uuid.UUID] = []
         for task in tasks:
-            applying = mine.get(task.id)
-            if applying is None:
+            covering = mine.get(task.id)
+            if covering is None:
                 continue
             state = waiting.get(task.id)
             waited = now - task.held_since if task.held_by == self.name and task.held_since else timedelta(0)
-            if state is not None and state.override_reason is not None:
+            skipped = overridden.get(task.id, frozenset())
+            applying = [c for c in covering if c.id not in skipped]
+            if (state is not None and state.override_reason is not None) or not applying:
                 _started(task, waited)
                 continue
             if state is not None and state.checking_until is not None and state.checking_until > now:

@@ -33,6 +33,7 @@ from rackflow.store.inventory import names_by_id
 from rackflow.store.tables import (
     nvl_domains,
     preflight_checks,
+    preflight_overrides,
     preflight_results,
     preflight_tasks,
     racks,
@@ -383,6 +384,42 @@ async def override(
     )
     if not found.rowcount:
         await conn.execute(insert(preflight_tasks).values(task_id=task_id, attempt=0, **values))
+
+
+async def override_checks(
+    db: Database,
+    conn: AsyncConnection,
+    task_id: uuid.UUID,
+    check_ids: Collection[uuid.UUID],
+    reason: str,
+    *,
+    now: datetime,
+) -> None:
+    """An operator let the task start whatever these checks say (the others still count). The task waits
+    for a round of the rest at once (its row added if the gate has not held it yet, so the gate reads the
+    overrides of the tasks it has rows for only); the task's row is locked first, as `override` does."""
+    await conn.execute(db.for_update(select(tasks.c.id).where(tasks.c.id == task_id)))
+    rows = [{"task_id": task_id, "check_id": i, "reason": reason, "overridden_at": now} for i in check_ids]
+    await conn.execute(db.insert_new(preflight_overrides), rows)
+    found = await conn.execute(
+        update(preflight_tasks).where(preflight_tasks.c.task_id == task_id).values(next_check_at=None)
+    )
+    if not found.rowcount:
+        await conn.execute(db.insert_new(preflight_tasks).values(task_id=task_id, attempt=0))
+
+
+async def overridden_checks(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+    """The checks an operator overrode for each of these tasks (only tasks with some)."""
+    found: dict[uuid.UUID, set[uuid.UUID]] = {}
+    for chunk in chunked(set(task_ids)):
+        stmt = select(preflight_overrides.c.task_id, preflight_overrides.c.check_id).where(
+            preflight_overrides.c.task_id.in_(chunk)
+        )
+        for row in await conn.execute(stmt):
+            found.setdefault(row.task_id, set()).add(row.check_id)
+    return {task_id: frozenset(ids) for task_id, ids in found.items()}
 
 
 # --- what rack_idle asks ------------------------------------------------------------------------

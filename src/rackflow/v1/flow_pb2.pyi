@@ -3464,21 +3464,27 @@ class OverridePreflightChecksRequest(_message.Message):
 
     TASK_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    CHECKS_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """required; shown on the task"""
     @_builtins.property
     def task_id(self) -> Global___UUID:
         """a PENDING task"""
 
+    @_builtins.property
+    def checks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The checks to override, by name or id (each once); the task's other checks still count. Empty: all."""
+
     def __init__(
         self,
         *,
         task_id: Global___UUID | None = ...,
         reason: _builtins.str = ...,
+        checks: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["task_id", b"task_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checks", b"checks", "reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
