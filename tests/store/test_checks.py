@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import hmac
 import uuid
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 import pytest
@@ -26,7 +27,9 @@ from rackflow.checks.service import CheckInput
 from rackflow.clock import FakeClock
 from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSettings
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
-from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
 from rackflow.inventory.service import InventoryService
 from rackflow.services import Services
 from rackflow.store import checks as store
@@ -35,7 +38,9 @@ from rackflow.store.db import Database
 from rackflow.store.tables import preflight_results, preflight_tasks, tasks
 from rackflow.store.tasks import set_status
 from rackflow.tasks.gates import consult
+from rackflow.windows.service import Ref
 from tests.checks_support import Answer, checking, receiving
+from tests.store.schedules_support import HOURLY, POWER_OFF, make_env, rack_target
 from tests.store.test_executor import CLOCK, eventually, finished, get, make_rack, start_running, submit
 
 POWER_ON = Operation(OperationKind.POWER_ON)
@@ -245,10 +250,17 @@ async def test_rack_idle_holds_while_a_busy_operation_runs_on_the_rack(db: Datab
 # --- a claim deciding on a round, and the next round, one after the other (issue 26's soak finding) ---
 
 
-async def _claim(db: Database, conn: AsyncConnection, services: Services, now: datetime) -> list[uuid.UUID]:
-    """One claim with the gates, in `conn`'s transaction, as the executor makes it: the tasks that start."""
+async def _claim(
+    db: Database,
+    conn: AsyncConnection,
+    services: Services,
+    now: datetime,
+    running: Collection[uuid.UUID] = (),
+) -> list[uuid.UUID]:
+    """One claim with the gates, in `conn`'s transaction, as the executor makes it (`running`: the tasks
+    it runs already): the tasks that start."""
     claimed = await task_runs.claim(
-        db, conn, owner_id=OWNER, lease_ttl=timedelta(seconds=30), running_here=(), now=now, limit=10
+        db, conn, owner_id=OWNER, lease_ttl=timedelta(seconds=30), running_here=running, now=now, limit=10
     )
     gated = await consult(services.gates, conn, claimed, owner_id=OWNER, now=now)
     return [task.id for task, _ in gated.claimed]
@@ -336,3 +348,59 @@ async def test_a_late_round_is_not_recorded_for_a_task_that_no_longer_waits(db: 
             )
     assert not recorded
     assert await _count(db, preflight_results) == 1
+
+
+async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_caps(db: Database) -> None:
+    """A rack held by its checks does not count against its rollout's cap, so the rollout starts another;
+    when the held rack's checks pass, it must not start beside that one past `max_concurrent_racks`."""
+    env = make_env(db)
+    checked, free = await env.rack("r00"), await env.rack("r01")
+    with receiving(Answer({"ok": False, "reason": "draining"}), Answer({"ok": True})) as hook:
+        await env.services.checks.create(
+            CheckInput(
+                name="drained",
+                racks=(Ref(id=checked.id),),
+                settings=WebhookSettings(hook.url, "", "2s"),
+                interval="1h",
+            )
+        )
+        schedule = await env.services.schedules.create(
+            name="fw",
+            spec=HOURLY,
+            overlap_policy=OverlapPolicy.SKIP,
+            operation=POWER_OFF,
+            queue=QueueOptions(),
+            description="",
+            target=rack_target(checked, free),
+            rollout=RolloutPolicy(max_concurrent_racks=1),
+        )
+        checker = PreflightChecker(db, env.clock, env.services.tasks)
+
+        running: set[uuid.UUID] = set()
+
+        async def claim() -> list[uuid.UUID]:
+            async with db.transaction() as conn:
+                started = await _claim(db, conn, env.services, env.clock.now(), running)
+            running.update(started)
+            return started
+
+        async def look() -> None:
+            assert await checker.poll() == 1
+            await checker.settle()
+
+        [held] = await env.services.schedules.trigger(schedule.id)
+        assert await claim() == []  # held for its first round
+        await look()  # "draining": held by the check, so not running against the cap
+        [other] = (await env.services.rollouts.advance()).task_ids
+        assert await claim() == [other]  # r01 runs: the one rack the cap allows
+        env.clock.advance(timedelta(hours=1, seconds=1))
+        await look()  # r00's checks pass now
+        assert await claim() == [], "the held rack started beside the running one, past the cap of 1"
+        [waiting] = await env.services.tasks.get_tasks([held])
+        assert waiting.status is TaskStatus.PENDING and "rollout's caps: 1 of its racks active (max 1)" in (
+            waiting.held_reason or ""
+        )
+        async with db.transaction() as conn:
+            await set_status(conn, [other], TaskStatus.COMPLETED, now=env.clock.now())
+        env.clock.advance(timedelta(seconds=5))
+        assert await claim() == [held]  # room again: it starts

@@ -28,16 +28,20 @@ written after it started.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.config import PREFLIGHT_ANSWER_WAIT
+from rackflow.config import PREFLIGHT_ANSWER_WAIT, PREFLIGHT_CAP_WAIT
 from rackflow.domain.checks import CheckResult, PreflightCheck
+from rackflow.domain.rollouts import cap_reached
 from rackflow.domain.tasks import Hold, Task
 from rackflow.metrics import CHECK_WAIT
 from rackflow.store import checks as store
+from rackflow.store import rollouts as rollout_store
+from rackflow.store.db import Database
 from rackflow.store.windows import rack_refs
 from rackflow.tasks.gates import Fail, Verdict
 
@@ -49,7 +53,8 @@ class PreflightGate:
 
     name = GATE_NAME
 
-    def __init__(self) -> None:
+    def __init__(self, db: Database) -> None:
+        self.db = db
         # Called (in the claim, before it commits) when tasks need a look: the checker of this process
         # polls at once rather than at its next interval.
         self.on_hold: list[Callable[[], None]] = []
@@ -75,6 +80,7 @@ class PreflightGate:
         # some: the override adds its row).
         overridden = await store.overridden_checks(conn, waiting.keys()) if waiting else {}
         verdicts: dict[uuid.UUID, Verdict] = {}
+        starting: list[tuple[Task, timedelta]] = []
         new: list[uuid.UUID] = []
         stale: list[uuid.UUID] = []
         for task in tasks:
@@ -86,7 +92,7 @@ class PreflightGate:
             skipped = overridden.get(task.id, frozenset())
             applying = [c for c in covering if c.id not in skipped]
             if (state is not None and state.override_reason is not None) or not applying:
-                _started(task, waited)
+                starting.append((task, waited))
                 continue
             if state is not None and state.checking_until is not None and state.checking_until > now:
                 # A checker is asking its next round: the last one's pass may be about to turn into a hold.
@@ -100,7 +106,7 @@ class PreflightGate:
             if state is not None and all(
                 r is not None and r.passed and r.recheck_at > now for _, r in results
             ):
-                _started(task, waited)
+                starting.append((task, waited))
                 continue
             verdict = _hold_or_fail(task, results, waited, now)
             verdicts[task.id] = verdict
@@ -112,12 +118,63 @@ class PreflightGate:
                 new.append(task.id)
             elif not failing:  # its last round is stale or incomplete: look again now
                 stale.append(task.id)
+        verdicts.update(await self._room_in_rollouts(conn, [t for t, _ in starting], verdicts.keys(), now))
+        for task, waited in starting:
+            if task.id not in verdicts:
+                _started(task, waited)
         await store.start_waiting(conn, new)
         await store.check_again(conn, stale)
         if new or stale:
             for callback in self.on_hold:
                 callback()
         return verdicts
+
+    async def _room_in_rollouts(
+        self, conn: AsyncConnection, starting: Sequence[Task], holding: Collection[uuid.UUID], now: datetime
+    ) -> dict[uuid.UUID, Verdict]:
+        """Holds for the tasks about to start that their checks held until now, in a rollout already at a
+        cap: held, such a rack did not count against its rollout's caps, so the rollout may have started
+        others in its place (docs/ROLLOUTS.md). Each rollout run's row is locked (in id order) until the
+        claim commits, so two claims, or a claim and a rollout step, count one after the other."""
+        released = [t for t in starting if t.held_by == GATE_NAME and t.run_id is not None]
+        if not released:
+            return {}
+        runs = {}
+        for run_id in sorted({t.run_id for t in released if t.run_id is not None}):
+            run = await rollout_store.get_run(self.db, conn, run_id, lock=True)
+            if run is not None and run.rollout is not None:
+                runs[run_id] = run.rollout
+        if not runs:
+            return {}
+        states = await rollout_store.task_states(conn, runs.keys())
+        places = await rollout_store.rack_places(
+            conn, {rack for _, rack in states} | {t.rack_id for t in released}
+        )
+
+        def domain(rack_id: uuid.UUID) -> uuid.UUID:
+            place = places.get(rack_id)
+            return place.domain_id if place is not None and place.domain_id is not None else rack_id
+
+        # What counts against the caps, as the rollout step counts it: its tasks active and not held by
+        # checks, besides the ones this claim decides on (these are added one by one below).
+        deciding = {t.id for t in released} | set(holding)
+        active: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+        for (run_id, rack_id), state in states.items():
+            if state.task_id not in deciding and state.status.is_active and state.held_by != GATE_NAME:
+                active[run_id].append(domain(rack_id))
+        holds: dict[uuid.UUID, Verdict] = {}
+        for task in released:
+            assert task.run_id is not None
+            policy = runs.get(task.run_id)
+            if policy is None:
+                continue
+            full = cap_reached(policy, active[task.run_id], domain(task.rack_id))
+            if full:
+                reason = f"pre-flight checks passed; waits for room under its rollout's caps: {full}"
+                holds[task.id] = Hold(now + PREFLIGHT_CAP_WAIT, reason)
+            else:
+                active[task.run_id].append(domain(task.rack_id))
+        return holds
 
 
 def _current(result: CheckResult | None, check: PreflightCheck) -> CheckResult | None:

@@ -126,7 +126,7 @@ class CheckService:
         self.clock = clock
         self.manager = manager
         # The start gate of these checks (registered in `Services.gates`, after budgets).
-        self.gate = PreflightGate()
+        self.gate = PreflightGate(db)
 
     async def create(self, given: CheckInput) -> PreflightCheck:
         check_name(given.name, NAME_PATH)
