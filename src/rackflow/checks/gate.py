@@ -134,16 +134,15 @@ class PreflightGate:
     ) -> dict[uuid.UUID, Verdict]:
         """Holds for the tasks about to start that their checks held until now, in a rollout already at a
         cap: held, such a rack did not count against its rollout's caps, so the rollout may have started
-        others in its place (docs/ROLLOUTS.md). Each rollout run's row is locked (in id order) until the
-        claim commits, so two claims, or a claim and a rollout step, count one after the other."""
+        others in its place (docs/ROLLOUTS.md). Each rollout run's row is locked (in id order, in one
+        statement) until the claim commits, so two claims, or a claim and a rollout step, count one after
+        the other."""
         released = [t for t in starting if t.held_by == GATE_NAME and t.run_id is not None]
         if not released:
             return {}
-        runs = {}
-        for run_id in sorted({t.run_id for t in released if t.run_id is not None}):
-            run = await rollout_store.get_run(self.db, conn, run_id, lock=True)
-            if run is not None and run.rollout is not None:
-                runs[run_id] = run.rollout
+        runs = await rollout_store.lock_rollout_policies(
+            self.db, conn, {t.run_id for t in released if t.run_id is not None}
+        )
         if not runs:
             return {}
         states = await rollout_store.task_states(conn, runs.keys())

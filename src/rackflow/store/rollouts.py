@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import LiveRollout
-from rackflow.domain.rollouts import RackPlace
+from rackflow.domain.rollouts import RackPlace, RolloutPolicy
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import Database, chunked
@@ -88,6 +88,23 @@ async def get_run(
     stmt = select(task_schedule_run).where(_run.id == run_id)
     row = (await conn.execute(db.for_update(stmt) if lock else stmt)).first()
     return run_from_row(row) if row is not None else None
+
+
+async def lock_rollout_policies(
+    db: Database, conn: AsyncConnection, run_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, RolloutPolicy]:
+    """The policy of each rollout among these runs, its row locked until commit (waiting for a rollout
+    step that holds it), in id order; plain firings are neither returned nor locked. One statement."""
+    found: dict[uuid.UUID, RolloutPolicy] = {}
+    for chunk in chunked(sorted(set(run_ids))):
+        stmt = (
+            select(_run.id, _run.rollout)
+            .where(_run.id.in_(chunk), _run.rollout.is_not(None))
+            .order_by(_run.id)
+        )
+        for row in await conn.execute(db.for_update(stmt)):
+            found[row.id] = RolloutPolicy.from_json(row.rollout)
+    return found
 
 
 async def save_run(conn: AsyncConnection, run: Run) -> None:
