@@ -404,3 +404,22 @@ async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_ca
             await set_status(conn, [other], TaskStatus.COMPLETED, now=env.clock.now())
         env.clock.advance(timedelta(seconds=5))
         assert await claim() == [held]  # room again: it starts
+
+
+async def test_a_plain_firings_task_starts_when_its_checks_pass(db: Database) -> None:
+    """Not a rollout: its run has no caps to look up (its policy a JSON null), and nothing holds it back."""
+    env = make_env(db)
+    rack = await env.rack("r00")
+    with receiving(Answer({"ok": True})) as hook:
+        await env.services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="1h")
+        )
+        schedule = await env.schedule(racks=[rack])
+        checker = PreflightChecker(db, env.clock, env.services.tasks)
+        [task_id] = await env.services.schedules.trigger(schedule.id)
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, env.services, env.clock.now()) == []
+        assert await checker.poll() == 1
+        await checker.settle()
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, env.services, env.clock.now()) == [task_id]

@@ -94,16 +94,16 @@ async def lock_rollout_policies(
     db: Database, conn: AsyncConnection, run_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, RolloutPolicy]:
     """The policy of each rollout among these runs, its row locked until commit (waiting for a rollout
-    step that holds it), in id order; plain firings are neither returned nor locked. One statement."""
+    step that holds it), in id order; plain firings (their `rollout` a JSON null) are neither returned nor
+    locked. One read of the policies, then one locking statement when there are rollouts among them."""
     found: dict[uuid.UUID, RolloutPolicy] = {}
     for chunk in chunked(sorted(set(run_ids))):
-        stmt = (
-            select(_run.id, _run.rollout)
-            .where(_run.id.in_(chunk), _run.rollout.is_not(None))
-            .order_by(_run.id)
-        )
-        for row in await conn.execute(db.for_update(stmt)):
-            found[row.id] = RolloutPolicy.from_json(row.rollout)
+        stmt = select(_run.id, _run.rollout).where(_run.id.in_(chunk))
+        for row in await conn.execute(stmt):
+            if row.rollout is not None:
+                found[row.id] = RolloutPolicy.from_json(row.rollout)
+    for chunk in chunked(sorted(found)):
+        await conn.execute(db.for_update(select(_run.id).where(_run.id.in_(chunk)).order_by(_run.id)))
     return found
 
 
