@@ -311,7 +311,7 @@ def override_checks(ctx: click.Context, task_id: str, reason: str, checks: tuple
     (operator role; audited).
 
     \b
-    Examples:
+    Example:
       rackflow task override-checks 41eb5ceb-842b-4d7e-99ed-f840d9c05c4b --reason "INC-4411: alert is stale"
       rackflow task override-checks 41eb5ceb-842b-4d7e-99ed-f840d9c05c4b --check no-alerts \\
           --reason "INC-4411: the RackOverheat alert is stale; the drain hook still counts"
