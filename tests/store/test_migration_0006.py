@@ -132,6 +132,7 @@ LATER_TABLES = (
     "preflight_checks",
     "preflight_tasks",
     "preflight_results",
+    "preflight_overrides",
 )
 
 
