@@ -24,6 +24,12 @@ one of `task_schedule_run`'s).
 `--windows K` adds K maintenance windows over every rack that never close one, so every scope is decided
 against K windows and still fires (the cost of docs/WINDOWS.md's per-scope decision).
 
+`--passing-checks K` adds K pre-flight checks over every rack and operation that always pass (docs/CHECKS.md;
+`rack_idle`, busy only with power resets, which nothing runs): every task is held for a round of checks,
+then released and started (issue 26: fire lag and drain rate must not move). `--until-tasks-done` waits
+for every task to end too, and adds tasks_per_s = tasks / (first firing to the last task's end) and
+tasks_done_s (that span).
+
     python bench/dispatch_drain.py --db postgres --instances 1 --n 10000 --dispatch-batch 10
 """
 
@@ -53,7 +59,14 @@ from _common import (
 )
 from sqlalchemy import Connection, Engine, Select, bindparam, func, insert, select, text
 
-from rackflow.store.tables import maintenance_windows, task_schedule, task_schedule_run, tasks
+from rackflow.domain.tasks import TaskStatus
+from rackflow.store.tables import (
+    maintenance_windows,
+    preflight_checks,
+    task_schedule,
+    task_schedule_run,
+    tasks,
+)
 from rackflow.timespec import ScheduleSpec, SpecType
 
 SIM_STEP_SECONDS = 0.2  # the simulator's default step time
@@ -92,6 +105,7 @@ class Drain:
     runs_completed: int
     server_cpu_s: float
     postgres_cpu_s: float | None  # None on SQLite
+    tasks_done_s: float | None = None  # first firing to the last task's end (--until-tasks-done)
 
     @property
     def firings_per_s(self) -> float:
@@ -120,6 +134,8 @@ def measure_drain(
     sim_step: float = SIM_STEP_SECONDS,
     windows: int = 0,
     seq_scans: bool = False,
+    passing_checks: int = 0,
+    until_tasks_done: bool = False,
 ) -> Drain:
     """Load `n` due schedules into a fresh database, start the dispatcher(s), wait until all fired."""
     with fresh_database(kind, pg_admin) as ws:
@@ -130,6 +146,7 @@ def measure_drain(
 
         engine = sync_engine(ws.url)
         _load_windows(engine, windows)
+        _load_passing_checks(engine, passing_checks)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
         env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}
@@ -143,6 +160,8 @@ def measure_drain(
                 engine, procs, due, timeout, seq_scans=seq_scans, database_cpu=database_cpu
             )
             server_cpu_s = sum(cpu_seconds(p.proc.pid) for p in procs) - server_cpu_before
+            if until_tasks_done:
+                _wait_for_tasks(engine, timeout)
         with engine.connect() as conn:
             first_fired = conn.execute(select(func.min(task_schedule_run.c.fired_at))).scalar_one()
             scheduled = select(tasks).where(tasks.c.schedule_id.is_not(None)).subquery()
@@ -154,6 +173,7 @@ def measure_drain(
                 )
             ).one()
             runs = conn.execute(COMPLETED_RUNS).scalar_one()
+            last_end = conn.execute(select(func.max(tasks.c.finished_at))).scalar_one()
         engine.dispose()
     return Drain(
         n=n,
@@ -165,7 +185,52 @@ def measure_drain(
         runs_completed=runs,
         server_cpu_s=server_cpu_s,
         postgres_cpu_s=database_cpu.seconds if database_cpu is not None else None,
+        tasks_done_s=(last_end - first_fired).total_seconds() if until_tasks_done and last_end else None,
     )
+
+
+ACTIVE_TASK = (
+    select(tasks.c.id)
+    .where(tasks.c.status.in_([TaskStatus.PENDING.value, TaskStatus.RUNNING.value]))
+    .limit(1)
+)
+
+
+def _wait_for_tasks(engine: Engine, timeout: float) -> None:
+    """Until no task is pending or running."""
+    deadline = time.monotonic() + timeout
+    with engine.connect() as conn:
+        while conn.execute(ACTIVE_TASK).first() is not None:
+            conn.commit()
+            if time.monotonic() > deadline:
+                raise TimeoutError("tasks still active; giving up")
+            time.sleep(WAIT_POLL_SECONDS)
+
+
+def _load_passing_checks(engine: Engine, count: int) -> None:
+    """`count` pre-flight checks over every rack and operation that pass: `rack_idle`, busy only with
+    power resets (the bench runs none), asked every 30 s (only a held task is asked again)."""
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "name": f"bench-check-{i}",
+            "kind": "rack_idle",
+            "operations": [],
+            "all_racks": True,
+            "rack_ids": [],
+            "domain_ids": [],
+            "settings": {"busy_operations": ["power_reset"], "failed_within": ""},
+            "interval": "30s",
+            "max_wait": "1h",
+            "created_at": now,
+            "updated_at": now,
+        }
+        for i in range(count)
+    ]
+    if rows:
+        with engine.begin() as conn:
+            conn.execute(insert(preflight_checks), rows)
 
 
 def _load_windows(engine: Engine, count: int) -> None:
@@ -262,6 +327,11 @@ def report(kind: str, instances: int, batch: int, drain: Drain) -> None:
         postgres_cpu_us_per_firing=drain.postgres_cpu_us_per_firing
         if drain.postgres_cpu_us_per_firing is not None
         else "-",
+        **(
+            {"tasks_done_s": drain.tasks_done_s, "tasks_per_s": drain.tasks / drain.tasks_done_s}
+            if drain.tasks_done_s
+            else {}
+        ),
     )
 
 
@@ -288,12 +358,22 @@ def main() -> None:
         action="store_true",
         help="print full scans (and rows they read) per table every 10 s and over the drain (PostgreSQL)",
     )
+    parser.add_argument(
+        "--passing-checks",
+        type=int,
+        default=0,
+        help="pre-flight checks over every rack that always pass (each task is held for one round)",
+    )
+    parser.add_argument(
+        "--until-tasks-done", action="store_true", help="also wait for every task to end (tasks_per_s)"
+    )
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
     print(
         f"# dispatch_drain db={args.db} instances={args.instances} n={args.n} batch={args.dispatch_batch} "
-        f"load=bulk-executemany spec=interval-24h sim_step_s={args.sim_step} windows={args.windows}",
+        f"load=bulk-executemany spec=interval-24h sim_step_s={args.sim_step} windows={args.windows} "
+        f"passing_checks={args.passing_checks} until_tasks_done={args.until_tasks_done}",
         flush=True,
     )
     drain = measure_drain(
@@ -306,6 +386,8 @@ def main() -> None:
         sim_step=args.sim_step,
         windows=args.windows,
         seq_scans=args.seq_scans,
+        passing_checks=args.passing_checks,
+        until_tasks_done=args.until_tasks_done,
     )
     print(f"# loaded {args.n} schedules in {drain.load_s:.1f}s", flush=True)
     report(args.db, args.instances, args.dispatch_batch, drain)

@@ -151,7 +151,9 @@ class FlappingHook:
 
     rng: random.Random
     ready: bool = True
-    answers: dict[tuple[str, int], list[bool]] = field(default_factory=lambda: defaultdict(list))
+    answers: dict[tuple[str, int], list[tuple[float, bool]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     flips: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -165,7 +167,7 @@ class FlappingHook:
                 asked = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
                 with hook.lock:
                     ready = hook.ready
-                    hook.answers[(asked["task_id"], asked["attempt"])].append(ready)
+                    hook.answers[(asked["task_id"], asked["attempt"])].append((time.time(), ready))
                 answer = {"ok": True} if ready else {"ok": False, "reason": "draining (soak)"}
                 raw = json.dumps(answer).encode()
                 self.send_response(200)
@@ -296,6 +298,7 @@ class Call:
     ended: float
     method: str
     code: str
+    detail: str = ""  # the server's words, for an error
 
 
 @dataclass
@@ -324,7 +327,7 @@ class Client:
             stub = self._stubs.get(server.address) or self._stubs.setdefault(server.address, server.stub())
             answer = getattr(stub, method)(request, timeout=CALL_TIMEOUT_S)
         except grpc.RpcError as exc:
-            self.calls.append(Call(started, time.time(), method, exc.code().name))
+            self.calls.append(Call(started, time.time(), method, exc.code().name, exc.details() or ""))
             return None
         self.calls.append(Call(started, time.time(), method, "OK"))
         return answer
@@ -592,6 +595,32 @@ def check_work(conn: psycopg.Connection[Any], verdict: Verdict) -> None:
     verdict.add("runs left running with no live owner", stuck, stuck == 0)
 
 
+def print_preflight_story(
+    conn: psycopg.Connection[Any], task_id: str, answers: dict[tuple[str, int], list[tuple[float, bool]]]
+) -> None:
+    """What a task found started against its checks went through: its start, every round recorded for
+    it, and every answer the hook gave about it, with times (so a broken promise can be told apart from a
+    checker that misread it)."""
+    print(f"\npre-flight story of task {task_id}:")
+    for row in query(
+        conn, "SELECT status, started_at, finished_at, attempts, message FROM tasks WHERE id = %s", task_id
+    ):
+        print("  task:", row)
+    for row in query(conn, "SELECT attempt, checking_until FROM preflight_tasks WHERE task_id = %s", task_id):
+        print("  waiting (round, lease):", row)
+    for row in query(
+        conn,
+        "SELECT attempt, check_name, passed, checked_at, reason FROM preflight_results"
+        " WHERE task_id = %s ORDER BY attempt, check_name",
+        task_id,
+    ):
+        print("  round:", row)
+    for (asked, attempt), given in sorted(answers.items()):
+        if asked == task_id:
+            times = [(datetime.fromtimestamp(at, UTC).isoformat(), ready) for at, ready in given]
+            print(f"  hook answers to round {attempt}:", times)
+
+
 def check_preflight(
     conn: psycopg.Connection[Any], hook: FlappingHook, checked: list[str], verdict: Verdict
 ) -> None:
@@ -618,9 +647,15 @@ def check_preflight(
     with hook.lock:
         answers = dict(hook.answers)
     not_ready = [
-        row[0] for row in started if row[1] and not row[2] and not all(answers.get((row[0], row[1]), [False]))
+        row[0]
+        for row in started
+        if row[1]
+        and not row[2]
+        and not all(ready for _, ready in answers.get((row[0], row[1]), [(0, False)]))
     ]
     verdict.add("checked racks' tasks started after the hook said not ready", len(not_ready), not not_ready)
+    for task_id in sorted(set(on_a_hold) | set(not_ready)):
+        print_preflight_story(conn, task_id, answers)
     held_by = dict(
         query(conn, "SELECT check_name, count(*) FROM preflight_results WHERE NOT passed GROUP BY 1")
     )
@@ -917,7 +952,7 @@ def main() -> int:
     parser.add_argument(
         "--no-preflight",
         action="store_true",
-        help="no pre-flight checks in the mix (the short soak in make test: see docs/RELIABILITY.md)",
+        help="no pre-flight checks in the mix (to tell their share of a finding from the rest's)",
     )
     parser.add_argument("--schedules", type=int, default=300)
     parser.add_argument("--racks", type=int, default=100)
@@ -1051,6 +1086,13 @@ def main() -> int:
         check_logs(fleet, verdict)
         calls = Counter(c.code for c in client.calls)
         verdict.add("API answers over the whole run", ", ".join(f"{k} {v}" for k, v in calls.most_common()))
+        errors = Counter(f"{c.method} {c.code}" for c in client.calls if c.code not in ("OK", "NO_INSTANCE"))
+        verdict.add("API errors by method", ", ".join(f"{k} {v}" for k, v in errors.most_common()) or "-")
+        internal = Counter(
+            f"{c.method}: {c.detail[:200]}" for c in client.calls if c.code in ("INTERNAL", "UNKNOWN")
+        )
+        for said, count in internal.most_common(5):
+            print(f"# INTERNAL or UNKNOWN x{count}: {said}")
         print()
         print(
             f"Seed {args.seed}, {args.minutes:g} min, {args.instances} instances, {args.schedules} schedules,"

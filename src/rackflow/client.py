@@ -1028,9 +1028,12 @@ class RackflowClient:
         request = pb.DeletePreflightCheckRequest(id=self._check_ref(check))
         self._call(self._stub.DeletePreflightCheck, request, Empty)
 
-    def override_checks(self, task_id: str, reason: str) -> pb.Task:
-        """Let a pending task start whatever its pre-flight checks say (operator role; audited)."""
-        request = pb.OverridePreflightChecksRequest(task_id=pb.UUID(id=task_id), reason=reason)
+    def override_checks(self, task_id: str, reason: str, checks: Sequence[str] = ()) -> pb.Task:
+        """Let a pending task start whatever its pre-flight checks say, or only these `checks` (names or
+        ids) say (operator role; audited)."""
+        request = pb.OverridePreflightChecksRequest(
+            task_id=pb.UUID(id=task_id), reason=reason, checks=list(checks)
+        )
         return self._call(self._stub.OverridePreflightChecks, request, pb.Task)
 
     # --- audit -----------------------------------------------------------------------------------

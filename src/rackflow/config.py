@@ -292,3 +292,6 @@ PREFLIGHT_BATCH = 100
 PREFLIGHT_CONCURRENCY = 16
 PREFLIGHT_LEASE_SLACK = timedelta(seconds=30)
 PREFLIGHT_ANSWER_WAIT = timedelta(seconds=30)
+# A rollout's rack whose checks passed while its rollout is at a cap (the rack did not count against it while
+# held, so the rollout started others) waits this long before its claim looks for room again.
+PREFLIGHT_CAP_WAIT = timedelta(seconds=2)

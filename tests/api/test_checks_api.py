@@ -183,6 +183,10 @@ async def test_override_of_a_task_s_checks(stub: FlowStub, services: Services, r
         )
     )
     task_id = submitted.task_ids[0]
+    hook = pb.WebhookCheck(url="http://127.0.0.1:9/drain")
+    drained = await stub.CreatePreflightCheck(
+        pb.CreatePreflightCheckRequest(check=pb.PreflightCheck(name="drained", webhook=hook))
+    )
     before = await table_counts(services.db)
     for request, code, field in (
         (pb.OverridePreflightChecksRequest(task_id=task_id), grpc.StatusCode.INVALID_ARGUMENT, "reason"),
@@ -192,9 +196,29 @@ async def test_override_of_a_task_s_checks(stub: FlowStub, services: Services, r
             grpc.StatusCode.NOT_FOUND,
             "task_id",
         ),
+        (
+            pb.OverridePreflightChecksRequest(task_id=task_id, reason="x", checks=["no-such-check"]),
+            grpc.StatusCode.NOT_FOUND,
+            "checks[0]",
+        ),
+        (
+            pb.OverridePreflightChecksRequest(task_id=task_id, reason="x", checks=["drained", ""]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "checks[1]",
+        ),
+        (
+            pb.OverridePreflightChecksRequest(task_id=task_id, reason="x", checks=["drained", "drained"]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "checks",
+        ),
     ):
         await expect(code, field, stub.OverridePreflightChecks(request))
     assert await table_counts(services.db) == before
+    one = await stub.OverridePreflightChecks(
+        pb.OverridePreflightChecksRequest(task_id=task_id, reason="INC-1: hook down", checks=[drained.id.id])
+    )
+    assert one.status == pb.TASK_STATUS_PENDING
+    assert (await table_counts(services.db))["preflight_overrides"] == 1
     task = await stub.OverridePreflightChecks(
         pb.OverridePreflightChecksRequest(task_id=task_id, reason="INC-1: stale")
     )

@@ -1,6 +1,7 @@
 """A rollout in a real headless Chromium against a real `rackflow serve`, on SQLite and PostgreSQL: the
 operator triggers it from the schedule's page, watches its progress refresh itself, sees it halt on an
-injected failure with the reason, resumes it from the page and sees it finish."""
+injected failure with the reason, resumes it from the page and sees it finish; and a run's page says
+what holds a rack's task and why (a pre-flight check)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,17 @@ def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     request = schedule_request("fw-rollout", names, spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")
     request.schedule.rollout.CopyFrom(pb.RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
     stub.CreateTaskSchedule(request)
+    # A rack whose power-ons a pre-flight check holds: it asks an Alertmanager that is not there, and fails
+    # closed.
+    create_racks(stub, ["held-1"])
+    unreachable = pb.AlertmanagerCheck(url="http://127.0.0.1:9", matchers=['rack="{rack.name}"'])
+    check = pb.PreflightCheck(
+        name="no-alerts", racks=[pb.WindowTarget(name="held-1")], alertmanager=unreachable, interval="1s"
+    )
+    stub.CreatePreflightCheck(pb.CreatePreflightCheckRequest(check=check))
+    stub.CreateTaskSchedule(
+        schedule_request("held-fw", ["held-1"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")
+    )
     yield started
     assert started.stop() == 0, started.output
 
@@ -69,3 +81,25 @@ def test_trigger_watch_it_halt_resume_and_finish(server: ServerProcess, driver: 
     # Its last task may end before the rollout's next step records the run finished: wait for that step.
     wait(driver, lambda d: text(d, "rollout-state").endswith("partial"), "the rollout to finish, partial")
     assert not driver.find_elements("css selector", '[data-testid="action-cancel-run"]')
+
+
+def test_a_runs_page_says_what_holds_a_racks_task(server: ServerProcess, driver: WebDriver) -> None:
+    stub = server.stub()
+    listed = stub.ListTaskSchedules(pb.ListTaskSchedulesRequest()).task_schedules
+    [schedule] = [s for s in listed if s.name == "held-fw"]
+    stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+
+    def held_outcome() -> pb.ScopeOutcome | None:
+        runs = stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id)).runs
+        found = [o for run in runs for o in run.outcomes if "cannot" in o.held_reason]
+        return found[0] if found else None
+
+    outcome = wait(
+        driver, lambda _: held_outcome(), "the check to hold the rack's task, in the run's outcome"
+    )
+    assert outcome.held_by == "preflight" and outcome.task_status == pb.TASK_STATUS_PENDING
+    assert outcome.held_reason.startswith("pre-flight check 'no-alerts': alertmanager:")
+    [run] = stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id)).runs
+    open_page(driver, server, f"/runs/{run.id.id}", "Firing of")
+    assert text(driver, "run-held") == "held by preflight"
+    assert text(driver, "run-held-reason") == outcome.held_reason

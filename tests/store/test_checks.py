@@ -9,29 +9,43 @@ failed recently; an operator's override starts a held task; a deleted check lets
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import uuid
-from datetime import timedelta
+from collections.abc import Collection
+from datetime import datetime, timedelta
 
 import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.checks.checker import PreflightChecker
+from rackflow.checks.gate import GATE_NAME
 from rackflow.checks.service import CheckInput
-from rackflow.domain.checks import RackIdleSettings, WebhookSettings
+from rackflow.clock import FakeClock
+from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSettings
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
-from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
 from rackflow.inventory.service import InventoryService
 from rackflow.services import Services
+from rackflow.store import checks as store
+from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import preflight_results, preflight_tasks, tasks
 from rackflow.store.tasks import set_status
+from rackflow.tasks.gates import consult
+from rackflow.windows.service import Ref
 from tests.checks_support import Answer, checking, receiving
+from tests.store.schedules_support import HOURLY, POWER_OFF, make_env, rack_target
 from tests.store.test_executor import CLOCK, eventually, finished, get, make_rack, start_running, submit
 
 POWER_ON = Operation(OperationKind.POWER_ON)
 SECRET_ENV = "RACKFLOW_TEST_DRAIN_KEY"
+OWNER = uuid.uuid4()
 
 
 async def _count(db: Database, table: object) -> int:
@@ -180,6 +194,36 @@ async def test_an_override_starts_a_held_task_and_a_deleted_check_lets_its_tasks
             assert (await finished(db, b)).status is TaskStatus.COMPLETED
 
 
+async def test_an_override_of_one_check_leaves_the_others_counting(db: Database) -> None:
+    rack = await _rack(db, "r1")
+    with (
+        receiving(Answer({"ok": False, "reason": "jobs running"})) as jobs,
+        receiving(Answer({"ok": False, "reason": "cooling fault"})) as cooling,
+    ):
+        services = Services.build(db, CLOCK)
+        for name, hook in (("jobs", jobs), ("cooling", cooling)):
+            await services.checks.create(
+                CheckInput(name=name, settings=WebhookSettings(hook.url, "", "2s"), interval="100ms")
+            )
+        task = await submit(db, rack, POWER_ON)
+        async with checking(db) as running:
+            await _held_with(db, task, "pre-flight check 'cooling'")
+            once = await running.checks.override(
+                task.id, "INC-8: the cooling alarm is a false one", ["cooling"]
+            )
+            assert (
+                once.held_reason
+                == "pre-flight check 'cooling' overridden: INC-8: the cooling alarm is a false one"
+            )
+            held = await _held_with(db, task, "jobs running")  # the other check still holds it
+            assert held.status is TaskStatus.PENDING
+            asked_cooling = len(cooling.posts)
+            await _held_with(db, task, "jobs running")
+            await running.checks.override(task.id, "INC-8: drained by hand", ["jobs"])
+            assert (await finished(db, task)).status is TaskStatus.COMPLETED
+        assert len(cooling.posts) == asked_cooling  # an overridden check is not asked again
+
+
 async def test_rack_idle_holds_while_a_busy_operation_runs_on_the_rack(db: Database) -> None:
     rack, other = await _rack(db, "r1"), await _rack(db, "r2")
     task = await submit(db, rack, POWER_ON)
@@ -201,3 +245,181 @@ async def test_rack_idle_holds_while_a_busy_operation_runs_on_the_rack(db: Datab
         async with db.transaction() as conn:
             await set_status(conn, [busy.id], TaskStatus.COMPLETED, now=CLOCK.now())
         assert (await finished(db, task)).status is TaskStatus.COMPLETED
+
+
+# --- a claim deciding on a round, and the next round, one after the other (issue 26's soak finding) ---
+
+
+async def _claim(
+    db: Database,
+    conn: AsyncConnection,
+    services: Services,
+    now: datetime,
+    running: Collection[uuid.UUID] = (),
+) -> list[uuid.UUID]:
+    """One claim with the gates, in `conn`'s transaction, as the executor makes it (`running`: the tasks
+    it runs already): the tasks that start."""
+    claimed = await task_runs.claim(
+        db, conn, owner_id=OWNER, lease_ttl=timedelta(seconds=30), running_here=running, now=now, limit=10
+    )
+    gated = await consult(services.gates, conn, claimed, owner_id=OWNER, now=now)
+    return [task.id for task, _ in gated.claimed]
+
+
+async def _passed_once(db: Database, hook_url: str) -> tuple[Services, PreflightChecker, FakeClock, Task]:
+    """A task held by a drain hook (interval 2s) whose first round passed: released, not yet claimed."""
+    clock = FakeClock(CLOCK.now())
+    services = Services.build(db, clock)
+    await services.checks.create(
+        CheckInput(name="drained", settings=WebhookSettings(hook_url, "", "2s"), interval="2s")
+    )
+    task = await submit(db, await make_rack(db, computes=1), POWER_ON)
+    checker = PreflightChecker(db, clock, services.tasks)
+    async with db.transaction() as conn:
+        assert await _claim(db, conn, services, clock.now()) == []  # held for its first round
+    assert await checker.poll() == 1
+    await checker.settle()
+    assert (await get(db, task)).not_before is None  # released: the next claim starts it
+    return services, checker, clock, task
+
+
+async def test_a_round_due_while_a_claim_starts_the_task_is_not_taken(db: Database) -> None:
+    """The claim decides on the last round (passed, fresh at its `now`) and, before it commits, the next
+    round falls due: the checker must not ask about the task and record a failing round for a task that
+    then starts (the soak found one started beside such a round)."""
+    with receiving(Answer({"ok": True}), Answer({"ok": False, "reason": "jobs came back"})) as hook:
+        services, checker, clock, task = await _passed_once(db, hook.url)
+        deciding_at = clock.now() + timedelta(seconds=1.9)  # the round that passed is fresh until +2s
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, deciding_at) == [task.id]
+            clock.advance(timedelta(seconds=2.5))  # the next round is due; the claim has not committed
+            polling = asyncio.create_task(checker.poll())
+            await asyncio.sleep(0.5)
+        await polling
+        await checker.settle()
+        asked = len(hook.posts)
+    assert (await get(db, task)).status is not TaskStatus.PENDING
+    async with db.read() as conn:
+        rounds = (await conn.execute(select(preflight_results.c.attempt, preflight_results.c.passed))).all()
+    assert [tuple(r) for r in rounds] == [(1, True)], "a round was recorded for a task that started"
+    assert asked == 1
+
+
+async def test_a_claim_while_a_round_is_under_way_holds_the_task(db: Database) -> None:
+    """A claim whose `now` is still before the last pass went stale (its clock read before a slow
+    statement, or another instance's) while a checker is asking the next round: the task waits for it."""
+    slow_no = Answer({"ok": False, "reason": "jobs came back"}, delay=1.0)
+    with receiving(Answer({"ok": True}), slow_no) as hook:
+        services, checker, clock, task = await _passed_once(db, hook.url)
+        deciding_at = clock.now() + timedelta(seconds=1.9)
+        clock.advance(timedelta(seconds=2.5))
+        assert await checker.poll() == 1  # its round asks the hook, which takes a second to say no
+
+        async def taken() -> bool:
+            async with db.read() as conn:
+                found = select(preflight_tasks.c.checking_until).where(preflight_tasks.c.task_id == task.id)
+                return (await conn.execute(found)).scalar_one() is not None
+
+        await eventually(taken)
+        async with db.transaction() as conn:
+            started = await _claim(db, conn, services, deciding_at)
+        await checker.settle()
+    assert started == [], "the task started while a round of its checks was under way"
+    held = await get(db, task)
+    assert held.status is TaskStatus.PENDING and "jobs came back" in (held.held_reason or "")
+
+
+async def test_a_late_round_is_not_recorded_for_a_task_that_no_longer_waits(db: Database) -> None:
+    """A checker whose lease ran out (a stopped instance) comes back after the task started: its round is
+    neither taken nor recorded, by a conditional write in the database."""
+    with receiving(Answer({"ok": True})) as hook:
+        services, _, clock, task = await _passed_once(db, hook.url)
+        async with db.read() as conn:
+            [waiting] = (await store.waiting(conn, [task.id])).values()
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, clock.now()) == [task.id]
+        late = clock.now() + timedelta(seconds=3)
+        async with db.transaction() as conn:
+            assert not await store.take_round(db, conn, GATE_NAME, waiting, now=late, until=late)
+        failing = CheckResult(task.id, uuid.uuid4(), "drained", 2, False, "no", late, late)
+        async with db.transaction() as conn:
+            recorded = await store.record_round(
+                db, conn, GATE_NAME, task.id, 2, [failing], next_check_at=late
+            )
+    assert not recorded
+    assert await _count(db, preflight_results) == 1
+
+
+async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_caps(db: Database) -> None:
+    """A rack held by its checks does not count against its rollout's cap, so the rollout starts another;
+    when the held rack's checks pass, it must not start beside that one past `max_concurrent_racks`."""
+    env = make_env(db)
+    checked, free = await env.rack("r00"), await env.rack("r01")
+    with receiving(Answer({"ok": False, "reason": "draining"}), Answer({"ok": True})) as hook:
+        await env.services.checks.create(
+            CheckInput(
+                name="drained",
+                racks=(Ref(id=checked.id),),
+                settings=WebhookSettings(hook.url, "", "2s"),
+                interval="1h",
+            )
+        )
+        schedule = await env.services.schedules.create(
+            name="fw",
+            spec=HOURLY,
+            overlap_policy=OverlapPolicy.SKIP,
+            operation=POWER_OFF,
+            queue=QueueOptions(),
+            description="",
+            target=rack_target(checked, free),
+            rollout=RolloutPolicy(max_concurrent_racks=1),
+        )
+        checker = PreflightChecker(db, env.clock, env.services.tasks)
+
+        running: set[uuid.UUID] = set()
+
+        async def claim() -> list[uuid.UUID]:
+            async with db.transaction() as conn:
+                started = await _claim(db, conn, env.services, env.clock.now(), running)
+            running.update(started)
+            return started
+
+        async def look() -> None:
+            assert await checker.poll() == 1
+            await checker.settle()
+
+        [held] = await env.services.schedules.trigger(schedule.id)
+        assert await claim() == []  # held for its first round
+        await look()  # "draining": held by the check, so not running against the cap
+        [other] = (await env.services.rollouts.advance()).task_ids
+        assert await claim() == [other]  # r01 runs: the one rack the cap allows
+        env.clock.advance(timedelta(hours=1, seconds=1))
+        await look()  # r00's checks pass now
+        assert await claim() == [], "the held rack started beside the running one, past the cap of 1"
+        [waiting] = await env.services.tasks.get_tasks([held])
+        assert waiting.status is TaskStatus.PENDING and "rollout's caps: 1 of its racks active (max 1)" in (
+            waiting.held_reason or ""
+        )
+        async with db.transaction() as conn:
+            await set_status(conn, [other], TaskStatus.COMPLETED, now=env.clock.now())
+        env.clock.advance(timedelta(seconds=5))
+        assert await claim() == [held]  # room again: it starts
+
+
+async def test_a_plain_firings_task_starts_when_its_checks_pass(db: Database) -> None:
+    """Not a rollout: its run has no caps to look up (its policy a JSON null), and nothing holds it back."""
+    env = make_env(db)
+    rack = await env.rack("r00")
+    with receiving(Answer({"ok": True})) as hook:
+        await env.services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="1h")
+        )
+        schedule = await env.schedule(racks=[rack])
+        checker = PreflightChecker(db, env.clock, env.services.tasks)
+        [task_id] = await env.services.schedules.trigger(schedule.id)
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, env.services, env.clock.now()) == []
+        assert await checker.poll() == 1
+        await checker.settle()
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, env.services, env.clock.now()) == [task_id]

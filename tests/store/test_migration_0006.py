@@ -165,6 +165,7 @@ LATER_TABLES = (
     "preflight_tasks",
     "preflight_results",
     "task_attempt",
+    "preflight_overrides",
 )
 
 

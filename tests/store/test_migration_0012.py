@@ -103,6 +103,7 @@ async def test_upgrade_keeps_every_run_and_task_link_then_holds_one_live_rollout
         "preflight_tasks",
         "preflight_results",
         "task_attempt",
+        "preflight_overrides",
     )
     counts = {**await table_counts(db), **dict.fromkeys(later, 0)}
     runs_before = await _runs(db)

@@ -100,6 +100,11 @@ def test_task_override_checks_sends_the_reason_and_shows_the_task(
     fake.answers["override_checks"] = task
     result = run("task", "override-checks", TASK_ID, "--reason", "INC-7")
     assert result.exit_code == 0, result.output
-    assert fake.called("override_checks") == [((TASK_ID, "INC-7"), {})]
+    assert fake.called("override_checks") == [((TASK_ID, "INC-7", ()), {})]
+    assert (
+        run("task", "override-checks", TASK_ID, "--reason", "x", "--check", "a", "--check", "b").exit_code
+        == 0
+    )
+    assert fake.called("override_checks")[1] == ((TASK_ID, "x", ("a", "b")), {})
     assert "pre-flight checks overridden: INC-7" in " ".join(result.output.split())
     assert run("task", "override-checks", TASK_ID).exit_code == 2  # --reason is required

@@ -347,10 +347,10 @@ def test_schedule_runs_summarises_outcomes(fake: FakeClient, run: Callable[..., 
     result = run("schedule", "runs", "nightly")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1].split() == [
-        "RUN", "FIRED", "STATE", "LATE", "TASKS", "FAILED", "SKIPPED", "ROLLOUT", "ERROR"
+        "RUN", "FIRED", "STATE", "LATE", "TASKS", "FAILED", "SKIPPED", "HELD", "ROLLOUT", "ERROR"
     ]  # fmt: skip
     assert result.output.splitlines()[2].split() == [
-        RUN_ID, "2026-12-01", "06:48Z", "(manual)", "completed", "-", "1", "1", "2", "-", "rack", "busy"
+        RUN_ID, "2026-12-01", "06:48Z", "(manual)", "completed", "-", "1", "1", "2", "0", "-", "rack", "busy"
     ]  # fmt: skip
 
 
@@ -373,7 +373,7 @@ def test_schedule_runs_shows_a_missed_run_and_how_late(fake: FakeClient, run: Ca
     result = run("schedule", "runs", "nightly")
     assert result.exit_code == 0, result.output
     row = result.output.splitlines()[2].split()
-    assert row[3:9] == ["missed", "2h0m0s", "0", "0", "0", "-"]
+    assert row[3:10] == ["missed", "2h0m0s", "0", "0", "0", "0", "-"]
     assert "past its start deadline" in result.output
 
 
@@ -425,11 +425,56 @@ def test_schedule_runs_counts_a_rack_whose_task_failed_as_failed(
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines()[2:]]
     assert [row[5:] for row in rows] == [
-        ["3", "2", "0", "-", "BMC", "timeout"],
-        ["1", "1", "0", "-", "PSU"],
-        ["1", "0", "0", "-"],
+        ["3", "2", "0", "0", "-", "BMC", "timeout"],
+        ["1", "1", "0", "0", "-", "PSU"],
+        ["1", "0", "0", "0", "-"],
     ]
     assert fake.called("get_tasks") == [((["r1-1", "r2-0"],), {})]
+
+
+HOLD = "pre-flight check 'drained': webhook: draining 3 jobs"
+
+
+def _a_held_run() -> pb.TaskScheduleRun:
+    """A rolling run with one rack done and one whose task a pre-flight check holds."""
+    held = _a_rollout_run("rolling", 0)
+    held.outcomes.append(
+        pb.ScopeOutcome(
+            rack_id=pb.UUID(id=RACK_ID),
+            outcome="submitted",
+            task_id=pb.UUID(id=RUN_ID),
+            task_status=pb.TASK_STATUS_PENDING,
+            held_by="preflight",
+            held_reason=HOLD,
+        )
+    )
+    return held
+
+
+def test_schedule_runs_counts_held_racks_and_says_why_the_first_waits(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[_a_held_run()], total=1)
+    result = run("schedule", "runs", "nightly")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    held_column = lines[1].split().index("HELD")
+    assert lines[2].split()[held_column + 1] == "1"  # FIRED takes two words
+    assert f"held by preflight: {HOLD}" in " ".join(" ".join(lines[2:]).split())
+    as_json = json.loads(run("schedule", "runs", "nightly", "-o", "json").output)
+    [outcome] = [o for o in as_json["runs"][0]["outcomes"] if o.get("held_by")]
+    assert outcome["held_by"] == "preflight" and outcome["held_reason"] == HOLD
+
+
+def test_run_show_says_what_holds_a_racks_task(fake: FakeClient, run: Callable[..., Result]) -> None:
+    held = _a_held_run()
+    held.schedule_id.id = a_schedule().id.id
+    fake.answers["get_run"] = held
+    result = run("run", "show", TASK_ID)
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if RUN_ID in line)
+    assert row.split()[:4] == ["rack-01", "submitted", RUN_ID, "PENDING"]
+    assert f"held by preflight: {HOLD}" in " ".join(result.output.split())
 
 
 def test_schedule_create_sends_the_rollout_policy(fake: FakeClient, run: Callable[..., Result]) -> None:

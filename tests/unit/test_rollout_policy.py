@@ -6,7 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from rackflow.checks.gate import GATE_NAME
-from rackflow.domain.rollouts import Decision, Phase, RolloutPolicy, ScopeView, decide
+from rackflow.domain.rollouts import Decision, Phase, RolloutPolicy, ScopeView, cap_reached, decide
 from rackflow.domain.schedules import ScopeOutcome
 from rackflow.domain.tasks import TaskStatus
 from rackflow.rollouts.service import _phase
@@ -133,3 +133,15 @@ def test_a_pending_task_held_by_the_pre_flight_gate_is_a_held_scope() -> None:
     assert _phase(outcome, held) is Phase.HELD
     by_budget = TaskState(uuid.uuid4(), TaskStatus.PENDING, None, held_by="budget")
     assert _phase(outcome, by_budget) is Phase.ACTIVE
+
+
+def test_a_released_held_rack_finds_room_only_under_both_caps() -> None:
+    domain_a, domain_b, lone = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    both = RolloutPolicy(max_concurrent_racks=2, max_per_domain=1)
+    assert cap_reached(both, [], domain_a) == ""
+    assert cap_reached(both, [domain_b], domain_a) == ""
+    assert cap_reached(both, [domain_a], domain_a) == (
+        "1 of its racks active in this rack's domain (max 1 per domain)"
+    )
+    assert cap_reached(both, [domain_b, lone], domain_a) == "2 of its racks active (max 2)"
+    assert cap_reached(RolloutPolicy(), [domain_a] * 50, domain_a) == ""  # no caps

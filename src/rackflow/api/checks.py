@@ -59,4 +59,4 @@ class CheckRpcs:
         self, request: pb.OverridePreflightChecksRequest, context: Context
     ) -> pb.Task:
         task_id = required_uuid(request.task_id, "task_id")
-        return task_to(await self.services.checks.override(task_id, request.reason))
+        return task_to(await self.services.checks.override(task_id, request.reason, list(request.checks)))

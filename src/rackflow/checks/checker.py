@@ -116,8 +116,10 @@ class PreflightChecker:
                 return 0
             checks = await store.all_checks(conn)
             facts = await store.rack_facts(conn, {task.rack_id for task, _ in due})
+            overridden = await store.overridden_checks(conn, {task.id for task, _ in due})
         for task, waiting in due:
-            running = asyncio.create_task(self.round(task, waiting, checks, facts.get(task.rack_id)))
+            asked = [c for c in checks if c.id not in overridden.get(task.id, frozenset())]
+            running = asyncio.create_task(self.round(task, waiting, asked, facts.get(task.rack_id)))
             self._rounds.add(running)
             running.add_done_callback(self._rounds.discard)
         return len(due)
@@ -155,9 +157,9 @@ class PreflightChecker:
         now = self.clock.now()
         async with self.db.transaction() as conn:
             if not await store.take_round(
-                conn, waiting, now=now, until=now + longest + PREFLIGHT_LEASE_SLACK
+                self.db, conn, GATE_NAME, waiting, now=now, until=now + longest + PREFLIGHT_LEASE_SLACK
             ):
-                return  # another instance's checker has it
+                return  # it started meanwhile, or another instance's checker has it
         attempt = waiting.attempt + 1
         looks = await asyncio.gather(*(self._look(c, task, attempt, rack) for c in applying if rack))
         checked_at = self.clock.now()
@@ -179,8 +181,10 @@ class PreflightChecker:
         failing = [(c, r) for c, r in zip(applying, results, strict=True) if not r.passed]
         next_check_at = min((r.recheck_at for r in results), default=checked_at)
         async with self.db.transaction() as conn:
-            if not await store.record_round(conn, task.id, attempt, results, next_check_at=next_check_at):
-                return
+            if not await store.record_round(
+                self.db, conn, GATE_NAME, task.id, attempt, results, next_check_at=next_check_at
+            ):
+                return  # no longer ours: the task started or was overridden, or our lease ran out
             if failing:
                 # Until the first maximum wait runs out, when the claim's gate fails it: the next round
                 # (this checker's, at `next_check_at`) releases it as soon as the checks pass.

@@ -11,29 +11,40 @@ nothing outside the database: it reads what the checker (`rackflow.checks.checke
   and held "until re-check" with the reason "waits for pre-flight checks: …"; the checker releases it when
   the round passes, or holds it with the failing check's reason until the check's maximum wait ends
   (its next round, after the interval, releases it if the checks pass by then);
-* a task whose last round all passed, still fresh, starts; an operator's override starts it too;
+* a task whose last round all passed, still fresh, starts, unless a checker is asking its next round
+  (that round is under way: the task waits for it); an operator's override of all its checks starts it
+  too, and a check overridden for it alone counts as passed;
 * a task whose checks still hold it after a check's `max_wait` (since the gate first held it,
   `Task.held_since`) fails, with that check's last reason.
 
-Only first claims are gated (as every gate), and two instances never start a task twice: the claim
-already takes each task once. Each attempt of a task with retries (docs/SAFETY.md, "Retries") is checked
-anew: a round counts for attempt n > 1 only if it was made since the gate first held that attempt, so the
-rounds that let an earlier attempt start never start a later one.
+Only first attempts are gated (as every gate), and two instances never start a task twice: the claim
+already takes each task once. A claim and a checker's round of the same task happen one after the other:
+the checker takes and records a round only under the lock of the task's row while it is still held
+(`store.take_round`, `store.record_round`), and the claim holds that lock from before this gate reads the
+last round until it commits, so no round is asked about a task that a claim is starting, and none is
+written after it started.
+Each attempt of a task with retries (docs/SAFETY.md, "Retries") is checked anew: a round counts for
+attempt n > 1 only if it was made since the gate first held that attempt, so the rounds that let an
+earlier attempt start never start a later one.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.config import PREFLIGHT_ANSWER_WAIT
+from rackflow.config import PREFLIGHT_ANSWER_WAIT, PREFLIGHT_CAP_WAIT
 from rackflow.domain.checks import CheckResult, PreflightCheck
+from rackflow.domain.rollouts import cap_reached
 from rackflow.domain.tasks import Hold, Task
 from rackflow.metrics import CHECK_WAIT
 from rackflow.store import checks as store
+from rackflow.store import rollouts as rollout_store
+from rackflow.store.db import Database
 from rackflow.store.windows import rack_refs
 from rackflow.tasks.gates import Fail, Verdict
 
@@ -45,7 +56,8 @@ class PreflightGate:
 
     name = GATE_NAME
 
-    def __init__(self) -> None:
+    def __init__(self, db: Database) -> None:
+        self.db = db
         # Called (in the claim, before it commits) when tasks need a look: the checker of this process
         # polls at once rather than at its next interval.
         self.on_hold: list[Callable[[], None]] = []
@@ -58,26 +70,38 @@ class PreflightGate:
             return {}
         racks = await rack_refs(conn, {task.rack_id for task in tasks})
         mine = {
-            task.id: covering
+            task.id: applies
             for task in tasks
             if task.rack_id in racks
-            and (covering := [c for c in checks if c.applies(racks[task.rack_id], task.operation.kind)])
+            and (applies := [c for c in checks if c.applies(racks[task.rack_id], task.operation.kind)])
         }
         if not mine:
             return {}
         waiting = await store.waiting(conn, mine.keys())
         found = await store.results(conn, waiting.values())
+        # Checks an operator overrode for one task count as passed for it (only a task with a row can have
+        # some: the override adds its row).
+        overridden = await store.overridden_checks(conn, waiting.keys()) if waiting else {}
         verdicts: dict[uuid.UUID, Verdict] = {}
+        starting: list[tuple[Task, timedelta]] = []
         new: list[uuid.UUID] = []
         stale: list[uuid.UUID] = []
         for task in tasks:
-            applying = mine.get(task.id)
-            if applying is None:
+            covering = mine.get(task.id)
+            if covering is None:
                 continue
             state = waiting.get(task.id)
             waited = now - task.held_since if task.held_by == self.name and task.held_since else timedelta(0)
-            if state is not None and state.override_reason is not None:
-                _started(task, waited)
+            skipped = overridden.get(task.id, frozenset())
+            applying = [c for c in covering if c.id not in skipped]
+            if (state is not None and state.override_reason is not None) or not applying:
+                starting.append((task, waited))
+                continue
+            if state is not None and state.checking_until is not None and state.checking_until > now:
+                # A checker is asking its next round: the last one's pass may be about to turn into a hold.
+                names = ", ".join(repr(c.name) for c in applying)
+                reason = f"waits for pre-flight checks {names}: a round is under way"
+                verdicts[task.id] = Hold(state.checking_until, reason)
                 continue
             by_check = {r.check_id: r for r in found.get(task.id, [])}
             # A look from before the check last changed, or before this attempt, does not count: the
@@ -87,7 +111,7 @@ class PreflightGate:
             if state is not None and all(
                 r is not None and r.passed and r.recheck_at > now for _, r in results
             ):
-                _started(task, waited)
+                starting.append((task, waited))
                 continue
             verdict = _hold_or_fail(task, results, waited, now)
             verdicts[task.id] = verdict
@@ -99,12 +123,62 @@ class PreflightGate:
                 new.append(task.id)
             elif not failing:  # its last round is stale or incomplete: look again now
                 stale.append(task.id)
+        verdicts.update(await self._room_in_rollouts(conn, [t for t, _ in starting], verdicts.keys(), now))
+        for task, waited in starting:
+            if task.id not in verdicts:
+                _started(task, waited)
         await store.start_waiting(conn, new)
         await store.check_again(conn, stale)
         if new or stale:
             for callback in self.on_hold:
                 callback()
         return verdicts
+
+    async def _room_in_rollouts(
+        self, conn: AsyncConnection, starting: Sequence[Task], holding: Collection[uuid.UUID], now: datetime
+    ) -> dict[uuid.UUID, Verdict]:
+        """Holds for the tasks about to start that their checks held until now, in a rollout already at a
+        cap: held, such a rack did not count against its rollout's caps, so the rollout may have started
+        others in its place (docs/ROLLOUTS.md). Each rollout run's row is locked (in id order, in one
+        statement) until the claim commits, so two claims, or a claim and a rollout step, count one after
+        the other."""
+        released = [t for t in starting if t.held_by == GATE_NAME and t.run_id is not None]
+        if not released:
+            return {}
+        runs = await rollout_store.lock_rollout_policies(
+            self.db, conn, {t.run_id for t in released if t.run_id is not None}
+        )
+        if not runs:
+            return {}
+        states = await rollout_store.task_states(conn, runs.keys())
+        places = await rollout_store.rack_places(
+            conn, {rack for _, rack in states} | {t.rack_id for t in released}
+        )
+
+        def domain(rack_id: uuid.UUID) -> uuid.UUID:
+            place = places.get(rack_id)
+            return place.domain_id if place is not None and place.domain_id is not None else rack_id
+
+        # What counts against the caps, as the rollout step counts it: its tasks active and not held by
+        # checks, besides the ones this claim decides on (these are added one by one below).
+        deciding = {t.id for t in released} | set(holding)
+        active: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+        for (run_id, rack_id), state in states.items():
+            if state.task_id not in deciding and state.status.is_active and state.held_by != GATE_NAME:
+                active[run_id].append(domain(rack_id))
+        holds: dict[uuid.UUID, Verdict] = {}
+        for task in released:
+            assert task.run_id is not None
+            policy = runs.get(task.run_id)
+            if policy is None:
+                continue
+            full = cap_reached(policy, active[task.run_id], domain(task.rack_id))
+            if full:
+                reason = f"pre-flight checks passed; waits for room under its rollout's caps: {full}"
+                holds[task.id] = Hold(now + PREFLIGHT_CAP_WAIT, reason)
+            else:
+                active[task.run_id].append(domain(task.rack_id))
+        return holds
 
 
 def _current(result: CheckResult | None, check: PreflightCheck, since: datetime | None) -> CheckResult | None:

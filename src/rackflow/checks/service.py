@@ -8,7 +8,7 @@ Validation happens before any write and names the request's field (`check.webhoo
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -131,7 +131,7 @@ class CheckService:
         self.clock = clock
         self.manager = manager
         # The start gate of these checks (registered in `Services.gates`, after budgets).
-        self.gate = PreflightGate()
+        self.gate = PreflightGate(db)
 
     async def create(self, given: CheckInput) -> PreflightCheck:
         check_name(given.name, NAME_PATH)
@@ -218,14 +218,19 @@ class CheckService:
                 raise NotFound(f"id: no pre-flight check {check_id}")
             await self._look_again(conn)
 
-    async def override(self, task_id: uuid.UUID, reason: str) -> Task:
-        """Let one pending task start whatever its checks say (audited as every mutating RPC); the reason
-        shows on the task."""
+    async def override(self, task_id: uuid.UUID, reason: str, checks: Sequence[str] = ()) -> Task:
+        """Let one pending task start whatever its checks say (audited as every mutating RPC), or only
+        these `checks` (names or ids; the others still count); the reason shows on the task."""
         check_description(reason, "reason")
         if not reason.strip():
             raise InvalidArgument("reason: say why the checks may be skipped")
+        for index, ref in enumerate(checks):
+            check_text(ref, f"checks[{index}]", required=True)
+        if len(set(checks)) != len(checks):
+            raise InvalidArgument(f"checks: {list(checks)!r} names a check twice")
         now = self.clock.now()
         async with self.db.transaction() as conn:
+            overridden = await self._resolve(conn, checks)
             task = await get_task(conn, task_id)
             if task is None:
                 raise NotFound(f"task_id: no task {task_id}")
@@ -234,12 +239,33 @@ class CheckService:
                     f"task_id: task {task_id} is {task.status.value}; only a pending task's checks"
                     " can be overridden"
                 )
-            await store.override(conn, task_id, reason, now=now)
-            await store.release(conn, GATE_NAME, task_id, f"pre-flight checks overridden: {reason}", now=now)
+            if overridden:
+                await store.override_checks(self.db, conn, task_id, overridden.values(), reason, now=now)
+                names = ", ".join(repr(name) for name in overridden)
+                said = f"pre-flight check{'s' if len(overridden) > 1 else ''} {names} overridden: {reason}"
+            else:
+                await store.override(self.db, conn, task_id, reason, now=now)
+                said = f"pre-flight checks overridden: {reason}"
+            await store.release(conn, GATE_NAME, task_id, said, now=now)
             task = await get_task(conn, task_id)
         self.manager.wake_executors()
         assert task is not None
         return task
+
+    @staticmethod
+    async def _resolve(conn: AsyncConnection, refs: Sequence[str]) -> dict[str, uuid.UUID]:
+        """Each check named by id or name, by its name; NotFound naming `checks[i]`."""
+        if not refs:
+            return {}
+        checks = await store.all_checks(conn)
+        by_ref = {str(c.id): c for c in checks} | {c.name: c for c in checks}
+        found: dict[str, uuid.UUID] = {}
+        for index, ref in enumerate(refs):
+            check = by_ref.get(ref)
+            if check is None:
+                raise NotFound(f"checks[{index}]: no pre-flight check {ref!r}")
+            found[check.name] = check.id
+        return found
 
     async def _load(self, conn: AsyncConnection, check_id: uuid.UUID) -> PreflightCheck:
         check = await store.get_check(conn, check_id)
@@ -250,6 +276,7 @@ class CheckService:
     @staticmethod
     async def _look_again(conn: AsyncConnection) -> None:
         """After a change, the tasks the checks hold are claimed (and gated) again at once, their next
-        round due now: a deleted check must not keep them waiting, a changed one must be asked."""
-        await store.check_all_again(conn)
+        round due now: a deleted check must not keep them waiting, a changed one must be asked. The tasks'
+        rows first, then their rounds', the order in which the checker locks them."""
         await task_runs.release_held(conn, GATE_NAME)
+        await store.check_all_again(conn)

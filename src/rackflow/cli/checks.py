@@ -298,16 +298,26 @@ def delete(ctx: click.Context, check_ref: str) -> None:
 @task.command(name="override-checks")
 @click.argument("task_id")
 @click.option("--reason", required=True, help="Why it may start whatever its checks say (shown, audited).")
+@click.option(
+    "--check",
+    "checks",
+    multiple=True,
+    metavar="NAME_OR_ID",
+    help="Override only this check (repeatable); the task's other checks still count. Default: all.",
+)
 @click.pass_context
-def override_checks(ctx: click.Context, task_id: str, reason: str) -> None:
-    """Let one pending task start whatever its pre-flight checks say (operator role; audited).
+def override_checks(ctx: click.Context, task_id: str, reason: str, checks: tuple[str, ...]) -> None:
+    """Let one pending task start whatever its pre-flight checks say, or only the `--check` ones say
+    (operator role; audited).
 
     \b
     Example:
       rackflow task override-checks 41eb5ceb-842b-4d7e-99ed-f840d9c05c4b --reason "INC-4411: alert is stale"
+      rackflow task override-checks 41eb5ceb-842b-4d7e-99ed-f840d9c05c4b --check no-alerts \\
+          --reason "INC-4411: the RackOverheat alert is stale; the drain hook still counts"
     """
     session = pass_session(ctx)
-    found = session.client.override_checks(task_id, reason)
+    found = session.client.override_checks(task_id, reason, checks)
     session.emit(
         found,
         lambda: task_view(found, rack_names(session), schedule_name(session, found.schedule_id.id)),

@@ -177,6 +177,12 @@ def failed(outcome: pb.ScopeOutcome) -> bool:
     return outcome.outcome == "failed" or outcome.task_status in FAILED_TASKS
 
 
+def hold_text(outcome: pb.ScopeOutcome) -> str:
+    """Why the rack's task waits ("held by preflight: pre-flight check 'drained': …"), or "" when nothing
+    holds it."""
+    return f"held by {outcome.held_by}: {outcome.held_reason}" if outcome.held_by else ""
+
+
 def failed_task_ids(run: pb.TaskScheduleRun) -> list[str]:
     return [o.task_id.id for o in run.outcomes if o.task_id.id and o.task_status in FAILED_TASKS]
 
@@ -193,7 +199,8 @@ def run_view(
     run: pb.TaskScheduleRun, racks: dict[str, str], schedule: str, messages: dict[str, str]
 ) -> RenderableType:
     """A run of the schedule named `schedule`: its state and reason, the rollout's progress bar and
-    counters, and each rack's scope (the error of a failed task from `messages`)."""
+    counters, and each rack's scope (the error of a failed task from `messages`; of a waiting one, what
+    holds it and why)."""
     head = details(
         [
             ("run", run.id.id),
@@ -221,7 +228,7 @@ def run_view(
             o.outcome,
             o.task_id.id or "-",
             styled_status(o.task_status) if o.task_status else "-",
-            o.error or messages.get(o.task_id.id, ""),
+            o.error or hold_text(o) or messages.get(o.task_id.id, ""),
         )
     return Stack(*parts, "", scopes)
 

@@ -36,6 +36,7 @@ from rackflow.cli.rollouts import (
     approval_text,
     failed,
     failed_task_ids,
+    hold_text,
     policy_from,
     policy_text,
     progress_text,
@@ -701,8 +702,9 @@ def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing
 
 def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str]) -> Listing:
     """One run a row: TASKS the racks it submitted a task to, FAILED the racks whose submission or task
-    failed, SKIPPED the racks it left alone (overlap or window); ERROR why it halted, or the first failed
-    submission's error, or the first failed task's message (`messages`, by task id)."""
+    failed, SKIPPED the racks it left alone (overlap or window), HELD the racks whose task a gate or
+    window holds now; ERROR why it halted, or the first failed submission's error, or the first failed
+    task's message (`messages`, by task id), or else what holds the first held rack and why."""
     columns = (
         "RUN",
         "FIRED",
@@ -711,6 +713,7 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
         "TASKS",
         "FAILED",
         "SKIPPED",
+        "HELD",
         free_text("ROLLOUT"),
         free_text("ERROR"),
     )
@@ -718,11 +721,13 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
     for run in found.runs:
         fired = utc_text(when(run.fired_at)) + (f" ({run.trigger})" if run.trigger != "dispatch" else "")
         failed_tasks = (messages.get(task_id, "") for task_id in failed_task_ids(run))
+        held = [hold_text(o) for o in run.outcomes if o.held_by]
         error = (
             run.reason
             or (approval_text(run) if run.state == "awaiting_approval" else "")
             or next((o.error for o in run.outcomes if o.error), "")
             or next(failed_tasks, "")
+            or next(iter(held), "")
         )
         result.add_row(
             run.id.id,
@@ -732,6 +737,7 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
             str(sum(o.outcome == "submitted" for o in run.outcomes)),
             str(sum(failed(o) for o in run.outcomes)),
             str(sum(o.outcome.startswith("skipped") for o in run.outcomes)),
+            str(len(held)),
             progress_text(run) or "-",
             error,
         )
@@ -749,7 +755,9 @@ def runs(ctx: click.Context, schedule_ref: str, limit: int) -> None:
     one with `rackflow run show RUN_ID --watch`).
 
     TASKS counts the racks a task was submitted to, FAILED the racks whose submission or task failed
-    (or was terminated), SKIPPED the racks left alone (overlap or window); ERROR says why.
+    (or was terminated), SKIPPED the racks left alone (overlap or window), HELD the racks whose task
+    waits, held by a start gate (freeze, budget, pre-flight check) or its window; ERROR says why (a
+    failure first, else what holds the first held rack: `rackflow run show` lists each).
 
     \b
     Example:

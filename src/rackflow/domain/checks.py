@@ -155,9 +155,11 @@ class CheckResult:
 @dataclass(frozen=True)
 class Waiting:
     """A task the pre-flight gate has held: how many rounds of checks it has had, when the next is due
-    (None: at once), and whether an operator overrode its checks (and why)."""
+    (None: at once), whether an operator overrode its checks (and why), and until when a checker holds
+    the lease on its next round (None: no round under way)."""
 
     task_id: uuid.UUID
     attempt: int
     next_check_at: datetime | None
     override_reason: str | None
+    checking_until: datetime | None = None

@@ -148,6 +148,20 @@ def halt_reason(policy: RolloutPolicy, scopes: Sequence[ScopeView], failures_exc
     return None
 
 
+def cap_reached(policy: RolloutPolicy, active: Sequence[uuid.UUID], domain: uuid.UUID) -> str:
+    """Why one more scope in `domain` may not start now beside the `active` ones (by domain; a rack
+    without a domain is a domain of its own, keyed by its rack id), or "" when the caps leave room. For a
+    scope its pre-flight checks held: held, it did not count, so the rollout may have filled its place."""
+    if policy.max_concurrent_racks and len(active) >= policy.max_concurrent_racks:
+        return f"{len(active)} of its racks active (max {policy.max_concurrent_racks})"
+    in_domain = sum(1 for key in active if key == domain)
+    if policy.max_per_domain and in_domain >= policy.max_per_domain:
+        return (
+            f"{in_domain} of its racks active in this rack's domain (max {policy.max_per_domain} per domain)"
+        )
+    return ""
+
+
 def decide(
     policy: RolloutPolicy,
     scopes: Sequence[ScopeView],

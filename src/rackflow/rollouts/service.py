@@ -67,13 +67,15 @@ class Progress:
 
 @dataclass(frozen=True)
 class RunReport:
-    """A run as an operator sees it: the run, each of its tasks' current status, and (a rollout) its
+    """A run as an operator sees it: the run, each of its tasks' current status, what holds each of its
+    waiting tasks and why (task id -> (held_by, held_reason), only the held ones), and (a rollout) its
     progress."""
 
     run: Run
     task_statuses: Mapping[uuid.UUID, TaskStatus]
     progress: Progress | None
     retried_by: tuple[uuid.UUID, ...] = ()  # the runs RetryTaskScheduleRun made from this one
+    holds: Mapping[uuid.UUID, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -386,12 +388,15 @@ class RolloutService:
         tasks = await store.task_states(conn, [r.id for r in runs])
         retries = await store.retried_by(conn, [r.id for r in runs])
         by_run: dict[uuid.UUID, dict[uuid.UUID, TaskStatus]] = {r.id: {} for r in runs}
+        holds: dict[uuid.UUID, dict[uuid.UUID, tuple[str, str]]] = {r.id: {} for r in runs}
         for (run_id, _), task in tasks.items():
             by_run[run_id][task.task_id] = task.status
+            if task.held_by is not None:
+                holds[run_id][task.task_id] = (task.held_by, task.held_reason or "")
         now = self.clock.now()
         reports = []
         for run in runs:
             statuses = by_run[run.id]
             progress = _progress(run, _views(run, tasks, {}), now) if run.rollout is not None else None
-            reports.append(RunReport(run, statuses, progress, tuple(retries.get(run.id, ()))))
+            reports.append(RunReport(run, statuses, progress, tuple(retries.get(run.id, ())), holds[run.id]))
         return reports

@@ -28,11 +28,12 @@ from rackflow.domain.checks import (
 )
 from rackflow.domain.tasks import Hold, OperationKind, Task, TaskStatus
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import chunked, unique_violation_as
+from rackflow.store.db import Database, chunked, unique_violation_as
 from rackflow.store.inventory import names_by_id
 from rackflow.store.tables import (
     nvl_domains,
     preflight_checks,
+    preflight_overrides,
     preflight_results,
     preflight_tasks,
     racks,
@@ -177,7 +178,7 @@ async def rack_facts(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> 
 
 
 def _waiting_from(row: Row[Any]) -> Waiting:
-    return Waiting(row.task_id, row.attempt, row.next_check_at, row.override_reason)
+    return Waiting(row.task_id, row.attempt, row.next_check_at, row.override_reason, row.checking_until)
 
 
 async def waiting(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Waiting]:
@@ -248,6 +249,7 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
             preflight_tasks.c.attempt.label("round"),
             preflight_tasks.c.next_check_at,
             preflight_tasks.c.override_reason,
+            preflight_tasks.c.checking_until,
         )
         .join(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
         .where(
@@ -262,14 +264,37 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
         .limit(limit)
     )
     return [
-        (task_from_row(row), Waiting(row.id, row.round, row.next_check_at, row.override_reason))
+        (
+            task_from_row(row),
+            Waiting(row.id, row.round, row.next_check_at, row.override_reason, row.checking_until),
+        )
         for row in await conn.execute(stmt)
     ]
 
 
-async def take_round(conn: AsyncConnection, task: Waiting, *, now: datetime, until: datetime) -> bool:
-    """Take the task's next round (no other checker's lease, the same round still due): False when another
-    instance's checker took it first."""
+def _still_held(gate: str, task_id: uuid.UUID) -> Any:
+    return and_(tasks.c.id == task_id, status_in(tasks.c.status, TaskStatus.PENDING), tasks.c.held_by == gate)
+
+
+async def _lock_if_held(db: Database, conn: AsyncConnection, gate: str, task_id: uuid.UUID) -> bool:
+    """Lock the task's row if `gate` still holds it (PENDING): False when it started (or ended) meanwhile.
+
+    The fence between a claim and the checker. A claim locks the rows of the tasks it takes before its gate
+    reads their last round, and a checker takes and records a round only under this lock, so the two
+    happen one after the other: a claim that started a task on its last round commits before any later
+    round of that task is taken or written (the checker then finds it RUNNING, and asks nothing), and a
+    round taken first is seen by the claim as under way (`Waiting.under_way`), which holds the task."""
+    stmt = select(tasks.c.id).where(_still_held(gate, task_id))
+    return (await conn.execute(db.for_update(stmt))).first() is not None
+
+
+async def take_round(
+    db: Database, conn: AsyncConnection, gate: str, task: Waiting, *, now: datetime, until: datetime
+) -> bool:
+    """Take the task's next round (the task still waiting for `gate`, no other checker's lease, the same
+    round still due): False when it started meanwhile or another instance's checker took it first."""
+    if not await _lock_if_held(db, conn, gate, task.task_id):
+        return False
     result = await conn.execute(
         update(preflight_tasks)
         .where(
@@ -284,7 +309,9 @@ async def take_round(conn: AsyncConnection, task: Waiting, *, now: datetime, unt
 
 
 async def record_round(
+    db: Database,
     conn: AsyncConnection,
+    gate: str,
     task_id: uuid.UUID,
     attempt: int,
     found: Sequence[CheckResult],
@@ -292,7 +319,10 @@ async def record_round(
     next_check_at: datetime,
 ) -> bool:
     """Store round `attempt`'s results and end the lease; False (and nothing written) when the round was
-    not ours any more (overridden, or a lease that ran out and another checker took over)."""
+    not ours any more: the task no longer waits for `gate` (it started, or ended), its checks were
+    overridden, or our lease ran out and another checker took the round over."""
+    if not await _lock_if_held(db, conn, gate, task_id):
+        return False
     result = await conn.execute(
         update(preflight_tasks)
         .where(
@@ -324,10 +354,6 @@ async def record_round(
     return True
 
 
-def _still_held(gate: str, task_id: uuid.UUID) -> Any:
-    return and_(tasks.c.id == task_id, status_in(tasks.c.status, TaskStatus.PENDING), tasks.c.held_by == gate)
-
-
 async def release(
     conn: AsyncConnection, gate: str, task_id: uuid.UUID, reason: str, *, now: datetime
 ) -> None:
@@ -347,14 +373,54 @@ async def hold_until(
     await conn.execute(update(tasks).where(_still_held(gate, task_id)).values(hold_values(gate, hold, now)))
 
 
-async def override(conn: AsyncConnection, task_id: uuid.UUID, reason: str, *, now: datetime) -> None:
-    """An operator let the task start whatever its checks say."""
+async def override(
+    db: Database, conn: AsyncConnection, task_id: uuid.UUID, reason: str, *, now: datetime
+) -> None:
+    """An operator let the task start whatever its checks say. The task's row is locked first, as the
+    checker locks it before its round's row, so the two never wait on each other in a circle."""
+    await conn.execute(db.for_update(select(tasks.c.id).where(tasks.c.id == task_id)))
     values = {"override_reason": reason, "overridden_at": now, "checking_until": None}
     found = await conn.execute(
         update(preflight_tasks).where(preflight_tasks.c.task_id == task_id).values(values)
     )
     if not found.rowcount:
         await conn.execute(insert(preflight_tasks).values(task_id=task_id, attempt=0, **values))
+
+
+async def override_checks(
+    db: Database,
+    conn: AsyncConnection,
+    task_id: uuid.UUID,
+    check_ids: Collection[uuid.UUID],
+    reason: str,
+    *,
+    now: datetime,
+) -> None:
+    """An operator let the task start whatever these checks say (the others still count). The task waits
+    for a round of the rest at once (its row added if the gate has not held it yet, so the gate reads the
+    overrides of the tasks it has rows for only); the task's row is locked first, as `override` does."""
+    await conn.execute(db.for_update(select(tasks.c.id).where(tasks.c.id == task_id)))
+    rows = [{"task_id": task_id, "check_id": i, "reason": reason, "overridden_at": now} for i in check_ids]
+    await conn.execute(db.insert_new(preflight_overrides), rows)
+    found = await conn.execute(
+        update(preflight_tasks).where(preflight_tasks.c.task_id == task_id).values(next_check_at=None)
+    )
+    if not found.rowcount:
+        await conn.execute(db.insert_new(preflight_tasks).values(task_id=task_id, attempt=0))
+
+
+async def overridden_checks(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+    """The checks an operator overrode for each of these tasks (only tasks with some)."""
+    found: dict[uuid.UUID, set[uuid.UUID]] = {}
+    for chunk in chunked(set(task_ids)):
+        stmt = select(preflight_overrides.c.task_id, preflight_overrides.c.check_id).where(
+            preflight_overrides.c.task_id.in_(chunk)
+        )
+        for row in await conn.execute(stmt):
+            found.setdefault(row.task_id, set()).add(row.check_id)
+    return {task_id: frozenset(ids) for task_id, ids in found.items()}
 
 
 # --- what rack_idle asks ------------------------------------------------------------------------

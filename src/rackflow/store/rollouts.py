@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import LiveRollout
-from rackflow.domain.rollouts import RackPlace
+from rackflow.domain.rollouts import RackPlace, RolloutPolicy
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import Database, chunked
@@ -36,6 +36,7 @@ class TaskState:
     status: TaskStatus
     finished_at: datetime | None
     held_by: str | None = None
+    held_reason: str | None = None
 
 
 async def live_rollouts(
@@ -89,6 +90,23 @@ async def get_run(
     return run_from_row(row) if row is not None else None
 
 
+async def lock_rollout_policies(
+    db: Database, conn: AsyncConnection, run_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, RolloutPolicy]:
+    """The policy of each rollout among these runs, its row locked until commit (waiting for a rollout
+    step that holds it), in id order; plain firings (their `rollout` a JSON null) are neither returned nor
+    locked. One read of the policies, then one locking statement when there are rollouts among them."""
+    found: dict[uuid.UUID, RolloutPolicy] = {}
+    for chunk in chunked(sorted(set(run_ids))):
+        stmt = select(_run.id, _run.rollout).where(_run.id.in_(chunk))
+        for row in await conn.execute(stmt):
+            if row.rollout is not None:
+                found[row.id] = RolloutPolicy.from_json(row.rollout)
+    for chunk in chunked(sorted(found)):
+        await conn.execute(db.for_update(select(_run.id).where(_run.id.in_(chunk)).order_by(_run.id)))
+    return found
+
+
 async def save_run(conn: AsyncConnection, run: Run) -> None:
     """Write what a rollout step, resume or cancel changed: state, outcomes, reason, what was excused."""
     await conn.execute(
@@ -128,10 +146,16 @@ async def task_states(
     found: dict[tuple[uuid.UUID, uuid.UUID], TaskState] = {}
     for chunk in chunked(list(run_ids)):
         stmt = select(
-            tasks.c.run_id, tasks.c.rack_id, tasks.c.id, tasks.c.status, tasks.c.finished_at, tasks.c.held_by
+            tasks.c.run_id,
+            tasks.c.rack_id,
+            tasks.c.id,
+            tasks.c.status,
+            tasks.c.finished_at,
+            tasks.c.held_by,
+            tasks.c.held_reason,
         ).where(tasks.c.run_id.in_(chunk))
         for row in await conn.execute(stmt):
-            state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by)
+            state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by, row.held_reason)
             found[(row.run_id, row.rack_id)] = state
     return found
 

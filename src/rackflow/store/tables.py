@@ -433,6 +433,18 @@ task_attempt = Table(
     Column("retryable", Boolean, nullable=False, server_default=text("false")),
 )
 
+# One check an operator overrode for one task (the override of all its checks is on `preflight_tasks`;
+# migration 0021):
+# the gate counts it as passed for that task, and the checker no longer asks it.
+preflight_overrides = Table(
+    "preflight_overrides",
+    metadata,
+    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("check_id", Uuid, primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("overridden_at", UTCDateTime, nullable=False),
+)
+
 # Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).
 audit_events = Table(
     "audit_events",

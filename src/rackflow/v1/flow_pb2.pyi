@@ -2535,6 +2535,8 @@ class ScopeOutcome(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     TASK_STATUS_FIELD_NUMBER: _builtins.int
     CANARY_FIELD_NUMBER: _builtins.int
+    HELD_BY_FIELD_NUMBER: _builtins.int
+    HELD_REASON_FIELD_NUMBER: _builtins.int
     outcome: _builtins.str
     """"submitted", "skipped_overlap", "skipped_window", "failed" or "missed" (could not start by the
     start deadline); in a rollout also "pending" (waiting its turn) and "not_started" (halted or
@@ -2545,6 +2547,11 @@ class ScopeOutcome(_message.Message):
     """the task's status (final once it ended); unset without a task"""
     canary: _builtins.bool
     """one of the rollout's canary racks"""
+    held_by: _builtins.str
+    """While the task waits, held by a start gate ("freeze", "budget", "preflight") or its window ("window"):
+    which, and why (the same as the task's own held_by and held_reason); "" otherwise
+    """
+    held_reason: _builtins.str
     @_builtins.property
     def scope_id(self) -> Global___UUID: ...
     @_builtins.property
@@ -2561,10 +2568,12 @@ class ScopeOutcome(_message.Message):
         error: _builtins.str = ...,
         task_status: Global___TaskStatus.ValueType = ...,
         canary: _builtins.bool = ...,
+        held_by: _builtins.str = ...,
+        held_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["rack_id", b"rack_id", "scope_id", b"scope_id", "task_id", b"task_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["canary", b"canary", "error", b"error", "outcome", b"outcome", "rack_id", b"rack_id", "scope_id", b"scope_id", "task_id", b"task_id", "task_status", b"task_status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["canary", b"canary", "error", b"error", "held_by", b"held_by", "held_reason", b"held_reason", "outcome", b"outcome", "rack_id", b"rack_id", "scope_id", b"scope_id", "task_id", b"task_id", "task_status", b"task_status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3854,21 +3863,27 @@ class OverridePreflightChecksRequest(_message.Message):
 
     TASK_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    CHECKS_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """required; shown on the task"""
     @_builtins.property
     def task_id(self) -> Global___UUID:
         """a PENDING task"""
 
+    @_builtins.property
+    def checks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The checks to override, by name or id (each once); the task's other checks still count. Empty: all."""
+
     def __init__(
         self,
         *,
         task_id: Global___UUID | None = ...,
         reason: _builtins.str = ...,
+        checks: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["task_id", b"task_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checks", b"checks", "reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

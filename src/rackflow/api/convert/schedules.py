@@ -208,7 +208,10 @@ def preview_to(times: Sequence[datetime]) -> pb.PreviewScheduleSpecResponse:
     return response
 
 
-def outcome_to(outcome: ScopeOutcome, task_status: TaskStatus | None) -> pb.ScopeOutcome:
+def outcome_to(
+    outcome: ScopeOutcome, task_status: TaskStatus | None, hold: tuple[str, str] | None = None
+) -> pb.ScopeOutcome:
+    held_by, held_reason = hold or ("", "")
     return pb.ScopeOutcome(
         scope_id=uuid_to(outcome.scope_id),
         rack_id=uuid_to(outcome.rack_id),
@@ -217,6 +220,8 @@ def outcome_to(outcome: ScopeOutcome, task_status: TaskStatus | None) -> pb.Scop
         error=outcome.error,
         task_status=task_status_to(task_status) if task_status is not None else pb.TASK_STATUS_UNKNOWN,
         canary=outcome.canary,
+        held_by=held_by,
+        held_reason=held_reason,
     )
 
 
@@ -246,7 +251,10 @@ def run_to(report: RunReport) -> pb.TaskScheduleRun:
         trigger=run.trigger,
         state=run.state,
         outcomes=[
-            outcome_to(o, report.task_statuses.get(o.task_id) if o.task_id else None) for o in run.outcomes
+            outcome_to(o, report.task_statuses.get(o.task_id), report.holds.get(o.task_id))
+            if o.task_id
+            else outcome_to(o, None)
+            for o in run.outcomes
         ],
         rollout=rollout_to(run.rollout),
         reason=run.reason,
