@@ -237,7 +237,7 @@ def rpc_cases(stub: Any, schedules: int) -> list[tuple[str, Callable[[], Any], C
     return cases
 
 
-def page_paths() -> list[str]:
+def page_paths(big_runs: int) -> list[str]:
     """Every dashboard page, with the filters an operator uses, and the runs grid of `scale-big`."""
     return [
         "/",
@@ -249,7 +249,7 @@ def page_paths() -> list[str]:
         "/schedules/scale-s0000001",
         "/schedules/scale-big",
         f"/runs/{_md5_id('run1')}",
-        f"/runs/{_md5_id('bigrun49')}",
+        f"/runs/{_md5_id(f'bigrun{big_runs - 1}')}",
         "/tasks",
         "/tasks?page=2",
         "/tasks?status=failed",
@@ -277,7 +277,7 @@ def timed(call: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
 
 
 def measure_reads(
-    server: ServerProcess, repeat: int, schedules: int, target_rpc: float, target_page: float
+    server: ServerProcess, repeat: int, schedules: int, big_runs: int, target_rpc: float, target_page: float
 ) -> None:
     stub = server.stub()
     misses: list[str] = []
@@ -305,7 +305,7 @@ def measure_reads(
             loadavg=load,
         )
     with httpx.Client(base_url=server.http_url, timeout=120) as client:
-        for path in page_paths():
+        for path in page_paths(big_runs):
             load = load_avg()
 
             def get(path: str = path) -> int:
@@ -401,7 +401,7 @@ def plans_since(offset: int, pids: set[int]) -> list[str]:
     return list(seen.values())
 
 
-def explain_reads(server: ServerProcess, url: str, database: str, schedules: int) -> None:
+def explain_reads(server: ServerProcess, url: str, database: str, schedules: int, big_runs: int) -> None:
     """Each List RPC case and dashboard page once, with the plans of the statements it ran."""
     stub = server.stub()
     with httpx.Client(base_url=server.http_url, timeout=120) as client:
@@ -411,7 +411,8 @@ def explain_reads(server: ServerProcess, url: str, database: str, schedules: int
             if follow is not None:
                 calls.append((f"{name} next", lambda first=first, follow=follow: follow(first())))
         calls.extend(
-            (f"GET {path}", lambda path=path: client.get(path).raise_for_status()) for path in page_paths()
+            (f"GET {path}", lambda path=path: client.get(path).raise_for_status())
+            for path in page_paths(big_runs)
         )
         for name, call in calls:
             call()  # the session may be new: warm it, then look at one call only
@@ -462,19 +463,17 @@ def rss_mib(server: ServerProcess) -> float:
     return rss_kib(server.proc.pid) / 1024
 
 
-def make_due(url: str, n: int, schedules: int) -> datetime:
-    """`n` loaded schedules, evenly spread over the million, due a minute ago; returns that time."""
+def make_due(url: str, n: int) -> datetime:
+    """Loaded schedules 0..n-1 due a minute ago; returns that time. Schedule s is on rack s % racks, so
+    with n <= racks each is on a rack of its own (as in dispatch_drain), and their md5 ids spread them
+    over the whole table and its indexes."""
     due = datetime.now(UTC) - timedelta(minutes=1)
-    step = max(1, schedules // n)
-    ids = [uuid.UUID(_md5_id(f"sched{i * step}")) for i in range(n)]
+    ids = [uuid.UUID(_md5_id(f"sched{i}")) for i in range(n)]
     engine = sync_engine(url)
     with engine.begin() as conn:
         for first in range(0, n, 5_000):
-            conn.execute(
-                update(task_schedule)
-                .where(task_schedule.c.id.in_(ids[first : first + 5_000]))
-                .values(next_run_at=due)
-            )
+            chunk = ids[first : first + 5_000]
+            conn.execute(update(task_schedule).where(task_schedule.c.id.in_(chunk)).values(next_run_at=due))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("ANALYZE task_schedule"))
     engine.dispose()
@@ -525,7 +524,9 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
     """The loaded database's drain, then the same on an empty one, alternating `--drain-rounds` times."""
     loaded_rates, empty_rates = [], []
     for round_ in range(args.drain_rounds):
-        due = make_due(url, args.drain, args.schedules)
+        if args.drain > args.racks:
+            raise SystemExit("--drain must be at most --racks (a rack per due schedule)")
+        due = make_due(url, args.drain)
         rate, load = drain(url, log_dir, args.drain, due)
         loaded_rates.append(rate)
         result("scale_drain", db="loaded", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
@@ -552,16 +553,17 @@ def wal_lsn(engine: Engine) -> int:
         return int(conn.execute(text("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")).scalar_one())
 
 
-def measure_prune(url: str, months: int) -> None:
-    """Each retention's prune of the oldest `months` of the year (the first prune after a retention is
-    set, or a month's backlog), as `rackflow serve`'s pruner runs it (store functions, PRUNE_CHUNK rows a
-    transaction): rows, seconds, rows/s, WAL bytes per row."""
+def measure_prune(url: str, hours: float) -> None:
+    """Each retention's prune of the oldest `hours` of the year of history (a backlog, as after a
+    retention is first set), as `rackflow serve`'s pruner runs it (the store's functions, PRUNE_CHUNK rows a
+    transaction): rows, seconds, rows/s, WAL bytes per row (the server's WAL position: other databases'
+    writes meanwhile are counted too, so it is an upper bound)."""
     from rackflow.store import audit as audit_store
     from rackflow.store import schedules as schedule_store
     from rackflow.store import tasks as task_store
     from rackflow.store.db import Database
 
-    retention = timedelta(days=365 - 30 * months)
+    retention = timedelta(days=365) - timedelta(hours=hours)
     engine = sync_engine(url)
     for name, prune in (
         ("runs", schedule_store.prune_old_runs),
@@ -620,7 +622,9 @@ def main() -> None:
     parser.add_argument("--lag-samples", type=int, default=100)
     parser.add_argument("--drain", type=int, default=10_000, help="loaded schedules made due at once")
     parser.add_argument("--drain-rounds", type=int, default=1)
-    parser.add_argument("--prune-months", type=int, default=1, help="months of history each prune deletes")
+    parser.add_argument(
+        "--prune-hours", type=float, default=6.0, help="hours of the oldest history each prune deletes"
+    )
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     print(machine_line())
@@ -653,9 +657,9 @@ def main() -> None:
                             loadavg=load_avg(),
                         )
                     if args.explain:
-                        explain_reads(server, args.pg_admin, args.database, args.schedules)
+                        explain_reads(server, args.pg_admin, args.database, args.schedules, args.big_runs)
                     elif "reads" in phases:
-                        measure_reads(server, args.repeat, args.schedules, 100.0, 300.0)
+                        measure_reads(server, args.repeat, args.schedules, args.big_runs, 100.0, 300.0)
                     if "rss" in phases:
                         result(
                             "scale_rss",
@@ -671,7 +675,7 @@ def main() -> None:
         if "drain" in phases:
             measure_drain(url, log_dir, args)
         if "prune" in phases:
-            measure_prune(url, args.prune_months)
+            measure_prune(url, args.prune_hours)
 
 
 if __name__ == "__main__":
