@@ -92,11 +92,12 @@ def load(args: argparse.Namespace) -> str:
         schedules=args.schedules,
         racks_n=args.racks,
         runs=args.runs,
+        tasks_n=args.runs if args.tasks is None else args.tasks,
         audit=args.audit,
         big_racks=args.big_racks,
         big_runs=args.big_runs,
     )
-    asyncio.run(scale_load.check_rows(url))
+    asyncio.run(scale_load.check_rows(url, args.runs - 1))
     with engine.connect() as conn:
         size = conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one()
     engine.dispose()
@@ -611,6 +612,11 @@ def main() -> None:
     parser.add_argument("--schedules", type=int, default=1_000_000)
     parser.add_argument("--racks", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=10_000_000, help="runs (and as many tasks) of history")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        help="tasks of the newest runs only (default: every run's): a shorter --task-retention",
+    )
     parser.add_argument("--audit", type=int, default=1_000_000, help="audit events over the year")
     parser.add_argument("--big-racks", type=int, default=10_000, help="racks of the runs grid's schedule")
     parser.add_argument("--big-runs", type=int, default=50, help="runs of the runs grid's schedule")

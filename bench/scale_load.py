@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, Table, select, text, update
@@ -169,23 +170,33 @@ def secondary_indexes_rebuilt(engine: Engine, *tables: Table) -> Iterator[None]:
     print(f"# rebuilt {len(found)} indexes in {time.perf_counter() - started:.1f}s", flush=True)
 
 
-def _chunked(engine: Engine, total: int, what: str, insert: Any) -> None:
-    """`insert(conn, first, last)` for each chunk [first, last) of 0..total, one transaction each."""
+def _chunked(engine: Engine, total: int, what: str, insert: Any, start: int = 0) -> None:
+    """`insert(conn, first, last)` for each chunk [first, last) of start..total, one transaction each."""
     started = time.perf_counter()
-    for first in range(0, total, CHUNK):
+    for first in range(start, total, CHUNK):
         last = min(total, first + CHUNK)
         with engine.begin() as conn:
             # The rows are made consistent by construction (`check_rows` reads them back): the foreign keys'
             # per-row checks are skipped for the load, as pg_restore's data-only mode does.
             conn.execute(text("SET LOCAL session_replication_role = replica"))
             insert(conn, first, last)
-    print(f"# loaded {what}={total} in {time.perf_counter() - started:.1f}s", flush=True)
+    print(f"# loaded {what}={total - start} in {time.perf_counter() - started:.1f}s", flush=True)
 
 
 def load(
-    engine: Engine, *, schedules: int, racks_n: int, runs: int, audit: int, big_racks: int, big_runs: int
+    engine: Engine,
+    *,
+    schedules: int,
+    racks_n: int,
+    runs: int,
+    tasks_n: int,
+    audit: int,
+    big_racks: int,
+    big_runs: int,
 ) -> None:
-    """Write the fleet and its history (see the module docstring), then ANALYZE."""
+    """Write the fleet and its history (see the module docstring), then ANALYZE. Only the newest
+    `tasks_n` runs keep their task, as with a --task-retention shorter than the --run-retention (the
+    older runs' outcomes name tasks that are gone, as pruning leaves them)."""
     tpl = asyncio.run(write_templates(engine.url.render_as_string(hide_password=False)))
     per_schedule = max(1, runs // schedules)
     r, s = racks_n, schedules
@@ -241,13 +252,9 @@ def load(
             series(a, b),
         ),
     )
-    # Run k: schedule k % S, its (k // S)-th firing, spaced evenly over the year.
-    fired = (
-        f"(now() - {YEAR} + (g / {s}) * ({YEAR} / {per_schedule})"
-        f" + (g % {s} % {DAY_S}) * interval '1 second')"
-    )
+    fired = fired_at(s, per_schedule, datetime.now(UTC))
     with secondary_indexes_rebuilt(engine, task_schedule_run, tasks):
-        _load_history(engine, tpl, s, r, runs, fired)
+        _load_history(engine, tpl, s, r, runs, tasks_n, fired)
     scope_id = _scalar(
         engine, select(task_schedule_scope.c.id).where(task_schedule_scope.c.schedule_id == tpl["schedule"])
     )
@@ -294,8 +301,17 @@ def load(
     print(f"# VACUUM ANALYZE in {time.perf_counter() - started:.1f}s", flush=True)
 
 
+def fired_at(s: int, per_schedule: int, anchor: datetime) -> str:
+    """Run g's time: schedule g % S's (g // S)-th firing, spaced evenly over the year before `anchor` (one
+    fixed time: a run and its task, loaded minutes apart, agree)."""
+    return (
+        f"('{anchor.isoformat()}'::timestamptz - {YEAR} + (g / {s}) * ({YEAR} / {per_schedule})"
+        f" + (g % {s} % {DAY_S}) * interval '1 second')"
+    )
+
+
 def _load_history(
-    engine: Engine, tpl: Mapping[str, uuid.UUID], s: int, r: int, runs: int, fired: str
+    engine: Engine, tpl: Mapping[str, uuid.UUID], s: int, r: int, runs: int, tasks_n: int, fired: str
 ) -> None:
     outcomes = (
         "jsonb_build_array(jsonb_build_object("
@@ -322,7 +338,13 @@ def _load_history(
             series(a, b),
         ),
     )
-    _chunked(engine, runs, "tasks", lambda conn, a, b: _clone_tasks(conn, tpl, s, r, fired, series(a, b)))
+    _chunked(
+        engine,
+        runs,
+        "tasks",
+        lambda conn, a, b: _clone_tasks(conn, tpl, s, r, fired, series(a, b)),
+        start=max(0, runs - tasks_n),
+    )
 
 
 def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], s: int, r: int, fired: str, series: str) -> None:
@@ -436,15 +458,18 @@ def _scalar(engine: Engine, stmt: Any) -> Any:
         return conn.execute(stmt).scalar_one()
 
 
-async def check_rows(url: str) -> None:
-    """Read a cloned run, its task and an audit event back through rackflow's own readers: a loader that
-    wrote something rackflow would not fails here, not in a figure."""
+async def check_rows(url: str, run_number: int) -> None:
+    """Read cloned run `run_number` (the newest: its task is kept), its task and an audit event back
+    through rackflow's own readers: a loader that wrote something rackflow would not fails here, not in a
+    figure."""
     db = Database(url)
     try:
         async with db.read() as conn:
             row = (
                 await conn.execute(
-                    select(task_schedule_run).where(task_schedule_run.c.id == uuid.UUID(_md5_uuid("run0")))
+                    select(task_schedule_run).where(
+                        task_schedule_run.c.id == uuid.UUID(_md5_uuid(f"run{run_number}"))
+                    )
                 )
             ).one()
             run = schedule_store.run_from_row(row)

@@ -9,7 +9,9 @@ are in docs/PERFORMANCE.md, issue 29). Each index below is the filter, then the 
 * `ix_tasks_status_created_at_id` (status, created_at, id): tasks in a status, newest first (ListTasks
   `statuses`, the dashboard's status filter), and their capped count;
 * `ix_audit_events_principal_at_id`, `ix_audit_events_method_at_id`: the audit trail by principal or by
-  method, newest first, and their capped count.
+  method, newest first, and their capped count;
+* `ix_task_schedule_paused` (name) WHERE enabled IS false: the paused schedules (the overview's list by
+  name, the "paused" filter and its count), which the filter alone found by reading every schedule.
 
 Only indexes: no row changes, nothing rebuilt. Each is created IF NOT EXISTS, so that on a large
 PostgreSQL database an operator can build them first without blocking writes (`CREATE INDEX CONCURRENTLY
@@ -22,6 +24,7 @@ Revises: 0016
 Create Date: 2026-12-02
 """
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0020"
@@ -40,10 +43,19 @@ INDEXES = (
 def upgrade() -> None:
     for name, table, columns in INDEXES:
         op.create_index(name, table, columns, if_not_exists=True)
+    op.create_index(
+        "ix_task_schedule_paused",
+        "task_schedule",
+        ["name"],
+        postgresql_where=sa.text("enabled IS false"),
+        sqlite_where=sa.text("enabled IS 0"),
+        if_not_exists=True,
+    )
     op.drop_index("ix_tasks_schedule_id", table_name="tasks", if_exists=True)
 
 
 def downgrade() -> None:
     op.create_index("ix_tasks_schedule_id", "tasks", ["schedule_id"], if_not_exists=True)
+    op.drop_index("ix_task_schedule_paused", table_name="task_schedule", if_exists=True)
     for name, table, _ in reversed(INDEXES):
         op.drop_index(name, table_name=table, if_exists=True)
