@@ -323,7 +323,7 @@ async def each_schedule_chunk(
         select(task_schedule)
         .where(*conditions, *_after_schedule(order, after))
         .order_by(
-            (column.desc() if order.descending else column.asc()).nulls_last(),
+            _ordered(column, order.descending),
             task_schedule.c.created_at,
             task_schedule.c.id,
         )
@@ -334,6 +334,15 @@ async def each_schedule_chunk(
     async for chunk in rows.partitions(LIST_CHUNK):
         consume([schedule_from_row(row) for row in chunk])
     return int(total)
+
+
+def _ordered(column: ColumnElement[Any], descending: bool) -> ColumnElement[Any]:
+    """`column` in a list's order, NULLs last. Only a nullable column says NULLS LAST: on a NOT NULL
+    column it changes nothing but would keep PostgreSQL from reading its index backwards (an index read
+    backwards gives DESC NULLS FIRST), and a million schedules by creation time, newest first, would be
+    sorted for every page (docs/PERFORMANCE.md, issue 29)."""
+    ordered = column.desc() if descending else column.asc()
+    return ordered.nulls_last() if getattr(column, "nullable", True) else ordered
 
 
 def _after_schedule(order: ScheduleOrder, key: Key | None) -> list[ColumnElement[bool]]:
