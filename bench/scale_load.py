@@ -246,8 +246,10 @@ def load(
                 "name": "'scale-s' || lpad(g::text, 7, '0')",
                 "next_run_at": f"now() + interval '2 days' + (g % {DAY_S}) * interval '1 second'",
                 "last_run_at": f"now() - interval '1 day' + (g % {DAY_S}) * interval '1 second'",
-                "created_at": f"now() - {YEAR} - interval '1 day'",
-                "updated_at": f"now() - {YEAR} - interval '1 day'",
+                # One a millisecond, as created one after another (one creation time for all would make
+                # every list by creation time one tie, broken by id).
+                "created_at": f"now() - {YEAR} - interval '1 day' + g * interval '1 millisecond'",
+                "updated_at": f"now() - {YEAR} - interval '1 day' + g * interval '1 millisecond'",
             },
             series(a, b),
         ),
