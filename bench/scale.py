@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import functools
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -346,6 +347,7 @@ def measure_reads(
 POSTGRES_LOG = Path(
     os.environ.get("RACKFLOW_BENCH_POSTGRES_LOG", "/var/log/postgresql/postgresql-15-main.log")
 )
+LOG_LINE = re.compile(r"^\S+ \S+ \S+ \[(\d+)\]")
 AUTO_EXPLAIN = {
     "session_preload_libraries": "auto_explain",
     "auto_explain.log_min_duration": "0",
@@ -397,9 +399,9 @@ def plans_since(offset: int, pids: set[int]) -> list[str]:
         lines = log.read().decode(errors="replace").splitlines()
     entries: list[list[str]] = []
     for line in lines:
-        head = line.split(" ", 3)
-        if len(head) > 3 and head[2].startswith("[") and head[2].endswith("]"):
-            pid = int(head[2][1:-1]) if head[2][1:-1].isdigit() else -1
+        head = LOG_LINE.match(line)  # log_line_prefix '%m [%p] …': date, time, zone, [pid]
+        if head is not None:
+            pid = int(head.group(1))
             entries.append([line] if pid in pids and "plan:" in line else [])
         elif entries and entries[-1]:
             entries[-1].append(line)
