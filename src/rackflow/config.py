@@ -35,6 +35,10 @@ SERVE_GC_THRESHOLD = 20_000
 # when it reaches it: enough to tell a drain that keeps up from one far behind (fifty of the largest
 # claims), without reading every due row of a large backlog once a second while it drains.
 DUE_COUNT_CAP = 10_000
+# A List RPC's (and a dashboard list's) `total` is counted up to this many matching rows, then "more": an
+# exact count reads every matching row, a second or more at ten million tasks (docs/PERFORMANCE.md, issue
+# 29), where the page itself reads fifty.
+LIST_COUNT_CAP = 10_000
 # How long an instance's heartbeat stays valid: its tasks and schedule runs are taken over once it is this
 # old. Instances renew it every third of this, so a brief stall or database hiccup does not count as death.
 DEFAULT_LEASE_TTL = timedelta(seconds=15)

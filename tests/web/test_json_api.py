@@ -296,7 +296,7 @@ async def test_audit_filters(http: httpx.AsyncClient, services: Services) -> Non
     only_pause = (await http.get(f"{API}/audit", params={"method": "PauseTaskSchedule"})).json()
     assert [e["method"] for e in only_pause["events"]] == ["PauseTaskSchedule"]
     none_later = (await http.get(f"{API}/audit", params={"since": "2030-01-01T00:00:00Z"})).json()
-    assert none_later == {"events": [], "total": 0}
+    assert none_later == {"events": [], "total": 0, "next_page_token": "", "total_capped": False}
     error_of(await http.get(f"{API}/audit?method=Reboot"), 400, "INVALID_ARGUMENT", "method")
     error_of(await http.get(f"{API}/audit?since=soon"), 400, "INVALID_ARGUMENT", "since")
 

@@ -23,7 +23,7 @@ from google.protobuf.message import Message
 from grpc.aio import ServicerContext as Context
 
 from rackflow.api.auth import Behavior, FlowInterceptor, is_mutating, with_behavior
-from rackflow.api.convert import page_from, timestamp_from
+from rackflow.api.convert import next_page_token, page_from, timestamp_from, total_to
 from rackflow.api.convert.audit import audit_event_to
 from rackflow.api.convert.notifications import without_secrets
 from rackflow.api.errors import rpc
@@ -213,7 +213,15 @@ class AuditRpcs:
         if request.method and request.method not in RPC_NAMES | SYSTEM_METHODS:
             raise InvalidArgument(f"method: {request.method!r} is not an RPC of the Flow service")
         since = timestamp_from(request.since, "since") if request.HasField("since") else None
-        offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
+        page = page_from(request.pagination if request.HasField("pagination") else None, "ListAuditEvents")
         matching = EventFilter(since, request.method or None, request.principal or None)
-        events, total = await self.services.audit.list_events(matching, offset=offset, limit=limit)
-        return pb.ListAuditEventsResponse(events=[audit_event_to(e) for e in events], total=total)
+        events, counted = await self.services.audit.list_events(
+            matching, offset=page.offset, limit=page.limit, after=page.after
+        )
+        total, capped = total_to(counted)
+        return pb.ListAuditEventsResponse(
+            events=[audit_event_to(e) for e in events],
+            total=total,
+            total_capped=capped,
+            next_page_token=next_page_token("ListAuditEvents", page.limit, events, lambda e: (e.at, e.id)),
+        )

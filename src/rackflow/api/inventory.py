@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from google.protobuf.empty_pb2 import Empty
 from grpc.aio import ServicerContext as Context
 
-from rackflow.api.convert import page_from, required_uuid, uuid_from
+from rackflow.api.convert import next_page_token, page_from, required_uuid, total_to, uuid_from
 from rackflow.api.convert.inventory import component_specs_from, component_to, domain_to, rack_to, uuids_from
 from rackflow.api.errors import rpc
 from rackflow.v1 import flow_pb2 as pb
@@ -42,9 +42,17 @@ class InventoryRpcs:
             if request.HasField("nvl_domain_id")
             else None
         )
-        offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
-        racks, total = await self.services.inventory.list_racks(domain_id, offset, limit)
-        return pb.ListRacksResponse(racks=[rack_to(r) for r in racks], total=total)
+        page = page_from(request.pagination if request.HasField("pagination") else None, "ListRacks")
+        racks, counted = await self.services.inventory.list_racks(
+            domain_id, page.offset, page.limit, page.after
+        )
+        total, capped = total_to(counted)
+        return pb.ListRacksResponse(
+            racks=[rack_to(r) for r in racks],
+            total=total,
+            total_capped=capped,
+            next_page_token=next_page_token("ListRacks", page.limit, racks, lambda r: (r.created_at, r.id)),
+        )
 
     @rpc
     async def DeleteRack(self, request: pb.DeleteRackRequest, context: Context) -> Empty:

@@ -8,10 +8,13 @@ from google.protobuf.empty_pb2 import Empty
 from grpc.aio import ServicerContext as Context
 
 from rackflow.api.convert import (
+    next_page_token,
     page_from,
+    page_token,
     required_uuid,
     target_spec_from,
     timestamp_from,
+    total_to,
     uuid_from,
 )
 from rackflow.api.convert.schedules import (
@@ -72,23 +75,32 @@ class ScheduleRpcs:
         self, request: pb.ListTaskSchedulesRequest, context: Context
     ) -> pb.ListTaskSchedulesResponse:
         rack_id = uuid_from(request.rack_id, "rack_id") if request.HasField("rack_id") else None
-        offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
+        order = parse_order(request.order_by)
+        # A token is of one order: the key it holds is a row's place in that order only.
+        listing = f"ListTaskSchedules:{order.name}"
+        page = page_from(request.pagination if request.HasField("pagination") else None, listing)
         response = pb.ListTaskSchedulesResponse()
+        last: list[Schedule] = []
 
         def add(chunk: list[Schedule]) -> None:  # each chunk becomes messages before the next is read
             response.task_schedules.extend(schedule_to(s) for s in chunk)
+            last[:] = chunk[-1:]
 
-        response.total = await self.services.schedules.each_schedule_chunk(
+        counted = await self.services.schedules.each_schedule_chunk(
             add,
             rack_id=rack_id,
             enabled_only=request.enabled_only,
             paused_only=request.paused_only,
             name_contains=request.name_contains,
             operation=operation_kind_from(request.operation_type, "operation_type"),
-            order=parse_order(request.order_by),
-            offset=offset,
-            limit=limit,
+            order=order,
+            offset=page.offset,
+            limit=page.limit,
+            after=page.after,
         )
+        response.total, response.total_capped = total_to(counted)
+        if last and len(response.task_schedules) == page.limit:
+            response.next_page_token = page_token(listing, order.key_of(last[0]))
         return response
 
     @rpc
@@ -221,10 +233,22 @@ class ScheduleRpcs:
         self, request: pb.ListTaskScheduleRunsRequest, context: Context
     ) -> pb.ListTaskScheduleRunsResponse:
         schedule_id = required_uuid(request.schedule_id, "schedule_id")
-        offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
-        runs, total = await self.services.schedules.list_runs(schedule_id, offset=offset, limit=limit)
+        page = page_from(
+            request.pagination if request.HasField("pagination") else None, "ListTaskScheduleRuns"
+        )
+        runs, counted = await self.services.schedules.list_runs(
+            schedule_id, offset=page.offset, limit=page.limit, after=page.after
+        )
         reports = await self.services.rollouts.reports(runs)
-        return pb.ListTaskScheduleRunsResponse(runs=[run_to(r) for r in reports], total=total)
+        total, capped = total_to(counted)
+        return pb.ListTaskScheduleRunsResponse(
+            runs=[run_to(r) for r in reports],
+            total=total,
+            total_capped=capped,
+            next_page_token=next_page_token(
+                "ListTaskScheduleRuns", page.limit, runs, lambda r: (r.fired_at, r.id)
+            ),
+        )
 
     @rpc
     async def GetTaskScheduleRun(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from grpc.aio import ServicerContext as Context
 
-from rackflow.api.convert import page_from, required_uuid, target_spec_from
+from rackflow.api.convert import next_page_token, page_from, required_uuid, target_spec_from, total_to
 from rackflow.api.convert.tasks import (
     OperationRequest,
     operation_from_request,
@@ -72,16 +72,23 @@ class TaskRpcs:
         schedule_id = (
             required_uuid(request.schedule_id, "schedule_id") if request.HasField("schedule_id") else None
         )
-        offset, limit = page_from(request.pagination if request.HasField("pagination") else None)
-        found, total = await self.services.tasks.list_tasks(
+        page = page_from(request.pagination if request.HasField("pagination") else None, "ListTasks")
+        found, counted = await self.services.tasks.list_tasks(
             rack_id=rack_id,
             schedule_id=schedule_id,
             active_only=request.active_only,
             statuses=task_statuses_from(request.statuses, "statuses"),
-            offset=offset,
-            limit=limit,
+            offset=page.offset,
+            limit=page.limit,
+            after=page.after,
         )
-        return pb.ListTasksResponse(tasks=[task_to(t) for t in found], total=total)
+        total, capped = total_to(counted)
+        return pb.ListTasksResponse(
+            tasks=[task_to(t) for t in found],
+            total=total,
+            total_capped=capped,
+            next_page_token=next_page_token("ListTasks", page.limit, found, lambda t: (t.created_at, t.id)),
+        )
 
     @rpc
     async def GetTasksByIDs(

@@ -162,10 +162,16 @@ class AuditTrail:
         )
 
     async def list_events(
-        self, matching: EventFilter = EVERY_EVENT, *, offset: int = 0, limit: int | None = None
+        self,
+        matching: EventFilter = EVERY_EVENT,
+        *,
+        offset: int = 0,
+        limit: int | None = None,
+        after: Sequence[Any] | None = None,
     ) -> tuple[list[AuditEvent], int]:
-        """One page of events, newest first, and how many match the filter before paging."""
+        """One page of events, newest first (after the `store.EVENT_ORDER` key `after`), and how many
+        match the filter before paging (counted up to LIST_COUNT_CAP, then more)."""
         # No row can hold a longer or control-character name: refuse it before the query.
         check_text(matching.principal or "", "principal")
         async with self.db.read() as conn:
-            return await store.list_events(conn, matching, offset=offset, limit=limit)
+            return await store.list_events(conn, matching, offset=offset, limit=limit, after=after)

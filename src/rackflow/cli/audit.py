@@ -72,4 +72,9 @@ def audit(
     found = session.client.list_audit_events(
         since=after, method=method, principal=principal, offset=offset, limit=limit
     )
-    session.emit(found, lambda: audit_table(found.events, f"{len(found.events)} of {found.total} events"))
+    session.emit(
+        found,
+        lambda: audit_table(
+            found.events, f"{len(found.events)} of {found.total}{'+' if found.total_capped else ''} events"
+        ),
+    )

@@ -157,7 +157,7 @@ def list_racks(ctx: click.Context, domain: str, limit: int, offset: int) -> None
     def view() -> Listing:
         domains = _domain_names(session)
         columns = ("NAME", "ID", "EXTERNAL ID", "DOMAIN", free_text("COMPONENTS"), "CREATED")
-        result = table(*columns, title=f"{found.total} racks")
+        result = table(*columns, title=f"{found.total}{'+' if found.total_capped else ''} racks")
         for r in found.racks:
             domain_name = domains.get(r.nvl_domain_id.id, "-")
             created = utc_text(when(r.created_at))

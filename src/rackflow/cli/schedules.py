@@ -393,7 +393,7 @@ def list_schedules(
         offset=offset,
         limit=limit,
     )
-    title = f"{len(found.task_schedules)} of {found.total} schedules"
+    title = f"{len(found.task_schedules)} of {found.total}{'+' if found.total_capped else ''} schedules"
     session.emit(found, lambda: schedules_table(found.task_schedules, session, title))
 
 
@@ -717,7 +717,9 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
         free_text("ROLLOUT"),
         free_text("ERROR"),
     )
-    result = table(*columns, title=f"{len(found.runs)} of {found.total} runs")
+    result = table(
+        *columns, title=f"{len(found.runs)} of {found.total}{'+' if found.total_capped else ''} runs"
+    )
     for run in found.runs:
         fired = utc_text(when(run.fired_at)) + (f" ({run.trigger})" if run.trigger != "dispatch" else "")
         failed_tasks = (messages.get(task_id, "") for task_id in failed_task_ids(run))

@@ -246,7 +246,7 @@ def list_tasks(
     found = session.client.list_tasks(
         rack=rack, schedule=schedule, active_only=active, statuses=statuses, offset=offset, limit=limit
     )
-    title = f"{len(found.tasks)} of {found.total} tasks"
+    title = f"{len(found.tasks)} of {found.total}{'+' if found.total_capped else ''} tasks"
     session.emit(found, lambda: tasks_table(found.tasks, rack_names(session), title))
 
 

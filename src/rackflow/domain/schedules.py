@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.inventory import ComponentFilter
@@ -133,6 +133,16 @@ class ScheduleOrder:
 
     field: str = "created_at"
     descending: bool = False
+
+    def key_of(self, schedule: Schedule) -> tuple[Any, ...]:
+        """The schedule's place in a list in this order (a page token holds it): the order's field, then
+        the creation time and id that break ties."""
+        return (getattr(schedule, self.field), schedule.created_at, schedule.id)
+
+    @property
+    def name(self) -> str:
+        """As ListTaskSchedules' order_by spells it."""
+        return f"{self.field} desc" if self.descending else self.field
 
 
 CREATION_ORDER = ScheduleOrder()  # ListTaskSchedules' order when none is asked for

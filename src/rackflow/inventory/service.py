@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -95,13 +96,20 @@ class InventoryService:
         return rack
 
     async def list_racks(
-        self, nvl_domain_id: uuid.UUID | None = None, offset: int = 0, limit: int | None = None
+        self,
+        nvl_domain_id: uuid.UUID | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        after: Sequence[Any] | None = None,
     ) -> tuple[list[Rack], int]:
-        """A page of racks, oldest first, and how many match in all."""
+        """A page of racks, oldest first (after the `store.RACK_ORDER` key `after`), and how many match
+        in all (counted up to LIST_COUNT_CAP, then more)."""
         async with self.db.read() as conn:
             if nvl_domain_id is not None and not await store.domains_by_column(conn, "id", [nvl_domain_id]):
                 raise NotFound(f"nvl_domain_id: no NVLink domain with id {nvl_domain_id}")
-            return await store.list_racks(conn, nvl_domain_id=nvl_domain_id, offset=offset, limit=limit)
+            return await store.list_racks(
+                conn, nvl_domain_id=nvl_domain_id, offset=offset, limit=limit, after=after
+            )
 
     async def rack_id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
         """The id of the rack called `name`; NotFound naming `field` otherwise."""

@@ -343,6 +343,7 @@ class ScheduleService:
         order: ScheduleOrder = CREATION_ORDER,
         offset: int = 0,
         limit: int | None = None,
+        after: Sequence[Any] | None = None,
     ) -> int:
         """Pass the schedules to `consume` a chunk at a time (`store.each_schedule_chunk`), so a caller
         that converts each chunk as it comes (ListTaskSchedules) never holds every schedule at once;
@@ -362,6 +363,7 @@ class ScheduleService:
                 order=order,
                 offset=offset,
                 limit=limit,
+                after=after,
             )
 
     async def update(
@@ -905,12 +907,18 @@ class ScheduleService:
             return await count_due(conn, await self.db.now(conn))
 
     async def list_runs(
-        self, schedule_id: uuid.UUID, *, offset: int = 0, limit: int | None = None
+        self,
+        schedule_id: uuid.UUID,
+        *,
+        offset: int = 0,
+        limit: int | None = None,
+        after: Sequence[Any] | None = None,
     ) -> tuple[Sequence[Run], int]:
-        """The schedule's firings, newest first, and their total before paging."""
+        """The schedule's firings, newest first (after the `store.RUN_ORDER` key `after`), and their total
+        before paging (counted up to LIST_COUNT_CAP, then more)."""
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
-            return await store.list_runs(conn, schedule_id, offset=offset, limit=limit)
+            return await store.list_runs(conn, schedule_id, offset=offset, limit=limit, after=after)
 
 
 def _decided(

@@ -9,12 +9,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter
 from rackflow.store.db import Database
 from rackflow.store.dialect import insert_new
+from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import audit_events, task_schedule, task_schedule_scope
 
@@ -67,10 +68,20 @@ async def write_events(conn: AsyncConnection, pending: Sequence[PendingEvent]) -
     return [None] * len(pending)
 
 
+# The trail's order, newest first (each column descending); a page token holds its values.
+EVENT_ORDER = (audit_events.c.at, audit_events.c.id)
+
+
 async def list_events(
-    conn: AsyncConnection, matching: EventFilter = EVERY_EVENT, *, offset: int = 0, limit: int | None = None
+    conn: AsyncConnection,
+    matching: EventFilter = EVERY_EVENT,
+    *,
+    offset: int = 0,
+    limit: int | None = None,
+    after: Key | None = None,
 ) -> tuple[list[AuditEvent], int]:
-    """One page of events, newest first, and the total matching the filter before paging."""
+    """One page of events, newest first (after the key `after` of EVENT_ORDER if given), and the total
+    matching the filter before paging (`paging.count_capped`)."""
     where: list[ColumnElement[bool]] = []
     if matching.since is not None:
         where.append(audit_events.c.at >= matching.since)
@@ -78,11 +89,11 @@ async def list_events(
         where.append(audit_events.c.method == matching.method)
     if matching.principal:
         where.append(audit_events.c.principal == matching.principal)
-    total = (await conn.execute(select(func.count()).select_from(audit_events).where(*where))).scalar_one()
+    total = await count_capped(conn, audit_events, where)
     query = (
         select(audit_events)
-        .where(*where)
-        .order_by(audit_events.c.at.desc(), audit_events.c.id.desc())
+        .where(*where, *after_key(EVENT_ORDER, after, descending=True))
+        .order_by(*(column.desc() for column in EVENT_ORDER))
         .offset(offset)
         .limit(limit)
     )

@@ -23,6 +23,8 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal,
+    or_,
     select,
     update,
 )
@@ -53,6 +55,7 @@ from rackflow.store.db import Database, chunked, unique_violation_as
 from rackflow.store.dialect import by_keys, for_update, insert_rows, locks_rows, past_first, update_rows
 from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
+from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import is_active
@@ -325,8 +328,10 @@ async def each_schedule_chunk(
     order: ScheduleOrder = CREATION_ORDER,
     offset: int = 0,
     limit: int | None = None,
+    after: Key | None = None,
 ) -> int:
-    """Pass the schedules in `order` (then creation time, then id) to `consume`, LIST_CHUNK at a time, from
+    """Pass the schedules in `order` (then creation time, then id; after the key `after` of
+    `ScheduleOrder.key_of` if given) to `consume`, LIST_CHUNK at a time, from
     a server-side cursor (PostgreSQL: `conn` must be in a transaction); returns how many match before paging.
 
     Only one chunk of rows and schedules exists at once, so listing 100,000 schedules costs the caller's
@@ -350,15 +355,13 @@ async def each_schedule_chunk(
     if operation is not None:
         kind = task_schedule.c.operation_template[("operation", "kind")].as_string()
         conditions.append(kind == operation.value)
-    total = (
-        await conn.execute(select(func.count()).select_from(task_schedule).where(*conditions))
-    ).scalar_one()
+    total = await count_capped(conn, task_schedule, conditions)
     column = _ORDER_COLUMNS[order.field]
     stmt = (
         select(task_schedule)
-        .where(*conditions)
+        .where(*conditions, *_after_schedule(order, after))
         .order_by(
-            (column.desc() if order.descending else column.asc()).nulls_last(),
+            _ordered(column, order.descending),
             task_schedule.c.created_at,
             task_schedule.c.id,
         )
@@ -369,6 +372,37 @@ async def each_schedule_chunk(
     async for chunk in rows.partitions(LIST_CHUNK):
         consume([schedule_from_row(row) for row in chunk])
     return int(total)
+
+
+def _ordered(column: ColumnElement[Any], descending: bool) -> ColumnElement[Any]:
+    """`column` in a list's order, NULLs last. Only a nullable column says NULLS LAST: on a NOT NULL
+    column it changes nothing but would keep PostgreSQL from reading its index backwards (an index read
+    backwards gives DESC NULLS FIRST), and a million schedules by creation time, newest first, would be
+    sorted for every page (docs/PERFORMANCE.md, issue 29)."""
+    ordered = column.desc() if descending else column.asc()
+    return ordered.nulls_last() if getattr(column, "nullable", True) else ordered
+
+
+def _after_schedule(order: ScheduleOrder, key: Key | None) -> list[ColumnElement[bool]]:
+    """The schedules after `key` (`ScheduleOrder.key_of`) in `order`, NULLs last, ties by creation time
+    then id ascending. Spelled per column so that each is a range of one index: creation time ascending is one
+    row comparison; a name is unique, so nothing ties with it."""
+    if key is None:
+        return []
+    value, created_at, schedule_id = key
+    s = task_schedule.c
+    ties = after_key((s.created_at, s.id), (created_at, schedule_id), descending=False)
+    column = _ORDER_COLUMNS[order.field]
+    if order.field == "created_at" and not order.descending:
+        return ties
+    if value is None:  # among the NULLs, last in either direction
+        return [column.is_(None), *ties]
+    bound = literal(value, column.type)
+    beyond = column < bound if order.descending else column > bound
+    if order.field == "name":
+        return [beyond]
+    tied = and_(column == bound, *ties)
+    return [or_(beyond, tied) if order.field == "created_at" else or_(beyond, column.is_(None), tied)]
 
 
 async def schedule_ids_by_name(conn: AsyncConnection, names: Collection[str]) -> dict[str, uuid.UUID]:
@@ -986,16 +1020,21 @@ async def recent_runs(
     return found
 
 
+# The run list's order, newest first (each column descending); a page token holds its values.
+RUN_ORDER = (task_schedule_run.c.fired_at, task_schedule_run.c.id)
+
+
 async def list_runs(
-    conn: AsyncConnection, schedule_id: uuid.UUID, *, offset: int = 0, limit: int | None = None
+    conn: AsyncConnection,
+    schedule_id: uuid.UUID,
+    *,
+    offset: int = 0,
+    limit: int | None = None,
+    after: Key | None = None,
 ) -> tuple[list[Run], int]:
-    """The schedule's runs, newest first, and how many there are before paging."""
-    total = (
-        await conn.execute(
-            select(func.count())
-            .select_from(task_schedule_run)
-            .where(task_schedule_run.c.schedule_id == schedule_id)
-        )
-    ).scalar_one()
-    rows = (await conn.execute(_newest_runs_first(schedule_id).offset(offset).limit(limit))).all()
+    """The schedule's runs, newest first (after the key `after` of RUN_ORDER if given), and how many
+    there are before paging (`paging.count_capped`)."""
+    total = await count_capped(conn, task_schedule_run, [task_schedule_run.c.schedule_id == schedule_id])
+    page = _newest_runs_first(schedule_id).where(*after_key(RUN_ORDER, after, descending=True))
+    rows = (await conn.execute(page.offset(offset).limit(limit))).all()
     return [run_from_row(row) for row in rows], total

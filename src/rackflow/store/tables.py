@@ -97,7 +97,7 @@ tasks = Table(
     Column("started_at", UTCDateTime, nullable=True),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("updated_at", UTCDateTime, nullable=False),
-    Column("schedule_id", Uuid, nullable=True, index=True),
+    Column("schedule_id", Uuid, nullable=True),
     Column("owner_id", Uuid, nullable=True),
     Column("attempts", Integer, nullable=False, server_default="0"),
     # The firing that submitted the task (migration 0006); a pruned run leaves its tasks, unlinked.
@@ -127,6 +127,10 @@ tasks = Table(
     Index("uq_tasks_run_id_rack_id", "run_id", "rack_id", unique=True),
     Index("ix_tasks_rack_id_status", "rack_id", "status"),
     Index("ix_tasks_created_at", "created_at"),
+    # A list filtered by schedule or by status, newest first: the filter, then the list's order (migration
+    # 0022), so a page and its capped count read only their own rows.
+    Index("ix_tasks_schedule_id_created_at_id", "schedule_id", "created_at", "id"),
+    Index("ix_tasks_status_created_at_id", "status", "created_at", "id"),
     # The executor's claim scans only live tasks.
     Index(
         "ix_tasks_active",
@@ -196,6 +200,15 @@ task_schedule = Table(
         "id",
         postgresql_where=text("enabled IS true AND next_run_at IS NOT NULL"),
         sqlite_where=text("enabled IS 1 AND next_run_at IS NOT NULL"),
+    ),
+    # Paused schedules (the overview's list by name, the schedule list's "paused" filter and its count):
+    # only the few paused rows are indexed, where the filter alone read all of a million (migration 0022).
+    # Spelled as `enabled.is_(False)` renders, as the due index is.
+    Index(
+        "ix_task_schedule_paused",
+        "name",
+        postgresql_where=text("enabled IS false"),
+        sqlite_where=text("enabled IS 0"),
     ),
     # The dispatcher's scan for pauses that have ended: only the few rows with an end are indexed.
     Index(
@@ -460,6 +473,9 @@ audit_events = Table(
     Column("schedule_before", json_type(), nullable=True),
     Column("schedule_after", json_type(), nullable=True),
     Index("ix_audit_events_at_id", "at", "id"),
+    # The trail filtered by principal or by method, newest first (migration 0022).
+    Index("ix_audit_events_principal_at_id", "principal", "at", "id"),
+    Index("ix_audit_events_method_at_id", "method", "at", "id"),
 )
 
 # Notifications (migration 0015, docs/NOTIFICATIONS.md). The outbox: one row per event, written in the

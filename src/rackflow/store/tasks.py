@@ -24,6 +24,7 @@ from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys, insert_rows
 from rackflow.store.instances import is_live
+from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import racks, task_attempt, tasks
 from rackflow.store.types import UTCDateTime
@@ -251,6 +252,10 @@ async def get_tasks(conn: AsyncConnection, task_ids: Sequence[uuid.UUID]) -> lis
     return found
 
 
+# The task list's order, newest first (each column descending); a page token holds its values.
+TASK_ORDER = (tasks.c.created_at, tasks.c.id)
+
+
 async def list_tasks(
     conn: AsyncConnection,
     *,
@@ -260,8 +265,10 @@ async def list_tasks(
     statuses: Collection[TaskStatus] = (),
     offset: int,
     limit: int | None,
+    after: Key | None = None,
 ) -> tuple[list[Task], int]:
-    """Newest first, and the total before paging."""
+    """Newest first (after the key `after` of TASK_ORDER if given), and the total before paging
+    (`paging.count_capped`)."""
     conditions = []
     if rack_id is not None:
         conditions.append(tasks.c.rack_id == rack_id)
@@ -272,8 +279,13 @@ async def list_tasks(
     if statuses:
         conditions.append(tasks.c.status.in_(sorted(s.value for s in statuses)))
     where = and_(True, *conditions)
-    total = (await conn.execute(select(func.count()).select_from(tasks).where(where))).scalar_one()
-    page = select(tasks).where(where).order_by(tasks.c.created_at.desc(), tasks.c.id.desc()).offset(offset)
+    total = await count_capped(conn, tasks, [where])
+    page = (
+        select(tasks)
+        .where(where, *after_key(TASK_ORDER, after, descending=True))
+        .order_by(*(column.desc() for column in TASK_ORDER))
+        .offset(offset)
+    )
     if limit is not None:
         page = page.limit(limit)
     return await _tasks_where(conn, page), total

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -366,8 +366,10 @@ class TaskManager:
         statuses: Collection[TaskStatus] = (),
         offset: int = 0,
         limit: int | None = None,
+        after: Sequence[Any] | None = None,
     ) -> tuple[list[Task], int]:
-        """Newest first, with the total before paging; `statuses` (if any) and `active_only` both apply."""
+        """Newest first (after the `store.TASK_ORDER` key `after`), with the total before paging (counted
+        up to LIST_COUNT_CAP, then more); `statuses` (if any) and `active_only` both apply."""
         async with self.db.read() as conn:
             return await store.list_tasks(
                 conn,
@@ -377,6 +379,7 @@ class TaskManager:
                 statuses=statuses,
                 offset=offset,
                 limit=limit,
+                after=after,
             )
 
     async def get_tasks(self, task_ids: Sequence[uuid.UUID]) -> list[Task]:

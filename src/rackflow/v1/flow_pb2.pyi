@@ -220,22 +220,33 @@ Global___UUID: _TypeAlias = UUID  # noqa: Y015
 
 @_typing.final
 class Pagination(_message.Message):
+    """A page of a list. Two ways to the next page: `page_token` (keyset: the next page starts after the
+    last row of the page whose response gave the token, so page 10,000 costs what page 1 does), or
+    `offset` (kept for older clients: the database reads and skips `offset` rows first). Not both.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OFFSET_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     limit: _builtins.int
     """0 = no limit"""
+    page_token: _builtins.str
+    """The `next_page_token` of the previous page's response, sent with the same request fields (filters,
+    order_by); empty: the first page.
+    """
     def __init__(
         self,
         *,
         offset: _builtins.int = ...,
         limit: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -501,7 +512,17 @@ class ListRacksResponse(_message.Message):
 
     RACKS_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_CAPPED_FIELD_NUMBER: _builtins.int
     total: _builtins.int
+    next_page_token: _builtins.str
+    """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
+    limit was asked for).
+    """
+    total_capped: _builtins.bool
+    """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more
+    than the page): true when more match than `total` says.
+    """
     @_builtins.property
     def racks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Rack]: ...
     def __init__(
@@ -509,10 +530,12 @@ class ListRacksResponse(_message.Message):
         *,
         racks: _abc.Iterable[Global___Rack] | None = ...,
         total: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+        total_capped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["racks", b"racks", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "racks", b"racks", "total", b"total", "total_capped", b"total_capped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1334,7 +1357,17 @@ class ListTasksResponse(_message.Message):
 
     TASKS_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_CAPPED_FIELD_NUMBER: _builtins.int
     total: _builtins.int
+    next_page_token: _builtins.str
+    """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
+    limit was asked for).
+    """
+    total_capped: _builtins.bool
+    """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more
+    than the page): true when more match than `total` says.
+    """
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Task]: ...
     def __init__(
@@ -1342,10 +1375,12 @@ class ListTasksResponse(_message.Message):
         *,
         tasks: _abc.Iterable[Global___Task] | None = ...,
         total: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+        total_capped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["tasks", b"tasks", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "tasks", b"tasks", "total", b"total", "total_capped", b"total_capped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1957,7 +1992,17 @@ class ListTaskSchedulesResponse(_message.Message):
 
     TASK_SCHEDULES_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_CAPPED_FIELD_NUMBER: _builtins.int
     total: _builtins.int
+    next_page_token: _builtins.str
+    """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
+    limit was asked for).
+    """
+    total_capped: _builtins.bool
+    """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more
+    than the page): true when more match than `total` says.
+    """
     @_builtins.property
     def task_schedules(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskSchedule]: ...
     def __init__(
@@ -1965,10 +2010,12 @@ class ListTaskSchedulesResponse(_message.Message):
         *,
         task_schedules: _abc.Iterable[Global___TaskSchedule] | None = ...,
         total: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+        total_capped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["task_schedules", b"task_schedules", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "task_schedules", b"task_schedules", "total", b"total", "total_capped", b"total_capped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2975,7 +3022,17 @@ class ListTaskScheduleRunsResponse(_message.Message):
 
     RUNS_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_CAPPED_FIELD_NUMBER: _builtins.int
     total: _builtins.int
+    next_page_token: _builtins.str
+    """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
+    limit was asked for).
+    """
+    total_capped: _builtins.bool
+    """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more
+    than the page): true when more match than `total` says.
+    """
     @_builtins.property
     def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskScheduleRun]: ...
     def __init__(
@@ -2983,10 +3040,12 @@ class ListTaskScheduleRunsResponse(_message.Message):
         *,
         runs: _abc.Iterable[Global___TaskScheduleRun] | None = ...,
         total: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+        total_capped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["runs", b"runs", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "runs", b"runs", "total", b"total", "total_capped", b"total_capped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4438,8 +4497,18 @@ class ListAuditEventsResponse(_message.Message):
 
     EVENTS_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_CAPPED_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """matching events before paging"""
+    next_page_token: _builtins.str
+    """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
+    limit was asked for).
+    """
+    total_capped: _builtins.bool
+    """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more
+    than the page): true when more match than `total` says.
+    """
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditEvent]:
         """newest first"""
@@ -4449,10 +4518,12 @@ class ListAuditEventsResponse(_message.Message):
         *,
         events: _abc.Iterable[Global___AuditEvent] | None = ...,
         total: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+        total_capped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_page_token", b"next_page_token", "total", b"total", "total_capped", b"total_capped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

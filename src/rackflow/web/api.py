@@ -64,7 +64,10 @@ class Param:
 
 OFFSET = Param("offset", "integer", "skip this many (with limit)")
 LIMIT = Param("limit", "integer", "at most this many (1-1000; absent: all)")
-PAGE = (OFFSET, LIMIT)
+PAGE_TOKEN = Param(
+    "page_token", "string", "the next page: next_page_token of the previous one (not with offset)"
+)
+PAGE = (OFFSET, LIMIT, PAGE_TOKEN)
 COUNT = Param("count", "integer", "how many (1-100, default 10)")
 AFTER = Param("after", "time", "from this time (RFC 3339, default now)")
 
@@ -169,11 +172,11 @@ class Query:
         return stamp
 
     def pagination(self) -> pb.Pagination | None:
-        """`offset` and `limit`, as the list RPCs take them (limit 0 or absent: no limit)."""
-        offset, limit = self.integer("offset"), self.integer("limit")
-        if offset is None and limit is None:
+        """`offset`, `limit` and `page_token`, as the list RPCs take them (limit 0 or absent: no limit)."""
+        offset, limit, token = self.integer("offset"), self.integer("limit"), self.text("page_token")
+        if offset is None and limit is None and not token:
             return None
-        return pb.Pagination(offset=offset or 0, limit=limit or 0)
+        return pb.Pagination(offset=offset or 0, limit=limit or 0, page_token=token)
 
     def check(self) -> None:
         unknown = sorted(set(self._params) - self._declared)

@@ -6,8 +6,11 @@ Converters validate shape (a UUID parses, an enum value is known, a oneof is set
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +18,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from rackflow.config import LIST_COUNT_CAP
 from rackflow.domain.inventory import (
     ComponentTarget,
     ComponentType,
@@ -72,17 +76,95 @@ def timestamp_from(ts: Timestamp, field: str) -> datetime:
         raise InvalidArgument(f"{field}: invalid timestamp: {exc}") from None
 
 
-def page_from(msg: pb.Pagination | None, field: str = "pagination") -> tuple[int, int | None]:
-    """(offset, limit) with limit None for "no limit"; negative values and huge pages are refused."""
+@dataclass(frozen=True)
+class PageAsked:
+    """A list request's page: skip `offset` rows, or start after the keyset position `after` (a page
+    token's), and return at most `limit` (None: no limit)."""
+
+    offset: int = 0
+    limit: int | None = None
+    after: tuple[Any, ...] | None = None
+
+
+def page_from(msg: pb.Pagination | None, listing: str, field: str = "pagination") -> PageAsked:
+    """The page asked for a list named `listing` (its tokens name it: one list's token is refused by
+    another); negative values, huge pages, a token of another list and a token with an offset are
+    refused."""
     if msg is None:
-        return 0, None
+        return PageAsked()
     if msg.offset < 0:
         raise InvalidArgument(f"{field}.offset: must be >= 0, got {msg.offset}")
     if msg.limit < 0:
         raise InvalidArgument(f"{field}.limit: must be >= 0, got {msg.limit}")
     if msg.limit > MAX_PAGE_SIZE:
         raise InvalidArgument(f"{field}.limit: at most {MAX_PAGE_SIZE}, got {msg.limit}")
-    return msg.offset, (msg.limit or None)
+    after = None
+    if msg.page_token:
+        if msg.offset:
+            raise InvalidArgument(f"{field}.offset: not with a page_token, got {msg.offset}")
+        after = _key_from_token(msg.page_token, listing, f"{field}.page_token")
+    return PageAsked(msg.offset, msg.limit or None, after)
+
+
+# A page token: the list's name and the order values of a page's last row, as URL-safe base64 of JSON,
+# each value tagged with its type ("t" time, "u" UUID, "s" text; null stays null). Opaque to clients, and
+# checked when it comes back, so a token of another list (or another order) is refused, not misread.
+def next_page_token(
+    listing: str, limit: int | None, rows: Sequence[Any], key: Callable[[Any], Iterable[Any]]
+) -> str:
+    """The token of the page after `rows`, or "" when `rows` is the last page (short of `limit`, or no
+    limit was asked)."""
+    if limit is None or not rows or len(rows) < limit:
+        return ""
+    return page_token(listing, key(rows[-1]))
+
+
+def page_token(listing: str, key: Iterable[Any]) -> str:
+    """The token of the page after the row whose order values are `key` in the list `listing`."""
+    values = [_tagged(value) for value in key]
+    return base64.urlsafe_b64encode(json.dumps([listing, values]).encode()).decode().rstrip("=")
+
+
+def _tagged(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return {"t": value.astimezone(UTC).isoformat()}
+    if isinstance(value, uuid.UUID):
+        return {"u": str(value)}
+    if isinstance(value, str):
+        return {"s": value}
+    raise TypeError(f"a page token holds no {type(value).__name__}")
+
+
+def _key_from_token(token: str, listing: str, field: str) -> tuple[Any, ...]:
+    try:
+        name, values = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if name != listing:
+            raise InvalidArgument(f"{field}: a token of {name!r}, not of {listing!r}")
+        return tuple(_untagged(value) for value in values)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InvalidArgument(f"{field}: not a page token of {listing!r}: {token!r}") from exc
+
+
+def _untagged(value: Any) -> Any:
+    if value is None:
+        return None
+    ((tag, text),) = value.items()
+    if not isinstance(text, str):
+        raise TypeError(text)
+    if tag == "t":
+        return datetime.fromisoformat(text)
+    if tag == "u":
+        return uuid.UUID(text)
+    if tag == "s":
+        return text
+    raise KeyError(tag)
+
+
+def total_to(counted: int) -> tuple[int, bool]:
+    """A list response's (total, total_capped) from a count made up to LIST_COUNT_CAP + 1."""
+    return min(counted, LIST_COUNT_CAP), counted > LIST_COUNT_CAP
 
 
 _TYPE_FROM_PB = {

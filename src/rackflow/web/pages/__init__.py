@@ -31,6 +31,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from rackflow.api.auth import authorize
 from rackflow.api.errors import INTERNAL, INTERNAL_MESSAGE
 from rackflow.clock import Clock
+from rackflow.config import LIST_COUNT_CAP
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import PermissionDenied, RackflowError, Unauthenticated
 from rackflow.security import Principal, TokenTable
@@ -211,13 +212,17 @@ def offset_of(page: int, size: int = PAGE_SIZE) -> int:
     return (page - 1) * size
 
 
-def pages_of(total: int, page: int, size: int = PAGE_SIZE) -> dict[str, int]:
-    """What the pager shows: this page, the last page, and which rows of the total these are."""
+def pages_of(total: int, page: int, size: int = PAGE_SIZE, *, capped: bool = False) -> dict[str, Any]:
+    """What the pager shows: this page, the last page, and which rows of the total these are. A total
+    counted up to LIST_COUNT_CAP (`capped`, or more than the cap: a store count) shows as "10,000+" and
+    pages up to the cap, so the deepest page's OFFSET is bounded too."""
+    more = capped or total > LIST_COUNT_CAP
+    total = min(total, LIST_COUNT_CAP)
     first_row = min(total, offset_of(page, size) + 1)
     return {
         "page": page,
         "last": max(1, -(-total // size)),
-        "total": total,
+        "total": f"{total:,}+" if more else total,
         "first_row": first_row,
         "last_row": min(total, offset_of(page, size) + size),
     }

@@ -91,6 +91,6 @@ async def _list(site: Site, request: Request, principal: Principal) -> Mapping[s
         "pretty": _pretty,
         "filters": {"method": q.get("method", ""), "principal": q.get("principal", "")},
         "methods": sorted(m for m in pb.DESCRIPTOR.services_by_name["Flow"].methods_by_name),
-        "pager": pages_of(found.total, page),
+        "pager": pages_of(found.total, page, capped=found.total_capped),
         "url": lambda **changes: query_url(request, **changes),
     }

@@ -1,0 +1,706 @@
+"""scale: a million schedules and ten million runs — are the drain, the pages and the prune still flat?
+
+Loads (`scale_load.py`) S schedules over R racks with N runs and their tasks as a year of history leaves
+them, A audit events, and one schedule over B racks with G runs (the runs grid), into the dedicated
+database `--database` (dropped and made again, migrated by `rackflow db migrate`), then ANALYZE. Then, on
+that database, with one `rackflow serve` (dispatcher, executor, dashboard):
+
+* reads: every List RPC's first page and its next page (by `page_token`), every dashboard page and the
+  runs grid, the audit page filtered by principal: p95 of `--repeat` calls, server time (loopback);
+  `--explain` prints the plan of every statement those calls ran (auto_explain in the server's sessions);
+* idle RSS of the server (VmRSS after start-up and after the reads);
+* fire lag: one-time schedules created one by one, each due 0.5 s later (p99 of task created_at - due);
+* drain: `--drain` of the loaded schedules made due at once, against the same drain on an empty database
+  (same run): firings/s and their ratio;
+* prune: `--run-retention`'s and `--task-retention`'s and the audit's prune of the oldest month (1/12 of
+  each table), rows/s.
+
+Every figure line ends with the load average at its start; the `# code` line names the revision.
+
+    python bench/scale.py --schedules 100000 --racks 2000 --runs 1000000 --audit 100000   # 1/10 size
+    python bench/scale.py --reuse --phases reads --explain                              # no reload
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import scale_load
+from _common import (
+    ServerProcess,
+    bulk_load,
+    code_line,
+    fresh_database,
+    machine_line,
+    percentile,
+    result,
+    rss_kib,
+    start_server,
+    sync_engine,
+)
+from sqlalchemy import Engine, create_engine, func, select, text, update
+from sqlalchemy.engine import make_url
+
+from rackflow.store.tables import task_schedule, task_schedule_run, tasks
+from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.v1 import flow_pb2 as pb
+
+DEFAULT_ADMIN = os.environ.get("RACKFLOW_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+PAGE = 50
+ONLY = ""  # --only: the reads whose name or path contains it
+SIM_STEP_SECONDS = "0.2"
+
+
+def load_avg() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def database_url(admin: str, name: str) -> str:
+    return make_url(admin).set(database=name).render_as_string(hide_password=False)
+
+
+def recreate_database(admin: str, name: str) -> str:
+    engine = create_engine(make_url(admin).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    url = database_url(admin, name)
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+    return url
+
+
+def load(args: argparse.Namespace) -> str:
+    url = recreate_database(args.pg_admin, args.database)
+    engine = sync_engine(url)
+    started = time.perf_counter()
+    scale_load.load(
+        engine,
+        schedules=args.schedules,
+        racks_n=args.racks,
+        runs=args.runs,
+        tasks_n=args.runs if args.tasks is None else args.tasks,
+        audit=args.audit,
+        big_racks=args.big_racks,
+        big_runs=args.big_runs,
+    )
+    asyncio.run(scale_load.check_rows(url, args.runs - 1))
+    with engine.connect() as conn:
+        size = conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one()
+    engine.dispose()
+    result("scale_load", seconds=time.perf_counter() - started, db_gib=size / 2**30, loadavg=load_avg())
+    return url
+
+
+# --- reads -------------------------------------------------------------------------------------------
+
+
+def _md5_id(value: str) -> str:
+    return scale_load._md5_uuid(value)
+
+
+def _uuid(value: str) -> pb.UUID:
+    return pb.UUID(id=value)
+
+
+def _page(limit: int = PAGE, token: str = "") -> pb.Pagination:
+    return pb.Pagination(limit=limit, page_token=token)
+
+
+def rpc_cases(stub: Any, schedules: int) -> list[tuple[str, Callable[[], Any], Callable[[Any], Any] | None]]:
+    """(name, first page, next page from the first's answer or None) for every List RPC, with the filters
+    the dashboard and the CLI use."""
+    normal = _md5_id("sched1")
+    big = _md5_id("big")
+    rack = _md5_id("rack1")
+    cases: list[tuple[str, Callable[[], Any], Callable[[Any], Any] | None]] = []
+
+    def paged(name: str, method: Any, make: Callable[..., Any]) -> None:
+        cases.append(
+            (
+                name,
+                lambda: method(make(pagination=_page())),
+                lambda first: method(make(pagination=_page(token=first.next_page_token))),
+            )
+        )
+
+    paged("ListRacks", stub.ListRacks, pb.ListRacksRequest)
+    paged("ListTaskSchedules", stub.ListTaskSchedules, pb.ListTaskSchedulesRequest)
+    for order in ("name", "next_run_at", "last_run_at desc", "created_at desc"):
+        paged(
+            f"ListTaskSchedules[order_by={order}]",
+            stub.ListTaskSchedules,
+            lambda order=order, **kw: pb.ListTaskSchedulesRequest(order_by=order, **kw),
+        )
+    paged(
+        "ListTaskSchedules[enabled_only]",
+        stub.ListTaskSchedules,
+        lambda **kw: pb.ListTaskSchedulesRequest(enabled_only=True, **kw),
+    )
+    paged(
+        "ListTaskSchedules[paused_only]",
+        stub.ListTaskSchedules,
+        lambda **kw: pb.ListTaskSchedulesRequest(paused_only=True, **kw),
+    )
+    paged(
+        "ListTaskSchedules[name_contains]",
+        stub.ListTaskSchedules,
+        lambda **kw: pb.ListTaskSchedulesRequest(name_contains="s00012", **kw),
+    )
+    paged(
+        "ListTaskSchedules[operation_type]",
+        stub.ListTaskSchedules,
+        lambda **kw: pb.ListTaskSchedulesRequest(operation_type="power_on", **kw),
+    )
+    paged(
+        "ListTaskSchedules[rack_id]",
+        stub.ListTaskSchedules,
+        lambda **kw: pb.ListTaskSchedulesRequest(rack_id=_uuid(rack), **kw),
+    )
+    paged("ListTasks", stub.ListTasks, pb.ListTasksRequest)
+    paged("ListTasks[rack_id]", stub.ListTasks, lambda **kw: pb.ListTasksRequest(rack_id=_uuid(rack), **kw))
+    paged(
+        "ListTasks[schedule_id]",
+        stub.ListTasks,
+        lambda **kw: pb.ListTasksRequest(schedule_id=_uuid(normal), **kw),
+    )
+    paged("ListTasks[active_only]", stub.ListTasks, lambda **kw: pb.ListTasksRequest(active_only=True, **kw))
+    paged(
+        "ListTasks[statuses=FAILED]",
+        stub.ListTasks,
+        lambda **kw: pb.ListTasksRequest(statuses=[pb.TASK_STATUS_FAILED], **kw),
+    )
+    paged(
+        "ListTaskScheduleRuns",
+        stub.ListTaskScheduleRuns,
+        lambda **kw: pb.ListTaskScheduleRunsRequest(schedule_id=_uuid(normal), **kw),
+    )
+    cases.append(
+        (
+            "ListTaskScheduleRuns[big,limit=2]",
+            lambda: stub.ListTaskScheduleRuns(
+                pb.ListTaskScheduleRunsRequest(schedule_id=_uuid(big), pagination=_page(2))
+            ),
+            lambda first: stub.ListTaskScheduleRuns(
+                pb.ListTaskScheduleRunsRequest(
+                    schedule_id=_uuid(big), pagination=_page(2, first.next_page_token)
+                )
+            ),
+        )
+    )
+    paged("ListAuditEvents", stub.ListAuditEvents, pb.ListAuditEventsRequest)
+    paged(
+        "ListAuditEvents[principal]",
+        stub.ListAuditEvents,
+        lambda **kw: pb.ListAuditEventsRequest(principal="user-7", **kw),
+    )
+    paged(
+        "ListAuditEvents[method]",
+        stub.ListAuditEvents,
+        lambda **kw: pb.ListAuditEventsRequest(method="PauseTaskSchedule", **kw),
+    )
+    unpaged: list[tuple[str, Callable[[], Any]]] = [
+        (
+            "ListTaskScheduleScopes[big]",
+            lambda: stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(big))),
+        ),
+        (
+            "ListTaskScheduleScopes",
+            lambda: stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(normal))),
+        ),
+        ("ListNVLDomains", lambda: stub.ListNVLDomains(pb.ListNVLDomainsRequest())),
+        ("ListMaintenanceWindows", lambda: stub.ListMaintenanceWindows(pb.ListMaintenanceWindowsRequest())),
+        ("ListOperationBudgets", lambda: stub.ListOperationBudgets(pb.ListOperationBudgetsRequest())),
+        ("ListPreflightChecks", lambda: stub.ListPreflightChecks(pb.ListPreflightChecksRequest())),
+        (
+            "ListNotificationChannels",
+            lambda: stub.ListNotificationChannels(pb.ListNotificationChannelsRequest()),
+        ),
+        (
+            "ListNotificationDeliveries",
+            lambda: stub.ListNotificationDeliveries(pb.ListNotificationDeliveriesRequest()),
+        ),
+    ]
+    cases.extend((name, call, None) for name, call in unpaged)
+    return cases
+
+
+def page_paths(big_runs: int) -> list[str]:
+    """Every dashboard page, with the filters an operator uses, and the runs grid of `scale-big`."""
+    return [
+        "/",
+        "/schedules",
+        "/schedules?page=2",
+        "/schedules?state=paused",
+        "/schedules?search=s00012",
+        "/schedules?sort=next_run_at",
+        "/schedules/scale-s0000001",
+        "/schedules/scale-big",
+        f"/runs/{_md5_id('run1')}",
+        f"/runs/{_md5_id(f'bigrun{big_runs - 1}')}",
+        "/tasks",
+        "/tasks?page=2",
+        "/tasks?status=failed",
+        "/tasks?rack=scale-r0000001",
+        f"/tasks/{_md5_id('task1')}",
+        "/racks",
+        "/racks/scale-r0000001",
+        "/windows",
+        "/notifications",
+        "/audit",
+        "/audit?principal=user-7",
+        "/audit?method=PauseTaskSchedule",
+    ]
+
+
+def timed(call: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
+    """Milliseconds of each of `repeat` calls (after one warm-up), and the last answer."""
+    answer = call()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        answer = call()
+        times.append((time.perf_counter() - started) * 1000)
+    return times, answer
+
+
+def measure_reads(
+    server: ServerProcess, repeat: int, schedules: int, big_runs: int, target_rpc: float, target_page: float
+) -> None:
+    stub = server.stub()
+    misses: list[str] = []
+    for name, first, follow in rpc_cases(stub, schedules):
+        if ONLY and ONLY not in name:
+            continue
+        load = load_avg()
+        try:
+            times, answer = timed(first, repeat)
+        except grpc.RpcError as exc:
+            misses.append(name)
+            result("scale_rpc", rpc=name, error=exc.code().name, loadavg=load)  # type: ignore[attr-defined]
+            continue
+        p95 = percentile(times, 95)
+        fields: dict[str, object] = {"first_p95_ms": p95}
+        worst = p95
+        if follow is not None:
+            if answer.next_page_token:
+                next_times, _ = timed(functools.partial(follow, answer), repeat)
+                fields["next_p95_ms"] = percentile(next_times, 95)
+                worst = max(worst, percentile(next_times, 95))
+            else:
+                fields["next_p95_ms"] = "none(one page)"
+        if worst > target_rpc:
+            misses.append(name)
+        result(
+            "scale_rpc",
+            rpc=name,
+            **fields,
+            target_ms=target_rpc,
+            met="yes" if worst <= target_rpc else "no",
+            loadavg=load,
+        )
+    with httpx.Client(base_url=server.http_url, timeout=120) as client:
+        for path in page_paths(big_runs):
+            if ONLY and ONLY not in path:
+                continue
+            load = load_avg()
+
+            def get(path: str = path) -> int:
+                response = client.get(path)
+                response.raise_for_status()
+                return len(response.content)
+
+            times, size = timed(get, repeat)
+            p95 = percentile(times, 95)
+            if p95 > target_page:
+                misses.append(path)
+            result(
+                "scale_page",
+                path=path,
+                p95_ms=p95,
+                kib=size // 1024,
+                target_ms=target_page,
+                met="yes" if p95 <= target_page else "no",
+                loadavg=load,
+            )
+    result("scale_reads", missed=",".join(misses) or "none")
+
+
+# --- plans -------------------------------------------------------------------------------------------
+
+POSTGRES_LOG = Path(
+    os.environ.get("RACKFLOW_BENCH_POSTGRES_LOG", "/var/log/postgresql/postgresql-15-main.log")
+)
+LOG_LINE = re.compile(r"^\S+ \S+ \S+ \[(\d+)\]")
+AUTO_EXPLAIN = {
+    "session_preload_libraries": "auto_explain",
+    "auto_explain.log_min_duration": "0",
+    "auto_explain.log_analyze": "on",
+    "auto_explain.log_buffers": "on",
+    "auto_explain.log_timing": "off",
+}
+
+
+@contextmanager
+def auto_explain(url: str, database: str, enabled: bool) -> Iterator[None]:
+    """While the block runs, every statement of a new session on `database` logs its plan with row counts
+    (auto_explain, set on this database only, so other databases on the server are left alone)."""
+    if not enabled:
+        yield
+        return
+    engine = create_engine(make_url(url).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        for name, value in AUTO_EXPLAIN.items():
+            conn.execute(text(f"ALTER DATABASE \"{database}\" SET {name} = '{value}'"))
+    try:
+        yield
+    finally:
+        with engine.connect() as conn:
+            for name in AUTO_EXPLAIN:
+                conn.execute(text(f'ALTER DATABASE "{database}" RESET {name}'))
+        engine.dispose()
+
+
+def backend_pids(url: str, database: str, server_pid: int) -> set[int]:
+    """The PostgreSQL backends serving `server_pid` (by client port, from /proc's sockets: simpler to ask
+    pg_stat_activity for every backend on the database, which is the server's alone during the reads)."""
+    engine = create_engine(make_url(url).set(drivername="postgresql+psycopg"))
+    with engine.connect() as conn:
+        pids = set(
+            conn.execute(
+                text("SELECT pid FROM pg_stat_activity WHERE datname = :d AND pid <> pg_backend_pid()"),
+                {"d": database},
+            ).scalars()
+        )
+    engine.dispose()
+    return pids
+
+
+def plans_since(offset: int, pids: set[int]) -> list[str]:
+    """auto_explain's entries in the PostgreSQL log after `offset`, from `pids`, one per distinct query."""
+    with POSTGRES_LOG.open("rb") as log:
+        log.seek(offset)
+        lines = log.read().decode(errors="replace").splitlines()
+    entries: list[list[str]] = []
+    for line in lines:
+        head = LOG_LINE.match(line)  # log_line_prefix '%m [%p] …': date, time, zone, [pid]
+        if head is not None:
+            pid = int(head.group(1))
+            entries.append([line] if pid in pids and "plan:" in line else [])
+        elif entries and entries[-1]:
+            entries[-1].append(line)
+    seen: dict[str, str] = {}
+    for entry in entries:
+        if not entry:
+            continue
+        body = "\n".join(entry)
+        query = next((e for e in entry if "Query Text:" in e), body)
+        seen.setdefault(query, body)
+    return list(seen.values())
+
+
+def explain_reads(server: ServerProcess, url: str, database: str, schedules: int, big_runs: int) -> None:
+    """Each List RPC case and dashboard page once, with the plans of the statements it ran."""
+    stub = server.stub()
+    with httpx.Client(base_url=server.http_url, timeout=120) as client:
+        calls: list[tuple[str, Callable[[], Any]]] = []
+        for name, first, follow in rpc_cases(stub, schedules):
+            calls.append((name, first))
+            if follow is not None:
+                calls.append((f"{name} next", lambda first=first, follow=follow: follow(first())))
+        calls.extend(
+            (f"GET {path}", lambda path=path: client.get(path).raise_for_status())
+            for path in page_paths(big_runs)
+        )
+        for name, call in calls:
+            if ONLY and ONLY not in name:
+                continue
+            call()  # the session may be new: warm it, then look at one call only
+            offset = POSTGRES_LOG.stat().st_size
+            call()
+            time.sleep(0.3)  # the log is written asynchronously by the backends
+            plans = plans_since(offset, backend_pids(url, database, server.proc.pid))
+            print(f"### plans of {name}: {len(plans)} distinct statements", flush=True)
+            for plan in plans:
+                print(plan, flush=True)
+
+
+# --- fire lag, memory, drain -------------------------------------------------------------------------
+
+
+def measure_lag(server: ServerProcess, url: str, samples: int) -> None:
+    """One-time schedules created one by one over gRPC on loaded racks, each due 0.5 s later."""
+    from dispatch_lag import _create_one_by_one
+
+    load = load_avg()
+    racks = [f"scale-r{i:07d}" for i in range(samples)]
+    due_by_id = asyncio.run(_create_one_by_one(server.address, racks, 0.5, 0.25))
+    engine = sync_engine(url)
+    created = select(tasks.c.schedule_id, tasks.c.created_at).where(tasks.c.schedule_id.in_(list(due_by_id)))
+    deadline = time.monotonic() + 120
+    with engine.connect() as conn:
+        while len(rows := conn.execute(created).all()) < samples:
+            conn.commit()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(rows)} of {samples} fired; log tail:\n{server.output[-3000:]}")
+            time.sleep(0.2)
+    engine.dispose()
+    lags = [(at - due_by_id[schedule_id]).total_seconds() * 1000 for schedule_id, at in rows]
+    p99 = percentile(lags, 99)
+    result(
+        "scale_fire_lag",
+        samples=len(lags),
+        p50_ms=percentile(lags, 50),
+        p99_ms=p99,
+        max_ms=max(lags),
+        target_ms=500,
+        met="yes" if p99 <= 500 else "no",
+        loadavg=load,
+    )
+
+
+def rss_mib(server: ServerProcess) -> float:
+    return rss_kib(server.proc.pid) / 1024
+
+
+def make_due(url: str, n: int) -> datetime:
+    """Loaded schedules 0..n-1 due a minute ago; returns that time. Schedule s is on rack s % racks, so
+    with n <= racks each is on a rack of its own (as in dispatch_drain), and their md5 ids spread them
+    over the whole table and its indexes."""
+    due = datetime.now(UTC) - timedelta(minutes=1)
+    ids = [uuid.UUID(_md5_id(f"sched{i}")) for i in range(n)]
+    engine = sync_engine(url)
+    with engine.begin() as conn:
+        for first in range(0, n, 5_000):
+            chunk = ids[first : first + 5_000]
+            conn.execute(update(task_schedule).where(task_schedule.c.id.in_(chunk)).values(next_run_at=due))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("ANALYZE task_schedule"))
+    engine.dispose()
+    return due
+
+
+def drain(url: str, log_dir: Path, n: int, due: datetime, timeout: float = 900.0) -> tuple[float, float]:
+    """Start a server, wait until nothing is due at `due` and no run is firing; (firings/s, load)."""
+    from dispatch_drain import RUNNING_RUN, first_due
+
+    load = load_avg()
+    engine = sync_engine(url)
+    started = datetime.now(UTC)
+    server = start_server(
+        url,
+        log_dir,
+        args=["--dispatch-batch", "10"],
+        env={"RACKFLOW_SIM_STEP_SECONDS": SIM_STEP_SECONDS},
+        name="drain",
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        with engine.connect() as conn:
+            while (
+                conn.execute(first_due(due)).first() is not None
+                or conn.execute(RUNNING_RUN).first() is not None
+            ):
+                conn.commit()
+                if server.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"drain did not finish; log tail:\n{server.output[-3000:]}")
+                time.sleep(0.5)
+            run = task_schedule_run.c
+            first_fired, fired = conn.execute(
+                select(func.min(run.fired_at), func.count()).where(run.fired_at >= started)
+            ).one()
+            last_task = conn.execute(
+                select(func.max(tasks.c.created_at)).where(tasks.c.created_at >= started)
+            ).scalar_one()
+    finally:
+        server.stop()
+        engine.dispose()
+    if fired != n:
+        raise RuntimeError(f"{fired} firings, expected {n}")
+    return n / (last_task - first_fired).total_seconds(), load
+
+
+def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
+    """The loaded database's drain, then the same on an empty one, alternating `--drain-rounds` times."""
+    loaded_rates, empty_rates = [], []
+    for round_ in range(args.drain_rounds):
+        if args.drain > args.racks:
+            raise SystemExit("--drain must be at most --racks (a rack per due schedule)")
+        due = make_due(url, args.drain)
+        rate, load = drain(url, log_dir, args.drain, due)
+        loaded_rates.append(rate)
+        result("scale_drain", db="loaded", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
+        with fresh_database("postgres", args.pg_admin) as ws:
+            empty_due = datetime.now(UTC) - timedelta(minutes=1)
+            bulk_load(
+                ws.url,
+                args.drain,
+                spec=ScheduleSpec(SpecType.INTERVAL, "24h", "UTC"),
+                next_run_at=functools.partial(lambda due, _: due, empty_due),
+            )
+            rate, load = drain(ws.url, ws.log_dir, args.drain, empty_due)
+            empty_rates.append(rate)
+            result("scale_drain", db="empty", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
+    ratio = (sum(loaded_rates) / len(loaded_rates)) / (sum(empty_rates) / len(empty_rates))
+    result("scale_drain_ratio", loaded_over_empty=ratio, target=0.8, met="yes" if ratio >= 0.8 else "no")
+
+
+# --- prune -------------------------------------------------------------------------------------------
+
+
+def wal_lsn(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")).scalar_one())
+
+
+def measure_prune(url: str, hours: float) -> None:
+    """Each retention's prune of the oldest `hours` of the year of history (a backlog, as after a
+    retention is first set), as `rackflow serve`'s pruner runs it (the store's functions, PRUNE_CHUNK rows a
+    transaction): rows, seconds, rows/s, WAL bytes per row (the server's WAL position: other databases'
+    writes meanwhile are counted too, so it is an upper bound)."""
+    from rackflow.store import audit as audit_store
+    from rackflow.store import schedules as schedule_store
+    from rackflow.store import tasks as task_store
+    from rackflow.store.db import Database
+
+    retention = timedelta(days=365) - timedelta(hours=hours)
+    engine = sync_engine(url)
+    for name, prune in (
+        ("runs", schedule_store.prune_old_runs),
+        ("tasks", task_store.prune_finished_tasks),
+        ("audit", audit_store.prune_events),
+    ):
+        load = load_avg()
+
+        async def run(prune: Any = prune) -> int:
+            db = Database(url)
+            try:
+                return sum([n async for n in prune(db, retention)])
+            finally:
+                await db.dispose()
+
+        wal_before = wal_lsn(engine)
+        started = time.perf_counter()
+        pruned = asyncio.run(run())
+        seconds = time.perf_counter() - started
+        wal = wal_lsn(engine) - wal_before
+        result(
+            "scale_prune",
+            table=name,
+            rows=pruned,
+            seconds=seconds,
+            rows_per_s=pruned / seconds if seconds else 0.0,
+            wal_bytes_per_row=wal / pruned if pruned else 0.0,
+            loadavg=load,
+        )
+    engine.dispose()
+
+
+# --- main --------------------------------------------------------------------------------------------
+
+PHASES = ("reads", "rss", "lag", "drain", "prune")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pg-admin", default=DEFAULT_ADMIN, help="PostgreSQL server to make --database on")
+    parser.add_argument("--database", default="rackflow_scale", help="dropped and made again unless --reuse")
+    parser.add_argument("--reuse", action="store_true", help="measure the database a previous run loaded")
+    parser.add_argument("--schedules", type=int, default=1_000_000)
+    parser.add_argument("--racks", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=10_000_000, help="runs (and as many tasks) of history")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        help="tasks of the newest runs only (default: every run's): a shorter --task-retention",
+    )
+    parser.add_argument("--audit", type=int, default=1_000_000, help="audit events over the year")
+    parser.add_argument("--big-racks", type=int, default=10_000, help="racks of the runs grid's schedule")
+    parser.add_argument("--big-runs", type=int, default=50, help="runs of the runs grid's schedule")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"some of {','.join(PHASES)}")
+    parser.add_argument("--repeat", type=int, default=20, help="calls per read (p95 of them)")
+    parser.add_argument(
+        "--explain", action="store_true", help="print the plan of every statement of every read"
+    )
+    parser.add_argument("--only", default="", help="only the reads whose RPC name or path contains this")
+    parser.add_argument("--lag-samples", type=int, default=100)
+    parser.add_argument("--drain", type=int, default=10_000, help="loaded schedules made due at once")
+    parser.add_argument("--drain-rounds", type=int, default=1)
+    parser.add_argument(
+        "--prune-hours", type=float, default=6.0, help="hours of the oldest history each prune deletes"
+    )
+    args = parser.parse_args()
+    global ONLY
+    ONLY = args.only
+    phases = set(args.phases.split(","))
+    print(machine_line())
+    print(code_line())
+    print(
+        f"# scale schedules={args.schedules} racks={args.racks} runs={args.runs} audit={args.audit} "
+        f"big={args.big_racks}x{args.big_runs} database={args.database}",
+        flush=True,
+    )
+    url = database_url(args.pg_admin, args.database) if args.reuse else load(args)
+    with __import__("tempfile").TemporaryDirectory(prefix="rackflow-scale-") as tmp:
+        log_dir = Path(tmp)
+        if phases & {"reads", "rss", "lag"}:
+            with auto_explain(args.pg_admin, args.database, args.explain):
+                server = start_server(
+                    url,
+                    log_dir,
+                    args=["--http-listen", "127.0.0.1:0"],
+                    env={"RACKFLOW_SIM_STEP_SECONDS": SIM_STEP_SECONDS},
+                )
+                try:
+                    time.sleep(5)
+                    if "rss" in phases:
+                        result(
+                            "scale_rss",
+                            when="idle",
+                            rss_mib=rss_mib(server),
+                            target_mib=250,
+                            met="yes" if rss_mib(server) <= 250 else "no",
+                            loadavg=load_avg(),
+                        )
+                    if args.explain:
+                        explain_reads(server, args.pg_admin, args.database, args.schedules, args.big_runs)
+                    elif "reads" in phases:
+                        measure_reads(server, args.repeat, args.schedules, args.big_runs, 100.0, 300.0)
+                    if "rss" in phases:
+                        result(
+                            "scale_rss",
+                            when="after reads",
+                            rss_mib=rss_mib(server),
+                            peak_mib=rss_kib(server.proc.pid, "VmHWM") / 1024,
+                            loadavg=load_avg(),
+                        )
+                    if "lag" in phases:
+                        measure_lag(server, url, args.lag_samples)
+                finally:
+                    server.stop()
+        if "drain" in phases:
+            measure_drain(url, log_dir, args)
+        if "prune" in phases:
+            measure_prune(url, args.prune_hours)
+
+
+if __name__ == "__main__":
+    main()

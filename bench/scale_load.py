@@ -1,0 +1,490 @@
+"""Bulk loading for `bench/scale.py`: a fleet with a year of history, cloned server-side from rows rackflow
+itself wrote.
+
+Why server-side: 10^7 runs and 10^7 tasks sent from Python, even by COPY, spend most of the load turning
+values into text on this side; `INSERT … SELECT … FROM generate_series` makes them inside PostgreSQL, in
+chunks of `CHUNK` rows per transaction (so no transaction holds gigabytes of WAL).
+
+Faithful rows: a rack, a schedule on it, one manual firing of it (its run and task) and one audit event are
+first written through rackflow's own services and store on the migrated schema; every other row is a copy
+of those with only its ids, names, times and links changed (`_clone`): the columns it does not name are the
+template's, so a column added by a later migration is copied too. Outcomes are written in
+`store.schedules.outcomes_to_json`'s shape, and `check_rows` reads a cloned run and task back through
+rackflow's own row readers. Ids are md5-derived from the row's number, so rows link to each other without
+a join (`run k` submitted `task k`, of schedule `k % schedules`).
+
+Layout (S schedules, R racks, N runs, A audit events):
+* racks 0..R-1, each with one COMPUTE component;
+* schedules 0..S-1 (interval 24h), schedule s on rack s % R, next run spread over the day after tomorrow
+  (so nothing fires during the reads; the drain makes 10,000 of them due on purpose);
+* run k (0..N-1) of schedule k % S, its (k // S)-th firing, spread over the past year, completed, one
+  outcome "submitted" naming task k; task k completed 30 s after it started; each scope's last task is its
+  newest;
+* one schedule "scale-big" over racks 0..B-1 with G runs of B outcomes each (the runs grid);
+* audit events 0..A-1 spread over the year, by 50 principals round-robin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, Table, select, text, update
+
+from rackflow.clock import SystemClock
+from rackflow.domain.audit import AuditEvent
+from rackflow.services import Services
+from rackflow.store import audit as audit_store
+from rackflow.store import schedules as schedule_store
+from rackflow.store import tasks as task_store
+from rackflow.store.db import Database
+from rackflow.store.tables import (
+    audit_events,
+    components,
+    racks,
+    task_schedule,
+    task_schedule_run,
+    task_schedule_scope,
+    tasks,
+)
+
+CHUNK = 500_000
+PRINCIPALS = 50
+DAY_S = 86_400
+YEAR = "interval '365 days'"
+
+
+def uid(kind: str, n: str) -> str:
+    """The SQL for row `n`'s id of `kind` (deterministic, so rows link without a join)."""
+    return f"md5('{kind}' || ({n})::text)::uuid"
+
+
+def rack_name(n: str) -> str:
+    return f"'scale-r' || lpad(({n})::text, 7, '0')"
+
+
+async def write_templates(url: str) -> dict[str, uuid.UUID]:
+    """A rack, a schedule on it, one manual firing (its run and its task, through the services), the task
+    completed and the run written back as the executor would, and one audit event of a pause on it."""
+    from _common import _create_template  # the bench's own service-made rack and schedule
+
+    from rackflow.timespec import ScheduleSpec, SpecType
+
+    rack_id, schedule_id = await _create_template(
+        url, "scale-template", ScheduleSpec(SpecType.INTERVAL, "24h", "UTC")
+    )
+    db = Database(url)
+    try:
+        services = Services.build(db, SystemClock())
+        (task_id,) = await services.schedules.trigger(schedule_id)
+        async with db.transaction() as conn:
+            run_id = (
+                await conn.execute(
+                    select(task_schedule_run.c.id).where(task_schedule_run.c.schedule_id == schedule_id)
+                )
+            ).scalar_one()
+            snapshot = (await audit_store.schedule_snapshots(conn, {schedule_id}))[schedule_id]
+            now = await db.now(conn)
+            audit_id = uuid.uuid4()
+            await audit_store.insert_events(
+                conn,
+                [
+                    AuditEvent(
+                        id=audit_id,
+                        at=now,
+                        principal="user-0",
+                        method="PauseTaskSchedule",
+                        target_ids=(str(schedule_id),),
+                        outcome="OK",
+                        error="",
+                        request={"id": {"id": str(schedule_id)}, "reason": "firmware freeze"},
+                        schedule_before=snapshot,
+                        schedule_after={**snapshot, "enabled": False},
+                    )
+                ],
+            )
+            await conn.execute(
+                update(tasks)
+                .where(tasks.c.id == task_id)
+                .values(status="completed", started_at=now, finished_at=now, updated_at=now, owner_id=None)
+            )
+            run = (
+                await conn.execute(select(task_schedule_run).where(task_schedule_run.c.id == run_id))
+            ).one()
+            await schedule_store.complete_runs(conn, {run_id: schedule_store.run_from_row(run).outcomes})
+    finally:
+        await db.dispose()
+    return {"rack": rack_id, "schedule": schedule_id, "task": task_id, "run": run_id, "audit": audit_id}
+
+
+def series(first: int, last: int) -> str:
+    """The FROM item of rows first..last-1, each named g."""
+    return f"generate_series({first}, {last - 1}) g"
+
+
+def _clone(
+    conn: Any, table: Table, template_id: uuid.UUID, overrides: Mapping[str, str], series: str
+) -> None:
+    """INSERT into `table` one row per `g` of `series` (a FROM item naming g, and anything the overrides
+    use), each the template row with `overrides` (column -> SQL expression)."""
+    columns = [c.name for c in table.columns]
+    values = [overrides.get(c, f"t.{c}") for c in columns]
+    conn.execute(
+        text(
+            f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT {', '.join(values)} "
+            f"FROM {table.name} t, {series} WHERE t.id = :template"
+        ),
+        {"template": template_id},
+    )
+
+
+SECONDARY_INDEXES = text(
+    "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = :table AND NOT EXISTS "
+    "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname) AND i.indexdef NOT LIKE '% WHERE %'"
+)
+
+
+@contextmanager
+def secondary_indexes_rebuilt(engine: Engine, *tables: Table) -> Iterator[None]:
+    """Drop the full indexes of `tables` that back no constraint, and make them again (from their own
+    definitions, as migrated) after the block: one sort per index instead of ten million random inserts
+    into each, as pg_restore does. Primary keys and unique constraints stay (foreign keys need them), and
+    so do partial indexes (history rows are not in most of them, and PostgreSQL spells a rebuilt one's
+    predicate differently from the migration's)."""
+    with engine.connect() as conn:
+        found = [row for table in tables for row in conn.execute(SECONDARY_INDEXES, {"table": table.name})]
+    with engine.begin() as conn:
+        for name, _ in found:
+            conn.execute(text(f'DROP INDEX "{name}"'))
+    yield
+    started = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(text("SET LOCAL maintenance_work_mem = '512MB'"))
+        for _, definition in found:
+            conn.execute(text(definition))
+    print(f"# rebuilt {len(found)} indexes in {time.perf_counter() - started:.1f}s", flush=True)
+
+
+def _chunked(engine: Engine, total: int, what: str, insert: Any, start: int = 0) -> None:
+    """`insert(conn, first, last)` for each chunk [first, last) of start..total, one transaction each."""
+    started = time.perf_counter()
+    for first in range(start, total, CHUNK):
+        last = min(total, first + CHUNK)
+        with engine.begin() as conn:
+            # The rows are made consistent by construction (`check_rows` reads them back): the foreign keys'
+            # per-row checks are skipped for the load, as pg_restore's data-only mode does.
+            conn.execute(text("SET LOCAL session_replication_role = replica"))
+            insert(conn, first, last)
+    print(f"# loaded {what}={total - start} in {time.perf_counter() - started:.1f}s", flush=True)
+
+
+def load(
+    engine: Engine,
+    *,
+    schedules: int,
+    racks_n: int,
+    runs: int,
+    tasks_n: int,
+    audit: int,
+    big_racks: int,
+    big_runs: int,
+) -> None:
+    """Write the fleet and its history (see the module docstring), then ANALYZE. Only the newest
+    `tasks_n` runs keep their task, as with a --task-retention shorter than the --run-retention (the
+    older runs' outcomes name tasks that are gone, as pruning leaves them)."""
+    tpl = asyncio.run(write_templates(engine.url.render_as_string(hide_password=False)))
+    per_schedule = max(1, runs // schedules)
+    r, s = racks_n, schedules
+
+    _chunked(
+        engine,
+        r,
+        "racks",
+        lambda conn, a, b: (
+            _clone(
+                conn,
+                racks,
+                tpl["rack"],
+                {"id": uid("rack", "g"), "name": rack_name("g"), "external_id": rack_name("g")},
+                series(a, b),
+            ),
+        ),
+    )
+    component_id = _scalar(engine, select(components.c.id).where(components.c.rack_id == tpl["rack"]))
+    _chunked(
+        engine,
+        r,
+        "components",
+        lambda conn, a, b: _clone(
+            conn,
+            components,
+            component_id,
+            {
+                "id": uid("comp", "g"),
+                "rack_id": uid("rack", "g"),
+                "name": rack_name("g") + " || '-c0'",
+                "external_id": rack_name("g") + " || '-c0'",
+            },
+            series(a, b),
+        ),
+    )
+    _chunked(
+        engine,
+        s,
+        "schedules",
+        lambda conn, a, b: _clone(
+            conn,
+            task_schedule,
+            tpl["schedule"],
+            {
+                "id": uid("sched", "g"),
+                "name": "'scale-s' || lpad(g::text, 7, '0')",
+                "next_run_at": f"now() + interval '2 days' + (g % {DAY_S}) * interval '1 second'",
+                "last_run_at": f"now() - interval '1 day' + (g % {DAY_S}) * interval '1 second'",
+                # One a millisecond, as created one after another (one creation time for all would make
+                # every list by creation time one tie, broken by id).
+                "created_at": f"now() - {YEAR} - interval '1 day' + g * interval '1 millisecond'",
+                "updated_at": f"now() - {YEAR} - interval '1 day' + g * interval '1 millisecond'",
+            },
+            series(a, b),
+        ),
+    )
+    fired = fired_at(s, per_schedule, datetime.now(UTC))
+    with secondary_indexes_rebuilt(engine, task_schedule_run, tasks):
+        _load_history(engine, tpl, s, r, runs, tasks_n, fired)
+    scope_id = _scalar(
+        engine, select(task_schedule_scope.c.id).where(task_schedule_scope.c.schedule_id == tpl["schedule"])
+    )
+    newest = f"g + {(per_schedule - 1) * s}"
+    _chunked(
+        engine,
+        s,
+        "scopes",
+        lambda conn, a, b: _clone(
+            conn,
+            task_schedule_scope,
+            scope_id,
+            {
+                "id": uid("scope", "g"),
+                "schedule_id": uid("sched", "g"),
+                "rack_id": uid("rack", f"g % {r}"),
+                "last_task_id": f"CASE WHEN {newest} < {runs} THEN {uid('task', newest)} END",
+                "created_at": f"now() - {YEAR} - interval '1 day'",
+            },
+            series(a, b),
+        ),
+    )
+    _load_big(engine, tpl, big_racks, big_runs, scope_id, r)
+    _chunked(
+        engine,
+        audit,
+        "audit",
+        lambda conn, a, b: _clone(
+            conn,
+            audit_events,
+            tpl["audit"],
+            {
+                "id": uid("audit", "g"),
+                "at": f"now() - {YEAR} + g * ({YEAR} / {max(audit, 1)})",
+                "principal": f"'user-' || (g % {PRINCIPALS})",
+                "target_ids": f"jsonb_build_array({uid('sched', f'g % {s}')}::text)",
+            },
+            series(a, b),
+        ),
+    )
+    started = time.perf_counter()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE"))
+    print(f"# VACUUM ANALYZE in {time.perf_counter() - started:.1f}s", flush=True)
+
+
+def fired_at(s: int, per_schedule: int, anchor: datetime) -> str:
+    """Run g's time: schedule g % S's (g // S)-th firing, spaced evenly over the year before `anchor` (one
+    fixed time: a run and its task, loaded minutes apart, agree)."""
+    return (
+        f"('{anchor.isoformat()}'::timestamptz - {YEAR} + (g / {s}) * ({YEAR} / {per_schedule})"
+        f" + (g % {s} % {DAY_S}) * interval '1 second')"
+    )
+
+
+def _load_history(
+    engine: Engine, tpl: Mapping[str, uuid.UUID], s: int, r: int, runs: int, tasks_n: int, fired: str
+) -> None:
+    outcomes = (
+        "jsonb_build_array(jsonb_build_object("
+        f"'scope_id', {uid('scope', f'g % {s}')}::text, 'rack_id', {uid('rack', f'g % {s} % {r}')}::text, "
+        f"'outcome', 'submitted', 'task_id', {uid('task', 'g')}::text, 'error', ''))"
+    )
+
+    _chunked(
+        engine,
+        runs,
+        "runs",
+        lambda conn, a, b: _clone(
+            conn,
+            task_schedule_run,
+            tpl["run"],
+            {
+                "id": uid("run", "g"),
+                "schedule_id": uid("sched", f"g % {s}"),
+                "fired_at": fired,
+                "scheduled_for": fired,
+                "trigger": "'dispatch'",
+                "outcomes": outcomes,
+            },
+            series(a, b),
+        ),
+    )
+    _chunked(
+        engine,
+        runs,
+        "tasks",
+        lambda conn, a, b: _clone_tasks(conn, tpl, s, r, fired, series(a, b)),
+        start=max(0, runs - tasks_n),
+    )
+
+
+def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], s: int, r: int, fired: str, series: str) -> None:
+    _clone(
+        conn,
+        tasks,
+        tpl["task"],
+        {
+            "id": uid("task", "g"),
+            "rack_id": uid("rack", f"g % {s} % {r}"),
+            "component_ids": f"jsonb_build_array({uid('comp', f'g % {s} % {r}')}::text)",
+            "schedule_id": uid("sched", f"g % {s}"),
+            "run_id": uid("run", "g"),
+            "created_at": fired,
+            "started_at": f"{fired} + interval '1 second'",
+            "finished_at": f"{fired} + interval '31 seconds'",
+            "updated_at": f"{fired} + interval '31 seconds'",
+            "queue_expires_at": f"CASE WHEN t.queue_expires_at IS NOT NULL THEN {fired} + "
+            "(t.queue_expires_at - t.created_at) END",
+        },
+        series,
+    )
+
+
+def _load_big(
+    engine: Engine,
+    tpl: Mapping[str, uuid.UUID],
+    big_racks: int,
+    big_runs: int,
+    scope_id: uuid.UUID,
+    len_racks: int,
+) -> None:
+    """The schedule of the runs grid: `big_racks` scopes, `big_runs` daily runs of one outcome each."""
+    if big_racks <= 0:
+        return
+    if big_racks > len_racks:
+        raise ValueError(f"--big-racks {big_racks} is more than --racks {len_racks}")
+    started = time.perf_counter()
+    big = "md5('big')::uuid"
+    with engine.begin() as conn:
+        _clone(
+            conn,
+            task_schedule,
+            tpl["schedule"],
+            {"id": big, "name": "'scale-big'", "next_run_at": "now() + interval '2 days'"},
+            "generate_series(0, 0) g",
+        )
+    fired = f"(date_trunc('day', now()) - ({big_runs} - j) * interval '1 day')"
+    for j in range(big_runs):
+        with engine.begin() as conn:
+            task_number = f"{j} * {big_racks} + g"
+            outcomes = (
+                "(SELECT jsonb_agg(jsonb_build_object("
+                f"'scope_id', {uid('bigscope', 'g')}::text, 'rack_id', {uid('rack', 'g')}::text, "
+                f"'outcome', 'submitted', 'task_id', {uid('bigtask', task_number)}::text, 'error', '') "
+                f"ORDER BY g) FROM generate_series(0, {big_racks - 1}) g)"
+            )
+            _clone(
+                conn,
+                task_schedule_run,
+                tpl["run"],
+                {
+                    "id": uid("bigrun", "j"),
+                    "schedule_id": big,
+                    "fired_at": fired,
+                    "scheduled_for": fired,
+                    "trigger": "'dispatch'",
+                    "outcomes": outcomes,
+                },
+                f"(SELECT {j} AS j) g",
+            )
+            _clone(
+                conn,
+                tasks,
+                tpl["task"],
+                {
+                    "id": uid("bigtask", task_number),
+                    "rack_id": uid("rack", "g"),
+                    "component_ids": f"jsonb_build_array({uid('comp', 'g')}::text)",
+                    "schedule_id": big,
+                    "run_id": uid("bigrun", str(j)),
+                    "created_at": fired,
+                    "started_at": f"{fired} + interval '1 second'",
+                    "finished_at": f"{fired} + interval '31 seconds'",
+                    "updated_at": f"{fired} + interval '31 seconds'",
+                    "queue_expires_at": "NULL",
+                },
+                f"generate_series(0, {big_racks - 1}) g, (SELECT {j} AS j) jj",
+            )
+    with engine.begin() as conn:
+        _clone(
+            conn,
+            task_schedule_scope,
+            scope_id,
+            {
+                "id": uid("bigscope", "g"),
+                "schedule_id": big,
+                "rack_id": uid("rack", "g"),
+                "last_task_id": uid("bigtask", f"{big_runs - 1} * {big_racks} + g"),
+            },
+            f"generate_series(0, {big_racks - 1}) g",
+        )
+    print(
+        f"# loaded big schedule racks={big_racks} runs={big_runs} in {time.perf_counter() - started:.1f}s",
+        flush=True,
+    )
+
+
+def _scalar(engine: Engine, stmt: Any) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(stmt).scalar_one()
+
+
+async def check_rows(url: str, run_number: int) -> None:
+    """Read cloned run `run_number` (the newest: its task is kept), its task and an audit event back
+    through rackflow's own readers: a loader that wrote something rackflow would not fails here, not in a
+    figure."""
+    db = Database(url)
+    try:
+        async with db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(task_schedule_run).where(
+                        task_schedule_run.c.id == uuid.UUID(_md5_uuid(f"run{run_number}"))
+                    )
+                )
+            ).one()
+            run = schedule_store.run_from_row(row)
+            (outcome,) = run.outcomes
+            task = await task_store.get_task(conn, outcome.task_id)  # type: ignore[arg-type]
+            assert task is not None and task.status.value == "completed", task
+            events, _ = await audit_store.list_events(conn, limit=1)
+            assert events, "no audit events"
+    finally:
+        await db.dispose()
+
+
+def _md5_uuid(value: str) -> str:
+    import hashlib
+
+    return str(uuid.UUID(hashlib.md5(value.encode()).hexdigest()))

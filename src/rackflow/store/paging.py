@@ -1,0 +1,47 @@
+"""A list's page at any depth: the rows after the last one of the previous page (keyset), and the matching
+rows counted up to a cap.
+
+Why: an OFFSET page reads and throws away every row before it, and an exact total reads every matching
+row, so both grow with the table (ten million tasks: docs/PERFORMANCE.md, issue 29). A keyset page reads
+its own rows from an index in the list's order, and the capped count at most LIST_COUNT_CAP index entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, FromClause, func, literal, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.config import LIST_COUNT_CAP
+
+# A keyset position: the values of a list's order columns in its previous page's last row.
+Key = Sequence[Any]
+
+
+async def count_capped(
+    conn: AsyncConnection, source: FromClause, where: Sequence[ColumnElement[bool]]
+) -> int:
+    """How many rows of `source` match `where`, counted up to LIST_COUNT_CAP + 1 (more than the cap means
+    "more than LIST_COUNT_CAP").
+
+    SELECT count(*) FROM (SELECT 1 FROM source WHERE … LIMIT :cap + 1) AS found
+    """
+    found = select(literal(1)).select_from(source).where(*where).limit(LIST_COUNT_CAP + 1).subquery("found")
+    return int((await conn.execute(select(func.count()).select_from(found))).scalar_one())
+
+
+def after_key(
+    columns: Sequence[ColumnElement[Any]], key: Key | None, *, descending: bool
+) -> list[ColumnElement[bool]]:
+    """The condition for the rows after `key` in the order of `columns` (all ascending, or all descending):
+    one row comparison, which both databases answer by seeking an index on those columns. None: no
+    condition (the first page)."""
+    if key is None:
+        return []
+    if len(key) != len(columns):
+        raise ValueError(f"a key of {len(columns)} values, got {len(key)}")
+    row = tuple_(*columns)
+    values = tuple_(*(literal(value, column.type) for column, value in zip(columns, key, strict=True)))
+    return [row < values if descending else row > values]

@@ -1,0 +1,212 @@
+"""Keyset pages (`Pagination.page_token`, issue 29): walking a list by its tokens gives every row once, in
+the order of the unpaged list, whatever the ties and NULLs of its order; a bad token, another list's token
+and a token with an offset are refused; `total` stops at LIST_COUNT_CAP and says so."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+from sqlalchemy import update
+
+from rackflow.api import convert
+from rackflow.domain.audit import AuditEvent
+from rackflow.domain.inventory import ComponentSpec, ComponentType, RackTarget, TargetSpec
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
+from rackflow.errors import FailedPrecondition
+from rackflow.services import Services
+from rackflow.store import audit as audit_store
+from rackflow.store import paging
+from rackflow.store.db import Database
+from rackflow.store.tables import task_schedule
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1 import flow_pb2_grpc
+from tests.api.test_schedules_api import power_off
+
+Stub = flow_pb2_grpc.FlowStub
+List = Callable[[pb.Pagination], Awaitable[Any]]
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+NAMES = ("delta", "alpha", "golf", "echo", "bravo", "foxtrot", "charlie")
+# Each schedule's next (and last) run, hours after T0: ties, and NULLs (no next run) in the middle.
+HOURS = (2, 2, None, 1, 1, None, 3)
+
+
+async def walk(call: List, rows: str, limit: int) -> list[str]:
+    """The ids of every page's rows, page after page by token: each page full but the last, and only a
+    full page has a token."""
+    ids: list[str] = []
+    token = ""
+    while True:
+        page = await call(pb.Pagination(limit=limit, page_token=token))
+        found = [row.id.id for row in getattr(page, rows)]
+        ids.extend(found)
+        if not page.next_page_token:
+            assert len(found) < limit, "a full page without a token"
+            return ids
+        assert len(found) == limit
+        token = page.next_page_token
+
+
+async def unpaged(call: List, rows: str) -> list[str]:
+    page = await call(pb.Pagination())
+    assert not page.next_page_token  # no limit: one page, nothing after it
+    return [row.id.id for row in getattr(page, rows)]
+
+
+@pytest.fixture
+async def schedule_ids(stub: Stub, services: Services, db: Database) -> list[uuid.UUID]:
+    """Seven racks with a schedule each, with tied and NULL next and last runs and creation times in
+    ties of three; five firings of the first; a task per rack; nine audit events, three at each time."""
+    ids = []
+    for i, name in enumerate(NAMES):
+        rack = await services.inventory.create_rack(
+            f"r{i}", components=[ComponentSpec(ComponentType.COMPUTE, f"r{i}-c0")]
+        )
+        await services.tasks.submit(
+            Operation(OperationKind.POWER_ON),
+            TargetSpec(racks=(RackTarget(id=rack.id),)),
+            description="",
+            queue=QueueOptions(),
+        )
+        request = pb.CreateTaskScheduleRequest(
+            schedule=pb.ScheduleConfig(
+                name=name, spec=pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="1h")
+            ),
+            operation=power_off(rack.name),
+        )
+        ids.append(uuid.UUID((await stub.CreateTaskSchedule(request)).id.id))
+    async with db.transaction() as conn:
+        for i, schedule_id in enumerate(ids):
+            at = None if HOURS[i] is None else T0 + timedelta(hours=HOURS[i])
+            created = T0 + timedelta(minutes=i // 3)
+            await conn.execute(
+                update(task_schedule)
+                .where(task_schedule.c.id == schedule_id)
+                .values(next_run_at=at, last_run_at=at, created_at=created)
+            )
+        events = [
+            AuditEvent(
+                uuid.uuid4(),
+                T0 + timedelta(seconds=i // 3),
+                f"p{i % 2}",
+                "PauseTaskSchedule",
+                (),
+                "OK",
+                "",
+                {},
+            )
+            for i in range(9)
+        ]
+        await audit_store.insert_events(conn, events)
+    for _ in range(5):  # each a run, though its power_off conflicts with the rack's pending power_on
+        with contextlib.suppress(FailedPrecondition):
+            await services.schedules.trigger(ids[0])
+    return ids
+
+
+def lists(stub: Stub, schedule_id: uuid.UUID) -> dict[str, tuple[List, str]]:
+    """Every paged List RPC (and each order of ListTaskSchedules), by name: (call, rows field)."""
+    found: dict[str, tuple[List, str]] = {
+        "ListRacks": (lambda p: stub.ListRacks(pb.ListRacksRequest(pagination=p)), "racks"),
+        "ListTasks": (lambda p: stub.ListTasks(pb.ListTasksRequest(pagination=p)), "tasks"),
+        "ListTaskScheduleRuns": (
+            lambda p: stub.ListTaskScheduleRuns(
+                pb.ListTaskScheduleRunsRequest(schedule_id=pb.UUID(id=str(schedule_id)), pagination=p)
+            ),
+            "runs",
+        ),
+        "ListAuditEvents": (
+            lambda p: stub.ListAuditEvents(pb.ListAuditEventsRequest(pagination=p)),
+            "events",
+        ),
+        "ListAuditEvents[principal]": (
+            lambda p: stub.ListAuditEvents(pb.ListAuditEventsRequest(principal="p1", pagination=p)),
+            "events",
+        ),
+    }
+    for field in ("created_at", "name", "next_run_at", "last_run_at"):
+        for order in (field, f"{field} desc"):
+            found[f"ListTaskSchedules[{order}]"] = (
+                lambda p, order=order: stub.ListTaskSchedules(
+                    pb.ListTaskSchedulesRequest(order_by=order, pagination=p)
+                ),
+                "task_schedules",
+            )
+    return found
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+async def test_walking_by_token_gives_the_unpaged_list(
+    stub: Stub, schedule_ids: list[uuid.UUID], limit: int
+) -> None:
+    for name, (call, rows) in lists(stub, schedule_ids[0]).items():
+        everything = await unpaged(call, rows)
+        assert len(everything) >= 4, name
+        try:
+            walked = await walk(call, rows, limit)
+        except AssertionError as exc:
+            raise AssertionError(name) from exc
+        assert walked == everything, name
+
+
+async def test_offset_pages_still_work_beside_tokens(stub: Stub, schedule_ids: list[uuid.UUID]) -> None:
+    everything = await unpaged(*lists(stub, schedule_ids[0])["ListTaskSchedules[next_run_at desc]"])
+    page = await stub.ListTaskSchedules(
+        pb.ListTaskSchedulesRequest(order_by="next_run_at desc", pagination=pb.Pagination(offset=2, limit=2))
+    )
+    assert [s.id.id for s in page.task_schedules] == everything[2:4]
+    assert page.total == len(NAMES) and not page.total_capped
+
+
+async def refused(call: Awaitable[Any], field: str) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    assert field in (info.value.details() or ""), info.value.details()
+
+
+async def test_bad_tokens_are_refused(stub: Stub, schedule_ids: list[uuid.UUID]) -> None:
+    first = await stub.ListTasks(pb.ListTasksRequest(pagination=pb.Pagination(limit=2)))
+    token = first.next_page_token
+    assert token
+    for bad in ("not a token", "W10", token[:-3], "WyJMaXN0VGFza3MiLCBbeyJ4IjogIjEifV1d"):
+        await refused(
+            stub.ListTasks(pb.ListTasksRequest(pagination=pb.Pagination(limit=2, page_token=bad))),
+            "pagination.page_token",
+        )
+    # Another list's token, and another order's.
+    await refused(
+        stub.ListRacks(pb.ListRacksRequest(pagination=pb.Pagination(limit=2, page_token=token))),
+        "pagination.page_token",
+    )
+    by_name = await stub.ListTaskSchedules(
+        pb.ListTaskSchedulesRequest(order_by="name", pagination=pb.Pagination(limit=2))
+    )
+    await refused(
+        stub.ListTaskSchedules(
+            pb.ListTaskSchedulesRequest(
+                order_by="name desc", pagination=pb.Pagination(limit=2, page_token=by_name.next_page_token)
+            )
+        ),
+        "pagination.page_token",
+    )
+    await refused(
+        stub.ListTasks(pb.ListTasksRequest(pagination=pb.Pagination(offset=1, limit=2, page_token=token))),
+        "pagination.offset",
+    )
+
+
+async def test_total_is_counted_up_to_the_cap(
+    stub: Stub, schedule_ids: list[uuid.UUID], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(paging, "LIST_COUNT_CAP", 4)
+    monkeypatch.setattr(convert, "LIST_COUNT_CAP", 4)
+    over = await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest(pagination=pb.Pagination(limit=2)))
+    assert (over.total, over.total_capped) == (4, True)
+    under = await stub.ListAuditEvents(pb.ListAuditEventsRequest(principal="p1"))
+    assert (under.total, under.total_capped) == (4, False)
