@@ -49,7 +49,18 @@ def previous_release(into: Path) -> Path:
         return subprocess.run(["git", "-C", str(REPO), *args], check=True, capture_output=True).stdout
 
     added = (
-        git("log", "-1", "--diff-filter=A", "--format=%H", "--", str(newest.relative_to(REPO)))
+        # --first-parent -m: a migration that came in by a merge is "added" by the merge commit on main,
+        # whose first parent is then the previous release.
+        git(
+            "log",
+            "-1",
+            "--first-parent",
+            "-m",
+            "--diff-filter=A",
+            "--format=%H",
+            "--",
+            str(newest.relative_to(REPO)),
+        )
         .decode()
         .strip()
     )
