@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import Firing, LiveRollout, Snapshot, checks_scopes, overlap_checked
 from rackflow.domain.rollouts import RackPlace
-from rackflow.domain.schedules import RunState, Schedule, Scope, Trigger
+from rackflow.domain.schedules import RunState, Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.domain.windows import RackRef
 from rackflow.store import rollouts, schedules, windows
 from rackflow.store.db import Database
@@ -90,29 +90,27 @@ def _new_run(f: Firing, owner_id: uuid.UUID | None) -> schedules.NewRun:
     with every scope's outcome, its reason and how late; a rollout's "rolling" with its scopes in order;
     "skipped" with the reason; one that needs approval "awaiting_approval" with its plan frozen."""
     if f.missed:
-        return schedules.NewRun(
-            f.run_id,
-            f.schedule.id,
-            f.fired_at,
-            f.trigger,
-            f.scheduled_for,
-            state="missed",
-            outcomes=tuple(f.decided[sc.id] for sc in f.scopes),
-            reason=f.missed_reason,
-            late_by=f.late_by,
-        )
+        state: RunState = "missed"
+        outcomes: Sequence[ScopeOutcome] = tuple(f.decided[sc.id] for sc in f.scopes)
+        reason = f.missed_reason
+    else:
+        state = _state(f)
+        outcomes = f.planned_outcomes if f.rolls_out or f.needs_approval else ()
+        reason = f.skipped
+    runs_here = f.trigger == "dispatch" and not f.rolls_out and not f.missed
     return schedules.NewRun(
         f.run_id,
         f.schedule.id,
         f.fired_at,
         f.trigger,
         f.scheduled_for,
-        owner_id if f.trigger == "dispatch" and not f.rolls_out else None,
-        state=_state(f),
-        outcomes=f.planned_outcomes if f.rolls_out or f.needs_approval else (),
-        rollout=f.schedule.rollout,
-        reason=f.skipped,
+        owner_id if runs_here else None,
+        state=state,
+        outcomes=outcomes,
+        rollout=None if f.missed else f.schedule.rollout,
+        reason=reason,
         approval=f.approval,
+        late_by=f.late_by,
     )
 
 
