@@ -82,7 +82,7 @@ def runs_missed(firings: Sequence[Firing], at: datetime) -> list[Event]:
             run_id=f.run_id,
             payload={
                 "scheduled_for": f.scheduled_for.isoformat() if f.scheduled_for else None,
-                "late_by_us": f.late_by.total_seconds() if f.late_by is not None else None,
+                "late_by_us": f.late_by // timedelta(microseconds=1) if f.late_by is not None else None,
             },
         )
         for f in firings
