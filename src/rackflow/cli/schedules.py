@@ -476,8 +476,7 @@ def update(
 
     def call(session: Session) -> pb.TaskSchedule:
         policy = retry_policy = approval = None
-        asks_current = (rollout, retry, approval_timeout, min_approvers) != (None, None, None, None)
-        if asks_current:
+        if any(flag is not None for flag in (rollout, retry, approval_timeout, min_approvers)):
             current = session.client.get_schedule(schedule_ref)
             if rollout is not None:
                 policy = policy_from(rollout, current.rollout if current.HasField("rollout") else None)
