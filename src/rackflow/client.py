@@ -364,8 +364,12 @@ class FirmwareOptions(SubmitOptions, total=False):
     end: datetime
 
 
-def _page(offset: int, limit: int) -> pb.Pagination | None:
-    return pb.Pagination(offset=offset, limit=limit) if offset or limit else None
+def _page(offset: int, limit: int, page_token: str) -> pb.Pagination | None:
+    """The request's page: a `page_token` (a previous response's `next_page_token`) continues a list where
+    that page ended; `offset` skips rows (not with a token)."""
+    if not (offset or limit or page_token):
+        return None
+    return pb.Pagination(offset=offset, limit=limit, page_token=page_token)
 
 
 class RackflowClient:
@@ -464,10 +468,12 @@ class RackflowClient:
     def get_rack(self, rack: str) -> pb.Rack:
         return self._call(self._stub.GetRack, pb.GetRackRequest(id=self._rack_ref(rack)), pb.Rack)
 
-    def list_racks(self, *, domain: str = "", offset: int = 0, limit: int = 0) -> pb.ListRacksResponse:
+    def list_racks(
+        self, *, domain: str = "", offset: int = 0, limit: int = 0, page_token: str = ""
+    ) -> pb.ListRacksResponse:
         request = pb.ListRacksRequest(
             nvl_domain_id=pb.UUID(id=self.resolve_domain_id(domain)) if domain else None,
-            pagination=_page(offset, limit),
+            pagination=_page(offset, limit, page_token),
         )
         return self._call(self._stub.ListRacks, request, pb.ListRacksResponse)
 
@@ -530,13 +536,14 @@ class RackflowClient:
         statuses: Sequence[str] = (),
         offset: int = 0,
         limit: int = 0,
+        page_token: str = "",
     ) -> pb.ListTasksResponse:
         request = pb.ListTasksRequest(
             rack_id=self._rack_ref(rack) if rack else None,
             schedule_id=self._schedule_ref(schedule) if schedule else None,
             active_only=active_only,
             statuses=[task_status(s) for s in statuses],
-            pagination=_page(offset, limit),
+            pagination=_page(offset, limit, page_token),
         )
         return self._call(self._stub.ListTasks, request, pb.ListTasksResponse)
 
@@ -602,6 +609,7 @@ class RackflowClient:
         order_by: str = "",
         offset: int = 0,
         limit: int = 0,
+        page_token: str = "",
     ) -> pb.ListTaskSchedulesResponse:
         request = pb.ListTaskSchedulesRequest(
             rack_id=self._rack_ref(rack) if rack else None,
@@ -610,7 +618,7 @@ class RackflowClient:
             name_contains=name_contains,
             operation_type=operation_name(operation) if operation else "",
             order_by=order_by,
-            pagination=_page(offset, limit),
+            pagination=_page(offset, limit, page_token),
         )
         return self._call(self._stub.ListTaskSchedules, request, pb.ListTaskSchedulesResponse)
 
@@ -759,9 +767,11 @@ class RackflowClient:
         )
         return self._call(self._stub.PreviewTaskSchedule, request, pb.PreviewTaskScheduleResponse)
 
-    def list_runs(self, schedule: str, *, offset: int = 0, limit: int = 0) -> pb.ListTaskScheduleRunsResponse:
+    def list_runs(
+        self, schedule: str, *, offset: int = 0, limit: int = 0, page_token: str = ""
+    ) -> pb.ListTaskScheduleRunsResponse:
         request = pb.ListTaskScheduleRunsRequest(
-            schedule_id=self._schedule_ref(schedule), pagination=_page(offset, limit)
+            schedule_id=self._schedule_ref(schedule), pagination=_page(offset, limit, page_token)
         )
         return self._call(self._stub.ListTaskScheduleRuns, request, pb.ListTaskScheduleRunsResponse)
 
@@ -1046,11 +1056,12 @@ class RackflowClient:
         principal: str = "",
         offset: int = 0,
         limit: int = 0,
+        page_token: str = "",
     ) -> pb.ListAuditEventsResponse:
         request = pb.ListAuditEventsRequest(
             since=_timestamp(since) if since else None,
             method=method,
             principal=principal,
-            pagination=_page(offset, limit),
+            pagination=_page(offset, limit, page_token),
         )
         return self._call(self._stub.ListAuditEvents, request, pb.ListAuditEventsResponse)

@@ -111,6 +111,16 @@ def test_tables_for_people(server: ServerProcess) -> None:
     racks = rackflow(server, "rack", "list").stdout.splitlines()
     assert racks[1].split()[:4] == ["NAME", "ID", "EXTERNAL", "ID"]
     assert any(line.startswith("rack-03") and "nvl-a" in line for line in racks)
+    names = [line.split()[0] for line in racks if line.startswith("rack-")]
+    paged: list[str] = []
+    token_args: list[str] = []
+    for _ in names:  # a page of two racks at a time, each continuing from the token the last one named
+        page = rackflow(server, "rack", "list", "--limit", "2", *token_args)
+        paged += [line.split()[0] for line in page.stdout.splitlines() if line.startswith("rack-")]
+        if "--page-token" not in page.stderr:
+            break
+        token_args = ["--page-token", page.stderr.split("--page-token")[1].split()[0]]
+    assert paged == names
     preview = rackflow(
         server, "schedule", "preview", "--cron", "0 2 * * *", "--tz", "America/Los_Angeles", "-n", "2",
         "--after", "2026-12-01T00:00:00Z",

@@ -861,6 +861,7 @@ def test_list_commands_pass_their_filters(fake: FakeClient, run: Callable[..., R
         "order_by": "name desc",
         "offset": 0,
         "limit": 0,
+        "page_token": "",
     }
     tasks = run("task", "list", "--status", "failed", "--status", "TERMINATED")
     assert tasks.exit_code == 0, tasks.output
@@ -868,6 +869,34 @@ def test_list_commands_pass_their_filters(fake: FakeClient, run: Callable[..., R
     assert kwargs["statuses"] == ("failed", "terminated")
     refused = run("task", "list", "--status", "lost")
     assert refused.exit_code == 2 and "'lost' is not one of" in refused.output
+
+
+def test_a_list_page_says_how_to_get_the_next_and_the_token_continues_it(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    fake.answers["list_tasks"] = pb.ListTasksResponse(
+        tasks=[a_task(pb.TASK_STATUS_COMPLETED)], total=10_000, total_capped=True, next_page_token="tok-2"
+    )
+    first = run("task", "list", "--limit", "1")
+    assert first.exit_code == 0, first.output
+    assert "1 of 10000+ tasks" in first.stdout
+    assert "More: add --page-token tok-2" in first.stderr and "tok-2" not in first.stdout
+
+    fake.answers["list_tasks"] = pb.ListTasksResponse(tasks=[a_task(pb.TASK_STATUS_FAILED)], total=2)
+    last = run("task", "list", "--limit", "1", "--page-token", "tok-2")
+    assert last.exit_code == 0, last.output
+    assert fake.called("list_tasks")[-1][1]["page_token"] == "tok-2"
+    assert "--page-token" not in last.stderr  # the last page names no next one
+
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse()
+    fake.answers["list_audit_events"] = pb.ListAuditEventsResponse()
+    for command in (("rack", "list"), ("schedule", "list"), ("schedule", "runs", "nightly"), ("audit",)):
+        listed = run(*command, "--page-token", "tok-x")
+        assert listed.exit_code == 0, (command, listed.output)
+    assert [calls[-1][1]["page_token"] for calls in map(fake.called, _PAGED)] == ["tok-x"] * 4
+
+
+_PAGED = ("list_racks", "list_schedules", "list_runs", "list_audit_events")
 
 
 def test_schedule_pause_sends_the_reason_and_the_end(fake: FakeClient, run: Callable[..., Result]) -> None:

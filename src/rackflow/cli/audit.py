@@ -9,6 +9,7 @@ import click
 from rich.markup import escape
 
 from rackflow.cli.output import Command, Listing, free_text, pass_session, table, utc_text, when
+from rackflow.cli.paging import emit_page, page_options, page_title
 from rackflow.cli.targets import parse_seconds, parse_time
 from rackflow.v1 import flow_pb2 as pb
 
@@ -54,11 +55,16 @@ def audit_table(events: Sequence[pb.AuditEvent], title: str) -> Listing:
 )
 @click.option("--method", default="", metavar="RPC", help="Only this RPC, e.g. DeleteRack.")
 @click.option("--principal", default="", metavar="NAME", help="Only this caller (token name or cert CN).")
-@click.option("--limit", default=50, show_default=True, help="At most this many, newest first (0 = all).")
-@click.option("--offset", default=0, help="Skip this many.")
+@page_options(limit=50, noun="events", order="newest first")
 @click.pass_context
 def audit(
-    ctx: click.Context, since: str | None, method: str, principal: str, limit: int, offset: int
+    ctx: click.Context,
+    since: str | None,
+    method: str,
+    principal: str,
+    limit: int,
+    offset: int,
+    page_token: str,
 ) -> None:
     """The audit trail of changes: who called which mutating RPC, on what, when, and how it ended.
 
@@ -70,11 +76,8 @@ def audit(
     session = pass_session(ctx)
     after = parse_since(since, session.clock.now()) if since else None
     found = session.client.list_audit_events(
-        since=after, method=method, principal=principal, offset=offset, limit=limit
+        since=after, method=method, principal=principal, offset=offset, limit=limit, page_token=page_token
     )
-    session.emit(
-        found,
-        lambda: audit_table(
-            found.events, f"{len(found.events)} of {found.total}{'+' if found.total_capped else ''} events"
-        ),
+    emit_page(
+        session, found, lambda: audit_table(found.events, page_title(len(found.events), found, "events"))
     )

@@ -25,6 +25,7 @@ from rackflow.cli.output import (
     utc_text,
     when,
 )
+from rackflow.cli.paging import emit_page, page_options, page_title
 from rackflow.client import NewComponent, RackflowClient
 from rackflow.v1 import flow_pb2 as pb
 
@@ -141,10 +142,9 @@ def show(ctx: click.Context, rack_ref: str) -> None:
 
 @rack.command(name="list")
 @click.option("--domain", default="", metavar="NAME_OR_ID", help="Only racks in this NVLink domain.")
-@click.option("--limit", default=0, help="At most this many racks (0 = all).")
-@click.option("--offset", default=0, help="Skip this many racks.")
+@page_options(limit=0, noun="racks", order="oldest first")
 @click.pass_context
-def list_racks(ctx: click.Context, domain: str, limit: int, offset: int) -> None:
+def list_racks(ctx: click.Context, domain: str, limit: int, offset: int, page_token: str) -> None:
     """List racks.
 
     \b
@@ -152,19 +152,19 @@ def list_racks(ctx: click.Context, domain: str, limit: int, offset: int) -> None
       rackflow rack list --domain nvl-a
     """
     session = pass_session(ctx)
-    found = session.client.list_racks(domain=domain, offset=offset, limit=limit)
+    found = session.client.list_racks(domain=domain, offset=offset, limit=limit, page_token=page_token)
 
     def view() -> Listing:
         domains = _domain_names(session)
         columns = ("NAME", "ID", "EXTERNAL ID", "DOMAIN", free_text("COMPONENTS"), "CREATED")
-        result = table(*columns, title=f"{found.total}{'+' if found.total_capped else ''} racks")
+        result = table(*columns, title=page_title(len(found.racks), found, "racks"))
         for r in found.racks:
             domain_name = domains.get(r.nvl_domain_id.id, "-")
             created = utc_text(when(r.created_at))
             result.add_row(r.name, r.id.id, r.external_id or "-", domain_name, _type_counts(r), created)
         return result
 
-    session.emit(found, view)
+    emit_page(session, found, view)
 
 
 @rack.command()

@@ -32,6 +32,7 @@ from rackflow.cli.output import (
     zone_of,
     zoned_text,
 )
+from rackflow.cli.paging import emit_page, page_options, page_title
 from rackflow.cli.rollouts import (
     approval_text,
     failed,
@@ -361,8 +362,7 @@ def show(ctx: click.Context, schedule_ref: str) -> None:
     metavar="FIELD",
     help="created_at (default), name, next_run_at or last_run_at; add ' desc' to reverse.",
 )
-@click.option("--limit", default=0, help="At most this many (0 = all).")
-@click.option("--offset", default=0, help="Skip this many.")
+@page_options(limit=0, noun="schedules", order="in the --sort order")
 @click.pass_context
 def list_schedules(
     ctx: click.Context,
@@ -374,6 +374,7 @@ def list_schedules(
     sort: str,
     limit: int,
     offset: int,
+    page_token: str,
 ) -> None:
     """List schedules, oldest first (or as --sort says), with their next firing.
 
@@ -392,9 +393,10 @@ def list_schedules(
         order_by=sort,
         offset=offset,
         limit=limit,
+        page_token=page_token,
     )
-    title = f"{len(found.task_schedules)} of {found.total}{'+' if found.total_capped else ''} schedules"
-    session.emit(found, lambda: schedules_table(found.task_schedules, session, title))
+    title = page_title(len(found.task_schedules), found, "schedules")
+    emit_page(session, found, lambda: schedules_table(found.task_schedules, session, title))
 
 
 @schedule.command()
@@ -716,9 +718,7 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
         free_text("ROLLOUT"),
         free_text("ERROR"),
     )
-    result = table(
-        *columns, title=f"{len(found.runs)} of {found.total}{'+' if found.total_capped else ''} runs"
-    )
+    result = table(*columns, title=page_title(len(found.runs), found, "runs"))
     for run in found.runs:
         fired = utc_text(when(run.fired_at)) + (f" ({run.trigger})" if run.trigger != "dispatch" else "")
         failed_tasks = (messages.get(task_id, "") for task_id in failed_task_ids(run))
@@ -747,11 +747,9 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
 
 @schedule.command()
 @_name_or_id
-@click.option(
-    "--limit", default=20, show_default=True, help="At most this many runs, newest first (0 = all)."
-)
+@page_options(limit=20, noun="runs", order="newest first")
 @click.pass_context
-def runs(ctx: click.Context, schedule_ref: str, limit: int) -> None:
+def runs(ctx: click.Context, schedule_ref: str, limit: int, offset: int, page_token: str) -> None:
     """Show a schedule's recent firings and what each did per scope (a rollout: its progress; follow
     one with `rackflow run show RUN_ID --watch`).
 
@@ -765,13 +763,13 @@ def runs(ctx: click.Context, schedule_ref: str, limit: int) -> None:
       rackflow schedule runs nightly-reset -o json
     """
     session = pass_session(ctx)
-    found = session.client.list_runs(schedule_ref, limit=limit)
+    found = session.client.list_runs(schedule_ref, offset=offset, limit=limit, page_token=page_token)
 
     def view() -> Listing:
         first_failed = [ids[0] for ids in map(failed_task_ids, found.runs) if ids]
         return runs_table(found, task_messages(session, first_failed))
 
-    session.emit(found, view)
+    emit_page(session, found, view)
 
 
 @schedule.command()

@@ -28,6 +28,7 @@ from rackflow.cli.output import (
     utc_text,
     when,
 )
+from rackflow.cli.paging import emit_page, page_options, page_title
 from rackflow.cli.targets import (
     checked,
     parse_time,
@@ -223,8 +224,7 @@ _operation_command(
     type=click.Choice([s.lower() for s in TASK_STATUSES], case_sensitive=False),
     help="Only tasks in this status (repeat for several).",
 )
-@click.option("--limit", default=50, show_default=True, help="At most this many, newest first (0 = all).")
-@click.option("--offset", default=0, help="Skip this many.")
+@page_options(limit=50, noun="tasks", order="newest first")
 @click.pass_context
 def list_tasks(
     ctx: click.Context,
@@ -234,6 +234,7 @@ def list_tasks(
     statuses: tuple[str, ...],
     limit: int,
     offset: int,
+    page_token: str,
 ) -> None:
     """List tasks, newest first.
 
@@ -244,10 +245,16 @@ def list_tasks(
     """
     session = pass_session(ctx)
     found = session.client.list_tasks(
-        rack=rack, schedule=schedule, active_only=active, statuses=statuses, offset=offset, limit=limit
+        rack=rack,
+        schedule=schedule,
+        active_only=active,
+        statuses=statuses,
+        offset=offset,
+        limit=limit,
+        page_token=page_token,
     )
-    title = f"{len(found.tasks)} of {found.total}{'+' if found.total_capped else ''} tasks"
-    session.emit(found, lambda: tasks_table(found.tasks, rack_names(session), title))
+    title = page_title(len(found.tasks), found, "tasks")
+    emit_page(session, found, lambda: tasks_table(found.tasks, rack_names(session), title))
 
 
 @task.command()

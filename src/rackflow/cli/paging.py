@@ -1,0 +1,70 @@
+"""Paging of the list commands: `--limit`, `--offset` and `--page-token`, the table's title, and the line
+that says how to ask for the next page.
+
+A page token continues a list exactly where the last page ended (the server seeks its index; docs/API.md),
+so a script paging through ten million tasks neither skips nor repeats rows while new ones arrive, and no
+page costs more than the first. `--offset` stays for a quick look a few pages in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, TypeVar, cast
+
+import click
+from google.protobuf.message import Message
+from rich.console import RenderableType
+
+from rackflow.cli.output import Session
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class Page(Protocol):
+    """What every paged List RPC answers besides its rows."""
+
+    total: int
+    total_capped: bool
+    next_page_token: str
+
+
+def page_options(*, limit: int, noun: str, order: str) -> Callable[[F], F]:
+    """`--limit` (default `limit`; 0 = all), `--offset` and `--page-token` for a list of `noun`s in
+    `order` (e.g. "newest first")."""
+
+    def decorate(command: F) -> F:
+        for option in reversed(
+            (
+                click.option(
+                    "--limit",
+                    default=limit,
+                    show_default=bool(limit),
+                    help=f"At most this many {noun}, {order} (0 = all).",
+                ),
+                click.option("--offset", default=0, help="Skip this many (not with --page-token)."),
+                click.option(
+                    "--page-token",
+                    default="",
+                    metavar="TOKEN",
+                    help="Continue where the previous page ended (the token its output names).",
+                ),
+            )
+        ):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def page_title(shown: int, page: Page, noun: str) -> str:
+    """`50 of 10,000+ tasks`: the total is counted up to the server's cap."""
+    return f"{shown} of {page.total}{'+' if page.total_capped else ''} {noun}"
+
+
+def emit_page(session: Session, found: Message, view: Callable[[], RenderableType]) -> None:
+    """Print a List RPC's answer as `session.emit` does; for people, then say how to get the next page (on
+    stderr, so a pipe reading the table sees only the table; JSON and YAML carry `next_page_token`)."""
+    session.emit(found, view)
+    token = cast(Page, found).next_page_token
+    if session.for_people and token:
+        click.echo(f"More: add --page-token {token}", err=True)
