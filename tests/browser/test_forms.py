@@ -1,8 +1,9 @@
 """The dashboard's forms in a real headless Chromium against a real `rackflow serve`: a schedule made in
 the form fires (triggered) and its run page shows it; a bad field is named next to it while typing and
 what was typed stays; a schedule targets an NVLink domain with a component filter; a schedule's racks
-are edited; a window and a budget are made (the budget changed) and deleted. (A viewer
-is offered no form: tests/browser/test_tokens.py.)"""
+are edited; a window and a budget are made (the budget changed) and deleted; an approval policy is set (a
+bad value named beside its field), previewed (each next firing awaiting approval), changed and removed. (A
+viewer is offered no form: tests/browser/test_tokens.py.)"""
 
 from __future__ import annotations
 
@@ -240,3 +241,66 @@ def test_a_start_deadline_is_set_in_the_form_and_a_missed_run_shows_how_late(
     wait(driver, lambda d: h1(d).startswith("Firing of"), "the run page")
     assert "late, past its start deadline" in text(driver, "run-late-by")
     assert "past its start deadline of 1m" in text(driver, "run-reason")
+
+
+def awaiting(driver: WebDriver) -> list[bool]:
+    """For each previewed firing, whether the preview marks it as awaiting approval."""
+    return read(
+        driver,
+        lambda d: [
+            f.get_attribute("data-needs-approval") is not None for f in by_testid(d, "preview-firing")
+        ],
+    )
+
+
+def test_an_approval_policy_is_set_named_when_bad_previewed_and_edited(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    open_page(driver, server, "/schedules/new", "New schedule")
+    field(driver, "form-name", "approved")
+    add_rack(driver, "f3")
+    wait(driver, lambda d: [rack for rack, _ in decisions(d)] == ["f3"], "the preview")
+    assert not any(awaiting(driver))
+    visible(driver, "form-approval-on").click()
+    field(driver, "form-approval-timeout", "4h")
+    field(driver, "form-approval-min_approvers", "12")
+    # The preview runs as you type, so "1" is judged too: wait for the verdict on the whole value.
+    wait(
+        driver,
+        lambda d: "must be 1..10 (0 means 1), got 12" in text(d, "error-schedule.approval.min_approvers"),
+        "the preview's error on 12",
+    )
+    assert visible(driver, "form-approval-min_approvers").get_attribute("value") == "12"  # kept
+    field(driver, "form-approval-min_approvers", "2")
+    wait(driver, lambda d: (marks := awaiting(d)) and all(marks), "every next firing to await approval")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: h1(d) == "approved", "the new schedule's page")
+    assert text(driver, "schedule-approval").startswith("2 approvers within 4h")
+
+    visible(driver, "action-edit").click()
+    wait(driver, lambda d: h1(d) == "Edit approved", "the edit form")
+    assert visible(driver, "form-approval-on").is_selected()
+    assert visible(driver, "form-approval-timeout").get_attribute("value") == "4h"
+    assert visible(driver, "form-approval-min_approvers").get_attribute("value") == "2"
+    wait(driver, lambda d: (marks := awaiting(d)) and all(marks), "the edit's preview awaiting approval")
+    field(driver, "form-approval-timeout", "8h")
+    field(driver, "form-approval-min_approvers", "1")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: h1(d) == "approved", "back on the schedule")
+    wait(
+        driver,
+        lambda d: text(d, "schedule-approval").startswith("1 approver within 8h"),
+        "the changed policy",
+    )
+
+    visible(driver, "action-edit").click()
+    wait(driver, lambda d: h1(d) == "Edit approved", "the edit form again")
+    visible(driver, "form-approval-on").click()
+    wait(driver, lambda d: (marks := awaiting(d)) and not any(marks), "no firing awaiting approval")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: h1(d) == "approved", "back on the schedule")
+    wait(
+        driver,
+        lambda d: text(d, "schedule-approval") == "none: firings start at once",
+        "the policy removed",
+    )

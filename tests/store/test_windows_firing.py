@@ -1,8 +1,10 @@
 """Firing obeys maintenance windows, on both databases: SKIP records "skipped_window" naming the window,
-DEFER submits a task that waits for the rack's next opening, and a manual trigger ignores ALLOW windows."""
+DEFER submits a task that waits for the rack's next opening (and fails, past the opening's end or the start
+deadline that capped it, naming which), and a manual trigger ignores ALLOW windows."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -16,9 +18,12 @@ from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
 from rackflow.store import dispatch, task_runs
 from rackflow.store.db import Database
+from rackflow.tasks.backends.simulator import SimulatorBackend
+from rackflow.tasks.executor import Executor
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import START, Env, make_env
+from tests.store.test_executor import FAST, finished
 
 NIGHTLY = Recurring("0 2 * * *", "2h")  # 02:00-04:00 UTC
 TOMORROW_2AM = datetime(2026, 3, 3, 2, 0, tzinfo=UTC)
@@ -227,3 +232,59 @@ async def test_the_preview_of_a_pause_with_an_end_resumes_then(env: Env) -> None
         (5, None, ["fire"]),
         (6, None, ["fire"]),
     ]
+
+
+# The slot is on time; the rack's window opens at 02:00 until 04:00. A start deadline ending at 03:00 caps
+# the deferred task's end there; without one the window's end does. Past that end the executor fails the
+# task, naming what ended it.
+@pytest.mark.parametrize(
+    ("deadline_at", "failed_at", "words"),
+    [
+        (
+            TOMORROW_2AM + timedelta(hours=1),
+            TOMORROW_2AM + timedelta(minutes=90),
+            "its firing's start deadline",
+        ),
+        (None, TOMORROW_2AM + timedelta(hours=3), "the maintenance window ended"),
+    ],
+)
+async def test_a_deferred_task_not_started_in_time_fails_naming_the_window_or_the_start_deadline(
+    env: Env, deadline_at: datetime | None, failed_at: datetime, words: str
+) -> None:
+    r1 = await env.rack("r1")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    schedule = await with_policy(env, await env.schedule(racks=[r1]), WindowPolicy.DEFER)
+    assert schedule.next_run_at is not None
+    if deadline_at is not None:
+        deadline = deadline_at - schedule.next_run_at
+        await env.services.schedules.update(schedule.id, ["schedule.start_deadline"], start_deadline=deadline)
+
+    (result,) = await dispatch_at(env, schedule.next_run_at)
+
+    (outcome,) = result.outcomes
+    assert outcome.outcome == "submitted" and outcome.task_id is not None
+    assert outcome.start_by == deadline_at
+    (task,) = await env.services.tasks.get_tasks([outcome.task_id])
+    assert task.not_after == (deadline_at or TOMORROW_2AM + timedelta(hours=2))
+    assert ("its start deadline" in task.message) is (deadline_at is not None)
+
+    env.clock.advance(failed_at - env.clock.now())
+    executor = Executor(
+        env.db,
+        env.clock,
+        SimulatorBackend(FAST),
+        poll_interval=0.05,
+        lease_ttl=1.0,
+        instance_id=uuid.uuid4(),
+        gates=env.services.gates,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    try:
+        task = await finished(env.db, task)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    assert task.status is TaskStatus.FAILED
+    assert task.message.startswith(words), task.message
+    assert task.not_after is not None and task.not_after.isoformat() in task.message

@@ -12,6 +12,7 @@ import pytest
 
 from rackflow.api.audit import AuditInterceptor
 from rackflow.clock import Clock, FakeClock
+from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.inventory import ComponentSpec, ComponentType, RackTarget, TargetSpec
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
@@ -82,6 +83,7 @@ async def make_schedule(
     spec: ScheduleSpec = NIGHTLY,
     kind: OperationKind = OperationKind.POWER_RESET,
     rollout: RolloutPolicy | None = None,
+    approval: ApprovalPolicy | None = None,
 ) -> Schedule:
     _tick(services)
     return await services.schedules.create(
@@ -93,6 +95,7 @@ async def make_schedule(
         description="",
         target=TargetSpec(racks=tuple(RackTarget(name=r) for r in racks)),
         rollout=rollout,
+        approval=approval,
     )
 
 

@@ -5,10 +5,12 @@ in with what is saved when editing, and to a viewer shows no form and no link or
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import httpx
 import pytest
 
+from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.security import TokenTable
 from rackflow.services import Services
@@ -42,7 +44,14 @@ def value_of(html: str, testid: str) -> str:
 
 async def fleet(http: httpx.AsyncClient, services: Services) -> None:
     await make_racks(services, "r1", "r2", "r3")
-    await make_schedule(services, "nightly", "r1", "r2", rollout=RolloutPolicy(max_concurrent_racks=1))
+    await make_schedule(
+        services,
+        "nightly",
+        "r1",
+        "r2",
+        rollout=RolloutPolicy(max_concurrent_racks=1),
+        approval=ApprovalPolicy(timedelta(hours=4), min_approvers=2),
+    )
     headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
     window = {
         "window": {
@@ -73,10 +82,14 @@ async def test_an_operator_gets_each_form_filled_in_with_what_is_saved(
     assert re.findall(r"<option>(r\d)</option>", new) == ["r1", "r2", "r3"]  # the racks to add
     assert 'value="Europe/Berlin"' in new  # the zones suggested
     assert 'value="COMPONENT_TYPE_COMPUTE"' in new
+    assert "checked" not in tagged(new, "form-approval-on")[0]  # no approval unless asked for
     edit = await page(http, "/schedules/nightly/edit", OPERATOR_TOKEN)
     assert value_of(edit, "form-name") == "nightly"
     assert re.findall(r'<li data-name="([^"]+)"', edit) == ["r1", "r2"]  # its racks, each removable
     assert value_of(edit, "form-rollout-max_concurrent_racks") == "1"
+    assert "checked" in tagged(edit, "form-approval-on")[0]
+    assert value_of(edit, "form-approval-timeout") == "4h"
+    assert value_of(edit, "form-approval-min_approvers") == "2"
     assert "disabled" in tagged(edit, "form-operation")[0]  # an operation cannot be changed
     window = await page(http, "/windows/sat/edit", OPERATOR_TOKEN)
     assert value_of(window, "form-cron") == "0 22 * * 6" and value_of(window, "form-racks") == "r3"

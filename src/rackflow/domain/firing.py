@@ -136,6 +136,13 @@ class Firing:
         decision = self.windows.get(scope_id)
         return decision if decision is not None and decision.action == "defer" else None
 
+    def submitted(self, scope_id: uuid.UUID, rack_id: uuid.UUID, task_id: uuid.UUID) -> ScopeOutcome:
+        """The outcome of a scope whose task was submitted: with the start deadline the task must start by,
+        when that, not its window's end, ended its deferral."""
+        deferral = self.deferral(scope_id)
+        start_by = deferral.closes_at if deferral is not None and deferral.by_deadline else None
+        return ScopeOutcome(scope_id, rack_id, "submitted", task_id=task_id, start_by=start_by)
+
     @property
     def to_submit(self) -> list[Scope]:
         return [scope for scope in self.scopes if scope.id not in self.decided]
@@ -233,7 +240,7 @@ def _deadline_decisions(
             if decision.opens_at >= deadline_at:
                 decision = replace(decision, action="missed", closes_at=None)
             elif decision.closes_at is None or decision.closes_at > deadline_at:
-                decision = replace(decision, closes_at=deadline_at)
+                decision = replace(decision, closes_at=deadline_at, by_deadline=True)
         capped[scope_id] = decision
     return capped
 

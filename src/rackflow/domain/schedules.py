@@ -163,7 +163,8 @@ class Scope:
 @dataclass(frozen=True)
 class ScopeOutcome:
     """What one firing did for one scope: `task_id` when submitted, `error` when failed. `canary`: one of
-    a rollout's first scopes."""
+    a rollout's first scopes. `start_by`: a deferred task's end capped at the firing's start deadline (its
+    `not_after`), kept so that the task failed there is told the deadline, not the window, ended it."""
 
     scope_id: uuid.UUID
     rack_id: uuid.UUID
@@ -171,6 +172,7 @@ class ScopeOutcome:
     task_id: uuid.UUID | None = None
     error: str = ""
     canary: bool = False
+    start_by: datetime | None = None
 
 
 def racks_to_retry(

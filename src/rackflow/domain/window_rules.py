@@ -43,12 +43,15 @@ Action = Literal["fire", "skip_window", "defer", "skip_overlap", "missed"]
 class Decision:
     """What a firing does for one scope: fire; skip it (`closed` says which window); or defer it, the task
     waiting for the opening `[opens_at, closes_at)` (closes_at None: open past the horizon). The planner
-    adds "skip_overlap": the scope's last task is still active."""
+    adds "skip_overlap": the scope's last task is still active, and caps a deferral's `closes_at` at the
+    firing's start deadline (`by_deadline`), so that a task failed there says so rather than blaming the
+    window."""
 
     action: Action
     closed: Closed | None = None
     opens_at: datetime | None = None
     closes_at: datetime | None = None
+    by_deadline: bool = False
 
     @property
     def reason(self) -> str:
@@ -65,6 +68,8 @@ class Decision:
         if self.action == "defer":
             assert self.opens_at is not None
             until = f" until {self.closes_at.isoformat()}" if self.closes_at else ""
+            if self.by_deadline:
+                until += ", its start deadline"
             return (
                 f"{_closed_words(self.closed)}; waits for the opening at {self.opens_at.isoformat()}{until}"
             )

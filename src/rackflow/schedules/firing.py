@@ -238,9 +238,7 @@ async def _submit_all(
                 scope.id, scope.rack_id, "failed", error=str(result)
             )
         else:
-            outcomes[(firing.run_id, scope.id)] = ScopeOutcome(
-                scope.id, scope.rack_id, "submitted", task_id=result[0].id
-            )
+            outcomes[(firing.run_id, scope.id)] = firing.submitted(scope.id, scope.rack_id, result[0].id)
     return outcomes, False
 
 
@@ -292,7 +290,7 @@ async def _with_tasks_found(
         task_id = found.get((firing.run_id, outcome.rack_id))
         if outcome.outcome != "failed" or task_id is None:
             return outcome
-        return ScopeOutcome(outcome.scope_id, outcome.rack_id, "submitted", task_id=task_id)
+        return firing.submitted(outcome.scope_id, outcome.rack_id, task_id)
 
     return [
         RunResult(r.run_id, tuple(resolved(f, o) for o in r.outcomes))

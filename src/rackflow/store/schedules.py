@@ -174,6 +174,7 @@ def _outcome_to_json(outcome: ScopeOutcome) -> dict[str, object]:
         "task_id": str(outcome.task_id) if outcome.task_id else None,
         "error": outcome.error,
         **({"canary": True} if outcome.canary else {}),
+        **({"start_by": outcome.start_by.isoformat()} if outcome.start_by else {}),
     }
 
 
@@ -185,6 +186,7 @@ def _outcome_from_json(data: dict[str, Any]) -> ScopeOutcome:
         task_id=uuid.UUID(data["task_id"]) if data.get("task_id") else None,
         error=data.get("error") or "",
         canary=bool(data.get("canary")),
+        start_by=datetime.fromisoformat(data["start_by"]) if data.get("start_by") else None,
     )
 
 
@@ -736,6 +738,21 @@ async def tasks_of_firings(
         stmt = select(tasks.c.run_id, tasks.c.rack_id, tasks.c.id).where(tasks.c.run_id.in_(chunk))
         for row in (await conn.execute(stmt)).all():
             found[(row.run_id, row.rack_id)] = row.id
+    return found
+
+
+async def start_deadlines_of_tasks(
+    conn: AsyncConnection, run_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, datetime]:
+    """By task id, the start deadline each task of these runs had to start by, for those whose deferral
+    the firing's start deadline cut short (their outcome's `start_by`)."""
+    found: dict[uuid.UUID, datetime] = {}
+    for chunk in chunked(list(run_ids)):
+        stmt = select(task_schedule_run.c.outcomes).where(task_schedule_run.c.id.in_(chunk))
+        for (outcomes,) in (await conn.execute(stmt)).all():
+            for outcome in map(_outcome_from_json, outcomes):
+                if outcome.task_id is not None and outcome.start_by is not None:
+                    found[outcome.task_id] = outcome.start_by
     return found
 
 

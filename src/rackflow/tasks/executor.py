@@ -62,6 +62,7 @@ from rackflow.metrics import TASK_RETRIES
 from rackflow.notify import events
 from rackflow.retry import Retry, retrying
 from rackflow.store import instances, outbox, task_runs
+from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
@@ -262,12 +263,14 @@ class Executor:
         """Plan each task's steps over its components that still exist (one removed meanwhile is skipped);
         a task a gate failed (`failed`: why) fails without running."""
         by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
+        too_late = {task.run_id for task, _ in claimed if _too_late(task, now) and task.run_id is not None}
+        start_deadlines = await schedule_store.start_deadlines_of_tasks(conn, too_late) if too_late else {}
         width = max(1, self.backend.step_concurrency)
         runs = []
         for task, attempt in claimed:
             wanted = set(task.component_ids)
             steps = plan(task.operation.kind, [c for c in by_rack[task.rack_id] if c.id in wanted])
-            refusal = _refusal(task, attempt, now) or failed.get(task.id)
+            refusal = _refusal(task, attempt, now, start_deadlines.get(task.id)) or failed.get(task.id)
             runs.append(_Run(task, attempt, step_batches(steps, width), refusal))
         return runs
 
@@ -417,12 +420,22 @@ def _ending(task: Task, executed: tuple[Outcome, bool] | None, now: datetime) ->
     return Ending(task.id, task.rack_id, (status, message), attempt=attempt)
 
 
-def _refusal(task: Task, attempt: int, now: datetime) -> str | None:
-    """Why the task must fail without running, if it must."""
+def _too_late(task: Task, now: datetime) -> bool:
+    """Past the end of what the task waited for (`not_after`) without having started."""
+    return task.not_after is not None and now > task.not_after
+
+
+def _refusal(task: Task, attempt: int, now: datetime, start_deadline: datetime | None) -> str | None:
+    """Why the task must fail without running, if it must. `start_deadline`: what its firing's start
+    deadline capped its `not_after` at (its run's outcome keeps it), so that the deadline, not the
+    maintenance window, is named when it is what ended the wait."""
     if attempt > MAX_ATTEMPTS:
         return f"gave up after {MAX_ATTEMPTS} attempts, each cut short with its rackflow instance"
-    if task.not_after is not None and now > task.not_after:
-        return f"the maintenance window ended at {task.not_after.isoformat()} before the task could run"
+    if task.not_after is not None and _too_late(task, now):
+        ended = task.not_after.isoformat()
+        if start_deadline == task.not_after:
+            return f"its firing's start deadline passed at {ended} before the task could run"
+        return f"the maintenance window ended at {ended} before the task could run"
     return None
 
 

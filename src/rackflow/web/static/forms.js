@@ -6,7 +6,8 @@
 //   the form. Nothing the user typed is thrown away.
 // - The schedule form validates as you type: each change (after a short pause) asks
 //   `POST /api/v1/schedules:preview` with the draft, and shows the next firings in the schedule's zone and
-//   the viewer's, with each rack's decision (fire, skip for overlap, skip or defer for a window).
+//   the viewer's, with each rack's decision (fire, skip for overlap, skip or defer for a window) and
+//   whether the firing would await approval.
 // - A resource form (`data-editor="resource"`: windows, budgets) sends its inputs under `data-wrapper` to
 //   `data-url` with `data-method`, then goes to `data-then`.
 (() => {
@@ -96,6 +97,14 @@
       });
       schedule.retry = retry;
     }
+    if (el.approval_on.checked) {
+      const approvers = value("approval.min_approvers");
+      schedule.approval = {
+        required: true,
+        timeout: value("approval.timeout"),
+        min_approvers: /^\d+$/.test(approvers) ? Number(approvers) : approvers || 0,
+      };
+    }
     const kind = form.querySelector("[name=scope_kind]:checked").value;
     const types = Array.from(form.querySelectorAll("[name=component_types]:checked")).map((c) => c.value);
     const targets = Array.from(form.querySelectorAll(".chosen li")).map((li) =>
@@ -147,6 +156,15 @@
         when.append(yours);
       }
       li.append(when);
+      if (firing.needs_approval) {
+        li.dataset.needsApproval = "";
+        const held = document.createElement("span");
+        held.className = "badge st-wait";
+        held.dataset.testid = "preview-needs-approval";
+        held.textContent = "awaits approval";
+        held.title = "Nothing starts until it is approved";
+        when.append(" ", held);
+      }
       const racks = document.createElement("ul");
       racks.className = "decisions";
       firing.scopes.forEach((scope) => {
@@ -178,6 +196,7 @@
       form.querySelectorAll("[data-for-ops]").forEach((el) => { el.hidden = !el.dataset.forOps.split(" ").includes(op); });
       form.querySelector("[data-rollout]").hidden = !form.elements.rollout_on.checked;
       form.querySelector("[data-retry]").hidden = !form.elements.retry_on.checked;
+      form.querySelector("[data-approval]").hidden = !form.elements.approval_on.checked;
       const kind = form.querySelector("[name=scope_kind]:checked").value;
       form.querySelectorAll("[data-choices]").forEach((s) => { s.hidden = s.dataset.choices !== kind; });
     }
@@ -233,7 +252,7 @@
       if (!editing) {
         result = await call("POST", "/api/v1/schedules", { schedule, operation });
       } else {
-        result = await call("PATCH", `/api/v1/schedules/${editing}`, { schedule: { ...schedule, rollout: schedule.rollout || null, retry: schedule.retry || null } });
+        result = await call("PATCH", `/api/v1/schedules/${editing}`, { schedule: { ...schedule, rollout: schedule.rollout || null, retry: schedule.retry || null, approval: schedule.approval || null } });
         if (result.ok) result = await call("PUT", `/api/v1/schedules/${editing}/scopes`, { desired_scope: target });
       }
       save.disabled = false;
