@@ -9,11 +9,13 @@ roll out (docs/ROLLOUTS.md) over 4–8 racks every minute or every 30–90 s, wi
 times of seconds and halt limits, some not pausing on a halt; tasks from the simulator with 5% of steps
 failing (which halts some rollouts: intended); and a client that keeps calling every live instance
 (creating racks, one-time schedules due 10–40 s later, power-on tasks; listing schedules and tasks; as an
-operator, resuming or cancelling halted rollouts); a pre-flight check (docs/CHECKS.md) on a tenth of the
-racks (none of them in a rollout) asks a drain hook, served by the soak itself, that flaps between "ready"
-and "not ready" every 2–6 s, and another asks a real Alertmanager (Debian's, `--alertmanager`) that the
-soak restarts now and then and posts alerts for those racks to (fired, then resolved). A seeded fault
-driver, one fault at a time every 10–30 s for `--minutes`:
+operator, resuming or cancelling halted rollouts); schedules with approvals, retries and start deadlines,
+each kind on racks of its own, with a driver that approves, rejects, lets expire, pauses and resumes
+(bench/soak_safety.py; every call is made with a bearer token); a pre-flight check (docs/CHECKS.md) on a
+tenth of the racks (none of them in a rollout) asks a drain hook, served by the soak itself, that flaps
+between "ready" and "not ready" every 2–6 s, and another asks a real Alertmanager (Debian's,
+`--alertmanager`) that the soak restarts now and then and posts alerts for those racks to (fired, then
+resolved). A seeded fault driver, one fault at a time every 10–30 s for `--minutes`:
 
 * `kill`: SIGKILL an instance, start a new one in its place 1–5 s later (same audit spool file);
 * `stop`: SIGSTOP an instance for its lease plus 1–4 s, then SIGCONT (others take its work over);
@@ -32,8 +34,9 @@ and rollouts drain, and the checker reads the rest: tasks submitted twice for on
 or runs left RUNNING without a live owner, rollouts left rolling without progress, a rollout's tasks
 against its record, its caps (from the tasks' start and end times) and its canary gate, that no task on a
 checked rack started without its checks or while its hook said "not ready" (its last round passed, before
-it started, and the hook's log agrees), audit rows against
-the mutating calls answered OK, the API's answers by code during each fault, and the time to recover after
+it started, and the hook's log agrees), that no task belongs to a run never approved, no run fired past
+its start deadline and no task went past its max attempts (soak_safety.py), audit rows against the
+mutating calls answered OK, the API's answers by code during each fault, and the time to recover after
 each. It prints one table (Markdown) and exits 1 if any promise was broken.
 
     python bench/soak.py --minutes 10 --seed 1 --pg-admin postgresql://postgres@127.0.0.1:5433/postgres \
@@ -64,6 +67,7 @@ from typing import Any
 import grpc
 import psycopg
 import soak_notify
+import soak_safety
 from _common import code_line, fresh_database, machine_line, percentile
 from sqlalchemy.engine import make_url
 
@@ -81,6 +85,8 @@ CALL_TIMEOUT_S = 10
 # How late a due slot may still be unfired without being a miss: three polls and a call's timeout.
 DISPATCH_SLACK = timedelta(seconds=DISPATCH_INTERVAL_S * 3 + CALL_TIMEOUT_S)
 DOMAIN_SIZE = 5
+# From this long on, a soak whose mix produced none of a kind of safe operation fails (soak_safety.check).
+LONG_RUN_MINUTES = 5
 FAULTS = ("kill", "stop", "drop", "delay", "pg-restart")
 MUTATING = (
     "CreateRack",
@@ -90,6 +96,10 @@ MUTATING = (
     "ResumeTaskScheduleRun",
     "CancelTaskScheduleRun",
     "CreatePreflightCheck",
+    "ApproveTaskScheduleRun",
+    "RejectTaskScheduleRun",
+    "PauseTaskSchedule",
+    "ResumeTaskSchedule",
 )
 ACTIVE = ("pending", "running", "waiting")
 
@@ -111,6 +121,7 @@ class Fleet:
     db_url: str
     log_dir: Path
     seed: int
+    env: dict[str, str]  # soak_safety.server_env: the tokens and the injected failures
     slots: list[Slot] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -122,6 +133,7 @@ class Fleet:
             "RACKFLOW_SIM_FAIL_RATE": "0.05",
             "RACKFLOW_SIM_SEED": str(self.seed * 100 + len(self.logs)),
             "RACKFLOW_AUDIT_SPOOL": str(spool),
+            **self.env,
         }
         args = [
             "--dispatch-interval",
@@ -317,20 +329,38 @@ class Client:
     _stubs: dict[str, Any] = field(default_factory=dict)
 
     def call(self, method: str, request: object) -> Any:
+        """As the operator, through the next live instance: the answer, or None."""
+        return self.attempt(method, request)[1]
+
+    def attempt(
+        self,
+        method: str,
+        request: object,
+        *,
+        principal: str = soak_safety.OPERATOR,
+        server: ServerProcess | None = None,
+    ) -> tuple[str, Any]:
+        """One call as `principal` (a token of soak_safety.TOKENS), through `server` or the next live
+        instance: the status code's name and the answer (None unless OK)."""
         live = self.fleet.live()
-        if not live:
+        if server is None and not live:
             self.calls.append(Call(time.time(), time.time(), method, "NO_INSTANCE"))
-            return None
-        server = live[next(self._turn) % len(live)]
+            return "NO_INSTANCE", None
+        server = server or live[next(self._turn) % len(live)]
         started = time.time()
         try:
             stub = self._stubs.get(server.address) or self._stubs.setdefault(server.address, server.stub())
-            answer = getattr(stub, method)(request, timeout=CALL_TIMEOUT_S)
+            metadata = soak_safety.metadata(principal)
+            answer = getattr(stub, method)(request, timeout=CALL_TIMEOUT_S, metadata=metadata)
         except grpc.RpcError as exc:
-            self.calls.append(Call(started, time.time(), method, exc.code().name, exc.details() or ""))
-            return None
+            code = exc.code().name
+            self.calls.append(Call(started, time.time(), method, code, exc.details() or ""))
+            return code, None
         self.calls.append(Call(started, time.time(), method, "OK"))
-        return answer
+        return "OK", answer
+
+    def live(self) -> list[ServerProcess]:
+        return self.fleet.live()
 
     def operate(self) -> None:
         """Look at a rollout schedule's runs and continue its halted rollout (one in ten: cancel it). A
@@ -962,6 +992,12 @@ def main() -> int:
         "--rollout-share", type=float, default=0.1, help="share of the schedules with a rollout policy"
     )
     parser.add_argument(
+        "--safety-per-kind",
+        type=int,
+        help="schedules with approvals, with retries, with a start deadline: this many of each, besides"
+        " --schedules (bench/soak_safety.py; default: a thirtieth of --schedules, at least 3)",
+    )
+    parser.add_argument(
         "--pg-cluster",
         default="main",
         help="the cluster `pg_ctlcluster` restarts: the one serving --pg-admin (not a shared one)",
@@ -979,20 +1015,21 @@ def main() -> int:
         port = make_url(args.pg_admin).port or 5432
         if pg_cluster_port(pg_version(args.pg_admin), args.pg_cluster) != port:
             parser.error(f"--pg-cluster: {args.pg_cluster} is not the cluster serving port {port}")
+    per_kind = args.safety_per_kind if args.safety_per_kind is not None else max(3, args.schedules // 30)
     rng = random.Random(args.seed)
     print(machine_line())
     print(code_line())
     print(
         f"# soak minutes={args.minutes} seed={args.seed} instances={args.instances}"
         f" schedules={args.schedules} racks={args.racks} rollout_share={args.rollout_share:g}"
-        f" pg_restarts={args.pg_restarts} pg_cluster={args.pg_cluster}",
+        f" safety_per_kind={per_kind} pg_restarts={args.pg_restarts} pg_cluster={args.pg_cluster}",
         flush=True,
     )
     with fresh_database("postgres", args.pg_admin) as ws:
         direct = make_url(ws.url)
         proxy = TcpProxy(direct.port or 5432)
         proxied = direct.set(port=proxy.start()).render_as_string(hide_password=False)
-        fleet = Fleet(proxied, ws.log_dir, args.seed)
+        fleet = Fleet(proxied, ws.log_dir, args.seed, soak_safety.server_env(per_kind))
         for index in range(args.instances):
             fleet.slots.append(Slot(index, fleet.start(index)))
         racks = [f"rack-{i}" for i in range(args.racks)]
@@ -1000,7 +1037,7 @@ def main() -> int:
         verdict = Verdict()
         receiver = soak_notify.FailingReceiver(random.Random(args.seed + 4))  # bench/soak_notify.py
         receiver.start()
-        soak_notify.subscribe(fleet.live()[0], receiver)
+        soak_notify.subscribe(fleet.live()[0], receiver, soak_safety.metadata(soak_safety.OPERATOR))
         hook = FlappingHook(random.Random(args.seed + 2))
         hook.start()
         checked = [] if args.no_preflight else racks[-max(2, len(racks) // 10) :]  # in no NVLink domain
@@ -1026,10 +1063,14 @@ def main() -> int:
                 hook.url,
                 alertmanager.url if alertmanager else "",
             )
+            safety = soak_safety.SafetyDriver(client, random.Random(args.seed + 5), per_kind)
+            safety.create()
             if alertmanager is not None:
                 threading.Thread(target=alertmanager.churn, name="alertmanager churn", daemon=True).start()
             load = threading.Thread(target=client.run, name="client", daemon=True)
             load.start()
+            people = threading.Thread(target=safety.run, name="approvers and pauses", daemon=True)
+            people.start()
             started = time.time()
             faults = drive_faults(
                 fleet,
@@ -1051,6 +1092,7 @@ def main() -> int:
                 )
             client.stop.set()
             load.join(CALL_TIMEOUT_S * 2)
+            people.join(CALL_TIMEOUT_S * 4)
             hook.settle()
             if alertmanager is not None:
                 alertmanager.settle()
@@ -1069,6 +1111,9 @@ def main() -> int:
                 check_rollouts(conn, verdict)
                 if checked:
                     check_preflight(conn, hook, checked, verdict)
+                long_run = args.minutes >= LONG_RUN_MINUTES
+                soak_safety.check(conn, verdict.add, long_run=long_run)
+                safety.report(verdict.add, long_run=long_run)
                 check_audit(conn, client.calls, verdict)
                 soak_notify.check(conn, receiver, verdict.add)
         finally:

@@ -89,13 +89,16 @@ class FailingReceiver:
             self._server.server_close()
 
 
-def subscribe(server: ServerProcess, receiver: FailingReceiver) -> None:
+def subscribe(
+    server: ServerProcess, receiver: FailingReceiver, metadata: tuple[tuple[str, str], ...]
+) -> None:
     """A webhook channel for every event, before the load starts (so every event is fanned out to it),
     with room for the soak's bursts and attempts enough that none dies of the receiver's failures."""
     channel = pb.NotificationChannel(
         name="soak-receiver", kind="webhook", url=receiver.url, rate_per_minute=6000, max_attempts=100
     )
-    server.stub().CreateNotificationChannel(pb.CreateNotificationChannelRequest(channel=channel), timeout=30)
+    request = pb.CreateNotificationChannelRequest(channel=channel)
+    server.stub().CreateNotificationChannel(request, timeout=30, metadata=metadata)
 
 
 def _rows(conn: psycopg.Connection[Any], statement: str) -> list[tuple[Any, ...]]:

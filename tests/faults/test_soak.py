@@ -1,8 +1,9 @@
 """The chaos soak's short variant (bench/soak.py; the 10-minute runs are in docs/RELIABILITY.md): three
 real instances on PostgreSQL through the fault proxy, 60 schedules (a tenth of them rollouts), two minutes
 of seeded faults (no PostgreSQL restart: the server is shared with other test sessions), with pre-flight
-checks in the mix (a flapping drain hook, a restarted Alertmanager). It exits non-zero when the checker
-finds a broken promise, and prints its table either way."""
+checks in the mix (a flapping drain hook, a restarted Alertmanager) and approvals, retries and start
+deadlines (bench/soak_safety.py). It exits non-zero when the checker finds a broken promise, and prints its
+table either way."""
 
 from __future__ import annotations
 
@@ -38,3 +39,10 @@ def test_two_minutes_of_faults_break_no_promise(postgres_url: str) -> None:
     # bench/soak_notify.py: a receiver that fails and delays got every notification event, none lost.
     assert "| notification events that never reached the receiver (lost) | 0 | ok" in done.stdout
     assert "| checked racks' tasks started on a round that did not pass before them | 0 | ok |" in done.stdout
+    # bench/soak_safety.py: approvals, retries and start deadlines were in the mix, not only checked.
+    exercised = re.search(
+        r"^\| safe operations exercised: ([^|]*) \| ([^|]*) \| ok", done.stdout, re.MULTILINE
+    )
+    assert exercised is not None, "no safe-operations row"
+    counts = dict(zip(exercised.group(1).split(", "), map(int, exercised.group(2).split(", ")), strict=True))
+    assert counts["approved runs"] and counts["missed runs"] and counts["retried tasks"], counts
