@@ -7,11 +7,13 @@ by `_common.bulk_load`, then runs and tasks by executemany): K schedules with `p
 each with `--runs` finished runs (state completed) whose outcomes point at ended tasks, one task in seven
 FAILED but none in a schedule's newest run, so no streak is complete and nothing is paused; and "wide": one
 such schedule whose runs each have `--racks` racks. The databases are ANALYZEd, then measured in turn:
-`pause_failing()` (`--repeats` calls after a warm-up), the same call with the feature off
-(`pause_after_failed_runs = 0`, what a fleet not using it pays), and poll_cost's measure, the empty
-dispatcher poll (`poll_once()`), so the share of the check in an idle poll is visible.
+`pause_failing()` (`--repeats` calls after a warm-up: with nothing changed since the last look, and after
+one schedule was marked, `store.streak_checks`), the look at everything (`--full-repeats`, what a dispatcher
+does first and hourly), the same call with the feature off (`pause_after_failed_runs = 0`, what a fleet not
+using it pays), and poll_cost's measure, the empty dispatcher poll (`poll_once()`), so the share of the
+check in an idle poll is visible.
 
-    python bench/pause_scan.py --db postgres --sizes 100,1000,10000 --racks 10000
+    python bench/pause_scan.py --db postgres --sizes 100,1000,10000 --racks 10000 --repeats 30
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from sqlalchemy import insert, select, text, update
 from rackflow.clock import SystemClock
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
+from rackflow.store import schedules as schedule_store
+from rackflow.store import streak_checks
 from rackflow.store.db import Database
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.timespec import ScheduleSpec, SpecType
@@ -165,35 +169,49 @@ def set_feature(url: str, count: int, schedule_ids: Sequence[uuid.UUID] | None =
         engine.dispose()
 
 
-async def measure(url: str, repeats: int) -> dict[str, list[float]]:
-    """Seconds per `pause_failing()` call and per empty dispatcher poll, on one database."""
+async def measure(url: str, repeats: int, full_repeats: int) -> dict[str, list[float]]:
+    """Seconds per `pause_failing()` call with nothing changed since the last look ("scan"), after one
+    schedule's streak was marked ("one": a task of one of its runs ended), with `everything` (the look at
+    every schedule a dispatcher makes first and hourly), and per empty dispatcher poll, on one database."""
     db = Database(url)
     try:
         services = Services.build(db, SystemClock())
         dispatcher = Dispatcher(services.schedules, services.audit, instance_id=uuid.uuid4(), batch=10)
-        times: dict[str, list[float]] = {"scan": [], "poll": []}
+        async with db.read() as conn:
+            (first, *_) = await schedule_store.pausing_after_failures(conn) or [None]
+        times: dict[str, list[float]] = {"scan": [], "one": [], "full": [], "poll": []}
+
+        async def timed(figure: str, **kwargs: bool) -> None:
+            started = time.perf_counter()
+            paused = await services.schedules.pause_failing(**kwargs)
+            times[figure].append(time.perf_counter() - started)
+            if paused:
+                raise RuntimeError(f"{len(paused)} schedules paused; the load has no complete streak")
+
         for _ in range(WARMUP):
             await services.schedules.pause_failing()
             await dispatcher.poll_once()
         for _ in range(repeats):
-            started = time.perf_counter()
-            paused = await services.schedules.pause_failing()
-            times["scan"].append(time.perf_counter() - started)
-            if paused:
-                raise RuntimeError(f"{len(paused)} schedules paused; the load has no complete streak")
+            await timed("scan")
+            if first is not None:
+                async with db.transaction() as conn:
+                    await streak_checks.mark_schedules(conn, [first.id])
+                await timed("one")
             started = time.perf_counter()
             if await dispatcher.poll_once():
                 raise RuntimeError("a poll claimed schedules; none should be due")
             times["poll"].append(time.perf_counter() - started)
+        for _ in range(full_repeats):
+            await timed("full", everything=True)
         return times
     finally:
         await db.dispose()
 
 
 def report(shape: str, args: argparse.Namespace, schedules: int, racks_per_run: int, url: str) -> None:
-    on = asyncio.run(measure(url, args.repeats))
+    on = asyncio.run(measure(url, args.repeats, args.full_repeats))
     set_feature(url, 0)
-    off = asyncio.run(measure(url, args.repeats))
+    off = asyncio.run(measure(url, args.repeats, 0))
     set_feature(url, PAUSE_AFTER)
     scan, poll = median(on["scan"]), median(on["poll"])
     result(
@@ -206,6 +224,9 @@ def report(shape: str, args: argparse.Namespace, schedules: int, racks_per_run: 
         repeats=args.repeats,
         scan_p50_ms=scan * 1000,
         scan_p95_ms=percentile(on["scan"], 95) * 1000,
+        one_marked_p50_ms=median(on["one"]) * 1000,
+        one_marked_p95_ms=percentile(on["one"], 95) * 1000,
+        full_p50_ms=median(on["full"]) * 1000,
         scan_off_p50_ms=median(off["scan"]) * 1000,
         poll_p50_ms=poll * 1000,
         scan_share_of_idle_poll=scan / (scan + poll),
@@ -221,13 +242,15 @@ def main() -> None:
     parser.add_argument("--racks", type=int, default=10_000, help="racks per wide run (0: none)")
     parser.add_argument("--runs", type=int, default=4, help="finished runs per schedule")
     parser.add_argument("--repeats", type=int, default=30, help="timed calls per database")
+    parser.add_argument("--full-repeats", type=int, default=3, help="timed looks at everything")
     args = parser.parse_args()
     sizes: Sequence[int] = [int(s) for s in args.sizes.split(",") if s]
     print(machine_line())
     print(code_line())
     print(
         f"# pause_scan db={args.db} sizes={args.sizes} racks={args.racks} runs={args.runs} "
-        f"repeats={args.repeats} pause_after={PAUSE_AFTER} failing=1/{FAILING_EVERY}",
+        f"repeats={args.repeats} full_repeats={args.full_repeats} pause_after={PAUSE_AFTER} "
+        f"failing=1/{FAILING_EVERY}",
         flush=True,
     )
     far = datetime.now(UTC) + timedelta(days=30)
