@@ -29,8 +29,8 @@ DISPATCH_BATCH_CAP = 1000
 # After each poll the dispatcher looks at the failing streaks of the schedules marked since its last look
 # (store.streak_checks); at its first look, and then this often, at every schedule that pauses after
 # failures: the bound on a streak whose mark was lost (an instance stopped between taking the mark and
-# deciding it) or was never made (a path that ends tasks without the store's task writes, such as a rack
-# deleted with its tasks). Such a look cost 1.3 s at 1,000 schedules (docs/PERFORMANCE.md, issue 27).
+# deciding it) or was never made (a write that bypassed store.streak_checks' callers). Such a look reads
+# every one of them: about 1 s at 1,000 schedules, 9 s at 10,000 (docs/PERFORMANCE.md, issue 27).
 FAILING_STREAK_FULL_LOOK = timedelta(hours=1)
 # The cyclic garbage collector's youngest-generation threshold in a serving process (Python's default: 700
 # allocations). A draining dispatcher allocates tens of thousands of short-lived objects a second (rows,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -32,6 +33,12 @@ async def _pausing(env: Env, count: int, name: str = "nightly") -> Schedule:
     return await env.services.schedules.update(
         schedule.id, ["schedule.pause_after_failed_runs"], pause_after_failed_runs=count
     )
+
+
+async def _fire(env: Env, schedule_id: uuid.UUID) -> list[uuid.UUID]:
+    """Fire the schedule by hand, a minute after its previous run (runs are ordered by when they fired)."""
+    env.clock.advance(timedelta(minutes=1))
+    return await env.services.schedules.trigger(schedule_id)
 
 
 async def _marked(env: Env) -> set[uuid.UUID]:
@@ -63,7 +70,7 @@ def _statements(db: Database) -> Iterator[list[str]]:
 
 async def test_a_look_with_nothing_marked_sends_one_statement_and_reads_no_schedule(env: Env) -> None:
     schedule = await _pausing(env, 2)
-    (task_id,) = await env.services.schedules.trigger(schedule.id)
+    (task_id,) = await _fire(env, schedule.id)
     await _end(env, [task_id], TaskStatus.FAILED)
     assert await _marked(env) == {schedule.id}
 
@@ -77,9 +84,9 @@ async def test_a_look_with_nothing_marked_sends_one_statement_and_reads_no_sched
 
 async def test_a_streak_whose_last_task_ends_late_is_found_by_the_executor_path(env: Env) -> None:
     schedule = await _pausing(env, 2)
-    (first,) = await env.services.schedules.trigger(schedule.id)
+    (first,) = await _fire(env, schedule.id)
     await _end(env, [first], TaskStatus.FAILED)
-    (late,) = await env.services.schedules.trigger(schedule.id)
+    (late,) = await _fire(env, schedule.id)
     assert await env.services.schedules.pause_failing() == []  # the newest run is still going
     assert await _marked(env) == set()
 
@@ -104,8 +111,8 @@ async def test_only_final_statuses_of_schedules_that_pause_after_failures_mark(e
     plain = await env.schedule("plain", racks=[await env.rack("plain-r1")], policy=OverlapPolicy.QUEUE)
     async with env.db.transaction() as conn:
         await streak_checks.take_marked(env.db, conn)  # the update's mark
-    (pausing_task,) = await env.services.schedules.trigger(pausing.id)
-    (plain_task,) = await env.services.schedules.trigger(plain.id)
+    (pausing_task,) = await _fire(env, pausing.id)
+    (plain_task,) = await _fire(env, plain.id)
     async with env.db.transaction() as conn:
         await streak_checks.take_marked(env.db, conn)  # the runs' marks
     await _end(env, [pausing_task, plain_task], TaskStatus.WAITING)
@@ -117,7 +124,7 @@ async def test_only_final_statuses_of_schedules_that_pause_after_failures_mark(e
 async def test_saving_a_schedule_with_a_lower_count_finds_the_streak_it_completes(env: Env) -> None:
     schedule = await _pausing(env, 3)
     for _ in range(2):
-        (task_id,) = await env.services.schedules.trigger(schedule.id)
+        (task_id,) = await _fire(env, schedule.id)
         await _end(env, [task_id], TaskStatus.FAILED)
     assert await env.services.schedules.pause_failing() == []  # two of three
     await env.services.schedules.update(
@@ -140,9 +147,33 @@ async def test_a_look_that_fails_puts_its_marks_back(env: Env, monkeypatch: pyte
 
 async def test_a_full_look_reads_every_schedule_whatever_is_marked(env: Env) -> None:
     schedule = await _pausing(env, 1)
-    (task_id,) = await env.services.schedules.trigger(schedule.id)
+    (task_id,) = await _fire(env, schedule.id)
     await _end(env, [task_id], TaskStatus.FAILED)
     async with env.db.transaction() as conn:
         await streak_checks.take_marked(env.db, conn)  # a mark lost (its instance stopped)
     assert await env.services.schedules.pause_failing() == []
     assert [s.id for s, _ in await env.services.schedules.pause_failing(everything=True)] == [schedule.id]
+
+
+async def test_older_runs_tasks_are_not_read_when_the_newest_run_is_still_going(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = await _pausing(env, 3)
+    for _ in range(2):
+        (task_id,) = await _fire(env, schedule.id)
+        await _end(env, [task_id], TaskStatus.FAILED)
+    (going,) = await _fire(env, schedule.id)
+    asked: list[set[uuid.UUID]] = []
+    statuses = task_store.statuses
+
+    async def recording(conn: Any, task_ids: Any) -> Any:
+        asked.append(set(task_ids))
+        return await statuses(conn, task_ids)
+
+    monkeypatch.setattr(task_store, "statuses", recording)
+    assert await env.services.schedules.pause_failing(everything=True) == []
+    assert asked == [{going}]  # the two failed runs before it decide nothing
+
+    monkeypatch.undo()
+    await _end(env, [going], TaskStatus.FAILED)
+    assert [s.id for s, _ in await env.services.schedules.pause_failing()] == [schedule.id]

@@ -22,6 +22,7 @@ from rackflow.domain.firing import (
     RunResult,
     RunTally,
     Snapshot,
+    extends_streak,
     failing_streak,
     plan,
     planned_times,
@@ -557,11 +558,24 @@ class ScheduleService:
             if not candidates:
                 return []
             runs = await store.counted_runs(conn, candidates)
-            task_ids = {o.task_id for found in runs.values() for r in found for o in r.outcomes if o.task_id}
-            statuses = await task_store.statuses(conn, task_ids)
+            # A round per run, newest first: a run that is not over, or did not fail, ends its schedule's
+            # streak, so the older runs' tasks are not read (a schedule of 10,000 racks whose newest run is
+            # going reads that run's tasks only).
+            tallies: dict[uuid.UUID, list[RunTally]] = {s.id: [] for s in candidates}
+            going = [s for s in candidates if len(runs[s.id]) >= s.pause_after_failed_runs]
+            while going:
+                newest = [(s, runs[s.id][len(tallies[s.id])]) for s in going]
+                task_ids = {o.task_id for _, r in newest for o in r.outcomes if o.task_id}
+                statuses = await task_store.statuses(conn, task_ids)
+                for s, r in newest:
+                    tallies[s.id].append(tally(r.id, r.fired_at, r.state, r.outcomes, statuses))
+                going = [
+                    s
+                    for s in going
+                    if len(tallies[s.id]) < s.pause_after_failed_runs and extends_streak(tallies[s.id][-1])
+                ]
         for schedule in candidates:
-            tallies = [tally(r.id, r.fired_at, r.state, r.outcomes, statuses) for r in runs[schedule.id]]
-            streak = failing_streak(tallies, schedule.pause_after_failed_runs)
+            streak = failing_streak(tallies[schedule.id], schedule.pause_after_failed_runs)
             if streak:
                 streaks.append((schedule, streak))
         if not streaks:
