@@ -127,6 +127,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/peers/versus_apscheduler3.py --n 1000
 	$(BIN)/python bench/fanout.py --db postgres --schedules 10 --racks 100
 	$(BIN)/python bench/poll_cost.py --db postgres --small 1000 --large 100000
+	$(BIN)/python bench/pause_scan.py --db postgres --sizes 100,1000 --racks 1000 --repeats 10
 	$(BIN)/python bench/api.py --db postgres --seconds 5 --schedules 2000
 	$(BIN)/python bench/ceiling.py --n 2000
 	$(BIN)/python bench/memory.py --db postgres --schedules 20000

@@ -562,13 +562,18 @@ def tally(
     return RunTally(run_id, fired_at, finished, failed)
 
 
+def extends_streak(run: RunTally) -> bool:
+    """Whether the run can be part of a failing streak: finished, with a failure."""
+    return run.finished and run.failed
+
+
 def failing_streak(newest_first: Sequence[RunTally], limit: int) -> tuple[RunTally, ...]:
     """The `limit` newest counted runs if every one has finished with a failure (they pause the
     schedule), else (). A newer run still going decides nothing yet; a newer success breaks the streak."""
     if limit <= 0 or len(newest_first) < limit:
         return ()
     streak = tuple(newest_first[:limit])
-    return streak if all(t.finished and t.failed for t in streak) else ()
+    return streak if all(extends_streak(t) for t in streak) else ()
 
 
 def streak_reason(streak: Sequence[RunTally]) -> str:

@@ -49,6 +49,7 @@ from rackflow.config import (
     DEFAULT_DISPATCH_INTERVAL,
     DEFAULT_LEASE_TTL,
     DISPATCH_BATCH_CAP,
+    FAILING_STREAK_FULL_LOOK,
 )
 from rackflow.domain.audit import EXPIRE_RUN, OK, SYSTEM_PRINCIPAL
 from rackflow.domain.firing import Firing
@@ -112,6 +113,7 @@ class Dispatcher:
         # announcement counts, as the claim running now may have read the due index before it committed.
         self._wake_at: datetime | None = None
         self._woken = asyncio.Event()  # an announcement of something due before `_wake_at`
+        self._next_full_streak_look = 0.0  # time.monotonic() after which pause_failing looks at everything
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until `stop` is set. The first poll happens at once; a full batch polls again at once.
@@ -298,8 +300,13 @@ class Dispatcher:
     async def pause_failing_schedules(self) -> None:
         """Pause the schedules whose `pause_after_failed_runs` streak is complete
         (`ScheduleService.pause_failing`), each recorded in the audit trail as a PauseTaskSchedule by
-        rackflow itself, naming the runs."""
-        for schedule, streak in await self.schedules.pause_failing():
+        rackflow itself, naming the runs. Looks at the schedules marked since the last look; at the first
+        look and every FAILING_STREAK_FULL_LOOK after it, at all of them."""
+        everything = time.monotonic() >= self._next_full_streak_look
+        paused = await self.schedules.pause_failing(everything=everything)
+        if everything:
+            self._next_full_streak_look = time.monotonic() + FAILING_STREAK_FULL_LOOK.total_seconds()
+        for schedule, streak in paused:
             assert schedule.pause is not None
             metrics.SCHEDULES_PAUSED_AFTER_FAILURES.inc()
             log.warning("paused schedule %r: %s", schedule.name, schedule.pause.reason)

@@ -22,6 +22,7 @@ from rackflow.domain.firing import (
     RunResult,
     RunTally,
     Snapshot,
+    extends_streak,
     failing_streak,
     plan,
     planned_times,
@@ -55,7 +56,7 @@ from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.security import ANONYMOUS, caller_known_by_token, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
-from rackflow.store import outbox, wakeups
+from rackflow.store import outbox, streak_checks, wakeups
 from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
 from rackflow.store import tasks as task_store
@@ -517,28 +518,64 @@ class ScheduleService:
             await outbox.record_events(conn, events.pauses_ended(ended, now))
         return ended
 
-    async def pause_failing(self) -> list[tuple[Schedule, tuple[RunTally, ...]]]:
+    async def pause_failing(self, *, everything: bool = False) -> list[tuple[Schedule, tuple[RunTally, ...]]]:
         """Pause every enabled schedule whose newest `pause_after_failed_runs` counted runs have all
         finished with a failed rack (`domain.firing.failing_streak`, counted from the tasks' final
         statuses), by rackflow, with the reason naming the runs; returns each with its streak, for the
         audit trail.
 
-        Called by the dispatcher of every instance after each poll, so a streak is seen within a poll
-        interval of its last task ending, whichever path ended it. The pause is a conditional UPDATE
+        Looks only at the schedules marked since the last look (`store.streak_checks`: a task of a run
+        ended, a run was recorded or changed state, the schedule was saved), or with `everything` at every
+        enabled schedule that pauses after failures. Called by the dispatcher of every instance after each
+        poll, so a streak is seen within a poll interval of its last task ending, whichever path ended it;
+        a poll in which nothing changed reads one empty index. The pause is a conditional UPDATE
         (`store.pause_after_failures`): however many instances decide the same streak, one pauses and
         reports it; its runs are not counted again (a resume starts the count afresh).
         """
+        if everything:
+            return await self._pause_failing(None)
+        async with self.db.read() as conn:  # an idle poll writes nothing
+            if not await streak_checks.any_marked(conn):
+                return []
+        async with self.db.transaction() as conn:  # committed before the look reads (store.streak_checks)
+            marked = await streak_checks.take_marked(self.db, conn)
+        if not marked:
+            return []
+        try:
+            return await self._pause_failing(marked)
+        except BaseException:
+            async with self.db.transaction() as conn:  # looked at by the next poll instead
+                await streak_checks.mark_schedules(conn, marked)
+            raise
+
+    async def _pause_failing(
+        self, schedule_ids: list[uuid.UUID] | None
+    ) -> list[tuple[Schedule, tuple[RunTally, ...]]]:
+        """`pause_failing` over these schedules (None: every one that pauses after failures)."""
         streaks: list[tuple[Schedule, tuple[RunTally, ...]]] = []
-        async with self.db.read() as conn:  # a poll with no streak to pause writes nothing
-            candidates = await store.pausing_after_failures(conn)
+        async with self.db.read() as conn:  # a look with no streak to pause writes nothing
+            candidates = await store.pausing_after_failures(conn, schedule_ids)
             if not candidates:
                 return []
             runs = await store.counted_runs(conn, candidates)
-            task_ids = {o.task_id for found in runs.values() for r in found for o in r.outcomes if o.task_id}
-            statuses = await task_store.statuses(conn, task_ids)
+            # A round per run, newest first: a run that is not over, or did not fail, ends its schedule's
+            # streak, so the older runs' tasks are not read (a schedule of 10,000 racks whose newest run is
+            # going reads that run's tasks only).
+            tallies: dict[uuid.UUID, list[RunTally]] = {s.id: [] for s in candidates}
+            going = [s for s in candidates if len(runs[s.id]) >= s.pause_after_failed_runs]
+            while going:
+                newest = [(s, runs[s.id][len(tallies[s.id])]) for s in going]
+                task_ids = {o.task_id for _, r in newest for o in r.outcomes if o.task_id}
+                statuses = await task_store.statuses(conn, task_ids)
+                for s, r in newest:
+                    tallies[s.id].append(tally(r.id, r.fired_at, r.state, r.outcomes, statuses))
+                going = [
+                    s
+                    for s in going
+                    if len(tallies[s.id]) < s.pause_after_failed_runs and extends_streak(tallies[s.id][-1])
+                ]
         for schedule in candidates:
-            tallies = [tally(r.id, r.fired_at, r.state, r.outcomes, statuses) for r in runs[schedule.id]]
-            streak = failing_streak(tallies, schedule.pause_after_failed_runs)
+            streak = failing_streak(tallies[schedule.id], schedule.pause_after_failed_runs)
             if streak:
                 streaks.append((schedule, streak))
         if not streaks:

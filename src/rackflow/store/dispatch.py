@@ -29,6 +29,7 @@ from rackflow.config import DUE_COUNT_CAP
 from rackflow.domain.schedules import Schedule
 from rackflow.store.db import Database
 from rackflow.store.schedules import schedule_from_row
+from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import instances, task_schedule, task_schedule_run
 
 # A firing's phases 2-3 take seconds; a run still "running" this long after it fired is stuck (its owner
@@ -117,5 +118,8 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
             ),
         )
         .values(state="interrupted")
+        .returning(task_schedule_run.c.schedule_id)
     )
-    return int(result.rowcount or 0)
+    schedule_ids = list(result.scalars())
+    await mark_schedules(conn, schedule_ids)  # an interrupted run has finished (store.streak_checks)
+    return len(schedule_ids)

@@ -23,6 +23,7 @@ from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import Database, chunked
 from rackflow.store.dialect import by_keys
 from rackflow.store.schedules import outcomes_to_json, run_from_row
+from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import racks, task_schedule_run, tasks
 
 _run = task_schedule_run.c
@@ -108,7 +109,8 @@ async def lock_rollout_policies(
 
 
 async def save_run(conn: AsyncConnection, run: Run) -> None:
-    """Write what a rollout step, resume or cancel changed: state, outcomes, reason, what was excused."""
+    """Write what a rollout step, resume or cancel changed: state, outcomes, reason, what was excused
+    (and mark the schedule's failing streak to be looked at again, `store.streak_checks`)."""
     await conn.execute(
         update(task_schedule_run)
         .where(_run.id == run.id)
@@ -120,6 +122,7 @@ async def save_run(conn: AsyncConnection, run: Run) -> None:
             resumed=run.resumed,
         )
     )
+    await mark_schedules(conn, [run.schedule_id])
 
 
 async def link_retry(conn: AsyncConnection, run_id: uuid.UUID, retry_of: uuid.UUID) -> None:

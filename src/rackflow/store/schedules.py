@@ -57,6 +57,7 @@ from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
+from rackflow.store.streak_checks import mark_schedules, mark_schedules_of_runs
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import is_active
 from rackflow.timespec import ScheduleSpec, SpecType
@@ -248,7 +249,9 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
 
 
 async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
-    """Write the mutable columns (name, spec, policies, state, pause, times); the operation never changes."""
+    """Write the mutable columns (name, spec, policies, state, pause, times); the operation never changes.
+    An enabled schedule that pauses after failures is marked for a look at its streak (a resume or a
+    lower `pause_after_failed_runs` may complete one; `store.streak_checks`)."""
     values = {
         "name": schedule.name,
         "spec_type": SPEC_TYPE_TO_DB[schedule.spec.type],
@@ -269,6 +272,8 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(update(task_schedule).where(task_schedule.c.id == schedule.id).values(values))
+    if schedule.enabled and schedule.pause_after_failed_runs > 0:
+        await mark_schedules(conn, [schedule.id])
 
 
 _SCHEDULES = select(task_schedule)
@@ -470,13 +475,20 @@ async def claim_pauses_ended(
     return [schedule_from_row(row) for row in (await conn.execute(db.skip_locked(stmt))).all()]
 
 
-async def pausing_after_failures(conn: AsyncConnection) -> list[Schedule]:
+async def pausing_after_failures(
+    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID] | None = None
+) -> list[Schedule]:
     """The enabled schedules with a `pause_after_failed_runs` (the partial index
-    ix_task_schedule_pause_after_failed_runs holds only those)."""
-    stmt = select(task_schedule).where(
-        task_schedule.c.pause_after_failed_runs > 0, task_schedule.c.enabled.is_(True)
-    )
-    return [schedule_from_row(row) for row in (await conn.execute(stmt)).all()]
+    ix_task_schedule_pause_after_failed_runs holds only those), among `schedule_ids` (None: all)."""
+    pausing = (task_schedule.c.pause_after_failed_runs > 0, task_schedule.c.enabled.is_(True))
+    if schedule_ids is None:
+        stmt = select(task_schedule).where(*pausing)
+        return [schedule_from_row(row) for row in (await conn.execute(stmt)).all()]
+    found: list[Schedule] = []
+    for chunk in chunked(schedule_ids):
+        stmt = select(task_schedule).where(task_schedule.c.id.in_(chunk), *pausing)
+        found.extend(schedule_from_row(row) for row in (await conn.execute(stmt)).all())
+    return found
 
 
 async def counted_runs(conn: AsyncConnection, schedules: Sequence[Schedule]) -> dict[uuid.UUID, list[Run]]:
@@ -860,7 +872,10 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
         new_only=True,
     )
     result = await conn.execute(insert.returning(task_schedule_run.c.id), values)
-    return set(result.scalars())
+    recorded = set(result.scalars())
+    counted = {r.schedule_id for r in runs if r.run_id in recorded and r.state not in NOT_COUNTED_STATES}
+    await mark_schedules(conn, counted)  # a run finished at birth (nothing submitted) may end a streak
+    return recorded
 
 
 def _approval_columns(state: RunState, approval: RunApproval | None) -> dict[str, object]:
@@ -908,7 +923,8 @@ async def decide_awaiting(
     """Move a run awaiting approval on: to `state` with `approval` (and, given, its outcomes and reason),
     or, with `state` "awaiting_approval", only record one more approver. Conditional on the run still
     awaiting approval, so of two instances or two approvers deciding at once exactly one does; False: the
-    run no longer awaited approval, and nothing was written."""
+    run no longer awaited approval, and nothing was written. The schedule's failing streak is marked to
+    be looked at again."""
     values: dict[str, object] = {"state": state, **_approval_columns(state, approval)}
     if outcomes is not None:
         values["outcomes"] = outcomes_to_json(outcomes)
@@ -919,7 +935,10 @@ async def decide_awaiting(
         .where(task_schedule_run.c.id == run_id, task_schedule_run.c.state == "awaiting_approval")
         .values(values)
     )
-    return bool(result.rowcount)
+    if not result.rowcount:
+        return False
+    await mark_schedules_of_runs(conn, [run_id])  # store.streak_checks
+    return True
 
 
 async def claim_expired_approvals(
@@ -948,6 +967,7 @@ async def complete_runs(
         {"id": run_id, "outcomes": outcomes_to_json(outcomes)} for run_id, outcomes in outcomes_by_run.items()
     ]
     await conn.execute(*update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"}))
+    await mark_schedules_of_runs(conn, outcomes_by_run)
 
 
 def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:

@@ -226,6 +226,14 @@ task_schedule = Table(
     ),
 )
 
+# The schedules whose failing streak (`pause_after_failed_runs`, docs/SAFETY.md) must be looked at again:
+# a write that can change what decides it marked them (store.streak_checks, migration 0023).
+failing_streak_checks = Table(
+    "failing_streak_checks",
+    metadata,
+    Column("schedule_id", Uuid, ForeignKey("task_schedule.id", ondelete="CASCADE"), primary_key=True),
+)
+
 task_schedule_scope = Table(
     "task_schedule_scope",
     metadata,

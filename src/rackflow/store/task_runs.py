@@ -22,6 +22,7 @@ from rackflow.domain.inventory import PowerState
 from rackflow.domain.tasks import RETRY_HOLD, ComponentChange, Hold, Task, TaskAttempt, TaskStatus
 from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
+from rackflow.store.streak_checks import mark_schedules_of_tasks
 from rackflow.store.tables import components, task_attempt, tasks
 from rackflow.store.tasks import NOT_HELD, OLDEST_FIRST, hold_values, is_active, status_in, task_from_row
 from rackflow.store.types import UTCDateTime
@@ -147,7 +148,8 @@ async def finish(
     now: datetime,
 ) -> set[uuid.UUID]:
     """End tasks this instance runs with their (status, message) and drop the hold; returns the tasks
-    ended (the others were cancelled or taken over, and are left as they are)."""
+    ended (the others were cancelled or taken over, and are left as they are). Their schedules' failing
+    streaks are marked to be looked at again (`store.streak_checks`)."""
     ended: set[uuid.UUID] = set()
     for chunk in chunked(outcomes, _CASE_CHUNK):
         result = await conn.execute(
@@ -163,6 +165,7 @@ async def finish(
             .returning(tasks.c.id)
         )
         ended.update(result.scalars())
+    await mark_schedules_of_tasks(conn, ended)
     return ended
 
 

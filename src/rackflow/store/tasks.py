@@ -26,6 +26,7 @@ from rackflow.store.dialect import by_keys, insert_rows
 from rackflow.store.instances import is_live
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
+from rackflow.store.streak_checks import mark_schedules_of_tasks
 from rackflow.store.tables import racks, task_attempt, tasks
 from rackflow.store.types import UTCDateTime
 
@@ -347,7 +348,8 @@ async def set_status(
     now: datetime,
     message: str | None = None,
 ) -> None:
-    """Move tasks to `status`; a final status also stamps `finished_at`."""
+    """Move tasks to `status`; a final status also stamps `finished_at` and marks the tasks' schedules'
+    failing streaks to be looked at again (`store.streak_checks`)."""
     if not task_ids:
         return
     values: dict[str, Any] = {"status": status.value, "updated_at": now}
@@ -356,6 +358,8 @@ async def set_status(
     if status.is_final:
         values["finished_at"] = now
     await conn.execute(update(tasks).where(tasks.c.id.in_(list(task_ids))).values(**values))
+    if status.is_final:
+        await mark_schedules_of_tasks(conn, task_ids)
 
 
 # --- promotion and housekeeping -------------------------------------------------------------------
