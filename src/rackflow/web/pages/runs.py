@@ -1,6 +1,10 @@
 """One firing of a schedule (`/runs/{id}`): how it stands, each rack's outcome with its task, error and
 wave, its progress as a segmented bar, Resume/Cancel for a rollout that is halted or rolling, and Retry
-for a run that is over with racks that failed or never started (RetryTaskScheduleRun)."""
+for a run that is over with racks that failed or never started (RetryTaskScheduleRun).
+
+The rack list is paged (RACKS_PER_PAGE, canaries first, then by name): the verdict, the bar and Retry are
+the whole run's, from its outcomes and its tasks' statuses, but only the page's racks have their tasks
+read in full and rendered — a firing of 10,000 racks rendered every one (docs/PERFORMANCE.md, issue 29)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from rackflow.domain.schedules import RETRIABLE_RUN_STATES, ScopeOutcome, racks_
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import Progress
-from rackflow.web.pages import Site
+from rackflow.web.pages import Site, offset_of, page_number, pages_of, query_url
 from rackflow.web.views import (
     LOOKS,
     OUTCOME_LOOKS,
@@ -30,11 +34,13 @@ from rackflow.web.views import (
     run_verdict,
 )
 
+RACKS_PER_PAGE = 100  # rack rows of a run's page, and of a schedule's runs grid
+
 
 def routes(site: Site) -> list[Route]:
     async def run_page(request: Request) -> Response:
         ref = request.path_params["ref"]
-        return await site.page(request, "run.html", f"Run {ref[:8]}", lambda _: _one(site, ref))
+        return await site.page(request, "run.html", f"Run {ref[:8]}", lambda _: _one(site, request, ref))
 
     return [Route("/runs/{ref}", run_page)]
 
@@ -65,13 +71,20 @@ def progress_bar(progress: Progress) -> Bar:
     )
 
 
+def in_rack_order(outcomes: tuple[ScopeOutcome, ...], names: Mapping[uuid.UUID, str]) -> list[ScopeOutcome]:
+    """A run's racks as its page lists them: a rollout's canaries first, then by name."""
+    return sorted(outcomes, key=lambda o: (not o.canary, names.get(o.rack_id, str(o.rack_id))))
+
+
 def rows_of(
-    outcomes: tuple[ScopeOutcome, ...],
+    outcomes: list[ScopeOutcome],
     names: Mapping[uuid.UUID, str],
     tasks: Mapping[uuid.UUID, Task],
     statuses: Mapping[uuid.UUID, TaskStatus],
+    *,
+    canaries: bool,
 ) -> list[RackRow]:
-    canaries = any(o.canary for o in outcomes)
+    """The rows of `outcomes` (one page, in order); `canaries`: whether the run has any (a wave column)."""
     rows = []
     for outcome in outcomes:
         task = tasks.get(outcome.task_id) if outcome.task_id else None
@@ -86,10 +99,10 @@ def rows_of(
                 ("canary" if outcome.canary else "rest") if canaries else "",
             )
         )
-    return sorted(rows, key=lambda row: (row.wave != "canary", row.rack_name))
+    return rows
 
 
-async def _one(site: Site, ref: str) -> Mapping[str, Any]:
+async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
     services = site.services
     try:
         run_id = uuid.UUID(ref)
@@ -97,10 +110,12 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         raise InvalidArgument(f"id: {ref!r} is not a run id") from None
     report = await services.rollouts.get(run_id)
     run = report.run
-    task_ids = [o.task_id for o in run.outcomes if o.task_id is not None]
+    names = await services.inventory.rack_names({o.rack_id for o in run.outcomes})
+    page = page_number(request)
+    shown = in_rack_order(run.outcomes, names)[offset_of(page, RACKS_PER_PAGE) :][:RACKS_PER_PAGE]
+    task_ids = [o.task_id for o in shown if o.task_id is not None]
     tasks = {t.id: t for t in await services.tasks.get_tasks(task_ids)}
     statuses = {**report.task_statuses, **{t.id: t.status for t in tasks.values()}}
-    names = await services.inventory.rack_names({o.rack_id for o in run.outcomes})
     schedule_names = await services.schedules.names([run.schedule_id])
     return {
         "run": run,
@@ -109,7 +124,9 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         "state": RUN_LOOKS[run.state],
         "progress": report.progress,
         "bar": progress_bar(report.progress) if report.progress else run_bar(run, statuses),
-        "rows": rows_of(run.outcomes, names, tasks, statuses),
+        "rows": rows_of(shown, names, tasks, statuses, canaries=any(o.canary for o in run.outcomes)),
+        "rack_pager": pages_of(len(run.outcomes), page, RACKS_PER_PAGE),
+        "url": lambda **changes: query_url(request, **changes),
         "retried_by": report.retried_by,
         # RetryTaskScheduleRun takes a run that is over (its tasks ended) and had a rack fail or not start.
         "retriable": run.state in RETRIABLE_RUN_STATES
