@@ -41,6 +41,7 @@ from rackflow.domain.schedules import (
     Schedule,
     ScheduleOrder,
     Scope,
+    ScopeOutcome,
     racks_to_retry,
 )
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryPolicy, TaskStatus
@@ -928,6 +929,13 @@ class ScheduleService:
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
             return await store.scope_page(conn, schedule_id, offset, limit)
+
+    async def run_rack_page(
+        self, run_id: uuid.UUID, offset: int, limit: int
+    ) -> list[tuple[ScopeOutcome, str | None]]:
+        """A page of a run's racks as its page lists them, with their names (`store.run_rack_page`)."""
+        async with self.db.read() as conn:
+            return await store.run_rack_page(conn, run_id, offset, limit)
 
     async def run_heads(self, schedule_id: uuid.UUID, limit: int) -> tuple[list[Run], int]:
         """The schedule's newest `limit` firings without their outcomes, newest first, and their total

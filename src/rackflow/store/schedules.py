@@ -7,6 +7,7 @@ Functions take an open connection, so the caller decides what one transaction ho
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Row,
     Select,
     Text,
+    Uuid,
     all_,
     and_,
     any_,
@@ -33,7 +35,9 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy import cast as cast_
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.selectable import TableValuedAlias
 
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.firing import NOT_COUNTED_STATES
@@ -1090,6 +1094,49 @@ async def run_heads(conn: AsyncConnection, schedule_id: uuid.UUID, limit: int) -
     return [run_from_row(row) for row in (await conn.execute(page)).all()], total
 
 
+def _unnested_outcomes(dialect: str) -> tuple[TableValuedAlias, Callable[[str], ColumnElement[Any]]]:
+    """A run's outcomes as rows (`o`, for a FROM beside task_schedule_run), and a field of one as text."""
+    run = task_schedule_run.c
+    if dialect == POSTGRESQL:
+        each = func.jsonb_array_elements(run.outcomes).table_valued("value", name="o")
+        return each, lambda key: each.c.value.op("->>")(key)
+    each = func.json_each(run.outcomes).table_valued("value", name="o")
+    return each, lambda key: func.json_extract(each.c.value, f"$.{key}")
+
+
+async def run_rack_page(
+    conn: AsyncConnection, run_id: uuid.UUID, offset: int, limit: int
+) -> list[tuple[ScopeOutcome, str | None]]:
+    """A page of the run's outcomes as its page lists them, a rollout's canaries first, then by rack name
+    (a rack gone from the inventory by its id), each with its rack's name: the run is unnested and joined
+    to the racks in the database, not parsed whole and named rack by rack.
+
+        SELECT o, racks.name FROM task_schedule_run run, jsonb_array_elements(run.outcomes) o
+        LEFT JOIN racks ON racks.id = (o->>'rack_id')::uuid WHERE run.id = :id
+        ORDER BY o->>'canary' IS NULL, coalesce(racks.name, o->>'rack_id') LIMIT :limit OFFSET :offset
+    """
+    each, field = _unnested_outcomes(conn.dialect.name)
+    if conn.dialect.name == POSTGRESQL:
+        rack_id: ColumnElement[Any] = cast_(field("rack_id"), Uuid)
+    else:  # SQLite keeps a UUID as its 32 hex digits
+        rack_id = func.replace(field("rack_id"), "-", "")
+    stmt = (
+        select(each.c.value.label("outcome"), racks.c.name)
+        .select_from(task_schedule_run.join(each, true()).outerjoin(racks, racks.c.id == rack_id))
+        .where(task_schedule_run.c.id == run_id)
+        .order_by(field("canary").is_(None), func.coalesce(racks.c.name, field("rack_id")))
+        .offset(offset)
+        .limit(limit)
+    )
+    rows = (await conn.execute(stmt)).all()
+    return [(_outcome_from_json(_json_object(row.outcome)), row.name) for row in rows]
+
+
+def _json_object(value: Any) -> dict[str, Any]:
+    """An unnested outcome: a dict from psycopg (jsonb), JSON text from SQLite's json_each."""
+    return value if isinstance(value, dict) else cast(dict[str, Any], json.loads(value))
+
+
 # How many of a run's racks had each outcome, with a task or without: (outcome, has task) -> racks.
 Tally = dict[tuple[str, bool], int]
 
@@ -1127,19 +1174,18 @@ async def grid_outcomes(
     the scope's (every page needs their number)."""
     run = task_schedule_run.c
     postgres = conn.dialect.name == POSTGRESQL
+    each, field = _unnested_outcomes(conn.dialect.name)
+    rack_of = [str(rack) for rack in page_racks]
+    scope = [str(rack) for rack in scope_racks]
     if postgres:
-        each = func.jsonb_array_elements(run.outcomes).table_valued("value", name="o")
-        field: Callable[[str], ColumnElement[Any]] = lambda key: each.c.value.op("->>")(key)  # noqa: E731
         shown = func.jsonb_agg(each.c.value, type_=json_type())
-        page = field("rack_id") == any_(bindparam("page_racks", [str(r) for r in page_racks], ARRAY(Text)))
-        left = field("rack_id") != all_(bindparam("scope_racks", [str(r) for r in scope_racks], ARRAY(Text)))
+        page = field("rack_id") == any_(bindparam("page_racks", rack_of, ARRAY(Text)))
+        left = field("rack_id") != all_(bindparam("scope_racks", scope, ARRAY(Text)))
     else:
-        each = func.json_each(run.outcomes).table_valued("value", name="o")
-        field = lambda key: func.json_extract(each.c.value, f"$.{key}")  # noqa: E731
         shown = func.json_group_array(func.json(each.c.value), type_=json_type())
-        page = field("rack_id").in_([str(r) for r in page_racks])
-        listed = func.json_each(bindparam("scope_racks", [str(r) for r in scope_racks], json_type()))
-        left = field("rack_id").not_in(select(listed.table_valued("value").c.value).scalar_subquery())
+        page = field("rack_id").in_(rack_of)
+        listed = func.json_each(bindparam("scope_racks", scope, json_type())).table_valued("value")
+        left = field("rack_id").not_in(select(listed.c.value).scalar_subquery())
     outcome, has_task = field("outcome"), field("task_id").is_not(None)
     columns = (outcome, has_task, func.count(), shown.filter(or_(page, left)))
     if postgres:

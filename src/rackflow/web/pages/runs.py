@@ -71,11 +71,6 @@ def progress_bar(progress: Progress) -> Bar:
     )
 
 
-def in_rack_order(outcomes: tuple[ScopeOutcome, ...], names: Mapping[uuid.UUID, str]) -> list[ScopeOutcome]:
-    """A run's racks as its page lists them: a rollout's canaries first, then by name."""
-    return sorted(outcomes, key=lambda o: (not o.canary, names.get(o.rack_id, str(o.rack_id))))
-
-
 def rows_of(
     outcomes: list[ScopeOutcome],
     names: Mapping[uuid.UUID, str],
@@ -110,9 +105,12 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
         raise InvalidArgument(f"id: {ref!r} is not a run id") from None
     report = await services.rollouts.get(run_id)
     run = report.run
-    names = await services.inventory.rack_names({o.rack_id for o in run.outcomes})
     page = page_number(request)
-    shown = in_rack_order(run.outcomes, names)[offset_of(page, RACKS_PER_PAGE) :][:RACKS_PER_PAGE]
+    shown_named = await services.schedules.run_rack_page(
+        run.id, offset_of(page, RACKS_PER_PAGE), RACKS_PER_PAGE
+    )
+    shown = [outcome for outcome, _ in shown_named]
+    names = {outcome.rack_id: name for outcome, name in shown_named if name is not None}
     task_ids = [o.task_id for o in shown if o.task_id is not None]
     tasks = {t.id: t for t in await services.tasks.get_tasks(task_ids)}
     statuses = {**report.task_statuses, **{t.id: t.status for t in tasks.values()}}
