@@ -27,6 +27,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     exists,
+    false,
     func,
     insert,
     literal,
@@ -1089,9 +1090,18 @@ async def run_heads(conn: AsyncConnection, schedule_id: uuid.UUID, limit: int) -
     how many runs it has (`count_capped`): the runs grid's columns, whose outcomes it reads per page of
     racks (`grid_outcomes`) — a firing of 10,000 racks carries 10,000 outcomes."""
     total = await count_capped(conn, task_schedule_run, [task_schedule_run.c.schedule_id == schedule_id])
-    heads = [c for c in task_schedule_run.c if c.key != "outcomes"]
-    page = _newest_runs_first(schedule_id).with_only_columns(*heads).limit(limit)
+    page = _newest_runs_first(schedule_id).with_only_columns(*_RUN_HEAD).limit(limit)
     return [run_from_row(row) for row in (await conn.execute(page)).all()], total
+
+
+async def run_head(conn: AsyncConnection, run_id: uuid.UUID) -> Run | None:
+    """One run without its outcomes (`Run.outcomes` empty): a run's page counts them (`grid_outcomes`)."""
+    row = (await conn.execute(select(*_RUN_HEAD).where(task_schedule_run.c.id == run_id))).first()
+    return run_from_row(row) if row is not None else None
+
+
+# A run's columns but its outcomes (`run_heads`, `run_head`).
+_RUN_HEAD = [c for c in task_schedule_run.c if c.key != "outcomes"]
 
 
 def _unnested_outcomes(dialect: str) -> tuple[TableValuedAlias, Callable[[str], ColumnElement[Any]]]:
@@ -1154,7 +1164,7 @@ async def grid_outcomes(
     conn: AsyncConnection,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
-    scope_racks: Collection[uuid.UUID],
+    scope_racks: Collection[uuid.UUID] | None,
 ) -> GridOutcomes:
     """One statement over the runs' outcomes, each unnested in the database (PostgreSQL
     `jsonb_array_elements`, SQLite `json_each`), so Python parses only the outcomes it shows:
@@ -1166,9 +1176,10 @@ async def grid_outcomes(
             FROM jsonb_array_elements(run.outcomes) o GROUP BY 1, 2) per_run ON true
         WHERE run.id IN (:run_ids)
 
-    Grouped per run (LATERAL), PostgreSQL hashes each run's 10,000 outcomes into a handful of groups;
-    grouped over all the runs at once it sorted 200,000 of them, on disk (1.2 s against 0.36 s). SQLite,
-    which has no LATERAL, groups them all at once.
+    `scope_racks` None: no rack counts as having left (a run's page wants only the tallies). Grouped per
+    run (LATERAL), PostgreSQL hashes each run's 10,000 outcomes into a handful of groups; grouped over all
+    the runs at once it sorted 200,000 of them, on disk (1.2 s against 0.36 s). SQLite, which has no
+    LATERAL, groups them all at once.
 
     The racks that left the scope are few unless the scope was replaced, and the grid lists them after
     the scope's (every page needs their number)."""
@@ -1176,16 +1187,19 @@ async def grid_outcomes(
     postgres = conn.dialect.name == POSTGRESQL
     each, field = _unnested_outcomes(conn.dialect.name)
     rack_of = [str(rack) for rack in page_racks]
-    scope = [str(rack) for rack in scope_racks]
+    scope = [str(rack) for rack in scope_racks or ()]
+    left: ColumnElement[bool] = false()
     if postgres:
         shown = func.jsonb_agg(each.c.value, type_=json_type())
         page = field("rack_id") == any_(bindparam("page_racks", rack_of, ARRAY(Text)))
-        left = field("rack_id") != all_(bindparam("scope_racks", scope, ARRAY(Text)))
+        if scope_racks is not None:
+            left = field("rack_id") != all_(bindparam("scope_racks", scope, ARRAY(Text)))
     else:
         shown = func.json_group_array(func.json(each.c.value), type_=json_type())
         page = field("rack_id").in_(rack_of)
-        listed = func.json_each(bindparam("scope_racks", scope, json_type())).table_valued("value")
-        left = field("rack_id").not_in(select(listed.c.value).scalar_subquery())
+        if scope_racks is not None:
+            listed = func.json_each(bindparam("scope_racks", scope, json_type())).table_valued("value")
+            left = field("rack_id").not_in(select(listed.c.value).scalar_subquery())
     outcome, has_task = field("outcome"), field("task_id").is_not(None)
     columns = (outcome, has_task, func.count(), shown.filter(or_(page, left)))
     if postgres:

@@ -164,9 +164,16 @@ def run_verdict(run: Run, statuses: Mapping[uuid.UUID, TaskStatus]) -> Verdict:
 def tallied_verdict(
     state: RunState, tally: Mapping[tuple[str, bool], int], task_counts: Mapping[TaskStatus, int]
 ) -> Verdict:
-    """`run_verdict` from counts (a runs grid's column of 10,000 racks): `tally`, the racks by (outcome,
-    has a task), and `task_counts`, the run's tasks by status; submitted racks whose task is gone count
-    as done, as `outcome_verdict` counts them."""
+    """`run_verdict` from counts (a runs grid's column of 10,000 racks; `tallied_verdicts`)."""
+    return verdict_of(state, tallied_verdicts(tally, task_counts))
+
+
+def tallied_verdicts(
+    tally: Mapping[tuple[str, bool], int], task_counts: Mapping[TaskStatus, int]
+) -> Counter[Verdict]:
+    """How many of a run's racks have each verdict, from counts: `tally`, the racks by (outcome, has a
+    task), and `task_counts`, the run's tasks by status; submitted racks whose task is gone count as done,
+    as `outcome_verdict` counts them."""
     verdicts: Counter[Verdict] = Counter()
     for (outcome, has_task), racks in tally.items():
         if outcome != "submitted" or not has_task:
@@ -175,7 +182,7 @@ def tallied_verdict(
         verdicts[_TASK_VERDICT[status]] += racks
     submitted = tally.get(("submitted", True), 0)
     verdicts[Verdict.SUCCEEDED] += max(0, submitted - sum(task_counts.values()))
-    return verdict_of(state, verdicts)
+    return verdicts
 
 
 def verdict_of(state: RunState, verdicts: Counter[Verdict]) -> Verdict:
@@ -266,6 +273,10 @@ def bar_of(counts: Mapping[str, int]) -> Bar:
     return Bar(segments, start)
 
 
-def run_bar(run: Run, statuses: Mapping[uuid.UUID, TaskStatus]) -> Bar:
-    """The racks of a firing by where they stand (for a rollout, as `RolloutService` counts them)."""
-    return bar_of(Counter(_BAR_OF_VERDICT[outcome_verdict(o, statuses)] for o in run.outcomes))
+def verdicts_bar(verdicts: Counter[Verdict]) -> Bar:
+    """The racks of a firing by where they stand, from how many have each verdict (`tallied_verdicts`);
+    a rollout's bar is the counters `RolloutService` keeps (`pages.runs.progress_bar`)."""
+    segments: Counter[str] = Counter()
+    for verdict, racks in verdicts.items():
+        segments[_BAR_OF_VERDICT[verdict]] += racks
+    return bar_of(segments)

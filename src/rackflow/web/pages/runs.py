@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rackflow.domain.schedules import RETRIABLE_RUN_STATES, ScopeOutcome, racks_to_retry
+from rackflow.domain.schedules import RETRIABLE_RUN_STATES, RETRIED_OUTCOMES, RETRIED_STATUSES, ScopeOutcome
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import Progress
@@ -30,8 +30,9 @@ from rackflow.web.views import (
     Bar,
     Look,
     bar_of,
-    run_bar,
-    run_verdict,
+    tallied_verdicts,
+    verdict_of,
+    verdicts_bar,
 )
 
 RACKS_PER_PAGE = 100  # rack rows of a run's page, and of a schedule's runs grid
@@ -103,8 +104,10 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
         run_id = uuid.UUID(ref)
     except ValueError:
         raise InvalidArgument(f"id: {ref!r} is not a run id") from None
-    report = await services.rollouts.get(run_id)
-    run = report.run
+    summary = await services.rollouts.summary(run_id)
+    run = summary.run  # without its outcomes: the page's are read below, the rest counted
+    # A rollout's progress (its wave, the failures its budget counts) is RolloutService's, from the whole run.
+    report = await services.rollouts.get(run_id) if run.rollout is not None else None
     page = page_number(request)
     shown_named = await services.schedules.run_rack_page(
         run.id, offset_of(page, RACKS_PER_PAGE), RACKS_PER_PAGE
@@ -113,21 +116,33 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
     names = {outcome.rack_id: name for outcome, name in shown_named if name is not None}
     task_ids = [o.task_id for o in shown if o.task_id is not None]
     tasks = {t.id: t for t in await services.tasks.get_tasks(task_ids)}
-    statuses = {**report.task_statuses, **{t.id: t.status for t in tasks.values()}}
     schedule_names = await services.schedules.names([run.schedule_id])
+    verdicts = tallied_verdicts(summary.tally, summary.task_counts)
+    progress = report.progress if report else None
+    failed_racks = any(
+        racks for (outcome, _), racks in summary.tally.items() if outcome in RETRIED_OUTCOMES
+    ) or any(summary.task_counts.get(status) for status in RETRIED_STATUSES)
     return {
         "run": run,
         "schedule_name": schedule_names.get(run.schedule_id),
-        "verdict": LOOKS[run_verdict(run, statuses)],
+        "verdict": LOOKS[verdict_of(run.state, verdicts)],
         "state": RUN_LOOKS[run.state],
-        "progress": report.progress,
-        "bar": progress_bar(report.progress) if report.progress else run_bar(run, statuses),
-        "rows": rows_of(shown, names, tasks, statuses, canaries=any(o.canary for o in run.outcomes)),
-        "rack_pager": pages_of(len(run.outcomes), page, RACKS_PER_PAGE),
+        "progress": progress,
+        "bar": progress_bar(progress) if progress else verdicts_bar(verdicts),
+        "rows": rows_of(
+            shown,
+            names,
+            tasks,
+            {t.id: t.status for t in tasks.values()},
+            canaries=report is not None and any(o.canary for o in report.run.outcomes),
+        ),
+        "rack_total": sum(summary.tally.values()),
+        "rack_pager": pages_of(sum(summary.tally.values()), page, RACKS_PER_PAGE),
         "url": lambda **changes: query_url(request, **changes),
-        "retried_by": report.retried_by,
-        # RetryTaskScheduleRun takes a run that is over (its tasks ended) and had a rack fail or not start.
+        "retried_by": summary.retried_by,
+        # RetryTaskScheduleRun takes a run that is over (its tasks ended) and had a rack fail or not start
+        # (`racks_to_retry`).
         "retriable": run.state in RETRIABLE_RUN_STATES
-        and not any(s.is_active for s in statuses.values())
-        and bool(racks_to_retry(run, statuses, only_failed=True)),
+        and not any(racks and status.is_active for status, racks in summary.task_counts.items())
+        and failed_racks,
     }
