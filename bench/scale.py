@@ -252,8 +252,10 @@ def page_paths(big_runs: int) -> list[str]:
         "/schedules?sort=next_run_at",
         "/schedules/scale-s0000001",
         "/schedules/scale-big",
+        "/schedules/scale-big?page=50",  # the runs grid's racks 4,901-5,000
         f"/runs/{_md5_id('run1')}",
         f"/runs/{_md5_id(f'bigrun{big_runs - 1}')}",
+        f"/runs/{_md5_id(f'bigrun{big_runs - 1}')}?page=50",
         "/tasks",
         "/tasks?page=2",
         "/tasks?status=failed",

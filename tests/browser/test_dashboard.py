@@ -284,3 +284,31 @@ def test_windows_page_lists_a_window_and_a_budget_and_a_schedule_shows_its_polic
         stub.DeleteOperationBudget(pb.DeleteOperationBudgetRequest(id=created.id))
     open_page(driver, server, "/schedules/pause-me", "pause-me")
     assert text(driver, "schedule-window-policy").startswith("skip")
+
+
+def test_the_runs_grid_of_more_racks_than_a_page_pages_them(server: ServerProcess, driver: WebDriver) -> None:
+    """101 racks: the grid shows the first 100 by name, Next shows the last, and the page's refresh keeps
+    that page. Last in this module: its racks and schedule would change the lists the others count."""
+    stub = server.stub()
+    names = [f"g{i:03d}" for i in range(101)]
+    create_racks(stub, names)
+    create_schedules(stub, [schedule_request("wide-grid", names, spec_type=INTERVAL, spec="24h")])
+    (wide,) = [
+        s
+        for s in stub.ListTaskSchedules(pb.ListTaskSchedulesRequest()).task_schedules
+        if s.name == "wide-grid"
+    ]
+    stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=wide.id))
+
+    def racks(d: WebDriver) -> list[str]:
+        return [str(r.get_attribute("data-rack")) for r in by_testid(d, "grid-row")]
+
+    open_page(driver, server, "/schedules/wide-grid", "wide-grid")
+    assert read(driver, racks) == names[:100]
+    assert "1–100 of 101" in text(driver, "pager")
+    visible(driver, "pager-next").click()
+    wait(driver, lambda d: racks(d) == ["g100"], "the second page of racks")
+    assert "page=2" in driver.current_url and len(by_testid(driver, "grid-cell")) == 1
+    before = text(driver, "live-status")
+    wait(driver, lambda d: text(d, "live-status") != before, "a refresh")
+    assert read(driver, racks) == ["g100"] and "101–101 of 101" in text(driver, "pager")

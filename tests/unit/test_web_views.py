@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typing
 import uuid
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -27,13 +28,16 @@ from rackflow.web.views import (
     OUTCOME_LOOKS,
     RUN_LOOKS,
     TASK_LOOKS,
+    Bar,
     Look,
     Verdict,
     bar_of,
     outcome_verdict,
-    run_bar,
     run_verdict,
     schedule_state,
+    tallied_verdict,
+    tallied_verdicts,
+    verdicts_bar,
 )
 
 T1, T2, T3 = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -250,6 +254,37 @@ def test_a_one_time_schedule_is_finished_only_once_its_rollout_is_over() -> None
     hourly = schedule(ScheduleSpec(SpecType.INTERVAL, "1h"), enabled=True, next_run_at=AT)
     assert schedule_state(hourly).label == "enabled"
     assert schedule_state(replace(hourly, enabled=False), "halted").label == "paused"  # its pause says why
+
+
+def run_bar(firing: Run, statuses: dict[uuid.UUID, TaskStatus]) -> Bar:
+    return verdicts_bar(Counter(outcome_verdict(o, statuses) for o in firing.outcomes))
+
+
+def test_counted_verdicts_are_the_per_rack_verdicts_counted() -> None:
+    """The runs grid and a run's page count a firing's racks in the database (by outcome and whether it
+    has a task, and its tasks by status); counted, they must say what each rack's verdict says."""
+    gone = uuid.uuid4()  # a submitted rack whose task was pruned counts as done
+    outcomes = (
+        outcome("submitted", T1),
+        outcome("submitted", T2),
+        outcome("submitted", T3),
+        outcome("submitted", gone),
+        outcome("submitted"),
+        outcome("failed", error="conflict"),
+        outcome("pending"),
+        outcome("not_started"),
+        outcome("missed"),
+        outcome("skipped_window"),
+    )
+    statuses = {T1: TaskStatus.COMPLETED, T2: TaskStatus.FAILED, T3: TaskStatus.RUNNING}
+    tally = Counter((o.outcome, o.task_id is not None) for o in outcomes)
+    task_counts = Counter(statuses.values())
+    assert tallied_verdicts(tally, task_counts) == Counter(outcome_verdict(o, statuses) for o in outcomes)
+    for state in ("completed", "running", "halted"):
+        firing = run(*outcomes, state=state)
+        assert tallied_verdict(state, tally, task_counts) == run_verdict(firing, statuses)
+    ended = {T1: TaskStatus.COMPLETED, T2: TaskStatus.FAILED, T3: TaskStatus.COMPLETED}
+    assert tallied_verdict("completed", tally, Counter(ended.values())) == run_verdict(run(*outcomes), ended)
 
 
 def test_a_halted_rollouts_bar_is_not_all_green() -> None:

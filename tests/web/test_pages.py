@@ -13,6 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from rackflow.clock import FakeClock
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.schedules.dispatcher import Dispatcher
@@ -22,6 +23,8 @@ from rackflow.store import schedules as schedule_store
 from rackflow.store.tables import task_schedule
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.web.pages import overview
+from rackflow.web.pages import runs as runs_page
+from rackflow.web.pages import schedules as schedules_page
 from tests.web.conftest import end_task, make_racks, make_schedule
 
 FRAGMENT = {"X-Rackflow-Fragment": "1"}
@@ -130,6 +133,76 @@ async def test_a_schedule_page_shows_its_runs_grid(http: httpx.AsyncClient, serv
     paused = (await http.get(f"/schedules/{schedule.id}", headers=FRAGMENT)).text
     assert tagged(paused, "action-resume") and not tagged(paused, "action-pause")
     assert tagged(paused, "paused-note")
+
+
+async def test_the_runs_grid_pages_its_racks(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are the scope's racks by name, then the racks that left it, RACKS_PER_PAGE at a time (two
+    here); each page's cells are its own racks', and the column verdicts count every rack of the run."""
+    monkeypatch.setattr(schedules_page, "RACKS_PER_PAGE", 2)
+    names = ["r1", "r2", "r3", "r4", "r5"]
+    rack_ids = dict(zip(names, await make_racks(services, *names), strict=True))
+    schedule = await make_schedule(services, "wide", "r5", "r4", "r3", "r2", "r1")
+    for task_id in await services.schedules.trigger(schedule.id):
+        await end_task(services, task_id, TaskStatus.COMPLETED)
+    assert isinstance(services.clock, FakeClock)
+    services.clock.advance(timedelta(minutes=1))
+    second = await services.schedules.trigger(schedule.id)
+    task_of = {t.rack_id: t.id for t in await services.tasks.get_tasks(second)}
+    for rack, task_id in task_of.items():
+        await end_task(
+            services, task_id, TaskStatus.FAILED if rack == rack_ids["r4"] else TaskStatus.COMPLETED
+        )
+    (r3_scope,) = [
+        s for s in await services.schedules.list_scopes(schedule.id) if s.rack_id == rack_ids["r3"]
+    ]
+    await services.schedules.remove_scope(r3_scope.id)
+
+    first_page = (await http.get("/schedules/wide")).text
+    assert [attribute(t, "data-rack") for t in tagged(first_page, "grid-row")] == ["r1", "r2"]
+    assert "1–2 of 5" in first_page and tagged(first_page, "pager-next")
+    # r4 failed in the second firing: its column is partial on every page, though not a cell of page 1 is.
+    verdicts = [attribute(t, "data-verdict") for t in tagged(first_page, "grid-column")]
+    assert verdicts == ["succeeded", "partial"]
+    assert {attribute(t, "data-status") for t in tagged(first_page, "grid-cell")} == {"completed"}
+    assert first_page.count('data-testid="scope-row"') == 2
+
+    page_2 = (await http.get("/schedules/wide?page=2")).text
+    assert [attribute(t, "data-rack") for t in tagged(page_2, "grid-row")] == ["r4", "r5"]
+    statuses = [attribute(t, "data-status") for t in tagged(page_2, "grid-cell")]
+    assert statuses == ["completed", "failed", "completed", "completed"]  # r4's two firings, then r5's
+    assert f'href="/tasks/{task_of[rack_ids["r4"]]}"' in page_2
+    assert f'href="/tasks/{task_of[rack_ids["r1"]]}"' not in page_2
+    assert "3–4 of 5" in page_2 and tagged(page_2, "pager-prev") and tagged(page_2, "pager-next")
+
+    page_3 = (await http.get("/schedules/wide?page=3", headers=FRAGMENT)).text
+    (row,) = tagged(page_3, "grid-row")
+    assert attribute(row, "data-rack") == "r3" and "(left)" in page_3
+    assert len(tagged(page_3, "grid-cell")) == 2 and not tagged(page_3, "pager-next")
+
+
+async def test_a_runs_page_pages_its_racks(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rack list is paged; the summary and the bar are the whole run's."""
+    monkeypatch.setattr(runs_page, "RACKS_PER_PAGE", 2)
+    await make_racks(services, "r1", "r2", "r3")
+    schedule = await make_schedule(services, "three", "r3", "r2", "r1")
+    task_ids = await services.schedules.trigger(schedule.id)
+    tasks = {t.rack_id: t for t in await services.tasks.get_tasks(task_ids)}
+    (run,), _ = await services.schedules.list_runs(schedule.id)
+    names = await services.inventory.rack_names(tasks)
+    last = next(t for rack, t in tasks.items() if names[rack] == "r3")
+    await end_task(services, last.id, TaskStatus.FAILED)
+
+    first = (await http.get(f"/runs/{run.id}")).text
+    assert [attribute(t, "data-rack") for t in tagged(first, "run-rack")] == ["r1", "r2"]
+    assert "3 racks: 1 failed, 2 running" in first and segments(first) == {"failed": 1, "running": 2}
+    second = (await http.get(f"/runs/{run.id}?page=2")).text
+    (row,) = tagged(second, "run-rack")
+    assert attribute(row, "data-rack") == "r3" and attribute(row, "data-status") == "failed"
+    assert "3–3 of 3" in second and tagged(second, "pager-prev") and segments(second) == segments(first)
 
 
 async def test_a_rollouts_progress_and_actions_on_its_schedule_page(

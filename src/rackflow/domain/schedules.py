@@ -184,13 +184,18 @@ def racks_to_retry(
     run's tasks' statuses, by task id."""
     if not only_failed:
         return list(run.outcomes)
-    failed = (TaskStatus.FAILED, TaskStatus.TERMINATED)
     return [
         o
         for o in run.outcomes
-        if o.outcome in ("failed", "not_started", "pending", "missed")
-        or (o.task_id is not None and task_statuses.get(o.task_id) in failed)
+        if o.outcome in RETRIED_OUTCOMES
+        or (o.task_id is not None and task_statuses.get(o.task_id) in RETRIED_STATUSES)
     ]
+
+
+# What RetryTaskScheduleRun re-runs of a run, failed racks only (`racks_to_retry`): racks with these
+# outcomes, and racks whose task ended in these statuses.
+RETRIED_OUTCOMES: tuple[Outcome, ...] = ("failed", "not_started", "pending", "missed")
+RETRIED_STATUSES = (TaskStatus.FAILED, TaskStatus.TERMINATED)
 
 
 @dataclass(frozen=True)

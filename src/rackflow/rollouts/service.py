@@ -79,6 +79,18 @@ class RunReport:
 
 
 @dataclass(frozen=True)
+class RunSummary:
+    """A run as its page shows a plain firing, counted in the database instead of read whole: the run
+    without its outcomes, its racks by (outcome, has a task), its tasks by status, and the runs that
+    re-ran it. A firing of 10,000 racks is 10,000 outcomes and tasks (docs/PERFORMANCE.md, issue 29)."""
+
+    run: Run
+    tally: schedule_store.Tally
+    task_counts: Mapping[TaskStatus, int]
+    retried_by: tuple[uuid.UUID, ...]
+
+
+@dataclass(frozen=True)
 class Step:
     """What one `advance` did: how many rolling runs it stepped, and the tasks it submitted, by run."""
 
@@ -315,6 +327,16 @@ class RolloutService:
                 raise NotFound(f"id: no task schedule run {run_id}")
             (report,) = await self._reports(conn, [run])
         return report
+
+    async def summary(self, run_id: uuid.UUID) -> RunSummary:
+        async with self.db.read() as conn:
+            run = await schedule_store.run_head(conn, run_id)
+            if run is None:
+                raise NotFound(f"id: no task schedule run {run_id}")
+            found = await schedule_store.grid_outcomes(conn, [run_id], [], None)
+            counts = await store.task_status_counts(conn, [run_id])
+            retries = await store.retried_by(conn, [run_id])
+        return RunSummary(run, found.tallies[run_id], counts[run_id], tuple(retries.get(run_id, ())))
 
     async def resume(self, run_id: uuid.UUID) -> RunReport:
         """Continue a halted rollout: its not-started scopes are pending again, the failures so far are

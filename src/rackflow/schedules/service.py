@@ -42,9 +42,10 @@ from rackflow.domain.schedules import (
     Schedule,
     ScheduleOrder,
     Scope,
+    ScopeOutcome,
     racks_to_retry,
 )
-from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryPolicy
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryPolicy, TaskStatus
 from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -956,6 +957,42 @@ class ScheduleService:
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
             return await store.list_runs(conn, schedule_id, offset=offset, limit=limit, after=after)
+
+    async def scope_page(
+        self, schedule_id: uuid.UUID, offset: int, limit: int
+    ) -> tuple[list[tuple[Scope, str]], list[uuid.UUID]]:
+        """A page of the schedule's scope by rack name, with the names, and the racks of its whole scope
+        (`store.scope_page`)."""
+        async with self.db.read() as conn:
+            await self._load(conn, schedule_id, "schedule_id")
+            return await store.scope_page(conn, schedule_id, offset, limit)
+
+    async def run_rack_page(
+        self, run_id: uuid.UUID, offset: int, limit: int
+    ) -> list[tuple[ScopeOutcome, str | None]]:
+        """A page of a run's racks as its page lists them, with their names (`store.run_rack_page`)."""
+        async with self.db.read() as conn:
+            return await store.run_rack_page(conn, run_id, offset, limit)
+
+    async def run_heads(self, schedule_id: uuid.UUID, limit: int) -> tuple[list[Run], int]:
+        """The schedule's newest `limit` firings without their outcomes, newest first, and their total
+        (as `list_runs`): a runs grid reads its outcomes per page of racks (`grid_outcomes`)."""
+        async with self.db.read() as conn:
+            await self._load(conn, schedule_id, "schedule_id")
+            return await store.run_heads(conn, schedule_id, limit)
+
+    async def grid_outcomes(
+        self,
+        run_ids: Collection[uuid.UUID],
+        page_racks: Collection[uuid.UUID],
+        scope_racks: Collection[uuid.UUID],
+    ) -> tuple[store.GridOutcomes, dict[uuid.UUID, dict[TaskStatus, int]]]:
+        """What a page of the runs grid shows of these runs (`store.grid_outcomes`: each run's tally, and
+        the outcomes of `page_racks` and of racks not in `scope_racks`), and how many of each run's tasks
+        are in each status (its column's verdict), read together."""
+        async with self.db.read() as conn:
+            outcomes = await store.grid_outcomes(conn, run_ids, page_racks, scope_racks)
+            return outcomes, await rollout_store.task_status_counts(conn, run_ids)
 
 
 def _decided(

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import LiveRollout
@@ -160,6 +160,23 @@ async def task_states(
         for row in await conn.execute(stmt):
             state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by, row.held_reason)
             found[(row.run_id, row.rack_id)] = state
+    return found
+
+
+async def task_status_counts(
+    conn: AsyncConnection, run_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, dict[TaskStatus, int]]:
+    """How many of each run's tasks (`task_states`' tasks) are in each status, counted in the database:
+    the runs grid's column verdicts need no more of a firing of 10,000 racks."""
+    found: dict[uuid.UUID, dict[TaskStatus, int]] = {run_id: {} for run_id in run_ids}
+    for chunk in chunked(list(run_ids)):
+        stmt = (
+            select(tasks.c.run_id, tasks.c.status, func.count())
+            .where(tasks.c.run_id.in_(chunk))
+            .group_by(tasks.c.run_id, tasks.c.status)
+        )
+        for run_id, status, count in await conn.execute(stmt):
+            found[run_id][TaskStatus(status)] = count
     return found
 
 

@@ -7,6 +7,7 @@ Functions take an open connection, so the caller decides what one transaction ho
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,21 +15,30 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import (
+    ARRAY,
     ColumnElement,
     Row,
     Select,
+    Text,
+    Uuid,
+    all_,
     and_,
+    any_,
     bindparam,
     delete,
     exists,
+    false,
     func,
     insert,
     literal,
     or_,
     select,
+    true,
     update,
 )
+from sqlalchemy import cast as cast_
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.selectable import TableValuedAlias
 
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.firing import NOT_COUNTED_STATES
@@ -52,14 +62,23 @@ from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, unique_violation_as
-from rackflow.store.dialect import by_keys, for_update, insert_rows, locks_rows, past_first, update_rows
+from rackflow.store.dialect import (
+    POSTGRESQL,
+    by_keys,
+    for_update,
+    insert_rows,
+    locks_rows,
+    past_first,
+    update_rows,
+)
 from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.streak_checks import mark_schedules, mark_schedules_of_runs
-from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
+from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import is_active
+from rackflow.store.types import json_type
 from rackflow.timespec import ScheduleSpec, SpecType
 
 RUNS_KEPT_PER_SCHEDULE = 100
@@ -196,13 +215,14 @@ def outcomes_to_json(outcomes: Sequence[ScopeOutcome]) -> list[dict[str, object]
 
 
 def run_from_row(row: Row[Any]) -> Run:
+    """The run of a row; a row without the outcomes column (`run_heads`) gives a run with none."""
     return Run(
         id=row.id,
         schedule_id=row.schedule_id,
         fired_at=row.fired_at,
         trigger=cast(Trigger, row.trigger),
         state=cast(RunState, row.state),
-        outcomes=tuple(_outcome_from_json(item) for item in row.outcomes),
+        outcomes=tuple(_outcome_from_json(item) for item in getattr(row, "outcomes", ()) or ()),
         rollout=_rollout_from(row.rollout),
         reason=row.reason,
         failures_excused=row.failures_excused,
@@ -589,6 +609,31 @@ async def list_scopes(conn: AsyncConnection, schedule_id: uuid.UUID) -> list[Sco
         .order_by(task_schedule_scope.c.created_at, task_schedule_scope.c.id)
     )
     return [scope_from_row(row) for row in (await conn.execute(stmt)).all()]
+
+
+async def scope_page(
+    conn: AsyncConnection, schedule_id: uuid.UUID, offset: int, limit: int
+) -> tuple[list[tuple[Scope, str]], list[uuid.UUID]]:
+    """A page of the schedule's scope entries by rack name, each with its rack's name, and the racks of
+    all its entries (the runs grid pages its racks; the grid's outcomes need to know which left):
+
+        SELECT scope.*, racks.name FROM task_schedule_scope scope JOIN racks ON racks.id = scope.rack_id
+        WHERE scope.schedule_id = :id ORDER BY racks.name, racks.id LIMIT :limit OFFSET :offset
+    """
+    scope = task_schedule_scope.c
+    page = (
+        select(task_schedule_scope, racks.c.name)
+        .join(racks, racks.c.id == scope.rack_id)
+        .where(scope.schedule_id == schedule_id)
+        .order_by(racks.c.name, racks.c.id)
+        .offset(offset)
+        .limit(limit)
+    )
+    every_rack = select(scope.rack_id).where(scope.schedule_id == schedule_id)
+    return (
+        [(scope_from_row(row), row.name) for row in (await conn.execute(page)).all()],
+        list((await conn.execute(every_rack)).scalars()),
+    )
 
 
 async def scopes_by_ids(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) -> list[Scope]:
@@ -1075,3 +1120,138 @@ async def list_runs(
     page = _newest_runs_first(schedule_id).where(*after_key(RUN_ORDER, after, descending=True))
     rows = (await conn.execute(page.offset(offset).limit(limit))).all()
     return [run_from_row(row) for row in rows], total
+
+
+async def run_heads(conn: AsyncConnection, schedule_id: uuid.UUID, limit: int) -> tuple[list[Run], int]:
+    """The schedule's newest `limit` runs without their outcomes (`Run.outcomes` empty), newest first, and
+    how many runs it has (`count_capped`): the runs grid's columns, whose outcomes it reads per page of
+    racks (`grid_outcomes`) — a firing of 10,000 racks carries 10,000 outcomes."""
+    total = await count_capped(conn, task_schedule_run, [task_schedule_run.c.schedule_id == schedule_id])
+    page = _newest_runs_first(schedule_id).with_only_columns(*_RUN_HEAD).limit(limit)
+    return [run_from_row(row) for row in (await conn.execute(page)).all()], total
+
+
+async def run_head(conn: AsyncConnection, run_id: uuid.UUID) -> Run | None:
+    """One run without its outcomes (`Run.outcomes` empty): a run's page counts them (`grid_outcomes`)."""
+    row = (await conn.execute(select(*_RUN_HEAD).where(task_schedule_run.c.id == run_id))).first()
+    return run_from_row(row) if row is not None else None
+
+
+# A run's columns but its outcomes (`run_heads`, `run_head`).
+_RUN_HEAD = [c for c in task_schedule_run.c if c.key != "outcomes"]
+
+
+def _unnested_outcomes(dialect: str) -> tuple[TableValuedAlias, Callable[[str], ColumnElement[Any]]]:
+    """A run's outcomes as rows (`o`, for a FROM beside task_schedule_run), and a field of one as text."""
+    run = task_schedule_run.c
+    if dialect == POSTGRESQL:
+        each = func.jsonb_array_elements(run.outcomes).table_valued("value", name="o")
+        return each, lambda key: each.c.value.op("->>")(key)
+    each = func.json_each(run.outcomes).table_valued("value", name="o")
+    return each, lambda key: func.json_extract(each.c.value, f"$.{key}")
+
+
+async def run_rack_page(
+    conn: AsyncConnection, run_id: uuid.UUID, offset: int, limit: int
+) -> list[tuple[ScopeOutcome, str | None]]:
+    """A page of the run's outcomes as its page lists them, a rollout's canaries first, then by rack name
+    (a rack gone from the inventory by its id), each with its rack's name: the run is unnested and joined
+    to the racks in the database, not parsed whole and named rack by rack.
+
+        SELECT o, racks.name FROM task_schedule_run run, jsonb_array_elements(run.outcomes) o
+        LEFT JOIN racks ON racks.id = (o->>'rack_id')::uuid WHERE run.id = :id
+        ORDER BY o->>'canary' IS NULL, coalesce(racks.name, o->>'rack_id') LIMIT :limit OFFSET :offset
+    """
+    each, field = _unnested_outcomes(conn.dialect.name)
+    if conn.dialect.name == POSTGRESQL:
+        rack_id: ColumnElement[Any] = cast_(field("rack_id"), Uuid)
+    else:  # SQLite keeps a UUID as its 32 hex digits
+        rack_id = func.replace(field("rack_id"), "-", "")
+    stmt = (
+        select(each.c.value.label("outcome"), racks.c.name)
+        .select_from(task_schedule_run.join(each, true()).outerjoin(racks, racks.c.id == rack_id))
+        .where(task_schedule_run.c.id == run_id)
+        .order_by(field("canary").is_(None), func.coalesce(racks.c.name, field("rack_id")))
+        .offset(offset)
+        .limit(limit)
+    )
+    rows = (await conn.execute(stmt)).all()
+    return [(_outcome_from_json(_json_object(row.outcome)), row.name) for row in rows]
+
+
+def _json_object(value: Any) -> dict[str, Any]:
+    """An unnested outcome: a dict from psycopg (jsonb), JSON text from SQLite's json_each."""
+    return value if isinstance(value, dict) else cast(dict[str, Any], json.loads(value))
+
+
+# How many of a run's racks had each outcome, with a task or without: (outcome, has task) -> racks.
+Tally = dict[tuple[str, bool], int]
+
+
+@dataclass(frozen=True)
+class GridOutcomes:
+    """A page of the runs grid, read from its runs' outcomes in one pass: per run, the `Tally` of all its
+    racks (its column's verdict), and the outcomes of the page's racks and of racks no longer in scope."""
+
+    tallies: dict[uuid.UUID, Tally]
+    shown: dict[uuid.UUID, list[ScopeOutcome]]
+
+
+async def grid_outcomes(
+    conn: AsyncConnection,
+    run_ids: Collection[uuid.UUID],
+    page_racks: Collection[uuid.UUID],
+    scope_racks: Collection[uuid.UUID] | None,
+) -> GridOutcomes:
+    """One statement over the runs' outcomes, each unnested in the database (PostgreSQL
+    `jsonb_array_elements`, SQLite `json_each`), so Python parses only the outcomes it shows:
+
+        SELECT run.id, per_run.* FROM task_schedule_run run JOIN LATERAL (
+            SELECT o->>'outcome', o->>'task_id' IS NOT NULL, count(*),
+                   jsonb_agg(o) FILTER (WHERE o->>'rack_id' = ANY(:page_racks)
+                                        OR o->>'rack_id' <> ALL(:scope_racks))
+            FROM jsonb_array_elements(run.outcomes) o GROUP BY 1, 2) per_run ON true
+        WHERE run.id IN (:run_ids)
+
+    `scope_racks` None: no rack counts as having left (a run's page wants only the tallies). Grouped per
+    run (LATERAL), PostgreSQL hashes each run's 10,000 outcomes into a handful of groups; grouped over all
+    the runs at once it sorted 200,000 of them, on disk (1.2 s against 0.36 s). SQLite, which has no
+    LATERAL, groups them all at once.
+
+    The racks that left the scope are few unless the scope was replaced, and the grid lists them after
+    the scope's (every page needs their number)."""
+    run = task_schedule_run.c
+    postgres = conn.dialect.name == POSTGRESQL
+    each, field = _unnested_outcomes(conn.dialect.name)
+    rack_of = [str(rack) for rack in page_racks]
+    scope = [str(rack) for rack in scope_racks or ()]
+    left: ColumnElement[bool] = false()
+    if postgres:
+        shown = func.jsonb_agg(each.c.value, type_=json_type())
+        page = field("rack_id") == any_(bindparam("page_racks", rack_of, ARRAY(Text)))
+        if scope_racks is not None:
+            left = field("rack_id") != all_(bindparam("scope_racks", scope, ARRAY(Text)))
+    else:
+        shown = func.json_group_array(func.json(each.c.value), type_=json_type())
+        page = field("rack_id").in_(rack_of)
+        if scope_racks is not None:
+            listed = func.json_each(bindparam("scope_racks", scope, json_type())).table_valued("value")
+            left = field("rack_id").not_in(select(listed.c.value).scalar_subquery())
+    outcome, has_task = field("outcome"), field("task_id").is_not(None)
+    columns = (outcome, has_task, func.count(), shown.filter(or_(page, left)))
+    if postgres:
+        per_run = select(*columns).select_from(each).group_by(outcome, has_task).lateral("per_run")
+        stmt = select(run.id, *per_run.c).select_from(task_schedule_run.join(per_run, true()))
+    else:
+        stmt = (
+            select(run.id, *columns)
+            .select_from(task_schedule_run.join(each, true()))
+            .group_by(run.id, outcome, has_task)
+        )
+    stmt = stmt.where(run.id.in_(list(run_ids)))
+    tallies: dict[uuid.UUID, Tally] = {run_id: {} for run_id in run_ids}
+    found: dict[uuid.UUID, list[ScopeOutcome]] = {run_id: [] for run_id in run_ids}
+    for run_id, kind, with_task, count, outcomes in (await conn.execute(stmt)).all():
+        tallies[run_id][(kind, bool(with_task))] = count
+        found[run_id].extend(_outcome_from_json(item) for item in outcomes or ())
+    return GridOutcomes(tallies, found)

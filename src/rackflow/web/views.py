@@ -140,14 +140,17 @@ _NOT_TRIED = (Verdict.SKIPPED, Verdict.NOT_STARTED, Verdict.MISSED)
 _ROLLOUT_VERDICT = {"pending": Verdict.PENDING, "not_started": Verdict.NOT_STARTED, "missed": Verdict.MISSED}
 
 
+def _untasked_verdict(outcome: str) -> Verdict:
+    """A rack of a firing that has no task to tell: not submitted, waiting its turn, never started …"""
+    if outcome == "failed":
+        return Verdict.FAILED
+    return _ROLLOUT_VERDICT.get(outcome, Verdict.SKIPPED)
+
+
 def outcome_verdict(outcome: ScopeOutcome, statuses: Mapping[uuid.UUID, TaskStatus]) -> Verdict:
     """One rack of one firing: its task's status when submitted (a vanished task counts as done)."""
-    if outcome.outcome == "failed":
-        return Verdict.FAILED
-    if outcome.outcome in _ROLLOUT_VERDICT:
-        return _ROLLOUT_VERDICT[outcome.outcome]
     if outcome.outcome != "submitted" or outcome.task_id is None:
-        return Verdict.SKIPPED
+        return _untasked_verdict(outcome.outcome)
     status = statuses.get(outcome.task_id)
     return _TASK_VERDICT[status] if status is not None else Verdict.SUCCEEDED
 
@@ -155,10 +158,38 @@ def outcome_verdict(outcome: ScopeOutcome, statuses: Mapping[uuid.UUID, TaskStat
 def run_verdict(run: Run, statuses: Mapping[uuid.UUID, TaskStatus]) -> Verdict:
     """A firing: its state when that says it all (halted, cancelled, rolling …); else running while any
     rack has work ahead; else "failed" when every rack tried failed, "partial" when only some did."""
-    if run.state in _STATE_VERDICT:
-        return _STATE_VERDICT[run.state]
-    verdicts = Counter(outcome_verdict(o, statuses) for o in run.outcomes)
-    if run.state == "running":
+    return verdict_of(run.state, Counter(outcome_verdict(o, statuses) for o in run.outcomes))
+
+
+def tallied_verdict(
+    state: RunState, tally: Mapping[tuple[str, bool], int], task_counts: Mapping[TaskStatus, int]
+) -> Verdict:
+    """`run_verdict` from counts (a runs grid's column of 10,000 racks; `tallied_verdicts`)."""
+    return verdict_of(state, tallied_verdicts(tally, task_counts))
+
+
+def tallied_verdicts(
+    tally: Mapping[tuple[str, bool], int], task_counts: Mapping[TaskStatus, int]
+) -> Counter[Verdict]:
+    """How many of a run's racks have each verdict, from counts: `tally`, the racks by (outcome, has a
+    task), and `task_counts`, the run's tasks by status; submitted racks whose task is gone count as done,
+    as `outcome_verdict` counts them."""
+    verdicts: Counter[Verdict] = Counter()
+    for (outcome, has_task), racks in tally.items():
+        if outcome != "submitted" or not has_task:
+            verdicts[_untasked_verdict(outcome)] += racks
+    for status, racks in task_counts.items():
+        verdicts[_TASK_VERDICT[status]] += racks
+    submitted = tally.get(("submitted", True), 0)
+    verdicts[Verdict.SUCCEEDED] += max(0, submitted - sum(task_counts.values()))
+    return verdicts
+
+
+def verdict_of(state: RunState, verdicts: Counter[Verdict]) -> Verdict:
+    """A firing's verdict from its state and how many of its racks have each verdict."""
+    if state in _STATE_VERDICT:
+        return _STATE_VERDICT[state]
+    if state == "running":
         verdicts[Verdict.RUNNING] += 1
     going = next((v for v in _STILL_GOING if verdicts[v]), None)
     if going is not None:
@@ -242,6 +273,10 @@ def bar_of(counts: Mapping[str, int]) -> Bar:
     return Bar(segments, start)
 
 
-def run_bar(run: Run, statuses: Mapping[uuid.UUID, TaskStatus]) -> Bar:
-    """The racks of a firing by where they stand (for a rollout, as `RolloutService` counts them)."""
-    return bar_of(Counter(_BAR_OF_VERDICT[outcome_verdict(o, statuses)] for o in run.outcomes))
+def verdicts_bar(verdicts: Counter[Verdict]) -> Bar:
+    """The racks of a firing by where they stand, from how many have each verdict (`tallied_verdicts`);
+    a rollout's bar is the counters `RolloutService` keeps (`pages.runs.progress_bar`)."""
+    segments: Counter[str] = Counter()
+    for verdict, racks in verdicts.items():
+        segments[_BAR_OF_VERDICT[verdict]] += racks
+    return bar_of(segments)

@@ -29,13 +29,14 @@ from rackflow.schedules.service import parse_order
 from rackflow.timespec import SpecType
 from rackflow.web import refs
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url, utc_text
-from rackflow.web.pages.runs import progress_bar
+from rackflow.web.pages.runs import RACKS_PER_PAGE, progress_bar
 from rackflow.web.views import (
     LOOKS,
     TASK_LOOKS,
     Look,
     outcome_verdict,
     run_verdict,
+    tallied_verdict,
     task_ids_of,
 )
 
@@ -89,7 +90,7 @@ def routes(site: Site) -> list[Route]:
 
     async def schedule_page(request: Request) -> Response:
         ref = request.path_params["ref"]
-        return await site.page(request, "schedule.html", ref, lambda _: _one(site, ref))
+        return await site.page(request, "schedule.html", ref, lambda _: _one(site, request, ref))
 
     async def new_schedule(request: Request) -> Response:
         return await site.page(request, "schedule_form.html", "New schedule", lambda _: _form(site, None))
@@ -184,33 +185,48 @@ def upcoming(site: Site, schedule: Schedule) -> list[Any]:
     return [schedule.next_run_at, *later]
 
 
-async def _one(site: Site, ref: str) -> Mapping[str, Any]:
+async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
+    """The schedule, and its runs grid a page of racks at a time (RACKS_PER_PAGE rows: the scope's racks
+    by name, then racks that have left it or the inventory), whose cells are read from the outcomes of
+    those racks only and whose column verdicts are counted in the database (`grid_outcomes`): the grid of
+    10,000 racks × 20 firings parsed and rendered 200,000 cells (docs/PERFORMANCE.md, issue 29). The
+    scope table shows the same page's racks."""
     services = site.services
     schedule = await services.schedules.get(await refs.schedule_id(services, ref, "id"))
-    scopes = await services.schedules.list_scopes(schedule.id)
-    runs, total_runs = await services.schedules.list_runs(schedule.id, limit=GRID_RUNS)
+    page = page_number(request)
+    first = offset_of(page, RACKS_PER_PAGE)
+    scopes, scope_racks = await services.schedules.scope_page(schedule.id, first, RACKS_PER_PAGE)
+    runs, total_runs = await services.schedules.run_heads(schedule.id, GRID_RUNS)
     columns = list(reversed(runs))  # oldest left, newest right, as time runs
-    statuses = await services.tasks.statuses(task_ids_of(columns))
-    names = await services.inventory.rack_names(
-        {s.rack_id for s in scopes} | {o.rack_id for r in runs for o in r.outcomes}
+    found, task_counts = await services.schedules.grid_outcomes(
+        [run.id for run in runs], [scope.rack_id for scope, _ in scopes], scope_racks
     )
-    # Rows: the scope's racks by name, then racks that have left the scope (or the inventory).
-    scoped = {s.rack_id for s in scopes}
-    by_name = sorted(names, key=lambda rack: (rack not in scoped, names[rack]))
-    gone = {o.rack_id for r in runs for o in r.outcomes} - names.keys()
-    rack_ids = [*by_name, *sorted(gone, key=str)]
-    scopes = sorted(scopes, key=lambda scope: names.get(scope.rack_id, str(scope.rack_id)))
-    grid: dict[uuid.UUID, dict[uuid.UUID, Cell]] = {rack: {} for rack in rack_ids}
-    for run in columns:
-        for outcome in run.outcomes:
-            verdict = outcome_verdict(outcome, statuses)
-            status = statuses.get(outcome.task_id) if outcome.task_id else None
-            look = TASK_LOOKS[status] if status is not None else LOOKS[verdict]
-            title = outcome.error or (f"task {look.label}" if outcome.task_id else verdict.value)
-            grid[outcome.rack_id][run.id] = Cell(look, outcome.task_id, title)
+    # Racks that have left the scope follow it: by name, then those gone from the inventory too.
+    scoped = set(scope_racks)
+    left = {o.rack_id for outcomes in found.shown.values() for o in outcomes} - scoped
+    names = {scope.rack_id: name for scope, name in scopes} | await services.inventory.rack_names(left)
+    left_in_order = [
+        *sorted(left & names.keys(), key=names.__getitem__),
+        *sorted(left - names.keys(), key=str),
+    ]
+    past_scope = max(0, first - len(scope_racks))
+    shown_racks = [
+        *(scope.rack_id for scope, _ in scopes),
+        *left_in_order[past_scope : past_scope + RACKS_PER_PAGE - len(scopes)],
+    ]
+    on_page = set(shown_racks)
+    shown = [(run, o) for run in columns for o in found.shown[run.id] if o.rack_id in on_page]
+    statuses = await services.tasks.statuses({o.task_id for _, o in shown if o.task_id is not None})
+    grid: dict[uuid.UUID, dict[uuid.UUID, Cell]] = {rack: {} for rack in shown_racks}
+    for run, outcome in shown:
+        verdict = outcome_verdict(outcome, statuses)
+        status = statuses.get(outcome.task_id) if outcome.task_id else None
+        look = TASK_LOOKS[status] if status is not None else LOOKS[verdict]
+        title = outcome.error or (f"task {look.label}" if outcome.task_id else verdict.value)
+        grid[outcome.rack_id][run.id] = Cell(look, outcome.task_id, title)
     # The newest rollout among the shown runs, with its progress (the rollout panel).
-    rollout_runs = [run for run in runs if run.rollout is not None][:1]
-    (rollout,) = await services.rollouts.reports(rollout_runs) if rollout_runs else (None,)
+    rollout_run = next((run for run in runs if run.rollout is not None), None)
+    rollout = await services.rollouts.get(rollout_run.id) if rollout_run else None
     live = await services.rollouts.live([schedule.id])
     return {
         "schedule": schedule,
@@ -218,12 +234,18 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         "live_rollout": live.get(schedule.id),
         "rollout": rollout,
         "rollout_bar": progress_bar(rollout.progress) if rollout and rollout.progress else None,
-        "scopes": scopes,
+        "scopes": [scope for scope, _ in scopes],
+        "scope_total": len(scope_racks),
         "scoped": scoped,
         "rack_names": names,
-        "rack_ids": rack_ids,
+        "rack_ids": shown_racks,
+        "rack_pager": pages_of(len(scope_racks) + len(left), page, RACKS_PER_PAGE),
+        "url": lambda **changes: query_url(request, **changes),
         "columns": columns,
-        "verdicts": {run.id: LOOKS[run_verdict(run, statuses)] for run in columns},
+        "verdicts": {
+            run.id: LOOKS[tallied_verdict(run.state, found.tallies[run.id], task_counts[run.id])]
+            for run in columns
+        },
         "grid": grid,
         "total_runs": total_runs,
         "upcoming": upcoming(site, schedule),
