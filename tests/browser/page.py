@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import JavascriptException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
@@ -16,11 +16,30 @@ WAIT_S = 30.0  # generous: the machine may be busy with other test workers
 _T = TypeVar("_T")
 
 
+# ChromeDriver reports an element that a refresh detached from the page in one of two ways: a stale
+# element reference, or (from the script behind `is_displayed`) a JavaScript error with this message.
+_DETACHED = "does not belong to the document"
+
+
+def _swapped(exc: Exception) -> bool:
+    return isinstance(exc, StaleElementReferenceException) or (
+        isinstance(exc, JavascriptException) and _DETACHED in str(exc.msg)
+    )
+
+
 def wait(driver: WebDriver, condition: Callable[[WebDriver], _T], what: str) -> _T:
     """`condition`'s first truthy result; an element swapped out by a refresh meanwhile is looked up again."""
-    return WebDriverWait(
-        driver, WAIT_S, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
-    ).until(condition, message=f"waiting for {what}")
+
+    def fresh(d: WebDriver) -> _T | bool:
+        try:
+            return condition(d)
+        except (StaleElementReferenceException, JavascriptException) as exc:
+            if _swapped(exc):
+                return False
+            raise
+
+    found: _T = WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(fresh, message=f"waiting for {what}")
+    return found
 
 
 def read(driver: WebDriver, look: Callable[[WebDriver], _T]) -> _T:
@@ -29,8 +48,8 @@ def read(driver: WebDriver, look: Callable[[WebDriver], _T]) -> _T:
     while True:
         try:
             return look(driver)
-        except StaleElementReferenceException:
-            if time.monotonic() > deadline:
+        except (StaleElementReferenceException, JavascriptException) as exc:
+            if not _swapped(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
 
