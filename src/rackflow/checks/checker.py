@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 from rackflow.checks import kinds
-from rackflow.checks.gate import GATE_NAME
+from rackflow.checks.gate import GATE_NAME, round_result
 from rackflow.clock import Clock
 from rackflow.config import (
     ALERTMANAGER_TIMEOUT,
@@ -44,7 +44,7 @@ from rackflow.domain.checks import (
     WebhookSettings,
     duration_of,
 )
-from rackflow.domain.tasks import Hold, Task, TaskStatus
+from rackflow.domain.tasks import Hold, Task
 from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS
 from rackflow.store import checks as store
 from rackflow.store.db import Database
@@ -164,16 +164,7 @@ class PreflightChecker:
         looks = await asyncio.gather(*(self._look(c, task, attempt, rack) for c in applying if rack))
         checked_at = self.clock.now()
         results = [
-            CheckResult(
-                task_id=task.id,
-                check_id=check.id,
-                check_name=check.name,
-                attempt=attempt,
-                passed=look.passed,
-                reason=f"pre-flight check {check.name!r}: {look.reason}",
-                checked_at=checked_at,
-                recheck_at=checked_at + (look.retry_after or check.interval_delta),
-            )
+            round_result(task, check, attempt, look, checked_at)
             for check, look in zip(applying, looks, strict=True)
         ]
         for check, look in zip(applying, looks, strict=True):
@@ -229,20 +220,7 @@ class PreflightChecker:
             last = None
             if settings.failed_within:
                 last = await store.last_finished(conn, task.rack_id, task.operation.kind, besides=task.id)
-        if busy:
-            other = busy[0]
-            return Look(
-                False, f"rack_idle: {other.operation.kind.value} task {other.id} is running on the rack"
-            )
-        if last is not None and last.status is TaskStatus.FAILED and last.finished_at is not None:
-            since = self.clock.now() - last.finished_at
-            if since < duration_of(settings.failed_within):
-                return Look(
-                    False,
-                    f"rack_idle: the rack's last {last.operation.kind.value} failed at "
-                    f"{last.finished_at.isoformat()} (within {settings.failed_within}): {last.message}",
-                )
-        return Look(True, "rack_idle: idle")
+        return kinds.rack_idle(settings, busy, last, self.clock.now())
 
 
 def _timeout(check: PreflightCheck) -> timedelta:
