@@ -266,7 +266,8 @@ class PreflightChecker:
 
     async def _rack_idle(self, settings: RackIdleSettings, task: Task) -> Look:
         async with self.db.read() as conn:
-            busy = await store.busy_with(conn, task.rack_id, settings.busy_operations, besides=task.id)
+            running = await store.running_on(conn, {task.rack_id}, settings.busy_operations)
+            busy = [other for other in running.get(task.rack_id, []) if other.task_id != task.id]
             last = None
             if settings.failed_within:
                 last = await store.last_finished(conn, task.rack_id, task.operation.kind, besides=task.id)

@@ -43,6 +43,7 @@ from rackflow.config import PREFLIGHT_ANSWER_WAIT, PREFLIGHT_CAP_WAIT
 from rackflow.domain.checks import CheckResult, Look, PreflightCheck, RackIdleSettings, Waiting
 from rackflow.domain.rollouts import cap_reached
 from rackflow.domain.tasks import Hold, Task
+from rackflow.domain.windows import RackRef
 from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS, CHECK_WAIT
 from rackflow.store import checks as store
 from rackflow.store import rollouts as rollout_store
@@ -72,12 +73,19 @@ class PreflightGate:
         checks = await store.all_checks(conn)  # one query, and the gate's whole cost when there is none
         if not checks:
             return {}
-        racks = await rack_refs(conn, {task.rack_id for task in tasks})
+        # A check over every rack needs nothing of the rack: racks are read only for checks that name some.
+        named = any(not c.all_racks for c in checks)
+        racks = await rack_refs(conn, {task.rack_id for task in tasks}) if named else {}
         mine = {
             task.id: applies
             for task in tasks
-            if task.rack_id in racks
-            and (applies := [c for c in checks if c.applies(racks[task.rack_id], task.operation.kind)])
+            if (
+                applies := [
+                    c
+                    for c in checks
+                    if c.applies(racks.get(task.rack_id, RackRef(task.rack_id, None)), task.operation.kind)
+                ]
+            )
         }
         if not mine:
             return {}
@@ -172,7 +180,14 @@ class PreflightGate:
         (`going`) and those asked here before (claim order: as if it started them one by one), so two
         tasks that each are "busy" for the other never start together in one claim. Tasks other claims
         started count once those committed, as for the checker."""
-        running = await store.running_on(conn, {task.rack_id for task, _, _ in asking})
+        busy_operations = {
+            op
+            for _, applying, _ in asking
+            for c in applying
+            if isinstance(c.settings, RackIdleSettings)
+            for op in c.settings.busy_operations
+        }
+        running = await store.running_on(conn, {task.rack_id for task, _, _ in asking}, busy_operations)
         wanted = {
             (task.rack_id, task.operation.kind)
             for task, applying, _ in asking
@@ -186,7 +201,7 @@ class PreflightGate:
             others = [
                 other
                 for other in running.get(task.rack_id, [])
-                if other.id != task.id and (other.id not in claimed or other.id in started)
+                if other.task_id != task.id and (other.task_id not in claimed or other.task_id in started)
             ]
             state = waiting.get(task.id)
             attempt = (state.attempt if state is not None else 0) + 1

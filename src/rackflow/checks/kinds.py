@@ -25,6 +25,7 @@ from rackflow.config import ALERTMANAGER_TIMEOUT
 from rackflow.domain.checks import (
     AlertmanagerSettings,
     Look,
+    OnRack,
     RackFacts,
     RackIdleSettings,
     WebhookSettings,
@@ -103,14 +104,16 @@ async def alertmanager(settings: AlertmanagerSettings, rack: RackFacts, asked: A
     return Look(False, f"alertmanager: alert {named[0]} firing{more}")
 
 
-def rack_idle(settings: RackIdleSettings, running: Sequence[Task], last: Task | None, now: datetime) -> Look:
+def rack_idle(
+    settings: RackIdleSettings, running: Sequence[OnRack], last: Task | None, now: datetime
+) -> Look:
     """`rack_idle` on what the database says: `running`, the other tasks RUNNING on the rack (of any
     operation); `last`, the rack's last finished other task of the same operation (None when there is
     none, or the check has no `failed_within`). The checker and the claim's gate both decide here."""
-    busy = [other for other in running if other.operation.kind in settings.busy_operations]
+    busy = [other for other in running if other.operation in settings.busy_operations]
     if busy:
         other = busy[0]
-        return Look(False, f"rack_idle: {other.operation.kind.value} task {other.id} is running on the rack")
+        return Look(False, f"rack_idle: {other.operation.value} task {other.task_id} is running on the rack")
     if (
         settings.failed_within
         and last is not None

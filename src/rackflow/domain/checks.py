@@ -134,6 +134,14 @@ class RackFacts:
 
 
 @dataclass(frozen=True)
+class OnRack:
+    """A task running on a rack, as `rack_idle` sees it."""
+
+    task_id: uuid.UUID
+    operation: OperationKind
+
+
+@dataclass(frozen=True)
 class Look:
     """What one check found for one task: `passed`, or why not (`reason`, e.g. "alertmanager: alert
     RackOverheat{rack="r1"} firing"); `retry_after`, when the other side said when to ask again."""

@@ -19,6 +19,7 @@ from rackflow.domain.checks import (
     AlertmanagerSettings,
     CheckKind,
     CheckResult,
+    OnRack,
     PreflightCheck,
     RackFacts,
     RackIdleSettings,
@@ -455,33 +456,23 @@ async def overridden_checks(
 # --- what rack_idle asks ------------------------------------------------------------------------
 
 
-async def busy_with(
-    conn: AsyncConnection, rack_id: uuid.UUID, operations: Collection[OperationKind], *, besides: uuid.UUID
-) -> list[Task]:
-    """The other tasks of `operations` RUNNING on the rack."""
+async def running_on(
+    conn: AsyncConnection, rack_ids: Collection[uuid.UUID], operations: Collection[OperationKind]
+) -> dict[uuid.UUID, list[OnRack]]:
+    """The tasks of `operations` RUNNING on each of these racks (in a claim: its own claimed tasks too),
+    by rack."""
+    found: dict[uuid.UUID, list[OnRack]] = {}
     if not operations:
-        return []
-    stmt = select(tasks).where(
-        tasks.c.rack_id == rack_id,
-        is_active(tasks.c.status),
-        status_in(tasks.c.status, TaskStatus.RUNNING),
-        tasks.c.operation.in_(sorted(op.value for op in operations)),
-        tasks.c.id != besides,
-    )
-    return [task_from_row(row) for row in await conn.execute(stmt)]
-
-
-async def running_on(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, list[Task]]:
-    """The tasks RUNNING on each of these racks (in a claim: its own claimed tasks too), by rack."""
-    found: dict[uuid.UUID, list[Task]] = {}
+        return found
     for chunk in chunked(set(rack_ids)):
-        stmt = select(tasks).where(
+        stmt = select(tasks.c.id, tasks.c.rack_id, tasks.c.operation).where(
             tasks.c.rack_id.in_(chunk),
             is_active(tasks.c.status),
             status_in(tasks.c.status, TaskStatus.RUNNING),
+            tasks.c.operation.in_(sorted(op.value for op in operations)),
         )
         for row in await conn.execute(stmt):
-            found.setdefault(row.rack_id, []).append(task_from_row(row))
+            found.setdefault(row.rack_id, []).append(OnRack(row.id, OperationKind(row.operation)))
     return found
 
 
