@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import platform
@@ -299,12 +300,11 @@ def passing_checks(engine: Engine, count: int, kind: str) -> Iterator[None]:
     if count == 0:
         yield
         return
-    with receiving() as hook:
-        settings: dict[str, object] = (
-            {"url": hook.url, "secret": "", "timeout": "10s"}
-            if kind == "webhook"
-            else {"busy_operations": ["power_reset"], "failed_within": ""}
-        )
+    with contextlib.ExitStack() as stack:
+        settings: dict[str, object] = {"busy_operations": ["power_reset"], "failed_within": ""}
+        if kind == "webhook":
+            hook = stack.enter_context(receiving())
+            settings = {"url": hook.url, "secret": "", "timeout": "10s"}
         now = datetime.now(UTC)
         rows = [
             {
