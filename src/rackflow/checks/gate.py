@@ -4,13 +4,18 @@ its last round, and that round is fresh (docs/CHECKS.md).
 A gate of the executor's claim (`rackflow.tasks.gates`), after the freeze and budget gates, so checks are
 asked only about tasks the windows and budgets admit. It runs inside the claim's transaction, so it asks
 nothing outside the database: it reads what the checker (`rackflow.checks.checker`, a loop of every
-`rackflow serve`) stored, and
+`rackflow serve`) stored, or asks a check that only reads the database itself, and
 
 * a task no check applies to starts (when no check exists, the gate's whole cost is one indexed read);
-* a task held for the first time is recorded as waiting (`preflight_tasks`), its first round due at once,
-  and held "until re-check" with the reason "waits for pre-flight checks: …"; the checker releases it when
-  the round passes, or holds it with the failing check's reason until the check's maximum wait ends
-  (its next round, after the interval, releases it if the checks pass by then);
+* a task whose checks all only read the database (`rack_idle`) and that needs a fresh look is asked here,
+  in the claim, under its row's lock (issue 26: no second claim and no checker round per task): the
+  answers are stored as its next round, as the checker stores its own, and it starts if all pass, or is
+  held with the failing check's reason (the checker asks the next round after the interval), or fails
+  past that check's maximum wait;
+* any other task held for the first time is recorded as waiting (`preflight_tasks`), its first round due
+  at once, and held "until re-check" with the reason "waits for pre-flight checks: …"; the checker
+  releases it when the round passes, or holds it with the failing check's reason until the check's
+  maximum wait ends (its next round, after the interval, releases it if the checks pass by then);
 * a task whose last round all passed, still fresh, starts, unless a checker is asking its next round
   (that round is under way: the task waits for it); an operator's override of all its checks starts it
   too, and a check overridden for it alone counts as passed;
@@ -18,11 +23,12 @@ nothing outside the database: it reads what the checker (`rackflow.checks.checke
   `Task.held_since`) fails, with that check's last reason.
 
 Only first attempts are gated (as every gate), and two instances never start a task twice: the claim
-already takes each task once. A claim and a checker's round of the same task happen one after the other:
-the checker takes and records a round only under the lock of the task's row while it is still held
-(`store.take_round`, `store.record_round`), and the claim holds that lock from before this gate reads the
-last round until it commits, so no round is asked about a task that a claim is starting, and none is
-written after it started.
+already takes each task once. A claim and a checker's round of the same task happen one after the other
+(a round the claim asks itself is written in the claim, with the start, and only when no checker's round
+is under way): the checker takes and records a round only under the lock of the task's row while it is
+still held (`store.take_round`, `store.record_round`), and the claim holds that lock from before this
+gate reads the last round until it commits, so no round is asked about a task that a claim is starting,
+and none is written after it started.
 Each attempt of a task with retries (docs/SAFETY.md, "Retries") is checked anew: a round counts for
 attempt n > 1 only if it was made since the gate first held that attempt, so the rounds that let an
 earlier attempt start never start a later one.
@@ -178,8 +184,9 @@ class PreflightGate:
         The claim already made every task it took RUNNING, so what runs on a rack is read with care: of
         the tasks this claim took (`claimed`), only those that start count, the ones no check stops
         (`going`) and those asked here before (claim order: as if it started them one by one), so two
-        tasks that each are "busy" for the other never start together in one claim. Tasks other claims
-        started count once those committed, as for the checker."""
+        tasks that each are "busy" for the other never start together in one claim (one the rollout caps
+        then hold back still counted: the mistake is a hold, asked again after the interval, never a
+        start). Tasks other claims started count once those committed, as for the checker."""
         busy_operations = {
             op
             for _, applying, _ in asking
@@ -225,11 +232,8 @@ class PreflightGate:
             else:
                 CHECK_HOLDS.labels(check=next(r for r in results if not r.passed).check_name).inc()
         await store.record_rounds_in_claim(conn, rounds)
-        log.info(
-            "pre-flight checks asked in the claim: %d task(s) start, %d held or failed",
-            len(asking) - len(verdicts),
-            len(verdicts),
-        )
+        if verdicts:
+            log.info("pre-flight checks asked in the claim held or failed %d task(s)", len(verdicts))
         return verdicts
 
     async def _room_in_rollouts(
