@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import platform
@@ -43,8 +44,15 @@ from rackflow.domain.schedules import OverlapPolicy  # noqa: E402
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions  # noqa: E402
 from rackflow.services import Services  # noqa: E402
 from rackflow.store.db import Database, normalise_url  # noqa: E402
-from rackflow.store.tables import components, racks, task_schedule, task_schedule_scope  # noqa: E402
+from rackflow.store.tables import (  # noqa: E402
+    components,
+    preflight_checks,
+    racks,
+    task_schedule,
+    task_schedule_scope,
+)
 from rackflow.timespec import ScheduleSpec  # noqa: E402
+from tests.checks_support import receiving  # noqa: E402
 from tests.e2e.cluster import ServerProcess, fresh_postgres_database, servers, start_server  # noqa: E402
 
 __all__ = [
@@ -262,6 +270,62 @@ def _insert_clones(
 
 
 # --- measuring and reporting -------------------------------------------------------------------------
+
+
+CHECK_KINDS = ("rack_idle", "webhook")
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--passing-checks",
+        type=int,
+        default=0,
+        help="pre-flight checks over every rack and operation that always pass",
+    )
+    parser.add_argument(
+        "--check-kind",
+        choices=CHECK_KINDS,
+        default="rack_idle",
+        help="rack_idle (asked in the executor's claim) or webhook (a local HTTP server answering ok, "
+        "asked by the checker)",
+    )
+
+
+@contextmanager
+def passing_checks(engine: Engine, count: int, kind: str) -> Iterator[None]:
+    """`count` pre-flight checks over every rack and operation that always pass, asked every 30 s (only a
+    held task is asked again): `rack_idle` busy only with power resets (the benches run none), which the
+    executor's claim asks itself; or `webhook`s to a real HTTP server on loopback in this process that
+    answers `{"ok": true}` (tests/checks_support.py), which the checker asks, a round trip per task."""
+    if count == 0:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        settings: dict[str, object] = {"busy_operations": ["power_reset"], "failed_within": ""}
+        if kind == "webhook":
+            hook = stack.enter_context(receiving())
+            settings = {"url": hook.url, "secret": "", "timeout": "10s"}
+        now = datetime.now(UTC)
+        rows = [
+            {
+                "id": uuid.uuid4(),
+                "name": f"bench-check-{i}",
+                "kind": kind,
+                "operations": [],
+                "all_racks": True,
+                "rack_ids": [],
+                "domain_ids": [],
+                "settings": settings,
+                "interval": "30s",
+                "max_wait": "1h",
+                "created_at": now,
+                "updated_at": now,
+            }
+            for i in range(count)
+        ]
+        with engine.begin() as conn:
+            conn.execute(insert(preflight_checks), rows)
+        yield
 
 
 def percentile(values: Sequence[float], pct: float) -> float:

@@ -25,10 +25,12 @@ one of `task_schedule_run`'s).
 against K windows and still fires (the cost of docs/WINDOWS.md's per-scope decision).
 
 `--passing-checks K` adds K pre-flight checks over every rack and operation that always pass (docs/CHECKS.md;
-`rack_idle`, busy only with power resets, which nothing runs): every task is held for a round of checks,
-then released and started (issue 26: fire lag and drain rate must not move). `--until-tasks-done` waits
-for every task to end too, and adds tasks_per_s = tasks / (first firing to the last task's end) and
-tasks_done_s (that span).
+`_common.passing_checks`): with `--check-kind rack_idle` (busy only with power resets, which nothing runs)
+the executor's claim asks them itself and every task starts at its first claim; with `--check-kind
+webhook` (a local HTTP server answering ok) every task is held for a round of the checker, then released
+and started (issue 26: fire lag and drain rate must not move). `--until-tasks-done` waits for every task
+to end too, and adds tasks_per_s = tasks / (first firing to the last task's end) and tasks_done_s (that
+span).
 
     python bench/dispatch_drain.py --db postgres --instances 1 --n 10000 --dispatch-batch 10
 """
@@ -46,12 +48,14 @@ from typing import Any
 from _common import (
     DatabaseCpu,
     ServerProcess,
+    add_check_arguments,
     add_db_arguments,
     bulk_load,
     code_line,
     cpu_seconds,
     fresh_database,
     machine_line,
+    passing_checks,
     py_spy,
     result,
     servers,
@@ -62,7 +66,6 @@ from sqlalchemy import Connection, Engine, Select, bindparam, func, insert, sele
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store.tables import (
     maintenance_windows,
-    preflight_checks,
     task_schedule,
     task_schedule_run,
     tasks,
@@ -134,7 +137,8 @@ def measure_drain(
     sim_step: float = SIM_STEP_SECONDS,
     windows: int = 0,
     seq_scans: bool = False,
-    passing_checks: int = 0,
+    checks: int = 0,
+    check_kind: str = "rack_idle",
     until_tasks_done: bool = False,
 ) -> Drain:
     """Load `n` due schedules into a fresh database, start the dispatcher(s), wait until all fired."""
@@ -146,11 +150,11 @@ def measure_drain(
 
         engine = sync_engine(ws.url)
         _load_windows(engine, windows)
-        _load_passing_checks(engine, passing_checks)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
         env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}
         with (
+            passing_checks(engine, checks, check_kind),
             servers(ws.url, ws.log_dir, instances, args=args, env=env) as procs,
             py_spy(procs[0].proc.pid, profile),
         ):
@@ -205,32 +209,6 @@ def _wait_for_tasks(engine: Engine, timeout: float) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError("tasks still active; giving up")
             time.sleep(WAIT_POLL_SECONDS)
-
-
-def _load_passing_checks(engine: Engine, count: int) -> None:
-    """`count` pre-flight checks over every rack and operation that pass: `rack_idle`, busy only with
-    power resets (the bench runs none), asked every 30 s (only a held task is asked again)."""
-    now = datetime.now(UTC)
-    rows = [
-        {
-            "id": uuid.uuid4(),
-            "name": f"bench-check-{i}",
-            "kind": "rack_idle",
-            "operations": [],
-            "all_racks": True,
-            "rack_ids": [],
-            "domain_ids": [],
-            "settings": {"busy_operations": ["power_reset"], "failed_within": ""},
-            "interval": "30s",
-            "max_wait": "1h",
-            "created_at": now,
-            "updated_at": now,
-        }
-        for i in range(count)
-    ]
-    if rows:
-        with engine.begin() as conn:
-            conn.execute(insert(preflight_checks), rows)
 
 
 def _load_windows(engine: Engine, count: int) -> None:
@@ -358,12 +336,7 @@ def main() -> None:
         action="store_true",
         help="print full scans (and rows they read) per table every 10 s and over the drain (PostgreSQL)",
     )
-    parser.add_argument(
-        "--passing-checks",
-        type=int,
-        default=0,
-        help="pre-flight checks over every rack that always pass (each task is held for one round)",
-    )
+    add_check_arguments(parser)
     parser.add_argument(
         "--until-tasks-done", action="store_true", help="also wait for every task to end (tasks_per_s)"
     )
@@ -373,7 +346,8 @@ def main() -> None:
     print(
         f"# dispatch_drain db={args.db} instances={args.instances} n={args.n} batch={args.dispatch_batch} "
         f"load=bulk-executemany spec=interval-24h sim_step_s={args.sim_step} windows={args.windows} "
-        f"passing_checks={args.passing_checks} until_tasks_done={args.until_tasks_done}",
+        f"passing_checks={args.passing_checks} check_kind={args.check_kind} "
+        f"until_tasks_done={args.until_tasks_done}",
         flush=True,
     )
     drain = measure_drain(
@@ -386,7 +360,8 @@ def main() -> None:
         sim_step=args.sim_step,
         windows=args.windows,
         seq_scans=args.seq_scans,
-        passing_checks=args.passing_checks,
+        checks=args.passing_checks,
+        check_kind=args.check_kind,
         until_tasks_done=args.until_tasks_done,
     )
     print(f"# loaded {args.n} schedules in {drain.load_s:.1f}s", flush=True)

@@ -17,6 +17,10 @@ each task is `created_at - T`. A dispatcher that only polled would add 0 to one 
 phase (the figure before issue 17); one that sleeps until the earliest next run starts at T whatever its
 phase.
 
+`--passing-checks K` adds K pre-flight checks over every rack that always pass (`--check-kind rack_idle`,
+asked in the executor's claim, or `webhook`, a local HTTP server the checker asks; `_common.passing_checks`):
+the gate acts after a task exists, so issue 26 asks that they not move these figures.
+
     python bench/dispatch_lag.py --db postgres --samples 200 --n 1000
 """
 
@@ -31,11 +35,13 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 from _common import (
+    add_check_arguments,
     add_db_arguments,
     bulk_load,
     code_line,
     fresh_database,
     machine_line,
+    passing_checks,
     percentile,
     result,
     servers,
@@ -76,6 +82,7 @@ def main() -> None:
         "--lead", type=float, default=20.0, help="minute: least seconds between loading and T"
     )
     parser.add_argument("--timeout", type=float, default=600.0)
+    add_check_arguments(parser)
     args = parser.parse_args()
     print(machine_line())
     print(code_line(), flush=True)
@@ -93,16 +100,20 @@ def _server_args(args: argparse.Namespace) -> list[str]:
 def single(args: argparse.Namespace) -> None:
     print(
         f"# dispatch_lag single db={args.db} samples={args.samples} ahead_s={args.ahead} gap_s={args.gap} "
-        f"interval={args.dispatch_interval} batch={args.dispatch_batch}",
+        f"interval={args.dispatch_interval} batch={args.dispatch_batch} passing_checks={args.passing_checks} "
+        f"check_kind={args.check_kind}",
         flush=True,
     )
     with fresh_database(args.db, args.pg_admin) as ws:
         env = {"RACKFLOW_SIM_STEP_SECONDS": SIM_STEP_SECONDS}
-        with servers(ws.url, ws.log_dir, 1, args=_server_args(args), env=env) as (server,):
+        engine = sync_engine(ws.url)
+        with (
+            passing_checks(engine, args.passing_checks, args.check_kind),
+            servers(ws.url, ws.log_dir, 1, args=_server_args(args), env=env) as (server,),
+        ):
             racks = [f"lag-{i:04d}" for i in range(args.samples)]
             create_racks(server.stub(), racks)
             due_by_id = asyncio.run(_create_one_by_one(server.address, racks, args.ahead, args.gap))
-            engine = sync_engine(ws.url)
             deadline = time.monotonic() + args.timeout
             created = select(tasks.c.schedule_id, tasks.c.created_at).where(tasks.c.schedule_id.is_not(None))
             with engine.connect() as conn:
@@ -154,7 +165,8 @@ async def _create_one_by_one(
 def minute(args: argparse.Namespace) -> None:
     print(
         f"# dispatch_lag minute db={args.db} n={args.n} interval={args.dispatch_interval} "
-        f"batch={args.dispatch_batch} load=bulk-executemany sim_step_s={SIM_STEP_SECONDS}",
+        f"batch={args.dispatch_batch} load=bulk-executemany sim_step_s={SIM_STEP_SECONDS} "
+        f"passing_checks={args.passing_checks} check_kind={args.check_kind}",
         flush=True,
     )
     with fresh_database(args.db, args.pg_admin) as ws:
@@ -164,7 +176,10 @@ def minute(args: argparse.Namespace) -> None:
         print(f"# {args.n} schedules due at {due.isoformat()}", flush=True)
         engine = sync_engine(ws.url)
         env = {"RACKFLOW_SIM_STEP_SECONDS": SIM_STEP_SECONDS}
-        with servers(ws.url, ws.log_dir, 1, args=_server_args(args), env=env) as (server,):
+        with (
+            passing_checks(engine, args.passing_checks, args.check_kind),
+            servers(ws.url, ws.log_dir, 1, args=_server_args(args), env=env) as (server,),
+        ):
             deadline = time.monotonic() + max(0.0, (due - datetime.now(UTC)).total_seconds()) + args.timeout
             done = select(task_schedule_run.c.id).where(task_schedule_run.c.state == "completed")
             with engine.connect() as conn:

@@ -15,9 +15,13 @@ PARALLEL_RPCS = 64
 
 
 def create_racks(
-    stub: flow_pb2_grpc.FlowStub, names: Sequence[str], *, components_per_rack: int = 1
+    stub: flow_pb2_grpc.FlowStub,
+    names: Sequence[str],
+    *,
+    components_per_rack: int = 1,
+    switches_per_rack: int = 0,
 ) -> list[pb.Rack]:
-    """Create racks (each with COMPUTE components), many RPCs in flight at once."""
+    """Create racks (each with COMPUTE components, and NVSWITCHes if asked), many RPCs in flight at once."""
     requests = [
         pb.CreateRackRequest(
             name=name,
@@ -26,6 +30,12 @@ def create_racks(
                     type=pb.COMPONENT_TYPE_COMPUTE, name=f"{name}-c{i}", external_id=f"{name}-c{i}"
                 )
                 for i in range(components_per_rack)
+            ]
+            + [
+                pb.ComponentSpec(
+                    type=pb.COMPONENT_TYPE_NVSWITCH, name=f"{name}-s{i}", external_id=f"{name}-s{i}"
+                )
+                for i in range(switches_per_rack)
             ],
         )
         for name in names

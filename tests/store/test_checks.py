@@ -26,7 +26,7 @@ from rackflow.checks.gate import GATE_NAME
 from rackflow.checks.service import CheckInput
 from rackflow.clock import FakeClock
 from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSettings
-from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
+from rackflow.domain.inventory import ComponentsFilter, ComponentSpec, ComponentType, Rack, RackSelection
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
@@ -41,7 +41,16 @@ from rackflow.tasks.gates import consult
 from rackflow.windows.service import Ref
 from tests.checks_support import Answer, checking, receiving
 from tests.store.schedules_support import HOURLY, POWER_OFF, make_env, rack_target
-from tests.store.test_executor import CLOCK, eventually, finished, get, make_rack, start_running, submit
+from tests.store.test_executor import (
+    CLOCK,
+    REJECT,
+    eventually,
+    finished,
+    get,
+    make_rack,
+    start_running,
+    submit,
+)
 
 POWER_ON = Operation(OperationKind.POWER_ON)
 SECRET_ENV = "RACKFLOW_TEST_DRAIN_KEY"
@@ -423,3 +432,95 @@ async def test_a_plain_firings_task_starts_when_its_checks_pass(db: Database) ->
         await checker.settle()
         async with db.transaction() as conn:
             assert await _claim(db, conn, env.services, env.clock.now()) == [task_id]
+
+
+# --- checks that only read the database, asked in the claim itself (issue 26: the drain) ---------
+
+
+async def _rounds(db: Database, task: Task) -> list[tuple[int, bool, str]]:
+    async with db.read() as conn:
+        found = select(preflight_results.c.attempt, preflight_results.c.passed, preflight_results.c.reason)
+        rows = await conn.execute(found.where(preflight_results.c.task_id == task.id))
+        return [(r.attempt, r.passed, r.reason) for r in rows]
+
+
+async def test_a_rack_idle_check_that_passes_starts_the_task_at_its_first_claim_with_its_round_recorded(
+    db: Database,
+) -> None:
+    """No hold and no second claim: the gate asks a check that only reads the database itself, and the
+    task starts at once, its round stored as the checker would have (`task show`, the metrics)."""
+    services = Services.build(db, CLOCK)
+    idle = RackIdleSettings(frozenset({OperationKind.POWER_RESET}), "1h")
+    await services.checks.create(CheckInput(name="quiet-rack", settings=idle))
+    task = await submit(db, await make_rack(db, computes=1), POWER_ON)
+    passes = _results("quiet-rack", "pass")
+    async with db.transaction() as conn:
+        assert await _claim(db, conn, services, CLOCK.now()) == [task.id]
+    assert await _rounds(db, task) == [(1, True, "pre-flight check 'quiet-rack': rack_idle: idle")]
+    async with db.read() as conn:
+        assert (await store.waiting(conn, [task.id]))[task.id].attempt == 1
+    assert _results("quiet-rack", "pass") == passes + 1
+    started = await get(db, task)
+    assert started.status is TaskStatus.RUNNING and started.held_by is None
+
+
+async def test_a_rack_idle_check_that_fails_holds_the_task_at_its_first_claim_with_the_reason(
+    db: Database,
+) -> None:
+    """The reason is on the task from its first claim; the checker asks the next round after the interval
+    and releases the task once the rack is idle."""
+    clock = FakeClock(CLOCK.now())
+    rack = await make_rack(db, computes=1)
+    task = await submit(db, rack, POWER_ON)
+    busy = await submit(db, await _rack(db, "r2"), Operation(OperationKind.POWER_RESET))
+    await start_running(db, busy, uuid.uuid4(), heartbeat_age=-timedelta(hours=1))
+    async with db.transaction() as conn:
+        await conn.execute(update(tasks).where(tasks.c.id == busy.id).values(rack_id=rack.id))
+    services = Services.build(db, clock)
+    idle = RackIdleSettings(frozenset({OperationKind.POWER_RESET}), "")
+    await services.checks.create(CheckInput(name="idle", settings=idle, interval="2s"))
+    async with db.transaction() as conn:
+        assert await _claim(db, conn, services, clock.now(), running=[busy.id]) == []
+    reason = f"pre-flight check 'idle': rack_idle: power_reset task {busy.id} is running on the rack"
+    held = await get(db, task)
+    assert held.status is TaskStatus.PENDING and held.held_by == GATE_NAME and held.held_reason == reason
+    assert await _rounds(db, task) == [(1, False, reason)]
+    checker = PreflightChecker(db, clock, services.tasks)
+    assert await checker.poll() == 0  # its next round is due after the interval
+    async with db.transaction() as conn:
+        await set_status(conn, [busy.id], TaskStatus.COMPLETED, now=clock.now())
+    clock.advance(timedelta(seconds=2))
+    assert await checker.poll() == 1
+    await checker.settle()
+    async with db.transaction() as conn:
+        assert await _claim(db, conn, services, clock.now()) == [task.id]
+    assert [(attempt, passed) for attempt, passed, _ in await _rounds(db, task)] == [(1, False), (2, True)]
+
+
+async def test_two_tasks_each_busy_for_the_other_never_start_together_in_one_claim(db: Database) -> None:
+    """The claim made both RUNNING before its gate asks: the older starts, the other is held because of
+    it (not both held by each other, not both started)."""
+    rack = await make_rack(db, computes=2)
+    compute = [c.id for c in rack.components if c.type is ComponentType.COMPUTE]
+    services = Services.build(db, CLOCK)
+    each_other = RackIdleSettings(frozenset({OperationKind.POWER_ON, OperationKind.POWER_RESET}), "")
+    await services.checks.create(CheckInput(name="one-at-a-time", settings=each_other))
+    manager = services.tasks
+    [first] = await manager.submit(
+        POWER_ON,
+        [RackSelection(rack.id, ComponentsFilter(frozenset(compute[:1])))],
+        description="",
+        queue=REJECT,
+    )
+    [second] = await manager.submit(
+        Operation(OperationKind.POWER_RESET),
+        [RackSelection(rack.id, ComponentsFilter(frozenset(compute[1:])))],
+        description="",
+        queue=REJECT,
+    )
+    async with db.transaction() as conn:
+        assert await _claim(db, conn, services, CLOCK.now()) == [first.id]
+    held = await get(db, second)
+    assert held.held_reason == (
+        f"pre-flight check 'one-at-a-time': rack_idle: power_on task {first.id} is running on the rack"
+    )

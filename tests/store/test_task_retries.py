@@ -10,9 +10,10 @@ import itertools
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 
 from rackflow.checks.service import CheckInput
-from rackflow.domain.checks import WebhookSettings
+from rackflow.domain.checks import RackIdleSettings, WebhookSettings
 from rackflow.domain.inventory import Rack, RackSelection
 from rackflow.domain.notifications import EventType
 from rackflow.domain.tasks import (
@@ -27,6 +28,7 @@ from rackflow.domain.tasks import (
 from rackflow.services import Services
 from rackflow.store import outbox
 from rackflow.store.db import Database
+from rackflow.store.tables import preflight_results
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from rackflow.tasks.manager import Submission, TaskManager
 from tests.checks_support import Answer, checking, receiving
@@ -152,3 +154,24 @@ async def test_pre_flight_checks_run_again_for_every_attempt(db: Database) -> No
         payloads = hook.payloads()
     assert (done.status, done.attempt) == (TaskStatus.FAILED, 3)
     assert [p["attempt"] for p in payloads] == [1, 2, 3]  # one round of checks per attempt
+
+
+async def test_a_rack_idle_check_is_asked_anew_in_the_claim_of_every_attempt(db: Database) -> None:
+    """A check that only reads the database is asked by the claim that starts each attempt (its round
+    made at that attempt's start), never carried over from the attempt before, though it stays fresh."""
+    rack = await make_rack(db, computes=1)
+    services = Services.build(db, CLOCK)
+    idle = RackIdleSettings(frozenset({OperationKind.POWER_RESET}), "")
+    await services.checks.create(CheckInput(name="idle", settings=idle, interval="1m"))
+    task = await submit(db, rack, QUICK)
+    async with checking(db, backend=backend(transient_external_ids={"gpu-0": None})):
+        done = await finished(db, task)
+    assert (done.status, done.attempt) == (TaskStatus.FAILED, 3)
+    attempts = (await TaskManager(db, CLOCK).attempts([task.id]))[task.id]
+    async with db.read() as conn:
+        found = select(
+            preflight_results.c.attempt, preflight_results.c.passed, preflight_results.c.checked_at
+        )
+        rounds = sorted((await conn.execute(found.where(preflight_results.c.task_id == task.id))).all())
+    assert [(r.attempt, r.passed) for r in rounds] == [(1, True), (2, True), (3, True)]
+    assert [r.checked_at for r in rounds] == [a.started_at for a in attempts]

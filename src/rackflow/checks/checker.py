@@ -5,26 +5,38 @@ Each poll (every PREFLIGHT_POLL_INTERVAL, or at once when this process's gate he
 finds the held tasks whose next round is due and starts a round for each, in the background, so a slow
 hook delays no other rack and never the dispatcher or the executor. A round:
 
-1. takes a lease on the task's next round (`store.take_round`, a conditional UPDATE): of several
-   instances, one asks; a checker that dies mid-round is replaced when its lease runs out;
+1. takes a lease on the task's next round (`store.take_round`, a conditional UPDATE; one transaction for
+   all the rounds a poll found due): of several instances, one asks; a checker that dies mid-round is
+   replaced when its lease runs out;
 2. asks every check that applies, at once, outside any transaction (at most PREFLIGHT_CONCURRENCY HTTP
    requests at once in the process, each with its timeout);
 3. stores the results as round `attempt` and, in the same transaction, lets the task be claimed at once if
    all passed (the claim's gate then starts it), or holds it with the first failing check's reason
    (written on the task: `held_reason`, its message, `rackflow task show`, the pages) until that check's
    maximum wait runs out; the next round, due after the interval (or the hook's `retry_after`), releases
-   it if the checks pass by then. So a held task costs no claims while it waits.
+   it if the checks pass by then. So a held task costs no claims while it waits. The rounds that end
+   while one such transaction is under way are stored together in the next (`GroupCommit`), which wakes
+   the executors once for all the tasks it released: many tasks due at once cost a few transactions, not
+   two each (issue 26).
+
+Checks that only read the database (`rack_idle`) are mostly asked by the claim's gate itself, at the
+task's first claim (`rackflow.checks.gate`); the checker asks them for a task they held, at its next round.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from rackflow.checks import kinds
-from rackflow.checks.gate import GATE_NAME
+from rackflow.checks.gate import GATE_NAME, round_result
 from rackflow.clock import Clock
 from rackflow.config import (
     ALERTMANAGER_TIMEOUT,
@@ -44,10 +56,11 @@ from rackflow.domain.checks import (
     WebhookSettings,
     duration_of,
 )
-from rackflow.domain.tasks import Hold, Task, TaskStatus
+from rackflow.domain.tasks import Hold, Task
 from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS
 from rackflow.store import checks as store
 from rackflow.store.db import Database
+from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.manager import TaskManager
 
@@ -82,6 +95,12 @@ class PreflightChecker:
         self._asked = kinds.Asked(self._pool)
         self._wake = asyncio.Event()
         self._rounds: set[asyncio.Task[None]] = set()
+        # The rounds' records, written together: those that end while one transaction is under way go in
+        # the next, one transaction (and one wake of the executors) for many.
+        self._records: GroupCommit[_Record, bool] = GroupCommit(
+            db, self._write_records, after_commit=self._after_records
+        )
+        self._released = False  # by the records being written
 
     def wake(self) -> None:
         self._wake.set()
@@ -105,10 +124,12 @@ class PreflightChecker:
             for running in self._rounds:
                 running.cancel()
             await asyncio.gather(*self._rounds, return_exceptions=True)
+            await self._records.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def poll(self) -> int:
-        """Start a round for each due task (in the background); how many were started."""
+        """Take the next round of each due task, all in one transaction, and ask each (in the
+        background); how many were taken."""
         now = self.clock.now()
         async with self.db.read() as conn:
             due = await store.due(conn, GATE_NAME, now=now, limit=self.batch)
@@ -117,12 +138,27 @@ class PreflightChecker:
             checks = await store.all_checks(conn)
             facts = await store.rack_facts(conn, {task.rack_id for task, _ in due})
             overridden = await store.overridden_checks(conn, {task.id for task, _ in due})
+        rounds = []
         for task, waiting in due:
+            rack = facts.get(task.rack_id)
             asked = [c for c in checks if c.id not in overridden.get(task.id, frozenset())]
-            running = asyncio.create_task(self.round(task, waiting, asked, facts.get(task.rack_id)))
+            applying = [c for c in asked if rack is not None and c.applies(rack.ref, task.operation.kind)]
+            rounds.append(_Round(task, waiting, applying, rack))
+        now = self.clock.now()
+        async with self.db.transaction() as conn:
+            # In task id order, as every checker locks the rows of many tasks, so two never wait in a circle.
+            taken = [
+                each
+                for each in sorted(rounds, key=lambda r: r.task.id)
+                if await store.take_round(
+                    self.db, conn, GATE_NAME, each.waiting, now=now, until=each.lease(now)
+                )
+            ]
+        for each in taken:
+            running = asyncio.create_task(self.round(each))
             self._rounds.add(running)
             running.add_done_callback(self._rounds.discard)
-        return len(due)
+        return len(taken)
 
     async def settle(self) -> None:
         """Wait for the rounds under way (tests)."""
@@ -141,62 +177,33 @@ class PreflightChecker:
         self._wake.clear()
         return woken
 
-    async def round(
-        self, task: Task, waiting: Waiting, checks: list[PreflightCheck], rack: RackFacts | None
-    ) -> None:
+    async def round(self, taken: _Round) -> None:
         try:
-            await self._round(task, waiting, checks, rack)
+            await self._round(taken)
         except Exception:
-            log.exception("task %s: pre-flight round failed; it is tried again when its lease ends", task.id)
+            log.exception(
+                "task %s: pre-flight round failed; it is tried again when its lease ends", taken.task.id
+            )
 
-    async def _round(
-        self, task: Task, waiting: Waiting, checks: list[PreflightCheck], rack: RackFacts | None
-    ) -> None:
-        applying = [c for c in checks if rack is not None and c.applies(rack.ref, task.operation.kind)]
-        longest = max((_timeout(c) for c in applying), default=timedelta(0))
-        now = self.clock.now()
-        async with self.db.transaction() as conn:
-            if not await store.take_round(
-                self.db, conn, GATE_NAME, waiting, now=now, until=now + longest + PREFLIGHT_LEASE_SLACK
-            ):
-                return  # it started meanwhile, or another instance's checker has it
-        attempt = waiting.attempt + 1
-        looks = await asyncio.gather(*(self._look(c, task, attempt, rack) for c in applying if rack))
+    async def _round(self, taken: _Round) -> None:
+        """Ask the round taken (its lease held) and record what it found with the other rounds that end
+        meanwhile (one transaction for them all)."""
+        task, rack = taken.task, taken.rack
+        attempt = taken.waiting.attempt + 1
+        looks = await asyncio.gather(*(self._look(c, task, attempt, rack) for c in taken.checks if rack))
         checked_at = self.clock.now()
         results = [
-            CheckResult(
-                task_id=task.id,
-                check_id=check.id,
-                check_name=check.name,
-                attempt=attempt,
-                passed=look.passed,
-                reason=f"pre-flight check {check.name!r}: {look.reason}",
-                checked_at=checked_at,
-                recheck_at=checked_at + (look.retry_after or check.interval_delta),
-            )
-            for check, look in zip(applying, looks, strict=True)
+            round_result(task, check, attempt, look, checked_at)
+            for check, look in zip(taken.checks, looks, strict=True)
         ]
-        for check, look in zip(applying, looks, strict=True):
+        for check, look in zip(taken.checks, looks, strict=True):
             CHECK_RESULTS.labels(check=check.name, result="pass" if look.passed else "hold").inc()
-        failing = [(c, r) for c, r in zip(applying, results, strict=True) if not r.passed]
-        next_check_at = min((r.recheck_at for r in results), default=checked_at)
-        async with self.db.transaction() as conn:
-            if not await store.record_round(
-                self.db, conn, GATE_NAME, task.id, attempt, results, next_check_at=next_check_at
-            ):
-                return  # no longer ours: the task started or was overridden, or our lease ran out
-            if failing:
-                # Until the first maximum wait runs out, when the claim's gate fails it: the next round
-                # (this checker's, at `next_check_at`) releases it as soon as the checks pass.
-                check, first = failing[0]
-                hold = Hold(_deadline(task, failing, checked_at), first.reason)
-                await store.hold_until(conn, GATE_NAME, task.id, hold, now=checked_at)
-            else:
-                await store.release(conn, GATE_NAME, task.id, "pre-flight checks passed", now=checked_at)
+        failing = [(c, r) for c, r in zip(taken.checks, results, strict=True) if not r.passed]
+        hold = Hold(_deadline(task, failing, checked_at), failing[0][1].reason) if failing else None
+        if not await self._records.write(_Record(task.id, attempt, results, hold, checked_at)):
+            return  # no longer ours: the task started or was overridden, or our lease ran out
         if failing:
             CHECK_HOLDS.labels(check=failing[0][0].name).inc()
-        else:
-            self.manager.wake_executors()
         log.info(
             "task %s: pre-flight round %d: %s",
             task.id,
@@ -204,6 +211,40 @@ class PreflightChecker:
             failing[0][1].reason if failing else "passed",
             extra={"task_id": str(task.id)},
         )
+
+    async def _write_records(self, conn: AsyncConnection, records: Sequence[_Record]) -> list[bool]:
+        """Store each round's results (in task id order, as rounds are taken) and, in the same transaction,
+        release its task if all passed or hold it with the first failing check's reason until the first
+        maximum wait runs out (when the claim's gate fails it; the next round, at its first result's
+        `recheck_at`, releases it as soon as the checks pass). Whether each was still ours."""
+        ours: dict[uuid.UUID, bool] = {}
+        for record in sorted(records, key=lambda r: r.task_id):
+            next_check_at = min((r.recheck_at for r in record.results), default=record.checked_at)
+            ours[record.task_id] = await store.record_round(
+                self.db,
+                conn,
+                GATE_NAME,
+                record.task_id,
+                record.attempt,
+                record.results,
+                next_check_at=next_check_at,
+            )
+            if not ours[record.task_id]:
+                continue
+            if record.hold is not None:
+                await store.hold_until(conn, GATE_NAME, record.task_id, record.hold, now=record.checked_at)
+            else:
+                await store.release(
+                    conn, GATE_NAME, record.task_id, "pre-flight checks passed", now=record.checked_at
+                )
+                self._released = True
+        return [ours[r.task_id] for r in records]
+
+    def _after_records(self) -> None:
+        """Once a transaction of records committed: one wake of the executors for all it released."""
+        if self._released:
+            self._released = False
+            self.manager.wake_executors()
 
     async def _look(self, check: PreflightCheck, task: Task, attempt: int, rack: RackFacts) -> Look:
         settings = check.settings
@@ -225,24 +266,37 @@ class PreflightChecker:
 
     async def _rack_idle(self, settings: RackIdleSettings, task: Task) -> Look:
         async with self.db.read() as conn:
-            busy = await store.busy_with(conn, task.rack_id, settings.busy_operations, besides=task.id)
+            running = await store.running_on(conn, {task.rack_id}, settings.busy_operations)
+            busy = [other for other in running.get(task.rack_id, []) if other.task_id != task.id]
             last = None
             if settings.failed_within:
                 last = await store.last_finished(conn, task.rack_id, task.operation.kind, besides=task.id)
-        if busy:
-            other = busy[0]
-            return Look(
-                False, f"rack_idle: {other.operation.kind.value} task {other.id} is running on the rack"
-            )
-        if last is not None and last.status is TaskStatus.FAILED and last.finished_at is not None:
-            since = self.clock.now() - last.finished_at
-            if since < duration_of(settings.failed_within):
-                return Look(
-                    False,
-                    f"rack_idle: the rack's last {last.operation.kind.value} failed at "
-                    f"{last.finished_at.isoformat()} (within {settings.failed_within}): {last.message}",
-                )
-        return Look(True, "rack_idle: idle")
+        return kinds.rack_idle(settings, busy, last, self.clock.now())
+
+
+@dataclass(frozen=True)
+class _Round:
+    """A due task's next round: the checks that apply to it (but those overridden for it), its rack."""
+
+    task: Task
+    waiting: Waiting
+    checks: list[PreflightCheck]
+    rack: RackFacts | None
+
+    def lease(self, now: datetime) -> datetime:
+        """Until when a checker that took the round at `now` holds it: the longest timeout, and some."""
+        return now + max((_timeout(c) for c in self.checks), default=timedelta(0)) + PREFLIGHT_LEASE_SLACK
+
+
+@dataclass(frozen=True)
+class _Record:
+    """What a round found, to store: its results, and the hold if one failed (None: release the task)."""
+
+    task_id: uuid.UUID
+    attempt: int
+    results: list[CheckResult]
+    hold: Hold | None
+    checked_at: datetime
 
 
 def _timeout(check: PreflightCheck) -> timedelta:

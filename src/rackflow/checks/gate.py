@@ -4,13 +4,18 @@ its last round, and that round is fresh (docs/CHECKS.md).
 A gate of the executor's claim (`rackflow.tasks.gates`), after the freeze and budget gates, so checks are
 asked only about tasks the windows and budgets admit. It runs inside the claim's transaction, so it asks
 nothing outside the database: it reads what the checker (`rackflow.checks.checker`, a loop of every
-`rackflow serve`) stored, and
+`rackflow serve`) stored, or asks a check that only reads the database itself, and
 
 * a task no check applies to starts (when no check exists, the gate's whole cost is one indexed read);
-* a task held for the first time is recorded as waiting (`preflight_tasks`), its first round due at once,
-  and held "until re-check" with the reason "waits for pre-flight checks: …"; the checker releases it when
-  the round passes, or holds it with the failing check's reason until the check's maximum wait ends
-  (its next round, after the interval, releases it if the checks pass by then);
+* a task whose checks all only read the database (`rack_idle`) and that needs a fresh look is asked here,
+  in the claim, under its row's lock (issue 26: no second claim and no checker round per task): the
+  answers are stored as its next round, as the checker stores its own, and it starts if all pass, or is
+  held with the failing check's reason (the checker asks the next round after the interval), or fails
+  past that check's maximum wait;
+* any other task held for the first time is recorded as waiting (`preflight_tasks`), its first round due
+  at once, and held "until re-check" with the reason "waits for pre-flight checks: …"; the checker
+  releases it when the round passes, or holds it with the failing check's reason until the check's
+  maximum wait ends (its next round, after the interval, releases it if the checks pass by then);
 * a task whose last round all passed, still fresh, starts, unless a checker is asking its next round
   (that round is under way: the task waits for it); an operator's override of all its checks starts it
   too, and a check overridden for it alone counts as passed;
@@ -18,11 +23,12 @@ nothing outside the database: it reads what the checker (`rackflow.checks.checke
   `Task.held_since`) fails, with that check's last reason.
 
 Only first attempts are gated (as every gate), and two instances never start a task twice: the claim
-already takes each task once. A claim and a checker's round of the same task happen one after the other:
-the checker takes and records a round only under the lock of the task's row while it is still held
-(`store.take_round`, `store.record_round`), and the claim holds that lock from before this gate reads the
-last round until it commits, so no round is asked about a task that a claim is starting, and none is
-written after it started.
+already takes each task once. A claim and a checker's round of the same task happen one after the other
+(a round the claim asks itself is written in the claim, with the start, and only when no checker's round
+is under way): the checker takes and records a round only under the lock of the task's row while it is
+still held (`store.take_round`, `store.record_round`), and the claim holds that lock from before this
+gate reads the last round until it commits, so no round is asked about a task that a claim is starting,
+and none is written after it started.
 Each attempt of a task with retries (docs/SAFETY.md, "Retries") is checked anew: a round counts for
 attempt n > 1 only if it was made since the gate first held that attempt, so the rounds that let an
 earlier attempt start never start a later one.
@@ -30,23 +36,28 @@ earlier attempt start never start a later one.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.checks import kinds
 from rackflow.config import PREFLIGHT_ANSWER_WAIT, PREFLIGHT_CAP_WAIT
-from rackflow.domain.checks import CheckResult, PreflightCheck
+from rackflow.domain.checks import CheckResult, Look, PreflightCheck, RackIdleSettings, Waiting
 from rackflow.domain.rollouts import cap_reached
 from rackflow.domain.tasks import Hold, Task
-from rackflow.metrics import CHECK_WAIT
+from rackflow.domain.windows import RackRef
+from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS, CHECK_WAIT
 from rackflow.store import checks as store
 from rackflow.store import rollouts as rollout_store
 from rackflow.store.db import Database
 from rackflow.store.windows import rack_refs
 from rackflow.tasks.gates import Fail, Verdict
+
+log = logging.getLogger(__name__)
 
 GATE_NAME = "preflight"
 
@@ -68,12 +79,19 @@ class PreflightGate:
         checks = await store.all_checks(conn)  # one query, and the gate's whole cost when there is none
         if not checks:
             return {}
-        racks = await rack_refs(conn, {task.rack_id for task in tasks})
+        # A check over every rack needs nothing of the rack: racks are read only for checks that name some.
+        named = any(not c.all_racks for c in checks)
+        racks = await rack_refs(conn, {task.rack_id for task in tasks}) if named else {}
         mine = {
             task.id: applies
             for task in tasks
-            if task.rack_id in racks
-            and (applies := [c for c in checks if c.applies(racks[task.rack_id], task.operation.kind)])
+            if (
+                applies := [
+                    c
+                    for c in checks
+                    if c.applies(racks.get(task.rack_id, RackRef(task.rack_id, None)), task.operation.kind)
+                ]
+            )
         }
         if not mine:
             return {}
@@ -84,6 +102,7 @@ class PreflightGate:
         overridden = await store.overridden_checks(conn, waiting.keys()) if waiting else {}
         verdicts: dict[uuid.UUID, Verdict] = {}
         starting: list[tuple[Task, timedelta]] = []
+        asking: list[tuple[Task, list[PreflightCheck], timedelta]] = []  # asked here, in claim order
         new: list[uuid.UUID] = []
         stale: list[uuid.UUID] = []
         for task in tasks:
@@ -114,24 +133,107 @@ class PreflightGate:
                 starting.append((task, waited))
                 continue
             verdict = _hold_or_fail(task, results, waited, now)
+            failing = [c for c, r in results if r is not None and not r.passed]
+            if isinstance(verdict, Hold) and not failing and all(c.asks_only_the_database for c in applying):
+                asking.append((task, applying, waited))  # its next round is asked below, not by the checker
+                continue
             verdicts[task.id] = verdict
             if isinstance(verdict, Fail):
                 CHECK_WAIT.observe(waited.total_seconds())
                 continue
-            failing = [c for c, r in results if r is not None and not r.passed]
             if state is None:
                 new.append(task.id)
             elif not failing:  # its last round is stale or incomplete: look again now
                 stale.append(task.id)
+        asked: set[uuid.UUID] = set()
+        if asking:
+            going = {t.id for t in tasks if t.id not in mine} | {t.id for t, _ in starting}
+            decided = await self._ask_here(conn, asking, waiting, {t.id for t in tasks}, going, now)
+            for task, _, waited in asking:
+                if task.id in decided:
+                    verdicts[task.id] = decided[task.id]
+                else:
+                    starting.append((task, waited))
+                    asked.add(task.id)
         verdicts.update(await self._room_in_rollouts(conn, [t for t, _ in starting], verdicts.keys(), now))
         for task, waited in starting:
-            if task.id not in verdicts:
-                _started(task, waited)
+            if task.id not in verdicts and (task.held_by == GATE_NAME or task.id in asked):
+                CHECK_WAIT.observe(waited.total_seconds())
         await store.start_waiting(conn, new)
         await store.check_again(conn, stale)
         if new or stale:
             for callback in self.on_hold:
                 callback()
+        return verdicts
+
+    async def _ask_here(
+        self,
+        conn: AsyncConnection,
+        asking: Sequence[tuple[Task, list[PreflightCheck], timedelta]],
+        waiting: Mapping[uuid.UUID, Waiting],
+        claimed: Collection[uuid.UUID],
+        going: Collection[uuid.UUID],
+        now: datetime,
+    ) -> dict[uuid.UUID, Verdict]:
+        """Ask checks that only read the database (`rack_idle`) about these tasks now, in the claim, and
+        record each task's answers as its next round, as the checker would have: a task whose checks all
+        pass starts at this claim; one that fails is held with the failing check's reason (the checker asks
+        its next round after the interval), or fails past the check's maximum wait. The verdicts of those
+        that do not start.
+
+        The claim already made every task it took RUNNING, so what runs on a rack is read with care: of
+        the tasks this claim took (`claimed`), only those that start count, the ones no check stops
+        (`going`) and those asked here before (claim order: as if it started them one by one), so two
+        tasks that each are "busy" for the other never start together in one claim (one the rollout caps
+        then hold back still counted: the mistake is a hold, asked again after the interval, never a
+        start). Tasks other claims started count once those committed, as for the checker."""
+        busy_operations = {
+            op
+            for _, applying, _ in asking
+            for c in applying
+            if isinstance(c.settings, RackIdleSettings)
+            for op in c.settings.busy_operations
+        }
+        running = await store.running_on(conn, {task.rack_id for task, _, _ in asking}, busy_operations)
+        wanted = {
+            (task.rack_id, task.operation.kind)
+            for task, applying, _ in asking
+            if any(isinstance(c.settings, RackIdleSettings) and c.settings.failed_within for c in applying)
+        }
+        last = await store.last_finished_of(conn, wanted, besides=claimed) if wanted else {}
+        started = set(going)
+        verdicts: dict[uuid.UUID, Verdict] = {}
+        rounds: list[tuple[Waiting | None, list[CheckResult]]] = []
+        for task, applying, waited in asking:
+            others = [
+                other
+                for other in running.get(task.rack_id, [])
+                if other.task_id != task.id and (other.task_id not in claimed or other.task_id in started)
+            ]
+            state = waiting.get(task.id)
+            attempt = (state.attempt if state is not None else 0) + 1
+            results = []
+            for check in applying:
+                assert isinstance(check.settings, RackIdleSettings)  # `asks_only_the_database`
+                look = kinds.rack_idle(
+                    check.settings, others, last.get((task.rack_id, task.operation.kind)), now
+                )
+                results.append(round_result(task, check, attempt, look, now))
+                CHECK_RESULTS.labels(check=check.name, result="pass" if look.passed else "hold").inc()
+            rounds.append((state, results))
+            if all(r.passed for r in results):
+                started.add(task.id)
+                continue
+            verdicts[task.id] = verdict = _hold_or_fail(
+                task, list(zip(applying, results, strict=True)), waited, now
+            )
+            if isinstance(verdict, Fail):
+                CHECK_WAIT.observe(waited.total_seconds())
+            else:
+                CHECK_HOLDS.labels(check=next(r for r in results if not r.passed).check_name).inc()
+        await store.record_rounds_in_claim(conn, rounds)
+        if verdicts:
+            log.info("pre-flight checks asked in the claim held or failed %d task(s)", len(verdicts))
         return verdicts
 
     async def _room_in_rollouts(
@@ -181,6 +283,21 @@ class PreflightGate:
         return holds
 
 
+def round_result(task: Task, check: PreflightCheck, attempt: int, look: Look, now: datetime) -> CheckResult:
+    """A look as round `attempt`'s stored result: stale after the interval (or the other side's
+    `retry_after`). The checker's rounds and the claim's are stored alike."""
+    return CheckResult(
+        task_id=task.id,
+        check_id=check.id,
+        check_name=check.name,
+        attempt=attempt,
+        passed=look.passed,
+        reason=f"pre-flight check {check.name!r}: {look.reason}",
+        checked_at=now,
+        recheck_at=now + (look.retry_after or check.interval_delta),
+    )
+
+
 def _current(result: CheckResult | None, check: PreflightCheck, since: datetime | None) -> CheckResult | None:
     if result is None or result.checked_at < check.updated_at:
         return None
@@ -194,11 +311,6 @@ def _attempt_since(task: Task, now: datetime) -> datetime | None:
     if task.attempt == 1:
         return None
     return task.held_since if task.held_by == GATE_NAME and task.held_since is not None else now
-
-
-def _started(task: Task, waited: timedelta) -> None:
-    if task.held_by == GATE_NAME:
-        CHECK_WAIT.observe(waited.total_seconds())
 
 
 def _hold_or_fail(

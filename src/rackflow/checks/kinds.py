@@ -18,19 +18,21 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from rackflow.config import ALERTMANAGER_TIMEOUT
 from rackflow.domain.checks import (
     AlertmanagerSettings,
     Look,
+    OnRack,
     RackFacts,
+    RackIdleSettings,
     WebhookSettings,
     duration_of,
 )
 from rackflow.domain.inventory import Component
-from rackflow.domain.tasks import Task
+from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_reference
 from rackflow.timespec import parse_go_duration
 
@@ -100,6 +102,31 @@ async def alertmanager(settings: AlertmanagerSettings, rack: RackFacts, asked: A
     named = [alert_text(a) for a in alerts if isinstance(a, dict)]
     more = f" and {len(named) - 1} more" if len(named) > 1 else ""
     return Look(False, f"alertmanager: alert {named[0]} firing{more}")
+
+
+def rack_idle(
+    settings: RackIdleSettings, running: Sequence[OnRack], last: Task | None, now: datetime
+) -> Look:
+    """`rack_idle` on what the database says: `running`, the other tasks RUNNING on the rack (of any
+    operation); `last`, the rack's last finished other task of the same operation (None when there is
+    none, or the check has no `failed_within`). The checker and the claim's gate both decide here."""
+    busy = [other for other in running if other.operation in settings.busy_operations]
+    if busy:
+        other = busy[0]
+        return Look(False, f"rack_idle: {other.operation.value} task {other.task_id} is running on the rack")
+    if (
+        settings.failed_within
+        and last is not None
+        and last.status is TaskStatus.FAILED
+        and last.finished_at is not None
+        and now - last.finished_at < duration_of(settings.failed_within)
+    ):
+        return Look(
+            False,
+            f"rack_idle: the rack's last {last.operation.kind.value} failed at "
+            f"{last.finished_at.isoformat()} (within {settings.failed_within}): {last.message}",
+        )
+    return Look(True, "rack_idle: idle")
 
 
 def webhook_payload(

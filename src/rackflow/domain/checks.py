@@ -95,6 +95,12 @@ class PreflightCheck:
         return KIND_OF[type(self.settings)]
 
     @property
+    def asks_only_the_database(self) -> bool:
+        """`rack_idle`: its look is a read of the database, so the claim's gate can ask it itself, in the
+        claim's transaction, rather than hold the task for the checker (an HTTP look cannot be made there)."""
+        return self.kind is CheckKind.RACK_IDLE
+
+    @property
     def interval_delta(self) -> timedelta:
         return duration_of(self.interval)
 
@@ -125,6 +131,14 @@ class RackFacts:
     @property
     def ref(self) -> RackRef:
         return RackRef(self.id, self.domain_id)
+
+
+@dataclass(frozen=True)
+class OnRack:
+    """A task running on a rack, as `rack_idle` sees it."""
+
+    task_id: uuid.UUID
+    operation: OperationKind
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,14 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, delete, insert, or_, select, update
+from sqlalchemy import Row, and_, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.checks import (
     AlertmanagerSettings,
     CheckKind,
     CheckResult,
+    OnRack,
     PreflightCheck,
     RackFacts,
     RackIdleSettings,
@@ -335,23 +336,52 @@ async def record_round(
     if not result.rowcount:
         return False
     if found:
-        await conn.execute(
-            insert(preflight_results),
-            [
-                {
-                    "task_id": r.task_id,
-                    "check_id": r.check_id,
-                    "attempt": r.attempt,
-                    "check_name": r.check_name,
-                    "passed": r.passed,
-                    "reason": r.reason,
-                    "checked_at": r.checked_at,
-                    "recheck_at": r.recheck_at,
-                }
-                for r in found
-            ],
-        )
+        await conn.execute(insert(preflight_results), [_result_values(r) for r in found])
     return True
+
+
+async def record_rounds_in_claim(
+    conn: AsyncConnection, rounds: Sequence[tuple[Waiting | None, Sequence[CheckResult]]]
+) -> None:
+    """Store rounds the claim's gate asked itself (checks that only read the database), each after the
+    task's last (`Waiting`, None when the gate never held it: its row is added). Called in the claim,
+    which holds the tasks' rows locked and saw no round under way, so no checker takes or records a round
+    of these tasks meanwhile; the next round, if the task stays held, is due at its first result's
+    `recheck_at`."""
+    new = [(w, found) for w, found in rounds if w is None]
+    if new:
+        await conn.execute(
+            insert(preflight_tasks),
+            [{"task_id": found[0].task_id, "attempt": 1, "next_check_at": _next(found)} for _, found in new],
+        )
+    for last, found in rounds:
+        if last is None:
+            continue
+        done = await conn.execute(
+            update(preflight_tasks)
+            .where(preflight_tasks.c.task_id == last.task_id, preflight_tasks.c.attempt == last.attempt)
+            .values(attempt=last.attempt + 1, next_check_at=_next(found), checking_until=None)
+        )
+        if not done.rowcount:  # the fence: never write over a round this claim did not see
+            raise RuntimeError(f"task {last.task_id}: its pre-flight round moved under the claim's lock")
+    await conn.execute(insert(preflight_results), [_result_values(r) for _, found in rounds for r in found])
+
+
+def _next(found: Sequence[CheckResult]) -> datetime:
+    return min(r.recheck_at for r in found)
+
+
+def _result_values(result: CheckResult) -> dict[str, Any]:
+    return {
+        "task_id": result.task_id,
+        "check_id": result.check_id,
+        "attempt": result.attempt,
+        "check_name": result.check_name,
+        "passed": result.passed,
+        "reason": result.reason,
+        "checked_at": result.checked_at,
+        "recheck_at": result.recheck_at,
+    }
 
 
 async def release(
@@ -426,20 +456,57 @@ async def overridden_checks(
 # --- what rack_idle asks ------------------------------------------------------------------------
 
 
-async def busy_with(
-    conn: AsyncConnection, rack_id: uuid.UUID, operations: Collection[OperationKind], *, besides: uuid.UUID
-) -> list[Task]:
-    """The other tasks of `operations` RUNNING on the rack."""
+async def running_on(
+    conn: AsyncConnection, rack_ids: Collection[uuid.UUID], operations: Collection[OperationKind]
+) -> dict[uuid.UUID, list[OnRack]]:
+    """The tasks of `operations` RUNNING on each of these racks (in a claim: its own claimed tasks too),
+    by rack."""
+    found: dict[uuid.UUID, list[OnRack]] = {}
     if not operations:
-        return []
-    stmt = select(tasks).where(
-        tasks.c.rack_id == rack_id,
-        is_active(tasks.c.status),
-        status_in(tasks.c.status, TaskStatus.RUNNING),
-        tasks.c.operation.in_(sorted(op.value for op in operations)),
-        tasks.c.id != besides,
-    )
-    return [task_from_row(row) for row in await conn.execute(stmt)]
+        return found
+    for chunk in chunked(set(rack_ids)):
+        stmt = select(tasks.c.id, tasks.c.rack_id, tasks.c.operation).where(
+            tasks.c.rack_id.in_(chunk),
+            is_active(tasks.c.status),
+            status_in(tasks.c.status, TaskStatus.RUNNING),
+            tasks.c.operation.in_(sorted(op.value for op in operations)),
+        )
+        for row in await conn.execute(stmt):
+            found.setdefault(row.rack_id, []).append(OnRack(row.id, OperationKind(row.operation)))
+    return found
+
+
+async def last_finished_of(
+    conn: AsyncConnection,
+    wanted: Collection[tuple[uuid.UUID, OperationKind]],
+    *,
+    besides: Collection[uuid.UUID],
+) -> dict[tuple[uuid.UUID, OperationKind], Task]:
+    """For each (rack, operation) of `wanted`, the rack's most recently finished task of that operation
+    but those `besides`, if any: one query per chunk of racks (`last_finished` for many)."""
+    found: dict[tuple[uuid.UUID, OperationKind], Task] = {}
+    for chunk in chunked(sorted(set(wanted))):
+        latest = (
+            select(
+                tasks,
+                func.row_number()
+                .over(partition_by=(tasks.c.rack_id, tasks.c.operation), order_by=tasks.c.finished_at.desc())
+                .label("latest"),
+            )
+            .where(
+                tasks.c.rack_id.in_({rack for rack, _ in chunk}),
+                tasks.c.operation.in_(sorted({op.value for _, op in chunk})),
+                tasks.c.finished_at.is_not(None),
+                tasks.c.id.not_in(list(besides)),
+            )
+            .subquery()
+        )
+        stmt = select(*(latest.c[column.name] for column in tasks.c)).where(latest.c.latest == 1)
+        for row in await conn.execute(stmt):
+            task = task_from_row(row)
+            if (task.rack_id, task.operation.kind) in wanted:
+                found[(task.rack_id, task.operation.kind)] = task
+    return found
 
 
 async def last_finished(
