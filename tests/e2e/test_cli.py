@@ -18,7 +18,14 @@ import pytest
 
 from tests.e2e.cluster import ServerProcess, start_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_cli")]  # one worker: module-scoped servers
+# One worker: module-scoped servers. One database: the CLI is a gRPC client, so what it prints does not
+# depend on the database under the server, and every RPC it calls is tested on both databases beneath it
+# (tests/api, tests/store); SQLite is the default a first `rackflow serve` runs on.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("test_cli"),
+    pytest.mark.parametrize("served_db_url", ["sqlite"], indirect=True),
+]
 
 FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 CLI_TIMEOUT_S = 60

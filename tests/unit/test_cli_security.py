@@ -74,7 +74,7 @@ def test_audit_sends_the_filters_and_shows_a_table() -> None:
     )
     assert result.exit_code == 0, result.output
     expected = {"since": NOW - timedelta(hours=24), "method": "DeleteRack", "principal": "oncall"}
-    assert client.calls == [{**expected, "offset": 0, "limit": 5}]
+    assert client.calls == [{**expected, "offset": 0, "limit": 5, "page_token": ""}]
     assert "2 of 7 events" in result.output
     assert "oncall" in result.output and "NOT_FOUND" in result.output
     assert f"{RACK_ID} (+2)" in result.output
