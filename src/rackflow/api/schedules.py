@@ -17,13 +17,12 @@ from rackflow.api.convert import (
     total_to,
     uuid_from,
 )
+from rackflow.api.convert.policies import retry_policy_from, rollout_from
 from rackflow.api.convert.schedules import (
     approval_from,
     overlap_policy_from,
     planned_firing_to,
     preview_to,
-    retry_policy_from,
-    rollout_from,
     run_to,
     schedule_to,
     scope_to,

@@ -15,8 +15,8 @@ from rich.console import RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 
-from rackflow.api.convert.schedules import retry_policy_from as retry_policy_from_pb
-from rackflow.api.convert.schedules import rollout_from
+from rackflow.api.convert.policies import retry_policy_from as retry_policy_from_pb
+from rackflow.api.convert.policies import rollout_from
 from rackflow.cli.output import (
     Group,
     Session,

@@ -11,19 +11,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rackflow.api.convert import component_type_to, timestamp_to, uuid_to
+from rackflow.api.convert.policies import retry_policy_to, rollout_to
 from rackflow.api.convert.tasks import scheduled_operation_to, task_status_to
 from rackflow.api.convert.windows import window_policy_to
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.inventory import ComponentsFilter, TypesFilter
-from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Pause, Schedule, Scope, ScopeOutcome
-from rackflow.domain.tasks import QueueOptions, RetryPolicy, TaskStatus
+from rackflow.domain.tasks import QueueOptions, TaskStatus
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import Progress, RunReport
 from rackflow.schedules.service import PlannedFiring, PlannedScope
 from rackflow.timespec import ScheduleSpec, SpecType, format_go_duration
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.validation import approval_policy, bake_time, check_rollout, retry_from
+from rackflow.validation import approval_policy
 
 _SPEC_TYPE_FROM_PB = {
     pb.SCHEDULE_SPEC_TYPE_INTERVAL: SpecType.INTERVAL,
@@ -61,34 +61,6 @@ def overlap_policy_from(value: int, field: str = "schedule.overlap_policy") -> O
         raise InvalidArgument(f"{field}: overlap policy {value} is not SKIP or QUEUE") from None
 
 
-def rollout_from(msg: pb.RolloutPolicy, field: str = "schedule.rollout") -> RolloutPolicy:
-    """The policy, checked (`validation.check_rollout`); an unset `pause_on_halt` means true."""
-    policy = RolloutPolicy(
-        max_concurrent_racks=msg.max_concurrent_racks,
-        max_per_domain=msg.max_per_domain,
-        canary_racks=msg.canary_racks,
-        bake_time=bake_time(msg.bake_time, f"{field}.bake_time"),
-        halt_after_failures=msg.halt_after_failures,
-        halt_after_failure_percent=msg.halt_after_failure_percent,
-        pause_on_halt=msg.pause_on_halt if msg.HasField("pause_on_halt") else True,
-    )
-    return check_rollout(policy, field)
-
-
-def rollout_to(policy: RolloutPolicy | None) -> pb.RolloutPolicy | None:
-    if policy is None:
-        return None
-    return pb.RolloutPolicy(
-        max_concurrent_racks=policy.max_concurrent_racks,
-        max_per_domain=policy.max_per_domain,
-        canary_racks=policy.canary_racks,
-        bake_time=format_go_duration(policy.bake_time) if policy.bake_time else "",
-        halt_after_failures=policy.halt_after_failures,
-        halt_after_failure_percent=policy.halt_after_failure_percent,
-        pause_on_halt=policy.pause_on_halt,
-    )
-
-
 def approval_from(msg: pb.ApprovalPolicy, field: str = "schedule.approval") -> ApprovalPolicy | None:
     """The policy, checked (`validation.approval_policy`); None when not required (or unset)."""
     return approval_policy(msg.required, msg.timeout, msg.min_approvers, field)
@@ -115,22 +87,6 @@ def run_approval_to(approval: RunApproval | None) -> pb.RunApproval | None:
         rejected_by=approval.rejected_by,
         comment=approval.comment,
         decided_at=timestamp_to(approval.decided_at),
-    )
-
-
-def retry_policy_from(msg: pb.RetryPolicy, field: str = "schedule.retry") -> RetryPolicy:
-    """The policy, defaults applied and checked (`validation.retry_from`)."""
-    return retry_from(msg.max_attempts, msg.initial_backoff, msg.multiplier, msg.max_backoff, field)
-
-
-def retry_policy_to(policy: RetryPolicy | None) -> pb.RetryPolicy | None:
-    if policy is None:
-        return None
-    return pb.RetryPolicy(
-        max_attempts=policy.max_attempts,
-        initial_backoff=format_go_duration(policy.initial_backoff),
-        multiplier=policy.multiplier,
-        max_backoff=format_go_duration(policy.max_backoff),
     )
 
 
