@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from selenium.common.exceptions import JavascriptException, StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
@@ -16,15 +16,14 @@ WAIT_S = 30.0  # generous: the machine may be busy with other test workers
 _T = TypeVar("_T")
 
 
-# ChromeDriver reports an element that a refresh detached from the page in one of two ways: a stale
-# element reference, or (from the script behind `is_displayed`) a JavaScript error with this message.
+# ChromeDriver reports an element that a refresh or a navigation detached from the page as a stale
+# element reference, or as an error carrying this message (a JavaScript error from the script behind
+# `is_displayed`, an "unhandled inspector error" from reading `.text`).
 _DETACHED = "does not belong to the document"
 
 
-def _swapped(exc: Exception) -> bool:
-    return isinstance(exc, StaleElementReferenceException) or (
-        isinstance(exc, JavascriptException) and _DETACHED in str(exc.msg)
-    )
+def _swapped(exc: WebDriverException) -> bool:
+    return isinstance(exc, StaleElementReferenceException) or _DETACHED in str(exc.msg)
 
 
 def wait(driver: WebDriver, condition: Callable[[WebDriver], _T], what: str) -> _T:
@@ -33,7 +32,7 @@ def wait(driver: WebDriver, condition: Callable[[WebDriver], _T], what: str) -> 
     def fresh(d: WebDriver) -> _T | bool:
         try:
             return condition(d)
-        except (StaleElementReferenceException, JavascriptException) as exc:
+        except WebDriverException as exc:
             if _swapped(exc):
                 return False
             raise
@@ -48,7 +47,7 @@ def read(driver: WebDriver, look: Callable[[WebDriver], _T]) -> _T:
     while True:
         try:
             return look(driver)
-        except (StaleElementReferenceException, JavascriptException) as exc:
+        except WebDriverException as exc:
             if not _swapped(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)

@@ -166,6 +166,7 @@ LATER_TABLES = (
     "preflight_results",
     "task_attempt",
     "preflight_overrides",
+    "failing_streak_checks",
 )
 
 

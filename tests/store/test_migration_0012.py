@@ -93,7 +93,7 @@ async def test_upgrade_keeps_every_run_and_task_link_then_holds_one_live_rollout
 ) -> None:
     db = db_at_0011
     await _write_as_0011(db)
-    # 0013, 0015, 0016 and 0019 add these, empty
+    # 0013, 0015, 0016, 0019, 0021 and 0023 add these, empty
     later = (
         "operation_budgets",
         "notification_event",
@@ -104,6 +104,7 @@ async def test_upgrade_keeps_every_run_and_task_link_then_holds_one_live_rollout
         "preflight_results",
         "task_attempt",
         "preflight_overrides",
+        "failing_streak_checks",
     )
     counts = {**await table_counts(db), **dict.fromkeys(later, 0)}
     runs_before = await _runs(db)
