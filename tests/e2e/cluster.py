@@ -131,14 +131,16 @@ def servers(db_url: str, log_dir: Path, count: int, **kwargs: object) -> Iterato
 
 
 @contextmanager
-def fresh_postgres_database(admin_url: str) -> Iterator[str]:
-    """A new empty PostgreSQL database for one multi-process test (dropped afterwards)."""
+def fresh_postgres_database(admin_url: str, template: str | None = None) -> Iterator[str]:
+    """A new PostgreSQL database for one multi-process test (dropped afterwards): empty, or a copy of the
+    database named `template` (which nothing may be connected to)."""
     import uuid
 
     admin = make_url(admin_url).set(drivername="postgresql")
     name = f"rackflow_e2e_{uuid.uuid4().hex[:10]}"
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(admin.render_as_string(False), autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
     try:
         yield admin.set(database=name).render_as_string(hide_password=False)
     finally:
