@@ -9,9 +9,10 @@ FAILED but none in a schedule's newest run, so no streak is complete and nothing
 such schedule whose runs each have `--racks` racks. The databases are ANALYZEd, then measured in turn:
 `pause_failing()` (`--repeats` calls after a warm-up: with nothing changed since the last look, and after
 one schedule was marked, `store.streak_checks`), the look at everything (`--full-repeats`, what a dispatcher
-does first and hourly), the same call with the feature off (`pause_after_failed_runs = 0`, what a fleet not
-using it pays), and poll_cost's measure, the empty dispatcher poll (`poll_once()`), so the share of the
-check in an idle poll is visible.
+does first and hourly: every schedule is marked and the first batch looked at; "full polls" counts the
+looks until none is marked), the same call with the feature off (`pause_after_failed_runs = 0`, what a
+fleet not using it pays), and poll_cost's measure, the empty dispatcher poll (`poll_once()`), so the share
+of the check in an idle poll is visible.
 
     python bench/pause_scan.py --db postgres --sizes 100,1000,10000 --racks 10000 --repeats 30
 """
@@ -44,7 +45,6 @@ from sqlalchemy import insert, select, text, update
 from rackflow.clock import SystemClock
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
-from rackflow.store import schedules as schedule_store
 from rackflow.store import streak_checks
 from rackflow.store.db import Database
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
@@ -178,8 +178,12 @@ async def measure(url: str, repeats: int, full_repeats: int) -> dict[str, list[f
         services = Services.build(db, SystemClock())
         dispatcher = Dispatcher(services.schedules, services.audit, instance_id=uuid.uuid4(), batch=10)
         async with db.read() as conn:
-            (first, *_) = await schedule_store.pausing_after_failures(conn) or [None]
-        times: dict[str, list[float]] = {"scan": [], "one": [], "full": [], "poll": []}
+            first = (
+                await conn.execute(
+                    select(task_schedule.c.id).where(task_schedule.c.pause_after_failed_runs > 0)
+                )
+            ).first()
+        times: dict[str, list[float]] = {"scan": [], "one": [], "full": [], "poll": [], "full_polls": []}
 
         async def timed(figure: str, **kwargs: bool) -> None:
             started = time.perf_counter()
@@ -203,9 +207,19 @@ async def measure(url: str, repeats: int, full_repeats: int) -> dict[str, list[f
             times["poll"].append(time.perf_counter() - started)
         for _ in range(full_repeats):
             await timed("full", everything=True)
+            looks = 1
+            while not await streak_checks_idle(db):
+                await services.schedules.pause_failing()
+                looks += 1
+            times["full_polls"].append(looks)
         return times
     finally:
         await db.dispose()
+
+
+async def streak_checks_idle(db: Database) -> bool:
+    async with db.read() as conn:
+        return not await streak_checks.any_marked(conn)
 
 
 def report(shape: str, args: argparse.Namespace, schedules: int, racks_per_run: int, url: str) -> None:
@@ -227,6 +241,7 @@ def report(shape: str, args: argparse.Namespace, schedules: int, racks_per_run: 
         one_marked_p50_ms=median(on["one"]) * 1000,
         one_marked_p95_ms=percentile(on["one"], 95) * 1000,
         full_p50_ms=median(on["full"]) * 1000,
+        full_polls=max(on["full_polls"], default=0),
         scan_off_p50_ms=median(off["scan"]) * 1000,
         poll_p50_ms=poll * 1000,
         scan_share_of_idle_poll=scan / (scan + poll),

@@ -27,11 +27,14 @@ DEFAULT_DISPATCH_BATCH = 10
 # 10,000 schedules 31–50 % faster than one of 200, and 500 in between).
 DISPATCH_BATCH_CAP = 1000
 # After each poll the dispatcher looks at the failing streaks of the schedules marked since its last look
-# (store.streak_checks); at its first look, and then this often, at every schedule that pauses after
-# failures: the bound on a streak whose mark was lost (an instance stopped between taking the mark and
-# deciding it) or was never made (a write that bypassed store.streak_checks' callers). Such a look reads
-# every one of them: about 1 s at 1,000 schedules, 9 s at 10,000 (docs/PERFORMANCE.md, issue 27).
+# (store.streak_checks), at most FAILING_STREAK_LOOK_BATCH of them (the rest at the next polls: a look
+# costs about 1 ms a schedule on PostgreSQL, so no poll waits long for it). At its first look, and then
+# this often, it marks every schedule that pauses after failures: the bound on a streak whose mark was lost
+# (an instance stopped between taking the mark and deciding it) or never made (a write that bypassed
+# store.streak_checks' callers). Looking at all of them in one poll took 1 s at 1,000 schedules and 10 s at
+# 10,000 (docs/PERFORMANCE.md, issue 27).
 FAILING_STREAK_FULL_LOOK = timedelta(hours=1)
+FAILING_STREAK_LOOK_BATCH = 200
 # The cyclic garbage collector's youngest-generation threshold in a serving process (Python's default: 700
 # allocations). A draining dispatcher allocates tens of thousands of short-lived objects a second (rows,
 # plans, submissions), and at 700 a collection ran every few firings: 7 % of a drain's samples were in

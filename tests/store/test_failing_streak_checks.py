@@ -110,11 +110,11 @@ async def test_only_final_statuses_of_schedules_that_pause_after_failures_mark(e
     pausing = await _pausing(env, 3)
     plain = await env.schedule("plain", racks=[await env.rack("plain-r1")], policy=OverlapPolicy.QUEUE)
     async with env.db.transaction() as conn:
-        await streak_checks.take_marked(env.db, conn)  # the update's mark
+        await streak_checks.take_marked(env.db, conn, 100)  # the update's mark
     (pausing_task,) = await _fire(env, pausing.id)
     (plain_task,) = await _fire(env, plain.id)
     async with env.db.transaction() as conn:
-        await streak_checks.take_marked(env.db, conn)  # the runs' marks
+        await streak_checks.take_marked(env.db, conn, 100)  # the runs' marks
     await _end(env, [pausing_task, plain_task], TaskStatus.WAITING)
     assert await _marked(env) == set()
     await _end(env, [pausing_task, plain_task], TaskStatus.TERMINATED)
@@ -150,9 +150,25 @@ async def test_a_full_look_reads_every_schedule_whatever_is_marked(env: Env) -> 
     (task_id,) = await _fire(env, schedule.id)
     await _end(env, [task_id], TaskStatus.FAILED)
     async with env.db.transaction() as conn:
-        await streak_checks.take_marked(env.db, conn)  # a mark lost (its instance stopped)
+        await streak_checks.take_marked(env.db, conn, 100)  # a mark lost (its instance stopped)
     assert await env.services.schedules.pause_failing() == []
     assert [s.id for s, _ in await env.services.schedules.pause_failing(everything=True)] == [schedule.id]
+
+
+async def test_a_look_takes_a_batch_of_marks_and_leaves_the_rest_to_the_next_polls(env: Env) -> None:
+    failing = await _pausing(env, 1)
+    for i in range(4):
+        await _pausing(env, 1, name=f"other-{i}")
+    (task_id,) = await _fire(env, failing.id)
+    await _end(env, [task_id], TaskStatus.FAILED)
+    async with env.db.transaction() as conn:
+        await streak_checks.take_marked(env.db, conn, 100)  # every mark lost
+    paused = [s.id for s, _ in await env.services.schedules.pause_failing(everything=True, batch=2)]
+    assert len(await _marked(env)) == 3  # the look at everything marked all five and took two
+    for _ in range(2):
+        paused += [s.id for s, _ in await env.services.schedules.pause_failing(batch=2)]
+    assert await _marked(env) == set()
+    assert paused == [failing.id]
 
 
 async def test_older_runs_tasks_are_not_read_when_the_newest_run_is_still_going(

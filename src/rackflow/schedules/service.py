@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
+from rackflow.config import FAILING_STREAK_LOOK_BATCH
 from rackflow.domain.approvals import ApprovalPolicy, Approver, check_approver, opened
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.firing import (
@@ -519,27 +520,31 @@ class ScheduleService:
             await outbox.record_events(conn, events.pauses_ended(ended, now))
         return ended
 
-    async def pause_failing(self, *, everything: bool = False) -> list[tuple[Schedule, tuple[RunTally, ...]]]:
+    async def pause_failing(
+        self, *, everything: bool = False, batch: int = FAILING_STREAK_LOOK_BATCH
+    ) -> list[tuple[Schedule, tuple[RunTally, ...]]]:
         """Pause every enabled schedule whose newest `pause_after_failed_runs` counted runs have all
         finished with a failed rack (`domain.firing.failing_streak`, counted from the tasks' final
         statuses), by rackflow, with the reason naming the runs; returns each with its streak, for the
         audit trail.
 
         Looks only at the schedules marked since the last look (`store.streak_checks`: a task of a run
-        ended, a run was recorded or changed state, the schedule was saved), or with `everything` at every
-        enabled schedule that pauses after failures. Called by the dispatcher of every instance after each
-        poll, so a streak is seen within a poll interval of its last task ending, whichever path ended it;
-        a poll in which nothing changed reads one empty index. The pause is a conditional UPDATE
-        (`store.pause_after_failures`): however many instances decide the same streak, one pauses and
-        reports it; its runs are not counted again (a resume starts the count afresh).
+        ended, a run was recorded or changed state, the schedule was saved), at most `batch` of them (the
+        others stay marked for the next look); `everything` first marks every enabled schedule that pauses
+        after failures. Called by the dispatcher of every instance after each poll, so a streak is seen
+        within a poll interval of its last task ending (a few more when more than a batch is marked),
+        whichever path ended it; a poll in which nothing changed reads one empty index. The pause is a
+        conditional UPDATE (`store.pause_after_failures`): however many instances decide the same streak,
+        one pauses and reports it; its runs are not counted again (a resume starts the count afresh).
         """
         if everything:
-            return await self._pause_failing(None)
+            async with self.db.transaction() as conn:
+                await streak_checks.mark_every_schedule(conn)
         async with self.db.read() as conn:  # an idle poll writes nothing
             if not await streak_checks.any_marked(conn):
                 return []
         async with self.db.transaction() as conn:  # committed before the look reads (store.streak_checks)
-            marked = await streak_checks.take_marked(self.db, conn)
+            marked = await streak_checks.take_marked(self.db, conn, batch)
         if not marked:
             return []
         try:
@@ -550,9 +555,9 @@ class ScheduleService:
             raise
 
     async def _pause_failing(
-        self, schedule_ids: list[uuid.UUID] | None
+        self, schedule_ids: list[uuid.UUID]
     ) -> list[tuple[Schedule, tuple[RunTally, ...]]]:
-        """`pause_failing` over these schedules (None: every one that pauses after failures)."""
+        """`pause_failing` over these schedules."""
         streaks: list[tuple[Schedule, tuple[RunTally, ...]]] = []
         async with self.db.read() as conn:  # a look with no streak to pause writes nothing
             candidates = await store.pausing_after_failures(conn, schedule_ids)

@@ -496,14 +496,10 @@ async def claim_pauses_ended(
 
 
 async def pausing_after_failures(
-    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID] | None = None
+    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]
 ) -> list[Schedule]:
-    """The enabled schedules with a `pause_after_failed_runs` (the partial index
-    ix_task_schedule_pause_after_failed_runs holds only those), among `schedule_ids` (None: all)."""
+    """The enabled schedules with a `pause_after_failed_runs` among `schedule_ids`."""
     pausing = (task_schedule.c.pause_after_failed_runs > 0, task_schedule.c.enabled.is_(True))
-    if schedule_ids is None:
-        stmt = select(task_schedule).where(*pausing)
-        return [schedule_from_row(row) for row in (await conn.execute(stmt)).all()]
     found: list[Schedule] = []
     for chunk in chunked(schedule_ids):
         stmt = select(task_schedule).where(task_schedule.c.id.in_(chunk), *pausing)

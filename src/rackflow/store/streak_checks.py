@@ -74,10 +74,19 @@ async def any_marked(conn: AsyncConnection) -> bool:
     return bool((await conn.execute(select(exists().select_from(failing_streak_checks)))).scalar())
 
 
-async def take_marked(db: Database, conn: AsyncConnection) -> list[uuid.UUID]:
-    """Remove and return the marked schedules (those another instance is taking meanwhile are left to
-    it: SKIP LOCKED on PostgreSQL). The caller commits before it reads what decides their streaks."""
-    marked = db.skip_locked(select(failing_streak_checks.c.schedule_id))
+async def mark_every_schedule(conn: AsyncConnection) -> None:
+    """Mark every enabled schedule that pauses after failures (the look at everything: the bound on a lost
+    mark), to be looked at over the next polls, a batch at a time."""
+    await _mark(conn, select(task_schedule.c.id))
+
+
+async def take_marked(db: Database, conn: AsyncConnection, limit: int) -> list[uuid.UUID]:
+    """Remove and return up to `limit` marked schedules, in id order (those another instance is taking
+    meanwhile are left to it: SKIP LOCKED on PostgreSQL). The caller commits before it reads what
+    decides their streaks."""
+    marked = db.skip_locked(
+        select(failing_streak_checks.c.schedule_id).order_by(failing_streak_checks.c.schedule_id).limit(limit)
+    )
     stmt = (
         delete(failing_streak_checks)
         .where(failing_streak_checks.c.schedule_id.in_(marked.scalar_subquery()))
