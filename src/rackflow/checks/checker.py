@@ -56,6 +56,7 @@ from rackflow.domain.checks import (
     WebhookSettings,
     duration_of,
 )
+from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import Hold, Task
 from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS
 from rackflow.store import checks as store
@@ -138,12 +139,27 @@ class PreflightChecker:
             checks = await store.all_checks(conn)
             facts = await store.rack_facts(conn, {task.rack_id for task, _ in due})
             overridden = await store.overridden_checks(conn, {task.id for task, _ in due})
-        rounds = []
-        for task, waiting in due:
-            rack = facts.get(task.rack_id)
-            asked = [c for c in checks if c.id not in overridden.get(task.id, frozenset())]
-            applying = [c for c in asked if rack is not None and c.applies(rack.ref, task.operation.kind)]
-            rounds.append(_Round(task, waiting, applying, rack))
+            applying = {}
+            for task, _ in due:
+                rack = facts.get(task.rack_id)
+                asked = [c for c in checks if c.id not in overridden.get(task.id, frozenset())]
+                applying[task.id] = [
+                    c for c in asked if rack is not None and c.applies(rack.ref, task.operation.kind)
+                ]
+            # A hook is told the task's components: read here, one query for every round that asks one,
+            # not once per hook and task (building that statement cost the event loop more than the HTTP).
+            hooked = {
+                task.rack_id
+                for task, _ in due
+                if any(isinstance(c.settings, WebhookSettings) for c in applying[task.id])
+            }
+            components = await components_by_rack(conn, hooked) if hooked else {}
+        rounds = [
+            _Round(
+                task, waiting, applying[task.id], facts.get(task.rack_id), components.get(task.rack_id, [])
+            )
+            for task, waiting in due
+        ]
         now = self.clock.now()
         async with self.db.transaction() as conn:
             # In task id order, as every checker locks the rows of many tasks, so two never wait in a circle.
@@ -190,7 +206,9 @@ class PreflightChecker:
         meanwhile (one transaction for them all)."""
         task, rack = taken.task, taken.rack
         attempt = taken.waiting.attempt + 1
-        looks = await asyncio.gather(*(self._look(c, task, attempt, rack) for c in taken.checks if rack))
+        looks = await asyncio.gather(
+            *(self._look(c, task, attempt, rack, taken.components) for c in taken.checks if rack)
+        )
         checked_at = self.clock.now()
         results = [
             round_result(task, check, attempt, look, checked_at)
@@ -246,14 +264,19 @@ class PreflightChecker:
             self._released = False
             self.manager.wake_executors()
 
-    async def _look(self, check: PreflightCheck, task: Task, attempt: int, rack: RackFacts) -> Look:
+    async def _look(
+        self,
+        check: PreflightCheck,
+        task: Task,
+        attempt: int,
+        rack: RackFacts,
+        components: Sequence[Component],
+    ) -> Look:
         settings = check.settings
         try:
             if isinstance(settings, AlertmanagerSettings):
                 return await kinds.alertmanager(settings, rack, self._asked)
             if isinstance(settings, WebhookSettings):
-                async with self.db.read() as conn:
-                    components = (await components_by_rack(conn, {task.rack_id}))[task.rack_id]
                 wanted = set(task.component_ids)
                 payload = kinds.webhook_payload(
                     check.name, task, attempt, rack, [c for c in components if c.id in wanted]
@@ -276,12 +299,14 @@ class PreflightChecker:
 
 @dataclass(frozen=True)
 class _Round:
-    """A due task's next round: the checks that apply to it (but those overridden for it), its rack."""
+    """A due task's next round: the checks that apply to it (but those overridden for it), its rack, and
+    its rack's components when a hook is asked (the hook is told those in the task's scope)."""
 
     task: Task
     waiting: Waiting
     checks: list[PreflightCheck]
     rack: RackFacts | None
+    components: Sequence[Component]
 
     def lease(self, now: datetime) -> datetime:
         """Until when a checker that took the round at `now` holds it: the longest timeout, and some."""
