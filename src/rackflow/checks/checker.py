@@ -5,7 +5,7 @@ Each poll (every PREFLIGHT_POLL_INTERVAL, or at once when this process's gate he
 finds the held tasks whose next round is due and starts a round for each, in the background, so a slow
 hook delays no other rack and never the dispatcher or the executor. A round:
 
-1. takes a lease on the task's next round (`store.take_round`, a conditional UPDATE; one transaction for
+1. takes a lease on the task's next round (`store.take_rounds`, a conditional UPDATE; one transaction for
    all the rounds a poll found due): of several instances, one asks; a checker that dies mid-round is
    replaced when its lease runs out;
 2. asks every check that applies, at once, outside any transaction (at most PREFLIGHT_CONCURRENCY HTTP
@@ -162,14 +162,10 @@ class PreflightChecker:
         ]
         now = self.clock.now()
         async with self.db.transaction() as conn:
-            # In task id order, as every checker locks the rows of many tasks, so two never wait in a circle.
-            taken = [
-                each
-                for each in sorted(rounds, key=lambda r: r.task.id)
-                if await store.take_round(
-                    self.db, conn, GATE_NAME, each.waiting, now=now, until=each.lease(now)
-                )
-            ]
+            ids = await store.take_rounds(
+                self.db, conn, GATE_NAME, [(r.waiting, r.lease(now)) for r in rounds], now=now
+            )
+        taken = [r for r in rounds if r.task.id in ids]
         for each in taken:
             running = asyncio.create_task(self.round(each))
             self._rounds.add(running)
@@ -231,32 +227,36 @@ class PreflightChecker:
         )
 
     async def _write_records(self, conn: AsyncConnection, records: Sequence[_Record]) -> list[bool]:
-        """Store each round's results (in task id order, as rounds are taken) and, in the same transaction,
-        release its task if all passed or hold it with the first failing check's reason until the first
-        maximum wait runs out (when the claim's gate fails it; the next round, at its first result's
-        `recheck_at`, releases it as soon as the checks pass). Whether each was still ours."""
-        ours: dict[uuid.UUID, bool] = {}
-        for record in sorted(records, key=lambda r: r.task_id):
-            next_check_at = min((r.recheck_at for r in record.results), default=record.checked_at)
-            ours[record.task_id] = await store.record_round(
-                self.db,
-                conn,
-                GATE_NAME,
-                record.task_id,
-                record.attempt,
-                record.results,
-                next_check_at=next_check_at,
-            )
-            if not ours[record.task_id]:
-                continue
-            if record.hold is not None:
-                await store.hold_until(conn, GATE_NAME, record.task_id, record.hold, now=record.checked_at)
-            else:
-                await store.release(
-                    conn, GATE_NAME, record.task_id, "pre-flight checks passed", now=record.checked_at
+        """Store each round's results and, in the same transaction, release its task if all passed or hold
+        it with the first failing check's reason until the first maximum wait runs out (when the claim's
+        gate fails it; the next round, at its first result's `recheck_at`, releases it as soon as the
+        checks pass). Whether each was still ours. A few statements for all the records, but one per round
+        and per hold (a round's row moves on from its own attempt)."""
+        ours = await store.record_rounds(
+            self.db,
+            conn,
+            GATE_NAME,
+            [
+                store.Round(
+                    r.task_id,
+                    r.attempt,
+                    r.results,
+                    min((found.recheck_at for found in r.results), default=r.checked_at),
                 )
-                self._released = True
-        return [ours[r.task_id] for r in records]
+                for r in records
+            ],
+        )
+        passed = [r for r in records if r.task_id in ours and r.hold is None]
+        for record in sorted(records, key=lambda r: r.task_id):
+            if record.task_id in ours and record.hold is not None:
+                await store.hold_until(conn, GATE_NAME, record.task_id, record.hold, now=record.checked_at)
+        if passed:
+            latest = max(r.checked_at for r in passed)
+            await store.release(
+                conn, GATE_NAME, [r.task_id for r in passed], "pre-flight checks passed", now=latest
+            )
+            self._released = True
+        return [r.task_id in ours for r in records]
 
     def _after_records(self) -> None:
         """Once a transaction of records committed: one wake of the executors for all it released."""
