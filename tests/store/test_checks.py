@@ -349,11 +349,11 @@ async def test_a_late_round_is_not_recorded_for_a_task_that_no_longer_waits(db: 
             assert await _claim(db, conn, services, clock.now()) == [task.id]
         late = clock.now() + timedelta(seconds=3)
         async with db.transaction() as conn:
-            assert not await store.take_round(db, conn, GATE_NAME, waiting, now=late, until=late)
+            assert not await store.take_rounds(db, conn, GATE_NAME, [(waiting, late)], now=late)
         failing = CheckResult(task.id, uuid.uuid4(), "drained", 2, False, "no", late, late)
         async with db.transaction() as conn:
-            recorded = await store.record_round(
-                db, conn, GATE_NAME, task.id, 2, [failing], next_check_at=late
+            recorded = await store.record_rounds(
+                db, conn, GATE_NAME, [store.Round(task.id, 2, [failing], late)]
             )
     assert not recorded
     assert await _count(db, preflight_results) == 1

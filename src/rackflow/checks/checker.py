@@ -5,7 +5,7 @@ Each poll (every PREFLIGHT_POLL_INTERVAL, or at once when this process's gate he
 finds the held tasks whose next round is due and starts a round for each, in the background, so a slow
 hook delays no other rack and never the dispatcher or the executor. A round:
 
-1. takes a lease on the task's next round (`store.take_round`, a conditional UPDATE; one transaction for
+1. takes a lease on the task's next round (`store.take_rounds`, a conditional UPDATE; one transaction for
    all the rounds a poll found due): of several instances, one asks; a checker that dies mid-round is
    replaced when its lease runs out;
 2. asks every check that applies, at once, outside any transaction (at most PREFLIGHT_CONCURRENCY HTTP
@@ -56,6 +56,7 @@ from rackflow.domain.checks import (
     WebhookSettings,
     duration_of,
 )
+from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import Hold, Task
 from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS
 from rackflow.store import checks as store
@@ -138,22 +139,33 @@ class PreflightChecker:
             checks = await store.all_checks(conn)
             facts = await store.rack_facts(conn, {task.rack_id for task, _ in due})
             overridden = await store.overridden_checks(conn, {task.id for task, _ in due})
-        rounds = []
-        for task, waiting in due:
-            rack = facts.get(task.rack_id)
-            asked = [c for c in checks if c.id not in overridden.get(task.id, frozenset())]
-            applying = [c for c in asked if rack is not None and c.applies(rack.ref, task.operation.kind)]
-            rounds.append(_Round(task, waiting, applying, rack))
+            applying = {}
+            for task, _ in due:
+                rack = facts.get(task.rack_id)
+                asked = [c for c in checks if c.id not in overridden.get(task.id, frozenset())]
+                applying[task.id] = [
+                    c for c in asked if rack is not None and c.applies(rack.ref, task.operation.kind)
+                ]
+            # A hook is told the task's components: read here, one query for every round that asks one,
+            # not once per hook and task (building that statement cost the event loop more than the HTTP).
+            hooked = {
+                task.rack_id
+                for task, _ in due
+                if any(isinstance(c.settings, WebhookSettings) for c in applying[task.id])
+            }
+            components = await components_by_rack(conn, hooked) if hooked else {}
+        rounds = [
+            _Round(
+                task, waiting, applying[task.id], facts.get(task.rack_id), components.get(task.rack_id, [])
+            )
+            for task, waiting in due
+        ]
         now = self.clock.now()
         async with self.db.transaction() as conn:
-            # In task id order, as every checker locks the rows of many tasks, so two never wait in a circle.
-            taken = [
-                each
-                for each in sorted(rounds, key=lambda r: r.task.id)
-                if await store.take_round(
-                    self.db, conn, GATE_NAME, each.waiting, now=now, until=each.lease(now)
-                )
-            ]
+            ids = await store.take_rounds(
+                self.db, conn, GATE_NAME, [(r.waiting, r.lease(now)) for r in rounds], now=now
+            )
+        taken = [r for r in rounds if r.task.id in ids]
         for each in taken:
             running = asyncio.create_task(self.round(each))
             self._rounds.add(running)
@@ -190,7 +202,9 @@ class PreflightChecker:
         meanwhile (one transaction for them all)."""
         task, rack = taken.task, taken.rack
         attempt = taken.waiting.attempt + 1
-        looks = await asyncio.gather(*(self._look(c, task, attempt, rack) for c in taken.checks if rack))
+        looks = await asyncio.gather(
+            *(self._look(c, task, attempt, rack, taken.components) for c in taken.checks if rack)
+        )
         checked_at = self.clock.now()
         results = [
             round_result(task, check, attempt, look, checked_at)
@@ -213,32 +227,36 @@ class PreflightChecker:
         )
 
     async def _write_records(self, conn: AsyncConnection, records: Sequence[_Record]) -> list[bool]:
-        """Store each round's results (in task id order, as rounds are taken) and, in the same transaction,
-        release its task if all passed or hold it with the first failing check's reason until the first
-        maximum wait runs out (when the claim's gate fails it; the next round, at its first result's
-        `recheck_at`, releases it as soon as the checks pass). Whether each was still ours."""
-        ours: dict[uuid.UUID, bool] = {}
-        for record in sorted(records, key=lambda r: r.task_id):
-            next_check_at = min((r.recheck_at for r in record.results), default=record.checked_at)
-            ours[record.task_id] = await store.record_round(
-                self.db,
-                conn,
-                GATE_NAME,
-                record.task_id,
-                record.attempt,
-                record.results,
-                next_check_at=next_check_at,
-            )
-            if not ours[record.task_id]:
-                continue
-            if record.hold is not None:
-                await store.hold_until(conn, GATE_NAME, record.task_id, record.hold, now=record.checked_at)
-            else:
-                await store.release(
-                    conn, GATE_NAME, record.task_id, "pre-flight checks passed", now=record.checked_at
+        """Store each round's results and, in the same transaction, release its task if all passed or hold
+        it with the first failing check's reason until the first maximum wait runs out (when the claim's
+        gate fails it; the next round, at its first result's `recheck_at`, releases it as soon as the
+        checks pass). Whether each was still ours. A few statements for all the records, but one per round
+        and per hold (a round's row moves on from its own attempt)."""
+        ours = await store.record_rounds(
+            self.db,
+            conn,
+            GATE_NAME,
+            [
+                store.Round(
+                    r.task_id,
+                    r.attempt,
+                    r.results,
+                    min((found.recheck_at for found in r.results), default=r.checked_at),
                 )
-                self._released = True
-        return [ours[r.task_id] for r in records]
+                for r in records
+            ],
+        )
+        passed = [r for r in records if r.task_id in ours and r.hold is None]
+        for record in sorted(records, key=lambda r: r.task_id):
+            if record.task_id in ours and record.hold is not None:
+                await store.hold_until(conn, GATE_NAME, record.task_id, record.hold, now=record.checked_at)
+        if passed:
+            latest = max(r.checked_at for r in passed)
+            await store.release(
+                conn, GATE_NAME, [r.task_id for r in passed], "pre-flight checks passed", now=latest
+            )
+            self._released = True
+        return [r.task_id in ours for r in records]
 
     def _after_records(self) -> None:
         """Once a transaction of records committed: one wake of the executors for all it released."""
@@ -246,14 +264,19 @@ class PreflightChecker:
             self._released = False
             self.manager.wake_executors()
 
-    async def _look(self, check: PreflightCheck, task: Task, attempt: int, rack: RackFacts) -> Look:
+    async def _look(
+        self,
+        check: PreflightCheck,
+        task: Task,
+        attempt: int,
+        rack: RackFacts,
+        components: Sequence[Component],
+    ) -> Look:
         settings = check.settings
         try:
             if isinstance(settings, AlertmanagerSettings):
                 return await kinds.alertmanager(settings, rack, self._asked)
             if isinstance(settings, WebhookSettings):
-                async with self.db.read() as conn:
-                    components = (await components_by_rack(conn, {task.rack_id}))[task.rack_id]
                 wanted = set(task.component_ids)
                 payload = kinds.webhook_payload(
                     check.name, task, attempt, rack, [c for c in components if c.id in wanted]
@@ -276,12 +299,14 @@ class PreflightChecker:
 
 @dataclass(frozen=True)
 class _Round:
-    """A due task's next round: the checks that apply to it (but those overridden for it), its rack."""
+    """A due task's next round: the checks that apply to it (but those overridden for it), its rack, and
+    its rack's components when a hook is asked (the hook is told those in the task's scope)."""
 
     task: Task
     waiting: Waiting
     checks: list[PreflightCheck]
     rack: RackFacts | None
+    components: Sequence[Component]
 
     def lease(self, now: datetime) -> datetime:
         """Until when a checker that took the round at `now` holds it: the longest timeout, and some."""

@@ -26,7 +26,7 @@ Only first attempts are gated (as every gate), and two instances never start a t
 already takes each task once. A claim and a checker's round of the same task happen one after the other
 (a round the claim asks itself is written in the claim, with the start, and only when no checker's round
 is under way): the checker takes and records a round only under the lock of the task's row while it is
-still held (`store.take_round`, `store.record_round`), and the claim holds that lock from before this
+still held (`store.take_rounds`, `store.record_rounds`), and the claim holds that lock from before this
 gate reads the last round until it commits, so no round is asked about a task that a claim is starting,
 and none is written after it started.
 Each attempt of a task with retries (docs/SAFETY.md, "Retries") is checked anew: a round counts for

@@ -246,7 +246,7 @@ class CheckService:
             else:
                 await store.override(self.db, conn, task_id, reason, now=now)
                 said = f"pre-flight checks overridden: {reason}"
-            await store.release(conn, GATE_NAME, task_id, said, now=now)
+            await store.release(conn, GATE_NAME, [task_id], said, now=now)
             task = await get_task(conn, task_id)
         self.manager.wake_executors()
         assert task is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -273,71 +274,97 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
     ]
 
 
-def _still_held(gate: str, task_id: uuid.UUID) -> Any:
-    return and_(tasks.c.id == task_id, status_in(tasks.c.status, TaskStatus.PENDING), tasks.c.held_by == gate)
+def _still_held(gate: str, task_ids: Collection[uuid.UUID]) -> Any:
+    return and_(
+        tasks.c.id.in_(task_ids), status_in(tasks.c.status, TaskStatus.PENDING), tasks.c.held_by == gate
+    )
 
 
-async def _lock_if_held(db: Database, conn: AsyncConnection, gate: str, task_id: uuid.UUID) -> bool:
-    """Lock the task's row if `gate` still holds it (PENDING): False when it started (or ended) meanwhile.
+async def _lock_held(
+    db: Database, conn: AsyncConnection, gate: str, task_ids: Collection[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Lock the rows of the tasks `gate` still holds (PENDING) among `task_ids`, in id order (one statement
+    a chunk): the others started (or ended) meanwhile.
 
     The fence between a claim and the checker. A claim locks the rows of the tasks it takes before its gate
     reads their last round, and a checker takes and records a round only under this lock, so the two
     happen one after the other: a claim that started a task on its last round commits before any later
     round of that task is taken or written (the checker then finds it RUNNING, and asks nothing), and a
     round taken first is seen by the claim as under way (`Waiting.under_way`), which holds the task."""
-    stmt = select(tasks.c.id).where(_still_held(gate, task_id))
-    return (await conn.execute(db.for_update(stmt))).first() is not None
+    locked: set[uuid.UUID] = set()
+    for chunk in chunked(sorted(set(task_ids))):
+        stmt = select(tasks.c.id).where(_still_held(gate, chunk)).order_by(tasks.c.id)
+        locked.update(row.id for row in await conn.execute(db.for_update(stmt)))
+    return locked
 
 
-async def take_round(
-    db: Database, conn: AsyncConnection, gate: str, task: Waiting, *, now: datetime, until: datetime
-) -> bool:
-    """Take the task's next round (the task still waiting for `gate`, no other checker's lease, the same
-    round still due): False when it started meanwhile or another instance's checker took it first."""
-    if not await _lock_if_held(db, conn, gate, task.task_id):
-        return False
-    result = await conn.execute(
-        update(preflight_tasks)
-        .where(
-            preflight_tasks.c.task_id == task.task_id,
-            preflight_tasks.c.attempt == task.attempt,
-            preflight_tasks.c.overridden_at.is_(None),
-            or_(preflight_tasks.c.checking_until.is_(None), preflight_tasks.c.checking_until <= now),
-        )
-        .values(checking_until=until)
-    )
-    return bool(result.rowcount)
-
-
-async def record_round(
+async def take_rounds(
     db: Database,
     conn: AsyncConnection,
     gate: str,
-    task_id: uuid.UUID,
-    attempt: int,
-    found: Sequence[CheckResult],
+    rounds: Sequence[tuple[Waiting, datetime]],
     *,
-    next_check_at: datetime,
-) -> bool:
-    """Store round `attempt`'s results and end the lease; False (and nothing written) when the round was
-    not ours any more: the task no longer waits for `gate` (it started, or ended), its checks were
-    overridden, or our lease ran out and another checker took the round over."""
-    if not await _lock_if_held(db, conn, gate, task_id):
-        return False
-    result = await conn.execute(
-        update(preflight_tasks)
-        .where(
-            preflight_tasks.c.task_id == task_id,
-            preflight_tasks.c.attempt == attempt - 1,
-            preflight_tasks.c.overridden_at.is_(None),
+    now: datetime,
+) -> set[uuid.UUID]:
+    """Take each task's next round (its `Waiting` as read, and the lease's end): the tasks whose round was
+    taken, of those still waiting for `gate`, with no other checker's lease, the same round still due; not
+    one that started meanwhile or whose round another instance's checker took first."""
+    locked = await _lock_held(db, conn, gate, [task.task_id for task, _ in rounds])
+    taken: set[uuid.UUID] = set()
+    for task, until in sorted(rounds, key=lambda pair: pair[0].task_id):
+        if task.task_id not in locked:
+            continue
+        result = await conn.execute(
+            update(preflight_tasks)
+            .where(
+                preflight_tasks.c.task_id == task.task_id,
+                preflight_tasks.c.attempt == task.attempt,
+                preflight_tasks.c.overridden_at.is_(None),
+                or_(preflight_tasks.c.checking_until.is_(None), preflight_tasks.c.checking_until <= now),
+            )
+            .values(checking_until=until)
         )
-        .values(attempt=attempt, next_check_at=next_check_at, checking_until=None)
-    )
-    if not result.rowcount:
-        return False
+        if result.rowcount:
+            taken.add(task.task_id)
+    return taken
+
+
+@dataclass(frozen=True)
+class Round:
+    """A round the checker asked, to record: task, round number, results, when the next is due."""
+
+    task_id: uuid.UUID
+    attempt: int
+    found: Sequence[CheckResult]
+    next_check_at: datetime
+
+
+async def record_rounds(
+    db: Database, conn: AsyncConnection, gate: str, rounds: Sequence[Round]
+) -> set[uuid.UUID]:
+    """Store each round's results and end its lease: the tasks whose round was recorded. Nothing is written
+    for a round that was not ours any more: its task no longer waits for `gate` (it started, or ended), its
+    checks were overridden, or our lease ran out and another checker took the round over."""
+    locked = await _lock_held(db, conn, gate, [r.task_id for r in rounds])
+    ours: set[uuid.UUID] = set()
+    for each in sorted(rounds, key=lambda r: r.task_id):
+        if each.task_id not in locked:
+            continue
+        result = await conn.execute(
+            update(preflight_tasks)
+            .where(
+                preflight_tasks.c.task_id == each.task_id,
+                preflight_tasks.c.attempt == each.attempt - 1,
+                preflight_tasks.c.overridden_at.is_(None),
+            )
+            .values(attempt=each.attempt, next_check_at=each.next_check_at, checking_until=None)
+        )
+        if result.rowcount:
+            ours.add(each.task_id)
+    found = [_result_values(r) for each in rounds if each.task_id in ours for r in each.found]
     if found:
-        await conn.execute(insert(preflight_results), [_result_values(r) for r in found])
-    return True
+        await conn.execute(insert(preflight_results), found)
+    return ours
 
 
 async def record_rounds_in_claim(
@@ -385,22 +412,23 @@ def _result_values(result: CheckResult) -> dict[str, Any]:
 
 
 async def release(
-    conn: AsyncConnection, gate: str, task_id: uuid.UUID, reason: str, *, now: datetime
+    conn: AsyncConnection, gate: str, task_ids: Collection[uuid.UUID], reason: str, *, now: datetime
 ) -> None:
-    """The task may be claimed at once (its checks passed, or were overridden); still held by `gate`, which
-    lets it start at the claim."""
-    await conn.execute(
-        update(tasks)
-        .where(_still_held(gate, task_id))
-        .values(not_before=None, held_reason=reason, message=reason, updated_at=now)
-    )
+    """The tasks may be claimed at once (their checks passed, or were overridden); still held by `gate`,
+    which lets them start at the claim."""
+    for chunk in chunked(sorted(set(task_ids))):
+        await conn.execute(
+            update(tasks)
+            .where(_still_held(gate, chunk))
+            .values(not_before=None, held_reason=reason, message=reason, updated_at=now)
+        )
 
 
 async def hold_until(
     conn: AsyncConnection, gate: str, task_id: uuid.UUID, hold: Hold, *, now: datetime
 ) -> None:
     """A round failed: the task waits for `hold` (its reason the failing check's)."""
-    await conn.execute(update(tasks).where(_still_held(gate, task_id)).values(hold_values(gate, hold, now)))
+    await conn.execute(update(tasks).where(_still_held(gate, [task_id])).values(hold_values(gate, hold, now)))
 
 
 async def override(
