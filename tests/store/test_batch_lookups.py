@@ -32,11 +32,12 @@ from rackflow.store import schedules as schedules_store
 from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
 from rackflow.store.tables import components, racks, task_schedule, task_schedule_scope, tasks
-from tests.conftest import migrate_with_cli, postgres_admin_url
+from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import fresh_postgres_database
 from tests.store.query_plans import explain, statement_sent
 
-pytestmark = pytest.mark.postgres
+# One worker loads each fleet once, where spread over workers each would load its own.
+pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("batch-lookups")]
 
 BATCH = DISPATCH_BATCH_CAP  # the largest dispatch batch
 FLEET = 10 * BATCH  # racks, each with one component and one schedule over it
@@ -145,9 +146,8 @@ def _load(url: str, *, analyze_after: bool) -> Fleet:
 def fleet(request: pytest.FixtureRequest) -> Iterator[Fleet]:
     """The fleet in a database of its own, analyzed after it was loaded (PostgreSQL prefers a hashed scan
     of the fleet to a batch of probes) or before (no statistics, as at a fleet's first drain)."""
-    request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
-    with fresh_postgres_database(postgres_admin_url()) as url:
-        migrate_with_cli(url)
+    template: str = request.getfixturevalue("pg_template")  # fails under CI, skips elsewhere, unreachable
+    with fresh_postgres_database(postgres_admin_url(), template=template) as url:
         yield _load(url, analyze_after=request.param == "with_statistics")
 
 

@@ -12,11 +12,15 @@ parameter values and generically; on SQLite without statistics, as rackflow runs
 
 from __future__ import annotations
 
+import asyncio
 import re
+import shutil
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +32,13 @@ from rackflow.store import schedules as schedules_store
 from rackflow.store import task_runs
 from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
-from rackflow.store.tables import instances, metadata, racks, task_schedule, task_schedule_scope, tasks
+from rackflow.store.tables import instances, racks, task_schedule, task_schedule_scope, tasks
+from tests.conftest import postgres_admin_url
+from tests.e2e.cluster import fresh_postgres_database
 from tests.store.query_plans import explain, explain_generic, statement_sent
+
+# One worker builds each module-scoped history once, where spread over workers each would build its own.
+pytestmark = pytest.mark.xdist_group("task-indexes")
 
 ACTIVE_INDEX = "ix_tasks_active"
 ENDED_TASKS = 20_000
@@ -42,11 +51,11 @@ LEASE = timedelta(seconds=15)
 
 
 @dataclass(frozen=True)
-class History:
-    """The database and what the statements are asked about: racks with live work, its running tasks and
-    schedule scopes (some whose last task still runs)."""
+class HistoryRows:
+    """A database holding the history, and what the statements are asked about: racks with live work, its
+    running tasks and schedule scopes (some whose last task still runs)."""
 
-    db: Database
+    url: str
     owner_id: uuid.UUID
     rack_ids: list[uuid.UUID]
     batch_rack_ids: list[uuid.UUID]  # as many racks as a large dispatch batch names
@@ -54,11 +63,19 @@ class History:
     scopes: list[Scope]
 
 
+@dataclass(frozen=True)
+class History:
+    """The history's rows, and a connection pool to their database for one test."""
+
+    db: Database
+    rows: HistoryRows
+
+
 def _task(status: str, rack_id: uuid.UUID, owner_id: uuid.UUID | None = None) -> dict[str, Any]:
     return {"id": uuid.uuid4(), "status": status, "rack_id": rack_id, "owner_id": owner_id}
 
 
-async def _add_history(db: Database, *, analyze: bool = True) -> History:
+async def _add_history(db: Database, *, analyze: bool) -> HistoryRows:
     """Many ended tasks on many racks; on the first racks a few pending, running, waiting and held ones."""
     live = uuid.uuid4()
     rack_ids = [uuid.uuid4() for _ in range(RACKS)]
@@ -118,34 +135,71 @@ async def _add_history(db: Database, *, analyze: bool = True) -> History:
         )
         if db.is_postgres and analyze:
             await conn.exec_driver_sql("ANALYZE")
-    return History(db, live, rack_ids[:5], rack_ids, [t["id"] for t in running], scopes[:10])
+    return HistoryRows(db.url, live, rack_ids[:5], rack_ids, [t["id"] for t in running], scopes[:10])
 
 
-@pytest.fixture
-async def history(db: Database) -> History:
-    return await _add_history(db)
+def _history_database(url: str, *, analyze: bool) -> HistoryRows:
+    """Write the history once into the database at `url` (its own), for all of a module's tests: they only
+    EXPLAIN, and `statement_sent` rolls back what it sends. Written anew for each test, the 20,000 tasks
+    took 6-9 s of a loaded machine a time, 19 times."""
+
+    async def write() -> HistoryRows:
+        db = Database(url)
+        try:
+            if db.is_postgres and not analyze:
+                async with db.transaction() as conn:
+                    await conn.exec_driver_sql("ANALYZE")
+            return await _add_history(db, analyze=analyze)
+        finally:
+            await db.dispose()
+
+    return asyncio.run(write())
 
 
-@pytest.fixture
-async def pg_history(postgres_url: str) -> AsyncIterator[History]:
-    """The history on PostgreSQL alone, in the session's database emptied first (as `db` does)."""
-    database = Database(postgres_url)
-    async with database.transaction() as conn:
-        await conn.exec_driver_sql(f"TRUNCATE {', '.join(t.name for t in metadata.sorted_tables)} CASCADE")
-    yield await _add_history(database)
-    await database.dispose()
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def history_rows(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HistoryRows]:
+    """The history in a migrated database of its own, once per backend; on PostgreSQL with fresh
+    statistics (autovacuum keeps them)."""
+    if request.param == "sqlite":
+        template: Path = request.getfixturevalue("sqlite_template")
+        path = tmp_path_factory.mktemp("task-indexes") / "rackflow.db"
+        shutil.copy(template, path)
+        yield _history_database(f"sqlite:///{path}", analyze=True)
+        return
+    template_name: str = request.getfixturevalue("pg_template")
+    with fresh_postgres_database(postgres_admin_url(), template=template_name) as url:
+        yield _history_database(url, analyze=True)
 
 
-@pytest.fixture
-async def pg_history_analyzed_empty(pg_db: str) -> AsyncIterator[History]:
+@pytest.fixture(scope="module")
+def pg_history_rows_analyzed_empty(pg_template: str) -> Iterator[HistoryRows]:
     """The history on PostgreSQL, written into a database of its own after its empty tables were analyzed:
-    no statistics at all, as at a fleet's first drain before autovacuum has looked at the tables it fills
-    (in the shared test database, ANALYZE of an emptied table would leave an earlier test's statistics)."""
-    database = Database(pg_db)
-    async with database.transaction() as conn:
-        await conn.exec_driver_sql("ANALYZE")
-    yield await _add_history(database, analyze=False)
-    await database.dispose()
+    no statistics at all, as at a fleet's first drain before autovacuum has looked at the tables it fills."""
+    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
+        yield _history_database(url, analyze=False)
+
+
+@asynccontextmanager
+async def _connected(rows: HistoryRows) -> AsyncIterator[History]:
+    database = Database(rows.url)
+    try:
+        yield History(database, rows)
+    finally:
+        await database.dispose()
+
+
+@pytest.fixture
+async def history(history_rows: HistoryRows) -> AsyncIterator[History]:
+    async with _connected(history_rows) as connected:
+        yield connected
+
+
+@pytest.fixture
+async def pg_history_analyzed_empty(pg_history_rows_analyzed_empty: HistoryRows) -> AsyncIterator[History]:
+    async with _connected(pg_history_rows_analyzed_empty) as connected:
+        yield connected
 
 
 Send = Callable[[History, AsyncConnection], Awaitable[object]]
@@ -163,17 +217,23 @@ class Hot:
 HOT = {
     "claim": Hot(
         lambda h, conn: task_runs.claim(
-            h.db, conn, owner_id=h.owner_id, lease_ttl=LEASE, running_here=h.running_ids, now=NOW, limit=10
+            h.db,
+            conn,
+            owner_id=h.rows.owner_id,
+            lease_ttl=LEASE,
+            running_here=h.rows.running_ids,
+            now=NOW,
+            limit=10,
         ),
         ACTIVE_INDEX,
     ),
     "racks_needing_promotion": Hot(
         lambda h, conn: tasks_store.racks_needing_promotion(conn, now=NOW), ACTIVE_INDEX
     ),
-    "blocking_and_waiting": Hot(lambda h, conn: tasks_store.blocking_and_waiting(conn, h.rack_ids)),
-    "blocking_tasks": Hot(lambda h, conn: tasks_store.blocking_tasks(conn, h.rack_ids)),
-    "waiting_tasks": Hot(lambda h, conn: tasks_store.waiting_tasks(conn, h.rack_ids)),
-    "overlapping_scope_ids": Hot(lambda h, conn: schedules_store.overlapping_scope_ids(conn, h.scopes)),
+    "blocking_and_waiting": Hot(lambda h, conn: tasks_store.blocking_and_waiting(conn, h.rows.rack_ids)),
+    "blocking_tasks": Hot(lambda h, conn: tasks_store.blocking_tasks(conn, h.rows.rack_ids)),
+    "waiting_tasks": Hot(lambda h, conn: tasks_store.waiting_tasks(conn, h.rows.rack_ids)),
+    "overlapping_scope_ids": Hot(lambda h, conn: schedules_store.overlapping_scope_ids(conn, h.rows.scopes)),
 }
 
 
@@ -195,15 +255,18 @@ async def test_reads_indexes(history: History, name: str) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("name", HOT)
-async def test_reads_indexes_when_prepared_generically(pg_history: History, name: str) -> None:
-    plan = await explain_generic(pg_history.db, *await _statement(pg_history, HOT[name]))
+@pytest.mark.parametrize("history_rows", ["postgres"], indirect=True)  # PostgreSQL's generic plans
+async def test_reads_indexes_when_prepared_generically(history: History, name: str) -> None:
+    plan = await explain_generic(history.db, *await _statement(history, HOT[name]))
     _assert_reads_indexes(HOT[name], plan)
 
 
 # Statements run once per dispatched batch, about all its racks, which must not read the whole table while
 # it grows from empty (docs/PERFORMANCE.md, "flat as work grows").
 PER_BATCH = {
-    "blocking_and_waiting": Hot(lambda h, conn: tasks_store.blocking_and_waiting(conn, h.batch_rack_ids)),
+    "blocking_and_waiting": Hot(
+        lambda h, conn: tasks_store.blocking_and_waiting(conn, h.rows.batch_rack_ids)
+    ),
 }
 
 
