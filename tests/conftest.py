@@ -78,6 +78,12 @@ async def _migrate(url: str) -> None:
         await db.dispose()
 
 
+# What `db_url` empties the session's PostgreSQL database with before each test: the rows of a test are
+# few, and DELETE of them took 4 ms where TRUNCATE of every table took 330-470 ms (new files for each
+# table and its indexes), paid by about a thousand tests. Dependent tables first.
+EMPTY_EVERY_TABLE = "; ".join(f'DELETE FROM "{t.name}"' for t in reversed(metadata.sorted_tables))
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A clean migrated database URL, once per backend."""
@@ -87,11 +93,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         shutil.copy(template, path)
         return f"sqlite:///{path}"
     url: str = request.getfixturevalue("postgres_url")
-    tables = ", ".join(f'"{t.name}"' for t in metadata.sorted_tables)
-    with psycopg.connect(
-        make_url(url).set(drivername="postgresql").render_as_string(False), autocommit=True
-    ) as conn:
-        conn.execute(f"TRUNCATE {tables} CASCADE")
+    with psycopg.connect(make_url(url).set(drivername="postgresql").render_as_string(False)) as conn:
+        conn.execute(EMPTY_EVERY_TABLE)  # one transaction, committed when the block ends
     return url
 
 

