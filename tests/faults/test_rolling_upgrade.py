@@ -87,7 +87,8 @@ def retryable(exc: grpc.RpcError) -> bool:
 @dataclass
 class Clients:
     """Clients calling the current instances in a loop; a call answered UNAVAILABLE (or shutdown's
-    CANCELLED, see `retryable`) is retried once on another instance. Records every first answer, and every call that failed even after its retry."""
+    CANCELLED, see `retryable`) is retried once on another instance. Records every first answer, and
+    every call that failed even after its retry."""
 
     servers: list[ServerProcess]
     first: list[grpc.StatusCode] = field(default_factory=list)

@@ -18,10 +18,11 @@ from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
-from rackflow.store import dispatch
+from rackflow.store import dispatch, paging
 from rackflow.store import schedules as schedule_store
 from rackflow.store.tables import task_schedule
 from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.web import pages
 from rackflow.web.pages import overview
 from rackflow.web.pages import runs as runs_page
 from rackflow.web.pages import schedules as schedules_page
@@ -285,6 +286,21 @@ async def test_overview_counts_and_failures(http: httpx.AsyncClient, services: S
     assert re.search(r"1 <span>enabled</span>", page) and "1 paused" in page
     assert "1 failed" in page and tagged(page, "failure-row") and "nightly" in page
     assert tagged(page, "time-axis")
+
+
+async def test_overview_state_counts_past_their_cap_say_at_least(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each state is counted up to the list cap (a million schedules are not counted one by one)."""
+    monkeypatch.setattr(paging, "LIST_COUNT_CAP", 2)
+    monkeypatch.setattr(pages, "LIST_COUNT_CAP", 2)
+    await make_racks(services, "r1")
+    for name in ("a", "b", "c"):
+        await make_schedule(services, name, "r1")
+    paused = await make_schedule(services, "d", "r1")
+    await services.schedules.pause(paused.id)
+    page = (await http.get("/")).text
+    assert re.search(r"2\+ <span>enabled</span>", page) and "1 paused" in page, page
 
 
 async def test_overview_backlog_at_its_cap_says_at_least(

@@ -450,22 +450,23 @@ _no_next_run = task_schedule.c.next_run_at.is_(None)
 
 @dataclass(frozen=True)
 class StateCounts:
+    """Each counted up to LIST_COUNT_CAP + 1 (more than the cap reads "more than LIST_COUNT_CAP")."""
+
     enabled: int
     paused: int
     finished: int  # one-time schedules that have fired
 
 
 async def state_counts(conn: AsyncConnection) -> StateCounts:
-    """How many schedules are enabled, paused, and finished (one table scan, grouped)."""
+    """How many schedules are enabled, paused, and finished: three capped counts. One grouped count read
+    every schedule (about 500 ms at a million, for the overview page); each capped count reads at most
+    LIST_COUNT_CAP + 1 rows, the paused and finished ones from the paused index."""
+    disabled = task_schedule.c.enabled.is_(False)  # the paused index's predicate, written as it is
     finished = and_(task_schedule.c.spec_type == SPEC_TYPE_TO_DB[SpecType.ONE_TIME], _no_next_run)
-    stmt = select(task_schedule.c.enabled, finished.label("finished"), func.count()).group_by(
-        task_schedule.c.enabled, finished
-    )
-    counts = {(bool(row[0]), bool(row[1])): int(row[2]) for row in await conn.execute(stmt)}
     return StateCounts(
-        enabled=counts.get((True, False), 0) + counts.get((True, True), 0),
-        paused=counts.get((False, False), 0),
-        finished=counts.get((False, True), 0),
+        enabled=await count_capped(conn, task_schedule, [task_schedule.c.enabled.is_(True)]),
+        paused=await count_capped(conn, task_schedule, [disabled, ~finished]),
+        finished=await count_capped(conn, task_schedule, [disabled, finished]),
     )
 
 

@@ -212,17 +212,25 @@ def offset_of(page: int, size: int = PAGE_SIZE) -> int:
     return (page - 1) * size
 
 
+def capped_count(total: int, *, capped: bool = False) -> int | str:
+    """A count made up to LIST_COUNT_CAP (`capped`, or more than the cap: a store count) as shown:
+    "10,000+" past the cap."""
+    if capped or total > LIST_COUNT_CAP:
+        return f"{min(total, LIST_COUNT_CAP):,}+"
+    return total
+
+
 def pages_of(total: int, page: int, size: int = PAGE_SIZE, *, capped: bool = False) -> dict[str, Any]:
     """What the pager shows: this page, the last page, and which rows of the total these are. A total
     counted up to LIST_COUNT_CAP (`capped`, or more than the cap: a store count) shows as "10,000+" and
     pages up to the cap, so the deepest page's OFFSET is bounded too."""
-    more = capped or total > LIST_COUNT_CAP
+    shown = capped_count(total, capped=capped)
     total = min(total, LIST_COUNT_CAP)
     first_row = min(total, offset_of(page, size) + 1)
     return {
         "page": page,
         "last": max(1, -(-total // size)),
-        "total": f"{total:,}+" if more else total,
+        "total": shown,
         "first_row": first_row,
         "last_row": min(total, offset_of(page, size) + size),
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +23,7 @@ from rackflow.domain.schedules import Schedule, ScheduleOrder
 from rackflow.domain.tasks import Task
 from rackflow.timespec import IntervalTiming, SpecType, parse_spec
 from rackflow.validation import MAX_PREVIEW_COUNT
-from rackflow.web.pages import Site
+from rackflow.web.pages import Site, capped_count
 
 FAILURE_WINDOW = timedelta(hours=24)
 HORIZON = timedelta(hours=24)  # the time axis
@@ -181,7 +181,10 @@ async def _load(site: Site) -> Mapping[str, Any]:
     backlog = await services.schedules.due_count()
     return {
         **(await _flags(site)),
-        "counts": await services.schedules.state_counts(),
+        "counts": {
+            state: capped_count(count)
+            for state, count in asdict(await services.schedules.state_counts()).items()
+        },
         "task_counts": await services.tasks.status_counts(now - FAILURE_WINDOW),
         "backlog": backlog,
         "backlog_capped": backlog >= DUE_COUNT_CAP,
