@@ -27,7 +27,6 @@ from sqlalchemy import (
     bindparam,
     delete,
     exists,
-    false,
     func,
     insert,
     literal,
@@ -212,6 +211,30 @@ def _outcome_from_json(data: dict[str, Any]) -> ScopeOutcome:
 
 def outcomes_to_json(outcomes: Sequence[ScopeOutcome]) -> list[dict[str, object]]:
     return [_outcome_to_json(o) for o in outcomes]
+
+
+# How many of a run's racks had each outcome, with a task or without: (outcome, has task) -> racks.
+Tally = dict[tuple[str, bool], int]
+
+
+def outcome_counts_to_json(outcomes: Sequence[ScopeOutcome]) -> dict[str, list[int]]:
+    """The run's `outcome_counts` column, written wherever its outcomes are (migration 0024): per outcome,
+    [racks without a task, racks with one]. The runs grid's column verdicts and a run's page read it in
+    place of counting 10,000 outcomes per request (docs/PERFORMANCE.md, issue 29)."""
+    counts: dict[str, list[int]] = {}
+    for outcome in outcomes:
+        counts.setdefault(outcome.outcome, [0, 0])[outcome.task_id is not None] += 1
+    return counts
+
+
+def tally_from_json(counts: Mapping[str, Sequence[int]] | None) -> Tally:
+    """The `Tally` of an `outcome_counts` column (its zero counts left out, as counting finds none)."""
+    tally: Tally = {}
+    for outcome, (untasked, tasked) in (counts or {}).items():
+        for has_task, count in ((False, untasked), (True, tasked)):
+            if count:
+                tally[(outcome, has_task)] = count
+    return tally
 
 
 def run_from_row(row: Row[Any]) -> Run:
@@ -902,6 +925,7 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
                 "trigger": r.trigger,
                 "state": r.state,
                 "outcomes": outcomes_to_json(r.outcomes),
+                "outcome_counts": outcome_counts_to_json(r.outcomes),
                 "owner_id": r.owner_id,
                 "rollout": _rollout_to(r.rollout),
                 "reason": r.reason,
@@ -969,6 +993,7 @@ async def decide_awaiting(
     values: dict[str, object] = {"state": state, **_approval_columns(state, approval)}
     if outcomes is not None:
         values["outcomes"] = outcomes_to_json(outcomes)
+        values["outcome_counts"] = outcome_counts_to_json(outcomes)
     if reason is not None:
         values["reason"] = reason
     result = await conn.execute(
@@ -1005,7 +1030,12 @@ async def complete_runs(
     if not outcomes_by_run:
         return
     rows = [
-        {"id": run_id, "outcomes": outcomes_to_json(outcomes)} for run_id, outcomes in outcomes_by_run.items()
+        {
+            "id": run_id,
+            "outcomes": outcomes_to_json(outcomes),
+            "outcome_counts": outcome_counts_to_json(outcomes),
+        }
+        for run_id, outcomes in outcomes_by_run.items()
     ]
     await conn.execute(*update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"}))
     await mark_schedules_of_runs(conn, outcomes_by_run)
@@ -1180,10 +1210,6 @@ def _json_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else cast(dict[str, Any], json.loads(value))
 
 
-# How many of a run's racks had each outcome, with a task or without: (outcome, has task) -> racks.
-Tally = dict[tuple[str, bool], int]
-
-
 @dataclass(frozen=True)
 class GridOutcomes:
     """A page of the runs grid, read from its runs' outcomes in one pass: per run, the `Tally` of all its
@@ -1193,61 +1219,53 @@ class GridOutcomes:
     shown: dict[uuid.UUID, list[ScopeOutcome]]
 
 
+async def run_tallies(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Tally]:
+    """Each run's `Tally`, from its `outcome_counts` column (written with its outcomes, migration 0024):
+    a column's verdict and a run's bar read 20 small columns, not 20 × 10,000 outcomes."""
+    found: dict[uuid.UUID, Tally] = {run_id: {} for run_id in run_ids}
+    for chunk in chunked(list(run_ids)):
+        stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcome_counts).where(
+            task_schedule_run.c.id.in_(chunk)
+        )
+        for run_id, counts in await conn.execute(stmt):
+            found[run_id] = tally_from_json(counts)
+    return found
+
+
 async def grid_outcomes(
     conn: AsyncConnection,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
-    scope_racks: Collection[uuid.UUID] | None,
+    scope_racks: Collection[uuid.UUID],
 ) -> GridOutcomes:
-    """One statement over the runs' outcomes, each unnested in the database (PostgreSQL
-    `jsonb_array_elements`, SQLite `json_each`), so Python parses only the outcomes it shows:
+    """Each run's tally (`run_tallies`), and the outcomes of the page's racks and of racks no longer in
+    scope, each run's outcomes unnested and filtered in the database (PostgreSQL `jsonb_array_elements`,
+    SQLite `json_each`), so Python parses only the outcomes it shows:
 
-        SELECT run.id, per_run.* FROM task_schedule_run run JOIN LATERAL (
-            SELECT o->>'outcome', o->>'task_id' IS NOT NULL, count(*),
-                   jsonb_agg(o) FILTER (WHERE o->>'rack_id' = ANY(:page_racks)
-                                        OR o->>'rack_id' <> ALL(:scope_racks))
-            FROM jsonb_array_elements(run.outcomes) o GROUP BY 1, 2) per_run ON true
+        SELECT run.id, o FROM task_schedule_run run, jsonb_array_elements(run.outcomes) o
         WHERE run.id IN (:run_ids)
-
-    `scope_racks` None: no rack counts as having left (a run's page wants only the tallies). Grouped per
-    run (LATERAL), PostgreSQL hashes each run's 10,000 outcomes into a handful of groups; grouped over all
-    the runs at once it sorted 200,000 of them, on disk (1.2 s against 0.36 s). SQLite, which has no
-    LATERAL, groups them all at once.
+          AND (o->>'rack_id' = ANY(:page_racks) OR o->>'rack_id' <> ALL(:scope_racks))
 
     The racks that left the scope are few unless the scope was replaced, and the grid lists them after
     the scope's (every page needs their number)."""
     run = task_schedule_run.c
-    postgres = conn.dialect.name == POSTGRESQL
     each, field = _unnested_outcomes(conn.dialect.name)
     rack_of = [str(rack) for rack in page_racks]
-    scope = [str(rack) for rack in scope_racks or ()]
-    left: ColumnElement[bool] = false()
-    if postgres:
-        shown = func.jsonb_agg(each.c.value, type_=json_type())
+    scope = [str(rack) for rack in scope_racks]
+    left: ColumnElement[bool]
+    if conn.dialect.name == POSTGRESQL:
         page = field("rack_id") == any_(bindparam("page_racks", rack_of, ARRAY(Text)))
-        if scope_racks is not None:
-            left = field("rack_id") != all_(bindparam("scope_racks", scope, ARRAY(Text)))
+        left = field("rack_id") != all_(bindparam("scope_racks", scope, ARRAY(Text)))
     else:
-        shown = func.json_group_array(func.json(each.c.value), type_=json_type())
         page = field("rack_id").in_(rack_of)
-        if scope_racks is not None:
-            listed = func.json_each(bindparam("scope_racks", scope, json_type())).table_valued("value")
-            left = field("rack_id").not_in(select(listed.c.value).scalar_subquery())
-    outcome, has_task = field("outcome"), field("task_id").is_not(None)
-    columns = (outcome, has_task, func.count(), shown.filter(or_(page, left)))
-    if postgres:
-        per_run = select(*columns).select_from(each).group_by(outcome, has_task).lateral("per_run")
-        stmt = select(run.id, *per_run.c).select_from(task_schedule_run.join(per_run, true()))
-    else:
-        stmt = (
-            select(run.id, *columns)
-            .select_from(task_schedule_run.join(each, true()))
-            .group_by(run.id, outcome, has_task)
-        )
-    stmt = stmt.where(run.id.in_(list(run_ids)))
-    tallies: dict[uuid.UUID, Tally] = {run_id: {} for run_id in run_ids}
+        listed = func.json_each(bindparam("scope_racks", scope, json_type())).table_valued("value")
+        left = field("rack_id").not_in(select(listed.c.value).scalar_subquery())
+    stmt = (
+        select(run.id, each.c.value)
+        .select_from(task_schedule_run.join(each, true()))
+        .where(run.id.in_(list(run_ids)), or_(page, left))
+    )
     found: dict[uuid.UUID, list[ScopeOutcome]] = {run_id: [] for run_id in run_ids}
-    for run_id, kind, with_task, count, outcomes in (await conn.execute(stmt)).all():
-        tallies[run_id][(kind, bool(with_task))] = count
-        found[run_id].extend(_outcome_from_json(item) for item in outcomes or ())
-    return GridOutcomes(tallies, found)
+    for run_id, outcome in (await conn.execute(stmt)).all():
+        found[run_id].append(_outcome_from_json(_json_object(outcome)))
+    return GridOutcomes(await run_tallies(conn, run_ids), found)
