@@ -992,12 +992,12 @@ class ScheduleService:
         page_racks: Collection[uuid.UUID],
         scope_racks: Collection[uuid.UUID],
     ) -> tuple[store.GridOutcomes, dict[uuid.UUID, dict[TaskStatus, int]]]:
-        """What a page of the runs grid shows of these runs (`store.grid_outcomes`: each run's tally, and
-        the outcomes of `page_racks` and of racks not in `scope_racks`), and how many of each run's tasks
-        are in each status (its column's verdict), read together."""
+        """What a page of the runs grid shows of these runs (`store.grid_outcomes`: each run's tally, the
+        outcomes of `page_racks` and of racks not in `scope_racks`, and their tasks' statuses), and how
+        many of each run's tasks are in each status (its column's verdict), read together."""
         async with self.db.read() as conn:
-            outcomes = await store.grid_outcomes(conn, run_ids, page_racks, scope_racks)
-            return outcomes, await rollout_store.task_status_counts(conn, run_ids)
+            task_counts = await rollout_store.task_status_counts(conn, run_ids)
+            return await store.grid_outcomes(conn, run_ids, page_racks, scope_racks, task_counts), task_counts
 
 
 def _decided(

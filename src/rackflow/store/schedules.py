@@ -57,7 +57,7 @@ from rackflow.domain.schedules import (
     ScopeOutcome,
     Trigger,
 )
-from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy
+from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, unique_violation_as
@@ -77,6 +77,7 @@ from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.streak_checks import mark_schedules, mark_schedules_of_runs
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import is_active
+from rackflow.store.tasks import statuses as task_statuses
 from rackflow.store.types import json_type
 from rackflow.timespec import ScheduleSpec, SpecType
 
@@ -1211,12 +1212,25 @@ def _json_object(value: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class ShownOutcome:
+    """One rack's outcome in one run as a cell of the runs grid shows it (its scope entry, canary mark and
+    deadline are not shown)."""
+
+    rack_id: uuid.UUID
+    outcome: Outcome
+    task_id: uuid.UUID | None
+    error: str
+
+
+@dataclass(frozen=True)
 class GridOutcomes:
-    """A page of the runs grid, read from its runs' outcomes in one pass: per run, the `Tally` of all its
-    racks (its column's verdict), and the outcomes of the page's racks and of racks no longer in scope."""
+    """A page of the runs grid: per run, the `Tally` of all its racks (its column's verdict), and the
+    outcomes of the page's racks and of racks no longer in scope; and the status of each shown outcome's
+    task that still exists."""
 
     tallies: dict[uuid.UUID, Tally]
-    shown: dict[uuid.UUID, list[ScopeOutcome]]
+    shown: dict[uuid.UUID, list[ShownOutcome]]
+    statuses: dict[uuid.UUID, TaskStatus]
 
 
 async def run_tallies(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Tally]:
@@ -1232,15 +1246,101 @@ async def run_tallies(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> 
     return found
 
 
+def told_by_its_tasks(tally: Mapping[tuple[str, bool], int], task_counts: Mapping[TaskStatus, int]) -> bool:
+    """Whether a run's outcomes are exactly its tasks, one per rack, so that a page of its racks can be
+    read from `tasks` by (run_id, rack_id) instead of from its outcome JSON: every rack was submitted with
+    a task, and as many tasks name the run as it has racks. A task is submitted with its run's id
+    (`uq_tasks_run_id_rack_id`: one per rack) and recorded in the run's outcomes in the transaction that
+    writes them back (a rollout step: in the same one); a submitted outcome carries no error
+    (`ScopeOutcome`). So the two counts differ whenever the outcomes name a task that is gone (pruned, or
+    deleted with its rack: "done" to the grid) or not yet written back — then the JSON is read."""
+    racks = tally.get(("submitted", True), 0)
+    return racks > 0 and len(tally) == 1 and sum(task_counts.values()) == racks
+
+
 async def grid_outcomes(
     conn: AsyncConnection,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
     scope_racks: Collection[uuid.UUID],
+    task_counts: Mapping[uuid.UUID, Mapping[TaskStatus, int]],
 ) -> GridOutcomes:
-    """Each run's tally (`run_tallies`), and the outcomes of the page's racks and of racks no longer in
-    scope, each run's outcomes unnested and filtered in the database (PostgreSQL `jsonb_array_elements`,
-    SQLite `json_each`), so Python parses only the outcomes it shows:
+    """What a page of the runs grid shows of these runs, given each run's tasks by status
+    (`store.rollouts.task_status_counts`): each run's tally (`run_tallies`), and the outcomes of the page's
+    racks and of racks no longer in scope with their tasks' statuses. A run of 10,000 racks carries 23 MB
+    of outcome JSON a page of 20 runs would unnest (docs/PERFORMANCE.md, issue 29), so a run whose
+    outcomes are exactly its tasks (`told_by_its_tasks`, the usual plain firing) is read from `tasks`
+    (`_cells_from_tasks`); only the others' outcomes are unnested and filtered (`_cells_from_outcomes`)."""
+    tallies = await run_tallies(conn, run_ids)
+    by_tasks = [
+        run_id for run_id in run_ids if told_by_its_tasks(tallies[run_id], task_counts.get(run_id, {}))
+    ]
+    by_outcomes = [run_id for run_id in run_ids if run_id not in set(by_tasks)]
+    shown: dict[uuid.UUID, list[ShownOutcome]] = {run_id: [] for run_id in run_ids}
+    found_statuses: dict[uuid.UUID, TaskStatus] = {}
+    if by_tasks:
+        for run_id, cell, status in await _cells_from_tasks(conn, by_tasks, page_racks, scope_racks):
+            shown[run_id].append(cell)
+            found_statuses[cast(uuid.UUID, cell.task_id)] = status
+    if by_outcomes:
+        cells = await _cells_from_outcomes(conn, by_outcomes, page_racks, scope_racks)
+        for run_id, cell in cells:
+            shown[run_id].append(cell)
+        task_ids = {cell.task_id for _, cell in cells if cell.task_id is not None}
+        found_statuses |= await task_statuses(conn, task_ids)
+    return GridOutcomes(tallies, shown, found_statuses)
+
+
+async def _cells_from_tasks(
+    conn: AsyncConnection,
+    run_ids: Collection[uuid.UUID],
+    page_racks: Collection[uuid.UUID],
+    scope_racks: Collection[uuid.UUID],
+) -> list[tuple[uuid.UUID, ShownOutcome, TaskStatus]]:
+    """The page's racks and the racks no longer in scope, of runs `told_by_its_tasks`, from their tasks:
+    first the racks that left (every task's rack is in `racks`, which cascades a deleted rack's tasks
+    away), then the tasks of those and of the page's racks, each by the index of UNIQUE (run_id, rack_id):
+
+        SELECT racks.id FROM racks WHERE racks.id <> ALL(:scope_racks)
+          AND EXISTS (SELECT FROM tasks WHERE run_id IN (:runs) AND rack_id = racks.id)
+        SELECT run_id, rack_id, id, status FROM tasks
+        WHERE run_id IN (:runs) AND rack_id IN (:page_racks + the racks that left)
+
+    The first costs what the smaller side does: PostgreSQL probes the index for each rack outside the
+    scope (none, when a schedule covers the fleet: 11–16 ms at 10,000 racks), or reads the runs' 200,000
+    index entries once when most racks are outside it (70 ms), never their heap rows."""
+    run_ids = list(run_ids)
+    has_task = exists().where(tasks.c.run_id.in_(run_ids), tasks.c.rack_id == racks.c.id)
+    if conn.dialect.name == POSTGRESQL:
+        outside: ColumnElement[bool] = racks.c.id != all_(
+            bindparam("scope_racks", list(scope_racks), ARRAY(Uuid))
+        )
+    else:  # SQLite keeps a UUID as its 32 hex digits; a list of 10,000 goes as one JSON parameter
+        listed = func.json_each(bindparam("scope_racks", [r.hex for r in scope_racks], json_type()))
+        outside = racks.c.id.not_in(select(listed.table_valued("value").c.value).scalar_subquery())
+    left_of_scope = select(racks.c.id).where(outside, has_task)
+    left = set((await conn.execute(left_of_scope)).scalars())
+    wanted = list(set(page_racks) | left)
+    found: list[tuple[uuid.UUID, ShownOutcome, TaskStatus]] = []
+    for chunk in chunked(wanted):
+        stmt = select(tasks.c.run_id, tasks.c.rack_id, tasks.c.id, tasks.c.status).where(
+            tasks.c.run_id.in_(run_ids), tasks.c.rack_id.in_(chunk)
+        )
+        for row in await conn.execute(stmt):
+            cell = ShownOutcome(row.rack_id, "submitted", row.id, "")
+            found.append((row.run_id, cell, TaskStatus(row.status)))
+    return found
+
+
+async def _cells_from_outcomes(
+    conn: AsyncConnection,
+    run_ids: Collection[uuid.UUID],
+    page_racks: Collection[uuid.UUID],
+    scope_racks: Collection[uuid.UUID],
+) -> list[tuple[uuid.UUID, ShownOutcome]]:
+    """The outcomes of the page's racks and of racks no longer in scope, each run's outcomes unnested and
+    filtered in the database (PostgreSQL `jsonb_array_elements`, SQLite `json_each`), so Python parses
+    only the outcomes it shows:
 
         SELECT run.id, o FROM task_schedule_run run, jsonb_array_elements(run.outcomes) o
         WHERE run.id IN (:run_ids)
@@ -1265,7 +1365,8 @@ async def grid_outcomes(
         .select_from(task_schedule_run.join(each, true()))
         .where(run.id.in_(list(run_ids)), or_(page, left))
     )
-    found: dict[uuid.UUID, list[ScopeOutcome]] = {run_id: [] for run_id in run_ids}
-    for run_id, outcome in (await conn.execute(stmt)).all():
-        found[run_id].append(_outcome_from_json(_json_object(outcome)))
-    return GridOutcomes(await run_tallies(conn, run_ids), found)
+    found: list[tuple[uuid.UUID, ShownOutcome]] = []
+    for run_id, value in (await conn.execute(stmt)).all():
+        outcome = _outcome_from_json(_json_object(value))
+        found.append((run_id, ShownOutcome(outcome.rack_id, outcome.outcome, outcome.task_id, outcome.error)))
+    return found

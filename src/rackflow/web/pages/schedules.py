@@ -216,7 +216,7 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
     ]
     on_page = set(shown_racks)
     shown = [(run, o) for run in columns for o in found.shown[run.id] if o.rack_id in on_page]
-    statuses = await services.tasks.statuses({o.task_id for _, o in shown if o.task_id is not None})
+    statuses = found.statuses
     grid: dict[uuid.UUID, dict[uuid.UUID, Cell]] = {rack: {} for rack in shown_racks}
     for run, outcome in shown:
         verdict = outcome_verdict(outcome, statuses)
