@@ -91,7 +91,9 @@ async def summaries_match(env: Env, schedule: Schedule) -> tuple[int, int]:
         )
         scope_racks = sorted((await conn.execute(scope_of)).scalars(), key=str)
         page_racks = scope_racks[::2]
-        found = await schedule_store.grid_outcomes(conn, run_ids, page_racks, scope_racks, counts)
+        found = await schedule_store.grid_outcomes(
+            conn, schedule.id, run_ids, page_racks, scope_racks, counts
+        )
     status_of = {row.id: TaskStatus(row.status) for row in rows}
     by_tasks = 0
     for run in runs:

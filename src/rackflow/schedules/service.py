@@ -988,16 +988,21 @@ class ScheduleService:
 
     async def grid_outcomes(
         self,
+        schedule_id: uuid.UUID,
         run_ids: Collection[uuid.UUID],
         page_racks: Collection[uuid.UUID],
         scope_racks: Collection[uuid.UUID],
     ) -> tuple[store.GridOutcomes, dict[uuid.UUID, dict[TaskStatus, int]]]:
-        """What a page of the runs grid shows of these runs (`store.grid_outcomes`: each run's tally, the
-        outcomes of `page_racks` and of racks not in `scope_racks`, and their tasks' statuses), and how
+        """What a page of the runs grid shows of these runs of the schedule (`store.grid_outcomes`: each
+        run's tally, the outcomes of `page_racks` and of racks not in `scope_racks`, the schedule's scope,
+        and their tasks' statuses), and how
         many of each run's tasks are in each status (its column's verdict), read together."""
         async with self.db.read() as conn:
             task_counts = await rollout_store.task_status_counts(conn, run_ids)
-            return await store.grid_outcomes(conn, run_ids, page_racks, scope_racks, task_counts), task_counts
+            found = await store.grid_outcomes(
+                conn, schedule_id, run_ids, page_racks, scope_racks, task_counts
+            )
+            return found, task_counts
 
 
 def _decided(

@@ -199,7 +199,7 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
     runs, total_runs = await services.schedules.run_heads(schedule.id, GRID_RUNS)
     columns = list(reversed(runs))  # oldest left, newest right, as time runs
     found, task_counts = await services.schedules.grid_outcomes(
-        [run.id for run in runs], [scope.rack_id for scope, _ in scopes], scope_racks
+        schedule.id, [run.id for run in runs], [scope.rack_id for scope, _ in scopes], scope_racks
     )
     # Racks that have left the scope follow it: by name, then those gone from the inventory too.
     scoped = set(scope_racks)
