@@ -91,9 +91,7 @@ async def summaries_match(env: Env, schedule: Schedule) -> tuple[int, int]:
         )
         scope_racks = sorted((await conn.execute(scope_of)).scalars(), key=str)
         page_racks = scope_racks[::2]
-        found = await schedule_store.grid_outcomes(
-            conn, schedule.id, run_ids, page_racks, scope_racks, counts
-        )
+        found = await schedule_store.grid_outcomes(conn, schedule.id, run_ids, page_racks, counts)
     status_of = {row.id: TaskStatus(row.status) for row in rows}
     by_tasks = 0
     for run in runs:
@@ -108,6 +106,7 @@ async def summaries_match(env: Env, schedule: Schedule) -> tuple[int, int]:
             shown, key=lambda o: str(o.rack_id)
         ), run.state
         by_tasks += schedule_store.told_by_its_tasks(tallies[run.id], counts[run.id])
+    assert found.left == {o.rack_id for run in runs for o in run.outcomes if o.rack_id not in scope_racks}
     shown_tasks = {o.task_id for cells in found.shown.values() for o in cells if o.task_id is not None}
     assert found.statuses == {task_id: status_of[task_id] for task_id in shown_tasks if task_id in status_of}
     return by_tasks, len(runs) - by_tasks

@@ -19,9 +19,7 @@ from sqlalchemy import (
     ColumnElement,
     Row,
     Select,
-    Text,
     Uuid,
-    all_,
     and_,
     any_,
     bindparam,
@@ -78,7 +76,6 @@ from rackflow.store.streak_checks import mark_schedules, mark_schedules_of_runs
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import is_active
 from rackflow.store.tasks import statuses as task_statuses
-from rackflow.store.types import json_type
 from rackflow.timespec import ScheduleSpec, SpecType
 
 RUNS_KEPT_PER_SCHEDULE = 100
@@ -633,9 +630,9 @@ async def list_scopes(conn: AsyncConnection, schedule_id: uuid.UUID) -> list[Sco
 
 async def scope_page(
     conn: AsyncConnection, schedule_id: uuid.UUID, offset: int, limit: int
-) -> tuple[list[tuple[Scope, str]], list[uuid.UUID]]:
-    """A page of the schedule's scope entries by rack name, each with its rack's name, and the racks of
-    all its entries (the runs grid pages its racks; the grid's outcomes need to know which left):
+) -> tuple[list[tuple[Scope, str]], int]:
+    """A page of the schedule's scope entries by rack name, each with its rack's name, and how many entries
+    it has (the runs grid pages its racks; `grid_outcomes` finds the racks that left in the database):
 
         SELECT scope.*, racks.name FROM task_schedule_scope scope JOIN racks ON racks.id = scope.rack_id
         WHERE scope.schedule_id = :id ORDER BY racks.name, racks.id LIMIT :limit OFFSET :offset
@@ -649,10 +646,10 @@ async def scope_page(
         .offset(offset)
         .limit(limit)
     )
-    every_rack = select(scope.rack_id).where(scope.schedule_id == schedule_id)
+    total = select(func.count()).select_from(task_schedule_scope).where(scope.schedule_id == schedule_id)
     return (
         [(scope_from_row(row), row.name) for row in (await conn.execute(page)).all()],
-        list((await conn.execute(every_rack)).scalars()),
+        (await conn.execute(total)).scalar_one(),
     )
 
 
@@ -1178,6 +1175,13 @@ def _unnested_outcomes(dialect: str) -> tuple[TableValuedAlias, Callable[[str], 
     return each, lambda key: func.json_extract(each.c.value, f"$.{key}")
 
 
+def _outcome_rack_id(dialect: str, field: Callable[[str], ColumnElement[Any]]) -> ColumnElement[Any]:
+    """An unnested outcome's rack id as the racks table keeps it (SQLite: its 32 hex digits)."""
+    if dialect == POSTGRESQL:
+        return cast_(field("rack_id"), Uuid)
+    return func.replace(field("rack_id"), "-", "")
+
+
 async def run_rack_page(
     conn: AsyncConnection, run_id: uuid.UUID, offset: int, limit: int
 ) -> list[tuple[ScopeOutcome, str | None]]:
@@ -1190,10 +1194,7 @@ async def run_rack_page(
         ORDER BY o->>'canary' IS NULL, coalesce(racks.name, o->>'rack_id') LIMIT :limit OFFSET :offset
     """
     each, field = _unnested_outcomes(conn.dialect.name)
-    if conn.dialect.name == POSTGRESQL:
-        rack_id: ColumnElement[Any] = cast_(field("rack_id"), Uuid)
-    else:  # SQLite keeps a UUID as its 32 hex digits
-        rack_id = func.replace(field("rack_id"), "-", "")
+    rack_id = _outcome_rack_id(conn.dialect.name, field)
     stmt = (
         select(each.c.value.label("outcome"), racks.c.name)
         .select_from(task_schedule_run.join(each, true()).outerjoin(racks, racks.c.id == rack_id))
@@ -1225,12 +1226,13 @@ class ShownOutcome:
 @dataclass(frozen=True)
 class GridOutcomes:
     """A page of the runs grid: per run, the `Tally` of all its racks (its column's verdict), and the
-    outcomes of the page's racks and of racks no longer in scope; and the status of each shown outcome's
-    task that still exists."""
+    outcomes of the page's racks and of racks no longer in scope; the status of each shown outcome's task
+    that still exists; and which racks left the scope."""
 
     tallies: dict[uuid.UUID, Tally]
     shown: dict[uuid.UUID, list[ShownOutcome]]
     statuses: dict[uuid.UUID, TaskStatus]
+    left: set[uuid.UUID]  # the racks of these runs no longer in the schedule's scope
 
 
 async def run_tallies(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Tally]:
@@ -1263,33 +1265,37 @@ async def grid_outcomes(
     schedule_id: uuid.UUID,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
-    scope_racks: Collection[uuid.UUID],
     task_counts: Mapping[uuid.UUID, Mapping[TaskStatus, int]],
 ) -> GridOutcomes:
-    """What a page of the runs grid shows of these runs, given each run's tasks by status
+    """What a page of the runs grid shows of these runs of the schedule, given each run's tasks by status
     (`store.rollouts.task_status_counts`): each run's tally (`run_tallies`), and the outcomes of the page's
-    racks and of racks no longer in scope with their tasks' statuses. A run of 10,000 racks carries 23 MB
-    of outcome JSON a page of 20 runs would unnest (docs/PERFORMANCE.md, issue 29), so a run whose
+    racks and of racks no longer in its scope with their tasks' statuses. A run of 10,000 racks carries
+    23 MB of outcome JSON a page of 20 runs would unnest (docs/PERFORMANCE.md, issue 29), so a run whose
     outcomes are exactly its tasks (`told_by_its_tasks`, the usual plain firing) is read from `tasks`
-    (`_cells_from_tasks`); only the others' outcomes are unnested and filtered (`_cells_from_outcomes`)."""
+    (`_cells_from_tasks`); only the others' outcomes are unnested and filtered (`_cells_from_outcomes`).
+    Which racks left is asked of the scope table in the database: the scope's 10,000 rack ids are never
+    read into Python (sent back as a parameter, and garbage with the page, they cost more than the
+    statements)."""
     tallies = await run_tallies(conn, run_ids)
-    by_tasks = [
-        run_id for run_id in run_ids if told_by_its_tasks(tallies[run_id], task_counts.get(run_id, {}))
-    ]
-    by_outcomes = [run_id for run_id in run_ids if run_id not in set(by_tasks)]
+    by_tasks = {r for r in run_ids if told_by_its_tasks(tallies[r], task_counts.get(r, {}))}
+    by_outcomes = [run_id for run_id in run_ids if run_id not in by_tasks]
     shown: dict[uuid.UUID, list[ShownOutcome]] = {run_id: [] for run_id in run_ids}
     found_statuses: dict[uuid.UUID, TaskStatus] = {}
+    left: set[uuid.UUID] = set()
     if by_tasks:
-        for run_id, cell, status in await _cells_from_tasks(conn, schedule_id, by_tasks, page_racks):
+        cells, left_by_tasks = await _cells_from_tasks(conn, schedule_id, by_tasks, page_racks)
+        left |= left_by_tasks
+        for run_id, cell, status in cells:
             shown[run_id].append(cell)
             found_statuses[cast(uuid.UUID, cell.task_id)] = status
     if by_outcomes:
-        cells = await _cells_from_outcomes(conn, by_outcomes, page_racks, scope_racks)
-        for run_id, cell in cells:
+        unnested, left_by_outcomes = await _cells_from_outcomes(conn, schedule_id, by_outcomes, page_racks)
+        left |= left_by_outcomes
+        for run_id, cell in unnested:
             shown[run_id].append(cell)
-        task_ids = {cell.task_id for _, cell in cells if cell.task_id is not None}
+        task_ids = {cell.task_id for _, cell in unnested if cell.task_id is not None}
         found_statuses |= await task_statuses(conn, task_ids)
-    return GridOutcomes(tallies, shown, found_statuses)
+    return GridOutcomes(tallies, shown, found_statuses, left)
 
 
 async def _cells_from_tasks(
@@ -1297,7 +1303,7 @@ async def _cells_from_tasks(
     schedule_id: uuid.UUID,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
-) -> list[tuple[uuid.UUID, ShownOutcome, TaskStatus]]:
+) -> tuple[list[tuple[uuid.UUID, ShownOutcome, TaskStatus]], set[uuid.UUID]]:
     """The page's racks and the racks no longer in scope, of runs `told_by_its_tasks`, from their tasks:
     first the racks that left (every task's rack is in `racks`, which cascades a deleted rack's tasks
     away), then the tasks of those and of the page's racks, each by the index of UNIQUE (run_id, rack_id):
@@ -1310,8 +1316,8 @@ async def _cells_from_tasks(
 
     The first costs what the smaller side does: PostgreSQL probes the index for each rack outside the
     scope (none, when a schedule covers the fleet: 11–16 ms at 10,000 racks), or reads the runs' 200,000
-    index entries once when most racks are outside it (70 ms), never their heap rows. The scope is read
-    here, not sent: a list of 10,000 rack ids cost more to send than this statement takes."""
+    index entries once when most racks are outside it (70 ms), never their heap rows. Returns the cells
+    with their tasks' statuses, and the racks that left."""
     run_ids = list(run_ids)
     has_task = exists().where(tasks.c.run_id.in_(run_ids), tasks.c.rack_id == racks.c.id)
     scope = task_schedule_scope.c
@@ -1327,44 +1333,45 @@ async def _cells_from_tasks(
         for row in await conn.execute(stmt):
             cell = ShownOutcome(row.rack_id, "submitted", row.id, "")
             found.append((row.run_id, cell, TaskStatus(row.status)))
-    return found
+    return found, left
 
 
 async def _cells_from_outcomes(
     conn: AsyncConnection,
+    schedule_id: uuid.UUID,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
-    scope_racks: Collection[uuid.UUID],
-) -> list[tuple[uuid.UUID, ShownOutcome]]:
-    """The outcomes of the page's racks and of racks no longer in scope, each run's outcomes unnested and
-    filtered in the database (PostgreSQL `jsonb_array_elements`, SQLite `json_each`), so Python parses
-    only the outcomes it shows:
+) -> tuple[list[tuple[uuid.UUID, ShownOutcome]], set[uuid.UUID]]:
+    """The outcomes of the page's racks and of racks no longer in the schedule's scope, each run's outcomes
+    unnested and filtered in the database (PostgreSQL `jsonb_array_elements`, SQLite `json_each`), so
+    Python parses only the outcomes it shows; and the racks that left:
 
-        SELECT run.id, o FROM task_schedule_run run, jsonb_array_elements(run.outcomes) o
-        WHERE run.id IN (:run_ids)
-          AND (o->>'rack_id' = ANY(:page_racks) OR o->>'rack_id' <> ALL(:scope_racks))
+        SELECT run.id, o, (o->>'rack_id')::uuid NOT IN (SELECT rack_id FROM task_schedule_scope
+                                                        WHERE schedule_id = :schedule_id) AS left
+        FROM task_schedule_run run, jsonb_array_elements(run.outcomes) o
+        WHERE run.id IN (:run_ids) AND ((o->>'rack_id')::uuid = ANY(:page_racks) OR left)
 
     The racks that left the scope are few unless the scope was replaced, and the grid lists them after
     the scope's (every page needs their number)."""
     run = task_schedule_run.c
     each, field = _unnested_outcomes(conn.dialect.name)
-    rack_of = [str(rack) for rack in page_racks]
-    scope = [str(rack) for rack in scope_racks]
-    left: ColumnElement[bool]
+    rack_id = _outcome_rack_id(conn.dialect.name, field)
+    scope = task_schedule_scope.c
+    left = rack_id.not_in(select(scope.rack_id).where(scope.schedule_id == schedule_id))
     if conn.dialect.name == POSTGRESQL:
-        page = field("rack_id") == any_(bindparam("page_racks", rack_of, ARRAY(Text)))
-        left = field("rack_id") != all_(bindparam("scope_racks", scope, ARRAY(Text)))
+        page = rack_id == any_(bindparam("page_racks", list(page_racks), ARRAY(Uuid)))
     else:
-        page = field("rack_id").in_(rack_of)
-        listed = func.json_each(bindparam("scope_racks", scope, json_type())).table_valued("value")
-        left = field("rack_id").not_in(select(listed.c.value).scalar_subquery())
+        page = rack_id.in_([rack.hex for rack in page_racks])
     stmt = (
-        select(run.id, each.c.value)
+        select(run.id, each.c.value, left.label("left"))
         .select_from(task_schedule_run.join(each, true()))
         .where(run.id.in_(list(run_ids)), or_(page, left))
     )
     found: list[tuple[uuid.UUID, ShownOutcome]] = []
-    for run_id, value in (await conn.execute(stmt)).all():
+    gone: set[uuid.UUID] = set()
+    for run_id, value, outside in (await conn.execute(stmt)).all():
         outcome = _outcome_from_json(_json_object(value))
         found.append((run_id, ShownOutcome(outcome.rack_id, outcome.outcome, outcome.task_id, outcome.error)))
-    return found
+        if outside:
+            gone.add(outcome.rack_id)
+    return found, gone
