@@ -9,9 +9,9 @@ Faithful rows: a rack, a schedule on it, one manual firing of it (its run and ta
 first written through rackflow's own services and store on the migrated schema; every other row is a copy
 of those with only its ids, names, times and links changed (`_clone`): the columns it does not name are the
 template's, so a column added by a later migration is copied too. Outcomes are written in
-`store.schedules.outcomes_to_json`'s shape, and `check_rows` reads a cloned run and task back through
-rackflow's own row readers. Ids are md5-derived from the row's number, so rows link to each other without
-a join (`run k` submitted `task k`, of schedule `k % schedules`).
+`store.schedules.outcomes_to_json`'s shape (their counts in `outcome_counts_to_json`'s), and `check_rows`
+reads a cloned run and task back through rackflow's own row readers. Ids are md5-derived from the row's
+number, so rows link to each other without a join (`run k` submitted `task k`, of schedule `k % schedules`).
 
 Layout (S schedules, R racks, N runs, A audit events):
 * racks 0..R-1, each with one COMPUTE component;
@@ -415,6 +415,7 @@ def _load_big(
                     "scheduled_for": fired,
                     "trigger": "'dispatch'",
                     "outcomes": outcomes,
+                    "outcome_counts": f"jsonb_build_object('submitted', jsonb_build_array(0, {big_racks}))",
                 },
                 f"(SELECT {j} AS j) g",
             )
@@ -476,6 +477,8 @@ async def check_rows(url: str, run_number: int) -> None:
             ).one()
             run = schedule_store.run_from_row(row)
             (outcome,) = run.outcomes
+            counted = schedule_store.tally_from_json(schedule_store.outcome_counts_to_json(run.outcomes))
+            assert schedule_store.tally_from_json(row.outcome_counts) == counted
             task = await task_store.get_task(conn, outcome.task_id)  # type: ignore[arg-type]
             assert task is not None and task.status.value == "completed", task
             events, _ = await audit_store.list_events(conn, limit=1)

@@ -144,7 +144,12 @@ async def test_complete_runs_stores_what_the_per_row_update_stores(db: Database)
         by_run = {run_id: outcomes(k) for k, run_id in enumerate(mine)}
         await store.complete_runs(conn, {**by_run, uuid.uuid4(): outcomes(1)})
         reference = [
-            {"id": twin, "outcomes": store.outcomes_to_json(outcomes(k))} for k, twin in enumerate(twins)
+            {
+                "id": twin,
+                "outcomes": store.outcomes_to_json(outcomes(k)),
+                "outcome_counts": store.outcome_counts_to_json(outcomes(k)),
+            }
+            for k, twin in enumerate(twins)
         ]
         await _per_row(conn, task_schedule_run, reference, {"state": "completed"})
     stored = await _stored(db, task_schedule_run, mine, {"id", "fired_at"})

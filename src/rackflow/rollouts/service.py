@@ -333,10 +333,10 @@ class RolloutService:
             run = await schedule_store.run_head(conn, run_id)
             if run is None:
                 raise NotFound(f"id: no task schedule run {run_id}")
-            found = await schedule_store.grid_outcomes(conn, [run_id], [], None)
+            tallies = await schedule_store.run_tallies(conn, [run_id])
             counts = await store.task_status_counts(conn, [run_id])
             retries = await store.retried_by(conn, [run_id])
-        return RunSummary(run, found.tallies[run_id], counts[run_id], tuple(retries.get(run_id, ())))
+        return RunSummary(run, tallies[run_id], counts[run_id], tuple(retries.get(run_id, ())))
 
     async def resume(self, run_id: uuid.UUID) -> RunReport:
         """Continue a halted rollout: its not-started scopes are pending again, the failures so far are

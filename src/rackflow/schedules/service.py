@@ -965,9 +965,9 @@ class ScheduleService:
 
     async def scope_page(
         self, schedule_id: uuid.UUID, offset: int, limit: int
-    ) -> tuple[list[tuple[Scope, str]], list[uuid.UUID]]:
-        """A page of the schedule's scope by rack name, with the names, and the racks of its whole scope
-        (`store.scope_page`)."""
+    ) -> tuple[list[tuple[Scope, str]], int]:
+        """A page of the schedule's scope by rack name, with the names, and how many racks its whole scope
+        has (`store.scope_page`)."""
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
             return await store.scope_page(conn, schedule_id, offset, limit)
@@ -987,17 +987,16 @@ class ScheduleService:
             return await store.run_heads(conn, schedule_id, limit)
 
     async def grid_outcomes(
-        self,
-        run_ids: Collection[uuid.UUID],
-        page_racks: Collection[uuid.UUID],
-        scope_racks: Collection[uuid.UUID],
+        self, schedule_id: uuid.UUID, run_ids: Collection[uuid.UUID], page_racks: Collection[uuid.UUID]
     ) -> tuple[store.GridOutcomes, dict[uuid.UUID, dict[TaskStatus, int]]]:
-        """What a page of the runs grid shows of these runs (`store.grid_outcomes`: each run's tally, and
-        the outcomes of `page_racks` and of racks not in `scope_racks`), and how many of each run's tasks
-        are in each status (its column's verdict), read together."""
+        """What a page of the runs grid shows of these runs of the schedule (`store.grid_outcomes`: each
+        run's tally, the outcomes of `page_racks` and of racks no longer in its scope, and their tasks'
+        statuses), and how many of each run's tasks are in each status (its column's verdict), read
+        together."""
         async with self.db.read() as conn:
-            outcomes = await store.grid_outcomes(conn, run_ids, page_racks, scope_racks)
-            return outcomes, await rollout_store.task_status_counts(conn, run_ids)
+            task_counts = await rollout_store.task_status_counts(conn, run_ids)
+            found = await store.grid_outcomes(conn, schedule_id, run_ids, page_racks, task_counts)
+            return found, task_counts
 
 
 def _decided(

@@ -19,15 +19,12 @@ from sqlalchemy import (
     ColumnElement,
     Row,
     Select,
-    Text,
     Uuid,
-    all_,
     and_,
     any_,
     bindparam,
     delete,
     exists,
-    false,
     func,
     insert,
     literal,
@@ -58,7 +55,7 @@ from rackflow.domain.schedules import (
     ScopeOutcome,
     Trigger,
 )
-from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy
+from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, unique_violation_as
@@ -78,7 +75,7 @@ from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.streak_checks import mark_schedules, mark_schedules_of_runs
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import is_active
-from rackflow.store.types import json_type
+from rackflow.store.tasks import statuses as task_statuses
 from rackflow.timespec import ScheduleSpec, SpecType
 
 RUNS_KEPT_PER_SCHEDULE = 100
@@ -212,6 +209,30 @@ def _outcome_from_json(data: dict[str, Any]) -> ScopeOutcome:
 
 def outcomes_to_json(outcomes: Sequence[ScopeOutcome]) -> list[dict[str, object]]:
     return [_outcome_to_json(o) for o in outcomes]
+
+
+# How many of a run's racks had each outcome, with a task or without: (outcome, has task) -> racks.
+Tally = dict[tuple[str, bool], int]
+
+
+def outcome_counts_to_json(outcomes: Sequence[ScopeOutcome]) -> dict[str, list[int]]:
+    """The run's `outcome_counts` column, written wherever its outcomes are (migration 0024): per outcome,
+    [racks without a task, racks with one]. The runs grid's column verdicts and a run's page read it in
+    place of counting 10,000 outcomes per request (docs/PERFORMANCE.md, issue 29)."""
+    counts: dict[str, list[int]] = {}
+    for outcome in outcomes:
+        counts.setdefault(outcome.outcome, [0, 0])[outcome.task_id is not None] += 1
+    return counts
+
+
+def tally_from_json(counts: Mapping[str, Sequence[int]] | None) -> Tally:
+    """The `Tally` of an `outcome_counts` column (its zero counts left out, as counting finds none)."""
+    tally: Tally = {}
+    for outcome, (untasked, tasked) in (counts or {}).items():
+        for has_task, count in ((False, untasked), (True, tasked)):
+            if count:
+                tally[(outcome, has_task)] = count
+    return tally
 
 
 def run_from_row(row: Row[Any]) -> Run:
@@ -610,9 +631,9 @@ async def list_scopes(conn: AsyncConnection, schedule_id: uuid.UUID) -> list[Sco
 
 async def scope_page(
     conn: AsyncConnection, schedule_id: uuid.UUID, offset: int, limit: int
-) -> tuple[list[tuple[Scope, str]], list[uuid.UUID]]:
-    """A page of the schedule's scope entries by rack name, each with its rack's name, and the racks of
-    all its entries (the runs grid pages its racks; the grid's outcomes need to know which left):
+) -> tuple[list[tuple[Scope, str]], int]:
+    """A page of the schedule's scope entries by rack name, each with its rack's name, and how many entries
+    it has (the runs grid pages its racks; `grid_outcomes` finds the racks that left in the database):
 
         SELECT scope.*, racks.name FROM task_schedule_scope scope JOIN racks ON racks.id = scope.rack_id
         WHERE scope.schedule_id = :id ORDER BY racks.name, racks.id LIMIT :limit OFFSET :offset
@@ -626,10 +647,10 @@ async def scope_page(
         .offset(offset)
         .limit(limit)
     )
-    every_rack = select(scope.rack_id).where(scope.schedule_id == schedule_id)
+    total = select(func.count()).select_from(task_schedule_scope).where(scope.schedule_id == schedule_id)
     return (
         [(scope_from_row(row), row.name) for row in (await conn.execute(page)).all()],
-        list((await conn.execute(every_rack)).scalars()),
+        (await conn.execute(total)).scalar_one(),
     )
 
 
@@ -903,6 +924,7 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
                 "trigger": r.trigger,
                 "state": r.state,
                 "outcomes": outcomes_to_json(r.outcomes),
+                "outcome_counts": outcome_counts_to_json(r.outcomes),
                 "owner_id": r.owner_id,
                 "rollout": _rollout_to(r.rollout),
                 "reason": r.reason,
@@ -970,6 +992,7 @@ async def decide_awaiting(
     values: dict[str, object] = {"state": state, **_approval_columns(state, approval)}
     if outcomes is not None:
         values["outcomes"] = outcomes_to_json(outcomes)
+        values["outcome_counts"] = outcome_counts_to_json(outcomes)
     if reason is not None:
         values["reason"] = reason
     result = await conn.execute(
@@ -1006,7 +1029,12 @@ async def complete_runs(
     if not outcomes_by_run:
         return
     rows = [
-        {"id": run_id, "outcomes": outcomes_to_json(outcomes)} for run_id, outcomes in outcomes_by_run.items()
+        {
+            "id": run_id,
+            "outcomes": outcomes_to_json(outcomes),
+            "outcome_counts": outcome_counts_to_json(outcomes),
+        }
+        for run_id, outcomes in outcomes_by_run.items()
     ]
     await conn.execute(*update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"}))
     await mark_schedules_of_runs(conn, outcomes_by_run)
@@ -1148,6 +1176,13 @@ def _unnested_outcomes(dialect: str) -> tuple[TableValuedAlias, Callable[[str], 
     return each, lambda key: func.json_extract(each.c.value, f"$.{key}")
 
 
+def _outcome_rack_id(dialect: str, field: Callable[[str], ColumnElement[Any]]) -> ColumnElement[Any]:
+    """An unnested outcome's rack id as the racks table keeps it (SQLite: its 32 hex digits)."""
+    if dialect == POSTGRESQL:
+        return cast_(field("rack_id"), Uuid)
+    return func.replace(field("rack_id"), "-", "")
+
+
 async def run_rack_page(
     conn: AsyncConnection, run_id: uuid.UUID, offset: int, limit: int
 ) -> list[tuple[ScopeOutcome, str | None]]:
@@ -1160,10 +1195,7 @@ async def run_rack_page(
         ORDER BY o->>'canary' IS NULL, coalesce(racks.name, o->>'rack_id') LIMIT :limit OFFSET :offset
     """
     each, field = _unnested_outcomes(conn.dialect.name)
-    if conn.dialect.name == POSTGRESQL:
-        rack_id: ColumnElement[Any] = cast_(field("rack_id"), Uuid)
-    else:  # SQLite keeps a UUID as its 32 hex digits
-        rack_id = func.replace(field("rack_id"), "-", "")
+    rack_id = _outcome_rack_id(conn.dialect.name, field)
     stmt = (
         select(each.c.value.label("outcome"), racks.c.name)
         .select_from(task_schedule_run.join(each, true()).outerjoin(racks, racks.c.id == rack_id))
@@ -1181,74 +1213,166 @@ def _json_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else cast(dict[str, Any], json.loads(value))
 
 
-# How many of a run's racks had each outcome, with a task or without: (outcome, has task) -> racks.
-Tally = dict[tuple[str, bool], int]
+@dataclass(frozen=True)
+class ShownOutcome:
+    """One rack's outcome in one run as a cell of the runs grid shows it (its scope entry, canary mark and
+    deadline are not shown)."""
+
+    rack_id: uuid.UUID
+    outcome: Outcome
+    task_id: uuid.UUID | None
+    error: str
 
 
 @dataclass(frozen=True)
 class GridOutcomes:
-    """A page of the runs grid, read from its runs' outcomes in one pass: per run, the `Tally` of all its
-    racks (its column's verdict), and the outcomes of the page's racks and of racks no longer in scope."""
+    """A page of the runs grid: per run, the `Tally` of all its racks (its column's verdict), and the
+    outcomes of the page's racks and of racks no longer in scope; the status of each shown outcome's task
+    that still exists; and which racks left the scope."""
 
     tallies: dict[uuid.UUID, Tally]
-    shown: dict[uuid.UUID, list[ScopeOutcome]]
+    shown: dict[uuid.UUID, list[ShownOutcome]]
+    statuses: dict[uuid.UUID, TaskStatus]
+    left: set[uuid.UUID]  # the racks of these runs no longer in the schedule's scope
+
+
+async def run_tallies(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Tally]:
+    """Each run's `Tally`, from its `outcome_counts` column (written with its outcomes, migration 0024):
+    a column's verdict and a run's bar read 20 small columns, not 20 × 10,000 outcomes."""
+    found: dict[uuid.UUID, Tally] = {run_id: {} for run_id in run_ids}
+    for chunk in chunked(list(run_ids)):
+        stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcome_counts).where(
+            task_schedule_run.c.id.in_(chunk)
+        )
+        for run_id, counts in await conn.execute(stmt):
+            found[run_id] = tally_from_json(counts)
+    return found
+
+
+def told_by_its_tasks(tally: Mapping[tuple[str, bool], int], task_counts: Mapping[TaskStatus, int]) -> bool:
+    """Whether a run's outcomes are exactly its tasks, one per rack, so that a page of its racks can be
+    read from `tasks` by (run_id, rack_id) instead of from its outcome JSON: every rack was submitted with
+    a task, and as many tasks name the run as it has racks. A task is submitted with its run's id
+    (`uq_tasks_run_id_rack_id`: one per rack) and recorded in the run's outcomes in the transaction that
+    writes them back (a rollout step: in the same one); a submitted outcome carries no error
+    (`ScopeOutcome`). So the two counts differ whenever the outcomes name a task that is gone (pruned, or
+    deleted with its rack: "done" to the grid) or not yet written back — then the JSON is read."""
+    racks = tally.get(("submitted", True), 0)
+    return racks > 0 and len(tally) == 1 and sum(task_counts.values()) == racks
 
 
 async def grid_outcomes(
     conn: AsyncConnection,
+    schedule_id: uuid.UUID,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
-    scope_racks: Collection[uuid.UUID] | None,
+    task_counts: Mapping[uuid.UUID, Mapping[TaskStatus, int]],
 ) -> GridOutcomes:
-    """One statement over the runs' outcomes, each unnested in the database (PostgreSQL
-    `jsonb_array_elements`, SQLite `json_each`), so Python parses only the outcomes it shows:
+    """What a page of the runs grid shows of these runs of the schedule, given each run's tasks by status
+    (`store.rollouts.task_status_counts`): each run's tally (`run_tallies`), and the outcomes of the page's
+    racks and of racks no longer in its scope with their tasks' statuses. A run of 10,000 racks carries
+    23 MB of outcome JSON a page of 20 runs would unnest (docs/PERFORMANCE.md, issue 29), so a run whose
+    outcomes are exactly its tasks (`told_by_its_tasks`, the usual plain firing) is read from `tasks`
+    (`_cells_from_tasks`); only the others' outcomes are unnested and filtered (`_cells_from_outcomes`).
+    Which racks left is asked of the scope table in the database: the scope's 10,000 rack ids are never
+    read into Python (sent back as a parameter, and garbage with the page, they cost more than the
+    statements)."""
+    tallies = await run_tallies(conn, run_ids)
+    by_tasks = {r for r in run_ids if told_by_its_tasks(tallies[r], task_counts.get(r, {}))}
+    by_outcomes = [run_id for run_id in run_ids if run_id not in by_tasks]
+    shown: dict[uuid.UUID, list[ShownOutcome]] = {run_id: [] for run_id in run_ids}
+    found_statuses: dict[uuid.UUID, TaskStatus] = {}
+    left: set[uuid.UUID] = set()
+    if by_tasks:
+        cells, left_by_tasks = await _cells_from_tasks(conn, schedule_id, by_tasks, page_racks)
+        left |= left_by_tasks
+        for run_id, cell, status in cells:
+            shown[run_id].append(cell)
+            found_statuses[cast(uuid.UUID, cell.task_id)] = status
+    if by_outcomes:
+        unnested, left_by_outcomes = await _cells_from_outcomes(conn, schedule_id, by_outcomes, page_racks)
+        left |= left_by_outcomes
+        for run_id, cell in unnested:
+            shown[run_id].append(cell)
+        task_ids = {cell.task_id for _, cell in unnested if cell.task_id is not None}
+        found_statuses |= await task_statuses(conn, task_ids)
+    return GridOutcomes(tallies, shown, found_statuses, left)
 
-        SELECT run.id, per_run.* FROM task_schedule_run run JOIN LATERAL (
-            SELECT o->>'outcome', o->>'task_id' IS NOT NULL, count(*),
-                   jsonb_agg(o) FILTER (WHERE o->>'rack_id' = ANY(:page_racks)
-                                        OR o->>'rack_id' <> ALL(:scope_racks))
-            FROM jsonb_array_elements(run.outcomes) o GROUP BY 1, 2) per_run ON true
-        WHERE run.id IN (:run_ids)
 
-    `scope_racks` None: no rack counts as having left (a run's page wants only the tallies). Grouped per
-    run (LATERAL), PostgreSQL hashes each run's 10,000 outcomes into a handful of groups; grouped over all
-    the runs at once it sorted 200,000 of them, on disk (1.2 s against 0.36 s). SQLite, which has no
-    LATERAL, groups them all at once.
+async def _cells_from_tasks(
+    conn: AsyncConnection,
+    schedule_id: uuid.UUID,
+    run_ids: Collection[uuid.UUID],
+    page_racks: Collection[uuid.UUID],
+) -> tuple[list[tuple[uuid.UUID, ShownOutcome, TaskStatus]], set[uuid.UUID]]:
+    """The page's racks and the racks no longer in scope, of runs `told_by_its_tasks`, from their tasks:
+    first the racks that left (every task's rack is in `racks`, which cascades a deleted rack's tasks
+    away), then the tasks of those and of the page's racks, each by the index of UNIQUE (run_id, rack_id):
+
+        SELECT racks.id FROM racks
+        WHERE racks.id NOT IN (SELECT rack_id FROM task_schedule_scope WHERE schedule_id = :schedule_id)
+          AND EXISTS (SELECT FROM tasks WHERE run_id IN (:runs) AND rack_id = racks.id)
+        SELECT run_id, rack_id, id, status FROM tasks
+        WHERE run_id IN (:runs) AND rack_id IN (:page_racks + the racks that left)
+
+    The first costs what the smaller side does: PostgreSQL probes the index for each rack outside the
+    scope (none, when a schedule covers the fleet: 11–16 ms at 10,000 racks), or reads the runs' 200,000
+    index entries once when most racks are outside it (70 ms), never their heap rows. Returns the cells
+    with their tasks' statuses, and the racks that left."""
+    run_ids = list(run_ids)
+    has_task = exists().where(tasks.c.run_id.in_(run_ids), tasks.c.rack_id == racks.c.id)
+    scope = task_schedule_scope.c
+    outside = racks.c.id.not_in(select(scope.rack_id).where(scope.schedule_id == schedule_id))
+    left_of_scope = select(racks.c.id).where(outside, has_task)
+    left = set((await conn.execute(left_of_scope)).scalars())
+    wanted = list(set(page_racks) | left)
+    found: list[tuple[uuid.UUID, ShownOutcome, TaskStatus]] = []
+    for chunk in chunked(wanted):
+        stmt = select(tasks.c.run_id, tasks.c.rack_id, tasks.c.id, tasks.c.status).where(
+            tasks.c.run_id.in_(run_ids), tasks.c.rack_id.in_(chunk)
+        )
+        for row in await conn.execute(stmt):
+            cell = ShownOutcome(row.rack_id, "submitted", row.id, "")
+            found.append((row.run_id, cell, TaskStatus(row.status)))
+    return found, left
+
+
+async def _cells_from_outcomes(
+    conn: AsyncConnection,
+    schedule_id: uuid.UUID,
+    run_ids: Collection[uuid.UUID],
+    page_racks: Collection[uuid.UUID],
+) -> tuple[list[tuple[uuid.UUID, ShownOutcome]], set[uuid.UUID]]:
+    """The outcomes of the page's racks and of racks no longer in the schedule's scope, each run's outcomes
+    unnested and filtered in the database (PostgreSQL `jsonb_array_elements`, SQLite `json_each`), so
+    Python parses only the outcomes it shows; and the racks that left:
+
+        SELECT run.id, o, (o->>'rack_id')::uuid NOT IN (SELECT rack_id FROM task_schedule_scope
+                                                        WHERE schedule_id = :schedule_id) AS left
+        FROM task_schedule_run run, jsonb_array_elements(run.outcomes) o
+        WHERE run.id IN (:run_ids) AND ((o->>'rack_id')::uuid = ANY(:page_racks) OR left)
 
     The racks that left the scope are few unless the scope was replaced, and the grid lists them after
     the scope's (every page needs their number)."""
     run = task_schedule_run.c
-    postgres = conn.dialect.name == POSTGRESQL
     each, field = _unnested_outcomes(conn.dialect.name)
-    rack_of = [str(rack) for rack in page_racks]
-    scope = [str(rack) for rack in scope_racks or ()]
-    left: ColumnElement[bool] = false()
-    if postgres:
-        shown = func.jsonb_agg(each.c.value, type_=json_type())
-        page = field("rack_id") == any_(bindparam("page_racks", rack_of, ARRAY(Text)))
-        if scope_racks is not None:
-            left = field("rack_id") != all_(bindparam("scope_racks", scope, ARRAY(Text)))
+    rack_id = _outcome_rack_id(conn.dialect.name, field)
+    scope = task_schedule_scope.c
+    left = rack_id.not_in(select(scope.rack_id).where(scope.schedule_id == schedule_id))
+    if conn.dialect.name == POSTGRESQL:
+        page = rack_id == any_(bindparam("page_racks", list(page_racks), ARRAY(Uuid)))
     else:
-        shown = func.json_group_array(func.json(each.c.value), type_=json_type())
-        page = field("rack_id").in_(rack_of)
-        if scope_racks is not None:
-            listed = func.json_each(bindparam("scope_racks", scope, json_type())).table_valued("value")
-            left = field("rack_id").not_in(select(listed.c.value).scalar_subquery())
-    outcome, has_task = field("outcome"), field("task_id").is_not(None)
-    columns = (outcome, has_task, func.count(), shown.filter(or_(page, left)))
-    if postgres:
-        per_run = select(*columns).select_from(each).group_by(outcome, has_task).lateral("per_run")
-        stmt = select(run.id, *per_run.c).select_from(task_schedule_run.join(per_run, true()))
-    else:
-        stmt = (
-            select(run.id, *columns)
-            .select_from(task_schedule_run.join(each, true()))
-            .group_by(run.id, outcome, has_task)
-        )
-    stmt = stmt.where(run.id.in_(list(run_ids)))
-    tallies: dict[uuid.UUID, Tally] = {run_id: {} for run_id in run_ids}
-    found: dict[uuid.UUID, list[ScopeOutcome]] = {run_id: [] for run_id in run_ids}
-    for run_id, kind, with_task, count, outcomes in (await conn.execute(stmt)).all():
-        tallies[run_id][(kind, bool(with_task))] = count
-        found[run_id].extend(_outcome_from_json(item) for item in outcomes or ())
-    return GridOutcomes(tallies, found)
+        page = rack_id.in_([rack.hex for rack in page_racks])
+    stmt = (
+        select(run.id, each.c.value, left.label("left"))
+        .select_from(task_schedule_run.join(each, true()))
+        .where(run.id.in_(list(run_ids)), or_(page, left))
+    )
+    found: list[tuple[uuid.UUID, ShownOutcome]] = []
+    gone: set[uuid.UUID] = set()
+    for run_id, value, outside in (await conn.execute(stmt)).all():
+        outcome = _outcome_from_json(_json_object(value))
+        found.append((run_id, ShownOutcome(outcome.rack_id, outcome.outcome, outcome.task_id, outcome.error)))
+        if outside:
+            gone.add(outcome.rack_id)
+    return found, gone

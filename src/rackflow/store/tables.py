@@ -126,6 +126,8 @@ tasks = Table(
     # migration 0006 need not rebuild the table on SQLite.
     Index("uq_tasks_run_id_rack_id", "run_id", "rack_id", unique=True),
     Index("ix_tasks_rack_id_status", "rack_id", "status"),
+    # A run's tasks by status, counted from the index alone (the runs grid, a run's page; migration 0024).
+    Index("ix_tasks_run_id_status", "run_id", "status"),
     Index("ix_tasks_created_at", "created_at"),
     # A list filtered by schedule or by status, newest first: the filter, then the list's order (migration
     # 0022), so a page and its capped count read only their own rows.
@@ -257,6 +259,9 @@ task_schedule_run = Table(
     Column("trigger", String(16), nullable=False),
     Column("state", String(32), nullable=False),  # 32 since "awaiting_approval" (migration 0018)
     Column("outcomes", json_type(), nullable=False),
+    # How many of its racks had each outcome, without a task and with one (migration 0024): written with
+    # the outcomes (`store.schedules.outcome_counts_to_json`), so a run's tally is read without its outcomes.
+    Column("outcome_counts", json_type(), nullable=False, server_default=text("'{}'")),
     Column("owner_id", Uuid, nullable=True),
     # A rollout's run (migration 0012): its policy as fired, why it halted or was skipped, and what its
     # last resume excused (the failures before it, and the canary gate).

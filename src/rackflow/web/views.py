@@ -18,8 +18,9 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Run, RunState, Schedule, ScopeOutcome
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Run, RunState, Schedule
 from rackflow.domain.tasks import TaskStatus
 
 
@@ -147,7 +148,17 @@ def _untasked_verdict(outcome: str) -> Verdict:
     return _ROLLOUT_VERDICT.get(outcome, Verdict.SKIPPED)
 
 
-def outcome_verdict(outcome: ScopeOutcome, statuses: Mapping[uuid.UUID, TaskStatus]) -> Verdict:
+class RackOutcome(Protocol):
+    """A rack's outcome in a firing as a verdict needs it (`ScopeOutcome`, a grid's `ShownOutcome`)."""
+
+    @property
+    def outcome(self) -> Outcome: ...
+
+    @property
+    def task_id(self) -> uuid.UUID | None: ...
+
+
+def outcome_verdict(outcome: RackOutcome, statuses: Mapping[uuid.UUID, TaskStatus]) -> Verdict:
     """One rack of one firing: its task's status when submitted (a vanished task counts as done)."""
     if outcome.outcome != "submitted" or outcome.task_id is None:
         return _untasked_verdict(outcome.outcome)

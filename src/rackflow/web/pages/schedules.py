@@ -195,28 +195,26 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
     schedule = await services.schedules.get(await refs.schedule_id(services, ref, "id"))
     page = page_number(request)
     first = offset_of(page, RACKS_PER_PAGE)
-    scopes, scope_racks = await services.schedules.scope_page(schedule.id, first, RACKS_PER_PAGE)
+    scopes, scope_total = await services.schedules.scope_page(schedule.id, first, RACKS_PER_PAGE)
     runs, total_runs = await services.schedules.run_heads(schedule.id, GRID_RUNS)
     columns = list(reversed(runs))  # oldest left, newest right, as time runs
-    found, task_counts = await services.schedules.grid_outcomes(
-        [run.id for run in runs], [scope.rack_id for scope, _ in scopes], scope_racks
-    )
+    scoped = {scope.rack_id for scope, _ in scopes}
+    found, task_counts = await services.schedules.grid_outcomes(schedule.id, [run.id for run in runs], scoped)
     # Racks that have left the scope follow it: by name, then those gone from the inventory too.
-    scoped = set(scope_racks)
-    left = {o.rack_id for outcomes in found.shown.values() for o in outcomes} - scoped
+    left = found.left
     names = {scope.rack_id: name for scope, name in scopes} | await services.inventory.rack_names(left)
     left_in_order = [
         *sorted(left & names.keys(), key=names.__getitem__),
         *sorted(left - names.keys(), key=str),
     ]
-    past_scope = max(0, first - len(scope_racks))
+    past_scope = max(0, first - scope_total)
     shown_racks = [
         *(scope.rack_id for scope, _ in scopes),
         *left_in_order[past_scope : past_scope + RACKS_PER_PAGE - len(scopes)],
     ]
     on_page = set(shown_racks)
     shown = [(run, o) for run in columns for o in found.shown[run.id] if o.rack_id in on_page]
-    statuses = await services.tasks.statuses({o.task_id for _, o in shown if o.task_id is not None})
+    statuses = found.statuses
     grid: dict[uuid.UUID, dict[uuid.UUID, Cell]] = {rack: {} for rack in shown_racks}
     for run, outcome in shown:
         verdict = outcome_verdict(outcome, statuses)
@@ -235,11 +233,11 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
         "rollout": rollout,
         "rollout_bar": progress_bar(rollout.progress) if rollout and rollout.progress else None,
         "scopes": [scope for scope, _ in scopes],
-        "scope_total": len(scope_racks),
+        "scope_total": scope_total,
         "scoped": scoped,
         "rack_names": names,
         "rack_ids": shown_racks,
-        "rack_pager": pages_of(len(scope_racks) + len(left), page, RACKS_PER_PAGE),
+        "rack_pager": pages_of(scope_total + len(left), page, RACKS_PER_PAGE),
         "url": lambda **changes: query_url(request, **changes),
         "columns": columns,
         "verdicts": {

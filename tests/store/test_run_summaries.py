@@ -1,0 +1,228 @@
+"""A run's kept summary is what counting it from scratch finds, on both databases (migration 0024,
+docs/PERFORMANCE.md "The runs grid and a big run's page"): its `outcome_counts` column against its
+outcomes, its tasks by status (`task_status_counts`, from `ix_tasks_run_id_status`) against its tasks,
+and the runs grid's page (`grid_outcomes`: cells of the page's racks and of racks that left the scope,
+read from `tasks` for a run `told_by_its_tasks`, else from its outcome JSON) against the outcomes
+themselves — after firing, task completion, attempt retries, holds, RetryTaskScheduleRun, rollout steps,
+a halt and its retry, approval, a missed firing, a rack leaving the scope or the inventory, and pruning of
+tasks and of runs."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+
+from rackflow.clock import FakeClock
+from rackflow.domain.approvals import ApprovalPolicy
+from rackflow.domain.inventory import Rack
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import OverlapPolicy, Run, Schedule
+from rackflow.domain.tasks import QueueOptions, Task, TaskStatus
+from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.services import Services
+from rackflow.store import rollouts as rollout_store
+from rackflow.store import schedules as schedule_store
+from rackflow.store import task_runs
+from rackflow.store import tasks as task_store
+from rackflow.store.db import Database
+from rackflow.store.tables import task_schedule_run, task_schedule_scope, tasks
+from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
+from tests.store.test_executor import start_running
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _schedule(
+    env: Env,
+    racks: Sequence[Rack],
+    name: str = "fw",
+    *,
+    rollout: RolloutPolicy | None = None,
+    approval: ApprovalPolicy | None = None,
+) -> Schedule:
+    return await env.services.schedules.create(
+        name=name,
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.QUEUE,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(*racks),
+        rollout=rollout,
+        approval=approval,
+    )
+
+
+async def _runs(env: Env, schedule: Schedule) -> list[Run]:
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    return list(runs)
+
+
+async def _tasks(env: Env, run_id: uuid.UUID) -> list[Task]:
+    """The run's tasks by their racks' names."""
+    found, _ = await env.services.tasks.list_tasks()
+    names = await env.services.inventory.rack_names({t.rack_id for t in found})
+    return sorted((t for t in found if t.run_id == run_id), key=lambda t: names[t.rack_id])
+
+
+async def _end(env: Env, ended: Sequence[Task], status: TaskStatus) -> None:
+    async with env.db.transaction() as conn:
+        await task_store.set_status(conn, [t.id for t in ended], status, now=env.clock.now())
+
+
+async def summaries_match(env: Env, schedule: Schedule) -> tuple[int, int]:
+    """Assert every run of `schedule` is summarised as counting it from scratch finds, and its grid page
+    (of every other scope rack) shows what its outcomes say; returns how many runs were read from their
+    tasks and how many from their outcomes, so a test can say both ways were taken."""
+    runs = await _runs(env, schedule)
+    run_ids = [run.id for run in runs]
+    async with env.db.read() as conn:
+        tallies = await schedule_store.run_tallies(conn, run_ids)
+        counts = await rollout_store.task_status_counts(conn, run_ids)
+        rows = (await conn.execute(select(tasks.c.id, tasks.c.run_id, tasks.c.status))).all()
+        scope_of = select(task_schedule_scope.c.rack_id).where(
+            task_schedule_scope.c.schedule_id == schedule.id
+        )
+        scope_racks = sorted((await conn.execute(scope_of)).scalars(), key=str)
+        page_racks = scope_racks[::2]
+        found = await schedule_store.grid_outcomes(conn, schedule.id, run_ids, page_racks, counts)
+    status_of = {row.id: TaskStatus(row.status) for row in rows}
+    by_tasks = 0
+    for run in runs:
+        assert tallies[run.id] == dict(Counter((o.outcome, o.task_id is not None) for o in run.outcomes))
+        assert counts[run.id] == dict(Counter(TaskStatus(row.status) for row in rows if row.run_id == run.id))
+        shown = [
+            schedule_store.ShownOutcome(o.rack_id, o.outcome, o.task_id, o.error)
+            for o in run.outcomes
+            if o.rack_id in page_racks or o.rack_id not in scope_racks
+        ]
+        assert sorted(found.shown[run.id], key=lambda o: str(o.rack_id)) == sorted(
+            shown, key=lambda o: str(o.rack_id)
+        ), run.state
+        by_tasks += schedule_store.told_by_its_tasks(tallies[run.id], counts[run.id])
+    assert found.left == {o.rack_id for run in runs for o in run.outcomes if o.rack_id not in scope_racks}
+    shown_tasks = {o.task_id for cells in found.shown.values() for o in cells if o.task_id is not None}
+    assert found.statuses == {task_id: status_of[task_id] for task_id in shown_tasks if task_id in status_of}
+    return by_tasks, len(runs) - by_tasks
+
+
+async def test_plain_firings_through_completion_retries_holds_leaving_racks_and_pruning(db: Database) -> None:
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(5)]
+    schedule = await _schedule(env, racks)
+    await env.services.schedules.trigger(schedule.id)
+    (first,) = await _runs(env, schedule)
+    assert await summaries_match(env, schedule) == (1, 0)  # every task pending
+    ran = await _tasks(env, first.id)
+    await _end(env, ran[:2], TaskStatus.COMPLETED)
+    await _end(env, ran[2:3], TaskStatus.FAILED)
+    await _end(env, ran[3:4], TaskStatus.TERMINATED)
+    owner = uuid.uuid4()
+    await start_running(db, ran[4], owner)
+    assert await summaries_match(env, schedule) == (1, 0)
+    # An attempt that failed retryably goes back to PENDING, held until its next attempt.
+    async with db.transaction() as conn:
+        later = env.clock.now() + timedelta(minutes=1)
+        assert await task_runs.retry_later(conn, {ran[4].id: (later, "flaky")}, owner_id=owner, now=later)
+    (retried,) = await env.services.tasks.get_tasks([ran[4].id])
+    assert retried.status is TaskStatus.PENDING and retried.attempt == 2
+    assert await summaries_match(env, schedule) == (1, 0)
+    await _end(env, [retried], TaskStatus.COMPLETED)
+    # RetryTaskScheduleRun: a new run of the failed and terminated racks.
+    env.clock.advance(timedelta(seconds=1))
+    again = await env.services.schedules.retry_run(first.id)
+    assert len(again.run.outcomes) == 2
+    assert await summaries_match(env, schedule) == (2, 0)
+    await _end(env, await _tasks(env, again.run.id), TaskStatus.COMPLETED)
+    env.clock.advance(timedelta(seconds=1))
+    await env.services.schedules.trigger(schedule.id)
+    assert await summaries_match(env, schedule) == (3, 0)
+    # A rack leaves the scope: its cells are shown after the scope's, read from its tasks.
+    scopes = await env.services.schedules.list_scopes(schedule.id)
+    (gone_scope,) = [sc for sc in scopes if sc.rack_id == racks[0].id]
+    await env.services.schedules.remove_scope(gone_scope.id)
+    assert await summaries_match(env, schedule) == (3, 0)
+    # A rack deleted from the inventory takes its tasks along: runs that had one are read from outcomes.
+    newest = (await _runs(env, schedule))[0]
+    await _end(env, await _tasks(env, newest.id), TaskStatus.COMPLETED)
+    await env.services.inventory.delete_rack(racks[1].id)
+    assert await summaries_match(env, schedule) == (1, 2)  # the retry (of r2 and r3) did not run on r1
+    # Ended tasks pruned (--task-retention): every run's outcomes name tasks that are gone.
+    async for _ in task_store.prune_finished_tasks(db, timedelta(hours=1)):
+        pass
+    assert await summaries_match(env, schedule) == (0, 3)
+    # Runs pruned beyond the newest (RUNS_KEPT_PER_SCHEDULE, here 1).
+    async with db.transaction() as conn:
+        await schedule_store.prune_runs(conn, [schedule.id], keep=1)
+    assert len(await _runs(env, schedule)) == 1
+    await summaries_match(env, schedule)
+
+
+async def test_rollouts_approvals_and_missed_firings(db: Database) -> None:
+    clock = FakeClock(datetime.now(UTC))  # an approval expires by the database's clock
+    env = Env(db, clock, Services.build(db, clock))
+    racks = [await env.rack(f"r{i}") for i in range(4)]
+    # A rollout: pending racks become submitted step by step (`store.rollouts.save_run`), then it halts.
+    policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=2, pause_on_halt=False)
+    rolling = await _schedule(env, racks, "rolling", rollout=policy)
+    await env.services.schedules.trigger(rolling.id)
+    (run,) = await _runs(env, rolling)
+    assert await summaries_match(env, rolling) == (0, 1)  # pending racks have no task
+    await _end(env, await _tasks(env, run.id), TaskStatus.COMPLETED)
+    await env.services.rollouts.advance()
+    assert await summaries_match(env, rolling) == (0, 1)
+    for _ in range(2):
+        await _end(env, [t for t in await _tasks(env, run.id) if t.status.is_active], TaskStatus.FAILED)
+        await env.services.rollouts.advance()
+    assert (await env.services.rollouts.get(run.id)).run.state == "halted"
+    assert await summaries_match(env, rolling) == (0, 1)  # one rack not started
+    env.clock.advance(timedelta(seconds=1))
+    await env.services.schedules.retry_run(run.id)  # cancels the halted run, rolls its racks out again
+    assert await summaries_match(env, rolling) == (0, 2)
+    # Approval: the planned racks wait ("pending"), then the approval writes them submitted.
+    approving = await _schedule(env, racks, "approving", approval=ApprovalPolicy(timedelta(hours=4), 1))
+    await env.services.schedules.trigger(approving.id)
+    (waiting,) = await _runs(env, approving)
+    assert await summaries_match(env, approving) == (0, 1)
+    await env.services.approvals.approve(waiting.id, "fine")
+    assert await summaries_match(env, approving) == (1, 0)
+    env.clock.advance(timedelta(seconds=1))
+    await env.services.schedules.trigger(approving.id)
+    newest = (await _runs(env, approving))[0]
+    await env.services.approvals.reject(newest.id, "not today")
+    assert await summaries_match(env, approving) == (1, 1)
+    # A dispatched firing past its start deadline: every rack "missed", no task.
+    missing = await _schedule(env, racks, "missing")
+    async with db.transaction() as conn:
+        slot = await db.now(conn) - timedelta(hours=2)
+        await schedule_store.save_schedule(
+            conn, replace(missing, next_run_at=slot, start_deadline=timedelta(minutes=15))
+        )
+    await Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4()).poll_once()
+    (missed,) = await _runs(env, missing)
+    assert missed.state == "missed"
+    assert await summaries_match(env, missing) == (0, 1)
+
+
+async def test_the_summary_is_written_with_the_outcomes_it_counts(db: Database) -> None:
+    """The column's shape: per outcome, [racks without a task, racks with one]; a run with no outcomes
+    (a plain firing before its write-back) counts nothing."""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(3)]
+    schedule = await _schedule(env, racks, rollout=RolloutPolicy(max_concurrent_racks=1))
+    await env.services.schedules.trigger(schedule.id)
+    (run,) = await _runs(env, schedule)
+    async with db.read() as conn:
+        stmt = select(task_schedule_run.c.outcome_counts).where(task_schedule_run.c.id == run.id)
+        assert (await conn.execute(stmt)).scalar_one() == {"submitted": [0, 1], "pending": [2, 0]}
+    assert schedule_store.outcome_counts_to_json(()) == {}
+    assert schedule_store.tally_from_json({"failed": [2, 0], "submitted": [0, 3]}) == {
+        ("failed", False): 2,
+        ("submitted", True): 3,
+    }
