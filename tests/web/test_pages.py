@@ -140,8 +140,10 @@ async def test_the_runs_grid_pages_its_racks(
     http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rows are the scope's racks by name, then the racks that left it, RACKS_PER_PAGE at a time (two
-    here); each page's cells are its own racks', and the column verdicts count every rack of the run."""
+    here); each page's cells are its own racks', and the column verdicts count every rack of the run. The
+    pager goes to the last rack whatever the list cap (4 here)."""
     monkeypatch.setattr(schedules_page, "RACKS_PER_PAGE", 2)
+    monkeypatch.setattr(pages, "LIST_COUNT_CAP", 4)
     names = ["r1", "r2", "r3", "r4", "r5"]
     rack_ids = dict(zip(names, await make_racks(services, *names), strict=True))
     schedule = await make_schedule(services, "wide", "r5", "r4", "r3", "r2", "r1")
@@ -186,8 +188,10 @@ async def test_the_runs_grid_pages_its_racks(
 async def test_a_runs_page_pages_its_racks(
     http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The rack list is paged; the summary and the bar are the whole run's."""
+    """The rack list is paged to its end whatever the list cap (2 here); the summary and the bar are the
+    whole run's."""
     monkeypatch.setattr(runs_page, "RACKS_PER_PAGE", 2)
+    monkeypatch.setattr(pages, "LIST_COUNT_CAP", 2)
     await make_racks(services, "r1", "r2", "r3")
     schedule = await make_schedule(services, "three", "r3", "r2", "r1")
     task_ids = await services.schedules.trigger(schedule.id)

@@ -220,12 +220,16 @@ def capped_count(total: int, *, capped: bool = False) -> int | str:
     return total
 
 
-def pages_of(total: int, page: int, size: int = PAGE_SIZE, *, capped: bool = False) -> dict[str, Any]:
+def pages_of(
+    total: int, page: int, size: int = PAGE_SIZE, *, capped: bool = False, exact: bool = False
+) -> dict[str, Any]:
     """What the pager shows: this page, the last page, and which rows of the total these are. A total
     counted up to LIST_COUNT_CAP (`capped`, or more than the cap: a store count) shows as "10,000+" and
-    pages up to the cap, so the deepest page's OFFSET is bounded too."""
-    shown = capped_count(total, capped=capped)
-    total = min(total, LIST_COUNT_CAP)
+    pages up to the cap, so the deepest page's OFFSET is bounded too. An `exact` total (a schedule's racks,
+    counted from its scope index) pages to its end: a 20,000-rack schedule's last racks have a page."""
+    shown = total if exact else capped_count(total, capped=capped)
+    if not exact:
+        total = min(total, LIST_COUNT_CAP)
     first_row = min(total, offset_of(page, size) + 1)
     return {
         "page": page,

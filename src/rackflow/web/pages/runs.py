@@ -137,7 +137,7 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
             canaries=report is not None and any(o.canary for o in report.run.outcomes),
         ),
         "rack_total": sum(summary.tally.values()),
-        "rack_pager": pages_of(sum(summary.tally.values()), page, RACKS_PER_PAGE),
+        "rack_pager": pages_of(sum(summary.tally.values()), page, RACKS_PER_PAGE, exact=True),
         "url": lambda **changes: query_url(request, **changes),
         "retried_by": summary.retried_by,
         # RetryTaskScheduleRun takes a run that is over (its tasks ended) and had a rack fail or not start

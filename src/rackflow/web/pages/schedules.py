@@ -237,7 +237,7 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
         "scoped": scoped,
         "rack_names": names,
         "rack_ids": shown_racks,
-        "rack_pager": pages_of(scope_total + len(left), page, RACKS_PER_PAGE),
+        "rack_pager": pages_of(scope_total + len(left), page, RACKS_PER_PAGE, exact=True),
         "url": lambda **changes: query_url(request, **changes),
         "columns": columns,
         "verdicts": {
