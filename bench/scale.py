@@ -215,14 +215,20 @@ def rpc_cases(stub: Any, schedules: int) -> list[tuple[str, Callable[[], Any], C
         stub.ListAuditEvents,
         lambda **kw: pb.ListAuditEventsRequest(method="PauseTaskSchedule", **kw),
     )
+    paged(
+        "ListTaskScheduleScopes[big]",
+        stub.ListTaskScheduleScopes,
+        lambda **kw: pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(big), **kw),
+    )
+    paged(
+        "ListTaskScheduleScopes",
+        stub.ListTaskScheduleScopes,
+        lambda **kw: pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(normal), **kw),
+    )
     unpaged: list[tuple[str, Callable[[], Any]]] = [
-        (
-            "ListTaskScheduleScopes[big]",
+        (  # what a client that asks for no page still gets: the whole scope
+            "ListTaskScheduleScopes[big,unpaged]",
             lambda: stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(big))),
-        ),
-        (
-            "ListTaskScheduleScopes",
-            lambda: stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(normal))),
         ),
         ("ListNVLDomains", lambda: stub.ListNVLDomains(pb.ListNVLDomainsRequest())),
         ("ListMaintenanceWindows", lambda: stub.ListMaintenanceWindows(pb.ListMaintenanceWindowsRequest())),

@@ -725,8 +725,13 @@ class RackflowClient:
         request = pb.RemoveTaskScheduleScopeRequest(scope_id=pb.UUID(id=scope_id))
         self._call(self._stub.RemoveTaskScheduleScope, request, Empty)
 
-    def list_scopes(self, schedule: str) -> pb.ListTaskScheduleScopesResponse:
-        request = pb.ListTaskScheduleScopesRequest(schedule_id=self._schedule_ref(schedule))
+    def list_scopes(
+        self, schedule: str, *, offset: int = 0, limit: int = 0, page_token: str = ""
+    ) -> pb.ListTaskScheduleScopesResponse:
+        """The schedule's scope entries by rack id; without a limit, all of them."""
+        request = pb.ListTaskScheduleScopesRequest(
+            schedule_id=self._schedule_ref(schedule), pagination=_page(offset, limit, page_token)
+        )
         return self._call(self._stub.ListTaskScheduleScopes, request, pb.ListTaskScheduleScopesResponse)
 
     def check_conflicts(

@@ -202,8 +202,22 @@ class ScheduleRpcs:
     async def ListTaskScheduleScopes(
         self, request: pb.ListTaskScheduleScopesRequest, context: Context
     ) -> pb.ListTaskScheduleScopesResponse:
-        scopes = await self.services.schedules.list_scopes(required_uuid(request.schedule_id, "schedule_id"))
-        return pb.ListTaskScheduleScopesResponse(scopes=[scope_to(s) for s in scopes])
+        schedule_id = required_uuid(request.schedule_id, "schedule_id")
+        page = page_from(
+            request.pagination if request.HasField("pagination") else None, "ListTaskScheduleScopes"
+        )
+        scopes, counted = await self.services.schedules.scope_list_page(
+            schedule_id, offset=page.offset, limit=page.limit, after=page.after
+        )
+        total, capped = total_to(counted)
+        return pb.ListTaskScheduleScopesResponse(
+            scopes=[scope_to(s) for s in scopes],
+            total=total,
+            total_capped=capped,
+            next_page_token=next_page_token(
+                "ListTaskScheduleScopes", page.limit, scopes, lambda s: (s.rack_id,)
+            ),
+        )
 
     @rpc
     async def CheckScheduleConflicts(

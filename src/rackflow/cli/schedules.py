@@ -900,14 +900,17 @@ def remove(ctx: click.Context, scope_id: str) -> None:
 
 @scope.command(name="list")
 @_name_or_id
+@page_options(limit=0, noun="scope entries", order="by rack id")
 @click.pass_context
-def list_scopes(ctx: click.Context, schedule_ref: str) -> None:
-    """List a schedule's scope: one entry per rack.
+def list_scopes(ctx: click.Context, schedule_ref: str, limit: int, offset: int, page_token: str) -> None:
+    """List a schedule's scope: one entry per rack, in rack id order (a page token continues it).
 
     \b
     Example:
       rackflow schedule scope list nightly-reset
+      rackflow schedule scope list big-fleet --limit 500
     """
     session = pass_session(ctx)
-    found = session.client.list_scopes(schedule_ref)
-    session.emit(found, lambda: scopes_view(found.scopes, session))
+    found = session.client.list_scopes(schedule_ref, offset=offset, limit=limit, page_token=page_token)
+    title = page_title(len(found.scopes), found, "scope entries")
+    emit_page(session, found, lambda: scopes_view(found.scopes, session, title))

@@ -607,6 +607,39 @@ async def list_scopes(conn: AsyncConnection, schedule_id: uuid.UUID) -> list[Sco
     return [scope_from_row(row) for row in (await conn.execute(stmt)).all()]
 
 
+# The scope list's order (ListTaskScheduleScopes): by rack, the order in which the (schedule_id, rack_id)
+# unique index holds a schedule's entries, so a page seeks that index after its token's rack and reads only
+# its own entries. Creation order would need one more index on a table every firing's write-back updates
+# (docs/PERFORMANCE.md, issue 29); within one AddTaskScheduleScope it was id order, no more meaningful.
+SCOPE_ORDER = (task_schedule_scope.c.rack_id,)
+
+
+async def list_scope_page(
+    conn: AsyncConnection,
+    schedule_id: uuid.UUID,
+    *,
+    offset: int = 0,
+    limit: int | None = None,
+    after: Key | None = None,
+) -> tuple[list[Scope], int]:
+    """A page of the schedule's scope entries in SCOPE_ORDER (after the key `after` if given), and how
+    many it has (`paging.count_capped`):
+
+        SELECT * FROM task_schedule_scope WHERE schedule_id = :id AND rack_id > :after
+        ORDER BY rack_id LIMIT :limit
+    """
+    where = [task_schedule_scope.c.schedule_id == schedule_id]
+    total = await count_capped(conn, task_schedule_scope, where)
+    page = (
+        select(task_schedule_scope)
+        .where(*where, *after_key(SCOPE_ORDER, after, descending=False))
+        .order_by(*SCOPE_ORDER)
+        .offset(offset)
+        .limit(limit)
+    )
+    return [scope_from_row(row) for row in (await conn.execute(page)).all()], total
+
+
 async def scope_page(
     conn: AsyncConnection, schedule_id: uuid.UUID, offset: int, limit: int
 ) -> tuple[list[tuple[Scope, str]], list[uuid.UUID]]:

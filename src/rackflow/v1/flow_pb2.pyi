@@ -2270,21 +2270,31 @@ Global___UpdateTaskScheduleScopeResponse: _TypeAlias = UpdateTaskScheduleScopeRe
 
 @_typing.final
 class ListTaskScheduleScopesRequest(_message.Message):
+    """A schedule's scope entries in rack id order (the order of its unique (schedule, rack) index, which a
+    page token seeks: a page of a 10,000-rack scope reads its own entries only). Without a limit, every entry.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    PAGINATION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def schedule_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def pagination(self) -> Global___Pagination: ...
     def __init__(
         self,
         *,
         schedule_id: Global___UUID | None = ...,
+        pagination: Global___Pagination | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule_id", b"schedule_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "pagination", b"pagination", "schedule_id", b"schedule_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule_id", b"schedule_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "pagination", b"pagination", "schedule_id", b"schedule_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__pagination: _TypeAlias = _typing.Literal["pagination"]  # noqa: Y015
+    _WhichOneofArgType__pagination: _TypeAlias = _typing.Literal["_pagination", b"_pagination"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pagination) -> _WhichOneofReturnType__pagination | None: ...
 
 Global___ListTaskScheduleScopesRequest: _TypeAlias = ListTaskScheduleScopesRequest  # noqa: Y015
 
@@ -2293,16 +2303,31 @@ class ListTaskScheduleScopesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SCOPES_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_CAPPED_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    next_page_token: _builtins.str
+    """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
+    limit was asked for).
+    """
+    total_capped: _builtins.bool
+    """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more
+    than the page): true when more match than `total` says.
+    """
     @_builtins.property
     def scopes(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskScheduleScope]: ...
     def __init__(
         self,
         *,
         scopes: _abc.Iterable[Global___TaskScheduleScope] | None = ...,
+        total: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+        total_capped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["scopes", b"scopes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "scopes", b"scopes", "total", b"total", "total_capped", b"total_capped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -336,7 +336,8 @@ class JsonApi:
                 "/schedules/{ref}/scopes",
                 "ListTaskScheduleScopes",
                 api.list_scopes,
-                "A schedule's scopes (its racks)",
+                "A schedule's scopes (its racks), by rack id",
+                PAGE,
             ),
             Endpoint(
                 post,
@@ -732,10 +733,9 @@ class JsonApi:
         return await call.rpc("ListTaskScheduleRuns", request)
 
     async def list_scopes(self, call: Call) -> Message:
-        schedule_id = await self._schedule(call.ref(), "schedule_id")
-        return await call.rpc(
-            "ListTaskScheduleScopes", pb.ListTaskScheduleScopesRequest(schedule_id=schedule_id)
-        )
+        request = pb.ListTaskScheduleScopesRequest(pagination=call.query.pagination())
+        request.schedule_id.CopyFrom(await self._schedule(call.ref(), "schedule_id"))
+        return await call.rpc("ListTaskScheduleScopes", request)
 
     async def add_scope(self, call: Call) -> Message:
         request = await call.body(pb.AddTaskScheduleScopeRequest())
