@@ -204,6 +204,24 @@ def rpc_cases(stub: Any, schedules: int) -> list[tuple[str, Callable[[], Any], C
             ),
         )
     )
+
+    def basic_runs(limit: int, token: str = "") -> Any:
+        request = pb.ListTaskScheduleRunsRequest(
+            schedule_id=_uuid(big), pagination=_page(limit, token), view=pb.TASK_SCHEDULE_RUN_VIEW_BASIC
+        )
+        return stub.ListTaskScheduleRuns(request)
+
+    def next_basic_runs(limit: int, first: Any) -> Any:
+        return basic_runs(limit, first.next_page_token)
+
+    for limit in (2, 20):  # 20: `rackflow schedule runs`' page
+        cases.append(
+            (
+                f"ListTaskScheduleRuns[big,limit={limit},basic]",
+                functools.partial(basic_runs, limit),
+                functools.partial(next_basic_runs, limit),
+            )
+        )
     paged("ListAuditEvents", stub.ListAuditEvents, pb.ListAuditEventsRequest)
     paged(
         "ListAuditEvents[principal]",

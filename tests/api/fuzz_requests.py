@@ -582,7 +582,10 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             count=int32s(100, 101),
         ),
         "ListTaskScheduleRuns": build(
-            pb.ListTaskScheduleRunsRequest, schedule_id=schedule_id, pagination=maybe(pages())
+            pb.ListTaskScheduleRunsRequest,
+            schedule_id=schedule_id,
+            pagination=maybe(pages()),
+            view=enums(list(pb.TaskScheduleRunView.values())),
         ),
         "GetTaskScheduleRun": build(pb.GetTaskScheduleRunRequest, id=ids()),
         "ResumeTaskScheduleRun": build(pb.ResumeTaskScheduleRunRequest, id=ids()),

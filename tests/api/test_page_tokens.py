@@ -134,6 +134,16 @@ def lists(stub: Stub, schedule_id: uuid.UUID, scoped: uuid.UUID) -> dict[str, tu
             ),
             "runs",
         ),
+        "ListTaskScheduleRuns[basic]": (
+            lambda p: stub.ListTaskScheduleRuns(
+                pb.ListTaskScheduleRunsRequest(
+                    schedule_id=pb.UUID(id=str(schedule_id)),
+                    pagination=p,
+                    view=pb.TASK_SCHEDULE_RUN_VIEW_BASIC,
+                )
+            ),
+            "runs",
+        ),
         "ListAuditEvents": (
             lambda p: stub.ListAuditEvents(pb.ListAuditEventsRequest(pagination=p)),
             "events",

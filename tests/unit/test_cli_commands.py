@@ -625,6 +625,32 @@ def test_schedule_runs_shows_a_rollouts_progress(fake: FakeClient, run: Callable
     assert "1/4 ok, 2 failed" in result.output and "rollout halted: 2 of 4" in result.output
 
 
+def test_schedule_runs_basic_view_shows_the_counts(fake: FakeClient, run: Callable[..., Result]) -> None:
+    counted = pb.TaskScheduleRun(
+        id=pb.UUID(id=RUN_ID),
+        state="completed",
+        outcome_counts=[
+            pb.OutcomeCount(outcome="submitted", racks=9_990, with_task=9_990),
+            pb.OutcomeCount(outcome="failed", racks=4),
+            pb.OutcomeCount(outcome="skipped_overlap", racks=5),
+            pb.OutcomeCount(outcome="skipped_window", racks=1),
+        ],
+        task_counts=[
+            pb.TaskStatusCount(status=pb.TASK_STATUS_COMPLETED, tasks=9_987),
+            pb.TaskStatusCount(status=pb.TASK_STATUS_FAILED, tasks=2),
+            pb.TaskStatusCount(status=pb.TASK_STATUS_TERMINATED, tasks=1),
+        ],
+    )
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[counted], total=1)
+    result = run("schedule", "runs", "big", "--view", "basic")
+    assert result.exit_code == 0, result.output
+    assert fake.called("list_runs")[-1][1]["view"] == "basic"
+    (row,) = [line for line in result.output.splitlines() if RUN_ID in line]
+    assert row.split()[4:9] == ["-", "9990", "7", "6", "-"], row  # LATE, TASKS, FAILED (4 + 3), SKIPPED, HELD
+    refused = run("schedule", "runs", "big", "--view", "some")
+    assert refused.exit_code == 2 and "'some' is not one of" in refused.output
+
+
 def test_conflicts_of_an_existing_schedule_use_its_operation_and_scope(
     fake: FakeClient, run: Callable[..., Result]
 ) -> None:

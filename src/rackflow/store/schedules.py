@@ -1142,11 +1142,15 @@ async def list_runs(
     offset: int = 0,
     limit: int | None = None,
     after: Key | None = None,
+    outcomes: bool = True,
 ) -> tuple[list[Run], int]:
     """The schedule's runs, newest first (after the key `after` of RUN_ORDER if given), and how many
-    there are before paging (`paging.count_capped`)."""
+    there are before paging (`paging.count_capped`); without `outcomes`, each run without its outcomes
+    (`Run.outcomes` empty), as `run_heads` reads them."""
     total = await count_capped(conn, task_schedule_run, [task_schedule_run.c.schedule_id == schedule_id])
     page = _newest_runs_first(schedule_id).where(*after_key(RUN_ORDER, after, descending=True))
+    if not outcomes:
+        page = page.with_only_columns(*_RUN_HEAD)
     rows = (await conn.execute(page.offset(offset).limit(limit))).all()
     return [run_from_row(row) for row in rows], total
 

@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from rackflow.api.convert import message_json
 from rackflow.api.errors import INTERNAL_MESSAGE
-from rackflow.client import task_status
+from rackflow.client import run_view, task_status
 from rackflow.errors import InvalidArgument, NotFound, RackflowError
 from rackflow.schedules.service import TIMEZONE_PATH
 from rackflow.security import Principal, TokenTable
@@ -329,7 +329,7 @@ class JsonApi:
                 "ListTaskScheduleRuns",
                 api.list_runs,
                 "A schedule's runs, newest first",
-                PAGE,
+                (*PAGE, Param("view", "string", "basic: each run's racks counted, not listed; full: listed")),
             ),
             Endpoint(
                 get,
@@ -728,7 +728,11 @@ class JsonApi:
         return await call.rpc("DeleteTaskSchedule", pb.DeleteTaskScheduleRequest(id=schedule_id))
 
     async def list_runs(self, call: Call) -> Message:
-        request = pb.ListTaskScheduleRunsRequest(pagination=call.query.pagination())
+        try:
+            view = run_view(call.query.text("view") or "full")
+        except ValueError as exc:
+            raise InvalidArgument(f"view: {exc}") from None
+        request = pb.ListTaskScheduleRunsRequest(pagination=call.query.pagination(), view=view)
         request.schedule_id.CopyFrom(await self._schedule(call.ref(), "schedule_id"))
         return await call.rpc("ListTaskScheduleRuns", request)
 
