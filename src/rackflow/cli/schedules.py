@@ -794,9 +794,13 @@ def runs(ctx: click.Context, schedule_ref: str, limit: int, offset: int, page_to
     waits, held by a start gate (freeze, budget, pre-flight check) or its window; ERROR says why (a
     failure first, else what holds the first held rack: `rackflow run show` lists each).
 
+    With --view basic each run's racks are counted by the server instead of listed (a schedule of
+    thousands of racks: a page of full runs can pass gRPC's 4 MiB); HELD is then "-".
+
     \b
     Example:
       rackflow schedule runs nightly-reset -o json
+      rackflow schedule runs big-fleet --view basic
     """
     session = pass_session(ctx)
     found = session.client.list_runs(
