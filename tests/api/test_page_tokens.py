@@ -243,6 +243,8 @@ async def test_scope_pages_are_in_rack_id_order_and_refuse_bad_pages(
     everything = await scopes(pb.Pagination())
     rack_ids = [s.rack_id.id for s in everything.scopes]
     assert len(rack_ids) == len(NAMES) and rack_ids == sorted(rack_ids)
+    racks = {r.id.id: r.name for r in (await stub.ListRacks(pb.ListRacksRequest())).racks}
+    assert [s.rack_name for s in everything.scopes] == [racks[i] for i in rack_ids]  # each page names them
     first = await scopes(pb.Pagination(limit=3))
     assert (first.total, first.total_capped) == (len(NAMES), False)
     assert [s.rack_id.id for s in first.scopes] == rack_ids[:3] and first.next_page_token

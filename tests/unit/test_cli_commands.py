@@ -922,13 +922,18 @@ def test_a_list_page_says_how_to_get_the_next_and_the_token_continues_it(
     assert [calls[-1][1]["page_token"] for calls in map(fake.called, _PAGED)] == ["tok-x"] * 4
 
     fake.answers["list_scopes"] = pb.ListTaskScheduleScopesResponse(
-        scopes=[pb.TaskScheduleScope(rack_id=pb.UUID(id=RACK_ID))], total=3, next_page_token="tok-s"
+        scopes=[pb.TaskScheduleScope(rack_id=pb.UUID(id=RACK_ID), rack_name="rack-named")],
+        total=3,
+        next_page_token="tok-s",
     )
+    racks_listed = len(fake.called("list_racks"))
     scopes = run("schedule", "scope", "list", "nightly", "--limit", "1", "--page-token", "tok-x")
     assert scopes.exit_code == 0, scopes.output
     [(args, kwargs)] = fake.called("list_scopes")
     assert (args, kwargs) == (("nightly",), {"offset": 0, "limit": 1, "page_token": "tok-x"})
     assert "1 of 3 scope entries" in scopes.stdout and "More: add --page-token tok-s" in scopes.stderr
+    # The page names its racks: no list of every rack (20,000 with their components) to name one page.
+    assert "rack-named" in scopes.stdout and len(fake.called("list_racks")) == racks_listed
 
 
 _PAGED = ("list_racks", "list_schedules", "list_runs", "list_audit_events")

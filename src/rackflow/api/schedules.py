@@ -208,18 +208,19 @@ class ScheduleRpcs:
         page = page_from(
             request.pagination if request.HasField("pagination") else None, "ListTaskScheduleScopes"
         )
-        scopes, counted = await self.services.schedules.scope_list_page(
+        named, counted = await self.services.schedules.scope_list_page(
             schedule_id, offset=page.offset, limit=page.limit, after=page.after
         )
-        total, capped = total_to(counted)
-        return pb.ListTaskScheduleScopesResponse(
-            scopes=[scope_to(s) for s in scopes],
-            total=total,
-            total_capped=capped,
+        response = pb.ListTaskScheduleScopesResponse(
             next_page_token=next_page_token(
-                "ListTaskScheduleScopes", page.limit, scopes, lambda s: (s.rack_id,)
-            ),
+                "ListTaskScheduleScopes", page.limit, named, lambda entry: (entry[0].rack_id,)
+            )
         )
+        response.total, response.total_capped = total_to(counted)
+        for scope, rack_name in named:
+            response.scopes.append(scope_to(scope))
+            response.scopes[-1].rack_name = rack_name
+        return response
 
     @rpc
     async def CheckScheduleConflicts(

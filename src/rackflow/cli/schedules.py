@@ -883,10 +883,11 @@ def _filter_text(entry: pb.TaskScheduleScope) -> str:
 def scopes_view(
     scopes: Sequence[pb.TaskScheduleScope], session: Session, title: str | None = None
 ) -> Listing:
-    racks = {r.id.id: r.name for r in session.client.list_racks().racks}
+    named = all(entry.rack_name for entry in scopes)  # a list's page names its racks; add/update do not
+    racks = {} if named else {r.id.id: r.name for r in session.client.list_racks().racks}
     result = table("ID", "RACK", "COMPONENTS", "LAST TASK", "CREATED", title=title)
     for entry in scopes:
-        rack = racks.get(entry.rack_id.id, entry.rack_id.id)
+        rack = entry.rack_name or racks.get(entry.rack_id.id, entry.rack_id.id)
         created = utc_text(when(entry.created_at))
         result.add_row(entry.id.id, rack, _filter_text(entry), entry.last_task_id.id or "-", created)
     return result

@@ -811,10 +811,10 @@ class ScheduleService:
         offset: int = 0,
         limit: int | None = None,
         after: Sequence[Any] | None = None,
-    ) -> tuple[list[Scope], int]:
+    ) -> tuple[list[tuple[Scope, str]], int]:
         """A page of the schedule's scope entries by rack id (after the `store.SCOPE_ORDER` key `after`),
-        and their total before paging (counted up to LIST_COUNT_CAP, then more): a 10,000-rack scope
-        came whole (docs/PERFORMANCE.md, issue 29)."""
+        each with its rack's name, and their total before paging (counted up to LIST_COUNT_CAP, then
+        more): a 10,000-rack scope came whole (docs/PERFORMANCE.md, issue 29)."""
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
             return await store.list_scope_page(conn, schedule_id, offset=offset, limit=limit, after=after)

@@ -688,23 +688,25 @@ async def list_scope_page(
     offset: int = 0,
     limit: int | None = None,
     after: Key | None = None,
-) -> tuple[list[Scope], int]:
-    """A page of the schedule's scope entries in SCOPE_ORDER (after the key `after` if given), and how
-    many it has (`paging.count_capped`):
+) -> tuple[list[tuple[Scope, str]], int]:
+    """A page of the schedule's scope entries in SCOPE_ORDER (after the key `after` if given), each with
+    its rack's name (a client naming a page's racks need not list every rack), and how many it has
+    (`paging.count_capped`):
 
-        SELECT * FROM task_schedule_scope WHERE schedule_id = :id AND rack_id > :after
-        ORDER BY rack_id LIMIT :limit
+        SELECT scope.*, racks.name FROM task_schedule_scope scope JOIN racks ON racks.id = scope.rack_id
+        WHERE scope.schedule_id = :id AND scope.rack_id > :after ORDER BY scope.rack_id LIMIT :limit
     """
     where = [task_schedule_scope.c.schedule_id == schedule_id]
     total = await count_capped(conn, task_schedule_scope, where)
     page = (
-        select(task_schedule_scope)
+        select(task_schedule_scope, racks.c.name)
+        .join(racks, racks.c.id == task_schedule_scope.c.rack_id)
         .where(*where, *after_key(SCOPE_ORDER, after, descending=False))
         .order_by(*SCOPE_ORDER)
         .offset(offset)
         .limit(limit)
     )
-    return [scope_from_row(row) for row in (await conn.execute(page)).all()], total
+    return [(scope_from_row(row), row.name) for row in (await conn.execute(page)).all()], total
 
 
 async def scope_page(

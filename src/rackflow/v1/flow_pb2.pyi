@@ -1881,6 +1881,9 @@ class TaskScheduleScope(_message.Message):
     COMPONENTS_FIELD_NUMBER: _builtins.int
     LAST_TASK_ID_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    RACK_NAME_FIELD_NUMBER: _builtins.int
+    rack_name: _builtins.str
+    """set by ListTaskScheduleScopes (a page names its racks); empty elsewhere"""
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1905,10 +1908,11 @@ class TaskScheduleScope(_message.Message):
         components: Global___ComponentTargets | None = ...,
         last_task_id: Global___UUID | None = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
+        rack_name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["component_filter", b"component_filter", "components", b"components", "created_at", b"created_at", "id", b"id", "last_task_id", b"last_task_id", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "types", b"types"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_filter", b"component_filter", "components", b"components", "created_at", b"created_at", "id", b"id", "last_task_id", b"last_task_id", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "types", b"types"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_filter", b"component_filter", "components", b"components", "created_at", b"created_at", "id", b"id", "last_task_id", b"last_task_id", "rack_id", b"rack_id", "rack_name", b"rack_name", "schedule_id", b"schedule_id", "types", b"types"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_component_filter: _TypeAlias = _typing.Literal["types", "components"]  # noqa: Y015
     _WhichOneofArgType_component_filter: _TypeAlias = _typing.Literal["component_filter", b"component_filter"]  # noqa: Y015
