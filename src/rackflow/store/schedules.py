@@ -698,10 +698,15 @@ async def list_scope_page(
     """
     where = [task_schedule_scope.c.schedule_id == schedule_id]
     total = await count_capped(conn, task_schedule_scope, where)
+    # The key bounds the racks too: else PostgreSQL's merge join walks the racks' index from its start.
     page = (
         select(task_schedule_scope, racks.c.name)
         .join(racks, racks.c.id == task_schedule_scope.c.rack_id)
-        .where(*where, *after_key(SCOPE_ORDER, after, descending=False))
+        .where(
+            *where,
+            *after_key(SCOPE_ORDER, after, descending=False),
+            *after_key((racks.c.id,), after, descending=False),
+        )
         .order_by(*SCOPE_ORDER)
         .offset(offset)
         .limit(limit)
