@@ -204,6 +204,24 @@ def rpc_cases(stub: Any, schedules: int) -> list[tuple[str, Callable[[], Any], C
             ),
         )
     )
+
+    def basic_runs(limit: int, token: str = "") -> Any:
+        request = pb.ListTaskScheduleRunsRequest(
+            schedule_id=_uuid(big), pagination=_page(limit, token), view=pb.TASK_SCHEDULE_RUN_VIEW_BASIC
+        )
+        return stub.ListTaskScheduleRuns(request)
+
+    def next_basic_runs(limit: int, first: Any) -> Any:
+        return basic_runs(limit, first.next_page_token)
+
+    for limit in (2, 20):  # 20: `rackflow schedule runs`' page
+        cases.append(
+            (
+                f"ListTaskScheduleRuns[big,limit={limit},basic]",
+                functools.partial(basic_runs, limit),
+                functools.partial(next_basic_runs, limit),
+            )
+        )
     paged("ListAuditEvents", stub.ListAuditEvents, pb.ListAuditEventsRequest)
     paged(
         "ListAuditEvents[principal]",
@@ -215,14 +233,20 @@ def rpc_cases(stub: Any, schedules: int) -> list[tuple[str, Callable[[], Any], C
         stub.ListAuditEvents,
         lambda **kw: pb.ListAuditEventsRequest(method="PauseTaskSchedule", **kw),
     )
+    paged(
+        "ListTaskScheduleScopes[big]",
+        stub.ListTaskScheduleScopes,
+        lambda **kw: pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(big), **kw),
+    )
+    paged(
+        "ListTaskScheduleScopes",
+        stub.ListTaskScheduleScopes,
+        lambda **kw: pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(normal), **kw),
+    )
     unpaged: list[tuple[str, Callable[[], Any]]] = [
-        (
-            "ListTaskScheduleScopes[big]",
+        (  # what a client that asks for no page still gets: the whole scope
+            "ListTaskScheduleScopes[big,unpaged]",
             lambda: stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(big))),
-        ),
-        (
-            "ListTaskScheduleScopes",
-            lambda: stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(normal))),
         ),
         ("ListNVLDomains", lambda: stub.ListNVLDomains(pb.ListNVLDomainsRequest())),
         ("ListMaintenanceWindows", lambda: stub.ListMaintenanceWindows(pb.ListMaintenanceWindowsRequest())),

@@ -121,6 +121,17 @@ def task_status(name: str) -> pb.TaskStatus.ValueType:
     return pb.TaskStatus.Value(f"TASK_STATUS_{key}")
 
 
+RUN_VIEWS = ("basic", "full")
+
+
+def run_view(name: str) -> pb.TaskScheduleRunView.ValueType:
+    """`basic`, `FULL` or `TASK_SCHEDULE_RUN_VIEW_BASIC` -> the enum value (ListTaskScheduleRuns' view)."""
+    key = name.strip().lower().removeprefix("task_schedule_run_view_")
+    if key not in RUN_VIEWS:
+        raise ValueError(f"unknown run view {name!r} (basic or full)")
+    return pb.TaskScheduleRunView.Value(f"TASK_SCHEDULE_RUN_VIEW_{key.upper()}")
+
+
 def overlap_policy(name: str) -> pb.OverlapPolicy.ValueType:
     key = _key(name)
     if key not in OVERLAP_POLICIES:
@@ -725,8 +736,13 @@ class RackflowClient:
         request = pb.RemoveTaskScheduleScopeRequest(scope_id=pb.UUID(id=scope_id))
         self._call(self._stub.RemoveTaskScheduleScope, request, Empty)
 
-    def list_scopes(self, schedule: str) -> pb.ListTaskScheduleScopesResponse:
-        request = pb.ListTaskScheduleScopesRequest(schedule_id=self._schedule_ref(schedule))
+    def list_scopes(
+        self, schedule: str, *, offset: int = 0, limit: int = 0, page_token: str = ""
+    ) -> pb.ListTaskScheduleScopesResponse:
+        """The schedule's scope entries by rack id; without a limit, all of them."""
+        request = pb.ListTaskScheduleScopesRequest(
+            schedule_id=self._schedule_ref(schedule), pagination=_page(offset, limit, page_token)
+        )
         return self._call(self._stub.ListTaskScheduleScopes, request, pb.ListTaskScheduleScopesResponse)
 
     def check_conflicts(
@@ -768,10 +784,13 @@ class RackflowClient:
         return self._call(self._stub.PreviewTaskSchedule, request, pb.PreviewTaskScheduleResponse)
 
     def list_runs(
-        self, schedule: str, *, offset: int = 0, limit: int = 0, page_token: str = ""
+        self, schedule: str, *, offset: int = 0, limit: int = 0, page_token: str = "", view: str = ""
     ) -> pb.ListTaskScheduleRunsResponse:
+        """The schedule's runs, newest first; `view` "basic": each run's racks counted, not listed."""
         request = pb.ListTaskScheduleRunsRequest(
-            schedule_id=self._schedule_ref(schedule), pagination=_page(offset, limit, page_token)
+            schedule_id=self._schedule_ref(schedule),
+            pagination=_page(offset, limit, page_token),
+            view=run_view(view) if view else pb.TASK_SCHEDULE_RUN_VIEW_UNSPECIFIED,
         )
         return self._call(self._stub.ListTaskScheduleRuns, request, pb.ListTaskScheduleRunsResponse)
 

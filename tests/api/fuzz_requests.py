@@ -567,7 +567,9 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
         "UpdateTaskScheduleScope": build(
             pb.UpdateTaskScheduleScopeRequest, schedule_id=schedule_id, desired_scope=present(target_specs(k))
         ),
-        "ListTaskScheduleScopes": build(pb.ListTaskScheduleScopesRequest, schedule_id=schedule_id),
+        "ListTaskScheduleScopes": build(
+            pb.ListTaskScheduleScopesRequest, schedule_id=schedule_id, pagination=maybe(pages())
+        ),
         "CheckScheduleConflicts": build(
             pb.CheckScheduleConflictsRequest,
             operation=present(scheduled_operations(k)),
@@ -580,7 +582,10 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             count=int32s(100, 101),
         ),
         "ListTaskScheduleRuns": build(
-            pb.ListTaskScheduleRunsRequest, schedule_id=schedule_id, pagination=maybe(pages())
+            pb.ListTaskScheduleRunsRequest,
+            schedule_id=schedule_id,
+            pagination=maybe(pages()),
+            view=enums(list(pb.TaskScheduleRunView.values())),
         ),
         "GetTaskScheduleRun": build(pb.GetTaskScheduleRunRequest, id=ids()),
         "ResumeTaskScheduleRun": build(pb.ResumeTaskScheduleRunRequest, id=ids()),

@@ -418,6 +418,11 @@ OVER_LIMIT: list[tuple[str, str, Callable[[], Message]]] = [
         "pagination",
         lambda: pb.ListTaskScheduleRunsRequest(schedule_id=SOME_ID, pagination=PAGE_1001),
     ),
+    (
+        "ListTaskScheduleScopes",
+        "pagination",
+        lambda: pb.ListTaskScheduleScopesRequest(schedule_id=SOME_ID, pagination=PAGE_1001),
+    ),
     ("ListAuditEvents", "pagination", lambda: pb.ListAuditEventsRequest(pagination=PAGE_1001)),
 ]
 

@@ -106,17 +106,41 @@ async def schedule_ids(stub: Stub, services: Services, db: Database) -> list[uui
     for _ in range(5):  # each a run, though its power_off conflicts with the rack's pending power_on
         with contextlib.suppress(FailedPrecondition):
             await services.schedules.trigger(ids[0])
+    # The second schedule on every rack: a scope of seven entries, added at once (one creation time).
+    every_rack = pb.OperationTargetSpec(
+        racks=pb.RackTargets(targets=[pb.RackTarget(name=f"r{i}") for i in range(len(NAMES))])
+    )
+    await stub.AddTaskScheduleScope(
+        pb.AddTaskScheduleScopeRequest(schedule_id=pb.UUID(id=str(ids[1])), target_spec=every_rack)
+    )
     return ids
 
 
-def lists(stub: Stub, schedule_id: uuid.UUID) -> dict[str, tuple[List, str]]:
-    """Every paged List RPC (and each order of ListTaskSchedules), by name: (call, rows field)."""
+def lists(stub: Stub, schedule_id: uuid.UUID, scoped: uuid.UUID) -> dict[str, tuple[List, str]]:
+    """Every paged List RPC (and each order of ListTaskSchedules), by name: (call, rows field); the runs
+    are `schedule_id`'s, the scope entries `scoped`'s."""
     found: dict[str, tuple[List, str]] = {
+        "ListTaskScheduleScopes": (
+            lambda p: stub.ListTaskScheduleScopes(
+                pb.ListTaskScheduleScopesRequest(schedule_id=pb.UUID(id=str(scoped)), pagination=p)
+            ),
+            "scopes",
+        ),
         "ListRacks": (lambda p: stub.ListRacks(pb.ListRacksRequest(pagination=p)), "racks"),
         "ListTasks": (lambda p: stub.ListTasks(pb.ListTasksRequest(pagination=p)), "tasks"),
         "ListTaskScheduleRuns": (
             lambda p: stub.ListTaskScheduleRuns(
                 pb.ListTaskScheduleRunsRequest(schedule_id=pb.UUID(id=str(schedule_id)), pagination=p)
+            ),
+            "runs",
+        ),
+        "ListTaskScheduleRuns[basic]": (
+            lambda p: stub.ListTaskScheduleRuns(
+                pb.ListTaskScheduleRunsRequest(
+                    schedule_id=pb.UUID(id=str(schedule_id)),
+                    pagination=p,
+                    view=pb.TASK_SCHEDULE_RUN_VIEW_BASIC,
+                )
             ),
             "runs",
         ),
@@ -144,7 +168,7 @@ def lists(stub: Stub, schedule_id: uuid.UUID) -> dict[str, tuple[List, str]]:
 async def test_walking_by_token_gives_the_unpaged_list(
     stub: Stub, schedule_ids: list[uuid.UUID], limit: int
 ) -> None:
-    for name, (call, rows) in lists(stub, schedule_ids[0]).items():
+    for name, (call, rows) in lists(stub, schedule_ids[0], schedule_ids[1]).items():
         everything = await unpaged(call, rows)
         assert len(everything) >= 4, name
         try:
@@ -155,7 +179,9 @@ async def test_walking_by_token_gives_the_unpaged_list(
 
 
 async def test_offset_pages_still_work_beside_tokens(stub: Stub, schedule_ids: list[uuid.UUID]) -> None:
-    everything = await unpaged(*lists(stub, schedule_ids[0])["ListTaskSchedules[next_run_at desc]"])
+    everything = await unpaged(
+        *lists(stub, schedule_ids[0], schedule_ids[1])["ListTaskSchedules[next_run_at desc]"]
+    )
     page = await stub.ListTaskSchedules(
         pb.ListTaskSchedulesRequest(order_by="next_run_at desc", pagination=pb.Pagination(offset=2, limit=2))
     )
@@ -199,6 +225,43 @@ async def test_bad_tokens_are_refused(stub: Stub, schedule_ids: list[uuid.UUID])
         stub.ListTasks(pb.ListTasksRequest(pagination=pb.Pagination(offset=1, limit=2, page_token=token))),
         "pagination.offset",
     )
+
+
+async def test_scope_pages_are_in_rack_id_order_and_refuse_bad_pages(
+    stub: Stub, schedule_ids: list[uuid.UUID]
+) -> None:
+    """ListTaskScheduleScopes pages by rack id (its unique index's order), counts its entries, and refuses
+    a bad token, another list's token, a token with an offset and a page over MAX_PAGE_SIZE, naming the
+    field."""
+    scoped = pb.UUID(id=str(schedule_ids[1]))
+
+    def scopes(pagination: pb.Pagination) -> Any:
+        return stub.ListTaskScheduleScopes(
+            pb.ListTaskScheduleScopesRequest(schedule_id=scoped, pagination=pagination)
+        )
+
+    everything = await scopes(pb.Pagination())
+    rack_ids = [s.rack_id.id for s in everything.scopes]
+    assert len(rack_ids) == len(NAMES) and rack_ids == sorted(rack_ids)
+    racks = {r.id.id: r.name for r in (await stub.ListRacks(pb.ListRacksRequest())).racks}
+    assert [s.rack_name for s in everything.scopes] == [racks[i] for i in rack_ids]  # each page names them
+    first = await scopes(pb.Pagination(limit=3))
+    assert (first.total, first.total_capped) == (len(NAMES), False)
+    assert [s.rack_id.id for s in first.scopes] == rack_ids[:3] and first.next_page_token
+    runs = await stub.ListTaskScheduleRuns(
+        pb.ListTaskScheduleRunsRequest(
+            schedule_id=pb.UUID(id=str(schedule_ids[0])), pagination=pb.Pagination(limit=1)
+        )
+    )
+    assert runs.next_page_token
+    for bad in ("not a token", "W10", first.next_page_token[:-3], runs.next_page_token):
+        await refused(scopes(pb.Pagination(limit=3, page_token=bad)), "pagination.page_token")
+    await refused(
+        scopes(pb.Pagination(offset=1, limit=3, page_token=first.next_page_token)), "pagination.offset"
+    )
+    await refused(scopes(pb.Pagination(limit=1001)), "pagination.limit")
+    await refused(scopes(pb.Pagination(limit=-1)), "pagination.limit")
+    await refused(scopes(pb.Pagination(offset=-1)), "pagination.offset")
 
 
 async def test_total_is_counted_up_to_the_cap(

@@ -737,6 +737,50 @@ async def test_preview_rejects_what_create_rejects(
     await expect(grpc.StatusCode.INVALID_ARGUMENT, field, stub.PreviewScheduleSpec(preview(*request_args)))
 
 
+async def test_the_basic_view_counts_what_the_full_view_lists(stub: FlowStub, racks: list[Rack]) -> None:
+    """ListTaskScheduleRuns' BASIC view: each run as FULL gives it, less its outcomes (and progress), with
+    its racks counted by outcome (and with a task) and its tasks by status instead; FULL is the default,
+    and a view that is neither is refused naming the field."""
+    schedule = await create(stub, "counted", "r1", "r2", "r3")
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    # The second firing conflicts with the first's pending tasks: recorded, its racks failed without a task.
+    trigger = stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    await expect(grpc.StatusCode.FAILED_PRECONDITION, "submitted no task", trigger)
+
+    def listed(view: pb.TaskScheduleRunView.ValueType) -> Any:
+        return stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id, view=view))
+
+    unset = await listed(pb.TASK_SCHEDULE_RUN_VIEW_UNSPECIFIED)
+    full = await listed(pb.TASK_SCHEDULE_RUN_VIEW_FULL)
+    basic = await listed(pb.TASK_SCHEDULE_RUN_VIEW_BASIC)
+    assert unset == full and len(full.runs) == 2 and basic.total == full.total
+    for whole, counted in zip(full.runs, basic.runs, strict=True):
+        assert not counted.outcomes and not counted.HasField("progress")
+        assert not whole.outcome_counts and not whole.task_counts
+        bare = pb.TaskScheduleRun()
+        bare.CopyFrom(whole)
+        del bare.outcomes[:]
+        bare.ClearField("progress")
+        assert bare == pb.TaskScheduleRun(
+            **{f.name: v for f, v in counted.ListFields() if "counts" not in f.name}
+        )
+        expected: dict[str, tuple[int, int]] = {}
+        for o in whole.outcomes:
+            racks_, with_task = expected.get(o.outcome, (0, 0))
+            expected[o.outcome] = (racks_ + 1, with_task + bool(o.task_id.id))
+        assert {c.outcome: (c.racks, c.with_task) for c in counted.outcome_counts} == expected
+        statuses: dict[int, int] = {}
+        for o in whole.outcomes:
+            if o.task_id.id:
+                statuses[o.task_status] = statuses.get(o.task_status, 0) + 1
+        assert {c.status: c.tasks for c in counted.task_counts} == statuses
+    counted_runs = sorted([(c.outcome, c.racks, c.with_task) for c in r.outcome_counts] for r in basic.runs)
+    assert counted_runs == [[("failed", 3, 0)], [("submitted", 3, 3)]]  # both at one time: either order
+
+    for bad in (3, -1):
+        await expect(grpc.StatusCode.INVALID_ARGUMENT, "view", listed(bad))  # type: ignore[arg-type]
+
+
 async def test_list_runs_of_unknown_schedule(stub: FlowStub) -> None:
     unknown = pb.ListTaskScheduleRunsRequest(schedule_id=pb.UUID(id="00000000-0000-0000-0000-000000000002"))
     await expect(grpc.StatusCode.NOT_FOUND, "schedule_id", stub.ListTaskScheduleRuns(unknown))

@@ -625,6 +625,32 @@ def test_schedule_runs_shows_a_rollouts_progress(fake: FakeClient, run: Callable
     assert "1/4 ok, 2 failed" in result.output and "rollout halted: 2 of 4" in result.output
 
 
+def test_schedule_runs_basic_view_shows_the_counts(fake: FakeClient, run: Callable[..., Result]) -> None:
+    counted = pb.TaskScheduleRun(
+        id=pb.UUID(id=RUN_ID),
+        state="completed",
+        outcome_counts=[
+            pb.OutcomeCount(outcome="submitted", racks=9_990, with_task=9_990),
+            pb.OutcomeCount(outcome="failed", racks=4),
+            pb.OutcomeCount(outcome="skipped_overlap", racks=5),
+            pb.OutcomeCount(outcome="skipped_window", racks=1),
+        ],
+        task_counts=[
+            pb.TaskStatusCount(status=pb.TASK_STATUS_COMPLETED, tasks=9_987),
+            pb.TaskStatusCount(status=pb.TASK_STATUS_FAILED, tasks=2),
+            pb.TaskStatusCount(status=pb.TASK_STATUS_TERMINATED, tasks=1),
+        ],
+    )
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[counted], total=1)
+    result = run("schedule", "runs", "big", "--view", "basic")
+    assert result.exit_code == 0, result.output
+    assert fake.called("list_runs")[-1][1]["view"] == "basic"
+    (row,) = [line for line in result.output.splitlines() if RUN_ID in line]
+    assert row.split()[4:9] == ["-", "9990", "7", "6", "-"], row  # LATE, TASKS, FAILED (4 + 3), SKIPPED, HELD
+    refused = run("schedule", "runs", "big", "--view", "some")
+    assert refused.exit_code == 2 and "'some' is not one of" in refused.output
+
+
 def test_conflicts_of_an_existing_schedule_use_its_operation_and_scope(
     fake: FakeClient, run: Callable[..., Result]
 ) -> None:
@@ -894,6 +920,20 @@ def test_a_list_page_says_how_to_get_the_next_and_the_token_continues_it(
         listed = run(*command, "--page-token", "tok-x")
         assert listed.exit_code == 0, (command, listed.output)
     assert [calls[-1][1]["page_token"] for calls in map(fake.called, _PAGED)] == ["tok-x"] * 4
+
+    fake.answers["list_scopes"] = pb.ListTaskScheduleScopesResponse(
+        scopes=[pb.TaskScheduleScope(rack_id=pb.UUID(id=RACK_ID), rack_name="rack-named")],
+        total=3,
+        next_page_token="tok-s",
+    )
+    racks_listed = len(fake.called("list_racks"))
+    scopes = run("schedule", "scope", "list", "nightly", "--limit", "1", "--page-token", "tok-x")
+    assert scopes.exit_code == 0, scopes.output
+    [(args, kwargs)] = fake.called("list_scopes")
+    assert (args, kwargs) == (("nightly",), {"offset": 0, "limit": 1, "page_token": "tok-x"})
+    assert "1 of 3 scope entries" in scopes.stdout and "More: add --page-token tok-s" in scopes.stderr
+    # The page names its racks: no list of every rack (20,000 with their components) to name one page.
+    assert "rack-named" in scopes.stdout and len(fake.called("list_racks")) == racks_listed
 
 
 _PAGED = ("list_racks", "list_schedules", "list_runs", "list_audit_events")

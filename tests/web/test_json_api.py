@@ -126,9 +126,17 @@ async def test_runs_scopes_and_preview_of_a_schedule(
     (run,) = runs["runs"]
     assert run["trigger"] == "manual"
     assert sorted(o["outcome"] for o in run["outcomes"]) == ["submitted", "submitted"]
+    (basic,) = (await http.get(f"{API}/schedules/hourly/runs", params={"view": "basic"})).json()["runs"]
+    assert basic["outcomes"] == [] and basic["id"] == run["id"]
+    assert basic["outcome_counts"] == [{"outcome": "submitted", "racks": 2, "with_task": 2}]
+    error_of(await http.get(f"{API}/schedules/hourly/runs?view=all"), 400, "INVALID_ARGUMENT", "view")
 
     scopes = (await http.get(f"{API}/schedules/{schedule.id}/scopes")).json()["scopes"]
     assert len(scopes) == 2 and all(s["schedule_id"]["id"] == str(schedule.id) for s in scopes)
+    page = (await http.get(f"{API}/schedules/hourly/scopes", params={"limit": 1})).json()
+    assert len(page["scopes"]) == 1 and page["total"] == 2 and page["next_page_token"]
+    rest = await http.get(f"{API}/schedules/hourly/scopes", params={"page_token": page["next_page_token"]})
+    assert [s["id"] for s in page["scopes"] + rest.json()["scopes"]] == [s["id"] for s in scopes]
 
     preview = (await http.get(f"{API}/schedules/hourly/preview", params={"count": 3})).json()["times"]
     next_run = datetime.fromisoformat((await http.get(f"{API}/schedules/hourly")).json()["next_run_at"])

@@ -20,9 +20,11 @@ from rackflow.api.convert import (
 from rackflow.api.convert.policies import retry_policy_from, rollout_from
 from rackflow.api.convert.schedules import (
     approval_from,
+    basic_view_from,
     overlap_policy_from,
     planned_firing_to,
     preview_to,
+    run_summary_to,
     run_to,
     schedule_to,
     scope_to,
@@ -202,8 +204,23 @@ class ScheduleRpcs:
     async def ListTaskScheduleScopes(
         self, request: pb.ListTaskScheduleScopesRequest, context: Context
     ) -> pb.ListTaskScheduleScopesResponse:
-        scopes = await self.services.schedules.list_scopes(required_uuid(request.schedule_id, "schedule_id"))
-        return pb.ListTaskScheduleScopesResponse(scopes=[scope_to(s) for s in scopes])
+        schedule_id = required_uuid(request.schedule_id, "schedule_id")
+        page = page_from(
+            request.pagination if request.HasField("pagination") else None, "ListTaskScheduleScopes"
+        )
+        named, counted = await self.services.schedules.scope_list_page(
+            schedule_id, offset=page.offset, limit=page.limit, after=page.after
+        )
+        response = pb.ListTaskScheduleScopesResponse(
+            next_page_token=next_page_token(
+                "ListTaskScheduleScopes", page.limit, named, lambda entry: (entry[0].rack_id,)
+            )
+        )
+        response.total, response.total_capped = total_to(counted)
+        for scope, rack_name in named:
+            response.scopes.append(scope_to(scope))
+            response.scopes[-1].rack_name = rack_name
+        return response
 
     @rpc
     async def CheckScheduleConflicts(
@@ -235,13 +252,17 @@ class ScheduleRpcs:
         page = page_from(
             request.pagination if request.HasField("pagination") else None, "ListTaskScheduleRuns"
         )
+        basic = basic_view_from(request.view)
         runs, counted = await self.services.schedules.list_runs(
-            schedule_id, offset=page.offset, limit=page.limit, after=page.after
+            schedule_id, offset=page.offset, limit=page.limit, after=page.after, outcomes=not basic
         )
-        reports = await self.services.rollouts.reports(runs)
+        if basic:
+            converted = [run_summary_to(s) for s in await self.services.rollouts.summaries(runs)]
+        else:
+            converted = [run_to(r) for r in await self.services.rollouts.reports(runs)]
         total, capped = total_to(counted)
         return pb.ListTaskScheduleRunsResponse(
-            runs=[run_to(r) for r in reports],
+            runs=converted,
             total=total,
             total_capped=capped,
             next_page_token=next_page_token(

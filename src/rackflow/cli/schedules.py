@@ -34,6 +34,7 @@ from rackflow.cli.output import (
 )
 from rackflow.cli.paging import emit_page, page_options, page_title
 from rackflow.cli.rollouts import (
+    FAILED_TASKS,
     approval_text,
     failed,
     failed_task_ids,
@@ -49,7 +50,15 @@ from rackflow.cli.rollouts import (
 )
 from rackflow.cli.targets import checked, parse_seconds, parse_time, parse_zone, target_options, valid
 from rackflow.cli.tasks import submitted_view
-from rackflow.client import OPERATION_RPCS, Operation, Spec, Targets, operation_name, with_targets
+from rackflow.client import (
+    OPERATION_RPCS,
+    RUN_VIEWS,
+    Operation,
+    Spec,
+    Targets,
+    operation_name,
+    with_targets,
+)
 from rackflow.v1 import flow_pb2 as pb
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -735,21 +744,48 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
             fired,
             run.state,
             run.late_by or "-",
-            str(sum(o.outcome == "submitted" for o in run.outcomes)),
-            str(sum(failed(o) for o in run.outcomes)),
-            str(sum(o.outcome.startswith("skipped") for o in run.outcomes)),
-            str(len(held)),
+            *(_counted(run) if run.outcome_counts else _listed(run, held)),
             progress_text(run) or "-",
             error,
         )
     return result
 
 
+def _listed(run: pb.TaskScheduleRun, held: Sequence[str]) -> tuple[str, str, str, str]:
+    """TASKS, FAILED, SKIPPED and HELD of a run whose outcomes came whole (the FULL view)."""
+    return (
+        str(sum(o.outcome == "submitted" for o in run.outcomes)),
+        str(sum(failed(o) for o in run.outcomes)),
+        str(sum(o.outcome.startswith("skipped") for o in run.outcomes)),
+        str(len(held)),
+    )
+
+
+def _counted(run: pb.TaskScheduleRun) -> tuple[str, str, str, str]:
+    """The same from a BASIC view's counts: `failed` per rack, as its submission failed or its task
+    failed or was terminated; HELD is not counted ("-": `rackflow run show` lists the held racks)."""
+    racks = {c.outcome: c.racks for c in run.outcome_counts}
+    failed_tasks = sum(c.tasks for c in run.task_counts if c.status in FAILED_TASKS)
+    return (
+        str(racks.get("submitted", 0)),
+        str(racks.get("failed", 0) + failed_tasks),
+        str(sum(n for outcome, n in racks.items() if outcome.startswith("skipped"))),
+        "-",
+    )
+
+
 @schedule.command()
 @_name_or_id
 @page_options(limit=20, noun="runs", order="newest first")
+@click.option(
+    "--view",
+    type=click.Choice(RUN_VIEWS),
+    default="full",
+    show_default=True,
+    help="basic: count each run's racks instead of listing them (a schedule of thousands of racks).",
+)
 @click.pass_context
-def runs(ctx: click.Context, schedule_ref: str, limit: int, offset: int, page_token: str) -> None:
+def runs(ctx: click.Context, schedule_ref: str, limit: int, offset: int, page_token: str, view: str) -> None:
     """Show a schedule's recent firings and what each did per scope (a rollout: its progress; follow
     one with `rackflow run show RUN_ID --watch`).
 
@@ -758,18 +794,24 @@ def runs(ctx: click.Context, schedule_ref: str, limit: int, offset: int, page_to
     waits, held by a start gate (freeze, budget, pre-flight check) or its window; ERROR says why (a
     failure first, else what holds the first held rack: `rackflow run show` lists each).
 
+    With --view basic each run's racks are counted by the server instead of listed (a schedule of
+    thousands of racks: a page of full runs can pass gRPC's 4 MiB); HELD is then "-".
+
     \b
     Example:
       rackflow schedule runs nightly-reset -o json
+      rackflow schedule runs big-fleet --view basic
     """
     session = pass_session(ctx)
-    found = session.client.list_runs(schedule_ref, offset=offset, limit=limit, page_token=page_token)
+    found = session.client.list_runs(
+        schedule_ref, offset=offset, limit=limit, page_token=page_token, view=view
+    )
 
-    def view() -> Listing:
+    def shown() -> Listing:
         first_failed = [ids[0] for ids in map(failed_task_ids, found.runs) if ids]
         return runs_table(found, task_messages(session, first_failed))
 
-    emit_page(session, found, view)
+    emit_page(session, found, shown)
 
 
 @schedule.command()
@@ -841,10 +883,11 @@ def _filter_text(entry: pb.TaskScheduleScope) -> str:
 def scopes_view(
     scopes: Sequence[pb.TaskScheduleScope], session: Session, title: str | None = None
 ) -> Listing:
-    racks = {r.id.id: r.name for r in session.client.list_racks().racks}
+    named = all(entry.rack_name for entry in scopes)  # a list's page names its racks; add/update do not
+    racks = {} if named else {r.id.id: r.name for r in session.client.list_racks().racks}
     result = table("ID", "RACK", "COMPONENTS", "LAST TASK", "CREATED", title=title)
     for entry in scopes:
-        rack = racks.get(entry.rack_id.id, entry.rack_id.id)
+        rack = entry.rack_name or racks.get(entry.rack_id.id, entry.rack_id.id)
         created = utc_text(when(entry.created_at))
         result.add_row(entry.id.id, rack, _filter_text(entry), entry.last_task_id.id or "-", created)
     return result
@@ -900,14 +943,17 @@ def remove(ctx: click.Context, scope_id: str) -> None:
 
 @scope.command(name="list")
 @_name_or_id
+@page_options(limit=0, noun="scope entries", order="by rack id")
 @click.pass_context
-def list_scopes(ctx: click.Context, schedule_ref: str) -> None:
-    """List a schedule's scope: one entry per rack.
+def list_scopes(ctx: click.Context, schedule_ref: str, limit: int, offset: int, page_token: str) -> None:
+    """List a schedule's scope: one entry per rack, in rack id order (a page token continues it).
 
     \b
     Example:
       rackflow schedule scope list nightly-reset
+      rackflow schedule scope list big-fleet --limit 500
     """
     session = pass_session(ctx)
-    found = session.client.list_scopes(schedule_ref)
-    session.emit(found, lambda: scopes_view(found.scopes, session))
+    found = session.client.list_scopes(schedule_ref, offset=offset, limit=limit, page_token=page_token)
+    title = page_title(len(found.scopes), found, "scope entries")
+    emit_page(session, found, lambda: scopes_view(found.scopes, session, title))

@@ -333,10 +333,25 @@ class RolloutService:
             run = await schedule_store.run_head(conn, run_id)
             if run is None:
                 raise NotFound(f"id: no task schedule run {run_id}")
-            tallies = await schedule_store.run_tallies(conn, [run_id])
-            counts = await store.task_status_counts(conn, [run_id])
-            retries = await store.retried_by(conn, [run_id])
-        return RunSummary(run, tallies[run_id], counts[run_id], tuple(retries.get(run_id, ())))
+            (summary,) = await self._summaries(conn, [run])
+        return summary
+
+    async def summaries(self, runs: Sequence[Run]) -> list[RunSummary]:
+        """The runs (read without their outcomes) with their racks and tasks counted in the database:
+        ListTaskScheduleRuns' BASIC view."""
+        async with self.db.read() as conn:
+            return await self._summaries(conn, runs)
+
+    async def _summaries(self, conn: AsyncConnection, runs: Sequence[Run]) -> list[RunSummary]:
+        """Each run's racks by outcome (its `outcome_counts` column) and tasks by status (the
+        `(run_id, status)` index): a few small reads per run, whatever its racks."""
+        run_ids = [run.id for run in runs]
+        tallies = await schedule_store.run_tallies(conn, run_ids)
+        counts = await store.task_status_counts(conn, run_ids)
+        retries = await store.retried_by(conn, run_ids)
+        return [
+            RunSummary(run, tallies[run.id], counts[run.id], tuple(retries.get(run.id, ()))) for run in runs
+        ]
 
     async def resume(self, run_id: uuid.UUID) -> RunReport:
         """Continue a halted rollout: its not-started scopes are pending again, the failures so far are

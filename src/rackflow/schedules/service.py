@@ -804,6 +804,21 @@ class ScheduleService:
             await self._load(conn, schedule_id, "schedule_id")
             return await store.list_scopes(conn, schedule_id)
 
+    async def scope_list_page(
+        self,
+        schedule_id: uuid.UUID,
+        *,
+        offset: int = 0,
+        limit: int | None = None,
+        after: Sequence[Any] | None = None,
+    ) -> tuple[list[tuple[Scope, str]], int]:
+        """A page of the schedule's scope entries by rack id (after the `store.SCOPE_ORDER` key `after`),
+        each with its rack's name, and their total before paging (counted up to LIST_COUNT_CAP, then
+        more): a 10,000-rack scope came whole (docs/PERFORMANCE.md, issue 29)."""
+        async with self.db.read() as conn:
+            await self._load(conn, schedule_id, "schedule_id")
+            return await store.list_scope_page(conn, schedule_id, offset=offset, limit=limit, after=after)
+
     # --- advisory and history --------------------------------------------------------------------
 
     async def check_conflicts(
@@ -956,12 +971,16 @@ class ScheduleService:
         offset: int = 0,
         limit: int | None = None,
         after: Sequence[Any] | None = None,
+        outcomes: bool = True,
     ) -> tuple[Sequence[Run], int]:
         """The schedule's firings, newest first (after the `store.RUN_ORDER` key `after`), and their total
-        before paging (counted up to LIST_COUNT_CAP, then more)."""
+        before paging (counted up to LIST_COUNT_CAP, then more); without `outcomes`, each run without its
+        outcomes (a run of 10,000 racks carries 10,000)."""
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
-            return await store.list_runs(conn, schedule_id, offset=offset, limit=limit, after=after)
+            return await store.list_runs(
+                conn, schedule_id, offset=offset, limit=limit, after=after, outcomes=outcomes
+            )
 
     async def scope_page(
         self, schedule_id: uuid.UUID, offset: int, limit: int

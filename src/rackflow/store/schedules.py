@@ -31,11 +31,12 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    union_all,
     update,
 )
 from sqlalchemy import cast as cast_
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.selectable import TableValuedAlias
+from sqlalchemy.sql.selectable import Subquery, TableValuedAlias
 
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.firing import NOT_COUNTED_STATES
@@ -404,18 +405,17 @@ async def each_schedule_chunk(
         kind = task_schedule.c.operation_template[("operation", "kind")].as_string()
         conditions.append(kind == operation.value)
     total = await count_capped(conn, task_schedule, conditions)
-    column = _ORDER_COLUMNS[order.field]
-    stmt = (
-        select(task_schedule)
-        .where(*conditions, *_after_schedule(order, after))
-        .order_by(
-            _ordered(column, order.descending),
-            task_schedule.c.created_at,
-            task_schedule.c.id,
+    if order.field in _TIMED_ORDERS:
+        stmt = _by_run_time(conditions, order, after, offset, limit)
+    else:
+        column = _ORDER_COLUMNS[order.field]
+        stmt = (
+            select(task_schedule)
+            .where(*conditions, *_after_schedule(order, after))
+            .order_by(_ordered(column, order.descending), task_schedule.c.created_at, task_schedule.c.id)
+            .offset(offset)
+            .limit(limit)
         )
-        .offset(offset)
-        .limit(limit)
-    )
     rows = await conn.stream(stmt)
     async for chunk in rows.partitions(LIST_CHUNK):
         consume([schedule_from_row(row) for row in chunk])
@@ -432,9 +432,9 @@ def _ordered(column: ColumnElement[Any], descending: bool) -> ColumnElement[Any]
 
 
 def _after_schedule(order: ScheduleOrder, key: Key | None) -> list[ColumnElement[bool]]:
-    """The schedules after `key` (`ScheduleOrder.key_of`) in `order`, NULLs last, ties by creation time
-    then id ascending. Spelled per column so that each is a range of one index: creation time ascending is one
-    row comparison; a name is unique, so nothing ties with it."""
+    """The schedules after `key` (`ScheduleOrder.key_of`) in `order` by name or creation time, ties by
+    creation time then id ascending. Spelled per column so that each is a range of one index: creation time
+    ascending is one row comparison; a name is unique, so nothing ties with it."""
     if key is None:
         return []
     value, created_at, schedule_id = key
@@ -443,14 +443,81 @@ def _after_schedule(order: ScheduleOrder, key: Key | None) -> list[ColumnElement
     column = _ORDER_COLUMNS[order.field]
     if order.field == "created_at" and not order.descending:
         return ties
-    if value is None:  # among the NULLs, last in either direction
-        return [column.is_(None), *ties]
     bound = literal(value, column.type)
     beyond = column < bound if order.descending else column > bound
     if order.field == "name":
         return [beyond]
-    tied = and_(column == bound, *ties)
-    return [or_(beyond, tied) if order.field == "created_at" else or_(beyond, column.is_(None), tied)]
+    return [or_(beyond, and_(column == bound, *ties))]
+
+
+# The orders by a run time, which may be NULL (`_by_run_time`).
+_TIMED_ORDERS = ("next_run_at", "last_run_at")
+
+
+def _by_run_time(
+    conditions: Sequence[ColumnElement[bool]],
+    order: ScheduleOrder,
+    after: Key | None,
+    offset: int,
+    limit: int | None,
+) -> Select[Any]:
+    """The schedules in `order` by next or last run, NULLs last in either direction, ties by creation time
+    then id ascending, after the key `after`: the rows with a time, then those without, each part a range
+    of the column's (column, created_at, id) index (migration 0025), so a page reads about its own rows.
+
+    One ORDER BY of the whole (`next_run_at DESC NULLS LAST, created_at, id`, or an OR of "later, NULL, or
+    tied and after") matches no index: PostgreSQL sorted a million rows for every page (docs/PERFORMANCE.md,
+    issue 29). Here each part is ordered by what its index holds (read backwards for `desc`, which leaves
+    only each tie group to re-sort) and limited to the page, and the page is the first of their union:
+
+        SELECT * FROM (SELECT *, 0 AS part FROM task_schedule WHERE … AND next_run_at >= :v
+                         AND (next_run_at > :v OR (created_at, id) > (:c, :id))
+                       ORDER BY next_run_at, created_at, id LIMIT :page) AS timed
+        UNION ALL
+        SELECT * FROM (SELECT *, 1 AS part FROM task_schedule WHERE … AND next_run_at IS NULL
+                       ORDER BY created_at, id LIMIT :page) AS untimed
+        ORDER BY part, next_run_at, created_at, id LIMIT :limit OFFSET :offset
+    """
+    s = task_schedule.c
+    column = _ORDER_COLUMNS[order.field]
+    ties = (s.created_at, s.id)
+    value, created_at, schedule_id = after if after is not None else (None, None, None)
+    page = None if limit is None else offset + limit
+    parts: list[Subquery] = []
+    if after is None or value is not None:  # the rows with a time, unless the key is already past them
+        timed: list[ColumnElement[bool]] = [column.is_not(None)]
+        if value is not None:
+            bound = literal(value, column.type)
+            timed = [
+                column <= bound if order.descending else column >= bound,
+                or_(
+                    column < bound if order.descending else column > bound,
+                    *after_key(ties, (created_at, schedule_id), descending=False),
+                ),
+            ]
+        by_time = column.desc() if order.descending else column.asc()
+        parts.append(
+            select(task_schedule, literal(0).label("part"))
+            .where(*conditions, *timed)
+            .order_by(by_time, *ties)
+            .limit(page)
+            .subquery("timed")
+        )
+    untimed_after: list[ColumnElement[bool]] = []
+    if after is not None and value is None:  # among the NULLs already
+        untimed_after = after_key(ties, (created_at, schedule_id), descending=False)
+    parts.append(
+        select(task_schedule, literal(1).label("part"))
+        .where(*conditions, column.is_(None), *untimed_after)
+        .order_by(*ties)
+        .limit(page)
+        .subquery("untimed")
+    )
+    both = union_all(*(select(part) for part in parts)).subquery("by_run_time")
+    in_order = both.c[order.field].desc() if order.descending else both.c[order.field].asc()
+    return (
+        select(both).order_by(both.c.part, in_order, both.c.created_at, both.c.id).offset(offset).limit(limit)
+    )
 
 
 async def schedule_ids_by_name(conn: AsyncConnection, names: Collection[str]) -> dict[str, uuid.UUID]:
@@ -627,6 +694,46 @@ async def list_scopes(conn: AsyncConnection, schedule_id: uuid.UUID) -> list[Sco
         .order_by(task_schedule_scope.c.created_at, task_schedule_scope.c.id)
     )
     return [scope_from_row(row) for row in (await conn.execute(stmt)).all()]
+
+
+# The scope list's order (ListTaskScheduleScopes): by rack, the order in which the (schedule_id, rack_id)
+# unique index holds a schedule's entries, so a page seeks that index after its token's rack and reads only
+# its own entries. Creation order would need one more index on a table every firing's write-back updates
+# (docs/PERFORMANCE.md, issue 29); within one AddTaskScheduleScope it was id order, no more meaningful.
+SCOPE_ORDER = (task_schedule_scope.c.rack_id,)
+
+
+async def list_scope_page(
+    conn: AsyncConnection,
+    schedule_id: uuid.UUID,
+    *,
+    offset: int = 0,
+    limit: int | None = None,
+    after: Key | None = None,
+) -> tuple[list[tuple[Scope, str]], int]:
+    """A page of the schedule's scope entries in SCOPE_ORDER (after the key `after` if given), each with
+    its rack's name (a client naming a page's racks need not list every rack), and how many it has
+    (`paging.count_capped`):
+
+        SELECT scope.*, racks.name FROM task_schedule_scope scope JOIN racks ON racks.id = scope.rack_id
+        WHERE scope.schedule_id = :id AND scope.rack_id > :after ORDER BY scope.rack_id LIMIT :limit
+    """
+    where = [task_schedule_scope.c.schedule_id == schedule_id]
+    total = await count_capped(conn, task_schedule_scope, where)
+    # The key bounds the racks too: else PostgreSQL's merge join walks the racks' index from its start.
+    page = (
+        select(task_schedule_scope, racks.c.name)
+        .join(racks, racks.c.id == task_schedule_scope.c.rack_id)
+        .where(
+            *where,
+            *after_key(SCOPE_ORDER, after, descending=False),
+            *after_key((racks.c.id,), after, descending=False),
+        )
+        .order_by(*SCOPE_ORDER)
+        .offset(offset)
+        .limit(limit)
+    )
+    return [(scope_from_row(row), row.name) for row in (await conn.execute(page)).all()], total
 
 
 async def scope_page(
@@ -1138,11 +1245,15 @@ async def list_runs(
     offset: int = 0,
     limit: int | None = None,
     after: Key | None = None,
+    outcomes: bool = True,
 ) -> tuple[list[Run], int]:
     """The schedule's runs, newest first (after the key `after` of RUN_ORDER if given), and how many
-    there are before paging (`paging.count_capped`)."""
+    there are before paging (`paging.count_capped`); without `outcomes`, each run without its outcomes
+    (`Run.outcomes` empty), as `run_heads` reads them."""
     total = await count_capped(conn, task_schedule_run, [task_schedule_run.c.schedule_id == schedule_id])
     page = _newest_runs_first(schedule_id).where(*after_key(RUN_ORDER, after, descending=True))
+    if not outcomes:
+        page = page.with_only_columns(*_RUN_HEAD)
     rows = (await conn.execute(page.offset(offset).limit(limit))).all()
     return [run_from_row(row) for row in rows], total
 

@@ -193,6 +193,10 @@ task_schedule = Table(
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
+    # The list by next or last run (migration 0025): a page is a range of one of these, not a sort of
+    # every schedule; each firing, which sets both columns, writes an entry into each.
+    Index("ix_task_schedule_next_run_at_created_at_id", "next_run_at", "created_at", "id"),
+    Index("ix_task_schedule_last_run_at_created_at_id", "last_run_at", "created_at", "id"),
     # The dispatcher's due scan: only enabled rows with a next run are indexed, in claim order. Both
     # databases match a partial index's predicate by its spelling, so it is spelled exactly as the claim's
     # `enabled.is_(True)` renders (migration 0004; tests/store/test_due_index.py checks the claim uses it).

@@ -171,6 +171,36 @@ WINDOW_POLICY_DEFER: WindowPolicy.ValueType  # 1
 """submit now; the task starts at the rack's next opening, or expires with it"""
 Global___WindowPolicy: _TypeAlias = WindowPolicy  # noqa: Y015
 
+class _TaskScheduleRunView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TaskScheduleRunViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TaskScheduleRunView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TASK_SCHEDULE_RUN_VIEW_UNSPECIFIED: _TaskScheduleRunView.ValueType  # 0
+    """FULL, as before views existed"""
+    TASK_SCHEDULE_RUN_VIEW_BASIC: _TaskScheduleRunView.ValueType  # 1
+    """Each run without `outcomes` and `progress`, with `outcome_counts` and `task_counts` instead; a run's
+    racks: GetTaskScheduleRun.
+    """
+    TASK_SCHEDULE_RUN_VIEW_FULL: _TaskScheduleRunView.ValueType  # 2
+    """each run as GetTaskScheduleRun answers it: every outcome"""
+
+class TaskScheduleRunView(_TaskScheduleRunView, metaclass=_TaskScheduleRunViewEnumTypeWrapper):
+    """How much of each run ListTaskScheduleRuns answers (AIP-157 views). A run carries an outcome per rack:
+    a page of five runs of a 10,000-rack schedule is 6.8 MB whole, over gRPC's default 4 MiB message.
+    """
+
+TASK_SCHEDULE_RUN_VIEW_UNSPECIFIED: TaskScheduleRunView.ValueType  # 0
+"""FULL, as before views existed"""
+TASK_SCHEDULE_RUN_VIEW_BASIC: TaskScheduleRunView.ValueType  # 1
+"""Each run without `outcomes` and `progress`, with `outcome_counts` and `task_counts` instead; a run's
+racks: GetTaskScheduleRun.
+"""
+TASK_SCHEDULE_RUN_VIEW_FULL: TaskScheduleRunView.ValueType  # 2
+"""each run as GetTaskScheduleRun answers it: every outcome"""
+Global___TaskScheduleRunView: _TypeAlias = TaskScheduleRunView  # noqa: Y015
+
 class _WindowKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1851,6 +1881,9 @@ class TaskScheduleScope(_message.Message):
     COMPONENTS_FIELD_NUMBER: _builtins.int
     LAST_TASK_ID_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    RACK_NAME_FIELD_NUMBER: _builtins.int
+    rack_name: _builtins.str
+    """set by ListTaskScheduleScopes (a page names its racks); empty elsewhere"""
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -1875,10 +1908,11 @@ class TaskScheduleScope(_message.Message):
         components: Global___ComponentTargets | None = ...,
         last_task_id: Global___UUID | None = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
+        rack_name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["component_filter", b"component_filter", "components", b"components", "created_at", b"created_at", "id", b"id", "last_task_id", b"last_task_id", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "types", b"types"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_filter", b"component_filter", "components", b"components", "created_at", b"created_at", "id", b"id", "last_task_id", b"last_task_id", "rack_id", b"rack_id", "schedule_id", b"schedule_id", "types", b"types"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["component_filter", b"component_filter", "components", b"components", "created_at", b"created_at", "id", b"id", "last_task_id", b"last_task_id", "rack_id", b"rack_id", "rack_name", b"rack_name", "schedule_id", b"schedule_id", "types", b"types"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_component_filter: _TypeAlias = _typing.Literal["types", "components"]  # noqa: Y015
     _WhichOneofArgType_component_filter: _TypeAlias = _typing.Literal["component_filter", b"component_filter"]  # noqa: Y015
@@ -2270,21 +2304,31 @@ Global___UpdateTaskScheduleScopeResponse: _TypeAlias = UpdateTaskScheduleScopeRe
 
 @_typing.final
 class ListTaskScheduleScopesRequest(_message.Message):
+    """A schedule's scope entries in rack id order (the order of its unique (schedule, rack) index, which a
+    page token seeks: a page of a 10,000-rack scope reads its own entries only). Without a limit, every entry.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    PAGINATION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def schedule_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def pagination(self) -> Global___Pagination: ...
     def __init__(
         self,
         *,
         schedule_id: Global___UUID | None = ...,
+        pagination: Global___Pagination | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule_id", b"schedule_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "pagination", b"pagination", "schedule_id", b"schedule_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule_id", b"schedule_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "pagination", b"pagination", "schedule_id", b"schedule_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__pagination: _TypeAlias = _typing.Literal["pagination"]  # noqa: Y015
+    _WhichOneofArgType__pagination: _TypeAlias = _typing.Literal["_pagination", b"_pagination"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pagination) -> _WhichOneofReturnType__pagination | None: ...
 
 Global___ListTaskScheduleScopesRequest: _TypeAlias = ListTaskScheduleScopesRequest  # noqa: Y015
 
@@ -2293,16 +2337,31 @@ class ListTaskScheduleScopesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SCOPES_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_CAPPED_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    next_page_token: _builtins.str
+    """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
+    limit was asked for).
+    """
+    total_capped: _builtins.bool
+    """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more
+    than the page): true when more match than `total` says.
+    """
     @_builtins.property
     def scopes(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskScheduleScope]: ...
     def __init__(
         self,
         *,
         scopes: _abc.Iterable[Global___TaskScheduleScope] | None = ...,
+        total: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+        total_capped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["scopes", b"scopes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "scopes", b"scopes", "total", b"total", "total_capped", b"total_capped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2644,6 +2703,8 @@ class TaskScheduleRun(_message.Message):
     APPROVAL_FIELD_NUMBER: _builtins.int
     RETRY_OF_FIELD_NUMBER: _builtins.int
     RETRIED_BY_FIELD_NUMBER: _builtins.int
+    OUTCOME_COUNTS_FIELD_NUMBER: _builtins.int
+    TASK_COUNTS_FIELD_NUMBER: _builtins.int
     trigger: _builtins.str
     """"dispatch" or "manual" """
     state: _builtins.str
@@ -2687,6 +2748,14 @@ class TaskScheduleRun(_message.Message):
     def retried_by(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]:
         """the runs RetryTaskScheduleRun made from this one"""
 
+    @_builtins.property
+    def outcome_counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___OutcomeCount]:
+        """Only in ListTaskScheduleRuns' BASIC view, which leaves `outcomes` (and a rollout's `progress`) out:
+        the run's racks by outcome, and its tasks by status, counted in the database.
+        """
+
+    @_builtins.property
+    def task_counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskStatusCount]: ...
     def __init__(
         self,
         *,
@@ -2704,14 +2773,66 @@ class TaskScheduleRun(_message.Message):
         approval: Global___RunApproval | None = ...,
         retry_of: Global___UUID | None = ...,
         retried_by: _abc.Iterable[Global___UUID] | None = ...,
+        outcome_counts: _abc.Iterable[Global___OutcomeCount] | None = ...,
+        task_counts: _abc.Iterable[Global___TaskStatusCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "progress", b"progress", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "late_by", b"late_by", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "retried_by", b"retried_by", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for", "state", b"state", "trigger", b"trigger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "late_by", b"late_by", "outcome_counts", b"outcome_counts", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "retried_by", b"retried_by", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for", "state", b"state", "task_counts", b"task_counts", "trigger", b"trigger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TaskScheduleRun: _TypeAlias = TaskScheduleRun  # noqa: Y015
+
+@_typing.final
+class OutcomeCount(_message.Message):
+    """How many of a run's racks had one outcome, and how many of those got a task."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    RACKS_FIELD_NUMBER: _builtins.int
+    WITH_TASK_FIELD_NUMBER: _builtins.int
+    outcome: _builtins.str
+    """as ScopeOutcome.outcome"""
+    racks: _builtins.int
+    with_task: _builtins.int
+    def __init__(
+        self,
+        *,
+        outcome: _builtins.str = ...,
+        racks: _builtins.int = ...,
+        with_task: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome", "racks", b"racks", "with_task", b"with_task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OutcomeCount: _TypeAlias = OutcomeCount  # noqa: Y015
+
+@_typing.final
+class TaskStatusCount(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    status: Global___TaskStatus.ValueType
+    tasks: _builtins.int
+    def __init__(
+        self,
+        *,
+        status: Global___TaskStatus.ValueType = ...,
+        tasks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskStatusCount: _TypeAlias = TaskStatusCount  # noqa: Y015
 
 @_typing.final
 class RunApproval(_message.Message):
@@ -2996,6 +3117,9 @@ class ListTaskScheduleRunsRequest(_message.Message):
 
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
     PAGINATION_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
+    view: Global___TaskScheduleRunView.ValueType
+    """unset: FULL"""
     @_builtins.property
     def schedule_id(self) -> Global___UUID: ...
     @_builtins.property
@@ -3005,10 +3129,11 @@ class ListTaskScheduleRunsRequest(_message.Message):
         *,
         schedule_id: Global___UUID | None = ...,
         pagination: Global___Pagination | None = ...,
+        view: Global___TaskScheduleRunView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "pagination", b"pagination", "schedule_id", b"schedule_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "pagination", b"pagination", "schedule_id", b"schedule_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "pagination", b"pagination", "schedule_id", b"schedule_id", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__pagination: _TypeAlias = _typing.Literal["pagination"]  # noqa: Y015
     _WhichOneofArgType__pagination: _TypeAlias = _typing.Literal["_pagination", b"_pagination"]  # noqa: Y015

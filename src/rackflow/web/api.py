@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from rackflow.api.convert import message_json
 from rackflow.api.errors import INTERNAL_MESSAGE
-from rackflow.client import task_status
+from rackflow.client import run_view, task_status
 from rackflow.errors import InvalidArgument, NotFound, RackflowError
 from rackflow.schedules.service import TIMEZONE_PATH
 from rackflow.security import Principal, TokenTable
@@ -329,14 +329,15 @@ class JsonApi:
                 "ListTaskScheduleRuns",
                 api.list_runs,
                 "A schedule's runs, newest first",
-                PAGE,
+                (*PAGE, Param("view", "string", "basic: each run's racks counted, not listed; full: listed")),
             ),
             Endpoint(
                 get,
                 "/schedules/{ref}/scopes",
                 "ListTaskScheduleScopes",
                 api.list_scopes,
-                "A schedule's scopes (its racks)",
+                "A schedule's scopes (its racks), by rack id",
+                PAGE,
             ),
             Endpoint(
                 post,
@@ -727,15 +728,18 @@ class JsonApi:
         return await call.rpc("DeleteTaskSchedule", pb.DeleteTaskScheduleRequest(id=schedule_id))
 
     async def list_runs(self, call: Call) -> Message:
-        request = pb.ListTaskScheduleRunsRequest(pagination=call.query.pagination())
+        try:
+            view = run_view(call.query.text("view") or "full")
+        except ValueError as exc:
+            raise InvalidArgument(f"view: {exc}") from None
+        request = pb.ListTaskScheduleRunsRequest(pagination=call.query.pagination(), view=view)
         request.schedule_id.CopyFrom(await self._schedule(call.ref(), "schedule_id"))
         return await call.rpc("ListTaskScheduleRuns", request)
 
     async def list_scopes(self, call: Call) -> Message:
-        schedule_id = await self._schedule(call.ref(), "schedule_id")
-        return await call.rpc(
-            "ListTaskScheduleScopes", pb.ListTaskScheduleScopesRequest(schedule_id=schedule_id)
-        )
+        request = pb.ListTaskScheduleScopesRequest(pagination=call.query.pagination())
+        request.schedule_id.CopyFrom(await self._schedule(call.ref(), "schedule_id"))
+        return await call.rpc("ListTaskScheduleScopes", request)
 
     async def add_scope(self, call: Call) -> Message:
         request = await call.body(pb.AddTaskScheduleScopeRequest())

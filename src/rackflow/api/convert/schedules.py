@@ -6,6 +6,7 @@ text and timezone are checked by the service, which owns `parse_spec`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,10 +17,10 @@ from rackflow.api.convert.tasks import scheduled_operation_to, task_status_to
 from rackflow.api.convert.windows import window_policy_to
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.inventory import ComponentsFilter, TypesFilter
-from rackflow.domain.schedules import OverlapPolicy, Pause, Schedule, Scope, ScopeOutcome
+from rackflow.domain.schedules import OverlapPolicy, Pause, Run, Schedule, Scope, ScopeOutcome
 from rackflow.domain.tasks import QueueOptions, TaskStatus
 from rackflow.errors import InvalidArgument
-from rackflow.rollouts.service import Progress, RunReport
+from rackflow.rollouts.service import Progress, RunReport, RunSummary
 from rackflow.schedules.service import PlannedFiring, PlannedScope
 from rackflow.timespec import ScheduleSpec, SpecType, format_go_duration
 from rackflow.v1 import flow_pb2 as pb
@@ -199,28 +200,67 @@ def progress_to(progress: Progress | None) -> pb.RolloutProgress | None:
 
 
 def run_to(report: RunReport) -> pb.TaskScheduleRun:
+    """The run whole (the FULL view): every outcome, with its task's status and hold."""
     run = report.run
+    msg = _run_head_to(run, report.retried_by)
+    msg.outcomes.extend(
+        outcome_to(o, report.task_statuses.get(o.task_id), report.holds.get(o.task_id))
+        if o.task_id
+        else outcome_to(o, None)
+        for o in run.outcomes
+    )
+    progress = progress_to(report.progress)
+    if progress is not None:
+        msg.progress.CopyFrom(progress)
+    return msg
+
+
+def run_summary_to(summary: RunSummary) -> pb.TaskScheduleRun:
+    """The run's BASIC view: no outcomes, its racks by outcome and its tasks by status instead."""
+    msg = _run_head_to(summary.run, summary.retried_by)
+    by_outcome: dict[str, pb.OutcomeCount] = {}
+    for (outcome, with_task), racks in sorted(summary.tally.items()):
+        count = by_outcome.setdefault(outcome, pb.OutcomeCount(outcome=outcome))
+        count.racks += racks
+        count.with_task += racks if with_task else 0
+    msg.outcome_counts.extend(by_outcome.values())
+    msg.task_counts.extend(
+        pb.TaskStatusCount(status=task_status_to(status), tasks=tasks)
+        for status, tasks in sorted(summary.task_counts.items(), key=lambda item: item[0].value)
+    )
+    return msg
+
+
+def _run_head_to(run: Run, retried_by: Sequence[uuid.UUID]) -> pb.TaskScheduleRun:
+    """A run's own fields, which every view carries."""
     return pb.TaskScheduleRun(
         id=uuid_to(run.id),
         schedule_id=uuid_to(run.schedule_id),
         fired_at=timestamp_to(run.fired_at),
         trigger=run.trigger,
         state=run.state,
-        outcomes=[
-            outcome_to(o, report.task_statuses.get(o.task_id), report.holds.get(o.task_id))
-            if o.task_id
-            else outcome_to(o, None)
-            for o in run.outcomes
-        ],
         rollout=rollout_to(run.rollout),
         reason=run.reason,
-        progress=progress_to(report.progress),
         approval=run_approval_to(run.approval),
         scheduled_for=timestamp_to(run.scheduled_for),
         late_by=_duration_to(run.late_by),
         retry_of=uuid_to(run.retry_of),
-        retried_by=[pb.UUID(id=str(i)) for i in report.retried_by],
+        retried_by=[pb.UUID(id=str(i)) for i in retried_by],
     )
+
+
+_VIEWS = (
+    pb.TASK_SCHEDULE_RUN_VIEW_UNSPECIFIED,
+    pb.TASK_SCHEDULE_RUN_VIEW_BASIC,
+    pb.TASK_SCHEDULE_RUN_VIEW_FULL,
+)
+
+
+def basic_view_from(value: int, field: str = "view") -> bool:
+    """Whether the request asks for the BASIC view of runs (unset: FULL, as before views existed)."""
+    if value not in _VIEWS:
+        raise InvalidArgument(f"{field}: run view {value} is not BASIC or FULL")
+    return value == pb.TASK_SCHEDULE_RUN_VIEW_BASIC
 
 
 def _scope_decision_to(planned: PlannedScope, resume_at: datetime | None) -> pb.ScopeDecision:

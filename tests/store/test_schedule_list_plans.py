@@ -1,0 +1,67 @@
+"""The schedule list by next or last run reads its index (migration 0025), first page and next, in either
+direction: one ORDER BY with NULLS LAST, or an OR of "later, NULL, or tied", made PostgreSQL sort every
+schedule for every page (docs/PERFORMANCE.md, issue 29). This EXPLAINs the statements the list really
+sends, on PostgreSQL (what SQLite's planner picks for a small table is not checked here)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event, update
+
+from rackflow.domain.schedules import ScheduleOrder
+from rackflow.store import schedules as store
+from rackflow.store.db import Database
+from rackflow.store.tables import task_schedule
+from tests.store.schedules_support import make_env
+
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("field", ["next_run_at", "last_run_at"])
+@pytest.mark.parametrize("descending", [False, True])
+async def test_a_page_by_run_time_reads_its_index(db: Database, field: str, descending: bool) -> None:
+    if not db.is_postgres:
+        pytest.skip("the plans checked are PostgreSQL's")
+    env = make_env(db)
+    rack = await env.rack("r1")
+    for i in range(3):
+        created = await env.schedule(f"s{i}", racks=[rack])
+        async with db.transaction() as conn:
+            at = T0 + timedelta(hours=i % 2) if i else None  # a tie and a NULL
+            await conn.execute(
+                update(task_schedule)
+                .where(task_schedule.c.id == created.id)
+                .values(last_run_at=at, next_run_at=at)
+            )
+    order = ScheduleOrder(field, descending=descending)
+    sent: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
+        if "by_run_time" in statement:
+            sent.append((statement, parameters))
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
+    try:
+        async with db.read(streaming=True) as conn:
+            first, _ = await store.list_schedules(conn, order=order, limit=1)
+            await store.list_schedules(conn, order=order, limit=1, after=order.key_of(first[0]))
+            await store.list_schedules(conn, order=order, limit=1, after=(None, T0, uuid.UUID(int=0)))
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
+    assert len(sent) == 3
+    index = f"ix_task_schedule_{field}_created_at_id"
+    for statement, parameters in sent:
+        async with db.transaction() as conn:
+            # A small table costs nothing to scan: forbid the full scans, so the plan takes one only if
+            # the index cannot answer a part.
+            await conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            await conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
+            explained = statement.removeprefix(statement[: statement.index("SELECT")])
+            rows = (await conn.exec_driver_sql("EXPLAIN " + explained, parameters)).all()
+        plan = "\n".join(str(row[0]) for row in rows)
+        assert index in plan, plan
+        assert "Seq Scan" not in plan, plan
