@@ -21,11 +21,11 @@ from tests.store.schedules_support import make_env
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # the plans checked are PostgreSQL's
 @pytest.mark.parametrize("field", ["next_run_at", "last_run_at"])
 @pytest.mark.parametrize("descending", [False, True])
 async def test_a_page_by_run_time_reads_its_index(db: Database, field: str, descending: bool) -> None:
-    if not db.is_postgres:
-        pytest.skip("the plans checked are PostgreSQL's")
     env = make_env(db)
     rack = await env.rack("r1")
     for i in range(3):
