@@ -141,6 +141,15 @@ tasks = Table(
         postgresql_where=text("status IN ('pending', 'running', 'waiting')"),
         sqlite_where=text("status IN ('pending', 'running', 'waiting')"),
     ),
+    # A rack's live tasks (active, or cancelled and still held), which every submission reads for its
+    # racks (`store.tasks.blocking_and_waiting`): only those rows, so a lookup reads none of the rack's
+    # ended history nor the rest of the fleet's live work (migration 0026). The predicate is the query's.
+    Index(
+        "ix_tasks_live_rack_id",
+        "rack_id",
+        postgresql_where=text("status IN ('pending', 'running', 'waiting') OR owner_id IS NOT NULL"),
+        sqlite_where=text("status IN ('pending', 'running', 'waiting') OR owner_id IS NOT NULL"),
+    ),
     # The dead-hold sweep reads only held tasks, not every ended one. The predicate is the sweep's literal
     # `owner_id IS NOT NULL`, not its `status = $1`: once psycopg prepares the statement, PostgreSQL's
     # generic plan cannot prove a predicate from a parameter (migration 0005; tests/store/test_held_index.py).

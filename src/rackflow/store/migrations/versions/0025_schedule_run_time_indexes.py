@@ -14,7 +14,7 @@ Created IF NOT EXISTS, as 0022's: an operator of a large PostgreSQL database may
 `CREATE INDEX CONCURRENTLY` (writes go on) and this migration then finds them.
 
 Revision ID: 0025
-Revises: 0023
+Revises: 0024
 Create Date: 2026-12-03
 """
 
