@@ -211,10 +211,6 @@ def verdict_of(state: RunState, verdicts: Counter[Verdict]) -> Verdict:
     return next((v for v in _ENDED if verdicts[v]), Verdict.EMPTY)
 
 
-def task_ids_of(runs: list[Run]) -> set[uuid.UUID]:
-    return {o.task_id for run in runs for o in run.outcomes if o.task_id is not None}
-
-
 SCHEDULE_LOOKS = {
     "enabled": Look("enabled", "●", "st-ok"),
     "paused": Look("paused", "❚❚", "st-wait"),

@@ -23,8 +23,9 @@ from starlette.routing import Route
 
 from rackflow.api.convert.tasks import operation_kind_from
 from rackflow.domain.inventory import ComponentsFilter, ComponentType, TypesFilter
-from rackflow.domain.schedules import Run, Schedule
-from rackflow.domain.tasks import OperationKind, TaskStatus
+from rackflow.domain.schedules import Schedule
+from rackflow.domain.tasks import OperationKind
+from rackflow.rollouts.service import RunSummary
 from rackflow.schedules.service import parse_order
 from rackflow.timespec import SpecType
 from rackflow.web import refs
@@ -35,9 +36,7 @@ from rackflow.web.views import (
     TASK_LOOKS,
     Look,
     outcome_verdict,
-    run_verdict,
     tallied_verdict,
-    task_ids_of,
 )
 
 STRIP_RUNS = 12  # firings in a list row's strip
@@ -64,11 +63,13 @@ class Strip:
     summary: str
 
 
-def strip_of(runs: list[Run], statuses: Mapping[uuid.UUID, TaskStatus]) -> Strip:
-    """Made here, not in the template: a page has hundreds of pips."""
+def strip_of(summaries: list[RunSummary]) -> Strip:
+    """Made here, not in the template: a page has hundreds of pips. Each run's verdict is counted
+    (`tallied_verdict`), from its racks by outcome and its tasks by status."""
     pips = []
-    for run in reversed(runs):
-        look = LOOKS[run_verdict(run, statuses)]
+    for counted in reversed(summaries):
+        run = counted.run
+        look = LOOKS[tallied_verdict(run.state, counted.tally, counted.task_counts)]
         pips.append(Pip(look, f"{utc_text(run.fired_at)} · {run.trigger} · {look.label}", run.id))
     counts = Counter(pip.look.label for pip in pips)
     summary = f"last {len(pips)} firings: " + ", ".join(f"{n} {label}" for label, n in counts.most_common())
@@ -159,8 +160,9 @@ async def _list(site: Site, request: Request) -> Mapping[str, Any]:
         limit=PAGE_SIZE,
     )
     runs = await site.services.schedules.recent_runs([s.id for s in schedules], STRIP_RUNS)
-    statuses = await site.services.tasks.statuses(task_ids_of([r for rs in runs.values() for r in rs]))
-    strips = {schedule_id: strip_of(found, statuses) for schedule_id, found in runs.items()}
+    summaries = await site.services.rollouts.summaries([run for found in runs.values() for run in found])
+    by_run = {summary.run.id: summary for summary in summaries}
+    strips = {schedule_id: strip_of([by_run[run.id] for run in found]) for schedule_id, found in runs.items()}
     return {
         "schedules": schedules,
         "strips": strips,
