@@ -65,12 +65,6 @@ def receiving(*script: Answer) -> Iterator[Receiver]:
     receiver = Receiver(list(script) or [Answer()])
 
     class Handler(BaseHTTPRequestHandler):
-        # Keeps the connection for the next request, as real hook servers do (each answer has its length);
-        # its head and body are two writes, so without TCP_NODELAY the body would wait for the client's
-        # delayed ACK of the head (40 ms) on a kept connection: real servers write an answer at once.
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             answer = receiver.next_answer(dict(self.headers.items()), body)

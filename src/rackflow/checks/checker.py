@@ -155,7 +155,6 @@ class PreflightChecker:
             await asyncio.gather(*self._rounds, return_exceptions=True)
             await self._records.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
-            self._asked.connections.close()
 
     async def poll(self) -> int:
         """Take the next round of each due task, all in one transaction, and ask each (in the

@@ -1,10 +1,9 @@
 """One look of each kind of check at one task's rack: what the checker runs, outside any transaction.
 
-HTTP goes through the standard library in the checker's own thread pool, so a slow Alertmanager or hook
-never waits on the event loop, and each request has its timeout: a hook through `rackflow.checks.http`,
-which keeps its connections open for the next round (issue 26), Alertmanager through `urllib`. Every
-answer that is not a clear yes is a `Look` that holds the task with why (an Alertmanager that cannot be
-asked passes only when its check is not `fail_closed`).
+HTTP goes through the standard library (`urllib`) in the checker's own thread pool, so a slow
+Alertmanager or hook never waits on the event loop, and each request has its timeout. Every answer that
+is not a clear yes is a `Look` that holds the task with why (an Alertmanager that cannot be asked passes
+only when its check is not `fail_closed`).
 """
 
 from __future__ import annotations
@@ -12,19 +11,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import http.client
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from rackflow.checks.http import Connections, HTTPStatusError
-from rackflow.config import ALERTMANAGER_TIMEOUT, PREFLIGHT_CONCURRENCY
+from rackflow.config import ALERTMANAGER_TIMEOUT
 from rackflow.domain.checks import (
     AlertmanagerSettings,
     Look,
@@ -71,11 +68,9 @@ def signature(secret: bytes, body: bytes) -> str:
 
 @dataclass(frozen=True)
 class Asked:
-    """The thread pool a look's blocking HTTP runs in (the checker's, bounded), and the hooks' kept
-    connections (at most one per thread and host)."""
+    """The thread pool a look's blocking HTTP runs in (the checker's, bounded)."""
 
     pool: Executor
-    connections: Connections = field(default_factory=lambda: Connections(PREFLIGHT_CONCURRENCY))
 
     async def run(self, call: Callable[[], _T]) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, call)
@@ -168,13 +163,15 @@ async def webhook(settings: WebhookSettings, payload: dict[str, Any], asked: Ask
             return Look(False, f"webhook: {exc}")
         headers[SIGNATURE_HEADER] = signature(secret.rstrip("\r\n").encode(), body)
     timeout = duration_of(settings.timeout).total_seconds()
+    request = urllib.request.Request(settings.url, data=body, headers=headers, method="POST")
 
     def post() -> tuple[int, bytes]:
-        return asked.connections.request("POST", settings.url, body=body, headers=headers, timeout=timeout)
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, answer.read(64 * 1024)
 
     try:
         status, raw = await asked.run(post)
-    except (OSError, ValueError, http.client.HTTPException) as exc:
+    except (OSError, ValueError) as exc:
         return Look(False, f"webhook: {settings.url}: {_error(exc)}")
     try:
         answer = json.loads(raw)
@@ -201,10 +198,8 @@ def _retry_after(value: object) -> timedelta | None:
 
 def _error(exc: BaseException) -> str:
     """An HTTP failure for people: the status, "timed out", or what refused the connection."""
-    if isinstance(exc, (urllib.error.HTTPError, HTTPStatusError)):
+    if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}"
-    if isinstance(exc, http.client.HTTPException):
-        return f"not HTTP: {type(exc).__name__}: {exc}"
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, TimeoutError):
         return "timed out"
