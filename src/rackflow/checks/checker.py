@@ -87,6 +87,8 @@ log = logging.getLogger(__name__)
 # it finds one, so a task whose checks pass waits a round trip, not a poll interval.
 EAGER_FIRST = 0.025
 EAGER_UNTIL = 0.8
+# The executor's endings nudge the checker to look ahead: at most one poll this often for them.
+NUDGE_GAP = 0.1
 
 
 class PreflightChecker:
@@ -115,6 +117,8 @@ class PreflightChecker:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="preflight")
         self._asked = kinds.Asked(self._pool)
         self._wake = asyncio.Event()
+        self._nudge = asyncio.Event()  # `tasks_ended`
+        self._polled_at = 0.0  # when the last poll began (the event loop's clock)
         self._rounds: set[asyncio.Task[None]] = set()
         # The rounds' records, written together: those that end while one transaction is under way go in
         # the next, one transaction (and one wake of the executors) for many.
@@ -130,15 +134,18 @@ class PreflightChecker:
         self._wake.set()
 
     def tasks_ended(self) -> None:
-        """The executor ended tasks (slots free): poll now, for a look ahead, if there are checks to ask."""
+        """The executor ended tasks (slots free): poll soon, for a look ahead, if there are checks to ask.
+        A nudge, not a wake: its transaction committed, so one poll sees what it freed (no eager polls
+        after it), and nudges poll at most every NUDGE_GAP (an executor ends tasks many times a second)."""
         if self.ahead is not None and self._hooks:
-            self._wake.set()
+            self._nudge.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
             eager = 0.0  # after a wake: the next nap's length, doubling, while polls find nothing
             while not stop.is_set():
                 started = 0
+                self._polled_at = asyncio.get_running_loop().time()
                 try:
                     started = await self.poll()
                 except Exception:  # an outage or a bug: report it and try again next poll
@@ -260,15 +267,27 @@ class PreflightChecker:
             await asyncio.gather(*list(self._rounds), return_exceptions=True)
 
     async def _nap(self, stop: asyncio.Event, seconds: float) -> bool:
-        """Sleep `seconds`, or until woken or stopped; whether it was woken."""
-        waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        """Sleep `seconds`, or until woken or stopped, or nudged (`tasks_ended`) once NUDGE_GAP has passed
+        since the last poll began; whether it was woken (not nudged)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        while not stop.is_set() and not self._wake.is_set():
+            if self._nudge.is_set():
+                until = min(until, self._polled_at + NUDGE_GAP)
+            left = until - loop.time()
+            if left <= 0:
+                break
+            waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+            if not self._nudge.is_set():
+                waiters.append(asyncio.ensure_future(self._nudge.wait()))
+            try:
+                await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
         woken = self._wake.is_set()
         self._wake.clear()
+        self._nudge.clear()
         return woken
 
     async def round(self, taken: _Round) -> None:
