@@ -1,9 +1,10 @@
 """The pre-flight checker: a loop in every `rackflow serve` that asks the checks about the tasks their gate
 holds, and stores what they answered for the gate to read (docs/CHECKS.md).
 
-Each poll (every PREFLIGHT_POLL_INTERVAL, or at once when this process's gate held a task for a first look)
-finds the held tasks whose next round is due and starts a round for each, in the background, so a slow
-hook delays no other rack and never the dispatcher or the executor. A round:
+Each poll (every PREFLIGHT_POLL_INTERVAL, at once when this process's gate held a task for a first look, and
+at most every NUDGE_GAP while its executor ends tasks) finds the held tasks whose next round is due and
+starts a round for each, in the background, so a slow hook delays no other rack and never the dispatcher
+or the executor; then it looks ahead (below). A round:
 
 1. takes a lease on the task's next round (`store.take_rounds`, a conditional UPDATE; one transaction for
    all the rounds a poll found due): of several instances, one asks; a checker that dies mid-round is
