@@ -16,8 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from rackflow.checks.checker import PreflightChecker
+from rackflow.config import PREFLIGHT_LOOK_AHEAD
 from rackflow.services import Services
 from rackflow.store.db import Database
+from rackflow.tasks.executor import Executor
 from tests.store.test_executor import CLOCK, executing
 
 
@@ -95,12 +97,22 @@ def receiving(*script: Answer) -> Iterator[Receiver]:
 async def checking(db: Database, **options: Any) -> AsyncIterator[Services]:
     """An executor and a pre-flight checker over `db`, wired as `rackflow serve` wires them."""
     services = Services.build(db, CLOCK)
-    checker = PreflightChecker(db, CLOCK, services.tasks, poll_interval=timedelta(milliseconds=50))
+    executors: list[Executor] = []
+    checker = PreflightChecker(
+        db,
+        CLOCK,
+        services.tasks,
+        poll_interval=timedelta(milliseconds=50),
+        ahead=lambda: executors[0].ended_within(PREFLIGHT_LOOK_AHEAD.total_seconds()) if executors else 0,
+        gates=services.gates_before_checks,
+    )
     services.checks.gate.on_hold.append(checker.wake)
     stop = asyncio.Event()
     runner = asyncio.create_task(checker.run(stop))
     try:
-        async with executing(db, gates=services.gates, manager=services.tasks, **options):
+        async with executing(db, gates=services.gates, manager=services.tasks, **options) as executor:
+            executors.append(executor)
+            executor.on_ended.append(checker.tasks_ended)
             yield services
     finally:
         stop.set()

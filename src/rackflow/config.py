@@ -305,6 +305,10 @@ PREFLIGHT_BATCH = 100
 PREFLIGHT_CONCURRENCY = 16
 PREFLIGHT_LEASE_SLACK = timedelta(seconds=30)
 PREFLIGHT_ANSWER_WAIT = timedelta(seconds=30)
+# The checker also asks, ahead of the executor's claim, about the tasks next in line whose checks ask over
+# HTTP: as many as its process's executor ended in the last PREFLIGHT_LOOK_AHEAD (the slots that will free
+# soon at the pace tasks end; at most PREFLIGHT_BATCH), counting those asked and not started yet (issue 26).
+PREFLIGHT_LOOK_AHEAD = timedelta(seconds=1)
 # A rollout's rack whose checks passed while its rollout is at a cap (the rack did not count against it while
 # held, so the rollout started others) waits this long before its claim looks for room again.
 PREFLIGHT_CAP_WAIT = timedelta(seconds=2)

@@ -28,7 +28,13 @@ from rackflow.audit.retention import AuditPruner
 from rackflow.audit.spool import AuditSpool
 from rackflow.checks.checker import PreflightChecker
 from rackflow.clock import SystemClock
-from rackflow.config import SERVE_GC_THRESHOLD, BackendName, ServeConfig, parse_host_port
+from rackflow.config import (
+    PREFLIGHT_LOOK_AHEAD,
+    SERVE_GC_THRESHOLD,
+    BackendName,
+    ServeConfig,
+    parse_host_port,
+)
 from rackflow.metrics import serve_metrics
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.holds import HoldWatcher
@@ -137,8 +143,15 @@ class RackflowServer:
             lease_ttl=self.config.lease_ttl.total_seconds(),
         )
         self._spawn("executor", executor.run)
-        checker = PreflightChecker(self.db, self.clock, self.services.tasks)
+        checker = PreflightChecker(
+            self.db,
+            self.clock,
+            self.services.tasks,
+            ahead=lambda: executor.ended_within(PREFLIGHT_LOOK_AHEAD.total_seconds()),
+            gates=self.services.gates_before_checks,
+        )
         self.services.checks.gate.on_hold.append(checker.wake)
+        executor.on_ended.append(checker.tasks_ended)
         self._spawn("preflight checker", checker.run)
         if self.config.dispatcher:
             dispatcher = Dispatcher(

@@ -42,6 +42,12 @@ class Services:
     gates: tuple[Gate, ...]
     notifications: NotificationService
 
+    @property
+    def gates_before_checks(self) -> tuple[Gate, ...]:
+        """The gates a task passes before the pre-flight gate asks about it: the checker's look ahead asks
+        only about tasks these would let start (`rackflow.checks.checker`)."""
+        return self.gates[: self.gates.index(self.checks.gate)]
+
     @classmethod
     def build(
         cls,

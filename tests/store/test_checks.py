@@ -5,7 +5,9 @@ pre-flight gate, and the checker beside it asking a real HTTP receiver (webhooks
 A task no check applies to is not touched; a drain hook that says "not ready" twice then "ready" holds the
 task (reason on it) and then lets it start, its posts signed with HMAC-SHA256; a hook that times out holds
 it, and the maximum wait fails it with the reason; rack_idle holds a task on a rack whose last same task
-failed recently; an operator's override starts a held task; a deleted check lets its tasks go."""
+failed recently; an operator's override starts a held task; a deleted check lets its tasks go. The look
+ahead (issue 26) asks about tasks next in line before a claim takes them, only those windows and budgets
+admit, and its rounds count as any."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.budgets.service import BudgetInput
 from rackflow.checks.checker import PreflightChecker
 from rackflow.checks.gate import GATE_NAME
 from rackflow.checks.service import CheckInput
@@ -29,7 +32,8 @@ from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSetting
 from rackflow.domain.inventory import ComponentsFilter, ComponentSpec, ComponentType, Rack, RackSelection
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy
-from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
+from rackflow.domain.tasks import Hold, Operation, OperationKind, QueueOptions, Task, TaskStatus
+from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.inventory.service import InventoryService
 from rackflow.services import Services
 from rackflow.store import checks as store
@@ -38,7 +42,7 @@ from rackflow.store.db import Database
 from rackflow.store.tables import preflight_results, preflight_tasks, tasks
 from rackflow.store.tasks import set_status
 from rackflow.tasks.gates import consult
-from rackflow.windows.service import Ref
+from rackflow.windows.service import Ref, WindowInput
 from tests.checks_support import Answer, checking, receiving
 from tests.store.schedules_support import HOURLY, POWER_OFF, make_env, rack_target
 from tests.store.test_executor import (
@@ -524,3 +528,141 @@ async def test_two_tasks_each_busy_for_the_other_never_start_together_in_one_cla
     assert held.held_reason == (
         f"pre-flight check 'one-at-a-time': rack_idle: power_on task {first.id} is running on the rack"
     )
+
+
+# --- the look ahead (issue 26) ------------------------------------------------------------------
+
+
+def _looking(db: Database, services: Services, clock: FakeClock, ahead: list[int]) -> PreflightChecker:
+    """A checker that looks ahead at `ahead[0]` tasks (as if its executor ended so many in the last
+    second), behind the gates before the pre-flight gate, as `rackflow serve` wires it."""
+    return PreflightChecker(
+        db, clock, services.tasks, ahead=lambda: ahead[0], gates=services.gates_before_checks
+    )
+
+
+async def _rounds_of(db: Database, task: Task) -> list[tuple[int, bool]]:
+    async with db.read() as conn:
+        stmt = (
+            select(preflight_results.c.attempt, preflight_results.c.passed)
+            .where(preflight_results.c.task_id == task.id)
+            .order_by(preflight_results.c.attempt)
+        )
+        return [(row.attempt, row.passed) for row in await conn.execute(stmt)]
+
+
+async def test_tasks_next_in_line_are_asked_ahead_of_their_claim_and_start_at_it(db: Database) -> None:
+    """With no room in any executor (no claim took them), the checker asks about as many tasks next in
+    line as it is told are about to be claimed, oldest first, counting those asked and not started: each
+    is held as a first claim holds it, its round passes and releases it, and its first claim starts it on
+    that round, asking nothing more."""
+    clock = FakeClock(CLOCK.now())
+    with receiving(Answer({"ok": True})) as hook:
+        services = Services.build(db, clock)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="30s")
+        )
+        first = await submit(db, await _rack(db, "r1"), POWER_ON)
+        second = await submit(db, await _rack(db, "r2"), POWER_ON)
+        third = await submit(db, await _rack(db, "r3"), POWER_ON)
+        ahead = [0]
+        checker = _looking(db, services, clock, ahead)
+        assert await checker.poll() == 0  # nothing ends, nothing is about to be claimed: nothing asked
+        ahead[0] = 1
+        assert await checker.poll() == 1
+        await checker.settle()
+        assert [p["task_id"] for p in hook.payloads()] == [str(first.id)]
+        released = await get(db, first)
+        assert released.held_by == GATE_NAME and released.not_before is None and released.started_at is None
+        ahead[0] = 2  # the first, asked and not started, counts: one more
+        assert await checker.poll() == 1
+        await checker.settle()
+        assert await checker.poll() == 0
+        async with db.transaction() as conn:
+            started = await _claim(db, conn, services, clock.now())
+        payloads = hook.payloads()
+    assert set(started) == {first.id, second.id}
+    later = await get(db, third)  # not asked ahead: its first claim held it, as without a look ahead
+    assert later.held_by == GATE_NAME and later.held_reason == "waits for pre-flight checks 'drained'"
+    assert [(p["task_id"], p["attempt"]) for p in payloads] == [(str(first.id), 1), (str(second.id), 1)]
+    assert await _rounds_of(db, first) == [(1, True)] and await _rounds_of(db, second) == [(1, True)]
+
+
+async def test_the_look_ahead_asks_only_what_windows_and_budgets_admit(db: Database) -> None:
+    """A task a FREEZE holds is not asked ahead, nor one a full budget would hold, counting the tasks
+    before it in line as started: the checks are asked only about tasks the windows and budgets admit."""
+    clock = FakeClock(CLOCK.now())
+    with receiving(Answer({"ok": True})) as hook:
+        services = Services.build(db, clock)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="30s")
+        )
+        frozen_rack, r2, r3 = await _rack(db, "frozen"), await _rack(db, "r2"), await _rack(db, "r3")
+        await services.windows.create(
+            WindowInput(
+                name="launch",
+                kind=WindowKind.FREEZE,
+                when=OneOff(clock.now() - timedelta(hours=1), clock.now() + timedelta(days=1)),
+                racks=(Ref(name=frozen_rack.name),),
+            )
+        )
+        await services.budgets.create(BudgetInput("one-reset", (OperationKind.POWER_ON,), 1))
+        frozen = await submit(db, frozen_rack, POWER_ON)
+        admitted = await submit(db, r2, POWER_ON)
+        over_budget = await submit(db, r3, POWER_ON)
+        checker = _looking(db, services, clock, [10])
+        assert await checker.poll() == 1
+        await checker.settle()
+        payloads = hook.payloads()
+    assert [p["task_id"] for p in payloads] == [str(admitted.id)]
+    assert (await get(db, frozen)).held_by is None and (await get(db, over_budget)).held_by is None
+
+
+async def test_a_pass_asked_ahead_counts_for_one_interval(db: Database) -> None:
+    """A task asked ahead whose claim comes after its round went stale is asked again, as any task claimed
+    late: a round's freshness does not depend on who asked it."""
+    clock = FakeClock(CLOCK.now())
+    with receiving(Answer({"ok": True})) as hook:
+        services = Services.build(db, clock)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="2s")
+        )
+        task = await submit(db, await _rack(db, "r1"), POWER_ON)
+        checker = _looking(db, services, clock, [1])
+        assert await checker.poll() == 1
+        await checker.settle()
+        clock.advance(timedelta(seconds=3))
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, clock.now()) == []  # stale: held for a new round
+        assert await checker.poll() == 1
+        await checker.settle()
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, clock.now()) == [task.id]
+        asked = len(hook.posts)
+    assert asked == 2 and await _rounds_of(db, task) == [(1, True), (2, True)]
+
+
+async def test_the_look_ahead_takes_no_task_a_claim_took_or_held(db: Database) -> None:
+    """`store.ask_ahead` reads its conditions under the tasks' locks: a task a claim started (RUNNING) or
+    held for its first round (its row added, not due) meanwhile is not taken, and nothing is written."""
+    clock = FakeClock(CLOCK.now())
+    with receiving(Answer({"ok": True})) as hook:
+        services = Services.build(db, clock)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="30s")
+        )
+        running = await submit(db, await _rack(db, "r1"), POWER_ON)
+        held = await submit(db, await _rack(db, "r2"), POWER_ON)
+        await start_running(db, running, OWNER)
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, clock.now(), running=[running.id]) == []  # holds `held`
+        now = clock.now()
+        hold = Hold(now + timedelta(seconds=30), "waits")
+        async with db.transaction() as conn:
+            taken = await store.ask_ahead(
+                db, conn, GATE_NAME, {running.id: (hold, now), held.id: (hold, now)}, now=now
+            )
+        asked = len(hook.posts)
+    assert taken == set() and asked == 0
+    assert (await get(db, running)).status is TaskStatus.RUNNING
+    assert await _count(db, preflight_tasks) == 1  # `held`'s, from its claim

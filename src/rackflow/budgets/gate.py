@@ -41,7 +41,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import failpoints
-from rackflow.budgets.rules import admit
+from rackflow.budgets.rules import Held, admit
 from rackflow.config import BUDGET_RETRY_DELAY
 from rackflow.domain.budgets import Started
 from rackflow.domain.tasks import Hold, OperationKind, Task
@@ -63,27 +63,7 @@ class BudgetGate:
     async def check(
         self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
     ) -> dict[uuid.UUID, Hold]:
-        kinds = {task.operation.kind for task in tasks}
-        # Unlocked first: a claim of tasks no budget counts takes no lock.
-        if not any(budget.operations & kinds for budget in await store.all_budgets(conn)):
-            return {}
-        budgets = await store.lock_budgets(self.db, conn)
-        counted: frozenset[OperationKind] = frozenset().union(*(budget.operations for budget in budgets))
-        candidates = [task for task in tasks if task.operation.kind in counted]
-        if not candidates:
-            return {}
-        racks = await rack_refs(conn, {task.rack_id for task in candidates})
-        already = await store.running(conn, counted, besides=frozenset(task.id for task in tasks))
-        # Widens the window between the count and the commit, for tests/e2e/test_budgets.py to show the lock.
-        await failpoints.pause("budget_counted")
-        held = admit(
-            budgets,
-            already,
-            [
-                (task.id, Started(task.operation.kind, _domain(racks.get(task.rack_id), task.rack_id)))
-                for task in candidates
-            ],
-        )
+        held = await self._held(conn, tasks, lock=True)
         if not held:
             return {}
         until = now + BUDGET_RETRY_DELAY
@@ -94,6 +74,45 @@ class BudgetGate:
         for reason in held.values():
             BUDGET_HOLDS.labels(budget=reason.budget.name).inc()
         return {task_id: Hold(until, reason.message) for task_id, reason in held.items()}
+
+    async def look(
+        self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
+    ) -> dict[uuid.UUID, Hold]:
+        """What `check` would hold now, counting `tasks` (not claimed, in claim order) as if each started
+        in turn, with no lock taken and nothing written: a look ahead (`rackflow.tasks.gates.look`)."""
+        held = await self._held(conn, tasks, lock=False)
+        return {task_id: Hold(now + BUDGET_RETRY_DELAY, reason.message) for task_id, reason in held.items()}
+
+    async def _held(
+        self, conn: AsyncConnection, tasks: Sequence[Task], *, lock: bool
+    ) -> dict[uuid.UUID, Held]:
+        """The tasks a budget holds, with why: the running tasks counted (the budgets locked first when
+        `lock`), then `tasks` admitted in order."""
+        kinds = {task.operation.kind for task in tasks}
+        # Unlocked first: a claim of tasks no budget counts takes no lock.
+        budgets = await store.all_budgets(conn)
+        if not any(budget.operations & kinds for budget in budgets):
+            return {}
+        if lock:
+            budgets = await store.lock_budgets(self.db, conn)
+        counted: frozenset[OperationKind] = frozenset().union(*(budget.operations for budget in budgets))
+        candidates = [task for task in tasks if task.operation.kind in counted]
+        if not candidates:
+            return {}
+        racks = await rack_refs(conn, {task.rack_id for task in candidates})
+        already = await store.running(conn, counted, besides=frozenset(task.id for task in tasks))
+        if lock:
+            # Widens the window between the count and the commit, for tests/e2e/test_budgets.py to show the
+            # lock.
+            await failpoints.pause("budget_counted")
+        return admit(
+            budgets,
+            already,
+            [
+                (task.id, Started(task.operation.kind, _domain(racks.get(task.rack_id), task.rack_id)))
+                for task in candidates
+            ],
+        )
 
 
 def _domain(rack: RackRef | None, rack_id: uuid.UUID) -> uuid.UUID:

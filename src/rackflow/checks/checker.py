@@ -1,9 +1,10 @@
 """The pre-flight checker: a loop in every `rackflow serve` that asks the checks about the tasks their gate
 holds, and stores what they answered for the gate to read (docs/CHECKS.md).
 
-Each poll (every PREFLIGHT_POLL_INTERVAL, or at once when this process's gate held a task for a first look)
-finds the held tasks whose next round is due and starts a round for each, in the background, so a slow
-hook delays no other rack and never the dispatcher or the executor. A round:
+Each poll (every PREFLIGHT_POLL_INTERVAL, at once when this process's gate held a task for a first look, and
+at most every NUDGE_GAP while its executor ends tasks) finds the held tasks whose next round is due and
+starts a round for each, in the background, so a slow hook delays no other rack and never the dispatcher
+or the executor; then it looks ahead (below). A round:
 
 1. takes a lease on the task's next round (`store.take_rounds`, a conditional UPDATE; one transaction for
    all the rounds a poll found due): of several instances, one asks; a checker that dies mid-round is
@@ -21,6 +22,19 @@ hook delays no other rack and never the dispatcher or the executor. A round:
 
 Checks that only read the database (`rack_idle`) are mostly asked by the claim's gate itself, at the
 task's first claim (`rackflow.checks.gate`); the checker asks them for a task they held, at its next round.
+
+**The look ahead** (issue 26). A task's first claim needs a free slot of the executor like the claim that
+starts it, so with a full executor every slot that freed would go to a task not asked yet, held there, and
+sit empty for a round trip of the checker. So each poll also takes the first round of the tasks next in
+line that no claim has taken yet (`_look_ahead`): of the next tasks the claims will take (`store.queue_head`,
+those asked and not started counted), as many as the executor of this process ended in the last
+PREFLIGHT_LOOK_AHEAD (the slots about to free, at the pace tasks end; none while nothing ends, so a queue
+behind long tasks is not asked hours early), those whose checks ask over HTTP and that the gates before
+this one would let start now (`rackflow.tasks.gates.look`: no freeze, room in the budgets, counting the
+tasks before them as started). The gate then holds each as its first claim would (`first_hold`), with
+its round taken in the same transaction (`store.ask_ahead`); the round is asked and recorded as any. Its
+pass counts for one interval, as every round's; the claim that finds it stale asks again, and a claim
+still asks every gate, so nothing starts that the gates or a fresh round would not start.
 """
 
 from __future__ import annotations
@@ -28,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -36,7 +50,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks import kinds
-from rackflow.checks.gate import GATE_NAME, round_result
+from rackflow.checks.gate import GATE_NAME, first_hold, round_result
 from rackflow.clock import Clock
 from rackflow.config import (
     ALERTMANAGER_TIMEOUT,
@@ -63,6 +77,8 @@ from rackflow.store import checks as store
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
+from rackflow.tasks import gates as start_gates
+from rackflow.tasks.gates import Gate
 from rackflow.tasks.manager import TaskManager
 
 log = logging.getLogger(__name__)
@@ -72,6 +88,8 @@ log = logging.getLogger(__name__)
 # it finds one, so a task whose checks pass waits a round trip, not a poll interval.
 EAGER_FIRST = 0.025
 EAGER_UNTIL = 0.8
+# The executor's endings nudge the checker to look ahead: at most one poll this often for them.
+NUDGE_GAP = 0.1
 
 
 class PreflightChecker:
@@ -86,7 +104,12 @@ class PreflightChecker:
         poll_interval: timedelta = PREFLIGHT_POLL_INTERVAL,
         concurrency: int = PREFLIGHT_CONCURRENCY,
         batch: int = PREFLIGHT_BATCH,
+        ahead: Callable[[], int] | None = None,
+        gates: Sequence[Gate] = (),
     ) -> None:
+        """`ahead`: how many tasks the executor of this process is about to claim (the look ahead asks
+        about so many next in line; None: no look ahead); `gates`: the executor's start gates before the
+        pre-flight gate, which must let a task start for it to be asked ahead."""
         self.db = db
         self.clock = clock
         self.manager = manager
@@ -95,6 +118,8 @@ class PreflightChecker:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="preflight")
         self._asked = kinds.Asked(self._pool)
         self._wake = asyncio.Event()
+        self._nudge = asyncio.Event()  # `tasks_ended`
+        self._polled_at = 0.0  # when the last poll began (the event loop's clock)
         self._rounds: set[asyncio.Task[None]] = set()
         # The rounds' records, written together: those that end while one transaction is under way go in
         # the next, one transaction (and one wake of the executors) for many.
@@ -102,15 +127,26 @@ class PreflightChecker:
             db, self._write_records, after_commit=self._after_records
         )
         self._released = False  # by the records being written
+        self.ahead = ahead
+        self.gates = tuple(gates)
+        self._hooks = True  # whether the last look ahead found checks that ask over HTTP
 
     def wake(self) -> None:
         self._wake.set()
+
+    def tasks_ended(self) -> None:
+        """The executor ended tasks (slots free): poll soon, for a look ahead, if there are checks to ask.
+        A nudge, not a wake: its transaction committed, so one poll sees what it freed (no eager polls
+        after it), and nudges poll at most every NUDGE_GAP (an executor ends tasks many times a second)."""
+        if self.ahead is not None and self._hooks:
+            self._nudge.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
             eager = 0.0  # after a wake: the next nap's length, doubling, while polls find nothing
             while not stop.is_set():
                 started = 0
+                self._polled_at = asyncio.get_running_loop().time()
                 try:
                     started = await self.poll()
                 except Exception:  # an outage or a bug: report it and try again next poll
@@ -130,7 +166,13 @@ class PreflightChecker:
 
     async def poll(self) -> int:
         """Take the next round of each due task, all in one transaction, and ask each (in the
-        background); how many were taken."""
+        background); then look ahead. How many rounds were taken."""
+        taken = await self._due_rounds()
+        if self.ahead is not None:
+            taken += await self._look_ahead()
+        return taken
+
+    async def _due_rounds(self) -> int:
         now = self.clock.now()
         async with self.db.read() as conn:
             due = await store.due(conn, GATE_NAME, now=now, limit=self.batch)
@@ -146,14 +188,7 @@ class PreflightChecker:
                 applying[task.id] = [
                     c for c in asked if rack is not None and c.applies(rack.ref, task.operation.kind)
                 ]
-            # A hook is told the task's components: read here, one query for every round that asks one,
-            # not once per hook and task (building that statement cost the event loop more than the HTTP).
-            hooked = {
-                task.rack_id
-                for task, _ in due
-                if any(isinstance(c.settings, WebhookSettings) for c in applying[task.id])
-            }
-            components = await components_by_rack(conn, hooked) if hooked else {}
+            components = await _components(conn, [(task, applying[task.id]) for task, _ in due])
         rounds = [
             _Round(
                 task, waiting, applying[task.id], facts.get(task.rack_id), components.get(task.rack_id, [])
@@ -165,12 +200,67 @@ class PreflightChecker:
             ids = await store.take_rounds(
                 self.db, conn, GATE_NAME, [(r.waiting, r.lease(now)) for r in rounds], now=now
             )
-        taken = [r for r in rounds if r.task.id in ids]
-        for each in taken:
+        self._start([r for r in rounds if r.task.id in ids])
+        return len(ids)
+
+    async def _look_ahead(self) -> int:
+        """Take the first round of the tasks next in line, before an executor has room for them (the
+        module's docstring): how many were taken."""
+        assert self.ahead is not None
+        wanted = min(self.ahead(), self.batch)
+        if wanted <= 0:
+            return 0
+        now = self.clock.now()
+        async with self.db.read() as conn:
+            checks = await store.all_checks(conn)
+            self._hooks = any(not c.asks_only_the_database for c in checks)
+            if not self._hooks:
+                return 0
+            head = await store.queue_head(conn, GATE_NAME, now=now, limit=wanted)
+            if all(asked for _, asked in head):
+                return 0
+            # In claim order, the ones asked before counted too: a budget's room is counted as if each
+            # task started in turn.
+            admitted = {t.id for t in await start_gates.look(self.gates, conn, [t for t, _ in head], now)}
+            fresh = [t for t, asked in head if not asked and t.id in admitted]
+            facts = await store.rack_facts(conn, {t.rack_id for t in fresh})
+            rounds: list[tuple[Task, list[PreflightCheck], RackFacts]] = []
+            for task in fresh:
+                rack = facts.get(task.rack_id)
+                applying = [
+                    c for c in checks if rack is not None and c.applies(rack.ref, task.operation.kind)
+                ]
+                # Checks that only read the database are asked by the claim itself, at once: not ahead.
+                if rack is not None and any(not c.asks_only_the_database for c in applying):
+                    rounds.append((task, applying, rack))
+            if not rounds:
+                return 0
+            components = await _components(conn, [(t, applying) for t, applying, _ in rounds])
+        now = self.clock.now()
+        asks: dict[uuid.UUID, tuple[Hold, datetime]] = {}
+        taken: list[_Round] = []
+        for task, applying, rack in rounds:
+            hold = first_hold(task, applying, now)
+            if not isinstance(hold, Hold):
+                continue  # a check that waits for nothing: its claim fails the task
+            each = _Round(
+                task, Waiting(task.id, 0, None, None, None), applying, rack, components.get(task.rack_id, [])
+            )
+            asks[task.id] = (hold, each.lease(now))
+            taken.append(each)
+        async with self.db.transaction() as conn:
+            ids = await store.ask_ahead(self.db, conn, GATE_NAME, asks, now=now)
+        self._start([r for r in taken if r.task.id in ids])
+        if ids:
+            log.info("pre-flight checks asked ahead of the claim for %d task(s)", len(ids))
+        return len(ids)
+
+    def _start(self, rounds: Sequence[_Round]) -> None:
+        """Ask the rounds taken, each in the background."""
+        for each in rounds:
             running = asyncio.create_task(self.round(each))
             self._rounds.add(running)
             running.add_done_callback(self._rounds.discard)
-        return len(taken)
 
     async def settle(self) -> None:
         """Wait for the rounds under way (tests)."""
@@ -178,15 +268,27 @@ class PreflightChecker:
             await asyncio.gather(*list(self._rounds), return_exceptions=True)
 
     async def _nap(self, stop: asyncio.Event, seconds: float) -> bool:
-        """Sleep `seconds`, or until woken or stopped; whether it was woken."""
-        waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        """Sleep `seconds`, or until woken or stopped, or nudged (`tasks_ended`) once NUDGE_GAP has passed
+        since the last poll began; whether it was woken (not nudged)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        while not stop.is_set() and not self._wake.is_set():
+            if self._nudge.is_set():
+                until = min(until, self._polled_at + NUDGE_GAP)
+            left = until - loop.time()
+            if left <= 0:
+                break
+            waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+            if not self._nudge.is_set():
+                waiters.append(asyncio.ensure_future(self._nudge.wait()))
+            try:
+                await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
         woken = self._wake.is_set()
         self._wake.clear()
+        self._nudge.clear()
         return woken
 
     async def round(self, taken: _Round) -> None:
@@ -322,6 +424,20 @@ class _Record:
     results: list[CheckResult]
     hold: Hold | None
     checked_at: datetime
+
+
+async def _components(
+    conn: AsyncConnection, rounds: Sequence[tuple[Task, Sequence[PreflightCheck]]]
+) -> dict[uuid.UUID, list[Component]]:
+    """The components of the racks of the rounds that ask a hook (a hook is told them): one query for
+    every round, not once per hook and task (building that statement cost the event loop more than the
+    HTTP)."""
+    hooked = {
+        task.rack_id
+        for task, checks in rounds
+        if any(isinstance(c.settings, WebhookSettings) for c in checks)
+    }
+    return await components_by_rack(conn, hooked) if hooked else {}
 
 
 def _timeout(check: PreflightCheck) -> timedelta:

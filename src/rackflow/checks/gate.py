@@ -298,6 +298,13 @@ def round_result(task: Task, check: PreflightCheck, attempt: int, look: Look, no
     )
 
 
+def first_hold(task: Task, applying: Sequence[PreflightCheck], now: datetime) -> Verdict:
+    """How a task is held for its first round of checks that ask over HTTP, whoever holds it (a claim's
+    gate, or the checker's look ahead): "waits for pre-flight checks 'a', 'b'" until an answer comes, or
+    PREFLIGHT_ANSWER_WAIT (then the claim asks the gate again)."""
+    return _hold_or_fail(task, [(c, None) for c in applying], timedelta(0), now)
+
+
 def _current(result: CheckResult | None, check: PreflightCheck, since: datetime | None) -> CheckResult | None:
     if result is None or result.checked_at < check.updated_at:
         return None

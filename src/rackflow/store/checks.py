@@ -8,12 +8,12 @@ executor's claim, the checker's writes in short transactions of their own, never
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Row, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.checks import (
@@ -41,7 +41,7 @@ from rackflow.store.tables import (
     racks,
     tasks,
 )
-from rackflow.store.tasks import hold_values, is_active, status_in, task_from_row
+from rackflow.store.tasks import OLDEST_FIRST, hold_values, is_active, status_in, task_from_row
 
 
 def name_taken_error(name: str) -> AlreadyExists:
@@ -272,6 +272,78 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
         )
         for row in await conn.execute(stmt)
     ]
+
+
+async def queue_head(
+    conn: AsyncConnection, gate: str, *, now: datetime, limit: int
+) -> list[tuple[Task, bool]]:
+    """The next `limit` tasks the executors' claims will take, in their order (oldest first), and whether
+    `gate` has asked about each yet: the PENDING tasks nothing holds past `now`, and those `gate` holds for
+    a first round of checks not yet answered (they are claimed as soon as it passes). A look ahead
+    (`rackflow.checks.checker`) asks about the unasked ones among them before an executor has room."""
+    stmt = (
+        select(tasks, preflight_tasks.c.task_id.is_not(None).label("asked"))
+        .outerjoin(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
+        .where(
+            is_active(tasks.c.status),
+            status_in(tasks.c.status, TaskStatus.PENDING),
+            or_(
+                tasks.c.not_before.is_(None),
+                tasks.c.not_before <= now,
+                and_(
+                    tasks.c.held_by == gate,
+                    preflight_tasks.c.attempt == 0,
+                    preflight_tasks.c.overridden_at.is_(None),
+                ),
+            ),
+        )
+        .order_by(*OLDEST_FIRST)
+        .limit(limit)
+    )
+    return [(task_from_row(row), bool(row.asked)) for row in await conn.execute(stmt)]
+
+
+async def ask_ahead(
+    db: Database,
+    conn: AsyncConnection,
+    gate: str,
+    asks: Mapping[uuid.UUID, tuple[Hold, datetime]],
+    *,
+    now: datetime,
+) -> set[uuid.UUID]:
+    """Take the first round of tasks no claim has taken yet (task id -> the hold while it is asked, and the
+    round's lease): those still PENDING, due at `now` and never held by `gate` (no row of theirs), whose rows
+    no claim holds (skipped, not waited for) become held by `gate` as a claim's gate holds them, with their
+    first round taken, as the checker takes one (`take_rounds`). The tasks taken.
+
+    The rows are locked first and the conditions read under the lock, so a claim that takes one of these
+    tasks meanwhile either went first (the task is RUNNING, or held with its row: not taken here) or finds
+    it held (not due): the task is never started and asked at once."""
+    locked: set[uuid.UUID] = set()
+    asked = exists().where(preflight_tasks.c.task_id == tasks.c.id)
+    for chunk in chunked(sorted(asks)):
+        stmt = (
+            select(tasks.c.id)
+            .where(
+                tasks.c.id.in_(chunk),
+                status_in(tasks.c.status, TaskStatus.PENDING),
+                or_(tasks.c.not_before.is_(None), tasks.c.not_before <= now),
+                ~asked,
+            )
+            .order_by(tasks.c.id)
+        )
+        locked.update(row.id for row in await conn.execute(db.skip_locked(stmt)))
+    if not locked:
+        return locked
+    taken = sorted(locked)
+    await conn.execute(
+        insert(preflight_tasks),
+        [{"task_id": i, "attempt": 0, "next_check_at": None, "checking_until": asks[i][1]} for i in taken],
+    )
+    for task_id in taken:
+        hold = asks[task_id][0]
+        await conn.execute(update(tasks).where(tasks.c.id == task_id).values(hold_values(gate, hold, now)))
+    return locked
 
 
 def _still_held(gate: str, task_ids: Collection[uuid.UUID]) -> Any:

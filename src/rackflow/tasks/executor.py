@@ -38,12 +38,14 @@ stuck racks) runs on a timer, not on every poll.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -174,9 +176,21 @@ class Executor:
         self._stopping = False
         self._next_sweep = 0.0
         self._next_hold_check = 0.0
+        # When rounds ended tasks, and how many (`ended_within`), and who wants to know at once (the
+        # pre-flight checker, which then looks ahead at the tasks next in line).
+        self._endings: collections.deque[tuple[float, int]] = collections.deque()
+        self.on_ended: list[Callable[[], None]] = []
 
     def wake(self) -> None:
         self._wake.set()
+
+    def ended_within(self, seconds: float) -> int:
+        """How many tasks this executor ended (or sent back for a retry) in the last `seconds`: the pace its
+        slots free at (it keeps the last minute)."""
+        now = time.monotonic()
+        while self._endings and self._endings[0][0] < now - 60:
+            self._endings.popleft()
+        return sum(count for at, count in self._endings if at >= now - seconds)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self._register(stop)
@@ -247,6 +261,10 @@ class Executor:
         count_ended(ended)
         retried, self._retried = self._retried, 0
         TASK_RETRIES.inc(retried)
+        if freed := sum(ended.values()) + retried:
+            self._endings.append((time.monotonic(), freed))
+            for callback in self.on_ended:
+                callback()
         claimed, self._claimed = self._claimed, []
         for run in claimed if not self._stopping else ():
             if run.attempt > 1:

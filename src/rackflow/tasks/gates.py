@@ -24,6 +24,11 @@ a loop of its own last found, from the database, and holds the task until the ne
 `Task.held_since` (kept while the same gate holds the task) tells it how long it has waited, so it can
 `Fail` the task once a maximum wait is exceeded.
 
+A look ahead (issue 26): the pre-flight checker asks its hooks about the tasks next in line before an
+executor has room to claim them, and asks only about those the gates before it would let start now
+(`look`): a gate that can answer without writing or locking anything has a `look` method that answers as
+its `check` would; a gate without one lets no task be looked ahead at.
+
 Adding a gate: a module with a class that has `name` and `check` (as `windows/gate.py`), and its
 instance in the list `Services.build` makes. Its name shows on the tasks it holds (`rackflow task show`,
 the API's `Task.held_by`).
@@ -36,7 +41,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -71,6 +76,34 @@ class Gate(Protocol):
         Tasks left out start (unless a later gate stops them). It may read and write in `conn` (the claim's
         transaction), but never wait on anything outside the database."""
         ...
+
+
+@runtime_checkable
+class Looking(Gate, Protocol):
+    """A gate that can also say, without writing or locking anything, what it would answer now."""
+
+    async def look(
+        self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
+    ) -> Mapping[uuid.UUID, Verdict]:
+        """What `check` would answer for `tasks` (PENDING, not claimed, in claim order: each counted as if
+        the ones before it started) at `now`. It writes and locks nothing; the claim's `check` decides."""
+        ...
+
+
+async def look(
+    gates: Sequence[Gate], conn: AsyncConnection, tasks: Sequence[Task], now: datetime
+) -> list[Task]:
+    """Of `tasks` (not claimed, in claim order), those every gate of `gates` would let start now, by their
+    `look`; none if a gate has no `look`. A look only: each task's claim still asks every gate."""
+    open_ = list(tasks)
+    for gate in gates:
+        if not open_:
+            break
+        if not isinstance(gate, Looking):
+            return []
+        verdicts = await gate.look(conn, open_, now)
+        open_ = [task for task in open_ if task.id not in verdicts]
+    return open_
 
 
 @dataclass(frozen=True)

@@ -43,3 +43,9 @@ class FreezeGate:
                 message = f"waits for freeze {frozen.window.name!r} to end at {frozen.until.isoformat()}"
                 held[task.id] = Hold(frozen.until, message)
         return held
+
+    async def look(
+        self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
+    ) -> dict[uuid.UUID, Hold]:
+        """What `check` would answer (it only reads): a look ahead (`rackflow.tasks.gates.look`)."""
+        return await self.check(conn, tasks, now)
