@@ -144,12 +144,12 @@ tasks = Table(
     # A rack's live tasks (active, or cancelled and still held), which every submission reads for its
     # racks (`store.tasks.blocking_and_waiting`): only those rows, so a lookup reads none of the rack's
     # ended history nor the rest of the fleet's live work (migration 0026). The predicate is the query's.
+    # PostgreSQL only: on SQLite it turned the dead-hold sweep away from `ix_tasks_held` (the migration).
     Index(
         "ix_tasks_live_rack_id",
         "rack_id",
         postgresql_where=text("status IN ('pending', 'running', 'waiting') OR owner_id IS NOT NULL"),
-        sqlite_where=text("status IN ('pending', 'running', 'waiting') OR owner_id IS NOT NULL"),
-    ),
+    ).ddl_if(dialect="postgresql"),
     # The dead-hold sweep reads only held tasks, not every ended one. The predicate is the sweep's literal
     # `owner_id IS NOT NULL`, not its `status = $1`: once psycopg prepares the statement, PostgreSQL's
     # generic plan cannot prove a predicate from a parameter (migration 0005; tests/store/test_held_index.py).
