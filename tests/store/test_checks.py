@@ -228,8 +228,16 @@ async def test_an_override_of_one_check_leaves_the_others_counting(db: Database)
                 once.held_reason
                 == "pre-flight check 'cooling' overridden: INC-8: the cooling alarm is a false one"
             )
+            jobs_at_override = len(jobs.posts)
             held = await _held_with(db, task, "jobs running")  # the other check still holds it
             assert held.status is TaskStatus.PENDING
+
+            # A round taken before the override may still be asking both hooks: a task's rounds come one
+            # after another, so once two more have asked `jobs`, none taken before it is left.
+            async def two_more_rounds() -> bool:
+                return len(jobs.posts) >= jobs_at_override + 2
+
+            await eventually(two_more_rounds)
             asked_cooling = len(cooling.posts)
             await _held_with(db, task, "jobs running")
             await running.checks.override(task.id, "INC-8: drained by hand", ["jobs"])
