@@ -11,8 +11,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from sqlalchemy import insert, select
 
 from rackflow.errors import AlreadyExists
@@ -22,7 +20,6 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import (
     instances,
-    metadata,
     racks,
     task_schedule,
     task_schedule_run,
@@ -30,6 +27,7 @@ from rackflow.store.tables import (
     tasks,
 )
 from tests.conftest import table_counts
+from tests.store.schema_diff import schema_diff
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -198,11 +196,7 @@ async def test_upgrade_keeps_every_row_and_link_and_unslots_a_repeated_slot(db_a
         )
     assert slots == {RUN_A: T0, RUN_B: T0 + HOUR, RUN_REPEAT: None, RUN_MANUAL: None}
 
-    def diff(conn: object) -> list[object]:
-        return compare_metadata(MigrationContext.configure(conn), metadata)  # type: ignore[arg-type]
-
-    async with db.engine.connect() as conn:
-        assert await conn.run_sync(diff) == []
+    assert await schema_diff(db) == []
 
 
 async def test_after_the_upgrade_the_constraints_refuse_duplicates(db_at_0005: Database) -> None:

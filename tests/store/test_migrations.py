@@ -4,32 +4,20 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
 
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import insert, select
 
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, require_migrated
-from rackflow.store.tables import instances, metadata
+from rackflow.store.tables import instances
+from tests.store.schema_diff import schema_diff
 
 
 async def test_migrated_schema_matches_tables(db: Database) -> None:
     assert await current_revision(db) == head_revision()
     await require_migrated(db)
 
-    def for_this_database(obj: Any, _name: Any, type_: str, _reflected: bool, _compare_to: Any) -> bool:
-        """An index declared for another database only (`ddl_if`) is not created here."""
-        only = getattr(obj, "_ddl_if", None) if type_ == "index" else None
-        return only is None or only.dialect in (None, db.dialect)
-
-    def diff(conn: Connection) -> list[object]:
-        context = MigrationContext.configure(conn, opts={"include_object": for_this_database})
-        return compare_metadata(context, metadata)  # type: ignore[no-any-return]
-
-    async with db.engine.connect() as conn:
-        assert await conn.run_sync(diff) == []
+    assert await schema_diff(db) == []
 
 
 async def test_utc_times_round_trip_exactly(db: Database) -> None:
