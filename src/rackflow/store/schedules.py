@@ -703,6 +703,11 @@ async def list_scopes(conn: AsyncConnection, schedule_id: uuid.UUID) -> list[Sco
 SCOPE_ORDER = (task_schedule_scope.c.rack_id,)
 
 
+def _named_scopes() -> Select[Any]:
+    """Scope entries, each with its rack's name (the two scope pages)."""
+    return select(task_schedule_scope, racks.c.name).join(racks, racks.c.id == task_schedule_scope.c.rack_id)
+
+
 async def list_scope_page(
     conn: AsyncConnection,
     schedule_id: uuid.UUID,
@@ -722,8 +727,7 @@ async def list_scope_page(
     total = await count_capped(conn, task_schedule_scope, where)
     # The key bounds the racks too: else PostgreSQL's merge join walks the racks' index from its start.
     page = (
-        select(task_schedule_scope, racks.c.name)
-        .join(racks, racks.c.id == task_schedule_scope.c.rack_id)
+        _named_scopes()
         .where(
             *where,
             *after_key(SCOPE_ORDER, after, descending=False),
@@ -747,8 +751,7 @@ async def scope_page(
     """
     scope = task_schedule_scope.c
     page = (
-        select(task_schedule_scope, racks.c.name)
-        .join(racks, racks.c.id == scope.rack_id)
+        _named_scopes()
         .where(scope.schedule_id == schedule_id)
         .order_by(racks.c.name, racks.c.id)
         .offset(offset)
