@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -183,11 +183,9 @@ class PreflightChecker:
             overridden = await store.overridden_checks(conn, {task.id for task, _ in due})
             applying = {}
             for task, _ in due:
-                rack = facts.get(task.rack_id)
-                asked = [c for c in checks if c.id not in overridden.get(task.id, frozenset())]
-                applying[task.id] = [
-                    c for c in asked if rack is not None and c.applies(rack.ref, task.operation.kind)
-                ]
+                applying[task.id] = _applying(
+                    checks, task, facts.get(task.rack_id), overridden.get(task.id, frozenset())
+                )
             components = await _components(conn, [(task, applying[task.id]) for task, _ in due])
         rounds = [
             _Round(
@@ -227,9 +225,7 @@ class PreflightChecker:
             rounds: list[tuple[Task, list[PreflightCheck], RackFacts]] = []
             for task in fresh:
                 rack = facts.get(task.rack_id)
-                applying = [
-                    c for c in checks if rack is not None and c.applies(rack.ref, task.operation.kind)
-                ]
+                applying = _applying(checks, task, rack)
                 # Checks that only read the database are asked by the claim itself, at once: not ahead.
                 if rack is not None and any(not c.asks_only_the_database for c in applying):
                     rounds.append((task, applying, rack))
@@ -424,6 +420,18 @@ class _Record:
     results: list[CheckResult]
     hold: Hold | None
     checked_at: datetime
+
+
+def _applying(
+    checks: Sequence[PreflightCheck],
+    task: Task,
+    rack: RackFacts | None,
+    overridden: Collection[uuid.UUID] = frozenset(),
+) -> list[PreflightCheck]:
+    """The checks that apply to `task` on its rack (none if the rack is gone), but those overridden."""
+    if rack is None:
+        return []
+    return [c for c in checks if c.id not in overridden and c.applies(rack.ref, task.operation.kind)]
 
 
 async def _components(
