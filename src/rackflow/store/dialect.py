@@ -3,8 +3,8 @@
 The other store modules write each statement once and call here for the part that differs: how an engine
 is set up (`engine_options`, `prepare_engine`), which clock is "now" (`database_now`, `now_minus`), row
 locks (`skip_locked`, `for_update`, `locks_rows`), lookups by many keys (`by_keys`, `keys_table`,
-`past_first`, `ids_in`), bulk writes (`insert_rows`, `update_rows`, `insert_new`) and the migration
-lock. `dialect` is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
+`past_first`, `ids_in`, `not_in_keys`), bulk writes (`insert_rows`, `update_rows`, `insert_new`) and the
+migration lock. `dialect` is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
 
 How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks) is
 `store.db.Database`'s; the PostgreSQL keyed-read path is `store.keyed_reads`'.
@@ -30,6 +30,7 @@ from sqlalchemy import (
     Table,
     Text,
     Update,
+    all_,
     any_,
     bindparam,
     event,
@@ -212,6 +213,17 @@ def by_keys(
     lookup = keys_table(list(dict.fromkeys(keys)), column, "lookup")  # each key once, as in an IN list
     found = stmt.where(column == lookup.c.key).offset(0).lateral("found")
     return select(found).select_from(lookup.join(found, true())).order_by(*(found.c[c.key] for c in order_by))
+
+
+def not_in_keys(dialect: str, column: ColumnElement[Any], keys: Sequence[Any]) -> ColumnElement[bool]:
+    """`column` is none of `keys` (none NULL). PostgreSQL: `column <> ALL(:keys)`, the keys one array
+    parameter, so the text is the same for any number of keys. `NOT IN (…)` has a parameter per key, a new
+    text for each count: psycopg splits and dumps it again each time (it caches statements under 4 KB), and
+    a draining dispatcher's claim left out up to two batches in flight this way (docs/PERFORMANCE.md, "Issue
+    29"). PostgreSQL plans both alike (a list is an array to it). SQLite: `NOT IN (…)`."""
+    if dialect != POSTGRESQL:
+        return column.not_in(keys)
+    return column != all_(bindparam("excluded_keys", list(keys), type_=ARRAY(column.type)))
 
 
 def past_first(
