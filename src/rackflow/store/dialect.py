@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from psycopg.types.array import ListBinaryDumper
+from psycopg.types.json import set_json_loads
 from sqlalchemy import (
     JSON,
     Column,
@@ -96,13 +97,13 @@ def engine_options(dialect: str, pool_size: int) -> dict[str, Any]:
 
 def prepare_engine(dialect: str, engine: AsyncEngine) -> None:
     """SQLite: WAL, foreign keys, busy timeout and explicit BEGIN (IMMEDIATE for writers). PostgreSQL:
-    a connection idle in the pool longer than PING_AFTER_IDLE_S is pinged before use, and arrays are sent
-    in binary (`binary_arrays`)."""
+    a connection idle in the pool longer than PING_AFTER_IDLE_S is pinged before use, arrays are sent
+    in binary (`binary_arrays`), and JSON null is read without parsing (`_json_loads`)."""
     if dialect == SQLITE:
         _configure_sqlite(engine)
     else:
         _ping_when_idle(engine)
-        event.listen(engine.sync_engine, "connect", lambda dbapi_conn, _record: binary_arrays(dbapi_conn))
+        event.listen(engine.sync_engine, "connect", _on_postgresql_connect)
 
 
 def binary_arrays(dbapi_conn: Any) -> None:
@@ -116,6 +117,19 @@ def binary_arrays(dbapi_conn: Any) -> None:
     server's CPU (docs/PERFORMANCE.md, "Issue 29")."""
     connection = getattr(dbapi_conn, "driver_connection", dbapi_conn)
     connection.adapters.register_dumper(list, ListBinaryDumper)
+
+
+def _on_postgresql_connect(dbapi_conn: Any, _record: Any) -> None:
+    binary_arrays(dbapi_conn)
+    connection = getattr(dbapi_conn, "driver_connection", dbapi_conn)
+    set_json_loads(_json_loads, connection)
+
+
+def _json_loads(data: str | bytes) -> Any:
+    """A JSON column's value: JSON null without parsing it. The columns SQLAlchemy writes None to hold
+    JSON null (a schedule's rollout, approval and retry policies, a scope's filter), and `json.loads`
+    took about 1.5 µs for each: a claimed schedule and its scope read five, four of them null."""
+    return None if data in (b"null", "null") else json.loads(data)
 
 
 async def database_now(dialect: str, conn: AsyncConnection, clock: Clock) -> datetime:
