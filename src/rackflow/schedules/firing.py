@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -186,10 +187,11 @@ async def _fire_plain(
     if outcome_unknown and any(r.task_ids for r in results):
         tasks.wake_executors()
     elapsed = (clock.now() - started).total_seconds()
-    for firing, result in zip(firings, results, strict=True):
-        metrics.FIRINGS.labels(firing.trigger).inc()
-        for outcome in result.outcomes:
-            metrics.SCOPE_OUTCOMES.labels(outcome.outcome).inc()
+    # Counted per label value, not per firing: a `labels(…).inc()` took 11 µs at load 10 (issue 29).
+    for trigger, count in Counter(f.trigger for f in firings).items():
+        metrics.FIRINGS.labels(trigger).inc(count)
+    for outcome, count in Counter(o.outcome for r in results for o in r.outcomes).items():
+        metrics.SCOPE_OUTCOMES.labels(outcome).inc(count)
     for start in range(0, len(firings), FIRINGS_PER_LOG_LINE):
         end = start + FIRINGS_PER_LOG_LINE
         _log_firings(firings[start:end], results[start:end], elapsed)
