@@ -1,4 +1,4 @@
-"""What an operator's monitoring sees: Prometheus metrics and one structured log line per firing."""
+"""What an operator's monitoring sees: Prometheus metrics and structured log lines naming each firing."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_metrics_and_json_firing_log(tmp_path: Path) -> None:
         stub = server.stub()
         create_racks(stub, ["m1", "m2"])
         past = rfc3339(datetime.now(UTC) - timedelta(seconds=5))
-        stub.CreateTaskSchedule(
+        schedule = stub.CreateTaskSchedule(
             schedule_request("observed", ["m1", "m2"], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
         )
 
@@ -47,7 +47,9 @@ def test_metrics_and_json_firing_log(tmp_path: Path) -> None:
         assert "rackflow_dispatch_due_backlog 0.0" in text
 
         lines = [json.loads(line) for line in server.output.splitlines() if line.startswith("{")]
-        (firing,) = [line for line in lines if line.get("schedule_name") == "observed"]
-        assert firing["trigger"] == "dispatch"
-        assert (firing["submitted"], firing["skipped"], firing["failed"]) == (2, 0, 0)
-        assert firing["schedule_id"]
+        (fired,) = [line for line in lines if any(f.startswith("observed ") for f in line.get("firings", ()))]
+        assert fired["trigger"] == "dispatch"
+        assert (fired["submitted"], fired["skipped"], fired["failed"]) == (2, 0, 0)
+        (named,) = fired["firings"]
+        (run,) = stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id)).runs
+        assert named == f"observed (run {run.id.id}): 2/0/0"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -452,3 +453,28 @@ async def test_tasks_of_firings_finds_each_firings_tasks_by_run_and_rack(env: En
         both = await store.tasks_of_firings(conn, [first_run.id, second_run.id])
     assert found == {(first_run.id, tasks[i].rack_id): i for i in first}
     assert both == {(tasks[i].run_id, tasks[i].rack_id): i for i in first + second}
+
+
+async def test_a_batch_is_logged_in_lines_of_up_to_fifty_firings_each_named_with_its_run(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    rack = await env.rack("r1")
+    made = [await env.schedule(f"s{i:02d}", racks=[rack]) for i in range(firing.FIRINGS_PER_LOG_LINE + 1)]
+    async with env.db.transaction() as conn:
+        locked = [await store.get_schedule(conn, s.id, lock=env.db.for_update) for s in made]
+        claimed = await firing.claim(
+            env.db, conn, [s for s in locked if s is not None], trigger="dispatch", now=env.clock.now()
+        )
+    with caplog.at_level(logging.INFO, logger="rackflow.schedules.firing"):
+        results = await firing.fire(env.db, env.services.tasks, env.clock, claimed)
+
+    lines = [r for r in caplog.records if r.getMessage().startswith("fired ")]
+    assert [len(r.__dict__["firings"]) for r in lines] == [firing.FIRINGS_PER_LOG_LINE, 1]
+    assert lines[0].getMessage() == "fired 50 schedule(s) (dispatch): 1 submitted, 0 skipped, 49 failed"
+    named = [name for r in lines for name in r.__dict__["firings"]]
+    outcomes = {r.run_id: r.outcomes[0].outcome for r in results}
+    expected = [
+        f"{f.schedule.name} (run {f.run_id}): {'1/0/0' if outcomes[f.run_id] == 'submitted' else '0/0/1'}"
+        for f in claimed
+    ]
+    assert named == expected

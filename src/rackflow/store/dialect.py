@@ -3,8 +3,8 @@
 The other store modules write each statement once and call here for the part that differs: how an engine
 is set up (`engine_options`, `prepare_engine`), which clock is "now" (`database_now`, `now_minus`), row
 locks (`skip_locked`, `for_update`, `locks_rows`), lookups by many keys (`by_keys`, `keys_table`,
-`past_first`, `ids_in`), bulk writes (`insert_rows`, `update_rows`, `insert_new`) and the migration
-lock. `dialect` is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
+`past_first`, `ids_in`, `not_in_keys`), bulk writes (`insert_rows`, `update_rows`, `insert_new`) and the
+migration lock. `dialect` is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
 
 How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks) is
 `store.db.Database`'s; the PostgreSQL keyed-read path is `store.keyed_reads`'.
@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from psycopg.types.array import ListBinaryDumper
+from psycopg.types.json import set_json_loads
 from sqlalchemy import (
     JSON,
     Column,
@@ -30,6 +31,7 @@ from sqlalchemy import (
     Table,
     Text,
     Update,
+    all_,
     any_,
     bindparam,
     event,
@@ -95,13 +97,13 @@ def engine_options(dialect: str, pool_size: int) -> dict[str, Any]:
 
 def prepare_engine(dialect: str, engine: AsyncEngine) -> None:
     """SQLite: WAL, foreign keys, busy timeout and explicit BEGIN (IMMEDIATE for writers). PostgreSQL:
-    a connection idle in the pool longer than PING_AFTER_IDLE_S is pinged before use, and arrays are sent
-    in binary (`binary_arrays`)."""
+    a connection idle in the pool longer than PING_AFTER_IDLE_S is pinged before use, arrays are sent
+    in binary (`binary_arrays`), and JSON null is read without parsing (`_json_loads`)."""
     if dialect == SQLITE:
         _configure_sqlite(engine)
     else:
         _ping_when_idle(engine)
-        event.listen(engine.sync_engine, "connect", lambda dbapi_conn, _record: binary_arrays(dbapi_conn))
+        event.listen(engine.sync_engine, "connect", _on_postgresql_connect)
 
 
 def binary_arrays(dbapi_conn: Any) -> None:
@@ -115,6 +117,19 @@ def binary_arrays(dbapi_conn: Any) -> None:
     server's CPU (docs/PERFORMANCE.md, "Issue 29")."""
     connection = getattr(dbapi_conn, "driver_connection", dbapi_conn)
     connection.adapters.register_dumper(list, ListBinaryDumper)
+
+
+def _on_postgresql_connect(dbapi_conn: Any, _record: Any) -> None:
+    binary_arrays(dbapi_conn)
+    connection = getattr(dbapi_conn, "driver_connection", dbapi_conn)
+    set_json_loads(_json_loads, connection)
+
+
+def _json_loads(data: str | bytes) -> Any:
+    """A JSON column's value: JSON null without parsing it. The columns SQLAlchemy writes None to hold
+    JSON null (a schedule's rollout, approval and retry policies, a scope's filter), and `json.loads`
+    took about 1.5 µs for each: a claimed schedule and its scope read five, four of them null."""
+    return None if data in (b"null", "null") else json.loads(data)
 
 
 async def database_now(dialect: str, conn: AsyncConnection, clock: Clock) -> datetime:
@@ -212,6 +227,17 @@ def by_keys(
     lookup = keys_table(list(dict.fromkeys(keys)), column, "lookup")  # each key once, as in an IN list
     found = stmt.where(column == lookup.c.key).offset(0).lateral("found")
     return select(found).select_from(lookup.join(found, true())).order_by(*(found.c[c.key] for c in order_by))
+
+
+def not_in_keys(dialect: str, column: ColumnElement[Any], keys: Sequence[Any]) -> ColumnElement[bool]:
+    """`column` is none of `keys` (none NULL). PostgreSQL: `column <> ALL(:keys)`, the keys one array
+    parameter, so the text is the same for any number of keys. `NOT IN (…)` has a parameter per key, a new
+    text for each count: psycopg splits and dumps it again each time (it caches statements under 4 KB), and
+    a draining dispatcher's claim left out up to two batches in flight this way (docs/PERFORMANCE.md, "Issue
+    29"). PostgreSQL plans both alike (a list is an array to it). SQLite: `NOT IN (…)`."""
+    if dialect != POSTGRESQL:
+        return column.not_in(keys)
+    return column != all_(bindparam("excluded_keys", list(keys), type_=ARRAY(column.type)))
 
 
 def past_first(

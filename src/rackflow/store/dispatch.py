@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.config import DUE_COUNT_CAP
 from rackflow.domain.schedules import Schedule
 from rackflow.store.db import Database
+from rackflow.store.dialect import not_in_keys
 from rackflow.store.schedules import schedule_from_row
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import instances, task_schedule, task_schedule_run
@@ -53,7 +54,7 @@ async def claim_due(
     in `exclude`."""
     stmt = select(task_schedule).where(_due(now)).order_by(task_schedule.c.next_run_at, task_schedule.c.id)
     if exclude:
-        stmt = stmt.where(task_schedule.c.id.not_in(list(exclude)))
+        stmt = stmt.where(not_in_keys(db.dialect, task_schedule.c.id, list(exclude)))
     rows = (await conn.execute(db.skip_locked(stmt.limit(batch)))).all()
     return [schedule_from_row(row) for row in rows]
 

@@ -28,21 +28,21 @@ from sqlalchemy import Select, delete, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.store.db import Database, chunked
-from rackflow.store.dialect import insert_new
+from rackflow.store.dialect import by_keys, insert_new
 from rackflow.store.tables import failing_streak_checks, task_schedule, task_schedule_run, tasks
 
 
 async def mark_schedules(conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]) -> None:
     """Mark the schedules (those enabled and pausing after failures) to be looked at again."""
     for chunk in chunked(sorted(set(schedule_ids))):
-        await _mark(conn, select(task_schedule.c.id).where(task_schedule.c.id.in_(chunk)))
+        await _mark(conn, by_keys(conn.dialect.name, select(task_schedule.c.id), task_schedule.c.id, chunk))
 
 
 async def mark_schedules_of_runs(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> None:
     """Mark the schedules of these runs."""
     run = task_schedule_run.c
     for chunk in chunked(sorted(set(run_ids))):
-        await _mark(conn, select(run.schedule_id).where(run.id.in_(chunk)))
+        await _mark(conn, by_keys(conn.dialect.name, select(run.schedule_id), run.id, chunk))
 
 
 async def mark_schedules_of_tasks(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:

@@ -23,6 +23,8 @@ from rackflow.timespec.zones import resolve_zone
 _quote = functools.partial(json.dumps, ensure_ascii=False)
 
 MAX_SPEC_LENGTH: Final = 256
+# How many specs' timings `parse_spec` keeps: a fleet's schedules share few specs; a miss only parses again.
+PARSED_SPECS_KEPT: Final = 1024
 
 
 class SpecType(enum.StrEnum):
@@ -126,11 +128,14 @@ class OneTimeTiming:
         return [self.at][:count]
 
 
+@functools.lru_cache(maxsize=PARSED_SPECS_KEPT)
 def parse_spec(spec: ScheduleSpec) -> Timing:
     """Validate `spec` as SPEC §3 says and return its timing; raise InvalidSpec naming the bad field.
 
     The timezone is checked for every type (a bad zone on an interval schedule is still a mistake worth
-    reporting); the spec text is capped at MAX_SPEC_LENGTH characters.
+    reporting); the spec text is capped at MAX_SPEC_LENGTH characters. A timing is immutable, so the
+    timings of recent specs are kept (PARSED_SPECS_KEPT): every firing advances its schedule through its
+    timing, and a fleet's schedules share a few specs (an invalid one raises each time).
     """
     try:
         kind = SpecType(spec.type)
