@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import uuid
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +34,7 @@ from rackflow.config import (
     ServeConfig,
     parse_host_port,
 )
+from rackflow.ids import new_id
 from rackflow.metrics import serve_metrics
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.holds import HoldWatcher
@@ -77,7 +77,7 @@ class RackflowServer:
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
-        self.instance_id = uuid.uuid4()
+        self.instance_id = new_id()
         self.clock = SystemClock(config.clock_offset)
         self.db = Database(config.db, clock=self.clock, pool_size=config.db_pool_size)
         self.audit_spool = AuditSpool(
