@@ -523,12 +523,20 @@ def rss_mib(server: ServerProcess) -> float:
     return rss_kib(server.proc.pid) / 1024
 
 
-def make_due(url: str, n: int) -> datetime:
-    """Loaded schedules 0..n-1 due a minute ago; returns that time. Schedule s is on rack s % racks, so
-    with n <= racks each is on a rack of its own (as in dispatch_drain), one in every S / n of the table
-    (and of its indexes by id, made a millisecond apart, or at random by an older loader)."""
+# A prime: schedule i * SPREAD % S for i < n picks n schedules spread over the loaded ones' creation order.
+SPREAD = 7919
+
+
+def make_due(url: str, n: int, schedules: int, racks: int) -> datetime:
+    """n loaded schedules due a minute ago, each on a rack of its own (as in dispatch_drain); returns that
+    time. Schedule s is on rack s % racks. They are spread over the loaded schedules' creation order, so
+    over the indexes led by their ids (UUIDv7: in creation order); schedules 0..n-1, the first n made,
+    would sit together at the left of those indexes, which no drain of a real fleet could count on."""
+    picked = [i * SPREAD % schedules for i in range(n)]
+    if len({s % racks for s in picked}) != n:
+        raise SystemExit(f"--drain {n}: cannot pick schedules on {n} racks of their own among {schedules}")
     due = datetime.now(UTC) - timedelta(minutes=1)
-    names = [f"scale-s{i:07d}" for i in range(n)]
+    names = [f"scale-s{s:07d}" for s in picked]
     engine = sync_engine(url)
     with engine.begin() as conn:
         for first in range(0, n, 5_000):
@@ -586,7 +594,7 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
     for round_ in range(args.drain_rounds):
         if args.drain > args.racks:
             raise SystemExit("--drain must be at most --racks (a rack per due schedule)")
-        due = make_due(url, args.drain)
+        due = make_due(url, args.drain, args.schedules, args.racks)
         rate, load = drain(url, log_dir, args.drain, due)
         loaded_rates.append(rate)
         result("scale_drain", db="loaded", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
