@@ -29,7 +29,6 @@ import functools
 import os
 import re
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -90,7 +89,7 @@ def load(args: argparse.Namespace) -> str:
     url = recreate_database(args.pg_admin, args.database)
     engine = sync_engine(url)
     started = time.perf_counter()
-    scale_load.load(
+    ids = scale_load.load(
         engine,
         schedules=args.schedules,
         racks_n=args.racks,
@@ -100,7 +99,7 @@ def load(args: argparse.Namespace) -> str:
         big_racks=args.big_racks,
         big_runs=args.big_runs,
     )
-    asyncio.run(scale_load.check_rows(url, args.runs - 1))
+    asyncio.run(scale_load.check_rows(url, ids, args.runs - 1))
     with engine.connect() as conn:
         size = conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one()
     engine.dispose()
@@ -111,8 +110,26 @@ def load(args: argparse.Namespace) -> str:
 # --- reads -------------------------------------------------------------------------------------------
 
 
-def _md5_id(value: str) -> str:
-    return scale_load._md5_uuid(value)
+def known_ids(url: str) -> dict[str, str]:
+    """The ids the reads name, found by name and time: the loader's ids hold the time of their load
+    (UUIDv7, `scale_load.Ids`). `run1` and `task1` are schedule 1's first firing and its task, `bigrun`
+    the runs grid's newest run."""
+    engine = sync_engine(url)
+    found: dict[str, str] = {}
+    with engine.connect() as conn:
+
+        def one(sql: str, **params: str) -> str:
+            return str(conn.execute(text(sql), params).scalar_one())
+
+        found["sched1"] = one("SELECT id FROM task_schedule WHERE name = 'scale-s0000001'")
+        found["big"] = one("SELECT id FROM task_schedule WHERE name = 'scale-big'")
+        found["rack1"] = one("SELECT id FROM racks WHERE name = 'scale-r0000001'")
+        by_time = "SELECT id FROM task_schedule_run WHERE schedule_id = :s ORDER BY fired_at"
+        found["run1"] = one(f"{by_time} LIMIT 1", s=found["sched1"])
+        found["bigrun"] = one(f"{by_time} DESC LIMIT 1", s=found["big"])
+        found["task1"] = one("SELECT id FROM tasks WHERE run_id = :r", r=found["run1"])
+    engine.dispose()
+    return found
 
 
 def _uuid(value: str) -> pb.UUID:
@@ -123,12 +140,14 @@ def _page(limit: int = PAGE, token: str = "") -> pb.Pagination:
     return pb.Pagination(limit=limit, page_token=token)
 
 
-def rpc_cases(stub: Any, schedules: int) -> list[tuple[str, Callable[[], Any], Callable[[Any], Any] | None]]:
+def rpc_cases(
+    stub: Any, ids: dict[str, str]
+) -> list[tuple[str, Callable[[], Any], Callable[[Any], Any] | None]]:
     """(name, first page, next page from the first's answer or None) for every List RPC, with the filters
     the dashboard and the CLI use."""
-    normal = _md5_id("sched1")
-    big = _md5_id("big")
-    rack = _md5_id("rack1")
+    normal = ids["sched1"]
+    big = ids["big"]
+    rack = ids["rack1"]
     cases: list[tuple[str, Callable[[], Any], Callable[[Any], Any] | None]] = []
 
     def paged(name: str, method: Any, make: Callable[..., Any]) -> None:
@@ -265,7 +284,7 @@ def rpc_cases(stub: Any, schedules: int) -> list[tuple[str, Callable[[], Any], C
     return cases
 
 
-def page_paths(big_runs: int) -> list[str]:
+def page_paths(ids: dict[str, str]) -> list[str]:
     """Every dashboard page, with the filters an operator uses, and the runs grid of `scale-big`."""
     return [
         "/",
@@ -277,14 +296,14 @@ def page_paths(big_runs: int) -> list[str]:
         "/schedules/scale-s0000001",
         "/schedules/scale-big",
         "/schedules/scale-big?page=50",  # the runs grid's racks 4,901-5,000
-        f"/runs/{_md5_id('run1')}",
-        f"/runs/{_md5_id(f'bigrun{big_runs - 1}')}",
-        f"/runs/{_md5_id(f'bigrun{big_runs - 1}')}?page=50",
+        f"/runs/{ids['run1']}",
+        f"/runs/{ids['bigrun']}",
+        f"/runs/{ids['bigrun']}?page=50",
         "/tasks",
         "/tasks?page=2",
         "/tasks?status=failed",
         "/tasks?rack=scale-r0000001",
-        f"/tasks/{_md5_id('task1')}",
+        f"/tasks/{ids['task1']}",
         "/racks",
         "/racks/scale-r0000001",
         "/windows",
@@ -307,11 +326,11 @@ def timed(call: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
 
 
 def measure_reads(
-    server: ServerProcess, repeat: int, schedules: int, big_runs: int, target_rpc: float, target_page: float
+    server: ServerProcess, repeat: int, ids: dict[str, str], target_rpc: float, target_page: float
 ) -> None:
     stub = server.stub()
     misses: list[str] = []
-    for name, first, follow in rpc_cases(stub, schedules):
+    for name, first, follow in rpc_cases(stub, ids):
         if ONLY and ONLY not in name:
             continue
         load = load_avg()
@@ -342,7 +361,7 @@ def measure_reads(
             loadavg=load,
         )
     with httpx.Client(base_url=server.http_url, timeout=120) as client:
-        for path in page_paths(big_runs):
+        for path in page_paths(ids):
             if ONLY and ONLY not in path:
                 continue
             load = load_avg()
@@ -441,18 +460,17 @@ def plans_since(offset: int, pids: set[int]) -> list[str]:
     return list(seen.values())
 
 
-def explain_reads(server: ServerProcess, url: str, database: str, schedules: int, big_runs: int) -> None:
+def explain_reads(server: ServerProcess, url: str, database: str, ids: dict[str, str]) -> None:
     """Each List RPC case and dashboard page once, with the plans of the statements it ran."""
     stub = server.stub()
     with httpx.Client(base_url=server.http_url, timeout=120) as client:
         calls: list[tuple[str, Callable[[], Any]]] = []
-        for name, first, follow in rpc_cases(stub, schedules):
+        for name, first, follow in rpc_cases(stub, ids):
             calls.append((name, first))
             if follow is not None:
                 calls.append((f"{name} next", lambda first=first, follow=follow: follow(first())))
         calls.extend(
-            (f"GET {path}", lambda path=path: client.get(path).raise_for_status())
-            for path in page_paths(big_runs)
+            (f"GET {path}", lambda path=path: client.get(path).raise_for_status()) for path in page_paths(ids)
         )
         for name, call in calls:
             if ONLY and ONLY not in name:
@@ -505,17 +523,25 @@ def rss_mib(server: ServerProcess) -> float:
     return rss_kib(server.proc.pid) / 1024
 
 
-def make_due(url: str, n: int) -> datetime:
-    """Loaded schedules 0..n-1 due a minute ago; returns that time. Schedule s is on rack s % racks, so
-    with n <= racks each is on a rack of its own (as in dispatch_drain), and their md5 ids spread them
-    over the whole table and its indexes."""
+# A prime: schedule i * SPREAD % S for i < n picks n schedules spread over the loaded ones' creation order.
+SPREAD = 7919
+
+
+def make_due(url: str, n: int, schedules: int, racks: int) -> datetime:
+    """n loaded schedules due a minute ago, each on a rack of its own (as in dispatch_drain); returns that
+    time. Schedule s is on rack s % racks. They are spread over the loaded schedules' creation order, so
+    over the indexes led by their ids (UUIDv7: in creation order); schedules 0..n-1, the first n made,
+    would sit together at the left of those indexes, which no drain of a real fleet could count on."""
+    picked = [i * SPREAD % schedules for i in range(n)]
+    if len({s % racks for s in picked}) != n:
+        raise SystemExit(f"--drain {n}: cannot pick schedules on {n} racks of their own among {schedules}")
     due = datetime.now(UTC) - timedelta(minutes=1)
-    ids = [uuid.UUID(_md5_id(f"sched{i}")) for i in range(n)]
+    names = [f"scale-s{s:07d}" for s in picked]
     engine = sync_engine(url)
     with engine.begin() as conn:
         for first in range(0, n, 5_000):
-            chunk = ids[first : first + 5_000]
-            conn.execute(update(task_schedule).where(task_schedule.c.id.in_(chunk)).values(next_run_at=due))
+            chunk = names[first : first + 5_000]
+            conn.execute(update(task_schedule).where(task_schedule.c.name.in_(chunk)).values(next_run_at=due))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("ANALYZE task_schedule"))
     engine.dispose()
@@ -568,7 +594,7 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
     for round_ in range(args.drain_rounds):
         if args.drain > args.racks:
             raise SystemExit("--drain must be at most --racks (a rack per due schedule)")
-        due = make_due(url, args.drain)
+        due = make_due(url, args.drain, args.schedules, args.racks)
         rate, load = drain(url, log_dir, args.drain, due)
         loaded_rates.append(rate)
         result("scale_drain", db="loaded", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
@@ -710,9 +736,9 @@ def main() -> None:
                             loadavg=load_avg(),
                         )
                     if args.explain:
-                        explain_reads(server, args.pg_admin, args.database, args.schedules, args.big_runs)
+                        explain_reads(server, args.pg_admin, args.database, known_ids(url))
                     elif "reads" in phases:
-                        measure_reads(server, args.repeat, args.schedules, args.big_runs, 100.0, 300.0)
+                        measure_reads(server, args.repeat, known_ids(url), 100.0, 300.0)
                     if "rss" in phases:
                         result(
                             "scale_rss",

@@ -10,13 +10,15 @@ first written through rackflow's own services and store on the migrated schema; 
 of those with only its ids, names, times and links changed (`_clone`): the columns it does not name are the
 template's, so a column added by a later migration is copied too. Outcomes are written in
 `store.schedules.outcomes_to_json`'s shape (their counts in `outcome_counts_to_json`'s), and `check_rows`
-reads a cloned run and task back through rackflow's own row readers. Ids are md5-derived from the row's
-number, so rows link to each other without a join (`run k` submitted `task k`, of schedule `k % schedules`).
+reads a cloned run and task back through rackflow's own row readers. Ids are shaped as rackflow makes them
+(`rackflow.ids`: UUIDv7, the row's own time first) and derived from the row's number and time, so rows link
+to each other without a join (`run k` submitted `task k`, of schedule `k % schedules`): see `Ids`.
 
 Layout (S schedules, R racks, N runs, A audit events):
-* racks 0..R-1, each with one COMPUTE component;
-* schedules 0..S-1 (interval 24h), schedule s on rack s % R, next run spread over the day after tomorrow
-  (so nothing fires during the reads; the drain makes 10,000 of them due on purpose);
+* racks 0..R-1, each with one COMPUTE component, made a year and a day ago;
+* schedules 0..S-1 (interval 24h), made one a millisecond from then, schedule s on rack s % R, next run
+  spread over the day after tomorrow (so nothing fires during the reads; the drain makes 10,000 of them due
+  on purpose);
 * run k (0..N-1) of schedule k % S, its (k // S)-th firing, spread over the past year, completed, one
   outcome "submitted" naming task k; task k completed 30 s after it started; each scope's last task is its
   newest;
@@ -31,10 +33,10 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Table, select, text, update
+from sqlalchemy import Engine, Table, literal_column, select, text, update
 
 from rackflow.clock import SystemClock
 from rackflow.domain.audit import AuditEvent
@@ -59,9 +61,86 @@ DAY_S = 86_400
 YEAR = "interval '365 days'"
 
 
-def uid(kind: str, n: str) -> str:
-    """The SQL for row `n`'s id of `kind` (deterministic, so rows link without a join)."""
-    return f"md5('{kind}' || ({n})::text)::uuid"
+def uid(kind: str, n: str, at: str) -> str:
+    """The SQL of row `n`'s id of `kind`, made at `at` (SQL, the row's own time): a UUIDv7 as rackflow
+    makes them (`rackflow.ids`), so the loaded indexes are in the order rackflow's own writes leave them.
+    The unix milliseconds of `at`, version 7, then the bits of md5(kind, n) but for the variant's nibble
+    (`8`: md5 is computed once an id, which keeps the loader's speed): deterministic, so a row names
+    another by its number and time, without a join."""
+    ms = f"lpad(to_hex(floor(extract(epoch FROM {at}) * 1000)::bigint), 12, '0')"
+    hashed = f"md5('{kind}' || ({n})::text)"
+    return f"overlay(overlay({hashed} placing {ms} || '7' from 1 for 13) placing '8' from 17 for 1)::uuid"
+
+
+class Ids:
+    """Each loaded row's id (SQL) from its number, and the time it was made (SQL) from which its id is."""
+
+    def __init__(
+        self, anchor: datetime, schedules: int, per_schedule: int, audit: int, big_runs: int
+    ) -> None:
+        self.anchor = f"'{anchor.isoformat()}'::timestamptz"
+        self.schedules = schedules
+        self.per_schedule = per_schedule
+        self.audit_n = max(audit, 1)
+        self.big_runs = big_runs
+        # The fleet's racks, components and scopes: made a year and a day before the load.
+        self.born = f"({self.anchor} - {YEAR} - interval '1 day')"
+
+    def rack(self, n: str) -> str:
+        return uid("rack", n, self.born)
+
+    def comp(self, n: str) -> str:
+        return uid("comp", n, self.born)
+
+    def scope(self, n: str) -> str:
+        return uid("scope", n, self.born)
+
+    def sched_made(self, n: str) -> str:
+        """One a millisecond, as created one after another (one creation time for all would make every
+        list by creation time one tie, broken by id)."""
+        return f"({self.born} + ({n}) * interval '1 millisecond')"
+
+    def sched(self, n: str) -> str:
+        return uid("sched", n, self.sched_made(n))
+
+    def fired(self, n: str) -> str:
+        """Run n's time: schedule n % S's (n // S)-th firing, spaced evenly over the year before the load
+        (one fixed time: a run and its task, loaded minutes apart, agree)."""
+        s, per = self.schedules, self.per_schedule
+        return (
+            f"({self.anchor} - {YEAR} + (({n}) / {s}) * ({YEAR} / {per})"
+            f" + (({n}) % {s} % {DAY_S}) * interval '1 second')"
+        )
+
+    def run(self, n: str) -> str:
+        return uid("run", n, self.fired(n))
+
+    def task(self, n: str) -> str:
+        """Run n's task, made as it fired."""
+        return uid("task", n, self.fired(n))
+
+    def audit_at(self, n: str) -> str:
+        return f"({self.anchor} - {YEAR} + ({n}) * ({YEAR} / {self.audit_n}))"
+
+    def audit(self, n: str) -> str:
+        return uid("audit", n, self.audit_at(n))
+
+    def big(self) -> str:
+        return uid("big", "0", self.born)
+
+    def big_fired(self, j: str) -> str:
+        """The grid schedule's run j: daily, the last yesterday."""
+        return f"(date_trunc('day', {self.anchor}) - ({self.big_runs} - ({j})) * interval '1 day')"
+
+    def bigrun(self, j: str) -> str:
+        return uid("bigrun", j, self.big_fired(j))
+
+    def bigtask(self, n: str, j: str) -> str:
+        """Task n of the grid schedule's run j."""
+        return uid("bigtask", n, self.big_fired(j))
+
+    def bigscope(self, n: str) -> str:
+        return uid("bigscope", n, self.born)
 
 
 def rack_name(n: str) -> str:
@@ -193,13 +272,14 @@ def load(
     audit: int,
     big_racks: int,
     big_runs: int,
-) -> None:
-    """Write the fleet and its history (see the module docstring), then ANALYZE. Only the newest
-    `tasks_n` runs keep their task, as with a --task-retention shorter than the --run-retention (the
+) -> Ids:
+    """Write the fleet and its history (see the module docstring), then ANALYZE; returns its ids. Only the
+    newest `tasks_n` runs keep their task, as with a --task-retention shorter than the --run-retention (the
     older runs' outcomes name tasks that are gone, as pruning leaves them)."""
     tpl = asyncio.run(write_templates(engine.url.render_as_string(hide_password=False)))
     per_schedule = max(1, runs // schedules)
     r, s = racks_n, schedules
+    ids = Ids(datetime.now(UTC), s, per_schedule, audit, big_runs)
 
     _chunked(
         engine,
@@ -210,7 +290,12 @@ def load(
                 conn,
                 racks,
                 tpl["rack"],
-                {"id": uid("rack", "g"), "name": rack_name("g"), "external_id": rack_name("g")},
+                {
+                    "id": ids.rack("g"),
+                    "name": rack_name("g"),
+                    "external_id": rack_name("g"),
+                    "created_at": ids.born,
+                },
                 series(a, b),
             ),
         ),
@@ -225,10 +310,11 @@ def load(
             components,
             component_id,
             {
-                "id": uid("comp", "g"),
-                "rack_id": uid("rack", "g"),
+                "id": ids.comp("g"),
+                "rack_id": ids.rack("g"),
                 "name": rack_name("g") + " || '-c0'",
                 "external_id": rack_name("g") + " || '-c0'",
+                "created_at": ids.born,
             },
             series(a, b),
         ),
@@ -242,21 +328,18 @@ def load(
             task_schedule,
             tpl["schedule"],
             {
-                "id": uid("sched", "g"),
+                "id": ids.sched("g"),
                 "name": "'scale-s' || lpad(g::text, 7, '0')",
                 "next_run_at": f"now() + interval '2 days' + (g % {DAY_S}) * interval '1 second'",
                 "last_run_at": f"now() - interval '1 day' + (g % {DAY_S}) * interval '1 second'",
-                # One a millisecond, as created one after another (one creation time for all would make
-                # every list by creation time one tie, broken by id).
-                "created_at": f"now() - {YEAR} - interval '1 day' + g * interval '1 millisecond'",
-                "updated_at": f"now() - {YEAR} - interval '1 day' + g * interval '1 millisecond'",
+                "created_at": ids.sched_made("g"),
+                "updated_at": ids.sched_made("g"),
             },
             series(a, b),
         ),
     )
-    fired = fired_at(s, per_schedule, datetime.now(UTC))
     with secondary_indexes_rebuilt(engine, task_schedule_run, tasks):
-        _load_history(engine, tpl, s, r, runs, tasks_n, fired)
+        _load_history(engine, tpl, ids, r, runs, tasks_n)
     scope_id = _scalar(
         engine, select(task_schedule_scope.c.id).where(task_schedule_scope.c.schedule_id == tpl["schedule"])
     )
@@ -270,16 +353,16 @@ def load(
             task_schedule_scope,
             scope_id,
             {
-                "id": uid("scope", "g"),
-                "schedule_id": uid("sched", "g"),
-                "rack_id": uid("rack", f"g % {r}"),
-                "last_task_id": f"CASE WHEN {newest} < {runs} THEN {uid('task', newest)} END",
-                "created_at": f"now() - {YEAR} - interval '1 day'",
+                "id": ids.scope("g"),
+                "schedule_id": ids.sched("g"),
+                "rack_id": ids.rack(f"g % {r}"),
+                "last_task_id": f"CASE WHEN {newest} < {runs} THEN {ids.task(newest)} END",
+                "created_at": ids.born,
             },
             series(a, b),
         ),
     )
-    _load_big(engine, tpl, big_racks, big_runs, scope_id, r)
+    _load_big(engine, tpl, ids, big_racks, big_runs, scope_id, r)
     _chunked(
         engine,
         audit,
@@ -289,10 +372,10 @@ def load(
             audit_events,
             tpl["audit"],
             {
-                "id": uid("audit", "g"),
-                "at": f"now() - {YEAR} + g * ({YEAR} / {max(audit, 1)})",
+                "id": ids.audit("g"),
+                "at": ids.audit_at("g"),
                 "principal": f"'user-' || (g % {PRINCIPALS})",
-                "target_ids": f"jsonb_build_array({uid('sched', f'g % {s}')}::text)",
+                "target_ids": f"jsonb_build_array({ids.sched(f'g % {s}')}::text)",
             },
             series(a, b),
         ),
@@ -301,24 +384,17 @@ def load(
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE"))
     print(f"# VACUUM ANALYZE in {time.perf_counter() - started:.1f}s", flush=True)
-
-
-def fired_at(s: int, per_schedule: int, anchor: datetime) -> str:
-    """Run g's time: schedule g % S's (g // S)-th firing, spaced evenly over the year before `anchor` (one
-    fixed time: a run and its task, loaded minutes apart, agree)."""
-    return (
-        f"('{anchor.isoformat()}'::timestamptz - {YEAR} + (g / {s}) * ({YEAR} / {per_schedule})"
-        f" + (g % {s} % {DAY_S}) * interval '1 second')"
-    )
+    return ids
 
 
 def _load_history(
-    engine: Engine, tpl: Mapping[str, uuid.UUID], s: int, r: int, runs: int, tasks_n: int, fired: str
+    engine: Engine, tpl: Mapping[str, uuid.UUID], ids: Ids, r: int, runs: int, tasks_n: int
 ) -> None:
+    s, fired = ids.schedules, ids.fired("g")
     outcomes = (
         "jsonb_build_array(jsonb_build_object("
-        f"'scope_id', {uid('scope', f'g % {s}')}::text, 'rack_id', {uid('rack', f'g % {s} % {r}')}::text, "
-        f"'outcome', 'submitted', 'task_id', {uid('task', 'g')}::text, 'error', ''))"
+        f"'scope_id', {ids.scope(f'g % {s}')}::text, 'rack_id', {ids.rack(f'g % {s} % {r}')}::text, "
+        f"'outcome', 'submitted', 'task_id', {ids.task('g')}::text, 'error', ''))"
     )
 
     _chunked(
@@ -330,8 +406,8 @@ def _load_history(
             task_schedule_run,
             tpl["run"],
             {
-                "id": uid("run", "g"),
-                "schedule_id": uid("sched", f"g % {s}"),
+                "id": ids.run("g"),
+                "schedule_id": ids.sched(f"g % {s}"),
                 "fired_at": fired,
                 "scheduled_for": fired,
                 "trigger": "'dispatch'",
@@ -344,22 +420,23 @@ def _load_history(
         engine,
         runs,
         "tasks",
-        lambda conn, a, b: _clone_tasks(conn, tpl, s, r, fired, series(a, b)),
+        lambda conn, a, b: _clone_tasks(conn, tpl, ids, r, series(a, b)),
         start=max(0, runs - tasks_n),
     )
 
 
-def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], s: int, r: int, fired: str, series: str) -> None:
+def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], ids: Ids, r: int, series: str) -> None:
+    s, fired = ids.schedules, ids.fired("g")
     _clone(
         conn,
         tasks,
         tpl["task"],
         {
-            "id": uid("task", "g"),
-            "rack_id": uid("rack", f"g % {s} % {r}"),
-            "component_ids": f"jsonb_build_array({uid('comp', f'g % {s} % {r}')}::text)",
-            "schedule_id": uid("sched", f"g % {s}"),
-            "run_id": uid("run", "g"),
+            "id": ids.task("g"),
+            "rack_id": ids.rack(f"g % {s} % {r}"),
+            "component_ids": f"jsonb_build_array({ids.comp(f'g % {s} % {r}')}::text)",
+            "schedule_id": ids.sched(f"g % {s}"),
+            "run_id": ids.run("g"),
             "created_at": fired,
             "started_at": f"{fired} + interval '1 second'",
             "finished_at": f"{fired} + interval '31 seconds'",
@@ -374,6 +451,7 @@ def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], s: int, r: int, fired:
 def _load_big(
     engine: Engine,
     tpl: Mapping[str, uuid.UUID],
+    ids: Ids,
     big_racks: int,
     big_runs: int,
     scope_id: uuid.UUID,
@@ -385,23 +463,29 @@ def _load_big(
     if big_racks > len_racks:
         raise ValueError(f"--big-racks {big_racks} is more than --racks {len_racks}")
     started = time.perf_counter()
-    big = "md5('big')::uuid"
+    big = ids.big()
     with engine.begin() as conn:
         _clone(
             conn,
             task_schedule,
             tpl["schedule"],
-            {"id": big, "name": "'scale-big'", "next_run_at": "now() + interval '2 days'"},
+            {
+                "id": big,
+                "name": "'scale-big'",
+                "next_run_at": "now() + interval '2 days'",
+                "created_at": ids.born,
+                "updated_at": ids.born,
+            },
             "generate_series(0, 0) g",
         )
-    fired = f"(date_trunc('day', now()) - ({big_runs} - j) * interval '1 day')"
+    fired = ids.big_fired("j")
     for j in range(big_runs):
         with engine.begin() as conn:
             task_number = f"{j} * {big_racks} + g"
             outcomes = (
                 "(SELECT jsonb_agg(jsonb_build_object("
-                f"'scope_id', {uid('bigscope', 'g')}::text, 'rack_id', {uid('rack', 'g')}::text, "
-                f"'outcome', 'submitted', 'task_id', {uid('bigtask', task_number)}::text, 'error', '') "
+                f"'scope_id', {ids.bigscope('g')}::text, 'rack_id', {ids.rack('g')}::text, "
+                f"'outcome', 'submitted', 'task_id', {ids.bigtask(task_number, str(j))}::text, 'error', '') "
                 f"ORDER BY g) FROM generate_series(0, {big_racks - 1}) g)"
             )
             _clone(
@@ -409,7 +493,7 @@ def _load_big(
                 task_schedule_run,
                 tpl["run"],
                 {
-                    "id": uid("bigrun", "j"),
+                    "id": ids.bigrun("j"),
                     "schedule_id": big,
                     "fired_at": fired,
                     "scheduled_for": fired,
@@ -424,11 +508,11 @@ def _load_big(
                 tasks,
                 tpl["task"],
                 {
-                    "id": uid("bigtask", task_number),
-                    "rack_id": uid("rack", "g"),
-                    "component_ids": f"jsonb_build_array({uid('comp', 'g')}::text)",
+                    "id": ids.bigtask(task_number, "j"),
+                    "rack_id": ids.rack("g"),
+                    "component_ids": f"jsonb_build_array({ids.comp('g')}::text)",
                     "schedule_id": big,
-                    "run_id": uid("bigrun", str(j)),
+                    "run_id": ids.bigrun(str(j)),
                     "created_at": fired,
                     "started_at": f"{fired} + interval '1 second'",
                     "finished_at": f"{fired} + interval '31 seconds'",
@@ -443,10 +527,11 @@ def _load_big(
             task_schedule_scope,
             scope_id,
             {
-                "id": uid("bigscope", "g"),
+                "id": ids.bigscope("g"),
                 "schedule_id": big,
-                "rack_id": uid("rack", "g"),
-                "last_task_id": uid("bigtask", f"{big_runs - 1} * {big_racks} + g"),
+                "rack_id": ids.rack("g"),
+                "last_task_id": ids.bigtask(f"{big_runs - 1} * {big_racks} + g", str(big_runs - 1)),
+                "created_at": ids.born,
             },
             f"generate_series(0, {big_racks - 1}) g",
         )
@@ -461,20 +546,22 @@ def _scalar(engine: Engine, stmt: Any) -> Any:
         return conn.execute(stmt).scalar_one()
 
 
-async def check_rows(url: str, run_number: int) -> None:
+async def check_rows(url: str, ids: Ids, run_number: int) -> None:
     """Read cloned run `run_number` (the newest: its task is kept), its task and an audit event back
     through rackflow's own readers: a loader that wrote something rackflow would not fails here, not in a
-    figure."""
+    figure. Its id is a UUIDv7 of the time it fired."""
     db = Database(url)
     try:
         async with db.read() as conn:
             row = (
                 await conn.execute(
                     select(task_schedule_run).where(
-                        task_schedule_run.c.id == uuid.UUID(_md5_uuid(f"run{run_number}"))
+                        task_schedule_run.c.id == literal_column(ids.run(str(run_number)))
                     )
                 )
             ).one()
+            fired_ms = (row.fired_at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+            assert row.id.version == 7 and row.id.int >> 80 == fired_ms, (row.id, row.fired_at)
             run = schedule_store.run_from_row(row)
             (outcome,) = run.outcomes
             counted = schedule_store.tally_from_json(schedule_store.outcome_counts_to_json(run.outcomes))
@@ -485,9 +572,3 @@ async def check_rows(url: str, run_number: int) -> None:
             assert events, "no audit events"
     finally:
         await db.dispose()
-
-
-def _md5_uuid(value: str) -> str:
-    import hashlib
-
-    return str(uuid.UUID(hashlib.md5(value.encode()).hexdigest()))

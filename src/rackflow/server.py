@@ -12,7 +12,6 @@ import asyncio
 import functools
 import gc
 import logging
-import uuid
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from rackflow.config import (
     ServeConfig,
     parse_host_port,
 )
+from rackflow.ids import new_id
 from rackflow.metrics import serve_metrics
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.holds import HoldWatcher
@@ -78,7 +78,7 @@ class RackflowServer:
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
-        self.instance_id = uuid.uuid4()
+        self.instance_id = new_id()
         self.clock = SystemClock(config.clock_offset)
         self.db = Database(config.db, clock=self.clock, pool_size=config.db_pool_size)
         self.audit_spool = AuditSpool(

@@ -38,6 +38,7 @@ from rackflow.audit.spool import AuditSpool
 from rackflow.clock import Clock
 from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter
 from rackflow.errors import Unavailable
+from rackflow.ids import new_id
 from rackflow.store import audit as store
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
@@ -104,7 +105,7 @@ class AuditTrail:
         result stands).
         """
         event = AuditEvent(
-            id=uuid.uuid4(),
+            id=new_id(),
             at=self.clock.now(),
             principal=principal,
             method=method,

@@ -15,6 +15,7 @@ from rackflow.clock import Clock
 from rackflow.domain.budgets import OperationBudget
 from rackflow.domain.tasks import OperationKind
 from rackflow.errors import InvalidArgument, NotFound
+from rackflow.ids import new_id
 from rackflow.store import budgets as store
 from rackflow.store.db import Database
 from rackflow.store.task_runs import release_held
@@ -67,7 +68,7 @@ class BudgetService:
         operations = _check_operations(given.operations)
         now = self.clock.now()
         budget = OperationBudget(
-            id=uuid.uuid4(),
+            id=new_id(),
             name=given.name,
             operations=operations,
             max_running=_check_max_running(given.max_running),

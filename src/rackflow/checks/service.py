@@ -32,6 +32,7 @@ from rackflow.domain.checks import (
 )
 from rackflow.domain.tasks import OperationKind, Task, TaskStatus
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.ids import new_id
 from rackflow.inventory.bmc import check_credentials_ref
 from rackflow.store import checks as store
 from rackflow.store import task_runs
@@ -143,7 +144,7 @@ class CheckService:
             covered = await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
             domains = await resolve_refs(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
             check = PreflightCheck(
-                id=uuid.uuid4(),
+                id=new_id(),
                 name=given.name,
                 operations=operations,
                 all_racks=not covered and not domains,

@@ -51,6 +51,7 @@ from rackflow.domain.schedules import OverlapPolicy, Run, RunState, Schedule, Sc
 from rackflow.domain.tasks import Operation, TaskStatus
 from rackflow.domain.window_rules import FIRE, Decision, decide_firing
 from rackflow.domain.windows import MaintenanceWindow, RackRef
+from rackflow.ids import new_id
 from rackflow.timespec import IntervalTiming, SpecType, format_go_duration, parse_spec
 
 
@@ -174,7 +175,7 @@ def plan(
     snapshot: Snapshot,
     now: datetime,
     trigger: Trigger,
-    new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+    new_id: Callable[[], uuid.UUID] = new_id,
     approver: Approver | None = None,
     *,
     default_start_deadline: timedelta | None = None,

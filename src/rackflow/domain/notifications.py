@@ -17,6 +17,7 @@ from typing import Any
 
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.tasks import OperationKind
+from rackflow.ids import new_id
 
 
 class EventType(enum.StrEnum):
@@ -123,7 +124,7 @@ class Event:
     schedule_name: str = ""
     rack_name: str = ""
     operation: str = ""
-    id: uuid.UUID = field(default_factory=uuid.uuid4)
+    id: uuid.UUID = field(default_factory=new_id)
     # What a loop found, named (`task.held_too_long`: the task, its gate, since when): the outbox holds one
     # event per key, however many instances found it. Empty for the events write sites record.
     key: str = ""

@@ -20,6 +20,7 @@ from rackflow.domain.notifications import SEVERITY, Event, EventType
 from rackflow.domain.rollouts import Phase, ScopeView
 from rackflow.domain.schedules import Pause, Run, Schedule
 from rackflow.domain.tasks import TaskStatus
+from rackflow.ids import new_id
 from rackflow.security import caller_name
 from rackflow.timespec.duration import format_go_duration
 
@@ -260,7 +261,7 @@ def hold_cleared(raised: Event, why: str, at: datetime) -> Event:
     writes it (`outbox.clear_condition`)."""
     return replace(
         raised,
-        id=uuid.uuid4(),
+        id=new_id(),
         type=EventType.TASK_HOLD_CLEARED,
         severity=SEVERITY[EventType.TASK_HOLD_CLEARED],
         at=at,

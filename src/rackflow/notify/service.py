@@ -22,6 +22,7 @@ from rackflow.domain.notifications import (
 )
 from rackflow.domain.tasks import OperationKind
 from rackflow.errors import AlreadyExists, InvalidArgument, NotFound
+from rackflow.ids import new_id
 from rackflow.notify.senders import redacted_url
 from rackflow.store import outbox as store
 from rackflow.store.db import Database, unique_violation_as
@@ -166,7 +167,7 @@ class NotificationService:
         check_name(given.name, f"{FIELD}.name")
         now = self.clock.now()
         channel = Channel(
-            id=uuid.uuid4(),
+            id=new_id(),
             name=given.name,
             kind=_kind(given.kind),
             url=_url(given.url),

@@ -50,6 +50,7 @@ from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryP
 from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.ids import new_id
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.notify import events
 from rackflow.rollouts.service import RolloutService, RunReport
@@ -311,7 +312,7 @@ class ScheduleService:
             retry,
         )
         now = self.clock.now()
-        schedule = draft.checked(uuid.uuid4(), now)
+        schedule = draft.checked(new_id(), now)
         async with self.db.transaction() as conn:
             if await store.name_taken(conn, name):
                 raise store.name_taken_error(name)
@@ -912,14 +913,14 @@ class ScheduleService:
         rollout counts; the draft itself is previewed enabled."""
         count = preview_count(count)
         now = self.clock.now()
-        schedule = draft.checked(editing or uuid.uuid4(), now, named=False)
+        schedule = draft.checked(editing or new_id(), now, named=False)
         async with self.db.read() as conn:
             saved = await store.list_scopes(conn, (await self._load(conn, editing)).id) if editing else []
             kept = {scope.rack_id: scope for scope in saved}
             scopes = [
                 replace(kept[s.rack_id], filter=s.filter)
                 if s.rack_id in kept
-                else Scope(uuid.uuid4(), schedule.id, s.rack_id, s.filter, None, now)
+                else Scope(new_id(), schedule.id, s.rack_id, s.filter, None, now)
                 for s in await resolve_targets(conn, draft.target)
             ]
             snapshot = await firing_store.load(conn, [schedule], "dispatch", {schedule.id: scopes})

@@ -26,6 +26,7 @@ from rackflow.domain.inventory import (
     Rack,
 )
 from rackflow.errors import AlreadyExists
+from rackflow.ids import new_id
 from rackflow.store.db import Database, chunked, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys
 from rackflow.store.paging import Key, after_key, count_capped
@@ -91,7 +92,7 @@ async def insert_rack(
     nvl_domain_id: uuid.UUID | None,
     created_at: datetime,
 ) -> uuid.UUID:
-    rack_id = uuid.uuid4()
+    rack_id = new_id()
     values = {
         "id": rack_id,
         "name": name,
@@ -210,7 +211,7 @@ async def insert_components(
     """Create the components with power state unknown; returns them in the order given."""
     created = [
         Component(
-            id=uuid.uuid4(),
+            id=new_id(),
             rack_id=rack_id,
             type=spec.type,
             name=spec.name,
@@ -284,7 +285,7 @@ async def delete_component(conn: AsyncConnection, component_id: uuid.UUID) -> No
 
 
 async def insert_domain(conn: AsyncConnection, *, name: str, created_at: datetime) -> uuid.UUID:
-    domain_id = uuid.uuid4()
+    domain_id = new_id()
     with unique_violation_as(AlreadyExists("name", name, "an NVLink domain named")):
         await conn.execute(insert(nvl_domains).values(id=domain_id, name=name, created_at=created_at))
     return domain_id

@@ -32,6 +32,7 @@ from rackflow.domain.notifications import (
     tokens_now,
 )
 from rackflow.domain.tasks import OperationKind, TaskStatus
+from rackflow.ids import new_id
 from rackflow.store.db import Database, chunked
 from rackflow.store.dialect import insert_rows
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
@@ -166,7 +167,7 @@ async def fan_out(db: Database, conn: AsyncConnection, now: datetime, limit: int
     channels = [c for c in await list_channels(conn) if c.enabled]
     rows = [
         {
-            "id": uuid.uuid4(),
+            "id": new_id(),
             "event_id": event.id,
             "channel_id": channel.id,
             "state": PENDING,

@@ -59,6 +59,7 @@ from rackflow.domain.schedules import (
 from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
+from rackflow.ids import new_id
 from rackflow.store.db import Database, chunked, unique_violation_as
 from rackflow.store.dialect import (
     POSTGRESQL,
@@ -787,7 +788,7 @@ async def insert_scopes(
         return
     rows = [
         {
-            "id": uuid.uuid4(),
+            "id": new_id(),
             "schedule_id": schedule_id,
             "rack_id": selection.rack_id,
             "component_filter": _filter_to_json(selection.filter),

@@ -34,6 +34,7 @@ from rackflow.domain.tasks import (
     TaskStatus,
 )
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, RackflowError
+from rackflow.ids import new_id
 from rackflow.inventory.targets import resolve_targets
 from rackflow.metrics import TASKS_FINISHED
 from rackflow.store import task_runs
@@ -182,7 +183,7 @@ class _RackState:
                 status = TaskStatus.WAITING
             planned.append(
                 Task(
-                    id=uuid.uuid4(),
+                    id=new_id(),
                     operation=operation,
                     rack_id=rack_id,
                     component_ids=tuple(c.id for c in chosen),

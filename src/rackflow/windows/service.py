@@ -18,6 +18,7 @@ from rackflow.domain.tasks import OperationKind
 from rackflow.domain.window_rules import WindowEvent, events
 from rackflow.domain.windows import MaintenanceWindow, RackRef, Recurring, When, WindowKind
 from rackflow.errors import InvalidArgument, NotFound
+from rackflow.ids import new_id
 from rackflow.store import inventory as inventory_store
 from rackflow.store import task_runs
 from rackflow.store import windows as store
@@ -128,7 +129,7 @@ class WindowService:
             covered = await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
             domains = await resolve_refs(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
             window = MaintenanceWindow(
-                id=uuid.uuid4(),
+                id=new_id(),
                 name=given.name,
                 reason=given.reason,
                 kind=given.kind,

@@ -1,0 +1,47 @@
+"""Row ids: UUIDv7 (RFC 9562), time-ordered, for every row rackflow makes.
+
+Why not random (version 4) UUIDs: a random key sends each new row to a random leaf page of every index
+that starts with it, so inserting a run, its tasks and an audit event reads and dirties a few dozen pages
+spread over the whole of each index. With ten million runs and tasks those pages are mostly not cached and
+a firing waits for the disk (docs/PERFORMANCE.md, "The drain among a loaded history"). A version 7 id
+starts with the unix time in milliseconds, so new rows go to the right edge of their primary keys and of
+the indexes led by such an id (`uq_tasks_run_id_rack_id`, `ix_tasks_run_id_status`), pages that are hot.
+
+One rule for all ids (runs, tasks, audit events, notification events and deliveries, schedules, scopes,
+racks, …) rather than a list of the tables that grow: the cost is the same, and no reader has to know
+which kind an id is. Nothing orders by id for meaning: ids only break ties after a time column (keyset
+pages by (created_at, id) stay total orders) and fix a lock order, which any total order does.
+
+What the id tells: the millisecond its row was made, which every such row already shows in its own time
+column; nothing uses an id as a secret. The time is read from the wall clock, not the injected `Clock`:
+it only places the row in its indexes, rackflow decides nothing from it, and a clock that steps back (or a
+fault drill's offset) only puts a few rows out of order, which costs a page read, not a wrong answer.
+Within one millisecond the 74 random bits order ids at random (uniqueness does not depend on the clock).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+
+_RANDOM_BITS = 74  # rand_a (12 bits) and rand_b (62 bits)
+_RAND_B_BITS = 62
+_VERSION = 0x7
+_VARIANT = 0b10  # RFC 9562's variant
+
+
+def new_id() -> uuid.UUID:
+    """A new row's id: now, in unix milliseconds, then random bits."""
+    return id_at(time.time_ns() // 1_000_000)
+
+
+def id_at(unix_ms: int) -> uuid.UUID:
+    """A version 7 UUID of millisecond `unix_ms` (48 bits) with fresh random bits: `unix_ts_ms`, `ver`,
+    `rand_a`, `var`, `rand_b`, as RFC 9562 section 5.7 lays them out."""
+    if not 0 <= unix_ms < 1 << 48:
+        raise ValueError(f"unix_ms {unix_ms} does not fit in 48 bits")
+    rand = secrets.randbits(_RANDOM_BITS)
+    rand_a = rand >> _RAND_B_BITS
+    rand_b = rand & ((1 << _RAND_B_BITS) - 1)
+    return uuid.UUID(int=unix_ms << 80 | _VERSION << 76 | rand_a << 64 | _VARIANT << 62 | rand_b)

@@ -1,0 +1,59 @@
+"""Row ids are RFC 9562 version 7 UUIDs: the time first, so new rows append to their indexes."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+
+import pytest
+
+from rackflow.ids import id_at, new_id
+
+
+def test_an_id_is_a_version_7_uuid_of_the_rfc_variant_that_parses_back() -> None:
+    made = new_id()
+    assert made.version == 7
+    assert made.variant == uuid.RFC_4122
+    assert uuid.UUID(str(made)) == made
+    assert str(made)[14] == "7"
+    assert str(made)[19] in "89ab"
+
+
+def test_an_id_starts_with_its_unix_millisecond() -> None:
+    before = time.time_ns() // 1_000_000
+    made = new_id()
+    after = time.time_ns() // 1_000_000
+    assert before <= made.int >> 80 <= after
+    assert id_at(1_700_000_000_123).int >> 80 == 1_700_000_000_123
+
+
+def test_ids_of_later_milliseconds_sort_after_as_uuids_as_text_and_as_bytes() -> None:
+    # Twenty ids a millisecond: within one the random bits order them, across two never.
+    groups = [[id_at(ms) for _ in range(20)] for ms in range(1_700_000_000_000, 1_700_000_000_050)]
+    for key in (lambda u: u, str, lambda u: u.bytes):
+        for earlier, later in itertools.pairwise(groups):
+            assert max(map(key, earlier)) < min(map(key, later))
+
+
+def test_ids_made_in_a_burst_are_distinct_and_ordered_by_millisecond() -> None:
+    made = [new_id() for _ in range(100_000)]
+    assert len(set(made)) == len(made)
+    stamps = [u.int >> 80 for u in made]
+    assert stamps == sorted(stamps)
+    assert all(u.version == 7 and u.variant == uuid.RFC_4122 for u in made)
+
+
+def test_a_millisecond_keeps_74_random_bits() -> None:
+    made = [id_at(0) for _ in range(1_000)]
+    assert len(set(made)) == len(made)
+    assert {u.int >> 76 & 0xF for u in made} == {7}
+    # Every random bit varies (rand_a: bits 64-75; rand_b: 0-61).
+    random_bits = [*range(62), *range(64, 76)]
+    assert all(len({u.int >> bit & 1 for u in made}) == 2 for bit in random_bits)
+
+
+@pytest.mark.parametrize("unix_ms", [-1, 1 << 48])
+def test_a_time_outside_48_bits_is_refused(unix_ms: int) -> None:
+    with pytest.raises(ValueError, match="48 bits"):
+        id_at(unix_ms)
