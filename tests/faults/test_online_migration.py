@@ -73,7 +73,7 @@ def test_migrate_a_loaded_database_under_a_running_drain(pg_db_empty: str, tmp_p
 
     running = [start_server(pg_db_empty, tmp_path, args=ARGS, env=old_env, name="old")]
     try:
-        template = write_template(running[0])
+        template = write_template(running[0], pg_db_empty)
         loading = time.monotonic()
         load_history(pg_db_empty, template)
         loaded_s = time.monotonic() - loading
@@ -191,7 +191,7 @@ class Template:
     task: object
 
 
-def write_template(server: ServerProcess) -> Template:
+def write_template(server: ServerProcess, url: str) -> Template:
     """A rack with one component, a schedule on it (every hour), one manual firing of it run to its end."""
     stub = server.stub()
     create_racks(stub, ["tpl"])
@@ -199,7 +199,6 @@ def write_template(server: ServerProcess) -> Template:
         stub, [schedule_request("tpl", ["tpl"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="1h")]
     )
     stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id), timeout=10)
-    url = server_db(server)
     wait_until(lambda: live_tasks(url) == 0 and bool(sql(url, "SELECT 1 FROM tasks")), 30, what="the task")
     wait_until(
         lambda: sql(url, "SELECT state FROM task_schedule_run") == [("completed",)], 30, what="the run"
@@ -211,10 +210,6 @@ def write_template(server: ServerProcess) -> Template:
         " JOIN task_schedule_run r ON r.schedule_id = s.id JOIN tasks t ON t.run_id = r.id",
     )
     return Template(rack, component, sched, scope, run, task)
-
-
-def server_db(server: ServerProcess) -> str:
-    return str(server.proc.args[server.proc.args.index("--db") + 1])  # type: ignore[union-attr]
 
 
 def uid(kind: str, n: str) -> str:
