@@ -18,8 +18,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# The test set is installed by uv, which takes a few seconds of CPU where pip takes 40 (CI installs it on
+# every run; docs/PERFORMANCE.md, "The suite's time").
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test]'
 	touch $@ $(VENV)/.installed
 
 run: $(VENV)/.installed

@@ -595,11 +595,12 @@ def wal_lsn(engine: Engine) -> int:
         return int(conn.execute(text("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")).scalar_one())
 
 
-def measure_prune(url: str, hours: float) -> None:
+def measure_prune(url: str, hours: float, *, runs_first: bool = False) -> None:
     """Each retention's prune of the oldest `hours` of the year of history (a backlog, as after a
     retention is first set), as `rackflow serve`'s pruner runs it (the store's functions, PRUNE_CHUNK rows a
-    transaction): rows, seconds, rows/s, WAL bytes per row (the server's WAL position: other databases'
-    writes meanwhile are counted too, so it is an upper bound)."""
+    transaction, tasks before runs; `runs_first` for the order before f88b2d4): rows, seconds, rows/s, WAL
+    bytes per row (the server's WAL position: other databases' writes meanwhile are counted too, so it is
+    an upper bound)."""
     from rackflow.store import audit as audit_store
     from rackflow.store import schedules as schedule_store
     from rackflow.store import tasks as task_store
@@ -607,11 +608,8 @@ def measure_prune(url: str, hours: float) -> None:
 
     retention = timedelta(days=365) - timedelta(hours=hours)
     engine = sync_engine(url)
-    for name, prune in (
-        ("runs", schedule_store.prune_old_runs),
-        ("tasks", task_store.prune_finished_tasks),
-        ("audit", audit_store.prune_events),
-    ):
+    history = [("tasks", task_store.prune_finished_tasks), ("runs", schedule_store.prune_old_runs)]
+    for name, prune in (*(history[::-1] if runs_first else history), ("audit", audit_store.prune_events)):
         load = load_avg()
 
         async def run(prune: Any = prune) -> int:
@@ -673,6 +671,11 @@ def main() -> None:
     parser.add_argument(
         "--prune-hours", type=float, default=6.0, help="hours of the oldest history each prune deletes"
     )
+    parser.add_argument(
+        "--prune-runs-first",
+        action="store_true",
+        help="prune runs before their tasks (the server's order before f88b2d4), for comparison",
+    )
     args = parser.parse_args()
     global ONLY
     ONLY = args.only
@@ -725,7 +728,7 @@ def main() -> None:
         if "drain" in phases:
             measure_drain(url, log_dir, args)
         if "prune" in phases:
-            measure_prune(url, args.prune_hours)
+            measure_prune(url, args.prune_hours, runs_first=args.prune_runs_first)
 
 
 if __name__ == "__main__":

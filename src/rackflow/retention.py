@@ -5,6 +5,10 @@ prunes on its own, because deleting is idempotent and concurrent pruners skip ea
 (`store.retention.prune_older`), so no leader is needed and the tables stay bounded while any instance
 runs. A failed prune (say, the database is down) is logged and tried again at the next round; it never
 stops the server.
+
+Tasks are pruned before runs, in one loop (`run_in_order`): deleting a run unlinks the tasks it submitted
+(`tasks.run_id` is ON DELETE SET NULL), which rewrites each task row and its index entries; after its tasks
+are gone, a run's delete has nothing to unlink (docs/PERFORMANCE.md, "The prune at ten million rows").
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from datetime import timedelta
 from typing import Protocol
 
@@ -61,15 +65,7 @@ class Pruner:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Prune at once, then every `every` until `stop` is set."""
-        log.info(
-            "%s retention: deleting those older than %s, every %s", self.what, self.retention, self.every
-        )
-        while not stop.is_set():
-            try:
-                await self.prune_once(stop)
-            except Exception as exc:
-                log.warning("%s prune failed (%s); retrying in %s", self.name, exc, self.every)
-            await sleep_unless_stopped(stop, self.every)
+        await run_in_order((self,), stop)
 
     async def prune_once(self, stop: asyncio.Event) -> int:
         """Delete the rows past the retention, chunk by chunk; `stop` ends it after the current chunk, so a
@@ -84,3 +80,25 @@ class Pruner:
                     break
         log.info("%s retention: pruned %d %s older than %s", self.name, pruned, self.what, self.retention)
         return pruned
+
+
+async def run_in_order(pruners: Sequence[Pruner], stop: asyncio.Event) -> None:
+    """Run each of `pruners` in turn, at once and then every round (the shortest of their `every`), until
+    `stop` is set. One failing pruner is logged and the next still runs."""
+    for pruner in pruners:
+        log.info(
+            "%s retention: deleting those older than %s, every %s",
+            pruner.what,
+            pruner.retention,
+            pruner.every,
+        )
+    every = min(pruner.every for pruner in pruners)
+    while not stop.is_set():
+        for pruner in pruners:
+            if stop.is_set():
+                break
+            try:
+                await pruner.prune_once(stop)
+            except Exception as exc:
+                log.warning("%s prune failed (%s); retrying in %s", pruner.name, exc, every)
+        await sleep_unless_stopped(stop, every)

@@ -9,6 +9,7 @@ one PostgreSQL database; the store's row claims keep them from doing the same wo
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import uuid
@@ -38,7 +39,7 @@ from rackflow.config import (
 from rackflow.metrics import serve_metrics
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.holds import HoldWatcher
-from rackflow.retention import Pruner
+from rackflow.retention import Pruner, run_in_order
 from rackflow.rollouts.driver import RolloutDriver
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import server_credentials
@@ -184,26 +185,31 @@ class RackflowServer:
             self._spawn("notification pruner", delivered.run)
         if self.config.audit_retention is not None:
             self._spawn("audit pruner", AuditPruner(self.db, self.config.audit_retention).run)
-        if self.config.run_retention is not None:
-            runs = Pruner(
-                self.db,
-                self.config.run_retention,
-                name="run",
-                what="schedule runs",
-                prune=schedule_store.prune_old_runs,
-                counter=metrics.SCHEDULE_RUNS_PRUNED,
-            )
-            self._spawn("run pruner", runs.run)
+        history: list[Pruner] = []
         if self.config.task_retention is not None:
-            ended = Pruner(
-                self.db,
-                self.config.task_retention,
-                name="task",
-                what="ended tasks",
-                prune=task_store.prune_finished_tasks,
-                counter=metrics.TASKS_PRUNED,
+            history.append(
+                Pruner(
+                    self.db,
+                    self.config.task_retention,
+                    name="task",
+                    what="ended tasks",
+                    prune=task_store.prune_finished_tasks,
+                    counter=metrics.TASKS_PRUNED,
+                )
             )
-            self._spawn("task pruner", ended.run)
+        if self.config.run_retention is not None:
+            history.append(
+                Pruner(
+                    self.db,
+                    self.config.run_retention,
+                    name="run",
+                    what="schedule runs",
+                    prune=schedule_store.prune_old_runs,
+                    counter=metrics.SCHEDULE_RUNS_PRUNED,
+                )
+            )
+        if history:  # tasks first: see rackflow.retention
+            self._spawn("history pruner", functools.partial(run_in_order, history))
         if http is not None:
             self._spawn("http", http.run)
             log.info(

@@ -69,7 +69,9 @@ def test_trigger_watch_it_halt_resume_and_finish(server: ServerProcess, driver: 
     )
     assert reason == "rollout halted: 1 of 4 racks failed (limit 1)"
     assert text(driver, "rollout-state").endswith("halted")
-    assert text(driver, "schedule-state").endswith("paused")
+    # The halt pauses the schedule in the same transaction, but the page reads the schedule before the run
+    # (each in its own snapshot on PostgreSQL): a refresh between the two shows the pause one refresh late.
+    wait(driver, lambda d: text(d, "schedule-state").endswith("paused"), "the schedule paused by the halt")
     assert text(driver, "rollout-counts") == "1 of 4 succeeded, 1 failed, 2 not started"
 
     assert confirm(driver, "action-resume-run") == "Resume this rollout?"

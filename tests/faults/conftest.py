@@ -8,8 +8,7 @@ connection dies mid-use, and reconnecting fails until the database is back.
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -21,16 +20,8 @@ import pytest
 from psycopg import sql as pgsql
 from sqlalchemy.engine import make_url
 
-from tests.conftest import migrate_with_cli, postgres_admin_url
+from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import fresh_postgres_database
-
-
-@pytest.fixture
-def pg_db(postgres_url: str) -> Iterator[str]:
-    """A migrated database of its own (`postgres_url` fails under CI, skips elsewhere, when unreachable)."""
-    with fresh_postgres_database(postgres_admin_url()) as url:
-        subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
-        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -39,13 +30,11 @@ def own_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     `tmp_path / "db"`, which a test may move away to make an outage)."""
     if request.param == "sqlite":
         (tmp_path / "db").mkdir()
-        url = f"sqlite:///{tmp_path / 'db' / 'rackflow.db'}"
-        migrate_with_cli(url)
-        yield url
+        shutil.copy(request.getfixturevalue("sqlite_template"), tmp_path / "db" / "rackflow.db")
+        yield f"sqlite:///{tmp_path / 'db' / 'rackflow.db'}"
         return
-    request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
-    with fresh_postgres_database(postgres_admin_url()) as url:
-        migrate_with_cli(url)
+    template = request.getfixturevalue("pg_template")  # fails under CI, skips elsewhere, when unreachable
+    with fresh_postgres_database(postgres_admin_url(), template=template) as url:
         yield url
 
 

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Table, event, insert, select
 
 from rackflow import metrics
-from rackflow.retention import Pruner
+from rackflow.retention import Pruner, run_in_order
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -193,6 +193,36 @@ async def test_the_pruner_counts_runs_and_tasks_in_their_metrics(db: Database) -
     assert (await runs.prune_once(asyncio.Event()), await ended.prune_once(asyncio.Event())) == (3, 2)
     assert metrics.SCHEDULE_RUNS_PRUNED._value.get() - runs_before == 3
     assert metrics.TASKS_PRUNED._value.get() - tasks_before == 2
+
+
+async def test_pruners_in_order_take_turns_each_round_and_one_failing_stops_none(db: Database) -> None:
+    """The server prunes tasks, then runs, in one loop: a run deleted after its tasks unlinks nothing."""
+    calls: list[str] = []
+
+    def recording(name: str) -> Any:
+        async def prune(_db: Database, _retention: timedelta, *, chunk: int = 1) -> AsyncGenerator[int]:
+            calls.append(name)
+            if name == "broken":
+                raise RuntimeError("database down")
+            yield 1
+
+        return prune
+
+    every = timedelta(seconds=0.01)
+    pruners = [
+        Pruner(db, RETENTION, name=n, what=n, prune=recording(n), counter=metrics.TASKS_PRUNED, every=every)
+        for n in ("tasks", "broken", "runs")
+    ]
+    stop = asyncio.Event()
+    looping = asyncio.create_task(run_in_order(pruners, stop))
+    for _ in range(500):
+        if len(calls) >= 6:
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(looping, 2)
+
+    assert calls[:6] == ["tasks", "broken", "runs"] * 2
 
 
 @pytest.mark.parametrize(

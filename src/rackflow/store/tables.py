@@ -206,6 +206,15 @@ task_schedule = Table(
     # every schedule; each firing, which sets both columns, writes an entry into each.
     Index("ix_task_schedule_next_run_at_created_at_id", "next_run_at", "created_at", "id"),
     Index("ix_task_schedule_last_run_at_created_at_id", "last_run_at", "created_at", "id"),
+    # The name search (`name ILIKE '%' || :text || '%'`) reads the names' trigrams, where it read every
+    # name (migration 0027, which creates the extension `pg_trgm` it needs). PostgreSQL only: SQLite has
+    # no trigram index. Each firing, which updates its schedule's row, writes the name's trigrams again.
+    Index(
+        "ix_task_schedule_name_trgm",
+        "name",
+        postgresql_using="gin",
+        postgresql_ops={"name": "gin_trgm_ops"},
+    ).ddl_if(dialect="postgresql"),
     # The dispatcher's due scan: only enabled rows with a next run are indexed, in claim order. Both
     # databases match a partial index's predicate by its spelling, so it is spelled exactly as the claim's
     # `enabled.is_(True)` renders (migration 0004; tests/store/test_due_index.py checks the claim uses it).

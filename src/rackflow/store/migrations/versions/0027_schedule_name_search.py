@@ -1,0 +1,68 @@
+"""task_schedule: the name search reads a trigram index (issue 29)
+
+ListTaskSchedules' `name_contains` (and the dashboard's `/schedules?search=`) is a substring search,
+`name ILIKE '%' || :text || '%'`, which no B-tree serves: PostgreSQL read every name, 3 s at a million
+schedules (docs/PERFORMANCE.md, "Sorted by next or last run, and the name search"). A GIN index of the
+names' trigrams (`pg_trgm`) answers a text of three characters or more from the index. Shorter texts
+have no trigram to look up; PostgreSQL plans them as before. PostgreSQL only: SQLite has no trigram index
+and keeps its scan (one instance, an embedded database).
+
+The extension is created if missing. PostgreSQL 13 and later mark `pg_trgm` trusted, so a role with
+CREATE on the database may create it; a role that may not (or an older server) fails this migration with
+the statement a superuser must run, and the whole upgrade, one transaction, leaves the database as it was,
+still served by the previous release. Skipping the index instead would leave a schema other than the one
+`tables.py` declares, which `rackflow serve` could not tell, and a search that takes seconds with nobody
+told why.
+
+Created IF NOT EXISTS, as 0022's: an operator of a large PostgreSQL database may build it first with
+`CREATE INDEX CONCURRENTLY` (docs/OPERATIONS.md) and this migration then finds it.
+
+Revision ID: 0027
+Revises: 0026
+Create Date: 2026-12-03
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+from rackflow.errors import FailedPrecondition
+
+revision = "0027"
+down_revision = "0026"
+branch_labels = None
+depends_on = None
+
+CREATE_EXTENSION = "CREATE EXTENSION IF NOT EXISTS pg_trgm"
+INSUFFICIENT_PRIVILEGE = "42501"  # SQLSTATE
+
+
+def upgrade() -> None:
+    bind = op.get_bind()
+    if bind.dialect.name != "postgresql":
+        return
+    try:
+        op.execute(CREATE_EXTENSION)
+    except sa.exc.DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
+            raise
+        refusal = getattr(exc.orig, "diag", None)
+        raise FailedPrecondition(
+            f"migration 0027 needs the PostgreSQL extension pg_trgm, which this role may not create "
+            f"({refusal.message_primary if refusal else exc.orig}); the database is left unchanged: have a "
+            f"superuser run `{CREATE_EXTENSION};` in the database {bind.engine.url.database} (or, from "
+            "PostgreSQL 13, grant this role CREATE on it), then run `rackflow db migrate` again"
+        ) from exc
+    op.create_index(
+        "ix_task_schedule_name_trgm",
+        "task_schedule",
+        ["name"],
+        postgresql_using="gin",
+        postgresql_ops={"name": "gin_trgm_ops"},
+        if_not_exists=True,
+    )
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    op.drop_index("ix_task_schedule_name_trgm", table_name="task_schedule", if_exists=True)

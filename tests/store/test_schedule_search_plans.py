@@ -1,0 +1,137 @@
+"""The schedule name search (`name_contains`: ListTaskSchedules, the dashboard's `/schedules?search=`) reads
+the names' trigram index on PostgreSQL (migration 0027), where it read every name: 3 s at a million
+schedules (docs/PERFORMANCE.md, "Sorted by next or last run, and the name search"). These tests EXPLAIN the
+two statements the list really sends (the capped count and the page) over 20,000 schedules with fresh
+statistics, as PostgreSQL plans each run with its values (rackflow's `force_custom_plan`).
+
+A text of one or two characters holds no trigram: the index could only be read whole, so PostgreSQL must
+plan those as before (a common text stops at the count's cap; a rare one reads the names). The answers are
+the same through the index: ILIKE's case folding, and `%` and `_` taken literally. SQLite has no trigram
+index and keeps its scan; its answers are checked by the list's own tests (tests/web, tests/api)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event, insert
+
+from rackflow.config import LIST_COUNT_CAP
+from rackflow.store import schedules as store
+from rackflow.store.db import Database
+from rackflow.store.tables import task_schedule
+from tests.conftest import postgres_admin_url
+from tests.e2e.cluster import fresh_postgres_database, sql
+from tests.store.query_plans import explain
+
+pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("schedule-search-plans")]
+
+TRIGRAM_INDEX = "ix_task_schedule_name_trgm"
+SCHEDULES = 20_000
+SEQ_SCAN = re.compile(r"Seq Scan on task_schedule\b")
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+ODD_NAME = "weekly-50%_off"  # `%` and `_` in a name, which a search must take literally
+
+
+def _name(i: int) -> str:
+    return f"scale-s{i:07d}"  # as bench/scale.py names them
+
+
+NAMES = [*map(_name, range(SCHEDULES)), ODD_NAME]
+
+
+def _count(text: str) -> int:
+    """How many names hold `text`, whatever its case, counted as the list counts: up to the cap, plus one."""
+    return min(sum(text.lower() in name.lower() for name in NAMES), LIST_COUNT_CAP + 1)
+
+
+async def _write(url: str) -> None:
+    db = Database(url)
+    try:
+        rows = [
+            {
+                "id": uuid.uuid4(),
+                "name": name,
+                "spec_type": "interval",
+                "spec": "24h",
+                "operation_template": {"operation": {"kind": "power_on"}, "queue_timeout_seconds": 3600},
+                "created_at": T0 + timedelta(seconds=i),
+                "updated_at": T0,
+            }
+            for i, name in enumerate(NAMES)
+        ]
+        async with db.transaction() as conn:
+            await conn.execute(insert(task_schedule), rows)
+    finally:
+        await db.dispose()
+    # Statistics, and the rows moved from the index's pending list into its tree, as autovacuum leaves
+    # them (a full pending list is read by every search, and made PostgreSQL scan 20,000 names instead).
+    sql(url, "VACUUM ANALYZE task_schedule")
+
+
+@pytest.fixture(scope="module")
+def schedules_url(pg_template: str) -> Iterator[str]:
+    """A migrated database of its own holding the schedules, for all of the module's tests (they only
+    read)."""
+    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
+        asyncio.run(_write(url))
+        yield url
+
+
+@pytest.fixture
+async def db(schedules_url: str) -> AsyncIterator[Database]:
+    database = Database(schedules_url)
+    yield database
+    await database.dispose()
+
+
+async def _search(db: Database, text: str) -> tuple[list[str], int, list[str]]:
+    """The first page's names, the capped count, and the plan of each statement the search sent."""
+    sent: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
+    try:
+        async with db.read(streaming=True) as conn:
+            found, total = await store.list_schedules(conn, name_contains=text, limit=50)
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
+    assert len(sent) == 2, [statement for statement, _ in sent]  # the count, then the page
+    return [s.name for s in found], total, [await explain(db, *one) for one in sent]
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("s00012", [_name(i) for i in range(1200, 1250)]),  # 100 match; the first page
+        ("S0001234", [_name(1234)]),  # ILIKE folds case
+        ("50%_o", [ODD_NAME]),  # `%` and `_` literal: as a pattern, it would match no other name either
+        ("nothing-like-it", []),
+    ],
+)
+async def test_a_text_of_three_characters_or_more_reads_the_trigram_index(
+    db: Database, text: str, names: list[str]
+) -> None:
+    found, total, plans = await _search(db, text)
+    assert found == names
+    assert total == _count(text)
+    for plan in plans:
+        assert TRIGRAM_INDEX in plan, plan
+        assert not SEQ_SCAN.search(plan), plan
+
+
+@pytest.mark.parametrize("text", ["s0", "7", "zz"])
+async def test_a_shorter_text_is_not_looked_up_in_the_trigram_index(db: Database, text: str) -> None:
+    """No trigram to look up: the index would be read whole. A common text ("s0": every name) stops at the
+    count's cap; a rare one reads the names, as it did before the index."""
+    _, total, (count_plan, _page_plan) = await _search(db, text)
+    assert total == _count(text)
+    assert re.search(r"^\s*->\s+Limit\b", count_plan, re.MULTILINE), count_plan
+    assert TRIGRAM_INDEX not in count_plan + _page_plan, count_plan + "\n" + _page_plan
