@@ -77,8 +77,7 @@ _PG_MIGRATION_LOCK = 7_262_532_861
 # lock on the table queues behind it, the fleet's firings and tasks included: this bounds that stall, and
 # ends a wait on a transaction that is itself waiting for the migration sooner than PostgreSQL's deadlock
 # detector would (tests/faults/test_online_migration.py). A statement that must wait for every older
-# transaction, CREATE INDEX CONCURRENTLY, needs `SET lock_timeout = 0` before it: given up half-way it
-# leaves an invalid index that its IF NOT EXISTS would then keep.
+# transaction, CREATE INDEX CONCURRENTLY, waits without a limit (`building_index_concurrently`).
 MIGRATION_LOCK_TIMEOUT = timedelta(milliseconds=500)
 LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a statement that waited lock_timeout
 DEADLOCK_DETECTED = "40P01"
@@ -183,7 +182,7 @@ def migrations_locked(conn: Connection) -> Iterator[None]:
         return
     conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
     # After the advisory lock: waiting for another host's upgrade to end is no table lock held up.
-    conn.execute(text(f"SET lock_timeout = '{int(MIGRATION_LOCK_TIMEOUT.total_seconds() * 1000)}ms'"))
+    _wait_for_locks_at_most(conn, MIGRATION_LOCK_TIMEOUT)
     conn.commit()
     try:
         yield
@@ -192,6 +191,33 @@ def migrations_locked(conn: Connection) -> Iterator[None]:
         conn.execute(text("RESET lock_timeout"))
         conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_MIGRATION_LOCK})
         conn.commit()
+
+
+def _wait_for_locks_at_most(conn: Connection, timeout: timedelta) -> None:
+    """PostgreSQL's lock_timeout for the rest of the session (0: no limit)."""
+    conn.execute(text(f"SET lock_timeout = '{int(timeout.total_seconds() * 1000)}ms'"))
+
+
+@contextmanager
+def building_index_concurrently(conn: Connection, index: str) -> Iterator[None]:
+    """Around a migration's `CREATE INDEX CONCURRENTLY ... IF NOT EXISTS` on PostgreSQL, in an autocommit
+    block: writes to the table go on while it builds (a plain CREATE INDEX blocks them to the end, and
+    would hold its SHARE lock while waiting behind the fleet's transactions, which then queue behind it).
+    The build waits for every transaction older than it, so for as long as it takes (lock_timeout 0, then
+    MIGRATION_LOCK_TIMEOUT again). A build interrupted earlier (a killed migration, a cancelled statement)
+    leaves the index invalid, which IF NOT EXISTS would keep: it is dropped first and built again, so the
+    migration is safe to run again whatever stopped it."""
+    _wait_for_locks_at_most(conn, timedelta(0))
+    try:
+        invalid = conn.execute(
+            text("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:index)"),
+            {"index": index},
+        ).scalar()
+        if invalid:
+            conn.execute(text(f'DROP INDEX CONCURRENTLY IF EXISTS "{index}"'))
+        yield
+    finally:
+        _wait_for_locks_at_most(conn, MIGRATION_LOCK_TIMEOUT)
 
 
 def waited_too_long_for_a_lock(exc: BaseException) -> bool:
