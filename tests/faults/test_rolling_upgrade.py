@@ -9,17 +9,15 @@ down, before a handler has taken it, is answered CANCELLED with the details "CAN
 would answer ALREADY_EXISTS (and fail the test) if the first attempt had created the rack.
 
 The previous release is this repository's source as it was just before its newest migration was added
-(`git archive` of that commit's parent), run from the same virtualenv with PYTHONPATH pointing at it.
+(`tests/faults/releases.py`), run from the same virtualenv with PYTHONPATH pointing at it.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import os
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,50 +28,20 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rackflow.store.migrate import MIGRATIONS_DIR, head_revision
+from rackflow.store.migrate import head_revision
 from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import ServerProcess, sql, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request
+from tests.faults.releases import previous_revision, release_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres")]
 
-REPO = Path(__file__).resolve().parents[2]
 ARGS = ["--dispatch-interval", "1s", "--lease-ttl", "3s"]
 INTERVAL = timedelta(seconds=2)
 # A slot may come this late after the previous one and still count as on time: the interval, a dispatch
 # poll, and the few seconds a poll can take on this loaded machine while an instance stops.
 MAX_GAP = INTERVAL + timedelta(seconds=4)
 RACKS = [f"r{i}" for i in range(4)]
-
-
-def previous_release(into: Path) -> Path:
-    """The `src` tree of the commit before the one that added the newest migration."""
-    newest = next(MIGRATIONS_DIR.joinpath("versions").glob(f"{head_revision()}_*.py"))
-
-    def git(*args: str) -> bytes:
-        return subprocess.run(["git", "-C", str(REPO), *args], check=True, capture_output=True).stdout
-
-    added = (
-        # --first-parent -m: a migration that came in by a merge is "added" by the merge commit on main,
-        # whose first parent is then the previous release.
-        git(
-            "log",
-            "-1",
-            "--first-parent",
-            "-m",
-            "--diff-filter=A",
-            "--format=%H",
-            "--",
-            str(newest.relative_to(REPO)),
-        )
-        .decode()
-        .strip()
-    )
-    assert added, f"{newest} is not committed: commit it before running this test"
-    archive = git("archive", "--format=tar", f"{added}^", "src")
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into / "src"
 
 
 def retryable(exc: grpc.RpcError) -> bool:
@@ -123,7 +91,7 @@ class Clients:
 
 
 def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path: Path) -> None:
-    old_src = previous_release(tmp_path / "previous")
+    old_src = release_at(previous_revision(), tmp_path / "previous")
     old_env = {"PYTHONPATH": str(old_src)}
     subprocess.run(
         [sys.executable, "-m", "rackflow", "db", "migrate", "--db", pg_db_empty],

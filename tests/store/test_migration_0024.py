@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from alembic import command
 from sqlalchemy import Connection, insert, inspect, select
@@ -18,6 +19,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, migrate
 from rackflow.store.schedules import _outcome_from_json, outcome_counts_to_json
 from rackflow.store.tables import task_schedule, task_schedule_run
+from tests.e2e.cluster import sql
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SCHEDULE = uuid.uuid4()
@@ -115,3 +117,45 @@ async def test_the_counts_are_backfilled_from_the_outcomes(db_at_0023: Database)
     async with db.engine.connect() as conn:
         columns, indexes = await conn.run_sync(_schema)
     assert "outcome_counts" not in columns and "ix_tasks_run_id_status" not in indexes
+
+
+async def test_a_try_stopped_half_way_is_finished_on_postgresql(db_at_0023: Database) -> None:
+    """On PostgreSQL 0024 runs outside a transaction, step by step (its docstring), so a try that stopped
+    half-way (killed, or given up waiting for a lock) leaves its steps' work behind: here an index of its
+    name left invalid by an interrupted CONCURRENTLY build, and the column added with one run counted. The
+    next try drops the invalid index and builds it again, and counts the runs left."""
+    db = db_at_0023
+    if db.dialect != "postgresql":
+        pytest.skip("SQLite applies 0024 in one transaction")
+    await _write_as_0023(db)
+    # Every run is of one schedule: the unique build fails, leaving its index invalid.
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        sql(
+            db.url,
+            "CREATE UNIQUE INDEX CONCURRENTLY ix_tasks_run_id_status ON task_schedule_run (schedule_id)",
+        )
+    assert sql(
+        db.url, "SELECT indisvalid FROM pg_index WHERE indexrelid = 'ix_tasks_run_id_status'::regclass"
+    ) == [(False,)]
+    first = next(iter(RUNS))
+    sql(db.url, "ALTER TABLE task_schedule_run ADD COLUMN outcome_counts jsonb NOT NULL DEFAULT '{}'")
+    sql(
+        db.url,
+        """UPDATE task_schedule_run SET outcome_counts = '{"submitted": [0, 3], "failed": [2, 0]}'
+        WHERE id = %s""",
+        first,
+    )
+
+    assert await migrate(db, "0024") == "0024"
+    async with db.read() as conn:
+        stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcome_counts)
+        found = {row.id: row.outcome_counts for row in (await conn.execute(stmt)).all()}
+    assert found == {
+        run_id: outcome_counts_to_json([_outcome_from_json(o) for o in outcomes])
+        for run_id, outcomes in RUNS.items()
+    }
+    assert sql(
+        db.url,
+        "SELECT indrelid::regclass::text, indisvalid FROM pg_index"
+        " WHERE indexrelid = 'ix_tasks_run_id_status'::regclass",
+    ) == [("tasks", True)]

@@ -1,7 +1,8 @@
 """Migration 0027 on PostgreSQL when the migrating role may not create the extension `pg_trgm`: the upgrade
-fails naming the one statement a superuser must run, the database stays at 0026 (the upgrade is one
-transaction), and once the extension exists, or the role may create it (PostgreSQL 13 marks it trusted:
-CREATE on the database is enough), migrating again finishes the schema `tables.py` declares.
+fails naming the one statement a superuser must run, the database stays at 0026 (0027's transaction is
+rolled back before its index is built), and once the extension exists, or the role may create it
+(PostgreSQL 13 marks it trusted: CREATE on the database is enough), migrating again finishes the schema
+`tables.py` declares.
 
 Each test makes a role that is not a superuser and a database it may create tables in but, at first, not
 extensions; both are dropped at the end."""

@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from rackflow.clock import FakeClock
 from rackflow.domain.approvals import ApprovalPolicy
@@ -226,3 +226,20 @@ async def test_the_summary_is_written_with_the_outcomes_it_counts(db: Database) 
         ("failed", False): 2,
         ("submitted", True): 3,
     }
+
+
+async def test_a_run_written_without_its_counts_is_counted_from_its_outcomes(db: Database) -> None:
+    """The release before 0024 goes on writing runs, without `outcome_counts`, while 0024 is applied under
+    it (a rolling upgrade, docs/OPERATIONS.md): such a run (the column at its default, its outcomes not
+    empty) is summarised, and its grid page read, as counting its outcomes finds, not as a run of no racks
+    (whose grid page would be read from its outcomes, not its tasks)."""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(3)]
+    schedule = await _schedule(env, racks)
+    await env.services.schedules.trigger(schedule.id)
+    (run,) = await _runs(env, schedule)
+    async with db.transaction() as conn:
+        await conn.execute(
+            update(task_schedule_run).where(task_schedule_run.c.id == run.id).values(outcome_counts={})
+        )
+    assert await summaries_match(env, schedule) == (1, 0)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -73,6 +74,15 @@ PLAN_CACHE_MODE = "force_custom_plan"
 # Several instances may start with --migrate at once; on PostgreSQL they take turns on this lock (the same
 # number in every version, so an old and a new instance exclude each other too).
 _PG_MIGRATION_LOCK = 7_262_532_861
+# How long a migration's statement may wait for a table lock on PostgreSQL before its migration gives up
+# (and is tried again, `migrate.MIGRATION_RETRY`). While it waits, every statement that needs a conflicting
+# lock on the table queues behind it, the fleet's firings and tasks included: this bounds that stall, and
+# ends a wait on a transaction that is itself waiting for the migration sooner than PostgreSQL's deadlock
+# detector would (tests/faults/test_online_migration.py). A statement that must wait for every older
+# transaction, CREATE INDEX CONCURRENTLY, waits without a limit (`building_index_concurrently`).
+MIGRATION_LOCK_TIMEOUT = timedelta(milliseconds=500)
+LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a statement that waited lock_timeout
+DEADLOCK_DETECTED = "40P01"
 
 
 # --- engines and clocks -----------------------------------------------------------------------------
@@ -175,11 +185,60 @@ def for_update(dialect: str, stmt: _S) -> _S:
     return stmt.with_for_update() if locks_rows(dialect) else stmt
 
 
-def lock_migrations(conn: Connection) -> None:
-    """Migrations from several instances at once run one after another (PostgreSQL's advisory lock, held
-    to the transaction's end; SQLite's single writer does that already)."""
-    if conn.dialect.name == POSTGRESQL:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+@contextmanager
+def migrations_locked(conn: Connection) -> Iterator[None]:
+    """Migrations from several instances at once run one after another: on PostgreSQL they take turns on
+    an advisory lock held by the session for the whole upgrade (each migration commits on its own), and
+    each statement waits at most MIGRATION_LOCK_TIMEOUT for a table lock; SQLite's single writer takes
+    turns already. Leaves `conn` outside any transaction, as Alembic must find it to run each migration in
+    a transaction of its own."""
+    if conn.dialect.name != POSTGRESQL:
+        yield
+        return
+    conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+    # After the advisory lock: waiting for another host's upgrade to end is no table lock held up.
+    _wait_for_locks_at_most(conn, MIGRATION_LOCK_TIMEOUT)
+    conn.commit()
+    try:
+        yield
+    finally:
+        conn.rollback()  # a migration that failed leaves its transaction open
+        conn.execute(text("RESET lock_timeout"))
+        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_MIGRATION_LOCK})
+        conn.commit()
+
+
+def _wait_for_locks_at_most(conn: Connection, timeout: timedelta) -> None:
+    """PostgreSQL's lock_timeout for the rest of the session (0: no limit)."""
+    conn.execute(text(f"SET lock_timeout = '{int(timeout.total_seconds() * 1000)}ms'"))
+
+
+@contextmanager
+def building_index_concurrently(conn: Connection, index: str) -> Iterator[None]:
+    """Around a migration's `CREATE INDEX CONCURRENTLY ... IF NOT EXISTS` on PostgreSQL, in an autocommit
+    block: writes to the table go on while it builds (a plain CREATE INDEX blocks them to the end, and
+    would hold its SHARE lock while waiting behind the fleet's transactions, which then queue behind it).
+    The build waits for every transaction older than it, so for as long as it takes (lock_timeout 0, then
+    MIGRATION_LOCK_TIMEOUT again). A build interrupted earlier (a killed migration, a cancelled statement)
+    leaves the index invalid, which IF NOT EXISTS would keep: it is dropped first and built again, so the
+    migration is safe to run again whatever stopped it."""
+    _wait_for_locks_at_most(conn, timedelta(0))
+    try:
+        invalid = conn.execute(
+            text("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:index)"),
+            {"index": index},
+        ).scalar()
+        if invalid:
+            conn.execute(text(f'DROP INDEX CONCURRENTLY IF EXISTS "{index}"'))
+        yield
+    finally:
+        _wait_for_locks_at_most(conn, MIGRATION_LOCK_TIMEOUT)
+
+
+def waited_too_long_for_a_lock(exc: BaseException) -> bool:
+    """True for a PostgreSQL statement that gave up waiting for a lock (lock_timeout) or was chosen to end
+    a deadlock: nothing was wrong with it but the moment, so trying again later may succeed."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED)
 
 
 # --- lookups by many keys ---------------------------------------------------------------------------

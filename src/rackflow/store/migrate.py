@@ -10,11 +10,16 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 
-from rackflow.errors import FailedPrecondition
+from rackflow.errors import FailedPrecondition, Unavailable
+from rackflow.retry import Retry, retrying
 from rackflow.store.db import Database, connection_errors_as_unavailable
-from rackflow.store.dialect import lock_migrations
+from rackflow.store.dialect import migrations_locked, waited_too_long_for_a_lock
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# A migration that gave up waiting for a table lock (PostgreSQL: `dialect.MIGRATION_LOCK_TIMEOUT`, or a
+# deadlock) is tried again, from the first migration not yet committed, for up to 5 minutes: the tables it
+# needs are busy with the fleet's work, which it must not hold up.
+MIGRATION_RETRY = Retry(first_delay=0.5, max_delay=10.0, deadline=300.0)
 
 
 def _config() -> Config:
@@ -32,8 +37,8 @@ def head_revision() -> str:
 def _upgrade(conn: Connection, revision: str) -> None:
     cfg = _config()
     cfg.attributes["connection"] = conn
-    lock_migrations(conn)
-    command.upgrade(cfg, revision)
+    with migrations_locked(conn):
+        command.upgrade(cfg, revision)
 
 
 def _current(conn: Connection) -> str | None:
@@ -42,10 +47,33 @@ def _current(conn: Connection) -> str | None:
 
 async def migrate(db: Database, revision: str = "head") -> str:
     """Bring the schema to `revision` (the newest by default; an older one lets tests write rows as an
-    older rackflow did, then upgrade them); returns it. Safe to run again and concurrently."""
-    with connection_errors_as_unavailable():
-        async with db.engine.begin() as conn:
+    older rackflow did, then upgrade them); returns it. Safe to run again and concurrently.
+
+    On PostgreSQL each migration commits on its own (env.py), so the locks one takes are held for it alone,
+    and a migration that waited too long for a lock is rolled back and tried again after a pause
+    (MIGRATION_RETRY) while the fleet goes on; those before it stay applied. On SQLite the whole upgrade is
+    one transaction."""
+
+    async def attempt() -> None:
+        async with db.engine.connect() as conn:
             await conn.run_sync(_upgrade, revision)
+
+    try:
+        with connection_errors_as_unavailable():
+            await retrying(
+                attempt,
+                MIGRATION_RETRY,
+                what="a migration waiting for a table lock",
+                retry_if=waited_too_long_for_a_lock,
+            )
+    except Unavailable as exc:
+        if not waited_too_long_for_a_lock(exc.__cause__ or exc):
+            raise
+        raise Unavailable(
+            f"a migration could not take the table locks it needs in {MIGRATION_RETRY.deadline:.0f} s of"
+            f" tries ({exc.__cause__}): the instances' work holds them; run `rackflow db migrate` again when"
+            " the fleet is quieter, or stop the instances first"
+        ) from exc.__cause__
     return head_revision() if revision == "head" else revision
 
 

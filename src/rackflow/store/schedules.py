@@ -1355,14 +1355,27 @@ class GridOutcomes:
 
 async def run_tallies(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Tally]:
     """Each run's `Tally`, from its `outcome_counts` column (written with its outcomes, migration 0024):
-    a column's verdict and a run's bar read 20 small columns, not 20 × 10,000 outcomes."""
+    a column's verdict and a run's bar read 20 small columns, not 20 × 10,000 outcomes.
+
+    A run whose column is empty is counted from its outcomes: either it has none (nothing to read), or the
+    release before 0024 wrote them while 0024 was applied under it (a rolling upgrade, docs/OPERATIONS.md,
+    "Migrations applied online"), without counts, which would otherwise read as a run of no racks."""
     found: dict[uuid.UUID, Tally] = {run_id: {} for run_id in run_ids}
+    uncounted: list[uuid.UUID] = []
     for chunk in chunked(list(run_ids)):
         stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcome_counts).where(
             task_schedule_run.c.id.in_(chunk)
         )
         for run_id, counts in await conn.execute(stmt):
             found[run_id] = tally_from_json(counts)
+            if not counts:
+                uncounted.append(run_id)
+    for chunk in chunked(uncounted):
+        stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcomes).where(
+            task_schedule_run.c.id.in_(chunk)
+        )
+        for run_id, outcomes in await conn.execute(stmt):
+            found[run_id] = tally_from_json(outcome_counts_to_json([_outcome_from_json(o) for o in outcomes]))
     return found
 
 

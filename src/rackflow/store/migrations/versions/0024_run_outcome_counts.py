@@ -15,18 +15,38 @@ issue 29, "The runs grid and a big run's page"). Now:
   A task's status changes often, so it is counted from an index kept by the database rather than kept in
   a row of its run that every one of 10,000 task completions would update (and lock).
 
-The index is created IF NOT EXISTS, so that on a large PostgreSQL database an operator can build it
-first with `CREATE INDEX CONCURRENTLY ix_tasks_run_id_status ON tasks (run_id, status)` (writes go on);
-otherwise it blocks writes to `tasks` while it builds. The backfill rewrites every run row once.
+On PostgreSQL this migration is applied online, under a running fleet (docs/OPERATIONS.md, "Migrations
+applied online"; tests/faults/test_online_migration.py), outside a transaction (an autocommit block):
+
+* the index is built CONCURRENTLY first (writes to `tasks` go on; an invalid index left by an interrupted
+  build is dropped and built again, `dialect.building_index_concurrently`);
+* the column is added (its constant default needs no rewrite of the table, so its ACCESS EXCLUSIVE lock
+  is held for an instant, and waited for at most `dialect.MIGRATION_LOCK_TIMEOUT`);
+* the existing runs are counted in chunks of BACKFILL_CHUNK runs by id, each chunk its own transaction, so
+  a chunk locks its runs' rows only, for a moment, where one UPDATE of every run held them all (and the
+  table, which the column's addition had locked in the same transaction) to the end.
+
+Each step is safe to run again (IF NOT EXISTS; a chunk counts only runs not yet counted), so a migration
+that gave up waiting for a lock and is tried again (`migrate.MIGRATION_RETRY`) goes on where it was. Runs
+the previous release writes after the column exists, while the upgrade lasts, have no counts: the current
+release counts those from their outcomes when it reads them (`store.schedules.run_tallies`).
+
+An earlier version of this migration did all three in one transaction (and built the index without
+CONCURRENTLY); a database already past 0024 never runs it again, and both versions leave the same schema
+(tests/store/test_migrations.py), so changing how it gets there changes nothing for such a database.
+SQLite (one instance, no concurrent writer) still does it in the upgrade's one transaction.
 
 Revision ID: 0024
 Revises: 0023
 Create Date: 2026-12-03
 """
 
+import uuid
+
 import sqlalchemy as sa
 from alembic import op
 
+from rackflow.store.dialect import building_index_concurrently
 from rackflow.store.types import json_type
 
 revision = "0024"
@@ -60,13 +80,47 @@ _BACKFILL = {
 }
 
 
+# Runs counted per transaction on PostgreSQL: a chunk's rows are locked for its own UPDATE only.
+BACKFILL_CHUNK = 2_000
+_LAST_OF_CHUNK = """
+    SELECT id FROM (SELECT id FROM task_schedule_run WHERE id > :after ORDER BY id LIMIT :chunk) c
+    ORDER BY id DESC LIMIT 1
+"""
+
+
 def upgrade() -> None:
-    op.add_column(
-        "task_schedule_run",
-        sa.Column("outcome_counts", json_type(), nullable=False, server_default=sa.text("'{}'")),
-    )
-    op.execute(_BACKFILL[op.get_bind().dialect.name])
-    op.create_index("ix_tasks_run_id_status", "tasks", ["run_id", "status"], if_not_exists=True)
+    bind = op.get_bind()
+    if bind.dialect.name != "postgresql":
+        op.add_column(
+            "task_schedule_run",
+            sa.Column("outcome_counts", json_type(), nullable=False, server_default=sa.text("'{}'")),
+        )
+        op.execute(_BACKFILL[bind.dialect.name])
+        op.create_index("ix_tasks_run_id_status", "tasks", ["run_id", "status"], if_not_exists=True)
+        return
+    with op.get_context().autocommit_block():
+        with building_index_concurrently(bind, "ix_tasks_run_id_status"):
+            op.create_index(
+                "ix_tasks_run_id_status",
+                "tasks",
+                ["run_id", "status"],
+                if_not_exists=True,
+                postgresql_concurrently=True,
+            )
+        op.execute(
+            "ALTER TABLE task_schedule_run ADD COLUMN IF NOT EXISTS outcome_counts jsonb NOT NULL DEFAULT '{}'"
+        )
+        after = uuid.UUID(int=0)
+        while (
+            last := bind.scalar(sa.text(_LAST_OF_CHUNK), {"after": after, "chunk": BACKFILL_CHUNK})
+        ) is not None:
+            bind.execute(
+                sa.text(
+                    f"{_BACKFILL['postgresql']} AND outcome_counts = '{{}}' AND id > :after AND id <= :last"
+                ),
+                {"after": after, "last": last},
+            )
+            after = last
 
 
 def downgrade() -> None:

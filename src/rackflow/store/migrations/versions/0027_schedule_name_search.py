@@ -9,13 +9,16 @@ and keeps its scan (one instance, an embedded database).
 
 The extension is created if missing. PostgreSQL 13 and later mark `pg_trgm` trusted, so a role with
 CREATE on the database may create it; a role that may not (or an older server) fails this migration with
-the statement a superuser must run, and the whole upgrade, one transaction, leaves the database as it was,
-still served by the previous release. Skipping the index instead would leave a schema other than the one
+the statement a superuser must run before anything of it is done: the migrations before it stay applied
+(on PostgreSQL each commits on its own), 0027's own transaction is rolled back, and `rackflow db migrate`
+run again goes on from it. Skipping the index instead would leave a schema other than the one
 `tables.py` declares, which `rackflow serve` could not tell, and a search that takes seconds with nobody
 told why.
 
-Created IF NOT EXISTS, as 0022's: an operator of a large PostgreSQL database may build it first with
-`CREATE INDEX CONCURRENTLY` (docs/OPERATIONS.md) and this migration then finds it.
+The index is built CONCURRENTLY, outside a transaction (an autocommit block), so the fleet's writes to
+`task_schedule` (every firing moves a schedule's next run) go on while it builds; an invalid index left by
+an interrupted build is dropped and built again (`dialect.building_index_concurrently`). An index of that
+name built beforehand, valid, is kept (IF NOT EXISTS).
 
 Revision ID: 0027
 Revises: 0026
@@ -26,6 +29,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from rackflow.errors import FailedPrecondition
+from rackflow.store.dialect import building_index_concurrently
 
 revision = "0027"
 down_revision = "0026"
@@ -48,18 +52,20 @@ def upgrade() -> None:
         refusal = getattr(exc.orig, "diag", None)
         raise FailedPrecondition(
             f"migration 0027 needs the PostgreSQL extension pg_trgm, which this role may not create "
-            f"({refusal.message_primary if refusal else exc.orig}); the database is left unchanged: have a "
+            f"({refusal.message_primary if refusal else exc.orig}); nothing of migration 0027 is applied: have a "
             f"superuser run `{CREATE_EXTENSION};` in the database {bind.engine.url.database} (or, from "
             "PostgreSQL 13, grant this role CREATE on it), then run `rackflow db migrate` again"
         ) from exc
-    op.create_index(
-        "ix_task_schedule_name_trgm",
-        "task_schedule",
-        ["name"],
-        postgresql_using="gin",
-        postgresql_ops={"name": "gin_trgm_ops"},
-        if_not_exists=True,
-    )
+    with op.get_context().autocommit_block(), building_index_concurrently(bind, "ix_task_schedule_name_trgm"):
+        op.create_index(
+            "ix_task_schedule_name_trgm",
+            "task_schedule",
+            ["name"],
+            postgresql_using="gin",
+            postgresql_ops={"name": "gin_trgm_ops"},
+            if_not_exists=True,
+            postgresql_concurrently=True,
+        )
 
 
 def downgrade() -> None:
