@@ -1,9 +1,9 @@
 """audit_migration: migration 0028 (the audit trail partitioned by day) on a loaded trail, while it is used.
 
 Migrates `--database` (at revision 0026 or 0027, its trail loaded by `bench/scale.py` of that revision) to
-head while one writer inserts an audit event every `--every` seconds and one reader lists the trail's first
-page as often: how long the migration took, and the longest and p99 write and read meanwhile (a write or
-read that waited for a lock shows here). Every line ends with the load average at its start.
+head while one writer inserts an audit event and then reads the trail's first page, over and over, every
+`--every` seconds: the median and longest write and read during the migration (one that waited for a lock
+shows here), against the same in the WARM seconds before it. Each line ends with the load average.
 
     python bench/audit_migration.py --database rackflow_scale
 """
@@ -27,13 +27,20 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, migrate
 from rackflow.store.tables import audit_events
 
+# Seconds of writes and reads before the migration starts: what they take on this machine now.
+WARM = 10.0
+
 
 def load_avg() -> float:
     return round(os.getloadavg()[0], 2)
 
 
 async def use(
-    db: Database, every: float, stop: asyncio.Event, writes: list[float], reads: list[float]
+    db: Database,
+    every: float,
+    stop: asyncio.Event,
+    writes: list[tuple[float, float]],
+    reads: list[tuple[float, float]],
 ) -> int:
     """Write one event and read the first page each `every` seconds until `stop`; returns the failures."""
     failures = 0
@@ -52,11 +59,11 @@ async def use(
             started = time.perf_counter()
             async with db.transaction() as conn:
                 await store.insert_events(conn, [event])
-            writes.append(time.perf_counter() - started)
+            writes.append((started, time.perf_counter() - started))
             started = time.perf_counter()
             async with db.read() as conn:
                 await store.list_events(conn, limit=50)
-            reads.append(time.perf_counter() - started)
+            reads.append((started, time.perf_counter() - started))
         except Exception as exc:
             failures += 1
             print(f"# failed: {exc!r}", flush=True)
@@ -64,11 +71,15 @@ async def use(
     return failures
 
 
-def summary(name: str, seconds: list[float]) -> str:
+def summary(name: str, timed: list[tuple[float, float]], start: float, end: float) -> str:
+    """Count, median and longest of the calls `timed` (start, seconds) begun between `start` and `end`."""
+    seconds = [took for at, took in timed if start <= at < end]
     if not seconds:
         return f"{name}=0"
-    p99 = statistics.quantiles(seconds, n=100)[98] if len(seconds) >= 2 else seconds[0]
-    return f"{name}={len(seconds)} {name}_p99_ms={p99 * 1000:.1f} {name}_max_ms={max(seconds) * 1000:.1f}"
+    return (
+        f"{name}={len(seconds)} {name}_median_ms={statistics.median(seconds) * 1000:.1f} "
+        f"{name}_max_ms={max(seconds) * 1000:.1f}"
+    )
 
 
 async def main(url: str, every: float) -> None:
@@ -79,22 +90,24 @@ async def main(url: str, every: float) -> None:
             rows = (await conn.execute(select(func.count()).select_from(audit_events))).scalar_one()
         print(f"# from revision {await current_revision(db)}, {rows} audit events", flush=True)
         stop = asyncio.Event()
-        writes: list[float] = []
-        reads: list[float] = []
+        writes: list[tuple[float, float]] = []
+        reads: list[tuple[float, float]] = []
         load = load_avg()
         worker = asyncio.create_task(use(user, every, stop, writes, reads))
-        await asyncio.sleep(2)
+        begun = time.perf_counter()
+        await asyncio.sleep(WARM)
         started = time.perf_counter()
         await migrate(db)
-        seconds = time.perf_counter() - started
-        await asyncio.sleep(2)
+        ended = time.perf_counter()
         stop.set()
         failures = await worker
-        print(
-            f"audit_migration rows={rows} seconds={seconds:.2f} {summary('writes', writes)} "
-            f"{summary('reads', reads)} failures={failures} loadavg={load}",
-            flush=True,
-        )
+        for when, start, end in (("before", begun, started), ("during", started, ended)):
+            print(
+                f"audit_migration when={when} rows={rows} seconds={end - start:.2f} "
+                f"{summary('writes', writes, start, end)} {summary('reads', reads, start, end)} "
+                f"failures={failures} loadavg={load}",
+                flush=True,
+            )
     finally:
         await user.dispose()
         await db.dispose()
