@@ -8,6 +8,7 @@ SQLite keeps one table and the batched prune: the tests that apply to it run on 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -268,3 +269,20 @@ async def test_the_principals_page_reads_an_index(db: Database) -> None:
     assert "principal_at_id" in plan, plan
     assert not re.search(r"\bSort  \(|USE TEMP B-TREE|SCAN audit_events", plan), plan  # a sort, a scan
     assert not re.search(r"Seq Scan on audit_events_(default|legacy|p\d+) .*rows=[1-9]\d", plan), plan
+
+
+async def test_concurrent_prunes_drop_each_day_once(db: Database) -> None:
+    if not db.is_postgres:
+        pytest.skip("SQLite has no partitions")
+    now = datetime.now(UTC)
+    async with db.transaction() as conn:
+        await conn.run_sync(partitions.ensure_partitions, now - 10 * DAY)
+    events = [_event(now - timedelta(hours=5 * i)) for i in range(60)]
+    await _insert(db, events)
+
+    async def prune() -> int:
+        return sum([n async for n in store.prune_events(db, timedelta(days=5, hours=1))])
+
+    pruned = await asyncio.gather(prune(), prune(), prune())
+
+    assert sum(pruned) == len(events) - len(await _ids(db))

@@ -61,7 +61,8 @@ def is_partitioned(conn: Connection) -> bool:
 
 def partitions(conn: Connection) -> list[Partition]:
     """The partitions of `audit_events`, oldest first (DEFAULT last). The bounds are read back from their
-    text in this session, so the literal's time zone is the one it was printed in."""
+    text in this session, so the literal's time zone is the one it was printed in. A partition another
+    transaction is dropping meanwhile (its bound reads as NULL) is left out."""
     rows = conn.execute(
         text(
             """
@@ -72,7 +73,7 @@ def partitions(conn: Connection) -> list[Partition]:
             FROM pg_inherits i
             JOIN pg_class c ON c.oid = i.inhrelid
             CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
-            WHERE i.inhparent = to_regclass(:t)
+            WHERE i.inhparent = to_regclass(:t) AND b.bound IS NOT NULL
             """
         ),
         {"t": PARENT},
@@ -158,9 +159,11 @@ def droppable(conn: Connection, cutoff: datetime) -> list[Partition]:
 
 def drop_partition(conn: Connection, partition: Partition) -> int:
     """Drop `partition` (in the caller's transaction, which should do nothing else) and return how many rows
-    it held, counted just before."""
+    it held, counted just before; 0 if another instance dropped it first."""
     wait_briefly(conn)
     _lock(conn)
+    if conn.execute(text("SELECT to_regclass(:p) IS NULL"), {"p": partition.name}).scalar_one():
+        return 0
     rows = int(conn.execute(text(f"SELECT count(*) FROM {partition.name}")).scalar_one())
     conn.execute(text(f"DROP TABLE {partition.name}"))
     return rows
