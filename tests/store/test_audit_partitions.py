@@ -1,7 +1,7 @@
-"""The audit trail partitioned by day on PostgreSQL (migration 0028, store/audit_partitions.py).
+"""The audit trail partitioned by week on PostgreSQL (migration 0028, store/audit_partitions.py).
 
-Migrating a trail keeps every event and its pages; an event of any time is written (a day without a
-partition goes to the DEFAULT one), and a replayed one once; the prune drops the days all past the
+Migrating a trail keeps every event and its pages; an event of any time is written (a week without a
+partition goes to the DEFAULT one), and a replayed one once; the prune drops the weeks all past the
 retention and never an event younger than it; the principal's page reads an index of each partition.
 SQLite keeps one table and the batched prune: the tests that apply to it run on it too.
 """
@@ -117,7 +117,7 @@ async def test_the_upgrade_keeps_every_event_and_its_pages(db_at_0026: Database)
             names = [p.name for p in await conn.run_sync(partitions.partitions)]
             where = await conn.execute(select(HOME, func.count()).select_from(audit_events).group_by(HOME))
             spread = dict(where.all())
-        assert names == ["audit_events_legacy", "audit_events_default"]  # the days start after it
+        assert names == ["audit_events_legacy", "audit_events_default"]  # the weeks start after it
         assert spread == {"audit_events_legacy": len(history)}  # up to 30 days after the newest event
 
 
@@ -128,9 +128,9 @@ async def test_an_event_of_any_time_is_written_and_a_replay_once(db: Database) -
         datetime(1990, 1, 1, tzinfo=UTC),
         today - timedelta(microseconds=1),
         today,
-        today + DAY - timedelta(microseconds=1),
-        today + DAY,
-        today + partitions.LOOKAHEAD + DAY,  # past the partitions made ahead
+        today + partitions.PERIOD - timedelta(microseconds=1),
+        today + partitions.PERIOD,
+        today + partitions.LOOKAHEAD + 2 * partitions.PERIOD,  # past the partitions made ahead
         datetime(2200, 1, 1, tzinfo=UTC),
     ]
     events = [_event(at) for at in times]
@@ -143,14 +143,14 @@ async def test_an_event_of_any_time_is_written_and_a_replay_once(db: Database) -
     assert {e.id for e in events} <= await _ids(db)
 
 
-async def test_the_prune_drops_whole_past_days_and_never_a_younger_event(db: Database) -> None:
+async def test_the_prune_drops_whole_past_weeks_and_never_a_younger_event(db: Database) -> None:
     now = datetime.now(UTC)
     retention = timedelta(days=5, hours=1)
     cutoff = now - retention
     if db.is_postgres:
-        async with db.transaction() as conn:  # the partitions a pruner would have made ten days ago
-            await conn.run_sync(partitions.ensure_partitions, now - 10 * DAY)
-    events = [_event(now - timedelta(hours=5 * i)) for i in range(60)]  # 12.5 days, every 5 h
+        async with db.transaction() as conn:  # the partitions a pruner would have made a month ago
+            await conn.run_sync(partitions.ensure_partitions, now - 30 * DAY)
+    events = [_event(now - timedelta(hours=5 * i)) for i in range(150)]  # 31 days, every 5 h
     await _insert(db, events)
     async with db.read() as conn:
         before = await conn.run_sync(partitions.partitions) if db.is_postgres else []
@@ -166,13 +166,13 @@ async def test_the_prune_drops_whole_past_days_and_never_a_younger_event(db: Dat
     async with db.read() as conn:
         after = await conn.run_sync(partitions.partitions)
     days = [p for p in before if not p.default]
-    assert [p for p in days if p.upper is not None and p.upper <= cutoff]  # some day was all past it
+    assert [p for p in days if p.upper is not None and p.upper <= cutoff]  # some week was all past it
     assert [p for p in after if not p.default] == [
         p for p in days if p.upper is not None and p.upper > cutoff
     ]
 
     def kept(at: datetime) -> bool:
-        """In a day kept whole, or in none (then in the DEFAULT partition) and not older than the cutoff."""
+        """In a week kept whole, or in none (then in the DEFAULT partition) and not older than the cutoff."""
         day = next(
             (p for p in days if p.lower is not None and p.upper is not None and p.lower <= at < p.upper), None
         )
@@ -181,7 +181,7 @@ async def test_the_prune_drops_whole_past_days_and_never_a_younger_event(db: Dat
     assert left == {e.id for e in events if kept(e.at)}
 
 
-async def test_the_prune_makes_the_coming_days_partitions(db: Database) -> None:
+async def test_the_prune_makes_the_coming_weeks_partitions(db: Database) -> None:
     if not db.is_postgres:
         pytest.skip("SQLite has no partitions")
     async with db.transaction() as conn:
@@ -199,15 +199,15 @@ async def test_the_prune_makes_the_coming_days_partitions(db: Database) -> None:
     assert all(a.upper == b.lower for a, b in pairwise(days))
 
 
-async def test_a_day_made_late_takes_its_events_from_the_default_partition(db: Database) -> None:
+async def test_a_week_made_late_takes_its_events_from_the_default_partition(db: Database) -> None:
     if not db.is_postgres:
         pytest.skip("SQLite has no partitions")
     now = datetime.now(UTC)
-    late = _event(now + partitions.LOOKAHEAD + 2 * DAY)  # no partition yet: in the DEFAULT one
+    late = _event(now + partitions.LOOKAHEAD + 2 * partitions.PERIOD)  # no partition yet: the DEFAULT one
     await _insert(db, [late])
 
     async with db.transaction() as conn:
-        made = await conn.run_sync(partitions.ensure_partitions, now + 3 * DAY)
+        made = await conn.run_sync(partitions.ensure_partitions, now + 3 * partitions.PERIOD)
         where = select(HOME).where(audit_events.c.id == late.id)
         home = (await conn.execute(where)).scalar_one()
 
@@ -246,7 +246,7 @@ async def test_the_principals_page_reads_an_index(db: Database) -> None:
     """The audit page filtered by principal, newest first: each partition's (principal, at, id) index, in
     order, never a scan and sort of the trail."""
     now = datetime.now(UTC)
-    for day in range(3):  # a week back: today's partition and the DEFAULT one (the days before any partition)
+    for day in range(3):  # a week back: this week's partition and the DEFAULT one (before any partition)
         minutes = range(day * 10_000, (day + 1) * 10_000)
         await _insert(db, [_event(now - timedelta(minutes=i / 3), f"user-{i % 10}") for i in minutes])
     async with db.transaction() as conn:
@@ -271,13 +271,13 @@ async def test_the_principals_page_reads_an_index(db: Database) -> None:
     assert not re.search(r"Seq Scan on audit_events_(default|legacy|p\d+) .*rows=[1-9]\d", plan), plan
 
 
-async def test_concurrent_prunes_drop_each_day_once(db: Database) -> None:
+async def test_concurrent_prunes_drop_each_week_once(db: Database) -> None:
     if not db.is_postgres:
         pytest.skip("SQLite has no partitions")
     now = datetime.now(UTC)
     async with db.transaction() as conn:
-        await conn.run_sync(partitions.ensure_partitions, now - 10 * DAY)
-    events = [_event(now - timedelta(hours=5 * i)) for i in range(60)]
+        await conn.run_sync(partitions.ensure_partitions, now - 30 * DAY)
+    events = [_event(now - timedelta(hours=5 * i)) for i in range(150)]
     await _insert(db, events)
 
     async def prune() -> int:

@@ -22,10 +22,10 @@ from rackflow.store.retention import PRUNE_CHUNK
 from rackflow.store.tables import audit_events
 
 RETENTION = timedelta(hours=1)
-# The old events are older than yesterday, so on PostgreSQL they are in no day's partition but in the DEFAULT
-# one, whose old rows are deleted in batches: a day's partition goes whole once all of it is past the
-# retention (test_audit_partitions.py).
-OLD = timedelta(hours=50)
+# The old events are older than this week, so on PostgreSQL they are in no week's partition but in the
+# DEFAULT one, whose old rows are deleted in batches: a week's partition goes whole once all of it is past
+# the retention (test_audit_partitions.py).
+OLD = timedelta(days=8)
 
 
 def _event(at: datetime) -> AuditEvent:

@@ -123,11 +123,11 @@ async def prune_events(
 ) -> AsyncGenerator[int, None]:
     """Remove the events older than `retention`, yielding how many went at each step.
 
-    PostgreSQL (partitioned by day, `store.audit_partitions`): make the coming days' partitions, drop each
+    PostgreSQL (partitioned by week, `store.audit_partitions`): make the coming weeks' partitions, drop each
     partition all older than the retention (one short transaction each), then delete in batches only the
-    old events outside the days' partitions (those of the partition migration 0028 made of the rows it
-    found, and strays in the DEFAULT one). An event inside a day's partition stays until its whole day is
-    past the retention: the trail is kept at least as long as configured, at most a day longer.
+    old events outside the weeks' partitions (those of the partition migration 0028 made of the rows it
+    found, and strays in the DEFAULT one). An event inside a week's partition stays until its whole week is
+    past the retention: the trail is kept at least as long as configured, at most a week longer.
     SQLite: delete in batches, oldest first, by ix_audit_events_at_id (`prune_older`).
     """
     floor: datetime | None = None

@@ -1,19 +1,23 @@
 """The audit trail's partitions on PostgreSQL (migration 0028): `audit_events` is partitioned by RANGE (at)
-into one partition a day, so retention drops a day's partition instead of deleting its rows.
+into one partition a week, so retention drops a week's partition instead of deleting its rows.
 
-* Period: a day. Retentions are Go durations of at least an hour (`config.MIN_RETENTION`), pruned hourly,
-  and a partition is dropped only once all of it is older than the retention, so the trail is kept at
-  least as long as configured and at most a day longer. A week or a month would keep up to that much more
-  (a 1 h retention kept a month), and a day keeps the count of partitions at 365 a year.
-* `ensure_partitions` makes the partitions of today and the next LOOKAHEAD days, and the DEFAULT one; the
-  migration, and the audit pruner at each round (`store.audit.prune_events`), call it. Past days get none:
-  the pruner would drop them again.
-* The DEFAULT partition is the safety net: an event whose day has no partition (an instance whose clock is
-  days off, a spooled event replayed after its day was dropped) goes there instead of failing, and with it
-  the whole group-commit INSERT it is part of. It stays near empty: a partition made later takes over the
-  rows of its range from it, and the pruner deletes those older than the retention in batches. Each
-  partition made scans it (ATTACH checks that none of its rows belong to the new range), so near empty
-  keeps that short.
+* Period: a week (from Monday, UTC). A partition is dropped only once all of it is older than the
+  retention, so the trail is kept at least as long as configured and at most a period longer: retentions
+  are Go durations of at least an hour (`config.MIN_RETENTION`), pruned hourly, and a day would keep at
+  most a day more. But every read of the trail that no time bound narrows plans every partition: at 344
+  day partitions (a year) the audit page took 25-50 ms to plan, against 0.1-0.2 ms unpartitioned
+  (docs/PERFORMANCE.md), and a trail kept forever (the default) gains one partition a period. A week
+  divides that by seven and keeps at most a week more than the retention; a month would keep a 1 h
+  retention's events a month.
+* `ensure_partitions` makes the partitions of this week and of the days up to LOOKAHEAD later, and the
+  DEFAULT one; the migration, and the audit pruner at each round (`store.audit.prune_events`), call it.
+  Past periods get none: the pruner would drop them again.
+* The DEFAULT partition is the safety net: an event whose week has no partition (an instance whose
+  clock is weeks off, a spooled event replayed after its week was dropped) goes there instead of failing,
+  and with it the whole group-commit INSERT it is part of. It stays near empty: a partition made later
+  takes over the rows of its range from it, and the pruner deletes those older than the retention in
+  batches. Each partition made scans it (ATTACH checks that none of its rows belong to the new range), so
+  near empty keeps that short.
 * Every change runs under an advisory lock, so instances pruning at once do not make a partition twice,
   and with a short lock timeout, so a DROP or ATTACH waiting behind a long read of the trail gives up
   (tried again at the next round) rather than queueing every reader and writer behind it.
@@ -28,9 +32,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, text
 
-# One partition a day; made this far ahead, so a week of failed rounds passes before an event would land in
-# the DEFAULT partition (where it is still kept).
-PERIOD = timedelta(days=1)
+# One partition a week; made this far ahead, so a week of failed rounds passes before an event would land
+# in the DEFAULT partition (where it is still kept).
+PERIOD = timedelta(days=7)
 LOOKAHEAD = timedelta(days=7)
 PARENT = "audit_events"
 DEFAULT_PARTITION = "audit_events_default"
@@ -84,8 +88,9 @@ def partitions(conn: Connection) -> list[Partition]:
 
 
 def period_start(at: datetime) -> datetime:
-    """The start of the period (UTC day) holding `at`."""
-    return at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    """The start of the period holding `at`: the Monday of its week, 00:00 UTC."""
+    day = at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day - timedelta(days=day.weekday())
 
 
 def partition_name(start: datetime) -> str:
@@ -103,9 +108,9 @@ def wait_briefly(conn: Connection) -> None:
 
 
 def ensure_partitions(conn: Connection, now: datetime) -> list[str]:
-    """Make the DEFAULT partition and the partitions of the days from `now`'s to LOOKAHEAD later that no
-    partition covers yet, in the caller's transaction; returns the names made. A day whose events already
-    went to the DEFAULT partition (the day had no partition then) takes them over as it is attached."""
+    """Make the DEFAULT partition and the partitions of the periods from `now`'s to LOOKAHEAD later that no
+    partition covers yet, in the caller's transaction; returns the names made. A period whose events
+    already went to the DEFAULT partition (it had no partition then) takes them over as it is attached."""
     if not is_partitioned(conn):
         return []
     _lock(conn)
@@ -170,7 +175,7 @@ def drop_partition(conn: Connection, partition: Partition) -> int:
 
 
 def first_period_start(conn: Connection) -> datetime | None:
-    """The lower bound of the oldest day's partition: older events are in the partition of the rows the
+    """The lower bound of the oldest period's partition: older events are in the partition of the rows the
     migration found, or in the DEFAULT one, and are deleted in batches."""
     lowers = [p.lower for p in partitions(conn) if p.lower is not None] if is_partitioned(conn) else []
     return min(lowers, default=None)

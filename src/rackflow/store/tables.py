@@ -485,7 +485,7 @@ preflight_overrides = Table(
 )
 
 # Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).
-# On PostgreSQL partitioned by day of `at` (migration 0028, store/audit_partitions.py; the partitions are not
+# On PostgreSQL partitioned by week of `at` (migration 0028, store/audit_partitions.py; the partitions are not
 # metadata), so its key holds `at`, as PostgreSQL requires; (id, at) still writes a replayed event once, as a
 # replay keeps its `at`. SQLite's table is not partitioned and keeps its key on `id` alone (Alembic does not
 # compare keys).

@@ -1,12 +1,12 @@
-"""audit trail: partitioned by day on PostgreSQL, so retention drops a day instead of deleting its rows (issue 29)
+"""audit trail: partitioned by week on PostgreSQL, retention drops a week instead of deleting its rows (issue 29)
 
-PostgreSQL: `audit_events` becomes a table partitioned by RANGE (at), one partition a day
+PostgreSQL: `audit_events` becomes a table partitioned by RANGE (at), one partition a week
 (`store.audit_partitions`); its key becomes (id, at), which still writes a replayed event once (a replay keeps
 its `at`). SQLite: unchanged (no partitions; the prune stays a batched delete).
 
 An empty trail (a new database) is dropped and made partitioned. A trail with rows is converted in place,
-online, and its rows become the first partition, `audit_events_legacy`, FROM (MINVALUE) TO (the day
-LEGACY_DAYS after today, or after its newest event): nothing is copied. On a connection of its own, outside
+online, and its rows become the first partition, `audit_events_legacy`, FROM (MINVALUE) TO (the start
+of the week holding the day LEGACY_DAYS after today, or after its newest event): nothing is copied. On a connection of its own, outside
 the migration's transaction, while reads and writes go on:
 
 1. `CREATE UNIQUE INDEX CONCURRENTLY audit_events_id_at ON audit_events (id, at)`;
@@ -17,7 +17,7 @@ Then, in the migration's transaction, under an ACCESS EXCLUSIVE lock on the trai
 (no scan, no build): the key becomes that index, the table is renamed `audit_events_legacy`, the partitioned
 `audit_events` is made with the same columns, key and indexes, and the legacy table attached as its first
 partition (the validated CHECK proves its range, so ATTACH does not scan it, and its indexes are taken as
-the partitioned ones'); then the DEFAULT partition. The days' partitions start where the legacy one ends:
+the partitioned ones'); then the DEFAULT partition. The weeks' partitions start where the legacy one ends:
 the pruner makes them a week ahead (`ensure_partitions`) and deletes the legacy partition's old rows in
 batches, as before, until all of it is past the retention and it is dropped.
 
@@ -82,10 +82,11 @@ def upgrade() -> None:
     _convert(conn, bound, now)
 
 
-# The legacy partition's upper bound: LEGACY_DAYS after the day of now or of the newest event.
+# The legacy partition's upper bound: the start (Monday, UTC) of the week LEGACY_DAYS after now or the newest
+# event, where the weeks' partitions (`store.audit_partitions.period_start`) begin.
 BOUND = (
-    "SELECT date_trunc('day', greatest(now(), max(at)) AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' "
-    f"+ interval '{LEGACY_DAYS} days' FROM audit_events"
+    "SELECT date_trunc('week', (greatest(now(), max(at)) + interval '"
+    f"{LEGACY_DAYS} days') AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' FROM audit_events"
 )
 
 
