@@ -85,10 +85,26 @@ def recreate_database(admin: str, name: str) -> str:
     return url
 
 
+def make_year_of_audit_partitions(engine: Engine) -> None:
+    """The audit trail's day partitions over the year about to be loaded, as a year of the pruner's rounds
+    would have made them (`store.audit_partitions`, migration 0028): without them the year's events would
+    all go to the DEFAULT partition."""
+    from rackflow.store.audit_partitions import LOOKAHEAD, ensure_partitions
+
+    with engine.connect() as conn:
+        now = conn.execute(text("SELECT now()")).scalar_one()
+    start = now - timedelta(days=366)
+    while start < now:
+        with engine.begin() as conn:
+            ensure_partitions(conn, start)
+        start += LOOKAHEAD
+
+
 def load(args: argparse.Namespace) -> str:
     url = recreate_database(args.pg_admin, args.database)
     engine = sync_engine(url)
     started = time.perf_counter()
+    make_year_of_audit_partitions(engine)
     ids = scale_load.load(
         engine,
         schedules=args.schedules,

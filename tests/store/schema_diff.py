@@ -6,7 +6,7 @@ from typing import Any
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from rackflow.store.db import Database
 from rackflow.store.tables import metadata
@@ -15,13 +15,20 @@ from rackflow.store.tables import metadata
 async def schema_diff(db: Database) -> list[object]:
     """What alembic would change to make the database's schema `metadata`'s: [] when they match. An index
     declared for the other database only (`Index.ddl_if`) is left out: the migrations do not create it
-    here."""
+    here. The audit trail's partitions (PostgreSQL) are not metadata either."""
 
-    def for_this_database(obj: Any, _name: Any, type_: str, _reflected: bool, _compare_to: Any) -> bool:
+    def for_this_database(obj: Any, name: Any, type_: str, _reflected: bool, _compare_to: Any) -> bool:
+        if type_ == "table" and name in partitions:
+            return False
         only = getattr(obj, "_ddl_if", None) if type_ == "index" else None
         return only is None or only.dialect in (None, db.dialect)
 
+    partitions: set[str] = set()  # the audit trail's, on PostgreSQL (store/audit_partitions.py): not metadata
+
     def diff(conn: Connection) -> list[object]:
+        if db.is_postgres:
+            query = text("SELECT relname FROM pg_class WHERE relispartition")
+            partitions.update(conn.execute(query).scalars())
         context = MigrationContext.configure(conn, opts={"include_object": for_this_database})
         return compare_metadata(context, metadata)  # type: ignore[no-any-return]
 

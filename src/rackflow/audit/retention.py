@@ -1,5 +1,7 @@
-"""`--audit-retention`: every instance deletes the audit events older than the retention, at start-up and
-then hourly (the loop is `rackflow.retention.Pruner`; the SQL `store.audit.prune_events`)."""
+"""`--audit-retention`: every instance prunes the audit events older than the retention, at start-up and
+then hourly (the loop is `rackflow.retention.Pruner`; the SQL `store.audit.prune_events`). On PostgreSQL
+that drops the weeks' partitions all past the retention and makes the coming weeks' ones
+(`store.audit_partitions`); on SQLite it deletes in batches."""
 
 from __future__ import annotations
 

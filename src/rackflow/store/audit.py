@@ -3,6 +3,7 @@ schedules as JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncGenerator, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -13,6 +14,7 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter
+from rackflow.store import audit_partitions as partitions
 from rackflow.store.db import Database
 from rackflow.store.dialect import insert_new
 from rackflow.store.paging import Key, after_key, count_capped
@@ -116,18 +118,48 @@ async def list_events(
     return events, int(total)
 
 
-def prune_events(
+async def prune_events(
     db: Database, retention: timedelta, *, chunk: int = PRUNE_CHUNK
 ) -> AsyncGenerator[int, None]:
-    """Delete the events older than `retention`, oldest first, by ix_audit_events_at_id (`prune_older`)."""
-    return prune_older(
+    """Remove the events older than `retention`, yielding how many went at each step.
+
+    PostgreSQL (partitioned by week, `store.audit_partitions`): make the coming weeks' partitions, drop each
+    partition all older than the retention (one short transaction each), then delete in batches only the
+    old events outside the weeks' partitions (those of the partition migration 0028 made of the rows it
+    found, and strays in the DEFAULT one). An event inside a week's partition stays until its whole week is
+    past the retention: the trail is kept at least as long as configured, at most a week longer.
+    SQLite: delete in batches, oldest first, by ix_audit_events_at_id (`prune_older`).
+    """
+    floor: datetime | None = None
+    if db.is_postgres:
+        async with db.transaction() as conn:
+            await conn.run_sync(partitions.wait_briefly)
+            await conn.run_sync(partitions.ensure_partitions, await db.now(conn))
+        async with db.read() as conn:
+            cutoff = await db.now(conn) - retention
+            doomed = await conn.run_sync(partitions.droppable, cutoff)
+        for partition in doomed:
+            async with db.transaction() as conn:
+                dropped = await conn.run_sync(partitions.drop_partition, partition)
+            yield dropped
+        async with db.read() as conn:
+            floor = await conn.run_sync(partitions.first_period_start)
+
+    def older(cutoff: datetime) -> ColumnElement[bool]:
+        return audit_events.c.at < (cutoff if floor is None else min(cutoff, floor))
+
+    chunks = prune_older(
         db,
         audit_events,
         retention,
-        older=lambda cutoff: audit_events.c.at < cutoff,
+        older=older,
         order_by=(audit_events.c.at, audit_events.c.id),
         chunk=chunk,
+        narrow=True,
     )
+    async with contextlib.aclosing(chunks):
+        async for deleted in chunks:
+            yield deleted
 
 
 def _jsonable(value: object) -> object:

@@ -24,10 +24,14 @@ async def prune_older(
     older: Callable[[datetime], ColumnElement[bool]],
     order_by: Sequence[ColumnElement[object]],
     chunk: int = PRUNE_CHUNK,
+    narrow: bool = False,
 ) -> AsyncGenerator[int, None]:
     """Delete the rows of `table` for which `older(cutoff)` holds, cutoff being `retention` before
     `Database.now`, in `order_by` order (oldest first), `chunk` rows per transaction, yielding each committed
     chunk's count so the caller can count progress and stop between chunks (`contextlib.aclosing`).
+
+    `narrow` repeats `older` in the DELETE: on a partitioned table (the audit trail on PostgreSQL) that
+    keeps it to the partitions that can hold such rows, where looking the ids up would visit every one.
 
     Safe from every instance at once: on PostgreSQL a pruner skips the rows another one is deleting and takes
     the next ones; a chunk short of `chunk` ends the prune, and whatever a rival still holds is its to finish.
@@ -38,7 +42,9 @@ async def prune_older(
     oldest = select(key).where(older(cutoff)).order_by(*order_by).limit(chunk)
     # `ids_in`: on PostgreSQL, `id IN (subquery)` would read the whole table once per chunk (a first prune
     # of n rows would read it n / chunk times).
-    prune = delete(table).where(ids_in(db.dialect, key, db.skip_locked(oldest)))
+    prune = delete(table).where(
+        *([older(cutoff)] if narrow else []), ids_in(db.dialect, key, db.skip_locked(oldest))
+    )
     while True:
         async with db.transaction() as conn:
             deleted = (await conn.execute(prune)).rowcount

@@ -494,11 +494,15 @@ preflight_overrides = Table(
 )
 
 # Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).
+# On PostgreSQL partitioned by week of `at` (migration 0028, store/audit_partitions.py; the partitions are not
+# metadata), so its key holds `at`, as PostgreSQL requires; (id, at) still writes a replayed event once, as a
+# replay keeps its `at`. SQLite's table is not partitioned and keeps its key on `id` alone (Alembic does not
+# compare keys).
 audit_events = Table(
     "audit_events",
     metadata,
     Column("id", Uuid, primary_key=True),
-    Column("at", UTCDateTime, nullable=False),
+    Column("at", UTCDateTime, primary_key=True),
     Column("principal", String(255), nullable=False),
     Column("method", String(64), nullable=False),
     Column("target_ids", json_type(), nullable=False),
@@ -511,6 +515,7 @@ audit_events = Table(
     # The trail filtered by principal or by method, newest first (migration 0022).
     Index("ix_audit_events_principal_at_id", "principal", "at", "id"),
     Index("ix_audit_events_method_at_id", "method", "at", "id"),
+    postgresql_partition_by="RANGE (at)",
 )
 
 # Notifications (migration 0015, docs/NOTIFICATIONS.md). The outbox: one row per event, written in the
