@@ -34,6 +34,11 @@ DAY = timedelta(days=1)
 # The partition a row is in.
 HOME = literal_column("tableoid::regclass::text")
 
+# SQLite has no partitions: these tests are PostgreSQL's only.
+ON_POSTGRESQL = pytest.mark.parametrize(
+    "empty_db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+
 
 def _event(at: datetime, principal: str = "alice") -> AuditEvent:
     return AuditEvent(
@@ -181,9 +186,8 @@ async def test_the_prune_drops_whole_past_weeks_and_never_a_younger_event(db: Da
     assert left == {e.id for e in events if kept(e.at)}
 
 
+@ON_POSTGRESQL
 async def test_the_prune_makes_the_coming_weeks_partitions(db: Database) -> None:
-    if not db.is_postgres:
-        pytest.skip("SQLite has no partitions")
     async with db.transaction() as conn:
         for p in await conn.run_sync(partitions.partitions):
             if not p.default:
@@ -199,9 +203,8 @@ async def test_the_prune_makes_the_coming_weeks_partitions(db: Database) -> None
     assert all(a.upper == b.lower for a, b in pairwise(days))
 
 
+@ON_POSTGRESQL
 async def test_a_week_made_late_takes_its_events_from_the_default_partition(db: Database) -> None:
-    if not db.is_postgres:
-        pytest.skip("SQLite has no partitions")
     now = datetime.now(UTC)
     late = _event(now + partitions.LOOKAHEAD + 2 * partitions.PERIOD)  # no partition yet: the DEFAULT one
     await _insert(db, [late])
@@ -271,9 +274,8 @@ async def test_the_principals_page_reads_an_index(db: Database) -> None:
     assert not re.search(r"Seq Scan on audit_events_(default|legacy|p\d+) .*rows=[1-9]\d", plan), plan
 
 
+@ON_POSTGRESQL
 async def test_concurrent_prunes_drop_each_week_once(db: Database) -> None:
-    if not db.is_postgres:
-        pytest.skip("SQLite has no partitions")
     now = datetime.now(UTC)
     async with db.transaction() as conn:
         await conn.run_sync(partitions.ensure_partitions, now - 30 * DAY)

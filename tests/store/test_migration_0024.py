@@ -119,14 +119,15 @@ async def test_the_counts_are_backfilled_from_the_outcomes(db_at_0023: Database)
     assert "outcome_counts" not in columns and "ix_tasks_run_id_status" not in indexes
 
 
+@pytest.mark.parametrize(
+    "empty_db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)  # 0024 in steps
 async def test_a_try_stopped_half_way_is_finished_on_postgresql(db_at_0023: Database) -> None:
     """On PostgreSQL 0024 runs outside a transaction, step by step (its docstring), so a try that stopped
     half-way (killed, or given up waiting for a lock) leaves its steps' work behind: here an index of its
     name left invalid by an interrupted CONCURRENTLY build, and the column added with one run counted. The
     next try drops the invalid index and builds it again, and counts the runs left."""
     db = db_at_0023
-    if db.dialect != "postgresql":
-        pytest.skip("SQLite applies 0024 in one transaction")
     await _write_as_0023(db)
     # Every run is of one schedule: the unique build fails, leaving its index invalid.
     with pytest.raises(psycopg.errors.UniqueViolation):
