@@ -185,30 +185,28 @@ class RackflowServer:
             self._spawn("notification pruner", delivered.run)
         if self.config.audit_retention is not None:
             self._spawn("audit pruner", AuditPruner(self.db, self.config.audit_retention).run)
-        history: list[Pruner] = []
-        if self.config.task_retention is not None:
-            history.append(
-                Pruner(
-                    self.db,
+        # Tasks before runs, in one loop: see rackflow.retention.
+        history = [
+            Pruner(self.db, retention, name=name, what=what, prune=prune, counter=counter)
+            for retention, name, what, prune, counter in (
+                (
                     self.config.task_retention,
-                    name="task",
-                    what="ended tasks",
-                    prune=task_store.prune_finished_tasks,
-                    counter=metrics.TASKS_PRUNED,
-                )
-            )
-        if self.config.run_retention is not None:
-            history.append(
-                Pruner(
-                    self.db,
+                    "task",
+                    "ended tasks",
+                    task_store.prune_finished_tasks,
+                    metrics.TASKS_PRUNED,
+                ),
+                (
                     self.config.run_retention,
-                    name="run",
-                    what="schedule runs",
-                    prune=schedule_store.prune_old_runs,
-                    counter=metrics.SCHEDULE_RUNS_PRUNED,
-                )
+                    "run",
+                    "schedule runs",
+                    schedule_store.prune_old_runs,
+                    metrics.SCHEDULE_RUNS_PRUNED,
+                ),
             )
-        if history:  # tasks first: see rackflow.retention
+            if retention is not None
+        ]
+        if history:
             self._spawn("history pruner", functools.partial(run_in_order, history))
         if http is not None:
             self._spawn("http", http.run)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,23 +26,32 @@ PG_TYPES: tuple[tuple[type, str], ...] = (
 )
 
 
-async def statement_sent(
-    db: Database, send: Callable[[AsyncConnection], Awaitable[object]]
-) -> tuple[str, Any]:
-    """The one statement (and its parameters) that `send` sends to the driver, in a transaction rolled back
-    after it (some of them write)."""
+@contextmanager
+def statements_sent(db: Database) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement (and its parameters) sent to the driver while the block runs, in order."""
     sent: list[tuple[str, Any]] = []
 
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
         sent.append((statement, parameters))
 
+    event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
+    try:
+        yield sent
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
+
+
+async def statement_sent(
+    db: Database, send: Callable[[AsyncConnection], Awaitable[object]]
+) -> tuple[str, Any]:
+    """The one statement (and its parameters) that `send` sends to the driver, in a transaction rolled back
+    after it (some of them write)."""
     async with db.engine.connect() as conn:
         transaction = await conn.begin()
-        event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
         try:
-            await send(conn)
+            with statements_sent(db) as sent:
+                await send(conn)
         finally:
-            event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
             await transaction.rollback()
     assert len(sent) == 1, f"expected one statement, got {[s for s, _ in sent]}"
     return sent[0]

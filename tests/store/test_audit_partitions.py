@@ -14,10 +14,9 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
-from typing import Any
 
 import pytest
-from sqlalchemy import event, func, literal_column, select
+from sqlalchemy import func, literal_column, select
 
 from rackflow.domain.audit import OK, AuditEvent, EventFilter
 from rackflow.store import audit as store
@@ -27,7 +26,7 @@ from rackflow.store.migrate import migrate
 from rackflow.store.paging import Key
 from rackflow.store.tables import audit_events
 from tests.conftest import table_counts
-from tests.store.query_plans import explain
+from tests.store.query_plans import explain, statements_sent
 from tests.store.schema_diff import schema_diff
 
 DAY = timedelta(days=1)
@@ -255,19 +254,10 @@ async def test_the_principals_page_reads_an_index(db: Database) -> None:
     async with db.transaction() as conn:
         await conn.exec_driver_sql("ANALYZE audit_events" if db.is_postgres else "ANALYZE")
 
-    sent: list[tuple[str, Any]] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
-        if "ORDER BY" in statement:
-            sent.append((statement, parameters))
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
-    try:
+    with statements_sent(db) as sent:
         async with db.read() as conn:
             await store.list_events(conn, EventFilter(principal="user-7"), limit=50)
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
-    ((statement, parameters),) = sent
+    ((statement, parameters),) = [(s, p) for s, p in sent if "ORDER BY" in s]
     plan = await explain(db, statement, parameters)
     assert "principal_at_id" in plan, plan
     assert not re.search(r"\bSort  \(|USE TEMP B-TREE|SCAN audit_events", plan), plan  # a sort, a scan

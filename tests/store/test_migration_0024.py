@@ -47,6 +47,11 @@ RUNS: dict[uuid.UUID, list[dict[str, Any]]] = {
     uuid.uuid4(): [_outcome("missed", False)] * 2,
     uuid.uuid4(): [],
 }
+# Each run's counts as the code counts its outcomes: what 0024 must store.
+EXPECTED_COUNTS = {
+    run_id: outcome_counts_to_json([_outcome_from_json(o) for o in outcomes])
+    for run_id, outcomes in RUNS.items()
+}
 
 
 async def _write_as_0023(db: Database) -> None:
@@ -90,17 +95,19 @@ def _schema(conn: Connection) -> tuple[set[str], set[str]]:
     )
 
 
+async def _stored_counts(db: Database) -> dict[uuid.UUID, object]:
+    """Each run's `outcome_counts` as stored."""
+    async with db.read() as conn:
+        stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcome_counts)
+        return {row.id: row.outcome_counts for row in (await conn.execute(stmt)).all()}
+
+
 async def test_the_counts_are_backfilled_from_the_outcomes(db_at_0023: Database) -> None:
     db = db_at_0023
     await _write_as_0023(db)
     assert await migrate(db, "0024") == "0024"
-    async with db.read() as conn:
-        stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcome_counts)
-        found = {row.id: row.outcome_counts for row in (await conn.execute(stmt)).all()}
-    assert found == {
-        run_id: outcome_counts_to_json([_outcome_from_json(o) for o in outcomes])
-        for run_id, outcomes in RUNS.items()
-    }
+    found = await _stored_counts(db)
+    assert found == EXPECTED_COUNTS
     assert [found[run_id] for run_id in RUNS] == [
         {"submitted": [0, 3], "failed": [2, 0]},
         {"pending": [1, 0], "submitted": [0, 1], "not_started": [1, 0]},
@@ -148,13 +155,8 @@ async def test_a_try_stopped_half_way_is_finished_on_postgresql(db_at_0023: Data
     )
 
     assert await migrate(db, "0024") == "0024"
-    async with db.read() as conn:
-        stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcome_counts)
-        found = {row.id: row.outcome_counts for row in (await conn.execute(stmt)).all()}
-    assert found == {
-        run_id: outcome_counts_to_json([_outcome_from_json(o) for o in outcomes])
-        for run_id, outcomes in RUNS.items()
-    }
+    found = await _stored_counts(db)
+    assert found == EXPECTED_COUNTS
     assert sql(
         db.url,
         "SELECT indrelid::regclass::text, indisvalid FROM pg_index"

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import event, update
+from sqlalchemy import update
 
 from rackflow.domain.schedules import ScheduleOrder
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule
+from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import make_env
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
@@ -38,20 +38,12 @@ async def test_a_page_by_run_time_reads_its_index(db: Database, field: str, desc
                 .values(last_run_at=at, next_run_at=at)
             )
     order = ScheduleOrder(field, descending=descending)
-    sent: list[tuple[str, Any]] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
-        if "by_run_time" in statement:
-            sent.append((statement, parameters))
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
-    try:
+    with statements_sent(db) as all_sent:
         async with db.read(streaming=True) as conn:
             first, _ = await store.list_schedules(conn, order=order, limit=1)
             await store.list_schedules(conn, order=order, limit=1, after=order.key_of(first[0]))
             await store.list_schedules(conn, order=order, limit=1, after=(None, T0, uuid.UUID(int=0)))
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
+    sent = [(statement, parameters) for statement, parameters in all_sent if "by_run_time" in statement]
     assert len(sent) == 3
     index = f"ix_task_schedule_{field}_created_at_id"
     for statement, parameters in sent:

@@ -16,10 +16,9 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import event, insert
+from sqlalchemy import insert
 
 from rackflow.config import LIST_COUNT_CAP
 from rackflow.store import schedules as store
@@ -27,7 +26,7 @@ from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule
 from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import fresh_postgres_database, sql
-from tests.store.query_plans import explain
+from tests.store.query_plans import explain, statements_sent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("schedule-search-plans")]
 
@@ -92,17 +91,9 @@ async def db(schedules_url: str) -> AsyncIterator[Database]:
 
 async def _search(db: Database, text: str) -> tuple[list[str], int, list[str]]:
     """The first page's names, the capped count, and the plan of each statement the search sent."""
-    sent: list[tuple[str, Any]] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
-        sent.append((statement, parameters))
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
-    try:
+    with statements_sent(db) as sent:
         async with db.read(streaming=True) as conn:
             found, total = await store.list_schedules(conn, name_contains=text, limit=50)
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
     assert len(sent) == 2, [statement for statement, _ in sent]  # the count, then the page
     return [s.name for s in found], total, [await explain(db, *one) for one in sent]
 
