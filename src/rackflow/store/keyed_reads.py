@@ -230,8 +230,15 @@ def _driver_query(stmt: Select[Any], dialect: Dialect) -> _DriverQuery:
         defaults=compiled.params,
         binds=binds,
         results=tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns),
-        row=namedtuple("Row", [c.key for c in columns]),  # type: ignore[misc]
+        row=_row_type([str(c.key) for c in columns]),
     )
+
+
+def _row_type(names: Sequence[str]) -> Callable[..., tuple[Any, ...]]:
+    """Rows that read as SQLAlchemy's do: each column an attribute and an item of `_mapping`, which the
+    store's conversions read (`schedules.schedule_from_row`)."""
+    base = namedtuple("Row", names)  # type: ignore[misc]  # its fields are known only at run time
+    return type("Row", (base,), {"__slots__": (), "_mapping": property(base._asdict)})
 
 
 class _OwnConnection:
