@@ -71,6 +71,12 @@ PING_AFTER_IDLE_S = 1.0
 # (docs/PERFORMANCE.md, "flat as work grows"). Planning each run with its values keeps index use whatever
 # the statistics were; the prepared statement still saves the parse.
 PLAN_CACHE_MODE = "force_custom_plan"
+# Each connection's TimeZone. Every time rackflow stores or compares is an aware UTC datetime, computed in
+# Python, so no statement depends on the session's zone; what it decides is the zone psycopg hands a
+# `timestamptz` back in: for "UTC" Python's own `timezone.utc`, converted to UTC again for free, for a
+# server default such as "Etc/UTC" a `ZoneInfo`, converted twice per value (load, then `UTCDateTime`): 10
+# against 3 µs for a row of seven times, and a claimed schedule reads seven (docs/PERFORMANCE.md, "Issue 29").
+SESSION_TIME_ZONE = "UTC"
 # Several instances may start with --migrate at once; on PostgreSQL they take turns on this lock (the same
 # number in every version, so an old and a new instance exclude each other too).
 _PG_MIGRATION_LOCK = 7_262_532_861
@@ -88,19 +94,21 @@ DEADLOCK_DETECTED = "40P01"
 # --- engines and clocks -----------------------------------------------------------------------------
 
 
-def with_plan_cache_mode(options: str | None) -> str:
-    """libpq `options` (the URL's, if any) with rackflow's plan cache mode."""
-    return " ".join(filter(None, (options, f"-c plan_cache_mode={PLAN_CACHE_MODE}")))
+def with_session_settings(options: str | None) -> str:
+    """libpq `options` (the URL's, if any) with rackflow's plan cache mode and session time zone."""
+    settings = f"-c plan_cache_mode={PLAN_CACHE_MODE} -c timezone={SESSION_TIME_ZONE}"
+    return " ".join(filter(None, (options, settings)))
 
 
 def engine_options(dialect: str, pool_size: int) -> dict[str, Any]:
-    """`create_async_engine` arguments: PostgreSQL's pool and plan cache mode; SQLite's busy timeout."""
+    """`create_async_engine` arguments: PostgreSQL's pool, plan cache mode and time zone; SQLite's busy
+    timeout."""
     if dialect == POSTGRESQL:
         return {
             "pool_size": pool_size,
             "max_overflow": DB_POOL_OVERFLOW,
             "pool_recycle": 1800,
-            "connect_args": {"options": with_plan_cache_mode(None)},
+            "connect_args": {"options": with_session_settings(None)},
         }
     return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
 
@@ -420,11 +428,25 @@ def rows_table(
         parameter = f"b_{column}"
         if isinstance(column_type, JSON):
             arrays.append(sql_cast(bindparam(parameter, type_=ARRAY(Text)), ARRAY(column_type)))
-            values[parameter] = [json.dumps(row[column]) for row in rows]
+            values[parameter] = [_json_text(row[column]) for row in rows]
         else:
             arrays.append(bindparam(parameter, type_=ARRAY(column_type)))
             values[parameter] = [row[column] for row in rows]
     return func.unnest(*arrays).table_valued(*names).render_derived(name=name), values
+
+
+# The texts of the JSON values most rows of a firing carry, as `json.dumps` writes them: a new run's
+# outcomes, counts, rollout and approval, a task's retry policy. `json.dumps` took about 2 µs for each.
+_EMPTY_JSON: dict[type, str] = {list: "[]", dict: "{}"}
+
+
+def _json_text(value: Any) -> str:
+    """`json.dumps(value)`, without calling it for JSON null and an empty list or object."""
+    if value is None:
+        return "null"
+    if not value and type(value) in _EMPTY_JSON:
+        return _EMPTY_JSON[type(value)]
+    return json.dumps(value)
 
 
 def insert_new(dialect: str, table: Table) -> Insert:

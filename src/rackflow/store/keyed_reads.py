@@ -50,7 +50,7 @@ from sqlalchemy.sql import Select
 from rackflow.errors import Unavailable
 from rackflow.metrics import KEYED_READ_CALLERS, KEYED_READ_ROUNDS
 from rackflow.store.db import Database
-from rackflow.store.dialect import binary_arrays, with_plan_cache_mode
+from rackflow.store.dialect import binary_arrays, with_session_settings
 
 # Reads the rows of these keys (at most one per key, in any order).
 ReadMany = Callable[[list[Hashable]], Awaitable[Sequence[Any]]]
@@ -260,7 +260,7 @@ class _OwnConnection:
             try:
                 if self._conn is None:
                     args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
-                    kwargs["options"] = with_plan_cache_mode(kwargs.get("options"))
+                    kwargs["options"] = with_session_settings(kwargs.get("options"))
                     self._conn = await psycopg.AsyncConnection.connect(*args, autocommit=True, **kwargs)
                     binary_arrays(self._conn)  # its keys are sent as the pool's connections send them
                 return await (await self._conn.execute(sql, params)).fetchall()
