@@ -183,8 +183,11 @@ class _RackState:
                     "target_spec: the component filter selects no component of "
                     f"{rack_label(rack_id, self.names)}"
                 )
-            shape = shape_of(operation.kind, (c.id for c in chosen), rack_components)
-            conflict = first_conflict(shape, self.blocking.get(rack_id, ()), rack_components)
+            blocking = self.blocking.get(rack_id)
+            conflict = None
+            if blocking:  # a rack with nothing blocking (the usual one) conflicts with nothing
+                shape = shape_of(operation.kind, (c.id for c in chosen), rack_components)
+                conflict = first_conflict(shape, blocking, rack_components)
             status = TaskStatus.PENDING
             if conflict is not None:
                 label = rack_label(rack_id, self.names)
