@@ -12,6 +12,7 @@ How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -291,7 +292,23 @@ def by_keys(
     """
     if dialect != POSTGRESQL:
         return stmt.where(column.in_(keys)).order_by(*order_by)
-    lookup = keys_table(list(dict.fromkeys(keys)), column, "lookup")  # each key once, as in an IN list
+    each_once = list(dict.fromkeys(keys))  # as in an IN list
+    return _keyed_lookup(stmt, column, tuple(order_by)).params(lookup_keys=each_once)
+
+
+@functools.lru_cache(maxsize=64)
+def _keyed_lookup(
+    stmt: Select[Any], column: ColumnElement[Any], order_by: tuple[Column[Any], ...]
+) -> Select[Any]:
+    """`by_keys`' statement on PostgreSQL, without its keys (`.params(lookup_keys=…)` binds them: 2 µs).
+
+    Built once per statement object: building it took 1.5-3 ms, most of it SQLAlchemy copying each
+    column of the LATERAL subquery with its foreign keys, and a firing batch built seven, about 4 % of a
+    draining dispatcher's CPU (docs/PERFORMANCE.md, "Issue 29"). So the hot callers pass statements
+    built once, at module level; a statement built per call is still right, only not reused. Cached by
+    the objects themselves (a statement compares by identity, and a column's `==` is true only of
+    itself), which the cache keeps alive."""
+    lookup = keys_table((), column, "lookup")
     found = stmt.where(column == lookup.c.key).offset(0).lateral("found")
     return select(found).select_from(lookup.join(found, true())).order_by(*(found.c[c.key] for c in order_by))
 

@@ -837,6 +837,17 @@ async def lock_scopes(db: Database, conn: AsyncConnection, scope_ids: Collection
     await _lock_scopes(conn, scope_ids)
 
 
+# The statements of the firing path's lookups by key, built once (`dialect.by_keys` reuses what it builds
+# from each).
+_SCOPE_IDS = select(task_schedule_scope.c.id)
+_SCOPE_ROWS = select(task_schedule_scope)
+_ACTIVE_LAST_TASK = (
+    select(task_schedule_scope.c.id)
+    .join(tasks, tasks.c.id == task_schedule_scope.c.last_task_id)
+    .where(is_active(tasks.c.status))
+)
+
+
 async def _lock_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) -> None:
     """`lock_scopes`, each scope looked up by its key (`by_keys`) and locked in the sorted order its
     lookups return them in."""
@@ -845,9 +856,8 @@ async def _lock_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) 
         return
     column = task_schedule_scope.c.id
     for chunk in chunked(sorted(scope_ids)):
-        await conn.execute(
-            for_update(dialect, by_keys(dialect, select(column), column, chunk, order_by=[column]))
-        )
+        stmt = by_keys(dialect, _SCOPE_IDS, column, chunk, order_by=[column])
+        await conn.execute(for_update(dialect, stmt))
 
 
 @dataclass(frozen=True)
@@ -917,13 +927,8 @@ async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) 
     """
     ids = [scope.id for scope in scopes if scope.last_task_id is not None]
     found: set[uuid.UUID] = set()
-    active_last_task = (
-        select(task_schedule_scope.c.id)
-        .join(tasks, tasks.c.id == task_schedule_scope.c.last_task_id)
-        .where(is_active(tasks.c.status))
-    )
     for chunk in chunked(ids):
-        stmt = by_keys(conn.dialect.name, active_last_task, task_schedule_scope.c.id, chunk)
+        stmt = by_keys(conn.dialect.name, _ACTIVE_LAST_TASK, task_schedule_scope.c.id, chunk)
         found.update((await conn.execute(stmt)).scalars())
     return found
 
@@ -972,7 +977,7 @@ async def scopes_by_schedule(
     for chunk in chunked(list(schedule_ids)):
         stmt = by_keys(
             conn.dialect.name,
-            select(task_schedule_scope),
+            _SCOPE_ROWS,
             scope.schedule_id,
             chunk,
             order_by=(scope.created_at, scope.id),
