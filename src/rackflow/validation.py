@@ -154,10 +154,10 @@ def queue_timeout(seconds: float, field: str = "queue_options.queue_timeout_seco
 
 
 def check_queue(queue: QueueOptions, field: str = "queue_options") -> QueueOptions:
-    """The queue options with their timeout checked, and a zero timeout made the default."""
-    return replace(
-        queue, timeout=queue_timeout(queue.timeout.total_seconds(), f"{field}.queue_timeout_seconds")
-    )
+    """The queue options with their timeout checked, and a zero timeout made the default (the same
+    options when that changes nothing)."""
+    timeout = queue_timeout(queue.timeout.total_seconds(), f"{field}.queue_timeout_seconds")
+    return queue if timeout == queue.timeout else replace(queue, timeout=timeout)
 
 
 def preview_count(count: int, field: str = "count") -> int:

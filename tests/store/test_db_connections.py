@@ -6,6 +6,7 @@ The connections are killed from outside with `pg_terminate_backend`, as a databa
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -42,6 +43,16 @@ async def test_connections_plan_each_run_of_a_prepared_statement_with_its_values
         assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == dialects.PLAN_CACHE_MODE
     async with pg.transaction() as conn:
         assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == "force_custom_plan"
+
+
+async def test_connections_read_times_in_utc_whatever_the_servers_zone(pg: Database) -> None:
+    """The session's zone is UTC, so psycopg hands times back in `timezone.utc` (not, for a server whose
+    default is "Etc/UTC", a ZoneInfo that each read converts twice); the instants are the same."""
+    moment = datetime(2026, 6, 1, 4, 0, 0, 123456, tzinfo=UTC)
+    async with pg.read() as conn:
+        assert (await conn.execute(text("SHOW TimeZone"))).scalar_one() == dialects.SESSION_TIME_ZONE
+        back = (await conn.execute(text("SELECT CAST(:t AS timestamptz)"), {"t": moment})).scalar_one()
+    assert back == moment and back.tzinfo is UTC
 
 
 async def test_a_read_runs_outside_a_transaction(pg: Database) -> None:

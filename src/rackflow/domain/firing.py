@@ -255,31 +255,18 @@ def _plan_one(
     approver: Approver | None = None,
     default_start_deadline: timedelta | None = None,
 ) -> Firing:
-    scopes = snapshot.scopes.get(schedule.id, ())
+    scopes = tuple(snapshot.scopes.get(schedule.id, ()))
     deadline_at = start_deadline_at(schedule, trigger, default_start_deadline)
-    enabled, next_run_at = advance_after_firing(schedule, now)
-    firing = Firing(
-        schedule=schedule,
-        scopes=tuple(scopes),
-        trigger=trigger,
-        fired_at=now,
-        run_id=run_id,
-        enabled=enabled,
-        next_run_at=next_run_at,
-        scheduled_for=schedule.next_run_at if trigger == "dispatch" else None,
-    )
-    if deadline_at is not None and now > deadline_at:
-        assert schedule.next_run_at is not None
-        return _missed(firing, now - schedule.next_run_at, deadline_at - schedule.next_run_at, {})
+    late = deadline_at is not None and now > deadline_at
     decided: dict[uuid.UUID, ScopeOutcome] = {}
-    if overlap_checked(schedule, trigger):
+    windows: dict[uuid.UUID, Decision] = {}
+    if not late and overlap_checked(schedule, trigger):
         decided = {
             sc.id: ScopeOutcome(sc.id, sc.rack_id, "skipped_overlap")
             for sc in scopes
             if sc.id in snapshot.busy
         }
-    windows: dict[uuid.UUID, Decision] = {}
-    if checks_scopes(trigger) and snapshot.windows:
+    if not late and checks_scopes(trigger) and snapshot.windows:
         left = [sc for sc in scopes if sc.id not in decided]
         windows = window_decisions(snapshot.windows, snapshot.racks, schedule, left, now)
         decided |= {
@@ -294,7 +281,24 @@ def _plan_one(
                 for sc in left
                 if sc.id in windows and windows[sc.id].action == "missed"
             }
-    firing = replace(firing, decided=decided, windows=windows)
+    enabled, next_run_at = advance_after_firing(schedule, now)
+    # Built once with what the scopes decided: rebuilding the frozen dataclass with `replace` was a third
+    # of this function's time (docs/PERFORMANCE.md, "Issue 29"); the rarer paths below still do.
+    firing = Firing(
+        schedule=schedule,
+        scopes=scopes,
+        trigger=trigger,
+        fired_at=now,
+        run_id=run_id,
+        enabled=enabled,
+        next_run_at=next_run_at,
+        scheduled_for=schedule.next_run_at if trigger == "dispatch" else None,
+        decided=decided,
+        windows=windows,
+    )
+    if late:
+        assert deadline_at is not None and schedule.next_run_at is not None
+        return _missed(firing, now - schedule.next_run_at, deadline_at - schedule.next_run_at, {})
     missed_openings = [d.opens_at for d in windows.values() if d.action == "missed" and d.opens_at]
     if missed_openings and not firing.to_submit:  # nothing could start in time
         assert deadline_at is not None and schedule.next_run_at is not None

@@ -12,6 +12,7 @@ How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -71,6 +72,12 @@ PING_AFTER_IDLE_S = 1.0
 # (docs/PERFORMANCE.md, "flat as work grows"). Planning each run with its values keeps index use whatever
 # the statistics were; the prepared statement still saves the parse.
 PLAN_CACHE_MODE = "force_custom_plan"
+# Each connection's TimeZone. Every time rackflow stores or compares is an aware UTC datetime, computed in
+# Python, so no statement depends on the session's zone; what it decides is the zone psycopg hands a
+# `timestamptz` back in: for "UTC" Python's own `timezone.utc`, converted to UTC again for free, for a
+# server default such as "Etc/UTC" a `ZoneInfo`, converted twice per value (load, then `UTCDateTime`): 10
+# against 3 µs for a row of seven times, and a claimed schedule reads seven (docs/PERFORMANCE.md, "Issue 29").
+SESSION_TIME_ZONE = "UTC"
 # Several instances may start with --migrate at once; on PostgreSQL they take turns on this lock (the same
 # number in every version, so an old and a new instance exclude each other too).
 _PG_MIGRATION_LOCK = 7_262_532_861
@@ -88,19 +95,21 @@ DEADLOCK_DETECTED = "40P01"
 # --- engines and clocks -----------------------------------------------------------------------------
 
 
-def with_plan_cache_mode(options: str | None) -> str:
-    """libpq `options` (the URL's, if any) with rackflow's plan cache mode."""
-    return " ".join(filter(None, (options, f"-c plan_cache_mode={PLAN_CACHE_MODE}")))
+def with_session_settings(options: str | None) -> str:
+    """libpq `options` (the URL's, if any) with rackflow's plan cache mode and session time zone."""
+    settings = f"-c plan_cache_mode={PLAN_CACHE_MODE} -c timezone={SESSION_TIME_ZONE}"
+    return " ".join(filter(None, (options, settings)))
 
 
 def engine_options(dialect: str, pool_size: int) -> dict[str, Any]:
-    """`create_async_engine` arguments: PostgreSQL's pool and plan cache mode; SQLite's busy timeout."""
+    """`create_async_engine` arguments: PostgreSQL's pool, plan cache mode and time zone; SQLite's busy
+    timeout."""
     if dialect == POSTGRESQL:
         return {
             "pool_size": pool_size,
             "max_overflow": DB_POOL_OVERFLOW,
             "pool_recycle": 1800,
-            "connect_args": {"options": with_plan_cache_mode(None)},
+            "connect_args": {"options": with_session_settings(None)},
         }
     return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
 
@@ -283,7 +292,23 @@ def by_keys(
     """
     if dialect != POSTGRESQL:
         return stmt.where(column.in_(keys)).order_by(*order_by)
-    lookup = keys_table(list(dict.fromkeys(keys)), column, "lookup")  # each key once, as in an IN list
+    each_once = list(dict.fromkeys(keys))  # as in an IN list
+    return _keyed_lookup(stmt, column, tuple(order_by)).params(lookup_keys=each_once)
+
+
+@functools.lru_cache(maxsize=64)
+def _keyed_lookup(
+    stmt: Select[Any], column: ColumnElement[Any], order_by: tuple[Column[Any], ...]
+) -> Select[Any]:
+    """`by_keys`' statement on PostgreSQL, without its keys (`.params(lookup_keys=…)` binds them: 2 µs).
+
+    Built once per statement object: building it took 1.5-3 ms, most of it SQLAlchemy copying each
+    column of the LATERAL subquery with its foreign keys, and a firing batch built seven, about 4 % of a
+    draining dispatcher's CPU (docs/PERFORMANCE.md, "Issue 29"). So the hot callers pass statements
+    built once, at module level; a statement built per call is still right, only not reused. Cached by
+    the objects themselves (a statement compares by identity, and a column's `==` is true only of
+    itself), which the cache keeps alive."""
+    lookup = keys_table((), column, "lookup")
     found = stmt.where(column == lookup.c.key).offset(0).lateral("found")
     return select(found).select_from(lookup.join(found, true())).order_by(*(found.c[c.key] for c in order_by))
 
@@ -420,11 +445,25 @@ def rows_table(
         parameter = f"b_{column}"
         if isinstance(column_type, JSON):
             arrays.append(sql_cast(bindparam(parameter, type_=ARRAY(Text)), ARRAY(column_type)))
-            values[parameter] = [json.dumps(row[column]) for row in rows]
+            values[parameter] = [_json_text(row[column]) for row in rows]
         else:
             arrays.append(bindparam(parameter, type_=ARRAY(column_type)))
             values[parameter] = [row[column] for row in rows]
     return func.unnest(*arrays).table_valued(*names).render_derived(name=name), values
+
+
+# The texts of the JSON values most rows of a firing carry, as `json.dumps` writes them: a new run's
+# outcomes, counts, rollout and approval, a task's retry policy. `json.dumps` took about 2 µs for each.
+_EMPTY_JSON: dict[type, str] = {list: "[]", dict: "{}"}
+
+
+def _json_text(value: Any) -> str:
+    """`json.dumps(value)`, without calling it for JSON null and an empty list or object."""
+    if value is None:
+        return "null"
+    if not value and type(value) in _EMPTY_JSON:
+        return _EMPTY_JSON[type(value)]
+    return json.dumps(value)
 
 
 def insert_new(dialect: str, table: Table) -> Insert:

@@ -50,7 +50,7 @@ from sqlalchemy.sql import Select
 from rackflow.errors import Unavailable
 from rackflow.metrics import KEYED_READ_CALLERS, KEYED_READ_ROUNDS
 from rackflow.store.db import Database
-from rackflow.store.dialect import binary_arrays, with_plan_cache_mode
+from rackflow.store.dialect import binary_arrays, with_session_settings
 
 # Reads the rows of these keys (at most one per key, in any order).
 ReadMany = Callable[[list[Hashable]], Awaitable[Sequence[Any]]]
@@ -230,8 +230,15 @@ def _driver_query(stmt: Select[Any], dialect: Dialect) -> _DriverQuery:
         defaults=compiled.params,
         binds=binds,
         results=tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns),
-        row=namedtuple("Row", [c.key for c in columns]),  # type: ignore[misc]
+        row=_row_type([str(c.key) for c in columns]),
     )
+
+
+def _row_type(names: Sequence[str]) -> Callable[..., tuple[Any, ...]]:
+    """Rows that read as SQLAlchemy's do: each column an attribute and an item of `_mapping`, which the
+    store's conversions read (`schedules.schedule_from_row`)."""
+    base = namedtuple("Row", names)  # type: ignore[misc]  # its fields are known only at run time
+    return type("Row", (base,), {"__slots__": (), "_mapping": property(base._asdict)})
 
 
 class _OwnConnection:
@@ -253,7 +260,7 @@ class _OwnConnection:
             try:
                 if self._conn is None:
                     args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
-                    kwargs["options"] = with_plan_cache_mode(kwargs.get("options"))
+                    kwargs["options"] = with_session_settings(kwargs.get("options"))
                     self._conn = await psycopg.AsyncConnection.connect(*args, autocommit=True, **kwargs)
                     binary_arrays(self._conn)  # its keys are sent as the pool's connections send them
                 return await (await self._conn.execute(sql, params)).fetchall()

@@ -18,6 +18,7 @@ from sqlalchemy import (
     ARRAY,
     ColumnElement,
     Row,
+    RowMapping,
     Select,
     Uuid,
     and_,
@@ -102,10 +103,15 @@ def _template(operation: Operation, queue_timeout: timedelta) -> dict[str, objec
     return {"operation": operation.to_json(), "queue_timeout_seconds": queue_timeout.total_seconds()}
 
 
-def _pause_from_row(row: Row[Any]) -> Pause | None:
-    if row.paused_at is None:
+def _pause_from_row(columns: RowMapping) -> Pause | None:
+    if columns["paused_at"] is None:
         return None
-    return Pause(reason=row.pause_reason, by=row.paused_by, at=row.paused_at, resume_at=row.resume_at)
+    return Pause(
+        reason=columns["pause_reason"],
+        by=columns["paused_by"],
+        at=columns["paused_at"],
+        resume_at=columns["resume_at"],
+    )
 
 
 def _pause_columns(pause: Pause | None) -> dict[str, object]:
@@ -120,29 +126,35 @@ def _pause_columns(pause: Pause | None) -> dict[str, object]:
 
 
 def schedule_from_row(row: Row[Any]) -> Schedule:
-    template = row.operation_template
+    """The schedule of a `task_schedule` row, its columns read by name from `Row._mapping`: an attribute of
+    a Row (`row.name`) took about 1 µs in SQLAlchemy 2.1 (a failed attribute lookup, then `__getattr__`),
+    the mapping's item 0.1 µs, and a claim converts up to a thousand rows of 25 columns (docs/PERFORMANCE.md,
+    "Issue 29")."""
+    columns = row._mapping
+    template = columns["operation_template"]
+    retry, approval = columns["retry"], columns["approval"]
     return Schedule(
-        id=row.id,
-        name=row.name,
-        spec=ScheduleSpec(_SPEC_TYPE_FROM_DB[row.spec_type], row.spec, row.timezone),
-        overlap_policy=OverlapPolicy(row.overlap_policy),
-        enabled=row.enabled,
-        next_run_at=row.next_run_at,
-        last_run_at=row.last_run_at,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        id=columns["id"],
+        name=columns["name"],
+        spec=ScheduleSpec(_SPEC_TYPE_FROM_DB[columns["spec_type"]], columns["spec"], columns["timezone"]),
+        overlap_policy=OverlapPolicy(columns["overlap_policy"]),
+        enabled=columns["enabled"],
+        next_run_at=columns["next_run_at"],
+        last_run_at=columns["last_run_at"],
+        created_at=columns["created_at"],
+        updated_at=columns["updated_at"],
         operation=Operation.from_json(template["operation"]),
         queue_timeout=timedelta(seconds=template["queue_timeout_seconds"]),
-        description=row.description,
-        pause=_pause_from_row(row),
-        window_policy=WindowPolicy(row.window_policy),
-        rollout=_rollout_from(row.rollout),
-        approval=ApprovalPolicy.from_json(row.approval) if row.approval is not None else None,
-        last_edited_by=row.last_edited_by,
-        start_deadline=_micros_from(row.start_deadline_us),
-        pause_after_failed_runs=row.pause_after_failed_runs,
-        failures_counted_until=row.failures_counted_until,
-        retry=RetryPolicy.from_json(row.retry) if row.retry is not None else None,
+        description=columns["description"],
+        pause=_pause_from_row(columns),
+        window_policy=WindowPolicy(columns["window_policy"]),
+        rollout=_rollout_from(columns["rollout"]),
+        approval=ApprovalPolicy.from_json(approval) if approval is not None else None,
+        last_edited_by=columns["last_edited_by"],
+        start_deadline=_micros_from(columns["start_deadline_us"]),
+        pause_after_failed_runs=columns["pause_after_failed_runs"],
+        failures_counted_until=columns["failures_counted_until"],
+        retry=RetryPolicy.from_json(retry) if retry is not None else None,
     )
 
 
@@ -171,13 +183,15 @@ def _rollout_to(policy: RolloutPolicy | None) -> dict[str, Any] | None:
 
 
 def scope_from_row(row: Row[Any]) -> Scope:
+    """The scope of a `task_schedule_scope` row (read by name from `Row._mapping`: `schedule_from_row`)."""
+    columns = row._mapping
     return Scope(
-        id=row.id,
-        schedule_id=row.schedule_id,
-        rack_id=row.rack_id,
-        filter=filter_from_json(row.component_filter),
-        last_task_id=row.last_task_id,
-        created_at=row.created_at,
+        id=columns["id"],
+        schedule_id=columns["schedule_id"],
+        rack_id=columns["rack_id"],
+        filter=filter_from_json(columns["component_filter"]),
+        last_task_id=columns["last_task_id"],
+        created_at=columns["created_at"],
     )
 
 
@@ -186,15 +200,18 @@ def _filter_to_json(value: ComponentFilter | None) -> dict[str, object] | None:
 
 
 def _outcome_to_json(outcome: ScopeOutcome) -> dict[str, object]:
-    return {
+    data: dict[str, object] = {
         "scope_id": str(outcome.scope_id),
         "rack_id": str(outcome.rack_id),
         "outcome": outcome.outcome,
         "task_id": str(outcome.task_id) if outcome.task_id else None,
         "error": outcome.error,
-        **({"canary": True} if outcome.canary else {}),
-        **({"start_by": outcome.start_by.isoformat()} if outcome.start_by else {}),
     }
+    if outcome.canary:
+        data["canary"] = True
+    if outcome.start_by:
+        data["start_by"] = outcome.start_by.isoformat()
+    return data
 
 
 def _outcome_from_json(data: dict[str, Any]) -> ScopeOutcome:
@@ -820,6 +837,17 @@ async def lock_scopes(db: Database, conn: AsyncConnection, scope_ids: Collection
     await _lock_scopes(conn, scope_ids)
 
 
+# The statements of the firing path's lookups by key, built once (`dialect.by_keys` reuses what it builds
+# from each).
+_SCOPE_IDS = select(task_schedule_scope.c.id)
+_SCOPE_ROWS = select(task_schedule_scope)
+_ACTIVE_LAST_TASK = (
+    select(task_schedule_scope.c.id)
+    .join(tasks, tasks.c.id == task_schedule_scope.c.last_task_id)
+    .where(is_active(tasks.c.status))
+)
+
+
 async def _lock_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) -> None:
     """`lock_scopes`, each scope looked up by its key (`by_keys`) and locked in the sorted order its
     lookups return them in."""
@@ -828,9 +856,8 @@ async def _lock_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) 
         return
     column = task_schedule_scope.c.id
     for chunk in chunked(sorted(scope_ids)):
-        await conn.execute(
-            for_update(dialect, by_keys(dialect, select(column), column, chunk, order_by=[column]))
-        )
+        stmt = by_keys(dialect, _SCOPE_IDS, column, chunk, order_by=[column])
+        await conn.execute(for_update(dialect, stmt))
 
 
 @dataclass(frozen=True)
@@ -900,13 +927,8 @@ async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) 
     """
     ids = [scope.id for scope in scopes if scope.last_task_id is not None]
     found: set[uuid.UUID] = set()
-    active_last_task = (
-        select(task_schedule_scope.c.id)
-        .join(tasks, tasks.c.id == task_schedule_scope.c.last_task_id)
-        .where(is_active(tasks.c.status))
-    )
     for chunk in chunked(ids):
-        stmt = by_keys(conn.dialect.name, active_last_task, task_schedule_scope.c.id, chunk)
+        stmt = by_keys(conn.dialect.name, _ACTIVE_LAST_TASK, task_schedule_scope.c.id, chunk)
         found.update((await conn.execute(stmt)).scalars())
     return found
 
@@ -955,13 +977,13 @@ async def scopes_by_schedule(
     for chunk in chunked(list(schedule_ids)):
         stmt = by_keys(
             conn.dialect.name,
-            select(task_schedule_scope),
+            _SCOPE_ROWS,
             scope.schedule_id,
             chunk,
             order_by=(scope.created_at, scope.id),
         )
-        for row in (await conn.execute(stmt)).all():
-            found[row.schedule_id].append(scope_from_row(row))
+        for one in map(scope_from_row, (await conn.execute(stmt)).all()):
+            found[one.schedule_id].append(one)
     return found
 
 

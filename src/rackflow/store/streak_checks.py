@@ -31,18 +31,21 @@ from rackflow.store.db import Database, chunked
 from rackflow.store.dialect import by_keys, insert_new
 from rackflow.store.tables import failing_streak_checks, task_schedule, task_schedule_run, tasks
 
+# Built once, so `dialect.by_keys` reuses what it builds from them (each firing batch marks twice).
+_SCHEDULE_IDS = select(task_schedule.c.id)
+_SCHEDULES_OF_RUNS = select(task_schedule_run.c.schedule_id)
+
 
 async def mark_schedules(conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]) -> None:
     """Mark the schedules (those enabled and pausing after failures) to be looked at again."""
     for chunk in chunked(sorted(set(schedule_ids))):
-        await _mark(conn, by_keys(conn.dialect.name, select(task_schedule.c.id), task_schedule.c.id, chunk))
+        await _mark(conn, by_keys(conn.dialect.name, _SCHEDULE_IDS, task_schedule.c.id, chunk))
 
 
 async def mark_schedules_of_runs(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> None:
     """Mark the schedules of these runs."""
-    run = task_schedule_run.c
     for chunk in chunked(sorted(set(run_ids))):
-        await _mark(conn, by_keys(conn.dialect.name, select(run.schedule_id), run.id, chunk))
+        await _mark(conn, by_keys(conn.dialect.name, _SCHEDULES_OF_RUNS, task_schedule_run.c.id, chunk))
 
 
 async def mark_schedules_of_tasks(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:

@@ -168,6 +168,12 @@ async def attempts(
     return found
 
 
+# The statements of a submit's lookups by key, built once (`dialect.by_keys` reuses what it builds from each).
+_RACK_NAMES = select(racks.c.id, racks.c.name)
+# A rack's blocking or waiting tasks: every active task, and cancelled ones still held.
+_LIVE_TASKS = select(tasks).where(or_(is_active(tasks.c.status), tasks.c.owner_id.is_not(None)))
+
+
 async def lock_racks(
     db: Database, conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]
 ) -> dict[uuid.UUID, str]:
@@ -179,7 +185,7 @@ async def lock_racks(
     """
     names: dict[uuid.UUID, str] = {}
     for chunk in chunked(sorted(set(rack_ids))):
-        stmt = by_keys(db.dialect, select(racks.c.id, racks.c.name), racks.c.id, chunk, order_by=[racks.c.id])
+        stmt = by_keys(db.dialect, _RACK_NAMES, racks.c.id, chunk, order_by=[racks.c.id])
         names.update({r.id: r.name for r in await conn.execute(db.for_update(stmt))})
     return names
 
@@ -209,12 +215,8 @@ async def blocking_and_waiting(
     """
     blocking: dict[uuid.UUID, list[Task]] = defaultdict(list)
     waiting: dict[uuid.UUID, int] = defaultdict(int)
-    # Blocking or waiting: every active task, and cancelled ones still held.
-    live = or_(is_active(tasks.c.status), tasks.c.owner_id.is_not(None))
     for chunk in chunked(set(rack_ids)):
-        stmt = by_keys(
-            conn.dialect.name, select(tasks).where(live), tasks.c.rack_id, chunk, order_by=OLDEST_FIRST
-        )
+        stmt = by_keys(conn.dialect.name, _LIVE_TASKS, tasks.c.rack_id, chunk, order_by=OLDEST_FIRST)
         for row in await conn.execute(stmt):
             if row.status == TaskStatus.WAITING.value:
                 waiting[row.rack_id] += 1

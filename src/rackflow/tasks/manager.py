@@ -65,8 +65,11 @@ def selected_components(selection: RackSelection, rack_components: Sequence[Comp
 
 
 def _in_utc(operation: Operation) -> Operation:
-    """A firmware upgrade's window is kept in UTC, as every time (CONTRIBUTING.md, "Time")."""
+    """A firmware upgrade's window is kept in UTC, as every time (CONTRIBUTING.md, "Time"); an operation
+    without one (or with one in UTC already) as it is."""
     start, end = operation.window_start, operation.window_end
+    if (start is None or start.tzinfo is UTC) and (end is None or end.tzinfo is UTC):
+        return operation
     return replace(
         operation,
         window_start=start.astimezone(UTC) if start else None,
@@ -146,7 +149,10 @@ def _checked(submission: Submission) -> Submission:
         if rack_id in seen:
             raise InvalidArgument(f"target_spec: rack {rack_id} is targeted twice")
         seen.add(rack_id)
-    return replace(submission, operation=_in_utc(submission.operation), queue=check_queue(submission.queue))
+    operation, queue = _in_utc(submission.operation), check_queue(submission.queue)
+    if operation is submission.operation and queue is submission.queue:
+        return submission  # already normal, as a schedule's saved operation and queue options are
+    return replace(submission, operation=operation, queue=queue)
 
 
 @dataclass
@@ -170,15 +176,21 @@ class _RackState:
         waits = not_before is not None and not_before > now
         for selection in submission.selections:
             rack_id = selection.rack_id
-            label = rack_label(rack_id, self.names)
             rack_components = self.components.get(rack_id, [])
             chosen = selected_components(selection, rack_components)
             if selection.filter is not None and not chosen:
-                raise InvalidArgument(f"target_spec: the component filter selects no component of {label}")
-            shape = shape_of(operation.kind, (c.id for c in chosen), rack_components)
-            conflict = first_conflict(shape, self.blocking.get(rack_id, ()), rack_components)
+                raise InvalidArgument(
+                    "target_spec: the component filter selects no component of "
+                    f"{rack_label(rack_id, self.names)}"
+                )
+            blocking = self.blocking.get(rack_id)
+            conflict = None
+            if blocking:  # a rack with nothing blocking (the usual one) conflicts with nothing
+                shape = shape_of(operation.kind, (c.id for c in chosen), rack_components)
+                conflict = first_conflict(shape, blocking, rack_components)
             status = TaskStatus.PENDING
             if conflict is not None:
+                label = rack_label(rack_id, self.names)
                 _may_wait(operation, queue, label, conflict, self.waiting.get(rack_id, 0))
                 status = TaskStatus.WAITING
             planned.append(
