@@ -20,6 +20,7 @@ Every figure line ends with the load average at its start; the `# code` line nam
 
     python bench/scale.py --schedules 100000 --racks 2000 --runs 1000000 --audit 100000   # 1/10 size
     python bench/scale.py --reuse --phases reads --explain                              # no reload
+    python bench/scale.py --reuse --phases drain --drain 5000 --drain-rounds 2 --io --drain-first 10000
 """
 
 from __future__ import annotations
