@@ -7,7 +7,8 @@ predicate, and PostgreSQL cannot match it at all from a parameter once it plans 
 generically (psycopg prepares a statement after a few runs): these statements write their statuses as SQL
 literals (`rackflow.store.tasks.status_in`). These tests EXPLAIN the statements the store really sends over
 a history of ended tasks: on PostgreSQL with fresh statistics (autovacuum keeps them), planned with the
-parameter values and generically; on SQLite without statistics, as rackflow runs it (it never ANALYZEs).
+parameter values and generically, and (for the statements that name their tasks) with statistics taken
+while no task was live; on SQLite without statistics, as rackflow runs it (it never ANALYZEs).
 """
 
 from __future__ import annotations
