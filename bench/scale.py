@@ -11,7 +11,8 @@ that database, with one `rackflow serve` (dispatcher, executor, dashboard):
 * idle RSS of the server (VmRSS after start-up and after the reads);
 * fire lag: one-time schedules created one by one, each due 0.5 s later (p99 of task created_at - due);
 * drain: `--drain` of the loaded schedules made due at once, against the same drain on an empty database
-  (same run): firings/s and their ratio;
+  (same run): firings/s and their ratio; `--io` prints what each drain read (by relation), wrote (WAL,
+  checkpoints) and waited on (`bench/_pg_io.py`);
 * prune: `--run-retention`'s and `--task-retention`'s and the audit's prune of the oldest month (1/12 of
   each table), rows/s.
 
@@ -19,6 +20,7 @@ Every figure line ends with the load average at its start; the `# code` line nam
 
     python bench/scale.py --schedules 100000 --racks 2000 --runs 1000000 --audit 100000   # 1/10 size
     python bench/scale.py --reuse --phases reads --explain                              # no reload
+    python bench/scale.py --reuse --phases drain --drain 5000 --drain-rounds 2 --io --drain-first 10000
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,9 +52,11 @@ from _common import (
     start_server,
     sync_engine,
 )
-from sqlalchemy import Engine, create_engine, func, select, text, update
+from _pg_io import io_watch, track_io_timing
+from sqlalchemy import Connection, Engine, create_engine, func, select, text, update
 from sqlalchemy.engine import make_url
 
+from rackflow.domain.tasks import ACTIVE_STATUSES, TaskStatus
 from rackflow.store.tables import task_schedule, task_schedule_run, tasks
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.v1 import flow_pb2 as pb
@@ -543,18 +547,37 @@ def rss_mib(server: ServerProcess) -> float:
 SPREAD = 7919
 
 
-def make_due(url: str, n: int, schedules: int, racks: int) -> datetime:
+def end_live_tasks(conn: Connection) -> None:
+    """End the tasks earlier rounds left live, as if they had run: a drain is over once its firings are
+    recorded, not once their tasks have run, and the empty database each round is compared with starts
+    without any. Left live, they were the next round's executor's work beside its drain (17,262 pending
+    after four rounds), and every claim read all of them."""
+    live = tasks.c.status.in_([status.value for status in ACTIVE_STATUSES])
+    ended = conn.execute(
+        update(tasks)
+        .where(live)
+        .values(status=TaskStatus.COMPLETED.value, owner_id=None, finished_at=func.now(), not_before=None)
+    )
+    print(f"# drain: {ended.rowcount} tasks earlier rounds left live ended", flush=True)
+
+
+def make_due(url: str, n: int, schedules: int, racks: int, first: int) -> datetime:
     """n loaded schedules due a minute ago, each on a rack of its own (as in dispatch_drain); returns that
     time. Schedule s is on rack s % racks. They are spread over the loaded schedules' creation order, so
     over the indexes led by their ids (UUIDv7: in creation order); schedules 0..n-1, the first n made,
-    would sit together at the left of those indexes, which no drain of a real fleet could count on."""
-    picked = [i * SPREAD % schedules for i in range(n)]
-    if len({s % racks for s in picked}) != n:
+    would sit together at the left of those indexes, which no drain of a real fleet could count on.
+    `first`: where in that spread order to start, so that each round drains schedules no round fired
+    before (a schedule fired in an earlier round has its pages freshly read and its newest run at the right
+    edge of the runs' indexes: a drain of it again is flattered)."""
+    picked = [i * SPREAD % schedules for i in range(first, first + n)]
+    if len(set(picked)) != n or len({s % racks for s in picked}) != n:
         raise SystemExit(f"--drain {n}: cannot pick schedules on {n} racks of their own among {schedules}")
+    print(f"# drain: schedules {first}..{first + n - 1} of the spread order (--drain-first)", flush=True)
     due = datetime.now(UTC) - timedelta(minutes=1)
     names = [f"scale-s{s:07d}" for s in picked]
     engine = sync_engine(url)
     with engine.begin() as conn:
+        end_live_tasks(conn)
         for first in range(0, n, 5_000):
             chunk = names[first : first + 5_000]
             conn.execute(update(task_schedule).where(task_schedule.c.name.in_(chunk)).values(next_run_at=due))
@@ -605,13 +628,21 @@ def drain(url: str, log_dir: Path, n: int, due: datetime, timeout: float = 900.0
 
 
 def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
-    """The loaded database's drain, then the same on an empty one, alternating `--drain-rounds` times."""
+    """The loaded database's drain, then the same on an empty one, alternating `--drain-rounds` times;
+    with `--io`, what each drain read, wrote and waited on (`_pg_io`)."""
+
+    def watched(url: str, label: str) -> AbstractContextManager[None]:
+        return io_watch(url, label, args.drain) if args.io else nullcontext()
+
+    if args.io:
+        track_io_timing(url)
     loaded_rates, empty_rates = [], []
     for round_ in range(args.drain_rounds):
         if args.drain > args.racks:
             raise SystemExit("--drain must be at most --racks (a rack per due schedule)")
-        due = make_due(url, args.drain, args.schedules, args.racks)
-        rate, load = drain(url, log_dir, args.drain, due)
+        due = make_due(url, args.drain, args.schedules, args.racks, args.drain_first + round_ * args.drain)
+        with watched(url, f"loaded round={round_}"):
+            rate, load = drain(url, log_dir, args.drain, due)
         loaded_rates.append(rate)
         result("scale_drain", db="loaded", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
         with fresh_database("postgres", args.pg_admin) as ws:
@@ -622,7 +653,10 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
                 spec=ScheduleSpec(SpecType.INTERVAL, "24h", "UTC"),
                 next_run_at=functools.partial(lambda due, _: due, empty_due),
             )
-            rate, load = drain(ws.url, ws.log_dir, args.drain, empty_due)
+            if args.io:
+                track_io_timing(ws.url)
+            with watched(ws.url, f"empty round={round_}"):
+                rate, load = drain(ws.url, ws.log_dir, args.drain, empty_due)
             empty_rates.append(rate)
             result("scale_drain", db="empty", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
     ratio = (sum(loaded_rates) / len(loaded_rates)) / (sum(empty_rates) / len(empty_rates))
@@ -710,6 +744,16 @@ def main() -> None:
     parser.add_argument("--lag-samples", type=int, default=100)
     parser.add_argument("--drain", type=int, default=10_000, help="loaded schedules made due at once")
     parser.add_argument("--drain-rounds", type=int, default=1)
+    parser.add_argument(
+        "--drain-first",
+        type=int,
+        default=0,
+        help="round r drains the schedules from --drain-first + r * --drain on in the spread order; "
+        "with --reuse, pass the number an earlier invocation drained, so no round fires a schedule twice",
+    )
+    parser.add_argument(
+        "--io", action="store_true", help="what each drain read, wrote and waited on (bench/_pg_io.py)"
+    )
     parser.add_argument(
         "--prune-hours", type=float, default=6.0, help="hours of the oldest history each prune deletes"
     )

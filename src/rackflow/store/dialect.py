@@ -338,13 +338,19 @@ def past_first(
 
     PostgreSQL walks an index of `column` once per key (`keys_table`, a LATERAL subquery skipping the first
     `skip`): ranking the rows of `column IN (…)` with a window was planned as a full scan of a table that
-    grew from empty (docs/PERFORMANCE.md, "flat as work grows"). SQLite ranks them with the window over
-    its index.
+    grew from empty (docs/PERFORMANCE.md, "flat as work grows"). That walk reads every skipped row from the
+    table (`stmt`'s columns are not in the index), so it first asks the index alone whether the key has
+    more than `skip` rows (`beyond`: `column` only, an index-only scan) and walks only a key that has: a
+    schedule's run prune, which mostly finds nothing to delete, read each of the schedule's runs, a random
+    page each of a year's history (docs/PERFORMANCE.md, "The drain among a loaded history"). The walk is
+    keyed by `beyond`'s row, so it runs after that look. SQLite ranks them with the window over its index.
     """
     if dialect == POSTGRESQL:
         lookup = keys_table(keys, column, "lookup")
-        rest = stmt.where(column == lookup.c.key).order_by(*order_by).offset(skip).lateral("rest")
-        return select(*rest.c).select_from(lookup.join(rest, true()))
+        more = select(column.label("key")).where(column == lookup.c.key).offset(skip).limit(1)
+        beyond = more.lateral("beyond")
+        rest = stmt.where(column == beyond.c.key).order_by(*order_by).offset(skip).lateral("rest")
+        return select(*rest.c).select_from(lookup.join(beyond, true()).join(rest, true()))
     rank = func.row_number().over(partition_by=column, order_by=order_by).label("rank")
     ranked = stmt.add_columns(rank).where(column.in_(keys)).subquery("ranked")
     return select(*list(ranked.c)[: len(stmt.selected_columns)]).where(ranked.c.rank > skip)

@@ -1,0 +1,221 @@
+"""What a PostgreSQL database read, wrote and waited on while a block ran (`bench/scale.py --io`).
+
+`io_watch(url, label)` snapshots the statistics views before and after the block and samples
+`pg_stat_activity` meanwhile, then prints:
+
+* the relations (heap or index) by blocks read from outside `shared_buffers` (`pg_statio_user_tables`,
+  `pg_statio_user_indexes`: a read is a miss of PostgreSQL's cache, served by the page cache or the disk),
+  and per table the scans, rows written and dead rows (`pg_stat_user_tables`);
+* the cluster's checkpoints, backend writes, WAL records, full-page images and bytes (`pg_stat_bgwriter`,
+  `pg_stat_wal`: other databases' work meanwhile counts too), the database's block reads and their time
+  (`pg_stat_database`; the time only where `track_io_timing` is on, which `track_io_timing(url)` sets on
+  one database), the kernel's stall figures (`/proc/pressure`) and the pages it read from the disk
+  (`/proc/vmstat` `pgpgin`);
+* from the samples (every `SAMPLE_SECONDS`), the share of the block's time each wait event and each
+  statement was seen active in a backend of the database: without `pg_stat_statements` (a library the
+  server must preload), the sampled statements say where the database's time went; and whether the
+  checkpointer was checkpointing.
+
+Backends report their counters when a transaction ends or they exit, so take the after-snapshot once the
+measured server has stopped (`drain` in `bench/scale.py` does).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _common import result, sync_engine
+from sqlalchemy import Connection, text
+from sqlalchemy.engine import make_url
+
+SAMPLE_SECONDS = 0.05
+TOP = 12
+RELATIONS = text(
+    "SELECT s.relname, s.heap_blks_read, s.heap_blks_hit, coalesce(s.toast_blks_read, 0) AS toast_read, "
+    "t.seq_scan, coalesce(t.idx_scan, 0) AS idx_scan, t.n_tup_ins, t.n_tup_upd, t.n_tup_hot_upd, "
+    "t.n_tup_del, t.n_dead_tup FROM pg_statio_user_tables s JOIN pg_stat_user_tables t USING (relid)"
+)
+INDEXES = text("SELECT indexrelname, idx_blks_read, idx_blks_hit FROM pg_statio_user_indexes")
+CLUSTER = text(
+    "SELECT b.checkpoints_timed, b.checkpoints_req, b.buffers_checkpoint, b.buffers_clean, "
+    "b.buffers_backend, b.buffers_backend_fsync, w.wal_records, w.wal_fpi, w.wal_bytes::bigint AS wal_bytes, "
+    "w.wal_buffers_full, d.blks_read, d.blks_hit, d.blk_read_time::bigint AS blk_read_ms, d.xact_commit "
+    "FROM pg_stat_bgwriter b, pg_stat_wal w, pg_stat_database d WHERE d.datname = current_database()"
+)
+# The database's active backends, and the checkpointer (its wait event is CheckpointerMain when idle,
+# CheckpointWriteDelay while a spread checkpoint writes, other I/O events while it syncs).
+ACTIVE = text(
+    "SELECT CASE WHEN backend_type = 'checkpointer' THEN 'checkpointer ' || wait_event "
+    "ELSE coalesce(wait_event_type || ':' || wait_event, 'CPU') END AS wait, "
+    "CASE WHEN backend_type = 'checkpointer' THEN NULL ELSE query END AS query FROM pg_stat_activity "
+    "WHERE (datname = current_database() AND pid <> pg_backend_pid() AND state = 'active') "
+    "OR (backend_type = 'checkpointer' AND wait_event <> 'CheckpointerMain')"
+)
+# A statement's text without its parameters' count: `IN ($1, $2, …)` and VALUES lists vary with a batch.
+PARAMETERS = re.compile(r"\$\d+(\s*(,|\)\s*,\s*\()\s*\$\d+)*")
+
+
+@dataclass
+class Snapshot:
+    """Every counter at one moment: per relation (a table's heap, or an index), per table, the cluster."""
+
+    reads: dict[str, tuple[int, int]]  # relation -> (blocks read, blocks hit)
+    tables: dict[str, dict[str, int]]
+    cluster: dict[str, int]
+    kernel: dict[str, int]
+    at: float = field(default_factory=time.monotonic)
+
+
+def kernel_counters() -> dict[str, int]:
+    """Microseconds some or all tasks stalled on I/O or waited for a CPU, and KiB read from and written to
+    block devices, since boot; and the KiB of the page cache waiting to be written now."""
+    counters: dict[str, int] = {}
+    for resource in ("io", "cpu"):
+        for line in Path(f"/proc/pressure/{resource}").read_text().splitlines():
+            kind, *fields = line.split()
+            counters[f"{resource}_{kind}_us"] = int(fields[-1].removeprefix("total="))
+    vmstat = dict(line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+    counters["pgpgin_kib"] = int(vmstat["pgpgin"])
+    counters["pgpgout_kib"] = int(vmstat["pgpgout"])
+    meminfo = {line.split(":")[0]: line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()}
+    counters["dirty_kib"] = int(meminfo["Dirty"]) + int(meminfo["Writeback"])
+    return counters
+
+
+def snapshot(conn: Connection) -> Snapshot:
+    conn.commit()  # the statistics views are read once a transaction: start a new one
+    reads: dict[str, tuple[int, int]] = {}
+    tables: dict[str, dict[str, int]] = {}
+    for row in conn.execute(RELATIONS).mappings():
+        name = row["relname"]
+        reads[f"{name} (heap)"] = (row["heap_blks_read"] + row["toast_read"], row["heap_blks_hit"])
+        tables[name] = {key: int(value) for key, value in row.items() if key not in ("relname",)}
+    for index in conn.execute(INDEXES):
+        reads[index.indexrelname] = (index.idx_blks_read, index.idx_blks_hit)
+    cluster = {key: int(value or 0) for key, value in conn.execute(CLUSTER).mappings().one().items()}
+    return Snapshot(reads, tables, cluster, kernel_counters())
+
+
+class ActivitySampler(threading.Thread):
+    """Counts, every SAMPLE_SECONDS, the wait event (or CPU) and the statement of each active backend of
+    the database, and the checkpointer's wait while it checkpoints."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self._engine = sync_engine(url)
+        self._stop_event = threading.Event()
+        self.samples = 0
+        self.started = time.monotonic()
+        self.stopped = self.started
+        self.waits: Counter[str] = Counter()
+        self.statements: Counter[str] = Counter()
+
+    def run(self) -> None:
+        with self._engine.connect() as conn:
+            while not self._stop_event.wait(SAMPLE_SECONDS):
+                rows = conn.execute(ACTIVE).all()
+                conn.commit()
+                self.samples += 1
+                for wait, query in rows:
+                    self.waits[wait] += 1
+                    if query is not None:
+                        self.statements[PARAMETERS.sub("$n", " ".join(query.split()))[:110]] += 1
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        self.stopped = time.monotonic()
+        self._engine.dispose()
+
+    def seconds(self, count: int) -> float:
+        """The time `count` samples stand for: a backend seen in them was active that long."""
+        return count * (self.stopped - self.started) / max(self.samples, 1)
+
+
+def track_io_timing(url: str) -> None:
+    """Time every block read of the database's new sessions (`blk_read_time`; a clock read per block)."""
+    engine = sync_engine(url)
+    name = make_url(url).database
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'ALTER DATABASE "{name}" SET track_io_timing = on'))
+    engine.dispose()
+
+
+@contextmanager
+def io_watch(url: str, label: str, firings: int) -> Iterator[None]:
+    """Print what the database `url` read, wrote and waited on while the block ran (module docstring);
+    `firings`: what the block did, for the per-firing figures."""
+    engine = sync_engine(url)
+    with engine.connect() as conn:
+        before = snapshot(conn)
+        sampler = ActivitySampler(url)
+        sampler.start()
+        try:
+            yield
+        finally:
+            sampler.stop()
+            time.sleep(1.0)  # the stopped server's backends report their counters as they exit
+            after = snapshot(conn)
+    engine.dispose()
+    report(label, firings, before, after, sampler)
+
+
+def report(label: str, firings: int, before: Snapshot, after: Snapshot, sampler: ActivitySampler) -> None:
+    seconds = after.at - before.at
+    delta = {
+        name: (read - before.reads.get(name, (0, 0))[0], hit - before.reads.get(name, (0, 0))[1])
+        for name, (read, hit) in after.reads.items()
+    }
+    read_total = sum(read for read, _ in delta.values())
+    hit_total = sum(hit for _, hit in delta.values())
+    print(f"# io {label}: {seconds:.1f} s; blocks read from outside shared_buffers, by relation:", flush=True)
+    for name, (read, hit) in sorted(delta.items(), key=lambda item: -item[1][0])[:TOP]:
+        print(f"#   {name:<48} read={read:>8} hit={hit:>9} read/firing={read / firings:.2f}")
+    print(f"#   {'all relations':<48} read={read_total:>8} hit={hit_total:>9}")
+    print(f"# io {label}: per table: scans seq/idx, rows inserted/updated (HOT)/deleted, dead rows after")
+    for name, counts in sorted(after.tables.items()):
+        was = before.tables.get(name, dict.fromkeys(counts, 0))
+        moved = {key: counts[key] - was[key] for key in counts}
+        if any(moved[key] for key in ("seq_scan", "idx_scan", "n_tup_ins", "n_tup_upd", "n_tup_del")):
+            print(
+                f"#   {name:<32} seq={moved['seq_scan']} idx={moved['idx_scan']} ins={moved['n_tup_ins']} "
+                f"upd={moved['n_tup_upd']} ({moved['n_tup_hot_upd']}) del={moved['n_tup_del']} "
+                f"dead={counts['n_dead_tup']}"
+            )
+    cluster = {key: after.cluster[key] - before.cluster[key] for key in after.cluster}
+    kernel = {key: after.kernel[key] - before.kernel[key] for key in after.kernel}
+    print(f"# io {label}: {sampler.samples} samples of pg_stat_activity; seconds active, by wait:")
+    for wait, count in sampler.waits.most_common(TOP):
+        print(f"#   {wait:<40} {sampler.seconds(count):7.2f} s")
+    print(f"# io {label}: seconds active, by statement:")
+    for statement, count in sampler.statements.most_common(TOP):
+        print(f"#   {sampler.seconds(count):7.2f} s {statement}")
+    result(
+        "scale_drain_io",
+        db=label,
+        seconds=seconds,
+        blks_read=read_total,
+        blks_read_per_firing=read_total / firings,
+        blks_hit_per_firing=hit_total / firings,
+        blk_read_ms=cluster["blk_read_ms"],
+        disk_read_mib=kernel["pgpgin_kib"] / 1024,
+        disk_written_mib=kernel["pgpgout_kib"] / 1024,
+        dirty_mib_before=before.kernel["dirty_kib"] / 1024,
+        checkpoints=f"{cluster['checkpoints_timed']}+{cluster['checkpoints_req']}req",
+        buffers_checkpoint=cluster["buffers_checkpoint"],
+        buffers_backend=cluster["buffers_backend"],
+        wal_mib=cluster["wal_bytes"] / 2**20,
+        wal_fpi=cluster["wal_fpi"],
+        wal_kib_per_firing=cluster["wal_bytes"] / 1024 / firings,
+        io_some_pct=kernel["io_some_us"] / seconds / 1e4,
+        io_full_pct=kernel["io_full_us"] / seconds / 1e4,
+        cpu_some_pct=kernel["cpu_some_us"] / seconds / 1e4,
+        commits=cluster["xact_commit"],
+    )
