@@ -328,8 +328,8 @@ class PreflightChecker:
         """Store each round's results and, in the same transaction, release its task if all passed or hold
         it with the first failing check's reason until the first maximum wait runs out (when the claim's
         gate fails it; the next round, at its first result's `recheck_at`, releases it as soon as the
-        checks pass). Whether each was still ours. A few statements for all the records, but one per round
-        and per hold (a round's row moves on from its own attempt)."""
+        checks pass). Whether each was still ours. A few statements for all the records (`record_rounds`
+        moves every round's row on in one), but one per hold."""
         ours = await store.record_rounds(
             self.db,
             conn,

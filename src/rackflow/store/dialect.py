@@ -360,6 +360,32 @@ def insert_rows(
     return insert.from_select(list(rows[0]), select(*new_rows.c)), values
 
 
+async def insert_rows_together(
+    conn: AsyncConnection, batches: Sequence[tuple[Table, Sequence[Mapping[str, Any]]]]
+) -> None:
+    """Insert each batch's rows (table, rows each with the same keys; an empty batch is left out).
+
+    PostgreSQL: one statement, as `insert_rows` writes them, the first batches data-modifying CTEs of the
+    last (`WITH inserted_0 AS (INSERT …) INSERT …`): one round trip however many tables. A claim's
+    pre-flight round is a waiting row and its results, and the executor's journal waits for every round
+    trip of a claim (docs/PERFORMANCE.md, issue 26). SQLite: an executemany per table (no round trips)."""
+    batches = [(table, rows) for table, rows in batches if rows]
+    if conn.dialect.name != POSTGRESQL:
+        for table, rows in batches:
+            await conn.execute(table.insert(), rows)
+        return
+    inserts: list[Insert] = []
+    parameters: dict[str, list[Any]] = {}
+    for i, (table, rows) in enumerate(batches):
+        new_rows, values = rows_table(table, rows, "new_rows", prefix=f"b{i}")
+        inserts.append(table.insert().from_select(list(rows[0]), select(*new_rows.c)))
+        parameters.update(values)
+    if inserts:
+        *first, last = inserts
+        ctes = [insert.cte(f"inserted_{i}") for i, insert in enumerate(first)]
+        await conn.execute(last.add_cte(*ctes) if ctes else last, parameters)
+
+
 def update_rows(
     dialect: str,
     table: Table,
@@ -406,18 +432,18 @@ def update_rows(
 
 
 def rows_table(
-    table: Table, rows: Sequence[Mapping[str, Any]], name: str
+    table: Table, rows: Sequence[Mapping[str, Any]], name: str, *, prefix: str = "b"
 ) -> tuple[TableValuedAlias, dict[str, list[Any]]]:
     """PostgreSQL: `unnest(:a, :b, …) AS name(a, b, …)`, the rows (each with the same keys, columns of
-    `table`) as a table, one array parameter per column, and the parameters (`b_<column>`: the column's
-    values in row order). JSON values go as text cast to their type, so None stays JSON null, as
+    `table`) as a table, one array parameter per column, and the parameters (`<prefix>_<column>`: the
+    column's values in row order). JSON values go as text cast to their type, so None stays JSON null, as
     SQLAlchemy stores it."""
     names = list(rows[0])
     arrays: list[ColumnElement[Any]] = []
     values: dict[str, list[Any]] = {}
     for column in names:
         column_type = table.c[column].type
-        parameter = f"b_{column}"
+        parameter = f"{prefix}_{column}"
         if isinstance(column_type, JSON):
             arrays.append(sql_cast(bindparam(parameter, type_=ARRAY(Text)), ARRAY(column_type)))
             values[parameter] = [json.dumps(row[column]) for row in rows]
