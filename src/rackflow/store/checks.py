@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Select, and_, bindparam, delete, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.checks import (
@@ -217,15 +217,9 @@ class GateRead:
     running: dict[uuid.UUID, list[OnRack]]
 
 
-async def gate_read(
-    conn: AsyncConnection, task_ids: Collection[uuid.UUID], busy_operations: Collection[OperationKind]
-) -> GateRead:
-    """For the tasks `task_ids`: the waiting row of those the gate has held (`Waiting`) and the results of
-    each one's last round (its `attempt`), which of them an operator overrode checks for alone
-    (`overridden_checks` reads which), and the tasks of `busy_operations` RUNNING on their racks
-    (`running_on`; in a claim, its own claimed tasks too), by rack. One statement a chunk of tasks: their
-    rows joined to their waiting row, its results and their racks' busy tasks, because the claim's journal
-    waits for every round trip of its gates (docs/PERFORMANCE.md, issue 26)."""
+def _gate_read_statement(busy: bool) -> Select[Any]:
+    """`gate_read`'s statement, with or without the racks' busy tasks; the tasks and operations bound
+    (expanding). Built once: building it (aliases, joins) cost a claim more than running it."""
     claimed = tasks.alias("claimed")
     other = tasks.alias("other")
     overrides = exists().where(preflight_overrides.c.task_id == claimed.c.id)
@@ -246,22 +240,40 @@ async def gate_read(
         overrides.label("overrides"),
         *(column.label(f"result_{column.name}") for column in preflight_results.c),
     ]
-    if busy_operations:
+    if busy:
         joined = joined.outerjoin(
             other,
             and_(
                 other.c.rack_id == claimed.c.rack_id,
                 is_active(other.c.status),
                 status_in(other.c.status, TaskStatus.RUNNING),
-                other.c.operation.in_(sorted(op.value for op in busy_operations)),
+                other.c.operation.in_(bindparam("operations", expanding=True, type_=other.c.operation.type)),
             ),
         )
         columns += [claimed.c.rack_id, other.c.id.label("other_id"), other.c.operation.label("other_op")]
+    task_ids = bindparam("task_ids", expanding=True, type_=claimed.c.id.type)
+    return select(*columns).select_from(joined).where(claimed.c.id.in_(task_ids))
+
+
+_GATE_READS = {busy: _gate_read_statement(busy) for busy in (False, True)}
+
+
+async def gate_read(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID], busy_operations: Collection[OperationKind]
+) -> GateRead:
+    """For the tasks `task_ids`: the waiting row of those the gate has held (`Waiting`) and the results of
+    each one's last round (its `attempt`), which of them an operator overrode checks for alone
+    (`overridden_checks` reads which), and the tasks of `busy_operations` RUNNING on their racks
+    (`running_on`; in a claim, its own claimed tasks too), by rack. One statement a chunk of tasks: their
+    rows joined to their waiting row, its results and their racks' busy tasks, because the claim's journal
+    waits for every round trip of its gates (docs/PERFORMANCE.md, issue 26)."""
     read = GateRead({}, {}, set(), {})
     results: dict[uuid.UUID, dict[tuple[uuid.UUID, int], CheckResult]] = {}
     running: dict[uuid.UUID, dict[uuid.UUID, OnRack]] = {}
+    stmt = _GATE_READS[bool(busy_operations)]
+    operations = {"operations": sorted(op.value for op in busy_operations)} if busy_operations else {}
     for chunk in chunked(set(task_ids)):
-        for row in await conn.execute(select(*columns).select_from(joined).where(claimed.c.id.in_(chunk))):
+        for row in await conn.execute(stmt, {"task_ids": chunk, **operations}):
             if row.waiting is not None:
                 read.waiting[row.id] = Waiting(
                     row.id, row.round, row.next_check_at, row.override_reason, row.checking_until
@@ -501,9 +513,8 @@ async def record_rounds(
             conn.dialect.name, preflight_tasks, "task_id", moved, {"checking_until": None}
         )
         await conn.execute(update, values)
-        await conn.execute(
-            insert(preflight_results), [_result_values(r) for each in ours for r in each.found]
-        )
+        if results := [_result_values(r) for each in ours for r in each.found]:
+            await conn.execute(insert(preflight_results), results)
     return {each.task_id for each in ours}
 
 

@@ -374,16 +374,27 @@ async def insert_rows_together(
         for table, rows in batches:
             await conn.execute(table.insert(), rows)
         return
-    inserts: list[Insert] = []
+    if not batches:
+        return
+    shape = tuple((table, tuple(rows[0])) for table, rows in batches)
+    stmt = _TOGETHER.get(shape)
+    if stmt is None:  # built once per shape: building it cost a claim more than running it
+        inserts = []
+        for i, (table, rows) in enumerate(batches):
+            new_rows, _ = rows_table(table, rows[:1], "new_rows", prefix=f"b{i}")
+            inserts.append(table.insert().from_select(list(rows[0]), select(*new_rows.c)))
+        *first, last = inserts
+        stmt = _TOGETHER[shape] = last.add_cte(
+            *(insert.cte(f"inserted_{i}") for i, insert in enumerate(first))
+        )
     parameters: dict[str, list[Any]] = {}
     for i, (table, rows) in enumerate(batches):
-        new_rows, values = rows_table(table, rows, "new_rows", prefix=f"b{i}")
-        inserts.append(table.insert().from_select(list(rows[0]), select(*new_rows.c)))
-        parameters.update(values)
-    if inserts:
-        *first, last = inserts
-        ctes = [insert.cte(f"inserted_{i}") for i, insert in enumerate(first)]
-        await conn.execute(last.add_cte(*ctes) if ctes else last, parameters)
+        parameters.update(rows_values(table, rows, prefix=f"b{i}"))
+    await conn.execute(stmt, parameters)
+
+
+# `insert_rows_together`'s statements, by their tables and columns.
+_TOGETHER: dict[tuple[tuple[Table, tuple[str, ...]], ...], Insert] = {}
 
 
 def update_rows(
@@ -436,21 +447,32 @@ def rows_table(
 ) -> tuple[TableValuedAlias, dict[str, list[Any]]]:
     """PostgreSQL: `unnest(:a, :b, …) AS name(a, b, …)`, the rows (each with the same keys, columns of
     `table`) as a table, one array parameter per column, and the parameters (`<prefix>_<column>`: the
-    column's values in row order). JSON values go as text cast to their type, so None stays JSON null, as
-    SQLAlchemy stores it."""
-    names = list(rows[0])
+    column's values in row order, `rows_values`). JSON values go as text cast to their type, so None
+    stays JSON null, as SQLAlchemy stores it."""
     arrays: list[ColumnElement[Any]] = []
-    values: dict[str, list[Any]] = {}
-    for column in names:
+    for column in rows[0]:
         column_type = table.c[column].type
         parameter = f"{prefix}_{column}"
         if isinstance(column_type, JSON):
             arrays.append(sql_cast(bindparam(parameter, type_=ARRAY(Text)), ARRAY(column_type)))
-            values[parameter] = [json.dumps(row[column]) for row in rows]
         else:
             arrays.append(bindparam(parameter, type_=ARRAY(column_type)))
-            values[parameter] = [row[column] for row in rows]
-    return func.unnest(*arrays).table_valued(*names).render_derived(name=name), values
+    unnested = func.unnest(*arrays).table_valued(*rows[0]).render_derived(name=name)
+    return unnested, rows_values(table, rows, prefix=prefix)
+
+
+def rows_values(
+    table: Table, rows: Sequence[Mapping[str, Any]], *, prefix: str = "b"
+) -> dict[str, list[Any]]:
+    """The parameters of `rows_table`'s arrays for `rows` (the same keys as the rows it was built for)."""
+    return {
+        f"{prefix}_{column}": (
+            [json.dumps(row[column]) for row in rows]
+            if isinstance(table.c[column].type, JSON)
+            else [row[column] for row in rows]
+        )
+        for column in rows[0]
+    }
 
 
 def insert_new(dialect: str, table: Table) -> Insert:
