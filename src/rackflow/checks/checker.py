@@ -6,9 +6,10 @@ at most every NUDGE_GAP while its executor ends tasks) finds the held tasks whos
 starts a round for each, in the background, so a slow hook delays no other rack and never the dispatcher
 or the executor; then it looks ahead (below). A round:
 
-1. takes a lease on the task's next round (`store.take_rounds`, a conditional UPDATE; one transaction for
-   all the rounds a poll found due): of several instances, one asks; a checker that dies mid-round is
-   replaced when its lease runs out;
+1. takes a lease on the task's next round (`store.take_rounds`: only if the round read under the task row's
+   lock is still the one due and no other lease holds it; one transaction, and one UPDATE, for all the
+   rounds a poll found due): of several instances, one asks; a checker that dies mid-round is replaced
+   when its lease runs out;
 2. asks every check that applies, at once, outside any transaction (at most PREFLIGHT_CONCURRENCY HTTP
    requests at once in the process, each with its timeout);
 3. stores the results as round `attempt` and, in the same transaction, lets the task be claimed at once if
