@@ -156,7 +156,8 @@ class PreflightGate:
                 else:
                     starting.append((task, waited))
                     asked.add(task.id)
-        verdicts.update(await self._room_in_rollouts(conn, [t for t, _ in starting], verdicts.keys(), now))
+        released = [t for t, _ in starting if t.held_by == GATE_NAME and t.run_id in read.rollout_runs]
+        verdicts.update(await self._room_in_rollouts(conn, released, verdicts.keys(), now))
         for task, waited in starting:
             if task.id not in verdicts and (task.held_by == GATE_NAME or task.id in asked):
                 CHECK_WAIT.observe(waited.total_seconds())
@@ -231,14 +232,14 @@ class PreflightGate:
         return verdicts
 
     async def _room_in_rollouts(
-        self, conn: AsyncConnection, starting: Sequence[Task], holding: Collection[uuid.UUID], now: datetime
+        self, conn: AsyncConnection, released: Sequence[Task], holding: Collection[uuid.UUID], now: datetime
     ) -> dict[uuid.UUID, Verdict]:
-        """Holds for the tasks about to start that their checks held until now, in a rollout already at a
-        cap: held, such a rack did not count against its rollout's caps, so the rollout may have started
-        others in its place (docs/ROLLOUTS.md). Each rollout run's row is locked (in id order, in one
-        statement) until the claim commits, so two claims, or a claim and a rollout step, count one after
-        the other."""
-        released = [t for t in starting if t.held_by == GATE_NAME and t.run_id is not None]
+        """Holds for the tasks about to start that their checks held until now (`released`: those of
+        rollout runs), in a rollout already at a cap: held, such a rack did not count against its rollout's
+        caps, so the rollout may have started others in its place (docs/ROLLOUTS.md). Each rollout run's row
+        is locked (in id order, in one statement) until the claim commits, so two claims, or a claim and a
+        rollout step, count one after the other. No statement when there is none (plain firings: the
+        gate's read said which runs are rollouts)."""
         if not released:
             return {}
         runs = await rollout_store.lock_rollout_policies(
