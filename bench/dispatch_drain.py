@@ -29,8 +29,8 @@ against K windows and still fires (the cost of docs/WINDOWS.md's per-scope decis
 the executor's claim asks them itself and every task starts at its first claim; with `--check-kind
 webhook` (a local HTTP server answering ok) every task is held for a round of the checker, then released
 and started (issue 26: fire lag and drain rate must not move). `--until-tasks-done` waits for every task
-to end too, and adds tasks_per_s = tasks / (first firing to the last task's end) and tasks_done_s (that
-span).
+to end too, and adds tasks_per_s = tasks / (first firing to the last task's end), tasks_done_s (that
+span) and server_cpu_us_per_task (the servers' CPU from listening until no task is active, over the tasks).
 
     python bench/dispatch_drain.py --db postgres --instances 1 --n 10000 --dispatch-batch 10
 """
@@ -109,6 +109,7 @@ class Drain:
     server_cpu_s: float
     postgres_cpu_s: float | None  # None on SQLite
     tasks_done_s: float | None = None  # first firing to the last task's end (--until-tasks-done)
+    tasks_cpu_s: float | None = None  # the servers' CPU from listening until no task is active (the same)
 
     @property
     def firings_per_s(self) -> float:
@@ -164,8 +165,10 @@ def measure_drain(
                 engine, procs, due, timeout, seq_scans=seq_scans, database_cpu=database_cpu
             )
             server_cpu_s = sum(cpu_seconds(p.proc.pid) for p in procs) - server_cpu_before
+            tasks_cpu_s = None
             if until_tasks_done:
                 _wait_for_tasks(engine, timeout)
+                tasks_cpu_s = sum(cpu_seconds(p.proc.pid) for p in procs) - server_cpu_before
         with engine.connect() as conn:
             first_fired = conn.execute(select(func.min(task_schedule_run.c.fired_at))).scalar_one()
             scheduled = select(tasks).where(tasks.c.schedule_id.is_not(None)).subquery()
@@ -190,6 +193,7 @@ def measure_drain(
         server_cpu_s=server_cpu_s,
         postgres_cpu_s=database_cpu.seconds if database_cpu is not None else None,
         tasks_done_s=(last_end - first_fired).total_seconds() if until_tasks_done and last_end else None,
+        tasks_cpu_s=tasks_cpu_s,
     )
 
 
@@ -306,7 +310,11 @@ def report(kind: str, instances: int, batch: int, drain: Drain) -> None:
         if drain.postgres_cpu_us_per_firing is not None
         else "-",
         **(
-            {"tasks_done_s": drain.tasks_done_s, "tasks_per_s": drain.tasks / drain.tasks_done_s}
+            {
+                "tasks_done_s": drain.tasks_done_s,
+                "tasks_per_s": drain.tasks / drain.tasks_done_s,
+                "server_cpu_us_per_task": (drain.tasks_cpu_s or 0.0) / max(drain.tasks, 1) * 1e6,
+            }
             if drain.tasks_done_s
             else {}
         ),

@@ -44,6 +44,7 @@ from rackflow.store.tasks import set_status
 from rackflow.tasks.gates import consult
 from rackflow.windows.service import Ref, WindowInput
 from tests.checks_support import Answer, checking, receiving
+from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import HOURLY, POWER_OFF, make_env, rack_target
 from tests.store.test_executor import (
     CLOCK,
@@ -356,7 +357,7 @@ async def test_a_late_round_is_not_recorded_for_a_task_that_no_longer_waits(db: 
     with receiving(Answer({"ok": True})) as hook:
         services, _, clock, task = await _passed_once(db, hook.url)
         async with db.read() as conn:
-            [waiting] = (await store.waiting(conn, [task.id])).values()
+            [waiting] = (await store.gate_read(conn, [task.id], ())).waiting.values()
         async with db.transaction() as conn:
             assert await _claim(db, conn, services, clock.now()) == [task.id]
         late = clock.now() + timedelta(seconds=3)
@@ -428,7 +429,9 @@ async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_ca
 
 
 async def test_a_plain_firings_task_starts_when_its_checks_pass(db: Database) -> None:
-    """Not a rollout: its run has no caps to look up (its policy a JSON null), and nothing holds it back."""
+    """Not a rollout: its run has no caps to look up (its policy a JSON null), and nothing holds it back;
+    the gate's one read of the task's round says its run is no rollout, so the claim that starts it reads
+    or locks no run (issue 26: a round trip fewer per claim)."""
     env = make_env(db)
     rack = await env.rack("r00")
     with receiving(Answer({"ok": True})) as hook:
@@ -443,7 +446,9 @@ async def test_a_plain_firings_task_starts_when_its_checks_pass(db: Database) ->
         assert await checker.poll() == 1
         await checker.settle()
         async with db.transaction() as conn:
-            assert await _claim(db, conn, env.services, env.clock.now()) == [task_id]
+            with statements_sent(db) as sent:
+                assert await _claim(db, conn, env.services, env.clock.now()) == [task_id]
+        assert not [s for s, _ in sent if s.lstrip().startswith("SELECT task_schedule_run.id")], sent
 
 
 # --- checks that only read the database, asked in the claim itself (issue 26: the drain) ---------
@@ -470,10 +475,39 @@ async def test_a_rack_idle_check_that_passes_starts_the_task_at_its_first_claim_
         assert await _claim(db, conn, services, CLOCK.now()) == [task.id]
     assert await _rounds(db, task) == [(1, True, "pre-flight check 'quiet-rack': rack_idle: idle")]
     async with db.read() as conn:
-        assert (await store.waiting(conn, [task.id]))[task.id].attempt == 1
+        assert (await store.gate_read(conn, [task.id], ())).waiting[task.id].attempt == 1
     assert _results("quiet-rack", "pass") == passes + 1
     started = await get(db, task)
     assert started.status is TaskStatus.RUNNING and started.held_by is None
+
+
+async def test_passing_rack_idle_checks_cost_a_claim_two_round_trips_on_postgresql(db: Database) -> None:
+    """The drain's cost (issue 26): the executor's journal waits for each round trip of a claim, so the
+    gate that asks rack_idle checks in the claim reads the checks (as with none), then the tasks' rounds
+    and what runs on their racks in one statement, and writes their rounds in one (PostgreSQL; SQLite's
+    executemany per table has no round trips), however many tasks and checks."""
+    services = Services.build(db, CLOCK)
+    for name in ("quiet-a", "quiet-b", "quiet-c"):
+        idle = RackIdleSettings(frozenset({OperationKind.POWER_RESET}), "")
+        await services.checks.create(CheckInput(name=name, settings=idle))
+    for i in range(4):
+        await submit(db, await _rack(db, f"r{i}"), POWER_ON)
+    async with db.transaction() as conn:
+        claimed = await task_runs.claim(
+            db,
+            conn,
+            owner_id=OWNER,
+            lease_ttl=timedelta(seconds=30),
+            running_here=(),
+            now=CLOCK.now(),
+            limit=10,
+        )
+        with statements_sent(db) as sent:
+            gated = await consult(services.gates, conn, claimed, owner_id=OWNER, now=CLOCK.now())
+    assert len(gated.claimed) == 4 and not gated.failed
+    gate = [statement for statement, _ in sent if "preflight" in statement]
+    assert len(gate) == (3 if db.is_postgres else 4), gate
+    assert "preflight_checks" in gate[0] and "preflight_results" in gate[-1]
 
 
 async def test_a_rack_idle_check_that_fails_holds_the_task_at_its_first_claim_with_the_reason(

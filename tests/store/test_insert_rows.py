@@ -17,8 +17,9 @@ from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
 from rackflow.store import schedules as store
 from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
-from rackflow.store.dialect import insert_rows
+from rackflow.store.dialect import insert_rows, insert_rows_together
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
+from tests.store.query_plans import statements_sent
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 # Values a text array must quote: quotes, backslashes, braces, commas, NULL-like words, non-ASCII.
@@ -104,6 +105,41 @@ async def test_insert_runs_leaves_out_a_slot_recorded_already(db: Database) -> N
     async with db.read() as conn:
         recorded = set((await conn.execute(select(task_schedule_run.c.id))).scalars())
     assert recorded == {first.run_id, later.run_id}
+
+
+async def test_insert_rows_together_stores_each_tables_rows_in_one_statement_on_postgresql(
+    db: Database,
+) -> None:
+    """A parent's rows and its children's (a schedule and its runs, the runs' key on the schedule), as the
+    claim's gate writes a pre-flight round (a waiting row and its results): what a row-by-row INSERT
+    stores, in one statement on PostgreSQL (a data-modifying CTE), one per table on SQLite; an empty batch
+    is left out."""
+    schedule_id = uuid.uuid4()
+    schedule = {
+        "id": schedule_id,
+        "name": "nightly",
+        "spec_type": "interval",
+        "spec": "1h",
+        "operation_template": {"kind": "power_on"},
+        "created_at": T0,
+        "updated_at": T0,
+    }
+    rows = [_run_values(schedule_id, k) for k in range(1, 7)]
+    twins = [{**row, "id": uuid.uuid4(), "scheduled_for": None} for row in rows]
+    async with db.transaction() as conn:
+        with statements_sent(db) as sent:
+            await insert_rows_together(
+                conn, [(racks, []), (task_schedule, [schedule]), (task_schedule_run, rows)]
+            )
+        await conn.execute(insert(task_schedule_run), twins)  # the reference: SQLAlchemy, row by row
+    assert len(sent) == (1 if db.is_postgres else 2)
+    stored = await _stored(db, [r["id"] for r in rows])
+    reference = await _stored(db, [t["id"] for t in twins])
+    for row, mine, theirs in zip(rows, stored, reference, strict=True):
+        assert mine[:2] == theirs[:2] and mine[3:] == theirs[3:]  # all but the slot, which twins leave out
+        assert mine[2] == row["scheduled_for"]
+    async with db.read() as conn:
+        assert (await conn.execute(select(task_schedule.c.name))).scalars().all() == ["nightly"]
 
 
 def test_on_postgresql_the_statement_is_the_same_text_for_any_number_of_rows() -> None:

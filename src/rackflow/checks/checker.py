@@ -6,9 +6,10 @@ at most every NUDGE_GAP while its executor ends tasks) finds the held tasks whos
 starts a round for each, in the background, so a slow hook delays no other rack and never the dispatcher
 or the executor; then it looks ahead (below). A round:
 
-1. takes a lease on the task's next round (`store.take_rounds`, a conditional UPDATE; one transaction for
-   all the rounds a poll found due): of several instances, one asks; a checker that dies mid-round is
-   replaced when its lease runs out;
+1. takes a lease on the task's next round (`store.take_rounds`: only if the round read under the task row's
+   lock is still the one due and no other lease holds it; one transaction, and one UPDATE, for all the
+   rounds a poll found due): of several instances, one asks; a checker that dies mid-round is replaced
+   when its lease runs out;
 2. asks every check that applies, at once, outside any transaction (at most PREFLIGHT_CONCURRENCY HTTP
    requests at once in the process, each with its timeout);
 3. stores the results as round `attempt` and, in the same transaction, lets the task be claimed at once if
@@ -328,8 +329,8 @@ class PreflightChecker:
         """Store each round's results and, in the same transaction, release its task if all passed or hold
         it with the first failing check's reason until the first maximum wait runs out (when the claim's
         gate fails it; the next round, at its first result's `recheck_at`, releases it as soon as the
-        checks pass). Whether each was still ours. A few statements for all the records, but one per round
-        and per hold (a round's row moves on from its own attempt)."""
+        checks pass). Whether each was still ours. A few statements for all the records (`record_rounds`
+        moves every round's row on in one), but one per hold."""
         ours = await store.record_rounds(
             self.db,
             conn,

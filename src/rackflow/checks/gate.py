@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -48,7 +48,7 @@ from rackflow.checks import kinds
 from rackflow.config import PREFLIGHT_ANSWER_WAIT, PREFLIGHT_CAP_WAIT
 from rackflow.domain.checks import CheckResult, Look, PreflightCheck, RackIdleSettings, Waiting
 from rackflow.domain.rollouts import cap_reached
-from rackflow.domain.tasks import Hold, Task
+from rackflow.domain.tasks import Hold, OperationKind, Task
 from rackflow.domain.windows import RackRef
 from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS, CHECK_WAIT
 from rackflow.store import checks as store
@@ -95,11 +95,12 @@ class PreflightGate:
         }
         if not mine:
             return {}
-        waiting = await store.waiting(conn, mine.keys())
-        found = await store.results(conn, waiting.values())
-        # Checks an operator overrode for one task count as passed for it (only a task with a row can have
-        # some: the override adds its row).
-        overridden = await store.overridden_checks(conn, waiting.keys()) if waiting else {}
+        # One read of their rounds, and of what runs on their racks for the checks asked below (`_ask_here`).
+        busy = _busy_operations(c for applying in mine.values() for c in applying)
+        read = await store.gate_read(conn, mine.keys(), busy)
+        waiting, found = read.waiting, read.results
+        # Checks an operator overrode for one task count as passed for it.
+        overridden = await store.overridden_checks(conn, read.with_overrides) if read.with_overrides else {}
         verdicts: dict[uuid.UUID, Verdict] = {}
         starting: list[tuple[Task, timedelta]] = []
         asking: list[tuple[Task, list[PreflightCheck], timedelta]] = []  # asked here, in claim order
@@ -148,14 +149,15 @@ class PreflightGate:
         asked: set[uuid.UUID] = set()
         if asking:
             going = {t.id for t in tasks if t.id not in mine} | {t.id for t, _ in starting}
-            decided = await self._ask_here(conn, asking, waiting, {t.id for t in tasks}, going, now)
+            decided = await self._ask_here(conn, asking, read, {t.id for t in tasks}, going, now)
             for task, _, waited in asking:
                 if task.id in decided:
                     verdicts[task.id] = decided[task.id]
                 else:
                     starting.append((task, waited))
                     asked.add(task.id)
-        verdicts.update(await self._room_in_rollouts(conn, [t for t, _ in starting], verdicts.keys(), now))
+        released = [t for t, _ in starting if t.held_by == GATE_NAME and t.run_id in read.rollout_runs]
+        verdicts.update(await self._room_in_rollouts(conn, released, verdicts.keys(), now))
         for task, waited in starting:
             if task.id not in verdicts and (task.held_by == GATE_NAME or task.id in asked):
                 CHECK_WAIT.observe(waited.total_seconds())
@@ -170,7 +172,7 @@ class PreflightGate:
         self,
         conn: AsyncConnection,
         asking: Sequence[tuple[Task, list[PreflightCheck], timedelta]],
-        waiting: Mapping[uuid.UUID, Waiting],
+        read: store.GateRead,
         claimed: Collection[uuid.UUID],
         going: Collection[uuid.UUID],
         now: datetime,
@@ -186,15 +188,8 @@ class PreflightGate:
         (`going`) and those asked here before (claim order: as if it started them one by one), so two
         tasks that each are "busy" for the other never start together in one claim (one the rollout caps
         then hold back still counted: the mistake is a hold, asked again after the interval, never a
-        start). Tasks other claims started count once those committed, as for the checker."""
-        busy_operations = {
-            op
-            for _, applying, _ in asking
-            for c in applying
-            if isinstance(c.settings, RackIdleSettings)
-            for op in c.settings.busy_operations
-        }
-        running = await store.running_on(conn, {task.rack_id for task, _, _ in asking}, busy_operations)
+        start). Tasks other claims started count once those committed, as for the checker. What runs on
+        the racks was read with their rounds (`store.gate_read`)."""
         wanted = {
             (task.rack_id, task.operation.kind)
             for task, applying, _ in asking
@@ -207,10 +202,10 @@ class PreflightGate:
         for task, applying, waited in asking:
             others = [
                 other
-                for other in running.get(task.rack_id, [])
+                for other in read.running.get(task.rack_id, [])
                 if other.task_id != task.id and (other.task_id not in claimed or other.task_id in started)
             ]
-            state = waiting.get(task.id)
+            state = read.waiting.get(task.id)
             attempt = (state.attempt if state is not None else 0) + 1
             results = []
             for check in applying:
@@ -237,14 +232,14 @@ class PreflightGate:
         return verdicts
 
     async def _room_in_rollouts(
-        self, conn: AsyncConnection, starting: Sequence[Task], holding: Collection[uuid.UUID], now: datetime
+        self, conn: AsyncConnection, released: Sequence[Task], holding: Collection[uuid.UUID], now: datetime
     ) -> dict[uuid.UUID, Verdict]:
-        """Holds for the tasks about to start that their checks held until now, in a rollout already at a
-        cap: held, such a rack did not count against its rollout's caps, so the rollout may have started
-        others in its place (docs/ROLLOUTS.md). Each rollout run's row is locked (in id order, in one
-        statement) until the claim commits, so two claims, or a claim and a rollout step, count one after
-        the other."""
-        released = [t for t in starting if t.held_by == GATE_NAME and t.run_id is not None]
+        """Holds for the tasks about to start that their checks held until now (`released`: those of
+        rollout runs), in a rollout already at a cap: held, such a rack did not count against its rollout's
+        caps, so the rollout may have started others in its place (docs/ROLLOUTS.md). Each rollout run's row
+        is locked (in id order, in one statement) until the claim commits, so two claims, or a claim and a
+        rollout step, count one after the other. No statement when there is none (plain firings: the
+        gate's read said which runs are rollouts)."""
         if not released:
             return {}
         runs = await rollout_store.lock_rollout_policies(
@@ -281,6 +276,13 @@ class PreflightGate:
             else:
                 active[task.run_id].append(domain(task.rack_id))
         return holds
+
+
+def _busy_operations(checks: Iterable[PreflightCheck]) -> set[OperationKind]:
+    """The operations `rack_idle` checks among `checks` look for on a rack."""
+    return {
+        op for c in checks if isinstance(c.settings, RackIdleSettings) for op in c.settings.busy_operations
+    }
 
 
 def round_result(task: Task, check: PreflightCheck, attempt: int, look: Look, now: datetime) -> CheckResult:

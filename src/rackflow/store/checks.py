@@ -8,12 +8,13 @@ executor's claim, the checker's writes in short transactions of their own, never
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Select, and_, bindparam, delete, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.checks import (
@@ -31,6 +32,7 @@ from rackflow.domain.checks import (
 from rackflow.domain.tasks import Hold, OperationKind, Task, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, unique_violation_as
+from rackflow.store.dialect import insert_rows_together, update_rows
 from rackflow.store.inventory import names_by_id
 from rackflow.store.tables import (
     nvl_domains,
@@ -39,6 +41,7 @@ from rackflow.store.tables import (
     preflight_results,
     preflight_tasks,
     racks,
+    task_schedule_run,
     tasks,
 )
 from rackflow.store.tasks import OLDEST_FIRST, hold_values, is_active, status_in, task_from_row
@@ -179,18 +182,6 @@ async def rack_facts(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> 
 # --- the tasks the gate holds -------------------------------------------------------------------
 
 
-def _waiting_from(row: Row[Any]) -> Waiting:
-    return Waiting(row.task_id, row.attempt, row.next_check_at, row.override_reason, row.checking_until)
-
-
-async def waiting(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Waiting]:
-    found: dict[uuid.UUID, Waiting] = {}
-    for chunk in chunked(set(task_ids)):
-        stmt = select(preflight_tasks).where(preflight_tasks.c.task_id.in_(chunk))
-        found.update({row.task_id: _waiting_from(row) for row in await conn.execute(stmt)})
-    return found
-
-
 async def start_waiting(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
     """Tasks the gate holds for the first time: their first round of checks is due at once. Called in the
     claim, which holds the tasks' rows, so no other claim adds the same row meanwhile."""
@@ -215,30 +206,112 @@ async def check_all_again(conn: AsyncConnection) -> None:
     )
 
 
-async def results(conn: AsyncConnection, rounds: Collection[Waiting]) -> dict[uuid.UUID, list[CheckResult]]:
-    """The results of each task's last round (its `attempt`), by task."""
-    found: dict[uuid.UUID, list[CheckResult]] = {}
-    done = [w for w in rounds if w.attempt > 0]
-    for chunk in chunked(done):
-        pairs = [
-            and_(preflight_results.c.task_id == w.task_id, preflight_results.c.attempt == w.attempt)
-            for w in chunk
-        ]
-        stmt = select(preflight_results).where(or_(*pairs)).order_by(preflight_results.c.check_name)
-        for row in await conn.execute(stmt):
-            found.setdefault(row.task_id, []).append(
-                CheckResult(
-                    task_id=row.task_id,
-                    check_id=row.check_id,
-                    check_name=row.check_name,
-                    attempt=row.attempt,
-                    passed=row.passed,
-                    reason=row.reason,
-                    checked_at=row.checked_at,
-                    recheck_at=row.recheck_at,
+@dataclass(frozen=True)
+class GateRead:
+    """What the pre-flight gate reads about the tasks a claim took, in one statement (`gate_read`): each
+    waiting task's row and its last round's results, which of them an operator overrode some checks for,
+    what runs on their racks, and which of their runs are rollouts (a run's policy is written with it and
+    never changes)."""
+
+    waiting: dict[uuid.UUID, Waiting]
+    results: dict[uuid.UUID, list[CheckResult]]
+    with_overrides: set[uuid.UUID]
+    running: dict[uuid.UUID, list[OnRack]]
+    rollout_runs: set[uuid.UUID]
+
+
+def _gate_read_statement(busy: bool) -> Select[Any]:
+    """`gate_read`'s statement, with or without the racks' busy tasks; the tasks and operations bound
+    (expanding). Built once: building it (aliases, joins) cost a claim more than running it."""
+    claimed = tasks.alias("claimed")
+    other = tasks.alias("other")
+    overrides = exists().where(preflight_overrides.c.task_id == claimed.c.id)
+    joined = (
+        claimed.outerjoin(preflight_tasks, preflight_tasks.c.task_id == claimed.c.id)
+        .outerjoin(
+            preflight_results,
+            and_(
+                preflight_results.c.task_id == preflight_tasks.c.task_id,
+                preflight_results.c.attempt == preflight_tasks.c.attempt,
+            ),
+        )
+        .outerjoin(task_schedule_run, task_schedule_run.c.id == claimed.c.run_id)
+    )
+    columns: list[Any] = [
+        claimed.c.id,
+        claimed.c.run_id,
+        task_schedule_run.c.rollout.label("run_rollout"),
+        preflight_tasks.c.task_id.label("waiting"),
+        preflight_tasks.c.attempt.label("round"),
+        preflight_tasks.c.next_check_at,
+        preflight_tasks.c.override_reason,
+        preflight_tasks.c.checking_until,
+        overrides.label("overrides"),
+        *(column.label(f"result_{column.name}") for column in preflight_results.c),
+    ]
+    if busy:
+        joined = joined.outerjoin(
+            other,
+            and_(
+                other.c.rack_id == claimed.c.rack_id,
+                is_active(other.c.status),
+                status_in(other.c.status, TaskStatus.RUNNING),
+                other.c.operation.in_(bindparam("operations", expanding=True, type_=other.c.operation.type)),
+            ),
+        )
+        columns += [claimed.c.rack_id, other.c.id.label("other_id"), other.c.operation.label("other_op")]
+    task_ids = bindparam("task_ids", expanding=True, type_=claimed.c.id.type)
+    return select(*columns).select_from(joined).where(claimed.c.id.in_(task_ids))
+
+
+_GATE_READS = {busy: _gate_read_statement(busy) for busy in (False, True)}
+
+
+async def gate_read(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID], busy_operations: Collection[OperationKind]
+) -> GateRead:
+    """For the tasks `task_ids`: the waiting row of those the gate has held (`Waiting`) and the results of
+    each one's last round (its `attempt`), which of them an operator overrode checks for alone
+    (`overridden_checks` reads which), and the tasks of `busy_operations` RUNNING on their racks
+    (`running_on`; in a claim, its own claimed tasks too), by rack, and which of their runs are rollouts.
+    One statement a chunk of tasks: their rows joined to their waiting row, its results, their runs and
+    their racks' busy tasks, because the claim's journal waits for every round trip of its gates
+    (docs/PERFORMANCE.md, issue 26)."""
+    read = GateRead({}, {}, set(), {}, set())
+    results: dict[uuid.UUID, dict[tuple[uuid.UUID, int], CheckResult]] = {}
+    running: dict[uuid.UUID, dict[uuid.UUID, OnRack]] = {}
+    stmt = _GATE_READS[bool(busy_operations)]
+    operations = {"operations": sorted(op.value for op in busy_operations)} if busy_operations else {}
+    for chunk in chunked(set(task_ids)):
+        for row in await conn.execute(stmt, {"task_ids": chunk, **operations}):
+            if row.waiting is not None:
+                read.waiting[row.id] = Waiting(
+                    row.id, row.round, row.next_check_at, row.override_reason, row.checking_until
                 )
-            )
-    return found
+            if row.overrides:
+                read.with_overrides.add(row.id)
+            if row.run_rollout is not None:
+                read.rollout_runs.add(row.run_id)
+            if row.result_check_id is not None:
+                results.setdefault(row.id, {})[(row.result_check_id, row.result_attempt)] = CheckResult(
+                    task_id=row.id,
+                    check_id=row.result_check_id,
+                    check_name=row.result_check_name,
+                    attempt=row.result_attempt,
+                    passed=row.result_passed,
+                    reason=row.result_reason,
+                    checked_at=row.result_checked_at,
+                    recheck_at=row.result_recheck_at,
+                )
+            if busy_operations:
+                on_rack = running.setdefault(row.rack_id, {})
+                if row.other_id is not None:
+                    on_rack[row.other_id] = OnRack(row.other_id, OperationKind(row.other_op))
+    read.results.update(
+        (task_id, sorted(found.values(), key=lambda r: r.check_name)) for task_id, found in results.items()
+    )
+    read.running.update((rack_id, list(found.values())) for rack_id, found in running.items() if found)
+    return read
 
 
 async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) -> list[tuple[Task, Waiting]]:
@@ -340,9 +413,15 @@ async def ask_ahead(
         insert(preflight_tasks),
         [{"task_id": i, "attempt": 0, "next_check_at": None, "checking_until": asks[i][1]} for i in taken],
     )
+    # One statement per distinct hold (the tasks asked together mostly share it), as a claim holds them.
+    by_hold: dict[Hold, list[uuid.UUID]] = defaultdict(list)
     for task_id in taken:
-        hold = asks[task_id][0]
-        await conn.execute(update(tasks).where(tasks.c.id == task_id).values(hold_values(gate, hold, now)))
+        by_hold[asks[task_id][0]].append(task_id)
+    for hold, task_ids in by_hold.items():
+        for chunk in chunked(task_ids):
+            await conn.execute(
+                update(tasks).where(tasks.c.id.in_(chunk)).values(hold_values(gate, hold, now))
+            )
     return locked
 
 
@@ -380,25 +459,41 @@ async def take_rounds(
 ) -> set[uuid.UUID]:
     """Take each task's next round (its `Waiting` as read, and the lease's end): the tasks whose round was
     taken, of those still waiting for `gate`, with no other checker's lease, the same round still due; not
-    one that started meanwhile or whose round another instance's checker took first."""
+    one that started meanwhile or whose round another instance's checker took first. A few statements
+    for all the rounds (`_rounds_of_locked`)."""
     locked = await _lock_held(db, conn, gate, [task.task_id for task, _ in rounds])
-    taken: set[uuid.UUID] = set()
-    for task, until in sorted(rounds, key=lambda pair: pair[0].task_id):
-        if task.task_id not in locked:
-            continue
-        result = await conn.execute(
-            update(preflight_tasks)
-            .where(
-                preflight_tasks.c.task_id == task.task_id,
-                preflight_tasks.c.attempt == task.attempt,
-                preflight_tasks.c.overridden_at.is_(None),
-                or_(preflight_tasks.c.checking_until.is_(None), preflight_tasks.c.checking_until <= now),
-            )
-            .values(checking_until=until)
+    found = await _rounds_of_locked(conn, locked)
+    taken = {
+        task.task_id: until
+        for task, until in rounds
+        if (row := found.get(task.task_id)) is not None
+        and row.attempt == task.attempt
+        and (row.checking_until is None or row.checking_until <= now)
+    }
+    if taken:
+        leases = [{"task_id": i, "checking_until": until} for i, until in taken.items()]
+        await conn.execute(*update_rows(conn.dialect.name, preflight_tasks, "task_id", leases))
+    return set(taken)
+
+
+async def _rounds_of_locked(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, Waiting]:
+    """The waiting rows of tasks whose rows `_lock_held` locked, but those an operator overrode: read under
+    that lock, which every writer of a task's round holds (a claim, a checker, an override), so what is read
+    stays so until commit, and the rounds it decides on are written with one UPDATE (`update_rows`) instead
+    of a conditional one per task (issue 26: the checker's per-task statements took the executor's
+    connection time and the event loop's turns)."""
+    found: dict[uuid.UUID, Waiting] = {}
+    for chunk in chunked(sorted(task_ids)):
+        stmt = select(preflight_tasks).where(
+            preflight_tasks.c.task_id.in_(chunk), preflight_tasks.c.overridden_at.is_(None)
         )
-        if result.rowcount:
-            taken.add(task.task_id)
-    return taken
+        for row in await conn.execute(stmt):
+            found[row.task_id] = Waiting(
+                row.task_id, row.attempt, row.next_check_at, row.override_reason, row.checking_until
+            )
+    return found
 
 
 @dataclass(frozen=True)
@@ -418,25 +513,21 @@ async def record_rounds(
     for a round that was not ours any more: its task no longer waits for `gate` (it started, or ended), its
     checks were overridden, or our lease ran out and another checker took the round over."""
     locked = await _lock_held(db, conn, gate, [r.task_id for r in rounds])
-    ours: set[uuid.UUID] = set()
-    for each in sorted(rounds, key=lambda r: r.task_id):
-        if each.task_id not in locked:
-            continue
-        result = await conn.execute(
-            update(preflight_tasks)
-            .where(
-                preflight_tasks.c.task_id == each.task_id,
-                preflight_tasks.c.attempt == each.attempt - 1,
-                preflight_tasks.c.overridden_at.is_(None),
-            )
-            .values(attempt=each.attempt, next_check_at=each.next_check_at, checking_until=None)
+    found = await _rounds_of_locked(conn, locked)
+    ours = [
+        each
+        for each in rounds
+        if (row := found.get(each.task_id)) is not None and row.attempt == each.attempt - 1
+    ]
+    if ours:
+        moved = [{"task_id": r.task_id, "attempt": r.attempt, "next_check_at": r.next_check_at} for r in ours]
+        update, values = update_rows(
+            conn.dialect.name, preflight_tasks, "task_id", moved, {"checking_until": None}
         )
-        if result.rowcount:
-            ours.add(each.task_id)
-    found = [_result_values(r) for each in rounds if each.task_id in ours for r in each.found]
-    if found:
-        await conn.execute(insert(preflight_results), found)
-    return ours
+        await conn.execute(update, values)
+        if results := [_result_values(r) for each in ours for r in each.found]:
+            await conn.execute(insert(preflight_results), results)
+    return {each.task_id for each in ours}
 
 
 async def record_rounds_in_claim(
@@ -446,13 +537,8 @@ async def record_rounds_in_claim(
     task's last (`Waiting`, None when the gate never held it: its row is added). Called in the claim,
     which holds the tasks' rows locked and saw no round under way, so no checker takes or records a round
     of these tasks meanwhile; the next round, if the task stays held, is due at its first result's
-    `recheck_at`."""
-    new = [(w, found) for w, found in rounds if w is None]
-    if new:
-        await conn.execute(
-            insert(preflight_tasks),
-            [{"task_id": found[0].task_id, "attempt": 1, "next_check_at": _next(found)} for _, found in new],
-        )
+    `recheck_at`. The new rows and the results go in one statement on PostgreSQL
+    (`insert_rows_together`): the claim's journal waits for each round trip."""
     for last, found in rounds:
         if last is None:
             continue
@@ -463,7 +549,13 @@ async def record_rounds_in_claim(
         )
         if not done.rowcount:  # the fence: never write over a round this claim did not see
             raise RuntimeError(f"task {last.task_id}: its pre-flight round moved under the claim's lock")
-    await conn.execute(insert(preflight_results), [_result_values(r) for _, found in rounds for r in found])
+    new = [
+        {"task_id": found[0].task_id, "attempt": 1, "next_check_at": _next(found)}
+        for last, found in rounds
+        if last is None
+    ]
+    results = [_result_values(r) for _, found in rounds for r in found]
+    await insert_rows_together(conn, [(preflight_tasks, new), (preflight_results, results)])
 
 
 def _next(found: Sequence[CheckResult]) -> datetime:

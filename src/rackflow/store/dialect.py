@@ -391,6 +391,43 @@ def insert_rows(
     return insert.from_select(list(rows[0]), select(*new_rows.c)), values
 
 
+async def insert_rows_together(
+    conn: AsyncConnection, batches: Sequence[tuple[Table, Sequence[Mapping[str, Any]]]]
+) -> None:
+    """Insert each batch's rows (table, rows each with the same keys; an empty batch is left out).
+
+    PostgreSQL: one statement, as `insert_rows` writes them, the first batches data-modifying CTEs of the
+    last (`WITH inserted_0 AS (INSERT …) INSERT …`): one round trip however many tables. A claim's
+    pre-flight round is a waiting row and its results, and the executor's journal waits for every round
+    trip of a claim (docs/PERFORMANCE.md, issue 26). SQLite: an executemany per table (no round trips)."""
+    batches = [(table, rows) for table, rows in batches if rows]
+    if conn.dialect.name != POSTGRESQL:
+        for table, rows in batches:
+            await conn.execute(table.insert(), rows)
+        return
+    if not batches:
+        return
+    shape = tuple((table, tuple(rows[0])) for table, rows in batches)
+    stmt = _TOGETHER.get(shape)
+    if stmt is None:  # built once per shape: building it cost a claim more than running it
+        inserts = []
+        for i, (table, rows) in enumerate(batches):
+            new_rows, _ = rows_table(table, rows[:1], "new_rows", prefix=f"b{i}")
+            inserts.append(table.insert().from_select(list(rows[0]), select(*new_rows.c)))
+        *first, last = inserts
+        stmt = _TOGETHER[shape] = last.add_cte(
+            *(insert.cte(f"inserted_{i}") for i, insert in enumerate(first))
+        )
+    parameters: dict[str, list[Any]] = {}
+    for i, (table, rows) in enumerate(batches):
+        parameters.update(rows_values(table, rows, prefix=f"b{i}"))
+    await conn.execute(stmt, parameters)
+
+
+# `insert_rows_together`'s statements, by their tables and columns.
+_TOGETHER: dict[tuple[tuple[Table, tuple[str, ...]], ...], Insert] = {}
+
+
 def update_rows(
     dialect: str,
     table: Table,
@@ -437,25 +474,36 @@ def update_rows(
 
 
 def rows_table(
-    table: Table, rows: Sequence[Mapping[str, Any]], name: str
+    table: Table, rows: Sequence[Mapping[str, Any]], name: str, *, prefix: str = "b"
 ) -> tuple[TableValuedAlias, dict[str, list[Any]]]:
     """PostgreSQL: `unnest(:a, :b, …) AS name(a, b, …)`, the rows (each with the same keys, columns of
-    `table`) as a table, one array parameter per column, and the parameters (`b_<column>`: the column's
-    values in row order). JSON values go as text cast to their type, so None stays JSON null, as
-    SQLAlchemy stores it."""
-    names = list(rows[0])
+    `table`) as a table, one array parameter per column, and the parameters (`<prefix>_<column>`: the
+    column's values in row order, `rows_values`). JSON values go as text cast to their type, so None
+    stays JSON null, as SQLAlchemy stores it."""
     arrays: list[ColumnElement[Any]] = []
-    values: dict[str, list[Any]] = {}
-    for column in names:
+    for column in rows[0]:
         column_type = table.c[column].type
-        parameter = f"b_{column}"
+        parameter = f"{prefix}_{column}"
         if isinstance(column_type, JSON):
             arrays.append(sql_cast(bindparam(parameter, type_=ARRAY(Text)), ARRAY(column_type)))
-            values[parameter] = [_json_text(row[column]) for row in rows]
         else:
             arrays.append(bindparam(parameter, type_=ARRAY(column_type)))
-            values[parameter] = [row[column] for row in rows]
-    return func.unnest(*arrays).table_valued(*names).render_derived(name=name), values
+    unnested = func.unnest(*arrays).table_valued(*rows[0]).render_derived(name=name)
+    return unnested, rows_values(table, rows, prefix=prefix)
+
+
+def rows_values(
+    table: Table, rows: Sequence[Mapping[str, Any]], *, prefix: str = "b"
+) -> dict[str, list[Any]]:
+    """The parameters of `rows_table`'s arrays for `rows` (the same keys as the rows it was built for)."""
+    return {
+        f"{prefix}_{column}": (
+            [_json_text(row[column]) for row in rows]
+            if isinstance(table.c[column].type, JSON)
+            else [row[column] for row in rows]
+        )
+        for column in rows[0]
+    }
 
 
 # The texts of the JSON values most rows of a firing carry, as `json.dumps` writes them: a new run's
