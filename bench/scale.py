@@ -198,6 +198,14 @@ def rpc_cases(
         stub.ListTaskSchedules,
         lambda **kw: pb.ListTaskSchedulesRequest(name_contains="s00012", **kw),
     )
+    # Two characters, no trigram: one held by no name (each page walks SEARCH_WALK schedules and comes back
+    # empty), one held by every name (the page fills at once).
+    for short in ("zz", "e-"):
+        paged(
+            f"ListTaskSchedules[name_contains={short}]",
+            stub.ListTaskSchedules,
+            lambda short=short, **kw: pb.ListTaskSchedulesRequest(name_contains=short, **kw),
+        )
     paged(
         "ListTaskSchedules[operation_type]",
         stub.ListTaskSchedules,

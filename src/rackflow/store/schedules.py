@@ -39,7 +39,7 @@ from sqlalchemy import cast as cast_
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import Subquery, TableValuedAlias
 
-from rackflow.config import SEARCH_WALK, SHORT_SEARCH_TEXT
+from rackflow.config import SEARCH_WALK
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.firing import NOT_COUNTED_STATES
 from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
@@ -57,6 +57,7 @@ from rackflow.domain.schedules import (
     Scope,
     ScopeOutcome,
     Trigger,
+    short_search,
 )
 from rackflow.domain.tasks import Operation, OperationKind, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
@@ -396,11 +397,6 @@ class Listed:
     total: int
     searched_to: Key | None = None
     count_bounded: bool = False
-
-
-def short_search(name_contains: str) -> bool:
-    """A name search that no index answers: the text holds no trigram (config.SHORT_SEARCH_TEXT)."""
-    return 0 < len(name_contains) < SHORT_SEARCH_TEXT
 
 
 async def each_schedule_chunk(
