@@ -316,6 +316,7 @@ def page_paths(ids: dict[str, str]) -> list[str]:
         "/schedules?page=2",
         "/schedules?state=paused",
         "/schedules?search=s00012",
+        "/schedules?search=zz",  # two characters, held by no name: a bounded walk, "searching on"
         "/schedules?sort=next_run_at",
         "/schedules/scale-s0000001",
         "/schedules/scale-big",

@@ -963,7 +963,7 @@ def test_a_short_search_goes_on_past_pages_that_found_few_and_says_so(
     assert limited.exit_code == 0, limited.output
     asked = [(kw["limit"], kw["page_token"], kw["offset"]) for _, kw in fake.called("list_schedules")]
     assert asked == [(2, "", 1), (2, "walk-2", 0), (1, "walk-3", 0)]  # the offset once, then the tokens
-    assert "nx-1" in limited.stdout and "nx-2" in limited.stdout and "2 of 0+ schedules" in limited.stdout
+    assert "nx-1" in limited.stdout and "nx-2" in limited.stdout and "2 of 2+ schedules" in limited.stdout
     assert "searching on: 0 found in 1 pages so far" in limited.stderr
     assert "searching on: 1 found in 2 pages so far" in limited.stderr
     assert "More: add --page-token row-2" in limited.stderr  # the limit reached: the rest from there

@@ -423,7 +423,7 @@ def _searched_on(
     found (0: every one) or the list ends: each page walks a bounded part of the list and may find few or
     none, so one page short of `limit` says nothing of the rest. For people, each page that searches on is
     said on stderr. The answer holds every page's schedules, the first page's total (of the first walk:
-    capped) and the last page's token."""
+    capped), or how many were found if more, and the last page's token."""
     found = pb.ListTaskSchedulesResponse()
     pages = 0
     while True:
@@ -433,6 +433,7 @@ def _searched_on(
         if pages == 1:
             found.total, found.total_capped = answer.total, answer.total_capped
         found.task_schedules.extend(answer.task_schedules)
+        found.total = max(found.total, len(found.task_schedules))  # a lower bound, and at least the found
         found.next_page_token = token = answer.next_page_token
         if not token or (limit and len(found.task_schedules) >= limit):
             return found
