@@ -202,6 +202,14 @@ def rpc_cases(
         stub.ListTaskSchedules,
         lambda **kw: pb.ListTaskSchedulesRequest(name_contains="s00012", **kw),
     )
+    # Two characters, no trigram: one held by no name (each page walks SEARCH_WALK schedules and comes back
+    # empty), one held by every name (the page fills at once).
+    for short in ("zz", "e-"):
+        paged(
+            f"ListTaskSchedules[name_contains={short}]",
+            stub.ListTaskSchedules,
+            lambda short=short, **kw: pb.ListTaskSchedulesRequest(name_contains=short, **kw),
+        )
     paged(
         "ListTaskSchedules[operation_type]",
         stub.ListTaskSchedules,
@@ -312,6 +320,7 @@ def page_paths(ids: dict[str, str]) -> list[str]:
         "/schedules?page=2",
         "/schedules?state=paused",
         "/schedules?search=s00012",
+        "/schedules?search=zz",  # two characters, held by no name: a bounded walk, "searching on"
         "/schedules?sort=next_run_at",
         "/schedules/scale-s0000001",
         "/schedules/scale-big",

@@ -48,6 +48,13 @@ DUE_COUNT_CAP = 10_000
 # exact count reads every matching row, a second or more at ten million tasks (docs/PERFORMANCE.md, issue
 # 29), where the page itself reads fifty.
 LIST_COUNT_CAP = 10_000
+# The schedule name search is "name contains text". A text of fewer than SHORT_SEARCH_TEXT characters holds
+# no trigram, so PostgreSQL's trigram index (migration 0027) cannot answer it and the search reads names one
+# by one: a rare one read all million of them for one page, 3 s (docs/PERFORMANCE.md, issue 29). Such a
+# search walks at most SEARCH_WALK schedules per page in the list's order and says where it stopped (a page
+# token), so each page costs the same bounded walk, found or not, and the next page searches on from there.
+SHORT_SEARCH_TEXT = 3
+SEARCH_WALK = 10_000
 # How long an instance's heartbeat stays valid: its tasks and schedule runs are taken over once it is this
 # old. Instances renew it every third of this, so a brief stall or database hiccup does not count as death.
 DEFAULT_LEASE_TTL = timedelta(seconds=15)

@@ -22,6 +22,7 @@ from rackflow.errors import FailedPrecondition
 from rackflow.services import Services
 from rackflow.store import audit as audit_store
 from rackflow.store import paging
+from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule
 from rackflow.v1 import flow_pb2 as pb
@@ -273,3 +274,51 @@ async def test_total_is_counted_up_to_the_cap(
     assert (over.total, over.total_capped) == (4, True)
     under = await stub.ListAuditEvents(pb.ListAuditEventsRequest(principal="p1"))
     assert (under.total, under.total_capped) == (4, False)
+
+
+@pytest.mark.parametrize("order", ["created_at", "name desc", "next_run_at", "last_run_at desc"])
+async def test_a_short_search_pages_on_past_pages_that_found_nothing(
+    stub: Stub, schedule_ids: list[uuid.UUID], monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    """A search of one or two characters walks SEARCH_WALK schedules a page (here 2): a page may come back
+    short, even empty, with a token that searches on from where its walk stopped; walking the tokens gives
+    the unpaged search, every match once. `total` counts the matches of the first walk only, so it says
+    it is capped. Its tokens are the list's: another order's, or a broken one, is refused."""
+    monkeypatch.setattr(schedule_store, "SEARCH_WALK", 2)
+
+    def search(pagination: pb.Pagination) -> Any:
+        return stub.ListTaskSchedules(
+            pb.ListTaskSchedulesRequest(name_contains="LF", order_by=order, pagination=pagination)
+        )
+
+    everything = await search(pb.Pagination())  # no limit: every match, no bound, no token
+    assert [s.name for s in everything.task_schedules] == ["golf"] and not everything.next_page_token
+    assert (everything.total, everything.total_capped) == (1, False)
+    pages: list[list[str]] = []
+    token = ""
+    while True:
+        page = await search(pb.Pagination(limit=5, page_token=token))
+        pages.append([s.name for s in page.task_schedules])
+        assert page.total_capped  # seven schedules: the count covers the first two
+        if not page.next_page_token:
+            break
+        token = page.next_page_token
+        assert len(pages) <= len(NAMES)
+    assert [name for found in pages for name in found] == ["golf"]
+    assert len(pages) > 1 and [] in pages  # a page that found nothing said that the search goes on
+    first = await search(pb.Pagination(limit=5))
+    first_token = first.next_page_token
+    assert first_token
+    other = "name" if order != "name" else "created_at"
+    await refused(
+        stub.ListTaskSchedules(
+            pb.ListTaskSchedulesRequest(
+                name_contains="LF",
+                order_by=other,
+                pagination=pb.Pagination(limit=5, page_token=first_token),
+            )
+        ),
+        "pagination.page_token",
+    )
+    await refused(search(pb.Pagination(limit=5, page_token=first_token[:-3])), "pagination.page_token")
+    await refused(search(pb.Pagination(offset=1, limit=5, page_token=first_token)), "pagination.offset")

@@ -262,8 +262,8 @@ async def test_a_list_longer_than_a_chunk_streams_every_schedule_in_order(
     )
     assert [s.name for s in newest.task_schedules] == ["s6", "s5", "s4", "s3"] and newest.total == 8
     chunks: list[int] = []
-    total = await services.schedules.each_schedule_chunk(lambda chunk: chunks.append(len(chunk)))
-    assert (chunks, total) == ([3, 3, 2], 8)
+    listed = await services.schedules.each_schedule_chunk(lambda chunk: chunks.append(len(chunk)))
+    assert (chunks, listed.total) == ([3, 3, 2], 8)
 
 
 # --- update, pause, resume, delete ---------------------------------------------------------------

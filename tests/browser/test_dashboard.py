@@ -152,6 +152,26 @@ def test_follow_a_schedule_from_the_list_to_its_runs_grid(server: ServerProcess,
     wait(driver, lambda d: re.fullmatch(r"Power Reset on r[12]", h1(d)) is not None, "the task page")
 
 
+def test_a_two_character_search_says_when_it_has_looked_through_every_schedule(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    """A search of one or two characters looks through a bounded part of the list a page (10,000 schedules;
+    tests/web checks the pages that search on): over four schedules its first page reaches the end, and
+    says so where a longer search shows its pager, also after a refresh."""
+    open_page(driver, server, "/schedules", "Schedules")
+    search = visible(driver, "filter-search")
+    search.send_keys("me")
+    wait(driver, lambda d: "search=me" in d.current_url, "the search in the address")
+    wait(driver, lambda d: len(by_testid(d, "schedule-row")) == 3, "the three names holding 'me'")
+    assert "looked through every schedule" in text(driver, "search-done")
+    assert not by_testid(driver, "pager") and not by_testid(driver, "search-on")
+    before = text(driver, "live-status")
+    wait(driver, lambda d: text(d, "live-status") != before, "a refresh")
+    assert "looked through every schedule" in text(driver, "search-done")
+    search.send_keys("-")  # "me-": three characters, an index answers it: the pager again
+    wait(driver, lambda d: bool(by_testid(d, "pager")), "the pager of a longer search")
+
+
 def test_pause_with_a_confirmation_and_see_the_badge(server: ServerProcess, driver: WebDriver) -> None:
     open_page(driver, server, "/schedules/pause-me", "pause-me")
     assert text(driver, "schedule-state").endswith("enabled")

@@ -4,8 +4,8 @@ schedules (docs/PERFORMANCE.md, "Sorted by next or last run, and the name search
 two statements the list really sends (the capped count and the page) over 20,000 schedules with fresh
 statistics, as PostgreSQL plans each run with its values (rackflow's `force_custom_plan`).
 
-A text of one or two characters holds no trigram: the index could only be read whole, so PostgreSQL must
-plan those as before (a common text stops at the count's cap; a rare one reads the names). The answers are
+A text of one or two characters holds no trigram: the index could only be read whole, so a page of such a
+search walks a bounded range of the list's index instead (`config.SEARCH_WALK`). The answers are
 the same through the index: ILIKE's case folding, and `%` and `_` taken literally. SQLite has no trigram
 index and keeps its scan; its answers are checked by the list's own tests (tests/web, tests/api)."""
 
@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import insert
 
 from rackflow.config import LIST_COUNT_CAP
+from rackflow.domain.schedules import Schedule
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule
@@ -89,13 +90,13 @@ async def db(schedules_url: str) -> AsyncIterator[Database]:
     await database.dispose()
 
 
-async def _search(db: Database, text: str) -> tuple[list[str], int, list[str]]:
-    """The first page's names, the capped count, and the plan of each statement the search sent."""
+async def _search(db: Database, text: str) -> tuple[list[str], store.Listed, list[str]]:
+    """The first page's names, what the list said besides, and the plan of each statement it sent."""
+    found: list[Schedule] = []
     with statements_sent(db) as sent:
         async with db.read(streaming=True) as conn:
-            found, total = await store.list_schedules(conn, name_contains=text, limit=50)
-    assert len(sent) == 2, [statement for statement, _ in sent]  # the count, then the page
-    return [s.name for s in found], total, [await explain(db, *one) for one in sent]
+            listed = await store.each_schedule_chunk(conn, found.extend, name_contains=text, limit=50)
+    return [s.name for s in found], listed, [await explain(db, *one) for one in sent]
 
 
 @pytest.mark.parametrize(
@@ -110,19 +111,33 @@ async def _search(db: Database, text: str) -> tuple[list[str], int, list[str]]:
 async def test_a_text_of_three_characters_or_more_reads_the_trigram_index(
     db: Database, text: str, names: list[str]
 ) -> None:
-    found, total, plans = await _search(db, text)
+    found, listed, plans = await _search(db, text)
     assert found == names
-    assert total == _count(text)
+    assert listed == store.Listed(_count(text))
+    assert len(plans) == 2  # the count, then the page
     for plan in plans:
         assert TRIGRAM_INDEX in plan, plan
         assert not SEQ_SCAN.search(plan), plan
 
 
 @pytest.mark.parametrize("text", ["s0", "7", "zz"])
-async def test_a_shorter_text_is_not_looked_up_in_the_trigram_index(db: Database, text: str) -> None:
-    """No trigram to look up: the index would be read whole. A common text ("s0": every name) stops at the
-    count's cap; a rare one reads the names, as it did before the index."""
-    _, total, (count_plan, _page_plan) = await _search(db, text)
-    assert total == _count(text)
-    assert re.search(r"^\s*->\s+Limit\b", count_plan, re.MULTILINE), count_plan
-    assert TRIGRAM_INDEX not in count_plan + _page_plan, count_plan + "\n" + _page_plan
+async def test_a_shorter_text_walks_a_bounded_range(
+    db: Database, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No trigram to look up: the index would be read whole, and a rare text made every page read every
+    name. The page walks SEARCH_WALK schedules in the list's order (here 1,000 of the 20,000, where a
+    range of the creation index is cheaper than a scan, as 10,000 are of a million): the walk's end found
+    in the index, then the count and the page both bounded by it, no statement reading the table whole."""
+    monkeypatch.setattr(store, "SEARCH_WALK", 1_000)
+    walked = NAMES[:1_000]
+    found, listed, plans = await _search(db, text)
+    assert found == [name for name in walked if text.lower() in name.lower()][:50]
+    assert listed.total == sum(text.lower() in name.lower() for name in walked)
+    assert listed.count_bounded
+    if len(found) < 50:
+        assert listed.searched_to is not None and listed.searched_to[0] == T0 + timedelta(seconds=999)
+    assert len(plans) == 3  # the walk's end, the count, the page
+    for plan in plans:
+        assert TRIGRAM_INDEX not in plan, plan
+        assert not SEQ_SCAN.search(plan), plan
+        assert "ix_task_schedule_created_at_id" in plan, plan

@@ -939,6 +939,52 @@ def test_a_list_page_says_how_to_get_the_next_and_the_token_continues_it(
 _PAGED = ("list_racks", "list_schedules", "list_runs", "list_audit_events")
 
 
+def test_a_short_search_goes_on_past_pages_that_found_few_and_says_so(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """A search of one or two characters: each page walks a bounded part of the list (the server's
+    SEARCH_WALK), so a page that found fewer than asked, with a token, is not the end. The CLI asks on
+    from each token, saying so on stderr, until it has --limit schedules or the list ends."""
+    night, day = a_schedule(), a_schedule()
+    night.name, day.name = "nx-1", "nx-2"
+    pages = iter(
+        [
+            pb.ListTaskSchedulesResponse(total=0, total_capped=True, next_page_token="walk-2"),
+            pb.ListTaskSchedulesResponse(
+                task_schedules=[night], total=0, total_capped=True, next_page_token="walk-3"
+            ),
+            pb.ListTaskSchedulesResponse(
+                task_schedules=[day], total=0, total_capped=True, next_page_token="row-2"
+            ),
+        ]
+    )
+    fake.answers["list_schedules"] = lambda: next(pages)
+    limited = run("schedule", "list", "--search", "nx", "--limit", "2", "--offset", "1")
+    assert limited.exit_code == 0, limited.output
+    asked = [(kw["limit"], kw["page_token"], kw["offset"]) for _, kw in fake.called("list_schedules")]
+    assert asked == [(2, "", 1), (2, "walk-2", 0), (1, "walk-3", 0)]  # the offset once, then the tokens
+    assert "nx-1" in limited.stdout and "nx-2" in limited.stdout and "2 of 2+ schedules" in limited.stdout
+    assert "searching on: 0 found in 1 pages so far" in limited.stderr
+    assert "searching on: 1 found in 2 pages so far" in limited.stderr
+    assert "More: add --page-token row-2" in limited.stderr  # the limit reached: the rest from there
+
+    ends = iter(
+        [
+            pb.ListTaskSchedulesResponse(total=1, total_capped=True, next_page_token="walk-2"),
+            pb.ListTaskSchedulesResponse(task_schedules=[night]),
+        ]
+    )
+    fake.answers["list_schedules"] = lambda: next(ends)
+    every = run("schedule", "list", "--search", "nx")  # no limit: pages of the most a page may hold
+    assert every.exit_code == 0, every.output
+    assert [kw["limit"] for _, kw in fake.called("list_schedules")[3:]] == [1000, 1000]
+    assert "nx-1" in every.stdout and "--page-token" not in every.stderr
+
+    fake.answers["list_schedules"] = pb.ListTaskSchedulesResponse(total=5, next_page_token="row-9")
+    longer = run("schedule", "list", "--search", "nxt", "--limit", "3")  # the index answers: one page
+    assert len(fake.called("list_schedules")) == 6 and "searching on" not in longer.stderr
+
+
 def test_schedule_pause_sends_the_reason_and_the_end(fake: FakeClient, run: Callable[..., Result]) -> None:
     paused = a_schedule()
     paused.enabled = False

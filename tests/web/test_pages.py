@@ -62,6 +62,43 @@ def attribute(tag: str, name: str) -> str:
     return match.group(1)
 
 
+async def test_a_short_search_says_it_searches_on_until_it_has_looked_through_every_schedule(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search of one or two characters looks through SEARCH_WALK schedules a page (here 2, by name): a
+    page that found nothing says so of those schedules and links on; only the page whose walk reached the
+    list's end says the search is over. A forged `after` is refused; a sort link starts from the top."""
+    monkeypatch.setattr(schedule_store, "SEARCH_WALK", 2)
+    monkeypatch.setattr(schedules_page, "SEARCH_WALK", 2)
+    await make_racks(services, "r1")
+    for name in ("a-1", "b-1", "c-1", "d-qx", "e-1"):
+        await make_schedule(services, name, "r1")
+
+    def names(html: str) -> list[str]:
+        return [attribute(tag, "data-name") for tag in tagged(html, "schedule-row")]
+
+    seen: list[list[str]] = []
+    path = "/schedules?search=QX"
+    while True:
+        page = await http.get(path)
+        assert page.status_code == 200, page.text
+        seen.append(names(page.text))
+        if not tagged(page.text, "search-on"):
+            assert tagged(page.text, "search-done") and not tagged(page.text, "pager")
+            break
+        assert not tagged(page.text, "search-done")
+        path = attribute(tagged(page.text, "search-on")[0], "href").replace("&amp;", "&")
+        assert "after=" in path and len(seen) <= 5
+    assert seen == [[], ["d-qx"], []]  # a-1 b-1 | c-1 d-qx | e-1, the list's end
+    first = (await http.get("/schedules?search=QX")).text
+    assert "No match in the first 2 schedules — searching on" in first
+    assert "No match yet: the search goes on." in first and "0+ matching in the first 2" in first
+    assert "after=" not in attribute(tagged(first, "sort-name")[0], "href")
+    forged = await http.get("/schedules?search=QX&after=not-a-token")
+    assert forged.status_code == 400 and "after" in forged.text
+    assert tagged((await http.get("/schedules?search=qx-")).text, "pager")  # three characters: pages
+
+
 @pytest.mark.parametrize("path", ["/", "/schedules", "/tasks", "/racks", "/windows", "/audit"])
 async def test_every_page_renders_empty_and_as_a_fragment(http: httpx.AsyncClient, path: str) -> None:
     page = await http.get(path)

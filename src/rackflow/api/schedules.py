@@ -87,7 +87,7 @@ class ScheduleRpcs:
             response.task_schedules.extend(schedule_to(s) for s in chunk)
             last[:] = chunk[-1:]
 
-        counted = await self.services.schedules.each_schedule_chunk(
+        listed = await self.services.schedules.each_schedule_chunk(
             add,
             rack_id=rack_id,
             enabled_only=request.enabled_only,
@@ -99,9 +99,12 @@ class ScheduleRpcs:
             limit=page.limit,
             after=page.after,
         )
-        response.total, response.total_capped = total_to(counted)
+        response.total, response.total_capped = total_to(listed.total)
+        response.total_capped |= listed.count_bounded
         if last and len(response.task_schedules) == page.limit:
             response.next_page_token = page_token(listing, order.key_of(last[0]))
+        elif listed.searched_to is not None:  # a short search's page, short or empty: it searches on
+            response.next_page_token = page_token(listing, listed.searched_to)
         return response
 
     @rpc

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from rackflow.config import SHORT_SEARCH_TEXT
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.inventory import ComponentFilter
 from rackflow.domain.rollouts import RolloutPolicy
@@ -146,6 +147,12 @@ class ScheduleOrder:
 
 
 CREATION_ORDER = ScheduleOrder()  # ListTaskSchedules' order when none is asked for
+
+
+def short_search(name_contains: str) -> bool:
+    """A name search that no index answers (the text holds no trigram, config.SHORT_SEARCH_TEXT): each of
+    its pages walks a bounded part of the list and may come back short before the list's end."""
+    return 0 < len(name_contains) < SHORT_SEARCH_TEXT
 
 
 @dataclass(frozen=True)

@@ -332,8 +332,8 @@ class ScheduleService:
         """Schedules in `order` (by default creation time, then id), and the total before paging; `query`
         is `each_schedule_chunk`'s."""
         found: list[Schedule] = []
-        total = await self.each_schedule_chunk(found.extend, **query)
-        return found, total
+        listed = await self.each_schedule_chunk(found.extend, **query)
+        return found, listed.total
 
     async def each_schedule_chunk(
         self,
@@ -348,10 +348,10 @@ class ScheduleService:
         offset: int = 0,
         limit: int | None = None,
         after: Sequence[Any] | None = None,
-    ) -> int:
+    ) -> store.Listed:
         """Pass the schedules to `consume` a chunk at a time (`store.each_schedule_chunk`), so a caller
         that converts each chunk as it comes (ListTaskSchedules) never holds every schedule at once;
-        returns the total before paging."""
+        returns the total before paging, and where a short search's walk stopped."""
         if enabled_only and paused_only:
             raise InvalidArgument("paused_only: cannot be combined with enabled_only")
         check_text(name_contains, "name_contains")  # no name holds control characters (nor NUL)

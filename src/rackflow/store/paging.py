@@ -40,8 +40,23 @@ def after_key(
     condition (the first page)."""
     if key is None:
         return []
+    row, values = _row_and_values(columns, key)
+    return [row < values if descending else row > values]
+
+
+def up_to_key(
+    columns: Sequence[ColumnElement[Any]], key: Key, *, descending: bool
+) -> list[ColumnElement[bool]]:
+    """The condition for the rows up to `key` (itself included) in the order of `columns`: `after_key`'s
+    complement, the same one-index range from the other end (a bounded walk's end)."""
+    row, values = _row_and_values(columns, key)
+    return [row >= values if descending else row <= values]
+
+
+def _row_and_values(
+    columns: Sequence[ColumnElement[Any]], key: Key
+) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
     if len(key) != len(columns):
         raise ValueError(f"a key of {len(columns)} values, got {len(key)}")
-    row = tuple_(*columns)
     values = tuple_(*(literal(value, column.type) for column, value in zip(columns, key, strict=True)))
-    return [row < values if descending else row > values]
+    return tuple_(*columns), values

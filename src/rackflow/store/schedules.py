@@ -39,6 +39,7 @@ from sqlalchemy import cast as cast_
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import Subquery, TableValuedAlias
 
+from rackflow.config import SEARCH_WALK
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.firing import NOT_COUNTED_STATES
 from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
@@ -56,6 +57,7 @@ from rackflow.domain.schedules import (
     Scope,
     ScopeOutcome,
     Trigger,
+    short_search,
 )
 from rackflow.domain.tasks import ACTIVE_STATUSES, Operation, OperationKind, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
@@ -73,7 +75,7 @@ from rackflow.store.dialect import (
 )
 from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
-from rackflow.store.paging import Key, after_key, count_capped
+from rackflow.store.paging import Key, after_key, count_capped, up_to_key
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.streak_checks import mark_schedules, mark_schedules_of_runs
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
@@ -374,12 +376,26 @@ async def list_schedules(conn: AsyncConnection, **query: Any) -> tuple[list[Sche
     """Schedules in `order` (then creation time, then id), and how many match before paging; `query` is
     `each_schedule_chunk`'s."""
     found: list[Schedule] = []
-    total = await each_schedule_chunk(conn, found.extend, **query)
-    return found, total
+    listed = await each_schedule_chunk(conn, found.extend, **query)
+    return found, listed.total
 
 
 # Rows converted at once by `each_schedule_chunk`: what a streamed list holds beyond its response.
 LIST_CHUNK = 1_000
+
+
+@dataclass(frozen=True)
+class Listed:
+    """What a list says besides its rows: `total`, how many match before paging, counted up to
+    LIST_COUNT_CAP + 1 (more: "more than LIST_COUNT_CAP"); and, for a short search's page that walked
+    SEARCH_WALK schedules before the list's end, `searched_to`, the key (`ScheduleOrder.key_of`) of the last
+    schedule it walked: the next page searches on after it. A short search counts only the matches among
+    the list's first SEARCH_WALK schedules; `count_bounded` says that the list goes on past them, so
+    `total` is a lower bound."""
+
+    total: int
+    searched_to: Key | None = None
+    count_bounded: bool = False
 
 
 async def each_schedule_chunk(
@@ -395,14 +411,20 @@ async def each_schedule_chunk(
     offset: int = 0,
     limit: int | None = None,
     after: Key | None = None,
-) -> int:
+) -> Listed:
     """Pass the schedules in `order` (then creation time, then id; after the key `after` of
     `ScheduleOrder.key_of` if given) to `consume`, LIST_CHUNK at a time, from
-    a server-side cursor (PostgreSQL: `conn` must be in a transaction); returns how many match before paging.
+    a server-side cursor (PostgreSQL: `conn` must be in a transaction); returns how many match before paging
+    (`Listed`).
 
     Only one chunk of rows and schedules exists at once, so listing 100,000 schedules costs the caller's
     response and one chunk, not every layer (rows, schedules, messages) of all of them at once. A NULL next
     or last run sorts last in either direction, on both databases.
+
+    A page (`limit`) of a short search (`short_search`) walks at most SEARCH_WALK schedules after `after`,
+    whatever the other filters, and may come back short or empty before the list's end (`Listed`); on both
+    databases, so that they answer alike. A request without a limit asked for every match: it is not
+    bounded.
     """
     conditions: list[ColumnElement[bool]] = []
     if rack_id is not None:
@@ -421,14 +443,20 @@ async def each_schedule_chunk(
     if operation is not None:
         kind = task_schedule.c.operation_template[("operation", "kind")].as_string()
         conditions.append(kind == operation.value)
-    total = await count_capped(conn, task_schedule, conditions)
+    searched_to = counted_to = None
+    if limit is not None and short_search(name_contains):
+        searched_to = await _walk_end(conn, order, after)
+        counted_to = searched_to if after is None else await _walk_end(conn, order, None)
+    counted = conditions if counted_to is None else [*conditions, *_up_to_schedule(order, counted_to)]
+    total = await count_capped(conn, task_schedule, counted)
     if order.field in _TIMED_ORDERS:
-        stmt = _by_run_time(conditions, order, after, offset, limit)
+        stmt = _by_run_time(conditions, order, after, offset, limit, until=searched_to)
     else:
         column = _ORDER_COLUMNS[order.field]
+        until = [] if searched_to is None else _up_to_schedule(order, searched_to)
         stmt = (
             select(task_schedule)
-            .where(*conditions, *_after_schedule(order, after))
+            .where(*conditions, *_after_schedule(order, after), *until)
             .order_by(_ordered(column, order.descending), task_schedule.c.created_at, task_schedule.c.id)
             .offset(offset)
             .limit(limit)
@@ -436,7 +464,28 @@ async def each_schedule_chunk(
     rows = await conn.stream(stmt)
     async for chunk in rows.partitions(LIST_CHUNK):
         consume([schedule_from_row(row) for row in chunk])
-    return int(total)
+    return Listed(int(total), searched_to, count_bounded=counted_to is not None)
+
+
+async def _walk_end(conn: AsyncConnection, order: ScheduleOrder, after: Key | None) -> Key | None:
+    """The key of the SEARCH_WALK-th schedule after `after` in `order`, any filter aside, or None when the
+    list ends there or before: a short search's page reads up to there (an index range, about SEARCH_WALK
+    index entries read to find it). The row after it is read too, so that a walk ending with the list
+    says so, and no empty page follows it."""
+    s = task_schedule.c
+    keys = (_ORDER_COLUMNS[order.field].label("value"), s.created_at, s.id)
+    if order.field in _TIMED_ORDERS:
+        stmt = _by_run_time([], order, after, SEARCH_WALK - 1, 2, columns=keys)
+    else:
+        stmt = (
+            select(*keys)
+            .where(*_after_schedule(order, after))
+            .order_by(_ordered(_ORDER_COLUMNS[order.field], order.descending), s.created_at, s.id)
+            .offset(SEARCH_WALK - 1)
+            .limit(2)
+        )
+    rows = (await conn.execute(stmt)).all()
+    return (rows[0].value, rows[0].created_at, rows[0].id) if len(rows) == 2 else None
 
 
 def _ordered(column: ColumnElement[Any], descending: bool) -> ColumnElement[Any]:
@@ -467,6 +516,25 @@ def _after_schedule(order: ScheduleOrder, key: Key | None) -> list[ColumnElement
     return [or_(beyond, and_(column == bound, *ties))]
 
 
+def _up_to_schedule(order: ScheduleOrder, key: Key) -> list[ColumnElement[bool]]:
+    """The schedules up to `key` (itself included) in `order`: `_after_schedule`'s complement, spelled as a
+    range of the same index from the other end, so that a bounded walk stops there. By a run time with the
+    key among the NULLs: every timed schedule, then the NULLs up to the key."""
+    value, created_at, schedule_id = key
+    s = task_schedule.c
+    ties = up_to_key((s.created_at, s.id), (created_at, schedule_id), descending=False)
+    column = _ORDER_COLUMNS[order.field]
+    if order.field == "created_at" and not order.descending:
+        return ties
+    if value is None:
+        return [or_(column.is_not(None), *ties)]
+    bound = literal(value, column.type)
+    within = column >= bound if order.descending else column <= bound
+    if order.field == "name":
+        return [within]
+    return [within, or_(column > bound if order.descending else column < bound, *ties)]
+
+
 # The orders by a run time, which may be NULL (`_by_run_time`).
 _TIMED_ORDERS = ("next_run_at", "last_run_at")
 
@@ -477,10 +545,15 @@ def _by_run_time(
     after: Key | None,
     offset: int,
     limit: int | None,
+    *,
+    until: Key | None = None,
+    columns: Sequence[ColumnElement[Any]] | None = None,
 ) -> Select[Any]:
     """The schedules in `order` by next or last run, NULLs last in either direction, ties by creation time
-    then id ascending, after the key `after`: the rows with a time, then those without, each part a range
-    of the column's (column, created_at, id) index (migration 0025), so a page reads about its own rows.
+    then id ascending, after the key `after` (and up to the key `until`, itself included, if given): the
+    rows with a time, then those without, each part a range of the column's (column, created_at, id) index
+    (migration 0025), so a page reads about its own rows. `columns`: only these (the order's column, labelled
+    "value", then created_at and id), not whole rows.
 
     One ORDER BY of the whole (`next_run_at DESC NULLS LAST, created_at, id`, or an OR of "later, NULL, or
     tied and after") matches no index: PostgreSQL sorted a million rows for every page (docs/PERFORMANCE.md,
@@ -500,6 +573,7 @@ def _by_run_time(
     ties = (s.created_at, s.id)
     value, created_at, schedule_id = after if after is not None else (None, None, None)
     page = None if limit is None else offset + limit
+    selected = (task_schedule,) if columns is None else columns
     parts: list[Subquery] = []
     if after is None or value is not None:  # the rows with a time, unless the key is already past them
         timed: list[ColumnElement[bool]] = [column.is_not(None)]
@@ -512,26 +586,32 @@ def _by_run_time(
                     *after_key(ties, (created_at, schedule_id), descending=False),
                 ),
             ]
+        if until is not None and until[0] is not None:  # the walk ends among the rows with a time
+            timed.extend(_up_to_schedule(order, until))
         by_time = column.desc() if order.descending else column.asc()
         parts.append(
-            select(task_schedule, literal(0).label("part"))
+            select(*selected, literal(0).label("part"))
             .where(*conditions, *timed)
             .order_by(by_time, *ties)
             .limit(page)
             .subquery("timed")
         )
-    untimed_after: list[ColumnElement[bool]] = []
-    if after is not None and value is None:  # among the NULLs already
-        untimed_after = after_key(ties, (created_at, schedule_id), descending=False)
-    parts.append(
-        select(task_schedule, literal(1).label("part"))
-        .where(*conditions, column.is_(None), *untimed_after)
-        .order_by(*ties)
-        .limit(page)
-        .subquery("untimed")
-    )
+    if until is None or until[0] is None:  # the rows without, unless the walk ends before them
+        untimed: list[ColumnElement[bool]] = []
+        if after is not None and value is None:  # among the NULLs already
+            untimed = after_key(ties, (created_at, schedule_id), descending=False)
+        if until is not None:
+            untimed.extend(up_to_key(ties, until[1:], descending=False))
+        parts.append(
+            select(*selected, literal(1).label("part"))
+            .where(*conditions, column.is_(None), *untimed)
+            .order_by(*ties)
+            .limit(page)
+            .subquery("untimed")
+        )
     both = union_all(*(select(part) for part in parts)).subquery("by_run_time")
-    in_order = both.c[order.field].desc() if order.descending else both.c[order.field].asc()
+    by = both.c["value" if columns is not None else order.field]
+    in_order = by.desc() if order.descending else by.asc()
     return (
         select(both).order_by(both.c.part, in_order, both.c.created_at, both.c.id).offset(offset).limit(limit)
     )

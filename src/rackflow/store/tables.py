@@ -209,6 +209,8 @@ task_schedule = Table(
     # The name search (`name ILIKE '%' || :text || '%'`) reads the names' trigrams, where it read every
     # name (migration 0027, which creates the extension `pg_trgm` it needs). PostgreSQL only: SQLite has
     # no trigram index. Each firing, which updates its schedule's row, writes the name's trigrams again.
+    # A text of one or two characters holds no trigram: its pages walk a bounded range of the list's own
+    # index instead (config.SEARCH_WALK).
     Index(
         "ix_task_schedule_name_trgm",
         "name",

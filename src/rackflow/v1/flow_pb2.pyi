@@ -1979,7 +1979,12 @@ class ListTaskSchedulesRequest(_message.Message):
     paused_only: _builtins.bool
     """only paused schedules (not with enabled_only)"""
     name_contains: _builtins.str
-    """only names containing this text, ignoring case"""
+    """Only names containing this text, ignoring case. A text of one or two characters is looked up in no
+    index: a page of such a search looks through at most 10,000 schedules in `order_by`'s order, so it may
+    come back short, or empty, with a `next_page_token` that searches on from where it stopped; only a
+    response without a token says the search is over. Its `total` counts the matches among the list's
+    first 10,000 schedules (`total_capped` when there are more to search).
+    """
     operation_type: _builtins.str
     """only this operation: power_on, power_off, … (as TaskSchedule.operation_type)"""
     order_by: _builtins.str
@@ -2031,7 +2036,8 @@ class ListTaskSchedulesResponse(_message.Message):
     total: _builtins.int
     next_page_token: _builtins.str
     """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
-    limit was asked for).
+    limit was asked for). A page of a short `name_contains` search may be short, even empty, and still
+    have one: the search goes on.
     """
     total_capped: _builtins.bool
     """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more

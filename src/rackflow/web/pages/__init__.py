@@ -191,8 +191,9 @@ class Site:
 
 
 def query_url(request: Request, **changes: Any) -> str:
-    """This page's URL with some query parameters changed (None removes one; page resets to 1)."""
-    params = {k: v for k, v in request.query_params.items() if k != "page"}
+    """This page's URL with some query parameters changed (None removes one; page resets to 1, and a short
+    search's `after` to its start)."""
+    params = {k: v for k, v in request.query_params.items() if k not in ("page", "after")}
     for key, value in changes.items():
         if value is None or value == "":
             params.pop(key, None)

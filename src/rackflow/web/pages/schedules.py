@@ -21,13 +21,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rackflow.api.convert import page_from, page_token
 from rackflow.api.convert.tasks import operation_kind_from
+from rackflow.config import SEARCH_WALK
 from rackflow.domain.inventory import ComponentsFilter, ComponentType, TypesFilter
-from rackflow.domain.schedules import Schedule
+from rackflow.domain.schedules import Schedule, short_search
 from rackflow.domain.tasks import OperationKind
 from rackflow.rollouts.service import RunSummary
 from rackflow.schedules.service import parse_order
 from rackflow.timespec import SpecType
+from rackflow.v1 import flow_pb2 as pb
 from rackflow.web import refs
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url, utc_text
 from rackflow.web.pages.runs import RACKS_PER_PAGE, progress_bar
@@ -149,30 +152,57 @@ async def _list(site: Site, request: Request) -> Mapping[str, Any]:
     q = request.query_params
     state = q.get("state", "all") if q.get("state") in STATES else "all"
     sort, direction = q.get("sort", "name"), q.get("dir", "asc")
+    search = q.get("search", "")
+    order = parse_order(f"{sort} {direction}", "sort")
     page = page_number(request)
-    schedules, total = await site.services.schedules.list_schedules(
+    searching = short_search(search)
+    # A short search pages on by the list's keyset tokens (`after`), where its walk stopped: page numbers
+    # would have to count the matches before them, which is the read of every name it avoids.
+    listing = f"/schedules:{order.name}"
+    after = (
+        page_from(pb.Pagination(page_token=q.get("after", "")), listing, "after").after if searching else None
+    )
+    schedules: list[Schedule] = []
+    listed = await site.services.schedules.each_schedule_chunk(
+        schedules.extend,
         enabled_only=state == "enabled",
         paused_only=state == "paused",
-        name_contains=q.get("search", ""),
+        name_contains=search,
         operation=operation_kind_from(q.get("op", ""), "op"),
-        order=parse_order(f"{sort} {direction}", "sort"),
-        offset=offset_of(page),
+        order=order,
+        offset=0 if searching else offset_of(page),
         limit=PAGE_SIZE,
+        after=after,
     )
     runs = await site.services.schedules.recent_runs([s.id for s in schedules], STRIP_RUNS)
     summaries = await site.services.rollouts.summaries([run for found in runs.values() for run in found])
     by_run = {summary.run.id: summary for summary in summaries}
     strips = {schedule_id: strip_of([by_run[run.id] for run in found]) for schedule_id, found in runs.items()}
+    search_on = None
+    if len(schedules) == PAGE_SIZE:
+        search_on = page_token(listing, order.key_of(schedules[-1])) if searching else None
+    elif listed.searched_to is not None:
+        search_on = page_token(listing, listed.searched_to)
     return {
         "schedules": schedules,
         "strips": strips,
         "live_rollouts": await site.services.rollouts.live([s.id for s in schedules]),
-        "filters": {"search": q.get("search", ""), "state": state, "op": q.get("op", "")},
+        "filters": {"search": search, "state": state, "op": q.get("op", "")},
         "sort": sort,
         "direction": direction,
         "states": STATES,
         "operations": list(OperationKind),
-        "pager": pages_of(total, page),
+        "pager": pages_of(listed.total, 1 if searching else page, capped=listed.count_bounded),
+        # A short search: where the next page searches on from (None: the list's end), and whether this
+        # is its first page, for the words that say how far it has looked.
+        "searching": {
+            "on": search_on,
+            "first": after is None,
+            "short": len(schedules) < PAGE_SIZE,
+            "walk": SEARCH_WALK,
+        }
+        if searching
+        else None,
         "url": lambda **changes: query_url(request, **changes),
     }
 
