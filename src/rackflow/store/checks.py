@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, bindparam, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Row, Select, and_, bindparam, delete, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.checks import (
@@ -206,6 +206,20 @@ async def check_all_again(conn: AsyncConnection) -> None:
     )
 
 
+# A waiting row's columns beside its task's `id`, as `_waiting_from` reads them (its round labelled: a task
+# row holds an `attempt` of its own, its retry attempt).
+_WAITING_COLUMNS = (
+    preflight_tasks.c.attempt.label("round"),
+    preflight_tasks.c.next_check_at,
+    preflight_tasks.c.override_reason,
+    preflight_tasks.c.checking_until,
+)
+
+
+def _waiting_from(row: Row[Any]) -> Waiting:
+    return Waiting(row.id, row.round, row.next_check_at, row.override_reason, row.checking_until)
+
+
 @dataclass(frozen=True)
 class GateRead:
     """What the pre-flight gate reads about the tasks a claim took, in one statement (`gate_read`): each
@@ -242,10 +256,7 @@ def _gate_read_statement(busy: bool) -> Select[Any]:
         claimed.c.run_id,
         task_schedule_run.c.rollout.label("run_rollout"),
         preflight_tasks.c.task_id.label("waiting"),
-        preflight_tasks.c.attempt.label("round"),
-        preflight_tasks.c.next_check_at,
-        preflight_tasks.c.override_reason,
-        preflight_tasks.c.checking_until,
+        *_WAITING_COLUMNS,
         overrides.label("overrides"),
         *(column.label(f"result_{column.name}") for column in preflight_results.c),
     ]
@@ -285,9 +296,7 @@ async def gate_read(
     for chunk in chunked(set(task_ids)):
         for row in await conn.execute(stmt, {"task_ids": chunk, **operations}):
             if row.waiting is not None:
-                read.waiting[row.id] = Waiting(
-                    row.id, row.round, row.next_check_at, row.override_reason, row.checking_until
-                )
+                read.waiting[row.id] = _waiting_from(row)
             if row.overrides:
                 read.with_overrides.add(row.id)
             if row.run_rollout is not None:
@@ -318,14 +327,7 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
     """Tasks `gate` holds whose next round of checks is due and that no checker is checking (or whose
     checker's lease ran out), not overridden, oldest first."""
     stmt = (
-        select(
-            tasks,
-            # Labelled: the task's own `attempt` (its retry attempt) is in the row too.
-            preflight_tasks.c.attempt.label("round"),
-            preflight_tasks.c.next_check_at,
-            preflight_tasks.c.override_reason,
-            preflight_tasks.c.checking_until,
-        )
+        select(tasks, *_WAITING_COLUMNS)
         .join(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
         .where(
             is_active(tasks.c.status),
@@ -341,7 +343,7 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
     return [
         (
             task_from_row(row),
-            Waiting(row.id, row.round, row.next_check_at, row.override_reason, row.checking_until),
+            _waiting_from(row),
         )
         for row in await conn.execute(stmt)
     ]
@@ -486,13 +488,11 @@ async def _rounds_of_locked(
     connection time and the event loop's turns)."""
     found: dict[uuid.UUID, Waiting] = {}
     for chunk in chunked(sorted(task_ids)):
-        stmt = select(preflight_tasks).where(
+        stmt: Select[Any] = select(preflight_tasks.c.task_id.label("id"), *_WAITING_COLUMNS).where(
             preflight_tasks.c.task_id.in_(chunk), preflight_tasks.c.overridden_at.is_(None)
         )
         for row in await conn.execute(stmt):
-            found[row.task_id] = Waiting(
-                row.task_id, row.attempt, row.next_check_at, row.override_reason, row.checking_until
-            )
+            found[row.id] = _waiting_from(row)
     return found
 
 
