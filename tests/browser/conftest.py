@@ -1,7 +1,5 @@
 """Browser tests: a real `rackflow serve --http-listen` per module and database, and one headless Chromium
-per module. Each module is an xdist group of its own (`xdist_group("browser-<module>")`), so its server and
-browser start once, and two workers may run two modules at once. Without Chromium these tests skip, except
-under CI=true, where they fail."""
+per module. Without Chromium these tests skip, except under CI=true, where they fail."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser-approvals")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 OPERATOR, EDITOR, APPROVER = "browser-op-51e0", "browser-editor-62f1", "browser-approver-7302"
 

@@ -25,7 +25,7 @@ from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser-console")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 INTERVAL, CRON = pb.SCHEDULE_SPEC_TYPE_INTERVAL, pb.SCHEDULE_SPEC_TYPE_CRON
 

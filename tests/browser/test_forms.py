@@ -22,7 +22,7 @@ from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, rfc3339, schedule_request, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser-forms")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 
 @pytest.fixture(scope="module")

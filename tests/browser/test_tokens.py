@@ -19,7 +19,7 @@ from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser-tokens")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 VIEWER, OPERATOR = "browser-viewer-3c1f", "browser-operator-8d02"
 
