@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from rackflow.store.db import Database
 from rackflow.store.migrate import migrate
 from rackflow.store.tables import metadata
+from tests.e2e.cluster import forget_connections, fresh_postgres_database, kept_connection
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -52,6 +53,7 @@ def postgres_url() -> Iterator[str]:
     url = admin.set(database=name).render_as_string(hide_password=False)
     _run(_migrate(url))
     yield url
+    forget_connections(url)
     with psycopg.connect(admin.set(drivername="postgresql").render_as_string(False), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -93,8 +95,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         shutil.copy(template, path)
         return f"sqlite:///{path}"
     url: str = request.getfixturevalue("postgres_url")
-    with psycopg.connect(make_url(url).set(drivername="postgresql").render_as_string(False)) as conn:
-        conn.execute(EMPTY_EVERY_TABLE)  # one transaction, committed when the block ends
+    conn = kept_connection(url)
+    with conn.transaction():
+        conn.execute(EMPTY_EVERY_TABLE)
     return url
 
 
@@ -105,8 +108,6 @@ def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite:///{tmp_path / 'empty.db'}"
         return
     request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
-    from tests.e2e.cluster import fresh_postgres_database
-
     with fresh_postgres_database(postgres_admin_url()) as url:
         yield url
 
@@ -130,8 +131,6 @@ def pg_template(postgres_url: str) -> Iterator[str]:
     """The name of a PostgreSQL database migrated once per session by `rackflow db migrate`, as an operator
     would, and never connected to afterwards: `pg_db` copies it, where migrating each test's database
     anew took a process and two seconds of CPU."""
-    from tests.e2e.cluster import fresh_postgres_database
-
     with fresh_postgres_database(postgres_admin_url()) as url:
         migrate_with_cli(url)
         name = make_url(url).database
@@ -142,8 +141,6 @@ def pg_template(postgres_url: str) -> Iterator[str]:
 @pytest.fixture
 def pg_db(pg_template: str) -> Iterator[str]:
     """A migrated PostgreSQL database of its own, for tests that start real `rackflow serve` processes."""
-    from tests.e2e.cluster import fresh_postgres_database
-
     with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
         yield url
 
@@ -160,8 +157,6 @@ def served_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         yield f"sqlite:///{path}"
     else:
         pg_template: str = request.getfixturevalue("pg_template")  # fails under CI when unreachable
-        from tests.e2e.cluster import fresh_postgres_database
-
         with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
             yield url
 

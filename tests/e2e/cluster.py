@@ -144,16 +144,53 @@ def fresh_postgres_database(admin_url: str, template: str | None = None) -> Iter
     try:
         yield admin.set(database=name).render_as_string(hide_password=False)
     finally:
+        forget_connections(admin.set(database=name).render_as_string(hide_password=False))
         with psycopg.connect(admin.render_as_string(False), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def sql(db_url: str, query: str, *params: object) -> list[tuple[object, ...]]:
-    """Run one query with psycopg and return all rows (assertions read the database directly)."""
+# The connections `sql` keeps: one per database in each thread.
+_kept = threading.local()
+
+
+def kept_connection(db_url: str) -> psycopg.Connection[tuple[object, ...]]:
+    """This thread's open autocommit connection to `db_url`, made on first use. A new connection costs
+    PostgreSQL about 10 ms of CPU (a backend forked, its catalog caches filled), and the tests ask the
+    database many times a second while they wait (`wait_until` every 0.2 s, a `Sampler` every 20 ms), so a
+    connection each time was a large share of the suite's PostgreSQL time (docs/PERFORMANCE.md, "The
+    suite's time"). Statements are never prepared on it: a migration under test may change a table that a
+    prepared `SELECT *` read, which PostgreSQL then refuses to run ("cached plan must not change result
+    type")."""
     url = make_url(db_url).set(drivername="postgresql").render_as_string(False)
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(query, params)  # type: ignore[arg-type]
-        return cur.fetchall() if cur.description else []
+    kept: dict[str, psycopg.Connection[tuple[object, ...]]] = _kept.__dict__.setdefault("by_url", {})
+    conn = kept.get(url)
+    if conn is None or conn.closed or conn.broken:
+        conn = psycopg.connect(url, autocommit=True, prepare_threshold=None)
+        kept[url] = conn
+    return conn
+
+
+def forget_connections(db_url: str | None = None) -> None:
+    """Close this thread's kept connections (to `db_url` only, when given): before its database is dropped,
+    and when a thread that used them ends."""
+    kept: dict[str, psycopg.Connection[tuple[object, ...]]] = _kept.__dict__.get("by_url", {})
+    url = make_url(db_url).set(drivername="postgresql").render_as_string(False) if db_url else None
+    for key in [k for k in kept if url is None or k == url]:
+        kept.pop(key).close()
+
+
+def sql(db_url: str, query: str, *params: object) -> list[tuple[object, ...]]:
+    """Run one query with psycopg and return all rows (assertions read the database directly), on this
+    thread's kept connection; once more on a new one when the server had closed it (a fault test's outage,
+    a restart), never when the statement itself failed."""
+    conn = kept_connection(db_url)
+    try:
+        cur = conn.execute(query, params)
+    except psycopg.OperationalError:
+        if not (conn.closed or conn.broken):
+            raise
+        cur = kept_connection(db_url).execute(query, params)
+    return cur.fetchall() if cur.description else []
 
 
 class Sampler:
@@ -180,7 +217,10 @@ class Sampler:
         raise NotImplementedError
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.observe(sql(self.db_url, self.query))
-            self.samples += 1
-            self._stop.wait(0.02)
+        try:
+            while not self._stop.is_set():
+                self.observe(sql(self.db_url, self.query))
+                self.samples += 1
+                self._stop.wait(0.02)
+        finally:
+            forget_connections()
