@@ -293,7 +293,8 @@ async def _passed_once(db: Database, hook_url: str) -> tuple[Services, Preflight
     clock = FakeClock(CLOCK.now())
     services = Services.build(db, clock)
     await services.checks.create(
-        CheckInput(name="drained", settings=WebhookSettings(hook_url, "", "2s"), interval="2s")
+        # A timeout well past the hooks' one-second answers: on a loaded machine a 2 s one ran out once.
+        CheckInput(name="drained", settings=WebhookSettings(hook_url, "", "5s"), interval="2s")
     )
     task = await submit(db, await make_rack(db, computes=1), POWER_ON)
     checker = PreflightChecker(db, clock, services.tasks)
