@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import random
 import time
 import uuid
 
 import pytest
 
 from rackflow.ids import id_at, new_id
+from rackflow.store.db import in_id_order
 
 
 def test_an_id_is_a_version_7_uuid_of_the_rfc_variant_that_parses_back() -> None:
@@ -57,3 +59,11 @@ def test_a_millisecond_keeps_74_random_bits() -> None:
 def test_a_time_outside_48_bits_is_refused(unix_ms: int) -> None:
     with pytest.raises(ValueError, match="48 bits"):
         id_at(unix_ms)
+
+
+def test_in_id_order_is_the_order_uuids_sort_in_without_repeats() -> None:
+    # Lock orders: every locker must take one batch's rows in the same order (store.db.in_id_order).
+    made = [uuid.uuid4() for _ in range(500)] + [new_id() for _ in range(500)]
+    shuffled = made + made[::3]
+    random.shuffle(shuffled)
+    assert in_id_order(shuffled) == sorted(set(made))
