@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import time
 import uuid
@@ -53,6 +54,22 @@ def test_a_millisecond_keeps_74_random_bits() -> None:
     # Every random bit varies (rand_a: bits 64-75; rand_b: 0-61).
     random_bits = [*range(62), *range(64, 76)]
     assert all(len({u.int >> bit & 1 for u in made}) == 2 for bit in random_bits)
+
+
+def test_a_forked_child_draws_random_bits_of_its_own() -> None:
+    # The random bits are drawn for many ids at once: a child must not make the ids its parent makes next.
+    random_bits = 0xFFF << 64 | (1 << 62) - 1  # rand_a and rand_b
+    new_id()  # the parent is part-way through a draw
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os.write(write, b"".join(new_id().bytes for _ in range(3)))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    made = os.read(read, 48)
+    children = {uuid.UUID(bytes=made[i : i + 16]).int & random_bits for i in range(0, 48, 16)}
+    parents = {new_id().int & random_bits for _ in range(3)}
+    assert not children & parents
 
 
 @pytest.mark.parametrize("unix_ms", [-1, 1 << 48])
