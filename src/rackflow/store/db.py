@@ -52,7 +52,7 @@ def in_id_order(ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
     """The distinct ids, ascending: the order every lock over many rows is taken in (so lockers never
     deadlock) and keyed lookups go in. The same order as `sorted(ids)`, ordered by each id's integer value:
     `UUID.__lt__` is a Python call per comparison, and sorting a batch's 1,000 ids with it took 1.3-2.3 ms
-    where the integers take 0.4 (a firing batch sorts its ids six times; docs/PERFORMANCE.md, issue 29)."""
+    where the integers take 0.4 (a firing batch sorts its ids five times; docs/PERFORMANCE.md, issue 29)."""
     return sorted(set(ids), key=_ID_VALUE)
 
 
