@@ -146,15 +146,30 @@ def test_on_postgresql_the_statement_is_the_same_text_for_any_number_of_rows() -
     schedule_id = uuid.uuid4()
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
 
-    def compiled(count: int) -> tuple[str, int]:
+    def compiled(count: int) -> tuple[str, dict[str, Any]]:
         rows = [_run_values(schedule_id, k) for k in range(count)]
         stmt, params = insert_rows("postgresql", task_schedule_run, rows, new_only=True)
-        assert isinstance(params, dict) and all(len(v) == count for v in params.values())
-        return str(stmt.compile(dialect=dialect)), len(params)
+        assert isinstance(params, dict)
+        return str(stmt.compile(dialect=dialect)), params
 
-    one, many = compiled(1), compiled(300)
-    assert one == many
-    assert one[1] == 10  # one array per column
+    (two, _), (many, many_params) = compiled(2), compiled(300)
+    assert two == many
+    # A column every row holds one value of goes as that value; the others as one array each.
+    assert {name for name, value in many_params.items() if not isinstance(value, list)} == {
+        "s_schedule_id",
+        "s_state",
+    }
+    assert many_params["s_state"] == "running" and len(many_params["b_id"]) == 300
+    assert len(many_params) == 10
+
+
+def test_on_postgresql_rows_alike_but_for_the_first_column_are_each_inserted() -> None:
+    # The first column always goes as an array, so the SELECT has a row for each row.
+    schedule_id = uuid.uuid4()
+    rows = [{**_run_values(schedule_id, 0), "id": uuid.uuid4()} for _ in range(3)]
+    stmt, params = insert_rows("postgresql", task_schedule_run, rows)
+    assert isinstance(params, dict) and [name for name in params if name.startswith("b_")] == ["b_id"]
+    assert "FROM unnest" in str(stmt.compile(dialect=postgresql.dialect()))  # type: ignore[no-untyped-call]
 
 
 async def test_insert_tasks_stores_what_a_row_by_row_insert_stores(db: Database) -> None:

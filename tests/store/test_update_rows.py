@@ -228,7 +228,8 @@ def test_on_postgresql_the_statement_is_the_same_text_for_any_number_of_rows() -
         assert isinstance(params, dict)
         return str(stmt.compile(dialect=dialect)), len(params)
 
-    one, many = compiled(1), compiled(300)
-    assert one == many
-    assert one[1] == 4  # one array per column, and the constant
-    assert "unnest" in one[0] and "WHERE task_schedule_run.id = new_values.id" in one[0]
+    two, many = compiled(2), compiled(300)
+    assert two == many
+    assert two[1] == 4  # an array per column that differs between rows, the shared owner, the constant
+    assert "unnest" in two[0] and "WHERE task_schedule_run.id = new_values.id" in two[0]
+    assert "owner_id=%(s_owner_id)s" in two[0]  # every row holds one owner: sent once

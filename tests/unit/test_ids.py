@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import os
+import random
 import time
 import uuid
 
 import pytest
 
 from rackflow.ids import id_at, new_id
+from rackflow.store.db import in_id_order
 
 
 def test_an_id_is_a_version_7_uuid_of_the_rfc_variant_that_parses_back() -> None:
@@ -53,7 +56,31 @@ def test_a_millisecond_keeps_74_random_bits() -> None:
     assert all(len({u.int >> bit & 1 for u in made}) == 2 for bit in random_bits)
 
 
+def test_a_forked_child_draws_random_bits_of_its_own() -> None:
+    # The random bits are drawn for many ids at once: a child must not make the ids its parent makes next.
+    random_bits = 0xFFF << 64 | (1 << 62) - 1  # rand_a and rand_b
+    new_id()  # the parent is part-way through a draw
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os.write(write, b"".join(new_id().bytes for _ in range(3)))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    made = os.read(read, 48)
+    children = {uuid.UUID(bytes=made[i : i + 16]).int & random_bits for i in range(0, 48, 16)}
+    parents = {new_id().int & random_bits for _ in range(3)}
+    assert not children & parents
+
+
 @pytest.mark.parametrize("unix_ms", [-1, 1 << 48])
 def test_a_time_outside_48_bits_is_refused(unix_ms: int) -> None:
     with pytest.raises(ValueError, match="48 bits"):
         id_at(unix_ms)
+
+
+def test_in_id_order_is_the_order_uuids_sort_in_without_repeats() -> None:
+    # Lock orders: every locker must take one batch's rows in the same order (store.db.in_id_order).
+    made = [uuid.uuid4() for _ in range(500)] + [new_id() for _ in range(500)]
+    shuffled = made + made[::3]
+    random.shuffle(shuffled)
+    assert in_id_order(shuffled) == sorted(set(made))

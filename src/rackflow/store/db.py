@@ -8,8 +8,10 @@ PostgreSQL: row locks, and autocommit reads); every other difference between the
 from __future__ import annotations
 
 import asyncio
+import operator
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -40,6 +42,18 @@ def chunked(values: Collection[_T], size: int = CHUNK_SIZE) -> Iterator[list[_T]
     items = list(values)
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+# A UUID's 128-bit value: the order `UUID.__lt__` gives, compared as ints in C.
+_ID_VALUE = operator.attrgetter("int")
+
+
+def in_id_order(ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+    """The distinct ids, ascending: the order every lock over many rows is taken in (so lockers never
+    deadlock) and keyed lookups go in. The same order as `sorted(ids)`, ordered by each id's integer value:
+    `UUID.__lt__` is a Python call per comparison, and sorting a batch's 1,000 ids with it took 1.3-2.3 ms
+    where the integers take 0.4 (a firing batch sorts its ids five times; docs/PERFORMANCE.md, issue 29)."""
+    return sorted(set(ids), key=_ID_VALUE)
 
 
 def some_of(values: Sequence[str], shown: int = 3) -> str:

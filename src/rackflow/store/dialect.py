@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from _json import encode_basestring_ascii, make_encoder
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -374,8 +375,9 @@ def insert_rows(
     `await conn.execute(*insert_rows(...))`. `new_only` leaves out the rows a unique constraint already
     holds a value of (`insert_new`).
 
-    PostgreSQL: `INSERT … SELECT … FROM unnest(:a, :b, …)` (`rows_table`). Its text is the same for any
-    number of rows, so psycopg parses it once. The multi-row VALUES that SQLAlchemy renders for an
+    PostgreSQL: `INSERT … SELECT … FROM unnest(:a, :b, …)` (`rows_table`), a column every row holds one
+    value of as that value (`_row_columns`). Its text does not depend on the number of rows, so psycopg
+    parses it once per set of such columns. The multi-row VALUES that SQLAlchemy renders for an
     executemany with RETURNING is a new text for each count of rows, with a parameter per value, and psycopg
     parses it again every time (it caches statements under 4 KB with at most 50 parameters): recording a
     drain's batches of 200 runs that way was 10 % of the server's time (docs/PERFORMANCE.md). A plain
@@ -387,8 +389,10 @@ def insert_rows(
     insert = insert_new(dialect, table) if new_only else table.insert()
     if dialect != POSTGRESQL:
         return insert, rows
-    new_rows, values = rows_table(table, rows, "new_rows")
-    return insert.from_select(list(rows[0]), select(*new_rows.c)), values
+    first = next(iter(rows[0]))
+    columns, values = _row_columns(table, rows, "new_rows", first)
+    selected = [column.label(name) for name, column in columns.items()]
+    return insert.from_select(list(columns), select(*selected)), values
 
 
 async def insert_rows_together(
@@ -445,6 +449,8 @@ def update_rows(
         UPDATE table SET a = new_values.a, …, c = :c_c
         FROM unnest(:key, :a, …) AS new_values(key, a, …) WHERE table.key = new_values.key
 
+    (a column every row holds one value of goes as that value, `_row_columns`).
+
     An executemany ran one UPDATE per row: a drain's advances, last-task ids and completions were three
     statements a firing for PostgreSQL to bind and execute (docs/PERFORMANCE.md, "Issue 29"). Which order
     the rows are updated in is the plan's: a caller that must lock rows in an order (against deadlocks)
@@ -464,11 +470,11 @@ def update_rows(
             )
         )
         return by_row, [{**{f"b_{n}": v for n, v in row.items()}, **constant_values} for row in rows]
-    new_values, values = rows_table(table, rows, "new_values")
+    columns, values = _row_columns(table, rows, "new_values", key)
     stmt = (
         update(table)
-        .where(table.c[key] == new_values.c[key])
-        .values({name: new_values.c[name] for name in names} | constant_columns)
+        .where(table.c[key] == columns[key])
+        .values({name: columns[name] for name in names} | constant_columns)
     )
     return stmt, {**values, **constant_values}
 
@@ -480,16 +486,53 @@ def rows_table(
     `table`) as a table, one array parameter per column, and the parameters (`<prefix>_<column>`: the
     column's values in row order, `rows_values`). JSON values go as text cast to their type, so None
     stays JSON null, as SQLAlchemy stores it."""
+    return _unnest(table, list(rows[0]), name, prefix), rows_values(table, rows, prefix=prefix)
+
+
+def _unnest(table: Table, columns: Sequence[str], name: str, prefix: str) -> TableValuedAlias:
     arrays: list[ColumnElement[Any]] = []
-    for column in rows[0]:
+    for column in columns:
         column_type = table.c[column].type
         parameter = f"{prefix}_{column}"
         if isinstance(column_type, JSON):
             arrays.append(sql_cast(bindparam(parameter, type_=ARRAY(Text)), ARRAY(column_type)))
         else:
             arrays.append(bindparam(parameter, type_=ARRAY(column_type)))
-    unnested = func.unnest(*arrays).table_valued(*rows[0]).render_derived(name=name)
-    return unnested, rows_values(table, rows, prefix=prefix)
+    return func.unnest(*arrays).table_valued(*columns).render_derived(name=name)
+
+
+def _row_columns(
+    table: Table, rows: Sequence[Mapping[str, Any]], name: str, first: str
+) -> tuple[dict[str, ColumnElement[Any]], dict[str, Any]]:
+    """PostgreSQL: the rows' columns for one statement (by name, in the rows' order) and its parameters.
+
+    A column that holds one value in every row goes as that value, one parameter (`s_<column>`); the
+    others as columns of `rows_table`'s unnest (`b_<column>`), which always holds `first`, so the statement
+    has one row for each row. A batch's rows share most of their columns (a new task's status, times,
+    owner and NULLs; a new run's state, trigger and owner), and psycopg dumps an array's elements one by
+    one in Python: sent as arrays, those were most of the cost of sending a firing batch's writes
+    (docs/PERFORMANCE.md, issue 29). The text then depends on which columns are shared, so a statement
+    has a few texts, each parsed and cached alike."""
+    values = rows_values(table, rows)
+    shared = [column for column in rows[0] if column != first and _one_value(values[f"b_{column}"])]
+    varying = [column for column in rows[0] if column not in shared]
+    unnested = _unnest(table, varying, name, "b")
+    columns: dict[str, ColumnElement[Any]] = {column: unnested.c[column] for column in varying}
+    parameters: dict[str, Any] = {f"b_{column}": values[f"b_{column}"] for column in varying}
+    for column in shared:
+        column_type = table.c[column].type
+        parameter = f"s_{column}"
+        if isinstance(column_type, JSON):
+            columns[column] = sql_cast(bindparam(parameter, type_=Text), column_type)
+        else:
+            columns[column] = bindparam(parameter, type_=column_type)
+        parameters[parameter] = values[f"b_{column}"][0]
+    return {column: columns[column] for column in rows[0]}, parameters
+
+
+def _one_value(values: Sequence[Any]) -> bool:
+    first = values[0]
+    return all(value is first or value == first for value in values)
 
 
 def rows_values(
@@ -510,14 +553,23 @@ def rows_values(
 # outcomes, counts, rollout and approval, a task's retry policy. `json.dumps` took about 2 µs for each.
 _EMPTY_JSON: dict[type, str] = {list: "[]", dict: "{}"}
 
+# The text `json.dumps` writes with its defaults (ASCII only, ", " and ": ", NaN allowed), from one C
+# encoder made once: `json.dumps` makes a new one for every value, most of the 3 µs it took for the small
+# values a firing writes four of (a task's operation and components, a completed run's outcomes and
+# counts), against 0.6-2 µs this way (docs/PERFORMANCE.md, issue 29). Without `json.dumps`'s check for
+# circular values: these are trees rackflow builds, and a cycle still fails (RecursionError).
+_ENCODE = make_encoder(
+    None, json.JSONEncoder().default, encode_basestring_ascii, None, ": ", ", ", False, False, True
+)
+
 
 def _json_text(value: Any) -> str:
-    """`json.dumps(value)`, without calling it for JSON null and an empty list or object."""
+    """`json.dumps(value)`: JSON null and an empty list or object without encoding them."""
     if value is None:
         return "null"
     if not value and type(value) in _EMPTY_JSON:
         return _EMPTY_JSON[type(value)]
-    return json.dumps(value)
+    return "".join(_ENCODE(value, 0))
 
 
 def insert_new(dialect: str, table: Table) -> Insert:

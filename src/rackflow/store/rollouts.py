@@ -20,7 +20,7 @@ from rackflow.domain.firing import LiveRollout
 from rackflow.domain.rollouts import RackPlace, RolloutPolicy
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run
 from rackflow.domain.tasks import TaskStatus
-from rackflow.store.db import Database, chunked
+from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
 from rackflow.store.streak_checks import mark_schedules
@@ -98,12 +98,12 @@ async def lock_rollout_policies(
     step that holds it), in id order; plain firings (their `rollout` a JSON null) are neither returned nor
     locked. One read of the policies, then one locking statement when there are rollouts among them."""
     found: dict[uuid.UUID, RolloutPolicy] = {}
-    for chunk in chunked(sorted(set(run_ids))):
+    for chunk in chunked(in_id_order(run_ids)):
         stmt = select(_run.id, _run.rollout).where(_run.id.in_(chunk))
         for row in await conn.execute(stmt):
             if row.rollout is not None:
                 found[row.id] = RolloutPolicy.from_json(row.rollout)
-    for chunk in chunked(sorted(found)):
+    for chunk in chunked(in_id_order(found)):
         await conn.execute(db.for_update(select(_run.id).where(_run.id.in_(chunk)).order_by(_run.id)))
     return found
 

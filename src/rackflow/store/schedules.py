@@ -63,7 +63,7 @@ from rackflow.domain.tasks import ACTIVE_STATUSES, Operation, OperationKind, Ret
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.ids import new_id
-from rackflow.store.db import Database, chunked, unique_violation_as
+from rackflow.store.db import Database, chunked, in_id_order, unique_violation_as
 from rackflow.store.dialect import (
     POSTGRESQL,
     by_keys,
@@ -932,7 +932,7 @@ async def _lock_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) 
     if not scope_ids or not locks_rows(dialect):
         return
     column = task_schedule_scope.c.id
-    for chunk in chunked(sorted(scope_ids)):
+    for chunk in chunked(in_id_order(scope_ids)):
         stmt = by_keys(dialect, _SCOPE_IDS, column, chunk, order_by=[column])
         await conn.execute(for_update(dialect, stmt))
 
@@ -990,7 +990,7 @@ async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID
     """
     if not task_by_scope:
         return
-    scope_ids = sorted(task_by_scope)
+    scope_ids = in_id_order(task_by_scope)
     await _lock_scopes(conn, scope_ids)
     rows = [{"id": scope_id, "last_task_id": task_by_scope[scope_id]} for scope_id in scope_ids]
     await conn.execute(*update_rows(conn.dialect.name, task_schedule_scope, "id", rows))

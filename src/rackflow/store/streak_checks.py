@@ -27,7 +27,7 @@ from collections.abc import Collection
 from sqlalchemy import Select, delete, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.store.db import Database, chunked
+from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys, insert_new
 from rackflow.store.tables import failing_streak_checks, task_schedule, task_schedule_run, tasks
 
@@ -38,20 +38,20 @@ _SCHEDULES_OF_RUNS = select(task_schedule_run.c.schedule_id)
 
 async def mark_schedules(conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]) -> None:
     """Mark the schedules (those enabled and pausing after failures) to be looked at again."""
-    for chunk in chunked(sorted(set(schedule_ids))):
+    for chunk in chunked(in_id_order(schedule_ids)):
         await _mark(conn, by_keys(conn.dialect.name, _SCHEDULE_IDS, task_schedule.c.id, chunk))
 
 
 async def mark_schedules_of_runs(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> None:
     """Mark the schedules of these runs."""
-    for chunk in chunked(sorted(set(run_ids))):
+    for chunk in chunked(in_id_order(run_ids)):
         await _mark(conn, by_keys(conn.dialect.name, _SCHEDULES_OF_RUNS, task_schedule_run.c.id, chunk))
 
 
 async def mark_schedules_of_tasks(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
     """Mark the schedules of these tasks that a run submitted (only those count towards a streak)."""
     task = tasks.c
-    for chunk in chunked(sorted(set(task_ids))):
+    for chunk in chunked(in_id_order(task_ids)):
         await _mark(conn, select(task.schedule_id).where(task.id.in_(chunk), task.run_id.is_not(None)))
 
 

@@ -16,12 +16,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row, String, and_, case, func, literal, literal_column, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, RetryPolicy, Task, TaskAttempt, TaskStatus
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import Database, chunked, some_of, unique_violation_as
+from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys, insert_rows
 from rackflow.store.instances import is_live
 from rackflow.store.paging import Key, after_key, count_capped
@@ -137,9 +138,13 @@ async def insert_tasks(conn: AsyncConnection, new: Sequence[Task]) -> None:
     a (run, rack) is refused by the database, whatever submitted it, as `AlreadyExists` naming the run."""
     if not new:
         return
-    runs = some_of(sorted({str(t.run_id) for t in new if t.run_id is not None}))
-    with unique_violation_as(AlreadyExists("run_id", runs, "a task on one of these racks from the run")):
+    try:
         await conn.execute(*insert_rows(conn.dialect.name, tasks, [_task_values(t) for t in new]))
+    except IntegrityError:
+        # The runs are named only for the error: writing and sorting a batch's run ids cost every firing.
+        runs = some_of(sorted({str(t.run_id) for t in new if t.run_id is not None}))
+        with unique_violation_as(AlreadyExists("run_id", runs, "a task on one of these racks from the run")):
+            raise
 
 
 async def attempts(
@@ -184,7 +189,7 @@ async def lock_racks(
     Every change to which tasks of a rack may run (submit, promote, cancel, finish) takes this lock first.
     """
     names: dict[uuid.UUID, str] = {}
-    for chunk in chunked(sorted(set(rack_ids))):
+    for chunk in chunked(in_id_order(rack_ids)):
         stmt = by_keys(db.dialect, _RACK_NAMES, racks.c.id, chunk, order_by=[racks.c.id])
         names.update({r.id: r.name for r in await conn.execute(db.for_update(stmt))})
     return names
@@ -379,7 +384,7 @@ async def lock_racks_with_waiting(
         .label("has_waiting")
     )
     found: set[uuid.UUID] = set()
-    for chunk in chunked(sorted(set(rack_ids))):
+    for chunk in chunked(in_id_order(rack_ids)):
         stmt = select(racks.c.id, has_waiting).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
         found.update(r.id for r in await conn.execute(db.for_update(stmt)) if r.has_waiting)
     return found

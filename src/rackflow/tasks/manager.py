@@ -39,7 +39,7 @@ from rackflow.inventory.targets import resolve_targets
 from rackflow.metrics import TASKS_FINISHED
 from rackflow.store import task_runs
 from rackflow.store import tasks as store
-from rackflow.store.db import Database
+from rackflow.store.db import Database, in_id_order
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.conflicts import first_conflict, shape_of
 from rackflow.validation import check_description, check_operation, check_queue
@@ -475,7 +475,7 @@ class TaskManager:
         queues = await store.waiting_tasks(conn, set(rack_ids))
         if not queues:
             return Promotion([], 0)
-        racks = sorted(queues)
+        racks = in_id_order(queues)
         now = self.clock.now()
         by_rack = await components_by_rack(conn, racks)
         blocking = await store.blocking_tasks(conn, racks)
