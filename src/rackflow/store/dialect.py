@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import time
-from _json import encode_basestring_ascii, make_encoder
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -553,23 +552,14 @@ def rows_values(
 # outcomes, counts, rollout and approval, a task's retry policy. `json.dumps` took about 2 µs for each.
 _EMPTY_JSON: dict[type, str] = {list: "[]", dict: "{}"}
 
-# The text `json.dumps` writes with its defaults (ASCII only, ", " and ": ", NaN allowed), from one C
-# encoder made once: `json.dumps` makes a new one for every value, most of the 3 µs it took for the small
-# values a firing writes four of (a task's operation and components, a completed run's outcomes and
-# counts), against 0.6-2 µs this way (docs/PERFORMANCE.md, issue 29). Without `json.dumps`'s check for
-# circular values: these are trees rackflow builds, and a cycle still fails (RecursionError).
-_ENCODE = make_encoder(
-    None, json.JSONEncoder().default, encode_basestring_ascii, None, ": ", ", ", False, False, True
-)
-
 
 def _json_text(value: Any) -> str:
-    """`json.dumps(value)`: JSON null and an empty list or object without encoding them."""
+    """`json.dumps(value)`, without calling it for JSON null and an empty list or object."""
     if value is None:
         return "null"
     if not value and type(value) in _EMPTY_JSON:
         return _EMPTY_JSON[type(value)]
-    return "".join(_ENCODE(value, 0))
+    return json.dumps(value)
 
 
 def insert_new(dialect: str, table: Table) -> Insert:
