@@ -577,11 +577,23 @@ def make_due(url: str, n: int, schedules: int, racks: int, first: int) -> dateti
     would sit together at the left of those indexes, which no drain of a real fleet could count on.
     `first`: where in that spread order to start, so that each round drains schedules no round fired
     before (a schedule fired in an earlier round has its pages freshly read and its newest run at the right
-    edge of the runs' indexes: a drain of it again is flattered)."""
+    edge of the runs' indexes: a drain of it again is flattered).
+
+    A neighbour fired before flatters too: schedules s and s + 1 were made a millisecond apart, so their
+    runs and tasks share the leaves of every schedule-led index, and their rows a heap page. At a million
+    schedules, pick i + 17,679 is a neighbour of pick i (17,679 * SPREAD = 1 mod 10^6): from there on every
+    pick is, so only a fresh load's first 17,679 picks read what no earlier round read. The count of picks
+    beside an earlier one is printed, to tell those rounds apart."""
     picked = [i * SPREAD % schedules for i in range(first, first + n)]
     if len(set(picked)) != n or len({s % racks for s in picked}) != n:
         raise SystemExit(f"--drain {n}: cannot pick schedules on {n} racks of their own among {schedules}")
-    print(f"# drain: schedules {first}..{first + n - 1} of the spread order (--drain-first)", flush=True)
+    earlier = {i * SPREAD % schedules for i in range(first)}
+    beside = sum((s - 1) % schedules in earlier or (s + 1) % schedules in earlier for s in picked)
+    print(
+        f"# drain: schedules {first}..{first + n - 1} of the spread order (--drain-first), "
+        f"{beside} of them next to one an earlier pick drained",
+        flush=True,
+    )
     due = datetime.now(UTC) - timedelta(minutes=1)
     names = [f"scale-s{s:07d}" for s in picked]
     engine = sync_engine(url)
