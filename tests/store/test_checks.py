@@ -630,6 +630,34 @@ async def test_tasks_next_in_line_are_asked_ahead_of_their_claim_and_start_at_it
     assert await _rounds_of(db, first) == [(1, True)] and await _rounds_of(db, second) == [(1, True)]
 
 
+async def test_one_poll_takes_the_due_rounds_and_looks_ahead_on_one_read_of_the_checks(db: Database) -> None:
+    """A poll with a due round (a task a claim held) and a task next in line takes both rounds, and reads
+    the checks, the racks and their components once for the two: the event loop's work per poll (issue
+    26). Each hook is told its own task's rack."""
+    clock = FakeClock(CLOCK.now())
+    with receiving(Answer({"ok": True})) as hook:
+        services = Services.build(db, clock)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="30s")
+        )
+        held = await submit(db, await _rack(db, "r1"), POWER_ON)
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, clock.now()) == []  # held for its first round, due
+        ahead = await submit(db, await _rack(db, "r2"), POWER_ON)
+        checker = _looking(db, services, clock, [2])  # `held`, asked and not started, counts: one more
+        with statements_sent(db) as sent:
+            assert await checker.poll() == 2
+        await checker.settle()
+        payloads = hook.payloads()
+    reads = [s for s, _ in sent if s.lstrip().startswith("SELECT")]
+    assert len([s for s in reads if "FROM preflight_checks" in s]) == 1, reads
+    assert len([s for s in reads if "FROM racks" in s]) == 1, reads
+    assert len([s for s in reads if "FROM components" in s]) == 1, reads
+    told = {(p["task_id"], p["rack"]["name"], p["attempt"]) for p in payloads}
+    assert told == {(str(held.id), "r1", 1), (str(ahead.id), "r2", 1)}
+    assert await _rounds_of(db, held) == [(1, True)] and await _rounds_of(db, ahead) == [(1, True)]
+
+
 async def test_the_look_ahead_asks_only_what_windows_and_budgets_admit(db: Database) -> None:
     """A task a FREEZE holds is not asked ahead, nor one a full budget would hold, counting the tasks
     before it in line as started: the checks are asked only about tasks the windows and budgets admit."""

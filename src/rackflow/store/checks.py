@@ -349,14 +349,10 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
     ]
 
 
-async def queue_head(
-    conn: AsyncConnection, gate: str, *, now: datetime, limit: int
-) -> list[tuple[Task, bool]]:
-    """The next `limit` tasks the executors' claims will take, in their order (oldest first), and whether
-    `gate` has asked about each yet: the PENDING tasks nothing holds past `now`, and those `gate` holds for
-    a first round of checks not yet answered (they are claimed as soon as it passes). A look ahead
-    (`rackflow.checks.checker`) asks about the unasked ones among them before an executor has room."""
-    stmt = (
+def _queue_head_statement() -> Select[Any]:
+    """`queue_head`'s statement, the gate, now and the limit bound. Built once: a look ahead runs at most
+    every NUDGE_GAP while tasks end, and building it each time was the event loop's work (issue 26)."""
+    return (
         select(tasks, preflight_tasks.c.task_id.is_not(None).label("asked"))
         .outerjoin(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
         .where(
@@ -364,18 +360,31 @@ async def queue_head(
             status_in(tasks.c.status, TaskStatus.PENDING),
             or_(
                 tasks.c.not_before.is_(None),
-                tasks.c.not_before <= now,
+                tasks.c.not_before <= bindparam("now"),
                 and_(
-                    tasks.c.held_by == gate,
+                    tasks.c.held_by == bindparam("gate"),
                     preflight_tasks.c.attempt == 0,
                     preflight_tasks.c.overridden_at.is_(None),
                 ),
             ),
         )
         .order_by(*OLDEST_FIRST)
-        .limit(limit)
+        .limit(bindparam("limit"))
     )
-    return [(task_from_row(row), bool(row.asked)) for row in await conn.execute(stmt)]
+
+
+_QUEUE_HEAD = _queue_head_statement()
+
+
+async def queue_head(
+    conn: AsyncConnection, gate: str, *, now: datetime, limit: int
+) -> list[tuple[Task, bool]]:
+    """The next `limit` tasks the executors' claims will take, in their order (oldest first), and whether
+    `gate` has asked about each yet: the PENDING tasks nothing holds past `now`, and those `gate` holds for
+    a first round of checks not yet answered (they are claimed as soon as it passes). A look ahead
+    (`rackflow.checks.checker`) asks about the unasked ones among them before an executor has room."""
+    rows = await conn.execute(_QUEUE_HEAD, {"gate": gate, "now": now, "limit": limit})
+    return [(task_from_row(row), bool(row.asked)) for row in rows]
 
 
 async def ask_ahead(
