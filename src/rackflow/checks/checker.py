@@ -28,15 +28,16 @@ task's first claim (`rackflow.checks.gate`); the checker asks them for a task th
 **The look ahead** (issue 26). A task's first claim needs a free slot of the executor like the claim that
 starts it, so with a full executor every slot that freed would go to a task not asked yet, held there, and
 sit empty for a round trip of the checker. So each poll also takes the first round of the tasks next in
-line that no claim has taken yet (`_look_ahead`): of the next tasks the claims will take (`store.queue_head`,
-those asked and not started counted), as many as the executor of this process ended in the last
-PREFLIGHT_LOOK_AHEAD (the slots about to free, at the pace tasks end; none while nothing ends, so a queue
-behind long tasks is not asked hours early), those whose checks ask over HTTP and that the gates before
-this one would let start now (`rackflow.tasks.gates.look`: no freeze, room in the budgets, counting the
-tasks before them as started). The gate then holds each as its first claim would (`first_hold`), with
-its round taken in the same transaction (`store.ask_ahead`, in the poll's one with the due rounds); the round is asked and recorded as any. Its
-pass counts for one interval, as every round's; the claim that finds it stale asks again, and a claim
-still asks every gate, so nothing starts that the gates or a fresh round would not start.
+line that no claim has taken yet (`_next_in_line`): of the next tasks the claims will take
+(`store.queue_head`, those asked and not started counted), as many as the executor of this process ended in
+the last PREFLIGHT_LOOK_AHEAD (the slots about to free, at the pace tasks end; none while nothing ends, so a
+queue behind long tasks is not asked hours early), those whose checks ask over HTTP and that the gates
+before this one would let start now (`rackflow.tasks.gates.look`: no freeze, room in the budgets, counting
+the tasks before them as started). The gate then holds each as its first claim would (`first_hold`), with
+its round taken in the same transaction (`store.ask_ahead`, in the poll's one with the due rounds); the
+round is asked and recorded as any. Its pass counts for one interval, as every round's; the claim that
+finds it stale asks again, and a claim still asks every gate, so nothing starts that the gates or a fresh
+round would not start.
 """
 
 from __future__ import annotations
