@@ -80,6 +80,7 @@ from rackflow.store import checks as store
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
+from rackflow.store.tasks import get_tasks
 from rackflow.tasks import gates as start_gates
 from rackflow.tasks.gates import Gate
 from rackflow.tasks.manager import TaskManager
@@ -242,7 +243,8 @@ class PreflightChecker:
         # In claim order, the ones asked before counted too: a budget's room is counted as if each task
         # started in turn.
         admitted = {t.id for t in await start_gates.look(self.gates, conn, [t for t, _ in head], now)}
-        return [t for t, asked in head if not asked and t.id in admitted]
+        fresh = [t.id for t, asked in head if not asked and t.id in admitted]
+        return sorted(await get_tasks(conn, fresh), key=lambda t: (t.created_at, t.id)) if fresh else []
 
     def _start(self, rounds: Sequence[_Round]) -> None:
         """Ask the rounds taken, each in the background."""
