@@ -44,7 +44,7 @@ from rackflow.store.tasks import set_status
 from rackflow.tasks.gates import consult
 from rackflow.windows.service import Ref, WindowInput
 from tests.checks_support import Answer, checking, receiving
-from tests.store.query_plans import statements_sent
+from tests.store.query_plans import statement_sent, statements_sent
 from tests.store.schedules_support import HOURLY, POWER_OFF, make_env, rack_target
 from tests.store.test_executor import (
     CLOCK,
@@ -629,6 +629,57 @@ async def test_tasks_next_in_line_are_asked_ahead_of_their_claim_and_start_at_it
     assert later.held_by == GATE_NAME and later.held_reason == "waits for pre-flight checks 'drained'"
     assert [(p["task_id"], p["attempt"]) for p in payloads] == [(str(first.id), 1), (str(second.id), 1)]
     assert await _rounds_of(db, first) == [(1, True)] and await _rounds_of(db, second) == [(1, True)]
+
+
+async def test_one_poll_takes_the_due_rounds_and_looks_ahead_on_one_read_of_the_checks(db: Database) -> None:
+    """A poll with a due round (a task a claim held) and a task next in line takes both rounds, and reads
+    the checks, the racks and their components once for the two: the event loop's work per poll (issue
+    26). Each hook is told its own task's rack."""
+    clock = FakeClock(CLOCK.now())
+    with receiving(Answer({"ok": True})) as hook:
+        services = Services.build(db, clock)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="30s")
+        )
+        held = await submit(db, await _rack(db, "r1"), POWER_ON)
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, clock.now()) == []  # held for its first round, due
+        ahead = await submit(db, await _rack(db, "r2"), POWER_ON)
+        checker = _looking(db, services, clock, [2])  # `held`, asked and not started, counts: one more
+        with statements_sent(db) as sent:
+            assert await checker.poll() == 2
+        await checker.settle()
+        payloads = hook.payloads()
+    reads = [s for s, _ in sent if s.lstrip().startswith("SELECT")]
+    assert len([s for s in reads if "FROM preflight_checks" in s]) == 1, reads
+    assert len([s for s in reads if "FROM racks" in s]) == 1, reads
+    assert len([s for s in reads if "FROM components" in s]) == 1, reads
+    told = {(p["task_id"], p["rack"]["name"], p["attempt"]) for p in payloads}
+    assert told == {(str(held.id), "r1", 1), (str(ahead.id), "r2", 1)}
+    assert await _rounds_of(db, held) == [(1, True)] and await _rounds_of(db, ahead) == [(1, True)]
+
+
+async def test_the_queue_head_reads_what_the_gates_look_at_not_whole_rows(db: Database) -> None:
+    """`store.queue_head` reads of the tasks next in line only what the gates' looks count (id, rack,
+    operation, `ignore_windows`) and whether each was asked: the look ahead reads whole only the few it
+    asks about (issue 26: some 100 whole rows a look were the event loop's work)."""
+    asked, fresh = (
+        await submit(db, await _rack(db, "r1"), POWER_ON),
+        await submit(db, await _rack(db, "r2"), POWER_OFF),
+    )
+    async with db.transaction() as conn:
+        await store.start_waiting(conn, [asked.id])
+        await conn.execute(update(tasks).where(tasks.c.id == asked.id).values(held_by=GATE_NAME))
+    statement, _ = await statement_sent(
+        db, lambda conn: store.queue_head(conn, GATE_NAME, now=CLOCK.now(), limit=10)
+    )
+    async with db.read() as conn:
+        head = await store.queue_head(conn, GATE_NAME, now=CLOCK.now(), limit=10)
+    assert "parameters" not in statement and "component_ids" not in statement, statement
+    assert {(t.id, t.kind, t.ignore_windows, was_asked) for t, was_asked in head} == {
+        (asked.id, OperationKind.POWER_ON, False, True),
+        (fresh.id, OperationKind.POWER_OFF, False, False),
+    }
 
 
 async def test_the_look_ahead_asks_only_what_windows_and_budgets_admit(db: Database) -> None:

@@ -44,7 +44,7 @@ from rackflow import failpoints
 from rackflow.budgets.rules import Held, admit
 from rackflow.config import BUDGET_RETRY_DELAY
 from rackflow.domain.budgets import Started
-from rackflow.domain.tasks import Hold, OperationKind, Task
+from rackflow.domain.tasks import Hold, InLine, OperationKind, Task
 from rackflow.domain.windows import RackRef
 from rackflow.metrics import BUDGET_HOLDS
 from rackflow.store import budgets as store
@@ -63,7 +63,7 @@ class BudgetGate:
     async def check(
         self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
     ) -> dict[uuid.UUID, Hold]:
-        held = await self._held(conn, tasks, lock=True)
+        held = await self._held(conn, [InLine.of(task) for task in tasks], lock=True)
         if not held:
             return {}
         until = now + BUDGET_RETRY_DELAY
@@ -76,7 +76,7 @@ class BudgetGate:
         return {task_id: Hold(until, reason.message) for task_id, reason in held.items()}
 
     async def look(
-        self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
+        self, conn: AsyncConnection, tasks: Sequence[InLine], now: datetime
     ) -> dict[uuid.UUID, Hold]:
         """What `check` would hold now, counting `tasks` (not claimed, in claim order) as if each started
         in turn, with no lock taken and nothing written: a look ahead (`rackflow.tasks.gates.look`)."""
@@ -84,11 +84,11 @@ class BudgetGate:
         return {task_id: Hold(now + BUDGET_RETRY_DELAY, reason.message) for task_id, reason in held.items()}
 
     async def _held(
-        self, conn: AsyncConnection, tasks: Sequence[Task], *, lock: bool
+        self, conn: AsyncConnection, tasks: Sequence[InLine], *, lock: bool
     ) -> dict[uuid.UUID, Held]:
         """The tasks a budget holds, with why: the running tasks counted (the budgets locked first when
         `lock`), then `tasks` admitted in order."""
-        kinds = {task.operation.kind for task in tasks}
+        kinds = {task.kind for task in tasks}
         # Unlocked first: a claim of tasks no budget counts takes no lock.
         budgets = await store.all_budgets(conn)
         if not any(budget.operations & kinds for budget in budgets):
@@ -96,7 +96,7 @@ class BudgetGate:
         if lock:
             budgets = await store.lock_budgets(self.db, conn)
         counted: frozenset[OperationKind] = frozenset().union(*(budget.operations for budget in budgets))
-        candidates = [task for task in tasks if task.operation.kind in counted]
+        candidates = [task for task in tasks if task.kind in counted]
         if not candidates:
             return {}
         racks = await rack_refs(conn, {task.rack_id for task in candidates})
@@ -109,7 +109,7 @@ class BudgetGate:
             budgets,
             already,
             [
-                (task.id, Started(task.operation.kind, _domain(racks.get(task.rack_id), task.rack_id)))
+                (task.id, Started(task.kind, _domain(racks.get(task.rack_id), task.rack_id)))
                 for task in candidates
             ],
         )

@@ -4,7 +4,8 @@ holds, and stores what they answered for the gate to read (docs/CHECKS.md).
 Each poll (every PREFLIGHT_POLL_INTERVAL, at once when this process's gate held a task for a first look, and
 at most every NUDGE_GAP while its executor ends tasks) finds the held tasks whose next round is due and
 starts a round for each, in the background, so a slow hook delays no other rack and never the dispatcher
-or the executor; then it looks ahead (below). A round:
+or the executor, and looks ahead (below): one read for both (the checks, racks and components read once) and
+one transaction that takes every round it found. A round:
 
 1. takes a lease on the task's next round (`store.take_rounds`: only if the round read under the task row's
    lock is still the one due and no other lease holds it; one transaction, and one UPDATE, for all the
@@ -27,15 +28,16 @@ task's first claim (`rackflow.checks.gate`); the checker asks them for a task th
 **The look ahead** (issue 26). A task's first claim needs a free slot of the executor like the claim that
 starts it, so with a full executor every slot that freed would go to a task not asked yet, held there, and
 sit empty for a round trip of the checker. So each poll also takes the first round of the tasks next in
-line that no claim has taken yet (`_look_ahead`): of the next tasks the claims will take (`store.queue_head`,
-those asked and not started counted), as many as the executor of this process ended in the last
-PREFLIGHT_LOOK_AHEAD (the slots about to free, at the pace tasks end; none while nothing ends, so a queue
-behind long tasks is not asked hours early), those whose checks ask over HTTP and that the gates before
-this one would let start now (`rackflow.tasks.gates.look`: no freeze, room in the budgets, counting the
-tasks before them as started). The gate then holds each as its first claim would (`first_hold`), with
-its round taken in the same transaction (`store.ask_ahead`); the round is asked and recorded as any. Its
-pass counts for one interval, as every round's; the claim that finds it stale asks again, and a claim
-still asks every gate, so nothing starts that the gates or a fresh round would not start.
+line that no claim has taken yet (`_next_in_line`): of the next tasks the claims will take
+(`store.queue_head`, those asked and not started counted), as many as the executor of this process ended in
+the last PREFLIGHT_LOOK_AHEAD (the slots about to free, at the pace tasks end; none while nothing ends, so a
+queue behind long tasks is not asked hours early), those whose checks ask over HTTP and that the gates
+before this one would let start now (`rackflow.tasks.gates.look`: no freeze, room in the budgets, counting
+the tasks before them as started). The gate then holds each as its first claim would (`first_hold`), with
+its round taken in the same transaction (`store.ask_ahead`, in the poll's one with the due rounds); the
+round is asked and recorded as any. Its pass counts for one interval, as every round's; the claim that
+finds it stale asks again, and a claim still asks every gate, so nothing starts that the gates or a fresh
+round would not start.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ from rackflow.store import checks as store
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
+from rackflow.store.tasks import get_tasks
 from rackflow.tasks import gates as start_gates
 from rackflow.tasks.gates import Gate
 from rackflow.tasks.manager import TaskManager
@@ -166,91 +169,82 @@ class PreflightChecker:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def poll(self) -> int:
-        """Take the next round of each due task, all in one transaction, and ask each (in the
-        background); then look ahead. How many rounds were taken."""
-        taken = await self._due_rounds()
-        if self.ahead is not None:
-            taken += await self._look_ahead()
-        return taken
-
-    async def _due_rounds(self) -> int:
+        """Take the next round of each due task and, looking ahead, the first round of the tasks next in
+        line, all in one transaction, and ask each (in the background): how many rounds were taken. One
+        read for both, with the checks, the racks and their components read once (issue 26: the loop's
+        own work for the checks, a poll every few ticks while tasks end, was what slowed a drain)."""
         now = self.clock.now()
         async with self.db.read() as conn:
             due = await store.due(conn, GATE_NAME, now=now, limit=self.batch)
-            if not due:
+            wanted = min(self.ahead(), self.batch) if self.ahead is not None else 0
+            if not due and wanted <= 0:
                 return 0
             checks = await store.all_checks(conn)
-            facts = await store.rack_facts(conn, {task.rack_id for task, _ in due})
+            fresh = await self._next_in_line(conn, checks, wanted, now)
+            facts = await store.rack_facts(
+                conn, {task.rack_id for task, _ in due} | {t.rack_id for t in fresh}
+            )
             overridden = await store.overridden_checks(conn, {task.id for task, _ in due})
-            applying = {}
-            for task, _ in due:
-                applying[task.id] = _applying(
-                    checks, task, facts.get(task.rack_id), overridden.get(task.id, frozenset())
-                )
-            components = await _components(conn, [(task, applying[task.id]) for task, _ in due])
-        rounds = [
-            _Round(
-                task, waiting, applying[task.id], facts.get(task.rack_id), components.get(task.rack_id, [])
-            )
-            for task, waiting in due
-        ]
-        now = self.clock.now()
-        async with self.db.transaction() as conn:
-            ids = await store.take_rounds(
-                self.db, conn, GATE_NAME, [(r.waiting, r.lease(now)) for r in rounds], now=now
-            )
-        self._start([r for r in rounds if r.task.id in ids])
-        return len(ids)
-
-    async def _look_ahead(self) -> int:
-        """Take the first round of the tasks next in line, before an executor has room for them (the
-        module's docstring): how many were taken."""
-        assert self.ahead is not None
-        wanted = min(self.ahead(), self.batch)
-        if wanted <= 0:
-            return 0
-        now = self.clock.now()
-        async with self.db.read() as conn:
-            checks = await store.all_checks(conn)
-            self._hooks = any(not c.asks_only_the_database for c in checks)
-            if not self._hooks:
-                return 0
-            head = await store.queue_head(conn, GATE_NAME, now=now, limit=wanted)
-            if all(asked for _, asked in head):
-                return 0
-            # In claim order, the ones asked before counted too: a budget's room is counted as if each
-            # task started in turn.
-            admitted = {t.id for t in await start_gates.look(self.gates, conn, [t for t, _ in head], now)}
-            fresh = [t for t, asked in head if not asked and t.id in admitted]
-            facts = await store.rack_facts(conn, {t.rack_id for t in fresh})
-            rounds: list[tuple[Task, list[PreflightCheck], RackFacts]] = []
+            # The due rounds (their waiting row), then the first rounds the look ahead takes (None).
+            rounds: list[tuple[Task, Waiting | None, list[PreflightCheck]]] = [
+                (task, waiting, _applying(checks, task, facts.get(task.rack_id), overridden.get(task.id, ())))
+                for task, waiting in due
+            ]
             for task in fresh:
                 rack = facts.get(task.rack_id)
                 applying = _applying(checks, task, rack)
                 # Checks that only read the database are asked by the claim itself, at once: not ahead.
                 if rack is not None and any(not c.asks_only_the_database for c in applying):
-                    rounds.append((task, applying, rack))
+                    rounds.append((task, None, applying))
             if not rounds:
                 return 0
-            components = await _components(conn, [(t, applying) for t, applying, _ in rounds])
+            components = await _components(conn, [(task, applying) for task, _, applying in rounds])
         now = self.clock.now()
+        leases: list[tuple[Waiting, datetime]] = []
         asks: dict[uuid.UUID, tuple[Hold, datetime]] = {}
         taken: list[_Round] = []
-        for task, applying, rack in rounds:
-            hold = first_hold(task, applying, now)
-            if not isinstance(hold, Hold):
-                continue  # a check that waits for nothing: its claim fails the task
+        for task, waiting, applying in rounds:
             each = _Round(
-                task, Waiting(task.id, 0, None, None, None), applying, rack, components.get(task.rack_id, [])
+                task,
+                waiting or Waiting(task.id, 0, None, None, None),
+                applying,
+                facts.get(task.rack_id),
+                components.get(task.rack_id, []),
             )
-            asks[task.id] = (hold, each.lease(now))
+            if waiting is not None:
+                leases.append((waiting, each.lease(now)))
+            else:
+                hold = first_hold(task, applying, now)
+                if not isinstance(hold, Hold):
+                    continue  # a check that waits for nothing: its claim fails the task
+                asks[task.id] = (hold, each.lease(now))
             taken.append(each)
+        if not taken:
+            return 0
         async with self.db.transaction() as conn:
-            ids = await store.ask_ahead(self.db, conn, GATE_NAME, asks, now=now)
-        self._start([r for r in taken if r.task.id in ids])
-        if ids:
-            log.info("pre-flight checks asked ahead of the claim for %d task(s)", len(ids))
-        return len(ids)
+            ids = await store.take_rounds(self.db, conn, GATE_NAME, leases, now=now) if leases else set()
+            ahead = await store.ask_ahead(self.db, conn, GATE_NAME, asks, now=now) if asks else set()
+        self._start([r for r in taken if r.task.id in ids | ahead])
+        if ahead:
+            log.info("pre-flight checks asked ahead of the claim for %d task(s)", len(ahead))
+        return len(ids) + len(ahead)
+
+    async def _next_in_line(
+        self, conn: AsyncConnection, checks: Sequence[PreflightCheck], wanted: int, now: datetime
+    ) -> list[Task]:
+        """The look ahead's tasks (the module's docstring): of the next `wanted` in line, those not asked
+        yet that the gates before this one would let start now."""
+        self._hooks = any(not c.asks_only_the_database for c in checks)
+        if wanted <= 0 or not self._hooks:
+            return []
+        head = await store.queue_head(conn, GATE_NAME, now=now, limit=wanted)
+        if all(asked for _, asked in head):
+            return []
+        # In claim order, the ones asked before counted too: a budget's room is counted as if each task
+        # started in turn.
+        admitted = {t.id for t in await start_gates.look(self.gates, conn, [t for t, _ in head], now)}
+        fresh = [t.id for t, asked in head if not asked and t.id in admitted]
+        return sorted(await get_tasks(conn, fresh), key=lambda t: (t.created_at, t.id)) if fresh else []
 
     def _start(self, rounds: Sequence[_Round]) -> None:
         """Ask the rounds taken, each in the background."""

@@ -261,3 +261,19 @@ class Ending:
     # instead of ending; `attempt` is the record of the attempt that ended (tasks with retries only).
     retry_at: datetime | None = None
     attempt: TaskAttempt | None = None
+
+
+@dataclass(frozen=True)
+class InLine:
+    """A task next in line as a look ahead reads it (`store.checks.queue_head`): only what the start gates'
+    looks need, not its whole row (issue 26: a look ahead read some 100 rows whole to find a dozen new
+    ones, and that was the event loop's work)."""
+
+    id: uuid.UUID
+    rack_id: uuid.UUID
+    kind: OperationKind
+    ignore_windows: bool
+
+    @classmethod
+    def of(cls, task: Task) -> InLine:
+        return cls(task.id, task.rack_id, task.operation.kind, task.ignore_windows)

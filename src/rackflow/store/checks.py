@@ -29,7 +29,7 @@ from rackflow.domain.checks import (
     Waiting,
     WebhookSettings,
 )
-from rackflow.domain.tasks import Hold, OperationKind, Task, TaskStatus
+from rackflow.domain.tasks import Hold, InLine, OperationKind, Task, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, chunked, unique_violation_as
 from rackflow.store.dialect import insert_rows_together, update_rows
@@ -349,33 +349,52 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
     ]
 
 
-async def queue_head(
-    conn: AsyncConnection, gate: str, *, now: datetime, limit: int
-) -> list[tuple[Task, bool]]:
-    """The next `limit` tasks the executors' claims will take, in their order (oldest first), and whether
-    `gate` has asked about each yet: the PENDING tasks nothing holds past `now`, and those `gate` holds for
-    a first round of checks not yet answered (they are claimed as soon as it passes). A look ahead
-    (`rackflow.checks.checker`) asks about the unasked ones among them before an executor has room."""
-    stmt = (
-        select(tasks, preflight_tasks.c.task_id.is_not(None).label("asked"))
+def _queue_head_statement() -> Select[Any]:
+    """`queue_head`'s statement, the gate, now and the limit bound. Built once: a look ahead runs at most
+    every NUDGE_GAP while tasks end, and building it each time was the event loop's work (issue 26)."""
+    return (
+        select(
+            tasks.c.id,
+            tasks.c.rack_id,
+            tasks.c.operation,
+            tasks.c.ignore_windows,
+            preflight_tasks.c.task_id.is_not(None).label("asked"),
+        )
         .outerjoin(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
         .where(
             is_active(tasks.c.status),
             status_in(tasks.c.status, TaskStatus.PENDING),
             or_(
                 tasks.c.not_before.is_(None),
-                tasks.c.not_before <= now,
+                tasks.c.not_before <= bindparam("now"),
                 and_(
-                    tasks.c.held_by == gate,
+                    tasks.c.held_by == bindparam("gate"),
                     preflight_tasks.c.attempt == 0,
                     preflight_tasks.c.overridden_at.is_(None),
                 ),
             ),
         )
         .order_by(*OLDEST_FIRST)
-        .limit(limit)
+        .limit(bindparam("limit"))
     )
-    return [(task_from_row(row), bool(row.asked)) for row in await conn.execute(stmt)]
+
+
+_QUEUE_HEAD = _queue_head_statement()
+
+
+async def queue_head(
+    conn: AsyncConnection, gate: str, *, now: datetime, limit: int
+) -> list[tuple[InLine, bool]]:
+    """The next `limit` tasks the executors' claims will take, in their order (oldest first), and whether
+    `gate` has asked about each yet: the PENDING tasks nothing holds past `now`, and those `gate` holds for
+    a first round of checks not yet answered (they are claimed as soon as it passes). A look ahead
+    (`rackflow.checks.checker`) asks about the unasked ones among them before an executor has room, and
+    reads those whole; the others are read only for what the gates' looks count (`InLine`)."""
+    rows = await conn.execute(_QUEUE_HEAD, {"gate": gate, "now": now, "limit": limit})
+    return [
+        (InLine(row.id, row.rack_id, OperationKind(row.operation), row.ignore_windows), bool(row.asked))
+        for row in rows
+    ]
 
 
 async def ask_ahead(

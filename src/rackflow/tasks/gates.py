@@ -45,7 +45,7 @@ from typing import Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.domain.tasks import Hold, Task
+from rackflow.domain.tasks import Hold, InLine, Task
 from rackflow.metrics import TASK_HOLDS
 from rackflow.store import task_runs
 from rackflow.store.tasks import NOT_HELD
@@ -83,7 +83,7 @@ class Looking(Gate, Protocol):
     """A gate that can also say, without writing or locking anything, what it would answer now."""
 
     async def look(
-        self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
+        self, conn: AsyncConnection, tasks: Sequence[InLine], now: datetime
     ) -> Mapping[uuid.UUID, Verdict]:
         """What `check` would answer for `tasks` (PENDING, not claimed, in claim order: each counted as if
         the ones before it started) at `now`. It writes and locks nothing; the claim's `check` decides."""
@@ -91,8 +91,8 @@ class Looking(Gate, Protocol):
 
 
 async def look(
-    gates: Sequence[Gate], conn: AsyncConnection, tasks: Sequence[Task], now: datetime
-) -> list[Task]:
+    gates: Sequence[Gate], conn: AsyncConnection, tasks: Sequence[InLine], now: datetime
+) -> list[InLine]:
     """Of `tasks` (not claimed, in claim order), those every gate of `gates` would let start now, by their
     `look`; none if a gate has no `look`. A look only: each task's claim still asks every gate."""
     open_ = list(tasks)

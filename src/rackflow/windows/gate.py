@@ -14,7 +14,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.domain.tasks import Hold, Task
+from rackflow.domain.tasks import Hold, InLine, Task
 from rackflow.domain.window_rules import freeze_at
 from rackflow.domain.windows import WindowKind
 from rackflow.store import windows as store
@@ -28,6 +28,13 @@ class FreezeGate:
     async def check(
         self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
     ) -> dict[uuid.UUID, Hold]:
+        return await self.look(conn, [InLine.of(task) for task in tasks], now)
+
+    async def look(
+        self, conn: AsyncConnection, tasks: Sequence[InLine], now: datetime
+    ) -> dict[uuid.UUID, Hold]:
+        """What `check` would answer (it only reads, so it is the check): a look ahead
+        (`rackflow.tasks.gates.look`)."""
         fresh = [task for task in tasks if not task.ignore_windows]
         if not fresh:
             return {}
@@ -38,14 +45,8 @@ class FreezeGate:
         held: dict[uuid.UUID, Hold] = {}
         for task in fresh:
             rack = racks.get(task.rack_id)
-            frozen = freeze_at(freezes, rack, task.operation.kind, now) if rack is not None else None
+            frozen = freeze_at(freezes, rack, task.kind, now) if rack is not None else None
             if frozen is not None and frozen.until is not None:
                 message = f"waits for freeze {frozen.window.name!r} to end at {frozen.until.isoformat()}"
                 held[task.id] = Hold(frozen.until, message)
         return held
-
-    async def look(
-        self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
-    ) -> dict[uuid.UUID, Hold]:
-        """What `check` would answer (it only reads): a look ahead (`rackflow.tasks.gates.look`)."""
-        return await self.check(conn, tasks, now)
