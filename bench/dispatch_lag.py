@@ -140,9 +140,10 @@ def single(args: argparse.Namespace) -> None:
 
 
 async def _create_one_by_one(
-    address: str, racks: list[str], ahead: float, gap: float
+    address: str, racks: list[str], ahead: float, gap: float, prefix: str = ""
 ) -> dict[uuid.UUID, datetime]:
-    """Create one one-time schedule per rack, `gap` seconds apart (jittered), each due `ahead` seconds on."""
+    """Create one one-time schedule per rack, `gap` seconds apart (jittered), each due `ahead` seconds on,
+    named `prefix` and the rack's name."""
     due_by_id: dict[uuid.UUID, datetime] = {}
     async with grpc.aio.insecure_channel(address) as channel:
         stub = flow_pb2_grpc.FlowStub(channel)
@@ -151,7 +152,7 @@ async def _create_one_by_one(
             target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name=rack)]))
             request = pb.CreateTaskScheduleRequest(
                 schedule=pb.ScheduleConfig(
-                    name=rack,
+                    name=prefix + rack,
                     spec=pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=format_rfc3339(due)),
                 ),
                 operation=pb.ScheduledOperation(power_on=pb.PowerOnRackRequest(target_spec=target)),

@@ -523,7 +523,9 @@ def measure_lag(server: ServerProcess, url: str, samples: int) -> None:
 
     load = load_avg()
     racks = [f"scale-r{i:07d}" for i in range(samples)]
-    due_by_id = asyncio.run(_create_one_by_one(server.address, racks, 0.5, 0.25))
+    # Named for this run, so a database measured again takes new schedules (the racks' names are taken).
+    prefix = f"lag-{int(time.time())}-"
+    due_by_id = asyncio.run(_create_one_by_one(server.address, racks, 0.5, 0.25, prefix))
     engine = sync_engine(url)
     created = select(tasks.c.schedule_id, tasks.c.created_at).where(tasks.c.schedule_id.in_(list(due_by_id)))
     deadline = time.monotonic() + 120
@@ -798,6 +800,13 @@ def main() -> None:
     with __import__("tempfile").TemporaryDirectory(prefix="rackflow-scale-") as tmp:
         log_dir = Path(tmp)
         if phases & {"reads", "rss", "lag"}:
+            if "lag" in phases:
+                # An earlier run's drain may have left tasks live on the lag's racks: a firing on a rack
+                # with a conflicting task makes none, and the phase would wait for tasks that never come.
+                engine = sync_engine(url)
+                with engine.begin() as conn:
+                    end_live_tasks(conn)
+                engine.dispose()
             with auto_explain(args.pg_admin, args.database, args.explain):
                 server = start_server(
                     url,
