@@ -244,7 +244,8 @@ class PreflightChecker:
         # started in turn.
         admitted = {t.id for t in await start_gates.look(self.gates, conn, [t for t, _ in head], now)}
         fresh = [t.id for t, asked in head if not asked and t.id in admitted]
-        return sorted(await get_tasks(conn, fresh), key=lambda t: (t.created_at, t.id)) if fresh else []
+        found = {task.id: task for task in await get_tasks(conn, fresh)}
+        return [found[task_id] for task_id in fresh if task_id in found]  # in the head's (claim) order
 
     def _start(self, rounds: Sequence[_Round]) -> None:
         """Ask the rounds taken, each in the background."""

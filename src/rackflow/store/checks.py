@@ -31,7 +31,7 @@ from rackflow.domain.checks import (
 )
 from rackflow.domain.tasks import Hold, InLine, OperationKind, Task, TaskStatus
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import Database, chunked, unique_violation_as
+from rackflow.store.db import Database, chunked, in_id_order, unique_violation_as
 from rackflow.store.dialect import insert_rows_together, update_rows
 from rackflow.store.inventory import names_by_id
 from rackflow.store.tables import (
@@ -464,7 +464,7 @@ async def _lock_held(
     round of that task is taken or written (the checker then finds it RUNNING, and asks nothing), and a
     round taken first is seen by the claim as under way (`Waiting.under_way`), which holds the task."""
     locked: set[uuid.UUID] = set()
-    for chunk in chunked(sorted(set(task_ids))):
+    for chunk in chunked(in_id_order(task_ids)):
         stmt = select(tasks.c.id).where(_still_held(gate, chunk)).order_by(tasks.c.id)
         locked.update(row.id for row in await conn.execute(db.for_update(stmt)))
     return locked
@@ -599,7 +599,7 @@ async def release(
 ) -> None:
     """The tasks may be claimed at once (their checks passed, or were overridden); still held by `gate`,
     which lets them start at the claim."""
-    for chunk in chunked(sorted(set(task_ids))):
+    for chunk in chunked(in_id_order(task_ids)):
         await conn.execute(
             update(tasks)
             .where(_still_held(gate, chunk))

@@ -27,7 +27,7 @@ from rackflow.domain.inventory import (
 )
 from rackflow.errors import AlreadyExists
 from rackflow.ids import new_id
-from rackflow.store.db import Database, chunked, some_of, unique_violation_as
+from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.tables import components, nvl_domains, racks, tasks
@@ -184,7 +184,7 @@ async def racks_for_update(
 ) -> dict[uuid.UUID, uuid.UUID | None]:
     """Lock the racks that exist and map each to its current NVLink domain (None: in no domain)."""
     found: dict[uuid.UUID, uuid.UUID | None] = {}
-    for chunk in chunked(sorted(set(rack_ids))):  # sorted: concurrent lockers take rows in one order
+    for chunk in chunked(in_id_order(rack_ids)):  # concurrent lockers take rows in one order
         stmt = select(racks.c.id, racks.c.nvl_domain_id).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
         for row in await conn.execute(db.for_update(stmt)):
             found[row.id] = row.nvl_domain_id
