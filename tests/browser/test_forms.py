@@ -56,6 +56,19 @@ def field(driver: WebDriver, testid: str, value: str) -> None:
     element.send_keys(value)
 
 
+def tick(driver: WebDriver, testid: str, on: bool = True) -> None:
+    """Set a checkbox by clicking it, again if a click was lost: ChromeDriver clicks at a point, and the
+    preview redrawn meanwhile (300 ms after the last change) may move the box from under it."""
+
+    def settled(d: WebDriver) -> bool:
+        box = visible(d, testid)
+        if box.is_selected() != on:
+            box.click()
+        return bool(box.is_selected() == on)
+
+    wait(driver, settled, f"{testid} {'checked' if on else 'unchecked'}")
+
+
 def add_rack(driver: WebDriver, name: str) -> None:
     Select(visible(driver, "scope-add-rack")).select_by_visible_text(name)
     visible(driver, "scope-add").click()
@@ -146,7 +159,7 @@ def test_a_bad_field_is_named_beside_it_while_typing_and_the_input_stays(
     wait(driver, lambda d: "Mars/Olympus" in text(d, "error-schedule.spec.timezone"), "the create's error")
     assert visible(driver, "form-timezone").get_attribute("value") == "Mars/Olympus"
     assert visible(driver, "form-name").get_attribute("value") == "typo" and chosen(driver) == ["f2"]
-    visible(driver, "form-rollout-on").click()
+    tick(driver, "form-rollout-on")
     field(driver, "form-rollout-max_concurrent_racks", "2")
     field(driver, "form-timezone", "Europe/Berlin")
     wait(
@@ -264,7 +277,7 @@ def test_an_approval_policy_is_set_named_when_bad_previewed_and_edited(
     add_rack(driver, "f3")
     wait(driver, lambda d: [rack for rack, _ in decisions(d)] == ["f3"], "the preview")
     assert not any(awaiting(driver))
-    visible(driver, "form-approval-on").click()
+    tick(driver, "form-approval-on")
     field(driver, "form-approval-timeout", "4h")
     field(driver, "form-approval-min_approvers", "12")
     # The preview runs as you type, so "1" is judged too: wait for the verdict on the whole value.
@@ -298,7 +311,7 @@ def test_an_approval_policy_is_set_named_when_bad_previewed_and_edited(
 
     visible(driver, "action-edit").click()
     wait(driver, lambda d: h1(d) == "Edit approved", "the edit form again")
-    visible(driver, "form-approval-on").click()
+    tick(driver, "form-approval-on", on=False)
     wait(driver, lambda d: (marks := awaiting(d)) and not any(marks), "no firing awaiting approval")
     visible(driver, "form-save").click()
     wait(driver, lambda d: h1(d) == "approved", "back on the schedule")

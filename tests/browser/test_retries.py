@@ -14,7 +14,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from rackflow.v1 import flow_pb2 as pb
 from tests.browser.page import by_testid, text, visible, wait
 from tests.browser.test_dashboard import confirm, h1, open_page
-from tests.browser.test_forms import add_rack, field
+from tests.browser.test_forms import add_rack, field, tick
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, schedule_request, wait_until
 
@@ -99,7 +99,7 @@ def test_a_retry_policy_is_set_in_the_form_named_when_bad_and_shown_on_the_sched
     open_page(driver, server, "/schedules/new", "New schedule")
     field(driver, "form-name", "retried-here")
     add_rack(driver, "rt-1")
-    visible(driver, "form-retry-on").click()
+    tick(driver, "form-retry-on")
     field(driver, "form-retry-max_attempts", "20")
     # The preview runs as you type, so the field's cleared and half-typed values are judged too:
     # wait for the verdict on the whole value.
