@@ -145,16 +145,20 @@ def pg_db(pg_template: str) -> Iterator[str]:
         yield url
 
 
+def served_sqlite_copy(template: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A copy of the migrated SQLite template for one module's servers."""
+    path = tmp_path_factory.mktemp("served") / "rackflow.db"
+    shutil.copy(template, path)
+    return f"sqlite:///{path}"
+
+
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def served_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated database shared by one module's real servers: once on SQLite, once on PostgreSQL. A copy
     of the session's template (`sqlite_template`, `pg_template`), where migrating each anew took a process
     and two seconds of CPU."""
     if request.param == "sqlite":
-        template: Path = request.getfixturevalue("sqlite_template")
-        path = tmp_path_factory.mktemp("served") / "rackflow.db"
-        shutil.copy(template, path)
-        yield f"sqlite:///{path}"
+        yield served_sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path_factory)
     else:
         pg_template: str = request.getfixturevalue("pg_template")  # fails under CI when unreachable
         with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:

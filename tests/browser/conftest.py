@@ -1,15 +1,27 @@
-"""Browser tests: a real `rackflow serve --http-listen` per module and database, and one headless Chromium
-per module. Without Chromium these tests skip, except under CI=true, where they fail."""
+"""Browser tests: a real `rackflow serve --http-listen` per module on SQLite, and one headless Chromium per
+module. Without Chromium these tests skip, except under CI=true, where they fail.
+
+One database: what a browser adds to tests/web (the pages, forms and JSON API in process, on SQLite and on
+PostgreSQL alike) is the pages' scripts, which do not depend on the database, and every Chromium test costs
+the suite a browser's CPU (about 0.2 s a page load)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.browser.chromium import Browser, missing
+from tests.conftest import served_sqlite_copy
+
+
+@pytest.fixture(scope="module")
+def served_db_url(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The module's servers' database, on SQLite only (above)."""
+    return served_sqlite_copy(sqlite_template, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

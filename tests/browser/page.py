@@ -62,11 +62,21 @@ def by_testid(driver: WebDriver | WebElement, name: str) -> list[WebElement]:
     return driver.find_elements(By.CSS_SELECTOR, f'[data-testid="{name}"]')
 
 
+# The first displayed element of a selector, in one script: Selenium's `is_displayed` runs a large
+# script of its own per element, and a wait polls ten times a second, so asking element by element cost
+# Chromium about three times the CPU (26 against 8 ms a poll, measured), most of the browser tests' time.
+# `checkVisibility` with these options is false under `display: none` (the `hidden` attribute, a closed
+# dialog), `visibility: hidden` and `opacity: 0`, as `is_displayed` is.
+_FIRST_SHOWN = """
+return Array.from(document.querySelectorAll(arguments[0]))
+  .find((e) => e.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})) || false;
+"""
+
+
 def visible(driver: WebDriver, name: str) -> WebElement:
     """The first element with data-testid `name` once it is displayed."""
 
     def shown(d: WebDriver) -> Any:
-        found = [e for e in by_testid(d, name) if e.is_displayed()]
-        return found[0] if found else False
+        return d.execute_script(_FIRST_SHOWN, f'[data-testid="{name}"]')
 
     return wait(driver, shown, f"{name} to show")

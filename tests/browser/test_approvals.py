@@ -16,7 +16,6 @@ from rackflow.security import hash_token
 from rackflow.v1 import flow_pb2 as pb
 from tests.browser.page import by_testid, text, visible, wait
 from tests.browser.test_tokens import give_token
-from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import schedule_request
 
@@ -30,10 +29,9 @@ def _as(token: str) -> tuple[tuple[str, str], ...]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp("approvals")
-    url = f"sqlite:///{directory}/rackflow.db"
-    migrate_with_cli(url)
+    url = served_db_url
     started = start_server(
         url,
         directory,

@@ -21,7 +21,6 @@ from rackflow.web.views import RUN_LOOKS
 from tests.browser.chromium import Browser
 from tests.browser.page import by_testid, read, text, visible, wait
 from tests.browser.test_dashboard import confirm, h1, open_page
-from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request
 
@@ -31,10 +30,8 @@ INTERVAL, CRON = pb.SCHEDULE_SPEC_TYPE_INTERVAL, pb.SCHEDULE_SPEC_TYPE_CRON
 
 
 @pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("console") / "rackflow.db"
-    migrate_with_cli(f"sqlite:///{path}")
-    return path
+def database(served_db_url: str) -> Path:
+    return Path(served_db_url.removeprefix("sqlite:///"))
 
 
 @pytest.fixture(scope="module")

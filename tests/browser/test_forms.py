@@ -18,7 +18,6 @@ from selenium.webdriver.support.ui import Select
 from rackflow.v1 import flow_pb2 as pb
 from tests.browser.page import by_testid, read, text, visible, wait
 from tests.browser.test_dashboard import confirm, h1, open_page
-from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, rfc3339, schedule_request, wait_until
 
@@ -26,10 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp("forms")
-    url = f"sqlite:///{directory}/rackflow.db"
-    migrate_with_cli(url)
+    url = served_db_url
     started = start_server(
         url,
         directory,

@@ -15,7 +15,6 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from rackflow.security import hash_token
 from rackflow.v1 import flow_pb2 as pb
 from tests.browser.page import by_testid, read, text, visible, wait
-from tests.conftest import migrate_with_cli
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import schedule_request
 
@@ -25,10 +24,9 @@ VIEWER, OPERATOR = "browser-viewer-3c1f", "browser-operator-8d02"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp("tokens")
-    url = f"sqlite:///{directory}/rackflow.db"
-    migrate_with_cli(url)
+    url = served_db_url
     started = start_server(
         url,
         directory,
