@@ -107,7 +107,7 @@ test-faults: $(VENV)/.installed-test
 
 # The 10-minute chaos soak (docs/RELIABILITY.md): SEED picks the faults; PG_RESTARTS restarts the soak's
 # own PostgreSQL cluster (PG_CLUSTER, serving SOAK_PG; RELIABILITY.md says how to create it) that many
-# times. `make test` runs a 2-minute one on the shared server, without restarts.
+# times. `make test` runs a 1-minute one on the shared server, without restarts.
 SEED ?= 1
 PG_RESTARTS ?= 1
 PG_CLUSTER ?= soak
