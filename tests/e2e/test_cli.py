@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import ServerProcess, start_server
+from tests.e2e.cluster import ServerProcess, run_cli, start_server
 
 # One worker: module-scoped servers. One database: the CLI is a gRPC client, so what it prints does not
 # depend on the database under the server, and every RPC it calls is tested on both databases beneath it
@@ -28,7 +27,6 @@ pytestmark = [
 ]
 
 FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
-CLI_TIMEOUT_S = 60
 FAILING = "cli-fail-c0"
 FLAKY = "cli-flaky-c0"
 
@@ -44,13 +42,8 @@ def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def rackflow(server: ServerProcess, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
-    """Run `python -m rackflow --server ADDRESS ARGS…` and check its exit code."""
-    result = subprocess.run(
-        [sys.executable, "-m", "rackflow", "--server", server.address, *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-    )
+    """Run `rackflow --server ADDRESS ARGS…` (`run_cli`) and check its exit code."""
+    result = run_cli(server.address, *args)
     assert result.returncode == expect, f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     return result
 

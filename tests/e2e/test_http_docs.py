@@ -11,14 +11,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import ServerProcess, start_server
+from tests.e2e.cluster import ServerProcess, run_cli, start_server
 from tests.e2e.fleet import wait_until
 
 pytestmark = pytest.mark.slow
@@ -56,13 +55,8 @@ def leaves(value: Any) -> Iterator[tuple[str | None, Any]]:
 
 
 def cli(server: ServerProcess, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "rackflow", "--server", server.address, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = run_cli(server.address, *args)
+    result.check_returncode()
     return result.stdout
 
 

@@ -9,16 +9,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from rackflow.v1 import flow_pb2 as pb
-from tests.e2e.cluster import ServerProcess, servers, sql, start_server
+from tests.e2e.cluster import ServerProcess, run_cli, servers, sql, start_server
 from tests.e2e.fleet import create_racks, wait_until
 from tests.receiver import receiving
 
@@ -29,13 +26,7 @@ SECRET = "e2e-hmac-key"
 
 
 def rackflow(server: ServerProcess, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "rackflow", "--server", server.address, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "E2E_SECRET": SECRET},
-    )
+    result = run_cli(server.address, *args, env={"E2E_SECRET": SECRET})
     assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
     return result.stdout
 

@@ -8,7 +8,6 @@ Both also serve the dashboard and JSON API (--http-listen), which must be secure
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.certs import KeyPair, Pki, make_pki
 from tests.conftest import postgres_admin_url
-from tests.e2e.cluster import ServerProcess, fresh_postgres_database, start_server
+from tests.e2e.cluster import ServerProcess, fresh_postgres_database, run_cli, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_tls")]  # one worker: module-scoped servers
 
@@ -195,10 +194,8 @@ def test_serve_refuses_a_bad_token_file_as_a_usage_error(tmp_path: Path) -> None
 
 
 def cli(server: ServerProcess, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:
-    """`rackflow --server ADDRESS ARGS…` as a subprocess; `token` goes in RACKFLOW_TOKEN."""
-    command = [sys.executable, "-m", "rackflow", "--server", server.address, *args]
-    env = {**os.environ, "RACKFLOW_TOKEN": token}
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    """`rackflow --server ADDRESS ARGS…` (`run_cli`); `token` goes in RACKFLOW_TOKEN."""
+    return run_cli(server.address, *args, env={"RACKFLOW_TOKEN": token})
 
 
 def test_cli_reaches_a_tls_server_with_a_token(tls_server: ServerProcess, pki: Pki) -> None:
