@@ -16,21 +16,22 @@ docs/PERFORMANCE.md).
 A mark is a row of its own (`failing_streak_checks.seq`, migration 0029): every writer inserts one per
 schedule it marks, never looking at the marks already there, so a look can take only marks whose writers
 have committed (an uncommitted row is invisible to it). Taking the marks deletes them in a transaction of
-its own, committed before the look reads anything. Hence the guarantee: every change that can start a
-streak is followed, after it commits, by a look at its schedule that reads it. A mark is taken either
-after its writer committed, by a look whose reads come after that, or not yet (it stays for a later look);
-and the look's reads, which begin after its take committed, see every change committed before they began.
+its own, committed before the look reads anything. Hence the guarantee: every change that can change a
+streak is followed, after it commits, by a look at its schedule that reads it (on any instance). Its mark
+is taken only after its writer committed, by a take that commits before its look reads, and those reads
+see every change committed before they began. The one way to lose a mark is an instance stopping between
+its take and its decision (a look that fails marks its schedules again): the full look bounds that.
 (Until 0029 a schedule had one mark, inserted with ON CONFLICT DO NOTHING: a writer that found a mark
 committed by another added nothing, and a look could take that mark and read before the writer
 committed, so its change waited for the next full look, up to an hour.)
 
-How many rows: one per `_mark` statement per schedule, that is per writer transaction and schedule for
-the writes of one task or run, and one per chunk of 1,000 tasks or runs (`db.CHUNK_SIZE`) for a batch
-(an executor's journal round ending many tasks of one run marks their schedule once per chunk; a run of
-10,000 racks writes a row per journal round that ends some of its tasks, not 10,000). A look takes every
-committed row of the schedules it takes, so the table holds the marks made since the last look and those
-of writers still open: a few rows per busy schedule. A full look adds a row only for the schedules not
-marked already.
+How many rows: one per marking statement and schedule. A writer transaction marks a schedule once or
+twice (a firing batch: its runs recorded, then those finished at birth), plus once per chunk of 1,000
+tasks or runs (`db.CHUNK_SIZE`) it ends: an executor's journal round ending 500 tasks of one run writes
+one row, and a run of 10,000 racks a row per journal round that ends some of its tasks, not 10,000. A
+look takes every committed row of the schedules it takes, so the table holds the marks made since the
+last look and those of writers still open: a few rows per busy schedule. A full look adds a row only for
+the schedules with none.
 """
 
 from __future__ import annotations
