@@ -13,10 +13,25 @@ nothing changed reads one empty index and nothing else (issue 27: reading every 
 their tasks on every poll took 0.9 s at 1,000 schedules and 17 s at 10,000 on PostgreSQL,
 docs/PERFORMANCE.md).
 
-A mark is an INSERT … ON CONFLICT DO NOTHING: once a schedule is marked, the other tasks of the same run
-ending add nothing (a run of 10,000 racks writes one row, not 10,000). Taking the marks deletes them in a
-transaction of its own, committed before the look reads anything: a change committed after that look
-began marks the schedule again, and one committed before it is seen by it.
+A mark is a row of its own (`failing_streak_checks.seq`, migration 0029): every writer inserts one per
+schedule it marks, never looking at the marks already there, so a look can take only marks whose writers
+have committed (an uncommitted row is invisible to it). Taking the marks deletes them in a transaction of
+its own, committed before the look reads anything. Hence the guarantee: every change that can change a
+streak is followed, after it commits, by a look at its schedule that reads it (on any instance). Its mark
+is taken only after its writer committed, by a take that commits before its look reads, and those reads
+see every change committed before they began. The one way to lose a mark is an instance stopping between
+its take and its decision (a look that fails marks its schedules again): the full look bounds that.
+(Until 0029 a schedule had one mark, inserted with ON CONFLICT DO NOTHING: a writer that found a mark
+committed by another added nothing, and a look could take that mark and read before the writer
+committed, so its change waited for the next full look, up to an hour.)
+
+How many rows: one per marking statement and schedule. A writer transaction marks a schedule once or
+twice (a firing batch: its runs recorded, then those finished at birth), plus once per chunk of 1,000
+tasks or runs (`db.CHUNK_SIZE`) it ends: an executor's journal round ending 500 tasks of one run writes
+one row, and a run of 10,000 racks a row per journal round that ends some of its tasks, not 10,000. A
+look takes every committed row of the schedules it takes, so the table holds the marks made since the
+last look and those of writers still open: a few rows per busy schedule. A full look adds a row only for
+the schedules with none.
 """
 
 from __future__ import annotations
@@ -24,11 +39,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection
 
-from sqlalchemy import Select, delete, exists, select
+from sqlalchemy import Select, delete, exists, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.store.db import Database, chunked, in_id_order
-from rackflow.store.dialect import by_keys, insert_new
+from rackflow.store.dialect import by_keys
 from rackflow.store.tables import failing_streak_checks, task_schedule, task_schedule_run, tasks
 
 # Built once, so `dialect.by_keys` reuses what it builds from them (each firing batch marks twice).
@@ -56,20 +71,16 @@ async def mark_schedules_of_tasks(conn: AsyncConnection, task_ids: Collection[uu
 
 
 async def _mark(conn: AsyncConnection, schedule_ids: Select[tuple[uuid.UUID]]) -> None:
-    """Mark the enabled schedules among `schedule_ids` that pause after failures, in id order (two
-    writers marking the same schedules wait for each other in one order, never in a cycle)."""
+    """Mark the enabled schedules among `schedule_ids` that pause after failures: a row each, whatever
+    marks they have already (a mark already there may be taken by a look that reads before this
+    transaction commits). No lock is taken on a mark, so two writers never wait for each other here."""
     owner = task_schedule.c
-    pausing = (
-        select(owner.id)
-        .where(
-            owner.id.in_(schedule_ids),
-            owner.pause_after_failed_runs > 0,
-            owner.enabled.is_(True),
-        )
-        .order_by(owner.id)
+    pausing = select(owner.id).where(
+        owner.id.in_(schedule_ids),
+        owner.pause_after_failed_runs > 0,
+        owner.enabled.is_(True),
     )
-    stmt = insert_new(conn.dialect.name, failing_streak_checks).from_select(["schedule_id"], pausing)
-    await conn.execute(stmt)
+    await conn.execute(insert(failing_streak_checks).from_select(["schedule_id"], pausing))
 
 
 async def any_marked(conn: AsyncConnection) -> bool:
@@ -78,21 +89,28 @@ async def any_marked(conn: AsyncConnection) -> bool:
 
 
 async def mark_every_schedule(conn: AsyncConnection) -> None:
-    """Mark every enabled schedule that pauses after failures (the look at everything: the bound on a lost
-    mark), to be looked at over the next polls, a batch at a time."""
-    await _mark(conn, select(task_schedule.c.id))
+    """Mark every enabled schedule that pauses after failures (the look at everything: the bound on a mark
+    never made), to be looked at over the next polls, a batch at a time. A schedule already marked gets
+    no other row: this is no writer's change, and any look taking that mark reads after this began."""
+    marked = select(failing_streak_checks.c.schedule_id).where(
+        failing_streak_checks.c.schedule_id == task_schedule.c.id
+    )
+    await _mark(conn, select(task_schedule.c.id).where(~marked.exists()))
 
 
 async def take_marked(db: Database, conn: AsyncConnection, limit: int) -> list[uuid.UUID]:
-    """Remove and return up to `limit` marked schedules, in id order (those another instance is taking
-    meanwhile are left to it: SKIP LOCKED on PostgreSQL). The caller commits before it reads what
-    decides their streaks."""
-    marked = db.skip_locked(
-        select(failing_streak_checks.c.schedule_id).order_by(failing_streak_checks.c.schedule_id).limit(limit)
-    )
+    """Remove the marks of up to `limit` marked schedules, the first in id order, and return those
+    schedules, in id order. Every mark of theirs this transaction sees is removed, those whose writers
+    have not committed are not (it cannot see them): they stay for a later look. Marks another instance is
+    taking meanwhile are left to it (SKIP LOCKED on PostgreSQL; never a wait): if it took all of a
+    schedule's, this look leaves that schedule out. The caller commits before it reads what decides their
+    streaks."""
+    marks = failing_streak_checks.c
+    first = select(marks.schedule_id).distinct().order_by(marks.schedule_id).limit(limit)
+    theirs = db.skip_locked(select(marks.seq).where(marks.schedule_id.in_(first.scalar_subquery())))
     stmt = (
         delete(failing_streak_checks)
-        .where(failing_streak_checks.c.schedule_id.in_(marked.scalar_subquery()))
-        .returning(failing_streak_checks.c.schedule_id)
+        .where(marks.seq.in_(theirs.scalar_subquery()))
+        .returning(marks.schedule_id)
     )
-    return list((await conn.execute(stmt)).scalars())
+    return sorted(set((await conn.execute(stmt)).scalars()))

@@ -10,6 +10,7 @@ from sqlalchemy import (
     Column,
     Float,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -253,11 +254,20 @@ task_schedule = Table(
 )
 
 # The schedules whose failing streak (`pause_after_failed_runs`, docs/SAFETY.md) must be looked at again:
-# a write that can change what decides it marked them (store.streak_checks, migration 0023).
+# a write that can change what decides it marked them (store.streak_checks, migration 0023). A row per
+# mark, each writer's its own (migration 0029): a look can take only marks whose writers have committed.
 failing_streak_checks = Table(
     "failing_streak_checks",
     metadata,
-    Column("schedule_id", Uuid, ForeignKey("task_schedule.id", ondelete="CASCADE"), primary_key=True),
+    # BIGINT identity on PostgreSQL; INTEGER PRIMARY KEY (the rowid) on SQLite.
+    Column("seq", BigInteger().with_variant(Integer(), "sqlite"), Identity(), primary_key=True),
+    Column(
+        "schedule_id",
+        Uuid,
+        ForeignKey("task_schedule.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
 )
 
 task_schedule_scope = Table(
