@@ -2,10 +2,10 @@
 holds, and stores what they answered for the gate to read (docs/CHECKS.md).
 
 Each poll (every PREFLIGHT_POLL_INTERVAL, at once when this process's gate held a task for a first look, and
-at most every NUDGE_GAP while its executor ends tasks) finds the held tasks whose next round is due and
-starts a round for each, in the background, so a slow hook delays no other rack and never the dispatcher
-or the executor, and looks ahead (below): one read for both (the checks, racks and components read once) and
-one transaction that takes every round it found. A round:
+at most every NUDGE_GAP while its executor ends tasks; later, bounded, while its dispatcher fires: below)
+finds the held tasks whose next round is due and starts a round for each, in the background, so a slow hook
+delays no other rack and never the dispatcher or the executor, and looks ahead (below): one read for both
+(the checks, racks and components read once) and one transaction that takes every round it found. A round:
 
 1. takes a lease on the task's next round (`store.take_rounds`: only if the round read under the task row's
    lock is still the one due and no other lease holds it; one transaction, and one UPDATE, for all the
