@@ -316,6 +316,11 @@ PREFLIGHT_ANSWER_WAIT = timedelta(seconds=30)
 # HTTP: as many as its process's executor ended in the last PREFLIGHT_LOOK_AHEAD (the slots that will free
 # soon at the pace tasks end; at most PREFLIGHT_BATCH), counting those asked and not started yet (issue 26).
 PREFLIGHT_LOOK_AHEAD = timedelta(seconds=1)
+# While its process's dispatcher fires (schedules claimed and not yet written back, or more due), the
+# checker's next poll waits for the firing pass to end, but never longer than PREFLIGHT_YIELD past when it
+# would have polled: the checker's rounds and its HTTP looks shared the event loop with the firing pass and
+# moved fire lag (issue 26). So checks are slowed during a long drain, never starved.
+PREFLIGHT_YIELD = timedelta(seconds=1)
 # A rollout's rack whose checks passed while its rollout is at a cap (the rack did not count against it while
 # held, so the rollout started others) waits this long before its claim looks for room again.
 PREFLIGHT_CAP_WAIT = timedelta(seconds=2)

@@ -144,18 +144,8 @@ class RackflowServer:
             lease_ttl=self.config.lease_ttl.total_seconds(),
         )
         self._spawn("executor", executor.run)
-        checker = PreflightChecker(
-            self.db,
-            self.clock,
-            self.services.tasks,
-            ahead=lambda: executor.ended_within(PREFLIGHT_LOOK_AHEAD.total_seconds()),
-            gates=self.services.gates_before_checks,
-        )
-        self.services.checks.gate.on_hold.append(checker.wake)
-        executor.on_ended.append(checker.tasks_ended)
-        self._spawn("preflight checker", checker.run)
-        if self.config.dispatcher:
-            dispatcher = Dispatcher(
+        dispatcher = (
+            Dispatcher(
                 self.services.schedules,
                 self.services.audit,
                 instance_id=self.instance_id,
@@ -164,6 +154,22 @@ class RackflowServer:
                 batch=self.config.dispatch_batch,
                 lease_ttl=self.config.lease_ttl,
             )
+            if self.config.dispatcher
+            else None
+        )
+        checker = PreflightChecker(
+            self.db,
+            self.clock,
+            self.services.tasks,
+            ahead=lambda: executor.ended_within(PREFLIGHT_LOOK_AHEAD.total_seconds()),
+            gates=self.services.gates_before_checks,
+            # Its polls wait (bounded) while this process's dispatcher fires (issue 26).
+            firing=dispatcher.firing if dispatcher is not None else None,
+        )
+        self.services.checks.gate.on_hold.append(checker.wake)
+        executor.on_ended.append(checker.tasks_ended)
+        self._spawn("preflight checker", checker.run)
+        if dispatcher is not None:
             self._spawn("dispatcher", dispatcher.run)
             self._spawn("rollout driver", RolloutDriver(self.services.rollouts).run)
         self._spawn("audit spool", self.audit_spool.run)

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from rackflow.domain.firing import Firing
 from rackflow.domain.schedules import Schedule
 from rackflow.schedules.dispatcher import Claim, Dispatcher
 from rackflow.store import dispatch
@@ -87,3 +88,34 @@ async def test_a_claim_skips_the_schedules_this_process_is_still_firing(env: Env
     async with env.db.transaction() as conn:
         claimed = await dispatch.claim_due(env.db, conn, now, batch=10, exclude={made[0].id, made[2].id})
     assert [s.name for s in claimed] == [made[1].name]
+
+
+async def test_firing_says_whether_a_firing_pass_is_under_way(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pre-flight checker of the same process yields to the pass while `firing()` (issue 26): true from
+    the first claim until the last batch is written back, false while the loop sleeps."""
+    made = await _due_schedules(env, 2 * BATCH + 1)
+    dispatcher, stop = _dispatcher(env), asyncio.Event()
+    assert not dispatcher.firing()
+    fire = env.services.schedules.fire
+    seen: list[bool] = []
+
+    async def fire_and_look(claimed: list[Firing]) -> None:
+        seen.append(dispatcher.firing())
+        await fire(claimed)
+
+    monkeypatch.setattr(env.services.schedules, "fire", fire_and_look)
+    loop = asyncio.create_task(dispatcher.run(stop))
+    try:
+        for _ in range(600):  # up to 30 s
+            runs = await _runs_by_schedule(env, made)
+            if all(states == ["completed"] for states in runs.values()):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # the loop's last claim (not full) and its sleep
+        assert not dispatcher.firing()
+    finally:
+        stop.set()
+        await loop
+    assert seen and all(seen)

@@ -2,10 +2,10 @@
 holds, and stores what they answered for the gate to read (docs/CHECKS.md).
 
 Each poll (every PREFLIGHT_POLL_INTERVAL, at once when this process's gate held a task for a first look, and
-at most every NUDGE_GAP while its executor ends tasks) finds the held tasks whose next round is due and
-starts a round for each, in the background, so a slow hook delays no other rack and never the dispatcher
-or the executor, and looks ahead (below): one read for both (the checks, racks and components read once) and
-one transaction that takes every round it found. A round:
+at most every NUDGE_GAP while its executor ends tasks; later, bounded, while its dispatcher fires: below)
+finds the held tasks whose next round is due and starts a round for each, in the background, so a slow hook
+delays no other rack and never the dispatcher or the executor, and looks ahead (below): one read for both
+(the checks, racks and components read once) and one transaction that takes every round it found. A round:
 
 1. takes a lease on the task's next round (`store.take_rounds`: only if the round read under the task row's
    lock is still the one due and no other lease holds it; one transaction, and one UPDATE, for all the
@@ -38,6 +38,16 @@ its round taken in the same transaction (`store.ask_ahead`, in the poll's one wi
 round is asked and recorded as any. Its pass counts for one interval, as every round's; the claim that
 finds it stale asks again, and a claim still asks every gate, so nothing starts that the gates or a fresh
 round would not start.
+
+**Yielding to the firing pass** (issue 26). The checker shares the event loop with its process's
+dispatcher. When many schedules fire at once (300 crons at one minute), the executor's first claims hold
+every new task for a round, and the checker's polls, rounds (their payloads, signatures and HTTP in the
+thread pool) and records took a third of the loop while the dispatcher was still firing: fire lag moved.
+So while the dispatcher of this process fires (`firing`: schedules claimed and not yet written back, or
+more due), a poll waits for the pass to end, at most PREFLIGHT_YIELD past when it would have polled, then
+polls anyway: during a long drain the checker still polls about once per PREFLIGHT_YIELD (up to
+PREFLIGHT_BATCH rounds each), so no check starves. Nothing else changes: the rounds are taken, asked and
+recorded as before, under the same locks; a task held meanwhile only waits a little longer for its round.
 """
 
 from __future__ import annotations
@@ -61,6 +71,7 @@ from rackflow.config import (
     PREFLIGHT_CONCURRENCY,
     PREFLIGHT_LEASE_SLACK,
     PREFLIGHT_POLL_INTERVAL,
+    PREFLIGHT_YIELD,
 )
 from rackflow.domain.checks import (
     AlertmanagerSettings,
@@ -94,6 +105,8 @@ EAGER_FIRST = 0.025
 EAGER_UNTIL = 0.8
 # The executor's endings nudge the checker to look ahead: at most one poll this often for them.
 NUDGE_GAP = 0.1
+# While yielding to the firing pass, the checker looks this often whether it ended.
+YIELD_STEP = 0.01
 
 
 class PreflightChecker:
@@ -110,10 +123,13 @@ class PreflightChecker:
         batch: int = PREFLIGHT_BATCH,
         ahead: Callable[[], int] | None = None,
         gates: Sequence[Gate] = (),
+        firing: Callable[[], bool] | None = None,
+        yield_for: timedelta = PREFLIGHT_YIELD,
     ) -> None:
         """`ahead`: how many tasks the executor of this process is about to claim (the look ahead asks
         about so many next in line; None: no look ahead); `gates`: the executor's start gates before the
-        pre-flight gate, which must let a task start for it to be asked ahead."""
+        pre-flight gate, which must let a task start for it to be asked ahead; `firing`: whether the
+        dispatcher of this process is firing (a poll waits for it, at most `yield_for`; None: never)."""
         self.db = db
         self.clock = clock
         self.manager = manager
@@ -134,6 +150,8 @@ class PreflightChecker:
         self.ahead = ahead
         self.gates = tuple(gates)
         self._hooks = True  # whether the last look ahead found checks that ask over HTTP
+        self.firing = firing
+        self.yield_for = yield_for
 
     def wake(self) -> None:
         self._wake.set()
@@ -150,6 +168,9 @@ class PreflightChecker:
             eager = 0.0  # after a wake: the next nap's length, doubling, while polls find nothing
             while not stop.is_set():
                 started = 0
+                await self._yield_to_firing(stop)
+                if stop.is_set():
+                    break
                 self._polled_at = asyncio.get_running_loop().time()
                 try:
                     started = await self.poll()
@@ -258,6 +279,18 @@ class PreflightChecker:
         """Wait for the rounds under way (tests)."""
         while self._rounds:
             await asyncio.gather(*list(self._rounds), return_exceptions=True)
+
+    async def _yield_to_firing(self, stop: asyncio.Event) -> None:
+        """Wait while this process's dispatcher fires, at most `yield_for` (the module's docstring)."""
+        if self.firing is None or not self.firing():
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.yield_for.total_seconds()
+        while self.firing() and not stop.is_set():
+            left = until - loop.time()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(YIELD_STEP, left))
 
     async def _nap(self, stop: asyncio.Event, seconds: float) -> bool:
         """Sleep `seconds`, or until woken or stopped, or nudged (`tasks_ended`) once NUDGE_GAP has passed

@@ -30,6 +30,9 @@ When to look — on time, with the poll as the safety net:
   firings; the first claim that is not full returns to the configured batch. While draining, the next
   batch is claimed while earlier ones are still in phases 2-3 (up to PIPELINE_DEPTH at once), so one
   instance overlaps its round trips as two instances would.
+* `firing()` says whether a firing pass is under way (batches claimed and not yet written back, or the last
+  claim full): the pre-flight checker of the same process holds its polls back meanwhile, for a bounded
+  time (`rackflow.checks.checker`, issue 26), so the pass has the event loop.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class Dispatcher:
         self.wake_after = interval
         self._read_at = 0.0
         self._in_flight: set[uuid.UUID] = set()  # schedules claimed here and not yet written back
+        self._draining = False  # the last claim was full: more is probably due
         self._next_backlog_count = 0.0  # time.monotonic() after which a full batch counts the backlog
         # The time (the claim's clock) the loop means to look again; None while awake, when any
         # announcement counts, as the claim running now may have read the due index before it committed.
@@ -166,6 +170,11 @@ class Dispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
         log.info("dispatcher stopped")
+
+    def firing(self) -> bool:
+        """Whether a firing pass is under way: batches claimed here not yet written back, or the last claim
+        came back full (more is probably due)."""
+        return self._draining or bool(self._in_flight)
 
     def _hear(self, at: datetime | None) -> None:
         """An announcement (`store.wakeups`): wake if it is due before the planned look, or unknown."""
@@ -245,6 +254,7 @@ class Dispatcher:
         if backlog is not None:
             metrics.DUE_BACKLOG.set(backlog)
         self._in_flight.update(f.schedule.id for f in claimed)
+        self._draining = full
         if full:
             self.claim_batch = min(batch * 2, max(DISPATCH_BATCH_CAP, self.batch))
         else:
