@@ -18,6 +18,14 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   (pre-flight checks run again for it), on whichever instance claims it first, so an attempt starts once.
   Each ended attempt is recorded (`task_attempt`); the task's final failure, and its "task failed"
   notification, come only with its last attempt.
+* Slots kept for answers. A task a gate holds only until an answer it asked for comes (a first round of
+  pre-flight checks: `Hold.awaits_answer`) keeps its slot in the executor that held it, as if it ran,
+  until its hold is answered (released or held anew: `not_before` rewritten, read back by the next
+  claim) or ends. Otherwise a held task would free its slot at once, and a burst of new tasks would be
+  claimed, held and asked about as fast as the dispatcher made them, however few the executor could
+  start (issue 26: its hooks' rounds took the event loop the dispatcher fires from). The count is this
+  process's own, a bound on work, not a guarantee: a task whose answer another instance's checker
+  records frees its slot here at this executor's next claim.
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
 * Shutdown. In-flight runs are cancelled and the instance unregisters, so other instances (or this one,
@@ -171,6 +179,9 @@ class Executor:
             db, self._write_round, after_commit=self._after_round
         )
         self._claimed: list[_Run] = []  # by the round being written; started once it commits
+        # Tasks this executor's claims held for an answer, and the hold each got (gate, until): each keeps
+        # a slot while that hold is in force (the design note's "slots kept for answers").
+        self._awaiting: dict[uuid.UUID, tuple[str, datetime]] = {}
         self._ended: Mapping[TaskStatus, int] = {}  # by the round being written; counted once it commits
         self._retried = 0  # attempts the round being written sent back for another; counted so too
         self._stopping = False
@@ -247,12 +258,22 @@ class Executor:
             limit=room,
         )
         gated = await consult(self.gates, conn, claimed, owner_id=self.instance_id, now=now)
+        self._awaiting.update(gated.awaiting)
         if not gated.claimed:
             return []
         runs = await self._prepare(conn, gated.claimed, gated.failed, now)
         first = {r.task.id: r.progress(r.batches[0]) for r in runs if r.refusal is None and r.batches}
         await task_runs.record_progress(conn, first, owner_id=self.instance_id, now=now)
         return runs
+
+    async def _kept_for_answers(self, conn: AsyncConnection) -> int:
+        """How many slots the tasks this executor held for an answer still keep: those whose hold is still
+        the one its claim wrote, and has not ended (one read, in the round's transaction)."""
+        now = self.clock.now()
+        unended = {task_id: hold for task_id, hold in self._awaiting.items() if hold[1] > now}
+        in_force = await task_runs.holds_of(conn, unended.keys()) if unended else {}
+        self._awaiting = {task_id: hold for task_id, hold in unended.items() if in_force.get(task_id) == hold}
+        return len(self._awaiting)
 
     def _after_round(self) -> None:
         """After a round committed: count the tasks it ended, and run what it claimed (unless stopping: a
@@ -411,6 +432,8 @@ class Executor:
         held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
         await task_runs.record_changes(conn, (change for entry in entries for change in entry.changes))
         room = 0 if self._stopping else self.max_concurrent - len(self._running) + len(endings)
+        if room > 0 and self._awaiting:
+            room -= await self._kept_for_answers(conn)
         self._claimed = await self._claim_in(conn, room) if room > 0 else []
         finished = (let_go.finished | let_go.retried) if let_go else frozenset()
         promoted = bool(let_go and let_go.promoted)
