@@ -51,6 +51,7 @@ from tests.store.test_executor import (
     CLOCK,
     REJECT,
     eventually,
+    executing,
     finished,
     get,
     make_rack,
@@ -798,13 +799,16 @@ async def test_tasks_held_for_their_first_round_keep_their_slots_until_it_is_ans
         assert len(hook.posts) == 2
 
 
-async def test_a_hold_answered_frees_the_slot_the_task_kept(db: Database) -> None:
+@pytest.mark.parametrize("told", [True, False], ids=["told", "read-back"])
+async def test_a_hold_answered_frees_the_slot_the_task_kept(db: Database, told: bool) -> None:
     """The same burst with a hook that says "not ready" to every task: each answer holds its task until
-    the retry, which frees its slot, so all eight are asked in turn, two at a time, and none starts."""
+    the retry, which frees its slot, so all eight are asked in turn, two at a time, and none starts;
+    also when the checker does not tell the executor (as another instance's would not): the executor
+    then finds the answers by reading its holds back."""
     draining = Answer({"ok": False, "reason": "draining", "retry_after": "1h"}, delay=0.1)
     with receiving(draining) as hook:
         burst = await _burst(db, hook.url, 8)
-        async with checking(db, backend=LONG_STEPS, max_concurrent=2):
+        async with checking(db, told=told, backend=LONG_STEPS, max_concurrent=2):
 
             async def all_asked() -> bool:
                 return len(hook.posts) == 8
@@ -813,3 +817,34 @@ async def test_a_hold_answered_frees_the_slot_the_task_kept(db: Database) -> Non
             assert set(await _statuses(db, burst)) == {TaskStatus.PENDING}
             for task in burst:
                 await _held_with(db, task, "draining")
+
+
+async def test_a_slot_kept_for_an_answer_frees_when_the_hold_ends(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No checker answers (none runs): the two tasks held for their first round keep the two slots only
+    until their holds end (`PREFLIGHT_ANSWER_WAIT`, 0.5 s here); then a claim takes them again (oldest
+    first) and holds them anew, and the two younger tasks are never claimed meanwhile."""
+    monkeypatch.setattr("rackflow.checks.gate.PREFLIGHT_ANSWER_WAIT", timedelta(milliseconds=500))
+    with receiving() as hook:
+        burst = await _burst(db, hook.url, 4)
+        services = Services.build(db, CLOCK)
+        async with executing(db, gates=services.gates, backend=LONG_STEPS, max_concurrent=2):
+
+            async def held() -> dict[uuid.UUID, datetime | None]:
+                found = [await get(db, task) for task in burst]
+                return {t.id: t.not_before for t in found if t.held_by == GATE_NAME}
+
+            async def two_held() -> bool:
+                return len(await held()) == 2
+
+            await eventually(two_held)
+            first = await held()
+            assert set(first) == {burst[0].id, burst[1].id}
+
+            async def held_anew() -> bool:
+                now = await held()
+                return set(now) == set(first) and all(now[i] != first[i] for i in first)
+
+            await eventually(held_anew)
+        assert hook.posts == []
