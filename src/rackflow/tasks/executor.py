@@ -199,10 +199,11 @@ class Executor:
 
     def answered(self, task_ids: Collection[uuid.UUID]) -> None:
         """The pre-flight checker of this process recorded these tasks' rounds: the slots those this
-        executor held for an answer kept are free (claim at once)."""
-        freed = [task_id for task_id in task_ids if self._awaiting.pop(task_id, None) is not None]
-        if freed:
-            self.wake()
+        executor held for an answer kept are free. No wake: the checker wakes the executors for the tasks
+        it released, and a slot freed by a hold is for tasks that have their own first round to wait
+        for (a wake per answer split the claims, and so the tasks' ends, into many small rounds)."""
+        for task_id in task_ids:
+            self._awaiting.pop(task_id, None)
 
     def ended_within(self, seconds: float) -> int:
         """How many tasks this executor ended (or sent back for a retry) in the last `seconds`: the pace its
@@ -239,7 +240,8 @@ class Executor:
         """Housekeeping when it is due (promotion, expiry, dead holds), then, if there is room for more
         tasks, a journal round (which claims them)."""
         await self._sweep_when_due()
-        if self.max_concurrent > len(self._running) + self._slots_kept() or self._holds_read_due():
+        free = self.max_concurrent - len(self._running)
+        if free > self._slots_kept() or (free > 0 and self._holds_read_due()):
             await self._journal.write(_CLAIM_ONLY)
 
     async def _sweep_when_due(self) -> None:
