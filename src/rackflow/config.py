@@ -95,11 +95,14 @@ DEFAULT_START_DEADLINE: timedelta | None = None
 
 
 # Notifications (rackflow.notify, docs/NOTIFICATIONS.md). Every instance's delivery loop looks for work this
-# often (at once again while a round was full), fanning out up to NOTIFY_BATCH events and claiming up to
-# NOTIFY_SENDS deliveries a round, all sent at once (one thread each), so every claimed send starts at once.
+# often while deliveries wait (at once again while a round was full); with none waiting it sleeps until a
+# write wakes it or the next one is due, looking at least every NOTIFY_IDLE_INTERVAL. A round fans out up
+# to NOTIFY_BATCH events and claims up to NOTIFY_SENDS deliveries, all sent at once (one thread each), so
+# every claimed send starts at once.
 # A send gives up after NOTIFY_SEND_TIMEOUT; its claim lasts DEFAULT_NOTIFY_SEND_LEASE (--notification-send-
 # lease), well past the timeout, so only an instance that died mid-send lets another send it again.
 NOTIFY_INTERVAL = timedelta(seconds=1)
+NOTIFY_IDLE_INTERVAL = timedelta(seconds=5)
 NOTIFY_BATCH = 100
 NOTIFY_SENDS = 16
 NOTIFY_SEND_TIMEOUT = timedelta(seconds=10)
