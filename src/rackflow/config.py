@@ -280,8 +280,10 @@ class ServeConfig:
 
 
 # Rollouts (rackflow.rollouts): every instance with the dispatcher steps rolling runs this often (a step
-# also runs at once after a firing, a resume and a cancel), up to this many runs per transaction.
+# also runs at once after a firing, a resume and a cancel), up to this many runs per transaction; with no
+# run rolling anywhere it looks every ROLLOUT_IDLE_INTERVAL, and at once after this process started one.
 ROLLOUT_STEP_INTERVAL = timedelta(seconds=1)
+ROLLOUT_IDLE_INTERVAL = timedelta(seconds=5)
 ROLLOUT_STEP_BATCH = 20
 
 # Retries (RetryPolicy, docs/SAFETY.md): what an unset field of the API's policy means, and the limits.
