@@ -313,6 +313,9 @@ ALERTMANAGER_TIMEOUT = timedelta(seconds=10)
 # (a checker that died mid-round is taken over after that). A task held for its first answer is claimed
 # (and gated) again after PREFLIGHT_ANSWER_WAIT if no checker released it sooner.
 PREFLIGHT_POLL_INTERVAL = timedelta(seconds=1)
+# With no round due within the poll interval the checker sleeps until the first comes due, at most this
+# long (also its pause while no task is held); a write that makes a round due now wakes it.
+PREFLIGHT_IDLE_INTERVAL = timedelta(seconds=5)
 PREFLIGHT_BATCH = 100
 PREFLIGHT_CONCURRENCY = 16
 PREFLIGHT_LEASE_SLACK = timedelta(seconds=30)
