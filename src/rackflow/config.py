@@ -94,6 +94,11 @@ MIN_START_DEADLINE = timedelta(seconds=1)
 DEFAULT_START_DEADLINE: timedelta | None = None
 
 
+# Gauges read from the database when /metrics is scraped (the outbox's): a scrape waits this long for the
+# read, then shows the last values read; under Prometheus' default scrape timeout (10 s), so a slow database
+# costs fresh values, not the scrape.
+SCRAPE_READ_TIMEOUT = timedelta(seconds=5)
+
 # Notifications (rackflow.notify, docs/NOTIFICATIONS.md). Every instance's delivery loop looks for work this
 # often while deliveries wait (at once again while a round was full); with none waiting it sleeps until a
 # write wakes it or the next one is due, looking at least every NOTIFY_IDLE_INTERVAL. A round fans out up

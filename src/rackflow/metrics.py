@@ -11,23 +11,19 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from rackflow.config import DUE_COUNT_CAP, parse_host_port
+from rackflow.config import DUE_COUNT_CAP, SCRAPE_READ_TIMEOUT, parse_host_port
 
 log = logging.getLogger(__name__)
 
 Reader = Callable[[], Coroutine[Any, Any, dict[str, float]]]
-
-# A scrape waits this long for gauges read on scrape (`ReadOnScrape`), then shows the last values read:
-# under Prometheus' default scrape timeout (10 s), so a slow database costs fresh values, not the scrape.
-SCRAPE_READ_TIMEOUT = 5.0
 
 
 class ReadOnScrape(Collector):
     """Gauges read from the database when /metrics is scraped, not by a loop on a timer: an idle server
     then reads nothing for them, and a scrape shows the values of that moment (docs/PERFORMANCE.md, "An
     idle server"). The reader is a coroutine of the process's event loop (`read_with`); the scrape, on the
-    metrics server's thread, waits for it at most SCRAPE_READ_TIMEOUT. Without a reader, or on the event
-    loop's own thread (a test that reads the registry in process), a scrape shows the last values read."""
+    metrics server's thread, waits for it at most SCRAPE_READ_TIMEOUT, then shows the last values read, as
+    it does without a reader or on the event loop's own thread (a test reading the registry in process)."""
 
     def __init__(self, gauges: Mapping[str, str]) -> None:
         self._help = dict(gauges)
@@ -59,15 +55,18 @@ class ReadOnScrape(Collector):
                 return  # the loop's own thread cannot wait for the loop
         except RuntimeError:
             pass  # no loop on this thread: the metrics server's
+        reading = read()
         try:
-            future = asyncio.run_coroutine_threadsafe(read(), loop)
+            future = asyncio.run_coroutine_threadsafe(reading, loop)
         except RuntimeError:  # the loop is closed
+            reading.close()
             return
         try:
-            self._values.update(future.result(SCRAPE_READ_TIMEOUT))
+            self._values.update(future.result(SCRAPE_READ_TIMEOUT.total_seconds()))
         except Exception as exc:
             future.cancel()
-            log.warning("reading gauges for a scrape failed (%s); showing the last values", exc or "timeout")
+            why = str(exc) or type(exc).__name__  # a timeout says nothing of itself
+            log.warning("reading gauges for a scrape failed (%s); showing the last values", why)
 
 
 FIRINGS = Counter(
