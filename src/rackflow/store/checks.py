@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Row,
     Select,
     and_,
@@ -345,6 +346,16 @@ async def gate_read(
     return read
 
 
+def _waiting_for_rounds(gate: str) -> tuple[ColumnElement[bool], ...]:
+    """A task `gate` holds for its rounds of checks (joined to its waiting row), not overridden."""
+    return (
+        is_active(tasks.c.status),
+        status_in(tasks.c.status, TaskStatus.PENDING),
+        tasks.c.held_by == gate,
+        preflight_tasks.c.overridden_at.is_(None),
+    )
+
+
 async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) -> list[tuple[Task, Waiting]]:
     """Tasks `gate` holds whose next round of checks is due and that no checker is checking (or whose
     checker's lease ran out), not overridden, oldest first."""
@@ -352,10 +363,7 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
         select(tasks, *_WAITING_COLUMNS)
         .join(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
         .where(
-            is_active(tasks.c.status),
-            status_in(tasks.c.status, TaskStatus.PENDING),
-            tasks.c.held_by == gate,
-            preflight_tasks.c.overridden_at.is_(None),
+            *_waiting_for_rounds(gate),
             or_(preflight_tasks.c.next_check_at.is_(None), preflight_tasks.c.next_check_at <= now),
             or_(preflight_tasks.c.checking_until.is_(None), preflight_tasks.c.checking_until <= now),
         )
@@ -381,12 +389,7 @@ async def next_round_at(conn: AsyncConnection, gate: str, *, now: datetime) -> d
     stmt = (
         select(func.min(case((lease_end > next_check, lease_end), else_=next_check), type_=at_type))
         .join(tasks, preflight_tasks.c.task_id == tasks.c.id)
-        .where(
-            is_active(tasks.c.status),
-            status_in(tasks.c.status, TaskStatus.PENDING),
-            tasks.c.held_by == gate,
-            preflight_tasks.c.overridden_at.is_(None),
-        )
+        .where(*_waiting_for_rounds(gate))
     )
     at: datetime | None = (await conn.execute(stmt)).scalar()
     return at
