@@ -94,8 +94,10 @@ def receiving(*script: Answer) -> Iterator[Receiver]:
 
 
 @asynccontextmanager
-async def checking(db: Database, **options: Any) -> AsyncIterator[Services]:
-    """An executor and a pre-flight checker over `db`, wired as `rackflow serve` wires them."""
+async def checking(db: Database, *, told: bool = True, **options: Any) -> AsyncIterator[Services]:
+    """An executor and a pre-flight checker over `db`, wired as `rackflow serve` wires them (`told`
+    False: the checker does not tell the executor which rounds it answered, as another instance's would
+    not)."""
     services = Services.build(db, CLOCK)
     executors: list[Executor] = []
     checker = PreflightChecker(
@@ -113,6 +115,8 @@ async def checking(db: Database, **options: Any) -> AsyncIterator[Services]:
         async with executing(db, gates=services.gates, manager=services.tasks, **options) as executor:
             executors.append(executor)
             executor.on_ended.append(checker.tasks_ended)
+            if told:
+                checker.on_answered.append(executor.answered)
             yield services
     finally:
         stop.set()

@@ -168,6 +168,7 @@ class RackflowServer:
         )
         self.services.checks.gate.on_hold.append(checker.wake)
         executor.on_ended.append(checker.tasks_ended)
+        checker.on_answered.append(executor.answered)
         self._spawn("preflight checker", checker.run)
         if dispatcher is not None:
             self._spawn("dispatcher", dispatcher.run)

@@ -42,6 +42,7 @@ from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import preflight_results, preflight_tasks, tasks
 from rackflow.store.tasks import set_status
+from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from rackflow.tasks.gates import consult
 from rackflow.windows.service import Ref, WindowInput
 from tests.checks_support import Answer, Receiver, checking, receiving
@@ -51,6 +52,7 @@ from tests.store.test_executor import (
     CLOCK,
     REJECT,
     eventually,
+    executing,
     finished,
     get,
     make_rack,
@@ -761,6 +763,92 @@ async def test_the_look_ahead_takes_no_task_a_claim_took_or_held(db: Database) -
     assert taken == set() and asked == 0
     assert (await get(db, running)).status is TaskStatus.RUNNING
     assert await _count(db, preflight_tasks) == 1  # `held`'s, from its claim
+
+
+# --- a burst held for its first rounds no faster than the executor could start it (issue 26) ---
+
+LONG_STEPS = SimulatorBackend(SimulatorConfig(step_seconds=3600))
+
+
+async def _burst(db: Database, hook_url: str, count: int) -> list[Task]:
+    services = Services.build(db, CLOCK)
+    await services.checks.create(
+        CheckInput(name="drained", settings=WebhookSettings(hook_url, "", "5s"), interval="1h")
+    )
+    return [await submit(db, await _rack(db, f"burst-{i}"), POWER_ON) for i in range(count)]
+
+
+async def _statuses(db: Database, burst: Collection[Task]) -> list[TaskStatus]:
+    return [(await get(db, task)).status for task in burst]
+
+
+async def test_tasks_held_for_their_first_round_keep_their_slots_until_it_is_answered(db: Database) -> None:
+    """Two slots, steps that outlast the test, eight new tasks, a hook that passes each after 0.3 s: two
+    are held and asked, start when their answers come, and the other six are never claimed, so the hook
+    is asked twice, not eight times. (Before, a held task freed its slot at once: every claim held two
+    more, and all eight were asked while two could run.)"""
+    with receiving(Answer(delay=0.3)) as hook:
+        burst = await _burst(db, hook.url, 8)
+        async with checking(db, backend=LONG_STEPS, max_concurrent=2):
+
+            async def two_running() -> bool:
+                return (await _statuses(db, burst)).count(TaskStatus.RUNNING) == 2
+
+            await eventually(two_running)
+            await asyncio.sleep(1.0)  # claims every 50 ms, checker polls every 50 ms: nothing more
+            assert (await _statuses(db, burst)).count(TaskStatus.RUNNING) == 2
+        assert len(hook.posts) == 2
+
+
+@pytest.mark.parametrize("told", [True, False], ids=["told", "read-back"])
+async def test_a_hold_answered_frees_the_slot_the_task_kept(db: Database, told: bool) -> None:
+    """The same burst with a hook that says "not ready" to every task: each answer holds its task until
+    the retry, which frees its slot, so all eight are asked in turn, two at a time, and none starts;
+    also when the checker does not tell the executor (as another instance's would not): the executor
+    then finds the answers by reading its holds back."""
+    draining = Answer({"ok": False, "reason": "draining", "retry_after": "1h"}, delay=0.1)
+    with receiving(draining) as hook:
+        burst = await _burst(db, hook.url, 8)
+        async with checking(db, told=told, backend=LONG_STEPS, max_concurrent=2):
+
+            async def all_asked() -> bool:
+                return len(hook.posts) == 8
+
+            await eventually(all_asked)
+            assert set(await _statuses(db, burst)) == {TaskStatus.PENDING}
+            for task in burst:
+                await _held_with(db, task, "draining")
+
+
+async def test_a_slot_kept_for_an_answer_frees_when_the_hold_ends(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No checker answers (none runs): the two tasks held for their first round keep the two slots only
+    until their holds end (`PREFLIGHT_ANSWER_WAIT`, 0.5 s here); then a claim takes them again (oldest
+    first) and holds them anew, and the two younger tasks are never claimed meanwhile."""
+    monkeypatch.setattr("rackflow.checks.gate.PREFLIGHT_ANSWER_WAIT", timedelta(milliseconds=500))
+    with receiving() as hook:
+        burst = await _burst(db, hook.url, 4)
+        services = Services.build(db, CLOCK)
+        async with executing(db, gates=services.gates, backend=LONG_STEPS, max_concurrent=2):
+
+            async def held() -> dict[uuid.UUID, datetime | None]:
+                found = [await get(db, task) for task in burst]
+                return {t.id: t.not_before for t in found if t.held_by == GATE_NAME}
+
+            async def two_held() -> bool:
+                return len(await held()) == 2
+
+            await eventually(two_held)
+            first = await held()
+            assert set(first) == {burst[0].id, burst[1].id}
+
+            async def held_anew() -> bool:
+                now = await held()
+                return set(now) == set(first) and all(now[i] != first[i] for i in first)
+
+            await eventually(held_anew)
+        assert hook.posts == []
 
 
 # --- the checker idle: asleep until a round is due or a claim holds a task ------------------------------

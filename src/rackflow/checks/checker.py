@@ -160,6 +160,10 @@ class PreflightChecker:
             db, self._write_records, after_commit=self._after_records
         )
         self._released = False  # by the records being written
+        self._answered: list[uuid.UUID] = []  # the tasks whose rounds the records being written recorded
+        # Told, once records committed, which tasks' rounds they recorded (the executor of this process:
+        # a task it held for its first round keeps a slot until then).
+        self.on_answered: list[Callable[[Collection[uuid.UUID]], None]] = []
         self.ahead = ahead
         self.gates = tuple(gates)
         self._hooks = True  # whether the last look ahead found checks that ask over HTTP
@@ -407,6 +411,7 @@ class PreflightChecker:
                 for r in records
             ],
         )
+        self._answered = list(ours)
         passed = [r for r in records if r.task_id in ours and r.hold is None]
         for record in sorted(records, key=lambda r: r.task_id):
             if record.task_id in ours and record.hold is not None:
@@ -420,7 +425,11 @@ class PreflightChecker:
         return [r.task_id in ours for r in records]
 
     def _after_records(self) -> None:
-        """Once a transaction of records committed: one wake of the executors for all it released."""
+        """Once a transaction of records committed: say which tasks were answered, and one wake of the
+        executors for all it released."""
+        answered, self._answered = self._answered, []
+        for callback in self.on_answered:
+            callback(answered)
         if self._released:
             self._released = False
             self.manager.wake_executors()

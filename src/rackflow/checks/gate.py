@@ -121,7 +121,7 @@ class PreflightGate:
                 # A checker is asking its next round: the last one's pass may be about to turn into a hold.
                 names = ", ".join(repr(c.name) for c in applying)
                 reason = f"waits for pre-flight checks {names}: a round is under way"
-                verdicts[task.id] = Hold(state.checking_until, reason)
+                verdicts[task.id] = Hold(state.checking_until, reason, awaits_answer=True)
                 continue
             by_check = {r.check_id: r for r in found.get(task.id, [])}
             # A look from before the check last changed, or before this attempt, does not count: the
@@ -346,7 +346,7 @@ def _hold_or_fail(
             if task.held_by == GATE_NAME and task.held_reason
             else f"waits for pre-flight checks {names}"
         )
-        return Hold(until, reason)
+        return Hold(until, reason, awaits_answer=True)  # the executor keeps the task's slot meanwhile
     # The checker's next round releases it if the checks pass; else the first maximum wait fails it.
     deadline = min(now + (c.max_wait_delta - waited) for c, _ in failing)
     return Hold(deadline, failing[0][1].reason)

@@ -234,10 +234,16 @@ class Task:
 @dataclass(frozen=True)
 class Hold:
     """A task may not start before `until`, for `reason` (people read it on the task): what a start gate
-    answers for a task it holds back (`rackflow.tasks.gates`), and what the store writes."""
+    answers for a task it holds back (`rackflow.tasks.gates`), and what the store writes.
+
+    `awaits_answer`: the gate holds the task only until an answer it asked for comes (a first round of
+    pre-flight checks), which may start it at once. The executor that held it keeps a slot for it
+    meanwhile, so a burst of new tasks is held, and asked about, no faster than the executor could start
+    them (issue 26). Not stored: the executor counts those it held itself."""
 
     until: datetime
     reason: str
+    awaits_answer: bool = False
 
 
 @dataclass(frozen=True)

@@ -304,6 +304,24 @@ async def hold_back(
             )
 
 
+async def holds_of(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str, datetime]]:
+    """Who holds each of these tasks that is still PENDING and held, and until when (`held_by`,
+    `not_before`): the executor tells by it whether a hold it wrote is still the one in force, unanswered
+    (any answer, a release or a new hold, rewrites `not_before`)."""
+    found: dict[uuid.UUID, tuple[str, datetime]] = {}
+    for chunk in chunked(task_ids):
+        stmt = select(tasks.c.id, tasks.c.held_by, tasks.c.not_before).where(
+            tasks.c.id.in_(chunk),
+            status_in(tasks.c.status, TaskStatus.PENDING),
+            tasks.c.held_by.is_not(None),
+            tasks.c.not_before.is_not(None),
+        )
+        found.update((row.id, (row.held_by, row.not_before)) for row in await conn.execute(stmt))
+    return found
+
+
 async def clear_holds(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
     """The claimed tasks start: nothing holds them any more (only those that were held are written)."""
     for chunk in chunked(task_ids):

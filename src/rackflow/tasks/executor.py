@@ -18,6 +18,15 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   (pre-flight checks run again for it), on whichever instance claims it first, so an attempt starts once.
   Each ended attempt is recorded (`task_attempt`); the task's final failure, and its "task failed"
   notification, come only with its last attempt.
+* Slots kept for answers. A task a gate holds only until an answer it asked for comes (a first round of
+  pre-flight checks: `Hold.awaits_answer`) keeps its slot in the executor that held it, as if it ran,
+  until its hold is answered (released or held anew) or ends. Otherwise a held task would free its slot
+  at once, and a burst of new tasks would be claimed, held and asked about as fast as the dispatcher
+  made them, however few the executor could start (issue 26: its hooks' rounds took the event loop the
+  dispatcher fires from). The checker of this process says which it answered (`answered`); an answer
+  another instance's checker records is found by reading the holds back (`not_before` rewritten), at
+  most once a poll interval, not at every wake (a burst wakes the executor at every batch fired). The
+  count is this process's own, a bound on work, not a guarantee.
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
 * Shutdown. In-flight runs are cancelled and the instance unregisters, so other instances (or this one,
@@ -45,7 +54,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -171,6 +180,10 @@ class Executor:
             db, self._write_round, after_commit=self._after_round
         )
         self._claimed: list[_Run] = []  # by the round being written; started once it commits
+        # Tasks this executor's claims held for an answer, and the hold each got (gate, until): each keeps
+        # a slot while that hold is in force (the design note's "slots kept for answers").
+        self._awaiting: dict[uuid.UUID, tuple[str, datetime]] = {}
+        self._next_holds_read = 0.0  # when those holds are next read back (the event loop's clock)
         self._ended: Mapping[TaskStatus, int] = {}  # by the round being written; counted once it commits
         self._retried = 0  # attempts the round being written sent back for another; counted so too
         self._stopping = False
@@ -183,6 +196,13 @@ class Executor:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def answered(self, task_ids: Collection[uuid.UUID]) -> None:
+        """The pre-flight checker of this process recorded these tasks' rounds: the slots those this
+        executor held for an answer kept are free (claim at once)."""
+        freed = [task_id for task_id in task_ids if self._awaiting.pop(task_id, None) is not None]
+        if freed:
+            self.wake()
 
     def ended_within(self, seconds: float) -> int:
         """How many tasks this executor ended (or sent back for a retry) in the last `seconds`: the pace its
@@ -219,7 +239,7 @@ class Executor:
         """Housekeeping when it is due (promotion, expiry, dead holds), then, if there is room for more
         tasks, a journal round (which claims them)."""
         await self._sweep_when_due()
-        if self.max_concurrent > len(self._running):
+        if self.max_concurrent > len(self._running) + self._slots_kept() or self._holds_read_due():
             await self._journal.write(_CLAIM_ONLY)
 
     async def _sweep_when_due(self) -> None:
@@ -247,12 +267,34 @@ class Executor:
             limit=room,
         )
         gated = await consult(self.gates, conn, claimed, owner_id=self.instance_id, now=now)
+        self._awaiting.update(gated.awaiting)
         if not gated.claimed:
             return []
         runs = await self._prepare(conn, gated.claimed, gated.failed, now)
         first = {r.task.id: r.progress(r.batches[0]) for r in runs if r.refusal is None and r.batches}
         await task_runs.record_progress(conn, first, owner_id=self.instance_id, now=now)
         return runs
+
+    def _slots_kept(self) -> int:
+        """How many slots the tasks this executor held for an answer keep, as far as it knows: those not
+        answered by this process's checker whose hold has not ended."""
+        now = self.clock.now()
+        self._awaiting = {task_id: hold for task_id, hold in self._awaiting.items() if hold[1] > now}
+        return len(self._awaiting)
+
+    def _holds_read_due(self) -> bool:
+        return bool(self._awaiting) and asyncio.get_running_loop().time() >= self._next_holds_read
+
+    async def _kept_for_answers(self, conn: AsyncConnection) -> int:
+        """`_slots_kept`, with the holds read back once a poll interval (in the round's transaction): a
+        hold that is no longer the one this executor's claim wrote was answered by another instance."""
+        kept = self._slots_kept()
+        if kept and self._holds_read_due():
+            self._next_holds_read = asyncio.get_running_loop().time() + self.poll_interval
+            in_force = await task_runs.holds_of(conn, self._awaiting.keys())
+            self._awaiting = {i: hold for i, hold in self._awaiting.items() if in_force.get(i) == hold}
+            kept = len(self._awaiting)
+        return kept
 
     def _after_round(self) -> None:
         """After a round committed: count the tasks it ended, and run what it claimed (unless stopping: a
@@ -411,6 +453,8 @@ class Executor:
         held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
         await task_runs.record_changes(conn, (change for entry in entries for change in entry.changes))
         room = 0 if self._stopping else self.max_concurrent - len(self._running) + len(endings)
+        if room > 0 and self._awaiting:
+            room -= await self._kept_for_answers(conn)
         self._claimed = await self._claim_in(conn, room) if room > 0 else []
         finished = (let_go.finished | let_go.retried) if let_go else frozenset()
         promoted = bool(let_go and let_go.promoted)

@@ -12,7 +12,10 @@ A task that may not start yet is *held*, one typed way, on its row (`Task.not_be
   made in `Services.build`, services.py): a held task goes back to PENDING as if never claimed (the
   attempt is not counted), held by that gate until `until`; a failed task fails without running, with
   the reason as its message. Gates run in the list's order, each on the tasks the ones before let through
-  (so a frozen task never takes a budget's room).
+  (so a frozen task never takes a budget's room). A hold that only awaits an answer the gate asked for
+  (`Hold.awaits_answer`: a first round of pre-flight checks) keeps the task's slot in the executor that
+  held it until the answer or `until` (`Executor`'s "slots kept for answers"), so a burst is not held,
+  and asked about, faster than it could start.
 
 Only first attempts are gated. A later attempt is a takeover of a task that was RUNNING all along (its
 owner died, or its run was interrupted): it started already, so handing it back would lose its place
@@ -108,10 +111,13 @@ async def look(
 
 @dataclass(frozen=True)
 class Gated:
-    """What the gates made of a claim: the tasks that start (or fail), and why the failed ones fail."""
+    """What the gates made of a claim: the tasks that start (or fail), why the failed ones fail, and the
+    held tasks whose gate awaits an answer that may start them soon (`Hold.awaits_answer`), with the
+    hold's end (`awaiting`: the executor keeps a slot for each meanwhile)."""
 
     claimed: list[tuple[Task, int]]
     failed: dict[uuid.UUID, str]
+    awaiting: dict[uuid.UUID, tuple[str, datetime]]
 
 
 async def consult(
@@ -126,6 +132,7 @@ async def consult(
     tasks, and clear the hold of those that start. What is left starts, but the failed ones fail."""
     held: set[uuid.UUID] = set()
     failed: dict[uuid.UUID, str] = {}
+    awaiting: dict[uuid.UUID, tuple[str, datetime]] = {}
     open_ = [task for task, attempt in claimed if attempt == 1]
     for gate in gates:
         if not open_:
@@ -137,6 +144,7 @@ async def consult(
             # Handed back at once, so the next gate's count (a budget's) no longer sees them RUNNING.
             await task_runs.hold_back(conn, gate.name, holds, owner_id=owner_id, now=now)
             held.update(holds)
+            awaiting.update((i, (gate.name, hold.until)) for i, hold in holds.items() if hold.awaits_answer)
             TASK_HOLDS.labels(gate=gate.name).inc(len(holds))
             log.info("%d task(s) held back by %s", len(holds), gate.name, extra={"tasks_held": len(holds)})
         open_ = [task for task in open_ if task.id not in verdicts]
@@ -152,4 +160,4 @@ async def consult(
         for task, attempt in claimed
         if task.id not in held
     ]
-    return Gated(starts, failed)
+    return Gated(starts, failed, awaiting)
