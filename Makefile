@@ -141,6 +141,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/memory.py --db postgres --schedules 20000
 	$(BIN)/python bench/http_schedules.py --db postgres --schedules 2000 --loads 20
 	$(BIN)/python bench/rollout_step.py --db postgres --racks 300 --max-concurrent 50
+	$(BIN)/python bench/idle_cost.py --db both --seconds 30
 
 clean:
 	rm -rf $(VENV) rackflow.db rackflow.db-wal rackflow.db-shm .pytest_cache .mypy_cache .ruff_cache

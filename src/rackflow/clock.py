@@ -44,3 +44,16 @@ async def sleep_unless_stopped(stop: asyncio.Event, delay: timedelta) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), delay.total_seconds())
     return stop.is_set()
+
+
+async def sleep_unless_woken(stop: asyncio.Event, woken: asyncio.Event, seconds: float) -> None:
+    """Wait `seconds`, or less if `woken` or `stop` is set first (the pause of a loop that sleeps while it
+    has nothing to do, until what gives it work wakes it)."""
+    if woken.is_set() or stop.is_set():
+        return
+    waiters = [asyncio.ensure_future(woken.wait()), asyncio.ensure_future(stop.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -94,12 +94,20 @@ MIN_START_DEADLINE = timedelta(seconds=1)
 DEFAULT_START_DEADLINE: timedelta | None = None
 
 
+# Gauges read from the database when /metrics is scraped (the outbox's): a scrape waits this long for the
+# read, then shows the last values read; under Prometheus' default scrape timeout (10 s), so a slow database
+# costs fresh values, not the scrape.
+SCRAPE_READ_TIMEOUT = timedelta(seconds=5)
+
 # Notifications (rackflow.notify, docs/NOTIFICATIONS.md). Every instance's delivery loop looks for work this
-# often (at once again while a round was full), fanning out up to NOTIFY_BATCH events and claiming up to
-# NOTIFY_SENDS deliveries a round, all sent at once (one thread each), so every claimed send starts at once.
+# often while deliveries wait (at once again while a round was full); with none waiting it sleeps until a
+# write wakes it or the next one is due, looking at least every NOTIFY_IDLE_INTERVAL. A round fans out up
+# to NOTIFY_BATCH events and claims up to NOTIFY_SENDS deliveries, all sent at once (one thread each), so
+# every claimed send starts at once.
 # A send gives up after NOTIFY_SEND_TIMEOUT; its claim lasts DEFAULT_NOTIFY_SEND_LEASE (--notification-send-
 # lease), well past the timeout, so only an instance that died mid-send lets another send it again.
 NOTIFY_INTERVAL = timedelta(seconds=1)
+NOTIFY_IDLE_INTERVAL = timedelta(seconds=5)
 NOTIFY_BATCH = 100
 NOTIFY_SENDS = 16
 NOTIFY_SEND_TIMEOUT = timedelta(seconds=10)
@@ -277,8 +285,10 @@ class ServeConfig:
 
 
 # Rollouts (rackflow.rollouts): every instance with the dispatcher steps rolling runs this often (a step
-# also runs at once after a firing, a resume and a cancel), up to this many runs per transaction.
+# also runs at once after a firing, a resume and a cancel), up to this many runs per transaction; with no
+# run rolling anywhere it looks every ROLLOUT_IDLE_INTERVAL, and at once after this process started one.
 ROLLOUT_STEP_INTERVAL = timedelta(seconds=1)
+ROLLOUT_IDLE_INTERVAL = timedelta(seconds=5)
 ROLLOUT_STEP_BATCH = 20
 
 # Retries (RetryPolicy, docs/SAFETY.md): what an unset field of the API's policy means, and the limits.
@@ -308,6 +318,9 @@ ALERTMANAGER_TIMEOUT = timedelta(seconds=10)
 # (a checker that died mid-round is taken over after that). A task held for its first answer is claimed
 # (and gated) again after PREFLIGHT_ANSWER_WAIT if no checker released it sooner.
 PREFLIGHT_POLL_INTERVAL = timedelta(seconds=1)
+# With no round due within the poll interval the checker sleeps until the first comes due, at most this
+# long (also its pause while no task is held); a write that makes a round due now wakes it.
+PREFLIGHT_IDLE_INTERVAL = timedelta(seconds=5)
 PREFLIGHT_BATCH = 100
 PREFLIGHT_CONCURRENCY = 16
 PREFLIGHT_LEASE_SLACK = timedelta(seconds=30)

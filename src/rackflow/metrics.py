@@ -2,9 +2,72 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any
 
-from rackflow.config import DUE_COUNT_CAP, parse_host_port
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from rackflow.config import DUE_COUNT_CAP, SCRAPE_READ_TIMEOUT, parse_host_port
+
+log = logging.getLogger(__name__)
+
+Reader = Callable[[], Coroutine[Any, Any, dict[str, float]]]
+
+
+class ReadOnScrape(Collector):
+    """Gauges read from the database when /metrics is scraped, not by a loop on a timer: an idle server
+    then reads nothing for them, and a scrape shows the values of that moment (docs/PERFORMANCE.md, "An
+    idle server"). The reader is a coroutine of the process's event loop (`read_with`); the scrape, on the
+    metrics server's thread, waits for it at most SCRAPE_READ_TIMEOUT, then shows the last values read, as
+    it does without a reader or on the event loop's own thread (a test reading the registry in process)."""
+
+    def __init__(self, gauges: Mapping[str, str]) -> None:
+        self._help = dict(gauges)
+        self._values = dict.fromkeys(gauges, 0.0)
+        self._reader: tuple[asyncio.AbstractEventLoop, Reader] | None = None
+        REGISTRY.register(self)
+
+    def read_with(
+        self,
+        loop: asyncio.AbstractEventLoop | None,
+        read: Reader | None,
+    ) -> None:
+        """Read the gauges with `read` on `loop` from now on (None, None: no more)."""
+        self._reader = (loop, read) if loop is not None and read is not None else None
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return [GaugeMetricFamily(name, text) for name, text in self._help.items()]
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        self._refresh()
+        return [GaugeMetricFamily(name, text, value=self._values[name]) for name, text in self._help.items()]
+
+    def _refresh(self) -> None:
+        if self._reader is None:
+            return
+        loop, read = self._reader
+        try:
+            if asyncio.get_running_loop() is loop:
+                return  # the loop's own thread cannot wait for the loop
+        except RuntimeError:
+            pass  # no loop on this thread: the metrics server's
+        reading = read()
+        try:
+            future = asyncio.run_coroutine_threadsafe(reading, loop)
+        except RuntimeError:  # the loop is closed
+            reading.close()
+            return
+        try:
+            self._values.update(future.result(SCRAPE_READ_TIMEOUT.total_seconds()))
+        except Exception as exc:
+            future.cancel()
+            why = str(exc) or type(exc).__name__  # a timeout says nothing of itself
+            log.warning("reading gauges for a scrape failed (%s); showing the last values", why)
+
 
 FIRINGS = Counter(
     "rackflow_schedule_firings_total", "Schedule firings, by trigger (dispatch or manual).", ["trigger"]
@@ -123,12 +186,14 @@ NOTIFICATIONS_DEAD = Counter(
     "Notifications given up on after the channel's attempts (`rackflow notify redeliver`), by channel.",
     ["channel"],
 )
-NOTIFICATION_OUTBOX_AGE = Gauge(
-    "rackflow_notification_outbox_age_seconds",
-    "Age of the oldest event not yet delivered everywhere it goes (0: nothing waits; dead ones excluded).",
-)
-NOTIFICATION_DEAD_DELIVERIES = Gauge(
-    "rackflow_notification_dead_deliveries", "Deliveries in the dead-letter state, across every channel."
+OUTBOX_AGE = "rackflow_notification_outbox_age_seconds"
+DEAD_DELIVERIES = "rackflow_notification_dead_deliveries"
+NOTIFICATION_OUTBOX = ReadOnScrape(
+    {
+        OUTBOX_AGE: "Age of the oldest event not yet delivered everywhere it goes (0: nothing waits; dead "
+        "ones excluded).",
+        DEAD_DELIVERIES: "Deliveries in the dead-letter state, across every channel.",
+    }
 )
 NOTIFICATION_EVENTS_PRUNED = Counter(
     "rackflow_notification_events_pruned_total",

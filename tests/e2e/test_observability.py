@@ -45,6 +45,10 @@ def test_metrics_and_json_firing_log(tmp_path: Path) -> None:
         assert "rackflow_dispatch_lag_seconds_count 1.0" in text
         assert "rackflow_dispatch_poll_seconds_count" in text
         assert "rackflow_dispatch_due_backlog 0.0" in text
+        # The outbox gauges, read from the database by the server's event loop for the scrape's thread.
+        assert "rackflow_notification_outbox_age_seconds 0.0" in text
+        assert "rackflow_notification_dead_deliveries 0.0" in text
+        assert "reading gauges for a scrape failed" not in server.output
 
         lines = [json.loads(line) for line in server.output.splitlines() if line.startswith("{")]
         (fired,) = [line for line in lines if any(f.startswith("observed ") for f in line.get("firings", ()))]

@@ -7,7 +7,8 @@ task (reason on it) and then lets it start, its posts signed with HMAC-SHA256; a
 it, and the maximum wait fails it with the reason; rack_idle holds a task on a rack whose last same task
 failed recently; an operator's override starts a held task; a deleted check lets its tasks go. The look
 ahead (issue 26) asks about tasks next in line before a claim takes them, only those windows and budgets
-admit, and its rounds count as any."""
+admit, and its rounds count as any. Idle, the checker sleeps until a round comes due or a claim holds a
+task."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from rackflow.budgets.service import BudgetInput
 from rackflow.checks.checker import PreflightChecker
 from rackflow.checks.gate import GATE_NAME
 from rackflow.checks.service import CheckInput
-from rackflow.clock import FakeClock
+from rackflow.clock import FakeClock, SystemClock
 from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSettings
 from rackflow.domain.inventory import ComponentsFilter, ComponentSpec, ComponentType, Rack, RackSelection
 from rackflow.domain.rollouts import RolloutPolicy
@@ -44,7 +45,7 @@ from rackflow.store.tasks import set_status
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from rackflow.tasks.gates import consult
 from rackflow.windows.service import Ref, WindowInput
-from tests.checks_support import Answer, checking, receiving
+from tests.checks_support import Answer, Receiver, checking, receiving
 from tests.store.query_plans import statement_sent, statements_sent
 from tests.store.schedules_support import HOURLY, POWER_OFF, make_env, rack_target
 from tests.store.test_executor import (
@@ -848,3 +849,71 @@ async def test_a_slot_kept_for_an_answer_frees_when_the_hold_ends(
 
             await eventually(held_anew)
         assert hook.posts == []
+
+
+# --- the checker idle: asleep until a round is due or a claim holds a task ------------------------------
+
+
+async def test_an_idle_checker_sleeps_until_a_claim_holds_a_task_or_a_round_comes_due(db: Database) -> None:
+    """With no task held, the checker reads nothing for its idle interval (here a minute; the old checker
+    polled every second). A claim whose gate holds a task wakes it once the claim committed (the gate's own
+    wake, before the commit, is not wired here), and a held task's next round, due later than the poll
+    interval, is taken at its time, not at the idle minute."""
+    clock = SystemClock()
+    services = Services.build(db, clock)
+    no, ok = Answer({"ok": False, "reason": "jobs running"}), Answer({"ok": True})
+    with receiving(no, ok) as hook:
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "5s"), interval="3s")
+        )
+        task = await submit(db, await make_rack(db, computes=1), POWER_ON)
+        checker = PreflightChecker(db, clock, services.tasks, idle_interval=timedelta(minutes=1))
+        stop = asyncio.Event()
+        running = asyncio.create_task(checker.run(stop))
+        try:
+            await asyncio.sleep(0.3)  # its first poll and look: nothing held
+            with statements_sent(db) as sent:
+                await asyncio.sleep(2.5)
+            assert sent == []
+            async with db.transaction() as conn:
+                assert await _claim(db, conn, services, clock.now()) == []  # held for its first round
+            await eventually(lambda: _asked(hook, 1))  # woken after the claim's commit
+            await _held_with(db, task, "jobs running")
+            await eventually(lambda: _asked(hook, 2))  # the next round, 3 s later: at its time
+        finally:
+            stop.set()
+            await asyncio.wait_for(running, 10)
+    assert db.on_commit[store.ROUND_DUE] == []
+
+
+async def _asked(hook: Receiver, count: int) -> bool:
+    return len(hook.posts) >= count
+
+
+async def test_next_round_at_is_when_the_first_held_round_comes_due(db: Database) -> None:
+    """None with no task held; a round due now (no time yet) is due at `now`; a round under way is due when
+    its lease ends; else its next check's time."""
+    env = make_env(db)
+    now = env.clock.now()
+    first, second = [await submit(db, await _rack(db, f"r{i}"), POWER_ON) for i in range(2)]
+    async with db.read() as conn:
+        assert await store.next_round_at(conn, GATE_NAME, now=now) is None
+    async with db.transaction() as conn:
+        await conn.execute(update(tasks).values(held_by=GATE_NAME, not_before=now + timedelta(hours=1)))
+        await store.start_waiting(conn, [first.id, second.id])
+    async with db.read() as conn:
+        assert await store.next_round_at(conn, GATE_NAME, now=now) == now
+    later, lease = now + timedelta(seconds=30), now + timedelta(seconds=50)
+    async with db.transaction() as conn:
+        waiting = preflight_tasks.c.task_id
+        await conn.execute(update(preflight_tasks).where(waiting == first.id).values(next_check_at=later))
+        under_way = {"next_check_at": now, "checking_until": lease}
+        await conn.execute(update(preflight_tasks).where(waiting == second.id).values(**under_way))
+    async with db.read() as conn:
+        assert await store.next_round_at(conn, GATE_NAME, now=now) == later
+    async with db.transaction() as conn:
+        await conn.execute(
+            update(preflight_tasks).where(waiting == first.id).values(next_check_at=lease + timedelta(1))
+        )
+    async with db.read() as conn:
+        assert await store.next_round_at(conn, GATE_NAME, now=now) == lease

@@ -3,20 +3,25 @@ signed webhook gets each event once with its id as idempotency key; Slack's mess
 why with the run's link; a failing receiver is retried with back-off, then the delivery is dead until
 redelivered; a channel's rate holds across instances; two instances on one database never send a delivery
 twice; a send that outlived its claim cannot overwrite the newer attempt; retention keeps what is not
-delivered."""
+delivered; the loop, idle, reads nothing until a write wakes it or a retry comes due; the outbox gauges are
+read when scraped."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
+import time
 import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 
+from rackflow import metrics
 from rackflow.domain.notifications import DeliveryState, Event, EventType, Severity
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.service import ChannelInput, ChannelView
@@ -52,6 +57,50 @@ def _deliverer(db: Database, **options: object) -> Deliverer:
 
 async def _states(env: Env) -> list[DeliveryState]:
     return [d.state for d in await env.services.notifications.deliveries()]
+
+
+async def _scraped(deliverer: Deliverer, name: str) -> float | None:
+    """A gauge as a scrape of /metrics reads it: from another thread, with the deliverer as the reader."""
+    metrics.NOTIFICATION_OUTBOX.read_with(asyncio.get_running_loop(), deliverer.observe)
+    try:
+        return await asyncio.to_thread(REGISTRY.get_sample_value, name)
+    finally:
+        metrics.NOTIFICATION_OUTBOX.read_with(None, None)
+
+
+@contextlib.contextmanager
+def _statements(db: Database) -> Iterator[list[str]]:
+    """The statements `db` sends while the block runs."""
+    sent: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        sent.append(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", record)
+
+
+@contextlib.asynccontextmanager
+async def _running(deliverer: Deliverer) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    loop = asyncio.create_task(deliverer.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 10)
+
+
+async def _until(condition: Callable[[], bool], seconds: float = 15.0) -> float:
+    """Wait until `condition` holds (at most `seconds`); how long that took."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < seconds, "timed out"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
 
 
 async def test_a_webhook_gets_each_event_once_signed_with_its_id_as_key(db: Database) -> None:
@@ -116,7 +165,7 @@ async def test_a_failing_receiver_is_retried_then_dead_then_redelivered(db: Data
             REGISTRY.get_sample_value("rackflow_notifications_dead_total", {"channel": "webhook-1"})
             == before + 1
         )
-        assert REGISTRY.get_sample_value("rackflow_notification_dead_deliveries") == 1
+        assert await _scraped(deliverer, "rackflow_notification_dead_deliveries") == 1
         assert await env.services.notifications.redeliver(channel_id=channel.channel.id) == 1
         await deliverer.deliver_once()  # one more failure (the third status), then a success
         await deliverer.deliver_once()
@@ -238,11 +287,72 @@ async def test_retention_deletes_only_events_delivered_everywhere(db: Database) 
         env.clock.advance(timedelta(days=-30))
         old = await _record(env, 2)
         env.clock.advance(timedelta(days=30))
-        await _deliverer(db).deliver_once()  # one dead, one delivered
+        deliverer = _deliverer(db)
+        await deliverer.deliver_once()  # one dead, one delivered
+    assert await _scraped(deliverer, "rackflow_notification_outbox_age_seconds") == 0.0
     async with db.read() as conn:
-        assert REGISTRY.get_sample_value("rackflow_notification_outbox_age_seconds") == 0.0
         assert len(await outbox.list_events(conn, 10)) == 2
     pruned = [n async for n in outbox.prune_delivered(db, timedelta(days=7))]
     assert sum(pruned) == 1
     (kept,) = await env.services.notifications.deliveries()
     assert kept.state is DeliveryState.DEAD and kept.event.id in {e.id for e in old}
+
+
+async def test_the_outbox_gauges_are_read_when_scraped_not_by_the_rounds(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as receiver:
+        await _channel(env, receiver, max_attempts=1)
+        receiver.failures = [500]
+        await _record(env)
+        deliverer = _deliverer(db)
+        with _statements(db) as sent:
+            await deliverer.deliver_once()
+        assert not any("count(" in statement.lower() for statement in sent)  # no gauge read in the round
+    assert await _scraped(deliverer, "rackflow_notification_dead_deliveries") == 1
+    await env.services.notifications.redeliver(delivery_ids=[(await _deliveries(env))[0]])
+    assert await _scraped(deliverer, "rackflow_notification_dead_deliveries") == 0
+    # On the event loop's own thread (nothing can wait for the loop there): the values last read.
+    metrics.NOTIFICATION_OUTBOX.read_with(asyncio.get_running_loop(), deliverer.observe)
+    try:
+        assert REGISTRY.get_sample_value("rackflow_notification_dead_deliveries") == 0
+    finally:
+        metrics.NOTIFICATION_OUTBOX.read_with(None, None)
+
+
+async def _deliveries(env: Env) -> list[uuid.UUID]:
+    return [d.id for d in await env.services.notifications.deliveries()]
+
+
+async def test_an_idle_loop_reads_nothing_until_an_event_wakes_it(db: Database) -> None:
+    """Idle, the loop sleeps (here up to a minute); an event recorded in this process wakes it once its
+    transaction committed, and is sent at once. The old loop read the outbox every second."""
+    env = make_env(db)
+    with receiving() as receiver:
+        await _channel(env, receiver)
+        deliverer = _deliverer(db, idle_interval=timedelta(minutes=1))
+        async with _running(deliverer):
+            await asyncio.sleep(0.3)  # its first round: nothing to do
+            with _statements(db) as sent:
+                await asyncio.sleep(2.5)
+            assert sent == []
+            await _record(env)
+            took = await _until(lambda: len(receiver.received) == 1)
+    assert took < 30  # woken: not the idle minute (no timing asserted beyond that)
+
+
+async def test_an_idle_loop_wakes_for_a_redelivery_and_when_a_retry_is_due(db: Database) -> None:
+    env = make_env(db)
+    with receiving() as receiver:
+        channel = await _channel(env, receiver, max_attempts=2)
+        receiver.failures = [500, 500]
+        # Retries due 1 s after each failure (the back-off's 2 s times the jitter), the idle look a minute.
+        deliverer = Deliverer(db, jitter=lambda: 0.5, idle_interval=timedelta(minutes=1))
+        async with _running(deliverer):
+            await _record(env)
+            await _until(lambda: len(receiver.received) == 2)  # the retry, at its due time
+            await _until(lambda: receiver.failures == [])
+            await asyncio.sleep(0.5)
+            assert await _states(env) == [DeliveryState.DEAD]
+            assert await env.services.notifications.redeliver(channel_id=channel.channel.id) == 1
+            await _until(lambda: len(receiver.received) == 3)
+    assert await _states(env) == [DeliveryState.DELIVERED]

@@ -1,12 +1,15 @@
 """Rollouts on both databases, stepped by hand on a FakeClock: the caps, the canary gate, bake time,
 halting by count and by percent, pause on halt, resume, cancel, skipped firings, and no scope started
 twice. Tasks end by writing their status, as the executor would (tests/e2e/test_rollouts.py runs the
-whole thing with real processes)."""
+whole thing with real processes). The driver's loop: asleep while nothing rolls, woken by a rollout's
+start."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 
 import pytest
@@ -18,7 +21,8 @@ from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import QueueOptions, Task, TaskStatus
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from rackflow.rollouts.service import RunReport
+from rackflow.rollouts.driver import RolloutDriver
+from rackflow.rollouts.service import RunReport, Step
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.store import schedules as schedule_store
@@ -378,3 +382,49 @@ async def test_pruning_run_history_never_drops_a_live_rollout(db: Database) -> N
     runs, total = await env.services.schedules.list_runs(schedule.id)
     assert total == 2 and {r.state for r in runs} == {"halted", "skipped"}
     assert halted.id in {r.id for r in runs}
+
+
+async def test_the_driver_sleeps_while_nothing_rolls_and_wakes_when_a_rollout_starts(db: Database) -> None:
+    """With no run rolling, the driver looks only every `idle_interval` (here a minute); a firing's first
+    step wakes it, and it steps every `interval` while the run rolls. The old driver looked every second."""
+    env = make_env(db)
+    racks = await _racks(env, 3)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1))
+    rollouts = env.services.rollouts
+    looks: list[Step] = []
+    step = rollouts.advance
+
+    async def counted(run_ids: Collection[uuid.UUID] | None = None, limit: int = 20) -> Step:
+        done = await step(run_ids, limit)
+        if run_ids is None:
+            looks.append(done)
+        return done
+
+    rollouts.advance = counted  # type: ignore[method-assign]
+    driver = RolloutDriver(rollouts, interval=timedelta(milliseconds=50), idle_interval=timedelta(minutes=1))
+    stop = asyncio.Event()
+    loop = asyncio.create_task(driver.run(stop))
+    try:
+        await _until(lambda: len(looks) == 1)
+        await asyncio.sleep(1.5)
+        assert [look.rolling for look in looks] == [False]  # one look, then asleep
+        await env.services.schedules.trigger(schedule.id)  # rolling: its first step wakes the driver
+        await _until(lambda: len(looks) >= 5)  # and it steps every interval while the run rolls
+        assert all(look.rolling for look in looks[1:])
+        await _end(env, await _active(env, schedule))
+        await _until(lambda: len(_started(looks)) == 1)  # the next rack, started by the driver
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 10)
+    assert rollouts.on_rolling == []
+
+
+def _started(looks: Sequence[Step]) -> list[uuid.UUID]:
+    return [task_id for look in looks for task_id in look.task_ids]
+
+
+async def _until(condition: Callable[[], bool], seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)

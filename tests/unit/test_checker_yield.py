@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any, cast
 
 from rackflow.checks.checker import PreflightChecker
@@ -22,7 +23,7 @@ POLL_INTERVAL = 0.05
 async def _polls(firing: Any, seconds: float) -> list[float]:
     """When (seconds after the start) a checker polled, run for `seconds` with `firing`."""
     checker = PreflightChecker(
-        cast(Database, object()),  # never touched: the poll is replaced
+        cast(Database, SimpleNamespace(on_commit={})),  # only its hooks: the poll is replaced
         FakeClock(datetime(2026, 12, 3, tzinfo=UTC)),
         cast(TaskManager, object()),
         poll_interval=timedelta(seconds=POLL_INTERVAL),

@@ -48,6 +48,16 @@ more due), a poll waits for the pass to end, at most PREFLIGHT_YIELD past when i
 polls anyway: during a long drain the checker still polls about once per PREFLIGHT_YIELD (up to
 PREFLIGHT_BATCH rounds each), so no check starves. Nothing else changes: the rounds are taken, asked and
 recorded as before, under the same locks; a task held meanwhile only waits a little longer for its round.
+
+**Idle** (docs/PERFORMANCE.md, "An idle server"). A poll that takes nothing is followed by a look at when
+the first held task's round comes due (`store.next_round_at`), and the checker sleeps until then (never
+less than the poll interval, so no round is taken later than a poll every interval would take it), at most
+PREFLIGHT_IDLE_INTERVAL, which is also its pause while no task is held at all. A round becomes due sooner
+only by a write that holds a task for its first round or asks for a round now (a claim's gate, a check
+changed: `store.ROUND_DUE`), which wakes the checker of the process that wrote it once it committed, as the
+gate's own wake did before it committed. While tasks end (the look ahead) or rounds are taken it polls
+every interval, as before. Other instances' checkers find a round at their next look: what bounds taking
+over a round whose instance stopped (its lease, PREFLIGHT_LEASE_SLACK, is longer anyway).
 """
 
 from __future__ import annotations
@@ -69,6 +79,7 @@ from rackflow.config import (
     ALERTMANAGER_TIMEOUT,
     PREFLIGHT_BATCH,
     PREFLIGHT_CONCURRENCY,
+    PREFLIGHT_IDLE_INTERVAL,
     PREFLIGHT_LEASE_SLACK,
     PREFLIGHT_POLL_INTERVAL,
     PREFLIGHT_YIELD,
@@ -119,6 +130,7 @@ class PreflightChecker:
         manager: TaskManager,
         *,
         poll_interval: timedelta = PREFLIGHT_POLL_INTERVAL,
+        idle_interval: timedelta = PREFLIGHT_IDLE_INTERVAL,
         concurrency: int = PREFLIGHT_CONCURRENCY,
         batch: int = PREFLIGHT_BATCH,
         ahead: Callable[[], int] | None = None,
@@ -134,6 +146,7 @@ class PreflightChecker:
         self.clock = clock
         self.manager = manager
         self.poll_interval = poll_interval
+        self.idle_interval = idle_interval
         self.batch = batch
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="preflight")
         self._asked = kinds.Asked(self._pool)
@@ -168,6 +181,8 @@ class PreflightChecker:
             self._nudge.set()
 
     async def run(self, stop: asyncio.Event) -> None:
+        woken_by = self.db.on_commit.setdefault(store.ROUND_DUE, [])
+        woken_by.append(self.wake)
         try:
             eager = 0.0  # after a wake: the next nap's length, doubling, while polls find nothing
             while not stop.is_set():
@@ -182,11 +197,12 @@ class PreflightChecker:
                     log.exception("pre-flight checker poll failed")
                 if started or eager > EAGER_UNTIL:
                     eager = 0.0
-                if await self._nap(stop, eager or self.poll_interval.total_seconds()):
+                if await self._nap(stop, eager or await self._pause(started)):
                     eager = EAGER_FIRST
                 elif eager:
                     eager *= 2
         finally:
+            woken_by.remove(self.wake)
             for running in self._rounds:
                 running.cancel()
             await asyncio.gather(*self._rounds, return_exceptions=True)
@@ -295,6 +311,24 @@ class PreflightChecker:
             if left <= 0:
                 return
             await asyncio.sleep(min(YIELD_STEP, left))
+
+    async def _pause(self, started: int) -> float:
+        """How long to sleep after a poll that took `started` rounds, unless woken or nudged: the poll
+        interval while rounds were taken, tasks end (the look ahead) or a round comes due within it; else
+        until the first round comes due, at most `idle_interval`, which is also the pause while no task is
+        held at all (the module's docstring, "Idle")."""
+        interval = self.poll_interval.total_seconds()
+        if started or (self.ahead is not None and self.ahead() > 0):
+            return interval
+        try:
+            async with self.db.read() as conn:
+                at = await store.next_round_at(conn, GATE_NAME, now=self.clock.now())
+        except Exception:  # an outage: the poll reports it
+            return interval
+        if at is None:
+            return self.idle_interval.total_seconds()
+        until = (at - self.clock.now()).total_seconds()
+        return interval if until <= interval else min(until, self.idle_interval.total_seconds())
 
     async def _nap(self, stop: asyncio.Event, seconds: float) -> bool:
         """Sleep `seconds`, or until woken or stopped, or nudged (`tasks_ended`) once NUDGE_GAP has passed

@@ -8,6 +8,17 @@ back-off with jitter (`retry_delay`), and after the channel's `max_attempts` it 
 notify redeliver`. Each channel is sent at most `rate_per_minute` a minute from all instances together: its
 token bucket is its row, which a claim locks, draws from and writes in the claim's transaction
 (`outbox.take_tokens`), so instances take turns and N instances do not send N times the rate.
+
+Idle, the loop sleeps (it polled every second, and was the largest share of an idle server's database work
+and CPU: docs/PERFORMANCE.md, "An idle server"). What gives it work either is written (an event, a
+redelivery, a channel made, enabled or given a higher rate: `outbox.CHANGED`, which wakes the loop of the
+process that wrote it once the write committed; that instance delivers it as at once as before) or comes
+due with time (a retry's back-off, a send's lease running out: the round read when). So after a round with
+nothing to send it sleeps until the next known due time, woken sooner by a write, and looks at least every
+NOTIFY_IDLE_INTERVAL: the safety net for work another instance wrote and could not deliver (it stopped), as
+before when every instance polled. While deliveries are due that a round could not send (its channel has no
+token yet) it looks again every `interval`, as before. The outbox gauges are read when /metrics is scraped
+(`observe`), not each round.
 """
 
 from __future__ import annotations
@@ -18,13 +29,15 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 
 from rackflow import metrics
-from rackflow.clock import sleep_unless_stopped
+from rackflow.clock import sleep_unless_woken
 from rackflow.config import (
     DEFAULT_NOTIFY_SEND_LEASE,
     NOTIFY_BATCH,
+    NOTIFY_IDLE_INTERVAL,
     NOTIFY_INTERVAL,
     NOTIFY_RATE_BURST,
     NOTIFY_RETRY_FIRST,
@@ -51,8 +64,18 @@ def retry_delay(attempt: int, jitter: float) -> timedelta:
     return timedelta(seconds=delay * jitter)
 
 
+@dataclass(frozen=True)
+class _Round:
+    """What a round found: whether it was full (look again at once), and otherwise how long until the
+    next look, unless woken."""
+
+    busy: bool
+    pause: float
+
+
 class Deliverer:
-    """Run with `run(stop)`; `deliver_once()` is one round (tests call it directly)."""
+    """Run with `run(stop)`; `deliver_once()` is one round (tests call it directly); `wake()` makes an idle
+    loop look now."""
 
     def __init__(
         self,
@@ -60,6 +83,7 @@ class Deliverer:
         *,
         external_url: str = "",
         interval: timedelta = NOTIFY_INTERVAL,
+        idle_interval: timedelta = NOTIFY_IDLE_INTERVAL,
         batch: int = NOTIFY_BATCH,
         sends: int = NOTIFY_SENDS,
         timeout: timedelta = NOTIFY_SEND_TIMEOUT,
@@ -70,6 +94,7 @@ class Deliverer:
         self.db = db
         self.external_url = external_url
         self.interval = interval
+        self.idle_interval = idle_interval
         self.batch = batch
         self.sends = sends
         self.timeout = timeout
@@ -80,30 +105,48 @@ class Deliverer:
         self.sender = sender or self._post
         self.jitter = jitter
         self._rounds = 0
+        self._woken = asyncio.Event()
+
+    def wake(self) -> None:
+        self._woken.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Rounds until `stop`: at once again after a busy one, else after `interval`. A failed round (say,
-        the database is down) is logged and tried again."""
+        """Rounds until `stop`: at once again after a busy one, after `interval` while deliveries wait for
+        tokens, else when woken or the next delivery is due (the module's docstring). A failed round (say,
+        the database is down) is logged and tried again after `interval`."""
+        woken_by = self.db.on_commit.setdefault(outbox.CHANGED, [])
+        woken_by.append(self.wake)
+        metrics.NOTIFICATION_OUTBOX.read_with(asyncio.get_running_loop(), self.observe)
         try:
             while not stop.is_set():
-                busy = False
+                self._woken.clear()  # what commits from now on is seen by this round or wakes the nap
+                pause = self.interval.total_seconds()
                 try:
-                    busy = await self.deliver_once()
+                    found = await self._round()
+                    if found.busy:
+                        continue
+                    pause = found.pause
                 except Exception as exc:
                     log.warning("notification delivery round failed (%s); trying again", exc)
-                if not busy:
-                    await sleep_unless_stopped(stop, self.interval)
+                await sleep_unless_woken(stop, self._woken, pause)
         finally:
+            metrics.NOTIFICATION_OUTBOX.read_with(None, None)
+            woken_by.remove(self.wake)
             self._pool.shutdown(wait=False)
 
     async def _post(self, request: Request, seconds: float) -> None:
         await asyncio.get_running_loop().run_in_executor(self._pool, post, request, seconds)
 
     async def deliver_once(self) -> bool:
-        """Fan out, claim, send, record; returns whether the round was full (more may wait). With nothing
-        to do (the usual case) it only reads: no write transaction (on SQLite, the one writer's lock)."""
+        """One round: fan out, claim, send, record; returns whether the round was full (more may wait)."""
+        return (await self._round()).busy
+
+    async def _round(self) -> _Round:
+        """`deliver_once`, and when to look next. With nothing to do (the usual case) it only reads: no
+        write transaction (on SQLite, the one writer's lock)."""
         async with self.db.read() as conn:
             work = await outbox.work(conn, await self.db.now(conn), NOTIFY_RATE_BURST)
+        due_now = work.due
         fanned = 0
         if work.new_events:
             async with self.db.transaction() as conn:
@@ -113,7 +156,7 @@ class Deliverer:
         due = [
             c
             for c in work.channels
-            if c.enabled and (c.id in work.due or fanned) and work.tokens.get(c.id, 0.0) >= 1.0
+            if c.enabled and (c.id in due_now or fanned) and work.tokens.get(c.id, 0.0) >= 1.0
         ]
         if due:
             claims = await self._claim(due)
@@ -121,8 +164,13 @@ class Deliverer:
             results = await asyncio.gather(*(self._send(channel, claimed) for channel, claimed in claims))
             async with self.db.transaction() as conn:
                 await outbox.record_results(conn, results, await self.db.now(conn))
-        await self._observe()
-        return fanned >= self.batch or len(claims) >= self.sends
+        busy = fanned >= self.batch or len(claims) >= self.sends
+        if work.new_events or claims or any(c.enabled and c.id in due_now for c in work.channels):
+            return _Round(busy, self.interval.total_seconds())
+        pause = self.idle_interval.total_seconds()
+        if (next_due := work.next_due()) is not None:
+            pause = min(pause, (next_due - work.now).total_seconds())
+        return _Round(busy, max(0.0, pause))
 
     async def _claim(self, channels: list[Channel]) -> list[tuple[Channel, outbox.Claimed]]:
         """Claim what each channel's bucket allows, up to `sends` in all, in one transaction. Each round
@@ -181,10 +229,10 @@ class Deliverer:
         )
         return outbox.Result(claimed, delivered=False, error=error, retry_after=delay)
 
-    async def _observe(self) -> None:
+    async def observe(self) -> dict[str, float]:
+        """The outbox gauges now (`metrics.NOTIFICATION_OUTBOX` asks, when /metrics is scraped)."""
         async with self.db.read() as conn:
             backlog = await outbox.backlog(conn)
             now = await self.db.now(conn)
         age = (now - backlog.oldest).total_seconds() if backlog.oldest is not None else 0.0
-        metrics.NOTIFICATION_OUTBOX_AGE.set(max(0.0, age))
-        metrics.NOTIFICATION_DEAD_DELIVERIES.set(backlog.dead)
+        return {metrics.OUTBOX_AGE: max(0.0, age), metrics.DEAD_DELIVERIES: float(backlog.dead)}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -92,10 +92,12 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class Step:
-    """What one `advance` did: how many rolling runs it stepped, and the tasks it submitted, by run."""
+    """What one `advance` did: how many rolling runs it stepped, and the tasks it submitted, by run; and
+    whether any run was rolling (False only when it found none anywhere: the driver may then sleep)."""
 
     runs: int
     started: Mapping[uuid.UUID, tuple[uuid.UUID, ...]] = field(default_factory=dict)
+    rolling: bool = True
 
     @property
     def task_ids(self) -> tuple[uuid.UUID, ...]:
@@ -185,6 +187,9 @@ class RolloutService:
         self.clock = clock
         self.tasks = tasks
         self.audit = audit
+        # Told when a step of given runs begins (a firing's first, a resume): runs roll, so a driver of
+        # this process that slept while none did looks again (`rollouts.driver`).
+        self.on_rolling: list[Callable[[], None]] = []
 
     # --- stepping ----------------------------------------------------------------------------------
 
@@ -197,7 +202,10 @@ class RolloutService:
         if run_ids is None:
             async with self.db.read() as conn:
                 if not await store.any_rolling(conn):
-                    return Step(0)
+                    return Step(0, rolling=False)
+        else:
+            for wake in self.on_rolling:
+                wake()
         async with self.db.transaction() as conn:
             runs = await store.claim_rolling(self.db, conn, limit, run_ids)
             if not runs:

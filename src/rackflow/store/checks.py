@@ -14,7 +14,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, and_, bindparam, delete, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.checks import (
@@ -31,7 +46,7 @@ from rackflow.domain.checks import (
 )
 from rackflow.domain.tasks import Hold, InLine, OperationKind, Task, TaskStatus
 from rackflow.errors import AlreadyExists
-from rackflow.store.db import Database, chunked, in_id_order, unique_violation_as
+from rackflow.store.db import Database, after_commit, chunked, in_id_order, unique_violation_as
 from rackflow.store.dialect import insert_rows_together, update_rows
 from rackflow.store.inventory import names_by_id
 from rackflow.store.tables import (
@@ -45,6 +60,10 @@ from rackflow.store.tables import (
     tasks,
 )
 from rackflow.store.tasks import OLDEST_FIRST, hold_values, is_active, status_in, task_from_row
+
+# What the writes that make a held task's round due now ask to be told after commit (`Database.on_commit`):
+# the checker of this process looks at once (it sleeps while no round is due: `next_round_at`).
+ROUND_DUE = "preflight_round_due"
 
 
 def name_taken_error(name: str) -> AlreadyExists:
@@ -189,6 +208,7 @@ async def start_waiting(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) 
         await conn.execute(
             insert(preflight_tasks), [{"task_id": i, "attempt": 0, "next_check_at": None} for i in task_ids]
         )
+        after_commit(conn, ROUND_DUE)
 
 
 async def check_again(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
@@ -197,6 +217,8 @@ async def check_again(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) ->
         await conn.execute(
             update(preflight_tasks).where(preflight_tasks.c.task_id.in_(chunk)).values(next_check_at=None)
         )
+    if task_ids:
+        after_commit(conn, ROUND_DUE)
 
 
 async def check_all_again(conn: AsyncConnection) -> None:
@@ -204,6 +226,7 @@ async def check_all_again(conn: AsyncConnection) -> None:
     await conn.execute(
         update(preflight_tasks).where(preflight_tasks.c.overridden_at.is_(None)).values(next_check_at=None)
     )
+    after_commit(conn, ROUND_DUE)
 
 
 # A waiting row's columns beside its task's `id`, as `_waiting_from` reads them (its round labelled: a task
@@ -323,6 +346,16 @@ async def gate_read(
     return read
 
 
+def _waiting_for_rounds(gate: str) -> tuple[ColumnElement[bool], ...]:
+    """A task `gate` holds for its rounds of checks (joined to its waiting row), not overridden."""
+    return (
+        is_active(tasks.c.status),
+        status_in(tasks.c.status, TaskStatus.PENDING),
+        tasks.c.held_by == gate,
+        preflight_tasks.c.overridden_at.is_(None),
+    )
+
+
 async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) -> list[tuple[Task, Waiting]]:
     """Tasks `gate` holds whose next round of checks is due and that no checker is checking (or whose
     checker's lease ran out), not overridden, oldest first."""
@@ -330,10 +363,7 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
         select(tasks, *_WAITING_COLUMNS)
         .join(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
         .where(
-            is_active(tasks.c.status),
-            status_in(tasks.c.status, TaskStatus.PENDING),
-            tasks.c.held_by == gate,
-            preflight_tasks.c.overridden_at.is_(None),
+            *_waiting_for_rounds(gate),
             or_(preflight_tasks.c.next_check_at.is_(None), preflight_tasks.c.next_check_at <= now),
             or_(preflight_tasks.c.checking_until.is_(None), preflight_tasks.c.checking_until <= now),
         )
@@ -347,6 +377,22 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
         )
         for row in await conn.execute(stmt)
     ]
+
+
+async def next_round_at(conn: AsyncConnection, gate: str, *, now: datetime) -> datetime | None:
+    """When the first round `due` would find comes due (`now` or earlier: due already), or None when
+    `gate` holds no task (not overridden) at all: how long the checker may sleep. A round is due once its
+    time has come and the lease of a checker checking it (if any) has run out."""
+    at_type = preflight_tasks.c.next_check_at.type
+    next_check = func.coalesce(preflight_tasks.c.next_check_at, literal(now, at_type))
+    lease_end = func.coalesce(preflight_tasks.c.checking_until, literal(now, at_type))
+    stmt = (
+        select(func.min(case((lease_end > next_check, lease_end), else_=next_check), type_=at_type))
+        .join(tasks, preflight_tasks.c.task_id == tasks.c.id)
+        .where(*_waiting_for_rounds(gate))
+    )
+    at: datetime | None = (await conn.execute(stmt)).scalar()
+    return at
 
 
 def _queue_head_statement() -> Select[Any]:

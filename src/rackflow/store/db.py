@@ -35,6 +35,9 @@ _T = TypeVar("_T")
 # queries and no IN list grows past what every driver accepts.
 CHUNK_SIZE = 1000
 UNIQUE_VIOLATION_SQLSTATE = "23505"
+# Where a transaction keeps what it asked to be told after it commits (`after_commit`): in its connection's
+# `info`, which outlives the checkout, so `Database._begin` empties it before each transaction.
+_AFTER_COMMIT = "rackflow_after_commit"
 
 
 def chunked(values: Collection[_T], size: int = CHUNK_SIZE) -> Iterator[list[_T]]:
@@ -78,6 +81,13 @@ def _violated_columns(exc: IntegrityError) -> set[str]:
     if found := re.search(r"UNIQUE constraint failed: (.*)$", str(exc.orig)):
         return {part.strip().rpartition(".")[2] for part in found.group(1).split(",")}
     return set()
+
+
+def after_commit(conn: AsyncConnection, what: str) -> None:
+    """In a `Database.transaction()`: once it commits (never for a rollback), call this process's hooks for
+    `what` (`Database.on_commit`). A loop that sleeps while it has nothing to do is woken so by the writes
+    that give it work (`store.outbox.CHANGED`), after they are visible to its next read."""
+    conn.info.setdefault(_AFTER_COMMIT, set()).add(what)
 
 
 @contextmanager
@@ -172,6 +182,8 @@ class Database:
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
         # Who in this process hears that a schedule became due sooner (`store.wakeups`).
         self.wakeups = Wakeups()
+        # Called after a transaction that asked for them (`after_commit`) committed, by what it named.
+        self.on_commit: dict[str, list[Callable[[], None]]] = {}
         # Run by `dispose` before the engine goes: connections of its users' own (`store.keyed_reads`).
         self.on_dispose: list[Callable[[], Awaitable[None]]] = []
 
@@ -224,8 +236,12 @@ class Database:
             async with self.engine.connect() as conn:
                 if self.is_sqlite:
                     conn = await conn.execution_options(sqlite_immediate=immediate)
+                conn.info.pop(_AFTER_COMMIT, None)  # what a rolled-back transaction asked for
                 async with conn.begin():
                     yield conn
+                for what in conn.info.pop(_AFTER_COMMIT, ()):
+                    for hook in self.on_commit.get(what, ()):
+                        hook()
 
     async def now(self, conn: AsyncConnection) -> datetime:
         """The clock that decides what is due: the database's on PostgreSQL, this process's on SQLite."""

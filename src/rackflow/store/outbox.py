@@ -6,6 +6,10 @@ instance, fans new events out into one delivery per matching channel (`fan_out`)
 (`claim_deliveries`: SKIP LOCKED on PostgreSQL, and the attempt counted and the row moved past a lease in
 the same statement, so no other instance sends it meanwhile), and writes each result fenced by the attempt
 it claimed (`record_results`).
+
+Every write that gives the delivery loop work at once (an event, a redelivery, a channel made or changed)
+asks for `CHANGED` after its commit (`store.db.after_commit`): the loop of this process then looks at once,
+and otherwise sleeps until the next delivery it knows is due (`Work.next_due`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from rackflow.domain.notifications import (
 )
 from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.ids import new_id
-from rackflow.store.db import Database, chunked
+from rackflow.store.db import Database, after_commit, chunked
 from rackflow.store.dialect import insert_rows
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import (
@@ -50,6 +54,8 @@ _event = notification_event.c
 _channel = notification_channel.c
 _delivery = notification_delivery.c
 PENDING, DELIVERED, DEAD = (s.value for s in DeliveryState)
+# What the writes above ask to be told after commit (`Database.on_commit`): the outbox has work now.
+CHANGED = "outbox"
 
 
 # --- events ----------------------------------------------------------------------------------------------
@@ -63,6 +69,7 @@ async def record_events(conn: AsyncConnection, events: Sequence[Event]) -> None:
     rows = [_event_row(event) for event in await _with_context(conn, events)]
     keyed = any(event.key for event in events)  # another instance may have written the same key first
     await conn.execute(*insert_rows(conn.dialect.name, notification_event, rows, new_only=keyed))
+    after_commit(conn, CHANGED)
 
 
 async def _with_context(conn: AsyncConnection, events: Sequence[Event]) -> list[Event]:
@@ -307,12 +314,14 @@ def _channel_from(row: Any) -> Channel:
 
 async def insert_channel(conn: AsyncConnection, channel: Channel) -> None:
     await conn.execute(notification_channel.insert().values(**_channel_row(channel)))
+    after_commit(conn, CHANGED)
 
 
 async def save_channel(conn: AsyncConnection, channel: Channel) -> None:
     row = _channel_row(channel)
     del row["id"], row["created_at"]
     await conn.execute(update(notification_channel).where(_channel.id == channel.id).values(**row))
+    after_commit(conn, CHANGED)  # enabled again, or a higher rate: its due deliveries may go now
 
 
 async def get_channel(conn: AsyncConnection, channel_id: uuid.UUID) -> Channel | None:
@@ -487,36 +496,53 @@ async def redeliver(
         stmt = stmt.where(_delivery.id.in_(list(delivery_ids)))
     if channel_id is not None:
         stmt = stmt.where(_delivery.channel_id == channel_id)
-    return (await conn.execute(stmt)).rowcount
+    count: int = (await conn.execute(stmt)).rowcount
+    if count:
+        after_commit(conn, CHANGED)
+    return count
 
 
 @dataclass(frozen=True)
 class Work:
-    """What a delivery round has to do: whether events wait to be fanned out, the channels, those with
-    deliveries due, and the tokens each channel's bucket holds (`take_tokens` locks and draws)."""
+    """What a delivery round has to do: whether events wait to be fanned out, the channels, each channel's
+    earliest pending delivery (due when it is not after the round's now; a claimed one is pending until its
+    lease ends), and the tokens each channel's bucket holds (`take_tokens` locks and draws)."""
 
     new_events: bool
     channels: list[Channel]
-    due: set[uuid.UUID]
+    pending: dict[uuid.UUID, datetime]
     tokens: dict[uuid.UUID, float]
+    now: datetime
+
+    @property
+    def due(self) -> set[uuid.UUID]:
+        return {channel_id for channel_id, at in self.pending.items() if at <= self.now}
+
+    def next_due(self) -> datetime | None:
+        """When the first pending delivery of an enabled channel not due yet comes due (a retry's back-off
+        or a send's lease ending), if any: what an idle delivery loop sleeps until."""
+        enabled = {c.id for c in self.channels if c.enabled}
+        later = (at for channel_id, at in self.pending.items() if at > self.now and channel_id in enabled)
+        return min(later, default=None)
 
 
 async def work(conn: AsyncConnection, now: datetime, burst: timedelta) -> Work:
     """Three short reads (the partial indexes of new events and of pending deliveries, and the channels)."""
     new = select(_event.id).where(_event.fanned_out.is_(False)).limit(1)
-    due = (
-        select(_delivery.channel_id)
-        .where(_delivery.state == PENDING, _delivery.next_attempt_at <= now)
-        .distinct()
+    pending = (
+        select(_delivery.channel_id, func.min(_delivery.next_attempt_at))
+        .where(_delivery.state == PENDING)
+        .group_by(_delivery.channel_id)
     )
     rows = list(await conn.execute(select(notification_channel).order_by(_channel.name)))
     return Work(
         new_events=(await conn.execute(new)).first() is not None,
         channels=[_channel_from(row) for row in rows],
-        due=set((await conn.execute(due)).scalars()),
+        pending={channel_id: at for channel_id, at in await conn.execute(pending)},
         tokens={
             row.id: tokens_now(row.rate_tokens, row.rate_at, now, row.rate_per_minute, burst) for row in rows
         },
+        now=now,
     )
 
 
