@@ -16,6 +16,7 @@ from rackflow.clock import Clock, FakeClock
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
 from rackflow.domain.tasks import TaskStatus
 from rackflow.schedules import firing
+from rackflow.schedules import service as schedule_service
 from rackflow.services import Services
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
@@ -779,6 +780,50 @@ async def test_the_basic_view_counts_what_the_full_view_lists(stub: FlowStub, ra
 
     for bad in (3, -1):
         await expect(grpc.StatusCode.INVALID_ARGUMENT, "view", listed(bad))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("budget", "pages"), [(1, 12), (2, 8), (4, 4), (7, 2), (12, 2)])
+async def test_a_full_page_carries_at_most_its_outcomes_and_the_token_walks_each_one(
+    stub: FlowStub, racks: list[Rack], monkeypatch: pytest.MonkeyPatch, budget: int, pages: int
+) -> None:
+    """ListTaskScheduleRuns' FULL view asked with a limit carries at most RUN_OUTCOMES_PER_PAGE outcomes a
+    page: whole runs while they fit, and a run of more in parts, each alone on its page, with its
+    `first_outcome` and `outcome_count`. Joined by id, the pages walked by token are the unpaged list, every
+    outcome with its task's status. (A page of 20 runs of 10,000 racks carried 200,000 outcomes.)"""
+    monkeypatch.setattr(schedule_service, "RUN_OUTCOMES_PER_PAGE", budget)
+    schedule = await create(stub, "parts", "r1", "r2", "r3")
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    for _ in range(3):  # each recorded, its racks failed: the first run's tasks are still pending
+        trigger = stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+        await expect(grpc.StatusCode.FAILED_PRECONDITION, "submitted no task", trigger)
+    unpaged = await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
+    assert len(unpaged.runs) == 4
+    assert all(r.outcome_count == 3 and r.first_outcome == 0 for r in unpaged.runs)
+    assert sum(o.task_status == pb.TASK_STATUS_PENDING for r in unpaged.runs for o in r.outcomes) == 3
+
+    joined: list[pb.TaskScheduleRun] = []
+    token, walked = "", 0
+    while True:
+        page = await stub.ListTaskScheduleRuns(
+            pb.ListTaskScheduleRunsRequest(
+                schedule_id=schedule.id, pagination=pb.Pagination(limit=3, page_token=token)
+            )
+        )
+        walked += 1
+        assert page.total == 4 and 1 <= len(page.runs) <= 3
+        assert sum(len(r.outcomes) for r in page.runs) <= budget
+        for run in page.runs:
+            if joined and joined[-1].id == run.id:  # the next part of the run the last page ended in
+                assert len(page.runs) == 1 and run.first_outcome == len(joined[-1].outcomes)
+                joined[-1].outcomes.extend(run.outcomes)
+            else:
+                assert run.first_outcome == 0
+                joined.append(run)
+        token = page.next_page_token
+        if not token:
+            break
+    assert joined == list(unpaged.runs)
+    assert walked == pages
 
 
 async def test_list_runs_of_unknown_schedule(stub: FlowStub) -> None:
