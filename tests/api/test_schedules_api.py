@@ -927,6 +927,32 @@ async def test_a_rollout_policy_round_trips_and_the_run_shows_progress(
     assert not removed.HasField("rollout")
 
 
+async def test_each_part_of_a_rollout_in_parts_carries_the_whole_runs_progress(
+    stub: FlowStub, racks: list[Rack], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout's run in parts (more racks than a FULL page's outcomes): every part carries the progress
+    of the whole run, as GetTaskScheduleRun gives it, and its own racks' outcomes with their tasks."""
+    monkeypatch.setattr(schedule_service, "RUN_OUTCOMES_PER_PAGE", 2)
+    policy = pb.RolloutPolicy(max_concurrent_racks=1, canary_racks=1)
+    schedule = await stub.CreateTaskSchedule(rollout_request("fw", policy, *(r.name for r in racks)))
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    (whole,) = (await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))).runs
+    assert whole.progress.total == 3 and whole.progress.active == 1
+
+    def page(token: str = "") -> Any:
+        paged = pb.Pagination(limit=20, page_token=token)
+        return stub.ListTaskScheduleRuns(
+            pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id, pagination=paged)
+        )
+
+    first = await page()
+    second = await page(first.next_page_token)
+    parts = [*first.runs, *second.runs]
+    assert [(p.first_outcome, len(p.outcomes), p.outcome_count) for p in parts] == [(0, 2, 3), (2, 1, 3)]
+    assert all(p.progress == whole.progress for p in parts) and not second.next_page_token
+    assert [o for p in parts for o in p.outcomes] == list(whole.outcomes)
+
+
 @pytest.mark.parametrize("rpc", ["GetTaskScheduleRun", "ResumeTaskScheduleRun", "CancelTaskScheduleRun"])
 async def test_run_rpcs_refuse_bad_and_unknown_ids_and_plain_runs(
     stub: FlowStub, services: Services, racks: list[Rack], rpc: str
