@@ -6,6 +6,7 @@ preview), and its `InvalidSpec` becomes `InvalidArgument` here, prefixed with th
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -1054,12 +1055,40 @@ class ScheduleService:
     ) -> tuple[store.GridOutcomes, dict[uuid.UUID, dict[TaskStatus, int]]]:
         """What a page of the runs grid shows of these runs of the schedule (`store.grid_outcomes`: each
         run's tally, the outcomes of `page_racks` and of racks no longer in its scope, and their tasks'
-        statuses), and how many of each run's tasks are in each status (its column's verdict), read
-        together."""
+        statuses), and how many of each run's tasks are in each status (its column's verdict).
+
+        The two largest reads overlap, on two connections: the runs' tasks counted by status (200,000
+        index entries for 20 runs of 10,000 racks) and the page's cells read from the tasks of the runs
+        whose every rack got one (`all_tasked`), which the counts then confirm (`told_by_its_tasks`) or
+        send to their outcomes: 46-47 ms for both where one after the other took 62-64, with a core free
+        (docs/PERFORMANCE.md, issue 29)."""
+
+        async def counted() -> dict[uuid.UUID, dict[TaskStatus, int]]:
+            async with self.db.read() as conn:
+                return await rollout_store.task_status_counts(conn, run_ids)
+
+        counting = asyncio.ensure_future(counted())
+        try:
+            async with self.db.read() as conn:
+                tallies = await store.run_tallies(conn, run_ids)
+                tasked = [run_id for run_id in run_ids if store.all_tasked(tallies[run_id])]
+                ahead = (
+                    await store.cells_from_tasks(conn, schedule_id, tasked, page_racks) if tasked else None
+                )
+            task_counts = await counting
+        finally:
+            counting.cancel()  # nothing, once it is done
         async with self.db.read() as conn:
-            task_counts = await rollout_store.task_status_counts(conn, run_ids)
-            found = await store.grid_outcomes(conn, schedule_id, run_ids, page_racks, task_counts)
-            return found, task_counts
+            found = await store.grid_outcomes(
+                conn,
+                schedule_id,
+                run_ids,
+                page_racks,
+                task_counts,
+                tallies=tallies,
+                read_ahead=(tasked, ahead) if ahead is not None else None,
+            )
+        return found, task_counts
 
 
 def _decided(

@@ -1554,8 +1554,18 @@ def told_by_its_tasks(tally: Mapping[tuple[str, bool], int], task_counts: Mappin
     writes them back (a rollout step: in the same one); a submitted outcome carries no error
     (`ScopeOutcome`). So the two counts differ whenever the outcomes name a task that is gone (pruned, or
     deleted with its rack: "done" to the grid) or not yet written back — then the JSON is read."""
-    racks = tally.get(("submitted", True), 0)
-    return racks > 0 and len(tally) == 1 and sum(task_counts.values()) == racks
+    return all_tasked(tally) and sum(task_counts.values()) == tally[("submitted", True)]
+
+
+def all_tasked(tally: Mapping[tuple[str, bool], int]) -> bool:
+    """Whether every rack of a run was submitted with a task: the runs `told_by_its_tasks` may find, before
+    their tasks are counted."""
+    return len(tally) == 1 and tally.get(("submitted", True), 0) > 0
+
+
+# The cells of a page of the runs grid read from the tasks of some runs, and the racks that left the scope
+# (`cells_from_tasks`).
+TaskCells = tuple[list[tuple[uuid.UUID, ShownOutcome, TaskStatus]], set[uuid.UUID]]
 
 
 async def grid_outcomes(
@@ -1564,24 +1574,36 @@ async def grid_outcomes(
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
     task_counts: Mapping[uuid.UUID, Mapping[TaskStatus, int]],
+    *,
+    tallies: dict[uuid.UUID, Tally] | None = None,
+    read_ahead: tuple[Collection[uuid.UUID], TaskCells] | None = None,
 ) -> GridOutcomes:
     """What a page of the runs grid shows of these runs of the schedule, given each run's tasks by status
     (`store.rollouts.task_status_counts`): each run's tally (`run_tallies`), and the outcomes of the page's
     racks and of racks no longer in its scope with their tasks' statuses. A run of 10,000 racks carries
     23 MB of outcome JSON a page of 20 runs would unnest (docs/PERFORMANCE.md, issue 29), so a run whose
     outcomes are exactly its tasks (`told_by_its_tasks`, the usual plain firing) is read from `tasks`
-    (`_cells_from_tasks`); only the others' outcomes are unnested and filtered (`_cells_from_outcomes`).
+    (`cells_from_tasks`); only the others' outcomes are unnested and filtered (`_cells_from_outcomes`).
     Which racks left is asked of the scope table in the database: the scope's 10,000 rack ids are never
     read into Python (sent back as a parameter, and garbage with the page, they cost more than the
-    statements)."""
-    tallies = await run_tallies(conn, run_ids)
+    statements).
+
+    `tallies`, if read already; `read_ahead`: the cells `cells_from_tasks` read of some runs before their
+    tasks were counted (those `all_tasked`), used for the runs among them `told_by_its_tasks`."""
+    tallies = tallies if tallies is not None else await run_tallies(conn, run_ids)
     by_tasks = {r for r in run_ids if told_by_its_tasks(tallies[r], task_counts.get(r, {}))}
     by_outcomes = [run_id for run_id in run_ids if run_id not in by_tasks]
     shown: dict[uuid.UUID, list[ShownOutcome]] = {run_id: [] for run_id in run_ids}
     found_statuses: dict[uuid.UUID, TaskStatus] = {}
     left: set[uuid.UUID] = set()
     if by_tasks:
-        cells, left_by_tasks = await _cells_from_tasks(conn, schedule_id, by_tasks, page_racks)
+        if read_ahead is not None and by_tasks <= set(read_ahead[0]):
+            # A rack that left with a task of a run read ahead but not told by its tasks is among that run's
+            # outcomes too, and found left there: the union below is the same.
+            cells, left_by_tasks = read_ahead[1]
+        else:
+            cells, left_by_tasks = await cells_from_tasks(conn, schedule_id, by_tasks, page_racks)
+        cells = [cell for cell in cells if cell[0] in by_tasks]
         left |= left_by_tasks
         for run_id, cell, status in cells:
             shown[run_id].append(cell)
@@ -1596,12 +1618,12 @@ async def grid_outcomes(
     return GridOutcomes(tallies, shown, found_statuses, left)
 
 
-async def _cells_from_tasks(
+async def cells_from_tasks(
     conn: AsyncConnection,
     schedule_id: uuid.UUID,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
-) -> tuple[list[tuple[uuid.UUID, ShownOutcome, TaskStatus]], set[uuid.UUID]]:
+) -> TaskCells:
     """The page's racks and the racks no longer in scope, of runs `told_by_its_tasks`, from their tasks:
     first the racks that left (every task's rack is in `racks`, which cascades a deleted rack's tasks
     away), then the tasks of those and of the page's racks, each by the index of UNIQUE (run_id, rack_id):
