@@ -449,14 +449,17 @@ class RolloutService:
             if not part.whole:
                 found |= await schedule_store.outcomes_with_tasks(conn, [part.run.id], part.start, part.stop)
         retries = await store.retried_by(conn, [p.run.id for p in parts])
-        reports = []
-        for part in parts:
-            rows = found[part.run.id]
-            run = replace(part.run, outcomes=tuple(row.outcome for row in rows))
-            progress = None
+        runs = [replace(p.run, outcomes=tuple(row.outcome for row in found[p.run.id])) for p in parts]
+        rollouts = []
+        for part, run in zip(parts, runs, strict=True):
             if run.rollout is not None:
                 whole = run if part.whole else await store.get_run(self.db, conn, run.id)
-                progress = (await self._reports(conn, [whole or run]))[0].progress
+                rollouts.append(whole or run)
+        progress_of = {report.run.id: report.progress for report in await self._reports(conn, rollouts)}
+        reports = []
+        for part, run in zip(parts, runs, strict=True):
+            rows = found[run.id]
+            progress = progress_of.get(run.id)
             with_task = [(row.outcome.task_id, row) for row in rows if row.status is not None]
             reports.append(
                 RunReport(
