@@ -48,6 +48,11 @@ DUE_COUNT_CAP = 10_000
 # exact count reads every matching row, a second or more at ten million tasks (docs/PERFORMANCE.md, issue
 # 29), where the page itself reads fifty.
 LIST_COUNT_CAP = 10_000
+# The most outcomes one page of ListTaskScheduleRuns' FULL view carries when a limit is asked: whole runs
+# while they fit, a run of more racks in parts of this many, each on a page of its own. A page of two runs
+# of 10,000 racks took 1.0-1.3 s to read, convert and send; 500 outcomes cost 40-80 ms of a List RPC
+# page's 100, about 60-80 us each on a two-core machine (docs/PERFORMANCE.md, issue 29).
+RUN_OUTCOMES_PER_PAGE = 500
 # The schedule name search is "name contains text". A text of fewer than SHORT_SEARCH_TEXT characters holds
 # no trigram, so PostgreSQL's trigram index (migration 0027) cannot answer it and the search reads names one
 # by one: a rare one read all million of them for one page, 3 s (docs/PERFORMANCE.md, issue 29). Such a

@@ -226,6 +226,14 @@ async def test_bad_tokens_are_refused(stub: Stub, schedule_ids: list[uuid.UUID])
         stub.ListTasks(pb.ListTasksRequest(pagination=pb.Pagination(offset=1, limit=2, page_token=token))),
         "pagination.offset",
     )
+    # A runs token names a run, and may name where within it a FULL page ended: a whole number past 0.
+    run_id = uuid.uuid4()
+    for within in ("5", 0, -1, None):
+        bad = convert.page_token("ListTaskScheduleRuns", [datetime.now(UTC), run_id, within])
+        runs = pb.ListTaskScheduleRunsRequest(
+            schedule_id=pb.UUID(id=str(schedule_ids[0])), pagination=pb.Pagination(limit=2, page_token=bad)
+        )
+        await refused(stub.ListTaskScheduleRuns(runs), "pagination.page_token")
 
 
 async def test_scope_pages_are_in_rack_id_order_and_refuse_bad_pages(

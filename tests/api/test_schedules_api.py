@@ -16,6 +16,7 @@ from rackflow.clock import Clock, FakeClock
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
 from rackflow.domain.tasks import TaskStatus
 from rackflow.schedules import firing
+from rackflow.schedules import service as schedule_service
 from rackflow.services import Services
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
@@ -781,6 +782,50 @@ async def test_the_basic_view_counts_what_the_full_view_lists(stub: FlowStub, ra
         await expect(grpc.StatusCode.INVALID_ARGUMENT, "view", listed(bad))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("budget", "pages"), [(1, 12), (2, 8), (4, 4), (7, 2), (12, 2)])
+async def test_a_full_page_carries_at_most_its_outcomes_and_the_token_walks_each_one(
+    stub: FlowStub, racks: list[Rack], monkeypatch: pytest.MonkeyPatch, budget: int, pages: int
+) -> None:
+    """ListTaskScheduleRuns' FULL view asked with a limit carries at most RUN_OUTCOMES_PER_PAGE outcomes a
+    page: whole runs while they fit, and a run of more in parts, each alone on its page, with its
+    `first_outcome` and `outcome_count`. Joined by id, the pages walked by token are the unpaged list, every
+    outcome with its task's status. (A page of 20 runs of 10,000 racks carried 200,000 outcomes.)"""
+    monkeypatch.setattr(schedule_service, "RUN_OUTCOMES_PER_PAGE", budget)
+    schedule = await create(stub, "parts", "r1", "r2", "r3")
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    for _ in range(3):  # each recorded, its racks failed: the first run's tasks are still pending
+        trigger = stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+        await expect(grpc.StatusCode.FAILED_PRECONDITION, "submitted no task", trigger)
+    unpaged = await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
+    assert len(unpaged.runs) == 4
+    assert all(r.outcome_count == 3 and r.first_outcome == 0 for r in unpaged.runs)
+    assert sum(o.task_status == pb.TASK_STATUS_PENDING for r in unpaged.runs for o in r.outcomes) == 3
+
+    joined: list[pb.TaskScheduleRun] = []
+    token, walked = "", 0
+    while True:
+        page = await stub.ListTaskScheduleRuns(
+            pb.ListTaskScheduleRunsRequest(
+                schedule_id=schedule.id, pagination=pb.Pagination(limit=3, page_token=token)
+            )
+        )
+        walked += 1
+        assert page.total == 4 and 1 <= len(page.runs) <= 3
+        assert sum(len(r.outcomes) for r in page.runs) <= budget
+        for run in page.runs:
+            if joined and joined[-1].id == run.id:  # the next part of the run the last page ended in
+                assert len(page.runs) == 1 and run.first_outcome == len(joined[-1].outcomes)
+                joined[-1].outcomes.extend(run.outcomes)
+            else:
+                assert run.first_outcome == 0
+                joined.append(run)
+        token = page.next_page_token
+        if not token:
+            break
+    assert joined == list(unpaged.runs)
+    assert walked == pages
+
+
 async def test_list_runs_of_unknown_schedule(stub: FlowStub) -> None:
     unknown = pb.ListTaskScheduleRunsRequest(schedule_id=pb.UUID(id="00000000-0000-0000-0000-000000000002"))
     await expect(grpc.StatusCode.NOT_FOUND, "schedule_id", stub.ListTaskScheduleRuns(unknown))
@@ -880,6 +925,32 @@ async def test_a_rollout_policy_round_trips_and_the_run_shows_progress(
         pb.UpdateTaskScheduleRequest(id=schedule.id, update_mask=FieldMask(paths=["schedule.rollout"]))
     )
     assert not removed.HasField("rollout")
+
+
+async def test_each_part_of_a_rollout_in_parts_carries_the_whole_runs_progress(
+    stub: FlowStub, racks: list[Rack], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout's run in parts (more racks than a FULL page's outcomes): every part carries the progress
+    of the whole run, as GetTaskScheduleRun gives it, and its own racks' outcomes with their tasks."""
+    monkeypatch.setattr(schedule_service, "RUN_OUTCOMES_PER_PAGE", 2)
+    policy = pb.RolloutPolicy(max_concurrent_racks=1, canary_racks=1)
+    schedule = await stub.CreateTaskSchedule(rollout_request("fw", policy, *(r.name for r in racks)))
+    await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    (whole,) = (await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))).runs
+    assert whole.progress.total == 3 and whole.progress.active == 1
+
+    def page(token: str = "") -> Any:
+        paged = pb.Pagination(limit=20, page_token=token)
+        return stub.ListTaskScheduleRuns(
+            pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id, pagination=paged)
+        )
+
+    first = await page()
+    second = await page(first.next_page_token)
+    parts = [*first.runs, *second.runs]
+    assert [(p.first_outcome, len(p.outcomes), p.outcome_count) for p in parts] == [(0, 2, 3), (2, 1, 3)]
+    assert all(p.progress == whole.progress for p in parts) and not second.next_page_token
+    assert [o for p in parts for o in p.outcomes] == list(whole.outcomes)
 
 
 @pytest.mark.parametrize("rpc", ["GetTaskScheduleRun", "ResumeTaskScheduleRun", "CancelTaskScheduleRun"])

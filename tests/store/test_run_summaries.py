@@ -92,6 +92,16 @@ async def summaries_match(env: Env, schedule: Schedule) -> tuple[int, int]:
         scope_racks = sorted((await conn.execute(scope_of)).scalars(), key=str)
         page_racks = scope_racks[::2]
         found = await schedule_store.grid_outcomes(conn, schedule.id, run_ids, page_racks, counts)
+    # The service reads the cells of the runs whose every rack got a task while it counts their tasks, on
+    # another connection, and keeps those the counts confirm: the same page.
+    served, served_counts = await env.services.schedules.grid_outcomes(schedule.id, run_ids, page_racks)
+    assert served_counts == counts
+    assert (served.tallies, served.statuses, served.left) == (found.tallies, found.statuses, found.left)
+
+    def by_rack(grid: schedule_store.GridOutcomes) -> dict[uuid.UUID, list[schedule_store.ShownOutcome]]:
+        return {run_id: sorted(cells, key=lambda o: str(o.rack_id)) for run_id, cells in grid.shown.items()}
+
+    assert by_rack(served) == by_rack(found)
     status_of = {row.id: TaskStatus(row.status) for row in rows}
     by_tasks = 0
     for run in runs:

@@ -354,6 +354,23 @@ def test_schedule_runs_summarises_outcomes(fake: FakeClient, run: Callable[..., 
     ]  # fmt: skip
 
 
+def test_schedule_runs_says_which_racks_of_a_run_in_parts_a_page_holds(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    outcomes = [pb.ScopeOutcome(outcome="submitted", task_status=pb.TASK_STATUS_COMPLETED)] * 2
+    part = pb.TaskScheduleRun(
+        id=pb.UUID(id=RUN_ID), fired_at=stamp(NOW), state="completed", outcomes=outcomes, outcome_count=10_000
+    )
+    part.first_outcome = 500
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[part], total=1, next_page_token="t")
+    result = run("schedule", "runs", "nightly")
+    assert result.exit_code == 0, result.output
+    assert "(racks 501-502 of 10000)" in " ".join(result.output.split())
+    whole = pb.TaskScheduleRun(id=pb.UUID(id=RUN_ID), state="completed", outcomes=outcomes, outcome_count=2)
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[whole], total=1)
+    assert "racks" not in run("schedule", "runs", "nightly").output
+
+
 def test_schedule_runs_shows_a_missed_run_and_how_late(fake: FakeClient, run: Callable[..., Result]) -> None:
     reason = "found 2h after its slot, past its start deadline of 15m; nothing was submitted"
     fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(

@@ -24,6 +24,7 @@ from rackflow.api.convert.schedules import (
     overlap_policy_from,
     planned_firing_to,
     preview_to,
+    run_page_key,
     run_summary_to,
     run_to,
     schedule_to,
@@ -256,8 +257,20 @@ class ScheduleRpcs:
             request.pagination if request.HasField("pagination") else None, "ListTaskScheduleRuns"
         )
         basic = basic_view_from(request.view)
+        after, within = run_page_key(page.after)
+        if not basic and page.limit is not None:  # at most RUN_OUTCOMES_PER_PAGE outcomes a page
+            reports, counted, next_key = await self.services.schedules.full_runs_page(
+                schedule_id, offset=page.offset, limit=page.limit, after=after, within=within
+            )
+            total, capped = total_to(counted)
+            return pb.ListTaskScheduleRunsResponse(
+                runs=[run_to(r) for r in reports],
+                total=total,
+                total_capped=capped,
+                next_page_token=page_token("ListTaskScheduleRuns", next_key) if next_key else "",
+            )
         runs, counted = await self.services.schedules.list_runs(
-            schedule_id, offset=page.offset, limit=page.limit, after=page.after, outcomes=not basic
+            schedule_id, offset=page.offset, limit=page.limit, after=after, outcomes=not basic
         )
         if basic:
             converted = [run_summary_to(s) for s in await self.services.rollouts.summaries(runs)]

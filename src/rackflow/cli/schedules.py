@@ -773,7 +773,7 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
             or next(iter(held), "")
         )
         result.add_row(
-            run.id.id,
+            run.id.id + _part_text(run),
             fired,
             run.state,
             run.late_by or "-",
@@ -782,6 +782,14 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
             error,
         )
     return result
+
+
+def _part_text(run: pb.TaskScheduleRun) -> str:
+    """ " (racks 501-1000 of 10000)" for a part of a run (a FULL page carries at most 500 racks' outcomes:
+    the next page goes on with the same run), "" for a run whole."""
+    if not run.outcomes or len(run.outcomes) >= run.outcome_count:
+        return ""
+    return f" (racks {run.first_outcome + 1}-{run.first_outcome + len(run.outcomes)} of {run.outcome_count})"
 
 
 def _listed(run: pb.TaskScheduleRun, held: Sequence[str]) -> tuple[str, str, str, str]:
@@ -827,8 +835,9 @@ def runs(ctx: click.Context, schedule_ref: str, limit: int, offset: int, page_to
     waits, held by a start gate (freeze, budget, pre-flight check) or its window; ERROR says why (a
     failure first, else what holds the first held rack: `rackflow run show` lists each).
 
-    With --view basic each run's racks are counted by the server instead of listed (a schedule of
-    thousands of racks: a page of full runs can pass gRPC's 4 MiB); HELD is then "-".
+    A page lists at most 500 racks' outcomes: a run of more comes in parts, a page each, its RUN saying
+    which racks ("racks 1-500 of 10000") and the counts those racks'. With --view basic each run's racks
+    are counted by the server instead of listed, the whole run at once; HELD is then "-".
 
     \b
     Example:

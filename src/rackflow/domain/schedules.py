@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -227,3 +227,24 @@ class Run:
     scheduled_for: datetime | None = None  # a dispatched run's slot (None: manual)
     late_by: timedelta | None = None  # a missed run: how long after its slot it was found
     retry_of: uuid.UUID | None = None  # the run RetryTaskScheduleRun re-ran to make this one
+
+
+def outcome_parts(sizes: Sequence[int], start: int, limit: int, budget: int) -> list[tuple[int, int, int]]:
+    """What one page of runs carries of their outcomes when a page may hold at most `limit` runs and
+    `budget` outcomes: of runs with `sizes` outcomes each (in the list's order, the first begun at `start`
+    by an earlier page when `start` > 0), the (index, start, stop) of each run it carries, stop excluded.
+    Whole runs while they fit; a run of more than `budget`, or the rest of one begun earlier, comes alone,
+    `budget` of its outcomes at a time, so that no page costs more than `budget` outcomes whatever a run
+    holds (ListTaskScheduleRuns' FULL view: docs/PERFORMANCE.md, issue 29)."""
+    if not sizes or limit <= 0:
+        return []
+    if start > 0 or sizes[0] > budget:
+        return [(0, start, min(sizes[0], start + budget))]
+    parts: list[tuple[int, int, int]] = []
+    used = 0
+    for index, size in enumerate(sizes[:limit]):
+        if used + size > budget:
+            break
+        parts.append((index, 0, size))
+        used += size
+    return parts

@@ -76,6 +76,24 @@ class RunReport:
     progress: Progress | None
     retried_by: tuple[uuid.UUID, ...] = ()  # the runs RetryTaskScheduleRun made from this one
     holds: Mapping[uuid.UUID, tuple[str, str]] = field(default_factory=dict)
+    # A part of a run (`RunPart`): the position of `run.outcomes[0]` among its outcomes, and how many it has.
+    first_outcome: int = 0
+    outcome_count: int | None = None  # None: the run whole, len(run.outcomes)
+
+
+@dataclass(frozen=True)
+class RunPart:
+    """Outcomes `start` up to `stop` (excluded) of a run of `count`, read without its outcomes: what one page
+    of ListTaskScheduleRuns' FULL view carries of it (the run whole when that is 0 to `count`)."""
+
+    run: Run
+    start: int
+    stop: int
+    count: int
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.stop >= self.count
 
 
 @dataclass(frozen=True)
@@ -428,6 +446,45 @@ class RolloutService:
         """The runs with their tasks' statuses and (rollouts) progress."""
         async with self.db.read() as conn:
             return await self._reports(conn, runs)
+
+    async def part_reports(self, conn: AsyncConnection, parts: Sequence[RunPart]) -> list[RunReport]:
+        """The runs' parts with their outcomes and those outcomes' tasks' statuses and holds, and (rollouts)
+        progress: a part's outcomes are cut in the database and read with their tasks in one statement
+        (`outcomes_with_tasks`), so a page costs its outcomes, not its runs' racks. A rollout's progress is
+        the whole run's, read whole as GetTaskScheduleRun reads it."""
+        found = await schedule_store.outcomes_with_tasks(conn, [p.run.id for p in parts if p.whole])
+        for part in parts:
+            if not part.whole:
+                found |= await schedule_store.outcomes_with_tasks(conn, [part.run.id], part.start, part.stop)
+        retries = await store.retried_by(conn, [p.run.id for p in parts])
+        runs = [replace(p.run, outcomes=tuple(row.outcome for row in found[p.run.id])) for p in parts]
+        rollouts = []
+        for part, run in zip(parts, runs, strict=True):
+            if run.rollout is not None:
+                whole = run if part.whole else await store.get_run(self.db, conn, run.id)
+                rollouts.append(whole or run)
+        progress_of = {report.run.id: report.progress for report in await self._reports(conn, rollouts)}
+        reports = []
+        for part, run in zip(parts, runs, strict=True):
+            rows = found[run.id]
+            progress = progress_of.get(run.id)
+            with_task = [(row.outcome.task_id, row) for row in rows if row.status is not None]
+            reports.append(
+                RunReport(
+                    run,
+                    {task_id: row.status for task_id, row in with_task if task_id and row.status},
+                    progress,
+                    tuple(retries.get(run.id, ())),
+                    {
+                        task_id: (row.held_by, row.held_reason or "")
+                        for task_id, row in with_task
+                        if task_id and row.held_by is not None
+                    },
+                    part.start,
+                    part.count if not part.whole else len(run.outcomes),
+                )
+            )
+        return reports
 
     async def _reports(self, conn: AsyncConnection, runs: Sequence[Run]) -> list[RunReport]:
         tasks = await store.task_states(conn, [r.id for r in runs])

@@ -6,6 +6,7 @@ preview), and its `InvalidSpec` becomes `InvalidArgument` here, prefixed with th
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -15,7 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.config import FAILING_STREAK_LOOK_BATCH
+from rackflow.config import FAILING_STREAK_LOOK_BATCH, RUN_OUTCOMES_PER_PAGE
 from rackflow.domain.approvals import ApprovalPolicy, Approver, check_approver, opened
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.firing import (
@@ -44,6 +45,7 @@ from rackflow.domain.schedules import (
     ScheduleOrder,
     Scope,
     ScopeOutcome,
+    outcome_parts,
     racks_to_retry,
 )
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryPolicy, TaskStatus
@@ -53,7 +55,7 @@ from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.ids import new_id
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.notify import events
-from rackflow.rollouts.service import RolloutService, RunReport
+from rackflow.rollouts.service import RolloutService, RunPart, RunReport
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.security import ANONYMOUS, caller_known_by_token, caller_name
@@ -983,6 +985,48 @@ class ScheduleService:
                 conn, schedule_id, offset=offset, limit=limit, after=after, outcomes=outcomes
             )
 
+    async def full_runs_page(
+        self,
+        schedule_id: uuid.UUID,
+        *,
+        offset: int,
+        limit: int,
+        after: Sequence[Any] | None,
+        within: int = 0,
+    ) -> tuple[list[RunReport], int, tuple[Any, ...] | None]:
+        """A page of the schedule's firings newest first with every outcome (ListTaskScheduleRuns' FULL view
+        asked with a limit), after the `store.RUN_ORDER` key `after`, or from outcome `within` of the run
+        `after` names: at most `limit` runs and RUN_OUTCOMES_PER_PAGE outcomes (`outcome_parts`: a larger
+        run comes in parts, a page each). Returns its runs, their total (as `list_runs`) and the key the
+        next page starts from, (fired_at, id) or (fired_at, id, outcome) within a run; None after the last.
+        Each run's size is its `outcome_counts`, read before any outcome."""
+        async with self.db.read() as conn:
+            await self._load(conn, schedule_id, "schedule_id")
+            heads, total = await store.list_runs(
+                conn, schedule_id, offset=offset, limit=limit, after=after, outcomes=False
+            )
+            more = len(heads) == limit  # runs may follow the last one read
+            begun = await store.run_head(conn, after[1]) if within and after is not None else None
+            if begun is not None and begun.schedule_id == schedule_id:
+                heads = [begun, *heads]
+            else:
+                within = 0  # gone (pruned) since the last page: this one goes on after it
+            tallies = await store.run_tallies(conn, [head.id for head in heads])
+            sizes = [sum(tallies[head.id].values()) for head in heads]
+            if within and within >= sizes[0]:
+                heads, sizes, within = heads[1:], sizes[1:], 0  # the begun run has no more outcomes
+            chosen = outcome_parts(sizes, within, limit, RUN_OUTCOMES_PER_PAGE)
+            parts = [RunPart(heads[i], start, stop, sizes[i]) for i, start, stop in chosen]
+            reports = await self.rollouts.part_reports(conn, parts)
+        if not parts:
+            return reports, total, None
+        last = parts[-1]
+        if last.stop < last.count:
+            return reports, total, (last.run.fired_at, last.run.id, last.stop)
+        if more or chosen[-1][0] + 1 < len(heads):
+            return reports, total, (last.run.fired_at, last.run.id)
+        return reports, total, None
+
     async def scope_page(
         self, schedule_id: uuid.UUID, offset: int, limit: int
     ) -> tuple[list[tuple[Scope, str]], int]:
@@ -1011,12 +1055,40 @@ class ScheduleService:
     ) -> tuple[store.GridOutcomes, dict[uuid.UUID, dict[TaskStatus, int]]]:
         """What a page of the runs grid shows of these runs of the schedule (`store.grid_outcomes`: each
         run's tally, the outcomes of `page_racks` and of racks no longer in its scope, and their tasks'
-        statuses), and how many of each run's tasks are in each status (its column's verdict), read
-        together."""
+        statuses), and how many of each run's tasks are in each status (its column's verdict).
+
+        The two largest reads overlap, on two connections: the runs' tasks counted by status (200,000
+        index entries for 20 runs of 10,000 racks) and the page's cells read from the tasks of the runs
+        whose every rack got one (`all_tasked`), which the counts then confirm (`told_by_its_tasks`) or
+        send to their outcomes: 46-47 ms for both where one after the other took 62-64, with a core free
+        (docs/PERFORMANCE.md, issue 29)."""
+
+        async def counted() -> dict[uuid.UUID, dict[TaskStatus, int]]:
+            async with self.db.read() as conn:
+                return await rollout_store.task_status_counts(conn, run_ids)
+
+        counting = asyncio.ensure_future(counted())
+        try:
+            async with self.db.read() as conn:
+                tallies = await store.run_tallies(conn, run_ids)
+                tasked = [run_id for run_id in run_ids if store.all_tasked(tallies[run_id])]
+                ahead = (
+                    await store.cells_from_tasks(conn, schedule_id, tasked, page_racks) if tasked else None
+                )
+            task_counts = await counting
+        finally:
+            counting.cancel()  # nothing, once it is done
         async with self.db.read() as conn:
-            task_counts = await rollout_store.task_status_counts(conn, run_ids)
-            found = await store.grid_outcomes(conn, schedule_id, run_ids, page_racks, task_counts)
-            return found, task_counts
+            found = await store.grid_outcomes(
+                conn,
+                schedule_id,
+                run_ids,
+                page_racks,
+                task_counts,
+                tallies=tallies,
+                read_ahead=(tasked, ahead) if ahead is not None else None,
+            )
+        return found, task_counts
 
 
 def _decided(

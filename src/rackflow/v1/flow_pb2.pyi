@@ -184,7 +184,9 @@ class _TaskScheduleRunViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_T
     racks: GetTaskScheduleRun.
     """
     TASK_SCHEDULE_RUN_VIEW_FULL: _TaskScheduleRunView.ValueType  # 2
-    """each run as GetTaskScheduleRun answers it: every outcome"""
+    """Each run as GetTaskScheduleRun answers it: every outcome. With a limit, a page carries at most 500
+    outcomes (whole runs while they fit; a larger run in parts: TaskScheduleRun.first_outcome).
+    """
 
 class TaskScheduleRunView(_TaskScheduleRunView, metaclass=_TaskScheduleRunViewEnumTypeWrapper):
     """How much of each run ListTaskScheduleRuns answers (AIP-157 views). A run carries an outcome per rack:
@@ -198,7 +200,9 @@ TASK_SCHEDULE_RUN_VIEW_BASIC: TaskScheduleRunView.ValueType  # 1
 racks: GetTaskScheduleRun.
 """
 TASK_SCHEDULE_RUN_VIEW_FULL: TaskScheduleRunView.ValueType  # 2
-"""each run as GetTaskScheduleRun answers it: every outcome"""
+"""Each run as GetTaskScheduleRun answers it: every outcome. With a limit, a page carries at most 500
+outcomes (whole runs while they fit; a larger run in parts: TaskScheduleRun.first_outcome).
+"""
 Global___TaskScheduleRunView: _TypeAlias = TaskScheduleRunView  # noqa: Y015
 
 class _WindowKind:
@@ -2711,6 +2715,8 @@ class TaskScheduleRun(_message.Message):
     RETRIED_BY_FIELD_NUMBER: _builtins.int
     OUTCOME_COUNTS_FIELD_NUMBER: _builtins.int
     TASK_COUNTS_FIELD_NUMBER: _builtins.int
+    OUTCOME_COUNT_FIELD_NUMBER: _builtins.int
+    FIRST_OUTCOME_FIELD_NUMBER: _builtins.int
     trigger: _builtins.str
     """"dispatch" or "manual" """
     state: _builtins.str
@@ -2724,6 +2730,13 @@ class TaskScheduleRun(_message.Message):
     """why the run halted or was skipped"""
     late_by: _builtins.str
     """a missed run: how long after its slot it was found (Go duration)"""
+    outcome_count: _builtins.int
+    """How many outcomes (racks) the run has, and the position among them of `outcomes[0]`. A FULL page of
+    ListTaskScheduleRuns asked with a limit carries at most 500 outcomes: a run of more comes in parts,
+    each alone on its page with the next outcomes in their order, the page token going on within the run
+    (first_outcome + len(outcomes) < outcome_count: more of it follows). Join the parts by `id`.
+    """
+    first_outcome: _builtins.int
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -2781,10 +2794,12 @@ class TaskScheduleRun(_message.Message):
         retried_by: _abc.Iterable[Global___UUID] | None = ...,
         outcome_counts: _abc.Iterable[Global___OutcomeCount] | None = ...,
         task_counts: _abc.Iterable[Global___TaskStatusCount] | None = ...,
+        outcome_count: _builtins.int = ...,
+        first_outcome: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "progress", b"progress", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "late_by", b"late_by", "outcome_counts", b"outcome_counts", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "retried_by", b"retried_by", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for", "state", b"state", "task_counts", b"task_counts", "trigger", b"trigger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "first_outcome", b"first_outcome", "id", b"id", "late_by", b"late_by", "outcome_count", b"outcome_count", "outcome_counts", b"outcome_counts", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "retried_by", b"retried_by", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for", "state", b"state", "task_counts", b"task_counts", "trigger", b"trigger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -107,8 +107,9 @@ def page_from(msg: pb.Pagination | None, listing: str, field: str = "pagination"
 
 
 # A page token: the list's name and the order values of a page's last row, as URL-safe base64 of JSON,
-# each value tagged with its type ("t" time, "u" UUID, "s" text; null stays null). Opaque to clients, and
-# checked when it comes back, so a token of another list (or another order) is refused, not misread.
+# each value tagged with its type ("t" time, "u" UUID, "s" text, "i" integer; null stays null). Opaque to
+# clients, and checked when it comes back, so a token of another list (or another order) is refused, not
+# misread.
 def next_page_token(
     listing: str, limit: int | None, rows: Sequence[Any], key: Callable[[Any], Iterable[Any]]
 ) -> str:
@@ -134,6 +135,8 @@ def _tagged(value: Any) -> Any:
         return {"u": str(value)}
     if isinstance(value, str):
         return {"s": value}
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"i": str(value)}
     raise TypeError(f"a page token holds no {type(value).__name__}")
 
 
@@ -159,6 +162,8 @@ def _untagged(value: Any) -> Any:
         return uuid.UUID(text)
     if tag == "s":
         return text
+    if tag == "i":
+        return int(text)
     raise KeyError(tag)
 
 

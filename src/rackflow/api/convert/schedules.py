@@ -209,6 +209,8 @@ def run_to(report: RunReport) -> pb.TaskScheduleRun:
         else outcome_to(o, None)
         for o in run.outcomes
     )
+    msg.first_outcome = report.first_outcome
+    msg.outcome_count = len(run.outcomes) if report.outcome_count is None else report.outcome_count
     progress = progress_to(report.progress)
     if progress is not None:
         msg.progress.CopyFrom(progress)
@@ -224,6 +226,7 @@ def run_summary_to(summary: RunSummary) -> pb.TaskScheduleRun:
         count.racks += racks
         count.with_task += racks if with_task else 0
     msg.outcome_counts.extend(by_outcome.values())
+    msg.outcome_count = sum(summary.tally.values())
     msg.task_counts.extend(
         pb.TaskStatusCount(status=task_status_to(status), tasks=tasks)
         for status, tasks in sorted(summary.task_counts.items(), key=lambda item: item[0].value)
@@ -254,6 +257,16 @@ _VIEWS = (
     pb.TASK_SCHEDULE_RUN_VIEW_BASIC,
     pb.TASK_SCHEDULE_RUN_VIEW_FULL,
 )
+
+
+def run_page_key(after: tuple[Any, ...] | None, field: str = "pagination.page_token") -> tuple[Any, int]:
+    """A ListTaskScheduleRuns token's run key (fired_at, id), and the outcome of that run its page begins
+    at (a FULL page that ended within a run: 0 otherwise, the page begins after the run)."""
+    if after is None or len(after) == 2:
+        return after, 0
+    if len(after) == 3 and isinstance(after[2], int) and after[2] > 0:
+        return after[:2], after[2]
+    raise InvalidArgument(f"{field}: not a page token of 'ListTaskScheduleRuns'")
 
 
 def basic_view_from(value: int, field: str = "view") -> bool:

@@ -10,6 +10,7 @@ after create (UpdateTaskSchedule has no such path), so the edit form shows it fi
 
 from __future__ import annotations
 
+import functools
 import uuid
 import zoneinfo
 from collections import Counter
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -25,7 +27,7 @@ from rackflow.api.convert import page_from, page_token
 from rackflow.api.convert.tasks import operation_kind_from
 from rackflow.config import SEARCH_WALK
 from rackflow.domain.inventory import ComponentsFilter, ComponentType, TypesFilter
-from rackflow.domain.schedules import Schedule, short_search
+from rackflow.domain.schedules import Run, Schedule, short_search
 from rackflow.domain.tasks import OperationKind
 from rackflow.rollouts.service import RunSummary
 from rackflow.schedules.service import parse_order
@@ -86,6 +88,45 @@ class Cell:
     look: Look
     task_id: uuid.UUID | None
     title: str
+
+
+# A grid row's cells are made here as HTML, not in the template: a page has 2,000 of them, and Jinja's
+# attribute lookups and escapes per cell (six values each) took about 100 ms of a 270 ms page
+# (docs/PERFORMANCE.md, issue 29). Every part but a task's id is escaped once per look and title.
+EMPTY_CELL = Markup(
+    '<td class="cell none" data-testid="grid-cell-empty"><span class="sr">not in this firing</span></td>'
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cell_parts(look: Look, title: str, tasked: bool) -> tuple[str, str]:
+    """A cell's HTML before and after its task's id (a cell without a task: all of it before)."""
+    css, label, glyph, title = escape(look.css), escape(look.label), escape(look.glyph), escape(title)
+    if tasked:
+        return (
+            f'<td class="cell"><a class="{css}" href="/tasks/',
+            f'" title="{title}" data-testid="grid-cell" data-status="{label}"><span aria-hidden="true">'
+            f'{glyph}</span><span class="sr">{label}</span></a></td>',
+        )
+    return (
+        f'<td class="cell"><span class="{css}" title="{title}" data-testid="grid-cell" data-status="{label}" '
+        f'tabindex="0"><span aria-hidden="true">{glyph}</span><span class="sr">{label}: {title}</span></span>'
+        "</td>",
+        "",
+    )
+
+
+def row_html(cells: Mapping[uuid.UUID, Cell], columns: list[Run]) -> Markup:
+    """One rack's cells of the runs grid, a column per run (a run without the rack: an empty cell)."""
+    parts: list[str] = []
+    for run in columns:
+        cell = cells.get(run.id)
+        if cell is None:
+            parts.append(EMPTY_CELL)
+            continue
+        before, after = _cell_parts(cell.look, cell.title, cell.task_id is not None)
+        parts.append(f"{before}{cell.task_id}{after}" if cell.task_id else before)
+    return Markup("".join(parts))
 
 
 def routes(site: Site) -> list[Route]:
@@ -276,7 +317,7 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
             run.id: LOOKS[tallied_verdict(run.state, found.tallies[run.id], task_counts[run.id])]
             for run in columns
         },
-        "grid": grid,
+        "rows": {rack: row_html(cells, columns) for rack, cells in grid.items()},
         "total_runs": total_runs,
         "upcoming": upcoming(site, schedule),
     }
