@@ -45,14 +45,16 @@ def test_four_instances_drain_a_backlog_firing_each_schedule_once(pg_db: str, tm
     # The tasks never finish a step (each executor starts its first 32 and no more): running the tasks
     # is not what this test is about.
     idle_executors = {"RACKFLOW_SIM_STEP_SECONDS": "3600"}
+    # Polls every 100 ms: the backlog drains in well under a second here (0.6 s), so with the default
+    # 1 s polls the first instance to look could take it all before the others look at all.
     with servers(
         pg_db,
         tmp_path,
         INSTANCES,
-        args=["--dispatch-interval", "1s", "--db-pool-size", "5"],
+        args=["--dispatch-interval", "100ms", "--db-pool-size", "5"],
         env=idle_executors,
     ):
-        # Due now: every instance finds them at its next poll, within the 1 s interval of the others.
+        # Due now: every instance finds them at its next poll, within 100 ms of the others.
         sql(
             pg_db,
             "UPDATE task_schedule SET next_run_at = now() - interval '5 minutes' WHERE name LIKE 'once-%%'",

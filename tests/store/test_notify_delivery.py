@@ -14,12 +14,12 @@ import hashlib
 import hmac
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 
 from rackflow import metrics
 from rackflow.domain.notifications import DeliveryState, Event, EventType, Severity
@@ -29,6 +29,7 @@ from rackflow.store import outbox
 from rackflow.store.db import Database
 from rackflow.store.tables import notification_channel
 from tests.receiver import Receiver, receiving
+from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, make_env
 
 pytestmark = pytest.mark.asyncio
@@ -66,21 +67,6 @@ async def _scraped(deliverer: Deliverer, name: str) -> float | None:
         return await asyncio.to_thread(REGISTRY.get_sample_value, name)
     finally:
         metrics.NOTIFICATION_OUTBOX.read_with(None, None)
-
-
-@contextlib.contextmanager
-def _statements(db: Database) -> Iterator[list[str]]:
-    """The statements `db` sends while the block runs."""
-    sent: list[str] = []
-
-    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        sent.append(statement)
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", record)
 
 
 @contextlib.asynccontextmanager
@@ -305,9 +291,9 @@ async def test_the_outbox_gauges_are_read_when_scraped_not_by_the_rounds(db: Dat
         receiver.failures = [500]
         await _record(env)
         deliverer = _deliverer(db)
-        with _statements(db) as sent:
+        with statements_sent(db) as sent:
             await deliverer.deliver_once()
-        assert not any("count(" in statement.lower() for statement in sent)  # no gauge read in the round
+        assert not any("count(" in statement.lower() for statement, _ in sent)  # no gauge read in the round
     assert await _scraped(deliverer, "rackflow_notification_dead_deliveries") == 1
     await env.services.notifications.redeliver(delivery_ids=[(await _deliveries(env))[0]])
     assert await _scraped(deliverer, "rackflow_notification_dead_deliveries") == 0
@@ -332,7 +318,7 @@ async def test_an_idle_loop_reads_nothing_until_an_event_wakes_it(db: Database) 
         deliverer = _deliverer(db, idle_interval=timedelta(minutes=1))
         async with _running(deliverer):
             await asyncio.sleep(0.3)  # its first round: nothing to do
-            with _statements(db) as sent:
+            with statements_sent(db) as sent:
                 await asyncio.sleep(2.5)
             assert sent == []
             await _record(env)
