@@ -422,9 +422,10 @@ def test_simulator_config_from_env() -> None:
             "RACKFLOW_SIM_FAIL_IDS": "a, b,,",
             "RACKFLOW_SIM_FAIL_RATE": "0.25",
             "RACKFLOW_SIM_SEED": "7",
+            "RACKFLOW_SIM_STEP_JITTER": "0.3",
         }
     )
-    assert config == SimulatorConfig(0.5, frozenset({"a", "b"}), 0.25, 7)
+    assert config == SimulatorConfig(0.5, frozenset({"a", "b"}), 0.25, 7, step_jitter=0.3)
     assert SimulatorConfig.from_env({}) == SimulatorConfig()
 
 
@@ -435,6 +436,7 @@ def test_simulator_config_from_env() -> None:
         ("RACKFLOW_SIM_STEP_SECONDS", "-1"),
         ("RACKFLOW_SIM_FAIL_RATE", "2"),
         ("RACKFLOW_SIM_SEED", "x"),
+        ("RACKFLOW_SIM_STEP_JITTER", "1.5"),
     ],
 )
 def test_simulator_config_rejects_bad_values(name: str, value: str) -> None:

@@ -42,12 +42,19 @@ class SimulatorConfig:
     seed: int | None = None
     transient_external_ids: Mapping[str, int | None] = field(default_factory=dict)
     transient_rate: float = 0.0
+    # Each step lasts `step_seconds` times a factor drawn from 1 ± `step_jitter` (0: every step alike), so
+    # tasks started together do not all end together, as real ones do not.
+    step_jitter: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.step_seconds) and self.step_seconds >= 0):
             raise InvalidArgument(f"RACKFLOW_SIM_STEP_SECONDS: must be >= 0, got {self.step_seconds}")
         if not 0.0 <= self.fail_rate <= 1.0:
             raise InvalidArgument(f"RACKFLOW_SIM_FAIL_RATE: must be between 0 and 1, got {self.fail_rate}")
+        if not 0.0 <= self.step_jitter <= 1.0:
+            raise InvalidArgument(
+                f"RACKFLOW_SIM_STEP_JITTER: must be between 0 and 1, got {self.step_jitter}"
+            )
         if not 0.0 <= self.transient_rate <= 1.0:
             raise InvalidArgument(
                 f"RACKFLOW_SIM_TRANSIENT_RATE: must be between 0 and 1, got {self.transient_rate}"
@@ -57,7 +64,7 @@ class SimulatorConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> SimulatorConfig:
         """RACKFLOW_SIM_STEP_SECONDS, RACKFLOW_SIM_FAIL_IDS (comma list), RACKFLOW_SIM_FAIL_RATE,
         RACKFLOW_SIM_SEED, RACKFLOW_SIM_TRANSIENT_IDS (comma list of `id` or `id:N`),
-        RACKFLOW_SIM_TRANSIENT_RATE; unset variables keep the defaults."""
+        RACKFLOW_SIM_TRANSIENT_RATE, RACKFLOW_SIM_STEP_JITTER; unset variables keep the defaults."""
         env = os.environ if env is None else env
         ids = frozenset(i.strip() for i in env.get("RACKFLOW_SIM_FAIL_IDS", "").split(",") if i.strip())
         return cls(
@@ -67,6 +74,7 @@ class SimulatorConfig:
             seed=_int(env, "RACKFLOW_SIM_SEED"),
             transient_external_ids=_transient_ids(env.get("RACKFLOW_SIM_TRANSIENT_IDS", "")),
             transient_rate=_float(env, "RACKFLOW_SIM_TRANSIENT_RATE", cls.transient_rate),
+            step_jitter=_float(env, "RACKFLOW_SIM_STEP_JITTER", cls.step_jitter),
         )
 
 
@@ -110,7 +118,9 @@ class SimulatorBackend(Backend):
         self._transient_failures: Counter[str] = Counter()  # by external id, in this process
 
     async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
-        await asyncio.sleep(self.config.step_seconds)
+        jitter = self.config.step_jitter
+        factor = 1.0 + jitter * self._random.uniform(-1.0, 1.0) if jitter else 1.0
+        await asyncio.sleep(self.config.step_seconds * factor)
         if component.external_id and component.external_id in self.config.fail_external_ids:
             raise StepFailed(f"simulated failure: {component.external_id!r} is in RACKFLOW_SIM_FAIL_IDS")
         if self.config.fail_rate and self._random.random() < self.config.fail_rate:
