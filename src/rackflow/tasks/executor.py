@@ -60,7 +60,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.clock import Clock, sleep_unless_stopped
+from rackflow.clock import Clock, sleep_unless_stopped, sleep_unless_woken
 from rackflow.config import (
     DEFAULT_EXECUTOR_POLL_INTERVAL,
     DEFAULT_LEASE_TTL,
@@ -280,6 +280,8 @@ class Executor:
     def _slots_kept(self) -> int:
         """How many slots the tasks this executor held for an answer keep, as far as it knows: those not
         answered by this process's checker whose hold has not ended."""
+        if not self._awaiting:  # the common case, at every poll: nothing to read the clock for
+            return 0
         now = self.clock.now()
         self._awaiting = {task_id: hold for task_id, hold in self._awaiting.items() if hold[1] > now}
         return len(self._awaiting)
@@ -360,12 +362,7 @@ class Executor:
                 log.warning("heartbeat of instance %s failed", self.instance_id, exc_info=True)
 
     async def _nap(self, stop: asyncio.Event) -> None:
-        waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=self.poll_interval, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await sleep_unless_woken(stop, self._wake, self.poll_interval)
         self._wake.clear()
 
     # --- running one task ------------------------------------------------------------------------
