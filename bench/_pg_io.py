@@ -12,9 +12,11 @@
   one database), the kernel's stall figures (`/proc/pressure`) and the pages it read from the disk
   (`/proc/vmstat` `pgpgin`);
 * from the samples (every `SAMPLE_SECONDS`), the share of the block's time each wait event and each
-  statement was seen active in a backend of the database: without `pg_stat_statements` (a library the
-  server must preload), the sampled statements say where the database's time went; and whether the
-  checkpointer was checkpointing.
+  statement was seen active in a backend of the database, and whether the checkpointer was
+  checkpointing;
+* where the server preloads `pg_stat_statements` (`shared_preload_libraries`; the extension is created in
+  the database if missing), each statement's calls, time, buffers hit and read, and WAL per firing, the
+  most buffers first: which statement makes the heap and index hits the relations show.
 
 Backends report their counters when a transaction ends or they exit, so take the after-snapshot once the
 measured server has stopped (`drain` in `bench/scale.py` does).
@@ -58,6 +60,12 @@ ACTIVE = text(
     "WHERE (datname = current_database() AND pid <> pg_backend_pid() AND state = 'active') "
     "OR (backend_type = 'checkpointer' AND wait_event <> 'CheckpointerMain')"
 )
+# Each statement's counters in this database (pg_stat_statements, PostgreSQL 15's columns).
+STATEMENTS = text(
+    "SELECT queryid, query, calls, total_exec_time, shared_blks_hit, shared_blks_read, wal_bytes::bigint "
+    "AS wal_bytes FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+    "WHERE d.datname = current_database()"
+)
 # A statement's text without its parameters' count: `IN ($1, $2, …)` and VALUES lists vary with a batch.
 PARAMETERS = re.compile(r"\$\d+(\s*(,|\)\s*,\s*\()\s*\$\d+)*")
 
@@ -70,6 +78,7 @@ class Snapshot:
     tables: dict[str, dict[str, int]]
     cluster: dict[str, int]
     kernel: dict[str, int]
+    statements: dict[int, tuple[str, tuple[float, ...]]] | None  # queryid -> (text, counters), if preloaded
     at: float = field(default_factory=time.monotonic)
 
 
@@ -100,7 +109,20 @@ def snapshot(conn: Connection) -> Snapshot:
     for index in conn.execute(INDEXES):
         reads[index.indexrelname] = (index.idx_blks_read, index.idx_blks_hit)
     cluster = {key: int(value or 0) for key, value in conn.execute(CLUSTER).mappings().one().items()}
-    return Snapshot(reads, tables, cluster, kernel_counters())
+    return Snapshot(reads, tables, cluster, kernel_counters(), statement_counters(conn))
+
+
+def statement_counters(conn: Connection) -> dict[int, tuple[str, tuple[float, ...]]] | None:
+    """Every statement's counters in this database, or None where the server does not preload
+    pg_stat_statements."""
+    preloaded = conn.execute(text("SELECT current_setting('shared_preload_libraries')")).scalar_one()
+    if "pg_stat_statements" not in preloaded:
+        return None
+    conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+    conn.commit()
+    return {
+        row.queryid: (row.query, tuple(float(value) for value in row[2:])) for row in conn.execute(STATEMENTS)
+    }
 
 
 class ActivitySampler(threading.Thread):
@@ -189,6 +211,8 @@ def report(label: str, firings: int, before: Snapshot, after: Snapshot, sampler:
                 f"upd={moved['n_tup_upd']} ({moved['n_tup_hot_upd']}) del={moved['n_tup_del']} "
                 f"dead={counts['n_dead_tup']}"
             )
+    if before.statements is not None and after.statements is not None:
+        report_statements(label, firings, before.statements, after.statements)
     cluster = {key: after.cluster[key] - before.cluster[key] for key in after.cluster}
     kernel = {key: after.kernel[key] - before.kernel[key] for key in after.kernel}
     print(f"# io {label}: {sampler.samples} samples of pg_stat_activity; seconds active, by wait:")
@@ -219,3 +243,32 @@ def report(label: str, firings: int, before: Snapshot, after: Snapshot, sampler:
         cpu_some_pct=kernel["cpu_some_us"] / seconds / 1e4,
         commits=cluster["xact_commit"],
     )
+
+
+def report_statements(
+    label: str,
+    firings: int,
+    before: dict[int, tuple[str, tuple[float, ...]]],
+    after: dict[int, tuple[str, tuple[float, ...]]],
+) -> None:
+    """The statements of the block by buffers (hit + read), with calls, time, hits, reads and WAL per
+    firing (pg_stat_statements; statements that differ only in their parameters' count are one here)."""
+    moved: dict[str, list[float]] = {}
+    for queryid, (query, counters) in after.items():
+        was = before.get(queryid, (query, (0.0,) * len(counters)))[1]
+        delta = [now - then for now, then in zip(counters, was, strict=True)]
+        if delta[0] > 0:
+            key = PARAMETERS.sub("$n", " ".join(query.split()))[:110]
+            total = moved.setdefault(key, [0.0] * len(delta))
+            for i, value in enumerate(delta):
+                total[i] += value
+    print(
+        f"# io {label}: statements by buffers (pg_stat_statements); per firing: calls, ms, hit, read, WAL B"
+    )
+    for query, (calls, ms, hit, read, wal) in sorted(
+        moved.items(), key=lambda item: -(item[1][2] + item[1][3])
+    )[:TOP]:
+        print(
+            f"#   {calls / firings:6.2f} {ms / firings:7.3f} {hit / firings:7.1f} {read / firings:6.2f} "
+            f"{wal / firings:8.0f}  {query}"
+        )
