@@ -251,8 +251,8 @@ def report_statements(
     before: dict[int, tuple[str, tuple[float, ...]]],
     after: dict[int, tuple[str, tuple[float, ...]]],
 ) -> None:
-    """The statements of the block by buffers (hit + read), with calls, time, hits, reads and WAL per
-    firing (pg_stat_statements; statements that differ only in their parameters' count are one here)."""
+    """The statements of the block by buffers (hit + read), with their calls, and time, hits, reads and WAL
+    per firing (pg_stat_statements; statements that differ only in their parameters' count are one here)."""
     moved: dict[str, list[float]] = {}
     for queryid, (query, counters) in after.items():
         was = before.get(queryid, (query, (0.0,) * len(counters)))[1]
@@ -263,12 +263,12 @@ def report_statements(
             for i, value in enumerate(delta):
                 total[i] += value
     print(
-        f"# io {label}: statements by buffers (pg_stat_statements); per firing: calls, ms, hit, read, WAL B"
+        f"# io {label}: statements by buffers (pg_stat_statements); calls; per firing: ms, hit, read, WAL B"
     )
     for query, (calls, ms, hit, read, wal) in sorted(
         moved.items(), key=lambda item: -(item[1][2] + item[1][3])
     )[:TOP]:
         print(
-            f"#   {calls / firings:6.2f} {ms / firings:7.3f} {hit / firings:7.1f} {read / firings:6.2f} "
+            f"#   {calls:6.0f} {ms / firings:7.3f} {hit / firings:7.1f} {read / firings:6.2f} "
             f"{wal / firings:8.0f}  {query}"
         )
