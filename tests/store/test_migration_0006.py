@@ -125,6 +125,7 @@ LATER_COLUMNS = {
         "pause_after_failed_runs",
         "failures_counted_until",
         "retry",
+        "scope_removed_after",
     ),
     "tasks": (
         "not_before",
@@ -146,6 +147,8 @@ LATER_COLUMNS = {
         "approval_expires_at",
         "late_by_us",
         "retry_of",
+        "task_counts",
+        "tasks_deleted",
     ),
 }
 

@@ -9,6 +9,7 @@ tasks and of runs."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -20,18 +21,20 @@ from sqlalchemy import select, update
 
 from rackflow.clock import FakeClock
 from rackflow.domain.approvals import ApprovalPolicy
-from rackflow.domain.inventory import Rack
+from rackflow.domain.inventory import ComponentTarget, Rack, TargetSpec
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Run, Schedule
 from rackflow.domain.tasks import QueueOptions, Task, TaskStatus
+from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
+from rackflow.store import inventory as inventory_store
+from rackflow.store import kept_counts, scope_removals, task_runs
 from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as schedule_store
-from rackflow.store import task_runs
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
-from rackflow.store.tables import task_schedule_run, task_schedule_scope, tasks
+from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
 from tests.store.test_executor import start_running
 
@@ -45,6 +48,7 @@ async def _schedule(
     *,
     rollout: RolloutPolicy | None = None,
     approval: ApprovalPolicy | None = None,
+    target: TargetSpec | None = None,
 ) -> Schedule:
     return await env.services.schedules.create(
         name=name,
@@ -53,7 +57,7 @@ async def _schedule(
         operation=POWER_OFF,
         queue=QueueOptions(),
         description="",
-        target=rack_target(*racks),
+        target=target or rack_target(*racks),
         rollout=rollout,
         approval=approval,
     )
@@ -76,11 +80,13 @@ async def _end(env: Env, ended: Sequence[Task], status: TaskStatus) -> None:
         await task_store.set_status(conn, [t.id for t in ended], status, now=env.clock.now())
 
 
-async def summaries_match(env: Env, schedule: Schedule) -> tuple[int, int]:
-    """Assert every run of `schedule` is summarised as counting it from scratch finds, and its grid page
-    (of every other scope rack) shows what its outcomes say; returns how many runs were read from their
-    tasks and how many from their outcomes, so a test can say both ways were taken."""
-    runs = await _runs(env, schedule)
+async def summaries_match(env: Env, schedule: Schedule, only: Sequence[Run] | None = None) -> tuple[int, int]:
+    """Assert every run of `schedule` (or those `only`) is summarised as counting it from scratch finds, and
+    its grid page (of every other scope rack) shows what its outcomes say, the racks that left the scope
+    included (asked only when `scope_removals.may_have_left`, which a removal that forgot its stamp makes
+    say no wrongly); returns how many runs were read from their tasks and how many from their outcomes, so
+    a test can say both ways were taken."""
+    runs = list(only) if only is not None else await _runs(env, schedule)
     run_ids = [run.id for run in runs]
     async with env.db.read() as conn:
         tallies = await schedule_store.run_tallies(conn, run_ids)
@@ -253,3 +259,202 @@ async def test_a_run_written_without_its_counts_is_counted_from_its_outcomes(db:
             update(task_schedule_run).where(task_schedule_run.c.id == run.id).values(outcome_counts={})
         )
     assert await summaries_match(env, schedule) == (1, 0)
+
+
+# Every way a scope entry is removed (docs/SCHEDULES.md, "Scope"; `store.scope_removals`): the scope RPCs
+# (the API, the dashboard's form and the CLI call them), RemoveComponent emptying a component filter, and
+# DeleteRack (the service, and the store's function under it, which stamps by itself).
+REMOVALS = ("remove_scope", "update_scope", "remove_component", "delete_rack", "store_delete_rack")
+
+
+async def _remove(env: Env, schedule: Schedule, gone: Rack, removal: str) -> None:
+    services = env.services
+    if removal == "remove_scope":
+        (entry,) = [sc for sc in await services.schedules.list_scopes(schedule.id) if sc.rack_id == gone.id]
+        await services.schedules.remove_scope(entry.id)
+    elif removal == "update_scope":
+        kept = [
+            sc.rack_id for sc in await services.schedules.list_scopes(schedule.id) if sc.rack_id != gone.id
+        ]
+        await services.schedules.update_scope(
+            schedule.id, rack_target(*[await services.inventory.get_rack(r) for r in kept])
+        )
+    elif removal == "remove_component":
+        await services.inventory.remove_component(gone.components[0].id)
+    elif removal == "delete_rack":
+        await services.inventory.delete_rack(gone.id)
+    else:
+        async with env.db.transaction() as conn:
+            assert await inventory_store.racks_for_update(env.db, conn, [gone.id])
+            await inventory_store.delete_rack(conn, gone.id)
+
+
+async def _may_have_left(env: Env, schedule: Schedule, runs: Sequence[Run]) -> bool:
+    async with env.db.read() as conn:
+        return await scope_removals.may_have_left(conn, schedule.id, [run.id for run in runs])
+
+
+async def _stamp(env: Env, schedule: Schedule) -> datetime | None:
+    async with env.db.read() as conn:
+        stmt = select(task_schedule.c.scope_removed_after).where(task_schedule.c.id == schedule.id)
+        stamp: datetime | None = (await conn.execute(stmt)).scalar_one()
+        return stamp
+
+
+@pytest.mark.parametrize("removal", REMOVALS)
+async def test_every_scope_removal_stamps_its_schedule(db: Database, removal: str) -> None:
+    """A rack taken out of the scope by any path is found "left" on a page of a run that fired before: the
+    removal stamped the schedule with its newest run's `fired_at` in its transaction. A path that forgot
+    the stamp leaves the page's runs fired "after" it (no stamp at all here), the read of who left is
+    skipped, and `summaries_match` finds the rack missing. A run fired after the removal cannot hold the
+    rack: its page skips the read, and finds what reading would have."""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(4)]
+    gone = racks[0]
+    # The removed rack's entry names one of its components (RemoveComponent then empties it), the others
+    # every component by id: the same racks as a schedule of whole racks.
+    named = [gone.components[0], *(c for rack in racks[1:] for c in rack.components)]
+    target = TargetSpec(components=tuple(ComponentTarget(id=c.id) for c in named))
+    schedule = await _schedule(env, racks, target=target if removal == "remove_component" else None)
+    await env.services.schedules.trigger(schedule.id)
+    (before,) = await _runs(env, schedule)
+    await _end(env, await _tasks(env, before.id), TaskStatus.COMPLETED)  # DeleteRack waits for none
+    assert await _stamp(env, schedule) is None
+    assert not await _may_have_left(env, schedule, [before])
+    env.clock.advance(timedelta(minutes=1))
+
+    await _remove(env, schedule, gone, removal)
+
+    await summaries_match(env, schedule)
+    served, _ = await env.services.schedules.grid_outcomes(schedule.id, [before.id], [])
+    assert served.left == {gone.id}
+    assert await _stamp(env, schedule) == before.fired_at
+    assert await _may_have_left(env, schedule, [before])
+    # A firing after the removal: its racks are the scope's, and its page reads nobody leaving.
+    env.clock.advance(timedelta(minutes=1))
+    await env.services.schedules.trigger(schedule.id)
+    after, _ = await _runs(env, schedule)
+    assert {o.rack_id for o in after.outcomes} == {r.id for r in racks[1:]}
+    assert not await _may_have_left(env, schedule, [after])
+    assert await _may_have_left(env, schedule, [after, before])
+    await summaries_match(env, schedule, only=[after])
+    await summaries_match(env, schedule)
+
+
+async def test_a_retry_run_holds_only_racks_still_in_scope_and_a_removal_without_runs_stamps_nothing(
+    db: Database,
+) -> None:
+    """RetryTaskScheduleRun re-runs only the scope entries that still exist (read under the schedule's
+    lock, as a firing reads its scope): a retry of a run whose failed rack has left since is a run like
+    any other, fired after the stamp, and its page skips the read. A scope entry removed while the schedule
+    has no run leaves no stamp: no run can hold it."""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(4)]
+    schedule = await _schedule(env, racks)
+    await _remove(env, schedule, racks[3], "remove_scope")
+    assert await _stamp(env, schedule) is None
+    await env.services.schedules.trigger(schedule.id)
+    (first,) = await _runs(env, schedule)
+    await _end(env, await _tasks(env, first.id), TaskStatus.FAILED)
+    env.clock.advance(timedelta(minutes=1))
+    await _remove(env, schedule, racks[0], "remove_scope")
+    env.clock.advance(timedelta(minutes=1))
+    retry = (await env.services.schedules.retry_run(first.id)).run
+    assert {o.rack_id for o in retry.outcomes} == {racks[1].id, racks[2].id}
+    assert retry.fired_at > first.fired_at == await _stamp(env, schedule)
+    assert not await _may_have_left(env, schedule, [retry])
+    await summaries_match(env, schedule, only=[retry])
+    assert await summaries_match(env, schedule) == (2, 0)  # both read from their tasks
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # PostgreSQL's row locks
+async def test_a_removal_waiting_for_a_firing_stamps_its_run(db: Database) -> None:
+    """PostgreSQL: a firing holds its schedule's row from before it reads the scope until it commits its
+    run; a removal meanwhile waits for that row, then reads the runs anew: its stamp is the new run's
+    `fired_at`, so the run, which took the removed rack, reads who left. (SQLite has one writer: the
+    removal runs before or after the firing, never during it.)"""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(3)]
+    schedule = await _schedule(env, racks)
+    (entry,) = [
+        sc for sc in await env.services.schedules.list_scopes(schedule.id) if sc.rack_id == racks[0].id
+    ]
+    async with db.transaction() as conn:
+        locked = select(task_schedule.c.id).where(task_schedule.c.id == schedule.id)
+        await conn.execute(db.for_update(locked))
+        claimed = await firing.claim(db, conn, [schedule], trigger="manual", now=env.clock.now())
+        removal = asyncio.create_task(env.services.schedules.remove_scope(entry.id))
+        await asyncio.sleep(0.3)
+        assert not removal.done()
+    await removal
+    await env.services.schedules.fire(claimed)
+    (run,) = await _runs(env, schedule)
+    assert racks[0].id in {o.rack_id for o in run.outcomes}
+    assert await _stamp(env, schedule) == run.fired_at
+    assert await _may_have_left(env, schedule, [run])
+    await summaries_match(env, schedule)
+
+
+async def _kept(env: Env, run: Run) -> tuple[object, object]:
+    async with env.db.read() as conn:
+        stmt = select(task_schedule_run.c.task_counts, task_schedule_run.c.tasks_deleted).where(
+            task_schedule_run.c.id == run.id
+        )
+        row = (await conn.execute(stmt)).one()
+        return row.task_counts, row.tasks_deleted
+
+
+@pytest.mark.parametrize("deletion", ["prune", "delete_rack"])
+async def test_a_count_kept_once_final_is_read_from_its_run_until_a_task_of_it_is_deleted(
+    db: Database, deletion: str
+) -> None:
+    """The grid keeps a run's tasks by status in its row once the run is completed and every task ended
+    (`store.kept_counts`), and reads it from there; never while a task is active; and a deletion of one
+    of its tasks (retention, or with its rack) marks the run, after which it is counted again."""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(3)]
+    schedule = await _schedule(env, racks)
+    await env.services.schedules.trigger(schedule.id)
+    (run,) = await _runs(env, schedule)
+    ran = await _tasks(env, run.id)
+    await _end(env, ran[:2], TaskStatus.COMPLETED)
+    assert await summaries_match(env, schedule) == (1, 0)
+    assert await _kept(env, run) == (None, None)  # a task still pending: not final
+    await _end(env, ran[2:], TaskStatus.FAILED)
+    assert await summaries_match(env, schedule) == (1, 0)
+    assert await _kept(env, run) == ({"completed": 2, "failed": 1}, None)
+    # Read from the row from now on (a value no count would give shows it).
+    async with db.transaction() as conn:
+        marked = update(task_schedule_run).where(task_schedule_run.c.id == run.id)
+        await conn.execute(marked.values(task_counts={"completed": 7}))
+    _, served = await env.services.schedules.grid_outcomes(schedule.id, [run.id], [])
+    assert served == {run.id: {TaskStatus.COMPLETED: 7}}
+    async with db.transaction() as conn:
+        await conn.execute(marked.values(task_counts={"completed": 2, "failed": 1}))
+    assert await summaries_match(env, schedule) == (1, 0)
+
+    if deletion == "prune":
+        async for _ in task_store.prune_finished_tasks(db, timedelta(hours=1)):
+            pass
+    else:
+        await env.services.inventory.delete_rack(racks[0].id)
+    assert (await _kept(env, run))[1] is True
+    await summaries_match(env, schedule)  # the service's counts are the live count again
+    _, served = await env.services.schedules.grid_outcomes(schedule.id, [run.id], [])
+    assert sum(served[run.id].values()) < 3
+
+
+async def test_a_count_is_not_kept_on_a_run_marked_by_a_deletion(db: Database) -> None:
+    """A deletion that committed before the count is kept wins: `keep` writes only on a row not marked
+    (whatever the order of the two, the row ends marked, and a marked row's count is never read)."""
+    env = make_env(db)
+    schedule = await _schedule(env, [await env.rack("r0")])
+    await env.services.schedules.trigger(schedule.id)
+    (run,) = await _runs(env, schedule)
+    async with db.transaction() as conn:
+        await kept_counts.mark_deleted(conn, [run.id, None])
+        await kept_counts.keep(conn, {run.id: {TaskStatus.COMPLETED: 1}})
+    assert await _kept(env, run) == (None, True)
+    async with db.read() as conn:
+        assert await kept_counts.kept(conn, [run.id]) == ({}, {run.id: "completed"})

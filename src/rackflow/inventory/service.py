@@ -25,6 +25,7 @@ from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, 
 from rackflow.inventory.bmc import check_bmc
 from rackflow.inventory.scope_removal import drop_component_from_scopes
 from rackflow.store import inventory as store
+from rackflow.store import scope_removals
 from rackflow.store.db import Database
 from rackflow.validation import check_name, check_text
 
@@ -128,6 +129,10 @@ class InventoryService:
     async def delete_rack(self, rack_id: uuid.UUID) -> None:
         """Delete a rack with its components, past tasks and schedule scopes; refused while it has work."""
         async with self.db.transaction() as conn:
+            # Its scope entries go with it: their schedules are stamped first, their rows locked before the
+            # rack's, the order the scope RPCs take them in (`scope_removals`; the store stamps again, once
+            # it holds the rack, any entry added meanwhile).
+            await scope_removals.stamp_racks(conn, [rack_id])
             # The row lock makes a concurrent task submission for this rack wait, then fail its FK check.
             if not await store.racks_for_update(self.db, conn, [rack_id]):
                 raise NotFound(f"id: no rack with id {rack_id}")
@@ -161,6 +166,9 @@ class InventoryService:
             component = (await store.components_by_ids(conn, [component_id])).get(component_id)
             if component is None:
                 raise NotFound(f"id: no component with id {component_id}")
+            # The schedules whose scope entry it empties are stamped before the rack is locked, in the
+            # order the scope RPCs take them (`scope_removals`; removing an entry stamps it again).
+            await scope_removals.stamp_emptied_by(conn, component.rack_id, component_id)
             # Lock the rack as task submission does, so no task can pick the component up meanwhile.
             await store.racks_for_update(self.db, conn, [component.rack_id])
             active = await store.active_task_component_ids(conn, component.rack_id)

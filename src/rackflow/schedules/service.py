@@ -61,7 +61,7 @@ from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.security import ANONYMOUS, caller_known_by_token, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
-from rackflow.store import outbox, streak_checks, wakeups
+from rackflow.store import kept_counts, outbox, scope_removals, streak_checks, wakeups
 from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as store
 from rackflow.store import tasks as task_store
@@ -761,10 +761,12 @@ class ScheduleService:
 
         Lock order: the schedule row (add, update), these racks in id order, then scope rows. No cycle: a
         scope row we insert key-locks its rack, one we hold already (a target names one kind, so either all
-        its selections are filtered or we lock no rack, as before); RemoveComponent locks a rack and then
-        its scope rows, task submission only racks in id order, the dispatcher's write-back only scope rows.
-        None of them waits for a schedule row, and none that holds a scope row we want goes on to wait for
-        a rack we hold.
+        its selections are filtered or we lock no rack, as before); RemoveComponent and DeleteRack lock the
+        schedule rows they stamp (`store.scope_removals`) before the rack and then its scope rows, task
+        submission only racks in id order, the dispatcher's write-back only scope rows. None of them waits
+        for a schedule row while it holds a rack or a scope row (but for an entry added to the rack's scope
+        between DeleteRack's stamp and its rack lock, stamped once it holds the rack), and none that holds
+        a scope row we want goes on to wait for a rack we hold.
         """
         selections = await resolve_targets(conn, target)
         named = {s.rack_id: s.filter.ids for s in selections if isinstance(s.filter, ComponentsFilter)}
@@ -1061,19 +1063,33 @@ class ScheduleService:
         index entries for 20 runs of 10,000 racks) and the page's cells read from the tasks of the runs
         whose every rack got one (`all_tasked`), which the counts then confirm (`told_by_its_tasks`) or
         send to their outcomes: 46-47 ms for both where one after the other took 62-64, with a core free
-        (docs/PERFORMANCE.md, issue 29)."""
+        (docs/PERFORMANCE.md, issue 29). The racks that left the scope are looked for only when one of the
+        runs fired at or before the schedule's last scope removal (`scope_removals.may_have_left`). A run
+        whose tasks have all ended, and can get no more, has its count kept in its row and read from
+        there the next time (`store.kept_counts`)."""
 
         async def counted() -> dict[uuid.UUID, dict[TaskStatus, int]]:
+            # A run's count kept once final is read from its row; the others are counted, and those found
+            # final kept (`store.kept_counts`: their states are read in a statement before the count).
             async with self.db.read() as conn:
-                return await rollout_store.task_status_counts(conn, run_ids)
+                kept, states = await kept_counts.kept(conn, run_ids)
+                counts = await rollout_store.task_status_counts(conn, states) if states else {}
+            final = {run_id: c for run_id, c in counts.items() if kept_counts.is_final(states[run_id], c)}
+            if final:
+                async with self.db.transaction() as conn:
+                    await kept_counts.keep(conn, final)
+            return {run_id: kept[run_id] if run_id in kept else counts[run_id] for run_id in run_ids}
 
         counting = asyncio.ensure_future(counted())
         try:
             async with self.db.read() as conn:
                 tallies = await store.run_tallies(conn, run_ids)
+                leaving = await scope_removals.may_have_left(conn, schedule_id, run_ids)
                 tasked = [run_id for run_id in run_ids if store.all_tasked(tallies[run_id])]
                 ahead = (
-                    await store.cells_from_tasks(conn, schedule_id, tasked, page_racks) if tasked else None
+                    await store.cells_from_tasks(conn, schedule_id, tasked, page_racks, leaving=leaving)
+                    if tasked
+                    else None
                 )
             task_counts = await counting
         finally:
@@ -1087,6 +1103,7 @@ class ScheduleService:
                 task_counts,
                 tallies=tallies,
                 read_ahead=(tasked, ahead) if ahead is not None else None,
+                leaving=leaving,
             )
         return found, task_counts
 

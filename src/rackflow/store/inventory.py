@@ -27,6 +27,7 @@ from rackflow.domain.inventory import (
 )
 from rackflow.errors import AlreadyExists
 from rackflow.ids import new_id
+from rackflow.store import kept_counts, scope_removals
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys
 from rackflow.store.paging import Key, after_key, count_capped
@@ -205,7 +206,13 @@ async def active_task_component_ids(conn: AsyncConnection, rack_id: uuid.UUID) -
 
 
 async def delete_rack(conn: AsyncConnection, rack_id: uuid.UUID) -> None:
-    """Delete the rack; its components, finished tasks and schedule scopes go with it (ON DELETE CASCADE)."""
+    """Delete the rack; its components, finished tasks and schedule scopes go with it (ON DELETE CASCADE),
+    the schedules of those scopes stamped first (`scope_removals.stamp_racks`). The caller holds the rack,
+    so no scope entry can be added for it meanwhile (its insert waits for the rack's key lock)."""
+    await scope_removals.stamp_racks(conn, [rack_id])
+    # Its tasks go too: their runs' kept counts are not read again (`kept_counts`).
+    runs_of = select(tasks.c.run_id).distinct().where(tasks.c.rack_id == rack_id, tasks.c.run_id.is_not(None))
+    await kept_counts.mark_deleted(conn, list((await conn.execute(runs_of)).scalars()))
     await conn.execute(delete(racks).where(racks.c.id == rack_id))
 
 

@@ -3,10 +3,12 @@ behind the audit trail's, the schedule runs' and the finished tasks' retention (
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, Table, delete, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.store.db import Database
 from rackflow.store.dialect import ids_in
@@ -25,6 +27,8 @@ async def prune_older(
     order_by: Sequence[ColumnElement[object]],
     chunk: int = PRUNE_CHUNK,
     narrow: bool = False,
+    deleting: tuple[ColumnElement[Any], Callable[[AsyncConnection, list[Any]], Awaitable[None]]]
+    | None = None,
 ) -> AsyncGenerator[int, None]:
     """Delete the rows of `table` for which `older(cutoff)` holds, cutoff being `retention` before
     `Database.now`, in `order_by` order (oldest first), `chunk` rows per transaction, yielding each committed
@@ -32,6 +36,9 @@ async def prune_older(
 
     `narrow` repeats `older` in the DELETE: on a partitioned table (the audit trail on PostgreSQL) that
     keeps it to the partitions that can hold such rows, where looking the ids up would visit every one.
+
+    `deleting`: a column of the deleted rows and what to do with its values in each chunk's transaction
+    (the tasks' runs are marked, `store.kept_counts`).
 
     Safe from every instance at once: on PostgreSQL a pruner skips the rows another one is deleting and takes
     the next ones; a chunk short of `chunk` ends the prune, and whatever a rival still holds is its to finish.
@@ -47,7 +54,13 @@ async def prune_older(
     )
     while True:
         async with db.transaction() as conn:
-            deleted = (await conn.execute(prune)).rowcount
+            if deleting is None:
+                deleted = (await conn.execute(prune)).rowcount
+            else:
+                column, then = deleting
+                values = list((await conn.execute(prune.returning(column))).scalars())
+                deleted = len(values)
+                await then(conn, values)
         yield deleted
         if deleted < chunk:
             return

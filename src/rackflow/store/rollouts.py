@@ -169,8 +169,9 @@ async def task_status_counts(
 ) -> dict[uuid.UUID, dict[TaskStatus, int]]:
     """How many of each run's tasks (`task_states`' tasks) are in each status, counted in the database
     from the index `ix_tasks_run_id_status` alone (migration 0024): the runs grid's column verdicts need
-    no more of a firing of 10,000 racks. Counted, not kept: a count kept in the run's row would be updated,
-    and its row locked, by every one of its 10,000 tasks' status changes."""
+    no more of a firing of 10,000 racks. Counted, not kept while it can change: a count kept in the run's
+    row would be updated, and its row locked, by every one of its 10,000 tasks' status changes (the grid
+    keeps it once final, `store.kept_counts`)."""
     found: dict[uuid.UUID, dict[TaskStatus, int]] = {run_id: {} for run_id in run_ids}
     for chunk in chunked(list(run_ids)):
         stmt = (

@@ -64,6 +64,7 @@ from rackflow.domain.tasks import ACTIVE_STATUSES, Operation, OperationKind, Ret
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.ids import new_id
+from rackflow.store import scope_removals
 from rackflow.store.db import Database, chunked, in_id_order, unique_violation_as
 from rackflow.store.dialect import (
     POSTGRESQL,
@@ -305,6 +306,7 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "last_edited_by": schedule.last_edited_by,
         **_safety_columns(schedule),
         "retry": schedule.retry.to_json() if schedule.retry is not None else None,
+        "scope_removed_after": None,  # none removed yet (SQLite's column keeps migration 0031's default)
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
@@ -906,6 +908,9 @@ async def set_scope_filter(conn: AsyncConnection, scope_id: uuid.UUID, value: Co
 
 
 async def delete_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) -> None:
+    """Delete these scope entries, their schedules stamped first (`scope_removals.stamp_scopes`: the runs
+    grid reads the racks that left only for runs fired at or before the stamp)."""
+    await scope_removals.stamp_scopes(conn, scope_ids)
     for chunk in chunked(scope_ids):
         await conn.execute(delete(task_schedule_scope).where(task_schedule_scope.c.id.in_(chunk)))
 
@@ -954,8 +959,10 @@ async def component_scopes_for_update(
     """The rack's scope entries with a component-id filter, locked so no scope RPC rewrites them meanwhile.
 
     Only the scope rows are locked, not their schedules: the scope RPCs lock a schedule before writing its
-    scope rows, so locking schedules after scope rows could deadlock with them. The filter is matched in
-    Python, as JSON containment is spelled differently on each database and a rack has few scope entries.
+    scope rows, so locking schedules after scope rows could deadlock with them (RemoveComponent stamps, and
+    so locks, the schedules it empties an entry of before it locks the rack: `scope_removals`). The
+    filter is matched in Python, as JSON containment is spelled differently on each database and a rack has
+    few scope entries.
     """
     stmt = (
         select(
@@ -1577,6 +1584,7 @@ async def grid_outcomes(
     *,
     tallies: dict[uuid.UUID, Tally] | None = None,
     read_ahead: tuple[Collection[uuid.UUID], TaskCells] | None = None,
+    leaving: bool | None = None,
 ) -> GridOutcomes:
     """What a page of the runs grid shows of these runs of the schedule, given each run's tasks by status
     (`store.rollouts.task_status_counts`): each run's tally (`run_tallies`), and the outcomes of the page's
@@ -1588,9 +1596,16 @@ async def grid_outcomes(
     read into Python (sent back as a parameter, and garbage with the page, they cost more than the
     statements).
 
+    Which racks left is asked only when one of the runs may hold one (`scope_removals.may_have_left`: it
+    fired at or before the schedule's last scope removal); otherwise none did, and only the page's racks
+    are read.
+
     `tallies`, if read already; `read_ahead`: the cells `cells_from_tasks` read of some runs before their
-    tasks were counted (those `all_tasked`), used for the runs among them `told_by_its_tasks`."""
+    tasks were counted (those `all_tasked`), used for the runs among them `told_by_its_tasks`; `leaving`:
+    `may_have_left`, if asked already."""
     tallies = tallies if tallies is not None else await run_tallies(conn, run_ids)
+    if leaving is None:
+        leaving = await scope_removals.may_have_left(conn, schedule_id, run_ids)
     by_tasks = {r for r in run_ids if told_by_its_tasks(tallies[r], task_counts.get(r, {}))}
     by_outcomes = [run_id for run_id in run_ids if run_id not in by_tasks]
     shown: dict[uuid.UUID, list[ShownOutcome]] = {run_id: [] for run_id in run_ids}
@@ -1602,14 +1617,18 @@ async def grid_outcomes(
             # outcomes too, and found left there: the union below is the same.
             cells, left_by_tasks = read_ahead[1]
         else:
-            cells, left_by_tasks = await cells_from_tasks(conn, schedule_id, by_tasks, page_racks)
+            cells, left_by_tasks = await cells_from_tasks(
+                conn, schedule_id, by_tasks, page_racks, leaving=leaving
+            )
         cells = [cell for cell in cells if cell[0] in by_tasks]
         left |= left_by_tasks
         for run_id, cell, status in cells:
             shown[run_id].append(cell)
             found_statuses[cast(uuid.UUID, cell.task_id)] = status
     if by_outcomes:
-        unnested, left_by_outcomes = await _cells_from_outcomes(conn, schedule_id, by_outcomes, page_racks)
+        unnested, left_by_outcomes = await _cells_from_outcomes(
+            conn, schedule_id, by_outcomes, page_racks, leaving=leaving
+        )
         left |= left_by_outcomes
         for run_id, cell in unnested:
             shown[run_id].append(cell)
@@ -1623,6 +1642,8 @@ async def cells_from_tasks(
     schedule_id: uuid.UUID,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
+    *,
+    leaving: bool = True,
 ) -> TaskCells:
     """The page's racks and the racks no longer in scope, of runs `told_by_its_tasks`, from their tasks:
     first the racks that left (every task's rack is in `racks`, which cascades a deleted rack's tasks
@@ -1636,14 +1657,17 @@ async def cells_from_tasks(
 
     The first costs what the smaller side does: PostgreSQL probes the index for each rack outside the
     scope (none, when a schedule covers the fleet: 11–16 ms at 10,000 racks), or reads the runs' 200,000
-    index entries once when most racks are outside it (70 ms), never their heap rows. Returns the cells
-    with their tasks' statuses, and the racks that left."""
+    index entries once when most racks are outside it (70 ms), never their heap rows. Not `leaving`
+    (`scope_removals.may_have_left` says none of the runs can hold a rack that left), the first is not
+    asked. Returns the cells with their tasks' statuses, and the racks that left."""
     run_ids = list(run_ids)
-    has_task = exists().where(tasks.c.run_id.in_(run_ids), tasks.c.rack_id == racks.c.id)
-    scope = task_schedule_scope.c
-    outside = racks.c.id.not_in(select(scope.rack_id).where(scope.schedule_id == schedule_id))
-    left_of_scope = select(racks.c.id).where(outside, has_task)
-    left = set((await conn.execute(left_of_scope)).scalars())
+    left: set[uuid.UUID] = set()
+    if leaving:
+        has_task = exists().where(tasks.c.run_id.in_(run_ids), tasks.c.rack_id == racks.c.id)
+        scope = task_schedule_scope.c
+        outside = racks.c.id.not_in(select(scope.rack_id).where(scope.schedule_id == schedule_id))
+        left_of_scope = select(racks.c.id).where(outside, has_task)
+        left = set((await conn.execute(left_of_scope)).scalars())
     wanted = list(set(page_racks) | left)
     found: list[tuple[uuid.UUID, ShownOutcome, TaskStatus]] = []
     for chunk in chunked(wanted):
@@ -1661,6 +1685,8 @@ async def _cells_from_outcomes(
     schedule_id: uuid.UUID,
     run_ids: Collection[uuid.UUID],
     page_racks: Collection[uuid.UUID],
+    *,
+    leaving: bool = True,
 ) -> tuple[list[tuple[uuid.UUID, ShownOutcome]], set[uuid.UUID]]:
     """The outcomes of the page's racks and of racks no longer in the schedule's scope, each run's outcomes
     unnested and filtered in the database (PostgreSQL `jsonb_array_elements`, SQLite `json_each`), so
@@ -1672,12 +1698,13 @@ async def _cells_from_outcomes(
         WHERE run.id IN (:run_ids) AND ((o->>'rack_id')::uuid = ANY(:page_racks) OR left)
 
     The racks that left the scope are few unless the scope was replaced, and the grid lists them after
-    the scope's (every page needs their number)."""
+    the scope's (every page needs their number). Not `leaving`, only the page's racks are read."""
     run = task_schedule_run.c
     each, field = _unnested_outcomes(conn.dialect.name)
     rack_id = _outcome_rack_id(conn.dialect.name, field)
     scope = task_schedule_scope.c
-    left = rack_id.not_in(select(scope.rack_id).where(scope.schedule_id == schedule_id))
+    outside = rack_id.not_in(select(scope.rack_id).where(scope.schedule_id == schedule_id))
+    left: ColumnElement[Any] = outside if leaving else literal(False)
     if conn.dialect.name == POSTGRESQL:
         page = rack_id == any_(bindparam("page_racks", list(page_racks), ARRAY(Uuid)))
     else:
@@ -1685,13 +1712,13 @@ async def _cells_from_outcomes(
     stmt = (
         select(run.id, each.c.value, left.label("left"))
         .select_from(task_schedule_run.join(each, true()))
-        .where(run.id.in_(list(run_ids)), or_(page, left))
+        .where(run.id.in_(list(run_ids)), or_(page, left) if leaving else page)
     )
     found: list[tuple[uuid.UUID, ShownOutcome]] = []
     gone: set[uuid.UUID] = set()
-    for run_id, value, outside in (await conn.execute(stmt)).all():
+    for run_id, value, has_left in (await conn.execute(stmt)).all():
         outcome = _outcome_from_json(_json_object(value))
         found.append((run_id, ShownOutcome(outcome.rack_id, outcome.outcome, outcome.task_id, outcome.error)))
-        if outside:
+        if has_left:
             gone.add(outcome.rack_id)
     return found, gone

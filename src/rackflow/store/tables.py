@@ -210,6 +210,11 @@ task_schedule = Table(
     Column("failures_counted_until", UTCDateTime, nullable=True),
     # How its tasks retry retryable failures (RetryPolicy.to_json, migration 0020); NULL: one attempt.
     Column("retry", json_type(), nullable=True),
+    # The stamp of its last scope removal (migration 0031), written by every removal of a scope entry in
+    # its transaction (`store.scope_removals`): the newest run's `fired_at` then (a run fired later never
+    # held a removed rack). NULL: none removed while it had runs. The runs grid reads the racks that left
+    # the scope only for pages with a run fired at or before it.
+    Column("scope_removed_after", UTCDateTime, nullable=True),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
@@ -322,6 +327,11 @@ task_schedule_run = Table(
     # The run RetryTaskScheduleRun re-ran (migration 0020). No foreign key (adding one rebuilds the table
     # on SQLite): a pruned run leaves the id, which then names no run.
     Column("retry_of", Uuid, nullable=True, index=True),
+    # Its tasks by status (TaskStatus value → count), kept once they can no longer change, and whether any
+    # of its tasks was deleted since (never cleared: a kept count is read only while it is not):
+    # `store.kept_counts`, migration 0031.
+    Column("task_counts", json_type(), nullable=True),
+    Column("tasks_deleted", Boolean, nullable=True),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
     CheckConstraint(
         "state IN ('running', 'completed', 'interrupted', 'rolling', 'halted', 'cancelled', 'skipped', "

@@ -22,6 +22,7 @@ from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, RetryPolicy, Task, TaskAttempt, TaskStatus
 from rackflow.errors import AlreadyExists
+from rackflow.store import kept_counts
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys, insert_rows
 from rackflow.store.instances import is_live
@@ -441,6 +442,7 @@ def prune_finished_tasks(
     `retention` ago, oldest first (`prune_older`). Active tasks stay however old. A task ends after it was
     created, so `created_at < cutoff` holds for every one of them and lets ix_tasks_created_at find them;
     a schedule scope whose last task goes forgets it (`last_task_id` SET NULL: nothing left to overlap).
+    The runs of the deleted tasks are marked in each chunk's transaction (`kept_counts.mark_deleted`).
     """
     ended = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.TERMINATED)
     return prune_older(
@@ -452,4 +454,5 @@ def prune_finished_tasks(
         ),
         order_by=OLDEST_FIRST,
         chunk=chunk,
+        deleting=(tasks.c.run_id, kept_counts.mark_deleted),
     )
