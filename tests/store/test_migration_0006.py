@@ -168,6 +168,7 @@ LATER_TABLES = (
     "task_attempt",
     "preflight_overrides",
     "failing_streak_checks",
+    "task_prune_horizon",
 )
 
 

@@ -34,7 +34,13 @@ from rackflow.store import rollouts as rollout_store
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
-from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope, tasks
+from rackflow.store.tables import (
+    task_prune_horizon,
+    task_schedule,
+    task_schedule_run,
+    task_schedule_scope,
+    tasks,
+)
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
 from tests.store.test_executor import start_running
 
@@ -410,8 +416,9 @@ async def test_a_count_kept_once_final_is_read_from_its_run_until_a_task_of_it_i
     db: Database, deletion: str
 ) -> None:
     """The grid keeps a run's tasks by status in its row once the run is completed and every task ended
-    (`store.kept_counts`), and reads it from there; never while a task is active; and a deletion of one
-    of its tasks (retention, or with its rack) marks the run, after which it is counted again."""
+    (`store.kept_counts`), and reads it from there; never while a task is active; and after a deletion of
+    one of its tasks it is counted again: by retention, whose horizon passes the run, or with its rack,
+    which marks the run."""
     env = make_env(db)
     racks = [await env.rack(f"r{i}") for i in range(3)]
     schedule = await _schedule(env, racks)
@@ -437,9 +444,13 @@ async def test_a_count_kept_once_final_is_read_from_its_run_until_a_task_of_it_i
     if deletion == "prune":
         async for _ in task_store.prune_finished_tasks(db, timedelta(hours=1)):
             pass
+        assert (await _kept(env, run))[1] is None  # not marked: the horizon tells
+        async with db.read() as conn:
+            horizon = (await conn.execute(select(task_prune_horizon.c.pruned_before))).scalar_one()
+        assert run.fired_at < horizon
     else:
         await env.services.inventory.delete_rack(racks[0].id)
-    assert (await _kept(env, run))[1] is True
+        assert (await _kept(env, run))[1] is True
     await summaries_match(env, schedule)  # the service's counts are the live count again
     _, served = await env.services.schedules.grid_outcomes(schedule.id, [run.id], [])
     assert sum(served[run.id].values()) < 3
@@ -458,3 +469,53 @@ async def test_a_count_is_not_kept_on_a_run_marked_by_a_deletion(db: Database) -
     assert await _kept(env, run) == (None, True)
     async with db.read() as conn:
         assert await kept_counts.kept(conn, [run.id]) == ({}, {run.id: "completed"})
+
+
+async def test_the_task_prune_raises_its_horizon_before_it_deletes_and_spares_the_counts_of_newer_runs(
+    db: Database,
+) -> None:
+    """Retention marks no run: it raises `task_prune_horizon` to its cutoff, committed before it deletes
+    anything (so a count kept meanwhile is not read past the deletion), and only a run fired before the
+    horizon, by `HORIZON_MARGIN`, is counted again; a newer run's kept count is still read."""
+    env = make_env(db)
+    schedule = await _schedule(env, [await env.rack("r0")])
+    await env.services.schedules.trigger(schedule.id)
+    env.clock.advance(timedelta(minutes=1))
+    await env.services.schedules.trigger(schedule.id)
+    old_run, new_run = sorted(await _runs(env, schedule), key=lambda r: r.fired_at)
+    for run in (old_run, new_run):
+        await _end(env, await _tasks(env, run.id), TaskStatus.COMPLETED)
+    # Dated by the clock the prune reads: the old run and its task 10 h ago, the new one 30 min ago.
+    async with db.transaction() as conn:
+        now = await db.now(conn)
+        fired = {old_run.id: now - timedelta(hours=10), new_run.id: now - timedelta(minutes=30)}
+        for run in (old_run, new_run):
+            at = fired[run.id]
+            await conn.execute(
+                update(task_schedule_run).where(task_schedule_run.c.id == run.id).values(fired_at=at)
+            )
+            await conn.execute(
+                update(tasks).where(tasks.c.run_id == run.id).values(created_at=at, finished_at=at)
+            )
+    assert await summaries_match(env, schedule) == (2, 0)
+    assert (await _kept(env, old_run))[0] == (await _kept(env, new_run))[0] == {"completed": 1}
+
+    # The horizon is committed before the first chunk is deleted; the prune's first chunk deletes the
+    # old run's task only (the new one is younger than the retention of 2 h).
+    prune = task_store.prune_finished_tasks(db, timedelta(hours=2))
+    assert await anext(prune) == 1
+    await prune.aclose()
+    async with db.read() as conn:
+        horizon = (await conn.execute(select(task_prune_horizon.c.pruned_before))).scalar_one()
+        found, states = await kept_counts.kept(conn, [old_run.id, new_run.id])
+    assert fired[old_run.id] < horizon < fired[new_run.id] - kept_counts.HORIZON_MARGIN
+    assert found == {new_run.id: {TaskStatus.COMPLETED: 1}}  # still read from its row
+    assert states == {old_run.id: "completed"}  # counted again
+    assert (await _kept(env, old_run))[1] is None  # and not marked
+    await summaries_match(env, schedule)
+
+    # A run that fired less than HORIZON_MARGIN after the horizon is counted again too (clocks apart).
+    async with db.transaction() as conn:
+        await kept_counts.raise_horizon(conn, fired[new_run.id] - kept_counts.HORIZON_MARGIN / 2)
+    async with db.read() as conn:
+        assert (await kept_counts.kept(conn, [new_run.id]))[0] == {}

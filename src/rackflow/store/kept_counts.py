@@ -11,12 +11,19 @@ PENDING from RUNNING, never from an end). So a count of such a run's tasks that 
 after the run was seen in a final state, stays its count while none of its tasks is deleted. (Not
 `interrupted`: its owner may still be writing back. The states of runs with no task need no keeping.)
 
-**Deletion.** Tasks are deleted by retention (`store.tasks.prune_finished_tasks`) and with their rack
-(`store.inventory.delete_rack`, ON DELETE CASCADE); each marks the runs of the tasks it deletes
-(`mark_deleted`: `tasks_deleted`, never cleared) in its transaction. A count is kept only on a row not
-marked (a conditional UPDATE, which on PostgreSQL re-reads a row a concurrent deletion changed), and read
-only from a row not marked: a deletion that commits after the count was taken marks the row whatever the
-order, so a kept count is never read after a deletion of its tasks.
+**Deletion.** Tasks are deleted with their rack (`store.inventory.delete_rack`, ON DELETE CASCADE), which
+marks the runs of the tasks it deletes (`mark_deleted`: `tasks_deleted`, never cleared) in its
+transaction; and by retention (`store.tasks.prune_finished_tasks`), which marks no run: before it deletes
+anything it raises `task_prune_horizon` to its cutoff (`raise_horizon`, committed on its own), and it
+deletes only tasks created before that cutoff. A run's tasks are made when it fires or later (a rollout's
+waves, an approval), so a run fired at or after the horizon has lost no task to retention; a kept count is
+read only for such a run, with `HORIZON_MARGIN` for the clocks of the instances that fired the run and made
+its tasks. A count is kept only on a row not marked (a conditional UPDATE, which on PostgreSQL re-reads a
+row a concurrent deletion changed), and read only from a row not marked and fired after the horizon: a
+deletion that commits after the count was taken either marked the row or raised the horizon before it
+deleted, so a kept count is never read after a deletion of its tasks. Marking every run of a prune's tasks
+instead made the prune 1.6–1.7 times as slow, with 13 times the WAL a task (docs/PERFORMANCE.md, "At full
+size on a quiet machine").
 
 **Who keeps it.** The runs grid, after it counted a page's runs (`ScheduleService.grid_outcomes`): the
 states are read in a statement before the count, so a run seen final there had all its tasks when they
@@ -27,15 +34,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Mapping
+from datetime import datetime, timedelta
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import chunked
-from rackflow.store.tables import task_schedule_run
+from rackflow.store.dialect import insert_new
+from rackflow.store.tables import task_prune_horizon, task_schedule_run
 
 FINAL_STATES = ("completed", "cancelled")
+# How far apart two instances' clocks may be: a run's tasks are made by the instance that fired it or, for
+# a rollout's later waves, by another; a task made by a clock behind may be dated before its run fired.
+HORIZON_MARGIN = timedelta(hours=1)
 
 _run = task_schedule_run.c
 
@@ -48,14 +60,18 @@ def is_final(state: str, counts: Mapping[TaskStatus, int]) -> bool:
 async def kept(
     conn: AsyncConnection, run_ids: Collection[uuid.UUID]
 ) -> tuple[dict[uuid.UUID, dict[TaskStatus, int]], dict[uuid.UUID, str]]:
-    """The kept counts of these runs that have one (and no task deleted since), and the state of the
-    others (read before they are counted: `is_final`)."""
+    """The kept counts of these runs that have one (no task deleted with its rack since, and fired after
+    the task prune's horizon), and the state of the others (read before they are counted: `is_final`)."""
     found: dict[uuid.UUID, dict[TaskStatus, int]] = {}
     states: dict[uuid.UUID, str] = {}
+    horizon = await _horizon(conn)
     for chunk in chunked(list(run_ids)):
-        stmt = select(_run.id, _run.state, _run.task_counts, _run.tasks_deleted).where(_run.id.in_(chunk))
+        stmt = select(_run.id, _run.state, _run.fired_at, _run.task_counts, _run.tasks_deleted).where(
+            _run.id.in_(chunk)
+        )
         for row in await conn.execute(stmt):
-            if row.task_counts is not None and not row.tasks_deleted:
+            pruned = horizon is not None and row.fired_at < horizon + HORIZON_MARGIN
+            if row.task_counts is not None and not row.tasks_deleted and not pruned:
                 found[row.id] = {TaskStatus(status): count for status, count in row.task_counts.items()}
             else:
                 states[row.id] = row.state
@@ -91,3 +107,20 @@ async def mark_deleted(conn: AsyncConnection, run_ids: Collection[uuid.UUID | No
             .where(_run.id.in_(chunk), _run.tasks_deleted.is_not(True))
             .values(tasks_deleted=True)
         )
+
+
+async def raise_horizon(conn: AsyncConnection, cutoff: datetime) -> None:
+    """Before the task prune deletes the tasks created before `cutoff`: the kept counts of runs fired
+    before it (by `HORIZON_MARGIN`) are not read again. Commit it before deleting."""
+    horizon = task_prune_horizon.c
+    await conn.execute(insert_new(conn.dialect.name, task_prune_horizon).values(id=1, pruned_before=cutoff))
+    await conn.execute(
+        update(task_prune_horizon)
+        .where(horizon.id == 1, horizon.pruned_before < cutoff)
+        .values(pruned_before=cutoff)
+    )
+
+
+async def _horizon(conn: AsyncConnection) -> datetime | None:
+    stmt = select(task_prune_horizon.c.pruned_before).where(task_prune_horizon.c.id == 1)
+    return (await conn.execute(stmt)).scalar_one_or_none()

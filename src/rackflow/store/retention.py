@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import ColumnElement, Table, delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -27,8 +26,7 @@ async def prune_older(
     order_by: Sequence[ColumnElement[object]],
     chunk: int = PRUNE_CHUNK,
     narrow: bool = False,
-    deleting: tuple[ColumnElement[Any], Callable[[AsyncConnection, list[Any]], Awaitable[None]]]
-    | None = None,
+    before: Callable[[AsyncConnection, datetime], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[int, None]:
     """Delete the rows of `table` for which `older(cutoff)` holds, cutoff being `retention` before
     `Database.now`, in `order_by` order (oldest first), `chunk` rows per transaction, yielding each committed
@@ -37,8 +35,8 @@ async def prune_older(
     `narrow` repeats `older` in the DELETE: on a partitioned table (the audit trail on PostgreSQL) that
     keeps it to the partitions that can hold such rows, where looking the ids up would visit every one.
 
-    `deleting`: a column of the deleted rows and what to do with its values in each chunk's transaction
-    (the tasks' runs are marked, `store.kept_counts`).
+    `before`: what to write, given the cutoff, in a transaction committed before any row is deleted (the
+    task prune's horizon, `store.kept_counts`).
 
     Safe from every instance at once: on PostgreSQL a pruner skips the rows another one is deleting and takes
     the next ones; a chunk short of `chunk` ends the prune, and whatever a rival still holds is its to finish.
@@ -52,15 +50,12 @@ async def prune_older(
     prune = delete(table).where(
         *([older(cutoff)] if narrow else []), ids_in(db.dialect, key, db.skip_locked(oldest))
     )
+    if before is not None:
+        async with db.transaction() as conn:
+            await before(conn, cutoff)
     while True:
         async with db.transaction() as conn:
-            if deleting is None:
-                deleted = (await conn.execute(prune)).rowcount
-            else:
-                column, then = deleting
-                values = list((await conn.execute(prune.returning(column))).scalars())
-                deleted = len(values)
-                await then(conn, values)
+            deleted = (await conn.execute(prune)).rowcount
         yield deleted
         if deleted < chunk:
             return

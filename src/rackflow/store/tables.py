@@ -268,6 +268,16 @@ task_schedule = Table(
     ),
 )
 
+# The cutoff the task prune (--task-retention) last deleted before, raised before it deletes (one row, id 1;
+# none until a prune ran): a run fired at or after it, by a margin, has every task it had
+# (`store.kept_counts`, migration 0031).
+task_prune_horizon = Table(
+    "task_prune_horizon",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("pruned_before", UTCDateTime, nullable=False),
+)
+
 # The schedules whose failing streak (`pause_after_failed_runs`, docs/SAFETY.md) must be looked at again:
 # a write that can change what decides it marked them (store.streak_checks, migration 0023). A row per
 # mark, each writer's its own (migration 0029): a look can take only marks whose writers have committed.
@@ -327,9 +337,9 @@ task_schedule_run = Table(
     # The run RetryTaskScheduleRun re-ran (migration 0020). No foreign key (adding one rebuilds the table
     # on SQLite): a pruned run leaves the id, which then names no run.
     Column("retry_of", Uuid, nullable=True, index=True),
-    # Its tasks by status (TaskStatus value → count), kept once they can no longer change, and whether any
-    # of its tasks was deleted since (never cleared: a kept count is read only while it is not):
-    # `store.kept_counts`, migration 0031.
+    # Its tasks by status (TaskStatus value → count), kept once they can no longer change, and whether a
+    # task of it was deleted with its rack since (never cleared: a kept count is read only while it is not;
+    # retention's deletions are told by `task_prune_horizon`): `store.kept_counts`, migration 0031.
     Column("task_counts", json_type(), nullable=True),
     Column("tasks_deleted", Boolean, nullable=True),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),

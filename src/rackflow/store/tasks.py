@@ -442,7 +442,8 @@ def prune_finished_tasks(
     `retention` ago, oldest first (`prune_older`). Active tasks stay however old. A task ends after it was
     created, so `created_at < cutoff` holds for every one of them and lets ix_tasks_created_at find them;
     a schedule scope whose last task goes forgets it (`last_task_id` SET NULL: nothing left to overlap).
-    The runs of the deleted tasks are marked in each chunk's transaction (`kept_counts.mark_deleted`).
+    The horizon of the runs whose kept task counts stay true is raised to the cutoff first
+    (`kept_counts.raise_horizon`).
     """
     ended = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.TERMINATED)
     return prune_older(
@@ -454,5 +455,5 @@ def prune_finished_tasks(
         ),
         order_by=OLDEST_FIRST,
         chunk=chunk,
-        deleting=(tasks.c.run_id, kept_counts.mark_deleted),
+        before=kept_counts.raise_horizon,
     )

@@ -22,14 +22,15 @@ created with the default is stamped before its first run, which the rule makes n
 
 Also `task_schedule_run.task_counts` and `tasks_deleted` (both nullable, no default: a catalogue change
 on PostgreSQL): a run's tasks by status kept once they can no longer change, and whether a task of it was
-deleted since (`store.kept_counts`), so the grid reads 20 small columns where it counted 200,000 index
-entries. Existing runs have none kept; the grid keeps a run's count the first time it shows it final.
+deleted with its rack since; and the table `task_prune_horizon`, the cutoff the task prune last deleted
+before (`store.kept_counts`), so the grid reads 20 small columns where it counted 200,000 index entries.
+Existing runs have none kept; the grid keeps a run's count the first time it shows it final.
 
 While the previous release still serves (a rolling upgrade, docs/OPERATIONS.md), a scope entry it removes
 (or a rack it deletes) is not stamped: the runs grid of that schedule may then leave out the racks that
 left with it, on pages of runs fired before that removal, until those runs leave the grid (the runs kept
-and shown stay right; only the rows of racks outside the scope are missing). Likewise tasks it prunes or
-deletes with their rack leave their runs unmarked: a count kept before stays, and the grid reads such a
+and shown stay right; only the rows of racks outside the scope are missing). Likewise its task prune
+raises no horizon and a rack it deletes marks no run: a count kept before stays, and the grid reads such a
 run's cells from `tasks`, where the deleted ones are missing. docs/OPERATIONS.md says so.
 
 Revision ID: 0031
@@ -52,6 +53,7 @@ depends_on = None
 TABLE = "task_schedule"
 COLUMN = "scope_removed_after"
 RUNS = "task_schedule_run"
+HORIZON = "task_prune_horizon"
 
 
 def upgrade() -> None:
@@ -64,9 +66,16 @@ def upgrade() -> None:
         op.alter_column(TABLE, COLUMN, server_default=None)
     op.add_column(RUNS, sa.Column("task_counts", json_type(), nullable=True))
     op.add_column(RUNS, sa.Column("tasks_deleted", sa.Boolean(), nullable=True))
+    op.create_table(
+        HORIZON,
+        sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("pruned_before", UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=f"pk_{HORIZON}"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table(HORIZON)
     op.drop_column(RUNS, "tasks_deleted")
     op.drop_column(RUNS, "task_counts")
     op.drop_column(TABLE, COLUMN)
