@@ -175,3 +175,9 @@ async def table_counts(db: Database) -> dict[str, int]:
             for t in metadata.sorted_tables
             if t.name in present  # a database at an older revision lacks the later tables
         }
+
+
+def upgraded_counts(before: dict[str, int]) -> dict[str, int]:
+    """What `table_counts` must read once a database counted at an older revision is upgraded to the head:
+    every table kept its rows, and every table a later revision created is there and empty."""
+    return {**dict.fromkeys((t.name for t in metadata.sorted_tables), 0), **before}

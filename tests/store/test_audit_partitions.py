@@ -25,7 +25,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import migrate
 from rackflow.store.paging import Key
 from rackflow.store.tables import audit_events
-from tests.conftest import table_counts
+from tests.conftest import table_counts, upgraded_counts
 from tests.store.query_plans import explain, statements_sent
 from tests.store.schema_diff import schema_diff
 
@@ -105,7 +105,7 @@ async def test_the_upgrade_keeps_every_event_and_its_pages(db_at_0027: Database)
     now = datetime.now(UTC)
     history = _history(now)
     await _insert(db, history)
-    counts = await table_counts(db)
+    counts = upgraded_counts(await table_counts(db))
     by_user = EventFilter(principal="user-1")
     pages, user_pages = await _pages(db, EventFilter(), 50), await _pages(db, by_user, 20)
 

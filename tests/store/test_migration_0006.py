@@ -26,7 +26,7 @@ from rackflow.store.tables import (
     task_schedule_scope,
     tasks,
 )
-from tests.conftest import table_counts
+from tests.conftest import table_counts, upgraded_counts
 from tests.store.schema_diff import schema_diff
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -153,25 +153,6 @@ LATER_COLUMNS = {
 }
 
 
-# Tables that revisions after 0006 create (empty after the upgrade).
-LATER_TABLES = (
-    "maintenance_windows",
-    "maintenance_window_racks",
-    "maintenance_window_domains",
-    "operation_budgets",
-    "notification_event",
-    "notification_channel",
-    "notification_delivery",
-    "preflight_checks",
-    "preflight_tasks",
-    "preflight_results",
-    "task_attempt",
-    "preflight_overrides",
-    "failing_streak_checks",
-    "task_prune_horizon",
-)
-
-
 async def _rows(db: Database, table: Any, *skip: str) -> list[tuple[Any, ...]]:
     later = LATER_COLUMNS.get(table.name, ())
     columns = [c for c in table.c if c.name not in skip and c.name not in later]
@@ -182,7 +163,7 @@ async def _rows(db: Database, table: Any, *skip: str) -> list[tuple[Any, ...]]:
 async def test_upgrade_keeps_every_row_and_link_and_unslots_a_repeated_slot(db_at_0005: Database) -> None:
     db = db_at_0005
     await _write_as_0005(db)
-    counts = {**await table_counts(db), **dict.fromkeys(LATER_TABLES, 0)}
+    counts = upgraded_counts(await table_counts(db))
     tasks_before = await _rows(db, tasks, "run_id")
     scopes_before = await _rows(db, task_schedule_scope)
     schedules_before = await _rows(db, task_schedule)

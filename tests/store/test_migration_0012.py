@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, head_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
-from tests.conftest import table_counts
+from tests.conftest import table_counts, upgraded_counts
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RACK, SCHEDULE, TASK = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -93,20 +93,7 @@ async def test_upgrade_keeps_every_run_and_task_link_then_holds_one_live_rollout
 ) -> None:
     db = db_at_0011
     await _write_as_0011(db)
-    # 0013, 0015, 0016, 0019, 0021 and 0023 add these, empty
-    later = (
-        "operation_budgets",
-        "notification_event",
-        "notification_channel",
-        "notification_delivery",
-        "preflight_checks",
-        "preflight_tasks",
-        "preflight_results",
-        "task_attempt",
-        "preflight_overrides",
-        "failing_streak_checks",
-    )
-    counts = {**await table_counts(db), **dict.fromkeys(later, 0)}
+    counts = upgraded_counts(await table_counts(db))
     runs_before = await _runs(db)
 
     assert await migrate(db) == head_revision() == await current_revision(db)
