@@ -19,7 +19,8 @@ does by default, so tasks start running while the drain goes on; `--sim-step 360
 `--seq-scans` (PostgreSQL) prints, at every progress count (10 s) and for the whole wait, how often each
 table a dispatch round reads or writes was read in full and how many rows those reads returned
 (`pg_stat_user_tables`: `seq_scan`, `seq_tup_read`; the bench's own count of completed runs, every 10 s, is
-one of `task_schedule_run`'s).
+one of `task_schedule_run`'s), and the rows each inserted and updated, and how many of those updates were
+HOT (`n_tup_hot_upd`: the new version on the same page and no index entry written).
 
 `--windows K` adds K maintenance windows over every rack that never close one, so every scope is decided
 against K windows and still fires (the cost of docs/WINDOWS.md's per-scope decision).
@@ -82,7 +83,8 @@ RUNNING_RUN = select(task_schedule_run.c.id).where(task_schedule_run.c.state == 
 PROGRESS_SECONDS = 10.0  # how often the completed runs are counted, to notice a stall
 ROUND_TABLES = ("racks", "components", "task_schedule_scope", "task_schedule", "tasks", "task_schedule_run")
 SEQ_SCANS = text(
-    "SELECT relname, seq_scan, seq_tup_read FROM pg_stat_user_tables WHERE relname IN :tables"
+    "SELECT relname, seq_scan, seq_tup_read, n_tup_ins, n_tup_upd, n_tup_hot_upd"
+    " FROM pg_stat_user_tables WHERE relname IN :tables"
 ).bindparams(bindparam("tables", ROUND_TABLES, expanding=True))
 STALL_SECONDS = 60.0  # no firing completed for this long: something is broken, stop waiting
 
@@ -240,16 +242,22 @@ def _load_windows(engine: Engine, count: int) -> None:
             conn.execute(insert(maintenance_windows), rows)
 
 
-def _table_reads(conn: Connection) -> dict[str, tuple[int, int]]:
-    """Per table of ROUND_TABLES: (full scans, rows they returned) since the database was created."""
-    return {row.relname: (row.seq_scan, row.seq_tup_read) for row in conn.execute(SEQ_SCANS)}
+def _table_reads(conn: Connection) -> dict[str, tuple[int, ...]]:
+    """Per table of ROUND_TABLES since the database was created: (full scans, rows they returned, rows
+    inserted, rows updated, of which HOT: no index entry written)."""
+    return {row.relname: tuple(row[1:]) for row in conn.execute(SEQ_SCANS)}
 
 
 def _print_seq_scans(
-    what: str, before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+    what: str, before: dict[str, tuple[int, ...]], after: dict[str, tuple[int, ...]]
 ) -> None:
-    counts = " ".join(f"{t}={after[t][0] - before[t][0]}/{after[t][1] - before[t][1]}" for t in ROUND_TABLES)
+    def change(table: str, column: int) -> int:
+        return after[table][column] - before[table][column]
+
+    counts = " ".join(f"{t}={change(t, 0)}/{change(t, 1)}" for t in ROUND_TABLES)
     print(f"# seq scans/rows read {what}: {counts}", flush=True)
+    writes = " ".join(f"{t}={change(t, 2)}/{change(t, 3)}/{change(t, 4)}" for t in ROUND_TABLES)
+    print(f"# rows inserted/updated/of which HOT {what}: {writes}", flush=True)
 
 
 def _wait_for_completed_runs(
