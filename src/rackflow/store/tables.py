@@ -50,6 +50,10 @@ racks = Table(
     Column("external_id", String(255), nullable=True, unique=True),
     Column("nvl_domain_id", Uuid, ForeignKey("nvl_domains.id", ondelete="SET NULL"), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
+    # The rack list's order (`store.inventory.RACK_ORDER`), whole and by NVLink domain (migration 0032): a
+    # page is a range of one of these, where PostgreSQL read and sorted every rack for each page.
+    Index("ix_racks_created_at_id", "created_at", "id"),
+    Index("ix_racks_nvl_domain_id_created_at_id", "nvl_domain_id", "created_at", "id"),
 )
 
 components = Table(
