@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import psycopg
@@ -175,6 +176,18 @@ async def table_counts(db: Database) -> dict[str, int]:
             for t in metadata.sorted_tables
             if t.name in present  # a database at an older revision lacks the later tables
         }
+
+
+@asynccontextmanager
+async def database_at(url: str, revision: str) -> AsyncIterator[Database]:
+    """The empty database at `url` migrated to `revision` and no further: an upgrade test writes there what
+    that release wrote, then migrates on."""
+    db = Database(url)
+    try:
+        assert await migrate(db, revision) == revision
+        yield db
+    finally:
+        await db.dispose()
 
 
 def upgraded_counts(before: dict[str, int]) -> dict[str, int]:

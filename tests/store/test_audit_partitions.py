@@ -25,7 +25,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import migrate
 from rackflow.store.paging import Key
 from rackflow.store.tables import audit_events
-from tests.conftest import table_counts, upgraded_counts
+from tests.conftest import database_at, table_counts, upgraded_counts
 from tests.store.query_plans import explain, statements_sent
 from tests.store.schema_diff import schema_diff
 
@@ -77,10 +77,8 @@ async def _pages(db: Database, matching: EventFilter, size: int) -> list[list[uu
 
 @pytest.fixture
 async def db_at_0027(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    await migrate(db, "0027")
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0027") as db:
+        yield db
 
 
 @pytest.fixture

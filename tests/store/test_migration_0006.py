@@ -26,7 +26,7 @@ from rackflow.store.tables import (
     task_schedule_scope,
     tasks,
 )
-from tests.conftest import table_counts, upgraded_counts
+from tests.conftest import database_at, table_counts, upgraded_counts
 from tests.store.schema_diff import schema_diff
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -37,10 +37,8 @@ RUN_A, RUN_B, RUN_REPEAT, RUN_MANUAL = (uuid.uuid4() for _ in range(4))
 
 @pytest.fixture
 async def db_at_0005(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0005") == "0005"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0005") as db:
+        yield db
 
 
 def _task(task_id: uuid.UUID, status: str, created: datetime) -> dict[str, Any]:

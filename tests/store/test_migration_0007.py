@@ -16,6 +16,7 @@ from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule
+from tests.conftest import database_at
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 PAUSED, ENABLED = uuid.uuid4(), uuid.uuid4()
@@ -23,10 +24,8 @@ PAUSED, ENABLED = uuid.uuid4(), uuid.uuid4()
 
 @pytest.fixture
 async def db_at_0006(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0006") == "0006"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0006") as db:
+        yield db
 
 
 def _schedule(schedule_id: uuid.UUID, name: str, enabled: bool) -> dict[str, object]:

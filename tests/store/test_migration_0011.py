@@ -27,6 +27,7 @@ from rackflow.store.tables import (
     tasks,
 )
 from rackflow.store.tasks import get_task
+from tests.conftest import database_at
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RACK, SCHEDULE, SCOPE, TASK = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -34,10 +35,8 @@ RACK, SCHEDULE, SCOPE, TASK = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uui
 
 @pytest.fixture
 async def db_at_0010(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0010") == "0010"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0010") as db:
+        yield db
 
 
 async def test_upgrade_keeps_schedules_tasks_and_scopes_as_they_were(db_at_0010: Database) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, head_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
-from tests.conftest import table_counts, upgraded_counts
+from tests.conftest import database_at, table_counts, upgraded_counts
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RACK, SCHEDULE, TASK = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -27,10 +27,8 @@ RUN_COLUMNS = ("id", "schedule_id", "fired_at", "scheduled_for", "trigger", "sta
 
 @pytest.fixture
 async def db_at_0011(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0011") == "0011"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0011") as db:
+        yield db
 
 
 def _run(run_id: uuid.UUID, fired: datetime, state: str) -> dict[str, Any]:

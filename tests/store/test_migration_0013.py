@@ -20,6 +20,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, head_revision, migrate
 from rackflow.store.tables import operation_budgets, racks, tasks
 from rackflow.store.tasks import get_task
+from tests.conftest import database_at
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 RACK, TASK = uuid.uuid4(), uuid.uuid4()
@@ -27,10 +28,8 @@ RACK, TASK = uuid.uuid4(), uuid.uuid4()
 
 @pytest.fixture
 async def db_at_0012(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0012") == "0012"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0012") as db:
+        yield db
 
 
 def _budget(name: str, **fields: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import head_revision, migrate
 from rackflow.store.tables import racks, tasks
 from rackflow.store.tasks import get_task
+from tests.conftest import database_at
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 OPENS, ENDS = NOW + timedelta(hours=2), NOW + timedelta(hours=4)
@@ -26,10 +27,8 @@ DEFERRED, FROZEN, RUNNING, ENDED = (uuid.uuid4() for _ in range(4))
 
 @pytest.fixture
 async def db_at_0013(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0013") == "0013"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0013") as db:
+        yield db
 
 
 def _task(task_id: uuid.UUID, status: str, message: str, window: bool, **fields: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
-from tests.conftest import table_counts
+from tests.conftest import database_at, table_counts
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RACK, SCHEDULE, TASK, RUN = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -25,10 +25,8 @@ RACK, SCHEDULE, TASK, RUN = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4
 
 @pytest.fixture
 async def db_at_0018(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0018") == "0018"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0018") as db:
+        yield db
 
 
 async def _write_as_0018(db: Database) -> None:

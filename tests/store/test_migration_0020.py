@@ -17,6 +17,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import head_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
 from rackflow.store.tasks import get_task
+from tests.conftest import database_at
 
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
 RACK, SCHEDULE, RUN, TASK = (uuid.uuid4() for _ in range(4))
@@ -24,10 +25,8 @@ RACK, SCHEDULE, RUN, TASK = (uuid.uuid4() for _ in range(4))
 
 @pytest.fixture
 async def db_at_0019(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0019") == "0019"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0019") as db:
+        yield db
 
 
 async def test_existing_rows_have_no_retries_and_one_attempt(db_at_0019: Database) -> None:

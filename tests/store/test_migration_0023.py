@@ -15,16 +15,15 @@ from sqlalchemy import Connection, insert, inspect, select
 from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, migrate
 from rackflow.store.tables import failing_streak_checks, task_schedule
+from tests.conftest import database_at
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
 async def db_at_0022(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0022") == "0022"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0022") as db:
+        yield db
 
 
 async def _schedule(db: Database, name: str, *, pause_after: int, enabled: bool) -> uuid.UUID:

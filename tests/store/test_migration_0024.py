@@ -19,6 +19,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, migrate
 from rackflow.store.schedules import _outcome_from_json, outcome_counts_to_json
 from rackflow.store.tables import task_schedule, task_schedule_run
+from tests.conftest import database_at
 from tests.e2e.cluster import sql
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -27,10 +28,8 @@ SCHEDULE = uuid.uuid4()
 
 @pytest.fixture
 async def db_at_0023(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0023") == "0023"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0023") as db:
+        yield db
 
 
 def _outcome(outcome: str, task: bool | None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from rackflow.store.db import Database
 from rackflow.store.dialect import insert_new
 from rackflow.store.migrate import _config, current_revision, head_revision, migrate
 from rackflow.store.tables import failing_streak_checks, task_schedule
+from tests.conftest import database_at
 from tests.store.schema_diff import schema_diff
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -60,10 +61,8 @@ async def old_take(db: Database, conn: AsyncConnection, limit: int) -> list[uuid
 
 @pytest.fixture
 async def db_at_0028(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0028") == "0028"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0028") as db:
+        yield db
 
 
 async def _schedule(db: Database, name: str) -> uuid.UUID:

@@ -17,6 +17,7 @@ from rackflow.store import scope_removals
 from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule, task_schedule_run
+from tests.conftest import database_at
 from tests.store.schedules_support import make_env
 from tests.store.schema_diff import schema_diff
 
@@ -28,10 +29,8 @@ AHEAD = datetime.now(UTC) + timedelta(days=400)  # a run fired by a clock far ah
 
 @pytest.fixture
 async def db_at_0030(empty_db_url: str) -> AsyncIterator[Database]:
-    db = Database(empty_db_url)
-    assert await migrate(db, "0030") == "0030"
-    yield db
-    await db.dispose()
+    async with database_at(empty_db_url, "0030") as db:
+        yield db
 
 
 async def _schedule(db: Database, name: str) -> uuid.UUID:

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.store import inventory
 from rackflow.store.db import Database
+from rackflow.store.paging import Key
 from rackflow.store.tables import nvl_domains, racks
 from tests.store.query_plans import statements_sent
 
@@ -69,31 +70,24 @@ async def _page_statement(
     return ordered[0]
 
 
+ALL_RACKS = "ix_racks_created_at_id"
+BY_DOMAIN = "ix_racks_nvl_domain_id_created_at_id"
+
+
+def _page(domain: uuid.UUID | None, after: Key | None) -> Callable[[AsyncConnection], Awaitable[object]]:
+    return lambda conn: inventory.list_racks(conn, nvl_domain_id=domain, offset=0, limit=5, after=after)
+
+
 async def test_every_rack_page_and_a_domains_racks_read_an_index_in_order(db: Database) -> None:
     await _racks(db)
     first, _ = await _first_page(db)
     after = (first[-1].created_at, first[-1].id)
     reads: dict[str, tuple[str, Callable[[AsyncConnection], Awaitable[object]]]] = {
-        "first page": (
-            "ix_racks_created_at_id",
-            lambda conn: inventory.list_racks(conn, nvl_domain_id=None, offset=0, limit=5),
-        ),
-        "next page": (
-            "ix_racks_created_at_id",
-            lambda conn: inventory.list_racks(conn, nvl_domain_id=None, offset=0, limit=5, after=after),
-        ),
-        "a domain's page": (
-            "ix_racks_nvl_domain_id_created_at_id",
-            lambda conn: inventory.list_racks(conn, nvl_domain_id=DOMAIN, offset=0, limit=5),
-        ),
-        "a domain's next page": (
-            "ix_racks_nvl_domain_id_created_at_id",
-            lambda conn: inventory.list_racks(conn, nvl_domain_id=DOMAIN, offset=0, limit=5, after=after),
-        ),
-        "the racks of domains": (
-            "ix_racks_nvl_domain_id_created_at_id",
-            lambda conn: inventory.rack_ids_by_domain(conn, [DOMAIN]),
-        ),
+        "first page": (ALL_RACKS, _page(None, None)),
+        "next page": (ALL_RACKS, _page(None, after)),
+        "a domain's page": (BY_DOMAIN, _page(DOMAIN, None)),
+        "a domain's next page": (BY_DOMAIN, _page(DOMAIN, after)),
+        "the racks of domains": (BY_DOMAIN, lambda conn: inventory.rack_ids_by_domain(conn, [DOMAIN])),
     }
     for what, (index, read) in reads.items():
         statement, parameters = await _page_statement(db, read)
