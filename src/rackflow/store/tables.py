@@ -41,7 +41,7 @@ metadata = MetaData(
 # and every task (docs/PERFORMANCE.md, "Inserts into the gaps of old pages"). Filling pages to 90 % keeps
 # inserts off any page with less than a tenth free, so they append to the table's newest pages, and leaves
 # each row's own rewrite room on its page (migration 0033; PostgreSQL only).
-HISTORY_STORAGE = {"postgresql_with": {"fillfactor": 90}}
+HISTORY_STORAGE = {"fillfactor": 90}
 
 nvl_domains = Table(
     "nvl_domains",
@@ -183,7 +183,7 @@ tasks = Table(
         postgresql_where=text("owner_id IS NOT NULL"),
         sqlite_where=text("owner_id IS NOT NULL"),
     ),
-    **HISTORY_STORAGE,
+    postgresql_with=HISTORY_STORAGE,
 )
 
 task_schedule = Table(
@@ -412,7 +412,7 @@ task_schedule_run = Table(
         postgresql_where=text("state = 'rolling'"),
         sqlite_where=text("state = 'rolling'"),
     ),
-    **HISTORY_STORAGE,
+    postgresql_with=HISTORY_STORAGE,
 )
 
 # Maintenance windows (migration 0011, docs/WINDOWS.md): either recurring (cron, duration, timezone) or one
