@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import RunResult
@@ -27,6 +28,7 @@ from rackflow.errors import FailedPrecondition, NotFound, Unavailable
 from rackflow.schedules import firing
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
+from rackflow.store.tables import tasks
 from rackflow.tasks.scheduled import task_description
 from rackflow.timespec import ScheduleSpec, SpecType
 from tests.conftest import table_counts
@@ -208,6 +210,28 @@ async def test_a_failing_scope_does_not_stop_the_others(env: Env) -> None:
     assert outcomes[free.id].outcome == "submitted"
     scopes = {s.rack_id: s.last_task_id for s in await env.services.schedules.list_scopes(schedule.id)}
     assert scopes == {busy.id: None, free.id: task.id}
+
+
+async def test_a_pruned_last_task_keeps_its_id_and_overlaps_nothing(env: Env) -> None:
+    """`last_task_id` has no foreign key (migration 0034): a task pruned by `--task-retention` leaves its
+    id in the scope (still the task the newest firing submitted), and the SKIP check, finding no such
+    task, lets the next firing submit, as it did when the key set the id NULL."""
+    rack = await env.rack("r1")
+    schedule = await env.schedule(racks=[rack])
+    (first,) = await env.services.schedules.trigger(schedule.id)
+    await env.services.tasks.cancel(first)  # ended, so retention may prune it
+    async with env.db.transaction() as conn:
+        await conn.execute(delete(tasks).where(tasks.c.id == first))  # what the task prune deletes
+    (scope,) = await env.services.schedules.list_scopes(schedule.id)
+    assert scope.last_task_id == first
+    async with env.db.read() as conn:
+        assert await store.overlapping_scope_ids(conn, [scope]) == set()
+
+    env.clock.advance(timedelta(hours=1))
+    result = await _fire_by_hand(env, schedule)
+    assert [o.outcome for o in result.outcomes] == ["submitted"]
+    (scope,) = await env.services.schedules.list_scopes(schedule.id)
+    assert scope.last_task_id == result.task_ids[0]
 
 
 async def test_trigger_unknown_is_not_found(env: Env) -> None:

@@ -42,6 +42,9 @@ metadata = MetaData(
 # inserts off any page with less than a tenth free, so they append to the table's newest pages, and leaves
 # each row's own rewrite room on its page (migration 0033; PostgreSQL only).
 HISTORY_STORAGE = {"fillfactor": 90}
+# A scope row is rewritten by every firing (its `last_task_id`) by a HOT update, which needs room on the
+# row's own page: a tenth of each page is kept for it (migration 0034; PostgreSQL only).
+SCOPE_STORAGE = {"fillfactor": 90}
 
 nvl_domains = Table(
     "nvl_domains",
@@ -316,10 +319,15 @@ task_schedule_scope = Table(
     Column("schedule_id", Uuid, ForeignKey("task_schedule.id", ondelete="CASCADE"), nullable=False),
     Column("rack_id", Uuid, ForeignKey("racks.id", ondelete="CASCADE"), nullable=False, index=True),
     Column("component_filter", json_type(), nullable=True),
-    # Indexed for the SET NULL of a pruned task (migration 0010).
-    Column("last_task_id", Uuid, ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True, index=True),
+    # The task this scope submitted at its newest firing, rewritten by every firing. Neither a foreign key
+    # nor an index (migration 0034): with none, that rewrite changes no indexed column, so PostgreSQL
+    # makes it a HOT update (no index entry written, no key checked); the task prune no longer looks up
+    # each deleted task's scopes. A pruned task leaves its id here, as `retry_of` does for runs: the SKIP
+    # check finds no such task, so nothing to overlap, exactly as NULL did.
+    Column("last_task_id", Uuid, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     UniqueConstraint("schedule_id", "rack_id"),
+    postgresql_with=SCOPE_STORAGE,
 )
 
 task_schedule_run = Table(

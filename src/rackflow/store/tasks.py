@@ -441,7 +441,8 @@ def prune_finished_tasks(
     """`--task-retention`: delete the tasks that ended (completed, failed, terminated) longer than
     `retention` ago, oldest first (`prune_older`). Active tasks stay however old. A task ends after it was
     created, so `created_at < cutoff` holds for every one of them and lets ix_tasks_created_at find them;
-    a schedule scope whose last task goes forgets it (`last_task_id` SET NULL: nothing left to overlap).
+    a schedule scope whose last task goes keeps its id (migration 0034: no key sets it NULL), which the
+    SKIP check finds no task for: nothing left to overlap.
     The horizon of the runs whose kept task counts stay true is raised to the cutoff first
     (`kept_counts.raise_horizon`).
     """
