@@ -358,7 +358,7 @@ task_schedule_run = Table(
     Column("late_by_us", BigInteger, nullable=True),
     # The run RetryTaskScheduleRun re-ran (migration 0020). No foreign key (adding one rebuilds the table
     # on SQLite): a pruned run leaves the id, which then names no run.
-    Column("retry_of", Uuid, nullable=True, index=True),
+    Column("retry_of", Uuid, nullable=True),
     # Its tasks by status (TaskStatus value → count), kept once they can no longer change, and whether a
     # task of it was deleted with its rack since (never cleared: a kept count is read only while it is not;
     # retention's deletions are told by `task_prune_horizon`): `store.kept_counts`, migration 0031.
@@ -412,6 +412,14 @@ task_schedule_run = Table(
         "approval_expires_at",
         postgresql_where=text("state = 'awaiting_approval'"),
         sqlite_where=text("state = 'awaiting_approval'"),
+    ),
+    # The runs that re-ran a run (`store.rollouts.retried_by`): only retries are indexed (migration 0035).
+    # Every run was, with a NULL, twice a firing (its insert, and its completion, which is never HOT).
+    Index(
+        "ix_task_schedule_run_retries",
+        "retry_of",
+        postgresql_where=text("retry_of IS NOT NULL"),
+        sqlite_where=text("retry_of IS NOT NULL"),
     ),
     # The rollout driver's scan: only rolling runs.
     Index(

@@ -1,0 +1,56 @@
+"""runs: only retries in the index on `retry_of`, so a firing writes no entry for its NULL (issue 29)
+
+`retry_of` names the run that RetryTaskScheduleRun re-ran; all other runs hold NULL, and the index on it
+(migration 0020) held an entry for every one: written when a firing inserts its run, and again when the
+firing completes it (that update changes `state`, which partial indexes name, so it is never HOT), two
+index writes a firing for a lookup that only ever asks for retries (`store.rollouts.retried_by`,
+`retry_of IN (…)`, which both databases match to the predicate `retry_of IS NOT NULL`). The new index
+holds only the retries.
+
+On PostgreSQL the new index is built CONCURRENTLY (it reads the whole table: seconds over ten million runs;
+writes go on) before the old one is dropped CONCURRENTLY, so a lookup always has one; an interrupted build
+is dropped and built again (`dialect.building_index_concurrently`). On SQLite both are plain statements,
+as the downgrade's are on both (it builds the index on every run in one transaction, as 0020 did).
+
+Revision ID: 0035
+Revises: 0034
+Create Date: 2026-12-04
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+from rackflow.store.dialect import building_index_concurrently
+
+revision = "0035"
+down_revision = "0034"
+branch_labels = None
+depends_on = None
+
+TABLE = "task_schedule_run"
+EVERY_RUN = "ix_task_schedule_run_retry_of"
+RETRIES = "ix_task_schedule_run_retries"
+ONLY_RETRIES = sa.text("retry_of IS NOT NULL")
+
+
+def upgrade() -> None:
+    bind = op.get_bind()
+    if bind.dialect.name != "postgresql":
+        op.create_index(RETRIES, TABLE, ["retry_of"], sqlite_where=ONLY_RETRIES)
+        op.drop_index(EVERY_RUN, table_name=TABLE)
+        return
+    with op.get_context().autocommit_block(), building_index_concurrently(bind, RETRIES):
+        op.create_index(
+            RETRIES,
+            TABLE,
+            ["retry_of"],
+            postgresql_where=ONLY_RETRIES,
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+        op.drop_index(EVERY_RUN, table_name=TABLE, postgresql_concurrently=True, if_exists=True)
+
+
+def downgrade() -> None:
+    op.create_index(EVERY_RUN, TABLE, ["retry_of"])
+    op.drop_index(RETRIES, table_name=TABLE)
