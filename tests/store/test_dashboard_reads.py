@@ -7,12 +7,14 @@ import contextlib
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import update
 
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, ScheduleOrder
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, TaskStatus
 from rackflow.errors import FailedPrecondition
+from rackflow.store import paging
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks
@@ -104,6 +106,24 @@ async def test_task_counts_statuses_and_recent_failures(db: Database) -> None:
     assert [t.id for t in await env.services.tasks.failed_since(START, 10)] == [new_failed, old_failed]
     statuses = await env.services.tasks.statuses([old_failed, old_running, schedule.id])
     assert statuses == {old_failed: TaskStatus.FAILED, old_running: TaskStatus.RUNNING}
+
+
+async def test_task_counts_stop_past_the_cap(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each status is counted up to LIST_COUNT_CAP + 1 (a busy day's ended tasks are not read one by one):
+    a count past the cap means "more than the cap"; one at or under it is exact."""
+    monkeypatch.setattr(paging, "LIST_COUNT_CAP", 2)
+    env = make_env(db)
+    racks = [await env.rack(f"r{i}") for i in range(5)]
+    schedule = await env.schedule("reset", racks=racks)
+    fired = await env.services.schedules.trigger(schedule.id)
+    async with db.transaction() as conn:
+        await task_store.set_status(conn, fired[:4], TaskStatus.FAILED, now=env.clock.now())
+        await task_store.set_status(conn, fired[4:], TaskStatus.COMPLETED, now=env.clock.now())
+    env.clock.advance(timedelta(hours=1))
+    await env.services.schedules.trigger(schedule.id)  # five pending tasks, the racks free again
+
+    counts = await env.services.tasks.status_counts(env.clock.now() - timedelta(hours=24))
+    assert counts == {TaskStatus.FAILED: 3, TaskStatus.COMPLETED: 1, TaskStatus.PENDING: 3}
 
 
 async def test_names_by_id_and_ids_by_name(db: Database) -> None:

@@ -344,6 +344,22 @@ async def test_overview_state_counts_past_their_cap_say_at_least(
     assert re.search(r"2\+ <span>enabled</span>", page) and "1 paused" in page, page
 
 
+async def test_overview_task_counts_past_their_cap_say_at_least(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tasks by status are counted up to the list cap too (a busy day holds hundreds of thousands)."""
+    monkeypatch.setattr(paging, "LIST_COUNT_CAP", 2)
+    monkeypatch.setattr(pages, "LIST_COUNT_CAP", 2)
+    await make_racks(services, "r1", "r2", "r3", "r4")
+    schedule = await make_schedule(services, "nightly", "r1", "r2", "r3", "r4")
+    *failed, last = await services.schedules.trigger(schedule.id)
+    for task_id in failed:
+        await end_task(services, task_id, TaskStatus.FAILED)
+    await end_task(services, last, TaskStatus.COMPLETED)
+    page = (await http.get("/")).text
+    assert "2+ failed" in page and re.search(r"1 <span>completed</span>", page), page
+
+
 async def test_overview_backlog_at_its_cap_says_at_least(
     http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:

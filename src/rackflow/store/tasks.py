@@ -310,17 +310,23 @@ async def statuses(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> di
 
 
 async def status_counts(conn: AsyncConnection, *, created_since: datetime) -> dict[TaskStatus, int]:
-    """Active tasks (any age), and ended tasks created since `created_since`, by status.
+    """Active tasks (any age), and ended tasks created since `created_since`, by status: each counted up to
+    LIST_COUNT_CAP + 1 (`paging.count_capped`; more than the cap means "more than LIST_COUNT_CAP").
 
-    Two index scans (ix_tasks_active, ix_tasks_created_at), not a count of the whole table.
+    One capped count a status, by index: the active ones from ix_tasks_active (its predicate repeated, so
+    both databases use it), the ended ones from a range of ix_tasks_status_created_at_id. A grouped count of
+    a day's ended tasks read each of them (412 ms for the 280,101 of a busy day at full size: the overview
+    page missed its 300 ms); a status with none is left out.
     """
     counts: dict[TaskStatus, int] = {}
-    for where in (
-        is_active(tasks.c.status),
-        and_(tasks.c.created_at >= created_since, ~is_active(tasks.c.status)),
-    ):
-        stmt = select(tasks.c.status, func.count()).where(where).group_by(tasks.c.status)
-        counts.update({TaskStatus(row[0]): int(row[1]) for row in await conn.execute(stmt)})
+    for status in TaskStatus:
+        where = (
+            [is_active(tasks.c.status), tasks.c.status == status.value]
+            if status.is_active
+            else [tasks.c.status == status.value, tasks.c.created_at >= created_since]
+        )
+        if count := await count_capped(conn, tasks, where):
+            counts[status] = count
     return counts
 
 

@@ -185,7 +185,10 @@ async def _load(site: Site) -> Mapping[str, Any]:
             state: capped_count(count)
             for state, count in asdict(await services.schedules.state_counts()).items()
         },
-        "task_counts": await services.tasks.status_counts(now - FAILURE_WINDOW),
+        "task_counts": {
+            status.value: capped_count(count)
+            for status, count in (await services.tasks.status_counts(now - FAILURE_WINDOW)).items()
+        },
         "backlog": backlog,
         "backlog_capped": backlog >= DUE_COUNT_CAP,
         "failures": groups,
