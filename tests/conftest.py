@@ -18,11 +18,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import text
+from alembic import command
+from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 
 from rackflow.store.db import Database
-from rackflow.store.migrate import migrate
+from rackflow.store.migrate import _config, migrate
 from rackflow.store.tables import metadata
 from tests.e2e.cluster import forget_connections, fresh_postgres_database, kept_connection
 
@@ -188,6 +189,19 @@ async def database_at(url: str, revision: str) -> AsyncIterator[Database]:
         yield db
     finally:
         await db.dispose()
+
+
+async def downgrade(db: Database, revision: str) -> None:
+    """Take the database back down to `revision` (alembic's downgrade, in one transaction): a migration test
+    checks that its downgrade leaves what the older release reads."""
+
+    def run(conn: Connection) -> None:
+        cfg = _config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+    async with db.engine.begin() as conn:
+        await conn.run_sync(run)
 
 
 def upgraded_counts(before: dict[str, int]) -> dict[str, int]:

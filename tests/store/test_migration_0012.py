@@ -10,14 +10,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from alembic import command
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
-from tests.conftest import database_at, table_counts, upgraded_counts
+from tests.conftest import database_at, downgrade, table_counts, upgraded_counts
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RACK, SCHEDULE, TASK = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -122,12 +121,6 @@ async def test_upgrade_keeps_every_run_and_task_link_then_holds_one_live_rollout
             )
 
 
-def _downgrade_to_0011(conn: Connection) -> None:
-    cfg = _config()
-    cfg.attributes["connection"] = conn
-    command.downgrade(cfg, "0011")
-
-
 async def test_downgrade_ends_rollout_runs_and_keeps_the_links(db_at_0011: Database) -> None:
     db = db_at_0011
     await _write_as_0011(db)
@@ -136,8 +129,7 @@ async def test_downgrade_ends_rollout_runs_and_keeps_the_links(db_at_0011: Datab
         await conn.execute(
             update(task_schedule_run).where(task_schedule_run.c.id == RUN_B).values(state="rolling")
         )
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0011)
+    await downgrade(db, "0011")
     assert await current_revision(db) == "0011"
     async with db.read() as conn:
         states = dict((await conn.execute(select(task_schedule_run.c.id, task_schedule_run.c.state))).all())

@@ -11,14 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from alembic import command
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, migrate
+from rackflow.store.migrate import current_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
-from tests.conftest import database_at, table_counts
+from tests.conftest import database_at, downgrade, table_counts
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RACK, SCHEDULE, TASK = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -124,19 +123,12 @@ async def test_upgrade_keeps_every_run_and_link_then_holds_one_awaiting_run(db_a
         await _set_state(db, RUN_B, state)
 
 
-def _downgrade_to_0016(conn: Connection) -> None:
-    cfg = _config()
-    cfg.attributes["connection"] = conn
-    command.downgrade(cfg, "0016")
-
-
 async def test_downgrade_ends_waiting_runs_as_skipped_and_keeps_the_links(db_at_0016: Database) -> None:
     db = db_at_0016
     await _write_as_0016(db)
     await migrate(db, "0018")
     await _set_state(db, RUN_B, "awaiting_approval")
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0016)
+    await downgrade(db, "0016")
     assert await current_revision(db) == "0016"
     async with db.read() as conn:
         states = dict((await conn.execute(select(task_schedule_run.c.id, task_schedule_run.c.state))).all())

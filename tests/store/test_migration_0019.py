@@ -10,14 +10,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from alembic import command
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, migrate
+from rackflow.store.migrate import current_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
-from tests.conftest import database_at, table_counts
+from tests.conftest import database_at, downgrade, table_counts
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RACK, SCHEDULE, TASK, RUN = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -103,20 +102,13 @@ async def test_upgrade_keeps_runs_and_links_and_allows_missed(db_at_0018: Databa
             await conn.execute(update(task_schedule_run).values(state="exploded"))
 
 
-def _downgrade_to_0018(conn: Connection) -> None:
-    cfg = _config()
-    cfg.attributes["connection"] = conn
-    command.downgrade(cfg, "0018")
-
-
 async def test_downgrade_reads_a_missed_run_as_completed_and_keeps_the_links(db_at_0018: Database) -> None:
     db = db_at_0018
     await _write_as_0018(db)
     await migrate(db, "0019")
     async with db.transaction() as conn:
         await conn.execute(update(task_schedule_run).values(state="missed"))
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0018)
+    await downgrade(db, "0018")
     assert await current_revision(db) == "0018"
     async with db.read() as conn:
         assert (await conn.execute(select(task_schedule_run.c.state))).scalar_one() == "completed"

@@ -9,13 +9,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-from alembic import command
 from sqlalchemy import Connection, insert, inspect, select
 
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, migrate
+from rackflow.store.migrate import current_revision, migrate
 from rackflow.store.tables import failing_streak_checks, task_schedule
-from tests.conftest import database_at
+from tests.conftest import database_at, downgrade
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -45,12 +44,6 @@ async def _schedule(db: Database, name: str, *, pause_after: int, enabled: bool)
     return schedule_id
 
 
-def _downgrade_to_0022(conn: Connection) -> None:
-    cfg = _config()
-    cfg.attributes["connection"] = conn
-    command.downgrade(cfg, "0022")
-
-
 def _tables(conn: Connection) -> set[str]:
     return set(inspect(conn).get_table_names())
 
@@ -64,8 +57,7 @@ async def test_upgrade_marks_the_enabled_schedules_that_pause_after_failures(db_
     async with db.read() as conn:
         assert list((await conn.execute(select(failing_streak_checks.c.schedule_id))).scalars()) == [pausing]
 
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0022)
+    await downgrade(db, "0022")
     assert await current_revision(db) == "0022"
     async with db.engine.connect() as conn:
         assert "failing_streak_checks" not in await conn.run_sync(_tables)

@@ -12,14 +12,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from alembic import command
 from sqlalchemy import Connection, insert, inspect, select
 
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, migrate
+from rackflow.store.migrate import current_revision, migrate
 from rackflow.store.schedules import _outcome_from_json, outcome_counts_to_json
 from rackflow.store.tables import task_schedule, task_schedule_run
-from tests.conftest import database_at
+from tests.conftest import database_at, downgrade
 from tests.e2e.cluster import sql
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -80,12 +79,6 @@ async def _write_as_0023(db: Database) -> None:
             )
 
 
-def _downgrade_to_0023(conn: Connection) -> None:
-    cfg = _config()
-    cfg.attributes["connection"] = conn
-    command.downgrade(cfg, "0023")
-
-
 def _schema(conn: Connection) -> tuple[set[str], set[str]]:
     found = inspect(conn)
     return (
@@ -117,8 +110,7 @@ async def test_the_counts_are_backfilled_from_the_outcomes(db_at_0023: Database)
         columns, indexes = await conn.run_sync(_schema)
     assert "outcome_counts" in columns and "ix_tasks_run_id_status" in indexes
 
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0023)
+    await downgrade(db, "0023")
     assert await current_revision(db) == "0023"
     async with db.engine.connect() as conn:
         columns, indexes = await conn.run_sync(_schema)

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-from alembic import command
 from sqlalchemy import Column, Connection, ForeignKey, MetaData, Table, Uuid, delete, insert, inspect, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -20,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.store import streak_checks
 from rackflow.store.db import Database
 from rackflow.store.dialect import insert_new
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import failing_streak_checks, task_schedule
-from tests.conftest import database_at
+from tests.conftest import database_at, downgrade
 from tests.store.schema_diff import schema_diff
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -89,12 +88,6 @@ async def _marks(db: Database) -> list[uuid.UUID]:
         return sorted((await conn.execute(select(old_checks.c.schedule_id))).scalars())
 
 
-def _downgrade_to_0028(conn: Connection) -> None:
-    cfg = _config()
-    cfg.attributes["connection"] = conn
-    command.downgrade(cfg, "0028")
-
-
 def _key(conn: Connection) -> list[str]:
     return list(inspect(conn).get_pk_constraint("failing_streak_checks")["constrained_columns"])
 
@@ -133,8 +126,7 @@ async def test_upgrade_keeps_the_marks_the_old_release_works_on_them_and_downgra
         await streak_checks.mark_schedules(conn, [a, b])
         await streak_checks.mark_schedules(conn, [a])
     assert await _marks(db) == [a, a, b]
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0028)
+    await downgrade(db, "0028")
     assert await current_revision(db) == "0028"
     assert await _marks(db) == [a, b]
     async with db.engine.connect() as conn:

@@ -10,14 +10,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from alembic import command
 from sqlalchemy import Connection, Insert, insert, inspect, select
 
 from rackflow.store import scope_removals
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule, task_schedule_run
-from tests.conftest import database_at
+from tests.conftest import database_at, downgrade
 from tests.store.schedules_support import make_env
 from tests.store.schema_diff import schema_diff
 
@@ -77,12 +76,6 @@ async def _stamps(db: Database) -> dict[uuid.UUID, datetime | None]:
         return {row.id: row.scope_removed_after for row in await conn.execute(stmt)}
 
 
-def _downgrade_to_0030(conn: Connection) -> None:
-    cfg = _config()
-    cfg.attributes["connection"] = conn
-    command.downgrade(cfg, "0030")
-
-
 def _columns(conn: Connection) -> set[str]:
     return {c["name"] for c in inspect(conn).get_columns("task_schedule")}
 
@@ -125,8 +118,7 @@ async def test_existing_schedules_are_stamped_new_ones_are_not_and_downgrade_dro
     assert stamps[created.id] is None
     assert stamps[old] == (None if db.is_postgres else stamp)
 
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0030)
+    await downgrade(db, "0030")
     assert await current_revision(db) == "0030"
     async with db.engine.connect() as conn:
         assert "scope_removed_after" not in await conn.run_sync(_columns)

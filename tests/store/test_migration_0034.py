@@ -10,13 +10,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-from alembic import command
 from sqlalchemy import Connection, delete, insert, inspect, select
 
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_scope, tasks
-from tests.conftest import database_at, table_counts, upgraded_counts
+from tests.conftest import database_at, downgrade, table_counts, upgraded_counts
 from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
@@ -84,12 +83,6 @@ def _key_and_index(conn: Connection) -> tuple[list[list[str]], set[str]]:
     return [columns for columns in keys if columns == ["last_task_id"]], {INDEX} & indexes
 
 
-def _downgrade_to_0033(conn: Connection) -> None:
-    cfg = _config()
-    cfg.attributes["connection"] = conn
-    command.downgrade(cfg, "0033")
-
-
 async def test_scopes_keep_their_last_tasks_without_the_key_and_back_down(db_at_0033: Database) -> None:
     db = db_at_0033
     named = await _scopes_naming_tasks(db, 3)
@@ -111,8 +104,7 @@ async def test_scopes_keep_their_last_tasks_without_the_key_and_back_down(db_at_
     assert await _last_tasks(db) == named
 
     # Down again: the id naming no task is forgotten, the others kept, the key and index back.
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0033)
+    await downgrade(db, "0033")
     assert await current_revision(db) == "0033"
     assert await _last_tasks(db) == {**named, pruned_scope: None}
     async with db.engine.connect() as conn:

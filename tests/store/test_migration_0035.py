@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from alembic import command
 from sqlalchemy import Connection, insert, inspect
 
 from rackflow.store import rollouts
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule, task_schedule_run
-from tests.conftest import database_at, table_counts, upgraded_counts
+from tests.conftest import database_at, downgrade, table_counts, upgraded_counts
 from tests.store.query_plans import statement_sent
 from tests.store.schema_diff import schema_diff
 
@@ -83,12 +82,6 @@ async def _plan_of_retried_by(db: Database, run_id: uuid.UUID) -> str:
     return "\n".join(str(value) for row in rows for value in row)
 
 
-def _downgrade_to_0034(conn: Connection) -> None:
-    cfg = _config()
-    cfg.attributes["connection"] = conn
-    command.downgrade(cfg, "0034")
-
-
 async def test_only_retries_are_indexed_and_still_found_and_back_down(db_at_0034: Database) -> None:
     db = db_at_0034
     first, retry = await _runs_and_a_retry(db)
@@ -106,8 +99,7 @@ async def test_only_retries_are_indexed_and_still_found_and_back_down(db_at_0034
     # `retry_of IN (…)` implies the predicate `retry_of IS NOT NULL` on both databases.
     assert RETRIES in await _plan_of_retried_by(db, first)
 
-    async with db.engine.begin() as conn:
-        await conn.run_sync(_downgrade_to_0034)
+    await downgrade(db, "0034")
     assert await current_revision(db) == "0034"
     async with db.engine.connect() as conn:
         assert await conn.run_sync(_retry_indexes) == {EVERY_RUN}
