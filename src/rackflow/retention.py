@@ -6,9 +6,10 @@ prunes on its own, because deleting is idempotent and concurrent pruners skip ea
 runs. A failed prune (say, the database is down) is logged and tried again at the next round; it never
 stops the server.
 
-Tasks are pruned before runs, in one loop (`run_in_order`): deleting a run unlinks the tasks it submitted
-(`tasks.run_id` is ON DELETE SET NULL), which rewrites each task row and its index entries; after its tasks
-are gone, a run's delete has nothing to unlink (docs/PERFORMANCE.md, "The prune at ten million rows").
+Tasks are pruned before runs, in one loop (`run_in_order`). On SQLite deleting a run unlinks the tasks it
+submitted (`tasks.run_id` is ON DELETE SET NULL there), which rewrites each task row; after its tasks are
+gone, a run's delete has nothing to unlink (docs/PERFORMANCE.md, "The prune at ten million rows"). On
+PostgreSQL the tasks keep the pruned run's id and a run's delete never visits them (migration 0036).
 """
 
 from __future__ import annotations

@@ -249,6 +249,10 @@ def test_cancel_a_task(server: ServerProcess, driver: WebDriver) -> None:
     open_page(driver, server, f"/tasks/{task_id.id}", "Power On on r6")
     assert text(driver, "task-status").endswith("terminated")
     assert "cancelled by user" in text(driver, "task-message")
+    # Its firing is still recorded: linked (a pruned one is said instead, tests/web/test_console_pages.py).
+    (firing,) = by_testid(driver, "task-run-link")
+    assert firing.is_displayed() and "/runs/" in (firing.get_attribute("href") or "")
+    assert not by_testid(driver, "task-run-pruned")
 
 
 def test_a_refused_filter_is_said_on_the_page_and_the_form_stays(

@@ -14,13 +14,13 @@ from rackflow.store.tables import metadata
 
 async def schema_diff(db: Database) -> list[object]:
     """What alembic would change to make the database's schema `metadata`'s: [] when they match. An index
-    declared for the other database only (`Index.ddl_if`) is left out: the migrations do not create it
-    here. The audit trail's partitions (PostgreSQL) are not metadata either."""
+    or foreign key declared for the other database only (`ddl_if`) is left out: the migrations do not
+    create it here. The audit trail's partitions (PostgreSQL) are not metadata either."""
 
     def for_this_database(obj: Any, name: Any, type_: str, _reflected: bool, _compare_to: Any) -> bool:
         if type_ == "table" and name in partitions:
             return False
-        only = getattr(obj, "_ddl_if", None) if type_ == "index" else None
+        only = getattr(obj, "_ddl_if", None) if type_ in ("index", "foreign_key_constraint") else None
         return only is None or only.dialect in (None, db.dialect)
 
     partitions: set[str] = set()  # the audit trail's, on PostgreSQL (store/audit_partitions.py): not metadata

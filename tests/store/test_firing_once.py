@@ -102,7 +102,9 @@ async def test_a_second_task_for_a_rack_from_one_run_is_refused_naming_the_run(e
         await task_store.insert_tasks(conn, [replace(task, id=uuid.uuid4(), rack_id=r2.id)])
 
 
-async def test_pruning_runs_or_deleting_the_schedule_keeps_the_tasks_unlinked(env: Env) -> None:
+async def test_pruning_runs_or_deleting_the_schedule_keeps_the_tasks(env: Env) -> None:
+    """The tasks stay; on PostgreSQL they keep the ids of their runs, which name no run once pruned
+    (migration 0036: no key); SQLite's key unlinks them."""
     schedule = await env.schedule(racks=[await env.rack("r1")], policy=OverlapPolicy.QUEUE)
     (first,) = await env.services.schedules.trigger(schedule.id)
     env.clock.advance(timedelta(minutes=1))
@@ -111,8 +113,14 @@ async def test_pruning_runs_or_deleting_the_schedule_keeps_the_tasks_unlinked(en
         await store.prune_runs(conn, [schedule.id], keep=1)
     run_of = {t.id: t.run_id for t in await env.services.tasks.get_tasks([first, second])}
     (kept,), _ = await env.services.schedules.list_runs(schedule.id)
-    assert run_of == {first: None, second: kept.id}
+    pruned = run_of[first]
+    assert run_of[second] == kept.id
+    if env.db.is_postgres:
+        assert pruned is not None and not await env.services.schedules.has_run(pruned)
+    else:
+        assert pruned is None
     await env.services.schedules.delete(schedule.id)
     async with env.db.read() as conn:
         rows = (await conn.execute(select(tasks.c.id, tasks.c.run_id))).all()
-    assert sorted(rows) == sorted([(first, None), (second, None)])
+    expected = [(first, pruned), (second, kept.id)] if env.db.is_postgres else [(first, None), (second, None)]
+    assert sorted(rows) == sorted(expected)

@@ -10,12 +10,12 @@ from dataclasses import replace
 from datetime import timedelta
 
 import httpx
-from sqlalchemy import update
+from sqlalchemy import delete, update
 
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import TaskStatus
 from rackflow.services import Services
-from rackflow.store.tables import tasks
+from rackflow.store.tables import task_schedule_run, tasks
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.web.pages import overview
 from tests.web.conftest import START, end_task, make_racks, make_schedule
@@ -79,10 +79,19 @@ async def test_a_run_page_shows_each_rack_its_task_and_error(
 
     task_page = (await http.get(f"/tasks/{failed}")).text
     assert [attribute(t, "href") for t in tagged(task_page, "task-run-link")] == [f"/runs/{run_id}"]
+    assert not tagged(task_page, "task-run-pruned")
 
     assert (await http.get("/runs/nope")).status_code == 400
     missing = await http.get(f"/runs/{schedule.id}")
     assert missing.status_code == 404 and tagged(missing.text, "page-error")
+
+    # Its run pruned, the task keeps the run's id on PostgreSQL (migration 0036): its page says so rather
+    # than link to a page that is gone. SQLite's foreign key unlinks the task instead: no firing shown.
+    async with services.db.transaction() as conn:
+        await conn.execute(delete(task_schedule_run).where(task_schedule_run.c.id == uuid.UUID(run_id)))
+    task_page = (await http.get(f"/tasks/{failed}")).text
+    assert not tagged(task_page, "task-run-link")
+    assert len(tagged(task_page, "task-run-pruned")) == (1 if services.db.is_postgres else 0)
 
 
 async def test_a_cancelled_rollout_and_a_resumed_one_are_not_failed(

@@ -1045,6 +1045,12 @@ class ScheduleService:
         async with self.db.read() as conn:
             return await store.run_rack_page(conn, run_id, offset, limit)
 
+    async def has_run(self, run_id: uuid.UUID) -> bool:
+        """Whether the run is still recorded: a task keeps its run's id after the run is pruned
+        (migration 0036), as a retry keeps the id of the run it re-ran."""
+        async with self.db.read() as conn:
+            return await store.run_head(conn, run_id) is not None
+
     async def run_heads(self, schedule_id: uuid.UUID, limit: int) -> tuple[list[Run], int]:
         """The schedule's newest `limit` firings without their outcomes, newest first, and their total
         (as `list_runs`): a runs grid reads its outcomes per page of racks (`grid_outcomes`)."""

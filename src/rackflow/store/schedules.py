@@ -1309,7 +1309,7 @@ def prune_old_runs(
     first, by ix_task_schedule_run_fired_at_id (`prune_older`). A run still `running` stays: its firing may
     yet write its outcomes; so does a live (rolling or halted) rollout's: its run drives it; and one
     awaiting approval, which may yet start. The tasks a
-    deleted run submitted stay, unlinked (`tasks.run_id` SET NULL).
+    deleted run submitted stay, naming it (on SQLite unlinked: `tasks.run_id`, migration 0036).
     """
     run = task_schedule_run.c
     kept = ("running", *UNDECIDED_STATES)

@@ -10,6 +10,7 @@ from sqlalchemy import (
     Column,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
@@ -117,8 +118,11 @@ tasks = Table(
     Column("schedule_id", Uuid, nullable=True),
     Column("owner_id", Uuid, nullable=True),
     Column("attempts", Integer, nullable=False, server_default="0"),
-    # The firing that submitted the task (migration 0006); a pruned run leaves its tasks, unlinked.
-    Column("run_id", Uuid, ForeignKey("task_schedule_run.id", ondelete="SET NULL"), nullable=True),
+    # The firing that submitted the task (migration 0006). A pruned run leaves its id, which then names no
+    # run, as a pruned run's `retry_of` does: on PostgreSQL without a foreign key (migration 0036), so a
+    # task's insert does not lock its run nor a run's deletion rewrite its tasks; SQLite keeps the key
+    # (ON DELETE SET NULL, below), which costs it little and which it cannot drop without rebuilding `tasks`.
+    Column("run_id", Uuid, nullable=True),
     # The typed hold (rackflow.tasks.gates; migrations 0011, 0014): the claim leaves the task until
     # `not_before`, held by `held_by` (a gate's name, or "window": its opening) for `held_reason` since
     # `held_since`; a task not started by `not_after` (its window's end) fails without running.
@@ -138,6 +142,7 @@ tasks = Table(
     CheckConstraint(
         "status IN ('pending', 'running', 'completed', 'failed', 'terminated', 'waiting')", name="status"
     ),
+    ForeignKeyConstraint(["run_id"], ["task_schedule_run.id"], ondelete="SET NULL").ddl_if(dialect="sqlite"),
     # One task per rack per firing, whatever code path submits it (and the index the lost-connection
     # recovery looks a firing's tasks up by). A unique index rather than a table constraint, so that
     # migration 0006 need not rebuild the table on SQLite.
