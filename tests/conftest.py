@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -208,3 +209,33 @@ def upgraded_counts(before: dict[str, int]) -> dict[str, int]:
     """What `table_counts` must read once a database counted at an older revision is upgraded to the head:
     every table kept its rows, and every table a later revision created is there and empty."""
     return {**dict.fromkeys((t.name for t in metadata.sorted_tables), 0), **before}
+
+
+def schedule_row(schedule_id: uuid.UUID, name: str, at: datetime) -> dict[str, object]:
+    """A schedule's row with only the columns every revision has (0001): an upgrade test writes it at an
+    older revision, as that release would have."""
+    return {
+        "id": schedule_id,
+        "name": name,
+        "spec_type": "interval",
+        "spec": "1h",
+        "operation_template": {"operation": {"kind": "power_off"}},
+        "created_at": at,
+        "updated_at": at,
+    }
+
+
+def task_row(task_id: uuid.UUID, rack_id: uuid.UUID, at: datetime, **later: object) -> dict[str, object]:
+    """A completed power-off task's row with only the columns every revision has (0001), plus `later` ones
+    the test's revision has (`run_id`, `schedule_id`)."""
+    return {
+        "id": task_id,
+        "operation": "power_off",
+        "parameters": {"kind": "power_off"},
+        "rack_id": rack_id,
+        "component_ids": [],
+        "status": "completed",
+        "created_at": at,
+        "updated_at": at,
+        **later,
+    }

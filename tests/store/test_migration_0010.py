@@ -15,7 +15,7 @@ from sqlalchemy import insert, inspect
 from rackflow.store.db import Database
 from rackflow.store.migrate import _config, current_revision, head_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
-from tests.conftest import table_counts, upgraded_counts
+from tests.conftest import schedule_row, table_counts, task_row, upgraded_counts
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 PREVIOUS = ScriptDirectory.from_config(_config()).get_revision("0010").down_revision
@@ -35,35 +35,13 @@ async def test_0010_keeps_every_row_and_adds_the_retention_indexes(db_before: Da
     rack, schedule, task, run = (uuid.uuid4() for _ in range(4))
     async with db.transaction() as conn:
         await conn.execute(insert(racks).values(id=rack, name="r1", created_at=T0))
-        await conn.execute(
-            insert(task_schedule).values(
-                id=schedule,
-                name="nightly",
-                spec_type="interval",
-                spec="1h",
-                operation_template={"operation": {"kind": "power_off"}},
-                created_at=T0,
-                updated_at=T0,
-            )
-        )
+        await conn.execute(insert(task_schedule).values(**schedule_row(schedule, "nightly", T0)))
         await conn.execute(
             insert(task_schedule_run).values(
                 id=run, schedule_id=schedule, fired_at=T0, trigger="dispatch", state="completed", outcomes=[]
             )
         )
-        await conn.execute(
-            insert(tasks).values(
-                id=task,
-                operation="power_off",
-                parameters={"kind": "power_off"},
-                rack_id=rack,
-                component_ids=[],
-                status="completed",
-                created_at=T0,
-                updated_at=T0,
-                run_id=run,
-            )
-        )
+        await conn.execute(insert(tasks).values(**task_row(task, rack, T0, run_id=run)))
         await conn.execute(
             insert(task_schedule_scope).values(
                 id=uuid.uuid4(), schedule_id=schedule, rack_id=rack, last_task_id=task, created_at=T0

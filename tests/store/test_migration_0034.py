@@ -15,7 +15,7 @@ from sqlalchemy import Connection, delete, insert, inspect, select
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_scope, tasks
-from tests.conftest import database_at, downgrade, table_counts, upgraded_counts
+from tests.conftest import database_at, downgrade, schedule_row, table_counts, task_row, upgraded_counts
 from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
@@ -38,29 +38,8 @@ async def _scopes_naming_tasks(db: Database, count: int) -> dict[uuid.UUID, uuid
         await conn.execute(insert(racks).values(id=rack, name="r1", created_at=T0))
         for n in range(count):
             schedule, task, scope = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-            await conn.execute(
-                insert(task_schedule).values(
-                    id=schedule,
-                    name=f"s{n}",
-                    spec_type="interval",
-                    spec="1h",
-                    operation_template={"operation": {"kind": "power_off"}},
-                    created_at=T0,
-                    updated_at=T0,
-                )
-            )
-            await conn.execute(
-                insert(tasks).values(
-                    id=task,
-                    operation="power_off",
-                    parameters={"kind": "power_off"},
-                    rack_id=rack,
-                    component_ids=[],
-                    status="completed",
-                    created_at=T0,
-                    updated_at=T0,
-                )
-            )
+            await conn.execute(insert(task_schedule).values(**schedule_row(schedule, f"s{n}", T0)))
+            await conn.execute(insert(tasks).values(**task_row(task, rack, T0)))
             await conn.execute(
                 insert(task_schedule_scope).values(
                     id=scope, schedule_id=schedule, rack_id=rack, last_task_id=task, created_at=T0

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, delete, insert, inspect, select
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, tasks
-from tests.conftest import database_at, downgrade, table_counts, upgraded_counts
+from tests.conftest import database_at, downgrade, schedule_row, table_counts, task_row, upgraded_counts
 from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
@@ -35,17 +35,7 @@ async def _tasks_naming_runs(db: Database, count: int) -> dict[uuid.UUID, uuid.U
     named: dict[uuid.UUID, uuid.UUID] = {}
     async with db.transaction() as conn:
         await conn.execute(insert(racks).values(id=rack, name="r1", created_at=T0))
-        await conn.execute(
-            insert(task_schedule).values(
-                id=schedule,
-                name="s1",
-                spec_type="interval",
-                spec="1h",
-                operation_template={"operation": {"kind": "power_off"}},
-                created_at=T0,
-                updated_at=T0,
-            )
-        )
+        await conn.execute(insert(task_schedule).values(**schedule_row(schedule, "s1", T0)))
         for _ in range(count):
             run, task = uuid.uuid4(), uuid.uuid4()
             await conn.execute(
@@ -59,18 +49,7 @@ async def _tasks_naming_runs(db: Database, count: int) -> dict[uuid.UUID, uuid.U
                 )
             )
             await conn.execute(
-                insert(tasks).values(
-                    id=task,
-                    operation="power_off",
-                    parameters={"kind": "power_off"},
-                    rack_id=rack,
-                    component_ids=[],
-                    status="completed",
-                    created_at=T0,
-                    updated_at=T0,
-                    schedule_id=schedule,
-                    run_id=run,
-                )
+                insert(tasks).values(**task_row(task, rack, T0, schedule_id=schedule, run_id=run))
             )
             named[task] = run
     return named
