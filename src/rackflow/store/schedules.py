@@ -1130,8 +1130,8 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
     """Record firings (one statement); returns the ids of those recorded.
 
     A dispatched firing whose slot (schedule, `scheduled_for`) is recorded already is left out: the unique
-    index `uq_task_schedule_run_slot` holds "once per tick" whatever code path tries a second time, and the
-    caller fires only what was recorded. So is a second live rollout of one schedule
+    index `uq_task_schedule_run_slot_by_time` holds "once per tick" whatever code path tries a second time,
+    and the caller fires only what was recorded. So is a second live rollout of one schedule
     (`uq_task_schedule_run_live_rollout`).
     """
     if not runs:

@@ -385,11 +385,13 @@ task_schedule_run = Table(
         sqlite_where=text("state = 'running'"),
     ),
     # Exactly once per tick, held by the database: one run per (schedule, slot) it was dispatched for.
-    # Manual runs have no slot (NULL) and are not limited (migration 0006).
+    # Manual runs have no slot (NULL) and are not limited (migration 0006). Led by the slot's time, as
+    # nothing reads it by schedule: a firing's run goes to the newest leaves, not to a random one among
+    # every run kept (migration 0037).
     Index(
-        "uq_task_schedule_run_slot",
-        "schedule_id",
+        "uq_task_schedule_run_slot_by_time",
         "scheduled_for",
+        "schedule_id",
         unique=True,
         postgresql_where=text("scheduled_for IS NOT NULL"),
         sqlite_where=text("scheduled_for IS NOT NULL"),
