@@ -249,6 +249,39 @@ def secondary_indexes_rebuilt(engine: Engine, *tables: Table) -> Iterator[None]:
     print(f"# rebuilt {len(found)} indexes in {time.perf_counter() - started:.1f}s", flush=True)
 
 
+@contextmanager
+def pages_filled(engine: Engine, *tables: Table) -> Iterator[None]:
+    """Write the history's rows into full pages (`fillfactor = 100`), then give `tables` back the storage
+    options they were migrated with (`HISTORY_STORAGE`, 90 since migration 0033).
+
+    Why: a year of runs and tasks leaves no room a new row can take in its old pages. Each was inserted
+    small and rewritten larger (a firing's write-back, a task's end), so a page takes new rows until the fill
+    factor stops them, its rows then grow into the room kept for that, and vacuum gives back only the old
+    versions of the latest rows: the free space map offers only the newest pages (`bench/free_space.py
+    --layout aged`: 1 page of the oldest 5,342 offered to a new run, 459 of the newest 2,136). Loaded at their
+    final size at fill factor 90 (`--layout loaded90`), every page kept 10 % and up to a row more, and every
+    page was offered: each run a drain inserted read one old page from the disk, a state a real database is
+    in only after a restore or a rewrite, until each old page has taken one new row (docs/PERFORMANCE.md,
+    "The slot's index led by time")."""
+    with engine.connect() as conn:
+        options: dict[str, list[str] | None] = {
+            table.name: conn.execute(
+                text("SELECT reloptions FROM pg_class WHERE oid = to_regclass(:table)"), {"table": table.name}
+            ).scalar()
+            for table in tables
+        }
+    with engine.begin() as conn:
+        for table in tables:
+            conn.execute(text(f'ALTER TABLE "{table.name}" SET (fillfactor = 100)'))
+    yield
+    with engine.begin() as conn:
+        for table in tables:
+            conn.execute(text(f'ALTER TABLE "{table.name}" RESET (fillfactor)'))
+            migrated = options[table.name]
+            if migrated:
+                conn.execute(text(f'ALTER TABLE "{table.name}" SET ({", ".join(migrated)})'))
+
+
 def _chunked(engine: Engine, total: int, what: str, insert: Any, start: int = 0) -> None:
     """`insert(conn, first, last)` for each chunk [first, last) of start..total, one transaction each."""
     started = time.perf_counter()
@@ -338,7 +371,10 @@ def load(
             series(a, b),
         ),
     )
-    with secondary_indexes_rebuilt(engine, task_schedule_run, tasks):
+    with (
+        secondary_indexes_rebuilt(engine, task_schedule_run, tasks),
+        pages_filled(engine, task_schedule_run, tasks),
+    ):
         _load_history(engine, tpl, ids, r, runs, tasks_n)
     scope_id = _scalar(
         engine, select(task_schedule_scope.c.id).where(task_schedule_scope.c.schedule_id == tpl["schedule"])
