@@ -71,7 +71,9 @@ def new_run_needs(conn: Connection) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_db_arguments(parser, kinds=("postgres",))
     parser.add_argument("--layout", choices=("aged", "loaded90", "loaded100"), default="aged")
     parser.add_argument("--runs", type=int, default=200_000)
