@@ -1,8 +1,8 @@
 """A dispatched batch's lookups by key, and the backlog count, read indexes on PostgreSQL whatever the
 statistics (docs/PERFORMANCE.md, "flat as work grows").
 
-One dispatch round reads its batch's scopes, their last tasks, its racks (the window rules', the rollout
-order's, the submit's lock) and their components by up to `DISPATCH_BATCH_CAP` ids each. Written as
+One dispatch round reads its batch's scopes, their racks' live tasks, its racks (the window rules', the
+rollout order's, the submit's lock) and their components by up to `DISPATCH_BATCH_CAP` ids each. Written as
 `column IN (…)`, PostgreSQL 15 read each of those tables in full: with statistics of the fleet as a hashed
 scan that it costs below that many index probes (until the fleet is large, and then still once per batch),
 and with the statistics of empty tables (a fleet loaded since they were analyzed) as matching most of the
@@ -161,7 +161,7 @@ LOOKUPS: dict[str, tuple[Send, str]] = {
     ),
     "overlapping_scope_ids": (
         lambda db, conn, f: schedules_store.overlapping_scope_ids(conn, f.scopes),
-        "pk_task_schedule_scope",
+        "ix_tasks_live_rack_id",
     ),
     "rack_refs": (lambda db, conn, f: windows.rack_refs(conn, f.rack_ids), "pk_racks"),
     "rack_places": (lambda db, conn, f: rollouts.rack_places(conn, f.rack_ids), "pk_racks"),

@@ -234,6 +234,32 @@ async def test_a_pruned_last_task_keeps_its_id_and_overlaps_nothing(env: Env) ->
     assert scope.last_task_id == result.task_ids[0]
 
 
+async def test_only_the_scopes_own_last_task_makes_it_overlap_not_other_live_work_on_its_rack(
+    env: Env,
+) -> None:
+    """The SKIP check reads the live tasks of the scopes' racks: another task live on the rack (here one
+    submitted by hand) is not the scope's last task, and the scope's own active last task still is."""
+    rack = await env.rack("r1")
+    schedule = await env.schedule(racks=[rack])
+    (first,) = await env.services.schedules.trigger(schedule.id)
+    await env.services.tasks.cancel(first)
+    (by_hand,) = await env.services.tasks.submit(
+        POWER_OFF, [RackSelection(rack.id)], description="by hand", queue=QueueOptions()
+    )
+    (scope,) = await env.services.schedules.list_scopes(schedule.id)
+    assert scope.last_task_id == first
+    async with env.db.read() as conn:
+        assert await store.overlapping_scope_ids(conn, [scope]) == set()
+
+    await env.services.tasks.cancel(by_hand.id)
+    env.clock.advance(timedelta(seconds=1))
+    (second,) = await env.services.schedules.trigger(schedule.id)
+    (scope,) = await env.services.schedules.list_scopes(schedule.id)
+    assert scope.last_task_id == second
+    async with env.db.read() as conn:
+        assert await store.overlapping_scope_ids(conn, [scope]) == {scope.id}
+
+
 async def test_trigger_unknown_is_not_found(env: Env) -> None:
     with pytest.raises(NotFound):
         await env.services.schedules.trigger(uuid.uuid4())

@@ -55,10 +55,6 @@ BACKLOG = 2_000  # pending tasks a burst left: what a claim must not read whole
 # no such index (with it, its planner left `ix_tasks_held` for the status index in the dead-hold sweep,
 # test_held_index.py) and reads the rack's tasks by its index.
 LIVE_BY_RACK_INDEX = {"postgresql": "ix_tasks_live_rack_id", "sqlite": "ix_tasks_rack_id_status"}
-# The SKIP overlap check's read of each scope's last task: by its primary key. Given the live statuses,
-# PostgreSQL read the last task through ix_tasks_active when its statistics said few tasks were live, and
-# filtered every live task by id, for each scope (docs/PERFORMANCE.md, "The drain among a loaded history").
-LAST_TASK_BY_KEY = {"postgresql": "pk_tasks", "sqlite": "sqlite_autoindex_tasks_1"}
 ENDED_TASKS = 20_000
 RACKS = 200
 # A read of every row of tasks (or of its alias `blocker`), in either database's EXPLAIN.
@@ -281,9 +277,11 @@ HOT = {
     ),
     "blocking_tasks": Hot(lambda h, conn: tasks_store.blocking_tasks(conn, h.rows.rack_ids)),
     "waiting_tasks": Hot(lambda h, conn: tasks_store.waiting_tasks(conn, h.rows.rack_ids)),
-    # Each scope's last task by its key, never by filtering the live tasks of the fleet by id.
+    # The active tasks of each scope's rack, never the last tasks' rows of the history, nor every live task
+    # of the fleet filtered by id for each scope, which PostgreSQL read through ix_tasks_active when its
+    # statistics said few tasks were live (docs/PERFORMANCE.md, "The drain among a loaded history").
     "overlapping_scope_ids": Hot(
-        lambda h, conn: schedules_store.overlapping_scope_ids(conn, h.rows.scopes), LAST_TASK_BY_KEY
+        lambda h, conn: schedules_store.overlapping_scope_ids(conn, h.rows.scopes), LIVE_BY_RACK_INDEX
     ),
 }
 

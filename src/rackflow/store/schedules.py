@@ -81,6 +81,7 @@ from rackflow.store.paging import Key, after_key, count_capped, up_to_key
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.streak_checks import mark_schedules, mark_schedules_of_runs
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
+from rackflow.store.tasks import is_live_on_rack
 from rackflow.store.tasks import statuses as task_statuses
 from rackflow.timespec import ScheduleSpec, SpecType
 
@@ -926,9 +927,7 @@ async def lock_scopes(db: Database, conn: AsyncConnection, scope_ids: Collection
 # from each).
 _SCOPE_IDS = select(task_schedule_scope.c.id)
 _SCOPE_ROWS = select(task_schedule_scope)
-_LAST_TASK_STATUS = select(task_schedule_scope.c.id, tasks.c.status).join(
-    tasks, tasks.c.id == task_schedule_scope.c.last_task_id
-)
+_LIVE_TASK_STATUSES = select(tasks.c.id, tasks.c.status).where(is_live_on_rack(tasks))
 
 
 async def _lock_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) -> None:
@@ -1007,20 +1006,22 @@ async def set_last_task_ids(conn: AsyncConnection, task_by_scope: dict[uuid.UUID
 async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) -> set[uuid.UUID]:
     """The scopes whose last task is still active (waiting, pending or running): SKIP leaves them out.
 
-    Each scope and its last task are looked up by primary key (`by_keys`): while many tasks are active, as
-    in a drain, `id IN (…)` of a batch's scopes was planned as a full scan of the scopes. The last task's
-    status is tested here, not in the statement: given `status IN (…active)`, PostgreSQL read each scope's
-    last task through `ix_tasks_active` whenever its statistics (taken while few tasks were live) said
-    that index was nearly empty, and filtered every live task of the fleet by id, for each scope: 1,600
-    to 3,600 buffers a firing in a drain of 5,000 among a million schedules, the drain's costliest
-    statement (docs/PERFORMANCE.md, "The drain among a loaded history").
+    Read from the live tasks of the scopes' racks, each rack looked up on its own (`by_keys`, in
+    `ix_tasks_live_rack_id` on PostgreSQL, the rack's index on SQLite), never from the last tasks
+    themselves: a task's rack never changes, so a scope's last task is active exactly when it is among its
+    rack's live tasks with an active status. Those are a few recent rows, where a scope's last task is
+    mostly long ended: a row of a year's history, which each firing among a million schedules read from the
+    disk (with a leaf of the primary key) only to find it ended (docs/PERFORMANCE.md, "The slot's index led
+    by time"). The statuses are tested here, not in the statement (`is_live_on_rack`).
     """
-    ids = [scope.id for scope in scopes if scope.last_task_id is not None]
+    scope_of_task = {scope.last_task_id: scope.id for scope in scopes if scope.last_task_id is not None}
+    rack_ids = {scope.rack_id for scope in scopes if scope.last_task_id is not None}
     found: set[uuid.UUID] = set()
-    for chunk in chunked(ids):
-        stmt = by_keys(conn.dialect.name, _LAST_TASK_STATUS, task_schedule_scope.c.id, chunk)
-        rows = await conn.execute(stmt)
-        found.update(scope_id for scope_id, status in rows if TaskStatus(status) in ACTIVE_STATUSES)
+    for chunk in chunked(in_id_order(rack_ids)):
+        stmt = by_keys(conn.dialect.name, _LIVE_TASK_STATUSES, tasks.c.rack_id, chunk)
+        for task_id, status in await conn.execute(stmt):
+            if task_id in scope_of_task and TaskStatus(status) in ACTIVE_STATUSES:
+                found.add(scope_of_task[task_id])
     return found
 
 

@@ -52,6 +52,15 @@ def is_active(status: ColumnElement[str]) -> ColumnElement[bool]:
     return status_in(status, *ACTIVE_STATUSES)
 
 
+def is_live_on_rack(task: FromClause) -> ColumnElement[bool]:
+    """The task is live on its rack: active, or cancelled and still held. The predicate of
+    `ix_tasks_live_rack_id` (PostgreSQL), which the reads of a rack's live tasks repeat so that they read
+    that index by rack: given only the active statuses, PostgreSQL may read an index of every active task
+    instead (`ix_tasks_active`, `ix_tasks_live_queue`) when its statistics say few are live, and filter all
+    of them by rack, for each rack."""
+    return or_(is_active(task.c.status), task.c.owner_id.is_not(None))
+
+
 def blocks(task: FromClause) -> ColumnElement[bool]:
     """The task (of `tasks` or an alias) keeps a new one on its rack waiting: PENDING, RUNNING, or a
     cancelled one still held."""
@@ -177,7 +186,7 @@ async def attempts(
 # The statements of a submit's lookups by key, built once (`dialect.by_keys` reuses what it builds from each).
 _RACK_NAMES = select(racks.c.id, racks.c.name)
 # A rack's blocking or waiting tasks: every active task, and cancelled ones still held.
-_LIVE_TASKS = select(tasks).where(or_(is_active(tasks.c.status), tasks.c.owner_id.is_not(None)))
+_LIVE_TASKS = select(tasks).where(is_live_on_rack(tasks))
 
 
 async def lock_racks(
