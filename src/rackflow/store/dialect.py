@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from alembic import op
 from psycopg.types.array import ListBinaryDumper
 from psycopg.types.json import set_json_loads
 from sqlalchemy import (
@@ -32,6 +33,7 @@ from sqlalchemy import (
     Interval,
     Table,
     Text,
+    TextClause,
     Update,
     all_,
     any_,
@@ -242,6 +244,38 @@ def building_index_concurrently(conn: Connection, index: str) -> Iterator[None]:
         yield
     finally:
         _wait_for_locks_at_most(conn, MIGRATION_LOCK_TIMEOUT)
+
+
+def replace_index_online(
+    table: str,
+    old: str,
+    new: str,
+    columns: Sequence[str],
+    *,
+    where: TextClause,
+    unique: bool = False,
+) -> None:
+    """In a migration (alembic's `op`), the swap of the partial index `old` of `table` for `new` (`columns`
+    WHERE `where`). On PostgreSQL, in an autocommit block, `new` is built CONCURRENTLY
+    (`building_index_concurrently`: writes go on, and `old` answers, or refuses what a unique `new` will,
+    until `new` is valid), then `old` is dropped CONCURRENTLY; each step is safe to run again. On SQLite
+    both are plain statements."""
+    bind = op.get_bind()
+    if bind.dialect.name != POSTGRESQL:
+        op.create_index(new, table, list(columns), unique=unique, sqlite_where=where)
+        op.drop_index(old, table_name=table)
+        return
+    with op.get_context().autocommit_block(), building_index_concurrently(bind, new):
+        op.create_index(
+            new,
+            table,
+            list(columns),
+            unique=unique,
+            postgresql_where=where,
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+        op.drop_index(old, table_name=table, postgresql_concurrently=True, if_exists=True)
 
 
 def waited_too_long_for_a_lock(exc: BaseException) -> bool:

@@ -9,7 +9,7 @@ holds only the retries.
 
 On PostgreSQL the new index is built CONCURRENTLY (it reads the whole table: seconds over ten million runs;
 writes go on) before the old one is dropped CONCURRENTLY, so a lookup always has one; an interrupted build
-is dropped and built again (`dialect.building_index_concurrently`). On SQLite both are plain statements,
+is dropped and built again (`dialect.replace_index_online`). On SQLite both are plain statements,
 as the downgrade's are on both (it builds the index on every run in one transaction, as 0020 did).
 
 Revision ID: 0035
@@ -20,7 +20,7 @@ Create Date: 2026-12-04
 import sqlalchemy as sa
 from alembic import op
 
-from rackflow.store.dialect import building_index_concurrently
+from rackflow.store.dialect import replace_index_online
 
 revision = "0035"
 down_revision = "0034"
@@ -34,21 +34,7 @@ ONLY_RETRIES = sa.text("retry_of IS NOT NULL")
 
 
 def upgrade() -> None:
-    bind = op.get_bind()
-    if bind.dialect.name != "postgresql":
-        op.create_index(RETRIES, TABLE, ["retry_of"], sqlite_where=ONLY_RETRIES)
-        op.drop_index(EVERY_RUN, table_name=TABLE)
-        return
-    with op.get_context().autocommit_block(), building_index_concurrently(bind, RETRIES):
-        op.create_index(
-            RETRIES,
-            TABLE,
-            ["retry_of"],
-            postgresql_where=ONLY_RETRIES,
-            postgresql_concurrently=True,
-            if_not_exists=True,
-        )
-        op.drop_index(EVERY_RUN, table_name=TABLE, postgresql_concurrently=True, if_exists=True)
+    replace_index_online(TABLE, EVERY_RUN, RETRIES, ["retry_of"], where=ONLY_RETRIES)
 
 
 def downgrade() -> None:

@@ -11,7 +11,7 @@ unique, and the slots a drain fires (all due about now) go to the index's newest
 On PostgreSQL the new index is built CONCURRENTLY (it reads every dispatched run: seconds to a minute over
 ten million; writes go on, and until it is valid the old index still refuses a second run of a slot)
 before the old one is dropped CONCURRENTLY; an interrupted build is dropped and built again
-(`dialect.building_index_concurrently`). On SQLite both are plain statements, as the downgrade's are on
+(`dialect.replace_index_online`). On SQLite both are plain statements, as the downgrade's are on
 both.
 
 Revision ID: 0037
@@ -22,7 +22,7 @@ Create Date: 2026-12-04
 import sqlalchemy as sa
 from alembic import op
 
-from rackflow.store.dialect import building_index_concurrently
+from rackflow.store.dialect import replace_index_online
 
 revision = "0037"
 down_revision = "0036"
@@ -36,24 +36,9 @@ DISPATCHED = sa.text("scheduled_for IS NOT NULL")
 
 
 def upgrade() -> None:
-    bind = op.get_bind()
-    if bind.dialect.name != "postgresql":
-        op.create_index(
-            BY_TIME, TABLE, ["scheduled_for", "schedule_id"], unique=True, sqlite_where=DISPATCHED
-        )
-        op.drop_index(BY_SCHEDULE, table_name=TABLE)
-        return
-    with op.get_context().autocommit_block(), building_index_concurrently(bind, BY_TIME):
-        op.create_index(
-            BY_TIME,
-            TABLE,
-            ["scheduled_for", "schedule_id"],
-            unique=True,
-            postgresql_where=DISPATCHED,
-            postgresql_concurrently=True,
-            if_not_exists=True,
-        )
-        op.drop_index(BY_SCHEDULE, table_name=TABLE, postgresql_concurrently=True, if_exists=True)
+    replace_index_online(
+        TABLE, BY_SCHEDULE, BY_TIME, ["scheduled_for", "schedule_id"], where=DISPATCHED, unique=True
+    )
 
 
 def downgrade() -> None:
