@@ -312,6 +312,16 @@ async def test_reads_indexes_when_prepared_generically(history: History, name: s
     _assert_reads_indexes(HOT[name], plan, history.db.dialect)
 
 
+@pytest.mark.parametrize("history_rows", ["sqlite"], indirect=True)
+async def test_the_skip_check_searches_a_racks_index_by_status_on_sqlite(history: History) -> None:
+    """SQLite has no index of live tasks by rack: the SKIP check asks for the active statuses alone, which
+    it finds in the rack's index by status. Asked with the held ones too (`is_live_on_rack`'s OR), it read
+    every task of the rack: 5.6 ms a scope with 5,000 ended tasks a rack, against 0.065 ms."""
+    hot = HOT["overlapping_scope_ids"]
+    plan = await explain(history.db, *await _statement(history, hot))
+    assert re.search(r"ix_tasks_rack_id_status \(rack_id=\? AND status=\?\)", plan), plan
+
+
 # Statements run once per dispatched batch, about all its racks, which must not read the whole table while
 # it grows from empty (docs/PERFORMANCE.md, "flat as work grows").
 PER_BATCH = {
