@@ -9,7 +9,7 @@ pages, how many pages would take a new run:
 * `aged`: as rackflow writes them, in batches of `--batch`: each run inserted small, then rewritten with
   its outcome (the write-back), with a `VACUUM` every `--vacuum-every` runs standing in for autovacuum;
 * `loaded90`: every run written at its final size at the table's fill factor (90), as `bench/scale_load.py`
-  loaded the history until the eleventh stop's loader change, or as a restore or a rewrite leaves it;
+  loaded the history until the fourteenth stop's loader change, or as a restore or a rewrite leaves it;
 * `loaded100`: the same into full pages, then the fill factor set back to 90, as `bench/scale_load.py` now
   loads it (`pages_filled`).
 

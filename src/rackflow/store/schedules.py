@@ -1025,9 +1025,9 @@ async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) 
     """
     scope_of_task = {scope.last_task_id: scope.id for scope in scopes if scope.last_task_id is not None}
     rack_ids = {scope.rack_id for scope in scopes if scope.last_task_id is not None}
+    dialect = conn.dialect.name
     found: set[uuid.UUID] = set()
     for chunk in chunked(in_id_order(rack_ids)):
-        dialect = conn.dialect.name
         stmt = by_keys(dialect, _LIVE_TASK_STATUSES[dialect], tasks.c.rack_id, chunk)
         for task_id, status in await conn.execute(stmt):
             if task_id in scope_of_task and TaskStatus(status) in ACTIVE_STATUSES:
