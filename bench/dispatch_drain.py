@@ -20,8 +20,7 @@ does by default, so tasks start running while the drain goes on; `--sim-step 360
 table a dispatch round reads or writes was read in full and how many rows those reads returned
 (`pg_stat_user_tables`: `seq_scan`, `seq_tup_read`; the bench's own count of completed runs, every 10 s, is
 one of `task_schedule_run`'s), and the rows each inserted and updated, and how many of those updates were
-HOT (`n_tup_hot_upd`: the new version on the same page and no index entry written); the partitioned runs'
-figures are their partitions' summed.
+HOT (`n_tup_hot_upd`: the new version on the same page and no index entry written).
 
 `--windows K` adds K maintenance windows over every rack that never close one, so every scope is decided
 against K windows and still fires (the cost of docs/WINDOWS.md's per-scope decision).
@@ -66,7 +65,6 @@ from _common import (
 from sqlalchemy import Connection, Engine, Select, bindparam, func, insert, select, text
 
 from rackflow.domain.tasks import TaskStatus
-from rackflow.store.run_partitions import LOOKAHEAD, ensure_partitions
 from rackflow.store.tables import (
     maintenance_windows,
     task_schedule,
@@ -84,14 +82,9 @@ COMPLETED_RUNS = select(func.count()).where(task_schedule_run.c.state == "comple
 RUNNING_RUN = select(task_schedule_run.c.id).where(task_schedule_run.c.state == "running").limit(1)
 PROGRESS_SECONDS = 10.0  # how often the completed runs are counted, to notice a stall
 ROUND_TABLES = ("racks", "components", "task_schedule_scope", "task_schedule", "tasks", "task_schedule_run")
-# Each table's counters summed over its partitions: the runs are partitioned from migration 0038, and their
-# scans and writes are counted on the partitions, not on the partitioned table (whose own row stays 0). A
-# plain table has no partitions (pg_partition_tree lists nothing), so it is its own row alone.
 SEQ_SCANS = text(
-    "SELECT t.relname, sum(s.seq_scan)::bigint, sum(s.seq_tup_read)::bigint, sum(s.n_tup_ins)::bigint,"
-    " sum(s.n_tup_upd)::bigint, sum(s.n_tup_hot_upd)::bigint FROM pg_class t JOIN pg_stat_user_tables s"
-    " ON s.relid = t.oid OR s.relid IN (SELECT relid FROM pg_partition_tree(t.oid))"
-    " WHERE t.relname IN :tables AND pg_table_is_visible(t.oid) GROUP BY t.relname"
+    "SELECT relname, seq_scan, seq_tup_read, n_tup_ins, n_tup_upd, n_tup_hot_upd"
+    " FROM pg_stat_user_tables WHERE relname IN :tables"
 ).bindparams(bindparam("tables", ROUND_TABLES, expanding=True))
 STALL_SECONDS = 60.0  # no firing completed for this long: something is broken, stop waiting
 
@@ -150,7 +143,6 @@ def measure_drain(
     checks: int = 0,
     check_kind: str = "rack_idle",
     until_tasks_done: bool = False,
-    run_weeks: int = 0,
 ) -> Drain:
     """Load `n` due schedules into a fresh database, start the dispatcher(s), wait until all fired."""
     with fresh_database(kind, pg_admin) as ws:
@@ -161,7 +153,6 @@ def measure_drain(
 
         engine = sync_engine(ws.url)
         _load_windows(engine, windows)
-        _add_run_weeks(engine, run_weeks)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
         env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}
@@ -338,17 +329,6 @@ def report(kind: str, instances: int, batch: int, drain: Drain) -> None:
     )
 
 
-def _add_run_weeks(engine: Engine, weeks: int) -> None:
-    """`--run-weeks K` (PostgreSQL): the runs' week partitions made K weeks further ahead than the migration
-    made them (`store.run_partitions.ensure_partitions`), so the drain's statements plan and start K more
-    partitions, as a database some K weeks after migration 0038, its history kept, would (these are empty:
-    their index depth is not in it)."""
-    if weeks and engine.dialect.name == "postgresql":
-        with engine.begin() as conn:
-            made = ensure_partitions(conn, datetime.now(UTC) + LOOKAHEAD + timedelta(weeks=weeks))
-        print(f"# run_weeks made={len(made)}", flush=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -376,12 +356,6 @@ def main() -> None:
     parser.add_argument(
         "--until-tasks-done", action="store_true", help="also wait for every task to end (tasks_per_s)"
     )
-    parser.add_argument(
-        "--run-weeks",
-        type=int,
-        default=0,
-        help="this many more (empty) week partitions of the runs (PostgreSQL)",
-    )
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
@@ -389,7 +363,7 @@ def main() -> None:
         f"# dispatch_drain db={args.db} instances={args.instances} n={args.n} batch={args.dispatch_batch} "
         f"load=bulk-executemany spec=interval-24h sim_step_s={args.sim_step} windows={args.windows} "
         f"passing_checks={args.passing_checks} check_kind={args.check_kind} "
-        f"until_tasks_done={args.until_tasks_done} run_weeks={args.run_weeks}",
+        f"until_tasks_done={args.until_tasks_done}",
         flush=True,
     )
     drain = measure_drain(
@@ -405,7 +379,6 @@ def main() -> None:
         checks=args.passing_checks,
         check_kind=args.check_kind,
         until_tasks_done=args.until_tasks_done,
-        run_weeks=args.run_weeks,
     )
     print(f"# loaded {args.n} schedules in {drain.load_s:.1f}s", flush=True)
     report(args.db, args.instances, args.dispatch_batch, drain)
