@@ -143,6 +143,7 @@ def measure_drain(
     checks: int = 0,
     check_kind: str = "rack_idle",
     until_tasks_done: bool = False,
+    history: int = 0,
 ) -> Drain:
     """Load `n` due schedules into a fresh database, start the dispatcher(s), wait until all fired."""
     with fresh_database(kind, pg_admin) as ws:
@@ -153,6 +154,7 @@ def measure_drain(
 
         engine = sync_engine(ws.url)
         _load_windows(engine, windows)
+        _load_history(engine, history, due)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
         env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}
@@ -172,7 +174,10 @@ def measure_drain(
                 _wait_for_tasks(engine, timeout)
                 tasks_cpu_s = sum(cpu_seconds(p.proc.pid) for p in procs) - server_cpu_before
         with engine.connect() as conn:
-            first_fired = conn.execute(select(func.min(task_schedule_run.c.fired_at))).scalar_one()
+            this_drain = task_schedule_run.c.fired_at > due  # not `--history`'s
+            first_fired = conn.execute(
+                select(func.min(task_schedule_run.c.fired_at)).where(this_drain)
+            ).scalar_one()
             scheduled = select(tasks).where(tasks.c.schedule_id.is_not(None)).subquery()
             last_task, task_count, schedules_with_task = conn.execute(
                 select(
@@ -181,7 +186,10 @@ def measure_drain(
                     func.count(scheduled.c.schedule_id.distinct()),
                 )
             ).one()
-            runs = conn.execute(COMPLETED_RUNS).scalar_one()
+            runs = conn.execute(COMPLETED_RUNS.where(this_drain)).scalar_one()
+            if history:  # each firing pruned its schedule's oldest run: n × 100 at the cap
+                kept = conn.execute(select(func.count()).select_from(task_schedule_run)).scalar_one()
+                print(f"# history runs kept after the drain={kept}", flush=True)
             last_end = conn.execute(select(func.max(tasks.c.finished_at))).scalar_one()
         engine.dispose()
     return Drain(
@@ -240,6 +248,36 @@ def _load_windows(engine: Engine, count: int) -> None:
     if rows:
         with engine.begin() as conn:
             conn.execute(insert(maintenance_windows), rows)
+
+
+# `--history N`: N completed runs of each schedule, one a day before `due` (one outcome each, its task not
+# kept), written server-side as a fleet's history would stand.
+HISTORY = text(
+    """
+    INSERT INTO task_schedule_run (id, schedule_id, fired_at, scheduled_for, trigger, state, outcomes,
+                                   outcome_counts)
+    SELECT gen_random_uuid(), s.id, CAST(:due AS timestamptz) - k * interval '1 day',
+           CAST(:due AS timestamptz) - k * interval '1 day', 'dispatch', 'completed',
+           jsonb_build_array(jsonb_build_object('scope_id', c.id, 'rack_id', c.rack_id, 'outcome',
+                                                'submitted', 'task_id', gen_random_uuid(), 'error', '')),
+           '{"submitted": [0, 1]}'
+    FROM task_schedule s JOIN task_schedule_scope c ON c.schedule_id = s.id, generate_series(1, :n) k
+    """
+)
+
+
+def _load_history(engine: Engine, runs_each: int, due: datetime) -> None:
+    """`--history N` (PostgreSQL): each schedule starts with N runs already, so with N at the cap each
+    schedule keeps (`store.schedules.RUNS_KEPT_PER_SCHEDULE`, 100) every firing also deletes its schedule's
+    oldest run, as a fleet's do once its schedules have fired that often."""
+    if not runs_each or engine.dialect.name != "postgresql":
+        return
+    started = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(HISTORY, {"due": due, "n": runs_each})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE task_schedule_run"))
+    print(f"# history runs_each={runs_each} loaded in {time.perf_counter() - started:.1f}s", flush=True)
 
 
 def _table_reads(conn: Connection) -> dict[str, tuple[int, ...]]:
@@ -356,6 +394,12 @@ def main() -> None:
     parser.add_argument(
         "--until-tasks-done", action="store_true", help="also wait for every task to end (tasks_per_s)"
     )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="completed runs each schedule has already, one a day (PostgreSQL; 100: every firing prunes one)",
+    )
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
@@ -363,7 +407,7 @@ def main() -> None:
         f"# dispatch_drain db={args.db} instances={args.instances} n={args.n} batch={args.dispatch_batch} "
         f"load=bulk-executemany spec=interval-24h sim_step_s={args.sim_step} windows={args.windows} "
         f"passing_checks={args.passing_checks} check_kind={args.check_kind} "
-        f"until_tasks_done={args.until_tasks_done}",
+        f"until_tasks_done={args.until_tasks_done} history={args.history}",
         flush=True,
     )
     drain = measure_drain(
@@ -379,6 +423,7 @@ def main() -> None:
         checks=args.passing_checks,
         check_kind=args.check_kind,
         until_tasks_done=args.until_tasks_done,
+        history=args.history,
     )
     print(f"# loaded {args.n} schedules in {drain.load_s:.1f}s", flush=True)
     report(args.db, args.instances, args.dispatch_batch, drain)
