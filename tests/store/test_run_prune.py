@@ -118,3 +118,45 @@ async def test_a_schedule_with_no_run_to_delete_is_looked_at_in_the_run_index_al
     walks = [line for line in plan if "Scan" in line and "task_schedule_run" in line and "Only" not in line]
     assert walks, text
     assert all("(never executed)" in line for line in walks), text
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3, 4, 5, 6, 7])
+async def test_runs_fired_at_one_instant_are_kept_by_id_across_the_cap(db: Database, keep: int) -> None:
+    """Runs recorded in one transaction share its `fired_at` (manual runs, retries): the cap keeps the newest
+    `keep` by (fired_at, id) descending wherever it falls among them, on both databases (PostgreSQL reads
+    from the table only the runs at and past the (keep + 1)-th newest `fired_at`)."""
+    schedule_id = uuid.uuid4()
+    instants = [T0 + timedelta(minutes=m) for m in (9, 8, 5, 5, 5, 5, 2, 1)]
+    runs = [(uuid.uuid4(), at) for at in instants]
+    async with db.transaction() as conn:
+        await conn.execute(
+            insert(task_schedule).values(
+                id=schedule_id,
+                name="ties",
+                spec_type="interval",
+                spec="1h",
+                operation_template={"kind": "power_on"},
+                created_at=T0,
+                updated_at=T0,
+            )
+        )
+        await conn.execute(
+            insert(task_schedule_run),
+            [
+                {
+                    "id": run_id,
+                    "schedule_id": schedule_id,
+                    "fired_at": at,
+                    "scheduled_for": None,
+                    "trigger": "manual",
+                    "state": "completed",
+                    "outcomes": [],
+                }
+                for run_id, at in runs
+            ],
+        )
+        await store.prune_runs(conn, [schedule_id], keep=keep)
+    async with db.read() as conn:
+        kept = set((await conn.execute(select(task_schedule_run.c.id))).scalars())
+    newest = sorted(runs, key=lambda run: (run[1], run[0]), reverse=True)[:keep]
+    assert kept == {run_id for run_id, _ in newest}

@@ -3,7 +3,7 @@
 The other store modules write each statement once and call here for the part that differs: how an engine
 is set up (`engine_options`, `prepare_engine`), which clock is "now" (`database_now`, `now_minus`), row
 locks (`skip_locked`, `for_update`, `locks_rows`), lookups by many keys (`by_keys`, `keys_table`,
-`past_first`, `ids_in`, `not_in_keys`), bulk writes (`insert_rows`, `update_rows`, `insert_new`) and the
+`past_newest`, `ids_in`, `not_in_keys`), bulk writes (`insert_rows`, `update_rows`, `insert_new`) and the
 migration lock. `dialect` is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
 
 How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks) is
@@ -40,6 +40,7 @@ from sqlalchemy import (
     bindparam,
     event,
     func,
+    literal,
     select,
     text,
     true,
@@ -358,36 +359,54 @@ def not_in_keys(dialect: str, column: ColumnElement[Any], keys: Sequence[Any]) -
     return column != all_(bindparam("excluded_keys", list(keys), type_=ARRAY(column.type)))
 
 
-def past_first(
+def past_newest(
     dialect: str,
     stmt: Select[Any],
     column: ColumnElement[Any],
     keys: Sequence[Any],
     *,
-    order_by: Sequence[ColumnElement[Any]],
-    skip: int,
+    newest: ColumnElement[Any],
+    tiebreak: ColumnElement[Any],
+    keep: int,
 ) -> Select[Any]:
-    """The rows of `stmt` (a SELECT without ORDER BY) for each of `keys` in `column`, but the first `skip`
-    of each key in `order_by`; the columns `stmt` selects.
+    """The rows of `stmt` (a SELECT without ORDER BY) for each of `keys` in `column`, but the newest `keep`
+    of each key by (`newest`, `tiebreak`) descending; the columns `stmt` selects.
 
-    PostgreSQL walks an index of `column` once per key (`keys_table`, a LATERAL subquery skipping the first
-    `skip`): ranking the rows of `column IN (…)` with a window was planned as a full scan of a table that
-    grew from empty (docs/PERFORMANCE.md, "flat as work grows"). That walk reads every skipped row from the
-    table (`stmt`'s columns are not in the index), so it first asks the index alone whether the key has
-    more than `skip` rows (`beyond`: `column` only, an index-only scan) and walks only a key that has: a
-    schedule's run prune, which mostly finds nothing to delete, read each of the schedule's runs, a random
-    page each of a year's history (docs/PERFORMANCE.md, "The drain among a loaded history"). The walk is
-    keyed by `beyond`'s row, so it runs after that look. SQLite ranks them with the window over its index.
+    PostgreSQL walks an index of (`column`, `newest`) per key (`keys_table`, LATERAL subqueries), where
+    ranking the rows of `column IN (…)` with a window was planned as a full scan of a table that grew from
+    empty (docs/PERFORMANCE.md, "flat as work grows"). It reads from the table only the rows past the
+    newest `keep`: first the index alone gives `edge`, the `newest` of the key's (keep + 1)-th row, and no
+    row at all for a key with no more than `keep` (a schedule's run prune mostly finds nothing to delete);
+    then the index alone counts the rows newer than `edge` (`above`, fewer than `keep`), and the table is
+    read from `edge` down, past the `keep - above` rows that tie with it and are still among the newest.
+    Walking from the newest row instead read every kept row from the table: once a schedule had `keep`
+    runs, each of its firings read its 101 runs to delete one, 124 buffers and most of PostgreSQL's time a
+    firing (docs/PERFORMANCE.md, "A firing at the run cap"). SQLite ranks them with the window over its
+    index.
     """
     if dialect == POSTGRESQL:
         lookup = keys_table(keys, column, "lookup")
-        more = select(column.label("key")).where(column == lookup.c.key).offset(skip).limit(1)
-        beyond = more.lateral("beyond")
-        rest = stmt.where(column == beyond.c.key).order_by(*order_by).offset(skip).lateral("rest")
-        return select(*rest.c).select_from(lookup.join(beyond, true()).join(rest, true()))
+        at_key = column == lookup.c.key
+        edge = (
+            select(newest.label("edge"))
+            .where(at_key)
+            .order_by(newest.desc())
+            .offset(keep)
+            .limit(1)
+            .lateral("beyond")
+        )
+        above = select(func.count().label("above")).where(at_key, newest > edge.c.edge).lateral("newer")
+        rest = (
+            stmt.where(at_key, newest <= edge.c.edge)
+            .order_by(newest.desc(), tiebreak.desc())
+            .offset(literal(keep) - above.c.above)
+            .lateral("rest")
+        )
+        return select(*rest.c).select_from(lookup.join(edge, true()).join(above, true()).join(rest, true()))
+    order_by = (newest.desc(), tiebreak.desc())
     rank = func.row_number().over(partition_by=column, order_by=order_by).label("rank")
     ranked = stmt.add_columns(rank).where(column.in_(keys)).subquery("ranked")
-    return select(*list(ranked.c)[: len(stmt.selected_columns)]).where(ranked.c.rank > skip)
+    return select(*list(ranked.c)[: len(stmt.selected_columns)]).where(ranked.c.rank > keep)
 
 
 def ids_in(dialect: str, key: ColumnElement[Any], ids: Select[Any]) -> ColumnElement[bool]:

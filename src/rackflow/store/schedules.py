@@ -73,7 +73,7 @@ from rackflow.store.dialect import (
     for_update,
     insert_rows,
     locks_rows,
-    past_first,
+    past_newest,
     update_rows,
 )
 from rackflow.store.inventory import names_by_id
@@ -1290,20 +1290,21 @@ async def prune_runs(
     approval): one query per
     chunk of schedules finds them, and only if there are any, one more deletes them by id.
 
-    The find is `dialect.past_first`: on PostgreSQL it walks ix_task_schedule_run_schedule_id_fired_at
-    once per schedule, where a window over `schedule_id IN (…)` was planned as a full scan of the run table
-    while it grew from empty, once per dispatched batch.
+    The find is `dialect.past_newest`: on PostgreSQL it walks ix_task_schedule_run_schedule_id_fired_at
+    once per schedule, and reads from the table only the runs past the newest `keep`, where a window over
+    `schedule_id IN (…)` was planned as a full scan of the run table while it grew from empty, once per
+    dispatched batch.
     """
     run = task_schedule_run.c
-    newest_first = (run.fired_at.desc(), run.id.desc())
     for chunk in chunked(list(schedule_ids)):
-        older = past_first(
+        older = past_newest(
             conn.dialect.name,
             select(run.id, run.state),
             run.schedule_id,
             chunk,
-            order_by=newest_first,
-            skip=keep,
+            newest=run.fired_at,
+            tiebreak=run.id,
+            keep=keep,
         )
         found = older.subquery("candidates")
         # A live rollout (rolling or halted) is kept however old: its run is what drives it; so is a run
