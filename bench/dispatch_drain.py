@@ -69,6 +69,7 @@ from rackflow.store.tables import (
     maintenance_windows,
     task_schedule,
     task_schedule_run,
+    task_schedule_scope,
     tasks,
 )
 from rackflow.timespec import ScheduleSpec, SpecType
@@ -250,8 +251,8 @@ def _load_windows(engine: Engine, count: int) -> None:
             conn.execute(insert(maintenance_windows), rows)
 
 
-# `--history N`: N completed runs of each schedule, one a day before `due` (one outcome each, its task not
-# kept), written server-side as a fleet's history would stand.
+# `--history N` (PostgreSQL): N completed runs of each schedule, one a day before `due` (one outcome each, its
+# task not kept), written server-side as a fleet's history would stand.
 HISTORY = text(
     """
     INSERT INTO task_schedule_run (id, schedule_id, fired_at, scheduled_for, trigger, state, outcomes,
@@ -267,16 +268,50 @@ HISTORY = text(
 
 
 def _load_history(engine: Engine, runs_each: int, due: datetime) -> None:
-    """`--history N` (PostgreSQL): each schedule starts with N runs already, so with N at the cap each
-    schedule keeps (`store.schedules.RUNS_KEPT_PER_SCHEDULE`, 100) every firing also deletes its schedule's
-    oldest run, as a fleet's do once its schedules have fired that often."""
-    if not runs_each or engine.dialect.name != "postgresql":
+    """`--history N`: each schedule starts with N runs already, so with N at the cap each schedule keeps
+    (`store.schedules.RUNS_KEPT_PER_SCHEDULE`, 100) every firing also deletes its schedule's oldest run, as
+    a fleet's do once its schedules have fired that often. Written server-side on PostgreSQL (`HISTORY`),
+    from here on SQLite."""
+    if not runs_each:
         return
     started = time.perf_counter()
-    with engine.begin() as conn:
-        conn.execute(HISTORY, {"due": due, "n": runs_each})
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE task_schedule_run"))
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(HISTORY, {"due": due, "n": runs_each})
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE task_schedule_run"))
+    else:
+        with engine.begin() as conn:
+            scopes = conn.execute(
+                select(
+                    task_schedule_scope.c.id, task_schedule_scope.c.schedule_id, task_schedule_scope.c.rack_id
+                )
+            ).all()
+            rows = [
+                {
+                    "id": uuid.uuid4(),
+                    "schedule_id": scope.schedule_id,
+                    "fired_at": due - timedelta(days=k),
+                    "scheduled_for": due - timedelta(days=k),
+                    "trigger": "dispatch",
+                    "state": "completed",
+                    "outcomes": [
+                        {
+                            "scope_id": str(scope.id),
+                            "rack_id": str(scope.rack_id),
+                            "outcome": "submitted",
+                            "task_id": str(uuid.uuid4()),
+                            "error": "",
+                        }
+                    ],
+                    "outcome_counts": {"submitted": [0, 1]},
+                }
+                for scope in scopes
+                for k in range(1, runs_each + 1)
+            ]
+            for first in range(0, len(rows), 50_000):
+                conn.execute(insert(task_schedule_run), rows[first : first + 50_000])
+            conn.execute(text("ANALYZE"))
     print(f"# history runs_each={runs_each} loaded in {time.perf_counter() - started:.1f}s", flush=True)
 
 
@@ -398,7 +433,7 @@ def main() -> None:
         "--history",
         type=int,
         default=0,
-        help="completed runs each schedule has already, one a day (PostgreSQL; 100: every firing prunes one)",
+        help="completed runs each schedule has already, one a day (100: every firing prunes one)",
     )
     args = parser.parse_args()
     print(machine_line())
