@@ -36,6 +36,7 @@ from sqlalchemy import (
     TextClause,
     Update,
     all_,
+    and_,
     any_,
     bindparam,
     event,
@@ -381,8 +382,9 @@ def past_newest(
     read from `edge` down, past the `keep - above` rows that tie with it and are still among the newest.
     Walking from the newest row instead read every kept row from the table: once a schedule had `keep`
     runs, each of its firings read its 101 runs to delete one, 124 buffers and most of PostgreSQL's time a
-    firing (docs/PERFORMANCE.md, "A firing at the run cap"). SQLite ranks them with the window over its
-    index.
+    firing (docs/PERFORMANCE.md, "A firing at the run cap"). SQLite, which has no LATERAL, does the same
+    reads with correlated subqueries over the keys the index holds, and ranks the rows from the edge down
+    with a window; it ranked every row of the key, each read from the table.
     """
     if dialect == POSTGRESQL:
         lookup = keys_table(keys, column, "lookup")
@@ -403,10 +405,42 @@ def past_newest(
             .lateral("rest")
         )
         return select(*rest.c).select_from(lookup.join(edge, true()).join(above, true()).join(rest, true()))
-    order_by = (newest.desc(), tiebreak.desc())
-    rank = func.row_number().over(partition_by=column, order_by=order_by).label("rank")
-    ranked = stmt.add_columns(rank).where(column.in_(keys)).subquery("ranked")
-    return select(*list(ranked.c)[: len(stmt.selected_columns)]).where(ranked.c.rank > keep)
+    # SQLite: each key's edge and count as correlated subqueries over the keys found in the index (`keyed`,
+    # grouped; all three are index-only), then the rows from the edge down ranked by a window.
+    table = column.table
+    keyed = select(column.label("key")).where(column.in_(keys)).group_by(column).subquery("keyed")
+    newer_runs = table.alias("newer")
+    edge_at = (
+        select(newer_runs.c[newest.name])
+        .where(newer_runs.c[column.name] == keyed.c.key)
+        .order_by(newer_runs.c[newest.name].desc())
+        .offset(keep)
+        .limit(1)
+        .scalar_subquery()
+    )
+    edges = select(keyed.c.key, edge_at.label("edge")).subquery("edges")
+    above_runs = table.alias("above")
+    newer_count = (
+        select(func.count())
+        .where(above_runs.c[column.name] == edges.c.key, above_runs.c[newest.name] > edges.c.edge)
+        .scalar_subquery()
+    )
+    bounds = (
+        select(edges.c.key, edges.c.edge, newer_count.label("above"))
+        .where(edges.c.edge.is_not(None))
+        .subquery("bounds")
+    )
+    rank = (
+        func.row_number().over(partition_by=column, order_by=(newest.desc(), tiebreak.desc())).label("rank")
+    )
+    ranked = (
+        stmt.add_columns(rank, bounds.c.above)
+        .join(bounds, and_(column == bounds.c.key, newest <= bounds.c.edge))
+        .subquery("ranked")
+    )
+    return select(*list(ranked.c)[: len(stmt.selected_columns)]).where(
+        ranked.c.rank > literal(keep) - ranked.c.above
+    )
 
 
 def ids_in(dialect: str, key: ColumnElement[Any], ids: Select[Any]) -> ColumnElement[bool]:
