@@ -15,6 +15,7 @@ from sqlalchemy import insert, select
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
+from tests.conftest import schedule_row
 from tests.e2e.cluster import sql
 from tests.store.query_plans import explain, statement_sent
 
@@ -123,23 +124,13 @@ async def test_a_schedule_with_no_run_to_delete_is_looked_at_in_the_run_index_al
 @pytest.mark.parametrize("keep", [1, 2, 3, 4, 5, 6, 7])
 async def test_runs_fired_at_one_instant_are_kept_by_id_across_the_cap(db: Database, keep: int) -> None:
     """Runs recorded in one transaction share its `fired_at` (manual runs, retries): the cap keeps the newest
-    `keep` by (fired_at, id) descending wherever it falls among them, on both databases (PostgreSQL reads
-    from the table only the runs at and past the (keep + 1)-th newest `fired_at`)."""
+    `keep` by (fired_at, id) descending wherever it falls among them, on both databases (each reads from the
+    table only the runs at and past the (keep + 1)-th newest `fired_at`: `dialect.past_newest`)."""
     schedule_id = uuid.uuid4()
     instants = [T0 + timedelta(minutes=m) for m in (9, 8, 5, 5, 5, 5, 2, 1)]
     runs = [(uuid.uuid4(), at) for at in instants]
     async with db.transaction() as conn:
-        await conn.execute(
-            insert(task_schedule).values(
-                id=schedule_id,
-                name="ties",
-                spec_type="interval",
-                spec="1h",
-                operation_template={"kind": "power_on"},
-                created_at=T0,
-                updated_at=T0,
-            )
-        )
+        await conn.execute(insert(task_schedule).values(schedule_row(schedule_id, "ties", T0)))
         await conn.execute(
             insert(task_schedule_run),
             [
