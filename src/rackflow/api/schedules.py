@@ -28,7 +28,8 @@ from rackflow.api.convert.schedules import (
     run_summary_to,
     run_to,
     schedule_to,
-    scope_to,
+    scope_into,
+    scopes_into,
     spec_from,
     spec_type_from,
 )
@@ -181,7 +182,9 @@ class ScheduleRpcs:
         schedule_id = required_uuid(request.schedule_id, "schedule_id")
         target = target_spec_from(request.target_spec, "target_spec")
         scopes = await self.services.schedules.add_scope(schedule_id, target)
-        return pb.AddTaskScheduleScopeResponse(scopes=[scope_to(s) for s in scopes])
+        response = pb.AddTaskScheduleScopeResponse()
+        scopes_into(response.scopes, scopes)
+        return response
 
     @rpc
     async def RemoveTaskScheduleScope(
@@ -197,12 +200,11 @@ class ScheduleRpcs:
         schedule_id = required_uuid(request.schedule_id, "schedule_id")
         desired = target_spec_from(request.desired_scope, "desired_scope")
         scopes, changes = await self.services.schedules.update_scope(schedule_id, desired)
-        return pb.UpdateTaskScheduleScopeResponse(
-            scopes=[scope_to(s) for s in scopes],
-            added=changes.added,
-            removed=changes.removed,
-            updated=changes.updated,
+        response = pb.UpdateTaskScheduleScopeResponse(
+            added=changes.added, removed=changes.removed, updated=changes.updated
         )
+        scopes_into(response.scopes, scopes)
+        return response
 
     @rpc
     async def ListTaskScheduleScopes(
@@ -222,8 +224,7 @@ class ScheduleRpcs:
         )
         response.total, response.total_capped = total_to(counted)
         for scope, rack_name in named:
-            response.scopes.append(scope_to(scope))
-            response.scopes[-1].rack_name = rack_name
+            scope_into(response.scopes.add(rack_name=rack_name), scope)
         return response
 
     @rpc
