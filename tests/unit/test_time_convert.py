@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rackflow.api.convert import timestamp_into, timestamp_to
@@ -23,15 +23,20 @@ _ZONES = st.sampled_from([UTC, timezone(timedelta(hours=-7, minutes=-30)), ZoneI
 @given(
     st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=_ZONES),
 )
+@example(datetime(1995, 9, 24, 2, 30, tzinfo=ZoneInfo("Europe/Berlin")))  # the fold, first pass
+@example(datetime(1995, 9, 24, 2, 30, fold=1, tzinfo=ZoneInfo("Europe/Berlin")))  # and second
+@example(datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
 def test_timestamp_into_matches_from_datetime(moment: datetime) -> None:
-    """Before the epoch too, where the seconds are negative and the nanos still count forwards."""
+    """Before the epoch too, where the seconds are negative and the nanos still count forwards, and in a
+    zone's DST fold."""
     expected = Timestamp()
     expected.FromDatetime(moment.astimezone(UTC))
     made = Timestamp()
     timestamp_into(made, moment)
     assert (made.seconds, made.nanos) == (expected.seconds, expected.nanos)
     assert timestamp_to(moment) == expected
-    assert made.ToDatetime(tzinfo=UTC) == moment
+    # In UTC: Python never calls an ambiguous local time (a DST fold) equal to a time of another zone.
+    assert made.ToDatetime(tzinfo=UTC) == moment.astimezone(UTC)
 
 
 def test_timestamp_to_keeps_none() -> None:
