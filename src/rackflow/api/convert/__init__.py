@@ -74,8 +74,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def timestamp_into(ts: Timestamp, value: datetime) -> None:
     """Set `ts` (often a message's own field, so nothing is copied) to `value`, as `Timestamp.FromDatetime`
-    of it in UTC would, by integer arithmetic: FromDatetime's time tuple took most of a list's conversion
-    (10,000 scopes, docs/PERFORMANCE.md "The unpaged scopes")."""
+    of it in UTC would (a naive `value` read as local time), by integer arithmetic: FromDatetime's time
+    tuple was a quarter of a 10,000-scope list's conversion (docs/PERFORMANCE.md "The unpaged scopes")."""
     since = (value if value.tzinfo is not None else value.astimezone(UTC)) - _EPOCH
     ts.seconds = since.days * 86_400 + since.seconds
     ts.nanos = since.microseconds * 1_000
