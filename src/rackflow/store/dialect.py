@@ -409,20 +409,20 @@ def past_newest(
     # grouped; all three are index-only), then the rows from the edge down ranked by a window.
     table = column.table
     keyed = select(column.label("key")).where(column.in_(keys)).group_by(column).subquery("keyed")
-    newer_runs = table.alias("newer")
+    edge_rows = table.alias("edge_rows")
     edge_at = (
-        select(newer_runs.c[newest.name])
-        .where(newer_runs.c[column.name] == keyed.c.key)
-        .order_by(newer_runs.c[newest.name].desc())
+        select(edge_rows.c[newest.name])
+        .where(edge_rows.c[column.name] == keyed.c.key)
+        .order_by(edge_rows.c[newest.name].desc())
         .offset(keep)
         .limit(1)
         .scalar_subquery()
     )
     edges = select(keyed.c.key, edge_at.label("edge")).subquery("edges")
-    above_runs = table.alias("above")
+    newer_rows = table.alias("newer_rows")
     newer_count = (
         select(func.count())
-        .where(above_runs.c[column.name] == edges.c.key, above_runs.c[newest.name] > edges.c.edge)
+        .where(newer_rows.c[column.name] == edges.c.key, newer_rows.c[newest.name] > edges.c.edge)
         .scalar_subquery()
     )
     bounds = (
