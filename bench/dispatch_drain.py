@@ -33,6 +33,10 @@ and started (issue 26: fire lag and drain rate must not move). `--until-tasks-do
 to end too, and adds tasks_per_s = tasks / (first firing to the last task's end), tasks_done_s (that
 span) and server_cpu_us_per_task (the servers' CPU from listening until no task is active, over the tasks).
 
+`--history N` gives each schedule N completed runs before the drain (at 100, the run cap, every firing
+deletes one), and its run count says so; `--uncounted` leaves the counts unknown, as migration 0038 leaves
+every schedule it finds, so each firing also counts its schedule's runs (once a schedule).
+
     python bench/dispatch_drain.py --db postgres --instances 1 --n 10000 --dispatch-batch 10
 """
 
@@ -62,7 +66,7 @@ from _common import (
     servers,
     sync_engine,
 )
-from sqlalchemy import Connection, Engine, Select, bindparam, func, insert, select, text
+from sqlalchemy import Connection, Engine, Select, bindparam, func, insert, select, text, update
 
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store.tables import (
@@ -145,6 +149,7 @@ def measure_drain(
     check_kind: str = "rack_idle",
     until_tasks_done: bool = False,
     history: int = 0,
+    uncounted: bool = False,
 ) -> Drain:
     """Load `n` due schedules into a fresh database, start the dispatcher(s), wait until all fired."""
     with fresh_database(kind, pg_admin) as ws:
@@ -156,6 +161,7 @@ def measure_drain(
         engine = sync_engine(ws.url)
         _load_windows(engine, windows)
         _load_history(engine, history, due)
+        _set_run_counts(engine, None if uncounted else history)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
         env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}
@@ -315,6 +321,13 @@ def _load_history(engine: Engine, runs_each: int, due: datetime) -> None:
     print(f"# history runs_each={runs_each} loaded in {time.perf_counter() - started:.1f}s", flush=True)
 
 
+def _set_run_counts(engine: Engine, count: int | None) -> None:
+    """Each schedule's `run_count` (migration 0038): the runs `--history` gave it, or None (`--uncounted`,
+    as every schedule is right after that migration: its first firing counts its runs)."""
+    with engine.begin() as conn:
+        conn.execute(update(task_schedule).values(run_count=count))
+
+
 def _table_reads(conn: Connection) -> dict[str, tuple[int, ...]]:
     """Per table of ROUND_TABLES since the database was created: (full scans, rows they returned, rows
     inserted, rows updated, of which HOT: no index entry written)."""
@@ -435,6 +448,11 @@ def main() -> None:
         default=0,
         help="completed runs each schedule has already, one a day (100: every firing prunes one)",
     )
+    parser.add_argument(
+        "--uncounted",
+        action="store_true",
+        help="leave each schedule's run count unknown, as migration 0038 leaves it (the first firing counts)",
+    )
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
@@ -442,7 +460,7 @@ def main() -> None:
         f"# dispatch_drain db={args.db} instances={args.instances} n={args.n} batch={args.dispatch_batch} "
         f"load=bulk-executemany spec=interval-24h sim_step_s={args.sim_step} windows={args.windows} "
         f"passing_checks={args.passing_checks} check_kind={args.check_kind} "
-        f"until_tasks_done={args.until_tasks_done} history={args.history}",
+        f"until_tasks_done={args.until_tasks_done} history={args.history} uncounted={args.uncounted}",
         flush=True,
     )
     drain = measure_drain(
@@ -459,6 +477,7 @@ def main() -> None:
         check_kind=args.check_kind,
         until_tasks_done=args.until_tasks_done,
         history=args.history,
+        uncounted=args.uncounted,
     )
     print(f"# loaded {args.n} schedules in {drain.load_s:.1f}s", flush=True)
     report(args.db, args.instances, args.dispatch_batch, drain)

@@ -124,6 +124,7 @@ LATER_COLUMNS = {
         "failures_counted_until",
         "retry",
         "scope_removed_after",
+        "run_count",
     ),
     "tasks": (
         "not_before",

@@ -118,6 +118,9 @@ class Schedule:
     # streak that last paused the schedule (a resume starts the count afresh).
     failures_counted_until: datetime | None = None
     retry: RetryPolicy | None = None  # None: each task gets one attempt
+    # How many runs it has, as the run cap counts them (`store.schedules.cap_runs`; None: not known yet).
+    # The store's bookkeeping, read with the row so that a firing's claim knows whether to look past the cap.
+    run_count: int | None = 0
 
     @property
     def is_consumed(self) -> bool:

@@ -264,7 +264,6 @@ async def _write_back(
     whose task exists becomes "submitted". Returns the results as recorded (as given if every attempt
     failed).
     """
-    schedule_ids = {f.schedule.id for f in firings}
 
     async def write_back() -> list[RunResult]:
         async with db.transaction() as conn:
@@ -273,7 +272,7 @@ async def _write_back(
             await store.set_last_task_ids(conn, task_by_scope)
             await store.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
             await outbox.record_events(conn, events.runs_with_failures(firings, recorded, db.clock.now()))
-            await store.prune_runs(conn, schedule_ids)
+            await store.cap_runs(conn, [f.schedule for f in firings])
         return recorded
 
     policy = Retry(

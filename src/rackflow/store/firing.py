@@ -76,12 +76,17 @@ async def record(
     slot is recorded already is left out (`schedules.insert_runs`), and must not be fired again."""
     if not planned:
         return set()
-    advances = [schedules.Advance(f.schedule.id, f.enabled, f.next_run_at, f.fired_at) for f in planned]
+    advances = [
+        schedules.Advance(
+            f.schedule.id, f.enabled, f.next_run_at, f.fired_at, schedules.counted_with_run(f.schedule)
+        )
+        for f in planned
+    ]
     await schedules.advance(conn, advances, planned[0].fired_at)
     runs = [_new_run(f, owner_id) for f in planned]
     recorded = await schedules.insert_runs(db, conn, runs)
-    unwritten = {f.schedule.id for f in planned if f.rolls_out or f.skipped or f.needs_approval or f.missed}
-    await schedules.prune_runs(conn, unwritten)
+    unwritten = [f.schedule for f in planned if f.rolls_out or f.skipped or f.needs_approval or f.missed]
+    await schedules.cap_runs(conn, unwritten)
     return recorded
 
 

@@ -160,6 +160,7 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         pause_after_failed_runs=columns["pause_after_failed_runs"],
         failures_counted_until=columns["failures_counted_until"],
         retry=RetryPolicy.from_json(retry) if retry is not None else None,
+        run_count=columns["run_count"],
     )
 
 
@@ -309,6 +310,7 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         **_safety_columns(schedule),
         "retry": schedule.retry.to_json() if schedule.retry is not None else None,
         "scope_removed_after": None,  # none removed yet (SQLite's column keeps migration 0031's default)
+        "run_count": schedule.run_count,
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
@@ -1097,10 +1099,11 @@ class Advance:
     enabled: bool
     next_run_at: datetime | None
     last_run_at: datetime
+    run_count: int | None  # with the firing's run (`counted_with_run`)
 
 
 async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datetime) -> None:
-    """Write every claimed schedule's new timing in one statement (`update_rows`)."""
+    """Write every claimed schedule's new timing and run count in one statement (`update_rows`)."""
     if not advances:
         return
     rows = [
@@ -1109,6 +1112,7 @@ async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datet
             "enabled": a.enabled,
             "next_run_at": a.next_run_at,
             "last_run_at": a.last_run_at,
+            "run_count": a.run_count,
         }
         for a in advances
     ]
@@ -1281,6 +1285,44 @@ def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
         .where(task_schedule_run.c.schedule_id == schedule_id)
         .order_by(task_schedule_run.c.fired_at.desc(), task_schedule_run.c.id.desc())
     )
+
+
+def counted_with_run(schedule: Schedule) -> int | None:
+    """The schedule's run count once a firing has added its run, as the firing's advance writes it (None
+    stays not known). It stops one past the cap: from there on every firing looks, so the count need not
+    follow the runs the look deletes."""
+    if schedule.run_count is None:
+        return None
+    return min(schedule.run_count + 1, RUNS_KEPT_PER_SCHEDULE + 1)
+
+
+def may_pass_cap(schedule: Schedule) -> bool:
+    """Whether a firing of the schedule, as claimed (before its run), may take it past
+    RUNS_KEPT_PER_SCHEDULE runs: its count is there already, or not known."""
+    return schedule.run_count is None or schedule.run_count >= RUNS_KEPT_PER_SCHEDULE
+
+
+async def cap_runs(conn: AsyncConnection, fired: Collection[Schedule]) -> None:
+    """The run cap after firings of these schedules (each as claimed, before its firing's run): their
+    history pruned to the newest RUNS_KEPT_PER_SCHEDULE (`prune_runs`) where the firing may have taken it
+    past that (`may_pass_cap`), and the runs of those whose count was not known counted.
+
+    A firing under the cap looks at nothing: the look walked the schedule's index of runs at every firing,
+    a sixth of PostgreSQL's CPU a firing on an empty database (docs/PERFORMANCE.md, "The run cap's look
+    skipped under the cap"). The count is never below the runs kept, so no firing that takes a schedule
+    past the cap goes without the look, with one exception: the firings of an instance still running a
+    release before migration 0038 (a rolling upgrade) add no count, and a schedule they fired passes the
+    cap by that many runs before its first look.
+    """
+    await prune_runs(conn, [s.id for s in fired if may_pass_cap(s)])
+    run = task_schedule_run.c
+    for chunk in chunked(in_id_order(s.id for s in fired if s.run_count is None)):
+        counted = (
+            select(run.schedule_id, func.count()).where(run.schedule_id.in_(chunk)).group_by(run.schedule_id)
+        )
+        counts: dict[uuid.UUID, int] = dict((await conn.execute(counted)).tuples().all())
+        rows = [{"id": i, "run_count": min(counts.get(i, 0), RUNS_KEPT_PER_SCHEDULE + 1)} for i in chunk]
+        await conn.execute(*update_rows(conn.dialect.name, task_schedule, "id", rows))
 
 
 async def prune_runs(

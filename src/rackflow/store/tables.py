@@ -237,6 +237,10 @@ task_schedule = Table(
     # held a removed rack). NULL: none removed while it had runs. The runs grid reads the racks that left
     # the scope only for pages with a run fired at or before it.
     Column("scope_removed_after", UTCDateTime, nullable=True),
+    # How many runs it has, as the run cap counts them (migration 0038): each firing adds its run,
+    # saturating one past the cap (`store.schedules.cap_runs`), so a firing under the cap skips the cap's
+    # look. NULL: not known (the schedules 0038 found), counted at the next firing.
+    Column("run_count", Integer, nullable=True),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),

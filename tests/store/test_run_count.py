@@ -1,0 +1,128 @@
+"""Each schedule's run count (migration 0038), on both databases: every firing adds its run, a firing that
+cannot take the schedule past the run cap skips the cap's look, one that can (or whose count is not known)
+looks, and a count not known is counted at the schedule's next firing."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select, update
+
+from rackflow.domain.inventory import Rack
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.store import schedules as store
+from rackflow.store.db import Database
+from rackflow.store.schedules import RUNS_KEPT_PER_SCHEDULE
+from rackflow.store.tables import task_schedule, task_schedule_run
+from tests.store.schedules_support import START, Env, make_env
+
+CAP = RUNS_KEPT_PER_SCHEDULE
+
+
+@pytest.fixture
+def env(db: Database) -> Env:
+    return make_env(db)
+
+
+async def _schedule(env: Env) -> Schedule:
+    rack: Rack = await env.rack("r1")
+    return await env.schedule(racks=[rack], policy=OverlapPolicy.QUEUE)
+
+
+async def _old_runs(env: Env, schedule: Schedule, count: int, *, run_count: int | None) -> None:
+    """`count` completed runs fired before START, and the schedule's count set to `run_count`."""
+    async with env.db.transaction() as conn:
+        await store.insert_runs(
+            env.db,
+            conn,
+            [
+                store.NewRun(
+                    uuid.uuid4(), schedule.id, START - timedelta(minutes=k), "dispatch", state="completed"
+                )
+                for k in range(1, count + 1)
+            ],
+        )
+        await conn.execute(
+            update(task_schedule).where(task_schedule.c.id == schedule.id).values(run_count=run_count)
+        )
+
+
+async def _runs_and_count(env: Env, schedule: Schedule) -> tuple[int, int | None]:
+    async with env.db.read() as conn:
+        runs = (
+            await conn.execute(select(func.count()).where(task_schedule_run.c.schedule_id == schedule.id))
+        ).scalar_one()
+        count = (
+            await conn.execute(select(task_schedule.c.run_count).where(task_schedule.c.id == schedule.id))
+        ).scalar_one()
+    return runs, count
+
+
+async def _fire(env: Env, schedule: Schedule, times: int = 1) -> None:
+    for _ in range(times):
+        await env.services.schedules.trigger(schedule.id)
+        env.clock.advance(timedelta(minutes=1))
+
+
+async def test_a_new_schedule_counts_each_firing(env: Env) -> None:
+    schedule = await _schedule(env)
+    assert schedule.run_count == 0
+    assert await _runs_and_count(env, schedule) == (0, 0)
+    await _fire(env, schedule, 3)
+    assert await _runs_and_count(env, schedule) == (3, 3)
+    assert (await env.services.schedules.get(schedule.id)).run_count == 3
+
+
+async def test_a_firing_under_the_cap_does_not_look_past_it(env: Env) -> None:
+    # The count says 5 where the history holds more than the cap (no firing of rackflow's leaves that):
+    # a firing trusts the count, adds its run and deletes nothing. This is what the count saves.
+    schedule = await _schedule(env)
+    await _old_runs(env, schedule, CAP + 2, run_count=5)
+    await _fire(env, schedule)
+    assert await _runs_and_count(env, schedule) == (CAP + 3, 6)
+
+
+async def test_a_firing_that_takes_a_schedule_past_the_cap_prunes_it_and_the_count_stays_past(
+    env: Env,
+) -> None:
+    schedule = await _schedule(env)
+    await _old_runs(env, schedule, CAP - 1, run_count=CAP - 1)
+    await _fire(env, schedule)  # the hundredth run: nothing to delete yet
+    assert await _runs_and_count(env, schedule) == (CAP, CAP)
+    await _fire(env, schedule, 2)  # each later firing deletes the oldest
+    assert await _runs_and_count(env, schedule) == (CAP, CAP + 1)
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    assert runs[0].fired_at == START + timedelta(minutes=2)  # the newest kept, the oldest gone
+    assert runs[-1].fired_at == START - timedelta(minutes=CAP - 3)
+
+
+async def test_a_count_not_known_is_counted_at_the_next_firing(env: Env) -> None:
+    # As migration 0038 leaves every schedule it finds: the first firing looks, prunes, then counts.
+    few, many = await _schedule(env), await env.schedule("other", racks=[await env.rack("r2")])
+    await _old_runs(env, few, 3, run_count=None)
+    await _old_runs(env, many, CAP + 4, run_count=None)
+    await _fire(env, few)
+    await _fire(env, many)
+    assert await _runs_and_count(env, few) == (4, 4)
+    assert await _runs_and_count(env, many) == (CAP, CAP)  # counted after its prune
+    await _fire(env, few)
+    assert await _runs_and_count(env, few) == (5, 5)
+
+
+async def test_a_dispatched_batch_counts_and_caps_each_of_its_schedules(env: Env) -> None:
+    under, at, unknown = [
+        await env.schedule(f"s{i}", racks=[await env.rack(f"r{i}")], policy=OverlapPolicy.QUEUE)
+        for i in range(3)
+    ]
+    await _old_runs(env, under, 7, run_count=7)
+    await _old_runs(env, at, CAP, run_count=CAP)
+    await _old_runs(env, unknown, 2, run_count=None)
+    env.clock.advance(timedelta(hours=2))  # every schedule due (interval 1h)
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    assert await dispatcher.poll_once() == 3
+    assert await _runs_and_count(env, under) == (8, 8)
+    assert await _runs_and_count(env, at) == (CAP, CAP + 1)
+    assert await _runs_and_count(env, unknown) == (3, 3)
