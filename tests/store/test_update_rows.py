@@ -90,13 +90,14 @@ async def test_advance_stores_what_the_per_row_update_stores(db: Database) -> No
             "enabled": k % 3 != 0,
             "next_run_at": None if k % 3 == 0 else (now + timedelta(hours=k)).astimezone(BERLIN),
             "last_run_at": now if k % 2 else now.astimezone(BERLIN),
+            "run_count": None if k % 4 == 0 else k,  # not known, or counted
         }
 
     async with db.transaction() as conn:
         mine = await _schedules(conn, COUNT, "mine")
         twins = await _schedules(conn, COUNT, "twin")
         advances = [store.Advance(i, **timing(k)) for k, i in enumerate(mine)]
-        await store.advance(conn, [*advances, store.Advance(uuid.uuid4(), True, now, now)], now)
+        await store.advance(conn, [*advances, store.Advance(uuid.uuid4(), True, now, now, 1)], now)
         await _per_row(
             conn, task_schedule, [{"id": i, **timing(k)} for k, i in enumerate(twins)], {"updated_at": now}
         )
@@ -104,11 +105,12 @@ async def test_advance_stores_what_the_per_row_update_stores(db: Database) -> No
     assert stored == await _stored(db, task_schedule, twins, {"id", "name"})
     async with db.read() as conn:
         row = (await conn.execute(select(task_schedule).where(task_schedule.c.id == mine[1]))).one()
-    assert (row.enabled, row.next_run_at, row.last_run_at, row.updated_at) == (
+    assert (row.enabled, row.next_run_at, row.last_run_at, row.updated_at, row.run_count) == (
         True,
         now + timedelta(hours=1),
         now,
         now,
+        1,
     )
 
 
