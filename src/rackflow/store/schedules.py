@@ -1320,7 +1320,7 @@ async def cap_runs(conn: AsyncConnection, fired: Collection[Schedule]) -> None:
         counted = (
             select(run.schedule_id, func.count()).where(run.schedule_id.in_(chunk)).group_by(run.schedule_id)
         )
-        counts: dict[uuid.UUID, int] = dict((await conn.execute(counted)).tuples().all())
+        counts: dict[uuid.UUID, int] = {schedule_id: n for schedule_id, n in await conn.execute(counted)}
         rows = [{"id": i, "run_count": min(counts.get(i, 0), RUNS_KEPT_PER_SCHEDULE + 1)} for i in chunk]
         await conn.execute(*update_rows(conn.dialect.name, task_schedule, "id", rows))
 
