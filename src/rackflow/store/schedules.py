@@ -1308,11 +1308,11 @@ async def cap_runs(conn: AsyncConnection, fired: Collection[Schedule]) -> None:
     past that (`may_pass_cap`), and the runs of those whose count was not known counted.
 
     A firing under the cap looks at nothing: the look walked the schedule's index of runs at every firing,
-    a sixth of PostgreSQL's CPU a firing on an empty database (docs/PERFORMANCE.md, "The run cap's look
-    skipped under the cap"). The count is never below the runs kept, so no firing that takes a schedule
-    past the cap goes without the look, with one exception: the firings of an instance still running a
-    release before migration 0038 (a rolling upgrade) add no count, and a schedule they fired passes the
-    cap by that many runs before its first look.
+    about a tenth of PostgreSQL's CPU a firing on an empty database (docs/PERFORMANCE.md, "The run cap's
+    look skipped under the cap"). The count is never below the runs kept, so no firing that takes a
+    schedule past the cap goes without the look, with one exception: the firings of an instance still
+    running a release before migration 0038 (a rolling upgrade) add no count, so a schedule they fired may
+    keep up to that many runs past its newest 100 until its count reaches the cap.
     """
     await prune_runs(conn, [s.id for s in fired if may_pass_cap(s)])
     run = task_schedule_run.c

@@ -2,8 +2,8 @@
 
 Each schedule keeps its newest RUNS_KEPT_PER_SCHEDULE runs (SPEC, "Run history"), and every firing looked
 past them (`store.schedules.prune_runs`) whatever the schedule's history held: a schedule with three runs
-paid an index walk per firing to learn it had no fourth hundred. That look was a sixth of PostgreSQL's CPU
-a firing on an empty database (docs/PERFORMANCE.md, "The run cap's look skipped under the cap").
+paid an index walk per firing to learn it had no 101st. That look was about a tenth of PostgreSQL's CPU a
+firing on an empty database (docs/PERFORMANCE.md, "The run cap's look skipped under the cap").
 
 `run_count` is how many runs the schedule has, as rackflow counts them: every firing's advance writes it
 (saturating one past the cap), and the cap's look runs only for a schedule whose new run takes it past the
