@@ -161,7 +161,8 @@ def measure_drain(
         engine = sync_engine(ws.url)
         _load_windows(engine, windows)
         _load_history(engine, history, due)
-        _set_run_counts(engine, None if uncounted else history)
+        if history or uncounted:  # a schedule the bench made has counted none of its runs: 0 already
+            _set_run_counts(engine, None if uncounted else history)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
         env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from rackflow.clock import FakeClock
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack, RackTarget, TargetSpec
+from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
 from rackflow.services import Services
@@ -39,6 +40,7 @@ class Env:
         spec: ScheduleSpec = HOURLY,
         policy: OverlapPolicy = OverlapPolicy.SKIP,
         operation: Operation = POWER_OFF,
+        rollout: RolloutPolicy | None = None,
     ) -> Schedule:
         return await self.services.schedules.create(
             name=name,
@@ -48,6 +50,7 @@ class Env:
             queue=QueueOptions(),
             description=f"{name} description",
             target=target or rack_target(*racks),
+            rollout=rollout,
         )
 
 

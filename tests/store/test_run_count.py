@@ -13,13 +13,12 @@ from sqlalchemy import func, select, update
 from rackflow.domain.inventory import Rack
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
-from rackflow.domain.tasks import QueueOptions
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.schedules import RUNS_KEPT_PER_SCHEDULE
 from rackflow.store.tables import task_schedule, task_schedule_run
-from tests.store.schedules_support import HOURLY, POWER_OFF, START, Env, make_env, rack_target
+from tests.store.schedules_support import START, Env, make_env
 
 CAP = RUNS_KEPT_PER_SCHEDULE
 
@@ -133,16 +132,8 @@ async def test_a_dispatched_batch_counts_and_caps_each_of_its_schedules(env: Env
 async def test_a_rollouts_firing_is_counted_and_capped_when_recorded(env: Env) -> None:
     # A rollout's run is written whole in phase 1 (no write-back): its count and cap are taken there.
     policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
-    schedule = await env.services.schedules.create(
-        name="rolling",
-        spec=HOURLY,
-        overlap_policy=OverlapPolicy.SKIP,
-        operation=POWER_OFF,
-        queue=QueueOptions(),
-        description="",
-        target=rack_target(await env.rack("r1"), await env.rack("r2")),
-        rollout=policy,
-    )
+    racks = [await env.rack("r1"), await env.rack("r2")]
+    schedule = await env.schedule("rolling", racks=racks, rollout=policy)
     await _old_runs(env, schedule, CAP, run_count=CAP)
     await _fire(env, schedule)
     runs, _ = await env.services.schedules.list_runs(schedule.id)

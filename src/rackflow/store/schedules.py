@@ -87,6 +87,8 @@ from rackflow.store.tasks import statuses as task_statuses
 from rackflow.timespec import ScheduleSpec, SpecType
 
 RUNS_KEPT_PER_SCHEDULE = 100
+# Where a schedule's run count stops (`counted_with_run`): one past the cap, from where every firing looks.
+PAST_THE_CAP = RUNS_KEPT_PER_SCHEDULE + 1
 # Runs never pruned however old: a live rollout's drives it, and one awaiting approval may yet start.
 UNDECIDED_STATES: tuple[RunState, ...] = (*ROLLOUT_LIVE_STATES, "awaiting_approval")
 
@@ -1293,7 +1295,7 @@ def counted_with_run(schedule: Schedule) -> int | None:
     follow the runs the look deletes."""
     if schedule.run_count is None:
         return None
-    return min(schedule.run_count + 1, RUNS_KEPT_PER_SCHEDULE + 1)
+    return min(schedule.run_count + 1, PAST_THE_CAP)
 
 
 def may_pass_cap(schedule: Schedule) -> bool:
@@ -1321,7 +1323,7 @@ async def cap_runs(conn: AsyncConnection, fired: Collection[Schedule]) -> None:
             select(run.schedule_id, func.count()).where(run.schedule_id.in_(chunk)).group_by(run.schedule_id)
         )
         counts: dict[uuid.UUID, int] = {schedule_id: n for schedule_id, n in await conn.execute(counted)}
-        rows = [{"id": i, "run_count": min(counts.get(i, 0), RUNS_KEPT_PER_SCHEDULE + 1)} for i in chunk]
+        rows = [{"id": i, "run_count": min(counts.get(i, 0), PAST_THE_CAP)} for i in chunk]
         await conn.execute(*update_rows(conn.dialect.name, task_schedule, "id", rows))
 
 
