@@ -16,7 +16,10 @@
   checkpointing;
 * where the server preloads `pg_stat_statements` (`shared_preload_libraries`; the extension is created in
   the database if missing), each statement's calls, time, buffers hit and read, and WAL per firing, the
-  most buffers first: which statement makes the heap and index hits the relations show.
+  most buffers first: which statement makes the heap and index hits the relations show;
+* where the server has `pg_walinspect` (PostgreSQL 15's contrib; created in the database if missing), the
+  block's WAL by relation of this database: records, bytes and full-page images (`WAL_BY_RELATION`), the
+  most bytes first: which heap or index a firing's WAL, and its full-page images after a checkpoint, go to.
 
 Backends report their counters when a transaction ends or they exit, so take the after-snapshot once the
 measured server has stopped (`drain` in `bench/scale.py` does).
@@ -66,6 +69,21 @@ STATEMENTS = text(
     "AS wal_bytes FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
     "WHERE d.datname = current_database()"
 )
+# The WAL written between two positions, by relation of this database and kind of record: a record counts
+# for the relation of its first block, and so do all its full-page images ("FPW" blocks, counted). A
+# relation is found by its file node (`pg_filenode_relation`), so one dropped or rewritten since is shown
+# by number. Records of no relation (commits) are not in it.
+WAL_BY_RELATION = text(
+    "WITH records AS (SELECT resource_manager || ':' || record_type AS kind, record_length, fpi_length, "
+    "(SELECT count(*) FROM regexp_matches(block_ref, 'FPW', 'g')) AS images, "
+    "regexp_match(block_ref, 'rel \\d+/(\\d+)/(\\d+)') AS rel "
+    "FROM pg_get_wal_records_info(CAST(:start AS pg_lsn), CAST(:end AS pg_lsn))) "
+    "SELECT coalesce(pg_filenode_relation(0, rel[2]::oid)::regclass::text, rel[2]) AS relation, kind, "
+    "count(*) AS records, sum(record_length)::bigint AS bytes, sum(images)::bigint AS images, "
+    "sum(fpi_length)::bigint AS image_bytes FROM records "
+    "WHERE rel[1]::oid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "GROUP BY 1, 2"
+)
 # A statement's text without its parameters' count: `IN ($1, $2, …)` and VALUES lists vary with a batch.
 PARAMETERS = re.compile(r"\$\d+(\s*(,|\)\s*,\s*\()\s*\$\d+)*")
 
@@ -79,6 +97,7 @@ class Snapshot:
     cluster: dict[str, int]
     kernel: dict[str, int]
     statements: dict[int, tuple[str, tuple[float, ...]]] | None  # queryid -> (text, counters), if preloaded
+    wal_position: str | None  # pg_current_wal_flush_lsn(), where pg_walinspect is available
     at: float = field(default_factory=time.monotonic)
 
 
@@ -109,7 +128,19 @@ def snapshot(conn: Connection) -> Snapshot:
     for index in conn.execute(INDEXES):
         reads[index.indexrelname] = (index.idx_blks_read, index.idx_blks_hit)
     cluster = {key: int(value or 0) for key, value in conn.execute(CLUSTER).mappings().one().items()}
-    return Snapshot(reads, tables, cluster, kernel_counters(), statement_counters(conn))
+    return Snapshot(reads, tables, cluster, kernel_counters(), statement_counters(conn), wal_position(conn))
+
+
+def wal_position(conn: Connection) -> str | None:
+    """The cluster's WAL flushed so far, or None where the server has no pg_walinspect to read the WAL with
+    (it reads only flushed WAL: the position of the WAL inserted is refused as "future")."""
+    available = "SELECT 1 FROM pg_available_extensions WHERE name = 'pg_walinspect'"
+    if conn.execute(text(available)).first() is None:
+        return None
+    conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
+    position = str(conn.execute(text("SELECT pg_current_wal_flush_lsn()")).scalar_one())
+    conn.commit()
+    return position
 
 
 def statement_counters(conn: Connection) -> dict[int, tuple[str, tuple[float, ...]]] | None:
@@ -185,6 +216,8 @@ def io_watch(url: str, label: str, firings: int) -> Iterator[None]:
             sampler.stop()
             time.sleep(1.0)  # the stopped server's backends report their counters as they exit
             after = snapshot(conn)
+        if before.wal_position is not None and after.wal_position is not None:
+            report_wal(conn, label, firings, before.wal_position, after.wal_position)
     engine.dispose()
     report(label, firings, before, after, sampler)
 
@@ -272,3 +305,28 @@ def report_statements(
             f"#   {calls:6.0f} {ms / firings:7.3f} {hit / firings:7.1f} {read / firings:6.2f} "
             f"{wal / firings:8.0f}  {query}"
         )
+
+
+def report_wal(conn: Connection, label: str, firings: int, start: str, end: str) -> None:
+    """The WAL between `start` and `end` by relation of this database (`WAL_BY_RELATION`), per firing, the
+    most bytes first, each with its kinds of record and how many of each a firing wrote."""
+    rows = conn.execute(WAL_BY_RELATION, {"start": start, "end": end}).all()
+    conn.commit()
+    relations: dict[str, list[float]] = {}
+    kinds: dict[str, Counter[str]] = {}
+    for row in rows:
+        total = relations.setdefault(row.relation, [0.0, 0.0, 0.0, 0.0])
+        for i, value in enumerate((row.records, row.bytes, row.images, row.image_bytes)):
+            total[i] += value / firings
+        kinds.setdefault(row.relation, Counter())[row.kind] += row.records
+    print(
+        f"# io {label}: WAL by relation (pg_walinspect); per firing: records, bytes, full-page images, "
+        "their bytes; records by kind"
+    )
+    for relation, (records, size, images, image_bytes) in sorted(relations.items(), key=lambda r: -r[1][1])[
+        :TOP
+    ]:
+        by_kind = " ".join(f"{kind}={count / firings:.2f}" for kind, count in kinds[relation].most_common(4))
+        print(f"#   {relation:<44} {records:6.2f} {size:7.0f} {images:5.2f} {image_bytes:7.0f}  {by_kind}")
+    totals = [sum(values[i] for values in relations.values()) for i in range(4)]
+    print(f"#   {'all relations':<44} {totals[0]:6.2f} {totals[1]:7.0f} {totals[2]:5.2f} {totals[3]:7.0f}")
