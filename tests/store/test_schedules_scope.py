@@ -198,3 +198,37 @@ async def test_remove_scope_but_never_the_last(env: Env) -> None:
 async def test_list_scopes_of_unknown_schedule_is_not_found(env: Env) -> None:
     with pytest.raises(NotFound, match="schedule_id"):
         await env.services.schedules.list_scopes(uuid.uuid4())
+
+
+async def test_the_scope_list_names_each_entry_as_it_is_held(env: Env) -> None:
+    """ListTaskScheduleScopes' page reads the ids as text in the database (`dialect.uuid_text`): each one
+    must be the canonical text of the id the entry holds, a NULL last task none, on both databases."""
+    r1, r2, r3 = await env.rack("r1"), await env.rack("r2"), await env.rack("r3")
+    schedule = await env.schedule(
+        target=TargetSpec(racks=rack_target(r1, types=COMPUTE).racks + rack_target(r2).racks)
+    )
+    await env.services.schedules.trigger(schedule.id)
+    await env.services.schedules.add_scope(schedule.id, rack_target(r3))  # no task yet
+    held = sorted(await env.services.schedules.list_scopes(schedule.id), key=lambda s: s.rack_id)
+    names = {r1.id: "r1", r2.id: "r2", r3.id: "r3"}
+
+    listed, total = await env.services.schedules.scope_list_page(schedule.id)
+
+    assert total == 3
+    assert [tuple(entry) for entry in listed] == [
+        (
+            str(s.id),
+            str(s.rack_id),
+            names[s.rack_id],
+            s.filter,
+            None if s.last_task_id is None else str(s.last_task_id),
+            s.created_at,
+        )
+        for s in held
+    ]
+    assert sum(entry.last_task_id is None for entry in listed) == 1
+    first, *rest = listed
+    after, _ = await env.services.schedules.scope_list_page(
+        schedule.id, limit=2, after=(uuid.UUID(first.rack_id),)
+    )
+    assert after == rest

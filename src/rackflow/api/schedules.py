@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 from google.protobuf.empty_pb2 import Empty
@@ -21,6 +22,7 @@ from rackflow.api.convert.policies import retry_policy_from, rollout_from
 from rackflow.api.convert.schedules import (
     approval_from,
     basic_view_from,
+    listed_scope_into,
     overlap_policy_from,
     planned_firing_to,
     preview_to,
@@ -28,7 +30,6 @@ from rackflow.api.convert.schedules import (
     run_summary_to,
     run_to,
     schedule_to,
-    scope_into,
     scopes_into,
     spec_from,
     spec_type_from,
@@ -214,17 +215,18 @@ class ScheduleRpcs:
         page = page_from(
             request.pagination if request.HasField("pagination") else None, "ListTaskScheduleScopes"
         )
-        named, counted = await self.services.schedules.scope_list_page(
+        listed, counted = await self.services.schedules.scope_list_page(
             schedule_id, offset=page.offset, limit=page.limit, after=page.after
         )
         response = pb.ListTaskScheduleScopesResponse(
             next_page_token=next_page_token(
-                "ListTaskScheduleScopes", page.limit, named, lambda entry: (entry[0].rack_id,)
+                "ListTaskScheduleScopes", page.limit, listed, lambda entry: (uuid.UUID(entry.rack_id),)
             )
         )
         response.total, response.total_capped = total_to(counted)
-        for scope, rack_name in named:
-            scope_into(response.scopes.add(rack_name=rack_name), scope)
+        schedule_text = str(schedule_id)
+        for entry in listed:
+            listed_scope_into(response.scopes.add(rack_name=entry.rack_name), entry, schedule_text)
         return response
 
     @rpc

@@ -38,6 +38,7 @@ from rackflow.domain.schedules import (
     CREATION_ORDER,
     RETRIABLE_RUN_STATES,
     SCHEDULE_ORDER_FIELDS,
+    ListedScope,
     OverlapPolicy,
     Pause,
     Run,
@@ -816,10 +817,10 @@ class ScheduleService:
         offset: int = 0,
         limit: int | None = None,
         after: Sequence[Any] | None = None,
-    ) -> tuple[list[tuple[Scope, str]], int]:
+    ) -> tuple[list[ListedScope], int]:
         """A page of the schedule's scope entries by rack id (after the `store.SCOPE_ORDER` key `after`),
-        each with its rack's name, and their total before paging (counted up to LIST_COUNT_CAP, then
-        more): a 10,000-rack scope came whole (docs/PERFORMANCE.md, issue 29)."""
+        each with its rack's name and its ids as text, and their total before paging (counted up to
+        LIST_COUNT_CAP, then more): a 10,000-rack scope came whole (docs/PERFORMANCE.md, issue 29)."""
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
             return await store.list_scope_page(conn, schedule_id, offset=offset, limit=limit, after=after)

@@ -3,8 +3,9 @@
 The other store modules write each statement once and call here for the part that differs: how an engine
 is set up (`engine_options`, `prepare_engine`), which clock is "now" (`database_now`, `now_minus`), row
 locks (`skip_locked`, `for_update`, `locks_rows`), lookups by many keys (`by_keys`, `keys_table`,
-`past_newest`, `ids_in`, `not_in_keys`), bulk writes (`insert_rows`, `update_rows`, `insert_new`) and the
-migration lock. `dialect` is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
+`past_newest`, `ids_in`, `not_in_keys`), a UUID as text (`uuid_text`), bulk writes (`insert_rows`,
+`update_rows`, `insert_new`) and the migration lock. `dialect` is `Database.dialect` or, where only a
+connection is at hand, `conn.dialect.name`.
 
 How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks) is
 `store.db.Database`'s; the PostgreSQL keyed-read path is `store.keyed_reads`'.
@@ -162,6 +163,24 @@ async def database_now(dialect: str, conn: AsyncConnection, clock: Clock) -> dat
         assert isinstance(value, datetime)
         return value.astimezone(UTC)
     return clock.now()
+
+
+def uuid_text(dialect: str, column: ColumnElement[Any]) -> ColumnElement[str]:
+    """The UUID `column` as its canonical text (8-4-4-4-12 lower-case hex digits, NULL for NULL), made
+    by the database, for a list answered as text: psycopg makes a `uuid.UUID` of each value, and `str()`
+    of it takes Python about as long again. SQLite holds a SQLAlchemy `Uuid` as its 32 hex digits."""
+    if dialect == POSTGRESQL:
+        return sql_cast(column, Text)
+    groups = [func.substr(column, start, length, type_=Text) for start, length in _UUID_GROUPS]
+    joined: ColumnElement[str] = groups[0]
+    for group in groups[1:]:
+        joined = joined + "-" + group  # `||`, which is NULL for NULL
+    return joined
+
+
+# Where each group of a UUID's canonical text starts in its 32 hex digits (1-based, as substr counts), and
+# how many digits it has.
+_UUID_GROUPS = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
 
 
 def now_minus(dialect: str) -> ColumnElement[datetime]:

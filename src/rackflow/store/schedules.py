@@ -48,6 +48,7 @@ from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
     CREATION_ORDER,
     ROLLOUT_LIVE_STATES,
+    ListedScope,
     Outcome,
     OverlapPolicy,
     Pause,
@@ -75,6 +76,7 @@ from rackflow.store.dialect import (
     locks_rows,
     past_newest,
     update_rows,
+    uuid_text,
 )
 from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
@@ -809,11 +811,6 @@ async def list_scopes(conn: AsyncConnection, schedule_id: uuid.UUID) -> list[Sco
 SCOPE_ORDER = (task_schedule_scope.c.rack_id,)
 
 
-def _named_scopes() -> Select[Any]:
-    """Scope entries, each with its rack's name (the two scope pages)."""
-    return select(task_schedule_scope, racks.c.name).join(racks, racks.c.id == task_schedule_scope.c.rack_id)
-
-
 async def list_scope_page(
     conn: AsyncConnection,
     schedule_id: uuid.UUID,
@@ -821,29 +818,47 @@ async def list_scope_page(
     offset: int = 0,
     limit: int | None = None,
     after: Key | None = None,
-) -> tuple[list[tuple[Scope, str]], int]:
+) -> tuple[list[ListedScope], int]:
     """A page of the schedule's scope entries in SCOPE_ORDER (after the key `after` if given), each with
-    its rack's name (a client naming a page's racks need not list every rack), and how many it has
-    (`paging.count_capped`):
+    its rack's name (a client naming a page's racks need not list every rack) and its ids as text, and how
+    many it has (`paging.count_capped`):
 
-        SELECT scope.*, racks.name FROM task_schedule_scope scope JOIN racks ON racks.id = scope.rack_id
+        SELECT scope.id::text, scope.rack_id::text, racks.name, scope.component_filter,
+               scope.last_task_id::text, scope.created_at
+        FROM task_schedule_scope scope JOIN racks ON racks.id = scope.rack_id
         WHERE scope.schedule_id = :id AND scope.rack_id > :after ORDER BY scope.rack_id LIMIT :limit
     """
-    where = [task_schedule_scope.c.schedule_id == schedule_id]
+    scope, dialect = task_schedule_scope.c, conn.dialect.name
+    where = [scope.schedule_id == schedule_id]
     total = await count_capped(conn, task_schedule_scope, where)
-    # The key bounds the racks too: else PostgreSQL's merge join walks the racks' index from its start.
     page = (
-        _named_scopes()
+        select(
+            uuid_text(dialect, scope.id),
+            uuid_text(dialect, scope.rack_id),
+            racks.c.name,
+            scope.component_filter,
+            uuid_text(dialect, scope.last_task_id),
+            scope.created_at,
+        )
+        .join(racks, racks.c.id == scope.rack_id)
         .where(
             *where,
             *after_key(SCOPE_ORDER, after, descending=False),
+            # The key bounds the racks too: else PostgreSQL's merge join walks the racks' index from its
+            # start.
             *after_key((racks.c.id,), after, descending=False),
         )
         .order_by(*SCOPE_ORDER)
         .offset(offset)
         .limit(limit)
     )
-    return [(scope_from_row(row), row.name) for row in (await conn.execute(page)).all()], total
+    listed = [
+        ListedScope(scope_id, rack_id, name, filter_from_json(component_filter), last_task_id, created_at)
+        for scope_id, rack_id, name, component_filter, last_task_id, created_at in (
+            await conn.execute(page)
+        ).all()
+    ]
+    return listed, total
 
 
 async def scope_page(
@@ -857,7 +872,8 @@ async def scope_page(
     """
     scope = task_schedule_scope.c
     page = (
-        _named_scopes()
+        select(task_schedule_scope, racks.c.name)
+        .join(racks, racks.c.id == scope.rack_id)
         .where(scope.schedule_id == schedule_id)
         .order_by(racks.c.name, racks.c.id)
         .offset(offset)

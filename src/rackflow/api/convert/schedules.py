@@ -18,8 +18,16 @@ from rackflow.api.convert.policies import retry_policy_to, rollout_to
 from rackflow.api.convert.tasks import scheduled_operation_to, task_status_to
 from rackflow.api.convert.windows import window_policy_to
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
-from rackflow.domain.inventory import ComponentsFilter, TypesFilter
-from rackflow.domain.schedules import OverlapPolicy, Pause, Run, Schedule, Scope, ScopeOutcome
+from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, TypesFilter
+from rackflow.domain.schedules import (
+    ListedScope,
+    OverlapPolicy,
+    Pause,
+    Run,
+    Schedule,
+    Scope,
+    ScopeOutcome,
+)
 from rackflow.domain.tasks import QueueOptions, TaskStatus
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import Progress, RunReport, RunSummary
@@ -159,13 +167,29 @@ def scope_into(msg: pb.TaskScheduleScope, scope: Scope) -> pb.TaskScheduleScope:
     if scope.last_task_id is not None:
         msg.last_task_id.id = str(scope.last_task_id)
     timestamp_into(msg.created_at, scope.created_at)
-    if isinstance(scope.filter, TypesFilter):
-        msg.types.types.extend(component_type_to(t) for t in sorted(scope.filter.types))
-    elif isinstance(scope.filter, ComponentsFilter):
-        msg.components.targets.extend(
-            pb.ComponentTarget(id=pb.UUID(id=str(i))) for i in sorted(scope.filter.ids, key=str)
-        )
+    _filter_into(msg, scope.filter)
     return msg
+
+
+def listed_scope_into(msg: pb.TaskScheduleScope, entry: ListedScope, schedule_id: str) -> None:
+    """Fill the empty `msg` with a listed scope entry of the schedule `schedule_id` (as `scope_into`),
+    its ids copied as the text they were read as."""
+    msg.id.id = entry.id
+    msg.schedule_id.id = schedule_id
+    msg.rack_id.id = entry.rack_id
+    if entry.last_task_id is not None:
+        msg.last_task_id.id = entry.last_task_id
+    timestamp_into(msg.created_at, entry.created_at)
+    _filter_into(msg, entry.filter)
+
+
+def _filter_into(msg: pb.TaskScheduleScope, value: ComponentFilter | None) -> None:
+    if isinstance(value, TypesFilter):
+        msg.types.types.extend(component_type_to(t) for t in sorted(value.types))
+    elif isinstance(value, ComponentsFilter):
+        msg.components.targets.extend(
+            pb.ComponentTarget(id=pb.UUID(id=str(i))) for i in sorted(value.ids, key=str)
+        )
 
 
 def preview_to(times: Sequence[datetime]) -> pb.PreviewScheduleSpecResponse:
