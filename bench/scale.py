@@ -12,7 +12,8 @@ that database, with one `rackflow serve` (dispatcher, executor, dashboard):
 * fire lag: one-time schedules created one by one, each due 0.5 s later (p99 of task created_at - due);
 * drain: `--drain` of the loaded schedules made due at once, against the same drain on an empty database
   (same run): firings/s and their ratio; `--io` prints what each drain read (by relation), wrote (WAL,
-  checkpoints) and waited on (`bench/_pg_io.py`);
+  by relation where the server has pg_walinspect; checkpoints) and waited on (`bench/_pg_io.py`);
+  `--checkpoint` takes a CHECKPOINT before each drain, so it pays every full-page image a firing would;
 * prune: `--run-retention`'s and `--task-retention`'s and the audit's prune of the oldest month (1/12 of
   each table), rows/s.
 
@@ -666,6 +667,8 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
         if args.drain > args.racks:
             raise SystemExit("--drain must be at most --racks (a rack per due schedule)")
         due = make_due(url, args.drain, args.schedules, args.racks, args.drain_first + round_ * args.drain)
+        if args.checkpoint:
+            checkpoint(url)
         with watched(url, f"loaded round={round_}"):
             rate, load = drain(url, log_dir, args.drain, due)
         loaded_rates.append(rate)
@@ -680,12 +683,25 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
             )
             if args.io:
                 track_io_timing(ws.url)
+            if args.checkpoint:
+                checkpoint(ws.url)
             with watched(ws.url, f"empty round={round_}"):
                 rate, load = drain(ws.url, ws.log_dir, args.drain, empty_due)
             empty_rates.append(rate)
             result("scale_drain", db="empty", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
     ratio = (sum(loaded_rates) / len(loaded_rates)) / (sum(empty_rates) / len(empty_rates))
     result("scale_drain_ratio", loaded_over_empty=ratio, target=0.8, met="yes" if ratio >= 0.8 else "no")
+
+
+def checkpoint(url: str) -> None:
+    """A CHECKPOINT before a drain (`--checkpoint`): the first change of every page after it logs the whole
+    page, so the drain pays the full-page images of all it touches, the schedules' rows and their index
+    leaves included, as a firing does once checkpoints come more often than a schedule fires. Without it,
+    the pages `make_due` changed were logged whole by it, not by the drain."""
+    engine = sync_engine(url)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("CHECKPOINT"))
+    engine.dispose()
 
 
 # --- prune -------------------------------------------------------------------------------------------
@@ -775,6 +791,11 @@ def main() -> None:
         default=0,
         help="round r drains the schedules from --drain-first + r * --drain on in the spread order; "
         "with --reuse, pass the number an earlier invocation drained, so no round fires a schedule twice",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="a CHECKPOINT before each drain, which then pays every full-page image a firing would",
     )
     parser.add_argument(
         "--io", action="store_true", help="what each drain read, wrote and waited on (bench/_pg_io.py)"
