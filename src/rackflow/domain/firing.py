@@ -51,6 +51,7 @@ from rackflow.domain.schedules import OverlapPolicy, Run, RunState, Schedule, Sc
 from rackflow.domain.tasks import Operation, TaskStatus
 from rackflow.domain.window_rules import FIRE, Decision, decide_firing
 from rackflow.domain.windows import MaintenanceWindow, RackRef
+from rackflow.frozen import quick_init
 from rackflow.ids import new_id
 from rackflow.timespec import IntervalTiming, SpecType, format_go_duration, parse_spec
 
@@ -85,6 +86,7 @@ class Snapshot:
     awaiting: Mapping[uuid.UUID, uuid.UUID] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Firing:
     """One schedule's planned firing, the run that records it, and (once recorded) phases 2 and 3's input.

@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from rackflow.frozen import quick_init
+
 
 class ComponentType(enum.StrEnum):
     UNKNOWN = "UNKNOWN"
@@ -38,6 +40,7 @@ class Bmc:
     credentials: str
 
 
+@quick_init
 @dataclass(frozen=True)
 class Component:
     id: uuid.UUID
@@ -153,6 +156,7 @@ def filter_from_json(data: dict[str, object] | None) -> ComponentFilter | None:
     raise ValueError(f"unknown component filter {data!r}")
 
 
+@quick_init
 @dataclass(frozen=True)
 class RackSelection:
     """A rack and which of its components a target selects (`filter=None`: all of them)."""

@@ -15,6 +15,7 @@ from rackflow.domain.inventory import ComponentFilter
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import ConflictStrategy, Operation, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
+from rackflow.frozen import quick_init
 from rackflow.timespec import ScheduleSpec, SpecType
 
 
@@ -90,6 +91,7 @@ def pause_to_json(pause: Pause) -> dict[str, str | None]:
     }
 
 
+@quick_init
 @dataclass(frozen=True)
 class Schedule:
     id: uuid.UUID
@@ -158,6 +160,7 @@ def short_search(name_contains: str) -> bool:
     return 0 < len(name_contains) < SHORT_SEARCH_TEXT
 
 
+@quick_init
 @dataclass(frozen=True)
 class Scope:
     """One rack a schedule targets; `filter=None` means all of the rack's components."""
@@ -184,6 +187,7 @@ class ListedScope(NamedTuple):
     created_at: datetime
 
 
+@quick_init
 @dataclass(frozen=True)
 class ScopeOutcome:
     """What one firing did for one scope: `task_id` when submitted, `error` when failed. `canary`: one of
@@ -222,6 +226,7 @@ RETRIED_OUTCOMES: tuple[Outcome, ...] = ("failed", "not_started", "pending", "mi
 RETRIED_STATUSES = (TaskStatus.FAILED, TaskStatus.TERMINATED)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Run:
     """One firing of a schedule, as run history shows it.

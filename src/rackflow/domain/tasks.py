@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rackflow.domain.inventory import PowerState
+from rackflow.frozen import quick_init
 from rackflow.timespec import format_go_duration, format_rfc3339
 
 
@@ -112,6 +113,7 @@ DEFAULT_QUEUE_TIMEOUT = timedelta(hours=1)
 MAX_WAITING_PER_RACK = 5
 
 
+@quick_init
 @dataclass(frozen=True)
 class QueueOptions:
     strategy: ConflictStrategy = ConflictStrategy.REJECT
@@ -179,6 +181,7 @@ class TaskAttempt:
     retryable: bool = False
 
 
+@quick_init
 @dataclass(frozen=True)
 class Task:
     id: uuid.UUID

@@ -64,6 +64,7 @@ from rackflow.domain.schedules import (
 from rackflow.domain.tasks import ACTIVE_STATUSES, Operation, OperationKind, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
+from rackflow.frozen import quick_init
 from rackflow.ids import new_id
 from rackflow.store import scope_removals
 from rackflow.store.db import Database, chunked, in_id_order, unique_violation_as
@@ -1140,6 +1141,7 @@ async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datet
 # --- run history ---------------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True)
 class NewRun:
     """A firing to record in the transaction that claims it (phase 1): "running" until its write-back; a

@@ -34,6 +34,7 @@ from rackflow.domain.tasks import (
     TaskStatus,
 )
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, RackflowError
+from rackflow.frozen import quick_init
 from rackflow.ids import new_id
 from rackflow.inventory.targets import resolve_targets
 from rackflow.metrics import TASKS_FINISHED
@@ -119,6 +120,7 @@ def _may_wait(
         )
 
 
+@quick_init
 @dataclass(frozen=True)
 class Submission:
     """One request for tasks: an operation on some racks, all of whose tasks are created or none."""
