@@ -61,6 +61,17 @@ def test_the_record_stays_frozen_hashable_and_replaceable() -> None:
     assert dataclasses.replace(made, size=6) == Sample("a", 6, ("x",), "n")  # type: ignore[arg-type]
 
 
+def test_a_field_may_bear_any_name_the_init_uses() -> None:
+    @quick_init
+    @dataclass(frozen=True)
+    class Odd:
+        self: int
+        d: int = 1
+        make: list[int] = field(default_factory=list)
+
+    assert vars(Odd(self=2, d=3)) == {"self": 2, "d": 3, "make": []}
+
+
 def test_wrong_arguments_fail_as_they_do_for_dataclass() -> None:
     for call in (lambda cls: cls(), lambda cls: cls("a", nope=1), lambda cls: cls("a", 1, [], "n", 9)):
         with pytest.raises(TypeError):
