@@ -163,6 +163,11 @@ def parse_host_port(value: str, flag: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def host_port(host: str, port: int) -> str:
+    """The `HOST:PORT` that `parse_host_port` reads back: an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def parse_list(value: str | None) -> tuple[str, ...]:
     """A comma-separated flag (`--http-allowed-hosts a,b`): its items, trimmed, empty ones dropped."""
     return tuple(item.strip() for item in (value or "").split(",") if item.strip())

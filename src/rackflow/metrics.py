@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from rackflow.config import DUE_COUNT_CAP, SCRAPE_READ_TIMEOUT, parse_host_port
+from rackflow.config import DUE_COUNT_CAP, SCRAPE_READ_TIMEOUT, host_port, parse_host_port
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,9 @@ NOTIFICATION_EVENTS_PRUNED = Counter(
 )
 
 
-def serve_metrics(listen: str) -> None:
-    """Start the /metrics HTTP endpoint in a background thread."""
+def serve_metrics(listen: str) -> str:
+    """Start the /metrics HTTP endpoint in a background thread; the HOST:PORT it listens on (port 0 in
+    `listen` picks a free one, named here, as `--listen` and `--http-listen` do)."""
     host, port = parse_host_port(listen, "--metrics-listen")
-    start_http_server(port, addr=host)
+    httpd, _thread = start_http_server(port, addr=host)
+    return host_port(host, httpd.server_port)

@@ -33,6 +33,7 @@ from rackflow.config import (
     SERVE_GC_THRESHOLD,
     BackendName,
     ServeConfig,
+    host_port,
     parse_host_port,
 )
 from rackflow.ids import new_id
@@ -124,14 +125,14 @@ class RackflowServer:
             self.grpc,
         )
         host, port = parse_host_port(self.config.listen, "--listen")
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        address = host_port(host, port)
         if self.config.tls is not None:
             bound = self.grpc.add_secure_port(address, server_credentials(self.config.tls))
         else:
             bound = self.grpc.add_insecure_port(address)
         if bound == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
-        self.address = f"{host}:{bound}"
+        self.address = host_port(host, bound)
         await self.grpc.start()
 
         executor = Executor(
@@ -224,8 +225,7 @@ class RackflowServer:
                 extra={"http_listen": self.http_address},
             )
         if self.config.metrics_listen:
-            serve_metrics(self.config.metrics_listen)
-            log.info("metrics on http://%s/metrics", self.config.metrics_listen)
+            log.info("metrics on http://%s/metrics", serve_metrics(self.config.metrics_listen))
 
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -85,8 +86,10 @@ def start_server(
     env: dict[str, str] | None = None,
     name: str = "server",
 ) -> ServerProcess:
-    """Start `rackflow serve` on a free loopback port and wait for its "listening on" line."""
-    log_path = log_dir / f"{name}-{free_port()}.log"
+    """Start `rackflow serve` on a loopback port it picks itself (`:0`) and wait for its "listening on" line,
+    which names the port bound. A port found free here and passed in could be taken by another test's
+    process before the server binds it (a suite run failed so: "Address already in use")."""
+    log_path = log_dir / f"{name}-{uuid.uuid4().hex[:8]}.log"
     cmd = [
         sys.executable,
         "-m",
@@ -95,7 +98,7 @@ def start_server(
         "--db",
         db_url,
         "--listen",
-        f"127.0.0.1:{free_port()}",
+        "127.0.0.1:0",
         *args,
     ]
     child_env = {

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rackflow.v1 import flow_pb2 as pb
-from tests.e2e.cluster import free_port, servers
+from tests.e2e.cluster import servers
 from tests.e2e.fleet import create_racks, rfc3339, schedule_request, wait_until
 
 pytestmark = pytest.mark.slow
@@ -21,9 +21,16 @@ pytestmark = pytest.mark.slow
 def test_metrics_and_json_firing_log(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/rackflow.db"
     subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
-    metrics_at = f"127.0.0.1:{free_port()}"
-    args = ["--dispatch-interval", "200ms", "--metrics-listen", metrics_at, "--log-format", "json"]
+    args = ["--dispatch-interval", "200ms", "--metrics-listen", "127.0.0.1:0", "--log-format", "json"]
     with servers(url, tmp_path, 1, args=args) as (server,):
+        # Port 0: the server picks a free port and names the endpoint it serves.
+        (metrics_url,) = [
+            message.removeprefix("metrics on ")
+            for message in (
+                json.loads(line)["message"] for line in server.output.splitlines() if line[:1] == "{"
+            )
+            if message.startswith("metrics on http://127.0.0.1:")
+        ]
         stub = server.stub()
         create_racks(stub, ["m1", "m2"])
         past = rfc3339(datetime.now(UTC) - timedelta(seconds=5))
@@ -32,7 +39,7 @@ def test_metrics_and_json_firing_log(tmp_path: Path) -> None:
         )
 
         def metrics() -> str:
-            with urllib.request.urlopen(f"http://{metrics_at}/metrics", timeout=5) as response:
+            with urllib.request.urlopen(metrics_url, timeout=5) as response:
                 return str(response.read().decode())
 
         wait_until(

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from rackflow.v1 import flow_pb2 as pb
-from tests.e2e.cluster import free_port, servers
+from tests.e2e.cluster import servers
 from tests.e2e.fleet import create_racks, wait_until
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def test_a_rack_created_over_grpc_is_powered_off(sqlite_url: str, tmp_path: Path
 
 
 def serve_until_exit(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`rackflow serve` on a free port, for a start-up that is expected to fail."""
+    """`rackflow serve` on a port it picks itself, for a start-up that is expected to fail."""
     command = [
         sys.executable,
         "-m",
@@ -76,7 +76,7 @@ def serve_until_exit(db_url: str, *args: str) -> subprocess.CompletedProcess[str
         "--db",
         db_url,
         "--listen",
-        f"127.0.0.1:{free_port()}",
+        "127.0.0.1:0",
     ]
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=30)
 

@@ -20,7 +20,7 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from rackflow.config import parse_host_port
+from rackflow.config import host_port, parse_host_port
 from rackflow.security import ServerTls
 from rackflow.web.auth import CLIENT_CERTIFICATE_NAME
 
@@ -96,7 +96,7 @@ class HttpServer:
             raise OSError(f"--http-listen: cannot listen on {self.host}:{self.port}: {exc.strerror}") from exc
         self._socket = listener
         port = self._socket.getsockname()[1]
-        return f"[{self.host}]:{port}" if ":" in self.host else f"{self.host}:{port}"
+        return host_port(self.host, port)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set, then finish the requests in flight (at most the grace period)."""
