@@ -7,12 +7,8 @@ configuration passes `amtool check-config`."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,7 +26,8 @@ from rackflow.notify.service import ChannelInput
 from rackflow.services import Services
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks
-from tests.debian_tools import ALERTMANAGER, AMTOOL, require
+from tests.debian_tools import AMTOOL, require
+from tests.integration.alertmanager import Alertmanager, running_alertmanager
 from tests.store.schedules_support import make_env
 from tests.store.test_executor import executing, finished, make_rack
 from tests.store.test_rollouts import _active, _end, _racks, _run, _schedule
@@ -42,68 +39,26 @@ route:
 receivers:
   - name: nobody
 """
-READY_WITHIN_S = 30
 DOC = Path(__file__).parents[2] / "docs" / "NOTIFICATIONS.md"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as answer:
-        return json.loads(answer.read() or b"null")
-
-
 @pytest.fixture(scope="module")
-def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = require(ALERTMANAGER, "prometheus-alertmanager")
-    home: Path = tmp_path_factory.mktemp("alertmanager")
-    (home / "alertmanager.yml").write_text(CONFIG)
-    url = f"http://127.0.0.1:{_free_port()}"
-    process = subprocess.Popen(
-        [
-            str(binary),
-            f"--config.file={home / 'alertmanager.yml'}",
-            f"--storage.path={home}",
-            f"--web.listen-address={url.removeprefix('http://')}",
-            "--cluster.listen-address=",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(home / "log").open("w"),
-    )
-    try:
-        deadline = time.monotonic() + READY_WITHIN_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"Alertmanager did not start: {(home / 'log').read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
+def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alertmanager]:
+    with running_alertmanager(tmp_path_factory.mktemp("alertmanager"), CONFIG) as started:
+        yield started
 
 
-def _rackflow_alerts(url: str, run_id: str) -> list[dict[str, Any]]:
-    return [a for a in _get(f"{url}/api/v2/alerts") if a["labels"].get("run") == run_id]
+def _rackflow_alerts(alertmanager: Alertmanager, run_id: str) -> list[dict[str, Any]]:
+    return [a for a in alertmanager.alerts() if a["labels"].get("run") == run_id]
 
 
 async def test_a_halt_alerts_in_alertmanager_and_resolves_when_the_run_resumes(
-    db: Database, alertmanager: str
+    db: Database, alertmanager: Alertmanager
 ) -> None:
     env = make_env(db)
     env.clock.advance(datetime.now(UTC) - env.clock.now())  # Alertmanager judges endsAt by its own clock
     await env.services.notifications.create(
-        ChannelInput(name="am", kind="alertmanager", url=alertmanager, event_types=("run.halted",))
+        ChannelInput(name="am", kind="alertmanager", url=alertmanager.url, event_types=("run.halted",))
     )
     racks = await _racks(env, 3)
     schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
@@ -132,10 +87,14 @@ async def test_a_halt_alerts_in_alertmanager_and_resolves_when_the_run_resumes(
     assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
 
 
-async def test_a_long_hold_alerts_and_resolves_when_the_task_starts(db: Database, alertmanager: str) -> None:
+async def test_a_long_hold_alerts_and_resolves_when_the_task_starts(
+    db: Database, alertmanager: Alertmanager
+) -> None:
     services = Services.build(db, CLOCK)
     await services.notifications.create(
-        ChannelInput(name="am", kind="alertmanager", url=alertmanager, event_types=("task.held_too_long",))
+        ChannelInput(
+            name="am", kind="alertmanager", url=alertmanager.url, event_types=("task.held_too_long",)
+        )
     )
     rack = await make_rack(db)
     window_id = await freeze(services)
@@ -150,7 +109,7 @@ async def test_a_long_hold_alerts_and_resolves_when_the_task_starts(db: Database
     await deliverer.deliver_once()
 
     def alerts() -> list[dict[str, Any]]:
-        return [a for a in _get(f"{alertmanager}/api/v2/alerts") if a["labels"].get("task") == str(task.id)]
+        return [a for a in alertmanager.alerts() if a["labels"].get("task") == str(task.id)]
 
     (firing,) = await asyncio.to_thread(alerts)
     assert firing["labels"] == {

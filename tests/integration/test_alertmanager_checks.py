@@ -12,17 +12,8 @@ Without the binary these tests skip, except under CI=true, where they fail.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -34,89 +25,16 @@ from rackflow.inventory.service import InventoryService
 from rackflow.services import Services
 from rackflow.store.db import Database
 from tests.checks_support import checking
+from tests.integration.alertmanager import QUIET_CONFIG, Alertmanager, running_alertmanager
 from tests.store.test_executor import CLOCK, eventually, finished, get, submit
 
-BINARY = os.environ.get("RACKFLOW_TEST_ALERTMANAGER", "/usr/bin/prometheus-alertmanager")
-CONFIG = 'route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n'
 FIRMWARE = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.0")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@dataclass
-class Alertmanager:
-    url: str
-    process: subprocess.Popen[bytes]
-
-    def post(self, labels: dict[str, str], *, resolved: bool = False) -> None:
-        alert: dict[str, Any] = {"labels": labels}
-        if resolved:
-            alert["endsAt"] = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
-        request = urllib.request.Request(
-            f"{self.url}/api/v2/alerts",
-            data=json.dumps([alert]).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            assert answer.status == 200
-
-    def active(self) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(f"{self.url}/api/v2/alerts?active=true", timeout=10) as answer:
-            found: list[dict[str, Any]] = json.load(answer)
-            return found
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
 
 
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[Alertmanager]:
-    if not os.access(BINARY, os.X_OK):
-        reason = f"{BINARY} is missing (make tools installs Debian's prometheus-alertmanager)"
-        if os.environ.get("CI"):
-            pytest.fail(f"Alertmanager tests cannot run under CI: {reason}", pytrace=False)
-        pytest.skip(reason)
-    config = tmp_path / "alertmanager.yml"
-    config.write_text(CONFIG)
-    port = _free_port()
-    log = (tmp_path / "alertmanager.log").open("wb")
-    process = subprocess.Popen(
-        [
-            BINARY,
-            f"--config.file={config}",
-            f"--storage.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    started = Alertmanager(f"http://127.0.0.1:{port}", process)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"{started.url}/-/ready", timeout=2) as answer:
-                if answer.status == 200:
-                    break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"alertmanager did not get ready: {(tmp_path / 'alertmanager.log').read_text()}")
-        time.sleep(0.1)
-    try:
+    with running_alertmanager(tmp_path, QUIET_CONFIG) as started:
         yield started
-    finally:
-        if process.poll() is None:
-            started.stop()
-        log.close()
 
 
 async def _rack(db: Database, name: str) -> Rack:

@@ -1,0 +1,115 @@
+"""A real Alertmanager (Debian's `prometheus-alertmanager`) for the integration tests: started on a free
+loopback port with a given config and no cluster, stopped afterwards.
+
+Alertmanager cannot pick its own port and say which, so a port is found free here and passed in; another
+test's process may take it first, and Alertmanager then exits at once ("address already in use"). The
+start is tried again on another port then, a few times, rather than failing the test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.debian_tools import ALERTMANAGER, require
+from tests.e2e.cluster import free_port
+
+# A config that routes every alert to a receiver that sends nothing: the tests read the alerts back.
+QUIET_CONFIG = 'route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n'
+READY_WITHIN_S = 30
+PORT_TRIES = 3
+
+
+@dataclass
+class Alertmanager:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def post(self, labels: dict[str, str], *, resolved: bool = False) -> None:
+        alert: dict[str, Any] = {"labels": labels}
+        if resolved:
+            alert["endsAt"] = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+        request = urllib.request.Request(
+            f"{self.url}/api/v2/alerts",
+            data=json.dumps([alert]).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Every alert Alertmanager holds, active or not."""
+        return self._alerts("")
+
+    def active(self) -> list[dict[str, Any]]:
+        return self._alerts("?active=true")
+
+    def _alerts(self, query: str) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{self.url}/api/v2/alerts{query}", timeout=10) as answer:
+            found: list[dict[str, Any]] = json.loads(answer.read() or b"[]")
+            return found
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+@contextmanager
+def running_alertmanager(home: Path, config: str) -> Iterator[Alertmanager]:
+    """Alertmanager serving `config` from `home` (its storage and log), ready; stopped on exit."""
+    binary = require(ALERTMANAGER, "prometheus-alertmanager")
+    (home / "alertmanager.yml").write_text(config)
+    log_path = home / "alertmanager.log"
+    log_path.touch()
+    for _ in range(PORT_TRIES):
+        url = f"http://127.0.0.1:{free_port()}"
+        tried_from = log_path.stat().st_size
+        with log_path.open("ab") as log:  # every try's output kept, for a failure's message
+            process = subprocess.Popen(
+                [
+                    str(binary),
+                    f"--config.file={home / 'alertmanager.yml'}",
+                    f"--storage.path={home / 'data'}",
+                    f"--web.listen-address={url.removeprefix('http://')}",
+                    "--cluster.listen-address=",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        started = Alertmanager(url, process)
+        deadline = time.monotonic() + READY_WITHIN_S
+        while not _ready(url) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if process.poll() is None and _ready(url):
+            try:
+                yield started
+            finally:
+                started.stop()
+            return
+        process.kill()
+        process.wait(10)
+        with log_path.open("rb") as log:
+            log.seek(tried_from)
+            if b"address already in use" not in log.read():
+                break
+    pytest.fail(f"Alertmanager did not get ready: {log_path.read_text()[-2000:]}")
