@@ -64,7 +64,11 @@ def _run(fired: datetime, state: str = "completed") -> dict[str, Any]:
 
 
 def _task(
-    status: str, created: datetime, finished: datetime | None, run_id: uuid.UUID | None = None
+    status: str,
+    created: datetime,
+    finished: datetime | None,
+    run_id: uuid.UUID | None = None,
+    owner_id: uuid.UUID | None = None,
 ) -> dict[str, Any]:
     return {
         "id": uuid.uuid4(),
@@ -78,6 +82,7 @@ def _task(
         "finished_at": finished,
         "schedule_id": SCHEDULE,
         "run_id": run_id,
+        "owner_id": owner_id,
     }
 
 
@@ -158,6 +163,36 @@ async def test_ended_tasks_go_active_and_recently_ended_ones_stay_and_scopes_kee
     assert await _ids(db, tasks) == set(kept)
     async with db.read() as conn:
         assert (await conn.execute(select(task_schedule_scope.c.last_task_id))).scalar_one() == old[0]
+
+
+async def test_ended_tasks_still_in_use_stay_however_old(db: Database) -> None:
+    """A task cancelled mid-step that its executor still holds keeps its rack (deleted, the rack would look
+    free while the step still drives it), and the tasks of a live rollout are what its driver reads (a
+    started rack without its task reads as failed): both stay past the retention, and go once released
+    or once the rollout has ended (rolling, then halted, are live; completed is not)."""
+    await _fleet(db)
+    rollout, finished = _run(_ago(days=2), "rolling"), _run(_ago(days=4), "completed")
+    await _insert(db, task_schedule_run, [rollout, finished])
+    held = _task("terminated", _ago(hours=5), _ago(hours=4), owner_id=uuid.uuid4())
+    canary = _task("completed", _ago(days=2), _ago(days=2), run_id=rollout["id"])
+    done = _task("completed", _ago(days=4), _ago(days=4), run_id=finished["id"])
+    await _insert(db, tasks, [held, canary, done])
+
+    async def run_state(state: str) -> None:
+        async with db.transaction() as conn:
+            rows = task_schedule_run.update().where(task_schedule_run.c.id == rollout["id"])
+            await conn.execute(rows.values(state=state))
+
+    assert await _prune(db, task_store.prune_finished_tasks, chunk=10) == [1]
+    assert await _ids(db, tasks) == {held["id"], canary["id"]}
+    async with db.transaction() as conn:
+        await conn.execute(tasks.update().where(tasks.c.id == held["id"]).values(owner_id=None))
+    await run_state("halted")
+    assert await _prune(db, task_store.prune_finished_tasks, chunk=10) == [1]
+    assert await _ids(db, tasks) == {canary["id"]}
+    await run_state("completed")
+    assert await _prune(db, task_store.prune_finished_tasks, chunk=10) == [1]
+    assert await _ids(db, tasks) == set()
 
 
 async def test_concurrent_pruners_delete_each_run_once(db: Database) -> None:

@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES
 from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, RetryPolicy, Task, TaskAttempt, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store import kept_counts
@@ -29,7 +30,7 @@ from rackflow.store.instances import is_live
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.streak_checks import mark_schedules_of_tasks
-from rackflow.store.tables import racks, task_attempt, tasks
+from rackflow.store.tables import racks, task_attempt, task_schedule_run, tasks
 from rackflow.store.types import UTCDateTime
 
 _BLOCKING = (TaskStatus.PENDING, TaskStatus.RUNNING)
@@ -458,16 +459,29 @@ def prune_finished_tasks(
     created, so `created_at < cutoff` holds for every one of them and lets ix_tasks_created_at find them;
     a schedule scope whose last task goes keeps its id (migration 0034: no key sets it NULL), which the
     SKIP check finds no task for: nothing left to overlap.
+    Two kinds of ended task stay however old, as they are still in use:
+    * one its executor still holds (a task cancelled mid-step keeps its rack until the step ends: deleted,
+      the rack would look free while the step still drives it);
+    * one of a live rollout (rolling or halted), whose driver reads a started rack without its task as
+      failed: a long bake would otherwise halt the rollout on its canary's pruned task.
     The horizon of the runs whose kept task counts stay true is raised to the cutoff first
     (`kept_counts.raise_horizon`).
     """
     ended = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.TERMINATED)
+    run = task_schedule_run.c
+    of_live_rollout = (
+        select(run.id).where(run.id == tasks.c.run_id, run.state.in_(ROLLOUT_LIVE_STATES)).exists()
+    )
     return prune_older(
         db,
         tasks,
         retention,
         older=lambda cutoff: and_(
-            tasks.c.created_at < cutoff, tasks.c.finished_at < cutoff, status_in(tasks.c.status, *ended)
+            tasks.c.created_at < cutoff,
+            tasks.c.finished_at < cutoff,
+            status_in(tasks.c.status, *ended),
+            tasks.c.owner_id.is_(None),
+            ~of_live_rollout,
         ),
         order_by=OLDEST_FIRST,
         chunk=chunk,
