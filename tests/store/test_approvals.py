@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import insert, select, update
 
 from rackflow.clock import FakeClock
 from rackflow.domain.approvals import ApprovalPolicy
@@ -33,6 +34,7 @@ from rackflow.services import Services
 from rackflow.store import outbox
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
+from rackflow.store.tables import task_schedule, task_schedule_run
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, rack_target
 
 pytestmark = pytest.mark.asyncio
@@ -267,6 +269,42 @@ async def test_a_dispatched_firing_while_one_awaits_is_skipped_and_the_awaiting_
     assert {r.run.id for r in await _runs(env, schedule)} == {skipped.run.id, waiting.run.id}
     report = await env.services.approvals.approve(waiting.run.id)
     assert report.run.state == "completed" and len(await _tasks(env, schedule)) == 1
+
+
+async def test_a_run_approved_after_the_cap_passed_it_is_kept_by_its_own_write_back(db: Database) -> None:
+    """The firings skipped while a run awaited approval are newer than it: once a cap's worth of them came,
+    the approved run (running, then completed by its write-back) is past the newest RUNS_KEPT_PER_SCHEDULE.
+    Its write-back must not prune it: the approval would start its tasks and then answer NOT_FOUND."""
+    env = _env(db)
+    schedule = await _schedule(env, [await env.rack("r1")])
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    await _due_now(env, schedule)
+    assert await dispatcher.poll_once() == 1
+    (waiting,) = await _runs(env, schedule)
+    skipped = [
+        {
+            "id": uuid.uuid4(),
+            "schedule_id": schedule.id,
+            "fired_at": waiting.run.fired_at + k * SECOND,
+            "scheduled_for": waiting.run.fired_at + k * SECOND,
+            "trigger": "dispatch",
+            "state": "skipped",
+            "outcomes": [],
+        }
+        for k in range(1, schedule_store.RUNS_KEPT_PER_SCHEDULE + 1)
+    ]
+    async with db.transaction() as conn:
+        await conn.execute(insert(task_schedule_run), skipped)
+        counted = update(task_schedule).where(task_schedule.c.id == schedule.id)
+        await conn.execute(counted.values(run_count=schedule_store.PAST_THE_CAP))
+
+    env.clock.advance(timedelta(minutes=5))
+    report = await env.services.approvals.approve(waiting.run.id)
+
+    assert report.run.state == "completed" and len(await _tasks(env, schedule)) == 1
+    async with db.read() as conn:
+        runs = set((await conn.execute(select(task_schedule_run.c.id))).scalars())
+    assert runs == {waiting.run.id, *(run["id"] for run in skipped)}
 
 
 async def test_an_approved_rollout_starts_by_its_waves(db: Database) -> None:

@@ -272,7 +272,7 @@ async def _write_back(
             await store.set_last_task_ids(conn, task_by_scope)
             await store.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
             await outbox.record_events(conn, events.runs_with_failures(firings, recorded, db.clock.now()))
-            await store.cap_runs(conn, [f.schedule for f in firings])
+            await store.cap_runs(conn, [f.schedule for f in firings], spare={r.run_id for r in recorded})
         return recorded
 
     policy = Retry(

@@ -92,8 +92,10 @@ from rackflow.timespec import ScheduleSpec, SpecType
 RUNS_KEPT_PER_SCHEDULE = 100
 # Where a schedule's run count stops (`counted_with_run`): one past the cap, from where every firing looks.
 PAST_THE_CAP = RUNS_KEPT_PER_SCHEDULE + 1
-# Runs never pruned however old: a live rollout's drives it, and one awaiting approval may yet start.
-UNDECIDED_STATES: tuple[RunState, ...] = (*ROLLOUT_LIVE_STATES, "awaiting_approval")
+# Runs never pruned however old, by the cap or the retention: a running one's firing may yet write its
+# outcomes back (an approved run goes running however many firings were skipped while it waited), a live
+# rollout's run drives it, and one awaiting approval may yet start.
+OPEN_STATES: tuple[RunState, ...] = ("running", *ROLLOUT_LIVE_STATES, "awaiting_approval")
 
 SPEC_TYPE_TO_DB: dict[SpecType, str] = {
     SpecType.INTERVAL: "interval",
@@ -1322,10 +1324,13 @@ def may_pass_cap(schedule: Schedule) -> bool:
     return schedule.run_count is None or schedule.run_count >= RUNS_KEPT_PER_SCHEDULE
 
 
-async def cap_runs(conn: AsyncConnection, fired: Collection[Schedule]) -> None:
+async def cap_runs(
+    conn: AsyncConnection, fired: Collection[Schedule], *, spare: Collection[uuid.UUID] = ()
+) -> None:
     """The run cap after firings of these schedules (each as claimed, before its firing's run): their
-    history pruned to the newest RUNS_KEPT_PER_SCHEDULE (`prune_runs`) where the firing may have taken it
-    past that (`may_pass_cap`), and the runs of those whose count was not known counted.
+    history pruned to the newest RUNS_KEPT_PER_SCHEDULE (`prune_runs`, which leaves the runs of `spare`)
+    where the firing may have taken it past that (`may_pass_cap`), and the runs of those whose count was
+    not known counted.
 
     A firing under the cap looks at nothing: the look walked the schedule's index of runs at every firing,
     about a tenth of PostgreSQL's CPU a firing on an empty database (docs/PERFORMANCE.md, "The run cap's
@@ -1334,7 +1339,7 @@ async def cap_runs(conn: AsyncConnection, fired: Collection[Schedule]) -> None:
     running a release before migration 0038 (a rolling upgrade) add no count, so a schedule they fired may
     keep up to that many runs past its newest 100 until its count reaches the cap.
     """
-    await prune_runs(conn, [s.id for s in fired if may_pass_cap(s)])
+    await prune_runs(conn, [s.id for s in fired if may_pass_cap(s)], spare=spare)
     run = task_schedule_run.c
     for chunk in chunked(in_id_order(s.id for s in fired if s.run_count is None)):
         counted = (
@@ -1346,11 +1351,16 @@ async def cap_runs(conn: AsyncConnection, fired: Collection[Schedule]) -> None:
 
 
 async def prune_runs(
-    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID], keep: int = RUNS_KEPT_PER_SCHEDULE
+    conn: AsyncConnection,
+    schedule_ids: Collection[uuid.UUID],
+    keep: int = RUNS_KEPT_PER_SCHEDULE,
+    *,
+    spare: Collection[uuid.UUID] = (),
 ) -> None:
-    """Delete each schedule's runs beyond its newest `keep` (but never a live rollout's, nor one awaiting
-    approval): one query per
-    chunk of schedules finds them, and only if there are any, one more deletes them by id.
+    """Delete each schedule's runs beyond its newest `keep`, but never an open one (`OPEN_STATES`) nor one
+    of `spare` (the runs a write-back has just completed: an approved run fired before the skipped firings
+    that came while it waited, and would otherwise go in the write-back that records its outcomes): one
+    query per chunk of schedules finds them, and only if there are any, one more deletes them by id.
 
     The find is `dialect.past_newest`: on PostgreSQL it walks ix_task_schedule_run_schedule_id_fired_at
     once per schedule, and reads from the table only the runs past the newest `keep`, where a window over
@@ -1369,10 +1379,9 @@ async def prune_runs(
             keep=keep,
         )
         found = older.subquery("candidates")
-        # A live rollout (rolling or halted) is kept however old: its run is what drives it; so is a run
-        # awaiting approval (the firings skipped meanwhile would otherwise push it out).
-        stale = select(found.c.id).where(found.c.state.not_in(UNDECIDED_STATES))
-        for ids in chunked(list((await conn.execute(stale)).scalars())):
+        stale = select(found.c.id).where(found.c.state.not_in(OPEN_STATES))
+        doomed = [i for i in (await conn.execute(stale)).scalars() if i not in spare]
+        for ids in chunked(doomed):
             await conn.execute(delete(task_schedule_run).where(run.id.in_(ids)))
 
 
@@ -1386,12 +1395,11 @@ def prune_old_runs(
     deleted run submitted stay, naming it (on SQLite unlinked: `tasks.run_id`, migration 0036).
     """
     run = task_schedule_run.c
-    kept = ("running", *UNDECIDED_STATES)
     return prune_older(
         db,
         task_schedule_run,
         retention,
-        older=lambda cutoff: and_(run.fired_at < cutoff, run.state.not_in(kept)),
+        older=lambda cutoff: and_(run.fired_at < cutoff, run.state.not_in(OPEN_STATES)),
         order_by=(run.fired_at, run.id),
         chunk=chunk,
     )
