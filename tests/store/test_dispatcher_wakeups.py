@@ -137,6 +137,36 @@ async def test_it_wakes_when_a_pause_ends_and_fires_the_resumed_schedule(env: En
         await asyncio.wait_for(loop, 30)
 
 
+async def test_a_schedule_in_flight_and_due_again_hides_no_later_one_and_wakes_the_loop(env: Env) -> None:
+    """A schedule whose firing is still in phases 2-3 here is left out of the next claim; if it is due again
+    by then, its time must not stand for the earliest next run (the loop would sleep its whole interval
+    past a schedule due in seconds), and its write-back wakes the loop for it."""
+    if env.db.is_sqlite:
+        env.db.clock = env.clock  # SQLite's "now" is the process's clock: make it the test's
+    every_second = ScheduleSpec(SpecType.INTERVAL, "1s")
+    busy = await env.schedule("busy", racks=[await env.rack("busy-rack")], spec=every_second)
+    dispatcher = _dispatcher(env)
+    await _let_pass(env, timedelta(seconds=1.2))
+    (in_flight,) = (await dispatcher._claim()).firings  # claimed; its firing not yet written back
+    assert in_flight.schedule.id == busy.id
+    await _let_pass(env, timedelta(seconds=1.2))  # due again, still in flight
+    soon = await _one_time(env, "soon", await _db_now(env) + timedelta(seconds=3))
+
+    assert (await dispatcher._claim()).firings == []
+    assert dispatcher._wake_at == soon.next_run_at  # not the interval
+    assert not dispatcher._woken.is_set()
+    await dispatcher._fire([in_flight])
+    assert dispatcher._woken.is_set()  # the busy schedule is due before the planned look
+
+
+async def _let_pass(env: Env, time: timedelta) -> None:
+    """Let `time` pass on the clock that decides what is due."""
+    if env.db.is_sqlite:
+        env.clock.advance(time)
+    else:
+        await asyncio.sleep(time.total_seconds())
+
+
 async def test_a_lost_announcement_fires_at_the_next_poll(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     async def lost(_db: Database, _conn: object, _at: datetime) -> None:
         return None

@@ -248,7 +248,7 @@ class Dispatcher:
             if full:
                 backlog = await dispatch.count_due(conn, now) if may_count else None
             else:
-                earliest = await dispatch.next_due_at(conn)
+                earliest = await dispatch.next_due_at(conn, now)
         if full and may_count:
             self._next_backlog_count = time.monotonic() + BACKLOG_REFRESH.total_seconds()
         if backlog is not None:
@@ -258,9 +258,9 @@ class Dispatcher:
         if full:
             self.claim_batch = min(batch * 2, max(DISPATCH_BATCH_CAP, self.batch))
         else:
-            # Look again at the earliest next run, or after the interval if that is sooner (or none is
-            # known). A schedule still in flight here may be due already (`earliest` <= now); it waits for a
-            # poll after its firing's write-back rather than spin the loop.
+            # Look again at the earliest next run to come, or after the interval if that is sooner (or none
+            # is known). A schedule in flight here that is due again wakes the loop when its firing is
+            # written back (`_fire`).
             wake_at = now + self.interval
             if earliest is not None and now < earliest < wake_at:
                 wake_at = earliest
@@ -277,6 +277,10 @@ class Dispatcher:
             log.exception("firing a batch of %d schedule(s) failed", len(claimed))
         finally:
             self._in_flight.difference_update(f.schedule.id for f in claimed)
+            # Their next runs were left out of the planned look: wake for the soonest, if before it.
+            soonest = min((f.next_run_at for f in claimed if f.next_run_at is not None), default=None)
+            if soonest is not None:
+                self._hear(soonest)
 
     async def resume_ended_pauses(self) -> None:
         """Resume the schedules whose pause has reached its `resume_at`, each recorded in the audit trail

@@ -81,19 +81,27 @@ async def count_due(conn: AsyncConnection, now: datetime) -> int:
     return int((await conn.execute(select(func.count()).select_from(due))).scalar_one())
 
 
-async def next_due_at(conn: AsyncConnection) -> datetime | None:
+async def next_due_at(conn: AsyncConnection, now: datetime) -> datetime | None:
     """When the dispatcher next has something to do: the earliest `next_run_at` of an enabled schedule or
-    `resume_at` of a paused one (the dispatcher sleeps until then), or None.
+    `resume_at` of a paused one after `now` (the dispatcher sleeps until then), or None.
+
+    Only times after `now`: a schedule due already that the claim did not take (one this process is still
+    firing, or one another instance holds), or a pause ended that this poll's look resumes, would
+    otherwise hide every later time, and the dispatcher would sleep its whole interval.
 
     SELECT (SELECT min(next_run_at) FROM task_schedule
-            WHERE enabled AND next_run_at IS NOT NULL),           -- the due index's first entry
+            WHERE enabled AND next_run_at > :now),                -- the due index, from now
            (SELECT min(resume_at) FROM task_schedule
-            WHERE resume_at IS NOT NULL)                          -- ix_task_schedule_resume_at's first entry
+            WHERE resume_at IS NOT NULL AND resume_at > :now)     -- ix_task_schedule_resume_at, from now
     """
-    next_run = select(func.min(task_schedule.c.next_run_at)).where(_scheduled()).scalar_subquery()
+    next_run = (
+        select(func.min(task_schedule.c.next_run_at))
+        .where(_scheduled(), task_schedule.c.next_run_at > now)
+        .scalar_subquery()
+    )
     pause_end = (
         select(func.min(task_schedule.c.resume_at))
-        .where(task_schedule.c.resume_at.is_not(None))
+        .where(task_schedule.c.resume_at.is_not(None), task_schedule.c.resume_at > now)
         .scalar_subquery()
     )
     row = (await conn.execute(select(next_run, pause_end))).one()
