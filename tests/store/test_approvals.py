@@ -323,6 +323,29 @@ async def test_an_approved_rollout_starts_by_its_waves(db: Database) -> None:
     assert task.rack_id == racks[0].id  # the canary, first by rack name
 
 
+async def test_a_firing_skipped_for_a_live_rollout_asks_for_no_approval(db: Database) -> None:
+    """A dispatched firing while the approved rollout still rolls is skipped: no approval is opened on it
+    and no one is told it awaits one (an alert that approving, rejecting or expiring could never clear)."""
+    env = _env(db)
+    schedule = await _schedule(env, [await env.rack("r1"), await env.rack("r2")], rollout=RolloutPolicy(1))
+    assert await env.services.schedules.trigger(schedule.id) == []
+    (waiting,) = await _runs(env, schedule)
+    env.clock.advance(SECOND)
+    assert (await env.services.approvals.approve(waiting.run.id)).run.state == "rolling"
+
+    await _due_now(env, schedule)
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    assert await dispatcher.poll_once() == 0  # recorded skipped, nothing to fire
+
+    skipped, rolling = await _runs(env, schedule)
+    assert rolling.run.id == waiting.run.id and rolling.run.state == "rolling"
+    assert skipped.run.state == "skipped" and skipped.run.approval is None
+    assert [(e.type, e.run_id) for e in await _events(env)] == [
+        (EventType.RUN_AWAITING_APPROVAL, waiting.run.id),
+        (EventType.RUN_APPROVED, waiting.run.id),
+    ]
+
+
 async def test_a_trigger_its_approver_approves_starts_at_once(db: Database) -> None:
     env = _env(db)
     with caller("editor", Role.OPERATOR):

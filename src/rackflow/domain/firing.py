@@ -306,16 +306,16 @@ def _plan_one(
         assert deadline_at is not None and schedule.next_run_at is not None
         slot = schedule.next_run_at
         return _missed(firing, min(missed_openings) - slot, deadline_at - slot, decided)
+    awaiting = snapshot.awaiting.get(schedule.id) if schedule.approval is not None else None
+    if awaiting is not None:
+        return replace(firing, skipped=awaiting_skip_reason(awaiting))
+    live = snapshot.live_rollouts.get(schedule.id) if schedule.rollout is not None else None
+    if live is not None:  # skipped before any approval opens: nobody is asked to approve a skipped run
+        return replace(firing, skipped=skip_reason(live))
     if schedule.approval is not None:
-        awaiting = snapshot.awaiting.get(schedule.id)
-        if awaiting is not None:
-            return replace(firing, skipped=awaiting_skip_reason(awaiting))
         firing = replace(firing, approval=opened(schedule.approval, now, approver))
     if schedule.rollout is None:
         return firing
-    live = snapshot.live_rollouts.get(schedule.id)
-    if live is not None:
-        return replace(firing, skipped=skip_reason(live))
     return replace(firing, rollout_outcomes=rollout_outcomes(firing, snapshot.places))
 
 
