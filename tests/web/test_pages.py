@@ -109,6 +109,15 @@ async def test_every_page_renders_empty_and_as_a_fragment(http: httpx.AsyncClien
     assert fragment.status_code == 200 and "<html" not in fragment.text and "data-live=" in fragment.text
 
 
+@pytest.mark.parametrize("path", ["/schedules", "/tasks", "/racks", "/audit"])
+@pytest.mark.parametrize("page", ["99999999999999999999", "50000000", "%C2%B2", "0", "-3", "x"])
+async def test_any_page_number_renders_a_page(http: httpx.AsyncClient, path: str, page: str) -> None:
+    """A page number past any list (whose offset would overflow the API's or the database's integers), or
+    not a number at all, is a page: the last one a pager goes to, or the first, never an error."""
+    answer = await http.get(f"{path}?page={page}")
+    assert answer.status_code == 200, answer.text
+
+
 async def test_schedule_list_rows_filters_and_sorting(http: httpx.AsyncClient, services: Services) -> None:
     await make_racks(services, "r1", "r2")
     await make_schedule(services, "nightly-reset", "r1")

@@ -203,10 +203,16 @@ def query_url(request: Request, **changes: Any) -> str:
     return f"{request.url.path}?{query}" if query else request.url.path
 
 
+# The last page a pager goes to: past it a page's offset would not fit the API's 32-bit offset (nor the
+# databases' integers), and no list is that long.
+MAX_PAGE = 1_000_000
+
+
 def page_number(request: Request) -> int:
-    """The `page` query parameter (1-based); anything else is page 1."""
+    """The `page` query parameter (1-based, at most MAX_PAGE); anything else (not ASCII digits: `²` is a
+    digit to `str.isdigit` and not to `int`) is page 1."""
     raw = request.query_params.get("page", "1")
-    return max(1, int(raw)) if raw.isdigit() else 1
+    return min(max(1, int(raw)), MAX_PAGE) if raw.isascii() and raw.isdigit() else 1
 
 
 def offset_of(page: int, size: int = PAGE_SIZE) -> int:
