@@ -238,7 +238,8 @@ def test_cancel_a_task(server: ServerProcess, driver: WebDriver) -> None:
     assert read(driver, lambda d: [r.get_attribute("data-task") for r in by_testid(d, "task-row")]) == [
         task_id.id
     ]
-    assert confirm(driver, "action-cancel") == "Cancel this power on task?"
+    # The confirmation names the task and its rack: rows of one operation look alike.
+    assert confirm(driver, "action-cancel") == f"Cancel the power on task {task_id.id[:8]} on r6?"
     wait(
         driver,
         lambda d: [r.get_attribute("data-status") for r in by_testid(d, "task-row")] == ["terminated"],
@@ -253,6 +254,44 @@ def test_cancel_a_task(server: ServerProcess, driver: WebDriver) -> None:
     (firing,) = by_testid(driver, "task-run-link")
     assert firing.is_displayed() and "/runs/" in (firing.get_attribute("href") or "")
     assert not by_testid(driver, "task-run-pruned")
+
+
+def test_a_refresh_keeps_the_focus_on_the_same_tasks_cancel(server: ServerProcess, driver: WebDriver) -> None:
+    """The page refreshes itself. A task arriving at the top (newest first) moves the rows down; the Cancel
+    button that had the keyboard's focus must still be the same task's after the refresh, not the one now
+    in its place, which an Enter would cancel instead."""
+    stub = server.stub()
+    create_racks(stub, ["f1", "f2", "f3"], components_per_rack=6)  # 6 steps of 4 s: live through the test
+
+    def power_on(rack: str) -> str:
+        target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name=rack)]))
+        (task_id,) = stub.PowerOnRack(pb.PowerOnRackRequest(target_spec=target)).task_ids
+        return str(task_id.id)
+
+    older, newer = power_on("f1"), power_on("f2")
+    open_page(driver, server, "/tasks", "Tasks")
+    cancel_older = f"/api/v1/tasks/{older}:cancel"
+
+    def focus() -> str:
+        return str(driver.execute_script("return document.activeElement.getAttribute('data-post') || ''"))
+
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f'[data-post="{cancel_older}"]'), "its Cancel")
+    read(
+        driver,
+        lambda d: d.execute_script(
+            "arguments[0].focus()", d.find_element(By.CSS_SELECTOR, f'[data-post="{cancel_older}"]')
+        ),
+    )
+    assert focus() == cancel_older
+    arrived = power_on("f3")
+    wait(
+        driver,
+        lambda d: arrived in [r.get_attribute("data-task") for r in by_testid(d, "task-row")],
+        "the new task's row (a refresh)",
+    )
+    assert focus() == cancel_older, f"the focus moved to another task's button (newer: {newer})"
+    for task_id in (older, newer, arrived):
+        stub.CancelTask(pb.CancelTaskRequest(task_id=pb.UUID(id=task_id)))
 
 
 def test_a_refused_filter_is_said_on_the_page_and_the_form_stays(

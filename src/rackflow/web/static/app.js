@@ -121,18 +121,32 @@
   });
 
   // --- live refresh -----------------------------------------------------------------------------------
+  // The focused element is found again after a refresh by what it acts on or leads to (an action's URL and
+  // method, a link's target, an id), never by its place: a row that ended or arrived moves the others, and
+  // the third Cancel button would be another task's. Only what has none of those is found by its place.
   function focusKey(el) {
-    return el.dataset.testid ? `[data-testid="${el.dataset.testid}"]` : el.id ? `#${el.id}` : null;
+    const post = el.getAttribute("data-post");
+    if (post) {
+      const method = el.getAttribute("data-method");
+      const byMethod = method ? `[data-method="${CSS.escape(method)}"]` : ":not([data-method])";
+      return { selector: `[data-post="${CSS.escape(post)}"]${byMethod}`, byPlace: false };
+    }
+    for (const name of ["href", "id"]) {
+      const value = el.getAttribute(name);
+      if (value) return { selector: `[${name}="${CSS.escape(value)}"]`, byPlace: false };
+    }
+    const testid = el.dataset.testid;
+    return testid ? { selector: `[data-testid="${CSS.escape(testid)}"]`, byPlace: true } : null;
   }
   function swap(region, fresh) {
     const focused = document.activeElement;
     const key = focused && region.contains(focused) ? focusKey(focused) : null;
-    const index = key ? Array.from(region.querySelectorAll(key)).indexOf(focused) : -1;
+    const index = key && key.byPlace ? Array.from(region.querySelectorAll(key.selector)).indexOf(focused) : 0;
     region.innerHTML = fresh.innerHTML;
     raw.set(region, fresh.innerHTML);
     renderTimes(region);
     if (key && index >= 0) {
-      const again = region.querySelectorAll(key)[index];
+      const again = region.querySelectorAll(key.selector)[index];
       if (again) again.focus({ preventScroll: true });
     }
   }
