@@ -313,7 +313,14 @@ async def test_run_history_keeps_the_newest_hundred(env: Env) -> None:
             env.db,
             conn,
             [
-                store.NewRun(uuid.uuid4(), schedule.id, START + timedelta(minutes=minute), "dispatch")
+                # Written back ("completed"): a run still running is kept past the cap until it is.
+                store.NewRun(
+                    uuid.uuid4(),
+                    schedule.id,
+                    START + timedelta(minutes=minute),
+                    "dispatch",
+                    state="completed",
+                )
                 for minute in range(102)
             ],
         )
