@@ -344,6 +344,6 @@ PREFLIGHT_LOOK_AHEAD = timedelta(seconds=1)
 # would have polled: the checker's rounds and its HTTP looks shared the event loop with the firing pass and
 # moved fire lag (issue 26). So checks are slowed during a long drain, never starved.
 PREFLIGHT_YIELD = timedelta(seconds=1)
-# A rollout's rack whose checks passed while its rollout is at a cap (the rack did not count against it while
-# held, so the rollout started others) waits this long before its claim looks for room again.
-PREFLIGHT_CAP_WAIT = timedelta(seconds=2)
+# A rollout's rack claimed while its rollout is at a cap (held by its checks, it did not count against the
+# caps, so the rollout started others: `rollouts.gate`) waits this long before its claim looks for room again.
+ROLLOUT_CAP_WAIT = timedelta(seconds=2)

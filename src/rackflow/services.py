@@ -13,6 +13,7 @@ from rackflow.checks.service import CheckService
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
 from rackflow.notify.service import NotificationService
+from rackflow.rollouts.gate import RolloutCapGate
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules.approvals import ApprovalService
 from rackflow.schedules.service import ScheduleService
@@ -37,8 +38,9 @@ class Services:
     budgets: BudgetService
     checks: CheckService
     # The executor's start gates, consulted in this order at each claim (`rackflow.tasks.gates`): a frozen
-    # task never takes a budget's room, and pre-flight checks ask only about what windows and budgets
-    # admit. A new gate is registered here.
+    # task never takes a budget's room, pre-flight checks ask only about what windows and budgets admit,
+    # and a rollout's caps are counted last, over whatever the others let start. A new gate is registered
+    # here.
     gates: tuple[Gate, ...]
     notifications: NotificationService
 
@@ -79,5 +81,5 @@ class Services:
             budgets=BudgetService(db, clock),
             notifications=NotificationService(db, clock),
             checks=checks,
-            gates=(FreezeGate(), BudgetGate(db), checks.gate),
+            gates=(FreezeGate(), BudgetGate(db), checks.gate, RolloutCapGate(db)),
         )

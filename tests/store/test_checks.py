@@ -433,9 +433,9 @@ async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_ca
 
 
 async def test_a_plain_firings_task_starts_when_its_checks_pass(db: Database) -> None:
-    """Not a rollout: its run has no caps to look up (its policy a JSON null), and nothing holds it back;
-    the gate's one read of the task's round says its run is no rollout, so the claim that starts it reads
-    or locks no run (issue 26: a round trip fewer per claim)."""
+    """Not a rollout: its run has no caps (its policy a JSON null), and nothing holds it back. Held by its
+    checks before, it is counted by the rollouts' cap gate (`rollouts.gate`), which reads its run's policy
+    once and locks no run (a plain firing's task that nothing held reads no run at all)."""
     env = make_env(db)
     rack = await env.rack("r00")
     with receiving(Answer({"ok": True})) as hook:
@@ -452,7 +452,8 @@ async def test_a_plain_firings_task_starts_when_its_checks_pass(db: Database) ->
         async with db.transaction() as conn:
             with statements_sent(db) as sent:
                 assert await _claim(db, conn, env.services, env.clock.now()) == [task_id]
-        assert not [s for s, _ in sent if s.lstrip().startswith("SELECT task_schedule_run.id")], sent
+        runs_read = [s for s, _ in sent if s.lstrip().startswith("SELECT task_schedule_run.id")]
+        assert len(runs_read) == 1 and "FOR UPDATE" not in runs_read[0], sent
 
 
 # --- checks that only read the database, asked in the claim itself (issue 26: the drain) ---------

@@ -38,21 +38,18 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks import kinds
-from rackflow.config import PREFLIGHT_ANSWER_WAIT, PREFLIGHT_CAP_WAIT
+from rackflow.config import PREFLIGHT_ANSWER_WAIT
 from rackflow.domain.checks import CheckResult, Look, PreflightCheck, RackIdleSettings, Waiting
-from rackflow.domain.rollouts import cap_reached
 from rackflow.domain.tasks import Hold, OperationKind, Task
 from rackflow.domain.windows import RackRef
 from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS, CHECK_WAIT
 from rackflow.store import checks as store
-from rackflow.store import rollouts as rollout_store
 from rackflow.store.db import Database
 from rackflow.store.windows import rack_refs
 from rackflow.tasks.gates import Fail, Verdict
@@ -156,8 +153,6 @@ class PreflightGate:
                 else:
                     starting.append((task, waited))
                     asked.add(task.id)
-        released = [t for t, _ in starting if t.held_by == GATE_NAME and t.run_id in read.rollout_runs]
-        verdicts.update(await self._room_in_rollouts(conn, released, verdicts.keys(), now))
         for task, waited in starting:
             if task.id not in verdicts and (task.held_by == GATE_NAME or task.id in asked):
                 CHECK_WAIT.observe(waited.total_seconds())
@@ -230,52 +225,6 @@ class PreflightGate:
         if verdicts:
             log.info("pre-flight checks asked in the claim held or failed %d task(s)", len(verdicts))
         return verdicts
-
-    async def _room_in_rollouts(
-        self, conn: AsyncConnection, released: Sequence[Task], holding: Collection[uuid.UUID], now: datetime
-    ) -> dict[uuid.UUID, Verdict]:
-        """Holds for the tasks about to start that their checks held until now (`released`: those of
-        rollout runs), in a rollout already at a cap: held, such a rack did not count against its rollout's
-        caps, so the rollout may have started others in its place (docs/ROLLOUTS.md). Each rollout run's row
-        is locked (in id order, in one statement) until the claim commits, so two claims, or a claim and a
-        rollout step, count one after the other. No statement when there is none (plain firings: the
-        gate's read said which runs are rollouts)."""
-        if not released:
-            return {}
-        runs = await rollout_store.lock_rollout_policies(
-            self.db, conn, {t.run_id for t in released if t.run_id is not None}
-        )
-        if not runs:
-            return {}
-        states = await rollout_store.task_states(conn, runs.keys())
-        places = await rollout_store.rack_places(
-            conn, {rack for _, rack in states} | {t.rack_id for t in released}
-        )
-
-        def domain(rack_id: uuid.UUID) -> uuid.UUID:
-            place = places.get(rack_id)
-            return place.domain_id if place is not None and place.domain_id is not None else rack_id
-
-        # What counts against the caps, as the rollout step counts it: its tasks active and not held by
-        # checks, besides the ones this claim decides on (these are added one by one below).
-        deciding = {t.id for t in released} | set(holding)
-        active: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
-        for (run_id, rack_id), state in states.items():
-            if state.task_id not in deciding and state.status.is_active and state.held_by != GATE_NAME:
-                active[run_id].append(domain(rack_id))
-        holds: dict[uuid.UUID, Verdict] = {}
-        for task in released:
-            assert task.run_id is not None
-            policy = runs.get(task.run_id)
-            if policy is None:
-                continue
-            full = cap_reached(policy, active[task.run_id], domain(task.rack_id))
-            if full:
-                reason = f"pre-flight checks passed; waits for room under its rollout's caps: {full}"
-                holds[task.id] = Hold(now + PREFLIGHT_CAP_WAIT, reason)
-            else:
-                active[task.run_id].append(domain(task.rack_id))
-        return holds
 
 
 def _busy_operations(checks: Iterable[PreflightCheck]) -> set[OperationKind]:

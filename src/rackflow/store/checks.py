@@ -56,7 +56,6 @@ from rackflow.store.tables import (
     preflight_results,
     preflight_tasks,
     racks,
-    task_schedule_run,
     tasks,
 )
 from rackflow.store.tasks import OLDEST_FIRST, hold_values, is_active, status_in, task_from_row
@@ -247,14 +246,12 @@ def _waiting_from(row: Row[Any]) -> Waiting:
 class GateRead:
     """What the pre-flight gate reads about the tasks a claim took, in one statement (`gate_read`): each
     waiting task's row and its last round's results, which of them an operator overrode some checks for,
-    what runs on their racks, and which of their runs are rollouts (a run's policy is written with it and
-    never changes)."""
+    and what runs on their racks."""
 
     waiting: dict[uuid.UUID, Waiting]
     results: dict[uuid.UUID, list[CheckResult]]
     with_overrides: set[uuid.UUID]
     running: dict[uuid.UUID, list[OnRack]]
-    rollout_runs: set[uuid.UUID]
 
 
 def _gate_read_statement(busy: bool) -> Select[Any]:
@@ -263,21 +260,15 @@ def _gate_read_statement(busy: bool) -> Select[Any]:
     claimed = tasks.alias("claimed")
     other = tasks.alias("other")
     overrides = exists().where(preflight_overrides.c.task_id == claimed.c.id)
-    joined = (
-        claimed.outerjoin(preflight_tasks, preflight_tasks.c.task_id == claimed.c.id)
-        .outerjoin(
-            preflight_results,
-            and_(
-                preflight_results.c.task_id == preflight_tasks.c.task_id,
-                preflight_results.c.attempt == preflight_tasks.c.attempt,
-            ),
-        )
-        .outerjoin(task_schedule_run, task_schedule_run.c.id == claimed.c.run_id)
+    joined = claimed.outerjoin(preflight_tasks, preflight_tasks.c.task_id == claimed.c.id).outerjoin(
+        preflight_results,
+        and_(
+            preflight_results.c.task_id == preflight_tasks.c.task_id,
+            preflight_results.c.attempt == preflight_tasks.c.attempt,
+        ),
     )
     columns: list[Any] = [
         claimed.c.id,
-        claimed.c.run_id,
-        task_schedule_run.c.rollout.label("run_rollout"),
         preflight_tasks.c.task_id.label("waiting"),
         *_WAITING_COLUMNS,
         overrides.label("overrides"),
@@ -311,7 +302,7 @@ async def gate_read(
     One statement a chunk of tasks: their rows joined to their waiting row, its results, their runs and
     their racks' busy tasks, because the claim's journal waits for every round trip of its gates
     (docs/PERFORMANCE.md, issue 26)."""
-    read = GateRead({}, {}, set(), {}, set())
+    read = GateRead({}, {}, set(), {})
     results: dict[uuid.UUID, dict[tuple[uuid.UUID, int], CheckResult]] = {}
     running: dict[uuid.UUID, dict[uuid.UUID, OnRack]] = {}
     stmt = _GATE_READS[bool(busy_operations)]
@@ -322,8 +313,6 @@ async def gate_read(
                 read.waiting[row.id] = _waiting_from(row)
             if row.overrides:
                 read.with_overrides.add(row.id)
-            if row.run_rollout is not None:
-                read.rollout_runs.add(row.run_id)
             if row.result_check_id is not None:
                 results.setdefault(row.id, {})[(row.result_check_id, row.result_attempt)] = CheckResult(
                     task_id=row.id,

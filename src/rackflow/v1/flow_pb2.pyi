@@ -1208,7 +1208,7 @@ class Task(_message.Message):
     ignore_windows: _builtins.bool
     """submitted with queue_options.ignore_windows: FREEZE windows do not hold it"""
     held_by: _builtins.str
-    """"window" (its opening), "freeze", "budget", "preflight"; empty: nothing holds it"""
+    """"window" (its opening), "freeze", "budget", "preflight", "rollout" (its rollout's caps); empty: nothing holds it"""
     held_reason: _builtins.str
     attempt: _builtins.int
     """Retries (its schedule's RetryPolicy; docs/SAFETY.md): this is attempt `attempt` of `max_attempts`
@@ -2664,8 +2664,8 @@ class ScopeOutcome(_message.Message):
     canary: _builtins.bool
     """one of the rollout's canary racks"""
     held_by: _builtins.str
-    """While the task waits, held by a start gate ("freeze", "budget", "preflight") or its window ("window"):
-    which, and why (the same as the task's own held_by and held_reason); "" otherwise
+    """While the task waits, held by a start gate ("freeze", "budget", "preflight", "rollout") or its window
+    ("window"): which, and why (the same as the task's own held_by and held_reason); "" otherwise
     """
     held_reason: _builtins.str
     @_builtins.property

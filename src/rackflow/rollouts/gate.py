@@ -1,0 +1,77 @@
+"""The start gate of rollouts' caps: a task of a rollout starts only while its rollout has room under its
+caps (`max_concurrent_racks`, the per-domain cap), as the rollout step counts them (docs/ROLLOUTS.md).
+
+The step submits a wave within the caps, so a task it just submitted always has room. One it did not
+count may not: a rack its pre-flight checks held does not count against the caps (held, it is not in
+flight), so the step may start another in its place. When the checks release it, whatever holds it next
+(a freeze, a budget) or none, it reaches this gate, the last of the claim's (`Services.build`), and waits
+here while the rollout is full, rather than start beside the rack that took its place (before this gate
+the pre-flight gate counted the caps itself, only for the tasks it released at that claim: a freeze or a
+budget holding the rack between its release and its start, or the check deleted, let it start past them).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
+from rackflow.config import ROLLOUT_CAP_WAIT
+from rackflow.domain.rollouts import cap_reached
+from rackflow.domain.tasks import Hold, Task
+from rackflow.store import rollouts as store
+from rackflow.store.db import Database
+
+
+class RolloutCapGate:
+    """Holds a rollout's task while its rollout is at a cap."""
+
+    name = "rollout"
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def check(
+        self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
+    ) -> dict[uuid.UUID, Hold]:
+        """Only a task something held before this claim is counted (`held_by` as claimed): one the step
+        submitted and nothing held was counted by the step itself, so a fresh task, of a rollout or not,
+        costs no statement. For the others, their runs' policies are read once, and each rollout run's
+        row is locked (in id order, in one statement) until the claim commits, so two claims, or a claim
+        and a rollout step, count one after the other; plain firings' runs are not locked."""
+        of_runs = [task for task in tasks if task.run_id is not None and task.held_by is not None]
+        if not of_runs:
+            return {}
+        runs = await store.lock_rollout_policies(self.db, conn, {t.run_id for t in of_runs if t.run_id})
+        starting = [task for task in of_runs if task.run_id in runs]
+        if not starting:
+            return {}
+        states = await store.task_states(conn, runs.keys())
+        places = await store.rack_places(conn, {rack for _, rack in states} | {t.rack_id for t in starting})
+
+        def domain(rack_id: uuid.UUID) -> uuid.UUID:
+            place = places.get(rack_id)
+            return place.domain_id if place is not None and place.domain_id is not None else rack_id
+
+        # What counts against the caps, as the rollout step counts it: its tasks active and not held by
+        # pre-flight checks, besides those this claim decides on (added one by one below, in claim order).
+        deciding = {task.id for task in starting}
+        active: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+        for (run_id, rack_id), state in states.items():
+            if state.task_id not in deciding and state.status.is_active and state.held_by != PREFLIGHT_GATE:
+                active[run_id].append(domain(rack_id))
+        holds: dict[uuid.UUID, Hold] = {}
+        for task in starting:
+            assert task.run_id is not None
+            full = cap_reached(runs[task.run_id], active[task.run_id], domain(task.rack_id))
+            if full:
+                holds[task.id] = Hold(
+                    now + ROLLOUT_CAP_WAIT, f"waits for room under its rollout's caps: {full}"
+                )
+            else:
+                active[task.run_id].append(domain(task.rack_id))
+        return holds
