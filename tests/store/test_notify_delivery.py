@@ -9,12 +9,15 @@ read when scraped."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import hmac
+import socket
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 
 import pytest
@@ -342,3 +345,60 @@ async def test_an_idle_loop_wakes_for_a_redelivery_and_when_a_retry_is_due(db: D
             assert await env.services.notifications.redeliver(channel_id=channel.channel.id) == 1
             await _until(lambda: len(receiver.received) == 3)
     assert await _states(env) == [DeliveryState.DELIVERED]
+
+
+@contextlib.contextmanager
+def _not_http() -> Iterator[str]:
+    """A listener that answers anything with an SSH banner: no HTTP status line."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                conn.recv(65536)
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    finally:
+        listener.close()
+
+
+async def test_an_answer_that_is_not_http_fails_its_delivery_and_no_other(db: Database) -> None:
+    """A receiver whose answer is not HTTP raised out of the round (http.client's errors are neither OSError
+    nor ValueError): no result of the round was recorded, so the good channel's delivered event was sent
+    again at every round, and the bad one's attempts never ran out."""
+    env = make_env(db)
+    with _not_http() as url, receiving() as receiver:
+        await env.services.notifications.create(
+            ChannelInput(name="bad", kind="webhook", url=url, max_attempts=1)
+        )
+        await _channel(env, receiver)
+        await _record(env)
+        await _deliverer(db).deliver_once()
+    assert len(receiver.received) == 1
+    states = {d.channel_name: (d.state, d.last_error) for d in await env.services.notifications.deliveries()}
+    assert states["webhook-1"][0] is DeliveryState.DELIVERED
+    assert states["bad"] == (DeliveryState.DEAD, "the answer was not HTTP (BadStatusLine)")
+
+
+async def test_a_url_with_a_user_and_password_is_sent_with_basic_authorization(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """urllib reads `user:password@host` as a bad port, and said so with the password in its message; the
+    credentials now go as HTTP Basic authorization, and never into a log line or an error."""
+    env = make_env(db)
+    with receiving() as receiver:
+        url = receiver.url.replace("http://", "http://alice:s3cret%40pw@")
+        await env.services.notifications.create(ChannelInput(name="basic", kind="webhook", url=url))
+        await _record(env)
+        await _deliverer(db).deliver_once()
+    (got,) = receiver.received
+    assert got.headers["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret@pw").decode()
+    assert await _states(env) == [DeliveryState.DELIVERED]
+    assert not [r for r in caplog.records if "s3cret" in r.getMessage()]

@@ -201,6 +201,9 @@ class Deliverer:
                 await self.sender(request, self.timeout.total_seconds())
         except (SendFailed, TimeoutError) as exc:
             return self._failed(channel, claimed, str(exc) or "timed out")
+        except Exception as exc:  # a sender's own bug: this delivery fails; the round's others are recorded
+            log.warning("notification send to channel %r raised %s", channel.name, type(exc).__name__)
+            return self._failed(channel, claimed, f"send failed ({type(exc).__name__})")
         metrics.NOTIFICATIONS_DELIVERED.labels(channel.name).inc()
         return outbox.Result(claimed, delivered=True)
 

@@ -12,8 +12,10 @@ delivery is at least once, and a receiver that remembers ids sees each event onc
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -21,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rackflow.config import ALERT_CONDITION_HORIZON, ALERT_ONE_OFF
 from rackflow.domain.notifications import CLEARS, Channel, ChannelKind, Event, EventType
@@ -159,12 +161,26 @@ def alert(event: Event, link: str) -> dict[str, Any]:
     return found
 
 
+def _without_userinfo(url: str, headers: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The URL without a `user:password@` part, which urllib cannot send (it reads the password as a
+    port), and the headers with the HTTP Basic authorization that carries them instead."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, dict(headers)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    user_and_password = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    basic = base64.b64encode(user_and_password.encode()).decode()
+    return urlunsplit(parts._replace(netloc=netloc)), {**headers, "Authorization": f"Basic {basic}"}
+
+
 def post(request: Request, timeout: float) -> None:
-    """POST the request (blocking: run it on a thread); raises `SendFailed` unless the receiver answers 2xx.
-    `timeout` bounds each socket operation (the caller bounds the whole)."""
-    posted = urllib.request.Request(
-        request.url, data=request.body, headers=dict(request.headers), method="POST"
-    )
+    """POST the request (blocking: run it on a thread); raises `SendFailed` unless the receiver answers 2xx,
+    whatever went wrong, with a message that never holds the URL (it may hold credentials). `timeout`
+    bounds each socket operation (the caller bounds the whole)."""
+    url, headers = _without_userinfo(request.url, request.headers)
+    posted = urllib.request.Request(url, data=request.body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(posted, timeout=timeout) as answer:
             answer.read()
@@ -173,5 +189,9 @@ def post(request: Request, timeout: float) -> None:
         raise SendFailed(f"HTTP {exc.code}" + (f": {text}" if text else "")) from None
     except urllib.error.URLError as exc:
         raise SendFailed(f"unreachable: {exc.reason}") from None
-    except (OSError, ValueError) as exc:
+    except (http.client.InvalidURL, ValueError) as exc:  # their messages quote the URL
+        raise SendFailed(f"invalid URL ({type(exc).__name__})") from None
+    except http.client.HTTPException as exc:  # a status line or body that is not HTTP
+        raise SendFailed(f"the answer was not HTTP ({type(exc).__name__})") from None
+    except OSError as exc:
         raise SendFailed(f"unreachable: {exc}") from None
