@@ -482,8 +482,10 @@ def _ending(task: Task, executed: tuple[Outcome, bool] | None, now: datetime) ->
 
 
 def _too_late(task: Task, now: datetime) -> bool:
-    """Past the end of what the task waited for (`not_after`) without having started."""
-    return task.not_after is not None and now > task.not_after
+    """At or past the end of what the task waited for (`not_after`) without having started: a window is
+    half-open (`[start, end)`, docs/WINDOWS.md), and a deferral's start deadline is too (an opening at it
+    is missed), so at `not_after` itself the wait is over."""
+    return task.not_after is not None and now >= task.not_after
 
 
 def _refusal(task: Task, attempt: int, now: datetime, start_deadline: datetime | None) -> str | None:

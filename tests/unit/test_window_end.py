@@ -1,0 +1,25 @@
+"""A task that waited for a window (or a deferral's start deadline) may not start at the window's end
+itself: windows are half-open, `[start, end)` (docs/WINDOWS.md), as the planner's deferrals are (an
+opening at the deadline is missed)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from rackflow.tasks.executor import _refusal
+from tests.unit.test_retry_policy import NOW, task
+
+END = NOW + timedelta(hours=2)
+
+
+def test_a_task_may_start_up_to_its_windows_end_but_not_at_it() -> None:
+    waited = replace(task(), not_after=END)
+    assert _refusal(waited, 1, END - timedelta(microseconds=1), None) is None
+    assert (
+        _refusal(waited, 1, END, None)
+        == f"the maintenance window ended at {END.isoformat()} before the task could run"
+    )
+    assert _refusal(waited, 1, END, END) == (
+        f"its firing's start deadline passed at {END.isoformat()} before the task could run"
+    )
