@@ -18,6 +18,7 @@ from rackflow.services import Services
 from rackflow.store import outbox
 from rackflow.store.db import Database
 from rackflow.store.tables import notification_event, tasks
+from tests.store.test_checks import _rack
 from tests.store.test_executor import executing, finished, make_rack
 from tests.store.test_windows_gate import CLOCK, freeze, held, submit
 
@@ -142,3 +143,20 @@ async def test_an_open_condition_outlives_retention_until_it_is_cleared(db: Data
         await outbox.fan_out(db, conn, CLOCK.now(), 10)
         await conn.execute(update(notification_event).values(at=CLOCK.now() - timedelta(days=30)))
     assert await prune() == 2
+
+
+async def test_holds_past_a_batch_are_reported_at_the_next_looks(db: Database) -> None:
+    """A look reports at most a batch of the longest holds; the ones it reported stay held and stay the
+    longest, so the next look must go past them (it read them again, and reported nothing more, ever)."""
+    services = Services.build(db, CLOCK)
+    await freeze(services)
+    made = [await submit(services, (await _rack(db, f"rk{i}")).id) for i in range(3)]
+    async with executing(db):
+        for task in made:
+            await held(db, task)
+    for i, task in enumerate(made):
+        await _held_for(db, task.id, THRESHOLD + timedelta(minutes=10 - i))
+    watcher = HoldWatcher(db, threshold=THRESHOLD, batch=2)
+    assert [await watcher.watch_once() for _ in range(3)] == [(2, 0), (1, 0), (0, 0)]
+    reported = [e.task_id for e in await _events(db) if e.type is EventType.TASK_HELD_TOO_LONG]
+    assert sorted(map(str, reported)) == sorted(str(task.id) for task in made)

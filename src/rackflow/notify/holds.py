@@ -64,7 +64,11 @@ class HoldWatcher:
             raised = await outbox.open_conditions(conn, EventType.TASK_HELD_TOO_LONG)
             current = await outbox.held_now(conn, [e.task_id for e in raised if e.task_id is not None])
             long = await outbox.long_holds(
-                conn, now - self.threshold, exclude=(WINDOW_HOLD,), limit=self.batch
+                conn,
+                now - self.threshold,
+                exclude=(WINDOW_HOLD,),
+                reported={e.task_id for e in raised if e.task_id is not None},
+                limit=self.batch,
             )
             taken = await outbox.keys_taken(conn, [events.hold_key(held) for held in long])
         ended = [(event, why) for event in raised if (why := _ended(event, current))]

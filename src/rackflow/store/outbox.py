@@ -38,7 +38,7 @@ from rackflow.domain.notifications import (
 from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.ids import new_id
 from rackflow.store.db import Database, after_commit, chunked
-from rackflow.store.dialect import insert_rows
+from rackflow.store.dialect import insert_rows, not_in_keys
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import (
     notification_channel,
@@ -213,17 +213,27 @@ def _held(row: Any) -> Held:
 
 
 async def long_holds(
-    conn: AsyncConnection, cutoff: datetime, *, exclude: Collection[str], limit: int
+    conn: AsyncConnection,
+    cutoff: datetime,
+    *,
+    exclude: Collection[str],
+    reported: Collection[uuid.UUID],
+    limit: int,
 ) -> list[Held]:
-    """Pending tasks held (by anything but `exclude`) since `cutoff` or earlier, longest held first."""
+    """Pending tasks held (by anything but `exclude`) since `cutoff` or earlier, longest held first, but not
+    the `reported` ones (whose hold has an open condition): else, once the `limit` longest were reported
+    and stayed held, no later one ever was."""
+    held = [
+        tasks.c.status == TaskStatus.PENDING.value,
+        tasks.c.held_by.is_not(None),
+        tasks.c.held_by.not_in(list(exclude)),
+        tasks.c.held_since <= cutoff,
+    ]
+    if reported:
+        held.append(not_in_keys(conn.dialect.name, tasks.c.id, list(reported)))
     stmt = (
         select(tasks.c.id, tasks.c.rack_id, tasks.c.held_by, tasks.c.held_since, tasks.c.held_reason)
-        .where(
-            tasks.c.status == TaskStatus.PENDING.value,
-            tasks.c.held_by.is_not(None),
-            tasks.c.held_by.not_in(list(exclude)),
-            tasks.c.held_since <= cutoff,
-        )
+        .where(*held)
         .order_by(tasks.c.held_since, tasks.c.id)
         .limit(limit)
     )
