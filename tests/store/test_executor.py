@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import event, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import SystemClock
 from rackflow.domain.inventory import Component, ComponentSpec, ComponentType, PowerState, Rack, RackSelection
@@ -442,3 +443,51 @@ def test_simulator_config_from_env() -> None:
 def test_simulator_config_rejects_bad_values(name: str, value: str) -> None:
     with pytest.raises(InvalidArgument, match=name):
         SimulatorConfig.from_env({name: value})
+
+
+async def test_a_task_cancelled_while_its_cut_short_run_waits_to_be_taken_again_lets_its_rack_go(
+    db: Database,
+) -> None:
+    """A run cut short by an error (here every journal round fails, as in a database blip) leaves its task
+    RUNNING and this instance's, for its next claim to take up again. Cancelled meanwhile, the task is no
+    longer RUNNING, so no claim takes it, and the dead-hold sweep spares a live owner: it held its rack,
+    and the task waiting behind it, until the process ended. The executor now lets it go."""
+    rack = await make_rack(db)
+    first = await submit(db, rack, Operation(OperationKind.POWER_ON))
+    executor = Executor(
+        db,
+        CLOCK,
+        SimulatorBackend(SimulatorConfig(step_seconds=0.05)),
+        instance_id=uuid.uuid4(),
+        poll_interval=0.05,
+        lease_ttl=1.0,
+        sweep_interval=0.1,
+    )
+    blip = asyncio.Event()
+    write_round = executor._write_round
+
+    async def failing_in_the_blip(conn: AsyncConnection, entries: Sequence[Any]) -> Any:
+        if any(entry.task_id == first.id and entry.message for entry in entries):
+            blip.set()  # the first progress write of its run
+        if blip.is_set():
+            raise RuntimeError("the database blipped")
+        return await write_round(conn, entries)
+
+    executor._journal.write_many = failing_in_the_blip  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    try:
+        await asyncio.wait_for(blip.wait(), 10)
+        await eventually(lambda: _not_running_here(executor, first))
+        assert (await TaskManager(db, CLOCK).cancel(first.id)).status is TaskStatus.TERMINATED
+        behind = await submit(db, rack, Operation(OperationKind.POWER_OFF), QUEUE)
+        assert behind.status is TaskStatus.WAITING
+        blip.clear()
+        assert (await finished(db, behind)).status is TaskStatus.COMPLETED
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+
+
+async def _not_running_here(executor: Executor, task: Task) -> bool:
+    return task.id not in executor._running

@@ -226,6 +226,19 @@ async def record_attempts(conn: AsyncConnection, attempts: Sequence[TaskAttempt]
     )
 
 
+async def held_not_running(
+    conn: AsyncConnection, *, owner_id: uuid.UUID, running_here: Collection[uuid.UUID]
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """The tasks (id, rack) `owner_id` holds that are not RUNNING and that it does not run now: cancelled
+    while a run of them was cut short (`ix_tasks_held`, only held rows)."""
+    stmt = select(tasks.c.id, tasks.c.rack_id).where(
+        tasks.c.owner_id == owner_id, tasks.c.status != TaskStatus.RUNNING.value
+    )
+    return [
+        (task_id, rack_id) for task_id, rack_id in await conn.execute(stmt) if task_id not in running_here
+    ]
+
+
 async def release(
     conn: AsyncConnection, task_ids: Collection[uuid.UUID], *, owner_id: uuid.UUID
 ) -> set[uuid.UUID]:

@@ -29,6 +29,11 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   count is this process's own, a bound on work, not a guarantee.
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
+* Cut short. A run an error cuts short (a journal round that failed) leaves its task RUNNING and this
+  instance's, for its next claim to take up again. One cancelled meanwhile is no longer RUNNING, so no
+  claim takes it; at the dead-hold cadence (every `lease_ttl`) the instance lets go of the tasks it holds
+  that it does not run and that are not RUNNING, as their runs would have, and their racks' waiting tasks
+  are promoted.
 * Shutdown. In-flight runs are cancelled and the instance unregisters, so other instances (or this one,
   restarted) take its tasks over at once instead of after the lease.
 
@@ -252,7 +257,25 @@ class Executor:
         dead_holds = now >= self._next_hold_check
         if dead_holds:
             self._next_hold_check = now + self.lease_ttl.total_seconds()
+            await self._let_go_of_forgotten()
         await self.manager.sweep(lease_ttl=self.lease_ttl, dead_holds=dead_holds)
+
+    async def _let_go_of_forgotten(self) -> None:
+        """Drop the holds this instance keeps on tasks it no longer runs and no claim takes back. A run cut
+        short by an error (a progress write that failed) leaves its task RUNNING and ours, for this
+        instance's next claim to take up again; but a task cancelled meanwhile is not RUNNING, so no claim
+        takes it, and the dead-hold sweep spares a live owner: its rack stayed busy, its waiting tasks
+        unpromoted, until this process ended. Recorded as the run's own stop would be (`let_go_in`)."""
+        async with self.db.read() as conn:
+            forgotten = await task_runs.held_not_running(
+                conn, owner_id=self.instance_id, running_here=set(self._running)
+            )
+        if forgotten:
+            log.info("letting go of %d cancelled task(s) whose run was cut short", len(forgotten))
+            stops = [
+                _Entry(task_id, (), ending=Ending(task_id, rack_id, None)) for task_id, rack_id in forgotten
+            ]
+            await asyncio.gather(*(self._journal.write(entry) for entry in stops))
 
     # --- claiming and the lease ------------------------------------------------------------------
 
