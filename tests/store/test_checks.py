@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.budgets.service import BudgetInput
 from rackflow.checks.checker import PreflightChecker
 from rackflow.checks.gate import GATE_NAME
-from rackflow.checks.service import CheckInput
+from rackflow.checks.service import KIND_PATH, CheckInput
 from rackflow.clock import FakeClock, SystemClock
 from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSettings
 from rackflow.domain.inventory import ComponentsFilter, ComponentSpec, ComponentType, Rack, RackSelection
@@ -918,3 +918,30 @@ async def test_next_round_at_is_when_the_first_held_round_comes_due(db: Database
         )
     async with db.read() as conn:
         assert await store.next_round_at(conn, GATE_NAME, now=now) == lease
+
+
+async def test_a_round_asked_before_its_check_changed_does_not_release_the_task(db: Database) -> None:
+    """A round under way when the check is changed answers for the old settings: stamped when it was
+    answered, it read as newer than the change and released the task, and the new hook was never asked.
+    Stamped when asked, it counts for nothing, and the check is asked again as it is now."""
+    rack = await _rack(db, "r1")
+    slow_ok = Answer({"ok": True}, delay=1.5)
+    with (
+        receiving(slow_ok) as old_hook,
+        receiving(Answer({"ok": False, "reason": "not drained"})) as new_hook,
+    ):
+        services = Services.build(db, CLOCK)
+        check = await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(old_hook.url, "", "5s"), interval="10s")
+        )
+        task = await submit(db, rack, POWER_ON)
+        async with checking(db) as running:
+
+            async def asked() -> bool:
+                return len(old_hook.posts) >= 1
+
+            await eventually(asked)  # the round under the old settings is under way
+            changed = CheckInput(settings=WebhookSettings(new_hook.url, "", "5s"))
+            await running.checks.update(check.id, [KIND_PATH], changed)
+            held = await _held_with(db, task, "not drained")
+    assert held.status is TaskStatus.PENDING and len(new_hook.posts) >= 1

@@ -367,10 +367,12 @@ class PreflightChecker:
         meanwhile (one transaction for them all)."""
         task, rack = taken.task, taken.rack
         attempt = taken.waiting.attempt + 1
+        # Stamped when asked, not when answered: a look asked under a check's old settings must read as
+        # older than the check's change (the gate counts no result from before it), however long it took.
+        checked_at = self.clock.now()
         looks = await asyncio.gather(
             *(self._look(c, task, attempt, rack, taken.components) for c in taken.checks if rack)
         )
-        checked_at = self.clock.now()
         results = [
             round_result(task, check, attempt, look, checked_at)
             for check, look in zip(taken.checks, looks, strict=True)
