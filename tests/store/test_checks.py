@@ -370,10 +370,45 @@ async def test_a_late_round_is_not_recorded_for_a_task_that_no_longer_waits(db: 
         failing = CheckResult(task.id, uuid.uuid4(), "drained", 2, False, "no", late, late)
         async with db.transaction() as conn:
             recorded = await store.record_rounds(
-                db, conn, GATE_NAME, [store.Round(task.id, 2, [failing], late)]
+                db, conn, GATE_NAME, [store.Round(task.id, 2, [failing], late, late)]
             )
     assert not recorded
     assert await _count(db, preflight_results) == 1
+
+
+async def test_a_checker_whose_round_was_taken_over_records_nothing(db: Database) -> None:
+    """A checker that stalled past its lease comes back with its answer after another took the round over
+    (same round number, a new lease): its pass was recorded, released the task, and the claim started it
+    while the other checker was still asking. The round's fence is its lease's end too."""
+    clock = FakeClock(CLOCK.now())
+    services = Services.build(db, clock)
+    check = await services.checks.create(
+        CheckInput(name="drained", settings=WebhookSettings("http://127.0.0.1:9/", "", "5s"), interval="2s")
+    )
+    task = await submit(db, await make_rack(db, computes=1), POWER_ON)
+    async with db.transaction() as conn:
+        assert await _claim(db, conn, services, clock.now()) == []  # held for its first round
+
+    async def take(lease: timedelta) -> datetime:
+        async with db.read() as conn:
+            [(_, waiting)] = await store.due(conn, GATE_NAME, now=clock.now(), limit=10)
+        until = clock.now() + lease
+        async with db.transaction() as conn:
+            assert await store.take_rounds(db, conn, GATE_NAME, [(waiting, until)], now=clock.now()) == {
+                task.id
+            }
+        return until
+
+    first_lease = await take(timedelta(seconds=35))
+    clock.advance(timedelta(seconds=36))  # the first checker stalls past its lease
+    await take(timedelta(seconds=35))  # another takes the round over
+    now = clock.now()
+    passed = CheckResult(task.id, check.id, "drained", 1, True, "ok", now, now + timedelta(seconds=2))
+    async with db.transaction() as conn:
+        late = [store.Round(task.id, 1, [passed], passed.recheck_at, first_lease)]
+        assert await store.record_rounds(db, conn, GATE_NAME, late) == set()
+    async with db.transaction() as conn:
+        assert await _claim(db, conn, services, clock.now()) == []  # the round under way decides
 
 
 async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_caps(db: Database) -> None:

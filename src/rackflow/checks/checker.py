@@ -251,14 +251,15 @@ class PreflightChecker:
                 applying,
                 facts.get(task.rack_id),
                 components.get(task.rack_id, []),
+                _lease_end(applying, now),
             )
             if waiting is not None:
-                leases.append((waiting, each.lease(now)))
+                leases.append((waiting, each.leased_until))
             else:
                 hold = first_hold(task, applying, now)
                 if not isinstance(hold, Hold):
                     continue  # a check that waits for nothing: its claim fails the task
-                asks[task.id] = (hold, each.lease(now))
+                asks[task.id] = (hold, each.leased_until)
             taken.append(each)
         if not taken:
             return 0
@@ -381,7 +382,8 @@ class PreflightChecker:
             CHECK_RESULTS.labels(check=check.name, result="pass" if look.passed else "hold").inc()
         failing = [(c, r) for c, r in zip(taken.checks, results, strict=True) if not r.passed]
         hold = Hold(_deadline(task, failing, checked_at), failing[0][1].reason) if failing else None
-        if not await self._records.write(_Record(task.id, attempt, results, hold, checked_at)):
+        record = _Record(task.id, attempt, results, hold, checked_at, taken.leased_until)
+        if not await self._records.write(record):
             return  # no longer ours: the task started or was overridden, or our lease ran out
         if failing:
             CHECK_HOLDS.labels(check=failing[0][0].name).inc()
@@ -409,6 +411,7 @@ class PreflightChecker:
                     r.attempt,
                     r.results,
                     min((found.recheck_at for found in r.results), default=r.checked_at),
+                    r.leased_until,
                 )
                 for r in records
             ],
@@ -479,10 +482,14 @@ class _Round:
     checks: list[PreflightCheck]
     rack: RackFacts | None
     components: Sequence[Component]
+    leased_until: datetime  # the lease this checker takes on the round (`_lease_end`), its fence
 
-    def lease(self, now: datetime) -> datetime:
-        """Until when a checker that took the round at `now` holds it: the longest timeout, and some."""
-        return now + max((_timeout(c) for c in self.checks), default=timedelta(0)) + PREFLIGHT_LEASE_SLACK
+
+def _lease_end(checks: Sequence[PreflightCheck], now: datetime) -> datetime:
+    """Until when a checker that takes a round of `checks` at `now` holds it: the longest timeout, and
+    some. The end is also the round's fence: a checker whose lease ran out, and was taken over (a new
+    end), records nothing (`store.record_rounds`)."""
+    return now + max((_timeout(c) for c in checks), default=timedelta(0)) + PREFLIGHT_LEASE_SLACK
 
 
 @dataclass(frozen=True)
@@ -494,6 +501,7 @@ class _Record:
     results: list[CheckResult]
     hold: Hold | None
     checked_at: datetime
+    leased_until: datetime
 
 
 def _applying(

@@ -558,6 +558,7 @@ class Round:
     attempt: int
     found: Sequence[CheckResult]
     next_check_at: datetime
+    leased_until: datetime  # the lease the checker took on it: a round taken over since has another
 
 
 async def record_rounds(
@@ -571,7 +572,9 @@ async def record_rounds(
     ours = [
         each
         for each in rounds
-        if (row := found.get(each.task_id)) is not None and row.attempt == each.attempt - 1
+        if (row := found.get(each.task_id)) is not None
+        and row.attempt == each.attempt - 1
+        and row.checking_until == each.leased_until
     ]
     if ours:
         moved = [{"task_id": r.task_id, "attempt": r.attempt, "next_check_at": r.next_check_at} for r in ours]
