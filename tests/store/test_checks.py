@@ -59,6 +59,7 @@ from tests.store.test_executor import (
     start_running,
     submit,
 )
+from tests.store.test_notify_delivery import not_http
 
 POWER_ON = Operation(OperationKind.POWER_ON)
 SECRET_ENV = "RACKFLOW_TEST_DRAIN_KEY"
@@ -980,3 +981,18 @@ async def test_a_round_asked_before_its_check_changed_does_not_release_the_task(
             await running.checks.update(check.id, [KIND_PATH], changed)
             held = await _held_with(db, task, "not drained")
     assert held.status is TaskStatus.PENDING and len(new_hook.posts) >= 1
+
+
+async def test_a_hook_whose_answer_is_not_http_holds_the_task_saying_so(db: Database) -> None:
+    """http.client's errors are neither OSError nor ValueError: one escaped the look, the round was never
+    recorded, and the task waited with no reason given. Now it is a failing look like any other."""
+    rack = await _rack(db, "r1")
+    with not_http() as url:
+        services = Services.build(db, CLOCK)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(url, "", "2s"), interval="10s")
+        )
+        task = await submit(db, rack, POWER_ON)
+        async with checking(db):
+            held = await _held_with(db, task, "the answer was not HTTP (BadStatusLine)")
+    assert held.status is TaskStatus.PENDING

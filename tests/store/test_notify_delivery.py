@@ -348,7 +348,7 @@ async def test_an_idle_loop_wakes_for_a_redelivery_and_when_a_retry_is_due(db: D
 
 
 @contextlib.contextmanager
-def _not_http() -> Iterator[str]:
+def not_http() -> Iterator[str]:
     """A listener that answers anything with an SSH banner: no HTTP status line."""
     listener = socket.create_server(("127.0.0.1", 0))
 
@@ -374,7 +374,7 @@ async def test_an_answer_that_is_not_http_fails_its_delivery_and_no_other(db: Da
     nor ValueError): no result of the round was recorded, so the good channel's delivered event was sent
     again at every round, and the bad one's attempts never ran out."""
     env = make_env(db)
-    with _not_http() as url, receiving() as receiver:
+    with not_http() as url, receiving() as receiver:
         await env.services.notifications.create(
             ChannelInput(name="bad", kind="webhook", url=url, max_attempts=1)
         )
@@ -402,3 +402,54 @@ async def test_a_url_with_a_user_and_password_is_sent_with_basic_authorization(
     assert got.headers["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret@pw").decode()
     assert await _states(env) == [DeliveryState.DELIVERED]
     assert not [r for r in caplog.records if "s3cret" in r.getMessage()]
+
+
+@contextlib.contextmanager
+def _trickling() -> Iterator[str]:
+    """A receiver that answers 200 and then its body a byte every 0.3 s, each within a socket timeout."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stopping = threading.Event()
+
+    def trickle(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+            while not stopping.wait(0.3):
+                conn.sendall(b"x")
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=trickle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    finally:
+        stopping.set()
+        listener.close()
+
+
+async def test_a_trickling_receiver_frees_its_sends_threads_at_the_timeout(db: Database) -> None:
+    """urlopen's timeout bounds each socket operation: a body trickled a byte at a time kept the sending
+    threads (as many as `sends`) long after the round gave up on them, and a healthy channel's sends,
+    queued behind, timed out unsent round after round. The answer is now read within the timeout."""
+    env = make_env(db)
+    with _trickling() as url, receiving() as receiver:
+        slow = ChannelInput(name="slow", kind="webhook", url=url, event_types=("task.failed",))
+        await env.services.notifications.create(slow)
+        await _channel(env, receiver, event_types=("run.halted",))
+        deliverer = Deliverer(db, jitter=lambda: 1.0, timeout=timedelta(seconds=1), sends=2)
+        await _record(env, count=2)  # both threads go to the slow receiver
+        await deliverer.deliver_once()
+        async with env.db.transaction() as conn:
+            halted = Event(EventType.RUN_HALTED, Severity.CRITICAL, env.clock.now(), "halted")
+            await outbox.record_events(conn, [halted])
+        for _ in range(3):
+            await deliverer.deliver_once()
+            if receiver.received:
+                break
+    assert len(receiver.received) == 1

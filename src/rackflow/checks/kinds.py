@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import http.client
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -33,10 +35,15 @@ from rackflow.domain.checks import (
 )
 from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import Task, TaskStatus
+from rackflow.http_answers import read_within
 from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_reference
 from rackflow.timespec import parse_go_duration
 
 SIGNATURE_HEADER = "X-Rackflow-Signature"
+# How much of an answer is read: a hook's verdict is small; Alertmanager's list of a rack's alerts is
+# refused past this rather than read without end.
+HOOK_ANSWER_BYTES = 64 * 1024
+ALERTS_BYTES = 8 * 1024 * 1024
 _T = TypeVar("_T")
 
 
@@ -85,14 +92,18 @@ async def alertmanager(settings: AlertmanagerSettings, rack: RackFacts, asked: A
     url = f"{settings.url.rstrip('/')}/api/v2/alerts?{query}"
 
     def get() -> Any:
-        with urllib.request.urlopen(url, timeout=ALERTMANAGER_TIMEOUT.total_seconds()) as answer:
-            return json.load(answer)
+        timeout = ALERTMANAGER_TIMEOUT.total_seconds()
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            raw = read_within(answer, time.monotonic() + timeout, ALERTS_BYTES + 1)
+        if len(raw) > ALERTS_BYTES:
+            raise ValueError(f"the answer is longer than {ALERTS_BYTES} bytes")
+        return json.loads(raw)
 
     try:
         alerts = await asked.run(get)
         if not isinstance(alerts, list):
             raise ValueError("the answer is not a list of alerts")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         problem = f"alertmanager: cannot ask {settings.url}: {_error(exc)}"
         if settings.fail_closed:
             return Look(False, problem)
@@ -167,11 +178,11 @@ async def webhook(settings: WebhookSettings, payload: dict[str, Any], asked: Ask
 
     def post() -> tuple[int, bytes]:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return answer.status, answer.read(64 * 1024)
+            return answer.status, read_within(answer, time.monotonic() + timeout, HOOK_ANSWER_BYTES)
 
     try:
         status, raw = await asked.run(post)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         return Look(False, f"webhook: {settings.url}: {_error(exc)}")
     try:
         answer = json.loads(raw)
@@ -200,6 +211,8 @@ def _error(exc: BaseException) -> str:
     """An HTTP failure for people: the status, "timed out", or what refused the connection."""
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}"
+    if isinstance(exc, http.client.HTTPException):
+        return f"the answer was not HTTP ({type(exc).__name__})"
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, TimeoutError):
         return "timed out"

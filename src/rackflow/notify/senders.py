@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import http.client
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -27,11 +28,14 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rackflow.config import ALERT_CONDITION_HORIZON, ALERT_ONE_OFF
 from rackflow.domain.notifications import CLEARS, Channel, ChannelKind, Event, EventType
+from rackflow.http_answers import read_within
 
 USER_AGENT = "rackflow-notify"
 ALERTS_PATH = "/api/v2/alerts"
-# How much of a receiver's answer a failed delivery keeps as its error.
+# How much of a receiver's answer a failed delivery keeps as its error, and how much of a 2xx answer is read
+# (the rest is not waited for).
 ERROR_BODY_CHARS = 200
+ANSWER_BYTES = 64 * 1024
 
 ALERT_NAMES: Mapping[EventType, str] = {
     EventType.RUN_COMPLETED_WITH_FAILURES: "RackflowRunCompletedWithFailures",
@@ -181,9 +185,10 @@ def post(request: Request, timeout: float) -> None:
     bounds each socket operation (the caller bounds the whole)."""
     url, headers = _without_userinfo(request.url, request.headers)
     posted = urllib.request.Request(url, data=request.body, headers=headers, method="POST")
+    deadline = time.monotonic() + timeout
     try:
         with urllib.request.urlopen(posted, timeout=timeout) as answer:
-            answer.read()
+            read_within(answer, deadline, ANSWER_BYTES)
     except urllib.error.HTTPError as exc:
         text = exc.read(ERROR_BODY_CHARS).decode(errors="replace").strip()
         raise SendFailed(f"HTTP {exc.code}" + (f": {text}" if text else "")) from None
@@ -193,5 +198,7 @@ def post(request: Request, timeout: float) -> None:
         raise SendFailed(f"invalid URL ({type(exc).__name__})") from None
     except http.client.HTTPException as exc:  # a status line or body that is not HTTP
         raise SendFailed(f"the answer was not HTTP ({type(exc).__name__})") from None
+    except TimeoutError as exc:
+        raise SendFailed(str(exc)) from None
     except OSError as exc:
         raise SendFailed(f"unreachable: {exc}") from None
