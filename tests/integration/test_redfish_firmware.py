@@ -46,6 +46,9 @@ class FakeBmc:
     failures: list[int] = field(default_factory=list)  # status codes for the next requests, in turn
     updates: list[dict[str, Any]] = field(default_factory=list)
     pending: tuple[str, str] | None = None  # (target path, version) of the running update
+    posts: list[str] = field(default_factory=list)  # every action POSTed, carried out or not
+    lost_answers: list[int] = field(default_factory=list)  # statuses for the next actions, carried out
+    reset_target: str | None = None  # where node-0's Reset action says it is (default: on this BMC)
 
     def documents(self) -> dict[str, dict[str, Any]]:
         reset = {"ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart"]}
@@ -69,7 +72,10 @@ class FakeBmc:
                 "BiosVersion": self.bios_version,
                 "Links": {"Chassis": [{"@odata.id": f"{ROOT}/Chassis/ps-0"}]},
                 "Actions": {
-                    "#ComputerSystem.Reset": {"target": f"{ROOT}/Systems/node-0/Actions/Reset", **reset}
+                    "#ComputerSystem.Reset": {
+                        "target": self.reset_target or f"{ROOT}/Systems/node-0/Actions/Reset",
+                        **reset,
+                    }
                 },
             },
             f"{ROOT}/Chassis/ps-0": {
@@ -101,6 +107,16 @@ class FakeBmc:
         }
 
     def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any] | None]:
+        self.posts.append(path)
+        status, headers, doc = self._carry_out(path, body)
+        if self.lost_answers:  # done, but the answer the client gets says otherwise (a 5xx)
+            lost = self.lost_answers.pop(0)
+            return lost, {}, {"error": {"message": f"injected {lost} after carrying it out"}}
+        return status, headers, doc
+
+    def _carry_out(
+        self, path: str, body: dict[str, Any]
+    ) -> tuple[int, dict[str, str], dict[str, Any] | None]:
         if path.endswith("/Actions/Reset"):
             on = body["ResetType"] in ("On", "ForceRestart")
             if path.startswith(f"{ROOT}/Systems/"):
@@ -309,3 +325,64 @@ async def test_a_manager_firmware_version_is_ingested(fake_bmc: tuple[FakeBmc, s
     manager = component(url, "Managers/bmc")
     change = await backend().run_step(task(OperationKind.INGEST), manager)
     assert stored(manager, change).firmware_version == "7.1"
+
+
+@pytest.fixture
+def other_bmc() -> Iterator[tuple[FakeBmc, str]]:
+    bmc = FakeBmc()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(bmc))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield bmc, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_an_action_on_another_host_is_not_followed(
+    fake_bmc: tuple[FakeBmc, str], other_bmc: tuple[FakeBmc, str]
+) -> None:
+    """sushy POSTs an action to the URL the BMC names, wherever it points, with this BMC's credentials: a
+    misconfigured or hostile BMC could have another machine powered off. Only this BMC's origin is asked."""
+    bmc, url = fake_bmc
+    other, other_url = other_bmc
+    bmc.reset_target = f"{other_url}{ROOT}/Systems/node-0/Actions/Reset"
+    brief = backend(RedfishConfig(poll_interval=0.01, power_timeout=1.0))
+    with pytest.raises(StepFailed) as caught:
+        await brief.run_step(task(OperationKind.POWER_OFF, forced=True), component(url, "Systems/node-0"))
+    assert "not followed" in str(caught.value) and not caught.value.retryable
+    assert other.posts == [] and other.system_power == "On"
+
+
+async def test_a_reset_whose_answer_is_lost_is_sent_once_and_its_effect_read(
+    fake_bmc: tuple[FakeBmc, str],
+) -> None:
+    """A Reset the BMC carried out and answered 503 (or a timeout): sending it again would restart the
+    machine again. It is sent once; the power state says whether it happened."""
+    bmc, url = fake_bmc
+    node = component(url, "Systems/node-0")
+    bmc.lost_answers = [503]
+    change = await backend().run_step(task(OperationKind.POWER_OFF, forced=True), node)
+    assert stored(node, change).power_state is PowerState.OFF
+    assert bmc.posts == [f"{ROOT}/Systems/node-0/Actions/Reset"]
+
+
+async def test_a_simple_update_whose_answer_is_lost_is_not_sent_again(fake_bmc: tuple[FakeBmc, str]) -> None:
+    """A SimpleUpdate the BMC started and answered 503: a second one would flash the component mid-update.
+    The step fails, not retryable, saying so."""
+    bmc, url = fake_bmc
+    bmc.lost_answers = [503]
+    with pytest.raises(StepFailed) as caught:
+        await backend().run_step(upgrade("2.0"), component(url, "Systems/node-0"))
+    assert "not sent again" in str(caught.value) and not caught.value.retryable
+    assert len(bmc.updates) == 1
+
+
+async def test_an_update_still_running_at_the_timeout_is_not_retried(fake_bmc: tuple[FakeBmc, str]) -> None:
+    """A task retry would send a second SimpleUpdate while the first still flashes."""
+    bmc, url = fake_bmc
+    bmc.task_polls = 10_000
+    impatient = backend(RedfishConfig(poll_interval=0.01, firmware_timeout=0.1, image_uri=CONFIG.image_uri))
+    with pytest.raises(StepFailed) as caught:
+        await impatient.run_step(upgrade("2.0"), component(url, "Systems/node-0"))
+    assert "still running" in str(caught.value) and not caught.value.retryable

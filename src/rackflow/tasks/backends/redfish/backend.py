@@ -89,8 +89,8 @@ class RedfishBackend(Backend):
         finally:
             await asyncio.to_thread(session.close)
 
-    def _call(self, fn: Callable[[], Any], what: str) -> Awaitable[Any]:
-        return call(fn, what=what, config=self.config, sleep=self._sleep)
+    def _call(self, fn: Callable[[], Any], what: str, *, once: bool = False) -> Awaitable[Any]:
+        return call(fn, what=what, config=self.config, sleep=self._sleep, once=once)
 
     # --- power -----------------------------------------------------------------------------------
 
@@ -106,7 +106,14 @@ class RedfishBackend(Backend):
         """Send `action` (if any), then poll until the power state is `wanted` or the step times out."""
         if action is None:
             return
-        sent = await self._call(lambda: session.reset(action), f"{action.value} of {where}")
+        try:
+            sent = await self._call(lambda: session.reset(action), f"{action.value} of {where}", once=True)
+        except StepFailed as failed:
+            if not failed.retryable:
+                raise
+            # A timeout or a 5xx: the BMC may have carried it out. Not sent again; the power state decides.
+            log.warning("%s: %s; not sent again: waiting for power %s", where, failed, wanted.value)
+            sent = f"{action.value} (its answer lost: {failed})"
         log.info("%s: sent Reset %s; waiting for power %s", where, sent, wanted.value)
         deadline = self._monotonic() + self.config.power_timeout
         while True:
@@ -137,9 +144,18 @@ class RedfishBackend(Backend):
             current = await self._call(session.firmware_version, read_version)
             if current == image.expected_version:
                 return ComponentChange(component.id, firmware_version=current)
-        monitor = await self._call(
-            lambda: session.start_update(image.uri), f"SimpleUpdate of {where} with {image.uri}"
-        )
+        try:
+            monitor = await self._call(
+                lambda: session.start_update(image.uri),
+                f"SimpleUpdate of {where} with {image.uri}",
+                once=True,
+            )
+        except StepFailed as failed:
+            if not failed.retryable:
+                raise
+            raise StepFailed(  # never a second SimpleUpdate while the first may be flashing
+                f"{failed}; not sent again: the BMC may be applying it (see its update service)"
+            ) from None
         if monitor is not None:
             await self._follow_update(session, monitor, where)
         version = await self._call(session.firmware_version, read_version)
@@ -156,8 +172,8 @@ class RedfishBackend(Backend):
         while await self._call(lambda: session.update_running(monitor), what):
             if self._monotonic() >= deadline:
                 timeout = self.config.firmware_timeout
-                raise StepFailed(
-                    f"{where}: the update task is still running after {timeout:g}s", retryable=True
+                raise StepFailed(  # not retried: a second SimpleUpdate must not start while this one runs
+                    f"{where}: the update task is still running after {timeout:g}s; not retried while it runs"
                 )
             await self._sleep(self.config.poll_interval)
         failure = update_failure(session.update_result(monitor))

@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import sushy  # type: ignore[import-untyped]
 from sushy import auth as sushy_auth
+from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
 
 from rackflow.domain.inventory import PowerState
@@ -37,20 +39,45 @@ class Observed:
     summary: str
 
 
+class ElsewhereRefused(sushy_errors.SushyError):  # type: ignore[misc]
+    """A URL the BMC gave (an action's target, a task monitor) is on another host: not followed."""
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or default
+
+
+class _ThisBmcOnly(sushy_connector.Connector):  # type: ignore[misc]
+    """sushy follows an absolute URL the BMC names (a Reset action's target, SimpleUpdate's task monitor)
+    wherever it points, with this BMC's credentials: a misconfigured or hostile BMC could have another
+    machine powered off. Only relative paths and URLs on the BMC's own origin are requested."""
+
+    def _op(self, method: str, path: str = "", *args: Any, **kwargs: Any) -> Any:
+        if urlsplit(path).netloc and _origin(path) != _origin(self._url):
+            raise ElsewhereRefused(f"the BMC named {path!r} for a {method}, not on {self._url}: not followed")
+        return super()._op(method, path, *args, **kwargs)
+
+
 class BmcSession:
     """A connection to one BMC and the one resource (system, chassis or manager) that is the component."""
 
     def __init__(self, target: Target, credentials: Credentials, config: RedfishConfig) -> None:
         self.target = target
+        connector = _ThisBmcOnly(
+            target.base_url,
+            verify=config.verify_tls,
+            server_side_retries=1,
+            server_side_retries_delay=0,
+            default_request_timeout=config.read_timeout,
+            connect_timeout=config.connect_timeout,
+        )
         self._root = sushy.Sushy(
             target.base_url,
             auth=sushy_auth.BasicAuth(username=credentials.username, password=credentials.password),
             root_prefix=target.root_prefix,
-            verify=config.verify_tls,
-            server_side_retries=1,
-            server_side_retries_delay=0,
-            connect_timeout=config.connect_timeout,
-            read_timeout=config.read_timeout,
+            connector=connector,
         )
 
     def close(self) -> None:

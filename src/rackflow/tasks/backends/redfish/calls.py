@@ -74,9 +74,13 @@ async def call(
     what: str,
     config: RedfishConfig,
     sleep: Sleep = asyncio.sleep,
+    once: bool = False,
 ) -> T:
-    """`fn()` in a worker thread, retried on transient errors; a `StepFailed` saying `what` failed and why."""
-    attempts = config.retries + 1
+    """`fn()` in a worker thread, retried on transient errors; a `StepFailed` saying `what` failed and why.
+    `once`: an action (a Reset, a SimpleUpdate) is sent once: after a timeout or a 5xx the BMC may have
+    carried it out, and a second one would restart the machine again or flash it mid-update. The caller
+    reads what happened instead."""
+    attempts = 1 if once else config.retries + 1
     policy = Retry(config.retry_delay, config.max_retry_delay, attempts=attempts)
     try:
         return await retrying(
