@@ -74,6 +74,21 @@ async def test_a_mutation_records_who_what_when_and_outcome(stub: FlowStub) -> N
     assert event.schedule_before_json == event.schedule_after_json == ""
 
 
+async def test_a_change_whose_request_json_cannot_render_is_in_the_trail(stub: FlowStub) -> None:
+    """An output-only timestamp out of its range (the handler ignores it) let the change through, and then
+    the trail's JSON rendering raised: the client got UNKNOWN and no row was written. The row now keeps
+    the request as protobuf text, and the call answers as it would have."""
+    budget = pb.OperationBudget(name="sneaky", operations=["power_on"], max_running=5)
+    budget.created_at.seconds = 10**12  # past year 9999
+    created = await stub.CreateOperationBudget(
+        pb.CreateOperationBudgetRequest(budget=budget), metadata=OPERATOR
+    )
+    (event,) = await events(stub)
+    assert (event.method, event.outcome) == ("CreateOperationBudget", "OK")
+    assert created.id.id in [i.id for i in event.target_ids]
+    assert 'name: "sneaky"' in json.loads(event.request_json)["unrendered"]
+
+
 async def test_reads_are_not_recorded(stub: FlowStub) -> None:
     await stub.ListRacks(pb.ListRacksRequest(), metadata=OPERATOR)
     await stub.ListTasks(pb.ListTasksRequest(), metadata=OPERATOR)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf import text_format
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from grpc.aio import ServicerContext as Context
@@ -147,10 +148,22 @@ class AuditInterceptor(FlowInterceptor):
             target_ids=target_ids(request, response, *([str(schedule_id)] if schedule_id else [])),
             outcome=outcome,
             error=error,
-            request=MessageToDict(without_secrets(request), preserving_proto_field_name=True),
+            request=_as_dict(without_secrets(request)),
             schedule_id=schedule_id,
             before=before,
         )
+
+
+def _as_dict(request: Message) -> dict[str, Any]:
+    """The request as the trail keeps it (JSON names as in the proto). A request JSON cannot render (a
+    Timestamp out of its range in a field the handler does not read, which the change went through with)
+    is kept as protobuf text instead: the change is in the trail either way, and the call answers as it
+    would have (the rendering's error had turned it into UNKNOWN, with no row)."""
+    try:
+        return dict(MessageToDict(request, preserving_proto_field_name=True))
+    except Exception as exc:
+        text = text_format.MessageToString(request, as_one_line=True)
+        return {"unrendered": f"not JSON ({type(exc).__name__}): {text}"}
 
 
 class _AuditedCall:
