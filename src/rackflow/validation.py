@@ -75,14 +75,18 @@ def check_text(value: str, field: str, *, required: bool = False, identifier: bo
 
 
 def http_url(url: str) -> SplitResult | None:
-    """`url`'s parts when it is an http:// or https:// URL with a host, else None: also for what urlsplit
-    cannot parse at all (it raises ValueError for "http://[::1", which must be a refusal, not an error)."""
+    """`url`'s parts when it is an http:// or https:// URL with a host (and a port, if any, in range), with
+    no control character or space, else None: also for what urlsplit cannot parse at all (it raises
+    ValueError for "http://[::1", and `port` for ":99999", which must be refusals, not errors, and never
+    stored: every read of the URL would fail)."""
+    if any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES or ch.isspace() for ch in url):
+        return None
     try:
         parts = urlsplit(url)
-        host = parts.hostname
+        host, port = parts.hostname, parts.port
     except ValueError:
         return None
-    return parts if parts.scheme in ("http", "https") and host else None
+    return parts if parts.scheme in ("http", "https") and host and port != 0 else None
 
 
 def check_name(name: str, field: str) -> str:

@@ -82,6 +82,11 @@ async def test_create_get_list_update_and_delete_never_return_secrets(stub: Flow
         (hook(url="ftp://x/y"), "channel.url"),
         (hook(url="not a url"), "channel.url"),
         (hook(url="http://[::1"), "channel.url"),  # urlsplit raises on it: a refusal, not INTERNAL
+        # Stored, these broke every listing of the channels (`port` raised when each was shown).
+        (hook(url="http://example.com:99999/"), "channel.url"),
+        (hook(url="http://example.com:-1/"), "channel.url"),
+        (hook(url="http://ex\x00ample.com/"), "channel.url"),
+        (hook(url="http://user:pa ss@example.com/"), "channel.url"),
         (hook(event_types=["run.halted", "run.exploded"]), "channel.event_types[1]"),
         (hook(operations=["reboot"]), "channel.operations[0]"),
         (hook(operations=["power_on", "power_on"]), "channel.operations[1]"),

@@ -68,6 +68,9 @@ def test_urls_are_shown_without_credentials() -> None:
     assert redacted_url(ChannelKind.SLACK, slack) == "https://hooks.slack.com/…"
     hook = "https://user:pw@hooks.example.com:8443/rackflow?token=abc"
     assert redacted_url(ChannelKind.WEBHOOK, hook) == "https://hooks.example.com:8443/rackflow"
+    assert redacted_url(ChannelKind.WEBHOOK, "http://[::1]:8080/hook") == "http://[::1]:8080/hook"
+    # One stored before its port was checked is shown as such, never a failed listing.
+    assert redacted_url(ChannelKind.WEBHOOK, "http://example.com:99999/") == "(not a valid URL)"
 
 
 def test_a_condition_alert_and_its_clearing_share_labels_and_the_clearing_ends_it() -> None:

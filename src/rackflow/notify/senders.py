@@ -68,9 +68,13 @@ class SendFailed(Exception):
 def redacted_url(kind: ChannelKind, url: str) -> str:
     """The URL as the API shows it: no user, password or query; a Slack URL (whose path is its credential)
     without its path either."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:  # a URL stored before its port was checked: shown, never a failed listing
+        return "(not a valid URL)"
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{host}:{port}" if port else host
     path = "/…" if kind is ChannelKind.SLACK and parts.path not in ("", "/") else parts.path
     return urlunsplit((parts.scheme, netloc, path, "", ""))
 
