@@ -4,7 +4,9 @@ and a token with an offset are refused; `total` stops at LIST_COUNT_CAP and says
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -234,6 +236,38 @@ async def test_bad_tokens_are_refused(stub: Stub, schedule_ids: list[uuid.UUID])
             schedule_id=pb.UUID(id=str(schedule_ids[0])), pagination=pb.Pagination(limit=2, page_token=bad)
         )
         await refused(stub.ListTaskScheduleRuns(runs), "pagination.page_token")
+
+
+def _edited(listing: str, values: list[object]) -> str:
+    """A token of `listing` whose key the client edited (tagged values as `convert.page_token` writes)."""
+    return base64.urlsafe_b64encode(json.dumps([listing, values]).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("listing", "values"),
+    [
+        ("ListRacks", [{"s": "x"}, {"s": "y"}]),  # the wrong types
+        ("ListRacks", [{"t": "2026-01-01T00:00:00+00:00"}]),  # the wrong number of values
+        ("ListTasks", [{"t": "2026-01-01T00:00:00"}, {"u": str(uuid.UUID(int=1))}]),  # a time with no zone
+        ("ListTasks", [{"i": "9" * 40}, {"u": str(uuid.UUID(int=1))}]),  # an integer past 64 bits
+        ("ListTaskSchedules", [{"s": "a"}]),  # too short for the list's three
+    ],
+)
+async def test_an_edited_token_is_refused_not_an_internal_error(
+    stub: Stub, schedule_ids: list[uuid.UUID], listing: str, values: list[object]
+) -> None:
+    """A page token comes back from the client, who may edit it: a key that does not fit the list's order
+    failed as INTERNAL when the statement was built from it."""
+    request = getattr(pb, f"{listing}Request")(
+        pagination=pb.Pagination(limit=2, page_token=_edited(listing, values))
+    )
+    await refused(getattr(stub, listing)(request), "pagination.page_token")
+
+
+async def test_a_token_nested_past_any_depth_is_refused(stub: Stub) -> None:
+    deep = base64.urlsafe_b64encode(b"[" * 100_000).decode()
+    request = pb.ListRacksRequest(pagination=pb.Pagination(limit=2, page_token=deep))
+    await refused(stub.ListRacks(request), "pagination.page_token")
 
 
 async def test_scope_pages_are_in_rack_id_order_and_refuse_bad_pages(

@@ -9,15 +9,19 @@ its own rows from an index in the list's order, and the capped count at most LIS
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, FromClause, func, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.config import LIST_COUNT_CAP
+from rackflow.errors import InvalidArgument
+from rackflow.store.types import UTCDateTime
 
 # A keyset position: the values of a list's order columns in its previous page's last row.
 Key = Sequence[Any]
+PAGE_TOKEN = "pagination.page_token"
 
 
 async def count_capped(
@@ -56,7 +60,25 @@ def up_to_key(
 def _row_and_values(
     columns: Sequence[ColumnElement[Any]], key: Key
 ) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
-    if len(key) != len(columns):
-        raise ValueError(f"a key of {len(columns)} values, got {len(key)}")
+    check_key(columns, key)
     values = tuple_(*(literal(value, column.type) for column, value in zip(columns, key, strict=True)))
     return tuple_(*columns), values
+
+
+def check_key(columns: Sequence[ColumnElement[Any]], key: Key) -> None:
+    """A key fits `columns`: as many values, each of its column's type (an aware time for a time), or
+    None. A page token is the client's to send back, and may come back edited: a key that does not fit
+    is refused as one, where the statement built from it failed as an internal error."""
+    if len(key) != len(columns):
+        raise InvalidArgument(f"{PAGE_TOKEN}: not a page token of this list ({len(key)} values)")
+    for column, value in zip(columns, key, strict=True):
+        if value is None:
+            continue
+        expected = datetime if isinstance(column.type, UTCDateTime) else column.type.python_type
+        fits = isinstance(value, expected) and not isinstance(value, bool)
+        if isinstance(value, datetime):
+            fits = fits and value.tzinfo is not None
+        elif isinstance(value, int):
+            fits = fits and -(2**63) <= value < 2**63
+        if not fits:
+            raise InvalidArgument(f"{PAGE_TOKEN}: not a page token of this list ({column.key}: {value!r})")

@@ -81,7 +81,7 @@ from rackflow.store.dialect import (
 )
 from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
-from rackflow.store.paging import Key, after_key, count_capped, up_to_key
+from rackflow.store.paging import Key, after_key, check_key, count_capped, up_to_key
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.streak_checks import mark_schedules, mark_schedules_of_runs
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
@@ -517,8 +517,9 @@ def _after_schedule(order: ScheduleOrder, key: Key | None) -> list[ColumnElement
     ascending is one row comparison; a name is unique, so nothing ties with it."""
     if key is None:
         return []
-    value, created_at, schedule_id = key
     s = task_schedule.c
+    check_key((_ORDER_COLUMNS[order.field], s.created_at, s.id), key)
+    value, created_at, schedule_id = key
     ties = after_key((s.created_at, s.id), (created_at, schedule_id), descending=False)
     column = _ORDER_COLUMNS[order.field]
     if order.field == "created_at" and not order.descending:

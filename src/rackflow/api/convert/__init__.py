@@ -158,8 +158,8 @@ def _key_from_token(token: str, listing: str, field: str) -> tuple[Any, ...]:
         if name != listing:
             raise InvalidArgument(f"{field}: a token of {name!r}, not of {listing!r}")
         return tuple(_untagged(value) for value in values)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise InvalidArgument(f"{field}: not a page token of {listing!r}: {token!r}") from exc
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise InvalidArgument(f"{field}: not a page token of {listing!r}: {token[:200]!r}") from exc
 
 
 def _untagged(value: Any) -> Any:
