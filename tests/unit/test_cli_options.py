@@ -27,6 +27,13 @@ def test_parse_seconds_refuses_what_it_cannot_read(text: str) -> None:
         parse_seconds(text)
 
 
+@pytest.mark.parametrize("text", ["9999999999h", "99999999999999", "876001h"])
+def test_parse_seconds_refuses_a_duration_past_a_hundred_years(text: str) -> None:
+    """`pause --for 9999999999h` and `audit --since` printed an OverflowError's traceback."""
+    with pytest.raises(ValueError, match="longer than 100 years"):
+        parse_seconds(text)
+
+
 def test_parse_types_accepts_lower_case_and_spaces_and_refuses_unknown_types() -> None:
     assert parse_types("compute, NVSWITCH") == ("COMPUTE", "NVSWITCH")
     with pytest.raises(ValueError, match="unknown component type 'GPU'"):

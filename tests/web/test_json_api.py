@@ -261,6 +261,7 @@ async def test_a_refused_action_is_audited_and_changes_nothing(
         ),
         ("[1, 2]", None, "the request body must be a JSON object, got [1, 2]"),
         ("{not json", None, "the request body is not valid JSON"),
+        ("[" * 50_000, None, "the request body is not valid JSON: nested too deep"),  # was a 500
         ('{"id": {"id": "x"}}', "id", "id: set by the URL path; leave it out of the body"),
         ('{"reason": 5}', "reason", "reason: expected a string, got 5"),
         ('{"resume_at": "tomorrow"}', "resume_at", "resume_at: expected an RFC 3339 time like"),

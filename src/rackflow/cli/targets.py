@@ -17,17 +17,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _DURATION = re.compile(r"(\d+)([hms])")
 _SECONDS = {"h": 3600, "m": 60, "s": 1}
+MAX_SECONDS = 100 * 365 * 24 * 3600
 
 
 def parse_seconds(value: str) -> int:
-    """`90`, `90s`, `30m`, `1h30m` -> whole seconds (queue timeouts are whole seconds on the wire)."""
+    """`90`, `90s`, `30m`, `1h30m` -> whole seconds (queue timeouts are whole seconds on the wire), at most
+    MAX_SECONDS: a time that far away is a typo, and past it a time from now overflows."""
     text = value.strip()
     if text.isdigit():
-        return int(text)
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"{value!r} is not a duration like 90s, 30m or 1h30m")
-    return sum(int(number) * _SECONDS[unit] for number, unit in parts)
+        seconds = int(text)
+    else:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise ValueError(f"{value!r} is not a duration like 90s, 30m or 1h30m")
+        seconds = sum(int(number) * _SECONDS[unit] for number, unit in parts)
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"{value!r} is longer than 100 years")
+    return seconds
 
 
 def parse_types(value: str) -> tuple[str, ...]:

@@ -56,6 +56,8 @@ def read_json(raw: bytes) -> dict[str, Any] | None:
         data = json.loads(raw)
     except ValueError as exc:
         raise InvalidArgument(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument("the request body is not valid JSON: nested too deep") from None
     if not isinstance(data, dict):
         raise InvalidArgument(f"the request body must be a JSON object, got {_shown(data)}")
     return data
