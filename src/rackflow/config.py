@@ -347,3 +347,6 @@ PREFLIGHT_YIELD = timedelta(seconds=1)
 # A rollout's rack claimed while its rollout is at a cap (held by its checks, it did not count against the
 # caps, so the rollout started others: `rollouts.gate`) waits this long before its claim looks for room again.
 ROLLOUT_CAP_WAIT = timedelta(seconds=2)
+# The furthest ahead a pause may end (`PauseTaskSchedule.resume_at`): past it, resuming computes no next run
+# before year 10000.
+MAX_PAUSE = timedelta(days=100 * 365)

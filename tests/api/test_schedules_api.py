@@ -442,6 +442,8 @@ async def test_pause_with_a_reason_and_an_end_shows_them_until_resumed(
     [
         ("", START, "resume_at"),
         ("", START - timedelta(hours=1), "resume_at"),
+        # Stored, a pause ending in year 9999 made every preview of the schedule an INTERNAL error.
+        ("", datetime(9999, 12, 31, 23, 59, 29, tzinfo=UTC), "resume_at"),
         ("x" * 1025, None, "reason"),
         ("bad\x00reason", None, "reason"),
     ],
@@ -455,6 +457,15 @@ async def test_bad_pause_requests_are_invalid_and_write_nothing(
         request.resume_at.CopyFrom(_timestamp(resume_at))
     await expect(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: ", stub.PauseTaskSchedule(request))
     assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == schedule
+
+
+async def test_a_preview_past_year_9999_ends_there(stub: FlowStub, racks: list[Rack]) -> None:
+    """An interval schedule previewed from the edge of year 9999 overflowed: INTERNAL. Its times end there."""
+    schedule = await create(stub, "hourly", "r1")
+    request = pb.PreviewTaskScheduleRequest(id=schedule.id, count=5)
+    request.after.CopyFrom(_timestamp(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)))
+    preview = await stub.PreviewTaskSchedule(request)
+    assert list(preview.firings) == []
 
 
 async def test_pause_resume_and_one_time_consumption(stub: FlowStub, racks: list[Rack]) -> None:

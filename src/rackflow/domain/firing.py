@@ -511,15 +511,18 @@ def planned_times(schedule: Schedule, after: datetime | None, now: datetime, cou
     if moment is None:
         return []
     moment = max(moment, now)
-    if after is not None and moment <= after:  # it fires before `after`: skip to the first one past it
-        if isinstance(timing, IntervalTiming):
-            moment += timing.step * ((after - moment) // timing.step + 1)
-        else:
-            moment = timing.next_after(after) if schedule.spec.type is not SpecType.ONE_TIME else None
     times: list[datetime] = []
-    while moment is not None and len(times) < count:
-        times.append(moment)
-        moment = advance_after_firing(replace(schedule, enabled=True), moment)[1]
+    try:
+        if after is not None and moment <= after:  # it fires before `after`: skip to the first one past it
+            if isinstance(timing, IntervalTiming):
+                moment += timing.step * ((after - moment) // timing.step + 1)
+            else:
+                moment = timing.next_after(after) if schedule.spec.type is not SpecType.ONE_TIME else None
+        while moment is not None and len(times) < count:
+            times.append(moment)
+            moment = advance_after_firing(replace(schedule, enabled=True), moment)[1]
+    except OverflowError:  # the next one is past year 9999: the times before it
+        pass
     return times
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
-from rackflow.config import FAILING_STREAK_LOOK_BATCH, RUN_OUTCOMES_PER_PAGE
+from rackflow.config import FAILING_STREAK_LOOK_BATCH, MAX_PAUSE, RUN_OUTCOMES_PER_PAGE
 from rackflow.domain.approvals import ApprovalPolicy, Approver, check_approver, opened
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.firing import (
@@ -482,6 +482,9 @@ class ScheduleService:
         now = self.clock.now()
         if resume_at is not None and resume_at <= now:
             raise InvalidArgument(f"resume_at: must be in the future, got {resume_at.isoformat()}")
+        if resume_at is not None and resume_at > now + MAX_PAUSE:
+            # Past it a resume computes no next run before year 10000, and previews failed from then on.
+            raise InvalidArgument(f"resume_at: at most 100 years ahead, got {resume_at.isoformat()}")
         async with self.db.transaction() as conn:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:
