@@ -2111,7 +2111,7 @@ class PauseTaskScheduleRequest(_message.Message):
     @_builtins.property
     def resume_at(self) -> _timestamp_pb2.Timestamp:
         """When set, the dispatcher resumes the schedule at this time exactly as ResumeTaskSchedule would
-        (interval and cron restart from then). Must be in the future.
+        (interval and cron restart from then). Must be in the future, at most 100 years ahead.
         """
 
     def __init__(
