@@ -32,8 +32,7 @@ from rackflow.clock import FakeClock, SystemClock
 from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSettings
 from rackflow.domain.inventory import ComponentsFilter, ComponentSpec, ComponentType, Rack, RackSelection
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.schedules import OverlapPolicy
-from rackflow.domain.tasks import Hold, Operation, OperationKind, QueueOptions, Task, TaskStatus
+from rackflow.domain.tasks import Hold, Operation, OperationKind, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.inventory.service import InventoryService
 from rackflow.services import Services
@@ -47,7 +46,7 @@ from rackflow.tasks.gates import consult
 from rackflow.windows.service import Ref, WindowInput
 from tests.checks_support import Answer, Receiver, checking, receiving
 from tests.store.query_plans import statement_sent, statements_sent
-from tests.store.schedules_support import HOURLY, POWER_OFF, make_env, rack_target
+from tests.store.schedules_support import POWER_OFF, make_env
 from tests.store.test_executor import (
     CLOCK,
     REJECT,
@@ -60,6 +59,7 @@ from tests.store.test_executor import (
     submit,
 )
 from tests.store.test_notify_delivery import not_http
+from tests.store.test_rollouts import _schedule as rollout_schedule
 
 POWER_ON = Operation(OperationKind.POWER_ON)
 SECRET_ENV = "RACKFLOW_TEST_DRAIN_KEY"
@@ -426,16 +426,7 @@ async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_ca
                 interval="1h",
             )
         )
-        schedule = await env.services.schedules.create(
-            name="fw",
-            spec=HOURLY,
-            overlap_policy=OverlapPolicy.SKIP,
-            operation=POWER_OFF,
-            queue=QueueOptions(),
-            description="",
-            target=rack_target(checked, free),
-            rollout=RolloutPolicy(max_concurrent_racks=1),
-        )
+        schedule = await rollout_schedule(env, [checked, free], RolloutPolicy(max_concurrent_racks=1))
         checker = PreflightChecker(db, env.clock, env.services.tasks)
 
         running: set[uuid.UUID] = set()

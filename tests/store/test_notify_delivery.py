@@ -348,8 +348,9 @@ async def test_an_idle_loop_wakes_for_a_redelivery_and_when_a_retry_is_due(db: D
 
 
 @contextlib.contextmanager
-def not_http() -> Iterator[str]:
-    """A listener that answers anything with an SSH banner: no HTTP status line."""
+def _listening(answer: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A raw TCP receiver on 127.0.0.1 that answers each connection with `answer` (in a thread of its own);
+    its URL."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
@@ -358,15 +359,24 @@ def not_http() -> Iterator[str]:
                 conn, _ = listener.accept()
             except OSError:
                 return
-            with conn, contextlib.suppress(OSError):
-                conn.recv(65536)
-                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
     finally:
         listener.close()
+
+
+def not_http() -> contextlib.AbstractContextManager[str]:
+    """A receiver that answers anything with an SSH banner: no HTTP status line."""
+
+    def banner(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+    return _listening(banner)
 
 
 async def test_an_answer_that_is_not_http_fails_its_delivery_and_no_other(db: Database) -> None:
@@ -407,7 +417,6 @@ async def test_a_url_with_a_user_and_password_is_sent_with_basic_authorization(
 @contextlib.contextmanager
 def _trickling() -> Iterator[str]:
     """A receiver that answers 200 and then its body a byte every 0.3 s, each within a socket timeout."""
-    listener = socket.create_server(("127.0.0.1", 0))
     stopping = threading.Event()
 
     def trickle(conn: socket.socket) -> None:
@@ -417,20 +426,11 @@ def _trickling() -> Iterator[str]:
             while not stopping.wait(0.3):
                 conn.sendall(b"x")
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=trickle, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+        with _listening(trickle) as url:
+            yield url
     finally:
         stopping.set()
-        listener.close()
 
 
 async def test_a_trickling_receiver_frees_its_sends_threads_at_the_timeout(db: Database) -> None:

@@ -22,15 +22,15 @@ from rackflow.checks.service import CheckInput
 from rackflow.domain.checks import PreflightCheck, WebhookSettings
 from rackflow.domain.inventory import RackSelection
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.schedules import OverlapPolicy
 from rackflow.domain.tasks import OperationKind, QueueOptions, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.store.db import Database
 from rackflow.store.tasks import set_status
 from rackflow.windows.service import Ref, WindowInput
 from tests.checks_support import Answer, receiving
-from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
+from tests.store.schedules_support import POWER_OFF, Env, make_env
 from tests.store.test_checks import _claim
+from tests.store.test_rollouts import _schedule as rollout_schedule
 
 
 @dataclass
@@ -71,16 +71,7 @@ async def rollout_past_a_held_rack(db: Database, *answers: Answer) -> AsyncItera
                 interval="1h",
             )
         )
-        schedule = await env.services.schedules.create(
-            name="fw",
-            spec=HOURLY,
-            overlap_policy=OverlapPolicy.SKIP,
-            operation=POWER_OFF,
-            queue=QueueOptions(),
-            description="",
-            target=rack_target(checked, free),
-            rollout=RolloutPolicy(max_concurrent_racks=1),
-        )
+        schedule = await rollout_schedule(env, [checked, free], RolloutPolicy(max_concurrent_racks=1))
         running: set[uuid.UUID] = set()
 
         async def claim() -> list[uuid.UUID]:
