@@ -244,15 +244,21 @@ async def _due_now(env: Env, schedule: Schedule) -> None:
         await schedule_store.save_schedule(conn, replace(current, next_run_at=env.clock.now() - SECOND))
 
 
-async def test_a_dispatched_firing_while_one_awaits_is_skipped_and_the_awaiting_run_is_kept(
-    db: Database,
-) -> None:
-    env = _env(db)
+async def _dispatched_awaiting(env: Env) -> tuple[Schedule, Dispatcher, RunReport]:
+    """A schedule over one rack that needs approval, its dispatcher, and the run a dispatch left awaiting."""
     schedule = await _schedule(env, [await env.rack("r1")])
     dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
     await _due_now(env, schedule)
     assert await dispatcher.poll_once() == 1
     (waiting,) = await _runs(env, schedule)
+    return schedule, dispatcher, waiting
+
+
+async def test_a_dispatched_firing_while_one_awaits_is_skipped_and_the_awaiting_run_is_kept(
+    db: Database,
+) -> None:
+    env = _env(db)
+    schedule, dispatcher, waiting = await _dispatched_awaiting(env)
     assert waiting.run.state == "awaiting_approval" and waiting.run.trigger == "dispatch"
 
     env.clock.advance(SECOND)
@@ -276,11 +282,7 @@ async def test_a_run_approved_after_the_cap_passed_it_is_kept_by_its_own_write_b
     the approved run (running, then completed by its write-back) is past the newest RUNS_KEPT_PER_SCHEDULE.
     Its write-back must not prune it: the approval would start its tasks and then answer NOT_FOUND."""
     env = _env(db)
-    schedule = await _schedule(env, [await env.rack("r1")])
-    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
-    await _due_now(env, schedule)
-    assert await dispatcher.poll_once() == 1
-    (waiting,) = await _runs(env, schedule)
+    schedule, _, waiting = await _dispatched_awaiting(env)
     skipped = [
         {
             "id": uuid.uuid4(),

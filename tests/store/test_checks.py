@@ -31,7 +31,6 @@ from rackflow.checks.service import KIND_PATH, CheckInput
 from rackflow.clock import FakeClock, SystemClock
 from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSettings
 from rackflow.domain.inventory import ComponentsFilter, ComponentSpec, ComponentType, Rack, RackSelection
-from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import Hold, Operation, OperationKind, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.inventory.service import InventoryService
@@ -59,7 +58,6 @@ from tests.store.test_executor import (
     submit,
 )
 from tests.store.test_notify_delivery import not_http
-from tests.store.test_rollouts import _schedule as rollout_schedule
 
 POWER_ON = Operation(OperationKind.POWER_ON)
 SECRET_ENV = "RACKFLOW_TEST_DRAIN_KEY"
@@ -410,53 +408,6 @@ async def test_a_checker_whose_round_was_taken_over_records_nothing(db: Database
         assert await store.record_rounds(db, conn, GATE_NAME, late) == set()
     async with db.transaction() as conn:
         assert await _claim(db, conn, services, clock.now()) == []  # the round under way decides
-
-
-async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_caps(db: Database) -> None:
-    """A rack held by its checks does not count against its rollout's cap, so the rollout starts another;
-    when the held rack's checks pass, it must not start beside that one past `max_concurrent_racks`."""
-    env = make_env(db)
-    checked, free = await env.rack("r00"), await env.rack("r01")
-    with receiving(Answer({"ok": False, "reason": "draining"}), Answer({"ok": True})) as hook:
-        await env.services.checks.create(
-            CheckInput(
-                name="drained",
-                racks=(Ref(id=checked.id),),
-                settings=WebhookSettings(hook.url, "", "2s"),
-                interval="1h",
-            )
-        )
-        schedule = await rollout_schedule(env, [checked, free], RolloutPolicy(max_concurrent_racks=1))
-        checker = PreflightChecker(db, env.clock, env.services.tasks)
-
-        running: set[uuid.UUID] = set()
-
-        async def claim() -> list[uuid.UUID]:
-            async with db.transaction() as conn:
-                started = await _claim(db, conn, env.services, env.clock.now(), running)
-            running.update(started)
-            return started
-
-        async def look() -> None:
-            assert await checker.poll() == 1
-            await checker.settle()
-
-        [held] = await env.services.schedules.trigger(schedule.id)
-        assert await claim() == []  # held for its first round
-        await look()  # "draining": held by the check, so not running against the cap
-        [other] = (await env.services.rollouts.advance()).task_ids
-        assert await claim() == [other]  # r01 runs: the one rack the cap allows
-        env.clock.advance(timedelta(hours=1, seconds=1))
-        await look()  # r00's checks pass now
-        assert await claim() == [], "the held rack started beside the running one, past the cap of 1"
-        [waiting] = await env.services.tasks.get_tasks([held])
-        assert waiting.status is TaskStatus.PENDING and "rollout's caps: 1 of its racks active (max 1)" in (
-            waiting.held_reason or ""
-        )
-        async with db.transaction() as conn:
-            await set_status(conn, [other], TaskStatus.COMPLETED, now=env.clock.now())
-        env.clock.advance(timedelta(seconds=5))
-        assert await claim() == [held]  # room again: it starts
 
 
 async def test_a_plain_firings_task_starts_when_its_checks_pass(db: Database) -> None:

@@ -90,6 +90,23 @@ async def rollout_past_a_held_rack(db: Database, *answers: Answer) -> AsyncItera
         yield Rollout(env, check, checker, held, in_its_place, claim)
 
 
+async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_caps(db: Database) -> None:
+    """The plain case: its checks pass while the rack that took its place runs; it waits, saying why, and
+    starts once that one has ended."""
+    async with rollout_past_a_held_rack(db, Answer({"ok": True})) as rollout:
+        env = rollout.env
+        env.clock.advance(timedelta(hours=1, seconds=1))
+        await rollout.look()  # r00's checks pass now
+        assert await rollout.claim() == [], "the held rack started beside the running one, past the cap of 1"
+        [waiting] = await env.services.tasks.get_tasks([rollout.held])
+        assert waiting.status is TaskStatus.PENDING and waiting.held_by == "rollout"
+        assert "rollout's caps: 1 of its racks active (max 1)" in (waiting.held_reason or "")
+        async with db.transaction() as conn:
+            await set_status(conn, [rollout.in_its_place], TaskStatus.COMPLETED, now=env.clock.now())
+        env.clock.advance(timedelta(seconds=5))
+        assert await rollout.claim() == [rollout.held]  # room again: it starts
+
+
 async def test_a_freeze_between_the_release_and_the_start(db: Database) -> None:
     async with rollout_past_a_held_rack(db, Answer({"ok": True})) as rollout:
         env = rollout.env
