@@ -67,11 +67,17 @@ def check_text(value: str, field: str, *, required: bool = False, identifier: bo
         return value
     if len(value) > MAX_TEXT_LENGTH:
         raise InvalidArgument(f"{field}: at most {MAX_TEXT_LENGTH} characters, got {len(value)}")
-    if any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES for ch in value):
+    if has_control_characters(value):
         raise InvalidArgument(f"{field}: {value!r} contains control characters")
     if identifier and value != value.strip():
         raise InvalidArgument(f"{field}: {value!r} has leading or trailing whitespace")
     return value
+
+
+def has_control_characters(value: str) -> bool:
+    """Whether `value` holds a control character or a lone surrogate: refused in every text rackflow stores
+    (PostgreSQL cannot store a NUL, and no name or URL needs one)."""
+    return any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES for ch in value)
 
 
 def http_url(url: str) -> SplitResult | None:
@@ -79,7 +85,7 @@ def http_url(url: str) -> SplitResult | None:
     no control character or space, else None: also for what urlsplit cannot parse at all (it raises
     ValueError for "http://[::1", and `port` for ":99999", which must be refusals, not errors, and never
     stored: every read of the URL would fail)."""
-    if any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES or ch.isspace() for ch in url):
+    if has_control_characters(url) or any(ch.isspace() for ch in url):
         return None
     try:
         parts = urlsplit(url)

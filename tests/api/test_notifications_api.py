@@ -95,6 +95,7 @@ async def test_create_get_list_update_and_delete_never_return_secrets(stub: Flow
         (hook(rate_per_minute=-1), "channel.rate_per_minute"),
         (hook(max_attempts=101), "channel.max_attempts"),
         (hook(secret="x" * 1025), "channel.secret"),
+        (hook(secret="s3cret\x00"), "channel.secret"),  # PostgreSQL cannot store a NUL
     ],
 )
 async def test_bad_create_names_the_field_and_writes_nothing(

@@ -26,7 +26,14 @@ from rackflow.ids import new_id
 from rackflow.notify.senders import redacted_url
 from rackflow.store import outbox as store
 from rackflow.store.db import Database, unique_violation_as
-from rackflow.validation import check_mask, check_name, distinct_operations, enum_values, http_url
+from rackflow.validation import (
+    check_mask,
+    check_name,
+    distinct_operations,
+    enum_values,
+    has_control_characters,
+    http_url,
+)
 
 FIELD = "channel"
 UPDATE_PATHS = tuple(
@@ -96,6 +103,8 @@ def _secret(value: str) -> str:
     """A webhook's HMAC key; a refusal never quotes it."""
     if len(value) > MAX_SECRET_LENGTH:
         raise InvalidArgument(f"{FIELD}.secret: at most {MAX_SECRET_LENGTH} characters, got {len(value)}")
+    if has_control_characters(value):
+        raise InvalidArgument(f"{FIELD}.secret: must not hold control characters")
     return value
 
 
