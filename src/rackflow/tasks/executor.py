@@ -519,9 +519,12 @@ def _refusal(task: Task, attempt: int, now: datetime, start_deadline: datetime |
         return f"gave up after {MAX_ATTEMPTS} attempts, each cut short with its rackflow instance"
     if task.not_after is not None and _too_late(task, now):
         ended = task.not_after.isoformat()
+        # A task that ran before (a retry's next attempt, a takeover) did run: it is this attempt that
+        # could not.
+        what = f"attempt {attempt}" if task.started_at is not None else "the task"
         if start_deadline == task.not_after:
-            return f"its firing's start deadline passed at {ended} before the task could run"
-        return f"the maintenance window ended at {ended} before the task could run"
+            return f"its firing's start deadline passed at {ended} before {what} could run"
+        return f"the maintenance window ended at {ended} before {what} could run"
     return None
 
 
