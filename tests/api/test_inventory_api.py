@@ -106,6 +106,23 @@ async def test_create_rack_refusals(stub: Stub, db: Database) -> None:
             r"^components\[1\]\.external_id: .*twice",
         ),
         (
+            # A copied fleet-file line: two components on one machine (the host's case and the service
+            # root spelled out do not make it another).
+            pb.CreateRackRequest(
+                name="r",
+                components=[
+                    pb.ComponentSpec(
+                        type=COMPUTE,
+                        name=name,
+                        bmc=pb.BmcEndpoint(url=url, resource="Systems/1", credentials="env:BMC"),
+                    )
+                    for name, url in (("c0", "https://bmc-7.lab"), ("c1", "https://BMC-7.lab/redfish/v1/"))
+                ],
+            ),
+            bad,
+            r"^components\[1\]\.bmc: https://BMC-7\.lab/redfish/v1/Systems/1 is also components\[0\]'s BMC",
+        ),
+        (
             pb.CreateRackRequest(
                 name="r", components=[pb.ComponentSpec(type=COMPUTE, name="c", external_id="node-1")]
             ),

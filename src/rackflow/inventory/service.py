@@ -22,7 +22,7 @@ from rackflow.domain.inventory import (
     Rack,
 )
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.bmc import check_bmc
+from rackflow.inventory.bmc import check_bmc, target_of
 from rackflow.inventory.scope_removal import drop_component_from_scopes
 from rackflow.store import inventory as store
 from rackflow.store import scope_removals
@@ -33,8 +33,11 @@ log = logging.getLogger(__name__)
 
 
 def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[ComponentSpec]:
-    """Validate each spec, and refuse two specs that claim the same (type, external_id)."""
+    """Validate each spec, and refuse two specs that claim the same (type, external_id), or the same BMC
+    resource: two components acting on one machine (a copied line of a fleet file) would power it off
+    for the other's task, and the rack's conflict rules would not see it."""
     first_seen: dict[tuple[ComponentType, str], int] = {}
+    resources: dict[tuple[str, str], int] = {}
     for index, spec in enumerate(specs):
         item = f"{field}[{index}]"
         if spec.type is ComponentType.UNKNOWN:
@@ -44,6 +47,14 @@ def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[Co
         check_text(spec.firmware_version, f"{item}.firmware_version")
         if spec.bmc is not None:
             check_bmc(spec.bmc, f"{item}.bmc")
+            target = target_of(spec.bmc, f"{item}.bmc")
+            resource = (target.base_url.lower(), target.path)
+            if resource in resources:
+                raise InvalidArgument(
+                    f"{item}.bmc: {target.describe()} is also {field}[{resources[resource]}]'s BMC resource "
+                    "(two components would act on one machine)"
+                )
+            resources[resource] = index
         if spec.external_id:
             key = (spec.type, spec.external_id)
             if key in first_seen:
