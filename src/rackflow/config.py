@@ -163,9 +163,11 @@ def parse_host_port(value: str, flag: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def host_port(host: str, port: int) -> str:
-    """The `HOST:PORT` that `parse_host_port` reads back: an IPv6 host in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+def host_port(host: str, port: int | None) -> str:
+    """The `HOST:PORT` that `parse_host_port` reads back (just `HOST` without a port): an IPv6 host in
+    brackets, as a URL writes it too."""
+    bracketed = f"[{host}]" if ":" in host else host
+    return f"{bracketed}:{port}" if port is not None else bracketed
 
 
 def parse_list(value: str | None) -> tuple[str, ...]:

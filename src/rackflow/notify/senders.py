@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from rackflow.config import ALERT_CONDITION_HORIZON, ALERT_ONE_OFF
+from rackflow.config import ALERT_CONDITION_HORIZON, ALERT_ONE_OFF, host_port
 from rackflow.domain.notifications import CLEARS, Channel, ChannelKind, Event, EventType
 from rackflow.http_answers import read_within
 
@@ -73,8 +73,7 @@ def redacted_url(kind: ChannelKind, url: str) -> str:
         host, port = parts.hostname or "", parts.port
     except ValueError:  # a URL stored before its port was checked: shown, never a failed listing
         return "(not a valid URL)"
-    host = f"[{host}]" if ":" in host else host
-    netloc = f"{host}:{port}" if port else host
+    netloc = host_port(host, port)
     path = "/…" if kind is ChannelKind.SLACK and parts.path not in ("", "/") else parts.path
     return urlunsplit((parts.scheme, netloc, path, "", ""))
 
@@ -175,9 +174,7 @@ def _without_userinfo(url: str, headers: Mapping[str, str]) -> tuple[str, dict[s
     parts = urlsplit(url)
     if parts.username is None:
         return url, dict(headers)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    netloc = f"{host}:{parts.port}" if parts.port else host
+    netloc = host_port(parts.hostname or "", parts.port)
     user_and_password = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
     basic = base64.b64encode(user_and_password.encode()).decode()
     return urlunsplit(parts._replace(netloc=netloc)), {**headers, "Authorization": f"Basic {basic}"}
