@@ -9,6 +9,11 @@ from typing import Protocol
 
 
 class Clock(Protocol):
+    # True for a clock that a test sets: then it is the time the database is asked too (`Database.now`,
+    # the database's own clock on PostgreSQL), so what is due follows the test. False for the real clock,
+    # shifted or not: a skewed host must not decide what is due on PostgreSQL.
+    stands_for_the_database: bool
+
     def now(self) -> datetime:
         """Current time, timezone-aware UTC."""
         ...
@@ -16,6 +21,8 @@ class Clock(Protocol):
 
 class SystemClock:
     """The real clock, optionally shifted (`RACKFLOW_CLOCK_OFFSET`, for clock-jump drills)."""
+
+    stands_for_the_database = False
 
     def __init__(self, offset: timedelta = timedelta(0)) -> None:
         self.offset = offset
@@ -26,6 +33,8 @@ class SystemClock:
 
 class FakeClock:
     """A clock that only moves when told to; for unit tests."""
+
+    stands_for_the_database = True
 
     def __init__(self, start: datetime) -> None:
         if start.tzinfo is None:

@@ -60,7 +60,9 @@ class Services:
         default_start_deadline: timedelta | None = None,
     ) -> Services:
         """The services; `default_start_deadline` (`--default-start-deadline`): the start deadline of a
-        schedule without its own."""
+        schedule without its own. They and `db` read one clock: what they stamp and what the database is
+        asked (`Database.now`) must agree, so `db` takes `clock` (the server builds both on the same one)."""
+        db.clock = clock
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
         audit = AuditTrail(db, clock, audit_spool)

@@ -30,7 +30,7 @@ def env(db: Database) -> Env:
 
 
 async def _db_now(env: Env) -> datetime:
-    """The clock that decides what is due (the database's on PostgreSQL, the process's on SQLite)."""
+    """The clock that decides what is due: the test's on both databases (`Clock.stands_for_the_database`)."""
     async with env.db.read() as conn:
         return await env.db.now(conn)
 
@@ -66,8 +66,6 @@ async def _sleeping(dispatcher: Dispatcher) -> None:
 
 
 async def test_it_plans_to_look_at_the_earliest_next_run_at_most_one_interval_away(env: Env) -> None:
-    if env.db.is_sqlite:
-        env.db.clock = env.clock  # SQLite's "now" is the process's clock: make it the test's
     dispatcher = _dispatcher(env)
     assert await dispatcher.poll_once() == 0
     assert dispatcher.wake_after == INTERVAL  # nothing scheduled: the poll interval
@@ -94,6 +92,7 @@ async def test_an_announced_schedule_ends_the_sleep(env: Env) -> None:
         await _sleeping(dispatcher)
         assert dispatcher.wake_after == NEVER_WITHIN_THE_TEST
         schedule = await _one_time(env, "announced", await _db_now(env) + timedelta(milliseconds=300))
+        env.clock.advance(timedelta(milliseconds=300))
         assert await _fired(env, schedule)
     finally:
         stop.set()
@@ -131,6 +130,7 @@ async def test_it_wakes_when_a_pause_ends_and_fires_the_resumed_schedule(env: En
     try:
         await _sleeping(dispatcher)
         assert dispatcher.wake_after <= timedelta(milliseconds=500)  # the pause's end, not the interval
+        env.clock.advance(timedelta(milliseconds=500))
         assert await _fired(env, schedule)
     finally:
         stop.set()
@@ -141,8 +141,6 @@ async def test_a_schedule_in_flight_and_due_again_hides_no_later_one_and_wakes_t
     """A schedule whose firing is still in phases 2-3 here is left out of the next claim; if it is due again
     by then, its time must not stand for the earliest next run (the loop would sleep its whole interval
     past a schedule due in seconds), and its write-back wakes the loop for it."""
-    if env.db.is_sqlite:
-        env.db.clock = env.clock  # SQLite's "now" is the process's clock: make it the test's
     every_second = ScheduleSpec(SpecType.INTERVAL, "1s")
     busy = await env.schedule("busy", racks=[await env.rack("busy-rack")], spec=every_second)
     dispatcher = _dispatcher(env)
@@ -161,10 +159,7 @@ async def test_a_schedule_in_flight_and_due_again_hides_no_later_one_and_wakes_t
 
 async def _let_pass(env: Env, time: timedelta) -> None:
     """Let `time` pass on the clock that decides what is due."""
-    if env.db.is_sqlite:
-        env.clock.advance(time)
-    else:
-        await asyncio.sleep(time.total_seconds())
+    env.clock.advance(time)
 
 
 async def test_a_lost_announcement_fires_at_the_next_poll(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -175,7 +175,8 @@ async def test_plain_firings_through_completion_retries_holds_leaving_racks_and_
     await _end(env, await _tasks(env, newest.id), TaskStatus.COMPLETED)
     await env.services.inventory.delete_rack(racks[1].id)
     assert await summaries_match(env, schedule) == (1, 2)  # the retry (of r2 and r3) did not run on r1
-    # Ended tasks pruned (--task-retention): every run's outcomes name tasks that are gone.
+    # Ended tasks pruned (--task-retention) once past it: every run's outcomes name tasks that are gone.
+    env.clock.advance(timedelta(hours=2))
     async for _ in task_store.prune_finished_tasks(db, timedelta(hours=1)):
         pass
     assert await summaries_match(env, schedule) == (0, 3)
@@ -442,6 +443,7 @@ async def test_a_count_kept_once_final_is_read_from_its_run_until_a_task_of_it_i
     assert await summaries_match(env, schedule) == (1, 0)
 
     if deletion == "prune":
+        env.clock.advance(timedelta(hours=2))  # past the retention
         async for _ in task_store.prune_finished_tasks(db, timedelta(hours=1)):
             pass
         assert (await _kept(env, run))[1] is None  # not marked: the horizon tells

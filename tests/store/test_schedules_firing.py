@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.clock import FakeClock, SystemClock
 from rackflow.domain.firing import RunResult
 from rackflow.domain.inventory import Rack, RackSelection
 from rackflow.domain.schedules import OverlapPolicy, Schedule
@@ -26,7 +27,9 @@ from rackflow.domain.tasks import (
 )
 from rackflow.errors import FailedPrecondition, NotFound, Unavailable
 from rackflow.schedules import firing
+from rackflow.services import Services
 from rackflow.store import schedules as store
+from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks
 from rackflow.tasks.scheduled import task_description
@@ -76,6 +79,50 @@ async def test_trigger_advances_cron_to_the_next_calendar_time(env: Env) -> None
     assert (await env.services.schedules.get(schedule.id)).next_run_at == datetime(
         2026, 3, 3, 0, 0, tzinfo=UTC
     )
+
+
+@pytest.mark.postgres
+async def test_a_host_clock_ahead_of_the_database_moves_no_schedule_past_a_slot(pg_db: str) -> None:
+    """What is due is the database's clock on PostgreSQL (SPEC, "Draining"), for every time the service
+    counts a schedule's next run from, as for a dispatched firing: a host 30 minutes fast that counted a
+    */15 schedule's next run from its own clock would skip its next two slots. Create, trigger, retry,
+    resume and a new spec each count it. (On SQLite the process's clock is the database's.)"""
+    db = Database(pg_db)
+    try:
+        await _count_on_a_fast_host(db)
+    finally:
+        await db.dispose()
+
+
+async def _count_on_a_fast_host(db: Database) -> None:
+    env = Env(db, FakeClock(START), Services.build(db, SystemClock(timedelta(minutes=30))))
+    quarterly = ScheduleSpec(SpecType.CRON, "*/15 * * * *")
+    service = env.services.schedules
+
+    async def next_slot_is_the_databases(schedule_id: uuid.UUID) -> datetime:
+        async with db.read() as conn:
+            database_now = await db.now(conn)
+        slot = (await service.get(schedule_id)).next_run_at
+        assert slot is not None and database_now - timedelta(minutes=1) < slot <= database_now + timedelta(
+            minutes=15
+        )
+        return database_now
+
+    schedule = await env.schedule(racks=[await env.rack("r1")], spec=quarterly)
+    await next_slot_is_the_databases(schedule.id)
+    (task_id,) = await service.trigger(schedule.id)
+    database_now = await next_slot_is_the_databases(schedule.id)
+    (run,), _ = await service.list_runs(schedule.id)
+    async with db.transaction() as conn:
+        await task_store.set_status(conn, [task_id], TaskStatus.FAILED, now=database_now)
+    retried = await service.retry_run(run.id)
+    assert retried.run.fired_at < database_now + timedelta(minutes=1)
+    await next_slot_is_the_databases(schedule.id)
+    await service.pause(schedule.id)
+    await service.resume(schedule.id)
+    await next_slot_is_the_databases(schedule.id)
+    await service.update(schedule.id, ["schedule.spec"], spec_type=SpecType.CRON, spec="*/15 * * * *")
+    await next_slot_is_the_databases(schedule.id)
 
 
 async def test_one_time_is_consumed_by_a_trigger_and_cannot_fire_again(env: Env) -> None:

@@ -314,9 +314,9 @@ class ScheduleService:
             pause_after_failed_runs,
             retry,
         )
-        now = self.clock.now()
-        schedule = draft.checked(new_id(), now)
         async with self.db.transaction() as conn:
+            now = await self.db.now(conn)  # its first run is counted from the clock that decides what is due
+            schedule = draft.checked(new_id(), now)
             if await store.name_taken(conn, name):
                 raise store.name_taken_error(name)
             selections = await self._resolve_locked(conn, target)
@@ -428,9 +428,11 @@ class ScheduleService:
                 f"{SPEC_PATH}: the update_mask names {TIMEZONE_PATH} but the request has no {SPEC_PATH} "
                 "(send spec { timezone: ... }; an empty timezone means UTC)"
             )
-        now = self.clock.now()
         async with self.db.transaction() as conn:
             current = await self._load(conn, schedule_id, lock=True)
+            now = await self.db.now(
+                conn
+            )  # a new first run is counted from the clock that decides what is due
             updated = replace(current, updated_at=now, last_edited_by=caller_name())
             if APPROVAL_PATH in mask:
                 updated = replace(updated, approval=approval)
@@ -507,7 +509,7 @@ class ScheduleService:
                 raise _consumed(schedule, "resume")
             if schedule.enabled:
                 return schedule
-            schedule = resumed(schedule, self.clock.now())
+            schedule = resumed(schedule, await self.db.now(conn))
             await store.save_schedule(conn, schedule)
             await self._announce(conn, schedule)
         return schedule
@@ -652,7 +654,7 @@ class ScheduleService:
                 conn,
                 [as_fired],
                 trigger="manual",
-                now=self.clock.now(),
+                now=await self.db.now(conn),
                 scopes={schedule.id: present},
             )
             await rollout_store.link_retry(conn, claimed.run_id, run.id)
@@ -677,9 +679,9 @@ class ScheduleService:
         counts, under the two-person rule, and it starts at once when that is enough. While a run of the
         schedule awaits approval, a trigger is refused.
         """
-        now = self.clock.now()
         async with self.db.transaction() as conn:
             schedule = await self._load(conn, schedule_id, lock=True)
+            now = await self.db.now(conn)  # after the lock: the time the firing holds the schedule
             if schedule.is_consumed:
                 raise _consumed(schedule, "trigger")
             approver = None

@@ -157,8 +157,9 @@ def _json_loads(data: str | bytes) -> Any:
 
 
 async def database_now(dialect: str, conn: AsyncConnection, clock: Clock) -> datetime:
-    """The clock that decides what is due: the database's on PostgreSQL, this process's on SQLite."""
-    if dialect == POSTGRESQL:
+    """The clock that decides what is due: the database's on PostgreSQL, this process's on SQLite (and
+    a test's clock on either: `Clock.stands_for_the_database`)."""
+    if dialect == POSTGRESQL and not clock.stands_for_the_database:
         value = (await conn.execute(text("SELECT clock_timestamp()"))).scalar_one()
         assert isinstance(value, datetime)
         return value.astimezone(UTC)
