@@ -49,6 +49,7 @@ class FakeBmc:
     posts: list[str] = field(default_factory=list)  # every action POSTed, carried out or not
     lost_answers: list[int] = field(default_factory=list)  # statuses for the next actions, carried out
     reset_target: str | None = None  # where node-0's Reset action says it is (default: on this BMC)
+    extra_firmware: list[dict[str, Any]] = field(default_factory=list)  # inventory entries listed first
 
     def documents(self) -> dict[str, dict[str, Any]]:
         reset = {"ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart"]}
@@ -97,7 +98,14 @@ class FakeBmc:
                 },
                 "FirmwareInventory": {"@odata.id": inventory},
             },
-            inventory: {"Name": "Firmware", "Members": [{"@odata.id": f"{inventory}/shelf-fw"}]},
+            inventory: {
+                "Name": "Firmware",
+                "Members": [
+                    *({"@odata.id": f"{inventory}/{extra['Id']}"} for extra in self.extra_firmware),
+                    {"@odata.id": f"{inventory}/shelf-fw"},
+                ],
+            },
+            **{f"{inventory}/{extra['Id']}": extra for extra in self.extra_firmware},
             f"{inventory}/shelf-fw": {
                 "Id": "shelf-fw",
                 "Name": "PSU",
@@ -386,3 +394,42 @@ async def test_an_update_still_running_at_the_timeout_is_not_retried(fake_bmc: t
     with pytest.raises(StepFailed) as caught:
         await impatient.run_step(upgrade("2.0"), component(url, "Systems/node-0"))
     assert "still running" in str(caught.value) and not caught.value.retryable
+
+
+def _firmware_entry(identity: str, version: str, *related: str) -> dict[str, Any]:
+    links = [{"@odata.id": f"{ROOT}/{r}"} for r in related]
+    return {"Id": identity, "Name": identity, "Version": version, "RelatedItem": links}
+
+
+async def test_a_chassis_version_is_never_read_from_another_devices_entry(
+    fake_bmc: tuple[FakeBmc, str],
+) -> None:
+    """Entries of the BMC and of another shelf, listed first, are not the shelf's firmware."""
+    bmc, url = fake_bmc
+    bmc.extra_firmware = [
+        _firmware_entry("bmc-fw", "4.3", "Managers/bmc"),
+        _firmware_entry("other-shelf-fw", "4.3", "Chassis/ps-1"),
+    ]
+    shelf = component(url, "Chassis/ps-0", ComponentType.POWERSHELF)
+    change = await backend().run_step(upgrade("4.3"), shelf)
+    assert len(bmc.updates) == 1  # 4.2 read, not another device's 4.3: flashed
+    assert stored(shelf, change).firmware_version == "4.3"
+
+
+async def test_a_chassis_whose_entries_disagree_is_not_flashed(fake_bmc: tuple[FakeBmc, str]) -> None:
+    """Two entries name the shelf: the one listed first already reads 4.3, the shelf's own 4.2. Either
+    could be the one an upgrade to 4.3 must check, so rackflow refuses rather than skip (or verify) it."""
+    bmc, url = fake_bmc
+    bmc.extra_firmware = [_firmware_entry("shelf-cpld", "4.3", "Chassis/ps-0")]
+    shelf = component(url, "Chassis/ps-0", ComponentType.POWERSHELF)
+    with pytest.raises(StepFailed) as caught:
+        await backend().run_step(upgrade("4.3"), shelf)
+    assert str(caught.value) == (
+        f"reading the firmware version of {url}{ROOT}/Chassis/ps-0: 2 firmware inventory entries name "
+        f"{ROOT}/Chassis/ps-0 with different versions (shelf-cpld 4.3, shelf-fw 4.2): cannot tell which is "
+        "the component's firmware"
+    )
+    assert not caught.value.retryable and bmc.updates == []
+
+    change = await backend().run_step(task(OperationKind.INGEST), shelf)  # power read, firmware not recorded
+    assert change is not None and (change.power_state, change.firmware_version) == (PowerState.ON, None)

@@ -14,6 +14,8 @@ from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.redfish.calls import call, reason
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.rules import (
+    AmbiguousFirmware,
+    FirmwareEntry,
     FirmwareImage,
     PowerAction,
     PowerPlan,
@@ -22,6 +24,7 @@ from rackflow.tasks.backends.redfish.rules import (
     firmware_image,
     power_plan,
     power_state_from,
+    related_firmware,
     update_failure,
 )
 
@@ -53,6 +56,38 @@ def test_power_plan(kind: OperationKind, forced: bool, current: PowerState, expe
 def test_power_plan_refuses_non_power_operations() -> None:
     with pytest.raises(ValueError, match="ingest is not a power operation"):
         power_plan(K.INGEST, forced=False, current=ON)
+
+
+def entry(identity: str, version: str | None, *related: str) -> FirmwareEntry:
+    return FirmwareEntry(identity, version, frozenset(related))
+
+
+SHELF = "/redfish/v1/Chassis/ps-0"
+
+
+def test_related_firmware_reads_only_the_entries_of_the_resource() -> None:
+    entries = [
+        entry("other-shelf", "9.9", "/redfish/v1/Chassis/ps-1"),
+        entry("bmc", "7.1", "/redfish/v1/Managers/bmc"),
+        entry("shelf", "4.2", SHELF),
+    ]
+    assert related_firmware(SHELF, entries) == "4.2"
+    assert related_firmware("/redfish/v1/Chassis/ps-2", entries) is None
+
+
+def test_related_firmware_entries_that_agree_are_one_version() -> None:
+    entries = [entry("psu-0", "4.2", SHELF), entry("psu-1", "4.2", SHELF), entry("cpld", None, SHELF)]
+    assert related_firmware(SHELF, entries) == "4.2"
+
+
+def test_related_firmware_entries_that_disagree_are_refused() -> None:
+    entries = [entry("cpld", "0.7", SHELF, "/redfish/v1/Managers/bmc"), entry("shelf", "4.2", SHELF)]
+    with pytest.raises(AmbiguousFirmware) as caught:
+        related_firmware(SHELF, entries)
+    assert str(caught.value) == (
+        f"2 firmware inventory entries name {SHELF} with different versions (cpld 0.7, shelf 4.2): cannot "
+        "tell which is the component's firmware"
+    )
 
 
 @pytest.mark.parametrize(

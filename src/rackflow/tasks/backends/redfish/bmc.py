@@ -21,10 +21,13 @@ from rackflow.inventory.bmc import Target
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials
 from rackflow.tasks.backends.redfish.rules import (
+    AmbiguousFirmware,
+    FirmwareEntry,
     PowerAction,
     Unsupported,
     choose_reset_type,
     power_state_from,
+    related_firmware,
 )
 
 log = logging.getLogger(__name__)
@@ -122,17 +125,26 @@ class BmcSession:
     # --- firmware --------------------------------------------------------------------------------
 
     def firmware_version(self) -> str | None:
-        """The resource's own version field, else the firmware inventory entry that names the resource."""
+        """The resource's own version field, else that of the firmware inventory entries that name the
+        resource (`related_firmware`: AmbiguousFirmware when they disagree)."""
         resource = self._resource()
         own = {"Systems": "bios_version", "Managers": "firmware_version"}.get(self.target.collection)
         version = getattr(resource, own) if own else None
         if version:
             return str(version)
-        for item in self._firmware_inventory():
-            related = {link.get("@odata.id", "").rstrip("/") for link in item.related_item or ()}
-            if self.target.path in related and item.version:
-                return str(item.version)
-        return None
+        entries = (
+            FirmwareEntry(
+                str(item.identity),
+                str(item.version) if item.version else None,
+                frozenset(
+                    str(link.get("@odata.id", "")).rstrip("/")
+                    for link in item.related_item or ()
+                    if isinstance(link, dict)
+                ),
+            )
+            for item in self._firmware_inventory()
+        )
+        return related_firmware(self.target.path, entries)
 
     def _firmware_inventory(self) -> list[Any]:
         """Firmware inventory entries; an empty list where the service has none (many do not)."""
@@ -181,12 +193,16 @@ class BmcSession:
             if self.target.collection == "Managers"
             else power_state_from(_value(resource.power_state))
         )
-        firmware = self.firmware_version()
+        try:
+            firmware = self.firmware_version()
+            firmware_said = firmware or "unknown"
+        except AmbiguousFirmware as exc:  # not recorded; the power state still is, and bring-up powers on
+            firmware, firmware_said = None, f"not recorded: {exc}"
         parts = [
             f"{self.target.collection}/{self.target.identity} {resource.name!r}",
             *(f"{label} {value}" for label, value in _identity_fields(resource)),
             f"power {power.value}",
-            f"firmware {firmware or 'unknown'}",
+            f"firmware {firmware_said}",
         ]
         if self.target.collection == "Systems":
             chassis = [c.identity for c in _safe_links(lambda: resource.chassis)]

@@ -1,10 +1,11 @@
 """The decisions of the redfish backend, as plain functions: which Reset to send, which state to wait for,
-which image to flash, and how to read a finished update task. No I/O here, so all of it is tested alone."""
+which image to flash, which firmware inventory entry is the component's, and how to read a finished update
+task. No I/O here, so all of it is tested alone."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,35 @@ def firmware_image(target_version: str, template: str, component_type: Component
     return FirmwareImage(
         template.format(version=target_version, type=component_type.value.lower()), target_version
     )
+
+
+@dataclass(frozen=True)
+class FirmwareEntry:
+    """A firmware inventory (SoftwareInventory) entry: its Id, Version, and the @odata.id of each
+    RelatedItem (without a trailing slash)."""
+
+    identity: str
+    version: str | None
+    related: frozenset[str]
+
+
+class AmbiguousFirmware(Unsupported):
+    """Several firmware inventory entries name the component, with different versions."""
+
+
+def related_firmware(resource_path: str, entries: Iterable[FirmwareEntry]) -> str | None:
+    """The version of the firmware inventory entries whose RelatedItem names the resource, None when none
+    does. Entries of other resources (another chassis, the BMC) never count, whatever their order; several
+    that name the resource must agree, or AmbiguousFirmware is raised: the version an upgrade compares must
+    be the component's, not that of whichever device the BMC happens to list first."""
+    versions = {e.identity: e.version for e in entries if resource_path in e.related and e.version}
+    if len(set(versions.values())) > 1:
+        listed = ", ".join(f"{identity} {version}" for identity, version in sorted(versions.items()))
+        raise AmbiguousFirmware(
+            f"{len(versions)} firmware inventory entries name {resource_path} with different versions "
+            f"({listed}): cannot tell which is the component's firmware"
+        )
+    return next(iter(versions.values()), None)
 
 
 # TaskState values that end a task without success (Redfish Task schema).
