@@ -49,6 +49,8 @@ class FakeBmc:
     posts: list[str] = field(default_factory=list)  # every action POSTed, carried out or not
     lost_answers: list[int] = field(default_factory=list)  # statuses for the next actions, carried out
     reset_target: str | None = None  # where node-0's Reset action says it is (default: on this BMC)
+    # node-0's LastResetTime; when set, a restart moves it (a warm reset: the power stays On either way)
+    last_reset_time: str | None = None
     extra_firmware: list[dict[str, Any]] = field(default_factory=list)  # inventory entries listed first
 
     def documents(self) -> dict[str, dict[str, Any]]:
@@ -71,6 +73,7 @@ class FakeBmc:
                 "SerialNumber": "SN-1",
                 "PowerState": self.system_power,
                 "BiosVersion": self.bios_version,
+                **({"LastResetTime": self.last_reset_time} if self.last_reset_time else {}),
                 "Links": {"Chassis": [{"@odata.id": f"{ROOT}/Chassis/ps-0"}]},
                 "Actions": {
                     "#ComputerSystem.Reset": {
@@ -129,6 +132,8 @@ class FakeBmc:
             on = body["ResetType"] in ("On", "ForceRestart")
             if path.startswith(f"{ROOT}/Systems/"):
                 self.system_power = "On" if on else "Off"
+                if "Restart" in body["ResetType"] and self.last_reset_time:
+                    self.last_reset_time = f"{self.last_reset_time}+"  # any new value records a reset
             else:
                 self.shelf_power = "On" if on else "Off"
             return 204, {}, None
@@ -394,6 +399,31 @@ async def test_an_update_still_running_at_the_timeout_is_not_retried(fake_bmc: t
     with pytest.raises(StepFailed) as caught:
         await impatient.run_step(upgrade("2.0"), component(url, "Systems/node-0"))
     assert "still running" in str(caught.value) and not caught.value.retryable
+
+
+async def test_a_restart_the_bmc_accepts_and_ignores_is_not_reported_done(
+    fake_bmc: tuple[FakeBmc, str],
+) -> None:
+    """The BMC answers 204 to ForceRestart and the power reads On throughout: rackflow may not say "reset"."""
+    bmc, url = fake_bmc
+    brief = backend(RedfishConfig(poll_interval=0.01, power_timeout=0.3))
+    with pytest.raises(StepFailed) as caught:
+        await brief.run_step(task(OperationKind.POWER_RESET, forced=True), component(url, "Systems/node-0"))
+    assert str(caught.value).startswith(
+        f"{url}{ROOT}/Systems/node-0: no sign that Reset ForceRestart restarted it: power read On throughout "
+        "0.3s and the BMC reports no LastResetTime; not retried"
+    )
+    assert not caught.value.retryable
+    assert bmc.posts == [f"{ROOT}/Systems/node-0/Actions/Reset"]
+
+
+async def test_a_warm_restart_is_proved_by_the_systems_last_reset_time(fake_bmc: tuple[FakeBmc, str]) -> None:
+    bmc, url = fake_bmc
+    bmc.last_reset_time = "2025-06-01T11:00:00Z"
+    node = component(url, "Systems/node-0")
+    change = await backend().run_step(task(OperationKind.POWER_RESET, forced=True), node)
+    assert stored(node, change).power_state is PowerState.ON
+    assert bmc.last_reset_time == "2025-06-01T11:00:00Z+"
 
 
 def _firmware_entry(identity: str, version: str, *related: str) -> dict[str, Any]:

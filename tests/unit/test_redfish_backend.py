@@ -22,22 +22,33 @@ from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.bmc import Observed
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials
-from rackflow.tasks.backends.redfish.rules import PowerAction
+from rackflow.tasks.backends.redfish.rules import RESTARTS, PowerAction, PowerReading
 
-ON, OFF = PowerState.ON, PowerState.OFF
+ON, OFF, UNKNOWN = PowerState.ON, PowerState.OFF, PowerState.UNKNOWN
+POWERING_ON, POWERING_OFF = PowerReading(UNKNOWN, "PoweringOn"), PowerReading(UNKNOWN, "PoweringOff")
 BMC = Bmc("http://bmc:8000", "Systems/node-0", "env:BMC_RACK1")
 ENV = {"BMC_RACK1": "admin:secret"}
 WHERE = "http://bmc:8000/redfish/v1/Systems/node-0"
 
 
 class FakeSession:
-    """A BMC whose power follows a Reset after `lag` reads, with firmware and an update task."""
+    """A BMC whose power follows a Reset after `lag` reads, with firmware and an update task.
+
+    `reads` are what the next power reads return, before anything else. A restart is read as
+    `restart_reads` (by default Off once: hardware goes down), then On; with `stamps_resets` it also moves
+    LastResetTime, as a BMC that keeps one does. `reported` is the BMC's word for an unknown state."""
 
     def __init__(self, power: PowerState = OFF, *, lag: int = 2, firmware: str | None = "1.0") -> None:
         self.power = power
         self.lag = lag
         self.firmware = firmware
         self.pending: tuple[PowerState, int] | None = None
+        self.reads: list[PowerReading] = []
+        self.restart_reads: list[PowerReading] = [PowerReading(OFF, "Off")]
+        self.reported: str | None = None
+        self.last_reset: str | None = None
+        self.stamps_resets = False
+        self.power_control = True
         self.resets: list[PowerAction] = []
         self.updates: list[str] = []
         self.update_polls = 2
@@ -53,18 +64,26 @@ class FakeSession:
     def close(self) -> None:
         self.closed = True
 
-    def power_state(self) -> PowerState:
-        self._maybe_fail("power_state")
+    def read_power(self) -> PowerReading:
+        self._maybe_fail("read_power")
+        if self.reads:
+            return replace(self.reads.pop(0), last_reset=self.last_reset)
         if self.pending is not None:
             state, left = self.pending
             self.pending = (state, left - 1) if left > 1 else None
             if left <= 1:
                 self.power = state
-        return self.power
+        reported = {ON: "On", OFF: "Off"}.get(self.power, self.reported)
+        return PowerReading(self.power, reported, self.last_reset)
 
     def reset(self, action: PowerAction) -> str:
         self._maybe_fail("reset")
         self.resets.append(action)
+        if action in RESTARTS:
+            self.reads, self.power = list(self.restart_reads), ON
+            if self.stamps_resets:
+                self.last_reset = f"2025-06-01T12:00:{len(self.resets):02d}Z"
+            return action.name
         wanted = OFF if action in (PowerAction.GRACEFUL_OFF, PowerAction.FORCE_OFF) else ON
         self.pending = (wanted, self.lag)
         return action.name
@@ -86,7 +105,8 @@ class FakeSession:
         return self.update_doc
 
     def observe(self) -> Observed:
-        return Observed(self.power, self.firmware, "Systems/node-0 'node-0'; power on")
+        power = self.read_power() if self.power_control else None
+        return Observed(power, self.firmware, "Systems/node-0 'node-0'; power on")
 
 
 class Clock:
@@ -193,7 +213,7 @@ async def test_a_state_never_reached_fails_after_the_step_timeout() -> None:
 async def test_transient_errors_are_retried_and_the_step_still_succeeds() -> None:
     component, session, clock = make_component(), FakeSession(OFF, lag=1), Clock()
     refused = sushy_errors.ConnectionError(url=WHERE, error="[Errno 111] Connection refused")
-    session.errors["power_state"] = [refused, refused]
+    session.errors["read_power"] = [refused, refused]
     change = await backend(session, clock).run_step(task(OperationKind.POWER_ON), component)
     assert clock.slept[:2] == [0.5, 1.0]
     assert stored(component, change).power_state is ON
@@ -277,3 +297,89 @@ async def test_bring_up_reads_the_inventory_and_powers_on() -> None:
     change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component)
     found = stored(component, change)
     assert (found.power_state, found.firmware_version, session.resets) == (ON, "1.7", [PowerAction.ON])
+
+
+# --- a restart must be seen to happen ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("last_reset", "trace"),
+    [(None, "the BMC reports no LastResetTime"), ("2025-06-01T11:00:00Z", "its LastResetTime stayed 2025")],
+)
+async def test_a_restart_that_never_shows_is_not_reported_done(last_reset: str | None, trace: str) -> None:
+    """The BMC accepted the restart and the power reads On throughout: nothing proves it happened."""
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.restart_reads, session.last_reset = [], last_reset
+    with pytest.raises(StepFailed) as caught:
+        await backend(session, clock).run_step(task(OperationKind.POWER_RESET), component)
+    assert str(caught.value).startswith(
+        f"{WHERE}: no sign that Reset GRACEFUL_RESTART restarted it: power read On throughout 10s and {trace}"
+    )
+    assert str(caught.value).endswith("; not retried: a restart carried out unseen would be repeated")
+    assert not caught.value.retryable  # it may have happened unseen: a retry would restart it again
+    assert (session.resets, clock.now) == ([PowerAction.GRACEFUL_RESTART], 10.0)
+
+
+async def test_a_restart_read_before_the_bmc_applies_it_is_waited_for() -> None:
+    """On right after the Reset is the old state: the step waits until it has seen the power go."""
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.restart_reads = [PowerReading(ON, "On")] * 2 + [PowerReading(OFF, "Off"), POWERING_ON]
+    change = await backend(session, clock).run_step(task(OperationKind.POWER_RESET, forced=True), component)
+    assert session.resets == [PowerAction.FORCE_RESTART]
+    assert clock.slept == [1.0] * 4  # On, On, Off, PoweringOn, then On
+    assert stored(component, change).power_state is ON
+
+
+async def test_a_restart_that_keeps_the_power_on_is_proved_by_last_reset_time() -> None:
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.restart_reads, session.last_reset, session.stamps_resets = [], "2025-06-01T11:00:00Z", True
+    change = await backend(session, clock).run_step(task(OperationKind.POWER_RESET), component)
+    assert (clock.slept, stored(component, change).power_state) == ([], ON)
+
+
+async def test_a_reset_of_a_component_in_transition_waits_for_it_to_settle() -> None:
+    """Whether to restart or power on depends on where it settles: here Off, so it is powered on."""
+    component, session, clock = make_component(), FakeSession(OFF, lag=1), Clock()
+    session.reads = [POWERING_OFF, POWERING_OFF]
+    change = await backend(session, clock).run_step(task(OperationKind.POWER_RESET), component)
+    assert session.resets == [PowerAction.ON]
+    assert stored(component, change).power_state is ON
+
+
+# --- bring-up of a component whose power is in transition ------------------------------------------
+
+
+async def test_bring_up_of_a_component_powering_off_waits_then_powers_it_on() -> None:
+    component, session, clock = make_component(), FakeSession(OFF, lag=1), Clock()
+    session.reads = [POWERING_OFF, POWERING_OFF]  # the first is the inventory read
+    change = await backend(session, clock).run_step(task(OperationKind.BRING_UP), component)
+    assert session.resets == [PowerAction.ON]
+    assert clock.slept == [1.0, 1.0]  # PoweringOff twice, then Off: On sent, and read at once
+    assert stored(component, change).power_state is ON
+
+
+async def test_bring_up_of_a_component_powering_on_sends_nothing() -> None:
+    component, session = make_component(), FakeSession(ON)
+    session.reads = [POWERING_ON, POWERING_ON]
+    change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component)
+    assert (session.resets, stored(component, change).power_state) == ([], ON)
+
+
+async def test_bring_up_of_a_component_that_never_settles_fails_having_sent_nothing() -> None:
+    component, session, clock = make_component(), FakeSession(UNKNOWN), Clock()
+    session.reported = "Paused"
+    with pytest.raises(StepFailed) as caught:
+        await backend(session, clock).run_step(task(OperationKind.BRING_UP), component)
+    assert str(caught.value) == (
+        f"{WHERE}: power still Paused after 10s, not On or Off; nothing sent: a bring_up acts only from "
+        "On or Off"
+    )
+    assert caught.value.retryable and session.resets == []
+
+
+async def test_bring_up_of_a_manager_reads_it_and_sends_nothing() -> None:
+    component, session = make_component(), FakeSession(firmware="7.1")
+    session.power_control = False
+    change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component)
+    found = stored(component, change)
+    assert (session.resets, found.power_state, found.firmware_version) == ([], UNKNOWN, "7.1")

@@ -19,13 +19,16 @@ from rackflow.tasks.backends.redfish.rules import (
     FirmwareImage,
     PowerAction,
     PowerPlan,
+    PowerReading,
     Unsupported,
     choose_reset_type,
     firmware_image,
     power_plan,
     power_state_from,
     related_firmware,
+    restart_seen,
     update_failure,
+    waits_for_settled_power,
 )
 
 ON, OFF, UNKNOWN = PowerState.ON, PowerState.OFF, PowerState.UNKNOWN
@@ -56,6 +59,36 @@ def test_power_plan(kind: OperationKind, forced: bool, current: PowerState, expe
 def test_power_plan_refuses_non_power_operations() -> None:
     with pytest.raises(ValueError, match="ingest is not a power operation"):
         power_plan(K.INGEST, forced=False, current=ON)
+
+
+@pytest.mark.parametrize(
+    ("kind", "waits"),
+    [(K.POWER_RESET, True), (K.BRING_UP, True), (K.POWER_ON, False), (K.POWER_OFF, False)],
+)
+def test_which_steps_wait_for_a_settled_power_state(kind: OperationKind, waits: bool) -> None:
+    assert waits_for_settled_power(kind) is waits
+
+
+T0, T1 = "2025-06-01T11:00:00Z", "2025-06-01T12:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "seen"),
+    [
+        (PowerReading(ON, "On"), PowerReading(ON, "On"), False),  # not applied yet, or never
+        (PowerReading(ON, "On", T0), PowerReading(ON, "On", T0), False),
+        (PowerReading(ON, "On"), PowerReading(OFF, "Off"), True),  # it went down
+        (PowerReading(ON, "On"), PowerReading(UNKNOWN, "PoweringOff"), True),  # it is going down
+        (PowerReading(ON, "On"), PowerReading(UNKNOWN, "PoweringOn"), True),  # it is coming up
+        (PowerReading(ON, "On"), PowerReading(UNKNOWN, None), False),  # a PowerState gone missing
+        (PowerReading(ON, "On"), PowerReading(UNKNOWN, "Paused"), False),
+        (PowerReading(ON, "On", T0), PowerReading(ON, "On", T1), True),  # a warm reset, recorded
+        (PowerReading(ON, "On"), PowerReading(ON, "On", T1), True),  # first recorded now
+        (PowerReading(ON, "On", T0), PowerReading(ON, "On"), False),  # a value gone missing is no proof
+    ],
+)
+def test_restart_seen(before: PowerReading, now: PowerReading, seen: bool) -> None:
+    assert restart_seen(before, now) is seen
 
 
 def entry(identity: str, version: str | None, *related: str) -> FirmwareEntry:

@@ -1,7 +1,8 @@
 """The redfish backend: each step talks to the component's BMC over DMTF Redfish, through sushy.
 
 Power steps send `Reset` and then poll `PowerState` until it reads the wanted state (or the step times out),
-so a completed task means the hardware got there, not merely that a BMC said "accepted". Firmware steps
+so a completed task means the hardware got there, not merely that a BMC said "accepted"; a restart, which
+ends in the state it began in, must also be seen to happen (`rules.restart_seen`). Firmware steps
 send `UpdateService.SimpleUpdate`, follow the returned task where the BMC gives one, then read the version
 back. Bring-up and ingest read the inventory. What a step observed is returned as a `ComponentChange` for
 the executor to record on the component, as the simulator's is. Steps are idempotent (a component already
@@ -26,7 +27,17 @@ from rackflow.tasks.backends.redfish.bmc import BmcSession, Observed
 from rackflow.tasks.backends.redfish.calls import call
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials, read_credentials
-from rackflow.tasks.backends.redfish.rules import PowerAction, firmware_image, power_plan, update_failure
+from rackflow.tasks.backends.redfish.rules import (
+    RESTARTS,
+    PowerAction,
+    PowerPlan,
+    PowerReading,
+    firmware_image,
+    power_plan,
+    restart_seen,
+    update_failure,
+    waits_for_settled_power,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +46,7 @@ class Session(Protocol):
     """What the backend needs of a BMC connection (`BmcSession`; tests may pass a fake)."""
 
     def close(self) -> None: ...
-    def power_state(self) -> PowerState: ...
+    def read_power(self) -> PowerReading: ...
     def reset(self, action: PowerAction) -> str: ...
     def firmware_version(self) -> str | None: ...
     def start_update(self, image_uri: str) -> Any | None: ...
@@ -95,15 +106,44 @@ class RedfishBackend(Backend):
     # --- power -----------------------------------------------------------------------------------
 
     async def _power(self, task: Task, component: Component, session: Session, where: str) -> ComponentChange:
-        current = await self._call(session.power_state, f"reading the power state of {where}")
-        plan = power_plan(task.operation.kind, forced=task.operation.forced, current=current)
-        await self._reach(plan.action, plan.wanted, session, where)
-        return ComponentChange(component.id, power_state=plan.wanted)
+        current = await self._read_power(session, where)
+        op = task.operation
+        state = await self._power_from(op.kind, current, session, where, forced=op.forced)
+        return ComponentChange(component.id, power_state=state)
 
-    async def _reach(
-        self, action: PowerAction | None, wanted: PowerState, session: Session, where: str
-    ) -> None:
-        """Send `action` (if any), then poll until the power state is `wanted` or the step times out."""
+    async def _power_from(
+        self, kind: OperationKind, current: PowerReading, session: Session, where: str, *, forced: bool
+    ) -> PowerState:
+        """Carry out `kind` on a component that read `current`; the state it ends in."""
+        if waits_for_settled_power(kind):
+            current = await self._settle(current, session, where, kind)
+        plan = power_plan(kind, forced=forced, current=current.state)
+        await self._reach(plan, current, session, where)
+        return plan.wanted
+
+    def _read_power(self, session: Session, where: str) -> Awaitable[PowerReading]:
+        return self._call(session.read_power, f"reading the power state of {where}")
+
+    async def _settle(
+        self, current: PowerReading, session: Session, where: str, kind: OperationKind
+    ) -> PowerReading:
+        """Poll until the power reads On or Off (`waits_for_settled_power` says why); nothing is sent."""
+        deadline = self._monotonic() + self.config.power_timeout
+        while current.state is PowerState.UNKNOWN:
+            if self._monotonic() >= deadline:
+                raise StepFailed(
+                    f"{where}: power still {current.describe()} after {self.config.power_timeout:g}s, "
+                    f"not On or Off; nothing sent: a {kind.value} acts only from On or Off",
+                    retryable=True,  # a timeout: the component may have settled by a later attempt
+                )
+            await self._sleep(self.config.poll_interval)
+            current = await self._read_power(session, where)
+        return current
+
+    async def _reach(self, plan: PowerPlan, before: PowerReading, session: Session, where: str) -> None:
+        """Send the plan's action (if any), then poll until the power state is the wanted one, and for a
+        restart until it has been seen to happen (`restart_seen`), or the step times out."""
+        action, wanted = plan.action, plan.wanted
         if action is None:
             return
         try:
@@ -116,19 +156,38 @@ class RedfishBackend(Backend):
             sent = f"{action.value} (its answer lost: {failed})"
         log.info("%s: sent Reset %s; waiting for power %s", where, sent, wanted.value)
         deadline = self._monotonic() + self.config.power_timeout
+        seen = action not in RESTARTS
         while True:
-            state = await self._call(session.power_state, f"reading the power state of {where}")
-            if state is wanted:
+            now = await self._read_power(session, where)
+            seen = seen or restart_seen(before, now)
+            if now.state is wanted and seen:
                 return
             if self._monotonic() >= deadline:
-                graceful = action in (PowerAction.GRACEFUL_OFF, PowerAction.GRACEFUL_RESTART)
-                hint = "; a forced operation does not wait for the OS" if graceful else ""
-                raise StepFailed(
-                    f"{where}: power still {state.value}, not {wanted.value}, "
-                    f"{self.config.power_timeout:g}s after Reset {sent}{hint}",
-                    retryable=True,  # a timeout: the component may get there on a later attempt
-                )
+                raise self._not_reached(action, wanted, now, sent, where)
             await self._sleep(self.config.poll_interval)
+
+    def _not_reached(
+        self, action: PowerAction, wanted: PowerState, now: PowerReading, sent: str, where: str
+    ) -> StepFailed:
+        timeout = self.config.power_timeout
+        if now.state is wanted:  # a restart that never showed
+            trace = (
+                f"its LastResetTime stayed {now.last_reset}"
+                if now.last_reset
+                else "the BMC reports no LastResetTime"
+            )
+            return StepFailed(
+                f"{where}: no sign that Reset {sent} restarted it: power read On throughout {timeout:g}s "
+                f"and {trace}; not retried: a restart carried out unseen would be repeated",
+                retryable=False,
+            )
+        graceful = action in (PowerAction.GRACEFUL_OFF, PowerAction.GRACEFUL_RESTART)
+        hint = "; a forced operation does not wait for the OS" if graceful else ""
+        return StepFailed(
+            f"{where}: power still {now.state.value}, not {wanted.value}, "
+            f"{timeout:g}s after Reset {sent}{hint}",
+            retryable=True,  # a timeout: the component may get there on a later attempt
+        )
 
     # --- firmware --------------------------------------------------------------------------------
 
@@ -187,11 +246,9 @@ class RedfishBackend(Backend):
     ) -> ComponentChange:
         observed: Observed = await self._call(session.observe, f"reading the inventory of {where}")
         log.info("%s (%s): %s", component.name, where, observed.summary)
-        power = observed.power
-        if kind is OperationKind.BRING_UP and power is not PowerState.UNKNOWN:
-            plan = power_plan(kind, forced=False, current=power)
-            await self._reach(plan.action, plan.wanted, session, where)
-            power = plan.wanted
+        power = observed.power_state
+        if kind is OperationKind.BRING_UP and observed.power is not None:  # None: a manager, no power
+            power = await self._power_from(kind, observed.power, session, where, forced=False)
         return ComponentChange(component.id, power_state=power, firmware_version=observed.firmware)
 
 

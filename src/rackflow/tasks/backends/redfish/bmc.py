@@ -24,6 +24,7 @@ from rackflow.tasks.backends.redfish.rules import (
     AmbiguousFirmware,
     FirmwareEntry,
     PowerAction,
+    PowerReading,
     Unsupported,
     choose_reset_type,
     power_state_from,
@@ -35,11 +36,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Observed:
-    """What a read of the BMC found: recorded on the component, and summarised in the log."""
+    """What a read of the BMC found: recorded on the component, and summarised in the log. `power` is None
+    for a manager, which has no power control."""
 
-    power: PowerState
+    power: PowerReading | None
     firmware: str | None
     summary: str
+
+    @property
+    def power_state(self) -> PowerState:
+        return PowerState.UNKNOWN if self.power is None else self.power.state
 
 
 class ElsewhereRefused(sushy_errors.SushyError):  # type: ignore[misc]
@@ -97,9 +103,8 @@ class BmcSession:
 
     # --- power -----------------------------------------------------------------------------------
 
-    def power_state(self) -> PowerState:
-        resource = self._power_resource()
-        return power_state_from(_value(resource.power_state))
+    def read_power(self) -> PowerReading:
+        return _power_reading(self._power_resource())
 
     def reset(self, action: PowerAction) -> str:
         """Send the Reset action; returns the ResetType sent."""
@@ -188,11 +193,7 @@ class BmcSession:
     def observe(self) -> Observed:
         """Read the resource, its chassis and the firmware inventory: what bring-up and ingest record."""
         resource = self._resource()
-        power = (
-            PowerState.UNKNOWN
-            if self.target.collection == "Managers"
-            else power_state_from(_value(resource.power_state))
-        )
+        power = None if self.target.collection == "Managers" else _power_reading(resource)
         try:
             firmware = self.firmware_version()
             firmware_said = firmware or "unknown"
@@ -201,7 +202,7 @@ class BmcSession:
         parts = [
             f"{self.target.collection}/{self.target.identity} {resource.name!r}",
             *(f"{label} {value}" for label, value in _identity_fields(resource)),
-            f"power {power.value}",
+            f"power {(power.state if power else PowerState.UNKNOWN).value}",
             f"firmware {firmware_said}",
         ]
         if self.target.collection == "Systems":
@@ -211,6 +212,12 @@ class BmcSession:
         if inventory:
             parts.append(f"firmware inventory: {', '.join(inventory)}")
         return Observed(power, firmware, "; ".join(parts))
+
+
+def _power_reading(resource: Any) -> PowerReading:
+    reported = _value(resource.power_state)
+    last_reset = resource.json.get("LastResetTime")  # ComputerSystem v1.12+; sushy does not map it
+    return PowerReading(power_state_from(reported), reported, str(last_reset) if last_reset else None)
 
 
 def _value(field: Any) -> str | None:

@@ -1,6 +1,6 @@
 """The decisions of the redfish backend, as plain functions: which Reset to send, which state to wait for,
-which image to flash, which firmware inventory entry is the component's, and how to read a finished update
-task. No I/O here, so all of it is tested alone."""
+what proves a restart, which image to flash, which firmware inventory entry is the component's, and how to
+read a finished update task. No I/O here, so all of it is tested alone."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ RESET_TYPES: dict[PowerAction, tuple[str, ...]] = {
     PowerAction.GRACEFUL_RESTART: ("GracefulRestart",),
     PowerAction.FORCE_RESTART: ("ForceRestart", "PowerCycle"),
 }
+
+
+# The actions that end where they began (On): reading On afterwards proves nothing (`restart_seen`).
+RESTARTS = frozenset({PowerAction.GRACEFUL_RESTART, PowerAction.FORCE_RESTART})
 
 
 class Unsupported(ValueError):
@@ -72,9 +76,48 @@ def power_plan(kind: OperationKind, *, forced: bool, current: PowerState) -> Pow
     raise ValueError(f"{kind.value} is not a power operation")
 
 
+def waits_for_settled_power(kind: OperationKind) -> bool:
+    """Whether a step first waits for the component to read On or Off (within the power timeout) before it
+    acts. A reset and a bring-up decide from that state what to send (restart or power on; power on or
+    nothing), and a restart is proved by seeing the component leave On (`restart_seen`), which only means
+    something if it was On. Sending into a transition (PoweringOn, PoweringOff) is also what BMCs refuse.
+    Power on and off act at once: their end state is its own proof, and a forced power off is meant for a
+    component that may be stuck in between."""
+    return kind in (OperationKind.POWER_RESET, OperationKind.BRING_UP)
+
+
 def power_state_from(redfish_state: str | None) -> PowerState:
     """Redfish PowerState (On, Off, PoweringOn, PoweringOff, Paused) -> ours; in between is unknown."""
     return {"On": PowerState.ON, "Off": PowerState.OFF}.get(redfish_state or "", PowerState.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class PowerReading:
+    """One read of a resource's power: our state, the BMC's own word for it (None: it reported none), and
+    the ComputerSystem's `LastResetTime` where the BMC keeps one (chassis have none)."""
+
+    state: PowerState
+    reported: str | None = None
+    last_reset: str | None = None
+
+    def describe(self) -> str:
+        return self.reported or "not reported"
+
+
+# The Redfish PowerState values a restart passes through.
+RESTART_STATES = frozenset({"Off", "PoweringOff", "PoweringOn"})
+
+
+def restart_seen(before: PowerReading, now: PowerReading) -> bool:
+    """Whether `now`, read after a restart was sent to a component that read On (`before`), shows that the
+    restart happened. A restart ends where it began, so On alone proves nothing: the BMC may not have acted
+    yet, or accepted it and done nothing. The proof is a `LastResetTime` other than the one read before it
+    was sent, or a state a restart passes through (Off, PoweringOff, PoweringOn; not a PowerState gone
+    missing for a read). A warm reset that keeps the power On on a BMC without `LastResetTime` leaves no
+    proof: the step then fails rather than claim it."""
+    if now.last_reset is not None and now.last_reset != before.last_reset:
+        return True
+    return now.reported in RESTART_STATES
 
 
 @dataclass(frozen=True)
