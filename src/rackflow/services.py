@@ -13,7 +13,7 @@ from rackflow.checks.service import CheckService
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
 from rackflow.notify.service import NotificationService
-from rackflow.rollouts.gate import RolloutCapGate
+from rackflow.rollouts.gate import RolloutGate
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules.approvals import ApprovalService
 from rackflow.schedules.service import ScheduleService
@@ -83,5 +83,5 @@ class Services:
             budgets=BudgetService(db, clock),
             notifications=NotificationService(db, clock),
             checks=checks,
-            gates=(FreezeGate(), BudgetGate(db), checks.gate, RolloutCapGate(db)),
+            gates=(FreezeGate(), BudgetGate(db), checks.gate, RolloutGate(db)),
         )

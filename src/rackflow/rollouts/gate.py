@@ -1,5 +1,6 @@
-"""The start gate of rollouts' caps: a task of a rollout starts only while its rollout has room under its
-caps (`max_concurrent_racks`, the per-domain cap), as the rollout step counts them (docs/ROLLOUTS.md).
+"""The start gate of rollouts: a task of a rollout starts only while its rollout has room under its caps
+(`max_concurrent_racks`, the per-domain cap), as the rollout step counts them, and never while its rollout
+is halted (docs/ROLLOUTS.md).
 
 The step submits a wave within the caps, so a task it just submitted always has room. One it did not
 count may not: a rack its pre-flight checks held does not count against the caps (held, it is not in
@@ -8,6 +9,14 @@ flight), so the step may start another in its place. When the checks release it,
 here while the rollout is full, rather than start beside the rack that took its place (before this gate
 the pre-flight gate counted the caps itself, only for the tasks it released at that claim: a freeze or a
 budget holding the rack between its release and its start, or the check deleted, let it start past them).
+
+A halted rollout starts nothing more, and that includes the racks whose tasks it submitted before the halt
+but that have not begun: held by another gate (a freeze, a budget, a pre-flight check, their window's
+opening), or not claimed yet. The halt holds those nothing held (`hold_unstarted`), so each comes before
+this gate when it would start, and stays held here, `held_by` "rollout", until the run is resumed (which
+releases them at once: they keep their place, as the resume's rule counts them active) or cancelled (a
+cancel leaves the tasks already submitted be, these included). A task that began before the halt (a
+retry's next attempt) goes on: a halt stops nothing already started.
 """
 
 from __future__ import annotations
@@ -20,17 +29,24 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
-from rackflow.config import ROLLOUT_CAP_WAIT
+from rackflow.config import ROLLOUT_CAP_WAIT, ROLLOUT_HALT_WAIT
 from rackflow.domain.rollouts import cap_reached
 from rackflow.domain.tasks import Hold, Task
 from rackflow.store import rollouts as store
 from rackflow.store.db import Database
 
+GATE_NAME = "rollout"
 
-class RolloutCapGate:
-    """Holds a rollout's task while its rollout is at a cap."""
 
-    name = "rollout"
+def halted_hold(reason: str, now: datetime) -> Hold:
+    """How a halted rollout (halted for `reason`) holds a task of it that has not begun."""
+    return Hold(now + ROLLOUT_HALT_WAIT, f"waits for its rollout to be resumed: {reason}")
+
+
+class RolloutGate:
+    """Holds a rollout's task while its rollout is halted or at a cap."""
+
+    name = GATE_NAME
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -38,19 +54,28 @@ class RolloutCapGate:
     async def check(
         self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
     ) -> dict[uuid.UUID, Hold]:
-        """Only a task something held before this claim is counted (`held_by` as claimed): one the step
-        submitted and nothing held was counted by the step itself, so a fresh task, of a rollout or not,
-        costs no statement. For the others, their runs' policies are read once, and each rollout run's
-        row is locked (in id order, in one statement) until the claim commits, so two claims, or a claim
-        and a rollout step, count one after the other; plain firings' runs are not locked."""
+        """Only a task something held before this claim is looked at (`held_by` as claimed): one the step
+        submitted and nothing held was counted by the step itself, and a halt holds every one it finds
+        not begun, so a fresh task, of a rollout or not, costs no statement. For the others, their runs'
+        policies are read once, and each rollout run's row is locked (in id order, in one statement) until
+        the claim commits, so two claims, or a claim and a rollout step (its halt), decide one after the
+        other; plain firings' runs are not locked. A halted run's tasks at their first attempt are held;
+        the rest are counted against their caps."""
         of_runs = [task for task in tasks if task.run_id is not None and task.held_by is not None]
         if not of_runs:
             return {}
-        runs = await store.lock_rollout_policies(self.db, conn, {t.run_id for t in of_runs if t.run_id})
-        starting = [task for task in of_runs if task.run_id in runs]
+        runs = await store.lock_rollouts(self.db, conn, {t.run_id for t in of_runs if t.run_id})
+        holds: dict[uuid.UUID, Hold] = {}
+        starting: list[Task] = []
+        for task in of_runs:
+            run = runs.get(task.run_id) if task.run_id is not None else None
+            if run is not None and run.state == "halted" and task.attempt == 1:
+                holds[task.id] = halted_hold(run.reason, now)
+            elif run is not None:
+                starting.append(task)
         if not starting:
-            return {}
-        states = await store.task_states(conn, runs.keys())
+            return holds
+        states = await store.task_states(conn, {t.run_id for t in starting if t.run_id})
         places = await store.rack_places(conn, {rack for _, rack in states} | {t.rack_id for t in starting})
 
         def domain(rack_id: uuid.UUID) -> uuid.UUID:
@@ -64,10 +89,9 @@ class RolloutCapGate:
         for (run_id, rack_id), state in states.items():
             if state.task_id not in deciding and state.status.is_active and state.held_by != PREFLIGHT_GATE:
                 active[run_id].append(domain(rack_id))
-        holds: dict[uuid.UUID, Hold] = {}
         for task in starting:
             assert task.run_id is not None
-            full = cap_reached(runs[task.run_id], active[task.run_id], domain(task.rack_id))
+            full = cap_reached(runs[task.run_id].policy, active[task.run_id], domain(task.rack_id))
             if full:
                 holds[task.id] = Hold(
                     now + ROLLOUT_CAP_WAIT, f"waits for room under its rollout's caps: {full}"

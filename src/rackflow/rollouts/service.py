@@ -35,6 +35,8 @@ from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, 
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError
 from rackflow.notify import events
+from rackflow.rollouts.gate import GATE_NAME as ROLLOUT_GATE
+from rackflow.rollouts.gate import halted_hold
 from rackflow.store import firing as firing_store
 from rackflow.store import outbox
 from rackflow.store import rollouts as store
@@ -274,6 +276,8 @@ class RolloutService:
                     run, state="halted", outcomes=_marked(run, "pending", "not_started"), reason=decision.halt
                 ),
             )
+            # Its racks submitted and not begun start no more either: the rollout gate holds them.
+            await store.hold_unstarted(conn, run.id, ROLLOUT_GATE, halted_hold(decision.halt, now), now)
             pauses = run.rollout.pause_on_halt and await self._pause(
                 conn, run.schedule_id, decision.halt, now
             )
@@ -380,9 +384,9 @@ class RolloutService:
         ]
 
     async def resume(self, run_id: uuid.UUID) -> RunReport:
-        """Continue a halted rollout: its not-started scopes are pending again, the failures so far are
-        excused (the budget counts from zero), and the canary gate is passed. Its schedule stays paused
-        (ResumeTaskSchedule resumes firing)."""
+        """Continue a halted rollout: its not-started scopes are pending again, the tasks the halt held go
+        on (`rollouts.gate`), the failures so far are excused (the budget counts from zero), and the canary
+        gate is passed. Its schedule stays paused (ResumeTaskSchedule resumes firing)."""
         async with self.db.transaction() as conn:
             run = await self._load(conn, run_id, "resume")
             if run.state != "halted":
@@ -402,13 +406,14 @@ class RolloutService:
                     resumed=True,
                 ),
             )
+            await store.release_held(conn, run.id, ROLLOUT_GATE)  # its held racks go on, under its caps
             await outbox.record_events(conn, events.halt_cleared(run, "resumed", self.clock.now()))
         await self.advance([run_id])
         return await self.get(run_id)
 
     async def cancel(self, run_id: uuid.UUID) -> RunReport:
-        """End a rolling or halted rollout: its pending scopes become not_started. Tasks already started
-        are not cancelled (CancelTask does that, one by one)."""
+        """End a rolling or halted rollout: its pending scopes become not_started. Tasks already submitted
+        are not cancelled (CancelTask does that, one by one), those a halt held included: they go on."""
         async with self.db.transaction() as conn:
             run = await self._load(conn, run_id, "cancel")
             if run.state not in ROLLOUT_LIVE_STATES:
@@ -420,7 +425,8 @@ class RolloutService:
 
     async def cancel_in(self, conn: AsyncConnection, run: Run, why: str = "") -> Run:
         """Cancel a live rollout `run` (locked by the caller) in the caller's transaction: its pending
-        scopes become not_started, its halt alert resolves; `why` comes first in its reason."""
+        scopes become not_started, the tasks its halt held go on, its halt alert resolves; `why` comes
+        first in its reason."""
         pending = sum(o.outcome == "pending" for o in run.outcomes)
         reason = f"cancelled with {pending} scope(s) not started; tasks already started were not cancelled"
         reason = "; ".join(part for part in (run.reason, why, reason) if part)
@@ -428,6 +434,7 @@ class RolloutService:
             run, state="cancelled", outcomes=_marked(run, "pending", "not_started"), reason=reason
         )
         await store.save_run(conn, cancelled)
+        await store.release_held(conn, run.id, ROLLOUT_GATE)
         await outbox.record_events(conn, events.halt_cleared(run, "cancelled", self.clock.now()))
         return cancelled
 

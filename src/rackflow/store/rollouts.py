@@ -18,13 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import LiveRollout
 from rackflow.domain.rollouts import RackPlace, RolloutPolicy
-from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run
-from rackflow.domain.tasks import TaskStatus
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run, RunState
+from rackflow.domain.tasks import Hold, TaskStatus
 from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import racks, task_schedule_run, tasks
+from rackflow.store.tasks import hold_values, status_in
 
 _run = task_schedule_run.c
 
@@ -91,21 +92,69 @@ async def get_run(
     return run_from_row(row) if row is not None else None
 
 
-async def lock_rollout_policies(
+@dataclass(frozen=True)
+class LockedRollout:
+    """A rollout run as its start gate reads it, under the lock of its row: its policy, its state and
+    why it is in it (a halt's reason)."""
+
+    policy: RolloutPolicy
+    state: RunState
+    reason: str
+
+
+async def lock_rollouts(
     db: Database, conn: AsyncConnection, run_ids: Collection[uuid.UUID]
-) -> dict[uuid.UUID, RolloutPolicy]:
-    """The policy of each rollout among these runs, its row locked until commit (waiting for a rollout
-    step that holds it), in id order; plain firings (their `rollout` a JSON null) are neither returned nor
-    locked. One read of the policies, then one locking statement when there are rollouts among them."""
-    found: dict[uuid.UUID, RolloutPolicy] = {}
+) -> dict[uuid.UUID, LockedRollout]:
+    """Each rollout among these runs, its row locked until commit (waiting for a rollout step, resume or
+    cancel that holds it), in id order; plain firings (their `rollout` a JSON null) are neither returned
+    nor locked. One read of the policies, then one locking statement when there are rollouts among them,
+    which reads the state and reason: as they are once the lock is had, not as a step writing them left
+    them before."""
+    policies: dict[uuid.UUID, RolloutPolicy] = {}
     for chunk in chunked(in_id_order(run_ids)):
         stmt = select(_run.id, _run.rollout).where(_run.id.in_(chunk))
         for row in await conn.execute(stmt):
             if row.rollout is not None:
-                found[row.id] = RolloutPolicy.from_json(row.rollout)
-    for chunk in chunked(in_id_order(found)):
-        await conn.execute(db.for_update(select(_run.id).where(_run.id.in_(chunk)).order_by(_run.id)))
+                policies[row.id] = RolloutPolicy.from_json(row.rollout)
+    found: dict[uuid.UUID, LockedRollout] = {}
+    for chunk in chunked(in_id_order(policies)):
+        locking = select(_run.id, _run.state, _run.reason).where(_run.id.in_(chunk)).order_by(_run.id)
+        for locked in await conn.execute(db.for_update(locking)):
+            found[locked.id] = LockedRollout(policies[locked.id], locked.state, locked.reason)
     return found
+
+
+async def hold_unstarted(
+    conn: AsyncConnection, run_id: uuid.UUID, gate: str, hold: Hold, now: datetime
+) -> None:
+    """Hold by `gate` the run's tasks that never started (their first attempt PENDING and not claimed
+    yet, or WAITING in their rack's queue) and that nothing holds: the rollout gate looks only at tasks
+    something held before, so this is what brings them before it. Tasks another gate holds keep that hold,
+    and come before this gate when it ends."""
+    await conn.execute(
+        update(tasks)
+        .where(
+            tasks.c.run_id == run_id,
+            status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
+            tasks.c.held_by.is_(None),
+            tasks.c.attempt == 1,
+        )
+        .values(hold_values(gate, hold, now))
+    )
+
+
+async def release_held(conn: AsyncConnection, run_id: uuid.UUID, gate: str) -> None:
+    """Let the run's tasks `gate` holds be claimed (and gated) again at once: what held them changed."""
+    await conn.execute(
+        update(tasks)
+        .where(
+            tasks.c.run_id == run_id,
+            status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
+            tasks.c.held_by == gate,
+            tasks.c.not_before.is_not(None),
+        )
+        .values(not_before=None)
+    )
 
 
 async def save_run(conn: AsyncConnection, run: Run) -> None:
