@@ -1,7 +1,8 @@
 """A dispatched rollout's racks obey the maintenance windows when their turn comes, on both databases: a
 rack closed under the SKIP window policy is "skipped_window" (neither success nor failure, the rollout goes
 on), under DEFER its task waits for the rack's next opening. The windows here are created after the firing,
-so only the rollout's later starts can have seen them."""
+so only the rollout's later starts can have seen them, but for the start deadline's: its first wave's
+deferrals are capped at the deadline, as a plain firing's are, and the later waves' are not."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from tests.store.schedules_support import HOURLY, POWER_OFF, START, Env, make_en
 TOMORROW_2AM = datetime(2026, 3, 3, 2, 0, tzinfo=UTC)  # START is 2026-03-02 12:00 UTC
 
 
-async def _rollout(env: Env, racks: Sequence[Rack], policy: WindowPolicy) -> Schedule:
+async def _rollout(
+    env: Env, racks: Sequence[Rack], policy: WindowPolicy, start_deadline_at: datetime | None = None
+) -> Schedule:
     schedule = await env.services.schedules.create(
         name="fw",
         spec=HOURLY,
@@ -35,6 +38,11 @@ async def _rollout(env: Env, racks: Sequence[Rack], policy: WindowPolicy) -> Sch
         window_policy=policy,
         rollout=RolloutPolicy(max_concurrent_racks=1),
     )
+    if start_deadline_at is not None:  # its slot + its start deadline
+        assert schedule.next_run_at is not None
+        deadline = start_deadline_at - schedule.next_run_at
+        path = ["schedule.start_deadline"]
+        schedule = await env.services.schedules.update(schedule.id, path, start_deadline=deadline)
     async with env.db.transaction() as conn:  # the dispatcher's firing, at the services' clock
         claimed = await firing.claim(
             env.db, conn, [schedule], trigger="dispatch", now=env.clock.now(), owner_id=uuid.uuid4()
@@ -98,3 +106,36 @@ async def test_a_rack_closed_at_its_turn_waits_for_its_opening_under_defer(db: D
         TOMORROW_2AM + timedelta(hours=2),
     )
     assert "waits for the opening at 2026-03-03T02:00:00+00:00" in waiting.message
+
+
+async def test_a_first_wave_rack_deferred_to_its_window_starts_by_the_start_deadline(db: Database) -> None:
+    """r0 (the first wave: one rack at a time) and r1 open at 02:00 until 04:00, and the firing's start
+    deadline is 03:00. r0's task, submitted as the rollout fires, must start by 03:00 (past it, it fails
+    naming the deadline: its outcome keeps `start_by`); r1's turn comes once r0 ended, a later wave, which
+    the deadline does not bound."""
+    env = make_env(db)
+    r0, r1 = await env.rack("r0"), await env.rack("r1")
+    await env.services.windows.create(
+        WindowInput(
+            name="nightly",
+            kind=WindowKind.ALLOW,
+            when=Recurring("0 2 * * *", "2h"),
+            racks=(Ref(r0.id), Ref(r1.id)),
+        )
+    )
+    deadline_at = TOMORROW_2AM + timedelta(hours=1)
+    schedule = await _rollout(env, [r0, r1], WindowPolicy.DEFER, start_deadline_at=deadline_at)
+
+    (first,) = await _tasks(env, schedule)
+    assert first.rack_id == r0.id and first.status is TaskStatus.PENDING
+    assert (first.not_before, first.not_after) == (TOMORROW_2AM, deadline_at)
+    assert first.message.endswith(f"until {deadline_at.isoformat()}, its start deadline"), first.message
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    by_rack = {o.rack_id: o for o in (await env.services.rollouts.get(runs[0].id)).run.outcomes}
+    assert (by_rack[r0.id].outcome, by_rack[r0.id].start_by) == ("submitted", deadline_at)
+
+    await _finish_active(env, schedule)  # r0 done: r1's turn, a later wave
+    (later,) = [t for t in await _tasks(env, schedule) if t.rack_id == r1.id]
+    assert (later.not_before, later.not_after) == (TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2))
+    by_rack = {o.rack_id: o for o in (await env.services.rollouts.get(runs[0].id)).run.outcomes}
+    assert (by_rack[r1.id].outcome, by_rack[r1.id].start_by) == ("submitted", None)

@@ -12,11 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.firing import (
     LiveRollout,
     RunTally,
     Snapshot,
     advance_after_firing,
+    deadline_end,
     failing_streak,
     plan,
     plan_starts,
@@ -453,6 +455,65 @@ def test_a_deferral_past_the_deadline_misses_only_its_scope_when_others_fire() -
     assert not firing.missed
     assert firing.decided[closed.id].outcome == "missed"
     assert firing.to_submit == [open_]
+
+
+# A rollout of four scopes, fired 5 s after its slot with a deadline of an hour: its first wave, the
+# scopes it starts as it fires, carry the deadline for its step; the later waves do not.
+@pytest.mark.parametrize(
+    ("policy", "deadline", "approval", "bound"),
+    [
+        (RolloutPolicy(max_concurrent_racks=2), HOUR, False, 2),
+        (RolloutPolicy(canary_racks=1, max_concurrent_racks=2), HOUR, False, 1),  # the canary alone
+        (RolloutPolicy(), HOUR, False, 4),  # no cap: every scope starts as it fires
+        (RolloutPolicy(max_concurrent_racks=2), None, False, 0),  # no deadline
+        (RolloutPolicy(max_concurrent_racks=2), HOUR, True, 0),  # it starts when approved
+    ],
+)
+def test_a_rollouts_first_wave_carries_the_start_deadline(
+    policy: RolloutPolicy, deadline: timedelta | None, approval: bool, bound: int
+) -> None:
+    owner = replace(
+        schedule(rollout=policy, deadline=deadline),
+        approval=ApprovalPolicy(HOUR) if approval else None,
+    )
+    scopes = scopes_of(owner, 4)
+    places = {sc.rack_id: RackPlace(f"r{i}", None) for i, sc in enumerate(scopes)}
+
+    (firing,) = plan(Snapshot((owner,), {owner.id: scopes}, places=places), NOW, "dispatch")
+
+    deadline_at = NOW - timedelta(seconds=5) + HOUR
+    assert [o.start_by for o in firing.rollout_outcomes] == [deadline_at] * bound + [None] * (4 - bound)
+
+
+# ALLOW_LATER opens in two hours, for an hour: a first wave's scope (its outcome's `start_by`) deferred to
+# it must start by the deadline, or is missed when it opens at or after it; a later wave's is not bound.
+@pytest.mark.parametrize(
+    ("start_by", "outcome", "closes_at"),
+    [
+        (None, "defer", NOW + 3 * HOUR),
+        (NOW + 150 * MINUTE, "defer", NOW + 150 * MINUTE),
+        (NOW + 4 * HOUR, "defer", NOW + 3 * HOUR),  # the opening ends first
+        (NOW + 2 * HOUR, "missed", None),
+    ],
+)
+def test_a_rollout_step_binds_its_first_waves_deferrals_by_the_start_deadline(
+    start_by: datetime | None, outcome: str, closes_at: datetime | None
+) -> None:
+    owner = schedule(window_policy=WindowPolicy.DEFER, rollout=RolloutPolicy(max_concurrent_racks=1))
+    (scope,) = scopes_of(owner, 1)
+    snapshot = Snapshot((owner,), {owner.id: (scope,)}, windows=(ALLOW_LATER,), racks=racks_of((scope,)))
+    pending = ScopeOutcome(scope.id, scope.rack_id, "pending", start_by=start_by)
+
+    starts = plan_starts(snapshot, (pending,), [scope.id], "dispatch", NOW)
+
+    if outcome == "missed":
+        assert starts.submit == ()
+        assert starts.settled[scope.id].outcome == "missed"
+        assert "comes after the start deadline" in starts.settled[scope.id].error
+        return
+    ((_, deferral),) = starts.submit
+    assert deferral is not None and deferral.closes_at == closes_at
+    assert deadline_end(deferral) == (start_by if closes_at == start_by else None)
 
 
 def test_the_schedules_zero_deadline_overrides_the_default() -> None:

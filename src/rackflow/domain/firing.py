@@ -32,7 +32,10 @@ For each schedule of the snapshot, `plan` decides:
    nothing submitted, the schedule advanced as any firing advances it. A deferred scope whose window opens
    at or after the deadline is "missed" too, and one that opens before it must start by the deadline (its
    task's end is capped there, so it fails rather than starts late); a firing left with nothing to submit
-   but missed scopes is missed as a whole, late by as much as its earliest opening.
+   but missed scopes is missed as a whole, late by as much as its earliest opening. A rollout's first wave
+   (`first_wave`: the scopes it starts as it fires) is bound alike, when its step starts it: each of its
+   pending scopes carries the deadline (`ScopeOutcome.start_by`) for `plan_starts`. Its later waves are
+   not late starts: the deadline decides whether the firing starts, not how long its rollout takes.
 
 `failing_streak` decides, from the tallies of a schedule's newest runs, whether its
 `pause_after_failed_runs` pauses it.
@@ -46,8 +49,17 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from rackflow.domain.approvals import Approver, RunApproval, opened
-from rackflow.domain.rollouts import RackPlace
-from rackflow.domain.schedules import OverlapPolicy, Run, RunState, Schedule, Scope, ScopeOutcome, Trigger
+from rackflow.domain.rollouts import Phase, RackPlace, RolloutPolicy, ScopeView, decide
+from rackflow.domain.schedules import (
+    Outcome,
+    OverlapPolicy,
+    Run,
+    RunState,
+    Schedule,
+    Scope,
+    ScopeOutcome,
+    Trigger,
+)
 from rackflow.domain.tasks import Operation, TaskStatus
 from rackflow.domain.window_rules import FIRE, Decision, decide_firing
 from rackflow.domain.windows import MaintenanceWindow, RackRef
@@ -142,8 +154,7 @@ class Firing:
     def submitted(self, scope_id: uuid.UUID, rack_id: uuid.UUID, task_id: uuid.UUID) -> ScopeOutcome:
         """The outcome of a scope whose task was submitted: with the start deadline the task must start by,
         when that, not its window's end, ended its deferral."""
-        deferral = self.deferral(scope_id)
-        start_by = deferral.closes_at if deferral is not None and deferral.by_deadline else None
+        start_by = deadline_end(self.deferral(scope_id))
         return ScopeOutcome(scope_id, rack_id, "submitted", task_id=task_id, start_by=start_by)
 
     @property
@@ -231,21 +242,23 @@ def _missed(
     return replace(firing, decided=outcomes, late_by=late_by, missed_reason=reason)
 
 
-def _deadline_decisions(
-    windows: Mapping[uuid.UUID, Decision], deadline_at: datetime
-) -> dict[uuid.UUID, Decision]:
-    """The deferrals under a start deadline: one whose opening is at or after it is "missed"; one before
-    it must start by it (its end capped there)."""
-    capped: dict[uuid.UUID, Decision] = {}
-    for scope_id, decision in windows.items():
-        if decision.action == "defer":
-            assert decision.opens_at is not None
-            if decision.opens_at >= deadline_at:
-                decision = replace(decision, action="missed", closes_at=None)
-            elif decision.closes_at is None or decision.closes_at > deadline_at:
-                decision = replace(decision, closes_at=deadline_at, by_deadline=True)
-        capped[scope_id] = decision
-    return capped
+def _by_deadline(decision: Decision, deadline_at: datetime) -> Decision:
+    """A decision under a start deadline: a deferral whose opening is at or after it is "missed"; one
+    before it must start by it (its end capped there)."""
+    if decision.action != "defer":
+        return decision
+    assert decision.opens_at is not None
+    if decision.opens_at >= deadline_at:
+        return replace(decision, action="missed", closes_at=None)
+    if decision.closes_at is None or decision.closes_at > deadline_at:
+        return replace(decision, closes_at=deadline_at, by_deadline=True)
+    return decision
+
+
+def deadline_end(deferral: Decision | None) -> datetime | None:
+    """The start deadline a deferred task must start by, when that (not its window's end) ends its wait:
+    what its scope's outcome keeps as `start_by`, so that the task failed there is told so."""
+    return deferral.closes_at if deferral is not None and deferral.by_deadline else None
 
 
 def _plan_one(
@@ -277,7 +290,7 @@ def _plan_one(
             if sc.id in windows and windows[sc.id].action == "skip_window"
         }
         if deadline_at is not None:
-            windows = _deadline_decisions(windows, deadline_at)
+            windows = {scope_id: _by_deadline(d, deadline_at) for scope_id, d in windows.items()}
             decided |= {
                 sc.id: ScopeOutcome(sc.id, sc.rack_id, "missed", error=windows[sc.id].reason)
                 for sc in left
@@ -316,7 +329,9 @@ def _plan_one(
         firing = replace(firing, approval=opened(schedule.approval, now, approver))
     if schedule.rollout is None:
         return firing
-    return replace(firing, rollout_outcomes=rollout_outcomes(firing, snapshot.places))
+    # A run awaiting approval starts when approved, as a plain one does, with no deadline to start by.
+    first_start_by = deadline_at if not firing.needs_approval else None
+    return replace(firing, rollout_outcomes=rollout_outcomes(firing, snapshot.places, first_start_by))
 
 
 def awaiting_skip_reason(run_id: uuid.UUID) -> str:
@@ -388,10 +403,13 @@ def skip_reason(live: LiveRollout) -> str:
     )
 
 
-def rollout_outcomes(firing: Firing, places: Mapping[uuid.UUID, RackPlace]) -> tuple[ScopeOutcome, ...]:
+def rollout_outcomes(
+    firing: Firing, places: Mapping[uuid.UUID, RackPlace], start_by: datetime | None = None
+) -> tuple[ScopeOutcome, ...]:
     """A rollout's scopes as its run starts: in rollout order, by rack name (a deleted rack's first), then
     scope id, stable across firings; the settled ones keep their outcome, every other one is "pending",
-    and the first `canary_racks` of those are the canaries."""
+    and the first `canary_racks` of those are the canaries. `start_by`: the firing's start deadline, which
+    the scopes of its first wave carry (`first_wave`)."""
     assert firing.schedule.rollout is not None
     canaries = firing.schedule.rollout.canary_racks
     ordered = sorted(
@@ -405,7 +423,36 @@ def rollout_outcomes(firing: Firing, places: Mapping[uuid.UUID, RackPlace]) -> t
         else:
             outcomes.append(ScopeOutcome(scope.id, scope.rack_id, "pending", canary=canaries > 0))
             canaries -= 1
-    return tuple(outcomes)
+    if start_by is None:
+        return tuple(outcomes)
+    first = first_wave(firing.schedule.rollout, outcomes, places, firing.fired_at)
+    return tuple(replace(o, start_by=start_by) if o.scope_id in first else o for o in outcomes)
+
+
+def first_wave(
+    policy: RolloutPolicy,
+    outcomes: Sequence[ScopeOutcome],
+    places: Mapping[uuid.UUID, RackPlace],
+    now: datetime,
+) -> set[uuid.UUID]:
+    """The scopes a new rollout starts as it fires (its canaries, or as many as its caps let start): what
+    the rollout rule answers for its scopes as its run starts, none started yet."""
+    views = [
+        ScopeView(
+            o.scope_id,
+            o.rack_id,
+            places[o.rack_id].name if o.rack_id in places else str(o.rack_id),
+            places[o.rack_id].domain_id if o.rack_id in places else None,
+            Phase.PENDING if o.outcome == "pending" else Phase.SKIPPED,
+            o.canary,
+        )
+        for o in outcomes
+    ]
+    return set(decide(policy, views, now=now).start)
+
+
+# What the windows settle a rollout's scope as, without a task, when its turn comes.
+SETTLED_BY_WINDOWS: Mapping[str, Outcome] = {"skip_window": "skipped_window", "missed": "missed"}
 
 
 @dataclass(frozen=True)
@@ -430,7 +477,9 @@ def plan_starts(
 
     A scope removed from the schedule meanwhile is "not_started". A dispatched rollout's scope obeys the
     windows when its turn comes, as a firing's scopes do when it fires: closed under SKIP it is
-    "skipped_window" (neither success nor failure), under DEFER its task waits for the opening."""
+    "skipped_window" (neither success nor failure), under DEFER its task waits for the opening; a scope
+    of the first wave (its outcome's `start_by`: the firing's start deadline) is bound by the deadline as
+    a firing's deferral is, "missed" when the opening comes at or after it, else its wait ending by it."""
     (schedule,) = snapshot.schedules
     by_id = {o.scope_id: o for o in outcomes}
     present_by_id = {sc.id: sc for sc in snapshot.scopes.get(schedule.id, ())}
@@ -444,8 +493,12 @@ def plan_starts(
     if checks_scopes(trigger) and snapshot.windows:
         windows = window_decisions(snapshot.windows, snapshot.racks, schedule, present, now)
     for scope_id, decision in windows.items():
-        if decision.action == "skip_window":
-            settled[scope_id] = replace(by_id[scope_id], outcome="skipped_window", error=decision.reason)
+        deadline_at = by_id[scope_id].start_by
+        if deadline_at is not None:
+            decision = windows[scope_id] = _by_deadline(decision, deadline_at)
+        if decision.action in SETTLED_BY_WINDOWS:
+            outcome = SETTLED_BY_WINDOWS[decision.action]
+            settled[scope_id] = replace(by_id[scope_id], outcome=outcome, error=decision.reason)
     submit = tuple(
         (sc, windows[sc.id] if sc.id in windows and windows[sc.id].action == "defer" else None)
         for sc in present

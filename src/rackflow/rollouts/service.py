@@ -29,7 +29,7 @@ from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
 from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
 from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
-from rackflow.domain.firing import plan_starts
+from rackflow.domain.firing import deadline_end, plan_starts
 from rackflow.domain.rollouts import ENDED, Phase, RackPlace, ScopeView, decide, failures_counted
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, ScopeOutcome
 from rackflow.domain.tasks import TaskStatus
@@ -305,8 +305,9 @@ class RolloutService:
         self, conn: AsyncConnection, run: Run, scope_ids: Sequence[uuid.UUID], now: datetime
     ) -> list[uuid.UUID]:
         """Start the scopes in this transaction as the planner settles them (`plan_starts`: removed from
-        the schedule meanwhile, or closed by a window); a refused one (conflict, full queue) is "failed"
-        and counts against the failure budget."""
+        the schedule meanwhile, closed by a window, or a first wave's deferral bound by the start
+        deadline); a refused one (conflict, full queue) is "failed" and counts against the failure
+        budget."""
         snapshot = await firing_store.load_starts(conn, run.schedule_id, scope_ids, run.trigger)
         starts = plan_starts(snapshot, run.outcomes, scope_ids, run.trigger, now)
         (schedule,) = snapshot.schedules
@@ -316,12 +317,14 @@ class RolloutService:
             conn, [scope_submission(schedule, sc, run.fired_at, run.id, wait) for sc, wait in starts.submit]
         )
         started: dict[uuid.UUID, uuid.UUID] = {}
-        for (scope, _), result in zip(starts.submit, results, strict=True):
+        for (scope, wait), result in zip(starts.submit, results, strict=True):
             if isinstance(result, RackflowError):
                 changed[scope.id] = replace(outcomes[scope.id], outcome="failed", error=str(result))
             else:
                 started[scope.id] = result[0].id
-                changed[scope.id] = replace(outcomes[scope.id], outcome="submitted", task_id=result[0].id)
+                changed[scope.id] = replace(
+                    outcomes[scope.id], outcome="submitted", task_id=result[0].id, start_by=deadline_end(wait)
+                )
         await schedule_store.set_last_task_ids(conn, started)
         await store.save_run(conn, replace(run, outcomes=_with_outcomes(run, changed)))
         return list(started.values())
