@@ -22,10 +22,15 @@ from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import HOURLY, POWER_OFF, START, Env, make_env, rack_target
 
 TOMORROW_2AM = datetime(2026, 3, 3, 2, 0, tzinfo=UTC)  # START is 2026-03-02 12:00 UTC
+ONE_AT_A_TIME = RolloutPolicy(max_concurrent_racks=1)
 
 
 async def _rollout(
-    env: Env, racks: Sequence[Rack], policy: WindowPolicy, start_deadline_at: datetime | None = None
+    env: Env,
+    racks: Sequence[Rack],
+    policy: WindowPolicy,
+    start_deadline_at: datetime | None = None,
+    rollout: RolloutPolicy = ONE_AT_A_TIME,
 ) -> Schedule:
     schedule = await env.services.schedules.create(
         name="fw",
@@ -36,7 +41,7 @@ async def _rollout(
         description="",
         target=rack_target(*racks),
         window_policy=policy,
-        rollout=RolloutPolicy(max_concurrent_racks=1),
+        rollout=rollout,
     )
     if start_deadline_at is not None:  # its slot + its start deadline
         assert schedule.next_run_at is not None
@@ -139,3 +144,21 @@ async def test_a_first_wave_rack_deferred_to_its_window_starts_by_the_start_dead
     assert (later.not_before, later.not_after) == (TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2))
     by_rack = {o.rack_id: o for o in (await env.services.rollouts.get(runs[0].id)).run.outcomes}
     assert (by_rack[r1.id].outcome, by_rack[r1.id].start_by) == ("submitted", None)
+
+
+async def test_a_rack_missed_for_the_start_deadline_is_no_failure(db: Database) -> None:
+    """r0's window opens after the deadline: it is "missed", settled without a task as a closed window
+    settles a rack, neither success nor failure, so it does not halt a rollout that halts on one failure."""
+    env = make_env(db)
+    r0, r1 = await env.rack("r0"), await env.rack("r1")
+    await _window(env, "nightly", WindowKind.ALLOW, Recurring("0 2 * * *", "2h"), r0)
+    halting = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1)
+    schedule = await _rollout(env, [r0, r1], WindowPolicy.DEFER, TOMORROW_2AM - timedelta(hours=1), halting)
+
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    report = await env.services.rollouts.get(runs[0].id)
+    assert report.run.state == "rolling", report.run.reason
+    by_rack = {o.rack_id: o for o in report.run.outcomes}
+    assert (by_rack[r0.id].outcome, by_rack[r1.id].outcome) == ("missed", "submitted")
+    assert report.progress is not None
+    assert (report.progress.failed, report.progress.skipped, report.progress.failures_counted) == (0, 1, 0)

@@ -102,7 +102,9 @@ class Phase(enum.StrEnum):
     HELD = "held"
     SUCCEEDED = "succeeded"  # its task completed
     FAILED = "failed"  # its task failed or was terminated, or it could not be submitted
-    SKIPPED = "skipped"  # settled without a task (overlap, or a closed window): neither success nor failure
+    # Settled without a task (overlap, a closed window, or an opening past the start deadline): neither
+    # success nor failure.
+    SKIPPED = "skipped"
     NOT_STARTED = "not_started"  # halted or cancelled before its turn
 
 

@@ -130,7 +130,7 @@ def _phase(outcome: ScopeOutcome, task: store.TaskState | None) -> Phase:
         return Phase.PENDING
     if outcome.outcome == "not_started":
         return Phase.NOT_STARTED
-    if outcome.outcome in ("skipped_overlap", "skipped_window"):
+    if outcome.outcome in ("skipped_overlap", "skipped_window", "missed"):  # settled without a task
         return Phase.SKIPPED
     if outcome.outcome == "failed" or task is None:  # not submitted, or its rack (and task) deleted
         return Phase.FAILED
