@@ -672,6 +672,38 @@ async def test_scope_rpcs(stub: FlowStub, services: Services, racks: list[Rack])
     )
 
 
+@pytest.mark.parametrize(
+    ("targets", "code", "error"),
+    [
+        (
+            racks_spec("r1", "r2", "r1"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "desired_scope.racks[2]: rack with name 'r1' is listed twice (also desired_scope.racks[0])",
+        ),
+        (racks_spec("r2", "r9"), grpc.StatusCode.NOT_FOUND, "desired_scope.racks[1]: no rack with name 'r9'"),
+    ],
+    ids=["listed-twice", "not-found"],
+)
+async def test_update_scope_names_the_target_under_desired_scope(
+    stub: FlowStub,
+    services: Services,
+    racks: list[Rack],
+    targets: pb.OperationTargetSpec,
+    code: grpc.StatusCode,
+    error: str,
+) -> None:
+    """UpdateTaskScheduleScope's targets are its request's `desired_scope`, as AddTaskScheduleScope's are
+    its `target_spec`: a target that does not resolve is named by its path in the request."""
+    schedule = await create(stub, "s", "r1")
+    before = await table_counts(services.db)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.UpdateTaskScheduleScope(
+            pb.UpdateTaskScheduleScopeRequest(schedule_id=schedule.id, desired_scope=targets)
+        )
+    assert (info.value.code(), info.value.details()) == (code, error)
+    assert await table_counts(services.db) == before
+
+
 # --- advisory ------------------------------------------------------------------------------------
 
 

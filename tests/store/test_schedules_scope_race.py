@@ -25,7 +25,7 @@ from rackflow.domain.inventory import (
     TargetSpec,
 )
 from rackflow.errors import NotFound
-from rackflow.inventory.targets import resolve_targets
+from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.schedules import service as schedule_service
 from rackflow.store import inventory as inventory_store
 from rackflow.store.db import Database
@@ -61,8 +61,10 @@ def after_resolving(monkeypatch: pytest.MonkeyPatch, meanwhile: Meanwhile) -> No
     """
     ran: list[bool] = []
 
-    async def resolve_then_interleave(conn: AsyncConnection, target: TargetSpec) -> list[RackSelection]:
-        selections = await resolve_targets(conn, target)
+    async def resolve_then_interleave(
+        conn: AsyncConnection, target: TargetSpec, field: str = FIELD
+    ) -> list[RackSelection]:
+        selections = await resolve_targets(conn, target, field)
         if not ran:
             ran.append(True)
             await meanwhile(conn)
@@ -119,7 +121,9 @@ async def test_a_component_removed_after_lookup_is_not_found(
     with pytest.raises(NotFound) as refused:
         await write_scope(env, write, existing.id, by_id(a, b))
 
-    assert str(refused.value) == f"target_spec.components[1]: no component with id {b.id}"
+    # Named where the request holds the targets: UpdateTaskScheduleScope's are its desired_scope.
+    field = "desired_scope" if write == "update_scope" else "target_spec"
+    assert str(refused.value) == f"{field}.components[1]: no component with id {b.id}"
     assert await scope_state(env) == before
 
 

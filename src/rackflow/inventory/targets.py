@@ -2,7 +2,8 @@
 
 Shared by task submission and schedule scopes. Every lookup is batched (one IN query per kind of key and
 chunk), so a 10,000-target spec costs a few dozen queries rather than 10,000. Errors name the target by its
-position in the spec (`target_spec.racks[3]`) and the value that failed.
+position under the request's field that holds the spec (`target_spec.racks[3]`, or UpdateTaskScheduleScope's
+`desired_scope.racks[3]`) and the value that failed.
 """
 
 from __future__ import annotations
@@ -30,44 +31,47 @@ from rackflow.validation import check_text
 FIELD = "target_spec"
 
 
-async def resolve_targets(conn: AsyncConnection, spec: TargetSpec) -> list[RackSelection]:
-    """One selection per rack, in the order the spec reaches the racks.
+async def resolve_targets(conn: AsyncConnection, spec: TargetSpec, field: str = FIELD) -> list[RackSelection]:
+    """One selection per rack, in the order the spec reaches the racks; errors name the target under
+    `field`, the request's field that holds the spec.
 
     Unknown racks, components and domains are NOT_FOUND; a rack or component reached twice, an ambiguous
     external reference, or a spec that selects no rack at all is INVALID_ARGUMENT.
     """
     kinds = [kind for kind in ("racks", "components", "nvl_domains") if getattr(spec, kind)]
     if not kinds:
-        raise InvalidArgument(f"{FIELD}: no targets given (racks, components or nvl_domains)")
+        raise InvalidArgument(f"{field}: no targets given (racks, components or nvl_domains)")
     if len(kinds) > 1:
-        raise InvalidArgument(f"{FIELD}: give one kind of target, not {' and '.join(kinds)}")
-    _check_lookup_text(spec)
+        raise InvalidArgument(f"{field}: give one kind of target, not {' and '.join(kinds)}")
+    _check_lookup_text(spec, field)
     if spec.racks:
-        selections = await _resolve_racks(conn, spec.racks)
+        selections = await _resolve_racks(conn, spec.racks, field)
     elif spec.components:
-        selections = await _resolve_components(conn, spec.components)
+        selections = await _resolve_components(conn, spec.components, field)
     else:
-        selections = await _resolve_domains(conn, spec.nvl_domains)
+        selections = await _resolve_domains(conn, spec.nvl_domains, field)
     if not selections:
-        raise InvalidArgument(f"{FIELD}: the targets select no rack")
+        raise InvalidArgument(f"{field}: the targets select no rack")
     return selections
 
 
-def _check_lookup_text(spec: TargetSpec) -> None:
+def _check_lookup_text(spec: TargetSpec, field: str) -> None:
     """Refuse, before any lookup, a name or external id no row can have (too long, control characters):
     PostgreSQL cannot even compare text that holds a NUL, and a 10,000-target spec of huge names is
     a slow way to find nothing."""
     for index, rack in enumerate(spec.racks):
-        check_text(rack.name or "", f"{FIELD}.racks[{index}].name")
-        check_text(rack.external_id or "", f"{FIELD}.racks[{index}].external_id")
+        check_text(rack.name or "", f"{field}.racks[{index}].name")
+        check_text(rack.external_id or "", f"{field}.racks[{index}].external_id")
     for index, component in enumerate(spec.components):
-        check_text(component.external_id or "", f"{FIELD}.components[{index}].external.id")
+        check_text(component.external_id or "", f"{field}.components[{index}].external.id")
     for index, domain in enumerate(spec.nvl_domains):
-        check_text(domain.name or "", f"{FIELD}.nvl_domains[{index}].name")
+        check_text(domain.name or "", f"{field}.nvl_domains[{index}].name")
 
 
-def _listed_twice(field: str, what: str, kind: str, first_index: int) -> InvalidArgument:
-    return InvalidArgument(f"{field}: {what} is listed twice (also {FIELD}.{kind}[{first_index}])")
+def _listed_twice(spec_field: str, kind: str, index: int, what: str, first_index: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"{spec_field}.{kind}[{index}]: {what} is listed twice (also {spec_field}.{kind}[{first_index}])"
+    )
 
 
 def _types_filter(types: Sequence[ComponentType], field: str) -> TypesFilter | None:
@@ -76,7 +80,9 @@ def _types_filter(types: Sequence[ComponentType], field: str) -> TypesFilter | N
     return TypesFilter(frozenset(types)) if types else None
 
 
-async def _resolve_racks(conn: AsyncConnection, targets: Sequence[RackTarget]) -> list[RackSelection]:
+async def _resolve_racks(
+    conn: AsyncConnection, targets: Sequence[RackTarget], spec_field: str
+) -> list[RackSelection]:
     by_id = await store.racks_by_column(conn, "id", [t.id for t in targets if t.id is not None])
     by_name = await store.racks_by_column(conn, "name", [t.name for t in targets if t.name])
     by_external = await store.racks_by_column(
@@ -85,7 +91,7 @@ async def _resolve_racks(conn: AsyncConnection, targets: Sequence[RackTarget]) -
     selections: list[RackSelection] = []
     first_seen: dict[uuid.UUID, int] = {}
     for index, target in enumerate(targets):
-        field = f"{FIELD}.racks[{index}]"
+        field = f"{spec_field}.racks[{index}]"
         if target.id is not None:
             rack_id, label = by_id.get(target.id), f"id {target.id}"
         elif target.name:
@@ -97,14 +103,14 @@ async def _resolve_racks(conn: AsyncConnection, targets: Sequence[RackTarget]) -
         if rack_id is None:
             raise NotFound(f"{field}: no rack with {label}")
         if rack_id in first_seen:
-            raise _listed_twice(field, f"rack with {label}", "racks", first_seen[rack_id])
+            raise _listed_twice(spec_field, "racks", index, f"rack with {label}", first_seen[rack_id])
         first_seen[rack_id] = index
         selections.append(RackSelection(rack_id, _types_filter(target.component_types, field)))
     return selections
 
 
 async def _resolve_components(
-    conn: AsyncConnection, targets: Sequence[ComponentTarget]
+    conn: AsyncConnection, targets: Sequence[ComponentTarget], spec_field: str
 ) -> list[RackSelection]:
     by_id = await store.components_by_ids(conn, [t.id for t in targets if t.id is not None])
     by_external = await store.components_by_external_ids(
@@ -113,10 +119,12 @@ async def _resolve_components(
     per_rack: dict[uuid.UUID, set[uuid.UUID]] = {}  # insertion order: the order racks are first reached
     first_seen: dict[uuid.UUID, int] = {}
     for index, target in enumerate(targets):
-        field = f"{FIELD}.components[{index}]"
+        field = f"{spec_field}.components[{index}]"
         component = _find_component(target, by_id, by_external, field)
         if component.id in first_seen:
-            raise _listed_twice(field, f"component {component.id}", "components", first_seen[component.id])
+            raise _listed_twice(
+                spec_field, "components", index, f"component {component.id}", first_seen[component.id]
+            )
         first_seen[component.id] = index
         per_rack.setdefault(component.rack_id, set()).add(component.id)
     return [RackSelection(rack_id, ComponentsFilter(frozenset(ids))) for rack_id, ids in per_rack.items()]
@@ -153,14 +161,16 @@ def _find_component(
     return candidates[0]
 
 
-async def _resolve_domains(conn: AsyncConnection, targets: Sequence[NVLDomainTarget]) -> list[RackSelection]:
+async def _resolve_domains(
+    conn: AsyncConnection, targets: Sequence[NVLDomainTarget], spec_field: str
+) -> list[RackSelection]:
     by_id = await store.domains_by_column(conn, "id", [t.id for t in targets if t.id is not None])
     by_name = await store.domains_by_column(conn, "name", [t.name for t in targets if t.name])
     racks_of = await store.rack_ids_by_domain(conn, set(by_id.values()) | set(by_name.values()))
     selections: list[RackSelection] = []
     domain_seen: dict[uuid.UUID, int] = {}
     for index, target in enumerate(targets):
-        field = f"{FIELD}.nvl_domains[{index}]"
+        field = f"{spec_field}.nvl_domains[{index}]"
         if target.id is not None:
             domain_id, label = by_id.get(target.id), f"id {target.id}"
         elif target.name:
@@ -170,7 +180,9 @@ async def _resolve_domains(conn: AsyncConnection, targets: Sequence[NVLDomainTar
         if domain_id is None:
             raise NotFound(f"{field}: no NVLink domain with {label}")
         if domain_id in domain_seen:
-            raise _listed_twice(field, f"NVLink domain with {label}", "nvl_domains", domain_seen[domain_id])
+            raise _listed_twice(
+                spec_field, "nvl_domains", index, f"NVLink domain with {label}", domain_seen[domain_id]
+            )
         domain_seen[domain_id] = index
         types = _types_filter(target.component_types, field)
         selections.extend(RackSelection(rack_id, types) for rack_id in racks_of[domain_id])

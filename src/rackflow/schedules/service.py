@@ -752,14 +752,17 @@ class ScheduleService:
         """Make the scope exactly `desired`; returns the resulting scope and what changed."""
         async with self.db.transaction() as conn:
             await self._load(conn, schedule_id, "schedule_id", lock=True)
-            wanted = await self._resolve_locked(conn, desired)
+            wanted = await self._resolve_locked(conn, desired, "desired_scope")
             changes = reconcile(await store.list_scopes(conn, schedule_id), wanted)
             await self._apply(conn, schedule_id, changes)
             await store.set_last_edited_by(conn, schedule_id, caller_name(), self.clock.now())
             return await store.list_scopes(conn, schedule_id), changes
 
-    async def _resolve_locked(self, conn: AsyncConnection, target: TargetSpec) -> list[RackSelection]:
-        """Resolve the target for a scope write, with the racks of its component filters locked until commit.
+    async def _resolve_locked(
+        self, conn: AsyncConnection, target: TargetSpec, field: str = FIELD
+    ) -> list[RackSelection]:
+        """Resolve the target for a scope write (errors naming it under the request's `field`), with the
+        racks of its component filters locked until commit.
 
         RemoveComponent locks the component's rack before taking it out of scopes: holding those racks keeps
         a component named here from vanishing before our scope row commits, and a component that vanished
@@ -774,16 +777,16 @@ class ScheduleService:
         between DeleteRack's stamp and its rack lock, stamped once it holds the rack), and none that holds
         a scope row we want goes on to wait for a rack we hold.
         """
-        selections = await resolve_targets(conn, target)
+        selections = await resolve_targets(conn, target, field)
         named = {s.rack_id: s.filter.ids for s in selections if isinstance(s.filter, ComponentsFilter)}
         if named:
             await inventory_store.racks_for_update(self.db, conn, named)
             ids = {c for component_ids in named.values() for c in component_ids}
             vanished = ids - (await inventory_store.components_by_ids(conn, ids)).keys()
             if vanished:  # components never change racks: one still here is still on its rack
-                await resolve_targets(conn, target)  # raises its NOT_FOUND, naming the target by position
+                await resolve_targets(conn, target, field)  # raises its NOT_FOUND, naming it by position
                 # It resolved: an external id now names a component added meanwhile.
-                raise NotFound(f"{FIELD}: component {min(vanished)} was removed while the request ran")
+                raise NotFound(f"{field}: component {min(vanished)} was removed while the request ran")
         return selections
 
     async def _apply(self, conn: AsyncConnection, schedule_id: uuid.UUID, changes: ScopeChanges) -> None:
