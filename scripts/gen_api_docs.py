@@ -57,7 +57,9 @@ SCALAR_NAMES = {
 # catch-all.
 ERROR_ROWS = {
     "INVALID_ARGUMENT": "Malformed input: a bad spec, timezone, name, filter, mask path, target or UUID; "
-    "a duplicate rack or component in one target spec; a target that resolves to no rack.",
+    "a duplicate rack or component in one target spec; a target that resolves to no rack; a request whose "
+    "bytes do not parse, such as a string field that is not valid UTF-8 (`request: the bytes sent do not "
+    "parse: …`, refused before it is audited).",
     "NOT_FOUND": "An id (or name) that does not exist.",
     "ALREADY_EXISTS": "A duplicate rack or schedule name, on create and on rename (nothing in that request "
     "is applied).",

@@ -22,8 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from rackflow import metrics
 from rackflow.api.audit import AuditInterceptor
-from rackflow.api.auth import AuthInterceptor
-from rackflow.api.servicer import FlowServicer
+from rackflow.api.servicer import FlowServicer, interceptors
 from rackflow.audit.retention import AuditPruner
 from rackflow.audit.spool import AuditSpool
 from rackflow.checks.checker import PreflightChecker
@@ -107,8 +106,7 @@ class RackflowServer:
         http = self._bind_http()  # a taken HTTP port fails before gRPC listens
 
         self.grpc = grpc.aio.server(
-            # Authentication runs outside auditing, so the audit sees the caller's principal.
-            interceptors=[AuthInterceptor(self.config.tokens), self.audit],
+            interceptors=interceptors(self.config.tokens, self.audit),
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

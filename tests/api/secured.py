@@ -1,4 +1,5 @@
-"""An in-process server wired like `rackflow serve`: auth and audit interceptors, health and reflection."""
+"""An in-process server wired like `rackflow serve`: its interceptors (`api.servicer.interceptors`), health
+and reflection."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from rackflow.api.audit import AuditInterceptor
-from rackflow.api.auth import AuthInterceptor
-from rackflow.api.servicer import FlowServicer
+from rackflow.api.servicer import FlowServicer, interceptors
 from rackflow.security import Role, TokenEntry, TokenTable, hash_token
 from rackflow.services import Services
 from rackflow.v1 import flow_pb2, flow_pb2_grpc
@@ -39,7 +39,7 @@ async def secured_server(
     credentials: grpc.ServerCredentials | None = None,
 ) -> AsyncIterator[str]:
     """A started server on a free loopback port; yields HOST:PORT."""
-    server = grpc.aio.server(interceptors=[AuthInterceptor(tokens), AuditInterceptor(services.audit)])
+    server = grpc.aio.server(interceptors=interceptors(tokens, AuditInterceptor(services.audit)))
     flow_pb2_grpc.add_FlowServicer_to_server(FlowServicer(services), server)
     status = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(status, server)

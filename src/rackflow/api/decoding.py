@@ -1,0 +1,69 @@
+"""A request whose bytes do not parse is INVALID_ARGUMENT, for every RPC, in one place.
+
+gRPC parses a request before any handler runs, so the `rpc` decorator of `rackflow.api.errors` never sees
+a parse that fails (a string field that is not valid UTF-8, as an operator's tool may send): the error
+escaped from grpc's own code, which answered UNKNOWN ("Unexpected <class 'DecodeError'>") and logged a
+traceback. This interceptor gives every unary request a deserializer that keeps such a failure as an
+`_Unparsed` request, and answers it, before the handler (or the audit, which has no request to record)
+sees it, with the table's code for `InvalidArgument` and the parser's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from rackflow.api.auth import Behavior
+from rackflow.api.errors import status_for
+from rackflow.errors import InvalidArgument
+
+Deserializer = Callable[[bytes], Any]
+
+
+class _Unparsed:
+    """A request that did not parse, held as the parser's reason, e.g. `Error parsing message with type
+    'rackflow.v1.CreateRackRequest': String field had bad UTF-8`."""
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = error
+
+
+def _keeping_failures(deserializer: Deserializer) -> Deserializer:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except DecodeError as exc:
+            return _Unparsed(exc)
+
+    return deserialize
+
+
+def _refusing_unparsed(behavior: Behavior) -> Behavior:
+    async def refusing(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, _Unparsed):
+            refusal = InvalidArgument(f"request: the bytes sent do not parse: {request.error}")
+            await context.abort(status_for(refusal), str(refusal))
+        return await behavior(request, context)
+
+    return refusing
+
+
+class DecodeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses an unparsable request to any unary-unary RPC (every Flow RPC, and health's Check)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
+            _refusing_unparsed(handler.unary_unary),
+            request_deserializer=_keeping_failures(handler.request_deserializer),
+            response_serializer=handler.response_serializer,
+        )
