@@ -62,7 +62,7 @@ ERROR_ROWS = {
     "parse: …`, refused before it is audited).",
     "NOT_FOUND": "An id (or name) that does not exist.",
     "ALREADY_EXISTS": "A duplicate rack or schedule name, on create and on rename (nothing in that request "
-    "is applied).",
+    "is applied); a component's external id, or BMC resource, that another component has (in any rack).",
     "FAILED_PRECONDITION": "The current state forbids the request: pausing, resuming or triggering a "
     "consumed one-time schedule; removing a schedule's last scope; merging component filters of different "
     "kinds; a task conflict under the REJECT strategy; a full waiting queue (5 per rack); cancelling a "

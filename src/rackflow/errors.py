@@ -20,10 +20,11 @@ class NotFound(RackflowError):
 class AlreadyExists(RackflowError):
     """A unique value that is taken: `field` is the request field that gave it, `value` the value, and
     `what` says what already has it ("a schedule named"), so every such message reads the same:
-    `schedule.name: a schedule named 'nightly' already exists`."""
+    `schedule.name: a schedule named 'nightly' already exists`; `holder`, when given, names the one that
+    has it (`…/Systems/1' already exists: component 'node-0' (…) of rack 'rack-01'`)."""
 
-    def __init__(self, field: str, value: object, what: str) -> None:
-        super().__init__(f"{field}: {what} {value!r} already exists")
+    def __init__(self, field: str, value: object, what: str, holder: str = "") -> None:
+        super().__init__(f"{field}: {what} {value!r} already exists" + (f": {holder}" if holder else ""))
         self.field = field
         self.value = value
 

@@ -281,6 +281,47 @@ async def test_component_refusals(stub: Stub, db: Database) -> None:
     await refused(db, remove(pb.RemoveComponentRequest(id=ident("c"))), bad, "^id: 'c' is not a UUID")
 
 
+def with_bmc(name: str, url: str, resource: str = "Systems/1") -> pb.ComponentSpec:
+    return pb.ComponentSpec(
+        type=COMPUTE, name=name, bmc=pb.BmcEndpoint(url=url, resource=resource, credentials="env:BMC")
+    )
+
+
+async def test_a_bmc_resource_another_component_has_is_refused_naming_it(stub: Stub, db: Database) -> None:
+    """Never power-cycle the wrong rack: a component in another rack, or added later to the same one, may
+    not act on a machine a stored component acts on, whatever the spelling of its endpoint."""
+    rack = await make_rack(stub, "r1", with_bmc("node-0", "https://bmc-7.lab"))
+    holder = rack.components[0].id.id
+    taken = grpc.StatusCode.ALREADY_EXISTS
+    held = rf"already exists: component 'node-0' \({holder}\) of rack 'r1'$"
+    for url, resource in (
+        ("https://bmc-7.lab", "Systems/1"),
+        ("https://BMC-7.lab.:443/redfish/v1/", "/Systems/1/"),  # host's case and dot, default port, root
+        ("http://bmc-7.lab:443", "1"),  # the port says which service; a bare id is a System
+    ):
+        spec = with_bmc("c1", url, resource)
+        await refused(
+            db,
+            stub.CreateRack(
+                pb.CreateRackRequest(name="r2", components=[with_bmc("c0", "https://other"), spec])
+            ),
+            taken,
+            rf"^components\[1\]\.bmc: a component acting on '{re.escape(url.rstrip('/'))}.*Systems/1' {held}",
+        )
+        await refused(
+            db, stub.AddComponents(pb.AddComponentsRequest(rack_id=rack.id, components=[spec])), taken, held
+        )
+    # Another resource of the same BMC, or the same resource of another BMC (or port), is another machine.
+    r2 = await make_rack(
+        stub,
+        "r2",
+        with_bmc("c0", "https://bmc-7.lab", "Systems/2"),
+        with_bmc("c1", "https://bmc-8.lab"),
+        with_bmc("c2", "https://bmc-7.lab:8443"),
+    )
+    assert len(r2.components) == 3
+
+
 # --- NVLink domains ------------------------------------------------------------------------------
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
 
+from rackflow.domain.bmc import Target
 from rackflow.domain.inventory import Bmc, Component, ComponentType, PowerState
 from rackflow.domain.tasks import ComponentChange, Operation, OperationKind, Task, TaskStatus
-from rackflow.inventory.bmc import Target
 from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.bmc import Observed

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from rackflow.domain.bmc import Target, target_of
 from rackflow.domain.inventory import Bmc
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.bmc import Target, check_bmc, target_of
+from rackflow.inventory.bmc import check_bmc
 from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_credentials
 
 
@@ -39,6 +40,36 @@ def test_target_path_and_description() -> None:
 
 
 @pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (("https://bmc-7.lab", "Systems/1"), ("https://BMC-7.LAB.:443/redfish/v1/", "/Systems/1/")),
+        (("https://bmc-7.lab", "node-0"), ("http://bmc-7.lab:443/redfish/v1", "Systems/node-0")),
+        (("https://[FD00:0::5]", "Chassis/P0"), ("https://[fd00::5]:443", "Chassis/P0")),
+        (("https://bmc/custom/root", "1"), ("https://bmc/custom/root/", "Systems/1")),
+    ],
+)
+def test_spellings_of_one_resource_have_one_key(one: tuple[str, str], other: tuple[str, str]) -> None:
+    assert target_of(bmc(*one)).resource_key == target_of(bmc(*other)).resource_key
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        ("https://bmc-7.lab", "Systems/2"),  # another system of the same BMC
+        ("https://bmc-7.lab", "Chassis/1"),
+        ("https://bmc-8.lab", "Systems/1"),
+        ("https://bmc-7.lab:8443", "Systems/1"),  # another port: another service
+        ("http://bmc-7.lab", "Systems/1"),  # port 80
+        ("https://bmc-7.lab/other/root", "Systems/1"),
+    ],
+)
+def test_other_resources_have_other_keys(other: tuple[str, str]) -> None:
+    assert (
+        target_of(bmc("https://bmc-7.lab", "Systems/1")).resource_key != target_of(bmc(*other)).resource_key
+    )
+
+
+@pytest.mark.parametrize(
     ("url", "resource", "field", "words"),
     [
         ("10.0.0.5", "Systems/1", "components[0].bmc.url", "expected http(s)://HOST"),
@@ -46,6 +77,7 @@ def test_target_path_and_description() -> None:
         ("https://", "Systems/1", "components[0].bmc.url", "expected http(s)://HOST"),
         ("https://admin:pw@10.0.0.5", "Systems/1", "components[0].bmc.url", "must not carry credentials"),
         ("https://10.0.0.5/?x=1", "Systems/1", "components[0].bmc.url", "query"),
+        ("https://10.0.0.5:99999", "Systems/1", "components[0].bmc.url", "Port out of range"),
         ("https://10.0.0.5", "", "components[0].bmc.resource", "expected Systems/<id>"),
         ("https://10.0.0.5", "Storage/1", "components[0].bmc.resource", "expected Systems/<id>"),
         ("https://10.0.0.5", "Systems/1/Bios", "components[0].bmc.resource", "expected Systems/<id>"),

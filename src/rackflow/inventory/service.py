@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import Clock
+from rackflow.domain.bmc import stored_resource_key, target_of
 from rackflow.domain.inventory import (
     Component,
     ComponentSpec,
@@ -22,7 +23,7 @@ from rackflow.domain.inventory import (
     Rack,
 )
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from rackflow.inventory.bmc import check_bmc, target_of
+from rackflow.inventory.bmc import check_bmc
 from rackflow.inventory.scope_removal import drop_component_from_scopes
 from rackflow.store import inventory as store
 from rackflow.store import scope_removals
@@ -34,10 +35,12 @@ log = logging.getLogger(__name__)
 
 def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[ComponentSpec]:
     """Validate each spec, and refuse two specs that claim the same (type, external_id), or the same BMC
-    resource: two components acting on one machine (a copied line of a fleet file) would power it off
-    for the other's task, and the rack's conflict rules would not see it."""
+    resource (`Target.resource_key`: any spelling of it): two components acting on one machine (a copied
+    line of a fleet file) would power it off for the other's task, and the rack's conflict rules would not
+    see it. A resource another component has already is refused in the transaction
+    (`_refuse_taken_bmc_resources`)."""
     first_seen: dict[tuple[ComponentType, str], int] = {}
-    resources: dict[tuple[str, str], int] = {}
+    resources: dict[str, int] = {}
     for index, spec in enumerate(specs):
         item = f"{field}[{index}]"
         if spec.type is ComponentType.UNKNOWN:
@@ -48,7 +51,7 @@ def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[Co
         if spec.bmc is not None:
             check_bmc(spec.bmc, f"{item}.bmc")
             target = target_of(spec.bmc, f"{item}.bmc")
-            resource = (target.base_url.lower(), target.path)
+            resource = target.resource_key
             if resource in resources:
                 raise InvalidArgument(
                     f"{item}.bmc: {target.describe()} is also {field}[{resources[resource]}]'s BMC resource "
@@ -91,6 +94,7 @@ class InventoryService:
             if nvl_domain_id is not None and not await store.domains_by_column(conn, "id", [nvl_domain_id]):
                 raise NotFound(f"nvl_domain_id: no NVLink domain with id {nvl_domain_id}")
             await _refuse_taken_external_ids(conn, specs, "components")
+            await _refuse_taken_bmc_resources(conn, specs, "components")
             now = self.clock.now()
             rack_id = await store.insert_rack(
                 conn, name=name, external_id=external_id, nvl_domain_id=nvl_domain_id, created_at=now
@@ -164,6 +168,7 @@ class InventoryService:
             if not await store.rack_exists(conn, rack_id):
                 raise NotFound(f"rack_id: no rack with id {rack_id}")
             await _refuse_taken_external_ids(conn, checked, "components")
+            await _refuse_taken_bmc_resources(conn, checked, "components")
             return await store.insert_components(conn, rack_id, checked, self.clock.now())
 
     async def remove_component(self, component_id: uuid.UUID) -> None:
@@ -238,4 +243,26 @@ async def _refuse_taken_external_ids(
                 f"{field}[{index}].external_id",
                 spec.external_id,
                 f"a {spec.type.value} component with external_id",
+            )
+
+
+async def _refuse_taken_bmc_resources(
+    conn: AsyncConnection, specs: Sequence[ComponentSpec], field: str
+) -> None:
+    """Refuse a spec whose BMC resource another component, in any rack, acts on already, naming that
+    component and its rack: a power operation on either rack would act on the other's machine, unseen by
+    both racks' conflict rules. The unique `components.bmc_resource_key` covers the race this misses."""
+    named = [(index, spec.bmc) for index, spec in enumerate(specs) if spec.bmc is not None]
+    taken = await store.components_by_bmc_resources(conn, [bmc for _, bmc in named])
+    if not taken:
+        return
+    racks = await store.rack_names(conn, {component.rack_id for component in taken.values()})
+    for index, bmc in named:
+        holder = taken.get(stored_resource_key(bmc))
+        if holder is not None:
+            raise AlreadyExists(
+                f"{field}[{index}].bmc",
+                target_of(bmc).describe(),
+                "a component acting on",
+                f"component {holder.name!r} ({holder.id}) of rack {racks[holder.rack_id]!r}",
             )

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, RowMapping, Table, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.domain.bmc import stored_resource_key, target_of
 from rackflow.domain.inventory import (
     Bmc,
     Component,
@@ -65,8 +66,13 @@ def _bmc_from(columns: RowMapping) -> Bmc | None:
 
 def _bmc_columns(bmc: Bmc | None) -> dict[str, str | None]:
     if bmc is None:
-        return {"bmc_url": None, "bmc_resource": None, "bmc_credentials": None}
-    return {"bmc_url": bmc.url, "bmc_resource": bmc.resource, "bmc_credentials": bmc.credentials}
+        return {"bmc_url": None, "bmc_resource": None, "bmc_credentials": None, "bmc_resource_key": None}
+    return {
+        "bmc_url": bmc.url,
+        "bmc_resource": bmc.resource,
+        "bmc_credentials": bmc.credentials,
+        "bmc_resource_key": stored_resource_key(bmc),
+    }
 
 
 def _rack_from(row: Row[Any], rack_components: Sequence[Component] = ()) -> Rack:
@@ -82,9 +88,11 @@ def _rack_from(row: Row[Any], rack_components: Sequence[Component] = ()) -> Rack
 
 # A rack lists its components grouped by type, then by name: the order an operator reads them in.
 _COMPONENT_ORDER = (components.c.type, components.c.name, components.c.id)
-# A `Component` is read from every column but `created_at`, which it does not carry: converting that
-# timestamp was 4 % of the server's time in a 10,000-rack fan-out (docs/PERFORMANCE.md).
-_COMPONENTS = select(*(column for column in components.c if column is not components.c.created_at))
+# A `Component` is read from every column but `created_at` and `bmc_resource_key`, which it does not carry:
+# converting that timestamp was 4 % of the server's time in a 10,000-rack fan-out (docs/PERFORMANCE.md).
+_COMPONENTS = select(
+    *(c for c in components.c if c is not components.c.created_at and c is not components.c.bmc_resource_key)
+)
 # The rack list's order; a page token holds its values in the page's last row.
 RACK_ORDER = (racks.c.created_at, racks.c.id)
 
@@ -253,7 +261,13 @@ async def insert_components(
         for c in created
     ]
     named = some_of(sorted({c.external_id for c in created if c.external_id}))
-    with unique_violation_as(AlreadyExists("external_id", named, "a component of the same type with one of")):
+    resources = some_of([target_of(c.bmc).describe() for c in created if c.bmc is not None])
+    # The BMC resource's error first: its field matches no column, so it is the one raised when the violated
+    # index is not (type, external_id)'s.
+    with unique_violation_as(
+        AlreadyExists("components.bmc", resources, "a component acting on one of"),
+        AlreadyExists("external_id", named, "a component of the same type with one of"),
+    ):
         for chunk in chunked(rows):
             await conn.execute(insert(components), chunk)
     return created
@@ -288,6 +302,17 @@ async def components_by_external_ids(
         stmt = _COMPONENTS.where(components.c.external_id.in_(chunk)).order_by(components.c.type)
         for row in await conn.execute(stmt):
             found.setdefault(row.external_id, []).append(_component_from(row))
+    return found
+
+
+async def components_by_bmc_resources(conn: AsyncConnection, bmcs: Collection[Bmc]) -> dict[str, Component]:
+    """The component acting on each of these BMC resources, if any, by the resource's stored key
+    (`domain.bmc.stored_resource_key`): at most one each, the key being unique."""
+    found: dict[str, Component] = {}
+    for chunk in chunked({stored_resource_key(bmc) for bmc in bmcs}):
+        stmt = _COMPONENTS.add_columns(components.c.bmc_resource_key)
+        for row in await conn.execute(stmt.where(components.c.bmc_resource_key.in_(chunk))):
+            found[row.bmc_resource_key] = _component_from(row)
     return found
 
 

@@ -85,7 +85,12 @@ components = Table(
     Column("bmc_url", String(1024), nullable=True),
     Column("bmc_resource", String(255), nullable=True),
     Column("bmc_credentials", String(1024), nullable=True),
+    # The machine the BMC fields name, one text for every spelling of it (`domain.bmc.stored_resource_key`,
+    # migration 0039): unique, so no two components, in one rack or two, act on one machine. NULL without
+    # a BMC (NULLs are distinct: any number of components have none).
+    Column("bmc_resource_key", String(64), nullable=True),
     UniqueConstraint("type", "external_id"),
+    Index("uq_components_bmc_resource_key", "bmc_resource_key", unique=True),
 )
 
 # A process that runs tasks or fires schedules; its heartbeat is the lease on everything it owns.

@@ -17,10 +17,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from rackflow.domain.bmc import Target, target_of
 from rackflow.domain.inventory import Bmc, Component, PowerState
 from rackflow.domain.tasks import ComponentChange, OperationKind, Task
 from rackflow.errors import InvalidArgument
-from rackflow.inventory.bmc import Target, target_of
 from rackflow.retry import Sleep
 from rackflow.tasks.backends.base import Backend, StepFailed
 from rackflow.tasks.backends.redfish.bmc import BmcSession, Observed

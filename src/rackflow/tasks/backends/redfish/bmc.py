@@ -16,8 +16,8 @@ from sushy import auth as sushy_auth
 from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
 
+from rackflow.domain.bmc import Target
 from rackflow.domain.inventory import PowerState
-from rackflow.inventory.bmc import Target
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials
 from rackflow.tasks.backends.redfish.rules import (
