@@ -1,9 +1,11 @@
 """The fault proxy (tests/faults/tcp_proxy.py) passes PostgreSQL's protocol through, cuts every connection
-and refuses new ones while dropping, and delays without breaking anything."""
+and refuses new ones while dropping, cuts the one connection that sends a given message, and delays without
+breaking anything."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -50,3 +52,24 @@ def test_delay_holds_each_round_trip(proxied: tuple[TcpProxy, str]) -> None:
         held = time.monotonic() - started
         proxy.delay(0)
     assert held >= 0.4  # one chunk each way, each held 0.2 s
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["answer-lost", "commit-lost"])
+def test_cut_at_cuts_the_connection_that_sends_the_message_losing_its_answer_or_itself(
+    proxied: tuple[TcpProxy, str], delivered: bool
+) -> None:
+    proxy, url = proxied
+    table = f"cut_at_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f"CREATE TABLE {table} (n int)")
+        try:
+            with psycopg.connect(url, connect_timeout=5) as conn:
+                conn.execute(f"INSERT INTO {table} VALUES (1)")
+                proxy.cut_at(b"COMMIT", delivered=delivered)
+                with pytest.raises(psycopg.OperationalError):
+                    conn.commit()
+            time.sleep(0.2)  # the server ends the cut connection's transaction, if it has not yet
+            rows = admin.execute(f"SELECT count(*) FROM {table}").fetchone()
+        finally:
+            admin.execute(f"DROP TABLE {table}")
+    assert rows == ((1,) if delivered else (0,))
