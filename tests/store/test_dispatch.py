@@ -1,4 +1,5 @@
-"""The dispatcher's queries on both databases: what a claim takes, and which runs the sweep interrupts."""
+"""The dispatcher's queries on both databases: what a claim takes, what a claim in doubt committed, and which
+runs the sweep interrupts."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
 
 from rackflow.store import dispatch
 from rackflow.store import schedules as store
@@ -68,6 +69,28 @@ async def _instance(env: Env, heartbeat_age: timedelta) -> uuid.UUID:
             insert(instances).values(id=instance_id, host="h", pid=1, started_at=beat, heartbeat_at=beat)
         )
     return instance_id
+
+
+async def test_a_claim_in_doubt_is_answered_for_only_once_it_is_over(env: Env) -> None:
+    """A claim whose COMMIT was lost in the network may still be open on the server, holding its schedules:
+    the look-up refuses to answer then (it would say "not committed" of a claim that may yet commit)."""
+    if env.db.is_sqlite:
+        pytest.skip("SQLite's single writer: no claim is open beside the look-up's transaction")
+    schedule = await env.schedule(racks=[await env.rack("r1")])
+    run_id = uuid.uuid4()
+    async with env.db.transaction() as claim:
+        await claim.execute(
+            env.db.for_update(select(task_schedule.c.id).where(task_schedule.c.id == schedule.id))
+        )
+        await store.insert_runs(
+            env.db, claim, [store.NewRun(run_id, schedule.id, START, "dispatch", None, None)]
+        )
+        with pytest.raises(Exception, match="could not obtain lock"):
+            async with env.db.transaction() as conn:
+                await dispatch.claimed_runs(env.db, conn, [schedule.id], [run_id])
+    async with env.db.transaction() as conn:
+        assert await dispatch.claimed_runs(env.db, conn, [schedule.id], [run_id]) == {run_id}
+        assert await dispatch.claimed_runs(env.db, conn, [schedule.id], [uuid.uuid4()]) == set()
 
 
 async def test_sweep_interrupts_runs_of_dead_owners_and_stuck_runs_only(env: Env) -> None:

@@ -14,6 +14,14 @@ Delivery guarantee — at most once per tick, on any number of instances:
   loses the tick's remaining submissions rather than repeating them; its run row stays "running" until
   another instance sees the owner's heartbeat has stopped and marks it "interrupted", so the operator
   sees it.
+* A claim whose COMMIT goes unanswered (the connection lost, `Unavailable`) may have committed: its tick is
+  then spent, and its runs are "running" and this instance's, so no one else would fire them. The
+  dispatcher asks on a new connection, once the claim's transaction is over (`dispatch.claimed_runs`,
+  retried for up to CLAIM_LOOKUP_RETRY's deadline), which of its runs the database recorded, and fires
+  those through phases 2 and 3 as any claim's; a claim that did not commit recorded none, and its
+  schedules, still due, are claimed again. So the tick fires late only by the look-up, and never twice;
+  if the database stays away past the look-up's deadline, the firings are given up, and if they committed
+  the sweep marks their runs "interrupted" (as for a crash between phases).
 * A schedule with a rollout policy is recorded "rolling" in phase 1 and its first wave starts at once
   (`ScheduleService.fire` takes its first `RolloutService.advance`); the rollout driver (`rollouts/driver.py`)
   takes it from there.
@@ -57,6 +65,7 @@ from rackflow.config import (
 from rackflow.domain.audit import EXPIRE_RUN, OK, SYSTEM_PRINCIPAL
 from rackflow.domain.firing import Firing
 from rackflow.domain.schedules import pause_to_json
+from rackflow.errors import Unavailable
 from rackflow.retry import Retry, retrying
 from rackflow.schedules.approvals import ApprovalService
 from rackflow.schedules.firing import claim
@@ -75,14 +84,19 @@ BACKLOG_REFRESH = timedelta(seconds=1)
 
 # After an unexpected error (e.g. the database restarting) poll again this often until a poll succeeds.
 POLL_RETRY = Retry.every(1.0)
+# How long a claim in doubt is looked up (`Dispatcher._committed`) before its firings are given up to the
+# sweep: as long as a firing's write-back is retried, so a database restart of a few seconds loses nothing.
+CLAIM_LOOKUP_RETRY = Retry(first_delay=0.2, max_delay=2.0, deadline=30.0)
 
 
 @dataclass(frozen=True)
 class Claim:
-    """What one claim took, and whether its batch came back full (more is probably due)."""
+    """What one claim took, and whether its batch came back full (more is probably due). `in_doubt`: its
+    COMMIT went unanswered, and its firings are to be fired only if it committed (`Dispatcher._committed`)."""
 
     firings: list[Firing]
     full: bool
+    in_doubt: bool = False
 
 
 class Dispatcher:
@@ -145,14 +159,14 @@ class Dispatcher:
                     slots.release()
                     break
                 if claim.firings:
-                    task = asyncio.create_task(self._fire_then_release(claim.firings, started, slots))
+                    task = asyncio.create_task(self._fire_then_release(claim, started, slots))
                     firing.add(task)
                     task.add_done_callback(firing.discard)
                 else:
                     slots.release()
                     metrics.POLL_SECONDS.observe(time.perf_counter() - started)
-                if claim.full:
-                    continue  # draining: more are probably due
+                if claim.full or claim.in_doubt:
+                    continue  # draining: more are probably due; in doubt: claim again, as after any error
                 with contextlib.suppress(Exception):
                     await self.sweep_abandoned_runs()
                 with contextlib.suppress(Exception):
@@ -200,15 +214,13 @@ class Dispatcher:
         started = time.perf_counter()
         claim = await self._claim()
         if claim.firings:
-            await self._fire(claim.firings)
+            await self._fire(claim.firings, in_doubt=claim.in_doubt)
         metrics.POLL_SECONDS.observe(time.perf_counter() - started)
         return len(claim.firings)
 
-    async def _fire_then_release(
-        self, claimed: list[Firing], started: float, slot: asyncio.Semaphore
-    ) -> None:
+    async def _fire_then_release(self, claim: Claim, started: float, slot: asyncio.Semaphore) -> None:
         try:
-            await self._fire(claimed)
+            await self._fire(claim.firings, in_doubt=claim.in_doubt)
         finally:
             slot.release()
             metrics.POLL_SECONDS.observe(time.perf_counter() - started)
@@ -220,35 +232,49 @@ class Dispatcher:
         overlap check sees that firing's task (an interval shorter than a busy drain could otherwise let
         a pipelined claim miss it). A full claim doubles the next batch (up to DISPATCH_BATCH_CAP); one
         that is not full returns to the starting batch and sets `wake_after` from the earliest next run.
+        A claim that lost its connection (`Unavailable`) after writing firings may have committed: it is
+        returned in doubt, for `_fire` to fire what it committed; one that lost it before raises.
         """
         self._wake_at = None  # awake: announcements from now on end the next sleep
         self._woken.clear()
         batch = self.claim_batch
         may_count = time.monotonic() >= self._next_backlog_count  # see BACKLOG_REFRESH
-        async with self.db.transaction() as conn:
-            now = await self.db.now(conn)
-            read_at = time.monotonic()
-            due = await dispatch.claim_due(self.db, conn, now, batch, exclude=self._in_flight)
-            for schedule in due:
-                assert schedule.next_run_at is not None
-                metrics.DISPATCH_LAG.observe(max(0.0, (now - schedule.next_run_at).total_seconds()))
-            claimed = await claim(
-                self.db,
-                conn,
-                due,
-                trigger="dispatch",
-                now=now,
-                owner_id=self.instance_id,
-                default_start_deadline=self.schedules.default_start_deadline,
+        claimed: list[Firing] = []
+        try:
+            async with self.db.transaction() as conn:
+                now = await self.db.now(conn)
+                read_at = time.monotonic()
+                due = await dispatch.claim_due(self.db, conn, now, batch, exclude=self._in_flight)
+                for schedule in due:
+                    assert schedule.next_run_at is not None
+                    metrics.DISPATCH_LAG.observe(max(0.0, (now - schedule.next_run_at).total_seconds()))
+                claimed = await claim(
+                    self.db,
+                    conn,
+                    due,
+                    trigger="dispatch",
+                    now=now,
+                    owner_id=self.instance_id,
+                    default_start_deadline=self.schedules.default_start_deadline,
+                )
+                full = len(due) >= batch
+                # What is still due after a full batch (None: counted too recently), or when to look next.
+                backlog: int | None = 0
+                earliest: datetime | None = None
+                if full:
+                    backlog = await dispatch.count_due(conn, now) if may_count else None
+                else:
+                    earliest = await dispatch.next_due_at(conn, now)
+        except Unavailable as exc:
+            if not claimed:
+                raise
+            log.warning(
+                "claim of %d schedule(s): commit outcome unknown (%s); looking up whether it committed",
+                len(claimed),
+                exc,
             )
-            full = len(due) >= batch
-            # What is still due after a full batch (None: counted too recently), or when to look next.
-            backlog: int | None = 0
-            earliest: datetime | None = None
-            if full:
-                backlog = await dispatch.count_due(conn, now) if may_count else None
-            else:
-                earliest = await dispatch.next_due_at(conn, now)
+            self._in_flight.update(f.schedule.id for f in claimed)
+            return Claim(claimed, full=False, in_doubt=True)
         if full and may_count:
             self._next_backlog_count = time.monotonic() + BACKLOG_REFRESH.total_seconds()
         if backlog is not None:
@@ -268,19 +294,50 @@ class Dispatcher:
             self.wake_after, self._wake_at = wake_at - now, wake_at
         return Claim(claimed, full)
 
-    async def _fire(self, claimed: list[Firing]) -> None:
-        """Phases 2 and 3 for the whole batch; never raises, so a bad batch cannot stop the loop."""
+    async def _fire(self, claimed: list[Firing], *, in_doubt: bool = False) -> None:
+        """Phases 2 and 3 for the whole batch (of a claim in doubt, for what it committed); never raises, so
+        a bad batch cannot stop the loop."""
+        fired: list[Firing] = []
         try:
+            fired = await self._committed(claimed) if in_doubt else claimed
             await failpoints.pause("pause_after_claim")
-            await self.schedules.fire(claimed)
+            await self.schedules.fire(fired)
         except Exception:
             log.exception("firing a batch of %d schedule(s) failed", len(claimed))
         finally:
             self._in_flight.difference_update(f.schedule.id for f in claimed)
+            if len(fired) < len(claimed):
+                self._hear(None)  # a claim in doubt that did not commit: its schedules are due still
             # Their next runs were left out of the planned look: wake for the soonest, if before it.
-            soonest = min((f.next_run_at for f in claimed if f.next_run_at is not None), default=None)
+            soonest = min((f.next_run_at for f in fired if f.next_run_at is not None), default=None)
             if soonest is not None:
                 self._hear(soonest)
+
+    async def _committed(self, claimed: list[Firing]) -> list[Firing]:
+        """The firings of a claim in doubt that the database recorded (all or none), asked on a new
+        connection once the claim's transaction is over (`dispatch.claimed_runs`)."""
+
+        async def look_up() -> set[uuid.UUID]:
+            async with self.db.transaction() as conn:
+                schedule_ids = [f.schedule.id for f in claimed]
+                return await dispatch.claimed_runs(self.db, conn, schedule_ids, [f.run_id for f in claimed])
+
+        try:
+            recorded = await retrying(look_up, CLAIM_LOOKUP_RETRY, what="look-up of a claim in doubt")
+        except Exception:
+            log.exception(
+                "claim of %d schedule(s) still in doubt; not fired: if it committed, the sweep marks its "
+                "runs interrupted",
+                len(claimed),
+            )
+            return []
+        committed = [f for f in claimed if f.run_id in recorded]
+        log.warning(
+            "claim of %d schedule(s) with an unknown commit outcome %s",
+            len(claimed),
+            "committed after all: firing them" if committed else "did not commit: they are claimed again",
+        )
+        return committed
 
     async def resume_ended_pauses(self) -> None:
         """Resume the schedules whose pause has reached its `resume_at`, each recorded in the audit trail

@@ -213,9 +213,10 @@ def skip_locked(dialect: str, stmt: _S) -> _S:
     return stmt.with_for_update(skip_locked=True) if locks_rows(dialect) else stmt
 
 
-def for_update(dialect: str, stmt: _S) -> _S:
-    """Lock rows until commit (PostgreSQL); SQLite's single writer already excludes other writers."""
-    return stmt.with_for_update() if locks_rows(dialect) else stmt
+def for_update(dialect: str, stmt: _S, *, nowait: bool = False) -> _S:
+    """Lock rows until commit (PostgreSQL); SQLite's single writer already excludes other writers.
+    `nowait`: a row another transaction holds fails the statement (LockNotAvailable) instead of waiting."""
+    return stmt.with_for_update(nowait=nowait) if locks_rows(dialect) else stmt
 
 
 @contextmanager

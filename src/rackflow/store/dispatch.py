@@ -1,4 +1,5 @@
-"""The dispatcher's queries: claim due schedules, count them, and mark abandoned runs.
+"""The dispatcher's queries: claim due schedules, count them, look up a claim in doubt, and mark abandoned
+runs.
 
 (What a claim writes, for the dispatcher and manual triggers alike, is in `store.schedules`: scopes by
 schedule, `advance`, `insert_runs`.)
@@ -27,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.config import DUE_COUNT_CAP
 from rackflow.domain.schedules import Schedule
-from rackflow.store.db import Database
+from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import not_in_keys
 from rackflow.store.schedules import schedule_from_row
 from rackflow.store.streak_checks import mark_schedules
@@ -107,6 +108,28 @@ async def next_due_at(conn: AsyncConnection, now: datetime) -> datetime | None:
     row = (await conn.execute(select(next_run, pause_end))).one()
     times = [value for value in row if isinstance(value, datetime)]
     return min(times, default=None)
+
+
+async def claimed_runs(
+    db: Database, conn: AsyncConnection, schedule_ids: Collection[uuid.UUID], run_ids: Collection[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Which of `run_ids` a claim whose COMMIT went unanswered recorded: all of them if it committed, none
+    if it did not, and never an answer while it may still commit.
+
+    The claim held its schedules' rows locked until it ended, so once this transaction holds them the claim
+    is over, whatever the server made of the lost connection. On PostgreSQL the lock is taken NOWAIT: a
+    claim still open on the server (its connection cut without the server knowing yet) fails this at once
+    (LockNotAvailable), for the caller to ask again later, rather than holding the caller for as long as the
+    server takes to notice. SQLite's writer lock, which this transaction holds, says the same.
+    """
+    for chunk in chunked(in_id_order(schedule_ids)):
+        locked = select(task_schedule.c.id).where(task_schedule.c.id.in_(chunk))
+        await conn.execute(db.for_update(locked, nowait=True))
+    recorded: set[uuid.UUID] = set()
+    for chunk in chunked(list(run_ids)):
+        found = select(task_schedule_run.c.id).where(task_schedule_run.c.id.in_(chunk))
+        recorded.update((await conn.execute(found)).scalars())
+    return recorded
 
 
 async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: timedelta) -> int:

@@ -1,0 +1,121 @@
+"""A claim whose COMMIT is lost with its connection, on both databases: the dispatcher finds out whether the
+claim committed and fires its tick at once if it did, on the next claim if it did not, and never twice.
+
+PostgreSQL: the dispatcher's connections go through the fault proxy (tests/faults/tcp_proxy.py), which cuts
+the connection that sends the claim's COMMIT, after the server got it (the answer is lost) or before (the
+COMMIT is). SQLite has no connection to lose: its transaction commits, or rolls back, and then raises
+`Unavailable`, as the firing tests lose a submit's (tests/store/test_schedules_firing.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import pytest
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.errors import Unavailable
+from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.store import instances
+from rackflow.store.db import Database
+from tests.faults.tcp_proxy import TcpProxy
+from tests.store.schedules_support import Env, make_env
+
+LoseCommit = Callable[[bool], None]  # `delivered`: whether the database got the COMMIT (and committed)
+
+
+@pytest.fixture
+def proxy(db_url: str) -> Iterator[TcpProxy | None]:
+    """PostgreSQL: a fault proxy in front of the test database's server; SQLite: None."""
+    if not db_url.startswith("postgresql"):
+        yield None
+        return
+    started = TcpProxy(make_url(db_url).port or 5432)
+    started.start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+async def env(db_url: str, proxy: TcpProxy | None) -> AsyncIterator[Env]:
+    url = db_url if proxy is None else make_url(db_url).set(port=proxy.port).render_as_string(False)
+    db = Database(url)
+    try:
+        yield make_env(db)
+    finally:
+        await db.dispose()
+
+
+@pytest.fixture
+def lose_next_commit(env: Env, proxy: TcpProxy | None, monkeypatch: pytest.MonkeyPatch) -> LoseCommit:
+    """Arms a fault for the next transaction's COMMIT: it is lost with its connection, after the database
+    committed (`delivered`) or before."""
+
+    def arm(delivered: bool) -> None:
+        if proxy is not None:
+            proxy.cut_at(b"COMMIT", delivered=delivered)
+            return
+        real_transaction = env.db.transaction
+
+        @asynccontextmanager
+        async def transaction() -> AsyncIterator[AsyncConnection]:
+            monkeypatch.setattr(env.db, "transaction", real_transaction)  # once
+            lost = Unavailable("database unavailable: server closed the connection unexpectedly")
+            async with real_transaction() as conn:
+                yield conn
+                if not delivered:
+                    raise lost  # rolls the transaction back
+            raise lost
+
+        monkeypatch.setattr(env.db, "transaction", transaction)
+
+    return arm
+
+
+async def _dispatch_until_fired(
+    env: Env, schedule_id: uuid.UUID, fault: Callable[[], None], within: float
+) -> None:
+    """Run a dispatcher of a live instance, its first transaction's COMMIT lost (`fault`), until the schedule
+    has a task, or `within` seconds have passed."""
+    instance_id = uuid.uuid4()
+    await instances.register(env.db, instance_id, host="here", pid=1)  # so the sweep leaves its runs be
+    fault()
+    dispatcher = Dispatcher(
+        env.services.schedules, env.services.audit, instance_id=instance_id, interval=timedelta(seconds=30)
+    )
+    stop = asyncio.Event()
+    loop = asyncio.create_task(dispatcher.run(stop))
+    try:
+        for _ in range(int(within / 0.05)):
+            if (await env.services.tasks.list_tasks(schedule_id=schedule_id))[0]:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await loop
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["answer-lost", "commit-lost"])
+async def test_a_claim_whose_commit_is_lost_fires_its_tick_once_at_once(
+    env: Env, lose_next_commit: LoseCommit, delivered: bool
+) -> None:
+    """Answer lost: the claim committed, so its tick is spent and only this dispatcher can fire it (its run
+    is "running", this instance's); it must find out and fire it, not leave the run to the sweep (ten
+    minutes, then "interrupted"). COMMIT lost: the schedule is still due, and the next claim fires it."""
+    schedule = await env.schedule(racks=[await env.rack("r1")])
+    env.clock.advance(timedelta(hours=2))  # due, on either database's clock
+
+    await _dispatch_until_fired(env, schedule.id, lambda: lose_next_commit(delivered), within=10.0)
+
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    tasks, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    assert [run.state for run in runs] == ["completed"]
+    assert [t.id for t in tasks] == [o.task_id for o in runs[0].outcomes]
+    assert len(tasks) == 1
