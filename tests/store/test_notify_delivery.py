@@ -268,6 +268,42 @@ async def test_a_send_that_outlived_its_claim_does_not_overwrite_the_next(db: Da
         assert await outbox.record_results(conn, [outbox.Result(new, delivered=True)], env.clock.now()) == 1
 
 
+async def test_a_send_from_before_a_redelivery_does_not_overwrite_the_attempt_of_the_same_number_after_it(
+    db: Database,
+) -> None:
+    """Redelivery counts attempts from zero again, so the claim after it has the attempt number of a claim
+    before it, whose sender may still be at work (it outlived its lease): that sender's result must not be
+    written over the new claim's, nor make the delivery due again while the new claim sends it."""
+    env = make_env(db)
+    with receiving() as receiver:
+        channel = (await _channel(env, receiver, max_attempts=1)).channel
+    await _record(env)
+    async with db.transaction() as conn:
+        await outbox.fan_out(db, conn, env.clock.now(), 10)
+
+    async def claim() -> outbox.Claimed:
+        async with db.transaction() as conn:  # a lease of zero: the next claim takes it over at once
+            (claimed,) = await outbox.claim_deliveries(
+                db, conn, channel.id, await db.now(conn), 10, timedelta(0)
+            )
+        return claimed
+
+    stale = await claim()  # attempt 1; its sender stalls past its lease
+    taken_over = await claim()  # attempt 2, the last: it fails and the delivery is dead
+    async with db.transaction() as conn:
+        dead = outbox.Result(taken_over, delivered=False, error="refused")
+        assert await outbox.record_results(conn, [dead], env.clock.now()) == 1
+    assert await env.services.notifications.redeliver(channel_id=channel.id) == 1
+    fresh = await claim()  # attempt 1 again, after the redelivery
+    assert fresh.attempt == stale.attempt
+
+    async with db.transaction() as conn:
+        late = outbox.Result(stale, delivered=False, error="late", retry_after=timedelta(0))
+        assert await outbox.record_results(conn, [late], env.clock.now()) == 0
+        assert await outbox.record_results(conn, [outbox.Result(fresh, delivered=True)], env.clock.now()) == 1
+    assert await _states(env) == [DeliveryState.DELIVERED]
+
+
 async def test_retention_deletes_only_events_delivered_everywhere(db: Database) -> None:
     env = make_env(db)
     with receiving() as receiver:

@@ -3,9 +3,9 @@
 `record_events` is the one way an event is written: inside the caller's transaction, so an event exists
 exactly when the change it reports committed. The delivery loop (`rackflow.notify.delivery`) then, from any
 instance, fans new events out into one delivery per matching channel (`fan_out`), claims due deliveries
-(`claim_deliveries`: SKIP LOCKED on PostgreSQL, and the attempt counted and the row moved past a lease in
-the same statement, so no other instance sends it meanwhile), and writes each result fenced by the attempt
-it claimed (`record_results`).
+(`claim_deliveries`: SKIP LOCKED on PostgreSQL, and the attempt and the claim counted and the row moved
+past a lease in the same statement, so no other instance sends it meanwhile), and writes each result fenced
+by the claim it made (`record_results`).
 
 Every write that gives the delivery loop work at once (an event, a redelivery, a channel made or changed)
 asks for `CHANGED` after its commit (`store.db.after_commit`): the loop of this process then looks at once,
@@ -361,10 +361,12 @@ async def delete_channel(conn: AsyncConnection, channel_id: uuid.UUID) -> bool:
 
 @dataclass(frozen=True)
 class Claimed:
-    """A delivery this instance is sending: `attempt` is the fence its result is written under."""
+    """A delivery this instance is sending: its attempt (from 1, again after a redelivery), and `claim`, the
+    fence its result is written under (the delivery's claims ever made, never reset: migration 0040)."""
 
     id: uuid.UUID
     attempt: int
+    claim: int
     event: Event
 
 
@@ -388,12 +390,12 @@ async def claim_deliveries(
     claimed = (
         update(notification_delivery)
         .where(_delivery.id.in_(ids))
-        .values(attempts=_delivery.attempts + 1, next_attempt_at=now + lease)
-        .returning(_delivery.id, _delivery.attempts, _delivery.event_id)
+        .values(attempts=_delivery.attempts + 1, claims=_delivery.claims + 1, next_attempt_at=now + lease)
+        .returning(_delivery.id, _delivery.attempts, _delivery.claims, _delivery.event_id)
     )
-    attempts = {row.id: (row.attempts, row.event_id) for row in await conn.execute(claimed)}
-    events = await _lookup(conn, notification_event, [event_id for _, event_id in attempts.values()])
-    return [Claimed(i, attempts[i][0], _event_from(events[attempts[i][1]])) for i in ids]
+    rows = {row.id: row for row in await conn.execute(claimed)}
+    events = await _lookup(conn, notification_event, [row.event_id for row in rows.values()])
+    return [Claimed(i, rows[i].attempts, rows[i].claims, _event_from(events[rows[i].event_id])) for i in ids]
 
 
 async def take_tokens(
@@ -433,8 +435,10 @@ class Result:
 
 
 async def record_results(conn: AsyncConnection, results: Sequence[Result], now: datetime) -> int:
-    """Write the sends' results, each only while its attempt is still the row's (a send that outlived
-    its lease and was claimed again leaves the newer attempt's row alone). Returns how many were written."""
+    """Write the sends' results, each only while its claim is still the row's (a send that outlived its
+    lease and was claimed again leaves the newer claim's row alone, even one with its attempt number, after
+    a redelivery). The attempt is checked too: a claim by an instance of the release before migration 0040
+    counts attempts only. Returns how many were written."""
     written = 0
     for result in results:
         if result.delivered:
@@ -445,6 +449,7 @@ async def record_results(conn: AsyncConnection, results: Sequence[Result], now: 
             values = {"next_attempt_at": now + result.retry_after, "last_error": result.error}
         fence = and_(
             _delivery.id == result.claimed.id,
+            _delivery.claims == result.claimed.claim,
             _delivery.attempts == result.claimed.attempt,
             _delivery.state == PENDING,
         )
@@ -496,7 +501,7 @@ async def redeliver(
     channel_id: uuid.UUID | None = None,
 ) -> int:
     """Make dead deliveries (these, or the channel's, or all) pending again, due now, with their attempts
-    counted from zero. Returns how many."""
+    counted from zero (their claims, the fence, go on counting). Returns how many."""
     stmt = (
         update(notification_delivery)
         .where(_delivery.state == DEAD)

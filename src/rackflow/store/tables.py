@@ -681,8 +681,10 @@ notification_channel = Table(
 )
 
 # One event to one channel: "pending" until it is delivered, or "dead" after the channel's max_attempts. A
-# claim counts the attempt and moves next_attempt_at past the send's lease, so no other instance sends it
-# meanwhile; the result is written only while that attempt is still the row's (the fence).
+# claim counts the attempt and the claim and moves next_attempt_at past the send's lease, so no other
+# instance sends it meanwhile; the result is written only while that claim is still the row's (the fence).
+# `claims` counts every claim ever made and is never reset, unlike `attempts`, which a redelivery counts
+# from zero again (migration 0040): a claim number is never given twice, an attempt number may be.
 notification_delivery = Table(
     "notification_delivery",
     metadata,
@@ -697,6 +699,7 @@ notification_delivery = Table(
     Column("last_error", Text, nullable=False, server_default=""),
     Column("delivered_at", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
+    Column("claims", Integer, nullable=False, server_default="0"),
     CheckConstraint("state IN ('pending', 'delivered', 'dead')", name="state"),
     UniqueConstraint("event_id", "channel_id"),
     # The claim's scan: a channel's pending deliveries in the order they are due.
