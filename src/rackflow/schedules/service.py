@@ -314,9 +314,10 @@ class ScheduleService:
             pause_after_failed_runs,
             retry,
         )
+        schedule = draft.checked(new_id(), self.clock.now())  # refused before the database is touched
         async with self.db.transaction() as conn:
-            now = await self.db.now(conn)  # its first run is counted from the clock that decides what is due
-            schedule = draft.checked(new_id(), now)
+            now = await self.db.now(conn)  # its first run counted from the clock that decides what is due
+            schedule = draft.checked(schedule.id, now)
             if await store.name_taken(conn, name):
                 raise store.name_taken_error(name)
             selections = await self._resolve_locked(conn, target)
