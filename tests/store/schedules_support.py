@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from rackflow.clock import FakeClock
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack, RackTarget, TargetSpec
@@ -54,8 +55,21 @@ class Env:
         )
 
 
-def make_env(db: Database) -> Env:
-    clock = FakeClock(START)
+class MovingClock(FakeClock):
+    """A test's clock that moves with real time (from now), and further when told to: for tests of loops
+    that wait in real time for what falls due. Like any FakeClock it stands for the database's clock."""
+
+    def __init__(self) -> None:
+        super().__init__(datetime.now(UTC))
+        self._started = time.monotonic()
+
+    def now(self) -> datetime:
+        return super().now() + timedelta(seconds=time.monotonic() - self._started)
+
+
+def make_env(db: Database, clock: FakeClock | None = None) -> Env:
+    """Services on `clock` (a FakeClock at START by default), which `db` then reads too."""
+    clock = clock or FakeClock(START)
     return Env(db, clock, Services.build(db, clock))
 
 

@@ -33,7 +33,8 @@ from rackflow.store.db import Database
 from rackflow.store.tables import notification_channel
 from tests.receiver import Receiver, receiving
 from tests.store.query_plans import statements_sent
-from tests.store.schedules_support import Env, make_env
+from tests.store.schedules_support import Env, MovingClock
+from tests.store.schedules_support import make_env as make_env_at
 
 pytestmark = pytest.mark.asyncio
 
@@ -53,6 +54,12 @@ async def _record(env: Env, count: int = 1, **fields: object) -> list[Event]:
     async with env.db.transaction() as conn:
         await outbox.record_events(conn, made)
     return made
+
+
+def make_env(db: Database) -> Env:
+    """Services on a clock that moves with real time: the deliverer's retries and its channels' rates fall
+    due as the loops wait."""
+    return make_env_at(db, MovingClock())
 
 
 def _deliverer(db: Database, **options: object) -> Deliverer:
@@ -171,9 +178,10 @@ async def _refill(db: Database, seconds: float) -> None:
 
 
 async def test_a_channels_rate_holds_across_instances_and_refills(db_url: str) -> None:
-    first, second = Database(db_url), Database(db_url)
+    clock = MovingClock()  # one clock for both instances, as the database's is on PostgreSQL
+    first, second = Database(db_url, clock=clock), Database(db_url, clock=clock)
     try:
-        env = make_env(first)
+        env = make_env_at(first, clock)
         with receiving() as receiver:
             await _channel(env, receiver, rate_per_minute=6)  # a burst of one, then one every 10 s
             await _record(env, 4)
@@ -232,9 +240,10 @@ async def test_subscriptions_choose_the_events_a_channel_gets(db: Database) -> N
 
 
 async def test_two_instances_never_send_one_delivery_twice(db_url: str) -> None:
-    first, second = Database(db_url), Database(db_url)
+    clock = MovingClock()  # one clock for both instances, as the database's is on PostgreSQL
+    first, second = Database(db_url, clock=clock), Database(db_url, clock=clock)
     try:
-        env = make_env(first)
+        env = make_env_at(first, clock)
         with receiving() as receiver:
             await _channel(env, receiver, rate_per_minute=6000)
             await _record(env, 60)
