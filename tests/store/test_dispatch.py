@@ -71,11 +71,19 @@ async def _instance(env: Env, heartbeat_age: timedelta) -> uuid.UUID:
     return instance_id
 
 
-async def test_a_claim_in_doubt_is_answered_for_only_once_it_is_over(env: Env) -> None:
+@pytest.mark.postgres
+async def test_a_claim_in_doubt_is_answered_for_only_once_it_is_over(pg_db: str) -> None:
     """A claim whose COMMIT was lost in the network may still be open on the server, holding its schedules:
-    the look-up refuses to answer then (it would say "not committed" of a claim that may yet commit)."""
-    if env.db.is_sqlite:
-        pytest.skip("SQLite's single writer: no claim is open beside the look-up's transaction")
+    the look-up refuses to answer then (it would say "not committed" of a claim that may yet commit).
+    (PostgreSQL only: SQLite's single writer opens no claim beside the look-up's transaction.)"""
+    db = Database(pg_db)
+    try:
+        await _look_up_beside_an_open_claim(make_env(db))
+    finally:
+        await db.dispose()
+
+
+async def _look_up_beside_an_open_claim(env: Env) -> None:
     schedule = await env.schedule(racks=[await env.rack("r1")])
     run_id = uuid.uuid4()
     async with env.db.transaction() as claim:

@@ -169,7 +169,7 @@ async def test_update_scope_with_bad_target_writes_nothing(env: Env) -> None:
     r1 = await env.rack("r1")
     schedule = await env.schedule(racks=[r1])
     before = await table_counts(env.db)
-    with pytest.raises(InvalidArgument, match="target_spec"):
+    with pytest.raises(InvalidArgument, match="desired_scope"):
         await env.services.schedules.update_scope(schedule.id, TargetSpec())
     with pytest.raises(NotFound, match="schedule_id"):
         await env.services.schedules.update_scope(uuid.uuid4(), rack_target(r1))
