@@ -29,11 +29,15 @@ NODE = ComponentType.COMPUTE
 
 
 class Overlapping(Backend):
-    """Records which steps were in flight together; fails the components named in `fail`."""
+    """Records which steps were in flight together; fails the components named in `fail`, and notes what
+    `notes` says on the steps of the components it names."""
 
-    def __init__(self, width: int, fail: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, width: int, fail: frozenset[str] = frozenset(), notes: dict[str, str] | None = None
+    ) -> None:
         self.step_concurrency = width
         self.fail = fail
+        self.notes = notes or {}
         self.in_flight: dict[str, ComponentType] = {}
         self.peak: dict[ComponentType, int] = {}
         self.started: list[str] = []
@@ -48,7 +52,8 @@ class Overlapping(Backend):
         del self.in_flight[component.name]
         if component.name in self.fail:
             raise StepFailed(f"{component.name} refused")
-        return None
+        note = self.notes.get(component.name)
+        return None if note is None else ComponentChange(component.id, note=note)
 
 
 async def run_task(db: Database, backend: Overlapping, kind: OperationKind) -> Task:
@@ -100,3 +105,23 @@ async def test_a_failure_ends_the_task_after_its_batch_and_names_every_failed_st
         "power_on failed on no0 (3/7): no0 refused; power_on failed on no2 (5/7): no2 refused"
     )
     assert backend.started == ["ps0", "ps1", "no0", "no1", "no2"]  # the next batch never started
+
+
+async def test_what_steps_note_reaches_the_tasks_message_from_every_batch(db: Database) -> None:
+    """A step that succeeded with a note (a restart not observed) is in the message an operator reads."""
+    notes = {"ps1": "restart unverified", "no1": "also", "no0": "and this", "no4": "restart unverified too"}
+    done = await run_task(db, Overlapping(width=3, notes=notes), OperationKind.POWER_RESET)
+    assert (done.status, done.message) == (
+        TaskStatus.COMPLETED,
+        "reset 7 components; ps1 (2/7): restart unverified; no0 (3/7): and this; no1 (4/7): also; "
+        "no4 (7/7): restart unverified too",  # in step order, though steps of a batch end in any order
+    )
+
+
+async def test_a_failed_task_keeps_the_notes_of_the_steps_before(db: Database) -> None:
+    backend = Overlapping(width=3, fail=frozenset({"no1"}), notes={"ps0": "restart unverified"})
+    done = await run_task(db, backend, OperationKind.POWER_RESET)
+    assert (done.status, done.message) == (
+        TaskStatus.FAILED,
+        "power_reset failed on no1 (4/7): no1 refused; ps0 (1/7): restart unverified",
+    )

@@ -251,11 +251,14 @@ class Hold:
 
 @dataclass(frozen=True)
 class ComponentChange:
-    """What a step left on a component: its power state and/or firmware version (None: unchanged)."""
+    """What a step left on a component: its power state and/or firmware version (None: unchanged), and
+    `note`, what an operator should know of a step that succeeded (a restart that was not observed), which
+    the executor adds to the task's message."""
 
     component_id: uuid.UUID
     power_state: PowerState | None = None
     firmware_version: str | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -428,6 +428,7 @@ class Executor:
         if run.refusal is not None:
             return (TaskStatus.FAILED, run.refusal), False
         task = run.task
+        notes: list[tuple[int, str]] = []
         for index, batch in enumerate(run.batches):
             if index > 0:
                 entry = _Entry(task.id, tuple(changes), message=run.progress(batch))
@@ -435,24 +436,33 @@ class Executor:
                 if not (await self._journal.write(entry)).ours:
                     return None
             outcomes = await asyncio.gather(
-                *(self._step(task, c, n, run.step_count, changes) for n, c in batch)
+                *(self._step(task, c, n, run.step_count, changes, notes) for n, c in batch)
             )
             failures = [failure for failure in outcomes if failure is not None]
             if failures:
                 reason = "; ".join(failure.reason for failure in failures)
-                return (TaskStatus.FAILED, reason), all(failure.retryable for failure in failures)
-        return (TaskStatus.COMPLETED, _done(task, run.step_count)), False
+                return (TaskStatus.FAILED, _noted(reason, notes)), all(f.retryable for f in failures)
+        return (TaskStatus.COMPLETED, _noted(_done(task, run.step_count), notes)), False
 
     async def _step(
-        self, task: Task, component: Component, number: int, total: int, changes: list[ComponentChange]
+        self,
+        task: Task,
+        component: Component,
+        number: int,
+        total: int,
+        changes: list[ComponentChange],
+        notes: list[tuple[int, str]],
     ) -> _Failure | None:
         """Run one step, keeping what it changed for the next journal write (with the task's next progress
         message or its end, so a step costs no transaction of its own; if the instance dies first, the task
-        is taken over and the step repeated, as any step whose outcome was not recorded). Returns why it
-        failed, or None when it succeeded. A backend bug is never retryable."""
+        is taken over and the step repeated, as any step whose outcome was not recorded), and its note for
+        the task's message. Returns why it failed, or None when it succeeded. A backend bug is never
+        retryable."""
         try:
             if (change := await self.backend.run_step(task, component)) is not None:
                 changes.append(change)
+                if change.note is not None:
+                    notes.append((number, f"{component.name} ({number}/{total}): {change.note}"))
         except StepFailed as exc:
             return _Failure(f"{_failed(task, component, number, total)}: {exc}", exc.retryable)
         except Exception as exc:  # a backend bug must fail the task, not the executor
@@ -547,6 +557,12 @@ def step_batches(steps: Sequence[Component], width: int) -> list[Batch]:
 
 def _failed(task: Task, component: Component, number: int, total: int) -> str:
     return f"{task.operation.kind.value} failed on {component.name} ({number}/{total})"
+
+
+def _noted(message: str, notes: Sequence[tuple[int, str]]) -> str:
+    """A task's outcome message with what its succeeded steps noted (`ComponentChange.note`, by step
+    number), which the operator must see whether the task completed or failed later."""
+    return "; ".join((message, *(note for _, note in sorted(notes))))
 
 
 def _done(task: Task, count: int) -> str:
