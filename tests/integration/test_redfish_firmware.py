@@ -51,6 +51,9 @@ class FakeBmc:
     reset_target: str | None = None  # where node-0's Reset action says it is (default: on this BMC)
     # node-0's LastResetTime; when set, a restart moves it (a warm reset: the power stays On either way)
     last_reset_time: str | None = None
+    ignores_restarts: bool = False  # answers 204 to a restart and does nothing
+    restart_off_reads: int = 0  # how many reads of node-0 after a restart say Off (a cold restart)
+    off_reads_left: int = 0
     extra_firmware: list[dict[str, Any]] = field(default_factory=list)  # inventory entries listed first
 
     def documents(self) -> dict[str, dict[str, Any]]:
@@ -130,10 +133,14 @@ class FakeBmc:
     ) -> tuple[int, dict[str, str], dict[str, Any] | None]:
         if path.endswith("/Actions/Reset"):
             on = body["ResetType"] in ("On", "ForceRestart")
+            if "Restart" in body["ResetType"] and self.ignores_restarts:
+                return 204, {}, None
             if path.startswith(f"{ROOT}/Systems/"):
                 self.system_power = "On" if on else "Off"
-                if "Restart" in body["ResetType"] and self.last_reset_time:
-                    self.last_reset_time = f"{self.last_reset_time}+"  # any new value records a reset
+                if "Restart" in body["ResetType"]:
+                    self.off_reads_left = self.restart_off_reads
+                    if self.last_reset_time:
+                        self.last_reset_time = f"{self.last_reset_time}+"  # any new value records a reset
             else:
                 self.shelf_power = "On" if on else "Off"
             return 204, {}, None
@@ -144,6 +151,13 @@ class FakeBmc:
             monitor = f"{ROOT}/TaskService/TaskMonitors/1"
             return 202, {"Location": monitor}, {"Id": "1", "Name": "update", "TaskState": "Running"}
         return 404, {}, {"error": {"message": f"no action at {path}"}}
+
+    def read(self, path: str) -> dict[str, Any] | None:
+        doc = self.documents().get(path)
+        if doc is not None and path == f"{ROOT}/Systems/node-0" and self.off_reads_left:
+            self.off_reads_left -= 1
+            doc = {**doc, "PowerState": "Off"}
+        return doc
 
     def monitor(self) -> tuple[int, dict[str, Any]]:
         self.task_polls -= 1
@@ -194,7 +208,7 @@ def _handler(bmc: FakeBmc) -> type[BaseHTTPRequestHandler]:
             if self.path == f"{ROOT}/TaskService/TaskMonitors/1":
                 self._send(*bmc.monitor())
                 return
-            doc = bmc.documents().get(self.path.rstrip("/"))
+            doc = bmc.read(self.path.rstrip("/"))
             if doc is None:
                 self._send(404, {"error": {"message": f"{self.path} not found"}})
             else:
@@ -401,20 +415,53 @@ async def test_an_update_still_running_at_the_timeout_is_not_retried(fake_bmc: t
     assert "still running" in str(caught.value) and not caught.value.retryable
 
 
-async def test_a_restart_the_bmc_accepts_and_ignores_is_not_reported_done(
+async def test_a_restart_ignored_by_a_bmc_with_last_reset_time_is_not_reported_done(
     fake_bmc: tuple[FakeBmc, str],
 ) -> None:
-    """The BMC answers 204 to ForceRestart and the power reads On throughout: rackflow may not say "reset"."""
+    """The BMC keeps LastResetTime, answers 204 to ForceRestart and does nothing: the power reads On and
+    LastResetTime stays. It would have moved with a restart: rackflow may not say "reset"."""
     bmc, url = fake_bmc
-    brief = backend(RedfishConfig(poll_interval=0.01, power_timeout=0.3))
+    bmc.last_reset_time, bmc.ignores_restarts = "2025-06-01T11:00:00Z", True
+    brief = backend(RedfishConfig(poll_interval=0.01, power_timeout=0.3, restart_proof_window=0.05))
     with pytest.raises(StepFailed) as caught:
         await brief.run_step(task(OperationKind.POWER_RESET, forced=True), component(url, "Systems/node-0"))
     assert str(caught.value).startswith(
         f"{url}{ROOT}/Systems/node-0: no sign that Reset ForceRestart restarted it: power read On throughout "
-        "0.3s and the BMC reports no LastResetTime; not retried"
+        "0.3s and its LastResetTime stayed 2025-06-01T11:00:00Z; not retried"
     )
     assert not caught.value.retryable
     assert bmc.posts == [f"{ROOT}/Systems/node-0/Actions/Reset"]
+
+
+async def test_a_restart_ignored_by_a_bmc_without_last_reset_time_is_done_unverified(
+    fake_bmc: tuple[FakeBmc, str],
+) -> None:
+    """Without LastResetTime nothing could tell this from a warm restart that kept the power On: after the
+    proof window the reset is done, once, with a note that it was not observed."""
+    bmc, url = fake_bmc
+    bmc.ignores_restarts = True
+    brief = backend(RedfishConfig(poll_interval=0.01, power_timeout=5.0, restart_proof_window=0.2))
+    node = component(url, "Systems/node-0")
+    change = await brief.run_step(task(OperationKind.POWER_RESET, forced=True), node)
+    assert stored(node, change).power_state is PowerState.ON
+    assert change is not None and change.note == (
+        f"{url}{ROOT}/Systems/node-0: restart unverified: Reset ForceRestart accepted, but not observed: no "
+        "Off, PoweringOff or PoweringOn read in 0.2s, and the BMC keeps no LastResetTime; counted done, not "
+        "retried"
+    )
+    assert bmc.posts == [f"{ROOT}/Systems/node-0/Actions/Reset"]
+
+
+async def test_a_restart_seen_going_off_on_a_bmc_without_last_reset_time_is_done(
+    fake_bmc: tuple[FakeBmc, str],
+) -> None:
+    bmc, url = fake_bmc
+    bmc.restart_off_reads = 2
+    patient = backend(RedfishConfig(poll_interval=0.01, restart_proof_window=60.0))
+    node = component(url, "Systems/node-0")
+    change = await patient.run_step(task(OperationKind.POWER_RESET, forced=True), node)
+    assert change is not None and (change.power_state, change.note) == (PowerState.ON, None)
+    assert bmc.off_reads_left == 0
 
 
 async def test_a_warm_restart_is_proved_by_the_systems_last_reset_time(fake_bmc: tuple[FakeBmc, str]) -> None:

@@ -302,22 +302,80 @@ async def test_bring_up_reads_the_inventory_and_powers_on() -> None:
 # --- a restart must be seen to happen ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("last_reset", "trace"),
-    [(None, "the BMC reports no LastResetTime"), ("2025-06-01T11:00:00Z", "its LastResetTime stayed 2025")],
-)
-async def test_a_restart_that_never_shows_is_not_reported_done(last_reset: str | None, trace: str) -> None:
-    """The BMC accepted the restart and the power reads On throughout: nothing proves it happened."""
+async def test_a_restart_that_never_shows_on_a_bmc_with_last_reset_time_is_not_reported_done() -> None:
+    """The BMC keeps LastResetTime, accepted the restart, and neither it nor the power moved: had the restart
+    happened, LastResetTime would say so. The step fails, however short the proof window."""
     component, session, clock = make_component(), FakeSession(ON), Clock()
-    session.restart_reads, session.last_reset = [], last_reset
+    session.restart_reads, session.last_reset = [], "2025-06-01T11:00:00Z"
     with pytest.raises(StepFailed) as caught:
-        await backend(session, clock).run_step(task(OperationKind.POWER_RESET), component)
-    assert str(caught.value).startswith(
-        f"{WHERE}: no sign that Reset GRACEFUL_RESTART restarted it: power read On throughout 10s and {trace}"
+        await backend(session, clock, restart_proof_window=3.0).run_step(
+            task(OperationKind.POWER_RESET), component
+        )
+    assert str(caught.value) == (
+        f"{WHERE}: no sign that Reset GRACEFUL_RESTART restarted it: power read On throughout 10s and its "
+        "LastResetTime stayed 2025-06-01T11:00:00Z; not retried: a restart carried out unseen would be "
+        "repeated"
     )
-    assert str(caught.value).endswith("; not retried: a restart carried out unseen would be repeated")
     assert not caught.value.retryable  # it may have happened unseen: a retry would restart it again
     assert (session.resets, clock.now) == ([PowerAction.GRACEFUL_RESTART], 10.0)
+
+
+async def test_a_restart_that_never_shows_on_a_bmc_without_last_reset_time_is_done_unverified(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing on this BMC could prove a warm restart: after the proof window it is done, and says so."""
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.restart_reads = []
+    run = task(OperationKind.POWER_RESET, forced=True)
+    change = await backend(session, clock, restart_proof_window=3.0).run_step(run, component)
+    assert stored(component, change).power_state is ON
+    assert (session.resets, clock.now) == ([PowerAction.FORCE_RESTART], 3.0)  # the window, not the timeout
+    note = (
+        f"{WHERE}: restart unverified: Reset FORCE_RESTART accepted, but not observed: no Off, "
+        "PoweringOff or PoweringOn read in 3s, and the BMC keeps no LastResetTime; counted done, not retried"
+    )
+    assert change is not None and change.note == note
+    assert f"task {run.id} (rack {run.rack_id}), node-0: {note}" in [
+        r.getMessage() for r in caplog.records if r.levelname == "WARNING"
+    ]
+
+
+async def test_an_unobserved_restart_whose_answer_was_lost_is_not_called_accepted() -> None:
+    component, session = make_component(), FakeSession(ON)
+    session.restart_reads = []
+    timed_out = sushy_errors.ConnectionError(url=WHERE, error="read timed out")
+    session.errors["reset"] = [timed_out]  # whether the BMC took it is unknown: not "accepted"
+    change = await backend(session, Clock(), restart_proof_window=3.0).run_step(
+        task(OperationKind.POWER_RESET), component
+    )
+    assert change is not None and change.note is not None
+    assert "restart unverified: Reset graceful restart (its answer lost: " in change.note
+    assert "sent, but not observed" in change.note
+
+
+async def test_the_proof_window_is_at_most_the_power_timeout() -> None:
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.restart_reads = []
+    change = await backend(session, clock, restart_proof_window=60.0).run_step(
+        task(OperationKind.POWER_RESET), component
+    )
+    assert clock.now == 10.0 and change is not None and "read in 10s" in (change.note or "")
+
+
+async def test_a_restart_seen_on_a_bmc_without_last_reset_time_carries_no_note() -> None:
+    component, session = make_component(), FakeSession(ON)  # its restart reads Off once, then On
+    change = await backend(session, Clock()).run_step(task(OperationKind.POWER_RESET), component)
+    assert change is not None and (change.power_state, change.note) == (ON, None)
+
+
+async def test_an_unobserved_restart_waits_for_on_past_the_window() -> None:
+    """Done unobserved needs the power On: a read without a PowerState after the window is waited out."""
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.restart_reads = [PowerReading(ON, "On"), *[PowerReading(UNKNOWN, None)] * 4]
+    change = await backend(session, clock, restart_proof_window=2.0).run_step(
+        task(OperationKind.POWER_RESET), component
+    )
+    assert clock.now == 5.0 and change is not None and change.note is not None
 
 
 async def test_a_restart_read_before_the_bmc_applies_it_is_waited_for() -> None:

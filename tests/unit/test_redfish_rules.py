@@ -20,12 +20,14 @@ from rackflow.tasks.backends.redfish.rules import (
     PowerAction,
     PowerPlan,
     PowerReading,
+    Progress,
     Unsupported,
     choose_reset_type,
     firmware_image,
     power_plan,
     power_state_from,
     related_firmware,
+    reset_progress,
     restart_seen,
     update_failure,
     waits_for_settled_power,
@@ -89,6 +91,44 @@ T0, T1 = "2025-06-01T11:00:00Z", "2025-06-01T12:00:00Z"
 )
 def test_restart_seen(before: PowerReading, now: PowerReading, seen: bool) -> None:
     assert restart_seen(before, now) is seen
+
+
+WAITING, DONE, UNOBSERVED = Progress.WAITING, Progress.DONE, Progress.DONE_UNOBSERVED
+BARE, STAMPED = PowerReading(ON, "On"), PowerReading(ON, "On", T0)  # before: without, with LastResetTime
+
+
+@pytest.mark.parametrize(
+    ("wanted", "before", "now", "seen", "watched", "progress"),
+    [
+        # Power on and off: the state reached is the proof.
+        (OFF, BARE, PowerReading(ON, "On"), True, 1.0, WAITING),
+        (OFF, BARE, PowerReading(OFF, "Off"), True, 1.0, DONE),
+        # A restart seen to happen is done once On again, whatever the BMC keeps.
+        (ON, BARE, PowerReading(OFF, "Off"), True, 1.0, WAITING),
+        (ON, BARE, PowerReading(ON, "On"), True, 1.0, DONE),
+        (ON, STAMPED, PowerReading(ON, "On", T1), True, 1.0, DONE),
+        # Not seen, with LastResetTime: never done without proof, however long it reads On.
+        (ON, STAMPED, PowerReading(ON, "On", T0), False, 1.0, WAITING),
+        (ON, STAMPED, PowerReading(ON, "On", T0), False, 30.0, WAITING),
+        (ON, STAMPED, PowerReading(ON, "On", T0), False, 300.0, WAITING),
+        (ON, STAMPED, PowerReading(ON, "On"), False, 300.0, WAITING),  # it went missing: still no proof
+        # Not seen, without LastResetTime: waited for within the window, then done unobserved at On.
+        (ON, BARE, PowerReading(ON, "On"), False, 29.9, WAITING),
+        (ON, BARE, PowerReading(ON, "On"), False, 30.0, UNOBSERVED),
+        (ON, BARE, PowerReading(ON, "On"), False, 300.0, UNOBSERVED),
+        (ON, BARE, PowerReading(UNKNOWN, "Paused"), False, 30.0, WAITING),  # not On: not done
+        (ON, BARE, PowerReading(UNKNOWN, None), False, 30.0, WAITING),
+    ],
+)
+def test_reset_progress(
+    wanted: PowerState,
+    before: PowerReading,
+    now: PowerReading,
+    seen: bool,
+    watched: float,
+    progress: Progress,
+) -> None:
+    assert reset_progress(wanted, before, now, seen=seen, watched=watched, window=30.0) is progress
 
 
 def entry(identity: str, version: str | None, *related: str) -> FirmwareEntry:
@@ -304,11 +344,13 @@ def test_config_from_env() -> None:
         "RACKFLOW_REDFISH_CONCURRENCY": "8",
         "RACKFLOW_REDFISH_POWER_TIMEOUT": "90",
         "RACKFLOW_REDFISH_RETRIES": "0",
+        "RACKFLOW_REDFISH_RESTART_PROOF_SECONDS": "5",
         "RACKFLOW_REDFISH_VERIFY_TLS": "/etc/ssl/bmc-ca.pem",
         "RACKFLOW_REDFISH_IMAGE_URI": "https://img/{type}/{version}.bin",
     }
     config = RedfishConfig.from_env(env)
     assert (config.concurrency, config.power_timeout, config.retries) == (8, 90.0, 0)
+    assert (config.restart_proof_window, RedfishConfig().restart_proof_window) == (5.0, 30.0)
     assert config.verify_tls == "/etc/ssl/bmc-ca.pem"
     assert RedfishConfig.from_env({"RACKFLOW_REDFISH_VERIFY_TLS": "false"}).verify_tls is False
     assert RedfishConfig.from_env({}) == RedfishConfig()
@@ -321,6 +363,7 @@ def test_config_from_env() -> None:
         ("CONCURRENCY", "many", "RACKFLOW_REDFISH_CONCURRENCY: 'many' is not a whole number"),
         ("POWER_TIMEOUT", "-1", "RACKFLOW_REDFISH_POWER_TIMEOUT: must be a positive number of seconds"),
         ("POLL_SECONDS", "nan", "RACKFLOW_REDFISH_POLL_SECONDS: must be a positive number of seconds"),
+        ("RESTART_PROOF_SECONDS", "0", "RACKFLOW_REDFISH_RESTART_PROOF_SECONDS: must be a positive number"),
         ("IMAGE_URI", "https://img/fw.bin", "RACKFLOW_REDFISH_IMAGE_URI: must contain {version}"),
     ],
 )

@@ -2,11 +2,12 @@
 
 Power steps send `Reset` and then poll `PowerState` until it reads the wanted state (or the step times out),
 so a completed task means the hardware got there, not merely that a BMC said "accepted"; a restart, which
-ends in the state it began in, must also be seen to happen (`rules.restart_seen`). Firmware steps
-send `UpdateService.SimpleUpdate`, follow the returned task where the BMC gives one, then read the version
-back. Bring-up and ingest read the inventory. What a step observed is returned as a `ComponentChange` for
-the executor to record on the component, as the simulator's is. Steps are idempotent (a component already
-in the wanted state is left alone), because a task taken over from a dead instance repeats them.
+ends in the state it began in, must also be seen to happen where the BMC gives a way to see it, and is
+otherwise done with a note that it was not observed (`rules.reset_progress`). Firmware steps send
+`UpdateService.SimpleUpdate`, follow the returned task where the BMC gives one, then read the version back.
+Bring-up and ingest read the inventory. What a step observed is returned as a `ComponentChange` for the
+executor to record on the component, as the simulator's is. Steps are idempotent (a component already in
+the wanted state is left alone), because a task taken over from a dead instance repeats them.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from rackflow.tasks.backends.redfish.rules import (
     PowerAction,
     PowerPlan,
     PowerReading,
+    Progress,
     firmware_image,
     power_plan,
+    reset_progress,
     restart_seen,
     update_failure,
     waits_for_settled_power,
@@ -91,14 +94,20 @@ class RedfishBackend(Backend):
             f"connecting to {where}",
         )
         try:
-            kind = task.operation.kind
-            if kind.is_power:
-                return await self._power(task, component, session, where)
-            if kind is OperationKind.UPGRADE_FIRMWARE:
-                return await self._firmware(task, component, session, where)
-            return await self._inventory(kind, component, session, where)
+            change = await self._run(task, component, session, where)
         finally:
             await asyncio.to_thread(session.close)
+        if change.note is not None:
+            log.warning("task %s (rack %s), %s: %s", task.id, task.rack_id, component.name, change.note)
+        return change
+
+    async def _run(self, task: Task, component: Component, session: Session, where: str) -> ComponentChange:
+        kind = task.operation.kind
+        if kind.is_power:
+            return await self._power(task, component, session, where)
+        if kind is OperationKind.UPGRADE_FIRMWARE:
+            return await self._firmware(task, component, session, where)
+        return await self._inventory(kind, component, session, where)
 
     def _call(self, fn: Callable[[], Any], what: str, *, once: bool = False) -> Awaitable[Any]:
         return call(fn, what=what, config=self.config, sleep=self._sleep, once=once)
@@ -108,18 +117,19 @@ class RedfishBackend(Backend):
     async def _power(self, task: Task, component: Component, session: Session, where: str) -> ComponentChange:
         current = await self._read_power(session, where)
         op = task.operation
-        state = await self._power_from(op.kind, current, session, where, forced=op.forced)
-        return ComponentChange(component.id, power_state=state)
+        state, note = await self._power_from(op.kind, current, session, where, forced=op.forced)
+        return ComponentChange(component.id, power_state=state, note=note)
 
     async def _power_from(
         self, kind: OperationKind, current: PowerReading, session: Session, where: str, *, forced: bool
-    ) -> PowerState:
-        """Carry out `kind` on a component that read `current`; the state it ends in."""
+    ) -> tuple[PowerState, str | None]:
+        """Carry out `kind` on a component that read `current`; the state it ends in, and the note of a
+        restart not observed (`_reach`)."""
         if waits_for_settled_power(kind):
             current = await self._settle(current, session, where, kind)
         plan = power_plan(kind, forced=forced, current=current.state)
-        await self._reach(plan, current, session, where)
-        return plan.wanted
+        note = await self._reach(plan, current, session, where)
+        return plan.wanted, note
 
     def _read_power(self, session: Session, where: str) -> Awaitable[PowerReading]:
         return self._call(session.read_power, f"reading the power state of {where}")
@@ -140,45 +150,58 @@ class RedfishBackend(Backend):
             current = await self._read_power(session, where)
         return current
 
-    async def _reach(self, plan: PowerPlan, before: PowerReading, session: Session, where: str) -> None:
+    async def _reach(self, plan: PowerPlan, before: PowerReading, session: Session, where: str) -> str | None:
         """Send the plan's action (if any), then poll until the power state is the wanted one, and for a
-        restart until it has been seen to happen (`restart_seen`), or the step times out."""
+        restart until it has been seen to happen, or the step times out (`rules.reset_progress`). Returns
+        the note of a restart counted done without being observed, None otherwise."""
         action, wanted = plan.action, plan.wanted
         if action is None:
-            return
+            return None
         try:
             sent = await self._call(lambda: session.reset(action), f"{action.value} of {where}", once=True)
+            taken = "accepted"
         except StepFailed as failed:
             if not failed.retryable:
                 raise
             # A timeout or a 5xx: the BMC may have carried it out. Not sent again; the power state decides.
             log.warning("%s: %s; not sent again: waiting for power %s", where, failed, wanted.value)
-            sent = f"{action.value} (its answer lost: {failed})"
+            sent, taken = f"{action.value} (its answer lost: {failed})", "sent"
         log.info("%s: sent Reset %s; waiting for power %s", where, sent, wanted.value)
-        deadline = self._monotonic() + self.config.power_timeout
+        started = self._monotonic()
+        window = min(self.config.restart_proof_window, self.config.power_timeout)
         seen = action not in RESTARTS
         while True:
             now = await self._read_power(session, where)
             seen = seen or restart_seen(before, now)
-            if now.state is wanted and seen:
-                return
-            if self._monotonic() >= deadline:
-                raise self._not_reached(action, wanted, now, sent, where)
+            watched = self._monotonic() - started
+            progress = reset_progress(wanted, before, now, seen=seen, watched=watched, window=window)
+            if progress is Progress.DONE:
+                return None
+            if progress is Progress.DONE_UNOBSERVED:
+                return (
+                    f"{where}: restart unverified: Reset {sent} {taken}, but not observed: no Off, "
+                    f"PoweringOff or PoweringOn read in {window:g}s, and the BMC keeps no LastResetTime; "
+                    "counted done, not retried"
+                )
+            if watched >= self.config.power_timeout:
+                raise self._not_reached(action, wanted, before, now, sent, where)
             await self._sleep(self.config.poll_interval)
 
     def _not_reached(
-        self, action: PowerAction, wanted: PowerState, now: PowerReading, sent: str, where: str
+        self,
+        action: PowerAction,
+        wanted: PowerState,
+        before: PowerReading,
+        now: PowerReading,
+        sent: str,
+        where: str,
     ) -> StepFailed:
         timeout = self.config.power_timeout
-        if now.state is wanted:  # a restart that never showed
-            trace = (
-                f"its LastResetTime stayed {now.last_reset}"
-                if now.last_reset
-                else "the BMC reports no LastResetTime"
-            )
+        if now.state is wanted:  # a restart that never showed, on a BMC that keeps LastResetTime
             return StepFailed(
                 f"{where}: no sign that Reset {sent} restarted it: power read On throughout {timeout:g}s "
-                f"and {trace}; not retried: a restart carried out unseen would be repeated",
+                f"and its LastResetTime stayed {before.last_reset}; not retried: a restart carried out "
+                "unseen would be repeated",
                 retryable=False,
             )
         graceful = action in (PowerAction.GRACEFUL_OFF, PowerAction.GRACEFUL_RESTART)
@@ -246,10 +269,10 @@ class RedfishBackend(Backend):
     ) -> ComponentChange:
         observed: Observed = await self._call(session.observe, f"reading the inventory of {where}")
         log.info("%s (%s): %s", component.name, where, observed.summary)
-        power = observed.power_state
+        power, note = observed.power_state, None
         if kind is OperationKind.BRING_UP and observed.power is not None:  # None: a manager, no power
-            power = await self._power_from(kind, observed.power, session, where, forced=False)
-        return ComponentChange(component.id, power_state=power, firmware_version=observed.firmware)
+            power, note = await self._power_from(kind, observed.power, session, where, forced=False)
+        return ComponentChange(component.id, power_state=power, firmware_version=observed.firmware, note=note)
 
 
 def _target(bmc: Bmc, component: Component) -> Target:

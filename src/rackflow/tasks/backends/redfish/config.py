@@ -19,12 +19,16 @@ class RedfishConfig:
     `image_uri` is a template such as `https://images.example/{type}/{version}.bin` (`{type}` is the
     component type in lower case); with it, an upgrade's target_version is a version, verified after the
     update. A target_version that is itself a URI is used as the image as it is.
+
+    `restart_proof_window`: how long a restart on a BMC that keeps no `LastResetTime` is watched for a state
+    it passes through before it counts as done unobserved (`rules.reset_progress`; at most `power_timeout`).
     """
 
     concurrency: int = 4
     power_timeout: float = 300.0
     firmware_timeout: float = 1800.0
     poll_interval: float = 2.0
+    restart_proof_window: float = 30.0
     retries: int = 3
     retry_delay: float = 1.0
     max_retry_delay: float = 30.0
@@ -42,6 +46,7 @@ class RedfishConfig:
             ("POWER_TIMEOUT", self.power_timeout),
             ("FIRMWARE_TIMEOUT", self.firmware_timeout),
             ("POLL_SECONDS", self.poll_interval),
+            ("RESTART_PROOF_SECONDS", self.restart_proof_window),
             ("CONNECT_TIMEOUT", self.connect_timeout),
             ("READ_TIMEOUT", self.read_timeout),
         ):
@@ -63,6 +68,7 @@ class RedfishConfig:
             power_timeout=_seconds(env, "POWER_TIMEOUT", cls.power_timeout),
             firmware_timeout=_seconds(env, "FIRMWARE_TIMEOUT", cls.firmware_timeout),
             poll_interval=_seconds(env, "POLL_SECONDS", cls.poll_interval),
+            restart_proof_window=_seconds(env, "RESTART_PROOF_SECONDS", cls.restart_proof_window),
             retries=_int(env, "RETRIES", cls.retries),
             retry_delay=_seconds(env, "RETRY_DELAY", cls.retry_delay),
             connect_timeout=_seconds(env, "CONNECT_TIMEOUT", cls.connect_timeout),

@@ -114,10 +114,42 @@ def restart_seen(before: PowerReading, now: PowerReading) -> bool:
     yet, or accepted it and done nothing. The proof is a `LastResetTime` other than the one read before it
     was sent, or a state a restart passes through (Off, PoweringOff, PoweringOn; not a PowerState gone
     missing for a read). A warm reset that keeps the power On on a BMC without `LastResetTime` leaves no
-    proof: the step then fails rather than claim it."""
+    proof (`reset_progress` says what then)."""
     if now.last_reset is not None and now.last_reset != before.last_reset:
         return True
     return now.reported in RESTART_STATES
+
+
+class Progress(enum.Enum):
+    """Where a Reset stands at a read of the power after it was sent."""
+
+    WAITING = "waiting"
+    DONE = "done"
+    DONE_UNOBSERVED = "done, restart not observed"  # a restart accepted that the BMC gives no way to see
+
+
+def reset_progress(
+    wanted: PowerState, before: PowerReading, now: PowerReading, *, seen: bool, watched: float, window: float
+) -> Progress:
+    """Whether a Reset sent to a component that read `before` is done at the read `now`, `watched` seconds
+    after it was sent. `seen`: the Reset has been seen to happen; for a restart, a read since it proved it
+    (`restart_seen`, this one included), for anything else always (the state it reaches is its proof).
+
+    A Reset is done when the power reads the wanted state and it was seen to happen. Where the BMC keeps a
+    `LastResetTime` (one was read before the Reset), every restart moves it: until it moves (or a state a
+    restart passes through is read) the restart has not happened, and the step waits to the power timeout,
+    then fails. Without one, the only proof is such a state, which a warm restart that keeps the power On,
+    or one faster than a poll, never shows, so every reset on that BMC would fail however well it went. So
+    after `window` seconds (the proof window, at most the power timeout) without proof, a component that
+    reads On counts as restarted, unobserved: not failed, and not retried (a retry would restart it
+    again)."""
+    if now.state is not wanted:
+        return Progress.WAITING
+    if seen:
+        return Progress.DONE
+    if before.last_reset is None and watched >= window:
+        return Progress.DONE_UNOBSERVED
+    return Progress.WAITING
 
 
 @dataclass(frozen=True)
