@@ -10,7 +10,9 @@ PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -164,6 +166,39 @@ async def test_an_unreadable_line_is_skipped_and_its_neighbours_written(
     assert sorted((await stored(db)).values()) == ["AddComponents", "CreateRack", "DeleteRack"]
     assert "line 3 of" in caplog.text and "unreadable" in caplog.text
     assert metrics.AUDIT_EVENTS_LOST._value.get() == lost_before + 1
+
+
+async def test_a_line_the_disk_has_no_room_for_is_lost_loudly_and_leaves_no_fragment(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disk that fills in the middle of a line: write() takes part of it and returns the count (Linux's
+    answer when some bytes fit), and ENOSPC only on the next try. The event must not count as spooled (it
+    would be found torn, and lost, at the replay), and no fragment may stay in the spool."""
+    spool = AuditSpool(db, tmp_path / "audit.spool")
+    trail = AuditTrail(db, SystemClock(), spool)
+    assert spool.append(audit_store.PendingEvent(_event(trail, "CreateRack")))
+    before = spool.path.read_bytes()
+    real_write = os.write
+    room = [40]  # bytes the disk still has
+
+    def filling_write(fd: int, data: bytes) -> int:
+        if room[0] == 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        taken = real_write(fd, data[: room[0]])
+        room[0] -= taken
+        return taken
+
+    monkeypatch.setattr(os, "write", filling_write)
+    with pytest.raises(OSError, match="No space left"):  # AuditTrail logs the event as lost
+        spool.append(audit_store.PendingEvent(_event(trail, "DeleteRack")))
+    monkeypatch.setattr(os, "write", real_write)
+    assert spool.path.read_bytes() == before  # the part that fit is gone again
+
+    assert spool.append(audit_store.PendingEvent(_event(trail, "AddComponents")))  # room again
+    caplog.clear()
+    assert await spool.replay() == 2
+    assert sorted((await stored(db)).values()) == ["AddComponents", "CreateRack"]
+    assert "unreadable" not in caplog.text
 
 
 def _event(trail: AuditTrail, method: str) -> AuditEvent:

@@ -9,7 +9,8 @@ id and the insert skips ids already there (`store.audit.insert_events`), so a re
 writes every event once. A spooled event's "after" snapshot is read when it is replayed.
 
 The file is bounded (`--audit-spool-max-bytes`): an event that would not fit is lost, and says so loudly (an
-ERROR line naming the action, and `rackflow_audit_events_lost_total`); the server keeps serving. Several
+ERROR line naming the action, and `rackflow_audit_events_lost_total`); the server keeps serving. So is an
+event the disk has no room for, whose partly written line is cut off again (`_write_whole`). Several
 processes may share one spool path (`--audit-spool`): appends and the hand-over to a replay hold an
 exclusive lock on `<path>.lock` for the few microseconds they take, and one process at a time replays
 (`<path>.replay.lock`, not waited for), so no event is read by two replays or dropped between them.
@@ -131,8 +132,7 @@ class AuditSpool:
             try:
                 if size and os.pread(fd, 1, size - 1) != b"\n":
                     line = b"\n" + line  # a torn last line (a crash mid-write) must not swallow this one
-                os.write(fd, line)
-                os.fsync(fd)
+                _write_whole(fd, line, size)
             finally:
                 os.close(fd)
             if size == 0:
@@ -215,6 +215,23 @@ class AuditSpool:
                 except (ValueError, KeyError, TypeError):
                     metrics.AUDIT_EVENTS_LOST.inc()
                     log.error("AUDIT EVENT LOST: line %d of %s is unreadable (torn write?)", number, path)
+
+
+def _write_whole(fd: int, line: bytes, size: int) -> None:
+    """Append all of `line` and fsync it, or raise OSError with the file cut back to `size`.
+
+    A disk that fills mid-line takes part of a write and says how much (ENOSPC comes only on the next
+    try): taken for done, that event would count as spooled and then be found torn, and lost, at the
+    replay. Cut back, the event is reported lost by its caller, and no fragment stays behind.
+    """
+    try:
+        written = 0
+        while written < len(line):
+            written += os.write(fd, line[written:])
+        os.fsync(fd)
+    except OSError:
+        os.ftruncate(fd, size)
+        raise
 
 
 def _fsync_dir(directory: Path) -> None:
