@@ -121,6 +121,27 @@ async def test_operations_record_the_racks_and_the_submitted_tasks(stub: FlowStu
     assert [i.id for i in event.target_ids] == [rack.id.id, *(t.id for t in submitted.task_ids)]
 
 
+async def test_an_id_in_another_spelling_is_recorded_once_as_the_id_it_names(
+    stub: FlowStub, services: Services
+) -> None:
+    """The API takes any spelling of a UUID (upper case, braces, urn:uuid:, no hyphens), and the trail
+    kept it as sent: the schedule was listed twice (as sent and as the id it names), and the dashboard's
+    audit page showed the spelled id as a thing that no longer exists."""
+    await services.inventory.create_rack("r1")
+    schedule = await create_schedule(stub)
+    canonical = schedule.id.id
+    for spelling in (canonical.upper(), f"{{{canonical}}}", f"urn:uuid:{canonical}"):
+        await stub.TriggerTaskSchedule(
+            pb.TriggerTaskScheduleRequest(id=pb.UUID(id=spelling)), metadata=OPERATOR
+        )
+    triggers = await events(stub, method="TriggerTaskSchedule")
+    assert len(triggers) == 3
+    for event in triggers:
+        schedule_id, *task_ids = [i.id for i in event.target_ids]
+        assert schedule_id == canonical and canonical not in task_ids
+        assert all(i == str(uuid.UUID(i)) for i in task_ids)
+
+
 async def test_schedule_changes_carry_before_and_after(
     stub: FlowStub, services: Services, clock: FakeClock
 ) -> None:

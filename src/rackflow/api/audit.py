@@ -61,11 +61,20 @@ def _ids_in(message: Message, *, deep: bool) -> Iterator[str]:
         for item in value if field.is_repeated else (value,):
             if isinstance(item, pb.UUID):
                 if item.id:
-                    yield item.id
+                    yield _canonical(item.id)
             elif deep:
                 yield from _ids_in(item, deep=True)
             elif isinstance(own_id := getattr(item, "id", None), pb.UUID) and own_id.id:
-                yield own_id.id
+                yield _canonical(own_id.id)
+
+
+def _canonical(raw: str) -> str:
+    """The id as rackflow writes it: the API takes any spelling `uuid.UUID` reads (upper case, braces,
+    `urn:uuid:`, no hyphens), and a spelling kept as sent would name the same thing twice in one event and
+    match no id anywhere else (the dashboard showed it as gone). What is not a UUID is kept as sent: the
+    refused call's row shows what was asked."""
+    parsed = _parse_uuid(raw)
+    return str(parsed) if parsed is not None else raw
 
 
 def target_ids(request: Message, response: Message | None, *also: str) -> tuple[str, ...]:
