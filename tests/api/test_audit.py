@@ -112,6 +112,22 @@ async def test_a_failed_mutation_records_its_code_and_message(stub: FlowStub, cl
     assert (invalid.method, invalid.outcome) == ("CreateRack", "INVALID_ARGUMENT")
 
 
+async def test_a_refused_request_holding_a_nul_is_in_the_trail(stub: FlowStub, clock: FakeClock) -> None:
+    """PostgreSQL stores no NUL in text or JSONB, and a request holding one is refused for it: its row
+    failed to insert there, so such probes left no trace. The NUL is recorded as U+2400 (␀)."""
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.CreateRack(pb.CreateRackRequest(name="r\x001"), metadata=OPERATOR)
+    clock.advance(SECOND)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.DeleteRack(pb.DeleteRackRequest(id=pb.UUID(id="x\x00")), metadata=OPERATOR)
+    delete, create = await events(stub)
+    assert (create.method, create.outcome) == ("CreateRack", "INVALID_ARGUMENT")
+    assert json.loads(create.request_json)["name"] == "r\u24001"
+    assert (delete.method, delete.outcome) == ("DeleteRack", "INVALID_ARGUMENT")
+    assert [i.id for i in delete.target_ids] == ["x\u2400"]
+    assert json.loads(delete.request_json) == {"id": {"id": "x\u2400"}}
+
+
 async def test_operations_record_the_racks_and_the_submitted_tasks(stub: FlowStub) -> None:
     components = [pb.ComponentSpec(type=pb.COMPONENT_TYPE_POWERSHELF, name="ps")]
     rack = await stub.CreateRack(pb.CreateRackRequest(name="r1", components=components), metadata=OPERATOR)

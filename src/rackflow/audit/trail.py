@@ -47,6 +47,8 @@ from rackflow.validation import check_text
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+# What a NUL in a recorded text becomes: U+2400 SYMBOL FOR NULL (`_storable`).
+NUL_RECORDED_AS = "\u2400"
 
 
 class AuditTrail:
@@ -109,10 +111,10 @@ class AuditTrail:
             at=self.clock.now(),
             principal=principal,
             method=method,
-            target_ids=tuple(target_ids),
+            target_ids=tuple(_storable(target_id) for target_id in target_ids),
             outcome=outcome,
-            error=error,
-            request=request,
+            error=_storable(error),
+            request=_storable(request),
             schedule_before=before,
         )
         pending = store.PendingEvent(event, after_of=schedule_id)
@@ -176,3 +178,19 @@ class AuditTrail:
         check_text(matching.principal or "", "principal")
         async with self.db.read() as conn:
             return await store.list_events(conn, matching, offset=offset, limit=limit, after=after)
+
+
+def _storable(value: Any) -> Any:
+    """`value` (text, or JSON of dicts and lists) with every NUL shown as NUL_RECORDED_AS.
+
+    Why: PostgreSQL stores no NUL in text or JSONB, and what the caller sent is recorded as sent, before
+    anything validated it: a request refused for holding a NUL (a probe, a broken client) failed its
+    row's insert there and left no trace. One rule on both databases, so SQLite's trail reads the same.
+    """
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_RECORDED_AS)
+    if isinstance(value, dict):
+        return {_storable(key): _storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
