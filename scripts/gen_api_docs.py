@@ -57,6 +57,8 @@ SCALAR_NAMES = {
 # catch-all.
 ERROR_ROWS = {
     "INVALID_ARGUMENT": "Malformed input: a bad spec, timezone, name, filter, mask path, target or UUID; "
+    "a name that reads as a UUID (a reference that does is taken as an id, so such a name would name "
+    "another rack or schedule to the CLI and the dashboard); "
     "a duplicate rack or component in one target spec; a target that resolves to no rack; a request whose "
     "bytes do not parse, such as a string field that is not valid UTF-8 (`request: the bytes sent do not "
     "parse: …`, refused before it is audited).",

@@ -12,7 +12,6 @@ here: the server validates and decides.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from rackflow.ids import is_uuid
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 
@@ -75,14 +75,6 @@ class RackflowClientError(Exception):
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
-
-
-def is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 TASK_STATUSES = tuple(

@@ -81,3 +81,13 @@ def _forget_draw() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_draw)
+
+
+def is_uuid(value: str) -> bool:
+    """Whether `value` reads as a UUID in any spelling `uuid.UUID` takes: a reference that does is an id,
+    never a name (the CLI, the web pages), so no name may read as one (`validation.check_name`)."""
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

@@ -35,6 +35,7 @@ from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions, RetryPolicy
 from rackflow.errors import InvalidArgument
+from rackflow.ids import is_uuid
 from rackflow.timespec import format_go_duration, parse_go_duration
 
 MAX_TEXT_LENGTH = 255  # the width of every inventory and schedule name column
@@ -96,8 +97,16 @@ def http_url(url: str) -> SplitResult | None:
 
 
 def check_name(name: str, field: str) -> str:
-    """A rack, domain, component or schedule name: required, and an identifier (`check_text`)."""
-    return check_text(name, field, required=True, identifier=True)
+    """A rack, domain, component or schedule name: required, an identifier (`check_text`), and not a UUID:
+    a reference that reads as one is taken as an id (`ids.is_uuid`), so a rack named after another's id
+    would have the CLI act on that other rack."""
+    check_text(name, field, required=True, identifier=True)
+    if is_uuid(name):
+        raise InvalidArgument(
+            f"{field}: {name!r} reads as an id (a UUID), and a reference that does is taken as one; "
+            "choose a name that does not"
+        )
+    return name
 
 
 def check_description(description: str, field: str = "description") -> str:

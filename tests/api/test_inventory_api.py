@@ -75,6 +75,9 @@ async def test_create_rack_refusals(stub: Stub, db: Database) -> None:
         (pb.CreateRackRequest(name="r\n"), bad, "^name: .*control"),
         (pb.CreateRackRequest(name=" r"), bad, "^name: .*whitespace"),
         (pb.CreateRackRequest(name="x" * 256), bad, "^name: at most 255"),
+        # A reference that reads as a UUID is taken as an id: a rack named after another's would be it.
+        (pb.CreateRackRequest(name=MISSING), bad, "^name: .*reads as an id"),
+        (pb.CreateRackRequest(name=MISSING.replace("-", "").upper()), bad, "^name: .*reads as an id"),
         (pb.CreateRackRequest(name="taken"), grpc.StatusCode.ALREADY_EXISTS, "'taken'"),
         (
             pb.CreateRackRequest(name="r", nvl_domain_id=ident("nope")),

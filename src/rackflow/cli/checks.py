@@ -22,7 +22,8 @@ from rackflow.cli.output import (
     when,
 )
 from rackflow.cli.tasks import rack_names, schedule_name, task, task_view
-from rackflow.client import OPERATION_RPCS, is_uuid, operation_name
+from rackflow.client import OPERATION_RPCS, operation_name
+from rackflow.ids import is_uuid
 from rackflow.v1 import flow_pb2 as pb
 
 F = TypeVar("F", bound=Callable[..., Any])

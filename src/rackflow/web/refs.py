@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import uuid
 
-from rackflow.client import is_uuid
 from rackflow.errors import NotFound
+from rackflow.ids import is_uuid
 from rackflow.services import Services
 
 

@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rackflow.client import is_uuid
 from rackflow.errors import NotFound
+from rackflow.ids import is_uuid
 from rackflow.security import Principal
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
