@@ -14,7 +14,7 @@ END = NOW + timedelta(hours=2)
 
 
 def test_a_task_may_start_up_to_its_windows_end_but_not_at_it() -> None:
-    waited = replace(task(), not_after=END, started_at=None)
+    waited = replace(task(), not_after=END)  # its claim stamped `started_at`, as every claim does
     assert _refusal(waited, 1, END - timedelta(microseconds=1), None) is None
     assert (
         _refusal(waited, 1, END, None)
@@ -26,9 +26,15 @@ def test_a_task_may_start_up_to_its_windows_end_but_not_at_it() -> None:
 
 
 def test_an_attempt_after_the_task_ran_says_it_is_the_attempt_that_could_not() -> None:
-    """A retry's next attempt (or a takeover) past the window's end: the task did run, its attempt did not."""
-    ran = replace(task(attempt=2), not_after=END)
+    """A retry's next attempt (its first claim) or a takeover (a later claim of its attempt) past the
+    window's end: the task did run, its attempt did not."""
+    retried = replace(task(attempt=2), not_after=END)
     assert (
-        _refusal(ran, 2, END, None)
+        _refusal(retried, 1, END, None)
         == f"the maintenance window ended at {END.isoformat()} before attempt 2 could run"
+    )
+    taken_over = replace(task(), not_after=END)
+    assert (
+        _refusal(taken_over, 2, END, None)
+        == f"the maintenance window ended at {END.isoformat()} before attempt 1 could run"
     )

@@ -530,8 +530,9 @@ def _refusal(task: Task, attempt: int, now: datetime, start_deadline: datetime |
     if task.not_after is not None and _too_late(task, now):
         ended = task.not_after.isoformat()
         # A task that ran before (a retry's next attempt, a takeover) did run: it is this attempt that
-        # could not.
-        what = f"attempt {attempt}" if task.started_at is not None else "the task"
+        # could not. (Not told by `started_at`: the claim that found it too late has just stamped it.)
+        ran_before = task.attempt > 1 or attempt > 1
+        what = f"attempt {task.attempt}" if ran_before else "the task"
         if start_deadline == task.not_after:
             return f"its firing's start deadline passed at {ended} before {what} could run"
         return f"the maintenance window ended at {ended} before {what} could run"
