@@ -13,7 +13,7 @@ import pytest
 from rackflow.domain.firing import RunResult
 from rackflow.domain.inventory import Rack
 from rackflow.domain.schedules import Schedule
-from rackflow.domain.tasks import Operation, OperationKind, TaskStatus
+from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
 from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
 from rackflow.store import dispatch, task_runs
@@ -269,6 +269,17 @@ async def test_a_deferred_task_not_started_in_time_fails_naming_the_window_or_th
     assert ("its start deadline" in task.message) is (deadline_at is not None)
 
     env.clock.advance(failed_at - env.clock.now())
+    task = await run_until_finished(env, task)
+    assert task.status is TaskStatus.FAILED
+    assert task.not_after is not None
+    # The task never ran: "the task", not "attempt 1", could not (the claim that found it too late had
+    # stamped its start).
+    ended = "passed" if deadline_at else "ended"
+    assert task.message == f"{words} {ended} at {task.not_after.isoformat()} before the task could run"
+
+
+async def run_until_finished(env: Env, task: Task) -> Task:
+    """Run an executor, with the services' start gates, until `task` has finished."""
     executor = Executor(
         env.db,
         env.clock,
@@ -281,13 +292,30 @@ async def test_a_deferred_task_not_started_in_time_fails_naming_the_window_or_th
     stop = asyncio.Event()
     running = asyncio.create_task(executor.run(stop))
     try:
-        task = await finished(env.db, task)
+        return await finished(env.db, task)
     finally:
         stop.set()
         await asyncio.wait_for(running, 10)
+
+
+async def test_a_task_fired_inside_an_allow_window_does_not_start_after_it_closed(env: Env) -> None:
+    """Fired inside its rack's ALLOW window, a task that then waits (a full budget, a pre-flight check, the
+    rack's queue) until the window has closed fails rather than starts outside it, as a deferred one does."""
+    r1 = await env.rack("r1")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    await env.schedule(racks=[r1])
+
+    (result,) = await dispatch_at(env, TOMORROW_2AM + timedelta(minutes=30))
+
+    (outcome,) = result.outcomes
+    assert outcome.outcome == "submitted" and outcome.task_id is not None
+    (task,) = await env.services.tasks.get_tasks([outcome.task_id])
+    assert (task.status, task.not_before, task.held_by) == (TaskStatus.PENDING, None, None)
+    assert task.not_after == TOMORROW_2AM + timedelta(hours=2)
+
+    env.clock.advance(TOMORROW_2AM + timedelta(hours=2) - env.clock.now())  # it waited until the close
+    task = await run_until_finished(env, task)
     assert task.status is TaskStatus.FAILED
-    assert task.not_after is not None
-    # The task never ran: "the task", not "attempt 1", could not (the claim that found it too late had
-    # stamped its start).
-    ended = "passed" if deadline_at else "ended"
-    assert task.message == f"{words} {ended} at {task.not_after.isoformat()} before the task could run"
+    assert task.message == (
+        "the maintenance window ended at 2026-03-03T04:00:00+00:00 before the task could run"
+    )

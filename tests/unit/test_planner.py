@@ -516,6 +516,27 @@ def test_a_rollout_step_binds_its_first_waves_deferrals_by_the_start_deadline(
     assert deadline_end(deferral) == (start_by if closes_at == start_by else None)
 
 
+@pytest.mark.parametrize("trigger", ["dispatch", "manual"])
+def test_a_rollout_step_inside_an_allow_window_binds_its_task_to_the_windows_end(trigger: Trigger) -> None:
+    """A scope started while an ALLOW window holds its rack (a rollout's turn, an approved run) carries the
+    window's end, so that its task does not start after it; a manual firing's obeys no ALLOW window."""
+    owner = schedule(rollout=RolloutPolicy(max_concurrent_racks=1))
+    (scope,) = scopes_of(owner, 1)
+    allow_now = closing(WindowKind.ALLOW, NOW - HOUR, NOW + HOUR)
+    snapshot = Snapshot((owner,), {owner.id: (scope,)}, windows=(allow_now,), racks=racks_of((scope,)))
+
+    pending = ScopeOutcome(scope.id, scope.rack_id, "pending")
+
+    starts = plan_starts(snapshot, (pending,), [scope.id], trigger, NOW)
+
+    ((_, bound),) = starts.submit
+    if trigger == "manual":
+        assert bound is None
+        return
+    assert bound is not None and (bound.action, bound.opens_at, bound.closes_at) == ("fire", None, NOW + HOUR)
+    assert deadline_end(bound) is None
+
+
 def test_the_schedules_zero_deadline_overrides_the_default() -> None:
     assert start_deadline(schedule(deadline=timedelta(0)), HOUR) is None
     assert start_deadline(schedule(), HOUR) == HOUR

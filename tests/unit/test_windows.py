@@ -181,6 +181,24 @@ def test_decisions_fire_skip_and_defer() -> None:
     assert "inside freeze 'launch'" in only_freeze.reason
 
 
+def test_a_firing_inside_an_allow_window_must_start_before_it_closes() -> None:
+    """Fired while an ALLOW window holds the rack, its task must start before that window closes (ALLOW
+    occurrences back to back count as one), or it would start outside every ALLOW window; with no ALLOW
+    window covering the rack, nothing ends its wait (a freeze only holds it, at its start)."""
+    allow = window("nightly", WindowKind.ALLOW, DAILY_2_TO_4)
+    fired = decide_firing([allow], RACK, POWER, utc("2026-01-01T03:00:00Z"), WindowPolicy.SKIP)
+    assert (fired.action, fired.opens_at, fired.closes_at) == ("fire", None, utc("2026-01-01T04:00:00Z"))
+    assert fired.reason == ""
+    then = window("then", WindowKind.ALLOW, OneOff(utc("2026-01-01T04:00:00Z"), utc("2026-01-01T05:00:00Z")))
+    chained = decide_firing([allow, then], RACK, POWER, utc("2026-01-01T03:00:00Z"), WindowPolicy.DEFER)
+    assert (chained.action, chained.closes_at) == ("fire", utc("2026-01-01T05:00:00Z"))
+    freeze = window("launch", WindowKind.FREEZE, FREEZE_JAN_2)
+    unbound = decide_firing([freeze], RACK, POWER, utc("2026-01-01T05:00:00Z"), WindowPolicy.SKIP)
+    assert (unbound.action, unbound.closes_at) == ("fire", None)
+    always = window("day", WindowKind.ALLOW, Recurring("0 0 * * *", "24h"))
+    assert decide_firing([always], RACK, POWER, T0, WindowPolicy.SKIP).closes_at is None  # past the horizon
+
+
 def test_a_freeze_ending_inside_an_allow_opens_at_its_end() -> None:
     allow = window("day", WindowKind.ALLOW, Recurring("0 0 * * *", "24h"))
     freeze = window(

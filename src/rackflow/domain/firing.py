@@ -151,6 +151,11 @@ class Firing:
         decision = self.windows.get(scope_id)
         return decision if decision is not None and decision.action == "defer" else None
 
+    def bound(self, scope_id: uuid.UUID) -> Decision | None:
+        """What the windows bind the scope's task to (`starts_bound`): the opening it waits for, or the end
+        of the ALLOW window it fires in (None: nothing)."""
+        return starts_bound(self.windows.get(scope_id))
+
     def submitted(self, scope_id: uuid.UUID, rack_id: uuid.UUID, task_id: uuid.UUID) -> ScopeOutcome:
         """The outcome of a scope whose task was submitted: with the start deadline the task must start by,
         when that, not its window's end, ended its deferral."""
@@ -253,6 +258,12 @@ def _by_deadline(decision: Decision, deadline_at: datetime) -> Decision:
     if decision.closes_at is None or decision.closes_at > deadline_at:
         return replace(decision, closes_at=deadline_at, by_deadline=True)
     return decision
+
+
+def starts_bound(decision: Decision | None) -> Decision | None:
+    """The decision a scope's task is submitted with: a deferral (its opening), or a fire (inside an ALLOW
+    window, its end, by which the task must start); None for a scope the windows settled."""
+    return decision if decision is not None and decision.action in ("fire", "defer") else None
 
 
 def deadline_end(deferral: Decision | None) -> datetime | None:
@@ -371,7 +382,7 @@ def approved_firing(run: Run, snapshot: Snapshot, now: datetime) -> Firing:
         for o in run.outcomes
     )
     decided = {o.scope_id: o for o in run.outcomes if o.outcome != "pending"} | dict(starts.settled)
-    windows = {sc.id: wait for sc, wait in starts.submit if wait is not None}
+    windows = {sc.id: bound for sc, bound in starts.submit if bound is not None}
     return replace(firing, scopes=scopes, decided=decided, windows=windows)
 
 
@@ -458,8 +469,9 @@ SETTLED_BY_WINDOWS: Mapping[str, Outcome] = {"skip_window": "skipped_window", "m
 @dataclass(frozen=True)
 class Starts:
     """What a rollout's step does with the scopes its rule starts: the outcomes it settles without a task
-    (`settled`: removed from the schedule, or closed by a window), and the scopes to submit, each with the
-    opening its task waits for (None: at once)."""
+    (`settled`: removed from the schedule, or closed by a window), and the scopes to submit, each with what
+    the windows bind its task to (`starts_bound`: the opening it waits for, or the end of the ALLOW window
+    it starts in; None: nothing)."""
 
     settled: Mapping[uuid.UUID, ScopeOutcome]
     submit: tuple[tuple[Scope, Decision | None], ...]
@@ -499,11 +511,7 @@ def plan_starts(
         if decision.action in SETTLED_BY_WINDOWS:
             outcome = SETTLED_BY_WINDOWS[decision.action]
             settled[scope_id] = replace(by_id[scope_id], outcome=outcome, error=decision.reason)
-    submit = tuple(
-        (sc, windows[sc.id] if sc.id in windows and windows[sc.id].action == "defer" else None)
-        for sc in present
-        if sc.id not in settled
-    )
+    submit = tuple((sc, starts_bound(windows.get(sc.id))) for sc in present if sc.id not in settled)
     return Starts(settled, submit)
 
 

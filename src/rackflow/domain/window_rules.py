@@ -41,8 +41,9 @@ Action = Literal["fire", "skip_window", "defer", "skip_overlap", "missed"]
 
 @dataclass(frozen=True)
 class Decision:
-    """What a firing does for one scope: fire; skip it (`closed` says which window); or defer it, the task
-    waiting for the opening `[opens_at, closes_at)` (closes_at None: open past the horizon). The planner
+    """What a firing does for one scope: fire, the task to start before `closes_at` when ALLOW windows
+    open the rack (None: nothing ends its wait); skip it (`closed` says which window); or defer it, the
+    task waiting for the opening `[opens_at, closes_at)` (closes_at None: open past the horizon). The planner
     adds "skip_overlap": the scope's last task is still active, and caps a deferral's `closes_at` at the
     firing's start deadline (`by_deadline`), so that a task failed there says so rather than blaming the
     window."""
@@ -127,6 +128,25 @@ def closed_at(
     return Closed(window, start)
 
 
+def allowed_until(
+    windows: Sequence[MaintenanceWindow], rack: RackRef, operation: OperationKind, t: datetime
+) -> datetime | None:
+    """When the covering ALLOW occurrences holding `t` close (occurrences back to back count as one):
+    scheduled work fired at `t` must start before then, or it would start outside every ALLOW window. None
+    when no ALLOW occurrence holds `t`, or it stays open past OPENING_HORIZON. Freezes are left out: they
+    hold a task at its start, until they end (`freeze_at`)."""
+    allows = [w for w in covering(windows, rack, operation) if w.kind is WindowKind.ALLOW]
+    end = t
+    for _ in range(OCCURRENCES_SCANNED):
+        ends = [o.end for w in allows if (o := w.occurrence_at(end)) is not None]
+        if not ends:
+            break
+        end = max(ends)
+        if end >= t + OPENING_HORIZON:
+            return None
+    return end if end > t else None
+
+
 def next_opening(
     windows: Sequence[MaintenanceWindow], rack: RackRef, operation: OperationKind, after: datetime
 ) -> Occurrence | None:
@@ -172,12 +192,14 @@ def decide_firing(
 ) -> Decision:
     """The one decision, per scope, of a dispatched firing at `at` and of the schedule preview.
 
-    Open: fire. Closed under SKIP: skip, naming the window. Closed under DEFER: defer to the next opening
-    (skip when none starts within OPENING_HORIZON).
+    Open: fire, by the end of the ALLOW window that opens the rack (`allowed_until`), as a deferred task
+    starts by its opening's end. Closed under SKIP: skip, naming the window. Closed under DEFER: defer to the
+    next opening (skip when none starts within OPENING_HORIZON).
     """
     closed = closed_at(windows, rack, operation, at)
     if closed is None:
-        return FIRE
+        until = allowed_until(windows, rack, operation, at)
+        return FIRE if until is None else Decision("fire", closes_at=until)
     if policy is WindowPolicy.DEFER:
         opening = next_opening(windows, rack, operation, at)
         if opening is not None:

@@ -314,16 +314,17 @@ class RolloutService:
         outcomes = {o.scope_id: o for o in run.outcomes}
         changed = dict(starts.settled)
         results = await self.tasks.submit_each_in(
-            conn, [scope_submission(schedule, sc, run.fired_at, run.id, wait) for sc, wait in starts.submit]
+            conn, [scope_submission(schedule, sc, run.fired_at, run.id, bound) for sc, bound in starts.submit]
         )
         started: dict[uuid.UUID, uuid.UUID] = {}
-        for (scope, wait), result in zip(starts.submit, results, strict=True):
+        for (scope, bound), result in zip(starts.submit, results, strict=True):
             if isinstance(result, RackflowError):
                 changed[scope.id] = replace(outcomes[scope.id], outcome="failed", error=str(result))
             else:
                 started[scope.id] = result[0].id
+                start_by = deadline_end(bound)
                 changed[scope.id] = replace(
-                    outcomes[scope.id], outcome="submitted", task_id=result[0].id, start_by=deadline_end(wait)
+                    outcomes[scope.id], outcome="submitted", task_id=result[0].id, start_by=start_by
                 )
         await schedule_store.set_last_task_ids(conn, started)
         await store.save_run(conn, replace(run, outcomes=_with_outcomes(run, changed)))

@@ -252,7 +252,7 @@ async def _submit_all(
 
 
 def _submission(firing: Firing, scope: Scope) -> Submission:
-    return scope_submission(firing.schedule, scope, firing.fired_at, firing.run_id, firing.deferral(scope.id))
+    return scope_submission(firing.schedule, scope, firing.fired_at, firing.run_id, firing.bound(scope.id))
 
 
 async def _write_back(

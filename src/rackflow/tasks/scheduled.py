@@ -31,12 +31,13 @@ def scope_submission(
     scope: Scope,
     fired_at: datetime,
     run_id: uuid.UUID,
-    deferral: Decision | None = None,
+    bound: Decision | None = None,
 ) -> Submission:
     """What a firing submits for one scope (phase 2, or a rollout's step): the schedule's operation on the
     scope's rack and components, under the overlap policy's conflict strategy, carrying the run's id and
-    the schedule's retry policy. A deferred scope's task is held until the opening it waits for, and says
-    so."""
+    the schedule's retry policy. `bound`: what the windows bind its task to (`domain.firing.starts_bound`).
+    A deferred scope's task is held until the opening it waits for, and says so; a deferred one, or one
+    fired inside an ALLOW window, must start before that opening or window closes."""
     return Submission(
         schedule.operation,
         (RackSelection(scope.rack_id, scope.filter),),
@@ -44,8 +45,8 @@ def scope_submission(
         QueueOptions(schedule.overlap_policy.conflict_strategy, schedule.queue_timeout),
         schedule.id,
         run_id,
-        deferral.reason if deferral else "",
-        opens_at=deferral.opens_at if deferral else None,
-        closes_at=deferral.closes_at if deferral else None,
+        bound.reason if bound else "",
+        opens_at=bound.opens_at if bound else None,
+        closes_at=bound.closes_at if bound else None,
         retry=schedule.retry,
     )

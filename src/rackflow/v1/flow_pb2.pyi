@@ -2567,7 +2567,11 @@ class ScopeDecision(_message.Message):
         """
 
     @_builtins.property
-    def closes_at(self) -> _timestamp_pb2.Timestamp: ...
+    def closes_at(self) -> _timestamp_pb2.Timestamp:
+        """defer: when that opening closes; fire: when the ALLOW window it fires in closes (unset: none covers
+        the rack, or it stays open past the search horizon). Its task must start before then, or it fails.
+        """
+
     def __init__(
         self,
         *,
