@@ -182,6 +182,28 @@ async def test_the_two_person_rule_and_min_approvers(db: Database) -> None:
     assert len(await _tasks(env, schedule)) == 1
 
 
+async def test_the_editor_a_run_fired_from_may_not_approve_it_after_someone_else_edits(db: Database) -> None:
+    """The two-person rule binds the run to whoever last edited the schedule when it fired: another's edit
+    since (a new name, say) does not let that editor approve what they set up themselves."""
+    env = _env(db)
+    with caller("editor", Role.OPERATOR):
+        schedule = await _schedule(env, [await env.rack("r1")])
+        await env.services.schedules.trigger(schedule.id)
+    (waiting,) = await _runs(env, schedule)
+    with caller("bob", Role.OPERATOR):
+        await env.services.schedules.update(schedule.id, ["schedule.name"], name="fw-tidied")
+
+    with caller("editor"), pytest.raises(PermissionDenied, match="'editor' last edited the schedule"):
+        await env.services.approvals.approve(waiting.run.id)
+    with caller("editor"), pytest.raises(PermissionDenied, match="'editor' last edited the schedule"):
+        await env.services.approvals.reject(waiting.run.id, "mine")
+    with caller("bob"), pytest.raises(PermissionDenied, match="'bob' last edited the schedule"):
+        await env.services.approvals.approve(waiting.run.id)
+    assert await _tasks(env, schedule) == []
+    with caller("ann"):
+        assert (await env.services.approvals.approve(waiting.run.id)).run.state == "completed"
+
+
 async def test_a_rejected_run_never_starts(db: Database) -> None:
     env = _env(db)
     schedule = await _schedule(env, [await env.rack("r1")])

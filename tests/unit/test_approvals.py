@@ -32,8 +32,9 @@ POLICY = ApprovalPolicy(timedelta(hours=4), min_approvers=2)
 
 
 def test_a_run_is_approved_once_enough_distinct_approvers_approved() -> None:
-    approval = opened(POLICY, NOW, None)
+    approval = opened(POLICY, NOW, None, "editor")
     assert approval.expires_at == NOW + timedelta(hours=4) and not approval.approved
+    assert approval.edited_by == "editor"
     first = with_approver(approval, Approver("ann", NOW + HOUR))
     assert not first.approved and first.decided_at is None
     second = with_approver(first, Approver("bob", NOW + 2 * HOUR, "ok"))
@@ -49,6 +50,7 @@ def test_a_run_is_approved_once_enough_distinct_approvers_approved() -> None:
     [
         ("ann", (), True, None),
         ("editor", (), True, PermissionDenied),  # the schedule's last editor
+        ("fired", (), True, PermissionDenied),  # its last editor when the run fired
         ("ann", ("ann",), True, FailedPrecondition),  # one approval per principal
         ("editor", (), False, None),  # without tokens nobody can be told apart
         ("anonymous", ("anonymous",), False, None),
@@ -57,7 +59,7 @@ def test_a_run_is_approved_once_enough_distinct_approvers_approved() -> None:
 def test_who_may_approve(
     principal: str, approved_by: tuple[str, ...], two_person: bool, refused: type[Exception] | None
 ) -> None:
-    approval = RunApproval(NOW + HOUR, 2, tuple(Approver(p, NOW) for p in approved_by))
+    approval = RunApproval(NOW + HOUR, 2, tuple(Approver(p, NOW) for p in approved_by), edited_by="fired")
     if refused is None:
         check_approver(approval, principal, "editor", two_person=two_person)
         return

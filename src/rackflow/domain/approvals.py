@@ -50,7 +50,8 @@ class Approver:
 @dataclass(frozen=True)
 class RunApproval:
     """A run's approval: until when it may be approved, how many approvers it needs, who approved so far;
-    once decided, when (`decided_at`) and, rejected, by whom and why."""
+    once decided, when (`decided_at`) and, rejected, by whom and why. `edited_by`: who had last edited the
+    schedule when the run fired (the two-person rule keeps them from deciding it, whoever edits since)."""
 
     expires_at: datetime
     min_approvers: int
@@ -58,6 +59,7 @@ class RunApproval:
     rejected_by: str = ""
     comment: str = ""
     decided_at: datetime | None = None
+    edited_by: str = ""
 
     @property
     def approved(self) -> bool:
@@ -74,6 +76,7 @@ class RunApproval:
             "rejected_by": self.rejected_by,
             "comment": self.comment,
             "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+            "edited_by": self.edited_by,
         }
 
     @classmethod
@@ -88,13 +91,17 @@ class RunApproval:
             rejected_by=data.get("rejected_by") or "",
             comment=data.get("comment") or "",
             decided_at=datetime.fromisoformat(data["decided_at"]) if data.get("decided_at") else None,
+            edited_by=data.get("edited_by") or "",
         )
 
 
-def opened(policy: ApprovalPolicy, fired_at: datetime, approver: Approver | None) -> RunApproval:
-    """The approval of a run fired at `fired_at`; `approver`: a manual trigger's caller who approved it as
-    it fired (`approve = true`), counted as the first approver (decided at once when that is enough)."""
-    approval = RunApproval(fired_at + policy.timeout, policy.min_approvers)
+def opened(
+    policy: ApprovalPolicy, fired_at: datetime, approver: Approver | None, edited_by: str
+) -> RunApproval:
+    """The approval of a run fired at `fired_at` from a schedule `edited_by` last edited; `approver`: a
+    manual trigger's caller who approved it as it fired (`approve = true`), counted as the first approver
+    (decided at once when that is enough)."""
+    approval = RunApproval(fired_at + policy.timeout, policy.min_approvers, edited_by=edited_by)
     return with_approver(approval, approver) if approver is not None else approval
 
 
@@ -109,15 +116,18 @@ def check_approver(
 ) -> None:
     """Refuse an approval (or rejection) `principal` may not give.
 
-    `two_person` (the callers are known by token): the schedule's last editor may not approve its firings
-    (PermissionDenied), nor may one principal approve twice (FailedPrecondition: each approver counts once).
-    Without tokens every caller is the same anonymous operator, and these rules cannot tell people apart.
+    `two_person` (the callers are known by token): the schedule's last editor, now (`last_editor`) or when
+    the run fired (`approval.edited_by`: another's edit since does not make it someone else's work), may
+    not approve its firings (PermissionDenied), nor may one principal approve twice (FailedPrecondition:
+    each approver counts once). Without tokens every caller is the same anonymous operator, and these
+    rules cannot tell people apart.
     """
     if not two_person:
         return
-    if principal == last_editor:
+    if principal in (last_editor, approval.edited_by):
+        when = "" if principal == last_editor else " this run fired from"
         raise PermissionDenied(
-            f"{field}: {principal!r} last edited the schedule and may not approve or reject its runs "
+            f"{field}: {principal!r} last edited the schedule{when} and may not approve or reject its runs "
             "(two-person rule: another approver must)"
         )
     if any(a.principal == principal for a in approval.approvers):

@@ -337,7 +337,7 @@ def _plan_one(
     if live is not None:  # skipped before any approval opens: nobody is asked to approve a skipped run
         return replace(firing, skipped=skip_reason(live))
     if schedule.approval is not None:
-        firing = replace(firing, approval=opened(schedule.approval, now, approver))
+        firing = replace(firing, approval=opened(schedule.approval, now, approver, schedule.last_edited_by))
     if schedule.rollout is None:
         return firing
     # A run awaiting approval starts when approved, as a plain one does, with no deadline to start by.

@@ -689,7 +689,7 @@ class ScheduleService:
             if approve and schedule.approval is not None:
                 approver = Approver(caller_name() or ANONYMOUS, now)
                 check_approver(
-                    opened(schedule.approval, now, None),
+                    opened(schedule.approval, now, None, schedule.last_edited_by),
                     approver.principal,
                     schedule.last_edited_by,
                     two_person=caller_known_by_token(),
