@@ -319,3 +319,26 @@ async def test_a_task_fired_inside_an_allow_window_does_not_start_after_it_close
     assert task.message == (
         "the maintenance window ended at 2026-03-03T04:00:00+00:00 before the task could run"
     )
+
+
+async def test_a_task_past_its_windows_end_fails_at_once_rather_than_wait_out_a_freeze(env: Env) -> None:
+    """A deferred task whose opening a freeze cut short, claimed inside that freeze after the opening's end,
+    can never start: it fails at that claim, naming the window, instead of being held (and shown as waiting)
+    until the freeze ends days later, or taking a budget's room or a pre-flight check's round meanwhile."""
+    r1 = await env.rack("r1")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    freeze_from = TOMORROW_2AM + timedelta(hours=1)
+    await window(env, "launch", WindowKind.FREEZE, OneOff(freeze_from, freeze_from + timedelta(days=2)), r1)
+    schedule = await with_policy(env, await env.schedule(racks=[r1]), WindowPolicy.DEFER)
+    assert schedule.next_run_at is not None
+
+    (result,) = await dispatch_at(env, schedule.next_run_at)
+
+    (task,) = await env.services.tasks.get_tasks([result.outcomes[0].task_id])  # type: ignore[list-item]
+    assert (task.not_before, task.not_after) == (TOMORROW_2AM, freeze_from)  # the freeze ends the opening
+    env.clock.advance(freeze_from + timedelta(minutes=30) - env.clock.now())
+    task = await run_until_finished(env, task)
+    assert (task.status, task.held_by) == (TaskStatus.FAILED, None)
+    assert task.message == (
+        "the maintenance window ended at 2026-03-03T03:00:00+00:00 before the task could run"
+    )

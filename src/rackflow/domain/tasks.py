@@ -219,6 +219,12 @@ class Task:
     def max_attempts(self) -> int:
         return self.retry.max_attempts if self.retry is not None else 1
 
+    def too_late(self, now: datetime) -> bool:
+        """At or past the end of what the task waited for (`not_after`) without having started: a window is
+        half-open (`[start, end)`, docs/WINDOWS.md), and a deferral's start deadline is too (an opening at
+        it is missed), so at `not_after` itself the wait is over."""
+        return self.not_after is not None and now >= self.not_after
+
     def retry_at(self, now: datetime) -> datetime | None:
         """When a retryable failure of the current attempt, ending at `now`, is tried again; None when
         this was the last attempt (or the task has no retries)."""

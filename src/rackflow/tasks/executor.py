@@ -350,7 +350,7 @@ class Executor:
         """Plan each task's steps over its components that still exist (one removed meanwhile is skipped);
         a task a gate failed (`failed`: why) fails without running."""
         by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
-        too_late = {task.run_id for task, _ in claimed if _too_late(task, now) and task.run_id is not None}
+        too_late = {task.run_id for task, _ in claimed if task.too_late(now) and task.run_id is not None}
         start_deadlines = await schedule_store.start_deadlines_of_tasks(conn, too_late) if too_late else {}
         width = max(1, self.backend.step_concurrency)
         runs = []
@@ -514,20 +514,13 @@ def _ending(task: Task, executed: tuple[Outcome, bool] | None, now: datetime) ->
     return Ending(task.id, task.rack_id, (status, message), attempt=attempt)
 
 
-def _too_late(task: Task, now: datetime) -> bool:
-    """At or past the end of what the task waited for (`not_after`) without having started: a window is
-    half-open (`[start, end)`, docs/WINDOWS.md), and a deferral's start deadline is too (an opening at it
-    is missed), so at `not_after` itself the wait is over."""
-    return task.not_after is not None and now >= task.not_after
-
-
 def _refusal(task: Task, attempt: int, now: datetime, start_deadline: datetime | None) -> str | None:
     """Why the task must fail without running, if it must. `start_deadline`: what its firing's start
     deadline capped its `not_after` at (its run's outcome keeps it), so that the deadline, not the
     maintenance window, is named when it is what ended the wait."""
     if attempt > MAX_ATTEMPTS:
         return f"gave up after {MAX_ATTEMPTS} attempts, each cut short with its rackflow instance"
-    if task.not_after is not None and _too_late(task, now):
+    if task.not_after is not None and task.too_late(now):
         ended = task.not_after.isoformat()
         # A task that ran before (a retry's next attempt, a takeover) did run: it is this attempt that
         # could not. (Not told by `started_at`: the claim that found it too late has just stamped it.)

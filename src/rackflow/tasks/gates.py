@@ -19,7 +19,9 @@ A task that may not start yet is *held*, one typed way, on its row (`Task.not_be
 
 Only first attempts are gated. A later attempt is a takeover of a task that was RUNNING all along (its
 owner died, or its run was interrupted): it started already, so handing it back would lose its place
-(and its `started_at`) for nothing.
+(and its `started_at`) for nothing. Nor is a task past the end of its window (`Task.too_late`): it fails
+without running at this claim, so no gate may hold it (a freeze would keep it waiting, for nothing, until
+the freeze ends), count it (a budget's room) or ask about it (a pre-flight check's round).
 
 A gate's `check` runs inside the claim's transaction, which holds rows locked: it must do no network I/O
 and nothing slow. A gate that needs the outside world (a pre-flight check asking Alertmanager) reads what
@@ -133,7 +135,7 @@ async def consult(
     held: set[uuid.UUID] = set()
     failed: dict[uuid.UUID, str] = {}
     awaiting: dict[uuid.UUID, tuple[str, datetime]] = {}
-    open_ = [task for task, attempt in claimed if attempt == 1]
+    open_ = [task for task, attempt in claimed if attempt == 1 and not task.too_late(now)]
     for gate in gates:
         if not open_:
             break
