@@ -668,6 +668,41 @@ def test_schedule_runs_basic_view_shows_the_counts(fake: FakeClient, run: Callab
     assert refused.exit_code == 2 and "'some' is not one of" in refused.output
 
 
+def test_schedule_runs_counts_no_failure_for_the_racks_a_cancel_did_not_start(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """A cancelled rollout's rack whose task the cancel ended before it began is "not_started" with a
+    TERMINATED task: not a failed rack, in either view."""
+    ended = pb.ScopeOutcome(
+        rack_id=pb.UUID(id=RACK_ID),
+        outcome="not_started",
+        task_id=pb.UUID(id=TASK_ID),
+        task_status=pb.TASK_STATUS_TERMINATED,
+        error="its rollout was cancelled by oncall",
+    )
+    listed = pb.TaskScheduleRun(id=pb.UUID(id=RUN_ID), state="cancelled", outcomes=[ended])
+    counted = pb.TaskScheduleRun(
+        id=pb.UUID(id=RUN_ID),
+        state="cancelled",
+        outcome_counts=[
+            pb.OutcomeCount(outcome="submitted", racks=2, with_task=2),
+            pb.OutcomeCount(outcome="not_started", racks=3, with_task=1),
+        ],
+        task_counts=[
+            pb.TaskStatusCount(status=pb.TASK_STATUS_COMPLETED, tasks=1),
+            pb.TaskStatusCount(status=pb.TASK_STATUS_FAILED, tasks=1),
+            pb.TaskStatusCount(status=pb.TASK_STATUS_TERMINATED, tasks=1),
+        ],
+    )
+    for found, tasks_failed in ((listed, ["0", "0"]), (counted, ["2", "1"])):
+        fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[found], total=1)
+        result = run("schedule", "runs", "fw")
+        assert result.exit_code == 0, result.output
+        (row,) = [line for line in result.output.splitlines() if RUN_ID in line]
+        assert row.split()[5:7] == tasks_failed, row  # TASKS, FAILED
+    assert fake.called("get_tasks") == []  # no failed task's message to look up
+
+
 def test_conflicts_of_an_existing_schedule_use_its_operation_and_scope(
     fake: FakeClient, run: Callable[..., Result]
 ) -> None:

@@ -264,7 +264,9 @@ def test_counted_verdicts_are_the_per_rack_verdicts_counted() -> None:
     """The runs grid and a run's page count a firing's racks in the database (by outcome and whether it
     has a task, and its tasks by status); counted, they must say what each rack's verdict says."""
     gone = uuid.uuid4()  # a submitted rack whose task was pruned counts as done
+    ended_unbegun = uuid.uuid4()  # a cancelled rollout's rack whose task the cancel ended: not started
     outcomes = (
+        outcome("not_started", ended_unbegun),
         outcome("submitted", T1),
         outcome("submitted", T2),
         outcome("submitted", T3),
@@ -276,14 +278,19 @@ def test_counted_verdicts_are_the_per_rack_verdicts_counted() -> None:
         outcome("missed"),
         outcome("skipped_window"),
     )
-    statuses = {T1: TaskStatus.COMPLETED, T2: TaskStatus.FAILED, T3: TaskStatus.RUNNING}
+    statuses = {
+        T1: TaskStatus.COMPLETED,
+        T2: TaskStatus.FAILED,
+        T3: TaskStatus.RUNNING,
+        ended_unbegun: TaskStatus.TERMINATED,
+    }
     tally = Counter((o.outcome, o.task_id is not None) for o in outcomes)
     task_counts = Counter(statuses.values())
     assert tallied_verdicts(tally, task_counts) == Counter(outcome_verdict(o, statuses) for o in outcomes)
     for state in ("completed", "running", "halted"):
         firing = run(*outcomes, state=state)
         assert tallied_verdict(state, tally, task_counts) == run_verdict(firing, statuses)
-    ended = {T1: TaskStatus.COMPLETED, T2: TaskStatus.FAILED, T3: TaskStatus.COMPLETED}
+    ended = {**statuses, T3: TaskStatus.COMPLETED}
     assert tallied_verdict("completed", tally, Counter(ended.values())) == run_verdict(run(*outcomes), ended)
 
 

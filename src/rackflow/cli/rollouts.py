@@ -173,8 +173,11 @@ FAILED_TASKS = (pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED)
 
 
 def failed(outcome: pb.ScopeOutcome) -> bool:
-    """The rack failed in this run: its task could not be submitted, or it failed or was terminated."""
-    return outcome.outcome == "failed" or outcome.task_status in FAILED_TASKS
+    """The rack failed in this run: its task could not be submitted, or it failed or was terminated (not
+    a "not_started" rack's, whose task its rollout's cancel ended before it began)."""
+    return outcome.outcome == "failed" or (
+        outcome.outcome == "submitted" and outcome.task_status in FAILED_TASKS
+    )
 
 
 def hold_text(outcome: pb.ScopeOutcome) -> str:
@@ -184,7 +187,7 @@ def hold_text(outcome: pb.ScopeOutcome) -> str:
 
 
 def failed_task_ids(run: pb.TaskScheduleRun) -> list[str]:
-    return [o.task_id.id for o in run.outcomes if o.task_id.id and o.task_status in FAILED_TASKS]
+    return [o.task_id.id for o in run.outcomes if o.task_id.id and failed(o)]
 
 
 def task_messages(session: Session, task_ids: Sequence[str]) -> dict[str, str]:

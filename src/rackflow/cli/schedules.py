@@ -804,12 +804,15 @@ def _listed(run: pb.TaskScheduleRun, held: Sequence[str]) -> tuple[str, str, str
 
 def _counted(run: pb.TaskScheduleRun) -> tuple[str, str, str, str]:
     """The same from a BASIC view's counts: `failed` per rack, as its submission failed or its task
-    failed or was terminated; HELD is not counted ("-": `rackflow run show` lists the held racks)."""
+    failed or was terminated (but for the tasks of racks under another outcome than submitted: a
+    cancelled rollout's, terminated before they began, as `failed` says); HELD is not counted ("-":
+    `rackflow run show` lists the held racks)."""
     racks = {c.outcome: c.racks for c in run.outcome_counts}
     failed_tasks = sum(c.tasks for c in run.task_counts if c.status in FAILED_TASKS)
+    not_begun = sum(c.with_task for c in run.outcome_counts if c.outcome != "submitted")
     return (
         str(racks.get("submitted", 0)),
-        str(racks.get("failed", 0) + failed_tasks),
+        str(racks.get("failed", 0) + max(0, failed_tasks - not_begun)),
         str(sum(n for outcome, n in racks.items() if outcome.startswith("skipped"))),
         "-",
     )

@@ -184,15 +184,22 @@ def tallied_verdicts(
 ) -> Counter[Verdict]:
     """How many of a run's racks have each verdict, from counts: `tally`, the racks by (outcome, has a
     task), and `task_counts`, the run's tasks by status; submitted racks whose task is gone count as done,
-    as `outcome_verdict` counts them."""
+    as `outcome_verdict` counts them. A rack with a task under another outcome (a cancelled rollout's
+    "not_started" rack whose task the cancel ended, TERMINATED, before it began) counts by its outcome,
+    as `outcome_verdict` counts it, so its task is taken off the terminated ones."""
     verdicts: Counter[Verdict] = Counter()
     for (outcome, has_task), racks in tally.items():
         if outcome != "submitted" or not has_task:
             verdicts[_untasked_verdict(outcome)] += racks
-    for status, racks in task_counts.items():
+    not_submitted = sum(
+        racks for (outcome, has_task), racks in tally.items() if has_task and outcome != "submitted"
+    )
+    counts = Counter(task_counts)
+    counts[TaskStatus.TERMINATED] = max(0, counts[TaskStatus.TERMINATED] - not_submitted)
+    for status, racks in counts.items():
         verdicts[_TASK_VERDICT[status]] += racks
     submitted = tally.get(("submitted", True), 0)
-    verdicts[Verdict.SUCCEEDED] += max(0, submitted - sum(task_counts.values()))
+    verdicts[Verdict.SUCCEEDED] += max(0, submitted - sum(counts.values()))
     return verdicts
 
 
