@@ -349,9 +349,9 @@ PREFLIGHT_YIELD = timedelta(seconds=1)
 # A rollout's rack claimed while its rollout is at a cap (held by its checks, it did not count against the
 # caps, so the rollout started others: `rollouts.gate`) waits this long before its claim looks for room again.
 ROLLOUT_CAP_WAIT = timedelta(seconds=2)
-# A halted rollout's rack whose task has not begun is held (`rollouts.gate`) until the run is resumed or
-# cancelled, which release it at once; its claim looks again after this long all the same (a run deleted
-# with its schedule leaves nothing to release it).
+# A halted rollout's rack whose task has not begun is held (`rollouts.gate`) until the run is resumed (which
+# releases it at once) or cancelled (which ends it); its claim looks again after this long all the same (a
+# run deleted with its schedule leaves nothing to release it).
 ROLLOUT_HALT_WAIT = timedelta(minutes=1)
 # The furthest ahead a pause may end (`PauseTaskSchedule.resume_at`): past it, resuming computes no next run
 # before year 10000.

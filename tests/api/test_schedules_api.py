@@ -958,7 +958,12 @@ async def test_a_rollout_policy_round_trips_and_the_run_shows_progress(
         await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
     ).total == 1
     cancelled = await stub.CancelTaskScheduleRun(pb.CancelTaskScheduleRunRequest(id=run.id))
-    assert cancelled.state == "cancelled" and cancelled.progress.not_started == len(names) - 1
+    assert cancelled.state == "cancelled" and cancelled.progress.not_started == len(names)
+    # Its first rack's task, not claimed yet, is ended: that rack too is not started.
+    assert (cancelled.outcomes[0].outcome, cancelled.outcomes[0].task_status) == (
+        "not_started",
+        pb.TASK_STATUS_TERMINATED,
+    )
     await expect(
         grpc.StatusCode.FAILED_PRECONDITION,
         "only a halted rollout can be resumed",

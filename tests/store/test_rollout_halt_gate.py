@@ -1,6 +1,7 @@
 """A halted rollout starts no more racks, on both databases: a task it submitted before the halt that has
 not begun (held by a gate, or not claimed yet) stays held by the rollout's gate (`rollouts.gate`) until the
-run is resumed; cancelling the run lets it go, as cancel leaves every submitted task be (docs/ROLLOUTS.md).
+run is resumed; cancelling the run (or retrying it, which cancels it) ends such a task, TERMINATED, its rack
+not started, and leaves a task that began be (docs/ROLLOUTS.md).
 
 Here four racks, `max_concurrent_racks` 2 and `halt_after_failures` 1: the first wave is r00 and r01, one
 of them fails, and the rollout halts with r02 and r03 not started. Tasks end by writing their status, as
@@ -13,15 +14,21 @@ import uuid
 from collections.abc import Collection
 from datetime import timedelta
 
+import pytest
+from sqlalchemy import update
+
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
-from rackflow.store import task_runs
+from rackflow.rollouts.gate import CANCELLED_REASON
+from rackflow.store import outbox, task_runs
 from rackflow.store.db import Database
+from rackflow.store.tables import tasks
 from rackflow.store.tasks import set_status
-from rackflow.tasks.gates import consult
+from rackflow.tasks.gates import Fail, consult
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import Env, make_env
+from tests.store.test_approvals import caller
 from tests.store.test_rollouts import _run
 from tests.store.test_rollouts import _schedule as rollout_schedule
 
@@ -54,6 +61,14 @@ async def fail_and_step(env: Env, task_id: uuid.UUID) -> None:
 async def get(env: Env, task_id: uuid.UUID) -> Task:
     [task] = await env.services.tasks.get_tasks([task_id])
     return task
+
+
+def assert_ended_by_the_cancel(task: Task, by: str) -> None:
+    assert (task.status, task.message, task.started_at) == (
+        TaskStatus.TERMINATED,
+        f"its rollout was cancelled by {by}",
+        None,
+    )
 
 
 def assert_held_by_the_halt(task: Task) -> None:
@@ -99,5 +114,109 @@ async def test_a_rack_not_claimed_yet_when_its_rollout_halted_waits_too(db: Data
     assert await claim(env) == [], "a rack of the halted rollout started"
     assert_held_by_the_halt(await get(env, unclaimed))
 
+    with caller("oncall"):
+        report = await env.services.rollouts.cancel((await _run(env, schedule)).run.id)
+    assert_ended_by_the_cancel(await get(env, unclaimed), "oncall")
+    env.clock.advance(timedelta(minutes=10))
+    assert await claim(env) == [], "a rack of the cancelled rollout started"
+    [outcome] = [o for o in report.run.outcomes if o.task_id == unclaimed]
+    assert (outcome.outcome, outcome.error) == ("not_started", "its rollout was cancelled by oncall")
+    assert report.progress is not None
+    assert (report.progress.not_started, report.progress.failed, report.progress.active) == (3, 1, 0)
+    assert "3 scope(s) not started, 1 of them by ending a task that had not begun" in report.run.reason
+    async with env.db.read() as conn:
+        [cleared, *_] = await outbox.list_events(conn, 10)
+    assert cleared.summary == "halted rollout cancelled; 1 task(s) that had not begun ended"
+
+
+async def test_a_cancel_ends_a_rack_another_gate_holds_and_leaves_a_running_one_be(db: Database) -> None:
+    """A rolling rollout cancelled: its rack a freeze holds is ended, its running rack goes on, and so does
+    a rack whose retry's next attempt waits its back-off (it began)."""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i:02d}") for i in range(4)]
+    now = env.clock.now()
+    freeze = OneOff(now - timedelta(seconds=1), now + timedelta(hours=1))
+    await env.services.windows.create(
+        WindowInput(name="long", kind=WindowKind.FREEZE, when=freeze, racks=(Ref(id=racks[0].id),))
+    )
+    schedule = await rollout_schedule(env, racks, RolloutPolicy(max_concurrent_racks=3))
+    frozen, running, retrying = await env.services.schedules.trigger(schedule.id)
+    assert sorted(map(str, await claim(env))) == sorted(map(str, [running, retrying]))
+    assert (await get(env, frozen)).held_by == "freeze"
+    async with env.db.transaction() as conn:  # its first attempt failed: the next waits its back-off
+        await conn.execute(
+            update(tasks)
+            .where(tasks.c.id == retrying)
+            .values(status=TaskStatus.PENDING.value, owner_id=None, attempt=2, held_by="retry")
+        )
+
     await env.services.rollouts.cancel((await _run(env, schedule)).run.id)
-    assert await claim(env) == [unclaimed]  # a cancel leaves a submitted task be, at once
+    assert_ended_by_the_cancel(await get(env, frozen), "anonymous")
+    assert (await get(env, frozen)).held_by == "freeze"  # what held it still shows
+    assert (await get(env, running)).status is TaskStatus.RUNNING
+    assert (await get(env, retrying)).status is TaskStatus.PENDING
+    env.clock.advance(timedelta(hours=2))  # the freeze is over
+    assert await claim(env, running=[running]) == [retrying]  # its next attempt, and nothing else
+
+
+async def test_a_task_a_claim_took_while_its_rollout_was_cancelled_is_ended_by_the_gate(
+    db: Database,
+) -> None:
+    """The cancel skips a task a claim holds (it waits on no claim: the claim waits for the run's row);
+    that claim's rollout gate, which reads the run once the cancel committed, ends it."""
+    if db.is_sqlite:
+        pytest.skip("SQLite's single writer: no claim is open beside the cancel's transaction")
+    env = make_env(db)
+    racks = [await env.rack(f"r{i:02d}") for i in range(4)]
+    schedule = await rollout_schedule(env, racks, HALTING)
+    first_wave = await env.services.schedules.trigger(schedule.id)
+    [running] = await claim(env, limit=1)
+    [unclaimed] = [t for t in first_wave if t != running]
+    await fail_and_step(env, running)
+    env.clock.advance(timedelta(minutes=2))  # the halt's hold is due for a look again
+
+    async with env.db.transaction() as conn:
+        claimed = await task_runs.claim(
+            env.db,
+            conn,
+            owner_id=OWNER,
+            lease_ttl=timedelta(seconds=30),
+            running_here=(),
+            now=env.clock.now(),
+            limit=10,
+        )
+        assert [task.id for task, _ in claimed] == [unclaimed]
+        report = await env.services.rollouts.cancel((await _run(env, schedule)).run.id)
+        assert report.task_statuses[unclaimed] is TaskStatus.PENDING  # skipped: the claim holds it
+        gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
+    assert gated.failed == {unclaimed: Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)}
+
+
+async def test_a_retry_of_a_halted_rollout_ends_its_tasks_that_had_not_begun(db: Database) -> None:
+    """Its not-started racks, the one whose task the halt held included, are rolled out by the new run
+    alone: one task per rack, and the new run's tasks start."""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i:02d}") for i in range(4)]
+    schedule = await rollout_schedule(env, racks, HALTING)
+    first_wave = await env.services.schedules.trigger(schedule.id)
+    [running] = await claim(env, limit=1)
+    [unclaimed] = [t for t in first_wave if t != running]
+    async with env.db.transaction() as conn:  # as its executor ends it, letting go of its rack
+        await task_runs.finish(
+            conn, {running: (TaskStatus.FAILED, "boom")}, owner_id=OWNER, now=env.clock.now()
+        )
+    await env.services.rollouts.advance()
+    halted = (await _run(env, schedule)).run.id
+
+    again = await env.services.schedules.retry_run(halted)
+    assert_ended_by_the_cancel(await get(env, unclaimed), "anonymous (retried by RetryTaskScheduleRun)")
+    old = await env.services.rollouts.get(halted)
+    assert old.run.state == "cancelled"
+    assert sorted(o.outcome for o in old.run.outcomes) == ["not_started"] * 3 + ["submitted"]
+    assert len(again.run.outcomes) == 4  # the failed rack and the three that never started
+    new_wave = [o.task_id for o in again.run.outcomes if o.task_id is not None]
+    assert len(new_wave) == 2
+    assert sorted(map(str, await claim(env))) == sorted(map(str, new_wave))
+    found, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    active = [t.rack_id for t in found if t.status.is_active]
+    assert len(active) == len(set(active)) == 2  # one task per rack

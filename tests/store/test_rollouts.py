@@ -279,11 +279,14 @@ async def test_resume_counts_failures_from_zero_and_cancel_ends_the_run(db: Data
     await env.services.rollouts.advance()
     assert (await env.services.rollouts.get(run_id)).run.state == "rolling"
 
+    [submitted] = await _active(env, schedule)  # submitted, not claimed yet
     report = await env.services.rollouts.cancel(run_id)
     assert report.run.state == "cancelled"
+    assert "3 scope(s) not started, 1 of them by ending a task that had not begun" in report.run.reason
     assert "tasks already started were not cancelled" in report.run.reason
-    assert report.progress is not None and report.progress.not_started == 2 and report.progress.active == 1
-    assert len(await _active(env, schedule)) == 1
+    assert report.progress is not None and report.progress.not_started == 3 and report.progress.active == 0
+    assert report.task_statuses[submitted.id] is TaskStatus.TERMINATED
+    assert await _active(env, schedule) == []
     with pytest.raises(FailedPrecondition, match="is cancelled"):
         await env.services.rollouts.cancel(run_id)
     await env.services.rollouts.advance()

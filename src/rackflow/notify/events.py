@@ -146,16 +146,18 @@ def rollout_finished(run: Run, views: Iterable[ScopeView], at: datetime) -> list
     ]
 
 
-def halt_cleared(run: Run, how: Literal["resumed", "cancelled"], at: datetime) -> list[Event]:
+def halt_cleared(
+    run: Run, how: Literal["resumed", "cancelled"], at: datetime, *, ended: int = 0
+) -> list[Event]:
     """A halted rollout was resumed or cancelled: its halt alert resolves (`run` as it was: cancelling a
-    rolling one clears nothing)."""
+    rolling one clears nothing). `ended`: the tasks of it that had not begun, which a cancel ended."""
     if run.state != "halted":
         return []
     return [
         _event(
             EventType.RUN_HALT_CLEARED,
             at,
-            f"halted rollout {how}",
+            f"halted rollout {how}" + (f"; {ended} task(s) that had not begun ended" if ended else ""),
             reason=run.reason,
             schedule_id=run.schedule_id,
             run_id=run.id,

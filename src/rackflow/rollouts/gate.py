@@ -15,8 +15,14 @@ but that have not begun: held by another gate (a freeze, a budget, a pre-flight 
 opening), or not claimed yet. The halt holds those nothing held (`hold_unstarted`), so each comes before
 this gate when it would start, and stays held here, `held_by` "rollout", until the run is resumed (which
 releases them at once: they keep their place, as the resume's rule counts them active) or cancelled (a
-cancel leaves the tasks already submitted be, these included). A task that began before the halt (a
-retry's next attempt) goes on: a halt stops nothing already started.
+cancel ends them, `RolloutService.cancel_in`). A task that began before the halt (a retry's next attempt)
+goes on: a halt stops nothing already started.
+
+A cancelled rollout starts nothing more either: its cancel ends its tasks that have not begun, but skips
+those a claim holds at that moment (it waits on no claim: a claim waits here for the run's row, which the
+cancel holds). A claim that took such a task before the cancel committed starts it only if nothing held it
+(it began first); a held one comes here, after the cancel, and is ended as the cancel would have ended it
+(`Fail`, TERMINATED), as is any task of a cancelled rollout at its first attempt that comes here.
 """
 
 from __future__ import annotations
@@ -31,11 +37,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
 from rackflow.config import ROLLOUT_CAP_WAIT, ROLLOUT_HALT_WAIT
 from rackflow.domain.rollouts import cap_reached
-from rackflow.domain.tasks import Hold, Task
+from rackflow.domain.tasks import Hold, Task, TaskStatus
 from rackflow.store import rollouts as store
 from rackflow.store.db import Database
+from rackflow.tasks.gates import Fail, Verdict
 
 GATE_NAME = "rollout"
+
+
+# Why a task of a cancelled rollout that a claim took while the cancel ended the others ends.
+CANCELLED_REASON = "its rollout was cancelled before it began"
 
 
 def halted_hold(reason: str, now: datetime) -> Hold:
@@ -44,7 +55,8 @@ def halted_hold(reason: str, now: datetime) -> Hold:
 
 
 class RolloutGate:
-    """Holds a rollout's task while its rollout is halted or at a cap."""
+    """Holds a rollout's task while its rollout is halted or at a cap; ends one whose rollout was
+    cancelled before it began."""
 
     name = GATE_NAME
 
@@ -53,24 +65,26 @@ class RolloutGate:
 
     async def check(
         self, conn: AsyncConnection, tasks: Sequence[Task], now: datetime
-    ) -> dict[uuid.UUID, Hold]:
+    ) -> dict[uuid.UUID, Verdict]:
         """Only a task something held before this claim is looked at (`held_by` as claimed): one the step
         submitted and nothing held was counted by the step itself, and a halt holds every one it finds
         not begun, so a fresh task, of a rollout or not, costs no statement. For the others, their runs'
         policies are read once, and each rollout run's row is locked (in id order, in one statement) until
         the claim commits, so two claims, or a claim and a rollout step (its halt), decide one after the
-        other; plain firings' runs are not locked. A halted run's tasks at their first attempt are held;
-        the rest are counted against their caps."""
+        other; plain firings' runs are not locked. A halted run's tasks at their first attempt are held,
+        a cancelled run's are ended; the rest are counted against their caps."""
         of_runs = [task for task in tasks if task.run_id is not None and task.held_by is not None]
         if not of_runs:
             return {}
         runs = await store.lock_rollouts(self.db, conn, {t.run_id for t in of_runs if t.run_id})
-        holds: dict[uuid.UUID, Hold] = {}
+        holds: dict[uuid.UUID, Verdict] = {}
         starting: list[Task] = []
         for task in of_runs:
             run = runs.get(task.run_id) if task.run_id is not None else None
             if run is not None and run.state == "halted" and task.attempt == 1:
                 holds[task.id] = halted_hold(run.reason, now)
+            elif run is not None and run.state == "cancelled" and task.attempt == 1:
+                holds[task.id] = Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)
             elif run is not None:
                 starting.append(task)
         if not starting:

@@ -37,12 +37,13 @@ from rackflow.errors import FailedPrecondition, NotFound, RackflowError
 from rackflow.notify import events
 from rackflow.rollouts.gate import GATE_NAME as ROLLOUT_GATE
 from rackflow.rollouts.gate import halted_hold
+from rackflow.security import ANONYMOUS, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import outbox
 from rackflow.store import rollouts as store
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
-from rackflow.tasks.manager import TaskManager
+from rackflow.tasks.manager import Ended, TaskManager
 from rackflow.tasks.scheduled import scope_submission
 
 log = logging.getLogger(__name__)
@@ -416,31 +417,47 @@ class RolloutService:
         return await self.get(run_id)
 
     async def cancel(self, run_id: uuid.UUID) -> RunReport:
-        """End a rolling or halted rollout: its pending scopes become not_started. Tasks already submitted
-        are not cancelled (CancelTask does that, one by one), those a halt held included: they go on."""
+        """End a rolling or halted rollout: nothing more of it starts. Its pending scopes become
+        not_started, and so do those whose task has not begun, which is ended (TERMINATED); tasks already
+        started go on (CancelTask stops them, one by one)."""
         async with self.db.transaction() as conn:
             run = await self._load(conn, run_id, "cancel")
             if run.state not in ROLLOUT_LIVE_STATES:
                 raise FailedPrecondition(
                     f"id: run {run_id} is {run.state}; only a rolling or halted rollout can be cancelled"
                 )
-            await self.cancel_in(conn, run)
+            _, ended = await self.cancel_in(conn, run)
+        self.tasks.after_ended(ended)
         return await self.get(run_id)
 
-    async def cancel_in(self, conn: AsyncConnection, run: Run, why: str = "") -> Run:
+    async def cancel_in(self, conn: AsyncConnection, run: Run, why: str = "") -> tuple[Run, Ended]:
         """Cancel a live rollout `run` (locked by the caller) in the caller's transaction: its pending
-        scopes become not_started, the tasks its halt held go on, its halt alert resolves; `why` comes
-        first in its reason."""
-        pending = sum(o.outcome == "pending" for o in run.outcomes)
-        reason = f"cancelled with {pending} scope(s) not started; tasks already started were not cancelled"
-        reason = "; ".join(part for part in (run.reason, why, reason) if part)
-        cancelled = replace(
-            run, state="cancelled", outcomes=_marked(run, "pending", "not_started"), reason=reason
+        scopes become not_started; its tasks that have not begun acting (held by its halt or another gate,
+        waiting for their window or their rack's queue, or not claimed yet) are ended as CancelTask ends
+        them, with the cancel as their reason, and their scopes become not_started too; its halt alert
+        resolves. `why` comes first in its reason. The caller calls `TaskManager.after_ended` with what
+        was ended once it committed. A task that began (a retry's next attempt included) goes on; one a
+        claim holds meanwhile is decided by the rollout's start gate, which ends it (`rollouts.gate`)."""
+        principal = caller_name() or ANONYMOUS
+        message = f"its rollout was cancelled by {principal}" + (f" ({why})" if why else "")
+        ended = await self.tasks.cancel_not_begun_in(conn, run.id, message)
+        unstarted = set(ended.task_ids)
+        outcomes = tuple(
+            replace(o, outcome="not_started", error=message) if o.task_id in unstarted else o
+            for o in _marked(run, "pending", "not_started")
         )
+        not_started = sum(o.outcome == "not_started" for o in outcomes)
+        reason = (
+            f"cancelled with {not_started} scope(s) not started, {len(unstarted)} of them by ending a task "
+            "that had not begun; tasks already started were not cancelled"
+        )
+        reason = "; ".join(part for part in (run.reason, why, reason) if part)
+        cancelled = replace(run, state="cancelled", outcomes=outcomes, reason=reason)
         await store.save_run(conn, cancelled)
-        await store.release_held(conn, run.id, ROLLOUT_GATE)
-        await outbox.record_events(conn, events.halt_cleared(run, "cancelled", self.clock.now()))
-        return cancelled
+        await outbox.record_events(
+            conn, events.halt_cleared(run, "cancelled", self.clock.now(), ended=len(unstarted))
+        )
+        return cancelled, ended
 
     async def halted(self, limit: int) -> list[Run]:
         """Halted rollouts, newest first: each waits for someone to resume or cancel it."""

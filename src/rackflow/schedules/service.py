@@ -69,7 +69,7 @@ from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
 from rackflow.tasks.conflicts import could_conflict
-from rackflow.tasks.manager import TaskManager, rack_label
+from rackflow.tasks.manager import Ended, TaskManager, rack_label
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
 from rackflow.validation import (
     check_description,
@@ -621,8 +621,10 @@ class ScheduleService:
 
         Refused (FailedPrecondition naming the state) for a run still running or rolling, or with tasks
         still active; and when none of its racks is left to retry. A halted run is cancelled in the same
-        transaction (its not-started racks go to the new run), so the schedule keeps one live rollout. The
-        new run's firing is the manual trigger's path (`firing.claim` over those scopes, then `fire`).
+        transaction, first (`RolloutService.cancel_in`: its tasks that had not begun are ended, so only
+        its started ones count as active), and its not-started racks go to the new run, so the schedule
+        keeps one live rollout and no rack has two tasks waiting. The new run's firing is the manual
+        trigger's path (`firing.claim` over those scopes, then `fire`).
         """
         async with self.db.transaction() as conn:
             run = await rollout_store.get_run(self.db, conn, run_id, lock=True)
@@ -634,6 +636,11 @@ class ScheduleService:
                     f"({', '.join(RETRIABLE_RUN_STATES)})"
                 )
             schedule = await self._load(conn, run.schedule_id, lock=True)
+            ended: Ended | None = None
+            if run.state == "halted":
+                # First, so that its tasks that had not begun are ended (their racks not started, retried)
+                # rather than left to start beside the new run's; a refusal below rolls it back.
+                run, ended = await self.rollouts.cancel_in(conn, run, "retried by RetryTaskScheduleRun")
             tasks = await rollout_store.task_states(conn, [run.id])
             active = [t for t in tasks.values() if t.status.is_active]
             if active:
@@ -647,8 +654,6 @@ class ScheduleService:
             if not present:
                 which = "failed or not-started racks" if only_failed else "racks"
                 raise FailedPrecondition(f"id: run {run_id} has no {which} left in its schedule to retry")
-            if run.state == "halted":
-                await self.rollouts.cancel_in(conn, run, "retried by RetryTaskScheduleRun")
             as_fired = replace(schedule, rollout=run.rollout)
             (claimed,) = await firing.claim(
                 self.db,
@@ -659,6 +664,8 @@ class ScheduleService:
                 scopes={schedule.id: present},
             )
             await rollout_store.link_retry(conn, claimed.run_id, run.id)
+        if ended is not None:
+            self.tasks.after_ended(ended)
         await self.fire([claimed])
         return await self.rollouts.get(claimed.run_id)
 

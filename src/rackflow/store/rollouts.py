@@ -25,7 +25,7 @@ from rackflow.store.dialect import by_keys
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import racks, task_schedule_run, tasks
-from rackflow.store.tasks import hold_values, status_in
+from rackflow.store.tasks import hold_values, not_begun_of_run, status_in
 
 _run = task_schedule_run.c
 
@@ -127,18 +127,13 @@ async def lock_rollouts(
 async def hold_unstarted(
     conn: AsyncConnection, run_id: uuid.UUID, gate: str, hold: Hold, now: datetime
 ) -> None:
-    """Hold by `gate` the run's tasks that never started (their first attempt PENDING and not claimed
-    yet, or WAITING in their rack's queue) and that nothing holds: the rollout gate looks only at tasks
-    something held before, so this is what brings them before it. Tasks another gate holds keep that hold,
-    and come before this gate when it ends."""
+    """Hold by `gate` the run's tasks that never started (`not_begun_of_run`: their first attempt PENDING
+    and not claimed yet, or WAITING in their rack's queue) and that nothing holds: the rollout gate looks
+    only at tasks something held before, so this is what brings them before it. Tasks another gate holds
+    keep that hold, and come before this gate when it ends."""
     await conn.execute(
         update(tasks)
-        .where(
-            tasks.c.run_id == run_id,
-            status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
-            tasks.c.held_by.is_(None),
-            tasks.c.attempt == 1,
-        )
+        .where(not_begun_of_run(run_id), tasks.c.held_by.is_(None))
         .values(hold_values(gate, hold, now))
     )
 

@@ -68,6 +68,17 @@ def blocks(task: FromClause) -> ColumnElement[bool]:
     return or_(status_in(task.c.status, *_BLOCKING), task.c.owner_id.is_not(None))
 
 
+def not_begun_of_run(run_id: uuid.UUID) -> ColumnElement[bool]:
+    """The run's tasks that have not begun acting: at their first attempt and PENDING (not claimed yet, or
+    handed back held by a start gate or waiting for their window) or WAITING in their rack's queue. A
+    claim makes a task RUNNING, and a retry's next attempt is not the first, so neither is here."""
+    return and_(
+        tasks.c.run_id == run_id,
+        status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
+        tasks.c.attempt == 1,
+    )
+
+
 def task_from_row(row: Row[Any]) -> Task:
     return Task(
         id=row.id,
@@ -269,6 +280,22 @@ async def get_tasks(conn: AsyncConnection, task_ids: Sequence[uuid.UUID]) -> lis
     for chunk in chunked(set(task_ids)):
         found += await _tasks_where(conn, select(tasks).where(tasks.c.id.in_(chunk)))
     return found
+
+
+async def not_begun_racks(conn: AsyncConnection, run_id: uuid.UUID) -> set[uuid.UUID]:
+    """The racks of the run's tasks that have not begun (`not_begun_of_run`): the racks to lock before
+    ending them."""
+    stmt = select(tasks.c.rack_id).where(not_begun_of_run(run_id)).distinct()
+    return set((await conn.execute(stmt)).scalars())
+
+
+async def lock_not_begun(db: Database, conn: AsyncConnection, run_id: uuid.UUID) -> list[uuid.UUID]:
+    """Lock the run's tasks that have not begun, under their racks' locks (the caller's); a row another
+    transaction holds is skipped, not waited for: a claim's (it started the task, or its start gates,
+    which read the run, decide it), or a gate's hold written outside a claim (the task then comes before
+    the gates, and so before the run's, when it would start)."""
+    stmt = select(tasks.c.id).where(not_begun_of_run(run_id)).order_by(tasks.c.id)
+    return list((await conn.execute(db.skip_locked(stmt))).scalars())
 
 
 # The task list's order, newest first (each column descending); a page token holds its values.

@@ -83,7 +83,7 @@ from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, plan
-from rackflow.tasks.gates import Gate, consult
+from rackflow.tasks.gates import Fail, Gate, consult
 from rackflow.tasks.manager import TaskManager, count_ended
 
 log = logging.getLogger(__name__)
@@ -108,12 +108,12 @@ class _Failure:
 
 @dataclass(frozen=True)
 class _Run:
-    """A claimed task, ready to run: its steps in batches, or why it must fail without running."""
+    """A claimed task, ready to run: its steps in batches, or why it must end without running."""
 
     task: Task
     attempt: int
     batches: list[Batch]
-    refusal: str | None
+    refusal: Fail | None
 
     @property
     def step_count(self) -> int:
@@ -344,11 +344,11 @@ class Executor:
         self,
         conn: AsyncConnection,
         claimed: list[tuple[Task, int]],
-        failed: Mapping[uuid.UUID, str],
+        failed: Mapping[uuid.UUID, Fail],
         now: datetime,
     ) -> list[_Run]:
         """Plan each task's steps over its components that still exist (one removed meanwhile is skipped);
-        a task a gate failed (`failed`: why) fails without running."""
+        a task a gate failed (`failed`: why, and how it ends) ends without running."""
         by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
         too_late = {task.run_id for task, _ in claimed if task.too_late(now) and task.run_id is not None}
         start_deadlines = await schedule_store.start_deadlines_of_tasks(conn, too_late) if too_late else {}
@@ -357,7 +357,8 @@ class Executor:
         for task, attempt in claimed:
             wanted = set(task.component_ids)
             steps = plan(task.operation.kind, [c for c in by_rack[task.rack_id] if c.id in wanted])
-            refusal = _refusal(task, attempt, now, start_deadlines.get(task.id)) or failed.get(task.id)
+            refused = _refusal(task, attempt, now, start_deadlines.get(task.id))
+            refusal = Fail(refused) if refused else failed.get(task.id)
             runs.append(_Run(task, attempt, step_batches(steps, width), refusal))
         return runs
 
@@ -426,7 +427,7 @@ class Executor:
         is noticed.
         """
         if run.refusal is not None:
-            return (TaskStatus.FAILED, run.refusal), False
+            return (run.refusal.ends_as, run.refusal.reason), False
         task = run.task
         notes: list[tuple[int, str]] = []
         for index, batch in enumerate(run.batches):

@@ -10,12 +10,12 @@ A task that may not start yet is *held*, one typed way, on its row (`Task.not_be
   connection (its transaction), the claimed tasks and now, it answers for each task it stops, `Hold(until,
   reason)` or `Fail(reason)`. The executor calls `consult` with the gates it was built with (the list is
   made in `Services.build`, services.py): a held task goes back to PENDING as if never claimed (the
-  attempt is not counted), held by that gate until `until`; a failed task fails without running, with
-  the reason as its message. Gates run in the list's order, each on the tasks the ones before let through
-  (so a frozen task never takes a budget's room). A hold that only awaits an answer the gate asked for
-  (`Hold.awaits_answer`: a first round of pre-flight checks) keeps the task's slot in the executor that
-  held it until the answer or `until` (`Executor`'s "slots kept for answers"), so a burst is not held,
-  and asked about, faster than it could start.
+  attempt is not counted), held by that gate until `until`; a failed task ends without running (FAILED, or
+  TERMINATED as `Fail.ends_as` says), with the reason as its message. Gates run in the list's order, each
+  on the tasks the ones before let through (so a frozen task never takes a budget's room). A hold that
+  only awaits an answer the gate asked for (`Hold.awaits_answer`: a first round of pre-flight checks)
+  keeps the task's slot in the executor that held it until the answer or `until` (`Executor`'s "slots kept
+  for answers"), so a burst is not held, and asked about, faster than it could start.
 
 Only first attempts are gated. A later attempt is a takeover of a task that was RUNNING all along (its
 owner died, or its run was interrupted): it started already, so handing it back would lose its place
@@ -50,7 +50,7 @@ from typing import Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.domain.tasks import Hold, InLine, Task
+from rackflow.domain.tasks import Hold, InLine, Task, TaskStatus
 from rackflow.metrics import TASK_HOLDS
 from rackflow.store import task_runs
 from rackflow.store.tasks import NOT_HELD
@@ -60,9 +60,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Fail:
-    """The task must not start, ever: it fails without running, with `reason` as its message."""
+    """The task must not start, ever: it ends without running, with `reason` as its message, FAILED, or
+    TERMINATED (`ends_as`) when it was not refused but called off (its rollout was cancelled)."""
 
     reason: str
+    ends_as: TaskStatus = TaskStatus.FAILED
 
 
 Verdict = Hold | Fail
@@ -118,7 +120,7 @@ class Gated:
     hold's end (`awaiting`: the executor keeps a slot for each meanwhile)."""
 
     claimed: list[tuple[Task, int]]
-    failed: dict[uuid.UUID, str]
+    failed: dict[uuid.UUID, Fail]
     awaiting: dict[uuid.UUID, tuple[str, datetime]]
 
 
@@ -133,7 +135,7 @@ async def consult(
     """Ask the gates about what a claim just took (task, attempt), in its transaction; hand back the held
     tasks, and clear the hold of those that start. What is left starts, but the failed ones fail."""
     held: set[uuid.UUID] = set()
-    failed: dict[uuid.UUID, str] = {}
+    failed: dict[uuid.UUID, Fail] = {}
     awaiting: dict[uuid.UUID, tuple[str, datetime]] = {}
     open_ = [task for task, attempt in claimed if attempt == 1 and not task.too_late(now)]
     for gate in gates:
@@ -141,7 +143,7 @@ async def consult(
             break
         verdicts = await gate.check(conn, open_, now)
         holds = {i: verdict for i, verdict in verdicts.items() if isinstance(verdict, Hold)}
-        failed.update((i, verdict.reason) for i, verdict in verdicts.items() if isinstance(verdict, Fail))
+        failed.update((i, verdict) for i, verdict in verdicts.items() if isinstance(verdict, Fail))
         if holds:
             # Handed back at once, so the next gate's count (a budget's) no longer sees them RUNNING.
             await task_runs.hold_back(conn, gate.name, holds, owner_id=owner_id, now=now)

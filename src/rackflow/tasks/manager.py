@@ -250,6 +250,14 @@ class Promotion(NamedTuple):
     expired: int
 
 
+class Ended(NamedTuple):
+    """What ending tasks that had not begun did: the tasks it made TERMINATED, and the promotion of the
+    racks they left."""
+
+    task_ids: tuple[uuid.UUID, ...]
+    promotion: Promotion
+
+
 def count_ended(ended: Mapping[TaskStatus, int]) -> None:
     """`rackflow_tasks_finished_total`: tasks that reached a final status, counted once their transaction
     committed (a rolled-back one ended nothing)."""
@@ -453,18 +461,46 @@ class TaskManager:
                     f"task_id: task {task_id} is already {task.status.value}; "
                     "only active tasks can be cancelled"
                 )
-            await store.set_status(
-                conn, [task_id], TaskStatus.TERMINATED, now=self.clock.now(), message=CANCELLED_MESSAGE
-            )
-            promotion = Promotion([], 0)
-            if task.status is not TaskStatus.RUNNING:
-                promotion = await self.promote_in(conn, [task.rack_id])
+            # A RUNNING task's rack is promoted once its executor lets go.
+            freed = [] if task.status is TaskStatus.RUNNING else [task.rack_id]
+            ended = await self._terminate_in(conn, [task_id], freed, CANCELLED_MESSAGE)
             cancelled = await store.get_task(conn, task_id)
-        count_ended({TaskStatus.TERMINATED: 1 + promotion.expired})
-        if promotion.promoted:
-            self.wake_executors()
+        self.after_ended(ended)
         assert cancelled is not None
         return cancelled
+
+    async def cancel_not_begun_in(self, conn: AsyncConnection, run_id: uuid.UUID, message: str) -> Ended:
+        """End the run's tasks that have not begun acting (`store.not_begun_of_run`), in the caller's
+        transaction, as CancelTask ends a task that has not started: TERMINATED with `message`, their racks'
+        queues promoted; the caller calls `after_ended` once it committed. Their racks are locked first, as
+        CancelTask locks its task's. A task a claim holds meanwhile is left to that claim (`lock_not_begun`:
+        it started, or the run's start gate decides it); tasks that began go on."""
+        racks = await store.not_begun_racks(conn, run_id)
+        if not racks:
+            return Ended((), Promotion([], 0))
+        await store.lock_racks(self.db, conn, racks)
+        return await self._terminate_in(
+            conn, await store.lock_not_begun(self.db, conn, run_id), racks, message
+        )
+
+    async def _terminate_in(
+        self,
+        conn: AsyncConnection,
+        task_ids: Sequence[uuid.UUID],
+        freed: Collection[uuid.UUID],
+        message: str,
+    ) -> Ended:
+        """Make the tasks (locked, with their racks) TERMINATED with `message`, and promote the queues of
+        `freed`, the racks they no longer block."""
+        await store.set_status(conn, task_ids, TaskStatus.TERMINATED, now=self.clock.now(), message=message)
+        return Ended(tuple(task_ids), await self.promote_in(conn, freed) if freed else Promotion([], 0))
+
+    def after_ended(self, ended: Ended) -> None:
+        """Once tasks ended by `cancel_not_begun_in` (or CancelTask) committed: count them (and the waiting
+        tasks the promotion expired), and wake the executors for the tasks promoted."""
+        count_ended({TaskStatus.TERMINATED: len(ended.task_ids) + ended.promotion.expired})
+        if ended.promotion.promoted:
+            self.wake_executors()
 
     # --- promotion and expiry: called by the executor -------------------------------------------
 

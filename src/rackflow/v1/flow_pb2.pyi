@@ -2660,7 +2660,7 @@ class ScopeOutcome(_message.Message):
     outcome: _builtins.str
     """"submitted", "skipped_overlap", "skipped_window", "failed" or "missed" (could not start by the
     start deadline); in a rollout also "pending" (waiting its turn) and "not_started" (halted or
-    cancelled before its turn)
+    cancelled before its turn, or cancelled before its task began: task_id is then that task, TERMINATED)
     """
     error: _builtins.str
     task_status: Global___TaskStatus.ValueType
