@@ -159,14 +159,19 @@ async def test_a_cancel_ends_a_rack_another_gate_holds_and_leaves_a_running_one_
     assert await claim(env, running=[running]) == [retrying]  # its next attempt, and nothing else
 
 
-async def test_a_task_a_claim_took_while_its_rollout_was_cancelled_is_ended_by_the_gate(
-    db: Database,
-) -> None:
+@pytest.mark.postgres
+async def test_a_task_a_claim_took_while_its_rollout_was_cancelled_is_ended_by_the_gate(pg_db: str) -> None:
     """The cancel skips a task a claim holds (it waits on no claim: the claim waits for the run's row);
-    that claim's rollout gate, which reads the run once the cancel committed, ends it."""
-    if db.is_sqlite:
-        pytest.skip("SQLite's single writer: no claim is open beside the cancel's transaction")
-    env = make_env(db)
+    that claim's rollout gate, which reads the run once the cancel committed, ends it. (PostgreSQL only:
+    SQLite's single writer opens no claim beside the cancel's transaction.)"""
+    db = Database(pg_db)
+    try:
+        await _cancel_beside_an_open_claim(make_env(db))
+    finally:
+        await db.dispose()
+
+
+async def _cancel_beside_an_open_claim(env: Env) -> None:
     racks = [await env.rack(f"r{i:02d}") for i in range(4)]
     schedule = await rollout_schedule(env, racks, HALTING)
     first_wave = await env.services.schedules.trigger(schedule.id)
