@@ -173,6 +173,27 @@ class Scope:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class ScopeChange:
+    """What deleting a rack or removing a component did to one schedule scope entry, as its transaction
+    did it: removed the entry, or narrowed its component filter to `components_left`. The call's log line
+    says it."""
+
+    scope_id: uuid.UUID
+    schedule_id: uuid.UUID
+    schedule_name: str
+    rack_id: uuid.UUID
+    components_left: frozenset[uuid.UUID] | None = None  # None: the entry was removed
+
+    @property
+    def removed(self) -> bool:
+        return self.components_left is None
+
+    def describe(self) -> str:
+        what = "removed" if self.removed else "narrowed"
+        return f"{what} scope {self.scope_id} of schedule {self.schedule_name!r}"
+
+
 class ListedScope(NamedTuple):
     """A scope entry as ListTaskScheduleScopes answers it: its ids as the text they are sent as (read so
     from the database) and its rack's name; its schedule is the one asked for. A schedule's whole scope

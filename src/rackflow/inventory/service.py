@@ -22,6 +22,7 @@ from rackflow.domain.inventory import (
     NVLDomain,
     Rack,
 )
+from rackflow.domain.schedules import ScopeChange
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.inventory.bmc import check_bmc
 from rackflow.inventory.scope_removal import drop_component_from_scopes
@@ -142,7 +143,8 @@ class InventoryService:
             return await store.rack_names(conn, rack_ids)
 
     async def delete_rack(self, rack_id: uuid.UUID) -> None:
-        """Delete a rack with its components, past tasks and schedule scopes; refused while it has work."""
+        """Delete a rack with its components, past tasks and schedule scopes; refused while it has work.
+        The scope entries it removed are logged (`_tell`)."""
         async with self.db.transaction() as conn:
             # Its scope entries go with it: their schedules are stamped first, their rows locked before the
             # rack's, the order the scope RPCs take them in (`scope_removals`; the store stamps again, once
@@ -155,7 +157,8 @@ class InventoryService:
                 raise FailedPrecondition(
                     f"id: rack {rack_id} has waiting, pending or running tasks; cancel them or let them end"
                 )
-            await store.delete_rack(conn, rack_id)
+            scope_changes = await store.delete_rack(conn, rack_id)
+        _tell(f"rack {rack_id} deleted", scope_changes)
 
     # --- components ------------------------------------------------------------------------------
 
@@ -176,7 +179,7 @@ class InventoryService:
 
         As DeleteRack removes the rack's scope entries, a scope entry whose component filter names this
         component loses it, and goes when it named no other: an emptied filter must never read as "all
-        components", which would power-cycle the whole rack.
+        components", which would power-cycle the whole rack. What it did to scopes is logged (`_tell`).
         """
         async with self.db.transaction() as conn:
             component = (await store.components_by_ids(conn, [component_id])).get(component_id)
@@ -193,8 +196,7 @@ class InventoryService:
                 raise FailedPrecondition(f"id: component {component_id} is in use by active task {busy[0]}")
             scope_changes = await drop_component_from_scopes(self.db, conn, component)
             await store.delete_component(conn, component_id)
-        if scope_changes:
-            log.info("component %s removed: %s", component_id, "; ".join(scope_changes))
+        _tell(f"component {component_id} removed", scope_changes)
 
     # --- NVLink domains --------------------------------------------------------------------------
 
@@ -231,6 +233,12 @@ class InventoryService:
             return await store.list_domains(conn)
 
     # --- targets ---------------------------------------------------------------------------------
+
+
+def _tell(what: str, scope_changes: Sequence[ScopeChange]) -> None:
+    """Log, with the schedules' names, the scope entries a committed change removed or narrowed."""
+    if scope_changes:
+        log.info("%s: %s", what, "; ".join(change.describe() for change in scope_changes))
 
 
 async def _refuse_taken_external_ids(

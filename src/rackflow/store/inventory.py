@@ -26,13 +26,21 @@ from rackflow.domain.inventory import (
     PowerState,
     Rack,
 )
+from rackflow.domain.schedules import ScopeChange
 from rackflow.errors import AlreadyExists
 from rackflow.ids import new_id
 from rackflow.store import kept_counts, scope_removals
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys
 from rackflow.store.paging import Key, after_key, count_capped
-from rackflow.store.tables import components, nvl_domains, racks, tasks
+from rackflow.store.tables import (
+    components,
+    nvl_domains,
+    racks,
+    task_schedule,
+    task_schedule_scope,
+    tasks,
+)
 from rackflow.store.tasks import is_active
 
 # --- rows to values ------------------------------------------------------------------------------
@@ -213,15 +221,31 @@ async def active_task_component_ids(conn: AsyncConnection, rack_id: uuid.UUID) -
     return {row.id: {str(c) for c in row.component_ids} for row in await conn.execute(stmt)}
 
 
-async def delete_rack(conn: AsyncConnection, rack_id: uuid.UUID) -> None:
-    """Delete the rack; its components, finished tasks and schedule scopes go with it (ON DELETE CASCADE),
-    the schedules of those scopes stamped first (`scope_removals.stamp_racks`). The caller holds the rack,
-    so no scope entry can be added for it meanwhile (its insert waits for the rack's key lock)."""
+async def delete_rack(conn: AsyncConnection, rack_id: uuid.UUID) -> list[ScopeChange]:
+    """Delete the rack; its components and finished tasks go with it (ON DELETE CASCADE), and so do its
+    schedule scope entries, deleted first (their schedules stamped before, `scope_removals.stamp_racks`)
+    so that what went is known: they are returned. The caller holds the rack, so no scope entry can be
+    added for it meanwhile (its insert waits for the rack's key lock)."""
     await scope_removals.stamp_racks(conn, [rack_id])
     # Its tasks go too: their runs' kept counts are not read again (`kept_counts`).
     runs_of = select(tasks.c.run_id).distinct().where(tasks.c.rack_id == rack_id, tasks.c.run_id.is_not(None))
     await kept_counts.mark_deleted(conn, list((await conn.execute(runs_of)).scalars()))
+    removed = await _delete_scopes_of(conn, rack_id)
     await conn.execute(delete(racks).where(racks.c.id == rack_id))
+    return removed
+
+
+async def _delete_scopes_of(conn: AsyncConnection, rack_id: uuid.UUID) -> list[ScopeChange]:
+    """Delete the rack's scope entries and return them as the statement deleted them, in scope id order.
+    The caller has stamped their schedules and holds the rack, so they are all the rack had."""
+    scope = task_schedule_scope.c
+    deleting = delete(task_schedule_scope).where(scope.rack_id == rack_id)
+    deleted = (await conn.execute(deleting.returning(scope.id, scope.schedule_id))).all()
+    names = await names_by_id(conn, task_schedule, {row.schedule_id for row in deleted})
+    return [
+        ScopeChange(row.id, row.schedule_id, names[row.schedule_id], rack_id)
+        for row in sorted(deleted, key=lambda row: row.id)
+    ]
 
 
 # --- components ----------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ The removals, all in the store, all through here:
 - `store.schedules.delete_scopes` (`stamp_scopes`): UpdateTaskScheduleScope and AddTaskScheduleScope
   (`ScheduleService._apply`), RemoveTaskScheduleScope (`remove_scope`), and RemoveComponent emptying a
   component filter (`inventory.scope_removal`): the API, the dashboard's form and the CLI all end there;
-- `store.inventory.delete_rack` (`stamp_racks`): DeleteRack, whose scope entries go by ON DELETE CASCADE.
+- `store.inventory.delete_rack` (`stamp_racks`): DeleteRack, which deletes the rack's scope entries before
+  the rack (ON DELETE CASCADE would take them too, unnamed in its audit event).
 
 (Deleting a schedule takes its runs along: nothing to stamp. Retention deletes runs and tasks, never a
 scope entry; a pruned run is on no page.)
