@@ -392,3 +392,101 @@ async def test_resuming_and_cancelling_a_rollout_are_recorded_with_the_run(stub:
     with pytest.raises(grpc.aio.AioRpcError) as denied:
         await stub.CancelTaskScheduleRun(pb.CancelTaskScheduleRunRequest(id=run_id), metadata=VIEWER)
     assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def components_spec(*ids: pb.UUID) -> pb.OperationTargetSpec:
+    targets = [pb.ComponentTarget(id=i) for i in ids]
+    return pb.OperationTargetSpec(components=pb.ComponentTargets(targets=targets))
+
+
+async def create_scoped(stub: FlowStub, name: str, targets: pb.OperationTargetSpec) -> pb.TaskSchedule:
+    request = pb.CreateTaskScheduleRequest(
+        schedule=pb.ScheduleConfig(name=name, spec=HOURLY),
+        operation=pb.ScheduledOperation(power_on=pb.PowerOnRackRequest(target_spec=targets)),
+    )
+    schedule: pb.TaskSchedule = await stub.CreateTaskSchedule(request, metadata=OPERATOR)
+    return schedule
+
+
+async def scope_ids(stub: FlowStub, schedule: pb.TaskSchedule) -> list[str]:
+    request = pb.ListTaskScheduleScopesRequest(schedule_id=schedule.id)
+    return [s.id.id for s in (await stub.ListTaskScheduleScopes(request, metadata=VIEWER)).scopes]
+
+
+def history(trail: Sequence[pb.AuditEvent], target_id: pb.UUID) -> list[str]:
+    """The methods of the events that name `target_id`, newest first: a thing's history in the trail, as
+    an operator reads it (the audit page's targets, `rackflow audit -o json`)."""
+    return [e.method for e in trail if target_id.id in [i.id for i in e.target_ids]]
+
+
+async def test_delete_rack_names_each_schedule_whose_scope_it_changed(
+    stub: FlowStub, clock: FakeClock
+) -> None:
+    r1 = await stub.CreateRack(pb.CreateRackRequest(name="r1"), metadata=OPERATOR)
+    await stub.CreateRack(pb.CreateRackRequest(name="r2"), metadata=OPERATOR)
+    nightly = await create_scoped(stub, "nightly", racks_spec("r1", "r2"))
+    weekly = await create_scoped(stub, "weekly", racks_spec("r1"))
+    untouched = await create_scoped(stub, "r2-only", racks_spec("r2"))
+    entries = {s.name: await scope_ids(stub, s) for s in (nightly, weekly)}
+    clock.advance(SECOND)
+
+    await stub.DeleteRack(pb.DeleteRackRequest(id=r1.id), metadata=OPERATOR)
+
+    trail = await events(stub)
+    (delete,) = [e for e in trail if e.method == "DeleteRack"]
+    rack_id, *schedule_ids = [i.id for i in delete.target_ids]
+    assert rack_id == r1.id.id
+    assert sorted(schedule_ids) == sorted([nightly.id.id, weekly.id.id])
+    changes = sorted(json.loads(delete.changes_json), key=lambda change: change["schedule_name"])
+    assert changes == [
+        {
+            "scope_entry": "removed",
+            "schedule_id": schedule.id.id,
+            "schedule_name": schedule.name,
+            "scope_id": scope_id,
+            "rack_id": r1.id.id,
+        }
+        for schedule, scope_id in [(nightly, entries["nightly"][0]), (weekly, entries["weekly"][0])]
+    ]
+    assert (await scope_ids(stub, nightly)) == [entries["nightly"][1]]  # what the event says went, went
+    assert history(trail, nightly.id) == history(trail, weekly.id) == ["DeleteRack", "CreateTaskSchedule"]
+    assert history(trail, untouched.id) == ["CreateTaskSchedule"]
+
+
+async def test_remove_component_names_the_schedules_it_narrowed_or_emptied(stub: FlowStub) -> None:
+    components = [pb.ComponentSpec(type=pb.COMPONENT_TYPE_COMPUTE, name=n) for n in ("a", "b")]
+    rack = await stub.CreateRack(pb.CreateRackRequest(name="r1", components=components), metadata=OPERATOR)
+    a, b = (c.id for c in rack.components)
+    both = await create_scoped(stub, "a-and-b", components_spec(a, b))
+    only_a = await create_scoped(stub, "only-a", components_spec(a))
+    whole = await create_scoped(stub, "whole-r1", racks_spec("r1"))
+    entries = {s.name: await scope_ids(stub, s) for s in (both, only_a)}
+
+    await stub.RemoveComponent(pb.RemoveComponentRequest(id=a), metadata=OPERATOR)
+
+    trail = await events(stub)
+    (remove,) = [e for e in trail if e.method == "RemoveComponent"]
+    component_id, *schedule_ids = [i.id for i in remove.target_ids]
+    assert component_id == a.id
+    assert sorted(schedule_ids) == sorted([both.id.id, only_a.id.id])
+    changes = sorted(json.loads(remove.changes_json), key=lambda change: change["schedule_name"])
+    assert changes == [
+        {
+            "scope_entry": "narrowed",
+            "schedule_id": both.id.id,
+            "schedule_name": "a-and-b",
+            "scope_id": entries["a-and-b"][0],
+            "rack_id": rack.id.id,
+            "components_left": [b.id],
+        },
+        {
+            "scope_entry": "removed",
+            "schedule_id": only_a.id.id,
+            "schedule_name": "only-a",
+            "scope_id": entries["only-a"][0],
+            "rack_id": rack.id.id,
+        },
+    ]
+    assert history(trail, both.id) == history(trail, only_a.id) == ["RemoveComponent", "CreateTaskSchedule"]
+    assert history(trail, whole.id) == ["CreateTaskSchedule"]
+    assert (await events(stub, method="CreateRack"))[0].changes_json == ""  # nothing beyond its request

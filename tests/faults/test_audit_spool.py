@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -166,6 +168,29 @@ async def test_an_unreadable_line_is_skipped_and_its_neighbours_written(
     assert sorted((await stored(db)).values()) == ["AddComponents", "CreateRack", "DeleteRack"]
     assert "line 3 of" in caplog.text and "unreadable" in caplog.text
     assert metrics.AUDIT_EVENTS_LOST._value.get() == lost_before + 1
+
+
+async def test_an_events_changes_are_spooled_and_a_line_without_them_is_replayed_too(
+    db: Database, tmp_path: Path
+) -> None:
+    """What a DeleteRack changed arrives with its spooled event; a line spooled by the release before
+    `changes` (migration 0041), which has no such key, is written with none."""
+    spool = AuditSpool(db, tmp_path / "audit.spool")
+    trail = AuditTrail(db, SystemClock(), spool)
+    removed = [{"scope_entry": "removed", "schedule_id": str(uuid.uuid4()), "schedule_name": "nightly"}]
+    deleted = replace(_event(trail, "DeleteRack"), changes=removed)
+    assert spool.append(audit_store.PendingEvent(deleted))
+    older = _event(trail, "CreateRack")
+    assert spool.append(audit_store.PendingEvent(older))
+    lines = spool.path.read_bytes().splitlines(keepends=True)
+    line = json.loads(lines[1])
+    del line["changes"]
+    spool.path.write_bytes(lines[0] + json.dumps(line).encode() + b"\n")
+
+    assert await spool.replay() == 2
+    async with db.read() as conn:
+        found, _ = await audit_store.list_events(conn)
+    assert {event.id: event.changes for event in found} == {deleted.id: removed, older.id: None}
 
 
 async def test_a_line_the_disk_has_no_room_for_is_lost_loudly_and_leaves_no_fragment(

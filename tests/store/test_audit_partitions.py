@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
 import pytest
-from sqlalchemy import func, literal_column, select
+from sqlalchemy import func, insert, literal_column, select
 
 from rackflow.domain.audit import OK, AuditEvent, EventFilter
 from rackflow.store import audit as store
@@ -57,6 +57,19 @@ async def _insert(db: Database, events: list[AuditEvent]) -> None:
         await store.insert_events(conn, events)
 
 
+async def _insert_as_0027(db: Database, events: list[AuditEvent]) -> None:
+    """Insert `events` as the release at 0027 did, into its schema: without the later `changes` (0041)."""
+    async with db.transaction() as conn:
+        await conn.execute(
+            insert(audit_events),
+            [
+                {key: value for key, value in vars(event).items() if key != "changes"}
+                | {"target_ids": list(event.target_ids)}
+                for event in events
+            ],
+        )
+
+
 async def _ids(db: Database) -> set[uuid.UUID]:
     async with db.read() as conn:
         return set((await conn.execute(select(audit_events.c.id))).scalars())
@@ -73,6 +86,10 @@ async def _pages(db: Database, matching: EventFilter, size: int) -> list[list[uu
             return pages
         pages.append([e.id for e in events])
         after = (events[-1].at, events[-1].id)
+
+
+def _paged(ids: list[uuid.UUID], size: int) -> list[list[uuid.UUID]]:
+    return [ids[start : start + size] for start in range(0, len(ids), size)]
 
 
 @pytest.fixture
@@ -102,10 +119,13 @@ async def test_the_upgrade_keeps_every_event_and_its_pages(db_at_0027: Database)
     db = db_at_0027
     now = datetime.now(UTC)
     history = _history(now)
-    await _insert(db, history)
+    await _insert_as_0027(db, history)
     counts = upgraded_counts(await table_counts(db))
     by_user = EventFilter(principal="user-1")
-    pages, user_pages = await _pages(db, EventFilter(), 50), await _pages(db, by_user, 20)
+    # The pages the trail listed before (the current list reads columns 0027 lacks): newest first.
+    newest_first = sorted(history, key=lambda e: (e.at, e.id), reverse=True)
+    pages = _paged([e.id for e in newest_first], 50)
+    user_pages = _paged([e.id for e in newest_first if e.principal == "user-1"], 20)
 
     await migrate(db)
 
@@ -218,7 +238,7 @@ async def test_the_legacy_partition_is_pruned_in_batches_then_dropped(db_at_0027
     db = db_at_0027
     now = datetime.now(UTC)
     history = _history(now)
-    await _insert(db, history)
+    await _insert_as_0027(db, history)
     await migrate(db)
 
     retention = timedelta(days=100)

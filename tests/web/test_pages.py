@@ -13,16 +13,21 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from rackflow.api.audit import AuditInterceptor
+from rackflow.api.servicer import FlowServicer
 from rackflow.clock import FakeClock
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.security import Principal, Role
 from rackflow.services import Services
 from rackflow.store import dispatch, paging
 from rackflow.store import schedules as schedule_store
 from rackflow.store.tables import task_schedule
 from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.v1 import flow_pb2 as pb
 from rackflow.web import pages
+from rackflow.web.calls import RpcCaller
 from rackflow.web.pages import overview
 from rackflow.web.pages import runs as runs_page
 from rackflow.web.pages import schedules as schedules_page
@@ -393,6 +398,23 @@ async def test_audit_page_lists_changes(http: httpx.AsyncClient, services: Servi
     page = (await http.get("/audit")).text
     assert [attribute(t, "data-method") for t in tagged(page, "audit-row")] == ["PauseTaskSchedule"]
     assert (await http.get("/audit?method=Reboot")).status_code == 400
+
+
+async def test_audit_page_shows_the_schedules_a_rack_deletion_changed(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """A deletion by any front end (here the HTTP API's way to the servicer) names each schedule whose
+    scope it changed, linked, and says what went."""
+    (rack_id,) = await make_racks(services, "r1")
+    schedule = await make_schedule(services, "nightly", "r1")
+    caller = RpcCaller(FlowServicer(services), AuditInterceptor(services.audit))
+    oncall = Principal("oncall", Role.OPERATOR, "token")
+    await caller("DeleteRack", pb.DeleteRackRequest(id=pb.UUID(id=str(rack_id))), oncall)
+    page = (await http.get("/audit?method=DeleteRack")).text
+    assert [attribute(t, "data-kind") for t in tagged(page, "audit-target")] == ["gone", "schedule"]
+    assert f'href="/schedules/{schedule.id}"' in tagged(page, "audit-target")[1]
+    (changes,) = re.findall(r'<pre data-testid="audit-changes">(.*?)</pre>', page, re.S)
+    assert "&#34;scope_entry&#34;: &#34;removed&#34;" in changes and "nightly" in changes
 
 
 async def test_an_unexpected_failure_is_an_error_page_without_details(

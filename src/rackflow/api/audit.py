@@ -4,9 +4,12 @@ The servicers know nothing about auditing. The interceptor wraps every Flow RPC 
 `rackflow.api.auth.is_mutating`), runs it, and records one event in the audit trail (`rackflow.audit`):
 the principal (set by the auth interceptor, which runs outside this one), the RPC name, the ids it touched
 (every UUID in the request, the ids of what the response returned: a created rack, schedule or the
-submitted tasks, and the schedule a scope RPC changed), the outcome (`OK` or the status code name) and the
-request as JSON. For schedule RPCs the event also holds the schedule as read just before the call and just
-after it, so it shows what changed; a create has no "before" and reads nothing before the call. How the
+submitted tasks, the schedule a scope RPC changed, and the schedules whose scope DeleteRack or
+RemoveComponent changed), the outcome (`OK` or the status code name) and the request as JSON. For schedule
+RPCs the event also holds the schedule as read just before the call and just after it, so it shows what
+changed; a create has no "before" and reads nothing before the call. What a service changed that the
+request does not name (those scope entries) it notes itself, from its transaction's result, while the
+interceptor listens (`rackflow.audit.changes`). How the
 trail writes, and what an audit failure does (nothing to the RPC), is `rackflow.audit.trail`.
 """
 
@@ -28,6 +31,7 @@ from rackflow.api.convert import next_page_token, page_from, timestamp_from, tot
 from rackflow.api.convert.audit import audit_event_to
 from rackflow.api.convert.notifications import without_secrets
 from rackflow.api.errors import rpc
+from rackflow.audit.changes import Changes, noting
 from rackflow.audit.trail import AuditTrail
 from rackflow.domain.audit import OK, SYSTEM_METHODS, EventFilter
 from rackflow.errors import InvalidArgument
@@ -113,7 +117,8 @@ class AuditInterceptor(FlowInterceptor):
                 self, rpc, request, schedule_id, await self.trail.schedule_before(schedule_id)
             )
             try:
-                response = await behavior(request, _RecordingContext(context, call))
+                with noting(call.changes):
+                    response = await behavior(request, _RecordingContext(context, call))
             except asyncio.CancelledError:
                 await asyncio.shield(call.finish(None, "CANCELLED", ""))
                 raise
@@ -144,22 +149,28 @@ class AuditInterceptor(FlowInterceptor):
         error: str,
         schedule_id: uuid.UUID | None,
         before: dict[str, Any] | None,
+        changes: Changes | None = None,
     ) -> None:
-        """Record the RPC in the trail: the gRPC request and response converted, the caller's principal.
+        """Record the RPC in the trail: the gRPC request and response converted, the caller's principal,
+        what its service noted it changed.
 
         Returns once the event is committed, so an RPC that returns has its event in the trail; never
         raises (`AuditTrail.record`).
         """
         principal = current_principal.get()
+        noted = changes or Changes()
         await self.trail.record(
             principal=principal.name if principal else ANONYMOUS,
             method=rpc,
-            target_ids=target_ids(request, response, *([str(schedule_id)] if schedule_id else [])),
+            target_ids=target_ids(
+                request, response, *noted.target_ids, *([str(schedule_id)] if schedule_id else [])
+            ),
             outcome=outcome,
             error=error,
             request=_as_dict(without_secrets(request)),
             schedule_id=schedule_id,
             before=before,
+            changes=noted.recorded or None,
         )
 
 
@@ -191,13 +202,14 @@ class _AuditedCall:
         self.request = request
         self.schedule_id = schedule_id
         self.before = before
+        self.changes = Changes()
         self.recorded = False
 
     async def finish(self, response: Message | None, outcome: str, error: str) -> None:
         if not self.recorded:
             self.recorded = True
             await self.interceptor.record(
-                self.rpc, self.request, response, outcome, error, self.schedule_id, self.before
+                self.rpc, self.request, response, outcome, error, self.schedule_id, self.before, self.changes
             )
 
 

@@ -3,5 +3,6 @@
 `trail.AuditTrail` records and lists events (one per action, whichever front end took it: the gRPC
 interceptor in `rackflow.api.audit`, or any other that calls `AuditTrail.record`), `spool.AuditSpool`
 keeps the events a database outage refused until it is back, `retention.AuditPruner` deletes the old
-ones, `rackflow.domain.audit.AuditEvent` is one event. Its SQL is `rackflow.store.audit`.
+ones, `changes` carries what a service changed beyond what the request names into its call's event,
+`rackflow.domain.audit.AuditEvent` is one event. Its SQL is `rackflow.store.audit`.
 """

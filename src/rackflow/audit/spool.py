@@ -61,6 +61,7 @@ def _to_line(pending: store.PendingEvent) -> bytes:
         "error": event.error,
         "request": event.request,
         "schedule_before": event.schedule_before,
+        "changes": event.changes,
         "after_of": str(pending.after_of) if pending.after_of is not None else None,
     }
     return json.dumps(record, separators=(",", ":")).encode() + b"\n"
@@ -78,6 +79,7 @@ def _from_line(line: bytes) -> store.PendingEvent:
         error=record["error"],
         request=record["request"],
         schedule_before=record["schedule_before"],
+        changes=record.get("changes"),  # absent from the lines of a release before it
     )
     after_of = uuid.UUID(record["after_of"]) if record["after_of"] is not None else None
     return store.PendingEvent(event, after_of=after_of)

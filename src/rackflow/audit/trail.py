@@ -3,8 +3,8 @@
 The gRPC interceptor (`rackflow.api.audit`) records every mutating RPC; another front end (an HTTP
 handler, say) records its actions the same way: read the schedule's "before" with `schedule_before` when
 the action names a schedule, carry the action out, then `record` one event with the principal, the method,
-the ids it touched, the outcome (`OK` or the status code's name), the request as JSON and the schedule
-whose "after" to read.
+the ids it touched, the outcome (`OK` or the status code's name), the request as JSON, the schedule
+whose "after" to read, and what its service noted it changed besides (`rackflow.audit.changes`).
 
 Concurrent events are written together (`GroupCommit`, one writer per process): one transaction reads all
 their "after" snapshots (two queries) and inserts all their rows (one INSERT), after the actions' own
@@ -99,10 +99,12 @@ class AuditTrail:
         error: str = "",
         schedule_id: uuid.UUID | None = None,
         before: dict[str, Any] | None = None,
+        changes: list[dict[str, Any]] | None = None,
     ) -> None:
         """Record one action: `principal` called `method` on `target_ids` and it ended with `outcome`
         (`OK`, or the status code's name with `error`). With `schedule_id`, the event holds `before` and
-        the schedule as the write finds it. Returns once the event is committed, or spooled while the
+        the schedule as the write finds it; `changes`, what the action changed that `target_ids` names but
+        the request does not. Returns once the event is committed, or spooled while the
         database is unavailable; never raises (a failure is logged loudly and counted, so the action's own
         result stands).
         """
@@ -116,6 +118,7 @@ class AuditTrail:
             error=_storable(error),
             request=_storable(request),
             schedule_before=before,
+            changes=changes,
         )
         pending = store.PendingEvent(event, after_of=schedule_id)
         try:

@@ -19,7 +19,9 @@ class AuditEvent:
     """One action: who called `method` on which ids, when, and how it ended (`OK` or a code name).
 
     `request` is the request as JSON; for an action on a schedule, `schedule_before` and `schedule_after`
-    hold the schedule (row and scopes) as read just before the action and just after it.
+    hold the schedule (row and scopes) as read just before the action and just after it. `changes` is what
+    the action changed that its request does not name, as its service did it (`rackflow.audit.changes`:
+    the scope entries DeleteRack and RemoveComponent removed or narrowed), None when nothing.
     """
 
     id: uuid.UUID
@@ -32,6 +34,7 @@ class AuditEvent:
     request: dict[str, Any]
     schedule_before: dict[str, Any] | None = None
     schedule_after: dict[str, Any] | None = None
+    changes: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ class Scope:
 class ScopeChange:
     """What deleting a rack or removing a component did to one schedule scope entry, as its transaction
     did it: removed the entry, or narrowed its component filter to `components_left`. The call's log line
-    says it."""
+    and its audit event say it (`rackflow.audit.changes`)."""
 
     scope_id: uuid.UUID
     schedule_id: uuid.UUID

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.audit.changes import note_scope_changes
 from rackflow.clock import Clock
 from rackflow.domain.bmc import stored_resource_key, target_of
 from rackflow.domain.inventory import (
@@ -144,7 +145,7 @@ class InventoryService:
 
     async def delete_rack(self, rack_id: uuid.UUID) -> None:
         """Delete a rack with its components, past tasks and schedule scopes; refused while it has work.
-        The scope entries it removed are logged (`_tell`)."""
+        The scope entries it removed are logged and told to the call's audit event (`_tell`)."""
         async with self.db.transaction() as conn:
             # Its scope entries go with it: their schedules are stamped first, their rows locked before the
             # rack's, the order the scope RPCs take them in (`scope_removals`; the store stamps again, once
@@ -179,7 +180,8 @@ class InventoryService:
 
         As DeleteRack removes the rack's scope entries, a scope entry whose component filter names this
         component loses it, and goes when it named no other: an emptied filter must never read as "all
-        components", which would power-cycle the whole rack. What it did to scopes is logged (`_tell`).
+        components", which would power-cycle the whole rack. What it did to scopes is logged and told to
+        the call's audit event (`_tell`).
         """
         async with self.db.transaction() as conn:
             component = (await store.components_by_ids(conn, [component_id])).get(component_id)
@@ -236,9 +238,12 @@ class InventoryService:
 
 
 def _tell(what: str, scope_changes: Sequence[ScopeChange]) -> None:
-    """Log, with the schedules' names, the scope entries a committed change removed or narrowed."""
+    """Log, with the schedules' names, the scope entries a committed change removed or narrowed, and note
+    them for its audit event, which names each schedule: an operator reading a schedule's history sees
+    that a rack or component left its scope, and who caused it."""
     if scope_changes:
         log.info("%s: %s", what, "; ".join(change.describe() for change in scope_changes))
+        note_scope_changes(scope_changes)
 
 
 async def _refuse_taken_external_ids(

@@ -47,6 +47,7 @@ async def insert_events(conn: AsyncConnection, events: Sequence[AuditEvent]) -> 
                 "request": event.request,
                 "schedule_before": event.schedule_before,
                 "schedule_after": event.schedule_after,
+                "changes": event.changes,
             }
             for event in events
         ],
@@ -112,6 +113,7 @@ async def list_events(
             request=row.request,
             schedule_before=row.schedule_before,
             schedule_after=row.schedule_after,
+            changes=row.changes,
         )
         for row in rows
     ]

@@ -600,6 +600,8 @@ audit_events = Table(
     Column("request", json_type(), nullable=False),
     Column("schedule_before", json_type(), nullable=True),
     Column("schedule_after", json_type(), nullable=True),
+    # What the action changed that its request does not name (migration 0041, rackflow/audit/changes.py).
+    Column("changes", json_type(), nullable=True),
     Index("ix_audit_events_at_id", "at", "id"),
     # The trail filtered by principal or by method, newest first (migration 0022).
     Index("ix_audit_events_principal_at_id", "principal", "at", "id"),

@@ -4556,6 +4556,7 @@ class AuditEvent(_message.Message):
     REQUEST_JSON_FIELD_NUMBER: _builtins.int
     SCHEDULE_BEFORE_JSON_FIELD_NUMBER: _builtins.int
     SCHEDULE_AFTER_JSON_FIELD_NUMBER: _builtins.int
+    CHANGES_JSON_FIELD_NUMBER: _builtins.int
     principal: _builtins.str
     """token name, client certificate CN, or "anonymous" """
     method: _builtins.str
@@ -4570,13 +4571,19 @@ class AuditEvent(_message.Message):
     """schedule RPCs: the schedule and its scopes before ("" if none)"""
     schedule_after_json: _builtins.str
     """... and after ("" when deleted or never created)"""
+    changes_json: _builtins.str
+    """What the call changed that its request does not name, as a JSON list ("" when nothing): DeleteRack
+    and RemoveComponent list each schedule scope entry they removed or narrowed (docs/SECURITY.md).
+    """
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def target_ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]:
-        """ids in the request, then ids the response returned"""
+        """ids in the request, then ids the response returned, then the schedules whose scope the call changed
+        beyond its request (DeleteRack, RemoveComponent)
+        """
 
     def __init__(
         self,
@@ -4591,10 +4598,11 @@ class AuditEvent(_message.Message):
         request_json: _builtins.str = ...,
         schedule_before_json: _builtins.str = ...,
         schedule_after_json: _builtins.str = ...,
+        changes_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "id", b"id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "error", b"error", "id", b"id", "method", b"method", "outcome", b"outcome", "principal", b"principal", "request_json", b"request_json", "schedule_after_json", b"schedule_after_json", "schedule_before_json", b"schedule_before_json", "target_ids", b"target_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "changes_json", b"changes_json", "error", b"error", "id", b"id", "method", b"method", "outcome", b"outcome", "principal", b"principal", "request_json", b"request_json", "schedule_after_json", b"schedule_after_json", "schedule_before_json", b"schedule_before_json", "target_ids", b"target_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

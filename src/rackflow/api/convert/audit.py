@@ -10,7 +10,7 @@ from rackflow.domain.audit import AuditEvent
 from rackflow.v1 import flow_pb2 as pb
 
 
-def _json_or_empty(value: dict[str, Any] | None) -> str:
+def _json_or_empty(value: dict[str, Any] | list[dict[str, Any]] | None) -> str:
     return "" if value is None else json.dumps(value, sort_keys=True)
 
 
@@ -26,4 +26,5 @@ def audit_event_to(event: AuditEvent) -> pb.AuditEvent:
         request_json=json.dumps(event.request, sort_keys=True),
         schedule_before_json=_json_or_empty(event.schedule_before),
         schedule_after_json=_json_or_empty(event.schedule_after),
+        changes_json=_json_or_empty(event.changes),
     )

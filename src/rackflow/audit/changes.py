@@ -1,0 +1,66 @@
+"""What an audited call changed that its request does not name, told to its audit event by the service
+that changed it.
+
+DeleteRack names a rack and RemoveComponent a component; they also take entries out of schedules' scopes
+(or narrow them). The event must name those schedules, so that an operator reading a schedule's history
+finds it, and say what happened to each; only the service's transaction knows what it changed (a read
+afterwards could race with another change). So the audit interceptor opens a `Changes` for each call
+(`noting`), the service adds its transaction's result once it has committed (`note_scope_changes`), and
+the event records them: the schedules' ids in `target_ids`, what happened in `changes`. A service called
+outside an audited call (rackflow itself, a test) notes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from rackflow.domain.schedules import ScopeChange
+
+
+@dataclass
+class Changes:
+    """The changes noted during one audited call: the ids they touched, and each change as JSON."""
+
+    target_ids: list[str] = field(default_factory=list)
+    recorded: list[dict[str, Any]] = field(default_factory=list)
+
+
+_noted: ContextVar[Changes | None] = ContextVar("rackflow_audit_changes", default=None)
+
+
+@contextmanager
+def noting(changes: Changes) -> Iterator[None]:
+    """Collect into `changes` what the services note while the block runs (the audited call)."""
+    reset = _noted.set(changes)
+    try:
+        yield
+    finally:
+        _noted.reset(reset)
+
+
+def note_scope_changes(scope_changes: Sequence[ScopeChange]) -> None:
+    """Tell the audited call's event which schedule scope entries were removed or narrowed (call it once
+    the change has committed)."""
+    changes = _noted.get()
+    if changes is None:
+        return
+    for change in scope_changes:
+        changes.target_ids.append(str(change.schedule_id))
+        changes.recorded.append(_scope_change_json(change))
+
+
+def _scope_change_json(change: ScopeChange) -> dict[str, Any]:
+    recorded: dict[str, Any] = {
+        "scope_entry": "removed" if change.removed else "narrowed",
+        "schedule_id": str(change.schedule_id),
+        "schedule_name": change.schedule_name,
+        "scope_id": str(change.scope_id),
+        "rack_id": str(change.rack_id),
+    }
+    if change.components_left is not None:
+        recorded["components_left"] = sorted(str(i) for i in change.components_left)
+    return recorded
