@@ -197,6 +197,15 @@ def test_a_firing_inside_an_allow_window_must_start_before_it_closes() -> None:
     assert (unbound.action, unbound.closes_at) == ("fire", None)
     always = window("day", WindowKind.ALLOW, Recurring("0 0 * * *", "24h"))
     assert decide_firing([always], RACK, POWER, T0, WindowPolicy.SKIP).closes_at is None  # past the horizon
+    # Open back to back past every occurrence read (a minute's ALLOW every minute): as open past it.
+    minutes = window("minutes", WindowKind.ALLOW, Recurring("* * * * *", "1m"))
+    assert decide_firing([minutes], RACK, POWER, T0, WindowPolicy.SKIP).closes_at is None
+    # Back to back for days, then a gap inside the binding horizon: bound to the gap.
+    weekdays = window("weekdays", WindowKind.ALLOW, Recurring("0 0 * * 1-5", "24h"))
+    monday = utc("2026-01-05T12:00:00Z")
+    assert decide_firing([weekdays], RACK, POWER, monday, WindowPolicy.SKIP).closes_at == utc(
+        "2026-01-10T00:00:00Z"
+    )
 
 
 def test_a_freeze_ending_inside_an_allow_opens_at_its_end() -> None:

@@ -9,6 +9,7 @@ only, since ALLOW windows bind scheduled work, not a task someone submitted) and
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,9 @@ from rackflow.domain.windows import MaintenanceWindow, Occurrence, RackRef, Wind
 OPENING_HORIZON = timedelta(days=366)
 # ... and reads at most this many occurrences of each window while looking.
 OCCURRENCES_SCANNED = 2000
+# A firing inside ALLOW windows that stay open, back to back, this long from it is not bound to their end
+# (`allowed_until`): following an ALLOW open all day every day to its first gap took 6 ms a firing.
+ALLOW_BINDING_HORIZON = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -133,18 +137,26 @@ def allowed_until(
 ) -> datetime | None:
     """When the covering ALLOW occurrences holding `t` close (occurrences back to back count as one):
     scheduled work fired at `t` must start before then, or it would start outside every ALLOW window. None
-    when no ALLOW occurrence holds `t`, or it stays open past OPENING_HORIZON. Freezes are left out: they
-    hold a task at its start, until they end (`freeze_at`)."""
-    allows = [w for w in covering(windows, rack, operation) if w.kind is WindowKind.ALLOW]
+    when no ALLOW occurrence holds `t`, or they stay open past ALLOW_BINDING_HORIZON (or past the
+    OCCURRENCES_SCANNED they may take to follow). Freezes are left out: they hold a task at its start, until
+    they end (`freeze_at`)."""
+    allows = tuple(w for w in covering(windows, rack, operation) if w.kind is WindowKind.ALLOW)
+    return _allowed_until(allows, t) if allows else None
+
+
+@functools.lru_cache(maxsize=256)
+def _allowed_until(allows: tuple[MaintenanceWindow, ...], t: datetime) -> datetime | None:
+    """`allowed_until` over these ALLOW windows, remembered: a claim decides its whole batch's scopes at
+    one time against the same windows (docs/PERFORMANCE.md, "The twentieth stop")."""
     end = t
     for _ in range(OCCURRENCES_SCANNED):
         ends = [o.end for w in allows if (o := w.occurrence_at(end)) is not None]
         if not ends:
-            break
+            return end if end > t else None
         end = max(ends)
-        if end >= t + OPENING_HORIZON:
+        if end >= t + ALLOW_BINDING_HORIZON:
             return None
-    return end if end > t else None
+    return None  # open back to back past every occurrence read: as open past the horizon
 
 
 def next_opening(
