@@ -39,7 +39,7 @@ from rackflow.rollouts.gate import GATE_NAME as ROLLOUT_GATE
 from rackflow.rollouts.gate import halted_hold
 from rackflow.security import ANONYMOUS, caller_name
 from rackflow.store import firing as firing_store
-from rackflow.store import outbox
+from rackflow.store import outbox, task_runs
 from rackflow.store import rollouts as store
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
@@ -411,7 +411,7 @@ class RolloutService:
                     resumed=True,
                 ),
             )
-            await store.release_held(conn, run.id, ROLLOUT_GATE)  # its held racks go on, under its caps
+            await task_runs.release_held(conn, ROLLOUT_GATE, run_id=run.id)  # they go on, under its caps
             await outbox.record_events(conn, events.halt_cleared(run, "resumed", self.clock.now()))
         await self.advance([run_id])
         return await self.get(run_id)

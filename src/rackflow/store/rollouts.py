@@ -25,7 +25,7 @@ from rackflow.store.dialect import by_keys
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import racks, task_schedule_run, tasks
-from rackflow.store.tasks import hold_values, not_begun_of_run, status_in
+from rackflow.store.tasks import hold_values, not_begun_of_run
 
 _run = task_schedule_run.c
 
@@ -135,20 +135,6 @@ async def hold_unstarted(
         update(tasks)
         .where(not_begun_of_run(run_id), tasks.c.held_by.is_(None))
         .values(hold_values(gate, hold, now))
-    )
-
-
-async def release_held(conn: AsyncConnection, run_id: uuid.UUID, gate: str) -> None:
-    """Let the run's tasks `gate` holds be claimed (and gated) again at once: what held them changed."""
-    await conn.execute(
-        update(tasks)
-        .where(
-            tasks.c.run_id == run_id,
-            status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
-            tasks.c.held_by == gate,
-            tasks.c.not_before.is_not(None),
-        )
-        .values(not_before=None)
     )
 
 

@@ -341,16 +341,16 @@ async def clear_holds(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) ->
         await conn.execute(update(tasks).where(tasks.c.id.in_(chunk)).values(NOT_HELD))
 
 
-async def release_held(conn: AsyncConnection, gate: str) -> None:
-    """Let every task `gate` holds be claimed again (and gated again), after what it decides by changed: a
-    freeze shortened or deleted, or a budget raised or deleted, must not keep its tasks waiting for the old
-    end or back-off."""
-    await conn.execute(
-        update(tasks)
-        .where(
-            status_in(tasks.c.status, TaskStatus.PENDING),
-            tasks.c.held_by == gate,
-            tasks.c.not_before.is_not(None),
-        )
-        .values(not_before=None)
-    )
+async def release_held(conn: AsyncConnection, gate: str, *, run_id: uuid.UUID | None = None) -> None:
+    """Let every task `gate` holds (of the run `run_id`, when given) be claimed again (and gated again),
+    after what it decides by changed: a freeze shortened or deleted, a budget raised or deleted, or a halted
+    rollout resumed must not keep its tasks waiting for the old end or back-off. A task the rollout gate
+    holds may be WAITING in its rack's queue (`store.rollouts.hold_unstarted`)."""
+    held = [
+        status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
+        tasks.c.held_by == gate,
+        tasks.c.not_before.is_not(None),
+    ]
+    if run_id is not None:
+        held.append(tasks.c.run_id == run_id)
+    await conn.execute(update(tasks).where(*held).values(not_before=None))
