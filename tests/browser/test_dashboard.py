@@ -375,3 +375,28 @@ def test_the_runs_grid_of_more_racks_than_a_page_pages_them(server: ServerProces
     before = text(driver, "live-status")
     wait(driver, lambda d: text(d, "live-status") != before, "a refresh")
     assert read(driver, racks) == ["g100"] and "101–101 of 101" in text(driver, "pager")
+
+
+def test_the_audit_page_shows_the_schedules_a_rack_deletion_changed(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    """DeleteRack takes its rack out of schedules' scopes: its row names each schedule it changed, and its
+    JSON says what became of each scope entry."""
+    stub = server.stub()
+    (rack,) = create_racks(stub, ["leaves-scope"])
+    create_schedules(
+        stub, [schedule_request("loses-a-rack", ["leaves-scope"], spec_type=INTERVAL, spec="24h")]
+    )
+    stub.DeleteRack(pb.DeleteRackRequest(id=rack.id))
+
+    open_page(driver, server, "/audit", "Audit trail")
+    row = by_testid(driver, "audit-row")[0]
+    assert row.get_attribute("data-method") == "DeleteRack"
+    kinds = {
+        t.get_attribute("data-kind"): t.text
+        for t in row.find_elements(By.CSS_SELECTOR, "[data-testid=audit-target]")
+    }
+    assert "loses-a-rack" in kinds["schedule"]
+    row.find_element(By.TAG_NAME, "summary").click()
+    changes = visible(driver, "audit-changes").text
+    assert '"scope_entry": "removed"' in changes and '"schedule_name": "loses-a-rack"' in changes
