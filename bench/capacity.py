@@ -3,29 +3,30 @@
 Measured from outside on a fresh database with one `rackflow serve`, per unit of work:
 
 * firing: N single-scope schedules due at once, drained with the executor idle (`--sim-step 3600`: it
-  starts 32 tasks that never finish, so the tasks' own work stays out);
+  starts 32 tasks that never finish, so the tasks' own work stays out); they fall due FIRING_LEAD after
+  the load, once the server is up and the first snapshot taken;
 * task: the same N tasks then run to completion by a server whose simulator takes 0.01 s a step (the
-  executor's claims, status changes, and the write-back of each run's outcome);
+  executor's claims, status changes, and the write-back of each run's outcome), measured from before that
+  server starts (the database) and from the moment it listens (its own CPU);
 * read: GetTaskSchedule by id, and ListTasks' first page of 50, `--reads` times each, one client.
 
 For each: transactions (`pg_stat_database.xact_commit`), rows inserted, updated, deleted and returned
-(`tup_*`), WAL bytes (`pg_current_wal_lsn()` difference), CPU seconds of the database's backends (utime +
-stime from /proc of every `postgres: … <db> …` process) and of the rackflow server process, and with
-`--statements` the statements sent (a second pass with `log_min_duration_statement = 0` on that database
-only, counting its entries in the PostgreSQL log; logging costs CPU, so its CPU figures are not used).
+(`tup_*`), WAL bytes (its records and their commits, read with `pg_walinspect` between the positions flushed
+before and after, so the server must keep the WAL of a run: a `max_wal_size` above it), CPU seconds of the
+database's backends (utime + stime from /proc of every `postgres: … <db> …` process) and of the rackflow
+server process, and the statements sent: where the server preloads `pg_stat_statements`, their calls in the
+same pass; elsewhere with `--statements`, a second pass with `log_min_duration_statement = 0` on that
+database only, counting its entries in the PostgreSQL log (`RACKFLOW_BENCH_POSTGRES_LOG`; logging costs CPU,
+so that pass's CPU figures are not used).
 
-    python bench/capacity.py --n 5000 --reads 500
+    python bench/capacity.py --pg-admin postgresql://postgres@127.0.0.1:5433/postgres --n 3000 --reads 300
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
-import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from _common import (
     start_server,
     sync_engine,
 )
+from _pg_io import statement_counters, wal_position
 from dispatch_drain import RUNNING_RUN, first_due
 from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.engine import make_url
@@ -56,6 +58,8 @@ POSTGRES_LOG = Path(
     os.environ.get("RACKFLOW_BENCH_POSTGRES_LOG", "/var/log/postgresql/postgresql-15-main.log")
 )
 TICKS = os.sysconf("SC_CLK_TCK")
+# How far ahead of the load the firings' schedules are due: the server's start-up and a first snapshot fit.
+FIRING_LEAD = timedelta(seconds=20)
 COUNTERS = text(
     "SELECT xact_commit, xact_rollback, tup_inserted, tup_updated, tup_deleted, tup_returned, tup_fetched "
     "FROM pg_stat_database WHERE datname = current_database()"
@@ -94,87 +98,51 @@ def backend_pids(database: str) -> list[int]:
     return found
 
 
-WALDUMP = os.environ.get("RACKFLOW_BENCH_PG_WALDUMP", "/usr/lib/postgresql/15/bin/pg_waldump")
-WAL_DIR = os.environ.get("RACKFLOW_BENCH_PG_WAL", "/var/lib/postgresql/15/main/pg_wal")
-WAL_RECORD = re.compile(r"len \(rec/tot\):\s*\d+/\s*(\d+), tx:\s*(\d+), lsn: ([0-9A-F]+/[0-9A-F]+),")
+# The WAL written between two flushed positions for this database (`pg_walinspect`, PostgreSQL 15's
+# contrib): the records of its relations, with the other records (commits) of their transactions. The
+# server's WAL position is shared by every database on it (other benchmarks and tests run beside this one),
+# so only these records are counted. Full-page images are in a record's length.
+DATABASE_WAL = text(
+    "WITH records AS (SELECT xid, record_length, "
+    "coalesce((regexp_match(block_ref, 'rel \\d+/(\\d+)/'))[1]::oid, 0) AS database "
+    "FROM pg_get_wal_records_info(CAST(:start AS pg_lsn), CAST(:end AS pg_lsn))), "
+    "ours AS (SELECT DISTINCT xid FROM records WHERE database = :oid AND xid <> 0) "
+    "SELECT coalesce(sum(record_length), 0) FROM records "
+    "WHERE database = :oid OR xid IN (SELECT xid FROM ours)"
+)
 
 
-def lsn_value(lsn: str) -> int:
-    high, low = lsn.split("/")
-    return (int(high, 16) << 32) + int(low, 16)
-
-
-class WalReader:
-    """WAL bytes written for one database from a start LSN on: the server's LSN is shared by every
-    database on it (other benchmarks and tests run beside this one), so the records are read with
-    `pg_waldump --follow` as they are written (a segment may be recycled by the time a phase ends) and
-    only those of the database's relations counted, with the other records (commits) of their
-    transactions. Full-page images are in a record's total length."""
-
-    def __init__(self, database_oid: int, start: str) -> None:
-        self._mine = f"rel 1663/{database_oid}/"
-        self._proc = subprocess.Popen(
-            [WALDUMP, "--follow", "-p", WAL_DIR, "-s", start],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self._by_tx: defaultdict[int, int] = defaultdict(int)
-        self._ours: set[int] = set()
-        self._total = 0
-        self._seen = lsn_value(start)
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            match = WAL_RECORD.search(line)
-            if match is None:
-                continue
-            length, tx, lsn = int(match.group(1)), int(match.group(2)), lsn_value(match.group(3))
-            if self._mine in line:
-                self._total += length
-                self._ours.add(tx)
-            elif tx:
-                self._by_tx[tx] += length
-            self._seen = lsn
-
-    def bytes_until(self, end: str, timeout: float = 120.0) -> int:
-        """The bytes up to LSN `end` (waits until the reader got there), and stops the reader."""
-        deadline = time.monotonic() + timeout
-        while self._seen < lsn_value(end) and time.monotonic() < deadline and self._proc.poll() is None:
-            time.sleep(0.2)
-        self._proc.terminate()
-        self._proc.wait(10)
-        self._thread.join(10)
-        if self._seen < lsn_value(end):
-            print(f"# pg_waldump stopped at {self._seen:x}, before {end}", flush=True)
-        return self._total + sum(self._by_tx[tx] for tx in self._ours if tx)
+def wal_bytes(engine: Engine, oid: int, start: str, end: str) -> int:
+    if start == end:  # nothing flushed since (pg_walinspect refuses a start at the flushed end)
+        return 0
+    with engine.connect() as conn:
+        return int(conn.execute(DATABASE_WAL, {"start": start, "end": end, "oid": oid}).scalar_one())
 
 
 @dataclass
 class Snapshot:
     counters: dict[str, int]
-    wal: str
+    wal: str  # the WAL flushed (`_pg_io.wal_position`)
     backend_cpu: dict[int, float]
     server_cpu: float
     log_offset: int
-    reader: WalReader | None = None  # a start snapshot's: reads the WAL written from it on
+    calls: int | None  # every statement's calls in the database, where pg_stat_statements is preloaded
 
 
-def snapshot(engine: Engine, database: str, server_pid: int | None, oid: int | None = None) -> Snapshot:
+def snapshot(engine: Engine, database: str, server_pid: int | None) -> Snapshot:
     with engine.connect() as conn:
         row = conn.execute(COUNTERS).one()
-        wal = str(conn.execute(text("SELECT pg_current_wal_lsn()")).scalar_one())
-        conn.commit()
+        wal = wal_position(conn)
+        statements = statement_counters(conn)
+        if wal is None:
+            raise RuntimeError("this PostgreSQL has no pg_walinspect (PostgreSQL 15's contrib) for its WAL")
     return Snapshot(
         dict(zip(COUNTER_NAMES, (int(v) for v in row), strict=True)),
         wal,
         {pid: cpu_seconds(pid) for pid in backend_pids(database)},
         cpu_seconds(server_pid) if server_pid else 0.0,
         POSTGRES_LOG.stat().st_size if POSTGRES_LOG.exists() else 0,
-        WalReader(oid, wal) if oid is not None else None,
+        None if statements is None else sum(int(counters[0]) for _, counters in statements.values()),
     )
 
 
@@ -188,9 +156,14 @@ def statements_since(offset: int, database: str) -> int:
 
 
 def report(
-    what: str, units: int, before: Snapshot, after: Snapshot, database: str, statements: bool, oid: int
+    what: str,
+    units: int,
+    before: Snapshot,
+    after: Snapshot,
+    database: str,
+    statements: bool,
+    wal: Callable[[str, str], int],
 ) -> None:
-    # The stats collector reports a backend's counters at its transaction ends, at most every 500 ms.
     diff = {k: after.counters[k] - before.counters[k] for k in COUNTER_NAMES}
     backend = sum(cpu - before.backend_cpu.get(pid, 0.0) for pid, cpu in after.backend_cpu.items())
     fields: dict[str, Any] = {
@@ -201,10 +174,12 @@ def report(
         "del": diff["tup_deleted"] / units,
         "returned": diff["tup_returned"] / units,
         "fetched": diff["tup_fetched"] / units,
-        "wal_bytes": before.reader.bytes_until(after.wal) / units if before.reader else float("nan"),
+        "wal_bytes": wal(before.wal, after.wal) / units,
         "pg_cpu_us": backend / units * 1e6,
         "server_cpu_us": (after.server_cpu - before.server_cpu) / units * 1e6,
     }
+    if before.calls is not None and after.calls is not None:  # the bench's own few statements included
+        fields["statements"] = (after.calls - before.calls) / units
     if statements:
         fields = {"units": units, "statements": statements_since(before.log_offset, database) / units}
     result(f"capacity_{what}", **fields, loadavg=round(os.getloadavg()[0], 2))
@@ -235,14 +210,18 @@ def wait_until(check: Callable[[], bool], server: ServerProcess, timeout: float 
 
 
 def settle() -> None:
-    time.sleep(1.0)  # the statistics collector's 500 ms reporting interval, twice
+    """Until the backends have reported their counters: PostgreSQL 15 reports a busy backend's at most once
+    a second, and an idle one's that came within that second 10 s later (PGSTAT_IDLE_INTERVAL)."""
+    time.sleep(11.0)
 
 
 def run(args: argparse.Namespace, statements: bool) -> None:
     with fresh_database("postgres", args.pg_admin) as ws:
         database = make_url(ws.url).database
         assert database is not None
-        due = datetime.now(UTC) - timedelta(minutes=1)
+        # Due once the server has started and the first snapshot is taken: a drain of a few thousand takes
+        # under a second, so schedules due already fired before a snapshot after start-up.
+        due = datetime.now(UTC) + FIRING_LEAD
         bulk_load(
             ws.url, args.n, spec=ScheduleSpec(SpecType.INTERVAL, "24h", "UTC"), next_run_at=lambda _: due
         )
@@ -254,6 +233,9 @@ def run(args: argparse.Namespace, statements: bool) -> None:
                 ).scalar_one()
             )
 
+        def wal(start: str, end: str) -> int:
+            return wal_bytes(engine, oid, start, end)
+
         def scalar(stmt: Any) -> Any:
             with engine.connect() as conn:
                 return conn.execute(stmt).scalar_one()
@@ -263,7 +245,9 @@ def run(args: argparse.Namespace, statements: bool) -> None:
             server = start_server(ws.url, ws.log_dir, env={"RACKFLOW_SIM_STEP_SECONDS": "3600"}, name="fire")
             try:
                 settle()
-                before = snapshot(engine, database, server.proc.pid, oid)
+                before = snapshot(engine, database, server.proc.pid)
+                if datetime.now(UTC) >= due:
+                    raise RuntimeError("the server started after the schedules were due; raise FIRING_LEAD")
                 wait_until(
                     lambda: (
                         scalar(select(func.count()).select_from(first_due(due).subquery())) == 0
@@ -279,14 +263,17 @@ def run(args: argparse.Namespace, statements: bool) -> None:
                     snapshot(engine, database, server.proc.pid),
                     database,
                     statements,
-                    oid,
+                    wal,
                 )
             finally:
                 server.stop()
             # Tasks: every one of them run to completion.
+            # The executor starts on the tasks as the server starts listening, so the database's figures are
+            # taken before it starts, and the server's CPU from the moment it listens (its start-up left out).
+            before = snapshot(engine, database, None)
             server = start_server(ws.url, ws.log_dir, env={"RACKFLOW_SIM_STEP_SECONDS": "0.01"}, name="tasks")
+            before.server_cpu = cpu_seconds(server.proc.pid)
             try:
-                before = snapshot(engine, database, server.proc.pid, oid)
                 ended = select(func.count()).where(tasks.c.status.in_(("completed", "failed", "terminated")))
                 wait_until(lambda: scalar(ended) >= args.n, server)
                 settle()
@@ -297,7 +284,7 @@ def run(args: argparse.Namespace, statements: bool) -> None:
                     snapshot(engine, database, server.proc.pid),
                     database,
                     statements,
-                    oid,
+                    wal,
                 )
                 stub = server.stub()
                 some_id = scalar(select(task_schedule.c.id).limit(1))
@@ -313,7 +300,7 @@ def run(args: argparse.Namespace, statements: bool) -> None:
                 ):
                     call()
                     settle()
-                    before = snapshot(engine, database, server.proc.pid, oid)
+                    before = snapshot(engine, database, server.proc.pid)
                     for _ in range(args.reads):
                         call()
                     settle()
@@ -324,10 +311,10 @@ def run(args: argparse.Namespace, statements: bool) -> None:
                         snapshot(engine, database, server.proc.pid),
                         database,
                         statements,
-                        oid,
+                        wal,
                     )
                 # Idle: what the loops cost with nothing to do, per second.
-                before = snapshot(engine, database, server.proc.pid, oid)
+                before = snapshot(engine, database, server.proc.pid)
                 time.sleep(args.idle)
                 report(
                     "idle_second",
@@ -336,7 +323,7 @@ def run(args: argparse.Namespace, statements: bool) -> None:
                     snapshot(engine, database, server.proc.pid),
                     database,
                     statements,
-                    oid,
+                    wal,
                 )
             finally:
                 server.stop()
