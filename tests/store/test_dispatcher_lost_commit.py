@@ -1,5 +1,7 @@
 """A claim whose COMMIT is lost with its connection, on both databases: the dispatcher finds out whether the
-claim committed and fires its tick at once if it did, on the next claim if it did not, and never twice.
+claim committed and fires its tick at once if it did, on the next claim if it did not, and never twice; a
+manual trigger (and a run's retry, which takes its path) fires the run it committed and answers with it,
+or says it fired nothing.
 
 PostgreSQL: the dispatcher's connections go through the fault proxy (tests/faults/tcp_proxy.py), which cuts
 the connection that sends the claim's COMMIT, after the server got it (the answer is lost) or before (the
@@ -19,9 +21,11 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import Unavailable
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.store import instances
+from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from tests.faults.tcp_proxy import TcpProxy
 from tests.store.schedules_support import Env, make_env
@@ -60,7 +64,9 @@ def lose_next_commit(env: Env, proxy: TcpProxy | None, monkeypatch: pytest.Monke
 
     def arm(delivered: bool) -> None:
         if proxy is not None:
-            proxy.cut_at(b"COMMIT", delivered=delivered)
+            # The statement, ended by its NUL: not a "BEGIN ISOLATION LEVEL READ COMMITTED", which a pooled
+            # connection sends once a read (autocommit) has used it.
+            proxy.cut_at(b"COMMIT\x00", delivered=delivered)
             return
         real_transaction = env.db.transaction
 
@@ -119,3 +125,52 @@ async def test_a_claim_whose_commit_is_lost_fires_its_tick_once_at_once(
     assert [run.state for run in runs] == ["completed"]
     assert [t.id for t in tasks] == [o.task_id for o in runs[0].outcomes]
     assert len(tasks) == 1
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["answer-lost", "commit-lost"])
+async def test_a_trigger_whose_commit_is_lost_fires_its_run_or_says_it_fired_nothing(
+    env: Env, lose_next_commit: LoseCommit, delivered: bool
+) -> None:
+    """Answer lost: the run is recorded, "running" and no instance's, so only this trigger can fire it: it
+    must, and answer with its task, not leave the run to the sweep and tell the client UNAVAILABLE (whose
+    retry would fire a second run). COMMIT lost: nothing was recorded, and the trigger says so."""
+    schedule = await env.schedule(racks=[await env.rack("r1")])
+
+    lose_next_commit(delivered)
+    if delivered:
+        answered = await env.services.schedules.trigger(schedule.id)
+    else:
+        with pytest.raises(Unavailable, match="was not fired"):
+            await env.services.schedules.trigger(schedule.id)
+        answered = []
+
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    tasks, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    assert [run.state for run in runs] == (["completed"] if delivered else [])
+    assert [t.id for t in tasks] == answered == [o.task_id for run in runs for o in run.outcomes]
+    assert len(answered) == (1 if delivered else 0)
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["answer-lost", "commit-lost"])
+async def test_a_run_retry_whose_commit_is_lost_fires_its_run_or_says_it_fired_nothing(
+    env: Env, lose_next_commit: LoseCommit, delivered: bool
+) -> None:
+    """RetryTaskScheduleRun claims its run as a trigger does, and is answered for alike."""
+    schedule = await env.schedule(racks=[await env.rack("r1")])
+    (failed,) = await env.services.schedules.trigger(schedule.id)
+    async with env.db.transaction() as conn:
+        await task_store.set_status(conn, [failed], TaskStatus.FAILED, now=env.clock.now())
+    (first,), _ = await env.services.schedules.list_runs(schedule.id)
+
+    lose_next_commit(delivered)
+    if delivered:
+        report = await env.services.schedules.retry_run(first.id)
+        assert report.run.retry_of == first.id
+    else:
+        with pytest.raises(Unavailable, match="was not fired"):
+            await env.services.schedules.retry_run(first.id)
+
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    tasks, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    assert sorted(run.state for run in runs) == ["completed"] * (2 if delivered else 1)
+    assert len(tasks) == (2 if delivered else 1)

@@ -16,8 +16,8 @@ Delivery guarantee — at most once per tick, on any number of instances:
   sees it.
 * A claim whose COMMIT goes unanswered (the connection lost, `Unavailable`) may have committed: its tick is
   then spent, and its runs are "running" and this instance's, so no one else would fire them. The
-  dispatcher asks on a new connection, once the claim's transaction is over (`dispatch.claimed_runs`,
-  retried for up to CLAIM_LOOKUP_RETRY's deadline), which of its runs the database recorded, and fires
+  dispatcher asks on a new connection, once the claim's transaction is over (`firing.committed`, retried
+  for up to its deadline), which of its runs the database recorded, and fires
   those through phases 2 and 3 as any claim's; a claim that did not commit recorded none, and its
   schedules, still due, are claimed again. So the tick fires late only by the look-up, and never twice;
   if the database stays away past the look-up's deadline, the firings are given up, and if they committed
@@ -68,7 +68,7 @@ from rackflow.domain.schedules import pause_to_json
 from rackflow.errors import Unavailable
 from rackflow.retry import Retry, retrying
 from rackflow.schedules.approvals import ApprovalService
-from rackflow.schedules.firing import claim
+from rackflow.schedules.firing import claim, committed
 from rackflow.schedules.service import ScheduleService
 from rackflow.store import dispatch, wakeups
 
@@ -84,9 +84,6 @@ BACKLOG_REFRESH = timedelta(seconds=1)
 
 # After an unexpected error (e.g. the database restarting) poll again this often until a poll succeeds.
 POLL_RETRY = Retry.every(1.0)
-# How long a claim in doubt is looked up (`Dispatcher._committed`) before its firings are given up to the
-# sweep: as long as a firing's write-back is retried, so a database restart of a few seconds loses nothing.
-CLAIM_LOOKUP_RETRY = Retry(first_delay=0.2, max_delay=2.0, deadline=30.0)
 
 
 @dataclass(frozen=True)
@@ -314,16 +311,10 @@ class Dispatcher:
                 self._hear(soonest)
 
     async def _committed(self, claimed: list[Firing]) -> list[Firing]:
-        """The firings of a claim in doubt that the database recorded (all or none), asked on a new
-        connection once the claim's transaction is over (`dispatch.claimed_runs`)."""
-
-        async def look_up() -> set[uuid.UUID]:
-            async with self.db.transaction() as conn:
-                schedule_ids = [f.schedule.id for f in claimed]
-                return await dispatch.claimed_runs(self.db, conn, schedule_ids, [f.run_id for f in claimed])
-
+        """The firings of a claim in doubt that the database recorded (`firing.committed`); none if it is
+        still in doubt past the look-up's deadline."""
         try:
-            recorded = await retrying(look_up, CLAIM_LOOKUP_RETRY, what="look-up of a claim in doubt")
+            recorded = await committed(self.db, claimed)
         except Exception:
             log.exception(
                 "claim of %d schedule(s) still in doubt; not fired: if it committed, the sweep marks its "
@@ -331,13 +322,12 @@ class Dispatcher:
                 len(claimed),
             )
             return []
-        committed = [f for f in claimed if f.run_id in recorded]
         log.warning(
             "claim of %d schedule(s) with an unknown commit outcome %s",
             len(claimed),
-            "committed after all: firing them" if committed else "did not commit: they are claimed again",
+            "committed after all: firing them" if recorded else "did not commit: they are claimed again",
         )
-        return committed
+        return recorded
 
     async def resume_ended_pauses(self) -> None:
         """Resume the schedules whose pause has reached its `resume_at`, each recorded in the audit trail

@@ -23,6 +23,11 @@ opens its own:
    run history. If it still fails, the tasks exist but the run stays "running" until the dispatcher's
    sweep marks it "interrupted".
 
+A claim whose COMMIT goes unanswered (the connection lost, `Unavailable`) may have committed: its runs are
+then "running", and no one but its caller would fire them. Its caller, the dispatcher or a manual trigger
+alike, asks `committed` on a new connection which of its firings the database recorded, and takes phases 2
+and 3 for those; a claim that did not commit recorded nothing.
+
 A scope the plan settled (`Firing.decided`: "skipped_overlap", "skipped_window") is recorded with that
 outcome and never submitted. A rollout's firing is recorded "rolling" in phase 1 with its scopes in rollout
 order, and its scopes start in the rollout's steps (`RolloutService.advance`, the one entry point that
@@ -55,8 +60,8 @@ from rackflow.domain.schedules import Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.errors import FailedPrecondition, RackflowError, Unavailable
 from rackflow.notify import events
 from rackflow.retry import Retry, retrying
+from rackflow.store import dispatch, outbox
 from rackflow.store import firing as firing_store
-from rackflow.store import outbox
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Submission, TaskManager
@@ -69,6 +74,10 @@ log = logging.getLogger(__name__)
 WRITEBACK_DEADLINE_SECONDS = 30.0
 WRITEBACK_RETRY_DELAY_SECONDS = 0.2
 WRITEBACK_MAX_DELAY_SECONDS = 2.0
+
+# How long a claim in doubt is looked up (`committed`) before its caller gives up: as long as a firing's
+# write-back is retried, so a database restart of a few seconds loses nothing.
+CLAIM_LOOKUP_RETRY = Retry(first_delay=0.2, max_delay=2.0, deadline=30.0)
 
 # Fired firings are logged in INFO lines of up to this many, each firing named with its run and counts:
 # one line per firing was a tenth of a draining dispatcher's CPU (docs/PERFORMANCE.md, issue 29), and at
@@ -144,6 +153,20 @@ async def claim(
     missed = [f for f in planned if f.run_id in recorded and f.missed]
     await outbox.record_events(conn, events.runs_missed(missed, now))
     return [f for f in planned if f.run_id in recorded and not f.skipped and not f.missed]
+
+
+async def committed(db: Database, claimed: Sequence[Firing]) -> list[Firing]:
+    """The firings of a claim whose COMMIT went unanswered that the database recorded (all or none), asked
+    on a new connection once the claim's transaction is over (`dispatch.claimed_runs`), retried until
+    CLAIM_LOOKUP_RETRY's deadline; past it, raises the last look-up's error (the claim is still in doubt)."""
+
+    async def look_up() -> set[uuid.UUID]:
+        async with db.transaction() as conn:
+            schedule_ids = [f.schedule.id for f in claimed]
+            return await dispatch.claimed_runs(db, conn, schedule_ids, [f.run_id for f in claimed])
+
+    recorded = await retrying(look_up, CLAIM_LOOKUP_RETRY, what="look-up of a claim in doubt")
+    return [f for f in claimed if f.run_id in recorded]
 
 
 # --- phases 2 and 3: submit, write back ----------------------------------------------------------

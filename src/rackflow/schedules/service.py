@@ -7,6 +7,7 @@ preview), and its `InvalidSpec` becomes `InvalidArgument` here, prefixed with th
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -52,7 +53,7 @@ from rackflow.domain.schedules import (
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryPolicy, TaskStatus
 from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import WindowPolicy
-from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from rackflow.ids import new_id
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.notify import events
@@ -83,6 +84,8 @@ from rackflow.validation import (
     check_text,
     preview_count,
 )
+
+log = logging.getLogger(__name__)
 
 NAME_PATH = "schedule.name"
 OVERLAP_POLICY_PATH = "schedule.overlap_policy"
@@ -626,44 +629,48 @@ class ScheduleService:
         keeps one live rollout and no rack has two tasks waiting. The new run's firing is the manual
         trigger's path (`firing.claim` over those scopes, then `fire`).
         """
-        async with self.db.transaction() as conn:
-            run = await rollout_store.get_run(self.db, conn, run_id, lock=True)
-            if run is None:
-                raise NotFound(f"id: no task schedule run {run_id}")
-            if run.state not in RETRIABLE_RUN_STATES:
-                raise FailedPrecondition(
-                    f"id: run {run_id} is {run.state}; only a finished or halted run can be retried "
-                    f"({', '.join(RETRIABLE_RUN_STATES)})"
+        claimed: Firing | None = None
+        ended: Ended | None = None
+        try:
+            async with self.db.transaction() as conn:
+                run = await rollout_store.get_run(self.db, conn, run_id, lock=True)
+                if run is None:
+                    raise NotFound(f"id: no task schedule run {run_id}")
+                if run.state not in RETRIABLE_RUN_STATES:
+                    raise FailedPrecondition(
+                        f"id: run {run_id} is {run.state}; only a finished or halted run can be retried "
+                        f"({', '.join(RETRIABLE_RUN_STATES)})"
+                    )
+                schedule = await self._load(conn, run.schedule_id, lock=True)
+                if run.state == "halted":
+                    # First, so that its tasks that had not begun are ended (their racks not started, retried)
+                    # rather than left to start beside the new run's; a refusal below rolls it back.
+                    run, ended = await self.rollouts.cancel_in(conn, run, "retried by RetryTaskScheduleRun")
+                tasks = await rollout_store.task_states(conn, [run.id])
+                active = [t for t in tasks.values() if t.status.is_active]
+                if active:
+                    raise FailedPrecondition(
+                        f"id: run {run_id} still has {len(active)} active task(s) "
+                        f"(e.g. {active[0].task_id}); retry it once they have ended"
+                    )
+                statuses = {t.task_id: t.status for t in tasks.values()}
+                chosen = racks_to_retry(run, statuses, only_failed=only_failed)
+                present = await store.scopes_by_ids(conn, [o.scope_id for o in chosen])
+                if not present:
+                    which = "failed or not-started racks" if only_failed else "racks"
+                    raise FailedPrecondition(f"id: run {run_id} has no {which} left in its schedule to retry")
+                as_fired = replace(schedule, rollout=run.rollout)
+                (claimed,) = await firing.claim(
+                    self.db,
+                    conn,
+                    [as_fired],
+                    trigger="manual",
+                    now=await self.db.now(conn),
+                    scopes={schedule.id: present},
                 )
-            schedule = await self._load(conn, run.schedule_id, lock=True)
-            ended: Ended | None = None
-            if run.state == "halted":
-                # First, so that its tasks that had not begun are ended (their racks not started, retried)
-                # rather than left to start beside the new run's; a refusal below rolls it back.
-                run, ended = await self.rollouts.cancel_in(conn, run, "retried by RetryTaskScheduleRun")
-            tasks = await rollout_store.task_states(conn, [run.id])
-            active = [t for t in tasks.values() if t.status.is_active]
-            if active:
-                raise FailedPrecondition(
-                    f"id: run {run_id} still has {len(active)} active task(s) (e.g. {active[0].task_id}); "
-                    "retry it once they have ended"
-                )
-            statuses = {t.task_id: t.status for t in tasks.values()}
-            chosen = racks_to_retry(run, statuses, only_failed=only_failed)
-            present = await store.scopes_by_ids(conn, [o.scope_id for o in chosen])
-            if not present:
-                which = "failed or not-started racks" if only_failed else "racks"
-                raise FailedPrecondition(f"id: run {run_id} has no {which} left in its schedule to retry")
-            as_fired = replace(schedule, rollout=run.rollout)
-            (claimed,) = await firing.claim(
-                self.db,
-                conn,
-                [as_fired],
-                trigger="manual",
-                now=await self.db.now(conn),
-                scopes={schedule.id: present},
-            )
-            await rollout_store.link_retry(conn, claimed.run_id, run.id)
+                await rollout_store.link_retry(conn, claimed.run_id, run.id)
+        except Unavailable as exc:
+            claimed = await self._in_doubt(claimed, exc)
         if ended is not None:
             self.tasks.after_ended(ended)
         await self.fire([claimed])
@@ -687,34 +694,63 @@ class ScheduleService:
         counts, under the two-person rule, and it starts at once when that is enough. While a run of the
         schedule awaits approval, a trigger is refused.
         """
-        async with self.db.transaction() as conn:
-            schedule = await self._load(conn, schedule_id, lock=True)
-            now = await self.db.now(conn)  # after the lock: the time the firing holds the schedule
-            if schedule.is_consumed:
-                raise _consumed(schedule, "trigger")
-            approver = None
-            if approve and schedule.approval is not None:
-                approver = Approver(caller_name() or ANONYMOUS, now)
-                check_approver(
-                    opened(schedule.approval, now, None, schedule.last_edited_by),
-                    approver.principal,
-                    schedule.last_edited_by,
-                    two_person=caller_known_by_token(),
-                    field="approve",
+        claimed: Firing | None = None
+        try:
+            async with self.db.transaction() as conn:
+                schedule = await self._load(conn, schedule_id, lock=True)
+                now = await self.db.now(conn)  # after the lock: the time the firing holds the schedule
+                if schedule.is_consumed:
+                    raise _consumed(schedule, "trigger")
+                approver = None
+                if approve and schedule.approval is not None:
+                    approver = Approver(caller_name() or ANONYMOUS, now)
+                    check_approver(
+                        opened(schedule.approval, now, None, schedule.last_edited_by),
+                        approver.principal,
+                        schedule.last_edited_by,
+                        two_person=caller_known_by_token(),
+                        field="approve",
+                    )
+                # A manual firing has no slot: one firing (refused while the schedule's rollout is live or a
+                # run of it awaits approval).
+                (claimed,) = await firing.claim(
+                    self.db, conn, [schedule], trigger="manual", now=now, approver=approver
                 )
-            # A manual firing has no slot: one firing (refused while the schedule's rollout is live or a
-            # run of it awaits approval).
-            (claimed,) = await firing.claim(
-                self.db, conn, [schedule], trigger="manual", now=now, approver=approver
-            )
+        except Unavailable as exc:
+            claimed = await self._in_doubt(claimed, exc)
         if claimed.needs_approval:
             return []
         (result,) = await self.fire([claimed])
         if claimed.rolls_out:
             return list(result.started)
         if claimed.scopes and not result.task_ids:
-            raise await self._nothing_submitted(schedule, result)
+            raise await self._nothing_submitted(claimed.schedule, result)
         return result.task_ids
+
+    async def _in_doubt(self, claimed: Firing | None, lost: Unavailable) -> Firing:
+        """A manual firing whose transaction lost its connection (`lost`): once claimed, its COMMIT may
+        have reached the database before the answer was lost. Returns the firing if the database recorded
+        it, to go on with as with any claim (left alone, its run would stay "running" until the sweep,
+        and the client, told UNAVAILABLE, would fire a second run by trying again); raises Unavailable
+        saying nothing was fired if it did not, or naming the run if it cannot tell (`firing.committed`)."""
+        if claimed is None:
+            raise lost
+        what = f"schedule {claimed.schedule.name!r} ({claimed.schedule.id})"
+        try:
+            recorded = await firing.committed(self.db, [claimed])
+        except Exception as exc:
+            raise Unavailable(
+                f"{lost}; {what} may have fired as run {claimed.run_id}: list its runs before firing it again"
+            ) from exc
+        if not recorded:
+            raise Unavailable(f"{lost}; {what} was not fired") from lost
+        log.warning(
+            "%s: its firing's commit outcome was unknown (%s); it committed as run %s: firing it",
+            what,
+            lost,
+            claimed.run_id,
+        )
+        return claimed
 
     async def fire(self, claimed: Sequence[Firing]) -> list[RunResult]:
         """Phases 2 and 3 for claimed firings (`firing.fire`), then the first step of their rollouts at once
