@@ -102,7 +102,8 @@ class ApprovalService:
             else:
                 await self._no_live_rollout(conn, run)
                 state: RunState = "rolling" if run.rollout is not None else "running"
-                if not await store.decide_awaiting(conn, run.id, state, approval):
+                started_at = await self.db.now(conn)
+                if not await store.decide_awaiting(conn, run.id, state, approval, started_at=started_at):
                     raise FailedPrecondition(f"id: run {run_id} no longer awaits approval")
                 pending = [o.scope_id for o in run.outcomes if o.outcome == "pending"]
                 snapshot = await firing_store.load_starts(conn, schedule.id, pending, run.trigger)

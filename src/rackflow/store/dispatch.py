@@ -137,7 +137,9 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
     "interrupted".
 
     Such a run was claimed (its tick is spent, at most once) but its process died before phase 3; the
-    operator sees it in run history instead of silence. Returns how many were marked.
+    operator sees it in run history instead of silence. Returns how many were marked. A run's time running
+    counts from when it started: its approval for one that awaited it (`started_at`, possibly long after
+    it fired, and its write-back under way), else its firing.
     """
     live = select(instances.c.id).where(instances.c.heartbeat_at > now - lease_ttl)
     result = await conn.execute(
@@ -146,7 +148,8 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
             task_schedule_run.c.state == "running",
             or_(
                 and_(task_schedule_run.c.owner_id.is_not(None), task_schedule_run.c.owner_id.not_in(live)),
-                task_schedule_run.c.fired_at < now - STUCK_RUN_AGE,
+                func.coalesce(task_schedule_run.c.started_at, task_schedule_run.c.fired_at)
+                < now - STUCK_RUN_AGE,
             ),
         )
         .values(state="interrupted")

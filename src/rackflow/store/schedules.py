@@ -1245,13 +1245,17 @@ async def decide_awaiting(
     *,
     outcomes: Sequence[ScopeOutcome] | None = None,
     reason: str | None = None,
+    started_at: datetime | None = None,
 ) -> bool:
     """Move a run awaiting approval on: to `state` with `approval` (and, given, its outcomes and reason),
     or, with `state` "awaiting_approval", only record one more approver. Conditional on the run still
     awaiting approval, so of two instances or two approvers deciding at once exactly one does; False: the
     run no longer awaited approval, and nothing was written. The schedule's failing streak is marked to
-    be looked at again."""
+    be looked at again. `started_at` (the database's clock): when a run moved to "running" or "rolling"
+    started, which the stuck-run sweep counts its age from (`dispatch.mark_abandoned_runs`)."""
     values: dict[str, object] = {"state": state, **_approval_columns(state, approval)}
+    if started_at is not None:
+        values["started_at"] = started_at
     if outcomes is not None:
         values["outcomes"] = outcomes_to_json(outcomes)
         values["outcome_counts"] = outcome_counts_to_json(outcomes)
@@ -1287,7 +1291,9 @@ async def claim_expired_approvals(
 async def complete_runs(
     conn: AsyncConnection, outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]]
 ) -> None:
-    """Mark runs completed with their per-scope outcomes (one statement, `update_rows`)."""
+    """Mark runs completed with their per-scope outcomes (one statement, `update_rows`): only those still
+    "running": a run another instance's sweep marked "interrupted" meanwhile (say its owner's heartbeat
+    lapsed) stays so, for a write-back writes over no end it did not make."""
     if not outcomes_by_run:
         return
     rows = [
@@ -1298,7 +1304,8 @@ async def complete_runs(
         }
         for run_id, outcomes in outcomes_by_run.items()
     ]
-    await conn.execute(*update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"}))
+    completing, values = update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"})
+    await conn.execute(completing.where(task_schedule_run.c.state == "running"), values)
     await mark_schedules_of_runs(conn, outcomes_by_run)
 
 

@@ -378,6 +378,9 @@ task_schedule_run = Table(
     # retention's deletions are told by `task_prune_horizon`): `store.kept_counts`, migration 0031.
     Column("task_counts", json_type(), nullable=True),
     Column("tasks_deleted", Boolean, nullable=True),
+    # When a run that awaited approval started (migration 0044): the stuck-run sweep counts its age from
+    # here, not from `fired_at` (`store.dispatch.mark_abandoned_runs`). Null: it started as it fired.
+    Column("started_at", UTCDateTime, nullable=True),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
     CheckConstraint(
         "state IN ('running', 'completed', 'interrupted', 'rolling', 'halted', 'cancelled', 'skipped', "

@@ -1,0 +1,123 @@
+"""The stuck-run sweep of another instance against a firing's write-back, on both databases: an approved
+run is swept by its time running since its approval, not since it fired (hours earlier, perhaps), so the
+sweep leaves it be while its approver's instance writes it back; and a write-back leaves a run the sweep
+did interrupt meanwhile "interrupted" rather than writing "completed" over it.
+
+The other instance is a second `Database` on the same database, sweeping between the firing's submit and
+its write-back (`firing._write_back`, wrapped).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from rackflow.domain.approvals import ApprovalPolicy
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.tasks import QueueOptions
+from rackflow.schedules import firing
+from rackflow.store import dispatch
+from rackflow.store.db import Database
+from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
+
+pytestmark = pytest.mark.asyncio
+
+LEASE = timedelta(seconds=15)
+
+Sweep = Callable[[], Awaitable[int]]
+
+
+@pytest.fixture
+def env(db: Database) -> Env:
+    return make_env(db)
+
+
+@pytest.fixture
+async def other_instance(env: Env, db_url: str) -> AsyncIterator[Sweep]:
+    """The sweep of another instance (its own connections, the test's clock): how many runs it marked."""
+    other = Database(db_url, clock=env.clock)
+
+    async def sweep() -> int:
+        async with other.transaction() as conn:
+            return await dispatch.mark_abandoned_runs(conn, await other.now(conn), LEASE)
+
+    try:
+        yield sweep
+    finally:
+        await other.dispose()
+
+
+def _before_the_write_back(monkeypatch: pytest.MonkeyPatch, then: Callable[[], Awaitable[None]]) -> None:
+    """Run `then` once the firing has submitted its tasks, before it writes its run back."""
+    write_back = firing._write_back
+
+    async def wrapped(*args: Any, **kwargs: Any) -> Any:
+        await then()
+        return await write_back(*args, **kwargs)
+
+    monkeypatch.setattr(firing, "_write_back", wrapped)
+
+
+async def _schedule(env: Env, *, approval: ApprovalPolicy | None = None) -> Schedule:
+    return await env.services.schedules.create(
+        name="fw",
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(await env.rack("r1")),
+        approval=approval,
+    )
+
+
+async def _run_state(env: Env, run_id: uuid.UUID) -> str:
+    return (await env.services.rollouts.get(run_id)).run.state
+
+
+async def test_a_run_approved_long_after_it_fired_is_not_swept_during_its_write_back(
+    env: Env, other_instance: Sweep, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = await _schedule(env, approval=ApprovalPolicy(timedelta(hours=4), 1))
+    assert await env.services.schedules.trigger(schedule.id) == []
+    (waiting,), _ = await env.services.schedules.list_runs(schedule.id)
+    env.clock.advance(dispatch.STUCK_RUN_AGE + timedelta(minutes=1))  # approved 11 minutes after it fired
+    seen: list[tuple[int, str]] = []
+
+    async def sweep() -> None:
+        seen.append((await other_instance(), await _run_state(env, waiting.id)))
+
+    _before_the_write_back(monkeypatch, sweep)
+    report = await env.services.approvals.approve(waiting.id)
+
+    assert seen == [(0, "running")]
+    assert report.run.state == "completed"
+
+
+async def test_a_run_the_sweep_interrupts_during_its_write_back_stays_interrupted(
+    env: Env, other_instance: Sweep, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its time running counts from its approval, and past STUCK_RUN_AGE of it the sweep interrupts it (as
+    it would a run whose owner's heartbeat lapsed): the write-back that comes after writes no "completed"
+    over that, though the task it submitted is there."""
+    schedule = await _schedule(env, approval=ApprovalPolicy(timedelta(hours=4), 1))
+    assert await env.services.schedules.trigger(schedule.id) == []
+    (waiting,), _ = await env.services.schedules.list_runs(schedule.id)
+    env.clock.advance(timedelta(minutes=1))
+    marked: list[int] = []
+
+    async def stuck_then_swept() -> None:
+        env.clock.advance(dispatch.STUCK_RUN_AGE + timedelta(seconds=1))
+        marked.append(await other_instance())
+
+    _before_the_write_back(monkeypatch, stuck_then_swept)
+    report = await env.services.approvals.approve(waiting.id)
+
+    assert marked == [1]
+    assert report.run.state == "interrupted"
+    tasks, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    assert [t.run_id for t in tasks] == [waiting.id]
