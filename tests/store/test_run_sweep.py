@@ -1,7 +1,7 @@
 """The stuck-run sweep of another instance against a firing's write-back, on both databases: an approved
 run is swept by its time running since its approval, not since it fired (hours earlier, perhaps), so the
-sweep leaves it be while its approver's instance writes it back; and a write-back leaves a run the sweep
-did interrupt meanwhile "interrupted" rather than writing "completed" over it.
+sweep leaves it be while its approver's instance writes it back; and a write-back that succeeds after the
+sweep did interrupt a run meanwhile records what the firing did: "completed", with its outcomes.
 
 The other instance is a second `Database` on the same database, sweeping between the firing's submit and
 its write-back (`firing._write_back`, wrapped).
@@ -98,12 +98,12 @@ async def test_a_run_approved_long_after_it_fired_is_not_swept_during_its_write_
     assert report.run.state == "completed"
 
 
-async def test_a_run_the_sweep_interrupts_during_its_write_back_stays_interrupted(
+async def test_a_run_the_sweep_interrupts_during_its_write_back_is_completed_by_it(
     env: Env, other_instance: Sweep, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its time running counts from its approval, and past STUCK_RUN_AGE of it the sweep interrupts it (as
-    it would a run whose owner's heartbeat lapsed): the write-back that comes after writes no "completed"
-    over that, though the task it submitted is there."""
+    it would a run whose owner's heartbeat lapsed); the write-back that comes after records what the firing
+    did: completed, naming the task it submitted."""
     schedule = await _schedule(env, approval=ApprovalPolicy(timedelta(hours=4), 1))
     assert await env.services.schedules.trigger(schedule.id) == []
     (waiting,), _ = await env.services.schedules.list_runs(schedule.id)
@@ -118,6 +118,8 @@ async def test_a_run_the_sweep_interrupts_during_its_write_back_stays_interrupte
     report = await env.services.approvals.approve(waiting.id)
 
     assert marked == [1]
-    assert report.run.state == "interrupted"
     tasks, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
     assert [t.run_id for t in tasks] == [waiting.id]
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert run.state == "completed"
+    assert [o.task_id for o in run.outcomes] == [tasks[0].id]

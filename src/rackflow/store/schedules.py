@@ -1291,9 +1291,9 @@ async def claim_expired_approvals(
 async def complete_runs(
     conn: AsyncConnection, outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]]
 ) -> None:
-    """Mark runs completed with their per-scope outcomes (one statement, `update_rows`): only those still
-    "running": a run another instance's sweep marked "interrupted" meanwhile (say its owner's heartbeat
-    lapsed) stays so, for a write-back writes over no end it did not make."""
+    """Mark runs completed with their per-scope outcomes (one statement, `update_rows`). A run another
+    instance's sweep marked "interrupted" meanwhile (its owner's heartbeat lapsed while the write-back was
+    retried) is completed too: the firing did end, and its outcomes name the tasks it submitted."""
     if not outcomes_by_run:
         return
     rows = [
@@ -1304,8 +1304,7 @@ async def complete_runs(
         }
         for run_id, outcomes in outcomes_by_run.items()
     ]
-    completing, values = update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"})
-    await conn.execute(completing.where(task_schedule_run.c.state == "running"), values)
+    await conn.execute(*update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"}))
     await mark_schedules_of_runs(conn, outcomes_by_run)
 
 
