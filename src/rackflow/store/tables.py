@@ -378,7 +378,7 @@ task_schedule_run = Table(
     # retention's deletions are told by `task_prune_horizon`): `store.kept_counts`, migration 0031.
     Column("task_counts", json_type(), nullable=True),
     Column("tasks_deleted", Boolean, nullable=True),
-    # When a run that awaited approval started (migration 0044): the stuck-run sweep counts its age from
+    # When a run that awaited approval started (migration 0042): the stuck-run sweep counts its age from
     # here, not from `fired_at` (`store.dispatch.mark_abandoned_runs`). Null: it started as it fired.
     Column("started_at", UTCDateTime, nullable=True),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),

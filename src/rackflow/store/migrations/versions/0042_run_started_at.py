@@ -11,7 +11,7 @@ A nullable column without a default rewrites no row, on either database. A relea
 serving during a rolling upgrade, approves without it, so the run it approves is swept by its firing's age
 as before.
 
-Revision ID: 0044
+Revision ID: 0042
 Revises: 0041
 Create Date: 2026-12-09
 """
@@ -21,7 +21,7 @@ from alembic import op
 
 from rackflow.store.types import UTCDateTime
 
-revision = "0044"
+revision = "0042"
 down_revision = "0041"
 branch_labels = None
 depends_on = None

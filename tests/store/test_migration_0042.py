@@ -1,4 +1,4 @@
-"""Migration 0044 on a database holding runs, on both databases: every run kept with no `started_at`, so
+"""Migration 0042 on a database holding runs, on both databases: every run kept with no `started_at`, so
 the sweep counts a running one's age from its firing as before; a run the previous release inserts (which
 names no `started_at`) still taken; and back down again."""
 
@@ -31,7 +31,7 @@ async def db_at_0041(empty_db_url: str) -> AsyncIterator[Database]:
 
 
 def _run(fired_at: datetime) -> dict[str, object]:
-    """A manual run's row, "running", as the release before 0044 inserts it (no `started_at`)."""
+    """A manual run's row, "running", as the release before 0042 inserts it (no `started_at`)."""
     return {
         "id": uuid.uuid4(),
         "schedule_id": SCHEDULE,
