@@ -216,3 +216,47 @@ async def test_roles_and_the_two_person_rule_by_token(secured: FlowStub, service
         pb.TriggerTaskScheduleRequest(id=schedule.id, approve=True), metadata=bearer(SECOND_TOKEN)
     )
     assert len(started.task_ids) == 1
+
+
+async def test_one_who_approved_may_reject_audited_and_bad_input_refused(
+    secured: FlowStub, services: Services
+) -> None:
+    """lead approved a run that needs two approvers and changes his mind: a rejection without a comment or
+    with a bad one is refused and writes nothing but its audit row; with one it stands, audited by him."""
+    stub = secured
+    await make_rack(services, "r1")
+    two = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2)
+    schedule = await _create(stub, two, metadata=bearer(OPERATOR_TOKEN))
+    await stub.TriggerTaskSchedule(
+        pb.TriggerTaskScheduleRequest(id=schedule.id, approve=True), metadata=bearer(LEAD_TOKEN)
+    )
+    (run,) = await _runs(stub, schedule)
+    assert [a.principal for a in run.approval.approvers] == ["lead"]
+    before = await table_counts(services.db)
+    for comment, words in (("", "comment: required"), ("x" * 1025, "comment"), ("a\x00b", "comment")):
+        await expect(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            words,
+            stub.RejectTaskScheduleRun(
+                pb.RejectTaskScheduleRunRequest(id=run.id, comment=comment), metadata=bearer(LEAD_TOKEN)
+            ),
+        )
+    after = await table_counts(services.db)
+    assert {k: v for k, v in after.items() if v != before[k]} == {"audit_events": before["audit_events"] + 3}
+    request = pb.GetTaskScheduleRunRequest(id=run.id)
+    got = await stub.GetTaskScheduleRun(request, metadata=bearer(VIEWER_TOKEN))
+    assert got.state == "awaiting_approval"
+
+    rejected = await stub.RejectTaskScheduleRun(
+        pb.RejectTaskScheduleRunRequest(id=run.id, comment="wrong version"), metadata=bearer(LEAD_TOKEN)
+    )
+    assert (rejected.state, rejected.approval.rejected_by) == ("rejected", "lead")
+    events = await stub.ListAuditEvents(
+        pb.ListAuditEventsRequest(method="RejectTaskScheduleRun"), metadata=bearer(VIEWER_TOKEN)
+    )
+    assert sorted((e.principal, e.outcome) for e in events.events) == [
+        ("lead", "INVALID_ARGUMENT"),
+        ("lead", "INVALID_ARGUMENT"),
+        ("lead", "INVALID_ARGUMENT"),
+        ("lead", "OK"),
+    ]

@@ -228,6 +228,26 @@ async def test_a_rejected_run_never_starts(db: Database) -> None:
     assert [r.run.state for r in await _runs(env, schedule)] == ["awaiting_approval", "rejected"]
 
 
+async def test_one_who_approved_may_still_reject(db: Database) -> None:
+    """ann approved a run that needs two approvers, then changed her mind: her rejection stands, and the
+    run never starts; her approval stays on its record."""
+    env = _env(db)
+    with caller("editor", Role.OPERATOR):
+        schedule = await _schedule(env, [await env.rack("r1")], approvers=2)
+        await env.services.schedules.trigger(schedule.id)
+    (waiting,) = await _runs(env, schedule)
+    with caller("ann"):
+        await env.services.approvals.approve(waiting.run.id, "looks right")
+        report = await env.services.approvals.reject(waiting.run.id, "wrong firmware after all")
+
+    assert report.run.state == "rejected"
+    assert report.run.reason == "rejected by ann: wrong firmware after all"
+    assert report.run.approval is not None and report.run.approval.rejected_by == "ann"
+    assert [a.principal for a in report.run.approval.approvers] == ["ann"]
+    assert await _tasks(env, schedule) == []
+    assert [e.type for e in await _events(env)] == [EventType.RUN_AWAITING_APPROVAL, EventType.RUN_REJECTED]
+
+
 async def test_a_run_past_its_timeout_expires_once_audited_as_rackflow(db: Database) -> None:
     env = _env(db, datetime.now(UTC) - FOUR_HOURS - timedelta(minutes=1))
     schedule = await _schedule(env, [await env.rack("r1")])

@@ -17,6 +17,7 @@ from rackflow.domain.approvals import (
     Approver,
     RunApproval,
     check_approver,
+    check_decider,
     describe_expiry,
     opened,
     with_approver,
@@ -65,6 +66,25 @@ def test_who_may_approve(
         return
     with pytest.raises(refused, match=f"^id: '{principal}' "):
         check_approver(approval, principal, "editor", two_person=two_person)
+
+
+@pytest.mark.parametrize(
+    ("principal", "refused"),
+    [
+        ("ann", False),  # she approved it: she may change her mind
+        ("bob", False),
+        ("editor", True),  # the schedule's last editor
+        ("fired", True),  # its last editor when the run fired
+    ],
+)
+def test_who_may_reject(principal: str, refused: bool) -> None:
+    """Anyone who may approve may reject, one who approved earlier too; the two-person rule still binds."""
+    approval = RunApproval(NOW + HOUR, 2, (Approver("ann", NOW),), edited_by="fired")
+    if not refused:
+        check_decider(approval, principal, "editor", two_person=True)
+        return
+    with pytest.raises(PermissionDenied, match=f"^id: '{principal}' last edited"):
+        check_decider(approval, principal, "editor", two_person=True)
 
 
 @pytest.mark.parametrize("trigger", ["dispatch", "manual"])

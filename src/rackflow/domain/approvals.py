@@ -111,26 +111,32 @@ def with_approver(approval: RunApproval, approver: Approver) -> RunApproval:
     return replace(added, decided_at=approver.at) if added.approved else added
 
 
-def check_approver(
+def check_decider(
     approval: RunApproval, principal: str, last_editor: str, *, two_person: bool, field: str = "id"
 ) -> None:
-    """Refuse an approval (or rejection) `principal` may not give.
+    """Refuse a decision, approval or rejection, `principal` may not make (PermissionDenied).
 
     `two_person` (the callers are known by token): the schedule's last editor, now (`last_editor`) or when
     the run fired (`approval.edited_by`: another's edit since does not make it someone else's work), may
-    not approve its firings (PermissionDenied), nor may one principal approve twice (FailedPrecondition:
-    each approver counts once). Without tokens every caller is the same anonymous operator, and these
-    rules cannot tell people apart.
+    neither approve nor reject its firings. Anyone else the approver role admits may reject, one who
+    approved it earlier too (a change of mind). Without tokens every caller is the same anonymous operator,
+    and this rule cannot tell people apart.
     """
-    if not two_person:
-        return
-    if principal in (last_editor, approval.edited_by):
+    if two_person and principal in (last_editor, approval.edited_by):
         when = "" if principal == last_editor else " this run fired from"
         raise PermissionDenied(
             f"{field}: {principal!r} last edited the schedule{when} and may not approve or reject its runs "
             "(two-person rule: another approver must)"
         )
-    if any(a.principal == principal for a in approval.approvers):
+
+
+def check_approver(
+    approval: RunApproval, principal: str, last_editor: str, *, two_person: bool, field: str = "id"
+) -> None:
+    """Refuse an approval `principal` may not give: the decider's rule (`check_decider`), and each
+    principal counts once towards `min_approvers` (FailedPrecondition)."""
+    check_decider(approval, principal, last_editor, two_person=two_person, field=field)
+    if two_person and any(a.principal == principal for a in approval.approvers):
         raise FailedPrecondition(
             f"{field}: {principal!r} has already approved this run; another approver must"
         )

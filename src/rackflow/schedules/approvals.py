@@ -10,7 +10,8 @@ instances or two approvers deciding at once exactly one does:
   that committed, the firing rebuilt from its frozen plan (`domain.firing.approved_firing`) takes the same
   path as any other (`ScheduleService.fire`: phases 2 and 3, or the rollout's first step). Tasks carry the
   run's id, and UNIQUE (run_id, rack_id) refuses a second task for a rack of it whatever path tries.
-- `reject`: "rejected" with the caller and the comment; nothing is submitted.
+- `reject`: "rejected" with the caller and the comment; nothing is submitted. Anyone who may approve may
+  reject (`domain.approvals.check_decider`), one who approved it earlier too: they changed their mind.
 - `expire_overdue`: the dispatcher of every instance calls it each poll; a run past its `expires_at` (on the
   database's clock) becomes "expired" (SKIP LOCKED shares the runs out), audited as rackflow itself.
 """
@@ -25,7 +26,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
-from rackflow.domain.approvals import Approver, check_approver, describe_expiry, with_approver
+from rackflow.domain.approvals import Approver, check_approver, check_decider, describe_expiry, with_approver
 from rackflow.domain.firing import Firing, approved_firing
 from rackflow.domain.schedules import Run, RunState, Schedule, ScopeOutcome
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -141,7 +142,7 @@ class ApprovalService:
         async with self.db.transaction() as conn:
             run, schedule = await self._awaiting(conn, run_id, "rejected")
             assert run.approval is not None
-            check_approver(
+            check_decider(
                 run.approval, principal, schedule.last_edited_by, two_person=caller_known_by_token()
             )
             reason = f"rejected by {principal}: {comment}"
