@@ -223,11 +223,12 @@ class Principal:
 current_principal: ContextVar[Principal | None] = ContextVar("rackflow_principal", default=None)
 
 
-def caller_known_by_token() -> bool:
-    """Whether the caller of the request being served was named by a bearer token: only then can rackflow
-    tell two people apart (the two-person rule of approvals)."""
+def caller_identified() -> bool:
+    """Whether the caller of the request being served is named by its credentials: a bearer token or a
+    client certificate (its subject CN). Only then can rackflow tell two people apart (the two-person rule
+    of approvals); an anonymous caller, or rackflow itself, is not."""
     principal = current_principal.get()
-    return principal is not None and principal.source == "token"
+    return principal is not None and principal.source != ANONYMOUS
 
 
 def caller_holds(role: Role) -> bool:

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from rackflow.domain.tasks import TaskStatus
-from rackflow.security import Role, TokenEntry, TokenTable, hash_token
+from rackflow.security import Role, ServerTls, TokenEntry, TokenTable, hash_token, server_credentials
 from rackflow.services import Services
 from rackflow.store import tasks as task_store
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.api.secured import OPERATOR_TOKEN, VIEWER_TOKEN, bearer, secured_server
 from tests.api.test_schedules_api import config, expect, make_rack, power_off
+from tests.certs import KeyPair, make_cert, make_pki
 from tests.conftest import table_counts
 
 pytestmark = pytest.mark.asyncio
@@ -260,3 +262,108 @@ async def test_one_who_approved_may_reject_audited_and_bad_input_refused(
         ("lead", "INVALID_ARGUMENT"),
         ("lead", "OK"),
     ]
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> tuple[grpc.ServerCredentials, KeyPair, KeyPair]:
+    """A server under mutual TLS (no tokens), and the client certificates of alice and bob, signed by its
+    CA (so they must present theirs and are named by its CN)."""
+    directory: Path = tmp_path_factory.mktemp("pki")
+    pki = make_pki(directory)
+    alice, bob = (make_cert(directory, pki.ca, name, server=False) for name in ("alice", "bob"))
+    server = server_credentials(ServerTls(str(pki.server.cert), str(pki.server.key), str(pki.ca.cert)))
+    return server, alice, bob
+
+
+async def test_the_two_person_rule_by_client_certificate(
+    services: Services, certificates: tuple[grpc.ServerCredentials, KeyPair, KeyPair]
+) -> None:
+    """Under mutual TLS without tokens each certificate's CN is a principal the rule tells apart: alice,
+    who created the schedule, may neither approve nor reject its run; bob's approval counts once."""
+    server, alice, bob = certificates
+    ca = (Path(alice.cert).parent / "rackflow-test-ca.pem").read_bytes()
+
+    def as_(pair: KeyPair) -> grpc.ChannelCredentials:
+        cert, key = pair.read()
+        return grpc.ssl_channel_credentials(ca, private_key=key, certificate_chain=cert)
+
+    await make_rack(services, "r1")
+    async with (
+        secured_server(services, None, server) as address,
+        grpc.aio.secure_channel(address, as_(alice)) as alice_channel,
+        grpc.aio.secure_channel(address, as_(bob)) as bob_channel,
+    ):
+        by_alice, by_bob = FlowStub(alice_channel), FlowStub(bob_channel)
+        two = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2)
+        schedule = await _create(by_alice, two)
+        assert schedule.last_edited_by == "alice"
+        await expect(
+            grpc.StatusCode.PERMISSION_DENIED,
+            "approve: 'alice' last edited the schedule",
+            by_alice.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id, approve=True)),
+        )
+        await by_alice.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+        (run,) = (
+            await by_bob.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
+        ).runs
+        for call in (
+            by_alice.ApproveTaskScheduleRun(pb.ApproveTaskScheduleRunRequest(id=run.id)),
+            by_alice.RejectTaskScheduleRun(pb.RejectTaskScheduleRunRequest(id=run.id, comment="mine")),
+        ):
+            await expect(grpc.StatusCode.PERMISSION_DENIED, "id: 'alice' last edited the schedule", call)
+        await by_bob.ApproveTaskScheduleRun(pb.ApproveTaskScheduleRunRequest(id=run.id))
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "id: 'bob' has already approved this run",
+            by_bob.ApproveTaskScheduleRun(pb.ApproveTaskScheduleRunRequest(id=run.id)),
+        )
+        waiting = await by_bob.GetTaskScheduleRun(pb.GetTaskScheduleRunRequest(id=run.id))
+        assert waiting.state == "awaiting_approval"
+        assert [a.principal for a in waiting.approval.approvers] == ["bob"]
+        events = await by_bob.ListAuditEvents(pb.ListAuditEventsRequest(method="ApproveTaskScheduleRun"))
+    assert sorted((e.principal, e.outcome) for e in events.events) == [
+        ("alice", "PERMISSION_DENIED"),
+        ("bob", "FAILED_PRECONDITION"),
+        ("bob", "OK"),
+    ]
+
+
+async def test_anonymous_callers_cannot_be_told_apart(services: Services) -> None:
+    """Without tokens or client certificates every caller is `anonymous`: an approval counts where one
+    approver is enough, and a run that needs more is refused saying why (and writes nothing but its audit
+    row); rejecting it is allowed."""
+    await make_rack(services, "r1")
+    async with secured_server(services, None) as address, grpc.aio.insecure_channel(address) as channel:
+        stub = FlowStub(channel)
+        schedule = await _create(stub, pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2))
+        why = "this run needs 2 distinct approvers, and anonymous callers cannot be told apart"
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"approve: {why}",
+            stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id, approve=True)),
+        )
+        await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+        (run,) = await _runs(stub, schedule)
+        before = await table_counts(services.db)
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"id: {why}",
+            stub.ApproveTaskScheduleRun(pb.ApproveTaskScheduleRunRequest(id=run.id)),
+        )
+        after = await table_counts(services.db)
+        assert {k: v for k, v in after.items() if v != before[k]} == {
+            "audit_events": before["audit_events"] + 1
+        }
+        rejected = await stub.RejectTaskScheduleRun(pb.RejectTaskScheduleRunRequest(id=run.id, comment="no"))
+        assert (rejected.state, rejected.approval.rejected_by) == ("rejected", "anonymous")
+
+        one_config = config("fw-one")
+        one_config.approval.CopyFrom(APPROVAL)  # one approver is enough
+        one = await stub.CreateTaskSchedule(
+            pb.CreateTaskScheduleRequest(schedule=one_config, operation=power_off("r1"))
+        )
+        trigger = pb.TriggerTaskScheduleRequest(id=one.id, approve=True)
+        assert len((await stub.TriggerTaskSchedule(trigger)).task_ids) == 1
+        (started,) = await _runs(stub, one)
+    assert started.state == "completed"
+    assert [a.principal for a in started.approval.approvers] == ["anonymous"]

@@ -47,25 +47,42 @@ def test_a_run_is_approved_once_enough_distinct_approvers_approved() -> None:
 
 
 @pytest.mark.parametrize(
-    ("principal", "approved_by", "two_person", "refused"),
+    ("principal", "approved_by", "identified", "edited_by", "needed", "refused"),
     [
-        ("ann", (), True, None),
-        ("editor", (), True, PermissionDenied),  # the schedule's last editor
-        ("fired", (), True, PermissionDenied),  # its last editor when the run fired
-        ("ann", ("ann",), True, FailedPrecondition),  # one approval per principal
-        ("editor", (), False, None),  # without tokens nobody can be told apart
-        ("anonymous", ("anonymous",), False, None),
+        ("ann", (), True, "fired", 2, None),
+        ("editor", (), True, "fired", 2, "^id: 'editor' last edited the schedule and"),
+        ("fired", (), True, "fired", 2, "^id: 'fired' last edited the schedule this run fired from"),
+        ("ann", ("ann",), True, "fired", 2, "^id: 'ann' has already approved this run"),
+        # An anonymous caller is told from nobody: not from a named editor, nor from another anonymous one.
+        ("anonymous", (), False, "", 1, None),
+        (
+            "anonymous",
+            (),
+            False,
+            "fired",
+            1,
+            "^id: an anonymous caller may not approve or reject .* 'editor' edited",
+        ),
+        ("anonymous", (), False, "", 2, "^id: this run needs 2 distinct approvers, and anonymous callers"),
     ],
 )
 def test_who_may_approve(
-    principal: str, approved_by: tuple[str, ...], two_person: bool, refused: type[Exception] | None
+    principal: str,
+    approved_by: tuple[str, ...],
+    identified: bool,
+    edited_by: str,
+    needed: int,
+    refused: str | None,
 ) -> None:
-    approval = RunApproval(NOW + HOUR, 2, tuple(Approver(p, NOW) for p in approved_by), edited_by="fired")
+    """The editors are `edited_by` (when the run fired) and, for a named one, "editor" (now)."""
+    approvers = tuple(Approver(p, NOW) for p in approved_by)
+    approval = RunApproval(NOW + HOUR, needed, approvers, edited_by=edited_by)
+    last_editor = "editor" if edited_by else ""
     if refused is None:
-        check_approver(approval, principal, "editor", two_person=two_person)
+        check_approver(approval, principal, last_editor, identified=identified)
         return
-    with pytest.raises(refused, match=f"^id: '{principal}' "):
-        check_approver(approval, principal, "editor", two_person=two_person)
+    with pytest.raises((PermissionDenied, FailedPrecondition), match=refused):
+        check_approver(approval, principal, last_editor, identified=identified)
 
 
 @pytest.mark.parametrize(
@@ -81,10 +98,10 @@ def test_who_may_reject(principal: str, refused: bool) -> None:
     """Anyone who may approve may reject, one who approved earlier too; the two-person rule still binds."""
     approval = RunApproval(NOW + HOUR, 2, (Approver("ann", NOW),), edited_by="fired")
     if not refused:
-        check_decider(approval, principal, "editor", two_person=True)
+        check_decider(approval, principal, "editor", identified=True)
         return
     with pytest.raises(PermissionDenied, match=f"^id: '{principal}' last edited"):
-        check_decider(approval, principal, "editor", two_person=True)
+        check_decider(approval, principal, "editor", identified=True)
 
 
 @pytest.mark.parametrize("trigger", ["dispatch", "manual"])

@@ -5,7 +5,8 @@ the client certificate's subject CN under mutual TLS; else `anonymous` (only pos
 `--insecure`, see `rackflow.security.check_exposure`). Without tokens every caller may do everything (the
 approver role, which holds the operator's): the listener itself (loopback, or a CA-signed client
 certificate) is then the access control. A token gets the approver role from its entry's `role: approver`
-(docs/SECURITY.md); only it may approve or reject a run awaiting approval.
+(docs/SECURITY.md); only it may approve or reject a run awaiting approval. The two-person rule tells a
+token's and a certificate's principals apart, never anonymous ones (`rackflow.security.caller_identified`).
 
 Health and reflection are not intercepted, so load balancers and grpcurl work without a token. The
 principal is published in `current_principal` for the audit interceptor, which runs inside this one.

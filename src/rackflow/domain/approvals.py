@@ -2,8 +2,9 @@
 
 A schedule with an approval policy does not start what a firing planned: the run is recorded
 "awaiting_approval" with its plan frozen in its outcomes (which racks, in which waves), and it starts only
-once `min_approvers` distinct approvers approved it, none of them the schedule's last editor when the
-callers are known by token (the two-person rule). Past `expires_at` it is "expired"; rejected, "rejected".
+once `min_approvers` distinct approvers approved it, none of them the schedule's last editor (the two-person
+rule, which tells callers apart by token or client certificate; an anonymous caller is told from nobody).
+Past `expires_at` it is "expired"; rejected, "rejected".
 These are pure rules, no I/O and no clock (tests/unit/test_approvals.py), so every instance and the API
 decide alike; the database holds "starts once" (a conditional UPDATE ... WHERE state = 'awaiting_approval').
 """
@@ -112,31 +113,48 @@ def with_approver(approval: RunApproval, approver: Approver) -> RunApproval:
 
 
 def check_decider(
-    approval: RunApproval, principal: str, last_editor: str, *, two_person: bool, field: str = "id"
+    approval: RunApproval, principal: str, last_editor: str, *, identified: bool, field: str = "id"
 ) -> None:
-    """Refuse a decision, approval or rejection, `principal` may not make (PermissionDenied).
+    """Refuse a decision, approval or rejection, `principal` may not make (PermissionDenied): the
+    two-person rule.
 
-    `two_person` (the callers are known by token): the schedule's last editor, now (`last_editor`) or when
-    the run fired (`approval.edited_by`: another's edit since does not make it someone else's work), may
-    neither approve nor reject its firings. Anyone else the approver role admits may reject, one who
-    approved it earlier too (a change of mind). Without tokens every caller is the same anonymous operator,
-    and this rule cannot tell people apart.
+    The schedule's last editor, now (`last_editor`) or when the run fired (`approval.edited_by`: another's
+    edit since does not make it someone else's work), may neither approve nor reject its firings. Anyone
+    else the approver role admits may reject, one who approved it earlier too (a change of mind).
+    `identified`: the caller is named by a token or a client certificate. An anonymous caller cannot be
+    told from anyone, so it may not decide a run of a schedule a named principal edited; a schedule only
+    anonymous callers edited (no authentication configured) has no editor to tell it from.
     """
-    if two_person and principal in (last_editor, approval.edited_by):
+    editors = [e for e in (last_editor, approval.edited_by) if e]
+    if identified and principal in editors:
         when = "" if principal == last_editor else " this run fired from"
         raise PermissionDenied(
             f"{field}: {principal!r} last edited the schedule{when} and may not approve or reject its runs "
             "(two-person rule: another approver must)"
         )
+    if not identified and editors:
+        raise PermissionDenied(
+            f"{field}: an anonymous caller may not approve or reject the runs of a schedule {editors[0]!r} "
+            "edited: rackflow cannot tell it from them (two-person rule); call with a bearer token or a "
+            "client certificate"
+        )
 
 
 def check_approver(
-    approval: RunApproval, principal: str, last_editor: str, *, two_person: bool, field: str = "id"
+    approval: RunApproval, principal: str, last_editor: str, *, identified: bool, field: str = "id"
 ) -> None:
     """Refuse an approval `principal` may not give: the decider's rule (`check_decider`), and each
-    principal counts once towards `min_approvers` (FailedPrecondition)."""
-    check_decider(approval, principal, last_editor, two_person=two_person, field=field)
-    if two_person and any(a.principal == principal for a in approval.approvers):
+    principal counts once towards `min_approvers` (FailedPrecondition). Anonymous callers cannot be told
+    apart, so their approval can count only where one approver is enough."""
+    check_decider(approval, principal, last_editor, identified=identified, field=field)
+    if not identified and approval.min_approvers > 1:
+        raise FailedPrecondition(
+            f"{field}: this run needs {approval.min_approvers} distinct approvers, and anonymous callers "
+            "cannot be told apart (no bearer tokens or client certificates are configured), so an anonymous "
+            "approval cannot count towards them; approve with a bearer token or a client certificate "
+            "(--auth-tokens or --tls-client-ca), or reject the run"
+        )
+    if any(a.principal == principal for a in approval.approvers):
         raise FailedPrecondition(
             f"{field}: {principal!r} has already approved this run; another approver must"
         )

@@ -33,7 +33,7 @@ from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.notify import events
 from rackflow.rollouts.service import RolloutService, RunReport
 from rackflow.schedules.service import ScheduleService
-from rackflow.security import ANONYMOUS, caller_known_by_token, caller_name
+from rackflow.security import ANONYMOUS, caller_identified, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import outbox
 from rackflow.store import rollouts as run_store
@@ -94,9 +94,7 @@ class ApprovalService:
         async with self.db.transaction() as conn:
             run, schedule = await self._awaiting(conn, run_id, "approved")
             assert run.approval is not None
-            check_approver(
-                run.approval, principal, schedule.last_edited_by, two_person=caller_known_by_token()
-            )
+            check_approver(run.approval, principal, schedule.last_edited_by, identified=caller_identified())
             approval = with_approver(run.approval, Approver(principal, now, comment))
             if not approval.approved:
                 await store.decide_awaiting(conn, run.id, "awaiting_approval", approval)
@@ -142,9 +140,7 @@ class ApprovalService:
         async with self.db.transaction() as conn:
             run, schedule = await self._awaiting(conn, run_id, "rejected")
             assert run.approval is not None
-            check_decider(
-                run.approval, principal, schedule.last_edited_by, two_person=caller_known_by_token()
-            )
+            check_decider(run.approval, principal, schedule.last_edited_by, identified=caller_identified())
             reason = f"rejected by {principal}: {comment}"
             approval = replace(run.approval, rejected_by=principal, comment=comment, decided_at=now)
             await store.decide_awaiting(

@@ -60,7 +60,7 @@ from rackflow.notify import events
 from rackflow.rollouts.service import RolloutService, RunPart, RunReport
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
-from rackflow.security import ANONYMOUS, caller_known_by_token, caller_name
+from rackflow.security import ANONYMOUS, caller_identified, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
 from rackflow.store import kept_counts, outbox, scope_removals, streak_checks, wakeups
@@ -708,7 +708,7 @@ class ScheduleService:
                         opened(schedule.approval, now, None, schedule.last_edited_by),
                         approver.principal,
                         schedule.last_edited_by,
-                        two_person=caller_known_by_token(),
+                        identified=caller_identified(),
                         field="approve",
                     )
                 # A manual firing has no slot: one firing (refused while the schedule's rollout is live or a
