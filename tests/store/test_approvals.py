@@ -26,8 +26,10 @@ from rackflow.domain.notifications import Event, EventType
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import QueueOptions, Task
+from rackflow.domain.windows import OneOff, WindowKind, WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from rackflow.rollouts.service import RunReport
+from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import Principal, Role, current_principal
 from rackflow.services import Services
@@ -35,6 +37,7 @@ from rackflow.store import outbox
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
+from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, rack_target
 
 pytestmark = pytest.mark.asyncio
@@ -426,3 +429,61 @@ async def test_a_waiting_rollout_does_not_start_beside_a_live_one(db: Database) 
     assert (await env.services.rollouts.get(waiting.run.id)).run.state == "awaiting_approval"
     await env.services.rollouts.cancel(rolling.run.id)
     assert (await env.services.approvals.approve(waiting.run.id)).run.state == "rolling"
+
+
+@pytest.mark.parametrize("rollout", [None, RolloutPolicy(max_concurrent_racks=2)], ids=["plain", "rollout"])
+async def test_an_approved_runs_deferrals_are_bound_by_its_slots_start_deadline(
+    db: Database, rollout: RolloutPolicy | None
+) -> None:
+    """A dispatched firing for slot S with a start deadline of an hour awaits approval; meanwhile r1's
+    window comes to open at S + 20 min and r2's at S + 2 h. Approved at S + 10 min, the run is bound as a
+    firing of S that needed no approval: r1's task must start by S + 1 h (its outcome keeps `start_by`),
+    not by its window's end nor an hour after the approval, and r2, whose opening is past the deadline, is
+    "missed". A rollout's first wave (both racks here) is bound alike."""
+    env = _env(db)
+    r1, r2 = await env.rack("r1"), await env.rack("r2")
+    schedule = await env.services.schedules.create(
+        name="fw",
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(r1, r2),
+        window_policy=WindowPolicy.DEFER,
+        rollout=rollout,
+        approval=ApprovalPolicy(FOUR_HOURS),
+    )
+    path = ["schedule.start_deadline"]
+    schedule = await env.services.schedules.update(schedule.id, path, start_deadline=timedelta(hours=1))
+    slot = schedule.next_run_at
+    assert slot is not None
+    env.clock.advance(slot - env.clock.now())
+    async with env.db.transaction() as conn:  # the dispatcher's claim of the slot
+        (claimed,) = await firing.claim(
+            env.db, conn, [schedule], trigger="dispatch", now=slot, owner_id=uuid.uuid4()
+        )
+    assert claimed.needs_approval
+    for rack, opens in ((r1, timedelta(minutes=20)), (r2, timedelta(hours=2))):
+        await env.services.windows.create(
+            WindowInput(
+                name=f"allow-{rack.name}",
+                kind=WindowKind.ALLOW,
+                when=OneOff(slot + opens, slot + timedelta(hours=3)),
+                racks=(Ref(rack.id),),
+            )
+        )
+
+    env.clock.advance(timedelta(minutes=10))
+    with caller("ann"):
+        report = await env.services.approvals.approve(claimed.run_id)
+
+    deadline_at = slot + timedelta(hours=1)
+    by_rack = {o.rack_id: o for o in report.run.outcomes}
+    assert (by_rack[r1.id].outcome, by_rack[r1.id].start_by) == ("submitted", deadline_at)
+    assert by_rack[r2.id].outcome == "missed", by_rack[r2.id]
+    assert "start deadline" in by_rack[r2.id].error
+    (task,) = await _tasks(env, schedule)
+    assert task.rack_id == r1.id
+    assert (task.not_before, task.not_after) == (slot + timedelta(minutes=20), deadline_at)
+    assert task.message.endswith(f"until {deadline_at.isoformat()}, its start deadline"), task.message

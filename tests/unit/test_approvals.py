@@ -27,7 +27,7 @@ from rackflow.domain.rollouts import RackPlace, RolloutPolicy
 from rackflow.domain.schedules import Run, ScopeOutcome, Trigger
 from rackflow.domain.windows import WindowKind, WindowPolicy
 from rackflow.errors import FailedPrecondition, PermissionDenied
-from tests.unit.test_planner import HOUR, NOW, closing, racks_of, schedule, scopes_of
+from tests.unit.test_planner import HOUR, MINUTE, NOW, closing, racks_of, schedule, scopes_of
 
 POLICY = ApprovalPolicy(timedelta(hours=4), min_approvers=2)
 
@@ -208,6 +208,40 @@ def test_an_approved_plain_run_starts_its_frozen_pending_scopes_as_the_windows_a
     assert firing.decided[skipped.id].outcome == "skipped_overlap"
     assert [sc.id for sc in firing.to_submit] == [deferred.id, fired.id]
     assert firing.deferral(deferred.id) is not None and firing.deferral(fired.id) is None
+
+
+def test_an_approved_plain_runs_deferrals_are_bound_by_its_slots_start_deadline() -> None:
+    """Fired at its slot (NOW - 5 s) with a deadline of an hour, awaiting approval: every pending scope
+    keeps the deadline. Approved 10 minutes later, the rack whose window opens 20 minutes after the slot
+    must start by slot + deadline (not the approval + deadline, nor its window's end); the one whose window
+    opens past it is "missed", as a firing that needed no approval would have it."""
+    owner = replace(schedule(window_policy=WindowPolicy.DEFER, deadline=HOUR), approval=POLICY)
+    soon, late = scopes_of(owner, 2)
+    (fired,) = plan(Snapshot((owner,), {owner.id: (soon, late)}), NOW, "dispatch")
+    deadline_at = NOW - timedelta(seconds=5) + HOUR
+    assert [(o.outcome, o.start_by) for o in fired.planned_outcomes] == [("pending", deadline_at)] * 2
+
+    run = _approved_run(owner.id, fired.planned_outcomes, None, "dispatch")
+    windows = (
+        replace(
+            closing(WindowKind.ALLOW, NOW + 20 * MINUTE, NOW + 3 * HOUR),
+            all_racks=False,
+            racks=((soon.rack_id, "a"),),
+        ),
+        replace(
+            closing(WindowKind.ALLOW, NOW + 2 * HOUR, NOW + 3 * HOUR),
+            all_racks=False,
+            racks=((late.rack_id, "b"),),
+        ),
+    )
+    snapshot = Snapshot((owner,), {owner.id: (soon, late)}, windows=windows, racks=racks_of((soon, late)))
+    firing = approved_firing(run, snapshot, NOW + 10 * MINUTE)
+
+    deferral = firing.deferral(soon.id)
+    assert deferral is not None and deferral.closes_at == deadline_at
+    assert firing.submitted(soon.id, soon.rack_id, uuid.uuid4()).start_by == deadline_at
+    assert firing.decided[late.id].outcome == "missed"
+    assert [sc.id for sc in firing.to_submit] == [soon.id]
 
 
 def test_an_approved_rollout_starts_by_its_own_policy_as_fired() -> None:

@@ -466,7 +466,7 @@ def test_a_deferral_past_the_deadline_misses_only_its_scope_when_others_fire() -
         (RolloutPolicy(canary_racks=1, max_concurrent_racks=2), HOUR, False, 1),  # the canary alone
         (RolloutPolicy(), HOUR, False, 4),  # no cap: every scope starts as it fires
         (RolloutPolicy(max_concurrent_racks=2), None, False, 0),  # no deadline
-        (RolloutPolicy(max_concurrent_racks=2), HOUR, True, 0),  # it starts when approved
+        (RolloutPolicy(max_concurrent_racks=2), HOUR, True, 2),  # awaiting approval: bound once approved
     ],
 )
 def test_a_rollouts_first_wave_carries_the_start_deadline(

@@ -35,7 +35,10 @@ For each schedule of the snapshot, `plan` decides:
    but missed scopes is missed as a whole, late by as much as its earliest opening. A rollout's first wave
    (`first_wave`: the scopes it starts as it fires) is bound alike, when its step starts it: each of its
    pending scopes carries the deadline (`ScopeOutcome.start_by`) for `plan_starts`. Its later waves are
-   not late starts: the deadline decides whether the firing starts, not how long its rollout takes.
+   not late starts: the deadline decides whether the firing starts, not how long its rollout takes. A
+   run awaiting approval keeps the deadline on the pending scopes of its frozen plan (a plain run's all,
+   a rollout's first wave), so once approved their deferrals are bound by the same slot + deadline as a
+   firing that needed no approval: the deadline counts from the slot, not from the approval.
 
 `failing_streak` decides, from the tallies of a schedule's newest runs, whether its
 `pause_after_failed_runs` pauses it.
@@ -126,6 +129,7 @@ class Firing:
     approval: RunApproval | None = None
     late_by: timedelta | None = None  # set: the firing is missed (past its start deadline), this late
     missed_reason: str = ""
+    start_by: datetime | None = None  # awaiting approval: the start deadline its plan's pending scopes keep
 
     @property
     def missed(self) -> bool:
@@ -169,11 +173,13 @@ class Firing:
     @property
     def planned_outcomes(self) -> tuple[ScopeOutcome, ...]:
         """The plan as a run awaiting approval freezes it: a rollout's scopes in rollout order (canaries
-        marked), else every scope in order; settled ones with their outcome, the others "pending"."""
+        marked), else every scope in order; settled ones with their outcome, the others "pending", each
+        with the firing's start deadline (`start_by`) that binds its deferral once approved."""
         if self.rolls_out:
             return self.rollout_outcomes
         return tuple(
-            self.decided.get(sc.id) or ScopeOutcome(sc.id, sc.rack_id, "pending") for sc in self.scopes
+            self.decided.get(sc.id) or ScopeOutcome(sc.id, sc.rack_id, "pending", start_by=self.start_by)
+            for sc in self.scopes
         )
 
 
@@ -337,12 +343,13 @@ def _plan_one(
     if live is not None:  # skipped before any approval opens: nobody is asked to approve a skipped run
         return replace(firing, skipped=skip_reason(live))
     if schedule.approval is not None:
-        firing = replace(firing, approval=opened(schedule.approval, now, approver, schedule.last_edited_by))
+        # Its plan's pending scopes keep the deadline: once approved, their deferrals are bound by it as
+        # they would have been had the firing started them (`plan_starts`).
+        approval = opened(schedule.approval, now, approver, schedule.last_edited_by)
+        firing = replace(firing, approval=approval, start_by=deadline_at)
     if schedule.rollout is None:
         return firing
-    # A run awaiting approval starts when approved, as a plain one does, with no deadline to start by.
-    first_start_by = deadline_at if not firing.needs_approval else None
-    return replace(firing, rollout_outcomes=rollout_outcomes(firing, snapshot.places, first_start_by))
+    return replace(firing, rollout_outcomes=rollout_outcomes(firing, snapshot.places, deadline_at))
 
 
 def awaiting_skip_reason(run_id: uuid.UUID) -> str:
@@ -360,7 +367,8 @@ def approved_firing(run: Run, snapshot: Snapshot, now: datetime) -> Firing:
     A rollout starts as any rollout does, by its own policy as fired and its steps. A plain firing submits
     its pending scopes as `plan_starts` settles them now: a scope removed from the schedule meanwhile is
     "not_started", and a dispatched run's scopes obey the windows as they stand when it starts, as a
-    rollout's do when their turn comes (approval may come hours after the firing)."""
+    rollout's do when their turn comes (approval may come hours after the firing), their deferrals bound
+    by the firing's start deadline (each pending outcome's `start_by`)."""
     (schedule,) = snapshot.schedules
     firing = Firing(
         schedule=replace(schedule, rollout=run.rollout),
