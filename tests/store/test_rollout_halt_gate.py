@@ -162,7 +162,8 @@ async def test_a_cancel_ends_a_rack_another_gate_holds_and_leaves_a_running_one_
 @pytest.mark.postgres
 async def test_a_task_a_claim_took_while_its_rollout_was_cancelled_is_ended_by_the_gate(pg_db: str) -> None:
     """The cancel skips a task a claim holds (it waits on no claim: the claim waits for the run's row);
-    that claim's rollout gate, which reads the run once the cancel committed, ends it. (PostgreSQL only:
+    that claim's rollout gate, which reads the run once the cancel committed, ends it, and its rack's
+    outcome says it did not start, as the cancel's others say (its counts too). (PostgreSQL only:
     SQLite's single writer opens no claim beside the cancel's transaction.)"""
     db = Database(pg_db)
     try:
@@ -195,6 +196,13 @@ async def _cancel_beside_an_open_claim(env: Env) -> None:
         assert report.task_statuses[unclaimed] is TaskStatus.PENDING  # skipped: the claim holds it
         gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
     assert gated.failed == {unclaimed: Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)}
+    report = await env.services.rollouts.get(report.run.id)
+    [outcome] = [o for o in report.run.outcomes if o.task_id == unclaimed]
+    assert (outcome.outcome, outcome.error) == ("not_started", CANCELLED_REASON)
+    assert report.progress is not None
+    assert (report.progress.not_started, report.progress.active) == (3, 0)
+    tally = (await env.services.rollouts.summary(report.run.id)).tally  # the kept counts agree
+    assert tally == {("submitted", True): 1, ("not_started", True): 1, ("not_started", False): 2}
 
 
 async def test_a_retry_of_a_halted_rollout_ends_its_tasks_that_had_not_begun(db: Database) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
@@ -223,6 +223,17 @@ class ScopeOutcome:
     error: str = ""
     canary: bool = False
     start_by: datetime | None = None
+
+
+def scopes_not_started(
+    outcomes: Sequence[ScopeOutcome], task_ids: Collection[uuid.UUID], error: str
+) -> tuple[ScopeOutcome, ...]:
+    """The outcomes with each scope whose task is among `task_ids` "not_started", `error` saying why: what a
+    cancelled rollout's scope says whose task it ended before the task began (`RolloutService.cancel_in`,
+    or the rollout gate for a task a claim held meanwhile)."""
+    return tuple(
+        replace(o, outcome="not_started", error=error) if o.task_id in task_ids else o for o in outcomes
+    )
 
 
 def racks_to_retry(

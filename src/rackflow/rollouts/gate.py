@@ -22,7 +22,8 @@ A cancelled rollout starts nothing more either: its cancel ends its tasks that h
 those a claim holds at that moment (it waits on no claim: a claim waits here for the run's row, which the
 cancel holds). A claim that took such a task before the cancel committed starts it only if nothing held it
 (it began first); a held one comes here, after the cancel, and is ended as the cancel would have ended it
-(`Fail`, TERMINATED), as is any task of a cancelled rollout at its first attempt that comes here.
+(`Fail`, TERMINATED), as is any task of a cancelled rollout at its first attempt that comes here; its
+scope in the run becomes "not_started", as the cancel's other not-begun racks did (`scopes_not_started`).
 """
 
 from __future__ import annotations
@@ -72,21 +73,27 @@ class RolloutGate:
         policies are read once, and each rollout run's row is locked (in id order, in one statement) until
         the claim commits, so two claims, or a claim and a rollout step (its halt), decide one after the
         other; plain firings' runs are not locked. A halted run's tasks at their first attempt are held,
-        a cancelled run's are ended; the rest are counted against their caps."""
+        a cancelled run's are ended, and their scopes marked "not_started" in the run, in this claim's
+        transaction, as the cancel marks those it ended; the rest are counted against their caps."""
         of_runs = [task for task in tasks if task.run_id is not None and task.held_by is not None]
         if not of_runs:
             return {}
         runs = await store.lock_rollouts(self.db, conn, {t.run_id for t in of_runs if t.run_id})
         holds: dict[uuid.UUID, Verdict] = {}
         starting: list[Task] = []
+        cancelled: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
         for task in of_runs:
-            run = runs.get(task.run_id) if task.run_id is not None else None
+            assert task.run_id is not None
+            run = runs.get(task.run_id)
             if run is not None and run.state == "halted" and task.attempt == 1:
                 holds[task.id] = halted_hold(run.reason, now)
             elif run is not None and run.state == "cancelled" and task.attempt == 1:
                 holds[task.id] = Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)
+                cancelled[task.run_id].append(task.id)
             elif run is not None:
                 starting.append(task)
+        if cancelled:  # their racks did not start: the run says so, as the cancel says of the others
+            await store.end_not_started(conn, cancelled, CANCELLED_REASON)
         if not starting:
             return holds
         states = await store.task_states(conn, {t.run_id for t in starting if t.run_id})

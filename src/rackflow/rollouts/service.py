@@ -31,7 +31,14 @@ from rackflow.config import ROLLOUT_STEP_BATCH
 from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
 from rackflow.domain.firing import deadline_end, plan_starts
 from rackflow.domain.rollouts import ENDED, Phase, RackPlace, ScopeView, decide, failures_counted
-from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Pause, Run, ScopeOutcome
+from rackflow.domain.schedules import (
+    ROLLOUT_LIVE_STATES,
+    Outcome,
+    Pause,
+    Run,
+    ScopeOutcome,
+    scopes_not_started,
+)
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError
 from rackflow.notify import events
@@ -442,10 +449,7 @@ class RolloutService:
         message = f"its rollout was cancelled by {principal}" + (f" ({why})" if why else "")
         ended = await self.tasks.cancel_not_begun_in(conn, run.id, message)
         unstarted = set(ended.task_ids)
-        outcomes = tuple(
-            replace(o, outcome="not_started", error=message) if o.task_id in unstarted else o
-            for o in _marked(run, "pending", "not_started")
-        )
+        outcomes = scopes_not_started(_marked(run, "pending", "not_started"), unstarted, message)
         not_started = sum(o.outcome == "not_started" for o in outcomes)
         reason = (
             f"cancelled with {not_started} scope(s) not started, {len(unstarted)} of them by ending a task "

@@ -9,8 +9,8 @@ any run (`FOR UPDATE SKIP LOCKED`) and none can start a scope twice (the row loc
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import func, select, update
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import LiveRollout
 from rackflow.domain.rollouts import RackPlace, RolloutPolicy
-from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run, RunState
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run, RunState, scopes_not_started
 from rackflow.domain.tasks import Hold, TaskStatus
 from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys
@@ -154,6 +154,20 @@ async def save_run(conn: AsyncConnection, run: Run) -> None:
         )
     )
     await mark_schedules(conn, [run.schedule_id])
+
+
+async def end_not_started(
+    conn: AsyncConnection, ended: Mapping[uuid.UUID, Collection[uuid.UUID]], error: str
+) -> None:
+    """Mark "not_started", `error` saying why, the scopes of each run (locked by the caller) whose task among
+    `ended[run id]` a cancel of the run ends; one read and one write per run (a claim meets such a task
+    rarely: only one it held while the cancel committed)."""
+    for chunk in chunked(in_id_order(ended)):
+        for row in await conn.execute(select(task_schedule_run).where(_run.id.in_(chunk))):
+            run = run_from_row(row)
+            await save_run(
+                conn, replace(run, outcomes=scopes_not_started(run.outcomes, ended[run.id], error))
+            )
 
 
 async def link_retry(conn: AsyncConnection, run_id: uuid.UUID, retry_of: uuid.UUID) -> None:
