@@ -25,7 +25,7 @@ from rackflow.store.dialect import by_keys
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import racks, task_schedule_run, tasks
-from rackflow.store.tasks import hold_values, not_begun_of_run
+from rackflow.store.tasks import hold_values, not_begun_of_run, unclaimed
 
 _run = task_schedule_run.c
 
@@ -130,10 +130,11 @@ async def hold_unstarted(
     """Hold by `gate` the run's tasks that never started (`not_begun_of_run`: their first attempt PENDING
     and not claimed yet, or WAITING in their rack's queue) and that nothing holds: the rollout gate looks
     only at tasks something held before, so this is what brings them before it. Tasks another gate holds
-    keep that hold, and come before this gate when it ends."""
+    keep that hold, and come before this gate when it ends. The halt holds the run's row, so it skips the
+    tasks a claim holds (`unclaimed`): nothing held them, so that claim starts them (they began first)."""
     await conn.execute(
         update(tasks)
-        .where(not_begun_of_run(run_id), tasks.c.held_by.is_(None))
+        .where(unclaimed(conn, not_begun_of_run(run_id), tasks.c.held_by.is_(None)))
         .values(hold_values(gate, hold, now))
     )
 

@@ -24,7 +24,15 @@ from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.streak_checks import mark_schedules_of_tasks
 from rackflow.store.tables import components, task_attempt, tasks
-from rackflow.store.tasks import NOT_HELD, OLDEST_FIRST, hold_values, is_active, status_in, task_from_row
+from rackflow.store.tasks import (
+    NOT_HELD,
+    OLDEST_FIRST,
+    hold_values,
+    is_active,
+    status_in,
+    task_from_row,
+    unclaimed,
+)
 from rackflow.store.types import UTCDateTime
 
 # Tasks per UPDATE that writes a different value to each (two bound values per task and column).
@@ -345,12 +353,13 @@ async def release_held(conn: AsyncConnection, gate: str, *, run_id: uuid.UUID | 
     """Let every task `gate` holds (of the run `run_id`, when given) be claimed again (and gated again),
     after what it decides by changed: a freeze shortened or deleted, a budget raised or deleted, or a halted
     rollout resumed must not keep its tasks waiting for the old end or back-off. A task the rollout gate
-    holds may be WAITING in its rack's queue (`store.rollouts.hold_unstarted`)."""
+    holds may be WAITING in its rack's queue (`store.rollouts.hold_unstarted`). A resume holds its run's
+    row, so it skips the run's tasks a claim holds (`unclaimed`): that claim's rollout gate lets them go."""
     held = [
         status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
         tasks.c.held_by == gate,
         tasks.c.not_before.is_not(None),
     ]
     if run_id is not None:
-        held.append(tasks.c.run_id == run_id)
+        held = [unclaimed(conn, *held, tasks.c.run_id == run_id)]
     await conn.execute(update(tasks).where(*held).values(not_before=None))

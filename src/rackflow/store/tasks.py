@@ -25,7 +25,7 @@ from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, RetryPolicy,
 from rackflow.errors import AlreadyExists
 from rackflow.store import kept_counts
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
-from rackflow.store.dialect import by_keys, insert_rows
+from rackflow.store.dialect import by_keys, insert_rows, skip_locked
 from rackflow.store.instances import is_live
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
@@ -77,6 +77,17 @@ def not_begun_of_run(run_id: uuid.UUID) -> ColumnElement[bool]:
         status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
         tasks.c.attempt == 1,
     )
+
+
+def unclaimed(conn: AsyncConnection, *conditions: ColumnElement[bool]) -> ColumnElement[bool]:
+    """The tasks matching `conditions` that no other transaction holds, locked as the statement using this
+    (`id IN (… FOR UPDATE SKIP LOCKED)`, PostgreSQL) takes them: how a writer holding a rollout run's row
+    (a halt, a resume) writes the run's tasks. Locks go a task's row before its run's: the executor's
+    claim locks its tasks, then its rollout gate their runs (`rollouts.gate`). A writer that locked the
+    run first and then waited for a task a claim holds would wait for that claim while the claim waits
+    for it; it skips the task instead, and the claim's rollout gate decides it once the writer committed,
+    from the run as the writer left it."""
+    return tasks.c.id.in_(skip_locked(conn.dialect.name, select(tasks.c.id).where(*conditions)))
 
 
 def task_from_row(row: Row[Any]) -> Task:
