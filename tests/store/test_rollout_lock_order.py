@@ -18,16 +18,15 @@ from datetime import timedelta
 from typing import TypeVar
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import text, update
 
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.tasks import TaskStatus
-from rackflow.domain.windows import OneOff, WindowKind
+from rackflow.domain.tasks import Hold, TaskStatus
 from rackflow.store import task_runs
 from rackflow.store.db import Database
-from rackflow.store.tasks import set_status
+from rackflow.store.tables import tasks
+from rackflow.store.tasks import hold_values, set_status
 from rackflow.tasks.gates import consult
-from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_rollout_halt_gate import HALTING, OWNER, claim, fail_and_step, get
 from tests.store.test_rollouts import _run
@@ -91,21 +90,21 @@ async def test_a_resume_beside_a_claim_of_a_task_its_halt_held(pg_db: str) -> No
 
 
 async def test_a_halt_beside_a_claim_of_the_run_s_tasks(pg_db: str) -> None:
-    """The claim holds r00 (a freeze held it: its rollout gate locks the run) and r02 (nothing held it);
-    the rollout step halts the run meanwhile."""
+    """The claim holds r00 (a freeze held it: its rollout gate locks the run) and another rack's task that
+    nothing held; the rollout step halts the run meanwhile."""
     db = Database(pg_db)
     try:
         env = make_env(db)
         racks = [await env.rack(f"r{i:02d}") for i in range(4)]
-        now = env.clock.now()
-        freeze = OneOff(now - timedelta(seconds=1), now + timedelta(seconds=10))
-        await env.services.windows.create(
-            WindowInput(name="short", kind=WindowKind.FREEZE, when=freeze, racks=(Ref(id=racks[0].id),))
-        )
         policy = RolloutPolicy(max_concurrent_racks=3, halt_after_failures=1)
         schedule = await rollout_schedule(env, racks, policy)
-        frozen, failing, fresh = await env.services.schedules.trigger(schedule.id)
-        assert await claim(env, limit=2) == [failing]  # r00 held by the freeze, r02 not claimed yet
+        frozen, *others = await env.services.schedules.trigger(schedule.id)
+        async with env.db.transaction() as conn:  # as the freeze gate holds it, for ten seconds
+            hold = Hold(env.clock.now() + timedelta(seconds=10), "waits for freeze 'short' to end")
+            held = update(tasks).where(tasks.c.id == frozen)
+            await conn.execute(held.values(hold_values("freeze", hold, env.clock.now())))
+        [failing] = await claim(env, limit=1)
+        [fresh] = [t for t in others if t != failing]
         async with env.db.transaction() as conn:
             await set_status(conn, [failing], TaskStatus.FAILED, now=env.clock.now())
         env.clock.advance(timedelta(seconds=11))  # the freeze is over
