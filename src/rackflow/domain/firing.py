@@ -255,15 +255,15 @@ def _missed(
 
 def _by_deadline(decision: Decision, deadline_at: datetime) -> Decision:
     """A decision under a start deadline: a deferral whose opening is at or after it is "missed"; one
-    before it must start by it (its end capped there)."""
+    before it must start by it (its end capped there), and keeps it (`Decision.deadline`)."""
     if decision.action != "defer":
         return decision
     assert decision.opens_at is not None
     if decision.opens_at >= deadline_at:
         return replace(decision, action="missed", closes_at=None)
     if decision.closes_at is None or decision.closes_at > deadline_at:
-        return replace(decision, closes_at=deadline_at, by_deadline=True)
-    return decision
+        return replace(decision, closes_at=deadline_at, by_deadline=True, deadline=deadline_at)
+    return replace(decision, deadline=deadline_at)
 
 
 def starts_bound(decision: Decision | None) -> Decision | None:
@@ -273,9 +273,10 @@ def starts_bound(decision: Decision | None) -> Decision | None:
 
 
 def deadline_end(deferral: Decision | None) -> datetime | None:
-    """The start deadline a deferred task must start by, when that (not its window's end) ends its wait:
-    what its scope's outcome keeps as `start_by`, so that the task failed there is told so."""
-    return deferral.closes_at if deferral is not None and deferral.by_deadline else None
+    """The start deadline a deferred task must start by: what its scope's outcome keeps as `start_by`, so
+    that the task failed there is told so when it (not its window's end) ended the wait, and so that a
+    window's change decides the wait again under it (`tasks.deferrals`)."""
+    return deferral.deadline if deferral is not None else None
 
 
 def _plan_one(

@@ -212,9 +212,10 @@ class ListedScope(NamedTuple):
 @dataclass(frozen=True)
 class ScopeOutcome:
     """What one firing did for one scope: `task_id` when submitted, `error` when failed. `canary`: one of
-    a rollout's first scopes. `start_by`: a deferred task's end capped at the firing's start deadline (its
-    `not_after`), kept so that the task failed there is told the deadline, not the window, ended it; on a
-    pending scope of a rollout's first wave, the deadline its step is to cap a deferral at."""
+    a rollout's first scopes. `start_by`: the start deadline of a deferred task's firing, its `not_after`
+    when the deadline comes before its opening's end, kept so that the task failed there is told the
+    deadline, not the window, ended it, and so that a window's change decides its wait again under it; on
+    a pending scope of a rollout's first wave, the deadline its step is to cap a deferral at."""
 
     scope_id: uuid.UUID
     rack_id: uuid.UUID

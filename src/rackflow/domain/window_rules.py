@@ -50,13 +50,15 @@ class Decision:
     task waiting for the opening `[opens_at, closes_at)` (closes_at None: open past the horizon). The planner
     adds "skip_overlap": the scope's last task is still active, and caps a deferral's `closes_at` at the
     firing's start deadline (`by_deadline`), so that a task failed there says so rather than blaming the
-    window."""
+    window; it keeps that deadline on every deferral it binds (`deadline`), so that the wait can be decided
+    again under it when a window changes (`tasks.deferrals`)."""
 
     action: Action
     closed: Closed | None = None
     opens_at: datetime | None = None
     closes_at: datetime | None = None
     by_deadline: bool = False
+    deadline: datetime | None = None
 
     @property
     def reason(self) -> str:

@@ -1078,8 +1078,8 @@ async def tasks_of_firings(
 async def start_deadlines_of_tasks(
     conn: AsyncConnection, run_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, datetime]:
-    """By task id, the start deadline each task of these runs had to start by, for those whose deferral
-    the firing's start deadline cut short (their outcome's `start_by`)."""
+    """By task id, the start deadline each deferred task of these runs had to start by, for those whose
+    firing had one (their outcome's `start_by`)."""
     found: dict[uuid.UUID, datetime] = {}
     for chunk in chunked(list(run_ids)):
         stmt = select(task_schedule_run.c.outcomes).where(task_schedule_run.c.id.in_(chunk))
