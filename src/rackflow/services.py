@@ -18,6 +18,7 @@ from rackflow.rollouts.service import RolloutService
 from rackflow.schedules.approvals import ApprovalService
 from rackflow.schedules.service import ScheduleService
 from rackflow.store.db import Database
+from rackflow.tasks.deferrals import Deferrals
 from rackflow.tasks.gates import Gate
 from rackflow.tasks.manager import TaskManager
 from rackflow.windows.gate import FreezeGate
@@ -66,7 +67,7 @@ class Services:
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
         audit = AuditTrail(db, clock, audit_spool)
-        windows = WindowService(db, clock)
+        windows = WindowService(db, clock, Deferrals(tasks))
         rollouts = RolloutService(db, clock, tasks, audit)
         schedules = ScheduleService(db, clock, tasks, rollouts, default_start_deadline)
         checks = CheckService(db, clock, tasks)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -19,13 +20,17 @@ from rackflow.api import audit as audit_interceptor
 from rackflow.clock import Clock, FakeClock
 from rackflow.domain.audit import AuditEvent
 from rackflow.domain.inventory import ComponentSpec, ComponentType
+from rackflow.domain.windows import WindowKind, WindowPolicy
 from rackflow.security import Principal, Role, current_principal
 from rackflow.services import Services
 from rackflow.store import audit as audit_store
 from rackflow.store.db import Database
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
+from rackflow.windows.service import Ref, WindowInput
 from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
+from tests.store.schedules_support import Env
+from tests.store.test_windows_firing import NIGHTLY, dispatch_at, with_policy
 
 START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 OPERATOR = bearer(OPERATOR_TOKEN)
@@ -490,3 +495,39 @@ async def test_remove_component_names_the_schedules_it_narrowed_or_emptied(stub:
     assert history(trail, both.id) == history(trail, only_a.id) == ["RemoveComponent", "CreateTaskSchedule"]
     assert history(trail, whole.id) == ["CreateTaskSchedule"]
     assert (await events(stub, method="CreateRack"))[0].changes_json == ""  # nothing beyond its request
+
+
+async def test_update_maintenance_window_names_the_deferred_tasks_it_moved(
+    stub: FlowStub, services: Services, clock: FakeClock
+) -> None:
+    """The window's edit moves the task a DEFER firing deferred to its opening; its event names the task
+    and says where it went (`rackflow.tasks.deferrals`)."""
+    env = Env(services.db, clock, services)
+    r1 = await env.rack("r1")
+    window = await services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=NIGHTLY, racks=(Ref(r1.id),))
+    )
+    await with_policy(env, await env.schedule(racks=[r1]), WindowPolicy.DEFER)
+    (result,) = await dispatch_at(env, START + timedelta(hours=1))
+    (outcome,) = result.outcomes
+    clock.advance(timedelta(hours=1))
+
+    request = pb.UpdateMaintenanceWindowRequest(
+        id=pb.UUID(id=str(window.id)),
+        window=pb.MaintenanceWindow(recurring=pb.RecurringWindow(cron="0 5 * * *", duration="1h")),
+        update_mask=FieldMask(paths=["window.when"]),
+    )
+    await stub.UpdateMaintenanceWindow(request, metadata=OPERATOR)
+
+    (update,) = [e for e in await events(stub) if e.method == "UpdateMaintenanceWindow"]
+    assert [i.id for i in update.target_ids] == [str(window.id), str(r1.id), str(outcome.task_id)]
+    assert json.loads(update.changes_json) == [
+        {
+            "deferred_task": "moved",
+            "task_id": str(outcome.task_id),
+            "run_id": str(result.run_id),
+            "rack_id": str(r1.id),
+            "not_before": "2026-03-03T05:00:00Z",
+            "not_after": "2026-03-03T06:00:00Z",
+        }
+    ]

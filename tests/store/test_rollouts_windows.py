@@ -162,3 +162,32 @@ async def test_a_rack_missed_for_the_start_deadline_is_no_failure(db: Database) 
     assert (by_rack[r0.id].outcome, by_rack[r1.id].outcome) == ("missed", "submitted")
     assert report.progress is not None
     assert (report.progress.failed, report.progress.skipped, report.progress.failures_counted) == (0, 1, 0)
+
+
+async def test_a_deferred_rack_whose_window_no_longer_opens_is_skipped_and_the_rollout_goes_on(
+    db: Database,
+) -> None:
+    """r1's task waits for its ALLOW window; the window is edited so that no opening is left: the task is
+    ended and r1 is "skipped_window", as its turn would have found it, not a failure: a rollout that
+    halts on one failure goes on to r2 (`rackflow.tasks.deferrals`)."""
+    env = make_env(db)
+    r0, r1, r2 = [await env.rack(f"r{i}") for i in range(3)]
+    halting = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1)
+    schedule = await _rollout(env, [r0, r1, r2], WindowPolicy.DEFER, rollout=halting)
+    await _window(env, "nightly", WindowKind.ALLOW, Recurring("0 2 * * *", "2h"), r1)
+    await _finish_active(env, schedule)  # r0 done: r1's turn, deferred to 02:00
+    (waiting,) = [t for t in await _tasks(env, schedule) if t.rack_id == r1.id]
+    assert waiting.not_before == TOMORROW_2AM
+
+    over = OneOff(START - timedelta(hours=3), START - timedelta(hours=2))
+    window_id = await env.services.windows.id_by_name("nightly")
+    await env.services.windows.update(window_id, ["window.when"], WindowInput(when=over))
+    await env.services.rollouts.advance()
+
+    (ended,) = [t for t in await _tasks(env, schedule) if t.rack_id == r1.id]
+    assert ended.status is TaskStatus.TERMINATED
+    runs, _ = await env.services.schedules.list_runs(schedule.id)
+    report = await env.services.rollouts.get(runs[0].id)
+    by_rack = {o.rack_id: o for o in report.run.outcomes}
+    assert by_rack[r1.id].outcome == "skipped_window"
+    assert (report.run.state, by_rack[r2.id].outcome) == ("rolling", "submitted")

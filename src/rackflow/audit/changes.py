@@ -7,7 +7,9 @@ finds it, and say what happened to each; only the service's transaction knows wh
 afterwards could race with another change). So the audit interceptor opens a `Changes` for each call
 (`noting`), the service adds its transaction's result once it has committed (`note_scope_changes`), and
 the event records them: the schedules' ids in `target_ids`, what happened in `changes`. A service called
-outside an audited call (rackflow itself, a test) notes nothing.
+outside an audited call (rackflow itself, a test) notes nothing. Likewise UpdateMaintenanceWindow and
+DeleteMaintenanceWindow name a window, and also move, release or end the tasks waiting for its openings:
+their ids and what became of each (`note_deferral_changes`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rackflow.domain.schedules import ScopeChange
+from rackflow.domain.tasks import DeferralChange
+from rackflow.timespec import format_rfc3339
 
 
 @dataclass
@@ -51,6 +55,28 @@ def note_scope_changes(scope_changes: Sequence[ScopeChange]) -> None:
     for change in scope_changes:
         changes.target_ids.append(str(change.schedule_id))
         changes.recorded.append(_scope_change_json(change))
+
+
+def note_deferral_changes(deferral_changes: Sequence[DeferralChange]) -> None:
+    """Tell the audited call's event (a window's update or deletion) which deferred tasks it moved,
+    released or ended (call it once the change has committed)."""
+    changes = _noted.get()
+    if changes is None:
+        return
+    for change in deferral_changes:
+        changes.target_ids.append(str(change.task_id))
+        recorded: dict[str, Any] = {
+            "deferred_task": change.change,
+            "task_id": str(change.task_id),
+            "run_id": str(change.run_id),
+            "rack_id": str(change.rack_id),
+        }
+        for key, at in (("not_before", change.not_before), ("not_after", change.not_after)):
+            if at is not None:
+                recorded[key] = format_rfc3339(at)
+        if change.outcome:
+            recorded["outcome"] = change.outcome
+        changes.recorded.append(recorded)
 
 
 def _scope_change_json(change: ScopeChange) -> dict[str, Any]:

@@ -65,7 +65,7 @@ from rackflow.domain.schedules import (
 )
 from rackflow.domain.tasks import Operation, TaskStatus
 from rackflow.domain.window_rules import FIRE, Decision, decide_firing
-from rackflow.domain.windows import MaintenanceWindow, RackRef
+from rackflow.domain.windows import MaintenanceWindow, RackRef, WindowPolicy
 from rackflow.frozen import quick_init
 from rackflow.ids import new_id
 from rackflow.timespec import IntervalTiming, SpecType, format_go_duration, parse_spec
@@ -275,8 +275,24 @@ def starts_bound(decision: Decision | None) -> Decision | None:
 def deadline_end(deferral: Decision | None) -> datetime | None:
     """The start deadline a deferred task must start by: what its scope's outcome keeps as `start_by`, so
     that the task failed there is told so when it (not its window's end) ended the wait, and so that a
-    window's change decides the wait again under it (`tasks.deferrals`)."""
+    window's change decides the wait again under it (`redeferral`)."""
     return deferral.deadline if deferral is not None else None
+
+
+def redeferral(
+    windows: Sequence[MaintenanceWindow],
+    rack: RackRef,
+    operation: Operation,
+    now: datetime,
+    deadline_at: datetime | None,
+) -> Decision:
+    """What the wait of a deferred task (of a dispatched firing under DEFER) becomes when a window covering
+    its rack changes: what a firing of its scope at `now` would decide (`scope_decision`), under the start
+    deadline its firing bound it to (`deadline_at`: its outcome's `start_by`). "defer": wait for the new
+    opening; "fire": start now, by the end of the ALLOW window it is in; "skip_window": no opening left
+    (or none within its operation's own window); "missed": the opening comes at or after the deadline."""
+    decision = scope_decision(windows, rack, operation, now, WindowPolicy.DEFER)
+    return _by_deadline(decision, deadline_at) if deadline_at is not None else decision
 
 
 def _plan_one(
@@ -534,20 +550,29 @@ def window_decisions(
     """What the windows make a firing of `schedule` at `at` do for each scope (`window_rules.decide_firing`
     under the schedule's window policy).
 
-    A rack missing from `racks` (deleted) is left to the task manager, which refuses it. A deferred firmware
-    upgrade that has a window of its own waits for the overlap of both, and is skipped if they do not meet.
-    """
+    A rack missing from `racks` (deleted) is left to the task manager, which refuses it."""
     decisions: dict[uuid.UUID, Decision] = {}
-    operation = schedule.operation
     for scope in scopes:
         rack = racks.get(scope.rack_id)
-        if rack is None:
-            continue
-        decision = decide_firing(windows, rack, operation.kind, at, schedule.window_policy)
-        if decision.action == "defer":
-            decision = _within_own_window(decision, operation)
-        decisions[scope.id] = decision
+        if rack is not None:
+            decisions[scope.id] = scope_decision(
+                windows, rack, schedule.operation, at, schedule.window_policy
+            )
     return decisions
+
+
+def scope_decision(
+    windows: Sequence[MaintenanceWindow],
+    rack: RackRef,
+    operation: Operation,
+    at: datetime,
+    policy: WindowPolicy,
+) -> Decision:
+    """What the windows make a firing at `at` do for one scope on `rack` (`window_rules.decide_firing`);
+    a deferred firmware upgrade that has a window of its own waits for the overlap of both, and is skipped
+    if they do not meet."""
+    decision = decide_firing(windows, rack, operation.kind, at, policy)
+    return _within_own_window(decision, operation) if decision.action == "defer" else decision
 
 
 def _within_own_window(decision: Decision, operation: Operation) -> Decision:

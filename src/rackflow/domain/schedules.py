@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
@@ -226,14 +226,18 @@ class ScopeOutcome:
     start_by: datetime | None = None
 
 
-def scopes_not_started(
-    outcomes: Sequence[ScopeOutcome], task_ids: Collection[uuid.UUID], error: str
+def settled_scopes(
+    outcomes: Sequence[ScopeOutcome], settled: Mapping[uuid.UUID, tuple[Outcome, str]]
 ) -> tuple[ScopeOutcome, ...]:
-    """The outcomes with each scope whose task is among `task_ids` "not_started", `error` saying why: what a
-    cancelled rollout's scope says whose task it ended before the task began (`RolloutService.cancel_in`,
-    or the rollout gate for a task a claim held meanwhile)."""
+    """The outcomes with each scope whose task is in `settled` given its (outcome, error), its task kept:
+    a cancelled rollout's scope whose task it ended before the task began is "not_started"
+    (`RolloutService.cancel_in`, or the rollout gate for a task a claim held meanwhile); a deferred task
+    that a window's change ended says what the windows settled (`tasks.deferrals`)."""
     return tuple(
-        replace(o, outcome="not_started", error=error) if o.task_id in task_ids else o for o in outcomes
+        replace(o, outcome=found[0], error=found[1])
+        if o.task_id is not None and (found := settled.get(o.task_id)) is not None
+        else o
+        for o in outcomes
     )
 
 

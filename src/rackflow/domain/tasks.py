@@ -126,6 +126,22 @@ WINDOW_HOLD = "window"
 
 
 @dataclass(frozen=True)
+class DeferralChange:
+    """What a maintenance window's change did to a task waiting for its window's opening
+    (`rackflow.tasks.deferrals`): "moved" (it waits until `not_before`, by `not_after`), "released" (no
+    window keeps it waiting now; it must start by `not_after`, if any) or "ended" (TERMINATED: the windows
+    settle its scope as `outcome`, "skipped_window" or "missed")."""
+
+    task_id: uuid.UUID
+    run_id: uuid.UUID
+    rack_id: uuid.UUID
+    change: str
+    not_before: datetime | None = None
+    not_after: datetime | None = None
+    outcome: str = ""
+
+
+@dataclass(frozen=True)
 class RetryPolicy:
     """How a task retries a failure its backend classes as retryable (`StepFailed.retryable`): up to
     `max_attempts` attempts in all, attempt n+1 waiting `backoff(n)` after attempt n failed. Checked by

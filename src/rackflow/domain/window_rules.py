@@ -51,7 +51,7 @@ class Decision:
     adds "skip_overlap": the scope's last task is still active, and caps a deferral's `closes_at` at the
     firing's start deadline (`by_deadline`), so that a task failed there says so rather than blaming the
     window; it keeps that deadline on every deferral it binds (`deadline`), so that the wait can be decided
-    again under it when a window changes (`tasks.deferrals`)."""
+    again under it when a window changes (`domain.firing.redeferral`)."""
 
     action: Action
     closed: Closed | None = None

@@ -23,7 +23,7 @@ those a claim holds at that moment (it waits on no claim: a claim waits here for
 cancel holds). A claim that took such a task before the cancel committed starts it only if nothing held it
 (it began first); a held one comes here, after the cancel, and is ended as the cancel would have ended it
 (`Fail`, TERMINATED), as is any task of a cancelled rollout at its first attempt that comes here; its
-scope in the run becomes "not_started", as the cancel's other not-begun racks did (`scopes_not_started`).
+scope in the run becomes "not_started", as the cancel's other not-begun racks did (`settled_scopes`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
 from rackflow.config import ROLLOUT_CAP_WAIT, ROLLOUT_HALT_WAIT
 from rackflow.domain.rollouts import cap_reached
+from rackflow.domain.schedules import Outcome
 from rackflow.domain.tasks import Hold, Task, TaskStatus
 from rackflow.store import rollouts as store
 from rackflow.store.db import Database
@@ -93,7 +94,10 @@ class RolloutGate:
             elif run is not None:
                 starting.append(task)
         if cancelled:  # their racks did not start: the run says so, as the cancel says of the others
-            await store.end_not_started(conn, cancelled, CANCELLED_REASON)
+            not_started: tuple[Outcome, str] = ("not_started", CANCELLED_REASON)
+            await store.settle_scopes(
+                conn, {run_id: dict.fromkeys(ended, not_started) for run_id, ended in cancelled.items()}
+            )
         if not starting:
             return holds
         states = await store.task_states(conn, {t.run_id for t in starting if t.run_id})

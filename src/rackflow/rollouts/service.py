@@ -42,7 +42,7 @@ from rackflow.domain.schedules import (
     Pause,
     Run,
     ScopeOutcome,
-    scopes_not_started,
+    settled_scopes,
 )
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError
@@ -454,7 +454,9 @@ class RolloutService:
         message = f"its rollout was cancelled by {principal}" + (f" ({why})" if why else "")
         ended = await self.tasks.cancel_not_begun_in(conn, run.id, message)
         unstarted = set(ended.task_ids)
-        outcomes = scopes_not_started(_marked(run, "pending", "not_started"), unstarted, message)
+        outcomes = settled_scopes(
+            _marked(run, "pending", "not_started"), dict.fromkeys(unstarted, ("not_started", message))
+        )
         not_started = sum(o.outcome == "not_started" for o in outcomes)
         reason = (
             f"cancelled with {not_started} scope(s) not started, {len(unstarted)} of them by ending a task "

@@ -18,10 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.firing import LiveRollout
 from rackflow.domain.rollouts import RackPlace, RolloutPolicy
-from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Run, RunState, scopes_not_started
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Run, RunState, settled_scopes
 from rackflow.domain.tasks import Hold, TaskStatus
 from rackflow.store.db import Database, chunked, in_id_order
-from rackflow.store.dialect import by_keys
+from rackflow.store.dialect import by_keys, for_update
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import racks, task_schedule_run, tasks
@@ -157,18 +157,26 @@ async def save_run(conn: AsyncConnection, run: Run) -> None:
     await mark_schedules(conn, [run.schedule_id])
 
 
-async def end_not_started(
-    conn: AsyncConnection, ended: Mapping[uuid.UUID, Collection[uuid.UUID]], error: str
+async def lock_runs(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> None:
+    """Lock these runs' rows until commit, in id order (waiting for a rollout step, resume or cancel, or a
+    claim's rollout gate, that holds one)."""
+    for chunk in chunked(in_id_order(run_ids)):
+        stmt = select(_run.id).where(_run.id.in_(chunk)).order_by(_run.id)
+        await conn.execute(for_update(conn.dialect.name, stmt))
+
+
+async def settle_scopes(
+    conn: AsyncConnection, settled: Mapping[uuid.UUID, Mapping[uuid.UUID, tuple[Outcome, str]]]
 ) -> None:
-    """Mark "not_started", `error` saying why, the scopes of each run (locked by the caller) whose task among
-    `ended[run id]` a cancel of the run ends; one read and one write per run (a claim meets such a task
-    rarely: only one it held while the cancel committed)."""
-    for chunk in chunked(in_id_order(ended)):
-        for row in await conn.execute(select(task_schedule_run).where(_run.id.in_(chunk))):
+    """Give the scopes of each run whose task is in `settled[run id]` its (outcome, error)
+    (`settled_scopes`), the runs locked by the caller (`lock_runs`, or the rollout gate's lock): one read
+    and one write per run. Rare: a task a claim held while its rollout was cancelled, a deferred task a
+    window's change ended."""
+    for chunk in chunked(in_id_order(settled)):
+        stmt = select(task_schedule_run).where(_run.id.in_(chunk))
+        for row in (await conn.execute(stmt)).all():
             run = run_from_row(row)
-            await save_run(
-                conn, replace(run, outcomes=scopes_not_started(run.outcomes, ended[run.id], error))
-            )
+            await save_run(conn, replace(run, outcomes=settled_scopes(run.outcomes, settled[run.id])))
 
 
 async def link_retry(conn: AsyncConnection, run_id: uuid.UUID, retry_of: uuid.UUID) -> None:

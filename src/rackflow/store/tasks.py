@@ -11,17 +11,27 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncGenerator, Collection, Iterable, Sequence
+from collections.abc import AsyncGenerator, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Row, String, and_, case, func, literal, literal_column, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
-from rackflow.domain.schedules import ROLLOUT_LIVE_STATES
-from rackflow.domain.tasks import ACTIVE_STATUSES, Hold, Operation, RetryPolicy, Task, TaskAttempt, TaskStatus
+from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Trigger
+from rackflow.domain.tasks import (
+    ACTIVE_STATUSES,
+    WINDOW_HOLD,
+    Hold,
+    Operation,
+    RetryPolicy,
+    Task,
+    TaskAttempt,
+    TaskStatus,
+)
+from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store import kept_counts
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
@@ -30,7 +40,7 @@ from rackflow.store.instances import is_live
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.streak_checks import mark_schedules_of_tasks
-from rackflow.store.tables import racks, task_attempt, task_schedule_run, tasks
+from rackflow.store.tables import racks, task_attempt, task_schedule, task_schedule_run, tasks
 from rackflow.store.types import UTCDateTime
 
 _BLOCKING = (TaskStatus.PENDING, TaskStatus.RUNNING)
@@ -422,6 +432,69 @@ async def set_status(
     await conn.execute(update(tasks).where(tasks.c.id.in_(list(task_ids))).values(**values))
     if status.is_final:
         await mark_schedules_of_tasks(conn, task_ids)
+
+
+# --- deferred tasks a window's change decides again (`rackflow.tasks.deferrals`) ----------------------
+
+
+class DeferredTask(NamedTuple):
+    """A task waiting for its window's opening, with its run's trigger and its schedule's window policy."""
+
+    task: Task
+    trigger: Trigger
+    window_policy: WindowPolicy
+
+
+def _deferred() -> ColumnElement[bool]:
+    """Still waiting for its window, never started: PENDING at its first attempt, held by "window"."""
+    return and_(
+        tasks.c.status == TaskStatus.PENDING.value, tasks.c.held_by == WINDOW_HOLD, tasks.c.attempt == 1
+    )
+
+
+async def deferred_tasks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID] | None) -> list[DeferredTask]:
+    """The tasks of firings that wait for their window (on these racks; None: any), oldest first."""
+    run, schedule = task_schedule_run.c, task_schedule.c
+    stmt = (
+        select(tasks, run.trigger, schedule.window_policy)
+        .join(task_schedule_run, run.id == tasks.c.run_id)
+        .join(task_schedule, schedule.id == run.schedule_id)
+        .where(_deferred())
+        .order_by(*OLDEST_FIRST)
+    )
+    if rack_ids is None:
+        rows = list(await conn.execute(stmt))
+    else:
+        rows = [
+            r
+            for chunk in chunked(rack_ids)
+            for r in await conn.execute(stmt.where(tasks.c.rack_id.in_(chunk)))
+        ]
+    return [DeferredTask(task_from_row(row), row.trigger, WindowPolicy(row.window_policy)) for row in rows]
+
+
+async def rewait(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID], wait: Mapping[str, Any]
+) -> list[uuid.UUID]:
+    """Write `wait` (the columns of a task's hold for its window) on those of the tasks still deferred
+    that no claim holds (`unclaimed`: its opening came, it starts); the ids written."""
+    written: list[uuid.UUID] = []
+    for chunk in chunked(in_id_order(task_ids)):
+        stmt = update(tasks).where(unclaimed(conn, tasks.c.id.in_(chunk), _deferred())).values(**wait)
+        written += (await conn.execute(stmt.returning(tasks.c.id))).scalars()
+    return written
+
+
+async def lock_deferred(
+    db: Database, conn: AsyncConnection, task_ids: Collection[uuid.UUID]
+) -> list[uuid.UUID]:
+    """Lock those of the tasks still deferred, under their racks' locks (the caller's), skipping any a
+    claim holds; their ids."""
+    locked: list[uuid.UUID] = []
+    for chunk in chunked(in_id_order(task_ids)):
+        stmt = select(tasks.c.id).where(tasks.c.id.in_(chunk), _deferred()).order_by(tasks.c.id)
+        locked += (await conn.execute(db.skip_locked(stmt))).scalars()
+    return locked
 
 
 # --- promotion and housekeeping -------------------------------------------------------------------

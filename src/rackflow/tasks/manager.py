@@ -78,20 +78,31 @@ def _in_utc(operation: Operation) -> Operation:
     )
 
 
-def _window(submission: Submission) -> tuple[datetime | None, datetime | None]:
-    """When the submission's tasks may start and by when they must have: the operation's own window (a
-    firmware upgrade's) within the opening a deferred firing waits for."""
-    operation = submission.operation
-    starts = [t for t in (operation.window_start, submission.opens_at) if t is not None]
-    ends = [t for t in (operation.window_end, submission.closes_at) if t is not None]
-    return max(starts, default=None), min(ends, default=None)
+class WindowWait(NamedTuple):
+    """When a task may start (`not_before`) and by when it must have (`not_after`), what it says first,
+    and whether it waits (then it is held by "window", its message the reason)."""
+
+    not_before: datetime | None
+    not_after: datetime | None
+    message: str
+    waits: bool
 
 
-def _initial_message(operation: Operation, now: datetime) -> str:
-    start = operation.window_start
-    if start is not None and start > now:
-        return f"waits for its maintenance window, opening at {start.isoformat()}"
-    return ""
+def window_wait(
+    operation: Operation, reason: str, opens_at: datetime | None, closes_at: datetime | None, now: datetime
+) -> WindowWait:
+    """A task's wait for its window: the operation's own window (a firmware upgrade's) within the opening
+    a deferred firing waits for (`opens_at`, `closes_at`), saying `reason` (else what its own window
+    waits for). Written once for a submission and for a deferral decided again (`tasks.deferrals`)."""
+    starts = [t for t in (operation.window_start, opens_at) if t is not None]
+    ends = [t for t in (operation.window_end, closes_at) if t is not None]
+    not_before = max(starts, default=None)
+    own = operation.window_start
+    if not reason and own is not None and own > now:
+        reason = f"waits for its maintenance window, opening at {own.isoformat()}"
+    return WindowWait(
+        not_before, min(ends, default=None), reason, not_before is not None and not_before > now
+    )
 
 
 def _expired(task: Task, now: datetime) -> bool:
@@ -173,9 +184,9 @@ class _RackState:
         if missing:
             raise NotFound(f"rack_id: rack {missing[0]} not found")
         planned: list[Task] = []
-        not_before, not_after = _window(submission)
-        message = submission.message or _initial_message(operation, now)
-        waits = not_before is not None and not_before > now
+        not_before, not_after, message, waits = window_wait(
+            operation, submission.message, submission.opens_at, submission.closes_at, now
+        )
         for selection in submission.selections:
             rack_id = selection.rack_id
             rack_components = self.components.get(rack_id, [])
@@ -482,6 +493,24 @@ class TaskManager:
         return await self._terminate_in(
             conn, await store.lock_not_begun(self.db, conn, run_id), racks, message
         )
+
+    async def end_deferred_in(self, conn: AsyncConnection, ending: Sequence[tuple[Task, str]]) -> Ended:
+        """End, TERMINATED with its reason, each of these tasks still waiting for its window's opening
+        (`store.deferred_tasks`), in the caller's transaction: their racks locked first, as CancelTask
+        locks its task's, then the tasks, skipping one a claim holds (its opening came: it starts); their
+        racks' queues promoted. The caller calls `after_ended` once it committed."""
+        racks = {task.rack_id for task, _ in ending}
+        await store.lock_racks(self.db, conn, racks)
+        locked = set(await store.lock_deferred(self.db, conn, [task.id for task, _ in ending]))
+        by_reason: dict[str, list[uuid.UUID]] = {}
+        for task, reason in ending:
+            if task.id in locked:
+                by_reason.setdefault(reason, []).append(task.id)
+        now = self.clock.now()
+        for reason, task_ids in by_reason.items():
+            await store.set_status(conn, task_ids, TaskStatus.TERMINATED, now=now, message=reason)
+        ended = tuple(task.id for task, _ in ending if task.id in locked)
+        return Ended(ended, await self.promote_in(conn, racks) if ended else Promotion([], 0))
 
     async def _terminate_in(
         self,

@@ -7,9 +7,10 @@ Validation happens before any write and names the request's field (`window.recur
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -104,10 +105,23 @@ async def resolve_refs(
     return tuple(found)
 
 
+class Redeciding(Protocol):
+    """What decides again the waits of the tasks a window deferred (`rackflow.tasks.deferrals`, above
+    this layer: it ends tasks and promotes their racks' queues)."""
+
+    async def redecide_in(
+        self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
+    ) -> Callable[[], None]:
+        """In the caller's transaction, for the window as it was and is; returns what to do once it
+        committed."""
+        ...
+
+
 class WindowService:
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, deferrals: Redeciding) -> None:
         self.db = db
         self.clock = clock
+        self.deferrals = deferrals
 
     async def _load(self, conn: AsyncConnection, window_id: uuid.UUID) -> MaintenanceWindow:
         window = await store.get_window(conn, window_id)
@@ -161,7 +175,9 @@ class WindowService:
         self, window_id: uuid.UUID, paths: Collection[str], given: WindowInput
     ) -> MaintenanceWindow:
         """Apply the masked fields. Tasks a freeze holds are let go, to be held again by what now applies
-        (a shortened or deleted freeze must not keep them waiting)."""
+        (a shortened or deleted freeze must not keep them waiting); the tasks a DEFER firing deferred
+        that the window covered or covers wait for the opening the windows now give them, or are
+        released or ended (`rackflow.tasks.deferrals`), in the same transaction."""
         mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
             check_name(given.name, NAME_PATH)
@@ -199,14 +215,19 @@ class WindowService:
             if RACKS_PATH in mask or DOMAINS_PATH in mask:
                 updated = replace(updated, all_racks=not updated.racks and not updated.domains)
             await store.save_window(conn, updated)
-            await task_runs.release_held(conn, FreezeGate.name)
+            once_committed = await self.deferrals.redecide_in(conn, (current, updated), now)
+            await task_runs.release_held(conn, FreezeGate.name)  # (it waits for task rows: last)
+        once_committed()
         return updated
 
     async def delete(self, window_id: uuid.UUID) -> None:
+        """Delete the window; what it held or deferred is decided again, as `update` decides it."""
         async with self.db.transaction() as conn:
-            if not await store.delete_window(conn, window_id):
-                raise NotFound(f"id: no maintenance window {window_id}")
-            await task_runs.release_held(conn, FreezeGate.name)
+            current = await self._load(conn, window_id)
+            await store.delete_window(conn, window_id)
+            once_committed = await self.deferrals.redecide_in(conn, (current,), self.clock.now())
+            await task_runs.release_held(conn, FreezeGate.name)  # (it waits for task rows: last)
+        once_committed()
 
     async def preview(self, rack_id: uuid.UUID, after: datetime | None, count: int) -> list[WindowEvent]:
         """The next `count` openings and closings of the windows covering the rack, after `after` (now)."""

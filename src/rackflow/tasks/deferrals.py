@@ -1,0 +1,159 @@
+"""The tasks a DEFER firing deferred, decided again when a maintenance window changes.
+
+A dispatched firing under the DEFER window policy submits a closed rack's task held until the opening the
+windows had then (`held_by` "window": `domain.firing.window_decisions`). When an operator edits or deletes a
+window, its tasks that have not started are decided again, in the same transaction, by the rule a firing
+at that moment follows (`domain.firing.redeferral`), under the start deadline their firing bound them to
+(their outcome's `start_by`):
+
+* "defer": they wait for the new opening (`not_before`, `not_after` and their reason rewritten: moved);
+* "fire": no window closes the rack now: released (`not_before` cleared, or their operation's own window's
+  start), to start by the end of the ALLOW window they are in, as a firing's task must;
+* "skip_window" (no opening left) or "missed" (the opening comes at or after the start deadline): ended,
+  TERMINATED with the reason, and their scope's outcome in the run says what the windows settled, as the
+  firing would have recorded it (a rollout counts the rack skipped, not failed).
+
+Only the tasks on racks the window covered, before or after the change, for their operation are decided
+again: no other task's opening changed. A task whose wait is over is left to the executor, which fails it
+(`Task.too_late`), and one a claim holds to that claim (its opening came: it starts). It waits for the
+rows of the runs of the tasks it ends, then of their racks (in id order, as a rollout step, which locks
+its runs, then the racks it submits to), and never for a task's: it skips those another transaction holds
+(a claim's, which may be waiting for one of those runs: the lock order of `rackflow.tasks.executor`). What
+changed is noted on the call's audit event (`audit.changes.note_deferral_changes`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, literal
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.audit.changes import note_deferral_changes
+from rackflow.domain.firing import SETTLED_BY_WINDOWS, checks_scopes, redeferral
+from rackflow.domain.schedules import Outcome
+from rackflow.domain.tasks import WINDOW_HOLD, DeferralChange, Task
+from rackflow.domain.windows import MaintenanceWindow, RackRef, WindowPolicy
+from rackflow.store import rollouts as run_store
+from rackflow.store import schedules as schedule_store
+from rackflow.store import tasks as store
+from rackflow.store import windows as window_store
+from rackflow.store.tables import tasks
+from rackflow.store.types import UTCDateTime
+from rackflow.tasks.manager import TaskManager, window_wait
+
+
+class Deferrals:
+    """Decides again the waits of the tasks a window deferred (the module's docstring)."""
+
+    def __init__(self, tasks: TaskManager) -> None:
+        self.tasks = tasks
+
+    async def redecide_in(
+        self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
+    ) -> Callable[[], None]:
+        """Decide again, in the caller's transaction (which wrote the change), the waits of the deferred
+        tasks on racks `changed` (the window as it was, and as it is unless deleted) covers; returns what
+        to do once the transaction committed (count the ended tasks, wake the executors, note the audit)."""
+        waiting, racks = await self._waiting(conn, changed, now)
+        if not waiting:
+            return lambda: None
+        windows = await window_store.all_windows(conn)
+        deadlines = await schedule_store.start_deadlines_of_tasks(
+            conn, {t.run_id for t in waiting if t.run_id}
+        )
+        moves: dict[tuple[Any, ...], list[Task]] = {}
+        ending: list[tuple[Task, str, Outcome]] = []
+        for task in waiting:
+            decision = redeferral(windows, racks[task.rack_id], task.operation, now, deadlines.get(task.id))
+            if decision.action in SETTLED_BY_WINDOWS:
+                ending.append((task, decision.reason, SETTLED_BY_WINDOWS[decision.action]))
+                continue
+            wait = window_wait(task.operation, decision.reason, decision.opens_at, decision.closes_at, now)
+            if (wait.not_before, wait.not_after, wait.waits) != (task.not_before, task.not_after, True):
+                moves.setdefault(tuple(wait), []).append(task)  # (its words alone, a rename, are kept)
+        changes: list[DeferralChange] = []
+        await run_store.lock_runs(conn, {task.run_id for task, _, _ in ending if task.run_id})
+        ended = await self.tasks.end_deferred_in(conn, [(task, reason) for task, reason, _ in ending])
+        if ended.task_ids:
+            gone = set(ended.task_ids)
+            settled: dict[uuid.UUID, dict[uuid.UUID, tuple[Outcome, str]]] = {}
+            for task, reason, outcome in ending:
+                if task.id in gone and task.run_id is not None:
+                    settled.setdefault(task.run_id, {})[task.id] = (outcome, reason)
+                    changes.append(_change(task, "ended", outcome=outcome))
+            await run_store.settle_scopes(conn, settled)
+        for (not_before, not_after, message, waits), moved in moves.items():
+            written = set(
+                await store.rewait(
+                    conn, [t.id for t in moved], _wait_values(not_before, not_after, message, waits, now)
+                )
+            )
+            change = "moved" if waits else "released"
+            changes += [_change(t, change, not_before, not_after) for t in moved if t.id in written]
+
+        def once_committed() -> None:
+            self.tasks.after_ended(ended)
+            if any(change.change == "released" for change in changes):
+                self.tasks.wake_executors()
+            note_deferral_changes(changes)
+
+        return once_committed
+
+    @staticmethod
+    async def _waiting(
+        conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
+    ) -> tuple[list[Task], dict[uuid.UUID, RackRef]]:
+        """The tasks waiting for an opening of a dispatched firing under DEFER (a manual one obeys no
+        ALLOW window; under SKIP a task waits only for its own window) on racks `changed` covers for their
+        operation, and whose wait is not over; and their racks."""
+        named = None  # the racks the windows name, when that is all they cover
+        if not any(w.all_racks or w.domains for w in changed):
+            named = {rack_id for w in changed for rack_id, _ in w.racks}
+        found = [
+            d.task
+            for d in await store.deferred_tasks(conn, named)
+            if checks_scopes(d.trigger) and d.window_policy is WindowPolicy.DEFER and not d.task.too_late(now)
+        ]
+        racks = await window_store.rack_refs(conn, {task.rack_id for task in found})
+        covered = [
+            task
+            for task in found
+            if task.rack_id in racks
+            and any(w.covers(racks[task.rack_id], task.operation.kind) for w in changed)
+        ]
+        return covered, racks
+
+
+def _wait_values(
+    not_before: datetime | None, not_after: datetime | None, message: str, waits: bool, now: datetime
+) -> dict[str, Any]:
+    """The columns of a task's new wait: held by "window" since its hold began while it still waits, else
+    not held (as a firing's task that need not wait)."""
+    held = {
+        "held_by": WINDOW_HOLD,
+        "held_reason": message,
+        "held_since": func.coalesce(tasks.c.held_since, literal(now, UTCDateTime())),
+    }
+    none = {"held_by": None, "held_reason": None, "held_since": None}
+    return {
+        "not_before": not_before,
+        "not_after": not_after,
+        "message": message,
+        "updated_at": now,
+        **(held if waits else none),
+    }
+
+
+def _change(
+    task: Task,
+    change: str,
+    not_before: datetime | None = None,
+    not_after: datetime | None = None,
+    outcome: str = "",
+) -> DeferralChange:
+    assert task.run_id is not None
+    return DeferralChange(task.id, task.run_id, task.rack_id, change, not_before, not_after, outcome)

@@ -1,0 +1,203 @@
+"""Editing or deleting a maintenance window decides again the waits of the tasks a DEFER firing deferred
+(`rackflow.tasks.deferrals`), on both databases, as a firing at that moment would: moved to the new
+opening, released when no window closes the rack any more, ended with their scope "missed" when the new
+opening comes at or after the start deadline (or "skipped_window" with no opening left), in the edit's
+transaction; the audit event names each task and says what became of it.
+
+The schedule fires at START + 1 h (2026-03-02 13:00 UTC) under DEFER; r1's ALLOW window opens 02:00-04:00
+UTC, so its task waits for 2026-03-03 02:00.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from rackflow.audit.changes import Changes, noting
+from rackflow.domain.inventory import Rack
+from rackflow.domain.schedules import Schedule
+from rackflow.domain.tasks import Task, TaskStatus
+from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
+from rackflow.store.db import Database
+from rackflow.windows.service import WHEN_PATH, Ref, WindowInput
+from tests.store.schedules_support import START, Env, make_env
+from tests.store.test_windows_firing import NIGHTLY, TOMORROW_2AM, dispatch_at, with_policy
+
+FIRED_AT = START + timedelta(hours=1)
+
+
+@pytest.fixture
+def env(db: Database) -> Env:
+    return make_env(db)
+
+
+async def deferred(env: Env, *others: Rack, deadline: timedelta | None = None) -> tuple[Schedule, Task]:
+    """r1 under the ALLOW window "nightly", a DEFER schedule on r1 (and `others`) fired at FIRED_AT; its
+    task on r1, waiting for 02:00. The clock is then at FIRED_AT."""
+    r1 = await env.rack("r1")
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=NIGHTLY, racks=(Ref(r1.id),))
+    )
+    schedule = await with_policy(env, await env.schedule(racks=[r1, *others]), WindowPolicy.DEFER)
+    if deadline is not None:
+        schedule = await env.services.schedules.update(
+            schedule.id, ["schedule.start_deadline"], start_deadline=deadline
+        )
+    (result,) = await dispatch_at(env, FIRED_AT)
+    env.clock.advance(FIRED_AT - env.clock.now())
+    [task_id] = [o.task_id for o in result.outcomes if o.rack_id == r1.id]
+    assert task_id is not None
+    task = await get(env, task_id)
+    assert (task.held_by, task.not_before) == ("window", TOMORROW_2AM)
+    return schedule, task
+
+
+async def get(env: Env, task_id: object) -> Task:
+    [task] = await env.services.tasks.get_tasks([task_id])  # type: ignore[list-item]
+    return task
+
+
+async def edit_when(env: Env, when: Recurring | OneOff) -> Changes:
+    """Move "nightly" to `when`, as an audited call: what its event notes."""
+    window_id = await env.services.windows.id_by_name("nightly")
+    changes = Changes()
+    with noting(changes):
+        await env.services.windows.update(window_id, [WHEN_PATH], WindowInput(when=when))
+    return changes
+
+
+async def test_an_edited_window_moves_its_deferred_task_to_the_new_opening(env: Env) -> None:
+    _, task = await deferred(env)
+
+    changes = await edit_when(env, Recurring("0 5 * * *", "1h"))  # 05:00-06:00
+
+    moved = await get(env, task.id)
+    opens, closes = TOMORROW_2AM + timedelta(hours=3), TOMORROW_2AM + timedelta(hours=4)
+    assert (moved.status, moved.held_by, moved.not_before, moved.not_after) == (
+        TaskStatus.PENDING,
+        "window",
+        opens,
+        closes,
+    )
+    assert f"waits for the opening at {opens.isoformat()} until {closes.isoformat()}" in (
+        moved.held_reason or ""
+    )
+    assert moved.message == moved.held_reason
+    assert moved.held_since == task.held_since  # the same wait, for a new opening
+    assert changes.target_ids == [str(task.id)]
+    assert changes.recorded == [
+        {
+            "deferred_task": "moved",
+            "task_id": str(task.id),
+            "run_id": str(task.run_id),
+            "rack_id": str(task.rack_id),
+            "not_before": "2026-03-03T05:00:00Z",
+            "not_after": "2026-03-03T06:00:00Z",
+        }
+    ]
+
+
+async def test_a_deleted_window_releases_its_deferred_task(env: Env) -> None:
+    _, task = await deferred(env)
+    window_id = await env.services.windows.id_by_name("nightly")
+
+    changes = Changes()
+    with noting(changes):
+        await env.services.windows.delete(window_id)
+
+    released = await get(env, task.id)
+    assert (released.status, released.held_by, released.not_before, released.not_after) == (
+        TaskStatus.PENDING,
+        None,
+        None,
+        None,
+    )
+    assert [c["deferred_task"] for c in changes.recorded] == ["released"]
+
+
+async def test_an_edit_that_opens_the_rack_now_releases_it_bound_to_the_window_s_end(env: Env) -> None:
+    _, task = await deferred(env)
+    now = env.clock.now()
+
+    await edit_when(env, OneOff(now - timedelta(hours=1), now + timedelta(hours=2)))
+
+    released = await get(env, task.id)
+    assert (released.held_by, released.not_before, released.not_after) == (
+        None,
+        None,
+        now + timedelta(hours=2),
+    )
+
+
+async def test_an_opening_moved_past_the_start_deadline_ends_the_task_and_its_scope_is_missed(
+    env: Env,
+) -> None:
+    """The slot is START + 1 h and the deadline 14 h: 03:00 (within the first opening, which it capped)."""
+    schedule, task = await deferred(env, deadline=timedelta(hours=14))
+    assert task.not_after == TOMORROW_2AM + timedelta(hours=1)
+
+    changes = await edit_when(env, Recurring("0 5 * * *", "1h"))
+
+    ended = await get(env, task.id)
+    assert ended.status is TaskStatus.TERMINATED and ended.started_at is None
+    assert "comes after the start deadline" in ended.message
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    (outcome,) = run.outcomes
+    assert (outcome.outcome, outcome.task_id, outcome.error) == ("missed", task.id, ended.message)
+    tally = (await env.services.rollouts.summary(run.id)).tally
+    assert tally == {("missed", True): 1}
+    assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "missed")]
+
+
+async def test_an_opening_moved_before_the_start_deadline_keeps_it_as_the_end(env: Env) -> None:
+    """A deadline of 15 h (04:00) that the first opening's end did not reach is kept all the same: an
+    opening moved to 03:00-05:00 must start by it."""
+    _, task = await deferred(env, deadline=timedelta(hours=15))
+    assert task.not_after == TOMORROW_2AM + timedelta(hours=2)
+
+    await edit_when(env, Recurring("0 3 * * *", "2h"))
+
+    moved = await get(env, task.id)
+    assert (moved.not_before, moved.not_after) == (
+        TOMORROW_2AM + timedelta(hours=1),
+        TOMORROW_2AM + timedelta(hours=2),
+    )
+    assert "its start deadline" in moved.message
+
+
+async def test_an_allow_window_with_no_opening_left_ends_the_task_skipped(env: Env) -> None:
+    schedule, task = await deferred(env)
+    now = env.clock.now()
+
+    await edit_when(env, OneOff(now - timedelta(hours=3), now - timedelta(hours=2)))  # over: none left
+
+    assert (await get(env, task.id)).status is TaskStatus.TERMINATED
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert [o.outcome for o in run.outcomes] == ["skipped_window"]
+
+
+async def test_tasks_on_racks_the_window_does_not_cover_are_left_as_they_are(env: Env) -> None:
+    r2 = await env.rack("r2")
+    await env.services.windows.create(
+        WindowInput(name="r2 nights", kind=WindowKind.ALLOW, when=NIGHTLY, racks=(Ref(r2.id),))
+    )
+    schedule, task = await deferred(env, r2)
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    [other_id] = [o.task_id for o in run.outcomes if o.rack_id == r2.id]
+    before = await get(env, other_id)
+
+    changes = await edit_when(env, Recurring("0 5 * * *", "1h"))
+
+    assert await get(env, other_id) == before
+    assert changes.target_ids == [str(task.id)]
+
+
+async def test_a_window_s_rename_moves_nothing(env: Env) -> None:
+    _, task = await deferred(env)
+    window_id = await env.services.windows.id_by_name("nightly")
+    changes = Changes()
+    with noting(changes):
+        await env.services.windows.update(window_id, ["window.name"], WindowInput(name="nights"))
+    assert await get(env, task.id) == task
+    assert changes.recorded == []
