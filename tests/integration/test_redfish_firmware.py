@@ -26,6 +26,7 @@ from rackflow.domain.tasks import OperationKind, Task
 from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.config import RedfishConfig
+from tests.step_state import Kept
 from tests.unit.test_redfish_backend import stored, task
 
 ROOT = "/redfish/v1"
@@ -260,7 +261,7 @@ async def test_a_system_is_flashed_with_the_mapped_image_and_the_version_read_ba
 ) -> None:
     bmc, url = fake_bmc
     node = component(url, "Systems/node-0")
-    change = await backend().run_step(upgrade("2.0"), node)
+    change = await backend().run_step(upgrade("2.0"), node, Kept())
     assert bmc.updates == [
         {
             "ImageURI": "http://images/compute/fw-2.0.bin",
@@ -275,7 +276,7 @@ async def test_a_system_is_flashed_with_the_mapped_image_and_the_version_read_ba
 async def test_a_chassis_version_is_read_from_the_firmware_inventory(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
     shelf = component(url, "Chassis/ps-0", ComponentType.POWERSHELF)
-    change = await backend().run_step(upgrade("https://images/psu/fw-4.3.bin"), shelf)
+    change = await backend().run_step(upgrade("https://images/psu/fw-4.3.bin"), shelf, Kept())
     assert bmc.updates[0]["TransferProtocol"] == "HTTPS"
     assert stored(shelf, change).firmware_version == "4.3"
 
@@ -284,7 +285,7 @@ async def test_a_failed_update_task_fails_the_step(fake_bmc: tuple[FakeBmc, str]
     _, url = fake_bmc
     node = component(url, "Systems/node-0")
     with pytest.raises(StepFailed) as caught:
-        await backend().run_step(upgrade("http://images/unversioned.bin"), node)
+        await backend().run_step(upgrade("http://images/unversioned.bin"), node, Kept())
     assert str(caught.value) == (
         f"{url}{ROOT}/Systems/node-0: the BMC's update task ended Exception: "
         "image file name carries no version"
@@ -295,7 +296,7 @@ async def test_server_errors_are_retried_through_sushy(fake_bmc: tuple[FakeBmc, 
     bmc, url = fake_bmc
     node = component(url, "Systems/node-0")
     bmc.failures = [503, 503, 503]
-    change = await backend().run_step(upgrade("2.1"), node)
+    change = await backend().run_step(upgrade("2.1"), node, Kept())
     assert stored(node, change).firmware_version == "2.1"
 
 
@@ -305,7 +306,7 @@ async def test_server_errors_that_persist_fail_after_the_retries(fake_bmc: tuple
     bmc.failures = [500] * 50
     with pytest.raises(StepFailed) as caught:
         impatient = backend(RedfishConfig(retries=1, retry_delay=0.01))
-        await impatient.run_step(task(OperationKind.POWER_ON), node)
+        await impatient.run_step(task(OperationKind.POWER_ON), node, Kept())
     assert str(caught.value).startswith(f"connecting to {url}{ROOT}/Systems/node-0: HTTP 500: injected 500")
     assert str(caught.value).endswith("(gave up after 2 attempts)")
 
@@ -315,7 +316,7 @@ async def test_wrong_credentials_fail_without_retrying(fake_bmc: tuple[FakeBmc, 
     node = component(url, "Systems/node-0")
     wrong = RedfishBackend(CONFIG, env={"BMC": "admin:wrong"})
     with pytest.raises(StepFailed) as caught:
-        await wrong.run_step(task(OperationKind.POWER_OFF), node)
+        await wrong.run_step(task(OperationKind.POWER_OFF), node, Kept())
     assert str(caught.value) == (
         f"reading the power state of {url}{ROOT}/Systems/node-0: the BMC refused the credentials "
         "(HTTP 401: Incorrect username or password); not retried"
@@ -326,7 +327,7 @@ async def test_wrong_credentials_fail_without_retrying(fake_bmc: tuple[FakeBmc, 
 async def test_a_chassis_is_powered_through_chassis_reset(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
     shelf = component(url, "Chassis/ps-0", ComponentType.POWERSHELF)
-    change = await backend().run_step(task(OperationKind.POWER_OFF, forced=True), shelf)
+    change = await backend().run_step(task(OperationKind.POWER_OFF, forced=True), shelf, Kept())
     assert bmc.shelf_power == "Off"
     assert stored(shelf, change).power_state is PowerState.OFF
 
@@ -335,14 +336,14 @@ async def test_a_manager_has_no_power_control(fake_bmc: tuple[FakeBmc, str]) -> 
     _, url = fake_bmc
     manager = component(url, "Managers/bmc")
     with pytest.raises(StepFailed, match=r"Managers/bmc is a manager, which has no power control"):
-        await backend().run_step(task(OperationKind.POWER_ON), manager)
+        await backend().run_step(task(OperationKind.POWER_ON), manager, Kept())
 
 
 async def test_ingest_records_power_and_firmware(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
     bmc.system_power = "Off"
     node = component(url, "Systems/node-0")
-    change = await backend().run_step(task(OperationKind.INGEST), node)
+    change = await backend().run_step(task(OperationKind.INGEST), node, Kept())
     found = stored(node, change)
     assert (found.power_state, found.firmware_version) == (PowerState.OFF, "1.0")
 
@@ -350,7 +351,7 @@ async def test_ingest_records_power_and_firmware(fake_bmc: tuple[FakeBmc, str]) 
 async def test_a_manager_firmware_version_is_ingested(fake_bmc: tuple[FakeBmc, str]) -> None:
     _, url = fake_bmc
     manager = component(url, "Managers/bmc")
-    change = await backend().run_step(task(OperationKind.INGEST), manager)
+    change = await backend().run_step(task(OperationKind.INGEST), manager, Kept())
     assert stored(manager, change).firmware_version == "7.1"
 
 
@@ -376,7 +377,9 @@ async def test_an_action_on_another_host_is_not_followed(
     bmc.reset_target = f"{other_url}{ROOT}/Systems/node-0/Actions/Reset"
     brief = backend(RedfishConfig(poll_interval=0.01, power_timeout=1.0))
     with pytest.raises(StepFailed) as caught:
-        await brief.run_step(task(OperationKind.POWER_OFF, forced=True), component(url, "Systems/node-0"))
+        await brief.run_step(
+            task(OperationKind.POWER_OFF, forced=True), component(url, "Systems/node-0"), Kept()
+        )
     assert "not followed" in str(caught.value) and not caught.value.retryable
     assert other.posts == [] and other.system_power == "On"
 
@@ -389,7 +392,7 @@ async def test_a_reset_whose_answer_is_lost_is_sent_once_and_its_effect_read(
     bmc, url = fake_bmc
     node = component(url, "Systems/node-0")
     bmc.lost_answers = [503]
-    change = await backend().run_step(task(OperationKind.POWER_OFF, forced=True), node)
+    change = await backend().run_step(task(OperationKind.POWER_OFF, forced=True), node, Kept())
     assert stored(node, change).power_state is PowerState.OFF
     assert bmc.posts == [f"{ROOT}/Systems/node-0/Actions/Reset"]
 
@@ -400,7 +403,7 @@ async def test_a_simple_update_whose_answer_is_lost_is_not_sent_again(fake_bmc: 
     bmc, url = fake_bmc
     bmc.lost_answers = [503]
     with pytest.raises(StepFailed) as caught:
-        await backend().run_step(upgrade("2.0"), component(url, "Systems/node-0"))
+        await backend().run_step(upgrade("2.0"), component(url, "Systems/node-0"), Kept())
     assert "not sent again" in str(caught.value) and not caught.value.retryable
     assert len(bmc.updates) == 1
 
@@ -411,7 +414,7 @@ async def test_an_update_still_running_at_the_timeout_is_not_retried(fake_bmc: t
     bmc.task_polls = 10_000
     impatient = backend(RedfishConfig(poll_interval=0.01, firmware_timeout=0.1, image_uri=CONFIG.image_uri))
     with pytest.raises(StepFailed) as caught:
-        await impatient.run_step(upgrade("2.0"), component(url, "Systems/node-0"))
+        await impatient.run_step(upgrade("2.0"), component(url, "Systems/node-0"), Kept())
     assert "still running" in str(caught.value) and not caught.value.retryable
 
 
@@ -424,7 +427,9 @@ async def test_a_restart_ignored_by_a_bmc_with_last_reset_time_is_not_reported_d
     bmc.last_reset_time, bmc.ignores_restarts = "2025-06-01T11:00:00Z", True
     brief = backend(RedfishConfig(poll_interval=0.01, power_timeout=0.3, restart_proof_window=0.05))
     with pytest.raises(StepFailed) as caught:
-        await brief.run_step(task(OperationKind.POWER_RESET, forced=True), component(url, "Systems/node-0"))
+        await brief.run_step(
+            task(OperationKind.POWER_RESET, forced=True), component(url, "Systems/node-0"), Kept()
+        )
     assert str(caught.value).startswith(
         f"{url}{ROOT}/Systems/node-0: no sign that Reset ForceRestart restarted it: power read On throughout "
         "0.3s and its LastResetTime stayed 2025-06-01T11:00:00Z; not retried"
@@ -442,7 +447,7 @@ async def test_a_restart_ignored_by_a_bmc_without_last_reset_time_is_done_unveri
     bmc.ignores_restarts = True
     brief = backend(RedfishConfig(poll_interval=0.01, power_timeout=5.0, restart_proof_window=0.2))
     node = component(url, "Systems/node-0")
-    change = await brief.run_step(task(OperationKind.POWER_RESET, forced=True), node)
+    change = await brief.run_step(task(OperationKind.POWER_RESET, forced=True), node, Kept())
     assert stored(node, change).power_state is PowerState.ON
     assert change is not None and change.note == (
         f"{url}{ROOT}/Systems/node-0: restart unverified: Reset ForceRestart accepted, but not observed: no "
@@ -459,7 +464,7 @@ async def test_a_restart_seen_going_off_on_a_bmc_without_last_reset_time_is_done
     bmc.restart_off_reads = 2
     patient = backend(RedfishConfig(poll_interval=0.01, restart_proof_window=60.0))
     node = component(url, "Systems/node-0")
-    change = await patient.run_step(task(OperationKind.POWER_RESET, forced=True), node)
+    change = await patient.run_step(task(OperationKind.POWER_RESET, forced=True), node, Kept())
     assert change is not None and (change.power_state, change.note) == (PowerState.ON, None)
     assert bmc.off_reads_left == 0
 
@@ -468,7 +473,7 @@ async def test_a_warm_restart_is_proved_by_the_systems_last_reset_time(fake_bmc:
     bmc, url = fake_bmc
     bmc.last_reset_time = "2025-06-01T11:00:00Z"
     node = component(url, "Systems/node-0")
-    change = await backend().run_step(task(OperationKind.POWER_RESET, forced=True), node)
+    change = await backend().run_step(task(OperationKind.POWER_RESET, forced=True), node, Kept())
     assert stored(node, change).power_state is PowerState.ON
     assert bmc.last_reset_time == "2025-06-01T11:00:00Z+"
 
@@ -488,7 +493,7 @@ async def test_a_chassis_version_is_never_read_from_another_devices_entry(
         _firmware_entry("other-shelf-fw", "4.3", "Chassis/ps-1"),
     ]
     shelf = component(url, "Chassis/ps-0", ComponentType.POWERSHELF)
-    change = await backend().run_step(upgrade("4.3"), shelf)
+    change = await backend().run_step(upgrade("4.3"), shelf, Kept())
     assert len(bmc.updates) == 1  # 4.2 read, not another device's 4.3: flashed
     assert stored(shelf, change).firmware_version == "4.3"
 
@@ -500,7 +505,7 @@ async def test_a_chassis_whose_entries_disagree_is_not_flashed(fake_bmc: tuple[F
     bmc.extra_firmware = [_firmware_entry("shelf-cpld", "4.3", "Chassis/ps-0")]
     shelf = component(url, "Chassis/ps-0", ComponentType.POWERSHELF)
     with pytest.raises(StepFailed) as caught:
-        await backend().run_step(upgrade("4.3"), shelf)
+        await backend().run_step(upgrade("4.3"), shelf, Kept())
     assert str(caught.value) == (
         f"reading the firmware version of {url}{ROOT}/Chassis/ps-0: 2 firmware inventory entries name "
         f"{ROOT}/Chassis/ps-0 with different versions (shelf-cpld 4.3, shelf-fw 4.2): cannot tell which is "
@@ -508,5 +513,7 @@ async def test_a_chassis_whose_entries_disagree_is_not_flashed(fake_bmc: tuple[F
     )
     assert not caught.value.retryable and bmc.updates == []
 
-    change = await backend().run_step(task(OperationKind.INGEST), shelf)  # power read, firmware not recorded
+    change = await backend().run_step(
+        task(OperationKind.INGEST), shelf, Kept()
+    )  # power read, firmware not recorded
     assert change is not None and (change.power_state, change.firmware_version) == (PowerState.ON, None)

@@ -31,7 +31,7 @@ from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import instances as instances_table
 from rackflow.store.tables import tasks as tasks_table
-from rackflow.tasks.backends.base import Backend
+from rackflow.tasks.backends.base import Backend, StepState
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from rackflow.tasks.executor import MAX_ATTEMPTS, Executor
 from rackflow.tasks.manager import CANCELLED_MESSAGE, TaskManager
@@ -138,9 +138,9 @@ class Recording(Backend):
         self.inner = inner
         self.steps: list[str] = []
 
-    async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
+    async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
         self.steps.append(component.name)
-        return await self.inner.run_step(task, component)
+        return await self.inner.run_step(task, component, state)
 
 
 # --- running to an end ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from rackflow.domain.tasks import (
 )
 from rackflow.inventory.service import InventoryService
 from rackflow.store.db import Database
-from rackflow.tasks.backends.base import Backend, StepFailed
+from rackflow.tasks.backends.base import Backend, StepFailed, StepState
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.manager import TaskManager
 
@@ -42,7 +42,7 @@ class Overlapping(Backend):
         self.peak: dict[ComponentType, int] = {}
         self.started: list[str] = []
 
-    async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
+    async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
         self.started.append(component.name)
         self.in_flight[component.name] = component.type
         # Anything of another type in flight now would break the power order.

@@ -23,6 +23,7 @@ from rackflow.tasks.backends.redfish.bmc import Observed
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials
 from rackflow.tasks.backends.redfish.rules import RESTARTS, PowerAction, PowerReading
+from tests.step_state import Kept
 
 ON, OFF, UNKNOWN = PowerState.ON, PowerState.OFF, PowerState.UNKNOWN
 POWERING_ON, POWERING_OFF = PowerReading(UNKNOWN, "PoweringOn"), PowerReading(UNKNOWN, "PoweringOff")
@@ -164,12 +165,12 @@ def backend(session: FakeSession, clock: Clock, **config: Any) -> RedfishBackend
 async def test_a_component_without_a_bmc_fails_clearly() -> None:
     component = make_component(bmc=None)
     with pytest.raises(StepFailed, match=r"^component node-0 has no BMC endpoint"):
-        await backend(FakeSession(), Clock()).run_step(task(OperationKind.POWER_ON), component)
+        await backend(FakeSession(), Clock()).run_step(task(OperationKind.POWER_ON), component, Kept())
 
 
 async def test_power_on_sends_reset_then_waits_for_the_state_and_records_it() -> None:
     component, session, clock = make_component(), FakeSession(OFF, lag=3), Clock()
-    change = await backend(session, clock).run_step(task(OperationKind.POWER_ON), component)
+    change = await backend(session, clock).run_step(task(OperationKind.POWER_ON), component, Kept())
     assert session.resets == [PowerAction.ON]
     assert clock.slept == [1.0, 1.0]  # read 1 and 2 still off, read 3 on
     assert stored(component, change).power_state is ON
@@ -178,7 +179,7 @@ async def test_power_on_sends_reset_then_waits_for_the_state_and_records_it() ->
 
 async def test_a_component_already_in_the_state_is_left_alone() -> None:
     component, session = make_component(), FakeSession(ON)
-    change = await backend(session, Clock()).run_step(task(OperationKind.POWER_ON), component)
+    change = await backend(session, Clock()).run_step(task(OperationKind.POWER_ON), component, Kept())
     assert session.resets == []
     assert stored(component, change).power_state is ON
 
@@ -194,14 +195,14 @@ async def test_a_component_already_in_the_state_is_left_alone() -> None:
 )
 async def test_forced_chooses_the_reset_type(kind: OperationKind, forced: bool, action: PowerAction) -> None:
     component, session = make_component(), FakeSession(ON)
-    await backend(session, Clock()).run_step(task(kind, forced=forced), component)
+    await backend(session, Clock()).run_step(task(kind, forced=forced), component, Kept())
     assert session.resets == [action]
 
 
 async def test_a_state_never_reached_fails_after_the_step_timeout() -> None:
     component, session, clock = make_component(), FakeSession(ON, lag=1000), Clock()
     with pytest.raises(StepFailed) as caught:
-        await backend(session, clock).run_step(task(OperationKind.POWER_OFF), component)
+        await backend(session, clock).run_step(task(OperationKind.POWER_OFF), component, Kept())
     assert str(caught.value) == (
         f"{WHERE}: power still on, not off, 10s after Reset GRACEFUL_OFF; a forced operation does not wait "
         "for the OS"
@@ -214,7 +215,7 @@ async def test_transient_errors_are_retried_and_the_step_still_succeeds() -> Non
     component, session, clock = make_component(), FakeSession(OFF, lag=1), Clock()
     refused = sushy_errors.ConnectionError(url=WHERE, error="[Errno 111] Connection refused")
     session.errors["read_power"] = [refused, refused]
-    change = await backend(session, clock).run_step(task(OperationKind.POWER_ON), component)
+    change = await backend(session, clock).run_step(task(OperationKind.POWER_ON), component, Kept())
     assert clock.slept[:2] == [0.5, 1.0]
     assert stored(component, change).power_state is ON
 
@@ -222,7 +223,7 @@ async def test_transient_errors_are_retried_and_the_step_still_succeeds() -> Non
 async def test_unset_credentials_fail_without_connecting() -> None:
     component = make_component(Bmc("http://bmc:8000", "node-0", "env:BMC_OTHER"))
     with pytest.raises(StepFailed) as caught:
-        await backend(FakeSession(), Clock()).run_step(task(OperationKind.POWER_ON), component)
+        await backend(FakeSession(), Clock()).run_step(task(OperationKind.POWER_ON), component, Kept())
     assert str(caught.value) == (
         f"connecting to {WHERE}: credentials env:BMC_OTHER: environment variable BMC_OTHER is not set"
     )
@@ -232,7 +233,7 @@ async def test_firmware_by_version_flashes_the_mapped_image_and_verifies() -> No
     component, session, clock = make_component(), FakeSession(), Clock()
     session.flashes_to = "2.0"
     run = backend(session, clock, image_uri="http://img/{type}/{version}.bin")
-    change = await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component)
+    change = await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component, Kept())
     assert session.updates == ["http://img/compute/2.0.bin"]
     assert clock.slept == [1.0, 1.0]
     assert stored(component, change).firmware_version == "2.0"
@@ -241,7 +242,7 @@ async def test_firmware_by_version_flashes_the_mapped_image_and_verifies() -> No
 async def test_firmware_already_at_the_version_is_not_flashed_again() -> None:
     component, session = make_component(), FakeSession(firmware="2.0")
     run = backend(session, Clock(), image_uri="http://img/{version}.bin")
-    change = await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component)
+    change = await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component, Kept())
     assert session.updates == []
     assert stored(component, change).firmware_version == "2.0"
 
@@ -251,7 +252,7 @@ async def test_firmware_that_reads_back_wrong_fails() -> None:
     session.flashes_to = "1.9"
     run = backend(session, Clock(), image_uri="http://img/{version}.bin")
     with pytest.raises(StepFailed) as caught:
-        await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component)
+        await run.run_step(task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component, Kept())
     assert str(caught.value) == (
         f"{WHERE}: after the update the BMC reports firmware 1.9, expected 2.0 (some BMCs apply firmware "
         "only at the next reset)"
@@ -263,7 +264,7 @@ async def test_a_failed_update_task_fails_the_step_in_the_bmcs_words() -> None:
     session.update_doc = {"TaskState": "Exception", "Messages": [{"Message": "image signature invalid"}]}
     with pytest.raises(StepFailed, match=r"update task ended Exception: image signature invalid$"):
         await backend(session, Clock()).run_step(
-            task(OperationKind.UPGRADE_FIRMWARE, target_version="https://img/fw.bin"), component
+            task(OperationKind.UPGRADE_FIRMWARE, target_version="https://img/fw.bin"), component, Kept()
         )
 
 
@@ -271,7 +272,7 @@ async def test_firmware_by_uri_records_what_the_bmc_reports() -> None:
     component, session = make_component(), FakeSession()
     session.flashes_to = "3.1.4"
     change = await backend(session, Clock()).run_step(
-        task(OperationKind.UPGRADE_FIRMWARE, target_version="https://img/fw.bin"), component
+        task(OperationKind.UPGRADE_FIRMWARE, target_version="https://img/fw.bin"), component, Kept()
     )
     assert session.updates == ["https://img/fw.bin"]
     assert stored(component, change).firmware_version == "3.1.4"
@@ -281,20 +282,20 @@ async def test_a_version_without_an_image_mapping_fails_with_the_way_out() -> No
     component = make_component()
     with pytest.raises(StepFailed, match="RACKFLOW_REDFISH_IMAGE_URI"):
         await backend(FakeSession(), Clock()).run_step(
-            task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component
+            task(OperationKind.UPGRADE_FIRMWARE, target_version="2.0"), component, Kept()
         )
 
 
 async def test_ingest_records_what_it_reads_and_changes_nothing() -> None:
     component, session = make_component(), FakeSession(OFF, firmware="1.7")
-    change = await backend(session, Clock()).run_step(task(OperationKind.INGEST), component)
+    change = await backend(session, Clock()).run_step(task(OperationKind.INGEST), component, Kept())
     found = stored(component, change)
     assert (found.power_state, found.firmware_version, session.resets) == (OFF, "1.7", [])
 
 
 async def test_bring_up_reads_the_inventory_and_powers_on() -> None:
     component, session = make_component(), FakeSession(OFF, lag=1, firmware="1.7")
-    change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component)
+    change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component, Kept())
     found = stored(component, change)
     assert (found.power_state, found.firmware_version, session.resets) == (ON, "1.7", [PowerAction.ON])
 
@@ -309,7 +310,7 @@ async def test_a_restart_that_never_shows_on_a_bmc_with_last_reset_time_is_not_r
     session.restart_reads, session.last_reset = [], "2025-06-01T11:00:00Z"
     with pytest.raises(StepFailed) as caught:
         await backend(session, clock, restart_proof_window=3.0).run_step(
-            task(OperationKind.POWER_RESET), component
+            task(OperationKind.POWER_RESET), component, Kept()
         )
     assert str(caught.value) == (
         f"{WHERE}: no sign that Reset GRACEFUL_RESTART restarted it: power read On throughout 10s and its "
@@ -327,7 +328,7 @@ async def test_a_restart_that_never_shows_on_a_bmc_without_last_reset_time_is_do
     component, session, clock = make_component(), FakeSession(ON), Clock()
     session.restart_reads = []
     run = task(OperationKind.POWER_RESET, forced=True)
-    change = await backend(session, clock, restart_proof_window=3.0).run_step(run, component)
+    change = await backend(session, clock, restart_proof_window=3.0).run_step(run, component, Kept())
     assert stored(component, change).power_state is ON
     assert (session.resets, clock.now) == ([PowerAction.FORCE_RESTART], 3.0)  # the window, not the timeout
     note = (
@@ -346,7 +347,7 @@ async def test_an_unobserved_restart_whose_answer_was_lost_is_not_called_accepte
     timed_out = sushy_errors.ConnectionError(url=WHERE, error="read timed out")
     session.errors["reset"] = [timed_out]  # whether the BMC took it is unknown: not "accepted"
     change = await backend(session, Clock(), restart_proof_window=3.0).run_step(
-        task(OperationKind.POWER_RESET), component
+        task(OperationKind.POWER_RESET), component, Kept()
     )
     assert change is not None and change.note is not None
     assert "restart unverified: Reset graceful restart (its answer lost: " in change.note
@@ -357,14 +358,14 @@ async def test_the_proof_window_is_at_most_the_power_timeout() -> None:
     component, session, clock = make_component(), FakeSession(ON), Clock()
     session.restart_reads = []
     change = await backend(session, clock, restart_proof_window=60.0).run_step(
-        task(OperationKind.POWER_RESET), component
+        task(OperationKind.POWER_RESET), component, Kept()
     )
     assert clock.now == 10.0 and change is not None and "read in 10s" in (change.note or "")
 
 
 async def test_a_restart_seen_on_a_bmc_without_last_reset_time_carries_no_note() -> None:
     component, session = make_component(), FakeSession(ON)  # its restart reads Off once, then On
-    change = await backend(session, Clock()).run_step(task(OperationKind.POWER_RESET), component)
+    change = await backend(session, Clock()).run_step(task(OperationKind.POWER_RESET), component, Kept())
     assert change is not None and (change.power_state, change.note) == (ON, None)
 
 
@@ -373,7 +374,7 @@ async def test_an_unobserved_restart_waits_for_on_past_the_window() -> None:
     component, session, clock = make_component(), FakeSession(ON), Clock()
     session.restart_reads = [PowerReading(ON, "On"), *[PowerReading(UNKNOWN, None)] * 4]
     change = await backend(session, clock, restart_proof_window=2.0).run_step(
-        task(OperationKind.POWER_RESET), component
+        task(OperationKind.POWER_RESET), component, Kept()
     )
     assert clock.now == 5.0 and change is not None and change.note is not None
 
@@ -382,7 +383,9 @@ async def test_a_restart_read_before_the_bmc_applies_it_is_waited_for() -> None:
     """On right after the Reset is the old state: the step waits until it has seen the power go."""
     component, session, clock = make_component(), FakeSession(ON), Clock()
     session.restart_reads = [PowerReading(ON, "On")] * 2 + [PowerReading(OFF, "Off"), POWERING_ON]
-    change = await backend(session, clock).run_step(task(OperationKind.POWER_RESET, forced=True), component)
+    change = await backend(session, clock).run_step(
+        task(OperationKind.POWER_RESET, forced=True), component, Kept()
+    )
     assert session.resets == [PowerAction.FORCE_RESTART]
     assert clock.slept == [1.0] * 4  # On, On, Off, PoweringOn, then On
     assert stored(component, change).power_state is ON
@@ -391,7 +394,7 @@ async def test_a_restart_read_before_the_bmc_applies_it_is_waited_for() -> None:
 async def test_a_restart_that_keeps_the_power_on_is_proved_by_last_reset_time() -> None:
     component, session, clock = make_component(), FakeSession(ON), Clock()
     session.restart_reads, session.last_reset, session.stamps_resets = [], "2025-06-01T11:00:00Z", True
-    change = await backend(session, clock).run_step(task(OperationKind.POWER_RESET), component)
+    change = await backend(session, clock).run_step(task(OperationKind.POWER_RESET), component, Kept())
     assert (clock.slept, stored(component, change).power_state) == ([], ON)
 
 
@@ -399,7 +402,7 @@ async def test_a_reset_of_a_component_in_transition_waits_for_it_to_settle() -> 
     """Whether to restart or power on depends on where it settles: here Off, so it is powered on."""
     component, session, clock = make_component(), FakeSession(OFF, lag=1), Clock()
     session.reads = [POWERING_OFF, POWERING_OFF]
-    change = await backend(session, clock).run_step(task(OperationKind.POWER_RESET), component)
+    change = await backend(session, clock).run_step(task(OperationKind.POWER_RESET), component, Kept())
     assert session.resets == [PowerAction.ON]
     assert stored(component, change).power_state is ON
 
@@ -410,7 +413,7 @@ async def test_a_reset_of_a_component_in_transition_waits_for_it_to_settle() -> 
 async def test_bring_up_of_a_component_powering_off_waits_then_powers_it_on() -> None:
     component, session, clock = make_component(), FakeSession(OFF, lag=1), Clock()
     session.reads = [POWERING_OFF, POWERING_OFF]  # the first is the inventory read
-    change = await backend(session, clock).run_step(task(OperationKind.BRING_UP), component)
+    change = await backend(session, clock).run_step(task(OperationKind.BRING_UP), component, Kept())
     assert session.resets == [PowerAction.ON]
     assert clock.slept == [1.0, 1.0]  # PoweringOff twice, then Off: On sent, and read at once
     assert stored(component, change).power_state is ON
@@ -419,7 +422,7 @@ async def test_bring_up_of_a_component_powering_off_waits_then_powers_it_on() ->
 async def test_bring_up_of_a_component_powering_on_sends_nothing() -> None:
     component, session = make_component(), FakeSession(ON)
     session.reads = [POWERING_ON, POWERING_ON]
-    change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component)
+    change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component, Kept())
     assert (session.resets, stored(component, change).power_state) == ([], ON)
 
 
@@ -427,7 +430,7 @@ async def test_bring_up_of_a_component_that_never_settles_fails_having_sent_noth
     component, session, clock = make_component(), FakeSession(UNKNOWN), Clock()
     session.reported = "Paused"
     with pytest.raises(StepFailed) as caught:
-        await backend(session, clock).run_step(task(OperationKind.BRING_UP), component)
+        await backend(session, clock).run_step(task(OperationKind.BRING_UP), component, Kept())
     assert str(caught.value) == (
         f"{WHERE}: power still Paused after 10s, not On or Off; nothing sent: a bring_up acts only from "
         "On or Off"
@@ -438,6 +441,6 @@ async def test_bring_up_of_a_component_that_never_settles_fails_having_sent_noth
 async def test_bring_up_of_a_manager_reads_it_and_sends_nothing() -> None:
     component, session = make_component(), FakeSession(firmware="7.1")
     session.power_control = False
-    change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component)
+    change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component, Kept())
     found = stored(component, change)
     assert (session.resets, found.power_state, found.firmware_version) == ([], UNKNOWN, "7.1")

@@ -15,6 +15,7 @@ from rackflow.tasks.backends.redfish.calls import call, reason
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.rules import (
     AmbiguousFirmware,
+    Earlier,
     FirmwareEntry,
     FirmwareImage,
     PowerAction,
@@ -23,11 +24,13 @@ from rackflow.tasks.backends.redfish.rules import (
     Progress,
     Unsupported,
     choose_reset_type,
+    earlier_restart,
     firmware_image,
     power_plan,
     power_state_from,
     related_firmware,
     reset_progress,
+    restart_record,
     restart_seen,
     update_failure,
     waits_for_settled_power,
@@ -371,3 +374,31 @@ def test_bad_settings_are_refused_naming_the_variable(name: str, value: str, mes
     with pytest.raises(InvalidArgument) as caught:
         RedfishConfig.from_env({f"RACKFLOW_REDFISH_{name}": value})
     assert str(caught.value).startswith(message)
+
+
+T0, T1 = "2025-06-01T11:00:00Z", "2025-06-01T11:02:00Z"
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "earlier"),
+    [
+        (PowerReading(PowerState.ON, "On", T0), PowerReading(PowerState.ON, "On", T1), Earlier.DONE),
+        (PowerReading(PowerState.ON, "On", T0), PowerReading(PowerState.ON, "On", T0), Earlier.NOT_DONE),
+        (
+            PowerReading(PowerState.ON, "On", T0),
+            PowerReading(PowerState.UNKNOWN, "PoweringOn", T0),
+            Earlier.DONE,
+        ),
+        (PowerReading(PowerState.ON, "On"), PowerReading(PowerState.OFF, "Off"), Earlier.DONE),
+        (PowerReading(PowerState.ON, "On"), PowerReading(PowerState.UNKNOWN, None), Earlier.UNKNOWN),
+        (PowerReading(PowerState.ON, "On"), PowerReading(PowerState.ON, "On"), Earlier.UNKNOWN),
+    ],
+)
+def test_a_repeated_reset_tells_from_its_record_whether_the_restart_happened(
+    before: PowerReading, now: PowerReading, earlier: Earlier
+) -> None:
+    assert earlier_restart(restart_record(before), now) is earlier
+
+
+def test_a_reset_never_recorded_acts_as_planned() -> None:
+    assert earlier_restart(None, PowerReading(PowerState.ON, "On")) is Earlier.NONE

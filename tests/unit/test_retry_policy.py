@@ -20,6 +20,7 @@ from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from rackflow.tasks.executor import _ending
 from rackflow.validation import check_retry, retry_from
+from tests.step_state import Kept
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 POLICY = RetryPolicy(4, timedelta(seconds=30), 2.0, timedelta(minutes=1))
@@ -179,15 +180,15 @@ async def test_the_simulator_injects_retryable_failures_a_given_number_of_times(
     a, b, c = component("a"), component("b"), component("c")
     for _ in range(2):
         with pytest.raises(StepFailed) as caught:
-            await backend.run_step(task(), a)
+            await backend.run_step(task(), a, Kept())
         assert caught.value.retryable
-    assert await backend.run_step(task(), a) is not None  # the third step on "a" succeeds
+    assert await backend.run_step(task(), a, Kept()) is not None  # the third step on "a" succeeds
     for _ in range(3):
         with pytest.raises(StepFailed) as caught:
-            await backend.run_step(task(), b)
+            await backend.run_step(task(), b, Kept())
         assert caught.value.retryable
     with pytest.raises(StepFailed) as caught:
-        await backend.run_step(task(), c)
+        await backend.run_step(task(), c, Kept())
     assert not caught.value.retryable
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -281,6 +282,17 @@ class ComponentChange:
     power_state: PowerState | None = None
     firmware_version: str | None = None
     note: str | None = None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What a step of a task's attempt recorded on one component before it acted
+    (`tasks.backends.base.StepState`), kept for a run that takes the task over."""
+
+    task_id: uuid.UUID
+    attempt: int
+    component_id: uuid.UUID
+    values: Mapping[str, str]
 
 
 @dataclass(frozen=True)

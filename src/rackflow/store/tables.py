@@ -573,6 +573,19 @@ task_attempt = Table(
     Column("retryable", Boolean, nullable=False, server_default=text("false")),
 )
 
+# What a step recorded before it acted, for a run that takes its task over to read back (migration 0043,
+# `tasks.backends.base.StepState`: a redfish restart's power and LastResetTime before the Reset was sent).
+# One per component and attempt: a takeover repeats the attempt's steps, a retry's next attempt starts anew.
+# Goes with its task.
+task_step_state = Table(
+    "task_step_state",
+    metadata,
+    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("component_id", Uuid, primary_key=True),
+    Column("recorded", json_type(), nullable=False),
+)
+
 # One check an operator overrode for one task (the override of all its checks is on `preflight_tasks`;
 # migration 0021):
 # the gate counts it as passed for that task, and the checker no longer asks it.

@@ -14,16 +14,16 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Integer, Uuid, and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import Integer, Uuid, and_, bindparam, case, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, Update
 
 from rackflow.domain.inventory import PowerState
-from rackflow.domain.tasks import RETRY_HOLD, ComponentChange, Hold, Task, TaskAttempt, TaskStatus
+from rackflow.domain.tasks import RETRY_HOLD, ComponentChange, Hold, StepRecord, Task, TaskAttempt, TaskStatus
 from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.streak_checks import mark_schedules_of_tasks
-from rackflow.store.tables import components, task_attempt, tasks
+from rackflow.store.tables import components, task_attempt, task_step_state, tasks
 from rackflow.store.tasks import (
     NOT_HELD,
     OLDEST_FIRST,
@@ -283,6 +283,58 @@ async def record_changes(conn: AsyncConnection, changes: Iterable[ComponentChang
             continue
         for chunk in chunked(component_ids):
             await conn.execute(update(components).where(components.c.id.in_(chunk)).values(values))
+
+
+async def record_steps(
+    conn: AsyncConnection, records: Sequence[StepRecord], *, owner_id: uuid.UUID, now: datetime
+) -> set[uuid.UUID]:
+    """Keep what steps recorded before acting, for the tasks still RUNNING here; returns those (a step of
+    any other is not to act: its task was cancelled or taken over). A later record of the same step
+    replaces the earlier. The fenced UPDATE locks each task's row until the round commits, so a takeover's
+    claim, which reads the records in its own transaction (`steps_of`), either comes after and reads
+    them, or before, and then nothing is kept here."""
+    held: set[uuid.UUID] = set()
+    for chunk in chunked({record.task_id for record in records}):
+        result = await conn.execute(
+            update(tasks).where(_held_running(chunk, owner_id)).values(updated_at=now).returning(tasks.c.id)
+        )
+        held.update(result.scalars())
+    kept = [record for record in records if record.task_id in held]
+    for record in kept:
+        await conn.execute(
+            delete(task_step_state).where(
+                task_step_state.c.task_id == record.task_id,
+                task_step_state.c.attempt == record.attempt,
+                task_step_state.c.component_id == record.component_id,
+            )
+        )
+    if kept:
+        await conn.execute(
+            insert(task_step_state),
+            [
+                {
+                    "task_id": r.task_id,
+                    "attempt": r.attempt,
+                    "component_id": r.component_id,
+                    "recorded": dict(r.values),
+                }
+                for r in kept
+            ],
+        )
+    return held
+
+
+async def steps_of(
+    conn: AsyncConnection, attempts: Mapping[uuid.UUID, int]
+) -> dict[uuid.UUID, dict[uuid.UUID, Mapping[str, str]]]:
+    """What the steps of these tasks' attempts (task id -> attempt) recorded, by task and component."""
+    found: dict[uuid.UUID, dict[uuid.UUID, Mapping[str, str]]] = defaultdict(dict)
+    for chunk in chunked(attempts):
+        rows = await conn.execute(select(task_step_state).where(task_step_state.c.task_id.in_(chunk)))
+        for row in rows:
+            if row.attempt == attempts[row.task_id]:
+                found[row.task_id][row.component_id] = row.recorded
+    return found
 
 
 def _per_task(values: Mapping[uuid.UUID, str]) -> ColumnElement[str]:

@@ -11,6 +11,9 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   the database clock, is the lease on every task it owns. A RUNNING task whose owner's heartbeat is older
   than `lease_ttl`, or gone, is claimed by any instance (takeover, one more claim). Steps are idempotent,
   so repeating the ones a dead owner may have done is safe; after `MAX_ATTEMPTS` claims the task fails.
+  A step that is not idempotent by itself (a redfish restart) records, before it acts, what lets its
+  repeat tell whether it acted (`StepState`, kept per task, attempt and component: `task_step_state`);
+  the claim that takes a task over reads the attempt's records back for its steps.
 * Retries. A task with a retry policy whose attempt failed with only retryable step failures
   (`StepFailed.retryable`), and has attempts left, is not ended: the same fenced write that would end it
   sends it back to PENDING with the next attempt number, held by "retry" until its back-off ends
@@ -80,7 +83,15 @@ from rackflow.config import (
     DEFAULT_SWEEP_INTERVAL,
 )
 from rackflow.domain.inventory import Component
-from rackflow.domain.tasks import ComponentChange, Ending, OperationKind, Task, TaskAttempt, TaskStatus
+from rackflow.domain.tasks import (
+    ComponentChange,
+    Ending,
+    OperationKind,
+    StepRecord,
+    Task,
+    TaskAttempt,
+    TaskStatus,
+)
 from rackflow.metrics import TASK_RETRIES
 from rackflow.notify import events
 from rackflow.retry import Retry, retrying
@@ -89,7 +100,7 @@ from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
-from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, plan
+from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, StepState, plan
 from rackflow.tasks.gates import Fail, Gate, consult
 from rackflow.tasks.manager import TaskManager, count_ended
 
@@ -121,6 +132,7 @@ class _Run:
     attempt: int
     batches: list[Batch]
     refusal: Fail | None
+    recorded: Mapping[uuid.UUID, Mapping[str, str]]  # by component: what this attempt's steps recorded
 
     @property
     def step_count(self) -> int:
@@ -143,6 +155,7 @@ class _Entry:
     changes: tuple[ComponentChange, ...]
     message: str | None = None
     ending: Ending | None = None
+    steps: tuple[StepRecord, ...] = ()  # what a step records before it acts (`_StepState`)
 
 
 # An entry that writes nothing: it asks for a round, to claim tasks when there is room.
@@ -359,6 +372,9 @@ class Executor:
         by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
         too_late = {task.run_id for task, _ in claimed if task.too_late(now) and task.run_id is not None}
         start_deadlines = await schedule_store.start_deadlines_of_tasks(conn, too_late) if too_late else {}
+        # Only a takeover (a claim after the first within an attempt) finds what steps recorded.
+        taken_over = {task.id: task.attempt for task, attempt in claimed if attempt > 1}
+        recorded = await task_runs.steps_of(conn, taken_over) if taken_over else {}
         width = max(1, self.backend.step_concurrency)
         runs = []
         for task, attempt in claimed:
@@ -366,7 +382,8 @@ class Executor:
             steps = plan(task.operation.kind, [c for c in by_rack[task.rack_id] if c.id in wanted])
             refused = _refusal(task, attempt, now, start_deadlines.get(task.id))
             refusal = Fail(refused) if refused else failed.get(task.id)
-            runs.append(_Run(task, attempt, step_batches(steps, width), refusal))
+            batches = step_batches(steps, width)
+            runs.append(_Run(task, attempt, batches, refusal, recorded.get(task.id, {})))
         return runs
 
     async def _register(self, stop: asyncio.Event) -> None:
@@ -443,10 +460,14 @@ class Executor:
                 changes.clear()
                 if not (await self._journal.write(entry)).ours:
                     return None
-            outcomes = await asyncio.gather(
-                *(self._step(task, c, n, run.step_count, changes, notes) for n, c in batch)
-            )
-            failures = [failure for failure in outcomes if failure is not None]
+            outcomes = await asyncio.gather(*(self._step(run, c, n, changes, notes) for n, c in batch))
+            unrecorded = [outcome for outcome in outcomes if isinstance(outcome, _Unrecorded)]
+            for outcome in unrecorded:
+                if outcome.error is not None:  # as a progress write that failed: the run is cut short
+                    raise outcome.error
+            if unrecorded:
+                return None
+            failures = [failure for failure in outcomes if isinstance(failure, _Failure)]
             if failures:
                 reason = "; ".join(failure.reason for failure in failures)
                 return (TaskStatus.FAILED, _noted(reason, notes)), all(f.retryable for f in failures)
@@ -454,23 +475,26 @@ class Executor:
 
     async def _step(
         self,
-        task: Task,
+        run: _Run,
         component: Component,
         number: int,
-        total: int,
         changes: list[ComponentChange],
         notes: list[tuple[int, str]],
-    ) -> _Failure | None:
+    ) -> _Failure | _Unrecorded | None:
         """Run one step, keeping what it changed for the next journal write (with the task's next progress
         message or its end, so a step costs no transaction of its own; if the instance dies first, the task
         is taken over and the step repeated, as any step whose outcome was not recorded), and its note for
-        the task's message. Returns why it failed, or None when it succeeded. A backend bug is never
-        retryable."""
+        the task's message. Returns why it failed, None when it succeeded, or what kept the step from
+        recording its state (it did not act). A backend bug is never retryable."""
+        task, total = run.task, run.step_count
+        state = _StepState(self._journal, task, component.id, run.recorded.get(component.id))
         try:
-            if (change := await self.backend.run_step(task, component)) is not None:
+            if (change := await self.backend.run_step(task, component, state)) is not None:
                 changes.append(change)
                 if change.note is not None:
                     notes.append((number, f"{component.name} ({number}/{total}): {change.note}"))
+        except _Unrecorded as unrecorded:
+            return unrecorded
         except StepFailed as exc:
             return _Failure(f"{_failed(task, component, number, total)}: {exc}", exc.retryable)
         except Exception as exc:  # a backend bug must fail the task, not the executor
@@ -491,6 +515,8 @@ class Executor:
         now = self.clock.now()
         await outbox.record_events(conn, events.tasks_failed(endings, let_go.finished if let_go else (), now))
         held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
+        steps = [record for entry in entries for record in entry.steps]
+        held |= await task_runs.record_steps(conn, steps, owner_id=self.instance_id, now=now)
         await task_runs.record_changes(conn, (change for entry in entries for change in entry.changes))
         room = 0 if self._stopping else self.max_concurrent - len(self._running) + len(endings)
         if room > 0 and self._awaiting:
@@ -499,6 +525,45 @@ class Executor:
         finished = (let_go.finished | let_go.retried) if let_go else frozenset()
         promoted = bool(let_go and let_go.promoted)
         return [_Written(e.task_id in (finished if e.ending else held), promoted) for e in entries]
+
+
+class _Unrecorded(Exception):
+    """A step's state was not recorded, so the step must not act: its task is no longer this instance's
+    (`error` None), or the journal round failed (`error`), which cuts the run short."""
+
+    def __init__(self, error: Exception | None) -> None:
+        super().__init__("the step's state was not recorded")
+        self.error = error
+
+
+class _StepState(StepState):
+    """A step's `StepState`: what this attempt's run before a takeover recorded, and `record`, one journal
+    entry of its own (a round with whatever else is queued) that commits before the step acts."""
+
+    def __init__(
+        self,
+        journal: GroupCommit[_Entry, _Written],
+        task: Task,
+        component_id: uuid.UUID,
+        recorded: Mapping[str, str] | None,
+    ) -> None:
+        self._journal = journal
+        self._task = task
+        self._component_id = component_id
+        self._recorded = recorded
+
+    @property
+    def recorded(self) -> Mapping[str, str] | None:
+        return self._recorded
+
+    async def record(self, values: Mapping[str, str]) -> None:
+        record = StepRecord(self._task.id, self._task.attempt, self._component_id, dict(values))
+        try:
+            written = await self._journal.write(_Entry(self._task.id, (), steps=(record,)))
+        except Exception as exc:
+            raise _Unrecorded(exc) from exc
+        if not written.ours:
+            raise _Unrecorded(None)
 
 
 def _ending(task: Task, executed: tuple[Outcome, bool] | None, now: datetime) -> Ending:

@@ -10,7 +10,7 @@ nothing is switched on without power behind it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rackflow.domain.inventory import Component, ComponentType
 from rackflow.domain.tasks import ComponentChange, OperationKind, Task
@@ -29,6 +29,26 @@ class StepFailed(Exception):
         self.retryable = retryable
 
 
+class StepState(abc.ABC):
+    """One step's own record, kept with its task (per component and attempt) across a takeover.
+
+    Steps are repeated when a task is taken over, and most are idempotent: the state they reach is proof
+    enough. One that is not (a restart ends where it began) records, before it acts, what it needs in order
+    to tell afterwards whether it acted; a repeat of the step reads that back in `recorded`. The backend
+    touches no database: the executor keeps the record, and `record` returns once it is committed, fenced
+    like every write of a running task (a task that is no longer this instance's is not acted on).
+    """
+
+    @property
+    @abc.abstractmethod
+    def recorded(self) -> Mapping[str, str] | None:
+        """What an earlier run of this step recorded (this attempt's, before a takeover); None: nothing."""
+
+    @abc.abstractmethod
+    async def record(self, values: Mapping[str, str]) -> None:
+        """Keep `values` for a later run of this step; returns once committed, before the step acts."""
+
+
 class Backend(abc.ABC):
     """Runs steps, one component at a time.
 
@@ -39,13 +59,14 @@ class Backend(abc.ABC):
     step_concurrency: int = 1
 
     @abc.abstractmethod
-    async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
+    async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
         """Carry out `task.operation` on one component; what it changed or observed there (None: nothing),
         which the executor records with the task's next write.
 
         Raise `StepFailed` with a reason when the component refuses. Steps must be idempotent: a task taken
         over after its instance died repeats the steps that may already have happened, or whose change was
-        not recorded yet.
+        not recorded yet. A step that cannot be made so by reading the component keeps what it needs in
+        `state` before it acts (a redfish restart: `StepState`).
         """
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from rackflow.domain.inventory import Component, PowerState
 from rackflow.domain.tasks import ComponentChange, OperationKind, Task
 from rackflow.errors import InvalidArgument
-from rackflow.tasks.backends.base import Backend, StepFailed
+from rackflow.tasks.backends.base import Backend, StepFailed, StepState
 
 # The power state each operation leaves behind; ingest only looks, so it changes nothing.
 POWER_AFTER: dict[OperationKind, PowerState] = {
@@ -117,7 +117,7 @@ class SimulatorBackend(Backend):
         self._random = random.Random(self.config.seed)
         self._transient_failures: Counter[str] = Counter()  # by external id, in this process
 
-    async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
+    async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
         jitter = self.config.step_jitter
         factor = 1.0 + jitter * self._random.uniform(-1.0, 1.0) if jitter else 1.0
         await asyncio.sleep(self.config.step_seconds * factor)

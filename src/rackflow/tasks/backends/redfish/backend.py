@@ -7,7 +7,10 @@ otherwise done with a note that it was not observed (`rules.reset_progress`). Fi
 `UpdateService.SimpleUpdate`, follow the returned task where the BMC gives one, then read the version back.
 Bring-up and ingest read the inventory. What a step observed is returned as a `ComponentChange` for the
 executor to record on the component, as the simulator's is. Steps are idempotent (a component already in
-the wanted state is left alone), because a task taken over from a dead instance repeats them.
+the wanted state is left alone), because a task taken over from a dead instance repeats them. A restart is
+not (it ends where it began): before sending one, the step records the reading it decides from in its
+`StepState`, and its repeat after a takeover reads it back to tell whether the restart already happened
+(`rules.earlier_restart`), so a machine is not restarted twice where the BMC can say.
 """
 
 from __future__ import annotations
@@ -23,20 +26,24 @@ from rackflow.domain.inventory import Bmc, Component, PowerState
 from rackflow.domain.tasks import ComponentChange, OperationKind, Task
 from rackflow.errors import InvalidArgument
 from rackflow.retry import Sleep
-from rackflow.tasks.backends.base import Backend, StepFailed
+from rackflow.tasks.backends.base import Backend, StepFailed, StepState
 from rackflow.tasks.backends.redfish.bmc import BmcSession, Observed
 from rackflow.tasks.backends.redfish.calls import call
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials, read_credentials
 from rackflow.tasks.backends.redfish.rules import (
     RESTARTS,
+    Earlier,
     PowerAction,
     PowerPlan,
     PowerReading,
     Progress,
+    earlier_restart,
     firmware_image,
     power_plan,
+    recorded_reading,
     reset_progress,
+    restart_record,
     restart_seen,
     update_failure,
     waits_for_settled_power,
@@ -81,7 +88,7 @@ class RedfishBackend(Backend):
         self._sleep = sleep
         self._monotonic = monotonic
 
-    async def run_step(self, task: Task, component: Component) -> ComponentChange | None:
+    async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
         bmc = component.bmc
         if bmc is None:
             raise StepFailed(
@@ -94,42 +101,83 @@ class RedfishBackend(Backend):
             f"connecting to {where}",
         )
         try:
-            change = await self._run(task, component, session, where)
+            change = await self._run(task, component, session, where, state)
         finally:
             await asyncio.to_thread(session.close)
         if change.note is not None:
             log.warning("task %s (rack %s), %s: %s", task.id, task.rack_id, component.name, change.note)
         return change
 
-    async def _run(self, task: Task, component: Component, session: Session, where: str) -> ComponentChange:
+    async def _run(
+        self, task: Task, component: Component, session: Session, where: str, state: StepState
+    ) -> ComponentChange:
         kind = task.operation.kind
         if kind.is_power:
-            return await self._power(task, component, session, where)
+            return await self._power(task, component, session, where, state)
         if kind is OperationKind.UPGRADE_FIRMWARE:
             return await self._firmware(task, component, session, where)
-        return await self._inventory(kind, component, session, where)
+        return await self._inventory(kind, component, session, where, state)
 
     def _call(self, fn: Callable[[], Any], what: str, *, once: bool = False) -> Awaitable[Any]:
         return call(fn, what=what, config=self.config, sleep=self._sleep, once=once)
 
     # --- power -----------------------------------------------------------------------------------
 
-    async def _power(self, task: Task, component: Component, session: Session, where: str) -> ComponentChange:
+    async def _power(
+        self, task: Task, component: Component, session: Session, where: str, state: StepState
+    ) -> ComponentChange:
         current = await self._read_power(session, where)
         op = task.operation
-        state, note = await self._power_from(op.kind, current, session, where, forced=op.forced)
-        return ComponentChange(component.id, power_state=state, note=note)
+        power, note = await self._power_from(op.kind, current, session, where, state, forced=op.forced)
+        return ComponentChange(component.id, power_state=power, note=note)
 
     async def _power_from(
-        self, kind: OperationKind, current: PowerReading, session: Session, where: str, *, forced: bool
+        self,
+        kind: OperationKind,
+        current: PowerReading,
+        session: Session,
+        where: str,
+        state: StepState,
+        *,
+        forced: bool,
     ) -> tuple[PowerState, str | None]:
         """Carry out `kind` on a component that read `current`; the state it ends in, and the note of a
-        restart not observed (`_reach`)."""
-        if waits_for_settled_power(kind):
+        restart not observed (`_reach`) or perhaps repeated. A repeat of a reset step whose earlier run
+        recorded a restart (`state`) first asks whether that restart happened, from the first reading and
+        then from the settled one (a state in between is itself the proof)."""
+        earlier = earlier_restart(state.recorded, current)
+        if earlier is not Earlier.DONE and waits_for_settled_power(kind):
             current = await self._settle(current, session, where, kind)
+            earlier = earlier_restart(state.recorded, current)
+        if earlier is Earlier.DONE:
+            await self._earlier_restart_done(current, session, where, state, forced=forced)
+            return PowerState.ON, None
         plan = power_plan(kind, forced=forced, current=current.state)
-        note = await self._reach(plan, current, session, where)
+        note = await self._reach(plan, current, session, where, state)
+        if earlier is Earlier.UNKNOWN:
+            repeated = (
+                f"{where}: restart may have been repeated: the run before this task was taken over was about "
+                "to send it, and the BMC keeps no LastResetTime to tell whether it did; sent again"
+            )
+            note = "; ".join(n for n in (repeated, note) if n is not None)
         return plan.wanted, note
+
+    async def _earlier_restart_done(
+        self, current: PowerReading, session: Session, where: str, state: StepState, *, forced: bool
+    ) -> None:
+        """The restart the run before a takeover recorded has happened: wait for the power to read On, and
+        send nothing (a Reset into a restart under way would restart it again, or be refused)."""
+        action = power_plan(OperationKind.POWER_RESET, forced=forced, current=PowerState.ON).action
+        assert action is not None and state.recorded is not None  # a restart, proved done
+        log.info(
+            "%s: the restart sent before a takeover happened (read %s); not sent again",
+            where,
+            current.describe(),
+        )
+        sent = f"{action.value} (sent before a takeover)"
+        await self._watch(
+            action, PowerState.ON, recorded_reading(state.recorded), session, where, sent, "sent", seen=True
+        )
 
     def _read_power(self, session: Session, where: str) -> Awaitable[PowerReading]:
         return self._call(session.read_power, f"reading the power state of {where}")
@@ -150,13 +198,18 @@ class RedfishBackend(Backend):
             current = await self._read_power(session, where)
         return current
 
-    async def _reach(self, plan: PowerPlan, before: PowerReading, session: Session, where: str) -> str | None:
+    async def _reach(
+        self, plan: PowerPlan, before: PowerReading, session: Session, where: str, state: StepState
+    ) -> str | None:
         """Send the plan's action (if any), then poll until the power state is the wanted one, and for a
         restart until it has been seen to happen, or the step times out (`rules.reset_progress`). Returns
-        the note of a restart counted done without being observed, None otherwise."""
+        the note of a restart counted done without being observed, None otherwise. A restart is recorded
+        (`state`) before it is sent: a takeover may repeat this step."""
         action, wanted = plan.action, plan.wanted
         if action is None:
             return None
+        if action in RESTARTS:
+            await state.record(restart_record(before))
         try:
             sent = await self._call(lambda: session.reset(action), f"{action.value} of {where}", once=True)
             taken = "accepted"
@@ -167,9 +220,25 @@ class RedfishBackend(Backend):
             log.warning("%s: %s; not sent again: waiting for power %s", where, failed, wanted.value)
             sent, taken = f"{action.value} (its answer lost: {failed})", "sent"
         log.info("%s: sent Reset %s; waiting for power %s", where, sent, wanted.value)
+        return await self._watch(
+            action, wanted, before, session, where, sent, taken, seen=action not in RESTARTS
+        )
+
+    async def _watch(
+        self,
+        action: PowerAction,
+        wanted: PowerState,
+        before: PowerReading,
+        session: Session,
+        where: str,
+        sent: str,
+        taken: str,
+        *,
+        seen: bool,
+    ) -> str | None:
+        """Poll after `action` was sent to a component that read `before`, as `_reach` says."""
         started = self._monotonic()
         window = min(self.config.restart_proof_window, self.config.power_timeout)
-        seen = action not in RESTARTS
         while True:
             now = await self._read_power(session, where)
             seen = seen or restart_seen(before, now)
@@ -265,13 +334,13 @@ class RedfishBackend(Backend):
     # --- bring-up and ingest ---------------------------------------------------------------------
 
     async def _inventory(
-        self, kind: OperationKind, component: Component, session: Session, where: str
+        self, kind: OperationKind, component: Component, session: Session, where: str, state: StepState
     ) -> ComponentChange:
         observed: Observed = await self._call(session.observe, f"reading the inventory of {where}")
         log.info("%s (%s): %s", component.name, where, observed.summary)
         power, note = observed.power_state, None
         if kind is OperationKind.BRING_UP and observed.power is not None:  # None: a manager, no power
-            power, note = await self._power_from(kind, observed.power, session, where, forced=False)
+            power, note = await self._power_from(kind, observed.power, session, where, state, forced=False)
         return ComponentChange(component.id, power_state=power, firmware_version=observed.firmware, note=note)
 
 

@@ -120,6 +120,44 @@ def restart_seen(before: PowerReading, now: PowerReading) -> bool:
     return now.reported in RESTART_STATES
 
 
+def restart_record(before: PowerReading) -> dict[str, str]:
+    """What a reset step records (`StepState`) before it sends a restart to a component that read `before`:
+    the reading `earlier_restart` compares with, should the task be taken over and the step repeated."""
+    record = {"power": before.reported or ""}
+    if before.last_reset is not None:
+        record["last_reset_time"] = before.last_reset
+    return record
+
+
+def recorded_reading(record: Mapping[str, str]) -> PowerReading:
+    """The reading a `restart_record` kept."""
+    reported = record.get("power") or None
+    return PowerReading(power_state_from(reported), reported, record.get("last_reset_time"))
+
+
+class Earlier(enum.Enum):
+    """What a repeated reset step (its task taken over) knows of the restart the run before it recorded
+    it was about to send."""
+
+    NONE = "no restart recorded"  # the step never got as far as a restart: act as planned
+    DONE = "it happened"  # not to be sent again: wait for the power to come back On
+    NOT_DONE = "it did not happen"  # LastResetTime stayed: it was never carried out; send it
+    UNKNOWN = "cannot tell"  # On, and no LastResetTime: sending it may repeat it
+
+
+def earlier_restart(record: Mapping[str, str] | None, now: PowerReading) -> Earlier:
+    """Whether the restart an earlier run of this step recorded (`restart_record`) before it would send it
+    has happened, as of the reading `now`: the same proof as `restart_seen` (a `LastResetTime` moved since,
+    or a state a restart passes through, Off included), read against the recording. Without proof, a BMC
+    that keeps `LastResetTime` says it did not happen (every restart moves it); one without it cannot say."""
+    if record is None:
+        return Earlier.NONE
+    before = recorded_reading(record)
+    if restart_seen(before, now):
+        return Earlier.DONE
+    return Earlier.NOT_DONE if before.last_reset is not None else Earlier.UNKNOWN
+
+
 class Progress(enum.Enum):
     """Where a Reset stands at a read of the power after it was sent."""
 
