@@ -9,7 +9,7 @@ serving during a rolling upgrade, neither reads nor writes it (its takeovers rep
 
 Revision ID: 0043
 Revises: 0042
-Create Date: 2026-12-10
+Create Date: 2026-12-05
 """
 
 import sqlalchemy as sa
