@@ -13,7 +13,7 @@ as before.
 
 Revision ID: 0042
 Revises: 0041
-Create Date: 2026-12-09
+Create Date: 2026-12-05
 """
 
 import sqlalchemy as sa
