@@ -115,7 +115,7 @@ async def test_a_run_the_sweep_interrupts_during_its_write_back_is_completed_by_
         marked.append(await other_instance())
 
     _before_the_write_back(monkeypatch, stuck_then_swept)
-    report = await env.services.approvals.approve(waiting.id)
+    await env.services.approvals.approve(waiting.id)
 
     assert marked == [1]
     tasks, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
