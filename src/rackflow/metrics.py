@@ -161,7 +161,10 @@ AUDIT_EVENTS_LOST = Counter(
     "rackflow_audit_events_lost_total",
     "Audit events neither written nor spooled (spool full or unwritable, or a spooled line unreadable).",
 )
-AUDIT_SPOOL_BYTES = Gauge("rackflow_audit_spool_bytes", "Bytes in this process's audit spool file.")
+AUDIT_SPOOL_BYTES = Gauge(
+    "rackflow_audit_spool_bytes",
+    "Bytes waiting in this process's audit spool (its file and an unfinished replay's).",
+)
 AUDIT_EVENTS_PRUNED = Counter(
     "rackflow_audit_events_pruned_total", "Audit events this process deleted as older than --audit-retention."
 )

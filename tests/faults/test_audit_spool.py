@@ -152,6 +152,26 @@ async def test_a_full_spool_is_loud_and_the_action_stands(
     assert not spool.path.exists()
 
 
+async def test_the_bound_counts_the_file_of_a_replay_cut_short(db: Database, tmp_path: Path) -> None:
+    """A replay the database's going away again cut short leaves `<spool>.replaying` for the next round,
+    and new events start a new spool beside it: `--audit-spool-max-bytes` bounds both together."""
+    spool = AuditSpool(db, tmp_path / "audit.spool", max_bytes=4096)
+    trail = AuditTrail(db, SystemClock(), spool)
+    while spool.append(audit_store.PendingEvent(_event(trail, "CreateRack"))):
+        pass  # full
+    full = spool.path.stat().st_size
+    spool.path.rename(spool.replaying)  # as a replay does, which then failed
+
+    assert not spool.append(audit_store.PendingEvent(_event(trail, "DeleteRack")))
+    assert not spool.path.exists()
+    assert spool.pending_bytes() == full <= spool.max_bytes
+    assert metrics.AUDIT_SPOOL_BYTES._value.get() == full
+
+    assert await spool.replay() > 0  # the database is back: room again
+    assert spool.append(audit_store.PendingEvent(_event(trail, "DeleteRack")))
+    assert metrics.AUDIT_SPOOL_BYTES._value.get() == spool.pending_bytes() == spool.path.stat().st_size
+
+
 async def test_an_unreadable_line_is_skipped_and_its_neighbours_written(
     db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

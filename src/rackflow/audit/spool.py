@@ -8,12 +8,13 @@ into the database once it answers again, every `DEFAULT_AUDIT_SPOOL_REPLAY_INTER
 id and the insert skips ids already there (`store.audit.insert_events`), so a replay cut short and repeated
 writes every event once. A spooled event's "after" snapshot is read when it is replayed.
 
-The file is bounded (`--audit-spool-max-bytes`): an event that would not fit is lost, and says so loudly (an
-ERROR line naming the action, and `rackflow_audit_events_lost_total`); the server keeps serving. So is an
-event the disk has no room for, whose partly written line is cut off again (`_write_whole`). Several
-processes may share one spool path (`--audit-spool`): appends and the hand-over to a replay hold an
-exclusive lock on `<path>.lock` for the few microseconds they take, and one process at a time replays
-(`<path>.replay.lock`, not waited for), so no event is read by two replays or dropped between them.
+The spool is bounded (`--audit-spool-max-bytes`, counting the file and an unfinished replay's): an event that
+would not fit is lost, and says so loudly (an ERROR line naming the action, and
+`rackflow_audit_events_lost_total`); the server keeps serving. So is an event the disk has no room for, whose
+partly written line is cut off again (`_write_whole`). Several processes may share one spool path
+(`--audit-spool`): appends and the hand-over to a replay hold an exclusive lock on `<path>.lock` for the few
+microseconds they take, and one process at a time replays (`<path>.replay.lock`, not waited for), so no event
+is read by two replays or dropped between them.
 
 The replay moves the spool aside to `<path>.replaying` (new events start a new spool), writes it in
 transactions of `REPLAY_CHUNK` events, and deletes it once every event is in; a replay that fails (the
@@ -128,7 +129,10 @@ class AuditSpool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._locked(self._lock_path):
             size = self.path.stat().st_size if self.path.exists() else 0
-            if size + len(line) > self.max_bytes:
+            # The bound holds the whole spool: a replay that failed (the database went away again) leaves
+            # its `.replaying` file, and new events start a new spool beside it.
+            spooled = self.pending_bytes()
+            if spooled + len(line) > self.max_bytes:
                 return False
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
@@ -139,7 +143,7 @@ class AuditSpool:
                 os.close(fd)
             if size == 0:
                 _fsync_dir(self.path.parent)  # a new file's name survives a crash too
-        metrics.AUDIT_SPOOL_BYTES.set(size + len(line))
+        metrics.AUDIT_SPOOL_BYTES.set(spooled + len(line))
         return True
 
     def pending_bytes(self) -> int:
@@ -170,9 +174,9 @@ class AuditSpool:
                             break
                         self.path.rename(self.replaying)
                         _fsync_dir(self.path.parent)
-                    metrics.AUDIT_SPOOL_BYTES.set(0)
                 written += await self._replay_file()
                 self.replaying.unlink()
+                metrics.AUDIT_SPOOL_BYTES.set(self.pending_bytes())
             if written:
                 log.warning("audit spool: %d events written to the audit trail after an outage", written)
             return written
