@@ -58,6 +58,8 @@ RUN_OUTCOMES_PER_PAGE = 500
 # by one: a rare one read all million of them for one page, 3 s (docs/PERFORMANCE.md, issue 29). Such a
 # search walks at most SEARCH_WALK schedules per page in the list's order and says where it stopped (a page
 # token), so each page costs the same bounded walk, found or not, and the next page searches on from there.
+# So does the audit trail filtered by a target id on SQLite, which has no index over a row's ids
+# (`store.audit.list_events`).
 SHORT_SEARCH_TEXT = 3
 SEARCH_WALK = 10_000
 # How long an instance's heartbeat stays valid: its tasks and schedule runs are taken over once it is this

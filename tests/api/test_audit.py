@@ -258,6 +258,8 @@ async def test_list_filters_pages_and_counts_newest_first(stub: FlowStub, clock:
         (pb.ListAuditEventsRequest(method="DropAllTables"), "method"),
         (pb.ListAuditEventsRequest(principal="x" * 256), "principal"),
         (pb.ListAuditEventsRequest(pagination=pb.Pagination(limit=100_000)), "pagination.limit"),
+        (pb.ListAuditEventsRequest(target=pb.UUID(id="rack-7")), "target: 'rack-7' is not a UUID"),
+        (pb.ListAuditEventsRequest(target=pb.UUID()), "target: an id is required"),
     ],
 )
 async def test_bad_filters_are_invalid_argument(
@@ -456,6 +458,52 @@ async def test_delete_rack_names_each_schedule_whose_scope_it_changed(
     assert (await scope_ids(stub, nightly)) == [entries["nightly"][1]]  # what the event says went, went
     assert history(trail, nightly.id) == history(trail, weekly.id) == ["DeleteRack", "CreateTaskSchedule"]
     assert history(trail, untouched.id) == ["CreateTaskSchedule"]
+
+
+async def test_the_trail_by_target_is_a_things_history_in_any_spelling_page_by_page(
+    stub: FlowStub, clock: FakeClock
+) -> None:
+    """`target` lists what happened to one thing, newest first: a schedule's own RPCs and the DeleteRack
+    that took a rack out of its scope, which its request does not name; the id in any spelling the API
+    takes, as the trail writes ids; keyset pages as without it."""
+    r1 = await stub.CreateRack(pb.CreateRackRequest(name="r1"), metadata=OPERATOR)
+    await stub.CreateRack(pb.CreateRackRequest(name="r2"), metadata=OPERATOR)
+    nightly = await create_scoped(stub, "nightly", racks_spec("r1", "r2"))
+    clock.advance(SECOND)
+    await stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=nightly.id), metadata=OPERATOR)
+    clock.advance(SECOND)
+    await create_scoped(stub, "weekly", racks_spec("r2"))
+    clock.advance(SECOND)
+    await stub.DeleteRack(pb.DeleteRackRequest(id=r1.id), metadata=OPERATOR)
+
+    spellings = [
+        nightly.id.id,
+        nightly.id.id.upper(),
+        "{" + nightly.id.id + "}",
+        nightly.id.id.replace("-", ""),
+    ]
+    for spelling in spellings:
+        listed = await stub.ListAuditEvents(
+            pb.ListAuditEventsRequest(target=pb.UUID(id=spelling)), metadata=VIEWER
+        )
+        assert [e.method for e in listed.events] == ["DeleteRack", "PauseTaskSchedule", "CreateTaskSchedule"]
+        assert (listed.total, listed.total_capped) == (3, False)
+    assert [e.method for e in await events(stub, target=r1.id)] == ["DeleteRack", "CreateRack"]
+    assert [e.method for e in await events(stub, target=r1.id, method="CreateRack")] == ["CreateRack"]
+    assert await events(stub, target=pb.UUID(id=str(uuid.uuid4()))) == []
+
+    pages: list[str] = []
+    token = ""
+    while True:
+        asked = pb.Pagination(limit=2, page_token=token)
+        page = await stub.ListAuditEvents(
+            pb.ListAuditEventsRequest(target=nightly.id, pagination=asked), metadata=VIEWER
+        )
+        pages.append(",".join(e.method for e in page.events))
+        token = page.next_page_token
+        if not token:
+            break
+    assert pages == ["DeleteRack,PauseTaskSchedule", "CreateTaskSchedule"]
 
 
 async def test_remove_component_names_the_schedules_it_narrowed_or_emptied(stub: FlowStub) -> None:

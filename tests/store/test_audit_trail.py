@@ -8,6 +8,7 @@ import pytest
 from rackflow.domain.audit import OK, EventFilter
 from rackflow.errors import InvalidArgument
 from rackflow.store.db import Database
+from rackflow.store.paging import Listed
 from tests.store.schedules_support import Env, make_env
 
 
@@ -31,13 +32,13 @@ async def test_an_action_outside_grpc_is_recorded_with_its_schedule_before_and_a
         before=before,
     )
     (event,), total = await trail.list_events(EventFilter(principal="oncall"))
-    assert total == 1
+    assert total == Listed(1)
     assert (event.method, event.outcome, event.target_ids) == ("PauseTaskSchedule", OK, (str(schedule.id),))
     assert event.request == {"id": str(schedule.id), "via": "http"}
     assert before is not None and before["enabled"] is True
     assert event.schedule_before == before
     assert event.schedule_after is not None and event.schedule_after["enabled"] is False
-    assert await trail.list_events(EventFilter(method="CreateRack")) == ([], 0)
+    assert await trail.list_events(EventFilter(method="CreateRack")) == ([], Listed(0))
 
 
 async def test_a_principal_no_row_can_hold_is_refused(env: Env) -> None:

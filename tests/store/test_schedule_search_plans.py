@@ -24,6 +24,7 @@ from rackflow.config import LIST_COUNT_CAP
 from rackflow.domain.schedules import Schedule
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
+from rackflow.store.paging import Listed
 from rackflow.store.tables import task_schedule
 from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import fresh_postgres_database, sql
@@ -90,7 +91,7 @@ async def db(schedules_url: str) -> AsyncIterator[Database]:
     await database.dispose()
 
 
-async def _search(db: Database, text: str) -> tuple[list[str], store.Listed, list[str]]:
+async def _search(db: Database, text: str) -> tuple[list[str], Listed, list[str]]:
     """The first page's names, what the list said besides, and the plan of each statement it sent."""
     found: list[Schedule] = []
     with statements_sent(db) as sent:
@@ -113,7 +114,7 @@ async def test_a_text_of_three_characters_or_more_reads_the_trigram_index(
 ) -> None:
     found, listed, plans = await _search(db, text)
     assert found == names
-    assert listed == store.Listed(_count(text))
+    assert listed == Listed(_count(text))
     assert len(plans) == 2  # the count, then the page
     for plan in plans:
         assert TRIGRAM_INDEX in plan, plan

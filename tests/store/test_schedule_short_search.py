@@ -14,7 +14,7 @@ from sqlalchemy import update
 from rackflow.domain.schedules import Schedule, ScheduleOrder
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
-from rackflow.store.paging import Key
+from rackflow.store.paging import Key, Listed
 from rackflow.store.tables import task_schedule
 from tests.store.schedules_support import START, make_env
 
@@ -49,7 +49,7 @@ async def names(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 async def _page(
     db: Database, text: str, order: ScheduleOrder, limit: int | None, after: Key | None = None
-) -> tuple[list[Schedule], store.Listed]:
+) -> tuple[list[Schedule], Listed]:
     found: list[Schedule] = []
     async with db.read(streaming=True) as conn:
         listed = await store.each_schedule_chunk(
@@ -81,7 +81,7 @@ async def test_the_pages_find_every_match_once_in_order(
     db: Database, names: list[str], order: ScheduleOrder, limit: int
 ) -> None:
     everything, unbounded = await _page(db, "qx", order, None)  # no limit asked: no bound
-    assert sorted(s.name for s in everything) == ["QX-j", "qx-k", "z-qx"] and unbounded == store.Listed(3)
+    assert sorted(s.name for s in everything) == ["QX-j", "qx-k", "z-qx"] and unbounded == Listed(3)
     pages = await _walk_on(db, "qx", order, limit)
     assert [name for page in pages for name in page] == [s.name for s in everything]
     assert all(len(page) <= limit for page in pages)
@@ -107,7 +107,7 @@ async def test_a_rare_text_past_the_first_walk_is_found_on_a_later_page(
 async def test_a_longer_text_or_the_list_s_end_is_not_bounded(db: Database, names: list[str]) -> None:
     order = ScheduleOrder()
     found, listed = await _page(db, "-QX", order, 50)  # three characters: the trigram index's to answer
-    assert [s.name for s in found] == ["z-qx"] and listed == store.Listed(1)
+    assert [s.name for s in found] == ["z-qx"] and listed == Listed(1)
     everything, _ = await _page(db, "", order, None)
     tenth = order.key_of(everything[9])
     found, listed = await _page(db, "-", order, 50, after=tenth)  # two schedules left, fewer than WALK

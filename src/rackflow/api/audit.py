@@ -27,7 +27,14 @@ from google.protobuf.message import Message
 from grpc.aio import ServicerContext as Context
 
 from rackflow.api.auth import Behavior, FlowInterceptor, is_mutating, with_behavior
-from rackflow.api.convert import next_page_token, page_from, timestamp_from, total_to
+from rackflow.api.convert import (
+    next_page_token,
+    page_from,
+    page_token,
+    required_uuid,
+    timestamp_from,
+    total_to,
+)
 from rackflow.api.convert.audit import audit_event_to
 from rackflow.api.convert.notifications import without_secrets
 from rackflow.api.errors import rpc
@@ -248,14 +255,18 @@ class AuditRpcs:
             raise InvalidArgument(f"method: {request.method!r} is not an RPC of the Flow service")
         since = timestamp_from(request.since, "since") if request.HasField("since") else None
         page = page_from(request.pagination if request.HasField("pagination") else None, "ListAuditEvents")
-        matching = EventFilter(since, request.method or None, request.principal or None)
-        events, counted = await self.services.audit.list_events(
+        target = required_uuid(request.target, "target") if request.HasField("target") else None
+        matching = EventFilter(since, request.method or None, request.principal or None, target)
+        events, listed = await self.services.audit.list_events(
             matching, offset=page.offset, limit=page.limit, after=page.after
         )
-        total, capped = total_to(counted)
+        total, capped = total_to(listed.total)
+        token = next_page_token("ListAuditEvents", page.limit, events, lambda e: (e.at, e.id))
+        if not token and listed.searched_to is not None:  # a walked page, short or empty: it searches on
+            token = page_token("ListAuditEvents", listed.searched_to)
         return pb.ListAuditEventsResponse(
             events=[audit_event_to(e) for e in events],
             total=total,
-            total_capped=capped,
-            next_page_token=next_page_token("ListAuditEvents", page.limit, events, lambda e: (e.at, e.id)),
+            total_capped=capped or listed.count_bounded,
+            next_page_token=token,
         )

@@ -42,6 +42,7 @@ from rackflow.ids import new_id
 from rackflow.store import audit as store
 from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
+from rackflow.store.paging import Listed
 from rackflow.validation import check_text
 
 log = logging.getLogger(__name__)
@@ -174,9 +175,10 @@ class AuditTrail:
         offset: int = 0,
         limit: int | None = None,
         after: Sequence[Any] | None = None,
-    ) -> tuple[list[AuditEvent], int]:
+    ) -> tuple[list[AuditEvent], Listed]:
         """One page of events, newest first (after the `store.EVENT_ORDER` key `after`), and how many
-        match the filter before paging (counted up to LIST_COUNT_CAP, then more)."""
+        match the filter before paging (counted up to LIST_COUNT_CAP, then more; by target on SQLite, a
+        page walks a bounded range: `store.list_events`)."""
         # No row can hold a longer or control-character name: refuse it before the query.
         check_text(matching.principal or "", "principal")
         async with self.db.read() as conn:

@@ -39,11 +39,13 @@ class AuditEvent:
 
 @dataclass(frozen=True)
 class EventFilter:
-    """Which events to list: at or after `since`, of `method`, by `principal` (None: any)."""
+    """Which events to list: at or after `since`, of `method`, by `principal`, naming `target` in their
+    `target_ids` (None: any)."""
 
     since: datetime | None = None
     method: str | None = None
     principal: str | None = None
+    target: uuid.UUID | None = None
 
 
 EVERY_EVENT = EventFilter()

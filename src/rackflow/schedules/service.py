@@ -69,6 +69,7 @@ from rackflow.store import schedules as store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.dispatch import count_due
+from rackflow.store.paging import Listed
 from rackflow.tasks.conflicts import could_conflict
 from rackflow.tasks.manager import Ended, TaskManager, rack_label
 from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
@@ -355,7 +356,7 @@ class ScheduleService:
         offset: int = 0,
         limit: int | None = None,
         after: Sequence[Any] | None = None,
-    ) -> store.Listed:
+    ) -> Listed:
         """Pass the schedules to `consume` a chunk at a time (`store.each_schedule_chunk`), so a caller
         that converts each chunk as it comes (ListTaskSchedules) never holds every schedule at once;
         returns the total before paging, and where a short search's walk stopped."""

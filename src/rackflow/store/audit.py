@@ -13,11 +13,12 @@ from typing import Any
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.config import SEARCH_WALK
 from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter
 from rackflow.store import audit_partitions as partitions
 from rackflow.store.db import Database
-from rackflow.store.dialect import insert_new
-from rackflow.store.paging import Key, after_key, count_capped
+from rackflow.store.dialect import array_holds, indexes_array_items, insert_new
+from rackflow.store.paging import Key, Listed, after_key, count_capped, up_to_key
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import audit_events, task_schedule, task_schedule_scope
 
@@ -82,9 +83,18 @@ async def list_events(
     offset: int = 0,
     limit: int | None = None,
     after: Key | None = None,
-) -> tuple[list[AuditEvent], int]:
-    """One page of events, newest first (after the key `after` of EVENT_ORDER if given), and the total
-    matching the filter before paging (`paging.count_capped`)."""
+) -> tuple[list[AuditEvent], Listed]:
+    """One page of events, newest first (after the key `after` of EVENT_ORDER if given), and what the list
+    says besides (`paging.Listed`: the total matching the filter before paging, `paging.count_capped`).
+
+    By target: the events whose `target_ids` hold its id (canonical, as `target_ids` are written: a
+    DeleteRack's event names the schedules whose scope it changed there too, `audit.changes`). PostgreSQL
+    reads them from the GIN index over `target_ids` (migration 0044). SQLite has no index over a row's ids:
+    a page (`limit`) walks at most SEARCH_WALK events after `after` in EVENT_ORDER (narrowed by the other
+    filters, which its indexes answer), may come back short or empty before the trail's end, and says where
+    it stopped (`Listed.searched_to`); its count is of the first SEARCH_WALK events' matches
+    (`Listed.count_bounded`). A request without a limit asked for every match: it is not bounded.
+    """
     where: list[ColumnElement[bool]] = []
     if matching.since is not None:
         where.append(audit_events.c.at >= matching.since)
@@ -92,10 +102,19 @@ async def list_events(
         where.append(audit_events.c.method == matching.method)
     if matching.principal:
         where.append(audit_events.c.principal == matching.principal)
-    total = await count_capped(conn, audit_events, where)
+    indexed = list(where)
+    searched_to = counted_to = None
+    if matching.target is not None:
+        where.append(array_holds(conn.dialect.name, audit_events.c.target_ids, str(matching.target)))
+        if limit is not None and not indexes_array_items(conn.dialect.name):
+            searched_to = await _walk_end(conn, indexed, after)
+            counted_to = searched_to if after is None else await _walk_end(conn, indexed, None)
+    counted = where if counted_to is None else [*where, *up_to_key(EVENT_ORDER, counted_to, descending=True)]
+    total = await count_capped(conn, audit_events, counted)
+    until = [] if searched_to is None else up_to_key(EVENT_ORDER, searched_to, descending=True)
     query = (
         select(audit_events)
-        .where(*where, *after_key(EVENT_ORDER, after, descending=True))
+        .where(*where, *after_key(EVENT_ORDER, after, descending=True), *until)
         .order_by(*(column.desc() for column in EVENT_ORDER))
         .offset(offset)
         .limit(limit)
@@ -117,7 +136,24 @@ async def list_events(
         )
         for row in rows
     ]
-    return events, int(total)
+    return events, Listed(int(total), searched_to, count_bounded=counted_to is not None)
+
+
+async def _walk_end(
+    conn: AsyncConnection, where: Sequence[ColumnElement[bool]], after: Key | None
+) -> Key | None:
+    """The key of the SEARCH_WALK-th event matching `where` after `after` in EVENT_ORDER, or None when the
+    trail ends there or before: a walked page reads up to there (an index range). The event after it is read
+    too, so that a walk ending with the trail says so, and no empty page follows it."""
+    query = (
+        select(*EVENT_ORDER)
+        .where(*where, *after_key(EVENT_ORDER, after, descending=True))
+        .order_by(*(column.desc() for column in EVENT_ORDER))
+        .offset(SEARCH_WALK - 1)
+        .limit(2)
+    )
+    rows = (await conn.execute(query)).all()
+    return (rows[0].at, rows[0].id) if len(rows) == 2 else None
 
 
 async def prune_events(

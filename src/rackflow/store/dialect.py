@@ -4,8 +4,8 @@ The other store modules write each statement once and call here for the part tha
 is set up (`engine_options`, `prepare_engine`), which clock is "now" (`database_now`, `now_minus`), row
 locks (`skip_locked`, `for_update`, `locks_rows`), lookups by many keys (`by_keys`, `keys_table`,
 `past_newest`, `ids_in`, `not_in_keys`), a UUID as text (`uuid_text`), bulk writes (`insert_rows`,
-`update_rows`, `insert_new`) and the migration lock. `dialect` is `Database.dialect` or, where only a
-connection is at hand, `conn.dialect.name`.
+`update_rows`, `insert_new`), an item of a JSON array (`array_holds`) and the migration lock. `dialect`
+is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
 
 How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks) is
 `store.db.Database`'s; the PostgreSQL keyed-read path is `store.keyed_reads`'.
@@ -41,6 +41,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     event,
+    exists,
     func,
     literal,
     select,
@@ -198,6 +199,25 @@ def now_minus_params(dialect: str, clock: Clock, span: timedelta) -> dict[str, d
     if dialect == POSTGRESQL:
         return {"span": span}
     return {"before": clock.now() - span}
+
+
+# --- JSON arrays ------------------------------------------------------------------------------------
+
+
+def array_holds(dialect: str, column: ColumnElement[Any], item: str) -> ColumnElement[bool]:
+    """`column`, a JSON array of texts, holds `item`. PostgreSQL: `column @> '["item"]'`, which a GIN index
+    over the column (`jsonb_path_ops`) answers; SQLite looks into each row's array (`json_each`), as no
+    index of its can (`indexes_array_items`)."""
+    if dialect == POSTGRESQL:
+        return column.bool_op("@>")(literal([item], postgresql.JSONB()))
+    items = func.json_each(column).table_valued("value")
+    return exists(select(literal(1)).select_from(items).where(items.c.value == item))
+
+
+def indexes_array_items(dialect: str) -> bool:
+    """Whether an index answers `array_holds` (PostgreSQL's GIN), so a list filtered by it reads its
+    matches only; on SQLite such a list walks a bounded range of its order instead (config.SEARCH_WALK)."""
+    return dialect == POSTGRESQL
 
 
 # --- row locks --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ its own rows from an index in the list's order, and the capped count at most LIS
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,20 @@ from rackflow.store.types import UTCDateTime
 # A keyset position: the values of a list's order columns in its previous page's last row.
 Key = Sequence[Any]
 PAGE_TOKEN = "pagination.page_token"
+
+
+@dataclass(frozen=True)
+class Listed:
+    """What a list says besides its rows: `total`, how many match before paging, counted up to
+    LIST_COUNT_CAP + 1 (more: "more than LIST_COUNT_CAP"); and, for a page of a filter no index answers
+    (a short schedule name search; the audit trail by target on SQLite) that walked SEARCH_WALK rows before
+    the list's end, `searched_to`, the key of the last row it walked: the next page searches on after it.
+    Such a filter counts only the matches among the list's first SEARCH_WALK rows; `count_bounded` says
+    that the list goes on past them, so `total` is a lower bound."""
+
+    total: int
+    searched_to: Key | None = None
+    count_bounded: bool = False
 
 
 async def count_capped(

@@ -81,7 +81,7 @@ from rackflow.store.dialect import (
 )
 from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
-from rackflow.store.paging import Key, after_key, check_key, count_capped, up_to_key
+from rackflow.store.paging import Key, Listed, after_key, check_key, count_capped, up_to_key
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.streak_checks import mark_schedules, mark_schedules_of_runs
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
@@ -396,20 +396,6 @@ async def list_schedules(conn: AsyncConnection, **query: Any) -> tuple[list[Sche
 
 # Rows converted at once by `each_schedule_chunk`: what a streamed list holds beyond its response.
 LIST_CHUNK = 1_000
-
-
-@dataclass(frozen=True)
-class Listed:
-    """What a list says besides its rows: `total`, how many match before paging, counted up to
-    LIST_COUNT_CAP + 1 (more: "more than LIST_COUNT_CAP"); and, for a short search's page that walked
-    SEARCH_WALK schedules before the list's end, `searched_to`, the key (`ScheduleOrder.key_of`) of the last
-    schedule it walked: the next page searches on after it. A short search counts only the matches among
-    the list's first SEARCH_WALK schedules; `count_bounded` says that the list goes on past them, so
-    `total` is a lower bound."""
-
-    total: int
-    searched_to: Key | None = None
-    count_bounded: bool = False
 
 
 async def each_schedule_chunk(

@@ -622,6 +622,15 @@ audit_events = Table(
     # The trail filtered by principal or by method, newest first (migration 0022).
     Index("ix_audit_events_principal_at_id", "principal", "at", "id"),
     Index("ix_audit_events_method_at_id", "method", "at", "id"),
+    # The trail by target, "what happened to this rack / schedule / task" (`target_ids @> '["id"]'`,
+    # migration 0044). PostgreSQL only: SQLite has no index over a JSON array's items, and its list by
+    # target walks a bounded range of the trail instead (store/audit.py `list_events`).
+    Index(
+        "ix_audit_events_target_ids",
+        "target_ids",
+        postgresql_using="gin",
+        postgresql_ops={"target_ids": "jsonb_path_ops"},
+    ).ddl_if(dialect="postgresql"),
     postgresql_partition_by="RANGE (at)",
 )
 

@@ -4616,6 +4616,7 @@ class ListAuditEventsRequest(_message.Message):
     METHOD_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
     PAGINATION_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
     method: _builtins.str
     """only this RPC name"""
     principal: _builtins.str
@@ -4626,6 +4627,15 @@ class ListAuditEventsRequest(_message.Message):
 
     @_builtins.property
     def pagination(self) -> Global___Pagination: ...
+    @_builtins.property
+    def target(self) -> Global___UUID:
+        """Only the events naming this id in target_ids (a rack, schedule, task, run, scope entry...): what
+        happened to it, including the schedules DeleteRack and RemoveComponent changed. Any spelling of a
+        UUID. On SQLite a page reads at most 10,000 events in the trail's order: it may come back short or
+        empty with a next_page_token that searches on, and total counts the first 10,000 events' matches
+        only (total_capped).
+        """
+
     def __init__(
         self,
         *,
@@ -4633,19 +4643,24 @@ class ListAuditEventsRequest(_message.Message):
         method: _builtins.str = ...,
         principal: _builtins.str = ...,
         pagination: Global___Pagination | None = ...,
+        target: Global___UUID | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "_since", b"_since", "pagination", b"pagination", "since", b"since"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "_since", b"_since", "_target", b"_target", "pagination", b"pagination", "since", b"since", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "_since", b"_since", "method", b"method", "pagination", b"pagination", "principal", b"principal", "since", b"since"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "_since", b"_since", "_target", b"_target", "method", b"method", "pagination", b"pagination", "principal", b"principal", "since", b"since", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__pagination: _TypeAlias = _typing.Literal["pagination"]  # noqa: Y015
     _WhichOneofArgType__pagination: _TypeAlias = _typing.Literal["_pagination", b"_pagination"]  # noqa: Y015
     _WhichOneofReturnType__since: _TypeAlias = _typing.Literal["since"]  # noqa: Y015
     _WhichOneofArgType__since: _TypeAlias = _typing.Literal["_since", b"_since"]  # noqa: Y015
+    _WhichOneofReturnType__target: _TypeAlias = _typing.Literal["target"]  # noqa: Y015
+    _WhichOneofArgType__target: _TypeAlias = _typing.Literal["_target", b"_target"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__pagination) -> _WhichOneofReturnType__pagination | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__since) -> _WhichOneofReturnType__since | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__target) -> _WhichOneofReturnType__target | None: ...
 
 Global___ListAuditEventsRequest: _TypeAlias = ListAuditEventsRequest  # noqa: Y015
 
