@@ -1065,6 +1065,7 @@ class RackflowClient:
         since: datetime | None = None,
         method: str = "",
         principal: str = "",
+        target: str = "",
         offset: int = 0,
         limit: int = 0,
         page_token: str = "",
@@ -1073,6 +1074,7 @@ class RackflowClient:
             since=_timestamp(since) if since else None,
             method=method,
             principal=principal,
+            target=pb.UUID(id=target) if target else None,
             pagination=_page(offset, limit, page_token),
         )
         return self._call(self._stub.ListAuditEvents, request, pb.ListAuditEventsResponse)

@@ -69,11 +69,15 @@ def run(client: FakeAuditClient, *args: str) -> Result:
 
 def test_audit_sends_the_filters_and_shows_a_table() -> None:
     client = FakeAuditClient()
-    result = run(
-        client, "audit", "--since", "24h", "--method", "DeleteRack", "--principal", "oncall", "--limit", "5"
-    )
+    filters = ("--since", "24h", "--method", "DeleteRack", "--principal", "oncall", "--target", RACK_ID)
+    result = run(client, "audit", *filters, "--limit", "5")
     assert result.exit_code == 0, result.output
-    expected = {"since": NOW - timedelta(hours=24), "method": "DeleteRack", "principal": "oncall"}
+    expected = {
+        "since": NOW - timedelta(hours=24),
+        "method": "DeleteRack",
+        "principal": "oncall",
+        "target": RACK_ID,
+    }
     assert client.calls == [{**expected, "offset": 0, "limit": 5, "page_token": ""}]
     assert "2 of 7 events" in result.output
     assert "oncall" in result.output and "NOT_FOUND" in result.output

@@ -299,7 +299,7 @@ async def test_unknown_schedule_actions_and_paths(http: httpx.AsyncClient, db: D
 
 async def test_audit_filters(http: httpx.AsyncClient, services: Services) -> None:
     await make_racks(services, "r1")
-    await make_schedule(services, "nightly", "r1")
+    schedule = await make_schedule(services, "nightly", "r1")
     await http.post(f"{API}/schedules/nightly:pause")
     await http.post(f"{API}/schedules/nightly:trigger")
     only_pause = (await http.get(f"{API}/audit", params={"method": "PauseTaskSchedule"})).json()
@@ -308,6 +308,9 @@ async def test_audit_filters(http: httpx.AsyncClient, services: Services) -> Non
     assert none_later == {"events": [], "total": 0, "next_page_token": "", "total_capped": False}
     error_of(await http.get(f"{API}/audit?method=Reboot"), 400, "INVALID_ARGUMENT", "method")
     error_of(await http.get(f"{API}/audit?since=soon"), 400, "INVALID_ARGUMENT", "since")
+    error_of(await http.get(f"{API}/audit?target=nightly"), 400, "INVALID_ARGUMENT", "target")
+    by_target = (await http.get(f"{API}/audit", params={"target": str(schedule.id).upper()})).json()
+    assert [e["method"] for e in by_target["events"]] == ["TriggerTaskSchedule", "PauseTaskSchedule"]
 
 
 async def test_times_take_durations_where_the_cli_does(

@@ -417,6 +417,30 @@ async def test_audit_page_shows_the_schedules_a_rack_deletion_changed(
     assert "&#34;scope_entry&#34;: &#34;removed&#34;" in changes and "nightly" in changes
 
 
+async def test_audit_page_filters_by_target_and_pages_on_by_token(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """A schedule's history: its own changes and the rack deletion that changed its scope, not another
+    schedule's; by target the page goes on by page tokens (on SQLite a page walks a bounded range)."""
+    (rack_id,) = await make_racks(services, "r1")
+    schedule = await make_schedule(services, "nightly", "r1")
+    await make_schedule(services, "weekly", "r1")
+    await http.post("/api/v1/schedules/weekly:pause")
+    await http.post("/api/v1/schedules/nightly:pause")
+    caller = RpcCaller(FlowServicer(services), AuditInterceptor(services.audit))
+    oncall = Principal("oncall", Role.OPERATOR, "token")
+    await caller("DeleteRack", pb.DeleteRackRequest(id=pb.UUID(id=str(rack_id))), oncall)
+
+    page = (await http.get("/audit", params={"target": str(schedule.id)})).text
+    methods = [attribute(t, "data-method") for t in tagged(page, "audit-row")]
+    assert methods == ["DeleteRack", "PauseTaskSchedule"]
+    assert f'value="{schedule.id}"' in tagged(page, "filter-target")[0]
+    assert tagged(page, "target-done") and not tagged(page, "pager")
+    page = (await http.get("/audit", params={"target": "nightly"})).text
+    assert "target: &#39;nightly&#39; is not a UUID" in page
+    assert (await http.get("/audit", params={"target": "nightly"})).status_code == 400
+
+
 async def test_an_unexpected_failure_is_an_error_page_without_details(
     http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -55,6 +55,12 @@ def audit_table(events: Sequence[pb.AuditEvent], title: str) -> Listing:
 )
 @click.option("--method", default="", metavar="RPC", help="Only this RPC, e.g. DeleteRack.")
 @click.option("--principal", default="", metavar="NAME", help="Only this caller (token name or cert CN).")
+@click.option(
+    "--target",
+    default="",
+    metavar="ID",
+    help="Only the events naming this id: what happened to a rack, schedule, task or run.",
+)
 @page_options(limit=50, noun="events", order="newest first")
 @click.pass_context
 def audit(
@@ -62,6 +68,7 @@ def audit(
     since: str | None,
     method: str,
     principal: str,
+    target: str,
     limit: int,
     offset: int,
     page_token: str,
@@ -72,11 +79,18 @@ def audit(
     Example:
       rackflow audit --since 24h --method DeleteTaskSchedule
       rackflow audit --principal oncall -o json
+      rackflow audit --target 0193a5c2-7f1e-7c3a-9d4b-2f6e8a1b3c5d
     """
     session = pass_session(ctx)
     after = parse_since(since, session.clock.now()) if since else None
     found = session.client.list_audit_events(
-        since=after, method=method, principal=principal, offset=offset, limit=limit, page_token=page_token
+        since=after,
+        method=method,
+        principal=principal,
+        target=target,
+        offset=offset,
+        limit=limit,
+        page_token=page_token,
     )
     emit_page(
         session, found, lambda: audit_table(found.events, page_title(len(found.events), found, "events"))

@@ -568,6 +568,11 @@ class JsonApi:
                     Param("since", "since", "only events since this time, or this long ago (24h)"),
                     Param("method", "string", "only this RPC"),
                     Param("principal", "string", "only this caller"),
+                    Param(
+                        "target",
+                        "string",
+                        "only the events naming this id: a rack's, schedule's, task's history",
+                    ),
                     *PAGE,
                 ),
             ),
@@ -935,6 +940,7 @@ class JsonApi:
             since=q.since("since"),
             method=q.text("method"),
             principal=q.text("principal"),
+            target=pb.UUID(id=target) if (target := q.text("target")) else None,
             pagination=q.pagination(),
         )
         return await call.rpc("ListAuditEvents", request)
