@@ -89,12 +89,12 @@ async def list_events(
 
     By target: the events whose `target_ids` hold its id (canonical, as `target_ids` are written: a
     DeleteRack's event names the schedules whose scope it changed there too, `audit.changes`). PostgreSQL
-    reads them from the GIN index over `target_ids` (migration 0044), newest window first
-    (`_newest_matches`). SQLite has no index over a row's ids:
-    a page (`limit`) walks at most SEARCH_WALK events after `after` in EVENT_ORDER (narrowed by the other
-    filters, which its indexes answer), may come back short or empty before the trail's end, and says where
-    it stopped (`Listed.searched_to`); its count is of the first SEARCH_WALK events' matches
-    (`Listed.count_bounded`). A request without a limit asked for every match: it is not bounded.
+    reads them from the GIN index over `target_ids` (migration 0044; `_newest_matches`). SQLite has no
+    index over a row's ids: a page (`limit`) walks at most SEARCH_WALK events after `after` in EVENT_ORDER
+    (narrowed by the other filters, which its indexes answer), may come back short or empty before the
+    trail's end, and says where it stopped (`Listed.searched_to`); its count is of the first SEARCH_WALK
+    events' matches (`Listed.count_bounded`). A request without a limit asked for every match: it is not
+    bounded.
     """
     where: list[ColumnElement[bool]] = []
     if matching.since is not None:
@@ -172,8 +172,8 @@ async def _newest_matches(
 
     Why: PostgreSQL cannot tell how many events name an id (its statistics sample whole arrays), and each
     way one statement may read a page costs a lot for some ids. Walking (at, id) newest first and filtering
-    every event read 32 ms for a rack named by 1,500 of 3 M events, and would read the whole trail for an
-    id no recent event names; all of an id's matches from the index, then sorted, read 325 ms for a rack
+    every event read 31 ms for a rack named by 1,500 of 3 M events, and would read the whole trail for an
+    id no recent event names; all of an id's matches from the index, then sorted, read 343 ms for a rack
     named by 100,000 (docs/PERFORMANCE.md, "The trail by target"). The caller's count tells which an id
     is: a few matches are read all at once; many, window by window, about a page's worth past the page.
     """
