@@ -1037,6 +1037,32 @@ def test_a_short_search_goes_on_past_pages_that_found_few_and_says_so(
     assert len(fake.called("list_schedules")) == 6 and "searching on" not in longer.stderr
 
 
+def test_audit_by_target_goes_on_past_pages_that_found_few(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """By target, a page on SQLite walks a bounded part of the trail (the server's SEARCH_WALK): the CLI
+    asks on from each token, as a short schedule search does, until it has --limit events or the trail
+    ends; without --target a page is the answer."""
+    event = pb.AuditEvent(at=stamp(NOW), principal="oncall", method="DeleteRack", outcome="OK")
+    pages = iter(
+        [
+            pb.ListAuditEventsResponse(total=0, total_capped=True, next_page_token="walk-2"),
+            pb.ListAuditEventsResponse(events=[event], total=1, total_capped=True, next_page_token="walk-3"),
+            pb.ListAuditEventsResponse(events=[event]),
+        ]
+    )
+    fake.answers["list_audit_events"] = lambda: next(pages)
+    found = run("audit", "--target", RACK_ID, "--limit", "5")
+    assert found.exit_code == 0, found.output
+    asked = [(kw["target"], kw["limit"], kw["page_token"]) for _, kw in fake.called("list_audit_events")]
+    assert asked == [(RACK_ID, 5, ""), (RACK_ID, 5, "walk-2"), (RACK_ID, 4, "walk-3")]
+    assert "2 of 2+ events" in found.stdout and "searching on: 1 found in 2 pages so far" in found.stderr
+
+    fake.answers["list_audit_events"] = pb.ListAuditEventsResponse(total=0, next_page_token="walk-9")
+    plain = run("audit", "--method", "DeleteRack", "--limit", "5")
+    assert len(fake.called("list_audit_events")) == 4 and "searching on" not in plain.stderr
+
+
 def test_schedule_pause_sends_the_reason_and_the_end(fake: FakeClient, run: Callable[..., Result]) -> None:
     paused = a_schedule()
     paused.enabled = False

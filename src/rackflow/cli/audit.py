@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from rackflow.cli.output import Command, Listing, free_text, pass_session, table, utc_text, when
-from rackflow.cli.paging import emit_page, page_options, page_title
+from rackflow.cli.paging import emit_page, page_options, page_title, searched_on
 from rackflow.cli.targets import parse_seconds, parse_time
 from rackflow.v1 import flow_pb2 as pb
 
@@ -83,15 +83,20 @@ def audit(
     """
     session = pass_session(ctx)
     after = parse_since(since, session.clock.now()) if since else None
-    found = session.client.list_audit_events(
-        since=after,
-        method=method,
-        principal=principal,
-        target=target,
-        offset=offset,
-        limit=limit,
-        page_token=page_token,
-    )
+
+    def page(limit: int, page_token: str, offset: int = offset) -> pb.ListAuditEventsResponse:
+        return session.client.list_audit_events(
+            since=after,
+            method=method,
+            principal=principal,
+            target=target,
+            offset=offset,
+            limit=limit,
+            page_token=page_token,
+        )
+
+    # By target, a page on SQLite walks a bounded part of the trail: asked on until --limit events.
+    found = searched_on(session, page, limit, page_token, "events") if target else page(limit, page_token)
     emit_page(
         session, found, lambda: audit_table(found.events, page_title(len(found.events), found, "events"))
     )

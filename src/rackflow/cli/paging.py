@@ -15,9 +15,11 @@ import click
 from google.protobuf.message import Message
 from rich.console import RenderableType
 
+from rackflow.api.convert import MAX_PAGE_SIZE
 from rackflow.cli.output import Session
 
 F = TypeVar("F", bound=Callable[..., object])
+_M = TypeVar("_M", bound=Message)
 
 
 class Page(Protocol):
@@ -68,3 +70,30 @@ def emit_page(session: Session, found: Message, view: Callable[[], RenderableTyp
     token = cast(Page, found).next_page_token
     if session.for_people and token:
         click.echo(f"More: add --page-token {token}", err=True)
+
+
+def searched_on(session: Session, page: Callable[..., _M], limit: int, token: str, rows: str) -> _M:
+    """The pages of a list whose each page walks a bounded part of it (a short schedule search; the audit
+    trail by target on SQLite), asked for one after another until `limit` rows (the answer's field `rows`)
+    are found (0: every one) or the list ends: a page may find few or none, so one page short of `limit`
+    says nothing of the rest. For people, each page that searches on is said on stderr. The answer holds
+    every page's rows, the first page's total (of the first walk: capped), or how many were found if more,
+    and the last page's token. A list an index answers comes back in one page, as asked."""
+    found: _M | None = None
+    pages = 0
+    while True:
+        have = 0 if found is None else len(getattr(found, rows))
+        wanted = min(limit - have, MAX_PAGE_SIZE) if limit else MAX_PAGE_SIZE
+        answer = page(wanted, token) if found is None else page(wanted, token, offset=0)  # then the token
+        pages += 1
+        if found is None:
+            found = answer
+        else:
+            getattr(found, rows).extend(getattr(answer, rows))
+        listed, have = cast(Page, found), len(getattr(found, rows))
+        listed.total = max(listed.total, have)  # a lower bound, and at least the found
+        listed.next_page_token = token = cast(Page, answer).next_page_token
+        if not token or (limit and have >= limit):
+            return found
+        if session.for_people:
+            click.echo(f"searching on: {have} found in {pages} pages so far…", err=True)

@@ -12,7 +12,6 @@ from google.protobuf.empty_pb2 import Empty
 from rich.console import RenderableType
 from rich.table import Table
 
-from rackflow.api.convert import MAX_PAGE_SIZE
 from rackflow.cli.output import (
     Group,
     Listing,
@@ -33,7 +32,7 @@ from rackflow.cli.output import (
     zone_of,
     zoned_text,
 )
-from rackflow.cli.paging import emit_page, page_options, page_title
+from rackflow.cli.paging import emit_page, page_options, page_title, searched_on
 from rackflow.cli.rollouts import (
     FAILED_TASKS,
     approval_text,
@@ -410,35 +409,12 @@ def list_schedules(
         )
 
     found = (
-        _searched_on(session, page, limit, page_token) if short_search(search) else page(limit, page_token)
+        searched_on(session, page, limit, page_token, "task_schedules")
+        if short_search(search)
+        else page(limit, page_token)
     )
     title = page_title(len(found.task_schedules), found, "schedules")
     emit_page(session, found, lambda: schedules_table(found.task_schedules, session, title))
-
-
-def _searched_on(
-    session: Session, page: Callable[..., pb.ListTaskSchedulesResponse], limit: int, token: str
-) -> pb.ListTaskSchedulesResponse:
-    """A short search's pages (`short_search`), asked for one after another until `limit` schedules are
-    found (0: every one) or the list ends: each page walks a bounded part of the list and may find few or
-    none, so one page short of `limit` says nothing of the rest. For people, each page that searches on is
-    said on stderr. The answer holds every page's schedules, the first page's total (of the first walk:
-    capped), or how many were found if more, and the last page's token."""
-    found = pb.ListTaskSchedulesResponse()
-    pages = 0
-    while True:
-        wanted = min(limit - len(found.task_schedules), MAX_PAGE_SIZE) if limit else MAX_PAGE_SIZE
-        answer = page(wanted, token) if pages == 0 else page(wanted, token, offset=0)  # then from the token
-        pages += 1
-        if pages == 1:
-            found.total, found.total_capped = answer.total, answer.total_capped
-        found.task_schedules.extend(answer.task_schedules)
-        found.total = max(found.total, len(found.task_schedules))  # a lower bound, and at least the found
-        found.next_page_token = token = answer.next_page_token
-        if not token or (limit and len(found.task_schedules) >= limit):
-            return found
-        if session.for_people:
-            click.echo(f"searching on: {len(found.task_schedules)} found in {pages} pages so far…", err=True)
 
 
 @schedule.command()
