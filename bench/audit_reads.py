@@ -1,5 +1,5 @@
 """audit_reads: what the audit trail's partitions cost its page (migration 0028), and its page by target
-(migration 0042).
+(migration 0044).
 
 EXPLAIN ANALYZE, in one warm session, of the statements the audit page sends (`store.audit.list_events`:
 the first page newest first, unfiltered and by principal, and the capped counts; by target, the two ways
