@@ -163,7 +163,8 @@ async def test_a_cancel_ends_a_rack_another_gate_holds_and_leaves_a_running_one_
 async def test_a_task_a_claim_took_while_its_rollout_was_cancelled_is_ended_by_the_gate(pg_db: str) -> None:
     """The cancel skips a task a claim holds (it waits on no claim: the claim waits for the run's row);
     that claim's rollout gate, which reads the run once the cancel committed, ends it, and its rack's
-    outcome says it did not start, as the cancel's others say (its counts too). (PostgreSQL only:
+    outcome says it did not start, as the cancel's others say (its counts too). The cancel's reason and
+    its halt's clearing count it as left to that gate, not as ended nor as started. (PostgreSQL only:
     SQLite's single writer opens no claim beside the cancel's transaction.)"""
     db = Database(pg_db)
     try:
@@ -194,6 +195,16 @@ async def _cancel_beside_an_open_claim(env: Env) -> None:
         assert [task.id for task, _ in claimed] == [unclaimed]
         report = await env.services.rollouts.cancel((await _run(env, schedule)).run.id)
         assert report.task_statuses[unclaimed] is TaskStatus.PENDING  # skipped: the claim holds it
+        assert report.run.reason.endswith(
+            "cancelled with 2 scope(s) not started, 0 of them by ending a task that had not begun; "
+            "1 task(s) an executor was claiming left to its start gate; "
+            "tasks already started were not cancelled"
+        )
+        async with env.db.read() as read:
+            [cleared, *_] = await outbox.list_events(read, 10)
+        assert cleared.summary == (
+            "halted rollout cancelled; 1 task(s) an executor was claiming left to its start gate"
+        )
         gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
     assert gated.failed == {unclaimed: Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)}
     report = await env.services.rollouts.get(report.run.id)

@@ -147,17 +147,22 @@ def rollout_finished(run: Run, views: Iterable[ScopeView], at: datetime) -> list
 
 
 def halt_cleared(
-    run: Run, how: Literal["resumed", "cancelled"], at: datetime, *, ended: int = 0
+    run: Run, how: Literal["resumed", "cancelled"], at: datetime, *, ended: int = 0, left: int = 0
 ) -> list[Event]:
     """A halted rollout was resumed or cancelled: its halt alert resolves (`run` as it was: cancelling a
-    rolling one clears nothing). `ended`: the tasks of it that had not begun, which a cancel ended."""
+    rolling one clears nothing). `ended`: the tasks of it that had not begun, which a cancel ended; `left`:
+    those it left to the start gate of the executor claiming them at that moment (which ends them)."""
     if run.state != "halted":
         return []
+    counts = (
+        f"{ended} task(s) that had not begun ended" if ended else "",
+        f"{left} task(s) an executor was claiming left to its start gate" if left else "",
+    )
     return [
         _event(
             EventType.RUN_HALT_CLEARED,
             at,
-            f"halted rollout {how}" + (f"; {ended} task(s) that had not begun ended" if ended else ""),
+            "; ".join(part for part in (f"halted rollout {how}", *counts) if part),
             reason=run.reason,
             schedule_id=run.schedule_id,
             run_id=run.id,

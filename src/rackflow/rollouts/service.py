@@ -449,7 +449,10 @@ class RolloutService:
         them, with the cancel as their reason, and their scopes become not_started too; its halt alert
         resolves. `why` comes first in its reason. The caller calls `TaskManager.after_ended` with what
         was ended once it committed. A task that began (a retry's next attempt included) goes on; one a
-        claim holds meanwhile is decided by the rollout's start gate, which ends it (`rollouts.gate`)."""
+        claim holds meanwhile is decided by the rollout's start gate, which ends it if something held it
+        (`rollouts.gate`). The reason and the halt's clearing count what the cancel decided, which is all
+        it can know: the tasks it ended, and those it left to a claim's gate (how many, not yet how each
+        ends; the gate marks the scopes of those it ends "not_started", so the run's progress tells)."""
         principal = caller_name() or ANONYMOUS
         message = f"its rollout was cancelled by {principal}" + (f" ({why})" if why else "")
         ended = await self.tasks.cancel_not_begun_in(conn, run.id, message)
@@ -458,15 +461,18 @@ class RolloutService:
             _marked(run, "pending", "not_started"), dict.fromkeys(unstarted, ("not_started", message))
         )
         not_started = sum(o.outcome == "not_started" for o in outcomes)
-        reason = (
+        counted = (
             f"cancelled with {not_started} scope(s) not started, {len(unstarted)} of them by ending a task "
-            "that had not begun; tasks already started were not cancelled"
+            "that had not begun",
+            f"{ended.left} task(s) an executor was claiming left to its start gate" if ended.left else "",
+            "tasks already started were not cancelled",
         )
-        reason = "; ".join(part for part in (run.reason, why, reason) if part)
+        reason = "; ".join(part for part in (run.reason, why, *counted) if part)
         cancelled = replace(run, state="cancelled", outcomes=outcomes, reason=reason)
         await store.save_run(conn, cancelled)
         await outbox.record_events(
-            conn, events.halt_cleared(run, "cancelled", self.clock.now(), ended=len(unstarted))
+            conn,
+            events.halt_cleared(run, "cancelled", self.clock.now(), ended=len(unstarted), left=ended.left),
         )
         return cancelled, ended
 

@@ -319,6 +319,14 @@ async def lock_not_begun(db: Database, conn: AsyncConnection, run_id: uuid.UUID)
     return list((await conn.execute(db.skip_locked(stmt))).scalars())
 
 
+async def count_not_begun(conn: AsyncConnection, run_id: uuid.UUID) -> int:
+    """How many of the run's tasks have not begun (`not_begun_of_run`), as the caller's transaction sees
+    them: after `lock_not_begun` and the ending of what it locked, those it skipped (a claim, or a gate's
+    hold written outside a claim, held them uncommitted)."""
+    stmt = select(func.count()).select_from(tasks).where(not_begun_of_run(run_id))
+    return int(await conn.scalar(stmt) or 0)
+
+
 # The task list's order, newest first (each column descending); a page token holds its values.
 TASK_ORDER = (tasks.c.created_at, tasks.c.id)
 

@@ -262,11 +262,13 @@ class Promotion(NamedTuple):
 
 
 class Ended(NamedTuple):
-    """What ending tasks that had not begun did: the tasks it made TERMINATED, and the promotion of the
-    racks they left."""
+    """What ending tasks that had not begun did: the tasks it made TERMINATED, the promotion of the racks
+    they left, and how many such tasks it left to the transactions that held them (`left`, counted by
+    `cancel_not_begun_in`: a claim's, whose start gates decide them)."""
 
     task_ids: tuple[uuid.UUID, ...]
     promotion: Promotion
+    left: int = 0
 
 
 def count_ended(ended: Mapping[TaskStatus, int]) -> None:
@@ -485,14 +487,16 @@ class TaskManager:
         transaction, as CancelTask ends a task that has not started: TERMINATED with `message`, their racks'
         queues promoted; the caller calls `after_ended` once it committed. Their racks are locked first, as
         CancelTask locks its task's. A task a claim holds meanwhile is left to that claim (`lock_not_begun`:
-        it started, or the run's start gate decides it); tasks that began go on."""
+        it started, or the run's start gate decides it), and counted (`Ended.left`, so that the cancel can
+        say so); tasks that began go on."""
         racks = await store.not_begun_racks(conn, run_id)
         if not racks:
             return Ended((), Promotion([], 0))
         await store.lock_racks(self.db, conn, racks)
-        return await self._terminate_in(
+        ended = await self._terminate_in(
             conn, await store.lock_not_begun(self.db, conn, run_id), racks, message
         )
+        return ended._replace(left=await store.count_not_begun(conn, run_id))
 
     async def end_deferred_in(self, conn: AsyncConnection, ending: Sequence[tuple[Task, str]]) -> Ended:
         """End, TERMINATED with its reason, each of these tasks still waiting for its window's opening
