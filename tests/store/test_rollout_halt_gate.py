@@ -10,6 +10,7 @@ the executor would; `claim` is one executor claim with the start gates.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Collection
 from datetime import timedelta
@@ -17,18 +18,22 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
+from rackflow.domain.inventory import Component
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.tasks import Task, TaskStatus
+from rackflow.domain.tasks import ComponentChange, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.rollouts.gate import CANCELLED_REASON
 from rackflow.store import outbox, task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks
 from rackflow.store.tasks import set_status
+from rackflow.tasks.backends.base import Backend, StepState
+from rackflow.tasks.executor import Executor
 from rackflow.tasks.gates import Fail, consult
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_approvals import caller
+from tests.store.test_executor import eventually
 from tests.store.test_rollouts import _run
 from tests.store.test_rollouts import _schedule as rollout_schedule
 
@@ -173,7 +178,56 @@ async def test_a_task_a_claim_took_while_its_rollout_was_cancelled_is_ended_by_t
         await db.dispose()
 
 
-async def _cancel_beside_an_open_claim(env: Env) -> None:
+@pytest.mark.postgres
+async def test_a_takeover_of_a_task_the_gate_ended_for_its_cancelled_rollout_ends_it(pg_db: str) -> None:
+    """The claim whose rollout gate ended the task commits, and its instance dies before its executor
+    records the end: the task is RUNNING, its owner's lease gone, its rack "not_started" in the run.
+    Another executor takes it over (a second claim, which the start gates do not look at: it began) and
+    ends it as the gate did, rather than run it."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        ended = await _cancel_beside_an_open_claim(env)
+        assert (await get(env, ended)).status is TaskStatus.RUNNING  # its owner never ended it: it died
+        backend = Recording()
+        executor = Executor(
+            env.db, env.clock, backend, instance_id=uuid.uuid4(), gates=env.services.gates, poll_interval=0.05
+        )
+        stop = asyncio.Event()
+        running = asyncio.create_task(executor.run(stop))
+        try:
+
+            async def over() -> bool:
+                return (await get(env, ended)).status.is_final
+
+            await eventually(over)
+        finally:
+            stop.set()
+            await asyncio.wait_for(running, 10)
+        task = await get(env, ended)
+        assert (task.status, task.message) == (TaskStatus.TERMINATED, CANCELLED_REASON)
+        assert backend.steps == []
+        report = await env.services.rollouts.get(task.run_id or uuid.uuid4())
+        [outcome] = [o for o in report.run.outcomes if o.task_id == ended]
+        assert (outcome.outcome, outcome.error) == ("not_started", CANCELLED_REASON)
+    finally:
+        await db.dispose()
+
+
+class Recording(Backend):
+    """A backend that only records the steps asked of it."""
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+
+    async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
+        self.steps.append(component.name)
+        return None
+
+
+async def _cancel_beside_an_open_claim(env: Env) -> uuid.UUID:
+    """The test above, up to its claim's commit; the task that claim's rollout gate ended (and that the
+    claim, owned by no live instance, leaves RUNNING)."""
     racks = [await env.rack(f"r{i:02d}") for i in range(4)]
     schedule = await rollout_schedule(env, racks, HALTING)
     first_wave = await env.services.schedules.trigger(schedule.id)
@@ -214,6 +268,7 @@ async def _cancel_beside_an_open_claim(env: Env) -> None:
     assert (report.progress.not_started, report.progress.active) == (3, 0)
     tally = (await env.services.rollouts.summary(report.run.id)).tally  # the kept counts agree
     assert tally == {("submitted", True): 1, ("not_started", True): 1, ("not_started", False): 2}
+    return unclaimed
 
 
 async def test_a_retry_of_a_halted_rollout_ends_its_tasks_that_had_not_begun(db: Database) -> None:

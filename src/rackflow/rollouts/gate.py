@@ -24,6 +24,13 @@ cancel holds). A claim that took such a task before the cancel committed starts 
 (it began first); a held one comes here, after the cancel, and is ended as the cancel would have ended it
 (`Fail`, TERMINATED), as is any task of a cancelled rollout at its first attempt that comes here; its
 scope in the run becomes "not_started", as the cancel's other not-begun racks did (`settled_scopes`).
+
+That end is the executor's to record, after the claim committed; if its instance dies first, the task
+is RUNNING, ownerless, and taken over by another claim, which no gate's `check` looks at (it began).
+The scope's "not_started" mark, committed with the claim, is what says it never began: a takeover of
+such a task ends it as this gate did (`refused`), rather than run it beside a run that says it did not
+start. A task of a cancelled rollout that did begin (its scope "submitted") goes on, as the cancel lets
+it. A halt ends nothing, and its holds are written by the claim itself (PENDING): no takeover follows.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ GATE_NAME = "rollout"
 
 # Why a task of a cancelled rollout that a claim took while the cancel ended the others ends.
 CANCELLED_REASON = "its rollout was cancelled before it began"
+_CANCELLED = Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)
 
 
 def halted_hold(reason: str, now: datetime) -> Hold:
@@ -89,7 +97,7 @@ class RolloutGate:
             if run is not None and run.state == "halted" and task.attempt == 1:
                 holds[task.id] = halted_hold(run.reason, now)
             elif run is not None and run.state == "cancelled" and task.attempt == 1:
-                holds[task.id] = Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)
+                holds[task.id] = _CANCELLED
                 cancelled[task.run_id].append(task.id)
             elif run is not None:
                 starting.append(task)
@@ -124,3 +132,14 @@ class RolloutGate:
             else:
                 active[task.run_id].append(domain(task.rack_id))
         return holds
+
+    async def refused(self, conn: AsyncConnection, tasks: Sequence[Task]) -> dict[uuid.UUID, Fail]:
+        """Of the tasks taken over, those this gate ended at an earlier claim for their cancelled rollout
+        (their scopes "not_started" in the run): ended again, rather than run. A plain read of their
+        runs: no lock after the claim's task rows, and none needed, as both the cancel and the mark are
+        final."""
+        runs = {task.run_id for task in tasks if task.run_id is not None and task.attempt == 1}
+        if not runs:
+            return {}
+        ended = await store.not_started_in_cancelled(conn, runs)
+        return {task.id: _CANCELLED for task in tasks if task.id in ended}

@@ -6,7 +6,8 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   SKIP LOCKED) RETURNING` on PostgreSQL; SQLite's single writer needs no lock) and marks them RUNNING with
   this instance as `owner_id`, so no two instances take one. In the same transaction the start gates
   the executor was built with (`rackflow.tasks.gates`: freezes, operation budgets, …) hand back what they
-  hold, as if never claimed, or fail what they refuse.
+  hold, as if never claimed, or fail what they refuse. A takeover is not gated again (it began), but what
+  a gate refused and recorded stays refused (`gates.Standing`: a cancelled rollout's task).
 * Lease. The instance's heartbeat row (`store/instances.py`), renewed every `lease_ttl / 3` and compared on
   the database clock, is the lease on every task it owns. A RUNNING task whose owner's heartbeat is older
   than `lease_ttl`, or gone, is claimed by any instance (takeover, one more claim). Steps are idempotent,

@@ -19,9 +19,13 @@ A task that may not start yet is *held*, one typed way, on its row (`Task.not_be
 
 Only first attempts are gated. A later attempt is a takeover of a task that was RUNNING all along (its
 owner died, or its run was interrupted): it started already, so handing it back would lose its place
-(and its `started_at`) for nothing. Nor is a task past the end of its window (`Task.too_late`): it fails
-without running at this claim, so no gate may hold it (a freeze would keep it waiting, for nothing, until
-the freeze ends), count it (a budget's room) or ask about it (a pre-flight check's round).
+(and its `started_at`) for nothing. But the claim before it may have been a refusal: a gate's `Fail`
+leaves the task RUNNING for its executor to end, and an instance that dies first leaves it to a takeover.
+A gate whose refusal the database records (`Standing`: the rollout gate marks the scope of the task it
+ended "not_started") says which of the tasks taken over it refused; those end as it said, not run.
+Nor is a task past the end of its window (`Task.too_late`) gated: it fails without running at this
+claim, so no gate may hold it (a freeze would keep it waiting, for nothing, until the freeze ends), count
+it (a budget's room) or ask about it (a pre-flight check's round).
 
 A gate's `check` runs inside the claim's transaction, which holds rows locked: it must do no network I/O
 and nothing slow. A gate that needs the outside world (a pre-flight check asking Alertmanager) reads what
@@ -97,6 +101,18 @@ class Looking(Gate, Protocol):
         ...
 
 
+@runtime_checkable
+class Standing(Gate, Protocol):
+    """A gate whose refusal outlives the claim that made it: a takeover ends what it refused."""
+
+    async def refused(self, conn: AsyncConnection, tasks: Sequence[Task]) -> Mapping[uuid.UUID, Fail]:
+        """Of `tasks` (taken over: claimed again within an attempt), those an earlier claim's `check`
+        failed, by what that claim recorded, with the same `Fail`. It reads only, and locks nothing: the
+        claim holds its tasks' rows, and a lock taken after them must keep the lock order (the design
+        note atop `tasks/executor.py`)."""
+        ...
+
+
 async def look(
     gates: Sequence[Gate], conn: AsyncConnection, tasks: Sequence[InLine], now: datetime
 ) -> list[InLine]:
@@ -133,10 +149,15 @@ async def consult(
     now: datetime,
 ) -> Gated:
     """Ask the gates about what a claim just took (task, attempt), in its transaction; hand back the held
-    tasks, and clear the hold of those that start. What is left starts, but the failed ones fail."""
+    tasks, and clear the hold of those that start. What is left starts, but the failed ones fail: those
+    the gates refuse now, and those taken over that a `Standing` gate refused before."""
     held: set[uuid.UUID] = set()
     failed: dict[uuid.UUID, Fail] = {}
     awaiting: dict[uuid.UUID, tuple[str, datetime]] = {}
+    if taken_over := [task for task, attempt in claimed if attempt > 1]:
+        for gate in gates:
+            if isinstance(gate, Standing):
+                failed.update(await gate.refused(conn, taken_over))
     open_ = [task for task, attempt in claimed if attempt == 1 and not task.too_late(now)]
     for gate in gates:
         if not open_:
