@@ -132,6 +132,7 @@ async def test_a_rack_not_claimed_yet_when_its_rollout_halted_waits_too(db: Data
     async with env.db.read() as conn:
         [cleared, *_] = await outbox.list_events(conn, 10)
     assert cleared.summary == "halted rollout cancelled; 1 task(s) that had not begun ended"
+    assert not (await env.services.schedules.get(schedule.id)).enabled  # the halt's pause stays
 
 
 async def test_a_cancel_ends_a_rack_another_gate_holds_and_leaves_a_running_one_be(db: Database) -> None:

@@ -269,6 +269,8 @@ async def test_resume_counts_failures_from_zero_and_cancel_ends_the_run(db: Data
 
     report = await env.services.rollouts.resume(run_id)
     assert report.run.state == "rolling" and report.run.failures_excused == 1
+    assert report.run.reason == "" and "not_started" not in {o.outcome for o in report.run.outcomes}
+    assert not (await env.services.schedules.get(schedule.id)).enabled  # a resume fires nothing more
     assert report.progress is not None and (report.progress.active, report.progress.failures_counted) == (
         1,
         0,
