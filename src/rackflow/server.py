@@ -85,7 +85,11 @@ class RackflowServer:
             self.db, Path(config.audit_spool), max_bytes=config.audit_spool_max_bytes
         )
         self.services = Services.build(
-            self.db, self.clock, self.audit_spool, default_start_deadline=config.default_start_deadline
+            self.db,
+            self.clock,
+            self.audit_spool,
+            default_start_deadline=config.default_start_deadline,
+            instance_id=self.instance_id,
         )
         # Records every mutating RPC, over gRPC and through the HTTP API alike, in `services.audit`.
         self.audit = AuditInterceptor(self.services.audit)

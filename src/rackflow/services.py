@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -59,10 +60,13 @@ class Services:
         audit_spool: AuditSpool | None = None,
         *,
         default_start_deadline: timedelta | None = None,
+        instance_id: uuid.UUID | None = None,
     ) -> Services:
         """The services; `default_start_deadline` (`--default-start-deadline`): the start deadline of a
-        schedule without its own. They and `db` read one clock: what they stamp and what the database is
-        asked (`Database.now`) must agree, so `db` takes `clock` (the server builds both on the same one)."""
+        schedule without its own; `instance_id`: the process's (its executor's and dispatcher's), whose
+        heartbeat vouches for the runs its approvals start. They and `db` read one clock: what they stamp
+        and what the database is asked (`Database.now`) must agree, so `db` takes `clock` (the server
+        builds both on the same one)."""
         db.clock = clock
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
@@ -80,7 +84,7 @@ class Services:
             audit=audit,
             windows=windows,
             rollouts=rollouts,
-            approvals=ApprovalService(schedules, rollouts),
+            approvals=ApprovalService(schedules, rollouts, instance_id),
             budgets=BudgetService(db, clock),
             notifications=NotificationService(db, clock),
             checks=checks,

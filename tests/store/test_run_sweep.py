@@ -1,7 +1,9 @@
 """The stuck-run sweep of another instance against a firing's write-back, on both databases: an approved
 run is swept by its time running since its approval, not since it fired (hours earlier, perhaps), so the
 sweep leaves it be while its approver's instance writes it back; and a write-back that succeeds after the
-sweep did interrupt a run meanwhile records what the firing did: "completed", with its outcomes.
+sweep did interrupt a run meanwhile records what the firing did: "completed", with its outcomes. An
+approved run is the approving instance's, so the sweep asks after that instance's heartbeat, not the one
+of the instance that fired it.
 
 The other instance is a second `Database` on the same database, sweeping between the firing's submit and
 its write-back (`firing._write_back`, wrapped).
@@ -20,7 +22,9 @@ from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import QueueOptions
 from rackflow.schedules import firing
-from rackflow.store import dispatch
+from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.services import Services
+from rackflow.store import dispatch, instances
 from rackflow.store.db import Database
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
 
@@ -123,3 +127,32 @@ async def test_a_run_the_sweep_interrupts_during_its_write_back_is_completed_by_
     (run,), _ = await env.services.schedules.list_runs(schedule.id)
     assert run.state == "completed"
     assert [o.task_id for o in run.outcomes] == [tasks[0].id]
+
+
+async def test_a_run_approved_through_another_instance_is_its_approvers_for_the_sweep(
+    env: Env, other_instance: Sweep, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Instance A fires the run (dispatched: its owner) and then dies (its heartbeat lapses); instance B
+    approves it and fires it: the sweep's heartbeat check concerns B, which is doing the work, so the run is
+    not interrupted while B writes it back."""
+    schedule = await _schedule(env, approval=ApprovalPolicy(timedelta(hours=4), 1))
+    fired_by, approved_by = uuid.uuid4(), uuid.uuid4()
+    await instances.register(env.db, fired_by, host="a", pid=1)
+    env.clock.advance(timedelta(hours=2))  # due
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=fired_by)
+    assert await dispatcher.poll_once() == 1
+    (waiting,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert waiting.state == "awaiting_approval"
+    env.clock.advance(LEASE * 2)  # A's heartbeat lapses; B's is fresh
+    await instances.register(env.db, approved_by, host="b", pid=2)
+    b = Services.build(env.db, env.clock, instance_id=approved_by)
+    seen: list[tuple[int, str]] = []
+
+    async def sweep() -> None:
+        seen.append((await other_instance(), await _run_state(env, waiting.id)))
+
+    _before_the_write_back(monkeypatch, sweep)
+    report = await b.approvals.approve(waiting.id)
+
+    assert seen == [(0, "running")]
+    assert report.run.state == "completed"

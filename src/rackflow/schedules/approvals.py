@@ -61,9 +61,14 @@ def _not_started(run: Run, why: str) -> tuple[ScopeOutcome, ...]:
 
 
 class ApprovalService:
-    def __init__(self, schedules: ScheduleService, rollouts: RolloutService) -> None:
+    def __init__(
+        self, schedules: ScheduleService, rollouts: RolloutService, instance_id: uuid.UUID | None = None
+    ) -> None:
         self.schedules = schedules
         self.rollouts = rollouts
+        # The run an approval starts is this instance's (None: a process that registers none), for the
+        # sweep's heartbeat check: this instance fires it and writes it back, not the one that fired it.
+        self.instance_id = instance_id
         self.db = schedules.db
         self.clock = schedules.clock
 
@@ -102,7 +107,9 @@ class ApprovalService:
                 await self._no_live_rollout(conn, run)
                 state: RunState = "rolling" if run.rollout is not None else "running"
                 started_at = await self.db.now(conn)
-                if not await store.decide_awaiting(conn, run.id, state, approval, started_at=started_at):
+                if not await store.decide_awaiting(
+                    conn, run.id, state, approval, started_at=started_at, owner_id=self.instance_id
+                ):
                     raise FailedPrecondition(f"id: run {run_id} no longer awaits approval")
                 pending = [o.scope_id for o in run.outcomes if o.outcome == "pending"]
                 snapshot = await firing_store.load_starts(conn, schedule.id, pending, run.trigger)

@@ -1232,16 +1232,20 @@ async def decide_awaiting(
     outcomes: Sequence[ScopeOutcome] | None = None,
     reason: str | None = None,
     started_at: datetime | None = None,
+    owner_id: uuid.UUID | None = None,
 ) -> bool:
     """Move a run awaiting approval on: to `state` with `approval` (and, given, its outcomes and reason),
     or, with `state` "awaiting_approval", only record one more approver. Conditional on the run still
     awaiting approval, so of two instances or two approvers deciding at once exactly one does; False: the
     run no longer awaited approval, and nothing was written. The schedule's failing streak is marked to
-    be looked at again. `started_at` (the database's clock): when a run moved to "running" or "rolling"
-    started, which the stuck-run sweep counts its age from (`dispatch.mark_abandoned_runs`)."""
+    be looked at again. `started_at` (the database's clock), given for a run moved to "running" or
+    "rolling": when it started, which the stuck-run sweep counts its age from, and `owner_id` with it, the
+    instance that starts it (None: none), whose heartbeat the sweep checks (`dispatch.mark_abandoned_runs`)
+    rather than the firing instance's, which may have died since."""
     values: dict[str, object] = {"state": state, **_approval_columns(state, approval)}
     if started_at is not None:
         values["started_at"] = started_at
+        values["owner_id"] = owner_id
     if outcomes is not None:
         values["outcomes"] = outcomes_to_json(outcomes)
         values["outcome_counts"] = outcome_counts_to_json(outcomes)
