@@ -1,7 +1,7 @@
 """A claim whose COMMIT is lost with its connection, on both databases: the dispatcher finds out whether the
 claim committed and fires its tick at once if it did, on the next claim if it did not, and never twice; a
 manual trigger (and a run's retry, which takes its path) fires the run it committed and answers with it,
-or says it fired nothing.
+or says it fired nothing; an approval that started its run fires it, or says it approved nothing.
 
 PostgreSQL: the dispatcher's connections go through the fault proxy (tests/faults/tcp_proxy.py), which cuts
 the connection that sends the claim's COMMIT, after the server got it (the answer is lost) or before (the
@@ -16,19 +16,25 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.domain.tasks import TaskStatus
+from rackflow.domain.approvals import ApprovalPolicy
+from rackflow.domain.schedules import OverlapPolicy, Run, Schedule
+from rackflow.domain.tasks import QueueOptions, TaskStatus
 from rackflow.errors import Unavailable
+from rackflow.retry import Retry
+from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.store import instances
+from rackflow.store import rollouts as run_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from tests.faults.tcp_proxy import TcpProxy
-from tests.store.schedules_support import Env, make_env
+from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
 
 LoseCommit = Callable[[bool], None]  # `delivered`: whether the database got the COMMIT (and committed)
 
@@ -174,3 +180,70 @@ async def test_a_run_retry_whose_commit_is_lost_fires_its_run_or_says_it_fired_n
     tasks, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
     assert sorted(run.state for run in runs) == ["completed"] * (2 if delivered else 1)
     assert len(tasks) == (2 if delivered else 1)
+
+
+async def _awaiting_approval(env: Env) -> tuple[Schedule, Run]:
+    """A schedule that needs one approver, and its run fired awaiting it."""
+    schedule = await env.services.schedules.create(
+        name="fw",
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=POWER_OFF,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(await env.rack("r1")),
+        approval=ApprovalPolicy(timedelta(hours=4), 1),
+    )
+    assert await env.services.schedules.trigger(schedule.id) == []
+    (waiting,), _ = await env.services.schedules.list_runs(schedule.id)
+    return schedule, waiting
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["answer-lost", "commit-lost"])
+async def test_an_approval_whose_commit_is_lost_fires_its_run_or_says_it_approved_nothing(
+    env: Env, lose_next_commit: LoseCommit, delivered: bool
+) -> None:
+    """Answer lost: the run is "running", approved, and only this approval would fire it: it must, not
+    leave it to the sweep (which interrupts it ten minutes later) and tell the approver UNAVAILABLE (who
+    could not approve it again: it no longer awaits approval). COMMIT lost: the run still awaits approval,
+    the approver is told nothing was approved, and approving again starts it."""
+    schedule, waiting = await _awaiting_approval(env)
+
+    lose_next_commit(delivered)
+    if delivered:
+        report = await env.services.approvals.approve(waiting.id)
+        assert report.run.state == "completed"
+    else:
+        with pytest.raises(Unavailable, match="nothing was approved"):
+            await env.services.approvals.approve(waiting.id)
+        (run,), _ = await env.services.schedules.list_runs(schedule.id)
+        assert run.state == "awaiting_approval"
+        assert run.approval is not None and run.approval.approvers == ()
+        await env.services.approvals.approve(waiting.id)
+
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    tasks, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    assert run.state == "completed"
+    assert [t.run_id for t in tasks] == [waiting.id]
+    assert [o.task_id for o in run.outcomes] == [tasks[0].id]
+
+
+async def test_an_approval_still_in_doubt_names_its_run(
+    env: Env, lose_next_commit: LoseCommit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look-up cannot tell (the lost transaction holds the run's row past the look-up's deadline, as
+    when the server has not yet noticed the lost connection): the approver is told which run to look at
+    before approving it again."""
+    _, waiting = await _awaiting_approval(env)
+    get_run = run_store.get_run
+
+    async def still_held(*args: Any, nowait: bool = False, **kwargs: Any) -> Run | None:
+        if nowait:
+            raise Unavailable("database unavailable: could not obtain lock on row")
+        return await get_run(*args, **kwargs)
+
+    monkeypatch.setattr(run_store, "get_run", still_held)
+    monkeypatch.setattr(firing, "CLAIM_LOOKUP_RETRY", Retry(first_delay=0.01, max_delay=0.01, deadline=0.1))
+    lose_next_commit(True)
+    with pytest.raises(Unavailable, match=f"run {waiting.id} may have been approved"):
+        await env.services.approvals.approve(waiting.id)

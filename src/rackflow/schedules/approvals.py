@@ -9,7 +9,9 @@ instances or two approvers deciding at once exactly one does:
   rule, one approval per principal); with enough of them the run becomes "running" (or "rolling") and, once
   that committed, the firing rebuilt from its frozen plan (`domain.firing.approved_firing`) takes the same
   path as any other (`ScheduleService.fire`: phases 2 and 3, or the rollout's first step). Tasks carry the
-  run's id, and UNIQUE (run_id, rack_id) refuses a second task for a rack of it whatever path tries.
+  run's id, and UNIQUE (run_id, rack_id) refuses a second task for a rack of it whatever path tries. An
+  approval whose COMMIT goes unanswered asks, as a manual trigger does (`schedules.firing`,
+  `look_up_in_doubt`), whether it was recorded, and goes on if it was (`ApprovalService._in_doubt`).
 - `reject`: "rejected" with the caller and the comment; nothing is submitted. Anyone who may approve may
   reject (`domain.approvals.check_decider`), one who approved it earlier too: they changed their mind.
 - `expire_overdue`: the dispatcher of every instance calls it each poll; a run past its `expires_at` (on the
@@ -26,12 +28,20 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
-from rackflow.domain.approvals import Approver, check_approver, check_decider, describe_expiry, with_approver
+from rackflow.domain.approvals import (
+    Approver,
+    RunApproval,
+    check_approver,
+    check_decider,
+    describe_expiry,
+    with_approver,
+)
 from rackflow.domain.firing import Firing, approved_firing
 from rackflow.domain.schedules import Run, RunState, Schedule, ScopeOutcome
-from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from rackflow.notify import events
 from rackflow.rollouts.service import RolloutService, RunReport
+from rackflow.schedules import firing
 from rackflow.schedules.service import ScheduleService
 from rackflow.security import ANONYMOUS, caller_identified, caller_name
 from rackflow.store import firing as firing_store
@@ -95,35 +105,94 @@ class ApprovalService:
         check_description(comment, "comment")
         principal = caller_name() or ANONYMOUS
         now = self.clock.now()
-        firing: Firing | None = None
-        async with self.db.transaction() as conn:
-            run, schedule = await self._awaiting(conn, run_id, "approved")
-            assert run.approval is not None
-            check_approver(run.approval, principal, schedule.last_edited_by, identified=caller_identified())
-            approval = with_approver(run.approval, Approver(principal, now, comment))
-            if not approval.approved:
-                await store.decide_awaiting(conn, run.id, "awaiting_approval", approval)
-            else:
-                await self._no_live_rollout(conn, run)
-                state: RunState = "rolling" if run.rollout is not None else "running"
-                started_at = await self.db.now(conn)
-                if not await store.decide_awaiting(
-                    conn, run.id, state, approval, started_at=started_at, owner_id=self.instance_id
-                ):
-                    raise FailedPrecondition(f"id: run {run_id} no longer awaits approval")
-                pending = [o.scope_id for o in run.outcomes if o.outcome == "pending"]
-                snapshot = await firing_store.load_starts(conn, schedule.id, pending, run.trigger)
-                firing = approved_firing(replace(run, approval=approval), snapshot, now)
-                await outbox.record_events(
-                    conn, events.approval_decided(run, "approved", f"approved by {principal}", now)
+        started: Firing | None = None
+        deciding = False
+        try:
+            async with self.db.transaction() as conn:
+                run, schedule = await self._awaiting(conn, run_id, "approved")
+                assert run.approval is not None
+                check_approver(
+                    run.approval, principal, schedule.last_edited_by, identified=caller_identified()
                 )
-        if firing is None:
+                approval = with_approver(run.approval, Approver(principal, now, comment))
+                deciding = True
+                started = await self._decide(conn, run, schedule, approval, principal, now)
+        except Unavailable as exc:
+            if not deciding:
+                raise
+            await self._in_doubt(run_id, principal, exc)
+        if started is None:
             log.info("run %s: approved by %s, awaiting more approvers", run_id, principal)
         else:
             metrics.APPROVAL_DECISIONS.labels("approved").inc()
             log.info("run %s: approved by %s; starting it", run_id, principal, extra={"run_id": str(run_id)})
-            await self.schedules.fire([firing])
+            await self.schedules.fire([started])
         return await self.rollouts.get(run_id)
+
+    async def _decide(
+        self,
+        conn: AsyncConnection,
+        run: Run,
+        schedule: Schedule,
+        approval: RunApproval,
+        principal: str,
+        now: datetime,
+    ) -> Firing | None:
+        """Record `approval` (one more approver) on the locked run; the firing to fire once this commits
+        when that makes enough approvers (the run is then "running" or "rolling", this instance's), else
+        None."""
+        if not approval.approved:
+            await store.decide_awaiting(conn, run.id, "awaiting_approval", approval)
+            return None
+        await self._no_live_rollout(conn, run)
+        state: RunState = "rolling" if run.rollout is not None else "running"
+        started_at = await self.db.now(conn)
+        if not await store.decide_awaiting(
+            conn, run.id, state, approval, started_at=started_at, owner_id=self.instance_id
+        ):
+            raise FailedPrecondition(f"id: run {run.id} no longer awaits approval")
+        pending = [o.scope_id for o in run.outcomes if o.outcome == "pending"]
+        snapshot = await firing_store.load_starts(conn, schedule.id, pending, run.trigger)
+        await outbox.record_events(
+            conn, events.approval_decided(run, "approved", f"approved by {principal}", now)
+        )
+        return approved_firing(replace(run, approval=approval), snapshot, now)
+
+    async def _in_doubt(self, run_id: uuid.UUID, principal: str, lost: Unavailable) -> None:
+        """An approval whose transaction lost its connection (`lost`) once it decided: its COMMIT may have
+        reached the database before the answer was lost. Returns if the database recorded it (`principal`
+        among the run's approvers; a run it started is past awaiting approval with it), for `approve` to
+        go on as the approval would have: left alone, a run it started would never fire (its tasks never
+        submitted) until the sweep interrupted it, and the approver, told UNAVAILABLE, could not approve
+        it again. Raises Unavailable saying nothing was approved if it did not commit, or naming the run
+        to look at if it cannot tell (`firing.look_up_in_doubt`, `firing.settle_in_doubt`)."""
+
+        async def recorded() -> bool:
+            run = await firing.look_up_in_doubt(
+                self.db,
+                lambda conn: run_store.get_run(self.db, conn, run_id, lock=True, nowait=True),
+                f"run {run_id}'s approval",
+            )
+            return (
+                run is not None
+                and run.approval is not None
+                and any(a.principal == principal for a in run.approval.approvers)
+            )
+
+        await firing.settle_in_doubt(
+            lost,
+            recorded(),
+            not_done=f"run {run_id} was not approved: nothing was approved",
+            unknown=f"run {run_id} may have been approved by {principal}: look at the run (rackflow run show "
+            f"{run_id}: its state and approvers) before approving it again",
+        )
+        log.warning(
+            "run %s: the commit outcome of %s's approval was unknown (%s); it was recorded: going on",
+            run_id,
+            principal,
+            lost,
+            extra={"run_id": str(run_id)},
+        )
 
     async def _no_live_rollout(self, conn: AsyncConnection, run: Run) -> None:
         """Refuse to start a rollout while another of its schedule is live (one live rollout per schedule:

@@ -47,8 +47,9 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -69,14 +70,16 @@ from rackflow.tasks.scheduled import scope_submission
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 # Phase 3 is retried with doubling delays (capped) until this deadline, so a database restart of a few
 # seconds does not leave the run "running"; past it the dispatcher's sweep marks the run interrupted.
 WRITEBACK_DEADLINE_SECONDS = 30.0
 WRITEBACK_RETRY_DELAY_SECONDS = 0.2
 WRITEBACK_MAX_DELAY_SECONDS = 2.0
 
-# How long a claim in doubt is looked up (`committed`) before its caller gives up: as long as a firing's
-# write-back is retried, so a database restart of a few seconds loses nothing.
+# How long a claim or an approval in doubt is looked up (`look_up_in_doubt`) before its caller gives up: as
+# long as a firing's write-back is retried, so a database restart of a few seconds loses nothing.
 CLAIM_LOOKUP_RETRY = Retry(first_delay=0.2, max_delay=2.0, deadline=30.0)
 
 # Fired firings are logged in INFO lines of up to this many, each firing named with its run and counts:
@@ -157,16 +160,41 @@ async def claim(
 
 async def committed(db: Database, claimed: Sequence[Firing]) -> list[Firing]:
     """The firings of a claim whose COMMIT went unanswered that the database recorded (all or none), asked
-    on a new connection once the claim's transaction is over (`dispatch.claimed_runs`), retried until
-    CLAIM_LOOKUP_RETRY's deadline; past it, raises the last look-up's error (the claim is still in doubt)."""
-
-    async def look_up() -> set[uuid.UUID]:
-        async with db.transaction() as conn:
-            schedule_ids = [f.schedule.id for f in claimed]
-            return await dispatch.claimed_runs(db, conn, schedule_ids, [f.run_id for f in claimed])
-
-    recorded = await retrying(look_up, CLAIM_LOOKUP_RETRY, what="look-up of a claim in doubt")
+    once the claim's transaction is over (`dispatch.claimed_runs`, through `look_up_in_doubt`)."""
+    schedule_ids = [f.schedule.id for f in claimed]
+    run_ids = [f.run_id for f in claimed]
+    recorded = await look_up_in_doubt(
+        db, lambda conn: dispatch.claimed_runs(db, conn, schedule_ids, run_ids), "a claim"
+    )
     return [f for f in claimed if f.run_id in recorded]
+
+
+async def look_up_in_doubt(db: Database, read: Callable[[AsyncConnection], Awaitable[_T]], what: str) -> _T:
+    """What a transaction whose COMMIT went unanswered (`what`: a claim, an approval) left: `read` on a new
+    connection, in a transaction of its own, retried until CLAIM_LOOKUP_RETRY's deadline; past it, raises
+    the last error (still in doubt). `read` first locks NOWAIT the rows that transaction held, so it answers
+    only once that transaction is over, whatever the server made of the lost connection
+    (`dispatch.claimed_runs` says how)."""
+
+    async def look_up() -> _T:
+        async with db.transaction() as conn:
+            return await read(conn)
+
+    return await retrying(look_up, CLAIM_LOOKUP_RETRY, what=f"look-up of {what} in doubt")
+
+
+async def settle_in_doubt(lost: Unavailable, done: Awaitable[bool], *, not_done: str, unknown: str) -> None:
+    """Return if a request whose COMMIT went unanswered (`lost`) committed, as its look-up (`done`) says,
+    for its caller to go on as if the COMMIT had been answered: left alone, what it committed would wait
+    for the sweep, and the client, told UNAVAILABLE, would try again what is done. Else raise Unavailable
+    saying `not_done` (it did not commit) or, if the look-up cannot tell, `unknown` (which record to look
+    at before trying again)."""
+    try:
+        recorded = await done
+    except Exception as exc:
+        raise Unavailable(f"{lost}; {unknown}") from exc
+    if not recorded:
+        raise Unavailable(f"{lost}; {not_done}") from lost
 
 
 # --- phases 2 and 3: submit, write back ----------------------------------------------------------

@@ -733,18 +733,21 @@ class ScheduleService:
         have reached the database before the answer was lost. Returns the firing if the database recorded
         it, to go on with as with any claim (left alone, its run would stay "running" until the sweep,
         and the client, told UNAVAILABLE, would fire a second run by trying again); raises Unavailable
-        saying nothing was fired if it did not, or naming the run if it cannot tell (`firing.committed`)."""
+        saying nothing was fired if it did not, or naming the run if it cannot tell (`firing.committed`,
+        `firing.settle_in_doubt`)."""
         if claimed is None:
             raise lost
         what = f"schedule {claimed.schedule.name!r} ({claimed.schedule.id})"
-        try:
-            recorded = await firing.committed(self.db, [claimed])
-        except Exception as exc:
-            raise Unavailable(
-                f"{lost}; {what} may have fired as run {claimed.run_id}: list its runs before firing it again"
-            ) from exc
-        if not recorded:
-            raise Unavailable(f"{lost}; {what} was not fired") from lost
+
+        async def recorded() -> bool:
+            return bool(await firing.committed(self.db, [claimed]))
+
+        await firing.settle_in_doubt(
+            lost,
+            recorded(),
+            not_done=f"{what} was not fired",
+            unknown=f"{what} may have fired as run {claimed.run_id}: list its runs before firing it again",
+        )
         log.warning(
             "%s: its firing's commit outcome was unknown (%s); it committed as run %s: firing it",
             what,

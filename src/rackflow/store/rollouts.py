@@ -84,11 +84,13 @@ async def claim_rolling(
 
 
 async def get_run(
-    db: Database, conn: AsyncConnection, run_id: uuid.UUID, *, lock: bool = False
+    db: Database, conn: AsyncConnection, run_id: uuid.UUID, *, lock: bool = False, nowait: bool = False
 ) -> Run | None:
-    """One run; `lock` holds it until commit (waiting for a rollout step that holds it)."""
+    """One run; `lock` holds it until commit (waiting for a rollout step that holds it). `nowait` (with
+    `lock`): fail at once while another transaction holds it (a look-up in doubt, for the reason
+    `dispatch.claimed_runs` gives)."""
     stmt = select(task_schedule_run).where(_run.id == run_id)
-    row = (await conn.execute(db.for_update(stmt) if lock else stmt)).first()
+    row = (await conn.execute(db.for_update(stmt, nowait=nowait) if lock else stmt)).first()
     return run_from_row(row) if row is not None else None
 
 
