@@ -29,6 +29,7 @@ from rackflow.errors import Unavailable
 from rackflow.retry import Retry
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.security import Principal, Role, current_principal
 from rackflow.store import instances
 from rackflow.store import rollouts as run_store
 from rackflow.store import tasks as task_store
@@ -182,8 +183,8 @@ async def test_a_run_retry_whose_commit_is_lost_fires_its_run_or_says_it_fired_n
     assert len(tasks) == (2 if delivered else 1)
 
 
-async def _awaiting_approval(env: Env) -> tuple[Schedule, Run]:
-    """A schedule that needs one approver, and its run fired awaiting it."""
+async def _awaiting_approval(env: Env, approvers: int = 1) -> tuple[Schedule, Run]:
+    """A schedule that needs `approvers` approvers, and its run fired awaiting it."""
     schedule = await env.services.schedules.create(
         name="fw",
         spec=HOURLY,
@@ -192,7 +193,7 @@ async def _awaiting_approval(env: Env) -> tuple[Schedule, Run]:
         queue=QueueOptions(),
         description="",
         target=rack_target(await env.rack("r1")),
-        approval=ApprovalPolicy(timedelta(hours=4), 1),
+        approval=ApprovalPolicy(timedelta(hours=4), approvers),
     )
     assert await env.services.schedules.trigger(schedule.id) == []
     (waiting,), _ = await env.services.schedules.list_runs(schedule.id)
@@ -247,3 +248,28 @@ async def test_an_approval_still_in_doubt_names_its_run(
     lose_next_commit(True)
     with pytest.raises(Unavailable, match=f"run {waiting.id} may have been approved"):
         await env.services.approvals.approve(waiting.id)
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["answer-lost", "commit-lost"])
+async def test_an_approval_of_many_whose_commit_is_lost_says_whether_it_counted(
+    env: Env, lose_next_commit: LoseCommit, delivered: bool
+) -> None:
+    """An approval that does not yet start its run (it needs two): answered with the run, its approver
+    on it, if it committed (told UNAVAILABLE, the approver could not approve again: one approval each),
+    UNAVAILABLE saying nothing was approved if not."""
+    _, waiting = await _awaiting_approval(env, approvers=2)
+
+    lose_next_commit(delivered)
+    ann = current_principal.set(Principal("ann", Role.APPROVER, "token"))
+    try:
+        if delivered:
+            report = await env.services.approvals.approve(waiting.id)
+        else:
+            with pytest.raises(Unavailable, match="nothing was approved"):
+                await env.services.approvals.approve(waiting.id)
+            report = await env.services.rollouts.get(waiting.id)
+    finally:
+        current_principal.reset(ann)
+    assert report.run.state == "awaiting_approval"
+    assert report.run.approval is not None
+    assert [a.principal for a in report.run.approval.approvers] == (["ann"] if delivered else [])
