@@ -11,6 +11,7 @@ UTC, so its task waits for 2026-03-03 02:00.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from rackflow.domain.inventory import Rack
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
+from rackflow.schedules import firing
 from rackflow.store.db import Database
 from rackflow.windows.service import WHEN_PATH, Ref, WindowInput
 from tests.store.schedules_support import START, Env, make_env
@@ -201,3 +203,34 @@ async def test_a_window_s_rename_moves_nothing(env: Env) -> None:
         await env.services.windows.update(window_id, ["window.name"], WindowInput(name="nights"))
     assert await get(env, task.id) == task
     assert changes.recorded == []
+
+
+async def test_a_task_ended_between_its_submit_and_its_write_back_keeps_its_outcome(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window's edit ends the task after the firing submitted it and before its write-back: the
+    write-back, which knows only that it was submitted, keeps the outcome the edit settled."""
+    r1, r2 = await env.rack("r1"), await env.rack("r2")
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=NIGHTLY, racks=(Ref(r1.id),))
+    )
+    schedule = await with_policy(env, await env.schedule(racks=[r1, r2]), WindowPolicy.DEFER)
+    env.clock.advance(FIRED_AT - env.clock.now())
+    write_back = firing._write_back
+
+    async def edited_first(*args: Any, **kwargs: Any) -> Any:
+        await edit_when(env, OneOff(FIRED_AT - timedelta(hours=3), FIRED_AT - timedelta(hours=2)))
+        return await write_back(*args, **kwargs)
+
+    monkeypatch.setattr(firing, "_write_back", edited_first)
+    await dispatch_at(env, FIRED_AT)
+
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert run.state == "completed"
+    outcomes = {o.rack_id: o for o in run.outcomes}
+    ended = await get(env, outcomes[r1.id].task_id)
+    assert ended.status is TaskStatus.TERMINATED
+    assert (outcomes[r1.id].outcome, outcomes[r1.id].error) == ("skipped_window", ended.message)
+    assert outcomes[r2.id].outcome == "submitted"
+    tally = (await env.services.rollouts.summary(run.id)).tally
+    assert tally == {("skipped_window", True): 1, ("submitted", True): 1}

@@ -227,17 +227,49 @@ class ScopeOutcome:
 
 
 def settled_scopes(
-    outcomes: Sequence[ScopeOutcome], settled: Mapping[uuid.UUID, tuple[Outcome, str]]
+    outcomes: Sequence[ScopeOutcome],
+    settled: Mapping[uuid.UUID, tuple[Outcome, str]],
+    unnamed: Mapping[uuid.UUID, tuple[uuid.UUID, uuid.UUID]] | None = None,
 ) -> tuple[ScopeOutcome, ...]:
     """The outcomes with each scope whose task is in `settled` given its (outcome, error), its task kept:
     a cancelled rollout's scope whose task it ended before the task began is "not_started"
     (`RolloutService.cancel_in`, or the rollout gate for a task a claim held meanwhile); a deferred task
-    that a window's change ended says what the windows settled (`tasks.deferrals`)."""
-    return tuple(
+    that a window's change ended says what the windows settled (`tasks.deferrals`).
+
+    A settled task the outcomes do not name yet (its plain firing submitted it, and its write-back has not
+    recorded it: the run is "running", its outcomes empty or an approved run's "pending" plan) is recorded
+    all the same, from `unnamed` (task id -> its scope id and rack id), in place of its rack's entry without
+    a task or else added: the write-back then keeps what was settled (`kept_settled`)."""
+    named = {o.task_id for o in outcomes if o.task_id is not None}
+    kept = [
         replace(o, outcome=found[0], error=found[1])
         if o.task_id is not None and (found := settled.get(o.task_id)) is not None
         else o
         for o in outcomes
+    ]
+    for task_id, (scope_id, rack_id) in (unnamed or {}).items():
+        if task_id in named or task_id not in settled:
+            continue
+        outcome, error = settled[task_id]
+        entry = ScopeOutcome(scope_id, rack_id, outcome, task_id=task_id, error=error)
+        at = next((i for i, o in enumerate(kept) if o.rack_id == rack_id and o.task_id is None), None)
+        if at is None:
+            kept.append(entry)
+        else:
+            kept[at] = replace(entry, scope_id=kept[at].scope_id, canary=kept[at].canary)
+    return tuple(kept)
+
+
+def kept_settled(written: Sequence[ScopeOutcome], stored: Sequence[ScopeOutcome]) -> tuple[ScopeOutcome, ...]:
+    """A plain firing's write-back (`written`) over the outcomes its run holds (`stored`): a scope whose
+    task `stored` names already keeps that outcome and error, which a window's change or the rollout gate
+    settled (`settled_scopes`) after the submit, where the write-back knows only that it was submitted."""
+    settled = {o.task_id: o for o in stored if o.task_id is not None}
+    return tuple(
+        replace(o, outcome=found.outcome, error=found.error)
+        if o.task_id is not None and (found := settled.get(o.task_id)) is not None
+        else o
+        for o in written
     )
 
 

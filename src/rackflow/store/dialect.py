@@ -44,6 +44,7 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    literal_column,
     select,
     text,
     true,
@@ -490,6 +491,15 @@ def ids_in(dialect: str, key: ColumnElement[Any], ids: Select[Any]) -> ColumnEle
     (at 1M audit rows a prune chunk took 180 ms against 26 ms)."""
     subquery = ids.scalar_subquery()
     return key == any_(func.array(subquery)) if dialect == POSTGRESQL else key.in_(subquery)
+
+
+def some_element_holds(dialect: str, array: ColumnElement[Any], key: str) -> ColumnElement[bool]:
+    """Some object of the JSON array `array` holds `key` with a value other than null (`key`: a name
+    written in the code, never input)."""
+    if dialect == POSTGRESQL:
+        return func.jsonb_path_exists(array, literal_column(f"'$[*] ? (@.{key} != null)'::jsonpath"))
+    each = func.json_each(array).table_valued("value", joins_implicitly=True)
+    return exists().select_from(each).where(func.json_extract(each.c.value, f"$.{key}").is_not(None))
 
 
 # --- bulk inserts -----------------------------------------------------------------------------------

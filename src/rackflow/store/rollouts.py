@@ -24,7 +24,7 @@ from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys, for_update
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
 from rackflow.store.streak_checks import mark_schedules
-from rackflow.store.tables import racks, task_schedule_run, tasks
+from rackflow.store.tables import racks, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import hold_values, not_begun_of_run, unclaimed
 
 _run = task_schedule_run.c
@@ -185,13 +185,35 @@ async def settle_scopes(
 ) -> None:
     """Give the scopes of each run whose task is in `settled[run id]` its (outcome, error)
     (`settled_scopes`), the runs locked by the caller (`lock_runs`, or the rollout gate's lock): one read
-    and one write per run. Rare: a task a claim held while its rollout was cancelled, a deferred task a
+    and one write per run, and one read of their scopes for the tasks a run's outcomes do not name yet (its
+    write-back is to come). Rare: a task a claim held while its rollout was cancelled, a deferred task a
     window's change ended."""
     for chunk in chunked(in_id_order(settled)):
         stmt = select(task_schedule_run).where(_run.id.in_(chunk))
-        for row in (await conn.execute(stmt)).all():
-            run = run_from_row(row)
-            await save_run(conn, replace(run, outcomes=settled_scopes(run.outcomes, settled[run.id])))
+        runs = [run_from_row(row) for row in (await conn.execute(stmt)).all()]
+        named = {o.task_id for run in runs for o in run.outcomes}
+        unnamed = await _scopes_of_tasks(conn, [i for run in runs for i in settled[run.id] if i not in named])
+        for run in runs:
+            outcomes = settled_scopes(run.outcomes, settled[run.id], unnamed)
+            await save_run(conn, replace(run, outcomes=outcomes))
+
+
+async def _scopes_of_tasks(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, tuple[uuid.UUID, uuid.UUID]]:
+    """Each of these tasks' scope in its schedule, as (scope id, rack id); one whose scope was removed since
+    is left out."""
+    found: dict[uuid.UUID, tuple[uuid.UUID, uuid.UUID]] = {}
+    scope = task_schedule_scope.c
+    of_task = (scope.schedule_id == tasks.c.schedule_id) & (scope.rack_id == tasks.c.rack_id)
+    for chunk in chunked(list(task_ids)):
+        stmt = (
+            select(tasks.c.id, scope.id.label("scope_id"), scope.rack_id)
+            .join(task_schedule_scope, of_task)
+            .where(tasks.c.id.in_(chunk))
+        )
+        found |= {row.id: (row.scope_id, row.rack_id) for row in await conn.execute(stmt)}
+    return found
 
 
 async def link_retry(conn: AsyncConnection, run_id: uuid.UUID, retry_of: uuid.UUID) -> None:

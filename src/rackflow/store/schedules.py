@@ -20,6 +20,7 @@ from sqlalchemy import (
     Row,
     RowMapping,
     Select,
+    Update,
     Uuid,
     and_,
     any_,
@@ -59,6 +60,7 @@ from rackflow.domain.schedules import (
     Scope,
     ScopeOutcome,
     Trigger,
+    kept_settled,
     short_search,
 )
 from rackflow.domain.tasks import ACTIVE_STATUSES, Operation, OperationKind, RetryPolicy, TaskStatus
@@ -76,6 +78,7 @@ from rackflow.store.dialect import (
     insert_rows,
     locks_rows,
     past_newest,
+    some_element_holds,
     update_rows,
     uuid_text,
 )
@@ -1283,9 +1286,25 @@ async def complete_runs(
 ) -> None:
     """Mark runs completed with their per-scope outcomes (one statement, `update_rows`). A run another
     instance's sweep marked "interrupted" meanwhile (its owner's heartbeat lapsed while the write-back was
-    retried) is completed too: the firing did end, and its outcomes name the tasks it submitted."""
+    retried) is completed too: the firing did end, and its outcomes name the tasks it submitted.
+
+    A scope settled since the submit keeps what settled it (`kept_settled`): a window's change or the
+    rollout gate that ended its task wrote that into the run, naming the task (`store.rollouts.
+    settle_scopes`), where phase 1 wrote no task. So the statement writes only runs whose outcomes name
+    none; only when it wrote fewer than all (rare) are the batch's runs locked, read and merged again, so
+    the drain's write-back costs no statement more (docs/PERFORMANCE.md)."""
     if not outcomes_by_run:
         return
+    name_no_task = ~some_element_holds(conn.dialect.name, task_schedule_run.c.outcomes, "task_id")
+    stmt, params = _completions(conn, outcomes_by_run)
+    if (await conn.execute(stmt.where(name_no_task), params)).rowcount < len(outcomes_by_run):
+        await _complete_settled(conn, outcomes_by_run)
+    await mark_schedules_of_runs(conn, outcomes_by_run)
+
+
+def _completions(
+    conn: AsyncConnection, outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]]
+) -> tuple[Update, Any]:
     rows = [
         {
             "id": run_id,
@@ -1294,8 +1313,25 @@ async def complete_runs(
         }
         for run_id, outcomes in outcomes_by_run.items()
     ]
-    await conn.execute(*update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"}))
-    await mark_schedules_of_runs(conn, outcomes_by_run)
+    return update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"})
+
+
+async def _complete_settled(
+    conn: AsyncConnection, outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]]
+) -> None:
+    """`complete_runs` for the runs whose outcomes name tasks already: under their rows' locks (id order,
+    as `store.rollouts.lock_runs`), what was settled merged into the write-back (`kept_settled`)."""
+    run = task_schedule_run.c
+    for chunk in chunked(in_id_order(outcomes_by_run)):
+        stmt = select(run.id, run.outcomes).where(run.id.in_(chunk)).order_by(run.id)
+        stored = {row.id: row.outcomes for row in await conn.execute(for_update(conn.dialect.name, stmt))}
+        merged = {
+            run_id: kept_settled(outcomes_by_run[run_id], [_outcome_from_json(o) for o in outcomes])
+            for run_id, outcomes in stored.items()
+            if any(o.get("task_id") for o in outcomes)
+        }
+        if merged:
+            await conn.execute(*_completions(conn, merged))
 
 
 def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
