@@ -10,20 +10,24 @@ UTC, so its task waits for 2026-03-03 02:00.
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import Changes, noting
 from rackflow.domain.inventory import Rack
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Task, TaskStatus
-from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
+from rackflow.domain.windows import MaintenanceWindow, OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
 from rackflow.store.db import Database
-from rackflow.windows.service import WHEN_PATH, Ref, WindowInput
+from rackflow.windows.service import WHEN_PATH, Redeciding, Ref, WindowInput
 from tests.store.schedules_support import START, Env, make_env
+from tests.store.test_rollout_lock_order import done_or_waiting_on_a_lock
 from tests.store.test_windows_firing import NIGHTLY, TOMORROW_2AM, dispatch_at, with_policy
 
 FIRED_AT = START + timedelta(hours=1)
@@ -234,3 +238,59 @@ async def test_a_task_ended_between_its_submit_and_its_write_back_keeps_its_outc
     assert outcomes[r2.id].outcome == "submitted"
     tally = (await env.services.rollouts.summary(run.id)).tally
     assert tally == {("skipped_window", True): 1, ("submitted", True): 1}
+
+
+class PausedOnce:
+    """The deferrals of the first edit through it pause, its transaction open, until `go` is set."""
+
+    def __init__(self, deferrals: Redeciding) -> None:
+        self.deferrals = deferrals
+        self.paused = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def redecide_in(
+        self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
+    ) -> Callable[[], None]:
+        once_committed = await self.deferrals.redecide_in(conn, changed, now)
+        if not self.paused.is_set():
+            self.paused.set()
+            await self.go.wait()
+        return once_committed
+
+
+@pytest.mark.postgres
+async def test_two_window_edits_at_once_take_turns(pg_db: str) -> None:
+    """One edit moves "nightly" to 05:00-06:00 and, before it commits, another moves the freeze "late" over
+    that opening: the second decides after the first committed, from both changes, and moves the task to
+    the next day's opening, as the two edits one after the other would."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        _, task = await deferred(env)
+        far = OneOff(START + timedelta(days=30), START + timedelta(days=31))
+        await env.services.windows.create(
+            WindowInput(name="late", kind=WindowKind.FREEZE, when=far, racks=(Ref(task.rack_id),))
+        )
+        windows = env.services.windows
+        paused = PausedOnce(windows.deferrals)
+        windows.deferrals = paused
+        first = asyncio.ensure_future(edit_when(env, Recurring("0 5 * * *", "1h")))
+        async with asyncio.timeout(60):
+            await paused.paused.wait()
+        freeze = OneOff(TOMORROW_2AM + timedelta(hours=2, minutes=30), TOMORROW_2AM + timedelta(hours=5))
+        late_id = await windows.id_by_name("late")
+        second = asyncio.ensure_future(windows.update(late_id, [WHEN_PATH], WindowInput(when=freeze)))
+        await done_or_waiting_on_a_lock(env, second)
+        paused.go.set()
+        await asyncio.wait_for(first, 60)
+        await asyncio.wait_for(second, 60)
+
+        moved = await get(env, task.id)
+        next_day = TOMORROW_2AM + timedelta(days=1, hours=3)
+        assert (moved.status, moved.not_before, moved.not_after) == (
+            TaskStatus.PENDING,
+            next_day,
+            next_day + timedelta(hours=1),
+        )
+    finally:
+        await db.dispose()

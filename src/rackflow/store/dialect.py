@@ -240,6 +240,15 @@ def for_update(dialect: str, stmt: _S, *, nowait: bool = False) -> _S:
     return stmt.with_for_update(nowait=nowait) if locks_rows(dialect) else stmt
 
 
+async def take_turns(conn: AsyncConnection, key: int) -> None:
+    """Until the caller's transaction ends, every other transaction that takes `key` waits for it, so they
+    run one after another and each reads what the one before committed: on PostgreSQL a transaction-level
+    advisory lock (`key`: a number of the code's own, one per kind of turn); SQLite's single writer already
+    runs write transactions so."""
+    if conn.dialect.name == POSTGRESQL:
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+
 @contextmanager
 def migrations_locked(conn: Connection) -> Iterator[None]:
     """Migrations from several instances at once run one after another: on PostgreSQL they take turns on

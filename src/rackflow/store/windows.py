@@ -18,7 +18,7 @@ from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import MaintenanceWindow, OneOff, RackRef, Recurring, WindowKind
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import chunked, unique_violation_as
-from rackflow.store.dialect import by_keys
+from rackflow.store.dialect import by_keys, take_turns
 from rackflow.store.tables import (
     maintenance_window_domains,
     maintenance_window_racks,
@@ -26,6 +26,17 @@ from rackflow.store.tables import (
     nvl_domains,
     racks,
 )
+
+# Taken by every window update and deletion (`take_turns`): a number of its own.
+_WINDOW_EDITS = 7_262_532_945
+
+
+async def edits_in_turn(conn: AsyncConnection) -> None:
+    """Wait for any other window edit's transaction to end, and hold the next turn until this one ends: an
+    edit decides the tasks its window deferred from every window it reads (`rackflow.tasks.deferrals`), and
+    skips a task another transaction holds, so two edits at once would each decide without the other's
+    change, and neither decide the tasks the other was moving."""
+    await take_turns(conn, _WINDOW_EDITS)
 
 
 def name_taken_error(name: str) -> AlreadyExists:

@@ -177,7 +177,8 @@ class WindowService:
         """Apply the masked fields. Tasks a freeze holds are let go, to be held again by what now applies
         (a shortened or deleted freeze must not keep them waiting); the tasks a DEFER firing deferred
         that the window covered or covers wait for the opening the windows now give them, or are
-        released or ended (`rackflow.tasks.deferrals`), in the same transaction."""
+        released or ended (`rackflow.tasks.deferrals`), in the same transaction. Window edits take turns
+        (`store.windows.edits_in_turn`), so each decides from what the one before committed."""
         mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
             check_name(given.name, NAME_PATH)
@@ -191,6 +192,7 @@ class WindowService:
         if OPERATIONS_PATH in mask:
             operations = distinct_operations(given.operations, OPERATIONS_PATH)
         async with self.db.transaction() as conn:
+            await store.edits_in_turn(conn)
             current = await self._load(conn, window_id)
             updated = replace(current, updated_at=now)
             if NAME_PATH in mask:
@@ -223,6 +225,7 @@ class WindowService:
     async def delete(self, window_id: uuid.UUID) -> None:
         """Delete the window; what it held or deferred is decided again, as `update` decides it."""
         async with self.db.transaction() as conn:
+            await store.edits_in_turn(conn)
             current = await self._load(conn, window_id)
             await store.delete_window(conn, window_id)
             once_committed = await self.deferrals.redecide_in(conn, (current,), self.clock.now())
