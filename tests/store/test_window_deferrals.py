@@ -294,3 +294,79 @@ async def test_two_window_edits_at_once_take_turns(pg_db: str) -> None:
         )
     finally:
         await db.dispose()
+
+
+async def fired_inside(env: Env, policy: WindowPolicy) -> tuple[Schedule, Task]:
+    """r1 under the ALLOW window "nightly", open from an hour before FIRED_AT to two after, and a schedule
+    on r1 under `policy` fired at FIRED_AT: its task may start at once, by the window's end."""
+    r1 = await env.rack("r1")
+    when = OneOff(FIRED_AT - timedelta(hours=1), FIRED_AT + timedelta(hours=2))
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=when, racks=(Ref(r1.id),))
+    )
+    schedule = await with_policy(env, await env.schedule(racks=[r1]), policy)
+    ((outcome,),) = [result.outcomes for result in await dispatch_at(env, FIRED_AT)]
+    env.clock.advance(FIRED_AT - env.clock.now())
+    task = await get(env, outcome.task_id)
+    assert (task.held_by, task.not_before, task.not_after) == (None, None, FIRED_AT + timedelta(hours=2))
+    return schedule, task
+
+
+@pytest.mark.parametrize("policy", [WindowPolicy.SKIP, WindowPolicy.DEFER])
+async def test_a_task_fired_inside_an_allow_window_is_bound_to_its_new_end(
+    env: Env, policy: WindowPolicy
+) -> None:
+    _, task = await fired_inside(env, policy)
+
+    changes = await edit_when(env, OneOff(FIRED_AT - timedelta(hours=1), FIRED_AT + timedelta(hours=5)))
+
+    rebound = await get(env, task.id)
+    assert (rebound.status, rebound.held_by, rebound.not_before, rebound.not_after) == (
+        TaskStatus.PENDING,
+        None,
+        None,
+        FIRED_AT + timedelta(hours=5),
+    )
+    assert changes.target_ids == [str(task.id)]
+    assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+        ("rebound", "2026-03-02T18:00:00Z")
+    ]
+
+
+async def test_a_task_fired_inside_a_deleted_allow_window_is_bound_no_more(env: Env) -> None:
+    _, task = await fired_inside(env, WindowPolicy.SKIP)
+    window_id = await env.services.windows.id_by_name("nightly")
+
+    changes = Changes()
+    with noting(changes):
+        await env.services.windows.delete(window_id)
+
+    unbound = await get(env, task.id)
+    assert (unbound.status, unbound.held_by, unbound.not_after) == (TaskStatus.PENDING, None, None)
+    assert [c["deferred_task"] for c in changes.recorded] == ["rebound"]
+
+
+async def test_a_skipping_task_fired_inside_an_allow_window_moved_away_is_ended_skipped(env: Env) -> None:
+    """The window now opens tomorrow: under SKIP a firing now skips the rack."""
+    skipping, skipped = await fired_inside(env, WindowPolicy.SKIP)
+    await edit_when(env, OneOff(TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2)))
+
+    ended = await get(env, skipped.id)
+    assert ended.status is TaskStatus.TERMINATED
+    (run,), _ = await env.services.schedules.list_runs(skipping.id)
+    assert [(o.outcome, o.error) for o in run.outcomes] == [("skipped_window", ended.message)]
+
+
+async def test_a_deferring_task_fired_inside_an_allow_window_moved_away_waits_for_it(env: Env) -> None:
+    _, task = await fired_inside(env, WindowPolicy.DEFER)
+
+    changes = await edit_when(env, OneOff(TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2)))
+
+    moved = await get(env, task.id)
+    assert (moved.status, moved.held_by, moved.not_before, moved.not_after) == (
+        TaskStatus.PENDING,
+        "window",
+        TOMORROW_2AM,
+        TOMORROW_2AM + timedelta(hours=2),
+    )
+    assert [c["deferred_task"] for c in changes.recorded] == ["moved"]

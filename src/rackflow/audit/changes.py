@@ -58,8 +58,8 @@ def note_scope_changes(scope_changes: Sequence[ScopeChange]) -> None:
 
 
 def note_deferral_changes(deferral_changes: Sequence[DeferralChange]) -> None:
-    """Tell the audited call's event (a window's update or deletion) which deferred tasks it moved,
-    released or ended (call it once the change has committed)."""
+    """Tell the audited call's event (a window's update or deletion) which tasks it moved, released,
+    rebound (to an ALLOW window's new end) or ended (call it once the change has committed)."""
     changes = _noted.get()
     if changes is None:
         return

@@ -285,13 +285,16 @@ def redeferral(
     operation: Operation,
     now: datetime,
     deadline_at: datetime | None,
+    policy: WindowPolicy,
 ) -> Decision:
-    """What the wait of a deferred task (of a dispatched firing under DEFER) becomes when a window covering
-    its rack changes: what a firing of its scope at `now` would decide (`scope_decision`), under the start
-    deadline its firing bound it to (`deadline_at`: its outcome's `start_by`). "defer": wait for the new
-    opening; "fire": start now, by the end of the ALLOW window it is in; "skip_window": no opening left
-    (or none within its operation's own window); "missed": the opening comes at or after the deadline."""
-    decision = scope_decision(windows, rack, operation, now, WindowPolicy.DEFER)
+    """What a task of a dispatched firing that its windows bind becomes when a window covering its rack
+    changes (a deferred task's wait, under DEFER; or the end a task fired inside an ALLOW window must start
+    by, under either policy): what a firing of its scope at `now` would decide under its schedule's
+    `policy` (`scope_decision`), under the start deadline its firing bound it to (`deadline_at`: its
+    outcome's `start_by`). "defer": wait for the new opening; "fire": start now, by the end of the ALLOW
+    window it is in; "skip_window": closed under SKIP, or no opening left (or none within its operation's
+    own window); "missed": the opening comes at or after the deadline."""
+    decision = scope_decision(windows, rack, operation, now, policy)
     return _by_deadline(decision, deadline_at) if deadline_at is not None else decision
 
 

@@ -442,32 +442,35 @@ async def set_status(
         await mark_schedules_of_tasks(conn, task_ids)
 
 
-# --- deferred tasks a window's change decides again (`rackflow.tasks.deferrals`) ----------------------
+# --- tasks a window's change decides again (`rackflow.tasks.deferrals`) ------------------------------
 
 
 class DeferredTask(NamedTuple):
-    """A task waiting for its window's opening, with its run's trigger and its schedule's window policy."""
+    """A task its window binds (`_bound`), with its run's trigger and its schedule's window policy."""
 
     task: Task
     trigger: Trigger
     window_policy: WindowPolicy
 
 
-def _deferred() -> ColumnElement[bool]:
-    """Still waiting for its window, never started: PENDING at its first attempt, held by "window"."""
-    return and_(
-        tasks.c.status == TaskStatus.PENDING.value, tasks.c.held_by == WINDOW_HOLD, tasks.c.attempt == 1
+def _bound() -> ColumnElement[bool]:
+    """Never started, PENDING at its first attempt, and waiting for its window (held by "window") or, held
+    by nothing, bound to start by an end (`not_after`: the ALLOW window it fired in, or its own)."""
+    waits_or_is_bound = or_(
+        tasks.c.held_by == WINDOW_HOLD, and_(tasks.c.held_by.is_(None), tasks.c.not_after.is_not(None))
     )
+    return and_(tasks.c.status == TaskStatus.PENDING.value, tasks.c.attempt == 1, waits_or_is_bound)
 
 
 async def deferred_tasks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID] | None) -> list[DeferredTask]:
-    """The tasks of firings that wait for their window (on these racks; None: any), oldest first."""
+    """The tasks of firings that wait for their window or are bound to start by an end (`_bound`; on these
+    racks, None: any), oldest first."""
     run, schedule = task_schedule_run.c, task_schedule.c
     stmt = (
         select(tasks, run.trigger, schedule.window_policy)
         .join(task_schedule_run, run.id == tasks.c.run_id)
         .join(task_schedule, schedule.id == run.schedule_id)
-        .where(_deferred())
+        .where(_bound())
         .order_by(*OLDEST_FIRST)
     )
     if rack_ids is None:
@@ -484,11 +487,11 @@ async def deferred_tasks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID] 
 async def rewait(
     conn: AsyncConnection, task_ids: Collection[uuid.UUID], wait: Mapping[str, Any]
 ) -> list[uuid.UUID]:
-    """Write `wait` (the columns of a task's hold for its window) on those of the tasks still deferred
-    that no claim holds (`unclaimed`: its opening came, it starts); the ids written."""
+    """Write `wait` (the columns of a task's hold for its window, or of its bound) on those of the tasks
+    still bound (`_bound`) that no claim holds (`unclaimed`: its opening came, it starts); the ids written."""
     written: list[uuid.UUID] = []
     for chunk in chunked(in_id_order(task_ids)):
-        stmt = update(tasks).where(unclaimed(conn, tasks.c.id.in_(chunk), _deferred())).values(**wait)
+        stmt = update(tasks).where(unclaimed(conn, tasks.c.id.in_(chunk), _bound())).values(**wait)
         written += (await conn.execute(stmt.returning(tasks.c.id))).scalars()
     return written
 
@@ -496,11 +499,11 @@ async def rewait(
 async def lock_deferred(
     db: Database, conn: AsyncConnection, task_ids: Collection[uuid.UUID]
 ) -> list[uuid.UUID]:
-    """Lock those of the tasks still deferred, under their racks' locks (the caller's), skipping any a
+    """Lock those of the tasks still bound (`_bound`), under their racks' locks (the caller's), skipping any a
     claim holds; their ids."""
     locked: list[uuid.UUID] = []
     for chunk in chunked(in_id_order(task_ids)):
-        stmt = select(tasks.c.id).where(tasks.c.id.in_(chunk), _deferred()).order_by(tasks.c.id)
+        stmt = select(tasks.c.id).where(tasks.c.id.in_(chunk), _bound()).order_by(tasks.c.id)
         locked += (await conn.execute(db.skip_locked(stmt))).scalars()
     return locked
 

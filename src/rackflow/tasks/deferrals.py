@@ -1,15 +1,18 @@
-"""The tasks a DEFER firing deferred, decided again when a maintenance window changes.
+"""The tasks a dispatched firing bound to its windows, decided again when a maintenance window changes.
 
 A dispatched firing under the DEFER window policy submits a closed rack's task held until the opening the
-windows had then (`held_by` "window": `domain.firing.window_decisions`). When an operator edits or deletes a
-window, its tasks that have not started are decided again, in the same transaction, by the rule a firing
-at that moment follows (`domain.firing.redeferral`), under the start deadline their firing bound them to
-(their outcome's `start_by`):
+windows had then (`held_by` "window": `domain.firing.window_decisions`); under either policy, a task fired
+while an ALLOW window holds its rack must start by that window's end (`not_after`). When an operator edits
+or deletes a window, those tasks that have not started are decided again, in the same transaction, by the
+rule a firing at that moment follows under their schedule's window policy (`domain.firing.redeferral`),
+under the start deadline their firing bound them to (their outcome's `start_by`):
 
 * "defer": they wait for the new opening (`not_before`, `not_after` and their reason rewritten: moved);
 * "fire": no window closes the rack now: released (`not_before` cleared, or their operation's own window's
-  start), to start by the end of the ALLOW window they are in, as a firing's task must;
-* "skip_window" (no opening left) or "missed" (the opening comes at or after the start deadline): ended,
+  start), to start by the end of the ALLOW window they are in, as a firing's task must; a task that
+  waited for nothing is "rebound" to that end (or to none);
+* "skip_window" (closed under SKIP, or no opening left) or "missed" (the opening comes at or after the
+  start deadline): ended,
   TERMINATED with the reason, and their scope's outcome in the run says what the windows settled, as the
   firing would have recorded it (a rollout counts the rack skipped, not failed).
 
@@ -55,10 +58,11 @@ class Deferrals:
     async def redecide_in(
         self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
     ) -> Callable[[], None]:
-        """Decide again, in the caller's transaction (which wrote the change), the waits of the deferred
-        tasks on racks `changed` (the window as it was, and as it is unless deleted) covers; returns what
-        to do once the transaction committed (count the ended tasks, wake the executors, note the audit)."""
-        waiting, racks = await self._waiting(conn, changed, now)
+        """Decide again, in the caller's transaction (which wrote the change), the waits and ends of the
+        tasks their windows bind on racks `changed` (the window as it was, and as it is unless deleted)
+        covers; returns what to do once the transaction committed (count the ended tasks, wake the
+        executors, note the audit)."""
+        waiting, policies, racks = await self._waiting(conn, changed, now)
         if not waiting:
             return lambda: None
         windows = await window_store.all_windows(conn)
@@ -68,12 +72,14 @@ class Deferrals:
         moves: dict[tuple[Any, ...], list[Task]] = {}
         ending: list[tuple[Task, str, Outcome]] = []
         for task in waiting:
-            decision = redeferral(windows, racks[task.rack_id], task.operation, now, deadlines.get(task.id))
+            rack, deadline = racks[task.rack_id], deadlines.get(task.id)
+            decision = redeferral(windows, rack, task.operation, now, deadline, policies[task.id])
             if decision.action in SETTLED_BY_WINDOWS:
                 ending.append((task, decision.reason, SETTLED_BY_WINDOWS[decision.action]))
                 continue
             wait = window_wait(task.operation, decision.reason, decision.opens_at, decision.closes_at, now)
-            if (wait.not_before, wait.not_after, wait.waits) != (task.not_before, task.not_after, True):
+            now_bound = (task.not_before, task.not_after, _waits(task))
+            if (wait.not_before, wait.not_after, wait.waits) != now_bound:
                 moves.setdefault(tuple(wait), []).append(task)  # (its words alone, a rename, are kept)
         changes: list[DeferralChange] = []
         await run_store.lock_runs(conn, {task.run_id for task, _, _ in ending if task.run_id})
@@ -92,8 +98,9 @@ class Deferrals:
                     conn, [t.id for t in moved], _wait_values(not_before, not_after, message, waits, now)
                 )
             )
-            change = "moved" if waits else "released"
-            changes += [_change(t, change, not_before, not_after) for t in moved if t.id in written]
+            changes += [
+                _change(t, _what_changed(t, waits), not_before, not_after) for t in moved if t.id in written
+            ]
 
         def once_committed() -> None:
             self.tasks.after_ended(ended)
@@ -106,26 +113,42 @@ class Deferrals:
     @staticmethod
     async def _waiting(
         conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
-    ) -> tuple[list[Task], dict[uuid.UUID, RackRef]]:
-        """The tasks waiting for an opening of a dispatched firing under DEFER (a manual one obeys no
-        ALLOW window; under SKIP a task waits only for its own window) on racks `changed` covers for their
-        operation, and whose wait is not over; and their racks."""
+    ) -> tuple[list[Task], dict[uuid.UUID, WindowPolicy], dict[uuid.UUID, RackRef]]:
+        """The tasks of dispatched firings (a manual one obeys no ALLOW window) that their windows bind,
+        on racks `changed` covers for their operation, whose wait is not over: those waiting for an
+        opening under DEFER (under SKIP a task waits only for its own window), and those held by nothing
+        that must start by an end (fired inside an ALLOW window, or within their own); their schedules'
+        window policies, by task id; and their racks."""
         named = None  # the racks the windows name, when that is all they cover
         if not any(w.all_racks or w.domains for w in changed):
             named = {rack_id for w in changed for rack_id, _ in w.racks}
         found = [
-            d.task
+            d
             for d in await store.deferred_tasks(conn, named)
-            if checks_scopes(d.trigger) and d.window_policy is WindowPolicy.DEFER and not d.task.too_late(now)
+            if checks_scopes(d.trigger)
+            and (d.window_policy is WindowPolicy.DEFER or not _waits(d.task))
+            and not d.task.too_late(now)
         ]
-        racks = await window_store.rack_refs(conn, {task.rack_id for task in found})
+        racks = await window_store.rack_refs(conn, {d.task.rack_id for d in found})
         covered = [
-            task
-            for task in found
-            if task.rack_id in racks
-            and any(w.covers(racks[task.rack_id], task.operation.kind) for w in changed)
+            d
+            for d in found
+            if d.task.rack_id in racks
+            and any(w.covers(racks[d.task.rack_id], d.task.operation.kind) for w in changed)
         ]
-        return covered, racks
+        return [d.task for d in covered], {d.task.id: d.window_policy for d in covered}, racks
+
+
+def _waits(task: Task) -> bool:
+    return task.held_by == WINDOW_HOLD
+
+
+def _what_changed(task: Task, waits: bool) -> str:
+    """How the audit names a task's new wait: "moved" (it waits for an opening), "released" (it waited,
+    and may start now), "rebound" (it waited for nothing, and must start by another end, or by none)."""
+    if waits:
+        return "moved"
+    return "released" if _waits(task) else "rebound"
 
 
 def _wait_values(

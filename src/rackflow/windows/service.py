@@ -177,7 +177,8 @@ class WindowService:
         """Apply the masked fields. Tasks a freeze holds are let go, to be held again by what now applies
         (a shortened or deleted freeze must not keep them waiting); the tasks a DEFER firing deferred
         that the window covered or covers wait for the opening the windows now give them, or are
-        released or ended (`rackflow.tasks.deferrals`), in the same transaction. Window edits take turns
+        released or ended, and those fired inside an ALLOW window are bound to the end it now has
+        (`rackflow.tasks.deferrals`), in the same transaction. Window edits take turns
         (`store.windows.edits_in_turn`), so each decides from what the one before committed."""
         mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
