@@ -64,16 +64,16 @@ class Services:
     ) -> Services:
         """The services; `default_start_deadline` (`--default-start-deadline`): the start deadline of a
         schedule without its own; `instance_id`: the process's (its executor's and dispatcher's), whose
-        heartbeat vouches for the runs its approvals start. They and `db` read one clock: what they stamp
-        and what the database is asked (`Database.now`) must agree, so `db` takes `clock` (the server
-        builds both on the same one)."""
+        heartbeat vouches for the runs its approvals, manual triggers and retries start. They and `db`
+        read one clock: what they stamp and what the database is asked (`Database.now`) must agree, so
+        `db` takes `clock` (the server builds both on the same one)."""
         db.clock = clock
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
         audit = AuditTrail(db, clock, audit_spool)
         windows = WindowService(db, clock, Deferrals(tasks))
         rollouts = RolloutService(db, clock, tasks, audit)
-        schedules = ScheduleService(db, clock, tasks, rollouts, default_start_deadline)
+        schedules = ScheduleService(db, clock, tasks, rollouts, default_start_deadline, instance_id)
         checks = CheckService(db, clock, tasks)
         return cls(
             db=db,

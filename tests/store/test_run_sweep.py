@@ -3,7 +3,8 @@ run is swept by its time running since its approval, not since it fired (hours e
 sweep leaves it be while its approver's instance writes it back; and a write-back that succeeds after the
 sweep did interrupt a run meanwhile records what the firing did: "completed", with its outcomes. An
 approved run is the approving instance's, so the sweep asks after that instance's heartbeat, not the one
-of the instance that fired it.
+of the instance that fired it. A run a manual trigger or a retry fires is its firing instance's alike, so
+it is interrupted once that instance's heartbeat lapses, not only 10 minutes after it started.
 
 The other instance is a second `Database` on the same database, sweeping between the firing's submit and
 its write-back (`firing._write_back`, wrapped).
@@ -20,11 +21,12 @@ import pytest
 
 from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
-from rackflow.domain.tasks import QueueOptions
+from rackflow.domain.tasks import QueueOptions, TaskStatus
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
 from rackflow.store import dispatch, instances
+from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
 
@@ -156,3 +158,58 @@ async def test_a_run_approved_through_another_instance_is_its_approvers_for_the_
 
     assert seen == [(0, "running")]
     assert report.run.state == "completed"
+
+
+def _dies_after_its_claim(
+    env: Env, schedule: Schedule, monkeypatch: pytest.MonkeyPatch, sweep: Sweep
+) -> list[tuple[int, str]]:
+    """Between the firing's claim and its write-back, its instance's heartbeat lapses (well within
+    STUCK_RUN_AGE of the firing) and the other instance sweeps: what it marked, and the newest run's state
+    then."""
+    seen: list[tuple[int, str]] = []
+
+    async def lapsed_then_swept() -> None:
+        env.clock.advance(LEASE * 2)
+        marked = await sweep()
+        (newest, *_), _ = await env.services.schedules.list_runs(schedule.id)
+        seen.append((marked, newest.state))
+
+    _before_the_write_back(monkeypatch, lapsed_then_swept)
+    return seen
+
+
+async def _instance(env: Env) -> Services:
+    """The services of an instance that registered its heartbeat now."""
+    instance_id = uuid.uuid4()
+    await instances.register(env.db, instance_id, host="a", pid=1)
+    return Services.build(env.db, env.clock, instance_id=instance_id)
+
+
+async def test_a_triggered_run_whose_instance_died_is_swept_once_its_heartbeat_lapses(
+    env: Env, other_instance: Sweep, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = await _schedule(env)
+    a = await _instance(env)
+    seen = _dies_after_its_claim(env, schedule, monkeypatch, other_instance)
+
+    await a.schedules.trigger(schedule.id)
+
+    assert seen == [(1, "interrupted")]
+
+
+async def test_a_retried_run_whose_instance_died_is_swept_once_its_heartbeat_lapses(
+    env: Env, other_instance: Sweep, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = await _schedule(env)
+    await env.services.schedules.trigger(schedule.id)
+    (first,), _ = await env.services.schedules.list_runs(schedule.id)
+    tasks, _ = await env.services.tasks.list_tasks(schedule_id=schedule.id)
+    async with env.db.transaction() as conn:
+        await task_store.set_status(conn, [t.id for t in tasks], TaskStatus.FAILED, now=env.clock.now())
+    a = await _instance(env)
+    seen = _dies_after_its_claim(env, schedule, monkeypatch, other_instance)
+
+    retried = await a.schedules.retry_run(first.id)
+
+    assert seen == [(1, "interrupted")]
+    assert retried.run.retry_of == first.id

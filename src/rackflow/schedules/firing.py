@@ -110,7 +110,8 @@ async def claim(
     no slot and fires every scope (the task manager's conflict rules still decide). A dispatched firing
     whose slot is recorded already, or that is skipped for a live rollout, is left out of the result. A
     manual firing of a schedule whose rollout is live is refused (FailedPrecondition naming the run) and
-    records nothing. `owner_id` (the dispatching instance) lets the sweep tell a dead owner's "running" run.
+    records nothing. `owner_id` (the instance that fires it: dispatcher, trigger or retry) lets the sweep
+    tell a dead owner's "running" run.
     A firing that needs approval is recorded awaiting it and returned (`Firing.needs_approval`: the caller
     fires none of those); `approver`: a manual trigger's caller who approves it as it fires.
     A dispatched firing past its start deadline (`default_start_deadline`: the server's, for a schedule

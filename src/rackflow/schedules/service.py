@@ -252,6 +252,7 @@ class ScheduleService:
         tasks: TaskManager,
         rollouts: RolloutService,
         default_start_deadline: timedelta | None = None,
+        instance_id: uuid.UUID | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -259,6 +260,10 @@ class ScheduleService:
         self.rollouts = rollouts
         # The start deadline of a schedule without its own (`--default-start-deadline`; None: none).
         self.default_start_deadline = default_start_deadline
+        # The run a manual trigger or a retry fires is this instance's (None: a process that registers
+        # none), for the sweep's heartbeat check: this instance submits its tasks and writes it back, so a
+        # run it leaves "running" as it dies is interrupted once its heartbeat lapses, as a dispatched one.
+        self.instance_id = instance_id
 
     async def _load(
         self, conn: AsyncConnection, schedule_id: uuid.UUID, field: str = "id", *, lock: bool = False
@@ -667,6 +672,7 @@ class ScheduleService:
                     [as_fired],
                     trigger="manual",
                     now=await self.db.now(conn),
+                    owner_id=self.instance_id,
                     scopes={schedule.id: present},
                 )
                 await rollout_store.link_retry(conn, claimed.run_id, run.id)
@@ -715,7 +721,13 @@ class ScheduleService:
                 # A manual firing has no slot: one firing (refused while the schedule's rollout is live or a
                 # run of it awaits approval).
                 (claimed,) = await firing.claim(
-                    self.db, conn, [schedule], trigger="manual", now=now, approver=approver
+                    self.db,
+                    conn,
+                    [schedule],
+                    trigger="manual",
+                    now=now,
+                    owner_id=self.instance_id,
+                    approver=approver,
                 )
         except Unavailable as exc:
             claimed = await self._in_doubt(claimed, exc)

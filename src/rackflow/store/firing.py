@@ -91,7 +91,7 @@ async def record(
 
 
 def _new_run(f: Firing, owner_id: uuid.UUID | None) -> schedules.NewRun:
-    """A plain firing's run "running", owned by the dispatching instance `owner_id`; a missed one "missed"
+    """A plain firing's run "running", owned by the firing instance `owner_id`; a missed one "missed"
     with every scope's outcome, its reason and how late; a rollout's "rolling" with its scopes in order;
     "skipped" with the reason; one that needs approval "awaiting_approval" with its plan frozen."""
     if f.missed:
@@ -102,7 +102,7 @@ def _new_run(f: Firing, owner_id: uuid.UUID | None) -> schedules.NewRun:
         state = _state(f)
         outcomes = f.planned_outcomes if f.rolls_out or f.needs_approval else ()
         reason = f.skipped
-    runs_here = f.trigger == "dispatch" and not f.rolls_out and not f.missed
+    runs_here = not f.rolls_out and not f.missed
     return schedules.NewRun(
         f.run_id,
         f.schedule.id,
