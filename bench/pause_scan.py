@@ -176,7 +176,7 @@ async def measure(url: str, repeats: int, full_repeats: int) -> dict[str, list[f
     db = Database(url)
     try:
         services = Services.build(db, SystemClock())
-        dispatcher = Dispatcher(services.schedules, services.audit, instance_id=uuid.uuid4(), batch=10)
+        dispatcher = Dispatcher(services.schedules, services.audit, batch=10)
         async with db.read() as conn:
             first = (
                 await conn.execute(

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import re
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -73,7 +72,7 @@ async def time_polls(urls: Sequence[str], polls: int) -> tuple[list[list[float]]
     dbs = [Database(url) for url in urls]
     try:
         services = [Services.build(db, SystemClock()) for db in dbs]
-        dispatchers = [Dispatcher(s.schedules, s.audit, instance_id=uuid.uuid4(), batch=10) for s in services]
+        dispatchers = [Dispatcher(s.schedules, s.audit, batch=10) for s in services]
         for _ in range(WARMUP_POLLS):
             for dispatcher in dispatchers:
                 await dispatcher.poll_once()

@@ -78,6 +78,9 @@ class RackflowServer:
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
+        # This process's id: its executor registers it and keeps its heartbeat, and the services record it
+        # on the runs this process fires (`ScheduleService.instance_id`), whose sweep that heartbeat holds
+        # off.
         self.instance_id = new_id()
         self.clock = SystemClock(config.clock_offset)
         self.db = Database(config.db, clock=self.clock, pool_size=config.db_pool_size)
@@ -151,7 +154,6 @@ class RackflowServer:
             Dispatcher(
                 self.services.schedules,
                 self.services.audit,
-                instance_id=self.instance_id,
                 approvals=self.services.approvals,
                 interval=self.config.dispatch_interval,
                 batch=self.config.dispatch_batch,

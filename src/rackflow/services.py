@@ -84,7 +84,7 @@ class Services:
             audit=audit,
             windows=windows,
             rollouts=rollouts,
-            approvals=ApprovalService(schedules, rollouts, instance_id),
+            approvals=ApprovalService(schedules, rollouts),
             budgets=BudgetService(db, clock),
             notifications=NotificationService(db, clock),
             checks=checks,

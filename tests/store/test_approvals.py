@@ -261,7 +261,7 @@ async def test_a_run_past_its_timeout_expires_once_audited_as_rackflow(db: Datab
     with pytest.raises(FailedPrecondition, match=r"expired at .* and can no longer be approved"):
         await env.services.approvals.approve(waiting.run.id)
     dispatchers = [
-        Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4(), approvals=approvals)
+        Dispatcher(env.services.schedules, env.services.audit, approvals=approvals)
         for approvals in (env.services.approvals, _env(db).services.approvals)
     ]
     for dispatcher in dispatchers:
@@ -292,7 +292,7 @@ async def _due_now(env: Env, schedule: Schedule) -> None:
 async def _dispatched_awaiting(env: Env) -> tuple[Schedule, Dispatcher, RunReport]:
     """A schedule over one rack that needs approval, its dispatcher, and the run a dispatch left awaiting."""
     schedule = await _schedule(env, [await env.rack("r1")])
-    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit)
     await _due_now(env, schedule)
     assert await dispatcher.poll_once() == 1
     (waiting,) = await _runs(env, schedule)
@@ -381,7 +381,7 @@ async def test_a_firing_skipped_for_a_live_rollout_asks_for_no_approval(db: Data
     assert (await env.services.approvals.approve(waiting.run.id)).run.state == "rolling"
 
     await _due_now(env, schedule)
-    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit)
     assert await dispatcher.poll_once() == 0  # recorded skipped, nothing to fire
 
     skipped, rolling = await _runs(env, schedule)

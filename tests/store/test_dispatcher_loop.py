@@ -4,7 +4,6 @@ fires what was already claimed instead of dropping it."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -35,7 +34,6 @@ def _dispatcher(env: Env) -> Dispatcher:
     return Dispatcher(
         env.services.schedules,
         env.services.audit,
-        instance_id=uuid.uuid4(),
         interval=timedelta(seconds=30),
         batch=BATCH,
     )

@@ -30,6 +30,7 @@ from rackflow.retry import Retry
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import Principal, Role, current_principal
+from rackflow.services import Services
 from rackflow.store import instances
 from rackflow.store import rollouts as run_store
 from rackflow.store import tasks as task_store
@@ -100,9 +101,8 @@ async def _dispatch_until_fired(
     instance_id = uuid.uuid4()
     await instances.register(env.db, instance_id, host="here", pid=1)  # so the sweep leaves its runs be
     fault()
-    dispatcher = Dispatcher(
-        env.services.schedules, env.services.audit, instance_id=instance_id, interval=timedelta(seconds=30)
-    )
+    here = Services.build(env.db, env.clock, instance_id=instance_id)
+    dispatcher = Dispatcher(here.schedules, here.audit, interval=timedelta(seconds=30))
     stop = asyncio.Event()
     loop = asyncio.create_task(dispatcher.run(stop))
     try:

@@ -7,7 +7,6 @@ to its start after it."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from datetime import datetime, timedelta
 
 import pytest
@@ -41,9 +40,7 @@ async def _one_time(env: Env, name: str, at: datetime) -> Schedule:
 
 
 def _dispatcher(env: Env, interval: timedelta = INTERVAL, batch: int = 10) -> Dispatcher:
-    return Dispatcher(
-        env.services.schedules, env.services.audit, instance_id=uuid.uuid4(), interval=interval, batch=batch
-    )
+    return Dispatcher(env.services.schedules, env.services.audit, interval=interval, batch=batch)
 
 
 async def _fired(env: Env, schedule: Schedule, timeout_s: float = 30.0) -> bool:

@@ -7,7 +7,6 @@ measured exactly that before migration 0004. This test EXPLAINs the statement th
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from sqlalchemy import event
@@ -31,7 +30,7 @@ async def _claim_statement(db: Database) -> tuple[str, Any]:
     services = Services.build(db, SystemClock())
     event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
     try:
-        await Dispatcher(services.schedules, services.audit, instance_id=uuid.uuid4(), batch=10).poll_once()
+        await Dispatcher(services.schedules, services.audit, batch=10).poll_once()
     finally:
         event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
     claims = [s for s in sent if s[0].lstrip().upper().startswith("SELECT")]

@@ -254,7 +254,7 @@ async def test_resume_counts_failures_from_zero_and_cancel_ends_the_run(db: Data
     # A dispatched one is recorded as skipped, with the reason.
     await env.services.schedules.resume(schedule.id)
     env.clock.advance(timedelta(hours=1))
-    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit)
     assert await dispatcher.poll_once() == 0  # nothing to fire
     skipped = await _run(env, schedule)
     assert (

@@ -122,7 +122,7 @@ async def test_a_dispatched_batch_counts_and_caps_each_of_its_schedules(env: Env
     await _old_runs(env, at, CAP, run_count=CAP)
     await _old_runs(env, unknown, 2, run_count=None)
     env.clock.advance(timedelta(hours=2))  # every schedule due (interval 1h)
-    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit)
     assert await dispatcher.poll_once() == 3
     assert await _runs_and_count(env, under) == (8, 8)
     assert await _runs_and_count(env, at) == (CAP, CAP + 1)

@@ -227,7 +227,7 @@ async def test_rollouts_approvals_and_missed_firings(db: Database) -> None:
         await schedule_store.save_schedule(
             conn, replace(missing, next_run_at=slot, start_deadline=timedelta(minutes=15))
         )
-    await Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4()).poll_once()
+    await Dispatcher(env.services.schedules, env.services.audit).poll_once()
     (missed,) = await _runs(env, missing)
     assert missed.state == "missed"
     assert await summaries_match(env, missing) == (0, 1)

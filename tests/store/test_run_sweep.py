@@ -141,7 +141,8 @@ async def test_a_run_approved_through_another_instance_is_its_approvers_for_the_
     fired_by, approved_by = uuid.uuid4(), uuid.uuid4()
     await instances.register(env.db, fired_by, host="a", pid=1)
     env.clock.advance(timedelta(hours=2))  # due
-    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=fired_by)
+    a = Services.build(env.db, env.clock, instance_id=fired_by)
+    dispatcher = Dispatcher(a.schedules, a.audit)
     assert await dispatcher.poll_once() == 1
     (waiting,), _ = await env.services.schedules.list_runs(schedule.id)
     assert waiting.state == "awaiting_approval"

@@ -3,7 +3,6 @@ forgets, and the dispatcher's resumption of pauses whose `resume_at` has come.""
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -129,7 +128,7 @@ async def test_the_dispatcher_resumes_ended_pauses_and_audits_them_as_rackflow(e
         by="ann",
     )
     await _set_resume_at(env, paused, PAST)
-    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit)
 
     await dispatcher.resume_ended_pauses()
 

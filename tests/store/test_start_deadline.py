@@ -5,7 +5,6 @@ dispatcher pausing a schedule after its failing streak, once, audited as rackflo
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,7 +57,7 @@ def _missed_total() -> float:
 
 
 async def _dispatch(env: Env) -> int:
-    return await Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4()).poll_once()
+    return await Dispatcher(env.services.schedules, env.services.audit).poll_once()
 
 
 async def test_a_firing_past_its_deadline_is_missed_and_submits_nothing(env: Env) -> None:
@@ -217,7 +216,7 @@ async def test_consecutive_failing_runs_pause_the_schedule_once_audited_as_rackf
     await env.services.schedules.update(
         schedule.id, ["schedule.pause_after_failed_runs"], pause_after_failed_runs=3
     )
-    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit)
     await _fail_runs(env, schedule, 1, TaskStatus.COMPLETED)
     await _fail_runs(env, schedule, 2)
     await dispatcher.pause_failing_schedules()
@@ -253,7 +252,7 @@ async def test_a_run_still_going_or_missed_does_not_count(env: Env) -> None:
     await env.services.schedules.update(
         schedule.id, ["schedule.pause_after_failed_runs"], pause_after_failed_runs=2
     )
-    dispatcher = Dispatcher(env.services.schedules, env.services.audit, instance_id=uuid.uuid4())
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit)
     await _fail_runs(env, schedule, 1)
     # A missed run between the failures neither counts nor breaks the streak.
     current = await env.services.schedules.get(schedule.id)

@@ -5,7 +5,6 @@ for real; these check the content cheaply."""
 from __future__ import annotations
 
 import re
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -463,7 +462,7 @@ async def test_a_missed_run_shows_its_slot_and_how_late(http: httpx.AsyncClient,
         )
         await schedule_store.save_schedule(conn, late)
 
-    await Dispatcher(services.schedules, services.audit, instance_id=uuid.uuid4()).poll_once()
+    await Dispatcher(services.schedules, services.audit).poll_once()
     (run,), _ = await services.schedules.list_runs(schedule.id)
 
     page = (await http.get("/schedules/guarded")).text

@@ -71,14 +71,9 @@ def _not_started(run: Run, why: str) -> tuple[ScopeOutcome, ...]:
 
 
 class ApprovalService:
-    def __init__(
-        self, schedules: ScheduleService, rollouts: RolloutService, instance_id: uuid.UUID | None = None
-    ) -> None:
+    def __init__(self, schedules: ScheduleService, rollouts: RolloutService) -> None:
         self.schedules = schedules
         self.rollouts = rollouts
-        # The run an approval starts is this instance's (None: a process that registers none), for the
-        # sweep's heartbeat check: this instance fires it and writes it back, not the one that fired it.
-        self.instance_id = instance_id
         self.db = schedules.db
         self.clock = schedules.clock
 
@@ -139,8 +134,9 @@ class ApprovalService:
         now: datetime,
     ) -> Firing | None:
         """Record `approval` (one more approver) on the locked run; the firing to fire once this commits
-        when that makes enough approvers (the run is then "running" or "rolling", this instance's), else
-        None."""
+        when that makes enough approvers (the run is then "running" or "rolling", this instance's, for the
+        sweep's heartbeat check: this instance fires it and writes it back, not the one that fired it),
+        else None."""
         if not approval.approved:
             await store.decide_awaiting(conn, run.id, "awaiting_approval", approval)
             return None
@@ -148,7 +144,7 @@ class ApprovalService:
         state: RunState = "rolling" if run.rollout is not None else "running"
         started_at = await self.db.now(conn)
         if not await store.decide_awaiting(
-            conn, run.id, state, approval, started_at=started_at, owner_id=self.instance_id
+            conn, run.id, state, approval, started_at=started_at, owner_id=self.schedules.instance_id
         ):
             raise FailedPrecondition(f"id: run {run.id} no longer awaits approval")
         pending = [o.scope_id for o in run.outcomes if o.outcome == "pending"]

@@ -102,7 +102,6 @@ class Dispatcher:
         schedules: ScheduleService,
         audit: AuditTrail,
         *,
-        instance_id: uuid.UUID,
         approvals: ApprovalService | None = None,
         interval: timedelta = DEFAULT_DISPATCH_INTERVAL,
         batch: int = DEFAULT_DISPATCH_BATCH,
@@ -112,7 +111,6 @@ class Dispatcher:
         self.audit = audit
         self.approvals = approvals  # None: this dispatcher expires no approvals (a test of the loop alone)
         self.db = schedules.db
-        self.instance_id = instance_id
         self.interval = interval
         self.batch = batch  # the starting batch; `claim_batch` grows from it while draining
         self.claim_batch = batch
@@ -251,7 +249,7 @@ class Dispatcher:
                     due,
                     trigger="dispatch",
                     now=now,
-                    owner_id=self.instance_id,
+                    owner_id=self.schedules.instance_id,
                     default_start_deadline=self.schedules.default_start_deadline,
                 )
                 full = len(due) >= batch

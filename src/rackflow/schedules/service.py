@@ -260,9 +260,10 @@ class ScheduleService:
         self.rollouts = rollouts
         # The start deadline of a schedule without its own (`--default-start-deadline`; None: none).
         self.default_start_deadline = default_start_deadline
-        # The run a manual trigger or a retry fires is this instance's (None: a process that registers
-        # none), for the sweep's heartbeat check: this instance submits its tasks and writes it back, so a
-        # run it leaves "running" as it dies is interrupted once its heartbeat lapses, as a dispatched one.
+        # The instance whose runs this process fires (None: a process that registers none): a run is its
+        # firing instance's for the sweep's heartbeat check, as that instance submits its tasks and writes
+        # it back, so a run left "running" as it dies is interrupted once its heartbeat lapses. The one
+        # place the services hold it: the dispatcher, a trigger, a retry and an approval record it here.
         self.instance_id = instance_id
 
     async def _load(
