@@ -4,7 +4,8 @@ sweep leaves it be while its approver's instance writes it back; and a write-bac
 sweep did interrupt a run meanwhile records what the firing did: "completed", with its outcomes. An
 approved run is the approving instance's, so the sweep asks after that instance's heartbeat, not the one
 of the instance that fired it. A run a manual trigger or a retry fires is its firing instance's alike, so
-it is interrupted once that instance's heartbeat lapses, not only 10 minutes after it started.
+it is interrupted once that instance's heartbeat lapses, not only 10 minutes after it started. A rolling
+run, dispatched or approved, has no owner: every instance's rollout driver steps it.
 
 The other instance is a second `Database` on the same database, sweeping between the firing's submit and
 its write-back (`firing._write_back`, wrapped).
@@ -18,8 +19,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from rackflow.domain.approvals import ApprovalPolicy
+from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import QueueOptions, TaskStatus
 from rackflow.schedules import firing
@@ -28,6 +31,7 @@ from rackflow.services import Services
 from rackflow.store import dispatch, instances
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
+from rackflow.store.tables import task_schedule_run
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
 
 pytestmark = pytest.mark.asyncio
@@ -68,7 +72,9 @@ def _before_the_write_back(monkeypatch: pytest.MonkeyPatch, then: Callable[[], A
     monkeypatch.setattr(firing, "_write_back", wrapped)
 
 
-async def _schedule(env: Env, *, approval: ApprovalPolicy | None = None) -> Schedule:
+async def _schedule(
+    env: Env, *, approval: ApprovalPolicy | None = None, rollout: RolloutPolicy | None = None
+) -> Schedule:
     return await env.services.schedules.create(
         name="fw",
         spec=HOURLY,
@@ -78,6 +84,7 @@ async def _schedule(env: Env, *, approval: ApprovalPolicy | None = None) -> Sche
         description="",
         target=rack_target(await env.rack("r1")),
         approval=approval,
+        rollout=rollout,
     )
 
 
@@ -214,3 +221,28 @@ async def test_a_retried_run_whose_instance_died_is_swept_once_its_heartbeat_lap
 
     assert seen == [(1, "interrupted")]
     assert retried.run.retry_of == first.id
+
+
+async def _owner(env: Env, run_id: uuid.UUID) -> uuid.UUID | None:
+    async with env.db.read() as conn:
+        owner: uuid.UUID | None = await conn.scalar(
+            select(task_schedule_run.c.owner_id).where(task_schedule_run.c.id == run_id)
+        )
+        return owner
+
+
+@pytest.mark.parametrize("start", ["dispatched", "approved"])
+async def test_a_rolling_run_has_no_owner_whether_dispatched_or_approved(env: Env, start: str) -> None:
+    """Every instance's rollout driver steps a rollout, so no one instance's heartbeat vouches for it: the
+    sweep leaves rolling runs be, and neither a dispatched one nor an approved one records an owner."""
+    a = await _instance(env)
+    approval = ApprovalPolicy(timedelta(hours=4), 1) if start == "approved" else None
+    schedule = await _schedule(env, rollout=RolloutPolicy(max_concurrent_racks=1), approval=approval)
+    env.clock.advance(timedelta(hours=2))  # due
+    assert await Dispatcher(a.schedules, a.audit).poll_once() == 1
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    if start == "approved":
+        run = (await a.approvals.approve(run.id)).run
+
+    assert run.state == "rolling"
+    assert await _owner(env, run.id) is None

@@ -140,6 +140,10 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
     operator sees it in run history instead of silence. Returns how many were marked. A run's time running
     counts from when it started: its approval for one that awaited it (`started_at`, possibly long after
     it fired, and its write-back under way), else its firing.
+
+    A "rolling" run is not swept, and has no owner (`schedules.owned`): every instance's rollout driver
+    steps it, so a rollout whose instance died goes on at another's next step (`rollouts.driver`) rather
+    than being left stuck; its tasks are the executors', taken over by their own leases.
     """
     live = select(instances.c.id).where(instances.c.heartbeat_at > now - lease_ttl)
     result = await conn.execute(

@@ -91,9 +91,9 @@ async def record(
 
 
 def _new_run(f: Firing, owner_id: uuid.UUID | None) -> schedules.NewRun:
-    """A plain firing's run "running", owned by the firing instance `owner_id`; a missed one "missed"
-    with every scope's outcome, its reason and how late; a rollout's "rolling" with its scopes in order;
-    "skipped" with the reason; one that needs approval "awaiting_approval" with its plan frozen."""
+    """A plain firing's run "running", owned by the firing instance `owner_id` (`schedules.owned`); a missed
+    one "missed" with every scope's outcome, its reason and how late; a rollout's "rolling" with its scopes
+    in order; "skipped" with the reason; one that needs approval "awaiting_approval" with its plan frozen."""
     if f.missed:
         state: RunState = "missed"
         outcomes: Sequence[ScopeOutcome] = tuple(f.decided[sc.id] for sc in f.scopes)
@@ -102,14 +102,13 @@ def _new_run(f: Firing, owner_id: uuid.UUID | None) -> schedules.NewRun:
         state = _state(f)
         outcomes = f.planned_outcomes if f.rolls_out or f.needs_approval else ()
         reason = f.skipped
-    runs_here = not f.rolls_out and not f.missed
     return schedules.NewRun(
         f.run_id,
         f.schedule.id,
         f.fired_at,
         f.trigger,
         f.scheduled_for,
-        owner_id if runs_here else None,
+        owner_id,
         state=state,
         outcomes=outcomes,
         rollout=None if f.missed else f.schedule.rollout,

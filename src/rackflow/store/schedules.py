@@ -1153,6 +1153,14 @@ class NewRun:
     late_by: timedelta | None = None  # a missed run's
 
 
+def owned(state: RunState, owner_id: uuid.UUID | None) -> uuid.UUID | None:
+    """The owner a run in `state` records of the instance `owner_id` that fires or starts it: that one for
+    a "running" run, whose tasks it submits and which it writes back (the sweep interrupts the run once
+    its heartbeat lapses, `dispatch.mark_abandoned_runs`); none for any other, a "rolling" one included:
+    every instance's rollout driver steps a rollout, so no one instance's heartbeat vouches for it."""
+    return owner_id if state == "running" else None
+
+
 async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun]) -> set[uuid.UUID]:
     """Record firings (one statement); returns the ids of those recorded.
 
@@ -1176,7 +1184,7 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
                 "state": r.state,
                 "outcomes": outcomes_to_json(r.outcomes),
                 "outcome_counts": outcome_counts_to_json(r.outcomes),
-                "owner_id": r.owner_id,
+                "owner_id": owned(r.state, r.owner_id),
                 "rollout": _rollout_to(r.rollout),
                 "reason": r.reason,
                 **_approval_columns(r.state, r.approval),
@@ -1244,11 +1252,12 @@ async def decide_awaiting(
     be looked at again. `started_at` (the database's clock), given for a run moved to "running" or
     "rolling": when it started, which the stuck-run sweep counts its age from, and `owner_id` with it, the
     instance that starts it (None: none), whose heartbeat the sweep checks (`dispatch.mark_abandoned_runs`)
-    rather than the firing instance's, which may have died since."""
+    rather than the firing instance's, which may have died since; recorded on a "running" run only
+    (`owned`)."""
     values: dict[str, object] = {"state": state, **_approval_columns(state, approval)}
     if started_at is not None:
         values["started_at"] = started_at
-        values["owner_id"] = owner_id
+        values["owner_id"] = owned(state, owner_id)
     if outcomes is not None:
         values["outcomes"] = outcomes_to_json(outcomes)
         values["outcome_counts"] = outcome_counts_to_json(outcomes)
