@@ -264,6 +264,39 @@ async def test_one_who_approved_may_reject_audited_and_bad_input_refused(
     ]
 
 
+async def test_a_rejection_asked_again_by_its_rejecter_answers_as_the_first(
+    secured: FlowStub, services: Services
+) -> None:
+    """A client whose RejectTaskScheduleRun lost its answer (the COMMIT's, say) asks again: the same
+    rejection by the same principal answers the run, rejected, as the first did, and writes nothing but its
+    audit row; another principal's rejection, or one saying something else, is refused: the run is
+    rejected already."""
+    stub = secured
+    await make_rack(services, "r1")
+    schedule = await _create(stub, metadata=bearer(OPERATOR_TOKEN))
+    trigger = pb.TriggerTaskScheduleRequest(id=schedule.id)
+    await stub.TriggerTaskSchedule(trigger, metadata=bearer(OPERATOR_TOKEN))
+    (run,) = await _runs(stub, schedule)
+    request = pb.RejectTaskScheduleRunRequest(id=run.id, comment="wrong version")
+    first = await stub.RejectTaskScheduleRun(request, metadata=bearer(LEAD_TOKEN))
+    before = await table_counts(services.db)
+
+    again = await stub.RejectTaskScheduleRun(request, metadata=bearer(LEAD_TOKEN))
+
+    assert (again.state, again.approval.rejected_by) == ("rejected", "lead")
+    assert again == first
+    after = await table_counts(services.db)
+    assert {k: v for k, v in after.items() if v != before[k]} == {"audit_events": before["audit_events"] + 1}
+    for token, comment in ((SECOND_TOKEN, "wrong version"), (LEAD_TOKEN, "wrong rack")):
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "is rejected; only a run awaiting approval can be rejected",
+            stub.RejectTaskScheduleRun(
+                pb.RejectTaskScheduleRunRequest(id=run.id, comment=comment), metadata=bearer(token)
+            ),
+        )
+
+
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> tuple[grpc.ServerCredentials, KeyPair, KeyPair]:
     """A server under mutual TLS (no tokens), and the client certificates of alice and bob, signed by its

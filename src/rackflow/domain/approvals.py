@@ -66,6 +66,12 @@ class RunApproval:
     def approved(self) -> bool:
         return len(self.approvers) >= self.min_approvers
 
+    def rejected_as(self, principal: str, comment: str) -> bool:
+        """Whether this is the rejection `principal` asks for, saying `comment`: asked again (a client that
+        lost the first answer retries), it is answered as the first was rather than refused, which would
+        read as a failure to the operator whose rejection stands."""
+        return bool(self.rejected_by) and (self.rejected_by, self.comment) == (principal, comment)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "expires_at": self.expires_at.isoformat(),

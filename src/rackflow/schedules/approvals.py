@@ -77,11 +77,16 @@ class ApprovalService:
         self.db = schedules.db
         self.clock = schedules.clock
 
-    async def _awaiting(self, conn: AsyncConnection, run_id: uuid.UUID, action: str) -> tuple[Run, Schedule]:
-        """The run, locked, and its schedule; refused unless the run awaits approval and has not expired."""
+    async def _run(self, conn: AsyncConnection, run_id: uuid.UUID) -> Run:
+        """The run, locked."""
         run = await run_store.get_run(self.db, conn, run_id, lock=True)
         if run is None:
             raise NotFound(f"id: no task schedule run {run_id}")
+        return run
+
+    async def _awaiting(self, conn: AsyncConnection, run: Run, action: str) -> Schedule:
+        """The locked run's schedule; refused unless the run awaits approval and has not expired."""
+        run_id = run.id
         if run.state != "awaiting_approval" or run.approval is None:
             raise FailedPrecondition(
                 f"id: run {run_id} is {run.state}; only a run awaiting approval can be {action}"
@@ -93,7 +98,7 @@ class ApprovalService:
             )
         schedule = await store.get_schedule(conn, run.schedule_id)
         assert schedule is not None  # runs are deleted with their schedule
-        return run, schedule
+        return schedule
 
     async def approve(self, run_id: uuid.UUID, comment: str = "") -> RunReport:
         """The caller approves the run; with enough approvers it starts, exactly once (see the module)."""
@@ -104,7 +109,8 @@ class ApprovalService:
         deciding = False
         try:
             async with self.db.transaction() as conn:
-                run, schedule = await self._awaiting(conn, run_id, "approved")
+                run = await self._run(conn, run_id)
+                schedule = await self._awaiting(conn, run, "approved")
                 assert run.approval is not None
                 check_approver(
                     run.approval, principal, schedule.last_edited_by, identified=caller_identified()
@@ -204,23 +210,33 @@ class ApprovalService:
             )
 
     async def reject(self, run_id: uuid.UUID, comment: str) -> RunReport:
-        """The caller rejects the run, saying why: "rejected", nothing submitted."""
+        """The caller rejects the run, saying why: "rejected", nothing submitted. The same rejection asked
+        again (the same caller and comment: a retry of one whose answer was lost) answers the run as it
+        stands and writes nothing (`RunApproval.rejected_as`)."""
         if not check_description(comment, "comment").strip():
             raise InvalidArgument("comment: required: say why the run is rejected")
         principal = caller_name() or ANONYMOUS
         now = self.clock.now()
+        reason = f"rejected by {principal}: {comment}"
         async with self.db.transaction() as conn:
-            run, schedule = await self._awaiting(conn, run_id, "rejected")
-            assert run.approval is not None
-            check_decider(run.approval, principal, schedule.last_edited_by, identified=caller_identified())
-            reason = f"rejected by {principal}: {comment}"
-            approval = replace(run.approval, rejected_by=principal, comment=comment, decided_at=now)
-            await store.decide_awaiting(
-                conn, run.id, "rejected", approval, outcomes=_not_started(run, "rejected"), reason=reason
-            )
-            await outbox.record_events(conn, events.approval_decided(run, "rejected", reason, now))
-        metrics.APPROVAL_DECISIONS.labels("rejected").inc()
-        log.info("run %s: %s", run_id, reason, extra={"run_id": str(run_id)})
+            run = await self._run(conn, run_id)
+            repeated = run.approval is not None and run.approval.rejected_as(principal, comment)
+            if not repeated:
+                schedule = await self._awaiting(conn, run, "rejected")
+                assert run.approval is not None
+                check_decider(
+                    run.approval, principal, schedule.last_edited_by, identified=caller_identified()
+                )
+                approval = replace(run.approval, rejected_by=principal, comment=comment, decided_at=now)
+                await store.decide_awaiting(
+                    conn, run.id, "rejected", approval, outcomes=_not_started(run, "rejected"), reason=reason
+                )
+                await outbox.record_events(conn, events.approval_decided(run, "rejected", reason, now))
+        if repeated:
+            log.info("run %s: %s already; answering as before", run_id, reason, extra={"run_id": str(run_id)})
+        else:
+            metrics.APPROVAL_DECISIONS.labels("rejected").inc()
+            log.info("run %s: %s", run_id, reason, extra={"run_id": str(run_id)})
         return await self.rollouts.get(run_id)
 
     async def expire_overdue(self) -> list[Expired]:
