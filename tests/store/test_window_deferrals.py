@@ -370,3 +370,37 @@ async def test_a_deferring_task_fired_inside_an_allow_window_moved_away_waits_fo
         TOMORROW_2AM + timedelta(hours=2),
     )
     assert [c["deferred_task"] for c in changes.recorded] == ["moved"]
+
+
+async def waiting_for_its_turn(env: Env, edit: asyncio.Task[Any]) -> None:
+    """Until `edit` waits for its turn: SQLite's one writer (in process), PostgreSQL's advisory lock."""
+    if env.db.is_sqlite:
+        await asyncio.sleep(0.1)
+    else:
+        await done_or_waiting_on_a_lock(env, edit)
+
+
+async def test_an_edit_reads_its_clock_once_its_turn_came(env: Env) -> None:
+    """An edit that waited an hour for the one before it decides, and stamps the window, at the time its
+    turn came."""
+    _, task = await deferred(env)
+    freeze = OneOff(START + timedelta(days=30), START + timedelta(days=31))
+    await env.services.windows.create(
+        WindowInput(name="late", kind=WindowKind.FREEZE, when=freeze, racks=(Ref(task.rack_id),))
+    )
+    windows = env.services.windows
+    paused = PausedOnce(windows.deferrals)
+    windows.deferrals = paused
+    first = asyncio.ensure_future(edit_when(env, Recurring("0 5 * * *", "1h")))
+    async with asyncio.timeout(60):
+        await paused.paused.wait()
+    late_id = await windows.id_by_name("late")
+    second = asyncio.ensure_future(windows.update(late_id, ["window.reason"], WindowInput(reason="later")))
+    await waiting_for_its_turn(env, second)
+    env.clock.advance(timedelta(hours=1))
+    turn_came = env.clock.now()
+    paused.go.set()
+    await asyncio.wait_for(first, 60)
+    updated = await asyncio.wait_for(second, 60)
+
+    assert updated.updated_at == turn_came

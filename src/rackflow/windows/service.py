@@ -129,6 +129,13 @@ class WindowService:
             raise NotFound(f"id: no maintenance window {window_id}")
         return window
 
+    async def _in_turn(self, conn: AsyncConnection) -> datetime:
+        """Take this edit's turn (`store.windows.edits_in_turn`), then read the clock: "now" is when the
+        edit decides its tasks, after the edits before it committed, not when it began waiting for them
+        (a task whose wait ended meanwhile must not be decided as still waiting)."""
+        await store.edits_in_turn(conn)
+        return self.clock.now()
+
     async def create(self, given: WindowInput) -> MaintenanceWindow:
         check_name(given.name, NAME_PATH)
         check_description(given.reason, REASON_PATH)
@@ -187,13 +194,12 @@ class WindowService:
             check_description(given.reason, REASON_PATH)
         if KIND_PATH in mask and given.kind is None:
             raise InvalidArgument(f"{KIND_PATH}: a kind is required (ALLOW or FREEZE)")
-        now = self.clock.now()
-        when = _check_when(given.when, now) if WHEN_PATH in mask else None
         operations = None
         if OPERATIONS_PATH in mask:
             operations = distinct_operations(given.operations, OPERATIONS_PATH)
         async with self.db.transaction() as conn:
-            await store.edits_in_turn(conn)
+            now = await self._in_turn(conn)
+            when = _check_when(given.when, now) if WHEN_PATH in mask else None
             current = await self._load(conn, window_id)
             updated = replace(current, updated_at=now)
             if NAME_PATH in mask:
@@ -226,10 +232,10 @@ class WindowService:
     async def delete(self, window_id: uuid.UUID) -> None:
         """Delete the window; what it held or deferred is decided again, as `update` decides it."""
         async with self.db.transaction() as conn:
-            await store.edits_in_turn(conn)
+            now = await self._in_turn(conn)
             current = await self._load(conn, window_id)
             await store.delete_window(conn, window_id)
-            once_committed = await self.deferrals.redecide_in(conn, (current,), self.clock.now())
+            once_committed = await self.deferrals.redecide_in(conn, (current,), now)
             await task_runs.release_held(conn, FreezeGate.name)  # (it waits for task rows: last)
         once_committed()
 
