@@ -1,5 +1,5 @@
-"""Editing or deleting a maintenance window decides again the waits of the tasks a DEFER firing deferred
-(`rackflow.tasks.deferrals`), on both databases, as a firing at that moment would: moved to the new
+"""Creating, editing or deleting a maintenance window decides again the waits of the tasks a DEFER firing
+deferred (`rackflow.tasks.deferrals`), on both databases, as a firing at that moment would: moved to the new
 opening, released when no window closes the rack any more, ended with their scope "missed" when the new
 opening comes at or after the start deadline (or "skipped_window" with no opening left), in the edit's
 transaction; the audit event names each task and says what became of it.
@@ -372,6 +372,69 @@ async def test_a_deferring_task_fired_inside_an_allow_window_moved_away_waits_fo
     assert [c["deferred_task"] for c in changes.recorded] == ["moved"]
 
 
+async def create_window(env: Env, name: str, kind: WindowKind, when: OneOff, rack_id: object) -> Changes:
+    """Create the window `name` on one rack, as an audited call: what its event notes."""
+    changes = Changes()
+    with noting(changes):
+        await env.services.windows.create(
+            WindowInput(name=name, kind=kind, when=when, racks=(Ref(rack_id),))  # type: ignore[arg-type]
+        )
+    return changes
+
+
+async def test_a_new_freeze_over_a_deferred_task_s_opening_moves_it(env: Env) -> None:
+    """A freeze created over the first hour of the opening (02:00-03:00) moves the task to 03:00-04:00."""
+    _, task = await deferred(env)
+
+    freeze = OneOff(TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=1))
+    changes = await create_window(env, "change freeze", WindowKind.FREEZE, freeze, task.rack_id)
+
+    moved = await get(env, task.id)
+    assert (moved.status, moved.held_by, moved.not_before, moved.not_after) == (
+        TaskStatus.PENDING,
+        "window",
+        TOMORROW_2AM + timedelta(hours=1),
+        TOMORROW_2AM + timedelta(hours=2),
+    )
+    assert moved.held_since == task.held_since
+    assert changes.target_ids == [str(task.id)]
+    assert [(c["deferred_task"], c.get("not_before")) for c in changes.recorded] == [
+        ("moved", "2026-03-03T03:00:00Z")
+    ]
+
+
+async def test_a_new_allow_window_open_now_releases_a_deferred_task_bound_to_its_end(env: Env) -> None:
+    _, task = await deferred(env)
+    now = env.clock.now()
+
+    open_now = OneOff(now - timedelta(hours=1), now + timedelta(hours=2))
+    changes = await create_window(env, "today", WindowKind.ALLOW, open_now, task.rack_id)
+
+    released = await get(env, task.id)
+    assert (released.status, released.held_by, released.not_before, released.not_after) == (
+        TaskStatus.PENDING,
+        None,
+        None,
+        now + timedelta(hours=2),
+    )
+    assert [c["deferred_task"] for c in changes.recorded] == ["released"]
+
+
+async def test_a_new_freeze_over_a_skipping_task_fired_inside_an_allow_window_ends_it_skipped(
+    env: Env,
+) -> None:
+    schedule, task = await fired_inside(env, WindowPolicy.SKIP)
+
+    freeze = OneOff(FIRED_AT - timedelta(minutes=30), FIRED_AT + timedelta(hours=3))
+    changes = await create_window(env, "change freeze", WindowKind.FREEZE, freeze, task.rack_id)
+
+    ended = await get(env, task.id)
+    assert ended.status is TaskStatus.TERMINATED and ended.started_at is None
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert [(o.outcome, o.error) for o in run.outcomes] == [("skipped_window", ended.message)]
+    assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "skipped_window")]
+
+
 async def waiting_for_its_turn(env: Env, edit: asyncio.Task[Any]) -> None:
     """Until `edit` waits for its turn: SQLite's one writer (in process), PostgreSQL's advisory lock."""
     if env.db.is_sqlite:
@@ -404,3 +467,35 @@ async def test_an_edit_reads_its_clock_once_its_turn_came(env: Env) -> None:
     updated = await asyncio.wait_for(second, 60)
 
     assert updated.updated_at == turn_came
+
+
+@pytest.mark.postgres
+async def test_a_new_window_takes_its_turn_after_an_edit(pg_db: str) -> None:
+    """A freeze created over the opening an edit is moving its task to (05:00-06:00), before that edit
+    commits, decides after it, from both: the task waits for the next day's opening."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        _, task = await deferred(env)
+        windows = env.services.windows
+        paused = PausedOnce(windows.deferrals)
+        windows.deferrals = paused
+        first = asyncio.ensure_future(edit_when(env, Recurring("0 5 * * *", "1h")))
+        async with asyncio.timeout(60):
+            await paused.paused.wait()
+        freeze = OneOff(TOMORROW_2AM + timedelta(hours=2, minutes=30), TOMORROW_2AM + timedelta(hours=5))
+        second = asyncio.ensure_future(create_window(env, "late", WindowKind.FREEZE, freeze, task.rack_id))
+        await done_or_waiting_on_a_lock(env, second)
+        paused.go.set()
+        await asyncio.wait_for(first, 60)
+        await asyncio.wait_for(second, 60)
+
+        moved = await get(env, task.id)
+        next_day = TOMORROW_2AM + timedelta(days=1, hours=3)
+        assert (moved.status, moved.not_before, moved.not_after) == (
+            TaskStatus.PENDING,
+            next_day,
+            next_day + timedelta(hours=1),
+        )
+    finally:
+        await db.dispose()

@@ -58,7 +58,7 @@ def note_scope_changes(scope_changes: Sequence[ScopeChange]) -> None:
 
 
 def note_deferral_changes(deferral_changes: Sequence[DeferralChange]) -> None:
-    """Tell the audited call's event (a window's update or deletion) which tasks it moved, released,
+    """Tell the audited call's event (a window's creation, update or deletion) which tasks it moved, released,
     rebound (to an ALLOW window's new end) or ended (call it once the change has committed)."""
     changes = _noted.get()
     if changes is None:

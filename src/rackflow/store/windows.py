@@ -27,15 +27,15 @@ from rackflow.store.tables import (
     racks,
 )
 
-# Taken by every window update and deletion (`take_turns`): a number of its own.
+# Taken by every window creation, update and deletion (`take_turns`): a number of its own.
 _WINDOW_EDITS = 7_262_532_945
 
 
 async def edits_in_turn(conn: AsyncConnection) -> None:
     """Wait for any other window edit's transaction to end, and hold the next turn until this one ends: an
-    edit decides the tasks its window deferred from every window it reads (`rackflow.tasks.deferrals`), and
-    skips a task another transaction holds, so two edits at once would each decide without the other's
-    change, and neither decide the tasks the other was moving."""
+    edit (a creation too) decides the tasks its window deferred from every window it reads
+    (`rackflow.tasks.deferrals`), and skips a task another transaction holds, so two edits at once would
+    each decide without the other's change, and neither decide the tasks the other was moving."""
     await take_turns(conn, _WINDOW_EDITS)
 
 

@@ -2,9 +2,9 @@
 
 A dispatched firing under the DEFER window policy submits a closed rack's task held until the opening the
 windows had then (`held_by` "window": `domain.firing.window_decisions`); under either policy, a task fired
-while an ALLOW window holds its rack must start by that window's end (`not_after`). When an operator edits
-or deletes a window, those tasks that have not started are decided again, in the same transaction, by the
-rule a firing at that moment follows under their schedule's window policy (`domain.firing.redeferral`),
+while an ALLOW window holds its rack must start by that window's end (`not_after`). When an operator creates,
+edits or deletes a window, those tasks that have not started are decided again, in the same transaction, by
+the rule a firing at that moment follows under their schedule's window policy (`domain.firing.redeferral`),
 under the start deadline their firing bound them to (their outcome's `start_by`):
 
 * "defer": they wait for the new opening (`not_before`, `not_after` and their reason rewritten: moved);
@@ -59,9 +59,9 @@ class Deferrals:
         self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
     ) -> Callable[[], None]:
         """Decide again, in the caller's transaction (which wrote the change), the waits and ends of the
-        tasks their windows bind on racks `changed` (the window as it was, and as it is unless deleted)
-        covers; returns what to do once the transaction committed (count the ended tasks, wake the
-        executors, note the audit)."""
+        tasks their windows bind on racks `changed` (the window as it was unless created, and as it is
+        unless deleted) covers; returns what to do once the transaction committed (count the ended tasks,
+        wake the executors, note the audit)."""
         waiting, policies, racks = await self._waiting(conn, changed, now)
         if not waiting:
             return lambda: None

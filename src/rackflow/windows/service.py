@@ -112,8 +112,8 @@ class Redeciding(Protocol):
     async def redecide_in(
         self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
     ) -> Callable[[], None]:
-        """In the caller's transaction, for the window as it was and is; returns what to do once it
-        committed."""
+        """In the caller's transaction, for the window as it was and is (created: as it is); returns what
+        to do once it committed."""
         ...
 
 
@@ -137,14 +137,17 @@ class WindowService:
         return self.clock.now()
 
     async def create(self, given: WindowInput) -> MaintenanceWindow:
+        """Create the window; the tasks bound to the windows on the racks it covers (deferred under DEFER,
+        or fired inside an ALLOW window) are decided again as `update` decides them: a new freeze over a
+        deferred task's opening moves it, a new ALLOW window may release or bind one again."""
         check_name(given.name, NAME_PATH)
         check_description(given.reason, REASON_PATH)
         if given.kind is None:
             raise InvalidArgument(f"{KIND_PATH}: a kind is required (ALLOW or FREEZE)")
-        now = self.clock.now()
-        when = _check_when(given.when, now)
         operations = distinct_operations(given.operations, OPERATIONS_PATH)
         async with self.db.transaction() as conn:
+            now = await self._in_turn(conn)
+            when = _check_when(given.when, now)
             if await store.name_taken(conn, given.name):
                 raise store.name_taken_error(given.name)
             covered = await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
@@ -163,6 +166,8 @@ class WindowService:
                 updated_at=now,
             )
             await store.insert_window(conn, window)
+            once_committed = await self.deferrals.redecide_in(conn, (window,), now)
+        once_committed()
         return window
 
     async def get(self, window_id: uuid.UUID) -> MaintenanceWindow:
