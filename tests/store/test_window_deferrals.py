@@ -499,3 +499,52 @@ async def test_a_new_window_takes_its_turn_after_an_edit(pg_db: str) -> None:
         )
     finally:
         await db.dispose()
+
+
+async def fired_inside_by(env: Env, deadline: timedelta) -> tuple[Schedule, Task]:
+    """`fired_inside` under DEFER with a start deadline: the firing's outcome keeps it."""
+    r1 = await env.rack("r1")
+    when = OneOff(FIRED_AT - timedelta(hours=1), FIRED_AT + timedelta(hours=2))
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=when, racks=(Ref(r1.id),))
+    )
+    schedule = await with_policy(env, await env.schedule(racks=[r1]), WindowPolicy.DEFER)
+    schedule = await env.services.schedules.update(
+        schedule.id, ["schedule.start_deadline"], start_deadline=deadline
+    )
+    ((outcome,),) = [result.outcomes for result in await dispatch_at(env, FIRED_AT)]
+    env.clock.advance(FIRED_AT - env.clock.now())
+    assert outcome.start_by == FIRED_AT + deadline
+    task = await get(env, outcome.task_id)
+    assert (task.held_by, task.not_before, task.not_after) == (None, None, FIRED_AT + timedelta(hours=2))
+    return schedule, task
+
+
+async def test_a_task_fired_inside_an_allow_window_moved_past_its_start_deadline_is_missed(env: Env) -> None:
+    """The window now opens tomorrow, after the deadline (slot + 3 h): a firing now would miss the rack."""
+    schedule, task = await fired_inside_by(env, timedelta(hours=3))
+
+    changes = await edit_when(env, OneOff(TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2)))
+
+    ended = await get(env, task.id)
+    assert ended.status is TaskStatus.TERMINATED and ended.started_at is None
+    assert "comes after the start deadline" in ended.message
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert [(o.outcome, o.error) for o in run.outcomes] == [("missed", ended.message)]
+    assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "missed")]
+
+
+async def test_a_task_fired_inside_an_allow_window_moved_later_waits_by_its_start_deadline(env: Env) -> None:
+    """The window now opens in an hour, until 5 h after the slot: the task waits for it, by the deadline."""
+    _, task = await fired_inside_by(env, timedelta(hours=3))
+
+    await edit_when(env, OneOff(FIRED_AT + timedelta(hours=1), FIRED_AT + timedelta(hours=5)))
+
+    moved = await get(env, task.id)
+    assert (moved.status, moved.held_by, moved.not_before, moved.not_after) == (
+        TaskStatus.PENDING,
+        "window",
+        FIRED_AT + timedelta(hours=1),
+        FIRED_AT + timedelta(hours=3),
+    )
+    assert "its start deadline" in moved.message

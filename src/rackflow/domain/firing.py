@@ -161,9 +161,9 @@ class Firing:
         return starts_bound(self.windows.get(scope_id))
 
     def submitted(self, scope_id: uuid.UUID, rack_id: uuid.UUID, task_id: uuid.UUID) -> ScopeOutcome:
-        """The outcome of a scope whose task was submitted: with the start deadline the task must start by,
-        when that, not its window's end, ended its deferral."""
-        start_by = deadline_end(self.deferral(scope_id))
+        """The outcome of a scope whose task was submitted: with the firing's start deadline when the
+        windows bind the task (`deadline_end`)."""
+        start_by = deadline_end(self.bound(scope_id))
         return ScopeOutcome(scope_id, rack_id, "submitted", task_id=task_id, start_by=start_by)
 
     @property
@@ -255,7 +255,11 @@ def _missed(
 
 def _by_deadline(decision: Decision, deadline_at: datetime) -> Decision:
     """A decision under a start deadline: a deferral whose opening is at or after it is "missed"; one
-    before it must start by it (its end capped there), and keeps it (`Decision.deadline`)."""
+    before it must start by it (its end capped there), and keeps it (`Decision.deadline`). A fire inside
+    an ALLOW window (an end to start by) is not capped, since it fires in time, but keeps it too: a
+    window's change may yet defer its task, and then the deadline binds that wait (`redeferral`)."""
+    if decision.action == "fire" and decision.closes_at is not None:
+        return replace(decision, deadline=deadline_at)
     if decision.action != "defer":
         return decision
     assert decision.opens_at is not None
@@ -272,11 +276,12 @@ def starts_bound(decision: Decision | None) -> Decision | None:
     return decision if decision is not None and decision.action in ("fire", "defer") else None
 
 
-def deadline_end(deferral: Decision | None) -> datetime | None:
-    """The start deadline a deferred task must start by: what its scope's outcome keeps as `start_by`, so
-    that the task failed there is told so when it (not its window's end) ended the wait, and so that a
-    window's change decides the wait again under it (`redeferral`)."""
-    return deferral.deadline if deferral is not None else None
+def deadline_end(bound: Decision | None) -> datetime | None:
+    """The start deadline of the firing of a task the windows bind (`starts_bound`: deferred, or fired
+    inside an ALLOW window): what its scope's outcome keeps as `start_by`, so that a deferred task failed
+    there is told so when it (not its window's end) ended the wait, and so that a window's change decides
+    the task's wait or end again under it (`redeferral`)."""
+    return bound.deadline if bound is not None else None
 
 
 def redeferral(

@@ -212,10 +212,11 @@ class ListedScope(NamedTuple):
 @dataclass(frozen=True)
 class ScopeOutcome:
     """What one firing did for one scope: `task_id` when submitted, `error` when failed. `canary`: one of
-    a rollout's first scopes. `start_by`: the start deadline of a deferred task's firing, its `not_after`
-    when the deadline comes before its opening's end, kept so that the task failed there is told the
-    deadline, not the window, ended it, and so that a window's change decides its wait again under it; on
-    a pending scope of a rollout's first wave, the deadline its step is to cap a deferral at."""
+    a rollout's first scopes. `start_by`: the start deadline of the firing of a task the windows bind
+    (deferred, or fired inside an ALLOW window), a deferred task's `not_after` when the deadline comes
+    before its opening's end, kept so that the task failed there is told the deadline, not the window,
+    ended it, and so that a window's change decides its wait (or end) again under it; on a pending scope
+    of a rollout's first wave, the deadline its step is to cap a deferral at."""
 
     scope_id: uuid.UUID
     rack_id: uuid.UUID

@@ -50,8 +50,8 @@ class Decision:
     task waiting for the opening `[opens_at, closes_at)` (closes_at None: open past the horizon). The planner
     adds "skip_overlap": the scope's last task is still active, and caps a deferral's `closes_at` at the
     firing's start deadline (`by_deadline`), so that a task failed there says so rather than blaming the
-    window; it keeps that deadline on every deferral it binds (`deadline`), so that the wait can be decided
-    again under it when a window changes (`domain.firing.redeferral`)."""
+    window; it keeps that deadline on every deferral, and every fire with an end, it binds (`deadline`),
+    so that the wait can be decided again under it when a window changes (`domain.firing.redeferral`)."""
 
     action: Action
     closed: Closed | None = None
