@@ -71,7 +71,7 @@ class Services:
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
         audit = AuditTrail(db, clock, audit_spool)
-        windows = WindowService(db, clock, Deferrals(tasks))
+        windows = WindowService(db, clock, Deferrals(tasks, default_start_deadline))
         rollouts = RolloutService(db, clock, tasks, audit)
         schedules = ScheduleService(db, clock, tasks, rollouts, default_start_deadline, instance_id)
         checks = CheckService(db, clock, tasks)

@@ -19,11 +19,13 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import Changes, noting
+from rackflow.clock import FakeClock
 from rackflow.domain.inventory import Rack
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
+from rackflow.services import Services
 from rackflow.store.db import Database
 from rackflow.windows.service import WHEN_PATH, Redeciding, Ref, WindowInput
 from tests.store.schedules_support import START, Env, make_env
@@ -548,3 +550,39 @@ async def test_a_task_fired_inside_an_allow_window_moved_later_waits_by_its_star
         FIRED_AT + timedelta(hours=3),
     )
     assert "its start deadline" in moved.message
+
+
+@pytest.mark.parametrize("whose", ["the schedule's", "the server's"])
+async def test_an_edit_between_a_submit_and_its_write_back_keeps_the_start_deadline(
+    db: Database, monkeypatch: pytest.MonkeyPatch, whose: str
+) -> None:
+    """The window's edit moves the opening past the deadline (slot + 14 h: 03:00) after the firing submitted
+    the deferred task and before its write-back recorded the outcome keeping the deadline: the edit finds
+    the deadline from the run's slot and the schedule's (or the server's) deadline, and misses the rack."""
+    deadline = timedelta(hours=14)
+    server_s = deadline if whose == "the server's" else None
+    clock = FakeClock(START)
+    env = Env(db, clock, Services.build(db, clock, default_start_deadline=server_s))
+    r1 = await env.rack("r1")
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=NIGHTLY, racks=(Ref(r1.id),))
+    )
+    schedule = await with_policy(env, await env.schedule(racks=[r1]), WindowPolicy.DEFER)
+    if server_s is None:
+        await env.services.schedules.update(schedule.id, ["schedule.start_deadline"], start_deadline=deadline)
+    env.clock.advance(FIRED_AT - env.clock.now())
+    write_back = firing._write_back
+
+    async def edited_first(*args: Any, **kwargs: Any) -> Any:
+        await edit_when(env, Recurring("0 5 * * *", "1h"))
+        return await write_back(*args, **kwargs)
+
+    monkeypatch.setattr(firing, "_write_back", edited_first)
+    await dispatch_at(env, FIRED_AT)
+
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    (outcome,) = run.outcomes
+    ended = await get(env, outcome.task_id)
+    assert ended.status is TaskStatus.TERMINATED and ended.started_at is None
+    assert "comes after the start deadline" in ended.message
+    assert (outcome.outcome, outcome.error) == ("missed", ended.message)

@@ -20,11 +20,11 @@ from rackflow.domain.firing import (
     advance_after_firing,
     deadline_end,
     failing_streak,
+    own_or_default,
     plan,
     plan_starts,
     planned_times,
     scope_decisions,
-    start_deadline,
     tally,
 )
 from rackflow.domain.rollouts import RackPlace, RolloutPolicy
@@ -539,9 +539,9 @@ def test_a_rollout_step_inside_an_allow_window_binds_its_task_to_the_windows_end
 
 
 def test_the_schedules_zero_deadline_overrides_the_default() -> None:
-    assert start_deadline(schedule(deadline=timedelta(0)), HOUR) is None
-    assert start_deadline(schedule(), HOUR) == HOUR
-    assert start_deadline(schedule(deadline=MINUTE), HOUR) == MINUTE
+    assert own_or_default(timedelta(0), HOUR) is None
+    assert own_or_default(None, HOUR) == HOUR
+    assert own_or_default(MINUTE, HOUR) == MINUTE
 
 
 def _tally(finished: bool = True, failed: bool = True) -> RunTally:

@@ -213,21 +213,28 @@ def plan(
     ]
 
 
-def start_deadline(schedule: Schedule, default: timedelta | None) -> timedelta | None:
-    """The deadline a dispatched firing of `schedule` starts by: its own, else the server's default; a
-    schedule's own zero means none, whatever the default."""
-    deadline = schedule.start_deadline if schedule.start_deadline is not None else default
+def own_or_default(own: timedelta | None, default: timedelta | None) -> timedelta | None:
+    """A schedule's start deadline: its own (`own`), else the server's default; its own zero means none,
+    whatever the default."""
+    deadline = own if own is not None else default
     return deadline if deadline else None
 
 
 def start_deadline_at(schedule: Schedule, trigger: Trigger, default: timedelta | None) -> datetime | None:
-    """The latest time a firing of `schedule` for its slot (`next_run_at`) may start: slot + deadline.
-    None: no deadline, or a manual firing (which has no slot and is never missed). It depends only on the
-    slot and the stored deadline, so every instance decides the same from the database's clock."""
-    deadline = start_deadline(schedule, default)
-    if trigger != "dispatch" or deadline is None or schedule.next_run_at is None:
+    """The latest time a firing of `schedule` for its slot (`next_run_at`) may start (`slot_deadline`).
+    None: a manual firing (which has no slot and is never missed)."""
+    if trigger != "dispatch":
         return None
-    return schedule.next_run_at + deadline
+    return slot_deadline(schedule.next_run_at, schedule.start_deadline, default)
+
+
+def slot_deadline(slot: datetime | None, own: timedelta | None, default: timedelta | None) -> datetime | None:
+    """The start deadline of a dispatched firing for `slot`, under its schedule's own deadline (`own`, else
+    the server's `default`): slot + deadline; None without either. It depends only on the stored slot and
+    deadline, so every instance decides the same from the database's clock, and a window's change finds the
+    deadline of a firing whose write-back has not yet recorded it in the run's outcomes."""
+    deadline = own_or_default(own, default)
+    return slot + deadline if slot is not None and deadline is not None else None
 
 
 def missed_reason(late_by: timedelta, deadline: timedelta) -> str:

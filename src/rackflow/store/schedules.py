@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
     ARRAY,
@@ -1064,18 +1064,31 @@ async def tasks_of_firings(
     return found
 
 
-async def start_deadlines_of_tasks(
-    conn: AsyncConnection, run_ids: Collection[uuid.UUID]
-) -> dict[uuid.UUID, datetime]:
-    """By task id, the start deadline each deferred task of these runs had to start by, for those whose
-    firing had one (their outcome's `start_by`)."""
-    found: dict[uuid.UUID, datetime] = {}
+class StartDeadlines(NamedTuple):
+    """The start deadlines of the tasks of some runs. `recorded`: by task id, for each task its run's
+    outcomes name, the deadline its firing bound it to (its outcome's `start_by`; None: none). `slots`: by
+    run id, its slot and its schedule's own start deadline, from which a task the outcomes do not name yet
+    (between its plain firing's submit and write-back) finds its firing's (`domain.firing.slot_deadline`)."""
+
+    recorded: dict[uuid.UUID, datetime | None]
+    slots: dict[uuid.UUID, tuple[datetime | None, timedelta | None]]
+
+
+async def start_deadlines(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> StartDeadlines:
+    """The start deadlines of these runs' tasks (`StartDeadlines`)."""
+    found = StartDeadlines({}, {})
+    run = task_schedule_run.c
     for chunk in chunked(list(run_ids)):
-        stmt = select(task_schedule_run.c.outcomes).where(task_schedule_run.c.id.in_(chunk))
-        for (outcomes,) in (await conn.execute(stmt)).all():
-            for outcome in map(_outcome_from_json, outcomes):
-                if outcome.task_id is not None and outcome.start_by is not None:
-                    found[outcome.task_id] = outcome.start_by
+        stmt = (
+            select(run.id, run.outcomes, run.scheduled_for, task_schedule.c.start_deadline_us)
+            .join(task_schedule, task_schedule.c.id == run.schedule_id)
+            .where(run.id.in_(chunk))
+        )
+        for row in (await conn.execute(stmt)).all():
+            found.slots[row.id] = (row.scheduled_for, _micros_from(row.start_deadline_us))
+            for outcome in map(_outcome_from_json, row.outcomes):
+                if outcome.task_id is not None:
+                    found.recorded[outcome.task_id] = outcome.start_by
     return found
 
 

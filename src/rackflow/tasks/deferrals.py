@@ -5,7 +5,9 @@ windows had then (`held_by` "window": `domain.firing.window_decisions`); under e
 while an ALLOW window holds its rack must start by that window's end (`not_after`). When an operator creates,
 edits or deletes a window, those tasks that have not started are decided again, in the same transaction, by
 the rule a firing at that moment follows under their schedule's window policy (`domain.firing.redeferral`),
-under the start deadline their firing bound them to (their outcome's `start_by`):
+under the start deadline their firing bound them to (their outcome's `start_by`; for a task its plain
+firing's write-back has not recorded yet, its run's slot plus its schedule's deadline, as the planner
+found it: `domain.firing.slot_deadline`):
 
 * "defer": they wait for the new opening (`not_before`, `not_after` and their reason rewritten: moved);
 * "fire": no window closes the rack now: released (`not_before` cleared, or their operation's own window's
@@ -29,14 +31,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, literal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import note_deferral_changes
-from rackflow.domain.firing import SETTLED_BY_WINDOWS, checks_scopes, redeferral
+from rackflow.domain.firing import SETTLED_BY_WINDOWS, checks_scopes, redeferral, slot_deadline
 from rackflow.domain.schedules import Outcome
 from rackflow.domain.tasks import WINDOW_HOLD, DeferralChange, Task
 from rackflow.domain.windows import MaintenanceWindow, RackRef, WindowPolicy
@@ -52,8 +54,10 @@ from rackflow.tasks.manager import TaskManager, window_wait
 class Deferrals:
     """Decides again the waits of the tasks a window deferred (the module's docstring)."""
 
-    def __init__(self, tasks: TaskManager) -> None:
+    def __init__(self, tasks: TaskManager, default_start_deadline: timedelta | None) -> None:
+        """`default_start_deadline`: the server's, for a schedule without its own (as the planner's)."""
         self.tasks = tasks
+        self.default_start_deadline = default_start_deadline
 
     async def redecide_in(
         self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
@@ -66,13 +70,11 @@ class Deferrals:
         if not waiting:
             return lambda: None
         windows = await window_store.all_windows(conn)
-        deadlines = await schedule_store.start_deadlines_of_tasks(
-            conn, {t.run_id for t in waiting if t.run_id}
-        )
+        deadlines = await schedule_store.start_deadlines(conn, {t.run_id for t in waiting if t.run_id})
         moves: dict[tuple[Any, ...], list[Task]] = {}
         ending: list[tuple[Task, str, Outcome]] = []
         for task in waiting:
-            rack, deadline = racks[task.rack_id], deadlines.get(task.id)
+            rack, deadline = racks[task.rack_id], self._deadline(task, deadlines)
             decision = redeferral(windows, rack, task.operation, now, deadline, policies[task.id])
             if decision.action in SETTLED_BY_WINDOWS:
                 ending.append((task, decision.reason, SETTLED_BY_WINDOWS[decision.action]))
@@ -109,6 +111,15 @@ class Deferrals:
             note_deferral_changes(changes)
 
         return once_committed
+
+    def _deadline(self, task: Task, found: schedule_store.StartDeadlines) -> datetime | None:
+        """The start deadline the task's firing bound it to: its outcome's, else (its firing's write-back
+        has not recorded it yet) its run's slot plus its schedule's deadline, as the planner found it."""
+        if task.id in found.recorded:
+            return found.recorded[task.id]
+        assert task.run_id is not None
+        slot, own = found.slots.get(task.run_id, (None, None))
+        return slot_deadline(slot, own, self.default_start_deadline)
 
     @staticmethod
     async def _waiting(

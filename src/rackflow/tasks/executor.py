@@ -372,7 +372,7 @@ class Executor:
         a task a gate failed (`failed`: why, and how it ends) ends without running."""
         by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
         too_late = {task.run_id for task, _ in claimed if task.too_late(now) and task.run_id is not None}
-        start_deadlines = await schedule_store.start_deadlines_of_tasks(conn, too_late) if too_late else {}
+        start_deadlines = (await schedule_store.start_deadlines(conn, too_late)).recorded if too_late else {}
         # Only a takeover (a claim after the first within an attempt) finds what steps recorded.
         taken_over = {task.id: task.attempt for task, attempt in claimed if attempt > 1}
         recorded = await task_runs.steps_of(conn, taken_over) if taken_over else {}
