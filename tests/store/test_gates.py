@@ -15,11 +15,11 @@ from prometheus_client import REGISTRY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
-from rackflow.domain.tasks import WINDOW_HOLD, Hold, Operation, OperationKind, Task, TaskStatus
+from rackflow.domain.tasks import WINDOW_HOLD, Fail, Hold, Operation, OperationKind, Task, TaskStatus
 from rackflow.inventory.service import InventoryService
 from rackflow.store import task_runs
 from rackflow.store.db import Database
-from rackflow.tasks.gates import Fail, Gate, Verdict, consult
+from rackflow.tasks.gates import Gate, Verdict, consult
 from tests.store.test_executor import CLOCK, eventually, executing, finished, get, make_rack, submit
 
 POWER_ON = Operation(OperationKind.POWER_ON)

@@ -20,7 +20,7 @@ from sqlalchemy import update
 
 from rackflow.domain.inventory import Component
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.tasks import ComponentChange, Task, TaskStatus
+from rackflow.domain.tasks import ComponentChange, Fail, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.rollouts.gate import CANCELLED_REASON
 from rackflow.store import outbox, task_runs
@@ -29,7 +29,7 @@ from rackflow.store.tables import tasks
 from rackflow.store.tasks import set_status
 from rackflow.tasks.backends.base import Backend, StepState
 from rackflow.tasks.executor import Executor
-from rackflow.tasks.gates import Fail, consult
+from rackflow.tasks.gates import consult
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_approvals import caller

@@ -46,13 +46,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.checks import kinds
 from rackflow.config import PREFLIGHT_ANSWER_WAIT
 from rackflow.domain.checks import CheckResult, Look, PreflightCheck, RackIdleSettings, Waiting
-from rackflow.domain.tasks import Hold, OperationKind, Task
+from rackflow.domain.tasks import Fail, Hold, OperationKind, Task
 from rackflow.domain.windows import RackRef
 from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS, CHECK_WAIT
 from rackflow.store import checks as store
 from rackflow.store.db import Database
 from rackflow.store.windows import rack_refs
-from rackflow.tasks.gates import Fail, Verdict
+from rackflow.tasks.gates import Verdict
 
 log = logging.getLogger(__name__)
 

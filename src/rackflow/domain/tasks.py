@@ -198,6 +198,17 @@ class TaskAttempt:
     retryable: bool = False
 
 
+@dataclass(frozen=True)
+class Fail:
+    """The task must not start, ever: it ends without running, with `reason` as its message, FAILED, or
+    TERMINATED (`ends_as`) when it was not refused but called off (its rollout was cancelled). What a
+    start gate answers for a task it refuses (`rackflow.tasks.gates`), and what the claim records on the
+    task (`Task.refusal`) so that a takeover ends it so too."""
+
+    reason: str
+    ends_as: TaskStatus = TaskStatus.FAILED
+
+
 @quick_init
 @dataclass(frozen=True)
 class Task:
@@ -231,6 +242,10 @@ class Task:
     retry: RetryPolicy | None = None
     attempt: int = 1
     attempt_started_at: datetime | None = None
+    # A start gate's refusal, recorded by the claim that consulted the gates, in its transaction (migration
+    # 0045): the claim leaves the task RUNNING for its executor to end, and a takeover, which no gate looks
+    # at (it began), ends it with this instead of running it should that executor die first.
+    refusal: Fail | None = None
 
     @property
     def max_attempts(self) -> int:

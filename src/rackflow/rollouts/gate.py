@@ -27,10 +27,11 @@ scope in the run becomes "not_started", as the cancel's other not-begun racks di
 
 That end is the executor's to record, after the claim committed; if its instance dies first, the task
 is RUNNING, ownerless, and taken over by another claim, which no gate's `check` looks at (it began).
-The scope's "not_started" mark, committed with the claim, is what says it never began: a takeover of
-such a task ends it as this gate did (`refused`), rather than run it beside a run that says it did not
-start. A task of a cancelled rollout that did begin (its scope "submitted") goes on, as the cancel lets
-it. A halt ends nothing, and its holds are written by the claim itself (PENDING): no takeover follows.
+The claim recorded the refusal on the task with the scope's "not_started" mark (`Task.refusal`, as for
+every gate's refusal: `rackflow.tasks.gates`), so a takeover ends it as this gate did, rather than run it
+beside a run that says it did not start. A task of a cancelled rollout that did begin (its scope
+"submitted") goes on, as the cancel lets it. A halt ends nothing, and its holds are written by the claim
+itself (PENDING): no takeover follows.
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
 from rackflow.config import ROLLOUT_CAP_WAIT, ROLLOUT_HALT_WAIT
 from rackflow.domain.rollouts import cap_reached
 from rackflow.domain.schedules import Outcome
-from rackflow.domain.tasks import Hold, Task, TaskStatus
+from rackflow.domain.tasks import Fail, Hold, Task, TaskStatus
 from rackflow.store import rollouts as store
 from rackflow.store.db import Database
-from rackflow.tasks.gates import Fail, Verdict
+from rackflow.tasks.gates import Verdict
 
 GATE_NAME = "rollout"
 
@@ -132,14 +133,3 @@ class RolloutGate:
             else:
                 active[task.run_id].append(domain(task.rack_id))
         return holds
-
-    async def refused(self, conn: AsyncConnection, tasks: Sequence[Task]) -> dict[uuid.UUID, Fail]:
-        """Of the tasks taken over, those this gate ended at an earlier claim for their cancelled rollout
-        (their scopes "not_started" in the run): ended again, rather than run. A plain read of their
-        runs: no lock after the claim's task rows, and none needed, as both the cancel and the mark are
-        final."""
-        runs = {task.run_id for task in tasks if task.run_id is not None and task.attempt == 1}
-        if not runs:
-            return {}
-        ended = await store.not_started_in_cancelled(conn, runs)
-        return {task.id: _CANCELLED for task in tasks if task.id in ended}

@@ -126,19 +126,6 @@ async def lock_rollouts(
     return found
 
 
-async def not_started_in_cancelled(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
-    """The tasks whose scope the cancelled runs among these mark "not_started": ended by the cancel, or
-    by a claim's rollout gate for the cancel (`settle_scopes`). A plain read, no lock: a cancelled run
-    and those marks never change again."""
-    found: set[uuid.UUID] = set()
-    for chunk in chunked(list(run_ids)):
-        stmt = select(task_schedule_run).where(_run.id.in_(chunk), _run.state == "cancelled")
-        for row in await conn.execute(stmt):
-            outcomes = run_from_row(row).outcomes
-            found.update(o.task_id for o in outcomes if o.outcome == "not_started" and o.task_id is not None)
-    return found
-
-
 async def hold_unstarted(
     conn: AsyncConnection, run_id: uuid.UUID, gate: str, hold: Hold, now: datetime
 ) -> None:

@@ -144,6 +144,9 @@ tasks = Table(
     Column("retry", json_type(), nullable=True),
     Column("attempt", Integer, nullable=False, server_default="1"),
     Column("attempt_started_at", UTCDateTime, nullable=True),
+    # A start gate's refusal, written by the claim that consulted the gates (migration 0045; `Task.refusal`):
+    # {"reason", "ends_as"}, which a takeover of the task ends it with instead of running it. NULL: none.
+    Column("refusal", json_type(), nullable=True),
     CheckConstraint(
         "status IN ('pending', 'running', 'completed', 'failed', 'terminated', 'waiting')", name="status"
     ),

@@ -19,7 +19,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, Update
 
 from rackflow.domain.inventory import PowerState
-from rackflow.domain.tasks import RETRY_HOLD, ComponentChange, Hold, StepRecord, Task, TaskAttempt, TaskStatus
+from rackflow.domain.tasks import (
+    RETRY_HOLD,
+    ComponentChange,
+    Fail,
+    Hold,
+    StepRecord,
+    Task,
+    TaskAttempt,
+    TaskStatus,
+)
 from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.streak_checks import mark_schedules_of_tasks
@@ -29,6 +38,7 @@ from rackflow.store.tasks import (
     OLDEST_FIRST,
     hold_values,
     is_active,
+    refusal_json,
     status_in,
     task_from_row,
     unclaimed,
@@ -375,6 +385,21 @@ async def hold_back(
                     **hold_values(gate, hold, now),
                 )
             )
+
+
+async def record_refusals(conn: AsyncConnection, refusals: Mapping[uuid.UUID, Fail]) -> None:
+    """Record on the claimed tasks the start gates refused (task id -> refusal) why, in the claim's
+    transaction, so that a takeover ends each as its gate said (`Task.refusal`) should its executor die
+    before recording the end. Only the claim's own rows are written, which it holds locked already: one
+    statement, run for each task (refused tasks are few)."""
+    stmt = (
+        update(tasks)
+        .where(tasks.c.id == bindparam("refused_id", type_=Uuid()))
+        .values(refusal=bindparam("refused", type_=tasks.c.refusal.type))
+    )
+    await conn.execute(
+        stmt, [{"refused_id": task_id, "refused": refusal_json(fail)} for task_id, fail in refusals.items()]
+    )
 
 
 async def holds_of(

@@ -24,6 +24,7 @@ from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Trigger
 from rackflow.domain.tasks import (
     ACTIVE_STATUSES,
     WINDOW_HOLD,
+    Fail,
     Hold,
     Operation,
     RetryPolicy,
@@ -125,7 +126,13 @@ def task_from_row(row: Row[Any]) -> Task:
         retry=RetryPolicy.from_json(row.retry) if row.retry is not None else None,
         attempt=row.attempt,
         attempt_started_at=row.attempt_started_at,
+        refusal=Fail(row.refusal["reason"], TaskStatus(row.refusal["ends_as"])) if row.refusal else None,
     )
+
+
+def refusal_json(refusal: Fail) -> dict[str, str]:
+    """How `tasks.refusal` keeps a start gate's refusal (read back by `task_from_row`)."""
+    return {"reason": refusal.reason, "ends_as": refusal.ends_as.value}
 
 
 def _task_values(task: Task) -> dict[str, Any]:

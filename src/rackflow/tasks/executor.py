@@ -6,8 +6,9 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   SKIP LOCKED) RETURNING` on PostgreSQL; SQLite's single writer needs no lock) and marks them RUNNING with
   this instance as `owner_id`, so no two instances take one. In the same transaction the start gates
   the executor was built with (`rackflow.tasks.gates`: freezes, operation budgets, …) hand back what they
-  hold, as if never claimed, or fail what they refuse. A takeover is not gated again (it began), but what
-  a gate refused and recorded stays refused (`gates.Standing`: a cancelled rollout's task).
+  hold, as if never claimed, or fail what they refuse, recording each refusal on its task in that
+  transaction (`Task.refusal`). A takeover is not gated again (it began), but a refused task stays
+  refused: its takeover ends it with the recorded refusal instead of running it.
 * Lease. The instance's heartbeat row (`store/instances.py`), renewed every `lease_ttl / 3` and compared on
   the database clock, is the lease on every task it owns. A RUNNING task whose owner's heartbeat is older
   than `lease_ttl`, or gone, is claimed by any instance (takeover, one more claim). Steps are idempotent,
@@ -32,7 +33,8 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   most once a poll interval, not at every wake (a burst wakes the executor at every batch fired). The
   count is this process's own, a bound on work, not a guarantee.
 * Lock order: a task's row before its run's. The claim locks the tasks it takes, then its start gates
-  lock what they decide by (the rollout gate: the claimed tasks' rollout runs, in id order). A writer that
+  lock what they decide by (the rollout gate: the claimed tasks' rollout runs, in id order; a refusal is
+  recorded on the claimed task rows themselves, which adds no lock). A writer that
   holds a run's row first (a rollout step and its halt, a resume, a cancel, a window's edit ending
   deferred tasks, `tasks.deferrals`) never waits for a task's row: it skips the tasks a claim holds
   (`store.tasks.unclaimed`, `store.tasks.lock_not_begun`), and that claim's rollout gate decides them once
@@ -87,6 +89,7 @@ from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import (
     ComponentChange,
     Ending,
+    Fail,
     OperationKind,
     StepRecord,
     Task,
@@ -102,7 +105,7 @@ from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, StepState, plan
-from rackflow.tasks.gates import Fail, Gate, consult
+from rackflow.tasks.gates import Gate, consult
 from rackflow.tasks.manager import TaskManager, count_ended
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,10 @@ Only first attempts are gated. A later attempt is a takeover of a task that was 
 owner died, or its run was interrupted): it started already, so handing it back would lose its place
 (and its `started_at`) for nothing. But the claim before it may have been a refusal: a gate's `Fail`
 leaves the task RUNNING for its executor to end, and an instance that dies first leaves it to a takeover.
-A gate whose refusal the database records (`Standing`: the rollout gate marks the scope of the task it
-ended "not_started") says which of the tasks taken over it refused; those end as it said, not run.
+So `consult` records every gate's refusal on the task (`Task.refusal`) in the claim's transaction, and a
+takeover, which reads it back with the task (the claim's own statement returns it), ends the task with it
+rather than run it. Writing it touches only rows the claim holds (no lock after them, the lock order of
+`tasks/executor.py`), and costs a statement only at a claim some gate refused a task in.
 Nor is a task past the end of its window (`Task.too_late`) gated: it fails without running at this
 claim, so no gate may hold it (a freeze would keep it waiting, for nothing, until the freeze ends), count
 it (a budget's room) or ask about it (a pre-flight check's round).
@@ -54,21 +56,12 @@ from typing import Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.domain.tasks import Hold, InLine, Task, TaskStatus
+from rackflow.domain.tasks import Fail, Hold, InLine, Task
 from rackflow.metrics import TASK_HOLDS
 from rackflow.store import task_runs
 from rackflow.store.tasks import NOT_HELD
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Fail:
-    """The task must not start, ever: it ends without running, with `reason` as its message, FAILED, or
-    TERMINATED (`ends_as`) when it was not refused but called off (its rollout was cancelled)."""
-
-    reason: str
-    ends_as: TaskStatus = TaskStatus.FAILED
 
 
 Verdict = Hold | Fail
@@ -98,18 +91,6 @@ class Looking(Gate, Protocol):
     ) -> Mapping[uuid.UUID, Verdict]:
         """What `check` would answer for `tasks` (PENDING, not claimed, in claim order: each counted as if
         the ones before it started) at `now`. It writes and locks nothing; the claim's `check` decides."""
-        ...
-
-
-@runtime_checkable
-class Standing(Gate, Protocol):
-    """A gate whose refusal outlives the claim that made it: a takeover ends what it refused."""
-
-    async def refused(self, conn: AsyncConnection, tasks: Sequence[Task]) -> Mapping[uuid.UUID, Fail]:
-        """Of `tasks` (taken over: claimed again within an attempt), those an earlier claim's `check`
-        failed, by what that claim recorded, with the same `Fail`. It reads only, and locks nothing: the
-        claim holds its tasks' rows, and a lock taken after them must keep the lock order (the design
-        note atop `tasks/executor.py`)."""
         ...
 
 
@@ -150,21 +131,19 @@ async def consult(
 ) -> Gated:
     """Ask the gates about what a claim just took (task, attempt), in its transaction; hand back the held
     tasks, and clear the hold of those that start. What is left starts, but the failed ones fail: those
-    the gates refuse now, and those taken over that a `Standing` gate refused before."""
+    the gates refuse now, recorded on them in this transaction, and those taken over that a gate refused
+    at an earlier claim (their recorded `refusal`)."""
     held: set[uuid.UUID] = set()
-    failed: dict[uuid.UUID, Fail] = {}
+    failed = {task.id: task.refusal for task, attempt in claimed if attempt > 1 and task.refusal is not None}
+    refused: dict[uuid.UUID, Fail] = {}
     awaiting: dict[uuid.UUID, tuple[str, datetime]] = {}
-    if taken_over := [task for task, attempt in claimed if attempt > 1]:
-        for gate in gates:
-            if isinstance(gate, Standing):
-                failed.update(await gate.refused(conn, taken_over))
     open_ = [task for task, attempt in claimed if attempt == 1 and not task.too_late(now)]
     for gate in gates:
         if not open_:
             break
         verdicts = await gate.check(conn, open_, now)
         holds = {i: verdict for i, verdict in verdicts.items() if isinstance(verdict, Hold)}
-        failed.update((i, verdict) for i, verdict in verdicts.items() if isinstance(verdict, Fail))
+        refused.update((i, verdict) for i, verdict in verdicts.items() if isinstance(verdict, Fail))
         if holds:
             # Handed back at once, so the next gate's count (a budget's) no longer sees them RUNNING.
             await task_runs.hold_back(conn, gate.name, holds, owner_id=owner_id, now=now)
@@ -180,6 +159,9 @@ async def consult(
     }
     if was_held:
         await task_runs.clear_holds(conn, was_held)
+    if refused:
+        await task_runs.record_refusals(conn, refused)
+        failed.update(refused)
     starts = [
         (replace(task, **NOT_HELD) if task.id in was_held else task, attempt)
         for task, attempt in claimed

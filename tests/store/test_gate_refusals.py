@@ -1,0 +1,185 @@
+"""A start gate's refusal outlives the claim that made it (`Task.refusal`, migration 0045).
+
+A gate that refuses a task (`Fail`) leaves it RUNNING for the executor that claimed it to end once the
+claim committed. Should that instance die first, another executor takes the task over, and no gate looks at
+a takeover (it began): the refusal recorded on the task in the claim's transaction is what ends it there,
+instead of running it. A hold needs no record: the claim hands a held task back (PENDING) itself.
+
+Here the claim that refuses or holds is made as the executor makes it (`claim`), by an instance that never
+registered, so its tasks are free to take over at once; on PostgreSQL a real second executor takes them
+over (the rollout gate's refusal: tests/store/test_rollout_halt_gate.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from rackflow.checks.service import CheckInput
+from rackflow.domain.checks import RackIdleSettings
+from rackflow.domain.inventory import Rack, RackSelection
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
+from rackflow.domain.windows import OneOff, WindowKind
+from rackflow.store import task_runs
+from rackflow.store.db import Database
+from rackflow.store.tasks import set_status
+from rackflow.tasks.executor import Executor
+from rackflow.tasks.gates import Gated, consult
+from rackflow.windows.service import Ref, WindowInput
+from tests.store.query_plans import statements_sent
+from tests.store.schedules_support import Env, make_env
+from tests.store.test_executor import eventually
+from tests.store.test_rollout_halt_gate import Recording, get
+
+DEAD = uuid.uuid4()  # the instance whose claims these are: never registered, so never live
+POWER_ON = Operation(OperationKind.POWER_ON)
+GAVE_UP = "(pre-flight check 'not-flapping' gave up after 10m)"
+
+
+async def claim(env: Env) -> tuple[list[tuple[Task, int]], Gated]:
+    """One executor claim with the start gates, committed: what it took (task, claim number) and what the
+    gates made of it."""
+    async with env.db.transaction() as conn:
+        now = env.clock.now()
+        claimed = await task_runs.claim(
+            env.db, conn, owner_id=DEAD, lease_ttl=timedelta(seconds=30), running_here=(), now=now, limit=10
+        )
+        gated = await consult(env.services.gates, conn, claimed, owner_id=DEAD, now=now)
+    return claimed, gated
+
+
+async def submit(env: Env, rack: Rack) -> Task:
+    [task] = await env.services.tasks.submit(
+        POWER_ON, [RackSelection(rack.id)], description="", queue=QueueOptions()
+    )
+    return task
+
+
+async def refused_by_the_checks(env: Env) -> Task:
+    """A power-on the pre-flight gate refuses, at its second claim, past its check's maximum wait: the
+    rack's last power-on failed within the hour (`rack_idle`, which the claim asks itself). That claim
+    committed and its instance died: the task is RUNNING, owned by no live instance. The task as
+    submitted, with the refusal the gate answered."""
+    rack = await env.rack("r1")
+    earlier = await submit(env, rack)
+    async with env.db.transaction() as conn:
+        await set_status(conn, [earlier.id], TaskStatus.FAILED, now=env.clock.now(), message="PSU fault")
+    settings = RackIdleSettings(frozenset({OperationKind.POWER_RESET}), "1h")
+    await env.services.checks.create(
+        CheckInput(name="not-flapping", settings=settings, interval="1m", max_wait="10m")
+    )
+    task = await submit(env, rack)
+    _, gated = await claim(env)
+    assert (gated.claimed, gated.failed) == ([], {})  # held: waits for the rack to stop flapping
+    env.clock.advance(timedelta(minutes=11))
+    _, gated = await claim(env)
+    [fail] = gated.failed.values()
+    assert gated.failed == {task.id: fail} and fail.reason.endswith(GAVE_UP)
+    return replace(task, refusal=fail)
+
+
+async def test_a_takeover_of_a_task_a_gate_refused_is_refused_as_the_claim_recorded(db: Database) -> None:
+    """The claim that refused records it on the task; the claim that takes the task over (its second in
+    the attempt), which no gate looks at, hands it back failed with that refusal, and starts nothing."""
+    env = make_env(db)
+    refused = await refused_by_the_checks(env)
+    recorded = await get(env, refused.id)
+    assert (recorded.status, recorded.refusal) == (TaskStatus.RUNNING, refused.refusal)
+    env.clock.advance(timedelta(minutes=1))
+    [(taken, number)], gated = await claim(env)
+    assert (taken.id, number) == (refused.id, 2)
+    assert gated.failed == {refused.id: refused.refusal}
+
+
+async def test_a_claim_no_gate_refuses_in_sends_no_statement_more(db: Database) -> None:
+    """The executor's hot path: a claim of fresh tasks and of a takeover that no gate refused reads the
+    refusals with the claim's own statement (its RETURNING) and writes none."""
+    env = make_env(db)
+    taken_over = await submit(env, await env.rack("r0"))
+    await claim(env)  # started, and its instance died
+    fresh = [await submit(env, await env.rack(f"r{i}")) for i in (1, 2)]
+    with statements_sent(db) as sent:
+        claimed, gated = await claim(env)
+    assert sorted(number for _, number in claimed) == [1, 1, 2]
+    assert {task.id for task, _ in gated.claimed} == {taken_over.id, *(task.id for task in fresh)}
+    assert gated.failed == {}
+    [claim_statement] = [statement for statement, _ in sent if "refusal" in statement]
+    assert claim_statement.lstrip().upper().startswith("UPDATE TASKS SET STATUS")
+
+
+@pytest.mark.postgres
+async def test_an_executor_taking_over_a_task_the_checks_refused_ends_it_unrun(
+    pg_db: str,
+) -> None:
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        refused = await refused_by_the_checks(env)
+
+        async def ended() -> bool:
+            return (await get(env, refused.id)).status.is_final
+
+        backend = await second_executor(env, ended)
+        task = await get(env, refused.id)
+        assert refused.refusal is not None
+        assert (task.status, task.message) == (TaskStatus.FAILED, refused.refusal.reason)
+        assert backend.steps == []
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_an_executor_taking_over_never_runs_a_task_a_freeze_held(pg_db: str) -> None:
+    """A freeze's hold is written by the claim itself (PENDING again, held by "freeze"): nothing is left
+    RUNNING to take over, and the next claims hold it again while the freeze lasts."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        rack = await env.rack("r1")
+        start = env.clock.now()
+        freeze = OneOff(start - timedelta(minutes=1), start + timedelta(hours=1))
+        await env.services.windows.create(
+            WindowInput(name="change-freeze", kind=WindowKind.FREEZE, when=freeze, racks=(Ref(id=rack.id),))
+        )
+        task = await submit(env, rack)
+        _, gated = await claim(env)
+        assert (gated.claimed, gated.failed) == ([], {})
+        env.clock.advance(timedelta(minutes=5))
+
+        async def polled_a_while() -> bool:  # many polls, each a claim that the freeze answers
+            await asyncio.sleep(1)
+            return True
+
+        backend = await second_executor(env, polled_a_while)
+        held = await get(env, task.id)
+        assert (held.status, held.held_by, held.refusal, held.started_at) == (
+            TaskStatus.PENDING,
+            "freeze",
+            None,
+            None,
+        )
+        assert backend.steps == []
+    finally:
+        await db.dispose()
+
+
+async def second_executor(env: Env, until: Callable[[], Awaitable[bool]]) -> Recording:
+    """Run another executor, with the start gates, `until` it holds; its backend, which records the steps
+    asked of it."""
+    backend = Recording()
+    executor = Executor(
+        env.db, env.clock, backend, instance_id=uuid.uuid4(), gates=env.services.gates, poll_interval=0.05
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    try:
+        await eventually(until)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    return backend
