@@ -19,6 +19,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import update
 
 from rackflow.checks.service import CheckInput
 from rackflow.domain.checks import RackIdleSettings
@@ -27,6 +28,7 @@ from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, 
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.store import task_runs
 from rackflow.store.db import Database
+from rackflow.store.tables import tasks
 from rackflow.store.tasks import set_status
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.gates import Gated, consult
@@ -163,6 +165,33 @@ async def test_an_executor_taking_over_never_runs_a_task_a_freeze_held(pg_db: st
             None,
             None,
         )
+        assert backend.steps == []
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_an_executor_taking_over_a_task_past_its_window_ends_it_unrun(pg_db: str) -> None:
+    """A task past its window's end (`not_after`) is refused by the executor itself at every claim, a
+    takeover's included (its start gates never see it): nothing to record, the takeover fails it too. Its
+    message names the attempt, as for any takeover (docs/WINDOWS.md)."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        task = await submit(env, await env.rack("r1"))
+        async with env.db.transaction() as conn:
+            await conn.execute(update(tasks).where(tasks.c.id == task.id).values(not_after=env.clock.now()))
+        [(claimed, _)], gated = await claim(env)  # its executor would fail it once this commits; it died
+        assert (claimed.id, gated.failed) == (task.id, {})
+
+        async def ended() -> bool:
+            return (await get(env, task.id)).status.is_final
+
+        backend = await second_executor(env, ended)
+        done = await get(env, task.id)
+        assert done.status is TaskStatus.FAILED
+        assert done.message.startswith("the maintenance window ended at ")
+        assert done.message.endswith("before attempt 1 could run")
         assert backend.steps == []
     finally:
         await db.dispose()
