@@ -341,6 +341,7 @@ def page_paths(ids: dict[str, str]) -> list[str]:
         "/audit",
         "/audit?principal=user-7",
         "/audit?method=PauseTaskSchedule",
+        f"/audit?target={ids['sched1']}",  # one schedule's history, from the GIN index (migration 0044)
     ]
 
 
