@@ -136,6 +136,7 @@ LATER_COLUMNS = {
         "retry",
         "attempt",
         "attempt_started_at",
+        "refusal",
     ),
     "task_schedule_run": (
         "rollout",

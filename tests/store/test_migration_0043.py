@@ -9,18 +9,17 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import Connection, delete, inspect
+from sqlalchemy import Connection, delete, insert, inspect
 
 from rackflow.clock import SystemClock
-from rackflow.domain.inventory import ComponentSpec, ComponentType, RackSelection
-from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, StepRecord
+from rackflow.domain.inventory import ComponentSpec, ComponentType
+from rackflow.domain.tasks import StepRecord
 from rackflow.inventory.service import InventoryService
 from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import tasks
-from rackflow.tasks.manager import TaskManager
-from tests.conftest import database_at, downgrade, table_counts, upgraded_counts
+from tests.conftest import database_at, downgrade, table_counts, task_row, upgraded_counts
 from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
@@ -43,9 +42,10 @@ async def test_tasks_are_kept_step_records_written_read_and_back_down(db_at_0042
     rack = await InventoryService(db, CLOCK).create_rack(
         "r1", components=[ComponentSpec(ComponentType.COMPUTE, "n0")]
     )
-    [task] = await TaskManager(db, CLOCK).submit(
-        Operation(OperationKind.POWER_RESET), [RackSelection(rack.id)], description="", queue=QueueOptions()
-    )
+    task_id = uuid.uuid4()
+    async with db.transaction() as conn:  # as release 0042 inserts a task (no later column)
+        pending = task_row(task_id, rack.id, datetime.now(UTC), status="pending", operation="power_reset")
+        await conn.execute(insert(tasks).values({**pending, "parameters": {"kind": "power_reset"}}))
     before = await table_counts(db)
 
     assert await migrate(db) == head_revision()
@@ -53,21 +53,21 @@ async def test_tasks_are_kept_step_records_written_read_and_back_down(db_at_0042
     assert await table_counts(db) == upgraded_counts(before)
 
     owner, component_id = uuid.uuid4(), rack.components[0].id
-    record = StepRecord(task.id, 1, component_id, {"power": "On", "last_reset_time": "2025-06-01T11:00:00Z"})
+    record = StepRecord(task_id, 1, component_id, {"power": "On", "last_reset_time": "2025-06-01T11:00:00Z"})
     async with db.transaction() as conn:
-        await task_runs.mark_running(conn, task.id, owner_id=owner, now=datetime.now(UTC))
+        await task_runs.mark_running(conn, task_id, owner_id=owner, now=datetime.now(UTC))
         assert await task_runs.record_steps(conn, [record], owner_id=owner, now=datetime.now(UTC)) == {
-            task.id
+            task_id
         }
         assert (
             await task_runs.record_steps(conn, [record], owner_id=uuid.uuid4(), now=datetime.now(UTC))
             == set()
         )
     async with db.read() as conn:
-        assert await task_runs.steps_of(conn, {task.id: 1}) == {task.id: {component_id: record.values}}
-        assert await task_runs.steps_of(conn, {task.id: 2}) == {}  # another attempt's steps start anew
+        assert await task_runs.steps_of(conn, {task_id: 1}) == {task_id: {component_id: record.values}}
+        assert await task_runs.steps_of(conn, {task_id: 2}) == {}  # another attempt's steps start anew
     async with db.transaction() as conn:
-        await conn.execute(delete(tasks).where(tasks.c.id == task.id))
+        await conn.execute(delete(tasks).where(tasks.c.id == task_id))
     assert (await table_counts(db))["task_step_state"] == 0  # it goes with its task
 
     await downgrade(db, "0042")
