@@ -435,9 +435,35 @@ async def test_audit_page_filters_by_target_and_pages_on_by_token(
     assert methods == ["DeleteRack", "PauseTaskSchedule"]
     assert f'value="{schedule.id}"' in tagged(page, "filter-target")[0]
     assert tagged(page, "target-done") and not tagged(page, "pager")
-    page = (await http.get("/audit", params={"target": "nightly"})).text
-    assert "target: &#39;nightly&#39; is not a UUID" in page
-    assert (await http.get("/audit", params={"target": "nightly"})).status_code == 400
+    page = (await http.get("/audit", params={"target": "nightly"})).text  # by name: the same history
+    assert [attribute(t, "data-method") for t in tagged(page, "audit-row")] == methods
+    assert 'value="nightly"' in tagged(page, "filter-target")[0]
+
+
+async def test_audit_page_finds_a_target_by_name_of_any_kind_and_refuses_one_two_kinds_use(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """A name is looked up among every kind with unique names (here a budget, found in its list); one that a
+    rack and a schedule share is refused with both ids to choose from; one nothing has is NOT_FOUND."""
+    (rack_id,) = await make_racks(services, "db-01")
+    schedule = await make_schedule(services, "db-01", "db-01")
+    created = await http.post(
+        "/api/v1/budgets",
+        json={"budget": {"name": "fw", "operations": ["upgrade_firmware"], "max_running": 2}},
+    )
+    assert created.status_code == 200, created.text
+    page = (await http.get("/audit", params={"target": "fw"})).text
+    assert [attribute(t, "data-method") for t in tagged(page, "audit-row")] == ["CreateOperationBudget"]
+
+    shared = await http.get("/audit", params={"target": "db-01"})
+    assert shared.status_code == 400
+    assert (
+        f"target: &#39;db-01&#39; names a rack and a schedule; give the id (rack {rack_id}, schedule "
+        f"{schedule.id})"
+    ) in shared.text
+    unknown = await http.get("/audit", params={"target": "no-such"})
+    assert unknown.status_code == 404
+    assert "target: no rack, schedule, window, domain, budget, check or channel is named" in unknown.text
 
 
 async def test_an_unexpected_failure_is_an_error_page_without_details(

@@ -1,11 +1,14 @@
-"""Audit values: one recorded event."""
+"""Audit values: one recorded event, and how a target given by name is told from the things of that name."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from rackflow.errors import InvalidArgument, NotFound
 
 OK = "OK"  # the outcome of an action that succeeded; a refused one records its status code's name
 SYSTEM_PRINCIPAL = "rackflow"  # the principal of what rackflow does by itself (a pause ending at resume_at)
@@ -49,3 +52,32 @@ class EventFilter:
 
 
 EVERY_EVENT = EventFilter()
+
+
+# The kinds of audited thing an operator may name as a target, each named uniquely within its kind (a
+# unique column), with how a message calls one. Names are not unique across kinds, hence `target_named`.
+NAMED_TARGETS: dict[str, str] = {
+    "rack": "a rack",
+    "schedule": "a schedule",
+    "window": "a maintenance window",
+    "domain": "an NVLink domain",
+    "budget": "an operation budget",
+    "check": "a pre-flight check",
+    "channel": "a notification channel",
+}
+
+
+def target_named(field: str, name: str, found: Mapping[str, str]) -> str:
+    """The id of the one thing named `name`, given `found`: the id of each kind (a `NAMED_TARGETS` key)
+    that has a thing of that name. The trail is filtered by one id, so a name that several kinds use is
+    refused with their ids to choose from rather than guessed, and a name nothing has is NotFound."""
+    if len(found) == 1:
+        return next(iter(found.values()))
+    if not found:
+        kinds = list(NAMED_TARGETS)
+        raise NotFound(f"{field}: no {', '.join(kinds[:-1])} or {kinds[-1]} is named {name!r}")
+    kinds = [NAMED_TARGETS[kind] for kind in found]
+    ids = ", ".join(f"{kind} {found[kind]}" for kind in found)
+    raise InvalidArgument(
+        f"{field}: {name!r} names {', '.join(kinds[:-1])} and {kinds[-1]}; give the id ({ids})"
+    )

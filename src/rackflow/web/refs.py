@@ -1,10 +1,12 @@
 """`{ref}` in a URL names a schedule, a rack, a maintenance window or an operation budget by id or by name;
-an id wins when a name looks like one."""
+an id wins when a name looks like one. An audit target may be a name of any kind (`audit_target_id`)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
+from rackflow.domain.audit import target_named
 from rackflow.errors import NotFound
 from rackflow.ids import is_uuid
 from rackflow.services import Services
@@ -44,3 +46,38 @@ async def channel_id(services: Services, ref: str, field: str) -> uuid.UUID:
         if shown.channel.name == ref:
             return shown.channel.id
     raise NotFound(f"{field}: no notification channel {ref!r}")
+
+
+async def domain_id(services: Services, ref: str, field: str) -> uuid.UUID:
+    """NVLink domains are few and have no name index: a name is looked for in the list."""
+    if is_uuid(ref):
+        return uuid.UUID(ref)
+    for domain in await services.inventory.list_domains():
+        if domain.name == ref:
+            return domain.id
+    raise NotFound(f"{field}: no NVLink domain named {ref!r}")
+
+
+# How each kind of `NAMED_TARGETS` is looked up by name.
+BY_KIND: dict[str, Callable[[Services, str, str], Awaitable[uuid.UUID]]] = {
+    "rack": rack_id,
+    "schedule": schedule_id,
+    "window": window_id,
+    "domain": domain_id,
+    "budget": budget_id,
+    "check": check_id,
+    "channel": channel_id,
+}
+
+
+async def audit_target_id(services: Services, ref: str, field: str) -> uuid.UUID:
+    """The id an audit filter's target names: an id, or the name of one thing of any kind."""
+    if is_uuid(ref):
+        return uuid.UUID(ref)
+    found: dict[str, str] = {}
+    for kind, by_name in BY_KIND.items():
+        try:
+            found[kind] = str(await by_name(services, ref, field))
+        except NotFound:
+            continue
+    return uuid.UUID(target_named(field, ref, found))

@@ -1,6 +1,7 @@
-"""Audit: the trail of changes, newest first, filtered by method, principal and target (an id: that thing's
-history). By target the page goes on by the list's page tokens (`after`), not page numbers: on SQLite a
-page of it walks a bounded range of the trail and may come back short before its end
+"""Audit: the trail of changes, newest first, filtered by method, principal and target (an id, or the name
+of a rack, schedule, window, domain, budget, check or channel: that thing's history;
+`refs.audit_target_id`). By target the page goes on by the list's page tokens (`after`), not page
+numbers: on SQLite a page of it walks a bounded range of the trail and may come back short before its end
 (`rackflow.store.audit.list_events`), so a page number would not say which events it shows.
 
 It reads through the `ListAuditEvents` RPC (which asks `Services.audit`), as the JSON API does. An event's
@@ -24,6 +25,7 @@ from rackflow.errors import NotFound
 from rackflow.ids import is_uuid
 from rackflow.security import Principal
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.web import refs
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
 
 
@@ -83,10 +85,11 @@ async def _list(site: Site, request: Request, principal: Principal) -> Mapping[s
     target = q.get("target", "").strip()
     after = q.get("after", "") if target else ""
     page = 1 if target else page_number(request)
+    target_id = await refs.audit_target_id(site.services, target, "target") if target else None
     request_message = pb.ListAuditEventsRequest(
         method=q.get("method", ""),
         principal=q.get("principal", ""),
-        target=pb.UUID(id=target) if target else None,
+        target=pb.UUID(id=str(target_id)) if target_id else None,
         pagination=pb.Pagination(offset=offset_of(page), limit=PAGE_SIZE, page_token=after),
     )
     found = await site.caller("ListAuditEvents", request_message, principal)
