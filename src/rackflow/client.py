@@ -24,6 +24,9 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from rackflow.api.errors import status_for
+from rackflow.domain.audit import target_named
+from rackflow.errors import RackflowError
 from rackflow.ids import is_uuid
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
@@ -442,6 +445,33 @@ class RackflowClient:
             if found.name == domain:
                 return found.id.id
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"NVLink domain {domain!r} not found")
+
+    def resolve_target_id(self, target: str) -> str:
+        """The id an audit filter's target names: an id, or the name of one thing of any kind, looked up
+        as each kind's commands look up theirs (`rackflow.domain.audit.target_named` refuses a name
+        several kinds use)."""
+        if is_uuid(target):
+            return target
+        by_kind: dict[str, Callable[[str], str]] = {
+            "rack": self.resolve_rack_id,
+            "schedule": self.resolve_schedule_id,
+            "window": self.resolve_window_id,
+            "domain": self.resolve_domain_id,
+            "budget": lambda name: self._budget_ref(name).id,
+            "check": lambda name: self._check_ref(name).id,
+            "channel": lambda name: self._channel_ref(name).id,
+        }
+        found: dict[str, str] = {}
+        for kind, by_name in by_kind.items():
+            try:
+                found[kind] = by_name(target)
+            except RackflowClientError as exc:
+                if exc.code != grpc.StatusCode.NOT_FOUND:
+                    raise
+        try:
+            return target_named("target", target, found)
+        except RackflowError as exc:
+            raise RackflowClientError(status_for(exc), str(exc)) from None
 
     def _schedule_ref(self, schedule: str) -> pb.UUID:
         return pb.UUID(id=self.resolve_schedule_id(schedule))

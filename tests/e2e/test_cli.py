@@ -367,3 +367,33 @@ def test_an_approval_from_the_command_line(server: ServerProcess) -> None:
     assert approved["state"] == "completed" and approved["outcomes"][0]["outcome"] == "submitted"
     refused = rackflow(server, "run", "reject", run["id"]["id"], "--comment", "late", expect=1)
     assert "FAILED_PRECONDITION" in refused.stderr and "only a run awaiting approval" in refused.stderr
+
+
+def test_audit_by_target_takes_a_name(server: ServerProcess) -> None:
+    """`audit --target` takes a name as operators think of a thing: its history; a name a rack and a
+    schedule share is refused with both ids to choose from, and one nothing has is NOT_FOUND."""
+    rackflow(server, "inventory", "import", str(FLEET))
+    schedule = ("--cron", "0 3 * * *", "--op", "power-reset")
+    rackflow(server, "schedule", "create", "audited-by-name", *schedule, "--rack", "rack-03")
+    rackflow(server, "schedule", "pause", "audited-by-name")
+    history = rackflow_json(server, "audit", "--target", "audited-by-name")
+    assert [e["method"] for e in history["events"]] == ["PauseTaskSchedule", "CreateTaskSchedule"]
+
+    shared = rackflow_json(server, "schedule", "create", "rack-04", *schedule, "--rack", "rack-04")
+    rack_id = next(
+        r["id"]["id"] for r in rackflow_json(server, "rack", "list")["racks"] if r["name"] == "rack-04"
+    )
+    refused = rackflow(server, "audit", "--target", "rack-04", expect=1)
+    assert refused.stderr == (
+        "error: INVALID_ARGUMENT: target: 'rack-04' names a rack and a schedule; give the id "
+        f"(rack {rack_id}, schedule {shared['id']['id']})\n"
+    )
+    by_id = rackflow_json(server, "audit", "--target", rack_id)
+    assert by_id["events"] and all(rack_id in [t["id"] for t in e["target_ids"]] for e in by_id["events"])
+    missing = rackflow(server, "audit", "--target", "no-such-thing", expect=1)
+    assert missing.stderr == (
+        "error: NOT_FOUND: target: no rack, schedule, window, domain, budget, check or channel is named "
+        "'no-such-thing'\n"
+    )
+    for name in ("audited-by-name", "rack-04"):
+        rackflow(server, "schedule", "delete", name)

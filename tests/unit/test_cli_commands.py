@@ -1052,8 +1052,10 @@ def test_audit_by_target_goes_on_past_pages_that_found_few(
         ]
     )
     fake.answers["list_audit_events"] = lambda: next(pages)
-    found = run("audit", "--target", RACK_ID, "--limit", "5")
+    fake.answers["resolve_target_id"] = RACK_ID
+    found = run("audit", "--target", "rack-01", "--limit", "5")  # a name, resolved once to the id asked by
     assert found.exit_code == 0, found.output
+    assert fake.called("resolve_target_id") == [(("rack-01",), {})]
     asked = [(kw["target"], kw["limit"], kw["page_token"]) for _, kw in fake.called("list_audit_events")]
     assert asked == [(RACK_ID, 5, ""), (RACK_ID, 5, "walk-2"), (RACK_ID, 4, "walk-3")]
     assert "2 of 2+ events" in found.stdout and "searching on: 1 found in 2 pages so far" in found.stderr

@@ -58,8 +58,9 @@ def audit_table(events: Sequence[pb.AuditEvent], title: str) -> Listing:
 @click.option(
     "--target",
     default="",
-    metavar="ID",
-    help="Only the events naming this id: what happened to a rack, schedule, task or run.",
+    metavar="NAME_OR_ID",
+    help="Only the events naming this: what happened to a rack, schedule, task or run (by id), or to the "
+    "rack, schedule, window, domain, budget, check or channel of that name.",
 )
 @page_options(limit=50, noun="events", order="newest first")
 @click.pass_context
@@ -79,9 +80,12 @@ def audit(
     Example:
       rackflow audit --since 24h --method DeleteTaskSchedule
       rackflow audit --principal oncall -o json
+      rackflow audit --target rack-07
+      rackflow audit --target nightly-reset
       rackflow audit --target 0193a5c2-7f1e-7c3a-9d4b-2f6e8a1b3c5d
     """
     session = pass_session(ctx)
+    target_id = session.client.resolve_target_id(target) if target else ""
     after = parse_since(since, session.clock.now()) if since else None
 
     def page(limit: int, page_token: str, offset: int = offset) -> pb.ListAuditEventsResponse:
@@ -89,7 +93,7 @@ def audit(
             since=after,
             method=method,
             principal=principal,
-            target=target,
+            target=target_id,
             offset=offset,
             limit=limit,
             page_token=page_token,
