@@ -422,6 +422,35 @@ async def test_a_new_allow_window_open_now_releases_a_deferred_task_bound_to_its
     assert [c["deferred_task"] for c in changes.recorded] == ["released"]
 
 
+async def test_a_released_task_stays_bound_by_its_start_deadline(env: Env) -> None:
+    """Deferred with a deadline of 15 h (04:00, the opening's end), the task is released by a new ALLOW
+    window open from now to 09:00 tomorrow: it must still start by 04:00 (held by another gate until
+    then, it fails rather than starts late), and keeps that cap when the window is edited again."""
+    _, task = await deferred(env, deadline=timedelta(hours=15))
+    deadline = TOMORROW_2AM + timedelta(hours=2)
+    assert task.not_after == deadline
+    now = env.clock.now()
+
+    open_now = OneOff(now - timedelta(hours=1), now + timedelta(hours=20))
+    changes = await create_window(env, "today", WindowKind.ALLOW, open_now, task.rack_id)
+
+    released = await get(env, task.id)
+    assert (released.status, released.held_by, released.not_before, released.not_after) == (
+        TaskStatus.PENDING,
+        None,
+        None,
+        deadline,
+    )
+    assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+        ("released", "2026-03-03T04:00:00Z")
+    ]
+
+    window_id = await env.services.windows.id_by_name("today")
+    longer = OneOff(now - timedelta(hours=1), now + timedelta(hours=30))
+    await env.services.windows.update(window_id, [WHEN_PATH], WindowInput(when=longer))
+    assert (await get(env, task.id)).not_after == deadline
+
+
 async def test_a_new_freeze_over_a_skipping_task_fired_inside_an_allow_window_ends_it_skipped(
     env: Env,
 ) -> None:

@@ -272,6 +272,11 @@ def _by_deadline(decision: Decision, deadline_at: datetime) -> Decision:
     assert decision.opens_at is not None
     if decision.opens_at >= deadline_at:
         return replace(decision, action="missed", closes_at=None)
+    return _capped(decision, deadline_at)
+
+
+def _capped(decision: Decision, deadline_at: datetime) -> Decision:
+    """A deferral's (or a release's) end capped at the start deadline, which it keeps."""
     if decision.closes_at is None or decision.closes_at > deadline_at:
         return replace(decision, closes_at=deadline_at, by_deadline=True, deadline=deadline_at)
     return replace(decision, deadline=deadline_at)
@@ -298,6 +303,7 @@ def redeferral(
     now: datetime,
     deadline_at: datetime | None,
     policy: WindowPolicy,
+    within_deadline: bool,
 ) -> Decision:
     """What a task of a dispatched firing that its windows bind becomes when a window covering its rack
     changes (a deferred task's wait, under DEFER; or the end a task fired inside an ALLOW window must start
@@ -305,9 +311,19 @@ def redeferral(
     `policy` (`scope_decision`), under the start deadline its firing bound it to (`deadline_at`: its
     outcome's `start_by`). "defer": wait for the new opening; "fire": start now, by the end of the ALLOW
     window it is in; "skip_window": closed under SKIP, or no opening left (or none within its operation's
-    own window); "missed": the opening comes at or after the deadline."""
+    own window); "missed": the opening comes at or after the deadline.
+
+    A task `within_deadline` (one that waits, whose end the deadline capped; or one already due by then)
+    released or rebound must start by the deadline all the same (its end capped there, as its deferral's
+    was), or another gate holding it past its opening could start it after slot + deadline. Only a task
+    fired inside an ALLOW window that ends after the deadline is rebound uncapped, as it fired
+    (`_by_deadline`): a firing in time binds its task to the window's end alone."""
     decision = scope_decision(windows, rack, operation, now, policy)
-    return _by_deadline(decision, deadline_at) if deadline_at is not None else decision
+    if deadline_at is None:
+        return decision
+    if within_deadline and decision.action == "fire":
+        return _capped(decision, deadline_at)
+    return _by_deadline(decision, deadline_at)
 
 
 def _plan_one(

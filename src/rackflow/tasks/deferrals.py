@@ -11,8 +11,10 @@ found it: `domain.firing.slot_deadline`):
 
 * "defer": they wait for the new opening (`not_before`, `not_after` and their reason rewritten: moved);
 * "fire": no window closes the rack now: released (`not_before` cleared, or their operation's own window's
-  start), to start by the end of the ALLOW window they are in, as a firing's task must; a task that
-  waited for nothing is "rebound" to that end (or to none);
+  start), to start by the end of the ALLOW window they are in, as a firing's task must, and by the start
+  deadline, which capped their wait (so another gate holding them cannot start them after it: `_within`);
+  a task that waited for nothing is "rebound" to that end (or to none), and by the deadline too if its
+  end was already within it;
 * "skip_window" (closed under SKIP, or no opening left) or "missed" (the opening comes at or after the
   start deadline): ended,
   TERMINATED with the reason, and their scope's outcome in the run says what the windows settled, as the
@@ -75,7 +77,9 @@ class Deferrals:
         ending: list[tuple[Task, str, Outcome]] = []
         for task in waiting:
             rack, deadline = racks[task.rack_id], self._deadline(task, deadlines)
-            decision = redeferral(windows, rack, task.operation, now, deadline, policies[task.id])
+            decision = redeferral(
+                windows, rack, task.operation, now, deadline, policies[task.id], _within(task, deadline)
+            )
             if decision.action in SETTLED_BY_WINDOWS:
                 ending.append((task, decision.reason, SETTLED_BY_WINDOWS[decision.action]))
                 continue
@@ -152,6 +156,15 @@ class Deferrals:
 
 def _waits(task: Task) -> bool:
     return task.held_by == WINDOW_HOLD
+
+
+def _within(task: Task, deadline: datetime | None) -> bool:
+    """Whether the task is bound by its start deadline (`redeferral`'s `within_deadline`): it waits (its
+    wait capped at the deadline), or its end is at or before it (a task released before, whose end the
+    deadline capped, keeps that cap at the next change)."""
+    if _waits(task):
+        return True
+    return deadline is not None and task.not_after is not None and task.not_after <= deadline
 
 
 def _what_changed(task: Task, waits: bool) -> str:
