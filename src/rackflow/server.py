@@ -148,6 +148,7 @@ class RackflowServer:
             manager=self.services.tasks,
             gates=self.services.gates,
             lease_ttl=self.config.lease_ttl.total_seconds(),
+            default_start_deadline=self.config.default_start_deadline,
         )
         self._spawn("executor", executor.run)
         dispatcher = (

@@ -7,15 +7,18 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from rackflow.clock import FakeClock
 from rackflow.domain.firing import RunResult
 from rackflow.domain.inventory import Rack
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
 from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
+from rackflow.services import Services
 from rackflow.store import dispatch, task_runs
 from rackflow.store.db import Database
 from rackflow.tasks.backends.simulator import SimulatorBackend
@@ -44,11 +47,22 @@ async def with_policy(env: Env, schedule: Schedule, policy: WindowPolicy) -> Sch
     return await env.services.schedules.update(schedule.id, ["schedule.window_policy"], window_policy=policy)
 
 
-async def dispatch_at(env: Env, now: datetime) -> list[RunResult]:
-    """What the dispatcher does on one poll, with `now` as its clock (it reads the database's)."""
+async def dispatch_at(
+    env: Env, now: datetime, default_start_deadline: timedelta | None = None
+) -> list[RunResult]:
+    """What the dispatcher does on one poll, with `now` as its clock (it reads the database's), under the
+    server's start deadline."""
     async with env.db.transaction() as conn:
         due = await dispatch.claim_due(env.db, conn, now, batch=100)
-        claimed = await firing.claim(env.db, conn, due, trigger="dispatch", now=now, owner_id=uuid.uuid4())
+        claimed = await firing.claim(
+            env.db,
+            conn,
+            due,
+            trigger="dispatch",
+            now=now,
+            owner_id=uuid.uuid4(),
+            default_start_deadline=default_start_deadline,
+        )
     return await firing.fire(env.db, env.services.tasks, env.clock, claimed)
 
 
@@ -278,8 +292,9 @@ async def test_a_deferred_task_not_started_in_time_fails_naming_the_window_or_th
     assert task.message == f"{words} {ended} at {task.not_after.isoformat()} before the task could run"
 
 
-async def run_until_finished(env: Env, task: Task) -> Task:
-    """Run an executor, with the services' start gates, until `task` has finished."""
+async def run_until_finished(env: Env, task: Task, default_start_deadline: timedelta | None = None) -> Task:
+    """Run an executor, with the services' start gates (and the server's start deadline), until `task` has
+    finished."""
     executor = Executor(
         env.db,
         env.clock,
@@ -288,6 +303,7 @@ async def run_until_finished(env: Env, task: Task) -> Task:
         lease_ttl=1.0,
         instance_id=uuid.uuid4(),
         gates=env.services.gates,
+        default_start_deadline=default_start_deadline,
     )
     stop = asyncio.Event()
     running = asyncio.create_task(executor.run(stop))
@@ -341,4 +357,45 @@ async def test_a_task_past_its_windows_end_fails_at_once_rather_than_wait_out_a_
     assert (task.status, task.held_by) == (TaskStatus.FAILED, None)
     assert task.message == (
         "the maintenance window ended at 2026-03-03T03:00:00+00:00 before the task could run"
+    )
+
+
+@pytest.mark.parametrize("whose", ["the schedule's", "the server's"])
+async def test_a_task_found_too_late_before_its_write_back_names_its_start_deadline(
+    db: Database, monkeypatch: pytest.MonkeyPatch, whose: str
+) -> None:
+    """Deferred to 02:00-04:00 under a deadline of 14 h from its slot (03:00, which capped its end), the
+    task is found at 03:30 by an executor before its firing's write-back recorded the deadline on its
+    outcome: it fails naming the deadline (from the run's slot and the schedule's, or the server's,
+    deadline), not the window."""
+    deadline = timedelta(hours=14)
+    server_s = deadline if whose == "the server's" else None
+    clock = FakeClock(START)
+    env = Env(db, clock, Services.build(db, clock, default_start_deadline=server_s))
+    r1 = await env.rack("r1")
+    await window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
+    schedule = await with_policy(env, await env.schedule(racks=[r1]), WindowPolicy.DEFER)
+    if server_s is None:
+        await env.services.schedules.update(schedule.id, ["schedule.start_deadline"], start_deadline=deadline)
+    assert schedule.next_run_at is not None
+    capped = schedule.next_run_at + deadline
+    assert capped == TOMORROW_2AM + timedelta(hours=1)
+    write_back = firing._write_back
+    ended: list[Task] = []
+
+    async def found_too_late_first(*args: Any, **kwargs: Any) -> Any:
+        results = args[2]
+        (task,) = await env.services.tasks.get_tasks([results[0].outcomes[0].task_id])
+        assert task.not_after == capped
+        env.clock.advance(capped + timedelta(minutes=30) - env.clock.now())
+        ended.append(await run_until_finished(env, task, server_s))
+        return await write_back(*args, **kwargs)
+
+    monkeypatch.setattr(firing, "_write_back", found_too_late_first)
+    await dispatch_at(env, schedule.next_run_at, server_s)
+
+    (task,) = ended
+    assert task.status is TaskStatus.FAILED
+    assert task.message == (
+        f"its firing's start deadline passed at {capped.isoformat()} before the task could run"
     )

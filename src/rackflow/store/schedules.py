@@ -43,7 +43,7 @@ from sqlalchemy.sql.selectable import Subquery, TableValuedAlias
 
 from rackflow.config import SEARCH_WALK
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
-from rackflow.domain.firing import NOT_COUNTED_STATES
+from rackflow.domain.firing import NOT_COUNTED_STATES, slot_deadline
 from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
@@ -1072,6 +1072,15 @@ class StartDeadlines(NamedTuple):
 
     recorded: dict[uuid.UUID, datetime | None]
     slots: dict[uuid.UUID, tuple[datetime | None, timedelta | None]]
+
+    def of(self, task_id: uuid.UUID, run_id: uuid.UUID, default: timedelta | None) -> datetime | None:
+        """The start deadline the task's firing bound it to: its outcome's, else (its firing's write-back
+        has not recorded it yet) its run's slot plus its schedule's deadline (`default`: the server's), as
+        the planner found it."""
+        if task_id in self.recorded:
+            return self.recorded[task_id]
+        slot, own = self.slots.get(run_id, (None, None))
+        return slot_deadline(slot, own, default)
 
 
 async def start_deadlines(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> StartDeadlines:

@@ -40,7 +40,7 @@ from sqlalchemy import func, literal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import note_deferral_changes
-from rackflow.domain.firing import SETTLED_BY_WINDOWS, checks_scopes, redeferral, slot_deadline
+from rackflow.domain.firing import SETTLED_BY_WINDOWS, checks_scopes, redeferral
 from rackflow.domain.schedules import Outcome
 from rackflow.domain.tasks import WINDOW_HOLD, DeferralChange, Task
 from rackflow.domain.windows import MaintenanceWindow, RackRef, WindowPolicy
@@ -76,7 +76,9 @@ class Deferrals:
         moves: dict[tuple[Any, ...], list[Task]] = {}
         ending: list[tuple[Task, str, Outcome]] = []
         for task in waiting:
-            rack, deadline = racks[task.rack_id], self._deadline(task, deadlines)
+            assert task.run_id is not None
+            rack = racks[task.rack_id]
+            deadline = deadlines.of(task.id, task.run_id, self.default_start_deadline)
             decision = redeferral(
                 windows, rack, task.operation, now, deadline, policies[task.id], _within(task, deadline)
             )
@@ -115,15 +117,6 @@ class Deferrals:
             note_deferral_changes(changes)
 
         return once_committed
-
-    def _deadline(self, task: Task, found: schedule_store.StartDeadlines) -> datetime | None:
-        """The start deadline the task's firing bound it to: its outcome's, else (its firing's write-back
-        has not recorded it yet) its run's slot plus its schedule's deadline, as the planner found it."""
-        if task.id in found.recorded:
-            return found.recorded[task.id]
-        assert task.run_id is not None
-        slot, own = found.slots.get(task.run_id, (None, None))
-        return slot_deadline(slot, own, self.default_start_deadline)
 
     @staticmethod
     async def _waiting(

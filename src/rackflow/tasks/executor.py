@@ -83,6 +83,7 @@ from rackflow.config import (
     DEFAULT_EXECUTOR_POLL_INTERVAL,
     DEFAULT_LEASE_TTL,
     DEFAULT_MAX_CONCURRENT_TASKS,
+    DEFAULT_START_DEADLINE,
     DEFAULT_SWEEP_INTERVAL,
 )
 from rackflow.domain.inventory import Component
@@ -191,7 +192,10 @@ class Executor:
         lease_ttl: float = DEFAULT_LEASE_TTL.total_seconds(),
         max_concurrent: int = DEFAULT_MAX_CONCURRENT_TASKS,
         sweep_interval: float = DEFAULT_SWEEP_INTERVAL.total_seconds(),
+        default_start_deadline: timedelta | None = DEFAULT_START_DEADLINE,
     ) -> None:
+        """`default_start_deadline`: the server's, for a schedule without its own (as the planner's), so
+        that a task found too late names its firing's deadline even before the write-back recorded it."""
         self.db = db
         self.clock = clock
         self.backend = backend
@@ -203,6 +207,7 @@ class Executor:
         self.lease_ttl = timedelta(seconds=lease_ttl)
         self.max_concurrent = max_concurrent
         self.sweep_interval = sweep_interval
+        self.default_start_deadline = default_start_deadline
         self._wake = asyncio.Event()
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._journal: GroupCommit[_Entry, _Written] = GroupCommit(
@@ -375,7 +380,7 @@ class Executor:
         a task a gate failed (`failed`: why, and how it ends) ends without running."""
         by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
         too_late = {task.run_id for task, _ in claimed if task.too_late(now) and task.run_id is not None}
-        start_deadlines = (await schedule_store.start_deadlines(conn, too_late)).recorded if too_late else {}
+        deadlines = await schedule_store.start_deadlines(conn, too_late) if too_late else None
         # Only a takeover (a claim after the first within an attempt) finds what steps recorded.
         taken_over = {task.id: task.attempt for task, attempt in claimed if attempt > 1}
         recorded = await task_runs.steps_of(conn, taken_over) if taken_over else {}
@@ -384,7 +389,12 @@ class Executor:
         for task, attempt in claimed:
             wanted = set(task.component_ids)
             steps = plan(task.operation.kind, [c for c in by_rack[task.rack_id] if c.id in wanted])
-            refused = _refusal(task, attempt, now, start_deadlines.get(task.id))
+            start_deadline = (
+                deadlines.of(task.id, task.run_id, self.default_start_deadline)
+                if deadlines is not None and task.run_id is not None
+                else None
+            )
+            refused = _refusal(task, attempt, now, start_deadline)
             refusal = Fail(refused) if refused else failed.get(task.id)
             batches = step_batches(steps, width)
             runs.append(_Run(task, attempt, batches, refusal, recorded.get(task.id, {})))
@@ -592,9 +602,9 @@ def _ending(task: Task, executed: tuple[Outcome, bool] | None, now: datetime) ->
 
 
 def _refusal(task: Task, attempt: int, now: datetime, start_deadline: datetime | None) -> str | None:
-    """Why the task must fail without running, if it must. `start_deadline`: what its firing's start
-    deadline capped its `not_after` at (its run's outcome keeps it), so that the deadline, not the
-    maintenance window, is named when it is what ended the wait."""
+    """Why the task must fail without running, if it must. `start_deadline`: its firing's start deadline
+    (its run's outcome keeps it; before the write-back, its slot + deadline: `StartDeadlines.of`), so that
+    the deadline, not the maintenance window, is named when it is what ended the wait."""
     if attempt > MAX_ATTEMPTS:
         return f"gave up after {MAX_ATTEMPTS} attempts, each cut short with its rackflow instance"
     if task.not_after is not None and task.too_late(now):
