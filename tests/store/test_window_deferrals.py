@@ -11,6 +11,7 @@ UTC, so its task waits for 2026-03-03 02:00.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +27,7 @@ from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
 from rackflow.services import Services
+from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.windows.service import WHEN_PATH, Redeciding, Ref, WindowInput
 from tests.store.schedules_support import START, Env, make_env
@@ -66,6 +68,13 @@ async def get(env: Env, task_id: object) -> Task:
     return task
 
 
+async def outcome_of(env: Env, schedule: Schedule, task: Task) -> tuple[str, str]:
+    """The outcome, and its error, the task's scope has in the schedule's one run."""
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    (outcome,) = [o for o in run.outcomes if o.task_id == task.id]
+    return outcome.outcome, outcome.error
+
+
 async def edit_when(env: Env, when: Recurring | OneOff) -> Changes:
     """Move "nightly" to `when`, as an audited call: what its event notes."""
     window_id = await env.services.windows.id_by_name("nightly")
@@ -76,7 +85,7 @@ async def edit_when(env: Env, when: Recurring | OneOff) -> Changes:
 
 
 async def test_an_edited_window_moves_its_deferred_task_to_the_new_opening(env: Env) -> None:
-    _, task = await deferred(env)
+    schedule, task = await deferred(env)
 
     changes = await edit_when(env, Recurring("0 5 * * *", "1h"))  # 05:00-06:00
 
@@ -93,6 +102,7 @@ async def test_an_edited_window_moves_its_deferred_task_to_the_new_opening(env: 
     )
     assert moved.message == moved.held_reason
     assert moved.held_since == task.held_since  # the same wait, for a new opening
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
     assert changes.target_ids == [str(task.id)]
     assert changes.recorded == [
         {
@@ -107,7 +117,7 @@ async def test_an_edited_window_moves_its_deferred_task_to_the_new_opening(env: 
 
 
 async def test_a_deleted_window_releases_its_deferred_task(env: Env) -> None:
-    _, task = await deferred(env)
+    schedule, task = await deferred(env)
     window_id = await env.services.windows.id_by_name("nightly")
 
     changes = Changes()
@@ -121,7 +131,37 @@ async def test_a_deleted_window_releases_its_deferred_task(env: Env) -> None:
         None,
         None,
     )
-    assert [c["deferred_task"] for c in changes.recorded] == ["released"]
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
+    assert changes.recorded == [
+        {
+            "deferred_task": "released",
+            "task_id": str(task.id),
+            "run_id": str(task.run_id),
+            "rack_id": str(task.rack_id),
+        }
+    ]
+
+
+async def test_a_deleted_window_releases_its_deferred_task_bound_by_its_start_deadline(env: Env) -> None:
+    """With a deadline of 15 h (04:00), the released task, in no ALLOW window now, must start by 04:00."""
+    schedule, task = await deferred(env, deadline=timedelta(hours=15))
+    window_id = await env.services.windows.id_by_name("nightly")
+
+    changes = Changes()
+    with noting(changes):
+        await env.services.windows.delete(window_id)
+
+    released = await get(env, task.id)
+    assert (released.status, released.held_by, released.not_before, released.not_after) == (
+        TaskStatus.PENDING,
+        None,
+        None,
+        TOMORROW_2AM + timedelta(hours=2),
+    )
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
+    assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+        ("released", "2026-03-03T04:00:00Z")
+    ]
 
 
 async def test_an_edit_that_opens_the_rack_now_releases_it_bound_to_the_window_s_end(env: Env) -> None:
@@ -149,6 +189,7 @@ async def test_an_opening_moved_past_the_start_deadline_ends_the_task_and_its_sc
 
     ended = await get(env, task.id)
     assert ended.status is TaskStatus.TERMINATED and ended.started_at is None
+    assert (ended.not_before, ended.not_after) == (task.not_before, task.not_after)  # as they were
     assert "comes after the start deadline" in ended.message
     (run,), _ = await env.services.schedules.list_runs(schedule.id)
     (outcome,) = run.outcomes
@@ -178,11 +219,13 @@ async def test_an_allow_window_with_no_opening_left_ends_the_task_skipped(env: E
     schedule, task = await deferred(env)
     now = env.clock.now()
 
-    await edit_when(env, OneOff(now - timedelta(hours=3), now - timedelta(hours=2)))  # over: none left
+    changes = await edit_when(env, OneOff(now - timedelta(hours=3), now - timedelta(hours=2)))  # none left
 
-    assert (await get(env, task.id)).status is TaskStatus.TERMINATED
-    (run,), _ = await env.services.schedules.list_runs(schedule.id)
-    assert [o.outcome for o in run.outcomes] == ["skipped_window"]
+    ended = await get(env, task.id)
+    assert ended.status is TaskStatus.TERMINATED
+    assert (ended.not_before, ended.not_after) == (task.not_before, task.not_after)
+    assert await outcome_of(env, schedule, task) == ("skipped_window", ended.message)
+    assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "skipped_window")]
 
 
 async def test_tasks_on_racks_the_window_does_not_cover_are_left_as_they_are(env: Env) -> None:
@@ -318,7 +361,7 @@ async def fired_inside(env: Env, policy: WindowPolicy) -> tuple[Schedule, Task]:
 async def test_a_task_fired_inside_an_allow_window_is_bound_to_its_new_end(
     env: Env, policy: WindowPolicy
 ) -> None:
-    _, task = await fired_inside(env, policy)
+    schedule, task = await fired_inside(env, policy)
 
     changes = await edit_when(env, OneOff(FIRED_AT - timedelta(hours=1), FIRED_AT + timedelta(hours=5)))
 
@@ -329,6 +372,7 @@ async def test_a_task_fired_inside_an_allow_window_is_bound_to_its_new_end(
         None,
         FIRED_AT + timedelta(hours=5),
     )
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
     assert changes.target_ids == [str(task.id)]
     assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
         ("rebound", "2026-03-02T18:00:00Z")
@@ -336,7 +380,7 @@ async def test_a_task_fired_inside_an_allow_window_is_bound_to_its_new_end(
 
 
 async def test_a_task_fired_inside_a_deleted_allow_window_is_bound_no_more(env: Env) -> None:
-    _, task = await fired_inside(env, WindowPolicy.SKIP)
+    schedule, task = await fired_inside(env, WindowPolicy.SKIP)
     window_id = await env.services.windows.id_by_name("nightly")
 
     changes = Changes()
@@ -344,23 +388,31 @@ async def test_a_task_fired_inside_a_deleted_allow_window_is_bound_no_more(env: 
         await env.services.windows.delete(window_id)
 
     unbound = await get(env, task.id)
-    assert (unbound.status, unbound.held_by, unbound.not_after) == (TaskStatus.PENDING, None, None)
-    assert [c["deferred_task"] for c in changes.recorded] == ["rebound"]
+    assert (unbound.status, unbound.held_by, unbound.not_before, unbound.not_after) == (
+        TaskStatus.PENDING,
+        None,
+        None,
+        None,
+    )
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
+    assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [("rebound", None)]
 
 
 async def test_a_skipping_task_fired_inside_an_allow_window_moved_away_is_ended_skipped(env: Env) -> None:
     """The window now opens tomorrow: under SKIP a firing now skips the rack."""
     skipping, skipped = await fired_inside(env, WindowPolicy.SKIP)
-    await edit_when(env, OneOff(TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2)))
+    changes = await edit_when(env, OneOff(TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2)))
 
     ended = await get(env, skipped.id)
     assert ended.status is TaskStatus.TERMINATED
+    assert (ended.not_before, ended.not_after) == (skipped.not_before, skipped.not_after)
     (run,), _ = await env.services.schedules.list_runs(skipping.id)
     assert [(o.outcome, o.error) for o in run.outcomes] == [("skipped_window", ended.message)]
+    assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "skipped_window")]
 
 
 async def test_a_deferring_task_fired_inside_an_allow_window_moved_away_waits_for_it(env: Env) -> None:
-    _, task = await fired_inside(env, WindowPolicy.DEFER)
+    schedule, task = await fired_inside(env, WindowPolicy.DEFER)
 
     changes = await edit_when(env, OneOff(TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2)))
 
@@ -371,6 +423,7 @@ async def test_a_deferring_task_fired_inside_an_allow_window_moved_away_waits_fo
         TOMORROW_2AM,
         TOMORROW_2AM + timedelta(hours=2),
     )
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
     assert [c["deferred_task"] for c in changes.recorded] == ["moved"]
 
 
@@ -386,7 +439,7 @@ async def create_window(env: Env, name: str, kind: WindowKind, when: OneOff, rac
 
 async def test_a_new_freeze_over_a_deferred_task_s_opening_moves_it(env: Env) -> None:
     """A freeze created over the first hour of the opening (02:00-03:00) moves the task to 03:00-04:00."""
-    _, task = await deferred(env)
+    schedule, task = await deferred(env)
 
     freeze = OneOff(TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=1))
     changes = await create_window(env, "change freeze", WindowKind.FREEZE, freeze, task.rack_id)
@@ -399,6 +452,7 @@ async def test_a_new_freeze_over_a_deferred_task_s_opening_moves_it(env: Env) ->
         TOMORROW_2AM + timedelta(hours=2),
     )
     assert moved.held_since == task.held_since
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
     assert changes.target_ids == [str(task.id)]
     assert [(c["deferred_task"], c.get("not_before")) for c in changes.recorded] == [
         ("moved", "2026-03-03T03:00:00Z")
@@ -426,7 +480,7 @@ async def test_a_released_task_stays_bound_by_its_start_deadline(env: Env) -> No
     """Deferred with a deadline of 15 h (04:00, the opening's end), the task is released by a new ALLOW
     window open from now to 09:00 tomorrow: it must still start by 04:00 (held by another gate until
     then, it fails rather than starts late), and keeps that cap when the window is edited again."""
-    _, task = await deferred(env, deadline=timedelta(hours=15))
+    schedule, task = await deferred(env, deadline=timedelta(hours=15))
     deadline = TOMORROW_2AM + timedelta(hours=2)
     assert task.not_after == deadline
     now = env.clock.now()
@@ -441,6 +495,7 @@ async def test_a_released_task_stays_bound_by_its_start_deadline(env: Env) -> No
         None,
         deadline,
     )
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
     assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
         ("released", "2026-03-03T04:00:00Z")
     ]
@@ -461,9 +516,38 @@ async def test_a_new_freeze_over_a_skipping_task_fired_inside_an_allow_window_en
 
     ended = await get(env, task.id)
     assert ended.status is TaskStatus.TERMINATED and ended.started_at is None
+    assert (ended.not_before, ended.not_after) == (task.not_before, task.not_after)
     (run,), _ = await env.services.schedules.list_runs(schedule.id)
     assert [(o.outcome, o.error) for o in run.outcomes] == [("skipped_window", ended.message)]
     assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "skipped_window")]
+
+
+async def test_a_running_task_is_left_as_it_is_by_a_window_created_edited_or_deleted(env: Env) -> None:
+    """A task fired inside its ALLOW window that an executor has started: a freeze created over it, its
+    window's end moved before now, the window deleted: it runs on, its run's outcome and its wait as
+    they were, and no audit event names it (a freeze does not interrupt a running task)."""
+    schedule, task = await fired_inside(env, WindowPolicy.SKIP)
+    async with env.db.transaction() as conn:
+        claimed = await task_runs.claim(
+            env.db, conn, owner_id=uuid.uuid4(), lease_ttl=timedelta(minutes=15), running_here=(),
+            now=env.clock.now(), limit=10,
+        )  # fmt: skip
+    assert [t.id for t, _ in claimed] == [task.id]
+    running = await get(env, task.id)
+    assert running.status is TaskStatus.RUNNING
+    window_id = await env.services.windows.id_by_name("nightly")
+
+    freeze = OneOff(FIRED_AT - timedelta(minutes=30), FIRED_AT + timedelta(hours=3))
+    created = await create_window(env, "change freeze", WindowKind.FREEZE, freeze, task.rack_id)
+    edited = await edit_when(env, OneOff(FIRED_AT - timedelta(hours=2), FIRED_AT - timedelta(hours=1)))
+    deleted = Changes()
+    with noting(deleted):
+        await env.services.windows.delete(window_id)
+
+    assert await get(env, task.id) == running
+    assert (running.not_before, running.not_after) == (None, FIRED_AT + timedelta(hours=2))
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
+    assert [created.recorded, edited.recorded, deleted.recorded] == [[], [], []]
 
 
 async def waiting_for_its_turn(env: Env, edit: asyncio.Task[Any]) -> None:
