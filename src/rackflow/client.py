@@ -32,6 +32,8 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+# Schedules a page of the name search that finds one by its name asks for (the API's largest page).
+NAME_SEARCH_PAGE = 1000
 M = TypeVar("M", bound=Message)
 
 COMPONENT_TYPES: dict[str, pb.ComponentType.ValueType] = {
@@ -431,12 +433,20 @@ class RackflowClient:
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"rack {rack!r} not found")
 
     def resolve_schedule_id(self, schedule: str) -> str:
+        """The id of the schedule named `schedule` (or `schedule` itself, an id). Asked of the name search
+        (`name_contains`, the schedules' trigram index), page by page until the search says it is over,
+        not of the whole list: at a million schedules every command naming one read them all."""
         if is_uuid(schedule):
             return schedule
-        for found in self.list_schedules().task_schedules:
-            if found.name == schedule:
-                return found.id.id
-        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"schedule {schedule!r} not found")
+        token = ""
+        while True:
+            page = self.list_schedules(name_contains=schedule, limit=NAME_SEARCH_PAGE, page_token=token)
+            for found in page.task_schedules:
+                if found.name == schedule:
+                    return found.id.id
+            token = page.next_page_token
+            if not token:
+                raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"schedule {schedule!r} not found")
 
     def resolve_domain_id(self, domain: str) -> str:
         if is_uuid(domain):

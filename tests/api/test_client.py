@@ -16,6 +16,7 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 
 SCHEDULE_ID = "0c9d8e7f-6a5b-4c3d-2e1f-0a9b8c7d6e5f"
+OTHER_ID = "1d0e9f8a-7b6c-4d5e-8f70-1a2b3c4d5e6f"
 
 
 class RecordingFlow(flow_pb2_grpc.FlowServicer):
@@ -28,9 +29,13 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
         self.requests.append((name, request))
 
     def ListTaskSchedules(self, request: Any, context: Any) -> pb.ListTaskSchedulesResponse:
+        """Two pages: a name that only contains the one looked for, then the one."""
         self._record("ListTaskSchedules", request)
+        if not request.pagination.page_token:
+            near = pb.TaskSchedule(id=pb.UUID(id=OTHER_ID), name="nightly-old")
+            return pb.ListTaskSchedulesResponse(task_schedules=[near], total=2, next_page_token="p2")
         schedule = pb.TaskSchedule(id=pb.UUID(id=SCHEDULE_ID), name="nightly")
-        return pb.ListTaskSchedulesResponse(task_schedules=[schedule], total=1)
+        return pb.ListTaskSchedulesResponse(task_schedules=[schedule], total=2)
 
     def UpdateTaskSchedule(self, request: Any, context: Any) -> pb.TaskSchedule:
         self._record("UpdateTaskSchedule", request)
@@ -65,11 +70,24 @@ def flow() -> Iterator[tuple[RecordingFlow, RackflowClient]]:
         server.stop(grace=None)
 
 
-def test_a_schedule_name_is_resolved_by_listing(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+def test_a_schedule_name_is_resolved_by_the_name_search_page_by_page(
+    flow: tuple[RecordingFlow, RackflowClient],
+) -> None:
+    """Not by listing every schedule (a million, at scale): the search for the name, its pages followed
+    until one holds the name exactly."""
     servicer, client = flow
     client.delete_schedule("nightly")
-    assert [name for name, _ in servicer.requests] == ["ListTaskSchedules", "DeleteTaskSchedule"]
-    assert servicer.requests[1][1] == pb.DeleteTaskScheduleRequest(id=pb.UUID(id=SCHEDULE_ID))
+    assert [name for name, _ in servicer.requests] == [
+        "ListTaskSchedules",
+        "ListTaskSchedules",
+        "DeleteTaskSchedule",
+    ]
+    searches = [request for name, request in servicer.requests if name == "ListTaskSchedules"]
+    assert [(s.name_contains, s.pagination.limit, s.pagination.page_token) for s in searches] == [
+        ("nightly", 1000, ""),
+        ("nightly", 1000, "p2"),
+    ]
+    assert servicer.requests[2][1] == pb.DeleteTaskScheduleRequest(id=pb.UUID(id=SCHEDULE_ID))
 
 
 def test_an_id_is_used_as_is(flow: tuple[RecordingFlow, RackflowClient]) -> None:
@@ -86,7 +104,7 @@ def test_an_unknown_name_is_not_found_without_calling_the_rpc(
         client.delete_schedule("weekly")
     assert caught.value.code == grpc.StatusCode.NOT_FOUND
     assert caught.value.message == "schedule 'weekly' not found"
-    assert [name for name, _ in servicer.requests] == ["ListTaskSchedules"]
+    assert [name for name, _ in servicer.requests] == ["ListTaskSchedules", "ListTaskSchedules"]
 
 
 @pytest.mark.parametrize(
