@@ -12,7 +12,7 @@ here: the server validates and decides.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -32,7 +32,7 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
-# Schedules a page of the name search that finds one by its name asks for (the API's largest page).
+# Schedules or racks a page of the look-up that finds one by its name asks for (the API's largest page).
 NAME_SEARCH_PAGE = 1000
 M = TypeVar("M", bound=Message)
 
@@ -425,9 +425,11 @@ class RackflowClient:
     # --- name or id ------------------------------------------------------------------------------
 
     def resolve_rack_id(self, rack: str) -> str:
+        """The id of the rack named `rack` (or `rack` itself, an id), from the rack list a page at a time
+        (`all_racks`)."""
         if is_uuid(rack):
             return rack
-        for found in self.list_racks().racks:
+        for found in self.all_racks():
             if found.name == rack:
                 return found.id.id
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"rack {rack!r} not found")
@@ -519,6 +521,18 @@ class RackflowClient:
             pagination=_page(offset, limit, page_token),
         )
         return self._call(self._stub.ListRacks, request, pb.ListRacksResponse)
+
+    def all_racks(self) -> Iterator[pb.Rack]:
+        """Every rack, read a page at a time: the whole list in one answer passed gRPC's 4 MiB message
+        limit at about 20,000 racks (RESOURCE_EXHAUSTED), and every command that named a rack, or showed
+        racks by name, failed there."""
+        token = ""
+        while True:
+            page = self.list_racks(limit=NAME_SEARCH_PAGE, page_token=token)
+            yield from page.racks
+            token = page.next_page_token
+            if not token:
+                return
 
     def delete_rack(self, rack: str) -> None:
         self._call(self._stub.DeleteRack, pb.DeleteRackRequest(id=self._rack_ref(rack)), Empty)

@@ -17,6 +17,7 @@ from rackflow.v1 import flow_pb2_grpc
 
 SCHEDULE_ID = "0c9d8e7f-6a5b-4c3d-2e1f-0a9b8c7d6e5f"
 OTHER_ID = "1d0e9f8a-7b6c-4d5e-8f70-1a2b3c4d5e6f"
+RACK_ID = "2e1f0a9b-8c7d-4e6f-9a81-2b3c4d5e6f70"
 
 
 class RecordingFlow(flow_pb2_grpc.FlowServicer):
@@ -36,6 +37,19 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
             return pb.ListTaskSchedulesResponse(task_schedules=[near], total=2, next_page_token="p2")
         schedule = pb.TaskSchedule(id=pb.UUID(id=SCHEDULE_ID), name="nightly")
         return pb.ListTaskSchedulesResponse(task_schedules=[schedule], total=2)
+
+    def ListRacks(self, request: Any, context: Any) -> pb.ListRacksResponse:
+        """Two pages of one rack each (a page holds at most what was asked: the whole list in one answer
+        passes gRPC's message limit at about 20,000 racks)."""
+        self._record("ListRacks", request)
+        if not request.pagination.page_token:
+            first = pb.Rack(id=pb.UUID(id=OTHER_ID), name="rack-01")
+            return pb.ListRacksResponse(racks=[first], total=2, next_page_token="p2")
+        return pb.ListRacksResponse(racks=[pb.Rack(id=pb.UUID(id=RACK_ID), name="rack-02")], total=2)
+
+    def GetRack(self, request: Any, context: Any) -> pb.Rack:
+        self._record("GetRack", request)
+        return pb.Rack(id=request.id, name="rack-02")
 
     def UpdateTaskSchedule(self, request: Any, context: Any) -> pb.TaskSchedule:
         self._record("UpdateTaskSchedule", request)
@@ -88,6 +102,17 @@ def test_a_schedule_name_is_resolved_by_the_name_search_page_by_page(
         ("nightly", 1000, "p2"),
     ]
     assert servicer.requests[2][1] == pb.DeleteTaskScheduleRequest(id=pb.UUID(id=SCHEDULE_ID))
+
+
+def test_a_rack_name_is_found_on_the_rack_list_page_by_page(
+    flow: tuple[RecordingFlow, RackflowClient],
+) -> None:
+    servicer, client = flow
+    assert client.get_rack("rack-02").id.id == RACK_ID
+    lists = [request for name, request in servicer.requests if name == "ListRacks"]
+    assert [(r.pagination.limit, r.pagination.page_token) for r in lists] == [(1000, ""), (1000, "p2")]
+    assert servicer.requests[-1][1] == pb.GetRackRequest(id=pb.UUID(id=RACK_ID))
+    assert [r.name for r in client.all_racks()] == ["rack-01", "rack-02"]
 
 
 def test_an_id_is_used_as_is(flow: tuple[RecordingFlow, RackflowClient]) -> None:

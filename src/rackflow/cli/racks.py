@@ -240,7 +240,7 @@ def create_domain(ctx: click.Context, name: str, racks: tuple[str, ...]) -> None
 
 
 def domains_table(domains: list[pb.NVLDomain], session: Session) -> Listing:
-    names = {r.id.id: r.name for r in session.client.list_racks().racks}
+    names = {r.id.id: r.name for r in session.client.all_racks()}
     result = table("NAME", "ID", free_text("RACKS"))
     for d in domains:
         result.add_row(d.name, d.id.id, ", ".join(names.get(r.id, r.id) for r in d.rack_ids) or "-")
@@ -381,7 +381,7 @@ class ImportResult:
 def import_fleet(plan: Fleet, client: RackflowClient) -> ImportResult:
     """Create the missing racks, then the missing domains with their member racks; skip existing names."""
     result = ImportResult()
-    rack_ids = {r.name: r.id.id for r in client.list_racks().racks}
+    rack_ids = {r.name: r.id.id for r in client.all_racks()}
     domain_ids = {d.name: d.id.id for d in client.list_domains().domains}
     for entry in plan.racks:
         if entry.name in rack_ids:
@@ -409,7 +409,7 @@ def export_fleet(client: RackflowClient) -> dict[str, Any]:
     """The fleet as a document `parse_fleet` accepts; empty fields are left out."""
     domains = {d.id.id: d.name for d in client.list_domains().domains}
     racks = []
-    for r in client.list_racks().racks:
+    for r in client.all_racks():
         components = [
             {"type": component_type_name(c.type), "name": c.name}
             | ({"external_id": c.external_id} if c.external_id else {})

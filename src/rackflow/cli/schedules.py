@@ -905,7 +905,7 @@ def scopes_view(
     scopes: Sequence[pb.TaskScheduleScope], session: Session, title: str | None = None
 ) -> Listing:
     named = all(entry.rack_name for entry in scopes)  # a list's page names its racks; add/update do not
-    racks = {} if named else {r.id.id: r.name for r in session.client.list_racks().racks}
+    racks = {} if named else {r.id.id: r.name for r in session.client.all_racks()}
     result = table("ID", "RACK", "COMPONENTS", "LAST TASK", "CREATED", title=title)
     for entry in scopes:
         rack = entry.rack_name or racks.get(entry.rack_id.id, entry.rack_id.id)

@@ -49,7 +49,7 @@ def task() -> None:
 
 
 def rack_names(session: Session) -> dict[str, str]:
-    return {r.id.id: r.name for r in session.client.list_racks().racks}
+    return {r.id.id: r.name for r in session.client.all_racks()}
 
 
 def schedule_name(session: Session, schedule_id: str) -> str:
