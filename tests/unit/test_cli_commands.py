@@ -87,6 +87,10 @@ class FakeClient:
     def called(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         return [(args, kwargs) for called, args, kwargs in self.calls if called == name]
 
+    def all_racks(self) -> Iterator[pb.Rack]:
+        """As the client's, every rack: here the `list_racks` answer's, recorded as that call."""
+        return iter(self.__getattr__("list_racks")().racks)
+
 
 @pytest.fixture
 def fake() -> FakeClient:

@@ -58,6 +58,9 @@ class FakeAuditClient:
             ],
         )
 
+    def resolve_target_id(self, target: str) -> str:
+        return target  # an id, as the test gives: the client's look-up of a name is tested in tests/e2e
+
     def close(self) -> None:
         pass
 
