@@ -91,6 +91,16 @@ class FakeClient:
         """As the client's, every rack: here the `list_racks` answer's, recorded as that call."""
         return iter(self.__getattr__("list_racks")().racks)
 
+    def get_rack(self, rack: str) -> pb.Rack:
+        """The rack of that id (or name, as the client resolves one) in the `list_racks` answer; NOT_FOUND
+        else."""
+        self.calls.append(("get_rack", (rack,), {}))
+        listed = self.answers["list_racks"]
+        for found in (listed() if callable(listed) else listed).racks:
+            if rack in (found.id.id, found.name):
+                return found
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"rack {rack!r} not found")
+
 
 @pytest.fixture
 def fake() -> FakeClient:
@@ -1314,3 +1324,23 @@ def test_a_deleted_schedule_is_named_by_its_id(fake: FakeClient, run: Callable[.
     result = run("task", "show", TASK_ID)
     assert result.exit_code == 0, result.output
     assert f"schedule     {a_schedule().id.id}" in result.output
+
+
+def test_a_page_of_tasks_names_its_racks_without_reading_every_rack(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """Each of the page's racks is read by its id: the whole rack list is 20 pages at 20,000 racks, read
+    for every `task list` before (docs/PERFORMANCE.md, "The CLI at full size")."""
+    gone = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
+    fake.answers["list_tasks"] = pb.ListTasksResponse(
+        tasks=[
+            a_task(pb.TASK_STATUS_RUNNING),
+            pb.Task(id=pb.UUID(id=TASK_ID), rack_id=pb.UUID(id=gone), status=pb.TASK_STATUS_COMPLETED),
+        ],
+        total=2,
+    )
+    result = run("task", "list")
+    assert result.exit_code == 0, result.output
+    assert "rack-01" in result.output and gone[:8] in result.output  # a rack deleted since: by its id
+    assert fake.called("list_racks") == []
+    assert sorted(args for args, _ in fake.called("get_rack")) == sorted([(RACK_ID,), (gone,)])

@@ -321,5 +321,7 @@ def override_checks(ctx: click.Context, task_id: str, reason: str, checks: tuple
     found = session.client.override_checks(task_id, reason, checks)
     session.emit(
         found,
-        lambda: task_view(found, rack_names(session), schedule_name(session, found.schedule_id.id)),
+        lambda: task_view(
+            found, rack_names(session, {found.rack_id.id}), schedule_name(session, found.schedule_id.id)
+        ),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import click
@@ -48,8 +48,25 @@ def task() -> None:
     """Submit operations as tasks (one per rack) and follow them."""
 
 
-def rack_names(session: Session) -> dict[str, str]:
-    return {r.id.id: r.name for r in session.client.all_racks()}
+# Racks a table names that are read one by one (GetRack) rather than by reading every rack: a page of tasks
+# names at most a page of racks, where the whole rack list is 20 pages at 20,000 racks.
+FEW_RACKS = 100
+
+
+def rack_names(session: Session, rack_ids: Collection[str] | None = None) -> dict[str, str]:
+    """Rack names by id, for people: of `rack_ids` alone, each read by its id, when they are few (a rack
+    deleted since is left out, and shown by its id); else, or without `rack_ids`, every rack's, a page at a
+    time (`RackflowClient.all_racks`)."""
+    if rack_ids is None or len(rack_ids) > FEW_RACKS:
+        return {r.id.id: r.name for r in session.client.all_racks()}
+    names: dict[str, str] = {}
+    for rack_id in rack_ids:
+        try:
+            names[rack_id] = session.client.get_rack(rack_id).name
+        except RackflowClientError as error:
+            if error.code != grpc.StatusCode.NOT_FOUND:
+                raise
+    return names
 
 
 def schedule_name(session: Session, schedule_id: str) -> str:
@@ -254,7 +271,11 @@ def list_tasks(
         page_token=page_token,
     )
     title = page_title(len(found.tasks), found, "tasks")
-    emit_page(session, found, lambda: tasks_table(found.tasks, rack_names(session), title))
+    emit_page(
+        session,
+        found,
+        lambda: tasks_table(found.tasks, rack_names(session, {t.rack_id.id for t in found.tasks}), title),
+    )
 
 
 @task.command()
@@ -274,7 +295,7 @@ def show(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"task {missing[0]!r} not found")
 
     def view() -> Listing | Table:
-        racks = rack_names(session)
+        racks = rack_names(session, {t.rack_id.id for t in found.tasks})
         if len(found.tasks) == 1:
             return task_view(found.tasks[0], racks, schedule_name(session, found.tasks[0].schedule_id.id))
         return tasks_table(found.tasks, racks)
@@ -297,7 +318,9 @@ def cancel(ctx: click.Context, task_id: str) -> None:
     session.emit(
         response,
         lambda: task_view(
-            response.task, rack_names(session), schedule_name(session, response.task.schedule_id.id)
+            response.task,
+            rack_names(session, {response.task.rack_id.id}),
+            schedule_name(session, response.task.schedule_id.id),
         ),
     )
 
@@ -327,7 +350,7 @@ def watch(ctx: click.Context, task_id: str, interval: int) -> None:
     """
     session = pass_session(ctx)
     current = session.client.get_task(task_id)
-    racks = rack_names(session) if session.for_people else {}
+    racks = rack_names(session, {current.rack_id.id}) if session.for_people else {}
     schedule = schedule_name(session, current.schedule_id.id) if session.for_people else ""
     if session.for_people and session.console.is_terminal:
         with Live(
