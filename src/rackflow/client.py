@@ -25,7 +25,7 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.api.errors import status_for
-from rackflow.domain.audit import target_named
+from rackflow.domain.audit import target_lookups, target_named
 from rackflow.errors import RackflowError
 from rackflow.ids import is_uuid
 from rackflow.v1 import flow_pb2 as pb
@@ -460,21 +460,12 @@ class RackflowClient:
 
     def resolve_target_id(self, target: str) -> str:
         """The id an audit filter's target names: an id, or the name of one thing of any kind, looked up
-        as each kind's commands look up theirs (`rackflow.domain.audit.target_named` refuses a name
-        several kinds use)."""
+        as each kind's commands look up theirs (`rackflow.domain.audit.target_lookups`;
+        `target_named` refuses a name several kinds use)."""
         if is_uuid(target):
             return target
-        by_kind: dict[str, Callable[[str], str]] = {
-            "rack": self.resolve_rack_id,
-            "schedule": self.resolve_schedule_id,
-            "window": self.resolve_window_id,
-            "domain": self.resolve_domain_id,
-            "budget": lambda name: self._budget_ref(name).id,
-            "check": lambda name: self._check_ref(name).id,
-            "channel": lambda name: self._channel_ref(name).id,
-        }
         found: dict[str, str] = {}
-        for kind, by_name in by_kind.items():
+        for kind, by_name in target_lookups(self).items():
             try:
                 found[kind] = by_name(target)
             except RackflowClientError as exc:
@@ -945,13 +936,16 @@ class RackflowClient:
 
     # --- operation budgets -------------------------------------------------------------------------
 
-    def _budget_ref(self, budget: str) -> pb.UUID:
+    def resolve_budget_id(self, budget: str) -> str:
         if is_uuid(budget):
-            return pb.UUID(id=budget)
+            return budget
         for found in self.list_budgets().budgets:
             if found.name == budget:
-                return found.id
+                return found.id.id
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"operation budget {budget!r} not found")
+
+    def _budget_ref(self, budget: str) -> pb.UUID:
+        return pb.UUID(id=self.resolve_budget_id(budget))
 
     def create_budget(
         self, name: str, operations: Sequence[str], max_running: int, max_per_domain: int | None = None
@@ -1010,13 +1004,16 @@ class RackflowClient:
 
     # --- notifications ---------------------------------------------------------------------------
 
-    def _channel_ref(self, channel: str) -> pb.UUID:
+    def resolve_channel_id(self, channel: str) -> str:
         if is_uuid(channel):
-            return pb.UUID(id=channel)
+            return channel
         for found in self.list_channels().channels:
             if found.name == channel:
-                return found.id
+                return found.id.id
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"notification channel {channel!r} not found")
+
+    def _channel_ref(self, channel: str) -> pb.UUID:
+        return pb.UUID(id=self.resolve_channel_id(channel))
 
     def create_channel(self, channel: pb.NotificationChannel) -> pb.NotificationChannel:
         """A channel as given (operations as `power-on` or `power_on`)."""
@@ -1071,13 +1068,16 @@ class RackflowClient:
 
     # --- pre-flight checks -------------------------------------------------------------------------
 
-    def _check_ref(self, check: str) -> pb.UUID:
+    def resolve_check_id(self, check: str) -> str:
         if is_uuid(check):
-            return pb.UUID(id=check)
+            return check
         for found in self.list_checks().checks:
             if found.name == check:
-                return found.id
+                return found.id.id
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"pre-flight check {check!r} not found")
+
+    def _check_ref(self, check: str) -> pb.UUID:
+        return pb.UUID(id=self.resolve_check_id(check))
 
     def create_check(self, check: pb.PreflightCheck) -> pb.PreflightCheck:
         """A check as the message says (`preflight_check` builds one)."""

@@ -1,12 +1,12 @@
-"""An audit target given by name: the one rule both front ends ask (`rackflow.domain.audit.target_named`)."""
+"""An audit target given by name: the one table of look-ups (`rackflow.domain.audit.target_lookups`) and
+the one rule (`target_named`) both front ends ask."""
 
 from __future__ import annotations
 
 import pytest
 
-from rackflow.domain.audit import NAMED_TARGETS, target_named
+from rackflow.domain.audit import NAMED_TARGETS, target_lookups, target_named
 from rackflow.errors import InvalidArgument, NotFound
-from rackflow.web import refs
 
 
 def test_a_name_one_kind_has_is_its_id() -> None:
@@ -27,5 +27,34 @@ def test_a_name_nothing_has_is_not_found() -> None:
         target_named("target", "gone", {})
 
 
-def test_the_dashboard_looks_up_every_named_kind() -> None:
-    assert list(refs.BY_KIND) == list(NAMED_TARGETS)
+class _Asked:
+    """Look-ups that answer which of them was asked (`rackflow.domain.audit.TargetLookups`)."""
+
+    def resolve_rack_id(self, name: str) -> str:
+        return f"rack {name}"
+
+    def resolve_schedule_id(self, name: str) -> str:
+        return f"schedule {name}"
+
+    def resolve_window_id(self, name: str) -> str:
+        return f"window {name}"
+
+    def resolve_domain_id(self, name: str) -> str:
+        return f"domain {name}"
+
+    def resolve_budget_id(self, name: str) -> str:
+        return f"budget {name}"
+
+    def resolve_check_id(self, name: str) -> str:
+        return f"check {name}"
+
+    def resolve_channel_id(self, name: str) -> str:
+        return f"channel {name}"
+
+
+def test_the_table_looks_up_every_named_kind_by_its_own_look_up() -> None:
+    """The CLI and the dashboard both look a target up through this table: each kind the rule names,
+    in its order, and each by the look-up of that kind."""
+    table = target_lookups(_Asked())
+    assert list(table) == list(NAMED_TARGETS)
+    assert {kind: look_up("x") for kind, look_up in table.items()} == {kind: f"{kind} x" for kind in table}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from rackflow.errors import InvalidArgument, NotFound
 
@@ -65,6 +65,40 @@ NAMED_TARGETS: dict[str, str] = {
     "check": "a pre-flight check",
     "channel": "a notification channel",
 }
+
+
+Found = TypeVar("Found")
+Found_co = TypeVar("Found_co", covariant=True)
+
+
+class TargetLookups(Protocol[Found_co]):
+    """A front end's look-up of a name in each kind of `NAMED_TARGETS`, as that front end's commands or
+    pages look up theirs: the id (`Found_co`: an id, or an awaitable one) of the thing of that kind so
+    named, or the front end's NotFound. The CLI's client is one (`rackflow.client.RackflowClient`), the
+    dashboard another (`rackflow.web.refs`); `target_lookups` is the one table that pairs them with the
+    kinds, so a kind added here is looked up by both front ends or fails their type check."""
+
+    def resolve_rack_id(self, name: str, /) -> Found_co: ...
+    def resolve_schedule_id(self, name: str, /) -> Found_co: ...
+    def resolve_window_id(self, name: str, /) -> Found_co: ...
+    def resolve_domain_id(self, name: str, /) -> Found_co: ...
+    def resolve_budget_id(self, name: str, /) -> Found_co: ...
+    def resolve_check_id(self, name: str, /) -> Found_co: ...
+    def resolve_channel_id(self, name: str, /) -> Found_co: ...
+
+
+def target_lookups(lookups: TargetLookups[Found]) -> dict[str, Callable[[str], Found]]:
+    """Each kind of `NAMED_TARGETS`, in its order, with its look-up in `lookups`: what a front end asks of
+    an audit target given by name before `target_named` tells which it is."""
+    return {
+        "rack": lookups.resolve_rack_id,
+        "schedule": lookups.resolve_schedule_id,
+        "window": lookups.resolve_window_id,
+        "domain": lookups.resolve_domain_id,
+        "budget": lookups.resolve_budget_id,
+        "check": lookups.resolve_check_id,
+        "channel": lookups.resolve_channel_id,
+    }
 
 
 def target_named(field: str, name: str, found: Mapping[str, str]) -> str:

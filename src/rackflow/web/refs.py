@@ -4,9 +4,10 @@ an id wins when a name looks like one. An audit target may be a name of any kind
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from dataclasses import dataclass
 
-from rackflow.domain.audit import target_named
+from rackflow.domain.audit import target_lookups, target_named
 from rackflow.errors import NotFound
 from rackflow.ids import is_uuid
 from rackflow.services import Services
@@ -58,26 +59,45 @@ async def domain_id(services: Services, ref: str, field: str) -> uuid.UUID:
     raise NotFound(f"{field}: no NVLink domain named {ref!r}")
 
 
-# How each kind of `NAMED_TARGETS` is looked up by name.
-BY_KIND: dict[str, Callable[[Services, str, str], Awaitable[uuid.UUID]]] = {
-    "rack": rack_id,
-    "schedule": schedule_id,
-    "window": window_id,
-    "domain": domain_id,
-    "budget": budget_id,
-    "check": check_id,
-    "channel": channel_id,
-}
+@dataclass(frozen=True)
+class _Lookups:
+    """The dashboard's look-ups by name (`rackflow.domain.audit.TargetLookups`), each as its pages take a
+    ref (`field`: the field a NotFound names)."""
+
+    services: Services
+    field: str
+
+    def resolve_rack_id(self, name: str) -> Awaitable[uuid.UUID]:
+        return rack_id(self.services, name, self.field)
+
+    def resolve_schedule_id(self, name: str) -> Awaitable[uuid.UUID]:
+        return schedule_id(self.services, name, self.field)
+
+    def resolve_window_id(self, name: str) -> Awaitable[uuid.UUID]:
+        return window_id(self.services, name, self.field)
+
+    def resolve_domain_id(self, name: str) -> Awaitable[uuid.UUID]:
+        return domain_id(self.services, name, self.field)
+
+    def resolve_budget_id(self, name: str) -> Awaitable[uuid.UUID]:
+        return budget_id(self.services, name, self.field)
+
+    def resolve_check_id(self, name: str) -> Awaitable[uuid.UUID]:
+        return check_id(self.services, name, self.field)
+
+    def resolve_channel_id(self, name: str) -> Awaitable[uuid.UUID]:
+        return channel_id(self.services, name, self.field)
 
 
 async def audit_target_id(services: Services, ref: str, field: str) -> uuid.UUID:
-    """The id an audit filter's target names: an id, or the name of one thing of any kind."""
+    """The id an audit filter's target names: an id, or the name of one thing of any kind
+    (`rackflow.domain.audit.target_lookups`; `target_named` refuses a name several kinds use)."""
     if is_uuid(ref):
         return uuid.UUID(ref)
     found: dict[str, str] = {}
-    for kind, by_name in BY_KIND.items():
+    for kind, by_name in target_lookups(_Lookups(services, field)).items():
         try:
-            found[kind] = str(await by_name(services, ref, field))
+            found[kind] = str(await by_name(ref))
         except NotFound:
             continue
     return uuid.UUID(target_named(field, ref, found))
