@@ -1,7 +1,8 @@
 """A claim whose COMMIT is lost with its connection, on both databases: the dispatcher finds out whether the
 claim committed and fires its tick at once if it did, on the next claim if it did not, and never twice; a
 manual trigger (and a run's retry, which takes its path) fires the run it committed and answers with it,
-or says it fired nothing; an approval that started its run fires it, or says it approved nothing.
+or says it fired nothing; an approval that started its run fires it, or says it approved nothing; a
+rejection answers with the run it rejected, or says it rejected nothing.
 
 PostgreSQL: the dispatcher's connections go through the fault proxy (tests/faults/tcp_proxy.py), which cuts
 the connection that sends the claim's COMMIT, after the server got it (the answer is lost) or before (the
@@ -273,3 +274,55 @@ async def test_an_approval_of_many_whose_commit_is_lost_says_whether_it_counted(
     assert report.run.state == "awaiting_approval"
     assert report.run.approval is not None
     assert [a.principal for a in report.run.approval.approvers] == (["ann"] if delivered else [])
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["answer-lost", "commit-lost"])
+async def test_a_rejection_whose_commit_is_lost_answers_the_rejected_run_or_says_it_rejected_nothing(
+    env: Env, lose_next_commit: LoseCommit, delivered: bool
+) -> None:
+    """Answer lost: the run is "rejected" by this rejecter, and the rejection answers with it (told
+    UNAVAILABLE, the rejecter could not tell whether the rejection stands). COMMIT lost: the run still
+    awaits approval, the rejecter is told nothing was rejected, and rejecting again rejects it."""
+    schedule, waiting = await _awaiting_approval(env)
+
+    lose_next_commit(delivered)
+    ann = current_principal.set(Principal("ann", Role.APPROVER, "token"))
+    try:
+        if delivered:
+            report = await env.services.approvals.reject(waiting.id, "wrong racks")
+        else:
+            with pytest.raises(Unavailable, match=f"run {waiting.id} was not rejected: nothing was rejected"):
+                await env.services.approvals.reject(waiting.id, "wrong racks")
+            (run,), _ = await env.services.schedules.list_runs(schedule.id)
+            assert run.state == "awaiting_approval"
+            assert run.approval is not None and run.approval.rejected_by == ""
+            report = await env.services.approvals.reject(waiting.id, "wrong racks")
+    finally:
+        current_principal.reset(ann)
+
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert report.run.state == run.state == "rejected"
+    assert run.approval is not None
+    assert (run.approval.rejected_by, run.approval.comment) == ("ann", "wrong racks")
+    assert [o.outcome for o in run.outcomes] == ["not_started"]
+    assert (await env.services.tasks.list_tasks(schedule_id=schedule.id))[0] == []
+
+
+async def test_a_rejection_still_in_doubt_names_its_run(
+    env: Env, lose_next_commit: LoseCommit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look-up cannot tell (the lost transaction holds the run's row past the look-up's deadline): the
+    rejecter is told which run to look at, and that the same rejection may be asked again."""
+    _, waiting = await _awaiting_approval(env)
+    get_run = run_store.get_run
+
+    async def still_held(*args: Any, nowait: bool = False, **kwargs: Any) -> Run | None:
+        if nowait:
+            raise Unavailable("database unavailable: could not obtain lock on row")
+        return await get_run(*args, **kwargs)
+
+    monkeypatch.setattr(run_store, "get_run", still_held)
+    monkeypatch.setattr(firing, "CLAIM_LOOKUP_RETRY", Retry(first_delay=0.01, max_delay=0.01, deadline=0.1))
+    lose_next_commit(True)
+    with pytest.raises(Unavailable, match=f"run {waiting.id} may have been rejected by .* the same comment"):
+        await env.services.approvals.reject(waiting.id, "wrong racks")

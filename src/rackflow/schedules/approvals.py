@@ -13,7 +13,9 @@ instances or two approvers deciding at once exactly one does:
   approval whose COMMIT goes unanswered asks, as a manual trigger does (`schedules.firing`,
   `look_up_in_doubt`), whether it was recorded, and goes on if it was (`ApprovalService._in_doubt`).
 - `reject`: "rejected" with the caller and the comment; nothing is submitted. Anyone who may approve may
-  reject (`domain.approvals.check_decider`), one who approved it earlier too: they changed their mind.
+  reject (`domain.approvals.check_decider`), one who approved it earlier too: they changed their mind. A
+  rejection whose COMMIT goes unanswered asks alike whether it stands, and answers with the run if it
+  does.
 - `expire_overdue`: the dispatcher of every instance calls it each poll; a run past its `expires_at` (on the
   database's clock) becomes "expired" (SKIP LOCKED shares the runs out), audited as rackflow itself.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -121,7 +124,15 @@ class ApprovalService:
         except Unavailable as exc:
             if not deciding:
                 raise
-            await self._in_doubt(run_id, principal, exc)
+            await self._in_doubt(
+                run_id,
+                exc,
+                lambda approval: any(a.principal == principal for a in approval.approvers),
+                what=f"{principal}'s approval",
+                not_done=f"run {run_id} was not approved: nothing was approved",
+                unknown=f"run {run_id} may have been approved by {principal}: look at the run (rackflow run "
+                f"show {run_id}: its state and approvers) before approving it again",
+            )
         if started is None:
             log.info("run %s: approved by %s, awaiting more approvers", run_id, principal)
         else:
@@ -160,38 +171,38 @@ class ApprovalService:
         )
         return approved_firing(replace(run, approval=approval), snapshot, now)
 
-    async def _in_doubt(self, run_id: uuid.UUID, principal: str, lost: Unavailable) -> None:
-        """An approval whose transaction lost its connection (`lost`) once it decided: its COMMIT may have
-        reached the database before the answer was lost. Returns if the database recorded it (`principal`
-        among the run's approvers; a run it started is past awaiting approval with it), for `approve` to
-        go on as the approval would have: left alone, a run it started would never fire (its tasks never
-        submitted) until the sweep interrupted it, and the approver, told UNAVAILABLE, could not approve
-        it again. Raises Unavailable saying nothing was approved if it did not commit, or naming the run
-        to look at if it cannot tell (`firing.look_up_in_doubt`, `firing.settle_in_doubt`)."""
+    async def _in_doubt(
+        self,
+        run_id: uuid.UUID,
+        lost: Unavailable,
+        recorded: Callable[[RunApproval], bool],
+        *,
+        what: str,
+        not_done: str,
+        unknown: str,
+    ) -> None:
+        """A decision (`what`: whose approval or rejection) whose transaction lost its connection (`lost`)
+        once it wrote: its COMMIT may have reached the database before the answer was lost. Returns if the
+        database recorded it (`recorded`, asked of the run's approval as it stands), for the caller to go
+        on as the decision would have: left alone, a run an approval started would never fire (its tasks
+        never submitted) until the sweep interrupted it, and the decider, told UNAVAILABLE, could not
+        approve it again, nor tell whether a rejection stands. Raises Unavailable saying `not_done` if it
+        did not commit, or `unknown` (the run to look at) if it cannot tell (`firing.look_up_in_doubt`,
+        `firing.settle_in_doubt`)."""
 
-        async def recorded() -> bool:
+        async def look_up() -> bool:
             run = await firing.look_up_in_doubt(
                 self.db,
                 lambda conn: run_store.get_run(self.db, conn, run_id, lock=True, nowait=True),
-                f"run {run_id}'s approval",
+                f"{what} of run {run_id}",
             )
-            return (
-                run is not None
-                and run.approval is not None
-                and any(a.principal == principal for a in run.approval.approvers)
-            )
+            return run is not None and run.approval is not None and recorded(run.approval)
 
-        await firing.settle_in_doubt(
-            lost,
-            recorded(),
-            not_done=f"run {run_id} was not approved: nothing was approved",
-            unknown=f"run {run_id} may have been approved by {principal}: look at the run (rackflow run show "
-            f"{run_id}: its state and approvers) before approving it again",
-        )
+        await firing.settle_in_doubt(lost, look_up(), not_done=not_done, unknown=unknown)
         log.warning(
-            "run %s: the commit outcome of %s's approval was unknown (%s); it was recorded: going on",
+            "run %s: the commit outcome of %s was unknown (%s); it was recorded: going on",
             run_id,
-            principal,
+            what,
             lost,
             extra={"run_id": str(run_id)},
         )
@@ -212,26 +223,45 @@ class ApprovalService:
     async def reject(self, run_id: uuid.UUID, comment: str) -> RunReport:
         """The caller rejects the run, saying why: "rejected", nothing submitted. The same rejection asked
         again (the same caller and comment: a retry of one whose answer was lost) answers the run as it
-        stands and writes nothing (`RunApproval.rejected_as`)."""
+        stands and writes nothing (`RunApproval.rejected_as`). One whose COMMIT goes unanswered asks, as an
+        approval does, whether it stands (`_in_doubt`): answered with the run if so, UNAVAILABLE saying
+        nothing was rejected if not."""
         if not check_description(comment, "comment").strip():
             raise InvalidArgument("comment: required: say why the run is rejected")
         principal = caller_name() or ANONYMOUS
         now = self.clock.now()
         reason = f"rejected by {principal}: {comment}"
-        async with self.db.transaction() as conn:
-            run = await self._run(conn, run_id)
-            repeated = run.approval is not None and run.approval.rejected_as(principal, comment)
-            if not repeated:
-                schedule = await self._awaiting(conn, run, "rejected")
-                assert run.approval is not None
-                check_decider(
-                    run.approval, principal, schedule.last_edited_by, identified=caller_identified()
-                )
-                approval = replace(run.approval, rejected_by=principal, comment=comment, decided_at=now)
-                await store.decide_awaiting(
-                    conn, run.id, "rejected", approval, outcomes=_not_started(run, "rejected"), reason=reason
-                )
-                await outbox.record_events(conn, events.approval_decided(run, "rejected", reason, now))
+        repeated = deciding = False
+        try:
+            async with self.db.transaction() as conn:
+                run = await self._run(conn, run_id)
+                repeated = run.approval is not None and run.approval.rejected_as(principal, comment)
+                if not repeated:
+                    schedule = await self._awaiting(conn, run, "rejected")
+                    assert run.approval is not None
+                    check_decider(
+                        run.approval, principal, schedule.last_edited_by, identified=caller_identified()
+                    )
+                    approval = replace(run.approval, rejected_by=principal, comment=comment, decided_at=now)
+                    deciding = True
+                    outcomes = _not_started(run, "rejected")
+                    await store.decide_awaiting(
+                        conn, run.id, "rejected", approval, outcomes=outcomes, reason=reason
+                    )
+                    await outbox.record_events(conn, events.approval_decided(run, "rejected", reason, now))
+        except Unavailable as exc:
+            if not deciding:
+                raise
+            await self._in_doubt(
+                run_id,
+                exc,
+                lambda approval: approval.rejected_as(principal, comment),
+                what=f"{principal}'s rejection",
+                not_done=f"run {run_id} was not rejected: nothing was rejected",
+                unknown=f"run {run_id} may have been rejected by {principal}: look at the run (rackflow run "
+                f"show {run_id}: its state), or reject it again with the same comment (answered with the run "
+                "if this rejection stands)",
+            )
         if repeated:
             log.info("run %s: %s already; answering as before", run_id, reason, extra={"run_id": str(run_id)})
         else:
