@@ -1200,6 +1200,7 @@ class Task(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     ATTEMPT_STARTED_AT_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
     operation: _builtins.str
     """power_on, power_off, power_reset, bring_up, ingest, upgrade_firmware"""
     description: _builtins.str
@@ -1260,6 +1261,14 @@ class Task(_message.Message):
     def attempt_started_at(self) -> _timestamp_pb2.Timestamp:
         """when the current attempt started"""
 
+    @_builtins.property
+    def refusal(self) -> Global___TaskRefusal:
+        """Set when a start gate refused the task at a claim (a pre-flight check that gave up, its rollout
+        cancelled before it began): it will not run. Recorded by that claim, so it shows while the task is
+        still RUNNING, before it ends `ends_as` with `reason` as its message (should the claiming instance die
+        first, the takeover ends it so); kept once it has ended. Unset when no gate refused the task.
+        """
+
     def __init__(
         self,
         *,
@@ -1287,14 +1296,41 @@ class Task(_message.Message):
         max_attempts: _builtins.int = ...,
         attempts: _abc.Iterable[Global___TaskAttempt] | None = ...,
         attempt_started_at: _timestamp_pb2.Timestamp | None = ...,
+        refusal: Global___TaskRefusal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attempt_started_at", b"attempt_started_at", "created_at", b"created_at", "finished_at", b"finished_at", "held_since", b"held_since", "id", b"id", "not_after", b"not_after", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attempt_started_at", b"attempt_started_at", "created_at", b"created_at", "finished_at", b"finished_at", "held_since", b"held_since", "id", b"id", "not_after", b"not_after", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "refusal", b"refusal", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_started_at", b"attempt_started_at", "attempts", b"attempts", "component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "held_by", b"held_by", "held_reason", b"held_reason", "held_since", b"held_since", "id", b"id", "ignore_windows", b"ignore_windows", "max_attempts", b"max_attempts", "message", b"message", "not_after", b"not_after", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_started_at", b"attempt_started_at", "attempts", b"attempts", "component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "held_by", b"held_by", "held_reason", b"held_reason", "held_since", b"held_since", "id", b"id", "ignore_windows", b"ignore_windows", "max_attempts", b"max_attempts", "message", b"message", "not_after", b"not_after", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "refusal", b"refusal", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
+
+@_typing.final
+class TaskRefusal(_message.Message):
+    """A start gate's refusal of a task (Task.refusal)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    ENDS_AS_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """the gate's, as the task's message will say it"""
+    ends_as: Global___TaskStatus.ValueType
+    """FAILED; TERMINATED when the task was called off (its rollout was cancelled)"""
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+        ends_as: Global___TaskStatus.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ends_as", b"ends_as", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskRefusal: _TypeAlias = TaskRefusal  # noqa: Y015
 
 @_typing.final
 class TaskAttempt(_message.Message):

@@ -193,4 +193,10 @@ def task_to(task: Task, attempts: Sequence[TaskAttempt] = ()) -> pb.Task:
             for a in attempts
         ],
         attempt_started_at=timestamp_to(task.attempt_started_at),
+        # From the claim that recorded it on: a RUNNING task shows it will not run before it is ended.
+        refusal=(
+            pb.TaskRefusal(reason=task.refusal.reason, ends_as=task_status_to(task.refusal.ends_as))
+            if task.refusal is not None
+            else None
+        ),
     )
