@@ -649,6 +649,28 @@ def test_task_show_shows_each_attempt(fake: FakeClient, run: Callable[..., Resul
     assert "FAILED (retryable): power on failed on c0 (1/1): timed out" in result.output
 
 
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (pb.TASK_STATUS_RUNNING, "(ends FAILED without running)"),
+        (pb.TASK_STATUS_FAILED, "(never ran)"),
+    ],
+    ids=["running", "ended"],
+)
+def test_task_show_says_a_start_gate_refused_it(
+    fake: FakeClient, run: Callable[..., Result], status: pb.TaskStatus.ValueType, said: str
+) -> None:
+    task = a_task(status)
+    reason = "pre-flight check 'drained' gave up after 2h"
+    task.refusal.CopyFrom(pb.TaskRefusal(reason=reason, ends_as=pb.TASK_STATUS_FAILED))
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[task])
+    result = run("task", "show", TASK_ID)
+    assert result.exit_code == 0, result.output
+    assert f"refused by a start gate: {reason} {said}" in " ".join(result.output.split())
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[a_task(status)])
+    assert "refused" not in run("task", "show", TASK_ID).output
+
+
 def test_schedule_runs_shows_a_rollouts_progress(fake: FakeClient, run: Callable[..., Result]) -> None:
     fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[_a_rollout_run("halted", 0)], total=1)
     result = run("schedule", "runs", "nightly")

@@ -118,6 +118,12 @@ def task_view(t: pb.Task, racks: dict[str, str], schedule: str) -> Table:
     if t.held_by:
         since = utc_text(when(t.held_since))
         rows.append(("held by", f"{t.held_by} since {since}: {t.held_reason}"))
+    if t.HasField("refusal"):
+        # Shown from the claim that refused it on: a RUNNING task with one is ending, not running.
+        end = (
+            "never ran" if t.status in FINISHED else f"ends {status_name(t.refusal.ends_as)} without running"
+        )
+        rows.append(("refused", f"by a start gate: {t.refusal.reason} ({end})"))
     if when(t.not_before):
         rows.append(("not before", utc_text(when(t.not_before))))
     if when(t.not_after):
