@@ -1,7 +1,8 @@
 """The operator console in a real headless Chromium against a real `rackflow serve` (SQLite: some tests
 write a run's state straight into its file): every run state's badge on the run page, the run page reached
 from a schedule's runs grid, a halted rollout's segmented bar, Resume and Cancel from the run page, the
-pause dialog keeping what was typed on an error, and a Berlin schedule's times seen from New York."""
+pause dialog keeping what was typed on an error, a Berlin schedule's times seen from New York, and a start
+gate's refusal on a task still RUNNING, then the task its takeover ended."""
 
 from __future__ import annotations
 
@@ -9,20 +10,26 @@ import re
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from rackflow.domain.schedules import RunState
+from rackflow.domain.tasks import Fail, TaskStatus
+from rackflow.store.tables import instances, tasks
+from rackflow.store.tasks import NOT_HELD, refusal_json
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.web.views import RUN_LOOKS
 from tests.browser.chromium import Browser
 from tests.browser.page import by_testid, read, text, visible, wait
 from tests.browser.test_dashboard import confirm, h1, open_page
 from tests.e2e.cluster import ServerProcess, start_server
-from tests.e2e.fleet import create_racks, create_schedules, schedule_request
+from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
+from tests.unit.test_cli_commands import stamp
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
@@ -236,3 +243,72 @@ def test_a_berlin_schedule_seen_from_new_york(server: ServerProcess) -> None:
         assert re.match(r"\(yours: \d{4}-\d\d-\d\d 20:00 (EST|EDT|GMT-5|GMT-4)\) · in ", beside), beside
     finally:
         new_york.close()
+
+
+def test_a_refused_task_says_so_while_it_is_running_and_ends_so(
+    server: ServerProcess, driver: WebDriver, database: Path
+) -> None:
+    """The row a claim leaves when a start gate refuses its task and its instance dies before ending it:
+    RUNNING, owned by that instance, the refusal recorded (`tasks.refusal`), the message still the last
+    hold's. Written straight into the file, on a task a freeze holds (no claim here takes it meanwhile),
+    for an instance whose heartbeat is ahead (live) until the test lets it lapse: then this server takes the
+    task over and ends it with the refusal."""
+    stub = server.stub()
+    create_racks(stub, ["g1"])
+    start = datetime.now(UTC)
+    freeze = stub.CreateMaintenanceWindow(
+        pb.CreateMaintenanceWindowRequest(
+            window=pb.MaintenanceWindow(
+                name="g1-frozen",
+                kind=pb.WINDOW_KIND_FREEZE,
+                one_off=pb.OneOffWindow(start=stamp(start), end=stamp(start + timedelta(hours=1))),
+                racks=[pb.WindowTarget(name="g1")],
+            )
+        )
+    )
+    target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="g1")]))
+    (task_id,) = stub.PowerOnRack(pb.PowerOnRackRequest(target_spec=target)).task_ids
+    wait_until(
+        lambda: stub.GetTasksByIDs(pb.GetTasksByIDsRequest(task_ids=[task_id])).tasks[0].held_by == "freeze",
+        30,
+        what="the freeze to hold the task",
+    )
+    reason = "pre-flight check 'drained': not drained (pre-flight check 'drained' gave up after 2h)"
+    dead, now = uuid.uuid4(), datetime.now(UTC)
+    engine = sqlalchemy.create_engine(f"sqlite:///{database}")
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                instances.insert().values(
+                    id=dead, host="gone", pid=1, started_at=now, heartbeat_at=now + timedelta(hours=1)
+                )
+            )
+            written = conn.execute(
+                tasks.update()
+                .where(tasks.c.id == uuid.UUID(task_id.id), tasks.c.held_by == "freeze")
+                .values(
+                    **NOT_HELD,
+                    status=TaskStatus.RUNNING.value,
+                    owner_id=dead,
+                    attempts=tasks.c.attempts + 1,
+                    started_at=now,
+                    attempt_started_at=now,
+                    updated_at=now,
+                    refusal=refusal_json(Fail(reason)),
+                )
+            )
+        assert written.rowcount == 1
+        open_page(driver, server, f"/tasks/{task_id.id}", "Power On on g1")
+        assert text(driver, "task-status").endswith("running")
+        assert text(driver, "task-refusal") == f"by a start gate: {reason} (ends failed without running)"
+        assert "freeze" in text(driver, "task-message")  # what held it last: the message says nothing yet
+        with engine.begin() as conn:
+            conn.execute(
+                instances.update().where(instances.c.id == dead).values(heartbeat_at=now - timedelta(hours=1))
+            )
+        wait(driver, lambda d: text(d, "task-status").endswith("failed"), "the takeover to end the task")
+        assert text(driver, "task-message") == reason
+        assert text(driver, "task-refusal") == f"by a start gate: {reason} (never ran)"
+    finally:
+        engine.dispose()
+        stub.DeleteMaintenanceWindow(pb.DeleteMaintenanceWindowRequest(id=freeze.id))
