@@ -21,9 +21,13 @@ goes on: a halt stops nothing already started.
 A cancelled rollout starts nothing more either: its cancel ends its tasks that have not begun, but skips
 those a claim holds at that moment (it waits on no claim: a claim waits here for the run's row, which the
 cancel holds). A claim that took such a task before the cancel committed starts it only if nothing held it
-(it began first); a held one comes here, after the cancel, and is ended as the cancel would have ended it
-(`Fail`, TERMINATED), as is any task of a cancelled rollout at its first attempt that comes here; its
-scope in the run becomes "not_started", as the cancel's other not-begun racks did (`settled_scopes`).
+before and no gate holds it at that claim (it began first). One something held before comes here at that
+claim, after the cancel; one a gate before this one hands back at that claim (a freeze, a budget: it has
+not begun, PENDING as if never claimed) comes here at the claim that takes it once that hold ends. Either
+is ended as the cancel would have ended it (`Fail`, TERMINATED), as is any task of a cancelled rollout at
+its first attempt that comes here: letting the second run would start it after the cancel, hours after if
+a freeze held it. Its scope in the run becomes "not_started", as the cancel's other not-begun racks did
+(`settled_scopes`).
 
 That end is the executor's to record, after the claim committed; if its instance dies first, the task
 is RUNNING, ownerless, and taken over by another claim, which no gate's `check` looks at (it began).

@@ -449,10 +449,12 @@ class RolloutService:
         them, with the cancel as their reason, and their scopes become not_started too; its halt alert
         resolves. `why` comes first in its reason. The caller calls `TaskManager.after_ended` with what
         was ended once it committed. A task that began (a retry's next attempt included) goes on; one a
-        claim holds meanwhile is decided by the rollout's start gate, which ends it if something held it
-        (`rollouts.gate`). The reason and the halt's clearing count what the cancel decided, which is all
-        it can know: the tasks it ended, and those it left to a claim's gate (how many, not yet how each
-        ends; the gate marks the scopes of those it ends "not_started", so the run's progress tells)."""
+        claim holds meanwhile is left to that claim's start gates: it runs if that claim starts it, and
+        the rollout's gate ends it otherwise, at that claim or, handed back there by another gate, once
+        that hold ends (`rollouts.gate`). The reason and the halt's clearing count what the cancel
+        decided, which is all it can know: the tasks it ended, and those it left to a claim's gate (how
+        many, not yet how each ends; the gate marks the scopes of those it ends "not_started", so the
+        run's progress tells)."""
         principal = caller_name() or ANONYMOUS
         message = f"its rollout was cancelled by {principal}" + (f" ({why})" if why else "")
         ended = await self.tasks.cancel_not_begun_in(conn, run.id, message)

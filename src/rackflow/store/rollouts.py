@@ -133,7 +133,9 @@ async def hold_unstarted(
     and not claimed yet, or WAITING in their rack's queue) and that nothing holds: the rollout gate looks
     only at tasks something held before, so this is what brings them before it. Tasks another gate holds
     keep that hold, and come before this gate when it ends. The halt holds the run's row, so it skips the
-    tasks a claim holds (`unclaimed`): nothing held them, so that claim starts them (they began first)."""
+    tasks a claim holds (`unclaimed`): nothing held them, so that claim starts them (they began first),
+    unless a gate before the rollout's hands them back there: they come before this gate when that hold
+    ends."""
     await conn.execute(
         update(tasks)
         .where(unclaimed(conn, not_begun_of_run(run_id), tasks.c.held_by.is_(None)))

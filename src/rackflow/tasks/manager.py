@@ -487,8 +487,8 @@ class TaskManager:
         transaction, as CancelTask ends a task that has not started: TERMINATED with `message`, their racks'
         queues promoted; the caller calls `after_ended` once it committed. Their racks are locked first, as
         CancelTask locks its task's. A task a claim holds meanwhile is left to that claim (`lock_not_begun`:
-        it started, or the run's start gate decides it), and counted (`Ended.left`, so that the cancel can
-        say so); tasks that began go on."""
+        it starts, or the run's start gate ends it, there or once another gate's hold there ends), and
+        counted (`Ended.left`, so that the cancel can say so); tasks that began go on."""
         racks = await store.not_begun_racks(conn, run_id)
         if not racks:
             return Ended((), Promotion([], 0))
