@@ -513,7 +513,9 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             nvl_domain_id=maybe(ids(k.domain_ids)),
             components=st.lists(component_specs(), max_size=4),
         ),
-        "GetRack": build(pb.GetRackRequest, id=rack_id),
+        # By id, or by name (half the time with an id as well, which is refused).
+        "GetRack": build(pb.GetRackRequest, id=rack_id)
+        | build(pb.GetRackRequest, name=texts(k.rack_names), id=maybe(rack_id)),
         "ListRacks": build(
             pb.ListRacksRequest, nvl_domain_id=maybe(ids(k.domain_ids)), pagination=maybe(pages())
         ),

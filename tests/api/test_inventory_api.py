@@ -152,6 +152,36 @@ async def test_get_rack_refusals(stub: Stub, db: Database) -> None:
     )
 
 
+async def test_get_rack_by_name(stub: Stub) -> None:
+    """The same rack as by its id, in one call: a client looking a rack up by name reads no list."""
+    rack = await make_rack(stub, "r1", pb.ComponentSpec(type=COMPUTE, name="c1"), external_id="e1")
+    await make_rack(stub, "r10")
+    assert await stub.GetRack(pb.GetRackRequest(name="r1")) == rack
+    assert (await stub.GetRack(pb.GetRackRequest(name="r10"))).name == "r10"
+
+
+async def test_get_rack_by_name_refusals(stub: Stub, db: Database) -> None:
+    await make_rack(stub, "r1")
+    bad, missing = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND
+    cases: list[tuple[pb.GetRackRequest, grpc.StatusCode, str]] = [
+        (pb.GetRackRequest(name=""), bad, "^name: must not be empty$"),
+        (pb.GetRackRequest(name="nowhere"), missing, "^name: no rack named 'nowhere'$"),
+        (pb.GetRackRequest(name="R1"), missing, "^name: no rack named 'R1'$"),
+        (pb.GetRackRequest(name="e1"), missing, "^name: no rack named 'e1'$"),
+        (pb.GetRackRequest(name="x" * 256), bad, "^name: at most 255 characters"),
+        (pb.GetRackRequest(name="r\x001"), bad, "^name: .* contains control characters"),
+        (
+            pb.GetRackRequest(id=ident(MISSING), name="r1"),
+            bad,
+            f"^name: not with an id, got 'r1' and '{MISSING}'",
+        ),
+        (pb.GetRackRequest(id=ident(""), name="r1"), bad, "^name: not with an id"),
+        (pb.GetRackRequest(id=ident("12"), name=""), bad, "^name: not with an id"),
+    ]
+    for request, code, pattern in cases:
+        await refused(db, stub.GetRack(request), code, pattern)
+
+
 # --- ListRacks -----------------------------------------------------------------------------------
 
 

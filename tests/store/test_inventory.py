@@ -170,6 +170,23 @@ async def test_get_unknown_rack_is_not_found(inventory: InventoryService) -> Non
         await inventory.get_rack(missing)
 
 
+async def test_a_rack_is_found_by_its_name(db: Database, inventory: InventoryService) -> None:
+    """The whole rack, components included, as by its id; a name matches exactly (not a prefix, not in
+    another case, not another rack's external id)."""
+    rack = await inventory.create_rack("r1", "ext-r1", components=[spec("c1"), spec("n1", NVSWITCH)])
+    await inventory.create_rack("r10", components=[spec("c2")])
+    assert await inventory.get_rack_by_name("r1") == rack == await inventory.get_rack(rack.id)
+    for other in ("r", "R1", "ext-r1", "r1 "):
+        with pytest.raises(NotFound, match=f"^name: no rack named {other!r}$"):
+            await inventory.get_rack_by_name(other)
+    with pytest.raises(NotFound, match=r"^rack: no rack named 'gone'$"):
+        await inventory.get_rack_by_name("gone", "rack")
+    with pytest.raises(InvalidArgument, match=r"^name: must not be empty"):
+        await inventory.get_rack_by_name("")
+    async with db.read() as conn:
+        assert await store.get_rack_by_name(conn, "nothing") is None
+
+
 async def test_list_racks_orders_pages_and_filters(inventory: InventoryService, clock: FakeClock) -> None:
     names = ["r3", "r1", "r2", "r0"]
     for name in names:

@@ -122,3 +122,26 @@ async def test_the_pages_walk_every_rack_once_in_order(db: Database, limit: int 
         expected = sorted((r for r in ids if domain is None or ids.index(r) % 2), key=created.__getitem__)
         assert seen == expected
         assert total == len(expected)
+
+
+async def test_a_rack_by_name_is_one_read_of_the_unique_name_index(db: Database) -> None:
+    """GetRack by name (the CLI's every rack named on the command line) seeks the name's unique index: the
+    rack list read 20 pages to find it at 20,000 racks (issue 29). Its components are read by the rack's
+    id from their own index, as a rack's by id are."""
+    await _racks(db)
+    with statements_sent(db) as sent:
+        async with db.read() as conn:
+            found = await inventory.get_rack_by_name(conn, "r17")
+    assert found is not None and found.name == "r17"
+    reads = [(s, p) for s, p in sent if s.lstrip().startswith("SELECT")]
+    assert len(reads) == 2, [s for s, _ in sent]
+    by_name, by_rack = reads
+    assert "FROM racks" in by_name[0] and "FROM components" in by_rack[0], reads
+    name_index = "uq_racks_name" if db.is_postgres else "USING INDEX sqlite_autoindex_racks_"
+    for what, (statement, parameters), index in (
+        ("the rack", by_name, name_index),
+        ("its components", by_rack, "ix_components_rack_id"),
+    ):
+        plan = await _plan(db, statement, parameters)
+        assert index in plan, f"{what}:\n{plan}"
+        assert not any(scan in plan for scan in ("Seq Scan", "SCAN racks", "SCAN components")), plan

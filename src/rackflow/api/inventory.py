@@ -8,7 +8,14 @@ from google.protobuf.empty_pb2 import Empty
 from grpc.aio import ServicerContext as Context
 
 from rackflow.api.convert import next_page_token, page_from, required_uuid, total_to, uuid_from
-from rackflow.api.convert.inventory import component_specs_from, component_to, domain_to, rack_to, uuids_from
+from rackflow.api.convert.inventory import (
+    component_specs_from,
+    component_to,
+    domain_to,
+    rack_ref_from,
+    rack_to,
+    uuids_from,
+)
 from rackflow.api.errors import rpc
 from rackflow.v1 import flow_pb2 as pb
 
@@ -33,7 +40,10 @@ class InventoryRpcs:
 
     @rpc
     async def GetRack(self, request: pb.GetRackRequest, context: Context) -> pb.Rack:
-        return rack_to(await self.services.inventory.get_rack(required_uuid(request.id, "id")))
+        ref = rack_ref_from(request)
+        if isinstance(ref, str):
+            return rack_to(await self.services.inventory.get_rack_by_name(ref))
+        return rack_to(await self.services.inventory.get_rack(ref))
 
     @rpc
     async def ListRacks(self, request: pb.ListRacksRequest, context: Context) -> pb.ListRacksResponse:

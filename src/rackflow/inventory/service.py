@@ -113,6 +113,16 @@ class InventoryService:
             raise NotFound(f"id: no rack with id {rack_id}")
         return rack
 
+    async def get_rack_by_name(self, name: str, field: str = "name") -> Rack:
+        """The rack called `name`; NotFound naming `field` and the name otherwise (`rack_id_by_name`'s
+        refusals, so the CLI and the dashboard say the same)."""
+        check_text(name, field, required=True)
+        async with self.db.read() as conn:
+            rack = await store.get_rack_by_name(conn, name)
+        if rack is None:
+            raise NotFound(f"{field}: no rack named {name!r}")
+        return rack
+
     async def list_racks(
         self,
         nvl_domain_id: uuid.UUID | None = None,

@@ -140,10 +140,21 @@ async def rack_exists(conn: AsyncConnection, rack_id: uuid.UUID) -> bool:
 
 async def get_rack(conn: AsyncConnection, rack_id: uuid.UUID) -> Rack | None:
     """The rack with its components, or None."""
-    row = (await conn.execute(select(racks).where(racks.c.id == rack_id))).first()
+    return await _rack_where(conn, racks.c.id == rack_id)
+
+
+async def get_rack_by_name(conn: AsyncConnection, name: str) -> Rack | None:
+    """The rack called `name` with its components, or None: one read of the unique index on the name,
+    where finding it on the rack list read every rack (20 pages at 20,000 racks, issue 29)."""
+    return await _rack_where(conn, racks.c.name == name)
+
+
+async def _rack_where(conn: AsyncConnection, match: ColumnElement[bool]) -> Rack | None:
+    """The one rack `match` selects (by a unique column), with its components, or None."""
+    row = (await conn.execute(select(racks).where(match))).first()
     if row is None:
         return None
-    rack_components = (await components_by_rack(conn, [rack_id]))[rack_id]
+    rack_components = (await components_by_rack(conn, [row.id]))[row.id]
     return _rack_from(row, rack_components)
 
 

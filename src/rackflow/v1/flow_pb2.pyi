@@ -491,21 +491,31 @@ Global___CreateRackRequest: _TypeAlias = CreateRackRequest  # noqa: Y015
 
 @_typing.final
 class GetRackRequest(_message.Message):
+    """A rack by its id or by its name, exactly one of them (a name is one read of the racks' unique index)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Not empty, not with `id`: both are refused, not answered for whichever came last. Beside `id` rather
+    than in a oneof with it, so the code generated for clients that set `id` stays as it was.
+    """
     @_builtins.property
     def id(self) -> Global___UUID: ...
     def __init__(
         self,
         *,
         id: Global___UUID | None = ...,
+        name: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "id", b"id", "name", b"name"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_name", b"_name", "id", b"id", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__name: _TypeAlias = _typing.Literal["name"]  # noqa: Y015
+    _WhichOneofArgType__name: _TypeAlias = _typing.Literal["_name", b"_name"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__name) -> _WhichOneofReturnType__name | None: ...
 
 Global___GetRackRequest: _TypeAlias = GetRackRequest  # noqa: Y015
 

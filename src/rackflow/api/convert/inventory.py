@@ -58,6 +58,16 @@ def rack_to(rack: Rack) -> pb.Rack:
     )
 
 
+def rack_ref_from(request: pb.GetRackRequest) -> uuid.UUID | str:
+    """The rack a GetRack asks for: its id, or its name (a str, checked by the service that looks it
+    up). Both is refused rather than one chosen; neither is refused as a missing id, as before `name`."""
+    if not request.HasField("name"):
+        return required_uuid(request.id, "id")
+    if request.HasField("id"):
+        raise InvalidArgument(f"name: not with an id, got {request.name!r} and {request.id.id!r}")
+    return request.name
+
+
 def domain_to(domain: NVLDomain) -> pb.NVLDomain:
     return pb.NVLDomain(
         id=uuid_to(domain.id), name=domain.name, rack_ids=[pb.UUID(id=str(r)) for r in domain.rack_ids]
