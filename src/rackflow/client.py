@@ -32,7 +32,8 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
-# Schedules or racks a page of the look-up that finds one by its name asks for (the API's largest page).
+# Schedules a page of the look-up that finds one by its name asks for, and racks a page of `all_racks` (the
+# API's largest page).
 NAME_SEARCH_PAGE = 1000
 M = TypeVar("M", bound=Message)
 
@@ -425,14 +426,12 @@ class RackflowClient:
     # --- name or id ------------------------------------------------------------------------------
 
     def resolve_rack_id(self, rack: str) -> str:
-        """The id of the rack named `rack` (or `rack` itself, an id), from the rack list a page at a time
-        (`all_racks`)."""
+        """The id of the rack named `rack` (or `rack` itself, an id): one GetRack by its name, which the
+        server reads from the racks' unique name index. Finding it on the rack list a page at a time
+        (`all_racks`) took 1.2-1.9 s at 20,000 racks (docs/PERFORMANCE.md, issue 29)."""
         if is_uuid(rack):
             return rack
-        for found in self.all_racks():
-            if found.name == rack:
-                return found.id.id
-        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"rack {rack!r} not found")
+        return self.get_rack(rack).id.id
 
     def resolve_schedule_id(self, schedule: str) -> str:
         """The id of the schedule named `schedule` (or `schedule` itself, an id). Asked of the name search
@@ -502,7 +501,9 @@ class RackflowClient:
         return self._call(self._stub.CreateRack, request, pb.Rack)
 
     def get_rack(self, rack: str) -> pb.Rack:
-        return self._call(self._stub.GetRack, pb.GetRackRequest(id=self._rack_ref(rack)), pb.Rack)
+        """The rack of that id or name (an id wins when a name looks like one), in one GetRack."""
+        request = pb.GetRackRequest(id=pb.UUID(id=rack)) if is_uuid(rack) else pb.GetRackRequest(name=rack)
+        return self._call(self._stub.GetRack, request, pb.Rack)
 
     def list_racks(
         self, *, domain: str = "", offset: int = 0, limit: int = 0, page_token: str = ""
@@ -515,8 +516,8 @@ class RackflowClient:
 
     def all_racks(self) -> Iterator[pb.Rack]:
         """Every rack, read a page at a time: the whole list in one answer passed gRPC's 4 MiB message
-        limit at about 20,000 racks (RESOURCE_EXHAUSTED), and every command that named a rack, or showed
-        racks by name, failed there."""
+        limit at about 20,000 racks (RESOURCE_EXHAUSTED), and every command that showed racks by name
+        failed there. A rack named on the command line is one GetRack by name (`resolve_rack_id`)."""
         token = ""
         while True:
             page = self.list_racks(limit=NAME_SEARCH_PAGE, page_token=token)
