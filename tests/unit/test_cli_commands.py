@@ -92,8 +92,8 @@ class FakeClient:
         return iter(self.__getattr__("list_racks")().racks)
 
     def get_rack(self, rack: str) -> pb.Rack:
-        """The rack of that id (or name, as the client resolves one) in the `list_racks` answer; NOT_FOUND
-        else."""
+        """The rack of that id or name (one GetRack either way, as the client's) in the `list_racks`
+        answer; NOT_FOUND else."""
         self.calls.append(("get_rack", (rack,), {}))
         listed = self.answers["list_racks"]
         for found in (listed() if callable(listed) else listed).racks:
@@ -1366,3 +1366,32 @@ def test_a_page_of_tasks_names_its_racks_without_reading_every_rack(
     assert "rack-01" in result.output and gone[:8] in result.output  # a rack deleted since: by its id
     assert fake.called("list_racks") == []
     assert sorted(args for args, _ in fake.called("get_rack")) == sorted([(RACK_ID,), (gone,)])
+
+
+GONE_RACK = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
+
+
+@pytest.mark.parametrize(
+    ("args", "row"),
+    [
+        (("run", "show", TASK_ID), "rack-01 (canary)"),
+        (("schedule", "scope", "add", "nightly", "--rack", "rack-01"), "rack-01 all"),
+        (("domain", "list"), f"nvl-a rack-01, {GONE_RACK}"),
+    ],
+)
+def test_a_run_a_scope_change_and_the_domains_name_their_racks_without_reading_every_rack(
+    fake: FakeClient, run: Callable[..., Result], args: tuple[str, ...], row: str
+) -> None:
+    """A run's table, the scope an add or update leaves and the NVLink domains read each of their racks by
+    id (at most 100), as a page of tasks does: they read the whole rack list, 20 pages at 20,000 racks."""
+    fake.answers["get_run"] = _a_held_run()
+    scopes = [pb.TaskScheduleScope(rack_id=pb.UUID(id=r)) for r in (RACK_ID, GONE_RACK)]
+    fake.answers["add_scope"] = pb.AddTaskScheduleScopeResponse(scopes=scopes)
+    fake.answers["list_domains"] = pb.ListNVLDomainsResponse(
+        domains=[pb.NVLDomain(name="nvl-a", rack_ids=[pb.UUID(id=RACK_ID), pb.UUID(id=GONE_RACK)])]
+    )
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    assert row in " ".join(result.output.split()), result.output
+    assert fake.called("list_racks") == []
+    assert (RACK_ID,) in {a for a, _ in fake.called("get_rack")} <= {(RACK_ID,), (GONE_RACK,)}

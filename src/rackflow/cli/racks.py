@@ -26,6 +26,7 @@ from rackflow.cli.output import (
     when,
 )
 from rackflow.cli.paging import emit_page, page_options, page_title
+from rackflow.cli.tasks import rack_names
 from rackflow.client import NewComponent, RackflowClient
 from rackflow.v1 import flow_pb2 as pb
 
@@ -240,7 +241,7 @@ def create_domain(ctx: click.Context, name: str, racks: tuple[str, ...]) -> None
 
 
 def domains_table(domains: list[pb.NVLDomain], session: Session) -> Listing:
-    names = {r.id.id: r.name for r in session.client.all_racks()}
+    names = rack_names(session, {r.id for d in domains for r in d.rack_ids})
     result = table("NAME", "ID", free_text("RACKS"))
     for d in domains:
         result.add_row(d.name, d.id.id, ", ".join(names.get(r.id, r.id) for r in d.rack_ids) or "-")

@@ -236,6 +236,12 @@ def run_view(
     return Stack(*parts, "", scopes)
 
 
+def run_racks(run: pb.TaskScheduleRun) -> set[str]:
+    """The ids of the racks a run's table names: a run of a few racks names them by reading each
+    (`rack_names`), not the whole rack list (20 pages at 20,000 racks)."""
+    return {o.rack_id.id for o in run.outcomes}
+
+
 def _finished(run: pb.TaskScheduleRun) -> bool:
     """Nothing more will change: not live, and no started task still active."""
     return run.state not in LIVE_STATES and not (run.HasField("progress") and run.progress.active)
@@ -266,7 +272,7 @@ def show(ctx: click.Context, run_id: str, watch: bool, interval: int) -> None:
     """
     session = pass_session(ctx)
     current = session.client.get_run(run_id)
-    racks = rack_names(session) if session.for_people else {}
+    racks = rack_names(session, run_racks(current)) if session.for_people else {}
     schedule = schedule_name(session, current.schedule_id.id) if session.for_people else ""
 
     def view(r: pb.TaskScheduleRun) -> RenderableType:
@@ -434,7 +440,7 @@ def retry_text(policy: pb.RetryPolicy) -> str:
 def _act(ctx: click.Context, call: Callable[[Session], pb.TaskScheduleRun]) -> None:
     session = pass_session(ctx)
     found = call(session)
-    racks = rack_names(session) if session.for_people else {}
+    racks = rack_names(session, run_racks(found)) if session.for_people else {}
     schedule = schedule_name(session, found.schedule_id.id) if session.for_people else ""
     session.emit(
         found, lambda: run_view(found, racks, schedule, task_messages(session, failed_task_ids(found)))

@@ -49,7 +49,7 @@ from rackflow.cli.rollouts import (
     task_messages,
 )
 from rackflow.cli.targets import checked, parse_seconds, parse_time, parse_zone, target_options, valid
-from rackflow.cli.tasks import submitted_view
+from rackflow.cli.tasks import rack_names, submitted_view
 from rackflow.client import (
     OPERATION_RPCS,
     RUN_VIEWS,
@@ -905,7 +905,7 @@ def scopes_view(
     scopes: Sequence[pb.TaskScheduleScope], session: Session, title: str | None = None
 ) -> Listing:
     named = all(entry.rack_name for entry in scopes)  # a list's page names its racks; add/update do not
-    racks = {} if named else {r.id.id: r.name for r in session.client.all_racks()}
+    racks = {} if named else rack_names(session, {entry.rack_id.id for entry in scopes})
     result = table("ID", "RACK", "COMPONENTS", "LAST TASK", "CREATED", title=title)
     for entry in scopes:
         rack = entry.rack_name or racks.get(entry.rack_id.id, entry.rack_id.id)

@@ -49,7 +49,8 @@ def task() -> None:
 
 
 # Racks a table names that are read one by one (GetRack) rather than by reading every rack: a page of tasks
-# names at most a page of racks, where the whole rack list is 20 pages at 20,000 racks.
+# names at most a page of racks, and a run, a scope change or the NVLink domains often a few, where the
+# whole rack list is 20 pages at 20,000 racks.
 FEW_RACKS = 100
 
 
