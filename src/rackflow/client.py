@@ -83,6 +83,9 @@ class RackflowClientError(Exception):
         self.message = message
 
 
+# What a server of a release before GetRack by name answers a request naming a rack: it reads the id alone.
+_NO_RACK_ID = (grpc.StatusCode.INVALID_ARGUMENT, "id: an id is required")
+
 TASK_STATUSES = tuple(
     value.name.removeprefix("TASK_STATUS_")
     for value in pb.TaskStatus.DESCRIPTOR.values
@@ -501,9 +504,21 @@ class RackflowClient:
         return self._call(self._stub.CreateRack, request, pb.Rack)
 
     def get_rack(self, rack: str) -> pb.Rack:
-        """The rack of that id or name (an id wins when a name looks like one), in one GetRack."""
-        request = pb.GetRackRequest(id=pb.UUID(id=rack)) if is_uuid(rack) else pb.GetRackRequest(name=rack)
-        return self._call(self._stub.GetRack, request, pb.Rack)
+        """The rack of that id or name (an id wins when a name looks like one), in one GetRack. A server of
+        a release before GetRack took a name reads the id alone and refuses the request for lacking one
+        (`_NO_RACK_ID`): the name is then found on the rack list, a page at a time, as that release's
+        clients did, so a CLI upgraded before its servers still works, slowly."""
+        if is_uuid(rack):
+            return self._call(self._stub.GetRack, pb.GetRackRequest(id=pb.UUID(id=rack)), pb.Rack)
+        try:
+            return self._call(self._stub.GetRack, pb.GetRackRequest(name=rack), pb.Rack)
+        except RackflowClientError as err:
+            if (err.code, err.message) != _NO_RACK_ID:
+                raise
+        for found in self.all_racks():
+            if found.name == rack:
+                return self.get_rack(found.id.id)
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"name: no rack named {rack!r}")
 
     def list_racks(
         self, *, domain: str = "", offset: int = 0, limit: int = 0, page_token: str = ""

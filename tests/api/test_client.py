@@ -25,6 +25,7 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, Message]] = []
+        self.knows_rack_names = True  # False: as a release before GetRack took a name
 
     def _record(self, name: str, request: Message) -> None:
         self.requests.append((name, request))
@@ -50,6 +51,8 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
     def GetRack(self, request: Any, context: Any) -> pb.Rack:
         """rack-02, by its id or its name; NOT_FOUND for any other name."""
         self._record("GetRack", request)
+        if not self.knows_rack_names and not request.HasField("id"):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "id: an id is required")
         if request.HasField("name") and request.name != "rack-02":
             context.abort(grpc.StatusCode.NOT_FOUND, f"name: no rack named {request.name!r}")
         return pb.Rack(id=request.id if request.HasField("id") else pb.UUID(id=RACK_ID), name="rack-02")
@@ -128,6 +131,23 @@ def test_a_rack_name_is_one_get_rack_by_name(flow: tuple[RecordingFlow, Rackflow
     assert servicer.requests == [("GetRack", pb.GetRackRequest(id=pb.UUID(id=RACK_ID)))]
     with pytest.raises(RackflowClientError) as caught:
         client.resolve_rack_id("rack-99")
+    assert (caught.value.code, caught.value.message) == (
+        grpc.StatusCode.NOT_FOUND,
+        "name: no rack named 'rack-99'",
+    )
+
+
+def test_a_server_that_reads_no_rack_name_is_asked_by_the_rack_list(
+    flow: tuple[RecordingFlow, RackflowClient],
+) -> None:
+    """A CLI upgraded before its servers: the old GetRack reads the id alone and refuses the name. The
+    name is then found on the rack list a page at a time, as that release's clients did."""
+    servicer, client = flow
+    servicer.knows_rack_names = False
+    assert client.resolve_rack_id("rack-02") == RACK_ID
+    assert [name for name, _ in servicer.requests] == ["GetRack", "ListRacks", "ListRacks", "GetRack"]
+    with pytest.raises(RackflowClientError) as caught:
+        client.get_rack("rack-99")
     assert (caught.value.code, caught.value.message) == (
         grpc.StatusCode.NOT_FOUND,
         "name: no rack named 'rack-99'",
