@@ -14,7 +14,7 @@ from rackflow.checks.service import CheckService
 from rackflow.clock import Clock
 from rackflow.inventory.service import InventoryService
 from rackflow.notify.service import NotificationService
-from rackflow.rollouts.gate import RolloutGate
+from rackflow.rollouts.gate import RolloutGate, hold_stopped
 from rackflow.rollouts.service import RolloutService
 from rackflow.schedules.approvals import ApprovalService
 from rackflow.schedules.service import ScheduleService
@@ -71,7 +71,7 @@ class Services:
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
         audit = AuditTrail(db, clock, audit_spool)
-        windows = WindowService(db, clock, Deferrals(tasks, default_start_deadline))
+        windows = WindowService(db, clock, Deferrals(tasks, default_start_deadline, hold_stopped))
         rollouts = RolloutService(db, clock, tasks, audit)
         schedules = ScheduleService(db, clock, tasks, rollouts, default_start_deadline, instance_id)
         checks = CheckService(db, clock, tasks)

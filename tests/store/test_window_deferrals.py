@@ -17,21 +17,34 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import Changes, noting
 from rackflow.clock import FakeClock
 from rackflow.domain.inventory import Rack
+from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff, Recurring, WindowKind, WindowPolicy
+from rackflow.rollouts.gate import CANCELLED_REASON
 from rackflow.schedules import firing
 from rackflow.services import Services
 from rackflow.store import task_runs
+from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
+from rackflow.store.tables import tasks
+from rackflow.timespec import format_rfc3339
 from rackflow.windows.service import WHEN_PATH, Redeciding, Ref, WindowInput
 from tests.store.schedules_support import START, Env, make_env
+from tests.store.test_approvals import caller
+from tests.store.test_rollout_cancel_gate import ENDED_BY_THE_GATE
+from tests.store.test_rollout_cancel_gate import claim as claim_gated
+from tests.store.test_rollout_halt_gate import claim as rollout_claim
+from tests.store.test_rollout_halt_gate import fail_and_step
 from tests.store.test_rollout_lock_order import done_or_waiting_on_a_lock
+from tests.store.test_rollouts import _run as rollout_run
+from tests.store.test_rollouts_windows import _rollout as rollout_firing
 from tests.store.test_windows_firing import NIGHTLY, TOMORROW_2AM, dispatch_at, with_policy
 
 FIRED_AT = START + timedelta(hours=1)
@@ -699,3 +712,224 @@ async def test_an_edit_between_a_submit_and_its_write_back_keeps_the_start_deadl
     assert ended.status is TaskStatus.TERMINATED and ended.started_at is None
     assert "comes after the start deadline" in ended.message
     assert (outcome.outcome, outcome.error) == ("missed", ended.message)
+
+
+# --- a deferred rack of a rollout that halted or was cancelled (docs/ROLLOUTS.md, "A halt starts nothing
+# more") -----------------------------------------------------------------------------------------------
+
+HALT_AT_ONE = RolloutPolicy(max_concurrent_racks=2, halt_after_failures=1)
+# How each window change below opens r1 now (r1's "nightly" opens at 02:00 tomorrow).
+OPENING_CHANGES = ["create", "edit", "delete"]
+
+
+async def deferred_in_a_rollout(env: Env) -> tuple[Schedule, uuid.UUID, Task]:
+    """A dispatched DEFER rollout of r0, r1 and r2 (two at once, halting at the first failure) fired now,
+    r1 under "nightly": its first wave submits r0's task, and r1's deferred to 02:00 (its run, and that
+    task); r2 waits its turn."""
+    r0, r1, r2 = [await env.rack(f"r{i}") for i in range(3)]
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=NIGHTLY, racks=(Ref(r1.id),))
+    )
+    schedule = await rollout_firing(env, [r0, r1, r2], WindowPolicy.DEFER, rollout=HALT_AT_ONE)
+    report = await rollout_run(env, schedule)
+    [task_id] = [o.task_id for o in report.run.outcomes if o.rack_id == r1.id]
+    task = await get(env, task_id)
+    assert (task.status, task.held_by, task.not_before) == (TaskStatus.PENDING, "window", TOMORROW_2AM)
+    return schedule, report.run.id, task
+
+
+async def halted_with_a_deferred_rack(env: Env) -> tuple[Schedule, uuid.UUID, Task]:
+    """`deferred_in_a_rollout`, r0 started and failed: the rollout halts (r2 not started), and r1's task
+    still waits for its opening (a halt leaves a hold another gate, or its window, has: the task comes
+    before the rollout's gate when that hold ends)."""
+    schedule, run_id, task = await deferred_in_a_rollout(env)
+    [r0_task] = await rollout_claim(env)
+    await fail_and_step(env, r0_task)
+    assert (await rollout_run(env, schedule)).run.state == "halted"
+    assert await get(env, task.id) == task
+    return schedule, run_id, task
+
+
+async def open_now(env: Env, change: str, rack_id: uuid.UUID) -> Changes:
+    """Open r1 now, by `change`: a new ALLOW window open from an hour ago to two hours from now, "nightly"
+    moved to that, or "nightly" deleted; as an audited call: what its event notes."""
+    now = env.clock.now()
+    when = OneOff(now - timedelta(hours=1), now + timedelta(hours=2))
+    if change == "create":
+        return await create_window(env, "open now", WindowKind.ALLOW, when, rack_id)
+    if change == "edit":
+        return await edit_when(env, when)
+    changes = Changes()
+    with noting(changes):
+        await env.services.windows.delete(await env.services.windows.id_by_name("nightly"))
+    return changes
+
+
+def assert_held_by_the_halt(env: Env, task: Task, change: str) -> None:
+    """Held by the halt as the halt holds a task nothing held, bound as the window's release binds it."""
+    assert (task.status, task.held_by, task.started_at) == (TaskStatus.PENDING, "rollout", None)
+    halt = "rollout halted: 1 of 3 racks failed (limit 1)"
+    assert task.held_reason == f"waits for its rollout to be resumed: {halt}"
+    assert task.message == task.held_reason
+    ends = None if change == "delete" else env.clock.now() + timedelta(hours=2)
+    assert task.not_after == ends
+
+
+@pytest.mark.parametrize("change", OPENING_CHANGES)
+async def test_a_window_that_opens_a_halted_rollout_s_deferred_rack_leaves_it_held_by_the_halt(
+    env: Env, change: str
+) -> None:
+    """Its window lets it go, but its rollout is halted: the halt holds it, as it holds every task of the
+    run that has not begun and nothing else holds, until a resume (which lets it start at once)."""
+    schedule, run_id, task = await halted_with_a_deferred_rack(env)
+
+    changes = await open_now(env, change, task.rack_id)
+
+    assert_held_by_the_halt(env, await get(env, task.id), change)
+    ends = {} if change == "delete" else {"not_after": format_rfc3339(env.clock.now() + timedelta(hours=2))}
+    assert changes.recorded == [
+        {
+            "deferred_task": "released",
+            "task_id": str(task.id),
+            "run_id": str(run_id),
+            "rack_id": str(task.rack_id),
+            **ends,
+            "held_by": "rollout",
+        }
+    ]
+    assert await rollout_claim(env) == [], "a rack of the halted rollout started"
+    env.clock.advance(timedelta(minutes=10))  # the halt's hold is due for a look: its gate holds it again
+    assert await rollout_claim(env) == [], "a rack of the halted rollout started"
+    assert (await get(env, task.id)).held_by == "rollout"
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
+
+    await env.services.rollouts.resume(run_id)  # r1 goes on at once, and r2's turn comes again
+    started = await rollout_claim(env)
+    assert task.id in started and len(started) == 2
+
+
+@pytest.mark.parametrize("change", OPENING_CHANGES)
+async def test_a_window_that_opens_a_cancelled_rollout_s_deferred_rack_starts_nothing(
+    env: Env, change: str
+) -> None:
+    """The cancel ended the task waiting for its window (it had not begun): the window's change finds
+    nothing to decide, and nothing starts."""
+    schedule, run_id, task = await halted_with_a_deferred_rack(env)
+    with caller("oncall"):
+        await env.services.rollouts.cancel(run_id)
+
+    changes = await open_now(env, change, task.rack_id)
+
+    assert changes.recorded == []
+    ended = await get(env, task.id)
+    assert (ended.status, ended.message) == (TaskStatus.TERMINATED, "its rollout was cancelled by oncall")
+    assert await rollout_claim(env) == [], "a rack of the cancelled rollout started"
+    assert await outcome_of(env, schedule, task) == ("not_started", "its rollout was cancelled by oncall")
+
+
+@pytest.mark.postgres
+async def test_a_halt_beside_a_window_change_releasing_its_deferred_rack_holds_it(pg_db: str) -> None:
+    """The window's deletion releases r1's task, and before it commits a rollout step finds r0 failed:
+    the halt and the release decide one after the other (the deletion holds the run's row, which the
+    step skips until it is free), so the task ends held by the halt whichever goes first, never left
+    unheld for a claim to start. (PostgreSQL only: SQLite's single writer runs them one after the other.)"""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, _, task = await deferred_in_a_rollout(env)
+        [r0_task] = await rollout_claim(env)
+        async with env.db.transaction() as conn:
+            await task_store.set_status(conn, [r0_task], TaskStatus.FAILED, now=env.clock.now())
+        windows = env.services.windows
+        paused = PausedOnce(windows.deferrals)
+        windows.deferrals = paused
+        deletion = asyncio.ensure_future(open_now(env, "delete", task.rack_id))
+        async with asyncio.timeout(60):
+            await paused.paused.wait()
+        step = asyncio.ensure_future(env.services.rollouts.advance())
+        await done_or_waiting_on_a_lock(env, step)
+        paused.go.set()
+        await asyncio.wait_for(deletion, 60)
+        await asyncio.wait_for(step, 60)
+        await env.services.rollouts.advance()
+
+        assert (await rollout_run(env, schedule)).run.state == "halted"
+        assert_held_by_the_halt(env, await get(env, task.id), "delete")
+        env.clock.advance(timedelta(minutes=10))
+        assert await rollout_claim(env) == [], "a rack of the halted rollout started"
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_cancel_beside_a_window_change_releasing_its_deferred_rack_ends_it(pg_db: str) -> None:
+    """The window's deletion releases r1's task, and before it commits the rollout is cancelled: the
+    cancel waits for the run's row, which the deletion holds, and then ends the task it released, its
+    rack not started, rather than skip it as a task a claim holds and leave it unheld for a claim to
+    start after the cancel."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, run_id, task = await deferred_in_a_rollout(env)
+        windows = env.services.windows
+        paused = PausedOnce(windows.deferrals)
+        windows.deferrals = paused
+        deletion = asyncio.ensure_future(open_now(env, "delete", task.rack_id))
+        async with asyncio.timeout(60):
+            await paused.paused.wait()
+        with caller("oncall"):
+            cancel = asyncio.ensure_future(env.services.rollouts.cancel(run_id))
+        await done_or_waiting_on_a_lock(env, cancel)
+        paused.go.set()
+        await asyncio.wait_for(deletion, 60)
+        report = await asyncio.wait_for(cancel, 60)
+
+        assert report.run.state == "cancelled"
+        ended = await get(env, task.id)
+        assert (ended.status, ended.message) == (TaskStatus.TERMINATED, "its rollout was cancelled by oncall")
+        env.clock.advance(timedelta(minutes=10))
+        assert await rollout_claim(env) == [], "a rack of the cancelled rollout started"
+        assert await outcome_of(env, schedule, task) == ("not_started", "its rollout was cancelled by oncall")
+    finally:
+        await db.dispose()
+
+
+class _ClaimLost(Exception):
+    """The claim's instance lost its connection: its transaction rolls back."""
+
+
+@pytest.mark.postgres
+async def test_a_window_change_letting_go_of_a_task_its_rollout_s_cancel_skipped_ends_it(pg_db: str) -> None:
+    """A claim took r1's task in its window's opening as the rollout was cancelled: the cancel skipped it
+    (it waits on no claim), and that claim never committed (its instance lost its connection), so the
+    task is still PENDING, held by its window, of a cancelled rollout; its next claim's rollout gate would
+    end it. The window's deletion lets it go: its rollout's gate holds it instead, and ends it at the next
+    claim, its rack not started, rather than that claim start it after the cancel."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, run_id, task = await deferred_in_a_rollout(env)
+        env.clock.advance(TOMORROW_2AM + timedelta(minutes=30) - env.clock.now())  # in its opening
+        with pytest.raises(_ClaimLost):
+            async with env.db.transaction() as claiming:
+                await claiming.execute(select(tasks.c.id).where(tasks.c.id == task.id).with_for_update())
+                with caller("oncall"):
+                    report = await env.services.rollouts.cancel(run_id)
+                raise _ClaimLost
+        assert "1 task(s) an executor was claiming left to its start gate" in report.run.reason
+        assert await get(env, task.id) == task
+
+        changes = await open_now(env, "delete", task.rack_id)
+
+        held = await get(env, task.id)
+        assert (held.status, held.held_by, held.held_reason) == (
+            TaskStatus.PENDING,
+            "rollout",
+            CANCELLED_REASON,
+        )
+        assert [(c["deferred_task"], c.get("held_by")) for c in changes.recorded] == [("released", "rollout")]
+        gated = await claim_gated(env)
+        assert gated.failed == {task.id: ENDED_BY_THE_GATE}
+        assert await outcome_of(env, schedule, task) == ("not_started", CANCELLED_REASON)
+    finally:
+        await db.dispose()

@@ -76,6 +76,8 @@ def note_deferral_changes(deferral_changes: Sequence[DeferralChange]) -> None:
                 recorded[key] = format_rfc3339(at)
         if change.outcome:
             recorded["outcome"] = change.outcome
+        if change.held_by:
+            recorded["held_by"] = change.held_by
         changes.recorded.append(recorded)
 
 

@@ -131,7 +131,8 @@ class DeferralChange:
     """What a maintenance window's change did to a task waiting for its window's opening
     (`rackflow.tasks.deferrals`): "moved" (it waits until `not_before`, by `not_after`), "released" (no
     window keeps it waiting now; it must start by `not_after`, if any) or "ended" (TERMINATED: the windows
-    settle its scope as `outcome`, "skipped_window" or "missed")."""
+    settle its scope as `outcome`, "skipped_window" or "missed"). `held_by`: what holds a task the windows
+    let go all the same ("rollout": its rollout halted or was cancelled), if anything."""
 
     task_id: uuid.UUID
     run_id: uuid.UUID
@@ -140,6 +141,7 @@ class DeferralChange:
     not_before: datetime | None = None
     not_after: datetime | None = None
     outcome: str = ""
+    held_by: str = ""
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,16 @@ budget holding the rack between its release and its start, or the check deleted,
 
 A halted rollout starts nothing more, and that includes the racks whose tasks it submitted before the halt
 but that have not begun: held by another gate (a freeze, a budget, a pre-flight check, their window's
-opening), or not claimed yet. The halt holds those nothing held (`hold_unstarted`), so each comes before
+opening), or not claimed yet. The halt holds those nothing held (`hold_stopped`), so each comes before
 this gate when it would start, and stays held here, `held_by` "rollout", until the run is resumed (which
 releases them at once: they keep their place, as the resume's rule counts them active) or cancelled (a
 cancel ends them, `RolloutService.cancel_in`). A task that began before the halt (a retry's next attempt)
-goes on: a halt stops nothing already started.
+goes on: a halt stops nothing already started. The one thing that lets go of a task that has not begun
+without this gate's look is a maintenance window's change (`tasks.deferrals`: a task waiting for its
+window's opening, released when the windows open its rack now, held by nothing then); it locks the run's
+row first, as a halt does, and a task it lets go of a halted or cancelled rollout is held here again in
+its transaction (`hold_stopped`), so that a claim never starts it without asking this gate. The gate
+need not look at every task of a rollout at every claim (a statement each) to keep that.
 
 A cancelled rollout starts nothing more either: its cancel ends its tasks that have not begun, but skips
 those a claim holds at that moment (it waits on no claim: a claim waits here for the run's row, which the
@@ -42,7 +47,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -67,6 +72,30 @@ _CANCELLED = Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)
 def halted_hold(reason: str, now: datetime) -> Hold:
     """How a halted rollout (halted for `reason`) holds a task of it that has not begun."""
     return Hold(now + ROLLOUT_HALT_WAIT, f"waits for its rollout to be resumed: {reason}")
+
+
+async def hold_stopped(
+    conn: AsyncConnection, runs: Mapping[uuid.UUID, store.LockedRun], now: datetime
+) -> dict[uuid.UUID, str]:
+    """Bring before this gate the tasks that have not begun and that nothing holds of those of `runs`
+    (their rows locked by the caller, as the lock found them) that are halted or cancelled: held by it
+    (`store.rollouts.hold_unstarted`), by a halted run until its resume (`halted_hold`), by a cancelled
+    one until now, so that the next claim's gate here ends them, their racks "not_started"; which tasks
+    it held, and by whom (this gate). A halt does this as it halts. So does a window's change that let go
+    of a task of such a run, which its window held when the run halted or was cancelled: held, the task
+    came before this gate when its window's opening came; let go, nothing held it, and the claim would
+    start it without asking this gate (`tasks.deferrals`). Nothing else lets go of a task that has not
+    begun without a gate's look (a resume or another gate's release keeps `held_by`)."""
+    held: dict[uuid.UUID, str] = {}
+    for run_id, run in runs.items():
+        if run.state == "halted":
+            hold = halted_hold(run.reason, now)
+        elif run.state == "cancelled":
+            hold = Hold(now, CANCELLED_REASON)
+        else:
+            continue
+        held |= dict.fromkeys(await store.hold_unstarted(conn, run_id, GATE_NAME, hold, now), GATE_NAME)
+    return held
 
 
 class RolloutGate:

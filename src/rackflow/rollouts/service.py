@@ -48,7 +48,7 @@ from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError
 from rackflow.notify import events
 from rackflow.rollouts.gate import GATE_NAME as ROLLOUT_GATE
-from rackflow.rollouts.gate import halted_hold
+from rackflow.rollouts.gate import hold_stopped
 from rackflow.security import ANONYMOUS, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import outbox, task_runs
@@ -290,7 +290,7 @@ class RolloutService:
                 ),
             )
             # Its racks submitted and not begun start no more either: the rollout gate holds them.
-            await store.hold_unstarted(conn, run.id, ROLLOUT_GATE, halted_hold(decision.halt, now), now)
+            await hold_stopped(conn, {run.id: store.LockedRun("halted", decision.halt)}, now)
             pauses = run.rollout.pause_on_halt and await self._pause(
                 conn, run.schedule_id, decision.halt, now
             )

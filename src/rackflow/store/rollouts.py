@@ -128,19 +128,21 @@ async def lock_rollouts(
 
 async def hold_unstarted(
     conn: AsyncConnection, run_id: uuid.UUID, gate: str, hold: Hold, now: datetime
-) -> None:
+) -> list[uuid.UUID]:
     """Hold by `gate` the run's tasks that never started (`not_begun_of_run`: their first attempt PENDING
-    and not claimed yet, or WAITING in their rack's queue) and that nothing holds: the rollout gate looks
-    only at tasks something held before, so this is what brings them before it. Tasks another gate holds
-    keep that hold, and come before this gate when it ends. The halt holds the run's row, so it skips the
-    tasks a claim holds (`unclaimed`): nothing held them, so that claim starts them (they began first),
-    unless a gate before the rollout's hands them back there: they come before this gate when that hold
-    ends."""
-    await conn.execute(
+    and not claimed yet, or WAITING in their rack's queue) and that nothing holds; their ids. The rollout
+    gate looks only at tasks something held before, so this is what brings them before it. Tasks another
+    gate (or their window) holds keep that hold, and come before this gate when it ends. The caller holds
+    the run's row (a halt, or a window's change that let a task go: `rollouts.gate.hold_stopped`), so it
+    skips the tasks a claim holds (`unclaimed`): nothing held them, so that claim starts them (they began
+    first), unless a gate before the rollout's hands them back there: they come before this gate when
+    that hold ends."""
+    stmt = (
         update(tasks)
         .where(unclaimed(conn, not_begun_of_run(run_id), tasks.c.held_by.is_(None)))
         .values(hold_values(gate, hold, now))
     )
+    return list((await conn.execute(stmt.returning(tasks.c.id))).scalars())
 
 
 async def save_run(conn: AsyncConnection, run: Run) -> None:
@@ -161,12 +163,23 @@ async def save_run(conn: AsyncConnection, run: Run) -> None:
     await mark_schedules(conn, [run.schedule_id])
 
 
-async def lock_runs(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> None:
+@dataclass(frozen=True)
+class LockedRun:
+    """A run's state, and why it is in it (a halt's reason), as they are once its row is locked."""
+
+    state: RunState
+    reason: str
+
+
+async def lock_runs(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, LockedRun]:
     """Lock these runs' rows until commit, in id order (waiting for a rollout step, resume or cancel, or a
-    claim's rollout gate, that holds one)."""
+    claim's rollout gate, that holds one); each run's state and reason as the lock found them."""
+    found: dict[uuid.UUID, LockedRun] = {}
     for chunk in chunked(in_id_order(run_ids)):
-        stmt = select(_run.id).where(_run.id.in_(chunk)).order_by(_run.id)
-        await conn.execute(for_update(conn.dialect.name, stmt))
+        stmt = select(_run.id, _run.state, _run.reason).where(_run.id.in_(chunk)).order_by(_run.id)
+        for row in await conn.execute(for_update(conn.dialect.name, stmt)):
+            found[row.id] = LockedRun(row.state, row.reason)
+    return found
 
 
 async def settle_scopes(

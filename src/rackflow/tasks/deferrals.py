@@ -20,19 +20,32 @@ found it: `domain.firing.slot_deadline`):
   TERMINATED with the reason, and their scope's outcome in the run says what the windows settled, as the
   firing would have recorded it (a rollout counts the rack skipped, not failed).
 
+A task of a rollout that halted or was cancelled is not let go to start: its window held it when the halt
+held the run's other tasks (`store.rollouts.hold_unstarted` leaves a held task's hold), so it would come
+before the rollout's start gate when its opening came; released or rebound (held by nothing), the next
+claim would start it without asking that gate, which looks only at tasks something held. So the runs of
+the tasks it lets go are locked, and those of a halted or cancelled rollout are held by the rollout's
+gate in the same transaction (`rollouts.gate.hold_stopped`, what the halt does: a resume releases them,
+and a cancelled run's gate ends them at the next claim, their racks "not_started"); the audit notes them
+released, `held_by` "rollout". Locking the run orders the change with a halt or a cancel beside it: a
+halt or cancel that came first is seen, and one that comes after waits for the run's row (a step skips
+it until it is free), then finds the task as the change left it, rather than skip it as a task a claim
+holds.
+
 Only the tasks on racks the window covered, before or after the change, for their operation are decided
 again: no other task's opening changed. A task whose wait is over is left to the executor, which fails it
 (`Task.too_late`), and one a claim holds to that claim (its opening came: it starts). It waits for the
-rows of the runs of the tasks it ends, then of their racks (in id order, as a rollout step, which locks
-its runs, then the racks it submits to), and never for a task's: it skips those another transaction holds
-(a claim's, which may be waiting for one of those runs: the lock order of `rackflow.tasks.executor`). What
-changed is noted on the call's audit event (`audit.changes.note_deferral_changes`).
+rows of the runs of the tasks it ends or lets go (at once, in id order), then of the racks of those it
+ends (as a rollout step, which locks its runs, then the racks it submits to), and never for a task's: it
+skips those another transaction holds (a claim's, which may be waiting for one of those runs: the lock
+order of `rackflow.tasks.executor`). What changed is noted on the call's audit event
+(`audit.changes.note_deferral_changes`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,14 +65,25 @@ from rackflow.store.tables import tasks
 from rackflow.store.types import UTCDateTime
 from rackflow.tasks.manager import TaskManager, window_wait
 
+# What holds again, in the caller's transaction, the tasks that nothing holds and that have not begun of
+# the runs given (locked, with their state) that are halted or cancelled rollouts: `rollouts.gate`'s
+# `hold_stopped` (above this layer); which tasks it held, and by whom.
+HoldStopped = Callable[
+    [AsyncConnection, Mapping[uuid.UUID, run_store.LockedRun], datetime], Awaitable[Mapping[uuid.UUID, str]]
+]
+
 
 class Deferrals:
     """Decides again the waits of the tasks a window deferred (the module's docstring)."""
 
-    def __init__(self, tasks: TaskManager, default_start_deadline: timedelta | None) -> None:
-        """`default_start_deadline`: the server's, for a schedule without its own (as the planner's)."""
+    def __init__(
+        self, tasks: TaskManager, default_start_deadline: timedelta | None, hold_stopped: HoldStopped
+    ) -> None:
+        """`default_start_deadline`: the server's, for a schedule without its own (as the planner's);
+        `hold_stopped`: the rollouts' (`rollouts.gate.hold_stopped`)."""
         self.tasks = tasks
         self.default_start_deadline = default_start_deadline
+        self.hold_stopped = hold_stopped
 
     async def redecide_in(
         self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
@@ -90,7 +114,12 @@ class Deferrals:
             if (wait.not_before, wait.not_after, wait.waits) != now_bound:
                 moves.setdefault(tuple(wait), []).append(task)  # (its words alone, a rename, are kept)
         changes: list[DeferralChange] = []
-        await run_store.lock_runs(conn, {task.run_id for task, _, _ in ending if task.run_id})
+        # Those it lets go (released or rebound: held by nothing now) may be of a rollout that halted or was
+        # cancelled meanwhile: their runs are locked with those of the tasks it ends, at once, in id order.
+        letting_go = [t for (_, _, _, waits), moved in moves.items() if not waits for t in moved]
+        runs = await run_store.lock_runs(
+            conn, {task.run_id for task in [*(t for t, _, _ in ending), *letting_go] if task.run_id}
+        )
         ended = await self.tasks.end_deferred_in(conn, [(task, reason) for task, reason, _ in ending])
         if ended.task_ids:
             gone = set(ended.task_ids)
@@ -100,15 +129,20 @@ class Deferrals:
                     settled.setdefault(task.run_id, {})[task.id] = (outcome, reason)
                     changes.append(_change(task, "ended", outcome=outcome))
             await run_store.settle_scopes(conn, settled)
+        written: list[tuple[Task, str, datetime | None, datetime | None]] = []
         for (not_before, not_after, message, waits), moved in moves.items():
-            written = set(
+            ids = set(
                 await store.rewait(
                     conn, [t.id for t in moved], _wait_values(not_before, not_after, message, waits, now)
                 )
             )
-            changes += [
-                _change(t, _what_changed(t, waits), not_before, not_after) for t in moved if t.id in written
-            ]
+            written += [(t, _what_changed(t, waits), not_before, not_after) for t in moved if t.id in ids]
+        let_go = {t.run_id for t, change, _, _ in written if change != "moved" and t.run_id is not None}
+        held = await self.hold_stopped(conn, {i: run for i, run in runs.items() if i in let_go}, now)
+        changes += [
+            _change(t, change, not_before, not_after, held_by=held.get(t.id, ""))
+            for t, change, not_before, not_after in written
+        ]
 
         def once_committed() -> None:
             self.tasks.after_ended(ended)
@@ -194,6 +228,7 @@ def _change(
     not_before: datetime | None = None,
     not_after: datetime | None = None,
     outcome: str = "",
+    held_by: str = "",
 ) -> DeferralChange:
     assert task.run_id is not None
-    return DeferralChange(task.id, task.run_id, task.rack_id, change, not_before, not_after, outcome)
+    return DeferralChange(task.id, task.run_id, task.rack_id, change, not_before, not_after, outcome, held_by)

@@ -34,9 +34,9 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   count is this process's own, a bound on work, not a guarantee.
 * Lock order: a task's row before its run's. The claim locks the tasks it takes, then its start gates
   lock what they decide by (the rollout gate: the claimed tasks' rollout runs, in id order; a refusal is
-  recorded on the claimed task rows themselves, which adds no lock). A writer that
-  holds a run's row first (a rollout step and its halt, a resume, a cancel, a window's edit ending
-  deferred tasks, `tasks.deferrals`) never waits for a task's row: it skips the tasks a claim holds
+  recorded on the claimed task rows themselves, which adds no lock). A writer that holds a run's row
+  first (a rollout step and its halt, a resume, a cancel, a window's edit ending deferred tasks or letting
+  them go, `tasks.deferrals`) never waits for a task's row: it skips the tasks a claim holds
   (`store.tasks.unclaimed`, `store.tasks.lock_not_begun`), and that claim's rollout gate decides them once
   it committed. Waiting in the other order would let PostgreSQL abort one of the two as a deadlock
   (tests/store/test_rollout_lock_order.py).
