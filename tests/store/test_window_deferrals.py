@@ -2,7 +2,8 @@
 deferred (`rackflow.tasks.deferrals`), on both databases, as a firing at that moment would: moved to the new
 opening, released when no window closes the rack any more, ended with their scope "missed" when the new
 opening comes at or after the start deadline (or "skipped_window" with no opening left), in the edit's
-transaction; the audit event names each task and says what became of it.
+transaction; the audit event names each task and says what became of it. A task of a rollout that halted
+or was cancelled is held by the rollout instead of released (its gate decides it), never started.
 
 The schedule fires at START + 1 h (2026-03-02 13:00 UTC) under DEFER; r1's ALLOW window opens 02:00-04:00
 UTC, so its task waits for 2026-03-03 02:00.
@@ -22,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import Changes, noting
 from rackflow.clock import FakeClock
+from rackflow.config import ROLLOUT_HALT_WAIT
 from rackflow.domain.inventory import Rack
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import Schedule
@@ -772,7 +774,7 @@ def assert_held_by_the_halt(env: Env, task: Task, change: str) -> None:
     assert task.held_reason == f"waits for its rollout to be resumed: {halt}"
     assert task.message == task.held_reason
     ends = None if change == "delete" else env.clock.now() + timedelta(hours=2)
-    assert task.not_after == ends
+    assert (task.not_before, task.not_after) == (env.clock.now() + ROLLOUT_HALT_WAIT, ends)
 
 
 @pytest.mark.parametrize("change", OPENING_CHANGES)
@@ -922,10 +924,11 @@ async def test_a_window_change_letting_go_of_a_task_its_rollout_s_cancel_skipped
         changes = await open_now(env, "delete", task.rack_id)
 
         held = await get(env, task.id)
-        assert (held.status, held.held_by, held.held_reason) == (
+        assert (held.status, held.held_by, held.held_reason, held.not_before) == (
             TaskStatus.PENDING,
             "rollout",
             CANCELLED_REASON,
+            env.clock.now(),
         )
         assert [(c["deferred_task"], c.get("held_by")) for c in changes.recorded] == [("released", "rollout")]
         gated = await claim_gated(env)
