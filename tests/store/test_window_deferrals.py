@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -309,9 +309,13 @@ class PausedOnce:
         self.go = asyncio.Event()
 
     async def redecide_in(
-        self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
+        self,
+        conn: AsyncConnection,
+        changed: Sequence[MaintenanceWindow],
+        now: datetime,
+        write: Callable[[], Awaitable[object]],
     ) -> Callable[[], None]:
-        once_committed = await self.deferrals.redecide_in(conn, changed, now)
+        once_committed = await self.deferrals.redecide_in(conn, changed, now, write)
         if not self.paused.is_set():
             self.paused.set()
             await self.go.wait()

@@ -426,17 +426,44 @@ async def clear_holds(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) ->
         await conn.execute(update(tasks).where(tasks.c.id.in_(chunk)).values(NOT_HELD))
 
 
-async def release_held(conn: AsyncConnection, gate: str, *, run_id: uuid.UUID | None = None) -> None:
-    """Let every task `gate` holds (of the run `run_id`, when given) be claimed again (and gated again),
-    after what it decides by changed: a freeze shortened or deleted, a budget raised or deleted, or a halted
-    rollout resumed must not keep its tasks waiting for the old end or back-off. A task the rollout gate
-    holds may be WAITING in its rack's queue (`store.rollouts.hold_unstarted`). A resume holds its run's
-    row, so it skips the run's tasks a claim holds (`unclaimed`): that claim's rollout gate lets them go."""
-    held = [
+def _held_by(gate: str) -> list[ColumnElement[bool]]:
+    """The tasks `gate` holds until a time (PENDING, or WAITING in their rack's queue: a task the rollout
+    gate holds may be, `store.rollouts.hold_unstarted`)."""
+    return [
         status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
         tasks.c.held_by == gate,
         tasks.c.not_before.is_not(None),
     ]
+
+
+async def release_held(
+    conn: AsyncConnection,
+    gate: str,
+    *,
+    run_id: uuid.UUID | None = None,
+    task_id: uuid.UUID | None = None,
+) -> None:
+    """Let every task `gate` holds (of the run `run_id`, or the task `task_id`, when given) be claimed
+    again (and gated again), after what it decides by changed: a freeze shortened or deleted, a budget
+    raised or deleted, or a halted rollout resumed must not keep its tasks waiting for the old end or
+    back-off. It waits for the rows another transaction holds, unless given `run_id`: a resume holds its
+    run's row, so it skips the run's tasks a claim holds (`unclaimed`), and that claim's rollout gate lets
+    them go."""
+    held = _held_by(gate)
+    if task_id is not None:
+        held.append(tasks.c.id == task_id)
     if run_id is not None:
         held = [unclaimed(conn, *held, tasks.c.run_id == run_id)]
     await conn.execute(update(tasks).where(*held).values(not_before=None))
+
+
+async def release_unclaimed(conn: AsyncConnection, gate: str) -> list[uuid.UUID]:
+    """`release_held` for a writer that must not wait for a task's row (it holds rows a claim may wait
+    for: a window's change holds runs and racks, `rackflow.tasks.deferrals`): the rows another transaction
+    holds are skipped (`unclaimed`); the ids of the tasks `gate` still holds, those it skipped (a claim's:
+    its gate may hold the task again from what it read before the caller committed). The caller lets each
+    go once it committed (`release_held` with `task_id`, a transaction of its own that holds nothing else
+    while it waits for that row). SQLite's one writer skips nothing."""
+    held = _held_by(gate)
+    await conn.execute(update(tasks).where(unclaimed(conn, *held)).values(not_before=None))
+    return list((await conn.execute(select(tasks.c.id).where(*held))).scalars())

@@ -23,23 +23,35 @@ found it: `domain.firing.slot_deadline`):
 A task of a rollout that halted or was cancelled is not let go to start: its window held it when the halt
 held the run's other tasks (`store.rollouts.hold_unstarted` leaves a held task's hold), so it would come
 before the rollout's start gate when its opening came; released or rebound (held by nothing), the next
-claim would start it without asking that gate, which looks only at tasks something held. So the runs of
-the tasks it lets go are locked, and those of a halted or cancelled rollout are held by the rollout's
-gate in the same transaction (`rollouts.gate.hold_stopped`, what the halt does: a resume releases them,
-and a cancelled run's gate ends them at the next claim, their racks "not_started"); the audit notes them
-released, `held_by` "rollout". Locking the run orders the change with a halt or a cancel beside it: a
-halt or cancel that came first is seen, and one that comes after waits for the run's row (a step skips
-it until it is free), then finds the task as the change left it, rather than skip it as a task a claim
-holds.
+claim would start it without asking that gate, which looks only at tasks something held. So those of a
+halted or cancelled rollout are held by the rollout's gate in the same transaction, under their runs'
+locks (`rollouts.gate.hold_stopped`, what the halt does: a resume releases them, and a cancelled run's
+gate ends them at the next claim, their racks "not_started"); the audit notes them released, `held_by`
+"rollout". Locking the run orders the change with a halt or a cancel beside it: a halt or cancel that
+came first is seen, and one that comes after waits for the run's row (a step skips it until it is free),
+then finds the task as the change left it, rather than skip it as a task a claim holds.
 
 Only the tasks on racks the window covered, before or after the change, for their operation are decided
 again: no other task's opening changed. A task whose wait is over is left to the executor, which fails it
-(`Task.too_late`), and one a claim holds to that claim (its opening came: it starts). It waits for the
-rows of the runs of the tasks it ends or lets go (at once, in id order), then of the racks of those it
-ends (as a rollout step, which locks its runs, then the racks it submits to), and never for a task's: it
-skips those another transaction holds (a claim's, which may be waiting for one of those runs: the lock
-order of `rackflow.tasks.executor`). What changed is noted on the call's audit event
-(`audit.changes.note_deferral_changes`).
+(`Task.too_late`), and one a claim holds to that claim (its opening came: it starts). What changed is
+noted on the call's audit event (`audit.changes.note_deferral_changes`).
+
+Lock order (the design note atop `rackflow.tasks.executor`). The change's transaction takes, in this
+order: its turn (`store.windows.edits_in_turn`, which only window changes take); the rows of the runs of
+every task it decides again (in id order: it decides from the windows as written, so before the write it
+cannot tell which it will end or let go); the rows of their racks and of the racks the window names (in
+id order, at once), before it writes the window (`write`), whose links check their racks' keys (`FOR KEY
+SHARE`, which a rack's lock waits for: had the change written first, a rollout's cancel holding the run
+and waiting for the rack, and the change waiting for the run, would each wait for the other); and task
+rows last, skipping those another transaction holds (`store.tasks.lock_deferred`, `rewait`,
+`store.rollouts.hold_unstarted`; the freeze holds the caller lets go, `store.task_runs.release_unclaimed`).
+It waits for a task's row only to promote a rack's queue under that rack's lock, as every promotion does
+(never a task a claim holds: a claim takes PENDING tasks, a promotion WAITING ones); a task row it writes
+twice checks its rack's key again, on a rack it holds. That is a rollout cancel's order (a run's row, then
+its racks', then task rows, skipping those held), after the turn and with the window's write between the
+racks and the tasks: an executor's claim, which waits for its tasks' runs while it holds their rows, and
+CancelTask, which waits for its task's row while it holds its rack's, never hold a task row this change
+waits for, and a claim's task row it would need is skipped, not waited for.
 """
 
 from __future__ import annotations
@@ -86,13 +98,22 @@ class Deferrals:
         self.hold_stopped = hold_stopped
 
     async def redecide_in(
-        self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
+        self,
+        conn: AsyncConnection,
+        changed: Sequence[MaintenanceWindow],
+        now: datetime,
+        write: Callable[[], Awaitable[object]],
     ) -> Callable[[], None]:
-        """Decide again, in the caller's transaction (which wrote the change), the waits and ends of the
-        tasks their windows bind on racks `changed` (the window as it was unless created, and as it is
-        unless deleted) covers; returns what to do once the transaction committed (count the ended tasks,
-        wake the executors, note the audit)."""
+        """Decide again, in the caller's transaction, the waits and ends of the tasks their windows bind on
+        racks `changed` (the window as it was unless created, and as it is unless deleted) covers, once
+        their runs and racks are locked and the change written (`write`, the caller's: the window created,
+        updated or deleted), in the module's lock order; returns what to do once the transaction committed
+        (count the ended tasks, wake the executors, note the audit)."""
         waiting, policies, racks = await self._waiting(conn, changed, now)
+        runs = await run_store.lock_runs(conn, {task.run_id for task in waiting if task.run_id})
+        named = {rack_id for window in changed for rack_id, _ in window.racks}
+        await store.lock_racks(self.tasks.db, conn, named | {task.rack_id for task in waiting})
+        await write()
         if not waiting:
             return lambda: None
         windows = await window_store.all_windows(conn)
@@ -114,12 +135,6 @@ class Deferrals:
             if (wait.not_before, wait.not_after, wait.waits) != now_bound:
                 moves.setdefault(tuple(wait), []).append(task)  # (its words alone, a rename, are kept)
         changes: list[DeferralChange] = []
-        # Those it lets go (released or rebound: held by nothing now) may be of a rollout that halted or was
-        # cancelled meanwhile: their runs are locked with those of the tasks it ends, at once, in id order.
-        letting_go = [t for (_, _, _, waits), moved in moves.items() if not waits for t in moved]
-        runs = await run_store.lock_runs(
-            conn, {task.run_id for task in [*(t for t, _, _ in ending), *letting_go] if task.run_id}
-        )
         ended = await self.tasks.end_deferred_in(conn, [(task, reason) for task, reason, _ in ending])
         if ended.task_ids:
             gone = set(ended.task_ids)
@@ -137,6 +152,8 @@ class Deferrals:
                 )
             )
             written += [(t, _what_changed(t, waits), not_before, not_after) for t in moved if t.id in ids]
+        # Those it let go (released or rebound: held by nothing now) may be of a rollout that halted or was
+        # cancelled: the rollout's gate holds them instead, as the run was when its row was locked.
         let_go = {t.run_id for t, change, _, _ in written if change != "moved" and t.run_id is not None}
         held = await self.hold_stopped(conn, {i: run for i, run in runs.items() if i in let_go}, now)
         changes += [

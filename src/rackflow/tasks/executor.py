@@ -35,11 +35,14 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
 * Lock order: a task's row before its run's. The claim locks the tasks it takes, then its start gates
   lock what they decide by (the rollout gate: the claimed tasks' rollout runs, in id order; a refusal is
   recorded on the claimed task rows themselves, which adds no lock). A writer that holds a run's row
-  first (a rollout step and its halt, a resume, a cancel, a window's edit ending deferred tasks or letting
-  them go, `tasks.deferrals`) never waits for a task's row: it skips the tasks a claim holds
-  (`store.tasks.unclaimed`, `store.tasks.lock_not_begun`), and that claim's rollout gate decides them once
-  it committed. Waiting in the other order would let PostgreSQL abort one of the two as a deadlock
-  (tests/store/test_rollout_lock_order.py).
+  first (a rollout step and its halt, a resume, a cancel, a window's creation, edit or deletion, which
+  locks the runs and racks of the tasks it decides before it writes the window, `tasks.deferrals`) never
+  waits for a task's row: it skips the tasks a claim holds (`store.tasks.unclaimed`,
+  `store.tasks.lock_not_begun`), and that claim's rollout gate decides them once it committed (a window's
+  change lets go of a freeze's hold on such a task after it committed, in a transaction that holds
+  nothing else: `WindowService._let_go_of_freezes`). Waiting in the other order would let PostgreSQL
+  abort one of the two as a deadlock (tests/store/test_rollout_lock_order.py,
+  tests/store/test_window_lock_order.py).
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
 * Cut short. A run an error cuts short (a journal round that failed) leaves its task RUNNING and this

@@ -501,8 +501,9 @@ class TaskManager:
     async def end_deferred_in(self, conn: AsyncConnection, ending: Sequence[tuple[Task, str]]) -> Ended:
         """End, TERMINATED with its reason, each of these tasks still waiting for its window's opening
         (`store.deferred_tasks`), in the caller's transaction: their racks locked first, as CancelTask
-        locks its task's, then the tasks, skipping one a claim holds (its opening came: it starts); their
-        racks' queues promoted. The caller calls `after_ended` once it committed."""
+        locks its task's (a window's change holds them already: the lock order of `tasks.deferrals`), then
+        the tasks, skipping one a claim holds (its opening came: it starts); their racks' queues promoted.
+        The caller calls `after_ended` once it committed."""
         racks = {task.rack_id for task, _ in ending}
         await store.lock_racks(self.db, conn, racks)
         locked = set(await store.lock_deferred(self.db, conn, [task.id for task, _ in ending]))

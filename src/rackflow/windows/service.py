@@ -7,7 +7,7 @@ Validation happens before any write and names the request's field (`window.recur
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
@@ -110,10 +110,16 @@ class Redeciding(Protocol):
     this layer: it ends tasks and promotes their racks' queues)."""
 
     async def redecide_in(
-        self, conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
+        self,
+        conn: AsyncConnection,
+        changed: Sequence[MaintenanceWindow],
+        now: datetime,
+        write: Callable[[], Awaitable[object]],
     ) -> Callable[[], None]:
-        """In the caller's transaction, for the window as it was and is (created: as it is); returns what
-        to do once it committed."""
+        """In the caller's transaction, for the window as it was and is (created: as it is): locks the
+        runs and racks it may touch, then `write`s the change (the window's write checks its racks' keys,
+        so it comes after their locks: the lock order of `rackflow.tasks.deferrals`), then decides;
+        returns what to do once it committed."""
         ...
 
 
@@ -165,8 +171,9 @@ class WindowService:
                 created_at=now,
                 updated_at=now,
             )
-            await store.insert_window(conn, window)
-            once_committed = await self.deferrals.redecide_in(conn, (window,), now)
+            once_committed = await self.deferrals.redecide_in(
+                conn, (window,), now, lambda: store.insert_window(conn, window)
+            )
         once_committed()
         return window
 
@@ -187,10 +194,10 @@ class WindowService:
         self, window_id: uuid.UUID, paths: Collection[str], given: WindowInput
     ) -> MaintenanceWindow:
         """Apply the masked fields. Tasks a freeze holds are let go, to be held again by what now applies
-        (a shortened or deleted freeze must not keep them waiting); the tasks a DEFER firing deferred
-        that the window covered or covers wait for the opening the windows now give them, or are
-        released or ended, and those fired inside an ALLOW window are bound to the end it now has
-        (`rackflow.tasks.deferrals`), in the same transaction. Window edits take turns
+        (a shortened or deleted freeze must not keep them waiting: `_let_go_of_freezes`); the tasks a
+        DEFER firing deferred that the window covered or covers wait for the opening the windows now give
+        them, or are released or ended, and those fired inside an ALLOW window are bound to the end it now
+        has (`rackflow.tasks.deferrals`), in the same transaction. Window edits take turns
         (`store.windows.edits_in_turn`), so each decides from what the one before committed."""
         mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
@@ -228,10 +235,12 @@ class WindowService:
                 updated = replace(updated, domains=domains)
             if RACKS_PATH in mask or DOMAINS_PATH in mask:
                 updated = replace(updated, all_racks=not updated.racks and not updated.domains)
-            await store.save_window(conn, updated)
-            once_committed = await self.deferrals.redecide_in(conn, (current, updated), now)
-            await task_runs.release_held(conn, FreezeGate.name)  # (it waits for task rows: last)
+            once_committed = await self.deferrals.redecide_in(
+                conn, (current, updated), now, lambda: store.save_window(conn, updated)
+            )
+            skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
         once_committed()
+        await self._let_go_of_freezes(skipped)
         return updated
 
     async def delete(self, window_id: uuid.UUID) -> None:
@@ -239,10 +248,25 @@ class WindowService:
         async with self.db.transaction() as conn:
             now = await self._in_turn(conn)
             current = await self._load(conn, window_id)
-            await store.delete_window(conn, window_id)
-            once_committed = await self.deferrals.redecide_in(conn, (current,), now)
-            await task_runs.release_held(conn, FreezeGate.name)  # (it waits for task rows: last)
+            once_committed = await self.deferrals.redecide_in(
+                conn, (current,), now, lambda: store.delete_window(conn, window_id)
+            )
+            skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
         once_committed()
+        await self._let_go_of_freezes(skipped)
+
+    async def _let_go_of_freezes(self, skipped: Collection[uuid.UUID]) -> None:
+        """Let go, once the change committed, of the freeze holds on `skipped`: the tasks a freeze held
+        whose rows another transaction held when the change let the others go, in its transaction
+        (`store.task_runs.release_unclaimed`). That one holds the rows of runs and racks an executor's
+        claim waits for while it holds its tasks' rows (the lock order of `rackflow.tasks.deferrals`), so
+        it skips them; a claim that held one may hold it again, by the windows it read before the change
+        committed. Each is let go in a transaction of its own, which waits for that row alone and holds
+        nothing else meanwhile, so no claim waits for it: after that claim, the task is claimed and gated
+        again, by the windows as they are (one the claim started is left as it is)."""
+        for task_id in skipped:
+            async with self.db.transaction() as conn:
+                await task_runs.release_held(conn, FreezeGate.name, task_id=task_id)
 
     async def preview(self, rack_id: uuid.UUID, after: datetime | None, count: int) -> list[WindowEvent]:
         """The next `count` openings and closings of the windows covering the rack, after `after` (now)."""

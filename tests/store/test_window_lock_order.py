@@ -1,0 +1,226 @@
+"""A maintenance window's creation, update or deletion beside an executor's claim, a rollout's cancel or a
+claim's freeze hold does not deadlock, and lets go of what the freeze held (PostgreSQL: SQLite's single
+writer runs them one after the other).
+
+The edit's transaction takes its locks in one order (`rackflow.tasks.deferrals`): its turn, the rows of the
+runs of the tasks it decides, then of their racks and of the racks the window names (in id order, before
+the window's write checks its racks' keys), then writes the window, and takes task rows last and only as
+`FOR UPDATE SKIP LOCKED` (`store.tasks.unclaimed`): the claim locks a task's row before its run's, a
+rollout's cancel a run's before its racks', CancelTask a rack's before its task's. A freeze hold on a row
+a claim held is let go after the edit committed, one row to a transaction that holds nothing else.
+
+`deferred_in_a_rollout` (tests/store/test_window_deferrals.py): a DEFER rollout of r0, r1 and r2, two at
+once; r0's task submitted, r1's waiting for "nightly"'s opening at 02:00, r2 not submitted yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from rackflow.domain.tasks import Hold, TaskStatus
+from rackflow.domain.windows import OneOff, WindowKind
+from rackflow.store import task_runs
+from rackflow.store import windows as window_store
+from rackflow.store.db import Database
+from rackflow.store.tables import tasks
+from rackflow.store.tasks import hold_values
+from rackflow.tasks.gates import consult
+from rackflow.windows.service import WHEN_PATH, WindowInput
+from tests.store.query_plans import statements_sent
+from tests.store.schedules_support import Env, make_env
+from tests.store.test_approvals import caller
+from tests.store.test_rollout_halt_gate import OWNER
+from tests.store.test_rollout_lock_order import done_or_waiting_on_a_lock, open_claim_then_gate
+from tests.store.test_rollouts import _run as rollout_run
+from tests.store.test_window_deferrals import (
+    deferred_in_a_rollout,
+    get,
+    halted_with_a_deferred_rack,
+    open_now,
+    outcome_of,
+)
+
+pytestmark = pytest.mark.postgres
+
+
+async def hold_by_a_freeze_that_ran_out(env: Env, task_id: uuid.UUID) -> None:
+    """Hold the task as the freeze gate holds it, for ten seconds, and let them pass: the next claim takes
+    it, and its gates decide it again (the rollout's, for a task of a rollout, under its run's lock)."""
+    async with env.db.transaction() as conn:
+        hold = Hold(env.clock.now() + timedelta(seconds=10), "waits for freeze 'short' to end")
+        held = update(tasks).where(tasks.c.id == task_id)
+        await conn.execute(held.values(hold_values("freeze", hold, env.clock.now())))
+    env.clock.advance(timedelta(seconds=11))
+
+
+async def test_a_window_change_beside_a_claim_of_a_freeze_held_task_of_its_rollout(pg_db: str) -> None:
+    """The claim holds r0's task, which a freeze held (its rollout gate locks the run), and the window's
+    deletion lets r1's task of that run go: the deletion locks the run and lets go of the freezes' holds.
+    Were it to wait for r0's row (a claim holds it) while holding the run's, which that claim's gate waits
+    for, PostgreSQL would abort one of the two as a deadlock."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, _, deferred = await deferred_in_a_rollout(env)
+        [r0_task] = [
+            o.task_id
+            for o in (await rollout_run(env, schedule)).run.outcomes
+            if o.task_id is not None and o.task_id != deferred.id
+        ]
+        await hold_by_a_freeze_that_ran_out(env, r0_task)
+
+        changes, gated = await open_claim_then_gate(env, [r0_task], open_now(env, "delete", deferred.rack_id))
+
+        assert [task.id for task, _ in gated.claimed] == [r0_task]  # the run is rolling, with room
+        assert [c["deferred_task"] for c in changes.recorded] == ["released"]
+        released = await get(env, deferred.id)
+        assert (released.status, released.held_by, released.not_before) == (TaskStatus.PENDING, None, None)
+    finally:
+        await db.dispose()
+
+
+class PausedAfterTheWindowsWrite:
+    """The first window update (`store.windows.save_window`) pauses once written, its transaction open,
+    until `go` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paused = asyncio.Event()
+        self.go = asyncio.Event()
+        save_window = window_store.save_window
+
+        async def pausing(*args: Any, **kwargs: Any) -> None:
+            await save_window(*args, **kwargs)
+            if not self.paused.is_set():
+                self.paused.set()
+                await self.go.wait()
+
+        monkeypatch.setattr(window_store, "save_window", pausing)
+
+
+async def test_a_rollout_s_cancel_beside_a_window_edit_naming_its_deferred_rack(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "nightly", which names r1, is moved to open now, and before the edit commits the rollout is
+    cancelled. The window's write checks r1's key (`FOR KEY SHARE` on r1's row); the cancel locks the run,
+    then its racks (r0, r1). Had the edit written the window before it locked the run, each would wait for
+    the other: the edit locks the run and r1 first, so the cancel waits for it, then ends r1's task."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, run_id, deferred = await deferred_in_a_rollout(env)
+        pause = PausedAfterTheWindowsWrite(monkeypatch)
+        edit = asyncio.ensure_future(open_now(env, "edit", deferred.rack_id))
+        async with asyncio.timeout(60):
+            await pause.paused.wait()
+        with caller("oncall"):
+            cancel = asyncio.ensure_future(env.services.rollouts.cancel(run_id))
+        await done_or_waiting_on_a_lock(env, cancel)
+        pause.go.set()
+        changes = await asyncio.wait_for(edit, 60)
+        report = await asyncio.wait_for(cancel, 60)
+
+        assert [c["deferred_task"] for c in changes.recorded] == ["released"]
+        assert report.run.state == "cancelled"
+        ended = await get(env, deferred.id)
+        assert (ended.status, ended.message) == (TaskStatus.TERMINATED, "its rollout was cancelled by oncall")
+        assert await outcome_of(env, schedule, ended) == (
+            "not_started",
+            "its rollout was cancelled by oncall",
+        )
+    finally:
+        await db.dispose()
+
+
+async def test_a_freeze_hold_a_claim_wrote_beside_the_freeze_s_deletion_is_let_go(pg_db: str) -> None:
+    """A claim took r1's task, which a freeze held, and its freeze gate held it again until the end of
+    "late", a freeze of every rack (read before "late" was deleted); the deletion skips the task's row,
+    which the claim holds, and lets go of that hold once the claim committed: a deleted freeze keeps no
+    task waiting."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        r1 = await env.rack("r1")
+        late = OneOff(env.clock.now() - timedelta(hours=1), env.clock.now() + timedelta(days=1))
+        await env.services.windows.create(WindowInput(name="late", kind=WindowKind.FREEZE, when=late))
+        [task_id] = await env.services.schedules.trigger((await env.schedule("plain", racks=[r1])).id)
+        await hold_by_a_freeze_that_ran_out(env, task_id)
+
+        async with env.db.transaction() as conn:
+            claimed = await task_runs.claim(
+                env.db,
+                conn,
+                owner_id=OWNER,
+                lease_ttl=timedelta(seconds=30),
+                running_here=(),
+                now=env.clock.now(),
+                limit=10,
+            )
+            assert [task.id for task, _ in claimed] == [task_id]
+            gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
+            assert gated.claimed == []  # held again until "late" ends, as the claim read the windows
+            deletion = asyncio.ensure_future(
+                env.services.windows.delete(await env.services.windows.id_by_name("late"))
+            )
+            await done_or_waiting_on_a_lock(env, deletion)
+        await asyncio.wait_for(deletion, 60)
+
+        let_go = await get(env, task_id)
+        assert (let_go.status, let_go.held_by, let_go.not_before) == (TaskStatus.PENDING, "freeze", None)
+    finally:
+        await db.dispose()
+
+
+def lock_taken(statement: str) -> str:
+    """What row locks a statement of a window edit takes, by kind ("" for none)."""
+    sql = " ".join(statement.split()).upper()
+    if "PG_ADVISORY_XACT_LOCK" in sql:
+        return "turn"
+    if sql.startswith(
+        ("INSERT INTO MAINTENANCE_WINDOW", "UPDATE MAINTENANCE_WINDOW", "DELETE FROM MAINTENANCE")
+    ):
+        return "window"  # (its racks' keys, checked by the links' foreign key)
+    if sql.startswith("UPDATE TASKS") or ("FROM TASKS" in sql and " FOR UPDATE" in sql):
+        return "tasks"
+    if " FOR UPDATE" in sql and "FROM TASK_SCHEDULE_RUN" in sql:
+        return "runs"
+    if " FOR UPDATE" in sql and "FROM RACKS" in sql:
+        return "racks"
+    return ""
+
+
+async def test_a_window_edit_locks_its_turn_runs_racks_window_then_tasks_skipping_those_held(
+    pg_db: str,
+) -> None:
+    """The statements of an edit that lets go of a halted rollout's deferred task (held by the rollout
+    instead) while a freeze holds another task, in the order sent: its turn, the run, the racks, the
+    window, then task rows, each statement that locks one skipping rows another transaction holds."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        _, _, deferred = await halted_with_a_deferred_rack(env)
+        [frozen] = await env.services.schedules.trigger(
+            (await env.schedule("frozen", racks=[await env.rack("r9")])).id
+        )
+        await hold_by_a_freeze_that_ran_out(env, frozen)
+        window_id = await env.services.windows.id_by_name("nightly")
+        now = env.clock.now()
+        when = OneOff(now - timedelta(hours=1), now + timedelta(hours=2))
+
+        with statements_sent(env.db) as sent:
+            await env.services.windows.update(window_id, [WHEN_PATH], WindowInput(when=when))
+
+        locks = [(kind, statement) for statement, _ in sent if (kind := lock_taken(statement))]
+        order = [kind for i, (kind, _) in enumerate(locks) if i == 0 or locks[i - 1][0] != kind]
+        assert order == ["turn", "runs", "racks", "window", "tasks"], [s for _, s in locks]
+        waiting = [s for kind, s in locks if kind == "tasks" and "SKIP LOCKED" not in s.upper()]
+        assert waiting == [], "a statement of the edit waits for a task's row"
+        assert (await get(env, deferred.id)).held_by == "rollout"
+        assert (await get(env, frozen)).not_before is None
+    finally:
+        await db.dispose()
