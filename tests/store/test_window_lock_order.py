@@ -189,7 +189,7 @@ def lock_taken(statement: str) -> str:
         return "tasks"
     if " FOR UPDATE" in sql and "FROM TASK_SCHEDULE_RUN" in sql:
         return "runs"
-    if " FOR UPDATE" in sql and "FROM RACKS" in sql:
+    if (" FOR UPDATE" in sql or " FOR NO KEY UPDATE" in sql) and "FROM RACKS" in sql:
         return "racks"
     return ""
 
@@ -220,6 +220,8 @@ async def test_a_window_edit_locks_its_turn_runs_racks_window_then_tasks_skippin
         assert order == ["turn", "runs", "racks", "window", "tasks"], [s for _, s in locks]
         waiting = [s for kind, s in locks if kind == "tasks" and "SKIP LOCKED" not in s.upper()]
         assert waiting == [], "a statement of the edit waits for a task's row"
+        # The racks' lock never waits for a claim's check of their keys (`store.tasks.lock_racks`).
+        assert all("FOR NO KEY UPDATE" in s.upper() for kind, s in locks if kind == "racks")
         assert (await get(env, deferred.id)).held_by == "rollout"
         assert (await get(env, frozen)).not_before is None
     finally:

@@ -251,9 +251,9 @@ class Database:
         """Claim rows no other transaction holds (`dialects.skip_locked`)."""
         return dialects.skip_locked(self.dialect, stmt)
 
-    def for_update(self, stmt: _S, *, nowait: bool = False) -> _S:
+    def for_update(self, stmt: _S, *, nowait: bool = False, keys_kept: bool = False) -> _S:
         """Lock rows until commit (`dialects.for_update`)."""
-        return dialects.for_update(self.dialect, stmt, nowait=nowait)
+        return dialects.for_update(self.dialect, stmt, nowait=nowait, keys_kept=keys_kept)
 
     def insert_new(self, table: Table) -> Insert:
         """`dialects.insert_new(self.dialect, table)`."""

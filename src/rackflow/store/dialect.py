@@ -234,10 +234,13 @@ def skip_locked(dialect: str, stmt: _S) -> _S:
     return stmt.with_for_update(skip_locked=True) if locks_rows(dialect) else stmt
 
 
-def for_update(dialect: str, stmt: _S, *, nowait: bool = False) -> _S:
+def for_update(dialect: str, stmt: _S, *, nowait: bool = False, keys_kept: bool = False) -> _S:
     """Lock rows until commit (PostgreSQL); SQLite's single writer already excludes other writers.
-    `nowait`: a row another transaction holds fails the statement (LockNotAvailable) instead of waiting."""
-    return stmt.with_for_update(nowait=nowait) if locks_rows(dialect) else stmt
+    `nowait`: a row another transaction holds fails the statement (LockNotAvailable) instead of waiting.
+    `keys_kept`: the locker neither deletes the rows nor changes their keys (`FOR NO KEY UPDATE`), so the
+    lock excludes every other locker but not the `FOR KEY SHARE` a foreign key's check takes on the row a
+    referencing row names: a transaction writing a row that references a locked one never waits for it."""
+    return stmt.with_for_update(nowait=nowait, key_share=keys_kept) if locks_rows(dialect) else stmt
 
 
 async def take_turns(conn: AsyncConnection, key: int) -> None:

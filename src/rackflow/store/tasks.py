@@ -237,11 +237,18 @@ async def lock_racks(
     On PostgreSQL each row is locked as its lookup (`by_keys`) reaches it, so the keys go in sorted.
 
     Every change to which tasks of a rack may run (submit, promote, cancel, finish) takes this lock first.
+    It is `FOR NO KEY UPDATE` (`keys_kept`: no such change deletes a rack or changes its id), which those
+    changes exclude each other by as by `FOR UPDATE`, but which never makes a foreign key's check of the
+    rack wait (`FOR KEY SHARE`). PostgreSQL checks `tasks.rack_id` again whenever a transaction writes a
+    task row it wrote already, whether or not the key changed: the executor's claim does at every claim
+    (a start gate's hold, the first progress message), holding the task rows it claimed. Were this lock
+    `FOR UPDATE`, CancelTask (this lock, then its task's row) and a claim of that task would each wait for
+    the other (the lock order atop `rackflow.tasks.executor`).
     """
     names: dict[uuid.UUID, str] = {}
     for chunk in chunked(in_id_order(rack_ids)):
         stmt = by_keys(db.dialect, _RACK_NAMES, racks.c.id, chunk, order_by=[racks.c.id])
-        names.update({r.id: r.name for r in await conn.execute(db.for_update(stmt))})
+        names.update({r.id: r.name for r in await conn.execute(db.for_update(stmt, keys_kept=True))})
     return names
 
 
@@ -532,7 +539,7 @@ async def lock_racks_with_waiting(
     found: set[uuid.UUID] = set()
     for chunk in chunked(in_id_order(rack_ids)):
         stmt = select(racks.c.id, has_waiting).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
-        found.update(r.id for r in await conn.execute(db.for_update(stmt)) if r.has_waiting)
+        found.update(r.id for r in await conn.execute(db.for_update(stmt, keys_kept=True)) if r.has_waiting)
     return found
 
 

@@ -1,0 +1,238 @@
+"""An executor's round beside CancelTask or a window's change does not deadlock (PostgreSQL: SQLite's
+single writer runs them one after the other).
+
+The round claims its tasks (their rows locked by the claim's UPDATE), then writes the same rows again in
+its transaction: a start gate's hold, a hold cleared, a refusal, the first progress message. PostgreSQL
+checks a foreign key again at an UPDATE of a row the same transaction wrote already, whether or not the
+key changed: each such write takes `FOR KEY SHARE` on the task's rack. The lock that orders a rack's tasks
+(`store.tasks.lock_racks`: CancelTask, a submit, a promotion, a window's change, a rollout's cancel) is
+`FOR NO KEY UPDATE`, which that key check never waits for; had it been `FOR UPDATE`, CancelTask, holding
+the rack and waiting for the claimed task's row, and the claim, holding the row and checking the rack's
+key, would each wait for the other; and so would a window's change (a run's row, then its racks') and
+a claim whose start gate held a task on one of those racks before its rollout gate waited for the run.
+
+Each test runs a real executor (its journal round: endings, claim, gates, progress, one transaction) and
+pauses the round where it holds what the other transaction will wait for, runs that transaction until it
+is done or waits on a lock, then lets the round go on: both must end, neither aborted as a deadlock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import update
+
+from rackflow.domain.inventory import Component, RackSelection
+from rackflow.domain.tasks import (
+    ComponentChange,
+    Hold,
+    Operation,
+    OperationKind,
+    QueueOptions,
+    Task,
+    TaskStatus,
+)
+from rackflow.domain.windows import OneOff, WindowKind
+from rackflow.store import task_runs
+from rackflow.store.db import Database
+from rackflow.store.tables import tasks
+from rackflow.store.tasks import hold_values
+from rackflow.tasks.backends.base import Backend, StepState
+from rackflow.tasks.executor import Executor
+from rackflow.tasks.manager import CANCELLED_MESSAGE
+from rackflow.windows.service import RACKS_PATH, Ref, WindowInput
+from tests.store.schedules_support import Env, make_env
+from tests.store.test_executor import eventually
+from tests.store.test_rollout_lock_order import done_or_waiting_on_a_lock
+from tests.store.test_rollouts import _run as rollout_run
+from tests.store.test_window_deferrals import deferred_in_a_rollout, get
+
+pytestmark = pytest.mark.postgres
+
+T = TypeVar("T")
+POWER_ON = Operation(OperationKind.POWER_ON)
+
+
+class Steps(Backend):
+    """Records the steps asked of it (component names); a task in `blocked` waits at each step until
+    `go` is set."""
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+        self.blocked: set[uuid.UUID] = set()
+        self.go = asyncio.Event()
+
+    async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
+        if task.id in self.blocked:
+            await self.go.wait()
+        self.steps.append(component.name)
+        return None
+
+
+@asynccontextmanager
+async def executing(env: Env, backend: Backend, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Executor]:
+    """An executor as `rackflow serve` runs one (the services' manager and start gates) on `env`'s clock;
+    on leaving, no round of it failed (a round aborted as a deadlock is logged and tried again)."""
+    executor = Executor(
+        env.db,
+        env.clock,
+        backend,
+        instance_id=uuid.uuid4(),
+        manager=env.services.tasks,
+        gates=env.services.gates,
+        poll_interval=0.05,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    try:
+        with caplog.at_level(logging.ERROR, logger="rackflow.tasks.executor"):
+            yield executor
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    failed = [r.getMessage() for r in caplog.records if r.name == "rackflow.tasks.executor"]
+    assert failed == [], [r.exc_text for r in caplog.records]
+
+
+class Beside:
+    """Once the round's `step` (a store function the round calls, patched) returns what `when` asks for,
+    run `other` until it is done or waits on a lock, then let the round go on."""
+
+    def __init__(
+        self,
+        env: Env,
+        monkeypatch: pytest.MonkeyPatch,
+        owner: Any,
+        step: str,
+        when: Callable[[Any, Sequence[Any]], bool],
+        other: Callable[[], Awaitable[Any]],
+    ) -> None:
+        self.started: asyncio.Future[Any] | None = None
+        original = getattr(owner, step)
+
+        async def pausing(*args: Any, **kwargs: Any) -> Any:
+            result = await original(*args, **kwargs)
+            if self.started is None and when(result, args):
+                self.started = asyncio.ensure_future(other())
+                await done_or_waiting_on_a_lock(env, self.started)
+            return result
+
+        monkeypatch.setattr(owner, step, pausing)
+
+    async def result(self) -> Any:
+        """What `other` returned (it raises what it raised: a deadlock's abort, say)."""
+
+        async def begun() -> bool:
+            return self.started is not None
+
+        await eventually(begun)
+        assert self.started is not None
+        return await asyncio.wait_for(self.started, 60)
+
+
+def claimed(task_id: uuid.UUID) -> Callable[[Any, Sequence[Any]], bool]:
+    """`task_runs.claim` took the task."""
+    return lambda result, _: any(task.id == task_id for task, _ in result)
+
+
+async def test_cancel_task_beside_the_round_that_claims_the_task(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CancelTask locks the task's rack, then waits for the task's row, which the round's claim holds; the
+    round then writes the task's first progress message, checking the rack's key. CancelTask goes on once
+    the round committed, and ends the task it started."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        [task] = await env.services.tasks.submit(
+            POWER_ON, [RackSelection((await env.rack("r1")).id)], description="", queue=QueueOptions()
+        )
+        cancel = Beside(
+            env, monkeypatch, task_runs, "claim", claimed(task.id), lambda: env.services.tasks.cancel(task.id)
+        )
+        backend = Steps()
+        async with executing(env, backend, caplog):
+            cancelled = await cancel.result()
+            assert (cancelled.status, cancelled.message) == (TaskStatus.TERMINATED, CANCELLED_MESSAGE)
+            assert backend.steps  # the round that claimed it committed, and its first step ran
+    finally:
+        await db.dispose()
+
+
+async def rollout_with_a_freeze_held_rack(env: Env) -> tuple[uuid.UUID, Task]:
+    """`deferred_in_a_rollout` (r1's task waits for "nightly", which names r1), r0's task held by a freeze
+    until ten seconds from now (its rollout gate will lock the run at the claim that takes it): r0's task,
+    and r1's."""
+    schedule, _, deferred = await deferred_in_a_rollout(env)
+    [r0_task] = [
+        o.task_id
+        for o in (await rollout_run(env, schedule)).run.outcomes
+        if o.task_id is not None and o.task_id != deferred.id
+    ]
+    async with env.db.transaction() as conn:
+        hold = Hold(env.clock.now() + timedelta(seconds=10), "waits for freeze 'short' to end")
+        held = update(tasks).where(tasks.c.id == r0_task)
+        await conn.execute(held.values(hold_values("freeze", hold, env.clock.now())))
+    return r0_task, deferred
+
+
+def nightly_also_on(env: Env, deferred: Task, rack_id: uuid.UUID) -> Callable[[], Awaitable[Any]]:
+    """ "nightly" edited to name `rack_id` too: the edit locks its deferred task's run, then the rows of
+    r1 and of `rack_id` (`tasks.deferrals`)."""
+
+    async def edit() -> Any:
+        window_id = await env.services.windows.id_by_name("nightly")
+        racks = (Ref(deferred.rack_id), Ref(rack_id))
+        return await env.services.windows.update(window_id, [RACKS_PATH], WindowInput(racks=racks))
+
+    return edit
+
+
+async def test_a_window_edit_beside_a_claim_whose_freeze_gate_held_a_task_on_a_rack_it_names(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The round claims r0's task of a rollout (a freeze held it: its rollout gate locks the run) and r9's,
+    which the freeze "cold" holds: writing that hold on the claimed row checks r9's key. "nightly" is
+    edited meanwhile to name r9: the edit locks the run, then r9's row. Had the edit's lock of r9 waited
+    for that key check, the edit and the claim's rollout gate would each wait for the other."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        r0_task, deferred = await rollout_with_a_freeze_held_rack(env)
+        env.clock.advance(timedelta(seconds=11))  # the freeze that held r0's task is over
+        r9 = await env.rack("r9")
+        now = env.clock.now()
+        cold = OneOff(now - timedelta(hours=1), now + timedelta(days=1))
+        await env.services.windows.create(
+            WindowInput(name="cold", kind=WindowKind.FREEZE, when=cold, racks=(Ref(r9.id),))
+        )
+        [frozen] = await env.services.tasks.submit(
+            POWER_ON, [RackSelection(r9.id)], description="", queue=QueueOptions()
+        )
+        edit = Beside(
+            env,
+            monkeypatch,
+            task_runs,
+            "hold_back",
+            lambda _, args: args[1] == "freeze",  # hold_back(conn, gate, holds, …)
+            nightly_also_on(env, deferred, r9.id),
+        )
+        backend = Steps()
+        async with executing(env, backend, caplog):
+            await edit.result()
+
+            async def r0_started() -> bool:
+                return (await get(env, r0_task)).status is TaskStatus.COMPLETED
+
+            await eventually(r0_started)  # its rollout gate let it start once the edit committed
+        still = await get(env, frozen.id)
+        assert (still.status, still.held_by) == (TaskStatus.PENDING, "freeze")
+    finally:
+        await db.dispose()
