@@ -351,6 +351,10 @@ PREFLIGHT_YIELD = timedelta(seconds=1)
 # A rollout's rack claimed while its rollout is at a cap (held by its checks, it did not count against the
 # caps, so the rollout started others: `rollouts.gate`) waits this long before its claim looks for room again.
 ROLLOUT_CAP_WAIT = timedelta(seconds=2)
+# A rollout's rack whose run's row another transaction holds at its claim (a rollout step, resume or cancel, a
+# window's change, another claim's gate: the claim never waits for it, `rollouts.gate`) is held this long,
+# then claimed again and decided by the run as that transaction left it.
+ROLLOUT_BUSY_WAIT = timedelta(seconds=1)
 # A halted rollout's rack whose task has not begun is held (`rollouts.gate`) until the run is resumed (which
 # releases it at once) or cancelled (which ends it); its claim looks again after this long all the same (a
 # run deleted with its schedule leaves nothing to release it).

@@ -1,5 +1,5 @@
-"""An executor's round beside CancelTask or a window's change does not deadlock (PostgreSQL: SQLite's
-single writer runs them one after the other).
+"""An executor's round beside CancelTask, a window's change and a rollout's cancel does not deadlock
+(PostgreSQL: SQLite's single writer runs them one after the other).
 
 The round claims its tasks (their rows locked by the claim's UPDATE), then writes the same rows again in
 its transaction: a start gate's hold, a hold cleared, a refusal, the first progress message. PostgreSQL
@@ -8,8 +8,10 @@ key changed: each such write takes `FOR KEY SHARE` on the task's rack. The lock 
 (`store.tasks.lock_racks`: CancelTask, a submit, a promotion, a window's change, a rollout's cancel) is
 `FOR NO KEY UPDATE`, which that key check never waits for; had it been `FOR UPDATE`, CancelTask, holding
 the rack and waiting for the claimed task's row, and the claim, holding the row and checking the rack's
-key, would each wait for the other; and so would a window's change (a run's row, then its racks') and
-a claim whose start gate held a task on one of those racks before its rollout gate waited for the run.
+key, would each wait for the other. A round that ends tasks holds their racks before it claims; its
+rollout gate then takes the rows of its tasks' runs without waiting (`FOR UPDATE SKIP LOCKED`), holding
+back briefly the tasks of a run another transaction holds, which may be waiting for one of those racks
+(a window's change, a rollout's step or cancel: a run's row before its racks').
 
 Each test runs a real executor (its journal round: endings, claim, gates, progress, one transaction) and
 pauses the round where it holds what the other transaction will wait for, runs that transaction until it
@@ -29,9 +31,11 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import update
 
+from rackflow.config import ROLLOUT_BUSY_WAIT
 from rackflow.domain.inventory import Component, RackSelection
 from rackflow.domain.tasks import (
     ComponentChange,
+    Ending,
     Hold,
     Operation,
     OperationKind,
@@ -40,13 +44,14 @@ from rackflow.domain.tasks import (
     TaskStatus,
 )
 from rackflow.domain.windows import OneOff, WindowKind
+from rackflow.rollouts.gate import BUSY_REASON
 from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks
 from rackflow.store.tasks import hold_values
 from rackflow.tasks.backends.base import Backend, StepState
 from rackflow.tasks.executor import Executor
-from rackflow.tasks.manager import CANCELLED_MESSAGE
+from rackflow.tasks.manager import CANCELLED_MESSAGE, LetGo
 from rackflow.windows.service import RACKS_PATH, Ref, WindowInput
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_executor import eventually
@@ -234,5 +239,63 @@ async def test_a_window_edit_beside_a_claim_whose_freeze_gate_held_a_task_on_a_r
             await eventually(r0_started)  # its rollout gate let it start once the edit committed
         still = await get(env, frozen.id)
         assert (still.status, still.held_by) == (TaskStatus.PENDING, "freeze")
+    finally:
+        await db.dispose()
+
+
+async def test_a_window_edit_beside_a_round_that_ends_a_task_on_a_rack_it_names(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The round ends r9's task (it locks r9's row, to promote r9's queue) and claims r0's task of a
+    rollout, which a freeze held: its rollout gate takes the run's row. "nightly" is edited meanwhile to
+    name r9: the edit locks the run, then waits for r9's row, which the round holds. The gate does not
+    wait for the run: it holds r0's task until the next claim, the round commits, the edit goes on, and the
+    claim after the hold starts r0's task."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        r0_task, deferred = await rollout_with_a_freeze_held_rack(env)
+        r9 = await env.rack("r9")
+        [ending] = await env.services.tasks.submit(
+            POWER_ON, [RackSelection(r9.id)], description="", queue=QueueOptions()
+        )
+        backend = Steps()
+        backend.blocked.add(ending.id)
+        manager = env.services.tasks
+        let_go_in = manager.let_go_in
+
+        async def then_r0_due(conn: Any, owner_id: uuid.UUID, endings: Sequence[Ending]) -> LetGo:
+            """The round that ends r9's task finds r0's freeze over at its claim."""
+            let_go = await let_go_in(conn, owner_id, endings)
+            if any(e.task_id == ending.id for e in endings):
+                env.clock.advance(timedelta(seconds=11))
+            return let_go
+
+        monkeypatch.setattr(manager, "let_go_in", then_r0_due)
+        edit = Beside(
+            env, monkeypatch, task_runs, "claim", claimed(r0_task), nightly_also_on(env, deferred, r9.id)
+        )
+        async with executing(env, backend, caplog):
+
+            async def running() -> bool:
+                return (await get(env, ending.id)).status is TaskStatus.RUNNING
+
+            await eventually(running)
+            backend.go.set()
+            await edit.result()
+            held = await get(env, r0_task)
+            assert (held.status, held.held_by, held.held_reason, held.not_before) == (
+                TaskStatus.PENDING,
+                "rollout",
+                BUSY_REASON,
+                env.clock.now() + ROLLOUT_BUSY_WAIT,
+            )
+            assert (await get(env, ending.id)).status is TaskStatus.COMPLETED
+            env.clock.advance(ROLLOUT_BUSY_WAIT)
+
+            async def r0_started() -> bool:
+                return (await get(env, r0_task)).status is TaskStatus.COMPLETED
+
+            await eventually(r0_started)
     finally:
         await db.dispose()

@@ -24,15 +24,24 @@ its transaction (`hold_stopped`), so that a claim never starts it without asking
 need not look at every task of a rollout at every claim (a statement each) to keep that.
 
 A cancelled rollout starts nothing more either: its cancel ends its tasks that have not begun, but skips
-those a claim holds at that moment (it waits on no claim: a claim waits here for the run's row, which the
-cancel holds). A claim that took such a task before the cancel committed starts it only if nothing held it
-before and no gate holds it at that claim (it began first). One something held before comes here at that
-claim, after the cancel; one a gate before this one hands back at that claim (a freeze, a budget: it has
-not begun, PENDING as if never claimed) comes here at the claim that takes it once that hold ends. Either
+those a claim holds at that moment (it waits on no claim). A claim that took such a task before the cancel
+committed starts it only if nothing held it before and no gate holds it at that claim (it began first).
+One something held before comes here at that claim, which finds the run's row held by the cancel and
+holds the task, held by this gate, until the next claim (`ROLLOUT_BUSY_WAIT`, below); one a gate before
+this one hands back at that claim (a freeze, a budget: it has not begun, PENDING as if never claimed)
+comes here at the claim that takes it once that hold ends. Either
 is ended as the cancel would have ended it (`Fail`, TERMINATED), as is any task of a cancelled rollout at
 its first attempt that comes here: letting the second run would start it after the cancel, hours after if
 a freeze held it. Its scope in the run becomes "not_started", as the cancel's other not-begun racks did
 (`settled_scopes`).
+
+The claim never waits here for a run's row. It holds its tasks' rows, and in a round that ended tasks
+their racks' (`tasks.manager.TaskManager.let_go_in`), while whoever holds a run's row may wait for a rack:
+a rollout's step (its submission) or cancel, a window's change (`tasks.deferrals`) lock a run's row, then
+its racks'. So the run rows are taken only if free (`store.rollouts.lock_rollouts`: `FOR UPDATE SKIP
+LOCKED`), and a task of a run another transaction holds is held (`BUSY_REASON`) for `ROLLOUT_BUSY_WAIT`,
+not decided: the claim after it decides it, by the run as that transaction left it (the lock order atop
+`rackflow.tasks.executor`).
 
 That end is the executor's to record, after the claim committed; if its instance dies first, the task
 is RUNNING, ownerless, and taken over by another claim, which no gate's `check` looks at (it began).
@@ -53,7 +62,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
-from rackflow.config import ROLLOUT_CAP_WAIT, ROLLOUT_HALT_WAIT
+from rackflow.config import ROLLOUT_BUSY_WAIT, ROLLOUT_CAP_WAIT, ROLLOUT_HALT_WAIT
 from rackflow.domain.rollouts import cap_reached
 from rackflow.domain.schedules import Outcome
 from rackflow.domain.tasks import Fail, Hold, Task, TaskStatus
@@ -67,6 +76,8 @@ GATE_NAME = "rollout"
 # Why a task of a cancelled rollout that a claim took while the cancel ended the others ends.
 CANCELLED_REASON = "its rollout was cancelled before it began"
 _CANCELLED = Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)
+# Why a task is held whose rollout's run another transaction held at its claim (ROLLOUT_BUSY_WAIT).
+BUSY_REASON = "waits for its rollout: a step, a resume, a cancel or a window's change was deciding it"
 
 
 def halted_hold(reason: str, now: datetime) -> Hold:
@@ -115,20 +126,24 @@ class RolloutGate:
         not begun, so a fresh task, of a rollout or not, costs no statement. For the others, their runs'
         policies are read once, and each rollout run's row is locked (in id order, in one statement) until
         the claim commits, so two claims, or a claim and a rollout step (its halt), decide one after the
-        other; plain firings' runs are not locked. A halted run's tasks at their first attempt are held,
-        a cancelled run's are ended, and their scopes marked "not_started" in the run, in this claim's
-        transaction, as the cancel marks those it ended; the rest are counted against their caps."""
+        other; plain firings' runs are not locked. A run whose row another transaction holds is not
+        waited for: its tasks are held until the next claim (`ROLLOUT_BUSY_WAIT`). A halted run's tasks at
+        their first attempt are held, a cancelled run's are ended, and their scopes marked "not_started"
+        in the run, in this claim's transaction, as the cancel marks those it ended; the rest are counted
+        against their caps."""
         of_runs = [task for task in tasks if task.run_id is not None and task.held_by is not None]
         if not of_runs:
             return {}
-        runs = await store.lock_rollouts(self.db, conn, {t.run_id for t in of_runs if t.run_id})
+        runs, busy = await store.lock_rollouts(self.db, conn, {t.run_id for t in of_runs if t.run_id})
         holds: dict[uuid.UUID, Verdict] = {}
         starting: list[Task] = []
         cancelled: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
         for task in of_runs:
             assert task.run_id is not None
             run = runs.get(task.run_id)
-            if run is not None and run.state == "halted" and task.attempt == 1:
+            if task.run_id in busy:
+                holds[task.id] = Hold(now + ROLLOUT_BUSY_WAIT, BUSY_REASON)
+            elif run is not None and run.state == "halted" and task.attempt == 1:
                 holds[task.id] = halted_hold(run.reason, now)
             elif run is not None and run.state == "cancelled" and task.attempt == 1:
                 holds[task.id] = _CANCELLED

@@ -106,12 +106,18 @@ class LockedRollout:
 
 async def lock_rollouts(
     db: Database, conn: AsyncConnection, run_ids: Collection[uuid.UUID]
-) -> dict[uuid.UUID, LockedRollout]:
-    """Each rollout among these runs, its row locked until commit (waiting for a rollout step, resume or
-    cancel that holds it), in id order; plain firings (their `rollout` a JSON null) are neither returned
-    nor locked. One read of the policies, then one locking statement when there are rollouts among them,
-    which reads the state and reason: as they are once the lock is had, not as a step writing them left
-    them before."""
+) -> tuple[dict[uuid.UUID, LockedRollout], set[uuid.UUID]]:
+    """Each rollout among these runs whose row no other transaction holds, its row locked until commit,
+    in id order; and the rollouts among them another transaction holds (a rollout step, resume or cancel,
+    a window's change, another claim's rollout gate), skipped, not waited for (`FOR UPDATE SKIP LOCKED`).
+    Plain firings (their `rollout` a JSON null) are neither returned nor locked. One read of the
+    policies, then one locking statement when there are rollouts among them, which reads the state and
+    reason: as they are once the lock is had, not as a step writing them left them before.
+
+    The caller, an executor's claim, holds its tasks' rows and, in a round that ended tasks, their racks'
+    (`tasks.manager.TaskManager.let_go_in`); a holder of a run's row may be waiting for one of those racks
+    (a window's change, a rollout's step or cancel lock a run's row before its racks'), so the claim
+    never waits for a run's row (the lock order atop `rackflow.tasks.executor`)."""
     policies: dict[uuid.UUID, RolloutPolicy] = {}
     for chunk in chunked(in_id_order(run_ids)):
         stmt = select(_run.id, _run.rollout).where(_run.id.in_(chunk))
@@ -121,9 +127,9 @@ async def lock_rollouts(
     found: dict[uuid.UUID, LockedRollout] = {}
     for chunk in chunked(in_id_order(policies)):
         locking = select(_run.id, _run.state, _run.reason).where(_run.id.in_(chunk)).order_by(_run.id)
-        for locked in await conn.execute(db.for_update(locking)):
+        for locked in await conn.execute(db.skip_locked(locking)):
             found[locked.id] = LockedRollout(policies[locked.id], locked.state, locked.reason)
-    return found
+    return found, set(policies) - set(found)
 
 
 async def hold_unstarted(
