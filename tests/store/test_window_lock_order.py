@@ -5,7 +5,8 @@ writer runs them one after the other).
 The edit's transaction takes its locks in one order (`rackflow.tasks.deferrals`): its turn, the rows of the
 runs of the tasks it decides, then of their racks and of the racks the window names (in id order, before
 the window's write checks its racks' keys), then writes the window, and takes task rows last and only as
-`FOR UPDATE SKIP LOCKED` (`store.tasks.unclaimed`): the claim locks a task's row before its run's, a
+`FOR UPDATE SKIP LOCKED` (`store.tasks.unclaimed`): the claim locks a task's row before its run's (which
+it takes only when free), a
 rollout's cancel a run's before its racks', CancelTask a rack's before its task's. A freeze hold on a row
 a claim held is let go after the edit committed, one row to a transaction that holds nothing else.
 

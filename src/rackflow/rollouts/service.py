@@ -11,10 +11,12 @@ Nothing is kept in memory between steps, so a rollout goes on from where it is w
 stepped it dies or restarts: another instance's next step takes the run, and if the dead one's
 transaction had not committed, nothing of it happened.
 
-Lock order (the executor's design note, `rackflow.tasks.executor`): a task's row before its run's. A step,
-a resume and a cancel lock the run's row first, so they never wait for one of its tasks' rows: the tasks an
-executor's claim holds meanwhile are skipped (a halt's hold, a resume's release, a cancel's ending), and
-that claim's rollout gate, which waits for the run's row, decides them from the run as they left it.
+Lock order (the executor's design note, `rackflow.tasks.executor`): a run's row, then racks', then tasks'.
+A step, a resume and a cancel lock the run's row first, then (a step's submission, a cancel's ending) the
+racks', and never wait for one of its tasks' rows: the tasks an executor's claim holds meanwhile are
+skipped (a halt's hold, a resume's release, a cancel's ending), and that claim's rollout gate, which never
+waits for the run's row, decides them from the run as they left it (at that claim, or at the next one
+when the run was still held: `rollouts.gate`).
 """
 
 from __future__ import annotations

@@ -93,11 +93,11 @@ def not_begun_of_run(run_id: uuid.UUID) -> ColumnElement[bool]:
 def unclaimed(conn: AsyncConnection, *conditions: ColumnElement[bool]) -> ColumnElement[bool]:
     """The tasks matching `conditions` that no other transaction holds, locked as the statement using this
     (`id IN (… FOR UPDATE SKIP LOCKED)`, PostgreSQL) takes them: how a writer holding a rollout run's row
-    (a halt, a resume) writes the run's tasks. Locks go a task's row before its run's: the executor's
-    claim locks its tasks, then its rollout gate their runs (`rollouts.gate`). A writer that locked the
-    run first and then waited for a task a claim holds would wait for that claim while the claim waits
-    for it; it skips the task instead, and the claim's rollout gate decides it once the writer committed,
-    from the run as the writer left it."""
+    (a halt, a resume, a window's change) writes the run's tasks. The executor's claim locks its tasks,
+    then its rollout gate takes their runs' rows only when free (`rollouts.gate`; the lock order atop
+    `rackflow.tasks.executor`). The writer skips a task a claim holds rather than wait for that claim, and
+    the claim's rollout gate decides it from the run as the writer left it: at that claim if the writer
+    committed first, else at the next one."""
     return tasks.c.id.in_(skip_locked(conn.dialect.name, select(tasks.c.id).where(*conditions)))
 
 

@@ -40,18 +40,19 @@ Lock order (the design note atop `rackflow.tasks.executor`). The change's transa
 order: its turn (`store.windows.edits_in_turn`, which only window changes take); the rows of the runs of
 every task it decides again (in id order: it decides from the windows as written, so before the write it
 cannot tell which it will end or let go); the rows of their racks and of the racks the window names (in
-id order, at once), before it writes the window (`write`), whose links check their racks' keys (`FOR KEY
-SHARE`, which a rack's lock waits for: had the change written first, a rollout's cancel holding the run
-and waiting for the rack, and the change waiting for the run, would each wait for the other); and task
-rows last, skipping those another transaction holds (`store.tasks.lock_deferred`, `rewait`,
+id order, at once, `FOR NO KEY UPDATE`: `store.tasks.lock_racks`), before it writes the window (`write`),
+whose links check their racks' keys (`FOR KEY SHARE`) on racks it holds already; and task rows last,
+skipping those another transaction holds (`store.tasks.lock_deferred`, `rewait`,
 `store.rollouts.hold_unstarted`; the freeze holds the caller lets go, `store.task_runs.release_unclaimed`).
 It waits for a task's row only to promote a rack's queue under that rack's lock, as every promotion does
 (never a task a claim holds: a claim takes PENDING tasks, a promotion WAITING ones); a task row it writes
 twice checks its rack's key again, on a rack it holds. That is a rollout cancel's order (a run's row, then
 its racks', then task rows, skipping those held), after the turn and with the window's write between the
-racks and the tasks: an executor's claim, which waits for its tasks' runs while it holds their rows, and
-CancelTask, which waits for its task's row while it holds its rack's, never hold a task row this change
-waits for, and a claim's task row it would need is skipped, not waited for.
+racks and the tasks. An executor's round, which may hold racks this change waits for (those of the
+tasks it ends), waits for no run's row (its rollout gate skips a held run) and no rack's `FOR NO KEY
+UPDATE` (the key checks of its writes do not conflict with it); CancelTask, which
+waits for its task's row while it holds its rack's, holds no run; and a claim's task row this change
+would need is skipped, not waited for.
 """
 
 from __future__ import annotations

@@ -32,17 +32,30 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   another instance's checker records is found by reading the holds back (`not_before` rewritten), at
   most once a poll interval, not at every wake (a burst wakes the executor at every batch fired). The
   count is this process's own, a bound on work, not a guarantee.
-* Lock order: a task's row before its run's. The claim locks the tasks it takes, then its start gates
-  lock what they decide by (the rollout gate: the claimed tasks' rollout runs, in id order; a refusal is
-  recorded on the claimed task rows themselves, which adds no lock). A writer that holds a run's row
-  first (a rollout step and its halt, a resume, a cancel, a window's creation, edit or deletion, which
-  locks the runs and racks of the tasks it decides before it writes the window, `tasks.deferrals`) never
-  waits for a task's row: it skips the tasks a claim holds (`store.tasks.unclaimed`,
-  `store.tasks.lock_not_begun`), and that claim's rollout gate decides them once it committed (a window's
-  change lets go of a freeze's hold on such a task after it committed, in a transaction that holds
-  nothing else: `WindowService._let_go_of_freezes`). Waiting in the other order would let PostgreSQL
-  abort one of the two as a deadlock (tests/store/test_rollout_lock_order.py,
-  tests/store/test_window_lock_order.py).
+* Lock order: a run's row, then racks', then tasks'. Whatever waits for a row lock waits in that order (a
+  window's change: runs, racks, then task rows skipping held ones, `tasks.deferrals`; a rollout's cancel
+  likewise; its step: the run, then the racks it submits to; CancelTask: its task's rack, then the task). A
+  journal round locks the racks of the tasks it ends (`FOR NO KEY UPDATE`, in id order, as every change to
+  which tasks of a rack may run: a submit, CancelTask, a promotion; `store.tasks.lock_racks`), writes its own
+  running tasks' rows, claims (`FOR UPDATE SKIP LOCKED`), and then its start gates lock what they decide by:
+  the budget rows (in id order; only claims and budget changes take them, and neither waits for anything else
+  while holding one), then the claimed tasks' rollout runs, out of order and so never waited for: taken only
+  when free (`FOR UPDATE SKIP LOCKED`), a task of a run another transaction holds is held until the next claim
+  (`rollouts.gate`). The claim writes its task rows again (a gate's hold or refusal, a hold cleared, the first
+  progress message), and PostgreSQL checks a row's foreign key again whenever the transaction that wrote it
+  writes it again, key changed or not: each such write takes `FOR KEY SHARE` on the task's rack, after the
+  task's row. The racks' `FOR NO KEY UPDATE` never blocks that; only a rack an inventory change locks whole
+  (`FOR UPDATE`: DeleteRack, RemoveComponent, a domain's or a scope's change) does, and none of those waits
+  for a row a claim holds (DeleteRack refuses a rack with active tasks first). So CancelTask waits for the
+  claim of its task to commit, never the reverse, and a run's holder that waits for a rack a round holds waits
+  for a round that waits for no run. A writer that holds a run's row (a rollout step and its halt, a resume, a
+  cancel, a window's creation, edit or deletion) never waits for a task's row: it skips the tasks a claim
+  holds (`store.tasks.unclaimed`, `store.tasks.lock_not_begun`), and that claim's rollout gate decides them
+  (at that claim if the writer committed first, else at the next; a window's change lets go of a freeze's hold
+  on such a task after it committed, in a transaction that holds nothing else:
+  `WindowService._let_go_of_freezes`). Any other way round, PostgreSQL would abort one of two such
+  transactions as a deadlock (tests/store/test_claim_lock_order.py, test_rollout_lock_order.py,
+  test_window_lock_order.py).
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
 * Cut short. A run an error cuts short (a journal round that failed) leaves its task RUNNING and this
@@ -523,7 +536,8 @@ class Executor:
         """One journal round, one transaction: the running tasks' endings first (they lock racks, in id
         order, before touching task rows, as every rack-changing transaction does), then progress, then
         what the steps changed (written whether or not the task is still ours: the hardware did change),
-        then claims for the room there is, counting the slots the ending tasks free."""
+        then claims for the room there is, counting the slots the ending tasks free (holding those racks,
+        the claim takes no run's row it would wait for: the lock order of the design note)."""
         endings = [entry.ending for entry in entries if entry.ending is not None]
         let_go = await self.manager.let_go_in(conn, self.instance_id, endings) if endings else None
         self._ended = let_go.ended if let_go else {}

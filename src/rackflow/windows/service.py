@@ -256,14 +256,14 @@ class WindowService:
         await self._let_go_of_freezes(skipped)
 
     async def _let_go_of_freezes(self, skipped: Collection[uuid.UUID]) -> None:
-        """Let go, once the change committed, of the freeze holds on `skipped`: the tasks a freeze held
-        whose rows another transaction held when the change let the others go, in its transaction
-        (`store.task_runs.release_unclaimed`). That one holds the rows of runs and racks an executor's
-        claim waits for while it holds its tasks' rows (the lock order of `rackflow.tasks.deferrals`), so
-        it skips them; a claim that held one may hold it again, by the windows it read before the change
-        committed. Each is let go in a transaction of its own, which waits for that row alone and holds
-        nothing else meanwhile, so no claim waits for it: after that claim, the task is claimed and gated
-        again, by the windows as they are (one the claim started is left as it is)."""
+        """Let go, once the change committed, of the freeze holds on `skipped`: the tasks a freeze held whose
+        rows another transaction held when the change let the others go, in its transaction
+        (`store.task_runs.release_unclaimed`). That one holds rows of runs and racks, and waits for no task
+        row a claim holds (the lock order of `rackflow.tasks.deferrals`), so it skips them; a claim that held
+        one may hold it again, by the windows it read before the change committed. Each is let go in a
+        transaction of its own, which waits for that row alone and holds nothing else meanwhile, so no claim
+        waits for it: after that claim, the task is claimed and gated again, by the windows as they are (one
+        the claim started is left as it is)."""
         for task_id in skipped:
             async with self.db.transaction() as conn:
                 await task_runs.release_held(conn, FreezeGate.name, task_id=task_id)
