@@ -37,12 +37,19 @@ pytestmark = pytest.mark.postgres
 T = TypeVar("T")
 
 
-async def done_or_waiting_on_a_lock(env: Env, beside: asyncio.Task[T]) -> None:
+# A lock some session of this test's database waits for (not another test's, on the same server).
+_WAITING = text(
+    "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid)"
+    " WHERE NOT granted AND datname = current_database()"
+)
+
+
+async def done_or_waiting_on_a_lock(env: Env, beside: asyncio.Future[T]) -> None:
     """Until `beside` is done, or its transaction waits for a row lock (the claim's)."""
     async with asyncio.timeout(60):
         while not beside.done():
             async with env.db.read() as conn:
-                waiting = await conn.scalar(text("SELECT count(*) FROM pg_locks WHERE NOT granted"))
+                waiting = await conn.scalar(_WAITING)
             if waiting:
                 return
             await asyncio.sleep(0.05)
