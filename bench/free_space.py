@@ -13,6 +13,10 @@ pages, how many pages would take a new run:
 * `loaded100`: the same into full pages, then the fill factor set back to 90, as `bench/scale_load.py` now
   loads it (`pages_filled`).
 
+The runs are partitioned by their slot (migration 0046): the runs written here, all of a past slot, go to
+the DEFAULT partition, which the settings, the `VACUUM`s and the free space map read act on (the
+partitioned table has no pages of its own); the figures are that partition's, which holds every run.
+
     python bench/free_space.py --layout aged --runs 200000
 """
 
@@ -40,26 +44,40 @@ WRITE_BACK = (
 )
 INSERT_COMPLETED = INSERT_RUNNING.replace("'running', '[]'::jsonb", f"'completed', {OUTCOMES}")
 PAGE = 8192
+# The relation the runs written here are in: from migration 0046 on, `task_schedule_run` is partitioned
+# (no storage, so no storage options or free space map) and a run of a past slot is in its DEFAULT
+# partition; the table itself before.
+HEAP = text(
+    "SELECT coalesce((SELECT c.oid::regclass::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+    " WHERE i.inhparent = 'task_schedule_run'::regclass AND pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'),"
+    " 'task_schedule_run')"
+)
 TUPLE_OVERHEAD = 28  # the tuple header (24) and its line pointer (4)
 
 
-def write_runs(conn: Connection, layout: str, runs: int, batch: int, vacuum_every: int) -> None:
+def write_runs(conn: Connection, heap: str, layout: str, runs: int, batch: int, vacuum_every: int) -> None:
+    """Write the runs (through `task_schedule_run`, as rackflow does), setting and vacuuming `heap`, the
+    relation they are in."""
     # The foreign key to the schedules is not checked: the runs name no schedule, as a restore's data does.
     conn.execute(text("SET session_replication_role = replica"))
-    conn.execute(text("ALTER TABLE task_schedule_run SET (autovacuum_enabled = false)"))
+    conn.execute(text(f"ALTER TABLE {heap} SET (autovacuum_enabled = false)"))
     if layout == "loaded100":
-        conn.execute(text("ALTER TABLE task_schedule_run SET (fillfactor = 100)"))
+        conn.execute(text(f"ALTER TABLE {heap} SET (fillfactor = 100)"))
     for first in range(0, runs, batch):
         bounds = {"first": first, "last": min(runs, first + batch)}
         if layout == "aged":
             conn.execute(text(INSERT_RUNNING), bounds)
             conn.execute(text(WRITE_BACK))
             if bounds["last"] % vacuum_every == 0:
-                conn.execute(text("VACUUM task_schedule_run"))
+                conn.execute(text(f"VACUUM {heap}"))
         else:
             conn.execute(text(INSERT_COMPLETED), bounds)
-    conn.execute(text("ALTER TABLE task_schedule_run SET (fillfactor = 90)"))
-    conn.execute(text("VACUUM task_schedule_run"))
+    conn.execute(text(f"ALTER TABLE {heap} SET (fillfactor = 90)"))
+    conn.execute(text(f"VACUUM {heap}"))
+    # Every run in `heap`, or its free space map is not the table's.
+    held = conn.execute(text("SELECT array_agg(DISTINCT tableoid::regclass::text) FROM task_schedule_run"))
+    if held.scalar_one() != [heap]:
+        raise RuntimeError(f"the runs are not all in {heap}")
 
 
 def new_run_needs(conn: Connection) -> int:
@@ -86,15 +104,18 @@ def main() -> None:
         engine = sync_engine(workspace.url).execution_options(isolation_level="AUTOCOMMIT")
         with engine.connect() as conn:
             conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_freespacemap"))
-            write_runs(conn, args.layout, args.runs, args.batch, args.vacuum_every)
+            heap = conn.execute(HEAP).scalar_one()
+            write_runs(conn, heap, args.layout, args.runs, args.batch, args.vacuum_every)
             needs = new_run_needs(conn)
             tenths = conn.execute(
                 text(
                     "SELECT width_bucket(blkno, 0, max(blkno) OVER () + 1, 10), avail "
-                    "FROM pg_freespace('task_schedule_run')"
-                )
+                    "FROM pg_freespace(CAST(:heap AS regclass))"
+                ),
+                {"heap": heap},
             ).all()
         engine.dispose()
+    print(f"# free_space relation={heap}")
     offered_total = sum(1 for _, avail in tenths if avail >= needs)
     print(
         f"free_space layout={args.layout} runs={args.runs} pages={len(tenths)} needs_bytes={needs} "

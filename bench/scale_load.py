@@ -226,6 +226,22 @@ SECONDARY_INDEXES = text(
     "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = :table AND NOT EXISTS "
     "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname) AND i.indexdef NOT LIKE '% WHERE %'"
 )
+# A partitioned index (on the partitioned runs, migration 0046) and its partitions' indexes, parents
+# first: each with its own definition and the index it is attached to. A partitioned index's definition is
+# `CREATE INDEX … ON ONLY <parent> …`, which makes it alone (invalid, on no partition); each partition's
+# index is made from its own and attached to it, so every index gets its name back (the DEFAULT
+# partition's are the old table's, renamed by the migration). Nothing for an index of a plain table.
+INDEX_TREE = text(
+    "SELECT p.relid::regclass::text, p.parentrelid::regclass::text, pg_get_indexdef(p.relid)"
+    " FROM pg_partition_tree(CAST(:index AS regclass)) p ORDER BY p.level"
+)
+# Those of `names` that are not there, not valid, or not attached to their `parents`' index.
+INDEXES_BROKEN = text(
+    "SELECT n.name FROM unnest(CAST(:names AS text[]), CAST(:parents AS text[])) AS n(name, parent)"
+    " LEFT JOIN pg_index i ON i.indexrelid = to_regclass(n.name)"
+    " WHERE i.indexrelid IS NULL OR NOT i.indisvalid OR (n.parent IS NOT NULL AND NOT EXISTS"
+    " (SELECT FROM pg_inherits h WHERE h.inhrelid = i.indexrelid AND h.inhparent = to_regclass(n.parent)))"
+)
 
 
 @contextmanager
@@ -234,25 +250,56 @@ def secondary_indexes_rebuilt(engine: Engine, *tables: Table) -> Iterator[None]:
     definitions, as migrated) after the block: one sort per index instead of ten million random inserts
     into each, as pg_restore does. Primary keys and unique constraints stay (foreign keys need them), and
     so do partial indexes (history rows are not in most of them, and PostgreSQL spells a rebuilt one's
-    predicate differently from the migration's)."""
+    predicate differently from the migration's). A partitioned table's index is dropped with its
+    partitions' indexes, and made again as one per partition attached to it (`INDEX_TREE`); every index
+    made is checked valid and attached after."""
     with engine.connect() as conn:
-        found = [row for table in tables for row in conn.execute(SECONDARY_INDEXES, {"table": table.name})]
+        tops = [row for table in tables for row in conn.execute(SECONDARY_INDEXES, {"table": table.name})]
+        found: list[tuple[str, str | None, str]] = []
+        for name, definition in tops:
+            tree = [(row[0], row[1], row[2]) for row in conn.execute(INDEX_TREE, {"index": name})]
+            found += tree or [(name, None, definition)]
     with engine.begin() as conn:
-        for name, _ in found:
+        for name, _ in tops:  # a partitioned index takes its partitions' indexes with it
             conn.execute(text(f'DROP INDEX "{name}"'))
     yield
     started = time.perf_counter()
     with engine.begin() as conn:
         conn.execute(text("SET LOCAL maintenance_work_mem = '512MB'"))
-        for _, definition in found:
+        for name, parent, definition in found:
             conn.execute(text(definition))
-    print(f"# rebuilt {len(found)} indexes in {time.perf_counter() - started:.1f}s", flush=True)
+            if parent is not None:  # the last partition's index attached makes its parent valid
+                conn.execute(text(f"ALTER INDEX {parent} ATTACH PARTITION {name}"))
+        broken = (
+            conn.execute(
+                INDEXES_BROKEN, {"names": [row[0] for row in found], "parents": [row[1] for row in found]}
+            )
+            .scalars()
+            .all()
+        )
+    if broken:
+        raise RuntimeError(f"indexes not valid or not attached after the rebuild: {', '.join(broken)}")
+    print(
+        f"# rebuilt {len(tops)} indexes ({len(found)} with their partitions') in "
+        f"{time.perf_counter() - started:.1f}s",
+        flush=True,
+    )
+
+
+# The partitions that hold a partitioned table's rows (the runs from migration 0046: the DEFAULT one, where
+# a loaded year of past slots goes, and the weeks'); nothing for a plain table, which holds its own. A
+# partitioned table has no storage, so no storage options (`ALTER TABLE … SET (fillfactor …)` fails on it).
+PARTITIONS = text(
+    "SELECT relid::regclass::text FROM pg_partition_tree(CAST(:table AS regclass)) WHERE isleaf"
+)
 
 
 @contextmanager
 def pages_filled(engine: Engine, *tables: Table) -> Iterator[None]:
     """Write the history's rows into full pages (`fillfactor = 100`), then give `tables` back the storage
-    options they were migrated with (`HISTORY_STORAGE`, 90 since migration 0033).
+    options they were migrated with (`HISTORY_STORAGE`, 90 since migration 0033). Both are done on the
+    relations that hold the rows: a plain table itself, each of a partitioned table's `PARTITIONS` (the
+    runs), each given its own options back.
 
     Why: a year of runs and tasks leaves no room a new row can take in its old pages. Each was inserted
     small and rewritten larger (a firing's write-back, a task's end), so a page takes new rows until the fill
@@ -264,22 +311,27 @@ def pages_filled(engine: Engine, *tables: Table) -> Iterator[None]:
     in only after a restore or a rewrite, until each old page has taken one new row (docs/PERFORMANCE.md,
     "The slot's index led by time")."""
     with engine.connect() as conn:
-        options: dict[str, list[str] | None] = {
-            table.name: conn.execute(
-                text("SELECT reloptions FROM pg_class WHERE oid = to_regclass(:table)"), {"table": table.name}
-            ).scalar()
+        heaps = [
+            heap
             for table in tables
+            for heap in conn.execute(PARTITIONS, {"table": table.name}).scalars().all() or [table.name]
+        ]
+        options: dict[str, list[str] | None] = {
+            heap: conn.execute(
+                text("SELECT reloptions FROM pg_class WHERE oid = to_regclass(:heap)"), {"heap": heap}
+            ).scalar()
+            for heap in heaps
         }
     with engine.begin() as conn:
-        for table in tables:
-            conn.execute(text(f'ALTER TABLE "{table.name}" SET (fillfactor = 100)'))
+        for heap in heaps:
+            conn.execute(text(f"ALTER TABLE {heap} SET (fillfactor = 100)"))
     yield
     with engine.begin() as conn:
-        for table in tables:
-            conn.execute(text(f'ALTER TABLE "{table.name}" RESET (fillfactor)'))
-            migrated = options[table.name]
+        for heap in heaps:
+            conn.execute(text(f"ALTER TABLE {heap} RESET (fillfactor)"))
+            migrated = options[heap]
             if migrated:
-                conn.execute(text(f'ALTER TABLE "{table.name}" SET ({", ".join(migrated)})'))
+                conn.execute(text(f"ALTER TABLE {heap} SET ({', '.join(migrated)})"))
 
 
 def _chunked(engine: Engine, total: int, what: str, insert: Any, start: int = 0) -> None:

@@ -25,10 +25,14 @@ from prometheus_client import Counter
 
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_PRUNE_INTERVAL
+from rackflow.store import run_partitions
 from rackflow.store.db import Database
 from rackflow.store.retention import PRUNE_CHUNK
 
 log = logging.getLogger(__name__)
+
+# How often every instance makes sure the runs' coming weeks have partitions (PostgreSQL).
+KEEP_AHEAD_EVERY = DEFAULT_PRUNE_INTERVAL
 
 
 class PruneChunks(Protocol):
@@ -103,3 +107,23 @@ async def run_in_order(pruners: Sequence[Pruner], stop: asyncio.Event) -> None:
             except Exception as exc:
                 log.warning("%s prune failed (%s); retrying in %s", pruner.name, exc, every)
         await sleep_unless_stopped(stop, every)
+
+
+async def ensure_run_weeks(db: Database) -> None:
+    """Make the coming weeks' partitions of the runs (PostgreSQL, `store.run_partitions`): a slot whose week
+    has none cannot be recorded. A failure (a lock wait given up, the database down) is logged; the next
+    round tries again, weeks before a slot would need them."""
+    try:
+        made = await run_partitions.keep_ahead(db)
+    except Exception as exc:
+        log.warning("run partitions: coming weeks not made (%s); retrying in %s", exc, KEEP_AHEAD_EVERY)
+        return
+    if made:
+        log.info("run partitions: made %s", ", ".join(made))
+
+
+async def keep_run_weeks(db: Database, stop: asyncio.Event) -> None:
+    """`ensure_run_weeks` every KEEP_AHEAD_EVERY until `stop` is set (the server does a first round itself at
+    start-up, before its dispatcher fires)."""
+    while not await sleep_unless_stopped(stop, KEEP_AHEAD_EVERY):
+        await ensure_run_weeks(db)

@@ -39,7 +39,7 @@ from rackflow.ids import new_id
 from rackflow.metrics import serve_metrics
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.holds import HoldWatcher
-from rackflow.retention import Pruner, run_in_order
+from rackflow.retention import Pruner, ensure_run_weeks, keep_run_weeks, run_in_order
 from rackflow.rollouts.driver import RolloutDriver
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import server_credentials
@@ -151,6 +151,10 @@ class RackflowServer:
             default_start_deadline=self.config.default_start_deadline,
         )
         self._spawn("executor", executor.run)
+        if self.db.is_postgres:
+            # The coming weeks' partitions of the runs before this instance's first firing, then hourly.
+            await ensure_run_weeks(self.db)
+            self._spawn("run partitions", functools.partial(keep_run_weeks, self.db))
         dispatcher = (
             Dispatcher(
                 self.services.schedules,

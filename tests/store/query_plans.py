@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.store.db import Database
@@ -58,10 +58,30 @@ async def statement_sent(
 
 
 async def explain(db: Database, statement: str, parameters: Any) -> str:
-    """The plan of `statement` with its parameters bound (PostgreSQL or SQLite)."""
+    """The plan of `statement` with its parameters bound (PostgreSQL or SQLite), each partition's index
+    named by its partitioned index (`by_parent_index`)."""
     prefix = "EXPLAIN " if db.is_postgres else "EXPLAIN QUERY PLAN "
     async with db.read() as conn:
-        return _text((await conn.exec_driver_sql(prefix + statement, parameters)).all())
+        plan = _text((await conn.exec_driver_sql(prefix + statement, parameters)).all())
+        return await by_parent_index(conn, plan)
+
+
+# Each index of a partition and the partitioned table's index it is part of.
+_PARTITION_INDEXES = text(
+    "SELECT c.relname, p.relname FROM pg_inherits i"
+    " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent WHERE c.relkind = 'i'"
+)
+
+
+async def by_parent_index(conn: AsyncConnection, plan: str) -> str:
+    """`plan` with each partition's index named by the partitioned table's index it is part of: a plan of a
+    partitioned table (the runs and the audit trail on PostgreSQL) names the partitions' own indexes, one a
+    partition, where the tests name the index they mean by the table's."""
+    if conn.dialect.name != "postgresql":
+        return plan
+    for child, parent in (await conn.execute(_PARTITION_INDEXES)).all():
+        plan = re.sub(rf"\b{child}\b", parent, plan)
+    return plan
 
 
 async def explain_generic(db: Database, statement: str, parameters: dict[str, Any]) -> str:

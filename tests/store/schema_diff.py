@@ -9,13 +9,15 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, text
 
 from rackflow.store.db import Database
+from rackflow.store.run_partitions import LIVE
 from rackflow.store.tables import metadata
 
 
 async def schema_diff(db: Database) -> list[object]:
     """What alembic would change to make the database's schema `metadata`'s: [] when they match. An index
     or foreign key declared for the other database only (`ddl_if`) is left out: the migrations do not
-    create it here. The audit trail's partitions (PostgreSQL) are not metadata either."""
+    create it here. The partitions of the audit trail and of the runs (PostgreSQL) are not metadata either,
+    nor is the runs' table of live runs kept by their trigger (`store.run_partitions`)."""
 
     def for_this_database(obj: Any, name: Any, type_: str, _reflected: bool, _compare_to: Any) -> bool:
         if type_ == "table" and name in partitions:
@@ -23,12 +25,14 @@ async def schema_diff(db: Database) -> list[object]:
         only = getattr(obj, "_ddl_if", None) if type_ in ("index", "foreign_key_constraint") else None
         return only is None or only.dialect in (None, db.dialect)
 
-    partitions: set[str] = set()  # the audit trail's, on PostgreSQL (store/audit_partitions.py): not metadata
+    # The audit trail's and the runs' partitions, and the runs' live table, on PostgreSQL: not metadata.
+    partitions: set[str] = set()
 
     def diff(conn: Connection) -> list[object]:
         if db.is_postgres:
             query = text("SELECT relname FROM pg_class WHERE relispartition")
             partitions.update(conn.execute(query).scalars())
+            partitions.add(LIVE)
         context = MigrationContext.configure(conn, opts={"include_object": for_this_database})
         found: list[object] = compare_metadata(context, metadata)
         if db.is_postgres:

@@ -16,7 +16,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule, task_schedule_run
 from tests.conftest import database_at, downgrade, table_counts, upgraded_counts
-from tests.store.query_plans import statement_sent
+from tests.store.query_plans import by_parent_index, statement_sent
 from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
@@ -78,8 +78,9 @@ async def _plan_of_retried_by(db: Database, run_id: uuid.UUID) -> str:
         else:
             prefix = "EXPLAIN QUERY PLAN "
         rows = (await conn.exec_driver_sql(prefix + statement, parameters)).all()
+        plan = await by_parent_index(conn, "\n".join(str(value) for row in rows for value in row))
         await conn.rollback()
-    return "\n".join(str(value) for row in rows for value in row)
+    return plan
 
 
 async def test_only_retries_are_indexed_and_still_found_and_back_down(db_at_0034: Database) -> None:

@@ -6,6 +6,7 @@ tests/store/test_audit_retention.py.)"""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,7 @@ from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.retention import PRUNE_CHUNK
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
+from tests.store.query_plans import by_parent_index
 
 RETENTION = timedelta(hours=1)
 RACK, SCHEDULE, SCOPE = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -299,6 +301,8 @@ async def test_a_chunk_reads_an_index_not_the_table(
         await conn.exec_driver_sql(f"ANALYZE {table.name}" if db.is_postgres else "ANALYZE")
         prefix = "EXPLAIN " if db.is_postgres else "EXPLAIN QUERY PLAN "
         plan_rows = (await conn.exec_driver_sql(prefix + statement, parameters)).all()
-    plan = "\n".join(" ".join(str(col) for col in row) for row in plan_rows)
+        plan = await by_parent_index(conn, "\n".join(" ".join(str(col) for col in row) for row in plan_rows))
     assert index in plan, plan
-    assert "Seq Scan" not in plan and f"SCAN {table.name}" not in plan, plan
+    # The runs' weeks' partitions (PostgreSQL) start weeks ahead: they hold none of these rows.
+    assert not re.search(rf"Seq Scan on {table.name}(_default)?\b", plan), plan
+    assert f"SCAN {table.name}" not in plan, plan

@@ -55,18 +55,19 @@ class Partition:
     default: bool
 
 
-def is_partitioned(conn: Connection) -> bool:
-    """Whether `audit_events` is partitioned here (PostgreSQL from migration 0028 on)."""
+def is_partitioned(conn: Connection, parent: str = PARENT) -> bool:
+    """Whether `parent` (`audit_events` unless named) is partitioned here (PostgreSQL from migration 0028
+    on; the runs from 0046 on)."""
     if conn.dialect.name != "postgresql":
         return False
     query = text("SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(:t)")
-    return bool(conn.execute(query, {"t": PARENT}).scalar())
+    return bool(conn.execute(query, {"t": parent}).scalar())
 
 
-def partitions(conn: Connection) -> list[Partition]:
-    """The partitions of `audit_events`, oldest first (DEFAULT last). The bounds are read back from their
-    text in this session, so the literal's time zone is the one it was printed in. A partition another
-    transaction is dropping meanwhile (its bound reads as NULL) is left out."""
+def partitions(conn: Connection, parent: str = PARENT) -> list[Partition]:
+    """The partitions of `parent` (`audit_events` unless named), oldest first (DEFAULT last). The bounds are
+    read back from their text in this session, so the literal's time zone is the one it was printed in. A
+    partition another transaction is dropping meanwhile (its bound reads as NULL) is left out."""
     rows = conn.execute(
         text(
             """
@@ -80,7 +81,7 @@ def partitions(conn: Connection) -> list[Partition]:
             WHERE i.inhparent = to_regclass(:t) AND b.bound IS NOT NULL
             """
         ),
-        {"t": PARENT},
+        {"t": parent},
     ).all()
     found = [Partition(row.name, row.lower, row.upper, row.is_default) for row in rows]
     oldest = datetime.min.replace(tzinfo=UTC)
@@ -146,11 +147,11 @@ def _attach(conn: Connection, name: str, start: datetime, end: datetime) -> None
         ),
         {"lo": start, "hi": end},
     )
-    bounds = f"FROM ({_literal(start)}) TO ({_literal(end)})"
+    bounds = f"FROM ({bound_literal(start)}) TO ({bound_literal(end)})"
     conn.execute(text(f"ALTER TABLE {PARENT} ATTACH PARTITION {name} FOR VALUES {bounds}"))
 
 
-def _literal(at: datetime) -> str:
+def bound_literal(at: datetime) -> str:
     """A bound as DDL takes it (no parameters in ALTER TABLE): an ISO timestamp with its offset."""
     return f"'{at.astimezone(UTC).isoformat()}'"
 

@@ -7,6 +7,7 @@ Functions take an open connection, so the caller decides what one transaction ho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
@@ -68,7 +69,7 @@ from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.frozen import quick_init
 from rackflow.ids import new_id
-from rackflow.store import scope_removals
+from rackflow.store import run_partitions, scope_removals
 from rackflow.store.db import Database, chunked, in_id_order, unique_violation_as
 from rackflow.store.dialect import (
     POSTGRESQL,
@@ -1449,24 +1450,52 @@ async def prune_runs(
             await conn.execute(delete(task_schedule_run).where(run.id.in_(ids)))
 
 
-def prune_old_runs(
+async def prune_old_runs(
     db: Database, retention: timedelta, *, chunk: int = PRUNE_CHUNK
 ) -> AsyncGenerator[int, None]:
-    """`--run-retention`: delete the runs (with their outcomes) fired longer than `retention` ago, oldest
-    first, by ix_task_schedule_run_fired_at_id (`prune_older`). A run still `running` stays: its firing may
-    yet write its outcomes; so does a live (rolling or halted) rollout's: its run drives it; and one
-    awaiting approval, which may yet start. The tasks a
-    deleted run submitted stay, naming it (on SQLite unlinked: `tasks.run_id`, migration 0036).
+    """`--run-retention`: remove the runs (with their outcomes) fired longer than `retention` ago, yielding
+    how many went at each step. A run still `running` stays: its firing may yet write its outcomes; so does a
+    live (rolling or halted) rollout's: its run drives it; and one awaiting approval, which may yet start.
+    The tasks a deleted run submitted stay, naming it (on SQLite unlinked: `tasks.run_id`, migration 0036).
+
+    PostgreSQL (partitioned by week of the slot, `store.run_partitions`): drop each week all older than the
+    retention that holds no kept run (one short transaction each), then delete in batches only the old runs
+    before the weeks still kept (the DEFAULT partition's: manual runs and those the migration found; and a
+    past week's that had to stay): a run in a kept week goes with its week, at most a week past the
+    retention. SQLite: delete in batches, oldest first, by ix_task_schedule_run_fired_at_id (`prune_older`).
     """
     run = task_schedule_run.c
-    return prune_older(
+    floor: datetime | None = None
+    if db.is_postgres:
+        async with db.read() as conn:
+            cutoff = await db.now(conn) - retention
+            past = await conn.run_sync(run_partitions.past_weeks, cutoff)
+        for week in past:
+            async with db.transaction() as conn:
+                dropped = await conn.run_sync(run_partitions.drop_partition, week, cutoff)
+            if dropped:
+                yield dropped
+        async with db.read() as conn:
+            floor = await conn.run_sync(run_partitions.kept_floor, cutoff)
+
+    def older(cutoff: datetime) -> ColumnElement[bool]:
+        conditions = [run.fired_at < cutoff, run.state.not_in(OPEN_STATES)]
+        if floor is not None:  # before the weeks kept whole
+            conditions.append(or_(run.scheduled_for.is_(None), run.scheduled_for < floor))
+        return and_(*conditions)
+
+    chunks = prune_older(
         db,
         task_schedule_run,
         retention,
-        older=lambda cutoff: and_(run.fired_at < cutoff, run.state.not_in(OPEN_STATES)),
+        older=older,
         order_by=(run.fired_at, run.id),
         chunk=chunk,
+        narrow=floor is not None,
     )
+    async with contextlib.aclosing(chunks):
+        async for deleted in chunks:
+            yield deleted
 
 
 async def recent_runs(

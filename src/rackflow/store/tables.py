@@ -412,23 +412,33 @@ task_schedule_run = Table(
         sqlite_where=text("scheduled_for IS NOT NULL"),
     ),
     # Never two rollouts of one schedule at once, whatever path fires it (migration 0012): a firing while
-    # one is rolling or halted is recorded as "skipped".
+    # one is rolling or halted is recorded as "skipped". At most one run of a schedule awaits approval
+    # (migration 0018): a firing meanwhile is "skipped". Each is a unique index on SQLite. On PostgreSQL,
+    # where the runs are partitioned, the trigger `task_schedule_run_live` holds both
+    # (`store.run_partitions`), and the same indexes, not unique, find a schedule's live runs (0046).
     Index(
         "uq_task_schedule_run_live_rollout",
         "schedule_id",
         unique=True,
-        postgresql_where=text("state IN ('rolling', 'halted')"),
         sqlite_where=text("state IN ('rolling', 'halted')"),
-    ),
-    # At most one run of a schedule awaits approval (migration 0018): a firing meanwhile is "skipped". The
-    # expiry sweep of every instance reads the awaiting runs by the time they expire.
+    ).ddl_if(dialect="sqlite"),
+    Index(
+        "ix_task_schedule_run_live_rollout",
+        "schedule_id",
+        postgresql_where=text("state IN ('rolling', 'halted')"),
+    ).ddl_if(dialect="postgresql"),
     Index(
         "uq_task_schedule_run_awaiting",
         "schedule_id",
         unique=True,
-        postgresql_where=text("state = 'awaiting_approval'"),
         sqlite_where=text("state = 'awaiting_approval'"),
-    ),
+    ).ddl_if(dialect="sqlite"),
+    Index(
+        "ix_task_schedule_run_awaiting",
+        "schedule_id",
+        postgresql_where=text("state = 'awaiting_approval'"),
+    ).ddl_if(dialect="postgresql"),
+    # The expiry sweep of every instance reads the awaiting runs by the time they expire.
     Index(
         "ix_task_schedule_run_approval_expires_at",
         "approval_expires_at",
@@ -450,7 +460,10 @@ task_schedule_run = Table(
         postgresql_where=text("state = 'rolling'"),
         sqlite_where=text("state = 'rolling'"),
     ),
-    postgresql_with=HISTORY_STORAGE,
+    # On PostgreSQL partitioned by week of the slot (migration 0046, store/run_partitions.py; the partitions,
+    # each with its key on `id` and HISTORY_STORAGE, and the table of live runs are not metadata). The
+    # parent has no key: one must hold `scheduled_for`, which a manual run has not.
+    postgresql_partition_by="RANGE (scheduled_for)",
 )
 
 # Maintenance windows (migration 0011, docs/WINDOWS.md): either recurring (cron, duration, timezone) or one

@@ -1,0 +1,170 @@
+"""The runs' partitions on PostgreSQL (migration 0046): `task_schedule_run` is partitioned by RANGE
+(scheduled_for), one partition a week, so retention drops a week of runs instead of deleting its rows.
+
+* Once per tick stays in the database as it was: the slot's unique index (scheduled_for, schedule_id)
+  contains the partition key, so it is the partitioned table's own, and a slot's second run goes to the
+  same partition and is refused there.
+* A manual run has no slot (NULL), which no range holds: it goes to the DEFAULT partition,
+  `task_schedule_run_default`, which is also every run the migration found (the old table, attached, not
+  copied). Its CHECK `task_schedule_run_default_before` (scheduled_for IS NULL OR scheduled_for < the
+  first week's start) is what lets a week's partition be attached without scanning it: PostgreSQL sees the
+  CHECK excludes the new range. The same CHECK refuses a slot's run whose week has no partition, so
+  partitions must exist before their slots fire: `ensure_partitions` makes them LOOKAHEAD ahead, at each
+  instance's start-up (before its dispatcher), hourly after, and in the migration.
+* One live rollout and one run awaiting approval per schedule cannot be unique indexes of `schedule_id`
+  alone on a partitioned table. A row trigger on it (`task_schedule_run_live`, migration 0046) keeps them
+  in LIVE, one row per (schedule, kind) naming its run: a second live run's insert is skipped, as `ON
+  CONFLICT DO NOTHING` skipped it before; one made by an UPDATE raises `unique_violation`.
+* Every other index is the partitioned table's, on each partition; each partition's primary key is its
+  `id` (the parent has none: a key must hold `scheduled_for`, NULL for manual runs). A lookup by id alone
+  reads each partition's key.
+* `drop_partition` drops a week once it is all older than the run retention, none of its runs fired
+  since the cutoff, none is still running, rolling, halted or awaiting approval (the runs the prune keeps),
+  and no schedule's next slot is in it or before it (so no late firing can need it again). The runs of the
+  DEFAULT partition, and of a past week that could not be dropped, are deleted in batches as before.
+* Every change runs under an advisory lock, so instances do not make a week twice, and the pruner's and
+  keeper's with a short lock timeout (`audit_partitions.wait_briefly`), so an ATTACH or DROP waiting behind
+  a long read gives up for the round rather than queueing the drain behind it.
+
+SQLite has no partitions: it keeps the unique indexes, and nothing here applies to it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, text
+
+from rackflow.store.audit_partitions import (
+    PERIOD,
+    Partition,
+    bound_literal,
+    is_partitioned,
+    partitions,
+    wait_briefly,
+)
+from rackflow.store.db import Database
+from rackflow.store.tables import HISTORY_STORAGE
+
+PARENT = "task_schedule_run"
+DEFAULT_PARTITION = "task_schedule_run_default"
+# The DEFAULT partition's CHECK: no slot on or after the first week's start.
+BEFORE = "task_schedule_run_default_before"
+# One row per schedule with a live rollout ('rollout': rolling or halted) or a run awaiting approval
+# ('approval'), kept by the trigger of the same name.
+LIVE = "task_schedule_run_live"
+# Made this far ahead: two weeks of every instance's rounds failing pass before a slot finds no partition.
+LOOKAHEAD = timedelta(days=14)
+# Held by each transaction that makes or drops a week of runs (pg_advisory_xact_lock).
+_PARTITIONS_LOCK = 7_262_532_038
+
+
+def is_runs_partitioned(conn: Connection) -> bool:
+    """Whether the runs are partitioned here (PostgreSQL from migration 0046 on)."""
+    return is_partitioned(conn, PARENT)
+
+
+def weeks(conn: Connection) -> list[Partition]:
+    """The weeks' partitions, oldest first (the DEFAULT one left out)."""
+    return [p for p in partitions(conn, PARENT) if not p.default]
+
+
+def partition_name(start: datetime) -> str:
+    return f"{PARENT}_p{start:%Y%m%d}"
+
+
+def _lock(conn: Connection) -> None:
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PARTITIONS_LOCK})
+
+
+def ensure_partitions(conn: Connection, now: datetime) -> list[str]:
+    """Make the weeks from the newest partition's end to LOOKAHEAD after `now`, in the caller's
+    transaction; returns the names made. Contiguous from the newest one, so an instance that was down for
+    weeks fills the weeks its late firings need (their slots are after the newest week the migration or a
+    keeper made)."""
+    if not is_runs_partitioned(conn):
+        return []
+    _lock(conn)
+    made: list[str] = []
+    existing = weeks(conn)
+    if not existing:  # migration 0046 makes the first; nothing to continue from
+        return made
+    start = max(p.upper for p in existing if p.upper is not None)
+    while start <= now + LOOKAHEAD:
+        add_week(conn, start)
+        made.append(partition_name(start))
+        start += PERIOD
+    return made
+
+
+def add_week(conn: Connection, start: datetime) -> None:
+    """The partition of the week from `start`: made apart, with its key and the history's fill factor, and
+    attached (a SHARE UPDATE EXCLUSIVE lock on the parent, so the drain goes on; the DEFAULT partition is
+    locked for the catalog change only, its CHECK proving it holds none of the week)."""
+    name = partition_name(start)
+    storage = ", ".join(f"{key} = {value}" for key, value in HISTORY_STORAGE.items())
+    conn.execute(
+        text(
+            f"CREATE TABLE {name} (LIKE {PARENT} INCLUDING DEFAULTS INCLUDING CONSTRAINTS,"
+            f" CONSTRAINT {name}_pkey PRIMARY KEY (id)) WITH ({storage})"
+        )
+    )
+    bounds = f"FROM ({bound_literal(start)}) TO ({bound_literal(start + PERIOD)})"
+    conn.execute(text(f"ALTER TABLE {PARENT} ATTACH PARTITION {name} FOR VALUES {bounds}"))
+
+
+def past_weeks(conn: Connection, cutoff: datetime) -> list[Partition]:
+    """The weeks all of whose range is older than `cutoff`, oldest first: those `drop_partition` may drop."""
+    if not is_runs_partitioned(conn):
+        return []
+    return [p for p in weeks(conn) if p.upper is not None and p.upper <= cutoff]
+
+
+def kept_floor(conn: Connection, cutoff: datetime) -> datetime | None:
+    """Where the batched delete stops: the start of the oldest week not all older than `cutoff`. A run of a
+    week from there on goes with its week (it is kept at most a week past the retention); an older one (in
+    the DEFAULT partition, or in a past week kept for a live run) is deleted by itself. None: no weeks."""
+    if not is_runs_partitioned(conn):
+        return None
+    lowers = [p.lower for p in weeks(conn) if p.lower is not None and (p.upper is None or p.upper > cutoff)]
+    return min(lowers, default=None)
+
+
+# A week is dropped only when, under its lock, none of its runs is one the prune keeps or fired since the
+# cutoff, and no schedule's next slot is in it or before it.
+_DROPPABLE = """
+SELECT NOT EXISTS (SELECT FROM {week} WHERE fired_at >= :cutoff)
+   AND NOT EXISTS (SELECT FROM {week} WHERE state = 'running')
+   AND NOT EXISTS (SELECT FROM {live} l JOIN {week} r ON r.id = l.run_id)
+   AND NOT EXISTS (SELECT FROM task_schedule WHERE next_run_at < :upper)
+"""
+
+
+def drop_partition(conn: Connection, week: Partition, cutoff: datetime) -> int | None:
+    """Drop `week` (in the caller's transaction, which should do nothing else) if nothing in it is kept
+    (above), returning how many runs it held, counted just before; 0 if another instance dropped it first;
+    None if it must stay (its runs are then deleted in batches, as the DEFAULT partition's are)."""
+    wait_briefly(conn)
+    _lock(conn)
+    if conn.execute(text("SELECT to_regclass(:p) IS NULL"), {"p": week.name}).scalar_one():
+        return 0
+    droppable = conn.execute(
+        text(_DROPPABLE.format(week=week.name, live=LIVE)), {"cutoff": cutoff, "upper": week.upper}
+    ).scalar_one()
+    if not droppable:
+        return None
+    rows = int(conn.execute(text(f"SELECT count(*) FROM {week.name}")).scalar_one())
+    conn.execute(text(f"DROP TABLE {week.name}"))
+    return rows
+
+
+async def keep_ahead(db: Database) -> list[str]:
+    """`ensure_partitions` in a transaction of its own that waits briefly for its locks (an instance's
+    start-up and hourly rounds: `rackflow.retention.keep_run_weeks`); returns the names made."""
+    if not db.is_postgres:
+        return []
+    async with db.transaction() as conn:
+        await conn.run_sync(wait_briefly)
+        now = await db.now(conn)
+        made: list[str] = await conn.run_sync(ensure_partitions, now)
+        return made

@@ -1,0 +1,274 @@
+"""The runs partitioned by week of their slot on PostgreSQL (migration 0046, store/run_partitions.py), and the
+guarantees that moved with them: once per tick, one live rollout and one run awaiting approval per schedule
+(held on SQLite by unique indexes, on PostgreSQL by the slot's index and the live-runs trigger), the weeks
+made ahead, and the prune that drops a week whole."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import insert, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from rackflow.domain.schedules import RunState
+from rackflow.store import run_partitions
+from rackflow.store import schedules as store
+from rackflow.store.audit_partitions import period_start
+from rackflow.store.db import Database
+from rackflow.store.tables import task_schedule, task_schedule_run
+from tests.conftest import schedule_row
+
+pytestmark = pytest.mark.asyncio
+
+PAST_WEEK = datetime(2025, 6, 2, tzinfo=UTC)  # a Monday, long past any retention below
+
+
+async def _schedule(db: Database, *, next_run_at: datetime | None = None) -> uuid.UUID:
+    schedule_id = uuid.uuid4()
+    async with db.transaction() as conn:
+        row = schedule_row(schedule_id, f"s-{schedule_id}", datetime(2025, 1, 1, tzinfo=UTC))
+        await conn.execute(insert(task_schedule).values({**row, "next_run_at": next_run_at}))
+    return schedule_id
+
+
+async def _record(
+    db: Database,
+    schedule_id: uuid.UUID,
+    state: RunState,
+    *,
+    slot: datetime | None = None,
+    fired_at: datetime | None = None,
+) -> uuid.UUID | None:
+    """A run recorded as the firing records it (`insert_runs`): its id, or None when it was left out."""
+    run = store.NewRun(
+        run_id=uuid.uuid4(),
+        schedule_id=schedule_id,
+        fired_at=fired_at or slot or datetime.now(UTC),
+        trigger="dispatch" if slot else "manual",
+        scheduled_for=slot,
+        state=state,
+    )
+    async with db.transaction() as conn:
+        recorded = await store.insert_runs(db, conn, [run])
+    return run.run_id if recorded else None
+
+
+async def _set_state(db: Database, run_id: uuid.UUID, state: RunState) -> None:
+    async with db.transaction() as conn:
+        await conn.execute(
+            update(task_schedule_run).where(task_schedule_run.c.id == run_id).values(state=state)
+        )
+
+
+async def _first_week(db: Database) -> datetime:
+    """The start of the first week's partition the migration made (weeks ahead of now)."""
+    async with db.read() as conn:
+        weeks = await conn.run_sync(run_partitions.weeks)
+    ahead = [p.lower for p in weeks if p.lower is not None and p.lower > datetime.now(UTC)]
+    return ahead[0]
+
+
+async def _slot(db: Database, hours: int = 1) -> datetime:
+    """A slot in a week's partition on PostgreSQL (the first week starts weeks ahead); any slot on SQLite."""
+    base = await _first_week(db) if db.is_postgres else datetime(2026, 12, 1, tzinfo=UTC)
+    return base + timedelta(hours=hours)
+
+
+@pytest.fixture
+async def pg(pg_db: str) -> AsyncIterator[Database]:
+    database = Database(pg_db)
+    yield database
+    await database.dispose()
+
+
+@pytest.mark.postgres
+async def test_runs_go_to_the_week_of_their_slot_and_manual_ones_to_the_default_partition(
+    pg: Database,
+) -> None:
+    schedule_id = await _schedule(pg)
+    week = await _first_week(pg)
+    assert week.weekday() == 0 and week == period_start(week)
+    in_week = await _record(pg, schedule_id, "completed", slot=week + timedelta(days=2))
+    manual = await _record(pg, schedule_id, "completed")
+    old_slot = await _record(pg, schedule_id, "completed", slot=datetime(2026, 1, 5, tzinfo=UTC))
+    async with pg.read() as conn:
+        rows = await conn.execute(text("SELECT id, tableoid::regclass::text AS home FROM task_schedule_run"))
+        homes = {row.id: row.home for row in rows}
+        default_checks = (
+            await conn.execute(
+                text("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = :c"),
+                {"c": run_partitions.BEFORE},
+            )
+        ).scalar_one()
+    assert homes == {
+        in_week: run_partitions.partition_name(week),
+        manual: run_partitions.DEFAULT_PARTITION,
+        old_slot: run_partitions.DEFAULT_PARTITION,
+    }
+    assert "scheduled_for IS NULL" in default_checks
+
+
+async def test_a_slot_fires_once_in_its_partition(db: Database) -> None:
+    schedule_id = await _schedule(db)
+    slot = await _slot(db)
+    assert await _record(db, schedule_id, "running", slot=slot) is not None
+    assert await _record(db, schedule_id, "running", slot=slot) is None
+    assert await _record(db, schedule_id, "running") is not None  # manual runs are not limited
+    assert await _record(db, schedule_id, "running") is not None
+
+
+@pytest.mark.parametrize(
+    ("live", "other"), [("rolling", "halted"), ("awaiting_approval", "awaiting_approval")]
+)
+async def test_one_live_rollout_and_one_awaiting_run_a_schedule(
+    db: Database, live: RunState, other: RunState
+) -> None:
+    """A second live run's insert is left out (the firing records it "skipped"), one made by an update is
+    refused; once the first ends, the next is recorded. Another schedule is not limited by it."""
+    schedule_id, neighbour = await _schedule(db), await _schedule(db)
+    first = await _record(db, schedule_id, live, slot=await _slot(db, 1))
+    assert first is not None
+    assert await _record(db, schedule_id, live, slot=await _slot(db, 2)) is None
+    assert await _record(db, neighbour, live, slot=await _slot(db, 2)) is not None
+    running = await _record(db, schedule_id, "running", slot=await _slot(db, 3))
+    assert running is not None
+    with pytest.raises(IntegrityError):
+        await _set_state(db, running, other)
+    await _set_state(db, first, "completed")
+    await _set_state(db, running, other)
+    assert await _record(db, schedule_id, live, slot=await _slot(db, 4)) is None  # `running` is live now
+
+
+async def test_a_live_run_refused_by_its_slot_does_not_block_the_next(db: Database) -> None:
+    """A live run left out because its slot was recorded already (a rollout's slot fired twice): the trigger
+    had taken the schedule's live row for it before the slot's index refused it, and the next live run of the
+    schedule takes that row over instead of being left out."""
+    schedule_id = await _schedule(db)
+    slot = await _slot(db)
+    assert await _record(db, schedule_id, "completed", slot=slot) is not None
+    assert await _record(db, schedule_id, "rolling", slot=slot) is None
+    assert await _record(db, schedule_id, "rolling", slot=await _slot(db, 2)) is not None
+
+
+@pytest.mark.postgres
+async def test_a_live_row_naming_a_run_gone_is_taken_over(pg: Database) -> None:
+    schedule_id = await _schedule(pg)
+    async with pg.transaction() as conn:
+        await conn.execute(
+            text(f"INSERT INTO {run_partitions.LIVE} VALUES (:s, 'rollout', :r)"),
+            {"s": schedule_id, "r": uuid.uuid4()},
+        )
+    run_id = await _record(pg, schedule_id, "rolling", slot=await _slot(pg))
+    assert run_id is not None
+    async with pg.read() as conn:
+        holder = (
+            await conn.execute(
+                text(f"SELECT run_id FROM {run_partitions.LIVE} WHERE schedule_id = :s"), {"s": schedule_id}
+            )
+        ).scalar_one()
+    assert holder == run_id
+    await _set_state(pg, run_id, "completed")
+    async with pg.read() as conn:
+        assert (await conn.execute(text(f"SELECT count(*) FROM {run_partitions.LIVE}"))).scalar_one() == 0
+
+
+@pytest.mark.postgres
+async def test_the_weeks_are_made_ahead_contiguous_and_once(pg: Database) -> None:
+    """After weeks of no instance running, the keeper fills every week from the newest it made to LOOKAHEAD
+    past now, so a late firing of any slot since finds its week."""
+    later = datetime.now(UTC) + timedelta(days=90)
+    async with pg.transaction() as conn:
+        made = await conn.run_sync(run_partitions.ensure_partitions, later)
+        again = await conn.run_sync(run_partitions.ensure_partitions, later)
+        weeks = await conn.run_sync(run_partitions.weeks)
+    assert made and again == []
+    assert all(a.upper == b.lower for a, b in itertools.pairwise(weeks))
+    assert weeks[-1].upper is not None and weeks[-1].upper > later + run_partitions.LOOKAHEAD
+    schedule_id = await _schedule(pg)
+    assert await _record(pg, schedule_id, "completed", slot=later + timedelta(days=10)) is not None
+
+
+@pytest.mark.postgres
+async def test_a_slot_whose_week_has_no_partition_is_refused_not_lost_silently(pg: Database) -> None:
+    """Why the weeks are made ahead: the DEFAULT partition's CHECK refuses a slot past the weeks made."""
+    async with pg.read() as conn:
+        newest = (await conn.run_sync(run_partitions.weeks))[-1].upper
+    assert newest is not None
+    schedule_id = await _schedule(pg)
+    with pytest.raises(IntegrityError, match=run_partitions.BEFORE):
+        await _record(pg, schedule_id, "completed", slot=newest + timedelta(days=1))
+
+
+async def _past_week_with_runs(
+    db: Database, schedule_id: uuid.UUID, states: list[RunState]
+) -> list[uuid.UUID]:
+    async with db.transaction() as conn:
+        await conn.run_sync(run_partitions.add_week, PAST_WEEK)
+    ids = []
+    for n, state in enumerate(states):
+        run_id = await _record(db, schedule_id, state, slot=PAST_WEEK + timedelta(hours=n + 1))
+        assert run_id is not None
+        ids.append(run_id)
+    return ids
+
+
+async def _prune(db: Database, retention: timedelta) -> list[int]:
+    return [n async for n in store.prune_old_runs(db, retention)]
+
+
+async def _run_ids(db: Database) -> set[uuid.UUID]:
+    async with db.read() as conn:
+        return set((await conn.execute(select(task_schedule_run.c.id))).scalars())
+
+
+async def _week_names(db: Database) -> set[str]:
+    async with db.read() as conn:
+        return {p.name for p in await conn.run_sync(run_partitions.weeks)}
+
+
+@pytest.mark.postgres
+async def test_the_prune_drops_a_week_all_past_the_retention(pg: Database) -> None:
+    schedule_id = await _schedule(pg)
+    await _past_week_with_runs(pg, schedule_id, ["completed"] * 5)
+    kept = await _record(pg, schedule_id, "completed", slot=await _slot(pg))
+    name = run_partitions.partition_name(PAST_WEEK)
+    assert name in await _week_names(pg)
+    assert sum(await _prune(pg, timedelta(days=30))) == 5
+    assert name not in await _week_names(pg)
+    assert await _run_ids(pg) == {kept}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("why", ["running", "rolling", "next slot"])
+async def test_a_past_week_holding_a_kept_run_or_a_due_slot_stays_and_is_pruned_by_row(
+    pg: Database, why: str
+) -> None:
+    """A week holding a run the prune keeps (still running, a live rollout), or a schedule's next slot (a late
+    firing would need it), is not dropped; its other runs are deleted one by one, as before partitions."""
+    due = PAST_WEEK + timedelta(days=3) if why == "next slot" else None
+    schedule_id = await _schedule(pg, next_run_at=due)
+    state: RunState = "completed" if why == "next slot" else why  # type: ignore[assignment]
+    ids = await _past_week_with_runs(pg, schedule_id, [state, "completed", "completed"])
+    await _prune(pg, timedelta(days=30))
+    assert run_partitions.partition_name(PAST_WEEK) in await _week_names(pg)
+    assert await _run_ids(pg) == (set() if why == "next slot" else {ids[0]})
+
+
+@pytest.mark.postgres
+async def test_a_run_in_a_week_not_all_past_the_retention_stays_with_its_week(pg: Database) -> None:
+    """The retention keeps a run at least as long as configured and at most a week longer: a week's runs go
+    together once all of the week is past it."""
+    now = datetime.now(UTC)
+    this_week = period_start(now)
+    async with pg.transaction() as conn:
+        await conn.run_sync(run_partitions.add_week, this_week)
+    schedule_id = await _schedule(pg)
+    slot = max(this_week, now - timedelta(hours=3))
+    old = await _record(pg, schedule_id, "completed", slot=slot, fired_at=slot)
+    assert await _record(pg, schedule_id, "completed", fired_at=now - timedelta(hours=3)) is not None
+    await _prune(pg, timedelta(hours=1))
+    assert await _run_ids(pg) == {old}  # the manual run, in the DEFAULT partition, went by itself
