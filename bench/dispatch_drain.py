@@ -70,7 +70,8 @@ from _common import (
 from sqlalchemy import Connection, Engine, Select, bindparam, func, insert, select, text, update
 
 from rackflow.domain.tasks import TaskStatus
-from rackflow.store.run_partitions import LOOKAHEAD, ensure_partitions
+from rackflow.store import run_partitions
+from rackflow.store.audit_partitions import PERIOD
 from rackflow.store.tables import (
     maintenance_windows,
     task_schedule,
@@ -168,10 +169,10 @@ def measure_drain(
 
         engine = sync_engine(ws.url)
         _load_windows(engine, windows)
+        _add_run_weeks(engine, run_weeks)
         _load_history(engine, history, due)
         if history or uncounted:  # a schedule the bench made has counted none of its runs: 0 already
-            _set_run_counts(engine, None if uncounted else history)
-        _add_run_weeks(engine, run_weeks)
+            _set_run_counts(engine, None if uncounted else history, due)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
         env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}
@@ -331,11 +332,14 @@ def _load_history(engine: Engine, runs_each: int, due: datetime) -> None:
     print(f"# history runs_each={runs_each} loaded in {time.perf_counter() - started:.1f}s", flush=True)
 
 
-def _set_run_counts(engine: Engine, count: int | None) -> None:
-    """Each schedule's `run_count` (migration 0038): the runs `--history` gave it, or None (`--uncounted`,
-    as every schedule is right after that migration: its first firing counts its runs)."""
+def _set_run_counts(engine: Engine, count: int | None, due: datetime) -> None:
+    """Each schedule's `run_count` (migration 0038) and `runs_since` (0047): the runs `--history` gave it
+    and the oldest one's slot, as a fleet's firings keep them; or None (`--uncounted`, as every schedule
+    is right after those migrations: its first firing counts its runs, its first look reads every
+    partition)."""
+    since = None if count is None else due - timedelta(days=count)
     with engine.begin() as conn:
-        conn.execute(update(task_schedule).values(run_count=count))
+        conn.execute(update(task_schedule).values(run_count=count, runs_since=since))
 
 
 def _table_reads(conn: Connection) -> dict[str, tuple[int, ...]]:
@@ -426,14 +430,17 @@ def report(kind: str, instances: int, batch: int, drain: Drain) -> None:
 
 
 def _add_run_weeks(engine: Engine, weeks: int) -> None:
-    """`--run-weeks K` (PostgreSQL): the runs' week partitions made K weeks further ahead than the migration
-    made them (`store.run_partitions.ensure_partitions`), so the drain's statements plan and start K more
-    partitions, as a database some K weeks after migration 0046, its history kept, would (these are empty:
-    their index depth is not in it)."""
-    if weeks and engine.dialect.name == "postgresql":
-        with engine.begin() as conn:
-            made = ensure_partitions(conn, datetime.now(UTC) + LOOKAHEAD + timedelta(weeks=weeks))
-        print(f"# run_weeks made={len(made)}", flush=True)
+    """`--run-weeks K` (PostgreSQL): the runs' partitions start K weeks before now, as a database K weeks
+    after migration 0046 with its history kept has them, and `--history` goes into them (by its slots)
+    rather than into the DEFAULT partition. Made before any run is (the DEFAULT partition is empty, so
+    attaching a week before the migration's first reads nothing)."""
+    if not weeks or engine.dialect.name != "postgresql":
+        return
+    with engine.begin() as conn:
+        first = min(p.lower for p in run_partitions.weeks(conn) if p.lower is not None)
+        for k in range(1, weeks + 1):
+            run_partitions.add_week(conn, first - k * PERIOD)
+    print(f"# run_weeks made={weeks} before {first:%Y-%m-%d}", flush=True)
 
 
 def main() -> None:
@@ -478,7 +485,7 @@ def main() -> None:
         "--run-weeks",
         type=int,
         default=0,
-        help="this many more (empty) week partitions of the runs (PostgreSQL)",
+        help="the runs' week partitions start this many weeks before now, the history in them (PostgreSQL)",
     )
     args = parser.parse_args()
     print(machine_line())

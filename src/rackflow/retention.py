@@ -111,8 +111,9 @@ async def run_in_order(pruners: Sequence[Pruner], stop: asyncio.Event) -> None:
 
 async def ensure_run_weeks(db: Database) -> None:
     """Make the coming weeks' partitions of the runs (PostgreSQL, `store.run_partitions`): a slot whose week
-    has none cannot be recorded. A failure (a lock wait given up, the database down) is logged; the next
-    round tries again, weeks before a slot would need them."""
+    has none cannot be recorded; then drop the past weeks the run cap has emptied. A failure (a lock wait
+    given up, the database down) is logged; the next round tries again, weeks before a slot would need
+    them."""
     try:
         made = await run_partitions.keep_ahead(db)
     except Exception as exc:
@@ -120,6 +121,13 @@ async def ensure_run_weeks(db: Database) -> None:
         return
     if made:
         log.info("run partitions: made %s", ", ".join(made))
+    try:
+        dropped = await run_partitions.drop_emptied(db)
+    except Exception as exc:
+        log.warning("run partitions: emptied weeks not dropped (%s); retrying in %s", exc, KEEP_AHEAD_EVERY)
+        return
+    if dropped:
+        log.info("run partitions: dropped %s, emptied by the run cap", ", ".join(dropped))
 
 
 async def keep_run_weeks(db: Database, stop: asyncio.Event) -> None:

@@ -1,6 +1,7 @@
 """Each schedule's run count (migration 0038), on both databases: every firing adds its run, a firing that
-cannot take the schedule past the run cap skips the cap's look, one that can (or whose count is not known)
-looks, and a count not known is counted at the schedule's next firing."""
+does not take the schedule to PRUNE_AT (the run cap and its margin) skips the cap's look, one that does (or
+whose count is not known) looks and prunes back to the cap, reads show the newest runs up to the cap alone,
+and a count not known is counted at the schedule's next firing."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
-from rackflow.store.schedules import RUNS_KEPT_PER_SCHEDULE
+from rackflow.store.schedules import CAP_MARGIN, PRUNE_AT, RUNS_KEPT_PER_SCHEDULE
 from rackflow.store.tables import task_schedule, task_schedule_run
 from tests.store.schedules_support import START, Env, make_env
 
@@ -62,6 +63,17 @@ async def _runs_and_count(env: Env, schedule: Schedule) -> tuple[int, int | None
     return runs, count
 
 
+async def _newest(env: Env, schedule: Schedule) -> list[store.Run]:
+    """The schedule's runs newest first, all of them, read past every cap."""
+    async with env.db.read() as conn:
+        rows = await conn.execute(
+            select(task_schedule_run)
+            .where(task_schedule_run.c.schedule_id == schedule.id)
+            .order_by(task_schedule_run.c.fired_at.desc(), task_schedule_run.c.id.desc())
+        )
+        return [store.run_from_row(row) for row in rows]
+
+
 async def _fire(env: Env, schedule: Schedule, times: int = 1) -> None:
     for _ in range(times):
         await env.services.schedules.trigger(schedule.id)
@@ -86,18 +98,40 @@ async def test_a_firing_under_the_cap_does_not_look_past_it(env: Env) -> None:
     assert await _runs_and_count(env, schedule) == (CAP + 3, 6)
 
 
-async def test_a_firing_that_takes_a_schedule_past_the_cap_prunes_it_and_the_count_stays_past(
+async def test_a_schedule_past_the_cap_shows_its_newest_runs_and_is_pruned_back_at_the_margin(
     env: Env,
 ) -> None:
     schedule = await _schedule(env)
     await _old_runs(env, schedule, CAP - 1, run_count=CAP - 1)
-    await _fire(env, schedule)  # the hundredth run: nothing to delete yet
+    await _fire(env, schedule)  # the hundredth run: nothing to delete
     assert await _runs_and_count(env, schedule) == (CAP, CAP)
-    await _fire(env, schedule, 2)  # each later firing deletes the oldest
-    assert await _runs_and_count(env, schedule) == (CAP, CAP + 1)
-    runs, _ = await env.services.schedules.list_runs(schedule.id)
-    assert runs[0].fired_at == START + timedelta(minutes=2)  # the newest kept, the oldest gone
+    await _fire(env, schedule, 2)  # past the cap, short of PRUNE_AT: kept, counted, not seen
+    assert await _runs_and_count(env, schedule) == (CAP + 2, CAP + 2)
+    runs, total = await env.services.schedules.list_runs(schedule.id)
+    assert (len(runs), total) == (CAP, CAP)
+    assert runs[0].fired_at == START + timedelta(minutes=2)  # the newest, down to the hundredth newest
     assert runs[-1].fired_at == START - timedelta(minutes=CAP - 3)
+    page, _ = await env.services.schedules.list_runs(schedule.id, after=(runs[-2].fired_at, runs[-2].id))
+    assert [r.id for r in page] == [runs[-1].id]  # a next page stops at the cap too
+    heads, heads_total = await env.services.schedules.list_runs(schedule.id, outcomes=False, limit=CAP + 5)
+    assert ([r.id for r in heads], heads_total) == ([r.id for r in runs], CAP)
+    async with env.db.transaction() as conn:  # older runs up to PRUNE_AT - 1 (more firings fill the queue)
+        older = range(CAP, CAP + CAP_MARGIN - 3)
+        runs_before = [
+            store.NewRun(
+                uuid.uuid4(), schedule.id, START - timedelta(minutes=k), "dispatch", state="completed"
+            )
+            for k in older
+        ]
+        await store.insert_runs(env.db, conn, runs_before)
+        counted = update(task_schedule).where(task_schedule.c.id == schedule.id)
+        await conn.execute(counted.values(run_count=PRUNE_AT - 1))
+    assert await _runs_and_count(env, schedule) == (PRUNE_AT - 1, PRUNE_AT - 1)
+    await _fire(env, schedule)  # the firing that takes it to PRUNE_AT prunes it back to the cap
+    assert await _runs_and_count(env, schedule) == (CAP, CAP)
+    after_prune, _ = await env.services.schedules.list_runs(schedule.id)
+    assert [r.id for r in after_prune] == [r.id for r in (await _newest(env, schedule))]
+    assert after_prune[-1].fired_at == START - timedelta(minutes=CAP - 4)
 
 
 async def test_a_count_not_known_is_counted_at_the_next_firing(env: Env) -> None:
@@ -119,13 +153,13 @@ async def test_a_dispatched_batch_counts_and_caps_each_of_its_schedules(env: Env
         for i in range(3)
     ]
     await _old_runs(env, under, 7, run_count=7)
-    await _old_runs(env, at, CAP, run_count=CAP)
+    await _old_runs(env, at, PRUNE_AT - 1, run_count=PRUNE_AT - 1)
     await _old_runs(env, unknown, 2, run_count=None)
     env.clock.advance(timedelta(hours=2))  # every schedule due (interval 1h)
     dispatcher = Dispatcher(env.services.schedules, env.services.audit)
     assert await dispatcher.poll_once() == 3
     assert await _runs_and_count(env, under) == (8, 8)
-    assert await _runs_and_count(env, at) == (CAP, CAP + 1)
+    assert await _runs_and_count(env, at) == (CAP, CAP)
     assert await _runs_and_count(env, unknown) == (3, 3)
 
 
@@ -134,8 +168,8 @@ async def test_a_rollouts_firing_is_counted_and_capped_when_recorded(env: Env) -
     policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
     racks = [await env.rack("r1"), await env.rack("r2")]
     schedule = await env.schedule("rolling", racks=racks, rollout=policy)
-    await _old_runs(env, schedule, CAP, run_count=CAP)
+    await _old_runs(env, schedule, PRUNE_AT - 1, run_count=PRUNE_AT - 1)
     await _fire(env, schedule)
     runs, _ = await env.services.schedules.list_runs(schedule.id)
     assert runs[0].state == "rolling"
-    assert await _runs_and_count(env, schedule) == (CAP, CAP + 1)
+    assert await _runs_and_count(env, schedule) == (CAP, CAP)

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from rackflow.domain.schedules import RunState
@@ -21,6 +21,7 @@ from rackflow.store.audit_partitions import period_start
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
 from tests.conftest import schedule_row
+from tests.store.query_plans import statements_sent
 
 pytestmark = pytest.mark.asyncio
 
@@ -272,3 +273,113 @@ async def test_a_run_in_a_week_not_all_past_the_retention_stays_with_its_week(pg
     assert await _record(pg, schedule_id, "completed", fired_at=now - timedelta(hours=3)) is not None
     await _prune(pg, timedelta(hours=1))
     assert await _run_ids(pg) == {old}  # the manual run, in the DEFAULT partition, went by itself
+
+
+# --- the run cap's look, narrowed to the weeks from `runs_since` (migration 0047) ---------------------
+
+
+async def _weeks_of_runs(db: Database, schedule_id: uuid.UUID, weeks: int, each: int) -> list[datetime]:
+    """`each` completed runs a week in `weeks` past weeks from PAST_WEEK, one a day, as a daily schedule's;
+    their slots, oldest first."""
+    slots = [PAST_WEEK + timedelta(weeks=w, days=d) for w in range(weeks) for d in range(each)]
+    if db.is_postgres:
+        async with db.transaction() as conn:
+            for w in range(weeks):
+                await conn.run_sync(run_partitions.add_week, PAST_WEEK + timedelta(weeks=w))
+    for slot in slots:
+        assert await _record(db, schedule_id, "completed", slot=slot) is not None
+    return slots
+
+
+@pytest.mark.postgres
+async def test_the_cap_look_opens_only_the_weeks_from_runs_since(pg: Database) -> None:
+    """With a year of weeks, the look for a schedule's oldest runs opened each; narrowed to the weeks from its
+    `runs_since` (and the DEFAULT partition, for runs without a slot), it leaves the others unread."""
+    schedule_id = await _schedule(pg)
+    slots = await _weeks_of_runs(pg, schedule_id, weeks=3, each=4)
+    since = slots[4]  # the second week's first run: a bound no later than any run it could delete
+    async with pg.engine.connect() as conn:  # rolled back: the look as it finds the runs
+        transaction = await conn.begin()
+        with statements_sent(pg) as sent:
+            await store.prune_runs(conn, [schedule_id], keep=2, since={schedule_id: since})
+        await transaction.rollback()
+    statement, parameters = sent[0]  # the look; the delete follows
+    async with pg.read() as conn:
+        analyzed = await conn.exec_driver_sql("EXPLAIN (ANALYZE, COSTS OFF) " + statement, parameters)
+    plan = "\n".join(line for (line,) in analyzed.all())
+    first, second = (run_partitions.partition_name(PAST_WEEK + timedelta(weeks=w)) for w in (0, 1))
+    scans = [line for line in plan.splitlines() if " on task_schedule_run_p" in line]
+    assert scans and all("(never executed)" in line for line in scans if f" on {first} " in line), plan
+    assert any(f" on {second} " in line and "(never executed)" not in line for line in scans), plan
+    assert "Index Only Scan" in plan, plan  # the slot is in the schedule's index of runs (0046)
+
+
+async def test_the_cap_look_raises_runs_since_to_the_newest_slot_it_deleted(db: Database) -> None:
+    """A schedule's runs fire in the order of their slots, so none the look keeps has a slot before the newest
+    it deleted; a run it may not delete (still open) holds the bound down at its own slot."""
+    schedule_id = await _schedule(db)
+    slots = await _weeks_of_runs(db, schedule_id, weeks=2, each=4)
+    async with db.transaction() as conn:
+        pruned = await store.prune_runs(conn, [schedule_id], keep=5, since={schedule_id: None})
+    assert pruned == {schedule_id: store.Pruned(3, slots[2])}
+    other = await _schedule(db)
+    open_slot = PAST_WEEK + timedelta(days=1, hours=1)
+    for slot in [PAST_WEEK + timedelta(hours=1), open_slot, PAST_WEEK + timedelta(days=2, hours=1)]:
+        await _record(db, other, "running" if slot == open_slot else "completed", slot=slot)
+    async with db.transaction() as conn:
+        held = await store.prune_runs(conn, [other], keep=0, since={other: PAST_WEEK})
+    assert held == {other: store.Pruned(2, open_slot)}
+
+
+async def test_a_firing_lowers_runs_since_only_to_an_earlier_slot_and_keeps_it_not_known() -> None:
+    """The advance's rule (`since_with_run`): a firing's slot lowers a known bound only if earlier; a run
+    without a slot, or a bound not known, leaves it."""
+    known = store.Schedule.__new__(store.Schedule)  # only `runs_since` is read
+    object.__setattr__(known, "runs_since", PAST_WEEK)
+    assert store.since_with_run(known, PAST_WEEK + timedelta(days=1)) == PAST_WEEK
+    assert store.since_with_run(known, PAST_WEEK - timedelta(days=1)) == PAST_WEEK - timedelta(days=1)
+    assert store.since_with_run(known, None) == PAST_WEEK
+    object.__setattr__(known, "runs_since", None)
+    assert store.since_with_run(known, PAST_WEEK) is None
+
+
+# --- weeks the cap has emptied, dropped; a late slot's week made again -------------------------------
+
+
+@pytest.mark.postgres
+async def test_a_past_week_the_cap_emptied_is_dropped_and_one_in_use_stays(pg: Database) -> None:
+    schedule_id = await _schedule(pg)
+    await _weeks_of_runs(pg, schedule_id, weeks=3, each=2)
+    emptied, held, due = (PAST_WEEK + timedelta(weeks=w) for w in range(3))
+    async with pg.transaction() as conn:  # the cap's deletions, week by week
+        slot = task_schedule_run.c.scheduled_for
+        await conn.execute(delete(task_schedule_run).where(slot < held))
+        await conn.execute(delete(task_schedule_run).where(slot >= due))
+    await _schedule(pg, next_run_at=due + timedelta(days=1))  # a slot of that week may yet fire
+    recent = period_start(datetime.now(UTC) - timedelta(days=3))  # all past, but within RECENT
+    async with pg.transaction() as conn:
+        await conn.run_sync(run_partitions.add_week, recent)
+    dropped = await run_partitions.drop_emptied(pg)
+    assert dropped == [run_partitions.partition_name(emptied)]
+    names = await _week_names(pg)
+    assert {run_partitions.partition_name(w) for w in (held, due, recent)} <= names
+    assert await run_partitions.drop_emptied(pg) == []
+
+
+@pytest.mark.postgres
+async def test_a_late_slot_whose_week_was_dropped_has_it_made_again(pg: Database) -> None:
+    """A one-time schedule set at a past time, or a firing late by weeks: its slot's week may have been
+    dropped (emptied by the cap, or by the retention), and the DEFAULT partition's CHECK would refuse the
+    run. Its week is made again before the run is recorded."""
+    later = datetime.now(UTC) + timedelta(days=120)
+    async with pg.transaction() as conn:
+        await conn.run_sync(run_partitions.ensure_partitions, later)
+        week = next(p for p in await conn.run_sync(run_partitions.weeks) if p.lower and p.lower > later)
+        await conn.execute(text(f"DROP TABLE {week.name}"))
+    assert week.name not in await _week_names(pg)
+    assert week.lower is not None
+    slot = week.lower + timedelta(days=2)
+    schedule_id = await _schedule(pg)
+    fired = await _record(pg, schedule_id, "completed", slot=slot, fired_at=slot + timedelta(days=30))
+    assert fired is not None
+    assert week.name in await _week_names(pg)

@@ -91,13 +91,14 @@ async def test_advance_stores_what_the_per_row_update_stores(db: Database) -> No
             "next_run_at": None if k % 3 == 0 else (now + timedelta(hours=k)).astimezone(BERLIN),
             "last_run_at": now if k % 2 else now.astimezone(BERLIN),
             "run_count": None if k % 4 == 0 else k,  # not known, or counted
+            "runs_since": None if k % 5 == 0 else now - timedelta(days=k),
         }
 
     async with db.transaction() as conn:
         mine = await _schedules(conn, COUNT, "mine")
         twins = await _schedules(conn, COUNT, "twin")
         advances = [store.Advance(i, **timing(k)) for k, i in enumerate(mine)]
-        await store.advance(conn, [*advances, store.Advance(uuid.uuid4(), True, now, now, 1)], now)
+        await store.advance(conn, [*advances, store.Advance(uuid.uuid4(), True, now, now, 1, now)], now)
         await _per_row(
             conn, task_schedule, [{"id": i, **timing(k)} for k, i in enumerate(twins)], {"updated_at": now}
         )

@@ -123,6 +123,8 @@ class Schedule:
     # How many runs it has, as the run cap counts them (`store.schedules.cap_runs`; None: not known yet).
     # The store's bookkeeping, read with the row so that a firing's claim knows whether to look past the cap.
     run_count: int | None = 0
+    # No later than the slot of any of its runs that has one (`store.schedules.prune_runs`; None: not known).
+    runs_since: datetime | None = None
 
     @property
     def is_consumed(self) -> bool:

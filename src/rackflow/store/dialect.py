@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -57,6 +57,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.selectable import TableValuedAlias
+from sqlalchemy.sql.type_api import TypeEngine
 
 from rackflow.clock import Clock
 from rackflow.config import DB_POOL_OVERFLOW
@@ -423,9 +424,16 @@ def past_newest(
     newest: ColumnElement[Any],
     tiebreak: ColumnElement[Any],
     keep: int,
+    bounded: tuple[Sequence[Any], TypeEngine[Any], Callable[[ColumnElement[Any]], ColumnElement[bool]]]
+    | None = None,
 ) -> Select[Any]:
     """The rows of `stmt` (a SELECT without ORDER BY) for each of `keys` in `column`, but the newest `keep`
     of each key by (`newest`, `tiebreak`) descending; the columns `stmt` selects.
+
+    `bounded` (PostgreSQL; SQLite, which partitions nothing, reads as if it were not given): each key's
+    bound (of the type given with them), and the condition every row of a key meets given
+    its bound, which PostgreSQL prunes a partitioned table's partitions by at each key (the runs' slots:
+    `store.run_partitions.from_slot`).
 
     PostgreSQL walks an index of (`column`, `newest`) per key (`keys_table`, LATERAL subqueries), where
     ranking the rows of `column IN (…)` with a window was planned as a full scan of a table that grew from
@@ -441,8 +449,20 @@ def past_newest(
     with a window; it ranked every row of the key, each read from the table.
     """
     if dialect == POSTGRESQL:
-        lookup = keys_table(keys, column, "lookup")
-        at_key = column == lookup.c.key
+        if bounded is None:
+            lookup = keys_table(keys, column, "lookup")
+            at_key = column == lookup.c.key
+        else:
+            key_bounds, bound_type, within = bounded
+            lookup = (
+                func.unnest(
+                    bindparam("lookup_keys", list(keys), type_=ARRAY(column.type)),
+                    bindparam("lookup_bounds", list(key_bounds), type_=ARRAY(bound_type)),
+                )
+                .table_valued("key", "bound")
+                .render_derived(name="lookup")
+            )
+            at_key = and_(column == lookup.c.key, within(lookup.c.bound))
         edge = (
             select(newest.label("edge"))
             .where(at_key)

@@ -78,7 +78,12 @@ async def record(
         return set()
     advances = [
         schedules.Advance(
-            f.schedule.id, f.enabled, f.next_run_at, f.fired_at, schedules.counted_with_run(f.schedule)
+            f.schedule.id,
+            f.enabled,
+            f.next_run_at,
+            f.fired_at,
+            schedules.counted_with_run(f.schedule),
+            schedules.since_with_run(f.schedule, f.scheduled_for),
         )
         for f in planned
     ]

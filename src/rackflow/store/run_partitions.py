@@ -31,9 +31,11 @@ SQLite has no partitions: it keeps the unique indexes, and nothing here applies 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import ColumnElement, Connection, or_, text
 
 from rackflow.store.audit_partitions import (
     PERIOD,
@@ -44,7 +46,7 @@ from rackflow.store.audit_partitions import (
     wait_briefly,
 )
 from rackflow.store.db import Database
-from rackflow.store.tables import HISTORY_STORAGE
+from rackflow.store.tables import HISTORY_STORAGE, task_schedule_run
 
 PARENT = "task_schedule_run"
 DEFAULT_PARTITION = "task_schedule_run_default"
@@ -55,8 +57,20 @@ BEFORE = "task_schedule_run_default_before"
 LIVE = "task_schedule_run_live"
 # Made this far ahead: two weeks of every instance's rounds failing pass before a slot finds no partition.
 LOOKAHEAD = timedelta(days=14)
+# A past week is dropped (emptied by the run cap, or past the retention) only once all of it is this far
+# behind, so a firing's slot within this of its firing always finds its week; an older slot (a late firing,
+# a one-time schedule set in the past) has its week made first, if it was dropped (`ensure_weeks_for`).
+RECENT = timedelta(days=7)
 # Held by each transaction that makes or drops a week of runs (pg_advisory_xact_lock).
 _PARTITIONS_LOCK = 7_262_532_038
+
+
+def from_slot(since: ColumnElement[Any]) -> ColumnElement[bool]:
+    """A run of a schedule whose `runs_since` is `since` (a bound parameter or column): one without a slot
+    (the DEFAULT partition), or of a slot from `since` on. PostgreSQL prunes the partitions before `since` by
+    it, at planning or, for a per-row `since`, at each row (`dialect.past_newest`)."""
+    slot = task_schedule_run.c.scheduled_for
+    return or_(slot.is_(None), slot >= since)
 
 
 def is_runs_partitioned(conn: Connection) -> bool:
@@ -120,6 +134,38 @@ def past_weeks(conn: Connection, cutoff: datetime) -> list[Partition]:
     return [p for p in weeks(conn) if p.upper is not None and p.upper <= cutoff]
 
 
+def first_week(conn: Connection) -> datetime:
+    """Where the weeks' partitions begin (the DEFAULT partition's CHECK: every slot before it is there)."""
+    query = text(
+        "SELECT (regexp_match(pg_get_constraintdef(oid), '< ''([^'']*)''::timestamp'))[1]::timestamptz"
+        f" FROM pg_constraint WHERE conname = :c AND conrelid = to_regclass('{DEFAULT_PARTITION}')"
+    )
+    bound: datetime = conn.execute(query, {"c": BEFORE}).scalar_one()
+    return bound
+
+
+def ensure_weeks_for(conn: Connection, slots: Collection[datetime], fired_at: datetime) -> list[str]:
+    """Make the weeks of those of `slots` older than RECENT before `fired_at` that have no partition (dropped
+    since: emptied by the run cap, or past the retention), in the caller's transaction, before their runs
+    are recorded; returns the names made. A slot's run whose week has none is refused by the DEFAULT
+    partition's CHECK, and a one-time schedule may be set at any past time. Newer slots cost nothing here:
+    no week that recent is dropped."""
+    late = [slot for slot in slots if slot < fired_at - RECENT]
+    if not late or not is_runs_partitioned(conn):
+        return []
+    first = first_week(conn)
+    starts = {first + ((slot - first) // PERIOD) * PERIOD for slot in late if slot >= first}
+    if not starts:
+        return []
+    _lock(conn)
+    covered = {p.lower for p in weeks(conn)}
+    made: list[str] = []
+    for start in sorted(starts - covered):
+        add_week(conn, start)
+        made.append(partition_name(start))
+    return made
+
+
 def kept_floor(conn: Connection, cutoff: datetime) -> datetime | None:
     """Where the batched delete stops: the start of the oldest week not all older than `cutoff`. A run of a
     week from there on goes with its week (it is kept at most a week past the retention); an older one (in
@@ -156,6 +202,42 @@ def drop_partition(conn: Connection, week: Partition, cutoff: datetime) -> int |
     rows = int(conn.execute(text(f"SELECT count(*) FROM {week.name}")).scalar_one())
     conn.execute(text(f"DROP TABLE {week.name}"))
     return rows
+
+
+# A past week the run cap has emptied: nothing in it, and no schedule's next slot in it or before it.
+_EMPTIED = """
+SELECT NOT EXISTS (SELECT FROM {week})
+   AND NOT EXISTS (SELECT FROM task_schedule WHERE next_run_at < :upper)
+"""
+
+
+async def drop_emptied(db: Database) -> list[str]:
+    """Drop each week all of whose range is RECENT behind that the run cap has emptied (each schedule keeps
+    its newest runs, so its older weeks empty row by row), one short transaction each, waiting briefly for
+    its locks; returns the names dropped. Without it the weeks would only go by `--run-retention`, which is
+    off by default, and each week kept is one more partition that a look by schedule opens."""
+    if not db.is_postgres:
+        return []
+    async with db.read() as conn:
+        now = await db.now(conn)
+        past = await conn.run_sync(past_weeks, now - RECENT)
+    dropped: list[str] = []
+    for week in past:
+        async with db.transaction() as conn:
+            if await conn.run_sync(_drop_if_emptied, week):
+                dropped.append(week.name)
+    return dropped
+
+
+def _drop_if_emptied(conn: Connection, week: Partition) -> bool:
+    wait_briefly(conn)
+    _lock(conn)
+    if conn.execute(text("SELECT to_regclass(:p) IS NULL"), {"p": week.name}).scalar_one():
+        return False
+    if not conn.execute(text(_EMPTIED.format(week=week.name)), {"upper": week.upper}).scalar_one():
+        return False
+    conn.execute(text(f"DROP TABLE {week.name}"))
+    return True
 
 
 async def keep_ahead(db: Database) -> list[str]:

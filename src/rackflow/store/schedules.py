@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
@@ -26,6 +26,7 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
+    case,
     delete,
     exists,
     func,
@@ -94,8 +95,12 @@ from rackflow.store.tasks import statuses as task_statuses
 from rackflow.timespec import ScheduleSpec, SpecType
 
 RUNS_KEPT_PER_SCHEDULE = 100
-# Where a schedule's run count stops (`counted_with_run`): one past the cap, from where every firing looks.
-PAST_THE_CAP = RUNS_KEPT_PER_SCHEDULE + 1
+# A schedule's history is pruned back to RUNS_KEPT_PER_SCHEDULE once a firing takes its run count to
+# PRUNE_AT, so one firing in CAP_MARGIN looks for its oldest runs, not each: on PostgreSQL that look opens
+# every partition of the runs (`store.run_partitions`). Every read shows the newest RUNS_KEPT_PER_SCHEDULE
+# alone (`_within_the_cap`), so the runs kept past them until the next prune are never seen.
+CAP_MARGIN = 10
+PRUNE_AT = RUNS_KEPT_PER_SCHEDULE + CAP_MARGIN
 # Runs never pruned however old, by the cap or the retention: a running one's firing may yet write its
 # outcomes back (an approved run goes running however many firings were skipped while it waited), a live
 # rollout's run drives it, and one awaiting approval may yet start.
@@ -172,6 +177,7 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         failures_counted_until=columns["failures_counted_until"],
         retry=RetryPolicy.from_json(retry) if retry is not None else None,
         run_count=columns["run_count"],
+        runs_since=columns["runs_since"],
     )
 
 
@@ -322,6 +328,7 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "retry": schedule.retry.to_json() if schedule.retry is not None else None,
         "scope_removed_after": None,  # none removed yet (SQLite's column keeps migration 0031's default)
         "run_count": schedule.run_count,
+        "runs_since": schedule.runs_since,
     }
     with unique_violation_as(name_taken_error(schedule.name)):
         await conn.execute(insert(task_schedule).values(values))
@@ -1134,6 +1141,7 @@ class Advance:
     next_run_at: datetime | None
     last_run_at: datetime
     run_count: int | None  # with the firing's run (`counted_with_run`)
+    runs_since: datetime | None  # with the firing's run (`since_with_run`)
 
 
 async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datetime) -> None:
@@ -1147,6 +1155,7 @@ async def advance(conn: AsyncConnection, advances: Sequence[Advance], now: datet
             "next_run_at": a.next_run_at,
             "last_run_at": a.last_run_at,
             "run_count": a.run_count,
+            "runs_since": a.runs_since,
         }
         for a in advances
     ]
@@ -1194,6 +1203,9 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
     """
     if not runs:
         return set()
+    if db.is_postgres:  # a late slot's week, should it have been dropped (`run_partitions.RECENT`)
+        slots = [r.scheduled_for for r in runs if r.scheduled_for is not None]
+        await conn.run_sync(run_partitions.ensure_weeks_for, slots, runs[0].fired_at)
     insert, values = insert_rows(
         db.dialect,
         task_schedule_run,
@@ -1376,17 +1388,26 @@ def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
 
 def counted_with_run(schedule: Schedule) -> int | None:
     """The schedule's run count once a firing has added its run, as the firing's advance writes it (None
-    stays not known). It stops one past the cap: from there on every firing looks, so the count need not
-    follow the runs the look deletes."""
+    stays not known). The prune that follows at PRUNE_AT takes off what it deleted (`cap_runs`)."""
     if schedule.run_count is None:
         return None
-    return min(schedule.run_count + 1, PAST_THE_CAP)
+    return schedule.run_count + 1
+
+
+def since_with_run(schedule: Schedule, slot: datetime | None) -> datetime | None:
+    """The schedule's `runs_since` once a firing has added its run of `slot` (None: a run without one, in
+    the DEFAULT partition, which every look reads): lowered to the slot if that is earlier, which a
+    schedule's advancing slots never are. Not known stays not known: a schedule with runs from before
+    migration 0047 may have earlier ones."""
+    if schedule.runs_since is None or slot is None:
+        return schedule.runs_since
+    return min(schedule.runs_since, slot)
 
 
 def may_pass_cap(schedule: Schedule) -> bool:
-    """Whether a firing of the schedule, as claimed (before its run), may take it past
-    RUNS_KEPT_PER_SCHEDULE runs: its count is there already, or not known."""
-    return schedule.run_count is None or schedule.run_count >= RUNS_KEPT_PER_SCHEDULE
+    """Whether a firing of the schedule, as claimed (before its run), takes it to PRUNE_AT runs or may:
+    its count with the firing's run is there, or is not known."""
+    return schedule.run_count is None or schedule.run_count + 1 >= PRUNE_AT
 
 
 async def cap_runs(
@@ -1394,24 +1415,52 @@ async def cap_runs(
 ) -> None:
     """The run cap after firings of these schedules (each as claimed, before its firing's run): their
     history pruned to the newest RUNS_KEPT_PER_SCHEDULE (`prune_runs`, which leaves the runs of `spare`)
-    where the firing may have taken it past that (`may_pass_cap`), and the runs of those whose count was
-    not known counted.
+    where the firing took it to PRUNE_AT or may have (`may_pass_cap`), each such count lowered by the runs
+    deleted, and the runs of those whose count was not known counted.
 
-    A firing under the cap looks at nothing: the look walked the schedule's index of runs at every firing,
-    about a tenth of PostgreSQL's CPU a firing on an empty database (docs/PERFORMANCE.md, "The run cap's
-    look skipped under the cap"). The count is never below the runs kept, so no firing that takes a
-    schedule past the cap goes without the look, with one exception: the firings of an instance still
-    running a release before migration 0038 (a rolling upgrade) add no count, so a schedule they fired may
-    keep up to that many runs past its newest 100 until its count reaches the cap.
+    A firing short of PRUNE_AT looks at nothing: the look walked the schedule's index of runs at every
+    firing, about a tenth of PostgreSQL's CPU a firing on an empty database (docs/PERFORMANCE.md, "The run
+    cap's look skipped under the cap"), and with the runs partitioned it opens every partition. The count
+    is never below the runs kept (a firing's claim locks the schedule's row before its advance writes the
+    count, and the decrement here waits for that lock), so no schedule passes PRUNE_AT without the look,
+    with one exception: the firings of an instance still running a release before migration 0038 (a
+    rolling upgrade) add no count, so a schedule they fired may keep up to that many runs more until its
+    count reaches PRUNE_AT. A count above the runs kept (the retention deletes runs without counting) only
+    brings the look forward.
     """
-    await prune_runs(conn, [s.id for s in fired if may_pass_cap(s)], spare=spare)
+    looked = [s for s in fired if may_pass_cap(s)]
+    since = {s.id: s.runs_since for s in looked}
+    pruned = await prune_runs(conn, [s.id for s in looked], spare=spare, since=since)
+    rows = [
+        {"key": schedule_id, "deleted": p.deleted, "since": p.since}
+        for schedule_id, p in sorted(pruned.items(), key=lambda item: item[0])
+    ]
+    if rows:
+        schedule = task_schedule.c
+        raised = bindparam("since", type_=schedule.runs_since.type)
+        lowered = (
+            update(task_schedule)
+            .where(schedule.id == bindparam("key"))
+            .values(
+                run_count=schedule.run_count - bindparam("deleted"),  # NULL stays: counted below
+                runs_since=case(
+                    (raised.is_(None), schedule.runs_since),
+                    (or_(schedule.runs_since.is_(None), schedule.runs_since < raised), raised),
+                    else_=schedule.runs_since,
+                ),
+            )
+        )
+        await conn.execute(lowered, rows)
+    # Counted anew: those whose count was not known, and those the look found at PRUNE_AT by count but with
+    # nothing to delete (runs the retention deleted, or open ones), which would otherwise look every firing.
+    recount = [s.id for s in fired if s.run_count is None] + [s.id for s in looked if s.id not in pruned]
     run = task_schedule_run.c
-    for chunk in chunked(in_id_order(s.id for s in fired if s.run_count is None)):
+    for chunk in chunked(in_id_order(set(recount))):
         counted = (
             select(run.schedule_id, func.count()).where(run.schedule_id.in_(chunk)).group_by(run.schedule_id)
         )
         counts: dict[uuid.UUID, int] = {schedule_id: n for schedule_id, n in await conn.execute(counted)}
-        rows = [{"id": i, "run_count": min(counts.get(i, 0), PAST_THE_CAP)} for i in chunk]
+        rows = [{"id": i, "run_count": counts.get(i, 0)} for i in chunk]
         await conn.execute(*update_rows(conn.dialect.name, task_schedule, "id", rows))
 
 
@@ -1421,11 +1470,17 @@ async def prune_runs(
     keep: int = RUNS_KEPT_PER_SCHEDULE,
     *,
     spare: Collection[uuid.UUID] = (),
-) -> None:
+    since: Mapping[uuid.UUID, datetime | None] | None = None,
+) -> dict[uuid.UUID, Pruned]:
     """Delete each schedule's runs beyond its newest `keep`, but never an open one (`OPEN_STATES`) nor one
     of `spare` (the runs a write-back has just completed: an approved run fired before the skipped firings
     that came while it waited, and would otherwise go in the write-back that records its outcomes): one
     query per chunk of schedules finds them, and only if there are any, one more deletes them by id.
+    Returns what went, by schedule (those that lost none left out).
+
+    `since`: each schedule's `runs_since` (missing or None: not known). On PostgreSQL the find reads only
+    the runs' partitions from there on and the DEFAULT one (`run_partitions.from_slot`), not all of them:
+    with a year of partitions the look opened each, about 30 µs apiece a schedule (docs/PERFORMANCE.md).
 
     The find is `dialect.past_newest`: on PostgreSQL it walks ix_task_schedule_run_schedule_id_fired_at
     once per schedule, and reads from the table only the runs past the newest `keep`, where a window over
@@ -1433,21 +1488,61 @@ async def prune_runs(
     dispatched batch.
     """
     run = task_schedule_run.c
+    found_since = since or {}
+    pruned: dict[uuid.UUID, Pruned] = {}
     for chunk in chunked(list(schedule_ids)):
+        bounds = [found_since.get(schedule_id) or SINCE_NOT_KNOWN for schedule_id in chunk]
         older = past_newest(
             conn.dialect.name,
-            select(run.id, run.state),
+            select(run.id, run.state, run.schedule_id, run.scheduled_for),
             run.schedule_id,
             chunk,
             newest=run.fired_at,
             tiebreak=run.id,
             keep=keep,
+            bounded=(bounds, run.scheduled_for.type, run_partitions.from_slot),
         )
-        found = older.subquery("candidates")
-        stale = select(found.c.id).where(found.c.state.not_in(OPEN_STATES))
-        doomed = [i for i in (await conn.execute(stale)).scalars() if i not in spare]
-        for ids in chunked(doomed):
+        candidates = (await conn.execute(select(older.subquery("candidates")))).all()
+        doomed = [c for c in candidates if c.state not in OPEN_STATES and c.id not in spare]
+        for ids in chunked([c.id for c in doomed]):
             await conn.execute(delete(task_schedule_run).where(run.id.in_(ids)))
+        doomed_ids = {c.id for c in doomed}
+        for schedule_id, found in _by_schedule(candidates).items():
+            runs = [c for c in found if c.id in doomed_ids]
+            if runs:
+                left = [c.scheduled_for for c in found if c.id not in doomed_ids]
+                pruned[schedule_id] = Pruned(len(runs), _raised_since(runs, left))
+    return pruned
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What the cap's look did to one schedule's runs: how many it deleted, and the schedule's new
+    `runs_since` (None: none of those it deleted had a slot, so it stays)."""
+
+    deleted: int
+    since: datetime | None
+
+
+# The bound of a schedule whose `runs_since` is not known: before any slot, so every partition is read.
+SINCE_NOT_KNOWN = datetime.min.replace(tzinfo=UTC)
+
+
+def _by_schedule(rows: Sequence[Row[Any]]) -> dict[uuid.UUID, list[Row[Any]]]:
+    grouped: dict[uuid.UUID, list[Row[Any]]] = {}
+    for row in rows:
+        grouped.setdefault(row.schedule_id, []).append(row)
+    return grouped
+
+
+def _raised_since(deleted: Sequence[Row[Any]], left: Sequence[datetime | None]) -> datetime | None:
+    """A schedule's `runs_since` after the cap's look deleted `deleted` and left `left` (the slots of the
+    runs past its newest it may not delete): the newest slot deleted, as a schedule's runs fire in the order
+    of their slots, so none it keeps has an earlier one; held down by an earlier slot left behind."""
+    slots: list[datetime] = [row.scheduled_for for row in deleted if row.scheduled_for is not None]
+    if not slots:
+        return None
+    return min([max(slots), *(slot for slot in left if slot is not None)])
 
 
 async def prune_old_runs(
@@ -1468,8 +1563,9 @@ async def prune_old_runs(
     floor: datetime | None = None
     if db.is_postgres:
         async with db.read() as conn:
-            cutoff = await db.now(conn) - retention
-            past = await conn.run_sync(run_partitions.past_weeks, cutoff)
+            now = await db.now(conn)
+            cutoff = now - retention
+            past = await conn.run_sync(run_partitions.past_weeks, min(cutoff, now - run_partitions.RECENT))
         for week in past:
             async with db.transaction() as conn:
                 dropped = await conn.run_sync(run_partitions.drop_partition, week, cutoff)
@@ -1543,9 +1639,10 @@ async def list_runs(
 ) -> tuple[list[Run], int]:
     """The schedule's runs, newest first (after the key `after` of RUN_ORDER if given), and how many
     there are before paging (`paging.count_capped`); without `outcomes`, each run without its outcomes
-    (`Run.outcomes` empty), as `run_heads` reads them."""
-    total = await count_capped(conn, task_schedule_run, [task_schedule_run.c.schedule_id == schedule_id])
-    page = _newest_runs_first(schedule_id).where(*after_key(RUN_ORDER, after, descending=True))
+    (`Run.outcomes` empty), as `run_heads` reads them. Only the newest RUNS_KEPT_PER_SCHEDULE
+    (`_within_the_cap`)."""
+    total, within = await _within_the_cap(conn, schedule_id)
+    page = _newest_runs_first(schedule_id).where(*after_key(RUN_ORDER, after, descending=True), *within)
     if not outcomes:
         page = page.with_only_columns(*_RUN_HEAD)
     rows = (await conn.execute(page.offset(offset).limit(limit))).all()
@@ -1556,9 +1653,26 @@ async def run_heads(conn: AsyncConnection, schedule_id: uuid.UUID, limit: int) -
     """The schedule's newest `limit` runs without their outcomes (`Run.outcomes` empty), newest first, and
     how many runs it has (`count_capped`): the runs grid's columns, whose outcomes it reads per page of
     racks (`grid_outcomes`) — a firing of 10,000 racks carries 10,000 outcomes."""
-    total = await count_capped(conn, task_schedule_run, [task_schedule_run.c.schedule_id == schedule_id])
-    page = _newest_runs_first(schedule_id).with_only_columns(*_RUN_HEAD).limit(limit)
+    total, within = await _within_the_cap(conn, schedule_id)
+    page = _newest_runs_first(schedule_id).with_only_columns(*_RUN_HEAD).where(*within).limit(limit)
     return [run_from_row(row) for row in (await conn.execute(page)).all()], total
+
+
+async def _within_the_cap(
+    conn: AsyncConnection, schedule_id: uuid.UUID
+) -> tuple[int, list[ColumnElement[bool]]]:
+    """How many runs the schedule shows (at most RUNS_KEPT_PER_SCHEDULE), and the condition that keeps a
+    read of them to its newest RUNS_KEPT_PER_SCHEDULE: none while it has no more; else up to the last of
+    them in RUN_ORDER, read by the schedule's index of runs. The runs past them are the CAP_MARGIN the cap
+    lets a schedule keep until its next prune (`cap_runs`): deleted already, as far as anyone can see."""
+    total = await count_capped(conn, task_schedule_run, [task_schedule_run.c.schedule_id == schedule_id])
+    if total <= RUNS_KEPT_PER_SCHEDULE:
+        return total, []
+    last_kept = (
+        _newest_runs_first(schedule_id).with_only_columns(*RUN_ORDER).offset(RUNS_KEPT_PER_SCHEDULE - 1)
+    )
+    edge = (await conn.execute(last_kept.limit(1))).one()
+    return RUNS_KEPT_PER_SCHEDULE, up_to_key(RUN_ORDER, tuple(edge), descending=True)
 
 
 async def run_head(conn: AsyncConnection, run_id: uuid.UUID) -> Run | None:

@@ -245,10 +245,13 @@ task_schedule = Table(
     # held a removed rack). NULL: none removed while it had runs. The runs grid reads the racks that left
     # the scope only for pages with a run fired at or before it.
     Column("scope_removed_after", UTCDateTime, nullable=True),
-    # How many runs it has, as the run cap counts them (migration 0038): each firing adds its run,
-    # saturating one past the cap (`store.schedules.cap_runs`), so a firing under the cap skips the cap's
-    # look. NULL: not known (the schedules 0038 found), counted at the next firing.
+    # How many runs it has, as the run cap counts them (migration 0038): each firing adds its run, and the
+    # cap's look at PRUNE_AT takes off those it deleted (`store.schedules.cap_runs`), so a firing short of
+    # it skips the look. NULL: not known (the schedules 0038 found), counted at the next firing.
     Column("run_count", Integer, nullable=True),
+    # No later than the slot of any of its runs that has one (migration 0047): the cap's look reads the runs'
+    # partitions from there on (`store.schedules.prune_runs`). NULL: not known, every partition read.
+    Column("runs_since", UTCDateTime, nullable=True),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
     Index("ix_task_schedule_created_at_id", "created_at", "id"),
@@ -390,7 +393,14 @@ task_schedule_run = Table(
         "'awaiting_approval', 'expired', 'rejected', 'missed')",
         name="state",
     ),
-    Index("ix_task_schedule_run_schedule_id_fired_at", "schedule_id", "fired_at"),
+    Index(
+        "ix_task_schedule_run_schedule_id_fired_at",
+        "schedule_id",
+        "fired_at",
+        # On PostgreSQL with each run's slot (migration 0046): the run cap's look, narrowed to the
+        # partitions from the schedule's `runs_since` on, reads the index alone (`schedules.prune_runs`).
+        postgresql_include=["scheduled_for"],
+    ),
     # --run-retention takes the oldest runs of every schedule first (migration 0010).
     Index("ix_task_schedule_run_fired_at_id", "fired_at", "id"),
     Index(

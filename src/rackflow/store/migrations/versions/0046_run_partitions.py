@@ -12,7 +12,8 @@ migration's transaction, while reads and writes go on:
 
 1. `ADD CONSTRAINT task_schedule_run_default_before CHECK (scheduled_for IS NULL OR scheduled_for < BOUND)
    NOT VALID` (an ACCESS EXCLUSIVE lock, for no scan), then `VALIDATE CONSTRAINT` (a scan under SHARE
-   UPDATE EXCLUSIVE, which writes do not wait for).
+   UPDATE EXCLUSIVE, which writes do not wait for); then, CONCURRENTLY, the live runs' indexes and the
+   schedule's index of runs with their slot (`BY_SCHEDULE`), which replaces the one without under the lock.
 
 Then, in the migration's transaction, under an ACCESS EXCLUSIVE lock on the runs for catalog changes only
 (no scan, no build):
@@ -46,7 +47,7 @@ from alembic import op
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
-from rackflow.store.run_partitions import add_week, ensure_partitions
+from rackflow.store.run_partitions import add_week, ensure_partitions, first_week
 
 revision = "0046"
 down_revision = "0045"
@@ -60,7 +61,7 @@ LIVE = "task_schedule_run_live"
 LEAD_DAYS = 30
 # The runs' indexes at revision 0037, made on the partitioned table under the same names.
 INDEXES = {
-    "ix_task_schedule_run_schedule_id_fired_at": "(schedule_id, fired_at)",
+    "ix_task_schedule_run_schedule_id_fired_at": "(schedule_id, fired_at) INCLUDE (scheduled_for)",
     "ix_task_schedule_run_fired_at_id": "(fired_at, id)",
     "ix_task_schedule_run_running": "(owner_id) WHERE state = 'running'",
     "ix_task_schedule_run_approval_expires_at": "(approval_expires_at) WHERE state = 'awaiting_approval'",
@@ -68,6 +69,13 @@ INDEXES = {
     "ix_task_schedule_run_rolling": "(id) WHERE state = 'rolling'",
 }
 SLOT = ("uq_task_schedule_run_slot_by_time", "(scheduled_for, schedule_id) WHERE scheduled_for IS NOT NULL")
+# The schedule's index of runs holds each run's slot from this migration on, so that the run cap's look,
+# which PostgreSQL narrows to the partitions from the schedule's `runs_since` on (migration 0047), reads the
+# index alone (`store.schedules.prune_runs`). Built beside the old one on the side connection, swapped in
+# under the lock; without it the look read every run's row from the table.
+BY_SCHEDULE = "ix_task_schedule_run_schedule_id_fired_at"
+BY_SCHEDULE_BEFORE = "(schedule_id, fired_at)"
+BY_SCHEDULE_NEW = f"{BY_SCHEDULE}_slot"
 # What the live-runs table holds: by the partial unique index that held it before, the non-unique one that
 # finds a schedule's live runs from now on, and which runs they are.
 LIVE_KINDS = {
@@ -153,7 +161,7 @@ def upgrade() -> None:
         conn.execute(text(_add_check(bound)))
     elif not _check_state(conn):
         conn.execute(text(f"ALTER TABLE {TABLE} VALIDATE CONSTRAINT {BEFORE}"))
-    bound = bound or _check_bound(conn)
+    bound = bound or first_week(conn)
     _convert(conn, bound, now)
 
 
@@ -170,19 +178,21 @@ def _prepare_online(conn: Connection) -> datetime | None:
             bound = side.execute(text(BOUND)).scalar_one()
             side.execute(text(_add_check(bound) + " NOT VALID"))
         side.execute(text(f"ALTER TABLE {TABLE} VALIDATE CONSTRAINT {BEFORE}"))
-        for _, index, where in LIVE_KINDS.values():
+        for index, definition in _prebuilt().items():
             if _index_state(side, index) is False:
                 side.execute(text(f"DROP INDEX CONCURRENTLY {index}"))  # left invalid by a failed build
-            side.execute(
-                text(
-                    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {TABLE} (schedule_id) WHERE {where}"
-                )
-            )
+            side.execute(text(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {TABLE} {definition}"))
     except DBAPIError:
         return None
     finally:
         side.close()
     return bound
+
+
+def _prebuilt() -> dict[str, str]:
+    """The indexes built on the old table before its conversion (concurrently where the side connection
+    can): the live runs' and the schedule's index with the slot."""
+    return {**LIVE_INDEXES, BY_SCHEDULE_NEW: INDEXES[BY_SCHEDULE]}
 
 
 def _check_state(conn: Connection) -> bool | None:
@@ -201,16 +211,6 @@ def _index_state(conn: Connection, index: str) -> bool | None:
     return valid
 
 
-def _check_bound(conn: Connection) -> datetime:
-    """The bound of a BEFORE constraint an earlier try left: the timestamp in its text."""
-    query = text(
-        "SELECT (regexp_match(pg_get_constraintdef(oid), '< ''([^'']*)''::timestamp'))[1]::timestamptz"
-        f" FROM pg_constraint WHERE conname = :c AND conrelid = to_regclass('{TABLE}')"
-    )
-    bound: datetime = conn.execute(query, {"c": BEFORE}).scalar_one()
-    return bound
-
-
 def _add_check(bound: datetime) -> str:
     return (
         f"ALTER TABLE {TABLE} ADD CONSTRAINT {BEFORE}"
@@ -219,10 +219,10 @@ def _add_check(bound: datetime) -> str:
 
 
 def _convert(conn: Connection, bound: datetime, now: datetime) -> None:
-    for _, index, where in LIVE_KINDS.values():  # what the side connection could not build
+    for index, definition in _prebuilt().items():  # what the side connection could not build
         if _index_state(conn, index) is False:
             conn.execute(text(f"DROP INDEX {index}"))
-        conn.execute(text(f"CREATE INDEX IF NOT EXISTS {index} ON {TABLE} (schedule_id) WHERE {where}"))
+        conn.execute(text(f"CREATE INDEX IF NOT EXISTS {index} ON {TABLE} {definition}"))
     # Step 2.
     conn.execute(
         text(
@@ -235,6 +235,8 @@ def _convert(conn: Connection, bound: datetime, now: datetime) -> None:
     for kind, (unique, _, where) in LIVE_KINDS.items():
         conn.execute(text(f"INSERT INTO {LIVE} SELECT schedule_id, '{kind}', id FROM {TABLE} WHERE {where}"))
         conn.execute(text(f"DROP INDEX {unique}"))
+    conn.execute(text(f"DROP INDEX {BY_SCHEDULE}"))
+    conn.execute(text(f"ALTER INDEX {BY_SCHEDULE_NEW} RENAME TO {BY_SCHEDULE}"))
     # Step 3.
     conn.execute(text(f"ALTER TABLE {TABLE} RENAME TO {DEFAULT}"))
     conn.execute(text(f"ALTER INDEX pk_{TABLE} RENAME TO {DEFAULT}_pkey"))
@@ -278,7 +280,7 @@ def downgrade() -> None:
     conn.execute(text(f"ALTER TABLE {TABLE} SET (fillfactor = 90)"))
     conn.execute(text(f"ALTER TABLE {TABLE} ADD CONSTRAINT pk_{TABLE} PRIMARY KEY (id)"))
     conn.execute(text(f"ALTER TABLE {TABLE} ADD CONSTRAINT {FOREIGN_KEY[0]} {FOREIGN_KEY[1]}"))
-    for name, definition in INDEXES.items():
+    for name, definition in {**INDEXES, BY_SCHEDULE: BY_SCHEDULE_BEFORE}.items():
         conn.execute(text(f"CREATE INDEX {name} ON {TABLE} {definition}"))
     conn.execute(text(f"CREATE UNIQUE INDEX {SLOT[0]} ON {TABLE} {SLOT[1]}"))
     for unique, _, where in LIVE_KINDS.values():
