@@ -105,11 +105,30 @@ def make_year_of_audit_partitions(engine: Engine) -> None:
         start += LOOKAHEAD
 
 
+def make_year_of_run_partitions(engine: Engine) -> None:
+    """The runs' week partitions over the year about to be loaded, as a database a year after migration
+    0046 has them (`store.run_partitions`): without them the year's runs would all go to the DEFAULT
+    partition, where the migration puts the runs it finds. Made before any run (the DEFAULT partition is
+    empty, so attaching a week before the migration's first reads nothing)."""
+    from rackflow.store import run_partitions
+    from rackflow.store.audit_partitions import PERIOD
+
+    with engine.connect() as conn:
+        now = conn.execute(text("SELECT now()")).scalar_one()
+        first = run_partitions.first_week(conn)
+    start = first - PERIOD
+    with engine.begin() as conn:
+        while start + PERIOD > now - timedelta(days=366):
+            run_partitions.add_week(conn, start)
+            start -= PERIOD
+
+
 def load(args: argparse.Namespace) -> str:
     url = recreate_database(args.pg_admin, args.database)
     engine = sync_engine(url)
     started = time.perf_counter()
     make_year_of_audit_partitions(engine)
+    make_year_of_run_partitions(engine)
     ids = scale_load.load(
         engine,
         schedules=args.schedules,

@@ -125,6 +125,7 @@ LATER_COLUMNS = {
         "retry",
         "scope_removed_after",
         "run_count",
+        "runs_since",
     ),
     "tasks": (
         "not_before",

@@ -135,10 +135,12 @@ def past_weeks(conn: Connection, cutoff: datetime) -> list[Partition]:
 
 
 def first_week(conn: Connection) -> datetime:
-    """Where the weeks' partitions begin (the DEFAULT partition's CHECK: every slot before it is there)."""
+    """Where the weeks' partitions begin (the DEFAULT partition's CHECK: every slot before it is there; on
+    the runs' table still, while migration 0046 has yet to make it the DEFAULT partition)."""
     query = text(
         "SELECT (regexp_match(pg_get_constraintdef(oid), '< ''([^'']*)''::timestamp'))[1]::timestamptz"
-        f" FROM pg_constraint WHERE conname = :c AND conrelid = to_regclass('{DEFAULT_PARTITION}')"
+        f" FROM pg_constraint WHERE conname = :c"
+        f" AND conrelid IN (to_regclass('{DEFAULT_PARTITION}'), to_regclass('{PARENT}'))"
     )
     bound: datetime = conn.execute(query, {"c": BEFORE}).scalar_one()
     return bound
