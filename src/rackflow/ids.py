@@ -17,6 +17,13 @@ column; nothing uses an id as a secret. The time is read from the wall clock, no
 it only places the row in its indexes, rackflow decides nothing from it, and a clock that steps back (or a
 fault drill's offset) only puts a few rows out of order, which costs a page read, not a wrong answer.
 Within one millisecond the 74 random bits order ids at random (uniqueness does not depend on the clock).
+
+One exception: a dispatched run's id is minted at its slot's millisecond (`id_at_time`, from
+`domain.firing.run_id`), not at the moment its row was made. The runs are partitioned by their slot on
+PostgreSQL (`store.run_partitions`), so such an id says which partition holds its run, and a statement
+naming runs by id alone is bounded to those partitions (`run_partitions.of_runs`) instead of probing
+every one. Its place in the primary key is then its slot's: a partition's key still grows at its right
+edge, the runs of one slot being made together. A manual run (no slot) keeps `new_id`.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 _RANDOM_BITS = 74  # rand_a (12 bits) and rand_b (62 bits)
 _RAND_B_BITS = 62
@@ -41,6 +49,27 @@ _VARIANT = 0b10  # RFC 9562's variant
 def new_id() -> uuid.UUID:
     """A new row's id: now, in unix milliseconds, then random bits."""
     return id_at(time.time_ns() // 1_000_000)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+def id_at_time(at: datetime) -> uuid.UUID:
+    """A version 7 UUID of the millisecond `at` (aware) falls in (`id_at`); ValueError before 1970."""
+    return id_at((at - EPOCH) // _MILLISECOND)
+
+
+def time_of(row_id: uuid.UUID) -> datetime | None:
+    """The millisecond a version 7 id was minted at (`id_at`), as an aware UTC time; None for an id of
+    another version (the random ids of rows made before rackflow's ids were time-ordered) or of a
+    millisecond past what a datetime holds."""
+    if row_id.version != _VERSION:
+        return None
+    try:
+        return EPOCH + (row_id.int >> 80) * _MILLISECOND
+    except OverflowError:
+        return None
 
 
 def id_at(unix_ms: int) -> uuid.UUID:

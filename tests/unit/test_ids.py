@@ -7,10 +7,11 @@ import os
 import random
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rackflow.ids import id_at, new_id
+from rackflow.ids import EPOCH, id_at, id_at_time, new_id, time_of
 from rackflow.store.db import in_id_order
 
 
@@ -84,3 +85,20 @@ def test_in_id_order_is_the_order_uuids_sort_in_without_repeats() -> None:
     shuffled = made + made[::3]
     random.shuffle(shuffled)
     assert in_id_order(shuffled) == sorted(set(made))
+
+
+def test_an_id_minted_at_a_time_tells_its_millisecond_back() -> None:
+    at = datetime(2027, 3, 1, 10, 0, 0, 123_999, tzinfo=UTC)
+    made = id_at_time(at)
+    assert made.int >> 80 == (at - EPOCH) // timedelta(milliseconds=1)
+    assert time_of(made) == datetime(2027, 3, 1, 10, 0, 0, 123_000, tzinfo=UTC)
+    assert time_of(id_at_time(EPOCH)) == EPOCH
+    with pytest.raises(ValueError, match="48 bits"):
+        id_at_time(EPOCH - timedelta(milliseconds=1))
+
+
+def test_an_id_of_another_version_or_past_a_datetime_tells_no_time() -> None:
+    assert time_of(uuid.uuid4()) is None
+    assert time_of(uuid.uuid1()) is None
+    assert time_of(uuid.UUID(int=0)) is None
+    assert time_of(id_at((1 << 48) - 1)) is None  # the year 10889

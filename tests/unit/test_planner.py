@@ -24,6 +24,7 @@ from rackflow.domain.firing import (
     plan,
     plan_starts,
     planned_times,
+    run_id,
     scope_decisions,
     tally,
 )
@@ -31,6 +32,7 @@ from rackflow.domain.rollouts import RackPlace, RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.domain.tasks import Operation, OperationKind, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff, RackRef, WindowKind, WindowPolicy
+from rackflow.ids import time_of
 from rackflow.timespec import ScheduleSpec, SpecType
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
@@ -222,6 +224,33 @@ def test_a_manual_firing_has_no_slot_and_decides_nothing() -> None:
     assert manual.to_submit == [busy, closed]
     assert dispatched.scheduled_for == owner.next_run_at
     assert {o.outcome for o in dispatched.decided.values()} == {"skipped_overlap", "skipped_window"}
+
+
+def test_a_dispatched_run_is_named_by_its_slot_and_a_manual_one_by_now() -> None:
+    """A dispatched run's id is minted at its slot's millisecond, so on PostgreSQL it names the partition
+    its run is in (`store.run_partitions.of_runs`); a manual run has no slot, and its id is made now."""
+    owner = replace(schedule(), next_run_at=NOW - timedelta(minutes=3, microseconds=1_500))
+    snapshot = Snapshot((owner,), {owner.id: scopes_of(owner, 1)})
+    before = datetime.now(UTC)
+    (dispatched,) = plan(snapshot, NOW, "dispatch")
+    (manual,) = plan(snapshot, NOW, "manual")
+    late = replace(snapshot, schedules=(replace(owner, start_deadline=HOUR / 60),))
+    (missed,) = plan(late, NOW, "dispatch")
+
+    assert dispatched.run_id.version == manual.run_id.version == 7
+    assert time_of(dispatched.run_id) == NOW - timedelta(minutes=3, milliseconds=2)  # the slot's millisecond
+    assert time_of(missed.run_id) == time_of(dispatched.run_id) and missed.missed
+    manual_at = time_of(manual.run_id)
+    assert manual_at is not None and before - timedelta(milliseconds=1) <= manual_at <= datetime.now(UTC)
+    assert len({dispatched.run_id, missed.run_id, run_id(owner.next_run_at)}) == 3  # random bits apart
+
+
+def test_a_slot_before_1970_names_its_run_by_now() -> None:
+    """A version 7 id holds no time before 1970: such a slot's run (in the DEFAULT partition, which every
+    bounded statement reads) is named as a manual one is."""
+    made = run_id(datetime(1969, 12, 31, 23, 59, tzinfo=UTC))
+    at = time_of(made)
+    assert made.version == 7 and at is not None and at.year >= 2026
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,7 @@ from rackflow.domain.tasks import Operation, TaskStatus
 from rackflow.domain.window_rules import FIRE, Decision, decide_firing
 from rackflow.domain.windows import MaintenanceWindow, RackRef, WindowPolicy
 from rackflow.frozen import quick_init
-from rackflow.ids import new_id
+from rackflow.ids import id_at_time, new_id
 from rackflow.timespec import IntervalTiming, SpecType, format_go_duration, parse_spec
 
 
@@ -199,18 +199,47 @@ def plan(
     snapshot: Snapshot,
     now: datetime,
     trigger: Trigger,
-    new_id: Callable[[], uuid.UUID] = new_id,
+    name_run: Callable[[datetime | None], uuid.UUID] | None = None,
     approver: Approver | None = None,
     *,
     default_start_deadline: timedelta | None = None,
 ) -> list[Firing]:
-    """Each schedule of the snapshot fired at `now` by `trigger`, decided as the module says; `new_id`
-    names each firing's run; `approver`: a manual trigger's caller who approves it as it fires.
-    `default_start_deadline`: the server's, for a schedule without its own."""
+    """Each schedule of the snapshot fired at `now` by `trigger`, decided as the module says; `name_run`
+    names each firing's run from its slot (`run_id`, by default); `approver`: a manual trigger's caller who
+    approves it as it fires. `default_start_deadline`: the server's, for a schedule without its own."""
+    name = name_run or run_id
     return [
-        _plan_one(snapshot, schedule, now, trigger, new_id(), approver, default_start_deadline)
+        _plan_one(
+            snapshot,
+            schedule,
+            now,
+            trigger,
+            name(slot_of(schedule, trigger)),
+            approver,
+            default_start_deadline,
+        )
         for schedule in snapshot.schedules
     ]
+
+
+def slot_of(schedule: Schedule, trigger: Trigger) -> datetime | None:
+    """The slot a firing of `schedule` is due at: its `next_run_at` when dispatched; None (no slot) when
+    manual."""
+    return schedule.next_run_at if trigger == "dispatch" else None
+
+
+def run_id(slot: datetime | None) -> uuid.UUID:
+    """The id of a firing's run: minted at its slot's millisecond (`ids.id_at_time`), so that on
+    PostgreSQL, where the runs are partitioned by slot, the id alone says which partition holds the run
+    (`store.run_partitions.of_runs`); a manual run's (no slot, the DEFAULT partition), and one whose slot
+    is before 1970, which a version 7 id cannot hold (the DEFAULT partition too), made now (`ids.new_id`).
+    Unique either way: 74 random bits a millisecond, and a slot fires once per schedule."""
+    if slot is None:
+        return new_id()
+    try:
+        return id_at_time(slot)
+    except ValueError:
+        return new_id()
 
 
 def own_or_default(own: timedelta | None, default: timedelta | None) -> timedelta | None:
@@ -372,7 +401,7 @@ def _plan_one(
         run_id=run_id,
         enabled=enabled,
         next_run_at=next_run_at,
-        scheduled_for=schedule.next_run_at if trigger == "dispatch" else None,
+        scheduled_for=slot_of(schedule, trigger),
         decided=decided,
         windows=windows,
     )
