@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
+from rackflow.domain.firing import run_id as slot_run_id
 from rackflow.domain.schedules import RunState
 from rackflow.store import run_partitions
 from rackflow.store import schedules as store
@@ -46,7 +47,7 @@ async def _record(
 ) -> uuid.UUID | None:
     """A run recorded as the firing records it (`insert_runs`): its id, or None when it was left out."""
     run = store.NewRun(
-        run_id=uuid.uuid4(),
+        run_id=slot_run_id(slot),
         schedule_id=schedule_id,
         fired_at=fired_at or slot or datetime.now(UTC),
         trigger="dispatch" if slot else "manual",

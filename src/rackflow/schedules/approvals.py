@@ -155,13 +155,13 @@ class ApprovalService:
         sweep's heartbeat check: this instance fires it and writes it back, not the one that fired it),
         else None."""
         if not approval.approved:
-            await store.decide_awaiting(conn, run.id, "awaiting_approval", approval)
+            await store.decide_awaiting(conn, run, "awaiting_approval", approval)
             return None
         await self._no_live_rollout(conn, run)
         state: RunState = "rolling" if run.rollout is not None else "running"
         started_at = await self.db.now(conn)
         if not await store.decide_awaiting(
-            conn, run.id, state, approval, started_at=started_at, owner_id=self.schedules.instance_id
+            conn, run, state, approval, started_at=started_at, owner_id=self.schedules.instance_id
         ):
             raise FailedPrecondition(f"id: run {run.id} no longer awaits approval")
         pending = [o.scope_id for o in run.outcomes if o.outcome == "pending"]
@@ -246,7 +246,7 @@ class ApprovalService:
                     deciding = True
                     outcomes = _not_started(run, "rejected")
                     await store.decide_awaiting(
-                        conn, run.id, "rejected", approval, outcomes=outcomes, reason=reason
+                        conn, run, "rejected", approval, outcomes=outcomes, reason=reason
                     )
                     await outbox.record_events(conn, events.approval_decided(run, "rejected", reason, now))
         except Unavailable as exc:
@@ -281,7 +281,7 @@ class ApprovalService:
                 approval = replace(run.approval, decided_at=now)
                 outcomes = _not_started(run, "not approved in time")
                 if await store.decide_awaiting(
-                    conn, run.id, "expired", approval, outcomes=outcomes, reason=reason
+                    conn, run, "expired", approval, outcomes=outcomes, reason=reason
                 ):
                     expired.append(Expired(run, reason))
                     await outbox.record_events(conn, events.approval_decided(run, "expired", reason, now))

@@ -1108,12 +1108,11 @@ class ScheduleService:
             await self._load(conn, schedule_id, "schedule_id")
             return await store.scope_page(conn, schedule_id, offset, limit)
 
-    async def run_rack_page(
-        self, run_id: uuid.UUID, offset: int, limit: int
-    ) -> list[tuple[ScopeOutcome, str | None]]:
-        """A page of a run's racks as its page lists them, with their names (`store.run_rack_page`)."""
+    async def run_rack_page(self, run: Run, offset: int, limit: int) -> list[tuple[ScopeOutcome, str | None]]:
+        """A page of a run's racks (the run as read, without its outcomes) as its page lists them, with
+        their names (`store.run_rack_page`)."""
         async with self.db.read() as conn:
-            return await store.run_rack_page(conn, run_id, offset, limit)
+            return await store.run_rack_page(conn, run, offset, limit)
 
     async def has_run(self, run_id: uuid.UUID) -> bool:
         """Whether the run is still recorded: a task keeps its run's id after the run is pruned

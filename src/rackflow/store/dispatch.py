@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.config import DUE_COUNT_CAP
 from rackflow.domain.schedules import Schedule
+from rackflow.store import run_partitions
 from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import not_in_keys
 from rackflow.store.schedules import schedule_from_row
@@ -121,13 +122,17 @@ async def claimed_runs(
     claim still open on the server (its connection cut without the server knowing yet) fails this at once
     (LockNotAvailable), for the caller to ask again later, rather than holding the caller for as long as the
     server takes to notice. SQLite's writer lock, which this transaction holds, says the same.
+
+    The runs are looked for in their partitions alone (`run_partitions.of_runs`): this instance named
+    them, each by its slot or, manual, made now.
     """
     for chunk in chunked(in_id_order(schedule_ids)):
         locked = select(task_schedule.c.id).where(task_schedule.c.id.in_(chunk))
         await conn.execute(db.for_update(locked, nowait=True))
     recorded: set[uuid.UUID] = set()
     for chunk in chunked(list(run_ids)):
-        found = select(task_schedule_run.c.id).where(task_schedule_run.c.id.in_(chunk))
+        in_partitions = await run_partitions.of_runs(conn, chunk)  # the runs' ids are this release's
+        found = select(task_schedule_run.c.id).where(task_schedule_run.c.id.in_(chunk), in_partitions)
         recorded.update((await conn.execute(found)).scalars())
     return recorded
 

@@ -40,6 +40,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.tasks import TaskStatus
+from rackflow.store import run_partitions
 from rackflow.store.db import chunked
 from rackflow.store.dialect import insert_new
 from rackflow.store.tables import task_prune_horizon, task_schedule_run
@@ -69,7 +70,7 @@ async def kept(
         stmt = select(_run.id, _run.state, _run.fired_at, _run.task_counts, _run.tasks_deleted).where(
             _run.id.in_(chunk)
         )
-        for row in await conn.execute(stmt):
+        for row in await run_partitions.read_runs(conn, chunk, stmt):  # in their partitions
             pruned = horizon is not None and row.fired_at < horizon + HORIZON_MARGIN
             if row.task_counts is not None and not row.tasks_deleted and not pruned:
                 found[row.id] = {TaskStatus(status): count for status, count in row.task_counts.items()}
@@ -79,23 +80,26 @@ async def kept(
 
 
 async def keep(conn: AsyncConnection, counts: Mapping[uuid.UUID, Mapping[TaskStatus, int]]) -> None:
-    """Keep these final counts (`is_final`), each on a row not marked `tasks_deleted`."""
+    """Keep these final counts (`is_final`), each on a row not marked `tasks_deleted`, each UPDATE bounded
+    to its run's partitions (`run_partitions.SLOTS`, from its id). A run an instance of the previous
+    release recorded in a week's partition (its id not its slot's) is not found: its count is not kept,
+    and is counted again at each look (`store.run_partitions`)."""
     if not counts:
         return
-    stmt = (
-        update(task_schedule_run)
-        .where(
-            _run.id == bindparam("key"),
-            _run.task_counts.is_(None),
-            _run.tasks_deleted.is_not(True),
-        )
-        .values(task_counts=bindparam("counts"))
+    stmt = update(task_schedule_run).where(
+        _run.id == bindparam("key"),
+        _run.task_counts.is_(None),
+        _run.tasks_deleted.is_not(True),
     )
-    rows = [
-        {"key": run_id, "counts": {status.value: n for status, n in c.items()}}
-        for run_id, c in sorted(counts.items())
-    ]
-    await conn.execute(stmt, rows)
+    rows: list[dict[str, object]] = []
+    bounded = False
+    for run_id, c in sorted(counts.items()):
+        bounds = await run_partitions.slot_bounds(conn, [run_id])  # None: not partitioned (any run's)
+        bounded = bounds is not None
+        rows.append({"key": run_id, "counts": {status.value: n for status, n in c.items()}, **(bounds or {})})
+    if bounded:
+        stmt = stmt.where(run_partitions.SLOTS)
+    await conn.execute(stmt.values(task_counts=bindparam("counts")), rows)
 
 
 async def mark_deleted(conn: AsyncConnection, run_ids: Collection[uuid.UUID | None]) -> None:

@@ -20,6 +20,7 @@ from rackflow.domain.firing import LiveRollout
 from rackflow.domain.rollouts import RackPlace, RolloutPolicy
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Run, RunState, settled_scopes
 from rackflow.domain.tasks import Hold, TaskStatus
+from rackflow.store import run_partitions
 from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys, for_update
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
@@ -28,6 +29,8 @@ from rackflow.store.tables import racks, task_schedule_run, task_schedule_scope,
 from rackflow.store.tasks import hold_values, not_begun_of_run, unclaimed
 
 _run = task_schedule_run.c
+# Manual runs: no slot, so all in the DEFAULT partition on PostgreSQL (`store.run_partitions`).
+_MANUAL = _run.scheduled_for.is_(None)
 
 
 @dataclass(frozen=True)
@@ -88,10 +91,10 @@ async def get_run(
 ) -> Run | None:
     """One run; `lock` holds it until commit (waiting for a rollout step that holds it). `nowait` (with
     `lock`): fail at once while another transaction holds it (a look-up in doubt, for the reason
-    `dispatch.claimed_runs` gives)."""
+    `dispatch.claimed_runs` gives). Read in its partition (`run_partitions.run_rows`)."""
     stmt = select(task_schedule_run).where(_run.id == run_id)
-    row = (await conn.execute(db.for_update(stmt, nowait=nowait) if lock else stmt)).first()
-    return run_from_row(row) if row is not None else None
+    rows = await run_partitions.run_rows(conn, run_id, db.for_update(stmt, nowait=nowait) if lock else stmt)
+    return run_from_row(rows[0]) if rows else None
 
 
 @dataclass(frozen=True)
@@ -153,10 +156,11 @@ async def hold_unstarted(
 
 async def save_run(conn: AsyncConnection, run: Run) -> None:
     """Write what a rollout step, resume or cancel changed: state, outcomes, reason, what was excused
-    (and mark the schedule's failing streak to be looked at again, `store.streak_checks`)."""
+    (and mark the schedule's failing streak to be looked at again, `store.streak_checks`). Bounded to
+    the run's partition by its own slot (`run_partitions.of_slots`)."""
     await conn.execute(
         update(task_schedule_run)
-        .where(_run.id == run.id)
+        .where(_run.id == run.id, await run_partitions.of_slots(conn, [run.scheduled_for]))
         .values(
             state=run.state,
             outcomes=outcomes_to_json(run.outcomes),
@@ -225,17 +229,26 @@ async def _scopes_of_tasks(
 
 
 async def link_retry(conn: AsyncConnection, run_id: uuid.UUID, retry_of: uuid.UUID) -> None:
-    """Record that `run_id` re-runs `retry_of` (RetryTaskScheduleRun)."""
-    await conn.execute(update(task_schedule_run).where(_run.id == run_id).values(retry_of=retry_of))
+    """Record that `run_id` (a manual run this instance has just recorded) re-runs `retry_of`
+    (RetryTaskScheduleRun)."""
+    in_partition = await run_partitions.of_runs(conn, [run_id])
+    linked = update(task_schedule_run).where(_run.id == run_id, in_partition).values(retry_of=retry_of)
+    await conn.execute(linked)
 
 
 async def retried_by(
     conn: AsyncConnection, run_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, list[uuid.UUID]]:
-    """The runs that re-ran each of these runs, oldest first (by the index on `retry_of`)."""
+    """The runs that re-ran each of these runs, oldest first (by the index on `retry_of`). A retry is a
+    manual run (`ScheduleService.retry_run`), which has no slot: read in the DEFAULT partition alone on
+    PostgreSQL (`_MANUAL`), not in every week's."""
     found: dict[uuid.UUID, list[uuid.UUID]] = {}
     for chunk in chunked(list(run_ids)):
-        stmt = select(_run.retry_of, _run.id).where(_run.retry_of.in_(chunk)).order_by(_run.fired_at, _run.id)
+        stmt = (
+            select(_run.retry_of, _run.id)
+            .where(_run.retry_of.in_(chunk), _MANUAL)
+            .order_by(_run.fired_at, _run.id)
+        )
         for row in await conn.execute(stmt):
             found.setdefault(row.retry_of, []).append(row.id)
     return found

@@ -17,7 +17,7 @@
   CONFLICT DO NOTHING` skipped it before; one made by an UPDATE raises `unique_violation`.
 * Every other index is the partitioned table's, on each partition; each partition's primary key is its
   `id` (the parent has none: a key must hold `scheduled_for`, NULL for manual runs). A lookup by id alone
-  reads each partition's key.
+  reads each partition's key, unless bounded by what the id tells (below).
 * `drop_partition` drops a week once it is all older than the run retention, none of its runs fired
   since the cutoff, none is still running, rolling, halted or awaiting approval (the runs the prune keeps),
   and no schedule's next slot is in it or before it (so no late firing can need it again). The runs of the
@@ -26,17 +26,51 @@
   keeper's with a short lock timeout (`audit_partitions.wait_briefly`), so an ATTACH or DROP waiting behind
   a long read gives up for the round rather than queueing the drain behind it.
 
-SQLite has no partitions: it keeps the unique indexes, and nothing here applies to it.
+**A run's id names its partition.** A statement naming runs by id alone (the firing's write-back, the
+kept task counts, the dispatcher's look-up of a claim in doubt, one run's reads and updates) planned and
+probed every partition's key: at a year of weeks the drain's write-back spent about 350 ms planning. A
+dispatched run's id is minted at its slot's millisecond (`domain.firing.run_id`), so its id tells the
+slot, and `of_runs` bounds such a statement to the partitions that can hold those runs, which PostgreSQL
+prunes to at plan time (rackflow's custom plans; at executor start for a generic one):
+
+    scheduled_for IS NULL OR scheduled_for < :before               -- the DEFAULT partition
+    OR scheduled_for >= :from_0 AND scheduled_for < :until_0 …     -- the ids' slots, SLOT_RANGES ranges
+
+The first two arms are the DEFAULT partition whole (`before`: the bound of its CHECK, the first week the
+migration made): manual runs, and every run the migration found there or an older release recorded
+there, whatever their ids (those tell when a run was made, not its slot). The ranges are the ids'
+milliseconds (min to max + 1 ms), split at their widest gaps into up to SLOT_RANGES, so a batch of slots
+months apart does not plan the weeks between them; an id of another version, or of a millisecond before
+`before`, adds no range (its run can only be in the DEFAULT partition). `of_slots` bounds by the runs'
+own slots where a statement has them (the cap's delete, a run read before it is written): exact,
+whoever made the ids.
+
+**A run an id does not find**: one an instance of the previous release recorded while it still served
+during a rolling upgrade, for a slot in a week's partition (on or after `before`, at least LEAD_DAYS (30)
+days after the migration; sooner, its runs are in the DEFAULT partition): its id is when it fired. The
+reads by id read again unbounded for the runs the bounded read did not find (`run_rows`, `read_runs`: one
+run the API asks for, its page, approval, rejection, retry, a rollout's resume or cancel; a write-back's
+second pass, so an approved run is completed; the grid's tallies and kept counts; start deadlines), which
+costs a second statement only when a run is missing (such a run, or one pruned meanwhile). What such a run
+misses: its count of tasks is never kept in its row (`kept_counts.keep`, a batch UPDATE by id), so the
+grid counts its tasks at each look, as for a run not yet final (docs/OPERATIONS.md, "Migration 0046").
+The dispatcher's look-up of its own claim (`dispatch.claimed_runs`) names only runs this release made.
+
+SQLite has no partitions: it keeps the unique indexes, and nothing here applies to it (`of_runs` is TRUE).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import uuid
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
+from weakref import WeakKeyDictionary
 
-from sqlalchemy import ColumnElement, Connection, or_, text
+from sqlalchemy import ColumnElement, Connection, Engine, Row, Select, and_, bindparam, or_, text, true
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.ids import time_of
 from rackflow.store.audit_partitions import (
     PERIOD,
     Partition,
@@ -252,3 +286,141 @@ async def keep_ahead(db: Database) -> list[str]:
         now = await db.now(conn)
         made: list[str] = await conn.run_sync(ensure_partitions, now)
         return made
+
+
+# --- a run's partition named by its id -----------------------------------------------------------------
+
+# How many ranges of slots a bounded statement names (`SLOTS`): always this many, those a batch does not
+# need empty, so the statement has one text whatever the batch.
+SLOT_RANGES = 4
+_slot = task_schedule_run.c.scheduled_for
+
+
+def _slots(values: dict[str, datetime] | None) -> ColumnElement[bool]:
+    """The condition of the module's "A run's id names its partition", its parameters holding `values`
+    (`slot_bounds`), or none (given at execution)."""
+
+    def value(name: str) -> ColumnElement[datetime]:
+        return bindparam(name, values[name] if values is not None else None, type_=_slot.type)
+
+    return or_(
+        _slot.is_(None),
+        _slot < value("slots_before"),
+        *(
+            and_(_slot >= value(f"slots_from_{i}"), _slot < value(f"slots_until_{i}"))
+            for i in range(SLOT_RANGES)
+        ),
+    )
+
+
+# The bound, its values given at execution (`slot_bounds`): for statements built once, or run many times.
+SLOTS = _slots(None)
+_ID_SPAN = timedelta(milliseconds=1)  # the slots an id's millisecond stands for
+_SLOT_SPAN = timedelta(microseconds=1)  # a slot itself, as stored
+# Per engine: the bound of the DEFAULT partition's CHECK, or None where the runs are not partitioned
+# (`_default_bound`).
+_default_bounds: WeakKeyDictionary[Engine, datetime | None] = WeakKeyDictionary()
+# The bound in the text of the DEFAULT partition's CHECK (BEFORE), as this session prints it.
+_DEFAULT_BOUND = text(
+    "SELECT (regexp_match(pg_get_constraintdef(oid), '< ''([^'']*)''::timestamp'))[1]::timestamptz"
+    " FROM pg_constraint WHERE conname = :c AND conrelid = to_regclass(:t)"
+)
+
+
+async def _default_bound(conn: AsyncConnection) -> datetime | None:
+    """The bound of the DEFAULT partition's CHECK (BEFORE: no slot from there on, the start of the first
+    week the migration made): every run the DEFAULT partition can hold has no slot or one before it. None
+    where the runs are not partitioned (SQLite; PostgreSQL before migration 0046). Read once per engine:
+    the migration sets it, and nothing changes it after."""
+    if conn.dialect.name != "postgresql":
+        return None
+    engine = conn.sync_engine
+    if engine in _default_bounds:
+        return _default_bounds[engine]
+    found = await conn.execute(_DEFAULT_BOUND, {"c": BEFORE, "t": DEFAULT_PARTITION})
+    bound: datetime | None = found.scalar()
+    _default_bounds[engine] = bound
+    return bound
+
+
+def _ranges(spans: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """The spans [from, until) merged where they touch, then cut at the widest gaps into at most
+    SLOT_RANGES ranges, in order."""
+    merged: list[tuple[datetime, datetime]] = []
+    for lower, upper in sorted(spans):
+        if merged and lower <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], upper))
+        else:
+            merged.append((lower, upper))
+    if len(merged) <= SLOT_RANGES:
+        return merged
+    gaps = sorted(range(1, len(merged)), key=lambda i: merged[i][0] - merged[i - 1][1], reverse=True)
+    cuts = sorted(gaps[: SLOT_RANGES - 1])
+    starts = [0, *cuts]
+    ends = [*cuts, len(merged)]
+    return [(merged[a][0], merged[b - 1][1]) for a, b in zip(starts, ends, strict=True)]
+
+
+async def slot_bounds(
+    conn: AsyncConnection, run_ids: Iterable[uuid.UUID] = (), slots: Iterable[datetime | None] = ()
+) -> dict[str, datetime] | None:
+    """The values of `SLOTS` for the runs of `run_ids` (by the millisecond each id tells) and of the runs
+    whose slots are `slots`; None where the runs are not partitioned (SQLite), where `SLOTS` is not to be
+    used."""
+    before = await _default_bound(conn)
+    if before is None:
+        return None
+    spans = [(at, at + _ID_SPAN) for at in map(time_of, run_ids) if at is not None and at + _ID_SPAN > before]
+    spans += [(at, at + _SLOT_SPAN) for at in slots if at is not None and at >= before]
+    ranges = _ranges(spans)
+    values = {"slots_before": before}
+    for i in range(SLOT_RANGES):
+        lower, upper = ranges[i] if i < len(ranges) else (before, before)  # empty: no partition
+        values[f"slots_from_{i}"], values[f"slots_until_{i}"] = lower, upper
+    return values
+
+
+async def of_runs(conn: AsyncConnection, run_ids: Iterable[uuid.UUID]) -> ColumnElement[bool]:
+    """The condition on `task_schedule_run` that bounds a statement naming these runs by id to the
+    partitions that can hold them (`SLOTS` with its values); TRUE where the runs are not partitioned."""
+    values = await slot_bounds(conn, run_ids)
+    return _slots(values) if values is not None else true()
+
+
+async def of_slots(conn: AsyncConnection, slots: Iterable[datetime | None]) -> ColumnElement[bool]:
+    """`of_runs` for runs whose slots are known: exact, whoever made their ids."""
+    values = await slot_bounds(conn, slots=slots)
+    return _slots(values) if values is not None else true()
+
+
+async def read_runs(
+    conn: AsyncConnection,
+    run_ids: Sequence[uuid.UUID],
+    stmt: Select[Any],
+    finish: Callable[[Select[Any]], Select[Any]] = lambda stmt: stmt,
+) -> list[Row[Any]]:
+    """The rows of `stmt`, a read of the runs `run_ids` by id (it names them itself, and selects their
+    `id`), bounded to their partitions (`of_runs`); the runs that finds none of read again unbounded
+    (`run_rows` says why), so a run that no longer exists costs a second read. `finish` (a lock, an
+    order) is applied to each statement last."""
+    values = await slot_bounds(conn, run_ids)
+    if values is None:
+        return list((await conn.execute(finish(stmt))).all())
+    rows = list((await conn.execute(finish(stmt.where(SLOTS)), values)).all())
+    found = {row.id for row in rows}
+    missing = [run_id for run_id in run_ids if run_id not in found]
+    if missing:
+        rows += (await conn.execute(finish(stmt.where(task_schedule_run.c.id.in_(missing))))).all()
+    return rows
+
+
+async def run_rows(conn: AsyncConnection, run_id: uuid.UUID, stmt: Select[Any]) -> Sequence[Row[Any]]:
+    """The rows of `stmt`, a read of the run `run_id` (by its id) that the API asked for, bounded to its
+    partitions (`of_runs`); read again unbounded when that finds none, so that a run an instance of the
+    previous release recorded in a week's partition during a rolling upgrade (its id made when it fired,
+    not at its slot) is found too. A run that does not exist costs both reads."""
+    values = await slot_bounds(conn, [run_id])
+    rows: Sequence[Row[Any]] = []
+    if values is not None:
+        rows = (await conn.execute(stmt.where(SLOTS), values)).all()
+    return rows or (await conn.execute(stmt)).all()

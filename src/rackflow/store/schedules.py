@@ -1101,7 +1101,7 @@ async def start_deadlines(conn: AsyncConnection, run_ids: Collection[uuid.UUID])
             .join(task_schedule, task_schedule.c.id == run.schedule_id)
             .where(run.id.in_(chunk))
         )
-        for row in (await conn.execute(stmt)).all():
+        for row in await run_partitions.read_runs(conn, chunk, stmt):  # in the runs' partitions
             found.slots[row.id] = (row.scheduled_for, _micros_from(row.start_deadline_us))
             for outcome in map(_outcome_from_json, row.outcomes):
                 if outcome.task_id is not None:
@@ -1271,7 +1271,7 @@ async def awaiting_runs(
 
 async def decide_awaiting(
     conn: AsyncConnection,
-    run_id: uuid.UUID,
+    run: Run,
     state: RunState,
     approval: RunApproval,
     *,
@@ -1280,15 +1280,16 @@ async def decide_awaiting(
     started_at: datetime | None = None,
     owner_id: uuid.UUID | None = None,
 ) -> bool:
-    """Move a run awaiting approval on: to `state` with `approval` (and, given, its outcomes and reason),
-    or, with `state` "awaiting_approval", only record one more approver. Conditional on the run still
-    awaiting approval, so of two instances or two approvers deciding at once exactly one does; False: the
-    run no longer awaited approval, and nothing was written. The schedule's failing streak is marked to
-    be looked at again. `started_at` (the database's clock), given for a run moved to "running" or
-    "rolling": when it started, which the stuck-run sweep counts its age from, and `owner_id` with it, the
-    instance that starts it (None: none), whose heartbeat the sweep checks (`dispatch.mark_abandoned_runs`)
-    rather than the firing instance's, which may have died since; recorded on a "running" run only
-    (`owned`)."""
+    """Move `run` (as read, awaiting approval) on: to `state` with `approval` (and, given, its outcomes and
+    reason), or, with `state` "awaiting_approval", only record one more approver. Conditional on the run
+    still awaiting approval, so of two instances or two approvers deciding at once exactly one does;
+    False: the run no longer awaited approval, and nothing was written. The schedule's failing streak is
+    marked to be looked at again. `started_at` (the database's clock), given for a run moved to "running"
+    or "rolling": when it started, which the stuck-run sweep counts its age from, and `owner_id` with it,
+    the instance that starts it (None: none), whose heartbeat the sweep checks
+    (`dispatch.mark_abandoned_runs`) rather than the firing instance's, which may have died since;
+    recorded on a "running" run only (`owned`). The UPDATE is bounded to the run's partition by its own
+    slot (`run_partitions.of_slots`), so it finds the run whoever made its id."""
     values: dict[str, object] = {"state": state, **_approval_columns(state, approval)}
     if started_at is not None:
         values["started_at"] = started_at
@@ -1298,14 +1299,19 @@ async def decide_awaiting(
         values["outcome_counts"] = outcome_counts_to_json(outcomes)
     if reason is not None:
         values["reason"] = reason
+    stored = task_schedule_run.c
     result = await conn.execute(
         update(task_schedule_run)
-        .where(task_schedule_run.c.id == run_id, task_schedule_run.c.state == "awaiting_approval")
+        .where(
+            stored.id == run.id,
+            stored.state == "awaiting_approval",
+            await run_partitions.of_slots(conn, [run.scheduled_for]),
+        )
         .values(values)
     )
     if not result.rowcount:
         return False
-    await mark_schedules_of_runs(conn, [run_id])  # store.streak_checks
+    await mark_schedules(conn, [run.schedule_id])  # store.streak_checks
     return True
 
 
@@ -1336,14 +1342,28 @@ async def complete_runs(
     rollout gate that ended its task wrote that into the run, naming the task (`store.rollouts.
     settle_scopes`), where phase 1 wrote no task. So the statement writes only runs whose outcomes name
     none; only when it wrote fewer than all (rare) are the batch's runs locked, read and merged again, so
-    the drain's write-back costs no statement more (docs/PERFORMANCE.md)."""
+    the drain's write-back costs no statement more (docs/PERFORMANCE.md).
+
+    On PostgreSQL the statement is bounded to the runs' partitions (`run_partitions.of_runs`: planning the
+    UPDATE over a year of weeks took the drain's write-back about 350 ms), and returns each run's
+    schedule, whose failing streak is marked from that (`mark_schedules`) rather than by a look-up of the
+    runs by id. A run the bound misses (an approved run an instance of the previous release recorded, its
+    id not its slot's) is written by the second pass, which finds it unbounded."""
     if not outcomes_by_run:
         return
-    name_no_task = ~some_element_holds(conn.dialect.name, task_schedule_run.c.outcomes, "task_id")
+    run = task_schedule_run.c
+    name_no_task = ~some_element_holds(conn.dialect.name, run.outcomes, "task_id")
     stmt, params = _completions(conn, outcomes_by_run)
-    if (await conn.execute(stmt.where(name_no_task), params)).rowcount < len(outcomes_by_run):
-        await _complete_settled(conn, outcomes_by_run)
-    await mark_schedules_of_runs(conn, outcomes_by_run)
+    stmt = stmt.where(name_no_task, await run_partitions.of_runs(conn, outcomes_by_run))
+    returning = conn.dialect.name == POSTGRESQL  # SQLite runs it as an executemany, which returns nothing
+    result = await conn.execute(stmt.returning(run.id, run.schedule_id) if returning else stmt, params)
+    written: dict[uuid.UUID, uuid.UUID] = {row.id: row.schedule_id for row in result} if returning else {}
+    if (len(written) if returning else result.rowcount) < len(outcomes_by_run):
+        written |= await _complete_settled(conn, outcomes_by_run, written if returning else None)
+    if returning:
+        await mark_schedules(conn, set(written.values()))  # store.streak_checks
+    else:
+        await mark_schedules_of_runs(conn, outcomes_by_run)
 
 
 def _completions(
@@ -1361,21 +1381,39 @@ def _completions(
 
 
 async def _complete_settled(
-    conn: AsyncConnection, outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]]
-) -> None:
-    """`complete_runs` for the runs whose outcomes name tasks already: under their rows' locks (id order,
-    as `store.rollouts.lock_runs`), what was settled merged into the write-back (`kept_settled`)."""
+    conn: AsyncConnection,
+    outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]],
+    written: Collection[uuid.UUID] | None,
+) -> dict[uuid.UUID, uuid.UUID]:
+    """`complete_runs` for the runs whose outcomes name tasks already, and for those its statement did not
+    reach (not in `written`; None: it reached every run whose outcomes name none): under their rows'
+    locks (id order, as `store.rollouts.lock_runs`), what was settled merged into the write-back
+    (`kept_settled`), each run's partition bounded by its own slot. Returns the schedule of each run
+    written (PostgreSQL; empty on SQLite)."""
     run = task_schedule_run.c
+    returning = conn.dialect.name == POSTGRESQL
+    completed: dict[uuid.UUID, uuid.UUID] = {}
     for chunk in chunked(in_id_order(outcomes_by_run)):
-        stmt = select(run.id, run.outcomes).where(run.id.in_(chunk)).order_by(run.id)
-        stored = {row.id: row.outcomes for row in await conn.execute(for_update(conn.dialect.name, stmt))}
+        stmt = select(run.id, run.outcomes, run.scheduled_for).where(run.id.in_(chunk))
+        stored = await run_partitions.read_runs(
+            conn, chunk, stmt, lambda s: for_update(conn.dialect.name, s.order_by(run.id))
+        )
         merged = {
-            run_id: kept_settled(outcomes_by_run[run_id], [_outcome_from_json(o) for o in outcomes])
-            for run_id, outcomes in stored.items()
-            if any(o.get("task_id") for o in outcomes)
+            row.id: kept_settled(outcomes_by_run[row.id], [_outcome_from_json(o) for o in row.outcomes])
+            for row in stored
+            if any(o.get("task_id") for o in row.outcomes) or (written is not None and row.id not in written)
         }
-        if merged:
-            await conn.execute(*_completions(conn, merged))
+        if not merged:
+            continue
+        update_merged, params = _completions(conn, merged)
+        slots = [row.scheduled_for for row in stored if row.id in merged]
+        update_merged = update_merged.where(await run_partitions.of_slots(conn, slots))
+        if returning:
+            result = await conn.execute(update_merged.returning(run.id, run.schedule_id), params)
+            completed |= {row.id: row.schedule_id for row in result}
+        else:
+            await conn.execute(update_merged, params)
+    return completed
 
 
 def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
@@ -1504,8 +1542,10 @@ async def prune_runs(
         )
         candidates = (await conn.execute(select(older.subquery("candidates")))).all()
         doomed = [c for c in candidates if c.state not in OPEN_STATES and c.id not in spare]
-        for ids in chunked([c.id for c in doomed]):
-            await conn.execute(delete(task_schedule_run).where(run.id.in_(ids)))
+        for rows in chunked(doomed):
+            # Bounded to the partitions of the runs' own slots (`run_partitions.of_slots`), not every one.
+            slots = await run_partitions.of_slots(conn, [row.scheduled_for for row in rows])
+            await conn.execute(delete(task_schedule_run).where(run.id.in_([row.id for row in rows]), slots))
         doomed_ids = {c.id for c in doomed}
         for schedule_id, found in _by_schedule(candidates).items():
             runs = [c for c in found if c.id in doomed_ids]
@@ -1676,9 +1716,11 @@ async def _within_the_cap(
 
 
 async def run_head(conn: AsyncConnection, run_id: uuid.UUID) -> Run | None:
-    """One run without its outcomes (`Run.outcomes` empty): a run's page counts them (`grid_outcomes`)."""
-    row = (await conn.execute(select(*_RUN_HEAD).where(task_schedule_run.c.id == run_id))).first()
-    return run_from_row(row) if row is not None else None
+    """One run without its outcomes (`Run.outcomes` empty): a run's page counts them (`grid_outcomes`).
+    Read in its partition (`run_partitions.run_rows`)."""
+    stmt = select(*_RUN_HEAD).where(task_schedule_run.c.id == run_id)
+    rows = await run_partitions.run_rows(conn, run_id, stmt)
+    return run_from_row(rows[0]) if rows else None
 
 
 # A run's columns but its outcomes (`run_heads`, `run_head`).
@@ -1764,7 +1806,7 @@ def _outcome_rack_id(dialect: str, field: Callable[[str], ColumnElement[Any]]) -
 
 
 async def run_rack_page(
-    conn: AsyncConnection, run_id: uuid.UUID, offset: int, limit: int
+    conn: AsyncConnection, run: Run, offset: int, limit: int
 ) -> list[tuple[ScopeOutcome, str | None]]:
     """A page of the run's outcomes as its page lists them, a rollout's canaries first, then by rack name
     (a rack gone from the inventory by its id), each with its rack's name: the run is unnested and joined
@@ -1773,13 +1815,15 @@ async def run_rack_page(
         SELECT o, racks.name FROM task_schedule_run run, jsonb_array_elements(run.outcomes) o
         LEFT JOIN racks ON racks.id = (o->>'rack_id')::uuid WHERE run.id = :id
         ORDER BY o->>'canary' IS NULL, coalesce(racks.name, o->>'rack_id') LIMIT :limit OFFSET :offset
-    """
+
+    `run`: the run as read (`run_head`), whose slot bounds the read to its partition
+    (`run_partitions.of_slots`)."""
     each, field = _unnested_outcomes(conn.dialect.name)
     rack_id = _outcome_rack_id(conn.dialect.name, field)
     stmt = (
         select(each.c.value.label("outcome"), racks.c.name)
         .select_from(task_schedule_run.join(each, true()).outerjoin(racks, racks.c.id == rack_id))
-        .where(task_schedule_run.c.id == run_id)
+        .where(task_schedule_run.c.id == run.id, await run_partitions.of_slots(conn, [run.scheduled_for]))
         .order_by(field("canary").is_(None), func.coalesce(racks.c.name, field("rack_id")))
         .offset(offset)
         .limit(limit)
@@ -1825,20 +1869,18 @@ async def run_tallies(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> 
     "Migrations applied online"), without counts, which would otherwise read as a run of no racks."""
     found: dict[uuid.UUID, Tally] = {run_id: {} for run_id in run_ids}
     uncounted: list[uuid.UUID] = []
+    run = task_schedule_run.c
     for chunk in chunked(list(run_ids)):
-        stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcome_counts).where(
-            task_schedule_run.c.id.in_(chunk)
-        )
-        for run_id, counts in await conn.execute(stmt):
-            found[run_id] = tally_from_json(counts)
-            if not counts:
-                uncounted.append(run_id)
+        stmt = select(run.id, run.outcome_counts).where(run.id.in_(chunk))
+        for row in await run_partitions.read_runs(conn, chunk, stmt):  # in their partitions
+            found[row.id] = tally_from_json(row.outcome_counts)
+            if not row.outcome_counts:
+                uncounted.append(row.id)
     for chunk in chunked(uncounted):
-        stmt = select(task_schedule_run.c.id, task_schedule_run.c.outcomes).where(
-            task_schedule_run.c.id.in_(chunk)
-        )
-        for run_id, outcomes in await conn.execute(stmt):
-            found[run_id] = tally_from_json(outcome_counts_to_json([_outcome_from_json(o) for o in outcomes]))
+        stmt = select(run.id, run.outcomes).where(run.id.in_(chunk))
+        for row in await run_partitions.read_runs(conn, chunk, stmt):
+            outcomes = [_outcome_from_json(o) for o in row.outcomes]
+            found[row.id] = tally_from_json(outcome_counts_to_json(outcomes))
     return found
 
 

@@ -56,6 +56,7 @@ from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.inventory import ComponentsFilter, filter_from_json
+from rackflow.store import run_partitions
 from rackflow.store.db import chunked
 from rackflow.store.dialect import for_update
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope
@@ -144,14 +145,15 @@ async def may_have_left(
     """Whether any of these runs of the schedule may hold a rack no longer in its scope (`fired_before`),
     read by the runs' keys with the schedule's stamp:
 
-        SELECT run.fired_at, s.scope_removed_after FROM task_schedule_run run
+        SELECT run.id, run.fired_at, s.scope_removed_after FROM task_schedule_run run
         JOIN task_schedule s ON s.id = run.schedule_id WHERE s.id = :schedule_id AND run.id IN (:run_ids)"""
     for chunk in chunked(list(run_ids)):
         stmt = (
-            select(_run.fired_at, _schedule.scope_removed_after)
+            select(_run.id, _run.fired_at, _schedule.scope_removed_after)
             .join_from(task_schedule_run, task_schedule, _schedule.id == _run.schedule_id)
             .where(_schedule.id == schedule_id, _run.id.in_(chunk))
         )
-        if any(fired_before(row.scope_removed_after, row.fired_at) for row in await conn.execute(stmt)):
+        rows = await run_partitions.read_runs(conn, chunk, stmt)  # in the runs' partitions
+        if any(fired_before(row.scope_removed_after, row.fired_at) for row in rows):
             return True
     return False

@@ -109,9 +109,7 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
     # A rollout's progress (its wave, the failures its budget counts) is RolloutService's, from the whole run.
     report = await services.rollouts.get(run_id) if run.rollout is not None else None
     page = page_number(request)
-    shown_named = await services.schedules.run_rack_page(
-        run.id, offset_of(page, RACKS_PER_PAGE), RACKS_PER_PAGE
-    )
+    shown_named = await services.schedules.run_rack_page(run, offset_of(page, RACKS_PER_PAGE), RACKS_PER_PAGE)
     shown = [outcome for outcome, _ in shown_named]
     names = {outcome.rack_id: name for outcome, name in shown_named if name is not None}
     task_ids = [o.task_id for o in shown if o.task_id is not None]
