@@ -71,6 +71,7 @@ __all__ = [
     "result",
     "rss_kib",
     "servers",
+    "slot_run_id",
     "start_server",
     "stat_cpu_seconds",
     "sync_engine",
@@ -78,6 +79,19 @@ __all__ = [
 
 DEFAULT_POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 LOAD_CHUNK = 5_000
+
+
+def slot_run_id(slot: str) -> str:
+    """The SQL of a new run's id for the slot `slot` (SQL, a timestamptz), as rackflow names a dispatched
+    run (`rackflow.domain.firing.run_id`): a UUIDv7 of the slot's unix millisecond, random bits after (a
+    version 4 UUID with its first 48 bits replaced by the millisecond and its version nibble set to 7), so
+    on PostgreSQL the id tells the partition the run is in, as the by-id statements expect."""
+    ms = f"substring(int8send(floor(extract(epoch FROM {slot}) * 1000)::bigint) FROM 3)"
+    return (
+        f"encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) PLACING {ms} FROM 1 FOR 6), 52, 1),"
+        " 53, 1), 'hex')::uuid"
+    )
+
 
 # SIGTERM unwinds like Ctrl-C, so a stopped benchmark still stops its servers and drops its database.
 signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))

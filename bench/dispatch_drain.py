@@ -65,10 +65,12 @@ from _common import (
     py_spy,
     result,
     servers,
+    slot_run_id,
     sync_engine,
 )
 from sqlalchemy import Connection, Engine, Select, bindparam, func, insert, select, text, update
 
+from rackflow.domain.firing import run_id
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store import run_partitions
 from rackflow.store.audit_partitions import PERIOD
@@ -269,16 +271,18 @@ def _load_windows(engine: Engine, count: int) -> None:
 
 
 # `--history N` (PostgreSQL): N completed runs of each schedule, one a day before `due` (one outcome each, its
-# task not kept), written server-side as a fleet's history would stand.
+# task not kept), written server-side as a fleet's history would stand, each named by its slot as rackflow
+# names a dispatched run (`slot_run_id`).
 HISTORY = text(
-    """
+    f"""
     INSERT INTO task_schedule_run (id, schedule_id, fired_at, scheduled_for, trigger, state, outcomes,
                                    outcome_counts)
-    SELECT gen_random_uuid(), s.id, CAST(:due AS timestamptz) - k * interval '1 day',
+    SELECT {slot_run_id("(CAST(:due AS timestamptz) - k * interval '1 day')")}, s.id,
+           CAST(:due AS timestamptz) - k * interval '1 day',
            CAST(:due AS timestamptz) - k * interval '1 day', 'dispatch', 'completed',
            jsonb_build_array(jsonb_build_object('scope_id', c.id, 'rack_id', c.rack_id, 'outcome',
                                                 'submitted', 'task_id', gen_random_uuid(), 'error', '')),
-           '{"submitted": [0, 1]}'
+           '{{"submitted": [0, 1]}}'
     FROM task_schedule s JOIN task_schedule_scope c ON c.schedule_id = s.id, generate_series(1, :n) k
     """
 )
@@ -306,7 +310,7 @@ def _load_history(engine: Engine, runs_each: int, due: datetime) -> None:
             ).all()
             rows = [
                 {
-                    "id": uuid.uuid4(),
+                    "id": run_id(due - timedelta(days=k)),
                     "schedule_id": scope.schedule_id,
                     "fired_at": due - timedelta(days=k),
                     "scheduled_for": due - timedelta(days=k),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 
-from _common import add_db_arguments, code_line, fresh_database, machine_line, sync_engine
+from _common import add_db_arguments, code_line, fresh_database, machine_line, slot_run_id, sync_engine
 from sqlalchemy import Connection, text
 
 # A run as its write-back leaves it: one scope's outcome, with its task (`outcomes_to_json`'s shape).
@@ -35,8 +35,9 @@ OUTCOMES = (
 COUNTS = """'{"submitted": {"with_task": 1}}'::jsonb"""
 INSERT_RUNNING = (
     "INSERT INTO task_schedule_run (id, schedule_id, fired_at, scheduled_for, trigger, state, outcomes) "
-    "SELECT gen_random_uuid(), gen_random_uuid(), now(), now() - make_interval(secs => i), 'dispatch', "
-    "'running', '[]'::jsonb FROM generate_series(:first, :last - 1) AS i"
+    f"SELECT {slot_run_id('(now() - make_interval(secs => i))')}, gen_random_uuid(), now(),"
+    " now() - make_interval(secs => i), 'dispatch', 'running', '[]'::jsonb"
+    " FROM generate_series(:first, :last - 1) AS i"
 )
 WRITE_BACK = (
     f"UPDATE task_schedule_run SET state = 'completed', outcomes = {OUTCOMES}, outcome_counts = {COUNTS} "

@@ -35,6 +35,7 @@ from _common import (
 )
 from sqlalchemy import insert, select
 
+from rackflow.ids import id_at_time
 from rackflow.store.tables import task_schedule, task_schedule_run, task_schedule_scope
 from rackflow.timespec import ScheduleSpec, SpecType
 
@@ -70,7 +71,7 @@ def add_runs(url: str, per_schedule: int) -> int:
             }
             rows.append(
                 {
-                    "id": uuid.uuid4(),
+                    "id": id_at_time(now - timedelta(hours=n + 1)),  # no slot: named as it fired
                     "schedule_id": schedule_id,
                     "fired_at": now - timedelta(hours=n + 1),
                     "scheduled_for": None,

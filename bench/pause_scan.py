@@ -43,6 +43,7 @@ from _common import (
 from sqlalchemy import insert, select, text, update
 
 from rackflow.clock import SystemClock
+from rackflow.domain import firing as planner
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
 from rackflow.store import streak_checks
@@ -90,8 +91,8 @@ def load_history(url: str, *, runs_per_schedule: int, racks_per_run: int, only_f
 
         for i, schedule in enumerate(using):
             for j in range(runs_per_schedule):
-                run_id = uuid.uuid4()
                 fired_at = now - timedelta(hours=runs_per_schedule - j)
+                run_id = planner.run_id(fired_at)  # as rackflow names a dispatched run: by its slot
                 outcomes = []
                 run_tasks = []
                 for k, (scope_id, rack_id) in enumerate(targets or [(schedule.scope_id, schedule.rack)]):
