@@ -46,8 +46,8 @@ own slots where a statement has them (the cap's delete, a run read before it is 
 whoever made the ids.
 
 **A run an id does not find**: one an instance of the previous release recorded while it still served
-during a rolling upgrade, for a slot in a week's partition (on or after `before`, at least LEAD_DAYS (30)
-days after the migration; sooner, its runs are in the DEFAULT partition): its id is when it fired. The
+during a rolling upgrade, for a slot in a week's partition (on or after `before`, the Monday of the week
+30 days after the migration; before it, its runs are in the DEFAULT partition): its id is when it fired. The
 reads by id read again unbounded for the runs the bounded read did not find (`run_rows`, `read_runs`: one
 run the API asks for, its page, approval, rejection, retry, a rollout's resume or cancel; a write-back's
 second pass, so an approved run is completed; the grid's tallies and kept counts; start deadlines), which
