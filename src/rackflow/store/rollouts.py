@@ -78,10 +78,13 @@ async def claim_rolling(
     db: Database, conn: AsyncConnection, limit: int, run_ids: Collection[uuid.UUID] | None = None
 ) -> list[Run]:
     """Up to `limit` rolling runs (of `run_ids`, if given), locked until commit; runs another instance is
-    stepping are skipped, not waited for."""
+    stepping are skipped, not waited for. Runs named are looked for in the partitions their ids tell
+    (`run_partitions.of_runs`): a rollout's first step as it fires, or as it is approved or resumed; one an
+    instance of the previous release recorded in a week (its id not its slot's) is not found there, and
+    takes its step at the rollout driver's next round instead, which names no runs."""
     stmt = select(task_schedule_run).where(_run.state == "rolling")
     if run_ids is not None:
-        stmt = stmt.where(_run.id.in_(list(run_ids)))
+        stmt = stmt.where(_run.id.in_(list(run_ids)), await run_partitions.of_runs(conn, run_ids))
     stmt = stmt.order_by(_run.id).limit(limit)
     return [run_from_row(row) for row in await conn.execute(db.skip_locked(stmt))]
 

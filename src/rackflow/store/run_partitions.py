@@ -53,7 +53,9 @@ run the API asks for, its page, approval, rejection, retry, a rollout's resume o
 second pass, so an approved run is completed; the grid's tallies and kept counts; start deadlines), which
 costs a second statement only when a run is missing (such a run, or one pruned meanwhile). What such a run
 misses: its count of tasks is never kept in its row (`kept_counts.keep`, a batch UPDATE by id), so the
-grid counts its tasks at each look, as for a run not yet final (docs/OPERATIONS.md, "Migration 0046").
+grid counts its tasks at each look, as for a run not yet final; and a rollout of it approved or resumed
+takes its first step at the rollout driver's next round, not at once (`rollouts.claim_rolling`)
+(docs/OPERATIONS.md, "Migration 0046").
 The dispatcher's look-up of its own claim (`dispatch.claimed_runs`) names only runs this release made.
 
 SQLite has no partitions: it keeps the unique indexes, and nothing here applies to it (`of_runs` is TRUE).
