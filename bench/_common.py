@@ -97,6 +97,33 @@ def slot_run_id(slot: str) -> str:
 signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
 
 
+def runs_partitioned_since(engine: Engine, weeks: int) -> datetime | None:
+    """A fresh database's runs as migration 0046 leaves them `weeks` weeks after it ran (PostgreSQL): the
+    DEFAULT partition's bound moved back `weeks` weeks, and a partition for each of them, so the runs of
+    slots since go to their weeks, as rackflow puts them, where the weeks the migration made start a month
+    ahead. The DEFAULT partition must be empty (nothing checks it against the new bound). Returns the new
+    bound; None on SQLite, or for 0 weeks."""
+    from rackflow.store import run_partitions
+    from rackflow.store.audit_partitions import PERIOD, bound_literal
+
+    if not weeks or engine.dialect.name != "postgresql":
+        return None
+    with engine.begin() as conn:
+        first = run_partitions.first_week(conn)
+        bound = first - weeks * PERIOD
+        default, before = run_partitions.DEFAULT_PARTITION, run_partitions.BEFORE
+        conn.execute(text(f"ALTER TABLE {default} DROP CONSTRAINT {before}"))
+        conn.execute(
+            text(
+                f"ALTER TABLE {default} ADD CONSTRAINT {before}"
+                f" CHECK (scheduled_for IS NULL OR scheduled_for < {bound_literal(bound)})"
+            )
+        )
+        for k in range(weeks):
+            run_partitions.add_week(conn, bound + k * PERIOD)
+    return bound
+
+
 def add_db_arguments(
     parser: argparse.ArgumentParser, *, kinds: Sequence[str] = ("sqlite", "postgres")
 ) -> None:

@@ -64,6 +64,7 @@ from _common import (
     passing_checks,
     py_spy,
     result,
+    runs_partitioned_since,
     servers,
     slot_run_id,
     sync_engine,
@@ -72,8 +73,6 @@ from sqlalchemy import Connection, Engine, Select, bindparam, func, insert, sele
 
 from rackflow.domain.firing import run_id
 from rackflow.domain.tasks import TaskStatus
-from rackflow.store import run_partitions
-from rackflow.store.audit_partitions import PERIOD
 from rackflow.store.tables import (
     maintenance_windows,
     task_schedule,
@@ -434,17 +433,11 @@ def report(kind: str, instances: int, batch: int, drain: Drain) -> None:
 
 
 def _add_run_weeks(engine: Engine, weeks: int) -> None:
-    """`--run-weeks K` (PostgreSQL): the runs' partitions start K weeks before now, as a database K weeks
-    after migration 0046 with its history kept has them, and `--history` goes into them (by its slots)
-    rather than into the DEFAULT partition. Made before any run is (the DEFAULT partition is empty, so
-    attaching a week before the migration's first reads nothing)."""
-    if not weeks or engine.dialect.name != "postgresql":
-        return
-    with engine.begin() as conn:
-        first = min(p.lower for p in run_partitions.weeks(conn) if p.lower is not None)
-        for k in range(1, weeks + 1):
-            run_partitions.add_week(conn, first - k * PERIOD)
-    print(f"# run_weeks made={weeks} before {first:%Y-%m-%d}", flush=True)
+    """`--run-weeks K` (PostgreSQL): the runs' partitions as K weeks after migration 0046
+    (`_common.runs_partitioned_since`), `--history` in them rather than in the DEFAULT partition."""
+    bound = runs_partitioned_since(engine, weeks)
+    if bound is not None:
+        print(f"# run_weeks made={weeks} from {bound:%Y-%m-%d}", flush=True)
 
 
 def main() -> None:

@@ -50,6 +50,7 @@ from _common import (
     percentile,
     result,
     rss_kib,
+    runs_partitioned_since,
     start_server,
     sync_engine,
 )
@@ -107,20 +108,9 @@ def make_year_of_audit_partitions(engine: Engine) -> None:
 
 def make_year_of_run_partitions(engine: Engine) -> None:
     """The runs' week partitions over the year about to be loaded, as a database a year after migration
-    0046 has them (`store.run_partitions`): without them the year's runs would all go to the DEFAULT
-    partition, where the migration puts the runs it finds. Made before any run (the DEFAULT partition is
-    empty, so attaching a week before the migration's first reads nothing)."""
-    from rackflow.store import run_partitions
-    from rackflow.store.audit_partitions import PERIOD
-
-    with engine.connect() as conn:
-        now = conn.execute(text("SELECT now()")).scalar_one()
-        first = run_partitions.first_week(conn)
-    start = first - PERIOD
-    with engine.begin() as conn:
-        while start + PERIOD > now - timedelta(days=366):
-            run_partitions.add_week(conn, start)
-            start -= PERIOD
+    0046 has them (`_common.runs_partitioned_since`): without them the year's runs would all go to the
+    DEFAULT partition, where the migration puts the runs it finds."""
+    runs_partitioned_since(engine, 53 + 5)  # the migration's first week is a month ahead
 
 
 def load(args: argparse.Namespace) -> str:

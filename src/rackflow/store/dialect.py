@@ -607,11 +607,17 @@ def update_rows(
     key: str,
     rows: Sequence[Mapping[str, Any]],
     constants: Mapping[str, Any] | None = None,
+    *,
+    combined: Mapping[str, Callable[[ColumnElement[Any], ColumnElement[Any]], ColumnElement[Any]]]
+    | None = None,
 ) -> tuple[Update, dict[str, Any] | list[dict[str, Any]]]:
     """An UPDATE writing each of `rows` (each with the same keys, at least one row) to the row of `table`
     whose `key` column holds its `key` value, every other key of the row a column to set, and `constants`
     (column -> value) set on each; and the parameters to run it with: `await conn.execute(*update_rows(...))`.
     A row whose key is not in the table updates nothing, as its own `UPDATE … WHERE key = …` would.
+    `combined` (column -> f(the column, the row's value)): what those columns are set to instead of the
+    row's value, from the value the row holds (a count lowered by it, say), so writers of the same row at
+    once do not overwrite each other.
 
     PostgreSQL: one statement for any number of rows, its text the same for every count:
 
@@ -630,12 +636,18 @@ def update_rows(
     constant_columns: dict[str, Any] = {
         name: bindparam(f"c_{name}", type_=table.c[name].type) for name in constants or {}
     }
+
+    def set_to(name: str, value: ColumnElement[Any]) -> ColumnElement[Any]:
+        combine = (combined or {}).get(name)
+        return combine(table.c[name], value) if combine is not None else value
+
     if dialect != POSTGRESQL:
         by_row = (
             update(table)
             .where(table.c[key] == bindparam(f"b_{key}", type_=table.c[key].type))
             .values(
-                {name: bindparam(f"b_{name}", type_=table.c[name].type) for name in names} | constant_columns
+                {name: set_to(name, bindparam(f"b_{name}", type_=table.c[name].type)) for name in names}
+                | constant_columns
             )
         )
         return by_row, [{**{f"b_{n}": v for n, v in row.items()}, **constant_values} for row in rows]
@@ -643,7 +655,7 @@ def update_rows(
     stmt = (
         update(table)
         .where(table.c[key] == columns[key])
-        .values({name: columns[name] for name in names} | constant_columns)
+        .values({name: set_to(name, columns[name]) for name in names} | constant_columns)
     )
     return stmt, {**values, **constant_values}
 

@@ -170,15 +170,19 @@ def past_weeks(conn: Connection, cutoff: datetime) -> list[Partition]:
     return [p for p in weeks(conn) if p.upper is not None and p.upper <= cutoff]
 
 
+# The bound in the text of the DEFAULT partition's CHECK (BEFORE), as this session prints it; on the runs'
+# table still while migration 0046 has yet to make it the DEFAULT partition.
+_DEFAULT_BOUND = text(
+    "SELECT (regexp_match(pg_get_constraintdef(oid), '< ''([^'']*)''::timestamp'))[1]::timestamptz"
+    " FROM pg_constraint WHERE conname = :c"
+    f" AND conrelid IN (to_regclass('{DEFAULT_PARTITION}'), to_regclass('{PARENT}'))"
+)
+
+
 def first_week(conn: Connection) -> datetime:
     """Where the weeks' partitions begin (the DEFAULT partition's CHECK: every slot before it is there; on
     the runs' table still, while migration 0046 has yet to make it the DEFAULT partition)."""
-    query = text(
-        "SELECT (regexp_match(pg_get_constraintdef(oid), '< ''([^'']*)''::timestamp'))[1]::timestamptz"
-        f" FROM pg_constraint WHERE conname = :c"
-        f" AND conrelid IN (to_regclass('{DEFAULT_PARTITION}'), to_regclass('{PARENT}'))"
-    )
-    bound: datetime = conn.execute(query, {"c": BEFORE}).scalar_one()
+    bound: datetime = conn.execute(_DEFAULT_BOUND, {"c": BEFORE}).scalar_one()
     return bound
 
 
@@ -322,11 +326,6 @@ _SLOT_SPAN = timedelta(microseconds=1)  # a slot itself, as stored
 # Per engine: the bound of the DEFAULT partition's CHECK, or None where the runs are not partitioned
 # (`_default_bound`).
 _default_bounds: WeakKeyDictionary[Engine, datetime | None] = WeakKeyDictionary()
-# The bound in the text of the DEFAULT partition's CHECK (BEFORE), as this session prints it.
-_DEFAULT_BOUND = text(
-    "SELECT (regexp_match(pg_get_constraintdef(oid), '< ''([^'']*)''::timestamp'))[1]::timestamptz"
-    " FROM pg_constraint WHERE conname = :c AND conrelid = to_regclass(:t)"
-)
 
 
 async def _default_bound(conn: AsyncConnection) -> datetime | None:
@@ -339,7 +338,7 @@ async def _default_bound(conn: AsyncConnection) -> datetime | None:
     engine = conn.sync_engine
     if engine in _default_bounds:
         return _default_bounds[engine]
-    found = await conn.execute(_DEFAULT_BOUND, {"c": BEFORE, "t": DEFAULT_PARTITION})
+    found = await conn.execute(_DEFAULT_BOUND, {"c": BEFORE})
     bound: datetime | None = found.scalar()
     _default_bounds[engine] = bound
     return bound

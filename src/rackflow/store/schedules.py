@@ -1469,26 +1469,14 @@ async def cap_runs(
     looked = [s for s in fired if may_pass_cap(s)]
     since = {s.id: s.runs_since for s in looked}
     pruned = await prune_runs(conn, [s.id for s in looked], spare=spare, since=since)
-    rows = [
-        {"key": schedule_id, "deleted": p.deleted, "since": p.since}
-        for schedule_id, p in sorted(pruned.items(), key=lambda item: item[0])
-    ]
-    if rows:
-        schedule = task_schedule.c
-        raised = bindparam("since", type_=schedule.runs_since.type)
-        lowered = (
-            update(task_schedule)
-            .where(schedule.id == bindparam("key"))
-            .values(
-                run_count=schedule.run_count - bindparam("deleted"),  # NULL stays: counted below
-                runs_since=case(
-                    (raised.is_(None), schedule.runs_since),
-                    (or_(schedule.runs_since.is_(None), schedule.runs_since < raised), raised),
-                    else_=schedule.runs_since,
-                ),
-            )
-        )
-        await conn.execute(lowered, rows)
+    if pruned:
+        # Lowered, not written: the count and the bound are the rows' own (another firing of the schedule
+        # may have advanced them since this one's claim). The count's value is what the look deleted.
+        rows = [
+            {"id": schedule_id, "run_count": p.deleted, "runs_since": p.since}
+            for schedule_id, p in sorted(pruned.items(), key=lambda item: item[0])
+        ]
+        await conn.execute(*update_rows(conn.dialect.name, task_schedule, "id", rows, combined=_LOOKED))
     # Counted anew: those whose count was not known, and those the look found at PRUNE_AT by count but with
     # nothing to delete (runs the retention deleted, or open ones), which would otherwise look every firing.
     recount = [s.id for s in fired if s.run_count is None] + [s.id for s in looked if s.id not in pruned]
@@ -1553,6 +1541,16 @@ async def prune_runs(
                 left = [c.scheduled_for for c in found if c.id not in doomed_ids]
                 pruned[schedule_id] = Pruned(len(runs), _raised_since(runs, left))
     return pruned
+
+
+# How the cap's look changes a schedule's count and bound (`update_rows`): the count lowered by the runs
+# deleted (NULL stays, counted after), the bound raised to the look's, never lowered (None: kept).
+_LOOKED: dict[str, Callable[[ColumnElement[Any], ColumnElement[Any]], ColumnElement[Any]]] = {
+    "run_count": lambda count, deleted: count - deleted,
+    "runs_since": lambda since, raised: case(
+        (raised.is_(None), since), (or_(since.is_(None), since < raised), raised), else_=since
+    ),
+}
 
 
 @dataclass(frozen=True)
