@@ -343,7 +343,7 @@ async def test_a_run_approved_after_the_cap_passed_it_is_kept_by_its_own_write_b
     async with db.transaction() as conn:
         await conn.execute(insert(task_schedule_run), skipped)
         counted = update(task_schedule).where(task_schedule.c.id == schedule.id)
-        await conn.execute(counted.values(run_count=schedule_store.PRUNE_AT))  # its write-back looks
+        await conn.execute(counted.values(run_count=schedule_store.prune_at(schedule.id)))  # it looks
 
     env.clock.advance(timedelta(minutes=5))
     report = await env.services.approvals.approve(waiting.run.id)

@@ -1,11 +1,12 @@
 """Each schedule's run count (migration 0038), on both databases: every firing adds its run, a firing that
-does not take the schedule to PRUNE_AT (the run cap and its margin) skips the cap's look, one that does (or
-whose count is not known) looks and prunes back to the cap, reads show the newest runs up to the cap alone,
-and a count not known is counted at the schedule's next firing."""
+does not take the schedule to its `prune_at` (the run cap and a margin) skips the cap's look, one that does
+(or whose count is not known) looks and prunes back to the cap, reads show the newest runs up to the cap
+alone, and a count not known is counted at the schedule's next firing."""
 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -14,10 +15,11 @@ from sqlalchemy import func, select, update
 from rackflow.domain.inventory import Rack
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.ids import new_id
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
-from rackflow.store.schedules import CAP_MARGIN, PRUNE_AT, RUNS_KEPT_PER_SCHEDULE
+from rackflow.store.schedules import CAP_MARGIN, PRUNE_AT, RUNS_KEPT_PER_SCHEDULE, prune_at
 from rackflow.store.tables import task_schedule, task_schedule_run
 from tests.store.schedules_support import START, Env, make_env
 
@@ -105,7 +107,7 @@ async def test_a_schedule_past_the_cap_shows_its_newest_runs_and_is_pruned_back_
     await _old_runs(env, schedule, CAP - 1, run_count=CAP - 1)
     await _fire(env, schedule)  # the hundredth run: nothing to delete
     assert await _runs_and_count(env, schedule) == (CAP, CAP)
-    await _fire(env, schedule, 2)  # past the cap, short of PRUNE_AT: kept, counted, not seen
+    await _fire(env, schedule, 2)  # past the cap, short of its prune_at: kept, counted, not seen
     assert await _runs_and_count(env, schedule) == (CAP + 2, CAP + 2)
     runs, total = await env.services.schedules.list_runs(schedule.id)
     assert (len(runs), total) == (CAP, CAP)
@@ -115,8 +117,11 @@ async def test_a_schedule_past_the_cap_shows_its_newest_runs_and_is_pruned_back_
     assert [r.id for r in page] == [runs[-1].id]  # a next page stops at the cap too
     heads, heads_total = await env.services.schedules.list_runs(schedule.id, outcomes=False, limit=CAP + 5)
     assert ([r.id for r in heads], heads_total) == ([r.id for r in runs], CAP)
-    async with env.db.transaction() as conn:  # older runs up to PRUNE_AT - 1 (more firings fill the queue)
-        older = range(CAP, CAP + CAP_MARGIN - 3)
+    at = prune_at(schedule.id)
+    async with (
+        env.db.transaction() as conn
+    ):  # older runs up to its prune_at - 1 (more firings fill the queue)
+        older = range(CAP, at - 3)
         runs_before = [
             store.NewRun(
                 uuid.uuid4(), schedule.id, START - timedelta(minutes=k), "dispatch", state="completed"
@@ -125,9 +130,9 @@ async def test_a_schedule_past_the_cap_shows_its_newest_runs_and_is_pruned_back_
         ]
         await store.insert_runs(env.db, conn, runs_before)
         counted = update(task_schedule).where(task_schedule.c.id == schedule.id)
-        await conn.execute(counted.values(run_count=PRUNE_AT - 1))
-    assert await _runs_and_count(env, schedule) == (PRUNE_AT - 1, PRUNE_AT - 1)
-    await _fire(env, schedule)  # the firing that takes it to PRUNE_AT prunes it back to the cap
+        await conn.execute(counted.values(run_count=at - 1))
+    assert await _runs_and_count(env, schedule) == (at - 1, at - 1)
+    await _fire(env, schedule)  # the firing that takes it to its prune_at prunes it back to the cap
     assert await _runs_and_count(env, schedule) == (CAP, CAP)
     after_prune, _ = await env.services.schedules.list_runs(schedule.id)
     assert [r.id for r in after_prune] == [r.id for r in (await _newest(env, schedule))]
@@ -153,7 +158,7 @@ async def test_a_dispatched_batch_counts_and_caps_each_of_its_schedules(env: Env
         for i in range(3)
     ]
     await _old_runs(env, under, 7, run_count=7)
-    await _old_runs(env, at, PRUNE_AT - 1, run_count=PRUNE_AT - 1)
+    await _old_runs(env, at, prune_at(at.id) - 1, run_count=prune_at(at.id) - 1)
     await _old_runs(env, unknown, 2, run_count=None)
     env.clock.advance(timedelta(hours=2))  # every schedule due (interval 1h)
     dispatcher = Dispatcher(env.services.schedules, env.services.audit)
@@ -168,8 +173,18 @@ async def test_a_rollouts_firing_is_counted_and_capped_when_recorded(env: Env) -
     policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
     racks = [await env.rack("r1"), await env.rack("r2")]
     schedule = await env.schedule("rolling", racks=racks, rollout=policy)
-    await _old_runs(env, schedule, PRUNE_AT - 1, run_count=PRUNE_AT - 1)
+    await _old_runs(env, schedule, prune_at(schedule.id) - 1, run_count=prune_at(schedule.id) - 1)
     await _fire(env, schedule)
     runs, _ = await env.services.schedules.list_runs(schedule.id)
     assert runs[0].state == "rolling"
     assert await _runs_and_count(env, schedule) == (CAP, CAP)
+
+
+def test_a_fleet_made_at_once_looks_on_different_firings() -> None:
+    """Schedules made together fire in step; their looks are spread over CAP_MARGIN counts by their ids, so
+    a day's burst does not pay every schedule's look at once."""
+    ids = [new_id() for _ in range(1000)]
+    counts = Counter(prune_at(i) for i in ids)
+    assert set(counts) == set(range(PRUNE_AT, PRUNE_AT + CAP_MARGIN))
+    assert max(counts.values()) < 2 * len(ids) / CAP_MARGIN
+    assert all(prune_at(i) == prune_at(uuid.UUID(int=i.int)) for i in ids)  # the same id, the same count

@@ -95,10 +95,11 @@ from rackflow.store.tasks import statuses as task_statuses
 from rackflow.timespec import ScheduleSpec, SpecType
 
 RUNS_KEPT_PER_SCHEDULE = 100
-# A schedule's history is pruned back to RUNS_KEPT_PER_SCHEDULE once a firing takes its run count to
-# PRUNE_AT, so one firing in CAP_MARGIN looks for its oldest runs, not each: on PostgreSQL that look opens
-# every partition of the runs (`store.run_partitions`). Every read shows the newest RUNS_KEPT_PER_SCHEDULE
-# alone (`_within_the_cap`), so the runs kept past them until the next prune are never seen.
+# A schedule's history is pruned back to RUNS_KEPT_PER_SCHEDULE once a firing takes its run count to its
+# `prune_at`, from PRUNE_AT to CAP_MARGIN more, so one firing in 10 to 19 looks for its oldest runs, not
+# each: on PostgreSQL that look opens the partitions of the runs it may be in (`store.run_partitions`).
+# Every read shows the newest RUNS_KEPT_PER_SCHEDULE alone (`_within_the_cap`), so the runs kept past them
+# until the next prune are never seen.
 CAP_MARGIN = 10
 PRUNE_AT = RUNS_KEPT_PER_SCHEDULE + CAP_MARGIN
 # Runs never pruned however old, by the cap or the retention: a running one's firing may yet write its
@@ -1426,7 +1427,7 @@ def _newest_runs_first(schedule_id: uuid.UUID) -> Select[Any]:
 
 def counted_with_run(schedule: Schedule) -> int | None:
     """The schedule's run count once a firing has added its run, as the firing's advance writes it (None
-    stays not known). The prune that follows at PRUNE_AT takes off what it deleted (`cap_runs`)."""
+    stays not known). The prune that follows at `prune_at` takes off what it deleted (`cap_runs`)."""
     if schedule.run_count is None:
         return None
     return schedule.run_count + 1
@@ -1442,10 +1443,18 @@ def since_with_run(schedule: Schedule, slot: datetime | None) -> datetime | None
     return min(schedule.runs_since, slot)
 
 
+def prune_at(schedule_id: uuid.UUID) -> int:
+    """The run count at which the schedule's firing looks for the runs past its newest 100: PRUNE_AT plus
+    a part of CAP_MARGIN its id picks (the id's last bits are random). Staggered, because a fleet made at
+    once fires in step: at one count for all, every firing of one day's burst would look (2 to 3 times a
+    firing's cost); so a tenth to a nineteenth of them do, any day."""
+    return PRUNE_AT + schedule_id.int % CAP_MARGIN
+
+
 def may_pass_cap(schedule: Schedule) -> bool:
-    """Whether a firing of the schedule, as claimed (before its run), takes it to PRUNE_AT runs or may:
+    """Whether a firing of the schedule, as claimed (before its run), takes it to its `prune_at` or may:
     its count with the firing's run is there, or is not known."""
-    return schedule.run_count is None or schedule.run_count + 1 >= PRUNE_AT
+    return schedule.run_count is None or schedule.run_count + 1 >= prune_at(schedule.id)
 
 
 async def cap_runs(
@@ -1453,17 +1462,17 @@ async def cap_runs(
 ) -> None:
     """The run cap after firings of these schedules (each as claimed, before its firing's run): their
     history pruned to the newest RUNS_KEPT_PER_SCHEDULE (`prune_runs`, which leaves the runs of `spare`)
-    where the firing took it to PRUNE_AT or may have (`may_pass_cap`), each such count lowered by the runs
-    deleted, and the runs of those whose count was not known counted.
+    where the firing took it to its `prune_at` or may have (`may_pass_cap`), each such count lowered by the
+    runs deleted, and the runs of those whose count was not known counted.
 
-    A firing short of PRUNE_AT looks at nothing: the look walked the schedule's index of runs at every
+    A firing short of `prune_at` looks at nothing: the look walked the schedule's index of runs at every
     firing, about a tenth of PostgreSQL's CPU a firing on an empty database (docs/PERFORMANCE.md, "The run
     cap's look skipped under the cap"), and with the runs partitioned it opens every partition. The count
     is never below the runs kept (a firing's claim locks the schedule's row before its advance writes the
-    count, and the decrement here waits for that lock), so no schedule passes PRUNE_AT without the look,
+    count, and the decrement here waits for that lock), so no schedule passes `prune_at` without the look,
     with one exception: the firings of an instance still running a release before migration 0038 (a
     rolling upgrade) add no count, so a schedule they fired may keep up to that many runs more until its
-    count reaches PRUNE_AT. A count above the runs kept (the retention deletes runs without counting) only
+    count reaches `prune_at`. A count above the runs kept (the retention deletes runs without counting) only
     brings the look forward.
     """
     looked = [s for s in fired if may_pass_cap(s)]
@@ -1477,7 +1486,7 @@ async def cap_runs(
             for schedule_id, p in sorted(pruned.items(), key=lambda item: item[0])
         ]
         await conn.execute(*update_rows(conn.dialect.name, task_schedule, "id", rows, combined=_LOOKED))
-    # Counted anew: those whose count was not known, and those the look found at PRUNE_AT by count but with
+    # Counted anew: those whose count was not known, and those the look found at `prune_at` by count but with
     # nothing to delete (runs the retention deleted, or open ones), which would otherwise look every firing.
     recount = [s.id for s in fired if s.run_count is None] + [s.id for s in looked if s.id not in pruned]
     run = task_schedule_run.c
@@ -1701,7 +1710,7 @@ async def _within_the_cap(
 ) -> tuple[int, list[ColumnElement[bool]]]:
     """How many runs the schedule shows (at most RUNS_KEPT_PER_SCHEDULE), and the condition that keeps a
     read of them to its newest RUNS_KEPT_PER_SCHEDULE: none while it has no more; else up to the last of
-    them in RUN_ORDER, read by the schedule's index of runs. The runs past them are the CAP_MARGIN the cap
+    them in RUN_ORDER, read by the schedule's index of runs. The runs past them are the margin the cap
     lets a schedule keep until its next prune (`cap_runs`): deleted already, as far as anyone can see."""
     total = await count_capped(conn, task_schedule_run, [task_schedule_run.c.schedule_id == schedule_id])
     if total <= RUNS_KEPT_PER_SCHEDULE:
