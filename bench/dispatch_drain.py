@@ -34,8 +34,9 @@ and started (issue 26: fire lag and drain rate must not move). `--until-tasks-do
 to end too, and adds tasks_per_s = tasks / (first firing to the last task's end), tasks_done_s (that
 span) and server_cpu_us_per_task (the servers' CPU from listening until no task is active, over the tasks).
 
-`--history N` gives each schedule N completed runs before the drain (at 100, the run cap, every firing
-deletes one), and its run count says so; `--uncounted` leaves the counts unknown, as migration 0038 leaves
+`--history N` gives each schedule N completed runs before the drain (from 100, the run cap, the reads show
+the newest 100; a firing that takes a schedule to its `prune_at`, 110 to 119, looks and deletes back to
+100: at 119 every firing does), and its run count says so; `--uncounted` leaves the counts unknown, as migration 0038 leaves
 every schedule it finds, so each firing also counts its schedule's runs (once a schedule).
 
     python bench/dispatch_drain.py --db postgres --instances 1 --n 10000 --dispatch-batch 10
@@ -288,10 +289,10 @@ HISTORY = text(
 
 
 def _load_history(engine: Engine, runs_each: int, due: datetime) -> None:
-    """`--history N`: each schedule starts with N runs already, so with N at the cap each schedule keeps
-    (`store.schedules.RUNS_KEPT_PER_SCHEDULE`, 100) every firing also deletes its schedule's oldest run, as
-    a fleet's do once its schedules have fired that often. Written server-side on PostgreSQL (`HISTORY`),
-    from here on SQLite."""
+    """`--history N`: each schedule starts with N runs already, so with N past the cap each schedule keeps
+    (`store.schedules.RUNS_KEPT_PER_SCHEDULE`, 100) a firing may look for its oldest runs and delete them
+    (at its `prune_at`, 110 to 119), as a fleet's do once its schedules have fired that often. Written
+    server-side on PostgreSQL (`HISTORY`), from here on SQLite."""
     if not runs_each:
         return
     started = time.perf_counter()
@@ -471,7 +472,7 @@ def main() -> None:
         "--history",
         type=int,
         default=0,
-        help="completed runs each schedule has already, one a day (100: every firing prunes one)",
+        help="completed runs each schedule has already, one a day (119: every firing looks past the cap)",
     )
     parser.add_argument(
         "--uncounted",
