@@ -36,8 +36,9 @@ span) and server_cpu_us_per_task (the servers' CPU from listening until no task 
 
 `--history N` gives each schedule N completed runs before the drain (from 100, the run cap, the reads show
 the newest 100; a firing that takes a schedule to its `prune_at`, 110 to 119, looks and deletes back to
-100: at 119 every firing does), and its run count says so; `--uncounted` leaves the counts unknown, as migration 0038 leaves
-every schedule it finds, so each firing also counts its schedule's runs (once a schedule).
+100: at 119 every firing does), and its run count says so; `--uncounted` leaves the counts unknown, as
+migration 0038 leaves every schedule it finds, so each firing also counts its schedule's runs (once a
+schedule).
 
     python bench/dispatch_drain.py --db postgres --instances 1 --n 10000 --dispatch-batch 10
 """
