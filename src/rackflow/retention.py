@@ -114,20 +114,18 @@ async def ensure_run_weeks(db: Database) -> None:
     has none cannot be recorded; then drop the past weeks the run cap has emptied. A failure (a lock wait
     given up, the database down) is logged; the next round tries again, weeks before a slot would need
     them."""
-    try:
-        made = await run_partitions.keep_ahead(db)
-    except Exception as exc:
-        log.warning("run partitions: coming weeks not made (%s); retrying in %s", exc, KEEP_AHEAD_EVERY)
-        return
-    if made:
-        log.info("run partitions: made %s", ", ".join(made))
-    try:
-        dropped = await run_partitions.drop_emptied(db)
-    except Exception as exc:
-        log.warning("run partitions: emptied weeks not dropped (%s); retrying in %s", exc, KEEP_AHEAD_EVERY)
-        return
-    if dropped:
-        log.info("run partitions: dropped %s, emptied by the run cap", ", ".join(dropped))
+    steps = (
+        (run_partitions.keep_ahead, "coming weeks not made", "made %s"),
+        (run_partitions.drop_emptied, "emptied weeks not dropped", "dropped %s, emptied by the run cap"),
+    )
+    for step, failed, done in steps:
+        try:
+            names = await step(db)
+        except Exception as exc:
+            log.warning("run partitions: %s (%s); retrying in %s", failed, exc, KEEP_AHEAD_EVERY)
+            return
+        if names:
+            log.info("run partitions: " + done, ", ".join(names))
 
 
 async def keep_run_weeks(db: Database, stop: asyncio.Event) -> None:
