@@ -245,19 +245,28 @@ async def test_the_prune_drops_a_week_all_past_the_retention(pg: Database) -> No
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("why", ["running", "rolling", "next slot"])
-async def test_a_past_week_holding_a_kept_run_or_a_due_slot_stays_and_is_pruned_by_row(
-    pg: Database, why: str
-) -> None:
-    """A week holding a run the prune keeps (still running, a live rollout), or a schedule's next slot (a late
-    firing would need it), is not dropped; its other runs are deleted one by one, as before partitions."""
-    due = PAST_WEEK + timedelta(days=3) if why == "next slot" else None
-    schedule_id = await _schedule(pg, next_run_at=due)
-    state: RunState = "completed" if why == "next slot" else why  # type: ignore[assignment]
-    ids = await _past_week_with_runs(pg, schedule_id, [state, "completed", "completed"])
+@pytest.mark.parametrize("why", ["running", "rolling"])
+async def test_a_past_week_holding_a_kept_run_stays_and_is_pruned_by_row(pg: Database, why: RunState) -> None:
+    """A week holding a run the prune keeps (still running, a live rollout) is not dropped; its other runs
+    are deleted one by one, as before partitions."""
+    schedule_id = await _schedule(pg)
+    ids = await _past_week_with_runs(pg, schedule_id, [why, "completed", "completed"])
     await _prune(pg, timedelta(days=30))
     assert run_partitions.partition_name(PAST_WEEK) in await _week_names(pg)
-    assert await _run_ids(pg) == (set() if why == "next slot" else {ids[0]})
+    assert await _run_ids(pg) == {ids[0]}
+
+
+@pytest.mark.postgres
+async def test_a_schedules_next_slot_in_a_past_week_does_not_keep_it(pg: Database) -> None:
+    """A paused schedule keeps its next slot while paused: kept, it would keep every week from there on. The
+    week goes; should that slot fire late, its run is recorded all the same (its week made again, or, before
+    the first week, in the DEFAULT partition)."""
+    due = PAST_WEEK + timedelta(days=3)
+    schedule_id = await _schedule(pg, next_run_at=due)
+    await _past_week_with_runs(pg, schedule_id, ["completed", "completed"])
+    await _prune(pg, timedelta(days=30))
+    assert run_partitions.partition_name(PAST_WEEK) not in await _week_names(pg)
+    assert await _record(pg, schedule_id, "completed", slot=due, fired_at=datetime.now(UTC)) is not None
 
 
 @pytest.mark.postgres
@@ -356,14 +365,14 @@ async def test_a_past_week_the_cap_emptied_is_dropped_and_one_in_use_stays(pg: D
         slot = task_schedule_run.c.scheduled_for
         await conn.execute(delete(task_schedule_run).where(slot < held))
         await conn.execute(delete(task_schedule_run).where(slot >= due))
-    await _schedule(pg, next_run_at=due + timedelta(days=1))  # a slot of that week may yet fire
+    await _schedule(pg, next_run_at=due + timedelta(days=1))  # a paused one's slot keeps no week
     recent = period_start(datetime.now(UTC) - timedelta(days=3))  # all past, but within RECENT
     async with pg.transaction() as conn:
         await conn.run_sync(run_partitions.add_week, recent)
     dropped = await run_partitions.drop_emptied(pg)
-    assert dropped == [run_partitions.partition_name(emptied)]
+    assert dropped == [run_partitions.partition_name(w) for w in (emptied, due)]
     names = await _week_names(pg)
-    assert {run_partitions.partition_name(w) for w in (held, due, recent)} <= names
+    assert {run_partitions.partition_name(w) for w in (held, recent)} <= names
     assert await run_partitions.drop_emptied(pg) == []
 
 

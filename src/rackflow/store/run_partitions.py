@@ -19,9 +19,11 @@
   `id` (the parent has none: a key must hold `scheduled_for`, NULL for manual runs). A lookup by id alone
   reads each partition's key, unless bounded by what the id tells (below).
 * `drop_partition` drops a week once it is all older than the run retention, none of its runs fired
-  since the cutoff, none is still running, rolling, halted or awaiting approval (the runs the prune keeps),
-  and no schedule's next slot is in it or before it (so no late firing can need it again). The runs of the
-  DEFAULT partition, and of a past week that could not be dropped, are deleted in batches as before.
+  since the cutoff, none is still running, rolling, halted or awaiting approval (the runs the prune keeps).
+  A schedule's next slot in or before it does not keep it: a paused schedule keeps its next slot for as
+  long as it is paused, and would keep every week from there on; a slot of a dropped week that fires late
+  makes its week again first (`ensure_weeks_for`). The runs of the DEFAULT partition, and of a past week
+  that could not be dropped, are deleted in batches as before.
 * Every change runs under an advisory lock, so instances do not make a week twice, and the pruner's and
   keeper's with a short lock timeout (`audit_partitions.wait_briefly`), so an ATTACH or DROP waiting behind
   a long read gives up for the round rather than queueing the drain behind it.
@@ -219,12 +221,11 @@ def kept_floor(conn: Connection, cutoff: datetime) -> datetime | None:
 
 
 # A week is dropped only when, under its lock, none of its runs is one the prune keeps or fired since the
-# cutoff, and no schedule's next slot is in it or before it.
+# cutoff.
 _DROPPABLE = """
 SELECT NOT EXISTS (SELECT FROM {week} WHERE fired_at >= :cutoff)
    AND NOT EXISTS (SELECT FROM {week} WHERE state = 'running')
    AND NOT EXISTS (SELECT FROM {live} l JOIN {week} r ON r.id = l.run_id)
-   AND NOT EXISTS (SELECT FROM task_schedule WHERE next_run_at < :upper)
 """
 
 
@@ -237,7 +238,7 @@ def drop_partition(conn: Connection, week: Partition, cutoff: datetime) -> int |
     if conn.execute(text("SELECT to_regclass(:p) IS NULL"), {"p": week.name}).scalar_one():
         return 0
     droppable = conn.execute(
-        text(_DROPPABLE.format(week=week.name, live=LIVE)), {"cutoff": cutoff, "upper": week.upper}
+        text(_DROPPABLE.format(week=week.name, live=LIVE)), {"cutoff": cutoff}
     ).scalar_one()
     if not droppable:
         return None
@@ -246,11 +247,8 @@ def drop_partition(conn: Connection, week: Partition, cutoff: datetime) -> int |
     return rows
 
 
-# A past week the run cap has emptied: nothing in it, and no schedule's next slot in it or before it.
-_EMPTIED = """
-SELECT NOT EXISTS (SELECT FROM {week})
-   AND NOT EXISTS (SELECT FROM task_schedule WHERE next_run_at < :upper)
-"""
+# A past week the run cap has emptied: nothing in it (a late slot of it makes it again: `ensure_weeks_for`).
+_EMPTIED = "SELECT NOT EXISTS (SELECT FROM {week})"
 
 
 async def drop_emptied(db: Database) -> list[str]:
@@ -276,7 +274,7 @@ def _drop_if_emptied(conn: Connection, week: Partition) -> bool:
     _lock(conn)
     if conn.execute(text("SELECT to_regclass(:p) IS NULL"), {"p": week.name}).scalar_one():
         return False
-    if not conn.execute(text(_EMPTIED.format(week=week.name)), {"upper": week.upper}).scalar_one():
+    if not conn.execute(text(_EMPTIED.format(week=week.name))).scalar_one():
         return False
     conn.execute(text(f"DROP TABLE {week.name}"))
     return True
