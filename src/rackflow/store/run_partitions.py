@@ -188,13 +188,17 @@ def first_week(conn: Connection) -> datetime:
     return bound
 
 
-def ensure_weeks_for(conn: Connection, slots: Collection[datetime], fired_at: datetime) -> list[str]:
-    """Make the weeks of those of `slots` older than RECENT before `fired_at` that have no partition (dropped
-    since: emptied by the run cap, or past the retention), in the caller's transaction, before their runs
-    are recorded; returns the names made. A slot's run whose week has none is refused by the DEFAULT
-    partition's CHECK, and a one-time schedule may be set at any past time. Newer slots cost nothing here:
-    no week that recent is dropped."""
-    late = [slot for slot in slots if slot < fired_at - RECENT]
+def late_slots(slots: Iterable[datetime | None], fired_at: datetime) -> list[datetime]:
+    """Those of `slots` older than RECENT before `fired_at`: the ones whose week may have been dropped
+    (emptied by the run cap, or past the retention), which `ensure_weeks_for` makes again. Newer slots need
+    nothing: no week that recent is dropped, so a firing on time asks the database nothing more."""
+    return [slot for slot in slots if slot is not None and slot < fired_at - RECENT]
+
+
+def ensure_weeks_for(conn: Connection, late: Collection[datetime]) -> list[str]:
+    """Make the weeks of the `late` slots (`late_slots`) that have no partition, in the caller's
+    transaction, before their runs are recorded; returns the names made. A slot's run whose week has none
+    is refused by the DEFAULT partition's CHECK, and a one-time schedule may be set at any past time."""
     if not late or not is_runs_partitioned(conn):
         return []
     first = first_week(conn)
@@ -231,20 +235,9 @@ SELECT NOT EXISTS (SELECT FROM {week} WHERE fired_at >= :cutoff)
 
 def drop_partition(conn: Connection, week: Partition, cutoff: datetime) -> int | None:
     """Drop `week` (in the caller's transaction, which should do nothing else) if nothing in it is kept
-    (above), returning how many runs it held, counted just before; 0 if another instance dropped it first;
-    None if it must stay (its runs are then deleted in batches, as the DEFAULT partition's are)."""
-    wait_briefly(conn)
-    _lock(conn)
-    if conn.execute(text("SELECT to_regclass(:p) IS NULL"), {"p": week.name}).scalar_one():
-        return 0
-    droppable = conn.execute(
-        text(_DROPPABLE.format(week=week.name, live=LIVE)), {"cutoff": cutoff}
-    ).scalar_one()
-    if not droppable:
-        return None
-    rows = int(conn.execute(text(f"SELECT count(*) FROM {week.name}")).scalar_one())
-    conn.execute(text(f"DROP TABLE {week.name}"))
-    return rows
+    (above), returning how many runs it held, counted just before; None if it must stay (its runs are then
+    deleted in batches, as the DEFAULT partition's are) or another instance dropped it first."""
+    return _drop_week_unless(conn, week, _DROPPABLE.format(week=week.name, live=LIVE), {"cutoff": cutoff})
 
 
 # A past week the run cap has emptied: nothing in it (a late slot of it makes it again: `ensure_weeks_for`).
@@ -264,20 +257,26 @@ async def drop_emptied(db: Database) -> list[str]:
     dropped: list[str] = []
     for week in past:
         async with db.transaction() as conn:
-            if await conn.run_sync(_drop_if_emptied, week):
+            emptied = _EMPTIED.format(week=week.name)
+            if await conn.run_sync(_drop_week_unless, week, emptied, {}) is not None:
                 dropped.append(week.name)
     return dropped
 
 
-def _drop_if_emptied(conn: Connection, week: Partition) -> bool:
+def _drop_week_unless(
+    conn: Connection, week: Partition, droppable: str, params: dict[str, Any]
+) -> int | None:
+    """Drop `week` if the query `droppable` (over it) says it may go, under the partitions' lock and
+    waiting briefly for the table's; returns how many runs it held, or None when it stays (or is gone)."""
     wait_briefly(conn)
     _lock(conn)
     if conn.execute(text("SELECT to_regclass(:p) IS NULL"), {"p": week.name}).scalar_one():
-        return False
-    if not conn.execute(text(_EMPTIED.format(week=week.name))).scalar_one():
-        return False
+        return None
+    if not conn.execute(text(droppable), params).scalar_one():
+        return None
+    rows = int(conn.execute(text(f"SELECT count(*) FROM {week.name}")).scalar_one())
     conn.execute(text(f"DROP TABLE {week.name}"))
-    return True
+    return rows
 
 
 async def keep_ahead(db: Database) -> list[str]:

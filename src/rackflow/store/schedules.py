@@ -1204,9 +1204,9 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
     """
     if not runs:
         return set()
-    if db.is_postgres:  # a late slot's week, should it have been dropped (`run_partitions.RECENT`)
-        slots = [r.scheduled_for for r in runs if r.scheduled_for is not None]
-        await conn.run_sync(run_partitions.ensure_weeks_for, slots, runs[0].fired_at)
+    late = run_partitions.late_slots((r.scheduled_for for r in runs), runs[0].fired_at)
+    if late and db.is_postgres:  # a late slot's week, should it have been dropped
+        await conn.run_sync(run_partitions.ensure_weeks_for, late)
     insert, values = insert_rows(
         db.dialect,
         task_schedule_run,
@@ -1482,8 +1482,12 @@ async def cap_runs(
         # Lowered, not written: the count and the bound are the rows' own (another firing of the schedule
         # may have advanced them since this one's claim). The count's value is what the look deleted.
         rows = [
-            {"id": schedule_id, "run_count": p.deleted, "runs_since": p.since}
-            for schedule_id, p in sorted(pruned.items(), key=lambda item: item[0])
+            {
+                "id": schedule_id,
+                "run_count": pruned[schedule_id].deleted,
+                "runs_since": pruned[schedule_id].since,
+            }
+            for schedule_id in in_id_order(pruned)
         ]
         await conn.execute(*update_rows(conn.dialect.name, task_schedule, "id", rows, combined=_LOOKED))
     # Counted anew: those whose count was not known, and those the look found at `prune_at` by count but with
