@@ -850,7 +850,8 @@ async def test_an_idle_checker_sleeps_until_a_claim_holds_a_task_or_a_round_come
         stop = asyncio.Event()
         running = asyncio.create_task(checker.run(stop))
         try:
-            await asyncio.sleep(0.3)  # its first poll and look: nothing held
+            with statements_sent(db) as first:  # its first poll, then its look: nothing held
+                await eventually(lambda: _looked(first))
             with statements_sent(db) as sent:
                 await asyncio.sleep(2.5)
             assert sent == []
@@ -867,6 +868,12 @@ async def test_an_idle_checker_sleeps_until_a_claim_holds_a_task_or_a_round_come
 
 async def _asked(hook: Receiver, count: int) -> bool:
     return len(hook.posts) >= count
+
+
+async def _looked(sent: list[tuple[str, object]]) -> bool:
+    """Whether the checker sent its look at when the first held round comes due (`store.next_round_at`),
+    the last statement before its nap."""
+    return any(text.startswith("SELECT min(") and "preflight_tasks" in text for text, _ in sent)
 
 
 async def test_next_round_at_is_when_the_first_held_round_comes_due(db: Database) -> None:
