@@ -172,10 +172,10 @@ def measure_drain(
 
         engine = sync_engine(ws.url)
         _load_windows(engine, windows)
-        _add_run_weeks(engine, run_weeks)
-        _load_history(engine, history, due)
+        add_run_weeks(engine, run_weeks)
+        load_history(engine, history, due)
         if history or uncounted:  # a schedule the bench made has counted none of its runs: 0 already
-            _set_run_counts(engine, None if uncounted else history, due)
+            set_run_counts(engine, None if uncounted else history, due)
         spawned = datetime.now(UTC)
         args = ["--dispatch-batch", str(batch)]
         env = {"RACKFLOW_SIM_STEP_SECONDS": str(sim_step)}
@@ -289,7 +289,7 @@ HISTORY = text(
 )
 
 
-def _load_history(engine: Engine, runs_each: int, due: datetime) -> None:
+def load_history(engine: Engine, runs_each: int, due: datetime) -> None:
     """`--history N`: each schedule starts with N runs already, so with N past the cap each schedule keeps
     (`store.schedules.RUNS_KEPT_PER_SCHEDULE`, 100) a firing may look for its oldest runs and delete them
     (at its `prune_at`, 110 to 119), as a fleet's do once its schedules have fired that often. Written
@@ -337,7 +337,7 @@ def _load_history(engine: Engine, runs_each: int, due: datetime) -> None:
     print(f"# history runs_each={runs_each} loaded in {time.perf_counter() - started:.1f}s", flush=True)
 
 
-def _set_run_counts(engine: Engine, count: int | None, due: datetime) -> None:
+def set_run_counts(engine: Engine, count: int | None, due: datetime) -> None:
     """Each schedule's `run_count` (migration 0038) and `runs_since` (0047): the runs `--history` gave it
     and the oldest one's slot, as a fleet's firings keep them; or None (`--uncounted`, as every schedule
     is right after those migrations: its first firing counts its runs, its first look reads every
@@ -434,7 +434,7 @@ def report(kind: str, instances: int, batch: int, drain: Drain) -> None:
     )
 
 
-def _add_run_weeks(engine: Engine, weeks: int) -> None:
+def add_run_weeks(engine: Engine, weeks: int) -> None:
     """`--run-weeks K` (PostgreSQL): the runs' partitions as K weeks after migration 0046
     (`_common.runs_partitioned_since`), `--history` in them rather than in the DEFAULT partition."""
     bound = runs_partitioned_since(engine, weeks)

@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from rackflow.domain.firing import run_id as slot_run_id
 from rackflow.domain.schedules import RunState
+from rackflow.schedules import firing
 from rackflow.store import run_partitions
 from rackflow.store import schedules as store
 from rackflow.store.audit_partitions import period_start
@@ -23,6 +24,7 @@ from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
 from tests.conftest import schedule_row
 from tests.store.query_plans import statements_sent
+from tests.store.schedules_support import Env, make_env
 
 pytestmark = pytest.mark.asyncio
 
@@ -343,14 +345,88 @@ async def test_the_cap_look_raises_runs_since_to_the_newest_slot_it_deleted(db: 
 
 async def test_a_firing_lowers_runs_since_only_to_an_earlier_slot_and_keeps_it_not_known() -> None:
     """The advance's rule (`since_with_run`): a firing's slot lowers a known bound only if earlier; a run
-    without a slot, or a bound not known, leaves it."""
-    known = store.Schedule.__new__(store.Schedule)  # only `runs_since` is read
+    without a slot, or a bound not known, leaves it; a schedule known to have no run takes its first slot."""
+    known = store.Schedule.__new__(store.Schedule)  # only `runs_since` and `run_count` are read
     object.__setattr__(known, "runs_since", PAST_WEEK)
+    object.__setattr__(known, "run_count", 5)
     assert store.since_with_run(known, PAST_WEEK + timedelta(days=1)) == PAST_WEEK
     assert store.since_with_run(known, PAST_WEEK - timedelta(days=1)) == PAST_WEEK - timedelta(days=1)
     assert store.since_with_run(known, None) == PAST_WEEK
     object.__setattr__(known, "runs_since", None)
+    assert store.since_with_run(known, PAST_WEEK) is None  # runs from before 0047 may be older
+    object.__setattr__(known, "run_count", None)
     assert store.since_with_run(known, PAST_WEEK) is None
+    object.__setattr__(known, "run_count", 0)
+    assert store.since_with_run(known, PAST_WEEK) == PAST_WEEK
+    assert store.since_with_run(known, None) is None  # a manual run: the DEFAULT partition, read always
+
+
+async def test_a_new_schedule_knows_its_runs_since_from_its_first_firing(db: Database) -> None:
+    """A schedule made today has no run (`run_count` 0), so its first dispatched firing sets `runs_since` to
+    its slot, and its reads and looks are bounded from then on, not only after its first look (at 110 runs);
+    a later firing leaves it."""
+    env = make_env(db)
+    schedule = await env.schedule(racks=[await env.rack("r1")])
+    assert (schedule.run_count, schedule.runs_since) == (0, None)
+    slot = schedule.next_run_at
+    assert slot is not None
+    await _fire(env, schedule)
+    after = await env.services.schedules.get(schedule.id)
+    assert (after.run_count, after.runs_since) == (1, slot)
+    env.clock.advance(timedelta(hours=1))
+    await _fire(env, after)
+    again = await env.services.schedules.get(schedule.id)
+    assert (again.run_count, again.runs_since) == (2, slot)
+
+
+async def _fire(env: Env, schedule: store.Schedule) -> None:
+    """The dispatcher's firing of `schedule` (as `test_schedules_firing._fire_by_hand`)."""
+    async with env.db.transaction() as conn:
+        locked = await store.get_schedule(conn, schedule.id, lock=env.db.for_update)
+        assert locked is not None
+        claimed = await firing.claim(env.db, conn, [locked], trigger="dispatch", now=env.clock.now())
+    await firing.fire(env.db, env.services.tasks, env.clock, claimed)
+
+
+@pytest.mark.postgres
+async def test_the_reads_of_a_schedules_runs_plan_only_the_weeks_from_its_runs_since(pg: Database) -> None:
+    """A page of a schedule's runs, the grid's columns and the schedule list's strips read by schedule, which
+    planned every week's partition (a year of weeks: about 3 ms a statement, three statements a page).
+    Bounded by the schedules' `runs_since`, a week before it is not even planned, and what they show is the
+    same."""
+    schedule_id = await _schedule(pg)
+    slots = await _weeks_of_runs(pg, schedule_id, weeks=3, each=2)
+    async with pg.transaction() as conn:  # as its firings keep it: its first run's slot
+        await conn.execute(
+            update(task_schedule).where(task_schedule.c.id == schedule_id).values(runs_since=slots[2])
+        )
+        slot = task_schedule_run.c.scheduled_for
+        await conn.execute(delete(task_schedule_run).where(slot < slots[2]))  # the cap took the first week's
+    other = await _schedule(pg)  # another schedule's runs keep the first week
+    await _record(pg, other, "completed", slot=slots[0] + timedelta(hours=1))
+    first_week = run_partitions.partition_name(PAST_WEEK)
+    reads = {
+        "list_runs": lambda conn: store.list_runs(conn, schedule_id, limit=3),
+        "run_heads": lambda conn: store.run_heads(conn, schedule_id, 3),
+        "recent_runs": lambda conn: store.recent_runs(conn, [schedule_id], 3),
+    }
+    for name, read in reads.items():
+        async with pg.read() as conn:
+            with statements_sent(pg) as sent:
+                await read(conn)
+            for statement, parameters in sent:
+                if "task_schedule_run" not in statement or "FROM task_schedule " in statement:
+                    continue
+                explained = await conn.exec_driver_sql("EXPLAIN (COSTS OFF) " + statement, parameters)
+                plan = "\n".join(line for (line,) in explained.all())
+                assert first_week not in plan, (name, plan)
+                assert run_partitions.partition_name(PAST_WEEK + timedelta(weeks=1)) in plan, (name, plan)
+    async with pg.read() as conn:
+        runs, total = await store.list_runs(conn, schedule_id)
+        strips = await store.recent_runs(conn, [schedule_id, other], 10)
+    assert total == 4 and [r.scheduled_for for r in runs] == slots[:1:-1]
+    assert [r.scheduled_for for r in strips[schedule_id]] == slots[:1:-1]
+    assert [r.scheduled_for for r in strips[other]] == [slots[0] + timedelta(hours=1)]
 
 
 # --- weeks the cap has emptied, dropped; a late slot's week made again -------------------------------

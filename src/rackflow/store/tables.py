@@ -249,8 +249,10 @@ task_schedule = Table(
     # cap's look at PRUNE_AT takes off those it deleted (`store.schedules.cap_runs`), so a firing short of
     # it skips the look. NULL: not known (the schedules 0038 found), counted at the next firing.
     Column("run_count", Integer, nullable=True),
-    # No later than the slot of any of its runs that has one (migration 0047): the cap's look reads the runs'
-    # partitions from there on (`store.schedules.prune_runs`). NULL: not known, every partition read.
+    # No later than the slot of any of its runs that has one (migration 0047): the cap's look and every read
+    # of its runs by schedule read the runs' partitions from there on (`store.schedules.prune_runs`,
+    # `in_their_weeks`); set by its first firing, lowered by an earlier slot, raised by the look. NULL: not
+    # known (a schedule from before 0047, until its first look), every partition read.
     Column("runs_since", UTCDateTime, nullable=True),
     CheckConstraint("spec_type IN ('interval', 'cron', 'one-time')", name="spec_type"),
     CheckConstraint("overlap_policy IN ('skip', 'queue')", name="overlap_policy"),
