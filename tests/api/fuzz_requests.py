@@ -517,7 +517,10 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
         "GetRack": build(pb.GetRackRequest, id=rack_id)
         | build(pb.GetRackRequest, name=texts(k.rack_names), id=maybe(rack_id)),
         "ListRacks": build(
-            pb.ListRacksRequest, nvl_domain_id=maybe(ids(k.domain_ids)), pagination=maybe(pages())
+            pb.ListRacksRequest,
+            nvl_domain_id=maybe(ids(k.domain_ids)),
+            pagination=maybe(pages()),
+            ids=st.lists(rack_id, max_size=5) | st.integers(999, 1002).map(_many_ids),
         ),
         "DeleteRack": build(pb.DeleteRackRequest, id=rack_id),
         "AddComponents": build(

@@ -414,6 +414,7 @@ OVER_LIMIT: list[tuple[str, str, Callable[[], Message]]] = [
     ),
     ("GetTasksByIDs", "task_ids", lambda: pb.GetTasksByIDsRequest(task_ids=[SOME_ID] * 1001)),
     ("ListRacks", "pagination", lambda: pb.ListRacksRequest(pagination=PAGE_1001)),
+    ("ListRacks", "ids", lambda: pb.ListRacksRequest(ids=[SOME_ID] * 1001)),
     ("ListTasks", "pagination", lambda: pb.ListTasksRequest(pagination=PAGE_1001)),
     ("ListTaskSchedules", "pagination", lambda: pb.ListTaskSchedulesRequest(pagination=PAGE_1001)),
     (

@@ -198,6 +198,31 @@ async def test_list_racks_pages_and_filters(stub: Stub) -> None:
     assert filtered.racks[0].nvl_domain_id == domain.id
 
 
+async def test_list_racks_by_id_answers_those_racks_alone(stub: Stub) -> None:
+    """A table names the racks it shows by reading them alone (the CLI's `rack_names`), not the whole list;
+    an id of no rack (deleted since) is left out, and a domain and a page narrow as without ids."""
+    made = [await make_rack(stub, f"r{i}", pb.ComponentSpec(type=COMPUTE, name="c")) for i in range(5)]
+    asked = [made[4].id, made[1].id, ident(MISSING), made[3].id]
+    found = await stub.ListRacks(pb.ListRacksRequest(ids=asked))
+    assert ([r.name for r in found.racks], found.total) == (["r1", "r3", "r4"], 3)
+    assert list(found.racks) == [
+        r for r in (await stub.ListRacks(pb.ListRacksRequest())).racks if r.id in asked
+    ]
+    paged = await stub.ListRacks(pb.ListRacksRequest(ids=asked, pagination=pb.Pagination(limit=2)))
+    assert [r.name for r in paged.racks] == ["r1", "r3"] and paged.next_page_token
+    rest = pb.Pagination(limit=2, page_token=paged.next_page_token)
+    assert [
+        r.name for r in (await stub.ListRacks(pb.ListRacksRequest(ids=asked, pagination=rest))).racks
+    ] == ["r4"]
+    domain = await stub.CreateNVLDomain(
+        pb.CreateNVLDomainRequest(name="d", rack_ids=[made[3].id, made[0].id])
+    )
+    both = await stub.ListRacks(pb.ListRacksRequest(ids=asked, nvl_domain_id=domain.id))
+    assert [r.name for r in both.racks] == ["r3"]
+    most = pb.ListRacksRequest(ids=[ident(str(uuid.UUID(int=i + 2))) for i in range(999)] + [made[0].id])
+    assert [r.name for r in (await stub.ListRacks(most)).racks] == ["r0"]  # a page's worth: 1,000
+
+
 async def test_list_racks_refusals(stub: Stub, db: Database) -> None:
     bad = grpc.StatusCode.INVALID_ARGUMENT
     cases: list[tuple[pb.ListRacksRequest, grpc.StatusCode, str]] = [
@@ -205,6 +230,8 @@ async def test_list_racks_refusals(stub: Stub, db: Database) -> None:
         (pb.ListRacksRequest(pagination=pb.Pagination(offset=-1)), bad, r"^pagination\.offset"),
         (pb.ListRacksRequest(nvl_domain_id=ident("x")), bad, "^nvl_domain_id: 'x' is not a UUID"),
         (pb.ListRacksRequest(nvl_domain_id=ident("")), bad, "^nvl_domain_id: an id is required"),
+        (pb.ListRacksRequest(ids=[ident(MISSING)] * 1001), bad, "^ids: at most 1000 per request, got 1001"),
+        (pb.ListRacksRequest(ids=[ident(MISSING), ident("x")]), bad, r"^ids\[1\]: 'x' is not a UUID"),
         (
             pb.ListRacksRequest(nvl_domain_id=ident(MISSING)),
             grpc.StatusCode.NOT_FOUND,

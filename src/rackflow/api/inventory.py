@@ -12,6 +12,7 @@ from rackflow.api.convert.inventory import (
     component_specs_from,
     component_to,
     domain_to,
+    rack_ids_from,
     rack_ref_from,
     rack_to,
     uuids_from,
@@ -54,7 +55,7 @@ class InventoryRpcs:
         )
         page = page_from(request.pagination if request.HasField("pagination") else None, "ListRacks")
         racks, counted = await self.services.inventory.list_racks(
-            domain_id, page.offset, page.limit, page.after
+            domain_id, page.offset, page.limit, page.after, ids=rack_ids_from(request.ids) or None
         )
         total, capped = total_to(counted)
         return pb.ListRacksResponse(

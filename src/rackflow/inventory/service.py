@@ -129,14 +129,15 @@ class InventoryService:
         offset: int = 0,
         limit: int | None = None,
         after: Sequence[Any] | None = None,
+        ids: Collection[uuid.UUID] | None = None,
     ) -> tuple[list[Rack], int]:
         """A page of racks, oldest first (after the `store.RACK_ORDER` key `after`), and how many match
-        in all (counted up to LIST_COUNT_CAP, then more)."""
+        in all (counted up to LIST_COUNT_CAP, then more); of those among `ids` alone if given."""
         async with self.db.read() as conn:
             if nvl_domain_id is not None and not await store.domains_by_column(conn, "id", [nvl_domain_id]):
                 raise NotFound(f"nvl_domain_id: no NVLink domain with id {nvl_domain_id}")
             return await store.list_racks(
-                conn, nvl_domain_id=nvl_domain_id, offset=offset, limit=limit, after=after
+                conn, nvl_domain_id=nvl_domain_id, offset=offset, limit=limit, after=after, ids=ids
             )
 
     async def rack_id_by_name(self, name: str, field: str = "name") -> uuid.UUID:

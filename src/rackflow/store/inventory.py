@@ -165,12 +165,16 @@ async def list_racks(
     offset: int,
     limit: int | None,
     after: Key | None = None,
+    ids: Collection[uuid.UUID] | None = None,
 ) -> tuple[list[Rack], int]:
     """One page of racks (oldest first, with their components, after the key `after` of RACK_ORDER if
-    given) and the total before paging (`paging.count_capped`)."""
+    given), of those among `ids` alone if given (a page's worth: one IN list), and the total before paging
+    (`paging.count_capped`)."""
     where: list[ColumnElement[bool]] = []
     if nvl_domain_id is not None:
         where.append(racks.c.nvl_domain_id == nvl_domain_id)
+    if ids is not None:
+        where.append(racks.c.id.in_(set(ids)))
     total = await count_capped(conn, racks, where)
     stmt = (
         select(racks)

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Sequence
 
 from rackflow.api.convert import (
+    MAX_PAGE_SIZE,
     MAX_TARGETS,
     component_type_from,
     component_type_to,
@@ -87,6 +88,12 @@ def component_spec_from(msg: pb.ComponentSpec, field: str) -> ComponentSpec:
 def component_specs_from(msgs: Sequence[pb.ComponentSpec], field: str = "components") -> list[ComponentSpec]:
     _check_count(len(msgs), field, MAX_COMPONENTS_PER_REQUEST)
     return [component_spec_from(msg, f"{field}[{i}]") for i, msg in enumerate(msgs)]
+
+
+def rack_ids_from(msgs: Sequence[pb.UUID], field: str = "ids") -> list[uuid.UUID]:
+    """The racks ListRacks is asked for by id: at most a page of them, as its answer is a page."""
+    _check_count(len(msgs), field, MAX_PAGE_SIZE)
+    return [required_uuid(msg, f"{field}[{i}]") for i, msg in enumerate(msgs)]
 
 
 def uuids_from(msgs: Sequence[pb.UUID], field: str) -> list[uuid.UUID]:
