@@ -26,6 +26,7 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
     def __init__(self) -> None:
         self.requests: list[tuple[str, Message]] = []
         self.knows_rack_names = True  # False: as a release before GetRack took a name
+        self.knows_rack_ids = True  # False: as a release before ListRacks took ids (it ignores them)
 
     def _record(self, name: str, request: Message) -> None:
         self.requests.append((name, request))
@@ -41,8 +42,15 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
 
     def ListRacks(self, request: Any, context: Any) -> pb.ListRacksResponse:
         """Two pages of one rack each (a page holds at most what was asked: the whole list in one answer
-        passes gRPC's message limit at about 20,000 racks)."""
+        passes gRPC's message limit at about 20,000 racks); with ids, those of the two racks asked."""
         self._record("ListRacks", request)
+        if request.ids and self.knows_rack_ids:
+            racks = (
+                pb.Rack(id=pb.UUID(id=OTHER_ID), name="rack-01"),
+                pb.Rack(id=pb.UUID(id=RACK_ID), name="rack-02"),
+            )
+            asked = [r for r in racks if r.id in request.ids]
+            return pb.ListRacksResponse(racks=asked, total=len(asked))
         if not request.pagination.page_token:
             first = pb.Rack(id=pb.UUID(id=OTHER_ID), name="rack-01")
             return pb.ListRacksResponse(racks=[first], total=2, next_page_token="p2")
@@ -159,6 +167,36 @@ def test_every_rack_is_read_a_page_at_a_time(flow: tuple[RecordingFlow, Rackflow
     assert [r.name for r in client.all_racks()] == ["rack-01", "rack-02"]
     lists = [request for name, request in servicer.requests if name == "ListRacks"]
     assert [(r.pagination.limit, r.pagination.page_token) for r in lists] == [(1000, ""), (1000, "p2")]
+
+
+def test_racks_are_read_by_id_in_one_list_racks(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    """The racks a table names, in one call that asks for them alone, with a page as long as the ids: a
+    server of a release before those ids, which answers every rack, then answers one page."""
+    servicer, client = flow
+    assert [r.name for r in client.racks_by_id([RACK_ID, SCHEDULE_ID]) or ()] == ["rack-02"]  # no such rack
+    assert servicer.requests == [
+        (
+            "ListRacks",
+            pb.ListRacksRequest(
+                ids=[pb.UUID(id=RACK_ID), pb.UUID(id=SCHEDULE_ID)], pagination=pb.Pagination(limit=2)
+            ),
+        )
+    ]
+    servicer.requests.clear()
+    assert client.racks_by_id([]) == [] and servicer.requests == []  # no ids would be every rack
+
+
+def test_a_server_that_takes_no_rack_ids_is_told_by_a_rack_not_asked_for(
+    flow: tuple[RecordingFlow, RackflowClient],
+) -> None:
+    """A CLI upgraded before its servers: the old ListRacks ignores the ids and answers its first racks.
+    A rack not asked for among them says so (None: the caller reads names as that release's CLI did);
+    when each was asked for, the answer is right as it is."""
+    servicer, client = flow
+    servicer.knows_rack_ids = False
+    assert client.racks_by_id([RACK_ID]) is None  # answered rack-01, the first
+    assert [r.name for r in client.racks_by_id([OTHER_ID]) or ()] == ["rack-01"]
+    assert [name for name, _ in servicer.requests] == ["ListRacks", "ListRacks"]
 
 
 def test_an_id_is_used_as_is(flow: tuple[RecordingFlow, RackflowClient]) -> None:

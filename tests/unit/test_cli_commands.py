@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -95,11 +96,21 @@ class FakeClient:
         """The rack of that id or name (one GetRack either way, as the client's) in the `list_racks`
         answer; NOT_FOUND else."""
         self.calls.append(("get_rack", (rack,), {}))
-        listed = self.answers["list_racks"]
-        for found in (listed() if callable(listed) else listed).racks:
+        for found in self._listed():
             if rack in (found.id.id, found.name):
                 return found
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"rack {rack!r} not found")
+
+    knows_rack_ids = True  # False: as the client of a server from before ListRacks took ids
+
+    def racks_by_id(self, rack_ids: list[str]) -> list[pb.Rack] | None:
+        """Those of the `list_racks` answer's racks asked for (one ListRacks by id, as the client's)."""
+        self.calls.append(("racks_by_id", (rack_ids,), {}))
+        return [r for r in self._listed() if r.id.id in rack_ids] if self.knows_rack_ids else None
+
+    def _listed(self) -> list[pb.Rack]:
+        listed = self.answers["list_racks"]
+        return list((listed() if callable(listed) else listed).racks)
 
 
 @pytest.fixture
@@ -1351,8 +1362,8 @@ def test_a_deleted_schedule_is_named_by_its_id(fake: FakeClient, run: Callable[.
 def test_a_page_of_tasks_names_its_racks_without_reading_every_rack(
     fake: FakeClient, run: Callable[..., Result]
 ) -> None:
-    """Each of the page's racks is read by its id: the whole rack list is 20 pages at 20,000 racks, read
-    for every `task list` before (docs/PERFORMANCE.md, "The CLI at full size")."""
+    """The page's racks are read by their ids, in one call: the whole rack list is 20 pages at 20,000
+    racks, read for every `task list` before (docs/PERFORMANCE.md, "The CLI at full size")."""
     gone = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
     fake.answers["list_tasks"] = pb.ListTasksResponse(
         tasks=[
@@ -1364,8 +1375,8 @@ def test_a_page_of_tasks_names_its_racks_without_reading_every_rack(
     result = run("task", "list")
     assert result.exit_code == 0, result.output
     assert "rack-01" in result.output and gone[:8] in result.output  # a rack deleted since: by its id
-    assert fake.called("list_racks") == []
-    assert sorted(args for args, _ in fake.called("get_rack")) == sorted([(RACK_ID,), (gone,)])
+    assert fake.called("list_racks") == [] and fake.called("get_rack") == []
+    assert fake.called("racks_by_id") == [((sorted([RACK_ID, gone]),), {})]
 
 
 GONE_RACK = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
@@ -1382,8 +1393,8 @@ GONE_RACK = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
 def test_a_run_a_scope_change_and_the_domains_name_their_racks_without_reading_every_rack(
     fake: FakeClient, run: Callable[..., Result], args: tuple[str, ...], row: str
 ) -> None:
-    """A run's table, the scope an add or update leaves and the NVLink domains read each of their racks by
-    id (at most 100), as a page of tasks does: they read the whole rack list, 20 pages at 20,000 racks."""
+    """A run's table, the scope an add or update leaves and the NVLink domains read their racks by id, as a
+    page of tasks does: they read the whole rack list, 20 pages at 20,000 racks."""
     fake.answers["get_run"] = _a_held_run()
     scopes = [pb.TaskScheduleScope(rack_id=pb.UUID(id=r)) for r in (RACK_ID, GONE_RACK)]
     fake.answers["add_scope"] = pb.AddTaskScheduleScopeResponse(scopes=scopes)
@@ -1393,5 +1404,76 @@ def test_a_run_a_scope_change_and_the_domains_name_their_racks_without_reading_e
     result = run(*args)
     assert result.exit_code == 0, result.output
     assert row in " ".join(result.output.split()), result.output
-    assert fake.called("list_racks") == []
-    assert (RACK_ID,) in {a for a, _ in fake.called("get_rack")} <= {(RACK_ID,), (GONE_RACK,)}
+    assert fake.called("list_racks") == [] and fake.called("get_rack") == []
+    [((asked,), _)] = fake.called("racks_by_id")
+    assert RACK_ID in asked and set(asked) <= {RACK_ID, GONE_RACK}
+
+
+def _racks(count: int) -> list[pb.Rack]:
+    return [pb.Rack(id=pb.UUID(id=str(uuid.UUID(int=i + 1))), name=f"rack-{i:05}") for i in range(count)]
+
+
+def _a_run_of(racks: list[pb.Rack]) -> pb.TaskScheduleRun:
+    return pb.TaskScheduleRun(
+        id=pb.UUID(id=RUN_ID),
+        state="completed",
+        outcomes=[pb.ScopeOutcome(rack_id=r.id, outcome="submitted") for r in racks],
+    )
+
+
+@pytest.mark.parametrize(("racks", "calls"), [(250, [250]), (2500, [1000, 1000, 500])])
+def test_a_run_of_hundreds_of_racks_reads_its_racks_alone_a_thousand_at_a_time(
+    fake: FakeClient, run: Callable[..., Result], racks: int, calls: list[int]
+) -> None:
+    """Past 100 racks a run's table read the whole rack list (20 pages at 20,000 racks) for its names: it
+    reads the run's racks alone, by id, at most 1,000 a call (ListRacksRequest.ids takes a page's worth)."""
+    fleet = _racks(racks + 10)
+    fake.answers["list_racks"] = pb.ListRacksResponse(racks=fleet)
+    fake.answers["get_run"] = _a_run_of(fleet[5 : 5 + racks])
+    result = run("run", "show", RUN_ID)
+    assert result.exit_code == 0, result.output
+    assert all(r.name in result.output for r in fleet[5 : 5 + racks])
+    assert fake.called("list_racks") == [] and fake.called("get_rack") == []
+    asked = [ids for (ids,), _ in fake.called("racks_by_id")]
+    assert [len(ids) for ids in asked] == calls
+    assert sorted(i for ids in asked for i in ids) == sorted(r.id.id for r in fleet[5 : 5 + racks])
+
+
+@pytest.mark.parametrize(("racks", "reads"), [(100, {"get_rack": 100}), (250, {"list_racks": 1})])
+def test_a_server_that_takes_no_rack_ids_is_read_as_before(
+    fake: FakeClient, run: Callable[..., Result], racks: int, reads: dict[str, int]
+) -> None:
+    """A CLI upgraded before its servers: the old ListRacks ignores ids (`racks_by_id` says None), so the
+    names are read as that release's CLI read them, each by id when at most 100, else every rack."""
+    fake.knows_rack_ids = False
+    fleet = _racks(racks)
+    fake.answers["list_racks"] = pb.ListRacksResponse(racks=fleet)
+    fake.answers["get_run"] = _a_run_of(fleet)
+    result = run("run", "show", RUN_ID)
+    assert result.exit_code == 0, result.output
+    assert all(r.name in result.output for r in fleet)
+    assert len(fake.called("racks_by_id")) == 1
+    assert {name: len(fake.called(name)) for name in ("get_rack", "list_racks")} == {
+        "get_rack": 0,
+        "list_racks": 0,
+    } | reads
+
+
+def test_reading_the_names_of_many_racks_shows_progress_on_a_terminal(fake: FakeClient) -> None:
+    """More than one call's worth of racks counts on a progress bar while the table waits; on a terminal
+    alone (a pipe and -o json see the table or the run, nothing else)."""
+    fleet = _racks(2500)
+    fake.answers["list_racks"] = pb.ListRacksResponse(racks=fleet)
+    fake.answers["get_run"] = _a_run_of(fleet)
+
+    def show(*args: str, terminal: bool) -> str:
+        screen = io.StringIO()
+        console = Console(file=screen, force_terminal=terminal, width=200)
+        session = Session(connect=lambda _server: fake, clock=FakeClock(NOW), console=console)  # type: ignore[arg-type,return-value]
+        result = CliRunner().invoke(main, ["run", "show", RUN_ID, *args], obj=session)
+        assert result.exit_code == 0, result.output
+        return screen.getvalue() + result.output
+
+    assert "reading rack names" in show(terminal=True)
+    assert "reading rack names" not in show(terminal=False)
+    assert "reading rack names" not in show("-o", "json", terminal=True)

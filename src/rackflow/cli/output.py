@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -20,6 +21,7 @@ import yaml
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
@@ -63,6 +65,34 @@ class Session:
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+
+    @contextmanager
+    def progress(self, what: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        """Count `total` things (None: not known) that a table waits for over several calls, on a
+        transient bar: for people on a terminal, not in a pipe, a file or -o json|yaml, where it would be
+        in the way. The bar appears once something has been counted and more remains, so a table that one
+        call answers never flashes one."""
+        bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=self.console,
+            transient=True,
+            disable=not (self.for_people and self.console.is_terminal),
+        )
+        counted = bar.add_task(what, total=total)
+
+        def advance(done: int) -> None:
+            bar.advance(counted, done)
+            if not bar.live.is_started and not bar.finished:
+                bar.start()
+
+        try:
+            yield advance
+        finally:
+            if bar.live.is_started:
+                bar.stop()
 
     def emit(self, message: Message | dict[str, Any], view: Callable[[], RenderableType]) -> None:
         """Print `message` as JSON/YAML, or `view()` (a rich renderable or markup) for people."""

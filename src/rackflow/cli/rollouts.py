@@ -237,8 +237,8 @@ def run_view(
 
 
 def run_racks(run: pb.TaskScheduleRun) -> set[str]:
-    """The ids of the racks a run's table names: a run of a few racks names them by reading each
-    (`rack_names`), not the whole rack list (20 pages at 20,000 racks)."""
+    """The ids of the racks a run's table names, read by id (`rack_names`), not the whole rack list (20
+    pages at 20,000 racks)."""
     return {o.rack_id.id for o in run.outcomes}
 
 

@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.table import Table
 
+from rackflow.api.convert import MAX_PAGE_SIZE
 from rackflow.cli.output import (
     Group,
     Listing,
@@ -48,19 +49,38 @@ def task() -> None:
     """Submit operations as tasks (one per rack) and follow them."""
 
 
-# Racks a table names that are read one by one (GetRack) rather than by reading every rack: a page of tasks
-# names at most a page of racks, and a run, a scope change or the NVLink domains often a few, where the
-# whole rack list is 20 pages at 20,000 racks.
+def rack_names(session: Session, rack_ids: Collection[str]) -> dict[str, str]:
+    """Rack names by id, for people, of `rack_ids` alone (a rack deleted since is left out, and shown by
+    its id): a ListRacks by id for each 1,000 of them (`RackflowClient.racks_by_id`), counted on a progress
+    bar when there are more. The whole rack list is 20 pages at 20,000 racks, which a run of 250 racks read
+    (docs/PERFORMANCE.md, "The CLI at full size")."""
+    ids = sorted(rack_ids)
+    names: dict[str, str] = {}
+    with session.progress("reading rack names", len(ids)) as advance:
+        for start in range(0, len(ids), MAX_PAGE_SIZE):
+            batch = ids[start : start + MAX_PAGE_SIZE]
+            found = session.client.racks_by_id(batch)
+            if found is None:
+                return _rack_names_from_an_older_server(session, ids)
+            names.update((r.id.id, r.name) for r in found)
+            advance(len(batch))
+    return names
+
+
+# Racks read one by one (GetRack) from a server that takes no ids in ListRacks, rather than every rack.
 FEW_RACKS = 100
 
 
-def rack_names(session: Session, rack_ids: Collection[str] | None = None) -> dict[str, str]:
-    """Rack names by id, for people: of `rack_ids` alone, each read by its id, when they are few (a rack
-    deleted since is left out, and shown by its id); else, or without `rack_ids`, every rack's, a page at a
-    time (`RackflowClient.all_racks`)."""
-    if rack_ids is None or len(rack_ids) > FEW_RACKS:
-        return {r.id.id: r.name for r in session.client.all_racks()}
+def _rack_names_from_an_older_server(session: Session, rack_ids: Sequence[str]) -> dict[str, str]:
+    """`rack_names` from a server of a release before ListRacksRequest.ids: each read by its id when they
+    are few, else every rack's, a page at a time (`RackflowClient.all_racks`), as that release's CLI did."""
     names: dict[str, str] = {}
+    if len(rack_ids) > FEW_RACKS:
+        with session.progress("reading every rack's name", None) as advance:
+            for rack in session.client.all_racks():
+                names[rack.id.id] = rack.name
+                advance(1)
+        return names
     for rack_id in rack_ids:
         try:
             names[rack_id] = session.client.get_rack(rack_id).name
