@@ -17,6 +17,7 @@ from rich.progress_bar import ProgressBar
 
 from rackflow.api.convert.policies import retry_policy_from as retry_policy_from_pb
 from rackflow.api.convert.policies import rollout_from
+from rackflow.api.tasks import MAX_TASK_IDS
 from rackflow.cli.output import (
     Group,
     Session,
@@ -191,11 +192,16 @@ def failed_task_ids(run: pb.TaskScheduleRun) -> list[str]:
 
 
 def task_messages(session: Session, task_ids: Sequence[str]) -> dict[str, str]:
-    """Why these (failed) tasks failed, by task id, in one call: a run's outcomes carry only the errors
-    of submissions, the task its own message."""
-    if not task_ids:
-        return {}
-    return {t.id.id: t.message for t in session.client.get_tasks(task_ids).tasks}
+    """Why these (failed) tasks failed, by task id: a run's outcomes carry only the errors of submissions,
+    the task its own message. At most 1,000 a call, GetTasksByIDs' limit (a run of more failed racks was
+    refused in one), counted on a progress bar past one call."""
+    messages: dict[str, str] = {}
+    with session.progress("reading failed tasks", len(task_ids)) as advance:
+        for start in range(0, len(task_ids), MAX_TASK_IDS):
+            batch = task_ids[start : start + MAX_TASK_IDS]
+            messages.update((t.id.id, t.message) for t in session.client.get_tasks(batch).tasks)
+            advance(len(batch))
+    return messages
 
 
 def run_view(
