@@ -26,7 +26,7 @@ from rackflow.api.servicer import FlowServicer, interceptors
 from rackflow.audit.retention import AuditPruner
 from rackflow.audit.spool import AuditSpool
 from rackflow.checks.checker import PreflightChecker
-from rackflow.clock import SystemClock
+from rackflow.clock import Clock, SystemClock
 from rackflow.config import (
     PREFLIGHT_LOOK_AHEAD,
     SERVE_GC_THRESHOLD,
@@ -64,12 +64,12 @@ SHUTDOWN_GRACE_SECONDS = 5.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-def build_backend(config: ServeConfig) -> Backend:
+def build_backend(config: ServeConfig, clock: Clock) -> Backend:
     if config.backend is BackendName.REDFISH:
         from rackflow.tasks.backends.redfish.backend import RedfishBackend  # loads sushy only when used
         from rackflow.tasks.backends.redfish.config import RedfishConfig
 
-        return RedfishBackend(RedfishConfig.from_env())
+        return RedfishBackend(RedfishConfig.from_env(), clock=clock)
     return SimulatorBackend(SimulatorConfig.from_env())
 
 
@@ -109,7 +109,7 @@ class RackflowServer:
             revision = await migrate(self.db)
             log.info("database migrated to revision %s", revision)
         await require_migrated(self.db)
-        backend = build_backend(self.config)  # bad backend settings fail before we listen
+        backend = build_backend(self.config, self.clock)  # bad backend settings fail before we listen
         http = self._bind_http()  # a taken HTTP port fails before gRPC listens
 
         self.grpc = grpc.aio.server(

@@ -55,10 +55,16 @@ class FakeBmc:
     ignores_restarts: bool = False  # answers 204 to a restart and does nothing
     restart_off_reads: int = 0  # how many reads of node-0 after a restart say Off (a cold restart)
     off_reads_left: int = 0
+    # a GracefulRestart leaves the OS shutting down (On, LastResetTime as it was) until `shutdown_done()`
+    slow_shutdowns: bool = False
+    shutting_down: bool = False
+    power_script: list[str] = field(default_factory=list)  # node-0's PowerState for its next reads
+    system_reads: int = 0  # reads of node-0 served
     extra_firmware: list[dict[str, Any]] = field(default_factory=list)  # inventory entries listed first
 
     def documents(self) -> dict[str, dict[str, Any]]:
-        reset = {"ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart"]}
+        allowed = ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart"]
+        reset = {"ResetType@Redfish.AllowableValues": allowed}
         inventory = f"{ROOT}/UpdateService/FirmwareInventory"
         return {
             ROOT: {
@@ -133,15 +139,15 @@ class FakeBmc:
         self, path: str, body: dict[str, Any]
     ) -> tuple[int, dict[str, str], dict[str, Any] | None]:
         if path.endswith("/Actions/Reset"):
-            on = body["ResetType"] in ("On", "ForceRestart")
+            on = body["ResetType"] in ("On", "GracefulRestart", "ForceRestart")
             if "Restart" in body["ResetType"] and self.ignores_restarts:
                 return 204, {}, None
             if path.startswith(f"{ROOT}/Systems/"):
                 self.system_power = "On" if on else "Off"
-                if "Restart" in body["ResetType"]:
-                    self.off_reads_left = self.restart_off_reads
-                    if self.last_reset_time:
-                        self.last_reset_time = f"{self.last_reset_time}+"  # any new value records a reset
+                if body["ResetType"] == "GracefulRestart" and self.slow_shutdowns:
+                    self.shutting_down = True  # nothing shows until the OS is down
+                elif "Restart" in body["ResetType"]:
+                    self._restart()
             else:
                 self.shelf_power = "On" if on else "Off"
             return 204, {}, None
@@ -153,11 +159,26 @@ class FakeBmc:
             return 202, {"Location": monitor}, {"Id": "1", "Name": "update", "TaskState": "Running"}
         return 404, {}, {"error": {"message": f"no action at {path}"}}
 
+    def _restart(self) -> None:
+        self.off_reads_left = self.restart_off_reads
+        if self.last_reset_time:
+            self.last_reset_time = f"{self.last_reset_time}+"  # any new value records a reset
+
+    def shutdown_done(self) -> None:
+        """The OS of a slow graceful restart (`slow_shutdowns`) is down: the machine restarts now."""
+        assert self.shutting_down
+        self.shutting_down = False
+        self._restart()
+
     def read(self, path: str) -> dict[str, Any] | None:
         doc = self.documents().get(path)
-        if doc is not None and path == f"{ROOT}/Systems/node-0" and self.off_reads_left:
-            self.off_reads_left -= 1
-            doc = {**doc, "PowerState": "Off"}
+        if doc is not None and path == f"{ROOT}/Systems/node-0":
+            self.system_reads += 1
+            if self.power_script:
+                doc = {**doc, "PowerState": self.power_script.pop(0)}
+            elif self.off_reads_left:
+                self.off_reads_left -= 1
+                doc = {**doc, "PowerState": "Off"}
         return doc
 
     def monitor(self) -> tuple[int, dict[str, Any]]:

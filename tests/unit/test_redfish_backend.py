@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
 
+from rackflow.clock import FakeClock
 from rackflow.domain.bmc import Target
 from rackflow.domain.inventory import Bmc, Component, ComponentType, PowerState
 from rackflow.domain.tasks import ComponentChange, Operation, OperationKind, Task, TaskStatus
@@ -22,7 +23,7 @@ from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.bmc import Observed
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.tasks.backends.redfish.endpoint import Credentials
-from rackflow.tasks.backends.redfish.rules import RESTARTS, PowerAction, PowerReading
+from rackflow.tasks.backends.redfish.rules import RESTARTS, PowerAction, PowerReading, restart_record
 from tests.step_state import Kept
 
 ON, OFF, UNKNOWN = PowerState.ON, PowerState.OFF, PowerState.UNKNOWN
@@ -30,6 +31,7 @@ POWERING_ON, POWERING_OFF = PowerReading(UNKNOWN, "PoweringOn"), PowerReading(UN
 BMC = Bmc("http://bmc:8000", "Systems/node-0", "env:BMC_RACK1")
 ENV = {"BMC_RACK1": "admin:secret"}
 WHERE = "http://bmc:8000/redfish/v1/Systems/node-0"
+WALL = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)  # the wall clock a restart's record is stamped with
 
 
 class FakeSession:
@@ -150,7 +152,9 @@ def stored(component: Component, change: ComponentChange | None) -> Component:
     )
 
 
-def backend(session: FakeSession, clock: Clock, **config: Any) -> RedfishBackend:
+def backend(
+    session: FakeSession, clock: Clock, *, wall: FakeClock | None = None, **config: Any
+) -> RedfishBackend:
     settings = {"poll_interval": 1.0, "power_timeout": 10.0, "retry_delay": 0.5, **config}
 
     def connect(target: Target, credentials: Credentials, _config: RedfishConfig) -> FakeSession:
@@ -158,7 +162,12 @@ def backend(session: FakeSession, clock: Clock, **config: Any) -> RedfishBackend
         return session
 
     return RedfishBackend(
-        RedfishConfig(**settings), connect=connect, env=ENV, sleep=clock.sleep, monotonic=clock.monotonic
+        RedfishConfig(**settings),
+        connect=connect,
+        env=ENV,
+        sleep=clock.sleep,
+        monotonic=clock.monotonic,
+        clock=wall or FakeClock(WALL),
     )
 
 
@@ -444,3 +453,103 @@ async def test_bring_up_of_a_manager_reads_it_and_sends_nothing() -> None:
     change = await backend(session, Clock()).run_step(task(OperationKind.BRING_UP), component, Kept())
     found = stored(component, change)
     assert (session.resets, found.power_state, found.firmware_version) == ([], UNKNOWN, "7.1")
+
+
+# --- a reset taken over: the restart its earlier run recorded is never sent again ----------------------
+
+
+def recorded(last_reset: str | None = None, ago: float | None = 0.0) -> Kept:
+    """A takeover's state: the run before it recorded a restart of a component that read On, `ago`
+    seconds before WALL (None: a record from before records kept their time)."""
+    record = restart_record(PowerReading(ON, "On", last_reset), WALL - timedelta(seconds=ago or 0))
+    if ago is None:
+        del record["recorded_at"]
+    return Kept(record)
+
+
+async def test_a_restart_is_recorded_with_its_reading_and_time_before_it_is_sent() -> None:
+    component, session, state = make_component(), FakeSession(ON), Kept()
+    session.last_reset, session.stamps_resets = "2025-06-01T11:00:00Z", True
+    await backend(session, Clock()).run_step(task(OperationKind.POWER_RESET), component, state)
+    assert state.records == [
+        {"power": "On", "last_reset_time": "2025-06-01T11:00:00Z", "recorded_at": "2025-06-01T12:00:00Z"}
+    ]
+
+
+async def test_a_recorded_restart_not_seen_yet_is_watched_for_from_its_record_not_sent_again() -> None:
+    """No LastResetTime; the restart is under way (a graceful one's OS shutting down): On twice, then Off
+    and PoweringOn. The takeover sends nothing, and the state between proves it; no note."""
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.reads = [PowerReading(ON, "On")] * 2 + [PowerReading(OFF, "Off"), POWERING_ON]
+    change = await backend(session, clock, restart_proof_window=5.0).run_step(
+        task(OperationKind.POWER_RESET), component, recorded(ago=1.0)
+    )
+    assert session.resets == []
+    assert change is not None and (change.power_state, change.note) == (ON, None)
+    assert clock.slept == [1.0] * 3  # On (its watch's first read), Off, PoweringOn, then On
+
+
+async def test_a_recorded_restart_seen_powering_on_after_a_pause_is_not_sent_again() -> None:
+    """Paused proves nothing, the PoweringOn after it does, though the machine reads On at the end."""
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.reads = [PowerReading(UNKNOWN, "Paused"), POWERING_ON]
+    change = await backend(session, clock, restart_proof_window=5.0).run_step(
+        task(OperationKind.POWER_RESET), component, recorded(ago=1.0)
+    )
+    assert session.resets == []
+    assert change is not None and (change.power_state, change.note) == (ON, None)
+
+
+async def test_a_recorded_restart_whose_last_reset_time_stayed_fails_at_the_timeout_from_its_record() -> None:
+    """LastResetTime stayed: the restart may have been lost, or never sent; sending it could restart a
+    machine that restarted unrecorded. The step fails, not retried, at the power timeout from the record."""
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.last_reset = "2025-06-01T11:00:00Z"
+    with pytest.raises(StepFailed) as caught:
+        await backend(session, clock).run_step(
+            task(OperationKind.POWER_RESET), component, recorded("2025-06-01T11:00:00Z", ago=4.0)
+        )
+    assert str(caught.value) == (
+        f"{WHERE}: no sign that Reset graceful restart (recorded before a takeover) restarted it: power read "
+        "On throughout 10s and its LastResetTime stayed 2025-06-01T11:00:00Z; not retried: a restart "
+        "carried out unseen would be repeated"
+    )
+    assert not caught.value.retryable
+    assert (session.resets, clock.now) == ([], 6.0)  # 4 s before the takeover, 6 s after
+
+
+async def test_a_recorded_restart_without_its_time_is_watched_for_the_whole_timeout() -> None:
+    """A record from before records kept their time: the watch starts at the takeover."""
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.last_reset = "2025-06-01T11:00:00Z"
+    with pytest.raises(StepFailed, match="no sign that Reset forced restart"):
+        await backend(session, clock).run_step(
+            task(OperationKind.POWER_RESET, forced=True), component, recorded("2025-06-01T11:00:00Z", None)
+        )
+    assert (session.resets, clock.now) == ([], 10.0)
+
+
+async def test_a_recorded_restart_never_seen_without_last_reset_time_is_done_unverified_later() -> None:
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    change = await backend(session, clock, restart_proof_window=3.0).run_step(
+        task(OperationKind.POWER_RESET), component, recorded(ago=1.0)
+    )
+    assert (session.resets, clock.now) == ([], 2.0)  # the window counted from the record
+    assert change is not None and change.power_state is ON
+    assert change.note == (
+        f"{WHERE}: restart unverified: Reset graceful restart (recorded before a takeover) perhaps sent, but "
+        "not observed: no Off, PoweringOff or PoweringOn read in 3s, and the BMC keeps no LastResetTime; "
+        "counted done, not retried"
+    )
+
+
+async def test_a_recorded_restart_already_seen_is_waited_for_on_not_sent_again() -> None:
+    component, session, clock = make_component(), FakeSession(ON), Clock()
+    session.reads = [PowerReading(OFF, "Off"), POWERING_ON]
+    change = await backend(session, clock).run_step(
+        task(OperationKind.POWER_RESET),
+        component,
+        recorded(ago=60.0),  # past the power timeout
+    )
+    assert session.resets == []
+    assert change is not None and (change.power_state, change.note) == (ON, None)

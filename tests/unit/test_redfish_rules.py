@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from rackflow.tasks.backends.redfish.rules import (
     firmware_image,
     power_plan,
     power_state_from,
+    recorded_ago,
     related_firmware,
     reset_progress,
     restart_record,
@@ -377,28 +379,55 @@ def test_bad_settings_are_refused_naming_the_variable(name: str, value: str, mes
 
 
 T0, T1 = "2025-06-01T11:00:00Z", "2025-06-01T11:02:00Z"
+AT = datetime(2025, 6, 1, 11, 0, 0, 500000, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
     ("before", "now", "earlier"),
     [
         (PowerReading(PowerState.ON, "On", T0), PowerReading(PowerState.ON, "On", T1), Earlier.DONE),
-        (PowerReading(PowerState.ON, "On", T0), PowerReading(PowerState.ON, "On", T0), Earlier.NOT_DONE),
+        # LastResetTime unmoved is no proof either way: a graceful restart moves it once the OS is down
+        (PowerReading(PowerState.ON, "On", T0), PowerReading(PowerState.ON, "On", T0), Earlier.UNPROVED),
         (
             PowerReading(PowerState.ON, "On", T0),
             PowerReading(PowerState.UNKNOWN, "PoweringOn", T0),
             Earlier.DONE,
         ),
         (PowerReading(PowerState.ON, "On"), PowerReading(PowerState.OFF, "Off"), Earlier.DONE),
-        (PowerReading(PowerState.ON, "On"), PowerReading(PowerState.UNKNOWN, None), Earlier.UNKNOWN),
-        (PowerReading(PowerState.ON, "On"), PowerReading(PowerState.ON, "On"), Earlier.UNKNOWN),
+        (PowerReading(PowerState.ON, "On"), PowerReading(PowerState.UNKNOWN, None), Earlier.UNPROVED),
+        (PowerReading(PowerState.ON, "On"), PowerReading(PowerState.UNKNOWN, "Paused"), Earlier.UNPROVED),
+        (PowerReading(PowerState.ON, "On"), PowerReading(PowerState.ON, "On"), Earlier.UNPROVED),
     ],
 )
 def test_a_repeated_reset_tells_from_its_record_whether_the_restart_happened(
     before: PowerReading, now: PowerReading, earlier: Earlier
 ) -> None:
-    assert earlier_restart(restart_record(before), now) is earlier
+    assert earlier_restart(restart_record(before, AT), now) is earlier
 
 
 def test_a_reset_never_recorded_acts_as_planned() -> None:
     assert earlier_restart(None, PowerReading(PowerState.ON, "On")) is Earlier.NONE
+
+
+def test_a_restart_record_keeps_the_reading_and_when_it_was_made() -> None:
+    record = restart_record(PowerReading(PowerState.ON, "On", T0), AT)
+    assert record == {"power": "On", "last_reset_time": T0, "recorded_at": "2025-06-01T11:00:00.500000Z"}
+    assert restart_record(PowerReading(PowerState.ON, "On"), AT).keys() == {"power", "recorded_at"}
+
+
+@pytest.mark.parametrize(
+    ("later", "ago"),
+    [
+        (timedelta(seconds=42.5), 42.5),
+        (timedelta(0), 0.0),
+        (timedelta(seconds=-3), 0.0),  # its maker's clock was ahead of this one's
+    ],
+)
+def test_a_restart_record_is_counted_from_when_it_was_made(later: timedelta, ago: float) -> None:
+    record = restart_record(PowerReading(PowerState.ON, "On", T0), AT)
+    assert recorded_ago(record, AT + later) == ago
+
+
+def test_a_restart_record_from_before_records_kept_their_time_is_counted_from_now() -> None:
+    """Made by a release before this one: the wait for its restart starts now, the longest it can be."""
+    assert recorded_ago({"power": "On", "last_reset_time": T0}, AT) == 0.0

@@ -8,9 +8,10 @@ otherwise done with a note that it was not observed (`rules.reset_progress`). Fi
 Bring-up and ingest read the inventory. What a step observed is returned as a `ComponentChange` for the
 executor to record on the component, as the simulator's is. Steps are idempotent (a component already in
 the wanted state is left alone), because a task taken over from a dead instance repeats them. A restart is
-not (it ends where it began): before sending one, the step records the reading it decides from in its
-`StepState`, and its repeat after a takeover reads it back to tell whether the restart already happened
-(`rules.earlier_restart`), so a machine is not restarted twice where the BMC can say.
+not (it ends where it began): before sending one, the step records the reading it decides from, and
+when, in its `StepState`, and its repeat after a takeover reads it back and never sends it again: it waits
+for the proof that the restart happened (`rules.earlier_restart`) as the run before it would have, so a
+machine is never restarted twice by one step.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from rackflow.clock import Clock, SystemClock
 from rackflow.domain.bmc import Target, target_of
 from rackflow.domain.inventory import Bmc, Component, PowerState
 from rackflow.domain.tasks import ComponentChange, OperationKind, Task
@@ -41,6 +43,7 @@ from rackflow.tasks.backends.redfish.rules import (
     earlier_restart,
     firmware_image,
     power_plan,
+    recorded_ago,
     recorded_reading,
     reset_progress,
     restart_record,
@@ -70,7 +73,8 @@ Connect = Callable[[Target, Credentials, RedfishConfig], Session]
 
 class RedfishBackend(Backend):
     """`step_concurrency` (RACKFLOW_REDFISH_CONCURRENCY): how many components of one type the executor may
-    run at once."""
+    run at once. `clock`: the wall clock a restart's record is stamped with, and its repeat after a
+    takeover (another instance's) counts from; `monotonic` times the waits within one run."""
 
     def __init__(
         self,
@@ -80,6 +84,7 @@ class RedfishBackend(Backend):
         env: Mapping[str, str] | None = None,
         sleep: Sleep = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config or RedfishConfig()
         self.step_concurrency = self.config.concurrency
@@ -87,6 +92,7 @@ class RedfishBackend(Backend):
         self._env = env
         self._sleep = sleep
         self._monotonic = monotonic
+        self._clock = clock or SystemClock()
 
     async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
         bmc = component.bmc
@@ -142,25 +148,19 @@ class RedfishBackend(Backend):
         forced: bool,
     ) -> tuple[PowerState, str | None]:
         """Carry out `kind` on a component that read `current`; the state it ends in, and the note of a
-        restart not observed (`_reach`) or perhaps repeated. A repeat of a reset step whose earlier run
-        recorded a restart (`state`) first asks whether that restart happened, from the first reading and
-        then from the settled one (a state in between is itself the proof)."""
+        restart not observed (`_reach`). A repeat of a reset step whose earlier run recorded a restart
+        (`state`) never sends it again: proved by `current`, it waits for On; not yet, it watches for the
+        proof (`_await_earlier_restart`), each reading, a state in between included."""
         earlier = earlier_restart(state.recorded, current)
-        if earlier is not Earlier.DONE and waits_for_settled_power(kind):
-            current = await self._settle(current, session, where, kind)
-            earlier = earlier_restart(state.recorded, current)
         if earlier is Earlier.DONE:
             await self._earlier_restart_done(current, session, where, state, forced=forced)
             return PowerState.ON, None
+        if earlier is Earlier.UNPROVED:
+            return PowerState.ON, await self._await_earlier_restart(session, where, state, forced=forced)
+        if waits_for_settled_power(kind):
+            current = await self._settle(current, session, where, kind)
         plan = power_plan(kind, forced=forced, current=current.state)
-        note = await self._reach(plan, current, session, where, state)
-        if earlier is Earlier.UNKNOWN:
-            repeated = (
-                f"{where}: restart may have been repeated: the run before this task was taken over was about "
-                "to send it, and the BMC keeps no LastResetTime to tell whether it did; sent again"
-            )
-            note = "; ".join(n for n in (repeated, note) if n is not None)
-        return plan.wanted, note
+        return plan.wanted, await self._reach(plan, current, session, where, state)
 
     async def _earlier_restart_done(
         self, current: PowerReading, session: Session, where: str, state: StepState, *, forced: bool
@@ -177,6 +177,34 @@ class RedfishBackend(Backend):
         sent = f"{action.value} (sent before a takeover)"
         await self._watch(
             action, PowerState.ON, recorded_reading(state.recorded), session, where, sent, "sent", seen=True
+        )
+
+    async def _await_earlier_restart(
+        self, session: Session, where: str, state: StepState, *, forced: bool
+    ) -> str | None:
+        """The restart the run before a takeover recorded has not shown yet. It may be under way (a
+        graceful restart's OS still shutting down: On, and `LastResetTime` unmoved, as it is recorded only
+        once the restart is carried out), or never have been sent (that run died between its record and
+        its Reset); nothing read now tells which, and sending it again would restart a machine twice. So
+        the step goes on with the watch that run began, as if it were still running it, timed from the
+        record (`recorded_ago`): done once proved; on a BMC without `LastResetTime`, done unverified past
+        the proof window; otherwise failed, not retried, past the power timeout, as without a takeover.
+        Returns the note of a restart counted done unverified."""
+        recorded = state.recorded
+        assert recorded is not None  # UNPROVED: a restart was recorded
+        action = power_plan(OperationKind.POWER_RESET, forced=forced, current=PowerState.ON).action
+        assert action is not None  # a restart
+        ago = recorded_ago(recorded, self._clock.now())
+        log.info(
+            "%s: the restart recorded before a takeover, %.0fs ago, has not shown yet; watching for it, "
+            "not sending it again",
+            where,
+            ago,
+        )
+        sent = f"{action.value} (recorded before a takeover)"
+        before = recorded_reading(recorded)
+        return await self._watch(
+            action, PowerState.ON, before, session, where, sent, "perhaps sent", seen=False, since=ago
         )
 
     def _read_power(self, session: Session, where: str) -> Awaitable[PowerReading]:
@@ -209,7 +237,7 @@ class RedfishBackend(Backend):
         if action is None:
             return None
         if action in RESTARTS:
-            await state.record(restart_record(before))
+            await state.record(restart_record(before, self._clock.now()))
         try:
             sent = await self._call(lambda: session.reset(action), f"{action.value} of {where}", once=True)
             taken = "accepted"
@@ -235,9 +263,11 @@ class RedfishBackend(Backend):
         taken: str,
         *,
         seen: bool,
+        since: float = 0.0,
     ) -> str | None:
-        """Poll after `action` was sent to a component that read `before`, as `_reach` says."""
-        started = self._monotonic()
+        """Poll after `action` was sent to a component that read `before`, `since` seconds ago (a watch
+        taken over), as `_reach` says."""
+        started = self._monotonic() - since
         window = min(self.config.restart_proof_window, self.config.power_timeout)
         while True:
             now = await self._read_power(session, where)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from rackflow.domain.inventory import ComponentType, PowerState
 from rackflow.domain.tasks import OperationKind
+from rackflow.timespec.rfc3339 import format_rfc3339, parse_rfc3339
 
 
 class PowerAction(enum.Enum):
@@ -120,10 +122,11 @@ def restart_seen(before: PowerReading, now: PowerReading) -> bool:
     return now.reported in RESTART_STATES
 
 
-def restart_record(before: PowerReading) -> dict[str, str]:
-    """What a reset step records (`StepState`) before it sends a restart to a component that read `before`:
-    the reading `earlier_restart` compares with, should the task be taken over and the step repeated."""
-    record = {"power": before.reported or ""}
+def restart_record(before: PowerReading, at: datetime) -> dict[str, str]:
+    """What a reset step records (`StepState`) at `at`, just before it sends a restart to a component that
+    read `before`: the reading `earlier_restart` compares with, should the task be taken over and the step
+    repeated, and when, which its repeat counts the wait for the restart from (`recorded_ago`)."""
+    record = {"power": before.reported or "", "recorded_at": format_rfc3339(at)}
     if before.last_reset is not None:
         record["last_reset_time"] = before.last_reset
     return record
@@ -135,27 +138,36 @@ def recorded_reading(record: Mapping[str, str]) -> PowerReading:
     return PowerReading(power_state_from(reported), reported, record.get("last_reset_time"))
 
 
+def recorded_ago(record: Mapping[str, str], now: datetime) -> float:
+    """Seconds since a `restart_record` was made, as of `now` (never less than 0: the instance that made it
+    may have a clock ahead of this one's). 0 for a record made before records kept their time: the wait
+    for its restart then starts now, the longest it can be, where an earlier start would give up sooner."""
+    recorded_at = record.get("recorded_at")
+    if recorded_at is None:
+        return 0.0
+    return max(0.0, (now - parse_rfc3339(recorded_at)).total_seconds())
+
+
 class Earlier(enum.Enum):
     """What a repeated reset step (its task taken over) knows of the restart the run before it recorded
     it was about to send."""
 
     NONE = "no restart recorded"  # the step never got as far as a restart: act as planned
     DONE = "it happened"  # not to be sent again: wait for the power to come back On
-    NOT_DONE = "it did not happen"  # LastResetTime stayed: it was never carried out; send it
-    UNKNOWN = "cannot tell"  # On, and no LastResetTime: sending it may repeat it
+    # No proof yet, and none to the contrary: it may be under way (a graceful restart's OS still shutting
+    # down reads On, its LastResetTime unmoved), or never have been sent. Watched for, never sent again.
+    UNPROVED = "not seen yet"
 
 
 def earlier_restart(record: Mapping[str, str] | None, now: PowerReading) -> Earlier:
     """Whether the restart an earlier run of this step recorded (`restart_record`) before it would send it
-    has happened, as of the reading `now`: the same proof as `restart_seen` (a `LastResetTime` moved since,
-    or a state a restart passes through, Off included), read against the recording. Without proof, a BMC
-    that keeps `LastResetTime` says it did not happen (every restart moves it); one without it cannot say."""
+    has been seen to happen, as of the reading `now`: the same proof as `restart_seen` (a `LastResetTime`
+    moved since, or a state a restart passes through, Off included), read against the recording. Without
+    proof, not even an unmoved `LastResetTime` says it did not happen: a restart is only recorded once it
+    is carried out, which a graceful one puts off until the OS has shut down."""
     if record is None:
         return Earlier.NONE
-    before = recorded_reading(record)
-    if restart_seen(before, now):
-        return Earlier.DONE
-    return Earlier.NOT_DONE if before.last_reset is not None else Earlier.UNKNOWN
+    return Earlier.DONE if restart_seen(recorded_reading(record), now) else Earlier.UNPROVED
 
 
 class Progress(enum.Enum):
