@@ -291,7 +291,7 @@ HISTORY = text(
 
 def load_history(engine: Engine, runs_each: int, due: datetime) -> None:
     """`--history N`: each schedule starts with N runs already, so with N past the cap each schedule keeps
-    (`store.schedules.RUNS_KEPT_PER_SCHEDULE`, 100) a firing may look for its oldest runs and delete them
+    (`store.runs.RUNS_KEPT_PER_SCHEDULE`, 100) a firing may look for its oldest runs and delete them
     (at its `prune_at`, 110 to 119), as a fleet's do once its schedules have fired that often. Written
     server-side on PostgreSQL (`HISTORY`), from here on SQLite."""
     if not runs_each:

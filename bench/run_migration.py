@@ -23,7 +23,7 @@ from _common import add_db_arguments, code_line, machine_line, sync_engine
 from sqlalchemy import text
 
 from rackflow.domain.firing import run_id
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
 from rackflow.store.db import Database
 from rackflow.store.migrate import migrate
 from tests.e2e.cluster import fresh_postgres_database

@@ -4,7 +4,7 @@ A fresh database (`--db`, PostgreSQL by default) with `--schedules` daily schedu
 `--history` completed runs each (one a day, named by its slot as rackflow names a dispatched run), the
 runs' partitions as `--run-weeks` weeks after migration 0046 (the history in them), each schedule's
 `run_count` and `runs_since` as its firings keep them; then, `--repeat` times each after two, the reads
-a schedule's pages make through the store (`store.schedules`): a page of 20 of its runs (`list_runs`,
+a schedule's pages make through the store (`store.runs`): a page of 20 of its runs (`list_runs`,
 the capped count included), the runs grid's 50 columns (`run_heads`), and the schedule list's strips of
 12 runs for a page of 50 schedules (`recent_runs`). Prints each read's median and p90 in milliseconds.
 
@@ -37,7 +37,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.schedules import ScheduleSpec, SpecType
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule
 

@@ -729,13 +729,13 @@ def measure_prune(url: str, hours: float, *, runs_first: bool = False) -> None:
     bytes per row (the server's WAL position: other databases' writes meanwhile are counted too, so it is
     an upper bound)."""
     from rackflow.store import audit as audit_store
-    from rackflow.store import schedules as schedule_store
+    from rackflow.store import runs as run_history
     from rackflow.store import tasks as task_store
     from rackflow.store.db import Database
 
     retention = timedelta(days=365) - timedelta(hours=hours)
     engine = sync_engine(url)
-    history = [("tasks", task_store.prune_finished_tasks), ("runs", schedule_store.prune_old_runs)]
+    history = [("tasks", task_store.prune_finished_tasks), ("runs", run_history.prune_old_runs)]
     for name, prune in (*(history[::-1] if runs_first else history), ("audit", audit_store.prune_events)):
         load = load_avg()
 

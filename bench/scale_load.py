@@ -42,6 +42,7 @@ from rackflow.clock import SystemClock
 from rackflow.domain.audit import AuditEvent
 from rackflow.services import Services
 from rackflow.store import audit as audit_store
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -195,7 +196,7 @@ async def write_templates(url: str) -> dict[str, uuid.UUID]:
             run = (
                 await conn.execute(select(task_schedule_run).where(task_schedule_run.c.id == run_id))
             ).one()
-            await schedule_store.complete_runs(conn, {run_id: schedule_store.run_from_row(run).outcomes})
+            await run_history.complete_runs(conn, {run_id: schedule_store.run_from_row(run).outcomes})
     finally:
         await db.dispose()
     return {"rack": rack_id, "schedule": schedule_id, "task": task_id, "run": run_id, "audit": audit_id}

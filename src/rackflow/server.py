@@ -45,7 +45,7 @@ from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import server_credentials
 from rackflow.services import Services
 from rackflow.store import outbox
-from rackflow.store import schedules as schedule_store
+from rackflow.store import runs as run_history
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.migrate import migrate, require_migrated
@@ -217,7 +217,7 @@ class RackflowServer:
                     self.config.run_retention,
                     "run",
                     "schedule runs",
-                    schedule_store.prune_old_runs,
+                    run_history.prune_old_runs,
                     metrics.SCHEDULE_RUNS_PRUNED,
                 ),
             )

@@ -37,7 +37,8 @@ from sqlalchemy.engine import make_url
 
 from rackflow.store.db import Database
 from rackflow.store.migrate import head_revision
-from rackflow.store.schedules import Tally, run_tallies
+from rackflow.store.runs import run_tallies
+from rackflow.store.schedules import Tally
 from rackflow.store.tables import task_schedule_run
 from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import ServerProcess, sql, start_server

@@ -34,6 +34,7 @@ from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import Principal, Role, current_principal
 from rackflow.services import Services
 from rackflow.store import outbox
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
@@ -316,7 +317,7 @@ async def test_a_dispatched_firing_while_one_awaits_is_skipped_and_the_awaiting_
     assert f"run {waiting.run.id}) is still awaiting approval" in skipped.run.reason
     # History pruning keeps the run that awaits approval however many firings were skipped since.
     async with db.transaction() as conn:
-        await schedule_store.prune_runs(conn, {schedule.id}, keep=1)
+        await run_history.prune_runs(conn, {schedule.id}, keep=1)
     assert {r.run.id for r in await _runs(env, schedule)} == {skipped.run.id, waiting.run.id}
     report = await env.services.approvals.approve(waiting.run.id)
     assert report.run.state == "completed" and len(await _tasks(env, schedule)) == 1
@@ -338,12 +339,12 @@ async def test_a_run_approved_after_the_cap_passed_it_is_kept_by_its_own_write_b
             "state": "skipped",
             "outcomes": [],
         }
-        for k in range(1, schedule_store.RUNS_KEPT_PER_SCHEDULE + 1)
+        for k in range(1, run_history.RUNS_KEPT_PER_SCHEDULE + 1)
     ]
     async with db.transaction() as conn:
         await conn.execute(insert(task_schedule_run), skipped)
         counted = update(task_schedule).where(task_schedule.c.id == schedule.id)
-        await conn.execute(counted.values(run_count=schedule_store.prune_at(schedule.id)))  # it looks
+        await conn.execute(counted.values(run_count=run_history.prune_at(schedule.id)))  # it looks
 
     env.clock.advance(timedelta(minutes=5))
     report = await env.services.approvals.approve(waiting.run.id)

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import insert, select, update
 
 from rackflow.store import dispatch
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.tables import instances, task_schedule
@@ -55,8 +56,8 @@ async def _run(env: Env, *, owner: uuid.UUID | None, age: timedelta) -> uuid.UUI
     run_id = uuid.uuid4()
     schedule = await env.schedule(f"sched-{run_id.hex[:8]}", racks=[await env.rack(f"rack-{run_id.hex[:8]}")])
     async with env.db.transaction() as conn:
-        await store.insert_runs(
-            env.db, conn, [store.NewRun(run_id, schedule.id, START - age, "dispatch", None, owner)]
+        await run_history.insert_runs(
+            env.db, conn, [run_history.NewRun(run_id, schedule.id, START - age, "dispatch", None, owner)]
         )
     return schedule.id
 
@@ -90,8 +91,8 @@ async def _look_up_beside_an_open_claim(env: Env) -> None:
         await claim.execute(
             env.db.for_update(select(task_schedule.c.id).where(task_schedule.c.id == schedule.id))
         )
-        await store.insert_runs(
-            env.db, claim, [store.NewRun(run_id, schedule.id, START, "dispatch", None, None)]
+        await run_history.insert_runs(
+            env.db, claim, [run_history.NewRun(run_id, schedule.id, START, "dispatch", None, None)]
         )
         with pytest.raises(Exception, match="could not obtain lock"):
             async with env.db.transaction() as conn:

@@ -139,7 +139,7 @@ async def test_a_look_that_fails_puts_its_marks_back(env: Env, monkeypatch: pyte
     async def broken(*_args: object) -> None:
         raise RuntimeError("lost connection")
 
-    monkeypatch.setattr("rackflow.store.schedules.counted_runs", broken)
+    monkeypatch.setattr("rackflow.store.runs.counted_runs", broken)
     with pytest.raises(RuntimeError):
         await env.services.schedules.pause_failing()
     assert await _marked(env) == {schedule.id}

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from rackflow.domain.schedules import OverlapPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.schedules import firing
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run, tasks

@@ -14,7 +14,7 @@ from sqlalchemy import JSON, Text, cast, insert, select
 from sqlalchemy.dialects import postgresql
 
 from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
 from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
 from rackflow.store.dialect import insert_rows, insert_rows_together

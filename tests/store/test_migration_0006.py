@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import insert, select
 
 from rackflow.errors import AlreadyExists
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate

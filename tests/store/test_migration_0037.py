@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Connection, insert, inspect
 
 from rackflow.ids import new_id
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule, task_schedule_run

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Connection, insert, inspect, select
 
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
@@ -74,7 +75,7 @@ async def test_run_counts_start_unknown_are_counted_at_a_firing_and_back_down(db
     async with db.transaction() as conn:
         claimed = [await store.get_schedule(conn, three), await store.get_schedule(conn, none)]
         assert [s.run_count for s in claimed if s is not None] == [None, None]
-        await store.cap_runs(conn, [s for s in claimed if s is not None])
+        await run_history.cap_runs(conn, [s for s in claimed if s is not None])
     assert await _counts(db) == {three: 3, none: 0}
 
     await downgrade(db, "0037")

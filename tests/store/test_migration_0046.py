@@ -16,7 +16,7 @@ from sqlalchemy import Connection, insert, inspect, text
 from rackflow.domain.schedules import RunState
 from rackflow.ids import new_id
 from rackflow.store import run_partitions
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule, task_schedule_run

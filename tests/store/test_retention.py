@@ -17,7 +17,7 @@ from sqlalchemy import Table, event, insert, select
 
 from rackflow import metrics
 from rackflow.retention import Pruner, run_in_order
-from rackflow.store import schedules as schedule_store
+from rackflow.store import runs as run_history
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.retention import PRUNE_CHUNK
@@ -122,14 +122,14 @@ async def test_old_runs_go_in_chunks_running_and_recent_ones_stay_and_their_task
         db, tasks, [_task("completed", _ago(hours=2), _ago(hours=2), run_id=old[0]["id"])]
     )
 
-    assert await _prune(db, schedule_store.prune_old_runs, chunk=2) == [2, 1]
+    assert await _prune(db, run_history.prune_old_runs, chunk=2) == [2, 1]
     assert await _ids(db, task_schedule_run) == set(kept)
     async with db.read() as conn:
         run_of_task = (await conn.execute(select(tasks.c.run_id).where(tasks.c.id == task))).scalar_one()
     # The task stays: on PostgreSQL naming the pruned run (no key to it, migration 0036); SQLite's key
     # unlinks it.
     assert run_of_task == (old[0]["id"] if db.is_postgres else None)
-    assert await _prune(db, schedule_store.prune_old_runs, chunk=2) == [0]
+    assert await _prune(db, run_history.prune_old_runs, chunk=2) == [0]
 
 
 async def test_ended_tasks_go_active_and_recently_ended_ones_stay_and_scopes_keep_their_ids(
@@ -202,7 +202,7 @@ async def test_concurrent_pruners_delete_each_run_once(db: Database) -> None:
     await _fleet(db)
     await _insert(db, task_schedule_run, [_run(_ago(hours=2, seconds=i)) for i in range(25)])
 
-    results = await asyncio.gather(*(_prune(db, schedule_store.prune_old_runs, chunk=4) for _ in range(3)))
+    results = await asyncio.gather(*(_prune(db, run_history.prune_old_runs, chunk=4) for _ in range(3)))
 
     assert sum(sum(chunks) for chunks in results) == 25
     assert await _ids(db, task_schedule_run) == set()
@@ -219,7 +219,7 @@ async def test_the_pruner_counts_runs_and_tasks_in_their_metrics(db: Database) -
         RETENTION,
         name="run",
         what="runs",
-        prune=schedule_store.prune_old_runs,
+        prune=run_history.prune_old_runs,
         counter=metrics.SCHEDULE_RUNS_PRUNED,
     )
     ended = Pruner(
@@ -269,7 +269,7 @@ async def test_pruners_in_order_take_turns_each_round_and_one_failing_stops_none
 @pytest.mark.parametrize(
     ("table", "prune", "index"),
     [
-        (task_schedule_run, schedule_store.prune_old_runs, "ix_task_schedule_run_fired_at_id"),
+        (task_schedule_run, run_history.prune_old_runs, "ix_task_schedule_run_fired_at_id"),
         (tasks, task_store.prune_finished_tasks, "ix_tasks_created_at"),
     ],
     ids=["runs", "tasks"],

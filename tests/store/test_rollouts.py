@@ -25,7 +25,7 @@ from rackflow.rollouts.driver import RolloutDriver
 from rackflow.rollouts.service import RunReport, Step
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
-from rackflow.store import schedules as schedule_store
+from rackflow.store import runs as run_history
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
@@ -383,7 +383,7 @@ async def test_pruning_run_history_never_drops_a_live_rollout(db: Database) -> N
                 now=env.clock.now(),
             )
     async with env.db.transaction() as conn:
-        await schedule_store.prune_runs(conn, [schedule.id], keep=1)
+        await run_history.prune_runs(conn, [schedule.id], keep=1)
     runs, total = await env.services.schedules.list_runs(schedule.id)
     assert total == 2 and {r.state for r in runs} == {"halted", "skipped"}
     assert halted.id in {r.id for r in runs}

@@ -14,12 +14,13 @@ from sqlalchemy import func, select, update
 
 from rackflow.domain.inventory import Rack
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.schedules import OverlapPolicy, Run, Schedule
 from rackflow.ids import new_id
 from rackflow.schedules.dispatcher import Dispatcher
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
+from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
-from rackflow.store.schedules import CAP_MARGIN, PRUNE_AT, RUNS_KEPT_PER_SCHEDULE, prune_at
+from rackflow.store.runs import CAP_MARGIN, PRUNE_AT, RUNS_KEPT_PER_SCHEDULE, prune_at
 from rackflow.store.tables import task_schedule, task_schedule_run
 from tests.store.schedules_support import START, Env, make_env
 
@@ -65,7 +66,7 @@ async def _runs_and_count(env: Env, schedule: Schedule) -> tuple[int, int | None
     return runs, count
 
 
-async def _newest(env: Env, schedule: Schedule) -> list[store.Run]:
+async def _newest(env: Env, schedule: Schedule) -> list[Run]:
     """The schedule's runs newest first, all of them, read past every cap."""
     async with env.db.read() as conn:
         rows = await conn.execute(
@@ -73,7 +74,7 @@ async def _newest(env: Env, schedule: Schedule) -> list[store.Run]:
             .where(task_schedule_run.c.schedule_id == schedule.id)
             .order_by(task_schedule_run.c.fired_at.desc(), task_schedule_run.c.id.desc())
         )
-        return [store.run_from_row(row) for row in rows]
+        return [schedule_store.run_from_row(row) for row in rows]
 
 
 async def _fire(env: Env, schedule: Schedule, times: int = 1) -> None:

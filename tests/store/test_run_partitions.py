@@ -15,10 +15,11 @@ from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from rackflow.domain.firing import run_id as slot_run_id
-from rackflow.domain.schedules import RunState
+from rackflow.domain.schedules import RunState, Schedule
 from rackflow.schedules import firing
 from rackflow.store import run_partitions
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
+from rackflow.store import schedules as schedule_store
 from rackflow.store.audit_partitions import period_start
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
@@ -346,7 +347,7 @@ async def test_the_cap_look_raises_runs_since_to_the_newest_slot_it_deleted(db: 
 async def test_a_firing_lowers_runs_since_only_to_an_earlier_slot_and_keeps_it_not_known() -> None:
     """The advance's rule (`since_with_run`): a firing's slot lowers a known bound only if earlier; a run
     without a slot, or a bound not known, leaves it; a schedule known to have no run takes its first slot."""
-    known = store.Schedule.__new__(store.Schedule)  # only `runs_since` and `run_count` are read
+    known = Schedule.__new__(Schedule)  # only `runs_since` and `run_count` are read
     object.__setattr__(known, "runs_since", PAST_WEEK)
     object.__setattr__(known, "run_count", 5)
     assert store.since_with_run(known, PAST_WEEK + timedelta(days=1)) == PAST_WEEK
@@ -379,10 +380,10 @@ async def test_a_new_schedule_knows_its_runs_since_from_its_first_firing(db: Dat
     assert (again.run_count, again.runs_since) == (2, slot)
 
 
-async def _fire(env: Env, schedule: store.Schedule) -> None:
+async def _fire(env: Env, schedule: Schedule) -> None:
     """The dispatcher's firing of `schedule` (as `test_schedules_firing._fire_by_hand`)."""
     async with env.db.transaction() as conn:
-        locked = await store.get_schedule(conn, schedule.id, lock=env.db.for_update)
+        locked = await schedule_store.get_schedule(conn, schedule.id, lock=env.db.for_update)
         assert locked is not None
         claimed = await firing.claim(env.db, conn, [locked], trigger="dispatch", now=env.clock.now())
     await firing.fire(env.db, env.services.tasks, env.clock, claimed)

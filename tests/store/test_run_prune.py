@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import insert, select
 
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
 from tests.conftest import schedule_row

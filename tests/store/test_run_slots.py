@@ -28,7 +28,8 @@ from rackflow.ids import new_id
 from rackflow.services import Services
 from rackflow.store import dispatch, kept_counts, run_partitions
 from rackflow.store import rollouts as rollout_store
-from rackflow.store import schedules as store
+from rackflow.store import runs as store
+from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.store.tables import failing_streak_checks, task_schedule, task_schedule_run, tasks
 from tests.conftest import schedule_row
@@ -138,7 +139,7 @@ async def test_runs_of_two_weeks_a_manual_one_and_those_the_migration_found_are_
             assert (run.state, list(run.outcomes)) == ("completed", _outcomes(run_id)), name
             assert [o for o, _ in await store.run_rack_page(conn, head, 0, 10)] == _outcomes(run_id), name
         tallies = await store.run_tallies(conn, ids)
-        deadlines = await store.start_deadlines(conn, ids)
+        deadlines = await schedule_store.start_deadlines(conn, ids)
     assert all(tallies[run_id] == {("submitted", True): 1} for run_id in ids), tallies
     assert set(deadlines.slots) == set(ids)
 

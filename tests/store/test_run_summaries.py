@@ -31,6 +31,7 @@ from rackflow.services import Services
 from rackflow.store import inventory as inventory_store
 from rackflow.store import kept_counts, scope_removals, task_runs
 from rackflow.store import rollouts as rollout_store
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -95,7 +96,7 @@ async def summaries_match(env: Env, schedule: Schedule, only: Sequence[Run] | No
     runs = list(only) if only is not None else await _runs(env, schedule)
     run_ids = [run.id for run in runs]
     async with env.db.read() as conn:
-        tallies = await schedule_store.run_tallies(conn, run_ids)
+        tallies = await run_history.run_tallies(conn, run_ids)
         counts = await rollout_store.task_status_counts(conn, run_ids)
         rows = (await conn.execute(select(tasks.c.id, tasks.c.run_id, tasks.c.status))).all()
         scope_of = select(task_schedule_scope.c.rack_id).where(
@@ -103,14 +104,14 @@ async def summaries_match(env: Env, schedule: Schedule, only: Sequence[Run] | No
         )
         scope_racks = sorted((await conn.execute(scope_of)).scalars(), key=str)
         page_racks = scope_racks[::2]
-        found = await schedule_store.grid_outcomes(conn, schedule.id, run_ids, page_racks, counts)
+        found = await run_history.grid_outcomes(conn, schedule.id, run_ids, page_racks, counts)
     # The service reads the cells of the runs whose every rack got a task while it counts their tasks, on
     # another connection, and keeps those the counts confirm: the same page.
     served, served_counts = await env.services.schedules.grid_outcomes(schedule.id, run_ids, page_racks)
     assert served_counts == counts
     assert (served.tallies, served.statuses, served.left) == (found.tallies, found.statuses, found.left)
 
-    def by_rack(grid: schedule_store.GridOutcomes) -> dict[uuid.UUID, list[schedule_store.ShownOutcome]]:
+    def by_rack(grid: run_history.GridOutcomes) -> dict[uuid.UUID, list[run_history.ShownOutcome]]:
         return {run_id: sorted(cells, key=lambda o: str(o.rack_id)) for run_id, cells in grid.shown.items()}
 
     assert by_rack(served) == by_rack(found)
@@ -120,14 +121,14 @@ async def summaries_match(env: Env, schedule: Schedule, only: Sequence[Run] | No
         assert tallies[run.id] == dict(Counter((o.outcome, o.task_id is not None) for o in run.outcomes))
         assert counts[run.id] == dict(Counter(TaskStatus(row.status) for row in rows if row.run_id == run.id))
         shown = [
-            schedule_store.ShownOutcome(o.rack_id, o.outcome, o.task_id, o.error)
+            run_history.ShownOutcome(o.rack_id, o.outcome, o.task_id, o.error)
             for o in run.outcomes
             if o.rack_id in page_racks or o.rack_id not in scope_racks
         ]
         assert sorted(found.shown[run.id], key=lambda o: str(o.rack_id)) == sorted(
             shown, key=lambda o: str(o.rack_id)
         ), run.state
-        by_tasks += schedule_store.told_by_its_tasks(tallies[run.id], counts[run.id])
+        by_tasks += run_history.told_by_its_tasks(tallies[run.id], counts[run.id])
     assert found.left == {o.rack_id for run in runs for o in run.outcomes if o.rack_id not in scope_racks}
     shown_tasks = {o.task_id for cells in found.shown.values() for o in cells if o.task_id is not None}
     assert found.statuses == {task_id: status_of[task_id] for task_id in shown_tasks if task_id in status_of}
@@ -182,7 +183,7 @@ async def test_plain_firings_through_completion_retries_holds_leaving_racks_and_
     assert await summaries_match(env, schedule) == (0, 3)
     # Runs pruned beyond the newest (RUNS_KEPT_PER_SCHEDULE, here 1).
     async with db.transaction() as conn:
-        await schedule_store.prune_runs(conn, [schedule.id], keep=1)
+        await run_history.prune_runs(conn, [schedule.id], keep=1)
     assert len(await _runs(env, schedule)) == 1
     await summaries_match(env, schedule)
 

@@ -28,6 +28,7 @@ from rackflow.domain.tasks import (
 from rackflow.errors import FailedPrecondition, NotFound, Unavailable
 from rackflow.schedules import firing
 from rackflow.services import Services
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -356,12 +357,12 @@ async def test_run_history_keeps_the_newest_hundred(env: Env) -> None:
     r1 = await env.rack("r1")
     schedule = await env.schedule(racks=[r1])
     async with env.db.transaction() as conn:
-        await store.insert_runs(
+        await run_history.insert_runs(
             env.db,
             conn,
             [
                 # Written back ("completed"): a run still running is kept past the cap until it is.
-                store.NewRun(
+                run_history.NewRun(
                     uuid.uuid4(),
                     schedule.id,
                     START + timedelta(minutes=minute),
@@ -371,7 +372,7 @@ async def test_run_history_keeps_the_newest_hundred(env: Env) -> None:
                 for minute in range(102)
             ],
         )
-        await store.prune_runs(conn, [schedule.id])
+        await run_history.prune_runs(conn, [schedule.id])
     runs, total = await env.services.schedules.list_runs(schedule.id)
     assert total == 100
     assert runs[0].fired_at == START + timedelta(minutes=101)
@@ -389,7 +390,7 @@ def test_task_description_is_name_and_rfc3339_time() -> None:
 async def test_write_back_is_retried_after_a_failure(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     r1 = await env.rack("r1")
     schedule = await env.schedule(racks=[r1])
-    real_complete_runs = store.complete_runs
+    real_complete_runs = run_history.complete_runs
     attempts: list[int] = []
 
     async def flaky_complete_run(*args: object, **kwargs: object) -> None:
@@ -399,7 +400,7 @@ async def test_write_back_is_retried_after_a_failure(env: Env, monkeypatch: pyte
         await real_complete_runs(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(firing, "WRITEBACK_RETRY_DELAY_SECONDS", 0)
-    monkeypatch.setattr(store, "complete_runs", flaky_complete_run)
+    monkeypatch.setattr(run_history, "complete_runs", flaky_complete_run)
     (task_id,) = await env.services.schedules.trigger(schedule.id)
     assert len(attempts) == 2
     (scope,) = await env.services.schedules.list_scopes(schedule.id)
@@ -419,7 +420,7 @@ async def test_write_back_gives_up_at_its_deadline_and_keeps_the_tasks(
 
     monkeypatch.setattr(firing, "WRITEBACK_RETRY_DELAY_SECONDS", 0.01)
     monkeypatch.setattr(firing, "WRITEBACK_DEADLINE_SECONDS", 0.2)
-    monkeypatch.setattr(store, "complete_runs", broken_complete_run)
+    monkeypatch.setattr(run_history, "complete_runs", broken_complete_run)
     (task_id,) = await env.services.schedules.trigger(schedule.id)
     assert len(await env.services.tasks.get_tasks([task_id])) == 1
     runs, _ = await env.services.schedules.list_runs(schedule.id)

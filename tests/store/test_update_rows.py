@@ -15,6 +15,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.schedules import ScopeOutcome
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.dialect import update_rows
@@ -145,7 +146,7 @@ async def test_complete_runs_stores_what_the_per_row_update_stores(db: Database)
             ],
         )
         by_run = {run_id: outcomes(k) for k, run_id in enumerate(mine)}
-        await store.complete_runs(conn, {**by_run, uuid.uuid4(): outcomes(1)})
+        await run_history.complete_runs(conn, {**by_run, uuid.uuid4(): outcomes(1)})
         reference = [
             {
                 "id": twin,
@@ -158,7 +159,7 @@ async def test_complete_runs_stores_what_the_per_row_update_stores(db: Database)
     stored = await _stored(db, task_schedule_run, mine, {"id", "fired_at"})
     assert stored == await _stored(db, task_schedule_run, twins, {"id", "fired_at"})
     async with db.read() as conn:
-        found = (await store.list_runs(conn, schedule_id))[0]
+        found = (await run_history.list_runs(conn, schedule_id))[0]
     runs = {r.id: r for r in found}
     for run_id, expected in by_run.items():
         assert runs[run_id].state == "completed"

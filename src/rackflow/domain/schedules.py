@@ -120,10 +120,10 @@ class Schedule:
     # streak that last paused the schedule (a resume starts the count afresh).
     failures_counted_until: datetime | None = None
     retry: RetryPolicy | None = None  # None: each task gets one attempt
-    # How many runs it has, as the run cap counts them (`store.schedules.cap_runs`; None: not known yet).
+    # How many runs it has, as the run cap counts them (`store.runs.cap_runs`; None: not known yet).
     # The store's bookkeeping, read with the row so that a firing's claim knows whether to look past the cap.
     run_count: int | None = 0
-    # No later than the slot of any of its runs that has one (`store.schedules.prune_runs`; None: not known).
+    # No later than the slot of any of its runs that has one (`store.runs.prune_runs`; None: not known).
     runs_since: datetime | None = None
 
     @property

@@ -55,6 +55,7 @@ from rackflow.security import ANONYMOUS, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import outbox, task_runs
 from rackflow.store import rollouts as store
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Ended, TaskManager
@@ -379,7 +380,7 @@ class RolloutService:
 
     async def summary(self, run_id: uuid.UUID) -> RunSummary:
         async with self.db.read() as conn:
-            run = await schedule_store.run_head(conn, run_id)
+            run = await run_history.run_head(conn, run_id)
             if run is None:
                 raise NotFound(f"id: no task schedule run {run_id}")
             (summary,) = await self._summaries(conn, [run])
@@ -395,7 +396,7 @@ class RolloutService:
         """Each run's racks by outcome (its `outcome_counts` column) and tasks by status (the
         `(run_id, status)` index): a few small reads per run, whatever its racks."""
         run_ids = [run.id for run in runs]
-        tallies = await schedule_store.run_tallies(conn, run_ids)
+        tallies = await run_history.run_tallies(conn, run_ids)
         counts = await store.task_status_counts(conn, run_ids)
         retries = await store.retried_by(conn, run_ids)
         return [
@@ -501,10 +502,10 @@ class RolloutService:
         progress: a part's outcomes are cut in the database and read with their tasks in one statement
         (`outcomes_with_tasks`), so a page costs its outcomes, not its runs' racks. A rollout's progress is
         the whole run's, read whole as GetTaskScheduleRun reads it."""
-        found = await schedule_store.outcomes_with_tasks(conn, [p.run.id for p in parts if p.whole])
+        found = await run_history.outcomes_with_tasks(conn, [p.run.id for p in parts if p.whole])
         for part in parts:
             if not part.whole:
-                found |= await schedule_store.outcomes_with_tasks(conn, [part.run.id], part.start, part.stop)
+                found |= await run_history.outcomes_with_tasks(conn, [part.run.id], part.start, part.stop)
         retries = await store.retried_by(conn, [p.run.id for p in parts])
         runs = [replace(p.run, outcomes=tuple(row.outcome for row in found[p.run.id])) for p in parts]
         rollouts = []

@@ -2,7 +2,7 @@
 
 A firing of a schedule with an approval policy is recorded "awaiting_approval" with its plan frozen
 (`schedules.firing.claim`). Here it moves on, each move one transaction that locks the run row and ends with
-a conditional UPDATE ... WHERE state = 'awaiting_approval' (`store.schedules.decide_awaiting`), so of two
+a conditional UPDATE ... WHERE state = 'awaiting_approval' (`store.runs.decide_awaiting`), so of two
 instances or two approvers deciding at once exactly one does:
 
 - `approve`: the caller's approval is added (the rules of `domain.approvals.check_approver`: the two-person
@@ -50,6 +50,7 @@ from rackflow.security import ANONYMOUS, caller_identified, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import outbox
 from rackflow.store import rollouts as run_store
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
 from rackflow.validation import check_description
 
@@ -155,12 +156,12 @@ class ApprovalService:
         sweep's heartbeat check: this instance fires it and writes it back, not the one that fired it),
         else None."""
         if not approval.approved:
-            await store.decide_awaiting(conn, run, "awaiting_approval", approval)
+            await run_history.decide_awaiting(conn, run, "awaiting_approval", approval)
             return None
         await self._no_live_rollout(conn, run)
         state: RunState = "rolling" if run.rollout is not None else "running"
         started_at = await self.db.now(conn)
-        if not await store.decide_awaiting(
+        if not await run_history.decide_awaiting(
             conn, run, state, approval, started_at=started_at, owner_id=self.schedules.instance_id
         ):
             raise FailedPrecondition(f"id: run {run.id} no longer awaits approval")
@@ -245,7 +246,7 @@ class ApprovalService:
                     approval = replace(run.approval, rejected_by=principal, comment=comment, decided_at=now)
                     deciding = True
                     outcomes = _not_started(run, "rejected")
-                    await store.decide_awaiting(
+                    await run_history.decide_awaiting(
                         conn, run, "rejected", approval, outcomes=outcomes, reason=reason
                     )
                     await outbox.record_events(conn, events.approval_decided(run, "rejected", reason, now))
@@ -275,12 +276,12 @@ class ApprovalService:
         expired: list[Expired] = []
         async with self.db.transaction() as conn:
             now: datetime = await self.db.now(conn)
-            for run in await store.claim_expired_approvals(self.db, conn, now, EXPIRED_PER_POLL):
+            for run in await run_history.claim_expired_approvals(self.db, conn, now, EXPIRED_PER_POLL):
                 assert run.approval is not None
                 reason = describe_expiry(run.approval)
                 approval = replace(run.approval, decided_at=now)
                 outcomes = _not_started(run, "not approved in time")
-                if await store.decide_awaiting(
+                if await run_history.decide_awaiting(
                     conn, run, "expired", approval, outcomes=outcomes, reason=reason
                 ):
                     expired.append(Expired(run, reason))

@@ -63,6 +63,7 @@ from rackflow.notify import events
 from rackflow.retry import Retry, retrying
 from rackflow.store import dispatch, outbox
 from rackflow.store import firing as firing_store
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Submission, TaskManager
@@ -322,9 +323,11 @@ async def _write_back(
             recorded = await _with_tasks_found(conn, firings, results) if look_up_tasks else list(results)
             task_by_scope = {o.scope_id: o.task_id for r in recorded for o in r.outcomes if o.task_id}
             await store.set_last_task_ids(conn, task_by_scope)
-            await store.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
+            await run_history.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
             await outbox.record_events(conn, events.runs_with_failures(firings, recorded, db.clock.now()))
-            await store.cap_runs(conn, [f.schedule for f in firings], spare={r.run_id for r in recorded})
+            await run_history.cap_runs(
+                conn, [f.schedule for f in firings], spare={r.run_id for r in recorded}
+            )
         return recorded
 
     policy = Retry(

@@ -65,6 +65,7 @@ from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
 from rackflow.store import kept_counts, outbox, scope_removals, streak_checks, wakeups
 from rackflow.store import rollouts as rollout_store
+from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -583,7 +584,7 @@ class ScheduleService:
             candidates = await store.pausing_after_failures(conn, schedule_ids)
             if not candidates:
                 return []
-            runs = await store.counted_runs(conn, candidates)
+            runs = await run_history.counted_runs(conn, candidates)
             # A round per run, newest first: a run that is not over, or did not fail, ends its schedule's
             # streak, so the older runs' tasks are not read (a schedule of 10,000 racks whose newest run is
             # going reads that run's tasks only).
@@ -1006,7 +1007,7 @@ class ScheduleService:
     ) -> dict[uuid.UUID, list[Run]]:
         """Each schedule's newest runs, newest first (unknown ids map to [])."""
         async with self.db.read() as conn:
-            return await store.recent_runs(conn, schedule_ids, per_schedule)
+            return await run_history.recent_runs(conn, schedule_ids, per_schedule)
 
     # --- names and overview ----------------------------------------------------------------------
 
@@ -1048,12 +1049,12 @@ class ScheduleService:
         after: Sequence[Any] | None = None,
         outcomes: bool = True,
     ) -> tuple[Sequence[Run], int]:
-        """The schedule's firings, newest first (after the `store.RUN_ORDER` key `after`), and their total
-        before paging (counted up to LIST_COUNT_CAP, then more); without `outcomes`, each run without its
-        outcomes (a run of 10,000 racks carries 10,000)."""
+        """The schedule's firings, newest first (after the `store.runs.RUN_ORDER` key `after`), and their
+        total before paging (counted up to LIST_COUNT_CAP, then more); without `outcomes`, each run without
+        its outcomes (a run of 10,000 racks carries 10,000)."""
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
-            return await store.list_runs(
+            return await run_history.list_runs(
                 conn, schedule_id, offset=offset, limit=limit, after=after, outcomes=outcomes
             )
 
@@ -1067,23 +1068,23 @@ class ScheduleService:
         within: int = 0,
     ) -> tuple[list[RunReport], int, tuple[Any, ...] | None]:
         """A page of the schedule's firings newest first with every outcome (ListTaskScheduleRuns' FULL view
-        asked with a limit), after the `store.RUN_ORDER` key `after`, or from outcome `within` of the run
+        asked with a limit), after the `store.runs.RUN_ORDER` key `after`, or from outcome `within` of the run
         `after` names: at most `limit` runs and RUN_OUTCOMES_PER_PAGE outcomes (`outcome_parts`: a larger
         run comes in parts, a page each). Returns its runs, their total (as `list_runs`) and the key the
         next page starts from, (fired_at, id) or (fired_at, id, outcome) within a run; None after the last.
         Each run's size is its `outcome_counts`, read before any outcome."""
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
-            heads, total = await store.list_runs(
+            heads, total = await run_history.list_runs(
                 conn, schedule_id, offset=offset, limit=limit, after=after, outcomes=False
             )
             more = len(heads) == limit  # runs may follow the last one read
-            begun = await store.run_head(conn, after[1]) if within and after is not None else None
+            begun = await run_history.run_head(conn, after[1]) if within and after is not None else None
             if begun is not None and begun.schedule_id == schedule_id:
                 heads = [begun, *heads]
             else:
                 within = 0  # gone (pruned) since the last page: this one goes on after it
-            tallies = await store.run_tallies(conn, [head.id for head in heads])
+            tallies = await run_history.run_tallies(conn, [head.id for head in heads])
             sizes = [sum(tallies[head.id].values()) for head in heads]
             if within and within >= sizes[0]:
                 heads, sizes, within = heads[1:], sizes[1:], 0  # the begun run has no more outcomes
@@ -1110,27 +1111,27 @@ class ScheduleService:
 
     async def run_rack_page(self, run: Run, offset: int, limit: int) -> list[tuple[ScopeOutcome, str | None]]:
         """A page of a run's racks (the run as read, without its outcomes) as its page lists them, with
-        their names (`store.run_rack_page`)."""
+        their names (`store.runs.run_rack_page`)."""
         async with self.db.read() as conn:
-            return await store.run_rack_page(conn, run, offset, limit)
+            return await run_history.run_rack_page(conn, run, offset, limit)
 
     async def has_run(self, run_id: uuid.UUID) -> bool:
         """Whether the run is still recorded: a task keeps its run's id after the run is pruned
         (migration 0036), as a retry keeps the id of the run it re-ran."""
         async with self.db.read() as conn:
-            return await store.run_head(conn, run_id) is not None
+            return await run_history.run_head(conn, run_id) is not None
 
     async def run_heads(self, schedule_id: uuid.UUID, limit: int) -> tuple[list[Run], int]:
         """The schedule's newest `limit` firings without their outcomes, newest first, and their total
         (as `list_runs`): a runs grid reads its outcomes per page of racks (`grid_outcomes`)."""
         async with self.db.read() as conn:
             await self._load(conn, schedule_id, "schedule_id")
-            return await store.run_heads(conn, schedule_id, limit)
+            return await run_history.run_heads(conn, schedule_id, limit)
 
     async def grid_outcomes(
         self, schedule_id: uuid.UUID, run_ids: Collection[uuid.UUID], page_racks: Collection[uuid.UUID]
-    ) -> tuple[store.GridOutcomes, dict[uuid.UUID, dict[TaskStatus, int]]]:
-        """What a page of the runs grid shows of these runs of the schedule (`store.grid_outcomes`: each
+    ) -> tuple[run_history.GridOutcomes, dict[uuid.UUID, dict[TaskStatus, int]]]:
+        """What a page of the runs grid shows of these runs of the schedule (`store.runs.grid_outcomes`: each
         run's tally, the outcomes of `page_racks` and of racks no longer in its scope, and their tasks'
         statuses), and how many of each run's tasks are in each status (its column's verdict).
 
@@ -1158,11 +1159,11 @@ class ScheduleService:
         counting = asyncio.ensure_future(counted())
         try:
             async with self.db.read() as conn:
-                tallies = await store.run_tallies(conn, run_ids)
+                tallies = await run_history.run_tallies(conn, run_ids)
                 leaving = await scope_removals.may_have_left(conn, schedule_id, run_ids)
-                tasked = [run_id for run_id in run_ids if store.all_tasked(tallies[run_id])]
+                tasked = [run_id for run_id in run_ids if run_history.all_tasked(tallies[run_id])]
                 ahead = (
-                    await store.cells_from_tasks(conn, schedule_id, tasked, page_racks, leaving=leaving)
+                    await run_history.cells_from_tasks(conn, schedule_id, tasked, page_racks, leaving=leaving)
                     if tasked
                     else None
                 )
@@ -1170,7 +1171,7 @@ class ScheduleService:
         finally:
             counting.cancel()  # nothing, once it is done
         async with self.db.read() as conn:
-            found = await store.grid_outcomes(
+            found = await run_history.grid_outcomes(
                 conn,
                 schedule_id,
                 run_ids,

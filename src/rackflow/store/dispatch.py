@@ -1,8 +1,8 @@
 """The dispatcher's queries: claim due schedules, count them, look up a claim in doubt, and mark abandoned
 runs.
 
-(What a claim writes, for the dispatcher and manual triggers alike, is in `store.schedules`: scopes by
-schedule, `advance`, `insert_runs`.)
+(What a claim writes, for the dispatcher and manual triggers alike, is in `store.schedules` and `store.runs`:
+scopes by schedule, `advance`, `insert_runs`.)
 
 The claim is the one place where instances compete, so it reads as plain SQL:
 
@@ -146,7 +146,7 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
     counts from when it started: its approval for one that awaited it (`started_at`, possibly long after
     it fired, and its write-back under way), else its firing.
 
-    A "rolling" run is not swept, and has no owner (`schedules.owned`): every instance's rollout driver
+    A "rolling" run is not swept, and has no owner (`runs.owned`): every instance's rollout driver
     steps it, so a rollout whose instance died goes on at another's next step (`rollouts.driver`) rather
     than being left stuck; its tasks are the executors', taken over by their own leases.
     """

@@ -20,6 +20,7 @@ from rackflow.domain.rollouts import RackPlace
 from rackflow.domain.schedules import RunState, Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.domain.windows import RackRef
 from rackflow.store import rollouts, schedules, windows
+from rackflow.store import runs as run_history
 from rackflow.store.db import Database
 
 
@@ -50,7 +51,7 @@ async def load(
         live = await rollouts.live_rollouts(conn, rolling)
         places = await rollouts.rack_places(conn, {sc.rack_id for sid in rolling for sc in scopes[sid]})
     approving = [s.id for s in batch if s.approval is not None]
-    awaiting = await schedules.awaiting_runs(conn, approving) if approving else {}
+    awaiting = await run_history.awaiting_runs(conn, approving) if approving else {}
     return Snapshot(tuple(batch), scopes, busy, tuple(found), racks, live, places, awaiting)
 
 
@@ -73,7 +74,7 @@ async def record(
     """Write the plan in one go: every schedule's new timing, one run per firing (`_new_run`), and the
     history of the runs phase 3 will not write back pruned (a rollout's, a skipped one's, a missed one's,
     one awaiting approval). Returns the ids of the runs recorded: a dispatched firing whose
-    slot is recorded already is left out (`schedules.insert_runs`), and must not be fired again."""
+    slot is recorded already is left out (`runs.insert_runs`), and must not be fired again."""
     if not planned:
         return set()
     advances = [
@@ -82,21 +83,21 @@ async def record(
             f.enabled,
             f.next_run_at,
             f.fired_at,
-            schedules.counted_with_run(f.schedule),
-            schedules.since_with_run(f.schedule, f.scheduled_for),
+            run_history.counted_with_run(f.schedule),
+            run_history.since_with_run(f.schedule, f.scheduled_for),
         )
         for f in planned
     ]
     await schedules.advance(conn, advances, planned[0].fired_at)
     runs = [_new_run(f, owner_id) for f in planned]
-    recorded = await schedules.insert_runs(db, conn, runs)
+    recorded = await run_history.insert_runs(db, conn, runs)
     unwritten = [f.schedule for f in planned if f.rolls_out or f.skipped or f.needs_approval or f.missed]
-    await schedules.cap_runs(conn, unwritten)
+    await run_history.cap_runs(conn, unwritten)
     return recorded
 
 
-def _new_run(f: Firing, owner_id: uuid.UUID | None) -> schedules.NewRun:
-    """A plain firing's run "running", owned by the firing instance `owner_id` (`schedules.owned`); a missed
+def _new_run(f: Firing, owner_id: uuid.UUID | None) -> run_history.NewRun:
+    """A plain firing's run "running", owned by the firing instance `owner_id` (`runs.owned`); a missed
     one "missed" with every scope's outcome, its reason and how late; a rollout's "rolling" with its scopes
     in order; "skipped" with the reason; one that needs approval "awaiting_approval" with its plan frozen."""
     if f.missed:
@@ -107,7 +108,7 @@ def _new_run(f: Firing, owner_id: uuid.UUID | None) -> schedules.NewRun:
         state = _state(f)
         outcomes = f.planned_outcomes if f.rolls_out or f.needs_approval else ()
         reason = f.skipped
-    return schedules.NewRun(
+    return run_history.NewRun(
         f.run_id,
         f.schedule.id,
         f.fired_at,

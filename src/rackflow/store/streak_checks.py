@@ -4,7 +4,7 @@ A streak is decided by the schedule's newest counted runs (their states and outc
 statuses of those runs' tasks, and by the schedule's own `enabled`, `pause_after_failed_runs` and
 `failures_counted_until`. Every store write that can change one of those marks the schedule in
 `failing_streak_checks`, in the writer's transaction: a task of a run ending (`tasks.set_status`,
-`task_runs.finish`), a run recorded or changing state (`schedules.insert_runs`, `complete_runs`,
+`task_runs.finish`), a run recorded or changing state (`runs.insert_runs`, `complete_runs`,
 `decide_awaiting`, `rollouts.save_run`, `dispatch.mark_abandoned_runs`), the schedule saved
 (`schedules.save_schedule`). Only enabled schedules that pause after failures are marked.
 
@@ -58,7 +58,7 @@ async def mark_schedules(conn: AsyncConnection, schedule_ids: Collection[uuid.UU
 
 
 async def mark_schedules_of_runs(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> None:
-    """Mark the schedules of these runs: SQLite's write-back (`schedules.complete_runs`). On PostgreSQL
+    """Mark the schedules of these runs: SQLite's write-back (`runs.complete_runs`). On PostgreSQL
     the write-back's UPDATE returns them instead: a look-up of runs by id would plan every partition of
     the runs (`store.run_partitions`)."""
     for chunk in chunked(in_id_order(run_ids)):

@@ -246,11 +246,11 @@ task_schedule = Table(
     # the scope only for pages with a run fired at or before it.
     Column("scope_removed_after", UTCDateTime, nullable=True),
     # How many runs it has, as the run cap counts them (migration 0038): each firing adds its run, and the
-    # cap's look at PRUNE_AT takes off those it deleted (`store.schedules.cap_runs`), so a firing short of
+    # cap's look at PRUNE_AT takes off those it deleted (`store.runs.cap_runs`), so a firing short of
     # it skips the look. NULL: not known (the schedules 0038 found), counted at the next firing.
     Column("run_count", Integer, nullable=True),
     # No later than the slot of any of its runs that has one (migration 0047): the cap's look and every read
-    # of its runs by schedule read the runs' partitions from there on (`store.schedules.prune_runs`,
+    # of its runs by schedule read the runs' partitions from there on (`store.runs.prune_runs`,
     # `in_their_weeks`); set by its first firing, lowered by an earlier slot, raised by the look. NULL: not
     # known (a schedule from before 0047, until its first look), every partition read.
     Column("runs_since", UTCDateTime, nullable=True),
@@ -400,7 +400,7 @@ task_schedule_run = Table(
         "schedule_id",
         "fired_at",
         # On PostgreSQL with each run's slot (migration 0046): the run cap's look, narrowed to the
-        # partitions from the schedule's `runs_since` on, reads the index alone (`schedules.prune_runs`).
+        # partitions from the schedule's `runs_since` on, reads the index alone (`runs.prune_runs`).
         postgresql_include=["scheduled_for"],
     ),
     # --run-retention takes the oldest runs of every schedule first (migration 0010).

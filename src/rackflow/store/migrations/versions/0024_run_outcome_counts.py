@@ -7,7 +7,7 @@ jsonb from TOAST and 200,000 elements) and their 200,000 tasks read from the hea
 issue 29, "The runs grid and a big run's page"). Now:
 
 * `task_schedule_run.outcome_counts` (JSON, `{"<outcome>": [racks without a task, racks with one]}`),
-  written with the outcomes by every store function that writes them (`store.schedules`,
+  written with the outcomes by every store function that writes them (`store.runs`,
   `store.rollouts`), so a run's tally is one small column of its row. Existing runs are counted here from
   their outcomes, in the database (PostgreSQL `jsonb_array_elements`, SQLite `json_each`).
 * `ix_tasks_run_id_status` (run_id, status): a run's tasks by status, counted from the index alone
@@ -29,7 +29,7 @@ applied online"; tests/faults/test_online_migration.py), outside a transaction (
 Each step is safe to run again (IF NOT EXISTS; a chunk counts only runs not yet counted), so a migration
 that gave up waiting for a lock and is tried again (`migrate.MIGRATION_RETRY`) goes on where it was. Runs
 the previous release writes after the column exists, while the upgrade lasts, have no counts: the current
-release counts those from their outcomes when it reads them (`store.schedules.run_tallies`).
+release counts those from their outcomes when it reads them (`store.runs.run_tallies`).
 
 An earlier version of this migration did all three in one transaction (and built the index without
 CONCURRENTLY); a database already past 0024 never runs it again, and both versions leave the same schema

@@ -1,7 +1,7 @@
 """schedules: how many runs each one has, so a firing under the run cap skips the cap's look (issue 29)
 
 Each schedule keeps its newest RUNS_KEPT_PER_SCHEDULE runs (SPEC, "Run history"), and every firing looked
-past them (`store.schedules.prune_runs`) whatever the schedule's history held: a schedule with three runs
+past them (`store.runs.prune_runs`) whatever the schedule's history held: a schedule with three runs
 paid an index walk per firing to learn it had no 101st. That look was about a tenth of PostgreSQL's CPU a
 firing on an empty database (docs/PERFORMANCE.md, "The run cap's look skipped under the cap").
 
@@ -9,7 +9,7 @@ firing on an empty database (docs/PERFORMANCE.md, "The run cap's look skipped un
 (saturating one past the cap), and the cap's look runs only for a schedule whose new run takes it past the
 cap, or whose count is unknown. It is NULL, unknown, for every schedule this migration finds (counting ten
 million runs here would hold the table while a drain goes on): each one's first firing after it counts its
-runs once (`store.schedules.cap_runs`). A schedule created from now on starts at 0. Adding a nullable
+runs once (`store.runs.cap_runs`). A schedule created from now on starts at 0. Adding a nullable
 column without a default changes no row, on either database.
 
 Revision ID: 0038

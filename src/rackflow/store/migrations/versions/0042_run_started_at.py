@@ -4,7 +4,7 @@ The sweep marks a run "interrupted" once it has been "running" longer than STUCK
 from `fired_at`. A run that awaited approval starts only when approved, perhaps hours after it fired: the
 sweep of any instance interrupted it at once, while its approver's instance was still submitting its
 tasks and writing it back. `started_at` is when it left "awaiting_approval" for "running" or "rolling"
-(`store.schedules.decide_awaiting`), and the sweep counts from it, or from `fired_at` for a run that
+(`store.runs.decide_awaiting`), and the sweep counts from it, or from `fired_at` for a run that
 started as it fired (null: every other run, and every run this migration finds).
 
 A nullable column without a default rewrites no row, on either database. A release before it, still

@@ -71,7 +71,7 @@ INDEXES = {
 SLOT = ("uq_task_schedule_run_slot_by_time", "(scheduled_for, schedule_id) WHERE scheduled_for IS NOT NULL")
 # The schedule's index of runs holds each run's slot from this migration on, so that the run cap's look,
 # which PostgreSQL narrows to the partitions from the schedule's `runs_since` on (migration 0047), reads the
-# index alone (`store.schedules.prune_runs`). Built beside the old one on the side connection, swapped in
+# index alone (`store.runs.prune_runs`). Built beside the old one on the side connection, swapped in
 # under the lock; without it the look read every run's row from the table.
 BY_SCHEDULE = "ix_task_schedule_run_schedule_id_fired_at"
 BY_SCHEDULE_BEFORE = "(schedule_id, fired_at)"

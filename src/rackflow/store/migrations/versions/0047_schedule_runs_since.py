@@ -2,7 +2,7 @@
 the partitions that can hold them
 
 On PostgreSQL the runs are partitioned by their slot (migration 0046, `store.run_partitions`), and the run
-cap's look for a schedule's oldest runs (`store.schedules.prune_runs`), ordered by `fired_at`, opened every
+cap's look for a schedule's oldest runs (`store.runs.prune_runs`), ordered by `fired_at`, opened every
 partition, about 30 µs each per schedule looked at. `runs_since` is a slot no later than any of the
 schedule's runs with a slot: the look reads only the partitions from there on, and the DEFAULT one for the
 runs without a slot. A firing lowers it to its slot if that is earlier (it never is: a schedule's slots
