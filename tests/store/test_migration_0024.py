@@ -16,7 +16,7 @@ from sqlalchemy import Connection, insert, inspect, select
 
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, migrate
-from rackflow.store.schedules import _outcome_from_json, outcome_counts_to_json
+from rackflow.store.schedules import outcome_counts_to_json, outcome_from_json
 from rackflow.store.tables import task_schedule, task_schedule_run
 from tests.conftest import database_at, downgrade
 from tests.e2e.cluster import sql
@@ -47,7 +47,7 @@ RUNS: dict[uuid.UUID, list[dict[str, Any]]] = {
 }
 # Each run's counts as the code counts its outcomes: what 0024 must store.
 EXPECTED_COUNTS = {
-    run_id: outcome_counts_to_json([_outcome_from_json(o) for o in outcomes])
+    run_id: outcome_counts_to_json([outcome_from_json(o) for o in outcomes])
     for run_id, outcomes in RUNS.items()
 }
 

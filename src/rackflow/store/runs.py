@@ -75,11 +75,11 @@ from rackflow.store.paging import Key, after_key, count_capped, up_to_key
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.schedules import (
     Tally,
-    _micros_to,
-    _outcome_from_json,
-    _rollout_to,
+    micros_to,
     outcome_counts_to_json,
+    outcome_from_json,
     outcomes_to_json,
+    rollout_to,
     run_from_row,
     tally_from_json,
 )
@@ -159,10 +159,10 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
                 "outcomes": outcomes_to_json(r.outcomes),
                 "outcome_counts": outcome_counts_to_json(r.outcomes),
                 "owner_id": owned(r.state, r.owner_id),
-                "rollout": _rollout_to(r.rollout),
+                "rollout": rollout_to(r.rollout),
                 "reason": r.reason,
                 **_approval_columns(r.state, r.approval),
-                "late_by_us": _micros_to(r.late_by),
+                "late_by_us": micros_to(r.late_by),
             }
             for r in runs
         ],
@@ -329,7 +329,7 @@ async def _complete_settled(
             conn, chunk, stmt, lambda s: for_update(conn.dialect.name, s.order_by(run.id))
         )
         merged = {
-            row.id: kept_settled(outcomes_by_run[row.id], [_outcome_from_json(o) for o in row.outcomes])
+            row.id: kept_settled(outcomes_by_run[row.id], [outcome_from_json(o) for o in row.outcomes])
             for row in stored
             if any(o.get("task_id") for o in row.outcomes) or (written is not None and row.id not in written)
         }
@@ -830,7 +830,7 @@ async def outcomes_with_tasks(
         )
         for row in await conn.execute(stmt):
             status = TaskStatus(row.status) if row.status is not None else None
-            outcome = _outcome_from_json(_json_object(row.value))
+            outcome = outcome_from_json(_json_object(row.value))
             found[row.id].append(OutcomeTask(outcome, status, row.held_by, row.held_reason))
     return found
 
@@ -866,7 +866,7 @@ async def run_rack_page(
         .limit(limit)
     )
     rows = (await conn.execute(stmt)).all()
-    return [(_outcome_from_json(_json_object(row.outcome)), row.name) for row in rows]
+    return [(outcome_from_json(_json_object(row.outcome)), row.name) for row in rows]
 
 
 def _json_object(value: Any) -> dict[str, Any]:
@@ -916,7 +916,7 @@ async def run_tallies(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> 
     for chunk in chunked(uncounted):
         stmt = select(run.id, run.outcomes).where(run.id.in_(chunk))
         for row in await run_partitions.read_runs(conn, chunk, stmt):
-            outcomes = [_outcome_from_json(o) for o in row.outcomes]
+            outcomes = [outcome_from_json(o) for o in row.outcomes]
             found[row.id] = tally_from_json(outcome_counts_to_json(outcomes))
     return found
 
@@ -1085,7 +1085,7 @@ async def _cells_from_outcomes(
     found: list[tuple[uuid.UUID, ShownOutcome]] = []
     gone: set[uuid.UUID] = set()
     for run_id, value, has_left in (await conn.execute(stmt)).all():
-        outcome = _outcome_from_json(_json_object(value))
+        outcome = outcome_from_json(_json_object(value))
         found.append((run_id, ShownOutcome(outcome.rack_id, outcome.outcome, outcome.task_id, outcome.error)))
         if has_left:
             gone.add(outcome.rack_id)

@@ -156,13 +156,13 @@ def _micros_from(micros: int | None) -> timedelta | None:
     return timedelta(microseconds=micros) if micros is not None else None
 
 
-def _micros_to(value: timedelta | None) -> int | None:
+def micros_to(value: timedelta | None) -> int | None:
     return value // timedelta(microseconds=1) if value is not None else None
 
 
 def _safety_columns(schedule: Schedule) -> dict[str, object]:
     return {
-        "start_deadline_us": _micros_to(schedule.start_deadline),
+        "start_deadline_us": micros_to(schedule.start_deadline),
         "pause_after_failed_runs": schedule.pause_after_failed_runs,
         "failures_counted_until": schedule.failures_counted_until,
     }
@@ -172,7 +172,7 @@ def _rollout_from(data: dict[str, Any] | None) -> RolloutPolicy | None:
     return RolloutPolicy.from_json(data) if data is not None else None
 
 
-def _rollout_to(policy: RolloutPolicy | None) -> dict[str, Any] | None:
+def rollout_to(policy: RolloutPolicy | None) -> dict[str, Any] | None:
     return policy.to_json() if policy is not None else None
 
 
@@ -208,7 +208,7 @@ def _outcome_to_json(outcome: ScopeOutcome) -> dict[str, object]:
     return data
 
 
-def _outcome_from_json(data: dict[str, Any]) -> ScopeOutcome:
+def outcome_from_json(data: dict[str, Any]) -> ScopeOutcome:
     return ScopeOutcome(
         scope_id=uuid.UUID(data["scope_id"]),
         rack_id=uuid.UUID(data["rack_id"]),
@@ -256,7 +256,7 @@ def run_from_row(row: Row[Any]) -> Run:
         fired_at=row.fired_at,
         trigger=cast(Trigger, row.trigger),
         state=cast(RunState, row.state),
-        outcomes=tuple(_outcome_from_json(item) for item in getattr(row, "outcomes", ()) or ()),
+        outcomes=tuple(outcome_from_json(item) for item in getattr(row, "outcomes", ()) or ()),
         rollout=_rollout_from(row.rollout),
         reason=row.reason,
         failures_excused=row.failures_excused,
@@ -292,7 +292,7 @@ async def insert_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
         **_pause_columns(schedule.pause),
-        "rollout": _rollout_to(schedule.rollout),
+        "rollout": rollout_to(schedule.rollout),
         "approval": schedule.approval.to_json() if schedule.approval is not None else None,
         "last_edited_by": schedule.last_edited_by,
         **_safety_columns(schedule),
@@ -321,7 +321,7 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         "last_run_at": schedule.last_run_at,
         "updated_at": schedule.updated_at,
         **_pause_columns(schedule.pause),
-        "rollout": _rollout_to(schedule.rollout),
+        "rollout": rollout_to(schedule.rollout),
         "approval": schedule.approval.to_json() if schedule.approval is not None else None,
         "last_edited_by": schedule.last_edited_by,
         **_safety_columns(schedule),
@@ -1045,7 +1045,7 @@ async def start_deadlines(conn: AsyncConnection, run_ids: Collection[uuid.UUID])
         )
         for row in await run_partitions.read_runs(conn, chunk, stmt):  # in the runs' partitions
             found.slots[row.id] = (row.scheduled_for, _micros_from(row.start_deadline_us))
-            for outcome in map(_outcome_from_json, row.outcomes):
+            for outcome in map(outcome_from_json, row.outcomes):
                 if outcome.task_id is not None:
                     found.recorded[outcome.task_id] = outcome.start_by
     return found
