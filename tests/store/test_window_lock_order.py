@@ -22,17 +22,20 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from rackflow.domain.tasks import Hold, TaskStatus
-from rackflow.domain.windows import OneOff, WindowKind
+from rackflow.domain.windows import MaintenanceWindow, OneOff, WindowKind
+from rackflow.errors import NotFound
+from rackflow.store import inventory as inventory_store
+from rackflow.store import rollouts as run_store
 from rackflow.store import task_runs
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
-from rackflow.store.tables import tasks
-from rackflow.store.tasks import hold_values
+from rackflow.store.tables import task_schedule_run, tasks
+from rackflow.store.tasks import hold_values, set_status
 from rackflow.tasks.gates import consult
-from rackflow.windows.service import WHEN_PATH, WindowInput
+from rackflow.windows.service import RACKS_PATH, WHEN_PATH, Ref, WindowInput
 from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_approvals import caller
@@ -225,5 +228,139 @@ async def test_a_window_edit_locks_its_turn_runs_racks_window_then_tasks_skippin
         assert all("FOR NO KEY UPDATE" in s.upper() for kind, s in locks if kind == "racks")
         assert (await get(env, deferred.id)).held_by == "rollout"
         assert (await get(env, frozen)).not_before is None
+    finally:
+        await db.dispose()
+
+
+class PausedHoldingTheRack:
+    """The first DeleteRack pauses once it holds its rack (`FOR UPDATE`, and the runs it will write before
+    it), its transaction open and nothing of it written, until `go` is set: it has just asked whether the
+    rack has active tasks (`store.inventory.has_active_tasks`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paused = asyncio.Event()
+        self.go = asyncio.Event()
+        has_active_tasks = inventory_store.has_active_tasks
+
+        async def pausing(*args: Any, **kwargs: Any) -> bool:
+            found = await has_active_tasks(*args, **kwargs)
+            if not self.paused.is_set():
+                self.paused.set()
+                await self.go.wait()
+            return found
+
+        monkeypatch.setattr(inventory_store, "has_active_tasks", pausing)
+
+
+async def name_r0_and_r1(env: Env, r0: uuid.UUID, r1: uuid.UUID) -> MaintenanceWindow:
+    """ "nightly" (which names r1, whose task of the halted rollout waits for its opening) names r0 too."""
+    window_id = await env.services.windows.id_by_name("nightly")
+    return await env.services.windows.update(window_id, [RACKS_PATH], WindowInput(racks=(Ref(r0), Ref(r1))))
+
+
+async def test_delete_rack_beside_a_window_edit_naming_that_rack(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r0's task of the run ended (failed) and r1's waits for "nightly"'s opening; r0 is deleted while
+    "nightly" is edited to name r0 too. DeleteRack writes the run's row (its kept counts are not read
+    again: `kept_counts.mark_deleted`); the edit locks that run (it decides r1's task), then r0 (named).
+    DeleteRack takes its rack first here: had it locked the run only after its rack, each would wait for
+    the other and PostgreSQL would abort one as a deadlock. It locks the run first, so the edit waits for
+    it, then links the window to r1 alone: as if it had come first and the deletion taken r0's link."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        _, run_id, deferred = await halted_with_a_deferred_rack(env)
+        r0 = (await env.services.inventory.get_rack_by_name("r0")).id
+        pause = PausedHoldingTheRack(monkeypatch)
+        deletion = asyncio.ensure_future(env.services.inventory.delete_rack(r0))
+        async with asyncio.timeout(60):
+            await pause.paused.wait()
+        edit = asyncio.ensure_future(name_r0_and_r1(env, r0, deferred.rack_id))
+        await done_or_waiting_on_a_lock(env, edit)
+        assert not edit.done()  # it waits for the run's row
+        pause.go.set()
+        await asyncio.wait_for(deletion, 60)
+        edited = await asyncio.wait_for(edit, 60)
+
+        assert {rack_id for rack_id, _ in edited.racks} == {r0, deferred.rack_id}
+        with pytest.raises(NotFound):
+            await env.services.inventory.get_rack(r0)
+        nightly = await env.services.windows.get(edited.id)
+        assert [rack_id for rack_id, _ in nightly.racks] == [deferred.rack_id]
+        assert (await get(env, deferred.id)) == deferred  # still waits for "nightly"'s opening
+        async with env.db.read() as conn:
+            marked = select(task_schedule_run.c.tasks_deleted).where(task_schedule_run.c.id == run_id)
+            assert (await conn.execute(marked)).scalar_one() is True
+    finally:
+        await db.dispose()
+
+
+async def test_a_window_edit_naming_a_rack_beside_its_delete_rack(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other way round: the edit naming r0 holds the run and r0 (its window written) when DeleteRack
+    starts; DeleteRack waits for it, then deletes r0, and the window with it loses r0."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        _, _, deferred = await halted_with_a_deferred_rack(env)
+        r0 = (await env.services.inventory.get_rack_by_name("r0")).id
+        pause = PausedAfterTheWindowsWrite(monkeypatch)
+        edit = asyncio.ensure_future(name_r0_and_r1(env, r0, deferred.rack_id))
+        async with asyncio.timeout(60):
+            await pause.paused.wait()
+        deletion = asyncio.ensure_future(env.services.inventory.delete_rack(r0))
+        await done_or_waiting_on_a_lock(env, deletion)
+        pause.go.set()
+        edited = await asyncio.wait_for(edit, 60)
+        await asyncio.wait_for(deletion, 60)
+
+        assert {rack_id for rack_id, _ in edited.racks} == {r0, deferred.rack_id}
+        nightly = await env.services.windows.get(edited.id)
+        assert [rack_id for rack_id, _ in nightly.racks] == [deferred.rack_id]
+        with pytest.raises(NotFound):
+            await env.services.inventory.get_rack(r0)
+    finally:
+        await db.dispose()
+
+
+async def test_delete_rack_tries_again_when_a_task_ran_on_it_before_its_lock(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between DeleteRack's read of its tasks' runs (and their locks) and its lock of the rack, r0 gets a
+    task of another run (here: its ended task is made one of "plain"'s run, as a task submitted and ended
+    meanwhile would be). That run's row is not locked, and DeleteRack, holding the rack, must not wait for
+    it: it rolls back and tries again, locking that run first, and deletes the rack."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        r0, r9 = await env.rack("r0"), await env.rack("r9")
+        [ended] = await env.services.schedules.trigger((await env.schedule("on r0", racks=[r0])).id)
+        its_run = (await get(env, ended)).run_id
+        async with env.db.transaction() as conn:
+            await set_status(conn, [ended], TaskStatus.COMPLETED, now=env.clock.now())
+        [other_task] = await env.services.schedules.trigger((await env.schedule("plain", racks=[r9])).id)
+        other_run = (await get(env, other_task)).run_id
+        locked: list[set[uuid.UUID]] = []
+        lock_runs = run_store.lock_runs
+
+        async def meanwhile(conn: Any, run_ids: Any) -> Any:
+            found = await lock_runs(conn, run_ids)
+            locked.append(set(run_ids))
+            if len(locked) == 1:
+                async with env.db.transaction() as other:
+                    await other.execute(update(tasks).where(tasks.c.id == ended).values(run_id=other_run))
+            return found
+
+        monkeypatch.setattr(run_store, "lock_runs", meanwhile)
+        await asyncio.wait_for(env.services.inventory.delete_rack(r0.id), 60)
+
+        assert locked == [{its_run}, {other_run}]
+        with pytest.raises(NotFound):
+            await env.services.inventory.get_rack(r0.id)
+        async with env.db.read() as conn:
+            marked = select(task_schedule_run.c.tasks_deleted).where(task_schedule_run.c.id == other_run)
+            assert (await conn.execute(marked)).scalar_one() is True
     finally:
         await db.dispose()

@@ -24,15 +24,25 @@ from rackflow.domain.inventory import (
     Rack,
 )
 from rackflow.domain.schedules import ScopeChange
-from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from rackflow.inventory.bmc import check_bmc
 from rackflow.inventory.scope_removal import drop_component_from_scopes
+from rackflow.retry import Retry, retrying
 from rackflow.store import inventory as store
+from rackflow.store import rollouts as run_store
 from rackflow.store import scope_removals
 from rackflow.store.db import Database
 from rackflow.validation import check_name, check_text
 
 log = logging.getLogger(__name__)
+
+# DeleteRack tried again after a task ran on the rack meanwhile (`_RanMeanwhile`): at once, a few times.
+_RAN_MEANWHILE_RETRY = Retry.every(0.0, attempts=3)
+
+
+class _RanMeanwhile(Unavailable):
+    """A task ran on the rack between DeleteRack's read of its tasks' runs and its lock of the rack, so
+    the run of that task is not locked yet (`InventoryService.delete_rack`)."""
 
 
 def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[ComponentSpec]:
@@ -156,12 +166,31 @@ class InventoryService:
 
     async def delete_rack(self, rack_id: uuid.UUID) -> None:
         """Delete a rack with its components, past tasks and schedule scopes; refused while it has work.
-        The scope entries it removed are logged and told to the call's audit event (`_tell`)."""
+        The scope entries it removed are logged and told to the call's audit event (`_tell`).
+
+        Lock order (atop `rackflow.tasks.executor`): its schedules' rows, then the rows of the runs it
+        writes (its tasks' runs, whose kept counts it marks), then the rack's (`FOR UPDATE`). A window's
+        change naming the rack locks a run, then the rack: had DeleteRack locked its rack before the runs,
+        each would wait for the other (tests/store/test_window_lock_order.py). A task that ran on the rack
+        between the read of the runs and the rack's lock (submitted and ended meanwhile) has a run not yet
+        locked: rather than wait for that row while it holds the rack, the transaction is rolled back and
+        tried again, which reads that run before the rack's lock (`_RanMeanwhile`)."""
+        scope_changes = await retrying(
+            lambda: self._delete_rack(rack_id),
+            _RAN_MEANWHILE_RETRY,
+            what=f"deleting rack {rack_id}",
+            retry_if=lambda exc: isinstance(exc, _RanMeanwhile),
+        )
+        _tell(f"rack {rack_id} deleted", scope_changes)
+
+    async def _delete_rack(self, rack_id: uuid.UUID) -> list[ScopeChange]:
         async with self.db.transaction() as conn:
             # Its scope entries go with it: their schedules are stamped first, their rows locked before the
             # rack's, the order the scope RPCs take them in (`scope_removals`; the store stamps again, once
             # it holds the rack, any entry added meanwhile).
             await scope_removals.stamp_racks(conn, [rack_id])
+            runs = await store.runs_of_tasks_on(conn, rack_id)
+            await run_store.lock_runs(conn, runs)
             # The row lock makes a concurrent task submission for this rack wait, then fail its FK check.
             if not await store.racks_for_update(self.db, conn, [rack_id]):
                 raise NotFound(f"id: no rack with id {rack_id}")
@@ -169,8 +198,9 @@ class InventoryService:
                 raise FailedPrecondition(
                     f"id: rack {rack_id} has waiting, pending or running tasks; cancel them or let them end"
                 )
-            scope_changes = await store.delete_rack(conn, rack_id)
-        _tell(f"rack {rack_id} deleted", scope_changes)
+            if not await store.runs_of_tasks_on(conn, rack_id) <= runs:
+                raise _RanMeanwhile(f"id: a task ran on rack {rack_id} while it was being deleted; try again")
+            return await store.delete_rack(conn, rack_id)
 
     # --- components ------------------------------------------------------------------------------
 

@@ -236,15 +236,22 @@ async def active_task_component_ids(conn: AsyncConnection, rack_id: uuid.UUID) -
     return {row.id: {str(c) for c in row.component_ids} for row in await conn.execute(stmt)}
 
 
+async def runs_of_tasks_on(conn: AsyncConnection, rack_id: uuid.UUID) -> set[uuid.UUID]:
+    """The runs of the rack's tasks: the run rows `delete_rack` writes (their kept counts are not read
+    again: `kept_counts.mark_deleted`)."""
+    stmt = select(tasks.c.run_id).distinct().where(tasks.c.rack_id == rack_id, tasks.c.run_id.is_not(None))
+    return set((await conn.execute(stmt)).scalars())
+
+
 async def delete_rack(conn: AsyncConnection, rack_id: uuid.UUID) -> list[ScopeChange]:
     """Delete the rack; its components and finished tasks go with it (ON DELETE CASCADE), and so do its
     schedule scope entries, deleted first (their schedules stamped before, `scope_removals.stamp_racks`)
     so that what went is known: they are returned. The caller holds the rack, so no scope entry can be
-    added for it meanwhile (its insert waits for the rack's key lock)."""
+    added for it meanwhile (its insert waits for the rack's key lock), and the rows of its tasks' runs,
+    locked before the rack (`runs_of_tasks_on`: the lock order atop `rackflow.tasks.executor`)."""
     await scope_removals.stamp_racks(conn, [rack_id])
     # Its tasks go too: their runs' kept counts are not read again (`kept_counts`).
-    runs_of = select(tasks.c.run_id).distinct().where(tasks.c.rack_id == rack_id, tasks.c.run_id.is_not(None))
-    await kept_counts.mark_deleted(conn, list((await conn.execute(runs_of)).scalars()))
+    await kept_counts.mark_deleted(conn, await runs_of_tasks_on(conn, rack_id))
     removed = await _delete_scopes_of(conn, rack_id)
     await conn.execute(delete(racks).where(racks.c.id == rack_id))
     return removed

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy import Row, Uuid, delete, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.tasks import OperationKind
@@ -141,12 +141,20 @@ async def name_taken(conn: AsyncConnection, name: str, *, other_than: uuid.UUID 
 
 
 async def _link(conn: AsyncConnection, window: MaintenanceWindow) -> None:
-    for link, column, pairs in (
-        (maintenance_window_racks, "rack_id", window.racks),
-        (maintenance_window_domains, "domain_id", window.domains),
-    ):
-        if pairs:
-            await conn.execute(insert(link), [{"window_id": window.id, column: i} for i, _ in pairs])
+    """Write the window's links to its racks and domains. Only the racks that still exist are linked: the
+    caller holds those (`store.tasks.lock_racks`, before the write), and one DeleteRack deleted since the
+    request named it is left out, as the deletion would have taken its link had it come after the write
+    (its foreign key would refuse it)."""
+    if window.racks:
+        named = select(literal(window.id, Uuid()), racks.c.id).where(
+            racks.c.id.in_([i for i, _ in window.racks])
+        )
+        await conn.execute(insert(maintenance_window_racks).from_select(["window_id", "rack_id"], named))
+    if window.domains:
+        await conn.execute(
+            insert(maintenance_window_domains),
+            [{"window_id": window.id, "domain_id": i} for i, _ in window.domains],
+        )
 
 
 async def insert_window(conn: AsyncConnection, window: MaintenanceWindow) -> None:

@@ -34,7 +34,8 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   count is this process's own, a bound on work, not a guarantee.
 * Lock order: a run's row, then racks', then tasks'. Whatever waits for a row lock waits in that order (a
   window's change: runs, racks, then task rows skipping held ones, `tasks.deferrals`; a rollout's cancel
-  likewise; its step: the run, then the racks it submits to; CancelTask: its task's rack, then the task). A
+  likewise; its step: the run, then the racks it submits to; CancelTask: its task's rack, then the task;
+  DeleteRack: the runs of its tasks, whose rows it writes, then its rack, `InventoryService.delete_rack`). A
   journal round locks the racks of the tasks it ends (`FOR NO KEY UPDATE`, in id order, as every change to
   which tasks of a rack may run: a submit, CancelTask, a promotion; `store.tasks.lock_racks`), writes its own
   running tasks' rows, claims (`FOR UPDATE SKIP LOCKED`), and then its start gates lock what they decide by:
