@@ -88,5 +88,5 @@ class Services:
             budgets=BudgetService(db, clock),
             notifications=NotificationService(db, clock),
             checks=checks,
-            gates=(FreezeGate(), BudgetGate(db), checks.gate, RolloutGate(db)),
+            gates=(FreezeGate(db), BudgetGate(db), checks.gate, RolloutGate(db)),
         )

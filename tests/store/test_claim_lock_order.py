@@ -172,17 +172,22 @@ async def test_cancel_task_beside_the_round_that_claims_the_task(
 
 
 async def rollout_with_a_freeze_held_rack(env: Env) -> tuple[uuid.UUID, Task]:
-    """`deferred_in_a_rollout` (r1's task waits for "nightly", which names r1), r0's task held by a freeze
-    until ten seconds from now (its rollout gate will lock the run at the claim that takes it): r0's task,
-    and r1's."""
+    """`deferred_in_a_rollout` (r1's task waits for "nightly", which names r1), r0's task held by the freeze
+    "short" until its end, ten seconds from now, as the freeze gate holds it (its rollout gate will lock
+    the run at the claim that takes it): r0's task, and r1's."""
     schedule, _, deferred = await deferred_in_a_rollout(env)
-    [r0_task] = [
-        o.task_id
+    [(r0_task, r0)] = [
+        (o.task_id, o.rack_id)
         for o in (await rollout_run(env, schedule)).run.outcomes
         if o.task_id is not None and o.task_id != deferred.id
     ]
+    ends = env.clock.now() + timedelta(seconds=10)
+    short = OneOff(env.clock.now() - timedelta(hours=1), ends)
+    await env.services.windows.create(
+        WindowInput(name="short", kind=WindowKind.FREEZE, when=short, racks=(Ref(r0),))
+    )
     async with env.db.transaction() as conn:
-        hold = Hold(env.clock.now() + timedelta(seconds=10), "waits for freeze 'short' to end")
+        hold = Hold(ends, f"waits for freeze 'short' to end at {ends.isoformat()}")
         held = update(tasks).where(tasks.c.id == r0_task)
         await conn.execute(held.values(hold_values("freeze", hold, env.clock.now())))
     return r0_task, deferred

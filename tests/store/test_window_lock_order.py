@@ -35,10 +35,13 @@ from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule_run, tasks
 from rackflow.store.tasks import hold_values, set_status
 from rackflow.tasks.gates import consult
+from rackflow.windows import service as window_service
+from rackflow.windows.gate import FreezeGate
 from rackflow.windows.service import RACKS_PATH, WHEN_PATH, Ref, WindowInput
 from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_approvals import caller
+from tests.store.test_executor import eventually
 from tests.store.test_rollout_halt_gate import OWNER
 from tests.store.test_rollout_lock_order import done_or_waiting_on_a_lock, open_claim_then_gate
 from tests.store.test_rollouts import _run as rollout_run
@@ -362,5 +365,61 @@ async def test_delete_rack_tries_again_when_a_task_ran_on_it_before_its_lock(
         async with env.db.read() as conn:
             marked = select(task_schedule_run.c.tasks_deleted).where(task_schedule_run.c.id == other_run)
             assert (await conn.execute(marked)).scalar_one() is True
+    finally:
+        await db.dispose()
+
+
+async def test_a_freeze_hold_a_claim_wrote_beside_the_freeze_s_deletion_that_died_is_let_go_by_a_look_again(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but the deletion's process dies once it committed, before it lets go of the hold the
+    claim wrote (the claim still holds the row). An executor's look again, which had read the freezes
+    before, sees "late" gone while the claim is still open, and finds nothing held past now; once that
+    claim (a write transaction under way when it looked) has committed, it looks again and lets go of
+    the task, held by a freeze that is no more."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        r1 = await env.rack("r1")
+        late = OneOff(env.clock.now() - timedelta(hours=1), env.clock.now() + timedelta(days=1))
+        await env.services.windows.create(WindowInput(name="late", kind=WindowKind.FREEZE, when=late))
+        [task_id] = await env.services.schedules.trigger((await env.schedule("plain", racks=[r1])).id)
+        await hold_by_a_freeze_that_ran_out(env, task_id)
+        look = FreezeGate(env.db)  # another instance's executor's
+        assert await look.look_again(env.clock.now()) == 0
+
+        async def dies(*_: object) -> None:
+            raise RuntimeError("the process died after the deletion committed")
+
+        monkeypatch.setattr(window_service, "let_go_of_freezes", dies)
+        async with env.db.transaction() as conn:
+            claimed = await task_runs.claim(
+                env.db,
+                conn,
+                owner_id=OWNER,
+                lease_ttl=timedelta(seconds=30),
+                running_here=(),
+                now=env.clock.now(),
+                limit=10,
+            )
+            assert [task.id for task, _ in claimed] == [task_id]
+            gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
+            assert gated.claimed == []  # held again until "late" ends, as the claim read the windows
+            with pytest.raises(RuntimeError, match="died"):
+                await env.services.windows.delete(await env.services.windows.id_by_name("late"))
+            assert await look.look_again(env.clock.now()) == 0  # the claim's hold is not committed
+            assert await look.look_again(env.clock.now()) == 0  # nor is it yet: it waits for the claim
+        assert (await get(env, task_id)).not_before == late.end  # held by a freeze that is gone
+
+        async def let_go() -> bool:
+            return await look.look_again(env.clock.now()) == 1
+
+        await eventually(let_go)
+        let_go_of = await get(env, task_id)
+        assert (let_go_of.status, let_go_of.held_by, let_go_of.not_before) == (
+            TaskStatus.PENDING,
+            "freeze",
+            None,
+        )
     finally:
         await db.dispose()

@@ -1,20 +1,24 @@
 """The freeze gate at task start, with the real executor on both databases: a manual task waits for the
 freeze to end, the override starts it anyway, a running task is not interrupted, and changing the freeze
-lets its tasks go."""
+lets its tasks go; a hold a change could not let go of is let go by the executors' look again."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+from sqlalchemy import update
 
 from rackflow.clock import SystemClock
-from rackflow.domain.inventory import RackSelection
-from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
+from rackflow.domain.inventory import ComponentSpec, ComponentType, RackSelection
+from rackflow.domain.tasks import Hold, Operation, OperationKind, QueueOptions, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.services import Services
 from rackflow.store import task_runs
 from rackflow.store.db import Database
+from rackflow.store.tables import tasks
+from rackflow.store.tasks import hold_values
 from rackflow.tasks.gates import consult
 from rackflow.windows.gate import FreezeGate
 from rackflow.windows.service import WindowInput
@@ -127,7 +131,74 @@ async def test_a_running_task_is_not_held(db: Database) -> None:
         )
         assert [(t.id, attempt) for t, attempt in claimed] == [(task.id, 1)]
         taken_over = [(t, 2) for t, _ in claimed]
-        gates = [FreezeGate()]
+        gates = [FreezeGate(db)]
         assert (await consult(gates, conn, taken_over, owner_id=owner, now=CLOCK.now())).claimed == taken_over
         assert (await consult(gates, conn, claimed, owner_id=owner, now=CLOCK.now())).claimed == []
     assert (await get(db, task)).status is TaskStatus.PENDING
+
+
+async def hold_as_a_stale_claim(db: Database, task: Task, until: datetime) -> None:
+    """Hold the task by the freeze until `until`, as a claim that read the freezes before a change may
+    have: what is left when the change skipped its row (the claim held it) and did not live to let go of
+    it once it committed."""
+    hold = Hold(until, f"waits for freeze 'launch-week' to end at {until.isoformat()}")
+    async with db.transaction() as conn:
+        held_row = update(tasks).where(tasks.c.id == task.id)
+        await conn.execute(held_row.values(hold_values(FreezeGate.name, hold, CLOCK.now())))
+
+
+async def rack_named(services: Services, name: str) -> uuid.UUID:
+    return (
+        await services.inventory.create_rack(name, components=[ComponentSpec(ComponentType.COMPUTE, "c")])
+    ).id
+
+
+async def test_a_look_again_lets_go_of_the_holds_the_freezes_would_end_sooner(db: Database) -> None:
+    """ "launch-week" ends in an hour. A task held five hours by it (its claim read it longer) is let go;
+    one held to its end stays held, and so does one held less (its claim read it shorter: at the end of
+    that hold it is claimed, and held again to the end)."""
+    services = Services.build(db, CLOCK)
+    window = await services.windows.get(await freeze(services, hours=1))
+    assert isinstance(window.when, OneOff)
+    outlasting, to_its_end, shorter = [await submit(services, await rack_named(services, n)) for n in "abc"]
+    sooner = CLOCK.now() + timedelta(minutes=30)
+    await hold_as_a_stale_claim(db, outlasting, CLOCK.now() + timedelta(hours=5))
+    await hold_as_a_stale_claim(db, to_its_end, window.when.end)
+    await hold_as_a_stale_claim(db, shorter, sooner)
+
+    assert await FreezeGate(db).look_again(CLOCK.now()) == 1
+
+    let_go = await get(db, outlasting)
+    assert (let_go.status, let_go.held_by, let_go.not_before) == (TaskStatus.PENDING, "freeze", None)
+    assert (await get(db, to_its_end)).not_before == window.when.end
+    assert (await get(db, shorter)).not_before == sooner
+
+
+async def test_a_look_again_after_a_change_lets_go_of_what_the_change_left_held(db: Database) -> None:
+    """A gate that looked before "launch-week" was shortened lets go, at its next look after, of a hold
+    the change left (its let-go after commit did not run)."""
+    services = Services.build(db, CLOCK)
+    window_id = await freeze(services, hours=5)
+    task = await submit(services, await rack_named(services, "a"))
+    gate = FreezeGate(db)
+    assert await gate.look_again(CLOCK.now()) == 0  # its process's first look: nothing held
+    now = CLOCK.now()
+    await services.windows.update(
+        window_id, ["window.when"], WindowInput(when=OneOff(now - timedelta(hours=1), now))
+    )
+    await hold_as_a_stale_claim(db, task, now + timedelta(hours=5))
+
+    assert await gate.look_again(CLOCK.now()) == 1
+    assert (await get(db, task)).not_before is None
+
+
+async def test_the_executor_looks_again_and_starts_a_task_a_deleted_freeze_left_held(db: Database) -> None:
+    """A task held by a freeze that is gone (its deletion skipped the row and never let go of it): the
+    executor's look again, at its dead-hold cadence, lets it go, and the task runs."""
+    services = Services.build(db, CLOCK)
+    await services.windows.delete(await freeze(services, hours=5))
+    task = await submit(services, await rack_named(services, "a"))
+    await hold_as_a_stale_claim(db, task, CLOCK.now() + timedelta(hours=5))
+    async with executing(db):
+        done = await finished(db, task)
+    assert done.status is TaskStatus.COMPLETED

@@ -247,6 +247,14 @@ class Database:
         """The clock that decides what is due: the database's on PostgreSQL, this process's on SQLite."""
         return await dialects.database_now(self.dialect, conn, self.clock)
 
+    async def writers_under_way(self, conn: AsyncConnection) -> frozenset[str] | None:
+        """The write transactions under way on this database (`dialects.writers_under_way`)."""
+        return await dialects.writers_under_way(conn)
+
+    async def writers_ended(self, conn: AsyncConnection, writers: frozenset[str] | None) -> bool:
+        """Whether those write transactions have all ended (`dialects.writers_ended`)."""
+        return await dialects.writers_ended(conn, writers)
+
     def skip_locked(self, stmt: _S) -> _S:
         """Claim rows no other transaction holds (`dialects.skip_locked`)."""
         return dialects.skip_locked(self.dialect, stmt)

@@ -253,6 +253,33 @@ async def take_turns(conn: AsyncConnection, key: int) -> None:
         await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
 
 
+async def writers_under_way(conn: AsyncConnection) -> frozenset[str] | None:
+    """The write transactions under way on the caller's database, for `writers_ended` (None: none): on
+    PostgreSQL the transaction ids of its sessions (a transaction has one from its first write; any role
+    sees them), those of other databases left out. None on SQLite, whose one writer runs write
+    transactions one after another: none reads what another changes and commits after it."""
+    if conn.dialect.name != POSTGRESQL:
+        return None
+    found = frozenset((await conn.execute(text(_WRITERS))).scalars())
+    return found or None
+
+
+async def writers_ended(conn: AsyncConnection, writers: frozenset[str] | None) -> bool:
+    """Whether every write transaction of `writers` (`writers_under_way`) has ended, committed or not."""
+    if writers is None:
+        return True
+    still = text(f"{_WRITERS} AND backend_xid::text = ANY(:writers)")
+    return (await conn.execute(still, {"writers": sorted(writers)})).first() is None
+
+
+# The ids of the transactions of this database's sessions, as text (PostgreSQL's `xid` type has no
+# comparison with a number).
+_WRITERS = (
+    "SELECT backend_xid::text FROM pg_stat_activity"
+    " WHERE datname = current_database() AND backend_xid IS NOT NULL"
+)
+
+
 @contextmanager
 def migrations_locked(conn: Connection) -> Iterator[None]:
     """Migrations from several instances at once run one after another: on PostgreSQL they take turns on

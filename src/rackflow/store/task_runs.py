@@ -24,6 +24,8 @@ from rackflow.domain.tasks import (
     ComponentChange,
     Fail,
     Hold,
+    InLine,
+    OperationKind,
     StepRecord,
     Task,
     TaskAttempt,
@@ -457,13 +459,26 @@ async def release_held(
     await conn.execute(update(tasks).where(*held).values(not_before=None))
 
 
+async def held_past(conn: AsyncConnection, gate: str, now: datetime) -> list[tuple[InLine, datetime]]:
+    """The tasks `gate` holds past `now`, each as the gates' looks read a task (`InLine`) with its hold's
+    end: what a gate asks again whether it still holds them so long (`rackflow.tasks.gates.LooksAgain`)."""
+    stmt = select(
+        tasks.c.id, tasks.c.rack_id, tasks.c.operation, tasks.c.ignore_windows, tasks.c.not_before
+    ).where(*_held_by(gate), tasks.c.not_before > now)
+    return [
+        (InLine(row.id, row.rack_id, OperationKind(row.operation), row.ignore_windows), row.not_before)
+        for row in await conn.execute(stmt)
+    ]
+
+
 async def release_unclaimed(conn: AsyncConnection, gate: str) -> list[uuid.UUID]:
     """`release_held` for a writer that must not wait for a task's row (it holds rows a claim may wait
     for: a window's change holds runs and racks, `rackflow.tasks.deferrals`): the rows another transaction
     holds are skipped (`unclaimed`); the ids of the tasks `gate` still holds, those it skipped (a claim's:
     its gate may hold the task again from what it read before the caller committed). The caller lets each
     go once it committed (`release_held` with `task_id`, a transaction of its own that holds nothing else
-    while it waits for that row). SQLite's one writer skips nothing."""
+    while it waits for that row), and the executors' look again if it does not live to
+    (`rackflow.windows.gate`). SQLite's one writer skips nothing."""
     held = _held_by(gate)
     await conn.execute(update(tasks).where(unclaimed(conn, *held)).values(not_before=None))
     return list((await conn.execute(select(tasks.c.id).where(*held))).scalars())

@@ -54,7 +54,8 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   holds (`store.tasks.unclaimed`, `store.tasks.lock_not_begun`), and that claim's rollout gate decides them
   (at that claim if the writer committed first, else at the next; a window's change lets go of a freeze's hold
   on such a task after it committed, in a transaction that holds nothing else:
-  `WindowService._let_go_of_freezes`). Any other way round, PostgreSQL would abort one of two such
+  `windows.gate.let_go_of_freezes`, and should it not live to, every executor's look again does,
+  `FreezeGate.look_again`). Any other way round, PostgreSQL would abort one of two such
   transactions as a deadlock (tests/store/test_claim_lock_order.py, test_rollout_lock_order.py,
   test_window_lock_order.py).
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
@@ -76,7 +77,8 @@ and the executor is the only writer), and the claim of as many new tasks as ther
 ones' slots included. So the executor never holds more than one connection for its tasks (plus one now
 and then for its heartbeat and its sweep) however many it runs, and a task costs a fraction of a
 transaction. The sweep for what nothing else catches (expired waiting tasks, dead instances' holds,
-stuck racks) runs on a timer, not on every poll.
+stuck racks, and a gate's holds that outlasted what held them: `gates.LooksAgain`) runs on a timer, not
+on every poll.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ from rackflow.store.db import Database
 from rackflow.store.group_commit import GroupCommit
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, StepState, plan
-from rackflow.tasks.gates import Gate, consult
+from rackflow.tasks.gates import Gate, LooksAgain, consult
 from rackflow.tasks.manager import TaskManager, count_ended
 
 log = logging.getLogger(__name__)
@@ -304,6 +306,7 @@ class Executor:
         if dead_holds:
             self._next_hold_check = now + self.lease_ttl.total_seconds()
             await self._let_go_of_forgotten()
+            await self._look_again()
         await self.manager.sweep(lease_ttl=self.lease_ttl, dead_holds=dead_holds)
 
     async def _let_go_of_forgotten(self) -> None:
@@ -322,6 +325,18 @@ class Executor:
                 _Entry(task_id, (), ending=Ending(task_id, rack_id, None)) for task_id, rack_id in forgotten
             ]
             await asyncio.gather(*(self._journal.write(entry) for entry in stops))
+
+    async def _look_again(self) -> None:
+        """Have the gates whose holds may outlast what they were decided by (`gates.LooksAgain`: a freeze
+        shortened or deleted whose change did not live to let go of a hold a claim wrote meanwhile) let go
+        of those, and claim them at once."""
+        let_go = 0
+        for gate in self.gates:
+            if isinstance(gate, LooksAgain):
+                let_go += await gate.look_again(self.clock.now())
+        if let_go:
+            log.info("let go of %d task hold(s) that outlasted what held them", let_go)
+            self.wake()
 
     # --- claiming and the lease ------------------------------------------------------------------
 

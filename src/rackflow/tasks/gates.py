@@ -94,6 +94,19 @@ class Looking(Gate, Protocol):
         ...
 
 
+@runtime_checkable
+class LooksAgain(Gate, Protocol):
+    """A gate whose holds may outlast what it decided them by, with nothing left to let them go: a freeze
+    shortened or deleted while a claim held a task of it, whose change let go of that hold only once it
+    committed and did not live to (`rackflow.windows.gate`). The executor asks it at its dead-hold cadence
+    (every lease period) to let go of those."""
+
+    async def look_again(self, now: datetime) -> int:
+        """Let go of the holds this gate would no longer hold so long at `now` (each is claimed and gated
+        again); returns how many. In transactions of its own, which hold nothing else."""
+        ...
+
+
 async def look(
     gates: Sequence[Gate], conn: AsyncConnection, tasks: Sequence[InLine], now: datetime
 ) -> list[InLine]:

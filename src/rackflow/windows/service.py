@@ -33,7 +33,7 @@ from rackflow.validation import (
     distinct_operations,
     preview_count,
 )
-from rackflow.windows.gate import FreezeGate
+from rackflow.windows.gate import FreezeGate, let_go_of_freezes
 
 NAME_PATH = "window.name"
 REASON_PATH = "window.reason"
@@ -194,7 +194,11 @@ class WindowService:
         self, window_id: uuid.UUID, paths: Collection[str], given: WindowInput
     ) -> MaintenanceWindow:
         """Apply the masked fields. Tasks a freeze holds are let go, to be held again by what now applies
-        (a shortened or deleted freeze must not keep them waiting: `_let_go_of_freezes`); the tasks a
+        (a shortened or deleted freeze must not keep them waiting), in the transaction; but a task whose row
+        another transaction holds (a claim's, which may hold it again by the windows it read before the
+        change committed) is not waited for there, where the change holds runs and racks: it is let go once
+        the change committed (`windows.gate.let_go_of_freezes`), or, should the change not live to, by the
+        executors' look again (`windows.gate.FreezeGate.look_again`). The tasks a
         DEFER firing deferred that the window covered or covers wait for the opening the windows now give
         them, or are released or ended, and those fired inside an ALLOW window are bound to the end it now
         has (`rackflow.tasks.deferrals`), in the same transaction. Window edits take turns
@@ -240,7 +244,7 @@ class WindowService:
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
         once_committed()
-        await self._let_go_of_freezes(skipped)
+        await let_go_of_freezes(self.db, skipped)
         return updated
 
     async def delete(self, window_id: uuid.UUID) -> None:
@@ -253,20 +257,7 @@ class WindowService:
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
         once_committed()
-        await self._let_go_of_freezes(skipped)
-
-    async def _let_go_of_freezes(self, skipped: Collection[uuid.UUID]) -> None:
-        """Let go, once the change committed, of the freeze holds on `skipped`: the tasks a freeze held whose
-        rows another transaction held when the change let the others go, in its transaction
-        (`store.task_runs.release_unclaimed`). That one holds rows of runs and racks, and waits for no task
-        row a claim holds (the lock order of `rackflow.tasks.deferrals`), so it skips them; a claim that held
-        one may hold it again, by the windows it read before the change committed. Each is let go in a
-        transaction of its own, which waits for that row alone and holds nothing else meanwhile, so no claim
-        waits for it: after that claim, the task is claimed and gated again, by the windows as they are (one
-        the claim started is left as it is)."""
-        for task_id in skipped:
-            async with self.db.transaction() as conn:
-                await task_runs.release_held(conn, FreezeGate.name, task_id=task_id)
+        await let_go_of_freezes(self.db, skipped)
 
     async def preview(self, rack_id: uuid.UUID, after: datetime | None, count: int) -> list[WindowEvent]:
         """The next `count` openings and closings of the windows covering the rack, after `after` (now)."""
