@@ -51,8 +51,10 @@ its racks', then task rows, skipping those held), after the turn and with the wi
 racks and the tasks. An executor's round, which may hold racks this change waits for (those of the
 tasks it ends), waits for no run's row (its rollout gate skips a held run) and no rack's `FOR NO KEY
 UPDATE` (the key checks of its writes do not conflict with it); CancelTask, which
-waits for its task's row while it holds its rack's, holds no run; and a claim's task row this change
-would need is skipped, not waited for.
+waits for its task's row while it holds its rack's, holds no run; DeleteRack, which locks its rack whole
+(`FOR UPDATE`) and writes the rows of its tasks' runs, locks those runs before the rack
+(`InventoryService.delete_rack`); and a claim's task row this change would need is skipped, not waited
+for.
 """
 
 from __future__ import annotations
