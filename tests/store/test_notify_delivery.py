@@ -35,6 +35,7 @@ from tests.receiver import Receiver, receiving
 from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, MovingClock
 from tests.store.schedules_support import make_env as make_env_at
+from tests.store.test_executor import eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -357,6 +358,12 @@ async def _deliveries(env: Env) -> list[uuid.UUID]:
     return [d.id for d in await env.services.notifications.deliveries()]
 
 
+def _looked(sent: list[tuple[str, object]]) -> bool:
+    """Whether the loop sent its look at when the pending deliveries come due (`outbox.work`), the last
+    statement of an idle round before its nap."""
+    return any("min(notification_delivery.next_attempt_at)" in text for text, _ in sent)
+
+
 async def test_an_idle_loop_reads_nothing_until_an_event_wakes_it(db: Database) -> None:
     """Idle, the loop sleeps (here up to a minute); an event recorded in this process wakes it once its
     transaction committed, and is sent at once. The old loop read the outbox every second."""
@@ -365,7 +372,8 @@ async def test_an_idle_loop_reads_nothing_until_an_event_wakes_it(db: Database) 
         await _channel(env, receiver)
         deliverer = _deliverer(db, idle_interval=timedelta(minutes=1))
         async with _running(deliverer):
-            await asyncio.sleep(0.3)  # its first round: nothing to do
+            with statements_sent(db) as first:  # its first round: nothing to do
+                await _until(lambda: _looked(first))
             with statements_sent(db) as sent:
                 await asyncio.sleep(2.5)
             assert sent == []
@@ -384,9 +392,12 @@ async def test_an_idle_loop_wakes_for_a_redelivery_and_when_a_retry_is_due(db: D
         async with _running(deliverer):
             await _record(env)
             await _until(lambda: len(receiver.received) == 2)  # the retry, at its due time
-            await _until(lambda: receiver.failures == [])
-            await asyncio.sleep(0.5)
-            assert await _states(env) == [DeliveryState.DEAD]
+            await _until(lambda: receiver.failures == [])  # answered; its result is recorded after
+
+            async def dead() -> bool:
+                return await _states(env) == [DeliveryState.DEAD]
+
+            await eventually(dead)
             assert await env.services.notifications.redeliver(channel_id=channel.channel.id) == 1
             await _until(lambda: len(receiver.received) == 3)
     assert await _states(env) == [DeliveryState.DELIVERED]
