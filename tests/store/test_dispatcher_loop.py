@@ -14,6 +14,7 @@ from rackflow.schedules.dispatcher import Claim, Dispatcher
 from rackflow.store import dispatch
 from rackflow.store.db import Database
 from tests.store.schedules_support import START, Env, make_env
+from tests.store.test_executor import eventually
 
 BATCH = 4
 
@@ -104,6 +105,10 @@ async def test_firing_says_whether_a_firing_pass_is_under_way(
         await fire(claimed)
 
     monkeypatch.setattr(env.services.schedules, "fire", fire_and_look)
+
+    async def not_firing() -> bool:
+        return not dispatcher.firing()
+
     loop = asyncio.create_task(dispatcher.run(stop))
     try:
         for _ in range(600):  # up to 30 s
@@ -111,8 +116,7 @@ async def test_firing_says_whether_a_firing_pass_is_under_way(
             if all(states == ["completed"] for states in runs.values()):
                 break
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.2)  # the loop's last claim (not full) and its sleep
-        assert not dispatcher.firing()
+        await eventually(not_firing)  # the last batch written back, the last claim (not full) made
     finally:
         stop.set()
         await loop
