@@ -210,15 +210,34 @@ async def test_queued_tasks_run_in_order(db: Database) -> None:
     assert {c.power_state for c in (await components(db, rack)).values()} == {PowerState.ON}
 
 
+def counting_polls(executor: Executor) -> list[None]:
+    """One entry per poll `executor` has finished from now on (it calls `poll` anew each time)."""
+    polls: list[None] = []
+    poll = executor.poll
+
+    async def counted() -> None:
+        await poll()
+        polls.append(None)
+
+    executor.poll = counted  # type: ignore[method-assign]
+    return polls
+
+
 async def test_a_submit_wakes_the_executor_at_once(db: Database) -> None:
+    """Its first poll over, the executor naps for an hour: only the submit's wake can start the task within
+    `finished`'s wait."""
     rack = await make_rack(db, computes=1)
-    async with executing(db, poll_interval=30.0) as executor:
-        await asyncio.sleep(0.2)  # let it settle into its long nap
+    async with executing(db, poll_interval=3600.0) as executor:
+        polls = counting_polls(executor)
+
+        async def napping() -> bool:
+            return bool(polls)
+
+        await eventually(napping)
         [task] = await executor.manager.submit(
             Operation(OperationKind.POWER_ON), [RackSelection(rack.id)], description="", queue=REJECT
         )
-        async with asyncio.timeout(5):
-            task = await finished(db, task)
+        task = await finished(db, task)
     assert task.status is TaskStatus.COMPLETED
 
 
@@ -299,8 +318,13 @@ async def test_a_live_owner_keeps_its_task(db: Database) -> None:
     rack = await make_rack(db)
     task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
     await start_running(db, task, uuid.uuid4(), heartbeat_age=timedelta(0))
-    async with executing(db, lease_ttl=30.0):
-        await asyncio.sleep(0.5)
+    async with executing(db, lease_ttl=30.0) as executor:
+        polls = counting_polls(executor)
+
+        async def polled_a_few_times() -> bool:  # each poll's claim would take over an expired lease
+            return len(polls) >= 3
+
+        await eventually(polled_a_few_times)
     assert (await get(db, task)).status is TaskStatus.RUNNING
 
 
@@ -343,9 +367,15 @@ async def test_firmware_waits_for_its_window_and_fails_after_it(db: Database) ->
     await manager.cancel(waiting.id)
     [late] = await manager.submit(missed, [RackSelection(rack.id)], description="", queue=REJECT)
     [pending] = await manager.submit(later, [RackSelection(rack.id)], description="", queue=QUEUE)
-    async with executing(db):
+    async with executing(db) as executor:
+        polls = counting_polls(executor)
         done = await finished(db, late)
-        await asyncio.sleep(0.3)
+        seen = len(polls)
+
+        async def polled_again() -> bool:  # a claim after the late task ended: `pending` stays
+            return len(polls) >= seen + 2
+
+        await eventually(polled_again)
     assert done.status is TaskStatus.FAILED and "maintenance window ended" in done.message
     assert (await get(db, pending)).status is TaskStatus.PENDING
 
@@ -401,9 +431,13 @@ async def test_the_sweep_runs_on_a_timer_not_every_poll(db: Database) -> None:
 
     manager.sweep = counted  # type: ignore[method-assign]
     async with executing(db, manager=manager, poll_interval=0.01, sweep_interval=60.0) as executor:
-        for _ in range(20):
+        polls = counting_polls(executor)
+
+        async def polled_twenty_times() -> bool:
             executor.wake()
-            await asyncio.sleep(0.02)
+            return len(polls) >= 20
+
+        await eventually(polled_twenty_times)
     assert len(sweeps) == 1
 
     async def swept_again() -> bool:
