@@ -23,6 +23,7 @@ from rackflow.store.db import Database
 from rackflow.store.retention import PRUNE_CHUNK
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
 from tests.store.query_plans import by_parent_index
+from tests.store.test_executor import eventually
 
 RETENTION = timedelta(hours=1)
 RACK, SCHEDULE, SCOPE = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -256,12 +257,13 @@ async def test_pruners_in_order_take_turns_each_round_and_one_failing_stops_none
     ]
     stop = asyncio.Event()
     looping = asyncio.create_task(run_in_order(pruners, stop))
-    for _ in range(500):
-        if len(calls) >= 6:
-            break
-        await asyncio.sleep(0.01)
+
+    async def two_rounds() -> bool:
+        return len(calls) >= 6
+
+    await eventually(two_rounds)
     stop.set()
-    await asyncio.wait_for(looping, 2)
+    await asyncio.wait_for(looping, 10)
 
     assert calls[:6] == ["tasks", "broken", "runs"] * 2
 
