@@ -3,8 +3,9 @@ spooled to a local file and written once the database is back (rackflow.audit.sp
 
 The failpoint `audit_write` pauses `AuditTrail.record` between the action's commit and its audit write; the
 database is taken away during that pause, so the write fails, the event is spooled, and after recovery the
-replay writes it, with its id. In-process on both databases, and with a real `rackflow serve` on
-PostgreSQL.
+replay writes it, with its id. In-process on both databases (the failpoint replaced: it holds the write until
+the outage has begun, however long taking the database away takes), and with a real `rackflow serve` on
+PostgreSQL (the failpoint's pause, set by its environment variable).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rackflow import metrics
+from rackflow import failpoints, metrics
 from rackflow.audit.spool import AuditSpool
 from rackflow.audit.trail import AuditTrail
 from rackflow.clock import SystemClock
@@ -34,8 +35,6 @@ from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import servers, sql
 from tests.e2e.fleet import wait_until
 from tests.faults.conftest import database_down
-
-PAUSE = "1s"
 
 
 @contextmanager
@@ -87,19 +86,25 @@ async def stored(db: Database) -> dict[uuid.UUID, str]:
 
 
 async def record_through_an_outage(
-    trail: AuditTrail, db: Database, url: str, caplog: pytest.LogCaptureFixture, method: str
+    trail: AuditTrail, db: Database, url: str, monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:
     """Record one event whose write comes while the database is away (the failpoint holds it until the
     outage has begun)."""
+    held, outage_begun = asyncio.Event(), asyncio.Event()
+
+    async def hold(name: str) -> None:
+        if name == "audit_write":
+            held.set()
+            await outage_begun.wait()
+
+    monkeypatch.setattr(failpoints, "pause", hold)
     recording = asyncio.create_task(
         trail.record(principal="oncall", method=method, target_ids=["x"], outcome=OK, request={})
     )
-    for _ in range(500):
-        if "failpoint audit_write: pausing" in caplog.text:
-            break
-        await asyncio.sleep(0.02)
+    await asyncio.wait_for(held.wait(), 15)
     await db.dispose()  # SQLite: no open file survives; PostgreSQL: the outage kills them anyway
     with outage(db, url):
+        outage_begun.set()
         await recording
 
 
@@ -110,12 +115,11 @@ async def test_an_event_written_during_an_outage_is_spooled_and_arrives_after_re
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setenv("RACKFLOW_FAILPOINT_AUDIT_WRITE", PAUSE)
     spool = AuditSpool(db, tmp_path / "audit.spool")
     trail = AuditTrail(db, SystemClock(), spool)
     spooled_before = metrics.AUDIT_EVENTS_SPOOLED._value.get()
     with caplog.at_level(logging.WARNING):
-        await record_through_an_outage(trail, db, own_db_url, caplog, "CreateRack")
+        await record_through_an_outage(trail, db, own_db_url, monkeypatch, "CreateRack")
     assert metrics.AUDIT_EVENTS_SPOOLED._value.get() == spooled_before + 1
     assert "CreateRack by oncall spooled" in caplog.text
     assert spool.pending_bytes() > 0
@@ -140,12 +144,13 @@ async def test_a_full_spool_is_loud_and_the_action_stands(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setenv("RACKFLOW_FAILPOINT_AUDIT_WRITE", PAUSE)
     spool = AuditSpool(db, tmp_path / "audit.spool", max_bytes=100)  # smaller than one event
     trail = AuditTrail(db, SystemClock(), spool)
     lost_before = metrics.AUDIT_EVENTS_LOST._value.get()
     with caplog.at_level(logging.WARNING):
-        await record_through_an_outage(trail, db, own_db_url, caplog, "DeleteRack")  # returns, never raises
+        await record_through_an_outage(
+            trail, db, own_db_url, monkeypatch, "DeleteRack"
+        )  # returns, never raises
     assert metrics.AUDIT_EVENTS_LOST._value.get() == lost_before + 1
     assert "AUDIT WRITE FAILED: DeleteRack by oncall" in caplog.text
     assert "is full (100 bytes)" in caplog.text
