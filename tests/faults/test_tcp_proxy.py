@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.conftest import postgres_admin_url
+from tests.e2e.fleet import wait_until
 from tests.faults.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.postgres
@@ -64,11 +65,19 @@ def test_cut_at_cuts_the_connection_that_sends_the_message_losing_its_answer_or_
         admin.execute(f"CREATE TABLE {table} (n int)")
         try:
             with psycopg.connect(url, connect_timeout=5) as conn:
+                backend = conn.info.backend_pid
                 conn.execute(f"INSERT INTO {table} VALUES (1)")
                 proxy.cut_at(b"COMMIT", delivered=delivered)
                 with pytest.raises(psycopg.OperationalError):
                     conn.commit()
-            time.sleep(0.2)  # the server ends the cut connection's transaction, if it has not yet
+            wait_until(  # the server ends the cut connection's transaction, if it has not yet
+                lambda: (
+                    admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchone()
+                    is None
+                ),
+                timeout=15,
+                what="the cut connection's backend to exit",
+            )
             rows = admin.execute(f"SELECT count(*) FROM {table}").fetchone()
         finally:
             admin.execute(f"DROP TABLE {table}")
