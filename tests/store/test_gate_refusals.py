@@ -153,11 +153,13 @@ async def test_an_executor_taking_over_never_runs_a_task_a_freeze_held(pg_db: st
         assert (gated.claimed, gated.failed) == ([], {})
         env.clock.advance(timedelta(minutes=5))
 
-        async def polled_a_while() -> bool:  # many polls, each a claim that the freeze answers
-            await asyncio.sleep(1)
-            return True
+        with statements_sent(db) as sent:
 
-        backend = await second_executor(env, polled_a_while)
+            async def polled_a_while() -> bool:  # many polls, each a claim that the freeze answers
+                claims = [s for s, _ in sent if s.lstrip().upper().startswith("UPDATE TASKS SET STATUS")]
+                return len(claims) >= 5
+
+            backend = await second_executor(env, polled_a_while)
         held = await get(env, task.id)
         assert (held.status, held.held_by, held.refusal, held.started_at) == (
             TaskStatus.PENDING,
