@@ -5,7 +5,6 @@ Real processes, the real PostgreSQL: the claim is `FOR UPDATE SKIP LOCKED`, so t
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -119,14 +118,19 @@ def test_four_instances_fire_each_cron_slot_once(pg_db: str, tmp_path: Path) -> 
     with servers(
         pg_db, tmp_path, INSTANCES, args=["--dispatch-interval", "1s", "--db-pool-size", "5"]
     ) as cluster:
-        # Cron every minute for CRON_MINUTES whole minutes once all four run. The slot that fell due while
-        # they started fires late and once, then the next slot after that firing (a slot passed meanwhile
-        # is skipped by design), so the window starts at the first whole minute after a few seconds more.
-        caught_up = datetime.now(UTC) + timedelta(seconds=5)
-        first_slot = caught_up.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        # Cron every minute for CRON_MINUTES whole minutes once all four run and have caught up. The slot
+        # that fell due while they started fires late and once, then the next slot after that firing (a slot
+        # passed meanwhile is skipped by design), so the window starts at the next run of the schedules
+        # once none is due and none is being fired.
+        wait_until(lambda: _cron_caught_up(pg_db), timeout=60, what="the overdue cron slots fired")
+        first_slot = sql(pg_db, "SELECT min(next_run_at) FROM task_schedule WHERE name LIKE 'cron-%%'")[0][0]
+        assert isinstance(first_slot, datetime)
         last_slot = first_slot + timedelta(minutes=CRON_MINUTES - 1)
-        deadline = last_slot + timedelta(seconds=15)
-        time.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()))
+        wait_until(
+            lambda: _cron_runs_ended(pg_db, first_slot, last_slot) >= CRON_SCHEDULES * CRON_MINUTES,
+            timeout=(last_slot - datetime.now(UTC)).total_seconds() + 30,
+            what="the window's slots fired and written back",
+        )
         for server in cluster:
             assert server.proc.poll() is None, server.output
 
@@ -150,11 +154,34 @@ def test_four_instances_fire_each_cron_slot_once(pg_db: str, tmp_path: Path) -> 
     cron_tasks = sql(
         pg_db,
         """SELECT count(*) FROM tasks t JOIN task_schedule s ON s.id = t.schedule_id
-                               WHERE s.name LIKE 'cron-%%' AND t.created_at BETWEEN %s AND %s""",
+                               WHERE s.name LIKE 'cron-%%' AND t.created_at >= %s AND t.created_at < %s""",
         first_slot,
-        last_slot + timedelta(seconds=15),
+        last_slot + timedelta(minutes=1),  # the slot after the window cannot have fired before it
     )[0][0]
     assert cron_tasks == CRON_SCHEDULES * CRON_MINUTES
+
+
+def _cron_caught_up(db_url: str) -> bool:
+    """No cron schedule is due, and none has a firing under way (its tasks not all submitted)."""
+    behind = sql(
+        db_url,
+        """SELECT count(*) FROM task_schedule s WHERE s.name LIKE 'cron-%%'
+           AND (s.next_run_at <= clock_timestamp() OR EXISTS (
+               SELECT 1 FROM task_schedule_run r WHERE r.schedule_id = s.id AND r.state = 'running'))""",
+    )
+    return behind == [(0,)]
+
+
+def _cron_runs_ended(db_url: str, first_slot: datetime, last_slot: datetime) -> int:
+    """How many firings of the cron schedules' slots from `first_slot` to `last_slot` were written back."""
+    ended = sql(
+        db_url,
+        """SELECT count(*) FROM task_schedule_run r JOIN task_schedule s ON s.id = r.schedule_id
+           WHERE s.name LIKE 'cron-%%' AND r.scheduled_for BETWEEN %s AND %s AND r.state <> 'running'""",
+        first_slot,
+        last_slot,
+    )
+    return int(ended[0][0])  # type: ignore[call-overload]
 
 
 def test_instance_killed_mid_drain_fires_nothing_twice(pg_db: str, tmp_path: Path) -> None:
