@@ -300,6 +300,37 @@ async def test_a_task_ended_between_its_submit_and_its_write_back_keeps_its_outc
     assert tally == {("skipped_window", True): 1, ("submitted", True): 1}
 
 
+async def test_a_task_ended_after_its_scope_was_removed_before_its_write_back_keeps_its_outcome(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r1 leaves the schedule's scope after the firing submitted its task, and then the window's edit ends
+    the task, both before the write-back: the run says what the edit did to it, not "submitted"."""
+    r1, r2 = await env.rack("r1"), await env.rack("r2")
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=NIGHTLY, racks=(Ref(r1.id),))
+    )
+    schedule = await with_policy(env, await env.schedule(racks=[r1, r2]), WindowPolicy.DEFER)
+    [r1_scope] = [s for s in await env.services.schedules.list_scopes(schedule.id) if s.rack_id == r1.id]
+    env.clock.advance(FIRED_AT - env.clock.now())
+    write_back = firing._write_back
+
+    async def edited_first(*args: Any, **kwargs: Any) -> Any:
+        await env.services.schedules.remove_scope(r1_scope.id)
+        await edit_when(env, OneOff(FIRED_AT - timedelta(hours=3), FIRED_AT - timedelta(hours=2)))
+        return await write_back(*args, **kwargs)
+
+    monkeypatch.setattr(firing, "_write_back", edited_first)
+    await dispatch_at(env, FIRED_AT)
+
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    outcomes = {o.rack_id: o for o in run.outcomes}
+    ended = await get(env, outcomes[r1.id].task_id)
+    assert ended.status is TaskStatus.TERMINATED
+    assert (outcomes[r1.id].outcome, outcomes[r1.id].error) == ("skipped_window", ended.message)
+    assert outcomes[r1.id].scope_id == r1_scope.id  # as the firing recorded it
+    assert outcomes[r2.id].outcome == "submitted"
+
+
 class PausedOnce:
     """The deferrals of the first edit through it pause, its transaction open, until `go` is set."""
 

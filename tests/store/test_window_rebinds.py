@@ -1,0 +1,339 @@
+"""A window's change binds again every task a firing bound to an ALLOW window's end that has not started,
+whatever holds it, on both databases (`rackflow.tasks.deferrals`): one another start gate holds (an
+operation budget here; pre-flight checks, a freeze, a rollout alike), one waiting in its rack's queue, and
+a retry's next attempt. Shortened, the window binds them to its new end, so that none starts on its rack
+after it (the executor fails it instead); closed now, they are decided as a firing now would decide them
+(ended, or waiting for the next opening), and a retry's next attempt, which is never deferred, fails at
+its next claim. A task a claim held while the change was written is decided again once that claim
+committed (PostgreSQL: SQLite's single writer runs them one after the other).
+
+`fired_inside` (tests/store/test_window_deferrals.py): r1 under the ALLOW window "nightly", open from an
+hour before FIRED_AT (2026-03-02 13:00 UTC) to two hours after; a schedule on r1 fired at FIRED_AT, its
+task bound to 15:00.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from rackflow.budgets.service import BudgetInput
+from rackflow.domain.inventory import Rack, RackSelection
+from rackflow.domain.schedules import OverlapPolicy, Schedule
+from rackflow.domain.tasks import (
+    Operation,
+    OperationKind,
+    QueueOptions,
+    RetryPolicy,
+    Task,
+    TaskStatus,
+)
+from rackflow.domain.windows import OneOff, WindowKind, WindowPolicy
+from rackflow.store import task_runs
+from rackflow.store.db import Database
+from rackflow.tasks.executor import Executor
+from rackflow.tasks.gates import consult
+from rackflow.windows.service import Ref, WindowInput
+from tests.store.schedules_support import Env, make_env
+from tests.store.test_executor import finished
+from tests.store.test_rollout_halt_gate import OWNER, Recording
+from tests.store.test_rollout_lock_order import done_or_waiting_on_a_lock
+from tests.store.test_window_deferrals import FIRED_AT, edit_when, get, outcome_of
+from tests.store.test_windows_firing import TOMORROW_2AM, dispatch_at, with_policy
+
+WINDOW_END = FIRED_AT + timedelta(hours=2)
+NEW_END = FIRED_AT + timedelta(minutes=30)
+SHORTENED = OneOff(FIRED_AT - timedelta(hours=1), NEW_END)
+# 13:45: after the new end, before the old one (and before a queued task's hour in its queue is over).
+AFTER_THE_NEW_END = timedelta(minutes=45)
+# The window moved to tomorrow night: r1 is closed now, and opens at 02:00.
+MOVED_AWAY = OneOff(TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2))
+POWER_OFF = Operation(OperationKind.POWER_OFF)
+RETRY = RetryPolicy(3, timedelta(minutes=10), 2.0, timedelta(hours=1))
+
+
+@pytest.fixture
+def env(db: Database) -> Env:
+    return make_env(db)
+
+
+async def fired_inside(
+    env: Env,
+    policy: WindowPolicy = WindowPolicy.SKIP,
+    overlap: OverlapPolicy = OverlapPolicy.SKIP,
+    retry: RetryPolicy | None = None,
+    r1: Rack | None = None,
+) -> tuple[Schedule, Task]:
+    """`fired_inside` of test_window_deferrals, with the schedule's overlap policy and retries (on `r1`,
+    made here unless given)."""
+    r1 = r1 or await env.rack("r1")
+    when = OneOff(FIRED_AT - timedelta(hours=1), WINDOW_END)
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=when, racks=(Ref(r1.id),))
+    )
+    schedule = await with_policy(env, await env.schedule(racks=[r1], policy=overlap), policy)
+    if retry is not None:
+        schedule = await env.services.schedules.update(schedule.id, ["schedule.retry"], retry=retry)
+    ((outcome,),) = [result.outcomes for result in await dispatch_at(env, FIRED_AT)]
+    env.clock.advance(FIRED_AT - env.clock.now())
+    assert outcome.task_id is not None
+    return schedule, await get(env, outcome.task_id)
+
+
+async def claim(env: Env, running: tuple[uuid.UUID, ...] = ()) -> list[uuid.UUID]:
+    """One executor claim with the start gates, the tasks `running` left alone: the tasks that start."""
+    async with env.db.transaction() as conn:
+        claimed = await task_runs.claim(
+            env.db, conn, owner_id=OWNER, lease_ttl=timedelta(seconds=30), running_here=running,
+            now=env.clock.now(), limit=10,
+        )  # fmt: skip
+        gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
+    return [task.id for task, _ in gated.claimed]
+
+
+async def a_full_budget(env: Env) -> tuple[uuid.UUID, uuid.UUID]:
+    """A budget of one power-off, taken by a task by hand on r0, running: r1's task waits for it. The
+    budget's id, and that task's (which a claim is to leave alone: its instance runs it)."""
+    budget = await env.services.budgets.create(BudgetInput("power", (OperationKind.POWER_OFF,), 1))
+    r0 = await env.rack("r0")
+    [by_hand] = await env.services.tasks.submit(
+        POWER_OFF, [RackSelection(r0.id)], description="by hand", queue=QueueOptions()
+    )
+    assert await claim(env) == [by_hand.id]
+    return budget.id, by_hand.id
+
+
+async def held_by_the_budget(
+    env: Env, policy: WindowPolicy = WindowPolicy.SKIP
+) -> tuple[Schedule, Task, uuid.UUID]:
+    """`fired_inside`, its task then held by a full budget at its first claim; and the budget's id."""
+    budget_id, running = await a_full_budget(env)
+    schedule, task = await fired_inside(env, policy)
+    assert await claim(env, (running,)) == []
+    held = await get(env, task.id)
+    assert (held.status, held.held_by, held.not_after) == (TaskStatus.PENDING, "budget", WINDOW_END)
+    assert held.not_before is not None
+    return schedule, held, budget_id
+
+
+async def run_until_finished(env: Env, task: Task) -> tuple[Task, Recording]:
+    """Run an executor with the services' start gates until `task` has finished; what its backend ran."""
+    backend = Recording()
+    executor = Executor(
+        env.db, env.clock, backend, poll_interval=0.05, lease_ttl=1.0, instance_id=uuid.uuid4(),
+        gates=env.services.gates,
+    )  # fmt: skip
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    try:
+        return await finished(env.db, task), backend
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+
+
+def assert_failed_unstarted(task: Task, backend: Recording, what: str = "the task") -> None:
+    """Failed at its claim without a step run on r1: the window ended at its new end before it could."""
+    assert task.status is TaskStatus.FAILED
+    assert task.not_after is not None
+    assert f"the maintenance window ended at {task.not_after.isoformat()} before {what} could run" in (
+        task.message
+    )
+    on_r1 = [step for step in backend.steps if step.startswith("r1-")]
+    assert on_r1 == [], "the task ran on its rack after its maintenance window closed"
+
+
+async def test_a_task_held_by_a_budget_is_bound_to_its_allow_window_s_new_end(env: Env) -> None:
+    """The window is shortened to end at 13:30 while a budget holds r1's task: the task is bound to 13:30,
+    its hold kept, so that once the budget lets it go at 14:00 the executor fails it rather than start it
+    after the window the operator now allows."""
+    schedule, held, budget_id = await held_by_the_budget(env)
+
+    changes = await edit_when(env, SHORTENED)
+
+    rebound = await get(env, held.id)
+    assert (rebound.status, rebound.held_by, rebound.not_before, rebound.not_after) == (
+        TaskStatus.PENDING,
+        "budget",
+        held.not_before,
+        NEW_END,
+    )
+    assert (rebound.held_reason, rebound.held_since, rebound.message) == (
+        held.held_reason,
+        held.held_since,
+        held.message,
+    )
+    assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+        ("rebound", "2026-03-02T13:30:00Z")
+    ]
+    await env.services.budgets.delete(budget_id)  # its next claim is not held by the budget
+    env.clock.advance(AFTER_THE_NEW_END)
+    ended, backend = await run_until_finished(env, held)
+    assert_failed_unstarted(ended, backend)
+    assert ended.not_after == NEW_END
+    assert await outcome_of(env, schedule, held) == ("submitted", "")
+
+
+async def test_a_task_waiting_in_its_rack_s_queue_is_bound_to_its_allow_window_s_new_end(env: Env) -> None:
+    """r1's task waits behind a task submitted by hand on r1 (its schedule queues): the shortened window
+    binds it to 13:30, and once the rack's queue lets it go at 14:00 it fails rather than starts."""
+    r1 = await env.rack("r1")
+    [by_hand] = await env.services.tasks.submit(
+        Operation(OperationKind.POWER_ON), [RackSelection(r1.id)], description="by hand", queue=QueueOptions()
+    )
+    _, task = await fired_inside(env, overlap=OverlapPolicy.QUEUE, r1=r1)
+    assert (task.status, task.not_after) == (TaskStatus.WAITING, WINDOW_END)
+
+    changes = await edit_when(env, SHORTENED)
+
+    waiting = await get(env, task.id)
+    assert (waiting.status, waiting.held_by, waiting.not_after) == (TaskStatus.WAITING, None, NEW_END)
+    assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+        ("rebound", "2026-03-02T13:30:00Z")
+    ]
+    env.clock.advance(AFTER_THE_NEW_END)
+    await env.services.tasks.cancel(by_hand.id)  # its queue moves on: r1's task is promoted
+    assert (await get(env, task.id)).status is TaskStatus.PENDING
+    ended, backend = await run_until_finished(env, task)
+    assert_failed_unstarted(ended, backend)
+
+
+async def a_retry_waiting(env: Env) -> tuple[Schedule, Task]:
+    """`fired_inside` with retries: its first attempt ran and failed retryably at FIRED_AT; its second
+    waits out a 10 minutes' back-off, held by "retry", bound to 15:00 still."""
+    schedule, task = await fired_inside(env, retry=RETRY)
+    assert await claim(env) == [task.id]
+    async with env.db.transaction() as conn:
+        retry_at = env.clock.now() + timedelta(minutes=10)
+        sent = await task_runs.retry_later(
+            conn, {task.id: (retry_at, "retrying")}, owner_id=OWNER, now=env.clock.now()
+        )
+    assert sent == {task.id}
+    waiting = await get(env, task.id)
+    assert (waiting.status, waiting.attempt, waiting.held_by, waiting.not_after) == (
+        TaskStatus.PENDING,
+        2,
+        "retry",
+        WINDOW_END,
+    )
+    return schedule, waiting
+
+
+async def test_a_retry_s_next_attempt_is_bound_to_its_allow_window_s_new_end(env: Env) -> None:
+    schedule, waiting = await a_retry_waiting(env)
+
+    changes = await edit_when(env, SHORTENED)
+
+    rebound = await get(env, waiting.id)
+    assert (rebound.held_by, rebound.not_before, rebound.not_after) == ("retry", waiting.not_before, NEW_END)
+    assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+        ("rebound", "2026-03-02T13:30:00Z")
+    ]
+    env.clock.advance(AFTER_THE_NEW_END)
+    ended, backend = await run_until_finished(env, waiting)
+    assert_failed_unstarted(ended, backend, "attempt 2")
+    assert await outcome_of(env, schedule, waiting) == ("submitted", "")
+
+
+async def test_a_retry_s_next_attempt_its_window_closed_fails_at_its_next_claim(env: Env) -> None:
+    """The window moved to tomorrow night: a retry's next attempt waits for no opening (the task ran), it
+    is bound to the change's time and fails at once at the next claim, its back-off notwithstanding."""
+    schedule, waiting = await a_retry_waiting(env)
+    now = env.clock.now()
+
+    changes = await edit_when(env, MOVED_AWAY)
+
+    closed = await get(env, waiting.id)
+    assert (closed.status, closed.held_by, closed.not_before, closed.not_after) == (
+        TaskStatus.PENDING,
+        "retry",
+        now,
+        now,
+    )
+    assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+        ("rebound", "2026-03-02T13:00:00Z")
+    ]
+    ended, backend = await run_until_finished(env, waiting)
+    assert_failed_unstarted(ended, backend, "attempt 2")
+    assert await outcome_of(env, schedule, waiting) == ("submitted", "")
+
+
+async def test_a_skipping_task_held_by_a_budget_its_window_closed_is_ended_skipped(env: Env) -> None:
+    schedule, held, _ = await held_by_the_budget(env, WindowPolicy.SKIP)
+
+    changes = await edit_when(env, MOVED_AWAY)
+
+    ended = await get(env, held.id)
+    assert (ended.status, ended.started_at) == (TaskStatus.TERMINATED, None)
+    assert await outcome_of(env, schedule, held) == ("skipped_window", ended.message)
+    assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "skipped_window")]
+
+
+async def test_a_deferring_task_held_by_a_budget_its_window_moved_waits_for_the_opening(env: Env) -> None:
+    """Under DEFER the task waits for the window's next opening, held by it instead of the budget (which
+    its claim then asks again)."""
+    schedule, held, _ = await held_by_the_budget(env, WindowPolicy.DEFER)
+    now = env.clock.now()
+
+    changes = await edit_when(env, MOVED_AWAY)
+
+    moved = await get(env, held.id)
+    assert (moved.status, moved.held_by, moved.not_before, moved.not_after, moved.held_since) == (
+        TaskStatus.PENDING,
+        "window",
+        TOMORROW_2AM,
+        TOMORROW_2AM + timedelta(hours=2),
+        now,
+    )
+    assert await outcome_of(env, schedule, held) == ("submitted", "")
+    assert [c["deferred_task"] for c in changes.recorded] == ["moved"]
+
+
+async def test_a_deleted_allow_window_binds_a_held_task_no_more(env: Env) -> None:
+    _, held, _ = await held_by_the_budget(env)
+    window_id = await env.services.windows.id_by_name("nightly")
+
+    await env.services.windows.delete(window_id)
+
+    unbound = await get(env, held.id)
+    assert (unbound.held_by, unbound.not_before, unbound.not_after) == ("budget", held.not_before, None)
+
+
+@pytest.mark.postgres
+async def test_a_task_a_claim_held_back_while_the_window_was_shortened_is_bound_once_it_committed(
+    pg_db: str,
+) -> None:
+    """A claim takes r1's task as the window is shortened, and its budget gate hands it back: the change
+    skips the row the claim holds (it waits for no task's row), and binds it to the new end once the claim
+    committed, so the budget's release does not start it after the window."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        budget_id, running = await a_full_budget(env)
+        _, task = await fired_inside(env)
+        async with env.db.transaction() as conn:
+            claimed = await task_runs.claim(
+                env.db, conn, owner_id=OWNER, lease_ttl=timedelta(seconds=30), running_here=(running,),
+                now=env.clock.now(), limit=10,
+            )  # fmt: skip
+            assert [t.id for t, _ in claimed] == [task.id]
+            edit = asyncio.ensure_future(edit_when(env, SHORTENED))
+            await done_or_waiting_on_a_lock(env, edit)
+            gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
+            assert gated.claimed == []  # the budget holds it
+        changes = await asyncio.wait_for(edit, 60)
+
+        rebound = await get(env, task.id)
+        assert (rebound.status, rebound.held_by, rebound.not_after) == (TaskStatus.PENDING, "budget", NEW_END)
+        assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+            ("rebound", "2026-03-02T13:30:00Z")
+        ]
+        await env.services.budgets.delete(budget_id)
+        env.clock.advance(AFTER_THE_NEW_END)
+        ended, backend = await run_until_finished(env, task)
+        assert_failed_unstarted(ended, backend)
+    finally:
+        await db.dispose()
