@@ -345,7 +345,7 @@ class PausedOnce:
         changed: Sequence[MaintenanceWindow],
         now: datetime,
         write: Callable[[], Awaitable[object]],
-    ) -> Callable[[], None]:
+    ) -> Callable[[], Awaitable[None]]:
         once_committed = await self.deferrals.redecide_in(conn, changed, now, write)
         if not self.paused.is_set():
             self.paused.set()

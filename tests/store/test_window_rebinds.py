@@ -77,8 +77,8 @@ async def fired_inside(
     schedule = await with_policy(env, await env.schedule(racks=[r1], policy=overlap), policy)
     if retry is not None:
         schedule = await env.services.schedules.update(schedule.id, ["schedule.retry"], retry=retry)
-    ((outcome,),) = [result.outcomes for result in await dispatch_at(env, FIRED_AT)]
     env.clock.advance(FIRED_AT - env.clock.now())
+    ((outcome,),) = [result.outcomes for result in await dispatch_at(env, FIRED_AT)]
     assert outcome.task_id is not None
     return schedule, await get(env, outcome.task_id)
 

@@ -468,17 +468,22 @@ class DeferredTask(NamedTuple):
 
 
 def _bound() -> ColumnElement[bool]:
-    """Never started, PENDING at its first attempt, and waiting for its window (held by "window") or, held
-    by nothing, bound to start by an end (`not_after`: the ALLOW window it fired in, or its own)."""
-    waits_or_is_bound = or_(
-        tasks.c.held_by == WINDOW_HOLD, and_(tasks.c.held_by.is_(None), tasks.c.not_after.is_not(None))
+    """Not started (its attempt): PENDING, whatever holds it (its window, a start gate, a retry's back-off),
+    or WAITING in its rack's queue; and waiting for its window (held by "window") or bound to start by an
+    end (`not_after`: the ALLOW window it fired in, or its own)."""
+    return and_(
+        status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
+        or_(tasks.c.held_by == WINDOW_HOLD, tasks.c.not_after.is_not(None)),
     )
-    return and_(tasks.c.status == TaskStatus.PENDING.value, tasks.c.attempt == 1, waits_or_is_bound)
 
 
-async def deferred_tasks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID] | None) -> list[DeferredTask]:
-    """The tasks of firings that wait for their window or are bound to start by an end (`_bound`; on these
-    racks, None: any), oldest first."""
+async def deferred_tasks(
+    conn: AsyncConnection,
+    rack_ids: Collection[uuid.UUID] | None,
+    task_ids: Collection[uuid.UUID] | None = None,
+) -> list[DeferredTask]:
+    """The tasks of firings that wait for their window or are bound to start by an end (`_bound`): those of
+    `task_ids` when given, else those on these racks (None: any); oldest first."""
     run, schedule = task_schedule_run.c, task_schedule.c
     stmt = (
         select(tasks, run.trigger, schedule.window_policy)
@@ -487,7 +492,11 @@ async def deferred_tasks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID] 
         .where(_bound())
         .order_by(*OLDEST_FIRST)
     )
-    if rack_ids is None:
+    if task_ids is not None:
+        rows = [
+            r for chunk in chunked(task_ids) for r in await conn.execute(stmt.where(tasks.c.id.in_(chunk)))
+        ]
+    elif rack_ids is None:
         rows = list(await conn.execute(stmt))
     else:
         rows = [
@@ -499,13 +508,14 @@ async def deferred_tasks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID] 
 
 
 async def rewait(
-    conn: AsyncConnection, task_ids: Collection[uuid.UUID], wait: Mapping[str, Any]
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID], values: Mapping[str, Any]
 ) -> list[uuid.UUID]:
-    """Write `wait` (the columns of a task's hold for its window, or of its bound) on those of the tasks
-    still bound (`_bound`) that no claim holds (`unclaimed`: its opening came, it starts); the ids written."""
+    """Write `values` (a task's wait for its window, or its end) on those of the tasks still bound
+    (`_bound`) that no other transaction holds (`unclaimed`: a claim's, whose start gates decide them, or a
+    gate's write); the ids written."""
     written: list[uuid.UUID] = []
     for chunk in chunked(in_id_order(task_ids)):
-        stmt = update(tasks).where(unclaimed(conn, tasks.c.id.in_(chunk), _bound())).values(**wait)
+        stmt = update(tasks).where(unclaimed(conn, tasks.c.id.in_(chunk), _bound())).values(**values)
         written += (await conn.execute(stmt.returning(tasks.c.id))).scalars()
     return written
 
@@ -513,13 +523,21 @@ async def rewait(
 async def lock_deferred(
     db: Database, conn: AsyncConnection, task_ids: Collection[uuid.UUID]
 ) -> list[uuid.UUID]:
-    """Lock those of the tasks still bound (`_bound`), under their racks' locks (the caller's), skipping any a
-    claim holds; their ids."""
+    """Lock those of the tasks still bound (`_bound`), under their racks' locks (the caller's), skipping any
+    another transaction holds; their ids."""
     locked: list[uuid.UUID] = []
     for chunk in chunked(in_id_order(task_ids)):
         stmt = select(tasks.c.id).where(tasks.c.id.in_(chunk), _bound()).order_by(tasks.c.id)
         locked += (await conn.execute(db.skip_locked(stmt))).scalars()
     return locked
+
+
+async def wait_for_row(db: Database, task_id: uuid.UUID) -> None:
+    """Wait until no other transaction holds the task's row, in a transaction of its own that holds
+    nothing else meanwhile (so whatever holds the row never waits for it) and lets go of it at once: how a
+    writer that skipped the row (`unclaimed`) comes after its holder committed (`tasks.deferrals`)."""
+    async with db.transaction() as conn:
+        await conn.execute(db.for_update(select(tasks.c.id).where(tasks.c.id == task_id)))
 
 
 # --- promotion and housekeeping -------------------------------------------------------------------

@@ -7,18 +7,28 @@ edits or deletes a window, those tasks that have not started are decided again, 
 the rule a firing at that moment follows under their schedule's window policy (`domain.firing.redeferral`),
 under the start deadline their firing bound them to (their outcome's `start_by`; for a task its plain
 firing's write-back has not recorded yet, its run's slot plus its schedule's deadline, as the planner
-found it: `domain.firing.slot_deadline`):
+found it: `domain.firing.slot_deadline`). "Not started" is whatever else holds them: PENDING and held by
+nothing, by their window, or by another start gate (a freeze, a budget, pre-flight checks, a rollout);
+WAITING in their rack's queue; or a retry's next attempt waiting out its back-off (`store.tasks._bound`).
+Were one of them left bound to the end it had, a shortened window would let it start on its rack after
+the window the operator now allows (once the gate, the queue or the back-off let it go):
 
-* "defer": they wait for the new opening (`not_before`, `not_after` and their reason rewritten: moved);
+* "defer": they wait for the new opening (`not_before`, `not_after` and their reason rewritten: moved; the
+  window's hold replaces another gate's, which the claim at the opening asks again);
 * "fire": no window closes the rack now: released (`not_before` cleared, or their operation's own window's
   start), to start by the end of the ALLOW window they are in, as a firing's task must, and by the start
   deadline, which capped their wait (so another gate holding them cannot start them after it: `_within`);
   a task that waited for nothing is "rebound" to that end (or to none), and by the deadline too if its
-  end was already within it;
+  end was already within it; so is one another gate holds, its hold kept (only `not_after` is written);
 * "skip_window" (closed under SKIP, or no opening left) or "missed" (the opening comes at or after the
   start deadline): ended,
   TERMINATED with the reason, and their scope's outcome in the run says what the windows settled, as the
   firing would have recorded it (a rollout counts the rack skipped, not failed).
+
+A retry's next attempt is neither moved nor ended (its task ran, and its scope was submitted; the executor
+never defers an attempt to a later opening either): "fire" rebinds it, its back-off kept; otherwise the
+windows close its rack now, and it is bound to now and due at once, so that its next claim fails it as a
+too-late attempt ("the maintenance window ended at … before attempt N could run", `Task.too_late`).
 
 A task of a rollout that halted or was cancelled is not let go to start: its window held it when the halt
 held the run's other tasks (`store.rollouts.hold_unstarted` leaves a held task's hold), so it would come
@@ -33,8 +43,16 @@ then finds the task as the change left it, rather than skip it as a task a claim
 
 Only the tasks on racks the window covered, before or after the change, for their operation are decided
 again: no other task's opening changed. A task whose wait is over is left to the executor, which fails it
-(`Task.too_late`), and one a claim holds to that claim (its opening came: it starts). What changed is
-noted on the call's audit event (`audit.changes.note_deferral_changes`).
+(`Task.too_late`). What changed is noted on the call's audit event (`audit.changes.note_deferral_changes`).
+
+A task whose row another transaction holds is skipped (below), and decided again once the change
+committed (`Deferrals._again`). The claim checks only the `not_after` stored on the row it takes
+(`Executor._prepare`, `Task.too_late`), not the windows: so a claim that held the row while the change
+was written starts the task with the end it read (it came first: the task began inside the window as it
+was), or its gates hand it back held, bound to that end, and the decision after the claim committed binds
+it to the new one before it can be claimed again. That decision is made by the instance that made the
+change, after it committed: one that dies in between leaves such a task bound to the old end (a claim
+and an edit at the same moment, and a crash).
 
 Lock order (the design note atop `rackflow.tasks.executor`). The change's transaction takes, in this
 order: its turn (`store.windows.edits_in_turn`, which only window changes take); the rows of the runs of
@@ -54,31 +72,36 @@ UPDATE` (the key checks of its writes do not conflict with it); CancelTask, whic
 waits for its task's row while it holds its rack's, holds no run; DeleteRack, which locks its rack whole
 (`FOR UPDATE`) and writes the rows of its tasks' runs, locks those runs before the rack
 (`InventoryService.delete_rack`); and a claim's task row this change would need is skipped, not waited
-for.
+for. The skipped rows are decided again after the change committed, each waited for first in a
+transaction that holds nothing else (`store.tasks.wait_for_row`), then in a transaction of their own taken
+in this order (the turn, their runs, their racks, their rows, skipping any held again).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import func, literal
+from sqlalchemy import case, func, literal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import note_deferral_changes
 from rackflow.domain.firing import SETTLED_BY_WINDOWS, checks_scopes, redeferral
 from rackflow.domain.schedules import Outcome
 from rackflow.domain.tasks import WINDOW_HOLD, DeferralChange, Task
+from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import MaintenanceWindow, RackRef, WindowPolicy
 from rackflow.store import rollouts as run_store
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as store
 from rackflow.store import windows as window_store
+from rackflow.store.db import in_id_order
 from rackflow.store.tables import tasks
 from rackflow.store.types import UTCDateTime
-from rackflow.tasks.manager import TaskManager, window_wait
+from rackflow.tasks.manager import Ended, Promotion, TaskManager, window_wait
 
 # What holds again, in the caller's transaction, the tasks that nothing holds and that have not begun of
 # the runs given (locked, with their state) that are halted or cancelled rollouts: `rollouts.gate`'s
@@ -86,6 +109,63 @@ from rackflow.tasks.manager import TaskManager, window_wait
 HoldStopped = Callable[
     [AsyncConnection, Mapping[uuid.UUID, run_store.LockedRun], datetime], Awaitable[Mapping[uuid.UUID, str]]
 ]
+
+
+class _Rewrite(NamedTuple):
+    """What a window's change writes on a task it does not end, and how the audit names it (`change`):
+    its wait for its window, written whole (`_wait_values`); or, for a task something else holds (another
+    start gate, its retry's back-off) that it neither moves nor releases, only its end (`keeps_hold`: that
+    hold stays), and its hold's end too when given (`not_before`: a retry's next attempt due at once)."""
+
+    change: str
+    not_before: datetime | None
+    not_after: datetime | None
+    message: str
+    waits: bool
+    keeps_hold: bool
+
+    def unchanged(self, task: Task) -> bool:
+        if self.keeps_hold:
+            return self.not_after == task.not_after and self.not_before in (None, task.not_before)
+        # (its words alone, a rename, are kept)
+        return (self.not_before, self.not_after, self.waits) == (
+            task.not_before,
+            task.not_after,
+            _waits(task),
+        )
+
+    @property
+    def due_now(self) -> bool:
+        """Whether an executor should look at once: the task may start (released), or a retry's next
+        attempt the windows close now is due to fail."""
+        return self.change == "released" or (self.keeps_hold and self.not_before is not None)
+
+    def values(self, now: datetime) -> dict[str, Any]:
+        if not self.keeps_hold:
+            return _wait_values(self.not_before, self.not_after, self.message, self.waits, now)
+        values: dict[str, Any] = {"not_after": self.not_after, "updated_at": now}
+        if self.not_before is not None:
+            values["not_before"] = self.not_before
+        return values
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """What one transaction's decisions did: the tasks it ended (with their racks' promotions), what the
+    audit notes, whether an executor should look now, and the tasks it decided but skipped (another
+    transaction held their rows: `unclaimed`), to be decided again once that transaction ended."""
+
+    ended: Ended
+    changes: list[DeferralChange]
+    wake: bool
+    skipped: frozenset[uuid.UUID]
+
+
+_NOTHING_DECIDED = _Decided(Ended((), Promotion([], 0)), [], False, frozenset())
+
+
+async def _nothing_to_write() -> None:
+    """The change's write, already committed when its skipped tasks are decided again."""
 
 
 class Deferrals:
@@ -106,22 +186,69 @@ class Deferrals:
         changed: Sequence[MaintenanceWindow],
         now: datetime,
         write: Callable[[], Awaitable[object]],
-    ) -> Callable[[], None]:
+    ) -> Callable[[], Awaitable[None]]:
         """Decide again, in the caller's transaction, the waits and ends of the tasks their windows bind on
         racks `changed` (the window as it was unless created, and as it is unless deleted) covers, once
         their runs and racks are locked and the change written (`write`, the caller's: the window created,
         updated or deleted), in the module's lock order; returns what to do once the transaction committed
-        (count the ended tasks, wake the executors, note the audit)."""
-        waiting, policies, racks = await self._waiting(conn, changed, now)
-        runs = await run_store.lock_runs(conn, {task.run_id for task in waiting if task.run_id})
+        (count the ended tasks, wake the executors, note the audit, and decide again the tasks it skipped,
+        once their rows are free: `_again`)."""
         named = {rack_id for window in changed for rack_id, _ in window.racks}
+        decided = await self._decide(conn, changed, now, named, write)
+
+        async def once_committed() -> None:
+            self._after(decided)
+            await self._again(changed, decided.skipped)
+
+        return once_committed
+
+    async def _again(self, changed: Sequence[MaintenanceWindow], skipped: frozenset[uuid.UUID]) -> None:
+        """Decide again the tasks a committed change skipped, because another transaction held their rows
+        (a claim's, whose start gates may hand them back held, bound to the end they had; a gate's write):
+        once each row is free (`store.tasks.wait_for_row`, a transaction that holds nothing else), in a
+        transaction of its own in the change's lock order (its turn, the runs, the racks, then the rows,
+        skipping those held again, and so on until none is). A task that started meanwhile is no longer
+        bound, and is left as it is."""
+        while skipped:
+            for task_id in in_id_order(skipped):
+                await store.wait_for_row(self.tasks.db, task_id)
+            async with self.tasks.db.transaction() as conn:
+                await window_store.edits_in_turn(conn)
+                now = self.tasks.clock.now()
+                decided = await self._decide(conn, changed, now, set(), _nothing_to_write, only=skipped)
+            self._after(decided)
+            skipped = decided.skipped
+
+    def _after(self, decided: _Decided) -> None:
+        """Once the decisions committed: count the ended tasks, wake the executors for the tasks that may
+        start (or fail) now, note the audit."""
+        self.tasks.after_ended(decided.ended)
+        if decided.wake:
+            self.tasks.wake_executors()
+        note_deferral_changes(decided.changes)
+
+    async def _decide(
+        self,
+        conn: AsyncConnection,
+        changed: Sequence[MaintenanceWindow],
+        now: datetime,
+        named: set[uuid.UUID],
+        write: Callable[[], Awaitable[object]],
+        only: frozenset[uuid.UUID] | None = None,
+    ) -> _Decided:
+        """`redecide_in`'s decisions, in the caller's transaction: lock the runs of the tasks bound on racks
+        `changed` covers (of `only`, when given), then their racks and `named` (the racks the window's
+        write checks), `write`, then decide and write each task, skipping the rows another transaction
+        holds."""
+        waiting, policies, racks = await self._waiting(conn, changed, now, only)
+        runs = await run_store.lock_runs(conn, {task.run_id for task in waiting if task.run_id})
         await store.lock_racks(self.tasks.db, conn, named | {task.rack_id for task in waiting})
         await write()
         if not waiting:
-            return lambda: None
+            return _NOTHING_DECIDED
         windows = await window_store.all_windows(conn)
         deadlines = await schedule_store.start_deadlines(conn, {t.run_id for t in waiting if t.run_id})
-        moves: dict[tuple[Any, ...], list[Task]] = {}
+        rewrites: dict[_Rewrite, list[Task]] = {}
         ending: list[tuple[Task, str, Outcome]] = []
         for task in waiting:
             assert task.run_id is not None
@@ -130,63 +257,56 @@ class Deferrals:
             decision = redeferral(
                 windows, rack, task.operation, now, deadline, policies[task.id], _within(task, deadline)
             )
-            if decision.action in SETTLED_BY_WINDOWS:
+            if task.attempt == 1 and decision.action in SETTLED_BY_WINDOWS:
                 ending.append((task, decision.reason, SETTLED_BY_WINDOWS[decision.action]))
                 continue
-            wait = window_wait(task.operation, decision.reason, decision.opens_at, decision.closes_at, now)
-            now_bound = (task.not_before, task.not_after, _waits(task))
-            if (wait.not_before, wait.not_after, wait.waits) != now_bound:
-                moves.setdefault(tuple(wait), []).append(task)  # (its words alone, a rename, are kept)
+            rewrite = _rewrite(task, decision, now)
+            if not rewrite.unchanged(task):
+                rewrites.setdefault(rewrite, []).append(task)
         changes: list[DeferralChange] = []
         ended = await self.tasks.end_deferred_in(conn, [(task, reason) for task, reason, _ in ending])
-        if ended.task_ids:
-            gone = set(ended.task_ids)
+        gone = set(ended.task_ids)
+        if gone:
             settled: dict[uuid.UUID, dict[uuid.UUID, tuple[Outcome, str]]] = {}
             for task, reason, outcome in ending:
                 if task.id in gone and task.run_id is not None:
                     settled.setdefault(task.run_id, {})[task.id] = (outcome, reason)
                     changes.append(_change(task, "ended", outcome=outcome))
             await run_store.settle_scopes(conn, settled)
-        written: list[tuple[Task, str, datetime | None, datetime | None]] = []
-        for (not_before, not_after, message, waits), moved in moves.items():
-            ids = set(
-                await store.rewait(
-                    conn, [t.id for t in moved], _wait_values(not_before, not_after, message, waits, now)
-                )
-            )
-            written += [(t, _what_changed(t, waits), not_before, not_after) for t in moved if t.id in ids]
+        written: list[tuple[Task, _Rewrite]] = []
+        for rewrite, tasks_of in rewrites.items():
+            ids = set(await store.rewait(conn, [t.id for t in tasks_of], rewrite.values(now)))
+            written += [(t, rewrite) for t in tasks_of if t.id in ids]
         # Those it let go (released or rebound: held by nothing now) may be of a rollout that halted or was
         # cancelled: the rollout's gate holds them instead, as the run was when its row was locked.
-        let_go = {t.run_id for t, change, _, _ in written if change != "moved" and t.run_id is not None}
+        let_go = {t.run_id for t, r in written if r.change != "moved" and not r.keeps_hold and t.run_id}
         held = await self.hold_stopped(conn, {i: run for i, run in runs.items() if i in let_go}, now)
         changes += [
-            _change(t, change, not_before, not_after, held_by=held.get(t.id, ""))
-            for t, change, not_before, not_after in written
+            _change(t, r.change, r.not_before, r.not_after, held_by=held.get(t.id, "")) for t, r in written
         ]
-
-        def once_committed() -> None:
-            self.tasks.after_ended(ended)
-            if any(change.change == "released" for change in changes):
-                self.tasks.wake_executors()
-            note_deferral_changes(changes)
-
-        return once_committed
+        decided = {t.id for t, _, _ in ending} | {t.id for tasks_of in rewrites.values() for t in tasks_of}
+        wake = any(r.due_now for _, r in written)
+        return _Decided(ended, changes, wake, frozenset(decided - gone - {t.id for t, _ in written}))
 
     @staticmethod
     async def _waiting(
-        conn: AsyncConnection, changed: Sequence[MaintenanceWindow], now: datetime
+        conn: AsyncConnection,
+        changed: Sequence[MaintenanceWindow],
+        now: datetime,
+        only: frozenset[uuid.UUID] | None,
     ) -> tuple[list[Task], dict[uuid.UUID, WindowPolicy], dict[uuid.UUID, RackRef]]:
         """The tasks of dispatched firings (a manual one obeys no ALLOW window) that their windows bind,
-        on racks `changed` covers for their operation, whose wait is not over: those waiting for an
-        opening under DEFER (under SKIP a task waits only for its own window), and those held by nothing
-        that must start by an end (fired inside an ALLOW window, or within their own); their schedules'
-        window policies, by task id; and their racks."""
+        on racks `changed` covers for their operation, whose wait is not over (of `only`, when given):
+        those waiting for an opening under DEFER (under SKIP a task waits only for its own window), and
+        those bound to start by an end (fired inside an ALLOW window, or within their own) that have not
+        started, whatever else holds them; their schedules' window policies, by task id; and their
+        racks."""
         named = None  # the racks the windows name, when that is all they cover
         if not any(w.all_racks or w.domains for w in changed):
             named = {rack_id for w in changed for rack_id, _ in w.racks}
         found = [
             d
-            for d in await store.deferred_tasks(conn, named)
+            for d in await store.deferred_tasks(conn, named, only)
             if checks_scopes(d.trigger)
             and (d.window_policy is WindowPolicy.DEFER or not _waits(d.task))
             and not d.task.too_late(now)
@@ -199,6 +319,28 @@ class Deferrals:
             and any(w.covers(racks[d.task.rack_id], d.task.operation.kind) for w in changed)
         ]
         return [d.task for d in covered], {d.task.id: d.window_policy for d in covered}, racks
+
+
+def _rewrite(task: Task, decision: Decision, now: datetime) -> _Rewrite:
+    """What becomes of a task the windows do not end (`redeferral`'s `decision` for it):
+
+    * a retry's next attempt (the task ran; as the executor, a change never defers one to a later
+      opening, nor settles its scope): bound to the end of the ALLOW window it is in now ("fire"), or,
+      closed now, to now, and due at once, so that its next claim fails it ("… before attempt N could
+      run") rather than its back-off keep its rack;
+    * one another start gate holds that may start now: bound to the new end, that gate's hold kept;
+    * else its wait for its window, as a firing now would give it: moved (which replaces another gate's
+      hold: the claim at its opening asks every gate again), released, or rebound."""
+    if task.attempt > 1:
+        if decision.action != "fire":
+            return _Rewrite("rebound", now, now, "", False, keeps_hold=True)
+        wait = window_wait(task.operation, decision.reason, decision.opens_at, decision.closes_at, now)
+        return _Rewrite("rebound", None, wait.not_after, "", False, keeps_hold=True)
+    wait = window_wait(task.operation, decision.reason, decision.opens_at, decision.closes_at, now)
+    if task.held_by not in (None, WINDOW_HOLD) and not wait.waits:
+        return _Rewrite("rebound", None, wait.not_after, "", False, keeps_hold=True)
+    change = _what_changed(task, wait.waits)
+    return _Rewrite(change, wait.not_before, wait.not_after, wait.message, wait.waits, keeps_hold=False)
 
 
 def _waits(task: Task) -> bool:
@@ -225,12 +367,16 @@ def _what_changed(task: Task, waits: bool) -> str:
 def _wait_values(
     not_before: datetime | None, not_after: datetime | None, message: str, waits: bool, now: datetime
 ) -> dict[str, Any]:
-    """The columns of a task's new wait: held by "window" since its hold began while it still waits, else
-    not held (as a firing's task that need not wait)."""
+    """The columns of a task's new wait: held by "window" since its hold for its window began while it
+    still waits (since now, for one another gate held), else not held (as a firing's task that need not
+    wait)."""
+    since = literal(now, UTCDateTime())
     held = {
         "held_by": WINDOW_HOLD,
         "held_reason": message,
-        "held_since": func.coalesce(tasks.c.held_since, literal(now, UTCDateTime())),
+        "held_since": case(
+            (tasks.c.held_by == WINDOW_HOLD, func.coalesce(tasks.c.held_since, since)), else_=since
+        ),
     }
     none = {"held_by": None, "held_reason": None, "held_since": None}
     return {

@@ -55,7 +55,9 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   (at that claim if the writer committed first, else at the next; a window's change lets go of a freeze's hold
   on such a task after it committed, in a transaction that holds nothing else:
   `windows.gate.let_go_of_freezes`, and should it not live to, every executor's look again does,
-  `FreezeGate.look_again`). Any other way round, PostgreSQL would abort one of two such
+  `FreezeGate.look_again`; and it decides again the end of a task it skipped once that claim committed,
+  `tasks.deferrals`: the claim checks a task's `not_after` as stored on the row it took, `_prepare`, never
+  the windows). Any other way round, PostgreSQL would abort one of two such
   transactions as a deadlock (tests/store/test_claim_lock_order.py, test_rollout_lock_order.py,
   test_window_lock_order.py).
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose

@@ -115,11 +115,12 @@ class Redeciding(Protocol):
         changed: Sequence[MaintenanceWindow],
         now: datetime,
         write: Callable[[], Awaitable[object]],
-    ) -> Callable[[], None]:
+    ) -> Callable[[], Awaitable[None]]:
         """In the caller's transaction, for the window as it was and is (created: as it is): locks the
         runs and racks it may touch, then `write`s the change (the window's write checks its racks' keys,
         so it comes after their locks: the lock order of `rackflow.tasks.deferrals`), then decides;
-        returns what to do once it committed."""
+        returns what to do once it committed (which decides again, in transactions of its own, the tasks
+        whose rows another transaction held)."""
         ...
 
 
@@ -174,7 +175,7 @@ class WindowService:
             once_committed = await self.deferrals.redecide_in(
                 conn, (window,), now, lambda: store.insert_window(conn, window)
             )
-        once_committed()
+        await once_committed()
         return window
 
     async def get(self, window_id: uuid.UUID) -> MaintenanceWindow:
@@ -243,7 +244,7 @@ class WindowService:
                 conn, (current, updated), now, lambda: store.save_window(conn, updated)
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
-        once_committed()
+        await once_committed()
         await let_go_of_freezes(self.db, skipped)
         return updated
 
@@ -256,7 +257,7 @@ class WindowService:
                 conn, (current,), now, lambda: store.delete_window(conn, window_id)
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
-        once_committed()
+        await once_committed()
         await let_go_of_freezes(self.db, skipped)
 
     async def preview(self, rack_id: uuid.UUID, after: datetime | None, count: int) -> list[WindowEvent]:
