@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from rackflow.domain.schedules import ScopeOutcome, kept_settled, settled_scopes
+from rackflow.domain.schedules import REMOVED_SCOPE, ScopeOutcome, kept_settled, settled_scopes
 
 S1, S2 = uuid.uuid4(), uuid.uuid4()
 R1, R2 = uuid.uuid4(), uuid.uuid4()
@@ -16,6 +16,19 @@ SKIPPED = ("skipped_window", "no opening left")
 
 def test_a_running_run_s_empty_outcomes_get_the_settled_task() -> None:
     assert settled_scopes((), {T1: SKIPPED}, {T1: (S1, R1)}) == (
+        ScopeOutcome(S1, R1, "skipped_window", task_id=T1, error="no opening left"),
+    )
+
+
+def test_a_task_whose_scope_was_removed_is_recorded_all_the_same_and_its_scope_written_back() -> None:
+    """Its scope gone before the write-back, the settled task is kept under its rack (no scope id yet),
+    and the write-back, which names the scope the firing had, keeps its outcome rather than "submitted"."""
+    settled = settled_scopes((), {T1: SKIPPED}, {T1: (None, R1)})
+    assert settled == (
+        ScopeOutcome(REMOVED_SCOPE, R1, "skipped_window", task_id=T1, error="no opening left"),
+    )
+    written = (ScopeOutcome(S1, R1, "submitted", task_id=T1),)
+    assert kept_settled(written, settled) == (
         ScopeOutcome(S1, R1, "skipped_window", task_id=T1, error="no opening left"),
     )
 

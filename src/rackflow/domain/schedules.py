@@ -229,10 +229,16 @@ class ScopeOutcome:
     start_by: datetime | None = None
 
 
+# The scope id of a run's outcome for a settled task whose scope was removed before its firing's write-back
+# named it (`settled_scopes`): that write-back writes the scope the firing had, the settled outcome kept
+# (`kept_settled`).
+REMOVED_SCOPE = uuid.UUID(int=0)
+
+
 def settled_scopes(
     outcomes: Sequence[ScopeOutcome],
     settled: Mapping[uuid.UUID, tuple[Outcome, str]],
-    unnamed: Mapping[uuid.UUID, tuple[uuid.UUID, uuid.UUID]] | None = None,
+    unnamed: Mapping[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID]] | None = None,
 ) -> tuple[ScopeOutcome, ...]:
     """The outcomes with each scope whose task is in `settled` given its (outcome, error), its task kept:
     a cancelled rollout's scope whose task it ended before the task began is "not_started"
@@ -242,7 +248,8 @@ def settled_scopes(
     A settled task the outcomes do not name yet (its plain firing submitted it, and its write-back has not
     recorded it: the run is "running", its outcomes empty or an approved run's "pending" plan) is recorded
     all the same, from `unnamed` (task id -> its scope id and rack id), in place of its rack's entry without
-    a task or else added: the write-back then keeps what was settled (`kept_settled`)."""
+    a task or else added (a task whose scope was removed since, its scope id None, as `REMOVED_SCOPE`):
+    the write-back then keeps what was settled (`kept_settled`), rather than write it "submitted"."""
     named = {o.task_id for o in outcomes if o.task_id is not None}
     kept = [
         replace(o, outcome=found[0], error=found[1])
@@ -254,7 +261,7 @@ def settled_scopes(
         if task_id in named or task_id not in settled:
             continue
         outcome, error = settled[task_id]
-        entry = ScopeOutcome(scope_id, rack_id, outcome, task_id=task_id, error=error)
+        entry = ScopeOutcome(scope_id or REMOVED_SCOPE, rack_id, outcome, task_id=task_id, error=error)
         at = next((i for i, o in enumerate(kept) if o.rack_id == rack_id and o.task_id is None), None)
         if at is None:
             kept.append(entry)

@@ -215,16 +215,16 @@ async def settle_scopes(
 
 async def _scopes_of_tasks(
     conn: AsyncConnection, task_ids: Collection[uuid.UUID]
-) -> dict[uuid.UUID, tuple[uuid.UUID, uuid.UUID]]:
-    """Each of these tasks' scope in its schedule, as (scope id, rack id); one whose scope was removed since
-    is left out."""
-    found: dict[uuid.UUID, tuple[uuid.UUID, uuid.UUID]] = {}
+) -> dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID]]:
+    """Each of these tasks' scope in its schedule, as (scope id, rack id); a task whose scope was removed
+    since has no scope id (None), and its rack."""
+    found: dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID]] = {}
     scope = task_schedule_scope.c
     of_task = (scope.schedule_id == tasks.c.schedule_id) & (scope.rack_id == tasks.c.rack_id)
     for chunk in chunked(list(task_ids)):
         stmt = (
-            select(tasks.c.id, scope.id.label("scope_id"), scope.rack_id)
-            .join(task_schedule_scope, of_task)
+            select(tasks.c.id, scope.id.label("scope_id"), tasks.c.rack_id)
+            .select_from(tasks.outerjoin(task_schedule_scope, of_task))
             .where(tasks.c.id.in_(chunk))
         )
         found |= {row.id: (row.scope_id, row.rack_id) for row in await conn.execute(stmt)}
