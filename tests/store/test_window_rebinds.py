@@ -148,7 +148,7 @@ def assert_failed_unstarted(task: Task, backend: Recording, what: str = "the tas
 
 async def test_a_task_held_by_a_budget_is_bound_to_its_allow_window_s_new_end(env: Env) -> None:
     """The window is shortened to end at 13:30 while a budget holds r1's task: the task is bound to 13:30,
-    its hold kept, so that once the budget lets it go at 14:00 the executor fails it rather than start it
+    its hold kept, so that once the budget lets it go at 13:45 the executor fails it rather than start it
     after the window the operator now allows."""
     schedule, held, budget_id = await held_by_the_budget(env)
 
@@ -179,7 +179,7 @@ async def test_a_task_held_by_a_budget_is_bound_to_its_allow_window_s_new_end(en
 
 async def test_a_task_waiting_in_its_rack_s_queue_is_bound_to_its_allow_window_s_new_end(env: Env) -> None:
     """r1's task waits behind a task submitted by hand on r1 (its schedule queues): the shortened window
-    binds it to 13:30, and once the rack's queue lets it go at 14:00 it fails rather than starts."""
+    binds it to 13:30, and once the rack's queue lets it go at 13:45 it fails rather than starts."""
     r1 = await env.rack("r1")
     [by_hand] = await env.services.tasks.submit(
         Operation(OperationKind.POWER_ON), [RackSelection(r1.id)], description="by hand", queue=QueueOptions()
