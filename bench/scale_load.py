@@ -348,6 +348,22 @@ def _chunked(engine: Engine, total: int, what: str, insert: Any, start: int = 0)
     print(f"# loaded {what}={total - start} in {time.perf_counter() - started:.1f}s", flush=True)
 
 
+def _set_runs_since(engine: Engine) -> None:
+    """Each schedule's `runs_since` (migration 0047) as its firings keep it: its oldest run's slot (its first
+    firing set it, and the cap's looks raised it to the oldest kept), so the cap's look and the reads of its
+    runs are bounded to the weeks that hold them, as a year-old fleet's are."""
+    started = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE task_schedule s SET runs_since = f.since FROM (SELECT schedule_id,"
+                " min(scheduled_for) AS since FROM task_schedule_run GROUP BY schedule_id) f"
+                " WHERE s.id = f.schedule_id"
+            )
+        )
+    print(f"# runs_since set in {time.perf_counter() - started:.1f}s", flush=True)
+
+
 def load(
     engine: Engine,
     *,
@@ -454,6 +470,7 @@ def load(
         ),
     )
     _load_big(engine, tpl, ids, big_racks, big_runs, scope_id, r)
+    _set_runs_since(engine)
     _chunked(
         engine,
         audit,
