@@ -32,6 +32,7 @@ from rackflow.store import inventory as store
 from rackflow.store import rollouts as run_store
 from rackflow.store import scope_removals
 from rackflow.store.db import Database
+from rackflow.store.dialect import waited_too_long_for_a_lock
 from rackflow.validation import check_name, check_text
 
 log = logging.getLogger(__name__)
@@ -174,12 +175,17 @@ class InventoryService:
         each would wait for the other (tests/store/test_window_lock_order.py). A task that ran on the rack
         between the read of the runs and the rack's lock (submitted and ended meanwhile) has a run not yet
         locked: rather than wait for that row while it holds the rack, the transaction is rolled back and
-        tried again, which reads that run before the rack's lock (`_RanMeanwhile`)."""
+        tried again, which reads that run before the rack's lock (`_RanMeanwhile`). So is one PostgreSQL
+        ends as a deadlock: schedule rows still come before run rows here and after them in a retry of a
+        run, a rollout's halt and a firing's write-back, so DeleteRack beside one of those may be chosen to
+        end a deadlock, which is the moment's fault, not the call's."""
         scope_changes = await retrying(
             lambda: self._delete_rack(rack_id),
             _RAN_MEANWHILE_RETRY,
             what=f"deleting rack {rack_id}",
-            retry_if=lambda exc: isinstance(exc, _RanMeanwhile),
+            retry_if=lambda exc: (
+                isinstance(exc, _RanMeanwhile) or waited_too_long_for_a_lock(exc.__cause__ or exc)
+            ),
         )
         _tell(f"rack {rack_id} deleted", scope_changes)
 
