@@ -86,3 +86,27 @@ async def test_a_busy_connection_is_not_pinged_and_one_request_sees_the_outage(
     with pytest.raises(Unavailable, match="database unavailable"):
         await _backend_pid(pg)
     assert await _backend_pid(pg) != first  # the pool let the dead connection go
+
+
+async def test_a_lock_wait_the_database_ended_says_so_not_that_the_database_is_down(
+    pg: Database, postgres_url: str
+) -> None:
+    """A statement whose wait for a lock PostgreSQL ended (here its lock_timeout; a deadlock alike) is
+    UNAVAILABLE, to be tried again, but not "database unavailable": the database is up, another transaction
+    held the row. That message sent operators looking for an outage."""
+    url = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(url) as holder:
+        holder.execute("CREATE TABLE IF NOT EXISTS lock_wait_probe (id int PRIMARY KEY)")
+        holder.execute("INSERT INTO lock_wait_probe VALUES (1) ON CONFLICT DO NOTHING")
+        holder.commit()
+        holder.execute("SELECT id FROM lock_wait_probe WHERE id = 1 FOR UPDATE")  # held until the end
+        with pytest.raises(Unavailable) as raised:
+            async with pg.transaction() as conn:
+                await conn.execute(text("SET LOCAL lock_timeout = '100ms'"))
+                await conn.execute(text("SELECT id FROM lock_wait_probe WHERE id = 1 FOR UPDATE"))
+        holder.rollback()
+        holder.execute("DROP TABLE lock_wait_probe")
+        holder.commit()
+    assert str(raised.value).startswith("try again: the database ended this call's wait"), raised.value
+    assert "database unavailable" not in str(raised.value)
+    assert dialects.waited_too_long_for_a_lock(raised.value.__cause__ or raised.value)

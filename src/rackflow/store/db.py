@@ -145,13 +145,21 @@ def is_connection_error(exc: BaseException) -> bool:
     return False
 
 
+# What a caller is told when PostgreSQL ended its statement's wait for a lock (lock_timeout, or chosen to end
+# a deadlock): "database unavailable" sent operators looking for an outage that was not there.
+_LOCK_WAIT_ENDED = "the database ended this call's wait for a row or table another transaction held"
+
+
 @contextmanager
 def connection_errors_as_unavailable() -> Iterator[None]:
     """Turn "the database cannot be reached" into `Unavailable`, so callers and clients can tell an
-    outage (retry later) from a bug; other driver errors pass through unchanged."""
+    outage (retry later) from a bug, and so a lock wait PostgreSQL ended (a deadlock, a lock timeout), saying
+    which; other driver errors pass through unchanged."""
     try:
         yield
     except (OperationalError, InterfaceError, DBAPIError) as exc:
+        if dialects.waited_too_long_for_a_lock(exc):  # the database is up: another transaction was in the way
+            raise Unavailable(f"try again: {_LOCK_WAIT_ENDED} ({exc.orig})") from exc
         if is_connection_error(exc):
             raise Unavailable(f"database unavailable: {exc.orig or exc}") from exc
         raise
