@@ -38,7 +38,7 @@ from rackflow.tasks.gates import Gated, consult
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_approvals import caller
-from tests.store.test_rollout_halt_gate import OWNER, get
+from tests.store.test_rollout_halt_gate import OWNER, claim_in, get
 from tests.store.test_rollouts import _run
 from tests.store.test_rollouts import _schedule as rollout_schedule
 
@@ -50,15 +50,7 @@ async def claim(env: Env, *, running: tuple[uuid.UUID, ...] = (), cancel: uuid.U
     (by oncall) once the claim took its tasks, before its gates ask about them, in another transaction
     (PostgreSQL only)."""
     async with env.db.transaction() as conn:
-        claimed = await task_runs.claim(
-            env.db,
-            conn,
-            owner_id=OWNER,
-            lease_ttl=timedelta(seconds=30),
-            running_here=running,
-            now=env.clock.now(),
-            limit=10,
-        )
+        claimed = await claim_in(env, conn, running=running)
         if cancel is not None:
             with caller("oncall"):
                 await env.services.rollouts.cancel(cancel)

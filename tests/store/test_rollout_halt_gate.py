@@ -17,6 +17,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.inventory import Component
 from rackflow.domain.rollouts import RolloutPolicy
@@ -41,18 +42,26 @@ OWNER = uuid.uuid4()
 HALTING = RolloutPolicy(max_concurrent_racks=2, halt_after_failures=1)
 
 
+async def claim_in(
+    env: Env, conn: AsyncConnection, *, limit: int = 10, running: Collection[uuid.UUID] = ()
+) -> list[tuple[Task, int]]:
+    """The executor's claim of up to `limit` tasks in `conn`, by OWNER (an instance that is not live), its
+    gates not yet asked: the tasks it took, with their attempts."""
+    return await task_runs.claim(
+        env.db,
+        conn,
+        owner_id=OWNER,
+        lease_ttl=timedelta(seconds=30),
+        running_here=running,
+        now=env.clock.now(),
+        limit=limit,
+    )
+
+
 async def claim(env: Env, limit: int = 10, running: Collection[uuid.UUID] = ()) -> list[uuid.UUID]:
     """One executor claim of up to `limit` tasks with the start gates: the tasks that start."""
     async with env.db.transaction() as conn:
-        claimed = await task_runs.claim(
-            env.db,
-            conn,
-            owner_id=OWNER,
-            lease_ttl=timedelta(seconds=30),
-            running_here=running,
-            now=env.clock.now(),
-            limit=limit,
-        )
+        claimed = await claim_in(env, conn, running=running, limit=limit)
         gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
     return [task.id for task, _ in gated.claimed]
 
@@ -238,15 +247,7 @@ async def _cancel_beside_an_open_claim(env: Env) -> uuid.UUID:
     env.clock.advance(timedelta(minutes=2))  # the halt's hold is due for a look again
 
     async with env.db.transaction() as conn:
-        claimed = await task_runs.claim(
-            env.db,
-            conn,
-            owner_id=OWNER,
-            lease_ttl=timedelta(seconds=30),
-            running_here=(),
-            now=env.clock.now(),
-            limit=10,
-        )
+        claimed = await claim_in(env, conn)
         assert [task.id for task, _ in claimed] == [unclaimed]
         report = await env.services.rollouts.cancel((await _run(env, schedule)).run.id)
         assert report.task_statuses[unclaimed] is TaskStatus.PENDING  # skipped: the claim holds it

@@ -22,13 +22,12 @@ from sqlalchemy import text, update
 
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import Hold, TaskStatus
-from rackflow.store import task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks
 from rackflow.store.tasks import hold_values, set_status
 from rackflow.tasks.gates import consult
 from tests.store.schedules_support import Env, make_env
-from tests.store.test_rollout_halt_gate import HALTING, OWNER, claim, fail_and_step, get
+from tests.store.test_rollout_halt_gate import HALTING, OWNER, claim, claim_in, fail_and_step, get
 from tests.store.test_rollouts import _run
 from tests.store.test_rollouts import _schedule as rollout_schedule
 
@@ -59,15 +58,7 @@ async def open_claim_then_gate(env: Env, expected: list[object], beside: Awaitab
     """Claim (locking the tasks), run `beside` until it is done or waits, then consult the gates (locking
     the run): both must end, neither aborted as a deadlock."""
     async with env.db.transaction() as conn:
-        claimed = await task_runs.claim(
-            env.db,
-            conn,
-            owner_id=OWNER,
-            lease_ttl=timedelta(seconds=30),
-            running_here=(),
-            now=env.clock.now(),
-            limit=10,
-        )
+        claimed = await claim_in(env, conn)
         assert sorted(str(task.id) for task, _ in claimed) == sorted(map(str, expected))
         other = asyncio.ensure_future(beside)
         await done_or_waiting_on_a_lock(env, other)

@@ -29,7 +29,6 @@ from rackflow.domain.windows import MaintenanceWindow, OneOff, WindowKind
 from rackflow.errors import NotFound
 from rackflow.store import inventory as inventory_store
 from rackflow.store import rollouts as run_store
-from rackflow.store import task_runs
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run, tasks
@@ -42,7 +41,7 @@ from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_approvals import caller
 from tests.store.test_executor import eventually
-from tests.store.test_rollout_halt_gate import OWNER
+from tests.store.test_rollout_halt_gate import OWNER, claim_in
 from tests.store.test_rollout_lock_order import done_or_waiting_on_a_lock, open_claim_then_gate
 from tests.store.test_rollouts import _run as rollout_run
 from tests.store.test_window_deferrals import (
@@ -159,15 +158,7 @@ async def test_a_freeze_hold_a_claim_wrote_beside_the_freeze_s_deletion_is_let_g
         await hold_by_a_freeze_that_ran_out(env, task_id)
 
         async with env.db.transaction() as conn:
-            claimed = await task_runs.claim(
-                env.db,
-                conn,
-                owner_id=OWNER,
-                lease_ttl=timedelta(seconds=30),
-                running_here=(),
-                now=env.clock.now(),
-                limit=10,
-            )
+            claimed = await claim_in(env, conn)
             assert [task.id for task, _ in claimed] == [task_id]
             gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
             assert gated.claimed == []  # held again until "late" ends, as the claim read the windows
@@ -426,15 +417,7 @@ async def test_a_freeze_hold_a_claim_wrote_beside_the_freeze_s_deletion_that_die
 
         monkeypatch.setattr(window_service, "let_go_of_freezes", dies)
         async with env.db.transaction() as conn:
-            claimed = await task_runs.claim(
-                env.db,
-                conn,
-                owner_id=OWNER,
-                lease_ttl=timedelta(seconds=30),
-                running_here=(),
-                now=env.clock.now(),
-                limit=10,
-            )
+            claimed = await claim_in(env, conn)
             assert [task.id for task, _ in claimed] == [task_id]
             gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
             assert gated.claimed == []  # held again until "late" ends, as the claim read the windows
