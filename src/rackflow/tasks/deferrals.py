@@ -331,13 +331,11 @@ def _rewrite(task: Task, decision: Decision, now: datetime) -> _Rewrite:
     * one another start gate holds that may start now: bound to the new end, that gate's hold kept;
     * else its wait for its window, as a firing now would give it: moved (which replaces another gate's
       hold: the claim at its opening asks every gate again), released, or rebound."""
-    if task.attempt > 1:
-        if decision.action != "fire":
-            return _Rewrite("rebound", now, now, "", False, keeps_hold=True)
-        wait = window_wait(task.operation, decision.reason, decision.opens_at, decision.closes_at, now)
-        return _Rewrite("rebound", None, wait.not_after, "", False, keeps_hold=True)
+    retry = task.attempt > 1
+    if retry and decision.action != "fire":
+        return _Rewrite("rebound", now, now, "", False, keeps_hold=True)
     wait = window_wait(task.operation, decision.reason, decision.opens_at, decision.closes_at, now)
-    if task.held_by not in (None, WINDOW_HOLD) and not wait.waits:
+    if retry or (task.held_by not in (None, WINDOW_HOLD) and not wait.waits):
         return _Rewrite("rebound", None, wait.not_after, "", False, keeps_hold=True)
     change = _what_changed(task, wait.waits)
     return _Rewrite(change, wait.not_before, wait.not_after, wait.message, wait.waits, keeps_hold=False)
