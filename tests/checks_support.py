@@ -25,11 +25,13 @@ from tests.store.test_executor import CLOCK, executing
 
 @dataclass(frozen=True)
 class Answer:
-    """One scripted answer: HTTP status, a JSON body, after `delay` seconds."""
+    """One scripted answer: HTTP status, a JSON body, after `delay` seconds, and once `after` is set (if
+    given: a test that looks at what happens while an answer is awaited, however long that takes it)."""
 
     body: Any = field(default_factory=lambda: {"ok": True})
     status: int = 200
     delay: float = 0.0
+    after: threading.Event | None = None
 
 
 @dataclass
@@ -68,6 +70,8 @@ def receiving(*script: Answer) -> Iterator[Receiver]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             answer = receiver.next_answer(dict(self.headers.items()), body)
+            if answer.after is not None:
+                answer.after.wait(60)
             time.sleep(answer.delay)
             raw = answer.body if isinstance(answer.body, bytes) else json.dumps(answer.body).encode()
             try:
@@ -94,12 +98,14 @@ def receiving(*script: Answer) -> Iterator[Receiver]:
 
 
 @asynccontextmanager
-async def checking(db: Database, *, told: bool = True, **options: Any) -> AsyncIterator[Services]:
+async def checking(
+    db: Database, *, told: bool = True, executors: list[Executor] | None = None, **options: Any
+) -> AsyncIterator[Services]:
     """An executor and a pre-flight checker over `db`, wired as `rackflow serve` wires them (`told`
     False: the checker does not tell the executor which rounds it answered, as another instance's would
-    not)."""
+    not). The executor is appended to `executors`, if given, for a test that counts its polls."""
     services = Services.build(db, CLOCK)
-    executors: list[Executor] = []
+    executors = [] if executors is None else executors
     checker = PreflightChecker(
         db,
         CLOCK,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import threading
 import uuid
 from collections.abc import Collection
 from datetime import datetime, timedelta
@@ -41,14 +42,17 @@ from rackflow.store.db import Database
 from rackflow.store.tables import preflight_results, preflight_tasks, tasks
 from rackflow.store.tasks import set_status
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
+from rackflow.tasks.executor import Executor
 from rackflow.tasks.gates import consult
 from rackflow.windows.service import Ref, WindowInput
 from tests.checks_support import Answer, Receiver, checking, receiving
+from tests.store.lock_waits import waiting_for
 from tests.store.query_plans import statement_sent, statements_sent
 from tests.store.schedules_support import POWER_OFF, make_env
 from tests.store.test_executor import (
     CLOCK,
     REJECT,
+    counting_polls,
     eventually,
     executing,
     finished,
@@ -311,7 +315,8 @@ async def _passed_once(db: Database, hook_url: str) -> tuple[Services, Preflight
 async def test_a_round_due_while_a_claim_starts_the_task_is_not_taken(db: Database) -> None:
     """The claim decides on the last round (passed, fresh at its `now`) and, before it commits, the next
     round falls due: the checker must not ask about the task and record a failing round for a task that
-    then starts (the soak found one started beside such a round)."""
+    then starts (the soak found one started beside such a round). The checker reads the round as due
+    before the claim commits, and waits for the claim's lock to take it (SQLite: for the write lock)."""
     with receiving(Answer({"ok": True}), Answer({"ok": False, "reason": "jobs came back"})) as hook:
         services, checker, clock, task = await _passed_once(db, hook.url)
         deciding_at = clock.now() + timedelta(seconds=1.9)  # the round that passed is fresh until +2s
@@ -319,7 +324,7 @@ async def test_a_round_due_while_a_claim_starts_the_task_is_not_taken(db: Databa
             assert await _claim(db, conn, services, deciding_at) == [task.id]
             clock.advance(timedelta(seconds=2.5))  # the next round is due; the claim has not committed
             polling = asyncio.create_task(checker.poll())
-            await asyncio.sleep(0.5)
+            await waiting_for(db, conn, polling)
         await polling
         await checker.settle()
         asked = len(hook.posts)
@@ -752,7 +757,8 @@ LONG_STEPS = SimulatorBackend(SimulatorConfig(step_seconds=3600))
 async def _burst(db: Database, hook_url: str, count: int) -> list[Task]:
     services = Services.build(db, CLOCK)
     await services.checks.create(
-        CheckInput(name="drained", settings=WebhookSettings(hook_url, "", "5s"), interval="1h")
+        # A timeout that outlasts a test's wait for the executor's polls while it keeps an answer back.
+        CheckInput(name="drained", settings=WebhookSettings(hook_url, "", "30s"), interval="1h")
     )
     return [await submit(db, await _rack(db, f"burst-{i}"), POWER_ON) for i in range(count)]
 
@@ -761,21 +767,43 @@ async def _statuses(db: Database, burst: Collection[Task]) -> list[TaskStatus]:
     return [(await get(db, task)).status for task in burst]
 
 
+async def _polled(executor: Executor, more: int) -> None:
+    """Until `executor` has finished `more` polls from now on: each would have claimed what room it saw."""
+    polls = counting_polls(executor)
+
+    async def done() -> bool:
+        return len(polls) >= more
+
+    await eventually(done)
+
+
 async def test_tasks_held_for_their_first_round_keep_their_slots_until_it_is_answered(db: Database) -> None:
-    """Two slots, steps that outlast the test, eight new tasks, a hook that passes each after 0.3 s: two
-    are held and asked, start when their answers come, and the other six are never claimed, so the hook
-    is asked twice, not eight times. (Before, a held task freed its slot at once: every claim held two
+    """Two slots, steps that outlast the test, eight new tasks, a hook that passes each once the test lets
+    it: two are held and asked, and keep their slots over the executor's next polls (each of which would
+    claim two more into free slots); answered, they start, and the other six are never claimed, so the
+    hook is asked twice, not eight times. (Before, a held task freed its slot at once: every claim held two
     more, and all eight were asked while two could run.)"""
-    with receiving(Answer(delay=0.3)) as hook:
-        burst = await _burst(db, hook.url, 8)
-        async with checking(db, backend=LONG_STEPS, max_concurrent=2):
+    answering = threading.Event()
+    executors: list[Executor] = []
+    with receiving(Answer(after=answering)) as hook:
+        try:
+            burst = await _burst(db, hook.url, 8)
+            async with checking(db, backend=LONG_STEPS, max_concurrent=2, executors=executors):
+                await eventually(lambda: _asked(hook, 2))
+                await _polled(executors[0], 3)
+                held = [t.id for t in burst if (await get(db, t)).held_by == GATE_NAME]
+                assert held == [t.id for t in burst[:2]], "a claim held more tasks than it had slots for"
+                assert len(hook.posts) == 2
 
-            async def two_running() -> bool:
-                return (await _statuses(db, burst)).count(TaskStatus.RUNNING) == 2
+                async def two_running() -> bool:
+                    return (await _statuses(db, burst)).count(TaskStatus.RUNNING) == 2
 
-            await eventually(two_running)
-            await asyncio.sleep(1.0)  # claims every 50 ms, checker polls every 50 ms: nothing more
-            assert (await _statuses(db, burst)).count(TaskStatus.RUNNING) == 2
+                answering.set()
+                await eventually(two_running)
+                await _polled(executors[0], 3)  # its slots full, it claims nothing
+                assert (await _statuses(db, burst)).count(TaskStatus.RUNNING) == 2
+        finally:
+            answering.set()  # for the receiver's threads to end
         assert len(hook.posts) == 2
 
 
