@@ -4,7 +4,6 @@ lets its tasks go; a hold a change could not let go of is let go by the executor
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import datetime, timedelta
 
@@ -22,7 +21,7 @@ from rackflow.store.tasks import hold_values
 from rackflow.tasks.gates import consult
 from rackflow.windows.gate import FreezeGate
 from rackflow.windows.service import WindowInput
-from tests.store.test_executor import eventually, executing, finished, get, make_rack
+from tests.store.test_executor import counting_polls, eventually, executing, finished, get, make_rack
 
 CLOCK = SystemClock()
 POWER_ON = Operation(OperationKind.POWER_ON)
@@ -65,14 +64,19 @@ async def test_a_freeze_holds_a_manual_task_until_it_is_deleted(db: Database) ->
     rack = await make_rack(db)
     window_id = await freeze(services)
     task = await submit(services, rack.id)
-    async with executing(db):
+    async with executing(db) as executor:
         waiting = await held(db, task)
         assert waiting.status is TaskStatus.PENDING
         assert waiting.message.startswith("waits for freeze 'launch-week' to end at ")
         assert waiting.not_before is not None and waiting.not_before > CLOCK.now()
         assert waiting.started_at is None
-        await asyncio.sleep(0.3)  # several polls: still held, never started
-        assert (await get(db, task)).status is TaskStatus.PENDING
+        polls = counting_polls(executor)
+
+        async def polled_a_few_times() -> bool:  # each poll claims what may start
+            return len(polls) >= 3
+
+        await eventually(polled_a_few_times)
+        assert (await get(db, task)).status is TaskStatus.PENDING  # still held, never started
         await services.windows.delete(window_id)
         done = await finished(db, task)
     assert done.status is TaskStatus.COMPLETED
