@@ -42,6 +42,7 @@ from rackflow.store.tables import (
     task_schedule_scope,
     tasks,
 )
+from tests.store.lock_waits import waiting_for
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
 from tests.store.test_executor import start_running
 
@@ -393,8 +394,7 @@ async def test_a_removal_waiting_for_a_firing_stamps_its_run(db: Database) -> No
         await conn.execute(db.for_update(locked))
         claimed = await firing.claim(db, conn, [schedule], trigger="manual", now=env.clock.now())
         removal = asyncio.create_task(env.services.schedules.remove_scope(entry.id))
-        await asyncio.sleep(0.3)
-        assert not removal.done()
+        await waiting_for(db, conn, removal)
     await removal
     await env.services.schedules.fire(claimed)
     (run,) = await _runs(env, schedule)
