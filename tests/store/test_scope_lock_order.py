@@ -13,6 +13,7 @@ from sqlalchemy import update
 from rackflow.domain.inventory import ComponentType
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule_scope
+from tests.store.lock_waits import waiting_for
 from tests.store.schedules_support import Env, make_env, rack_target
 
 pytestmark = pytest.mark.postgres
@@ -39,7 +40,7 @@ async def test_a_scope_update_waits_for_a_write_back_holding_a_lower_scope_row(e
         touch = update(task_schedule_scope).values(last_task_id=None)
         await write_back.execute(touch.where(task_schedule_scope.c.id == low.id))
         scope_update = asyncio.create_task(env.services.schedules.update_scope(schedule.id, desired))
-        await asyncio.sleep(0.5)  # the update is now waiting on a row lock
+        await waiting_for(env.db, write_back, scope_update)  # for the low row
         await write_back.execute(touch.where(task_schedule_scope.c.id == high.id))  # no deadlock
     scopes, changes = await asyncio.wait_for(scope_update, 10)
     assert changes.updated == 2
