@@ -29,6 +29,7 @@ from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.schedules import service as schedule_service
 from rackflow.store import inventory as inventory_store
 from rackflow.store.db import Database
+from tests.store.lock_waits import waiting_for
 from tests.store.schedules_support import RACK_TYPES, Env, make_env, rack_target
 
 Meanwhile = Callable[[AsyncConnection], Awaitable[None]]
@@ -176,7 +177,6 @@ async def test_a_removal_once_the_rack_is_locked_waits_then_narrows_the_new_scop
     finds the new entry and takes the component out. SQLite: the write lock makes it wait the same way."""
     r1 = await env.rack("r1")
     a, b, _ = r1.components
-    waited: list[bool] = []
     removals: list[asyncio.Task[None]] = []
 
     async def lock_then_remove(
@@ -184,8 +184,7 @@ async def test_a_removal_once_the_rack_is_locked_waits_then_narrows_the_new_scop
     ) -> dict[uuid.UUID, uuid.UUID | None]:
         locked = await inventory_store.racks_for_update(db, conn, rack_ids)
         removals.append(asyncio.create_task(env.services.inventory.remove_component(b.id)))
-        await asyncio.sleep(0.3)  # ample for a removal that need not wait to commit
-        waited.append(not removals[0].done())
+        await waiting_for(db, conn, removals[0])  # fails if it commits without waiting
         return locked
 
     monkeypatch.setattr(
@@ -198,7 +197,7 @@ async def test_a_removal_once_the_rack_is_locked_waits_then_narrows_the_new_scop
     schedule = await env.schedule("racing", target=by_id(a, b))
     await removals[0]
 
-    assert waited == [True]
+    assert len(removals) == 1
     assert await filters(env, schedule.id) == {r1.id: ids(a)}
 
 
