@@ -38,6 +38,7 @@ from rackflow.store.db import Database
 from rackflow.store.tables import tasks
 from rackflow.timespec import format_rfc3339
 from rackflow.windows.service import WHEN_PATH, Redeciding, Ref, WindowInput
+from tests.store.lock_waits import waiting_for
 from tests.store.schedules_support import START, Env, make_env
 from tests.store.test_approvals import caller
 from tests.store.test_rollout_cancel_gate import ENDED_BY_THE_GATE
@@ -332,12 +333,14 @@ async def test_a_task_ended_after_its_scope_was_removed_before_its_write_back_ke
 
 
 class PausedOnce:
-    """The deferrals of the first edit through it pause, its transaction open, until `go` is set."""
+    """The deferrals of the first edit through it pause, its transaction open (`conn`), until `go` is
+    set."""
 
     def __init__(self, deferrals: Redeciding) -> None:
         self.deferrals = deferrals
         self.paused = asyncio.Event()
         self.go = asyncio.Event()
+        self.conn: AsyncConnection | None = None
 
     async def redecide_in(
         self,
@@ -348,6 +351,7 @@ class PausedOnce:
     ) -> Callable[[], Awaitable[None]]:
         once_committed = await self.deferrals.redecide_in(conn, changed, now, write)
         if not self.paused.is_set():
+            self.conn = conn
             self.paused.set()
             await self.go.wait()
         return once_committed
@@ -600,14 +604,6 @@ async def test_a_running_task_is_left_as_it_is_by_a_window_created_edited_or_del
     assert [created.recorded, edited.recorded, deleted.recorded] == [[], [], []]
 
 
-async def waiting_for_its_turn(env: Env, edit: asyncio.Task[Any]) -> None:
-    """Until `edit` waits for its turn: SQLite's one writer (in process), PostgreSQL's advisory lock."""
-    if env.db.is_sqlite:
-        await asyncio.sleep(0.1)
-    else:
-        await done_or_waiting_on_a_lock(env, edit)
-
-
 async def test_an_edit_reads_its_clock_once_its_turn_came(env: Env) -> None:
     """An edit that waited an hour for the one before it decides, and stamps the window, at the time its
     turn came."""
@@ -624,7 +620,8 @@ async def test_an_edit_reads_its_clock_once_its_turn_came(env: Env) -> None:
         await paused.paused.wait()
     late_id = await windows.id_by_name("late")
     second = asyncio.ensure_future(windows.update(late_id, ["window.reason"], WindowInput(reason="later")))
-    await waiting_for_its_turn(env, second)
+    assert paused.conn is not None
+    await waiting_for(env.db, paused.conn, second)  # SQLite's one writer, PostgreSQL's advisory lock
     env.clock.advance(timedelta(hours=1))
     turn_came = env.clock.now()
     paused.go.set()
