@@ -168,6 +168,10 @@ def _assert_no_tick_fired_twice(db_url: str) -> None:
     assert twice == [], f"ticks fired more than once: {twice}"
 
 
+# What the firing logs as its submission, then its write-back, fail for the outage (`schedules.firing`).
+MET_THE_OUTAGE = ("firing batch of 1 scope(s): submit outcome unknown", "write-back of 1 run(s) failed")
+
+
 def test_a_firing_cut_off_by_the_outage_does_not_stay_running(pg_db: str, tmp_path: Path) -> None:
     """The database goes down between a firing's claim (phase 1) and its submissions and write-back
     (phases 2-3). The tick is spent, as designed (at most once); but once the database is back, its run
@@ -185,8 +189,12 @@ def test_a_firing_cut_off_by_the_outage_does_not_stay_running(pg_db: str, tmp_pa
         wait_until(
             lambda: "failpoint pause_after_claim: pausing" in server.output, timeout=10, what="the claim"
         )
-        with database_down(pg_db):
-            time.sleep(4.0)  # the pause ends, submission and write-back meet the outage
+        with database_down(pg_db):  # until the pause has ended, and submission and write-back met it
+            wait_until(
+                lambda: all(line in server.output for line in MET_THE_OUTAGE),
+                timeout=30,
+                what="the firing's submission and write-back to meet the outage",
+            )
         wait_until(
             lambda: server.proc.poll() is not None or _runs_settled(pg_db),
             timeout=10,
