@@ -14,7 +14,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -106,7 +105,10 @@ def test_a_restored_backup_fires_nothing_the_backup_had_fired(own_db_url: str, t
         wait_until(lambda: len(query(served, SLOTS)) >= 12, 60, what="a dozen firings")
         wait_until(lambda: bool(running(served, tasks)), 30, what="a RUNNING task")
         assert "written to" in backup_with_cli(served, backup)  # while the server fires and runs tasks
-        time.sleep(3)  # the live database moves on: slots the backup does not know of
+        backed_up = len(query(served, SLOTS))  # at least as many as the backup holds
+        wait_until(  # the live database moves on: slots the backup does not know of
+            lambda: len(query(served, SLOTS)) > backed_up, 30, what="a firing after the backup"
+        )
 
     with restored(served, backup, tmp_path) as copy:
         fired_before = {tuple(row) for row in query(copy, SLOTS)}
