@@ -31,7 +31,7 @@ import pytest
 from rackflow.store.migrate import head_revision
 from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import ServerProcess, sql, start_server
-from tests.e2e.fleet import create_racks, create_schedules, schedule_request
+from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
 from tests.faults.releases import previous_revision, release_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres")]
@@ -42,6 +42,8 @@ INTERVAL = timedelta(seconds=2)
 # poll, and the few seconds a poll can take on this loaded machine while an instance stops.
 MAX_GAP = INTERVAL + timedelta(seconds=4)
 RACKS = [f"r{i}" for i in range(4)]
+CALLS_SEEN = 20  # answered by the instances of each step of the upgrade
+SLOTS_JUDGED = 8  # a schedule's slots at least, among whose gaps a lost one would show
 
 
 def retryable(exc: grpc.RpcError) -> bool:
@@ -116,7 +118,7 @@ def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path
             ],
         )
         traffic.start()
-        time.sleep(4)
+        serving(clients, pg_db_empty, "the previous release")
 
         migrated = subprocess.run(
             [sys.executable, "-m", "rackflow", "db", "migrate", "--db", pg_db_empty],
@@ -125,7 +127,7 @@ def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path
             text=True,
         )
         assert head_revision() in migrated.stdout
-        time.sleep(3)  # the previous release keeps serving the new schema
+        serving(clients, pg_db_empty, "the previous release on the new schema")
 
         for i, old in enumerate(list(running)):
             new = start_server(pg_db_empty, tmp_path, args=ARGS, name=f"new{i}")
@@ -134,8 +136,8 @@ def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path
             assert old.stop() == 0
             clients.servers.remove(old)
             running.remove(old)
-            time.sleep(3)
-        time.sleep(4)
+            serving(clients, pg_db_empty, f"the instances once old{i} was replaced")
+        serving(clients, pg_db_empty, "the new release", slots=SLOTS_JUDGED)
     finally:
         clients.stop.set()
         if traffic.is_alive():
@@ -157,7 +159,28 @@ def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path
     for fired in by_schedule.values():
         gaps = [later - earlier for earlier, later in itertools.pairwise(fired)]  # type: ignore[operator]
         assert max(gaps) <= MAX_GAP, f"a slot was lost: gaps {gaps}"
-        assert len(fired) >= 8
+
+
+def serving(clients: Clients, db_url: str, who: str, *, slots: int = 0) -> None:
+    """Until `who` (the instances serving now) have answered CALLS_SEEN more calls and fired another slot
+    of every schedule (and, with `slots`, every schedule has fired that many): what each step of the
+    upgrade is seen doing before the next, however slowly a loaded machine runs it."""
+    answered = clients.first.count(grpc.StatusCode.OK)
+    ((since,),) = sql(db_url, "SELECT now()")
+
+    def seen() -> bool:
+        if clients.first.count(grpc.StatusCode.OK) < answered + CALLS_SEEN:
+            return False
+        ((fresh, fewest),) = sql(
+            db_url,
+            """SELECT count(*) FILTER (WHERE newest > %s), coalesce(min(slots), 0) FROM (
+                 SELECT max(fired_at) AS newest, count(*) AS slots FROM task_schedule_run GROUP BY schedule_id
+               ) AS each_schedule""",
+            since,
+        )
+        return fresh == len(RACKS) and isinstance(fewest, int) and fewest >= slots
+
+    wait_until(seen, timeout=60, what=f"{who} serving calls and firing every schedule")
 
 
 @pytest.fixture
