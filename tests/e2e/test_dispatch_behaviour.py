@@ -6,7 +6,6 @@ components × STEP_S; schedules fire every second.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -153,8 +152,10 @@ def test_one_time_is_consumed_even_when_every_submission_fails(stub: flow_pb2_gr
 
 
 def test_paused_schedule_never_fires(stub: flow_pb2_grpc.FlowStub) -> None:
-    """Made every second only once paused: created so, a slow pause (a busy machine) let it fire first."""
-    create_racks(stub, ["paused-a"])
+    """Made every second only once paused: created so, a slow pause (a busy machine) let it fire first. A
+    schedule beside it, every second too and made after it, fires twice meanwhile: the dispatcher has
+    looked past the paused one's time (a sleep may end, on a busy machine, before it looked at all)."""
+    create_racks(stub, ["paused-a", "paused-beside"])
     schedule = stub.CreateTaskSchedule(
         schedule_request("paused", ["paused-a"], spec_type=INTERVAL, spec="1h")
     )
@@ -167,7 +168,13 @@ def test_paused_schedule_never_fires(stub: flow_pb2_grpc.FlowStub) -> None:
         )
     )
     assert not every_second.enabled
-    time.sleep(2.5)
+    beside = stub.CreateTaskSchedule(
+        schedule_request("paused-beside", ["paused-beside"], spec_type=INTERVAL, spec="1s")
+    )
+    try:
+        wait_until(lambda: len(_runs(stub, beside)) >= 2, timeout=30, what="two firings of the one beside")
+    finally:
+        stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=beside.id))
     assert _runs(stub, schedule) == []
     assert _tasks(stub, schedule) == []
 
