@@ -169,16 +169,22 @@ class InventoryService:
         """Delete a rack with its components, past tasks and schedule scopes; refused while it has work.
         The scope entries it removed are logged and told to the call's audit event (`_tell`).
 
-        Lock order (atop `rackflow.tasks.executor`): its schedules' rows, then the rows of the runs it
-        writes (its tasks' runs, whose kept counts it marks), then the rack's (`FOR UPDATE`). A window's
-        change naming the rack locks a run, then the rack: had DeleteRack locked its rack before the runs,
-        each would wait for the other (tests/store/test_window_lock_order.py). A task that ran on the rack
-        between the read of the runs and the rack's lock (submitted and ended meanwhile) has a run not yet
-        locked: rather than wait for that row while it holds the rack, the transaction is rolled back and
-        tried again, which reads that run before the rack's lock (`_RanMeanwhile`). So is one PostgreSQL
-        ends as a deadlock: schedule rows still come before run rows here and after them in a retry of a
-        run, a rollout's halt and a firing's write-back, so DeleteRack beside one of those may be chosen to
-        end a deadlock, which is the moment's fault, not the call's."""
+        Lock order (atop `rackflow.tasks.executor`): the rows of the runs it writes (its tasks' runs, whose
+        kept counts it marks), then its schedules' (the stamp, `scope_removals`), then the rack's (`FOR
+        UPDATE`). A window's change naming the rack locks a run, then the rack: had DeleteRack locked its
+        rack before the runs, each would wait for the other (tests/store/test_window_lock_order.py); a retry
+        of a run and a rollout's halt lock a run, then its schedule, which DeleteRack's stamp once took
+        before the runs (tests/store/test_schedule_lock_order.py). A task that ran on the rack between the
+        read of the runs and the rack's lock (submitted and ended meanwhile) has a run not yet locked:
+        rather than wait for that row while it holds the rack, the transaction is rolled back and tried
+        again, which reads that run before the rack's lock (`_RanMeanwhile`). So is one PostgreSQL ends as
+        a deadlock: racks still come before a schedule elsewhere, where its stamp takes the schedule before
+        the rack (the order the scope RPCs take them in). A journal round or CancelTask ending a task of the
+        rack locks the rack, then checks its schedule's key as it marks the schedule's failing streak (`FOR
+        KEY SHARE`, which the stamp's `FOR UPDATE` blocks), and a rollout's step may lock the rack for a
+        wave, then its schedule's row to pause it on a halt; DeleteRack beside one of those may be chosen
+        to end a deadlock, which is the moment's fault, not the call's
+        (tests/store/test_window_lock_order.py, `test_delete_rack_chosen_to_end_a_deadlock_tries_again`)."""
         scope_changes = await retrying(
             lambda: self._delete_rack(rack_id),
             _RAN_MEANWHILE_RETRY,
@@ -191,12 +197,12 @@ class InventoryService:
 
     async def _delete_rack(self, rack_id: uuid.UUID) -> list[ScopeChange]:
         async with self.db.transaction() as conn:
-            # Its scope entries go with it: their schedules are stamped first, their rows locked before the
-            # rack's, the order the scope RPCs take them in (`scope_removals`; the store stamps again, once
-            # it holds the rack, any entry added meanwhile).
-            await scope_removals.stamp_racks(conn, [rack_id])
             runs = await store.runs_of_tasks_on(conn, rack_id)
             await run_store.lock_runs(conn, runs)
+            # Its scope entries go with it: their schedules are stamped next, their rows locked after the
+            # runs' and before the rack's, the order the scope RPCs take them in (`scope_removals`; the
+            # store stamps again, once it holds the rack, any entry added meanwhile).
+            await scope_removals.stamp_racks(conn, [rack_id])
             # The row lock makes a concurrent task submission for this rack wait, then fail its FK check.
             if not await store.racks_for_update(self.db, conn, [rack_id]):
                 raise NotFound(f"id: no rack with id {rack_id}")

@@ -18,10 +18,10 @@ opens its own:
    reason; the other scopes still fire. If the connection is lost (`Unavailable`), the transaction may
    have committed before the client heard: the outcome is unknown.
 3. `fire` again (a new transaction, retried for WRITEBACK_DEADLINE_SECONDS): after an unknown outcome, look
-   up which of the runs' tasks exist (by run id) and record those as "submitted"; then write each scope's
-   new `last_task_id` (the SKIP overlap check reads it), complete the runs with their outcomes, and prune
-   run history. If it still fails, the tasks exist but the run stays "running" until the dispatcher's
-   sweep marks it "interrupted".
+   up which of the runs' tasks exist (by run id) and record those as "submitted"; then complete the runs
+   with their outcomes, prune run history, and write each scope's new `last_task_id` (the SKIP overlap
+   check reads it), in the lock order (`_write_back`). If it still fails, the tasks exist but the run stays
+   "running" until the dispatcher's sweep marks it "interrupted".
 
 A claim whose COMMIT goes unanswered (the connection lost, `Unavailable`) may have committed: its runs are
 then "running", and no one but its caller would fire them. Its caller, the dispatcher or a manual trigger
@@ -311,7 +311,13 @@ def _submission(firing: Firing, scope: Scope) -> Submission:
 async def _write_back(
     db: Database, firings: Sequence[Firing], results: Sequence[RunResult], *, look_up_tasks: bool
 ) -> list[RunResult]:
-    """Phase 3, retried: last_task_id per submitted scope, the completed runs, and run-history retention.
+    """Phase 3, retried: the completed runs, run-history retention, and last_task_id per submitted scope.
+
+    In the lock order atop `rackflow.tasks.executor`: the runs' rows (completed), then their schedules'
+    (a failing streak's mark checks the schedule's key, the cap's look lowers its count), then scope rows
+    last (in id order), as the scope RPCs and DeleteSchedule take them after the schedule's. Scope rows
+    first, a DeleteSchedule or a scope RPC holding the schedule and waiting for one of them would wait for
+    a write-back waiting for that schedule (tests/store/test_schedule_lock_order.py).
 
     `look_up_tasks` (the submit's outcome is unknown): first, in the same transaction, each "failed" scope
     whose task exists becomes "submitted". Returns the results as recorded (as given if every attempt
@@ -321,13 +327,13 @@ async def _write_back(
     async def write_back() -> list[RunResult]:
         async with db.transaction() as conn:
             recorded = await _with_tasks_found(conn, firings, results) if look_up_tasks else list(results)
-            task_by_scope = {o.scope_id: o.task_id for r in recorded for o in r.outcomes if o.task_id}
-            await store.set_last_task_ids(conn, task_by_scope)
             await run_history.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
             await outbox.record_events(conn, events.runs_with_failures(firings, recorded, db.clock.now()))
             await run_history.cap_runs(
                 conn, [f.schedule for f in firings], spare={r.run_id for r in recorded}
             )
+            task_by_scope = {o.scope_id: o.task_id for r in recorded for o in r.outcomes if o.task_id}
+            await store.set_last_task_ids(conn, task_by_scope)
         return recorded
 
     policy = Retry(

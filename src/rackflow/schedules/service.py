@@ -57,6 +57,7 @@ from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, Unava
 from rackflow.ids import new_id
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.notify import events
+from rackflow.retry import Retry, retrying
 from rackflow.rollouts.service import RolloutService, RunPart, RunReport
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
@@ -114,6 +115,13 @@ UPDATE_PATHS = (
 
 DEFAULT_TIMEZONE = "UTC"
 PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the next poll
+# DeleteSchedule tried again after the schedule fired meanwhile (`_FiredMeanwhile`): at once, a few times.
+_FIRED_MEANWHILE_RETRY = Retry.every(0.0, attempts=3)
+
+
+class _FiredMeanwhile(Unavailable):
+    """The schedule fired (a run recorded) between DeleteSchedule's lock of its runs and its lock of the
+    schedule, so that run is not locked yet (`ScheduleService.delete`)."""
 
 
 @dataclass(frozen=True)
@@ -620,10 +628,31 @@ class ScheduleService:
         return paused
 
     async def delete(self, schedule_id: uuid.UUID) -> None:
-        """Delete the schedule with its scope and runs; tasks it submitted keep running."""
+        """Delete the schedule with its scope and runs; tasks it submitted keep running.
+
+        Lock order (atop `rackflow.tasks.executor`): its runs' rows (in id order), then the schedule's, which
+        the delete's cascade to the runs would otherwise take first. A retry of a run, a rollout's halt and a
+        firing's write-back hold a run, then ask for its schedule: had DeleteSchedule held the schedule while
+        its cascade waited for that run, PostgreSQL would end one of the two as a deadlock
+        (tests/store/test_schedule_lock_order.py). A run fired between the runs' lock and the schedule's
+        (the schedule's lock holds off any more) is not locked yet: rather than wait for that row while it
+        holds the schedule, the transaction is rolled back and tried again (`_FiredMeanwhile`)."""
+        await retrying(
+            lambda: self._delete(schedule_id),
+            _FIRED_MEANWHILE_RETRY,
+            what=f"deleting schedule {schedule_id}",
+            retry_if=lambda exc: isinstance(exc, _FiredMeanwhile),
+        )
+
+    async def _delete(self, schedule_id: uuid.UUID) -> None:
         async with self.db.transaction() as conn:
-            if not await store.delete_schedule(conn, schedule_id):
-                raise NotFound(f"id: no task schedule {schedule_id}")
+            runs = await run_history.runs_of_schedule(conn, schedule_id, lock=True)
+            await self._load(conn, schedule_id, lock=True)
+            if not await run_history.runs_of_schedule(conn, schedule_id) <= runs:
+                raise _FiredMeanwhile(
+                    f"id: schedule {schedule_id} fired while it was being deleted; try again"
+                )
+            await store.delete_schedule(conn, schedule_id)
 
     async def retry_run(self, run_id: uuid.UUID, *, only_failed: bool = True) -> RunReport:
         """RetryTaskScheduleRun: fire the failed and not-started racks of a run that is over (with

@@ -68,6 +68,7 @@ from rackflow.store.dialect import (
     insert_rows,
     keys_table,
     past_newest,
+    skip_locked,
     some_element_holds,
     update_rows,
 )
@@ -445,6 +446,13 @@ async def prune_runs(
     query per chunk of schedules finds them, and only if there are any, one more deletes them by id.
     Returns what went, by schedule (those that lost none left out).
 
+    A run another transaction holds is left for a later look (`FOR UPDATE SKIP LOCKED`; its schedule's count
+    is lowered only by the runs deleted, so it still counts, and the bound stays below its slot): the
+    firings that prune hold their
+    schedules' rows, and a run's row comes before its schedule's (the lock order atop
+    `rackflow.tasks.executor`), so a prune that waited for one could wait for a retry of that run, or a
+    DeleteSchedule holding it, that waits for the schedule.
+
     `since`: each schedule's `runs_since` (missing or None: not known). On PostgreSQL the find reads only
     the runs' partitions from there on and the DEFAULT one (`run_partitions.from_slot`), not all of them:
     with a year of partitions the look opened each, about 30 µs apiece a schedule (docs/PERFORMANCE.md).
@@ -471,11 +479,15 @@ async def prune_runs(
         )
         candidates = (await conn.execute(select(older.subquery("candidates")))).all()
         doomed = [c for c in candidates if c.state not in OPEN_STATES and c.id not in spare]
+        doomed_ids: set[uuid.UUID] = set()
         for rows in chunked(doomed):
             # Bounded to the partitions of the runs' own slots (`run_partitions.of_slots`), not every one.
             slots = await run_partitions.of_slots(conn, [row.scheduled_for for row in rows])
-            await conn.execute(delete(task_schedule_run).where(run.id.in_([row.id for row in rows]), slots))
-        doomed_ids = {c.id for c in doomed}
+            free = skip_locked(
+                conn.dialect.name, select(run.id).where(run.id.in_([row.id for row in rows]), slots)
+            )
+            deleting = delete(task_schedule_run).where(run.id.in_(free.scalar_subquery()), slots)
+            doomed_ids.update((await conn.execute(deleting.returning(run.id))).scalars())
         for schedule_id, found in _by_schedule(candidates).items():
             runs = [c for c in found if c.id in doomed_ids]
             if runs:
@@ -747,6 +759,22 @@ async def in_their_weeks(
         return []
     earliest = bindparam("runs_since", min(since), type_=task_schedule_run.c.scheduled_for.type)
     return [run_partitions.from_slot(earliest)]
+
+
+async def runs_of_schedule(
+    conn: AsyncConnection, schedule_id: uuid.UUID, *, lock: bool = False
+) -> set[uuid.UUID]:
+    """The ids of every run of the schedule (in its weeks: `in_their_weeks`); `lock` locks their rows
+    until commit, in id order (`FOR UPDATE`), as DeleteSchedule does before it takes the schedule's row:
+    a run's row comes before its schedule's (the lock order atop `rackflow.tasks.executor`). A schedule
+    keeps few runs (`RUNS_KEPT_PER_SCHEDULE`, and the open ones past them)."""
+    run = task_schedule_run.c
+    stmt = (
+        select(run.id)
+        .where(run.schedule_id == schedule_id, *await in_their_weeks(conn, [schedule_id]))
+        .order_by(run.id)
+    )
+    return set((await conn.execute(for_update(conn.dialect.name, stmt) if lock else stmt)).scalars())
 
 
 async def run_head(conn: AsyncConnection, run_id: uuid.UUID) -> Run | None:

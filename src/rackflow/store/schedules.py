@@ -728,10 +728,10 @@ async def enabled_schedules_on_racks(
     return sorted(found.values(), key=lambda schedule: (schedule.created_at, str(schedule.id)))
 
 
-async def delete_schedule(conn: AsyncConnection, schedule_id: uuid.UUID) -> bool:
-    """Delete the schedule; its scope entries and runs go with it (ON DELETE CASCADE)."""
-    result = await conn.execute(delete(task_schedule).where(task_schedule.c.id == schedule_id))
-    return result.rowcount > 0
+async def delete_schedule(conn: AsyncConnection, schedule_id: uuid.UUID) -> None:
+    """Delete the schedule; its scope entries and runs go with it (ON DELETE CASCADE). The caller holds
+    the rows of its runs, locked before the schedule's (`ScheduleService.delete`)."""
+    await conn.execute(delete(task_schedule).where(task_schedule.c.id == schedule_id))
 
 
 # --- scope entries -------------------------------------------------------------------------------

@@ -103,9 +103,10 @@ async def stamp_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) 
 
 
 async def stamp_racks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> None:
-    """`stamp` the schedules with a scope entry on these racks: DeleteRack calls it before it locks the
-    rack, so that it takes schedule rows before racks as the scope RPCs do (no lock cycle), and the store's
-    `delete_rack` again once it holds the rack (for an entry added in between)."""
+    """`stamp` the schedules with a scope entry on these racks: DeleteRack calls it after it locked the runs
+    of the rack's tasks (a run's row before its schedule's, as a retry of a run or a rollout's halt takes
+    them) and before it locks the rack, so that it takes schedule rows before racks as the scope RPCs do,
+    and the store's `delete_rack` again once it holds the rack (for an entry added in between)."""
     await stamp(conn, await _schedules_of(conn, _scope.rack_id, rack_ids))
 
 

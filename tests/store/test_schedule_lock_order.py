@@ -1,0 +1,337 @@
+"""A schedule's row and its runs' rows are locked in one order, a run's before its schedule's (the design
+note atop `rackflow.tasks.executor`), so no two transactions that take both wait for each other and
+PostgreSQL never ends one of them as a deadlock (SQLite's single writer runs them one after the other).
+
+A retry of a run, a rollout's halt (which pauses the schedule) and a firing's write-back (whose marks for
+the failing-streak look check the schedule's key, `FOR KEY SHARE`) hold a run, then ask for its schedule.
+DeleteSchedule and DeleteRack's stamp took the schedule first, then waited for a run: each test here holds
+one side at the point where it has what it takes first, runs the other until it is done or waits for a
+lock, then lets the first go on. Both must end as they would one after the other, neither answering
+UNAVAILABLE ("try again: the database ended this call's wait …").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import insert, select
+
+from rackflow.domain.tasks import TaskStatus
+from rackflow.errors import NotFound
+from rackflow.schedules.service import PAUSE_AFTER_FAILED_RUNS_PATH
+from rackflow.store import rollouts as run_store
+from rackflow.store import runs as run_history
+from rackflow.store import schedules as schedule_store
+from rackflow.store import scope_removals
+from rackflow.store.db import Database
+from rackflow.store.tables import task_schedule, task_schedule_run
+from rackflow.store.tasks import set_status
+from tests.conftest import schedule_row
+from tests.store.schedules_support import Env, make_env
+from tests.store.test_rollout_halt_gate import HALTING
+from tests.store.test_rollout_lock_order import done_or_waiting_on_a_lock
+from tests.store.test_rollouts import _run as rollout_run
+from tests.store.test_rollouts import _schedule as rollout_schedule
+
+pytestmark = pytest.mark.postgres
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+class PausedAfter:
+    """The first call of `module.name` for which `when(*args, **kwargs)` holds pauses once it returned,
+    its transaction open, until `go` is set."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        module: object,
+        name: str,
+        when: Callable[..., bool] = lambda *args, **kwargs: True,
+    ) -> None:
+        self.paused = asyncio.Event()
+        self.go = asyncio.Event()
+        original = getattr(module, name)
+
+        async def pausing(*args: Any, **kwargs: Any) -> Any:
+            result = await original(*args, **kwargs)
+            if not self.paused.is_set() and when(*args, **kwargs):
+                self.paused.set()
+                await self.go.wait()
+            return result
+
+        monkeypatch.setattr(module, name, pausing)
+
+    async def reached(self) -> None:
+        async with asyncio.timeout(60):
+            await self.paused.wait()
+
+
+class PausedBefore:
+    """The first call of `module.name` made while `within` is set pauses before it runs, until `go` is
+    set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> None:
+        self.within = False
+        self.paused = asyncio.Event()
+        self.go = asyncio.Event()
+        original = getattr(module, name)
+
+        async def pausing(*args: Any, **kwargs: Any) -> Any:
+            if self.within and not self.paused.is_set():
+                self.paused.set()
+                await self.go.wait()
+            return await original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, pausing)
+
+
+async def failed_run(env: Env, rack_names: list[str]) -> tuple[Any, Any, list[Any]]:
+    """A plain schedule on these racks, fired once, its tasks failed: its run is over and may be retried."""
+    racks = [await env.rack(name) for name in rack_names]
+    schedule = await env.schedule("on " + " ".join(rack_names), racks=racks)
+    task_ids = await env.services.schedules.trigger(schedule.id)
+    async with env.db.transaction() as conn:
+        await set_status(conn, task_ids, TaskStatus.FAILED, now=env.clock.now())
+    runs, _ = await env.services.schedules.list_runs(schedule.id, limit=1)
+    assert runs[0].state == "completed"
+    return schedule, runs[0], racks
+
+
+async def schedule_exists(env: Env, schedule_id: Any) -> bool:
+    async with env.db.read() as conn:
+        return bool(await conn.scalar(select(task_schedule.c.id).where(task_schedule.c.id == schedule_id)))
+
+
+async def runs_of(env: Env, schedule_id: Any) -> list[Any]:
+    async with env.db.read() as conn:
+        stmt = select(task_schedule_run.c.id).where(task_schedule_run.c.schedule_id == schedule_id)
+        return list((await conn.execute(stmt)).scalars())
+
+
+async def test_delete_schedule_beside_a_retry_holding_its_run(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry holds the run it retries, then asks for the schedule; DeleteSchedule, started meanwhile,
+    waits for that run before it takes the schedule, and deletes the schedule once the retry committed,
+    with the run the retry fired (it tries again: that run was not there when it locked the runs)."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, run, _ = await failed_run(env, ["r0"])
+        pause = PausedAfter(monkeypatch, run_store, "get_run", lambda *a, **kw: kw.get("lock", False))
+        schedules = env.services.schedules
+        deletion: asyncio.Future[None] | None = None
+        fire = schedules.fire
+
+        async def fire_once_deleted(claimed: Any) -> Any:
+            assert deletion is not None
+            await asyncio.wait([deletion], timeout=60)  # its phases 2 and 3 after the deletion, always
+            return await fire(claimed)
+
+        monkeypatch.setattr(schedules, "fire", fire_once_deleted)
+        retry = asyncio.ensure_future(schedules.retry_run(run.id))
+        await pause.reached()  # the retry holds the run
+        deletion = asyncio.ensure_future(schedules.delete(schedule.id))
+        await done_or_waiting_on_a_lock(env, deletion)
+        assert not deletion.done()
+        pause.go.set()  # the retry asks for the schedule
+
+        await asyncio.wait_for(deletion, 60)
+        with pytest.raises(NotFound):  # its new run went with the schedule
+            await asyncio.wait_for(retry, 60)
+        assert not await schedule_exists(env, schedule.id)
+        assert await runs_of(env, schedule.id) == []
+    finally:
+        await db.dispose()
+
+
+async def test_delete_schedule_beside_a_write_back_holding_its_run(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write-back of a schedule that pauses after failures completes its run, then marks the
+    schedule for the streak's look (its insert checks the schedule's key: `FOR KEY SHARE`); DeleteSchedule,
+    started between the two, waits for the run before it takes the schedule."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        racks = [await env.rack("r0")]
+        schedule = await env.schedule("on r0", racks=racks)
+        schedules = env.services.schedules
+        await schedules.update(schedule.id, [PAUSE_AFTER_FAILED_RUNS_PATH], pause_after_failed_runs=2)
+        pause = PausedBefore(monkeypatch, run_history, "mark_schedules")
+        complete_runs = run_history.complete_runs
+
+        async def writing_back(*args: Any, **kwargs: Any) -> None:
+            pause.within = True
+            await complete_runs(*args, **kwargs)
+
+        monkeypatch.setattr(run_history, "complete_runs", writing_back)
+        trigger = asyncio.ensure_future(schedules.trigger(schedule.id))
+        async with asyncio.timeout(60):
+            await pause.paused.wait()  # the write-back holds its run, before it marks the schedule
+        deletion = asyncio.ensure_future(schedules.delete(schedule.id))
+        await done_or_waiting_on_a_lock(env, deletion)
+        assert not deletion.done()
+        pause.go.set()
+
+        [task_id] = await asyncio.wait_for(trigger, 60)
+        await asyncio.wait_for(deletion, 60)
+        assert not await schedule_exists(env, schedule.id)
+        assert task_id  # the firing ended as it would have alone: its task submitted, its run written back
+    finally:
+        await db.dispose()
+
+
+async def test_delete_schedule_beside_a_write_back_writing_its_scopes(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write-back writes each scope's last task (locking the scope rows) after its runs and their
+    schedules, as DeleteSchedule's cascade deletes the scope rows after it locked the runs and the
+    schedule. Written first, DeleteSchedule could take the run and the schedule while the write-back held
+    a scope row, and wait for it there while the write-back waited for the run."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        racks = [await env.rack("r0")]
+        schedule = await env.schedule("on r0", racks=racks)
+        schedules = env.services.schedules
+        pause = PausedAfter(monkeypatch, schedule_store, "set_last_task_ids")
+        trigger = asyncio.ensure_future(schedules.trigger(schedule.id))
+        await pause.reached()  # the write-back holds the scope row of its task
+        deletion = asyncio.ensure_future(schedules.delete(schedule.id))
+        await done_or_waiting_on_a_lock(env, deletion)
+        assert not deletion.done()
+        pause.go.set()
+
+        [task_id] = await asyncio.wait_for(trigger, 60)
+        await asyncio.wait_for(deletion, 60)
+        assert not await schedule_exists(env, schedule.id)
+        assert task_id
+    finally:
+        await db.dispose()
+
+
+def _first_stamp(*args: Any, **kwargs: Any) -> bool:
+    return True
+
+
+async def _delete_rack_paused_after_its_stamp(
+    env: Env, monkeypatch: pytest.MonkeyPatch, rack_id: Any, beside: Callable[[], Awaitable[Any]]
+) -> tuple[asyncio.Future[None], asyncio.Future[Any]]:
+    """DeleteRack paused once its stamp locked the rack's schedules; `beside` run until it is done or
+    waits for a lock; then DeleteRack goes on. Both futures, to be awaited."""
+    pause = PausedAfter(monkeypatch, scope_removals, "stamp_racks", _first_stamp)
+    deletion = asyncio.ensure_future(env.services.inventory.delete_rack(rack_id))
+    await pause.reached()
+    other = asyncio.ensure_future(beside())
+    await done_or_waiting_on_a_lock(env, other)
+    pause.go.set()
+    return deletion, other
+
+
+async def test_delete_rack_beside_a_rollout_s_halt(pg_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """r00's task failed: the next step halts the rollout and pauses its schedule. DeleteRack of r00 holds
+    the run of r00's task and the schedule its stamp locks; the step, beside it, leaves that run for a
+    later step (it takes a run only when free) instead of holding the run while it waits for the
+    schedule, which DeleteRack's wait for the run would have made a deadlock that PostgreSQL ended by
+    failing the step."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        racks = [await env.rack(f"r{i:02d}") for i in range(4)]
+        schedule = await rollout_schedule(env, racks, HALTING)
+        first_wave = await env.services.schedules.trigger(schedule.id)
+        [on_r00] = [t for t in await env.services.tasks.get_tasks(first_wave) if t.rack_id == racks[0].id]
+        async with env.db.transaction() as conn:
+            await set_status(conn, [on_r00.id], TaskStatus.FAILED, now=env.clock.now())
+
+        deletion, step = await _delete_rack_paused_after_its_stamp(
+            env, monkeypatch, racks[0].id, env.services.rollouts.advance
+        )
+        await asyncio.wait_for(deletion, 60)
+        await asyncio.wait_for(step, 60)
+        await env.services.rollouts.advance()  # the run, free again, halts
+
+        assert (await rollout_run(env, schedule)).run.state == "halted"
+        assert not (await env.services.schedules.get(schedule.id)).enabled
+        with pytest.raises(NotFound):
+            await env.services.inventory.get_rack(racks[0].id)
+    finally:
+        await db.dispose()
+
+
+async def test_delete_rack_beside_a_retry_of_its_task_s_run(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteRack of r0 holds the run of r0's task and the schedule its stamp locks; the retry of that run,
+    beside it, waits for the run, and once DeleteRack committed retries the rack left (r1). Before, the
+    retry took the run and waited for the schedule, DeleteRack then waited for the run, and PostgreSQL
+    ended the retry as a deadlock: UNAVAILABLE."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        _, run, racks = await failed_run(env, ["r0", "r1"])
+
+        deletion, retry = await _delete_rack_paused_after_its_stamp(
+            env, monkeypatch, racks[0].id, lambda: env.services.schedules.retry_run(run.id)
+        )
+        await asyncio.wait_for(deletion, 60)
+        report = await asyncio.wait_for(retry, 60)
+
+        assert report.run.retry_of == run.id
+        assert [o.rack_id for o in report.run.outcomes] == [racks[1].id]
+        with pytest.raises(NotFound):
+            await env.services.inventory.get_rack(racks[0].id)
+    finally:
+        await db.dispose()
+
+
+async def test_a_prune_leaves_a_run_another_transaction_holds(pg_db: str) -> None:
+    """A firing's cap prunes its schedule's oldest runs while it holds the schedule's row: it deletes
+    those free now and leaves one another transaction holds (a retry of it, a DeleteSchedule, which then
+    wait for the schedule) to a later look, instead of waiting for it."""
+    db = Database(pg_db)
+    try:
+        schedule_id = uuid.uuid4()
+        runs = [uuid.uuid4() for _ in range(5)]  # oldest first
+        async with db.transaction() as conn:
+            await conn.execute(insert(task_schedule), [schedule_row(schedule_id, "s", T0)])
+            await conn.execute(
+                insert(task_schedule_run),
+                [
+                    {
+                        "id": run_id,
+                        "schedule_id": schedule_id,
+                        "fired_at": T0 + timedelta(minutes=k),
+                        "scheduled_for": T0 + timedelta(minutes=k),
+                        "trigger": "dispatch",
+                        "state": "completed",
+                        "outcomes": [],
+                    }
+                    for k, run_id in enumerate(runs)
+                ],
+            )
+        async with db.engine.connect() as other:
+            await other.begin()
+            held = select(task_schedule_run.c.id).where(task_schedule_run.c.id == runs[1])
+            await other.execute(held.with_for_update())
+
+            async def prune() -> dict[uuid.UUID, run_history.Pruned]:
+                async with db.transaction() as conn:
+                    return await run_history.prune_runs(conn, [schedule_id], keep=2)
+
+            pruning = asyncio.ensure_future(prune())
+            await done_or_waiting_on_a_lock(make_env(db), pruning)
+            assert pruning.done()  # it did not wait for the run held
+            await other.rollback()
+        pruned = await pruning
+        assert pruned[schedule_id].deleted == 2
+        assert sorted(await runs_of(make_env(db), schedule_id)) == sorted([runs[1], runs[3], runs[4]])
+    finally:
+        await db.dispose()
