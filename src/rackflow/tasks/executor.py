@@ -32,8 +32,9 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   another instance's checker records is found by reading the holds back (`not_before` rewritten), at
   most once a poll interval, not at every wake (a burst wakes the executor at every batch fired). The
   count is this process's own, a bound on work, not a guarantee.
-* Lock order: a run's row, then racks', then tasks'. Whatever waits for a row lock waits in that order (a
-  window's change: runs, racks, then task rows skipping held ones, `tasks.deferrals`; a rollout's cancel
+* Lock order: a run's row, then racks', then tasks' (and a run's before its schedule's, below). Whatever
+  waits for a row lock waits in that order (a window's change: runs, racks, then task rows skipping held
+  ones, `tasks.deferrals`; a rollout's cancel
   likewise; its step: the run, then the racks it submits to; CancelTask: its task's rack, then the task;
   DeleteRack: the runs of its tasks, whose rows it writes, then its rack, `InventoryService.delete_rack`). A
   journal round locks the racks of the tasks it ends (`FOR NO KEY UPDATE`, in id order, as every change to
@@ -60,6 +61,22 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   the windows). Any other way round, PostgreSQL would abort one of two such
   transactions as a deadlock (tests/store/test_claim_lock_order.py, test_rollout_lock_order.py,
   test_window_lock_order.py).
+  A run's row comes before its schedule's, in every transaction that takes both: a retry of a run, a
+  rollout's halt (which pauses the schedule), an approval, a resume or cancel, and a firing's write-back
+  (its failing-streak marks check the schedule's key, `FOR KEY SHARE`; its run cap lowers the schedule's
+  count) lock the run first; DeleteSchedule locks every run of the schedule, in id order, before the
+  schedule its cascade deletes them with (`ScheduleService.delete`), and DeleteRack the runs of its tasks
+  before the schedules it stamps (`scope_removals`). Scope rows come after the schedule's, as the scope RPCs
+  and DeleteSchedule's cascade take them: the write-back writes its scopes' last tasks last
+  (`schedules.firing`). What writes runs while it holds their schedule (a firing's claim, a manual trigger,
+  a retry's new run) never waits for a run's row there: its cap deletes only the old runs no one holds
+  (`store.runs.prune_runs`, `FOR UPDATE SKIP LOCKED`), and a run it records is new
+  (tests/store/test_schedule_lock_order.py). A schedule's row and racks' are in no one order yet: the scope
+  RPCs and DeleteRack's stamp lock the schedule (`FOR UPDATE`), then racks; a journal round or CancelTask
+  ending a task locks its rack, then checks its schedule's key as it marks the streak, and a rollout's step
+  may lock a wave's racks, then pause a halted run's schedule. PostgreSQL may end one of two such as a
+  deadlock: DeleteRack then tries again, a journal round is retried, an RPC answers UNAVAILABLE ("try
+  again").
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
 * Cut short. A run an error cuts short (a journal round that failed) leaves its task RUNNING and this
