@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, select
 
+from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import NotFound
 from rackflow.schedules.service import PAUSE_AFTER_FAILED_RUNS_PATH
@@ -32,7 +33,8 @@ from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
 from rackflow.store.tasks import set_status
 from tests.conftest import schedule_row
-from tests.store.schedules_support import Env, make_env
+from tests.store.schedules_support import Env, make_env, rack_target
+from tests.store.test_approvals import caller
 from tests.store.test_rollout_halt_gate import HALTING
 from tests.store.test_rollout_lock_order import done_or_waiting_on_a_lock
 from tests.store.test_rollouts import _run as rollout_run
@@ -213,6 +215,41 @@ async def test_delete_schedule_beside_a_write_back_writing_its_scopes(
         await asyncio.wait_for(deletion, 60)
         assert not await schedule_exists(env, schedule.id)
         assert task_id
+    finally:
+        await db.dispose()
+
+
+async def test_a_scope_update_beside_a_rollout_step_starting_a_wave(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout's step starts r02 and r03 (their scopes' last tasks written) and saves its run, whose
+    failing-streak mark checks the schedule's key; the scope update that takes r03 out locks the schedule,
+    then r03's scope row. The step writes the scope rows after its run and the schedule's mark, so the
+    update waits for the step to commit: written before, the update would have held the schedule while it
+    waited for r03's scope row, and the step that held it would have waited for the schedule."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        racks = [await env.rack(f"r{i:02d}") for i in range(4)]
+        schedule = await rollout_schedule(env, racks, RolloutPolicy(max_concurrent_racks=2))
+        schedules = env.services.schedules
+        await schedules.update(schedule.id, [PAUSE_AFTER_FAILED_RUNS_PATH], pause_after_failed_runs=2)
+        first_wave = await schedules.trigger(schedule.id)
+        async with env.db.transaction() as conn:
+            await set_status(conn, first_wave, TaskStatus.COMPLETED, now=env.clock.now())
+        pause = PausedAfter(monkeypatch, schedule_store, "set_last_task_ids")
+        step = asyncio.ensure_future(env.services.rollouts.advance())
+        await pause.reached()  # the step started r02 and r03
+        with caller("oncall"):
+            update = asyncio.ensure_future(schedules.update_scope(schedule.id, rack_target(*racks[:3])))
+        await done_or_waiting_on_a_lock(env, update)
+        assert not update.done()
+        pause.go.set()
+
+        assert len((await asyncio.wait_for(step, 60)).task_ids) == 2
+        scopes, changes = await asyncio.wait_for(update, 60)
+        assert len(changes.to_remove) == 1
+        assert sorted(sc.rack_id for sc in scopes) == sorted(r.id for r in racks[:3])
     finally:
         await db.dispose()
 

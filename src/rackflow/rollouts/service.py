@@ -16,7 +16,9 @@ A step, a resume and a cancel lock the run's row first, then (a step's submissio
 racks', and never wait for one of its tasks' rows: the tasks an executor's claim holds meanwhile are
 skipped (a halt's hold, a resume's release, a cancel's ending), and that claim's rollout gate, which never
 waits for the run's row, decides them from the run as they left it (at that claim, or at the next one
-when the run was still held: `rollouts.gate`).
+when the run was still held: `rollouts.gate`). The schedule's row comes after the run's (a halt pauses
+it; `save_run`'s failing-streak mark checks its key), and scope rows after the schedule's (a step writes
+its scopes' last tasks last), as the scope RPCs take them (tests/store/test_schedule_lock_order.py).
 """
 
 from __future__ import annotations
@@ -342,8 +344,9 @@ class RolloutService:
                 changed[scope.id] = replace(
                     outcomes[scope.id], outcome="submitted", task_id=result[0].id, start_by=start_by
                 )
-        await schedule_store.set_last_task_ids(conn, started)
         await store.save_run(conn, replace(run, outcomes=_with_outcomes(run, changed)))
+        # Scope rows after the schedule's mark (`save_run`), as the scope RPCs take them after the schedule.
+        await schedule_store.set_last_task_ids(conn, started)
         return list(started.values())
 
     async def _pause(self, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime) -> bool:

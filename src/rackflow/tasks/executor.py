@@ -67,10 +67,10 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   count) lock the run first; DeleteSchedule locks every run of the schedule, in id order, before the
   schedule its cascade deletes them with (`ScheduleService.delete`), and DeleteRack the runs of its tasks
   before the schedules it stamps (`scope_removals`). Scope rows come after the schedule's, as the scope RPCs
-  and DeleteSchedule's cascade take them: the write-back writes its scopes' last tasks last
-  (`schedules.firing`). What writes runs while it holds their schedule (a firing's claim, a manual trigger,
-  a retry's new run) never waits for a run's row there: its cap deletes only the old runs no one holds
-  (`store.runs.prune_runs`, `FOR UPDATE SKIP LOCKED`), and a run it records is new
+  and DeleteSchedule's cascade take them: the write-back and a rollout's step write their scopes' last tasks
+  last (`schedules.firing`, `rollouts.service`). What writes runs while it holds their schedule (a firing's
+  claim, a manual trigger, a retry's new run) never waits for a run's row there: its cap deletes only the
+  old runs no one holds (`store.runs.prune_runs`, `FOR UPDATE SKIP LOCKED`), and a run it records is new
   (tests/store/test_schedule_lock_order.py). A schedule's row and racks' are in no one order yet: the scope
   RPCs and DeleteRack's stamp lock the schedule (`FOR UPDATE`), then racks; a journal round or CancelTask
   ending a task locks its rack, then checks its schedule's key as it marks the streak, and a rollout's step
