@@ -522,6 +522,17 @@ maintenance_window_domains = Table(
     Column("domain_id", Uuid, ForeignKey("nvl_domains.id", ondelete="CASCADE"), primary_key=True, index=True),
 )
 
+# The tasks a window's change still owes a decision (migration 0048, `rackflow.tasks.deferrals`): those it
+# skipped because a claim held their rows, written in the change's transaction and deleted by the
+# transaction that decides them (the change's instance once the claim committed, or any executor's look
+# again should it not). No foreign key: its check would lock the task's row, which that claim holds.
+window_decisions_owed = Table(
+    "window_decisions_owed",
+    metadata,
+    Column("task_id", Uuid, primary_key=True),
+    Column("owed_since", UTCDateTime, nullable=False),
+)
+
 # Fleet-wide operation budgets (migration 0013): the executor starts no task of `operations` that would
 # make more than `max_running` of them run at once (rackflow/budgets/gate.py).
 operation_budgets = Table(
