@@ -147,6 +147,7 @@ class RackflowServer:
             instance_id=self.instance_id,
             manager=self.services.tasks,
             gates=self.services.gates,
+            backstops=(self.services.deferrals,),
             lease_ttl=self.config.lease_ttl.total_seconds(),
             default_start_deadline=self.config.default_start_deadline,
         )

@@ -37,6 +37,9 @@ class Services:
     approvals: ApprovalService
     audit: AuditTrail
     windows: WindowService
+    # What decides again the tasks bound to the windows a change changed; the executor's backstop for the
+    # decisions a change still owes (`Deferrals.look_again`).
+    deferrals: Deferrals
     budgets: BudgetService
     checks: CheckService
     # The executor's start gates, consulted in this order at each claim (`rackflow.tasks.gates`): a frozen
@@ -71,7 +74,8 @@ class Services:
         inventory = InventoryService(db, clock)
         tasks = TaskManager(db, clock)
         audit = AuditTrail(db, clock, audit_spool)
-        windows = WindowService(db, clock, Deferrals(tasks, default_start_deadline, hold_stopped))
+        deferrals = Deferrals(tasks, default_start_deadline, hold_stopped)
+        windows = WindowService(db, clock, deferrals)
         rollouts = RolloutService(db, clock, tasks, audit)
         schedules = ScheduleService(db, clock, tasks, rollouts, default_start_deadline, instance_id)
         checks = CheckService(db, clock, tasks)
@@ -83,6 +87,7 @@ class Services:
             schedules=schedules,
             audit=audit,
             windows=windows,
+            deferrals=deferrals,
             rollouts=rollouts,
             approvals=ApprovalService(schedules, rollouts),
             budgets=BudgetService(db, clock),

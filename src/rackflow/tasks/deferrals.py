@@ -79,6 +79,7 @@ in this order (the turn, their runs, their racks, their rows, skipping any held 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ from rackflow.domain.schedules import Outcome
 from rackflow.domain.tasks import WINDOW_HOLD, DeferralChange, Task
 from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import MaintenanceWindow, RackRef, WindowPolicy
+from rackflow.store import decisions_owed as owed_store
 from rackflow.store import rollouts as run_store
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as store
@@ -102,6 +104,12 @@ from rackflow.store.db import in_id_order
 from rackflow.store.tables import tasks
 from rackflow.store.types import UTCDateTime
 from rackflow.tasks.manager import Ended, Promotion, TaskManager, window_wait
+
+log = logging.getLogger(__name__)
+
+# How many owed tasks an executor's look again decides at once (`Deferrals.look_again`): a change skips
+# only the tasks claims held at that instant, so one look normally finds none, and seldom more than this.
+OWED_BATCH = 100
 
 # What holds again, in the caller's transaction, the tasks that nothing holds and that have not begun of
 # the runs given (locked, with their state) that are halted or cancelled rollouts: `rollouts.gate`'s
@@ -195,29 +203,64 @@ class Deferrals:
         once their rows are free: `_again`)."""
         named = {rack_id for window in changed for rack_id, _ in window.racks}
         decided = await self._decide(conn, changed, now, named, write)
+        await owed_store.owe(conn, decided.skipped, now)
 
         async def once_committed() -> None:
-            self._after(decided)
-            await self._again(changed, decided.skipped)
+            # The change committed: whatever fails now is the backstop's to finish, not the caller's error.
+            try:
+                self._after(decided)
+                await self._again(decided.skipped)
+            except Exception:
+                log.warning(
+                    "window %s changed, but deciding again the task(s) %s it skipped failed; they stay owed, "
+                    "for the executors' look again",
+                    ", ".join(str(window.id) for window in changed),
+                    ", ".join(str(task_id) for task_id in in_id_order(decided.skipped)),
+                    exc_info=True,
+                )
 
         return once_committed
 
-    async def _again(self, changed: Sequence[MaintenanceWindow], skipped: frozenset[uuid.UUID]) -> None:
+    async def look_again(self) -> int:
+        """Decide the tasks owed a decision (`store.decisions_owed`: a change skipped them, and its
+        instance did not live, or failed, to decide them once it committed), up to `OWED_BATCH` of them;
+        how many it decided. Every executor runs it at its dead-hold cadence, from its start
+        (`Executor._look_again`); with nothing owed it costs one read of an empty primary key, and writes
+        nothing. A task a claim holds again is skipped, and stays owed for the next look: it does not wait
+        for the row (the executor's own claims may be the ones holding it)."""
+        async with self.tasks.db.read() as conn:
+            owed = frozenset(await owed_store.owed(conn, OWED_BATCH))
+        if not owed:
+            return 0
+        left = await self._decide_owed(owed)
+        if left:
+            log.info(
+                "%d task(s) owed a decision by a window's change are held by a claim: next look", len(left)
+            )
+        return len(owed - left)
+
+    async def _again(self, skipped: frozenset[uuid.UUID]) -> None:
         """Decide again the tasks a committed change skipped, because another transaction held their rows
         (a claim's, whose start gates may hand them back held, bound to the end they had; a gate's write):
         once each row is free (`store.tasks.wait_for_row`, a transaction that holds nothing else), in a
-        transaction of its own in the change's lock order (its turn, the runs, the racks, then the rows,
-        skipping those held again, and so on until none is). A task that started meanwhile is no longer
-        bound, and is left as it is."""
+        transaction of its own (`_decide_owed`), and so on until none is skipped again. A task that started
+        meanwhile is no longer bound, and is left as it is."""
         while skipped:
             for task_id in in_id_order(skipped):
                 await store.wait_for_row(self.tasks.db, task_id)
-            async with self.tasks.db.transaction() as conn:
-                await window_store.edits_in_turn(conn)
-                now = self.tasks.clock.now()
-                decided = await self._decide(conn, changed, now, set(), _nothing_to_write, only=skipped)
-            self._after(decided)
-            skipped = decided.skipped
+            skipped = await self._decide_owed(skipped)
+
+    async def _decide_owed(self, owed: frozenset[uuid.UUID]) -> frozenset[uuid.UUID]:
+        """Decide these tasks, owed a decision, in a transaction of their own in the change's lock order
+        (its turn, the runs, the racks, then the rows, skipping those held again), which records them owed
+        no more (`store.decisions_owed.settle`) but those it skipped; returns those."""
+        async with self.tasks.db.transaction() as conn:
+            await window_store.edits_in_turn(conn)
+            now = self.tasks.clock.now()
+            decided = await self._decide(conn, (), now, set(), _nothing_to_write, only=owed)
+            await owed_store.settle(conn, owed - decided.skipped)
+        self._after(decided)
+        return decided.skipped
 
     def _after(self, decided: _Decided) -> None:
         """Once the decisions committed: count the ended tasks, wake the executors for the tasks that may
@@ -237,9 +280,9 @@ class Deferrals:
         only: frozenset[uuid.UUID] | None = None,
     ) -> _Decided:
         """`redecide_in`'s decisions, in the caller's transaction: lock the runs of the tasks bound on racks
-        `changed` covers (of `only`, when given), then their racks and `named` (the racks the window's
-        write checks), `write`, then decide and write each task, skipping the rows another transaction
-        holds."""
+        `changed` covers (or of `only`, when given: tasks owed a decision), then their racks and `named`
+        (the racks the window's write checks), `write`, then decide and write each task, skipping the rows
+        another transaction holds."""
         waiting, policies, racks = await self._waiting(conn, changed, now, only)
         runs = await run_store.lock_runs(conn, {task.run_id for task in waiting if task.run_id})
         await store.lock_racks(self.tasks.db, conn, named | {task.rack_id for task in waiting})
@@ -300,7 +343,8 @@ class Deferrals:
         those waiting for an opening under DEFER (under SKIP a task waits only for its own window), and
         those bound to start by an end (fired inside an ALLOW window, or within their own) that have not
         started, whatever else holds them; their schedules' window policies, by task id; and their
-        racks."""
+        racks. Of `only`, when given, whatever covers them now: tasks a change skipped, when `changed`
+        covered them (its window as it was may be gone), to be decided as the windows now are."""
         named = None  # the racks the windows name, when that is all they cover
         if not any(w.all_racks or w.domains for w in changed):
             named = {rack_id for w in changed for rack_id, _ in w.racks}
@@ -316,7 +360,10 @@ class Deferrals:
             d
             for d in found
             if d.task.rack_id in racks
-            and any(w.covers(racks[d.task.rack_id], d.task.operation.kind) for w in changed)
+            and (
+                only is not None
+                or any(w.covers(racks[d.task.rack_id], d.task.operation.kind) for w in changed)
+            )
         ]
         return [d.task for d in covered], {d.task.id: d.window_policy for d in covered}, racks
 

@@ -113,6 +113,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -157,6 +158,16 @@ OUTCOME_WRITE_RETRY = Retry(first_delay=0.1, max_delay=5.0)
 
 Outcome = tuple[TaskStatus, str]
 Batch = list[tuple[int, Component]]
+
+
+class Backstop(Protocol):
+    """What finishes, from any instance, work that an instance owed once a transaction of its committed
+    and may not have lived (or failed) to do: the decisions a window's change still owes
+    (`tasks.deferrals.Deferrals.look_again`). The executor runs it with its gates' look again."""
+
+    async def look_again(self) -> int:
+        """Finish what is owed, in transactions of its own that hold nothing else; how much it did."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -226,6 +237,7 @@ class Executor:
         instance_id: uuid.UUID,
         manager: TaskManager | None = None,
         gates: Sequence[Gate] = (),
+        backstops: Sequence[Backstop] = (),
         poll_interval: float = DEFAULT_EXECUTOR_POLL_INTERVAL.total_seconds(),
         lease_ttl: float = DEFAULT_LEASE_TTL.total_seconds(),
         max_concurrent: int = DEFAULT_MAX_CONCURRENT_TASKS,
@@ -233,7 +245,8 @@ class Executor:
         default_start_deadline: timedelta | None = DEFAULT_START_DEADLINE,
     ) -> None:
         """`default_start_deadline`: the server's, for a schedule without its own (as the planner's), so
-        that a task found too late names its firing's deadline even before the write-back recorded it."""
+        that a task found too late names its firing's deadline even before the write-back recorded it;
+        `backstops`: run with the gates' look again (`_look_again`)."""
         self.db = db
         self.clock = clock
         self.backend = backend
@@ -241,6 +254,7 @@ class Executor:
         self.manager = manager or TaskManager(db, clock)
         self.manager.on_submit.append(self.wake)
         self.gates = tuple(gates)  # consulted in this order at each claim (`Services.gates`)
+        self.backstops = tuple(backstops)
         self.poll_interval = poll_interval
         self.lease_ttl = timedelta(seconds=lease_ttl)
         self.max_concurrent = max_concurrent
@@ -348,7 +362,8 @@ class Executor:
     async def _look_again(self) -> None:
         """Have the gates whose holds may outlast what they were decided by (`gates.LooksAgain`: a freeze
         shortened or deleted whose change did not live to let go of a hold a claim wrote meanwhile) let go
-        of those, and claim them at once."""
+        of those, and claim them at once; and the backstops finish what an instance owed and did not live
+        to do (`Backstop`: the decisions a window's change owes), before this process's first claim."""
         let_go = 0
         for gate in self.gates:
             if isinstance(gate, LooksAgain):
@@ -356,6 +371,9 @@ class Executor:
         if let_go:
             log.info("let go of %d task hold(s) that outlasted what held them", let_go)
             self.wake()
+        for backstop in self.backstops:  # (what it lets start, it wakes the executors for)
+            if done := await backstop.look_again():
+                log.info("finished %d decision(s) an instance owed", done)
 
     # --- claiming and the lease ------------------------------------------------------------------
 

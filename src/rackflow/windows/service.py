@@ -6,6 +6,7 @@ Validation happens before any write and names the request's field (`window.recur
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +35,8 @@ from rackflow.validation import (
     preview_count,
 )
 from rackflow.windows.gate import FreezeGate, let_go_of_freezes
+
+log = logging.getLogger(__name__)
 
 NAME_PATH = "window.name"
 REASON_PATH = "window.reason"
@@ -120,7 +123,8 @@ class Redeciding(Protocol):
         runs and racks it may touch, then `write`s the change (the window's write checks its racks' keys,
         so it comes after their locks: the lock order of `rackflow.tasks.deferrals`), then decides;
         returns what to do once it committed (which decides again, in transactions of its own, the tasks
-        whose rows another transaction held)."""
+        whose rows another transaction held), which never raises: the change is made, and what it could not
+        finish is left to the executors' look again."""
         ...
 
 
@@ -244,8 +248,7 @@ class WindowService:
                 conn, (current, updated), now, lambda: store.save_window(conn, updated)
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
-        await once_committed()
-        await let_go_of_freezes(self.db, skipped)
+        await self._once_committed(window_id, once_committed, skipped)
         return updated
 
     async def delete(self, window_id: uuid.UUID) -> None:
@@ -257,8 +260,25 @@ class WindowService:
                 conn, (current,), now, lambda: store.delete_window(conn, window_id)
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
+        await self._once_committed(window_id, once_committed, skipped)
+
+    async def _once_committed(
+        self, window_id: uuid.UUID, once_committed: Callable[[], Awaitable[None]], skipped: list[uuid.UUID]
+    ) -> None:
+        """What an edit or a deletion does once it committed: its tasks' decisions (which log what fails)
+        and the freeze holds it skipped let go. The call succeeded, whatever fails here: a hold not let go
+        is the executors' look again's (`FreezeGate.look_again`), not the caller's error."""
         await once_committed()
-        await let_go_of_freezes(self.db, skipped)
+        try:
+            await let_go_of_freezes(self.db, skipped)
+        except Exception:
+            log.warning(
+                "window %s changed, but letting go of the freeze holds of task(s) %s failed; they are left "
+                "to the executors' look again",
+                window_id,
+                ", ".join(str(task_id) for task_id in skipped),
+                exc_info=True,
+            )
 
     async def preview(self, rack_id: uuid.UUID, after: datetime | None, count: int) -> list[WindowEvent]:
         """The next `count` openings and closings of the windows covering the rack, after `after` (now)."""
