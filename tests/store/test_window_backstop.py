@@ -1,0 +1,210 @@
+"""A window's change owes a decision to each task it skipped (a claim held its row), and that decision is
+not lost with the instance that made the change, nor does its failure fail the call, on both databases
+(`rackflow.tasks.deferrals`, `store.decisions_owed`, migration 0048).
+
+The change records the tasks it skipped in its transaction; the instance that made it decides them once it
+committed (`Deferrals._again`), and every executor's look again (`Deferrals.look_again`, at its start and
+at its dead-hold cadence) decides those still owed, should that instance have died, or the decision
+failed, in between. The call answers once the change committed: what fails after is logged, never raised.
+
+`shortened_beside_a_claim`: r1's task, fired inside the ALLOW window "nightly" (to 15:00:
+tests/store/test_window_rebinds.py), is claimed as "nightly" is shortened to 13:30, and its budget gate
+hands it back held, bound to 15:00 still, the change having skipped its row. On PostgreSQL a claim holds
+the row while the change is written; SQLite's single writer lets no claim be open beside a change, so
+there the change's write of the task leaves it out, as it leaves out a row a claim holds (`rewait`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.audit.changes import Changes, noting
+from rackflow.domain.schedules import Schedule
+from rackflow.domain.tasks import Task, TaskStatus
+from rackflow.domain.windows import MaintenanceWindow, OneOff
+from rackflow.errors import Unavailable
+from rackflow.store import task_runs
+from rackflow.store import tasks as task_store
+from rackflow.store.db import Database
+from rackflow.tasks.executor import Executor
+from rackflow.tasks.gates import consult
+from rackflow.windows.service import WHEN_PATH, WindowInput, WindowService
+from tests.store.query_plans import statements_sent
+from tests.store.schedules_support import Env, make_env
+from tests.store.test_executor import eventually
+from tests.store.test_rollout_halt_gate import OWNER, Recording
+from tests.store.test_window_deferrals import get, outcome_of
+from tests.store.test_window_rebinds import (
+    AFTER_THE_NEW_END,
+    NEW_END,
+    SHORTENED,
+    WINDOW_END,
+    a_full_budget,
+    claim,
+    fired_inside,
+)
+
+
+@pytest.fixture
+def env(db: Database) -> Env:
+    return make_env(db)
+
+
+async def edit_when(windows: WindowService, when: OneOff) -> Changes:
+    """Move "nightly" to `when` with `windows`, as an audited call: what its event notes."""
+    window_id = await windows.id_by_name("nightly")
+    changes = Changes()
+    with noting(changes):
+        await windows.update(window_id, [WHEN_PATH], WindowInput(when=when))
+    return changes
+
+
+def leaving_out(
+    task_id: uuid.UUID,
+    rewait: Callable[[AsyncConnection, Collection[uuid.UUID], Mapping[str, Any]], Awaitable[list[uuid.UUID]]],
+) -> Callable[[AsyncConnection, Collection[uuid.UUID], Mapping[str, Any]], Awaitable[list[uuid.UUID]]]:
+    """`rewait`, leaving out `task_id` as it leaves out a row another transaction holds."""
+
+    async def without(
+        conn: AsyncConnection, task_ids: Collection[uuid.UUID], values: Mapping[str, Any]
+    ) -> list[uuid.UUID]:
+        return await rewait(conn, [i for i in task_ids if i != task_id], values)
+
+    return without
+
+
+async def shortened_beside_a_claim(
+    env: Env, monkeypatch: pytest.MonkeyPatch, windows: WindowService
+) -> tuple[Schedule, Task, Changes, uuid.UUID]:
+    """The module's scenario, the change made by `windows`: the schedule, and r1's task, held by the
+    budget and bound to 15:00; what the change's audited call noted; the budget's id."""
+    budget_id, running = await a_full_budget(env)
+    schedule, task = await fired_inside(env)
+    if env.db.is_postgres:
+        async with env.db.transaction() as conn:
+            claimed = await task_runs.claim(
+                env.db, conn, owner_id=OWNER, lease_ttl=timedelta(seconds=30), running_here=(running,),
+                now=env.clock.now(), limit=10,
+            )  # fmt: skip
+            assert [t.id for t, _ in claimed] == [task.id]
+            # The change waits for no task's row: it commits, and answers, while the claim holds it.
+            changes = await asyncio.wait_for(edit_when(windows, SHORTENED), 60)
+            gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
+            assert gated.claimed == []  # the budget holds it
+    else:
+        assert await claim(env, (running,)) == []  # the budget holds it
+        with monkeypatch.context() as patched:
+            patched.setattr(task_store, "rewait", leaving_out(task.id, task_store.rewait))
+            changes = await edit_when(windows, SHORTENED)
+    held = await get(env, task.id)
+    assert (held.status, held.held_by, held.not_after) == (TaskStatus.PENDING, "budget", WINDOW_END)
+    return schedule, held, changes, budget_id
+
+
+class Dying:
+    """The services' `Deferrals`, in an instance that dies once its change committed: what it was to do
+    then is never done."""
+
+    def __init__(self, env: Env) -> None:
+        self.deferrals = env.services.deferrals
+
+    async def redecide_in(
+        self,
+        conn: AsyncConnection,
+        changed: Sequence[MaintenanceWindow],
+        now: datetime,
+        write: Callable[[], Awaitable[object]],
+    ) -> Callable[[], Awaitable[None]]:
+        await self.deferrals.redecide_in(conn, changed, now, write)
+
+        async def died() -> None:
+            pass
+
+        return died
+
+
+async def dropped(*_: object) -> None:
+    raise Unavailable("the database connection was lost")
+
+
+async def test_a_change_whose_decision_after_commit_fails_answers_and_the_look_again_decides_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connection drops as the change's instance waits for the claim to let go of r1's task: the call
+    answers all the same (the window is shortened, and its event notes nothing it did not do), and logs
+    the window and the task it owes; the executors' look again binds the task to 13:30."""
+    monkeypatch.setattr(task_store, "wait_for_row", dropped)
+    with caplog.at_level(logging.WARNING, logger="rackflow.tasks.deferrals"):
+        _, held, changes, _ = await shortened_beside_a_claim(env, monkeypatch, env.services.windows)
+
+    window = await env.services.windows.get(await env.services.windows.id_by_name("nightly"))
+    assert window.when == SHORTENED
+    assert changes.recorded == []  # the call's event: it decided none of its tasks
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert str(window.id) in warning.getMessage() and str(held.id) in warning.getMessage()
+
+    assert await env.services.deferrals.look_again() == 1
+
+    rebound = await get(env, held.id)
+    assert (rebound.status, rebound.held_by, rebound.not_before, rebound.not_after) == (
+        TaskStatus.PENDING,
+        "budget",
+        held.not_before,
+        NEW_END,
+    )
+    assert await env.services.deferrals.look_again() == 0  # owed no more
+
+
+async def test_a_change_whose_instance_died_after_commit_is_decided_by_an_executor_before_its_claim(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change's instance dies once it committed, r1's task bound to 15:00 still. At 13:45 the budget
+    lets it go; an executor starting then decides it first (its look again, before its first claim): the
+    window the operator now allows closed at 13:30, so it is ended as its firing would end it, skipped,
+    and nothing runs on r1."""
+    dying = WindowService(env.db, env.clock, Dying(env))
+    schedule, held, _, budget_id = await shortened_beside_a_claim(env, monkeypatch, dying)
+    await env.services.budgets.delete(budget_id)  # its next claim is not held by the budget
+    env.clock.advance(AFTER_THE_NEW_END)
+    backend = Recording()
+    executor = Executor(
+        env.db, env.clock, backend, poll_interval=0.05, lease_ttl=1.0, instance_id=uuid.uuid4(),
+        gates=env.services.gates, backstops=(env.services.deferrals,),
+    )  # fmt: skip
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    try:
+
+        async def ended() -> bool:
+            return (await get(env, held.id)).status.is_final
+
+        await eventually(ended)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+
+    skipped = await get(env, held.id)
+    assert (skipped.status, skipped.started_at) == (TaskStatus.TERMINATED, None)
+    assert await outcome_of(env, schedule, held) == ("skipped_window", skipped.message)
+    assert [step for step in backend.steps if step.startswith("r1-")] == []
+    assert await env.services.deferrals.look_again() == 0
+
+
+async def test_the_look_again_with_nothing_owed_reads_once_and_writes_nothing(env: Env) -> None:
+    """Nothing owed (every change decided what it skipped): the look again reads one primary key, and
+    neither writes nor takes the window edits' turn."""
+    await fired_inside(env)
+    with statements_sent(env.db) as sent:
+        assert await env.services.deferrals.look_again() == 0
+    # (SQLite's read is a transaction: its BEGIN takes no lock)
+    statements = [statement for statement, _ in sent if statement != "BEGIN"]
+    assert [statement.split()[0] for statement in statements] == ["SELECT"], sent
+    assert "FROM window_decisions_owed" in statements[0]
