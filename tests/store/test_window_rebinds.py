@@ -325,6 +325,7 @@ async def test_a_task_a_claim_held_back_while_the_window_was_shortened_is_bound_
             gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
             assert gated.claimed == []  # the budget holds it
         changes = await asyncio.wait_for(edit, 60)
+        assert await env.services.deferrals.look_again() == 0  # the change's instance owes it no more
 
         rebound = await get(env, task.id)
         assert (rebound.status, rebound.held_by, rebound.not_after) == (TaskStatus.PENDING, "budget", NEW_END)

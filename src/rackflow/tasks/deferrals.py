@@ -214,7 +214,7 @@ class Deferrals:
                 log.warning(
                     "window %s changed, but deciding again the task(s) %s it skipped failed; they stay owed, "
                     "for the executors' look again",
-                    ", ".join(str(window.id) for window in changed),
+                    ", ".join(dict.fromkeys(str(window.id) for window in changed)),  # (as it was and is)
                     ", ".join(str(task_id) for task_id in in_id_order(decided.skipped)),
                     exc_info=True,
                 )
