@@ -15,9 +15,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.clock import Clock, FakeClock
 from rackflow.domain.inventory import Rack
+from rackflow.errors import Unavailable
 from rackflow.services import Services
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
+from rackflow.windows import service as window_service
 from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
 from tests.conftest import table_counts
 
@@ -430,3 +432,31 @@ async def test_preview_task_schedule(stub: FlowStub, racks: list[Rack]) -> None:
         "count",
         stub.PreviewTaskSchedule(pb.PreviewTaskScheduleRequest(id=schedule.id, count=-1)),
     )
+
+
+async def test_a_change_whose_after_commit_steps_fail_answers_ok_and_is_audited_so(
+    services: Services, racks: list[Rack], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the change committed, what it does after (its tasks decided again, freeze holds let go) may
+    fail, the database gone: the call answers OK all the same, and its audit event records it so (the
+    executors' look again finishes that work: tests/store/test_window_backstop.py)."""
+
+    async def lost(*_: object) -> None:
+        raise Unavailable("the database connection was lost")
+
+    async with secured_server(services, None) as address, grpc.aio.insecure_channel(address) as channel:
+        audited = FlowStub(channel)
+        window = await create(audited, freeze(racks=[pb.WindowTarget(name="r1")]))
+        monkeypatch.setattr(services.deferrals, "_again", lost)
+        monkeypatch.setattr(window_service, "let_go_of_freezes", lost)
+        mask = FieldMask(paths=["window.reason"])
+        updated = await audited.UpdateMaintenanceWindow(
+            pb.UpdateMaintenanceWindowRequest(
+                id=window.id, window=pb.MaintenanceWindow(reason="late"), update_mask=mask
+            )
+        )
+        await audited.DeleteMaintenanceWindow(pb.DeleteMaintenanceWindowRequest(id=window.id))
+        assert updated.reason == "late"
+        for method in ("UpdateMaintenanceWindow", "DeleteMaintenanceWindow"):
+            (event,) = (await audited.ListAuditEvents(pb.ListAuditEventsRequest(method=method))).events
+            assert (event.outcome, event.error, event.target_ids[0]) == ("OK", "", window.id)
