@@ -50,9 +50,19 @@ committed (`Deferrals._again`). The claim checks only the `not_after` stored on 
 (`Executor._prepare`, `Task.too_late`), not the windows: so a claim that held the row while the change
 was written starts the task with the end it read (it came first: the task began inside the window as it
 was), or its gates hand it back held, bound to that end, and the decision after the claim committed binds
-it to the new one before it can be claimed again. That decision is made by the instance that made the
-change, after it committed: one that dies in between leaves such a task bound to the old end (a claim
-and an edit at the same moment, and a crash).
+it to the new one before it can be claimed again. That decision is owed: the change records the tasks
+it skipped in its transaction (`store.decisions_owed`), and the transaction that decides one deletes its
+record. The instance that made the change decides them once it committed (`_again`, which alone waits
+for the claim to let go of the row); should it die first, or that decision fail (the database lost:
+logged, never raised, for the call succeeded once the change committed), every executor decides those
+still owed (`look_again`): when it starts, before its first claim, and at its dead-hold cadence (every
+lease period), skipping a task a claim holds again until its next look. The backstop costs one read of
+the table's primary key per look when nothing is owed (about four statements a minute per executor at
+the default 15 s lease), and writes nothing then. What it leaves open: a claim of such a task once the
+hold its gate gave it ended, after the crash and before any executor's next look.
+A record names the task alone: its decision reads the windows as they are (the change's window as it was
+may be gone), and the change found it covered, so it is decided again whatever covers it now. The table
+has no foreign key, whose check would lock the task's row, which the claim holds at that very moment.
 
 Lock order (the design note atop `rackflow.tasks.executor`). The change's transaction takes, in this
 order: its turn (`store.windows.edits_in_turn`, which only window changes take); the rows of the runs of
@@ -74,7 +84,9 @@ waits for its task's row while it holds its rack's, holds no run; DeleteRack, wh
 (`InventoryService.delete_rack`); and a claim's task row this change would need is skipped, not waited
 for. The skipped rows are decided again after the change committed, each waited for first in a
 transaction that holds nothing else (`store.tasks.wait_for_row`), then in a transaction of their own taken
-in this order (the turn, their runs, their racks, their rows, skipping any held again).
+in this order (the turn, their runs, their racks, their rows, skipping any held again), which deletes
+their records (no row lock); an executor's look again decides them in such a transaction, without
+waiting for their rows.
 """
 
 from __future__ import annotations

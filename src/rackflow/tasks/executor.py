@@ -58,9 +58,10 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   `windows.gate.let_go_of_freezes`, and should it not live to, every executor's look again does,
   `FreezeGate.look_again`; and it decides again the end of a task it skipped once that claim committed,
   `tasks.deferrals`: the claim checks a task's `not_after` as stored on the row it took, `_prepare`, never
-  the windows). Any other way round, PostgreSQL would abort one of two such
-  transactions as a deadlock (tests/store/test_claim_lock_order.py, test_rollout_lock_order.py,
-  test_window_lock_order.py).
+  the windows; it records that decision as owed in its transaction, and should it not live to make it,
+  every executor's look again does, `Deferrals.look_again`, a `Backstop`, before its first claim). Any
+  other way round, PostgreSQL would abort one of two such transactions as a deadlock
+  (tests/store/test_claim_lock_order.py, test_rollout_lock_order.py, test_window_lock_order.py).
   A run's row comes before its schedule's, in every transaction that takes both: a retry of a run, a
   rollout's halt (which pauses the schedule), an approval, a resume or cancel, and a firing's write-back
   (its failing-streak marks check the schedule's key, `FOR KEY SHARE`; its run cap lowers the schedule's
@@ -96,8 +97,9 @@ and the executor is the only writer), and the claim of as many new tasks as ther
 ones' slots included. So the executor never holds more than one connection for its tasks (plus one now
 and then for its heartbeat and its sweep) however many it runs, and a task costs a fraction of a
 transaction. The sweep for what nothing else catches (expired waiting tasks, dead instances' holds,
-stuck racks, and a gate's holds that outlasted what held them: `gates.LooksAgain`) runs on a timer, not
-on every poll.
+stuck racks, a gate's holds that outlasted what held them: `gates.LooksAgain`, and what an instance owed
+and did not live to do: `Backstop`) runs on a timer, not on every poll; with nothing owed, a backstop's
+look is one read (a window change's owed decisions: an empty table's primary key).
 """
 
 from __future__ import annotations
