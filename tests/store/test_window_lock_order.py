@@ -426,8 +426,9 @@ async def test_a_freeze_hold_a_claim_wrote_beside_the_freeze_s_deletion_that_die
             assert [task.id for task, _ in claimed] == [task_id]
             gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
             assert gated.claimed == []  # held again until "late" ends, as the claim read the windows
-            with pytest.raises(RuntimeError, match="died"):
-                await env.services.windows.delete(await env.services.windows.id_by_name("late"))
+            # It answers all the same (the deletion committed), its failure logged, not raised.
+            await env.services.windows.delete(await env.services.windows.id_by_name("late"))
+            assert await env.services.windows.list_windows() == []
             assert await look.look_again(env.clock.now()) == 0  # the claim's hold is not committed
             assert await look.look_again(env.clock.now()) == 0  # nor is it yet: it waits for the claim
         assert (await get(env, task_id)).not_before == late.end  # held by a freeze that is gone
