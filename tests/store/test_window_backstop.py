@@ -208,3 +208,24 @@ async def test_the_look_again_with_nothing_owed_reads_once_and_writes_nothing(en
     statements = [statement for statement, _ in sent if statement != "BEGIN"]
     assert [statement.split()[0] for statement in statements] == ["SELECT"], sent
     assert "FROM window_decisions_owed" in statements[0]
+
+
+async def test_a_task_owed_a_decision_is_not_claimed_before_it_is_decided(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change's instance dies once it committed, r1's task bound to 15:00 still; at 13:45 the budget
+    has let it go, and an executor's claim comes before any executor's look again: it leaves the task, owed a
+    decision, alone (else it would start it a quarter of an hour after the end the operator set). The look
+    then ends it, skipped, as its firing would."""
+    dying = WindowService(env.db, env.clock, Dying(env))
+    schedule, held, _, budget_id = await shortened_beside_a_claim(env, monkeypatch, dying)
+    await env.services.budgets.delete(budget_id)
+    env.clock.advance(AFTER_THE_NEW_END)
+
+    assert held.id not in await claim(env)  # (the task by hand on r0 it takes up again)
+    assert (await get(env, held.id)).status == TaskStatus.PENDING
+
+    assert await env.services.deferrals.look_again() == 1
+    skipped = await get(env, held.id)
+    assert (skipped.status, skipped.started_at) == (TaskStatus.TERMINATED, None)
+    assert await outcome_of(env, schedule, held) == ("skipped_window", skipped.message)

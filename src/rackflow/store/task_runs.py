@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Integer, Uuid, and_, bindparam, case, delete, func, insert, or_, select, update
+from sqlalchemy import Integer, Uuid, and_, bindparam, case, delete, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement, Update
 
@@ -34,7 +34,7 @@ from rackflow.domain.tasks import (
 from rackflow.store.db import Database, chunked
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.streak_checks import mark_schedules_of_tasks
-from rackflow.store.tables import components, task_attempt, task_step_state, tasks
+from rackflow.store.tables import components, task_attempt, task_step_state, tasks, window_decisions_owed
 from rackflow.store.tasks import (
     NOT_HELD,
     OLDEST_FIRST,
@@ -105,8 +105,12 @@ def _claim_statement(db: Database) -> Update:
         return stmt
     pending = status_in(tasks.c.status, TaskStatus.PENDING)
     running = status_in(tasks.c.status, TaskStatus.RUNNING)
-    # The typed hold: its window's opening, or a start gate's hold (rackflow.tasks.gates).
-    due = and_(pending, or_(tasks.c.not_before.is_(None), tasks.c.not_before <= _CLAIMED_AT))
+    # The typed hold: its window's opening, or a start gate's hold (rackflow.tasks.gates); and no window's
+    # change owes it a decision (`store.decisions_owed`): its `not_after` may be the end of a window the
+    # operator has since shortened, so it waits for that decision (the change's instance makes it once the
+    # claim that held the row committed; should it die, every executor's look again, within a lease period).
+    undecided = exists().where(window_decisions_owed.c.task_id == tasks.c.id)
+    due = and_(pending, or_(tasks.c.not_before.is_(None), tasks.c.not_before <= _CLAIMED_AT), ~undecided)
     orphaned = and_(running, or_(tasks.c.owner_id.is_(None), ~is_live(tasks.c.owner_id, lease_cutoff(db))))
     forgotten = and_(running, tasks.c.owner_id == _CLAIMER)
     # Never a task this instance is running now, whatever its lease looks like: a loaded instance whose

@@ -58,8 +58,9 @@ logged, never raised, for the call succeeded once the change committed), every e
 still owed (`look_again`): when it starts, before its first claim, and at its dead-hold cadence (every
 lease period), skipping a task a claim holds again until its next look. The backstop costs one read of
 the table's primary key per look when nothing is owed (about four statements a minute per executor at
-the default 15 s lease), and writes nothing then. What it leaves open: a claim of such a task once the
-hold its gate gave it ended, after the crash and before any executor's next look.
+the default 15 s lease), and writes nothing then. Until it is decided, no claim takes a task owed a
+decision (`store.task_runs.claim`), even once the hold its gate gave it has ended: it waits, at most about
+a lease period after a crash, rather than start by the old end.
 A record names the task alone: its decision reads the windows as they are (the change's window as it was
 may be gone), and the change found it covered, so it is decided again whatever covers it now. The table
 has no foreign key, whose check would lock the task's row, which the claim holds at that very moment.
