@@ -20,7 +20,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -31,7 +31,6 @@ from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff
 from rackflow.errors import Unavailable
-from rackflow.store import task_runs
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.tasks.executor import Executor
@@ -40,7 +39,7 @@ from rackflow.windows.service import WHEN_PATH, WindowInput, WindowService
 from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_executor import eventually
-from tests.store.test_rollout_halt_gate import OWNER, Recording
+from tests.store.test_rollout_halt_gate import OWNER, Recording, claim_in
 from tests.store.test_window_deferrals import get, outcome_of
 from tests.store.test_window_rebinds import (
     AFTER_THE_NEW_END,
@@ -90,10 +89,7 @@ async def shortened_beside_a_claim(
     schedule, task = await fired_inside(env)
     if env.db.is_postgres:
         async with env.db.transaction() as conn:
-            claimed = await task_runs.claim(
-                env.db, conn, owner_id=OWNER, lease_ttl=timedelta(seconds=30), running_here=(running,),
-                now=env.clock.now(), limit=10,
-            )  # fmt: skip
+            claimed = await claim_in(env, conn, running=(running,))
             assert [t.id for t, _ in claimed] == [task.id]
             # The change waits for no task's row: it commits, and answers, while the claim holds it.
             changes = await asyncio.wait_for(edit_when(windows, SHORTENED), 60)
