@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, select
 
+from rackflow.domain.inventory import ComponentsFilter, ComponentTarget, TargetSpec
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import NotFound
@@ -28,7 +29,8 @@ from rackflow.schedules.service import PAUSE_AFTER_FAILED_RUNS_PATH
 from rackflow.store import rollouts as run_store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
-from rackflow.store import scope_removals
+from rackflow.store import scope_removals, streak_checks
+from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
 from rackflow.store.tasks import set_status
@@ -370,5 +372,163 @@ async def test_a_prune_leaves_a_run_another_transaction_holds(pg_db: str) -> Non
         pruned = await pruning
         assert pruned[schedule_id].deleted == 2
         assert sorted(await runs_of(make_env(db), schedule_id)) == sorted([runs[1], runs[3], runs[4]])
+    finally:
+        await db.dispose()
+
+
+# --- a schedule's row and racks' ---------------------------------------------------------------------
+
+
+async def _round_ending_a_task_beside(
+    env: Env, rack: Any, schedule: Any, other: Callable[[], Awaitable[Any]]
+) -> asyncio.Future[Any]:
+    """A journal round's locks, as it ends a task of `schedule` on `rack`: the rack (`lock_racks`, `FOR NO
+    KEY UPDATE`), then the streak's mark, whose insert checks the schedule's key (`FOR KEY SHARE`).
+    `other` starts once the round holds the rack, and runs until it waits for a lock (the rack); the mark
+    must then be written without waiting for `other`, which goes on once the round committed. `other`'s
+    future, to be awaited."""
+    async with env.db.engine.connect() as round_:
+        await round_.begin()
+        await task_store.lock_racks(env.db, round_, [rack.id])
+        beside = asyncio.ensure_future(other())
+        await done_or_waiting_on_a_lock(env, beside)
+        assert not beside.done()  # it holds the schedule and waits for the rack
+        await asyncio.wait_for(streak_checks.mark_schedules(round_, [schedule.id]), 60)
+        assert not beside.done()  # still waiting for the rack: not ended as a deadlock
+        await round_.commit()
+    return beside
+
+
+async def _pausing_after_failures(env: Env, rack_names: list[str]) -> tuple[Any, list[Any]]:
+    racks = [await env.rack(name) for name in rack_names]
+    schedule = await env.schedule("on " + " ".join(rack_names), racks=racks)
+    await env.services.schedules.update(
+        schedule.id, [PAUSE_AFTER_FAILED_RUNS_PATH], pause_after_failed_runs=2
+    )
+    return schedule, racks
+
+
+async def test_a_streak_mark_beside_a_scope_update_naming_components(pg_db: str) -> None:
+    """The scope update locks its schedule, then the racks its component filters name; a journal round
+    ending a task of that schedule holds such a rack, then marks the schedule for its failing streak's
+    look. The update keeps the schedule's key (`FOR NO KEY UPDATE`), which the mark's key check does not
+    wait for: the round commits, then the update goes on. Under `FOR UPDATE` each waited for the other, and
+    PostgreSQL ended the update as a deadlock: UNAVAILABLE."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, [r0] = await _pausing_after_failures(env, ["r0"])
+        compute = r0.components[0]
+        desired = TargetSpec(components=(ComponentTarget(id=compute.id),))
+
+        with caller("oncall"):
+            update = await _round_ending_a_task_beside(
+                env, r0, schedule, lambda: env.services.schedules.update_scope(schedule.id, desired)
+            )
+        scopes, _ = await asyncio.wait_for(update, 60)
+        assert [(sc.rack_id, sc.filter) for sc in scopes] == [
+            (r0.id, ComponentsFilter(frozenset({compute.id})))
+        ]
+    finally:
+        await db.dispose()
+
+
+async def test_a_streak_mark_beside_delete_rack_s_stamp(pg_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeleteRack stamps the schedules of its rack's scope entries (their rows locked), then locks the
+    rack; a journal round ending a task on the rack holds it, then marks the task's schedule. The stamp
+    keeps the schedule's key (`FOR NO KEY UPDATE`), so the mark does not wait for it, and DeleteRack
+    deletes the rack once the round committed, at its first try. Under `FOR UPDATE` PostgreSQL ended
+    DeleteRack as a deadlock, which it then tried again."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, [r0] = await _pausing_after_failures(env, ["r0"])
+        [ended] = await env.services.schedules.trigger(schedule.id)
+        async with env.db.transaction() as conn:
+            await set_status(conn, [ended], TaskStatus.COMPLETED, now=env.clock.now())
+        inventory = env.services.inventory
+        tries: list[None] = []
+        delete_once = inventory._delete_rack
+
+        async def counted(rack_id: Any) -> Any:
+            tries.append(None)
+            return await delete_once(rack_id)
+
+        monkeypatch.setattr(inventory, "_delete_rack", counted)
+        deletion = await _round_ending_a_task_beside(env, r0, schedule, lambda: inventory.delete_rack(r0.id))
+        await asyncio.wait_for(deletion, 60)
+        assert len(tries) == 1
+        with pytest.raises(NotFound):
+            await inventory.get_rack(r0.id)
+    finally:
+        await db.dispose()
+
+
+async def _a_halt_and_a_wave(env: Env) -> tuple[Any, Any, list[Any], list[Any]]:
+    """Two rolling runs, both for the next step to take: "second"'s next wave (b02, b03), and "first"'s
+    halt (a00 failed), which pauses its schedule. "second" fired first: its run is stepped first."""
+    b = [await env.rack(f"b{i:02d}") for i in range(4)]
+    a = [await env.rack(f"a{i:02d}") for i in range(4)]
+    second = await rollout_schedule(env, b, RolloutPolicy(max_concurrent_racks=2), name="second")
+    first = await rollout_schedule(env, a, HALTING, name="first")
+    schedules = env.services.schedules
+    second_wave = await schedules.trigger(second.id)
+    first_wave = await schedules.trigger(first.id)
+    [on_a00] = [t for t in await env.services.tasks.get_tasks(first_wave) if t.rack_id == a[0].id]
+    async with env.db.transaction() as conn:
+        await set_status(conn, second_wave, TaskStatus.COMPLETED, now=env.clock.now())
+        await set_status(conn, [on_a00.id], TaskStatus.FAILED, now=env.clock.now())
+    return first, second, a, b
+
+
+async def _halted_and_paused(env: Env, schedule: Any) -> bool:
+    return (await rollout_run(env, schedule)).run.state == "halted" and not (
+        await env.services.schedules.get(schedule.id)
+    ).enabled
+
+
+async def test_a_scope_update_beside_a_step_halting_a_run_after_another_s_wave(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scope update of "first" naming a component of b02 locks that schedule, then b02. The step pauses
+    the schedules of the runs it halts before it locks any wave's racks, so the update waits for the step,
+    which waits for nothing of it. Paused after "second"'s wave, the step held b02 while it asked for the
+    schedule the update held, the update waited for b02, and PostgreSQL ended the update as a deadlock:
+    UNAVAILABLE."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        first, _, _, b = await _a_halt_and_a_wave(env)
+        pause = PausedAfter(monkeypatch, schedule_store, "set_last_task_ids")
+        step = asyncio.ensure_future(env.services.rollouts.advance())
+        await pause.reached()  # the step started b02 and b03
+        desired = TargetSpec(components=(ComponentTarget(id=b[2].components[0].id),))
+        with caller("oncall"):
+            update = asyncio.ensure_future(env.services.schedules.update_scope(first.id, desired))
+        await done_or_waiting_on_a_lock(env, update)
+        assert not update.done()
+        pause.go.set()
+
+        assert len((await asyncio.wait_for(step, 60)).task_ids) == 2
+        scopes, _ = await asyncio.wait_for(update, 60)
+        assert [sc.rack_id for sc in scopes] == [b[2].id]
+        assert await _halted_and_paused(env, first)
+    finally:
+        await db.dispose()
+
+
+async def test_a_streak_mark_beside_a_step_that_paused_its_schedule(pg_db: str) -> None:
+    """A journal round holds b02 (ending a task there) and then marks "first" (ending one of its tasks);
+    the step, beside it, pauses "first" for its halt, then waits for b02 to start "second"'s wave. The
+    pause keeps the schedule's key (`FOR NO KEY UPDATE`), so the mark does not wait for it, and the step
+    goes on once the round committed. Under `FOR UPDATE` each waited for the other, and PostgreSQL ended
+    the step as a deadlock."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        first, _, _, b = await _a_halt_and_a_wave(env)
+        step = await _round_ending_a_task_beside(env, b[2], first, env.services.rollouts.advance)
+        assert len((await asyncio.wait_for(step, 60)).task_ids) == 2
+        assert await _halted_and_paused(env, first)
     finally:
         await db.dispose()

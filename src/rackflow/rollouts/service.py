@@ -39,7 +39,15 @@ from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
 from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
 from rackflow.domain.firing import deadline_end, plan_starts
-from rackflow.domain.rollouts import ENDED, Phase, RackPlace, ScopeView, decide, failures_counted
+from rackflow.domain.rollouts import (
+    ENDED,
+    Decision,
+    Phase,
+    RackPlace,
+    ScopeView,
+    decide,
+    failures_counted,
+)
 from rackflow.domain.schedules import (
     ROLLOUT_LIVE_STATES,
     Outcome,
@@ -210,6 +218,12 @@ def _progress(run: Run, views: Sequence[ScopeView], now: datetime) -> Progress:
     )
 
 
+def _decide(run: Run, views: Sequence[ScopeView], now: datetime) -> Decision:
+    """The rule's decision for one run's step."""
+    assert run.rollout is not None
+    return decide(run.rollout, views, now=now, failures_excused=run.failures_excused, resumed=run.resumed)
+
+
 def _with_outcomes(run: Run, changed: Mapping[uuid.UUID, ScopeOutcome]) -> tuple[ScopeOutcome, ...]:
     return tuple(changed.get(o.scope_id, o) for o in run.outcomes)
 
@@ -256,8 +270,14 @@ class RolloutService:
             places = await store.rack_places(conn, needed)
             started: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
             paused: list[tuple[Run, str]] = []
+            decided = []
             for run in runs:
-                started[run.id] = tuple(await self._step(conn, run, _views(run, tasks, places), now, paused))
+                views = _views(run, tasks, places)
+                decided.append((run, views, _decide(run, views, now)))
+            # Halts first: the schedule a halt pauses comes before the racks of another run's wave (the
+            # lock order atop `rackflow.tasks.executor`).
+            for run, views, decision in sorted(decided, key=lambda d: d[2].halt is None):
+                started[run.id] = tuple(await self._step(conn, run, views, decision, now, paused))
         step = Step(len(runs), started)
         if step.task_ids:
             self.tasks.wake_executors()
@@ -278,14 +298,13 @@ class RolloutService:
         conn: AsyncConnection,
         run: Run,
         views: Sequence[ScopeView],
+        decision: Decision,
         now: datetime,
         paused: list[tuple[Run, str]],
     ) -> list[uuid.UUID]:
-        """One run's step; a halt that pauses the schedule is added to `paused` (audited after commit)."""
+        """One run's step, as decided; a halt that pauses the schedule is added to `paused` (audited after
+        commit)."""
         assert run.rollout is not None
-        decision = decide(
-            run.rollout, views, now=now, failures_excused=run.failures_excused, resumed=run.resumed
-        )
         if decision.halt is not None:
             metrics.ROLLOUT_HALTS.inc()
             await store.save_run(
@@ -352,7 +371,7 @@ class RolloutService:
     async def _pause(self, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime) -> bool:
         """Pause the schedule of a halted rollout, with the halt as its reason (by rackflow itself); False
         when there is nothing to pause (already paused, or a fired one-time schedule)."""
-        schedule = await schedule_store.get_schedule(conn, schedule_id, lock=self.db.for_update)
+        schedule = await schedule_store.get_schedule(conn, schedule_id, lock=schedule_store.key_kept(self.db))
         if schedule is None or not schedule.enabled or schedule.is_consumed:
             return False
         pause = Pause(reason=reason, by=SYSTEM_PRINCIPAL, at=now)

@@ -276,9 +276,19 @@ class ScheduleService:
         self.instance_id = instance_id
 
     async def _load(
-        self, conn: AsyncConnection, schedule_id: uuid.UUID, field: str = "id", *, lock: bool = False
+        self,
+        conn: AsyncConnection,
+        schedule_id: uuid.UUID,
+        field: str = "id",
+        *,
+        lock: bool = False,
+        deleting: bool = False,
     ) -> Schedule:
-        schedule = await store.get_schedule(conn, schedule_id, lock=self.db.for_update if lock else None)
+        """The schedule, or NotFound naming `field`. `lock`: its row held until commit by a writer that keeps
+        its key (`store.key_kept`: a streak's mark never waits for it); `deleting`: by DeleteSchedule,
+        `FOR UPDATE`."""
+        held = self.db.for_update if deleting else store.key_kept(self.db) if lock else None
+        schedule = await store.get_schedule(conn, schedule_id, lock=held)
         if schedule is None:
             raise NotFound(f"{field}: no task schedule {schedule_id}")
         return schedule
@@ -647,7 +657,7 @@ class ScheduleService:
     async def _delete(self, schedule_id: uuid.UUID) -> None:
         async with self.db.transaction() as conn:
             runs = await run_history.runs_of_schedule(conn, schedule_id, lock=True)
-            await self._load(conn, schedule_id, lock=True)
+            await self._load(conn, schedule_id, deleting=True)
             if not await run_history.runs_of_schedule(conn, schedule_id) <= runs:
                 raise _FiredMeanwhile(
                     f"id: schedule {schedule_id} fired while it was being deleted; try again"

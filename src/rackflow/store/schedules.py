@@ -87,6 +87,19 @@ _SPEC_TYPE_FROM_DB = {v: k for k, v in SPEC_TYPE_TO_DB.items()}
 Lock = Callable[[Select[Any]], Select[Any]]
 
 
+def key_kept(db: Database) -> Lock:
+    """The lock of a writer that neither deletes the schedule nor changes its key (`FOR NO KEY UPDATE`): it
+    excludes every other writer of the row, but not the key check (`FOR KEY SHARE`) of a row written that
+    names it (a failing-streak mark, a run, a scope entry), which so never waits for it. A journal round
+    marks a schedule's streak while it holds racks that such a writer (a scope RPC, DeleteRack's stamp, a
+    halt's pause) may wait for: the lock order atop `rackflow.tasks.executor`."""
+
+    def lock(stmt: Select[Any]) -> Select[Any]:
+        return db.for_update(stmt, keys_kept=True)
+
+    return lock
+
+
 # --- rows to values and back ---------------------------------------------------------------------
 
 

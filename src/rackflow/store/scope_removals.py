@@ -75,7 +75,7 @@ async def stamp(conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]) -> N
         return
     for chunk in chunked(ids):
         locked = select(_schedule.id).where(_schedule.id.in_(chunk)).order_by(_schedule.id)
-        await conn.execute(for_update(conn.dialect.name, locked))
+        await conn.execute(for_update(conn.dialect.name, locked, keys_kept=True))
     # A statement after the locks: it sees every run whose recording transaction held one of them.
     newest = select(func.max(_run.fired_at)).where(_run.schedule_id == _schedule.id).scalar_subquery()
     raised: list[dict[str, object]] = []
