@@ -466,12 +466,14 @@ async def test_a_streak_mark_beside_delete_rack_s_stamp(pg_db: str, monkeypatch:
 
 async def _a_halt_and_a_wave(env: Env) -> tuple[Any, Any, list[Any], list[Any]]:
     """Two rolling runs, both for the next step to take: "second"'s next wave (b02, b03), and "first"'s
-    halt (a00 failed), which pauses its schedule. "second" fired first: its run is stepped first."""
+    halt (a00 failed), which pauses its schedule. "second" fired first: its run is stepped first, and
+    "first" pauses after failures too (its tasks' endings mark it)."""
     b = [await env.rack(f"b{i:02d}") for i in range(4)]
     a = [await env.rack(f"a{i:02d}") for i in range(4)]
     second = await rollout_schedule(env, b, RolloutPolicy(max_concurrent_racks=2), name="second")
     first = await rollout_schedule(env, a, HALTING, name="first")
     schedules = env.services.schedules
+    await schedules.update(first.id, [PAUSE_AFTER_FAILED_RUNS_PATH], pause_after_failed_runs=2)
     second_wave = await schedules.trigger(second.id)
     first_wave = await schedules.trigger(first.id)
     [on_a00] = [t for t in await env.services.tasks.get_tasks(first_wave) if t.rack_id == a[0].id]
