@@ -26,6 +26,7 @@ from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import NotFound
 from rackflow.schedules.service import PAUSE_AFTER_FAILED_RUNS_PATH
+from rackflow.store import inventory as inventory_store
 from rackflow.store import rollouts as run_store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
@@ -532,5 +533,44 @@ async def test_a_streak_mark_beside_a_step_that_paused_its_schedule(pg_db: str) 
         step = await _round_ending_a_task_beside(env, b[2], first, env.services.rollouts.advance)
         assert len((await asyncio.wait_for(step, 60)).task_ids) == 2
         assert await _halted_and_paused(env, first)
+    finally:
+        await db.dispose()
+
+
+async def test_delete_rack_beside_a_scope_entry_added_for_its_rack(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteRack stamps its rack's schedules (none: r0 is in no scope yet), then an AddScope of r0 to
+    "other" commits, then DeleteRack locks r0, and a scope update of "other" naming a component of r0 locks
+    "other", then waits for r0. DeleteRack finds the entry it did not stamp and tries again rather than
+    lock "other" while it holds r0: the update goes on, then DeleteRack. Locking it there, each waited for
+    the other, and PostgreSQL ended the update as a deadlock: UNAVAILABLE."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        r0, r1 = await env.rack("r0"), await env.rack("r1")
+        other = await env.schedule("other", racks=[r1])
+        schedules, inventory = env.services.schedules, env.services.inventory
+        stamped = PausedAfter(monkeypatch, scope_removals, "stamp_racks", _first_stamp)
+        locked = PausedAfter(monkeypatch, inventory_store, "racks_for_update")
+        deletion = asyncio.ensure_future(inventory.delete_rack(r0.id))
+        await stamped.reached()
+        with caller("oncall"):
+            await schedules.add_scope(other.id, rack_target(r0))
+        stamped.go.set()
+        await locked.reached()  # DeleteRack holds r0
+        desired = TargetSpec(components=(ComponentTarget(id=r0.components[0].id),))
+        with caller("oncall"):
+            update = asyncio.ensure_future(schedules.update_scope(other.id, desired))
+        await done_or_waiting_on_a_lock(env, update)
+        assert not update.done()
+        locked.go.set()
+
+        scopes, _ = await asyncio.wait_for(update, 60)
+        assert [sc.rack_id for sc in scopes] == [r0.id]
+        await asyncio.wait_for(deletion, 60)
+        with pytest.raises(NotFound):
+            await inventory.get_rack(r0.id)
+        assert await schedules.list_scopes(other.id) == []  # its last entry went with the rack
     finally:
         await db.dispose()

@@ -27,11 +27,8 @@ from sqlalchemy import select, update
 from rackflow.domain.tasks import Hold, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff, WindowKind
 from rackflow.errors import NotFound
-from rackflow.schedules.service import PAUSE_AFTER_FAILED_RUNS_PATH
 from rackflow.store import inventory as inventory_store
 from rackflow.store import rollouts as run_store
-from rackflow.store import streak_checks
-from rackflow.store import tasks as task_store
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule_run, tasks
@@ -359,41 +356,6 @@ async def test_delete_rack_tries_again_when_a_task_ran_on_it_before_its_lock(
         async with env.db.read() as conn:
             marked = select(task_schedule_run.c.tasks_deleted).where(task_schedule_run.c.id == other_run)
             assert (await conn.execute(marked)).scalar_one() is True
-    finally:
-        await db.dispose()
-
-
-async def test_delete_rack_chosen_to_end_a_deadlock_tries_again(pg_db: str) -> None:
-    """A journal round ending a task on r0 locks r0 (`lock_racks`, `FOR NO KEY UPDATE`), then marks the
-    task's schedule for its failing streak's look (its insert checks the schedule's key, `FOR KEY SHARE`);
-    DeleteRack locks the schedules of its rack's scopes (the stamp, `FOR UPDATE`), then the rack. Racks
-    before a schedule there, a schedule before a rack here (the order the scope RPCs take them in): here
-    DeleteRack, holding the schedule, waits for r0 while the round, holding r0, asks for the schedule, and
-    PostgreSQL ends DeleteRack's transaction as a deadlock (it waited first, so its check runs first).
-    DeleteRack tries again once the round committed, and deletes the rack; without the retry, the call
-    failed as UNAVAILABLE."""
-    db = Database(pg_db)
-    try:
-        env = make_env(db)
-        r0 = await env.rack("r0")
-        schedule = await env.schedule("on r0", racks=[r0])
-        await env.services.schedules.update(
-            schedule.id, [PAUSE_AFTER_FAILED_RUNS_PATH], pause_after_failed_runs=2
-        )
-        [ended] = await env.services.schedules.trigger(schedule.id)
-        async with env.db.transaction() as conn:
-            await set_status(conn, [ended], TaskStatus.COMPLETED, now=env.clock.now())
-        async with env.db.engine.connect() as round_:
-            await round_.begin()
-            await task_store.lock_racks(env.db, round_, [r0.id])
-            deletion = asyncio.ensure_future(env.services.inventory.delete_rack(r0.id))
-            await done_or_waiting_on_a_lock(env, deletion)
-            assert not deletion.done()  # it holds the schedule and waits for the rack
-            await asyncio.wait_for(streak_checks.mark_schedules(round_, [schedule.id]), 60)
-            await round_.commit()
-        await asyncio.wait_for(deletion, 60)
-        with pytest.raises(NotFound):
-            await env.services.inventory.get_rack(r0.id)
     finally:
         await db.dispose()
 

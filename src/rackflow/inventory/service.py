@@ -32,18 +32,18 @@ from rackflow.store import inventory as store
 from rackflow.store import rollouts as run_store
 from rackflow.store import scope_removals
 from rackflow.store.db import Database
-from rackflow.store.dialect import waited_too_long_for_a_lock
 from rackflow.validation import check_name, check_text
 
 log = logging.getLogger(__name__)
 
-# DeleteRack tried again after a task ran on the rack meanwhile (`_RanMeanwhile`): at once, a few times.
-_RAN_MEANWHILE_RETRY = Retry.every(0.0, attempts=3)
+# DeleteRack tried again after the rack changed meanwhile (`_ChangedMeanwhile`): at once, a few times.
+_CHANGED_MEANWHILE_RETRY = Retry.every(0.0, attempts=3)
 
 
-class _RanMeanwhile(Unavailable):
-    """A task ran on the rack between DeleteRack's read of its tasks' runs and its lock of the rack, so
-    the run of that task is not locked yet (`InventoryService.delete_rack`)."""
+class _ChangedMeanwhile(Unavailable):
+    """Between DeleteRack's reads and its lock of the rack, a task ran on the rack (the run of that task is
+    not locked yet), or a scope entry was added for it (its schedule is not locked yet):
+    `InventoryService.delete_rack`."""
 
 
 def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[ComponentSpec]:
@@ -170,28 +170,25 @@ class InventoryService:
         The scope entries it removed are logged and told to the call's audit event (`_tell`).
 
         Lock order (atop `rackflow.tasks.executor`): the rows of the runs it writes (its tasks' runs, whose
-        kept counts it marks), then its schedules' (the stamp, `scope_removals`), then the rack's (`FOR
-        UPDATE`). A window's change naming the rack locks a run, then the rack: had DeleteRack locked its
-        rack before the runs, each would wait for the other (tests/store/test_window_lock_order.py); a retry
-        of a run and a rollout's halt lock a run, then its schedule, which DeleteRack's stamp once took
-        before the runs (tests/store/test_schedule_lock_order.py). A task that ran on the rack between the
-        read of the runs and the rack's lock (submitted and ended meanwhile) has a run not yet locked:
-        rather than wait for that row while it holds the rack, the transaction is rolled back and tried
-        again, which reads that run before the rack's lock (`_RanMeanwhile`). So is one PostgreSQL ends as
-        a deadlock: racks still come before a schedule elsewhere, where its stamp takes the schedule before
-        the rack (the order the scope RPCs take them in). A journal round or CancelTask ending a task of the
-        rack locks the rack, then checks its schedule's key as it marks the schedule's failing streak (`FOR
-        KEY SHARE`, which the stamp's `FOR UPDATE` blocks), and a rollout's step may lock the rack for a
-        wave, then its schedule's row to pause it on a halt; DeleteRack beside one of those may be chosen
-        to end a deadlock, which is the moment's fault, not the call's
-        (tests/store/test_window_lock_order.py, `test_delete_rack_chosen_to_end_a_deadlock_tries_again`)."""
+        kept counts it marks), then its schedules' (the stamp, `scope_removals`, `FOR NO KEY UPDATE`), then
+        the rack's (`FOR UPDATE`). A window's change naming the rack locks a run, then the rack: had
+        DeleteRack locked its rack before the runs, each would wait for the other
+        (tests/store/test_window_lock_order.py); a retry of a run and a rollout's halt lock a run, then its
+        schedule, which DeleteRack's stamp once took before the runs; a scope RPC locks the schedule, then
+        the racks it names (tests/store/test_schedule_lock_order.py). Whatever holds the rack meanwhile
+        and goes on to the schedule (a journal round or CancelTask ending a task there, marking its
+        schedule's failing streak) only checks its key (`FOR KEY SHARE`), which the stamp does not block.
+        A task that ran on the rack, or a scope entry added for it, between those reads and the rack's lock
+        has a run or a schedule not locked yet: rather than wait for that row while it holds the rack, the
+        transaction is rolled back and tried again, which locks it before the rack (`_ChangedMeanwhile`).
+        So none of the transactions the lock order maps waits for what it holds while holding what it waits
+        for, and a deadlock is not tried again here: should one come, UNAVAILABLE ("try again") tells the
+        caller, as for any call."""
         scope_changes = await retrying(
             lambda: self._delete_rack(rack_id),
-            _RAN_MEANWHILE_RETRY,
+            _CHANGED_MEANWHILE_RETRY,
             what=f"deleting rack {rack_id}",
-            retry_if=lambda exc: (
-                isinstance(exc, _RanMeanwhile) or waited_too_long_for_a_lock(exc.__cause__ or exc)
-            ),
+            retry_if=lambda exc: isinstance(exc, _ChangedMeanwhile),
         )
         _tell(f"rack {rack_id} deleted", scope_changes)
 
@@ -200,9 +197,8 @@ class InventoryService:
             runs = await store.runs_of_tasks_on(conn, rack_id)
             await run_store.lock_runs(conn, runs)
             # Its scope entries go with it: their schedules are stamped next, their rows locked after the
-            # runs' and before the rack's, the order the scope RPCs take them in (`scope_removals`; the
-            # store stamps again, once it holds the rack, any entry added meanwhile).
-            await scope_removals.stamp_racks(conn, [rack_id])
+            # runs' and before the rack's, the order the scope RPCs take them in (`scope_removals`).
+            stamped = await scope_removals.stamp_racks(conn, [rack_id])
             # The row lock makes a concurrent task submission for this rack wait, then fail its FK check.
             if not await store.racks_for_update(self.db, conn, [rack_id]):
                 raise NotFound(f"id: no rack with id {rack_id}")
@@ -211,7 +207,14 @@ class InventoryService:
                     f"id: rack {rack_id} has waiting, pending or running tasks; cancel them or let them end"
                 )
             if not await store.runs_of_tasks_on(conn, rack_id) <= runs:
-                raise _RanMeanwhile(f"id: a task ran on rack {rack_id} while it was being deleted; try again")
+                raise _ChangedMeanwhile(
+                    f"id: a task ran on rack {rack_id} while it was being deleted; try again"
+                )
+            if not await scope_removals.schedules_on_racks(conn, [rack_id]) <= stamped:
+                raise _ChangedMeanwhile(
+                    f"id: rack {rack_id} was added to a schedule's scope while it was being deleted; "
+                    "try again"
+                )
             return await store.delete_rack(conn, rack_id)
 
     # --- components ------------------------------------------------------------------------------

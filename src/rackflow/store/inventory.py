@@ -247,8 +247,9 @@ async def delete_rack(conn: AsyncConnection, rack_id: uuid.UUID) -> list[ScopeCh
     """Delete the rack; its components and finished tasks go with it (ON DELETE CASCADE), and so do its
     schedule scope entries, deleted first (their schedules stamped before, `scope_removals.stamp_racks`)
     so that what went is known: they are returned. The caller holds the rack, so no scope entry can be
-    added for it meanwhile (its insert waits for the rack's key lock), and the rows of its tasks' runs,
-    locked before the rack (`runs_of_tasks_on`: the lock order atop `rackflow.tasks.executor`)."""
+    added for it meanwhile (its insert waits for the rack's key lock), and the rows of its tasks' runs and
+    of its scopes' schedules, locked before the rack (`runs_of_tasks_on`, `scope_removals.stamp_racks`: the
+    lock order atop `rackflow.tasks.executor`), which the stamp here then takes again without waiting."""
     await scope_removals.stamp_racks(conn, [rack_id])
     # Its tasks go too: their runs' kept counts are not read again (`kept_counts`).
     await kept_counts.mark_deleted(conn, await runs_of_tasks_on(conn, rack_id))

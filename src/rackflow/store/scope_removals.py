@@ -102,12 +102,20 @@ async def stamp_scopes(conn: AsyncConnection, scope_ids: Collection[uuid.UUID]) 
     await stamp(conn, await _schedules_of(conn, _scope.id, scope_ids))
 
 
-async def stamp_racks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> None:
-    """`stamp` the schedules with a scope entry on these racks: DeleteRack calls it after it locked the runs
-    of the rack's tasks (a run's row before its schedule's, as a retry of a run or a rollout's halt takes
-    them) and before it locks the rack, so that it takes schedule rows before racks as the scope RPCs do,
-    and the store's `delete_rack` again once it holds the rack (for an entry added in between)."""
-    await stamp(conn, await _schedules_of(conn, _scope.rack_id, rack_ids))
+async def stamp_racks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+    """`stamp` the schedules with a scope entry on these racks, and return them: DeleteRack calls it after
+    it locked the runs of the rack's tasks (a run's row before its schedule's, as a retry of a run or a
+    rollout's halt takes them) and before it locks the rack, so that it takes schedule rows before racks as
+    the scope RPCs do; once it holds the rack, it tries again if an entry was added in between
+    (`schedules_on_racks`), and the store's `delete_rack` stamps again, locks it holds already."""
+    schedule_ids = await schedules_on_racks(conn, rack_ids)
+    await stamp(conn, schedule_ids)
+    return schedule_ids
+
+
+async def schedules_on_racks(conn: AsyncConnection, rack_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+    """The schedules with a scope entry on these racks."""
+    return await _schedules_of(conn, _scope.rack_id, rack_ids)
 
 
 async def stamp_emptied_by(conn: AsyncConnection, rack_id: uuid.UUID, component_id: uuid.UUID) -> None:
