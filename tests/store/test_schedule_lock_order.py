@@ -574,3 +574,45 @@ async def test_delete_rack_beside_a_scope_entry_added_for_its_rack(
         assert await schedules.list_scopes(other.id) == []  # its last entry went with the rack
     finally:
         await db.dispose()
+
+
+async def test_remove_component_beside_a_scope_entry_narrowed_to_it(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RemoveComponent stamps the schedules whose entry names its component alone (none yet), then a scope
+    update narrows "other"'s entry on r0 to that component, then RemoveComponent locks r0, and a second
+    update of "other", naming it and another component of r0, locks "other", then waits for r0.
+    RemoveComponent finds the entry it would empty unstamped and tries again rather than lock "other"
+    while it holds r0: the second update goes on, then RemoveComponent narrows its entry. Locking it there,
+    each waited for the other, and PostgreSQL ended the update as a deadlock: UNAVAILABLE."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        r0 = await env.rack("r0")
+        gone, kept = r0.components[0], r0.components[1]
+        other = await env.schedule("other", racks=[r0])
+        schedules, inventory = env.services.schedules, env.services.inventory
+        stamped = PausedAfter(monkeypatch, scope_removals, "stamp_emptied_by")
+        armed = False  # the narrowing update locks r0 too: the pause is RemoveComponent's lock of it
+        locked = PausedAfter(monkeypatch, inventory_store, "racks_for_update", lambda *a, **kw: armed)
+
+        removal = asyncio.ensure_future(inventory.remove_component(gone.id))
+        await stamped.reached()
+        with caller("oncall"):
+            await schedules.update_scope(other.id, TargetSpec(components=(ComponentTarget(id=gone.id),)))
+        armed = True
+        stamped.go.set()
+        await locked.reached()  # RemoveComponent holds r0
+        both = TargetSpec(components=(ComponentTarget(id=gone.id), ComponentTarget(id=kept.id)))
+        with caller("oncall"):
+            update = asyncio.ensure_future(schedules.update_scope(other.id, both))
+        await done_or_waiting_on_a_lock(env, update)
+        assert not update.done()
+        locked.go.set()
+
+        await asyncio.wait_for(update, 60)
+        await asyncio.wait_for(removal, 60)
+        [entry] = await schedules.list_scopes(other.id)
+        assert entry.filter == ComponentsFilter(frozenset({kept.id}))
+    finally:
+        await db.dispose()

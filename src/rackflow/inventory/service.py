@@ -36,14 +36,16 @@ from rackflow.validation import check_name, check_text
 
 log = logging.getLogger(__name__)
 
-# DeleteRack tried again after the rack changed meanwhile (`_ChangedMeanwhile`): at once, a few times.
+# DeleteRack and RemoveComponent tried again after the rack changed meanwhile (`_ChangedMeanwhile`): at
+# once, a few times.
 _CHANGED_MEANWHILE_RETRY = Retry.every(0.0, attempts=3)
 
 
 class _ChangedMeanwhile(Unavailable):
     """Between DeleteRack's reads and its lock of the rack, a task ran on the rack (the run of that task is
     not locked yet), or a scope entry was added for it (its schedule is not locked yet):
-    `InventoryService.delete_rack`."""
+    `InventoryService.delete_rack`; or, between RemoveComponent's stamp and its lock of the rack, a scope
+    entry came to name the component alone (`remove_component`)."""
 
 
 def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[ComponentSpec]:
@@ -238,23 +240,45 @@ class InventoryService:
         component loses it, and goes when it named no other: an emptied filter must never read as "all
         components", which would power-cycle the whole rack. What it did to scopes is logged and told to
         the call's audit event (`_tell`).
+
+        Lock order, as DeleteRack's (`delete_rack`): the schedules of the entries it empties (stamped),
+        then the rack, then those entries' rows; an entry emptied between the stamp and the rack's lock
+        makes it roll back and try again rather than lock that schedule while it holds the rack
+        (`_ChangedMeanwhile`, tests/store/test_schedule_lock_order.py).
         """
+        scope_changes = await retrying(
+            lambda: self._remove_component(component_id),
+            _CHANGED_MEANWHILE_RETRY,
+            what=f"removing component {component_id}",
+            retry_if=lambda exc: isinstance(exc, _ChangedMeanwhile),
+        )
+        _tell(f"component {component_id} removed", scope_changes)
+
+    async def _remove_component(self, component_id: uuid.UUID) -> list[ScopeChange]:
         async with self.db.transaction() as conn:
             component = (await store.components_by_ids(conn, [component_id])).get(component_id)
             if component is None:
                 raise NotFound(f"id: no component with id {component_id}")
             # The schedules whose scope entry it empties are stamped before the rack is locked, in the
             # order the scope RPCs take them (`scope_removals`; removing an entry stamps it again).
-            await scope_removals.stamp_emptied_by(conn, component.rack_id, component_id)
+            stamped = await scope_removals.stamp_emptied_by(conn, component.rack_id, component_id)
             # Lock the rack as task submission does, so no task can pick the component up meanwhile.
             await store.racks_for_update(self.db, conn, [component.rack_id])
             active = await store.active_task_component_ids(conn, component.rack_id)
             busy = sorted(str(task_id) for task_id, ids in active.items() if str(component_id) in ids)
             if busy:
                 raise FailedPrecondition(f"id: component {component_id} is in use by active task {busy[0]}")
+            # An entry a scope RPC narrowed to this component between the stamp and the rack's lock: its
+            # schedule is not locked yet, and is not locked while the rack is held (a scope RPC holding it
+            # may wait for the rack). Once the rack is held, no entry can come to name it alone.
+            if not await scope_removals.emptied_by(conn, component.rack_id, component_id) <= stamped:
+                raise _ChangedMeanwhile(
+                    f"id: a schedule's scope came to name component {component_id} alone while it was "
+                    "being removed; try again"
+                )
             scope_changes = await drop_component_from_scopes(self.db, conn, component)
             await store.delete_component(conn, component_id)
-        _tell(f"component {component_id} removed", scope_changes)
+        return scope_changes
 
     # --- NVLink domains --------------------------------------------------------------------------
 

@@ -118,11 +118,21 @@ async def schedules_on_racks(conn: AsyncConnection, rack_ids: Collection[uuid.UU
     return await _schedules_of(conn, _scope.rack_id, rack_ids)
 
 
-async def stamp_emptied_by(conn: AsyncConnection, rack_id: uuid.UUID, component_id: uuid.UUID) -> None:
+async def stamp_emptied_by(
+    conn: AsyncConnection, rack_id: uuid.UUID, component_id: uuid.UUID
+) -> set[uuid.UUID]:
     """`stamp` the schedules whose scope entry on the rack names this component alone, which removing the
-    component removes (`inventory.scope_removal`): RemoveComponent calls it before it locks the rack, for
-    the lock order `stamp_racks` keeps (`delete_scopes` stamps again, once it holds the rack). Entries
-    it only narrows are not scope removals, and their schedules are left unlocked."""
+    component removes (`inventory.scope_removal`), and return them: RemoveComponent calls it before it
+    locks the rack, for the lock order `stamp_racks` keeps; once it holds the rack, it tries again if an
+    entry was emptied in between (`emptied_by`), and `delete_scopes` stamps again, locks it holds already.
+    Entries it only narrows are not scope removals, and their schedules are left unlocked."""
+    emptied = await emptied_by(conn, rack_id, component_id)
+    await stamp(conn, emptied)
+    return emptied
+
+
+async def emptied_by(conn: AsyncConnection, rack_id: uuid.UUID, component_id: uuid.UUID) -> set[uuid.UUID]:
+    """The schedules whose scope entry on the rack names this component alone."""
     stmt = select(_scope.schedule_id, _scope.component_filter).where(
         _scope.rack_id == rack_id, _scope.component_filter.is_not(None)
     )
@@ -131,7 +141,7 @@ async def stamp_emptied_by(conn: AsyncConnection, rack_id: uuid.UUID, component_
         value = filter_from_json(row.component_filter)
         if isinstance(value, ComponentsFilter) and value.ids <= {component_id}:
             emptied.add(row.schedule_id)
-    await stamp(conn, emptied)
+    return emptied
 
 
 async def _schedules_of(conn: AsyncConnection, column: Any, keys: Collection[uuid.UUID]) -> set[uuid.UUID]:
