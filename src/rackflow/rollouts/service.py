@@ -18,7 +18,10 @@ skipped (a halt's hold, a resume's release, a cancel's ending), and that claim's
 waits for the run's row, decides them from the run as they left it (at that claim, or at the next one
 when the run was still held: `rollouts.gate`). The schedule's row comes after the run's (a halt pauses
 it; `save_run`'s failing-streak mark checks its key), and scope rows after the schedule's (a step writes
-its scopes' last tasks last), as the scope RPCs take them (tests/store/test_schedule_lock_order.py).
+its scopes' last tasks last), as the scope RPCs take them. A step of several runs pauses the schedules of
+those it halts (`FOR NO KEY UPDATE`, `store.schedules.key_kept`) before it starts any run's wave: a
+schedule's row before racks', as the scope RPCs and DeleteRack's stamp take them
+(tests/store/test_schedule_lock_order.py).
 """
 
 from __future__ import annotations

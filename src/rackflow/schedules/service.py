@@ -869,14 +869,16 @@ class ScheduleService:
         a component named here from vanishing before our scope row commits, and a component that vanished
         since `resolve_targets` looked it up is NOT_FOUND, as it would have been a moment earlier.
 
-        Lock order: the schedule row (add, update), these racks in id order, then scope rows. No cycle: a
-        scope row we insert key-locks its rack, one we hold already (a target names one kind, so either all
-        its selections are filtered or we lock no rack, as before); RemoveComponent and DeleteRack lock the
-        schedule rows they stamp (`store.scope_removals`) before the rack and then its scope rows, task
-        submission only racks in id order, the dispatcher's write-back only scope rows. None of them waits
-        for a schedule row while it holds a rack or a scope row (but for an entry added to the rack's scope
-        between DeleteRack's stamp and its rack lock, stamped once it holds the rack), and none that holds
-        a scope row we want goes on to wait for a rack we hold.
+        Lock order: the schedule row (add, update; `FOR NO KEY UPDATE`, `_load`), these racks in id order,
+        then scope rows. No cycle: a scope row we insert key-locks its rack, one we hold already (a target
+        names one kind, so either all its selections are filtered or we lock no rack, as before);
+        RemoveComponent and DeleteRack lock the schedule rows they stamp (`store.scope_removals`) before the
+        rack and then its scope rows (and try again, rather than lock one more schedule once they hold the
+        rack, when an entry came meanwhile), task submission only racks in id order, the dispatcher's
+        write-back only scope rows, and a rollout's step pauses the schedules it halts before it locks racks.
+        What holds a rack and then writes a row naming our schedule (a journal round's failing-streak mark)
+        only checks its key, which our lock lets it do. None of them waits for a schedule row while it holds
+        a rack or a scope row, and none that holds a scope row we want goes on to wait for a rack we hold.
         """
         selections = await resolve_targets(conn, target, field)
         named = {s.rack_id: s.filter.ids for s in selections if isinstance(s.filter, ComponentsFilter)}

@@ -8,7 +8,9 @@ fleet outside the scope (docs/PERFORMANCE.md, "The runs grid: racks that left, s
 pages have none, and the stamp tells which.
 
 **The stamp.** Every removal of a scope entry stamps its schedule in the removing transaction: the
-schedule's row is locked (in id order), and then, in a later statement, `scope_removed_after` is set to
+schedule's row is locked (in id order; `FOR NO KEY UPDATE`, which excludes every other writer of the
+row, as a run's recording, but lets a failing-streak mark check its key: the lock order atop
+`rackflow.tasks.executor`), and then, in a later statement, `scope_removed_after` is set to
 the newest `fired_at` among the schedule's runs, unless it holds a later one already (no run: unchanged).
 The removals, all in the store, all through here:
 

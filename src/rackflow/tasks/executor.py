@@ -72,12 +72,21 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   last (`schedules.firing`, `rollouts.service`). What writes runs while it holds their schedule (a firing's
   claim, a manual trigger, a retry's new run) never waits for a run's row there: its cap deletes only the
   old runs no one holds (`store.runs.prune_runs`, `FOR UPDATE SKIP LOCKED`), and a run it records is new
-  (tests/store/test_schedule_lock_order.py). A schedule's row and racks' are in no one order yet: the scope
-  RPCs and DeleteRack's stamp lock the schedule (`FOR UPDATE`), then racks; a journal round or CancelTask
-  ending a task locks its rack, then checks its schedule's key as it marks the streak, and a rollout's step
-  may lock a wave's racks, then pause a halted run's schedule. PostgreSQL may end one of two such as a
-  deadlock: DeleteRack then tries again, a journal round is retried, an RPC answers UNAVAILABLE ("try
-  again").
+  (tests/store/test_schedule_lock_order.py). A schedule's row comes before racks', and what holds a rack
+  never waits for a schedule's row lock, only checks its key. The writers that may hold a schedule while
+  they wait for a rack, or hold a rack when they lock a schedule, keep its key and lock it `FOR NO KEY
+  UPDATE` (`store.schedules.key_kept`: the scope RPCs, and with them pause, resume, update, trigger and
+  retry, `ScheduleService._load`; DeleteRack's and RemoveComponent's stamps, `scope_removals`; a halt's
+  pause), which a row written that names the schedule (a failing-streak mark, `FOR KEY SHARE`) does not
+  wait for. `FOR UPDATE` is left to DeleteSchedule (and a rename's UPDATE), the dispatcher's claim (`SKIP
+  LOCKED`) and its look-up in doubt (`NOWAIT`): none takes a rack, or waits for a row a round holds. So
+  a journal round, CancelTask, a window's change or a rollout's cancel, which lock racks, then mark the
+  schedules of the tasks they end, never wait there. The scope RPCs lock the schedule, then the racks
+  their component filters name (`FOR UPDATE`); DeleteRack and RemoveComponent stamp the schedules whose
+  entries they remove, then lock the rack, and roll back and try again when an entry came meanwhile,
+  rather than lock its schedule while holding the rack (`InventoryService`); a rollout's step pauses the
+  schedules of the runs it halts before it starts any run's wave (`RolloutService.advance`)
+  (tests/store/test_schedule_lock_order.py).
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
 * Cut short. A run an error cuts short (a journal round that failed) leaves its task RUNNING and this
