@@ -8,6 +8,12 @@ DeleteSchedule and DeleteRack's stamp took the schedule first, then waited for a
 one side at the point where it has what it takes first, runs the other until it is done or waits for a
 lock, then lets the first go on. Both must end as they would one after the other, neither answering
 UNAVAILABLE ("try again: the database ended this call's wait …").
+
+A schedule's row comes before racks' (below): the scope RPCs, DeleteRack's and RemoveComponent's stamps
+and a rollout step's pause of a schedule whose run it halts lock it `FOR NO KEY UPDATE`, which the key check
+of a failing-streak mark written by one holding racks (a journal round ending a task) does not wait for; a
+step pauses before it starts a wave; DeleteRack and RemoveComponent try again rather than lock a schedule
+once they hold the rack.
 """
 
 from __future__ import annotations
