@@ -118,6 +118,23 @@ def check_description(description: str, field: str = "description") -> str:
     return description
 
 
+MAX_REQUEST_ID_LENGTH = 64
+_REQUEST_ID_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
+
+
+def check_request_id(value: str, field: str = "request_id") -> str | None:
+    """A client's id of one trigger or retry, so that sending it again does not fire again
+    (docs/SCHEDULES.md): at most MAX_REQUEST_ID_LENGTH characters of [A-Za-z0-9._:-] (a UUID fits, and
+    nothing that needs quoting in a log line or a CLI argument); empty is none."""
+    if not value:
+        return None
+    if len(value) > MAX_REQUEST_ID_LENGTH:
+        raise InvalidArgument(f"{field}: at most {MAX_REQUEST_ID_LENGTH} characters, got {len(value)}")
+    if not set(value) <= _REQUEST_ID_CHARACTERS:
+        raise InvalidArgument(f"{field}: {value!r} may hold only letters, digits and . _ : -")
+    return value
+
+
 def check_target_version(version: str, field: str = "target_version") -> str:
     """A firmware upgrade's target: required, and stored text (it becomes components' firmware_version)."""
     if not version.strip():

@@ -51,7 +51,7 @@ from rackflow.schedules.service import (
 )
 from rackflow.security import Role, caller_holds, caller_name
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.validation import preview_count, start_deadline
+from rackflow.validation import check_request_id, preview_count, start_deadline
 
 if TYPE_CHECKING:
     from rackflow.domain.schedules import Schedule
@@ -173,7 +173,10 @@ class ScheduleRpcs:
                 "approve: only the approver role may approve a firing as it triggers it "
                 "(trigger without approve: the firing awaits approval)"
             )
-        task_ids = await self.services.schedules.trigger(schedule_id, approve=request.approve)
+        request_id = check_request_id(request.request_id)
+        task_ids = await self.services.schedules.trigger(
+            schedule_id, approve=request.approve, request_id=request_id
+        )
         return pb.SubmitTaskResponse(task_ids=[pb.UUID(id=str(task_id)) for task_id in task_ids])
 
     @rpc
@@ -327,7 +330,10 @@ class ScheduleRpcs:
     ) -> pb.TaskScheduleRun:
         only_failed = request.only_failed if request.HasField("only_failed") else True
         run_id = required_uuid(request.id, "id")
-        return run_to(await self.services.schedules.retry_run(run_id, only_failed=only_failed))
+        request_id = check_request_id(request.request_id)
+        return run_to(
+            await self.services.schedules.retry_run(run_id, only_failed=only_failed, request_id=request_id)
+        )
 
     @rpc
     async def PreviewTaskSchedule(

@@ -103,6 +103,7 @@ async def claim(
     approver: Approver | None = None,
     default_start_deadline: timedelta | None = None,
     scopes: Mapping[uuid.UUID, Sequence[Scope]] | None = None,
+    request_id: str | None = None,
 ) -> list[Firing]:
     """Phase 1 for `schedules`, which the caller has locked in `conn`'s transaction; the firings to run.
 
@@ -118,6 +119,8 @@ async def claim(
     A dispatched firing past its start deadline (`default_start_deadline`: the server's, for a schedule
     without its own) is recorded "missed" (counted, and reported in the same transaction) and left out.
     `scopes` (by schedule) fires only those of the schedules' scopes (RetryTaskScheduleRun's racks).
+    `request_id`: a manual firing's caller's, recorded with its run; a firing whose schedule has a run
+    with it already is left out (the unique index of the two, `ScheduleService.trigger`).
     """
     if not schedules:
         return []
@@ -128,15 +131,15 @@ async def claim(
         raise FailedPrecondition(
             f"id: schedule {refused.schedule.name!r} ({refused.schedule.id}) not fired: {refused.skipped}"
         )
-    recorded = await firing_store.record(db, conn, planned, owner_id)
+    recorded = await firing_store.record(db, conn, planned, owner_id, request_id)
     awaiting = [f for f in planned if f.run_id in recorded and f.needs_approval]
     await outbox.record_events(conn, events.runs_awaiting_approval(awaiting, now))
     for f in planned:
         if f.run_id not in recorded:
             log.warning(
-                "schedule %s: its slot %s was fired already; not firing it again",
+                "schedule %s: its %s was fired already; not firing it again",
                 f.schedule.name,
-                f.scheduled_for,
+                f"slot {f.scheduled_for}" if f.scheduled_for else f"request id {request_id}",
                 extra={"schedule_id": str(f.schedule.id)},
             )
         elif f.missed:

@@ -119,6 +119,16 @@ PAUSES_ENDED_PER_POLL = 100  # resumed per dispatcher poll; more wait for the ne
 _FIRED_MEANWHILE_RETRY = Retry.every(0.0, attempts=3)
 
 
+class _FiredAlready(Exception):
+    """A manual firing whose run was not recorded: a run of its schedule carries its request id already
+    (the unique index of the two), committed by a call with the same id since this one looked. Raised in
+    the claim's transaction, to roll back its schedule's advance; its caller answers that run."""
+
+    def __init__(self, schedule_id: uuid.UUID) -> None:
+        super().__init__(schedule_id)
+        self.schedule_id = schedule_id
+
+
 class _FiredMeanwhile(Unavailable):
     """The schedule fired (a run recorded) between DeleteSchedule's lock of its runs and its lock of the
     schedule, so that run is not locked yet (`ScheduleService.delete`)."""
@@ -664,7 +674,9 @@ class ScheduleService:
                 )
             await store.delete_schedule(conn, schedule_id)
 
-    async def retry_run(self, run_id: uuid.UUID, *, only_failed: bool = True) -> RunReport:
+    async def retry_run(
+        self, run_id: uuid.UUID, *, only_failed: bool = True, request_id: str | None = None
+    ) -> RunReport:
         """RetryTaskScheduleRun: fire the failed and not-started racks of a run that is over (with
         `only_failed` false, all its racks) as a new manual run of its schedule, linked by `retry_of`, with
         the run's own rollout policy (None: every rack at once), whatever the schedule's is now.
@@ -675,56 +687,83 @@ class ScheduleService:
         its started ones count as active), and its not-started racks go to the new run, so the schedule
         keeps one live rollout and no rack has two tasks waiting. The new run's firing is the manual
         trigger's path (`firing.claim` over those scopes, then `fire`).
+
+        `request_id` (the client's): a retry with the id of a run of the same schedule answers that run
+        and fires nothing, as a trigger does (`_fired_before`); two at once queue on the retried run's
+        lock, and the second finds the first's run.
         """
         claimed: Firing | None = None
         ended: Ended | None = None
+        fired: Run | None = None
         try:
             async with self.db.transaction() as conn:
                 run = await rollout_store.get_run(self.db, conn, run_id, lock=True)
                 if run is None:
                     raise NotFound(f"id: no task schedule run {run_id}")
-                if run.state not in RETRIABLE_RUN_STATES:
-                    raise FailedPrecondition(
-                        f"id: run {run_id} is {run.state}; only a finished or halted run can be retried "
-                        f"({', '.join(RETRIABLE_RUN_STATES)})"
-                    )
-                schedule = await self._load(conn, run.schedule_id, lock=True)
-                if run.state == "halted":
-                    # First, so that its tasks that had not begun are ended (their racks not started, retried)
-                    # rather than left to start beside the new run's; a refusal below rolls it back.
-                    run, ended = await self.rollouts.cancel_in(conn, run, "retried by RetryTaskScheduleRun")
-                tasks = await rollout_store.task_states(conn, [run.id])
-                active = [t for t in tasks.values() if t.status.is_active]
-                if active:
-                    raise FailedPrecondition(
-                        f"id: run {run_id} still has {len(active)} active task(s) "
-                        f"(e.g. {active[0].task_id}); retry it once they have ended"
-                    )
-                statuses = {t.task_id: t.status for t in tasks.values()}
-                chosen = racks_to_retry(run, statuses, only_failed=only_failed)
-                present = await store.scopes_by_ids(conn, [o.scope_id for o in chosen])
-                if not present:
-                    which = "failed or not-started racks" if only_failed else "racks"
-                    raise FailedPrecondition(f"id: run {run_id} has no {which} left in its schedule to retry")
-                as_fired = replace(schedule, rollout=run.rollout)
-                (claimed,) = await firing.claim(
-                    self.db,
-                    conn,
-                    [as_fired],
-                    trigger="manual",
-                    now=await self.db.now(conn),
-                    owner_id=self.instance_id,
-                    scopes={schedule.id: present},
-                )
-                await rollout_store.link_retry(conn, claimed.run_id, run.id)
+                fired = await self._fired_before(conn, run.schedule_id, request_id)
+                if fired is None:
+                    claimed, ended = await self._claim_retry(conn, run, only_failed, request_id)
         except Unavailable as exc:
             claimed = await self._in_doubt(claimed, exc)
+        except _FiredAlready as exc:
+            fired = await self._fired_meanwhile(exc.schedule_id, request_id)
+        if fired is not None:
+            self._check_fired(fired, request_id)
+            return await self.rollouts.get(fired.id)
+        assert claimed is not None
         if ended is not None:
             self.tasks.after_ended(ended)
         await self.fire([claimed])
         return await self.rollouts.get(claimed.run_id)
 
-    async def trigger(self, schedule_id: uuid.UUID, *, approve: bool = False) -> list[uuid.UUID]:
+    async def _claim_retry(
+        self, conn: AsyncConnection, run: Run, only_failed: bool, request_id: str | None
+    ) -> tuple[Firing, Ended | None]:
+        """Phase 1 of `retry_run` for `run`, locked in `conn`'s transaction: its firing, and the tasks the
+        cancel of a halted run ended."""
+        ended: Ended | None = None
+        if run.state not in RETRIABLE_RUN_STATES:
+            raise FailedPrecondition(
+                f"id: run {run.id} is {run.state}; only a finished or halted run can be retried "
+                f"({', '.join(RETRIABLE_RUN_STATES)})"
+            )
+        schedule = await self._load(conn, run.schedule_id, lock=True)
+        if run.state == "halted":
+            # First, so that its tasks that had not begun are ended (their racks not started, retried)
+            # rather than left to start beside the new run's; a refusal below rolls it back.
+            run, ended = await self.rollouts.cancel_in(conn, run, "retried by RetryTaskScheduleRun")
+        tasks = await rollout_store.task_states(conn, [run.id])
+        active = [t for t in tasks.values() if t.status.is_active]
+        if active:
+            raise FailedPrecondition(
+                f"id: run {run.id} still has {len(active)} active task(s) "
+                f"(e.g. {active[0].task_id}); retry it once they have ended"
+            )
+        statuses = {t.task_id: t.status for t in tasks.values()}
+        chosen = racks_to_retry(run, statuses, only_failed=only_failed)
+        present = await store.scopes_by_ids(conn, [o.scope_id for o in chosen])
+        if not present:
+            which = "failed or not-started racks" if only_failed else "racks"
+            raise FailedPrecondition(f"id: run {run.id} has no {which} left in its schedule to retry")
+        as_fired = replace(schedule, rollout=run.rollout)
+        claimed = await firing.claim(
+            self.db,
+            conn,
+            [as_fired],
+            trigger="manual",
+            now=await self.db.now(conn),
+            owner_id=self.instance_id,
+            scopes={schedule.id: present},
+            request_id=request_id,
+        )
+        if not claimed:
+            raise _FiredAlready(schedule.id)
+        await rollout_store.link_retry(conn, claimed[0].run_id, run.id)
+        return claimed[0], ended
+
+    async def trigger(
+        self, schedule_id: uuid.UUID, *, approve: bool = False, request_id: str | None = None
+    ) -> list[uuid.UUID]:
         """Fire now, whatever `enabled` and `next_run_at` say, on every scope (no overlap check).
 
         Returns the ids of the tasks submitted; scopes whose submission failed are in the run history.
@@ -741,37 +780,29 @@ class ScheduleService:
         `approve` (the caller holds the approver role: the front end checks it): then the caller's approval
         counts, under the two-person rule, and it starts at once when that is enough. While a run of the
         schedule awaits approval, a trigger is refused.
+
+        `request_id` (the client's, so that it may send the trigger again when it did not hear the answer):
+        the run records it, and a trigger with the id of a run of this schedule fires nothing and answers
+        as that run's trigger did (`_fired_before`, `_answer_again`). A refusal recorded no run, so it
+        remembers nothing: the same id fires once the refusal no longer holds. Two at once with one id
+        queue on the schedule's lock, and the second finds the first's run; the unique index of the runs'
+        (schedule, request id) holds it whatever the code (`_FiredAlready`).
         """
         claimed: Firing | None = None
+        fired: Run | None = None
         try:
             async with self.db.transaction() as conn:
                 schedule = await self._load(conn, schedule_id, lock=True)
-                now = await self.db.now(conn)  # after the lock: the time the firing holds the schedule
-                if schedule.is_consumed:
-                    raise _consumed(schedule, "trigger")
-                approver = None
-                if approve and schedule.approval is not None:
-                    approver = Approver(caller_name() or ANONYMOUS, now)
-                    check_approver(
-                        opened(schedule.approval, now, None, schedule.last_edited_by),
-                        approver.principal,
-                        schedule.last_edited_by,
-                        identified=caller_identified(),
-                        field="approve",
-                    )
-                # A manual firing has no slot: one firing (refused while the schedule's rollout is live or a
-                # run of it awaits approval).
-                (claimed,) = await firing.claim(
-                    self.db,
-                    conn,
-                    [schedule],
-                    trigger="manual",
-                    now=now,
-                    owner_id=self.instance_id,
-                    approver=approver,
-                )
+                fired = await self._fired_before(conn, schedule_id, request_id)
+                if fired is None:
+                    claimed = await self._claim_trigger(conn, schedule, approve, request_id)
         except Unavailable as exc:
             claimed = await self._in_doubt(claimed, exc)
+        except _FiredAlready:
+            fired = await self._fired_meanwhile(schedule_id, request_id)
+        if fired is not None:
+            return await self._answer_again(fired, request_id)
+        assert claimed is not None
         if claimed.needs_approval:
             return []
         (result,) = await self.fire([claimed])
@@ -779,6 +810,79 @@ class ScheduleService:
             return list(result.started)
         if claimed.scopes and not result.task_ids:
             raise await self._nothing_submitted(claimed.schedule, result)
+        return result.task_ids
+
+    async def _claim_trigger(
+        self, conn: AsyncConnection, schedule: Schedule, approve: bool, request_id: str | None
+    ) -> Firing:
+        """Phase 1 of `trigger` for `schedule`, locked in `conn`'s transaction."""
+        now = await self.db.now(conn)  # after the lock: the time the firing holds the schedule
+        if schedule.is_consumed:
+            raise _consumed(schedule, "trigger")
+        approver = None
+        if approve and schedule.approval is not None:
+            approver = Approver(caller_name() or ANONYMOUS, now)
+            check_approver(
+                opened(schedule.approval, now, None, schedule.last_edited_by),
+                approver.principal,
+                schedule.last_edited_by,
+                identified=caller_identified(),
+                field="approve",
+            )
+        # A manual firing has no slot: one firing (refused while the schedule's rollout is live or a run of
+        # it awaits approval), or none when its request id was recorded meanwhile.
+        claimed = await firing.claim(
+            self.db,
+            conn,
+            [schedule],
+            trigger="manual",
+            now=now,
+            owner_id=self.instance_id,
+            approver=approver,
+            request_id=request_id,
+        )
+        if not claimed:
+            raise _FiredAlready(schedule.id)
+        return claimed[0]
+
+    async def _fired_before(
+        self, conn: AsyncConnection, schedule_id: uuid.UUID, request_id: str | None
+    ) -> Run | None:
+        """The run of `schedule_id` a trigger or retry with `request_id` fired, if one is kept."""
+        if request_id is None:
+            return None
+        return await run_history.run_of_request(conn, schedule_id, request_id)
+
+    async def _fired_meanwhile(self, schedule_id: uuid.UUID, request_id: str | None) -> Run:
+        """The run whose request id refused a firing's insert (`_FiredAlready`), read once it committed."""
+        async with self.db.read() as conn:
+            fired = await self._fired_before(conn, schedule_id, request_id)
+        if fired is None:  # pruned since, or its schedule deleted: it fired, and is no longer kept
+            raise FailedPrecondition(
+                f"request_id: {request_id!r} fired a run of schedule {schedule_id} already"
+            )
+        return fired
+
+    @staticmethod
+    def _check_fired(fired: Run, request_id: str | None) -> None:
+        """A run found by its request id is answered only once its trigger's phases 2 and 3 are done: while
+        it is "running" its tasks are not all known, and firing again is what the id forbids."""
+        if fired.state == "running":
+            raise Unavailable(
+                f"request_id: the same request ({request_id}) is still being fired as run {fired.id}; "
+                "try again"
+            )
+
+    async def _answer_again(self, fired: Run, request_id: str | None) -> list[uuid.UUID]:
+        """What the trigger that fired `fired` answered, for a trigger again with its request id: the tasks
+        its run submitted (a rollout's, the tasks its steps started so far; none while it awaits approval,
+        or once that approval expired or was refused), or the same FailedPrecondition when every scope of
+        a plain firing failed."""
+        self._check_fired(fired, request_id)
+        result = RunResult(fired.id, fired.outcomes)
+        if fired.rollout is None and fired.outcomes and not result.task_ids and fired.approval is None:
+            schedule = await self.get(fired.schedule_id)
+            raise await self._nothing_submitted(schedule, result)
         return result.task_ids
 
     async def _in_doubt(self, claimed: Firing | None, lost: Unavailable) -> Firing:

@@ -69,12 +69,17 @@ async def load_starts(
 
 
 async def record(
-    db: Database, conn: AsyncConnection, planned: Sequence[Firing], owner_id: uuid.UUID | None = None
+    db: Database,
+    conn: AsyncConnection,
+    planned: Sequence[Firing],
+    owner_id: uuid.UUID | None = None,
+    request_id: str | None = None,
 ) -> set[uuid.UUID]:
     """Write the plan in one go: every schedule's new timing, one run per firing (`_new_run`), and the
     history of the runs phase 3 will not write back pruned (a rollout's, a skipped one's, a missed one's,
     one awaiting approval). Returns the ids of the runs recorded: a dispatched firing whose
-    slot is recorded already is left out (`runs.insert_runs`), and must not be fired again."""
+    slot is recorded already is left out (`runs.insert_runs`), and must not be fired again; so is a manual
+    one whose `request_id` (its caller's, a single firing's) a run of its schedule already carries."""
     if not planned:
         return set()
     advances = [
@@ -89,14 +94,14 @@ async def record(
         for f in planned
     ]
     await schedules.advance(conn, advances, planned[0].fired_at)
-    runs = [_new_run(f, owner_id) for f in planned]
+    runs = [_new_run(f, owner_id, request_id) for f in planned]
     recorded = await run_history.insert_runs(db, conn, runs)
     unwritten = [f.schedule for f in planned if f.rolls_out or f.skipped or f.needs_approval or f.missed]
     await run_history.cap_runs(conn, unwritten)
     return recorded
 
 
-def _new_run(f: Firing, owner_id: uuid.UUID | None) -> run_history.NewRun:
+def _new_run(f: Firing, owner_id: uuid.UUID | None, request_id: str | None) -> run_history.NewRun:
     """A plain firing's run "running", owned by the firing instance `owner_id` (`runs.owned`); a missed
     one "missed" with every scope's outcome, its reason and how late; a rollout's "rolling" with its scopes
     in order; "skipped" with the reason; one that needs approval "awaiting_approval" with its plan frozen."""
@@ -121,6 +126,7 @@ def _new_run(f: Firing, owner_id: uuid.UUID | None) -> run_history.NewRun:
         reason=reason,
         approval=f.approval,
         late_by=f.late_by,
+        request_id=request_id,
     )
 
 

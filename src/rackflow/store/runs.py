@@ -123,6 +123,7 @@ class NewRun:
     reason: str = ""
     approval: RunApproval | None = None
     late_by: timedelta | None = None  # a missed run's
+    request_id: str | None = None  # a manual one's, from its caller (`run_of_request`)
 
 
 def owned(state: RunState, owner_id: uuid.UUID | None) -> uuid.UUID | None:
@@ -164,6 +165,7 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
                 "reason": r.reason,
                 **_approval_columns(r.state, r.approval),
                 "late_by_us": micros_to(r.late_by),
+                "request_id": r.request_id,
             }
             for r in runs
         ],
@@ -174,6 +176,19 @@ async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun
     counted = {r.schedule_id for r in runs if r.run_id in recorded and r.state not in NOT_COUNTED_STATES}
     await mark_schedules(conn, counted)  # a run finished at birth (nothing submitted) may end a streak
     return recorded
+
+
+async def run_of_request(conn: AsyncConnection, schedule_id: uuid.UUID, request_id: str) -> Run | None:
+    """The run of `schedule_id` that a manual trigger or retry with `request_id` fired, if it is kept.
+
+    Read with the unique index of (schedule, request id) (migration 0049). Only manual runs carry one, and
+    they have no slot: `scheduled_for IS NULL` prunes the read to the DEFAULT partition on PostgreSQL."""
+    run = task_schedule_run.c
+    stmt = select(task_schedule_run).where(
+        run.schedule_id == schedule_id, run.request_id == request_id, run.scheduled_for.is_(None)
+    )
+    row = (await conn.execute(stmt)).first()
+    return run_from_row(row) if row is not None else None
 
 
 def _approval_columns(state: RunState, approval: RunApproval | None) -> dict[str, object]:

@@ -389,6 +389,9 @@ task_schedule_run = Table(
     # When a run that awaited approval started (migration 0042): the stuck-run sweep counts its age from
     # here, not from `fired_at` (`store.dispatch.mark_abandoned_runs`). Null: it started as it fired.
     Column("started_at", UTCDateTime, nullable=True),
+    # The client's id of the manual trigger or retry that fired it (migration 0049): a call again with it
+    # answers this run instead of firing again (`store.runs.run_of_request`). Null: none given, or dispatched.
+    Column("request_id", String(64), nullable=True),
     CheckConstraint("trigger IN ('dispatch', 'manual')", name="trigger"),
     CheckConstraint(
         "state IN ('running', 'completed', 'interrupted', 'rolling', 'halted', 'cancelled', 'skipped', "
@@ -450,6 +453,17 @@ task_schedule_run = Table(
         "schedule_id",
         postgresql_where=text("state = 'awaiting_approval'"),
     ).ddl_if(dialect="postgresql"),
+    # One run per (schedule, request id), held by the database (migration 0049). On PostgreSQL the same
+    # partial unique index is the DEFAULT partition's (`uq_task_schedule_run_default_request_id`): a unique
+    # index of the partitioned table would have to hold the slot, and only manual runs, which have no slot
+    # and so are all in that partition, carry a request id.
+    Index(
+        "uq_task_schedule_run_request_id",
+        "schedule_id",
+        "request_id",
+        unique=True,
+        sqlite_where=text("request_id IS NOT NULL"),
+    ).ddl_if(dialect="sqlite"),
     # The expiry sweep of every instance reads the awaiting runs by the time they expire.
     Index(
         "ix_task_schedule_run_approval_expires_at",

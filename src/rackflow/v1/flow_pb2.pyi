@@ -2231,9 +2231,15 @@ class TriggerTaskScheduleRequest(_message.Message):
 
     ID_FIELD_NUMBER: _builtins.int
     APPROVE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     approve: _builtins.bool
     """For a schedule that needs approval: the caller holds the approver role and approves this firing now
     (it starts at once; audited). Without it the firing awaits approval like a dispatched one.
+    """
+    request_id: _builtins.str
+    """Makes the trigger safe to send again: a trigger with the request id of a run of this schedule does not
+    fire again but answers as that run's trigger did (the tasks it submitted). At most 64 characters of
+    [A-Za-z0-9._:-]; empty: none. Remembered as long as the run is kept (--run-retention).
     """
     @_builtins.property
     def id(self) -> Global___UUID: ...
@@ -2242,10 +2248,11 @@ class TriggerTaskScheduleRequest(_message.Message):
         *,
         id: Global___UUID | None = ...,
         approve: _builtins.bool = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approve", b"approve", "id", b"id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approve", b"approve", "id", b"id", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3172,8 +3179,13 @@ class RetryTaskScheduleRunRequest(_message.Message):
 
     ID_FIELD_NUMBER: _builtins.int
     ONLY_FAILED_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     only_failed: _builtins.bool
     """default true: the failed and not-started racks; false: every rack"""
+    request_id: _builtins.str
+    """Makes the retry safe to send again: a retry with the request id of a run of the same schedule does not
+    fire again but answers that run. As TriggerTaskScheduleRequest.request_id.
+    """
     @_builtins.property
     def id(self) -> Global___UUID: ...
     def __init__(
@@ -3181,10 +3193,11 @@ class RetryTaskScheduleRunRequest(_message.Message):
         *,
         id: Global___UUID | None = ...,
         only_failed: _builtins.bool | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_only_failed", b"_only_failed", "id", b"id", "only_failed", b"only_failed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_only_failed", b"_only_failed", "id", b"id", "only_failed", b"only_failed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_only_failed", b"_only_failed", "id", b"id", "only_failed", b"only_failed", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__only_failed: _TypeAlias = _typing.Literal["only_failed"]  # noqa: Y015
     _WhichOneofArgType__only_failed: _TypeAlias = _typing.Literal["_only_failed", b"_only_failed"]  # noqa: Y015
