@@ -783,9 +783,14 @@ class RackflowClient:
         request = pb.DeleteTaskScheduleRequest(id=self._schedule_ref(schedule))
         self._call(self._stub.DeleteTaskSchedule, request, Empty)
 
-    def trigger_schedule(self, schedule: str, *, approve: bool = False) -> pb.SubmitTaskResponse:
-        """Fire now; `approve`: the caller (an approver) approves the firing of a schedule that needs it."""
-        request = pb.TriggerTaskScheduleRequest(id=self._schedule_ref(schedule), approve=approve)
+    def trigger_schedule(
+        self, schedule: str, *, approve: bool = False, request_id: str = ""
+    ) -> pb.SubmitTaskResponse:
+        """Fire now; `approve`: the caller (an approver) approves the firing of a schedule that needs it;
+        `request_id`: sent again with it, the trigger answers the run it fired instead of firing again."""
+        request = pb.TriggerTaskScheduleRequest(
+            id=self._schedule_ref(schedule), approve=approve, request_id=request_id
+        )
         return self._call(self._stub.TriggerTaskSchedule, request, pb.SubmitTaskResponse)
 
     def add_scope(self, schedule: str, targets: Targets) -> pb.AddTaskScheduleScopeResponse:
@@ -882,10 +887,12 @@ class RackflowClient:
         request = pb.RejectTaskScheduleRunRequest(id=pb.UUID(id=run_id), comment=comment)
         return self._call(self._stub.RejectTaskScheduleRun, request, pb.TaskScheduleRun)
 
-    def retry_run(self, run_id: str, *, only_failed: bool = True) -> pb.TaskScheduleRun:
+    def retry_run(self, run_id: str, *, only_failed: bool = True, request_id: str = "") -> pb.TaskScheduleRun:
         """The new run re-running the run's failed and not-started racks (every rack without
-        `only_failed`)."""
-        request = pb.RetryTaskScheduleRunRequest(id=pb.UUID(id=run_id), only_failed=only_failed)
+        `only_failed`); `request_id`: sent again with it, the retry answers the run it made."""
+        request = pb.RetryTaskScheduleRunRequest(
+            id=pb.UUID(id=run_id), only_failed=only_failed, request_id=request_id
+        )
         return self._call(self._stub.RetryTaskScheduleRun, request, pb.TaskScheduleRun)
 
     # --- maintenance windows -----------------------------------------------------------------------

@@ -54,10 +54,7 @@ def test_a_trigger_that_awaits_approval_says_so(fake: FakeClient, run: Callable[
     assert "awaiting 1 more of 2 approver(s)" in result.output and "(approved by ann)" in result.output
     assert f"rackflow run approve {TASK_ID}" in result.output
     assert run("schedule", "trigger", "fw", "--approve").exit_code == 0
-    assert [kwargs for _, kwargs in fake.called("trigger_schedule")] == [
-        {"approve": False},
-        {"approve": True},
-    ]
+    assert [kwargs["approve"] for _, kwargs in fake.called("trigger_schedule")] == [False, True]
 
 
 def test_runs_show_what_a_waiting_run_awaits(fake: FakeClient, run: Callable[..., Result]) -> None:

@@ -29,6 +29,7 @@ from rackflow.cli.output import (
     utc_text,
     when,
 )
+from rackflow.cli.requests import request_id_option, send_again
 from rackflow.cli.targets import checked, poll_interval_option
 from rackflow.cli.tasks import rack_names, schedule_name
 from rackflow.v1 import flow_pb2 as pb
@@ -365,17 +366,28 @@ def reject(ctx: click.Context, run_id: str, comment: str) -> None:
 @run.command()
 @_run_id
 @click.option("--all", "all_racks", is_flag=True, help="Re-run every rack of the run, not only the failed.")
+@request_id_option("retry")
 @click.pass_context
-def retry(ctx: click.Context, run_id: str, all_racks: bool) -> None:
+def retry(ctx: click.Context, run_id: str, all_racks: bool, request_id: str | None) -> None:
     """Re-run a finished or halted run's failed and not-started racks as a new run, linked to it, with
     its rollout policy (a halted rollout is cancelled first). Shows the new run.
+
+    Safe to run again, as `schedule trigger`: the retry carries a request id and is sent again with it when
+    its answer is lost; the server makes one new run and shows it each time.
 
     \b
     Example:
       rackflow run retry 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f
       rackflow run retry 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f --all
     """
-    _act(ctx, lambda session: session.client.retry_run(run_id, only_failed=not all_racks))
+    _act(
+        ctx,
+        lambda session: send_again(
+            lambda rid: session.client.retry_run(run_id, only_failed=not all_racks, request_id=rid),
+            request_id,
+            session.sleep,
+        ),
+    )
 
 
 _RETRY_FLAGS = ("retries", "retry_backoff", "retry_multiplier", "retry_max_backoff")

@@ -33,6 +33,7 @@ from rackflow.cli.output import (
     zoned_text,
 )
 from rackflow.cli.paging import emit_page, page_options, page_title, searched_on
+from rackflow.cli.requests import request_id_option, send_again
 from rackflow.cli.rollouts import (
     FAILED_TASKS,
     approval_text,
@@ -591,9 +592,14 @@ def delete(ctx: click.Context, schedule_ref: str) -> None:
     is_flag=True,
     help="For a schedule that needs approval: approve this firing as you trigger it (approver role).",
 )
+@request_id_option("trigger")
 @click.pass_context
-def trigger(ctx: click.Context, schedule_ref: str, approve: bool) -> None:
+def trigger(ctx: click.Context, schedule_ref: str, approve: bool, request_id: str | None) -> None:
     """Fire a schedule now, on every scope, whatever its overlap policy or pause.
+
+    Safe to run again: the trigger carries a request id (--request-id, else a new one), and is sent again
+    with it, up to 4 times, when its answer is lost (UNAVAILABLE, DEADLINE_EXCEEDED; said on stderr): the
+    server fires it once and answers each time with the tasks that firing submitted.
 
     When every scope fails, exits 1 naming each rack and why (the firing is still in `schedule runs`).
     A schedule that needs approval records the firing awaiting it (`rackflow run approve RUN_ID`), unless
@@ -603,9 +609,14 @@ def trigger(ctx: click.Context, schedule_ref: str, approve: bool) -> None:
     Example:
       rackflow schedule trigger nightly-reset
       rackflow schedule trigger fw-2-2 --approve
+      rackflow schedule trigger nightly-reset --request-id change-4711
     """
     session = pass_session(ctx)
-    response = session.client.trigger_schedule(schedule_ref, approve=approve)
+    response = send_again(
+        lambda rid: session.client.trigger_schedule(schedule_ref, approve=approve, request_id=rid),
+        request_id,
+        session.sleep,
+    )
 
     def view() -> RenderableType:
         if not response.task_ids:
