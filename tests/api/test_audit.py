@@ -226,6 +226,25 @@ async def test_a_trigger_that_submits_nothing_is_recorded_as_failed_with_its_mes
     assert after["last_run_at"] != before["last_run_at"]  # it fired all the same
 
 
+async def test_a_trigger_sent_again_with_its_request_id_is_recorded_ok_with_the_same_targets(
+    stub: FlowStub, services: Services, clock: FakeClock
+) -> None:
+    await services.inventory.create_rack("r1", components=[ComponentSpec(ComponentType.POWERSHELF, "ps")])
+    schedule = await create_schedule(stub)
+    request = pb.TriggerTaskScheduleRequest(id=schedule.id, request_id="change-4711")
+    first = await stub.TriggerTaskSchedule(request, metadata=OPERATOR)
+    clock.advance(SECOND)
+    again = await stub.TriggerTaskSchedule(request, metadata=OPERATOR)  # fires nothing: the same answer
+
+    assert list(again.task_ids) == list(first.task_ids) and len(first.task_ids) == 1
+    repeated, fired, _create = await events(stub)
+    for event in (repeated, fired):
+        assert (event.method, event.outcome) == ("TriggerTaskSchedule", "OK")
+        assert json.loads(event.request_json)["request_id"] == "change-4711"
+    assert [i.id for i in repeated.target_ids] == [i.id for i in fired.target_ids]
+    assert first.task_ids[0].id in {i.id for i in fired.target_ids}
+
+
 async def test_list_filters_pages_and_counts_newest_first(stub: FlowStub, clock: FakeClock) -> None:
     for name in ("r1", "r2", "r3"):
         await stub.CreateRack(pb.CreateRackRequest(name=name), metadata=OPERATOR)

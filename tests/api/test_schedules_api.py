@@ -1206,3 +1206,29 @@ async def test_retry_run_re_runs_the_failed_racks_as_a_linked_run(
     ]
     old = await stub.GetTaskScheduleRun(pb.GetTaskScheduleRunRequest(id=run.id))
     assert list(old.retried_by) == [again.id]
+
+
+@pytest.mark.parametrize(
+    ("request_id", "says"),
+    [("x" * 65, "at most 64 characters, got 65"), ("a b", "may hold only"), ("ré", "may hold only")],
+)
+async def test_a_bad_request_id_is_invalid_argument_and_fires_nothing(
+    stub: FlowStub, services: Services, racks: list[Rack], request_id: str, says: str
+) -> None:
+    schedule = await create(stub, "s", "r1")
+    trigger = pb.TriggerTaskScheduleRequest(id=schedule.id, request_id=request_id)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.TriggerTaskSchedule(trigger)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.value.details() or "").startswith("request_id: ") and says in (info.value.details() or "")
+    retry = pb.RetryTaskScheduleRunRequest(id=pb.UUID(id=str(uuid.uuid4())), request_id=request_id)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.RetryTaskScheduleRun(retry)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.value.details() or "").startswith("request_id: ")
+    runs = await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
+    assert list(runs.runs) == []
+    # 64 of every allowed character is taken.
+    fine = ("Az09._:-" * 8)[:64]
+    fired = await stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id, request_id=fine))
+    assert len(fired.task_ids) == 1
