@@ -14,14 +14,13 @@ statement sets a run's slot afterwards), so every run with a request id is in th
 `uq_task_schedule_run_default_request_id`, partial (WHERE request_id IS NOT NULL), so it is as small as the
 runs with an id. SQLite: the same partial unique index on the table.
 
-Online on PostgreSQL: on a connection of its own, in autocommit (as 0046's step 1), the column is added
-(nullable, no default: a change of the catalog, no row rewritten, under a brief ACCESS EXCLUSIVE lock) and
-the index built CONCURRENTLY (reads and writes go on; an invalid index a failed build left is dropped
-first). If the side connection cannot take its lock within SIDE_LOCK_TIMEOUT (an earlier migration of the
-same run holds the runs), or the table was made by this very run, the migration does both itself, in its
-transaction (then the build blocks writes of the runs for its duration; on a new database it is empty). A
-release before this one, still serving during a rolling upgrade, neither reads nor writes the column: its
-triggers carry no request id, as before.
+Online on PostgreSQL: the column is added in the migration's transaction (nullable, no default: a change
+of the catalog, no row rewritten, its ACCESS EXCLUSIVE lock held an instant, under the migration runner's
+lock timeout and retries), which an autocommit block then commits; the index is built CONCURRENTLY on the
+partition (reads and writes go on; an invalid one an interrupted build left is dropped and built again,
+`dialect.building_index_concurrently`), as 0044 builds its partitions' indexes. Each step is safe to run
+again. A release before this one, still serving during a rolling upgrade, neither reads nor writes the
+column: its triggers carry no request id, as before.
 
 Revision ID: 0049
 Revises: 0048
@@ -32,8 +31,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy import Connection, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import text
+
+from rackflow.store.dialect import building_index_concurrently
 
 revision = "0049"
 down_revision = "0048"
@@ -44,14 +44,11 @@ TABLE = "task_schedule_run"
 DEFAULT = "task_schedule_run_default"
 INDEX = "uq_task_schedule_run_default_request_id"
 SQLITE_INDEX = "uq_task_schedule_run_request_id"
-SIDE_LOCK_TIMEOUT = "5s"
-ADD_COLUMN = f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS request_id VARCHAR(64)"
-DEFINITION = f"ON {DEFAULT} (schedule_id, request_id) WHERE request_id IS NOT NULL"
 
 
 def upgrade() -> None:
-    conn = op.get_bind()
-    if conn.dialect.name != "postgresql":
+    bind = op.get_bind()
+    if bind.dialect.name != "postgresql":
         op.add_column(TABLE, sa.Column("request_id", sa.String(64), nullable=True))
         op.create_index(
             SQLITE_INDEX,
@@ -61,41 +58,18 @@ def upgrade() -> None:
             sqlite_where=sa.text("request_id IS NOT NULL"),
         )
         return
-    if _online(conn):
-        return
-    conn.execute(text(ADD_COLUMN))
-    if _index_state(conn) is False:
-        conn.execute(text(f"DROP INDEX {INDEX}"))
-    conn.execute(text(f"CREATE UNIQUE INDEX IF NOT EXISTS {INDEX} {DEFINITION}"))
-
-
-def _online(conn: Connection) -> bool:
-    """Both steps on a connection of its own, in autocommit; False when it could not (see the docstring)."""
-    side = conn.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-    try:
-        side.execute(text(f"SET lock_timeout = '{SIDE_LOCK_TIMEOUT}'"))
-        if side.execute(text(f"SELECT to_regclass('{DEFAULT}') IS NULL")).scalar_one():
-            return False  # made by this very migration run, not yet committed
-        side.execute(text(ADD_COLUMN))
-        if _index_state(side) is False:
-            side.execute(text(f"DROP INDEX CONCURRENTLY {INDEX}"))  # left invalid by a failed build
-        side.execute(text(f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {INDEX} {DEFINITION}"))
-    except DBAPIError:
-        return False
-    finally:
-        side.close()
-    return True
-
-
-def _index_state(conn: Connection) -> bool | None:
-    """Whether the index is valid; None when there is none."""
-    query = text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:i)")
-    valid: bool | None = conn.execute(query, {"i": INDEX}).scalar()
-    return valid
+    # IF NOT EXISTS: a try the build stopped has committed the column already.
+    bind.execute(text(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS request_id VARCHAR(64)"))
+    with op.get_context().autocommit_block(), building_index_concurrently(bind, INDEX):
+        bind.execute(
+            text(
+                f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {INDEX}"
+                f" ON {DEFAULT} (schedule_id, request_id) WHERE request_id IS NOT NULL"
+            )
+        )
 
 
 def downgrade() -> None:
-    conn = op.get_bind()
-    if conn.dialect.name != "postgresql":
+    if op.get_bind().dialect.name != "postgresql":
         op.drop_index(SQLITE_INDEX, TABLE)
-    op.drop_column(TABLE, "request_id")  # drops the partition's index with it
+    op.drop_column(TABLE, "request_id")  # on PostgreSQL, the partition's index with it
