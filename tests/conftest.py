@@ -23,9 +23,11 @@ from alembic import command
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 
+from rackflow.ids import new_id
 from rackflow.store.db import Database
+from rackflow.store.dialect import insert_rows
 from rackflow.store.migrate import _config, migrate
-from rackflow.store.tables import metadata
+from rackflow.store.tables import metadata, task_schedule_run
 from tests.e2e.cluster import forget_connections, fresh_postgres_database, kept_connection
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -223,6 +225,27 @@ def schedule_row(schedule_id: uuid.UUID, name: str, at: datetime) -> dict[str, o
         "created_at": at,
         "updated_at": at,
     }
+
+
+async def run_recorded(
+    db: Database, schedule_id: uuid.UUID, fired_at: datetime, slot: datetime | None, state: str = "running"
+) -> bool:
+    """Whether a firing of `schedule_id` for `slot` (None: manual) in `state` is recorded, as phase 1 records
+    it (`runs.insert_runs`: the unique indexes, and on PostgreSQL the live runs' trigger, leave a second one
+    out), with only the columns every revision has: an upgrade test asks it at an older revision too."""
+    row = {
+        "id": new_id(),
+        "schedule_id": schedule_id,
+        "fired_at": fired_at,
+        "scheduled_for": slot,
+        "trigger": "dispatch" if slot else "manual",
+        "state": state,
+        "outcomes": [],
+    }
+    statement, values = insert_rows(db.dialect, task_schedule_run, [row], new_only=True)
+    async with db.transaction() as conn:
+        recorded = await conn.execute(statement.returning(task_schedule_run.c.id), values)
+        return set(recorded.scalars()) == {row["id"]}
 
 
 def task_row(task_id: uuid.UUID, rack_id: uuid.UUID, at: datetime, **later: object) -> dict[str, object]:

@@ -11,12 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Connection, insert, inspect
 
-from rackflow.ids import new_id
-from rackflow.store import runs as store
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule, task_schedule_run
-from tests.conftest import database_at, downgrade, schedule_row, table_counts, upgraded_counts
+from tests.conftest import database_at, downgrade, run_recorded, schedule_row, table_counts, upgraded_counts
 from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
@@ -61,12 +59,7 @@ def _slot_indexes(conn: Connection) -> dict[str, list[str | None]]:
 
 
 async def _recorded(db: Database, schedule: uuid.UUID, slot: datetime | None) -> bool:
-    """Whether a firing of `schedule` for `slot` (None: manual) is recorded, as phase 1 records it."""
-    run = store.NewRun(
-        new_id(), schedule, T0 + timedelta(days=1), "dispatch" if slot else "manual", scheduled_for=slot
-    )
-    async with db.transaction() as conn:
-        return await store.insert_runs(db, conn, [run]) == {run.run_id}
+    return await run_recorded(db, schedule, T0 + timedelta(days=1), slot)
 
 
 async def test_the_slot_index_is_led_by_time_and_still_holds_once_per_tick_and_back_down(

@@ -14,13 +14,11 @@ import pytest
 from sqlalchemy import Connection, insert, inspect, text
 
 from rackflow.domain.schedules import RunState
-from rackflow.ids import new_id
 from rackflow.store import run_partitions
 from rackflow.store.db import Database
-from rackflow.store.dialect import insert_rows
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule, task_schedule_run
-from tests.conftest import database_at, downgrade, schedule_row, table_counts, upgraded_counts
+from tests.conftest import database_at, downgrade, run_recorded, schedule_row, table_counts, upgraded_counts
 from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
@@ -67,21 +65,7 @@ async def _history(db: Database) -> dict[str, uuid.UUID]:
 async def _recorded(
     db: Database, schedule: uuid.UUID, slot: datetime | None, state: RunState = "running"
 ) -> bool:
-    """Whether a firing of `schedule` for `slot` (None: manual) in `state` is recorded, as phase 1 does
-    (`runs.insert_runs`), with the columns of revision 0045, which the test writes down there too."""
-    row = {
-        "id": new_id(),
-        "schedule_id": schedule,
-        "fired_at": T0 + timedelta(days=1),
-        "scheduled_for": slot,
-        "trigger": "dispatch" if slot else "manual",
-        "state": state,
-        "outcomes": [],
-    }
-    statement, values = insert_rows(db.dialect, task_schedule_run, [row], new_only=True)
-    async with db.transaction() as conn:
-        recorded = await conn.execute(statement.returning(task_schedule_run.c.id), values)
-        return set(recorded.scalars()) == {row["id"]}
+    return await run_recorded(db, schedule, T0 + timedelta(days=1), slot, state)
 
 
 async def _guarantees_hold(db: Database, ids: dict[str, uuid.UUID], slot: datetime) -> None:
