@@ -10,6 +10,9 @@
 // - Actions: buttons with `data-post` ask for confirmation, POST (or `data-method`) to the API and show its
 //   error if refused; with `data-then` the browser goes there once it is done (after a delete).
 //   A dialog with fields stays open on an error, with what was typed and the reason in words.
+//   A `data-idempotent` action (a trigger, a run's retry) carries a request id, kept for its URL until an
+//   answer is heard: clicked again after its answer was lost (the server unreachable, or UNAVAILABLE), it
+//   sends the same id, and the server answers the run the first click fired instead of firing again.
 // - Forms (create and edit) are forms.js's; a page with one is not refreshed while it is open.
 (() => {
   "use strict";
@@ -27,6 +30,7 @@
   const raw = new WeakMap(); // live region -> the HTML it was last filled with (before times were localised)
   let token = localStorage.getItem(TOKEN_KEY) || "";
   let busy = false;
+  const unanswered = new Map(); // an idempotent action's URL -> the request id of its call not yet answered
   let again = false;
 
   function headers(extra) {
@@ -276,21 +280,36 @@
     });
     return values;
   }
+  // A request id the server accepts (letters, digits and . _ : -): random, from any page (crypto.randomUUID
+  // needs a secure context, which a dashboard served over plain HTTP on a LAN address is not).
+  function newRequestId() {
+    const bytes = crypto.getRandomValues(new Uint8Array(16));
+    return "web-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
   async function post(button, values) {
     if (tokensRequired && !token) { askToken(); return { ok: false, message: "a token is needed" }; }
+    const url = button.dataset.post;
+    const idempotent = button.hasAttribute("data-idempotent");
+    if (idempotent) {
+      if (!unanswered.has(url)) unanswered.set(url, newRequestId());
+      values = { ...values, request_id: unanswered.get(url) };
+    }
     try {
-      const response = await fetch(button.dataset.post, {
+      const response = await fetch(url, {
         method: button.dataset.method || "POST",
         headers: headers({ "Content-Type": "application/json" }),
         body: JSON.stringify(values),
       });
       const data = await response.json().catch(() => ({}));
+      // UNAVAILABLE (503) may have fired: the same id again is safe; any other answer was heard.
+      if (response.status !== 503) unanswered.delete(url);
       if (response.status === 401) askToken(data.message);
       const what = button.textContent.trim();
       return response.ok ? { ok: true }
         : { ok: false, message: `${what} refused (${data.code || response.status}): ${data.message || response.statusText}` };
     } catch (exc) {
-      return { ok: false, message: `${button.textContent.trim()} failed: the server cannot be reached (${exc})` };
+      const again = idempotent ? "; trying again sends the same request, which fires at most once" : "";
+      return { ok: false, message: `${button.textContent.trim()} failed: the server cannot be reached (${exc})${again}` };
     }
   }
   // Confirm, then act. A dialog with fields stays open until the action is done, so a refusal keeps what
