@@ -20,6 +20,7 @@ from datetime import timedelta
 
 import pytest
 
+from rackflow.audit.changes import Changes, noting
 from rackflow.budgets.service import BudgetInput
 from rackflow.domain.inventory import Rack, RackSelection
 from rackflow.domain.schedules import OverlapPolicy, Schedule
@@ -338,3 +339,85 @@ async def test_a_task_a_claim_held_back_while_the_window_was_shortened_is_bound_
         assert_failed_unstarted(ended, backend)
     finally:
         await db.dispose()
+
+
+async def released(env: Env, policy: WindowPolicy) -> tuple[Schedule, Task]:
+    """`fired_inside` under `policy`, its window then deleted: the task is bound no more (no window covers
+    r1, which is open), and has not started."""
+    schedule, task = await fired_inside(env, policy)
+    await env.services.windows.delete(await env.services.windows.id_by_name("nightly"))
+    unbound = await get(env, task.id)
+    assert (unbound.status, unbound.held_by, unbound.not_before, unbound.not_after) == (
+        TaskStatus.PENDING,
+        None,
+        None,
+        None,
+    )
+    return schedule, unbound
+
+
+async def create_allow(env: Env, when: OneOff, rack_id: uuid.UUID) -> Changes:
+    """Create the ALLOW window "later" on one rack, as an audited call: what its event notes."""
+    changes = Changes()
+    with noting(changes):
+        await env.services.windows.create(
+            WindowInput(name="later", kind=WindowKind.ALLOW, when=when, racks=(Ref(rack_id),))
+        )
+    return changes
+
+
+async def test_a_task_a_deleted_window_released_is_bound_by_a_new_allow_window_it_is_in(env: Env) -> None:
+    """Released by its window's deletion, r1's task is bound again by a new ALLOW window open now until
+    13:30, as a firing now would bind it: at 13:45 the executor fails it rather than start it after the
+    window the operator now allows."""
+    schedule, task = await released(env, WindowPolicy.SKIP)
+
+    changes = await create_allow(env, SHORTENED, task.rack_id)
+
+    rebound = await get(env, task.id)
+    assert (rebound.status, rebound.held_by, rebound.not_before, rebound.not_after) == (
+        TaskStatus.PENDING,
+        None,
+        None,
+        NEW_END,
+    )
+    assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+        ("rebound", "2026-03-02T13:30:00Z")
+    ]
+    env.clock.advance(AFTER_THE_NEW_END)
+    ended, backend = await run_until_finished(env, rebound)
+    assert_failed_unstarted(ended, backend)
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
+
+
+async def test_a_skipping_task_a_deleted_window_released_is_ended_by_a_new_allow_window_closed_now(
+    env: Env,
+) -> None:
+    """Under SKIP, a new ALLOW window that opens r1 tomorrow night closes it now: a firing now would skip
+    it, and so the released task is ended, its scope skipped."""
+    schedule, task = await released(env, WindowPolicy.SKIP)
+
+    changes = await create_allow(env, MOVED_AWAY, task.rack_id)
+
+    ended = await get(env, task.id)
+    assert (ended.status, ended.started_at) == (TaskStatus.TERMINATED, None)
+    assert await outcome_of(env, schedule, task) == ("skipped_window", ended.message)
+    assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "skipped_window")]
+
+
+async def test_a_deferring_task_a_deleted_window_released_waits_for_a_new_allow_window_s_opening(
+    env: Env,
+) -> None:
+    schedule, task = await released(env, WindowPolicy.DEFER)
+
+    changes = await create_allow(env, MOVED_AWAY, task.rack_id)
+
+    moved = await get(env, task.id)
+    assert (moved.status, moved.held_by, moved.not_before, moved.not_after) == (
+        TaskStatus.PENDING,
+        "window",
+        TOMORROW_2AM,
+        TOMORROW_2AM + timedelta(hours=2),
+    )
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
+    assert [c["deferred_task"] for c in changes.recorded] == ["moved"]
