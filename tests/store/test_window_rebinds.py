@@ -421,3 +421,44 @@ async def test_a_deferring_task_a_deleted_window_released_waits_for_a_new_allow_
     )
     assert await outcome_of(env, schedule, task) == ("submitted", "")
     assert [c["deferred_task"] for c in changes.recorded] == ["moved"]
+
+
+async def fired_unbound(env: Env) -> tuple[Schedule, Task]:
+    """A schedule on r1 under SKIP fired at FIRED_AT, no window covering r1: its task is bound by none."""
+    r1 = await env.rack("r1")
+    schedule = await with_policy(env, await env.schedule(racks=[r1]), WindowPolicy.SKIP)
+    env.clock.advance(FIRED_AT - env.clock.now())
+    ((outcome,),) = [result.outcomes for result in await dispatch_at(env, FIRED_AT)]
+    task = await get(env, outcome.task_id)
+    assert (task.status, task.held_by, task.not_after) == (TaskStatus.PENDING, None, None)
+    return schedule, task
+
+
+async def test_a_task_no_window_bound_is_bound_by_a_new_allow_window_it_is_in(env: Env) -> None:
+    """Fired where no window covered r1, the task is bound by an ALLOW window created over r1 until 13:30,
+    as a firing now would be: at 13:45 the executor fails it rather than start it."""
+    _, task = await fired_unbound(env)
+
+    changes = await create_allow(env, SHORTENED, task.rack_id)
+
+    assert (await get(env, task.id)).not_after == NEW_END
+    assert [c["deferred_task"] for c in changes.recorded] == ["rebound"]
+    env.clock.advance(AFTER_THE_NEW_END)
+    ended, backend = await run_until_finished(env, task)
+    assert_failed_unstarted(ended, backend)
+
+
+async def test_a_skipping_task_no_window_bound_is_ended_by_a_new_freeze_over_it(env: Env) -> None:
+    """Fired where no window covered r1, under SKIP, the task is ended by a freeze created over r1 now, its
+    scope skipped, as a firing now would skip it (under DEFER it would wait for the freeze's end)."""
+    schedule, task = await fired_unbound(env)
+    changes = Changes()
+    with noting(changes):
+        await env.services.windows.create(
+            WindowInput(name="freeze", kind=WindowKind.FREEZE, when=SHORTENED, racks=(Ref(task.rack_id),))
+        )
+
+    ended = await get(env, task.id)
+    assert (ended.status, ended.started_at) == (TaskStatus.TERMINATED, None)
+    assert await outcome_of(env, schedule, task) == ("skipped_window", ended.message)
+    assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "skipped_window")]

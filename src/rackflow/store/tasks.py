@@ -23,7 +23,6 @@ from sqlalchemy.sql import ColumnElement, FromClause, Select
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Trigger
 from rackflow.domain.tasks import (
     ACTIVE_STATUSES,
-    WINDOW_HOLD,
     Fail,
     Hold,
     Operation,
@@ -460,21 +459,20 @@ async def set_status(
 
 
 class DeferredTask(NamedTuple):
-    """A task its window binds (`_bound`), with its run's trigger and its schedule's window policy."""
+    """A task that has not started (`_not_started`), with its run's trigger and its schedule's window
+    policy."""
 
     task: Task
     trigger: Trigger
     window_policy: WindowPolicy
 
 
-def _bound() -> ColumnElement[bool]:
+def _not_started() -> ColumnElement[bool]:
     """Not started (its attempt): PENDING, whatever holds it (its window, a start gate, a retry's back-off),
-    or WAITING in its rack's queue; and waiting for its window (held by "window") or bound to start by an
-    end (`not_after`: the ALLOW window it fired in, or its own)."""
-    return and_(
-        status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING),
-        or_(tasks.c.held_by == WINDOW_HOLD, tasks.c.not_after.is_not(None)),
-    )
+    or WAITING in its rack's queue; whether or not its window binds it (held by "window", or bound to start
+    by an end, `not_after`): a window's change decides again a task a deleted window let go too, which a
+    new ALLOW window may bind again (`rackflow.tasks.deferrals`)."""
+    return status_in(tasks.c.status, TaskStatus.PENDING, TaskStatus.WAITING)
 
 
 async def deferred_tasks(
@@ -482,14 +480,15 @@ async def deferred_tasks(
     rack_ids: Collection[uuid.UUID] | None,
     task_ids: Collection[uuid.UUID] | None = None,
 ) -> list[DeferredTask]:
-    """The tasks of firings that wait for their window or are bound to start by an end (`_bound`): those of
-    `task_ids` when given, else those on these racks (None: any); oldest first."""
+    """The tasks of firings that have not started (`_not_started`), whatever binds them: those of `task_ids`
+    when given, else those on these racks (None: any: the live tasks alone, by `ix_tasks_active`); oldest
+    first."""
     run, schedule = task_schedule_run.c, task_schedule.c
     stmt = (
         select(tasks, run.trigger, schedule.window_policy)
         .join(task_schedule_run, run.id == tasks.c.run_id)
         .join(task_schedule, schedule.id == run.schedule_id)
-        .where(_bound())
+        .where(_not_started())
         .order_by(*OLDEST_FIRST)
     )
     if task_ids is not None:
@@ -510,12 +509,12 @@ async def deferred_tasks(
 async def rewait(
     conn: AsyncConnection, task_ids: Collection[uuid.UUID], values: Mapping[str, Any]
 ) -> list[uuid.UUID]:
-    """Write `values` (a task's wait for its window, or its end) on those of the tasks still bound
-    (`_bound`) that no other transaction holds (`unclaimed`: a claim's, whose start gates decide them, or a
-    gate's write); the ids written."""
+    """Write `values` (a task's wait for its window, or its end) on those of the tasks not started
+    (`_not_started`) that no other transaction holds (`unclaimed`: a claim's, whose start gates decide
+    them, or a gate's write); the ids written."""
     written: list[uuid.UUID] = []
     for chunk in chunked(in_id_order(task_ids)):
-        stmt = update(tasks).where(unclaimed(conn, tasks.c.id.in_(chunk), _bound())).values(**values)
+        stmt = update(tasks).where(unclaimed(conn, tasks.c.id.in_(chunk), _not_started())).values(**values)
         written += (await conn.execute(stmt.returning(tasks.c.id))).scalars()
     return written
 
@@ -523,11 +522,11 @@ async def rewait(
 async def lock_deferred(
     db: Database, conn: AsyncConnection, task_ids: Collection[uuid.UUID]
 ) -> list[uuid.UUID]:
-    """Lock those of the tasks still bound (`_bound`), under their racks' locks (the caller's), skipping any
-    another transaction holds; their ids."""
+    """Lock those of the tasks not started (`_not_started`), under their racks' locks (the caller's),
+    skipping any another transaction holds; their ids."""
     locked: list[uuid.UUID] = []
     for chunk in chunked(in_id_order(task_ids)):
-        stmt = select(tasks.c.id).where(tasks.c.id.in_(chunk), _bound()).order_by(tasks.c.id)
+        stmt = select(tasks.c.id).where(tasks.c.id.in_(chunk), _not_started()).order_by(tasks.c.id)
         locked += (await conn.execute(db.skip_locked(stmt))).scalars()
     return locked
 

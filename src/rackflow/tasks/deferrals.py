@@ -3,13 +3,18 @@
 A dispatched firing under the DEFER window policy submits a closed rack's task held until the opening the
 windows had then (`held_by` "window": `domain.firing.window_decisions`); under either policy, a task fired
 while an ALLOW window holds its rack must start by that window's end (`not_after`). When an operator creates,
-edits or deletes a window, those tasks that have not started are decided again, in the same transaction, by
-the rule a firing at that moment follows under their schedule's window policy (`domain.firing.redeferral`),
+edits or deletes a window, the tasks of dispatched firings that have not started are decided again, in the
+same transaction, by the rule a firing at that moment follows under their schedule's window policy
+(`domain.firing.redeferral`): those bound so, and those no window binds (fired where none covered their
+rack, or released by a change before: a deleted window), which a new or widened ALLOW window binds again,
+and a new freeze ends under SKIP or defers under DEFER, as it would a firing now (so a task released by
+a deletion is not left to start whenever once an ALLOW window covers its rack again);
 under the start deadline their firing bound them to (their outcome's `start_by`; for a task its plain
 firing's write-back has not recorded yet, its run's slot plus its schedule's deadline, as the planner
 found it: `domain.firing.slot_deadline`). "Not started" is whatever else holds them: PENDING and held by
 nothing, by their window, or by another start gate (a freeze, a budget, pre-flight checks, a rollout);
-WAITING in their rack's queue; or a retry's next attempt waiting out its back-off (`store.tasks._bound`).
+WAITING in their rack's queue; or a retry's next attempt waiting out its back-off
+(`store.tasks._not_started`).
 Were one of them left bound to the end it had, a shortened window would let it start on its rack after
 the window the operator now allows (once the gate, the queue or the back-off let it go):
 
@@ -351,11 +356,13 @@ class Deferrals:
         now: datetime,
         only: frozenset[uuid.UUID] | None,
     ) -> tuple[list[Task], dict[uuid.UUID, WindowPolicy], dict[uuid.UUID, RackRef]]:
-        """The tasks of dispatched firings (a manual one obeys no ALLOW window) that their windows bind,
-        on racks `changed` covers for their operation, whose wait is not over (of `only`, when given):
-        those waiting for an opening under DEFER (under SKIP a task waits only for its own window), and
-        those bound to start by an end (fired inside an ALLOW window, or within their own) that have not
-        started, whatever else holds them; their schedules' window policies, by task id; and their
+        """The tasks of dispatched firings (a manual one obeys no ALLOW window) that have not started,
+        whatever holds them, on racks `changed` covers for their operation, whose wait is not over (of
+        `only`, when given): those waiting for an opening under DEFER (under SKIP a task waits only for
+        its own window), those bound to start by an end (fired inside an ALLOW window, or within their
+        own), and those no window binds (a firing now may bind them: the module's docstring); read by
+        their racks' live tasks (`ix_tasks_rack_id_status`), or, for a window over domains or every rack,
+        the fleet's live tasks, never its history; their schedules' window policies, by task id; and their
         racks. Of `only`, when given, whatever covers them now: tasks a change skipped, when `changed`
         covered them (its window as it was may be gone), to be decided as the windows now are."""
         named = None  # the racks the windows name, when that is all they cover

@@ -499,7 +499,7 @@ class TaskManager:
         return ended._replace(left=await store.count_not_begun(conn, run_id))
 
     async def end_deferred_in(self, conn: AsyncConnection, ending: Sequence[tuple[Task, str]]) -> Ended:
-        """End, TERMINATED with its reason, each of these tasks still waiting for its window's opening
+        """End, TERMINATED with its reason, each of these tasks that has still not started
         (`store.deferred_tasks`), in the caller's transaction: their racks locked first, as CancelTask
         locks its task's (a window's change holds them already: the lock order of `tasks.deferrals`), then
         the tasks, skipping one a claim holds (its opening came: it starts); their racks' queues promoted.
