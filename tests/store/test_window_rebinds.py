@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,9 @@ from rackflow.domain.tasks import (
     TaskStatus,
 )
 from rackflow.domain.windows import OneOff, WindowKind, WindowPolicy
+from rackflow.schedules import firing
 from rackflow.store import task_runs
+from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.gates import consult
@@ -462,3 +465,152 @@ async def test_a_skipping_task_no_window_bound_is_ended_by_a_new_freeze_over_it(
     assert (ended.status, ended.started_at) == (TaskStatus.TERMINATED, None)
     assert await outcome_of(env, schedule, task) == ("skipped_window", ended.message)
     assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "skipped_window")]
+
+
+# --- a window changed between a firing's claim (phase 1) and its submit (phase 2) ------------------------
+
+
+async def planned_inside(env: Env, monkeypatch: pytest.MonkeyPatch, when: OneOff) -> tuple[Schedule, Task]:
+    """r1 under "nightly" (13:00-15:00 around FIRED_AT), a schedule on r1 under SKIP dispatched at
+    FIRED_AT: planned (phase 1) while "nightly" held r1 until 15:00, "nightly" moved to `when` once that
+    claim committed, and its task submitted (phase 2) after that; the schedule and the task."""
+    r1 = await env.rack("r1")
+    when_planned = OneOff(FIRED_AT - timedelta(hours=1), WINDOW_END)
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=when_planned, racks=(Ref(r1.id),))
+    )
+    schedule = await env.schedule(racks=[r1])
+    env.clock.advance(FIRED_AT - env.clock.now())
+    submit_all = firing._submit_all
+
+    async def edited_first(*args: Any, **kwargs: Any) -> Any:
+        await edit_when(env, when)
+        return await submit_all(*args, **kwargs)
+
+    monkeypatch.setattr(firing, "_submit_all", edited_first)
+    ((outcome,),) = [result.outcomes for result in await dispatch_at(env, FIRED_AT)]
+    assert outcome.task_id is not None
+    return schedule, await get(env, outcome.task_id)
+
+
+async def test_a_task_planned_before_its_window_was_shortened_and_submitted_after_is_bound_to_its_new_end(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window is shortened to end at 13:30 between the firing's claim and its submit: the task is not
+    left bound to 15:00, which the planner read, and at 13:45 the executor fails it rather than start it
+    after the window the operator now allows."""
+    schedule, task = await planned_inside(env, monkeypatch, SHORTENED)
+
+    assert (task.status, task.held_by, task.not_after) == (TaskStatus.PENDING, None, NEW_END)
+    assert await env.services.deferrals.look_again() == 0  # decided once the submit committed
+    env.clock.advance(AFTER_THE_NEW_END)
+    ended, backend = await run_until_finished(env, task)
+    assert_failed_unstarted(ended, backend)
+    assert ended.not_after == NEW_END
+    assert await outcome_of(env, schedule, task) == ("submitted", "")
+
+
+async def test_a_skipping_task_planned_before_its_window_moved_away_and_submitted_after_is_ended_skipped(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window moves to tomorrow night between the firing's claim and its submit: under SKIP a firing
+    now skips r1, and so the task is ended, never started, its scope skipped."""
+    schedule, task = await planned_inside(env, monkeypatch, MOVED_AWAY)
+
+    ended, backend = await run_until_finished(env, task)
+    assert (ended.status, ended.started_at) == (TaskStatus.TERMINATED, None)
+    assert [step for step in backend.steps if step.startswith("r1-")] == []
+    assert await outcome_of(env, schedule, task) == ("skipped_window", ended.message)
+
+
+async def inside_nightly(env: Env) -> Schedule:
+    """r1 under "nightly" (13:00-15:00 around FIRED_AT), and a schedule on r1 under SKIP due at FIRED_AT."""
+    r1 = await env.rack("r1")
+    when = OneOff(FIRED_AT - timedelta(hours=1), WINDOW_END)
+    await env.services.windows.create(
+        WindowInput(name="nightly", kind=WindowKind.ALLOW, when=when, racks=(Ref(r1.id),))
+    )
+    schedule = await env.schedule(racks=[r1])
+    env.clock.advance(FIRED_AT - env.clock.now())
+    return schedule
+
+
+async def bound_to_the_new_end_and_failed(env: Env, task_id: object) -> None:
+    task = await get(env, task_id)
+    assert (task.status, task.not_after) == (TaskStatus.PENDING, NEW_END)
+    env.clock.advance(AFTER_THE_NEW_END)
+    ended, backend = await run_until_finished(env, task)
+    assert_failed_unstarted(ended, backend)
+
+
+@pytest.mark.postgres
+async def test_a_window_edit_beside_a_firing_s_submit_waits_for_it_and_binds_its_task(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submit has inserted r1's task (planned while "nightly" ran to 15:00) and not committed when the
+    window is shortened: the edit waits for the submit (which holds the edits' turn in its shared form),
+    then finds the task and binds it to 13:30. Without that wait, it would decide before the task existed,
+    and the task would keep 15:00."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        await inside_nightly(env)
+        submit_each_in = env.services.tasks.submit_each_in
+        inserted, go_on = asyncio.Event(), asyncio.Event()
+
+        async def paused(*args: Any, **kwargs: Any) -> Any:
+            results = await submit_each_in(*args, **kwargs)
+            inserted.set()
+            await go_on.wait()
+            return results
+
+        monkeypatch.setattr(env.services.tasks, "submit_each_in", paused)
+        dispatching = asyncio.ensure_future(dispatch_at(env, FIRED_AT))
+        await asyncio.wait_for(inserted.wait(), 60)
+        edit = asyncio.ensure_future(edit_when(env, SHORTENED))
+        await done_or_waiting_on_a_lock(env, edit)
+        go_on.set()
+        ((outcome,),) = [result.outcomes for result in await asyncio.wait_for(dispatching, 60)]
+        changes = await asyncio.wait_for(edit, 60)
+
+        assert [(c["deferred_task"], c.get("not_after")) for c in changes.recorded] == [
+            ("rebound", "2026-03-02T13:30:00Z")
+        ]
+        await bound_to_the_new_end_and_failed(env, outcome.task_id)
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_firing_s_submit_beside_a_window_edit_waits_for_it_and_its_task_is_decided_again(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window's edit has written "nightly" shortened and not committed when a firing plans (reading it
+    as it was, to 15:00) and submits: the submit waits for the edit, reads the windows changed, and its
+    task is decided again as they now are, bound to 13:30. Without that, it would wait only for r1's lock
+    and insert the task bound to 15:00 after the edit had decided."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        await inside_nightly(env)
+        save_window = window_store.save_window
+        saved, go_on = asyncio.Event(), asyncio.Event()
+
+        async def paused(*args: Any, **kwargs: Any) -> None:
+            await save_window(*args, **kwargs)
+            saved.set()
+            await go_on.wait()
+
+        monkeypatch.setattr(window_store, "save_window", paused)
+        edit = asyncio.ensure_future(edit_when(env, SHORTENED))
+        await asyncio.wait_for(saved.wait(), 60)
+        dispatching = asyncio.ensure_future(dispatch_at(env, FIRED_AT))
+        await done_or_waiting_on_a_lock(env, dispatching)
+        go_on.set()
+        changes = await asyncio.wait_for(edit, 60)
+        ((outcome,),) = [result.outcomes for result in await asyncio.wait_for(dispatching, 60)]
+
+        assert changes.recorded == []  # no task existed when it decided
+        await bound_to_the_new_end_and_failed(env, outcome.task_id)
+    finally:
+        await db.dispose()

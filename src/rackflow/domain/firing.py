@@ -130,6 +130,9 @@ class Firing:
     late_by: timedelta | None = None  # set: the firing is missed (past its start deadline), this late
     missed_reason: str = ""
     start_by: datetime | None = None  # awaiting approval: the start deadline its plan's pending scopes keep
+    # The windows `windows` was decided from (dispatched only: `Snapshot.windows`); should the submit find
+    # them changed, it owes its tasks a window's decision (`rackflow.schedules.firing`).
+    windows_read: tuple[MaintenanceWindow, ...] = ()
 
     @property
     def missed(self) -> bool:
@@ -404,6 +407,7 @@ def _plan_one(
         scheduled_for=slot_of(schedule, trigger),
         decided=decided,
         windows=windows,
+        windows_read=snapshot.windows,
     )
     if late:
         assert deadline_at is not None and schedule.next_run_at is not None
@@ -456,6 +460,7 @@ def approved_firing(run: Run, snapshot: Snapshot, now: datetime) -> Firing:
         enabled=schedule.enabled,
         next_run_at=schedule.next_run_at,
         approval=run.approval,
+        windows_read=snapshot.windows,
     )
     if run.rollout is not None:
         return replace(firing, rollout_outcomes=run.outcomes)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -56,15 +56,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow import metrics
 from rackflow.clock import Clock
 from rackflow.domain.approvals import Approver
-from rackflow.domain.firing import Firing, RunResult, plan
+from rackflow.domain.firing import Firing, RunResult, checks_scopes, plan
 from rackflow.domain.schedules import Schedule, Scope, ScopeOutcome, Trigger
+from rackflow.domain.tasks import Task
 from rackflow.errors import FailedPrecondition, RackflowError, Unavailable
 from rackflow.notify import events
 from rackflow.retry import Retry, retrying
+from rackflow.store import decisions_owed as owed_store
 from rackflow.store import dispatch, outbox
 from rackflow.store import firing as firing_store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
+from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Submission, TaskManager
 from rackflow.tasks.scheduled import scope_submission
@@ -228,7 +231,7 @@ async def _fire_plain(
     if not firings:
         return []
     started = clock.now()
-    submitted, outcome_unknown = await _submit_all(db, tasks, firings)
+    submitted, outcome_unknown, owed = await _submit_all(db, tasks, firings)
     results = [
         RunResult(
             f.run_id,
@@ -242,6 +245,8 @@ async def _fire_plain(
     results = await _write_back(db, firings, results, look_up_tasks=outcome_unknown)
     if outcome_unknown and any(r.task_ids for r in results):
         tasks.wake_executors()
+    if owed and tasks.decide_owed is not None:
+        await tasks.decide_owed(owed)
     elapsed = (clock.now() - started).total_seconds()
     # Counted per label value, not per firing: a `labels(…).inc()` took 11 µs at load 10 (issue 29).
     for trigger, count in Counter(f.trigger for f in firings).items():
@@ -256,9 +261,9 @@ async def _fire_plain(
 
 async def _submit_all(
     db: Database, tasks: TaskManager, firings: Sequence[Firing]
-) -> tuple[dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome], bool]:
-    """Phase 2: every eligible scope's outcome, keyed by (run id, scope id), and whether the outcome of the
-    submit transaction is unknown.
+) -> tuple[dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome], bool, list[uuid.UUID]]:
+    """Phase 2: every eligible scope's outcome, keyed by (run id, scope id), whether the outcome of the
+    submit transaction is unknown, and the tasks it recorded as owed a window's decision (`_owed`).
 
     All scopes go to the task manager in one transaction: it locks and reads their racks once and decides
     each scope as a request of its own, so a refused scope (conflict, full queue, rack gone) fails alone.
@@ -269,11 +274,15 @@ async def _submit_all(
     """
     jobs = [(f, scope) for f in firings for scope in f.to_submit]
     if not jobs:
-        return {}, False
+        return {}, False, []
     submissions = [_submission(f, scope) for f, scope in jobs]
+    owed: list[uuid.UUID] = []
     try:
         async with db.transaction() as conn:
+            moved = await _windows_moved(conn, firings)
             results = await tasks.submit_each_in(conn, submissions)
+            owed = _owed(jobs, results, moved)
+            await owed_store.owe(conn, owed, db.clock.now())
     except Exception as exc:
         outcome_unknown = isinstance(exc, Unavailable)
         if outcome_unknown:
@@ -287,7 +296,7 @@ async def _submit_all(
             log.warning("firing batch of %d scope(s) not submitted: %s", len(jobs), exc)
         error = f"not submitted: {exc}" if str(exc) else f"not submitted: {type(exc).__name__}"
         failed = {(f.run_id, sc.id): ScopeOutcome(sc.id, sc.rack_id, "failed", error=error) for f, sc in jobs}
-        return failed, outcome_unknown
+        return failed, outcome_unknown, []
     tasks.wake_executors()
     outcomes: dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome] = {}
     for (firing, scope), result in zip(jobs, results, strict=True):
@@ -304,7 +313,44 @@ async def _submit_all(
             )
         else:
             outcomes[(firing.run_id, scope.id)] = firing.submitted(scope.id, scope.rack_id, result[0].id)
-    return outcomes, False
+    return outcomes, False, owed
+
+
+async def _windows_moved(conn: AsyncConnection, firings: Sequence[Firing]) -> set[uuid.UUID]:
+    """The runs of the dispatched firings (those that obey the windows) whose windows changed since their
+    claim read them (`Firing.windows_read`), as the submit's transaction reads them.
+
+    A window's creation, edit or deletion decides again the tasks that exist (`tasks.deferrals`); one
+    committed between the plan and the submit's insert would not find the firing's tasks, which would carry
+    the decision made from the windows as they were (bound to a window's end the operator has since
+    shortened). So the submit first takes the edits' turn in its shared form (`store.windows.beside_edits`,
+    before any row lock, as an edit takes it): an edit under way commits before this read, and one that
+    comes after waits for the submit to commit, and finds its tasks. Its cost when no window changed: that
+    lock and one read of the windows per submit transaction (a batch), not per firing."""
+    checked = [f for f in firings if checks_scopes(f.trigger)]
+    if not checked:
+        return set()
+    await window_store.beside_edits(conn)
+    windows = tuple(await window_store.all_windows(conn))
+    return {f.run_id for f in checked if f.windows_read != windows}
+
+
+def _owed(
+    jobs: Sequence[tuple[Firing, Scope]],
+    results: Sequence[list[Task] | RackflowError],
+    moved: Collection[uuid.UUID],
+) -> list[uuid.UUID]:
+    """The tasks submitted for firings whose windows changed since their plan (`_windows_moved`): owed a
+    window's decision, recorded in the submit's transaction (`store.decisions_owed`), so that no claim
+    takes one until it is decided as the windows now are (`TaskManager.decide_owed` once the submit
+    committed; else the executors' look again)."""
+    if not moved:
+        return []
+    return [
+        result[0].id
+        for (firing, _), result in zip(jobs, results, strict=True)
+        if firing.run_id in moved and not isinstance(result, RackflowError)
+    ]
 
 
 def _submission(firing: Firing, scope: Scope) -> Submission:

@@ -253,6 +253,15 @@ async def take_turns(conn: AsyncConnection, key: int) -> None:
         await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
 
 
+async def beside_turns(conn: AsyncConnection, key: int) -> None:
+    """Until the caller's transaction ends, a transaction that takes `key`'s turn (`take_turns`) waits for
+    it, and it waits for one that holds that turn, but not for another that takes this shared form: on
+    PostgreSQL the shared form of the same transaction-level advisory lock; SQLite's single writer already
+    runs write transactions one after another."""
+    if conn.dialect.name == POSTGRESQL:
+        await conn.execute(text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": key})
+
+
 async def writers_under_way(conn: AsyncConnection) -> frozenset[str] | None:
     """The write transactions under way on the caller's database, for `writers_ended` (None: none): on
     PostgreSQL the transaction ids of its sessions (a transaction has one from its first write; any role

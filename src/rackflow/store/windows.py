@@ -18,7 +18,7 @@ from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import MaintenanceWindow, OneOff, RackRef, Recurring, WindowKind
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import chunked, unique_violation_as
-from rackflow.store.dialect import by_keys, take_turns
+from rackflow.store.dialect import beside_turns, by_keys, take_turns
 from rackflow.store.tables import (
     maintenance_window_domains,
     maintenance_window_racks,
@@ -37,6 +37,15 @@ async def edits_in_turn(conn: AsyncConnection) -> None:
     (`rackflow.tasks.deferrals`), and skips a task another transaction holds, so two edits at once would
     each decide without the other's change, and neither decide the tasks the other was moving."""
     await take_turns(conn, _WINDOW_EDITS)
+
+
+async def beside_edits(conn: AsyncConnection) -> None:
+    """Wait for a window edit's transaction under way to end, and keep the next one from deciding until
+    this transaction ended, without waiting for another that takes this too: a firing's submit, which
+    reads the windows again beside the tasks it inserts (`rackflow.schedules.firing`), so that an edit
+    either committed before that read or decides the tasks once they exist. Taken first in the submit's
+    transaction, before any row lock, as an edit takes its turn."""
+    await beside_turns(conn, _WINDOW_EDITS)
 
 
 def name_taken_error(name: str) -> AlreadyExists:

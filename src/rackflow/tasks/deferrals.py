@@ -47,7 +47,16 @@ came first is seen, and one that comes after waits for the run's row (a step ski
 then finds the task as the change left it, rather than skip it as a task a claim holds.
 
 Only the tasks on racks the window covered, before or after the change, for their operation are decided
-again: no other task's opening changed. A task whose wait is over is left to the executor, which fails it
+again: no other task's opening changed.
+
+A firing decides its tasks' waits and ends in its claim (phase 1, `rackflow.schedules.firing`), from the
+windows as read then, and inserts them in its submit (phase 2, another transaction): a change committed
+between the two would not find them. So the submit takes the edits' turn in its shared form, first in its
+transaction (`store.windows.beside_edits`), and reads the windows again: a change under way commits before
+that read, one after it waits for the submit to commit and decides its tasks as any others; and if the
+windows it reads are not those its plan was made from, it records its tasks owed a decision in its
+transaction (`store.decisions_owed`: no claim takes them meanwhile), which its instance makes once it
+committed (`decide_submitted`, as `_again`; should it fail or die, the executors' look again). A task whose wait is over is left to the executor, which fails it
 (`Task.too_late`). What changed is noted on the call's audit event (`audit.changes.note_deferral_changes`).
 
 A task whose row another transaction holds is skipped (below), and decided again once the change
@@ -99,7 +108,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -205,6 +214,22 @@ class Deferrals:
         self.tasks = tasks
         self.default_start_deadline = default_start_deadline
         self.hold_stopped = hold_stopped
+        tasks.decide_owed = self.decide_submitted
+
+    async def decide_submitted(self, task_ids: Collection[uuid.UUID]) -> None:
+        """Decide the tasks a firing's submit recorded as owed a decision, once it committed: the windows
+        changed between its plan and its submit (`rackflow.schedules.firing`). As `_again` decides those a
+        change skipped; should it fail, they stay owed, for the executors' look again (logged, never
+        raised: the firing submitted them)."""
+        try:
+            await self._again(frozenset(task_ids))
+        except Exception:
+            log.warning(
+                "deciding the task(s) %s a firing submitted after a window changed failed; they stay owed, "
+                "for the executors' look again",
+                ", ".join(str(task_id) for task_id in in_id_order(task_ids)),
+                exc_info=True,
+            )
 
     async def redecide_in(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -286,13 +286,16 @@ class TaskManager:
     """Submits, lists and cancels tasks; promotes and expires waiting ones for the executor.
 
     `on_submit` callbacks run after a commit that made tasks PENDING, so this process's executor can start
-    them at once instead of at its next poll.
+    them at once instead of at its next poll. `decide_owed`: what decides, once their submit committed,
+    tasks it recorded as owed a window's decision (`tasks.deferrals`, which sets it; None: the executors'
+    look again alone decides them).
     """
 
     def __init__(self, db: Database, clock: Clock) -> None:
         self.db = db
         self.clock = clock
         self.on_submit: list[Callable[[], None]] = []
+        self.decide_owed: Callable[[Collection[uuid.UUID]], Awaitable[None]] | None = None
 
     def wake_executors(self) -> None:
         for callback in self.on_submit:
