@@ -47,7 +47,8 @@ came first is seen, and one that comes after waits for the run's row (a step ski
 then finds the task as the change left it, rather than skip it as a task a claim holds.
 
 Only the tasks on racks the window covered, before or after the change, for their operation are decided
-again: no other task's opening changed.
+again: no other task's opening changed. A task whose wait is over is left to the executor, which fails it
+(`Task.too_late`). What changed is noted on the call's audit event (`audit.changes.note_deferral_changes`).
 
 A firing decides its tasks' waits and ends in its claim (phase 1, `rackflow.schedules.firing`), from the
 windows as read then, and inserts them in its submit (phase 2, another transaction): a change committed
@@ -56,8 +57,7 @@ transaction (`store.windows.beside_edits`), and reads the windows again: a chang
 that read, one after it waits for the submit to commit and decides its tasks as any others; and if the
 windows it reads are not those its plan was made from, it records its tasks owed a decision in its
 transaction (`store.decisions_owed`: no claim takes them meanwhile), which its instance makes once it
-committed (`decide_submitted`, as `_again`; should it fail or die, the executors' look again). A task whose wait is over is left to the executor, which fails it
-(`Task.too_late`). What changed is noted on the call's audit event (`audit.changes.note_deferral_changes`).
+committed (`decide_submitted`, as `_again`; should it fail or die, the executors' look again).
 
 A task whose row another transaction holds is skipped (below), and decided again once the change
 committed (`Deferrals._again`). The claim checks only the `not_after` stored on the row it takes
@@ -80,7 +80,8 @@ may be gone), and the change found it covered, so it is decided again whatever c
 has no foreign key, whose check would lock the task's row, which the claim holds at that very moment.
 
 Lock order (the design note atop `rackflow.tasks.executor`). The change's transaction takes, in this
-order: its turn (`store.windows.edits_in_turn`, which only window changes take); the rows of the runs of
+order: its turn (`store.windows.edits_in_turn`, which only window changes take, and a firing's submit in
+its shared form, each first in its transaction); the rows of the runs of
 every task it decides again (in id order: it decides from the windows as written, so before the write it
 cannot tell which it will end or let go); the rows of their racks and of the racks the window names (in
 id order, at once, `FOR NO KEY UPDATE`: `store.tasks.lock_racks`), before it writes the window (`write`),
