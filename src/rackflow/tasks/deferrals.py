@@ -219,11 +219,12 @@ class Deferrals:
 
     async def decide_submitted(self, task_ids: Collection[uuid.UUID]) -> None:
         """Decide the tasks a firing's submit recorded as owed a decision, once it committed: the windows
-        changed between its plan and its submit (`rackflow.schedules.firing`). As `_again` decides those a
-        change skipped; should it fail, they stay owed, for the executors' look again (logged, never
-        raised: the firing submitted them)."""
+        changed between its plan and its submit (`rackflow.schedules.firing`): in one transaction, as
+        `_decide_owed` decides them (no claim takes a task owed a decision, so none is normally held), then
+        any held as `_again` decides those a change skipped; should it fail, they stay owed, for the
+        executors' look again (logged, never raised: the firing submitted them)."""
         try:
-            await self._again(frozenset(task_ids))
+            await self._again(await self._decide_owed(frozenset(task_ids)))
         except Exception:
             log.warning(
                 "deciding the task(s) %s a firing submitted after a window changed failed; they stay owed, "
