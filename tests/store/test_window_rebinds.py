@@ -34,6 +34,7 @@ from rackflow.domain.tasks import (
     TaskStatus,
 )
 from rackflow.domain.windows import OneOff, WindowKind, WindowPolicy
+from rackflow.errors import Unavailable
 from rackflow.schedules import firing
 from rackflow.store import task_runs
 from rackflow.store import windows as window_store
@@ -614,3 +615,25 @@ async def test_a_firing_s_submit_beside_a_window_edit_waits_for_it_and_its_task_
         await bound_to_the_new_end_and_failed(env, outcome.task_id)
     finally:
         await db.dispose()
+
+
+async def test_a_task_its_submit_failed_to_decide_is_not_claimed_until_the_look_again_decides_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision the submit owes its task once it committed fails (the database lost): the firing
+    still answers, the task keeps the end it was planned with but no claim takes it, and the executors'
+    look again binds it to 13:30."""
+    deferrals = env.services.deferrals
+    decide = deferrals._decide_owed
+
+    async def lost(*args: Any, **kwargs: Any) -> Any:
+        raise Unavailable("the database was lost")
+
+    monkeypatch.setattr(deferrals, "_decide_owed", lost)
+    _, task = await planned_inside(env, monkeypatch, SHORTENED)
+
+    assert (task.status, task.not_after) == (TaskStatus.PENDING, WINDOW_END)
+    assert await claim(env) == []
+    monkeypatch.setattr(deferrals, "_decide_owed", decide)
+    assert await deferrals.look_again() == 1
+    assert (await get(env, task.id)).not_after == NEW_END
