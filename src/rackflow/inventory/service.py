@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -46,6 +46,16 @@ class _ChangedMeanwhile(Unavailable):
     not locked yet), or a scope entry was added for it (its schedule is not locked yet):
     `InventoryService.delete_rack`; or, between RemoveComponent's stamp and its lock of the rack, a scope
     entry came to name the component alone (`remove_component`)."""
+
+
+async def _until_unchanged(
+    attempt: Callable[[], Awaitable[list[ScopeChange]]], what: str
+) -> list[ScopeChange]:
+    """`attempt`'s transaction, tried again at once (a few times) while the rack changed between its reads
+    and its lock of the rack (`_ChangedMeanwhile`)."""
+    return await retrying(
+        attempt, _CHANGED_MEANWHILE_RETRY, what=what, retry_if=lambda exc: isinstance(exc, _ChangedMeanwhile)
+    )
 
 
 def check_component_specs(specs: Sequence[ComponentSpec], field: str) -> list[ComponentSpec]:
@@ -186,12 +196,7 @@ class InventoryService:
         So none of the transactions the lock order maps waits for what it holds while holding what it waits
         for, and a deadlock is not tried again here: should one come, UNAVAILABLE ("try again") tells the
         caller, as for any call."""
-        scope_changes = await retrying(
-            lambda: self._delete_rack(rack_id),
-            _CHANGED_MEANWHILE_RETRY,
-            what=f"deleting rack {rack_id}",
-            retry_if=lambda exc: isinstance(exc, _ChangedMeanwhile),
-        )
+        scope_changes = await _until_unchanged(lambda: self._delete_rack(rack_id), f"deleting rack {rack_id}")
         _tell(f"rack {rack_id} deleted", scope_changes)
 
     async def _delete_rack(self, rack_id: uuid.UUID) -> list[ScopeChange]:
@@ -246,11 +251,8 @@ class InventoryService:
         makes it roll back and try again rather than lock that schedule while it holds the rack
         (`_ChangedMeanwhile`, tests/store/test_schedule_lock_order.py).
         """
-        scope_changes = await retrying(
-            lambda: self._remove_component(component_id),
-            _CHANGED_MEANWHILE_RETRY,
-            what=f"removing component {component_id}",
-            retry_if=lambda exc: isinstance(exc, _ChangedMeanwhile),
+        scope_changes = await _until_unchanged(
+            lambda: self._remove_component(component_id), f"removing component {component_id}"
         )
         _tell(f"component {component_id} removed", scope_changes)
 
