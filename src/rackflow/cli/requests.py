@@ -1,6 +1,6 @@
 """A call that is safe to send again: the CLI's manual trigger and run retry carry a request id, one per
 invocation (`--request-id`, else a new UUID), so the server answers a call again with the same id as it
-answered the first, without firing a second run (docs/SCHEDULES.md, "A trigger whose answer is lost").
+answered the first, without firing a second run (docs/SCHEDULES.md, "A trigger whose COMMIT goes unanswered").
 The answer lost on the way back (UNAVAILABLE, DEADLINE_EXCEEDED) is then no reason to give up: the call is
 sent again with the same id, up to ATTEMPTS times, each try said on stderr so the operator sees why it
 took longer."""
