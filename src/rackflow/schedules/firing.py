@@ -332,7 +332,10 @@ async def _windows_moved(conn: AsyncConnection, firings: Sequence[Firing]) -> se
         return set()
     await window_store.beside_edits(conn)
     windows = tuple(await window_store.all_windows(conn))
-    return {f.run_id for f in checked if f.windows_read != windows}
+    # Compared once per set of windows a claim read (its firings share it), not once per firing.
+    read = {id(f.windows_read): f.windows_read for f in checked}
+    moved = {key for key, seen in read.items() if seen != windows}
+    return {f.run_id for f in checked if id(f.windows_read) in moved}
 
 
 def _owed(
