@@ -11,16 +11,33 @@ Nothing is kept in memory between steps, so a rollout goes on from where it is w
 stepped it dies or restarts: another instance's next step takes the run, and if the dead one's
 transaction had not committed, nothing of it happened.
 
-Lock order (the executor's design note, `rackflow.tasks.executor`): a run's row, then racks', then tasks'.
-A step, a resume and a cancel lock the run's row first, then (a step's submission, a cancel's ending) the
-racks', and never wait for one of its tasks' rows: the tasks an executor's claim holds meanwhile are
-skipped (a halt's hold, a resume's release, a cancel's ending), and that claim's rollout gate, which never
-waits for the run's row, decides them from the run as they left it (at that claim, or at the next one
-when the run was still held: `rollouts.gate`). The schedule's row comes after the run's (a halt pauses
-it; `save_run`'s failing-streak mark checks its key), and scope rows after the schedule's (a step writes
-its scopes' last tasks last), as the scope RPCs take them. A step of several runs pauses the schedules of
-those it halts (`FOR NO KEY UPDATE`, `store.schedules.key_kept`) before it starts any run's wave: a
-schedule's row before racks', as the scope RPCs and DeleteRack's stamp take them
+A window created, edited or deleted between a step's read of the windows and its commit would not find
+the tasks the step inserts (it decides again only the tasks that exist, `rackflow.tasks.deferrals`), and
+they would keep what the step planned from the windows as they were (bound to an ALLOW window's end the
+operator has since shortened, or submitted on a rack a new freeze closes). So a step takes the window
+edits' turn in its shared form (`store.windows.beside_edits`), first in its transaction, as a firing's
+submit does (`rackflow.schedules.firing`): an edit under way commits before the step reads the windows,
+and one that comes after waits for the step to commit, then finds its tasks and decides them as any
+others. Steps do not wait for one another there (the shared form).
+
+Lock order (the executor's design note, `rackflow.tasks.executor`): the window edits' turn (a step takes its
+shared form), then a run's row, then racks', then tasks'. The turn comes before the run's row because a
+window's change takes its exclusive form first and then waits for the rows of the runs of the tasks it decides
+(`store.rollouts.lock_runs`, not SKIP LOCKED) and for their racks: a step that held a run's row (or a rack)
+while it waited for the turn would wait for a change that waits for that row, and PostgreSQL would abort one
+of the two as a deadlock. Taken first, a step waiting for the turn holds nothing; and a change waiting for it
+waits for steps that hold it and wait only for rows (racks, a schedule's) that no transaction waiting for the
+turn holds, since every one that takes it (a window's change and the decisions it owes, in the exclusive form;
+a firing's submit and a step, in the shared form) takes it before any row. (SQLite's single writer runs them
+one after another: nothing to take there.) A step, a resume and a cancel lock the run's row first, then (a
+step's submission, a cancel's ending) the racks', and never wait for one of its tasks' rows: the tasks an
+executor's claim holds meanwhile are skipped (a halt's hold, a resume's release, a cancel's ending), and that
+claim's rollout gate, which never waits for the run's row, decides them from the run as they left it (at that
+claim, or at the next one when the run was still held: `rollouts.gate`). The schedule's row comes after the
+run's (a halt pauses it; `save_run`'s failing-streak mark checks its key), and scope rows after the schedule's
+(a step writes its scopes' last tasks last), as the scope RPCs take them. A step of several runs pauses the
+schedules of those it halts (`FOR NO KEY UPDATE`, `store.schedules.key_kept`) before it starts any run's wave:
+a schedule's row before racks', as the scope RPCs and DeleteRack's stamp take them
 (tests/store/test_schedule_lock_order.py).
 """
 
@@ -70,6 +87,7 @@ from rackflow.store import outbox, task_runs
 from rackflow.store import rollouts as store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
+from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import Ended, TaskManager
 from rackflow.tasks.scheduled import scope_submission
@@ -253,7 +271,10 @@ class RolloutService:
     ) -> Step:
         """One step of up to `limit` rolling runs (of `run_ids`, if given) that no other instance is
         stepping; see the module's docstring. With no run rolling anywhere (the usual case) it is one read,
-        not a write transaction (which on SQLite would take the database's single write lock every step)."""
+        not a write transaction (which on SQLite would take the database's single write lock every step).
+        The step's transaction first takes the window edits' turn in its shared form, before it locks any
+        run (the module's docstring): on PostgreSQL one more statement per step, which waits only while a
+        window's change is under way; nothing on SQLite, whose single writer runs them one after another."""
         if run_ids is None:
             async with self.db.read() as conn:
                 if not await store.any_rolling(conn):
@@ -262,6 +283,7 @@ class RolloutService:
             for wake in self.on_rolling:
                 wake()
         async with self.db.transaction() as conn:
+            await window_store.beside_edits(conn)  # before the runs' rows: the lock order above
             runs = await store.claim_rolling(self.db, conn, limit, run_ids)
             if not runs:
                 return Step(0)

@@ -3,7 +3,8 @@
 A run's per-scope state is its `outcomes` (one JSON list in the run row): a rollout step locks the run row,
 reads its tasks, decides, submits, and writes the row back in one transaction, so every instance may step
 any run (`FOR UPDATE SKIP LOCKED`) and none can start a scope twice (the row lock, and UNIQUE
-(run_id, rack_id) on tasks behind it).
+(run_id, rack_id) on tasks behind it). Before the run rows, the step takes the window edits' turn in its
+shared form (`store.windows.beside_edits`; the lock order atop `rackflow.rollouts.service`).
 """
 
 from __future__ import annotations

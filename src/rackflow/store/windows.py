@@ -42,9 +42,12 @@ async def edits_in_turn(conn: AsyncConnection) -> None:
 async def beside_edits(conn: AsyncConnection) -> None:
     """Wait for a window edit's transaction under way to end, and keep the next one from deciding until
     this transaction ended, without waiting for another that takes this too: a firing's submit, which
-    reads the windows again beside the tasks it inserts (`rackflow.schedules.firing`), so that an edit
-    either committed before that read or decides the tasks once they exist. Taken first in the submit's
-    transaction, before any row lock, as an edit takes its turn."""
+    reads the windows again beside the tasks it inserts (`rackflow.schedules.firing`), and a rollout's
+    step, which reads them and inserts its wave's tasks (`rackflow.rollouts.service`), so that an edit
+    either committed before that read or decides the tasks once they exist. Taken first in the caller's
+    transaction, before any row lock (the step's: before its runs' rows), as an edit takes its turn: an
+    edit waits for runs' rows and racks once it has its turn, so a transaction that waited for the turn
+    while holding one would wait for an edit that waits for it."""
     await beside_turns(conn, _WINDOW_EDITS)
 
 

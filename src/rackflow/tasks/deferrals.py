@@ -57,7 +57,10 @@ transaction (`store.windows.beside_edits`), and reads the windows again: a chang
 that read, one after it waits for the submit to commit and decides its tasks as any others; and if the
 windows it reads are not those its plan was made from, it records its tasks owed a decision in its
 transaction (`store.decisions_owed`: no claim takes them meanwhile), which its instance makes once it
-committed (`decide_submitted`, as `_again`; should it fail or die, the executors' look again).
+committed (`decide_submitted`, as `_again`; should it fail or die, the executors' look again). A rollout's
+step reads the windows and inserts its wave's tasks in one transaction, and takes the same shared turn
+first in it (`rackflow.rollouts.service`): it reads the windows as the change before it left them, and a
+change after it waits for it and decides its tasks; nothing is owed.
 
 A task whose row another transaction holds is skipped (below), and decided again once the change
 committed (`Deferrals._again`). The claim checks only the `not_after` stored on the row it takes
@@ -80,8 +83,9 @@ may be gone), and the change found it covered, so it is decided again whatever c
 has no foreign key, whose check would lock the task's row, which the claim holds at that very moment.
 
 Lock order (the design note atop `rackflow.tasks.executor`). The change's transaction takes, in this
-order: its turn (`store.windows.edits_in_turn`, which only window changes take, and a firing's submit in
-its shared form, each first in its transaction); the rows of the runs of
+order: its turn (`store.windows.edits_in_turn`, which only window changes take, and a firing's submit and
+a rollout's step in its shared form, each first in its transaction: a step before its runs' rows); the rows
+of the runs of
 every task it decides again (in id order: it decides from the windows as written, so before the write it
 cannot tell which it will end or let go); the rows of their racks and of the racks the window names (in
 id order, at once, `FOR NO KEY UPDATE`: `store.tasks.lock_racks`), before it writes the window (`write`),

@@ -61,8 +61,9 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   the windows; it records that decision as owed in its transaction, and should it not live to make it,
   every executor's look again does, `Deferrals.look_again`, a `Backstop`, before its first claim). Before
   any row, a window's change takes the window edits' turn (`store.windows.edits_in_turn`, an advisory lock
-  on PostgreSQL), and a firing's submit its shared form (`store.windows.beside_edits`): only those two
-  take it, each first in its transaction, so neither waits for it while holding a row. Any
+  on PostgreSQL), and a firing's submit and a rollout's step its shared form (`store.windows.beside_edits`,
+  the step before its runs' rows): only those take it, each first in its transaction, so none waits for it
+  while holding a row. Any
   other way round, PostgreSQL would abort one of two such transactions as a deadlock
   (tests/store/test_claim_lock_order.py, test_rollout_lock_order.py, test_window_lock_order.py).
   A run's row comes before its schedule's, in every transaction that takes both: a retry of a run, a
