@@ -460,3 +460,13 @@ async def test_a_change_whose_after_commit_steps_fail_answers_ok_and_is_audited_
         for method in ("UpdateMaintenanceWindow", "DeleteMaintenanceWindow"):
             (event,) = (await audited.ListAuditEvents(pb.ListAuditEventsRequest(method=method))).events
             assert (event.outcome, event.error, event.target_ids[0]) == ("OK", "", window.id)
+
+
+@pytest.mark.parametrize("method", ["RedecideWindowTask", "ReleaseFreezeHold"])
+async def test_the_audit_trail_may_be_read_for_rackflow_s_own_window_decisions(
+    stub: FlowStub, method: str
+) -> None:
+    """A task's window decision an executor's look again made, or a freeze hold it let go of, is recorded
+    under a method that is no RPC's (`rackflow.audit.decisions`); the trail may still be filtered by it."""
+    found = await stub.ListAuditEvents(pb.ListAuditEventsRequest(method=method))
+    assert found.total == 0

@@ -27,6 +27,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import Changes, noting
+from rackflow.domain.audit import OK, REDECIDE_WINDOW_TASK, SYSTEM_PRINCIPAL, AuditEvent, EventFilter
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff
@@ -35,12 +36,13 @@ from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.gates import consult
+from rackflow.timespec import format_rfc3339
 from rackflow.windows.service import WHEN_PATH, WindowInput, WindowService
 from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_executor import eventually
 from tests.store.test_rollout_halt_gate import OWNER, Recording, claim_in
-from tests.store.test_window_deferrals import get, outcome_of
+from tests.store.test_window_deferrals import deferred, get, outcome_of
 from tests.store.test_window_rebinds import (
     AFTER_THE_NEW_END,
     NEW_END,
@@ -225,3 +227,124 @@ async def test_a_task_owed_a_decision_is_not_claimed_before_it_is_decided(
     skipped = await get(env, held.id)
     assert (skipped.status, skipped.started_at) == (TaskStatus.TERMINATED, None)
     assert await outcome_of(env, schedule, held) == ("skipped_window", skipped.message)
+
+
+# What rackflow decides by itself is in the audit trail (`rackflow.audit.decisions`): one event per task,
+# written in the decision's transaction, by the principal "rackflow".
+
+
+async def audited(env: Env, task: Task) -> list[AuditEvent]:
+    """The task's history in the audit trail, oldest first."""
+    events, _ = await env.services.audit.list_events(EventFilter(target=task.id))
+    return events[::-1]
+
+
+async def test_a_look_again_s_rebinding_is_in_the_audit_trail(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look again binds r1's task to 13:30 (the change's own decision failed): the trail says so, by
+    rackflow, naming the task, its run and its rack, in the look's transaction."""
+    monkeypatch.setattr(task_store, "wait_for_row", dropped)
+    _, held, _, _ = await shortened_beside_a_claim(env, monkeypatch, env.services.windows)
+    assert await audited(env, held) == []  # (the change's call event is the interceptor's, not here)
+
+    assert await env.services.deferrals.look_again() == 1
+
+    [event] = await audited(env, held)
+    assert (event.principal, event.method, event.outcome, event.at) == (
+        SYSTEM_PRINCIPAL,
+        REDECIDE_WINDOW_TASK,
+        OK,
+        env.clock.now(),
+    )
+    assert event.target_ids == (str(held.id), str(held.run_id), str(held.rack_id))
+    assert event.changes == [
+        {
+            "deferred_task": "rebound",
+            "task_id": str(held.id),
+            "run_id": str(held.run_id),
+            "rack_id": str(held.rack_id),
+            "not_after": format_rfc3339(NEW_END),
+        }
+    ]
+    assert event.request == {"task_id": str(held.id), "decided_by": "look_again"}
+
+
+async def test_a_task_a_look_again_ends_is_in_the_audit_trail_with_its_outcome_and_window(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change's instance died; at 13:45 the look again ends r1's task, skipped: the trail names the
+    window that closed its rack ("nightly") and says why, as the task's message does."""
+    dying = WindowService(env.db, env.clock, Dying(env))
+    schedule, held, _, budget_id = await shortened_beside_a_claim(env, monkeypatch, dying)
+    await env.services.budgets.delete(budget_id)
+    env.clock.advance(AFTER_THE_NEW_END)
+
+    assert await env.services.deferrals.look_again() == 1
+
+    skipped = await get(env, held.id)
+    assert skipped.status == TaskStatus.TERMINATED
+    window_id = await env.services.windows.id_by_name("nightly")
+    [event] = await audited(env, held)
+    assert (event.principal, event.method) == (SYSTEM_PRINCIPAL, REDECIDE_WINDOW_TASK)
+    assert event.target_ids == (str(held.id), str(held.run_id), str(held.rack_id), str(window_id))
+    assert event.changes == [
+        {
+            "deferred_task": "ended",
+            "task_id": str(held.id),
+            "run_id": str(held.run_id),
+            "rack_id": str(held.rack_id),
+            "outcome": "skipped_window",
+        }
+    ]
+    assert event.request == {
+        "task_id": str(held.id),
+        "decided_by": "look_again",
+        "window_id": str(window_id),
+        "reason": skipped.message,
+    }
+    assert await outcome_of(env, schedule, held) == ("skipped_window", skipped.message)
+
+
+async def test_a_deferred_task_a_look_again_releases_is_in_the_audit_trail(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r1's task waits for "nightly" to open; "nightly" is deleted by an instance that dies once it
+    committed, the task's row held (left out): the look again releases it, and the trail says so."""
+    _, task = await deferred(env)
+    dying = WindowService(env.db, env.clock, Dying(env))
+    with monkeypatch.context() as patched:
+        patched.setattr(task_store, "rewait", leaving_out(task.id, task_store.rewait))
+        await dying.delete(await env.services.windows.id_by_name("nightly"))
+    assert (await get(env, task.id)).held_by == "window"  # owed its release
+
+    assert await env.services.deferrals.look_again() == 1
+
+    released = await get(env, task.id)
+    assert (released.held_by, released.not_before, released.not_after) == (None, None, None)
+    [event] = await audited(env, task)
+    assert (event.principal, event.method) == (SYSTEM_PRINCIPAL, REDECIDE_WINDOW_TASK)
+    assert event.changes == [
+        {
+            "deferred_task": "released",
+            "task_id": str(task.id),
+            "run_id": str(task.run_id),
+            "rack_id": str(task.rack_id),
+        }
+    ]
+
+
+async def test_a_decision_an_audited_call_makes_is_its_event_s_and_writes_no_row_of_its_own(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision made while an audited call listens (the change's own instance deciding what it skipped,
+    in its call) is noted on that call's event, as the change's other decisions are; no second row."""
+    monkeypatch.setattr(task_store, "wait_for_row", dropped)
+    _, held, _, _ = await shortened_beside_a_claim(env, monkeypatch, env.services.windows)
+
+    changes = Changes()
+    with noting(changes):
+        assert await env.services.deferrals.look_again() == 1
+
+    assert [c["deferred_task"] for c in changes.recorded] == ["rebound"]
+    assert await audited(env, held) == []

@@ -23,6 +23,7 @@ import pytest
 
 from rackflow.audit.changes import Changes, noting
 from rackflow.budgets.service import BudgetInput
+from rackflow.domain.audit import REDECIDE_WINDOW_TASK, SYSTEM_PRINCIPAL, EventFilter
 from rackflow.domain.inventory import Rack, RackSelection
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import (
@@ -515,13 +516,21 @@ async def test_a_skipping_task_planned_before_its_window_moved_away_and_submitte
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The window moves to tomorrow night between the firing's claim and its submit: under SKIP a firing
-    now skips r1, and so the task is ended, never started, its scope skipped."""
+    now skips r1, and so the task is ended, never started, its scope skipped; the firing's instance, which
+    decided it once the submit committed, outside any audited call, says so in the audit trail."""
     schedule, task = await planned_inside(env, monkeypatch, MOVED_AWAY)
 
     ended, backend = await run_until_finished(env, task)
     assert (ended.status, ended.started_at) == (TaskStatus.TERMINATED, None)
     assert [step for step in backend.steps if step.startswith("r1-")] == []
     assert await outcome_of(env, schedule, task) == ("skipped_window", ended.message)
+    [event], _ = await env.services.audit.list_events(EventFilter(target=task.id))
+    assert (event.principal, event.method, event.request["decided_by"]) == (
+        SYSTEM_PRINCIPAL,
+        REDECIDE_WINDOW_TASK,
+        "submit",
+    )
+    assert [(c["deferred_task"], c["outcome"]) for c in event.changes or []] == [("ended", "skipped_window")]
 
 
 async def inside_nightly(env: Env) -> Schedule:

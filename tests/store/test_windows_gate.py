@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import update
 
 from rackflow.clock import SystemClock
+from rackflow.domain.audit import OK, RELEASE_FREEZE_HOLD, SYSTEM_PRINCIPAL, EventFilter
 from rackflow.domain.inventory import ComponentSpec, ComponentType, RackSelection
 from rackflow.domain.tasks import Hold, Operation, OperationKind, QueueOptions, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
@@ -206,3 +207,35 @@ async def test_the_executor_looks_again_and_starts_a_task_a_deleted_freeze_left_
     async with executing(db):
         done = await finished(db, task)
     assert done.status is TaskStatus.COMPLETED
+
+
+async def test_a_hold_a_look_again_lets_go_of_is_in_the_audit_trail(db: Database) -> None:
+    """The look again lets go of a hold "launch-week" no longer gives (its deletion did not live to): the
+    trail says so, by rackflow, naming the task and its rack, with the hold it had; a hold it keeps (a
+    freeze still holds the task so long) writes nothing."""
+    services = Services.build(db, CLOCK)
+    window = await services.windows.get(await freeze(services, hours=1))
+    assert isinstance(window.when, OneOff)
+    outlasting, to_its_end = [await submit(services, await rack_named(services, n)) for n in "ab"]
+    until = CLOCK.now() + timedelta(hours=5)
+    await hold_as_a_stale_claim(db, outlasting, until)
+    await hold_as_a_stale_claim(db, to_its_end, window.when.end)
+    now = CLOCK.now()
+
+    assert await FreezeGate(db).look_again(now) == 1
+
+    [event], _ = await services.audit.list_events(EventFilter(target=outlasting.id))
+    assert (event.principal, event.method, event.outcome, event.at) == (
+        SYSTEM_PRINCIPAL,
+        RELEASE_FREEZE_HOLD,
+        OK,
+        now,
+    )
+    assert event.target_ids == (str(outlasting.id), str(outlasting.rack_id))
+    reason = f"waits for freeze 'launch-week' to end at {until.isoformat()}"
+    assert event.changes == [
+        {"freeze_hold": "released", "task_id": str(outlasting.id), "rack_id": str(outlasting.rack_id),
+         "held_reason": reason}
+    ]  # fmt: skip
+    assert event.request == {"task_id": str(outlasting.id), "decided_by": "look_again"}
+    assert (await services.audit.list_events(EventFilter(target=to_its_end.id)))[0] == []

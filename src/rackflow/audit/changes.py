@@ -65,20 +65,31 @@ def note_deferral_changes(deferral_changes: Sequence[DeferralChange]) -> None:
         return
     for change in deferral_changes:
         changes.target_ids.append(str(change.task_id))
-        recorded: dict[str, Any] = {
-            "deferred_task": change.change,
-            "task_id": str(change.task_id),
-            "run_id": str(change.run_id),
-            "rack_id": str(change.rack_id),
-        }
-        for key, at in (("not_before", change.not_before), ("not_after", change.not_after)):
-            if at is not None:
-                recorded[key] = format_rfc3339(at)
-        if change.outcome:
-            recorded["outcome"] = change.outcome
-        if change.held_by:
-            recorded["held_by"] = change.held_by
-        changes.recorded.append(recorded)
+        changes.recorded.append(deferral_change_json(change))
+
+
+def noted_by_a_call() -> bool:
+    """Whether an audited call is listening: what a service changes now is noted on that call's event, so
+    a decision made outside any call (an executor's, a firing's) records its own (`audit.decisions`)."""
+    return _noted.get() is not None
+
+
+def deferral_change_json(change: DeferralChange) -> dict[str, Any]:
+    """What became of a task a window's change decided, as an event's `changes` holds it."""
+    recorded: dict[str, Any] = {
+        "deferred_task": change.change,
+        "task_id": str(change.task_id),
+        "run_id": str(change.run_id),
+        "rack_id": str(change.rack_id),
+    }
+    for key, at in (("not_before", change.not_before), ("not_after", change.not_after)):
+        if at is not None:
+            recorded[key] = format_rfc3339(at)
+    if change.outcome:
+        recorded["outcome"] = change.outcome
+    if change.held_by:
+        recorded["held_by"] = change.held_by
+    return recorded
 
 
 def _scope_change_json(change: ScopeChange) -> dict[str, Any]:

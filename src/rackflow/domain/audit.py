@@ -12,9 +12,14 @@ from rackflow.errors import InvalidArgument, NotFound
 
 OK = "OK"  # the outcome of an action that succeeded; a refused one records its status code's name
 SYSTEM_PRINCIPAL = "rackflow"  # the principal of what rackflow does by itself (a pause ending at resume_at)
-# What rackflow records by itself under a name that is no RPC's: a run awaiting approval expiring.
+# What rackflow records by itself under a name that is no RPC's: a run awaiting approval expiring; a
+# task's decision a window's change owed it, made outside any audited call (an executor's look again, a
+# firing's submit: `rackflow.tasks.deferrals`); a freeze's hold an executor's look again let go of
+# (`rackflow.windows.gate`).
 EXPIRE_RUN = "ExpireTaskScheduleRun"
-SYSTEM_METHODS = frozenset({EXPIRE_RUN})
+REDECIDE_WINDOW_TASK = "RedecideWindowTask"
+RELEASE_FREEZE_HOLD = "ReleaseFreezeHold"
+SYSTEM_METHODS = frozenset({EXPIRE_RUN, REDECIDE_WINDOW_TASK, RELEASE_FREEZE_HOLD})
 
 
 @dataclass(frozen=True)

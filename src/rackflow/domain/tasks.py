@@ -132,7 +132,10 @@ class DeferralChange:
     (`rackflow.tasks.deferrals`): "moved" (it waits until `not_before`, by `not_after`), "released" (no
     window keeps it waiting now; it must start by `not_after`, if any) or "ended" (TERMINATED: the windows
     settle its scope as `outcome`, "skipped_window" or "missed"). `held_by`: what holds a task the windows
-    let go all the same ("rollout": its rollout halted or was cancelled), if anything."""
+    let go all the same ("rollout": its rollout halted or was cancelled), if anything. `window_id` and
+    `reason`: the window that closes its rack now and the words saying so, when the windows name one (it
+    is moved or ended), which the event of a decision made outside the change's call records
+    (`rackflow.audit.decisions`: the change's own event names its window already)."""
 
     task_id: uuid.UUID
     run_id: uuid.UUID
@@ -142,6 +145,20 @@ class DeferralChange:
     not_after: datetime | None = None
     outcome: str = ""
     held_by: str = ""
+    window_id: uuid.UUID | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ReleasedHold:
+    """A task whose start gate's hold was let go of, to be claimed and gated again
+    (`store.task_runs.release_held`): its rack, its run (None: submitted by hand), and the words of the
+    hold it had (which name what held it: `waits for freeze 'launch-week' to end at …`)."""
+
+    task_id: uuid.UUID
+    rack_id: uuid.UUID
+    run_id: uuid.UUID | None
+    held_reason: str
 
 
 @dataclass(frozen=True)

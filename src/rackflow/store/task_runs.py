@@ -26,6 +26,7 @@ from rackflow.domain.tasks import (
     Hold,
     InLine,
     OperationKind,
+    ReleasedHold,
     StepRecord,
     Task,
     TaskAttempt,
@@ -448,19 +449,24 @@ async def release_held(
     *,
     run_id: uuid.UUID | None = None,
     task_id: uuid.UUID | None = None,
-) -> None:
+) -> list[ReleasedHold]:
     """Let every task `gate` holds (of the run `run_id`, or the task `task_id`, when given) be claimed
     again (and gated again), after what it decides by changed: a freeze shortened or deleted, a budget
     raised or deleted, or a halted rollout resumed must not keep its tasks waiting for the old end or
-    back-off. It waits for the rows another transaction holds, unless given `run_id`: a resume holds its
-    run's row, so it skips the run's tasks a claim holds (`unclaimed`), and that claim's rollout gate lets
-    them go."""
+    back-off; those it let go (for the audit of a look again: `audit.decisions`). It waits for the rows
+    another transaction holds, unless given `run_id`: a resume holds its run's row, so it skips the run's
+    tasks a claim holds (`unclaimed`), and that claim's rollout gate lets them go."""
     held = _held_by(gate)
     if task_id is not None:
         held.append(tasks.c.id == task_id)
     if run_id is not None:
         held = [unclaimed(conn, *held, tasks.c.run_id == run_id)]
-    await conn.execute(update(tasks).where(*held).values(not_before=None))
+    stmt = update(tasks).where(*held).values(not_before=None)
+    returned = stmt.returning(tasks.c.id, tasks.c.rack_id, tasks.c.run_id, tasks.c.held_reason)
+    return [
+        ReleasedHold(row.id, row.rack_id, row.run_id, row.held_reason or "")
+        for row in await conn.execute(returned)
+    ]
 
 
 async def held_past(conn: AsyncConnection, gate: str, now: datetime) -> list[tuple[InLine, datetime]]:

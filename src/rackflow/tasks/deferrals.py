@@ -48,7 +48,9 @@ then finds the task as the change left it, rather than skip it as a task a claim
 
 Only the tasks on racks the window covered, before or after the change, for their operation are decided
 again: no other task's opening changed. A task whose wait is over is left to the executor, which fails it
-(`Task.too_late`). What changed is noted on the call's audit event (`audit.changes.note_deferral_changes`).
+(`Task.too_late`). What changed is noted on the call's audit event (`audit.changes.note_deferral_changes`);
+what a decision made outside any call changed (an executor's look again, a firing's submit deciding what
+it owes) is written in its own transaction, an event per task (`audit.decisions`).
 
 A firing decides its tasks' waits and ends in its claim (phase 1, `rackflow.schedules.firing`), from the
 windows as read then, and inserts them in its submit (phase 2, another transaction): a change committed
@@ -121,6 +123,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import case, func, literal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.audit import decisions as audit
 from rackflow.audit.changes import note_deferral_changes
 from rackflow.domain.firing import SETTLED_BY_WINDOWS, checks_scopes, redeferral
 from rackflow.domain.schedules import Outcome
@@ -228,7 +231,7 @@ class Deferrals:
         any held as `_again` decides those a change skipped; should it fail, they stay owed, for the
         executors' look again (logged, never raised: the firing submitted them)."""
         try:
-            await self._again(await self._decide_owed(frozenset(task_ids)))
+            await self._again(await self._decide_owed(frozenset(task_ids), audit.SUBMIT), audit.SUBMIT)
         except Exception:
             log.warning(
                 "deciding the task(s) %s a firing submitted after a window changed failed; they stay owed, "
@@ -258,7 +261,7 @@ class Deferrals:
             # The change committed: whatever fails now is the backstop's to finish, not the caller's error.
             try:
                 self._after(decided)
-                await self._again(decided.skipped)
+                await self._again(decided.skipped, audit.CHANGE)
             except Exception:
                 log.warning(
                     "window %s changed, but deciding again the task(s) %s it skipped failed; they stay owed, "
@@ -281,14 +284,14 @@ class Deferrals:
             owed = frozenset(await owed_store.owed(conn, OWED_BATCH))
         if not owed:
             return 0
-        left = await self._decide_owed(owed)
+        left = await self._decide_owed(owed, audit.LOOK_AGAIN)
         if left:
             log.info(
                 "%d task(s) owed a decision by a window's change are held by a claim: next look", len(left)
             )
         return len(owed - left)
 
-    async def _again(self, skipped: frozenset[uuid.UUID]) -> None:
+    async def _again(self, skipped: frozenset[uuid.UUID], decided_by: str) -> None:
         """Decide again the tasks a committed change skipped, because another transaction held their rows
         (a claim's, whose start gates may hand them back held, bound to the end they had; a gate's write):
         once each row is free (`store.tasks.wait_for_row`, a transaction that holds nothing else), in a
@@ -297,17 +300,20 @@ class Deferrals:
         while skipped:
             for task_id in in_id_order(skipped):
                 await store.wait_for_row(self.tasks.db, task_id)
-            skipped = await self._decide_owed(skipped)
+            skipped = await self._decide_owed(skipped, decided_by)
 
-    async def _decide_owed(self, owed: frozenset[uuid.UUID]) -> frozenset[uuid.UUID]:
+    async def _decide_owed(self, owed: frozenset[uuid.UUID], decided_by: str) -> frozenset[uuid.UUID]:
         """Decide these tasks, owed a decision, in a transaction of their own in the change's lock order
         (its turn, the runs, the racks, then the rows, skipping those held again), which records them owed
-        no more (`store.decisions_owed.settle`) but those it skipped; returns those."""
+        no more (`store.decisions_owed.settle`) but those it skipped, and, made outside any audited call
+        (`decided_by` an executor's look again, say), what it decided in the audit trail
+        (`audit.decisions`: no call's event would name them); returns those it skipped."""
         async with self.tasks.db.transaction() as conn:
             await window_store.edits_in_turn(conn)
             now = self.tasks.clock.now()
             decided = await self._decide(conn, (), now, set(), _nothing_to_write, only=owed)
             await owed_store.settle(conn, owed - decided.skipped)
+            await audit.record_deferral_decisions(conn, decided.changes, now, decided_by)
         self._after(decided)
         return decided.skipped
 
@@ -342,11 +348,12 @@ class Deferrals:
         deadlines = await schedule_store.start_deadlines(conn, {t.run_id for t in waiting if t.run_id})
         rewrites: dict[_Rewrite, list[Task]] = {}
         ending: list[tuple[Task, str, Outcome]] = []
+        decisions: dict[uuid.UUID, Decision] = {}
         for task in waiting:
             assert task.run_id is not None
             rack = racks[task.rack_id]
             deadline = deadlines.of(task.id, task.run_id, self.default_start_deadline)
-            decision = redeferral(
+            decision = decisions[task.id] = redeferral(
                 windows, rack, task.operation, now, deadline, policies[task.id], _within(task, deadline)
             )
             if task.attempt == 1 and decision.action in SETTLED_BY_WINDOWS:
@@ -363,7 +370,7 @@ class Deferrals:
             for task, reason, outcome in ending:
                 if task.id in gone and task.run_id is not None:
                     settled.setdefault(task.run_id, {})[task.id] = (outcome, reason)
-                    changes.append(_change(task, "ended", outcome=outcome))
+                    changes.append(_change(task, "ended", decisions[task.id], outcome=outcome))
             await run_store.settle_scopes(conn, settled)
         written: list[tuple[Task, _Rewrite]] = []
         for rewrite, tasks_of in rewrites.items():
@@ -374,7 +381,8 @@ class Deferrals:
         let_go = {t.run_id for t, r in written if r.change != "moved" and not r.keeps_hold and t.run_id}
         held = await self.hold_stopped(conn, {i: run for i, run in runs.items() if i in let_go}, now)
         changes += [
-            _change(t, r.change, r.not_before, r.not_after, held_by=held.get(t.id, "")) for t, r in written
+            _change(t, r.change, decisions[t.id], r.not_before, r.not_after, held_by=held.get(t.id, ""))
+            for t, r in written
         ]
         decided = {t.id for t, _, _ in ending} | {t.id for tasks_of in rewrites.values() for t in tasks_of}
         wake = any(r.due_now for _, r in written)
@@ -487,10 +495,25 @@ def _wait_values(
 def _change(
     task: Task,
     change: str,
+    decision: Decision,
     not_before: datetime | None = None,
     not_after: datetime | None = None,
     outcome: str = "",
     held_by: str = "",
 ) -> DeferralChange:
+    """What the audit says became of `task` (`decision`, the windows' for it, names the window that closes
+    its rack now, if one does)."""
     assert task.run_id is not None
-    return DeferralChange(task.id, task.run_id, task.rack_id, change, not_before, not_after, outcome, held_by)
+    closed = decision.closed
+    return DeferralChange(
+        task.id,
+        task.run_id,
+        task.rack_id,
+        change,
+        not_before,
+        not_after,
+        outcome,
+        held_by,
+        window_id=closed.window.id if closed is not None else None,
+        reason=decision.reason,
+    )

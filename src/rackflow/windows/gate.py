@@ -14,6 +14,9 @@ whenever the freezes differ from those it last read, it lets go of every hold th
 would not hold so long. A claim that read the freezes before a change may commit its hold after the
 look that saw the change: the look is made again once every write transaction under way then has ended
 (`Database.writers_ended`). Such a hold is committed before that second look, and found by it.
+
+A hold let go of outside any audited call (a look again's) is in the audit trail, a `ReleaseFreezeHold`
+event by rackflow per task, written in the transaction that lets it go (`rackflow.audit.decisions`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.audit import decisions as audit
 from rackflow.domain.tasks import Hold, InLine, Task
 from rackflow.domain.window_rules import freeze_at
 from rackflow.domain.windows import MaintenanceWindow, WindowKind
@@ -76,7 +80,7 @@ class FreezeGate:
         outlasting = [
             task.id for task, until in held if (hold := holds.get(task.id)) is None or hold.until < until
         ]
-        await let_go_of_freezes(self.db, outlasting)
+        await let_go_of_freezes(self.db, outlasting, now, audit.LOOK_AGAIN)
         return len(outlasting)
 
 
@@ -103,12 +107,16 @@ async def _holds(
     return held
 
 
-async def let_go_of_freezes(db: Database, task_ids: Collection[uuid.UUID]) -> None:
+async def let_go_of_freezes(
+    db: Database, task_ids: Collection[uuid.UUID], now: datetime, decided_by: str
+) -> None:
     """Let go of the freeze's hold on each of these tasks, to be claimed and gated again by the windows as
     they are then, each in a transaction of its own, which waits for that task's row alone and holds
     nothing else meanwhile: whatever holds the row (a claim, which may have held it again by the windows
     it read before a change committed) never waits for it. A task that started meanwhile is left as it
-    is."""
+    is. Outside an audited call, each hold let go of is recorded in that transaction, at `now`, as
+    `decided_by`'s (`audit.decisions`)."""
     for task_id in task_ids:
         async with db.transaction() as conn:
-            await task_runs.release_held(conn, FreezeGate.name, task_id=task_id)
+            released = await task_runs.release_held(conn, FreezeGate.name, task_id=task_id)
+            await audit.record_freeze_releases(conn, released, now, decided_by)

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.audit import decisions as audit
 from rackflow.clock import Clock
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.window_rules import WindowEvent, events
@@ -270,7 +271,7 @@ class WindowService:
         is the executors' look again's (`FreezeGate.look_again`), not the caller's error."""
         await once_committed()
         try:
-            await let_go_of_freezes(self.db, skipped)
+            await let_go_of_freezes(self.db, skipped, self.clock.now(), audit.CHANGE)
         except Exception:
             log.warning(
                 "window %s changed, but letting go of the freeze holds of task(s) %s failed; they are left "
