@@ -1,19 +1,22 @@
 """The dashboard's Trigger now in a real headless Chromium, its answer lost on the way back: clicked again, it
 sends the same request id, and the server answers the run the first click fired instead of firing a second
-(`static/app.js`: an idempotent action keeps its id until an answer is heard; docs/SCHEDULES.md)."""
+(`static/app.js`: an idempotent action keeps its id until an answer is heard; docs/SCHEDULES.md). The id is
+kept in the tab's sessionStorage, so a reload between the two clicks keeps it too, for a day at most; with
+no storage (a private window that refuses it) the page keeps it in memory, as before."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from rackflow.v1 import flow_pb2 as pb
 from tests.browser.page import by_testid, text, visible, wait
-from tests.browser.test_dashboard import confirm, open_page
+from tests.browser.test_dashboard import confirm, h1, open_page
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request
 
@@ -34,6 +37,9 @@ window.fetch = async (url, init) => {
 };
 """
 
+# Each test's schedule, on racks of its own, so that each counts its own runs.
+SCHEDULES = {"lost-answer": "q1", "reloaded": "q2", "a-day-later": "q3", "no-storage": "q4"}
+
 
 @pytest.fixture(scope="module")
 def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
@@ -45,21 +51,45 @@ def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         name="request-id",
     )
     stub = started.stub()
-    create_racks(stub, ["q1", "q2"], components_per_rack=2)
+    create_racks(stub, list(SCHEDULES.values()), components_per_rack=2)
     create_schedules(
         stub,
-        [schedule_request("lost-answer", ["q1", "q2"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")],
+        [
+            schedule_request(name, [rack], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")
+            for name, rack in SCHEDULES.items()
+        ],
     )
     yield started
     assert started.stop() == 0, started.output
 
 
-def test_a_trigger_whose_answer_was_lost_clicked_again_fires_once(
-    server: ServerProcess, driver: WebDriver, tmp_path: Path
-) -> None:
-    open_page(driver, server, "/schedules/lost-answer", "lost-answer")
-    driver.execute_script(LOSE_THE_NEXT_TRIGGER_ANSWER)
+def schedule_named(server: ServerProcess, name: str) -> pb.TaskSchedule:
+    found = server.stub().ListTaskSchedules(pb.ListTaskSchedulesRequest()).task_schedules
+    (schedule,) = [s for s in found if s.name == name]
+    return schedule
 
+
+def runs_of(server: ServerProcess, name: str) -> list[pb.TaskScheduleRun]:
+    stub = server.stub()
+    schedule = schedule_named(server, name)
+    return list(stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id)).runs)
+
+
+def trigger_calls(server: ServerProcess, name: str) -> list[tuple[dict[str, Any], set[str]]]:
+    """Each audited trigger of the schedule, oldest first: what the page sent, and the ids it answered
+    with (the schedule's and its run's tasks')."""
+    stub = server.stub()
+    schedule = schedule_named(server, name)
+    events = stub.ListAuditEvents(pb.ListAuditEventsRequest(method="TriggerTaskSchedule")).events
+    ours = [event for event in events if schedule.id.id in [target.id for target in event.target_ids]]
+    ours.sort(key=lambda event: event.at.ToDatetime())
+    return [(json.loads(event.request_json), {target.id for target in event.target_ids}) for event in ours]
+
+
+def lose_the_first_answer(driver: WebDriver, server: ServerProcess, name: str) -> None:
+    """Triggers `name` from its page, the answer lost; returns once the page shows the run it fired."""
+    open_page(driver, server, f"/schedules/{name}", name)
+    driver.execute_script(LOSE_THE_NEXT_TRIGGER_ANSWER)
     confirm(driver, "action-trigger")
     error = wait(
         driver, lambda d: "cannot be reached" in text(d, "action-error") and text(d, "action-error"), ""
@@ -69,23 +99,128 @@ def test_a_trigger_whose_answer_was_lost_clicked_again_fires_once(
         driver, lambda d: len(by_testid(d, "grid-column")) == 1, "the first click's run (the page refreshes)"
     )
 
+
+# What the page said of an action: its flash, or its error (a second firing of a rack whose first task is
+# still running submits nothing, and is refused).
+SAID = """
+const shown = Array.from(document.querySelectorAll('[data-testid=flash], [data-testid=action-error]'))
+  .find((e) => e.checkVisibility());
+return shown ? shown.textContent : "";
+"""
+
+
+def said(driver: WebDriver) -> str:
+    found: str = wait(driver, lambda d: d.execute_script(SAID), "the action's flash or error")
+    return found
+
+
+def unscript(driver: WebDriver, added: dict[str, Any]) -> None:
+    """Takes away a script `Page.addScriptToEvaluateOnNewDocument` added: later pages load without it."""
+    driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]})
+
+
+def reload(driver: WebDriver, name: str) -> None:
+    driver.refresh()
+    wait(driver, lambda d: name in h1(d) and not by_testid(d, "action-error")[0].is_displayed(), "the reload")
+
+
+def test_a_trigger_whose_answer_was_lost_clicked_again_fires_once(
+    server: ServerProcess, driver: WebDriver, tmp_path: Path
+) -> None:
+    lose_the_first_answer(driver, server, "lost-answer")
+
     confirm(driver, "action-trigger")
     assert "Triggered lost-answer" in text(driver, "flash")
     driver.save_screenshot(str(tmp_path / "after-the-second-click.png"))
 
-    stub = server.stub()
-    (schedule,) = [
-        s
-        for s in stub.ListTaskSchedules(pb.ListTaskSchedulesRequest()).task_schedules
-        if s.name == "lost-answer"
-    ]
-    runs = stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id)).runs
-    assert len(runs) == 1  # the second click fired nothing
-    calls = [
-        json.loads(event.request_json)
-        for event in stub.ListAuditEvents(pb.ListAuditEventsRequest(method="TriggerTaskSchedule")).events
-        if schedule.id.id in [target.id for target in event.target_ids]
-    ]
-    assert len(calls) == 2 and calls[0]["request_id"] == calls[1]["request_id"]
-    assert calls[0]["request_id"].startswith("web-")
+    assert len(runs_of(server, "lost-answer")) == 1  # the second click fired nothing
+    calls = trigger_calls(server, "lost-answer")
+    assert len(calls) == 2 and calls[0][0]["request_id"] == calls[1][0]["request_id"]
+    assert calls[0][0]["request_id"].startswith("web-")
     assert visible(driver, "grid-column") and len(by_testid(driver, "grid-column")) == 1
+
+
+def test_a_trigger_whose_answer_was_lost_clicked_again_after_a_reload_fires_once(
+    server: ServerProcess, driver: WebDriver, tmp_path: Path
+) -> None:
+    """The operator who heard nothing reloads the page, then clicks again: the tab kept the id."""
+    lose_the_first_answer(driver, server, "reloaded")
+    reload(driver, "reloaded")
+
+    visible(driver, "action-trigger").click()
+    asked = text(driver, "confirm-dialog")
+    driver.save_screenshot(str(tmp_path / "the-confirmation-after-a-reload.png"))
+    visible(driver, "confirm-ok").click()
+    done = said(driver)
+    driver.save_screenshot(str(tmp_path / "after-a-reload-and-a-second-click.png"))
+
+    assert len(runs_of(server, "reloaded")) == 1  # the second click fired nothing
+    (first, first_answer), (second, second_answer) = trigger_calls(server, "reloaded")
+    assert first["request_id"] == second["request_id"]
+    assert second_answer == first_answer  # the second click was answered with the first run's tasks
+    assert len(by_testid(driver, "grid-column")) == 1
+    # The confirmation said, before anything was sent, that this sends the unanswered request again; the
+    # answer, that it may be that request's run (the server's answer does not say whether it fired now).
+    assert "went unanswered" in asked, asked
+    assert done.startswith("Triggered reloaded") and "earlier request" in done, done
+
+    # Answered, the id is forgotten: the next click is a new request, and fires.
+    reload(driver, "reloaded")
+    visible(driver, "action-trigger").click()
+    assert "went unanswered" not in text(driver, "confirm-dialog")
+    visible(driver, "confirm-ok").click()
+    assert "earlier request" not in said(driver)
+    wait(driver, lambda d: len(runs_of(server, "reloaded")) == 2, "the third click's run")
+    third, _ = trigger_calls(server, "reloaded")[2]
+    assert third["request_id"] != first["request_id"]
+
+
+# A day and a minute later, for the page's clock.
+A_DAY_LATER = "{ const now = Date.now; Date.now = () => now() + (24 * 60 + 1) * 60 * 1000; }"
+
+
+def test_an_unanswered_trigger_is_forgotten_after_a_day(server: ServerProcess, driver: WebDriver) -> None:
+    """An id kept longer than a day is not sent again: an operator who clicks then means a new firing, and
+    the earlier request's run (kept as long as the server keeps runs) must not answer it silently."""
+    lose_the_first_answer(driver, server, "a-day-later")
+    later = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": A_DAY_LATER})
+    try:
+        reload(driver, "a-day-later")
+        visible(driver, "action-trigger").click()
+        assert "went unanswered" not in text(driver, "confirm-dialog")
+        visible(driver, "confirm-ok").click()
+        assert "earlier request" not in said(driver)
+    finally:
+        unscript(driver, later)
+    wait(driver, lambda d: len(runs_of(server, "a-day-later")) == 2, "the second click's run")
+    (first, _), (second, _) = trigger_calls(server, "a-day-later")
+    assert first["request_id"] != second["request_id"]
+
+
+# Storage refused, as a private window or a browser blocking site data refuses it: reading either
+# property throws.
+NO_STORAGE = """
+for (const name of ["sessionStorage", "localStorage"]) {
+  Object.defineProperty(window, name, {
+    configurable: true,
+    get() { throw new DOMException(`${name} is refused`, "SecurityError"); },
+  });
+}
+"""
+
+
+def test_without_storage_the_page_keeps_the_id_in_memory(server: ServerProcess, driver: WebDriver) -> None:
+    """The page works with storage refused (the fixture fails on a script error): the id is kept for the
+    page's life, so a click again without a reload still fires once."""
+    refused = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": NO_STORAGE})
+    try:
+        lose_the_first_answer(driver, server, "no-storage")
+        assert driver.execute_script("try { window.sessionStorage; return false } catch (e) { return true }")
+        confirm(driver, "action-trigger")
+        done = text(driver, "flash")
+        assert done.startswith("Triggered no-storage") and "earlier request" in done, done
+    finally:
+        unscript(driver, refused)
+    assert len(runs_of(server, "no-storage")) == 1
+    (first, first_answer), (second, second_answer) = trigger_calls(server, "no-storage")
+    assert first["request_id"] == second["request_id"] and first_answer == second_answer

@@ -5,6 +5,7 @@
 //   inputs stay as they are. A hidden tab does not poll.
 // - Tokens: when the server requires bearer tokens, the token is asked for once, kept in localStorage, and
 //   sent as an `Authorization` header; never as a cookie, so another site cannot act with it (no CSRF).
+//   Where the browser refuses storage, it is kept for the page's life only (asked for again on the next).
 // - Times: every <time datetime> is shown in the browser's zone, with UTC on hover and "in 3h" where asked;
 //   a schedule's times are shown in its own zone by the server, with the browser's beside ("beside").
 // - Actions: buttons with `data-post` ask for confirmation, POST (or `data-method`) to the API and show its
@@ -13,10 +14,19 @@
 //   A `data-idempotent` action (a trigger, a run's retry) carries a request id, kept for its URL until an
 //   answer is heard: clicked again after its answer was lost (the server unreachable, or UNAVAILABLE), it
 //   sends the same id, and the server answers the run the first click fired instead of firing again.
+//   The id is kept in the tab's sessionStorage, so a reload keeps it (another tab has its own), for a day
+//   at most (KEEP_UNANSWERED_MS); where storage is refused (a private window), in memory for the page's life.
+//   The confirmation, and what the page says after, tell that the click sends the earlier request again.
 // - Forms (create and edit) are forms.js's; a page with one is not refreshed while it is open.
 (() => {
   "use strict";
   const TOKEN_KEY = "rackflow.token";
+  const UNANSWERED_KEY = "rackflow.unanswered "; // + an idempotent action's URL, in sessionStorage
+  // How long an unanswered request id is sent again. The server remembers an id as long as it keeps the
+  // run it fired (by default its newest 100 runs a schedule, or --run-retention, at least 1h), so an id
+  // kept for ever could answer a click days later with an old run, firing nothing. A day covers a reload
+  // and a return after a break; past it, a click is taken as a new intent and fires.
+  const KEEP_UNANSWERED_MS = 24 * 60 * 60 * 1000;
   const body = document.body;
   const main = document.getElementById("main");
   const refreshMs = Math.max(1, Number(body.dataset.refresh || 5)) * 1000;
@@ -28,10 +38,53 @@
   const tokenDialog = document.getElementById("token-dialog");
   const forget = document.getElementById("forget-token");
   const raw = new WeakMap(); // live region -> the HTML it was last filled with (before times were localised)
-  let token = localStorage.getItem(TOKEN_KEY) || "";
+  // Storage may be refused (a private window, site data blocked): reading the property throws, or a
+  // write does. Without it the token is asked for on each page and request ids live in memory.
+  function storageArea(name) {
+    try {
+      const area = window[name];
+      area.getItem(TOKEN_KEY);
+      return area;
+    } catch (exc) {
+      return null;
+    }
+  }
+  const tokenStore = storageArea("localStorage");
+  function store(area, key, value) {
+    if (!area) return;
+    try {
+      if (value === null) area.removeItem(key); else area.setItem(key, value);
+    } catch (exc) { /* refused: memory only */ }
+  }
+  let token = (tokenStore && tokenStore.getItem(TOKEN_KEY)) || "";
   let busy = false;
-  const unanswered = new Map(); // an idempotent action's URL -> the request id of its call not yet answered
   let again = false;
+
+  // An idempotent action's request not yet answered, by the action's URL: { id, at } (when it was first
+  // sent, ms). In the tab's sessionStorage, and in memory for when storage is refused.
+  const unanswered = {
+    session: storageArea("sessionStorage"),
+    memory: new Map(),
+    get(url) {
+      let kept = null;
+      try {
+        kept = this.session && JSON.parse(this.session.getItem(UNANSWERED_KEY + url) || "null");
+      } catch (exc) { kept = null; }
+      kept = kept || this.memory.get(url) || null;
+      const valid = kept && typeof kept.id === "string" && /^[A-Za-z0-9._:-]{1,64}$/.test(kept.id) &&
+        Number.isFinite(kept.at) && Math.abs(Date.now() - kept.at) <= KEEP_UNANSWERED_MS;
+      if (kept && !valid) this.delete(url); // too old (or not ours): a click now is a new request
+      return valid ? kept : null;
+    },
+    set(url, kept) {
+      this.memory.set(url, kept);
+      store(this.session, UNANSWERED_KEY + url, JSON.stringify(kept));
+    },
+    delete(url) {
+      this.memory.delete(url);
+      store(this.session, UNANSWERED_KEY + url, null);
+    },
+  };
 
   function headers(extra) {
     const result = Object.assign({}, extra);
@@ -89,11 +142,11 @@
 
   // --- notices ----------------------------------------------------------------------------------------
   function showError(text) { errorBox.textContent = text; errorBox.hidden = false; }
-  function flash(text) {
+  function flash(text, ms = 6000) {
     errorBox.hidden = true;
     flashBox.textContent = text; flashBox.hidden = false;
     clearTimeout(flash.timer);
-    flash.timer = setTimeout(() => { flashBox.hidden = true; }, 6000);
+    flash.timer = setTimeout(() => { flashBox.hidden = true; }, ms);
   }
   function setLive(ok, text) {
     live.textContent = text;
@@ -112,14 +165,14 @@
     const value = document.getElementById("token-input").value.trim();
     if (!value) return;
     token = value;
-    localStorage.setItem(TOKEN_KEY, token);
+    store(tokenStore, TOKEN_KEY, token);
     document.getElementById("token-input").value = "";
     forget.hidden = false;
     refresh();
   });
   forget.hidden = !(tokensRequired && token);
   forget.addEventListener("click", () => {
-    localStorage.removeItem(TOKEN_KEY);
+    store(tokenStore, TOKEN_KEY, null);
     token = "";
     location.reload();
   });
@@ -286,13 +339,23 @@
     const bytes = crypto.getRandomValues(new Uint8Array(16));
     return "web-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
   }
+  // The answer to a request sent again does not say whether it fired now or was the earlier call's run
+  // (a trigger answers the tasks, a retry the run, alike), so the page says which request it was.
+  function sentAgain(kept) {
+    return `This was your earlier request of ${local(new Date(kept.at), false)}, whose answer was lost, ` +
+      "sent again: a request fires at most once, so if that one had reached the server, this is its run, " +
+      "not a new one.";
+  }
   async function post(button, values) {
     if (tokensRequired && !token) { askToken(); return { ok: false, message: "a token is needed" }; }
     const url = button.dataset.post;
     const idempotent = button.hasAttribute("data-idempotent");
+    let resent = null; // the earlier request this click sends again, if its answer was not heard
     if (idempotent) {
-      if (!unanswered.has(url)) unanswered.set(url, newRequestId());
-      values = { ...values, request_id: unanswered.get(url) };
+      resent = unanswered.get(url);
+      const request = resent || { id: newRequestId(), at: Date.now() };
+      if (!resent) unanswered.set(url, request);
+      values = { ...values, request_id: request.id };
     }
     try {
       const response = await fetch(url, {
@@ -305,8 +368,9 @@
       if (response.status !== 503) unanswered.delete(url);
       if (response.status === 401) askToken(data.message);
       const what = button.textContent.trim();
-      return response.ok ? { ok: true }
-        : { ok: false, message: `${what} refused (${data.code || response.status}): ${data.message || response.statusText}` };
+      const note = resent ? " " + sentAgain(resent) : "";
+      return response.ok ? { ok: true, note }
+        : { ok: false, message: `${what} refused (${data.code || response.status}): ${data.message || response.statusText}${note}` };
     } catch (exc) {
       const again = idempotent ? "; trying again sends the same request, which fires at most once" : "";
       return { ok: false, message: `${button.textContent.trim()} failed: the server cannot be reached (${exc})${again}` };
@@ -319,7 +383,11 @@
     const error = document.getElementById("confirm-error");
     const form = confirmDialog.querySelector("form");
     document.getElementById("confirm-title").textContent = button.dataset.confirmTitle || "Are you sure?";
-    document.getElementById("confirm-text").textContent = button.dataset.confirmText || "";
+    const kept = button.hasAttribute("data-idempotent") ? unanswered.get(button.dataset.post) : null;
+    document.getElementById("confirm-text").textContent = (button.dataset.confirmText || "") + (kept
+      ? ` Your earlier request of ${local(new Date(kept.at), false)} went unanswered: Confirm sends it ` +
+        "again, which fires at most once (if it had fired, the answer is its run)."
+      : "");
     fields.replaceChildren();
     error.hidden = true;
     const template = button.dataset.fields && document.getElementById(button.dataset.fields);
@@ -345,7 +413,7 @@
       }
       if (result.ok) {
         if (confirmDialog.open) confirmDialog.close("ok");
-        flash(button.dataset.done || "Done");
+        flash((button.dataset.done || "Done") + (result.note ? `. ${result.note}` : ""), result.note ? 20000 : 6000);
       } else if (keepOpen && confirmDialog.open) {
         error.textContent = result.message; error.hidden = false;
       } else {
