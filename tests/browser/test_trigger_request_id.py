@@ -1,8 +1,9 @@
-"""The dashboard's Trigger now in a real headless Chromium, its answer lost on the way back: clicked again, it
-sends the same request id, and the server answers the run the first click fired instead of firing a second
-(`static/app.js`: an idempotent action keeps its id until an answer is heard; docs/SCHEDULES.md). The id is
-kept in the tab's sessionStorage, so a reload between the two clicks keeps it too, for a day at most; with
-no storage (a private window that refuses it) the page keeps it in memory, as before."""
+"""The dashboard's Trigger now (and a run's Retry failed racks) in a real headless Chromium, its answer lost
+on the way back: clicked again, it sends the same request id, and the server answers the run the first click
+fired instead of firing a second (`static/app.js`: an idempotent action keeps its id until an answer is
+heard; docs/SCHEDULES.md). The id is kept in the tab's sessionStorage, so a reload between the two clicks
+keeps it too, for a day at most; with no storage (a private window that refuses it) the page keeps it in
+memory, as before."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -22,14 +24,15 @@ from tests.e2e.fleet import create_racks, create_schedules, schedule_request
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one worker: one server, one browser
 
-# The page's next answer from a trigger is lost after the server sent it, as a dropped connection loses
-# it: the call went through, the browser hears nothing.
-LOSE_THE_NEXT_TRIGGER_ANSWER = """
+# The page's next answer from an action whose URL ends with arguments[0] (":trigger") is lost after the
+# server sent it, as a dropped connection loses it: the call went through, the browser hears nothing.
+LOSE_THE_NEXT_ANSWER = """
 const original = window.fetch;
+const action = arguments[0];
 let lose = true;
 window.fetch = async (url, init) => {
   const response = await original(url, init);
-  if (lose && String(url).endsWith(":trigger")) {
+  if (lose && String(url).endsWith(action)) {
     lose = false;
     throw new TypeError("the connection was lost");
   }
@@ -38,7 +41,7 @@ window.fetch = async (url, init) => {
 """
 
 # Each test's schedule, on racks of its own, so that each counts its own runs.
-SCHEDULES = {"lost-answer": "q1", "reloaded": "q2", "a-day-later": "q3", "no-storage": "q4"}
+SCHEDULES = {"lost-answer": "q1", "reloaded": "q2", "a-day-later": "q3", "no-storage": "q4", "retried": "q5"}
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +92,7 @@ def trigger_calls(server: ServerProcess, name: str) -> list[tuple[dict[str, Any]
 def lose_the_first_answer(driver: WebDriver, server: ServerProcess, name: str) -> None:
     """Triggers `name` from its page, the answer lost; returns once the page shows the run it fired."""
     open_page(driver, server, f"/schedules/{name}", name)
-    driver.execute_script(LOSE_THE_NEXT_TRIGGER_ANSWER)
+    driver.execute_script(LOSE_THE_NEXT_ANSWER, ":trigger")
     confirm(driver, "action-trigger")
     error = wait(
         driver, lambda d: "cannot be reached" in text(d, "action-error") and text(d, "action-error"), ""
@@ -224,3 +227,39 @@ def test_without_storage_the_page_keeps_the_id_in_memory(server: ServerProcess, 
     assert len(runs_of(server, "no-storage")) == 1
     (first, first_answer), (second, second_answer) = trigger_calls(server, "no-storage")
     assert first["request_id"] == second["request_id"] and first_answer == second_answer
+
+
+def test_a_retry_whose_answer_was_lost_clicked_again_after_a_reload_fires_once(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    """Retry failed racks keeps its id alike (the same code, by the run's retry URL)."""
+    stub = server.stub()
+    schedule = schedule_named(server, "retried")
+    stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    # Fired again while the first task runs, the rack is not submitted: a run with a failed rack.
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value.details()
+    failed = runs_of(server, "retried")[0].id.id  # newest first
+
+    open_page(driver, server, f"/runs/{failed}", "Firing of")
+    driver.execute_script(LOSE_THE_NEXT_ANSWER, ":retry")
+    confirm(driver, "action-retry-run")
+    wait(driver, lambda d: "cannot be reached" in text(d, "action-error"), "the lost answer's error")
+    driver.refresh()
+    wait(driver, lambda d: "Firing of" in h1(d), "the reload")
+
+    visible(driver, "action-retry-run").click()
+    asked = text(driver, "confirm-dialog")
+    visible(driver, "confirm-ok").click()
+    # The retry submits the rack, or is refused as the first was while the first task still runs: either
+    # way the answer is the earlier request's.
+    done = said(driver)
+
+    retries = [run for run in runs_of(server, "retried") if run.retry_of.id == failed]
+    assert len(retries) == 1  # the second click fired nothing
+    events = stub.ListAuditEvents(pb.ListAuditEventsRequest(method="RetryTaskScheduleRun")).events
+    calls = [json.loads(event.request_json) for event in events if event.target_ids[0].id == failed]
+    assert len(calls) == 2 and calls[0]["request_id"] == calls[1]["request_id"]
+    assert "went unanswered" in asked, asked
+    assert "earlier request" in done, done
