@@ -31,6 +31,7 @@ from rackflow.domain.schedules import Schedule
 from rackflow.store import run_partitions
 from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import not_in_keys
+from rackflow.store.runs import in_state
 from rackflow.store.schedules import schedule_from_row
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import instances, task_schedule, task_schedule_run
@@ -161,7 +162,7 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
                 < now - STUCK_RUN_AGE,
             ),
         )
-        .values(state="interrupted")
+        .values(in_state("interrupted"))  # and no owner
         .returning(task_schedule_run.c.schedule_id)
     )
     schedule_ids = list(result.scalars())

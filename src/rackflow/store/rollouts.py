@@ -24,6 +24,7 @@ from rackflow.domain.tasks import Hold, TaskStatus
 from rackflow.store import run_partitions
 from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys, for_update
+from rackflow.store.runs import in_state
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import racks, task_schedule_run, task_schedule_scope, tasks
@@ -159,19 +160,23 @@ async def hold_unstarted(
 
 
 async def save_run(conn: AsyncConnection, run: Run) -> None:
-    """Write what a rollout step, resume or cancel changed: state, outcomes, reason, what was excused
-    (and mark the schedule's failing streak to be looked at again, `store.streak_checks`). Bounded to
-    the run's partition by its own slot (`run_partitions.of_slots`)."""
+    """Write what a rollout step, resume or cancel changed: state (and the owner a run leaves with
+    "running", `runs.in_state`), outcomes, reason, what was excused (and mark the schedule's failing streak
+    to be looked at again, `store.streak_checks`). Bounded to the run's partition by its own slot
+    (`run_partitions.of_slots`)."""
     await conn.execute(
         update(task_schedule_run)
         .where(_run.id == run.id, await run_partitions.of_slots(conn, [run.scheduled_for]))
         .values(
-            state=run.state,
-            outcomes=outcomes_to_json(run.outcomes),
-            outcome_counts=outcome_counts_to_json(run.outcomes),
-            reason=run.reason,
-            failures_excused=run.failures_excused,
-            resumed=run.resumed,
+            # a rollout has no owner; a running run whose scopes are settled keeps its own (`in_state`)
+            in_state(run.state)
+            | {
+                "outcomes": outcomes_to_json(run.outcomes),
+                "outcome_counts": outcome_counts_to_json(run.outcomes),
+                "reason": run.reason,
+                "failures_excused": run.failures_excused,
+                "resumed": run.resumed,
+            }
         )
     )
     await mark_schedules(conn, [run.schedule_id])

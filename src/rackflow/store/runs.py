@@ -130,8 +130,30 @@ def owned(state: RunState, owner_id: uuid.UUID | None) -> uuid.UUID | None:
     """The owner a run in `state` records of the instance `owner_id` that fires or starts it: that one for
     a "running" run, whose tasks it submits and which it writes back (the sweep interrupts the run once
     its heartbeat lapses, `dispatch.mark_abandoned_runs`); none for any other, a "rolling" one included:
-    every instance's rollout driver steps a rollout, so no one instance's heartbeat vouches for it."""
+    every instance's rollout driver steps a rollout, so no one instance's heartbeat vouches for it.
+
+    So a run that leaves "running" leaves its owner too, in the write that moves it (`in_state`): nothing
+    reads an owner then (the sweep looks only at running runs, by `ix_task_schedule_run_running`, and no
+    API shows it), but a completed run naming an instance would tell an operator reading the rows that it
+    still answers for it. Rows written by releases before this rule was kept may still carry an owner
+    after they ended (docs/OPERATIONS.md, "Several instances on one database"); no migration rewrites them."""
     return owner_id if state == "running" else None
+
+
+def in_state(state: RunState) -> dict[str, Any]:
+    """The columns a write moving an existing run to `state` sets, whatever moves it (the write-back, the
+    sweep, an approval's decision, a rollout's step, halt, resume or cancel): the state, and for any state
+    but "running" no owner (`owned`). A write that leaves a run "running" (a scope settled before its
+    write-back, `store.rollouts.settle_scopes`) keeps the owner the sweep reads; one that starts a run
+    running with an owner sets it besides (`decide_awaiting`).
+
+    The owner is cleared in the same statement, so the write-back costs no statement more; nor an index
+    entry: the owner's one index, `ix_task_schedule_run_running`, holds only running runs, which a run
+    leaving "running" leaves anyway (its state is in that index's predicate, so such an update is never
+    HOT, owner or no owner)."""
+    if state == "running":
+        return {"state": state}
+    return {"state": state, "owner_id": None}
 
 
 async def insert_runs(db: Database, conn: AsyncConnection, runs: Sequence[NewRun]) -> set[uuid.UUID]:
@@ -236,7 +258,7 @@ async def decide_awaiting(
     (`dispatch.mark_abandoned_runs`) rather than the firing instance's, which may have died since;
     recorded on a "running" run only (`owned`). The UPDATE is bounded to the run's partition by its own
     slot (`run_partitions.of_slots`), so it finds the run whoever made its id."""
-    values: dict[str, object] = {"state": state, **_approval_columns(state, approval)}
+    values: dict[str, object] = {**in_state(state), **_approval_columns(state, approval)}
     if started_at is not None:
         values["started_at"] = started_at
         values["owner_id"] = owned(state, owner_id)
@@ -323,7 +345,7 @@ def _completions(
         }
         for run_id, outcomes in outcomes_by_run.items()
     ]
-    return update_rows(conn.dialect.name, task_schedule_run, "id", rows, {"state": "completed"})
+    return update_rows(conn.dialect.name, task_schedule_run, "id", rows, in_state("completed"))
 
 
 async def _complete_settled(
