@@ -1177,18 +1177,37 @@ class SubmitTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TASK_IDS_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    FIRED_AT_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    replayed: _builtins.bool
     @_builtins.property
     def task_ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]: ...
+    @_builtins.property
+    def run_id(self) -> Global___UUID:
+        """TriggerTaskSchedule's answer only (unset in the other RPCs' answers): the run the trigger fired and
+        when it fired. `replayed`: true when the trigger carried the request_id of a run already kept, so
+        this call fired nothing and the answer is that earlier call's (its run, fired at `fired_at`); false
+        when this call fired the run (docs/SCHEDULES.md, "A trigger whose COMMIT goes unanswered").
+        """
+
+    @_builtins.property
+    def fired_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
         task_ids: _abc.Iterable[Global___UUID] | None = ...,
+        run_id: Global___UUID | None = ...,
+        fired_at: _timestamp_pb2.Timestamp | None = ...,
+        replayed: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_replayed", b"_replayed", "fired_at", b"fired_at", "replayed", b"replayed", "run_id", b"run_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["task_ids", b"task_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_replayed", b"_replayed", "fired_at", b"fired_at", "replayed", b"replayed", "run_id", b"run_id", "task_ids", b"task_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__replayed: _TypeAlias = _typing.Literal["replayed"]  # noqa: Y015
+    _WhichOneofArgType__replayed: _TypeAlias = _typing.Literal["_replayed", b"_replayed"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replayed) -> _WhichOneofReturnType__replayed | None: ...
 
 Global___SubmitTaskResponse: _TypeAlias = SubmitTaskResponse  # noqa: Y015
 
@@ -2784,6 +2803,7 @@ class TaskScheduleRun(_message.Message):
     TASK_COUNTS_FIELD_NUMBER: _builtins.int
     OUTCOME_COUNT_FIELD_NUMBER: _builtins.int
     FIRST_OUTCOME_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
     trigger: _builtins.str
     """"dispatch" or "manual" """
     state: _builtins.str
@@ -2804,6 +2824,11 @@ class TaskScheduleRun(_message.Message):
     (first_outcome + len(outcomes) < outcome_count: more of it follows). Join the parts by `id`.
     """
     first_outcome: _builtins.int
+    replayed: _builtins.bool
+    """Set only in RetryTaskScheduleRun's answer: true when the retry carried the request_id of a run already
+    kept, so this call fired nothing and the answer is the run that earlier call made (fired at
+    `fired_at`); false when this call made it. Unset in every other answer that holds a run.
+    """
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -2863,12 +2888,15 @@ class TaskScheduleRun(_message.Message):
         task_counts: _abc.Iterable[Global___TaskStatusCount] | None = ...,
         outcome_count: _builtins.int = ...,
         first_outcome: _builtins.int = ...,
+        replayed: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "id", b"id", "progress", b"progress", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_replayed", b"_replayed", "approval", b"approval", "fired_at", b"fired_at", "id", b"id", "progress", b"progress", "replayed", b"replayed", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "fired_at", b"fired_at", "first_outcome", b"first_outcome", "id", b"id", "late_by", b"late_by", "outcome_count", b"outcome_count", "outcome_counts", b"outcome_counts", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "retried_by", b"retried_by", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for", "state", b"state", "task_counts", b"task_counts", "trigger", b"trigger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_replayed", b"_replayed", "approval", b"approval", "fired_at", b"fired_at", "first_outcome", b"first_outcome", "id", b"id", "late_by", b"late_by", "outcome_count", b"outcome_count", "outcome_counts", b"outcome_counts", "outcomes", b"outcomes", "progress", b"progress", "reason", b"reason", "replayed", b"replayed", "retried_by", b"retried_by", "retry_of", b"retry_of", "rollout", b"rollout", "schedule_id", b"schedule_id", "scheduled_for", b"scheduled_for", "state", b"state", "task_counts", b"task_counts", "trigger", b"trigger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__replayed: _TypeAlias = _typing.Literal["replayed"]  # noqa: Y015
+    _WhichOneofArgType__replayed: _TypeAlias = _typing.Literal["_replayed", b"_replayed"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replayed) -> _WhichOneofReturnType__replayed | None: ...
 
 Global___TaskScheduleRun: _TypeAlias = TaskScheduleRun  # noqa: Y015
 
