@@ -33,6 +33,7 @@ from rackflow.api.convert.schedules import (
     scopes_into,
     spec_from,
     spec_type_from,
+    triggered_to,
 )
 from rackflow.api.convert.tasks import operation_kind_from, scheduled_operation_from
 from rackflow.api.convert.windows import window_policy_from
@@ -174,10 +175,10 @@ class ScheduleRpcs:
                 "(trigger without approve: the firing awaits approval)"
             )
         request_id = check_request_id(request.request_id)
-        task_ids = await self.services.schedules.trigger(
+        answer = await self.services.schedules.trigger_run(
             schedule_id, approve=request.approve, request_id=request_id
         )
-        return pb.SubmitTaskResponse(task_ids=[pb.UUID(id=str(task_id)) for task_id in task_ids])
+        return triggered_to(answer)
 
     @rpc
     async def AddTaskScheduleScope(

@@ -128,6 +128,9 @@ class RunReport:
     # A part of a run (`RunPart`): the position of `run.outcomes[0]` among its outcomes, and how many it has.
     first_outcome: int = 0
     outcome_count: int | None = None  # None: the run whole, len(run.outcomes)
+    # Only RetryTaskScheduleRun's answer sets it (`ScheduleService.retry_run`): the run an earlier retry with
+    # the same request id made, answered again; None in every other report (no answer of a retry).
+    replayed: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,19 @@ class _FiredMeanwhile(Unavailable):
 
 
 @dataclass(frozen=True)
+class Triggered:
+    """A manual trigger's answer (`ScheduleService.trigger_run`): the tasks it submitted, the run that
+    records it and when it fired. `replayed`: the answer is that of an earlier trigger (or retry) with the
+    same request id, which fired `run_id` at `fired_at`; this call fired nothing. The client tells its
+    operator so, rather than leave them to guess which of the two calls fired."""
+
+    task_ids: list[uuid.UUID]
+    run_id: uuid.UUID
+    fired_at: datetime
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
 class PlannedScope:
     """One scope of a previewed firing: what the planner makes it do (None: the schedule is paused)."""
 
@@ -690,7 +703,7 @@ class ScheduleService:
 
         `request_id` (the client's): a retry with the id of a run of the same schedule answers that run
         and fires nothing, as a trigger does (`_fired_before`); two at once queue on the retried run's
-        lock, and the second finds the first's run.
+        lock, and the second finds the first's run. The answer then says it is `replayed`.
         """
         claimed: Firing | None = None
         ended: Ended | None = None
@@ -709,12 +722,12 @@ class ScheduleService:
             fired = await self._fired_meanwhile(exc.schedule_id, request_id)
         if fired is not None:
             self._check_fired(fired, request_id)
-            return await self.rollouts.get(fired.id)
+            return replace(await self.rollouts.get(fired.id), replayed=True)
         assert claimed is not None
         if ended is not None:
             self.tasks.after_ended(ended)
         await self.fire([claimed])
-        return await self.rollouts.get(claimed.run_id)
+        return replace(await self.rollouts.get(claimed.run_id), replayed=False)
 
     async def _claim_retry(
         self, conn: AsyncConnection, run: Run, only_failed: bool, request_id: str | None
@@ -764,9 +777,18 @@ class ScheduleService:
     async def trigger(
         self, schedule_id: uuid.UUID, *, approve: bool = False, request_id: str | None = None
     ) -> list[uuid.UUID]:
-        """Fire now, whatever `enabled` and `next_run_at` say, on every scope (no overlap check).
+        """`trigger_run`'s tasks: what most callers need of a trigger."""
+        answer = await self.trigger_run(schedule_id, approve=approve, request_id=request_id)
+        return answer.task_ids
 
-        Returns the ids of the tasks submitted; scopes whose submission failed are in the run history.
+    async def trigger_run(
+        self, schedule_id: uuid.UUID, *, approve: bool = False, request_id: str | None = None
+    ) -> Triggered:
+        """TriggerTaskSchedule: fire now, whatever `enabled` and `next_run_at` say, on every scope (no
+        overlap check).
+
+        Returns the ids of the tasks submitted, and their run; scopes whose submission failed are in the
+        run history.
         When there were scopes and every one failed, raises FailedPrecondition naming each rack and its
         reason rather than answer a misleading success with no task. That is the one refusal that changes
         something: the firing has happened (phase 1 committed), so its run is recorded and a one-time
@@ -786,7 +808,8 @@ class ScheduleService:
         as that run's trigger did (`_fired_before`, `_answer_again`). A refusal recorded no run, so it
         remembers nothing: the same id fires once the refusal no longer holds. Two at once with one id
         queue on the schedule's lock, and the second finds the first's run; the unique index of the runs'
-        (schedule, request id) holds it whatever the code (`_FiredAlready`).
+        (schedule, request id) holds it whatever the code (`_FiredAlready`). The answer names the run and
+        when it fired, and says whether it is such an earlier call's (`Triggered.replayed`).
         """
         claimed: Firing | None = None
         fired: Run | None = None
@@ -804,13 +827,13 @@ class ScheduleService:
             return await self._answer_again(fired, request_id)
         assert claimed is not None
         if claimed.needs_approval:
-            return []
+            return Triggered([], claimed.run_id, claimed.fired_at)
         (result,) = await self.fire([claimed])
         if claimed.rolls_out:
-            return list(result.started)
+            return Triggered(list(result.started), claimed.run_id, claimed.fired_at)
         if claimed.scopes and not result.task_ids:
             raise await self._nothing_submitted(claimed.schedule, result)
-        return result.task_ids
+        return Triggered(result.task_ids, claimed.run_id, claimed.fired_at)
 
     async def _claim_trigger(
         self, conn: AsyncConnection, schedule: Schedule, approve: bool, request_id: str | None
@@ -873,17 +896,17 @@ class ScheduleService:
                 "try again"
             )
 
-    async def _answer_again(self, fired: Run, request_id: str | None) -> list[uuid.UUID]:
+    async def _answer_again(self, fired: Run, request_id: str | None) -> Triggered:
         """What the trigger that fired `fired` answered, for a trigger again with its request id: the tasks
         its run submitted (a rollout's, the tasks its steps started so far; none while it awaits approval,
         or once that approval expired or was refused), or the same FailedPrecondition when every scope of
-        a plain firing failed."""
+        a plain firing failed; marked `replayed`."""
         self._check_fired(fired, request_id)
         result = RunResult(fired.id, fired.outcomes)
         if fired.rollout is None and fired.outcomes and not result.task_ids and fired.approval is None:
             schedule = await self.get(fired.schedule_id)
             raise await self._nothing_submitted(schedule, result)
-        return result.task_ids
+        return Triggered(result.task_ids, fired.id, fired.fired_at, replayed=True)
 
     async def _in_doubt(self, claimed: Firing | None, lost: Unavailable) -> Firing:
         """A manual firing whose transaction lost its connection (`lost`): once claimed, its COMMIT may

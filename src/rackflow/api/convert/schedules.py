@@ -31,7 +31,7 @@ from rackflow.domain.schedules import (
 from rackflow.domain.tasks import QueueOptions, TaskStatus
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import Progress, RunReport, RunSummary
-from rackflow.schedules.service import PlannedFiring, PlannedScope
+from rackflow.schedules.service import PlannedFiring, PlannedScope, Triggered
 from rackflow.timespec import ScheduleSpec, SpecType, format_go_duration
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.validation import approval_policy
@@ -248,7 +248,19 @@ def run_to(report: RunReport) -> pb.TaskScheduleRun:
     progress = progress_to(report.progress)
     if progress is not None:
         msg.progress.CopyFrom(progress)
+    if report.replayed is not None:  # a retry's answer: whether an earlier retry with its id made the run
+        msg.replayed = report.replayed
     return msg
+
+
+def triggered_to(answer: Triggered) -> pb.SubmitTaskResponse:
+    """A trigger's answer: its tasks, its run and when it fired, and whether an earlier call made them."""
+    return pb.SubmitTaskResponse(
+        task_ids=[pb.UUID(id=str(task_id)) for task_id in answer.task_ids],
+        run_id=uuid_to(answer.run_id),
+        fired_at=timestamp_to(answer.fired_at),
+        replayed=answer.replayed,
+    )
 
 
 def run_summary_to(summary: RunSummary) -> pb.TaskScheduleRun:
