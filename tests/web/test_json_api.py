@@ -3,6 +3,7 @@ audited, bad input refused with the field named and nothing written."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -389,3 +390,29 @@ async def test_a_run_is_retried_over_http_with_only_failed_in_the_body(
     again = await http.post(url, json={"only_failed": False})
     assert again.status_code == 200, again.text
     assert again.json()["retry_of"] == run["id"] and len(again.json()["outcomes"]) == 2
+
+
+async def test_a_trigger_and_a_retry_sent_again_say_they_were_replayed(
+    http: httpx.AsyncClient, services: Services, clock: FakeClock
+) -> None:
+    await make_racks(services, "r1")
+    await make_schedule(services, "fw", "r1")
+    body = {"request_id": "web-1"}
+
+    first = (await http.post(f"{API}/schedules/fw:trigger", json=body)).json()
+    clock.advance(timedelta(minutes=1))
+    again = (await http.post(f"{API}/schedules/fw:trigger", json=body)).json()
+
+    (run,) = (await http.get(f"{API}/schedules/fw/runs")).json()["runs"]
+    assert (first["replayed"], again["replayed"]) == (False, True)
+    assert first["task_ids"] == again["task_ids"] and len(first["task_ids"]) == 1
+    assert first["run_id"] == again["run_id"] == run["id"]
+    assert first["fired_at"] == again["fired_at"] == run["fired_at"]
+    assert "replayed" not in run  # a run read is no answer of a retry
+
+    await end_task(services, uuid.UUID(first["task_ids"][0]["id"]), TaskStatus.FAILED)
+    url = f"{API}/runs/{run['id']['id']}:retry"
+    retried = (await http.post(url, json={"request_id": "web-2"})).json()
+    retried_again = (await http.post(url, json={"request_id": "web-2"})).json()
+    assert (retried["replayed"], retried_again["replayed"]) == (False, True)
+    assert retried["id"] == retried_again["id"] and retried["retry_of"] == run["id"]
