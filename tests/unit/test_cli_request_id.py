@@ -4,8 +4,10 @@ DEADLINE_EXCEEDED), up to `requests.ATTEMPTS` tries; any other error, or the las
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -80,3 +82,63 @@ def test_a_run_retry_is_sent_again_with_the_same_id(fake: FakeClient, run: Calla
     assert result.exit_code == 0, result.output
     assert _request_ids(fake, "retry_run") == ["r-1", "r-1"]
     assert "sending it again with the same request id r-1" in result.stderr
+
+
+FIRED_AT = datetime(2026, 12, 5, 20, 31, 7, tzinfo=UTC)
+
+
+def _fired(answer: Any, replayed: bool) -> Any:
+    answer.fired_at.FromDatetime(FIRED_AT)
+    answer.replayed = replayed
+    return answer
+
+
+def test_a_trigger_answered_by_its_earlier_request_says_nothing_new_fired(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    answer = _fired(pb.SubmitTaskResponse(task_ids=[pb.UUID(id=TASK_ID)], run_id=pb.UUID(id=RUN_ID)), True)
+    fake.answers["trigger_schedule"] = _lost_then(answer, [grpc.StatusCode.UNAVAILABLE])
+
+    result = run("schedule", "trigger", "nightly", "--request-id", "change-4711")
+
+    assert result.exit_code == 0, result.output
+    assert TASK_ID in result.stdout
+    assert (
+        f"request change-4711 had already fired run {RUN_ID} at 2026-12-05 20:31:07Z: nothing new fired"
+        in result.stderr
+    )
+    # Run again by hand with the same id: the same line, no try sent again.
+    again = run("-o", "json", "schedule", "trigger", "nightly", "--request-id", "change-4711")
+    assert "nothing new fired" in again.stderr and json.loads(again.stdout)["replayed"] is True
+
+
+def test_a_trigger_sent_again_that_fired_now_says_so(fake: FakeClient, run: Callable[..., Result]) -> None:
+    answer = _fired(pb.SubmitTaskResponse(task_ids=[pb.UUID(id=TASK_ID)], run_id=pb.UUID(id=RUN_ID)), False)
+    fake.answers["trigger_schedule"] = _lost_then(answer, [grpc.StatusCode.DEADLINE_EXCEEDED])
+
+    result = run("schedule", "trigger", "nightly", "--request-id", "r-1")
+
+    assert result.exit_code == 0, result.output
+    assert (
+        f"request r-1 fired run {RUN_ID} at 2026-12-05 20:31:07Z now: its earlier try had not reached "
+        "the server" in result.stderr
+    )
+    assert "nothing new fired" not in result.stderr
+    # Heard at the first try: nothing to tell.
+    fake.answers["trigger_schedule"] = answer
+    quiet = run("schedule", "trigger", "nightly")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+
+
+def test_a_run_retry_answered_by_its_earlier_request_says_nothing_new_fired(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    fake.answers["retry_run"] = _fired(pb.TaskScheduleRun(id=pb.UUID(id=RUN_ID), state="completed"), True)
+
+    result = run("run", "retry", RUN_ID, "--request-id", "r-2")
+
+    assert result.exit_code == 0, result.output
+    assert (
+        f"request r-2 had already fired run {RUN_ID} at 2026-12-05 20:31:07Z: nothing new fired"
+        in result.stderr
+    )
