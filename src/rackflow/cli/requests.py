@@ -3,20 +3,36 @@ invocation (`--request-id`, else a new UUID), so the server answers a call again
 answered the first, without firing a second run (docs/SCHEDULES.md, "A trigger whose COMMIT goes unanswered").
 The answer lost on the way back (UNAVAILABLE, DEADLINE_EXCEEDED) is then no reason to give up: the call is
 sent again with the same id, up to ATTEMPTS times, each try said on stderr so the operator sees why it
-took longer."""
+took longer. The answer says whether it is an earlier request's (`replayed`), and the command tells the
+operator which happened: that request had already fired the run, and nothing new fired; or, after a try
+sent again, that this try fired it now (the earlier one never reached the server)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import click
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
+from rackflow.cli.output import utc_text, when
 from rackflow.client import RackflowClientError
 
-T = TypeVar("T")
+
+class Answer(Protocol):
+    """A trigger's (SubmitTaskResponse) or a retry's (TaskScheduleRun) answer: when its run fired, and
+    whether an earlier call with the same request id fired it."""
+
+    @property
+    def replayed(self) -> bool: ...
+
+    @property
+    def fired_at(self) -> Timestamp: ...
+
+
+T = TypeVar("T", bound=Answer)
 F = TypeVar("F", bound=Callable[..., object])
 
 ATTEMPTS = 4
@@ -39,14 +55,20 @@ def request_id_option(what: str) -> Callable[[F], F]:
     return option
 
 
-def send_again(call: Callable[[str], T], request_id: str | None, sleep: Callable[[float], None]) -> T:
+def send_again(
+    call: Callable[[str], T],
+    request_id: str | None,
+    sleep: Callable[[float], None],
+    run_id: Callable[[T], str],
+) -> T:
     """`call(request_id)` (a new UUID when None), sent again with the same id while its answer was lost,
-    `sleep`ing between tries (the session's)."""
+    `sleep`ing between tries (the session's); what the answer says of its run (`run_id` of it) told on
+    stderr (`tell`)."""
     chosen = request_id or str(uuid.uuid4())
     delay = DELAY_SECONDS
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            return call(chosen)
+            answer = call(chosen)
         except RackflowClientError as exc:
             if exc.code not in RETRIED or attempt == ATTEMPTS:
                 raise
@@ -57,4 +79,28 @@ def send_again(call: Callable[[str], T], request_id: str | None, sleep: Callable
             )
             sleep(delay)
             delay *= 2
+            continue
+        tell(answer, chosen, run_id(answer), resent=attempt > 1)
+        return answer
     raise AssertionError("unreachable")  # the last try returns or raises
+
+
+def tell(answer: Answer, request_id: str, run_id: str, *, resent: bool) -> None:
+    """On stderr (so that -o json stays the answer alone, which says `replayed` too): an answer that is an
+    earlier request's fired nothing new, whatever the answer looks like; one that is not, heard after a
+    try sent again, fired now. Nothing when the first try was heard and fired, nor from a server too old
+    to say (no fired time in its answer)."""
+    fired = when(answer.fired_at)
+    if fired is None:
+        return
+    if answer.replayed:
+        click.echo(
+            f"request {request_id} had already fired run {run_id} at {utc_text(fired)}: nothing new fired",
+            err=True,
+        )
+    elif resent:
+        click.echo(
+            f"request {request_id} fired run {run_id} at {utc_text(fired)} now: its earlier try had not "
+            "reached the server, so this is its one firing",
+            err=True,
+        )

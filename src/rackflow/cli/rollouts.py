@@ -373,7 +373,8 @@ def retry(ctx: click.Context, run_id: str, all_racks: bool, request_id: str | No
     its rollout policy (a halted rollout is cancelled first). Shows the new run.
 
     Safe to run again, as `schedule trigger`: the retry carries a request id and is sent again with it when
-    its answer is lost; the server makes one new run and shows it each time.
+    its answer is lost; the server makes one new run and shows it each time, and stderr says when the
+    answer is an earlier request's run (nothing new fired).
 
     \b
     Example:
@@ -386,6 +387,7 @@ def retry(ctx: click.Context, run_id: str, all_racks: bool, request_id: str | No
             lambda rid: session.client.retry_run(run_id, only_failed=not all_racks, request_id=rid),
             request_id,
             session.sleep,
+            lambda answer: answer.id.id,
         ),
     )
 

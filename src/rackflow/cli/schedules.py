@@ -599,7 +599,9 @@ def trigger(ctx: click.Context, schedule_ref: str, approve: bool, request_id: st
 
     Safe to run again: the trigger carries a request id (--request-id, else a new one), and is sent again
     with it, up to 4 times, when its answer is lost (UNAVAILABLE, DEADLINE_EXCEEDED; said on stderr): the
-    server fires it once and answers each time with the tasks that firing submitted.
+    server fires it once and answers each time with the tasks that firing submitted. When the answer is an
+    earlier request's, stderr says so ("request ID had already fired run RUN at TIME: nothing new fired");
+    when a try sent again fired, that it fired now.
 
     When every scope fails, exits 1 naming each rack and why (the firing is still in `schedule runs`).
     A schedule that needs approval records the firing awaiting it (`rackflow run approve RUN_ID`), unless
@@ -616,6 +618,7 @@ def trigger(ctx: click.Context, schedule_ref: str, approve: bool, request_id: st
         lambda rid: session.client.trigger_schedule(schedule_ref, approve=approve, request_id=rid),
         request_id,
         session.sleep,
+        lambda answer: answer.run_id.id,
     )
 
     def view() -> RenderableType:

@@ -1181,18 +1181,20 @@ class SubmitTaskResponse(_message.Message):
     FIRED_AT_FIELD_NUMBER: _builtins.int
     REPLAYED_FIELD_NUMBER: _builtins.int
     replayed: _builtins.bool
+    """TriggerTaskSchedule's answer only: true when the trigger carried the request_id of a run already kept,
+    so this call fired nothing and the answer is that earlier call's (its run, fired at `fired_at`); false
+    when this call fired the run (docs/SCHEDULES.md, "A trigger whose COMMIT goes unanswered").
+    """
     @_builtins.property
     def task_ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]: ...
     @_builtins.property
     def run_id(self) -> Global___UUID:
-        """TriggerTaskSchedule's answer only (unset in the other RPCs' answers): the run the trigger fired and
-        when it fired. `replayed`: true when the trigger carried the request_id of a run already kept, so
-        this call fired nothing and the answer is that earlier call's (its run, fired at `fired_at`); false
-        when this call fired the run (docs/SCHEDULES.md, "A trigger whose COMMIT goes unanswered").
-        """
+        """TriggerTaskSchedule's answer only (unset in the other RPCs' answers): the run the trigger fired."""
 
     @_builtins.property
-    def fired_at(self) -> _timestamp_pb2.Timestamp: ...
+    def fired_at(self) -> _timestamp_pb2.Timestamp:
+        """TriggerTaskSchedule's answer only: when that run fired (the earlier call's time when `replayed`)."""
+
     def __init__(
         self,
         *,
