@@ -41,7 +41,29 @@ window.fetch = async (url, init) => {
 """
 
 # Each test's schedule, on racks of its own, so that each counts its own runs.
-SCHEDULES = {"lost-answer": "q1", "reloaded": "q2", "a-day-later": "q3", "no-storage": "q4", "retried": "q5"}
+SCHEDULES = {
+    "lost-answer": "q1",
+    "reloaded": "q2",
+    "a-day-later": "q3",
+    "no-storage": "q4",
+    "retried": "q5",
+    "never-sent": "q6",
+}
+
+# The page's next request to an action whose URL ends with arguments[0] is lost before it reaches the
+# server (the connection dropped on the way there): nothing fired, the browser hears nothing.
+LOSE_THE_NEXT_REQUEST = """
+const original = window.fetch;
+const action = arguments[0];
+let lose = true;
+window.fetch = async (url, init) => {
+  if (lose && String(url).endsWith(action)) {
+    lose = false;
+    throw new TypeError("the connection was lost");
+  }
+  return original(url, init);
+};
+"""
 
 
 @pytest.fixture(scope="module")
@@ -163,9 +185,12 @@ def test_a_trigger_whose_answer_was_lost_clicked_again_after_a_reload_fires_once
     assert second_answer == first_answer  # the second click was answered with the first run's tasks
     assert len(by_testid(driver, "grid-column")) == 1
     # The confirmation said, before anything was sent, that this sends the unanswered request again; the
-    # answer, that it may be that request's run (the server's answer does not say whether it fired now).
+    # answer, plainly, that the earlier request had fired the run and nothing new fired (`replayed`).
     assert "went unanswered" in asked, asked
-    assert done.startswith("Triggered reloaded") and "earlier request" in done, done
+    (run,) = runs_of(server, "reloaded")
+    assert done.startswith("Triggered reloaded. Your earlier request of "), done
+    assert f"had already fired run {run.id.id} at " in done and "nothing new was fired" in done, done
+    assert "if that one had reached" not in done, done
 
     # Answered, the id is forgotten: the next click is a new request, and fires.
     reload(driver, "reloaded")
@@ -263,3 +288,26 @@ def test_a_retry_whose_answer_was_lost_clicked_again_after_a_reload_fires_once(
     assert len(calls) == 2 and calls[0]["request_id"] == calls[1]["request_id"]
     assert "went unanswered" in asked, asked
     assert "earlier request" in done, done
+
+
+def test_a_trigger_that_never_reached_the_server_clicked_again_says_it_fired_now(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    """The request lost on its way to the server fired nothing: clicked again, the same id fires now, and
+    the page says so (the answer is not `replayed`), not that it may be the earlier request's run."""
+    open_page(driver, server, "/schedules/never-sent", "never-sent")
+    driver.execute_script(LOSE_THE_NEXT_REQUEST, ":trigger")
+    confirm(driver, "action-trigger")
+    wait(driver, lambda d: "cannot be reached" in text(d, "action-error"), "the lost request's error")
+    assert runs_of(server, "never-sent") == []
+
+    confirm(driver, "action-trigger")
+    # The first click's error stays until the answer's flash replaces it.
+    done = wait(driver, lambda d: (said := d.execute_script(SAID)).startswith("Triggered") and said, "")
+
+    (run,) = runs_of(server, "never-sent")
+    ((sent, _),) = trigger_calls(server, "never-sent")  # the first never reached the server
+    assert sent["request_id"].startswith("web-")
+    assert done.startswith("Triggered never-sent. Your earlier request of "), done
+    assert f"never reached the server: this click fired it now, as run {run.id.id} at " in done, done
+    assert "had already fired" not in done and "if that one had reached" not in done, done
