@@ -339,12 +339,24 @@
     const bytes = crypto.getRandomValues(new Uint8Array(16));
     return "web-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
   }
-  // The answer to a request sent again does not say whether it fired now or was the earlier call's run
-  // (a trigger answers the tasks, a retry the run, alike), so the page says which request it was.
+  // A refusal of a request sent again, or the answer of a server too old to say `replayed`, does not say
+  // whether the earlier request had fired, so the page says which request it was.
   function sentAgain(kept) {
     return `This was your earlier request of ${local(new Date(kept.at), false)}, whose answer was lost, ` +
       "sent again: a request fires at most once, so if that one had reached the server, this is its run, " +
       "not a new one.";
+  }
+  // What a trigger's or a retry's answer says happened (`replayed`: it is the answer of an earlier request
+  // with the same id, whose run it names, a trigger's as `run_id`, a retry's as the run itself), said
+  // plainly: that request had already fired the run and nothing new was fired, or, for a click that sent
+  // an unanswered request again, that this click fired it now. Nothing for a first click that fired.
+  function replayNote(data, kept) {
+    if (typeof data.replayed !== "boolean") return kept ? sentAgain(kept) : "";
+    const run = (data.run_id || data.id || {}).id || "";
+    const at = data.fired_at ? ` at ${local(new Date(data.fired_at), false)}` : "";
+    const earlier = kept ? `Your earlier request of ${local(new Date(kept.at), false)}` : "This request";
+    if (data.replayed) return `${earlier} had already fired run ${run}${at}: nothing new was fired.`;
+    return kept ? `${earlier} never reached the server: this click fired it now, as run ${run}${at}.` : "";
   }
   async function post(button, values) {
     if (tokensRequired && !token) { askToken(); return { ok: false, message: "a token is needed" }; }
@@ -369,7 +381,7 @@
       if (response.status === 401) askToken(data.message);
       const what = button.textContent.trim();
       const note = resent ? " " + sentAgain(resent) : "";
-      return response.ok ? { ok: true, note }
+      return response.ok ? { ok: true, note: idempotent ? replayNote(data, resent) : "" }
         : { ok: false, message: `${what} refused (${data.code || response.status}): ${data.message || response.statusText}${note}` };
     } catch (exc) {
       const again = idempotent ? "; trying again sends the same request, which fires at most once" : "";
@@ -386,7 +398,7 @@
     const kept = button.hasAttribute("data-idempotent") ? unanswered.get(button.dataset.post) : null;
     document.getElementById("confirm-text").textContent = (button.dataset.confirmText || "") + (kept
       ? ` Your earlier request of ${local(new Date(kept.at), false)} went unanswered: Confirm sends it ` +
-        "again, which fires at most once (if it had fired, the answer is its run)."
+        "again, which fires at most once (the answer says whether it had already fired)."
       : "");
     fields.replaceChildren();
     error.hidden = true;
