@@ -302,8 +302,12 @@ def test_a_trigger_that_never_reached_the_server_clicked_again_says_it_fired_now
     assert runs_of(server, "never-sent") == []
 
     confirm(driver, "action-trigger")
-    # The first click's error stays until the answer's flash replaces it.
-    done = wait(driver, lambda d: (said := d.execute_script(SAID)).startswith("Triggered") and said, "")
+
+    def flashed(d: WebDriver) -> str:  # the first click's error stays until the answer's flash replaces it
+        shown = str(d.execute_script(SAID))
+        return shown if shown.startswith("Triggered") else ""
+
+    done = wait(driver, flashed, "the second click's flash")
 
     (run,) = runs_of(server, "never-sent")
     ((sent, _),) = trigger_calls(server, "never-sent")  # the first never reached the server

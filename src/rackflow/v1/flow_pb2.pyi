@@ -2259,7 +2259,8 @@ class TriggerTaskScheduleRequest(_message.Message):
     """
     request_id: _builtins.str
     """Makes the trigger safe to send again: a trigger with the request id of a run of this schedule does not
-    fire again but answers as that run's trigger did (the tasks it submitted). At most 64 characters of
+    fire again but answers as that run's trigger did (the tasks it submitted), with `replayed` true in the
+    answer (SubmitTaskResponse.replayed). At most 64 characters of
     [A-Za-z0-9._:-]; empty: none. Remembered as long as the run is kept (--run-retention).
     """
     @_builtins.property
@@ -3214,7 +3215,8 @@ class RetryTaskScheduleRunRequest(_message.Message):
     """default true: the failed and not-started racks; false: every rack"""
     request_id: _builtins.str
     """Makes the retry safe to send again: a retry with the request id of a run of the same schedule does not
-    fire again but answers that run. As TriggerTaskScheduleRequest.request_id.
+    fire again but answers that run, with `replayed` true (TaskScheduleRun.replayed). As
+    TriggerTaskScheduleRequest.request_id.
     """
     @_builtins.property
     def id(self) -> Global___UUID: ...
