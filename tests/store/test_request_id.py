@@ -17,6 +17,7 @@ from rackflow.domain.schedules import OverlapPolicy
 from rackflow.domain.tasks import QueueOptions, TaskStatus
 from rackflow.errors import FailedPrecondition, Unavailable
 from rackflow.schedules import firing
+from rackflow.schedules.service import Triggered
 from rackflow.store import runs as run_history
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -146,3 +147,23 @@ async def test_two_calls_at_once_with_one_id_fire_one_run(db: Database) -> None:
     assert all(a == submitted or isinstance(a, Unavailable) for a in answers)
     assert submitted in answers
     assert await env.services.schedules.trigger(schedule.id, request_id="req-1") == submitted
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+async def test_of_calls_at_once_with_one_id_only_the_one_that_fired_is_not_replayed(db: Database) -> None:
+    env = make_env(db)
+    schedule = await env.schedule(racks=[await env.rack("r1")])
+
+    async def call() -> Triggered | Unavailable:
+        try:
+            return await env.services.schedules.trigger_run(schedule.id, request_id="req-1")
+        except Unavailable as exc:  # the first's run still being fired
+            return exc
+
+    answers = [a for a in await asyncio.gather(*(call() for _ in range(4))) if isinstance(a, Triggered)]
+
+    (run,) = (await env.services.schedules.list_runs(schedule.id))[0]
+    assert [a.replayed for a in answers].count(False) == 1
+    assert {(a.run_id, a.fired_at) for a in answers} == {(run.id, run.fired_at)}
+    again = await env.services.schedules.trigger_run(schedule.id, request_id="req-1")
+    assert again.replayed and again.task_ids == [o.task_id for o in run.outcomes]
