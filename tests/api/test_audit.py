@@ -163,6 +163,19 @@ async def test_an_id_in_another_spelling_is_recorded_once_as_the_id_it_names(
         assert all(i == str(uuid.UUID(i)) for i in task_ids)
 
 
+async def test_a_trigger_and_its_replay_name_its_run(stub: FlowStub, services: Services) -> None:
+    """A trigger's answer names its run (`run_id`), so its row does, and the row of a call again with its
+    request id (`replayed`) names the same: the trail by run finds the calls that answered it."""
+    await services.inventory.create_rack("r1")
+    schedule = await create_schedule(stub)
+    trigger = pb.TriggerTaskScheduleRequest(id=schedule.id, request_id="req-1")
+    first = await stub.TriggerTaskSchedule(trigger, metadata=OPERATOR)
+    again = await stub.TriggerTaskSchedule(trigger, metadata=OPERATOR)
+    assert again.replayed and again.run_id == first.run_id
+    rows = await events(stub, target=first.run_id)
+    assert [(e.method, e.outcome) for e in rows] == [("TriggerTaskSchedule", "OK")] * 2
+
+
 async def test_schedule_changes_carry_before_and_after(
     stub: FlowStub, services: Services, clock: FakeClock
 ) -> None:
