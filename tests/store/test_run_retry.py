@@ -1,14 +1,16 @@
 """A schedule's retry policy and RetryTaskScheduleRun on both databases: the policy is stored, updated and
 carried by the tasks a firing submits; a run that is over is re-fired for its failed and not-started racks
 (or all of them) as a new run linked to it, with its own rollout policy; a halted run is cancelled by it;
-a run still running or rolling, or with nothing to retry, is refused and nothing is written; and a rollout
-counts a rack as failed only after its last attempt."""
+a run still running or rolling, or with nothing to retry, is refused and nothing is written; a rollout
+counts a rack as failed only after its last attempt; and a retry beside the deletion of its schedule comes
+wholly before it (answered with its run) or after it (NotFound, nothing submitted)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,7 @@ from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import QueueOptions, RetryPolicy, Task, TaskStatus
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.rollouts.service import RunReport
+from rackflow.schedules import firing
 from rackflow.services import Services
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -217,3 +220,106 @@ async def test_a_rollout_counts_a_rack_failed_only_after_its_last_attempt(db: Da
     by_rack = {t.rack_id: t for t in found}
     assert (by_rack[first.id].status, by_rack[first.id].attempt) == (TaskStatus.COMPLETED, 3)
     assert (by_rack[second.id].status, by_rack[second.id].attempt) == (TaskStatus.COMPLETED, 1)
+
+
+async def _failed_run(env: Env) -> tuple[Schedule, RunReport, list[Rack]]:
+    """A schedule on r00 and r01 fired once, both its tasks failed: its run may be retried."""
+    racks = await _racks(env, 2)
+    schedule = await _schedule(env, racks)
+    await env.services.schedules.trigger(schedule.id)
+    (first,) = await _runs(env, schedule)
+    await _end(env, await _tasks(env, first.run.id), TaskStatus.FAILED)
+    env.clock.advance(timedelta(seconds=1))
+    return schedule, first, racks
+
+
+async def _tasks_on(env: Env, racks: Sequence[Rack]) -> list[Task]:
+    found, _ = await env.services.tasks.list_tasks()
+    return [t for t in found if t.rack_id in {r.id for r in racks}]
+
+
+async def test_a_retry_whose_schedule_is_deleted_before_its_submit_submits_nothing(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteSchedule commits between the retry's claim (its new run recorded) and its submit: the run went
+    with the schedule, and the retry answers NotFound having submitted nothing (the deletion came first).
+    Before, the submit held nothing of the run: it submitted a task per rack for a retry it answered
+    NotFound, and the racks were acted on while the operator was told nothing happened."""
+    env = make_env(db)
+    schedule, first, racks = await _failed_run(env)
+    schedules = env.services.schedules
+    fire = schedules.fire
+
+    async def deleted_first(claimed: Any, **kwargs: Any) -> Any:
+        await schedules.delete(schedule.id)
+        return await fire(claimed, **kwargs)
+
+    monkeypatch.setattr(schedules, "fire", deleted_first)
+    before = {t.id for t in await _tasks_on(env, racks)}
+    with pytest.raises(NotFound) as gone:
+        await schedules.retry_run(first.run.id)
+    assert {t.id for t in await _tasks_on(env, racks)} == before  # the first run's two tasks alone
+    assert gone.match(r"^id: schedule 'fw' \(.*\) was deleted, with run .* nothing was submitted")
+
+
+async def test_a_retry_whose_schedule_is_deleted_after_its_submit_answers_with_its_run(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteSchedule commits once the retry's submit did, before its write-back: the retry came first, and
+    answers with its run, as it fired (the run went with the schedule), naming the tasks it submitted,
+    which go on as every task of a deleted schedule does. Before, it answered NotFound for a run whose
+    tasks it had submitted."""
+    env = make_env(db)
+    schedule, first, racks = await _failed_run(env)
+    schedules = env.services.schedules
+    write_back = firing._write_back
+
+    async def deleted_first(*args: Any, **kwargs: Any) -> Any:
+        await schedules.delete(schedule.id)
+        return await write_back(*args, **kwargs)
+
+    monkeypatch.setattr(firing, "_write_back", deleted_first)
+    again = await schedules.retry_run(first.run.id)
+
+    assert (again.run.retry_of, again.run.state, again.run.trigger) == (first.run.id, "completed", "manual")
+    submitted = [t for t in await _tasks_on(env, racks) if t.id in again.task_statuses]
+    assert sorted(o.task_id for o in again.run.outcomes) == sorted(t.id for t in submitted)
+    assert _rack_names(racks, submitted) == ["r00", "r01"]
+    assert set(again.task_statuses.values()) == {TaskStatus.PENDING}  # not ended by the deletion
+    with pytest.raises(NotFound):
+        await schedules.get(schedule.id)
+
+
+async def test_a_rollout_s_retry_whose_schedule_is_deleted_after_its_first_step_answers_with_its_run(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout's retry starts its racks in its first step (`RolloutService.advance`), which holds its run;
+    DeleteSchedule commits once that step did: the retry came first, and answers with its run as it
+    fired, its first wave's rack started, the others still pending."""
+    env = make_env(db)
+    racks = await _racks(env, 3)
+    policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
+    schedule = await _schedule(env, racks, rollout=policy)
+    await env.services.schedules.trigger(schedule.id)
+    (halting,) = await _runs(env, schedule)
+    await _end(env, await _tasks(env, halting.run.id), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    env.clock.advance(timedelta(seconds=1))
+    rollouts = env.services.rollouts
+    advance = rollouts.advance
+
+    async def deleted_after(*args: Any, **kwargs: Any) -> Any:
+        step = await advance(*args, **kwargs)
+        await env.services.schedules.delete(schedule.id)
+        return step
+
+    monkeypatch.setattr(rollouts, "advance", deleted_after)
+    again = await env.services.schedules.retry_run(halting.run.id)
+
+    assert (again.run.retry_of, again.run.state, again.run.rollout) == (halting.run.id, "rolling", policy)
+    assert sorted(o.outcome for o in again.run.outcomes) == ["pending", "pending", "submitted"]
+    [started] = [o.task_id for o in again.run.outcomes if o.task_id]
+    assert again.task_statuses == {started: TaskStatus.PENDING}
+    assert again.progress is not None and (again.progress.total, again.progress.pending) == (3, 2)
+    with pytest.raises(NotFound):
+        await env.services.schedules.get(schedule.id)

@@ -7,7 +7,8 @@ the failing-streak look check the schedule's key, `FOR KEY SHARE`) hold a run, t
 DeleteSchedule and DeleteRack's stamp took the schedule first, then waited for a run: each test here holds
 one side at the point where it has what it takes first, runs the other until it is done or waits for a
 lock, then lets the first go on. Both must end as they would one after the other, neither answering
-UNAVAILABLE ("try again: the database ended this call's wait …").
+UNAVAILABLE ("try again: the database ended this call's wait …"). A retry's submit holds its new run and
+the schedule's key until it commits, so DeleteSchedule beside it comes wholly before or after it.
 
 A schedule's row comes before racks' (below): the scope RPCs, DeleteRack's and RemoveComponent's stamps
 and a rollout step's pause of a schedule whose run it halts lock it `FOR NO KEY UPDATE`, which the key check
@@ -39,9 +40,10 @@ from rackflow.store import schedules as schedule_store
 from rackflow.store import scope_removals, streak_checks
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
-from rackflow.store.tables import task_schedule, task_schedule_run
+from rackflow.store.tables import task_schedule, task_schedule_run, tasks
 from rackflow.store.tasks import set_status
 from tests.conftest import schedule_row
+from tests.store.lock_waits import waiting_for
 from tests.store.schedules_support import Env, make_env, rack_target
 from tests.store.test_approvals import caller
 from tests.store.test_rollout_halt_gate import HALTING
@@ -67,11 +69,13 @@ class PausedAfter:
     ) -> None:
         self.paused = asyncio.Event()
         self.go = asyncio.Event()
+        self.args: tuple[Any, ...] = ()  # the paused call's (a store function's first is its connection)
         original = getattr(module, name)
 
         async def pausing(*args: Any, **kwargs: Any) -> Any:
             result = await original(*args, **kwargs)
             if not self.paused.is_set() and when(*args, **kwargs):
+                self.args = args
                 self.paused.set()
                 await self.go.wait()
             return result
@@ -119,6 +123,17 @@ async def schedule_exists(env: Env, schedule_id: Any) -> bool:
         return bool(await conn.scalar(select(task_schedule.c.id).where(task_schedule.c.id == schedule_id)))
 
 
+async def tasks_on(env: Env, racks: list[Any]) -> set[Any]:
+    async with env.db.read() as conn:
+        stmt = select(tasks.c.id).where(tasks.c.rack_id.in_([r.id for r in racks]))
+        return set((await conn.execute(stmt)).scalars())
+
+
+async def tasks_of_runs(env: Env, run_ids: list[Any]) -> set[Any]:
+    async with env.db.read() as conn:
+        return set((await conn.execute(select(tasks.c.id).where(tasks.c.run_id.in_(run_ids)))).scalars())
+
+
 async def runs_of(env: Env, schedule_id: Any) -> list[Any]:
     async with env.db.read() as conn:
         stmt = select(task_schedule_run.c.id).where(task_schedule_run.c.schedule_id == schedule_id)
@@ -134,16 +149,16 @@ async def test_delete_schedule_beside_a_retry_holding_its_run(
     db = Database(pg_db)
     try:
         env = make_env(db)
-        schedule, run, _ = await failed_run(env, ["r0"])
+        schedule, run, [r0] = await failed_run(env, ["r0"])
         pause = PausedAfter(monkeypatch, run_store, "get_run", lambda *a, **kw: kw.get("lock", False))
         schedules = env.services.schedules
         deletion: asyncio.Future[None] | None = None
         fire = schedules.fire
 
-        async def fire_once_deleted(claimed: Any) -> Any:
+        async def fire_once_deleted(claimed: Any, **kwargs: Any) -> Any:
             assert deletion is not None
             await asyncio.wait([deletion], timeout=60)  # its phases 2 and 3 after the deletion, always
-            return await fire(claimed)
+            return await fire(claimed, **kwargs)
 
         monkeypatch.setattr(schedules, "fire", fire_once_deleted)
         retry = asyncio.ensure_future(schedules.retry_run(run.id))
@@ -158,6 +173,78 @@ async def test_delete_schedule_beside_a_retry_holding_its_run(
             await asyncio.wait_for(retry, 60)
         assert not await schedule_exists(env, schedule.id)
         assert await runs_of(env, schedule.id) == []
+        assert await tasks_of_runs(env, [run.id]) == await tasks_on(env, [r0])  # it submitted nothing
+    finally:
+        await db.dispose()
+
+
+async def test_a_retry_s_submit_beside_delete_schedule_holding_its_runs(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry's claim committed its new run; DeleteSchedule then holds every run of the schedule, the new
+    one with them, and the retry's submit, beside it, waits for that run (`FOR KEY SHARE`), then finds it
+    gone with the schedule: the retry answers NotFound having submitted nothing. Before, the submit held
+    nothing of the run and submitted r0's task while the deletion was under way: the retry answered
+    NotFound for a run whose rack was being acted on."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, run, [r0] = await failed_run(env, ["r0"])
+        schedules = env.services.schedules
+        claimed, submit = asyncio.Event(), asyncio.Event()
+        fire = schedules.fire
+
+        async def fire_when_told(firings: Any, **kwargs: Any) -> Any:
+            claimed.set()
+            await submit.wait()
+            return await fire(firings, **kwargs)
+
+        monkeypatch.setattr(schedules, "fire", fire_when_told)
+        retry = asyncio.ensure_future(schedules.retry_run(run.id))
+        async with asyncio.timeout(60):
+            await claimed.wait()  # its new run committed
+        locked = PausedAfter(monkeypatch, run_history, "runs_of_schedule", lambda *a, **kw: kw.get("lock"))
+        deletion = asyncio.ensure_future(schedules.delete(schedule.id))
+        await locked.reached()  # DeleteSchedule holds the runs, the retry's among them
+        submit.set()
+        await waiting_for(db, locked.args[0], retry)  # fails if it submits without waiting
+        locked.go.set()
+
+        await asyncio.wait_for(deletion, 60)
+        with pytest.raises(NotFound) as gone:
+            await asyncio.wait_for(retry, 60)
+        assert await tasks_of_runs(env, [run.id]) == await tasks_on(env, [r0])  # its first task alone
+        assert gone.match(r"was deleted, with run .* nothing was submitted")
+        assert not await schedule_exists(env, schedule.id)
+    finally:
+        await db.dispose()
+
+
+async def test_delete_schedule_beside_a_retry_s_submit(pg_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry's submit holds its new run and the schedule's key from before it submits (r0's task
+    inserted, not committed); DeleteSchedule, beside it, waits for the run, and deletes the schedule once
+    the submit committed. The retry came first: it answers with its run, naming its task, which goes on
+    as every task of a deleted schedule does. Before, DeleteSchedule did not wait: it committed under the
+    submit, which then committed r0's task for a retry that answered NotFound."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule, run, [r0] = await failed_run(env, ["r0"])
+        schedules = env.services.schedules
+        submitting = PausedAfter(monkeypatch, schedules.tasks, "submit_each_in")
+        retry = asyncio.ensure_future(schedules.retry_run(run.id))
+        await submitting.reached()
+        deletion = asyncio.ensure_future(schedules.delete(schedule.id))
+        await waiting_for(db, submitting.args[0], deletion)  # fails if it deletes without waiting
+        submitting.go.set()
+
+        report = await asyncio.wait_for(retry, 60)
+        await asyncio.wait_for(deletion, 60)
+        assert not await schedule_exists(env, schedule.id)
+        assert report.run.retry_of == run.id
+        [task_id] = [o.task_id for o in report.run.outcomes]
+        assert report.task_statuses == {task_id: TaskStatus.PENDING}
+        assert task_id in await tasks_on(env, [r0])
     finally:
         await db.dispose()
 

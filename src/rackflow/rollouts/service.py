@@ -428,6 +428,26 @@ class RolloutService:
             (report,) = await self._reports(conn, [run])
         return report
 
+    async def as_fired(self, run: Run, task_ids: Collection[uuid.UUID]) -> RunReport:
+        """The report of `run` as its firing wrote it, with `task_ids`, the tasks it submitted (a rollout's:
+        its first step started), the run itself deleted since with its schedule (a retry's, whose tasks
+        were submitted before the deletion: `ScheduleService.retry_run`). The tasks are read by their ids,
+        as they outlive their run; a rollout's scopes whose racks they are read "submitted"."""
+        async with self.db.read() as conn:
+            tasks = await store.tasks_by_id(conn, run.id, task_ids)
+        on_rack = {rack_id: task for (_, rack_id), task in tasks.items()}
+        started = [
+            replace(o, outcome="submitted", task_id=on_rack[o.rack_id].task_id)
+            if o.task_id is None and o.rack_id in on_rack
+            else o
+            for o in run.outcomes
+        ]
+        run = replace(run, outcomes=tuple(started))
+        statuses = {task.task_id: task.status for task in tasks.values()}
+        holds = {t.task_id: (t.held_by, t.held_reason or "") for t in tasks.values() if t.held_by is not None}
+        progress = None if run.rollout is None else _progress(run, _views(run, tasks, {}), self.clock.now())
+        return RunReport(run, statuses, progress, (), holds)
+
     async def summary(self, run_id: uuid.UUID) -> RunSummary:
         async with self.db.read() as conn:
             run = await run_history.run_head(conn, run_id)

@@ -59,7 +59,7 @@ from rackflow.domain.approvals import Approver
 from rackflow.domain.firing import Firing, RunResult, checks_scopes, plan
 from rackflow.domain.schedules import Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.domain.tasks import Task
-from rackflow.errors import FailedPrecondition, RackflowError, Unavailable
+from rackflow.errors import FailedPrecondition, NotFound, RackflowError, Unavailable
 from rackflow.notify import events
 from rackflow.retry import Retry, retrying
 from rackflow.store import decisions_owed as owed_store
@@ -208,30 +208,43 @@ async def settle_in_doubt(lost: Unavailable, done: Awaitable[bool], *, not_done:
 # --- phases 2 and 3: submit, write back ----------------------------------------------------------
 
 
-async def fire(db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing]) -> list[RunResult]:
+class RunGone(NotFound):
+    """A firing whose submit holds its run (`fire`, `kept`) found the run gone with its schedule, deleted
+    since the claim committed: nothing was submitted."""
+
+
+async def fire(
+    db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing], *, kept: bool = False
+) -> list[RunResult]:
     """Phases 2 and 3 for claimed firings: one submit transaction, one write-back transaction.
 
     A refused scope (conflict, full queue, rack gone) fails alone and the others still fire. The task
     manager locks the batch's racks in id order, so concurrent batches on other instances cannot deadlock.
     A rollout's firing is left out: its result is its scopes as phase 1 recorded them, and its scopes
     start in its rollout steps (`RolloutService.advance`).
+
+    `kept` (a retry of a run, whose caller answers with the run it fired): the submit holds the firings'
+    runs and schedules undeleted until it commits (`store.runs.hold_runs`), so a DeleteSchedule comes
+    wholly before it or after it; before it, the submit raises RunGone having submitted nothing. Without
+    it (the dispatcher, a trigger) the submit holds nothing of them: a schedule deleted since its claim
+    committed still has that firing's tasks submitted, as it would have had the deletion come a moment later.
     """
     by_run = {f.run_id: RunResult(f.run_id, f.rollout_outcomes) for f in firings if f.rolls_out}
     for f in firings:
         if f.rolls_out:
             metrics.FIRINGS.labels(f.trigger).inc()
-    plain = await _fire_plain(db, tasks, clock, [f for f in firings if not f.rolls_out])
+    plain = await _fire_plain(db, tasks, clock, [f for f in firings if not f.rolls_out], kept)
     by_run.update((r.run_id, r) for r in plain)
     return [by_run[f.run_id] for f in firings]
 
 
 async def _fire_plain(
-    db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing]
+    db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing], kept: bool
 ) -> list[RunResult]:
     if not firings:
         return []
     started = clock.now()
-    submitted, outcome_unknown, owed = await _submit_all(db, tasks, firings)
+    submitted, outcome_unknown, owed = await _submit_all(db, tasks, firings, kept)
     results = [
         RunResult(
             f.run_id,
@@ -260,7 +273,7 @@ async def _fire_plain(
 
 
 async def _submit_all(
-    db: Database, tasks: TaskManager, firings: Sequence[Firing]
+    db: Database, tasks: TaskManager, firings: Sequence[Firing], kept: bool
 ) -> tuple[dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome], bool, list[uuid.UUID]]:
     """Phase 2: every eligible scope's outcome, keyed by (run id, scope id), whether the outcome of the
     submit transaction is unknown, and the tasks it recorded as owed a window's decision (`_owed`).
@@ -271,6 +284,11 @@ async def _submit_all(
     means nothing was committed: the database answered, or the error was raised before COMMIT. A lost
     connection may have been lost during COMMIT, after the database committed: then the outcome is unknown,
     and phase 3 looks up which tasks exist.
+
+    `kept` (`fire`): the transaction holds the firings' runs and schedules from before it submits until it
+    commits, after the windows' turn (taken first) and before the racks (a run's row, then its schedule's,
+    then racks': the lock order atop `rackflow.tasks.executor`); a run gone raises RunGone, nothing
+    submitted.
     """
     jobs = [(f, scope) for f in firings for scope in f.to_submit]
     if not jobs:
@@ -280,9 +298,13 @@ async def _submit_all(
     try:
         async with db.transaction() as conn:
             moved = await _windows_moved(conn, firings)
+            if kept:
+                await _hold_runs(conn, firings)
             results = await tasks.submit_each_in(conn, submissions)
             owed = _owed(jobs, results, moved)
             await owed_store.owe(conn, owed, db.clock.now())
+    except RunGone:
+        raise
     except Exception as exc:
         outcome_unknown = isinstance(exc, Unavailable)
         if outcome_unknown:
@@ -336,6 +358,18 @@ async def _windows_moved(conn: AsyncConnection, firings: Sequence[Firing]) -> se
     read = {id(f.windows_read): f.windows_read for f in checked}
     moved = {key for key, seen in read.items() if seen != windows}
     return {f.run_id for f in checked if id(f.windows_read) in moved}
+
+
+async def _hold_runs(conn: AsyncConnection, firings: Sequence[Firing]) -> None:
+    """Hold the firings' runs and their schedules until commit (`store.runs.hold_runs`); RunGone, naming
+    the schedule, when a run went with it."""
+    held = await run_history.hold_runs(conn, [f.run_id for f in firings])
+    gone = next((f for f in firings if f.run_id not in held), None)
+    if gone is not None:
+        raise RunGone(
+            f"id: schedule {gone.schedule.name!r} ({gone.schedule.id}) was deleted, with run {gone.run_id} "
+            "that fired before it; nothing was submitted"
+        )
 
 
 def _owed(

@@ -704,6 +704,14 @@ class ScheduleService:
         `request_id` (the client's): a retry with the id of a run of the same schedule answers that run
         and fires nothing, as a trigger does (`_fired_before`); two at once queue on the retried run's
         lock, and the second finds the first's run. The answer then says it is `replayed`.
+
+        Beside DeleteSchedule of its schedule, a retry comes wholly before or after it: its submit holds the
+        new run and the schedule undeleted from before it submits until it commits (`firing.fire`, `kept`).
+        The deletion first, the retry answers NotFound having submitted nothing (its new run went with the
+        schedule); the submit first, it answers with its run, as written back or, deleted meanwhile, as it
+        fired (`RolloutService.as_fired`), and its tasks go on as every task of a deleted schedule does. A
+        rollout's run starts its racks in its steps, which hold the run (`RolloutService.advance`): its
+        first step after the deletion starts nothing (NotFound), and one before it is answered as fired.
         """
         claimed: Firing | None = None
         ended: Ended | None = None
@@ -726,8 +734,27 @@ class ScheduleService:
         assert claimed is not None
         if ended is not None:
             self.tasks.after_ended(ended)
-        await self.fire([claimed])
-        return replace(await self.rollouts.get(claimed.run_id), replayed=False)
+        results = await self.fire([claimed], kept=True)
+        try:
+            return replace(await self.rollouts.get(claimed.run_id), replayed=False)
+        except NotFound:
+            if not results or not (results[0].task_ids or results[0].started):
+                raise
+        # Its tasks were submitted (a rollout's first step started), then its schedule was deleted with the
+        # new run: the retry came first, and answers with its run as it fired.
+        (result,) = results
+        as_fired = Run(
+            claimed.run_id,
+            claimed.schedule.id,
+            claimed.fired_at,
+            claimed.trigger,
+            "rolling" if claimed.rolls_out else "completed",
+            result.outcomes,
+            rollout=claimed.schedule.rollout,
+            retry_of=run_id,
+        )
+        fired_report = await self.rollouts.as_fired(as_fired, [*result.task_ids, *result.started])
+        return replace(fired_report, replayed=False)
 
     async def _claim_retry(
         self, conn: AsyncConnection, run: Run, only_failed: bool, request_id: str | None
@@ -936,13 +963,13 @@ class ScheduleService:
         )
         return claimed
 
-    async def fire(self, claimed: Sequence[Firing]) -> list[RunResult]:
+    async def fire(self, claimed: Sequence[Firing], *, kept: bool = False) -> list[RunResult]:
         """Phases 2 and 3 for claimed firings (`firing.fire`), then the first step of their rollouts at once
         rather than at the rollout driver's next step: the one way the dispatcher, a manual trigger and an
         approval fire what they claimed. A rollout's result says which tasks that step started. A firing
-        awaiting approval is left out (it starts when approved)."""
+        awaiting approval is left out (it starts when approved). `kept`: a retry's (`firing.fire`)."""
         claimed = [f for f in claimed if not f.needs_approval]
-        results = await firing.fire(self.db, self.tasks, self.clock, claimed)
+        results = await firing.fire(self.db, self.tasks, self.clock, claimed, kept=kept)
         rolling = [f.run_id for f in claimed if f.rolls_out]
         if not rolling:
             return results

@@ -244,6 +244,14 @@ def for_update(dialect: str, stmt: _S, *, nowait: bool = False, keys_kept: bool 
     return stmt.with_for_update(nowait=nowait, key_share=keys_kept) if locks_rows(dialect) else stmt
 
 
+def keys_shared(dialect: str, stmt: _S) -> _S:
+    """Hold rows' keys until commit (`FOR KEY SHARE`, PostgreSQL): the rows can be neither deleted nor their
+    keys changed meanwhile (a `FOR UPDATE`, a DELETE, its cascade wait), but every other writer of them
+    (`FOR NO KEY UPDATE`, an UPDATE of other columns) goes on; SQLite's single writer already excludes
+    every other writer."""
+    return stmt.with_for_update(read=True, key_share=True) if locks_rows(dialect) else stmt
+
+
 async def take_turns(conn: AsyncConnection, key: int) -> None:
     """Until the caller's transaction ends, every other transaction that takes `key` waits for it, so they
     run one after another and each reads what the one before committed: on PostgreSQL a transaction-level

@@ -284,6 +284,23 @@ async def task_states(
     return found
 
 
+async def tasks_by_id(
+    conn: AsyncConnection, run_id: uuid.UUID, task_ids: Collection[uuid.UUID]
+) -> dict[tuple[uuid.UUID, uuid.UUID], TaskState]:
+    """These tasks of the run `run_id`, keyed as `task_states` keys a run's, read by their ids: the tasks of
+    a run deleted since with its schedule, which outlive it (SQLite clears their `run_id`)."""
+    found: dict[tuple[uuid.UUID, uuid.UUID], TaskState] = {}
+    for chunk in chunked(list(task_ids)):
+        task = tasks.c
+        stmt = select(
+            task.rack_id, task.id, task.status, task.finished_at, task.held_by, task.held_reason
+        ).where(task.id.in_(chunk))
+        for row in await conn.execute(stmt):
+            state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by, row.held_reason)
+            found[(run_id, row.rack_id)] = state
+    return found
+
+
 async def task_status_counts(
     conn: AsyncConnection, run_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, dict[TaskStatus, int]]:
