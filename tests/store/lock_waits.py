@@ -23,12 +23,20 @@ _BLOCKED_BY = text(
 )
 
 
-async def waiting_for(db: Database, holder: AsyncConnection, waiter: asyncio.Future[Any]) -> None:
+async def backend_pid(conn: AsyncConnection) -> int:
+    """The PostgreSQL backend of `conn`, asked while it is free: a connection whose statement waits for a
+    lock answers nothing else until that statement ends (for `waiting_for` on a holder that waits too)."""
+    return int(await conn.scalar(text("SELECT pg_backend_pid()")))
+
+
+async def waiting_for(db: Database, holder: AsyncConnection | int, waiter: asyncio.Future[Any]) -> None:
     """Until `waiter` waits for a lock that `holder`'s open transaction holds: on PostgreSQL a session that
-    `pg_blocking_pids` says `holder`'s backend blocks; on SQLite a writer queued on the lock this process's
-    writers take in turn (`Database.transaction`), which `holder` holds. Fails if `waiter` ends first (it did
-    not wait), with its error if it raised one."""
-    holder_pid = await holder.scalar(text("SELECT pg_backend_pid()")) if db.is_postgres else None
+    `pg_blocking_pids` says `holder`'s backend (or the backend `holder` names: `backend_pid`) blocks; on
+    SQLite a writer queued on the lock this process's writers take in turn (`Database.transaction`), which
+    `holder` holds. Fails if `waiter` ends first (it did not wait), with its error if it raised one."""
+    holder_pid = None
+    if db.is_postgres:
+        holder_pid = holder if isinstance(holder, int) else await backend_pid(holder)
     async with asyncio.timeout(60):
         while True:
             if waiter.done():

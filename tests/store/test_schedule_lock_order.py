@@ -8,7 +8,8 @@ DeleteSchedule and DeleteRack's stamp took the schedule first, then waited for a
 one side at the point where it has what it takes first, runs the other until it is done or waits for a
 lock, then lets the first go on. Both must end as they would one after the other, neither answering
 UNAVAILABLE ("try again: the database ended this call's wait …"). A retry's submit holds its new run and
-the schedule's key until it commits, so DeleteSchedule beside it comes wholly before or after it.
+the schedule's key until it commits, so DeleteSchedule beside it comes wholly before or after it; the sweep
+of abandoned runs locks them in DeleteSchedule's order, by id.
 
 A schedule's row comes before racks' (below): the scope RPCs, DeleteRack's and RemoveComponent's stamps
 and a rollout step's pause of a schedule whose run it halts lock it `FOR NO KEY UPDATE`, which the key check
@@ -32,18 +33,19 @@ from rackflow.domain.inventory import ComponentsFilter, ComponentTarget, TargetS
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import NotFound
+from rackflow.ids import new_id
 from rackflow.schedules.service import PAUSE_AFTER_FAILED_RUNS_PATH
+from rackflow.store import dispatch, scope_removals, streak_checks
 from rackflow.store import inventory as inventory_store
 from rackflow.store import rollouts as run_store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
-from rackflow.store import scope_removals, streak_checks
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run, tasks
 from rackflow.store.tasks import set_status
 from tests.conftest import schedule_row
-from tests.store.lock_waits import waiting_for
+from tests.store.lock_waits import backend_pid, waiting_for
 from tests.store.schedules_support import Env, make_env, rack_target
 from tests.store.test_approvals import caller
 from tests.store.test_rollout_halt_gate import HALTING
@@ -468,6 +470,68 @@ async def test_a_prune_leaves_a_run_another_transaction_holds(pg_db: str) -> Non
         assert sorted(await runs_of(make_env(db), schedule_id)) == sorted([runs[1], runs[3], runs[4]])
     finally:
         await db.dispose()
+
+
+async def test_the_sweep_beside_delete_schedule_of_two_abandoned_runs(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of a schedule left "running" by a dead instance, the higher id first in the table (the
+    order the sweep's UPDATE finds them in). DeleteSchedule locks the schedule's runs in id order: it holds
+    the lower and waits for the higher, whose key a reader holds (`FOR KEY SHARE`, which an UPDATE of its
+    state does not wait for). The sweep, beside it, locks its runs in id order too: it waits for the lower
+    holding nothing, and finds both gone once the deletion committed. In its UPDATE's order it marked the
+    higher, then waited for the lower: once the reader let go, DeleteSchedule waited for the sweep, and
+    PostgreSQL ended one of the two as a deadlock."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        schedule = await env.schedule("abandoned", racks=[await env.rack("r0")])
+        low, high = sorted([new_id(), new_id()])
+        gone = uuid.uuid4()  # their instance, one: its index on the running runs' owners keeps table order
+        async with db.transaction() as conn:
+            for run_id in (high, low):  # a statement each: the higher first in the table
+                await conn.execute(insert(task_schedule_run).values(**_running(run_id, schedule.id, gone)))
+        deleting: list[int] = []  # DeleteSchedule's backend, asked before it waits
+        runs_of_schedule = run_history.runs_of_schedule
+
+        async def locking(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("lock"):
+                deleting.append(await backend_pid(conn))
+            return await runs_of_schedule(conn, *args, **kwargs)
+
+        async def sweep() -> int:
+            async with db.transaction() as conn:
+                return await dispatch.mark_abandoned_runs(conn, await db.now(conn), timedelta(seconds=15))
+
+        monkeypatch.setattr(run_history, "runs_of_schedule", locking)
+        async with db.engine.connect() as reader:
+            await reader.begin()
+            held = select(task_schedule_run.c.id).where(task_schedule_run.c.id == high)
+            await reader.execute(held.with_for_update(read=True, key_share=True))
+            deletion = asyncio.ensure_future(env.services.schedules.delete(schedule.id))
+            await waiting_for(db, reader, deletion)  # it holds the lower run, and waits for the higher
+            sweeping = asyncio.ensure_future(sweep())
+            await waiting_for(db, deleting[0], sweeping)
+            await reader.rollback()
+
+        await asyncio.wait_for(deletion, 60)
+        assert await asyncio.wait_for(sweeping, 60) == 0  # both went with their schedule
+        assert not await schedule_exists(env, schedule.id)
+    finally:
+        await db.dispose()
+
+
+def _running(run_id: uuid.UUID, schedule_id: uuid.UUID, owner_id: uuid.UUID) -> dict[str, Any]:
+    """A manual run left "running" by `owner_id`, an instance that is gone."""
+    return {
+        "id": run_id,
+        "schedule_id": schedule_id,
+        "fired_at": T0,
+        "trigger": "manual",
+        "state": "running",
+        "outcomes": [],
+        "owner_id": owner_id,
+    }
 
 
 # --- a schedule's row and racks' ---------------------------------------------------------------------

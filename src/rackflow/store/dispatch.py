@@ -30,7 +30,7 @@ from rackflow.config import DUE_COUNT_CAP
 from rackflow.domain.schedules import Schedule
 from rackflow.store import run_partitions
 from rackflow.store.db import Database, chunked, in_id_order
-from rackflow.store.dialect import not_in_keys
+from rackflow.store.dialect import for_update, locks_rows, not_in_keys
 from rackflow.store.runs import in_state
 from rackflow.store.schedules import schedule_from_row
 from rackflow.store.streak_checks import mark_schedules
@@ -150,21 +150,34 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
     A "rolling" run is not swept, and has no owner (`runs.owned`): every instance's rollout driver
     steps it, so a rollout whose instance died goes on at another's next step (`rollouts.driver`) rather
     than being left stuck; its tasks are the executors', taken over by their own leases.
+
+    On PostgreSQL the runs are locked first, in id order (`FOR NO KEY UPDATE`, as their UPDATE would), as
+    DeleteSchedule locks a schedule's runs before it deletes them: an UPDATE alone locks its rows in its
+    plan's order, and two abandoned runs of a schedule being deleted, each held by one of the two, made a
+    deadlock (tests/store/test_schedule_lock_order.py). The locking read is the sweep's one statement while
+    nothing is abandoned (the partial index of the running runs, in every week's partition, planned as the
+    UPDATE alone was); the UPDATE of what it found is bounded to those runs' partitions by their slots
+    (`run_partitions.of_slots`). SQLite's single writer needs no lock: there it is the UPDATE alone.
     """
+    run = task_schedule_run.c
     live = select(instances.c.id).where(instances.c.heartbeat_at > now - lease_ttl)
-    result = await conn.execute(
-        update(task_schedule_run)
-        .where(
-            task_schedule_run.c.state == "running",
-            or_(
-                and_(task_schedule_run.c.owner_id.is_not(None), task_schedule_run.c.owner_id.not_in(live)),
-                func.coalesce(task_schedule_run.c.started_at, task_schedule_run.c.fired_at)
-                < now - STUCK_RUN_AGE,
-            ),
-        )
-        .values(in_state("interrupted"))  # and no owner
-        .returning(task_schedule_run.c.schedule_id)
+    abandoned = and_(
+        run.state == "running",
+        or_(
+            and_(run.owner_id.is_not(None), run.owner_id.not_in(live)),
+            func.coalesce(run.started_at, run.fired_at) < now - STUCK_RUN_AGE,
+        ),
     )
-    schedule_ids = list(result.scalars())
+    interrupt = update(task_schedule_run).values(in_state("interrupted")).returning(run.schedule_id)  # and no owner
+    schedule_ids: list[uuid.UUID] = []
+    if not locks_rows(conn.dialect.name):
+        schedule_ids += (await conn.execute(interrupt.where(abandoned))).scalars()
+    else:
+        in_order = select(run.id, run.scheduled_for).where(abandoned).order_by(run.id)
+        locked = (await conn.execute(for_update(conn.dialect.name, in_order, keys_kept=True))).all()
+        for chunk in chunked(locked):
+            in_partitions = await run_partitions.of_slots(conn, [row.scheduled_for for row in chunk])
+            stmt = interrupt.where(run.id.in_([row.id for row in chunk]), in_partitions)
+            schedule_ids += (await conn.execute(stmt)).scalars()
     await mark_schedules(conn, schedule_ids)  # an interrupted run has finished (store.streak_checks)
     return len(schedule_ids)
