@@ -71,25 +71,28 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   (its failing-streak marks check the schedule's key, `FOR KEY SHARE`; its run cap lowers the schedule's
   count) lock the run first; DeleteSchedule locks every run of the schedule, in id order, before the
   schedule its cascade deletes them with (`ScheduleService.delete`), and DeleteRack the runs of its tasks
-  before the schedules it stamps (`scope_removals`). Scope rows come after the schedule's, as the scope RPCs
-  and DeleteSchedule's cascade take them: the write-back and a rollout's step write their scopes' last tasks
-  last (`schedules.firing`, `rollouts.service`). What writes runs while it holds their schedule (a firing's
-  claim, a manual trigger, a retry's new run) never waits for a run's row there: its cap deletes only the
-  old runs no one holds (`store.runs.prune_runs`, `FOR UPDATE SKIP LOCKED`), and a run it records is new
-  (tests/store/test_schedule_lock_order.py). A schedule's row comes before racks', and what holds a rack
-  never waits for a schedule's row lock, only checks its key. The writers that may hold a schedule while
-  they wait for a rack, or hold a rack when they lock a schedule, keep its key and lock it `FOR NO KEY
-  UPDATE` (`store.schedules.key_kept`: the scope RPCs, and with them pause, resume, update, trigger and
-  retry, `ScheduleService._load`; DeleteRack's and RemoveComponent's stamps, `scope_removals`; a halt's
-  pause), which a row written that names the schedule (a failing-streak mark, `FOR KEY SHARE`) does not
-  wait for. `FOR UPDATE` is left to DeleteSchedule (and a rename's UPDATE), the dispatcher's claim (`SKIP
-  LOCKED`) and its look-up in doubt (`NOWAIT`): none takes a rack, or waits for a row a round holds. So
-  a journal round, CancelTask, a window's change or a rollout's cancel, which lock racks, then mark the
-  schedules of the tasks they end, never wait there. The scope RPCs lock the schedule, then the racks
-  their component filters name (`FOR UPDATE`); DeleteRack and RemoveComponent stamp the schedules whose
-  entries they remove, then lock the rack, and roll back and try again when an entry came meanwhile,
-  rather than lock its schedule while holding the rack (`InventoryService`); a rollout's step pauses the
-  schedules of the runs it halts before it starts any run's wave (`RolloutService.advance`)
+  before the schedules it stamps (`scope_removals`). A retry's submit holds its new run, then the
+  schedule's key (`FOR KEY SHARE`, `store.runs.hold_runs`), before it locks racks, until it commits, so a
+  DeleteSchedule comes wholly before it or after it; the dispatcher's sweep of abandoned runs locks them
+  in id order too, before it marks them (`store.dispatch.mark_abandoned_runs`). Scope rows come after the
+  schedule's, as the scope RPCs and DeleteSchedule's cascade take them: the write-back and a rollout's step
+  write their scopes' last tasks last (`schedules.firing`, `rollouts.service`). What writes runs while it
+  holds their schedule (a firing's claim, a manual trigger, a retry's new run) never waits for a run's row
+  there: its cap deletes only the old runs no one holds (`store.runs.prune_runs`, `FOR UPDATE SKIP
+  LOCKED`), and a run it records is new (tests/store/test_schedule_lock_order.py). A schedule's row comes
+  before racks', and what holds a rack never waits for a schedule's row lock, only checks its key. The writers
+  that may hold a schedule while they wait for a rack, or hold a rack when they lock a schedule, keep its key
+  and lock it `FOR NO KEY UPDATE` (`store.schedules.key_kept`: the scope RPCs, and with them pause, resume,
+  update, trigger and retry, `ScheduleService._load`; DeleteRack's and RemoveComponent's stamps,
+  `scope_removals`; a halt's pause), which a row written that names the schedule (a failing-streak mark, `FOR
+  KEY SHARE`) does not wait for. `FOR UPDATE` is left to DeleteSchedule (and a rename's UPDATE), the
+  dispatcher's claim (`SKIP LOCKED`) and its look-up in doubt (`NOWAIT`): none takes a rack, or waits for a
+  row a round holds. So a journal round, CancelTask, a window's change or a rollout's cancel, which lock
+  racks, then mark the schedules of the tasks they end, never wait there. The scope RPCs lock the schedule,
+  then the racks their component filters name (`FOR UPDATE`); DeleteRack and RemoveComponent stamp the
+  schedules whose entries they remove, then lock the rack, and roll back and try again when an entry came
+  meanwhile, rather than lock its schedule while holding the rack (`InventoryService`); a rollout's step
+  pauses the schedules of the runs it halts before it starts any run's wave (`RolloutService.advance`)
   (tests/store/test_schedule_lock_order.py).
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
   task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
