@@ -168,7 +168,8 @@ async def mark_abandoned_runs(conn: AsyncConnection, now: datetime, lease_ttl: t
             func.coalesce(run.started_at, run.fired_at) < now - STUCK_RUN_AGE,
         ),
     )
-    interrupt = update(task_schedule_run).values(in_state("interrupted")).returning(run.schedule_id)  # and no owner
+    # interrupted, and no owner (`runs.in_state`)
+    interrupt = update(task_schedule_run).values(in_state("interrupted")).returning(run.schedule_id)
     schedule_ids: list[uuid.UUID] = []
     if not locks_rows(conn.dialect.name):
         schedule_ids += (await conn.execute(interrupt.where(abandoned))).scalars()
