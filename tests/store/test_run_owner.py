@@ -12,7 +12,7 @@ HOT update: its state is in the partial indexes' predicates) no index entry.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -33,33 +33,17 @@ from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule_run
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
+from tests.store.test_run_sweep import LEASE, Sweep, other_instance  # noqa: F401 (the other instance's sweep)
 
 pytestmark = pytest.mark.asyncio
 
-LEASE = timedelta(seconds=15)
 
-Sweep = Callable[[], Awaitable[int]]
 _run = task_schedule_run.c
 
 
 @pytest.fixture
 def env(db: Database) -> Env:
     return make_env(db)
-
-
-@pytest.fixture
-async def other_instance(env: Env, db_url: str) -> AsyncIterator[Sweep]:
-    """The sweep of another instance (its own connections, the test's clock): how many runs it marked."""
-    other = Database(db_url, clock=env.clock)
-
-    async def sweep() -> int:
-        async with other.transaction() as conn:
-            return await dispatch.mark_abandoned_runs(conn, await other.now(conn), LEASE)
-
-    try:
-        yield sweep
-    finally:
-        await other.dispose()
 
 
 async def _instance(env: Env) -> tuple[uuid.UUID, Services]:
@@ -247,7 +231,9 @@ async def test_the_write_back_clears_the_owner_in_either_pass(env: Env, settled:
 
 
 async def test_a_run_the_sweep_interrupts_has_no_owner_nor_once_its_write_back_completes_it(
-    env: Env, other_instance: Sweep, monkeypatch: pytest.MonkeyPatch
+    env: Env,
+    other_instance: Sweep,  # noqa: F811 (the fixture imported)
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The firing instance's heartbeat lapses between its submit and its write-back: the sweep interrupts
     the run (no owner from then on), and the write-back that comes after completes it (none either)."""
@@ -271,7 +257,7 @@ async def test_a_run_the_sweep_interrupts_has_no_owner_nor_once_its_write_back_c
 
 
 @pytest.mark.parametrize("why", ["heartbeat_lapsed", "stuck"])
-async def test_the_sweep_clears_the_owner(env: Env, other_instance: Sweep, why: str) -> None:
+async def test_the_sweep_clears_the_owner(env: Env, other_instance: Sweep, why: str) -> None:  # noqa: F811 (the fixture imported)
     schedule = await _schedule(env)
     owner, _ = await _instance(env)
     run = await _running_run(env, schedule, owner, ())
