@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -25,6 +26,7 @@ from rackflow.rollouts.driver import RolloutDriver
 from rackflow.rollouts.service import RunReport, Step
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
+from rackflow.services import Services
 from rackflow.store import runs as run_history
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
@@ -101,6 +103,31 @@ async def test_max_concurrent_racks_is_never_exceeded_and_the_run_completes(db: 
     assert report.run.state == "completed"
     assert report.progress is not None and report.progress.succeeded == 5
     assert _names(racks, await _tasks(env, schedule)) == [r.name for r in racks]  # each rack once
+
+
+async def test_a_trigger_names_the_first_wave_another_instance_s_driver_started(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trigger's own first step finds the run another instance's rollout driver has just stepped (as
+    when that driver, woken by the rollout's start, takes it first): that step starts nothing, and the
+    trigger's answer still names the wave the other one started, not an empty list."""
+    env = make_env(db)
+    racks = await _racks(env, 4)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=2))
+    other = Services.build(db, env.clock)  # another instance, whose driver steps every rolling run
+    own_advance = env.services.rollouts.advance
+    by_the_other: list[Step] = []
+
+    async def the_other_first(run_ids: Collection[uuid.UUID] | None = None, **kwargs: Any) -> Step:
+        by_the_other.append(await other.rollouts.advance())
+        return await own_advance(run_ids, **kwargs)
+
+    monkeypatch.setattr(env.services.rollouts, "advance", the_other_first)
+    answered = await env.services.schedules.trigger(schedule.id)
+    (step,) = by_the_other
+    assert len(step.task_ids) == 2  # the other instance started the wave; the trigger's step, nothing
+    assert sorted(answered) == sorted(step.task_ids)
+    assert sorted(answered) == sorted(t.id for t in await _active(env, schedule))
 
 
 async def test_scopes_start_in_rack_name_order(db: Database) -> None:

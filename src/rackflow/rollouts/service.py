@@ -88,7 +88,7 @@ from rackflow.store import rollouts as store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
 from rackflow.store import windows as window_store
-from rackflow.store.db import Database
+from rackflow.store.db import Database, in_id_order
 from rackflow.tasks.manager import Ended, TaskManager
 from rackflow.tasks.scheduled import scope_submission
 
@@ -419,6 +419,20 @@ class RolloutService:
                 f"id: run {run_id} is not a rollout (its schedule has no rollout policy); cannot {action} it"
             )
         return run
+
+    async def started_so_far(self, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, tuple[uuid.UUID, ...]]:
+        """The tasks each of these runs has started, by run, once no step holds it (its row locked, waiting
+        for a step under way to commit): what a rollout's first step started whichever instance took it.
+        The firing's own step (`advance` of its runs) may find a run another instance's rollout driver is
+        stepping, or has just stepped, and start nothing itself; the answer to a trigger, an approval or a
+        retry names the wave all the same. A run gone (deleted with its schedule) is left out."""
+        found: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
+        async with self.db.transaction() as conn:
+            for run_id in in_id_order(run_ids):
+                run = await store.get_run(self.db, conn, run_id, lock=True)
+                if run is not None:
+                    found[run_id] = tuple(o.task_id for o in run.outcomes if o.task_id is not None)
+        return found
 
     async def get(self, run_id: uuid.UUID) -> RunReport:
         async with self.db.read() as conn:

@@ -966,14 +966,19 @@ class ScheduleService:
     async def fire(self, claimed: Sequence[Firing], *, kept: bool = False) -> list[RunResult]:
         """Phases 2 and 3 for claimed firings (`firing.fire`), then the first step of their rollouts at once
         rather than at the rollout driver's next step: the one way the dispatcher, a manual trigger and an
-        approval fire what they claimed. A rollout's result says which tasks that step started. A firing
+        approval fire what they claimed. A rollout's result says which tasks its first wave started, by this
+        step or, when another instance's step took the run first, by that one. A firing
         awaiting approval is left out (it starts when approved). `kept`: a retry's (`firing.fire`)."""
         claimed = [f for f in claimed if not f.needs_approval]
         results = await firing.fire(self.db, self.tasks, self.clock, claimed, kept=kept)
         rolling = [f.run_id for f in claimed if f.rolls_out]
         if not rolling:
             return results
-        started = (await self.rollouts.advance(rolling)).started
+        started = dict((await self.rollouts.advance(rolling)).started)
+        # A run this step started nothing of: another instance's rollout driver may be stepping it, or have
+        # stepped it first. What the rollout started is what the answer names (`started_so_far`).
+        if idle := [run_id for run_id in rolling if not started.get(run_id)]:
+            started.update(await self.rollouts.started_so_far(idle))
         return [replace(r, started=started.get(r.run_id, ())) for r in results]
 
     async def _nothing_submitted(self, schedule: Schedule, result: RunResult) -> FailedPrecondition:
