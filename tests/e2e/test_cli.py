@@ -10,8 +10,10 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -214,8 +216,15 @@ def test_windows_freeze_a_manual_task_until_deleted_and_preview_a_schedule(serve
         "launch",
         "sat-night",
     ]
+    before = datetime.now(UTC)
     events = rackflow_json(server, "window", "preview", "rack-w", "-n", "3")["events"]
-    assert [(e["window_name"], e["change"]) for e in events][:1] == [("sat-night", "opens")]
+    # sat-night's next change: it opens Saturdays at 22:00 in Berlin, or, asked while it is open (until
+    # Sunday 04:00), closes first; the freeze's end (2100) comes after either.
+    first = events[0]
+    at = datetime.fromisoformat(first["at"].replace("Z", "+00:00")).astimezone(ZoneInfo("Europe/Berlin"))
+    assert first["window_name"] == "sat-night"
+    assert (at.weekday(), at.hour, at.minute) == {"opens": (5, 22, 0), "closes": (6, 4, 0)}[first["change"]]
+    assert timedelta(0) < at - before <= timedelta(days=7)
 
     (held_id,) = rackflow_json(server, "task", "power-on", "--rack", "rack-w")["task_ids"]
 
