@@ -22,8 +22,8 @@ from sqlalchemy import select, text, update
 
 from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.schedules import OverlapPolicy, Run, RunState, Schedule, ScopeOutcome
-from rackflow.domain.tasks import QueueOptions, TaskStatus
+from rackflow.domain.schedules import Run, RunState, Schedule, ScopeOutcome
+from rackflow.domain.tasks import TaskStatus
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
@@ -32,8 +32,8 @@ from rackflow.store import runs as run_history
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule_run
-from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
-from tests.store.test_run_sweep import LEASE, Sweep, other_instance  # noqa: F401 (the other instance's sweep)
+from tests.store.schedules_support import Env, make_env
+from tests.store.test_run_sweep import LEASE, Sweep, _schedule, other_instance  # noqa: F401 (the other instance's sweep)
 
 pytestmark = pytest.mark.asyncio
 
@@ -51,22 +51,6 @@ async def _instance(env: Env) -> tuple[uuid.UUID, Services]:
     instance_id = uuid.uuid4()
     await instances.register(env.db, instance_id, host="a", pid=1)
     return instance_id, Services.build(env.db, env.clock, instance_id=instance_id)
-
-
-async def _schedule(
-    env: Env, *, approval: ApprovalPolicy | None = None, rollout: RolloutPolicy | None = None
-) -> Schedule:
-    return await env.services.schedules.create(
-        name="fw",
-        spec=HOURLY,
-        overlap_policy=OverlapPolicy.SKIP,
-        operation=POWER_OFF,
-        queue=QueueOptions(),
-        description="",
-        target=rack_target(await env.rack("r1")),
-        approval=approval,
-        rollout=rollout,
-    )
 
 
 async def _owners(env: Env, schedule_id: uuid.UUID) -> dict[uuid.UUID, tuple[str, uuid.UUID | None]]:
