@@ -161,15 +161,22 @@ async def _schedule_named(env: Env, racks: Sequence[Rack], name: str, rollout: R
     )
 
 
-async def test_a_halted_rollout_is_cancelled_and_its_racks_rolled_out_again(db: Database) -> None:
-    env = make_env(db)
-    racks = await _racks(env, 3)
-    policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
-    schedule = await _schedule(env, racks, rollout=policy)
+HALTING = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
+
+
+async def _halted_rollout(env: Env) -> tuple[Schedule, RunReport]:
+    """A rollout over three racks (HALTING) whose first rack's task failed, and the step that halted it."""
+    schedule = await _schedule(env, await _racks(env, 3), rollout=HALTING)
     await env.services.schedules.trigger(schedule.id)
     (halting,) = await _runs(env, schedule)
     await _end(env, await _tasks(env, halting.run.id), TaskStatus.FAILED)
     await env.services.rollouts.advance()
+    return schedule, halting
+
+
+async def test_a_halted_rollout_is_cancelled_and_its_racks_rolled_out_again(db: Database) -> None:
+    env = make_env(db)
+    schedule, halting = await _halted_rollout(env)
     assert (await env.services.rollouts.get(halting.run.id)).run.state == "halted"
     # The schedule's policy changed since: the retry rolls out by the run's own.
     await env.services.schedules.update(schedule.id, ["schedule.rollout"], rollout=None)
@@ -177,7 +184,7 @@ async def test_a_halted_rollout_is_cancelled_and_its_racks_rolled_out_again(db: 
     again = await env.services.schedules.retry_run(halting.run.id)
     old = await env.services.rollouts.get(halting.run.id)
     assert old.run.state == "cancelled" and "retried by RetryTaskScheduleRun" in old.run.reason
-    assert again.run.state == "rolling" and again.run.rollout == policy
+    assert again.run.state == "rolling" and again.run.rollout == HALTING
     assert sorted(o.outcome for o in again.run.outcomes) == ["pending", "pending", "submitted"]
     assert len(again.run.outcomes) == 3  # the failed rack and the two that never started
 
@@ -297,13 +304,7 @@ async def test_a_rollout_s_retry_whose_schedule_is_deleted_after_its_first_step_
     DeleteSchedule commits once that step did: the retry came first, and answers with its run as it
     fired, its first wave's rack started, the others still pending."""
     env = make_env(db)
-    racks = await _racks(env, 3)
-    policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
-    schedule = await _schedule(env, racks, rollout=policy)
-    await env.services.schedules.trigger(schedule.id)
-    (halting,) = await _runs(env, schedule)
-    await _end(env, await _tasks(env, halting.run.id), TaskStatus.FAILED)
-    await env.services.rollouts.advance()
+    schedule, halting = await _halted_rollout(env)
     env.clock.advance(timedelta(seconds=1))
     rollouts = env.services.rollouts
     advance = rollouts.advance
@@ -316,7 +317,7 @@ async def test_a_rollout_s_retry_whose_schedule_is_deleted_after_its_first_step_
     monkeypatch.setattr(rollouts, "advance", deleted_after)
     again = await env.services.schedules.retry_run(halting.run.id)
 
-    assert (again.run.retry_of, again.run.state, again.run.rollout) == (halting.run.id, "rolling", policy)
+    assert (again.run.retry_of, again.run.state, again.run.rollout) == (halting.run.id, "rolling", HALTING)
     assert sorted(o.outcome for o in again.run.outcomes) == ["pending", "pending", "submitted"]
     [started] = [o.task_id for o in again.run.outcomes if o.task_id]
     assert again.task_statuses == {started: TaskStatus.PENDING}
