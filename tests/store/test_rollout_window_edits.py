@@ -43,14 +43,16 @@ NIGHTLY = OneOff(START - timedelta(hours=1), START + timedelta(hours=2))
 NEW_END = START + timedelta(minutes=30)
 SHORTENED = OneOff(NIGHTLY.start, NEW_END)
 FROZEN = OneOff(START - timedelta(hours=1), START + timedelta(days=1))
+# A freeze that ends inside "nightly": a task deferred past it waits until 13:00, bound to 14:00.
+BRIEF = OneOff(START - timedelta(hours=1), START + timedelta(hours=1))
 
 
-async def _r1_s_turn_next(env: Env) -> tuple[Schedule, Rack]:
-    """A SKIP rollout over r0 then r1, one at a time, r1 under the ALLOW window "nightly" (r0 under none):
-    r0's task submitted by its first step, and ended; r1's turn comes at the next step. The schedule and
-    r1."""
+async def _r1_s_turn_next(env: Env, policy: WindowPolicy = WindowPolicy.SKIP) -> tuple[Schedule, Rack]:
+    """A rollout over r0 then r1 (SKIP unless `policy`), one at a time, r1 under the ALLOW window "nightly"
+    (r0 under none): r0's task submitted by its first step, and ended; r1's turn comes at the next step.
+    The schedule and r1."""
     r0, r1 = await env.rack("r0"), await env.rack("r1")
-    schedule = await _rollout(env, [r0, r1], WindowPolicy.SKIP)
+    schedule = await _rollout(env, [r0, r1], policy)
     await _window(env, "nightly", WindowKind.ALLOW, NIGHTLY, r1)
     active = [t.id for t in await _tasks(env, schedule) if t.status.is_active]
     assert len(active) == 1
@@ -68,11 +70,11 @@ async def _shorten(env: Env) -> Changes:
     return changes
 
 
-async def _freeze(env: Env, rack: Rack) -> Changes:
-    """A FREEZE over `rack` from before now until tomorrow, created as an audited call."""
+async def _freeze(env: Env, rack: Rack, when: OneOff = FROZEN) -> Changes:
+    """A FREEZE over `rack` (from before now until tomorrow unless `when`), created as an audited call."""
     changes = Changes()
     with noting(changes):
-        await _window(env, "launch", WindowKind.FREEZE, FROZEN, rack)
+        await _window(env, "launch", WindowKind.FREEZE, when, rack)
     return changes
 
 
@@ -206,3 +208,50 @@ async def test_a_rollout_step_beside_a_freeze_s_creation_waits_for_it_and_skips_
     task, outcome, error = await _r1_s_task(env, schedule, r1)
     assert task is None
     assert outcome == "skipped_window" and "freeze 'launch'" in error
+
+
+async def test_under_defer_a_freeze_created_beside_a_rollout_step_moves_its_rack_s_task_past_it(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DEFER policy's side of the freeze created beside the step that started r1: the creation waits
+    for the step, then finds r1's task and moves it to wait for the freeze's end inside "nightly" (13:00,
+    by 14:00), where under SKIP it ends it. Without that wait (PostgreSQL), the task would be left free to
+    start inside the freeze."""
+    env = make_env(db)
+    schedule, r1 = await _r1_s_turn_next(env, WindowPolicy.DEFER)
+    paused = _Paused(env.services.rollouts.tasks.submit_each_in)
+    monkeypatch.setattr(env.services.rollouts.tasks, "submit_each_in", paused)
+
+    _, changes = await paused.beside(db, env.services.rollouts.advance(), lambda: _freeze(env, r1, BRIEF))
+
+    task, outcome, _ = await _r1_s_task(env, schedule, r1)
+    assert task is not None
+    assert [(c["deferred_task"], c.get("not_before"), c.get("not_after")) for c in changes.recorded] == [
+        ("moved", "2026-03-02T13:00:00Z", "2026-03-02T14:00:00Z")
+    ]
+    assert changes.recorded[0]["task_id"] == str(task.id)
+    assert (task.status, task.started_at) == (TaskStatus.PENDING, None)
+    assert (task.not_before, task.not_after) == (BRIEF.end, NIGHTLY.end)
+    assert outcome == "submitted"
+
+
+async def test_under_defer_a_rollout_step_beside_a_freeze_s_creation_waits_for_it_and_defers_the_rack(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The freeze over r1 is written and not committed when r1's turn comes under DEFER: the step waits
+    for it, reads it, and submits r1's task waiting until the freeze ends inside "nightly". Without that
+    wait (PostgreSQL) the step would read the windows without the freeze and submit a task free to start
+    inside it, which the freeze's creation, having found no task of r1, would not decide."""
+    env = make_env(db)
+    schedule, r1 = await _r1_s_turn_next(env, WindowPolicy.DEFER)
+    paused = _Paused(window_store.insert_window)
+    monkeypatch.setattr(window_store, "insert_window", paused)
+
+    changes, step = await paused.beside(db, _freeze(env, r1, BRIEF), env.services.rollouts.advance)
+
+    assert changes.recorded == []  # no task of r1 existed when it decided
+    task, outcome, _ = await _r1_s_task(env, schedule, r1)
+    assert task is not None and step.task_ids == (task.id,)
+    assert (task.status, task.started_at) == (TaskStatus.PENDING, None)
+    assert (task.not_before, task.not_after) == (BRIEF.end, NIGHTLY.end)
+    assert outcome == "submitted"
