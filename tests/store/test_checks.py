@@ -62,6 +62,8 @@ from tests.store.test_executor import (
     submit,
 )
 from tests.store.test_notify_delivery import not_http
+from tests.store.test_task_retries import QUICK
+from tests.store.test_task_retries import submit as submit_retrying
 
 POWER_ON = Operation(OperationKind.POWER_ON)
 SECRET_ENV = "RACKFLOW_TEST_DRAIN_KEY"
@@ -413,6 +415,56 @@ async def test_a_checker_whose_round_was_taken_over_records_nothing(db: Database
         assert await store.record_rounds(db, conn, GATE_NAME, late) == set()
     async with db.transaction() as conn:
         assert await _claim(db, conn, services, clock.now()) == []  # the round under way decides
+
+
+@pytest.mark.parametrize("retried", [False, True], ids=["first attempt", "a retry"])
+async def test_a_task_never_starts_before_the_round_that_let_it_start(db: Database, retried: bool) -> None:
+    """The claim reads its clock (its `now`, which its statement stamps as the start) before its statement
+    runs, and on PostgreSQL (READ COMMITTED) that statement sees every commit from before it began: a
+    passing round the checker stamped after that reading, and committed before the statement, released the
+    task, and the claim started it 24 ms before the round that let it (the chaos soak, seed 7, under a
+    132 ms delay on the database's connections). A round from after the claim's time holds the task until
+    that time; the next claim starts it. For a retry, its attempt's start (`attempt_started_at`)."""
+    with receiving(Answer({"ok": True})) as hook:
+        clock = FakeClock(CLOCK.now())
+        services = Services.build(db, clock)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "5s"), interval="2s")
+        )
+        task = await submit_retrying(db, await make_rack(db, computes=1), QUICK)
+        checker = PreflightChecker(db, clock, services.tasks)
+        first_start = clock.now()
+        if retried:  # its first attempt started on its round, failed, and its back-off ended
+            async with db.transaction() as conn:
+                assert await _claim(db, conn, services, clock.now()) == []
+            assert await checker.poll() == 1
+            await checker.settle()
+            async with db.transaction() as conn:
+                assert await _claim(db, conn, services, clock.now()) == [task.id]
+                back_off = {task.id: (clock.now() + timedelta(seconds=1), "retrying")}
+                assert await task_runs.retry_later(conn, back_off, owner_id=OWNER, now=clock.now())
+            clock.advance(timedelta(seconds=1))
+        async with db.transaction() as conn:
+            assert await _claim(db, conn, services, clock.now()) == []  # held for its attempt's round
+        claims_now = clock.now()  # the claim reads its clock ...
+        clock.advance(timedelta(milliseconds=24))
+        assert await checker.poll() == 1  # ... and the checker stamps a round later, which passes
+        await checker.settle()
+        async with db.read() as conn:
+            last = select(func.max(preflight_results.c.checked_at))
+            checked_at = (await conn.execute(last.where(preflight_results.c.task_id == task.id))).scalar_one()
+        async with db.transaction() as conn:  # ... and its statement runs after the round committed
+            on_the_later_round = await _claim(db, conn, services, claims_now)
+        held = await get(db, task)
+        async with db.transaction() as conn:
+            next_claim = await _claim(db, conn, services, clock.now())
+    started = await get(db, task)
+    assert checked_at == claims_now + timedelta(milliseconds=24)
+    assert on_the_later_round == [], "the task started before the round that let it start"
+    assert (held.status, held.held_by, held.not_before) == (TaskStatus.PENDING, GATE_NAME, checked_at)
+    assert next_claim == [task.id]
+    assert started.attempt_started_at == clock.now() and started.attempt_started_at >= checked_at
+    assert started.started_at == (first_start if retried else started.attempt_started_at)
 
 
 async def test_a_plain_firings_task_starts_when_its_checks_pass(db: Database) -> None:

@@ -73,7 +73,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks import kinds
-from rackflow.checks.gate import GATE_NAME, first_hold, round_result
+from rackflow.checks.gate import GATE_NAME, PASSED, first_hold, round_result
 from rackflow.clock import Clock
 from rackflow.config import (
     ALERTMANAGER_TIMEOUT,
@@ -423,9 +423,7 @@ class PreflightChecker:
                 await store.hold_until(conn, GATE_NAME, record.task_id, record.hold, now=record.checked_at)
         if passed:
             latest = max(r.checked_at for r in passed)
-            await store.release(
-                conn, GATE_NAME, [r.task_id for r in passed], "pre-flight checks passed", now=latest
-            )
+            await store.release(conn, GATE_NAME, [r.task_id for r in passed], PASSED, now=latest)
             self._released = True
         return [r.task_id in ours for r in records]
 

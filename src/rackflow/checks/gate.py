@@ -17,8 +17,9 @@ nothing outside the database: it reads what the checker (`rackflow.checks.checke
   releases it when the round passes, or holds it with the failing check's reason until the check's
   maximum wait ends (its next round, after the interval, releases it if the checks pass by then);
 * a task whose last round all passed, still fresh, starts, unless a checker is asking its next round
-  (that round is under way: the task waits for it); an operator's override of all its checks starts it
-  too, and a check overridden for it alone counts as passed;
+  (that round is under way: the task waits for it) or that round was asked after the claim's `now` (it
+  waits a moment: below); an operator's override of all its checks starts it too, and a check overridden
+  for it alone counts as passed;
 * a task whose checks still hold it after a check's `max_wait` (since the gate first held it,
   `Task.held_since`) fails, with that check's last reason.
 
@@ -32,6 +33,19 @@ and none is written after it started.
 Each attempt of a task with retries (docs/SAFETY.md, "Retries") is checked anew: a round counts for
 attempt n > 1 only if it was made since the gate first held that attempt, so the rounds that let an
 earlier attempt start never start a later one.
+
+A task never starts before the round that let it start: its start (`started_at`, and `attempt_started_at` for
+a retry) is the claim's `now`, and a round from after that `now` does not start it (`_after_its_round`). The
+claim reads its clock before its statement runs, and on PostgreSQL (READ COMMITTED) that statement sees
+whatever committed before it began: a round the checker stamped (`checked_at`, when it asked) after that
+reading and committed meanwhile (a slow round trip: the chaos soak's 132 ms delays) would otherwise start the
+task, stamped before the round that let it (24 ms in the soak). The gate holds such a task until the round's
+`checked_at` instead, and the next claim, whose `now` is at or after it (the claim takes no task held past its
+`now`), starts it on the same round while fresh. That costs a comparison of what the gate read anyway, no
+statement, in the common case; a hold and one more claim only in the race. Stamping the start at the round's
+time instead would cost a write of the start (both columns, and the task the executor runs keeps its own for
+the attempt's record) and, with another instance's checker whose clock runs ahead, record a start after the
+executor's own clock, and so after a quick task's `finished_at`.
 """
 
 from __future__ import annotations
@@ -57,6 +71,8 @@ from rackflow.tasks.gates import Verdict
 log = logging.getLogger(__name__)
 
 GATE_NAME = "preflight"
+# A task's reason while its last round's pass lets it be claimed (the checker's release).
+PASSED = "pre-flight checks passed"
 
 
 class PreflightGate:
@@ -125,10 +141,12 @@ class PreflightGate:
             # check is asked again.
             since = _attempt_since(task, now)
             results = [(c, _current(by_check.get(c.id), c, since)) for c in applying]
-            if state is not None and all(
-                r is not None and r.passed and r.recheck_at > now for _, r in results
-            ):
-                starting.append((task, waited))
+            passed = [r for _, r in results if r is not None and r.passed and r.recheck_at > now]
+            if state is not None and len(passed) == len(results):
+                if (moment := _after_its_round(passed, now)) is not None:
+                    verdicts[task.id] = moment
+                else:
+                    starting.append((task, waited))
                 continue
             verdict = _hold_or_fail(task, results, waited, now)
             failing = [c for c, r in results if r is not None and not r.passed]
@@ -254,6 +272,13 @@ def first_hold(task: Task, applying: Sequence[PreflightCheck], now: datetime) ->
     gate, or the checker's look ahead): "waits for pre-flight checks 'a', 'b'" until an answer comes, or
     PREFLIGHT_ANSWER_WAIT (then the claim asks the gate again)."""
     return _hold_or_fail(task, [(c, None) for c in applying], timedelta(0), now)
+
+
+def _after_its_round(passed: Sequence[CheckResult], now: datetime) -> Hold | None:
+    """The hold of a task whose fresh, passing last round (`passed`) was asked after the claim's `now`
+    (the module's docstring): until that round's time, a moment; None when it may start at `now`."""
+    latest = max(r.checked_at for r in passed)
+    return Hold(latest, PASSED) if latest > now else None
 
 
 def _current(result: CheckResult | None, check: PreflightCheck, since: datetime | None) -> CheckResult | None:
