@@ -7,9 +7,9 @@ the failing-streak look check the schedule's key, `FOR KEY SHARE`) hold a run, t
 DeleteSchedule and DeleteRack's stamp took the schedule first, then waited for a run: each test here holds
 one side at the point where it has what it takes first, runs the other until it is done or waits for a
 lock, then lets the first go on. Both must end as they would one after the other, neither answering
-UNAVAILABLE ("try again: the database ended this call's wait …"). A retry's submit holds its new run and
-the schedule's key until it commits, so DeleteSchedule beside it comes wholly before or after it; the sweep
-of abandoned runs locks them in DeleteSchedule's order, by id.
+UNAVAILABLE ("try again: the database ended this call's wait …"). A firing's submit (a retry's, a
+dispatched batch's) holds its schedules' keys until it commits, so DeleteSchedule beside it comes wholly
+before or after it; the sweep of abandoned runs locks them in DeleteSchedule's order, by id.
 
 A schedule's row comes before racks' (below): the scope RPCs, DeleteRack's and RemoveComponent's stamps
 and a rollout step's pause of a schedule whose run it halts lock it `FOR NO KEY UPDATE`, which the key check
@@ -34,6 +34,7 @@ from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import NotFound
 from rackflow.ids import new_id
+from rackflow.schedules import firing
 from rackflow.schedules.service import PAUSE_AFTER_FAILED_RUNS_PATH
 from rackflow.store import dispatch, scope_removals, streak_checks
 from rackflow.store import inventory as inventory_store
@@ -180,13 +181,20 @@ async def test_delete_schedule_beside_a_retry_holding_its_run(
         await db.dispose()
 
 
-async def test_a_retry_s_submit_beside_delete_schedule_holding_its_runs(
+def deleting_holds_the_schedule(monkeypatch: pytest.MonkeyPatch, db: Database) -> PausedAfter:
+    """DeleteSchedule paused once it holds the schedule's row (`FOR UPDATE`), its runs' before it."""
+    return PausedAfter(
+        monkeypatch, schedule_store, "get_schedule", lambda *a, **kw: kw.get("lock") == db.for_update
+    )
+
+
+async def test_a_retry_s_submit_beside_delete_schedule_holding_the_schedule(
     pg_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The retry's claim committed its new run; DeleteSchedule then holds every run of the schedule, the new
-    one with them, and the retry's submit, beside it, waits for that run (`FOR KEY SHARE`), then finds it
-    gone with the schedule: the retry answers NotFound having submitted nothing. Before, the submit held
-    nothing of the run and submitted r0's task while the deletion was under way: the retry answered
+    one with them, and the schedule, and the retry's submit, beside it, waits for the schedule (`FOR KEY
+    SHARE`), then finds it gone: the retry answers NotFound having submitted nothing. Before the retry's
+    submit held the schedule, it submitted r0's task while the deletion was under way: the retry answered
     NotFound for a run whose rack was being acted on."""
     db = Database(pg_db)
     try:
@@ -205,9 +213,9 @@ async def test_a_retry_s_submit_beside_delete_schedule_holding_its_runs(
         retry = asyncio.ensure_future(schedules.retry_run(run.id))
         async with asyncio.timeout(60):
             await claimed.wait()  # its new run committed
-        locked = PausedAfter(monkeypatch, run_history, "runs_of_schedule", lambda *a, **kw: kw.get("lock"))
+        locked = deleting_holds_the_schedule(monkeypatch, db)
         deletion = asyncio.ensure_future(schedules.delete(schedule.id))
-        await locked.reached()  # DeleteSchedule holds the runs, the retry's among them
+        await locked.reached()  # DeleteSchedule holds the runs, the retry's among them, and the schedule
         submit.set()
         await waiting_for(db, locked.args[0], retry)  # fails if it submits without waiting
         locked.go.set()
@@ -222,10 +230,46 @@ async def test_a_retry_s_submit_beside_delete_schedule_holding_its_runs(
         await db.dispose()
 
 
+async def test_a_dispatched_batch_s_submit_beside_delete_schedule_of_one_of_its_firings(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dispatched batch of two firings claimed; DeleteSchedule of one's schedule holds it (and its runs),
+    and the batch's submit, beside it, waits for the schedule, then finds it gone: that firing submits
+    nothing, and the other fires. Before, the submit held nothing of the firings and submitted the deleted
+    schedule's task beside its deletion, and it ran."""
+    db = Database(pg_db)
+    try:
+        env = make_env(db)
+        r0, r1 = await env.rack("r0"), await env.rack("r1")
+        kept, gone = await env.schedule("on r0", racks=[r0]), await env.schedule("on r1", racks=[r1])
+        async with db.transaction() as conn:
+            locked_rows = [
+                await schedule_store.get_schedule(conn, s.id, lock=db.for_update) for s in (kept, gone)
+            ]
+            claimed = await firing.claim(
+                db, conn, [s for s in locked_rows if s is not None], trigger="dispatch", now=env.clock.now()
+            )
+        locked = deleting_holds_the_schedule(monkeypatch, db)
+        deletion = asyncio.ensure_future(env.services.schedules.delete(gone.id))
+        await locked.reached()
+        fired = asyncio.ensure_future(firing.fire(db, env.services.tasks, env.clock, claimed))
+        await waiting_for(db, locked.args[0], fired)  # fails if it ends without waiting
+        locked.go.set()
+
+        await asyncio.wait_for(deletion, 60)
+        kept_result, gone_result = await asyncio.wait_for(fired, 60)
+        assert await tasks_on(env, [r0, r1]) == set(kept_result.task_ids)  # none on r1
+        assert [o.outcome for o in kept_result.outcomes] == ["submitted"]
+        assert (kept_result.deleted, gone_result.deleted) == (False, True)
+        assert not await schedule_exists(env, gone.id)
+    finally:
+        await db.dispose()
+
+
 async def test_delete_schedule_beside_a_retry_s_submit(pg_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The retry's submit holds its new run and the schedule's key from before it submits (r0's task
-    inserted, not committed); DeleteSchedule, beside it, waits for the run, and deletes the schedule once
-    the submit committed. The retry came first: it answers with its run, naming its task, which goes on
+    """The retry's submit holds the schedule's key from before it submits (r0's task inserted, not
+    committed); DeleteSchedule, beside it, holds the schedule's runs, waits for the schedule, and deletes it
+    once the submit committed. The retry came first: it answers with its run, naming its task, which goes on
     as every task of a deleted schedule does. Before, DeleteSchedule did not wait: it committed under the
     submit, which then committed r0's task for a retry that answered NotFound."""
     db = Database(pg_db)

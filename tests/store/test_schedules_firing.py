@@ -583,3 +583,62 @@ async def test_a_batch_is_logged_in_lines_of_up_to_fifty_firings_each_named_with
         for f in claimed
     ]
     assert named == expected
+
+
+async def test_a_batch_s_firing_whose_schedule_is_deleted_before_its_submit_submits_nothing_alone(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """DeleteSchedule commits between a dispatched batch's claim and its submit, for one of its firings: that
+    firing submits nothing, its scope is reported not submitted because the schedule was deleted (in its
+    result and the log), and the batch's other firing fires. Before, the submit held nothing of the
+    firings: on PostgreSQL the deleted schedule's task was submitted, and ran, after the operator deleted
+    it; on SQLite its run's foreign key failed the batch's whole submit."""
+    r1, r2 = await env.rack("r1"), await env.rack("r2")
+    kept, deleted = await env.schedule("kept", racks=[r1]), await env.schedule("gone", racks=[r2])
+    async with env.db.transaction() as conn:
+        locked = [await store.get_schedule(conn, s.id, lock=env.db.for_update) for s in (kept, deleted)]
+        claimed = await firing.claim(
+            env.db, conn, [s for s in locked if s is not None], trigger="dispatch", now=env.clock.now()
+        )
+    await env.services.schedules.delete(deleted.id)
+    with caplog.at_level(logging.INFO, logger="rackflow.schedules.firing"):
+        fired, gone = await firing.fire(env.db, env.services.tasks, env.clock, claimed)
+
+    (task,), _ = await env.services.tasks.list_tasks()
+    assert (task.rack_id, task.schedule_id) == (r1.id, kept.id)
+    assert [(o.outcome, o.task_id) for o in fired.outcomes] == [("submitted", task.id)]
+    assert gone.deleted and not fired.deleted
+    assert [(o.rack_id, o.outcome, o.task_id) for o in gone.outcomes] == [(r2.id, "failed", None)]
+    assert gone.outcomes[0].error == "not submitted: its schedule was deleted since it fired"
+    (run,), _ = await env.services.schedules.list_runs(kept.id)
+    assert (run.id, run.state, run.outcomes) == (fired.run_id, "completed", fired.outcomes)
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == (
+        f"schedule gone ({deleted.id}): deleted, with run {gone.run_id}, since it fired; "
+        "its 1 scope(s) not submitted"
+    )
+
+
+async def test_a_trigger_whose_schedule_is_deleted_before_its_submit_is_not_found_and_submits_nothing(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteSchedule commits between a trigger's claim and its submit: the trigger answers NotFound saying
+    so, having submitted nothing (the deletion came first). Before, it submitted the tasks of a schedule
+    deleted before them (PostgreSQL), and answered with them."""
+    rack = await env.rack("r1")
+    schedule = await env.schedule("nightly", racks=[rack])
+    schedules = env.services.schedules
+    fire = schedules.fire
+
+    async def deleted_first(claimed: Any, **kwargs: Any) -> Any:
+        await schedules.delete(schedule.id)
+        return await fire(claimed, **kwargs)
+
+    monkeypatch.setattr(schedules, "fire", deleted_first)
+    with pytest.raises(NotFound) as gone:
+        await schedules.trigger(schedule.id)
+    assert gone.match(
+        rf"^id: schedule 'nightly' \({schedule.id}\) was deleted, with run .* that fired before it; nothing "
+        "was submitted$"
+    )
+    assert (await env.services.tasks.list_tasks())[1] == 0

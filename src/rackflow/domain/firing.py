@@ -688,11 +688,14 @@ def planned_times(schedule: Schedule, after: datetime | None, now: datetime, cou
 
 @dataclass(frozen=True)
 class RunResult:
-    """A firing's outcome per scope as recorded; a rollout's `started`: the tasks its first step started."""
+    """A firing's outcome per scope as recorded; a rollout's `started`: the tasks its first step started.
+    `deleted`: its schedule was deleted, with its run, after its claim and before its submit, which
+    submitted none of its scopes (each "failed", saying so) and recorded nothing (`schedules.firing.fire`)."""
 
     run_id: uuid.UUID
     outcomes: tuple[ScopeOutcome, ...]
     started: tuple[uuid.UUID, ...] = ()
+    deleted: bool = False
 
     @property
     def task_ids(self) -> list[uuid.UUID]:

@@ -209,42 +209,51 @@ async def settle_in_doubt(lost: Unavailable, done: Awaitable[bool], *, not_done:
 
 
 class RunGone(NotFound):
-    """A firing whose submit holds its run (`fire`, `kept`) found the run gone with its schedule, deleted
-    since the claim committed: nothing was submitted."""
+    """A trigger's or a retry's firing whose schedule was deleted, with its run, after its claim committed
+    and before its submit (`RunResult.deleted`): nothing was submitted."""
+
+    @classmethod
+    def of(cls, firing: Firing) -> RunGone:
+        return cls(
+            f"id: schedule {firing.schedule.name!r} ({firing.schedule.id}) was deleted, with run "
+            f"{firing.run_id} that fired before it; nothing was submitted"
+        )
 
 
-async def fire(
-    db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing], *, kept: bool = False
-) -> list[RunResult]:
+# A scope's outcome when its firing's schedule was deleted between the claim and the submit (`_submit_all`).
+DELETED_SINCE_FIRED = "not submitted: its schedule was deleted since it fired"
+
+
+async def fire(db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing]) -> list[RunResult]:
     """Phases 2 and 3 for claimed firings: one submit transaction, one write-back transaction.
 
     A refused scope (conflict, full queue, rack gone) fails alone and the others still fire. The task
     manager locks the batch's racks in id order, so concurrent batches on other instances cannot deadlock.
     A rollout's firing is left out: its result is its scopes as phase 1 recorded them, and its scopes
-    start in its rollout steps (`RolloutService.advance`).
+    start in its rollout steps (`RolloutService.advance`, which holds its run).
 
-    `kept` (a retry of a run, whose caller answers with the run it fired): the submit holds the firings'
-    runs and schedules undeleted until it commits (`store.runs.hold_runs`), so a DeleteSchedule comes
-    wholly before it or after it; before it, the submit raises RunGone having submitted nothing. Without
-    it (the dispatcher, a trigger) the submit holds nothing of them: a schedule deleted since its claim
-    committed still has that firing's tasks submitted, as it would have had the deletion come a moment later.
+    Beside DeleteSchedule, a firing's submit comes wholly before or after it: the submit holds the
+    schedules of the firings it submits undeleted until it commits (`_submit_all`). A firing whose
+    schedule was deleted first (its run with it) submits nothing, alone: its result is `deleted`, its
+    scopes "failed" saying so (DELETED_SINCE_FIRED), nothing of it is written back, and it is logged; the
+    batch's other firings fire. A trigger or a retry answers it with RunGone (`ScheduleService`).
     """
     by_run = {f.run_id: RunResult(f.run_id, f.rollout_outcomes) for f in firings if f.rolls_out}
     for f in firings:
         if f.rolls_out:
             metrics.FIRINGS.labels(f.trigger).inc()
-    plain = await _fire_plain(db, tasks, clock, [f for f in firings if not f.rolls_out], kept)
+    plain = await _fire_plain(db, tasks, clock, [f for f in firings if not f.rolls_out])
     by_run.update((r.run_id, r) for r in plain)
     return [by_run[f.run_id] for f in firings]
 
 
 async def _fire_plain(
-    db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing], kept: bool
+    db: Database, tasks: TaskManager, clock: Clock, firings: Sequence[Firing]
 ) -> list[RunResult]:
     if not firings:
         return []
     started = clock.now()
-    submitted, outcome_unknown, owed = await _submit_all(db, tasks, firings, kept)
+    submitted, outcome_unknown, owed, deleted = await _submit_all(db, tasks, firings)
     results = [
         RunResult(
             f.run_id,
@@ -252,10 +261,21 @@ async def _fire_plain(
                 f.decided[scope.id] if scope.id in f.decided else submitted[(f.run_id, scope.id)]
                 for scope in f.scopes
             ),
+            deleted=f.run_id in deleted,
         )
         for f in firings
     ]
-    results = await _write_back(db, firings, results, look_up_tasks=outcome_unknown)
+    if deleted:  # nothing of those to write back: their runs went with their schedules
+        _log_deleted([f for f in firings if f.run_id in deleted])
+    written = iter(
+        await _write_back(
+            db,
+            [f for f in firings if f.run_id not in deleted],
+            [r for r in results if not r.deleted],
+            look_up_tasks=outcome_unknown,
+        )
+    )
+    results = [r if r.deleted else next(written) for r in results]
     if outcome_unknown and any(r.task_ids for r in results):
         tasks.wake_executors()
     if owed and tasks.decide_owed is not None:
@@ -273,10 +293,12 @@ async def _fire_plain(
 
 
 async def _submit_all(
-    db: Database, tasks: TaskManager, firings: Sequence[Firing], kept: bool
-) -> tuple[dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome], bool, list[uuid.UUID]]:
+    db: Database, tasks: TaskManager, firings: Sequence[Firing]
+) -> tuple[dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome], bool, list[uuid.UUID], set[uuid.UUID]]:
     """Phase 2: every eligible scope's outcome, keyed by (run id, scope id), whether the outcome of the
-    submit transaction is unknown, and the tasks it recorded as owed a window's decision (`_owed`).
+    submit transaction is unknown, the tasks it recorded as owed a window's decision (`_owed`), and the
+    runs of the firings whose schedule was deleted since their claim (`_deleted`: none of their scopes
+    submitted).
 
     All scopes go to the task manager in one transaction: it locks and reads their racks once and decides
     each scope as a request of its own, so a refused scope (conflict, full queue, rack gone) fails alone.
@@ -285,26 +307,24 @@ async def _submit_all(
     connection may have been lost during COMMIT, after the database committed: then the outcome is unknown,
     and phase 3 looks up which tasks exist.
 
-    `kept` (`fire`): the transaction holds the firings' runs and schedules from before it submits until it
-    commits, after the windows' turn (taken first) and before the racks (a run's row, then its schedule's,
-    then racks': the lock order atop `rackflow.tasks.executor`); a run gone raises RunGone, nothing
-    submitted.
+    The transaction holds the schedules of the firings it submits from before it submits until it
+    commits (`_deleted`), after the windows' turn (taken first) and before the racks, as the lock order
+    atop `rackflow.tasks.executor` has it.
     """
     jobs = [(f, scope) for f in firings for scope in f.to_submit]
     if not jobs:
-        return {}, False, []
-    submissions = [_submission(f, scope) for f, scope in jobs]
+        return {}, False, [], set()
     owed: list[uuid.UUID] = []
+    deleted: set[uuid.UUID] = set()
     try:
         async with db.transaction() as conn:
             moved = await _windows_moved(conn, firings)
-            if kept:
-                await _hold_runs(conn, firings)
-            results = await tasks.submit_each_in(conn, submissions)
+            deleted = await _deleted(conn, {f.run_id: f for f, _ in jobs}.values())  # each firing once
+            if deleted:
+                jobs = [(f, scope) for f, scope in jobs if f.run_id not in deleted]
+            results = await tasks.submit_each_in(conn, [_submission(f, scope) for f, scope in jobs])
             owed = _owed(jobs, results, moved)
             await owed_store.owe(conn, owed, db.clock.now())
-    except RunGone:
-        raise
     except Exception as exc:
         outcome_unknown = isinstance(exc, Unavailable)
         if outcome_unknown:
@@ -318,9 +338,9 @@ async def _submit_all(
             log.warning("firing batch of %d scope(s) not submitted: %s", len(jobs), exc)
         error = f"not submitted: {exc}" if str(exc) else f"not submitted: {type(exc).__name__}"
         failed = {(f.run_id, sc.id): ScopeOutcome(sc.id, sc.rack_id, "failed", error=error) for f, sc in jobs}
-        return failed, outcome_unknown, []
+        return failed | _not_submitted(firings, deleted), outcome_unknown, [], deleted
     tasks.wake_executors()
-    outcomes: dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome] = {}
+    outcomes = _not_submitted(firings, deleted)
     for (firing, scope), result in zip(jobs, results, strict=True):
         if isinstance(result, RackflowError):
             log.warning(
@@ -335,7 +355,7 @@ async def _submit_all(
             )
         else:
             outcomes[(firing.run_id, scope.id)] = firing.submitted(scope.id, scope.rack_id, result[0].id)
-    return outcomes, False, owed
+    return outcomes, False, owed, deleted
 
 
 async def _windows_moved(conn: AsyncConnection, firings: Sequence[Firing]) -> set[uuid.UUID]:
@@ -360,15 +380,45 @@ async def _windows_moved(conn: AsyncConnection, firings: Sequence[Firing]) -> se
     return {f.run_id for f in checked if id(f.windows_read) in moved}
 
 
-async def _hold_runs(conn: AsyncConnection, firings: Sequence[Firing]) -> None:
-    """Hold the firings' runs and their schedules until commit (`store.runs.hold_runs`); RunGone, naming
-    the schedule, when a run went with it."""
-    held = await run_history.hold_runs(conn, [f.run_id for f in firings])
-    gone = next((f for f in firings if f.run_id not in held), None)
-    if gone is not None:
-        raise RunGone(
-            f"id: schedule {gone.schedule.name!r} ({gone.schedule.id}) was deleted, with run {gone.run_id} "
-            "that fired before it; nothing was submitted"
+async def _deleted(conn: AsyncConnection, firings: Collection[Firing]) -> set[uuid.UUID]:
+    """Hold the firings' schedules undeleted until commit (`store.schedules.hold_schedules`: one statement
+    a batch, not one a firing); the runs of the firings whose schedule is gone, deleted since their claim
+    committed, with those runs.
+
+    DeleteSchedule locks the schedule (`FOR UPDATE`) before it deletes it with its runs
+    (`ScheduleService.delete`): it waits for this hold, and the firing's tasks are then a schedule's
+    deleted after them, which go on as every such task does; or the hold waits for the deletion, and finds
+    the schedule gone. The schedule alone is held, not the runs: a task names its run without a key on
+    PostgreSQL (migration 0036), a run goes otherwise only by the run cap, which spares an open one
+    (`store.runs.prune_runs`), or by the retention, which takes old ones; and holding the runs too (a
+    statement more, reading the runs' partitions) cost twice as much (docs/PERFORMANCE.md, "A firing's
+    submit beside DeleteSchedule"). On SQLite, whose writers take turns, the read alone answers it.
+    """
+    held = await store.hold_schedules(conn, {f.schedule.id for f in firings})
+    return {f.run_id for f in firings if f.schedule.id not in held}
+
+
+def _not_submitted(
+    firings: Sequence[Firing], deleted: Collection[uuid.UUID]
+) -> dict[tuple[uuid.UUID, uuid.UUID], ScopeOutcome]:
+    """The outcomes of the scopes of the firings whose schedule was deleted since their claim (`_deleted`)."""
+    return {
+        (f.run_id, sc.id): ScopeOutcome(sc.id, sc.rack_id, "failed", error=DELETED_SINCE_FIRED)
+        for f in firings
+        if f.run_id in deleted
+        for sc in f.to_submit
+    }
+
+
+def _log_deleted(firings: Sequence[Firing]) -> None:
+    for f in firings:
+        log.warning(
+            "schedule %s (%s): deleted, with run %s, since it fired; its %d scope(s) not submitted",
+            f.schedule.name,
+            f.schedule.id,
+            f.run_id,
+            len(f.to_submit),
+            extra={"schedule_id": str(f.schedule.id), "run_id": str(f.run_id)},
         )
 
 

@@ -705,13 +705,14 @@ class ScheduleService:
         and fires nothing, as a trigger does (`_fired_before`); two at once queue on the retried run's
         lock, and the second finds the first's run. The answer then says it is `replayed`.
 
-        Beside DeleteSchedule of its schedule, a retry comes wholly before or after it: its submit holds the
-        new run and the schedule undeleted from before it submits until it commits (`firing.fire`, `kept`).
+        Beside DeleteSchedule of its schedule, a retry comes wholly before or after it, as every firing does:
+        its submit holds the schedule undeleted from before it submits until it commits (`firing.fire`).
         The deletion first, the retry answers NotFound having submitted nothing (its new run went with the
-        schedule); the submit first, it answers with its run, as written back or, deleted meanwhile, as it
-        fired (`RolloutService.as_fired`), and its tasks go on as every task of a deleted schedule does. A
-        rollout's run starts its racks in its steps, which hold the run (`RolloutService.advance`): its
-        first step after the deletion starts nothing (NotFound), and one before it is answered as fired.
+        schedule, `firing.RunGone`); the submit first, it answers with its run, as written back or, deleted
+        meanwhile, as it fired (`RolloutService.as_fired`), and its tasks go on as every task of a deleted
+        schedule does. A rollout's run starts its racks in its steps, which hold the run
+        (`RolloutService.advance`): its first step after the deletion starts nothing (NotFound), and one
+        before it is answered as fired.
         """
         claimed: Firing | None = None
         ended: Ended | None = None
@@ -734,7 +735,7 @@ class ScheduleService:
         assert claimed is not None
         if ended is not None:
             self.tasks.after_ended(ended)
-        results = await self.fire([claimed], kept=True)
+        results = await self._fire_one(claimed)
         try:
             return replace(await self.rollouts.get(claimed.run_id), replayed=False)
         except NotFound:
@@ -830,6 +831,10 @@ class ScheduleService:
         counts, under the two-person rule, and it starts at once when that is enough. While a run of the
         schedule awaits approval, a trigger is refused.
 
+        Beside DeleteSchedule, a trigger comes wholly before or after it: its submit holds the schedule
+        undeleted (`firing.fire`). The deletion first, it answers NotFound having submitted nothing (its run
+        went with the schedule, `firing.RunGone`).
+
         `request_id` (the client's, so that it may send the trigger again when it did not hear the answer):
         the run records it, and a trigger with the id of a run of this schedule fires nothing and answers
         as that run's trigger did (`_fired_before`, `_answer_again`). A refusal recorded no run, so it
@@ -855,7 +860,7 @@ class ScheduleService:
         assert claimed is not None
         if claimed.needs_approval:
             return Triggered([], claimed.run_id, claimed.fired_at)
-        (result,) = await self.fire([claimed])
+        (result,) = await self._fire_one(claimed)
         if claimed.rolls_out:
             return Triggered(list(result.started), claimed.run_id, claimed.fired_at)
         if claimed.scopes and not result.task_ids:
@@ -963,14 +968,15 @@ class ScheduleService:
         )
         return claimed
 
-    async def fire(self, claimed: Sequence[Firing], *, kept: bool = False) -> list[RunResult]:
+    async def fire(self, claimed: Sequence[Firing]) -> list[RunResult]:
         """Phases 2 and 3 for claimed firings (`firing.fire`), then the first step of their rollouts at once
         rather than at the rollout driver's next step: the one way the dispatcher, a manual trigger and an
         approval fire what they claimed. A rollout's result says which tasks its first wave started, by this
         step or, when another instance's step took the run first, by that one. A firing
-        awaiting approval is left out (it starts when approved). `kept`: a retry's (`firing.fire`)."""
+        awaiting approval is left out (it starts when approved). A firing whose schedule was deleted since
+        its claim submits nothing (`RunResult.deleted`, `firing.fire`)."""
         claimed = [f for f in claimed if not f.needs_approval]
-        results = await firing.fire(self.db, self.tasks, self.clock, claimed, kept=kept)
+        results = await firing.fire(self.db, self.tasks, self.clock, claimed)
         rolling = [f.run_id for f in claimed if f.rolls_out]
         if not rolling:
             return results
@@ -980,6 +986,14 @@ class ScheduleService:
         if idle := [run_id for run_id in rolling if not started.get(run_id)]:
             started.update(await self.rollouts.started_so_far(idle))
         return [replace(r, started=started.get(r.run_id, ())) for r in results]
+
+    async def _fire_one(self, claimed: Firing) -> list[RunResult]:
+        """`fire` for a trigger's or a retry's one firing, whose caller answers with it: RunGone (NotFound)
+        when its schedule was deleted, with its run, before its submit, which submitted nothing."""
+        results = await self.fire([claimed])
+        if any(r.deleted for r in results):
+            raise firing.RunGone.of(claimed)
+        return results
 
     async def _nothing_submitted(self, schedule: Schedule, result: RunResult) -> FailedPrecondition:
         """The error of a trigger whose every scope failed: each rack, by name and id, and why."""

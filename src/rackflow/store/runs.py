@@ -66,7 +66,6 @@ from rackflow.store.dialect import (
     POSTGRESQL,
     for_update,
     insert_rows,
-    keys_shared,
     keys_table,
     past_newest,
     skip_locked,
@@ -298,35 +297,6 @@ async def claim_expired_approvals(
         .limit(limit)
     )
     return [run_from_row(row) for row in (await conn.execute(db.skip_locked(stmt))).all()]
-
-
-async def hold_runs(conn: AsyncConnection, run_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
-    """Hold these runs and their schedules undeleted until commit (`FOR KEY SHARE`): the runs' rows first,
-    in id order, then their schedules', as the lock order atop `rackflow.tasks.executor` has it (a run's
-    row before its schedule's). Returns the ids of the runs still there: one missing went with its
-    schedule, whose deletion committed first.
-
-    A retry's submit holds its run so (`firing.fire`, `kept`), so that DeleteSchedule, which locks the
-    schedule's runs (`FOR UPDATE`) before the schedule, waits for the submit to commit, or the submit for
-    the deletion, which it then finds: either the retry submitted its tasks before the deletion, or it
-    submits none. The lock conflicts with no writer that keeps the rows' keys (an UPDATE of a run's other
-    columns, `key_kept`), so nothing else waits for it; the dispatcher's claim (`SKIP LOCKED`) passes the
-    schedule over meanwhile, as it does a trigger's. Read in the runs' partitions (`read_runs`)."""
-    if not run_ids:
-        return set()
-    dialect = conn.dialect.name
-    ordered = in_id_order(run_ids)
-    runs = select(task_schedule_run.c.id, task_schedule_run.c.schedule_id).where(
-        task_schedule_run.c.id.in_(ordered)
-    )
-    rows = await run_partitions.read_runs(
-        conn, ordered, runs, lambda stmt: keys_shared(dialect, stmt.order_by(task_schedule_run.c.id))
-    )
-    schedule_ids = in_id_order(row.schedule_id for row in rows)
-    if schedule_ids:
-        schedules = select(task_schedule.c.id).where(task_schedule.c.id.in_(schedule_ids))
-        await conn.execute(keys_shared(dialect, schedules.order_by(task_schedule.c.id)))
-    return {row.id for row in rows}
 
 
 async def complete_runs(

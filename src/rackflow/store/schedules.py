@@ -65,6 +65,7 @@ from rackflow.store.dialect import (
     SQLITE,
     by_keys,
     for_update,
+    keys_shared,
     locks_rows,
     update_rows,
     uuid_text,
@@ -366,6 +367,27 @@ async def get_schedule(
     stmt = _SCHEDULE_BY_ID if lock is None else lock(_SCHEDULE_BY_ID)
     row = (await conn.execute(stmt, {"schedule_id": schedule_id})).first()
     return schedule_from_row(row) if row is not None else None
+
+
+async def hold_schedules(conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+    """Hold these schedules undeleted until commit (`FOR KEY SHARE`, in id order, looked up by key:
+    `by_keys`, a statement per thousand); the ids of those still there, the others deleted (a deletion
+    under way is waited for).
+
+    DeleteSchedule locks the schedule (`FOR UPDATE`) before it deletes it, so it waits for this hold to
+    commit, or this for the deletion, which it then finds; no other writer waits for it but a rename,
+    whose UPDATE changes a unique key, and the dispatcher's claim (`SKIP LOCKED`) passes the schedule over
+    meanwhile. A firing's submit holds its schedules so (`schedules.firing`)."""
+    dialect = conn.dialect.name
+    held: set[uuid.UUID] = set()
+    for chunk in chunked(in_id_order(schedule_ids)):
+        stmt = by_keys(dialect, _SCHEDULE_KEYS, task_schedule.c.id, chunk, order_by=[task_schedule.c.id])
+        held.update((await conn.execute(keys_shared(dialect, stmt))).scalars())
+    return held
+
+
+# Built once, so that `by_keys` builds its PostgreSQL statement once (`dialect._keyed_lookup`).
+_SCHEDULE_KEYS = select(task_schedule.c.id)
 
 
 async def fetch_schedule(db: Database, schedule_id: uuid.UUID) -> Schedule | None:

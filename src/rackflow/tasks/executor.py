@@ -66,19 +66,19 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   while holding a row. Any
   other way round, PostgreSQL would abort one of two such transactions as a deadlock
   (tests/store/test_claim_lock_order.py, test_rollout_lock_order.py, test_window_lock_order.py).
-  A run's row comes before its schedule's, in every transaction that takes both: a retry of a run, a
-  rollout's halt (which pauses the schedule), an approval, a resume or cancel, and a firing's write-back
-  (its failing-streak marks check the schedule's key, `FOR KEY SHARE`; its run cap lowers the schedule's
-  count) lock the run first; DeleteSchedule locks every run of the schedule, in id order, before the
-  schedule its cascade deletes them with (`ScheduleService.delete`), and DeleteRack the runs of its tasks
-  before the schedules it stamps (`scope_removals`). A retry's submit holds its new run, then the
-  schedule's key (`FOR KEY SHARE`, `store.runs.hold_runs`), before it locks racks, until it commits, so a
-  DeleteSchedule comes wholly before it or after it; the dispatcher's sweep of abandoned runs locks them
-  in id order too, before it marks them (`store.dispatch.mark_abandoned_runs`). Scope rows come after the
-  schedule's, as the scope RPCs and DeleteSchedule's cascade take them: the write-back and a rollout's step
-  write their scopes' last tasks last (`schedules.firing`, `rollouts.service`). What writes runs while it
-  holds their schedule (a firing's claim, a manual trigger, a retry's new run) never waits for a run's row
-  there: its cap deletes only the old runs no one holds (`store.runs.prune_runs`, `FOR UPDATE SKIP
+  A run's row comes before its schedule's, in every transaction that takes both: a retry of a run, a rollout's
+  halt (which pauses the schedule), an approval, a resume or cancel, and a firing's write-back (its
+  failing-streak marks check the schedule's key, `FOR KEY SHARE`; its run cap lowers the schedule's count)
+  lock the run first; DeleteSchedule locks every run of the schedule, in id order, before the schedule its
+  cascade deletes them with (`ScheduleService.delete`), and DeleteRack the runs of its tasks before the
+  schedules it stamps (`scope_removals`). A firing's submit (a dispatched batch's, a trigger's, a retry's)
+  holds its schedules' keys (`FOR KEY SHARE`, `store.schedules.hold_schedules`), before it locks racks, until
+  it commits, so a DeleteSchedule comes wholly before it or after it; the dispatcher's sweep of abandoned runs
+  locks them in id order too, before it marks them (`store.dispatch.mark_abandoned_runs`). Scope rows come
+  after the schedule's, as the scope RPCs and DeleteSchedule's cascade take them: the write-back and a
+  rollout's step write their scopes' last tasks last (`schedules.firing`, `rollouts.service`). What writes
+  runs while it holds their schedule (a firing's claim, a manual trigger, a retry's new run) never waits for a
+  run's row there: its cap deletes only the old runs no one holds (`store.runs.prune_runs`, `FOR UPDATE SKIP
   LOCKED`), and a run it records is new (tests/store/test_schedule_lock_order.py). A schedule's row comes
   before racks', and what holds a rack never waits for a schedule's row lock, only checks its key. The writers
   that may hold a schedule while they wait for a rack, or hold a rack when they lock a schedule, keep its key
