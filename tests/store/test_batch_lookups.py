@@ -2,7 +2,8 @@
 statistics (docs/PERFORMANCE.md, "flat as work grows").
 
 One dispatch round reads its batch's scopes, their racks' live tasks, its racks (the window rules', the
-rollout order's, the submit's lock) and their components by up to `DISPATCH_BATCH_CAP` ids each. Written as
+rollout order's, the submit's lock), their components and its schedules (the submit's hold) by up to
+`DISPATCH_BATCH_CAP` ids each. Written as
 `column IN (…)`, PostgreSQL 15 read each of those tables in full: with statistics of the fleet as a hashed
 scan that it costs below that many index probes (until the fleet is large, and then still once per batch),
 and with the statistics of empty tables (a fleet loaded since they were analyzed) as matching most of the
@@ -166,6 +167,10 @@ LOOKUPS: dict[str, tuple[Send, str]] = {
     "rack_refs": (lambda db, conn, f: windows.rack_refs(conn, f.rack_ids), "pk_racks"),
     "rack_places": (lambda db, conn, f: rollouts.rack_places(conn, f.rack_ids), "pk_racks"),
     "lock_racks": (lambda db, conn, f: tasks_store.lock_racks(db, conn, f.rack_ids), "pk_racks"),
+    "hold_schedules": (
+        lambda db, conn, f: schedules_store.hold_schedules(conn, f.schedule_ids),
+        "pk_task_schedule",
+    ),
     "components_by_rack": (
         lambda db, conn, f: inventory_store.components_by_rack(conn, f.rack_ids),
         "ix_components_rack_id",
