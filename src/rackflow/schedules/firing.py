@@ -15,7 +15,9 @@ opens its own:
 2. `fire` (one transaction for the batch) submits one task per scope left (`tasks.scheduled`), each
    carrying its run's id; a deferred scope's task is held (the task's typed hold) until its window opens,
    which the executor's claim and expiry honour. A scope that fails is recorded as "failed" with its
-   reason; the other scopes still fire. If the connection is lost (`Unavailable`), the transaction may
+   reason; the other scopes still fire. It holds the batch's schedules undeleted until it commits, so a
+   DeleteSchedule comes wholly before or after it: a firing whose schedule (and run) went since its claim
+   submits nothing (`fire`). If the connection is lost (`Unavailable`), the transaction may
    have committed before the client heard: the outcome is unknown.
 3. `fire` again (a new transaction, retried for WRITEBACK_DEADLINE_SECONDS): after an unknown outcome, look
    up which of the runs' tasks exist (by run id) and record those as "submitted"; then complete the runs
@@ -391,8 +393,9 @@ async def _deleted(conn: AsyncConnection, firings: Collection[Firing]) -> set[uu
     the schedule gone. The schedule alone is held, not the runs: a task names its run without a key on
     PostgreSQL (migration 0036), a run goes otherwise only by the run cap, which spares an open one
     (`store.runs.prune_runs`), or by the retention, which takes old ones; and holding the runs too (a
-    statement more, reading the runs' partitions) cost twice as much (docs/PERFORMANCE.md, "A firing's
-    submit beside DeleteSchedule"). On SQLite, whose writers take turns, the read alone answers it.
+    statement more, reading the runs' partitions) cost three times as much a batch (docs/PERFORMANCE.md,
+    "A firing's submit beside DeleteSchedule"). On SQLite, whose writers take turns, the read alone
+    answers it.
     """
     held = await store.hold_schedules(conn, {f.schedule.id for f in firings})
     return {f.run_id for f in firings if f.schedule.id not in held}
