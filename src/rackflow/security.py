@@ -238,6 +238,13 @@ def caller_holds(role: Role) -> bool:
     return principal is None or principal.role.holds(role)
 
 
+def audited_name() -> str:
+    """The calling principal's name as the audit trail records it: its name, "anonymous" for a request
+    that names none."""
+    principal = current_principal.get()
+    return principal.name if principal is not None else ANONYMOUS
+
+
 def caller_name() -> str:
     """The calling principal's name, to store with what it did (e.g. `paused_by`); empty for an anonymous
     caller, whose name says nothing."""

@@ -42,7 +42,7 @@ from rackflow.audit.changes import Changes, noting
 from rackflow.audit.trail import AuditTrail
 from rackflow.domain.audit import OK, SYSTEM_METHODS, EventFilter
 from rackflow.errors import InvalidArgument
-from rackflow.security import ANONYMOUS, current_principal
+from rackflow.security import audited_name
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:
@@ -164,10 +164,10 @@ class AuditInterceptor(FlowInterceptor):
         Returns once the event is committed, so an RPC that returns has its event in the trail; never
         raises (`AuditTrail.record`).
         """
-        principal = current_principal.get()
         noted = changes or Changes()
         await self.trail.record(
-            principal=principal.name if principal else ANONYMOUS,
+            event_id=noted.event_id,
+            principal=audited_name(),
             method=rpc,
             target_ids=target_ids(
                 request, response, *noted.target_ids, *([str(schedule_id)] if schedule_id else [])

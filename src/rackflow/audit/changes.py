@@ -10,10 +10,16 @@ the event records them: the schedules' ids in `target_ids`, what happened in `ch
 outside an audited call (rackflow itself, a test) notes nothing. Likewise UpdateMaintenanceWindow and
 DeleteMaintenanceWindow name a window, and also move, release or end the tasks waiting for its openings:
 their ids and what became of each (`note_deferral_changes`).
+
+The event's id is made when the call begins (`Changes.event_id`), not when it is written: what one of the
+call's transactions records for later may then name the event that will tell of the call
+(`listening_call`: a decision a window's change owes, `rackflow.audit.decisions`), before that event
+exists. Only such a record reads it; every other call merely makes its id earlier.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -22,15 +28,18 @@ from typing import Any
 
 from rackflow.domain.schedules import ScopeChange
 from rackflow.domain.tasks import DeferralChange
+from rackflow.ids import new_id
 from rackflow.timespec import format_rfc3339
 
 
 @dataclass
 class Changes:
-    """The changes noted during one audited call: the ids they touched, and each change as JSON."""
+    """The changes noted during one audited call: the ids they touched, each change as JSON, and the id
+    the call's event will carry (`AuditTrail.record`'s `event_id`)."""
 
     target_ids: list[str] = field(default_factory=list)
     recorded: list[dict[str, Any]] = field(default_factory=list)
+    event_id: uuid.UUID = field(default_factory=new_id)
 
 
 _noted: ContextVar[Changes | None] = ContextVar("rackflow_audit_changes", default=None)
@@ -71,7 +80,12 @@ def note_deferral_changes(deferral_changes: Sequence[DeferralChange]) -> None:
 def noted_by_a_call() -> bool:
     """Whether an audited call is listening: what a service changes now is noted on that call's event, so
     a decision made outside any call (an executor's, a firing's) records its own (`audit.decisions`)."""
-    return _noted.get() is not None
+    return listening_call() is not None
+
+
+def listening_call() -> Changes | None:
+    """The audited call listening now (its event's id: `Changes.event_id`), or None outside any."""
+    return _noted.get()
 
 
 def deferral_change_json(change: DeferralChange) -> dict[str, Any]:

@@ -101,16 +101,18 @@ class AuditTrail:
         schedule_id: uuid.UUID | None = None,
         before: dict[str, Any] | None = None,
         changes: list[dict[str, Any]] | None = None,
+        event_id: uuid.UUID | None = None,
     ) -> None:
         """Record one action: `principal` called `method` on `target_ids` and it ended with `outcome`
         (`OK`, or the status code's name with `error`). With `schedule_id`, the event holds `before` and
         the schedule as the write finds it; `changes`, what the action changed that `target_ids` names but
-        the request does not. Returns once the event is committed, or spooled while the
-        database is unavailable; never raises (a failure is logged loudly and counted, so the action's own
-        result stands).
+        the request does not; `event_id`, the id the action's services were told its event carries
+        (`rackflow.audit.changes.Changes`), else a new one. Returns once the event is committed, or spooled
+        while the database is unavailable; never raises (a failure is logged loudly and counted, so the
+        action's own result stands).
         """
         event = AuditEvent(
-            id=new_id(),
+            id=event_id or new_id(),
             at=self.clock.now(),
             principal=principal,
             method=method,
