@@ -23,6 +23,7 @@ from tests.store.schema_diff import schema_diff
 pytestmark = pytest.mark.asyncio
 
 CLOCK = SystemClock()
+CAUSE = {"change": "window_updated"}  # what made it owed (migration 0050: test_migration_0050.py)
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ async def test_tasks_are_kept_decisions_owed_recorded_settled_and_back_down(db_a
     gone = uuid.uuid4()  # a task pruned since: no foreign key refuses (nor locks) it
     for _ in range(2):
         async with db.transaction() as conn:
-            await decisions_owed.owe(conn, {task_id, gone}, datetime.now(UTC))
+            await decisions_owed.owe(conn, dict.fromkeys({task_id, gone}, CAUSE), datetime.now(UTC))
     async with db.read() as conn:
         assert await decisions_owed.owed(conn, 10) == sorted([task_id, gone], key=lambda i: i.int)
         assert len(await decisions_owed.owed(conn, 1)) == 1

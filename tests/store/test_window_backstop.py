@@ -24,19 +24,24 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.api.audit import AuditInterceptor
 from rackflow.audit.changes import Changes, noting
 from rackflow.domain.audit import OK, REDECIDE_WINDOW_TASK, SYSTEM_PRINCIPAL, AuditEvent, EventFilter
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff
 from rackflow.errors import Unavailable
+from rackflow.security import Principal, Role, current_principal
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
+from rackflow.store.tables import window_decisions_owed
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.gates import consult
 from rackflow.timespec import format_rfc3339
+from rackflow.v1 import flow_pb2 as pb
 from rackflow.windows.service import WHEN_PATH, WindowInput, WindowService
 from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, make_env
@@ -82,11 +87,38 @@ def leaving_out(
     return without
 
 
+# How a test moves "nightly" (`edit_when`, `in_a_call`): what its call's event notes, when the test sees it.
+Edit = Callable[[WindowService, OneOff], Awaitable[Changes | None]]
+
+
+def in_a_call(env: Env, principal: Principal) -> Edit:
+    """`edit_when` as the UpdateMaintenanceWindow RPC makes it: through the audit interceptor, by
+    `principal`, which records the call's event in the trail (what it notes is the event's)."""
+    interceptor = AuditInterceptor(env.services.audit)
+
+    async def edit(windows: WindowService, when: OneOff) -> None:
+        window_id = pb.UUID(id=str(await windows.id_by_name("nightly")))
+
+        async def behavior(request: pb.UpdateMaintenanceWindowRequest, context: Any) -> pb.MaintenanceWindow:
+            await windows.update(uuid.UUID(request.id.id), [WHEN_PATH], WindowInput(when=when))
+            return pb.MaintenanceWindow(id=request.id)
+
+        reset = current_principal.set(principal)
+        try:
+            rpc = interceptor.audited("UpdateMaintenanceWindow", behavior)
+            await rpc(pb.UpdateMaintenanceWindowRequest(id=window_id), None)
+        finally:
+            current_principal.reset(reset)
+
+    return edit
+
+
 async def shortened_beside_a_claim(
-    env: Env, monkeypatch: pytest.MonkeyPatch, windows: WindowService
-) -> tuple[Schedule, Task, Changes, uuid.UUID]:
-    """The module's scenario, the change made by `windows`: the schedule, and r1's task, held by the
-    budget and bound to 15:00; what the change's audited call noted; the budget's id."""
+    env: Env, monkeypatch: pytest.MonkeyPatch, windows: WindowService, edit: Edit = edit_when
+) -> tuple[Schedule, Task, Changes | None, uuid.UUID]:
+    """The module's scenario, the change made by `windows` (by `edit`): the schedule, and r1's task, held
+    by the budget and bound to 15:00; what the change's audited call noted (`edit_when`'s); the budget's
+    id."""
     budget_id, running = await a_full_budget(env)
     schedule, task = await fired_inside(env)
     if env.db.is_postgres:
@@ -94,14 +126,14 @@ async def shortened_beside_a_claim(
             claimed = await claim_in(env, conn, running=(running,))
             assert [t.id for t, _ in claimed] == [task.id]
             # The change waits for no task's row: it commits, and answers, while the claim holds it.
-            changes = await asyncio.wait_for(edit_when(windows, SHORTENED), 60)
+            changes = await asyncio.wait_for(edit(windows, SHORTENED), 60)
             gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
             assert gated.claimed == []  # the budget holds it
     else:
         assert await claim(env, (running,)) == []  # the budget holds it
         with monkeypatch.context() as patched:
             patched.setattr(task_store, "rewait", leaving_out(task.id, task_store.rewait))
-            changes = await edit_when(windows, SHORTENED)
+            changes = await edit(windows, SHORTENED)
     held = await get(env, task.id)
     assert (held.status, held.held_by, held.not_after) == (TaskStatus.PENDING, "budget", WINDOW_END)
     return schedule, held, changes, budget_id
@@ -120,8 +152,9 @@ class Dying:
         changed: Sequence[MaintenanceWindow],
         now: datetime,
         write: Callable[[], Awaitable[object]],
+        change: str,
     ) -> Callable[[], Awaitable[None]]:
-        await self.deferrals.redecide_in(conn, changed, now, write)
+        await self.deferrals.redecide_in(conn, changed, now, write, change)
 
         async def died() -> None:
             pass
@@ -145,7 +178,7 @@ async def test_a_change_whose_decision_after_commit_fails_answers_and_the_look_a
 
     window = await env.services.windows.get(await env.services.windows.id_by_name("nightly"))
     assert window.when == SHORTENED
-    assert changes.recorded == []  # the call's event: it decided none of its tasks
+    assert changes is not None and changes.recorded == []  # the call's event: it decided none of its tasks
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert str(window.id) in warning.getMessage() and str(held.id) in warning.getMessage()
 
@@ -243,9 +276,12 @@ async def test_a_look_again_s_rebinding_is_in_the_audit_trail(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The look again binds r1's task to 13:30 (the change's own decision failed): the trail says so, by
-    rackflow, naming the task, its run and its rack, in the look's transaction."""
+    rackflow, naming the task, its run and its rack, in the look's transaction, and what owed it: "nightly"
+    updated, in the call whose event is to carry the id the call was given (an anonymous caller's)."""
     monkeypatch.setattr(task_store, "wait_for_row", dropped)
-    _, held, _, _ = await shortened_beside_a_claim(env, monkeypatch, env.services.windows)
+    _, held, changes, _ = await shortened_beside_a_claim(env, monkeypatch, env.services.windows)
+    changed_at = env.clock.now()
+    window_id = await env.services.windows.id_by_name("nightly")
     assert await audited(env, held) == []  # (the change's call event is the interceptor's, not here)
 
     assert await env.services.deferrals.look_again() == 1
@@ -257,7 +293,7 @@ async def test_a_look_again_s_rebinding_is_in_the_audit_trail(
         OK,
         env.clock.now(),
     )
-    assert event.target_ids == (str(held.id), str(held.run_id), str(held.rack_id))
+    assert event.target_ids == (str(held.id), str(held.run_id), str(held.rack_id), str(window_id))
     assert event.changes == [
         {
             "deferred_task": "rebound",
@@ -267,16 +303,30 @@ async def test_a_look_again_s_rebinding_is_in_the_audit_trail(
             "not_after": format_rfc3339(NEW_END),
         }
     ]
-    assert event.request == {"task_id": str(held.id), "decided_by": "look_again"}
+    assert changes is not None
+    assert event.request == {
+        "task_id": str(held.id),
+        "decided_by": "look_again",
+        "owed_by": {
+            "change": "window_updated",
+            "window_id": str(window_id),
+            "window_name": "nightly",
+            "event_id": str(changes.event_id),
+            "principal": "anonymous",
+            "owed_since": format_rfc3339(changed_at),
+        },
+    }
 
 
 async def test_a_task_a_look_again_ends_is_in_the_audit_trail_with_its_outcome_and_window(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The change's instance died; at 13:45 the look again ends r1's task, skipped: the trail names the
-    window that closed its rack ("nightly") and says why, as the task's message does."""
+    window that closed its rack ("nightly") and says why, as the task's message does, and what owed the
+    decision (the change an hour ago, in the call the instance served)."""
     dying = WindowService(env.db, env.clock, Dying(env))
-    schedule, held, _, budget_id = await shortened_beside_a_claim(env, monkeypatch, dying)
+    schedule, held, changes, budget_id = await shortened_beside_a_claim(env, monkeypatch, dying)
+    changed_at = env.clock.now()
     await env.services.budgets.delete(budget_id)
     env.clock.advance(AFTER_THE_NEW_END)
 
@@ -288,6 +338,7 @@ async def test_a_task_a_look_again_ends_is_in_the_audit_trail_with_its_outcome_a
     [event] = await audited(env, held)
     assert (event.principal, event.method) == (SYSTEM_PRINCIPAL, REDECIDE_WINDOW_TASK)
     assert event.target_ids == (str(held.id), str(held.run_id), str(held.rack_id), str(window_id))
+    assert changes is not None
     assert event.changes == [
         {
             "deferred_task": "ended",
@@ -302,6 +353,14 @@ async def test_a_task_a_look_again_ends_is_in_the_audit_trail_with_its_outcome_a
         "decided_by": "look_again",
         "window_id": str(window_id),
         "reason": skipped.message,
+        "owed_by": {
+            "change": "window_updated",
+            "window_id": str(window_id),
+            "window_name": "nightly",
+            "event_id": str(changes.event_id),
+            "principal": "anonymous",
+            "owed_since": format_rfc3339(changed_at),
+        },
     }
     assert await outcome_of(env, schedule, held) == ("skipped_window", skipped.message)
 
@@ -332,6 +391,83 @@ async def test_a_deferred_task_a_look_again_releases_is_in_the_audit_trail(
             "rack_id": str(task.rack_id),
         }
     ]
+
+
+async def test_a_look_again_s_row_names_the_change_that_owed_it_and_that_change_s_event(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "nightly" is shortened by alice's UpdateMaintenanceWindow call, beside a claim of r1's task, and the
+    call's instance fails to decide the task once it committed: the look again's row says what owed it
+    (that window, updated, by alice, when), names the call's event by its id, and is found in the
+    window's history beside that event."""
+    monkeypatch.setattr(task_store, "wait_for_row", dropped)
+    alice = Principal("alice", Role.OPERATOR, "token")
+    _, held, _, _ = await shortened_beside_a_claim(
+        env, monkeypatch, env.services.windows, in_a_call(env, alice)
+    )
+    changed_at = env.clock.now()
+    window_id = await env.services.windows.id_by_name("nightly")
+
+    assert await env.services.deferrals.look_again() == 1
+
+    [event] = await audited(env, held)
+    [change], _ = await env.services.audit.list_events(EventFilter(method="UpdateMaintenanceWindow"))
+    assert (change.principal, change.target_ids[0]) == ("alice", str(window_id))
+    assert (event.principal, event.method) == (SYSTEM_PRINCIPAL, REDECIDE_WINDOW_TASK)
+    assert event.request["owed_by"] == {
+        "change": "window_updated",
+        "window_id": str(window_id),
+        "window_name": "nightly",
+        "event_id": str(change.id),
+        "principal": "alice",
+        "owed_since": format_rfc3339(changed_at),
+    }
+    assert str(window_id) in event.target_ids
+    history, _ = await env.services.audit.list_events(EventFilter(target=window_id))
+    assert {e.id for e in history} >= {change.id, event.id}
+
+
+async def test_a_look_again_s_row_names_a_deletion_outside_any_call_and_no_event(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "nightly" deleted by rackflow itself (no audited call listens: no event, no caller to name), by an
+    instance that dies once it committed: the row names the window deleted, by id and name, and no event."""
+    _, task = await deferred(env)
+    window_id = await env.services.windows.id_by_name("nightly")
+    dying = WindowService(env.db, env.clock, Dying(env))
+    with monkeypatch.context() as patched:
+        patched.setattr(task_store, "rewait", leaving_out(task.id, task_store.rewait))
+        await dying.delete(window_id)
+    deleted_at = env.clock.now()
+
+    assert await env.services.deferrals.look_again() == 1
+
+    [event] = await audited(env, task)
+    assert event.request["owed_by"] == {
+        "change": "window_deleted",
+        "window_id": str(window_id),
+        "window_name": "nightly",
+        "owed_since": format_rfc3339(deleted_at),
+    }
+    assert event.target_ids == (str(task.id), str(task.run_id), str(task.rack_id), str(window_id))
+
+
+async def test_a_look_again_s_row_says_an_older_release_did_not_record_the_cause(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release before migration 0050, serving beside this one during a rolling upgrade, records a task
+    owed with no cause: the row says the cause was not recorded, and when the task was owed."""
+    dying = WindowService(env.db, env.clock, Dying(env))
+    _, held, _, _ = await shortened_beside_a_claim(env, monkeypatch, dying)
+    async with env.db.transaction() as conn:  # as that release writes it: the task and when, nothing more
+        await conn.execute(update(window_decisions_owed).values(cause=None))
+        [owed_since] = (await conn.execute(select(window_decisions_owed.c.owed_since))).scalars()
+
+    assert await env.services.deferrals.look_again() == 1
+
+    [event] = await audited(env, held)
+    assert event.request["owed_by"] == {"change": "not_recorded", "owed_since": format_rfc3339(owed_since)}
+    assert event.target_ids == (str(held.id), str(held.run_id), str(held.rack_id))
 
 
 async def test_a_decision_an_audited_call_makes_is_its_event_s_and_writes_no_row_of_its_own(

@@ -348,8 +348,9 @@ class PausedOnce:
         changed: Sequence[MaintenanceWindow],
         now: datetime,
         write: Callable[[], Awaitable[object]],
+        change: str,
     ) -> Callable[[], Awaitable[None]]:
-        once_committed = await self.deferrals.redecide_in(conn, changed, now, write)
+        once_committed = await self.deferrals.redecide_in(conn, changed, now, write, change)
         if not self.paused.is_set():
             self.conn = conn
             self.paused.set()

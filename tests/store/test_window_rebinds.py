@@ -42,6 +42,7 @@ from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.gates import consult
+from rackflow.timespec import format_rfc3339
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_executor import finished
@@ -517,8 +518,11 @@ async def test_a_skipping_task_planned_before_its_window_moved_away_and_submitte
 ) -> None:
     """The window moves to tomorrow night between the firing's claim and its submit: under SKIP a firing
     now skips r1, and so the task is ended, never started, its scope skipped; the firing's instance, which
-    decided it once the submit committed, outside any audited call, says so in the audit trail."""
+    decided it once the submit committed, outside any audited call, says so in the audit trail, and what
+    owed the decision: the windows its claim read at FIRED_AT differed at its submit, "nightly" changed
+    (whose history the row joins, beside the edit's own event)."""
     schedule, task = await planned_inside(env, monkeypatch, MOVED_AWAY)
+    window_id = await env.services.windows.id_by_name("nightly")
 
     ended, backend = await run_until_finished(env, task)
     assert (ended.status, ended.started_at) == (TaskStatus.TERMINATED, None)
@@ -531,6 +535,13 @@ async def test_a_skipping_task_planned_before_its_window_moved_away_and_submitte
         "submit",
     )
     assert [(c["deferred_task"], c["outcome"]) for c in event.changes or []] == [("ended", "skipped_window")]
+    assert event.request["owed_by"] == {
+        "change": "windows_changed_before_submit",
+        "planned_at": format_rfc3339(FIRED_AT),
+        "window_ids": [str(window_id)],
+        "owed_since": format_rfc3339(FIRED_AT),
+    }
+    assert str(window_id) in event.target_ids
 
 
 async def inside_nightly(env: Env) -> Schedule:

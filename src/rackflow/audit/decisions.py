@@ -20,21 +20,35 @@ decisions are rare (only what a claim held at a change's instant, or what an ins
 decide), so the cost, one statement per decision transaction that decided something, is small; a look
 that decides nothing writes nothing. A decision made while an audited call listens (`noted_by_a_call`)
 writes no row of its own: the call's event names it, once.
+
+A decision a task was owed also names what made it owed (`owed_by`, the cause its record kept:
+`store.decisions_owed`), so that an operator goes from "task ended by rackflow" to the change that caused
+it: a window's change (`owed_by_change`: which window, created, updated or deleted, and, when an audited
+call made it, that call's event id and principal; the event is in the window's history, which this row
+joins), or a firing's submit that found the windows changed since its claim (`owed_by_submit`: when it
+planned, and which windows differ, each of whose changes is in its window's history from then on). The
+cause is made only for a task skipped or owed, in the transaction that owes it, so a change that owes
+nothing pays nothing for it; a record a release before migration 0050 wrote has none ("not_recorded").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.audit.changes import deferral_change_json, noted_by_a_call
+from rackflow.audit.changes import deferral_change_json, listening_call, noted_by_a_call
 from rackflow.domain.audit import OK, REDECIDE_WINDOW_TASK, RELEASE_FREEZE_HOLD, SYSTEM_PRINCIPAL, AuditEvent
 from rackflow.domain.tasks import DeferralChange, ReleasedHold
+from rackflow.domain.windows import MaintenanceWindow
 from rackflow.ids import new_id
+from rackflow.security import audited_name
 from rackflow.store import audit as store
+from rackflow.store.decisions_owed import Owed
+from rackflow.timespec import format_rfc3339
 
 # Who made a decision outside a call (an event's `request.decided_by`): an executor's look again; the
 # instance of a firing once its submit committed; the instance of a window's change once it committed.
@@ -42,15 +56,55 @@ LOOK_AGAIN = "look_again"
 SUBMIT = "submit"
 CHANGE = "change"
 
+# What made a task owed a decision (`owed_by.change`): a window's creation, update or deletion that skipped
+# it; a firing's submit that found the windows changed since its claim; a record with no cause (written by
+# a release before migration 0050).
+WINDOW_CREATED = "window_created"
+WINDOW_UPDATED = "window_updated"
+WINDOW_DELETED = "window_deleted"
+WINDOWS_CHANGED_BEFORE_SUBMIT = "windows_changed_before_submit"
+NOT_RECORDED = "not_recorded"
+
+
+def owed_by_change(change: str, window: MaintenanceWindow) -> dict[str, Any]:
+    """The cause of a decision a window's `change` (`WINDOW_CREATED`, …) owes, made in its transaction:
+    the window (as it is, or was when deleted) and, when an audited call makes the change, that call's
+    event (its id is known before it is written: `audit.changes.Changes.event_id`) and principal."""
+    return {"change": change, "window_id": str(window.id), "window_name": window.name, **_the_call()}
+
+
+def owed_by_submit(planned_at: datetime, window_ids: Collection[uuid.UUID]) -> dict[str, Any]:
+    """The cause of a decision a firing's submit owes: the windows (`window_ids`, created, changed or
+    deleted) differ from those its plan read at `planned_at` (its claim, or its approval's start). No one
+    call: each of those windows' changes since then is its own event in that window's history (the call
+    the submit is part of, if any, an approval say, is named as a change's call is)."""
+    return {
+        "change": WINDOWS_CHANGED_BEFORE_SUBMIT,
+        "planned_at": format_rfc3339(planned_at),
+        "window_ids": [str(window_id) for window_id in sorted(window_ids, key=str)],
+        **_the_call(),
+    }
+
+
+def _the_call() -> dict[str, Any]:
+    call = listening_call()
+    return {} if call is None else {"event_id": str(call.event_id), "principal": audited_name()}
+
 
 async def record_deferral_decisions(
-    conn: AsyncConnection, changes: Sequence[DeferralChange], at: datetime, decided_by: str
+    conn: AsyncConnection,
+    changes: Sequence[DeferralChange],
+    at: datetime,
+    decided_by: str,
+    owed: Mapping[uuid.UUID, Owed],
 ) -> None:
-    """In the caller's transaction, which made these decisions: one event per task, unless an audited
-    call listens (its event notes them)."""
+    """In the caller's transaction, which made these decisions, owed as `owed` recorded them (its records
+    by task, `store.decisions_owed.settle`'s): one event per task, unless an audited call listens (its
+    event notes them)."""
     if not changes or noted_by_a_call():
         return
-    await store.insert_events(conn, [_deferral_event(change, at, decided_by) for change in changes])
+    events = [_deferral_event(change, at, decided_by, owed.get(change.task_id)) for change in changes]
+    await store.insert_events(conn, events)
 
 
 async def record_freeze_releases(
@@ -63,15 +117,24 @@ async def record_freeze_releases(
     await store.insert_events(conn, [_release_event(hold, at, decided_by) for hold in released])
 
 
-def _deferral_event(change: DeferralChange, at: datetime, decided_by: str) -> AuditEvent:
+def _deferral_event(change: DeferralChange, at: datetime, decided_by: str, owed: Owed | None) -> AuditEvent:
+    """The event of one task's decision; `owed`, its record (None: another transaction settled it first,
+    and its event names the cause)."""
     request: dict[str, Any] = {"task_id": str(change.task_id), "decided_by": decided_by}
     window = [] if change.window_id is None else [str(change.window_id)]
     if window:
         request["window_id"] = window[0]
     if change.reason:
         request["reason"] = change.reason
-    targets = (str(change.task_id), str(change.run_id), str(change.rack_id), *window)
-    return _event(at, REDECIDE_WINDOW_TASK, targets, request, deferral_change_json(change))
+    caused_by: list[str] = []
+    if owed is not None:
+        cause = owed.cause or {"change": NOT_RECORDED}
+        request["owed_by"] = {**cause, "owed_since": format_rfc3339(owed.owed_since)}
+        caused_by = [cause["window_id"]] if "window_id" in cause else list(cause.get("window_ids", ()))
+    targets = (str(change.task_id), str(change.run_id), str(change.rack_id), *window, *caused_by)
+    return _event(
+        at, REDECIDE_WINDOW_TASK, tuple(dict.fromkeys(targets)), request, deferral_change_json(change)
+    )
 
 
 def _release_event(hold: ReleasedHold, at: datetime, decided_by: str) -> AuditEvent:

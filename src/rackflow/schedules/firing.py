@@ -51,16 +51,18 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
+from rackflow.audit.decisions import owed_by_submit
 from rackflow.clock import Clock
 from rackflow.domain.approvals import Approver
 from rackflow.domain.firing import Firing, RunResult, checks_scopes, plan
 from rackflow.domain.schedules import Schedule, Scope, ScopeOutcome, Trigger
 from rackflow.domain.tasks import Task
+from rackflow.domain.windows import MaintenanceWindow
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError, Unavailable
 from rackflow.notify import events
 from rackflow.retry import Retry, retrying
@@ -325,8 +327,9 @@ async def _submit_all(
             if deleted:
                 jobs = [(f, scope) for f, scope in jobs if f.run_id not in deleted]
             results = await tasks.submit_each_in(conn, [_submission(f, scope) for f, scope in jobs])
-            owed = _owed(jobs, results, moved)
-            await owed_store.owe(conn, owed, db.clock.now())
+            causes = _owed(jobs, results, moved)
+            await owed_store.owe(conn, causes, db.clock.now())
+            owed = list(causes)
     except Exception as exc:
         outcome_unknown = isinstance(exc, Unavailable)
         if outcome_unknown:
@@ -360,9 +363,12 @@ async def _submit_all(
     return outcomes, False, owed, deleted
 
 
-async def _windows_moved(conn: AsyncConnection, firings: Sequence[Firing]) -> set[uuid.UUID]:
+async def _windows_moved(
+    conn: AsyncConnection, firings: Sequence[Firing]
+) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
     """The runs of the dispatched firings (those that obey the windows) whose windows changed since their
-    claim read them (`Firing.windows_read`), as the submit's transaction reads them.
+    claim read them (`Firing.windows_read`), as the submit's transaction reads them, each with the ids of
+    the windows that differ (created, changed or deleted since: what the audit names, `_owed`).
 
     A window's creation, edit or deletion decides again the tasks that exist (`tasks.deferrals`); one
     committed between the plan and the submit's insert would not find the firing's tasks, which would carry
@@ -373,13 +379,21 @@ async def _windows_moved(conn: AsyncConnection, firings: Sequence[Firing]) -> se
     lock and one read of the windows per submit transaction (a batch), not per firing."""
     checked = [f for f in firings if checks_scopes(f.trigger)]
     if not checked:
-        return set()
+        return {}
     await window_store.beside_edits(conn)
     windows = tuple(await window_store.all_windows(conn))
     # Compared once per set of windows a claim read (its firings share it), not once per firing.
     read = {id(f.windows_read): f.windows_read for f in checked}
-    moved = {key for key, seen in read.items() if seen != windows}
-    return {f.run_id for f in checked if id(f.windows_read) in moved}
+    moved = {key: _differing(seen, windows) for key, seen in read.items() if seen != windows}
+    return {f.run_id: moved[id(f.windows_read)] for f in checked if id(f.windows_read) in moved}
+
+
+def _differing(
+    before: Sequence[MaintenanceWindow], after: Sequence[MaintenanceWindow]
+) -> frozenset[uuid.UUID]:
+    """The ids of the windows in one of `before` and `after` and not the same in the other."""
+    was, now = {w.id: w for w in before}, {w.id: w for w in after}
+    return frozenset(i for i in was.keys() | now.keys() if was.get(i) != now.get(i))
 
 
 async def _deleted(conn: AsyncConnection, firings: Collection[Firing]) -> set[uuid.UUID]:
@@ -428,19 +442,21 @@ def _log_deleted(firings: Sequence[Firing]) -> None:
 def _owed(
     jobs: Sequence[tuple[Firing, Scope]],
     results: Sequence[list[Task] | RackflowError],
-    moved: Collection[uuid.UUID],
-) -> list[uuid.UUID]:
-    """The tasks submitted for firings whose windows changed since their plan (`_windows_moved`): owed a
-    window's decision, recorded in the submit's transaction (`store.decisions_owed`), so that no claim
-    takes one until it is decided as the windows now are (`TaskManager.decide_owed` once the submit
-    committed; else the executors' look again)."""
+    moved: Mapping[uuid.UUID, Collection[uuid.UUID]],
+) -> dict[uuid.UUID, dict[str, Any]]:
+    """The tasks submitted for firings whose windows changed since their plan (`_windows_moved`: by run,
+    the windows that differ): owed a window's decision, recorded in the submit's transaction
+    (`store.decisions_owed`), so that no claim takes one until it is decided as the windows now are
+    (`TaskManager.decide_owed` once the submit committed; else the executors' look again); each with its
+    cause, for the decision's audit event (`audit.decisions.owed_by_submit`)."""
     if not moved:
-        return []
-    return [
-        result[0].id
+        return {}
+    causes = {f.run_id: owed_by_submit(f.fired_at, moved[f.run_id]) for f, _ in jobs if f.run_id in moved}
+    return {
+        result[0].id: causes[firing.run_id]
         for (firing, _), result in zip(jobs, results, strict=True)
         if firing.run_id in moved and not isinstance(result, RackflowError)
-    ]
+    }
 
 
 def _submission(firing: Firing, scope: Scope) -> Submission:

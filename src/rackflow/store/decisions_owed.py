@@ -6,13 +6,18 @@ the transaction that decides the task again; a task decided twice (two changes, 
 an executor's look again) is only decided again by the windows as they are, which is harmless. No row
 locks a task's: the table has no foreign key to `tasks`, whose check would wait for the claim that holds
 the row.
+
+Each row keeps what made the task owed (`cause`, JSON: `rackflow.audit.decisions.owed_by_change` and
+`owed_by_submit` make it, migration 0050), which the decision's audit event names; this module stores and
+returns it as given. A row a release before 0050 wrote has none (NULL), read back as None.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime
+from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,19 +29,36 @@ from rackflow.store.tables import window_decisions_owed
 _OWED = window_decisions_owed.c
 
 
-async def owe(conn: AsyncConnection, task_ids: Collection[uuid.UUID], now: datetime) -> None:
-    """Record, in the caller's transaction, that these tasks are owed a decision (those already owed keep
-    their row, and when they were first owed)."""
-    if not task_ids:
+class Owed(NamedTuple):
+    """A task's record, as the transaction that decided it found it: since when it was owed, and why (None:
+    a release before migration 0050 recorded no cause)."""
+
+    owed_since: datetime
+    cause: dict[str, Any] | None
+
+
+async def owe(conn: AsyncConnection, causes: Mapping[uuid.UUID, Mapping[str, Any]], now: datetime) -> None:
+    """Record, in the caller's transaction, that these tasks (the keys) are owed a decision, each for its
+    cause (those already owed keep their row: when they were first owed, and why)."""
+    if not causes:
         return
-    rows = [{"task_id": task_id, "owed_since": now} for task_id in in_id_order(task_ids)]
+    rows = [
+        {"task_id": task_id, "owed_since": now, "cause": dict(causes[task_id])}
+        for task_id in in_id_order(causes)
+    ]
     await conn.execute(insert_new(conn.dialect.name, window_decisions_owed), rows)
 
 
-async def settle(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
-    """In the caller's transaction, which decided these tasks: none of them is owed any more."""
+async def settle(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Owed]:
+    """In the caller's transaction, which decided these tasks: none of them is owed any more. Returns the
+    records it deleted (one statement per chunk either way: `DELETE … RETURNING`), for the decision's
+    audit event; a task whose record another transaction deleted first is not in it."""
+    settled: dict[uuid.UUID, Owed] = {}
     for chunk in chunked(in_id_order(task_ids)):
-        await conn.execute(delete(window_decisions_owed).where(_OWED.task_id.in_(chunk)))
+        stmt = delete(window_decisions_owed).where(_OWED.task_id.in_(chunk))
+        for row in await conn.execute(stmt.returning(_OWED.task_id, _OWED.owed_since, _OWED.cause)):
+            settled[row.task_id] = Owed(row.owed_since, row.cause)
+    return settled
 
 
 async def owed(conn: AsyncConnection, limit: int) -> list[uuid.UUID]:

@@ -545,6 +545,8 @@ window_decisions_owed = Table(
     metadata,
     Column("task_id", Uuid, primary_key=True),
     Column("owed_since", UTCDateTime, nullable=False),
+    # What made it owed (migration 0050; NULL: written by a release before it): `store.decisions_owed`.
+    Column("cause", json_type(), nullable=True),
 )
 
 # Fleet-wide operation budgets (migration 0013): the executor starts no task of `operations` that would

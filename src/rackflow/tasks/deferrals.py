@@ -80,9 +80,12 @@ the table's primary key per look when nothing is owed (about four statements a m
 the default 15 s lease), and writes nothing then. Until it is decided, no claim takes a task owed a
 decision (`store.task_runs.claim`), even once the hold its gate gave it has ended: it waits, at most about
 a lease period after a crash, rather than start by the old end.
-A record names the task alone: its decision reads the windows as they are (the change's window as it was
-may be gone), and the change found it covered, so it is decided again whatever covers it now. The table
-has no foreign key, whose check would lock the task's row, which the claim holds at that very moment.
+A record names the task, not the windows to decide it by: its decision reads the windows as they are (the
+change's window as it was may be gone), and the change found it covered, so it is decided again whatever
+covers it now. It also keeps what made it owed, for the audit alone (the change's window, kind and call,
+`audit.decisions.owed_by_change`; a submit's, `owed_by_submit`): the decision's own event names it, so
+that an operator finds the edit that caused it. The table has no foreign key, whose check would lock the
+task's row, which the claim holds at that very moment.
 
 Lock order (the design note atop `rackflow.tasks.executor`). The change's transaction takes, in this
 order: its turn (`store.windows.edits_in_turn`, which only window changes take, and a firing's submit and
@@ -246,16 +249,20 @@ class Deferrals:
         changed: Sequence[MaintenanceWindow],
         now: datetime,
         write: Callable[[], Awaitable[object]],
+        change: str,
     ) -> Callable[[], Awaitable[None]]:
         """Decide again, in the caller's transaction, the waits and ends of the tasks their windows bind on
         racks `changed` (the window as it was unless created, and as it is unless deleted) covers, once
         their runs and racks are locked and the change written (`write`, the caller's: the window created,
-        updated or deleted), in the module's lock order; returns what to do once the transaction committed
-        (count the ended tasks, wake the executors, note the audit, and decide again the tasks it skipped,
-        once their rows are free: `_again`)."""
+        updated or deleted, which `change` names: `audit.decisions.WINDOW_CREATED`, …), in the module's lock
+        order; returns what to do once the transaction committed (count the ended tasks, wake the
+        executors, note the audit, and decide again the tasks it skipped, once their rows are free:
+        `_again`). The tasks it skipped are recorded owed, with the change as their cause (made only then)."""
         named = {rack_id for window in changed for rack_id, _ in window.racks}
         decided = await self._decide(conn, changed, now, named, write)
-        await owed_store.owe(conn, decided.skipped, now)
+        if decided.skipped:
+            cause = audit.owed_by_change(change, changed[-1])
+            await owed_store.owe(conn, dict.fromkeys(decided.skipped, cause), now)
 
         async def once_committed() -> None:
             # The change committed: whatever fails now is the backstop's to finish, not the caller's error.
@@ -306,14 +313,15 @@ class Deferrals:
         """Decide these tasks, owed a decision, in a transaction of their own in the change's lock order
         (its turn, the runs, the racks, then the rows, skipping those held again), which records them owed
         no more (`store.decisions_owed.settle`) but those it skipped, and, made outside any audited call
-        (`decided_by` an executor's look again, say), what it decided in the audit trail
-        (`audit.decisions`: no call's event would name them); returns those it skipped."""
+        (`decided_by` an executor's look again, say), what it decided in the audit trail, each with what
+        made it owed, as its record kept it (`audit.decisions`: no call's event would name them); returns
+        those it skipped."""
         async with self.tasks.db.transaction() as conn:
             await window_store.edits_in_turn(conn)
             now = self.tasks.clock.now()
             decided = await self._decide(conn, (), now, set(), _nothing_to_write, only=owed)
-            await owed_store.settle(conn, owed - decided.skipped)
-            await audit.record_deferral_decisions(conn, decided.changes, now, decided_by)
+            settled = await owed_store.settle(conn, owed - decided.skipped)
+            await audit.record_deferral_decisions(conn, decided.changes, now, decided_by, settled)
         self._after(decided)
         return decided.skipped
 

@@ -119,10 +119,13 @@ class Redeciding(Protocol):
         changed: Sequence[MaintenanceWindow],
         now: datetime,
         write: Callable[[], Awaitable[object]],
+        change: str,
     ) -> Callable[[], Awaitable[None]]:
         """In the caller's transaction, for the window as it was and is (created: as it is): locks the
         runs and racks it may touch, then `write`s the change (the window's write checks its racks' keys,
-        so it comes after their locks: the lock order of `rackflow.tasks.deferrals`), then decides;
+        so it comes after their locks: the lock order of `rackflow.tasks.deferrals`), then decides, and
+        records a task it skipped owed a decision, caused by `change` (`audit.decisions.WINDOW_CREATED`,
+        `WINDOW_UPDATED`, `WINDOW_DELETED`) to the window as it is (as it was, deleted);
         returns what to do once it committed (which decides again, in transactions of its own, the tasks
         whose rows another transaction held), which never raises: the change is made, and what it could not
         finish is left to the executors' look again."""
@@ -178,7 +181,7 @@ class WindowService:
                 updated_at=now,
             )
             once_committed = await self.deferrals.redecide_in(
-                conn, (window,), now, lambda: store.insert_window(conn, window)
+                conn, (window,), now, lambda: store.insert_window(conn, window), audit.WINDOW_CREATED
             )
         await once_committed()
         return window
@@ -246,7 +249,7 @@ class WindowService:
             if RACKS_PATH in mask or DOMAINS_PATH in mask:
                 updated = replace(updated, all_racks=not updated.racks and not updated.domains)
             once_committed = await self.deferrals.redecide_in(
-                conn, (current, updated), now, lambda: store.save_window(conn, updated)
+                conn, (current, updated), now, lambda: store.save_window(conn, updated), audit.WINDOW_UPDATED
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
         await self._once_committed(window_id, once_committed, skipped)
@@ -258,7 +261,7 @@ class WindowService:
             now = await self._in_turn(conn)
             current = await self._load(conn, window_id)
             once_committed = await self.deferrals.redecide_in(
-                conn, (current,), now, lambda: store.delete_window(conn, window_id)
+                conn, (current,), now, lambda: store.delete_window(conn, window_id), audit.WINDOW_DELETED
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
         await self._once_committed(window_id, once_committed, skipped)
