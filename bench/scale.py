@@ -220,11 +220,14 @@ def rpc_cases(
             stub.ListTaskSchedules,
             lambda short=short, **kw: pb.ListTaskSchedulesRequest(name_contains=short, **kw),
         )
-    paged(
-        "ListTaskSchedules[operation_type]",
-        stub.ListTaskSchedules,
-        lambda **kw: pb.ListTaskSchedulesRequest(operation_type="power_on", **kw),
-    )
+    # The loaded schedules all power on: one operation every schedule runs (the page fills at once), one
+    # none does (every schedule's row read for it, but for the operation's index, migration 0051).
+    for kind in ("power_on", "upgrade_firmware"):
+        paged(
+            f"ListTaskSchedules[operation_type={kind}]",
+            stub.ListTaskSchedules,
+            lambda kind=kind, **kw: pb.ListTaskSchedulesRequest(operation_type=kind, **kw),
+        )
     paged(
         "ListTaskSchedules[rack_id]",
         stub.ListTaskSchedules,

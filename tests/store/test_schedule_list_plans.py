@@ -1,6 +1,7 @@
 """The schedule list by next or last run reads its index (migration 0025), first page and next, in either
 direction: one ORDER BY with NULLS LAST, or an OR of "later, NULL, or tied", made PostgreSQL sort every
-schedule for every page (docs/PERFORMANCE.md, issue 29). This EXPLAINs the statements the list really
+schedule for every page (docs/PERFORMANCE.md, issue 29); filtered by operation, it reads the operation's
+index (migration 0051). This EXPLAINs the statements the list really
 sends, on PostgreSQL (what SQLite's planner picks for a small table is not checked here)."""
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import update
 
-from rackflow.domain.schedules import ScheduleOrder
+from rackflow.domain.schedules import CREATION_ORDER, ScheduleOrder
+from rackflow.domain.tasks import Operation, OperationKind
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule
 from tests.store.query_plans import statements_sent
-from tests.store.schedules_support import make_env
+from tests.store.schedules_support import POWER_OFF, make_env
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
+POWER_ON = Operation(OperationKind.POWER_ON)
 
 
 @pytest.mark.postgres
@@ -47,13 +50,45 @@ async def test_a_page_by_run_time_reads_its_index(db: Database, field: str, desc
     assert len(sent) == 3
     index = f"ix_task_schedule_{field}_created_at_id"
     for statement, parameters in sent:
-        async with db.transaction() as conn:
-            # A small table costs nothing to scan: forbid the full scans, so the plan takes one only if
-            # the index cannot answer a part.
-            await conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
-            await conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
-            explained = statement.removeprefix(statement[: statement.index("SELECT")])
-            rows = (await conn.exec_driver_sql("EXPLAIN " + explained, parameters)).all()
-        plan = "\n".join(str(row[0]) for row in rows)
+        plan = await _plan(db, statement, parameters)
         assert index in plan, plan
         assert "Seq Scan" not in plan, plan
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # the plans checked are PostgreSQL's
+async def test_a_page_filtered_by_operation_and_its_count_read_its_index(db: Database) -> None:
+    """The list filtered by operation, first page, next page and capped count, reads the operation's
+    index (migration 0051): without it PostgreSQL walked the list's order reading every schedule's row to
+    find a rare operation's."""
+    env = make_env(db)
+    rack = await env.rack("r1")
+    for i in range(3):
+        await env.schedule(f"s{i}", racks=[rack], operation=POWER_ON if i % 2 else POWER_OFF)
+    with statements_sent(db) as all_sent:
+        async with db.read(streaming=True) as conn:
+            first, _ = await store.list_schedules(conn, operation=OperationKind.POWER_OFF, limit=1)
+            key = CREATION_ORDER.key_of(first[0])
+            second, _ = await store.list_schedules(
+                conn, operation=OperationKind.POWER_OFF, limit=1, after=key
+            )
+    assert [s.name for s in first + second] == ["s0", "s2"]
+    sent = [
+        (statement, parameters) for statement, parameters in all_sent if "operation_template" in statement
+    ]
+    assert len(sent) == 4  # each page and its count
+    for statement, parameters in sent:
+        plan = await _plan(db, statement, parameters)
+        assert "ix_task_schedule_operation_kind" in plan, plan
+        assert "Seq Scan" not in plan, plan
+
+
+async def _plan(db: Database, statement: str, parameters: object) -> str:
+    """PostgreSQL's plan of a statement the list sent, the full scans forbidden: a small table costs
+    nothing to scan, so the plan takes one only if the index cannot answer a part."""
+    async with db.transaction() as conn:
+        await conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        await conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
+        explained = statement.removeprefix(statement[: statement.index("SELECT")])
+        rows = (await conn.exec_driver_sql("EXPLAIN " + explained, parameters)).all()
+    return "\n".join(str(row[0]) for row in rows)

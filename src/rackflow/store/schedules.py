@@ -74,7 +74,14 @@ from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
 from rackflow.store.paging import Key, Listed, after_key, check_key, count_capped, up_to_key
 from rackflow.store.streak_checks import mark_schedules
-from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
+from rackflow.store.tables import (
+    racks,
+    schedule_operation,
+    task_schedule,
+    task_schedule_run,
+    task_schedule_scope,
+    tasks,
+)
 from rackflow.store.tasks import is_active, is_live_on_rack
 from rackflow.timespec import ScheduleSpec, SpecType
 
@@ -467,8 +474,7 @@ async def each_schedule_chunk(
     if name_contains:
         conditions.append(task_schedule.c.name.icontains(name_contains, autoescape=True))
     if operation is not None:
-        kind = task_schedule.c.operation_template[("operation", "kind")].as_string()
-        conditions.append(kind == operation.value)
+        conditions.append(schedule_operation == operation.value)
     searched_to = counted_to = None
     if limit is not None and short_search(name_contains):
         searched_to = await _walk_end(conn, order, after)

@@ -307,6 +307,19 @@ task_schedule = Table(
     ),
 )
 
+# A schedule's operation, as the schedule list's filter by operation (`operation_type`) reads it.
+schedule_operation = task_schedule.c.operation_template[("operation", "kind")].as_string()
+
+# The list filtered by operation, in its default order (creation time): a range of this index, where
+# PostgreSQL walked the list's order reading every schedule's row to find a rare operation's (1.3 s a page
+# over a million schedules; migration 0051). PostgreSQL only, the production database of such fleets: the
+# embedded SQLite's are small. Its expression is the filter's, rendered alike, which PostgreSQL matches by
+# its spelling. Each firing's update of its schedule (not a HOT
+# update: it moves the due index) writes an entry here too (docs/PERFORMANCE.md).
+Index(
+    "ix_task_schedule_operation_kind", schedule_operation, task_schedule.c.created_at, task_schedule.c.id
+).ddl_if(dialect="postgresql")
+
 # The cutoff the task prune (--task-retention) last deleted before, raised before it deletes (one row, id 1;
 # none until a prune ran): a run fired at or after it, by a margin, has every task it had
 # (`store.kept_counts`, migration 0031).
