@@ -1,12 +1,12 @@
 """task_schedule: the list filtered by operation reads an index of the operation (PostgreSQL)
 
-ListTaskSchedules' `operation_type` (`rackflow schedules list --operation`) filtered the schedules by the
-operation in their template (`operation_template #>> '{operation, kind}'`), which no index held: PostgreSQL
-walked the list's order (creation time) reading each schedule's row until it had a page. For an operation
-most schedules run that is a page's worth of rows; for a rare one it is every schedule: 1.3 s a page, and
-0.24 s more for the capped count, over a million schedules (docs/PERFORMANCE.md, issue 29). This index holds
-the operation, then the list's order, so a page is a range of it, and a rare operation's count reads its
-few entries.
+ListTaskSchedules' `operation_type` (`rackflow schedule list --op`, the schedule list page's `?op=`)
+filtered the schedules by the operation in their template (`operation_template #>> '{operation, kind}'`),
+which no index held: PostgreSQL walked the list's order (creation time) reading each schedule's row until
+it had a page. For an operation most schedules run that is a page's worth of rows; for a rare one it is
+every schedule: 1.3 s a page, and 0.24 s more for the capped count, over a million schedules
+(docs/PERFORMANCE.md, issue 29). This index holds the operation, then the list's order, so a page is a
+range of it, and a rare operation's count reads its few entries.
 
 Built CONCURRENTLY, outside a transaction, so the fleet's writes to `task_schedule` (every firing updates
 its schedule) go on while it builds (2.4 s over a million schedules); an invalid index left by an
