@@ -6,6 +6,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 from rackflow.clock import FakeClock
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack, RackTarget, TargetSpec
@@ -53,6 +56,18 @@ class Env:
             target=target or rack_target(*racks),
             rollout=rollout,
         )
+
+    def delete_before_its_submit(self, monkeypatch: pytest.MonkeyPatch, schedule: Schedule) -> None:
+        """DeleteSchedule of `schedule` commits between the next firing's claim and its submit: the
+        service's `fire` (phases 2 and 3) deletes the schedule first."""
+        schedules = self.services.schedules
+        fire = schedules.fire
+
+        async def deleted_first(claimed: Any, **kwargs: Any) -> Any:
+            await schedules.delete(schedule.id)
+            return await fire(claimed, **kwargs)
+
+        monkeypatch.setattr(schedules, "fire", deleted_first)
 
 
 class MovingClock(FakeClock):

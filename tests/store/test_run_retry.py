@@ -255,13 +255,7 @@ async def test_a_retry_whose_schedule_is_deleted_before_its_submit_submits_nothi
     env = make_env(db)
     schedule, first, racks = await _failed_run(env)
     schedules = env.services.schedules
-    fire = schedules.fire
-
-    async def deleted_first(claimed: Any, **kwargs: Any) -> Any:
-        await schedules.delete(schedule.id)
-        return await fire(claimed, **kwargs)
-
-    monkeypatch.setattr(schedules, "fire", deleted_first)
+    env.delete_before_its_submit(monkeypatch, schedule)
     before = {t.id for t in await _tasks_on(env, racks)}
     with pytest.raises(NotFound) as gone:
         await schedules.retry_run(first.run.id)

@@ -628,13 +628,7 @@ async def test_a_trigger_whose_schedule_is_deleted_before_its_submit_is_not_foun
     rack = await env.rack("r1")
     schedule = await env.schedule("nightly", racks=[rack])
     schedules = env.services.schedules
-    fire = schedules.fire
-
-    async def deleted_first(claimed: Any, **kwargs: Any) -> Any:
-        await schedules.delete(schedule.id)
-        return await fire(claimed, **kwargs)
-
-    monkeypatch.setattr(schedules, "fire", deleted_first)
+    env.delete_before_its_submit(monkeypatch, schedule)
     with pytest.raises(NotFound) as gone:
         await schedules.trigger(schedule.id)
     assert gone.match(

@@ -272,6 +272,19 @@ async def audited(env: Env, task: Task) -> list[AuditEvent]:
     return events[::-1]
 
 
+def owed_by_the_shortening(window_id: uuid.UUID, changes: Changes, changed_at: datetime) -> dict[str, str]:
+    """What a look again's row says owed its decision: "nightly" shortened beside the claim
+    (`shortened_beside_a_claim`), in the call whose event `changes` is, by the anonymous caller."""
+    return {
+        "change": "window_updated",
+        "window_id": str(window_id),
+        "window_name": "nightly",
+        "event_id": str(changes.event_id),
+        "principal": "anonymous",
+        "owed_since": format_rfc3339(changed_at),
+    }
+
+
 async def test_a_look_again_s_rebinding_is_in_the_audit_trail(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -307,14 +320,7 @@ async def test_a_look_again_s_rebinding_is_in_the_audit_trail(
     assert event.request == {
         "task_id": str(held.id),
         "decided_by": "look_again",
-        "owed_by": {
-            "change": "window_updated",
-            "window_id": str(window_id),
-            "window_name": "nightly",
-            "event_id": str(changes.event_id),
-            "principal": "anonymous",
-            "owed_since": format_rfc3339(changed_at),
-        },
+        "owed_by": owed_by_the_shortening(window_id, changes, changed_at),
     }
 
 
@@ -353,14 +359,7 @@ async def test_a_task_a_look_again_ends_is_in_the_audit_trail_with_its_outcome_a
         "decided_by": "look_again",
         "window_id": str(window_id),
         "reason": skipped.message,
-        "owed_by": {
-            "change": "window_updated",
-            "window_id": str(window_id),
-            "window_name": "nightly",
-            "event_id": str(changes.event_id),
-            "principal": "anonymous",
-            "owed_since": format_rfc3339(changed_at),
-        },
+        "owed_by": owed_by_the_shortening(window_id, changes, changed_at),
     }
     assert await outcome_of(env, schedule, held) == ("skipped_window", skipped.message)
 
