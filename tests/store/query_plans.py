@@ -66,6 +66,17 @@ async def explain(db: Database, statement: str, parameters: Any) -> str:
         return await by_parent_index(conn, plan)
 
 
+async def explain_without_scans(db: Database, statement: str, parameters: Any) -> str:
+    """PostgreSQL's plan of a statement a list sent (its leading comment left out), the full and bitmap
+    scans forbidden: a test's small table costs nothing to scan, so the plan takes one only if the index
+    cannot answer a part."""
+    async with db.transaction() as conn:
+        await conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        await conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
+        explained = statement.removeprefix(statement[: statement.index("SELECT")])
+        return _text((await conn.exec_driver_sql("EXPLAIN " + explained, parameters)).all())
+
+
 # Each index of a partition and the partitioned table's index it is part of.
 _PARTITION_INDEXES = text(
     "SELECT c.relname, p.relname FROM pg_inherits i"

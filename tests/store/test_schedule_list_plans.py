@@ -17,7 +17,7 @@ from rackflow.domain.tasks import Operation, OperationKind
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule
-from tests.store.query_plans import statements_sent
+from tests.store.query_plans import explain_without_scans, statements_sent
 from tests.store.schedules_support import POWER_OFF, make_env
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
@@ -50,7 +50,7 @@ async def test_a_page_by_run_time_reads_its_index(db: Database, field: str, desc
     assert len(sent) == 3
     index = f"ix_task_schedule_{field}_created_at_id"
     for statement, parameters in sent:
-        plan = await _plan(db, statement, parameters)
+        plan = await explain_without_scans(db, statement, parameters)
         assert index in plan, plan
         assert "Seq Scan" not in plan, plan
 
@@ -78,17 +78,6 @@ async def test_a_page_filtered_by_operation_and_its_count_read_its_index(db: Dat
     ]
     assert len(sent) == 4  # each page and its count
     for statement, parameters in sent:
-        plan = await _plan(db, statement, parameters)
+        plan = await explain_without_scans(db, statement, parameters)
         assert "ix_task_schedule_operation_kind" in plan, plan
         assert "Seq Scan" not in plan, plan
-
-
-async def _plan(db: Database, statement: str, parameters: object) -> str:
-    """PostgreSQL's plan of a statement the list sent, the full scans forbidden: a small table costs
-    nothing to scan, so the plan takes one only if the index cannot answer a part."""
-    async with db.transaction() as conn:
-        await conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
-        await conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
-        explained = statement.removeprefix(statement[: statement.index("SELECT")])
-        rows = (await conn.exec_driver_sql("EXPLAIN " + explained, parameters)).all()
-    return "\n".join(str(row[0]) for row in rows)

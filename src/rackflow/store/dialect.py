@@ -353,14 +353,15 @@ def replace_index_online(
     new: str,
     columns: Sequence[str],
     *,
-    where: TextClause,
+    where: TextClause | None = None,
     unique: bool = False,
+    postgresql_include: Sequence[str] = (),
 ) -> None:
-    """In a migration (alembic's `op`), the swap of the partial index `old` of `table` for `new` (`columns`
-    WHERE `where`). On PostgreSQL, in an autocommit block, `new` is built CONCURRENTLY
-    (`building_index_concurrently`: writes go on, and `old` answers, or refuses what a unique `new` will,
-    until `new` is valid), then `old` is dropped CONCURRENTLY; each step is safe to run again. On SQLite
-    both are plain statements."""
+    """In a migration (alembic's `op`), the swap of the index `old` of `table` for `new` (`columns`, WHERE
+    `where` if partial; on PostgreSQL carrying `postgresql_include` too). On PostgreSQL, in an autocommit
+    block, `new` is built CONCURRENTLY (`building_index_concurrently`: writes go on, and `old` answers, or
+    refuses what a unique `new` will, until `new` is valid), then `old` is dropped CONCURRENTLY; each step
+    is safe to run again. On SQLite both are plain statements."""
     bind = op.get_bind()
     if bind.dialect.name != POSTGRESQL:
         op.create_index(new, table, list(columns), unique=unique, sqlite_where=where)
@@ -373,6 +374,7 @@ def replace_index_online(
             list(columns),
             unique=unique,
             postgresql_where=where,
+            postgresql_include=list(postgresql_include),
             postgresql_concurrently=True,
             if_not_exists=True,
         )

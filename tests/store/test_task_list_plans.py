@@ -1,0 +1,68 @@
+"""The capped count of the task list filtered by schedule and status reads the index of the schedule's
+tasks alone (migration 0052: it carries their status), on PostgreSQL: with the status read from the
+table, PostgreSQL judged a scan of every task cheaper for a status most of a large schedule's tasks have
+(878 ms at full size; docs/PERFORMANCE.md, issue 29). The page is a range of an index either way, chosen
+by the statistics. This EXPLAINs the statement the list really sends (what SQLite's planner picks for a
+small table is not checked here)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import insert
+
+from rackflow.domain.tasks import TaskStatus
+from rackflow.store import tasks as task_store
+from rackflow.store.db import Database
+from rackflow.store.tables import racks, task_schedule, tasks
+from tests.conftest import schedule_row, task_row
+from tests.store.query_plans import explain_without_scans, statements_sent
+
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+INDEX = "ix_tasks_schedule_id_created_at_id_status"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # the plans checked are PostgreSQL's
+async def test_the_count_of_a_list_filtered_by_schedule_and_status_reads_the_schedule_s_index_alone(
+    db: Database,
+) -> None:
+    """Ten schedules of 90 tasks each on one rack, a third of them failed: the list of the first one's
+    failed tasks, a page of 20 of its 30, and their count, which reads no row of the table."""
+    rack, schedules = uuid.uuid4(), [uuid.uuid4() for _ in range(10)]
+    async with db.transaction() as conn:
+        await conn.execute(insert(racks).values(id=rack, name="r1", created_at=T0))
+        for n, schedule_id in enumerate(schedules):
+            await conn.execute(insert(task_schedule).values(**schedule_row(schedule_id, f"s{n}", T0)))
+        rows = [
+            task_row(
+                uuid.uuid4(), rack, T0 + timedelta(minutes=n), schedule_id=schedules[n % 10], status=status
+            )
+            for n, status in enumerate(["completed", "completed", "failed"] * 300)
+        ]
+        await conn.execute(insert(tasks), rows)
+    schedule = schedules[0]
+    async with db.engine.connect() as conn:  # as autovacuum leaves a table: its pages all visible
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await autocommit.exec_driver_sql("VACUUM ANALYZE tasks")
+
+    with statements_sent(db) as all_sent:
+        async with db.read() as conn:
+            found, total = await task_store.list_tasks(
+                conn,
+                rack_id=None,
+                schedule_id=schedule,
+                active_only=False,
+                statuses=[TaskStatus.FAILED],
+                offset=0,
+                limit=20,
+            )
+    assert (len(found), total) == (20, 30)
+    assert all(t.status is TaskStatus.FAILED for t in found)
+    count, _page = [
+        (statement, parameters) for statement, parameters in all_sent if "FROM tasks" in statement
+    ]
+    plan = await explain_without_scans(db, *count)
+    assert f"Index Only Scan using {INDEX}" in plan, plan
