@@ -27,7 +27,7 @@ from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import QueueOptions, Task
 from rackflow.domain.windows import OneOff, WindowKind, WindowPolicy
-from rackflow.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from rackflow.rollouts.service import RunReport
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
@@ -488,3 +488,26 @@ async def test_an_approved_runs_deferrals_are_bound_by_its_slots_start_deadline(
     assert task.rack_id == r1.id
     assert (task.not_before, task.not_after) == (slot + timedelta(minutes=20), deadline_at)
     assert task.message.endswith(f"until {deadline_at.isoformat()}, its start deadline"), task.message
+
+
+async def test_an_approval_whose_schedule_is_deleted_before_its_submit_says_so_and_submits_nothing(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteSchedule commits between the approval that starts the run (committed: the run "running") and
+    its submit: the approval answers NotFound saying the schedule was deleted with the run it started,
+    and nothing was submitted, as a trigger's and a retry's do. Before, it answered "no task schedule run"
+    and left the operator to guess."""
+    env = _env(db)
+    rack = await env.rack("r1")
+    schedule = await _schedule(env, [rack])
+    await env.services.schedules.trigger(schedule.id)
+    (waiting,) = await _runs(env, schedule)
+    env.delete_before_its_submit(monkeypatch, schedule)
+
+    with pytest.raises(NotFound) as gone:
+        await env.services.approvals.approve(waiting.run.id)
+
+    assert gone.match(f"schedule 'fw' \\({schedule.id}\\) was deleted, with run {waiting.run.id} that fired")
+    assert gone.match("nothing was submitted")
+    found, _ = await env.services.tasks.list_tasks(rack_id=rack.id)
+    assert found == []

@@ -105,7 +105,9 @@ class ApprovalService:
         return schedule
 
     async def approve(self, run_id: uuid.UUID, comment: str = "") -> RunReport:
-        """The caller approves the run; with enough approvers it starts, exactly once (see the module)."""
+        """The caller approves the run; with enough approvers it starts, exactly once (see the module). Its
+        schedule deleted between this approval's commit and the run's submit: NotFound saying so
+        (`firing.RunGone`), nothing submitted, as for a trigger."""
         check_description(comment, "comment")
         principal = caller_name() or ANONYMOUS
         now = self.clock.now()
@@ -139,7 +141,7 @@ class ApprovalService:
         else:
             metrics.APPROVAL_DECISIONS.labels("approved").inc()
             log.info("run %s: approved by %s; starting it", run_id, principal, extra={"run_id": str(run_id)})
-            await self.schedules.fire([started])
+            await self.schedules.fire_one(started)
         return await self.rollouts.get(run_id)
 
     async def _decide(

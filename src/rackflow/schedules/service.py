@@ -735,7 +735,7 @@ class ScheduleService:
         assert claimed is not None
         if ended is not None:
             self.tasks.after_ended(ended)
-        results = await self._fire_one(claimed)
+        results = await self.fire_one(claimed)
         try:
             return replace(await self.rollouts.get(claimed.run_id), replayed=False)
         except NotFound:
@@ -860,7 +860,7 @@ class ScheduleService:
         assert claimed is not None
         if claimed.needs_approval:
             return Triggered([], claimed.run_id, claimed.fired_at)
-        (result,) = await self._fire_one(claimed)
+        (result,) = await self.fire_one(claimed)
         if claimed.rolls_out:
             return Triggered(list(result.started), claimed.run_id, claimed.fired_at)
         if claimed.scopes and not result.task_ids:
@@ -987,9 +987,10 @@ class ScheduleService:
             started.update(await self.rollouts.started_so_far(idle))
         return [replace(r, started=started.get(r.run_id, ())) for r in results]
 
-    async def _fire_one(self, claimed: Firing) -> list[RunResult]:
-        """`fire` for a trigger's or a retry's one firing, whose caller answers with it: RunGone (NotFound)
-        when its schedule was deleted, with its run, before its submit, which submitted nothing."""
+    async def fire_one(self, claimed: Firing) -> list[RunResult]:
+        """`fire` for one firing whose caller answers with it (a trigger, a retry, an approval that starts
+        its run): RunGone (NotFound) when its schedule was deleted, with its run, before its submit, which
+        submitted nothing."""
         results = await self.fire([claimed])
         if any(r.deleted for r in results):
             raise firing.RunGone.of(claimed)
