@@ -18,7 +18,7 @@ from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import racks, task_schedule, tasks
 from tests.conftest import schedule_row, task_row
-from tests.store.query_plans import explain_without_scans, statements_sent
+from tests.store.query_plans import explain, explain_without_scans, statements_sent
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 INDEX = "ix_tasks_schedule_id_created_at_id_status"
@@ -66,3 +66,36 @@ async def test_the_count_of_a_list_filtered_by_schedule_and_status_reads_the_sch
     ]
     plan = await explain_without_scans(db, *count)
     assert f"Index Only Scan using {INDEX}" in plan, plan
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # the plans checked are PostgreSQL's
+async def test_a_page_of_a_schedule_whose_tasks_are_old_reads_the_schedule_s_index(db: Database) -> None:
+    """Half the tasks are one schedule's, all older than the other's: its page's ids come from its own
+    index, stopping at the page's end, then its rows by key. Asked for whole rows, PostgreSQL walked the
+    creation-time index backward from the newest task, filtering out every newer task of the other
+    schedule first (at full size a week of the fleet's history, 113 ms)."""
+    rack, old, new = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    async with db.transaction() as conn:
+        await conn.execute(insert(racks).values(id=rack, name="r1", created_at=T0))
+        for schedule_id, name in ((old, "old"), (new, "new")):
+            await conn.execute(insert(task_schedule).values(**schedule_row(schedule_id, name, T0)))
+        rows = [
+            task_row(uuid.uuid4(), rack, T0 + timedelta(minutes=n), schedule_id=old if n < 600 else new)
+            for n in range(1200)
+        ]
+        await conn.execute(insert(tasks), rows)
+    async with db.engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await autocommit.exec_driver_sql("VACUUM ANALYZE tasks")
+
+    with statements_sent(db) as all_sent:
+        async with db.read() as conn:
+            found, _ = await task_store.list_tasks(
+                conn, rack_id=None, schedule_id=old, active_only=False, offset=0, limit=20
+            )
+    assert [t.created_at for t in found] == [T0 + timedelta(minutes=n) for n in range(599, 579, -1)]
+    *_, (page, parameters) = [(s, p) for s, p in all_sent if "FROM tasks" in s]
+    plan = await explain(db, page, parameters)
+    assert f"Index Only Scan Backward using {INDEX}" in plan, plan
+    assert "ix_tasks_created_at " not in plan, plan
