@@ -240,9 +240,9 @@ def rpc_cases(
         stub.ListTasks,
         lambda **kw: pb.ListTasksRequest(schedule_id=_uuid(normal), **kw),
     )
-    # The 10,000-rack schedule's tasks, whose newest is older than a week of the fleet's: its page walked
-    # that week's tasks before it found its ids first; and in the status all of them have, whose count
-    # read every task before the schedule's index carried the status (migration 0052).
+    # The 10,000-rack schedule's tasks, whose newest is older than the drains' (and a day of a fleet's):
+    # its page walked the newer tasks before it found its ids first; and in the status all of them have,
+    # whose count read every task before the schedule's index carried the status (migration 0052).
     paged(
         "ListTasks[schedule_id=big]",
         stub.ListTasks,
