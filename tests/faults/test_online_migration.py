@@ -51,11 +51,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("h
 BASE = "0023"  # the last schema before issue 29's migrations (0024 on), all meant to be applied online
 RACKS = 1_250
 HISTORY_RUNS = 20_000  # 16 a rack's schedule, each with its task
-DRAIN = RACKS  # schedules due once each, one on each rack, one every STREAM_S / DRAIN seconds (29 ms)
+DRAIN = RACKS  # schedules due once each, one on each rack, one every STREAM_S / DRAIN seconds (38 ms)
 # Long enough for the whole chain of migrations to end inside the stream on a loaded machine: at 20 s, with
 # the suite's other workers and a second suite beside it (load 7 on 2 cores), the migrations outlasted the
-# stream without waiting for it, which this test cannot tell from a migration that waited.
-STREAM_S = 36
+# stream without waiting for it, which this test cannot tell from a migration that waited; at 36 s, once
+# 0051 and 0052 added three CONCURRENTLY steps (each waits for the transactions older than it), a fresh
+# clone's suite with two more test workers beside it took the chain 40.9 s (10.3 s alone).
+STREAM_S = 48
 ARGS = ["--dispatch-interval", "1s", "--lease-ttl", "3s"]
 ENDED = ("completed", "failed", "terminated")
 SAMPLE_LOCK_TIMEOUT = "200ms"
