@@ -426,7 +426,9 @@ async def test_a_task_never_starts_before_the_round_that_let_it_start(db: Databa
     132 ms delay on the database's connections). A round from after the claim's time holds the task until
     that time; the next claim starts it. For a retry, its attempt's start (`attempt_started_at`)."""
     with receiving(Answer({"ok": True})) as hook:
-        clock = FakeClock(CLOCK.now())
+        # Ahead of the task's making (`submit_retrying` stamps it by the system's clock), as a claim's
+        # clock is: a start is never before its task was made (`store.task_runs`).
+        clock = FakeClock(CLOCK.now() + timedelta(minutes=1))
         services = Services.build(db, clock)
         await services.checks.create(
             CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "5s"), interval="2s")

@@ -87,12 +87,16 @@ async def claim(
 # What a claim writes: RUNNING, owned by the claimer, one more attempt; `started_at` keeps the first start.
 _CLAIMER = bindparam("claimer", type_=Uuid())
 _CLAIMED_AT = bindparam("claimed_at", type_=UTCDateTime())
+# A start is never before the task was made: the claim reads its clock before its statement, which on
+# PostgreSQL takes a task another instance submitted in between (committed, so made before the start),
+# whose `created_at` is then after that reading.
+_STARTED_AT = case((tasks.c.created_at > _CLAIMED_AT, tasks.c.created_at), else_=_CLAIMED_AT)
 _RUNNING_VALUES = {
     "status": TaskStatus.RUNNING.value,
     "owner_id": _CLAIMER,
     "attempts": tasks.c.attempts + 1,
-    "started_at": func.coalesce(tasks.c.started_at, _CLAIMED_AT),
-    "attempt_started_at": func.coalesce(tasks.c.attempt_started_at, _CLAIMED_AT),
+    "started_at": func.coalesce(tasks.c.started_at, _STARTED_AT),
+    "attempt_started_at": func.coalesce(tasks.c.attempt_started_at, _STARTED_AT),
     "updated_at": _CLAIMED_AT,
 }
 
