@@ -213,8 +213,8 @@ async def settle_in_doubt(lost: Unavailable, done: Awaitable[bool], *, not_done:
 
 
 class RunGone(NotFound):
-    """A trigger's or a retry's firing whose schedule was deleted, with its run, after its claim committed
-    and before its submit (`RunResult.deleted`): nothing was submitted."""
+    """A trigger's, a retry's or an approval's firing whose schedule was deleted, with its run, after its
+    claim committed and before its submit (`RunResult.deleted`): nothing was submitted."""
 
     @classmethod
     def of(cls, firing: Firing) -> RunGone:
@@ -240,7 +240,8 @@ async def fire(db: Database, tasks: TaskManager, clock: Clock, firings: Sequence
     schedules of the firings it submits undeleted until it commits (`_submit_all`). A firing whose
     schedule was deleted first (its run with it) submits nothing, alone: its result is `deleted`, its
     scopes "failed" saying so (DELETED_SINCE_FIRED), nothing of it is written back, and it is logged; the
-    batch's other firings fire. A trigger or a retry answers it with RunGone (`ScheduleService`).
+    batch's other firings fire. A trigger, a retry or an approval answers it with RunGone
+    (`ScheduleService.fire_one`).
     """
     by_run = {f.run_id: RunResult(f.run_id, f.rollout_outcomes) for f in firings if f.rolls_out}
     for f in firings:
