@@ -220,14 +220,31 @@ def rpc_cases(
             stub.ListTaskSchedules,
             lambda short=short, **kw: pb.ListTaskSchedulesRequest(name_contains=short, **kw),
         )
-    # The loaded schedules all power on: one operation every schedule runs (the page fills at once), one
-    # none does (every schedule's row read for it, but for the operation's index, migration 0051).
-    for kind in ("power_on", "upgrade_firmware"):
+    # The loaded fleet's operations (`scale_load.operation_kind`): one most schedules run (the page fills at
+    # once), one 15 % run, one a schedule in a thousand runs (every schedule's row read for it, but for the
+    # operation's index, migration 0051).
+    for kind in ("power_on", "upgrade_firmware", "bring_up"):
         paged(
             f"ListTaskSchedules[operation_type={kind}]",
             stub.ListTaskSchedules,
             lambda kind=kind, **kw: pb.ListTaskSchedulesRequest(operation_type=kind, **kw),
         )
+    # Filters combined as the dashboard and the CLI combine them.
+    paged(
+        "ListTaskSchedules[enabled_only,operation_type=bring_up]",
+        stub.ListTaskSchedules,
+        lambda **kw: pb.ListTaskSchedulesRequest(enabled_only=True, operation_type="bring_up", **kw),
+    )
+    paged(
+        "ListTaskSchedules[paused_only,name_contains=s0001]",
+        stub.ListTaskSchedules,
+        lambda **kw: pb.ListTaskSchedulesRequest(paused_only=True, name_contains="s0001", **kw),
+    )
+    paged(
+        "ListTaskSchedules[paused_only,operation_type=power_reset]",
+        stub.ListTaskSchedules,
+        lambda **kw: pb.ListTaskSchedulesRequest(paused_only=True, operation_type="power_reset", **kw),
+    )
     paged(
         "ListTaskSchedules[rack_id]",
         stub.ListTaskSchedules,
@@ -258,6 +275,27 @@ def rpc_cases(
         "ListTasks[statuses=FAILED]",
         stub.ListTasks,
         lambda **kw: pb.ListTasksRequest(statuses=[pb.TASK_STATUS_FAILED], **kw),
+    )
+    ended_badly = [pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED]
+    paged(
+        "ListTasks[statuses=FAILED,TERMINATED]",
+        stub.ListTasks,
+        lambda **kw: pb.ListTasksRequest(statuses=ended_badly, **kw),
+    )
+    paged(
+        "ListTasks[rack_id,statuses=FAILED]",
+        stub.ListTasks,
+        lambda **kw: pb.ListTasksRequest(rack_id=_uuid(rack), statuses=[pb.TASK_STATUS_FAILED], **kw),
+    )
+    paged(
+        "ListTasks[schedule_id,statuses=FAILED,TERMINATED]",
+        stub.ListTasks,
+        lambda **kw: pb.ListTasksRequest(schedule_id=_uuid(normal), statuses=ended_badly, **kw),
+    )
+    paged(
+        "ListTasks[schedule_id=big,statuses=FAILED]",
+        stub.ListTasks,
+        lambda **kw: pb.ListTasksRequest(schedule_id=_uuid(big), statuses=[pb.TASK_STATUS_FAILED], **kw),
     )
     paged(
         "ListTaskScheduleRuns",
@@ -357,6 +395,10 @@ def page_paths(ids: dict[str, str]) -> list[str]:
         "/tasks",
         "/tasks?page=2",
         "/tasks?status=failed",
+        "/tasks?status=terminated",
+        "/tasks?status=failed&rack=scale-r0000001",
+        "/tasks?schedule=scale-big&status=failed",
+        "/schedules?state=paused&search=s0001",
         "/tasks?rack=scale-r0000001",
         "/tasks?schedule=scale-big&status=completed",
         f"/tasks/{ids['task1']}",
@@ -633,7 +675,12 @@ def make_due(url: str, n: int, schedules: int, racks: int, first: int) -> dateti
         end_live_tasks(conn)
         for first in range(0, n, 5_000):
             chunk = names[first : first + 5_000]
-            conn.execute(update(task_schedule).where(task_schedule.c.name.in_(chunk)).values(next_run_at=due))
+            # Some loaded schedules are paused (`scale_load.PAUSED_EVERY`): a drain picks them resumed.
+            conn.execute(
+                update(task_schedule)
+                .where(task_schedule.c.name.in_(chunk))
+                .values(next_run_at=due, enabled=True, paused_at=None, pause_reason="", paused_by="")
+            )
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("ANALYZE task_schedule"))
     engine.dispose()

@@ -18,10 +18,12 @@ Layout (S schedules, R racks, N runs, A audit events):
 * racks 0..R-1, each with one COMPUTE component, made a year and a day ago;
 * schedules 0..S-1 (interval 24h), made one a millisecond from then, schedule s on rack s % R, next run
   spread over the day after tomorrow (so nothing fires during the reads; the drain makes 10,000 of them due
-  on purpose);
+  on purpose); a fleet's mix of operations and pauses rather than one of each (`operation_kind`,
+  `PAUSED_EVERY`), so that a filter an operator uses matches what it would in a real fleet: a few of them,
+  or most, or almost none;
 * run k (0..N-1) of schedule k % S, its (k // S)-th firing, spread over the past year, completed, one
-  outcome "submitted" naming task k; task k completed 30 s after it started; each scope's last task is its
-  newest;
+  outcome "submitted" naming task k; task k (its schedule's operation) ended 30 s after it started, most
+  completed, some failed or terminated (`task_status`); each scope's last task is its newest;
 * one schedule "scale-big" over racks 0..B-1 with G runs of B outcomes each (the runs grid);
 * audit events 0..A-1 spread over the year, by 50 principals round-robin.
 """
@@ -58,6 +60,8 @@ from rackflow.store.tables import (
 
 CHUNK = 500_000
 PRINCIPALS = 50
+# One schedule in PAUSED_EVERY is paused (by an operator, for a firmware freeze), as some of a fleet are.
+PAUSED_EVERY = 50
 DAY_S = 86_400
 YEAR = "interval '365 days'"
 
@@ -71,6 +75,37 @@ def uid(kind: str, n: str, at: str) -> str:
     ms = f"lpad(to_hex(floor(extract(epoch FROM {at}) * 1000)::bigint), 12, '0')"
     hashed = f"md5('{kind}' || ({n})::text)"
     return f"overlay(overlay({hashed} placing {ms} || '7' from 1 for 13) placing '8' from 17 for 1)::uuid"
+
+
+def operation_kind(n: str) -> str:
+    """The SQL of the operation schedule `n` runs: a fleet's mix, power on and reset the most, a firmware
+    upgrade on 15 %, bring-up on one schedule in a thousand (the rare filter)."""
+    return (
+        f"CASE WHEN ({n}) % 1000 = 999 THEN 'bring_up' WHEN ({n}) % 20 < 8 THEN 'power_on' "
+        f"WHEN ({n}) % 20 < 10 THEN 'power_off' WHEN ({n}) % 20 < 14 THEN 'power_reset' "
+        f"WHEN ({n}) % 20 < 17 THEN 'upgrade_firmware' ELSE 'ingest' END"
+    )
+
+
+def task_status(n: str) -> str:
+    """The SQL of how task `n` ended: 3 % failed, 1 % terminated, the rest completed, spread over the fleet
+    (not by schedule: a schedule's tasks fail now and then, not always). `expected_status` is its Python."""
+    bucket = f"({n})::bigint * 7919 % 100"
+    return f"CASE WHEN {bucket} < 3 THEN 'failed' WHEN {bucket} = 3 THEN 'terminated' ELSE 'completed' END"
+
+
+def expected_status(n: int) -> str:
+    """`task_status` of task n, for `check_rows`."""
+    bucket = n * 7919 % 100
+    return "failed" if bucket < 3 else "terminated" if bucket == 3 else "completed"
+
+
+def task_message(status: str) -> str:
+    """The SQL of an ended task's message, by its status (SQL), as the executor words one."""
+    return (
+        f"CASE {status} WHEN 'failed' THEN 'failed on node-0 (1/1): BMC did not answer within 30s' "
+        f"WHEN 'terminated' THEN 'cancelled by user-3' ELSE t.message END"
+    )
 
 
 class Ids:
@@ -381,6 +416,7 @@ def load(
     tpl = asyncio.run(write_templates(engine.url.render_as_string(hide_password=False)))
     per_schedule = max(1, runs // schedules)
     r, s = racks_n, schedules
+    paused = f"g % {PAUSED_EVERY} = {PAUSED_EVERY // 2}"
     ids = Ids(datetime.now(UTC), s, per_schedule, audit, big_runs)
 
     _chunked(
@@ -436,6 +472,13 @@ def load(
                 "last_run_at": f"now() - interval '1 day' + (g % {DAY_S}) * interval '1 second'",
                 "created_at": ids.sched_made("g"),
                 "updated_at": ids.sched_made("g"),
+                "operation_template": (
+                    f"jsonb_set(t.operation_template, '{{operation,kind}}', to_jsonb({operation_kind('g')}))"
+                ),
+                "enabled": f"NOT ({paused})",
+                "paused_at": f"CASE WHEN {paused} THEN now() - interval '3 days' END",
+                "pause_reason": f"CASE WHEN {paused} THEN 'firmware freeze' ELSE '' END",
+                "paused_by": f"CASE WHEN {paused} THEN 'user-3' ELSE '' END",
                 # The runs `_load_history` gives it (run g is schedule g % s's), as its firings counted them.
                 "run_count": f"{runs // s} + CASE WHEN g < {runs % s} THEN 1 ELSE 0 END",
             },
@@ -545,6 +588,10 @@ def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], ids: Ids, r: int, seri
             "component_ids": f"jsonb_build_array({ids.comp(f'g % {s} % {r}')}::text)",
             "schedule_id": ids.sched(f"g % {s}"),
             "run_id": ids.run("g"),
+            "operation": operation_kind(f"g % {s}"),
+            "parameters": f"jsonb_set(t.parameters, '{{kind}}', to_jsonb({operation_kind(f'g % {s}')}))",
+            "status": task_status("g"),
+            "message": task_message(task_status("g")),
             "created_at": fired,
             "started_at": f"{fired} + interval '1 second'",
             "finished_at": f"{fired} + interval '31 seconds'",
@@ -622,6 +669,8 @@ def _load_big(
                     "component_ids": f"jsonb_build_array({ids.comp('g')}::text)",
                     "schedule_id": big,
                     "run_id": ids.bigrun(str(j)),
+                    "status": task_status(task_number),
+                    "message": task_message(task_status(task_number)),
                     "created_at": fired,
                     "started_at": f"{fired} + interval '1 second'",
                     "finished_at": f"{fired} + interval '31 seconds'",
@@ -676,7 +725,7 @@ async def check_rows(url: str, ids: Ids, run_number: int) -> None:
             counted = schedule_store.tally_from_json(schedule_store.outcome_counts_to_json(run.outcomes))
             assert schedule_store.tally_from_json(row.outcome_counts) == counted
             task = await task_store.get_task(conn, outcome.task_id)  # type: ignore[arg-type]
-            assert task is not None and task.status.value == "completed", task
+            assert task is not None and task.status.value == expected_status(run_number), task
             events, _ = await audit_store.list_events(conn, limit=1)
             assert events, "no audit events"
     finally:
