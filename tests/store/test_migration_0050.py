@@ -1,6 +1,6 @@
 """Migration 0050 on a database holding decisions owed, on both databases: each row is kept, its cause
 NULL (read as none: a release before it recorded none), while a release at 0049 may still insert rows
-naming only its columns; a row owed once upgraded keeps its cause, returned as the decision settles it; the
+naming only its columns; a row owed once upgraded keeps its cause, read as the decision finds it owed; the
 downgrade drops the column and nothing else."""
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ async def test_rows_kept_without_a_cause_a_cause_recorded_once_upgraded_and_back
         await decisions_owed.owe(conn, {new: cause}, T1)
         await decisions_owed.owe(conn, {new: {"change": "window_deleted"}}, T1)  # the first cause stays
     async with db.transaction() as conn:
-        settled = await decisions_owed.settle(conn, {old, older_release, new})
+        settled = await decisions_owed.recorded(conn, {old, older_release, new})
+        await decisions_owed.settle(conn, settled)
     assert settled == {
         old: decisions_owed.Owed(T0, None),
         older_release: decisions_owed.Owed(T0, None),

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -32,12 +32,14 @@ from rackflow.audit.changes import Changes, noting
 from rackflow.domain.audit import OK, REDECIDE_WINDOW_TASK, SYSTEM_PRINCIPAL, AuditEvent, EventFilter
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import Task, TaskStatus
-from rackflow.domain.windows import MaintenanceWindow, OneOff
+from rackflow.domain.windows import MaintenanceWindow, OneOff, WindowPolicy
 from rackflow.errors import Unavailable
 from rackflow.security import Principal, Role, current_principal
+from rackflow.store import decisions_owed
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import window_decisions_owed
+from rackflow.tasks.deferrals import OWED_BATCH
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.gates import consult
 from rackflow.timespec import format_rfc3339
@@ -50,6 +52,7 @@ from tests.store.test_rollout_halt_gate import OWNER, Recording, claim_in
 from tests.store.test_window_deferrals import deferred, get, outcome_of
 from tests.store.test_window_rebinds import (
     AFTER_THE_NEW_END,
+    MOVED_AWAY,
     NEW_END,
     SHORTENED,
     WINDOW_END,
@@ -57,6 +60,7 @@ from tests.store.test_window_rebinds import (
     claim,
     fired_inside,
 )
+from tests.store.test_windows_firing import TOMORROW_2AM
 
 
 @pytest.fixture
@@ -114,26 +118,31 @@ def in_a_call(env: Env, principal: Principal) -> Edit:
 
 
 async def shortened_beside_a_claim(
-    env: Env, monkeypatch: pytest.MonkeyPatch, windows: WindowService, edit: Edit = edit_when
+    env: Env,
+    monkeypatch: pytest.MonkeyPatch,
+    windows: WindowService,
+    edit: Edit = edit_when,
+    policy: WindowPolicy = WindowPolicy.SKIP,
+    when: OneOff = SHORTENED,
 ) -> tuple[Schedule, Task, Changes | None, uuid.UUID]:
-    """The module's scenario, the change made by `windows` (by `edit`): the schedule, and r1's task, held
-    by the budget and bound to 15:00; what the change's audited call noted (`edit_when`'s); the budget's
-    id."""
+    """The module's scenario, the change made by `windows` (by `edit`): the schedule (of window `policy`),
+    and r1's task, held by the budget and bound to 15:00; what the change's audited call noted
+    (`edit_when`'s); the budget's id. `when`: where the change moves "nightly" (else shortened)."""
     budget_id, running = await a_full_budget(env)
-    schedule, task = await fired_inside(env)
+    schedule, task = await fired_inside(env, policy)
     if env.db.is_postgres:
         async with env.db.transaction() as conn:
             claimed = await claim_in(env, conn, running=(running,))
             assert [t.id for t, _ in claimed] == [task.id]
             # The change waits for no task's row: it commits, and answers, while the claim holds it.
-            changes = await asyncio.wait_for(edit(windows, SHORTENED), 60)
+            changes = await asyncio.wait_for(edit(windows, when), 60)
             gated = await consult(env.services.gates, conn, claimed, owner_id=OWNER, now=env.clock.now())
             assert gated.claimed == []  # the budget holds it
     else:
         assert await claim(env, (running,)) == []  # the budget holds it
         with monkeypatch.context() as patched:
             patched.setattr(task_store, "rewait", leaving_out(task.id, task_store.rewait))
-            changes = await edit(windows, SHORTENED)
+            changes = await edit(windows, when)
     held = await get(env, task.id)
     assert (held.status, held.held_by, held.not_after) == (TaskStatus.PENDING, "budget", WINDOW_END)
     return schedule, held, changes, budget_id
@@ -483,3 +492,36 @@ async def test_a_decision_an_audited_call_makes_is_its_event_s_and_writes_no_row
 
     assert [c["deferred_task"] for c in changes.recorded] == ["rebound"]
     assert await audited(env, held) == []
+
+
+async def test_a_task_another_look_decided_first_is_decided_and_audited_once(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two executors look again at once, and both read r1's task owed ("nightly", which its DEFER schedule
+    fired inside, moved to tomorrow night beside a claim, by an instance that died). The first decides it:
+    it waits for the opening at 02:00, and the row says what owed it. The second's turn comes after the
+    opening: the task is owed no more, so it decides nothing and writes no row (deciding from its read, it
+    released the task, in a row that could name no cause), and the task's history holds one decision."""
+    dying = WindowService(env.db, env.clock, Dying(env))
+    _, held, _, _ = await shortened_beside_a_claim(
+        env, monkeypatch, dying, policy=WindowPolicy.DEFER, when=MOVED_AWAY
+    )
+    async with env.db.read() as conn:
+        both_read = await decisions_owed.owed(conn, OWED_BATCH)
+    assert both_read == [held.id]
+
+    assert await env.services.deferrals.look_again() == 1  # the first
+    env.clock.advance(TOMORROW_2AM + timedelta(minutes=1) - env.clock.now())
+
+    async def read_before_the_first_decided(conn: AsyncConnection, limit: int) -> list[uuid.UUID]:
+        return both_read
+
+    monkeypatch.setattr(decisions_owed, "owed", read_before_the_first_decided)
+    assert await env.services.deferrals.look_again() == 0  # the second
+
+    moved = await get(env, held.id)
+    assert (moved.held_by, moved.not_before) == ("window", TOMORROW_2AM)  # as the first left it
+    [event] = await audited(env, held)
+    assert [c["deferred_task"] for c in event.changes] == ["moved"]
+    owed_by = event.request["owed_by"]
+    assert (event.request["decided_by"], owed_by["change"]) == ("look_again", "window_updated")

@@ -99,11 +99,11 @@ async def record_deferral_decisions(
     owed: Mapping[uuid.UUID, Owed],
 ) -> None:
     """In the caller's transaction, which made these decisions, owed as `owed` recorded them (its records
-    by task, `store.decisions_owed.settle`'s): one event per task, unless an audited call listens (its
-    event notes them)."""
+    by task, `store.decisions_owed.recorded`'s, which hold every task it decided): one event per task,
+    unless an audited call listens (its event notes them)."""
     if not changes or noted_by_a_call():
         return
-    events = [_deferral_event(change, at, decided_by, owed.get(change.task_id)) for change in changes]
+    events = [_deferral_event(change, at, decided_by, owed[change.task_id]) for change in changes]
     await store.insert_events(conn, events)
 
 
@@ -117,20 +117,17 @@ async def record_freeze_releases(
     await store.insert_events(conn, [_release_event(hold, at, decided_by) for hold in released])
 
 
-def _deferral_event(change: DeferralChange, at: datetime, decided_by: str, owed: Owed | None) -> AuditEvent:
-    """The event of one task's decision; `owed`, its record (None: another transaction settled it first,
-    and its event names the cause)."""
+def _deferral_event(change: DeferralChange, at: datetime, decided_by: str, owed: Owed) -> AuditEvent:
+    """The event of one task's decision; `owed`, the record that made it owed."""
     request: dict[str, Any] = {"task_id": str(change.task_id), "decided_by": decided_by}
     window = [] if change.window_id is None else [str(change.window_id)]
     if window:
         request["window_id"] = window[0]
     if change.reason:
         request["reason"] = change.reason
-    caused_by: list[str] = []
-    if owed is not None:
-        cause = owed.cause or {"change": NOT_RECORDED}
-        request["owed_by"] = {**cause, "owed_since": format_rfc3339(owed.owed_since)}
-        caused_by = [cause["window_id"]] if "window_id" in cause else list(cause.get("window_ids", ()))
+    cause = owed.cause or {"change": NOT_RECORDED}
+    request["owed_by"] = {**cause, "owed_since": format_rfc3339(owed.owed_since)}
+    caused_by = [cause["window_id"]] if "window_id" in cause else list(cause.get("window_ids", ()))
     targets = (str(change.task_id), str(change.run_id), str(change.rack_id), *window, *caused_by)
     return _event(
         at, REDECIDE_WINDOW_TASK, tuple(dict.fromkeys(targets)), request, deferral_change_json(change)

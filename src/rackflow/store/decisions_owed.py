@@ -2,10 +2,13 @@
 speaks SQL to `window_decisions_owed`.
 
 A row is written in the change's transaction, for a task it skipped (a claim held its row), and deleted by
-the transaction that decides the task again; a task decided twice (two changes, or a change's instance and
-an executor's look again) is only decided again by the windows as they are, which is harmless. No row
-locks a task's: the table has no foreign key to `tasks`, whose check would wait for the claim that holds
-the row.
+the transaction that decides the task again. Two may set out to decide the same task (a change's instance
+and an executor's look again, two executors' looks): each reads which of its tasks are still owed once it
+has the window edits' turn (`recorded`), and decides only those, so the second finds the task owed no
+more and decides nothing (one decision, one audit event, which names its cause). Every writer of the table
+holds that turn (a change and a decision in its own form, a firing's submit in its shared form:
+`store.windows`), so what a decision read stays so until it commits. No row locks a task's: the table has
+no foreign key to `tasks`, whose check would wait for the claim that holds the row.
 
 Each row keeps what made the task owed (`cause`, JSON: `rackflow.audit.decisions.owed_by_change` and
 `owed_by_submit` make it, migration 0050), which the decision's audit event names; this module stores and
@@ -49,16 +52,23 @@ async def owe(conn: AsyncConnection, causes: Mapping[uuid.UUID, Mapping[str, Any
     await conn.execute(insert_new(conn.dialect.name, window_decisions_owed), rows)
 
 
-async def settle(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Owed]:
-    """In the caller's transaction, which decided these tasks: none of them is owed any more. Returns the
-    records it deleted (one statement per chunk either way: `DELETE … RETURNING`), for the decision's
-    audit event; a task whose record another transaction deleted first is not in it."""
-    settled: dict[uuid.UUID, Owed] = {}
+async def recorded(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Owed]:
+    """The records of those of these tasks still owed a decision, read in the caller's transaction, which
+    holds the window edits' turn (the module's docstring): the tasks it is to decide, each with the cause
+    its decision's audit event names. A task another transaction decided first is not in it."""
+    found: dict[uuid.UUID, Owed] = {}
     for chunk in chunked(in_id_order(task_ids)):
-        stmt = delete(window_decisions_owed).where(_OWED.task_id.in_(chunk))
-        for row in await conn.execute(stmt.returning(_OWED.task_id, _OWED.owed_since, _OWED.cause)):
-            settled[row.task_id] = Owed(row.owed_since, row.cause)
-    return settled
+        stmt = select(_OWED.task_id, _OWED.owed_since, _OWED.cause).where(_OWED.task_id.in_(chunk))
+        for row in await conn.execute(stmt):
+            found[row.task_id] = Owed(row.owed_since, row.cause)
+    return found
+
+
+async def settle(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
+    """In the caller's transaction, which decided these tasks (`recorded` found them owed): none of them is
+    owed any more."""
+    for chunk in chunked(in_id_order(task_ids)):
+        await conn.execute(delete(window_decisions_owed).where(_OWED.task_id.in_(chunk)))
 
 
 async def owed(conn: AsyncConnection, limit: int) -> list[uuid.UUID]:

@@ -234,7 +234,8 @@ class Deferrals:
         any held as `_again` decides those a change skipped; should it fail, they stay owed, for the
         executors' look again (logged, never raised: the firing submitted them)."""
         try:
-            await self._again(await self._decide_owed(frozenset(task_ids), audit.SUBMIT), audit.SUBMIT)
+            _, skipped = await self._decide_owed(frozenset(task_ids), audit.SUBMIT)
+            await self._again(skipped, audit.SUBMIT)
         except Exception:
             log.warning(
                 "deciding the task(s) %s a firing submitted after a window changed failed; they stay owed, "
@@ -291,12 +292,12 @@ class Deferrals:
             owed = frozenset(await owed_store.owed(conn, OWED_BATCH))
         if not owed:
             return 0
-        left = await self._decide_owed(owed, audit.LOOK_AGAIN)
+        decided, left = await self._decide_owed(owed, audit.LOOK_AGAIN)
         if left:
             log.info(
                 "%d task(s) owed a decision by a window's change are held by a claim: next look", len(left)
             )
-        return len(owed - left)
+        return decided
 
     async def _again(self, skipped: frozenset[uuid.UUID], decided_by: str) -> None:
         """Decide again the tasks a committed change skipped, because another transaction held their rows
@@ -307,23 +308,31 @@ class Deferrals:
         while skipped:
             for task_id in in_id_order(skipped):
                 await store.wait_for_row(self.tasks.db, task_id)
-            skipped = await self._decide_owed(skipped, decided_by)
+            _, skipped = await self._decide_owed(skipped, decided_by)
 
-    async def _decide_owed(self, owed: frozenset[uuid.UUID], decided_by: str) -> frozenset[uuid.UUID]:
-        """Decide these tasks, owed a decision, in a transaction of their own in the change's lock order
-        (its turn, the runs, the racks, then the rows, skipping those held again), which records them owed
-        no more (`store.decisions_owed.settle`) but those it skipped, and, made outside any audited call
-        (`decided_by` an executor's look again, say), what it decided in the audit trail, each with what
-        made it owed, as its record kept it (`audit.decisions`: no call's event would name them); returns
+    async def _decide_owed(
+        self, owed: frozenset[uuid.UUID], decided_by: str
+    ) -> tuple[int, frozenset[uuid.UUID]]:
+        """Decide these tasks, owed a decision when the caller read them, in a transaction of their own in
+        the change's lock order (its turn, the runs, the racks, then the rows, skipping those held again):
+        those still owed once it has the turn (`store.decisions_owed.recorded`: another transaction may have
+        decided one first, and a task decided is not decided twice), which it records owed no more
+        (`settle`) but those it skipped, and, made outside any audited call (`decided_by` an executor's
+        look again, say), what it decided in the audit trail, each with what made it owed, as its record
+        kept it (`audit.decisions`: no call's event would name them); returns how many it settled, and
         those it skipped."""
         async with self.tasks.db.transaction() as conn:
             await window_store.edits_in_turn(conn)
+            records = await owed_store.recorded(conn, owed)
+            if not records:
+                return 0, frozenset()
             now = self.tasks.clock.now()
-            decided = await self._decide(conn, (), now, set(), _nothing_to_write, only=owed)
-            settled = await owed_store.settle(conn, owed - decided.skipped)
-            await audit.record_deferral_decisions(conn, decided.changes, now, decided_by, settled)
+            decided = await self._decide(conn, (), now, set(), _nothing_to_write, only=frozenset(records))
+            settled = records.keys() - decided.skipped
+            await owed_store.settle(conn, settled)
+            await audit.record_deferral_decisions(conn, decided.changes, now, decided_by, records)
         self._after(decided)
-        return decided.skipped
+        return len(settled), decided.skipped
 
     def _after(self, decided: _Decided) -> None:
         """Once the decisions committed: count the ended tasks, wake the executors for the tasks that may
