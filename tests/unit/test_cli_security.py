@@ -32,11 +32,14 @@ def stamp(value: datetime) -> Timestamp:
 
 
 class FakeAuditClient:
-    def __init__(self) -> None:
+    def __init__(self, events: list[pb.AuditEvent] | None = None) -> None:
         self.calls: list[dict[str, Any]] = []
+        self.events = events
 
     def list_audit_events(self, **kwargs: Any) -> pb.ListAuditEventsResponse:
         self.calls.append(kwargs)
+        if self.events is not None:
+            return pb.ListAuditEventsResponse(total=len(self.events), events=self.events)
         return pb.ListAuditEventsResponse(
             total=7,
             events=[
@@ -85,6 +88,71 @@ def test_audit_sends_the_filters_and_shows_a_table() -> None:
     assert "2 of 7 events" in result.output
     assert "oncall" in result.output and "NOT_FOUND" in result.output
     assert f"{RACK_ID} (+2)" in result.output
+
+
+TASK_ID = "0193a5c2-7f1e-7c3a-9d4b-2f6e8a1b3c5d"
+WINDOW_ID = "0193a5c2-7f1e-7c3a-9d4b-00000000000a"
+EVENT_ID = "0193a5c2-7f1e-7c3a-9d4b-00000000000e"
+
+
+def redecided(owed_by: dict[str, Any]) -> pb.AuditEvent:
+    """A decision rackflow took by itself that a window's change owed (docs/SECURITY.md, `owed_by`)."""
+    request = {"task_id": TASK_ID, "decided_by": "look_again", "owed_by": owed_by}
+    return pb.AuditEvent(
+        at=stamp(NOW),
+        principal="rackflow",
+        method="RedecideWindowTask",
+        outcome="OK",
+        target_ids=[pb.UUID(id=TASK_ID), pb.UUID(id=WINDOW_ID)],
+        request_json=json.dumps(request),
+    )
+
+
+def test_audit_shows_what_owed_a_decision_rackflow_took() -> None:
+    """Each RedecideWindowTask row says what made its decision owed, and when: the window's change and its
+    caller, a firing's submit that found the windows changed since its plan, or no cause recorded; the
+    change's event id is left to `-o json`."""
+    since = "2026-12-01T06:30:00Z"
+    events = [
+        redecided(
+            {
+                "change": "window_updated",
+                "window_id": WINDOW_ID,
+                "window_name": "nightly",
+                "event_id": EVENT_ID,
+                "principal": "alice",
+                "owed_since": since,
+            }
+        ),
+        redecided(
+            {"change": "window_deleted", "window_id": WINDOW_ID, "window_name": "gone", "owed_since": since}
+        ),
+        redecided(
+            {
+                "change": "windows_changed_before_submit",
+                "planned_at": "2026-12-01T06:00:00Z",
+                "window_ids": [WINDOW_ID],
+                "owed_since": since,
+            }
+        ),
+        redecided({"change": "not_recorded", "owed_since": since}),
+    ]
+    result = run(FakeAuditClient(events), "audit", "--method", "RedecideWindowTask")
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.output.split())  # (the detail wraps, or moves under its row, as the width has it)
+    assert "DETAIL" in shown
+    assert "owed by window 'nightly' updated by alice at 2026-12-01 06:30Z" in shown
+    assert "owed by window 'gone' deleted at 2026-12-01 06:30Z" in shown
+    assert (
+        "owed by windows changed between its firing's plan (2026-12-01 06:00Z) and submit (2026-12-01 06:30Z)"
+        in shown
+    )
+    assert "owed since 2026-12-01 06:30Z (its cause not recorded: an older release)" in shown
+    assert EVENT_ID not in shown
+
+    as_json = run(FakeAuditClient(events[:1]), "audit", "-o", "json")
+    [event] = json.loads(as_json.output)["events"]
+    assert json.loads(event["request_json"])["owed_by"]["event_id"] == EVENT_ID
 
 
 def test_audit_json_is_the_message() -> None:

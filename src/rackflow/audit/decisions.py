@@ -41,7 +41,15 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import deferral_change_json, listening_call, noted_by_a_call
-from rackflow.domain.audit import OK, REDECIDE_WINDOW_TASK, RELEASE_FREEZE_HOLD, SYSTEM_PRINCIPAL, AuditEvent
+from rackflow.domain.audit import (
+    NOT_RECORDED,
+    OK,
+    REDECIDE_WINDOW_TASK,
+    RELEASE_FREEZE_HOLD,
+    SYSTEM_PRINCIPAL,
+    WINDOWS_CHANGED_BEFORE_SUBMIT,
+    AuditEvent,
+)
 from rackflow.domain.tasks import DeferralChange, ReleasedHold
 from rackflow.domain.windows import MaintenanceWindow
 from rackflow.ids import new_id
@@ -56,20 +64,12 @@ LOOK_AGAIN = "look_again"
 SUBMIT = "submit"
 CHANGE = "change"
 
-# What made a task owed a decision (`owed_by.change`): a window's creation, update or deletion that skipped
-# it; a firing's submit that found the windows changed since its claim; a record with no cause (written by
-# a release before migration 0050).
-WINDOW_CREATED = "window_created"
-WINDOW_UPDATED = "window_updated"
-WINDOW_DELETED = "window_deleted"
-WINDOWS_CHANGED_BEFORE_SUBMIT = "windows_changed_before_submit"
-NOT_RECORDED = "not_recorded"
-
 
 def owed_by_change(change: str, window: MaintenanceWindow) -> dict[str, Any]:
-    """The cause of a decision a window's `change` (`WINDOW_CREATED`, …) owes, made in its transaction:
-    the window (as it is, or was when deleted) and, when an audited call makes the change, that call's
-    event (its id is known before it is written: `audit.changes.Changes.event_id`) and principal."""
+    """The cause of a decision a window's `change` (`domain.audit.WINDOW_CREATED`, …) owes, made in its
+    transaction: the window (as it is, or was when deleted) and, when an audited call makes the change,
+    that call's event (its id is known before it is written: `audit.changes.Changes.event_id`) and
+    principal."""
     return {"change": change, "window_id": str(window.id), "window_name": window.name, **_the_call()}
 
 

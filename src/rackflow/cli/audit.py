@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import click
 from rich.markup import escape
@@ -11,6 +13,14 @@ from rich.markup import escape
 from rackflow.cli.output import Command, Listing, free_text, pass_session, table, utc_text, when
 from rackflow.cli.paging import emit_page, page_options, page_title, searched_on
 from rackflow.cli.targets import parse_seconds, parse_time
+from rackflow.domain.audit import (
+    NOT_RECORDED,
+    REDECIDE_WINDOW_TASK,
+    WINDOW_CREATED,
+    WINDOW_DELETED,
+    WINDOW_UPDATED,
+    WINDOWS_CHANGED_BEFORE_SUBMIT,
+)
 from rackflow.v1 import flow_pb2 as pb
 
 
@@ -36,12 +46,43 @@ def _targets_text(event: pb.AuditEvent) -> str:
     return f"{ids[0]} (+{len(ids) - 1})"
 
 
+# A window's change that owed a decision, by what it did to the window (`owed_by.change`).
+_WINDOW_CHANGED = {WINDOW_CREATED: "created", WINDOW_UPDATED: "updated", WINDOW_DELETED: "deleted"}
+
+
+def _owed_by_text(owed_by: Mapping[str, Any]) -> str:
+    """What made a decision rackflow took by itself owed (docs/SECURITY.md, `owed_by`), in one line: the
+    window's change and its caller, or a firing's submit that found the windows changed since its plan, and
+    when. The change's event id and the windows' ids are left to `-o json` (the table shows no event's id;
+    the targets hold the windows)."""
+    change = owed_by["change"]
+    since = utc_text(parse_time(owed_by["owed_since"]))
+    if change in _WINDOW_CHANGED:
+        by = f" by {owed_by['principal']}" if "principal" in owed_by else ""
+        return f"owed by window {owed_by['window_name']!r} {_WINDOW_CHANGED[change]}{by} at {since}"
+    if change == WINDOWS_CHANGED_BEFORE_SUBMIT:
+        planned = utc_text(parse_time(owed_by["planned_at"]))
+        return f"owed by windows changed between its firing's plan ({planned}) and submit ({since})"
+    if change == NOT_RECORDED:
+        return f"owed since {since} (its cause not recorded: an older release)"
+    return f"owed by {change} at {since}"  # (a cause a newer server records)
+
+
+def _detail(event: pb.AuditEvent) -> str:
+    """The error of a refused call; for a decision rackflow took by itself that a window's change owed,
+    what owed it (`_owed_by_text`)."""
+    if event.error or event.method != REDECIDE_WINDOW_TASK or not event.request_json:
+        return event.error
+    owed_by = json.loads(event.request_json).get("owed_by")
+    return _owed_by_text(owed_by) if isinstance(owed_by, dict) else ""
+
+
 def audit_table(events: Sequence[pb.AuditEvent], title: str) -> Listing:
-    result = table("TIME", "PRINCIPAL", "METHOD", "OUTCOME", "TARGETS", free_text("ERROR"), title=title)
+    result = table("TIME", "PRINCIPAL", "METHOD", "OUTCOME", "TARGETS", free_text("DETAIL"), title=title)
     for e in events:
         outcome = e.outcome if e.outcome == "OK" else f"[red]{e.outcome}[/]"
         result.add_row(
-            utc_text(when(e.at)), escape(e.principal), e.method, outcome, _targets_text(e), escape(e.error)
+            utc_text(when(e.at)), escape(e.principal), e.method, outcome, _targets_text(e), escape(_detail(e))
         )
     return result
 

@@ -20,6 +20,15 @@ EXPIRE_RUN = "ExpireTaskScheduleRun"
 REDECIDE_WINDOW_TASK = "RedecideWindowTask"
 RELEASE_FREEZE_HOLD = "ReleaseFreezeHold"
 SYSTEM_METHODS = frozenset({EXPIRE_RUN, REDECIDE_WINDOW_TASK, RELEASE_FREEZE_HOLD})
+# What made a task owed the decision a `REDECIDE_WINDOW_TASK` event records (its request's `owed_by.change`,
+# `rackflow.audit.decisions`): a window's creation, update or deletion that skipped it; a firing's submit
+# that found the windows changed since its claim; a record with no cause (written by a release before
+# migration 0050).
+WINDOW_CREATED = "window_created"
+WINDOW_UPDATED = "window_updated"
+WINDOW_DELETED = "window_deleted"
+WINDOWS_CHANGED_BEFORE_SUBMIT = "windows_changed_before_submit"
+NOT_RECORDED = "not_recorded"
 
 
 @dataclass(frozen=True)

@@ -255,7 +255,7 @@ class Deferrals:
         """Decide again, in the caller's transaction, the waits and ends of the tasks their windows bind on
         racks `changed` (the window as it was unless created, and as it is unless deleted) covers, once
         their runs and racks are locked and the change written (`write`, the caller's: the window created,
-        updated or deleted, which `change` names: `audit.decisions.WINDOW_CREATED`, …), in the module's lock
+        updated or deleted, which `change` names: `domain.audit.WINDOW_CREATED`, …), in the module's lock
         order; returns what to do once the transaction committed (count the ended tasks, wake the
         executors, note the audit, and decide again the tasks it skipped, once their rows are free:
         `_again`). The tasks it skipped are recorded owed, with the change as their cause (made only then)."""

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit import decisions as audit
 from rackflow.clock import Clock
+from rackflow.domain.audit import WINDOW_CREATED, WINDOW_DELETED, WINDOW_UPDATED
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.window_rules import WindowEvent, events
 from rackflow.domain.windows import MaintenanceWindow, RackRef, Recurring, When, WindowKind
@@ -124,7 +125,7 @@ class Redeciding(Protocol):
         """In the caller's transaction, for the window as it was and is (created: as it is): locks the
         runs and racks it may touch, then `write`s the change (the window's write checks its racks' keys,
         so it comes after their locks: the lock order of `rackflow.tasks.deferrals`), then decides, and
-        records a task it skipped owed a decision, caused by `change` (`audit.decisions.WINDOW_CREATED`,
+        records a task it skipped owed a decision, caused by `change` (`domain.audit.WINDOW_CREATED`,
         `WINDOW_UPDATED`, `WINDOW_DELETED`) to the window as it is (as it was, deleted);
         returns what to do once it committed (which decides again, in transactions of its own, the tasks
         whose rows another transaction held), which never raises: the change is made, and what it could not
@@ -181,7 +182,7 @@ class WindowService:
                 updated_at=now,
             )
             once_committed = await self.deferrals.redecide_in(
-                conn, (window,), now, lambda: store.insert_window(conn, window), audit.WINDOW_CREATED
+                conn, (window,), now, lambda: store.insert_window(conn, window), WINDOW_CREATED
             )
         await once_committed()
         return window
@@ -249,7 +250,7 @@ class WindowService:
             if RACKS_PATH in mask or DOMAINS_PATH in mask:
                 updated = replace(updated, all_racks=not updated.racks and not updated.domains)
             once_committed = await self.deferrals.redecide_in(
-                conn, (current, updated), now, lambda: store.save_window(conn, updated), audit.WINDOW_UPDATED
+                conn, (current, updated), now, lambda: store.save_window(conn, updated), WINDOW_UPDATED
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
         await self._once_committed(window_id, once_committed, skipped)
@@ -261,7 +262,7 @@ class WindowService:
             now = await self._in_turn(conn)
             current = await self._load(conn, window_id)
             once_committed = await self.deferrals.redecide_in(
-                conn, (current,), now, lambda: store.delete_window(conn, window_id), audit.WINDOW_DELETED
+                conn, (current,), now, lambda: store.delete_window(conn, window_id), WINDOW_DELETED
             )
             skipped = await task_runs.release_unclaimed(conn, FreezeGate.name)
         await self._once_committed(window_id, once_committed, skipped)
