@@ -281,9 +281,12 @@ async def audited(env: Env, task: Task) -> list[AuditEvent]:
     return events[::-1]
 
 
-def owed_by_the_shortening(window_id: uuid.UUID, changes: Changes, changed_at: datetime) -> dict[str, str]:
+def owed_by_the_shortening(
+    window_id: uuid.UUID, changes: Changes, changed_at: datetime
+) -> dict[str, str | bool]:
     """What a look again's row says owed its decision: "nightly" shortened beside the claim
-    (`shortened_beside_a_claim`), in the call whose event `changes` is, by the anonymous caller."""
+    (`shortened_beside_a_claim`), in the call whose event `changes` is, by the anonymous caller; that
+    event not in the trail (`edit_when` notes the call, and no interceptor writes its event)."""
     return {
         "change": "window_updated",
         "window_id": str(window_id),
@@ -291,6 +294,7 @@ def owed_by_the_shortening(window_id: uuid.UUID, changes: Changes, changed_at: d
         "event_id": str(changes.event_id),
         "principal": "anonymous",
         "owed_since": format_rfc3339(changed_at),
+        "event_found": False,
     }
 
 
@@ -433,6 +437,34 @@ async def test_a_look_again_s_row_names_the_change_that_owed_it_and_that_change_
     assert str(window_id) in event.target_ids
     history, _ = await env.services.audit.list_events(EventFilter(target=window_id))
     assert {e.id for e in history} >= {change.id, event.id}
+
+
+async def test_a_look_again_s_row_says_the_change_s_event_was_not_in_the_trail(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """alice's UpdateMaintenanceWindow shortens "nightly" beside a claim of r1's task, and its instance dies
+    once the change committed, before it wrote the call's event (or its spool was full): the look again's
+    row names the call's event by the id it was to carry, and says the trail did not hold it then
+    (`event_found` false), rather than point at it as if it were there."""
+    monkeypatch.setattr(task_store, "wait_for_row", dropped)
+
+    async def lost(**_: object) -> None:
+        """The instance dies before the call's event is written."""
+
+    monkeypatch.setattr(env.services.audit, "record", lost)
+    alice = Principal("alice", Role.OPERATOR, "token")
+    _, held, _, _ = await shortened_beside_a_claim(
+        env, monkeypatch, env.services.windows, in_a_call(env, alice)
+    )
+    never_written, _ = await env.services.audit.list_events(EventFilter(method="UpdateMaintenanceWindow"))
+    assert never_written == []
+
+    assert await env.services.deferrals.look_again() == 1
+
+    [event] = await audited(env, held)
+    owed_by = event.request["owed_by"]
+    assert (owed_by["principal"], owed_by["event_found"]) == ("alice", False)
+    assert uuid.UUID(owed_by["event_id"])  # the id the call's event was to carry
 
 
 async def test_a_look_again_s_row_names_a_deletion_outside_any_call_and_no_event(

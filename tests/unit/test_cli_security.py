@@ -110,8 +110,8 @@ def redecided(owed_by: dict[str, Any]) -> pb.AuditEvent:
 
 def test_audit_shows_what_owed_a_decision_rackflow_took() -> None:
     """Each RedecideWindowTask row says what made its decision owed, and when: the window's change and its
-    caller, a firing's submit that found the windows changed since its plan, or no cause recorded; the
-    change's event id is left to `-o json`."""
+    caller (and that its call's event was not in the trail, when so), a firing's submit that found the
+    windows changed since its plan, or no cause recorded; the change's event id is left to `-o json`."""
     since = "2026-12-01T06:30:00Z"
     events = [
         redecided(
@@ -122,6 +122,17 @@ def test_audit_shows_what_owed_a_decision_rackflow_took() -> None:
                 "event_id": EVENT_ID,
                 "principal": "alice",
                 "owed_since": since,
+            }
+        ),
+        redecided(
+            {
+                "change": "window_created",
+                "window_id": WINDOW_ID,
+                "window_name": "new",
+                "event_id": EVENT_ID,
+                "principal": "bob",
+                "owed_since": since,
+                "event_found": False,
             }
         ),
         redecided(
@@ -143,6 +154,10 @@ def test_audit_shows_what_owed_a_decision_rackflow_took() -> None:
     assert "DETAIL" in shown
     assert "owed by window 'nightly' updated by alice at 2026-12-01 06:30Z" in shown
     assert "owed by window 'gone' deleted at 2026-12-01 06:30Z" in shown
+    assert (
+        "owed by window 'new' created by bob at 2026-12-01 06:30Z; its call's event was not in the trail"
+        in shown
+    )
     assert (
         "owed by windows changed between its firing's plan (2026-12-01 06:00Z) and submit (2026-12-01 06:30Z)"
         in shown

@@ -17,7 +17,8 @@ after commit: the decision and its rows commit together, so no crash between the
 look again's decision leaves no one to record it later), and a rolled-back decision leaves none; the
 spool is not needed (a database that cannot take the row did not take the decision either). These
 decisions are rare (only what a claim held at a change's instant, or what an instance did not live to
-decide), so the cost, one statement per decision transaction that decided something, is small; a look
+decide), so the cost, one statement per decision transaction that decided something (two when a cause
+names a call's event, below), is small; a look
 that decides nothing writes nothing. A decision made while an audited call listens (`noted_by_a_call`)
 writes no row of its own: the call's event names it, once.
 
@@ -29,6 +30,12 @@ joins), or a firing's submit that found the windows changed since its claim (`ow
 planned, and which windows differ, each of whose changes is in its window's history from then on). The
 cause is made only for a task skipped or owed, in the transaction that owes it, so a change that owes
 nothing pays nothing for it; a record a release before migration 0050 wrote has none ("not_recorded").
+The call's event id is made when the call begins, and its event written once the call ended, after the
+change committed, and not in its transaction (`audit.trail`): so it may not be in the trail yet when a look
+again decides (the call still under way), nor ever (its instance died first, the very case a look again is
+for, or its spool was full). So the row says whether the trail held that event as it was written
+(`EVENT_FOUND` false when not; one read by id per transaction whose causes name calls), rather than name an
+event as if it were there.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.audit.changes import deferral_change_json, listening_call, noted_by_a_call
 from rackflow.domain.audit import (
+    EVENT_FOUND,
     NOT_RECORDED,
     OK,
     REDECIDE_WINDOW_TASK,
@@ -103,7 +111,9 @@ async def record_deferral_decisions(
     unless an audited call listens (its event notes them)."""
     if not changes or noted_by_a_call():
         return
-    events = [_deferral_event(change, at, decided_by, owed[change.task_id]) for change in changes]
+    calls = {_call_event(owed[change.task_id]) for change in changes}
+    found = await store.in_the_trail(conn, {event_id for event_id in calls if event_id is not None})
+    events = [_deferral_event(change, at, decided_by, owed[change.task_id], found) for change in changes]
     await store.insert_events(conn, events)
 
 
@@ -117,8 +127,11 @@ async def record_freeze_releases(
     await store.insert_events(conn, [_release_event(hold, at, decided_by) for hold in released])
 
 
-def _deferral_event(change: DeferralChange, at: datetime, decided_by: str, owed: Owed) -> AuditEvent:
-    """The event of one task's decision; `owed`, the record that made it owed."""
+def _deferral_event(
+    change: DeferralChange, at: datetime, decided_by: str, owed: Owed, found: Collection[uuid.UUID]
+) -> AuditEvent:
+    """The event of one task's decision; `owed`, the record that made it owed; `found`, the events of the
+    calls that made decisions owed that the trail holds now (`EVENT_FOUND` marks one it does not)."""
     request: dict[str, Any] = {"task_id": str(change.task_id), "decided_by": decided_by}
     window = [] if change.window_id is None else [str(change.window_id)]
     if window:
@@ -127,11 +140,21 @@ def _deferral_event(change: DeferralChange, at: datetime, decided_by: str, owed:
         request["reason"] = change.reason
     cause = owed.cause or {"change": NOT_RECORDED}
     request["owed_by"] = {**cause, "owed_since": format_rfc3339(owed.owed_since)}
+    call = _call_event(owed)
+    if call is not None and call not in found:
+        request["owed_by"][EVENT_FOUND] = False
     caused_by = [cause["window_id"]] if "window_id" in cause else list(cause.get("window_ids", ()))
     targets = (str(change.task_id), str(change.run_id), str(change.rack_id), *window, *caused_by)
     return _event(
         at, REDECIDE_WINDOW_TASK, tuple(dict.fromkeys(targets)), request, deferral_change_json(change)
     )
+
+
+def _call_event(owed: Owed) -> uuid.UUID | None:
+    """The event of the audited call whose change made the task owed (its cause's `event_id`), if one
+    did."""
+    event_id = (owed.cause or {}).get("event_id")
+    return None if event_id is None else uuid.UUID(event_id)
 
 
 def _release_event(hold: ReleasedHold, at: datetime, decided_by: str) -> AuditEvent:

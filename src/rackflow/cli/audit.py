@@ -14,6 +14,7 @@ from rackflow.cli.output import Command, Listing, free_text, pass_session, table
 from rackflow.cli.paging import emit_page, page_options, page_title, searched_on
 from rackflow.cli.targets import parse_seconds, parse_time
 from rackflow.domain.audit import (
+    EVENT_FOUND,
     NOT_RECORDED,
     REDECIDE_WINDOW_TASK,
     WINDOW_CREATED,
@@ -57,15 +58,16 @@ def _owed_by_text(owed_by: Mapping[str, Any]) -> str:
     the targets hold the windows)."""
     change = owed_by["change"]
     since = utc_text(parse_time(owed_by["owed_since"]))
+    missing = "; its call's event was not in the trail" if owed_by.get(EVENT_FOUND) is False else ""
     if change in _WINDOW_CHANGED:
         by = f" by {owed_by['principal']}" if "principal" in owed_by else ""
-        return f"owed by window {owed_by['window_name']!r} {_WINDOW_CHANGED[change]}{by} at {since}"
+        return f"owed by window {owed_by['window_name']!r} {_WINDOW_CHANGED[change]}{by} at {since}{missing}"
     if change == WINDOWS_CHANGED_BEFORE_SUBMIT:
         planned = utc_text(parse_time(owed_by["planned_at"]))
-        return f"owed by windows changed between its firing's plan ({planned}) and submit ({since})"
+        return f"owed by windows changed between its firing's plan ({planned}) and submit ({since}){missing}"
     if change == NOT_RECORDED:
         return f"owed since {since} (its cause not recorded: an older release)"
-    return f"owed by {change} at {since}"  # (a cause a newer server records)
+    return f"owed by {change} at {since}{missing}"  # (a cause a newer server records)
 
 
 def _detail(event: pb.AuditEvent) -> str:

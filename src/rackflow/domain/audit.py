@@ -29,6 +29,10 @@ WINDOW_UPDATED = "window_updated"
 WINDOW_DELETED = "window_deleted"
 WINDOWS_CHANGED_BEFORE_SUBMIT = "windows_changed_before_submit"
 NOT_RECORDED = "not_recorded"
+# Set false on an `owed_by` whose `event_id` the trail did not hold as the decision was written: the call's
+# event is written after the call's transaction committed (or replayed from a spool once the database is
+# back), so it may come later, or never (its instance died first, or its spool was full: docs/SECURITY.md).
+EVENT_FOUND = "event_found"
 
 
 @dataclass(frozen=True)

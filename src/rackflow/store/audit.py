@@ -55,6 +55,15 @@ async def insert_events(conn: AsyncConnection, events: Sequence[AuditEvent]) -> 
     )
 
 
+async def in_the_trail(conn: AsyncConnection, event_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+    """Those of these events the trail holds now (by id alone: on PostgreSQL, one probe of the key's
+    index in each week's partition)."""
+    if not event_ids:
+        return set()
+    stmt = select(audit_events.c.id).where(audit_events.c.id.in_(sorted(event_ids, key=str)))
+    return set((await conn.execute(stmt)).scalars())
+
+
 async def write_events(conn: AsyncConnection, pending: Sequence[PendingEvent]) -> list[None]:
     """Read the after snapshots of all of `pending` at once, then insert them all (a group-commit round).
 
