@@ -6,7 +6,7 @@ the transaction that decides the task again. Two may set out to decide the same 
 and an executor's look again, two executors' looks): each reads which of its tasks are still owed once it
 has the window edits' turn (`recorded`), and decides only those, so the second finds the task owed no
 more and decides nothing (one decision, one audit event, which names its cause). Every writer of the table
-holds that turn (a change and a decision in its own form, a firing's submit in its shared form:
+holds that turn (a change and a decision in its exclusive form, a firing's submit in its shared form:
 `store.windows`), so what a decision read stays so until it commits. No row locks a task's: the table has
 no foreign key to `tasks`, whose check would wait for the claim that holds the row.
 
