@@ -4,6 +4,11 @@ codes.
 Messages name the field and the bad value, because an operator reading them has nothing else to go on.
 """
 
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
 
 class RackflowError(Exception):
     """Root of every error rackflow reports to a client."""
@@ -31,6 +36,20 @@ class AlreadyExists(RackflowError):
 
 class FailedPrecondition(RackflowError):
     """The request is well-formed but the current state forbids it."""
+
+
+class SubmittedNothing(FailedPrecondition):
+    """A manual trigger that fired (its run `run_id` recorded at `fired_at`) but submitted no task, every
+    scope failed: the one refusal that answers a firing, so, as a trigger's success does, it names the run
+    and says whether it is the answer of an earlier trigger with the same request id (`replayed`: this call
+    fired nothing). A client that sent the trigger again after a lost answer tells its operator which of the
+    two happened from these, not from the message (`rackflow.api.errors.trailing_metadata`)."""
+
+    def __init__(self, message: str, run_id: uuid.UUID, fired_at: datetime, *, replayed: bool) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.fired_at = fired_at
+        self.replayed = replayed
 
 
 class Unavailable(RackflowError):

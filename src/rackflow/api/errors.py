@@ -4,19 +4,27 @@ Nothing else in rackflow chooses a status code: the gRPC servicers abort with th
 the HTTP API (`rackflow.web.api`) answers with the HTTP status of the same row. An unexpected exception is
 logged with its traceback and answered INTERNAL (HTTP 500) without leaking details; bad input never
 reaches that branch (the fuzz tests assert it).
+
+An error that answers a firing (`errors.SubmittedNothing`: a trigger that fired but submitted no task) names
+its run as a trigger's success does, in its trailing metadata (`trailing_metadata`): the run, when it
+fired, and whether the error is an earlier call's answer again (`replayed`). Written here alone, and read
+here alone (`answered_firing`), by the client and by the HTTP API's error body.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
 
 from rackflow import errors
+from rackflow.timespec import format_rfc3339, parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +64,47 @@ def status_for(exc: errors.RackflowError) -> grpc.StatusCode:
     return status_of(exc).grpc
 
 
+# The trailing metadata of an error that answers a firing: its run's id, when it fired (RFC 3339, UTC),
+# and "true" when it is the answer of an earlier call with the same request id (this call fired nothing).
+RUN_ID_KEY = "rackflow-run-id"
+FIRED_AT_KEY = "rackflow-fired-at"
+REPLAYED_KEY = "rackflow-replayed"
+
+
+@dataclass(frozen=True)
+class AnsweredFiring:
+    """The firing an error answers, as its client reads it from the trailing metadata."""
+
+    run_id: uuid.UUID
+    fired_at: datetime
+    replayed: bool
+
+
+def trailing_metadata(exc: errors.RackflowError) -> tuple[tuple[str, str], ...]:
+    """What `exc`'s status carries beside its code and message: the firing it answers, if it answers one."""
+    if not isinstance(exc, errors.SubmittedNothing):
+        return ()
+    return (
+        (RUN_ID_KEY, str(exc.run_id)),
+        (FIRED_AT_KEY, format_rfc3339(exc.fired_at)),
+        (REPLAYED_KEY, "true" if exc.replayed else "false"),
+    )
+
+
+def answered_firing(metadata: Iterable[tuple[str, str | bytes]] | None) -> AnsweredFiring | None:
+    """The firing an error's trailing metadata names, or None: an error that answers none, or from a
+    server too old to name it (then a client cannot say whether its call fired, and says nothing)."""
+    found = {key: value for key, value in metadata or () if isinstance(value, str)}
+    if not {RUN_ID_KEY, FIRED_AT_KEY} <= found.keys() or found.get(REPLAYED_KEY) not in ("true", "false"):
+        return None
+    try:
+        return AnsweredFiring(
+            uuid.UUID(found[RUN_ID_KEY]), parse_rfc3339(found[FIRED_AT_KEY]), found[REPLAYED_KEY] == "true"
+        )
+    except ValueError:
+        return None
+
+
 _R = TypeVar("_R")
 Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_R]]
 
@@ -68,7 +117,7 @@ def rpc(handler: Handler[_R]) -> Handler[_R]:
         try:
             return await handler(self, request, context)
         except errors.RackflowError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), str(exc), trailing_metadata(exc))
         except Exception:
             log.exception("unexpected error in %s", handler.__name__)
             await context.abort(INTERNAL.grpc, INTERNAL_MESSAGE)

@@ -53,7 +53,7 @@ from rackflow.domain.schedules import (
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryPolicy, TaskStatus
 from rackflow.domain.window_rules import Decision
 from rackflow.domain.windows import WindowPolicy
-from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, SubmittedNothing, Unavailable
 from rackflow.ids import new_id
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.notify import events
@@ -74,7 +74,7 @@ from rackflow.store.dispatch import count_due
 from rackflow.store.paging import Listed
 from rackflow.tasks.conflicts import could_conflict
 from rackflow.tasks.manager import Ended, TaskManager, rack_label
-from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, parse_spec
+from rackflow.timespec import InvalidSpec, ScheduleSpec, SpecType, Timing, format_rfc3339, parse_spec
 from rackflow.validation import (
     check_description,
     check_mask,
@@ -864,7 +864,7 @@ class ScheduleService:
         if claimed.rolls_out:
             return Triggered(list(result.started), claimed.run_id, claimed.fired_at)
         if claimed.scopes and not result.task_ids:
-            raise await self._nothing_submitted(claimed.schedule, result)
+            raise await self._nothing_submitted(claimed.schedule, result, claimed.fired_at)
         return Triggered(result.task_ids, claimed.run_id, claimed.fired_at)
 
     async def _claim_trigger(
@@ -932,12 +932,12 @@ class ScheduleService:
         """What the trigger that fired `fired` answered, for a trigger again with its request id: the tasks
         its run submitted (a rollout's, the tasks its steps started so far; none while it awaits approval,
         or once that approval expired or was refused), or the same FailedPrecondition when every scope of
-        a plain firing failed; marked `replayed`."""
+        a plain firing failed; marked `replayed`, the error too (`SubmittedNothing`)."""
         self._check_fired(fired, request_id)
         result = RunResult(fired.id, fired.outcomes)
         if fired.rollout is None and fired.outcomes and not result.task_ids and fired.approval is None:
             schedule = await self.get(fired.schedule_id)
-            raise await self._nothing_submitted(schedule, result)
+            raise await self._nothing_submitted(schedule, result, fired.fired_at, earlier=request_id)
         return Triggered(result.task_ids, fired.id, fired.fired_at, replayed=True)
 
     async def _in_doubt(self, claimed: Firing | None, lost: Unavailable) -> Firing:
@@ -996,17 +996,30 @@ class ScheduleService:
             raise firing.RunGone.of(claimed)
         return results
 
-    async def _nothing_submitted(self, schedule: Schedule, result: RunResult) -> FailedPrecondition:
-        """The error of a trigger whose every scope failed: each rack, by name and id, and why."""
+    async def _nothing_submitted(
+        self, schedule: Schedule, result: RunResult, fired_at: datetime, *, earlier: str | None = None
+    ) -> SubmittedNothing:
+        """The error of a trigger whose every scope failed: each rack, by name and id, and why. `earlier`:
+        the request id of the trigger that fired the run, when this is its answer again; the message says
+        so, with when it fired, since that is what the operator who sent it again needs to know."""
         async with self.db.read() as conn:
             names = await inventory_store.rack_names(conn, {o.rack_id for o in result.outcomes})
         reasons = []
         for outcome in result.outcomes:
             label = rack_label(outcome.rack_id, names)
             reasons.append(f"{label}: {outcome.error.removeprefix(f'{label}: ')}")
-        return FailedPrecondition(
+        recorded = f"recorded as run {result.run_id}"
+        if earlier is not None:
+            recorded += (
+                f", fired at {format_rfc3339(fired_at)} by an earlier request with request_id {earlier!r}: "
+                "nothing new fired"
+            )
+        return SubmittedNothing(
             f"id: schedule {schedule.name!r} ({schedule.id}) fired but submitted no task, every scope failed "
-            f"(recorded as run {result.run_id}): {'; '.join(reasons)}"
+            f"({recorded}): {'; '.join(reasons)}",
+            result.run_id,
+            fired_at,
+            replayed=earlier is not None,
         )
 
     # --- scope -----------------------------------------------------------------------------------
