@@ -416,3 +416,35 @@ async def test_a_trigger_and_a_retry_sent_again_say_they_were_replayed(
     retried_again = (await http.post(url, json={"request_id": "web-2"})).json()
     assert (retried["replayed"], retried_again["replayed"]) == (False, True)
     assert retried["id"] == retried_again["id"] and retried["retry_of"] == run["id"]
+
+
+async def test_a_refused_trigger_sent_again_says_it_was_replayed(
+    http: httpx.AsyncClient, services: Services, clock: FakeClock
+) -> None:
+    """A trigger that fired but submitted no task is refused (412) naming its run as a success does; sent
+    again with its request id, the same refusal says `replayed`, with the first call's run and time. Any
+    other refusal carries none of them."""
+    await make_racks(services, "r1")
+    await make_schedule(services, "fw", "r1")
+    await http.post(f"{API}/schedules/fw:trigger")  # its task stays pending: the next firing's scope fails
+    body = {"request_id": "web-1"}
+
+    first = await http.post(f"{API}/schedules/fw:trigger", json=body)
+    clock.advance(timedelta(minutes=1))
+    again = await http.post(f"{API}/schedules/fw:trigger", json=body)
+
+    runs = (await http.get(f"{API}/schedules/fw/runs")).json()["runs"]
+    assert len(runs) == 2
+    (refused,) = [r for r in runs if r["outcomes"][0]["outcome"] == "failed"]
+    assert "submitted no task" in error_of(first, 412, "FAILED_PRECONDITION", "id")
+    assert "by an earlier request with request_id 'web-1'" in error_of(
+        again, 412, "FAILED_PRECONDITION", "id"
+    )
+    for response, replayed in ((first, False), (again, True)):
+        answer = response.json()
+        assert (answer["run_id"], answer["replayed"]) == (refused["id"], replayed)
+        assert answer["fired_at"] == refused["fired_at"]  # written as a success body writes it
+    bad = await http.post(f"{API}/schedules/fw:trigger", json={"request_id": "no spaces"})
+    error_of(bad, 400, "INVALID_ARGUMENT", "request_id")
+    assert not {"run_id", "fired_at", "replayed"} & bad.json().keys()
+    assert len((await http.get(f"{API}/schedules/fw/runs")).json()["runs"]) == 2

@@ -7,10 +7,12 @@ parameters and whether it takes a body; the server's routes and the OpenAPI docu
 Responses are the RPC's response message in proto3 JSON (`message_json`: proto field names, enums by
 name, defaults included). Errors are `{"code", "message", "field"}` with the HTTP status of the code
 (`rackflow.api.errors`); `field` is the request field the message names (or the query parameter, for a
-malformed one), null when none is named. Query parameters are explicit per endpoint (docs/HTTP.md) and an
-unknown one is refused, so a typo never silently widens a filter. A body is the request message in proto3
-JSON less what the path sets (`rackflow.web.bodies`); a PATCH derives the update mask from the fields it
-gives. `{ref}` and the `rack`/`schedule` filters take an id or a name.
+malformed one), null when none is named; an error that answers a firing (a trigger that submitted no task)
+names it as a trigger's success does (`run_id`, `fired_at`, `replayed`: `RpcError.to_json`). Query
+parameters are explicit per endpoint (docs/HTTP.md) and an unknown one is refused, so a typo never silently
+widens a filter. A body is the request message in proto3 JSON less what the path sets
+(`rackflow.web.bodies`); a PATCH derives the update mask from the fields it gives. `{ref}` and the
+`rack`/`schedule` filters take an id or a name.
 """
 
 from __future__ import annotations

@@ -15,10 +15,12 @@ from typing import Any, NoReturn
 
 import grpc
 from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.api.audit import AuditInterceptor
 from rackflow.api.auth import authorize, is_mutating
-from rackflow.api.errors import HTTP_STATUS_FOR_CODE, status_of
+from rackflow.api.convert import timestamp_into
+from rackflow.api.errors import HTTP_STATUS_FOR_CODE, AnsweredFiring, answered_firing, status_of
 from rackflow.api.servicer import FlowServicer
 from rackflow.errors import RackflowError
 from rackflow.security import Principal, current_principal
@@ -29,12 +31,14 @@ _FIELD_PREFIX = re.compile(r"^([a-z_][\w.\[\]]*): ")
 
 
 class RpcError(Exception):
-    """A refused or failed call, as the client sees it: status code, HTTP status, message, field."""
+    """A refused or failed call, as the client sees it: status code, HTTP status, message, field, and the
+    firing it answers when it answers one (what gRPC's trailing metadata carries, `api.errors`)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, firing: AnsweredFiring | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.firing = firing
 
     @classmethod
     def of(cls, exc: RackflowError) -> RpcError:
@@ -51,7 +55,16 @@ class RpcError(Exception):
         return match.group(1) if match else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"code": self.code.name, "message": self.message, "field": self.field}
+        """The `Error` body; one that answers a firing names it as a trigger's success does (`run_id`,
+        `fired_at`, `replayed`), so a page can say whether its request sent again had fired already."""
+        body: dict[str, Any] = {"code": self.code.name, "message": self.message, "field": self.field}
+        if self.firing is not None:
+            fired_at = Timestamp()
+            timestamp_into(fired_at, self.firing.fired_at)
+            body["run_id"] = {"id": str(self.firing.run_id)}
+            body["fired_at"] = fired_at.ToJsonString()  # as the success body writes it
+            body["replayed"] = self.firing.replayed
+        return body
 
 
 class _HttpContext:
@@ -61,9 +74,9 @@ class _HttpContext:
         self._code: grpc.StatusCode | None = None
         self._details = ""
 
-    async def abort(self, code: grpc.StatusCode, details: str = "", *_: Any, **__: Any) -> NoReturn:
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> NoReturn:
         self._code, self._details = code, details
-        raise RpcError(code, details)
+        raise RpcError(code, details, answered_firing(trailing_metadata))
 
     def code(self) -> grpc.StatusCode | None:
         return self._code

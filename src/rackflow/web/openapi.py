@@ -55,11 +55,16 @@ _INTEGER_64 = {
 ERROR_SCHEMA = {
     "type": "object",
     "description": "Every refusal and failure: `code` is the gRPC status code name, `field` the request "
-    "field (or query parameter) the message names, or null.",
+    "field (or query parameter) the message names, or null. A refusal that answers a firing (a trigger that "
+    "fired but submitted no task) names its run as the trigger's success does: `run_id`, `fired_at`, and "
+    "`replayed` (true: the answer of an earlier trigger with the same request_id; nothing new fired).",
     "properties": {
         "code": {"type": "string"},
         "message": {"type": "string"},
         "field": {"type": ["string", "null"]},
+        "run_id": {"$ref": "#/components/schemas/rackflow.v1.UUID"},
+        "fired_at": {"type": "string", "format": "date-time"},
+        "replayed": {"type": "boolean"},
     },
     "required": ["code", "message", "field"],
 }
