@@ -24,7 +24,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rackflow.api.errors import status_for
+from rackflow.api.errors import AnsweredFiring, answered_firing, status_for
 from rackflow.domain.audit import target_lookups, target_named
 from rackflow.errors import RackflowError
 from rackflow.ids import is_uuid
@@ -75,12 +75,14 @@ WINDOW_POLICIES: dict[str, pb.WindowPolicy.ValueType] = {
 
 
 class RackflowClientError(Exception):
-    """A failed call: the gRPC status code and the server's message."""
+    """A failed call: the gRPC status code and the server's message, and the firing it answers when it
+    answers one (a trigger that fired but submitted no task: `api.errors.answered_firing`)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, firing: AnsweredFiring | None = None) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
+        self.firing = firing
 
 
 # What a server of a release before GetRack by name answers a request naming a rack: it reads the id alone.
@@ -423,7 +425,8 @@ class RackflowClient:
         try:
             response = rpc(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
-            raise RackflowClientError(exc.code(), exc.details() or "") from None
+            trailing = exc.trailing_metadata() if isinstance(exc, grpc.Call) else None
+            raise RackflowClientError(exc.code(), exc.details() or "", answered_firing(trailing)) from None
         return cast(M, response)
 
     # --- name or id ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from rackflow.cli.output import utc_text
 from tests.e2e.cluster import ServerProcess, run_cli, start_server
 
 # One worker: module-scoped servers. One database: the CLI is a gRPC client, so what it prints does not
@@ -149,6 +150,19 @@ def test_a_trigger_that_submits_nothing_prints_each_rack_and_why(server: ServerP
     assert "rack 'rack-04' (" in refused.stderr and "power_on conflicts with task" in refused.stderr
     runs = rackflow_json(server, "schedule", "runs", "held")
     assert [[o["outcome"] for o in run["outcomes"]] for run in runs["runs"]] == [["failed"]]
+    # Run again with one request id, the refusal is the first one's answer, and says so before the error.
+    first = rackflow(server, "schedule", "trigger", "held", "--request-id", "held-1", expect=1)
+    again = rackflow(server, "schedule", "trigger", "held", "--request-id", "held-1", expect=1)
+    runs = rackflow_json(server, "schedule", "runs", "held")["runs"]
+    assert len(runs) == 2
+    fired_at = datetime.fromisoformat(runs[0]["fired_at"])
+    told = (
+        f"request held-1 had already fired run {runs[0]['id']['id']} at {utc_text(fired_at)}: "
+        "it submitted no task; nothing new fired"
+    )
+    assert again.stderr.splitlines()[0] == told
+    assert "by an earlier request with request_id 'held-1'" in again.stderr.splitlines()[1]
+    assert first.stderr.startswith(prefix) and "earlier" not in first.stderr
 
 
 def test_a_firmware_schedule_shows_its_version_and_is_checked_with_it(server: ServerProcess) -> None:

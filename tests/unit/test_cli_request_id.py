@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 from click.testing import Result
 
+from rackflow.api.errors import AnsweredFiring
 from rackflow.cli import requests
 from rackflow.client import RackflowClientError
 from rackflow.v1 import flow_pb2 as pb
@@ -24,12 +25,14 @@ RUN_ID = "6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f"
 
 
 def _lost_then(answer: Any, lost: list[grpc.StatusCode]) -> Callable[[], Any]:
-    """An answer lost with each of `lost` in turn, then `answer`."""
+    """An answer lost with each of `lost` in turn, then `answer` (raised, if it is an error)."""
     left = list(lost)
 
     def call() -> Any:
         if left:
             raise RackflowClientError(left.pop(0), "connection lost")
+        if isinstance(answer, RackflowClientError):
+            raise answer
         return answer
 
     return call
@@ -142,3 +145,50 @@ def test_a_run_retry_answered_by_its_earlier_request_says_nothing_new_fired(
         f"request r-2 had already fired run {RUN_ID} at 2026-12-05 20:31:07Z: nothing new fired"
         in result.stderr
     )
+
+
+def _submitted_nothing(replayed: bool) -> RackflowClientError:
+    firing = AnsweredFiring(uuid.UUID(RUN_ID), FIRED_AT, replayed)
+    return RackflowClientError(grpc.StatusCode.FAILED_PRECONDITION, "fired but submitted no task", firing)
+
+
+def test_a_refused_trigger_answered_by_its_earlier_request_says_nothing_new_fired(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """Every scope of the run the earlier request fired failed: the refusal answered again says which run
+    and when, that it submitted no task, and that nothing new fired; then the error, and exit 1."""
+    fake.answers["trigger_schedule"] = _lost_then(_submitted_nothing(True), [grpc.StatusCode.UNAVAILABLE])
+
+    result = run("schedule", "trigger", "nightly", "--request-id", "change-4711")
+
+    assert result.exit_code == 1 and len(fake.called("trigger_schedule")) == 2
+    told, error = result.stderr.splitlines()[-2:]
+    assert told == (
+        f"request change-4711 had already fired run {RUN_ID} at 2026-12-05 20:31:07Z: it submitted no task; "
+        "nothing new fired"
+    )
+    assert error == "error: FAILED_PRECONDITION: fired but submitted no task"
+
+
+def test_a_refused_trigger_sent_again_that_fired_now_says_so(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    fake.answers["trigger_schedule"] = _lost_then(_submitted_nothing(False), [grpc.StatusCode.UNAVAILABLE])
+
+    result = run("schedule", "trigger", "nightly", "--request-id", "r-1")
+
+    assert result.exit_code == 1
+    assert (
+        f"request r-1 fired run {RUN_ID} at 2026-12-05 20:31:07Z now: it submitted no task; its earlier try "
+        "had not reached the server, so this is its one firing" in result.stderr
+    )
+    assert "nothing new fired" not in result.stderr
+    # Heard at the first try, or from a server too old to name its run: only the error.
+    for refusal in (
+        _submitted_nothing(False),
+        RackflowClientError(grpc.StatusCode.FAILED_PRECONDITION, "no"),
+    ):
+        fake.answers["trigger_schedule"] = refusal
+        quiet = run("schedule", "trigger", "nightly")
+        assert quiet.exit_code == 1 and quiet.stderr.startswith("error: FAILED_PRECONDITION")
+        assert len(quiet.stderr.splitlines()) == 1

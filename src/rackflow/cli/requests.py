@@ -5,12 +5,15 @@ The answer lost on the way back (UNAVAILABLE, DEADLINE_EXCEEDED) is then no reas
 sent again with the same id, up to ATTEMPTS times, each try said on stderr so the operator sees why it
 took longer. The answer says whether it is an earlier request's (`replayed`), and the command tells the
 operator which happened: that request had already fired the run, and nothing new fired; or, after a try
-sent again, that this try fired it now (the earlier one never reached the server)."""
+sent again, that this try fired it now (the earlier one never reached the server). So does a trigger's
+refusal that answers a firing (every scope failed: it fired, submitted no task), from its trailing
+metadata (`RackflowClientError.firing`)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Protocol, TypeVar
 
 import click
@@ -62,8 +65,8 @@ def send_again(
     run_id: Callable[[T], str],
 ) -> T:
     """`call(request_id)` (a new UUID when None), sent again with the same id while its answer was lost,
-    `sleep`ing between tries (the session's); what the answer says of its run (`run_id` of it) told on
-    stderr (`tell`)."""
+    `sleep`ing between tries (the session's); what the answer, or a refusal that answers a firing, says of
+    its run (`run_id` of an answer) told on stderr (`tell`)."""
     chosen = request_id or str(uuid.uuid4())
     delay = DELAY_SECONDS
     for attempt in range(1, ATTEMPTS + 1):
@@ -71,6 +74,15 @@ def send_again(
             answer = call(chosen)
         except RackflowClientError as exc:
             if exc.code not in RETRIED or attempt == ATTEMPTS:
+                if (firing := exc.firing) is not None:
+                    tell(
+                        chosen,
+                        str(firing.run_id),
+                        firing.fired_at,
+                        firing.replayed,
+                        resent=attempt > 1,
+                        outcome="it submitted no task",
+                    )
                 raise
             click.echo(
                 f"warning: {exc.code.name}: {exc.message}; sending it again with the same request id "
@@ -80,27 +92,29 @@ def send_again(
             sleep(delay)
             delay *= 2
             continue
-        tell(answer, chosen, run_id(answer), resent=attempt > 1)
+        if (fired := when(answer.fired_at)) is not None:  # None: a server too old to say
+            tell(chosen, run_id(answer), fired, answer.replayed, resent=attempt > 1)
         return answer
     raise AssertionError("unreachable")  # the last try returns or raises
 
 
-def tell(answer: Answer, request_id: str, run_id: str, *, resent: bool) -> None:
+def tell(
+    request_id: str, run_id: str, fired: datetime, replayed: bool, *, resent: bool, outcome: str = ""
+) -> None:
     """On stderr (so that -o json stays the answer alone, which says `replayed` too): an answer that is an
     earlier request's fired nothing new, whatever the answer looks like; one that is not, heard after a
-    try sent again, fired now. Nothing when the first try was heard and fired, nor from a server too old
-    to say (no fired time in its answer)."""
-    fired = when(answer.fired_at)
-    if fired is None:
-        return
-    if answer.replayed:
+    try sent again, fired now. Nothing when the first try was heard and fired. `outcome`: what the run
+    did, when the answer is a refusal that does not say it of itself ("it submitted no task")."""
+    did = f"{outcome}; " if outcome else ""
+    if replayed:
         click.echo(
-            f"request {request_id} had already fired run {run_id} at {utc_text(fired)}: nothing new fired",
+            f"request {request_id} had already fired run {run_id} at {utc_text(fired)}: "
+            f"{did}nothing new fired",
             err=True,
         )
     elif resent:
         click.echo(
-            f"request {request_id} fired run {run_id} at {utc_text(fired)} now: its earlier try had not "
-            "reached the server, so this is its one firing",
+            f"request {request_id} fired run {run_id} at {utc_text(fired)} now: {did}its earlier try had "
+            "not reached the server, so this is its one firing",
             err=True,
         )

@@ -603,7 +603,9 @@ def trigger(ctx: click.Context, schedule_ref: str, approve: bool, request_id: st
     earlier request's, stderr says so ("request ID had already fired run RUN at TIME: nothing new fired");
     when a try sent again fired, that it fired now.
 
-    When every scope fails, exits 1 naming each rack and why (the firing is still in `schedule runs`).
+    When every scope fails, exits 1 naming each rack and why (the firing is still in `schedule runs`);
+    sent again, that refusal is the earlier request's answer, and stderr says so ("request ID had already
+    fired run RUN at TIME: it submitted no task; nothing new fired").
     A schedule that needs approval records the firing awaiting it (`rackflow run approve RUN_ID`), unless
     --approve counts your approval.
 
