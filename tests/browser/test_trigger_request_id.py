@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from rackflow.v1 import flow_pb2 as pb
@@ -48,6 +50,7 @@ SCHEDULES = {
     "no-storage": "q4",
     "retried": "q5",
     "never-sent": "q6",
+    "submits-nothing": "q7",
 }
 
 # The page's next request to an action whose URL ends with arguments[0] is lost before it reaches the
@@ -315,3 +318,35 @@ def test_a_trigger_that_never_reached_the_server_clicked_again_says_it_fired_now
     assert done.startswith("Triggered never-sent. Your earlier request of "), done
     assert f"never reached the server: this click fired it now, as run {run.id.id} at " in done, done
     assert "had already fired" not in done and "if that one had reached" not in done, done
+
+
+def test_a_refused_trigger_clicked_again_says_its_earlier_request_had_fired(
+    server: ServerProcess, driver: WebDriver, tmp_path: Path
+) -> None:
+    """Every scope of the firing fails (its rack held by a firmware upgrade waiting for its window), so the
+    trigger fires a run that submits no task and is refused. Its answer lost, clicked again, the refusal is
+    the earlier request's, and says so (`replayed`, with its run): the page tells the operator that the
+    earlier request had fired that run, which submitted no task, and that nothing new was fired."""
+    start = Timestamp()
+    start.FromDatetime(datetime(2999, 1, 1, tzinfo=UTC))
+    target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="q7")]))
+    upgrade = pb.UpgradeFirmwareRequest(target_spec=target, target_version="9.9.9", start_time=start)
+    server.stub().UpgradeFirmware(upgrade)
+    lose_the_first_answer(driver, server, "submits-nothing")
+
+    confirm(driver, "action-trigger")
+    refused = wait(
+        driver, lambda d: "refused (" in text(d, "action-error") and text(d, "action-error"), "the refusal"
+    )
+    driver.save_screenshot(str(tmp_path / "a-refusal-sent-again.png"))
+
+    (run,) = runs_of(server, "submits-nothing")  # the second click fired nothing
+    assert [o.outcome for o in run.outcomes] == ["failed"]
+    (first, _), (second, _) = trigger_calls(server, "submits-nothing")
+    assert first["request_id"] == second["request_id"]
+    assert refused.startswith("Trigger now refused (FAILED_PRECONDITION): "), refused
+    assert "submitted no task" in refused, refused
+    said_plainly = f"Your earlier request of {refused.split('Your earlier request of ')[-1]}"
+    assert f"had already fired run {run.id.id} at " in said_plainly, refused
+    assert said_plainly.endswith(": it submitted no task; nothing new was fired."), refused
+    assert "if that one had reached" not in refused, refused

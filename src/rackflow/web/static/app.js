@@ -339,8 +339,9 @@
     const bytes = crypto.getRandomValues(new Uint8Array(16));
     return "web-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
   }
-  // A refusal of a request sent again, or the answer of a server too old to say `replayed`, does not say
-  // whether the earlier request had fired, so the page says which request it was.
+  // A refusal of a request sent again that names no firing (any but a trigger that fired and submitted no
+  // task), or the answer of a server too old to say `replayed`, does not say whether the earlier request
+  // had fired, so the page says which request it was.
   function sentAgain(kept) {
     return `This was your earlier request of ${local(new Date(kept.at), false)}, whose answer was lost, ` +
       "sent again: a request fires at most once, so if that one had reached the server, this is its run, " +
@@ -350,13 +351,15 @@
   // with the same id, whose run it names, a trigger's as `run_id`, a retry's as the run itself), said
   // plainly: that request had already fired the run and nothing new was fired, or, for a click that sent
   // an unanswered request again, that this click fired it now. Nothing for a first click that fired.
-  function replayNote(data, kept) {
+  // A trigger's refusal that fired a run submitting no task names it alike (the error's `run_id`,
+  // `fired_at`, `replayed`), and `did` says what that run did.
+  function replayNote(data, kept, did = "") {
     if (typeof data.replayed !== "boolean") return kept ? sentAgain(kept) : "";
     const run = (data.run_id || data.id || {}).id || "";
     const at = data.fired_at ? ` at ${local(new Date(data.fired_at), false)}` : "";
     const earlier = kept ? `Your earlier request of ${local(new Date(kept.at), false)}` : "This request";
-    if (data.replayed) return `${earlier} had already fired run ${run}${at}: nothing new was fired.`;
-    return kept ? `${earlier} never reached the server: this click fired it now, as run ${run}${at}.` : "";
+    if (data.replayed) return `${earlier} had already fired run ${run}${at}: ${did ? `${did}; ` : ""}nothing new was fired.`;
+    return kept ? `${earlier} never reached the server: this click fired it now, as run ${run}${at}${did ? `; ${did}` : ""}.` : "";
   }
   async function post(button, values) {
     if (tokensRequired && !token) { askToken(); return { ok: false, message: "a token is needed" }; }
@@ -380,9 +383,9 @@
       if (response.status !== 503) unanswered.delete(url);
       if (response.status === 401) askToken(data.message);
       const what = button.textContent.trim();
-      const note = resent ? " " + sentAgain(resent) : "";
-      return response.ok ? { ok: true, note: idempotent ? replayNote(data, resent) : "" }
-        : { ok: false, message: `${what} refused (${data.code || response.status}): ${data.message || response.statusText}${note}` };
+      if (response.ok) return { ok: true, note: idempotent ? replayNote(data, resent) : "" };
+      const note = idempotent ? replayNote(data, resent, "it submitted no task") : "";
+      return { ok: false, message: `${what} refused (${data.code || response.status}): ${data.message || response.statusText}${note ? ` ${note}` : ""}` };
     } catch (exc) {
       const again = idempotent ? "; trying again sends the same request, which fires at most once" : "";
       return { ok: false, message: `${button.textContent.trim()} failed: the server cannot be reached (${exc})${again}` };
