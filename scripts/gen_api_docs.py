@@ -34,7 +34,13 @@ from google.protobuf.descriptor_pb2 import (
     SourceCodeInfo,
 )
 
-from rackflow.api.errors import HTTP_STATUS_FOR_CODE, STATUS_FOR_ERROR
+from rackflow.api.errors import (
+    FIRED_AT_KEY,
+    HTTP_STATUS_FOR_CODE,
+    REPLAYED_KEY,
+    RUN_ID_KEY,
+    STATUS_FOR_ERROR,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO = "rackflow/v1/flow.proto"
@@ -68,7 +74,11 @@ ERROR_ROWS = {
     "FAILED_PRECONDITION": "The current state forbids the request: pausing, resuming or triggering a "
     "consumed one-time schedule; removing a schedule's last scope; merging component filters of different "
     "kinds; a task conflict under the REJECT strategy; a full waiting queue (5 per rack); cancelling a "
-    "COMPLETED or FAILED task.",
+    "COMPLETED or FAILED task. A trigger that fired but submitted no task, every scope failed, is the one "
+    "refusal that changes something (its run is recorded): its trailing metadata names that run as the "
+    f"trigger's success does, `{RUN_ID_KEY}`, `{FIRED_AT_KEY}` (RFC 3339, UTC) and `{REPLAYED_KEY}` "
+    "(`true`: the answer of an earlier trigger with the same request_id, so this call fired nothing) "
+    "([SCHEDULES.md](SCHEDULES.md#a-trigger-whose-commit-goes-unanswered)).",
     "UNAVAILABLE": "The server cannot reach its database right now; retry.",
     "UNAUTHENTICATED": "Tokens are configured and the call has no valid `authorization: Bearer` token "
     "([SECURITY.md](SECURITY.md)).",
