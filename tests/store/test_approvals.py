@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import insert, select, update
@@ -21,11 +22,12 @@ from sqlalchemy import insert, select, update
 from rackflow.clock import FakeClock
 from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.audit import EXPIRE_RUN, EventFilter
+from rackflow.domain.firing import Firing
 from rackflow.domain.inventory import Rack
 from rackflow.domain.notifications import Event, EventType
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
-from rackflow.domain.tasks import QueueOptions, Task
+from rackflow.domain.tasks import QueueOptions, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind, WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from rackflow.rollouts.service import RunReport
@@ -442,6 +444,72 @@ async def test_an_approved_runs_deferrals_are_bound_by_its_slots_start_deadline(
     not by its window's end nor an hour after the approval, and r2, whose opening is past the deadline, is
     "missed". A rollout's first wave (both racks here) is bound alike."""
     env = _env(db)
+    claimed, slot, (r1, r2) = await _awaiting_with_deferrals(env, rollout)
+    env.clock.advance(timedelta(minutes=10))
+    with caller("ann"):
+        report = await env.services.approvals.approve(claimed.run_id)
+
+    deadline_at = slot + timedelta(hours=1)
+    by_rack = {o.rack_id: o for o in report.run.outcomes}
+    assert (by_rack[r1.id].outcome, by_rack[r1.id].start_by) == ("submitted", deadline_at)
+    assert by_rack[r2.id].outcome == "missed", by_rack[r2.id]
+    assert "start deadline" in by_rack[r2.id].error
+    (task,) = await _tasks(env, claimed.schedule)
+    assert task.rack_id == r1.id
+    assert (task.not_before, task.not_after) == (slot + timedelta(minutes=20), deadline_at)
+    assert task.message.endswith(f"until {deadline_at.isoformat()}, its start deadline"), task.message
+
+
+@pytest.mark.parametrize("rollout", [None, RolloutPolicy(max_concurrent_racks=2)], ids=["plain", "rollout"])
+async def test_an_approval_whose_schedule_is_deleted_once_its_run_started_answers_it_as_last_recorded(
+    db: Database, monkeypatch: pytest.MonkeyPatch, rollout: RolloutPolicy | None
+) -> None:
+    """The approved run of the test above starts (r1's task submitted, bound by the start deadline; r2
+    missed), then DeleteSchedule commits: a plain run's before its write-back, a rollout's after its first
+    step. The approval answers with its run as it was last recorded, as a retry does: the plain run
+    "running" (its write-back found no run to complete), the rollout "rolling", r1 "submitted" keeping its
+    `start_by`, r2 "missed". Before, it answered NotFound ("no task schedule run") while r1's task was
+    submitted."""
+    env = _env(db)
+    claimed, slot, (r1, r2) = await _awaiting_with_deferrals(env, rollout)
+    schedules, rollouts = env.services.schedules, env.services.rollouts
+    if rollout is None:
+        write_back = firing._write_back
+
+        async def deleted_first(*args: Any, **kwargs: Any) -> Any:
+            await schedules.delete(claimed.schedule.id)
+            return await write_back(*args, **kwargs)
+
+        monkeypatch.setattr(firing, "_write_back", deleted_first)
+    else:
+        advance = rollouts.advance
+
+        async def deleted_after(*args: Any, **kwargs: Any) -> Any:
+            step = await advance(*args, **kwargs)
+            await schedules.delete(claimed.schedule.id)
+            return step
+
+        monkeypatch.setattr(rollouts, "advance", deleted_after)
+    env.clock.advance(timedelta(minutes=10))
+    with caller("ann"):
+        report = await env.services.approvals.approve(claimed.run_id)
+
+    assert report.run.state == ("running" if rollout is None else "rolling")
+    assert report.run.approval is not None and report.run.approval.approved
+    by_rack = {o.rack_id: o for o in report.run.outcomes}
+    assert (by_rack[r1.id].outcome, by_rack[r1.id].start_by) == ("submitted", slot + timedelta(hours=1))
+    assert by_rack[r2.id].outcome == "missed", by_rack[r2.id]
+    (task,) = await _tasks(env, claimed.schedule)
+    assert report.task_statuses == {task.id: TaskStatus.PENDING}
+    with pytest.raises(NotFound):
+        await schedules.get(claimed.schedule.id)
+
+
+async def _awaiting_with_deferrals(
+    env: Env, rollout: RolloutPolicy | None
+) -> tuple[Firing, datetime, tuple[Rack, Rack]]:
+    """A dispatched firing of r1 and r2 for its slot S, with a start deadline of an hour, awaiting approval
+    at S; r1's window opens at S + 20 min, r2's at S + 2 h (past the deadline)."""
     r1, r2 = await env.rack("r1"), await env.rack("r2")
     schedule = await env.services.schedules.create(
         name="fw",
@@ -474,20 +542,7 @@ async def test_an_approved_runs_deferrals_are_bound_by_its_slots_start_deadline(
                 racks=(Ref(rack.id),),
             )
         )
-
-    env.clock.advance(timedelta(minutes=10))
-    with caller("ann"):
-        report = await env.services.approvals.approve(claimed.run_id)
-
-    deadline_at = slot + timedelta(hours=1)
-    by_rack = {o.rack_id: o for o in report.run.outcomes}
-    assert (by_rack[r1.id].outcome, by_rack[r1.id].start_by) == ("submitted", deadline_at)
-    assert by_rack[r2.id].outcome == "missed", by_rack[r2.id]
-    assert "start deadline" in by_rack[r2.id].error
-    (task,) = await _tasks(env, schedule)
-    assert task.rack_id == r1.id
-    assert (task.not_before, task.not_after) == (slot + timedelta(minutes=20), deadline_at)
-    assert task.message.endswith(f"until {deadline_at.isoformat()}, its start deadline"), task.message
+    return claimed, slot, (r1, r2)
 
 
 async def test_an_approval_whose_schedule_is_deleted_before_its_submit_says_so_and_submits_nothing(

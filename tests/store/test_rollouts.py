@@ -130,6 +130,57 @@ async def test_a_trigger_names_the_first_wave_another_instance_s_driver_started(
     assert sorted(answered) == sorted(t.id for t in await _active(env, schedule))
 
 
+async def test_a_trigger_whose_first_wave_another_instance_started_before_the_deletion_says_so(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another instance's rollout driver takes the trigger's first step (its wave of two racks started),
+    then DeleteSchedule commits, before the trigger's own step, which finds no run. On PostgreSQL the
+    wave's tasks still name the run, and the trigger answers with them; on SQLite the deletion cleared
+    the run's id from its tasks, and the trigger answers NotFound saying another instance's step may have
+    started racks first. Before, it answered OK with no task, while two racks were being acted on."""
+    env = make_env(db)
+    racks = await _racks(env, 4)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=2))
+    other = Services.build(db, env.clock)
+    own_advance = env.services.rollouts.advance
+    by_the_other: list[Step] = []
+
+    async def the_other_first_then_deleted(
+        run_ids: Collection[uuid.UUID] | None = None, **kwargs: Any
+    ) -> Step:
+        by_the_other.append(await other.rollouts.advance())
+        await env.services.schedules.delete(schedule.id)
+        return await own_advance(run_ids, **kwargs)
+
+    monkeypatch.setattr(env.services.rollouts, "advance", the_other_first_then_deleted)
+    if db.is_sqlite:
+        with pytest.raises(NotFound, match=r"a rollout driver's step may have started racks of it first"):
+            await env.services.schedules.trigger(schedule.id)
+    else:
+        answered = await env.services.schedules.trigger(schedule.id)
+        (step,) = by_the_other
+        assert sorted(answered) == sorted(step.task_ids)
+    (step,) = by_the_other
+    assert len(step.task_ids) == 2
+
+
+async def test_a_trigger_whose_schedule_is_deleted_before_its_first_step_is_not_found(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteSchedule commits between a rollout trigger's claim and its first step, which starts nothing:
+    NotFound, as for a plain trigger, rather than OK with no task. On PostgreSQL no task names the run,
+    so nothing was started; on SQLite that cannot be told (the deletion clears a run's id from its
+    tasks), and the answer says a step of another instance may have started racks first."""
+    env = make_env(db)
+    racks = await _racks(env, 2)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1))
+    env.delete_before_its_submit(monkeypatch, schedule)
+    nothing = "nothing was submitted" if not db.is_sqlite else "may have started racks of it first"
+    with pytest.raises(NotFound, match=rf"^id: schedule 'fw' \({schedule.id}\) was deleted, .*{nothing}"):
+        await env.services.schedules.trigger(schedule.id)
+    assert await _active(env, schedule) == []
+
+
 async def test_scopes_start_in_rack_name_order(db: Database) -> None:
     env = make_env(db)
     racks = [await env.rack(name) for name in ("c", "a", "b")]

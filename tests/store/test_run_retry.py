@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from rackflow.clock import SystemClock
-from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
+from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack, RackSelection
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import QueueOptions, RetryPolicy, Task, TaskStatus
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
-from rackflow.rollouts.service import RunReport
+from rackflow.rollouts.service import RunReport, Step
 from rackflow.schedules import firing
 from rackflow.services import Services
 from rackflow.store import tasks as task_store
@@ -267,9 +267,8 @@ async def test_a_retry_whose_schedule_is_deleted_after_its_submit_answers_with_i
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """DeleteSchedule commits once the retry's submit did, before its write-back: the retry came first, and
-    answers with its run, as it fired (the run went with the schedule), naming the tasks it submitted,
-    which go on as every task of a deleted schedule does. Before, it answered NotFound for a run whose
-    tasks it had submitted."""
+    answers with its run as it was last recorded (the run went with the schedule), naming the tasks it
+    submitted, which go on as every task of a deleted schedule does."""
     env = make_env(db)
     schedule, first, racks = await _failed_run(env)
     schedules = env.services.schedules
@@ -282,7 +281,9 @@ async def test_a_retry_whose_schedule_is_deleted_after_its_submit_answers_with_i
     monkeypatch.setattr(firing, "_write_back", deleted_first)
     again = await schedules.retry_run(first.run.id)
 
-    assert (again.run.retry_of, again.run.state, again.run.trigger) == (first.run.id, "completed", "manual")
+    # Its write-back came after the deletion and found no run to complete: the run was last recorded
+    # "running", as its claim made it. It answered "completed" before, a state no one ever recorded.
+    assert (again.run.retry_of, again.run.state, again.run.trigger) == (first.run.id, "running", "manual")
     submitted = [t for t in await _tasks_on(env, racks) if t.id in again.task_statuses]
     assert sorted(o.task_id for o in again.run.outcomes) == sorted(t.id for t in submitted)
     assert _rack_names(racks, submitted) == ["r00", "r01"]
@@ -318,3 +319,110 @@ async def test_a_rollout_s_retry_whose_schedule_is_deleted_after_its_first_step_
     assert again.progress is not None and (again.progress.total, again.progress.pending) == (3, 2)
     with pytest.raises(NotFound):
         await env.services.schedules.get(schedule.id)
+
+
+async def test_a_retry_whose_schedule_is_deleted_after_its_write_back_answers_it_completed(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteSchedule commits once the retry's write-back did, before the retry reads its run for the
+    answer: the run was completed, and the answer says so, naming its tasks."""
+    env = make_env(db)
+    schedule, first, _ = await _failed_run(env)
+    schedules = env.services.schedules
+    fire = schedules.fire
+
+    async def deleted_after(*args: Any, **kwargs: Any) -> Any:
+        results = await fire(*args, **kwargs)
+        await schedules.delete(schedule.id)
+        return results
+
+    monkeypatch.setattr(schedules, "fire", deleted_after)
+    again = await schedules.retry_run(first.run.id)
+
+    assert (again.run.retry_of, again.run.state) == (first.run.id, "completed")
+    assert sorted(o.outcome for o in again.run.outcomes) == ["submitted", "submitted"]
+    assert set(again.task_statuses.values()) == {TaskStatus.PENDING}
+
+
+async def test_a_rollout_s_retry_deleted_after_its_first_step_answers_the_run_as_that_step_left_it(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry's first step starts two racks at once, one of which a task of its own blocks: the step
+    records that rack "failed" with its conflict, then DeleteSchedule commits. The answer is the run as
+    that step recorded it, the failure named. Before, it was rebuilt from the claim, every rack without a
+    task still "pending", as though the refused rack were waiting for its turn."""
+    env = make_env(db)
+    policy = RolloutPolicy(max_concurrent_racks=2, halt_after_failures=1, pause_on_halt=False)
+    racks = await _racks(env, 3)
+    schedule = await _schedule(env, racks, rollout=policy)
+    await env.services.schedules.trigger(schedule.id)
+    (halting,) = await _runs(env, schedule)
+    first_wave = await _tasks(env, halting.run.id)
+    assert _rack_names(racks, first_wave) == ["r00", "r01"]
+    await _end(env, [t for t in first_wave if t.rack_id == racks[0].id], TaskStatus.FAILED)
+    await _end(env, [t for t in first_wave if t.rack_id == racks[1].id], TaskStatus.COMPLETED)
+    await env.services.rollouts.advance()
+    assert (await env.services.rollouts.get(halting.run.id)).run.state == "halted"
+    [blocker] = await env.services.tasks.submit(
+        POWER_OFF, [RackSelection(racks[2].id)], description="busy", queue=QueueOptions()
+    )
+    env.clock.advance(timedelta(seconds=1))
+    rollouts = env.services.rollouts
+    advance = rollouts.advance
+
+    async def deleted_after(*args: Any, **kwargs: Any) -> Any:
+        step = await advance(*args, **kwargs)
+        await env.services.schedules.delete(schedule.id)
+        return step
+
+    monkeypatch.setattr(rollouts, "advance", deleted_after)
+    again = await env.services.schedules.retry_run(halting.run.id)
+
+    assert (again.run.retry_of, again.run.state) == (halting.run.id, "rolling")
+    by_rack = {o.rack_id: o for o in again.run.outcomes}
+    assert set(by_rack) == {racks[0].id, racks[2].id}
+    assert by_rack[racks[0].id].outcome == "submitted" and by_rack[racks[0].id].task_id is not None
+    assert by_rack[racks[2].id].outcome == "failed" and str(blocker.id) in by_rack[racks[2].id].error
+    assert again.progress is not None and (again.progress.failed, again.progress.pending) == (1, 0)
+
+
+async def test_a_rollout_s_retry_whose_first_step_another_instance_took_before_the_deletion_says_so(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another instance's rollout driver takes the retry's first step (its wave's rack started), then
+    DeleteSchedule commits, before the retry's own step, which finds no run. On PostgreSQL the wave's
+    task still names the run, and the retry answers with its run and that task. On SQLite the deletion
+    cleared the run's id from its tasks, so whether a step started racks cannot be told: the retry
+    answers NotFound saying the schedule and run went, that another instance's step may have started
+    racks first, and where their tasks are listed. Before, it answered NotFound ("no task schedule
+    run") on both, while a rack was being acted on."""
+    env = make_env(db)
+    schedule, halting = await _halted_rollout(env)
+    env.clock.advance(timedelta(seconds=1))
+    other = Services.build(db, env.clock)  # another instance, whose driver steps every rolling run
+    rollouts = env.services.rollouts
+    advance = rollouts.advance
+    by_the_other: list[Step] = []
+
+    async def the_other_first_then_deleted(*args: Any, **kwargs: Any) -> Any:
+        by_the_other.append(await other.rollouts.advance())
+        await env.services.schedules.delete(schedule.id)
+        return await advance(*args, **kwargs)
+
+    monkeypatch.setattr(rollouts, "advance", the_other_first_then_deleted)
+    if db.is_sqlite:
+        with pytest.raises(NotFound) as gone:
+            await env.services.schedules.retry_run(halting.run.id)
+        assert gone.match(
+            rf"^id: schedule 'fw' \({schedule.id}\) was deleted, with run .*, before this call's step of its "
+            r"rollout: a rollout driver's step may have started racks of it first; their tasks go on "
+            rf"\(rackflow task list --schedule {schedule.id}\)$"
+        )
+    else:
+        again = await env.services.schedules.retry_run(halting.run.id)
+        ((started,),) = [step.task_ids for step in by_the_other]
+        assert (again.run.retry_of, again.run.state) == (halting.run.id, "rolling")
+        assert [o.task_id for o in again.run.outcomes if o.task_id] == [started]
+        assert again.task_statuses == {started: TaskStatus.PENDING}
+    (step,) = by_the_other
+    assert len(step.task_ids) == 1  # a rack was started

@@ -688,18 +688,35 @@ def planned_times(schedule: Schedule, after: datetime | None, now: datetime, cou
 
 @dataclass(frozen=True)
 class RunResult:
-    """A firing's outcome per scope as recorded; a rollout's `started`: the tasks its first step started.
-    `deleted`: its schedule was deleted, with its run, after its claim and before its submit, which
-    submitted none of its scopes (each "failed", saying so) and recorded nothing (`schedules.firing.fire`)."""
+    """A firing's outcome per scope as recorded (a rollout's, as its first step left them once its run was
+    read after it); a rollout's `started`: the tasks its first step started.
+
+    `state`: the state its run was last recorded in, where it is not the one its firing leaves it in
+    (`recorded_state`): "running" when its write-back did not complete it (its schedule deleted since
+    with it, or the database away past the write-back's deadline); a rollout's, as its first step left it.
+    `deleted`: its schedule was deleted, with its run, after its claim and before anything of it was
+    submitted: a plain firing's submit submitted none of its scopes (each "failed", saying so), no task of
+    a rollout's names its run; nothing of it is recorded (`schedules.firing.fire`).
+    `untold`: a rollout's run deleted so before its firing's own step, on a database that cleared the run's
+    id from its tasks (SQLite): whether another step started racks of it first cannot be told.
+    """
 
     run_id: uuid.UUID
     outcomes: tuple[ScopeOutcome, ...]
     started: tuple[uuid.UUID, ...] = ()
     deleted: bool = False
+    state: RunState | None = None
+    untold: bool = False
 
     @property
     def task_ids(self) -> list[uuid.UUID]:
         return [outcome.task_id for outcome in self.outcomes if outcome.task_id is not None]
+
+
+def recorded_state(firing: Firing, result: RunResult) -> RunState:
+    """The state `firing`'s run was last recorded in, as `result` says: a rollout's "rolling" (its claim
+    and first step leave it so) and a plain firing's "completed" (its write-back) unless said otherwise."""
+    return result.state or ("rolling" if firing.rolls_out else "completed")
 
 
 # Runs that neither start nor fail anything, so they neither count towards nor break a failing streak.

@@ -134,6 +134,16 @@ class RunReport:
 
 
 @dataclass(frozen=True)
+class FirstSteps:
+    """Rollouts' runs once no step holds them (`RolloutService.first_steps`): those found, as their steps
+    left them; and, by run, the tasks that still name each run deleted since with its schedule (what its
+    steps started before the deletion), or None where the deletion cleared that name (SQLite)."""
+
+    runs: Mapping[uuid.UUID, Run]
+    gone: Mapping[uuid.UUID, tuple[uuid.UUID, ...]] | None
+
+
+@dataclass(frozen=True)
 class RunPart:
     """Outcomes `start` up to `stop` (excluded) of a run of `count`, read without its outcomes: what one page
     of ListTaskScheduleRuns' FULL view carries of it (the run whole when that is 0 to `count`)."""
@@ -162,12 +172,14 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class Step:
-    """What one `advance` did: how many rolling runs it stepped, and the tasks it submitted, by run; and
-    whether any run was rolling (False only when it found none anywhere: the driver may then sleep)."""
+    """What one `advance` did: how many rolling runs it stepped, the tasks it submitted, by run, and each
+    run it stepped as it left it (`stepped`); and whether any run was rolling (False only when it found
+    none anywhere: the driver may then sleep)."""
 
     runs: int
     started: Mapping[uuid.UUID, tuple[uuid.UUID, ...]] = field(default_factory=dict)
     rolling: bool = True
+    stepped: Mapping[uuid.UUID, Run] = field(default_factory=dict)
 
     @property
     def task_ids(self) -> tuple[uuid.UUID, ...]:
@@ -297,6 +309,7 @@ class RolloutService:
             needed = {v.rack_id for r in runs for v in _views(r, tasks, {}) if v.phase in live or v.canary}
             places = await store.rack_places(conn, needed)
             started: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
+            stepped: dict[uuid.UUID, Run] = {}
             paused: list[tuple[Run, str]] = []
             decided = []
             for run in runs:
@@ -305,8 +318,9 @@ class RolloutService:
             # Halts first: the schedule a halt pauses comes before the racks of another run's wave (the
             # lock order atop `rackflow.tasks.executor`).
             for run, views, decision in sorted(decided, key=lambda d: d[2].halt is None):
-                started[run.id] = tuple(await self._step(conn, run, views, decision, now, paused))
-        step = Step(len(runs), started)
+                stepped[run.id], begun = await self._step(conn, run, views, decision, now, paused)
+                started[run.id] = tuple(begun)
+        step = Step(len(runs), started, stepped=stepped)
         if step.task_ids:
             self.tasks.wake_executors()
             metrics.ROLLOUT_RACKS_STARTED.inc(len(step.task_ids))
@@ -329,18 +343,16 @@ class RolloutService:
         decision: Decision,
         now: datetime,
         paused: list[tuple[Run, str]],
-    ) -> list[uuid.UUID]:
-        """One run's step, as decided; a halt that pauses the schedule is added to `paused` (audited after
-        commit)."""
+    ) -> tuple[Run, list[uuid.UUID]]:
+        """One run's step, as decided: the run as it left it, and the tasks it started; a halt that pauses
+        the schedule is added to `paused` (audited after commit)."""
         assert run.rollout is not None
         if decision.halt is not None:
             metrics.ROLLOUT_HALTS.inc()
-            await store.save_run(
-                conn,
-                replace(
-                    run, state="halted", outcomes=_marked(run, "pending", "not_started"), reason=decision.halt
-                ),
+            halted = replace(
+                run, state="halted", outcomes=_marked(run, "pending", "not_started"), reason=decision.halt
             )
+            await store.save_run(conn, halted)
             # Its racks submitted and not begun start no more either: the rollout gate holds them.
             await hold_stopped(conn, {run.id: store.LockedRun("halted", decision.halt)}, now)
             pauses = run.rollout.pause_on_halt and await self._pause(
@@ -356,23 +368,24 @@ class RolloutService:
                 "; schedule paused" if pauses else "",
                 extra={"run_id": str(run.id), "schedule_id": str(run.schedule_id)},
             )
-            return []
+            return halted, []
         if decision.done:
-            await store.save_run(conn, replace(run, state="completed"))
+            completed = replace(run, state="completed")
+            await store.save_run(conn, completed)
             await outbox.record_events(conn, events.rollout_finished(run, views, now))
             log.info("run %s: rollout completed", run.id, extra={"run_id": str(run.id)})
-            return []
+            return completed, []
         if not decision.start:
-            return []
+            return run, []
         return await self._start(conn, run, decision.start, now)
 
     async def _start(
         self, conn: AsyncConnection, run: Run, scope_ids: Sequence[uuid.UUID], now: datetime
-    ) -> list[uuid.UUID]:
+    ) -> tuple[Run, list[uuid.UUID]]:
         """Start the scopes in this transaction as the planner settles them (`plan_starts`: removed from
         the schedule meanwhile, closed by a window, or a first wave's deferral bound by the start
         deadline); a refused one (conflict, full queue) is "failed" and counts against the failure
-        budget."""
+        budget. Returns the run as saved, and the tasks started."""
         snapshot = await firing_store.load_starts(conn, run.schedule_id, scope_ids, run.trigger)
         starts = plan_starts(snapshot, run.outcomes, scope_ids, run.trigger, now)
         (schedule,) = snapshot.schedules
@@ -391,10 +404,11 @@ class RolloutService:
                 changed[scope.id] = replace(
                     outcomes[scope.id], outcome="submitted", task_id=result[0].id, start_by=start_by
                 )
-        await store.save_run(conn, replace(run, outcomes=_with_outcomes(run, changed)))
+        saved = replace(run, outcomes=_with_outcomes(run, changed))
+        await store.save_run(conn, saved)
         # Scope rows after the schedule's mark (`save_run`), as the scope RPCs take them after the schedule.
         await schedule_store.set_last_task_ids(conn, started)
-        return list(started.values())
+        return saved, list(started.values())
 
     async def _pause(self, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime) -> bool:
         """Pause the schedule of a halted rollout, with the halt as its reason (by rackflow itself); False
@@ -420,19 +434,28 @@ class RolloutService:
             )
         return run
 
-    async def started_so_far(self, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, tuple[uuid.UUID, ...]]:
-        """The tasks each of these runs has started, by run, once no step holds it (its row locked, waiting
-        for a step under way to commit): what a rollout's first step started whichever instance took it.
-        The firing's own step (`advance` of its runs) may find a run another instance's rollout driver is
-        stepping, or has just stepped, and start nothing itself; the answer to a trigger, an approval or a
-        retry names the wave all the same. A run gone (deleted with its schedule) is left out."""
-        found: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
+    async def first_steps(self, run_ids: Collection[uuid.UUID]) -> FirstSteps:
+        """These runs once no step holds them (each row locked, waiting for a step under way to commit): what
+        a rollout's first step made of its run, whichever instance took it. The firing's own step (`advance`
+        of its runs) may find a run another instance's rollout driver is stepping, or has just stepped, and
+        start nothing itself; the answer to a trigger, an approval or a retry names the wave all the same.
+        A run gone, deleted with its schedule since (perhaps after such a step), is told by the tasks that
+        still name it (`store.rollouts.tasks_of_deleted_runs`; on SQLite, which clears that name, it cannot
+        be told: `FirstSteps.gone` is None)."""
+        found: dict[uuid.UUID, Run] = {}
         async with self.db.transaction() as conn:
             for run_id in in_id_order(run_ids):
                 run = await store.get_run(self.db, conn, run_id, lock=True)
                 if run is not None:
-                    found[run_id] = tuple(o.task_id for o in run.outcomes if o.task_id is not None)
-        return found
+                    found[run_id] = run
+            missing = [run_id for run_id in run_ids if run_id not in found]
+            tasks = await store.tasks_of_deleted_runs(conn, missing) if missing else {}
+        if tasks is None:
+            return FirstSteps(found, None)
+        gone: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {run_id: () for run_id in missing}
+        for (run_id, _), task in tasks.items():
+            gone[run_id] = (*gone[run_id], task.task_id)
+        return FirstSteps(found, gone)
 
     async def get(self, run_id: uuid.UUID) -> RunReport:
         async with self.db.read() as conn:
@@ -443,10 +466,11 @@ class RolloutService:
         return report
 
     async def as_fired(self, run: Run, task_ids: Collection[uuid.UUID]) -> RunReport:
-        """The report of `run` as its firing wrote it, with `task_ids`, the tasks it submitted (a rollout's:
-        its first step started), the run itself deleted since with its schedule (a retry's, whose tasks
-        were submitted before the deletion: `ScheduleService.retry_run`). The tasks are read by their ids,
-        as they outlive their run; a rollout's scopes whose racks they are read "submitted"."""
+        """The report of `run` as it was last recorded, with `task_ids`, the tasks its firing submitted (a
+        rollout's: its first step started), the run itself deleted since with its schedule (a retry's or an
+        approval's, whose tasks were submitted before the deletion: `ScheduleService.fired_report`). The
+        tasks are read by their ids, as they outlive their run; a scope without a task whose rack one of
+        them is on reads "submitted" (a rollout's, known by the tasks that still name its run alone)."""
         async with self.db.read() as conn:
             tasks = await store.tasks_by_id(conn, run.id, task_ids)
         on_rack = {rack_id: task for (_, rack_id), task in tasks.items()}

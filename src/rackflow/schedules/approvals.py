@@ -74,6 +74,11 @@ def _not_started(run: Run, why: str) -> tuple[ScopeOutcome, ...]:
     )
 
 
+def _started_state(run: Run) -> RunState:
+    """The state an approval that starts `run` records it in."""
+    return "rolling" if run.rollout is not None else "running"
+
+
 class ApprovalService:
     def __init__(self, schedules: ScheduleService, rollouts: RolloutService) -> None:
         self.schedules = schedules
@@ -107,11 +112,14 @@ class ApprovalService:
     async def approve(self, run_id: uuid.UUID, comment: str = "") -> RunReport:
         """The caller approves the run; with enough approvers it starts, exactly once (see the module). Its
         schedule deleted between this approval's commit and the run's submit: NotFound saying so
-        (`firing.RunGone`), nothing submitted, as for a trigger."""
+        (`firing.RunGone`), nothing submitted, as for a trigger. Deleted once the run's tasks were
+        submitted: the answer is the run as it was last recorded, with those tasks, as a retry's is
+        (`ScheduleService.fired_report`)."""
         check_description(comment, "comment")
         principal = caller_name() or ANONYMOUS
         now = self.clock.now()
         started: Firing | None = None
+        approved: Run | None = None
         deciding = False
         try:
             async with self.db.transaction() as conn:
@@ -124,6 +132,7 @@ class ApprovalService:
                 approval = with_approver(run.approval, Approver(principal, now, comment))
                 deciding = True
                 started = await self._decide(conn, run, schedule, approval, principal, now)
+                approved = replace(run, state=_started_state(run), approval=approval)
         except Unavailable as exc:
             if not deciding:
                 raise
@@ -141,7 +150,9 @@ class ApprovalService:
         else:
             metrics.APPROVAL_DECISIONS.labels("approved").inc()
             log.info("run %s: approved by %s; starting it", run_id, principal, extra={"run_id": str(run_id)})
-            await self.schedules.fire_one(started)
+            assert approved is not None
+            results = await self.schedules.fire_one(started)
+            return await self.schedules.fired_report(started, approved, results)
         return await self.rollouts.get(run_id)
 
     async def _decide(
@@ -161,7 +172,7 @@ class ApprovalService:
             await run_history.decide_awaiting(conn, run, "awaiting_approval", approval)
             return None
         await self._no_live_rollout(conn, run)
-        state: RunState = "rolling" if run.rollout is not None else "running"
+        state = _started_state(run)
         started_at = await self.db.now(conn)
         if not await run_history.decide_awaiting(
             conn, run, state, approval, started_at=started_at, owner_id=self.schedules.instance_id

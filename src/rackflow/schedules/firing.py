@@ -50,6 +50,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -214,13 +215,25 @@ async def settle_in_doubt(lost: Unavailable, done: Awaitable[bool], *, not_done:
 
 class RunGone(NotFound):
     """A trigger's, a retry's or an approval's firing whose schedule was deleted, with its run, after its
-    claim committed and before its submit (`RunResult.deleted`): nothing was submitted."""
+    claim committed and before anything of it was submitted (`RunResult.deleted`), or, a rollout's, before
+    its own first step where what another step started first cannot be told (`RunResult.untold`)."""
 
     @classmethod
     def of(cls, firing: Firing) -> RunGone:
         return cls(
             f"id: schedule {firing.schedule.name!r} ({firing.schedule.id}) was deleted, with run "
             f"{firing.run_id} that fired before it; nothing was submitted"
+        )
+
+    @classmethod
+    def untold(cls, firing: Firing) -> RunGone:
+        """Not "nothing was submitted": a rollout driver's step (this instance's or another's) may have
+        taken the run's first step before the deletion, and its tasks go on, listed by their schedule."""
+        schedule = firing.schedule
+        return cls(
+            f"id: schedule {schedule.name!r} ({schedule.id}) was deleted, with run {firing.run_id}, before "
+            "this call's step of its rollout: a rollout driver's step may have started racks of it first; "
+            f"their tasks go on (rackflow task list --schedule {schedule.id})"
         )
 
 
@@ -477,20 +490,22 @@ async def _write_back(
 
     `look_up_tasks` (the submit's outcome is unknown): first, in the same transaction, each "failed" scope
     whose task exists becomes "submitted". Returns the results as recorded (as given if every attempt
-    failed).
+    failed, each then "running", as its run stays: `RunResult.state`; so too a run deleted since its submit,
+    which is not completed).
     """
 
     async def write_back() -> list[RunResult]:
         async with db.transaction() as conn:
             recorded = await _with_tasks_found(conn, firings, results) if look_up_tasks else list(results)
-            await run_history.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
+            completed = await run_history.complete_runs(conn, {r.run_id: r.outcomes for r in recorded})
             await outbox.record_events(conn, events.runs_with_failures(firings, recorded, db.clock.now()))
             await run_history.cap_runs(
                 conn, [f.schedule for f in firings], spare={r.run_id for r in recorded}
             )
             task_by_scope = {o.scope_id: o.task_id for r in recorded for o in r.outcomes if o.task_id}
             await store.set_last_task_ids(conn, task_by_scope)
-        return recorded
+        # A run deleted since its submit (with its schedule) was not completed: it was last "running".
+        return [r if r.run_id in completed else replace(r, state="running") for r in recorded]
 
     policy = Retry(
         WRITEBACK_RETRY_DELAY_SECONDS, WRITEBACK_MAX_DELAY_SECONDS, deadline=WRITEBACK_DEADLINE_SECONDS
@@ -499,7 +514,7 @@ async def _write_back(
         recorded = await retrying(write_back, policy, what=f"write-back of {len(results)} run(s)")
     except Exception:
         log.exception("write-back of %d run(s) failed until its deadline; giving up", len(results))
-        return list(results)
+        return [replace(r, state="running") for r in results]
     if look_up_tasks:
         _log_tasks_found(results, recorded)
     return recorded

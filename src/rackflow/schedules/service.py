@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +29,7 @@ from rackflow.domain.firing import (
     failing_streak,
     plan,
     planned_times,
+    recorded_state,
     scope_decisions,
     streak_reason,
     tally,
@@ -58,7 +59,7 @@ from rackflow.ids import new_id
 from rackflow.inventory.targets import FIELD, resolve_targets
 from rackflow.notify import events
 from rackflow.retry import Retry, retrying
-from rackflow.rollouts.service import RolloutService, RunPart, RunReport
+from rackflow.rollouts.service import FirstSteps, RolloutService, RunPart, RunReport
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
 from rackflow.security import ANONYMOUS, caller_identified, caller_name
@@ -708,11 +709,14 @@ class ScheduleService:
         Beside DeleteSchedule of its schedule, a retry comes wholly before or after it, as every firing does:
         its submit holds the schedule undeleted from before it submits until it commits (`firing.fire`).
         The deletion first, the retry answers NotFound having submitted nothing (its new run went with the
-        schedule, `firing.RunGone`); the submit first, it answers with its run, as written back or, deleted
-        meanwhile, as it fired (`RolloutService.as_fired`), and its tasks go on as every task of a deleted
-        schedule does. A rollout's run starts its racks in its steps, which hold the run
-        (`RolloutService.advance`): its first step after the deletion starts nothing (NotFound), and one
-        before it is answered as fired.
+        schedule, `firing.RunGone`); the submit first, it answers with its run as it stands or, deleted
+        meanwhile, as it was last recorded (`fired_report`: "running" when the deletion came before its
+        write-back), and its tasks go on as every task of a deleted schedule does. A rollout's run starts
+        its racks in its steps, which hold the run (`RolloutService.advance`): a first step before the
+        deletion, this call's or another instance's, is answered with the run as that step left it, or by
+        the tasks that still name the run (PostgreSQL); none after it starts anything (NotFound). On SQLite,
+        whose deletion clears a run's id from its tasks, a run gone before this call's own step is NotFound
+        saying a rollout driver's step may have started racks of it first (`firing.RunGone.untold`).
         """
         claimed: Firing | None = None
         ended: Ended | None = None
@@ -736,26 +740,17 @@ class ScheduleService:
         if ended is not None:
             self.tasks.after_ended(ended)
         results = await self.fire_one(claimed)
-        try:
-            return replace(await self.rollouts.get(claimed.run_id), replayed=False)
-        except NotFound:
-            if not results or not (results[0].task_ids or results[0].started):
-                raise
-        # Its tasks were submitted (a rollout's first step started), then its schedule was deleted with the
-        # new run: the retry came first, and answers with its run as it fired.
-        (result,) = results
-        as_fired = Run(
+        fired = Run(
             claimed.run_id,
             claimed.schedule.id,
             claimed.fired_at,
             claimed.trigger,
-            "rolling" if claimed.rolls_out else "completed",
-            result.outcomes,
+            "rolling" if claimed.rolls_out else "running",
+            (),
             rollout=claimed.schedule.rollout,
             retry_of=run_id,
         )
-        fired_report = await self.rollouts.as_fired(as_fired, [*result.task_ids, *result.started])
-        return replace(fired_report, replayed=False)
+        return replace(await self.fired_report(claimed, fired, results), replayed=False)
 
     async def _claim_retry(
         self, conn: AsyncConnection, run: Run, only_failed: bool, request_id: str | None
@@ -833,7 +828,9 @@ class ScheduleService:
 
         Beside DeleteSchedule, a trigger comes wholly before or after it: its submit holds the schedule
         undeleted (`firing.fire`). The deletion first, it answers NotFound having submitted nothing (its run
-        went with the schedule, `firing.RunGone`).
+        went with the schedule, `firing.RunGone`). A rollout's, whose first step comes after its claim, is
+        answered as a retry's is (`retry_run`): the first wave's tasks, whichever step started them before
+        the deletion; NotFound when none did, or, on SQLite, when that cannot be told.
 
         `request_id` (the client's, so that it may send the trigger again when it did not hear the answer):
         the run records it, and a trigger with the id of a run of this schedule fires nothing and answers
@@ -980,21 +977,58 @@ class ScheduleService:
         rolling = [f.run_id for f in claimed if f.rolls_out]
         if not rolling:
             return results
-        started = dict((await self.rollouts.advance(rolling)).started)
+        step = await self.rollouts.advance(rolling)
         # A run this step started nothing of: another instance's rollout driver may be stepping it, or have
-        # stepped it first. What the rollout started is what the answer names (`started_so_far`).
-        if idle := [run_id for run_id in rolling if not started.get(run_id)]:
-            started.update(await self.rollouts.started_so_far(idle))
-        return [replace(r, started=started.get(r.run_id, ())) for r in results]
+        # stepped it first, or its schedule gone with it since. What the rollout started is what the
+        # answer names (`first_steps`).
+        idle = [run_id for run_id in rolling if not step.started.get(run_id)]
+        looked = await self.rollouts.first_steps(idle) if idle else FirstSteps({}, {})
+        runs = {**step.stepped, **looked.runs}
+        return [
+            self._stepped(r, runs.get(r.run_id), looked.gone) if r.run_id in rolling else r for r in results
+        ]
+
+    @staticmethod
+    def _stepped(
+        result: RunResult, run: Run | None, gone: Mapping[uuid.UUID, tuple[uuid.UUID, ...]] | None
+    ) -> RunResult:
+        """A rollout firing's result once its first step is over: its run as that step left it, or, the run
+        deleted since with its schedule, the tasks that still name it (`deleted` when none does; `untold`
+        when the deletion cleared their names)."""
+        if run is not None:
+            started = tuple(o.task_id for o in run.outcomes if o.task_id is not None)
+            return replace(result, outcomes=run.outcomes, started=started, state=run.state)
+        if gone is None:
+            return replace(result, untold=True)
+        started = gone.get(result.run_id, ())
+        return replace(result, started=started) if started else replace(result, deleted=True)
 
     async def fire_one(self, claimed: Firing) -> list[RunResult]:
         """`fire` for one firing whose caller answers with it (a trigger, a retry, an approval that starts
-        its run): RunGone (NotFound) when its schedule was deleted, with its run, before its submit, which
-        submitted nothing."""
+        its run): RunGone (NotFound) when its schedule was deleted, with its run, before anything of it was
+        submitted, or, a rollout's, before its own first step where what another step started first
+        cannot be told (`RunResult.untold`)."""
         results = await self.fire([claimed])
         if any(r.deleted for r in results):
             raise firing.RunGone.of(claimed)
+        if any(r.untold for r in results):
+            raise firing.RunGone.untold(claimed)
         return results
+
+    async def fired_report(self, claimed: Firing, fired: Run, results: Sequence[RunResult]) -> RunReport:
+        """The report of the run a retry or an approval fired (`fired`: as its claim or approval recorded
+        it; `results`: `fire_one`'s): as it stands; or, deleted since with its schedule once its tasks were
+        submitted (a rollout's first step started), as it was last recorded (`firing.recorded_state`), with
+        those tasks, which outlive it (`RolloutService.as_fired`). A run deleted before anything of it was
+        submitted is NotFound (`fire_one`'s RunGone, or, awaiting approval, nothing fired)."""
+        try:
+            return await self.rollouts.get(fired.id)
+        except NotFound:
+            if not results or not (results[0].task_ids or results[0].started):
+                raise
+        (result,) = results
+        last = replace(fired, state=recorded_state(claimed, result), outcomes=result.outcomes)
+        return await self.rollouts.as_fired(last, [*result.task_ids, *result.started])
 
     async def _nothing_submitted(
         self, schedule: Schedule, result: RunResult, fired_at: datetime, *, earlier: str | None = None

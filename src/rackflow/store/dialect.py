@@ -222,6 +222,12 @@ def indexes_array_items(dialect: str) -> bool:
     return dialect == POSTGRESQL
 
 
+def keeps_deleted_runs_on_tasks(dialect: str) -> bool:
+    """Whether a task still names its run once the run is deleted (with its schedule): on PostgreSQL
+    `tasks.run_id` has no foreign key (migration 0036); SQLite's clears it (ON DELETE SET NULL)."""
+    return dialect == POSTGRESQL
+
+
 # --- row locks --------------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Run, RunStat
 from rackflow.domain.tasks import Hold, TaskStatus
 from rackflow.store import run_partitions
 from rackflow.store.db import Database, chunked, in_id_order
-from rackflow.store.dialect import by_keys, for_update
+from rackflow.store.dialect import by_keys, for_update, keeps_deleted_runs_on_tasks
 from rackflow.store.runs import in_state
 from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
 from rackflow.store.streak_checks import mark_schedules
@@ -282,6 +282,18 @@ async def task_states(
             state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by, row.held_reason)
             found[(row.run_id, row.rack_id)] = state
     return found
+
+
+async def tasks_of_deleted_runs(
+    conn: AsyncConnection, run_ids: Collection[uuid.UUID]
+) -> dict[tuple[uuid.UUID, uuid.UUID], TaskState] | None:
+    """The tasks that still name these runs, deleted with their schedule, keyed as `task_states` keys
+    them: what the runs' steps started before the deletion, as tasks outlive their run. None where the
+    deletion cleared the runs' ids from their tasks (SQLite, `dialect.keeps_deleted_runs_on_tasks`):
+    what those runs started cannot be told."""
+    if not keeps_deleted_runs_on_tasks(conn.dialect.name):
+        return None
+    return await task_states(conn, run_ids)
 
 
 async def tasks_by_id(

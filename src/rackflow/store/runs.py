@@ -301,8 +301,10 @@ async def claim_expired_approvals(
 
 async def complete_runs(
     conn: AsyncConnection, outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]]
-) -> None:
-    """Mark runs completed with their per-scope outcomes (one statement, `update_rows`). A run another
+) -> set[uuid.UUID]:
+    """Mark runs completed with their per-scope outcomes (one statement, `update_rows`); the runs it
+    completed, all but those deleted since with their schedule (a manual firing's caller answers with its
+    run as it was last recorded, `schedules.service.ScheduleService.fired_report`). A run another
     instance's sweep marked "interrupted" meanwhile (its owner's heartbeat lapsed while the write-back was
     retried) is completed too: the firing did end, and its outcomes name the tasks it submitted.
 
@@ -318,7 +320,7 @@ async def complete_runs(
     runs by id. A run the bound misses (an approved run an instance of the previous release recorded, its
     id not its slot's) is written by the second pass, which finds it unbounded."""
     if not outcomes_by_run:
-        return
+        return set()
     run = task_schedule_run.c
     name_no_task = ~some_element_holds(conn.dialect.name, run.outcomes, "task_id")
     stmt, params = _completions(conn, outcomes_by_run)
@@ -326,12 +328,15 @@ async def complete_runs(
     returning = conn.dialect.name == POSTGRESQL  # SQLite runs it as an executemany, which returns nothing
     result = await conn.execute(stmt.returning(run.id, run.schedule_id) if returning else stmt, params)
     written: dict[uuid.UUID, uuid.UUID] = {row.id: row.schedule_id for row in result} if returning else {}
+    completed = set(outcomes_by_run)
     if (len(written) if returning else result.rowcount) < len(outcomes_by_run):
-        written |= await _complete_settled(conn, outcomes_by_run, written if returning else None)
+        settled, completed = await _complete_settled(conn, outcomes_by_run, written if returning else None)
+        written |= settled
     if returning:
         await mark_schedules(conn, set(written.values()))  # store.streak_checks
     else:
         await mark_schedules_of_runs(conn, outcomes_by_run)
+    return completed
 
 
 def _completions(
@@ -352,20 +357,23 @@ async def _complete_settled(
     conn: AsyncConnection,
     outcomes_by_run: Mapping[uuid.UUID, Sequence[ScopeOutcome]],
     written: Collection[uuid.UUID] | None,
-) -> dict[uuid.UUID, uuid.UUID]:
+) -> tuple[dict[uuid.UUID, uuid.UUID], set[uuid.UUID]]:
     """`complete_runs` for the runs whose outcomes name tasks already, and for those its statement did not
     reach (not in `written`; None: it reached every run whose outcomes name none): under their rows'
     locks (id order, as `store.rollouts.lock_runs`), what was settled merged into the write-back
     (`kept_settled`), each run's partition bounded by its own slot. Returns the schedule of each run
-    written (PostgreSQL; empty on SQLite)."""
+    written here (PostgreSQL; empty on SQLite), and every run of `outcomes_by_run` found, which the two
+    statements completed (the others were deleted)."""
     run = task_schedule_run.c
     returning = conn.dialect.name == POSTGRESQL
     completed: dict[uuid.UUID, uuid.UUID] = {}
+    found: set[uuid.UUID] = set()
     for chunk in chunked(in_id_order(outcomes_by_run)):
         stmt = select(run.id, run.outcomes, run.scheduled_for).where(run.id.in_(chunk))
         stored = await run_partitions.read_runs(
             conn, chunk, stmt, lambda s: for_update(conn.dialect.name, s.order_by(run.id))
         )
+        found.update(row.id for row in stored)
         merged = {
             row.id: kept_settled(outcomes_by_run[row.id], [outcome_from_json(o) for o in row.outcomes])
             for row in stored
@@ -381,7 +389,7 @@ async def _complete_settled(
             completed |= {row.id: row.schedule_id for row in result}
         else:
             await conn.execute(update_merged, params)
-    return completed
+    return completed, found
 
 
 # --- the cap and the retention -------------------------------------------------------------------
