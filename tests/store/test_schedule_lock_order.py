@@ -311,9 +311,9 @@ async def test_delete_schedule_beside_a_write_back_holding_its_run(
         pause = PausedBefore(monkeypatch, run_history, "mark_schedules")
         complete_runs = run_history.complete_runs
 
-        async def writing_back(*args: Any, **kwargs: Any) -> None:
+        async def writing_back(*args: Any, **kwargs: Any) -> set[uuid.UUID]:
             pause.within = True
-            await complete_runs(*args, **kwargs)
+            return await complete_runs(*args, **kwargs)
 
         monkeypatch.setattr(run_history, "complete_runs", writing_back)
         trigger = asyncio.ensure_future(schedules.trigger(schedule.id))

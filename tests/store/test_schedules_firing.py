@@ -393,11 +393,11 @@ async def test_write_back_is_retried_after_a_failure(env: Env, monkeypatch: pyte
     real_complete_runs = run_history.complete_runs
     attempts: list[int] = []
 
-    async def flaky_complete_run(*args: object, **kwargs: object) -> None:
+    async def flaky_complete_run(*args: object, **kwargs: object) -> set[uuid.UUID]:
         attempts.append(1)
         if len(attempts) == 1:
             raise ConnectionError("database went away")
-        await real_complete_runs(*args, **kwargs)  # type: ignore[arg-type]
+        return await real_complete_runs(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(firing, "WRITEBACK_RETRY_DELAY_SECONDS", 0)
     monkeypatch.setattr(run_history, "complete_runs", flaky_complete_run)
