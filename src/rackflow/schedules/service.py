@@ -968,10 +968,12 @@ class ScheduleService:
     async def fire(self, claimed: Sequence[Firing]) -> list[RunResult]:
         """Phases 2 and 3 for claimed firings (`firing.fire`), then the first step of their rollouts at once
         rather than at the rollout driver's next step: the one way the dispatcher, a manual trigger and an
-        approval fire what they claimed. A rollout's result says which tasks its first wave started, by this
-        step or, when another instance's step took the run first, by that one. A firing
-        awaiting approval is left out (it starts when approved). A firing whose schedule was deleted since
-        its claim submits nothing (`RunResult.deleted`, `firing.fire`)."""
+        approval fire what they claimed. A rollout's result is its run as its first step left it (which
+        tasks its first wave started, which racks it settled or was refused), by this step or, when another
+        instance's step took the run first, by that one; the run deleted since with its schedule, the tasks
+        that still name it (`_stepped`). A firing awaiting approval is left out (it starts when approved). A
+        firing whose schedule was deleted since its claim submits nothing (`RunResult.deleted`,
+        `firing.fire`)."""
         claimed = [f for f in claimed if not f.needs_approval]
         results = await firing.fire(self.db, self.tasks, self.clock, claimed)
         rolling = [f.run_id for f in claimed if f.rolls_out]
@@ -985,7 +987,8 @@ class ScheduleService:
         looked = await self.rollouts.first_steps(idle) if idle else FirstSteps({}, {})
         runs = {**step.stepped, **looked.runs}
         return [
-            self._stepped(r, runs.get(r.run_id), looked.gone) if r.run_id in rolling else r for r in results
+            self._stepped(r, runs.get(r.run_id), looked.gone) if f.rolls_out else r
+            for f, r in zip(claimed, results, strict=True)
         ]
 
     @staticmethod
