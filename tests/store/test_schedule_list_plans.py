@@ -81,3 +81,39 @@ async def test_a_page_filtered_by_operation_and_its_count_read_its_index(db: Dat
         plan = await explain_without_scans(db, statement, parameters)
         assert "ix_task_schedule_operation_kind" in plan, plan
         assert "Seq Scan" not in plan, plan
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # the plans checked are PostgreSQL's
+async def test_the_paused_schedules_filtered_by_operation_read_their_own_index(db: Database) -> None:
+    """The paused schedules' list filtered by operation, page and capped count, reads the paused ones'
+    index of the operation (migration 0053): the operation's index made PostgreSQL read the row of every
+    schedule of the operation to find the few paused (an empty page read 200,000 at full size)."""
+    env = make_env(db)
+    rack = await env.rack("r1")
+    # Half power off, a quarter paused (power on) and two paused power-off schedules: the operation's index
+    # and the paused schedules' (by name) each hold many that the other filter refuses.
+    made = [
+        await env.schedule(f"s{i:03d}", racks=[rack], operation=POWER_OFF if i % 2 else POWER_ON)
+        for i in range(200)
+    ]
+    paused = {made[7].id, made[151].id}
+    others = {s.id for i, s in enumerate(made) if i % 4 == 0}
+    async with db.transaction() as conn:
+        await conn.execute(
+            update(task_schedule).where(task_schedule.c.id.in_(paused | others)).values(enabled=False)
+        )
+        await conn.exec_driver_sql("ANALYZE task_schedule")
+    with statements_sent(db) as all_sent:
+        async with db.read(streaming=True) as conn:
+            found, total = await store.list_schedules(
+                conn, operation=OperationKind.POWER_OFF, paused_only=True, limit=50
+            )
+    assert {s.id for s in found} == paused and total == 2
+    sent = [
+        (statement, parameters) for statement, parameters in all_sent if "operation_template" in statement
+    ]
+    assert len(sent) == 2  # the page and its count
+    for statement, parameters in sent:
+        plan = await explain_without_scans(db, statement, parameters)
+        assert "ix_task_schedule_paused_operation_kind" in plan, plan

@@ -327,6 +327,17 @@ schedule_operation = task_schedule.c.operation_template[("operation", "kind")].a
 Index(
     "ix_task_schedule_operation_kind", schedule_operation, task_schedule.c.created_at, task_schedule.c.id
 ).ddl_if(dialect="postgresql")
+# The paused schedules' list filtered by operation: a range of the paused alone, where the index above made
+# PostgreSQL read every schedule of the operation to find its few paused ones (310 ms an empty page over a
+# million schedules; migration 0053). No firing writes here: a schedule that fires is not paused. The
+# predicate is the paused filter's `enabled.is_(False)`, spelled as PostgreSQL renders it.
+Index(
+    "ix_task_schedule_paused_operation_kind",
+    schedule_operation,
+    task_schedule.c.created_at,
+    task_schedule.c.id,
+    postgresql_where=text("enabled IS false"),
+).ddl_if(dialect="postgresql")
 
 # The cutoff the task prune (--task-retention) last deleted before, raised before it deletes (one row, id 1;
 # none until a prune ran): a run fired at or after it, by a margin, has every task it had
