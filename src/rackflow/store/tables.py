@@ -273,7 +273,8 @@ task_schedule = Table(
     # name (migration 0027, which creates the extension `pg_trgm` it needs). PostgreSQL only: SQLite has
     # no trigram index. Each firing, which updates its schedule's row, writes the name's trigrams again.
     # A text of one or two characters holds no trigram: its pages walk a bounded range of the list's own
-    # index instead (config.SEARCH_WALK).
+    # index instead (config.SEARCH_WALK), its condition spelled so that this index cannot answer it
+    # (`store.schedules.name_holds`).
     Index(
         "ix_task_schedule_name_trgm",
         "name",
