@@ -292,15 +292,9 @@ async def test_a_retry_whose_schedule_is_deleted_after_its_submit_answers_with_i
         await schedules.get(schedule.id)
 
 
-async def test_a_rollout_s_retry_whose_schedule_is_deleted_after_its_first_step_answers_with_its_run(
-    db: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A rollout's retry starts its racks in its first step (`RolloutService.advance`), which holds its run;
-    DeleteSchedule commits once that step did: the retry came first, and answers with its run as it
-    fired, its first wave's rack started, the others still pending."""
-    env = make_env(db)
-    schedule, halting = await _halted_rollout(env)
-    env.clock.advance(timedelta(seconds=1))
+def _delete_after_each_step(env: Env, schedule: Schedule, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeleteSchedule of `schedule` right after each rollout step, its first included (which a retry's
+    firing takes once its run is submitted)."""
     rollouts = env.services.rollouts
     advance = rollouts.advance
 
@@ -310,6 +304,18 @@ async def test_a_rollout_s_retry_whose_schedule_is_deleted_after_its_first_step_
         return step
 
     monkeypatch.setattr(rollouts, "advance", deleted_after)
+
+
+async def test_a_rollout_s_retry_whose_schedule_is_deleted_after_its_first_step_answers_with_its_run(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout's retry starts its racks in its first step (`RolloutService.advance`), which holds its run;
+    DeleteSchedule commits once that step did: the retry came first, and answers with its run as it
+    fired, its first wave's rack started, the others still pending."""
+    env = make_env(db)
+    schedule, halting = await _halted_rollout(env)
+    env.clock.advance(timedelta(seconds=1))
+    _delete_after_each_step(env, schedule, monkeypatch)
     again = await env.services.schedules.retry_run(halting.run.id)
 
     assert (again.run.retry_of, again.run.state, again.run.rollout) == (halting.run.id, "rolling", HALTING)
@@ -367,15 +373,7 @@ async def test_a_rollout_s_retry_deleted_after_its_first_step_answers_the_run_as
         POWER_OFF, [RackSelection(racks[2].id)], description="busy", queue=QueueOptions()
     )
     env.clock.advance(timedelta(seconds=1))
-    rollouts = env.services.rollouts
-    advance = rollouts.advance
-
-    async def deleted_after(*args: Any, **kwargs: Any) -> Any:
-        step = await advance(*args, **kwargs)
-        await env.services.schedules.delete(schedule.id)
-        return step
-
-    monkeypatch.setattr(rollouts, "advance", deleted_after)
+    _delete_after_each_step(env, schedule, monkeypatch)
     again = await env.services.schedules.retry_run(halting.run.id)
 
     assert (again.run.retry_of, again.run.state) == (halting.run.id, "rolling")
