@@ -166,7 +166,14 @@ async def test_cancel_task_beside_the_round_that_claims_the_task(
         async with executing(env, backend, caplog):
             cancelled = await cancel.result()
             assert (cancelled.status, cancelled.message) == (TaskStatus.TERMINATED, CANCELLED_MESSAGE)
-            assert backend.steps  # the round that claimed it committed, and its first step ran
+
+            async def stepped() -> bool:
+                return bool(backend.steps)
+
+            # The round that claimed it committed, and its first step runs: the first batch's progress was
+            # written with the claim, so no cancellation is noticed before it (`Executor._execute`). It
+            # runs after that commit, beside the cancel's end, so it may come after `cancel.result()`.
+            await eventually(stepped)
     finally:
         await db.dispose()
 
