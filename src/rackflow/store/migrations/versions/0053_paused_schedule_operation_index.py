@@ -1,6 +1,6 @@
 """task_schedule: the paused schedules' list filtered by operation reads an index of its own (PostgreSQL)
 
-ListTaskSchedules with `paused_only` and `operation_type` (`rackflow schedule list --paused --op`, the
+ListTaskSchedules with `paused_only` and `operation_type` (`rackflow schedule list --paused-only --op`, the
 schedule list page's `?state=paused&op=`) read the operation's index (migration 0051) in the list's order,
 checking each schedule's row for its pause: for an operation many schedules run and few of them paused,
 that is every schedule of the operation: 310 ms for an empty page over a million schedules, a fifth of
