@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import Connection, insert, inspect, text
+from sqlalchemy import Connection, insert, inspect
 
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store import tasks as task_store
@@ -19,6 +19,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import racks, task_schedule, tasks
 from tests.conftest import database_at, downgrade, schedule_row, table_counts, task_row, upgraded_counts
+from tests.store.index_builds import index_valid, leave_an_invalid_build
 from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
@@ -62,11 +63,6 @@ def _indexes(conn: Connection) -> dict[str, list[str]]:
     return found
 
 
-def _valid(conn: Connection) -> bool | None:
-    query = text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:index)")
-    return conn.execute(query, {"index": NEW}).scalar()
-
-
 async def _listed(db: Database, schedule: uuid.UUID, status: TaskStatus) -> list[uuid.UUID]:
     async with db.read() as conn:
         found, total = await task_store.list_tasks(
@@ -89,8 +85,8 @@ async def test_tasks_are_kept_and_listed_by_schedule_and_status_and_back_down(db
     columns = ["schedule_id", "created_at", "id"]
     async with db.engine.connect() as conn:
         assert await conn.run_sync(_indexes) == {NEW: columns + (["+status"] if db.is_postgres else [])}
-        if db.is_postgres:
-            assert await conn.run_sync(_valid) is True
+    if db.is_postgres:
+        assert await index_valid(db, NEW) is True
 
     await downgrade(db, "0051")
     assert await current_revision(db) == "0051"
@@ -107,16 +103,11 @@ async def test_a_run_cut_short_is_finished_by_running_it_again(db_at_0051: Datab
     Migrating again builds the new one anew and drops the old."""
     db = db_at_0051
     schedule, made = await _tasks(db)
-    async with db.engine.connect() as conn:
-        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await autocommit.exec_driver_sql(f"CREATE INDEX {NEW} ON tasks (schedule_id)")  # not what 0052 builds
-        await autocommit.exec_driver_sql(
-            f"UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{NEW}'::regclass"
-        )
+    await leave_an_invalid_build(db, NEW, "tasks", "schedule_id")
 
     assert await migrate(db) == head_revision()
     assert await schema_diff(db) == []
     async with db.engine.connect() as conn:
         assert await conn.run_sync(_indexes) == {NEW: ["schedule_id", "created_at", "id", "+status"]}
-        assert await conn.run_sync(_valid) is True
+    assert await index_valid(db, NEW) is True
     assert await _listed(db, schedule, TaskStatus.FAILED) == made["failed"]

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import Connection, insert, text
+from sqlalchemy import insert, text
 
 from rackflow.domain.tasks import OperationKind
 from rackflow.store import schedules as store
@@ -18,6 +18,7 @@ from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate
 from rackflow.store.tables import task_schedule
 from tests.conftest import database_at, downgrade, schedule_row, table_counts, upgraded_counts
+from tests.store.index_builds import index_valid, leave_an_invalid_build
 from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
@@ -52,14 +53,6 @@ async def _schedules(db: Database) -> dict[OperationKind, list[uuid.UUID]]:
     return paused
 
 
-def _index_valid(conn: Connection) -> bool | None:
-    """Whether INDEX is valid; None: there is none."""
-    found = conn.execute(
-        text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:i)"), {"i": INDEX}
-    )
-    return found.scalar()
-
-
 async def _listed(db: Database, kind: OperationKind) -> list[uuid.UUID]:
     async with db.read(streaming=True) as conn:
         found, total = await store.list_schedules(conn, operation=kind, paused_only=True, limit=10)
@@ -79,14 +72,12 @@ async def test_schedules_are_kept_and_listed_by_operation_and_back_down(db_at_00
         assert await _listed(db, kind) == ids
     assert await _listed(db, OperationKind.INGEST) == []
     if db.is_postgres:
-        async with db.engine.connect() as conn:
-            assert await conn.run_sync(_index_valid) is True
+        assert await index_valid(db, INDEX) is True
 
     await downgrade(db, "0052")
     assert await current_revision(db) == "0052"
     if db.is_postgres:
-        async with db.engine.connect() as conn:
-            assert await conn.run_sync(_index_valid) is None
+        assert await index_valid(db, INDEX) is None
     assert (await table_counts(db))["task_schedule"] == 4
 
 
@@ -96,19 +87,12 @@ async def test_schedules_are_kept_and_listed_by_operation_and_back_down(db_at_00
 async def test_a_build_a_killed_migration_left_invalid_is_built_again(db_at_0052: Database) -> None:
     db = db_at_0052
     made = await _schedules(db)
-    async with db.engine.connect() as conn:
-        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await autocommit.exec_driver_sql(
-            f"CREATE INDEX {INDEX} ON task_schedule (name)"
-        )  # not what 0053 builds
-        await autocommit.exec_driver_sql(
-            f"UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{INDEX}'::regclass"
-        )
+    await leave_an_invalid_build(db, INDEX, "task_schedule", "name")
 
     assert await migrate(db) == head_revision()
     assert await schema_diff(db) == []
+    assert await index_valid(db, INDEX) is True
     async with db.engine.connect() as conn:
-        assert await conn.run_sync(_index_valid) is True
         columns = await conn.execute(text("SELECT pg_get_indexdef(to_regclass(:i))"), {"i": INDEX})
         assert "operation_template" in columns.scalar_one()
     assert await _listed(db, OperationKind.UPGRADE_FIRMWARE) == made[OperationKind.UPGRADE_FIRMWARE]
