@@ -452,10 +452,10 @@ class RolloutService:
             tasks = await store.tasks_of_deleted_runs(conn, missing) if missing else {}
         if tasks is None:
             return FirstSteps(found, None)
-        gone: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {run_id: () for run_id in missing}
+        gone: dict[uuid.UUID, list[uuid.UUID]] = {run_id: [] for run_id in missing}
         for (run_id, _), task in tasks.items():
-            gone[run_id] = (*gone[run_id], task.task_id)
-        return FirstSteps(found, gone)
+            gone[run_id].append(task.task_id)
+        return FirstSteps(found, {run_id: tuple(task_ids) for run_id, task_ids in gone.items()})
 
     async def get(self, run_id: uuid.UUID) -> RunReport:
         async with self.db.read() as conn:
