@@ -27,6 +27,7 @@ from rackflow.services import Services
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks
 from tests.debian_tools import AMTOOL, require
+from tests.e2e.cluster import free_port
 from tests.integration.alertmanager import Alertmanager, running_alertmanager
 from tests.store.schedules_support import make_env
 from tests.store.test_executor import executing, finished, make_rack
@@ -84,6 +85,43 @@ async def test_a_halt_alerts_in_alertmanager_and_resolves_when_the_run_resumes(
     await deliverer.deliver_once()
     assert [d.state for d in await env.services.notifications.deliveries()] == [DeliveryState.DELIVERED] * 2
     # Alertmanager lists only alerts that have not ended: the clearing's endsAt resolved it.
+    assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
+
+
+async def test_a_halt_sent_after_its_clearing_leaves_the_alert_resolved(
+    db: Database, alertmanager: Alertmanager
+) -> None:
+    """The halt's first send fails (Alertmanager was not reachable); the run is resumed and the clearing
+    goes at once, while the halt waits for its back-off. The halt sent late must not fire the alert again
+    (with `endsAt` seven days on): Alertmanager keeps what came last, so it is told the condition's state
+    now, resolved."""
+    env = make_env(db)
+    env.clock.advance(datetime.now(UTC) - env.clock.now())
+    channel = await env.services.notifications.create(
+        ChannelInput(
+            name="am", kind="alertmanager", url=f"http://127.0.0.1:{free_port()}", event_types=("run.halted",)
+        )
+    )
+    racks = await _racks(env, 3)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
+    await env.services.schedules.trigger(schedule.id)
+    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    run_id = (await _run(env, schedule)).run.id
+    deliverer = Deliverer(db)
+    await deliverer.deliver_once()
+    (halt,) = await env.services.notifications.deliveries()
+    assert halt.state is DeliveryState.PENDING and halt.last_error.startswith("unreachable")
+
+    await env.services.notifications.update(
+        channel.channel.id, ["channel.url"], ChannelInput(url=alertmanager.url)
+    )
+    await env.services.rollouts.resume(run_id)
+    await deliverer.deliver_once()  # the clearing; the halt is not due yet
+    assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
+    env.clock.advance(timedelta(seconds=5))  # the halt's back-off (at most 2 s) has passed
+    await deliverer.deliver_once()
+    assert [d.state for d in await env.services.notifications.deliveries()] == [DeliveryState.DELIVERED] * 2
     assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
 
 

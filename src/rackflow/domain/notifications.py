@@ -59,6 +59,28 @@ CLEARS: Mapping[EventType, EventType] = {
 }
 
 
+# What names one instance of a condition (the field its raising and clearing events share, and its alert's
+# labels): the run that halted or awaits approval, the paused schedule, the held task.
+CONDITION_SUBJECT: Mapping[EventType, str] = {
+    EventType.RUN_HALTED: "run_id",
+    EventType.SCHEDULE_PAUSED: "schedule_id",
+    EventType.TASK_HELD_TOO_LONG: "task_id",
+    EventType.RUN_AWAITING_APPROVAL: "run_id",
+}
+
+
+def condition_of(event_type: EventType) -> EventType | None:
+    """The condition an event raises or clears (`run.halted` for itself and `run.halt_cleared`); None for a
+    one-off event."""
+    condition = CLEARS.get(event_type, event_type)
+    return condition if condition in CONDITION_SUBJECT else None
+
+
+def condition_types(condition: EventType) -> tuple[EventType, ...]:
+    """The condition's type and the types of the events that clear it."""
+    return (condition, *(t for t, cleared in CLEARS.items() if cleared is condition))
+
+
 class Severity(enum.StrEnum):
     INFO = "info"
     WARNING = "warning"

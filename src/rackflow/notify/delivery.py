@@ -45,7 +45,7 @@ from rackflow.config import (
     NOTIFY_SEND_TIMEOUT,
     NOTIFY_SENDS,
 )
-from rackflow.domain.notifications import Channel
+from rackflow.domain.notifications import Channel, ChannelKind, Event
 from rackflow.notify.senders import Request, SendFailed, post, request_for
 from rackflow.retry import Retry
 from rackflow.store import outbox
@@ -62,6 +62,15 @@ def retry_delay(attempt: int, jitter: float) -> timedelta:
     times `jitter` (drawn from 0.5–1.0), so that instances and channels retrying together spread out."""
     delay = next(itertools.islice(RETRY.delays(), attempt - 1, None))
     return timedelta(seconds=delay * jitter)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A claimed delivery, its channel, and (to an Alertmanager) its condition's latest event, if any."""
+
+    channel: Channel
+    claimed: outbox.Claimed
+    current: Event | None
 
 
 @dataclass(frozen=True)
@@ -151,7 +160,7 @@ class Deliverer:
         if work.new_events:
             async with self.db.transaction() as conn:
                 fanned = await outbox.fan_out(self.db, conn, await self.db.now(conn), self.batch)
-        claims: list[tuple[Channel, outbox.Claimed]] = []
+        claims: list[_Claim] = []
         # A channel whose bucket holds no whole token has none to take now (the claim reads it again, locked).
         due = [
             c
@@ -161,7 +170,7 @@ class Deliverer:
         if due:
             claims = await self._claim(due)
         if claims:
-            results = await asyncio.gather(*(self._send(channel, claimed) for channel, claimed in claims))
+            results = await asyncio.gather(*(self._send(c.channel, c.claimed, c.current) for c in claims))
             async with self.db.transaction() as conn:
                 await outbox.record_results(conn, results, await self.db.now(conn))
         busy = fanned >= self.batch or len(claims) >= self.sends
@@ -172,9 +181,10 @@ class Deliverer:
             pause = min(pause, (next_due - work.now).total_seconds())
         return _Round(busy, max(0.0, pause))
 
-    async def _claim(self, channels: list[Channel]) -> list[tuple[Channel, outbox.Claimed]]:
+    async def _claim(self, channels: list[Channel]) -> list[_Claim]:
         """Claim what each channel's bucket allows, up to `sends` in all, in one transaction. Each round
-        starts one channel further on, so a busy channel cannot starve the rest."""
+        starts one channel further on, so a busy channel cannot starve the rest. An Alertmanager's claims
+        come with their conditions' latest events, read in the same transaction (`outbox.conditions_now`)."""
         self._rounds += 1
         start = self._rounds % len(channels)
         channels = channels[start:] + channels[:start]
@@ -192,10 +202,14 @@ class Deliverer:
                 claimed = await outbox.claim_deliveries(self.db, conn, channel.id, now, room, self.lease)
                 await outbox.spend_tokens(conn, channel.id, tokens - len(claimed), now)
                 claims += [(channel, c) for c in claimed]
-        return claims
+            alerts = [c.event for channel, c in claims if channel.kind is ChannelKind.ALERTMANAGER]
+            current = await outbox.conditions_now(conn, alerts) if alerts else {}
+        return [_Claim(channel, c, current.get(c.event.id)) for channel, c in claims]
 
-    async def _send(self, channel: Channel, claimed: outbox.Claimed) -> outbox.Result:
-        request = request_for(channel, claimed.event, now=self.db.clock.now(), external_url=self.external_url)
+    async def _send(self, channel: Channel, claimed: outbox.Claimed, current: Event | None) -> outbox.Result:
+        request = request_for(
+            channel, claimed.event, now=self.db.clock.now(), external_url=self.external_url, current=current
+        )
         try:
             async with asyncio.timeout(self.timeout.total_seconds()):
                 await self.sender(request, self.timeout.total_seconds())

@@ -85,7 +85,13 @@ def run_link(external_url: str, event: Event) -> str:
     return f"{external_url.rstrip('/')}/runs/{event.run_id}"
 
 
-def request_for(channel: Channel, event: Event, *, now: datetime, external_url: str) -> Request:
+def request_for(
+    channel: Channel, event: Event, *, now: datetime, external_url: str, current: Event | None = None
+) -> Request:
+    """The request that delivers `event` to `channel`. An Alertmanager's alert is made from `current`, the
+    latest event of the event's condition (`outbox.conditions_now`; the event itself when not given): it
+    keeps the last alert sent for its labels, so a halt retried after its clearing sends the resolved
+    alert again rather than firing for seven days. The headers name `event` in any case."""
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
@@ -102,8 +108,9 @@ def request_for(channel: Channel, event: Event, *, now: datetime, external_url: 
         return Request(channel.url, headers, body)
     if channel.kind is ChannelKind.SLACK:
         return Request(channel.url, headers, _json({"text": slack_text(event, link)}))
+    state = current or event
     url = channel.url.rstrip("/") + ALERTS_PATH
-    return Request(url, headers, _json([alert(event, link)]))
+    return Request(url, headers, _json([alert(state, run_link(external_url, state))]))
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:

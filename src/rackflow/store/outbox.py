@@ -25,6 +25,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.notifications import (
+    CONDITION_SUBJECT,
     Channel,
     ChannelKind,
     Delivery,
@@ -33,6 +34,8 @@ from rackflow.domain.notifications import (
     EventType,
     Severity,
     Subscription,
+    condition_of,
+    condition_types,
     tokens_now,
 )
 from rackflow.domain.tasks import OperationKind, TaskStatus
@@ -276,6 +279,35 @@ async def clear_condition(conn: AsyncConnection, event_id: uuid.UUID, now: datet
         .values(cleared_at=now)
     )
     return (await conn.execute(stmt)).rowcount == 1
+
+
+async def conditions_now(conn: AsyncConnection, events: Sequence[Event]) -> dict[uuid.UUID, Event]:
+    """For each of `events` that raises or clears a condition, the latest event of that condition (the
+    same run, schedule or task: `CONDITION_SUBJECT`) at or after it, by `at`: itself, unless the condition
+    changed since. Alertmanager keeps the last alert it was sent for a set of labels, and deliveries are
+    retried out of order (a back-off, a lease), so a halt sent after its clearing must say what holds now,
+    not fire again for seven days. Read from `at` on (its index): a delivery on time reads a few rows."""
+    found: dict[uuid.UUID, Event] = {}
+    for event in events:
+        condition = condition_of(event.type)
+        if condition is None:
+            continue
+        subject = CONDITION_SUBJECT[condition]
+        if (value := getattr(event, subject)) is None:
+            continue
+        stmt = (
+            select(notification_event)
+            .where(
+                _event.at >= event.at,
+                _event.type.in_([t.value for t in condition_types(condition)]),
+                notification_event.c[subject] == value,
+            )
+            .order_by(_event.at.desc(), _event.id.desc())
+            .limit(1)
+        )
+        row = (await conn.execute(stmt)).first()
+        found[event.id] = _event_from(row) if row is not None else event
+    return found
 
 
 # --- channels --------------------------------------------------------------------------------------------
