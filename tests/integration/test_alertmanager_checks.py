@@ -12,7 +12,9 @@ Without the binary these tests skip, except under CI=true, where they fail.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,9 @@ from rackflow.domain.checks import AlertmanagerSettings
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
 from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
 from rackflow.inventory.service import InventoryService
+from rackflow.notify.delivery import Deliverer
+from rackflow.notify.holds import HoldWatcher
+from rackflow.notify.service import ChannelInput
 from rackflow.services import Services
 from rackflow.store.db import Database
 from tests.checks_support import checking
@@ -96,3 +101,44 @@ async def test_an_alert_holds_its_rack_until_resolved_and_a_silent_alertmanager_
         f"pre-flight check 'no-alerts': alertmanager: cannot ask {alertmanager.url}"
     )
     assert gave_up.message.endswith("(pre-flight check 'no-alerts' gave up after 1s)")
+
+
+async def test_rackflows_own_alert_that_the_task_is_held_does_not_keep_holding_it(
+    db: Database, alertmanager: Alertmanager
+) -> None:
+    """CHECKS.md's check and NOTIFICATIONS.md's Alertmanager channel on one Alertmanager: the task held too
+    long raises RackflowTaskHeldTooLong, labelled with its rack and `severity=warning`, which the check's
+    matchers match. Once the rack's own alert resolves, that alert about the hold must not hold the task
+    (it would until the maximum wait failed it: the alert ends only when the hold does)."""
+    a = await _rack(db, "rack-a")
+    services = Services.build(db, CLOCK)
+    await services.checks.create(
+        CheckInput(
+            name="no-alerts",
+            operations=(OperationKind.UPGRADE_FIRMWARE,),
+            settings=AlertmanagerSettings(
+                alertmanager.url, ('rack="{rack.name}"', 'severity=~"critical|warning"'), True
+            ),
+            interval="200ms",
+        )
+    )
+    await services.notifications.create(ChannelInput(name="am", kind="alertmanager", url=alertmanager.url))
+    overheat = {"alertname": "RackOverheat", "rack": "rack-a", "severity": "critical"}
+    alertmanager.post(overheat)
+    task = await submit(db, a, FIRMWARE)
+    watcher, deliverer = HoldWatcher(db, threshold=timedelta(milliseconds=100)), Deliverer(db)
+    async with checking(db):
+        await _held_with(db, task, "RackOverheat")
+        await asyncio.sleep(0.2)
+        await watcher.watch_once()
+        await deliverer.deliver_once()
+        assert sorted(a["labels"]["alertname"] for a in alertmanager.active()) == [
+            "RackOverheat",
+            "RackflowTaskHeldTooLong",
+        ]
+
+        alertmanager.post(overheat, resolved=True)
+        assert (await finished(db, task)).status is TaskStatus.COMPLETED
+    await watcher.watch_once()
+    await deliverer.deliver_once()
+    assert alertmanager.active() == []

@@ -448,7 +448,7 @@ class PreflightChecker:
         settings = check.settings
         try:
             if isinstance(settings, AlertmanagerSettings):
-                return await kinds.alertmanager(settings, rack, self._asked)
+                return await kinds.alertmanager(settings, rack, self._asked, task_id=task.id)
             if isinstance(settings, WebhookSettings):
                 wanted = set(task.component_ids)
                 payload = kinds.webhook_payload(

@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from rackflow.domain.checks import (
 from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.http_answers import read_within
+from rackflow.notify.senders import ALERT_NAMES
 from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_reference
 from rackflow.timespec import parse_go_duration
 
@@ -83,7 +85,23 @@ class Asked:
         return await asyncio.get_running_loop().run_in_executor(self.pool, call)
 
 
-async def alertmanager(settings: AlertmanagerSettings, rack: RackFacts, asked: Asked) -> Look:
+def about_the_task(alert: Any, task_id: uuid.UUID) -> bool:
+    """Whether `alert` is one rackflow sent about this very task (`RackflowTaskHeldTooLong`, labelled with
+    the task's id and its rack, NOTIFICATIONS.md): it reports the hold, so it is no reason for it. Counted,
+    it held the task until the check's maximum wait failed it, since it ends only when the hold does."""
+    labels = alert.get("labels") if isinstance(alert, dict) else None
+    return (
+        isinstance(labels, dict)
+        and labels.get("task") == str(task_id)
+        and labels.get("alertname") in ALERT_NAMES.values()
+    )
+
+
+async def alertmanager(
+    settings: AlertmanagerSettings, rack: RackFacts, asked: Asked, *, task_id: uuid.UUID | None = None
+) -> Look:
+    """Hold while an alert matching the matchers fires, but not one of rackflow's own about the task
+    `task_id` being asked about (`about_the_task`)."""
     matchers = [render(m, rack) for m in settings.matchers]
     query = urllib.parse.urlencode(
         [("active", "true"), ("silenced", "false"), ("inhibited", "false")]
@@ -103,6 +121,7 @@ async def alertmanager(settings: AlertmanagerSettings, rack: RackFacts, asked: A
         alerts = await asked.run(get)
         if not isinstance(alerts, list):
             raise ValueError("the answer is not a list of alerts")
+        alerts = [a for a in alerts if task_id is None or not about_the_task(a, task_id)]
     except (OSError, ValueError, http.client.HTTPException) as exc:
         problem = f"alertmanager: cannot ask {settings.url}: {_error(exc)}"
         if settings.fail_closed:
