@@ -13,6 +13,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import http.server
 import socket
 import threading
 import time
@@ -509,3 +510,73 @@ async def test_a_trickling_receiver_frees_its_sends_threads_at_the_timeout(db: D
             if receiver.received:
                 break
     assert len(receiver.received) == 1
+
+
+@contextlib.contextmanager
+def _redirecting(location: str) -> Iterator[str]:
+    """A receiver (a proxy, an http:// to https:// rule) that answers every POST `301` to `location`."""
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(301)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def _answering_gets() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """Where the redirect points, on another host (127.0.0.2): it answers any GET 200, as Alertmanager's
+    `GET /api/v2/alerts` does, and keeps the headers of each."""
+    got: list[dict[str, str]] = []
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            got.append(dict(self.headers.items()))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"[]")
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.2:{server.server_address[1]}", got
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_a_redirect_fails_the_delivery_and_is_not_followed(db: Database) -> None:
+    """urllib followed a 301 to a POST with a GET without the body, taking the channel's Basic credentials
+    and signature along, even to another host: a 200 there (Alertmanager's list of alerts, a web page)
+    recorded the event delivered though no receiver ever got it. A redirect now fails the send, saying so."""
+    env = make_env(db)
+    with _answering_gets() as (elsewhere, gets), _redirecting(f"{elsewhere}/api/v2/alerts") as url:
+        basic = url.replace("http://", "http://alice:s3cret@")
+        await env.services.notifications.create(
+            ChannelInput(name="moved", kind="alertmanager", url=basic, max_attempts=1)
+        )
+        await _record(env)
+        await _deliverer(db).deliver_once()
+    assert gets == []
+    ((state, error),) = [(d.state, d.last_error) for d in await env.services.notifications.deliveries()]
+    assert state is DeliveryState.DEAD
+    assert error.startswith("HTTP 301")
