@@ -260,3 +260,31 @@ async def test_changes_need_the_operator_role_and_are_audited(services: Services
     ]
     assert all(e.outcome == "OK" and e.principal == "oncall" for e in events)
     assert all(created.id in e.target_ids for e in events)
+
+
+@pytest.mark.parametrize(
+    ("check", "field"),
+    [
+        (hook(url="http://drain:hunter2@127.0.0.1:1/"), "check.webhook.url"),
+        (
+            pb.PreflightCheck(
+                name="x", alertmanager=pb.AlertmanagerCheck(url="http://am:hunter2@127.0.0.1:1")
+            ),
+            "check.alertmanager.url",
+        ),
+    ],
+)
+async def test_a_url_with_a_user_and_password_is_refused_without_quoting_it(
+    stub: FlowStub, services: Services, check: pb.PreflightCheck, field: str
+) -> None:
+    """A check sends no credentials from its URL: urllib read `user:password@host` as a host it could not
+    resolve, so every task the check applied to was held, with the password in its reason (the task's
+    message, the logs), until the maximum wait failed it; and the API, the audit trail and the reason
+    showed it. It is refused, and the refusal does not quote it."""
+    before = await table_counts(services.db)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await create(stub, check)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.value.details() or "").startswith(field)
+    assert "hunter2" not in (info.value.details() or "")
+    assert await table_counts(services.db) == before

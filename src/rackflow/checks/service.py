@@ -85,9 +85,15 @@ def _duration(text: str, field: str, *, minimum: str = "") -> str:
 
 
 def _url(url: str, field: str) -> str:
+    """An http(s) URL without a user or password: a check sends none (urllib took `user:password@host` for a
+    host it could not resolve, so the check never answered, and its reason quoted the password)."""
     check_text(url, field, required=True)
-    if http_url(url) is None:
+    parts = http_url(url)
+    if parts is None:
         raise InvalidArgument(f"{field}: {url!r} is not an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        why = "a check sends none; sign a webhook's body with a secret"
+        raise InvalidArgument(f"{field}: must not hold a user or password ({why})")
     return url
 
 
