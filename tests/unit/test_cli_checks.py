@@ -108,3 +108,28 @@ def test_task_override_checks_sends_the_reason_and_shows_the_task(
     assert fake.called("override_checks")[1] == ((TASK_ID, "x", ("a", "b")), {})
     assert "pre-flight checks overridden: INC-7" in " ".join(result.output.split())
     assert run("task", "override-checks", TASK_ID).exit_code == 2  # --reason is required
+
+
+def test_a_kinds_setting_without_its_kind_is_a_usage_error_not_dropped(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """`check update drained --max-wait 4h --timeout 30s` changed the maximum wait and dropped the timeout
+    without a word; `check update no-alerts --matcher …` said only "nothing to change"; `--busy` given to an
+    alertmanager check was dropped. A kind's setting needs its kind's option (which replaces all its
+    settings), and names it."""
+    fake.answers["update_check"] = fake.answers["create_check"] = a_check()
+    for args, kind in (
+        (("check", "update", "drained", "--max-wait", "4h", "--timeout", "30s"), "--webhook"),
+        (("check", "update", "no-alerts", "--matcher", 'alertname!~"Rackflow.*"'), "--alertmanager"),
+        (("check", "update", "no-alerts", "--fail-open"), "--alertmanager"),
+        (("check", "update", "idle", "--failed-within", "2h"), "--rack-idle"),
+        (
+            ("check", "create", "x", "--alertmanager", "http://am:9093", "--busy", "power-reset"),
+            "--rack-idle",
+        ),
+        (("check", "create", "x", "--webhook", "http://h", "--matcher", 'rack="r"'), "--alertmanager"),
+    ):
+        result = run(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert kind in result.output, (args, result.output)
+    assert fake.called("update_check") == fake.called("create_check") == []

@@ -148,13 +148,32 @@ def _kind_options(f: F) -> F:
     return f
 
 
+# Each kind's settings: (the parameter, its option), by the kind's option.
+_SETTINGS: dict[str, tuple[tuple[str, str], ...]] = {
+    "alertmanager": (("matchers", "--matcher"), ("fail_open", "--fail-open")),
+    "webhook": (("secret", "--secret"), ("timeout", "--timeout")),
+    "rack_idle": (("busy", "--busy"), ("failed_within", "--failed-within")),
+}
+_KIND_OPTIONS = {"alertmanager": "--alertmanager", "webhook": "--webhook", "rack_idle": "--rack-idle"}
+
+
 def _set_kind(message: pb.PreflightCheck, given: dict[str, Any]) -> bool:
-    """Fill the kind the options name into `message`; whether one was named (a usage error for two)."""
+    """Fill the kind the options name into `message`; whether one was named (a usage error for two, and for
+    a kind's setting without that kind's option, which was dropped unsaid: `update drained --timeout 30s`
+    changed nothing, and said only "nothing to change")."""
     named = [k for k in ("alertmanager", "webhook") if given[k]] + (
         ["rack_idle"] if given["rack_idle"] else []
     )
     if len(named) > 1:
         raise click.UsageError("give one of --alertmanager, --webhook or --rack-idle")
+    for kind, settings in _SETTINGS.items():
+        stray = [option for parameter, option in settings if given[parameter] and kind not in named]
+        if stray:
+            raise click.UsageError(
+                f"{', '.join(stray)} {'is a setting' if len(stray) == 1 else 'are settings'} of "
+                f"{_KIND_OPTIONS[kind]} checks: give {_KIND_OPTIONS[kind]} with all its settings "
+                "(it replaces the kind's settings)"
+            )
     if not named:
         return False
     if named[0] == "alertmanager":
