@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import update
 
 from rackflow.domain.notifications import Event, EventType, Severity
+from rackflow.domain.tasks import RETRY_HOLD, RetryPolicy
 from rackflow.notify.holds import HoldWatcher
 from rackflow.notify.senders import alert
 from rackflow.services import Services
@@ -19,7 +20,9 @@ from rackflow.store import outbox
 from rackflow.store.db import Database
 from rackflow.store.tables import notification_event, tasks
 from tests.store.test_checks import _rack
-from tests.store.test_executor import executing, finished, make_rack
+from tests.store.test_executor import eventually, executing, finished, get, make_rack
+from tests.store.test_task_retries import backend as retry_backend
+from tests.store.test_task_retries import submit as submit_retried
 from tests.store.test_windows_gate import CLOCK, freeze, held, submit
 
 pytestmark = pytest.mark.asyncio
@@ -160,3 +163,20 @@ async def test_holds_past_a_batch_are_reported_at_the_next_looks(db: Database) -
     assert [await watcher.watch_once() for _ in range(3)] == [(2, 0), (1, 0), (0, 0)]
     reported = [e.task_id for e in await _events(db) if e.type is EventType.TASK_HELD_TOO_LONG]
     assert sorted(map(str, reported)) == sorted(str(task.id) for task in made)
+
+
+async def test_a_task_waiting_out_its_retry_back_off_is_not_reported(db: Database) -> None:
+    """A retry's back-off is a wait its task asked for (up to --retry-max-backoff, 24 h), as a window's is,
+    not a gate holding it: it was reported "task held by retry for more than 30m", and paged through
+    Alertmanager, for every retried task whose back-off outlasted the threshold."""
+    rack = await make_rack(db)
+    task = await submit_retried(db, rack, RetryPolicy(2, timedelta(hours=1), 2.0, timedelta(hours=2)))
+    async with executing(db, retry_backend(transient_external_ids={"gpu-0": None})):
+
+        async def sent_back() -> bool:
+            return (await get(db, task)).held_by == RETRY_HOLD
+
+        await eventually(sent_back)
+    await _held_for(db, task.id, THRESHOLD * 2)
+    assert await _watcher(db).watch_once() == (0, 0)
+    assert await _events(db) == []

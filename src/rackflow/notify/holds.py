@@ -23,12 +23,15 @@ from datetime import timedelta
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_NOTIFICATION_HOLD_THRESHOLD, NOTIFY_BATCH, NOTIFY_HOLD_WATCH_INTERVAL
 from rackflow.domain.notifications import Event, EventType
-from rackflow.domain.tasks import WINDOW_HOLD
+from rackflow.domain.tasks import RETRY_HOLD, WINDOW_HOLD
 from rackflow.notify import events
 from rackflow.store import outbox
 from rackflow.store.db import Database
 
 log = logging.getLogger(__name__)
+# Waits the task asked for, not a gate holding it: its maintenance window's opening, its retry's back-off
+# (up to --retry-max-backoff; reported, every retried task whose back-off outlasted the threshold paged).
+NOT_GATES = (WINDOW_HOLD, RETRY_HOLD)
 
 
 class HoldWatcher:
@@ -66,7 +69,7 @@ class HoldWatcher:
             long = await outbox.long_holds(
                 conn,
                 now - self.threshold,
-                exclude=(WINDOW_HOLD,),
+                exclude=NOT_GATES,
                 reported={e.task_id for e in raised if e.task_id is not None},
                 limit=self.batch,
             )
