@@ -3,13 +3,18 @@ signature, and which checks apply to a task's rack and operation."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import http.server
+import threading
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from rackflow.checks.kinds import alert_text, render, signature
-from rackflow.domain.checks import PreflightCheck, RackFacts, RackIdleSettings
+from rackflow.checks.kinds import Asked, alert_text, render, signature, webhook
+from rackflow.domain.checks import PreflightCheck, RackFacts, RackIdleSettings, WebhookSettings
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import RackRef
 
@@ -67,4 +72,54 @@ def test_a_check_applies_by_operation_rack_and_domain() -> None:
     assert by_rack.applies(alone, fw) and not by_rack.applies(in_domain, fw)
     assert (
         everywhere.interval_delta.total_seconds() == 30 and everywhere.max_wait_delta.total_seconds() == 3600
+    )
+
+
+@contextlib.contextmanager
+def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_a_hook_that_redirects_holds_the_task_and_is_not_followed() -> None:
+    """urllib followed a 301 to the hook's POST with a GET without the body: a page there answering
+    `{"ok": true}` (a status page, the drain service's own summary) passed the check though no hook was
+    ever told of the task. A redirect now holds the task, saying so."""
+    gets: list[str] = []
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            gets.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "12")
+            self.end_headers()
+            self.wfile.write(b'{"ok": true}')
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    with _serving(Ready) as target:
+
+        class Moved(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(301)
+                self.send_header("Location", f"{target}/drain/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        with _serving(Moved) as url, ThreadPoolExecutor(1) as pool:
+            look = await webhook(WebhookSettings(f"{url}/drain", "", "5s"), {"check": "drained"}, Asked(pool))
+    assert gets == []
+    assert not look.passed
+    assert (
+        look.reason == f"webhook: {url}/drain: HTTP 301: a redirect, not followed (set the URL to its target)"
     )

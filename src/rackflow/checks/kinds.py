@@ -36,7 +36,7 @@ from rackflow.domain.checks import (
 )
 from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import Task, TaskStatus
-from rackflow.http_answers import read_within
+from rackflow.http_answers import NO_REDIRECTS, not_followed, read_within
 from rackflow.notify.senders import ALERT_NAMES
 from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_reference
 from rackflow.timespec import parse_go_duration
@@ -196,7 +196,7 @@ async def webhook(settings: WebhookSettings, payload: dict[str, Any], asked: Ask
     request = urllib.request.Request(settings.url, data=body, headers=headers, method="POST")
 
     def post() -> tuple[int, bytes]:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with NO_REDIRECTS.open(request, timeout=timeout) as answer:
             return answer.status, read_within(answer, time.monotonic() + timeout, HOOK_ANSWER_BYTES)
 
     try:
@@ -229,7 +229,7 @@ def _retry_after(value: object) -> timedelta | None:
 def _error(exc: BaseException) -> str:
     """An HTTP failure for people: the status, "timed out", or what refused the connection."""
     if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code}"
+        return not_followed(exc.code) if 300 <= exc.code < 400 else f"HTTP {exc.code}"
     if isinstance(exc, http.client.HTTPException):
         return f"the answer was not HTTP ({type(exc).__name__})"
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc

@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rackflow.config import ALERT_CONDITION_HORIZON, ALERT_ONE_OFF, host_port
 from rackflow.domain.notifications import CLEARS, Channel, ChannelKind, Event, EventType
-from rackflow.http_answers import read_within
+from rackflow.http_answers import NO_REDIRECTS, not_followed, read_within
 
 USER_AGENT = "rackflow-notify"
 ALERTS_PATH = "/api/v2/alerts"
@@ -187,18 +187,6 @@ def _without_userinfo(url: str, headers: Mapping[str, str]) -> tuple[str, dict[s
     return urlunsplit(parts._replace(netloc=netloc)), {**headers, "Authorization": f"Basic {basic}"}
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A 3xx answer is a failed send, not followed: urllib turned a redirected POST into a GET without the
-    body, carrying the Basic credentials and the signature along (to another host too), and a 200 to that
-    GET (Alertmanager lists its alerts so) recorded an event delivered that no receiver got."""
-
-    def redirect_request(self, *_args: Any, **_kwargs: Any) -> None:
-        return None  # urllib then raises the 3xx as an HTTPError
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
-
-
 def post(request: Request, timeout: float) -> None:
     """POST the request (blocking: run it on a thread); raises `SendFailed` unless the receiver answers 2xx,
     whatever went wrong, with a message that never holds the URL (it may hold credentials). `timeout`
@@ -207,12 +195,11 @@ def post(request: Request, timeout: float) -> None:
     posted = urllib.request.Request(url, data=request.body, headers=headers, method="POST")
     deadline = time.monotonic() + timeout
     try:
-        with _OPENER.open(posted, timeout=timeout) as answer:
+        with NO_REDIRECTS.open(posted, timeout=timeout) as answer:
             read_within(answer, deadline, ANSWER_BYTES)
     except urllib.error.HTTPError as exc:
-        if 300 <= exc.code < 400:  # where it points is not said: a Location may hold a token
-            moved = "a redirect, not followed (set the channel's URL to its target)"
-            raise SendFailed(f"HTTP {exc.code}: {moved}") from None
+        if 300 <= exc.code < 400:
+            raise SendFailed(not_followed(exc.code)) from None
         text = exc.read(ERROR_BODY_CHARS).decode(errors="replace").strip()
         raise SendFailed(f"HTTP {exc.code}" + (f": {text}" if text else "")) from None
     except urllib.error.URLError as exc:
