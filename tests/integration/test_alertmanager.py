@@ -125,6 +125,35 @@ async def test_a_halt_sent_after_its_clearing_leaves_the_alert_resolved(
     assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
 
 
+async def test_a_halt_resolves_though_its_schedule_was_renamed_meanwhile(
+    db: Database, alertmanager: Alertmanager
+) -> None:
+    """The clearing took the schedule's name when it was written: renamed between the halt and the resume,
+    its labels were not the halt's (`schedule="fw-old"`, not `"fw"`), and RackflowRunHalted{schedule="fw"}
+    fired on for seven days. A clearing carries the names of what it clears."""
+    env = make_env(db)
+    env.clock.advance(datetime.now(UTC) - env.clock.now())
+    await env.services.notifications.create(
+        ChannelInput(name="am", kind="alertmanager", url=alertmanager.url, event_types=("run.halted",))
+    )
+    racks = await _racks(env, 3)
+    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
+    await env.services.schedules.trigger(schedule.id)
+    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    run_id = (await _run(env, schedule)).run.id
+    deliverer = Deliverer(db)
+    await deliverer.deliver_once()
+    (firing,) = await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id))
+    assert firing["labels"]["schedule"] == "fw"
+
+    await env.services.schedules.update(schedule.id, ["schedule.name"], name="fw-old")
+    await env.services.rollouts.resume(run_id)
+    await deliverer.deliver_once()
+    assert [d.state for d in await env.services.notifications.deliveries()] == [DeliveryState.DELIVERED] * 2
+    assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
+
+
 async def test_a_long_hold_alerts_and_resolves_when_the_task_starts(
     db: Database, alertmanager: Alertmanager
 ) -> None:

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.notifications import (
+    CLEARS,
     CONDITION_SUBJECT,
     Channel,
     ChannelKind,
@@ -69,7 +70,7 @@ async def record_events(conn: AsyncConnection, events: Sequence[Event]) -> None:
     (`_with_context`). No events, no query: the write sites call this on every change."""
     if not events:
         return
-    rows = [_event_row(event) for event in await _with_context(conn, events)]
+    rows = [_event_row(event) for event in await _as_raised(conn, await _with_context(conn, events))]
     keyed = any(event.key for event in events)  # another instance may have written the same key first
     await conn.execute(*insert_rows(conn.dialect.name, notification_event, rows, new_only=keyed))
     after_commit(conn, CHANGED)
@@ -106,6 +107,34 @@ async def _with_context(conn: AsyncConnection, events: Sequence[Event]) -> list[
     ]
     named = await _lookup(conn, racks, [e.rack_id for e in events if not e.rack_name])
     return [replace(e, rack_name=named[e.rack_id].name) if e.rack_id in named else e for e in events]
+
+
+async def _as_raised(conn: AsyncConnection, events: Sequence[Event]) -> list[Event]:
+    """The events, each clearing with the names (schedule, rack, operation) of the latest event that raised
+    its condition: Alertmanager ends an alert by its labels, so a clearing named anew (the schedule renamed
+    between a halt and its resume) left the halt's alert firing for ALERT_CONDITION_HORIZON. A clearing
+    with no raise recorded keeps its own. Clearings are few (a resume, a decision, a hold's end)."""
+    named = []
+    for event in events:
+        condition = CLEARS.get(event.type)
+        value = getattr(event, CONDITION_SUBJECT[condition]) if condition is not None else None
+        if condition is not None and value is not None:
+            stmt = (
+                select(_event.schedule_name, _event.rack_name, _event.operation)
+                .where(
+                    _event.type == condition.value,
+                    notification_event.c[CONDITION_SUBJECT[condition]] == value,
+                    _event.at <= event.at,
+                )
+                .order_by(_event.at.desc(), _event.id.desc())
+                .limit(1)
+            )
+            if (row := (await conn.execute(stmt)).first()) is not None:
+                event = replace(
+                    event, schedule_name=row.schedule_name, rack_name=row.rack_name, operation=row.operation
+                )
+        named.append(event)
+    return named
 
 
 async def _lookup(
