@@ -15,6 +15,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from rackflow.security import hash_token
 from rackflow.v1 import flow_pb2 as pb
 from tests.browser.page import by_testid, read, text, visible, wait
+from tests.browser.test_trigger_request_id import NO_STORAGE, unscript
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import schedule_request
 
@@ -103,3 +104,26 @@ def test_a_wrong_token_is_asked_again_and_an_operator_acts(server: ServerProcess
 
     driver.find_element(By.ID, "forget-token").click()  # back to asking
     visible(driver, "token-dialog")
+
+
+def test_with_storage_refused_a_form_previews_and_saves_with_the_token_given_on_its_page(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    """A browser that refuses storage (a private window) keeps the token in the page's memory: the form's
+    preview and its Save send it too, rather than failing on the storage they cannot read (the fixture
+    fails on a script error) and leaving Save disabled with nothing said."""
+    refused = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": NO_STORAGE})
+    try:
+        driver.get(f"{server.http_url}/schedules/guarded/edit")
+        give_token(driver, OPERATOR)
+        wait(driver, lambda d: by_testid(d, "preview-decision"), "the preview, asked with the token")
+        field = visible(driver, "form-pause-after")
+        field.clear()
+        field.send_keys("3")
+        visible(driver, "form-save").click()
+        wait(driver, lambda d: d.current_url.endswith(tuple("0123456789abcdef")), "the saved schedule's page")
+        give_token(driver, OPERATOR)  # kept in the form page's memory only: asked again on the next
+        wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "main h1").text == "guarded", "its page")
+        assert text(driver, "schedule-pause-after") == "3 consecutive failing runs"
+    finally:
+        unscript(driver, refused)

@@ -17,7 +17,8 @@
 //   The id is kept in the tab's sessionStorage, so a reload keeps it (another tab has its own), for a day
 //   at most (KEEP_UNANSWERED_MS); where storage is refused (a private window), in memory for the page's life.
 //   The confirmation, and what the page says after, tell that the click sends the earlier request again.
-// - Forms (create and edit) are forms.js's; a page with one is not refreshed while it is open.
+// - Forms (create and edit) are forms.js's; a page with one is not refreshed while it is open. They send
+//   the token through `window.rackflow.headers`, so one rule decides where it is kept.
 (() => {
   "use strict";
   const TOKEN_KEY = "rackflow.token";
@@ -456,5 +457,7 @@
   setInterval(() => { if (!document.hidden) refresh(); }, refreshMs);
   setInterval(() => renderTimes(document), 15000);
   document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
-  window.rackflow = { refresh };
+  // forms.js sends its requests with these headers: the token this page holds, kept in storage or, where
+  // the browser refuses storage, in this page's memory only, which forms.js cannot read on its own.
+  window.rackflow = { refresh, headers };
 })();

@@ -1,5 +1,6 @@
 // rackflow dashboard forms: create and edit schedules, maintenance windows and operation budgets through
-// the JSON API (docs/HTTP.md), as `application/json` from this origin (the CSRF guard refuses anything else).
+// the JSON API (docs/HTTP.md), as `application/json` from this origin (the CSRF guard refuses anything else),
+// with the bearer token app.js holds (`window.rackflow.headers`).
 //
 // - Errors: the API names the field of its first error (`{"code", "message", "field"}`); the message is
 //   shown next to the input whose `data-error-for` is the longest prefix of that field, or at the foot of
@@ -12,7 +13,6 @@
 //   `data-url` with `data-method`, then goes to `data-then`.
 (() => {
   "use strict";
-  const TOKEN_KEY = "rackflow.token";
   const PREVIEW_COUNT = 6;
   const TYPING_MS = 300;
   const DECISIONS = {
@@ -25,9 +25,8 @@
   };
 
   async function call(method, url, payload) {
-    const headers = { "Content-Type": "application/json" };
-    const token = localStorage.getItem(TOKEN_KEY);
-    if (token) headers.Authorization = "Bearer " + token;
+    // app.js's headers carry the token wherever it keeps it (in memory where storage is refused).
+    const headers = window.rackflow.headers({ "Content-Type": "application/json" });
     try {
       const response = await fetch(url, { method, headers, body: payload === undefined ? undefined : JSON.stringify(payload) });
       const data = await response.json().catch(() => ({}));
