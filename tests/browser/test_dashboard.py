@@ -239,7 +239,7 @@ def test_cancel_a_task(server: ServerProcess, driver: WebDriver) -> None:
         task_id.id
     ]
     # The confirmation names the task and its rack: rows of one operation look alike.
-    assert confirm(driver, "action-cancel") == f"Cancel the power on task {task_id.id[:8]} on r6?"
+    assert confirm(driver, "action-cancel") == f"Cancel the power on task {task_id.id[-8:]} on r6?"
     wait(
         driver,
         lambda d: [r.get_attribute("data-status") for r in by_testid(d, "task-row")] == ["terminated"],

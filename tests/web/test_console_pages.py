@@ -238,3 +238,32 @@ async def test_a_held_task_is_flagged_when_deferred_to_a_window_too(
     (row,) = tagged(page, "held-row")
     assert f'href="/tasks/{task_id}"' in page[page.index('data-testid="flag-held"') :]
     assert row
+
+
+def link_texts(html: str, testid: str) -> list[str]:
+    """The text of each link with data-testid `testid`, in page order."""
+    return re.findall(rf'<a [^>]*data-testid="{testid}"[^>]*>([^<]*)</a>', html)
+
+
+async def test_the_tasks_of_one_firing_are_told_apart_by_their_short_ids(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """Ids are version 7 UUIDs, which start with the millisecond they were made: the first 8 characters
+    of every task of a firing are the same, so a short id is the end of the id, and the whole on hover."""
+    await make_racks(services, "r1", "r2", "r3")
+    schedule = await make_schedule(services, "nightly", "r1", "r2", "r3")
+    task_ids = [str(t) for t in await services.schedules.trigger(schedule.id)]
+    run_id = await only_run(services, schedule.id)
+    assert len({t[:8] for t in task_ids}) == 1  # what a prefix would show, for each of them
+
+    run_page = (await http.get(f"/runs/{run_id}")).text
+    tasks_page = (await http.get("/tasks")).text
+    for page, testid in ((run_page, "run-task-link"), (tasks_page, "task-link")):
+        shown = link_texts(page, testid)
+        assert sorted(shown) == sorted(t[-8:] for t in task_ids), (testid, shown)
+        assert {attribute(t, "title") for t in tagged(page, testid)} == set(task_ids)
+    cancels = [attribute(t, "data-confirm-title") for t in tagged(tasks_page, "action-cancel")]
+    named = {re.sub(r"^Cancel the power reset task (\w{8}) on r\d\?$", r"\1", c) for c in cancels}
+    assert named == {t[-8:] for t in task_ids}, cancels
+    task_page = (await http.get(f"/tasks/{task_ids[0]}")).text
+    assert f"<title>Task {task_ids[0][-8:]} · rackflow</title>" in task_page

@@ -83,6 +83,18 @@ def zone_text(moment: datetime | None, zone: str) -> str:
     return moment.astimezone(ZoneInfo(zone or "UTC")).strftime("%Y-%m-%d %H:%M %Z")
 
 
+# How many characters of an id a page shows where the whole would crowd it (a task's link in a table).
+SHORT_ID_CHARS = 8
+
+
+def short_id(value: object) -> str:
+    """An id (or a reference typed in a URL) as a page shows it in short: its last characters. Ids are
+    version 7 UUIDs (`rackflow.ids`), whose first 8 characters are the top of the millisecond they were
+    made, the same for every row made within about a minute (every task of a firing); their last are
+    random, so the rows of one table are told apart. The page gives the whole id on hover."""
+    return str(value)[-SHORT_ID_CHARS:]
+
+
 def may_call(principal: Principal) -> Callable[[str], bool]:
     """`may(rpc)`: whether the caller's role may call `rpc`, by the rule the API enforces."""
 
@@ -149,6 +161,7 @@ class Site:
             duration=duration_text,
             spec_words=describe,
             go_duration=format_go_duration,
+            short_id=short_id,
         )
 
     def render(self, template: str, context: Mapping[str, Any]) -> str:

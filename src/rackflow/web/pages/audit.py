@@ -26,7 +26,7 @@ from rackflow.ids import is_uuid
 from rackflow.security import Principal
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.web import refs
-from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
+from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url, short_id
 
 
 def routes(site: Site) -> list[Route]:
@@ -55,7 +55,7 @@ async def targets_of(site: Site, raw_ids: Collection[str]) -> dict[str, Target]:
     tasks = await services.tasks.get_tasks(list(ids - found.keys()))
     racks = await services.inventory.rack_names({t.rack_id for t in tasks})
     for t in tasks:
-        label = f"{t.operation.kind.display_name} on {racks.get(t.rack_id, str(t.rack_id)[:8])}"
+        label = f"{t.operation.kind.display_name} on {racks.get(t.rack_id, short_id(t.rack_id))}"
         found[t.id] = Target("task", label, f"/tasks/{t.id}")
     for w in await services.windows.list_windows():
         if w.id in ids:

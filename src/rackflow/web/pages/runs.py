@@ -21,7 +21,7 @@ from rackflow.domain.schedules import RETRIABLE_RUN_STATES, RETRIED_OUTCOMES, RE
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import Progress
-from rackflow.web.pages import Site, offset_of, page_number, pages_of, query_url
+from rackflow.web.pages import Site, offset_of, page_number, pages_of, query_url, short_id
 from rackflow.web.views import (
     LOOKS,
     OUTCOME_LOOKS,
@@ -41,7 +41,9 @@ RACKS_PER_PAGE = 100  # rack rows of a run's page, and of a schedule's runs grid
 def routes(site: Site) -> list[Route]:
     async def run_page(request: Request) -> Response:
         ref = request.path_params["ref"]
-        return await site.page(request, "run.html", f"Run {ref[:8]}", lambda _: _one(site, request, ref))
+        return await site.page(
+            request, "run.html", f"Run {short_id(ref)}", lambda _: _one(site, request, ref)
+        )
 
     return [Route("/runs/{ref}", run_page)]
 

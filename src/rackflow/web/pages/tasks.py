@@ -14,7 +14,7 @@ from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.tasks.backends.base import plan
 from rackflow.web import refs
-from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url
+from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url, short_id
 
 
 def routes(site: Site) -> list[Route]:
@@ -23,7 +23,7 @@ def routes(site: Site) -> list[Route]:
 
     async def task_page(request: Request) -> Response:
         ref = request.path_params["ref"]
-        return await site.page(request, "task.html", f"Task {ref[:8]}", lambda _: _one(site, ref))
+        return await site.page(request, "task.html", f"Task {short_id(ref)}", lambda _: _one(site, ref))
 
     return [Route("/tasks", task_list), Route("/tasks/{ref}", task_page)]
 
