@@ -415,3 +415,29 @@ def test_the_audit_page_shows_the_schedules_a_rack_deletion_changed(
     wait(driver, lambda d: history(d) == ["DeleteRack", "CreateTaskSchedule"], "the schedule's history")
     assert "target=" in driver.current_url and text(driver, "target-done")
     assert not [e for e in by_testid(driver, "action-error") if e.is_displayed()]
+
+
+# Each link of the top bar, and the refresh status beside them: whether all of it is inside the window.
+TOP_BAR_SHOWN = """
+return Array.from(document.querySelectorAll('.top nav a, #live')).map((e) => {
+  const box = e.getBoundingClientRect();
+  return [e.textContent.trim(), box.left >= 0 && box.right <= window.innerWidth];
+});
+"""
+
+
+@pytest.mark.parametrize("width", [500, 720])
+def test_in_a_narrow_window_every_page_link_and_the_refresh_status_are_in_view(
+    server: ServerProcess, driver: WebDriver, width: int
+) -> None:
+    """A window beside a terminal, or a phone: the top bar's links wrap rather than run off its edge, where
+    Notifications, Audit and whether the page is live could not be seen."""
+    size = driver.get_window_size()
+    driver.set_window_size(width, 900)
+    try:
+        open_page(driver, server, "/schedules", "Schedules")
+        shown = driver.execute_script(TOP_BAR_SHOWN)
+        assert [name for name, inside in shown if not inside] == [], shown
+        assert len(shown) == 8
+    finally:
+        driver.set_window_size(size["width"], size["height"])
