@@ -441,3 +441,11 @@ def test_in_a_narrow_window_every_page_link_and_the_refresh_status_are_in_view(
         assert len(shown) == 8
     finally:
         driver.set_window_size(size["width"], size["height"])
+
+
+def test_a_page_past_the_end_says_so_and_links_the_last(server: ServerProcess, driver: WebDriver) -> None:
+    open_page(driver, server, "/tasks?page=9", "Tasks")
+    assert text(driver, "pager-past").startswith("page 9 is past the end: ")
+    visible(driver, "pager-last").click()
+    wait(driver, lambda d: by_testid(d, "task-row"), "the last page's tasks")
+    assert driver.current_url.endswith("/tasks?page=1") and not by_testid(driver, "pager-past")

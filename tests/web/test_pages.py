@@ -60,6 +60,13 @@ def legend(html: str) -> str:
     return match.group(1)
 
 
+def tagged_text(html: str, name: str) -> str:
+    """What the first element with data-testid=`name` holds, up to its closing tag."""
+    match = re.search(rf'<(\w+)[^>]*data-testid="{name}"[^>]*>(.*?)</\1>', html, re.S)
+    assert match, name
+    return match.group(2)
+
+
 def attribute(tag: str, name: str) -> str:
     match = re.search(rf'{name}="([^"]*)"', tag)
     assert match, tag
@@ -158,6 +165,25 @@ async def test_schedule_list_pages_through_many(http: httpx.AsyncClient, service
     second = (await http.get("/schedules?page=2")).text
     assert [attribute(t, "data-name") for t in tagged(second, "schedule-row")] == ["s50", "s51", "s52"]
     assert tagged(second, "pager-prev") and not tagged(second, "pager-next")
+
+
+@pytest.mark.parametrize("count", [53, 0])
+async def test_a_page_past_the_end_of_a_list_says_so_and_links_the_last(
+    http: httpx.AsyncClient, services: Services, count: int
+) -> None:
+    """A page that was there when it was opened and is past the end now (tasks ended, schedules deleted,
+    refreshed in place), or a page number typed in: it says it is past the end and links the last page,
+    not "53–53 of 53" over no rows with a Previous link to a page just as empty."""
+    await make_racks(services, "r1")
+    for i in range(count):
+        await make_schedule(services, f"s{i:02d}", "r1", spec=ScheduleSpec(SpecType.INTERVAL, f"{i + 1}h"))
+    page = (await http.get("/schedules?state=all&page=7")).text
+    assert not tagged(page, "schedule-row") and f"{count}–{count} of {count}" not in page
+    assert tagged_text(page, "pager-past") == f"page 7 is past the end: {count} in all"
+    last = 2 if count else 1
+    links = [attribute(t, "href") for t in tagged(page, "pager-last")]
+    assert links == [f"/schedules?state=all&amp;page={last}"]
+    assert not tagged(page, "pager-prev") and not tagged(page, "pager-next")
 
 
 async def test_a_schedule_page_shows_its_runs_grid(http: httpx.AsyncClient, services: Services) -> None:

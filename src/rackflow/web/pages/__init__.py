@@ -243,7 +243,8 @@ def capped_count(total: int, *, capped: bool = False) -> int | str:
 def pages_of(
     total: int, page: int, size: int = PAGE_SIZE, *, capped: bool = False, exact: bool = False
 ) -> dict[str, Any]:
-    """What the pager shows: this page, the last page, and which rows of the total these are. A total
+    """What the pager shows: this page, the last page (and whether this is past it), and which rows of the
+    total these are. A total
     counted up to LIST_COUNT_CAP (`capped`, or more than the cap: a store count) shows as "10,000+" and
     pages up to the cap, so the deepest page's OFFSET is bounded too. An `exact` total (a schedule's racks,
     counted from its scope index) pages to its end: a 20,000-rack schedule's last racks have a page."""
@@ -251,9 +252,14 @@ def pages_of(
     if not exact:
         total = min(total, LIST_COUNT_CAP)
     first_row = min(total, offset_of(page, size) + 1)
+    last = max(1, -(-total // size))
     return {
         "page": page,
-        "last": max(1, -(-total // size)),
+        "last": last,
+        # A page past the last of a list counted whole (it shrank under a page refreshed in place, or a
+        # number was typed in): it has no rows, so the pager says so and links the last page. Past the
+        # pages of a capped count ("10,000+") rows may still be there: the pager is left as it is.
+        "past": page > last and not isinstance(shown, str),
         "total": shown,
         "first_row": first_row,
         "last_row": min(total, offset_of(page, size) + size),
