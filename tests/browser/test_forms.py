@@ -318,3 +318,57 @@ def test_an_approval_policy_is_set_named_when_bad_previewed_and_edited(
         lambda d: text(d, "schedule-approval") == "none: firings start at once",
         "the policy removed",
     )
+
+
+def saved(server: ServerProcess, name: str) -> pb.TaskSchedule:
+    found = server.stub().ListTaskSchedules(pb.ListTaskSchedulesRequest()).task_schedules
+    (schedule,) = [s for s in found if s.name == name]
+    return schedule
+
+
+def test_an_edit_refused_for_its_racks_saves_nothing(server: ServerProcess, driver: WebDriver) -> None:
+    """Save of an edit is two requests (the settings, then the racks): a draft the server refuses is
+    refused before either, so the page's error does not hide settings saved under it."""
+    create_schedules(
+        server.stub(),
+        [schedule_request("half-saved", ["f1"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")],
+    )
+    open_page(driver, server, "/schedules/half-saved/edit", "Edit half-saved")
+    field(driver, "form-spec", "6h")
+    visible(driver, "scope-chosen").find_element(By.CSS_SELECTOR, 'li[data-name="f1"] button').click()
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: "the target list is empty" in text(d, "error-target_spec"), "the racks' refusal")
+    assert h1(driver) == "Edit half-saved" and visible(driver, "form-spec").get_attribute("value") == "6h"
+    assert saved(server, "half-saved").spec.spec == "24h"  # nothing saved: not the new spec either
+
+
+# The page's PUT of a schedule's racks is answered with a refusal, as when a rack named in the form was
+# deleted between the draft's check and the Save: the settings were saved before it.
+REFUSE_THE_RACKS = """
+const original = window.fetch;
+window.fetch = async (url, init) => {
+  if (String(url).endsWith("/scopes") && init && init.method === "PUT") {
+    const field = "desired_scope.racks[0]";
+    const body = {code: "NOT_FOUND", message: `${field}: rack 'f1' not found`, field};
+    return new Response(JSON.stringify(body), {status: 404, headers: {"Content-Type": "application/json"}});
+  }
+  return original(url, init);
+};
+"""
+
+
+def test_an_edit_whose_racks_are_refused_after_its_settings_says_what_was_saved(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    create_schedules(
+        server.stub(),
+        [schedule_request("settings-only", ["f1"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")],
+    )
+    open_page(driver, server, "/schedules/settings-only/edit", "Edit settings-only")
+    field(driver, "form-spec", "6h")
+    wait(driver, lambda d: decisions(d) == [("f1", "fire")], "the draft's preview")
+    driver.execute_script(REFUSE_THE_RACKS)
+    visible(driver, "form-save").click()
+    said = wait(driver, lambda d: text(d, "error-target_spec"), "the racks' refusal")
+    assert said == "Its settings were saved, but not its racks: desired_scope.racks[0]: rack 'f1' not found"
+    assert saved(server, "settings-only").spec.spec == "6h"

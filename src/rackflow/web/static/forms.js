@@ -251,8 +251,18 @@
       if (!editing) {
         result = await call("POST", "/api/v1/schedules", { schedule, operation });
       } else {
-        result = await call("PATCH", `/api/v1/schedules/${editing}`, { schedule: { ...schedule, rollout: schedule.rollout || null, retry: schedule.retry || null, approval: schedule.approval || null } });
-        if (result.ok) result = await call("PUT", `/api/v1/schedules/${editing}/scopes`, { desired_scope: target });
+        // An edit is saved by two requests, the settings and then the racks, each committed on its own:
+        // the draft is first checked whole (the preview validates both), so a refusal saves neither
+        // rather than leaving the settings saved under an error the page shows for the racks.
+        result = await call("POST", "/api/v1/schedules:preview", { id: { id: editing }, draft: { schedule, operation }, count: 1 });
+        if (result.ok) {
+          result = await call("PATCH", `/api/v1/schedules/${editing}`, { schedule: { ...schedule, rollout: schedule.rollout || null, retry: schedule.retry || null, approval: schedule.approval || null } });
+        }
+        if (result.ok) {
+          result = await call("PUT", `/api/v1/schedules/${editing}/scopes`, { desired_scope: target });
+          // Refused all the same (a rack deleted since the check): say that the settings were saved.
+          if (!result.ok) result.data = { ...result.data, message: `Its settings were saved, but not its racks: ${result.data.message || "refused"}` };
+        }
       }
       save.disabled = false;
       if (!result.ok) { showError(form, result.data, result.status); return; }
