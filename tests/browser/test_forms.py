@@ -7,6 +7,7 @@ viewer is offered no form: tests/browser/test_tokens.py.)"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -372,3 +373,18 @@ def test_an_edit_whose_racks_are_refused_after_its_settings_says_what_was_saved(
     said = wait(driver, lambda d: text(d, "error-target_spec"), "the racks' refusal")
     assert said == "Its settings were saved, but not its racks: desired_scope.racks[0]: rack 'f1' not found"
     assert saved(server, "settings-only").spec.spec == "6h"
+
+
+def test_a_new_form_opens_without_an_error_and_previews_once_racks_are_chosen(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    """Nothing typed yet is nothing wrong: a new schedule's form opens with no error beside its racks (it
+    has none chosen), and previews once the operator has chosen one."""
+    open_page(driver, server, "/schedules/new", "New schedule")
+    time.sleep(1)  # longer than a preview takes here (the form asked for one as it opened)
+    shown = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "[data-error-for]") if e.is_displayed()]
+    assert shown == []
+    status = driver.find_element(By.CSS_SELECTOR, "[data-preview-status]").text
+    assert status == "Fill in the form to see when it fires and what each rack would do."
+    add_rack(driver, "f2")
+    wait(driver, lambda d: decisions(d) == [("f2", "fire")], "the preview")

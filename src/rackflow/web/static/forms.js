@@ -269,7 +269,9 @@
       location.assign(`/schedules/${editing || encodeURIComponent(result.data.id.id)}`);
     });
     showOps();
-    preview();
+    // A new form has no racks yet, which the server refuses: asked now, it would open with an error
+    // beside fields nobody has touched. It previews from the first change on.
+    if (editing || form.querySelector(".chosen li")) preview();
   }
 
   // --- windows and budgets ------------------------------------------------------------------------------
