@@ -249,10 +249,11 @@ class Operation:
 
     def to_proto(self) -> pb.ScheduledOperation:
         name = operation_name(self.name)
+        spelled = name.replace("_", "-")  # as the options and these messages spell operations
         if self.forced and name not in _FORCEABLE:
-            raise ValueError(f"--forced applies to power-off and power-reset, not {name}")
+            raise ValueError(f"--forced applies to power-off and power-reset, not {spelled}")
         if (self.version or self.start or self.end) and name != "upgrade_firmware":
-            raise ValueError(f"a version or maintenance window applies to upgrade-firmware, not {name}")
+            raise ValueError(f"a version or maintenance window applies to upgrade-firmware, not {spelled}")
         queue = pb.QueueOptions(
             conflict_strategy=pb.CONFLICT_STRATEGY_QUEUE if self.queue else pb.CONFLICT_STRATEGY_REJECT,
             queue_timeout_seconds=self.queue_timeout,
