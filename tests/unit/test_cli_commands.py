@@ -225,6 +225,32 @@ def test_schedule_get_shows_what_it_runs_and_json_has_both_forms(run: Callable[.
             ("schedule", "create", "s", "--interval", "1h", "--op", "ingest", "--rack", "a", "--forced"),
             "--forced applies to power-off and power-reset",
         ),
+        # The operation as the options spell it (power-on), not as the API does (power_on).
+        (
+            ("schedule", "create", "s", "--interval", "1h", "--op", "bring-up", "--rack", "a", "--forced"),
+            "--forced applies to power-off and power-reset, not bring-up",
+        ),
+        (
+            (
+                "schedule",
+                "create",
+                "s",
+                "--interval",
+                "1h",
+                "--op",
+                "power-on",
+                "--rack",
+                "a",
+                "--version",
+                "9",
+            ),
+            "applies to upgrade-firmware, not power-on",
+        ),
+        # Without --queue a conflicting task is refused at once: a timeout would be silently ignored.
+        (
+            ("task", "power-on", "--rack", "a", "--queue-timeout", "30m"),
+            "--queue-timeout applies with --queue",
+        ),
         (("schedule", "update", "s"), "nothing to change"),
         (("schedule", "conflicts"), "give NAME_OR_ID, or --op with targets"),
         (("rack", "create", "r", "--component", "COMPUTE"), "expected TYPE:NAME"),

@@ -141,7 +141,7 @@ def queue_options(command: F) -> F:
         "--queue-timeout",
         callback=checked(parse_seconds),
         metavar="DURATION",
-        help="How long a queued task may wait (e.g. 30m; server default 1h).",
+        help="With --queue: how long the task may wait (e.g. 30m; server default 1h).",
     )(command)
     return click.option("--queue", is_flag=True, help="Queue behind a conflicting task instead of failing.")(
         command

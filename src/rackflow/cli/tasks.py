@@ -191,6 +191,9 @@ def _operation_command(
         ignore_windows: bool,
         **specific: Any,
     ) -> None:
+        if queue_timeout is not None and not queue:
+            # Without --queue a conflicting task is refused at once, so the timeout would do nothing.
+            raise click.UsageError("--queue-timeout applies with --queue: add --queue, or drop the timeout")
         submit = valid(
             Operation(
                 operation,
