@@ -639,7 +639,12 @@ def trigger(ctx: click.Context, schedule_ref: str, approve: bool, request_id: st
 @spec_options(required=False)
 @click.option("-n", "count", default=10, show_default=True, help="How many times (at most 100).")
 @click.option(
-    "--after", callback=checked(parse_time), metavar="TIME", help="Start after this time (default now)."
+    "--after",
+    callback=checked(parse_time),
+    metavar="TIME",
+    # A saved schedule never fires before its next_run_at (nor before now): an earlier --after is that.
+    help="Start after this time (default now); a schedule's preview starts at its next firing at the "
+    "earliest.",
 )
 @click.option(
     "--resume-at",
