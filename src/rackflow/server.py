@@ -117,6 +117,10 @@ class RackflowServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                # gRPC binds with SO_REUSEPORT by default: a second `rackflow serve` on a taken --listen
+                # would start, and the kernel would split the clients between the two (and their
+                # databases). Without it the bind fails and so does the start (below).
+                ("grpc.so_reuseport", 0),
             ],
         )
         flow_pb2_grpc.add_FlowServicer_to_server(FlowServicer(self.services), self.grpc)
@@ -131,12 +135,21 @@ class RackflowServer:
         )
         host, port = parse_host_port(self.config.listen, "--listen")
         address = host_port(host, port)
-        if self.config.tls is not None:
-            bound = self.grpc.add_secure_port(address, server_credentials(self.config.tls))
+        try:
+            if self.config.tls is not None:
+                bound = self.grpc.add_secure_port(address, server_credentials(self.config.tls))
+            else:
+                bound = self.grpc.add_insecure_port(address)
+        except RuntimeError as exc:  # grpc's "Failed to bind to address …", the reason only in its own log
+            bound = 0
+            failure: Exception | None = exc
         else:
-            bound = self.grpc.add_insecure_port(address)
+            failure = None
         if bound == 0:
-            raise OSError(f"cannot listen on {self.config.listen}")
+            raise OSError(
+                f"--listen: cannot listen on {self.config.listen}: the address is in use (another "
+                "rackflow serve?) or not one of this host's"
+            ) from failure
         self.address = host_port(host, bound)
         await self.grpc.start()
 

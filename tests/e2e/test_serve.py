@@ -97,3 +97,27 @@ def test_serve_refuses_a_taken_http_port(sqlite_url: str) -> None:
     assert result.returncode == 1
     assert f"error: --http-listen: cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_a_grpc_port_another_server_listens_on(sqlite_url: str, tmp_path: Path) -> None:
+    """gRPC binds with SO_REUSEPORT unless told not to: a second `rackflow serve` on a taken --listen (a
+    forgotten instance, `make run` twice) started as if the port were its own, and the kernel split the
+    clients' connections between the two servers and their databases."""
+    other = f"sqlite:///{tmp_path}/other.db"
+    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", other], check=True)
+    with servers(sqlite_url, tmp_path, 1) as [first]:
+        result = serve_until_exit(other, "--listen", first.address)
+    assert result.returncode == 1, result.stderr
+    assert f"error: --listen: cannot listen on {first.address}: the address is in use" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_a_taken_grpc_port(sqlite_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serve_until_exit(sqlite_url, "--listen", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert f"error: --listen: cannot listen on 127.0.0.1:{port}: the address is in use" in result.stderr
+    assert "Traceback" not in result.stderr
