@@ -208,5 +208,8 @@ def serve_metrics(listen: str) -> str:
     """Start the /metrics HTTP endpoint in a background thread; the HOST:PORT it listens on (port 0 in
     `listen` picks a free one, named here, as `--listen` and `--http-listen` do)."""
     host, port = parse_host_port(listen, "--metrics-listen")
-    httpd, _thread = start_http_server(port, addr=host)
+    try:
+        httpd, _thread = start_http_server(port, addr=host)
+    except OSError as exc:  # named as a taken --listen or --http-listen is
+        raise OSError(f"--metrics-listen: cannot listen on {host_port(host, port)}: {exc.strerror}") from exc
     return host_port(host, httpd.server_port)

@@ -111,6 +111,8 @@ class RackflowServer:
         await require_migrated(self.db)
         backend = build_backend(self.config, self.clock)  # bad backend settings fail before we listen
         http = self._bind_http()  # a taken HTTP port fails before gRPC listens
+        # So does a taken metrics port, before any loop starts (its thread serves the process's life).
+        metrics_address = serve_metrics(self.config.metrics_listen) if self.config.metrics_listen else ""
 
         self.grpc = grpc.aio.server(
             interceptors=interceptors(self.config.tokens, self.audit),
@@ -247,8 +249,8 @@ class RackflowServer:
                 self.http_address,
                 extra={"http_listen": self.http_address},
             )
-        if self.config.metrics_listen:
-            log.info("metrics on http://%s/metrics", serve_metrics(self.config.metrics_listen))
+        if metrics_address:
+            log.info("metrics on http://%s/metrics", metrics_address)
 
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -121,3 +121,18 @@ def test_serve_refuses_a_taken_grpc_port(sqlite_url: str) -> None:
     assert result.returncode == 1
     assert f"error: --listen: cannot listen on 127.0.0.1:{port}: the address is in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_a_taken_metrics_port_before_it_starts_anything(sqlite_url: str) -> None:
+    """The metrics port was bound last, after the dispatcher had started; its error named neither the
+    option nor the address ("[Errno 98] Address already in use") and the exit printed a traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serve_until_exit(sqlite_url, "--metrics-listen", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    taken_error = f"error: --metrics-listen: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert taken_error in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "dispatcher started" not in result.stderr
