@@ -131,12 +131,41 @@ def test_update_sends_only_what_changes(fake: FakeClient, run: Callable[..., Res
         "name": None,
         "reason": None,
         "kind": None,
-        "when": Recurrence("0 22 * * 6", "4h", ""),
+        "when": Recurrence("0 22 * * 6", "4h", "Europe/Berlin"),  # the window's zone kept
         "racks": None,
         "domains": None,
         "operations": None,
     }
     assert (second["racks"], second["domains"], second["operations"], second["reason"]) == ((), (), [], "")
+
+
+def test_update_of_part_of_the_timing_keeps_the_rest_of_the_windows(
+    fake: FakeClient,  # noqa: F811
+    run: Callable[..., Result],  # noqa: F811
+) -> None:
+    """A recurring window's zone, cron or duration not given stays as it is: `--duration 4h` on a window
+    in Europe/Berlin used to need --cron too, and without --tz moved the window to UTC, an hour earlier."""
+    start, end = datetime(2026, 12, 7, tzinfo=UTC), datetime(2026, 12, 14, tzinfo=UTC)
+    assert run("window", "update", "sat-night", "--duration", "4h").exit_code == 0
+    assert run("window", "update", "sat-night", "--tz", "UTC").exit_code == 0
+    fake.answers["get_window"] = pb.MaintenanceWindow(
+        id=pb.UUID(id=WINDOW_ID),
+        name="launch",
+        kind=pb.WINDOW_KIND_FREEZE,
+        one_off=pb.OneOffWindow(start=stamp(start), end=stamp(end)),
+    )
+    assert run("window", "update", "launch", "--end", "2026-12-10T00:00:00Z").exit_code == 0
+    whens = [kwargs["when"] for _, kwargs in fake.called("update_window")]
+    assert whens == [
+        Recurrence("0 22 * * 6", "4h", "Europe/Berlin"),
+        Recurrence("0 22 * * 6", "6h", "UTC"),
+        Span(start, datetime(2026, 12, 10, tzinfo=UTC)),
+    ]
+    # Turning a one-off window into a recurring one (or back) still takes the whole new timing.
+    result = run("window", "update", "launch", "--duration", "4h")
+    assert result.exit_code == 2, result.output
+    assert "a recurring window needs --cron and --duration" in result.output
+    assert len(fake.called("update_window")) == 3
 
 
 def test_list_and_preview(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811

@@ -86,13 +86,32 @@ def window_view(w: pb.MaintenanceWindow) -> Table:
 
 
 def _when_from(
-    cron: str | None, duration: str | None, tz: str | None, start: datetime | None, end: datetime | None
+    cron: str | None,
+    duration: str | None,
+    tz: str | None,
+    start: datetime | None,
+    end: datetime | None,
+    current: Callable[[], pb.MaintenanceWindow] | None = None,
 ) -> Recurrence | Span | None:
-    """The timing the options give (None when none); a usage error for a mix or a half."""
+    """The timing the options give (None when none); a usage error for a mix or a half.
+
+    `current` (an update: the window as it is, read only when needed): what the options leave out of the
+    timing of the same kind is the window's own, so `--duration 4h` keeps its cron and zone; a window in
+    Europe/Berlin given --cron and --duration without --tz moved to UTC, an hour off. A change of kind
+    takes the whole new timing."""
     recurring = cron is not None or duration is not None or tz is not None
     one_off = start is not None or end is not None
     if recurring and one_off:
         raise click.UsageError("give --cron/--duration/--tz or --start/--end, not both")
+    if current is not None and (recurring or one_off):
+        window = current()
+        if recurring and window.HasField("recurring"):
+            was = window.recurring
+            cron, duration = cron or was.cron, duration or was.duration
+            tz = was.timezone if tz is None else tz
+        elif one_off and window.HasField("one_off"):
+            start = start or window.one_off.start.ToDatetime(tzinfo=UTC)
+            end = end or window.one_off.end.ToDatetime(tzinfo=UTC)
     if recurring:
         if cron is None or duration is None:
             raise click.UsageError("a recurring window needs --cron and --duration")
@@ -255,30 +274,31 @@ def update(
     reason: str | None,
 ) -> None:
     """Change a window. --rack and --domain replace what it covers (give both to keep both); the timing
-    options replace its timing. Tasks a changed freeze held are looked at again.
+    options replace its timing, the window's own cron, duration and zone (or start and end) standing for
+    those not given. Tasks a changed freeze held are looked at again.
 
     \b
     Example:
-      rackflow window update launch-week --end 2026-12-10T00:00:00Z --start 2026-12-07T00:00:00Z
-      rackflow window update sat-night --duration 4h --cron "0 22 * * 6" --tz Europe/Berlin
+      rackflow window update launch-week --end 2026-12-10T00:00:00Z
+      rackflow window update sat-night --duration 4h
     """
     if all_racks and (racks or domains):
         raise click.UsageError("give --all-racks or --rack/--domain, not both")
     if all_ops and operations:
         raise click.UsageError("give --all-ops or --op, not both")
     coverage = all_racks or racks or domains
+    session = pass_session(ctx)
     changes = {
         "name": name,
         "reason": reason,
         "kind": _kind_from(allow, freeze),
-        "when": _when_from(cron, duration, tz, start, end),
+        "when": _when_from(cron, duration, tz, start, end, lambda: session.client.get_window(window_ref)),
         "racks": racks if coverage else None,
         "domains": domains if coverage else None,
         "operations": [operation_name(o) for o in operations] if all_ops or operations else None,
     }
     if all(value is None for value in changes.values()):
         raise click.UsageError("nothing to change")
-    session = pass_session(ctx)
     _show(session, session.client.update_window(window_ref, **changes))  # type: ignore[arg-type]
 
 
