@@ -1021,6 +1021,15 @@ def test_list_commands_pass_their_filters(fake: FakeClient, run: Callable[..., R
     assert kwargs["statuses"] == ("failed", "terminated")
     refused = run("task", "list", "--status", "lost")
     assert refused.exit_code == 2 and "'lost' is not one of" in refused.output
+    # Both filters apply: --active with a status that is not active lists nothing, whatever there is.
+    narrowed = run("task", "list", "--active", "--status", "running")
+    assert narrowed.exit_code == 0, narrowed.output
+    contradicted = run("task", "list", "--active", "--status", "running", "--status", "completed")
+    assert contradicted.exit_code == 2, contradicted.output
+    assert "--active lists WAITING, PENDING and RUNNING tasks: --status completed is none of them" in (
+        contradicted.output
+    )
+    assert len(fake.called("list_tasks")) == 2
 
 
 def test_a_list_page_says_how_to_get_the_next_and_the_token_continues_it(

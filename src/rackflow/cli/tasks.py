@@ -39,6 +39,7 @@ from rackflow.cli.targets import (
     valid,
 )
 from rackflow.client import TASK_STATUSES, Operation, RackflowClientError, Targets
+from rackflow.domain.tasks import TaskStatus
 from rackflow.v1 import flow_pb2 as pb
 
 FINISHED = {pb.TASK_STATUS_COMPLETED, pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED}
@@ -290,6 +291,11 @@ def list_tasks(
       rackflow task list --schedule nightly-reset --active
       rackflow task list --status failed --status terminated
     """
+    if active and (idle := [s for s in statuses if not TaskStatus(s.lower()).is_active]):
+        # Both filters apply (ListTasks): the list would be empty whatever the tasks are.
+        raise click.UsageError(
+            f"--active lists WAITING, PENDING and RUNNING tasks: --status {', '.join(idle)} is none of them"
+        )
     session = pass_session(ctx)
     found = session.client.list_tasks(
         rack=rack,
