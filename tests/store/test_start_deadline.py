@@ -197,6 +197,21 @@ async def test_the_preview_shows_which_slots_would_be_missed(env: Env) -> None:
     assert overdue.would_be_missed is True
 
 
+async def test_the_preview_of_a_resume_already_past_is_that_of_a_resume_now(env: Env) -> None:
+    """A resume cannot happen before now: `--resume-at` a day ago previews what a resume now does, the
+    cron's next slot; it used to restart the cron from a day ago and show a firing at once (overdue), a
+    catch-up no resume makes."""
+    daily = ScheduleSpec(SpecType.CRON, "0 2 * * *", "UTC")
+    schedule = await env.schedule(racks=[await env.rack("r1")], spec=daily)
+    now = env.clock.now()
+    resumed_now = await env.services.schedules.preview_schedule(schedule.id, None, 2, resume_at=now)
+    resumed_before = await env.services.schedules.preview_schedule(
+        schedule.id, None, 2, resume_at=now - 24 * HOUR
+    )
+    assert [f.at for f in resumed_before] == [f.at for f in resumed_now]
+    assert now not in [f.at for f in resumed_before]
+
+
 # --- pause after failing runs ----------------------------------------------------------------------
 
 

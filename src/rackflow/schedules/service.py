@@ -1211,6 +1211,9 @@ class ScheduleService:
             names = await inventory_store.rack_names(conn, {scope.rack_id for scope in scopes})
         now = self.clock.now()
         if resume_at is not None:
+            # A resume cannot happen before now: one at a time already past is a resume now (else `resumed`
+            # would restart interval and cron from then and show an overdue firing no resume makes).
+            resume_at = max(resume_at, now)
             schedule = replace(schedule, enabled=False, pause=Pause("", "", now, resume_at))
         resume_at = schedule.pause.resume_at if schedule.pause is not None else None
         paused_times: list[datetime] = []
