@@ -251,6 +251,13 @@ def test_schedule_get_shows_what_it_runs_and_json_has_both_forms(run: Callable[.
             ("task", "power-on", "--rack", "a", "--queue-timeout", "30m"),
             "--queue-timeout applies with --queue",
         ),
+        # A port past 65535 reached gRPC, which took it modulo 65536 (99999: port 34463).
+        (("--server", "127.0.0.1:99999", "rack", "list"), "expected HOST:PORT, got '127.0.0.1:99999'"),
+        (("--server", "127.0.0.1:0", "rack", "list"), "expected HOST:PORT, got '127.0.0.1:0'"),
+        (("--server", "", "rack", "list"), "expected HOST:PORT, got ''"),
+        (("--server", "[::1]:x", "rack", "list"), "expected HOST:PORT, got '[::1]:x'"),
+        # gRPC refused it as "INTERNAL: Invalid metadata", naming neither the option nor the newline.
+        (("--token", "a\nb", "rack", "list"), "'--token': a bearer token has no control characters"),
         (("schedule", "update", "s"), "nothing to change"),
         (("schedule", "conflicts"), "give NAME_OR_ID, or --op with targets"),
         (("rack", "create", "r", "--component", "COMPUTE"), "expected TYPE:NAME"),

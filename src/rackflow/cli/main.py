@@ -23,6 +23,20 @@ from rackflow.cli.serve import db, serve
 from rackflow.cli.tasks import task
 from rackflow.cli.windows import window
 from rackflow.client import DEFAULT_TARGET, RackflowClientError
+from rackflow.config import parse_host_port
+from rackflow.errors import InvalidArgument
+
+
+def _server(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """HOST:PORT as `rackflow serve --listen` reads it, the port 1-65535: gRPC would take a port past
+    65535 modulo 65536 (99999: 34463) and reach another server, or fail with a resolver's message."""
+    try:
+        _host, port = parse_host_port(value, "--server")
+    except InvalidArgument:
+        port = 0
+    if port == 0:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r} (e.g. 127.0.0.1:50051, [::1]:50051)")
+    return value
 
 
 class RootGroup(Group):
@@ -55,6 +69,7 @@ Example:
     default=DEFAULT_TARGET,
     show_default=True,
     metavar="HOST:PORT",
+    callback=_server,
     help="The rackflow server to talk to (env RACKFLOW_SERVER).",
 )
 @click.option(

@@ -17,8 +17,18 @@ from rackflow.cli.output import Session
 from rackflow.client import RackflowClient
 from rackflow.errors import RackflowError
 from rackflow.security import channel_credentials, hash_token
+from rackflow.validation import has_control_characters
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _token(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """The token as given; a usage error for a control character (a newline a file's read left, say),
+    which gRPC would refuse as "INTERNAL: Invalid metadata"."""
+    if value is not None and has_control_characters(value):
+        raise click.BadParameter("a bearer token has no control characters (a trailing newline?)")
+    return value
+
 
 _OPTIONS = (
     click.option(
@@ -47,6 +57,7 @@ _OPTIONS = (
         envvar="RACKFLOW_TOKEN",
         default=None,
         metavar="TOKEN",
+        callback=_token,
         help="Bearer token; prefer the env RACKFLOW_TOKEN, which `ps` does not show.",
     ),
 )
