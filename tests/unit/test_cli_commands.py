@@ -624,6 +624,39 @@ def test_run_show_watch_follows_until_the_rollout_halts(fake: FakeClient, run: C
     assert "1/4 ok, 2 failed" in result.output
 
 
+def test_run_show_watch_follows_a_plain_run_until_its_tasks_end(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """A run without a rollout is "completed" once its tasks are submitted: --watch returned at once,
+    its tasks still RUNNING, though it says it follows the run until it ends."""
+
+    def plain(status: pb.TaskStatus.ValueType) -> pb.TaskScheduleRun:
+        return pb.TaskScheduleRun(
+            id=pb.UUID(id=TASK_ID),
+            fired_at=stamp(NOW),
+            trigger="manual",
+            state="completed",
+            outcomes=[
+                pb.ScopeOutcome(
+                    rack_id=pb.UUID(id=RACK_ID),
+                    outcome="submitted",
+                    task_id=pb.UUID(id=TASK_ID),
+                    task_status=s,
+                )
+                for s in (pb.TASK_STATUS_COMPLETED, status)
+            ],
+        )
+
+    answers = iter(
+        [plain(pb.TASK_STATUS_PENDING), plain(pb.TASK_STATUS_RUNNING), plain(pb.TASK_STATUS_FAILED)]
+    )
+    fake.answers["get_run"] = lambda: next(answers)
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse()
+    result = run("run", "show", TASK_ID, "--watch")
+    assert len(fake.called("get_run")) == 3, result.output
+    assert "FAILED" in result.output and "RUNNING" not in result.output
+
+
 def test_run_resume_and_cancel_call_the_server(fake: FakeClient, run: Callable[..., Result]) -> None:
     fake.answers["resume_run"] = _a_rollout_run("rolling", 1)
     fake.answers["cancel_run"] = _a_rollout_run("cancelled", 1)

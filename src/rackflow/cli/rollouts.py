@@ -249,9 +249,15 @@ def run_racks(run: pb.TaskScheduleRun) -> set[str]:
     return {o.rack_id.id for o in run.outcomes}
 
 
+_ACTIVE_TASK = (pb.TASK_STATUS_WAITING, pb.TASK_STATUS_PENDING, pb.TASK_STATUS_RUNNING)
+
+
 def _finished(run: pb.TaskScheduleRun) -> bool:
-    """Nothing more will change: not live, and no started task still active."""
-    return run.state not in LIVE_STATES and not (run.HasField("progress") and run.progress.active)
+    """Nothing more will change: not live, and no started task still active: a rollout's progress
+    counts them; a run without a rollout is "completed" once it submitted, so its racks' tasks say."""
+    if run.state in LIVE_STATES or (run.HasField("progress") and run.progress.active):
+        return False
+    return not any(o.task_status in _ACTIVE_TASK for o in run.outcomes)
 
 
 @click.group(cls=Group)
@@ -266,7 +272,10 @@ _run_id = click.argument("run_id", metavar="RUN_ID")
 @run.command()
 @_run_id
 @click.option(
-    "--watch", is_flag=True, help="Follow the run until it halts or ends (exit 1 unless it completed)."
+    "--watch",
+    is_flag=True,
+    help="Follow the run until it halts or ends and its racks' tasks have ended (exit 1 unless it "
+    "completed).",
 )
 @poll_interval_option("With --watch: how often to poll.")
 @click.pass_context
