@@ -14,6 +14,7 @@ checked here before any query sees it.
 from __future__ import annotations
 
 import enum
+import re
 import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import replace
@@ -45,6 +46,13 @@ DEFAULT_PREVIEW_COUNT = 10  # what a preview (of a spec, a schedule or windows) 
 MAX_PREVIEW_COUNT = 100
 MAX_APPROVERS = 10  # an approval policy's min_approvers
 MAX_APPROVAL_TIMEOUT = timedelta(days=30)
+
+# Alertmanager's matcher, as its API v2 `filter` parses one (pkg/labels ParseMatcher, the syntax every
+# release accepts): a label name, an operator, and the value, quoted or not. Go's `\s` is these five.
+_MATCHER = re.compile(
+    r"[ \t\n\f\r]*([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t\n\f\r]*(=~|!=|!~|=)[ \t\n\f\r]*(.*?)[ \t\n\f\r]*", re.DOTALL
+)
+MATCHER_FORMS = 'name="value", name!="value", name=~"regex" or name!~"regex"'
 
 # Control characters break terminals and logs (and NUL breaks PostgreSQL); surrogates are not text.
 _FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs"})
@@ -356,3 +364,49 @@ def check_pause_after_failed_runs(count: int, field: str = "schedule.pause_after
     if not 0 <= count <= MAX_PAUSE_AFTER_FAILED_RUNS:
         raise InvalidArgument(f"{field}: must be 0..{MAX_PAUSE_AFTER_FAILED_RUNS} (0: never), got {count}")
     return count
+
+
+def alertmanager_matcher(matcher: str, field: str, *, rendered: str | None = None) -> str:
+    """A matcher Alertmanager's API v2 accepts as a `filter`; `rendered`: the matcher with its placeholders
+    filled in, as it will be sent (the error names `matcher`, as the operator wrote it).
+
+    Alertmanager answers a matcher it cannot parse with 400, so a check that stored one could never ask:
+    fail-closed it held every task it applied to until the maximum wait failed them, fail-open it let every
+    rack through. The value is unquoted and unescaped as Alertmanager does (`\\"` a quote, `\\n` a newline); a
+    regex must compile. Alertmanager compiles it with Go's RE2, here Python's `re` compiles it: what neither
+    can compile is refused, but a construct only Python knows (a lookahead, a backreference) passes and is
+    refused by Alertmanager when asked (docs/CHECKS.md)."""
+    check_text(matcher, field, required=True)
+    text = matcher if rendered is None else rendered
+    found = _MATCHER.fullmatch(text)
+    if found is None:
+        raise InvalidArgument(f"{field}: {matcher!r} is not an Alertmanager matcher ({MATCHER_FORMS})")
+    operator, raw = found.group(2), found.group(3)
+    quoted = raw.startswith('"')
+    if quoted:
+        raw = raw[1:]
+    value: list[str] = []
+    escaped = False
+    for index, char in enumerate(raw):
+        if escaped:
+            value.append("\n" if char == "n" else char)
+            escaped = False
+        elif char == "\\" and index < len(raw) - 1:
+            escaped = True
+        elif char == '"':
+            if not quoted or index < len(raw) - 1:
+                why = 'a quote inside the value must be escaped as \\"'
+                raise InvalidArgument(f"{field}: {matcher!r} is not an Alertmanager matcher ({why})")
+            quoted = False
+        else:
+            value.append(char)
+    if quoted:
+        raise InvalidArgument(
+            f"{field}: {matcher!r} is not an Alertmanager matcher (its value lacks the closing quote)"
+        )
+    if operator in ("=~", "!~"):
+        try:
+            re.compile(f"^(?:{''.join(value)})$")
+        except re.error as exc:
+            raise InvalidArgument(f"{field}: {matcher!r}: the regex does not compile ({exc})") from None
+    return matcher

@@ -97,6 +97,19 @@ async def test_create_get_list_and_delete(stub: FlowStub, racks: list[Rack]) -> 
             pb.PreflightCheck(name="x", alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=[""])),
             "check.alertmanager.matchers[0]",
         ),
+        (
+            pb.PreflightCheck(
+                name="x", alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=['a="1"', "bad"])
+            ),
+            "check.alertmanager.matchers[1]",
+        ),
+        (
+            pb.PreflightCheck(
+                name="x",
+                alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=['rack=~"(r{rack.name}"']),
+            ),
+            "check.alertmanager.matchers[0]",
+        ),
         (hook(url="localhost:80"), "check.webhook.url"),
         (hook(secret="hunter2"), "check.webhook.secret"),
         (hook(timeout="2m"), "check.webhook.timeout"),
@@ -168,6 +181,12 @@ async def test_update_by_mask(stub: FlowStub, services: Services, racks: list[Ra
             "check.interval",
         ),
         (["check.name"], pb.PreflightCheck(name="other"), grpc.StatusCode.ALREADY_EXISTS, "check.name"),
+        (
+            ["check.kind"],
+            pb.PreflightCheck(alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=["severity"])),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "check.alertmanager.matchers[0]",
+        ),
     ):
         request = pb.UpdatePreflightCheckRequest(
             id=created.id, check=check, update_mask=FieldMask(paths=paths)

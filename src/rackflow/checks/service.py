@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks.gate import GATE_NAME, PreflightGate
+from rackflow.checks.kinds import render
 from rackflow.clock import Clock
 from rackflow.config import (
     DEFAULT_CHECK_INTERVAL,
@@ -25,6 +26,7 @@ from rackflow.config import (
 from rackflow.domain.checks import (
     AlertmanagerSettings,
     PreflightCheck,
+    RackFacts,
     RackIdleSettings,
     Settings,
     WebhookSettings,
@@ -40,6 +42,7 @@ from rackflow.store.db import Database
 from rackflow.store.tasks import get_task
 from rackflow.tasks.manager import TaskManager
 from rackflow.validation import (
+    alertmanager_matcher,
     check_description,
     check_mask,
     check_name,
@@ -56,6 +59,8 @@ DOMAINS_PATH = "check.nvl_domains"
 KIND_PATH = "check.kind"
 INTERVAL_PATH = "check.interval"
 MAX_WAIT_PATH = "check.max_wait"
+# A rack to fill a matcher's placeholders with before it is parsed: a placeholder stands for a value.
+SAMPLE_RACK = RackFacts(uuid.UUID(int=1), "rack-01", "SN-1001", None, "nvl-a")
 UPDATE_PATHS = (NAME_PATH, OPERATIONS_PATH, RACKS_PATH, DOMAINS_PATH, KIND_PATH, INTERVAL_PATH, MAX_WAIT_PATH)
 
 
@@ -105,7 +110,7 @@ def check_settings(settings: Settings | None) -> Settings:
         field = "check.alertmanager"
         _url(settings.url, f"{field}.url")
         for index, matcher in enumerate(settings.matchers):
-            check_text(matcher, f"{field}.matchers[{index}]", required=True)
+            alertmanager_matcher(matcher, f"{field}.matchers[{index}]", rendered=render(matcher, SAMPLE_RACK))
         return settings
     if isinstance(settings, WebhookSettings):
         field = "check.webhook"
