@@ -251,6 +251,11 @@ def test_schedule_get_shows_what_it_runs_and_json_has_both_forms(run: Callable[.
             ("task", "power-on", "--rack", "a", "--queue-timeout", "30m"),
             "--queue-timeout applies with --queue",
         ),
+        # The bake is the wait after the canaries: without any it was stored and did nothing.
+        (
+            ("schedule", "create", "s", "--interval", "1h", "--op", "ingest", "--rack", "a", "--bake", "15m"),
+            "--bake applies with --canary",
+        ),
         # A port past 65535 reached gRPC, which took it modulo 65536 (99999: port 34463).
         (("--server", "127.0.0.1:99999", "rack", "list"), "expected HOST:PORT, got '127.0.0.1:99999'"),
         (("--server", "127.0.0.1:0", "rack", "list"), "expected HOST:PORT, got '127.0.0.1:0'"),
@@ -588,6 +593,27 @@ def test_schedule_update_changes_only_the_named_rollout_fields(
     assert fake.called("update_schedule")[1][1]["remove_rollout"] is True
     both = run("schedule", "update", "nightly", "--no-rollout", "--canary", "1")
     assert both.exit_code == 2 and "--no-rollout removes the rollout policy" in both.output
+
+
+def test_a_bake_needs_canaries_given_or_kept(fake: FakeClient, run: Callable[..., Result]) -> None:
+    """`--bake` waits after the canaries: on a schedule with none it did nothing; with canaries it is fine,
+    and taking the canaries away (`--canary 0`) from a policy that bakes leaves a bake that does nothing."""
+    current = a_schedule()
+    current.rollout.CopyFrom(pb.RolloutPolicy(max_concurrent_racks=5))
+    fake.answers["get_schedule"] = current
+    alone = run("schedule", "update", "nightly", "--bake", "15m")
+    assert alone.exit_code == 2 and "--bake applies with --canary" in alone.output
+    assert not fake.called("update_schedule")
+    assert run("schedule", "update", "nightly", "--bake", "15m", "--canary", "2").exit_code == 0
+    current.rollout.CopyFrom(pb.RolloutPolicy(canary_racks=2, bake_time="15m"))
+    assert run("schedule", "update", "nightly", "--bake", "20m").exit_code == 0
+    assert fake.called("update_schedule")[1][1]["rollout"] == pb.RolloutPolicy(
+        canary_racks=2, bake_time="20m"
+    )
+    dropped = run("schedule", "update", "nightly", "--canary", "0")
+    assert dropped.exit_code == 2 and "--bake applies with --canary" in dropped.output
+    assert run("schedule", "update", "nightly", "--canary", "0", "--bake", "").exit_code == 0
+    assert fake.called("update_schedule")[2][1]["rollout"] == pb.RolloutPolicy()
 
 
 def _a_rollout_run(state: str, active: int) -> pb.TaskScheduleRun:

@@ -104,7 +104,10 @@ def rollout_options(*, removable: bool) -> Callable[[F], F]:
 
 
 def policy_from(flags: dict[str, Any], base: pb.RolloutPolicy | None = None) -> pb.RolloutPolicy:
-    """The flags given over `base` (a schedule's current policy, when updating); the server checks them."""
+    """The flags given over `base` (a schedule's current policy, when updating); the server checks them.
+
+    A bake is the wait after the canaries, so a policy that would bake without any is a usage error: it
+    was stored and did nothing, and the operator believed the rollout paused after its first racks."""
     policy = pb.RolloutPolicy()
     if base is not None:
         policy.CopyFrom(base)
@@ -121,6 +124,12 @@ def policy_from(flags: dict[str, Any], base: pb.RolloutPolicy | None = None) -> 
         policy.halt_after_failures, policy.halt_after_failure_percent = halt_after
     if pause_on_halt is not None:
         policy.pause_on_halt = pause_on_halt
+    if policy.bake_time and not policy.canary_racks:
+        kept = "" if bake is not None else f" (the schedule's bake {policy.bake_time} stays)"
+        raise click.UsageError(
+            f"--bake applies with --canary: the bake is the wait after the canaries{kept}; "
+            "add --canary N, or drop the bake (--bake '')"
+        )
     return policy
 
 
