@@ -74,7 +74,7 @@ def test_check_create_needs_exactly_one_kind(fake: FakeClient, run: Callable[...
 def test_check_list_show_update_and_delete(fake: FakeClient, run: Callable[..., Result]) -> None:
     fake.answers["list_checks"] = pb.ListPreflightChecksResponse(checks=[a_check()])
     result = run("check", "list")
-    assert result.exit_code == 0 and "1 checks" in result.output and "no-alerts" in result.output
+    assert result.exit_code == 0 and "1 check\n" in result.output and "no-alerts" in result.output
     fake.answers["get_check"] = a_check()
     result = run("check", "show", "no-alerts", "-o", "json")
     assert json.loads(result.output)["alertmanager"]["url"] == "http://am:9093"

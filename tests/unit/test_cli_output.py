@@ -130,7 +130,7 @@ def rendered(renderable: object, width: int) -> list[str]:
 
 
 def a_listing() -> Listing:
-    result = table("RUN", "FIRED", "STATE", free_text("PROGRESS"), free_text("ERROR"), title="1 of 1 runs")
+    result = table("RUN", "FIRED", "STATE", free_text("PROGRESS"), free_text("ERROR"), title="1 of 1 run")
     result.add_row(ID, "2026-12-01 10:00:17Z", "[green]completed[/]", "12/40 ok, 1 failed", LONG)
     return result
 
@@ -138,7 +138,7 @@ def a_listing() -> Listing:
 @pytest.mark.parametrize("width", [100, 140, 200])
 def test_key_columns_are_whole_and_on_the_header_line_at_any_width(width: int) -> None:
     lines = rendered(a_listing(), width)
-    assert lines[0] == "1 of 1 runs"
+    assert lines[0] == "1 of 1 run"
     assert lines[1].split()[:3] == ["RUN", "FIRED", "STATE"]
     assert lines[2].split()[:4] == [ID, "2026-12-01", "10:00:17Z", "completed"]
     assert all(len(line) <= width for line in lines)
@@ -216,7 +216,7 @@ def _every_table() -> dict[str, Listing]:
     )
     return {
         "tasks": tasks_table([task], {"r": "rack-01"}),
-        "audit": audit_table([event], "1 of 1 events"),
+        "audit": audit_table([event], "1 of 1 event"),
         "windows": windows_table([window]),
         "budgets": budgets_table([budget]),
         "components": components_table([component]),

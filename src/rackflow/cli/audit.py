@@ -145,5 +145,5 @@ def audit(
     # By target, a page on SQLite walks a bounded part of the trail: asked on until --limit events.
     found = searched_on(session, page, limit, page_token, "events") if target else page(limit, page_token)
     emit_page(
-        session, found, lambda: audit_table(found.events, page_title(len(found.events), found, "events"))
+        session, found, lambda: audit_table(found.events, page_title(len(found.events), found, "event"))
     )

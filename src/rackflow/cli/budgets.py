@@ -12,6 +12,7 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
+    counted,
     details,
     free_text,
     operation_label,
@@ -43,7 +44,7 @@ def _ops(b: pb.OperationBudget) -> str:
 
 def budgets_table(budgets: Sequence[pb.OperationBudget]) -> Listing:
     result = table(
-        "NAME", free_text("OPERATIONS"), "MAX RUNNING", "PER DOMAIN", title=f"{len(budgets)} budgets"
+        "NAME", free_text("OPERATIONS"), "MAX RUNNING", "PER DOMAIN", title=counted(len(budgets), "budget")
     )
     for b in budgets:
         result.add_row(b.name, _ops(b), str(b.max_running), _per_domain(b))

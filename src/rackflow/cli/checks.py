@@ -13,6 +13,7 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
+    counted,
     details,
     free_text,
     operation_label,
@@ -71,7 +72,7 @@ def checks_table(checks: Sequence[pb.PreflightCheck]) -> Listing:
         free_text("COVERS"),
         "INTERVAL",
         "MAX WAIT",
-        title=f"{len(checks)} checks",
+        title=counted(len(checks), "check"),
     )
     for c in checks:
         result.add_row(c.name, kind_text(c), _ops(c.operations), _covers(c), c.interval, c.max_wait)

@@ -14,6 +14,7 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
+    counted,
     details,
     free_text,
     operation_label,
@@ -50,7 +51,7 @@ def channels_table(channels: Sequence[pb.NotificationChannel]) -> Listing:
         free_text("EVENTS"),
         "MIN SEVERITY",
         "STATE",
-        title=f"{len(channels)} channels",
+        title=counted(len(channels), "channel"),
     )
     for c in channels:
         state = "disabled" if c.disabled else "enabled"

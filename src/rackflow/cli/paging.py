@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 from rich.console import RenderableType
 
 from rackflow.api.convert import MAX_PAGE_SIZE
-from rackflow.cli.output import Session
+from rackflow.cli.output import Session, noun_for
 
 F = TypeVar("F", bound=Callable[..., object])
 _M = TypeVar("_M", bound=Message)
@@ -58,9 +58,11 @@ def page_options(*, limit: int, noun: str, order: str) -> Callable[[F], F]:
     return decorate
 
 
-def page_title(shown: int, page: Page, noun: str) -> str:
-    """`50 of 10,000+ tasks`: the total is counted up to the server's cap."""
-    return f"{shown} of {page.total}{'+' if page.total_capped else ''} {noun}"
+def page_title(shown: int, page: Page, noun: str, plural: str = "") -> str:
+    """`50 of 10,000+ tasks`, `1 of 1 task`: the total is counted up to the server's cap, and the noun
+    agrees with it (`noun_for`; a capped total is many)."""
+    capped = "+" if page.total_capped else ""
+    return f"{shown} of {page.total}{capped} {noun_for(2 if capped else page.total, noun, plural)}"
 
 
 def emit_page(session: Session, found: Message, view: Callable[[], RenderableType]) -> None:

@@ -158,7 +158,7 @@ def list_racks(ctx: click.Context, domain: str, limit: int, offset: int, page_to
     def view() -> Listing:
         domains = _domain_names(session)
         columns = ("NAME", "ID", "EXTERNAL ID", "DOMAIN", free_text("COMPONENTS"), "CREATED")
-        result = table(*columns, title=page_title(len(found.racks), found, "racks"))
+        result = table(*columns, title=page_title(len(found.racks), found, "rack"))
         for r in found.racks:
             domain_name = domains.get(r.nvl_domain_id.id, "-")
             created = utc_text(when(r.created_at))

@@ -414,7 +414,7 @@ def list_schedules(
         if short_search(search)
         else page(limit, page_token)
     )
-    title = page_title(len(found.task_schedules), found, "schedules")
+    title = page_title(len(found.task_schedules), found, "schedule")
     emit_page(session, found, lambda: schedules_table(found.task_schedules, session, title))
 
 
@@ -757,7 +757,7 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
         free_text("ROLLOUT"),
         free_text("ERROR"),
     )
-    result = table(*columns, title=page_title(len(found.runs), found, "runs"))
+    result = table(*columns, title=page_title(len(found.runs), found, "run"))
     for run in found.runs:
         fired = utc_text(when(run.fired_at)) + (f" ({run.trigger})" if run.trigger != "dispatch" else "")
         failed_tasks = (messages.get(task_id, "") for task_id in failed_task_ids(run))
@@ -997,5 +997,5 @@ def list_scopes(ctx: click.Context, schedule_ref: str, limit: int, offset: int, 
     """
     session = pass_session(ctx)
     found = session.client.list_scopes(schedule_ref, offset=offset, limit=limit, page_token=page_token)
-    title = page_title(len(found.scopes), found, "scope entries")
+    title = page_title(len(found.scopes), found, "scope entry", "scope entries")
     emit_page(session, found, lambda: scopes_view(found.scopes, session, title))

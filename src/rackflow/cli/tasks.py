@@ -306,7 +306,7 @@ def list_tasks(
         limit=limit,
         page_token=page_token,
     )
-    title = page_title(len(found.tasks), found, "tasks")
+    title = page_title(len(found.tasks), found, "task")
     emit_page(
         session,
         found,

@@ -14,6 +14,7 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
+    counted,
     details,
     free_text,
     operation_label,
@@ -241,7 +242,7 @@ def list_windows(ctx: click.Context, rack: str) -> None:
     """
     session = pass_session(ctx)
     found = session.client.list_windows(rack=rack)
-    session.emit(found, lambda: windows_table(found.windows, f"{len(found.windows)} windows"))
+    session.emit(found, lambda: windows_table(found.windows, counted(len(found.windows), "window")))
 
 
 @window.command()
