@@ -420,3 +420,28 @@ def test_audit_by_target_takes_a_name(server: ServerProcess) -> None:
     )
     for name in ("audited-by-name", "rack-04"):
         rackflow(server, "schedule", "delete", name)
+
+
+def test_a_re_pause_says_what_it_removed(server: ServerProcess) -> None:
+    """Pausing a paused schedule replaces its pause, reason and end together (docs/SCHEDULES.md): re-paused
+    with only a new reason, it lost its automatic resume without a word, and the operator who only meant
+    to update the ticket left it paused for good. The CLI says what the new pause no longer has."""
+    rackflow(server, "inventory", "import", str(FLEET))
+    schedule = ("--cron", "0 3 * * *", "--op", "power-reset", "--rack", "rack-02")
+    rackflow(server, "schedule", "create", "re-paused", *schedule)
+    first = rackflow_json(server, "schedule", "pause", "re-paused", "--reason", "PSU swap", "--for", "2h")
+    assert first["resume_at"]
+
+    again = rackflow(server, "schedule", "pause", "re-paused", "--reason", "PSU swap, INC-4412")
+    assert again.stderr.startswith("note: this pause has no end, so its automatic resume at "), again.stderr
+    assert "was removed: re-paused stays paused until resumed; give --until or --for to keep one" in (
+        again.stderr
+    )
+    shown = rackflow_json(server, "schedule", "show", "re-paused")
+    assert "resume_at" not in shown and shown["pause_reason"] == "PSU swap, INC-4412"
+
+    ended = rackflow(server, "schedule", "pause", "re-paused", "--for", "1h", "-o", "json")
+    assert json.loads(ended.stdout)["resume_at"]  # stdout stays the schedule, for scripts
+    assert ended.stderr == "note: this pause has no reason, so its reason 'PSU swap, INC-4412' was removed\n"
+    quiet = rackflow(server, "schedule", "pause", "re-paused", "--reason", "back", "--for", "1h")
+    assert quiet.stderr == ""

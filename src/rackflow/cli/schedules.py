@@ -540,7 +540,8 @@ def pause(
     """Stop a schedule from firing until it is resumed (its running tasks continue).
 
     With --until or --for, rackflow resumes it at that time exactly as `schedule resume` would. Pausing a
-    paused schedule with a new reason or end replaces them.
+    paused schedule with a new reason or end replaces its pause, both together: without --until or --for
+    the automatic resume is removed (the command says so), so give the end again to keep one.
 
     \b
     Example:
@@ -551,10 +552,34 @@ def pause(
         raise click.UsageError("give one of --until or --for")
     session = pass_session(ctx)
     resume_at = until if for_ is None else session.clock.now() + timedelta(seconds=for_)
-    _show(
-        ctx,
-        lambda session: session.client.pause_schedule(schedule_ref, reason=reason, resume_at=resume_at),
-    )
+
+    def call(session: Session) -> pb.TaskSchedule:
+        # Only a re-pause that leaves something out can remove it: the schedule is read first then.
+        before = session.client.get_schedule(schedule_ref) if not (reason and resume_at) else None
+        paused = session.client.pause_schedule(schedule_ref, reason=reason, resume_at=resume_at)
+        if before is not None and (reason or resume_at is not None):
+            for note in _removed_by_pause(before, reason, resume_at):
+                click.echo(f"note: {note}", err=True)
+        return paused
+
+    _show(ctx, call)
+
+
+def _removed_by_pause(before: pb.TaskSchedule, reason: str, resume_at: datetime | None) -> list[str]:
+    """What a new pause of `before` (paused) removes, said for people: the pause is replaced whole, its
+    reason and end together (docs/SCHEDULES.md), and an automatic resume lost without a word left a
+    schedule paused for good when an operator only meant to update its reason."""
+    if before.enabled or not before.HasField("paused_at"):
+        return []
+    notes = []
+    if resume_at is None and before.HasField("resume_at"):
+        notes.append(
+            f"this pause has no end, so its automatic resume at {utc_text(when(before.resume_at))} was "
+            f"removed: {before.name} stays paused until resumed; give --until or --for to keep one"
+        )
+    if not reason and before.pause_reason:
+        notes.append(f"this pause has no reason, so its reason {before.pause_reason!r} was removed")
+    return notes
 
 
 @schedule.command()
