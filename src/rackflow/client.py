@@ -580,6 +580,20 @@ class RackflowClient:
     def list_domains(self) -> pb.ListNVLDomainsResponse:
         return self._call(self._stub.ListNVLDomains, pb.ListNVLDomainsRequest(), pb.ListNVLDomainsResponse)
 
+    def get_domain(self, domain: str) -> pb.NVLDomain:
+        """The NVLink domain of that id or name (an id wins when a name looks like one), found on the list
+        of domains: the API has no GetNVLDomain, and the list is one call holding every domain (a fleet's
+        domains are a few racks each, so it is as long as `rackflow domain list`). NOT_FOUND as the
+        server words it for a domain."""
+        by_id = is_uuid(domain)
+        for found in self.list_domains().domains:
+            if (found.id.id if by_id else found.name) == domain:
+                return found
+        missing = (
+            f"id: no NVLink domain with id {domain}" if by_id else f"name: no NVLink domain named {domain!r}"
+        )
+        raise RackflowClientError(grpc.StatusCode.NOT_FOUND, missing)
+
     # --- operations: one task per targeted rack ----------------------------------------------------
 
     def submit(self, operation: Operation) -> pb.SubmitTaskResponse:

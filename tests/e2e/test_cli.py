@@ -445,3 +445,22 @@ def test_a_re_pause_says_what_it_removed(server: ServerProcess) -> None:
     assert ended.stderr == "note: this pause has no reason, so its reason 'PSU swap, INC-4412' was removed\n"
     quiet = rackflow(server, "schedule", "pause", "re-paused", "--reason", "back", "--for", "1h")
     assert quiet.stderr == ""
+
+
+def test_domain_show_by_name_or_id(server: ServerProcess) -> None:
+    """`show` shows one object in every group (README): a domain too, by name or id, with its racks."""
+    rackflow(server, "inventory", "import", str(FLEET))
+    listed = rackflow_json(server, "domain", "list")["domains"]
+    nvl_a = next(d for d in listed if d["name"] == "nvl-a")
+    by_name = rackflow_json(server, "domain", "show", "nvl-a")
+    assert by_name == nvl_a
+    assert rackflow_json(server, "domain", "show", nvl_a["id"]["id"]) == nvl_a
+    shown = rackflow(server, "domain", "show", "nvl-a").stdout
+    assert shown.splitlines()[0].split() == ["name", "nvl-a"]
+    assert f"id     {nvl_a['id']['id']}" in shown
+    assert "racks  rack-01, rack-02, rack-03, rack-04" in shown
+    missing = rackflow(server, "domain", "show", "nvl-none", expect=1)
+    assert missing.stderr == "error: NOT_FOUND: name: no NVLink domain named 'nvl-none'\n"
+    unknown_id = "00000000-0000-4000-8000-000000000000"
+    missing = rackflow(server, "domain", "show", unknown_id, expect=1)
+    assert missing.stderr == f"error: NOT_FOUND: id: no NVLink domain with id {unknown_id}\n"

@@ -980,6 +980,7 @@ ISSUE_8_COMMANDS = {
     *(f"rack {c}" for c in ("create", "show", "list", "delete", "add-components", "remove-component")),
     "domain create",
     "domain list",
+    "domain show",
     *(
         f"task {c}"
         for c in (
@@ -1021,7 +1022,7 @@ def test_every_command_help_has_an_example(run: Callable[..., Result]) -> None:
 
 SHOWN_BY_GROUP = {
     "rack": "rack-01", "task": TASK_ID, "schedule": "nightly", "window": "w", "budget": "b", "run": TASK_ID,
-    "notify": "ops", "check": "am",
+    "notify": "ops", "check": "am", "domain": "nvl-a",
 }  # fmt: skip
 
 
@@ -1037,6 +1038,7 @@ def test_every_group_shows_one_object_with_show_and_still_takes_get(
     fake.answers["get_run"] = pb.TaskScheduleRun(id=pb.UUID(id=TASK_ID))
     fake.answers["get_channel"] = pb.NotificationChannel(name="ops")
     fake.answers["get_check"] = pb.PreflightCheck(name="am")
+    fake.answers["get_domain"] = pb.NVLDomain(name="nvl-a")
     groups = {name for name, command in main.commands.items() if "show" in getattr(command, "commands", {})}
     assert groups == set(SHOWN_BY_GROUP)
     for group, ref in SHOWN_BY_GROUP.items():

@@ -12,6 +12,7 @@ import click
 import yaml
 from google.protobuf.empty_pb2 import Empty
 from rich.console import Group as Stack
+from rich.table import Table
 
 from rackflow.cli.output import (
     Group,
@@ -246,6 +247,28 @@ def domains_table(domains: list[pb.NVLDomain], session: Session) -> Listing:
     for d in domains:
         result.add_row(d.name, d.id.id, ", ".join(names.get(r.id, r.id) for r in d.rack_ids) or "-")
     return result
+
+
+@domain.command(name="show")
+@click.argument("domain_ref", metavar="NAME_OR_ID")
+@click.pass_context
+def show_domain(ctx: click.Context, domain_ref: str) -> None:
+    """Show an NVLink domain and its racks.
+
+    \b
+    Example:
+      rackflow domain show nvl-a -o json
+    """
+    session = pass_session(ctx)
+    found = session.client.get_domain(domain_ref)
+    session.emit(found, lambda: domain_view(found, session))
+
+
+def domain_view(found: pb.NVLDomain, session: Session) -> Table:
+    """Its name, id and racks by name (sorted; an id when the rack is gone)."""
+    names = rack_names(session, {r.id for r in found.rack_ids})
+    racks = sorted(names.get(r.id, r.id) for r in found.rack_ids)
+    return details([("name", found.name), ("id", found.id.id), ("racks", ", ".join(racks) or "-")])
 
 
 @domain.command(name="list")
