@@ -373,9 +373,9 @@ def alertmanager_matcher(matcher: str, field: str, *, rendered: str | None = Non
     Alertmanager answers a matcher it cannot parse with 400, so a check that stored one could never ask:
     fail-closed it held every task it applied to until the maximum wait failed them, fail-open it let every
     rack through. The value is unquoted and unescaped as Alertmanager does (`\\"` a quote, `\\n` a newline); a
-    regex must compile. Alertmanager compiles it with Go's RE2, here Python's `re` compiles it: what neither
-    can compile is refused, but a construct only Python knows (a lookahead, a backreference) passes and is
-    refused by Alertmanager when asked (docs/CHECKS.md)."""
+    regex must compile. Alertmanager compiles it with Go's RE2, here Python's `re` compiles it, and what
+    Python has and RE2 lacks (a lookahead such as `(?!Rackflow)`, a backreference, …) is refused as well;
+    what only RE2 takes (`\\pL`, a flag group mid-pattern) is refused too (docs/CHECKS.md)."""
     check_text(matcher, field, required=True)
     text = matcher if rendered is None else rendered
     found = _MATCHER.fullmatch(text)
@@ -405,8 +405,58 @@ def alertmanager_matcher(matcher: str, field: str, *, rendered: str | None = Non
             f"{field}: {matcher!r} is not an Alertmanager matcher (its value lacks the closing quote)"
         )
     if operator in ("=~", "!~"):
+        pattern = "".join(value)
         try:
-            re.compile(f"^(?:{''.join(value)})$")
+            re.compile(pattern)  # Alertmanager anchors it in a group, where Python refuses `(?i)`
         except re.error as exc:
             raise InvalidArgument(f"{field}: {matcher!r}: the regex does not compile ({exc})") from None
+        lacking = _not_in_re2(pattern)
+        if lacking:
+            why = f"{lacking}, which Alertmanager's regexes (Go RE2) do not have"
+            raise InvalidArgument(f"{field}: {matcher!r}: the regex uses {why}")
     return matcher
+
+
+# What Python's `re` compiles and RE2 refuses, as each group opens: `(?!Rackflow)` is the likely one.
+_RE2_LACKS = (
+    ("(?=", "a lookahead"),
+    ("(?!", "a lookahead"),
+    ("(?<=", "a lookbehind"),
+    ("(?<!", "a lookbehind"),
+    ("(?P=", "a backreference"),
+    ("(?(", "a conditional"),
+    ("(?>", "an atomic group"),
+    ("(?#", "a comment"),
+)
+
+
+def _not_in_re2(pattern: str) -> str:
+    """The first construct of `pattern` (which Python compiled) that RE2 lacks, or "": the groups above, a
+    backreference `\\1`, a possessive quantifier `a*+`. Escapes and character classes are skipped."""
+    index, in_class, after_quantifier = 0, False, False
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            if not in_class and pattern[index + 1 : index + 2] in tuple("123456789"):
+                return "a backreference"
+            index, after_quantifier = index + 2, False
+            continue
+        if in_class:
+            in_class = char != "]"
+            index += 1
+            continue
+        if char == "[":
+            index += 2 if pattern.startswith("[^", index) else 1
+            index += 1 if pattern[index : index + 1] == "]" else 0  # a leading ] is a member
+            in_class, after_quantifier = True, False
+            continue
+        for opening, name in _RE2_LACKS:
+            if pattern.startswith(opening, index):
+                return name
+        if char == "+" and after_quantifier:
+            return "a possessive quantifier"
+        # `a*?` is lazy, which RE2 has: after a `?` that follows a quantifier, no `+` is possessive.
+        counted = char == "}" and re.search(r"\{\d+(,\d*)?\}\Z", pattern[: index + 1]) is not None
+        after_quantifier = (char in "*+?" or counted) and not (char == "?" and after_quantifier)
+        index += 1
+    return ""

@@ -22,6 +22,12 @@ ACCEPTED = [
     'summary="a \\"quoted\\" word"',
     'rack=~"r{2}"',  # a regex's own braces
     'job:instance="x"',
+    # Regexes RE2 and Python both take, some with what looks like Python's own constructs.
+    'severity=~"(?i)critical"',
+    'rack=~"r.*?1"',
+    'rack=~"[\\]+(?=]+"',
+    'rack=~"x}+"',
+    'rack=~"(?P<n>r)\\\\d+"',  # a matcher's \\\\ is the regex's \\
 ]
 REFUSED = [
     ("bad", "not an Alertmanager matcher"),
@@ -36,6 +42,14 @@ REFUSED = [
     ('{rack="r1"}', "not an Alertmanager matcher"),
     ('rack=~"(r1"', "regex does not compile"),
     ('rack!~"*"', "regex does not compile"),
+    ('alertname=~"(?!Rackflow).*"', "a lookahead, which Alertmanager's regexes (Go RE2) do not have"),
+    ('rack=~"(?<=r)1"', "a lookbehind"),
+    ('rack=~"(r)\\\\1"', "a backreference"),
+    ('rack=~"(?P<n>r)(?P=n)"', "a backreference"),
+    ('rack=~"(?>r)"', "an atomic group"),
+    ('rack=~"r++"', "a possessive quantifier"),
+    ('rack=~"r{2}+1"', "a possessive quantifier"),
+    ('rack=~"r{2}+"', "a possessive quantifier"),
 ]
 
 
