@@ -114,3 +114,15 @@ def test_a_whole_list_s_title_is_singular_for_one(
     rows = getattr(answer, answer.DESCRIPTOR.fields[0].name)
     rows.extend([rows[0], rows[0]])
     assert run(*args).stdout.splitlines()[0] == one.replace("1", "3", 1) + "s"
+
+
+def test_what_a_submission_submitted_is_counted_in_words(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """`submitted 1 task`, not `submitted 1 task(s)`, for a task and a schedule's trigger alike."""
+    for args in (("task", "power-on", "--rack", "rack-01"), ("schedule", "trigger", "nightly")):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines()[0] == "submitted 1 task", result.stdout
+    fake.answers["trigger_schedule"] = pb.SubmitTaskResponse(task_ids=[pb.UUID(id=RACK_ID)] * 2)
+    assert run("schedule", "trigger", "nightly").stdout.splitlines()[0] == "submitted 2 tasks"

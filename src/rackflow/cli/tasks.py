@@ -18,6 +18,7 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
+    counted,
     details,
     free_text,
     operation_label,
@@ -168,7 +169,7 @@ def task_view(t: pb.Task, racks: dict[str, str], schedule: str) -> Table:
 
 
 def submitted_view(response: pb.SubmitTaskResponse) -> Stack:
-    ids = table("TASK", title=f"submitted {len(response.task_ids)} task(s)")
+    ids = table("TASK", title=f"submitted {counted(len(response.task_ids), 'task')}")
     for task_id in response.task_ids:
         ids.add_row(task_id.id)
     hint = "[dim]follow one with: rackflow task watch TASK[/]" if response.task_ids else ""
