@@ -464,3 +464,29 @@ def test_domain_show_by_name_or_id(server: ServerProcess) -> None:
     unknown_id = "00000000-0000-4000-8000-000000000000"
     missing = rackflow(server, "domain", "show", unknown_id, expect=1)
     assert missing.stderr == f"error: NOT_FOUND: id: no NVLink domain with id {unknown_id}\n"
+
+
+def test_a_matcher_alertmanager_would_refuse_is_refused_at_create(server: ServerProcess) -> None:
+    """Stored, `bad` made every ask of the check fail: every task held (fail closed) or let through."""
+    am = (
+        "check",
+        "create",
+        "am-bad",
+        "--alertmanager",
+        "http://127.0.0.1:9",
+        "--matcher",
+        'rack="{rack.name}"',
+    )
+    refused = rackflow(server, *am, "--matcher", "bad", expect=1)
+    assert refused.stderr == (
+        "error: INVALID_ARGUMENT: check.alertmanager.matchers[1]: 'bad' is not an Alertmanager matcher "
+        '(name="value", name!="value", name=~"regex" or name!~"regex")\n'
+    )
+    assert "am-bad" not in rackflow(server, "check", "list").stdout
+    rackflow(server, *am)
+    lookahead = rackflow(
+        server, "check", "update", "am-bad", "--alertmanager", "http://127.0.0.1:9",
+        "--matcher", 'alertname=~"(?!Rackflow).*"', expect=1,
+    )  # fmt: skip
+    assert "INVALID_ARGUMENT: check.alertmanager.matchers[0]:" in lookahead.stderr
+    assert "a lookahead, which Alertmanager's regexes (Go RE2) do not have" in lookahead.stderr
