@@ -52,6 +52,7 @@ from rackflow.store.tasks import hold_values
 from rackflow.tasks.backends.base import Backend, StepState
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.manager import CANCELLED_MESSAGE, LetGo
+from rackflow.timespec import format_rfc3339
 from rackflow.windows.service import RACKS_PATH, Ref, WindowInput
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_executor import eventually
@@ -194,7 +195,7 @@ async def rollout_with_a_freeze_held_rack(env: Env) -> tuple[uuid.UUID, Task]:
         WindowInput(name="short", kind=WindowKind.FREEZE, when=short, racks=(Ref(r0),))
     )
     async with env.db.transaction() as conn:
-        hold = Hold(ends, f"waits for freeze 'short' to end at {ends.isoformat()}")
+        hold = Hold(ends, f"waits for freeze 'short' to end at {format_rfc3339(ends)}")
         held = update(tasks).where(tasks.c.id == r0_task)
         await conn.execute(held.values(hold_values("freeze", hold, env.clock.now())))
     return r0_task, deferred

@@ -110,7 +110,7 @@ async def test_a_rack_closed_at_its_turn_waits_for_its_opening_under_defer(db: D
         TOMORROW_2AM,
         TOMORROW_2AM + timedelta(hours=2),
     )
-    assert "waits for the opening at 2026-03-03T02:00:00+00:00" in waiting.message
+    assert "waits for the opening at 2026-03-03T02:00:00Z" in waiting.message
 
 
 async def test_a_first_wave_rack_deferred_to_its_window_starts_by_the_start_deadline(db: Database) -> None:

@@ -113,7 +113,7 @@ async def test_an_edited_window_moves_its_deferred_task_to_the_new_opening(env: 
         opens,
         closes,
     )
-    assert f"waits for the opening at {opens.isoformat()} until {closes.isoformat()}" in (
+    assert f"waits for the opening at {format_rfc3339(opens)} until {format_rfc3339(closes)}" in (
         moved.held_reason or ""
     )
     assert moved.message == moved.held_reason

@@ -77,9 +77,9 @@ async def test_skip_records_skipped_window_naming_the_window_and_fires_the_rest(
 
     outcomes = {o.rack_id: o for o in result.outcomes}
     assert outcomes[r1.id].outcome == "skipped_window"
-    assert "outside allow window 'nightly' (opens at 2026-03-03T02:00:00+00:00)" in outcomes[r1.id].error
+    assert "outside allow window 'nightly' (opens at 2026-03-03T02:00:00Z)" in outcomes[r1.id].error
     assert outcomes[r2.id].outcome == "skipped_window"
-    assert "inside freeze 'launch' until 2026-03-03T12:00:00+00:00" in outcomes[r2.id].error
+    assert "inside freeze 'launch' until 2026-03-03T12:00:00Z" in outcomes[r2.id].error
     assert (outcomes[r3.id].outcome, outcomes[r3.id].error) == ("submitted", "")
     (run,), _ = await env.services.schedules.list_runs(schedule.id)
     assert [o.outcome for o in sorted(run.outcomes, key=lambda o: o.rack_id == r3.id)] == [
@@ -125,7 +125,7 @@ async def test_defer_submits_a_task_that_waits_for_the_next_opening(env: Env) ->
     assert (task.not_before, task.not_after) == (TOMORROW_2AM, TOMORROW_2AM + timedelta(hours=2))
     assert task.operation == Operation(OperationKind.POWER_OFF)  # the opening is a hold, not a parameter
     assert task.held_by == "window" and task.held_reason == task.message
-    assert "waits for the opening at 2026-03-03T02:00:00+00:00" in task.message
+    assert "waits for the opening at 2026-03-03T02:00:00Z" in task.message
     assert "'nightly'" in task.message
 
     async def claimable(at: datetime) -> list[uuid.UUID]:

@@ -20,6 +20,7 @@ from rackflow.store.db import Database
 from rackflow.store.tables import tasks
 from rackflow.store.tasks import hold_values
 from rackflow.tasks.gates import consult
+from rackflow.timespec import format_rfc3339
 from rackflow.windows.gate import FreezeGate
 from rackflow.windows.service import WindowInput
 from tests.store.test_executor import counting_polls, eventually, executing, finished, get, make_rack
@@ -68,8 +69,11 @@ async def test_a_freeze_holds_a_manual_task_until_it_is_deleted(db: Database) ->
     async with executing(db) as executor:
         waiting = await held(db, task)
         assert waiting.status is TaskStatus.PENDING
-        assert waiting.message.startswith("waits for freeze 'launch-week' to end at ")
         assert waiting.not_before is not None and waiting.not_before > CLOCK.now()
+        # The end as every message of rackflow writes a time (RFC 3339 in UTC, with Z), as held_reason too.
+        ends = format_rfc3339(waiting.not_before)
+        assert waiting.message == f"waits for freeze 'launch-week' to end at {ends}"
+        assert waiting.message.endswith("Z") and "+00:00" not in waiting.message
         assert waiting.started_at is None
         polls = counting_polls(executor)
 
@@ -146,7 +150,7 @@ async def hold_as_a_stale_claim(db: Database, task: Task, until: datetime) -> No
     """Hold the task by the freeze until `until`, as a claim that read the freezes before a change may
     have: what is left when the change skipped its row (the claim held it) and did not live to let go of
     it once it committed."""
-    hold = Hold(until, f"waits for freeze 'launch-week' to end at {until.isoformat()}")
+    hold = Hold(until, f"waits for freeze 'launch-week' to end at {format_rfc3339(until)}")
     async with db.transaction() as conn:
         held_row = update(tasks).where(tasks.c.id == task.id)
         await conn.execute(held_row.values(hold_values(FreezeGate.name, hold, CLOCK.now())))
@@ -232,7 +236,7 @@ async def test_a_hold_a_look_again_lets_go_of_is_in_the_audit_trail(db: Database
         now,
     )
     assert event.target_ids == (str(outlasting.id), str(outlasting.rack_id))
-    reason = f"waits for freeze 'launch-week' to end at {until.isoformat()}"
+    reason = f"waits for freeze 'launch-week' to end at {format_rfc3339(until)}"
     assert event.changes == [
         {"freeze_hold": "released", "task_id": str(outlasting.id), "rack_id": str(outlasting.rack_id),
          "held_reason": reason}

@@ -19,6 +19,7 @@ from typing import Literal
 
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import MaintenanceWindow, Occurrence, RackRef, WindowKind, WindowPolicy
+from rackflow.timespec import format_rfc3339
 
 # DEFER looks this far ahead for the rack's next opening; with none by then the scope is skipped.
 OPENING_HORIZON = timedelta(days=366)
@@ -69,16 +70,17 @@ class Decision:
         if self.action == "missed":
             assert self.opens_at is not None
             return (
-                f"{_closed_words(self.closed)}; its opening at {self.opens_at.isoformat()} comes after the "
-                "start deadline"
+                f"{_closed_words(self.closed)}; its opening at {format_rfc3339(self.opens_at)} comes after "
+                "the start deadline"
             )
         if self.action == "defer":
             assert self.opens_at is not None
-            until = f" until {self.closes_at.isoformat()}" if self.closes_at else ""
+            until = f" until {format_rfc3339(self.closes_at)}" if self.closes_at else ""
             if self.by_deadline:
                 until += ", its start deadline"
             return (
-                f"{_closed_words(self.closed)}; waits for the opening at {self.opens_at.isoformat()}{until}"
+                f"{_closed_words(self.closed)}; waits for the opening at "
+                f"{format_rfc3339(self.opens_at)}{until}"
             )
         if window.kind is WindowKind.FREEZE or self.closed.until is not None:
             return _closed_words(self.closed)
@@ -91,10 +93,11 @@ FIRE = Decision("fire")
 def _closed_words(closed: Closed) -> str:
     window = closed.window
     if window.kind is WindowKind.FREEZE:
-        until = f" until {closed.until.isoformat()}" if closed.until else ""
+        until = f" until {format_rfc3339(closed.until)}" if closed.until else ""
         return f"inside freeze {window.name!r}{until}"
     return (
-        f"outside allow window {window.name!r} (opens at {closed.until.isoformat() if closed.until else '?'})"
+        f"outside allow window {window.name!r} "
+        f"(opens at {format_rfc3339(closed.until) if closed.until else '?'})"
     )
 
 

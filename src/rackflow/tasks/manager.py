@@ -43,6 +43,7 @@ from rackflow.store import tasks as store
 from rackflow.store.db import Database, in_id_order
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.conflicts import first_conflict, shape_of
+from rackflow.timespec import format_rfc3339
 from rackflow.validation import check_description, check_operation, check_queue
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def window_wait(
     not_before = max(starts, default=None)
     own = operation.window_start
     if not reason and own is not None and own > now:
-        reason = f"waits for its maintenance window, opening at {own.isoformat()}"
+        reason = f"waits for its maintenance window, opening at {format_rfc3339(own)}"
     return WindowWait(
         not_before, min(ends, default=None), reason, not_before is not None and not_before > now
     )

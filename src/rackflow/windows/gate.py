@@ -34,6 +34,7 @@ from rackflow.domain.windows import MaintenanceWindow, WindowKind
 from rackflow.store import task_runs
 from rackflow.store import windows as store
 from rackflow.store.db import Database
+from rackflow.timespec import format_rfc3339
 
 
 class FreezeGate:
@@ -102,7 +103,7 @@ async def _holds(
         rack = racks.get(task.rack_id)
         frozen = freeze_at(freezes, rack, task.kind, now) if rack is not None else None
         if frozen is not None and frozen.until is not None:
-            message = f"waits for freeze {frozen.window.name!r} to end at {frozen.until.isoformat()}"
+            message = f"waits for freeze {frozen.window.name!r} to end at {format_rfc3339(frozen.until)}"
             held[task.id] = Hold(frozen.until, message)
     return held
 
