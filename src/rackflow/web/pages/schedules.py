@@ -29,6 +29,7 @@ from rackflow.config import SEARCH_WALK
 from rackflow.domain.inventory import ComponentsFilter, ComponentType, TypesFilter
 from rackflow.domain.schedules import Run, Schedule, short_search
 from rackflow.domain.tasks import OperationKind
+from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import RunSummary
 from rackflow.schedules.service import parse_order
 from rackflow.timespec import SpecType
@@ -189,9 +190,19 @@ async def _form(site: Site, ref: str | None) -> Mapping[str, Any]:
     return context
 
 
+def _state(value: str) -> str:
+    """The list's `state` filter ("" or none: all); any other value is refused, as the tasks list refuses
+    an unknown `status`, rather than list every state as if it were not there."""
+    if not value:
+        return "all"
+    if value not in STATES:
+        raise InvalidArgument(f"state: {value!r} is not a schedule state ({', '.join(STATES)})")
+    return value
+
+
 async def _list(site: Site, request: Request) -> Mapping[str, Any]:
     q = request.query_params
-    state = q.get("state", "all") if q.get("state") in STATES else "all"
+    state = _state(q.get("state", ""))
     sort, direction = q.get("sort", "name"), q.get("dir", "asc")
     search = q.get("search", "")
     order = parse_order(f"{sort} {direction}", "sort")
