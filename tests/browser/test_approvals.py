@@ -94,7 +94,7 @@ def test_an_operator_sees_no_approval_and_the_editor_is_refused(
     driver.get(_run_url(server, "gated"))
     give_token(driver, OPERATOR)
     wait(driver, lambda d: "awaiting approval" in text(d, "run-state"), "the run awaiting approval")
-    assert "awaiting 1 more of 1 approver(s)" in text(driver, "run-approval")
+    assert "awaiting 1 more of 1 approver" in text(driver, "run-approval")
     assert {r.get_attribute("data-outcome") for r in by_testid(driver, "run-rack")} == {"pending"}
     assert "action-approve-run" not in _actions(driver) and "action-reject-run" not in _actions(driver)
 

@@ -75,7 +75,7 @@ async def test_a_run_page_shows_each_rack_its_task_and_error(
     assert [attribute(t, "href") for t in tagged(listing, "strip-run-link")] == [f"/runs/{run_id}"]
     # The strip's pip, counted from the run's outcome counts and its tasks by status, says what its page
     # says.
-    assert "last 1 firings: 1 partial" in listing
+    assert "last 1 firing: 1 partial" in listing
 
     task_page = (await http.get(f"/tasks/{failed}")).text
     assert [attribute(t, "href") for t in tagged(task_page, "task-run-link")] == [f"/runs/{run_id}"]

@@ -24,6 +24,13 @@ from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Run, RunStat
 from rackflow.domain.tasks import TaskStatus
 
 
+def counted(count: int | str, noun: str, plural: str = "") -> str:
+    """A count with its noun, singular for exactly one: `1 rack`, `3 racks`, `1 delivery` (`plural` for a
+    noun that does not take an s: "deliveries"). A count shown as text ("10,000+", `capped_count`) is many.
+    The one rule for every count a page shows (the `counted` filter), so none says "1 racks"."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 @dataclass(frozen=True)
 class Look:
     label: str
@@ -253,7 +260,7 @@ class Bar:
     @property
     def summary(self) -> str:
         parts = [f"{s.count} {s.look.label}" for s in self.segments if s.count]
-        return f"{self.total} racks: " + (", ".join(parts) or "none")
+        return f"{counted(self.total, 'rack')}: " + (", ".join(parts) or "none")
 
 
 BAR_LOOKS: dict[str, Look] = {

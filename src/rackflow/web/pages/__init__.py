@@ -162,6 +162,7 @@ class Site:
             spec_words=describe,
             go_duration=format_go_duration,
             short_id=short_id,
+            counted=views.counted,
         )
 
     def render(self, template: str, context: Mapping[str, Any]) -> str:

@@ -41,6 +41,7 @@ from rackflow.web.views import (
     LOOKS,
     TASK_LOOKS,
     Look,
+    counted,
     outcome_verdict,
     tallied_verdict,
 )
@@ -73,12 +74,13 @@ def strip_of(summaries: list[RunSummary]) -> Strip:
     """Made here, not in the template: a page has hundreds of pips. Each run's verdict is counted
     (`tallied_verdict`), from its racks by outcome and its tasks by status."""
     pips = []
-    for counted in reversed(summaries):
-        run = counted.run
-        look = LOOKS[tallied_verdict(run.state, counted.tally, counted.task_counts)]
+    for one in reversed(summaries):
+        run = one.run
+        look = LOOKS[tallied_verdict(run.state, one.tally, one.task_counts)]
         pips.append(Pip(look, f"{utc_text(run.fired_at)} · {run.trigger} · {look.label}", run.id))
     counts = Counter(pip.look.label for pip in pips)
-    summary = f"last {len(pips)} firings: " + ", ".join(f"{n} {label}" for label, n in counts.most_common())
+    tally = ", ".join(f"{n} {label}" for label, n in counts.most_common())
+    summary = f"last {counted(len(pips), 'firing')}: {tally}"
     return Strip(pips, summary)
 
 
