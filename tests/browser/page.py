@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
@@ -12,6 +14,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
+# Where tests leave screenshots of the pages they change, to be looked at (RACKFLOW_SCREENSHOTS).
+SHOTS = Path(os.environ.get("RACKFLOW_SCREENSHOTS", "/tmp"))
 WAIT_S = 30.0  # generous: the machine may be busy with other test workers
 _T = TypeVar("_T")
 

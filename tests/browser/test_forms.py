@@ -17,7 +17,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from rackflow.v1 import flow_pb2 as pb
-from tests.browser.page import by_testid, read, text, visible, wait
+from tests.browser.page import SHOTS, by_testid, read, text, visible, wait
 from tests.browser.test_dashboard import confirm, h1, open_page
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, rfc3339, schedule_request, wait_until
@@ -220,8 +220,28 @@ def test_a_window_and_a_budget_are_made_and_deleted(server: ServerProcess, drive
 
     assert confirm(driver, "window-delete") == "Delete window nights?"
     wait(driver, lambda d: not by_testid(d, "window-row"), "the window gone")
+    assert "Deleted nights" in visible(driver, "flash").text
     assert confirm(driver, "budget-delete") == "Delete budget resets?"
     wait(driver, lambda d: not by_testid(d, "budget-row"), "the budget gone")
+    assert "Deleted resets" in visible(driver, "flash").text
+
+
+def test_a_schedule_deleted_from_its_page_is_said_deleted_on_the_list(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    server.stub().CreateTaskSchedule(
+        schedule_request("doomed-here", ["f1"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")
+    )
+    open_page(driver, server, "/schedules/doomed-here", "doomed-here")
+    assert confirm(driver, "action-delete") == "Delete doomed-here?"
+    wait(driver, lambda d: d.current_url.endswith("/schedules") and h1(d) == "Schedules", "the list")
+    notice = visible(driver, "flash").text
+    driver.save_screenshot(str(SHOTS / "schedule-deleted.png"))
+    assert notice == "Deleted doomed-here", notice
+    assert "doomed-here" not in [r.get_attribute("data-name") for r in by_testid(driver, "schedule-row")]
+    driver.refresh()  # said once: a reload of the list does not say it again
+    wait(driver, lambda d: h1(d) == "Schedules", "the list again")
+    assert not driver.find_element(By.CSS_SELECTOR, '[data-testid="flash"]').is_displayed()
 
 
 def test_a_start_deadline_is_set_in_the_form_and_a_missed_run_shows_how_late(

@@ -12,7 +12,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from rackflow.v1 import flow_pb2 as pb
-from tests.browser.page import by_testid, text, visible, wait
+from rackflow.web.pages import short_id
+from tests.browser.page import SHOTS, by_testid, text, visible, wait
 from tests.browser.test_dashboard import confirm, h1, open_page
 from tests.browser.test_forms import add_rack, field, tick
 from tests.e2e.cluster import ServerProcess, start_server
@@ -52,11 +53,14 @@ def server(served_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     assert started.stop() == 0, started.output
 
 
-def _first_run_id(server: ServerProcess) -> str:
+def _runs(server: ServerProcess) -> list[pb.TaskScheduleRun]:
     stub = server.stub()
     (schedule,) = stub.ListTaskSchedules(pb.ListTaskSchedulesRequest()).task_schedules
-    runs = stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id)).runs
-    return str(runs[-1].id.id)  # newest first: the last is the first run
+    return list(stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id)).runs)
+
+
+def _first_run_id(server: ServerProcess) -> str:
+    return str(_runs(server)[-1].id.id)  # newest first: the last is the first run
 
 
 def test_a_task_shows_each_attempt_and_the_run_retries_its_failed_rack(
@@ -78,17 +82,26 @@ def test_a_task_shows_each_attempt_and_the_run_retries_its_failed_rack(
 
     open_page(driver, server, f"/runs/{run_id}", "Firing of")
     assert confirm(driver, "action-retry-run") == "Retry the failed racks?"
-    link = wait(
-        driver,
-        lambda d: by_testid(d, "run-retried-by-link"),
-        "the run to show the run that retried it (the page refreshes itself)",
-    )[0]
-    link.click()
-    wait(driver, lambda d: by_testid(d, "run-retry-of"), "the new run's page, linked back")
+    # The operator is taken to the run the retry fired, told so, and it links back.
+    wait(driver, lambda d: by_testid(d, "run-retry-of"), "the new run's page, at once")
+    retry_id = driver.current_url.rsplit("/", 1)[-1]
+    assert retry_id != run_id and retry_id in [r.id.id for r in _runs(server)]
+    assert "Retried the failed racks: this page is the run it fired" in visible(driver, "flash").text
+    driver.save_screenshot(str(SHOTS / "retried-run.png"))
     racks = [r.get_attribute("data-rack") for r in by_testid(driver, "run-rack")]
     assert racks == ["rt-2"]
     visible(driver, "run-retry-of").click()
     wait(driver, lambda d: run_id in d.current_url, "back on the run that was retried")
+    assert [link.get_attribute("href") for link in by_testid(driver, "run-retried-by-link")] == [
+        f"{server.http_url}/runs/{retry_id}"
+    ]
+    # Retried already, it may be retried again (docs/SAFETY.md: `retried_by` lists every retry), and the
+    # confirmation says so, naming the retry, so a second run is fired knowingly.
+    visible(driver, "action-retry-run").click()
+    asked = visible(driver, "confirm-dialog").text
+    assert f"already retried, by run {short_id(retry_id)}:" in asked, asked
+    driver.save_screenshot(str(SHOTS / "retried-again-confirm.png"))
+    visible(driver, "confirm-cancel").click()
 
 
 def test_a_retry_policy_is_set_in_the_form_named_when_bad_and_shown_on_the_schedule(

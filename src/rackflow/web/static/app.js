@@ -9,7 +9,10 @@
 // - Times: every <time datetime> is shown in the browser's zone, with UTC on hover and "in 3h" where asked;
 //   a schedule's times are shown in its own zone by the server, with the browser's beside ("beside").
 // - Actions: buttons with `data-post` ask for confirmation, POST (or `data-method`) to the API and show its
-//   error if refused; with `data-then` the browser goes there once it is done (after a delete).
+//   error if refused; with `data-then` the browser goes there once it is done (after a delete), and with
+//   `data-then-run` to the page of the run the answer names (a retry's new run). The page it goes to says
+//   what was done (`data-done`): the notice is carried in the tab's sessionStorage, read once; where
+//   storage is refused, a retry stays and links the new run instead, and a delete's notice is not said.
 //   A dialog with fields stays open on an error, with what was typed and the reason in words.
 //   A `data-idempotent` action (a trigger, a run's retry) carries a request id, kept for its URL until an
 //   answer is heard: clicked again after its answer was lost (the server unreachable, or UNAVAILABLE), it
@@ -23,6 +26,8 @@
   "use strict";
   const TOKEN_KEY = "rackflow.token";
   const UNANSWERED_KEY = "rackflow.unanswered "; // + an idempotent action's URL, in sessionStorage
+  const NOTICE_KEY = "rackflow.notice"; // what an action that went to another page did, said there once
+  const NOTICE_MS = 60 * 1000; // a notice not read within this (a navigation that never finished) is dropped
   // How long an unanswered request id is sent again. The server remembers an id as long as it keeps the
   // run it fired (by default its newest 100 runs a schedule, or --run-retention, at least 1h), so an id
   // kept for ever could answer a click days later with an old run, firing nothing. A day covers a reload
@@ -87,6 +92,27 @@
     },
   };
 
+  // A notice for the page an action goes to: false where storage is refused (it would be lost).
+  const notices = storageArea("sessionStorage");
+  function carry(text, ms) {
+    if (!notices) return false;
+    try {
+      notices.setItem(NOTICE_KEY, JSON.stringify({ text, ms, at: Date.now() }));
+      return true;
+    } catch (exc) { return false; }
+  }
+  function sayCarried() {
+    if (!notices) return;
+    let kept = null;
+    try {
+      kept = JSON.parse(notices.getItem(NOTICE_KEY) || "null");
+      notices.removeItem(NOTICE_KEY);
+    } catch (exc) { kept = null; }
+    if (kept && typeof kept.text === "string" && Number.isFinite(kept.at) && Math.abs(Date.now() - kept.at) <= NOTICE_MS) {
+      flash(kept.text, Number(kept.ms) || 6000);
+    }
+  }
+
   function headers(extra) {
     const result = Object.assign({}, extra);
     if (token) result.Authorization = "Bearer " + token;
@@ -143,9 +169,15 @@
 
   // --- notices ----------------------------------------------------------------------------------------
   function showError(text) { errorBox.textContent = text; errorBox.hidden = false; }
-  function flash(text, ms = 6000) {
+  // `link` ({ href, text }), if given, follows the text as a link (a retry's run, where the page stays).
+  function flash(text, ms = 6000, link = null) {
     errorBox.hidden = true;
     flashBox.textContent = text; flashBox.hidden = false;
+    if (link) {
+      const a = document.createElement("a");
+      a.href = link.href; a.textContent = link.text; a.dataset.testid = "flash-link";
+      flashBox.append(" ", a, ".");
+    }
     clearTimeout(flash.timer);
     flash.timer = setTimeout(() => { flashBox.hidden = true; }, ms);
   }
@@ -384,7 +416,9 @@
       if (response.status !== 503) unanswered.delete(url);
       if (response.status === 401) askToken(data.message);
       const what = button.textContent.trim();
-      if (response.ok) return { ok: true, note: idempotent ? replayNote(data, resent) : "" };
+      // The run the answer names: a retry's answer is the run (its `id`), a trigger's names it (`run_id`).
+      const run = (data.run_id || data.id || {}).id || "";
+      if (response.ok) return { ok: true, note: idempotent ? replayNote(data, resent) : "", run };
       const note = idempotent ? replayNote(data, resent, "it submitted no task") : "";
       return { ok: false, message: `${what} refused (${data.code || response.status}): ${data.message || response.statusText}${note ? ` ${note}` : ""}` };
     } catch (exc) {
@@ -423,13 +457,24 @@
       if (!keepOpen) confirmDialog.close("ok");
       const result = await post(button, values);
       ok.disabled = false; button.disabled = false;
+      const done = button.dataset.done || "Done";
+      const ms = result.note ? 20000 : 6000;
+      const noted = result.note ? ` ${result.note}` : "";
       if (result.ok && button.dataset.then) {
+        carry(done + (result.note ? `. ${result.note}` : ""), ms);
         location.assign(button.dataset.then); // what was acted on is gone (a delete): go where it was listed
+        return;
+      }
+      const runPage = result.ok && button.hasAttribute("data-then-run") && result.run
+        ? `/runs/${encodeURIComponent(result.run)}` : "";
+      if (runPage && carry(`${done}: this page is the run it fired.${noted}`, ms)) {
+        location.assign(runPage); // the operator follows what they started, not the run it superseded
         return;
       }
       if (result.ok) {
         if (confirmDialog.open) confirmDialog.close("ok");
-        flash((button.dataset.done || "Done") + (result.note ? `. ${result.note}` : ""), result.note ? 20000 : 6000);
+        if (runPage) flash(`${done}.${noted} The run it fired:`, 20000, { href: runPage, text: result.run });
+        else flash(done + (result.note ? `. ${result.note}` : ""), ms);
       } else if (keepOpen && confirmDialog.open) {
         error.textContent = result.message; error.hidden = false;
       } else {
@@ -453,6 +498,7 @@
   // --- start ------------------------------------------------------------------------------------------
   main.querySelectorAll("[data-live]").forEach((r) => raw.set(r, r.innerHTML));
   renderTimes(document);
+  sayCarried();
   if (main.hasAttribute("data-deferred")) refresh();
   setInterval(() => { if (!document.hidden) refresh(); }, refreshMs);
   setInterval(() => renderTimes(document), 15000);
