@@ -40,6 +40,7 @@ from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
+from rackflow.timespec import format_rfc3339
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, rack_target
 
@@ -457,7 +458,7 @@ async def test_an_approved_runs_deferrals_are_bound_by_its_slots_start_deadline(
     (task,) = await _tasks(env, claimed.schedule)
     assert task.rack_id == r1.id
     assert (task.not_before, task.not_after) == (slot + timedelta(minutes=20), deadline_at)
-    assert task.message.endswith(f"until {deadline_at.isoformat()}, its start deadline"), task.message
+    assert task.message.endswith(f"until {format_rfc3339(deadline_at)}, its start deadline"), task.message
 
 
 @pytest.mark.parametrize("rollout", [None, RolloutPolicy(max_concurrent_racks=2)], ids=["plain", "rollout"])

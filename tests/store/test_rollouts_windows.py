@@ -18,6 +18,7 @@ from rackflow.domain.windows import OneOff, Recurring, WindowKind, WindowPolicy
 from rackflow.schedules import firing
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
+from rackflow.timespec import format_rfc3339
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import HOURLY, POWER_OFF, START, Env, make_env, rack_target
 
@@ -134,7 +135,7 @@ async def test_a_first_wave_rack_deferred_to_its_window_starts_by_the_start_dead
     (first,) = await _tasks(env, schedule)
     assert first.rack_id == r0.id and first.status is TaskStatus.PENDING
     assert (first.not_before, first.not_after) == (TOMORROW_2AM, deadline_at)
-    assert first.message.endswith(f"until {deadline_at.isoformat()}, its start deadline"), first.message
+    assert first.message.endswith(f"until {format_rfc3339(deadline_at)}, its start deadline"), first.message
     runs, _ = await env.services.schedules.list_runs(schedule.id)
     by_rack = {o.rack_id: o for o in (await env.services.rollouts.get(runs[0].id)).run.outcomes}
     assert (by_rack[r0.id].outcome, by_rack[r0.id].start_by) == ("submitted", deadline_at)
