@@ -146,7 +146,7 @@ def assert_failed_unstarted(task: Task, backend: Recording, what: str = "the tas
     """Failed at its claim without a step run on r1: the window ended at its new end before it could."""
     assert task.status is TaskStatus.FAILED
     assert task.not_after is not None
-    assert f"the maintenance window ended at {task.not_after.isoformat()} before {what} could run" in (
+    assert f"the maintenance window ended at {format_rfc3339(task.not_after)} before {what} could run" in (
         task.message
     )
     on_r1 = [step for step in backend.steps if step.startswith("r1-")]

@@ -23,7 +23,7 @@ from rackflow.store import dispatch, task_runs
 from rackflow.store.db import Database
 from rackflow.tasks.backends.simulator import SimulatorBackend
 from rackflow.tasks.executor import Executor
-from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.timespec import ScheduleSpec, SpecType, format_rfc3339
 from rackflow.windows.service import Ref, WindowInput
 from tests.store.schedules_support import START, Env, make_env
 from tests.store.test_executor import FAST, finished
@@ -289,7 +289,7 @@ async def test_a_deferred_task_not_started_in_time_fails_naming_the_window_or_th
     # The task never ran: "the task", not "attempt 1", could not (the claim that found it too late had
     # stamped its start).
     ended = "passed" if deadline_at else "ended"
-    assert task.message == f"{words} {ended} at {task.not_after.isoformat()} before the task could run"
+    assert task.message == f"{words} {ended} at {format_rfc3339(task.not_after)} before the task could run"
 
 
 async def run_until_finished(env: Env, task: Task, default_start_deadline: timedelta | None = None) -> Task:
@@ -332,9 +332,7 @@ async def test_a_task_fired_inside_an_allow_window_does_not_start_after_it_close
     env.clock.advance(TOMORROW_2AM + timedelta(hours=2) - env.clock.now())  # it waited until the close
     task = await run_until_finished(env, task)
     assert task.status is TaskStatus.FAILED
-    assert task.message == (
-        "the maintenance window ended at 2026-03-03T04:00:00+00:00 before the task could run"
-    )
+    assert task.message == ("the maintenance window ended at 2026-03-03T04:00:00Z before the task could run")
 
 
 async def test_a_task_past_its_windows_end_fails_at_once_rather_than_wait_out_a_freeze(env: Env) -> None:
@@ -355,9 +353,7 @@ async def test_a_task_past_its_windows_end_fails_at_once_rather_than_wait_out_a_
     env.clock.advance(freeze_from + timedelta(minutes=30) - env.clock.now())
     task = await run_until_finished(env, task)
     assert (task.status, task.held_by) == (TaskStatus.FAILED, None)
-    assert task.message == (
-        "the maintenance window ended at 2026-03-03T03:00:00+00:00 before the task could run"
-    )
+    assert task.message == ("the maintenance window ended at 2026-03-03T03:00:00Z before the task could run")
 
 
 @pytest.mark.parametrize("whose", ["the schedule's", "the server's"])
@@ -397,5 +393,5 @@ async def test_a_task_found_too_late_before_its_write_back_names_its_start_deadl
     (task,) = ended
     assert task.status is TaskStatus.FAILED
     assert task.message == (
-        f"its firing's start deadline passed at {capped.isoformat()} before the task could run"
+        f"its firing's start deadline passed at {format_rfc3339(capped)} before the task could run"
     )

@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from rackflow.tasks.executor import _refusal
+from rackflow.timespec import format_rfc3339
 from tests.unit.test_retry_policy import NOW, task
 
 END = NOW + timedelta(hours=2)
@@ -18,10 +19,10 @@ def test_a_task_may_start_up_to_its_windows_end_but_not_at_it() -> None:
     assert _refusal(waited, 1, END - timedelta(microseconds=1), None) is None
     assert (
         _refusal(waited, 1, END, None)
-        == f"the maintenance window ended at {END.isoformat()} before the task could run"
+        == f"the maintenance window ended at {format_rfc3339(END)} before the task could run"
     )
     assert _refusal(waited, 1, END, END) == (
-        f"its firing's start deadline passed at {END.isoformat()} before the task could run"
+        f"its firing's start deadline passed at {format_rfc3339(END)} before the task could run"
     )
 
 
@@ -31,10 +32,10 @@ def test_an_attempt_after_the_task_ran_says_it_is_the_attempt_that_could_not() -
     retried = replace(task(attempt=2), not_after=END)
     assert (
         _refusal(retried, 1, END, None)
-        == f"the maintenance window ended at {END.isoformat()} before attempt 2 could run"
+        == f"the maintenance window ended at {format_rfc3339(END)} before attempt 2 could run"
     )
     taken_over = replace(task(), not_after=END)
     assert (
         _refusal(taken_over, 2, END, None)
-        == f"the maintenance window ended at {END.isoformat()} before attempt 1 could run"
+        == f"the maintenance window ended at {format_rfc3339(END)} before attempt 1 could run"
     )

@@ -52,6 +52,7 @@ from rackflow.store import outbox
 from rackflow.store import rollouts as run_store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
+from rackflow.timespec import format_rfc3339
 from rackflow.validation import check_description
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class ApprovalService:
             )
         if run.approval.expires_at <= await self.db.now(conn):
             raise FailedPrecondition(
-                f"id: run {run_id} expired at {run.approval.expires_at.isoformat()} and can no longer be "
+                f"id: run {run_id} expired at {format_rfc3339(run.approval.expires_at)} and can no longer be "
                 f"{action}"
             )
         schedule = await store.get_schedule(conn, run.schedule_id)

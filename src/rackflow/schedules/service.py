@@ -537,10 +537,10 @@ class ScheduleService:
         check_description(reason, "reason")
         now = self.clock.now()
         if resume_at is not None and resume_at <= now:
-            raise InvalidArgument(f"resume_at: must be in the future, got {resume_at.isoformat()}")
+            raise InvalidArgument(f"resume_at: must be in the future, got {format_rfc3339(resume_at)}")
         if resume_at is not None and resume_at > now + MAX_PAUSE:
             # Past it a resume computes no next run before year 10000, and previews failed from then on.
-            raise InvalidArgument(f"resume_at: at most 100 years ahead, got {resume_at.isoformat()}")
+            raise InvalidArgument(f"resume_at: at most 100 years ahead, got {format_rfc3339(resume_at)}")
         async with self.db.transaction() as conn:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:

@@ -165,6 +165,7 @@ from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.backends.base import DONE_VERB, STEP_VERB, Backend, StepFailed, StepState, plan
 from rackflow.tasks.gates import Gate, LooksAgain, consult
 from rackflow.tasks.manager import TaskManager, count_ended
+from rackflow.timespec import format_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -696,7 +697,7 @@ def _refusal(task: Task, attempt: int, now: datetime, start_deadline: datetime |
     if attempt > MAX_ATTEMPTS:
         return f"gave up after {MAX_ATTEMPTS} attempts, each cut short with its rackflow instance"
     if task.not_after is not None and task.too_late(now):
-        ended = task.not_after.isoformat()
+        ended = format_rfc3339(task.not_after)
         # A task that ran before (a retry's next attempt, a takeover) did run: it is this attempt that
         # could not. (Not told by `started_at`: the claim that found it too late has just stamped it.)
         ran_before = task.attempt > 1 or attempt > 1
