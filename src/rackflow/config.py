@@ -136,9 +136,17 @@ DEFAULT_NOTIFICATION_RETENTION = timedelta(days=7)
 # end of those reported, every NOTIFY_HOLD_WATCH_INTERVAL (or a quarter of the threshold, if shorter).
 DEFAULT_NOTIFICATION_HOLD_THRESHOLD = timedelta(hours=1)
 NOTIFY_HOLD_WATCH_INTERVAL = timedelta(seconds=15)
-# An Alertmanager alert for a condition (a halted run, a paused schedule) ends this long after it started
-# unless rackflow clears it sooner; an alert for a one-off event (a failed task) ends after ALERT_ONE_OFF.
-ALERT_CONDITION_HORIZON = timedelta(days=7)
+# An Alertmanager alert for a condition (a halted run, a paused schedule, a task held too long) is sent again
+# every DEFAULT_ALERT_RESEND_INTERVAL while the condition is open, as Prometheus
+# re-sends its firing alerts: Alertmanager keeps alerts in memory only, and one restarted, or an HA peer that
+# missed a post, has them again within an interval. Each send's `endsAt` is ALERT_RESEND_ENDS_AFTER intervals
+# on, so an alert rackflow stops sending (its clearing lost, rackflow gone) resolves by itself. An alert for
+# a one-off event (a failed task) ends after ALERT_ONE_OFF, and is not sent again.
+DEFAULT_ALERT_RESEND_INTERVAL = timedelta(minutes=1)
+ALERT_RESEND_ENDS_AFTER = 4
+# Each instance's delivery loop looks for re-sends due this many times an interval (one read; a re-send is
+# then at most this fraction of an interval late), not every round: the look reads the open conditions.
+ALERT_RESEND_LOOKS = 4
 ALERT_ONE_OFF = timedelta(hours=1)
 
 

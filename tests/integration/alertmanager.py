@@ -34,6 +34,8 @@ PORT_TRIES = 3
 class Alertmanager:
     url: str
     process: subprocess.Popen[bytes]
+    home: Path
+    restarts: int = 0
 
     def post(self, labels: dict[str, str], *, resolved: bool = False) -> None:
         alert: dict[str, Any] = {"labels": labels}
@@ -65,6 +67,34 @@ class Alertmanager:
             self.process.terminate()
             self.process.wait(timeout=30)
 
+    def restart(self) -> None:
+        """Stop this Alertmanager and start a new one on the same address with fresh storage, as a restart
+        without its data (or a new HA peer) is: it holds no alert until its clients send them again."""
+        self.stop()
+        self.restarts += 1
+        log_path = self.home / "alertmanager.log"
+        with log_path.open("ab") as log:
+            self.process = _start(self.home, self.url, self.home / f"data-{self.restarts}", log)
+        deadline = time.monotonic() + READY_WITHIN_S
+        while not _ready(self.url) and self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _ready(self.url):
+            pytest.fail(f"Alertmanager did not get ready again: {log_path.read_text()[-2000:]}")
+
+
+def _start(home: Path, url: str, data: Path, log: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            str(require(ALERTMANAGER, "prometheus-alertmanager")),
+            f"--config.file={home / 'alertmanager.yml'}",
+            f"--storage.path={data}",
+            f"--web.listen-address={url.removeprefix('http://')}",
+            "--cluster.listen-address=",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
 
 def _ready(url: str) -> bool:
     try:
@@ -77,7 +107,7 @@ def _ready(url: str) -> bool:
 @contextmanager
 def running_alertmanager(home: Path, config: str) -> Iterator[Alertmanager]:
     """Alertmanager serving `config` from `home` (its storage and log), ready; stopped on exit."""
-    binary = require(ALERTMANAGER, "prometheus-alertmanager")
+    require(ALERTMANAGER, "prometheus-alertmanager")
     (home / "alertmanager.yml").write_text(config)
     log_path = home / "alertmanager.log"
     log_path.touch()
@@ -85,18 +115,8 @@ def running_alertmanager(home: Path, config: str) -> Iterator[Alertmanager]:
         url = f"http://127.0.0.1:{free_port()}"
         tried_from = log_path.stat().st_size
         with log_path.open("ab") as log:  # every try's output kept, for a failure's message
-            process = subprocess.Popen(
-                [
-                    str(binary),
-                    f"--config.file={home / 'alertmanager.yml'}",
-                    f"--storage.path={home / 'data'}",
-                    f"--web.listen-address={url.removeprefix('http://')}",
-                    "--cluster.listen-address=",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        started = Alertmanager(url, process)
+            process = _start(home, url, home / "data", log)
+        started = Alertmanager(url, process, home)
         deadline = time.monotonic() + READY_WITHIN_S
         while not _ready(url) and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)

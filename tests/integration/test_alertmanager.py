@@ -198,6 +198,62 @@ async def test_a_long_hold_alerts_and_resolves_when_the_task_starts(
     assert await asyncio.to_thread(alerts) == []
 
 
+RESEND = timedelta(minutes=1)  # the documented default interval of re-sends
+
+
+def _ends_in(alert: dict[str, Any], now: datetime) -> timedelta:
+    return datetime.fromisoformat(alert["endsAt"].replace("Z", "+00:00")) - now
+
+
+async def test_an_open_halt_is_sent_again_and_comes_back_after_alertmanager_restarts(
+    db: Database, tmp_path: Path
+) -> None:
+    """Alertmanager keeps alerts in memory and expects its clients to send the firing ones again: a restart
+    (no storage kept) or an HA peer that missed the post lost rackflow's open alert for good, which was sent
+    once with `endsAt` seven days on. While the condition is open it is sent again every interval with
+    `endsAt` a few intervals on (so a lost clearing, or rackflow gone, lets Alertmanager resolve it); once
+    cleared it is not sent again."""
+    env = make_env(db)
+    env.clock.advance(datetime.now(UTC) - env.clock.now())
+    with running_alertmanager(tmp_path, CONFIG) as alertmanager:
+        await env.services.notifications.create(
+            ChannelInput(name="am", kind="alertmanager", url=alertmanager.url, event_types=("run.halted",))
+        )
+        racks = await _racks(env, 3)
+        schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
+        await env.services.schedules.trigger(schedule.id)
+        await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+        await env.services.rollouts.advance()
+        run = (await _run(env, schedule)).run.id
+        run_id = str(run)
+        deliverer = Deliverer(db)
+        await deliverer.deliver_once()
+        (firing,) = await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id)
+        assert 2 * RESEND <= _ends_in(firing, env.clock.now()) <= 5 * RESEND
+
+        await asyncio.to_thread(alertmanager.restart)
+        assert await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id) == []
+        await deliverer.deliver_once()  # not due yet: sent an interval after the last send
+        assert await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id) == []
+        for _ in range(3):  # each interval, sent again with its end a few intervals on
+            env.clock.advance(RESEND + timedelta(seconds=1))
+            await deliverer.deliver_once()
+            (again,) = await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id)
+            assert again["labels"] == firing["labels"] and again["status"]["state"] == "active"
+            assert 2 * RESEND <= _ends_in(again, env.clock.now()) <= 5 * RESEND
+
+        # Back to Alertmanager's time: it ignores an end in its future, and the clearing ends the alert now.
+        env.clock.advance(datetime.now(UTC) - env.clock.now())
+        await env.services.rollouts.resume(run)
+        await deliverer.deliver_once()
+        assert await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id) == []
+        await asyncio.to_thread(alertmanager.restart)
+        for _ in range(3):  # cleared: never sent again, firing or resolved
+            env.clock.advance(RESEND + timedelta(seconds=1))
+            await deliverer.deliver_once()
+        assert await asyncio.to_thread(alertmanager.alerts) == []
+
+
 def test_the_docs_alertmanager_configuration_is_valid(tmp_path: Path) -> None:
     (config,) = re.findall(r"```yaml\n(route:.*?)```", DOC.read_text(), flags=re.S)
     (tmp_path / "alertmanager.yml").write_text(config)

@@ -19,19 +19,20 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from rackflow import metrics
+from rackflow.clock import FakeClock
 from rackflow.domain.notifications import DeliveryState, Event, EventType, Severity
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.service import ChannelInput, ChannelView
 from rackflow.store import outbox
 from rackflow.store.db import Database
-from rackflow.store.tables import notification_channel
+from rackflow.store.tables import notification_channel, notification_delivery, notification_event
 from tests.receiver import Receiver, receiving
 from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, MovingClock
@@ -580,3 +581,126 @@ async def test_a_redirect_fails_the_delivery_and_is_not_followed(db: Database) -
     ((state, error),) = [(d.state, d.last_error) for d in await env.services.notifications.deliveries()]
     assert state is DeliveryState.DEAD
     assert error.startswith("HTTP 301")
+
+
+async def _rows(db: Database) -> tuple[int, int]:
+    async with db.read() as conn:
+        events = (await conn.execute(select(func.count()).select_from(notification_event))).scalar_one()
+        deliveries = (
+            await conn.execute(select(func.count()).select_from(notification_delivery))
+        ).scalar_one()
+    return events, deliveries
+
+
+async def test_one_instance_sends_an_open_alert_again_each_interval_and_none_once_cleared(
+    db_url: str,
+) -> None:
+    """Two instances share the re-sends of an open condition's alert as they share deliveries (a claim in
+    the database): one POST an interval, not one per instance; no row is added per re-send; a disabled
+    channel gets none; a cleared condition is sent no more."""
+    clock = FakeClock(datetime.now(UTC))  # one clock for both instances, as the database's is on PostgreSQL
+    first, second = Database(db_url, clock=clock), Database(db_url, clock=clock)
+    try:
+        env = make_env_at(first, clock)
+        with receiving() as receiver:
+            channel = await env.services.notifications.create(
+                ChannelInput(name="am", kind="alertmanager", url=receiver.url)
+            )
+            halted = Event(
+                EventType.RUN_HALTED, Severity.CRITICAL, clock.now(), "halted", run_id=uuid.uuid4()
+            )
+            failed = Event(EventType.TASK_FAILED, Severity.WARNING, clock.now(), "failed")  # a one-off
+            async with first.transaction() as conn:
+                await outbox.record_events(conn, [halted, failed])
+            a, b = _deliverer(first), _deliverer(second)
+            await asyncio.gather(a.deliver_once(), b.deliver_once())
+            assert len(receiver.received) == 2
+            rows = await _rows(first)
+            for interval in range(1, 4):
+                clock.advance(timedelta(minutes=1, seconds=1))
+                for _ in range(2):
+                    await asyncio.gather(a.deliver_once(), b.deliver_once())
+                assert len(receiver.received) == 2 + interval
+                (resent,) = receiver.received[-1].json()
+                assert resent["labels"]["run"] == str(halted.run_id)
+                ends = datetime.fromisoformat(resent["endsAt"]) - clock.now()
+                assert timedelta(minutes=2) <= ends <= timedelta(minutes=5)
+            assert await _rows(first) == rows
+
+            await env.services.notifications.update(
+                channel.channel.id, ["channel.disabled"], ChannelInput(disabled=True)
+            )
+            clock.advance(timedelta(minutes=1, seconds=1))
+            await asyncio.gather(a.deliver_once(), b.deliver_once())
+            assert len(receiver.received) == 5
+            await env.services.notifications.update(
+                channel.channel.id, ["channel.disabled"], ChannelInput(disabled=False)
+            )
+            await asyncio.gather(a.deliver_once(), b.deliver_once())
+            assert len(receiver.received) == 6
+
+            cleared = Event(
+                EventType.RUN_HALT_CLEARED, Severity.CRITICAL, clock.now(), "resumed", run_id=halted.run_id
+            )
+            async with first.transaction() as conn:
+                await outbox.record_events(conn, [cleared])
+            await asyncio.gather(a.deliver_once(), b.deliver_once())
+            assert len(receiver.received) == 7  # the clearing, resolving the alert
+            for _ in range(3):
+                clock.advance(timedelta(minutes=1, seconds=1))
+                await asyncio.gather(a.deliver_once(), b.deliver_once())
+            assert len(receiver.received) == 7
+            async with first.transaction() as conn:  # as events recorded before clearings marked them
+                await conn.execute(update(notification_event).values(cleared_at=None))
+            clock.advance(timedelta(minutes=1, seconds=1))
+            await asyncio.gather(a.deliver_once(), b.deliver_once())
+            assert len(receiver.received) == 7
+    finally:
+        await first.dispose()
+        await second.dispose()
+
+
+async def test_a_task_held_anew_as_its_last_hold_clears_is_sent_again(db: Database) -> None:
+    """A long hold is keyed, and open until `clear_condition` marks it: the hold watcher records the end
+    of a task's hold and its new hold (another gate) in one transaction, at one time, so which of the two
+    comes later cannot be told from their events; the new one is still sent again, the old one not."""
+    clock = FakeClock(datetime.now(UTC))
+    env = make_env_at(db, clock)
+    task_id = uuid.uuid4()
+    with receiving() as receiver:
+        await env.services.notifications.create(
+            ChannelInput(name="am", kind="alertmanager", url=receiver.url)
+        )
+
+        def hold(gate: str) -> Event:
+            return Event(
+                EventType.TASK_HELD_TOO_LONG,
+                Severity.WARNING,
+                clock.now(),
+                f"held by {gate}",
+                task_id=task_id,
+                payload={"held_by": gate},
+                key=f"task.held_too_long:{task_id}:{gate}",
+            )
+
+        first = hold("freeze")
+        async with db.transaction() as conn:
+            await outbox.record_events(conn, [first])
+        deliverer = _deliverer(db)
+        await deliverer.deliver_once()
+        clock.advance(timedelta(minutes=5))
+        second = hold("budget")
+        async with db.transaction() as conn:
+            assert await outbox.clear_condition(conn, first.id, clock.now())
+            cleared = Event(
+                EventType.TASK_HOLD_CLEARED, Severity.WARNING, clock.now(), "budget holds it", task_id=task_id
+            )
+            await outbox.record_events(conn, [cleared, second])
+        await deliverer.deliver_once()
+        assert len(receiver.received) == 3
+        for sent in range(1, 3):
+            clock.advance(timedelta(minutes=1, seconds=1))
+            await deliverer.deliver_once()
+            assert len(receiver.received) == 3 + sent
+            (resent,) = receiver.received[-1].json()
+            assert resent["annotations"]["event_id"] == str(second.id)

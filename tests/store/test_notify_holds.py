@@ -78,7 +78,7 @@ async def test_a_long_freeze_hold_is_reported_once_and_its_end_once(db: Database
     assert first == raised
     assert cleared.type is EventType.TASK_HOLD_CLEARED and cleared.task_id == task.id
     assert cleared.summary.endswith("freeze: the task is no longer waiting (started or ended)")
-    raised_alert, cleared_alert = alert(raised, ""), alert(cleared, "")
+    raised_alert, cleared_alert = alert(raised, "", now=raised.at), alert(cleared, "", now=cleared.at)
     assert raised_alert["labels"] == cleared_alert["labels"]
     assert raised_alert["labels"]["alertname"] == "RackflowTaskHeldTooLong"
     assert raised_alert["labels"]["task"] == str(task.id)

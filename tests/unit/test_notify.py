@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from rackflow.config import ALERT_CONDITION_HORIZON, ALERT_ONE_OFF
+from rackflow.config import ALERT_ONE_OFF, ALERT_RESEND_ENDS_AFTER, DEFAULT_ALERT_RESEND_INTERVAL
 from rackflow.domain.notifications import ChannelKind, Event, EventType, Severity, Subscription, tokens_now
 from rackflow.domain.tasks import OperationKind
 from rackflow.notify.delivery import retry_delay
@@ -74,9 +74,10 @@ def test_urls_are_shown_without_credentials() -> None:
 
 
 def test_a_condition_alert_and_its_clearing_share_labels_and_the_clearing_ends_it() -> None:
-    fired = alert(_event(EventType.RUN_HALTED, Severity.CRITICAL), "https://rf/runs/1")
+    sent = AT + timedelta(minutes=3)  # sent late, or sent again: it ends a few intervals after the send
+    fired = alert(_event(EventType.RUN_HALTED, Severity.CRITICAL), "https://rf/runs/1", now=sent)
     later = AT + timedelta(minutes=5)
-    cleared = alert(_event(EventType.RUN_HALT_CLEARED, Severity.CRITICAL, at=later), "")
+    cleared = alert(_event(EventType.RUN_HALT_CLEARED, Severity.CRITICAL, at=later), "", now=later)
     assert (
         fired["labels"]
         == cleared["labels"]
@@ -88,9 +89,11 @@ def test_a_condition_alert_and_its_clearing_share_labels_and_the_clearing_ends_i
             "run": str(RUN),
         }
     )
-    assert fired["endsAt"] == (AT + ALERT_CONDITION_HORIZON).isoformat()
+    assert fired["endsAt"] == (sent + ALERT_RESEND_ENDS_AFTER * DEFAULT_ALERT_RESEND_INTERVAL).isoformat()
     assert fired["generatorURL"] == "https://rf/runs/1"
     assert cleared["endsAt"] == later.isoformat()
-    one_off = alert(_event(EventType.TASK_FAILED, Severity.WARNING, rack_name="r1", run_id=None), "")
+    one_off = alert(
+        _event(EventType.TASK_FAILED, Severity.WARNING, rack_name="r1", run_id=None), "", now=sent
+    )
     assert one_off["labels"]["rack"] == "r1" and "run" not in one_off["labels"]
     assert one_off["endsAt"] == (AT + ALERT_ONE_OFF).isoformat()

@@ -27,14 +27,17 @@ import asyncio
 import itertools
 import logging
 import random
+import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from rackflow import metrics
 from rackflow.clock import sleep_unless_woken
 from rackflow.config import (
+    ALERT_RESEND_LOOKS,
+    DEFAULT_ALERT_RESEND_INTERVAL,
     DEFAULT_NOTIFY_SEND_LEASE,
     NOTIFY_BATCH,
     NOTIFY_IDLE_INTERVAL,
@@ -45,8 +48,8 @@ from rackflow.config import (
     NOTIFY_SEND_TIMEOUT,
     NOTIFY_SENDS,
 )
-from rackflow.domain.notifications import Channel, ChannelKind, Event
-from rackflow.notify.senders import Request, SendFailed, post, request_for
+from rackflow.domain.notifications import CONDITION_SUBJECT, Channel, ChannelKind, Event
+from rackflow.notify.senders import Request, SendFailed, post, request_for, resend_request
 from rackflow.retry import Retry
 from rackflow.store import outbox
 from rackflow.store.db import Database
@@ -97,6 +100,7 @@ class Deliverer:
         sends: int = NOTIFY_SENDS,
         timeout: timedelta = NOTIFY_SEND_TIMEOUT,
         lease: timedelta = DEFAULT_NOTIFY_SEND_LEASE,
+        resend: timedelta = DEFAULT_ALERT_RESEND_INTERVAL,
         sender: Send | None = None,
         jitter: Callable[[], float] = lambda: random.uniform(0.5, 1.0),
     ) -> None:
@@ -108,12 +112,14 @@ class Deliverer:
         self.sends = sends
         self.timeout = timeout
         self.lease = lease
+        self.resend = resend
         # A pool of the loop's own, one thread per send a round claims: a send never waits for a thread
         # (so never outlives its lease waiting), and takes none from the event loop's default executor.
         self._pool = ThreadPoolExecutor(sends, thread_name_prefix="rackflow-notify")
         self.sender = sender or self._post
         self.jitter = jitter
         self._rounds = 0
+        self._resend_look: datetime | None = None  # when to look for re-sends due next (None: now)
         self._woken = asyncio.Event()
 
     def wake(self) -> None:
@@ -173,12 +179,15 @@ class Deliverer:
             results = await asyncio.gather(*(self._send(c.channel, c.claimed, c.current) for c in claims))
             async with self.db.transaction() as conn:
                 await outbox.record_results(conn, results, await self.db.now(conn))
-        busy = fanned >= self.batch or len(claims) >= self.sends
+        resent = await self._resends(work)
+        busy = fanned >= self.batch or len(claims) >= self.sends or resent >= self.batch
         if work.new_events or claims or any(c.enabled and c.id in due_now for c in work.channels):
             return _Round(busy, self.interval.total_seconds())
         pause = self.idle_interval.total_seconds()
         if (next_due := work.next_due()) is not None:
             pause = min(pause, (next_due - work.now).total_seconds())
+        if self._resend_look is not None:
+            pause = min(pause, (self._resend_look - work.now).total_seconds())
         return _Round(busy, max(0.0, pause))
 
     async def _claim(self, channels: list[Channel]) -> list[_Claim]:
@@ -206,9 +215,74 @@ class Deliverer:
             current = await outbox.conditions_now(conn, alerts) if alerts else {}
         return [_Claim(channel, c, current.get(c.event.id)) for channel, c in claims]
 
+    async def _resends(self, work: outbox.Work) -> int:
+        """With an enabled Alertmanager channel, look for open alerts due to be sent again, every
+        `resend / ALERT_RESEND_LOOKS` (or when the first is due, if sooner), and send them. The look reads
+        (`outbox.next_resend`); only when one is due does it claim, in a transaction. Returns how many
+        alerts were claimed (`batch`: there may be more, look again at once)."""
+        channels = [c for c in work.channels if c.enabled and c.kind is ChannelKind.ALERTMANAGER]
+        if not channels:
+            self._resend_look = None
+            return 0
+        if self._resend_look is not None and work.now < self._resend_look:
+            return 0
+        async with self.db.read() as conn:
+            due_at = await outbox.next_resend(conn, [c.id for c in channels])
+        claimed = 0
+        if due_at is not None and due_at <= work.now:
+            claimed = await self._resend(channels)
+            due_at = work.now if claimed >= self.batch else None
+        look = work.now + self.resend / ALERT_RESEND_LOOKS
+        self._resend_look = min(look, due_at) if due_at is not None else look
+        return claimed
+
+    async def _resend(self, channels: list[Channel]) -> int:
+        """Send the open conditions' alerts that are due again to these Alertmanagers (up to `batch` a
+        round), one POST per channel: claimed in the database (`outbox.claim_resends`), so one instance
+        sends each an interval. A failed re-send is logged and counted, and goes at the next interval.
+        Returns how many alerts were claimed."""
+        by_id = {c.id: c for c in channels}
+        async with self.db.transaction() as conn:
+            now = await self.db.now(conn)
+            claimed = await outbox.claim_resends(self.db, conn, list(by_id), now, self.batch, self.resend)
+        alerts: dict[uuid.UUID, list[Event]] = {}
+        for channel_id, event in claimed:
+            alerts.setdefault(channel_id, []).append(event)
+        sent = self.db.clock.now()
+        requests = [
+            (
+                by_id[channel_id],
+                resend_request(
+                    by_id[channel_id], events, now=sent, external_url=self.external_url, resend=self.resend
+                ),
+            )
+            for channel_id, events in alerts.items()
+        ]
+        await asyncio.gather(*(self._resend_one(channel, request) for channel, request in requests))
+        return len(claimed)
+
+    async def _resend_one(self, channel: Channel, request: Request) -> None:
+        try:
+            async with asyncio.timeout(self.timeout.total_seconds()):
+                await self.sender(request, self.timeout.total_seconds())
+        except Exception as exc:  # the next interval sends it again; a sender's own bug is logged alike
+            metrics.NOTIFICATIONS_FAILED.labels(channel.name).inc()
+            log.warning(
+                "sending open alerts again to channel %r failed: %s; again in %s",
+                channel.name,
+                str(exc) or type(exc).__name__,
+                self.resend,
+                extra={"channel": channel.name},
+            )
+
     async def _send(self, channel: Channel, claimed: outbox.Claimed, current: Event | None) -> outbox.Result:
         request = request_for(
-            channel, claimed.event, now=self.db.clock.now(), external_url=self.external_url, current=current
+            channel,
+            claimed.event,
+            now=self.db.clock.now(),
+            external_url=self.external_url,
+            current=current,
+            resend=self.resend,
         )
         try:
             async with asyncio.timeout(self.timeout.total_seconds()):
@@ -219,7 +293,8 @@ class Deliverer:
             log.warning("notification send to channel %r raised %s", channel.name, type(exc).__name__)
             return self._failed(channel, claimed, f"send failed ({type(exc).__name__})")
         metrics.NOTIFICATIONS_DELIVERED.labels(channel.name).inc()
-        return outbox.Result(claimed, delivered=True)
+        raises = channel.kind is ChannelKind.ALERTMANAGER and claimed.event.type in CONDITION_SUBJECT
+        return outbox.Result(claimed, delivered=True, resend_after=self.resend if raises else None)
 
     def _failed(self, channel: Channel, claimed: outbox.Claimed, error: str) -> outbox.Result:
         metrics.NOTIFICATIONS_FAILED.labels(channel.name).inc()

@@ -4,7 +4,8 @@
   channel's secret of `<X-Rackflow-Timestamp>.<body>`, so a receiver can check it and refuse old replays;
 * slack: an incoming webhook's `{"text": …}`: what, where, why, and a link to the run's page;
 * alertmanager: one alert for `POST /api/v2/alerts`, labelled alertname, schedule, rack, severity (and
-  run or task); the event that clears a condition sends the same labels with `endsAt` now.
+  run or task); the event that clears a condition sends the same labels with `endsAt` now. An open
+  condition's alert is sent again every resend interval (`resend_request`, `rackflow.notify.delivery`).
 
 Every request carries the event id as its idempotency key (`Idempotency-Key`, `X-Rackflow-Event-Id`):
 delivery is at least once, and a receiver that remembers ids sees each event once.
@@ -20,13 +21,13 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from rackflow.config import ALERT_CONDITION_HORIZON, ALERT_ONE_OFF, host_port
+from rackflow.config import ALERT_ONE_OFF, ALERT_RESEND_ENDS_AFTER, DEFAULT_ALERT_RESEND_INTERVAL, host_port
 from rackflow.domain.notifications import CLEARS, Channel, ChannelKind, Event, EventType
 from rackflow.http_answers import NO_REDIRECTS, not_followed, read_within
 
@@ -86,12 +87,18 @@ def run_link(external_url: str, event: Event) -> str:
 
 
 def request_for(
-    channel: Channel, event: Event, *, now: datetime, external_url: str, current: Event | None = None
+    channel: Channel,
+    event: Event,
+    *,
+    now: datetime,
+    external_url: str,
+    current: Event | None = None,
+    resend: timedelta = DEFAULT_ALERT_RESEND_INTERVAL,
 ) -> Request:
     """The request that delivers `event` to `channel`. An Alertmanager's alert is made from `current`, the
     latest event of the event's condition (`outbox.conditions_now`; the event itself when not given): it
     keeps the last alert sent for its labels, so a halt retried after its clearing sends the resolved
-    alert again rather than firing for seven days. The headers name `event` in any case."""
+    alert again rather than firing on. The headers name `event` in any case."""
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
@@ -110,7 +117,18 @@ def request_for(
         return Request(channel.url, headers, _json({"text": slack_text(event, link)}))
     state = current or event
     url = channel.url.rstrip("/") + ALERTS_PATH
-    return Request(url, headers, _json([alert(state, run_link(external_url, state))]))
+    return Request(url, headers, _json([alert(state, run_link(external_url, state), now=now, resend=resend)]))
+
+
+def resend_request(
+    channel: Channel, events: Sequence[Event], *, now: datetime, external_url: str, resend: timedelta
+) -> Request:
+    """One POST to an Alertmanager of the firing alerts of open conditions (`events`, each its condition's
+    latest), sent again as Prometheus re-sends its own: one request for them all, so the re-sends of many
+    open conditions cost the channel one send an interval, whatever their number."""
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
+    alerts = [alert(event, run_link(external_url, event), now=now, resend=resend) for event in events]
+    return Request(channel.url.rstrip("/") + ALERTS_PATH, headers, _json(alerts))
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -143,9 +161,13 @@ def slack_text(event: Event, link: str) -> str:
     return "\n".join(lines)
 
 
-def alert(event: Event, link: str) -> dict[str, Any]:
-    """The Alertmanager alert of an event. A condition's alert lasts ALERT_CONDITION_HORIZON unless its
-    clearing event ends it (the same labels, `endsAt` the clearing's time); a one-off's, ALERT_ONE_OFF."""
+def alert(
+    event: Event, link: str, *, now: datetime, resend: timedelta = DEFAULT_ALERT_RESEND_INTERVAL
+) -> dict[str, Any]:
+    """The Alertmanager alert of an event, sent at `now`. A condition's alert ends ALERT_RESEND_ENDS_AFTER
+    resend intervals from `now`: it is sent again each interval while open, so it fires on, and resolves
+    by itself a few intervals after the sends stop (its clearing lost, rackflow gone). Its clearing ends it
+    (the same labels, `endsAt` the clearing's time). A one-off's alert ends ALERT_ONE_OFF after the event."""
     condition = CLEARS.get(event.type, event.type)
     labels = {
         "alertname": ALERT_NAMES[condition],
@@ -161,7 +183,7 @@ def alert(event: Event, link: str) -> dict[str, Any]:
     if event.type in CLEARS:
         ends = event.at
     elif event.type in CLEARS.values():
-        ends = event.at + ALERT_CONDITION_HORIZON
+        ends = now + ALERT_RESEND_ENDS_AFTER * resend
     else:
         ends = event.at + ALERT_ONE_OFF
     found = {

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -70,7 +70,9 @@ async def record_events(conn: AsyncConnection, events: Sequence[Event]) -> None:
     (`_with_context`). No events, no query: the write sites call this on every change."""
     if not events:
         return
-    rows = [_event_row(event) for event in await _as_raised(conn, await _with_context(conn, events))]
+    named = await _as_raised(conn, await _with_context(conn, events))
+    await _mark_cleared(conn, named)  # the raises recorded before: a raise anew in `events` stays open
+    rows = [_event_row(event) for event in named]
     keyed = any(event.key for event in events)  # another instance may have written the same key first
     await conn.execute(*insert_rows(conn.dialect.name, notification_event, rows, new_only=keyed))
     after_commit(conn, CHANGED)
@@ -112,7 +114,7 @@ async def _with_context(conn: AsyncConnection, events: Sequence[Event]) -> list[
 async def _as_raised(conn: AsyncConnection, events: Sequence[Event]) -> list[Event]:
     """The events, each clearing with the names (schedule, rack, operation) of the latest event that raised
     its condition: Alertmanager ends an alert by its labels, so a clearing named anew (the schedule renamed
-    between a halt and its resume) left the halt's alert firing for ALERT_CONDITION_HORIZON. A clearing
+    between a halt and its resume) left the halt's alert firing on. A clearing
     with no raise recorded keeps its own. Clearings are few (a resume, a decision, a hold's end)."""
     named = []
     for event in events:
@@ -315,7 +317,7 @@ async def conditions_now(conn: AsyncConnection, events: Sequence[Event]) -> dict
     same run, schedule or task: `CONDITION_SUBJECT`) at or after it, by `at`: itself, unless the condition
     changed since. Alertmanager keeps the last alert it was sent for a set of labels, and deliveries are
     retried out of order (a back-off, a lease), so a halt sent after its clearing must say what holds now,
-    not fire again for seven days. Read from `at` on (its index): a delivery on time reads a few rows."""
+    not fire again. Read from `at` on (its index): a delivery on time reads a few rows."""
     found: dict[uuid.UUID, Event] = {}
     for event in events:
         condition = condition_of(event.type)
@@ -487,12 +489,14 @@ async def spend_tokens(conn: AsyncConnection, channel_id: uuid.UUID, left: float
 @dataclass(frozen=True)
 class Result:
     """How one claimed send went: delivered, or failed with `error` and tried again `retry_after` from when
-    the result is written (None: the channel's attempts are used up, the delivery is dead)."""
+    the result is written (None: the channel's attempts are used up, the delivery is dead). A delivered
+    condition's alert to an Alertmanager is sent again `resend_after` on (`claim_resends`)."""
 
     claimed: Claimed
     delivered: bool
     error: str = ""
     retry_after: timedelta | None = None
+    resend_after: timedelta | None = None
 
 
 async def record_results(conn: AsyncConnection, results: Sequence[Result], now: datetime) -> int:
@@ -504,6 +508,8 @@ async def record_results(conn: AsyncConnection, results: Sequence[Result], now: 
     for result in results:
         if result.delivered:
             values: dict[str, Any] = {"state": DELIVERED, "delivered_at": now, "last_error": ""}
+            if result.resend_after is not None:
+                values["next_attempt_at"] = now + result.resend_after
         elif result.retry_after is None:
             values = {"state": DEAD, "last_error": result.error}
         else:
@@ -576,6 +582,110 @@ async def redeliver(
     if count:
         after_commit(conn, CHANGED)
     return count
+
+
+# --- re-sends of open conditions' alerts to Alertmanagers (docs/NOTIFICATIONS.md, "Alertmanager") ------
+
+
+def _open(event: Any) -> ColumnElement[bool]:
+    """Whether `event` (a row of notification_event) raised a condition still open: not marked cleared
+    (`clear_condition` for a keyed event, a task held too long; `_mark_cleared` when a clearing is
+    recorded), and, unkeyed, no later event of its condition (a clearing, or a new raise, which is then the
+    open one) concerns its subject: what an event recorded before the marking needs. Later is by (`at`,
+    `id`), the order `conditions_now` reads the latest in; the look reads from the raise's `at` on (its
+    index), for the few raised events not marked cleared."""
+    later = notification_event.alias("later")
+    raised = []
+    for condition, subject in CONDITION_SUBJECT.items():
+        superseded = exists().where(
+            later.c.type.in_([t.value for t in condition_types(condition)]),
+            later.c[subject] == event.c[subject],
+            later.c.at >= event.c.at,
+            or_(later.c.at > event.c.at, later.c.id > event.c.id),
+        )
+        raised.append(and_(event.c.type == condition.value, event.c[subject].is_not(None), ~superseded))
+    return and_(
+        event.c.type.in_([c.value for c in CONDITION_SUBJECT]),
+        event.c.cleared_at.is_(None),
+        or_(event.c.dedupe_key.is_not(None), *raised),
+    )
+
+
+async def _mark_cleared(conn: AsyncConnection, events: Sequence[Event]) -> None:
+    """Mark cleared the unkeyed raised events of the conditions these events clear (those raised at or
+    before the clearing), so the look for open alerts to send again (`_open`) passes them by without
+    reading on. A keyed raise (a task held too long) is marked by `clear_condition`, exactly: its task may
+    be held again, by a new raise recorded with the clearing."""
+    for event in events:
+        condition = CLEARS.get(event.type)
+        if condition in (None, EventType.TASK_HELD_TOO_LONG):  # a long hold is keyed: `clear_condition`
+            continue
+        if (value := getattr(event, CONDITION_SUBJECT[condition])) is None:
+            continue
+        await conn.execute(
+            update(notification_event)
+            .where(
+                _event.type == condition.value,
+                notification_event.c[CONDITION_SUBJECT[condition]] == value,
+                _event.at <= event.at,
+                _event.dedupe_key.is_(None),
+                _event.cleared_at.is_(None),
+            )
+            .values(cleared_at=event.at)
+        )
+
+
+def _resendable(channel_ids: Collection[uuid.UUID]) -> ColumnElement[bool]:
+    """The delivered deliveries, to these channels, of events whose condition is still open: the alerts an
+    Alertmanager is sent again. A delivered row's `next_attempt_at` is when it is sent again (a pending
+    one's, when it is tried)."""
+    open_events = select(_event.id).where(_open(notification_event))
+    return and_(
+        _delivery.channel_id.in_(list(channel_ids)),
+        _delivery.state == DELIVERED,
+        _delivery.event_id.in_(open_events),
+    )
+
+
+async def next_resend(conn: AsyncConnection, channel_ids: Collection[uuid.UUID]) -> datetime | None:
+    """When the first of these channels' open alerts is to be sent again, if any."""
+    if not channel_ids:
+        return None
+    stmt = select(func.min(_delivery.next_attempt_at)).where(_resendable(channel_ids))
+    found: datetime | None = (await conn.execute(stmt)).scalar()
+    return found
+
+
+async def claim_resends(
+    db: Database,
+    conn: AsyncConnection,
+    channel_ids: Collection[uuid.UUID],
+    now: datetime,
+    limit: int,
+    interval: timedelta,
+) -> list[tuple[uuid.UUID, Event]]:
+    """Up to `limit` open alerts due to be sent again to these channels, each with its channel, claimed as
+    a delivery is (`claim_deliveries`: SKIP LOCKED, and moved an `interval` on in the same statement), so
+    one instance of a cluster sends each an interval, whichever looks first. A re-send's outcome is not
+    written: one that failed is sent at the next interval, as Prometheus does. No row is added."""
+    due = (
+        select(_delivery.id)
+        .where(_resendable(channel_ids), _delivery.next_attempt_at <= now)
+        .order_by(_delivery.next_attempt_at, _delivery.id)
+        .limit(limit)
+    )
+    ids = list((await conn.execute(db.skip_locked(due))).scalars())
+    if not ids:
+        return []
+    moved = (
+        update(notification_delivery)
+        .where(_delivery.id.in_(ids))
+        .values(next_attempt_at=now + interval)
+        .returning(_delivery.channel_id, _delivery.event_id)
+    )
+    rows = list(await conn.execute(moved))
+    events = await _lookup(conn, notification_event, [row.event_id for row in rows])
+    return [(row.channel_id, _event_from(events[row.event_id])) for row in rows]
 
 
 @dataclass(frozen=True)

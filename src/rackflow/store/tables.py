@@ -810,6 +810,8 @@ notification_delivery = Table(
     Column("channel_id", Uuid, ForeignKey("notification_channel.id", ondelete="CASCADE"), nullable=False),
     Column("state", String(16), nullable=False),
     Column("attempts", Integer, nullable=False, server_default="0"),
+    # Pending: when it is tried next. Delivered, to an Alertmanager, of a condition still open: when its alert
+    # is sent again (`outbox.claim_resends`).
     Column("next_attempt_at", UTCDateTime, nullable=False),
     Column("last_error", Text, nullable=False, server_default=""),
     Column("delivered_at", UTCDateTime, nullable=True),
