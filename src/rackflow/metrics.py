@@ -193,9 +193,9 @@ OUTBOX_AGE = "rackflow_notification_outbox_age_seconds"
 DEAD_DELIVERIES = "rackflow_notification_dead_deliveries"
 NOTIFICATION_OUTBOX = ReadOnScrape(
     {
-        OUTBOX_AGE: "Age of the oldest event not yet delivered everywhere it goes (0: nothing waits; dead "
-        "ones excluded).",
-        DEAD_DELIVERIES: "Deliveries in the dead-letter state, across every channel.",
+        OUTBOX_AGE: "Age of the oldest event not yet delivered to every enabled channel it goes to (0: "
+        "nothing waits; dead ones and disabled channels' excluded).",
+        DEAD_DELIVERIES: "Deliveries in the dead-letter state, across every enabled channel.",
     }
 )
 NOTIFICATION_EVENTS_PRUNED = Counter(

@@ -704,3 +704,37 @@ async def test_a_task_held_anew_as_its_last_hold_clears_is_sent_again(db: Databa
             assert len(receiver.received) == 3 + sent
             (resent,) = receiver.received[-1].json()
             assert resent["annotations"]["event_id"] == str(second.id)
+
+
+async def test_a_disabled_channels_deliveries_are_no_backlog(db: Database) -> None:
+    """Disabling a noisy channel leaves its deliveries waiting, unsent: they counted in the outbox's age,
+    which then grew until RackflowNotificationOutboxOld fired, and its dead ones in the dead gauge."""
+    env = make_env(db)
+    with receiving() as noisy, receiving() as quiet:
+        channel = await env.services.notifications.create(
+            ChannelInput(name="noisy", kind="webhook", url=noisy.url, max_attempts=1)
+        )
+        await env.services.notifications.create(ChannelInput(name="quiet", kind="webhook", url=quiet.url))
+        noisy.failures = [500]
+        await _record(env)  # dead at noisy, delivered at quiet
+        deliverer = _deliverer(db)
+        await deliverer.deliver_once()
+        noisy.failures = [500]
+        await _record(env)  # pending at noisy (its retry), delivered at quiet
+        await env.services.notifications.update(
+            channel.channel.id, ["channel.max_attempts"], ChannelInput(max_attempts=5)
+        )
+        await deliverer.deliver_once()
+        env.clock.advance(timedelta(minutes=15))
+        assert (await _scraped(deliverer, "rackflow_notification_outbox_age_seconds") or 0) > 600
+        assert await _scraped(deliverer, "rackflow_notification_dead_deliveries") == 1
+        await env.services.notifications.update(
+            channel.channel.id, ["channel.disabled"], ChannelInput(disabled=True)
+        )
+        assert await _scraped(deliverer, "rackflow_notification_outbox_age_seconds") == 0
+        assert await _scraped(deliverer, "rackflow_notification_dead_deliveries") == 0
+        assert sorted(await _states(env)) == [
+            DeliveryState.DEAD,
+            *[DeliveryState.DELIVERED] * 2,
+            DeliveryState.PENDING,
+        ]

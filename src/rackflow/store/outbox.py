@@ -741,15 +741,20 @@ class Backlog:
 
 
 async def backlog(conn: AsyncConnection) -> Backlog:
-    """The outbox's age (the oldest event not fanned out, or with a pending delivery) and dead count."""
+    """The outbox's age (the oldest event not fanned out, or with a pending delivery) and dead count, of
+    enabled channels only: a disabled channel's deliveries wait, unsent, by the operator's choice (and are
+    sent when it is enabled again), so they are no backlog, and disabling a noisy channel must not page
+    (RackflowNotificationOutboxOld, RackflowNotificationsDead)."""
+    enabled = select(_channel.id).where(_channel.enabled.is_(True))
     pending_event = (
         select(func.min(_event.at))
         .join(notification_delivery, _delivery.event_id == _event.id)
-        .where(_delivery.state == PENDING)
+        .where(_delivery.state == PENDING, _delivery.channel_id.in_(enabled))
     )
     new_event = select(func.min(_event.at)).where(_event.fanned_out.is_(False))
     dates = [(await conn.execute(stmt)).scalar() for stmt in (pending_event, new_event)]
-    dead = (await conn.execute(select(func.count()).where(_delivery.state == DEAD))).scalar_one()
+    dead_count = select(func.count()).where(_delivery.state == DEAD, _delivery.channel_id.in_(enabled))
+    dead = (await conn.execute(dead_count)).scalar_one()
     oldest = min((d for d in dates if d is not None), default=None)
     return Backlog(oldest, dead)
 
