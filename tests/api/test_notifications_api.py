@@ -96,6 +96,9 @@ async def test_create_get_list_update_and_delete_never_return_secrets(stub: Flow
         (hook(max_attempts=101), "channel.max_attempts"),
         (hook(secret="x" * 1025), "channel.secret"),
         (hook(secret="s3cret\x00"), "channel.secret"),  # PostgreSQL cannot store a NUL
+        # Only a webhook is signed: a Slack or Alertmanager channel stored the secret and never used it.
+        (hook(kind="slack", url=SLACK_URL), "channel.secret"),
+        (hook(kind="alertmanager", url="http://am.example:9093"), "channel.secret"),
     ],
 )
 async def test_bad_create_names_the_field_and_writes_nothing(
@@ -104,6 +107,24 @@ async def test_bad_create_names_the_field_and_writes_nothing(
     before = await table_counts(services.db)
     await expect(grpc.StatusCode.INVALID_ARGUMENT, field, create(stub, channel))
     assert await table_counts(services.db) == before
+
+
+async def test_a_secret_is_refused_for_a_channel_that_is_not_a_webhook(
+    stub: FlowStub, services: Services
+) -> None:
+    slack = await create(stub, hook(kind="slack", url=SLACK_URL, secret=""))
+    given = pb.UpdateNotificationChannelRequest(
+        id=slack.id, channel=hook(secret="k3y"), update_mask=FieldMask(paths=["channel.secret"])
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.UpdateNotificationChannel(given)
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "channel.secret" in (info.value.details() or "") and "webhook" in (info.value.details() or "")
+    assert not (await services.notifications.get(uuid.UUID(slack.id.id))).has_secret
+    removed = pb.UpdateNotificationChannelRequest(
+        id=slack.id, channel=hook(secret=""), update_mask=FieldMask(paths=["channel.secret"])
+    )
+    await stub.UpdateNotificationChannel(removed)  # clearing one (stored before this check) is fine
 
 
 async def test_a_refused_url_is_not_quoted_whole(stub: FlowStub) -> None:

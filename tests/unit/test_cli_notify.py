@@ -68,7 +68,20 @@ def test_create_refuses_an_unset_secret_variable_and_unknown_choices(
     assert result.exit_code == 2 and "email" in result.output
     result = run("notify", "create", "ops", "--kind", "slack", "--url", "https://x/", "--event", "run.lost")
     assert result.exit_code == 2 and "run.lost" in result.output
+    for kind in ("slack", "alertmanager"):  # only a webhook is signed: the secret was stored and never used
+        result = run("notify", "create", "ops", "--kind", kind, "--url", "https://x/", "--secret-env", "X")
+        assert result.exit_code == 2 and "--secret-env" in result.output and "webhook" in result.output
     assert fake.called("create_channel") == []
+
+
+def test_update_refuses_a_secret_for_a_channel_that_is_not_a_webhook(
+    fake: FakeClient, run: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOOK_SECRET", "k3y")
+    fake.answers["get_channel"] = a_channel(kind="slack", has_secret=False)
+    result = run("notify", "update", "ops", "--secret-env", "HOOK_SECRET")
+    assert result.exit_code == 2 and "--secret-env" in result.output and "slack" in result.output
+    assert fake.called("update_channel") == []
 
 
 def test_list_show_and_json(fake: FakeClient, run: Callable[..., Result]) -> None:

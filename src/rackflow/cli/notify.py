@@ -24,7 +24,7 @@ from rackflow.cli.output import (
     when,
 )
 from rackflow.client import OPERATION_RPCS
-from rackflow.domain.notifications import ChannelKind, DeliveryState, EventType, Severity
+from rackflow.domain.notifications import ChannelKind, DeliveryState, EventType, Severity, takes_secret
 from rackflow.v1 import flow_pb2 as pb
 
 _OPERATIONS = click.Choice([operation_label(o) for o in OPERATION_RPCS])
@@ -137,6 +137,15 @@ def _channel(
     )
 
 
+def _signed(kind: str) -> None:
+    """Refuse --secret-env for a channel kind that takes no secret (`takes_secret`): naming the option, and
+    before its variable is read. A kind this client does not know is left to the server to judge."""
+    if kind in set(ChannelKind) and not takes_secret(ChannelKind(kind)):
+        raise click.UsageError(
+            f"--secret-env: only a webhook is signed with a secret; a {kind} channel takes none"
+        )
+
+
 _secret_env = click.option(
     "--secret-env", metavar="VARIABLE", help="Read the webhook's HMAC key from this environment variable."
 )
@@ -187,6 +196,8 @@ def create(
       rackflow notify create am --kind alertmanager --url http://alertmanager:9093 --min-severity warning
     """
     session = pass_session(ctx)
+    if secret_env is not None:
+        _signed(kind)
     channel = _channel(
         kind=kind,
         name=name,
@@ -278,6 +289,8 @@ def update(
             raise click.UsageError(f"give --{flag} or --any-{flag}, not both")
     if secret_env and no_secret:
         raise click.UsageError("give --secret-env or --no-secret, not both")
+    if secret_env is not None:
+        _signed(pass_session(ctx).client.get_channel(channel_ref).kind)
     changes = _channel(
         name=name or "",
         url=url or "",

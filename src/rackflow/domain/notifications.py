@@ -117,6 +117,13 @@ class ChannelKind(enum.StrEnum):
     ALERTMANAGER = "alertmanager"  # Alertmanager's POST /api/v2/alerts
 
 
+def takes_secret(kind: ChannelKind) -> bool:
+    """Whether a channel of `kind` has a secret: a webhook's HMAC key signs its requests; Slack's URL is its
+    own credential and Alertmanager's requests are not signed, so a secret given them would be stored and
+    never used (refused: the operator would believe the receiver checks it)."""
+    return kind is ChannelKind.WEBHOOK
+
+
 class DeliveryState(enum.StrEnum):
     PENDING = "pending"
     DELIVERED = "delivered"

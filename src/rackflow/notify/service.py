@@ -19,6 +19,7 @@ from rackflow.domain.notifications import (
     EventType,
     Severity,
     Subscription,
+    takes_secret,
 )
 from rackflow.domain.tasks import OperationKind
 from rackflow.errors import AlreadyExists, InvalidArgument, NotFound
@@ -99,8 +100,13 @@ def _kind(value: str) -> ChannelKind:
         raise InvalidArgument(f"{FIELD}.kind: must be one of {kinds}, got {value!r}") from None
 
 
-def _secret(value: str) -> str:
-    """A webhook's HMAC key; a refusal never quotes it."""
+def _secret(value: str, kind: ChannelKind) -> str:
+    """A webhook's HMAC key; a refusal never quotes it. Another kind takes none (`takes_secret`); an empty
+    one removes what such a channel stored before this was checked."""
+    if value and not takes_secret(kind):
+        raise InvalidArgument(
+            f"{FIELD}.secret: only a webhook channel is signed with a secret; a {kind.value} channel has none"
+        )
     if len(value) > MAX_SECRET_LENGTH:
         raise InvalidArgument(f"{FIELD}.secret: at most {MAX_SECRET_LENGTH} characters, got {len(value)}")
     if has_control_characters(value):
@@ -180,7 +186,7 @@ class NotificationService:
             name=given.name,
             kind=_kind(given.kind),
             url=_url(given.url),
-            secret=_secret(given.secret),
+            secret=_secret(given.secret, _kind(given.kind)),
             enabled=not given.disabled,
             subscription=_subscription(given),
             rate_per_minute=_rate(given),
@@ -216,14 +222,14 @@ class NotificationService:
             check_name(given.name, f"{FIELD}.name")
         if "url" in mask:
             _url(given.url)
-        if "secret" in mask:
-            _secret(given.secret)
         checked = _subscription(given)
         rate, attempts = _rate(given), _attempts(given)
         async with self.db.transaction() as conn:
             current = await store.get_channel(conn, channel_id)
             if current is None:
                 raise NotFound(f"id: no notification channel {channel_id}")
+            if "secret" in mask:
+                _secret(given.secret, current.kind)
             sub = current.subscription
             updated = replace(
                 current,
