@@ -135,6 +135,10 @@ DEFAULT_NOTIFICATION_RETENTION = timedelta(days=7)
 # (`task.held_too_long`, --notification-hold-threshold); every instance looks for such holds, and for the
 # end of those reported, every NOTIFY_HOLD_WATCH_INTERVAL (or a quarter of the threshold, if shorter).
 DEFAULT_NOTIFICATION_HOLD_THRESHOLD = timedelta(hours=1)
+# The shortest threshold `rackflow serve` takes: the watcher looks every quarter of a shorter threshold than
+# a minute, so a typo such as `1ms` (for 1m) had every instance query the database about every 250 µs; a
+# hold shorter than this is no hold to page about.
+MIN_NOTIFICATION_HOLD_THRESHOLD = timedelta(seconds=10)
 NOTIFY_HOLD_WATCH_INTERVAL = timedelta(seconds=15)
 # An Alertmanager alert for a condition (a halted run, a paused schedule, a task held too long) is sent again
 # every DEFAULT_ALERT_RESEND_INTERVAL while the condition is open, as Prometheus
@@ -185,14 +189,18 @@ def parse_list(value: str | None) -> tuple[str, ...]:
     return tuple(item.strip() for item in (value or "").split(",") if item.strip())
 
 
-def parse_interval(value: str, flag: str) -> timedelta:
+def parse_interval(value: str, flag: str, *, minimum: timedelta | None = None) -> timedelta:
+    """A positive Go duration, at least `minimum` when given (refused naming the flag and the text typed)."""
     try:
         ns = parse_go_duration(value)
     except ValueError as exc:
         raise InvalidArgument(f"{flag}: {exc}") from None
     if ns <= 0:
         raise InvalidArgument(f"{flag}: must be positive, got {value!r}")
-    return timedelta(microseconds=max(1, ns // 1000))
+    interval = timedelta(microseconds=max(1, ns // 1000))
+    if minimum is not None and interval < minimum:
+        raise InvalidArgument(f"{flag}: must be at least {duration_text(minimum)}, got {value!r}")
+    return interval
 
 
 def parse_retention(value: str, flag: str) -> timedelta | None:

@@ -182,3 +182,24 @@ def test_serve_refuses_a_bad_http_guard_option(
     assert result.exit_code == 2
     assert message in result.output
     assert started == []
+
+
+@pytest.mark.parametrize("value", ["1ms", "250us", "9s"])
+def test_serve_refuses_a_hold_threshold_under_its_minimum(started: list[ServeConfig], value: str) -> None:
+    """A threshold of 1ms was taken, and the hold watcher (which looks every quarter of the threshold, at
+    most every 15 s) polled the database about every 250 µs on every instance."""
+    result = CliRunner().invoke(serve, ["--notification-hold-threshold", value])
+    assert result.exit_code == 2
+    assert f"--notification-hold-threshold: must be at least 10s, got {value!r}" in result.output
+    assert started == []
+
+
+@pytest.mark.parametrize(
+    ("value", "threshold"), [("10s", timedelta(seconds=10)), ("30s", timedelta(seconds=30))]
+)
+def test_serve_passes_a_hold_threshold_from_its_minimum_on(
+    started: list[ServeConfig], value: str, threshold: timedelta
+) -> None:
+    result = CliRunner().invoke(serve, ["--notification-hold-threshold", value])
+    assert isinstance(result.exception, _Started), result.output
+    assert [config.notification_hold_threshold for config in started] == [threshold]

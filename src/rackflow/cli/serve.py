@@ -26,6 +26,7 @@ from rackflow.config import (
     DEFAULT_NOTIFICATION_HOLD_THRESHOLD,
     DEFAULT_NOTIFICATION_RETENTION,
     DEFAULT_NOTIFY_SEND_LEASE,
+    MIN_NOTIFICATION_HOLD_THRESHOLD,
     BackendName,
     LogFormat,
     ServeConfig,
@@ -191,7 +192,8 @@ _db_option = click.option(
     envvar="RACKFLOW_NOTIFICATION_HOLD_THRESHOLD",
     default=duration_text(DEFAULT_NOTIFICATION_HOLD_THRESHOLD),
     show_default=True,
-    help="Report a task a freeze, budget or pre-flight check has held longer than this (task.held_too_long).",
+    help="Report a task a freeze, budget or pre-flight check has held longer than this (task.held_too_long;"
+    " at least 10s).",
 )
 @click.option(
     "--notification-send-lease",
@@ -312,7 +314,9 @@ def serve(
             task_retention=parse_retention(task_retention, "--task-retention"),
             notification_retention=parse_retention(notification_retention, "--notification-retention"),
             notification_hold_threshold=parse_interval(
-                notification_hold_threshold, "--notification-hold-threshold"
+                notification_hold_threshold,
+                "--notification-hold-threshold",
+                minimum=MIN_NOTIFICATION_HOLD_THRESHOLD,
             ),
             notification_send_lease=parse_interval(notification_send_lease, "--notification-send-lease"),
             external_url=external_url,
