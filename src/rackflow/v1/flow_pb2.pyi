@@ -4232,7 +4232,7 @@ class NotificationChannel(_message.Message):
     url: _builtins.str
     """http(s); returned without credentials (a Slack URL without its path)"""
     secret: _builtins.str
-    """a webhook's HMAC key; write-only, never returned"""
+    """a webhook's HMAC key (another kind takes none); write-only, never returned"""
     has_secret: _builtins.bool
     """output only"""
     disabled: _builtins.bool
