@@ -9,6 +9,11 @@ notify redeliver`. Each channel is sent at most `rate_per_minute` a minute from 
 token bucket is its row, which a claim locks, draws from and writes in the claim's transaction
 (`outbox.take_tokens`), so instances take turns and N instances do not send N times the rate.
 
+An Alertmanager keeps alerts in memory and expects the firing ones again and again: an open condition's
+delivered alert is sent again every `resend` (DEFAULT_ALERT_RESEND_INTERVAL) with `endsAt` a few intervals
+on, claimed in the database like a delivery (`outbox.claim_resends`) so one instance sends each per
+interval, until its clearing is recorded (`_resends`).
+
 Idle, the loop sleeps (it polled every second, and was the largest share of an idle server's database work
 and CPU: docs/PERFORMANCE.md, "An idle server"). What gives it work either is written (an event, a
 redelivery, a channel made, enabled or given a higher rate: `outbox.CHANGED`, which wakes the loop of the
