@@ -28,6 +28,8 @@ from sqlalchemy import func, select, update
 from rackflow import metrics
 from rackflow.clock import FakeClock
 from rackflow.domain.notifications import DeliveryState, Event, EventType, Severity
+from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.tasks import TaskStatus
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.service import ChannelInput, ChannelView
 from rackflow.store import outbox
@@ -38,6 +40,7 @@ from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, MovingClock
 from tests.store.schedules_support import make_env as make_env_at
 from tests.store.test_executor import eventually
+from tests.store.test_rollouts import _active, _end, _racks, _run, _schedule
 
 pytestmark = pytest.mark.asyncio
 
@@ -607,15 +610,18 @@ async def test_one_instance_sends_an_open_alert_again_each_interval_and_none_onc
             channel = await env.services.notifications.create(
                 ChannelInput(name="am", kind="alertmanager", url=receiver.url)
             )
-            halted = Event(
-                EventType.RUN_HALTED, Severity.CRITICAL, clock.now(), "halted", run_id=uuid.uuid4()
-            )
-            failed = Event(EventType.TASK_FAILED, Severity.WARNING, clock.now(), "failed")  # a one-off
-            async with first.transaction() as conn:
-                await outbox.record_events(conn, [halted, failed])
+            racks = await _racks(env, 3)
+            policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
+            schedule = await _schedule(env, racks, policy)
+            await env.services.schedules.trigger(schedule.id)
+            await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+            await env.services.rollouts.advance()
+            run_id = (await _run(env, schedule)).run.id
+            await _record(env)  # a failed task: a one-off, not sent again
             a, b = _deliverer(first), _deliverer(second)
             await asyncio.gather(a.deliver_once(), b.deliver_once())
-            assert len(receiver.received) == 2
+            sent = sorted(r.json()[0]["labels"]["alertname"] for r in receiver.received)
+            assert sent == ["RackflowRunHalted", "RackflowTaskFailed"]  # the failed task's is a one-off
             rows = await _rows(first)
             for interval in range(1, 4):
                 clock.advance(timedelta(minutes=1, seconds=1))
@@ -623,7 +629,7 @@ async def test_one_instance_sends_an_open_alert_again_each_interval_and_none_onc
                     await asyncio.gather(a.deliver_once(), b.deliver_once())
                 assert len(receiver.received) == 2 + interval
                 (resent,) = receiver.received[-1].json()
-                assert resent["labels"]["run"] == str(halted.run_id)
+                assert resent["labels"]["run"] == str(run_id)
                 ends = datetime.fromisoformat(resent["endsAt"]) - clock.now()
                 assert timedelta(minutes=2) <= ends <= timedelta(minutes=5)
             assert await _rows(first) == rows
@@ -640,11 +646,7 @@ async def test_one_instance_sends_an_open_alert_again_each_interval_and_none_onc
             await asyncio.gather(a.deliver_once(), b.deliver_once())
             assert len(receiver.received) == 6
 
-            cleared = Event(
-                EventType.RUN_HALT_CLEARED, Severity.CRITICAL, clock.now(), "resumed", run_id=halted.run_id
-            )
-            async with first.transaction() as conn:
-                await outbox.record_events(conn, [cleared])
+            await env.services.rollouts.resume(run_id)
             await asyncio.gather(a.deliver_once(), b.deliver_once())
             assert len(receiver.received) == 7  # the clearing, resolving the alert
             for _ in range(3):
@@ -739,3 +741,36 @@ async def test_a_disabled_channels_deliveries_are_no_backlog(db: Database) -> No
             *[DeliveryState.DELIVERED] * 2,
             DeliveryState.PENDING,
         ]
+
+
+async def test_an_alert_is_not_sent_again_once_its_condition_ended_without_a_clearing(db: Database) -> None:
+    """Some ends record no clearing: an operator resuming a schedule rackflow paused (ResumeTaskSchedule),
+    a schedule deleted with its halted run. Their alerts were sent again until retention deleted the events,
+    a week of a paused schedule that was not; a re-send now needs the condition to hold."""
+    clock = FakeClock(datetime.now(UTC))
+    env = make_env_at(db, clock)
+    with receiving() as receiver:
+        await env.services.notifications.create(
+            ChannelInput(name="am", kind="alertmanager", url=receiver.url)
+        )
+        racks = await _racks(env, 3)
+        schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
+        await env.services.schedules.trigger(schedule.id)
+        await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+        await env.services.rollouts.advance()
+        deliverer = _deliverer(db)
+        await deliverer.deliver_once()
+        sent = sorted(r.json()[0]["labels"]["alertname"] for r in receiver.received)
+        assert sent[-2:] == ["RackflowRunHalted", "RackflowSchedulePaused"]
+
+        async def again() -> list[str]:
+            before = len(receiver.received)
+            clock.advance(timedelta(minutes=1, seconds=1))
+            await deliverer.deliver_once()
+            return sorted(a["labels"]["alertname"] for r in receiver.received[before:] for a in r.json())
+
+        assert await again() == ["RackflowRunHalted", "RackflowSchedulePaused"]
+        await env.services.schedules.resume(schedule.id)  # by hand: no schedule.resumed is recorded
+        assert await again() == ["RackflowRunHalted"]
+        await env.services.schedules.delete(schedule.id)  # its halted run with it
+        assert await again() == []

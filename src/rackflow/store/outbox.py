@@ -590,11 +590,13 @@ async def redeliver(
 def _open(event: Any) -> ColumnElement[bool]:
     """Whether `event` (a row of notification_event) raised a condition still open: not marked cleared
     (`clear_condition` for a keyed event, a task held too long; `_mark_cleared` when a clearing is
-    recorded), and, unkeyed, no later event of its condition (a clearing, or a new raise, which is then the
-    open one) concerns its subject: what an event recorded before the marking needs. Later is by (`at`,
+    recorded), and, unkeyed, holding in its rows (`_holds`) with no later event of its condition (a
+    clearing, or a new raise, which is then the open one) concerning its subject: what an event recorded
+    before the marking needs. Later is by (`at`,
     `id`), the order `conditions_now` reads the latest in; the look reads from the raise's `at` on (its
     index), for the few raised events not marked cleared."""
     later = notification_event.alias("later")
+    holds = _holds(event)
     raised = []
     for condition, subject in CONDITION_SUBJECT.items():
         superseded = exists().where(
@@ -603,12 +605,34 @@ def _open(event: Any) -> ColumnElement[bool]:
             later.c.at >= event.c.at,
             or_(later.c.at > event.c.at, later.c.id > event.c.id),
         )
-        raised.append(and_(event.c.type == condition.value, event.c[subject].is_not(None), ~superseded))
+        raised.append(
+            and_(
+                event.c.type == condition.value, event.c[subject].is_not(None), ~superseded, holds[condition]
+            )
+        )
     return and_(
         event.c.type.in_([c.value for c in CONDITION_SUBJECT]),
         event.c.cleared_at.is_(None),
         or_(event.c.dedupe_key.is_not(None), *raised),
     )
+
+
+def _holds(event: Any) -> dict[EventType, ColumnElement[bool]]:
+    """Whether each unkeyed condition `event` raised still holds in the rows it concerns: some ends record
+    no clearing (an operator resuming a schedule rackflow paused, a schedule deleted with its halted or
+    awaiting run), and their alerts must not be sent again. The schedule's pause must be the one reported
+    (begun at or before it), not a later one. A long hold is keyed: its watcher clears it."""
+    run, schedule = task_schedule_run.c, task_schedule.c
+    return {
+        EventType.RUN_HALTED: exists().where(run.id == event.c.run_id, run.state == "halted"),
+        EventType.RUN_AWAITING_APPROVAL: exists().where(
+            run.id == event.c.run_id, run.state == "awaiting_approval"
+        ),
+        EventType.SCHEDULE_PAUSED: exists().where(
+            schedule.id == event.c.schedule_id, schedule.enabled.is_(False), schedule.paused_at <= event.c.at
+        ),
+        EventType.TASK_HELD_TOO_LONG: exists().where(tasks.c.id == event.c.task_id),
+    }
 
 
 async def _mark_cleared(conn: AsyncConnection, events: Sequence[Event]) -> None:
