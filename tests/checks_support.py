@@ -41,6 +41,7 @@ class Receiver:
     script: list[Answer]
     url: str = ""
     posts: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # each post's path and query, as asked
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next_answer(self, headers: dict[str, str], body: bytes) -> Answer:
@@ -69,6 +70,8 @@ def receiving(*script: Answer) -> Iterator[Receiver]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with receiver.lock:
+                receiver.paths.append(self.path)
             answer = receiver.next_answer(dict(self.headers.items()), body)
             if answer.after is not None:
                 answer.after.wait(60)

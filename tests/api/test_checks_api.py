@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import text_format
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from rackflow.domain.inventory import Rack
@@ -307,3 +308,49 @@ async def test_a_url_with_a_user_and_password_is_refused_without_quoting_it(
     assert (info.value.details() or "").startswith(field)
     assert "hunter2" not in (info.value.details() or "")
     assert await table_counts(services.db) == before
+
+
+async def test_a_url_s_query_values_are_shown_hidden_and_kept_whole(services: Services) -> None:
+    """A hook or an Alertmanager proxy often takes its token in the query. The API, and the audit trail of
+    the create and the update, showed it whole; they show the URL with the query's values hidden now, and
+    the check keeps (and asks) it whole. Written back as shown (an API client that read the check and
+    changes its timeout), it keeps the stored URL; a shown URL given anew is refused, not stored with "…"
+    for a token."""
+    secret_url = "http://127.0.0.1:1/drain?token=abc123&region=eu"
+    async with secured_server(services, TOKENS) as address, grpc.aio.insecure_channel(address) as channel:
+        secured = FlowStub(channel)
+        created = await secured.CreatePreflightCheck(
+            pb.CreatePreflightCheckRequest(check=hook(url=secret_url)), metadata=bearer(OPERATOR_TOKEN)
+        )
+        assert created.webhook.url == "http://127.0.0.1:1/drain?token=…&region=…"
+        got = await secured.GetPreflightCheck(
+            pb.GetPreflightCheckRequest(id=created.id), metadata=bearer(VIEWER_TOKEN)
+        )
+        got.webhook.timeout = "3s"
+        update = pb.UpdatePreflightCheckRequest(
+            id=created.id, check=got, update_mask=FieldMask(paths=["check.kind"])
+        )
+        updated = await secured.UpdatePreflightCheck(update, metadata=bearer(OPERATOR_TOKEN))
+        assert (updated.webhook.url, updated.webhook.timeout) == (created.webhook.url, "3s")
+        stored = await services.checks.get(uuid.UUID(created.id.id))
+        assert stored.settings.url == secret_url  # type: ignore[union-attr]
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await secured.CreatePreflightCheck(
+                pb.CreatePreflightCheckRequest(
+                    check=pb.PreflightCheck(name="copy", webhook=pb.WebhookCheck(url=created.webhook.url))
+                ),
+                metadata=bearer(OPERATOR_TOKEN),
+            )
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (info.value.details() or "").startswith("check.webhook.url: ")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            bad = pb.PreflightCheck(name="x", webhook=pb.WebhookCheck(url="ftp://h/?token=abc123"))
+            await secured.CreatePreflightCheck(
+                pb.CreatePreflightCheckRequest(check=bad), metadata=bearer(OPERATOR_TOKEN)
+            )
+        assert "abc123" not in (info.value.details() or "")
+        listed = await secured.ListAuditEvents(pb.ListAuditEventsRequest(), metadata=bearer(VIEWER_TOKEN))
+    events = [e for e in listed.events if "PreflightCheck" in e.method]
+    assert sorted(e.method for e in events) == ["CreatePreflightCheck"] * 3 + ["UpdatePreflightCheck"]
+    assert "abc123" not in text_format.MessageToString(listed, as_utf8=True)
+    assert "token=…" in text_format.MessageToString(listed, as_utf8=True)

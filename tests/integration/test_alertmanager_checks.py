@@ -13,14 +13,17 @@ Without the binary these tests skip, except under CI=true, where they fail.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from rackflow.checks import kinds
 from rackflow.checks.service import CheckInput
-from rackflow.domain.checks import AlertmanagerSettings
+from rackflow.domain.checks import AlertmanagerSettings, RackFacts
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
 from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
 from rackflow.inventory.service import InventoryService
@@ -142,3 +145,32 @@ async def test_rackflows_own_alert_that_the_task_is_held_does_not_keep_holding_i
     await watcher.watch_once()
     await deliverer.deliver_once()
     assert alertmanager.active() == []
+
+
+async def test_an_alertmanager_behind_a_proxy_asked_with_a_token_in_its_query(
+    alertmanager: Alertmanager,
+) -> None:
+    """A proxy in front of Alertmanager may take a token in the query (`…/am/?token=…`). The path of the
+    API was appended to the URL as text, after that query (`?token=t0k3n/api/v2/alerts?…`), so Alertmanager
+    answered its UI's page, not JSON, and the check held every task; and the reason quoted the token. The
+    query comes before the API's own now, and the reason shows the URL with its values hidden."""
+    rack = RackFacts(uuid.uuid4(), "rack-a", "", None, "")
+    alertmanager.post({"alertname": "RackOverheat", "rack": "rack-a", "severity": "critical"})
+    with ThreadPoolExecutor(1) as pool:
+        firing = await kinds.alertmanager(
+            AlertmanagerSettings(f"{alertmanager.url}/?token=t0k3n", ('rack="{rack.name}"',), True),
+            rack,
+            kinds.Asked(pool),
+        )
+        alertmanager.stop()
+        down = await kinds.alertmanager(
+            AlertmanagerSettings(f"{alertmanager.url}?token=t0k3n", ('rack="{rack.name}"',), True),
+            rack,
+            kinds.Asked(pool),
+        )
+    assert (firing.passed, firing.reason) == (
+        False,
+        'alertmanager: alert RackOverheat{rack="rack-a",severity="critical"} firing',
+    )
+    assert not down.passed and "t0k3n" not in down.reason
+    assert down.reason.startswith(f"alertmanager: cannot ask {alertmanager.url}?token=…: ")

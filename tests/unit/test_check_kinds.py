@@ -13,8 +13,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from rackflow.checks.kinds import Asked, alert_text, render, signature, webhook
-from rackflow.domain.checks import PreflightCheck, RackFacts, RackIdleSettings, WebhookSettings
+from rackflow.checks.kinds import Asked, alert_text, alerts_url, render, scrubbed, signature, webhook
+from rackflow.domain.checks import (
+    PreflightCheck,
+    RackFacts,
+    RackIdleSettings,
+    WebhookSettings,
+    shown_url,
+)
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import RackRef
 
@@ -123,3 +129,17 @@ async def test_a_hook_that_redirects_holds_the_task_and_is_not_followed() -> Non
     assert (
         look.reason == f"webhook: {url}/drain: HTTP 301: a redirect, not followed (set the URL to its target)"
     )
+
+
+def test_a_url_is_shown_with_its_query_values_and_fragment_hidden() -> None:
+    """One rule for every place that shows a check's URL: the keys and the path tell which endpoint it
+    is; a value, a bare item (`?abc123`), the fragment, a user and password could be a token."""
+    assert shown_url("https://hooks.example/drain?token=abc123") == "https://hooks.example/drain?token=…"
+    assert shown_url("http://u:pw@h:8080/x?a=1&b=&c#frag") == "http://h:8080/x?a=…&b=&…#…"
+    assert shown_url("http://[::1]:9093/") == "http://[::1]:9093/"
+    assert shown_url("http://[::1") == "(not a valid URL)"
+    assert alerts_url("http://am/prefix/?token=t", "active=true") == (
+        "http://am/prefix/api/v2/alerts?token=t&active=true"
+    )
+    error = "unknown url type: 'htp://h/?token=t'"
+    assert scrubbed(error, "htp://h/?token=t", "") == "unknown url type: 'htp://h/?token=…'"

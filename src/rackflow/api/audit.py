@@ -36,6 +36,7 @@ from rackflow.api.convert import (
     total_to,
 )
 from rackflow.api.convert.audit import audit_event_to
+from rackflow.api.convert.checks import check_without_secrets
 from rackflow.api.convert.notifications import without_secrets
 from rackflow.api.errors import rpc
 from rackflow.audit.changes import Changes, noting
@@ -174,7 +175,7 @@ class AuditInterceptor(FlowInterceptor):
             ),
             outcome=outcome,
             error=error,
-            request=_as_dict(without_secrets(request)),
+            request=_as_dict(check_without_secrets(without_secrets(request))),
             schedule_id=schedule_id,
             before=before,
             changes=noted.recorded or None,

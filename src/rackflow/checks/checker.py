@@ -458,7 +458,8 @@ class PreflightChecker:
             return await self._rack_idle(settings, task)
         except Exception as exc:  # a bug in a look must hold the task, not start it
             log.exception("pre-flight check %s failed on task %s", check.name, task.id)
-            return Look(False, f"{check.kind.value}: {type(exc).__name__}: {exc}")
+            url = getattr(settings, "url", "")
+            return Look(False, f"{check.kind.value}: {type(exc).__name__}: {kinds.scrubbed(str(exc), url)}")
 
     async def _rack_idle(self, settings: RackIdleSettings, task: Task) -> Look:
         async with self.db.read() as conn:

@@ -33,6 +33,7 @@ from rackflow.domain.checks import (
     RackIdleSettings,
     WebhookSettings,
     duration_of,
+    shown_url,
 )
 from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import Task, TaskStatus
@@ -107,7 +108,7 @@ async def alertmanager(
         [("active", "true"), ("silenced", "false"), ("inhibited", "false")]
         + [("filter", m) for m in matchers]
     )
-    url = f"{settings.url.rstrip('/')}/api/v2/alerts?{query}"
+    url = alerts_url(settings.url, query)
 
     def get() -> Any:
         timeout = ALERTMANAGER_TIMEOUT.total_seconds()
@@ -123,7 +124,7 @@ async def alertmanager(
             raise ValueError("the answer is not a list of alerts")
         alerts = [a for a in alerts if task_id is None or not about_the_task(a, task_id)]
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        problem = f"alertmanager: cannot ask {settings.url}: {_error(exc)}"
+        problem = f"alertmanager: cannot ask {settings.shown_url}: {_error(exc, url, settings.url)}"
         if settings.fail_closed:
             return Look(False, problem)
         return Look(True, f"{problem} (fail_closed is off)")
@@ -202,13 +203,13 @@ async def webhook(settings: WebhookSettings, payload: dict[str, Any], asked: Ask
     try:
         status, raw = await asked.run(post)
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        return Look(False, f"webhook: {settings.url}: {_error(exc)}")
+        return Look(False, f"webhook: {settings.shown_url}: {_error(exc, settings.url)}")
     try:
         answer = json.loads(raw)
     except ValueError:
-        return Look(False, f"webhook: {settings.url} answered HTTP {status} without JSON")
+        return Look(False, f"webhook: {settings.shown_url} answered HTTP {status} without JSON")
     if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
-        return Look(False, f'webhook: {settings.url} answered without "ok": true or false')
+        return Look(False, f'webhook: {settings.shown_url} answered without "ok": true or false')
     if answer["ok"]:
         return Look(True, "webhook: ok")
     reason = str(answer.get("reason") or "not ready")
@@ -226,8 +227,29 @@ def _retry_after(value: object) -> timedelta | None:
     return timedelta(microseconds=nanos // 1000) if nanos > 0 else None
 
 
-def _error(exc: BaseException) -> str:
-    """An HTTP failure for people: the status, "timed out", or what refused the connection."""
+def alerts_url(base: str, query: str) -> str:
+    """Alertmanager's `/api/v2/alerts` under `base` (a check's URL, with any path prefix of a proxy in
+    front of it), asked with `query` after the base's own query (a proxy's token: `?token=…`), which
+    appending the path to the URL as text had put before the path, so such a check was never answered."""
+    parts = urllib.parse.urlsplit(base)
+    path = f"{parts.path.rstrip('/')}/api/v2/alerts"
+    return urllib.parse.urlunsplit(
+        (parts.scheme, parts.netloc, path, "&".join(q for q in (parts.query, query) if q), "")
+    )
+
+
+def scrubbed(text: str, *urls: str) -> str:
+    """`text` (an error's words, which urllib and http.client may write the URL into) with each of these
+    URLs, as asked, replaced by how rackflow shows it (`shown_url`): a held task's reason and the logs
+    must not quote a token in its query."""
+    for url in sorted({url for url in urls if url}, key=len, reverse=True):
+        text = text.replace(url, shown_url(url))
+    return text
+
+
+def _error(exc: BaseException, *urls: str) -> str:
+    """An HTTP failure for people: the status, "timed out", or what refused the connection; the URLs
+    asked, should the error quote them, as shown (`scrubbed`)."""
     if isinstance(exc, urllib.error.HTTPError):
         return not_followed(exc.code) if 300 <= exc.code < 400 else f"HTTP {exc.code}"
     if isinstance(exc, http.client.HTTPException):
@@ -235,4 +257,4 @@ def _error(exc: BaseException) -> str:
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, TimeoutError):
         return "timed out"
-    return str(reason) or type(reason).__name__
+    return scrubbed(str(reason), *urls) or type(reason).__name__

@@ -24,6 +24,7 @@ from rackflow.config import (
     MIN_CHECK_INTERVAL,
 )
 from rackflow.domain.checks import (
+    HIDDEN,
     AlertmanagerSettings,
     PreflightCheck,
     RackFacts,
@@ -31,6 +32,7 @@ from rackflow.domain.checks import (
     Settings,
     WebhookSettings,
     duration_of,
+    shown_url,
 )
 from rackflow.domain.tasks import OperationKind, Task, TaskStatus
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -91,15 +93,37 @@ def _duration(text: str, field: str, *, minimum: str = "") -> str:
 
 def _url(url: str, field: str) -> str:
     """An http(s) URL without a user or password: a check sends none (urllib took `user:password@host` for a
-    host it could not resolve, so the check never answered, and its reason quoted the password)."""
+    host it could not resolve, so the check never answered, and its reason quoted the password). A refusal
+    quotes it as shown (`shown_url`: its query may hold a token), and one holding the "…" that stands for a
+    hidden value is refused: it is a shown URL copied back, which would ask the hook with "…" for a token."""
     check_text(url, field, required=True)
     parts = http_url(url)
     if parts is None:
-        raise InvalidArgument(f"{field}: {url!r} is not an http:// or https:// URL with a host")
+        raise InvalidArgument(f"{field}: {shown_url(url)!r} is not an http:// or https:// URL with a host")
     if parts.username is not None or parts.password is not None:
         why = "a check sends none; sign a webhook's body with a secret"
         raise InvalidArgument(f"{field}: must not hold a user or password ({why})")
+    if HIDDEN in url:
+        raise InvalidArgument(
+            f"{field}: {shown_url(url)!r} holds {HIDDEN!r}, which stands for a value rackflow does not show:"
+            " give the whole URL"
+        )
     return url
+
+
+def _keeping_url(given: Settings | None, current: Settings) -> Settings | None:
+    """An update's settings with the current URL kept where they give it as shown (`shown_url`): an API
+    client that reads a check and writes its kind back, to change a matcher, gets its URL with the query's
+    values hidden, and must not turn the stored token into "…"."""
+    if (
+        isinstance(given, AlertmanagerSettings | WebhookSettings)
+        and type(given) is type(current)
+        and isinstance(current, AlertmanagerSettings | WebhookSettings)
+        and given.url != current.url
+        and given.url == current.shown_url
+    ):
+        return replace(given, url=current.url)
+    return given
 
 
 def check_settings(settings: Settings | None) -> Settings:
@@ -195,10 +219,12 @@ class CheckService:
         operations = (
             distinct_operations(given.operations, OPERATIONS_PATH) if OPERATIONS_PATH in mask else None
         )
-        settings = check_settings(given.settings) if KIND_PATH in mask else None
         now = self.clock.now()
         async with self.db.transaction() as conn:
             current = await self._load(conn, check_id)
+            settings = (
+                check_settings(_keeping_url(given.settings, current.settings)) if KIND_PATH in mask else None
+            )
             updated = replace(
                 current,
                 name=given.name if NAME_PATH in mask else current.name,

@@ -13,10 +13,36 @@ import enum
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit, urlunsplit
 
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import RackRef
 from rackflow.timespec import parse_go_duration
+
+# What stands for a hidden value in a shown URL (`shown_url`).
+HIDDEN = "…"
+
+
+def shown_url(url: str) -> str:
+    """A check's URL as rackflow shows it anywhere (the API, the CLI, the console, the audit trail, logs,
+    a held task's reason): each query value and the fragment replaced by "…", a user and password dropped
+    (`https://hooks.example/drain?token=…`). A hook or an Alertmanager proxy often takes its token in the
+    query, and a check's URL is shown far and wide; the URL is stored and asked whole, and the keys and the
+    path stay, so the shown one still tells which endpoint it is. A URL urlsplit cannot read is shown as
+    "(not a valid URL)", never whole."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "(not a valid URL)"
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    query = "&".join(
+        f"{key}={HIDDEN if value else ''}" if sep else (HIDDEN if key else "")
+        for key, sep, value in (item.partition("=") for item in parts.query.split("&"))
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, HIDDEN if parts.fragment else ""))
 
 
 class CheckKind(enum.StrEnum):
@@ -37,6 +63,10 @@ class AlertmanagerSettings:
     matchers: tuple[str, ...]
     fail_closed: bool
 
+    @property
+    def shown_url(self) -> str:
+        return shown_url(self.url)
+
 
 @dataclass(frozen=True)
 class WebhookSettings:
@@ -47,6 +77,10 @@ class WebhookSettings:
     url: str
     secret: str
     timeout: str
+
+    @property
+    def shown_url(self) -> str:
+        return shown_url(self.url)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ kind set); meaning (URLs, durations, secret references) is the service's."""
 
 from __future__ import annotations
 
+from google.protobuf.message import Message
+
 from rackflow.api.convert import timestamp_to, uuid_to
 from rackflow.api.convert.windows import operations_from, refs_from
 from rackflow.checks.service import CheckInput
@@ -12,6 +14,7 @@ from rackflow.domain.checks import (
     RackIdleSettings,
     Settings,
     WebhookSettings,
+    shown_url,
 )
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.validation import distinct_operations
@@ -46,6 +49,8 @@ def check_from(msg: pb.PreflightCheck, field: str = "check") -> CheckInput:
 
 
 def check_to(check: PreflightCheck) -> pb.PreflightCheck:
+    """The check as the API shows it: its URL as shown everywhere (`shown_url`, the query's values
+    hidden); `secret` is a reference (`env:NAME`), never the key."""
     msg = pb.PreflightCheck(
         id=uuid_to(check.id),
         name=check.name,
@@ -61,12 +66,12 @@ def check_to(check: PreflightCheck) -> pb.PreflightCheck:
     if isinstance(settings, AlertmanagerSettings):
         msg.alertmanager.CopyFrom(
             pb.AlertmanagerCheck(
-                url=settings.url, matchers=settings.matchers, fail_closed=settings.fail_closed
+                url=settings.shown_url, matchers=settings.matchers, fail_closed=settings.fail_closed
             )
         )
     elif isinstance(settings, WebhookSettings):
         msg.webhook.CopyFrom(
-            pb.WebhookCheck(url=settings.url, secret=settings.secret, timeout=settings.timeout)
+            pb.WebhookCheck(url=settings.shown_url, secret=settings.secret, timeout=settings.timeout)
         )
     else:
         msg.rack_idle.CopyFrom(
@@ -76,3 +81,21 @@ def check_to(check: PreflightCheck) -> pb.PreflightCheck:
             )
         )
     return msg
+
+
+def check_without_secrets(request: Message) -> Message:
+    """The request as the audit trail records it: a check's URL as shown (`shown_url`); any other request
+    as it is."""
+    check = getattr(request, "check", None)
+    if not isinstance(check, pb.PreflightCheck) or check.WhichOneof("kind") not in (
+        "alertmanager",
+        "webhook",
+    ):
+        return request
+    copy = type(request)()
+    copy.CopyFrom(request)
+    kept: pb.PreflightCheck = copy.check  # type: ignore[attr-defined]
+    kind = kept.alertmanager if kept.HasField("alertmanager") else kept.webhook
+    if kind.url:
+        kind.url = shown_url(kind.url)
+    return copy
