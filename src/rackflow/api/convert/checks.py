@@ -87,15 +87,13 @@ def check_without_secrets(request: Message) -> Message:
     """The request as the audit trail records it: a check's URL as shown (`shown_url`); any other request
     as it is."""
     check = getattr(request, "check", None)
-    if not isinstance(check, pb.PreflightCheck) or check.WhichOneof("kind") not in (
-        "alertmanager",
-        "webhook",
-    ):
+    which = check.WhichOneof("kind") if isinstance(check, pb.PreflightCheck) else None
+    if which not in ("alertmanager", "webhook"):
         return request
     copy = type(request)()
     copy.CopyFrom(request)
     kept: pb.PreflightCheck = copy.check  # type: ignore[attr-defined]
-    kind = kept.alertmanager if kept.HasField("alertmanager") else kept.webhook
+    kind = kept.alertmanager if which == "alertmanager" else kept.webhook
     if kind.url:
         kind.url = shown_url(kind.url)
     return copy
