@@ -139,3 +139,24 @@ def test_a_token_in_a_check_s_url_is_sent_and_shown_nowhere(server: ServerProces
     assert "?token=…" in seen["check list"] and "?token=…" in seen["/windows"]
     assert "pre-flight round" in server.output  # the log did report the holds
     assert json.loads(seen["check show"])["webhook"]["timeout"] == "3s"
+
+
+def test_a_cancelled_task_a_check_held_no_longer_shows_the_hold(
+    server: ServerProcess, hook: Receiver
+) -> None:
+    """`rackflow task show` of a task a check held, then cancelled, said "held by preflight since …" and
+    "not before <its maximum wait>" though nothing held it any more; so did the API and the console."""
+    stub = server.stub()
+    create_racks(stub, ["r1"])
+    check = pb.PreflightCheck(name="drained", webhook=pb.WebhookCheck(url=hook.url, timeout="2s"))
+    stub.CreatePreflightCheck(pb.CreatePreflightCheckRequest(check=check))
+    task_id = power_on(server, "r1")
+    wait_until(lambda: held(server, task_id, "HTTP 503"), timeout=30, what="the check held the task")
+    assert "held by" in cli(server, "task", "show", task_id)
+    cli(server, "task", "cancel", task_id)
+    shown = cli(server, "task", "show", task_id)
+    assert "TERMINATED" in shown and "cancelled by user" in shown
+    assert "held by" not in shown and "not before" not in shown, shown
+    task = get_task(server, task_id)
+    assert (task.held_by, task.held_reason, task.HasField("not_before")) == ("", "", False)
+    assert 'data-testid="task-held"' not in http_get(server, f"/tasks/{task_id}")

@@ -216,6 +216,32 @@ async def test_an_override_starts_a_held_task_and_a_deleted_check_lets_its_tasks
             assert (await finished(db, b)).status is TaskStatus.COMPLETED
 
 
+async def test_a_cancelled_task_a_check_held_no_longer_shows_the_hold(db: Database) -> None:
+    """A task a check held, then cancelled, still said "held by preflight … / not before <its maximum
+    wait>" (`rackflow task show`, the API, the console): its hold stayed on the row, as if something still
+    held it. A task that ends holds nothing, as one that starts (and as migration 0014 made the ended
+    tasks): the hold's four fields are cleared with the end, in the same statement; the message says why
+    it ended. The checker asks nothing more about it."""
+    rack = await _rack(db, "r1")
+    with receiving(Answer({"ok": False, "reason": "jobs running"})) as hook:
+        services = Services.build(db, CLOCK)
+        await services.checks.create(
+            CheckInput(name="never", settings=WebhookSettings(hook.url, "", "2s"), interval="100ms")
+        )
+        task = await submit(db, rack, POWER_ON)
+        async with checking(db) as running:
+            held = await _held_with(db, task, "jobs running")
+            assert held.not_before is not None and held.held_since is not None
+            cancelled = await running.tasks.cancel(task.id)
+            asked = len(hook.posts)
+            await asyncio.sleep(0.5)  # five intervals
+            assert len(hook.posts) == asked
+    ended = await get(db, task)
+    assert cancelled == ended
+    assert (ended.status, ended.message) == (TaskStatus.TERMINATED, "cancelled by user")
+    assert (ended.held_by, ended.held_reason, ended.held_since, ended.not_before) == (None, None, None, None)
+
+
 async def test_an_override_of_one_check_leaves_the_others_counting(db: Database) -> None:
     rack = await _rack(db, "r1")
     with (

@@ -205,7 +205,8 @@ async def test_an_opening_moved_past_the_start_deadline_ends_the_task_and_its_sc
 
     ended = await get(env, task.id)
     assert ended.status is TaskStatus.TERMINATED and ended.started_at is None
-    assert (ended.not_before, ended.not_after) == (task.not_before, task.not_after)  # as they were
+    # An ended task waits for nothing (its hold is cleared with its end, docs/CHECKS.md); its bound stays.
+    assert (ended.held_by, ended.not_before, ended.not_after) == (None, None, task.not_after)
     assert "comes after the start deadline" in ended.message
     (run,), _ = await env.services.schedules.list_runs(schedule.id)
     (outcome,) = run.outcomes
@@ -239,7 +240,7 @@ async def test_an_allow_window_with_no_opening_left_ends_the_task_skipped(env: E
 
     ended = await get(env, task.id)
     assert ended.status is TaskStatus.TERMINATED
-    assert (ended.not_before, ended.not_after) == (task.not_before, task.not_after)
+    assert (ended.held_by, ended.not_before, ended.not_after) == (None, None, task.not_after)
     assert await outcome_of(env, schedule, task) == ("skipped_window", ended.message)
     assert [(c["deferred_task"], c.get("outcome")) for c in changes.recorded] == [("ended", "skipped_window")]
 

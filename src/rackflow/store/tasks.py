@@ -451,15 +451,18 @@ async def set_status(
     now: datetime,
     message: str | None = None,
 ) -> None:
-    """Move tasks to `status`; a final status also stamps `finished_at` and marks the tasks' schedules'
-    failing streaks to be looked at again (`store.streak_checks`)."""
+    """Move tasks to `status`; a final status also stamps `finished_at`, drops what held the task
+    (`NOT_HELD`: an ended task, as a started one, is held by nothing, and a cancelled task that a check had
+    held went on saying "held by preflight … not before" its maximum wait; nothing reads the hold of an
+    ended task, and its message says why it ended) and marks the tasks' schedules' failing streaks to be
+    looked at again (`store.streak_checks`)."""
     if not task_ids:
         return
     values: dict[str, Any] = {"status": status.value, "updated_at": now}
     if message is not None:
         values["message"] = message
     if status.is_final:
-        values["finished_at"] = now
+        values.update(NOT_HELD, finished_at=now)
     await conn.execute(update(tasks).where(tasks.c.id.in_(list(task_ids))).values(**values))
     if status.is_final:
         await mark_schedules_of_tasks(conn, task_ids)
