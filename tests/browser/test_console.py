@@ -2,7 +2,8 @@
 write a run's state straight into its file): every run state's badge on the run page, the run page reached
 from a schedule's runs grid, a halted rollout's segmented bar, Resume and Cancel from the run page, the
 pause dialog keeping what was typed on an error, a Berlin schedule's times seen from New York, and a start
-gate's refusal on a task still RUNNING, then the task its takeover ended."""
+gate's refusal on a task still RUNNING, then the task its takeover ended; a check's URL in the list of
+checks, its query's values hidden."""
 
 from __future__ import annotations
 
@@ -312,3 +313,32 @@ def test_a_refused_task_says_so_while_it_is_running_and_ends_so(
     finally:
         engine.dispose()
         stub.DeleteMaintenanceWindow(pb.DeleteMaintenanceWindowRequest(id=freeze.id))
+
+
+def test_a_check_s_url_shows_its_query_values_hidden(
+    server: ServerProcess, driver: WebDriver, tmp_path: Path
+) -> None:
+    """The list of pre-flight checks showed a check's URL whole, a hook's token in its query too; it shows
+    the URL with the query's values hidden (docs/CHECKS.md, "A token in a check's URL"). The check covers
+    a rack of its own, so the other tests' tasks do not wait for it."""
+    stub = server.stub()
+    create_racks(stub, ["sec1"])
+    check = pb.PreflightCheck(
+        name="tokened-hook",
+        racks=[pb.WindowTarget(name="sec1")],
+        webhook=pb.WebhookCheck(url="http://127.0.0.1:9/drain?token=s3cret-in-the-page&dc=eu"),
+    )
+    stub.CreatePreflightCheck(pb.CreatePreflightCheckRequest(check=check))
+    open_page(driver, server, "/windows", "Maintenance windows")
+    row = wait(
+        driver,
+        lambda d: next(
+            (r for r in by_testid(d, "check-row") if r.get_attribute("data-name") == check.name), None
+        ),
+        "the check's row",
+    )
+    driver.execute_script("arguments[0].scrollIntoView()", row)
+    driver.save_screenshot(str(tmp_path / "checks.png"))
+    shown = row.text
+    assert "http://127.0.0.1:9/drain?token=…&dc=…" in shown, shown
+    assert "s3cret" not in str(driver.page_source)
