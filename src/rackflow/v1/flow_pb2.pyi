@@ -1281,7 +1281,7 @@ class Task(_message.Message):
     def not_before(self) -> _timestamp_pb2.Timestamp:
         """The task is held: it may not start before this time (its window's opening, a FREEZE window, a full
         budget; docs/WINDOWS.md). `held_by` says what holds it, `held_reason` why, `held_since` since when;
-        all four are cleared when it starts.
+        all four are cleared when it starts or ends.
         """
 
     @_builtins.property
@@ -3880,7 +3880,9 @@ class AlertmanagerCheck(_message.Message):
     MATCHERS_FIELD_NUMBER: _builtins.int
     FAIL_CLOSED_FIELD_NUMBER: _builtins.int
     url: _builtins.str
-    """e.g. "http://alertmanager:9093" """
+    """e.g. "http://alertmanager:9093"; returned with its query values hidden ("?token=…", docs/CHECKS.md),
+    kept and asked whole; written back as returned, the stored URL is kept.
+    """
     fail_closed: _builtins.bool
     """an Alertmanager that cannot be asked holds the task; unset = true"""
     @_builtins.property
@@ -3919,6 +3921,7 @@ class WebhookCheck(_message.Message):
     SECRET_FIELD_NUMBER: _builtins.int
     TIMEOUT_FIELD_NUMBER: _builtins.int
     url: _builtins.str
+    """returned with its query values hidden, kept and asked whole, as AlertmanagerCheck.url"""
     secret: _builtins.str
     """env:NAME or file:/path naming the HMAC-SHA256 key that signs the body (header X-Rackflow-Signature:
     sha256=<hex>); empty = unsigned. The reference is stored, never the key.
