@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import hmac
 import threading
+import time
 import uuid
 from collections.abc import Collection
 from datetime import datetime, timedelta
@@ -145,7 +146,9 @@ async def test_a_drain_hook_holds_the_task_until_it_says_ready(
     assert payloads[0]["rack"]["name"] == rack.name and payloads[0]["operation"] == "power_on"
     assert len(payloads[0]["components"]) == len(task.component_ids)
     for headers, body in hook.posts:
-        expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+        signed = headers["X-Rackflow-Timestamp"].encode() + b"." + body
+        assert abs(time.time() - int(headers["X-Rackflow-Timestamp"])) < 60
+        expected = "sha256=" + hmac.new(b"s3cret", signed, hashlib.sha256).hexdigest()
         assert hmac.compare_digest(headers["X-Rackflow-Signature"], expected)
     assert _results("drained", "hold") - before == 2
     assert _sample("rackflow_check_holds_total", {"check": "drained"}) - holds == 2

@@ -42,9 +42,10 @@ def test_an_alert_is_named_with_its_sorted_labels() -> None:
     assert alert_text({"labels": {}}) == "alert{}"
 
 
-def test_the_signature_is_the_hmac_sha256_of_the_body() -> None:
+def test_the_signature_is_the_hmac_sha256_of_the_timestamp_and_the_body() -> None:
     body = b'{"ok": true}'
-    assert signature(b"k", body) == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
+    expected = hmac.new(b"k", b"1764900000." + body, hashlib.sha256).hexdigest()
+    assert signature("k", "1764900000", body) == "sha256=" + expected
 
 
 def _check(

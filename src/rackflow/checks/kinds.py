@@ -9,8 +9,6 @@ only when its check is not `fail_closed`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import http.client
 import json
 import time
@@ -38,11 +36,12 @@ from rackflow.domain.checks import (
 from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.http_answers import NO_REDIRECTS, not_followed, read_within
-from rackflow.notify.senders import ALERT_NAMES
+from rackflow.notify.senders import ALERT_NAMES, sign
 from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_reference
 from rackflow.timespec import parse_go_duration
 
 SIGNATURE_HEADER = "X-Rackflow-Signature"
+TIMESTAMP_HEADER = "X-Rackflow-Timestamp"
 # How much of an answer is read: a hook's verdict is small; Alertmanager's list of a rack's alerts is
 # refused past this rather than read without end.
 HOOK_ANSWER_BYTES = 64 * 1024
@@ -71,9 +70,11 @@ def alert_text(alert: dict[str, Any]) -> str:
     return f"{name}{{{inner}}}"
 
 
-def signature(secret: bytes, body: bytes) -> str:
-    """The value of `SIGNATURE_HEADER`: `sha256=` and the HMAC-SHA256 of the body, in hex."""
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    """The value of `SIGNATURE_HEADER`: `sha256=` and the HMAC-SHA256 of `<timestamp>.<body>`, in hex, as
+    a notification webhook is signed (`notify.senders.sign`, one rule): the timestamp signed with the body
+    lets a hook refuse a captured request sent again later, which a signature of the body alone did not."""
+    return "sha256=" + sign(secret, timestamp, body)
 
 
 @dataclass(frozen=True)
@@ -186,13 +187,14 @@ def webhook_payload(
 
 async def webhook(settings: WebhookSettings, payload: dict[str, Any], asked: Asked) -> Look:
     body = json.dumps(payload, sort_keys=True).encode()
-    headers = {"Content-Type": "application/json", "User-Agent": "rackflow"}
+    timestamp = str(int(time.time()))
+    headers = {"Content-Type": "application/json", "User-Agent": "rackflow", TIMESTAMP_HEADER: timestamp}
     if settings.secret:
         try:
             secret = read_reference(settings.secret, "webhook secret")
         except CredentialsUnavailable as exc:
             return Look(False, f"webhook: {exc}")
-        headers[SIGNATURE_HEADER] = signature(secret.rstrip("\r\n").encode(), body)
+        headers[SIGNATURE_HEADER] = signature(secret.rstrip("\r\n"), timestamp, body)
     timeout = duration_of(settings.timeout).total_seconds()
     request = urllib.request.Request(settings.url, data=body, headers=headers, method="POST")
 
