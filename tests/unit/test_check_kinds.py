@@ -144,3 +144,16 @@ def test_a_url_is_shown_with_its_query_values_and_fragment_hidden() -> None:
     )
     error = "unknown url type: 'htp://h/?token=t'"
     assert scrubbed(error, "htp://h/?token=t", "") == "unknown url type: 'htp://h/?token=…'"
+
+
+def test_a_rendered_value_is_escaped_for_its_place_in_the_matcher() -> None:
+    """A rack name may hold `"` and `\\` (only control characters are refused): inside a value they are
+    escaped as Alertmanager unescapes them, and in a regex's value every regex metacharacter is escaped
+    too (Go's `regexp.QuoteMeta`), since a name is a literal: `rack.1` must not match `rackX1`."""
+    rack = RackFacts(uuid.UUID(int=7), 'r"1\\b', "SN.1*", uuid.UUID(int=9), "a|b")
+    assert render('rack="{rack.name}"', rack) == 'rack="r\\"1\\\\b"'
+    assert render("serial!={rack.external_id}", rack) == "serial!=SN.1*"
+    assert render('serial=~"{rack.external_id}"', rack) == 'serial=~"SN\\\\.1\\\\*"'
+    assert render('domain!~"{rack.domain}|none"', rack) == 'domain!~"a\\\\|b|none"'
+    assert render('rack=~"{rack.name}"', rack) == 'rack=~"r\\"1\\\\\\\\b"'
+    assert render('{rack.domain}="x"', rack) == 'a|b="x"'  # a label name is not a value: left as it is

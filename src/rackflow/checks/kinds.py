@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -49,17 +50,35 @@ ALERTS_BYTES = 8 * 1024 * 1024
 _T = TypeVar("_T")
 
 
+# A matcher's label side and operator, as Alertmanager reads them (`validation._MATCHER`), split from the
+# template before it is filled in: what follows the operator is the value, where filled-in text is escaped.
+_OPERATOR = re.compile(r"([^=!~]*?)(=~|!=|!~|=)(.*)", re.DOTALL)
+# Go's `regexp.QuoteMeta`: the characters Alertmanager's RE2 reads as other than themselves.
+_REGEX_META = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
 def render(matcher: str, rack: RackFacts) -> str:
-    """`matcher` with `{rack.name}`, `{rack.id}`, `{rack.external_id}` and `{rack.domain}` filled in (only
-    these: a matcher's own braces, a regex's `{2}`, stay as they are)."""
-    for key, value in (
+    r"""`matcher` with `{rack.name}`, `{rack.id}`, `{rack.external_id}` and `{rack.domain}` filled in (only
+    these: a matcher's own braces, a regex's `{2}`, stay as they are).
+
+    A name may hold `"` and `\` (validation refuses only control characters), so text filled into the
+    matcher's value is escaped as Alertmanager unescapes a value (`\"`, `\\`, quoted or not): unescaped,
+    the matcher did not parse, Alertmanager refused every ask, and a fail-open check let the rack through.
+    Into a regex's value (`=~`, `!~`) it goes as a literal, its metacharacters escaped first (Go's
+    `regexp.QuoteMeta`): unescaped, `rack=~"{rack.name}"` for `rack.1` matched `rackX1` too. Text filled
+    into the label name is left as it is: a label name has no escapes."""
+    found = _OPERATOR.fullmatch(matcher)
+    label, operator, value = found.groups() if found else (matcher, "", "")
+    for key, filled in (
         ("{rack.name}", rack.name),
         ("{rack.id}", str(rack.id)),
         ("{rack.external_id}", rack.external_id),
         ("{rack.domain}", rack.domain),
     ):
-        matcher = matcher.replace(key, value)
-    return matcher
+        label = label.replace(key, filled)
+        literal = _REGEX_META.sub(r"\\\1", filled) if operator in ("=~", "!~") else filled
+        value = value.replace(key, literal.replace("\\", "\\\\").replace('"', '\\"'))
+    return label + operator + value
 
 
 def alert_text(alert: dict[str, Any]) -> str:
