@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import logging
 import threading
 import time
 import uuid
@@ -1056,3 +1057,39 @@ async def test_a_hook_whose_answer_is_not_http_holds_the_task_saying_so(db: Data
         async with checking(db):
             held = await _held_with(db, task, "the answer was not HTTP (BadStatusLine)")
     assert held.status is TaskStatus.PENDING
+
+
+async def test_a_bug_in_a_look_is_logged_with_its_traceback_and_without_the_url_s_token(
+    db: Database, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A look that raises what it does not expect holds the task, and the checker logs the traceback: the
+    exception's words, and those of the one it was raised from, may quote the check's URL whole, token and
+    all, which `log.exception` wrote into the log as it was (docs/CHECKS.md: the log shows it hidden)."""
+    from rackflow.checks import kinds
+
+    rack = await _rack(db, "r1")
+    url = "http://127.0.0.1:9/drain?token=t0ps3cret"
+
+    async def broken(settings: WebhookSettings, payload: object, asked: object) -> object:
+        try:
+            raise KeyError(f"no route for {settings.url}")
+        except KeyError as exc:
+            raise RuntimeError(f"cannot post to {settings.url}") from exc
+
+    monkeypatch.setattr(kinds, "webhook", broken)
+    services = Services.build(db, CLOCK)
+    await services.checks.create(
+        CheckInput(name="drained", settings=WebhookSettings(url, "", "2s"), interval="10s")
+    )
+    task = await submit(db, rack, POWER_ON)
+    with caplog.at_level(logging.ERROR, logger="rackflow.checks.checker"):
+        async with checking(db):
+            held = await _held_with(db, task, "RuntimeError")
+    assert held.held_reason.endswith("webhook: RuntimeError: cannot post to http://127.0.0.1:9/drain?token=…")
+    logged = caplog.text  # the records and their tracebacks, as a log handler writes them
+    assert "t0ps3cret" not in logged
+    # Still a traceback: the exception, its cause, and where it was raised.
+    assert "pre-flight check drained failed on task" in logged
+    assert "Traceback (most recent call last)" in logged and "in broken" in logged
+    assert "KeyError: 'no route for http://127.0.0.1:9/drain?token=…'" in logged
+    assert "RuntimeError: cannot post to http://127.0.0.1:9/drain?token=…" in logged

@@ -13,8 +13,19 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from rackflow.checks.kinds import Asked, alert_text, alerts_url, render, scrubbed, signature, webhook
+from rackflow.checks.kinds import (
+    Asked,
+    alert_text,
+    alertmanager_url,
+    alerts_url,
+    asked_urls,
+    render,
+    scrubbed,
+    signature,
+    webhook,
+)
 from rackflow.domain.checks import (
+    AlertmanagerSettings,
     PreflightCheck,
     RackFacts,
     RackIdleSettings,
@@ -157,3 +168,16 @@ def test_a_rendered_value_is_escaped_for_its_place_in_the_matcher() -> None:
     assert render('domain!~"{rack.domain}|none"', rack) == 'domain!~"a\\\\|b|none"'
     assert render('rack=~"{rack.name}"', rack) == 'rack=~"r\\"1\\\\\\\\b"'
     assert render('{rack.domain}="x"', rack) == 'a|b="x"'  # a label name is not a value: left as it is
+
+
+def test_an_alertmanager_look_s_asked_url_is_hidden_in_an_error_s_words() -> None:
+    """Alertmanager is asked its alerts under the check's URL, the token before the API's query: an error
+    quoting that URL is scrubbed of the token too, not only one quoting the check's URL as stored."""
+    settings = AlertmanagerSettings("http://am.example/p?token=abc123", ('rack="{rack.name}"',), True)
+    asked = alertmanager_url(settings, RACK)
+    assert asked.startswith("http://am.example/p/api/v2/alerts?token=abc123&active=true")
+    assert asked_urls(settings, RACK) == (settings.url, asked)
+    assert "abc123" not in scrubbed(
+        f"ValueError: bad {asked}; from {settings.url}", *asked_urls(settings, RACK)
+    )
+    assert asked_urls(RackIdleSettings(frozenset(), ""), RACK) == ()

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -457,9 +458,12 @@ class PreflightChecker:
                 return await kinds.webhook(settings, payload, self._asked)
             return await self._rack_idle(settings, task)
         except Exception as exc:  # a bug in a look must hold the task, not start it
-            log.exception("pre-flight check %s failed on task %s", check.name, task.id)
-            url = getattr(settings, "url", "")
-            return Look(False, f"{check.kind.value}: {type(exc).__name__}: {kinds.scrubbed(str(exc), url)}")
+            # The traceback as `log.exception` writes it, but its exceptions' words (a cause's too) may
+            # quote the URL asked, token and all: they are logged as a held task's reason is, hidden.
+            urls = kinds.asked_urls(settings, rack)
+            trace = kinds.scrubbed("".join(traceback.format_exception(exc)).rstrip("\n"), *urls)
+            log.error("pre-flight check %s failed on task %s\n%s", check.name, task.id, trace)
+            return Look(False, f"{check.kind.value}: {type(exc).__name__}: {kinds.scrubbed(str(exc), *urls)}")
 
     async def _rack_idle(self, settings: RackIdleSettings, task: Task) -> Look:
         async with self.db.read() as conn:

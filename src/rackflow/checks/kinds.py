@@ -30,6 +30,7 @@ from rackflow.domain.checks import (
     OnRack,
     RackFacts,
     RackIdleSettings,
+    Settings,
     WebhookSettings,
     duration_of,
     shown_url,
@@ -123,12 +124,7 @@ async def alertmanager(
 ) -> Look:
     """Hold while an alert matching the matchers fires, but not one of rackflow's own about the task
     `task_id` being asked about (`about_the_task`)."""
-    matchers = [render(m, rack) for m in settings.matchers]
-    query = urllib.parse.urlencode(
-        [("active", "true"), ("silenced", "false"), ("inhibited", "false")]
-        + [("filter", m) for m in matchers]
-    )
-    url = alerts_url(settings.url, query)
+    url = alertmanager_url(settings, rack)
 
     def get() -> Any:
         timeout = ALERTMANAGER_TIMEOUT.total_seconds()
@@ -153,6 +149,30 @@ async def alertmanager(
     named = [alert_text(a) for a in alerts if isinstance(a, dict)]
     more = f" and {len(named) - 1} more" if len(named) > 1 else ""
     return Look(False, f"alertmanager: alert {named[0]} firing{more}")
+
+
+def alertmanager_url(settings: AlertmanagerSettings, rack: RackFacts) -> str:
+    """What `alertmanager` asks about `rack`: the active, unsilenced, uninhibited alerts matching the
+    check's matchers filled in with the rack."""
+    query = urllib.parse.urlencode(
+        [("active", "true"), ("silenced", "false"), ("inhibited", "false")]
+        + [("filter", render(m, rack)) for m in settings.matchers]
+    )
+    return alerts_url(settings.url, query)
+
+
+def asked_urls(settings: Settings, rack: RackFacts) -> tuple[str, ...]:
+    """The URLs a look of `settings` at `rack` asks (the check's own, and Alertmanager's query under it),
+    which an error's words may quote: what `scrubbed` hides in them. Called on a look's failure, which may
+    be the making of that query: then only the check's URL, rather than a second failure."""
+    if isinstance(settings, AlertmanagerSettings):
+        try:
+            return settings.url, alertmanager_url(settings, rack)
+        except Exception:
+            return (settings.url,)
+    if isinstance(settings, WebhookSettings):
+        return (settings.url,)
+    return ()
 
 
 def rack_idle(
