@@ -3923,8 +3923,9 @@ class WebhookCheck(_message.Message):
     url: _builtins.str
     """returned with its query values hidden, kept and asked whole, as AlertmanagerCheck.url"""
     secret: _builtins.str
-    """env:NAME or file:/path naming the HMAC-SHA256 key that signs the body (header X-Rackflow-Signature:
-    sha256=<hex>); empty = unsigned. The reference is stored, never the key.
+    """env:NAME or file:/path naming the HMAC-SHA256 key that signs `<timestamp>.<body>` (headers
+    X-Rackflow-Timestamp and X-Rackflow-Signature: sha256=<hex>, as notification webhooks are signed);
+    empty = unsigned. The reference is stored, never the key.
     """
     timeout: _builtins.str
     """Go duration, at most 60s; empty = 10s"""
