@@ -774,3 +774,26 @@ async def test_an_alert_is_not_sent_again_once_its_condition_ended_without_a_cle
         assert await again() == ["RackflowRunHalted"]
         await env.services.schedules.delete(schedule.id)  # its halted run with it
         assert await again() == []
+
+
+async def test_a_slow_receiver_does_not_delay_another_channels_events(db: Database) -> None:
+    """One channel's receiver answers after seconds: another channel's new event still goes at once, while
+    the slow send is in flight (not after it, as when a round waited for all its sends)."""
+    env = make_env(db)
+    with receiving() as slow, receiving() as fast:
+        slow.delay = 4.0  # within the send timeout (5 s): it answers, late
+        await env.services.notifications.create(ChannelInput(name="a-slow", kind="webhook", url=slow.url))
+        await env.services.notifications.create(ChannelInput(name="b-fast", kind="webhook", url=fast.url))
+        deliverer = _deliverer(db)
+        async with _running(deliverer):
+            (first,) = await _record(env)
+            await _until(lambda: str(first.id) in slow.sending() and len(fast.received) == 1)
+            (second,) = await _record(env)
+            deliverer.wake()  # as the service that records an event does, once it committed
+            took = await _until(lambda: len(fast.received) == 2)
+            still_sending = slow.sending()
+            await _until(lambda: len(slow.received) == 2, seconds=30)
+    assert took < 2.5, f"the fast channel's event waited {took:.1f}s for the slow channel's send"
+    assert str(first.id) in still_sending  # the slow send was still going when the fast one arrived
+    assert fast.received[1].headers["X-Rackflow-Event-Id"] == str(second.id)
+    assert await _states(env) == [DeliveryState.DELIVERED] * 4

@@ -14,6 +14,15 @@ delivered alert is sent again every `resend` (DEFAULT_ALERT_RESEND_INTERVAL) wit
 on, claimed in the database like a delivery (`outbox.claim_resends`) so one instance sends each per
 interval, until its clearing is recorded (`_resends`).
 
+Channels do not wait for each other: a round does not wait for the sends it claimed. Each channel's sends
+go on in a task of their own, which records their results when they are all answered (or timed out) and
+wakes the loop; meanwhile later rounds claim and send the other channels' deliveries. (A round used to
+wait for all its sends, so a receiver that took its whole timeout held every other channel's new events
+back as long, each round.) A channel with sends under way is not claimed again until they are recorded,
+and a round claims no more than the sends (`sends`) not already under way, so one instance has at most
+`sends` at once, as its lease discipline assumes. `deliver_once` (the tests' round) and stopping wait for
+the sends under way.
+
 Idle, the loop sleeps (it polled every second, and was the largest share of an idle server's database work
 and CPU: docs/PERFORMANCE.md, "An idle server"). What gives it work either is written (an event, a
 redelivery, a channel made, enabled or given a higher rate: `outbox.CHANGED`, which wakes the loop of the
@@ -124,6 +133,9 @@ class Deliverer:
         self.sender = sender or self._post
         self.jitter = jitter
         self._rounds = 0
+        self._sending: set[uuid.UUID] = set()  # channels whose claimed sends are under way
+        self._tasks: set[asyncio.Task[None]] = set()  # the sends under way
+        self._under_way = 0  # how many sends they are
         self._resend_look: datetime | None = None  # when to look for re-sends due next (None: now)
         self._woken = asyncio.Event()
 
@@ -152,14 +164,43 @@ class Deliverer:
         finally:
             metrics.NOTIFICATION_OUTBOX.read_with(None, None)
             woken_by.remove(self.wake)
+            await self._finish()  # the sends under way (each bounded by `timeout`) and their results
             self._pool.shutdown(wait=False)
 
     async def _post(self, request: Request, seconds: float) -> None:
         await asyncio.get_running_loop().run_in_executor(self._pool, post, request, seconds)
 
     async def deliver_once(self) -> bool:
-        """One round: fan out, claim, send, record; returns whether the round was full (more may wait)."""
-        return (await self._round()).busy
+        """One round: fan out, claim, send, record; returns whether the round was full (more may wait).
+        It returns once its sends are answered and recorded."""
+        found = await self._round()
+        await self._finish()
+        return found.busy
+
+    async def _finish(self) -> None:
+        """Wait for the sends under way (their tasks log and record their own failures)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks)
+
+    def _start(self, sending: Awaitable[None], sends: int) -> None:
+        """Run `sends` sends in a task of their own, counted against `sends` until done; done, it wakes the
+        loop (a channel may be claimed again, room was made)."""
+        self._under_way += sends
+
+        async def run() -> None:
+            try:
+                await sending
+            finally:
+                self._under_way -= sends
+                self.wake()
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _room(self) -> int:
+        """How many more sends this instance may start now."""
+        return self.sends - self._under_way
 
     async def _round(self) -> _Round:
         """`deliver_once`, and when to look next. With nothing to do (the usual case) it only reads: no
@@ -172,20 +213,25 @@ class Deliverer:
             async with self.db.transaction() as conn:
                 fanned = await outbox.fan_out(self.db, conn, await self.db.now(conn), self.batch)
         claims: list[_Claim] = []
-        # A channel whose bucket holds no whole token has none to take now (the claim reads it again, locked).
+        # A channel whose bucket holds no whole token has none to take now (the claim reads it again, locked);
+        # one whose sends are under way is claimed again once they are recorded.
         due = [
             c
             for c in work.channels
-            if c.enabled and (c.id in due_now or fanned) and work.tokens.get(c.id, 0.0) >= 1.0
+            if c.enabled
+            and (c.id in due_now or fanned)
+            and work.tokens.get(c.id, 0.0) >= 1.0
+            and c.id not in self._sending
         ]
-        if due:
-            claims = await self._claim(due)
-        if claims:
-            results = await asyncio.gather(*(self._send(c.channel, c.claimed, c.current) for c in claims))
-            async with self.db.transaction() as conn:
-                await outbox.record_results(conn, results, await self.db.now(conn))
+        room = self._room()
+        if due and room > 0:
+            claims = await self._claim(due, room)
+        for channel_id, sends in itertools.groupby(claims, key=lambda c: c.channel.id):
+            self._sending.add(channel_id)
+            sent = list(sends)
+            self._start(self._deliver(sent), len(sent))
         resent = await self._resends(work)
-        busy = fanned >= self.batch or len(claims) >= self.sends or resent >= self.batch
+        busy = fanned >= self.batch or (bool(claims) and len(claims) >= room) or resent >= self.batch
         if work.new_events or claims or any(c.enabled and c.id in due_now for c in work.channels):
             return _Round(busy, self.interval.total_seconds())
         pause = self.idle_interval.total_seconds()
@@ -195,8 +241,8 @@ class Deliverer:
             pause = min(pause, (self._resend_look - work.now).total_seconds())
         return _Round(busy, max(0.0, pause))
 
-    async def _claim(self, channels: list[Channel]) -> list[_Claim]:
-        """Claim what each channel's bucket allows, up to `sends` in all, in one transaction. Each round
+    async def _claim(self, channels: list[Channel], room: int) -> list[_Claim]:
+        """Claim what each channel's bucket allows, up to `room` in all, in one transaction. Each round
         starts one channel further on, so a busy channel cannot starve the rest. An Alertmanager's claims
         come with their conditions' latest events, read in the same transaction (`outbox.conditions_now`)."""
         self._rounds += 1
@@ -207,18 +253,36 @@ class Deliverer:
             now = await self.db.now(conn)
             buckets = await outbox.take_tokens(self.db, conn, channels, now, NOTIFY_RATE_BURST)
             for channel in (c for c in channels if c.id in buckets):
-                if len(claims) >= self.sends:
+                if len(claims) >= room:
                     break
                 tokens = buckets[channel.id]
-                room = min(int(tokens), self.sends - len(claims))
-                if room <= 0:
+                limit = min(int(tokens), room - len(claims))
+                if limit <= 0:
                     continue
-                claimed = await outbox.claim_deliveries(self.db, conn, channel.id, now, room, self.lease)
+                claimed = await outbox.claim_deliveries(self.db, conn, channel.id, now, limit, self.lease)
                 await outbox.spend_tokens(conn, channel.id, tokens - len(claimed), now)
                 claims += [(channel, c) for c in claimed]
             alerts = [c.event for channel, c in claims if channel.kind is ChannelKind.ALERTMANAGER]
             current = await outbox.conditions_now(conn, alerts) if alerts else {}
         return [_Claim(channel, c, current.get(c.event.id)) for channel, c in claims]
+
+    async def _deliver(self, claims: list[_Claim]) -> None:
+        """Send one channel's claimed deliveries and record the results. A failure to record them (the
+        database is down) is logged: their claims' lease passes and they are sent again (at least once)."""
+        channel = claims[0].channel
+        try:
+            results = await asyncio.gather(*(self._send(c.channel, c.claimed, c.current) for c in claims))
+            async with self.db.transaction() as conn:
+                await outbox.record_results(conn, results, await self.db.now(conn))
+        except Exception as exc:
+            log.warning(
+                "recording the sends to channel %r failed (%s); they are sent again after their lease",
+                channel.name,
+                exc,
+                extra={"channel": channel.name},
+            )
+        finally:
+            self._sending.discard(channel.id)
 
     async def _resends(self, work: outbox.Work) -> int:
         """With an enabled Alertmanager channel, look for open alerts due to be sent again, every
@@ -230,6 +294,8 @@ class Deliverer:
             self._resend_look = None
             return 0
         if self._resend_look is not None and work.now < self._resend_look:
+            return 0
+        if self._room() < len(channels):  # one send each: the next round looks again
             return 0
         async with self.db.read() as conn:
             due_at = await outbox.next_resend(conn, [c.id for c in channels])
@@ -243,9 +309,9 @@ class Deliverer:
 
     async def _resend(self, channels: list[Channel]) -> int:
         """Send the open conditions' alerts that are due again to these Alertmanagers (up to `batch` a
-        round), one POST per channel: claimed in the database (`outbox.claim_resends`), so one instance
-        sends each an interval. A failed re-send is logged and counted, and goes at the next interval.
-        Returns how many alerts were claimed."""
+        round), one POST per channel, each in a task of its own (`_start`): claimed in the database
+        (`outbox.claim_resends`), so one instance sends each an interval. A failed re-send is logged and
+        counted, and goes at the next interval. Returns how many alerts were claimed."""
         by_id = {c.id: c for c in channels}
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)
@@ -263,7 +329,8 @@ class Deliverer:
             )
             for channel_id, events in alerts.items()
         ]
-        await asyncio.gather(*(self._resend_one(channel, request) for channel, request in requests))
+        for channel, request in requests:
+            self._start(self._resend_one(channel, request), 1)
         return len(claimed)
 
     async def _resend_one(self, channel: Channel, request: Request) -> None:
