@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import hmac
 import http.server
+import re
 import socket
 import threading
 import time
@@ -35,6 +36,7 @@ from rackflow.notify.service import ChannelInput, ChannelView
 from rackflow.store import outbox
 from rackflow.store.db import Database
 from rackflow.store.tables import notification_channel, notification_delivery, notification_event
+from rackflow.timespec import format_rfc3339
 from tests.receiver import Receiver, receiving
 from tests.store.query_plans import statements_sent
 from tests.store.schedules_support import Env, MovingClock
@@ -131,7 +133,9 @@ async def test_slack_says_what_where_and_why_with_the_runs_link(db: Database) ->
     run_id = uuid.uuid4()
     with receiving() as receiver:
         await _channel(env, receiver, kind="slack")
-        await _record(env, schedule_id=schedule.id, rack_id=rack.id, run_id=run_id, reason="BMC timed out")
+        (event,) = await _record(
+            env, schedule_id=schedule.id, rack_id=rack.id, run_id=run_id, reason="BMC timed out"
+        )
         await _deliverer(db, external_url="https://rackflow.example.com/").deliver_once()
     (got,) = receiver.received
     assert set(got.json()) == {"text"}
@@ -139,8 +143,26 @@ async def test_slack_says_what_where_and_why_with_the_runs_link(db: Database) ->
         ":warning: *task 0 failed*",
         "where: schedule `fw-nightly`, rack `r7`, operation `power_off`",
         "why: BMC timed out",
+        f"when: {format_rfc3339(event.at.replace(microsecond=0))}",  # sent at once: not said late
         f"<https://rackflow.example.com/runs/{run_id}|open the run>",
     ]
+
+
+async def test_slack_says_when_an_event_that_is_sent_late_happened(db: Database) -> None:
+    """An event sent long after it happened (a retry after its back-off, a receiver down for a while) says
+    when it happened and how late it is, so it does not read as new."""
+    env = make_env(db)
+    happened = env.clock.now().replace(microsecond=0) - timedelta(minutes=12, seconds=30)
+    late = Event(EventType.RUN_HALTED, Severity.CRITICAL, happened, "rollout halted", reason="2 of 10 failed")
+    with receiving() as receiver:
+        await _channel(env, receiver, kind="slack")
+        async with env.db.transaction() as conn:
+            await outbox.record_events(conn, [late])
+        await _deliverer(db).deliver_once()
+    (got,) = receiver.received
+    *_, when = got.json()["text"].splitlines()
+    # 12m30s late, and as long as the test took to send it: whole seconds
+    assert re.fullmatch(rf"when: {re.escape(format_rfc3339(happened))}, sent 12m3[0-9]s late", when), when
 
 
 async def test_a_failing_receiver_is_retried_then_dead_then_redelivered(db: Database) -> None:

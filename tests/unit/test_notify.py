@@ -10,7 +10,7 @@ from rackflow.config import ALERT_ONE_OFF, ALERT_RESEND_ENDS_AFTER, DEFAULT_ALER
 from rackflow.domain.notifications import ChannelKind, Event, EventType, Severity, Subscription, tokens_now
 from rackflow.domain.tasks import OperationKind
 from rackflow.notify.delivery import retry_delay
-from rackflow.notify.senders import alert, redacted_url
+from rackflow.notify.senders import alert, redacted_url, slack_text
 
 AT = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 RUN = uuid.uuid4()
@@ -97,3 +97,15 @@ def test_a_condition_alert_and_its_clearing_share_labels_and_the_clearing_ends_i
     )
     assert one_off["labels"]["rack"] == "r1" and "run" not in one_off["labels"]
     assert one_off["endsAt"] == (AT + ALERT_ONE_OFF).isoformat()
+
+
+def test_a_slack_message_says_when_and_how_late_past_a_minute() -> None:
+    at = datetime(2026, 6, 1, 4, 12, 9, 250000, tzinfo=UTC)
+    event = Event(EventType.RUN_HALTED, Severity.CRITICAL, at, "rollout halted")
+
+    def when(sent_after: timedelta) -> str:
+        return slack_text(event, "", now=at + sent_after).splitlines()[-1]
+
+    assert when(timedelta(seconds=60)) == "when: 2026-06-01T04:12:09Z"
+    assert when(timedelta(seconds=61)) == "when: 2026-06-01T04:12:09Z, sent 1m1s late"
+    assert when(timedelta(hours=2, seconds=0.9)) == "when: 2026-06-01T04:12:09Z, sent 2h late"

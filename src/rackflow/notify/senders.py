@@ -2,7 +2,8 @@
 
 * webhook: the event as JSON, signed: `X-Rackflow-Signature: sha256=<hex>`, the HMAC-SHA256 with the
   channel's secret of `<X-Rackflow-Timestamp>.<body>`, so a receiver can check it and refuse old replays;
-* slack: an incoming webhook's `{"text": …}`: what, where, why, and a link to the run's page;
+* slack: an incoming webhook's `{"text": …}`: what, where, why, when (and how late, when sent well after
+  it happened), and a link to the run's page;
 * alertmanager: one alert for `POST /api/v2/alerts`, labelled alertname, schedule, rack, severity (and
   run or task); the event that clears a condition sends the same labels with `endsAt` now. An open
   condition's alert is sent again every resend interval (`resend_request`, `rackflow.notify.delivery`).
@@ -30,6 +31,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from rackflow.config import ALERT_ONE_OFF, ALERT_RESEND_ENDS_AFTER, DEFAULT_ALERT_RESEND_INTERVAL, host_port
 from rackflow.domain.notifications import CLEARS, Channel, ChannelKind, Event, EventType
 from rackflow.http_answers import NO_REDIRECTS, not_followed, read_within
+from rackflow.timespec import format_go_duration, format_rfc3339
 
 USER_AGENT = "rackflow-notify"
 ALERTS_PATH = "/api/v2/alerts"
@@ -48,6 +50,9 @@ ALERT_NAMES: Mapping[EventType, str] = {
     EventType.TASK_HELD_TOO_LONG: "RackflowTaskHeldTooLong",
     EventType.RUN_AWAITING_APPROVAL: "RackflowRunAwaitingApproval",
 }
+# A Slack message sent this much later than its event happened (a retry after its back-off, a receiver that
+# was down) says how late it is: without it, a halt sent after its clearing reads as a new halt.
+SLACK_LATE = timedelta(minutes=1)
 SLACK_ICONS: Mapping[str, str] = {
     "info": ":information_source:",
     "warning": ":warning:",
@@ -114,7 +119,7 @@ def request_for(
             headers["X-Rackflow-Signature"] = "sha256=" + sign(channel.secret, timestamp, body)
         return Request(channel.url, headers, body)
     if channel.kind is ChannelKind.SLACK:
-        return Request(channel.url, headers, _json({"text": slack_text(event, link)}))
+        return Request(channel.url, headers, _json({"text": slack_text(event, link, now=now)}))
     state = current or event
     url = channel.url.rstrip("/") + ALERTS_PATH
     return Request(url, headers, _json([alert(state, run_link(external_url, state), now=now, resend=resend)]))
@@ -140,8 +145,9 @@ def _json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def slack_text(event: Event, link: str) -> str:
-    """What (the summary), where (schedule, rack, operation), why (the reason), and the run's page."""
+def slack_text(event: Event, link: str, *, now: datetime) -> str:
+    """What (the summary), where (schedule, rack, operation), why (the reason), when (the event's time, in
+    whole seconds; and how late, sent at `now` more than SLACK_LATE after it), and the run's page."""
     where = ", ".join(
         f"{label} `{value}`"
         for label, value in (
@@ -156,6 +162,11 @@ def slack_text(event: Event, link: str) -> str:
         lines.append(f"where: {where}")
     if event.reason:
         lines.append(f"why: {event.reason}")
+    when = f"when: {format_rfc3339(event.at.replace(microsecond=0))}"
+    late = now - event.at
+    if late > SLACK_LATE:
+        when += f", sent {format_go_duration(timedelta(seconds=int(late.total_seconds())))} late"
+    lines.append(when)
     if link:
         lines.append(f"<{link}|open the run>")
     return "\n".join(lines)
