@@ -295,7 +295,8 @@ class Deliverer:
             return 0
         if self._resend_look is not None and work.now < self._resend_look:
             return 0
-        if self._room() < len(channels):  # one send each: the next round looks again
+        if self._room() < len(channels):  # one send each: look again in `interval`, or when one is done
+            self._resend_look = work.now + self.interval
             return 0
         async with self.db.read() as conn:
             due_at = await outbox.next_resend(conn, [c.id for c in channels])
