@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from rackflow.domain.notifications import DeliveryState
+from rackflow.domain.notifications import Channel, DeliveryState
 from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import TaskStatus
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.holds import HoldWatcher
@@ -29,7 +31,7 @@ from rackflow.store.tables import tasks
 from tests.debian_tools import AMTOOL, require
 from tests.e2e.cluster import free_port
 from tests.integration.alertmanager import Alertmanager, running_alertmanager
-from tests.store.schedules_support import make_env
+from tests.store.schedules_support import Env, make_env
 from tests.store.test_executor import executing, finished, make_rack
 from tests.store.test_rollouts import _active, _end, _racks, _run, _schedule
 from tests.store.test_windows_gate import CLOCK, freeze, held, submit
@@ -53,20 +55,26 @@ def _rackflow_alerts(alertmanager: Alertmanager, run_id: str) -> list[dict[str, 
     return [a for a in alertmanager.alerts() if a["labels"].get("run") == run_id]
 
 
-async def test_a_halt_alerts_in_alertmanager_and_resolves_when_the_run_resumes(
-    db: Database, alertmanager: Alertmanager
-) -> None:
-    env = make_env(db)
-    env.clock.advance(datetime.now(UTC) - env.clock.now())  # Alertmanager judges endsAt by its own clock
-    await env.services.notifications.create(
-        ChannelInput(name="am", kind="alertmanager", url=alertmanager.url, event_types=("run.halted",))
+async def _halted(env: Env, url: str) -> tuple[Channel, Schedule, uuid.UUID]:
+    """An Alertmanager channel at `url` for halts, and a rollout over three racks halted by its first
+    failure: the channel, the schedule and the halted run's id (its halt recorded, not yet delivered)."""
+    channel = await env.services.notifications.create(
+        ChannelInput(name="am", kind="alertmanager", url=url, event_types=("run.halted",))
     )
     racks = await _racks(env, 3)
     schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
     await env.services.schedules.trigger(schedule.id)
     await _end(env, await _active(env, schedule), TaskStatus.FAILED)
     await env.services.rollouts.advance()
-    run_id = (await _run(env, schedule)).run.id
+    return channel.channel, schedule, (await _run(env, schedule)).run.id
+
+
+async def test_a_halt_alerts_in_alertmanager_and_resolves_when_the_run_resumes(
+    db: Database, alertmanager: Alertmanager
+) -> None:
+    env = make_env(db)
+    env.clock.advance(datetime.now(UTC) - env.clock.now())  # Alertmanager judges endsAt by its own clock
+    _, _, run_id = await _halted(env, alertmanager.url)
     deliverer = Deliverer(db)
     await deliverer.deliver_once()
 
@@ -97,25 +105,13 @@ async def test_a_halt_sent_after_its_clearing_leaves_the_alert_resolved(
     now, resolved."""
     env = make_env(db)
     env.clock.advance(datetime.now(UTC) - env.clock.now())
-    channel = await env.services.notifications.create(
-        ChannelInput(
-            name="am", kind="alertmanager", url=f"http://127.0.0.1:{free_port()}", event_types=("run.halted",)
-        )
-    )
-    racks = await _racks(env, 3)
-    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
-    await env.services.schedules.trigger(schedule.id)
-    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
-    await env.services.rollouts.advance()
-    run_id = (await _run(env, schedule)).run.id
+    channel, _, run_id = await _halted(env, f"http://127.0.0.1:{free_port()}")
     deliverer = Deliverer(db)
     await deliverer.deliver_once()
     (halt,) = await env.services.notifications.deliveries()
     assert halt.state is DeliveryState.PENDING and halt.last_error.startswith("unreachable")
 
-    await env.services.notifications.update(
-        channel.channel.id, ["channel.url"], ChannelInput(url=alertmanager.url)
-    )
+    await env.services.notifications.update(channel.id, ["channel.url"], ChannelInput(url=alertmanager.url))
     await env.services.rollouts.resume(run_id)
     await deliverer.deliver_once()  # the clearing; the halt is not due yet
     assert await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id)) == []
@@ -133,15 +129,7 @@ async def test_a_halt_resolves_though_its_schedule_was_renamed_meanwhile(
     fired on for seven days. A clearing carries the names of what it clears."""
     env = make_env(db)
     env.clock.advance(datetime.now(UTC) - env.clock.now())
-    await env.services.notifications.create(
-        ChannelInput(name="am", kind="alertmanager", url=alertmanager.url, event_types=("run.halted",))
-    )
-    racks = await _racks(env, 3)
-    schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
-    await env.services.schedules.trigger(schedule.id)
-    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
-    await env.services.rollouts.advance()
-    run_id = (await _run(env, schedule)).run.id
+    _, schedule, run_id = await _halted(env, alertmanager.url)
     deliverer = Deliverer(db)
     await deliverer.deliver_once()
     (firing,) = await asyncio.to_thread(_rackflow_alerts, alertmanager, str(run_id))
@@ -216,15 +204,7 @@ async def test_an_open_halt_is_sent_again_and_comes_back_after_alertmanager_rest
     env = make_env(db)
     env.clock.advance(datetime.now(UTC) - env.clock.now())
     with running_alertmanager(tmp_path, CONFIG) as alertmanager:
-        await env.services.notifications.create(
-            ChannelInput(name="am", kind="alertmanager", url=alertmanager.url, event_types=("run.halted",))
-        )
-        racks = await _racks(env, 3)
-        schedule = await _schedule(env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1))
-        await env.services.schedules.trigger(schedule.id)
-        await _end(env, await _active(env, schedule), TaskStatus.FAILED)
-        await env.services.rollouts.advance()
-        run = (await _run(env, schedule)).run.id
+        _, _, run = await _halted(env, alertmanager.url)
         run_id = str(run)
         deliverer = Deliverer(db)
         await deliverer.deliver_once()
