@@ -22,7 +22,7 @@ def words(page: str) -> str:
 
 
 def test_counted_says_one_in_the_singular() -> None:
-    from rackflow.web.views import counted  # the one helper every page's counts go through
+    from rackflow.words import counted  # the one helper every page's counts go through
 
     assert [counted(n, "rack") for n in (0, 1, 2)] == ["0 racks", "1 rack", "2 racks"]
     assert counted(1, "delivery", "deliveries") == "1 delivery"

@@ -12,7 +12,6 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
-    counted,
     details,
     free_text,
     operation_label,
@@ -23,6 +22,7 @@ from rackflow.cli.output import (
 )
 from rackflow.client import OPERATION_RPCS
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.words import counted
 
 _OPERATIONS = click.Choice([operation_label(o) for o in OPERATION_RPCS])
 _ref = click.argument("budget_ref", metavar="NAME_OR_ID")

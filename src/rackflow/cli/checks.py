@@ -13,7 +13,6 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
-    counted,
     details,
     free_text,
     operation_label,
@@ -26,6 +25,7 @@ from rackflow.cli.tasks import rack_names, schedule_name, task, task_view
 from rackflow.client import OPERATION_RPCS, operation_name
 from rackflow.ids import is_uuid
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.words import counted
 
 F = TypeVar("F", bound=Callable[..., Any])
 _OPERATIONS = click.Choice([operation_label(o) for o in OPERATION_RPCS])

@@ -14,7 +14,6 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
-    counted,
     details,
     free_text,
     operation_label,
@@ -26,6 +25,7 @@ from rackflow.cli.output import (
 from rackflow.client import OPERATION_RPCS
 from rackflow.domain.notifications import ChannelKind, DeliveryState, EventType, Severity, takes_secret
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.words import counted
 
 _OPERATIONS = click.Choice([operation_label(o) for o in OPERATION_RPCS])
 _EVENTS = click.Choice([t.value for t in EventType])

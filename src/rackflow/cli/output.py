@@ -307,17 +307,6 @@ def _lines(lines: Iterable[Text], console: Console) -> RenderResult:
         yield Segment.line()
 
 
-def noun_for(count: int, noun: str, plural: str = "") -> str:
-    """`noun` for one, else `plural` (default `noun` + "s"): every list's title counts in words, "1 budget",
-    "2 budgets", never "1 budgets"."""
-    return noun if count == 1 else plural or f"{noun}s"
-
-
-def counted(count: int, noun: str, plural: str = "") -> str:
-    """`1 budget`, `0 budgets`: a whole list's title."""
-    return f"{count} {noun_for(count, noun, plural)}"
-
-
 def table(*columns: str | Column, title: str | None = None) -> Listing:
     """A `Listing`; a column given by its header alone is a key column."""
     return Listing([c if isinstance(c, Column) else Column(c) for c in columns], title)

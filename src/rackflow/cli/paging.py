@@ -16,7 +16,8 @@ from google.protobuf.message import Message
 from rich.console import RenderableType
 
 from rackflow.api.convert import MAX_PAGE_SIZE
-from rackflow.cli.output import Session, noun_for
+from rackflow.cli.output import Session
+from rackflow.words import noun_for
 
 F = TypeVar("F", bound=Callable[..., object])
 _M = TypeVar("_M", bound=Message)

@@ -18,7 +18,6 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
-    counted,
     details,
     free_text,
     operation_label,
@@ -42,6 +41,7 @@ from rackflow.cli.targets import (
 from rackflow.client import TASK_STATUSES, Operation, RackflowClientError, Targets
 from rackflow.domain.tasks import TaskStatus
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.words import counted
 
 FINISHED = {pb.TASK_STATUS_COMPLETED, pb.TASK_STATUS_FAILED, pb.TASK_STATUS_TERMINATED}
 

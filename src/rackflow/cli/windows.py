@@ -14,7 +14,6 @@ from rackflow.cli.output import (
     Group,
     Listing,
     Session,
-    counted,
     details,
     free_text,
     operation_label,
@@ -28,6 +27,7 @@ from rackflow.cli.output import (
 from rackflow.cli.targets import checked, parse_time, parse_zone
 from rackflow.client import OPERATION_RPCS, Recurrence, Span, Window, operation_name
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.words import counted
 
 F = TypeVar("F", bound=Callable[..., Any])
 _OPERATIONS = click.Choice([operation_label(o) for o in OPERATION_RPCS])

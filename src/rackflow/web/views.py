@@ -22,13 +22,7 @@ from typing import Protocol
 
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Run, RunState, Schedule
 from rackflow.domain.tasks import TaskStatus
-
-
-def counted(count: int | str, noun: str, plural: str = "") -> str:
-    """A count with its noun, singular for exactly one: `1 rack`, `3 racks`, `1 delivery` (`plural` for a
-    noun that does not take an s: "deliveries"). A count shown as text ("10,000+", `capped_count`) is many.
-    The one rule for every count a page shows (the `counted` filter), so none says "1 racks"."""
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+from rackflow.words import counted
 
 
 @dataclass(frozen=True)

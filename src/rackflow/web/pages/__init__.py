@@ -28,6 +28,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
+from rackflow import words
 from rackflow.api.auth import authorize
 from rackflow.api.errors import INTERNAL, INTERNAL_MESSAGE
 from rackflow.clock import Clock
@@ -162,7 +163,7 @@ class Site:
             spec_words=describe,
             go_duration=format_go_duration,
             short_id=short_id,
-            counted=views.counted,
+            counted=words.counted,
         )
 
     def render(self, template: str, context: Mapping[str, Any]) -> str:

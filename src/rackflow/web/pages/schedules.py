@@ -41,10 +41,10 @@ from rackflow.web.views import (
     LOOKS,
     TASK_LOOKS,
     Look,
-    counted,
     outcome_verdict,
     tallied_verdict,
 )
+from rackflow.words import counted
 
 STRIP_RUNS = 12  # firings in a list row's strip
 GRID_RUNS = 20  # firings (columns) in a schedule's runs grid
