@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -81,6 +83,15 @@ def serve_until_exit(db_url: str, *args: str) -> subprocess.CompletedProcess[str
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=30)
 
 
+@contextlib.contextmanager
+def taken_port() -> Iterator[int]:
+    """A loopback port something else listens on, for as long as the block runs."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
 def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
     result = serve_until_exit(f"sqlite:///{tmp_path}/empty.db")
     assert result.returncode == 1
@@ -89,10 +100,7 @@ def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
 
 
 def test_serve_refuses_a_taken_http_port(sqlite_url: str) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with taken_port() as port:
         result = serve_until_exit(sqlite_url, "--http-listen", f"127.0.0.1:{port}")
     assert result.returncode == 1
     assert f"error: --http-listen: cannot listen on 127.0.0.1:{port}" in result.stderr
@@ -113,10 +121,7 @@ def test_serve_refuses_a_grpc_port_another_server_listens_on(sqlite_url: str, tm
 
 
 def test_serve_refuses_a_taken_grpc_port(sqlite_url: str) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with taken_port() as port:
         result = serve_until_exit(sqlite_url, "--listen", f"127.0.0.1:{port}")
     assert result.returncode == 1
     assert f"error: --listen: cannot listen on 127.0.0.1:{port}: the address is in use" in result.stderr
@@ -126,10 +131,7 @@ def test_serve_refuses_a_taken_grpc_port(sqlite_url: str) -> None:
 def test_serve_refuses_a_taken_metrics_port_before_it_starts_anything(sqlite_url: str) -> None:
     """The metrics port was bound last, after the dispatcher had started; its error named neither the
     option nor the address ("[Errno 98] Address already in use") and the exit printed a traceback."""
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with taken_port() as port:
         result = serve_until_exit(sqlite_url, "--metrics-listen", f"127.0.0.1:{port}")
     assert result.returncode == 1
     taken_error = f"error: --metrics-listen: cannot listen on 127.0.0.1:{port}: Address already in use"

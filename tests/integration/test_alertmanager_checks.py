@@ -61,21 +61,23 @@ async def _held_with(db: Database, task: Task, words: str) -> Task:
     return await get(db, task)
 
 
+def _no_alerts(url: str) -> CheckInput:
+    """CHECKS.md's check: no critical or warning alert on the rack before a firmware upgrade (fail closed),
+    asked every 200 ms."""
+    return CheckInput(
+        name="no-alerts",
+        operations=(OperationKind.UPGRADE_FIRMWARE,),
+        settings=AlertmanagerSettings(url, ('rack="{rack.name}"', 'severity=~"critical|warning"'), True),
+        interval="200ms",
+    )
+
+
 async def test_an_alert_holds_its_rack_until_resolved_and_a_silent_alertmanager_fails_closed(
     db: Database, alertmanager: Alertmanager
 ) -> None:
     a, b = await _rack(db, "rack-a"), await _rack(db, "rack-b")
     services = Services.build(db, CLOCK)
-    check = await services.checks.create(
-        CheckInput(
-            name="no-alerts",
-            operations=(OperationKind.UPGRADE_FIRMWARE,),
-            settings=AlertmanagerSettings(
-                alertmanager.url, ('rack="{rack.name}"', 'severity=~"critical|warning"'), True
-            ),
-            interval="200ms",
-        )
-    )
+    check = await services.checks.create(_no_alerts(alertmanager.url))
     overheat = {"alertname": "RackOverheat", "rack": "rack-a", "severity": "critical"}
     alertmanager.post(overheat)
     alertmanager.post({"alertname": "Chatter", "rack": "rack-b", "severity": "info"})  # matches no matcher
@@ -115,16 +117,7 @@ async def test_rackflows_own_alert_that_the_task_is_held_does_not_keep_holding_i
     (it would until the maximum wait failed it: the alert ends only when the hold does)."""
     a = await _rack(db, "rack-a")
     services = Services.build(db, CLOCK)
-    await services.checks.create(
-        CheckInput(
-            name="no-alerts",
-            operations=(OperationKind.UPGRADE_FIRMWARE,),
-            settings=AlertmanagerSettings(
-                alertmanager.url, ('rack="{rack.name}"', 'severity=~"critical|warning"'), True
-            ),
-            interval="200ms",
-        )
-    )
+    await services.checks.create(_no_alerts(alertmanager.url))
     await services.notifications.create(ChannelInput(name="am", kind="alertmanager", url=alertmanager.url))
     overheat = {"alertname": "RackOverheat", "rack": "rack-a", "severity": "critical"}
     alertmanager.post(overheat)
