@@ -18,16 +18,18 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from rackflow.config import NOTIFY_SEND_TIMEOUT
 from rackflow.domain.notifications import Channel, DeliveryState
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import Schedule
 from rackflow.domain.tasks import TaskStatus
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.holds import HoldWatcher
+from rackflow.notify.senders import Request, post
 from rackflow.notify.service import ChannelInput
 from rackflow.services import Services
 from rackflow.store.db import Database
-from rackflow.store.tables import tasks
+from rackflow.store.tables import notification_delivery, tasks
 from tests.debian_tools import AMTOOL, require
 from tests.e2e.cluster import free_port
 from tests.integration.alertmanager import Alertmanager, running_alertmanager
@@ -200,7 +202,7 @@ async def test_an_open_halt_is_sent_again_and_comes_back_after_alertmanager_rest
     (no storage kept) or an HA peer that missed the post lost rackflow's open alert for good, which was sent
     once with `endsAt` seven days on. While the condition is open it is sent again every interval with
     `endsAt` a few intervals on (so a lost clearing, or rackflow gone, lets Alertmanager resolve it); once
-    cleared it is not sent again."""
+    cleared it does not fire again."""
     env = make_env(db)
     env.clock.advance(datetime.now(UTC) - env.clock.now())
     with running_alertmanager(tmp_path, CONFIG) as alertmanager:
@@ -228,10 +230,60 @@ async def test_an_open_halt_is_sent_again_and_comes_back_after_alertmanager_rest
         await deliverer.deliver_once()
         assert await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id) == []
         await asyncio.to_thread(alertmanager.restart)
-        for _ in range(3):  # cleared: never sent again, firing or resolved
+        for _ in range(3):  # cleared: its resolved alert once more, and never firing again
             env.clock.advance(RESEND + timedelta(seconds=1))
             await deliverer.deliver_once()
         assert await asyncio.to_thread(alertmanager.alerts) == []
+
+
+async def test_a_resend_in_flight_when_the_condition_clears_does_not_leave_the_alert_firing(
+    db: Database, alertmanager: Alertmanager
+) -> None:
+    """One instance's re-send of the open halt is under way (claimed before the resume) when another sends
+    the clearing: the re-send reaches Alertmanager last, and Alertmanager keeps what came last, so the alert
+    fired on for its `endsAt`, four minutes. The clearing's resolved alert is sent once more, after any send
+    claimed before it has had its timeout."""
+    env = make_env(db)
+    env.clock.advance(datetime.now(UTC) - env.clock.now())
+    _, _, run = await _halted(env, alertmanager.url)
+    run_id = str(run)
+    resend_under_way = asyncio.Event()
+    posts: list[Request] = []
+
+    async def slow_resends(request: Request, seconds: float) -> None:
+        if "Idempotency-Key" not in request.headers:  # a re-send (`senders.resend_request`), held a while
+            resend_under_way.set()
+            await asyncio.sleep(1.0)
+        posts.append(request)
+        await asyncio.to_thread(post, request, seconds)
+
+    resender, other = Deliverer(db, sender=slow_resends), Deliverer(db, sender=slow_resends)
+    await other.deliver_once()
+    (halt,) = await env.services.notifications.deliveries()
+    async with db.transaction() as conn:  # the halt's re-send is due: an interval has passed
+        await conn.execute(
+            update(notification_delivery)
+            .where(notification_delivery.c.id == halt.id)
+            .values(next_attempt_at=env.clock.now())
+        )
+    resending = asyncio.create_task(resender.deliver_once())
+    await asyncio.wait_for(resend_under_way.wait(), 10)
+    await env.services.rollouts.resume(run)
+    await other.deliver_once()  # the clearing, resolved, while the re-send is under way
+    await resending
+    # What reached Alertmanager last was the firing re-send: the race this guards against happened.
+    (firing,) = await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id)
+    assert firing["status"]["state"] == "active"
+
+    sent = len(posts)
+    env.clock.advance(2 * NOTIFY_SEND_TIMEOUT + timedelta(seconds=1))
+    await other.deliver_once()  # the clearing's resolved alert once more
+    assert await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id) == []
+    assert len(posts) == sent + 1
+    for _ in range(2):  # once only
+        env.clock.advance(RESEND + timedelta(seconds=1))
+        await other.deliver_once()
+    assert len(posts) == sent + 1
 
 
 def test_the_docs_alertmanager_configuration_is_valid(tmp_path: Path) -> None:

@@ -623,7 +623,7 @@ async def test_one_instance_sends_an_open_alert_again_each_interval_and_none_onc
 ) -> None:
     """Two instances share the re-sends of an open condition's alert as they share deliveries (a claim in
     the database): one POST an interval, not one per instance; no row is added per re-send; a disabled
-    channel gets none; a cleared condition is sent no more."""
+    channel gets none; a cleared condition's resolved alert is sent once more, then nothing."""
     clock = FakeClock(datetime.now(UTC))  # one clock for both instances, as the database's is on PostgreSQL
     first, second = Database(db_url, clock=clock), Database(db_url, clock=clock)
     try:
@@ -674,12 +674,16 @@ async def test_one_instance_sends_an_open_alert_again_each_interval_and_none_onc
             for _ in range(3):
                 clock.advance(timedelta(minutes=1, seconds=1))
                 await asyncio.gather(a.deliver_once(), b.deliver_once())
-            assert len(receiver.received) == 7
+            # The resolved alert once more (after any re-send under way at the clearing), by one instance.
+            assert len(receiver.received) == 8
+            (resolved,) = receiver.received[-1].json()
+            assert resolved["labels"]["run"] == str(run_id)
+            assert datetime.fromisoformat(resolved["endsAt"]) <= clock.now()
             async with first.transaction() as conn:  # as events recorded before clearings marked them
                 await conn.execute(update(notification_event).values(cleared_at=None))
             clock.advance(timedelta(minutes=1, seconds=1))
             await asyncio.gather(a.deliver_once(), b.deliver_once())
-            assert len(receiver.received) == 7
+            assert len(receiver.received) == 8
     finally:
         await first.dispose()
         await second.dispose()

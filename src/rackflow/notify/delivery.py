@@ -12,7 +12,8 @@ token bucket is its row, which a claim locks, draws from and writes in the claim
 An Alertmanager keeps alerts in memory and expects the firing ones again and again: an open condition's
 delivered alert is sent again every `resend` (DEFAULT_ALERT_RESEND_INTERVAL) with `endsAt` a few intervals
 on, claimed in the database like a delivery (`outbox.claim_resends`) so one instance sends each per
-interval, until its clearing is recorded (`_resends`).
+interval, until its clearing is recorded (`_resends`); the clearing's resolved alert is sent once more, after
+any re-send under way at the clearing (`_resend_after`).
 
 Channels do not wait for each other: a round does not wait for the sends it claimed. Each channel's sends
 go on in a task of their own, which records their results when they are all answered (or timed out) and
@@ -62,7 +63,7 @@ from rackflow.config import (
     NOTIFY_SEND_TIMEOUT,
     NOTIFY_SENDS,
 )
-from rackflow.domain.notifications import CONDITION_SUBJECT, Channel, ChannelKind, Event
+from rackflow.domain.notifications import CLEARS, CONDITION_SUBJECT, Channel, ChannelKind, Event
 from rackflow.notify.senders import Request, SendFailed, post, request_for, resend_request
 from rackflow.retry import Retry
 from rackflow.store import outbox
@@ -299,7 +300,7 @@ class Deliverer:
             self._resend_look = work.now + self.interval
             return 0
         async with self.db.read() as conn:
-            due_at = await outbox.next_resend(conn, [c.id for c in channels])
+            due_at = await outbox.next_resend(conn, [c.id for c in channels], work.now, self.resend)
         claimed = 0
         if due_at is not None and due_at <= work.now:
             claimed = await self._resend(channels)
@@ -366,8 +367,18 @@ class Deliverer:
             log.warning("notification send to channel %r raised %s", channel.name, type(exc).__name__)
             return self._failed(channel, claimed, f"send failed ({type(exc).__name__})")
         metrics.NOTIFICATIONS_DELIVERED.labels(channel.name).inc()
-        raises = channel.kind is ChannelKind.ALERTMANAGER and claimed.event.type in CONDITION_SUBJECT
-        return outbox.Result(claimed, delivered=True, resend_after=self.resend if raises else None)
+        return outbox.Result(claimed, delivered=True, resend_after=self._resend_after(channel, claimed.event))
+
+    def _resend_after(self, channel: Channel, event: Event) -> timedelta | None:
+        """When a delivered alert to an Alertmanager is sent again: a raised condition's every `resend`
+        while open; a clearing's resolved alert once, two send timeouts on, when a re-send claimed before it
+        (by any instance) has been answered or timed out (`outbox.claim_resends`), so the resolved alert is
+        the last Alertmanager got. None: not again."""
+        if channel.kind is not ChannelKind.ALERTMANAGER:
+            return None
+        if event.type in CONDITION_SUBJECT:
+            return self.resend
+        return 2 * self.timeout if event.type in CLEARS else None
 
     def _failed(self, channel: Channel, claimed: outbox.Claimed, error: str) -> outbox.Result:
         metrics.NOTIFICATIONS_FAILED.labels(channel.name).inc()

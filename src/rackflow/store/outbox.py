@@ -20,10 +20,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, delete, exists, func, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.config import ALERT_RESEND_ENDS_AFTER
 from rackflow.domain.notifications import (
     CLEARS,
     CONDITION_SUBJECT,
@@ -659,23 +660,41 @@ async def _mark_cleared(conn: AsyncConnection, events: Sequence[Event]) -> None:
         )
 
 
-def _resendable(channel_ids: Collection[uuid.UUID]) -> ColumnElement[bool]:
-    """The delivered deliveries, to these channels, of events whose condition is still open: the alerts an
-    Alertmanager is sent again. A delivered row's `next_attempt_at` is when it is sent again (a pending
-    one's, when it is tried)."""
+def _clearing() -> ColumnElement[bool]:
+    """Whether a delivery's event is a clearing (its alert to an Alertmanager is resolved)."""
+    return _delivery.event_id.in_(select(_event.id).where(_event.type.in_([t.value for t in CLEARS])))
+
+
+def _resendable(
+    channel_ids: Collection[uuid.UUID], now: datetime, interval: timedelta
+) -> ColumnElement[bool]:
+    """The delivered deliveries, to these channels, that an Alertmanager is sent again: the alerts of
+    events whose condition is still open, and a clearing's resolved alert once more, while one is owed
+    (`next_attempt_at` after `delivered_at`, which that send sets it back to). A re-send claimed before the
+    clearing may still be under way on any instance when the clearing is sent, and reach Alertmanager
+    last, which keeps what came last: the alert would fire on until its `endsAt`. Owed no longer once such
+    a re-send's `endsAt` has passed (`ALERT_RESEND_ENDS_AFTER` intervals), the alert resolved by itself.
+    A delivered row's `next_attempt_at` is when it is sent again (a pending one's, when it is tried)."""
     open_events = select(_event.id).where(_open(notification_event))
+    resolved_again = and_(
+        _clearing(),
+        _delivery.next_attempt_at > _delivery.delivered_at,
+        _delivery.delivered_at >= now - ALERT_RESEND_ENDS_AFTER * interval,
+    )
     return and_(
         _delivery.channel_id.in_(list(channel_ids)),
         _delivery.state == DELIVERED,
-        _delivery.event_id.in_(open_events),
+        or_(_delivery.event_id.in_(open_events), resolved_again),
     )
 
 
-async def next_resend(conn: AsyncConnection, channel_ids: Collection[uuid.UUID]) -> datetime | None:
-    """When the first of these channels' open alerts is to be sent again, if any."""
+async def next_resend(
+    conn: AsyncConnection, channel_ids: Collection[uuid.UUID], now: datetime, interval: timedelta
+) -> datetime | None:
+    """When the first of these channels' alerts is to be sent again (`_resendable`), if any."""
     if not channel_ids:
         return None
-    stmt = select(func.min(_delivery.next_attempt_at)).where(_resendable(channel_ids))
+    stmt = select(func.min(_delivery.next_attempt_at)).where(_resendable(channel_ids, now, interval))
     found: datetime | None = (await conn.execute(stmt)).scalar()
     return found
 
@@ -688,13 +707,15 @@ async def claim_resends(
     limit: int,
     interval: timedelta,
 ) -> list[tuple[uuid.UUID, Event]]:
-    """Up to `limit` open alerts due to be sent again to these channels, each with its channel, claimed as
-    a delivery is (`claim_deliveries`: SKIP LOCKED, and moved an `interval` on in the same statement), so
-    one instance of a cluster sends each an interval, whichever looks first. A re-send's outcome is not
-    written: one that failed is sent at the next interval, as Prometheus does. No row is added."""
+    """Up to `limit` alerts due to be sent again to these channels (`_resendable`), each with its channel,
+    claimed as a delivery is (`claim_deliveries`: SKIP LOCKED, and moved on in the same statement: an open
+    condition's an `interval`, a clearing's back to its `delivered_at`, owing nothing more), so one
+    instance of a cluster sends each, whichever looks first. A clearing whose condition is open again is
+    passed by (`_raised_again`). A re-send's outcome is not written: one that failed is sent at the next
+    interval, as Prometheus does (a clearing's, not again). No row is added."""
     due = (
         select(_delivery.id)
-        .where(_resendable(channel_ids), _delivery.next_attempt_at <= now)
+        .where(_resendable(channel_ids, now, interval), _delivery.next_attempt_at <= now)
         .order_by(_delivery.next_attempt_at, _delivery.id)
         .limit(limit)
     )
@@ -704,12 +725,34 @@ async def claim_resends(
     moved = (
         update(notification_delivery)
         .where(_delivery.id.in_(ids))
-        .values(next_attempt_at=now + interval)
+        .values(next_attempt_at=case((_clearing(), _delivery.delivered_at), else_=now + interval))
         .returning(_delivery.channel_id, _delivery.event_id)
     )
     rows = list(await conn.execute(moved))
     events = await _lookup(conn, notification_event, [row.event_id for row in rows])
-    return [(row.channel_id, _event_from(events[row.event_id])) for row in rows]
+    claimed = [(row.channel_id, _event_from(events[row.event_id])) for row in rows]
+    raised_again = await _raised_again(conn, [event for _, event in claimed if event.type in CLEARS])
+    return [(channel_id, event) for channel_id, event in claimed if event.id not in raised_again]
+
+
+async def _raised_again(conn: AsyncConnection, clearings: Sequence[Event]) -> set[uuid.UUID]:
+    """The clearings whose condition is open again (raised since, or at the same time: a task held anew
+    as its hold ends): their resolved alert must not be sent once more, which would resolve the open
+    alert of the same labels; the open raise's re-sends keep it firing."""
+    found: set[uuid.UUID] = set()
+    for event in clearings:
+        condition = CLEARS[event.type]
+        subject = CONDITION_SUBJECT[condition]
+        if (value := getattr(event, subject)) is None:
+            continue
+        open_raise = exists().where(
+            _open(notification_event),
+            _event.type == condition.value,
+            notification_event.c[subject] == value,
+        )
+        if (await conn.execute(select(open_raise))).scalar():
+            found.add(event.id)
+    return found
 
 
 @dataclass(frozen=True)
