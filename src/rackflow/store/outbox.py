@@ -606,9 +606,11 @@ def _open(event: Any) -> ColumnElement[bool]:
             later.c.at >= event.c.at,
             or_(later.c.at > event.c.at, later.c.id > event.c.id),
         )
+        # `holds` first: a raise whose condition ended without a clearing (a halted run cancelled) fails it
+        # by key, and is not looked for in every later event (`superseded`, read by time).
         raised.append(
             and_(
-                event.c.type == condition.value, event.c[subject].is_not(None), ~superseded, holds[condition]
+                event.c.type == condition.value, event.c[subject].is_not(None), holds[condition], ~superseded
             )
         )
     return and_(
