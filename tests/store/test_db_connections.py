@@ -45,6 +45,16 @@ async def test_connections_plan_each_run_of_a_prepared_statement_with_its_values
         assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == "force_custom_plan"
 
 
+async def test_connections_never_compile_a_statement_just_in_time(pg: Database) -> None:
+    """JIT compiles a statement whose estimated cost passes `jit_above_cost`: the look for re-sends over
+    a week of 10,000 events ran 30 ms and compiled for 650 (docs/PERFORMANCE.md). Off on every connection,
+    whatever the server's default."""
+    async with pg.read() as conn:
+        assert (await conn.execute(text("SHOW jit"))).scalar_one() == dialects.JIT
+    async with pg.transaction() as conn:
+        assert (await conn.execute(text("SHOW jit"))).scalar_one() == "off"
+
+
 async def test_connections_read_times_in_utc_whatever_the_servers_zone(pg: Database) -> None:
     """The session's zone is UTC, so psycopg hands times back in `timezone.utc` (not, for a server whose
     default is "Etc/UTC", a ZoneInfo that each read converts twice); the instants are the same."""

@@ -86,6 +86,12 @@ PLAN_CACHE_MODE = "force_custom_plan"
 # server default such as "Etc/UTC" a `ZoneInfo`, converted twice per value (load, then `UTCDateTime`): 10
 # against 3 µs for a row of seven times, and a claimed schedule reads seven (docs/PERFORMANCE.md, "Issue 29").
 SESSION_TIME_ZONE = "UTC"
+# Each connection's JIT. PostgreSQL compiles a statement to machine code when its estimated cost passes
+# `jit_above_cost`, which pays for itself only in queries that run for seconds; rackflow's run for
+# milliseconds, and an estimate swollen by correlated subqueries (the look for re-sends, `outbox._open`)
+# passed it: over a week of 10,000 events the look ran 30 ms and compiled for 650, every 15 s
+# (docs/PERFORMANCE.md, "The look for re-sends").
+JIT = "off"
 # Several instances may start with --migrate at once; on PostgreSQL they take turns on this lock (the same
 # number in every version, so an old and a new instance exclude each other too).
 _PG_MIGRATION_LOCK = 7_262_532_861
@@ -104,14 +110,14 @@ DEADLOCK_DETECTED = "40P01"
 
 
 def with_session_settings(options: str | None) -> str:
-    """libpq `options` (the URL's, if any) with rackflow's plan cache mode and session time zone."""
-    settings = f"-c plan_cache_mode={PLAN_CACHE_MODE} -c timezone={SESSION_TIME_ZONE}"
+    """libpq `options` (the URL's, if any) with rackflow's plan cache mode, session time zone and JIT."""
+    settings = f"-c plan_cache_mode={PLAN_CACHE_MODE} -c timezone={SESSION_TIME_ZONE} -c jit={JIT}"
     return " ".join(filter(None, (options, settings)))
 
 
 def engine_options(dialect: str, pool_size: int) -> dict[str, Any]:
-    """`create_async_engine` arguments: PostgreSQL's pool, plan cache mode and time zone; SQLite's busy
-    timeout."""
+    """`create_async_engine` arguments: PostgreSQL's pool, plan cache mode, time zone and JIT; SQLite's
+    busy timeout."""
     if dialect == POSTGRESQL:
         return {
             "pool_size": pool_size,
