@@ -38,7 +38,7 @@ from rackflow.store.db import Database
 from rackflow.store.tables import notification_channel, notification_delivery, notification_event
 from rackflow.timespec import format_rfc3339
 from tests.receiver import Receiver, receiving
-from tests.store.query_plans import statements_sent
+from tests.store.query_plans import statement_sent, statements_sent
 from tests.store.schedules_support import Env, MovingClock
 from tests.store.schedules_support import make_env as make_env_at
 from tests.store.test_executor import eventually
@@ -823,3 +823,41 @@ async def test_a_slow_receiver_does_not_delay_another_channels_events(db: Databa
     assert str(first.id) in still_sending  # the slow send was still going when the fast one arrived
     assert fast.received[1].headers["X-Rackflow-Event-Id"] == str(second.id)
     assert await _states(env) == [DeliveryState.DELIVERED] * 4
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+async def test_the_look_for_resends_reads_later_events_only_for_conditions_that_still_hold(
+    db: Database,
+) -> None:
+    """A schedule deleted with its halted run records no clearing, so its halt's raise is never marked
+    cleared. The look asked of each such raise, first, whether a later event superseded it, reading the
+    later events by time: quadratic in a week of events (8.4 s a look at 50,000, `bench/resend_look.py`).
+    It asks first whether the run is still halted, by key: the later events are read for the open halt
+    alone."""
+    env = make_env(db)
+    with receiving() as receiver:
+        channel = await env.services.notifications.create(
+            ChannelInput(name="am", kind="alertmanager", url=receiver.url, event_types=("run.halted",))
+        )
+        policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
+        schedules = []
+        for k in range(6):
+            schedule = await _schedule(env, await _racks(env, 2, prefix=f"r{k}-"), policy, name=f"fw-{k}")
+            await env.services.schedules.trigger(schedule.id)
+            await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+            await env.services.rollouts.advance()
+            schedules.append(schedule)
+        await _deliverer(db).deliver_once()
+        for schedule in schedules[1:]:  # deleted with its halted run: no clearing is recorded
+            await env.services.schedules.delete(schedule.id)
+    assert len(receiver.received) == 6  # the six halts, delivered
+
+    statement, parameters = await statement_sent(
+        db, lambda conn: outbox.next_resend(conn, [channel.channel.id], env.clock.now(), timedelta(minutes=1))
+    )
+    async with db.read() as conn:
+        plan = "\n".join(
+            row[0] for row in await conn.exec_driver_sql("EXPLAIN ANALYZE " + statement, parameters)
+        )
+    looked = [int(n) for n in re.findall(r"on notification_event later .*loops=(\d+)", plan)]
+    assert looked == [1], plan
