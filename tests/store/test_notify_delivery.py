@@ -816,11 +816,10 @@ async def test_a_slow_receiver_does_not_delay_another_channels_events(db: Databa
             await _until(lambda: str(first.id) in slow.sending() and len(fast.received) == 1)
             (second,) = await _record(env)
             deliverer.wake()  # as the service that records an event does, once it committed
-            took = await _until(lambda: len(fast.received) == 2)
+            await _until(lambda: len(fast.received) == 2)
             still_sending = slow.sending()
             await _until(lambda: len(slow.received) == 2, seconds=30)
-    assert took < 2.5, f"the fast channel's event waited {took:.1f}s for the slow channel's send"
-    assert str(first.id) in still_sending  # the slow send was still going when the fast one arrived
+    assert str(first.id) in still_sending  # the fast channel's event did not wait for the slow send
     assert fast.received[1].headers["X-Rackflow-Event-Id"] == str(second.id)
     assert await _states(env) == [DeliveryState.DELIVERED] * 4
 
