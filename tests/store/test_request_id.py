@@ -106,11 +106,38 @@ async def test_a_retry_with_the_same_id_answers_its_run(db: Database) -> None:
 
     assert again.run.id == retried.run.id and again.run.retry_of == first
     assert len(await _run_ids(env, schedule.id)) == 2
-    # The retry's id is its schedule's: a trigger with it answers that run's tasks.
-    assert await env.services.schedules.trigger(schedule.id, request_id="req-1") == [
-        o.task_id for o in retried.run.outcomes
-    ]
+
+
+async def test_an_id_another_kind_of_call_used_is_refused_and_fires_nothing(db: Database) -> None:
+    """A request id names one request: a trigger with a retry's id, a retry with a trigger's, or a retry of
+    one run with the id of another run's retry is not that request sent again. Answered as if it were, the
+    operator would be told "nothing new fired" with a run that is not what they asked for (their failed
+    racks not retried at all); refused, they learn to give it an id of its own."""
+    env = make_env(db)
+    schedule = await env.schedule(racks=[await env.rack("r1")])
+    (task_id,) = await env.services.schedules.trigger(schedule.id, request_id="chg-1")
+    (first,) = await _run_ids(env, schedule.id)
+    async with db.transaction() as conn:
+        await task_store.set_status(conn, [task_id], TaskStatus.FAILED, now=env.clock.now())
+
+    by_trigger = r"^request_id: 'chg-1' was used by a trigger of the schedule "
+    with pytest.raises(FailedPrecondition, match=by_trigger):
+        await env.services.schedules.retry_run(first, request_id="chg-1")
+    assert await _run_ids(env, schedule.id) == [first]
+
+    retried = await env.services.schedules.retry_run(first, request_id="chg-2")
+    by_retry = rf"^request_id: 'chg-2' was used by a retry of run {first} "
+    with pytest.raises(FailedPrecondition, match=by_retry):
+        await env.services.schedules.trigger(schedule.id, request_id="chg-2")
+    async with db.transaction() as conn:
+        retried_tasks = [o.task_id for o in retried.run.outcomes if o.task_id]
+        await task_store.set_status(conn, retried_tasks, TaskStatus.FAILED, now=env.clock.now())
+    with pytest.raises(FailedPrecondition, match=by_retry):
+        await env.services.schedules.retry_run(retried.run.id, request_id="chg-2")
     assert len(await _run_ids(env, schedule.id)) == 2
+    # Each sent again as itself is still answered as before.
+    assert (await env.services.schedules.retry_run(first, request_id="chg-2")).run.id == retried.run.id
+    assert await env.services.schedules.trigger(schedule.id, request_id="chg-1") == [task_id]
 
 
 async def test_the_database_refuses_a_second_run_of_one_request_id(db: Database) -> None:

@@ -734,6 +734,7 @@ class ScheduleService:
         except _FiredAlready as exc:
             fired = await self._fired_meanwhile(exc.schedule_id, request_id)
         if fired is not None:
+            self._check_same_request(fired, request_id, retry_of=run_id)
             self._check_fired(fired, request_id)
             return replace(await self.rollouts.get(fired.id), replayed=True)
         assert claimed is not None
@@ -916,6 +917,25 @@ class ScheduleService:
         return fired
 
     @staticmethod
+    def _check_same_request(fired: Run, request_id: str | None, *, retry_of: uuid.UUID | None) -> None:
+        """Refuse a call whose request id `fired` (a run of its schedule) carries but that is not the call
+        that fired it sent again: a trigger (`retry_of` None) finding a retry's run, a retry of `retry_of`
+        finding a trigger's or another run's retry. Answered as the earlier call was, it would be told
+        "nothing new fired" with a run that is not what it asked for (a retry's failed racks never
+        retried), so it is refused, firing nothing: a request id names one request."""
+        if fired.retry_of == retry_of:
+            return
+
+        def call(of: uuid.UUID | None) -> str:
+            return "a trigger of the schedule" if of is None else f"a retry of run {of}"
+
+        raise FailedPrecondition(
+            f"request_id: {request_id!r} was used by {call(fired.retry_of)} (run {fired.id}, fired at "
+            f"{format_rfc3339(fired.fired_at)}), not by {call(retry_of)}: a request id names one request; "
+            "nothing was fired: send this one with an id of its own"
+        )
+
+    @staticmethod
     def _check_fired(fired: Run, request_id: str | None) -> None:
         """A run found by its request id is answered only once its trigger's phases 2 and 3 are done: while
         it is "running" its tasks are not all known, and firing again is what the id forbids."""
@@ -929,7 +949,9 @@ class ScheduleService:
         """What the trigger that fired `fired` answered, for a trigger again with its request id: the tasks
         its run submitted (a rollout's, the tasks its steps started so far; none while it awaits approval,
         or once that approval expired or was refused), or the same FailedPrecondition when every scope of
-        a plain firing failed; marked `replayed`, the error too (`SubmittedNothing`)."""
+        a plain firing failed; marked `replayed`, the error too (`SubmittedNothing`). Refused when `fired`
+        is not a trigger's (`_check_same_request`)."""
+        self._check_same_request(fired, request_id, retry_of=None)
         self._check_fired(fired, request_id)
         result = RunResult(fired.id, fired.outcomes)
         if fired.rollout is None and fired.outcomes and not result.task_ids and fired.approval is None:

@@ -2260,7 +2260,8 @@ class TriggerTaskScheduleRequest(_message.Message):
     request_id: _builtins.str
     """Makes the trigger safe to send again: a trigger with the request id of a run of this schedule does not
     fire again but answers as that run's trigger did (the tasks it submitted), with `replayed` true in the
-    answer (SubmitTaskResponse.replayed). At most 64 characters of
+    answer (SubmitTaskResponse.replayed); the id of a retry's run is refused (FAILED_PRECONDITION), firing
+    nothing. At most 64 characters of
     [A-Za-z0-9._:-]; empty: none. Remembered as long as the run is kept (--run-retention).
     """
     @_builtins.property
@@ -3214,9 +3215,10 @@ class RetryTaskScheduleRunRequest(_message.Message):
     only_failed: _builtins.bool
     """default true: the failed and not-started racks; false: every rack"""
     request_id: _builtins.str
-    """Makes the retry safe to send again: a retry with the request id of a run of the same schedule does not
-    fire again but answers that run, with `replayed` true (TaskScheduleRun.replayed). As
-    TriggerTaskScheduleRequest.request_id.
+    """Makes the retry safe to send again: a retry with the request id of a retry of the same run does not
+    fire again but answers that run, with `replayed` true (TaskScheduleRun.replayed); the id of another
+    run of the schedule (a trigger's, another run's retry) is refused (FAILED_PRECONDITION), firing
+    nothing. As TriggerTaskScheduleRequest.request_id.
     """
     @_builtins.property
     def id(self) -> Global___UUID: ...
