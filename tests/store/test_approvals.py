@@ -38,6 +38,7 @@ from rackflow.services import Services
 from rackflow.store import outbox
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
+from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule, task_schedule_run
 from rackflow.timespec import format_rfc3339
@@ -567,3 +568,36 @@ async def test_an_approval_whose_schedule_is_deleted_before_its_submit_says_so_a
     assert gone.match("nothing was submitted")
     found, _ = await env.services.tasks.list_tasks(rack_id=rack.id)
     assert found == []
+
+
+async def test_runs_no_one_approved_neither_count_towards_nor_break_a_failing_streak(db: Database) -> None:
+    """A rejected, expired or still waiting run starts nothing, as a missed or skipped one: counted as a
+    success it would break the streak of the runs that did start and fail (docs/SAFETY.md, "Pause after
+    failing runs"), so a schedule whose approved runs all failed would go on firing."""
+    env = _env(db)
+    schedule = await _schedule(env, [await env.rack("r1")])
+    await env.services.schedules.update(
+        schedule.id, ["schedule.pause_after_failed_runs"], pause_after_failed_runs=2
+    )
+
+    async def fire() -> uuid.UUID:
+        env.clock.advance(timedelta(minutes=1))
+        assert await env.services.schedules.trigger(schedule.id) == []
+        return (await _runs(env, schedule))[0].run.id
+
+    async def approve_and_fail(run_id: uuid.UUID) -> None:
+        (task_id,) = [o.task_id for o in (await env.services.approvals.approve(run_id)).run.outcomes]
+        assert task_id is not None
+        async with db.transaction() as conn:
+            await task_store.set_status(conn, [task_id], TaskStatus.FAILED, now=env.clock.now())
+
+    first = await fire()
+    await approve_and_fail(first)
+    await env.services.approvals.reject(await fire(), "not tonight")
+    last = await fire()
+    assert await env.services.schedules.pause_failing() == []  # one failed run; the newest still waits
+    await approve_and_fail(last)
+
+    ((paused, runs),) = await env.services.schedules.pause_failing()
+    assert paused.id == schedule.id and not paused.enabled
+    assert sorted(r.run_id for r in runs) == sorted([first, last])

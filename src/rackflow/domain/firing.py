@@ -719,8 +719,10 @@ def recorded_state(firing: Firing, result: RunResult) -> RunState:
     return result.state or ("rolling" if firing.rolls_out else "completed")
 
 
-# Runs that neither start nor fail anything, so they neither count towards nor break a failing streak.
-NOT_COUNTED_STATES: tuple[RunState, ...] = ("missed", "skipped")
+# Runs that neither start nor fail anything, so they neither count towards nor break a failing streak: a
+# missed or skipped firing, and one no one approved (yet): waiting, rejected or expired. Approved, a run is
+# "running" or "rolling" and counts from then on.
+NOT_COUNTED_STATES: tuple[RunState, ...] = ("missed", "skipped", "awaiting_approval", "rejected", "expired")
 
 
 @dataclass(frozen=True)

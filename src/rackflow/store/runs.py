@@ -636,13 +636,14 @@ async def prune_old_runs(
 
 async def counted_runs(conn: AsyncConnection, schedules: Sequence[Schedule]) -> dict[uuid.UUID, list[Run]]:
     """Each schedule's newest `pause_after_failed_runs` runs that count towards it, newest first: fired
-    after its `failures_counted_until`, neither missed nor skipped. One statement per chunk.
+    after its `failures_counted_until`, in none of NOT_COUNTED_STATES (missed, skipped, or not approved:
+    waiting, rejected, expired). One statement per chunk.
 
     SELECT * FROM (SELECT run.*, row_number() OVER (PARTITION BY run.schedule_id
                                                     ORDER BY run.fired_at DESC, run.id DESC) AS newer
                    FROM task_schedule_run run
                    JOIN task_schedule ON ... WHERE run.schedule_id IN (:ids)
-                   AND run.state NOT IN ('missed', 'skipped') AND run.fired_at > failures_counted_until) r
+                   AND run.state NOT IN (:not_counted) AND run.fired_at > failures_counted_until) r
     WHERE newer <= its schedule's pause_after_failed_runs
     """
     run = task_schedule_run.c
