@@ -454,8 +454,28 @@ def test_schedule_runs_shows_a_missed_run_and_how_late(fake: FakeClient, run: Ca
     result = run("schedule", "runs", "nightly")
     assert result.exit_code == 0, result.output
     row = result.output.splitlines()[2].split()
-    assert row[3:10] == ["missed", "2h0m0s", "0", "0", "0", "0", "-"]
+    assert row[3:10] == ["missed", "2h", "0", "0", "0", "0", "-"]
     assert "past its start deadline" in result.output
+
+
+def test_schedule_runs_shows_how_late_in_whole_seconds_as_its_reason_does(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """The run keeps `late_by` to the microsecond (`-o json` shows it so); the table's LATE says it as the
+    ERROR beside it does (`missed_reason`: whole seconds), not `1h10m48.598383s` next to `1h10m49s`."""
+    reason = "found 1h10m49s after its slot, past its start deadline of 15m; nothing was submitted"
+    late = pb.TaskScheduleRun(
+        id=pb.UUID(id=RUN_ID),
+        fired_at=stamp(NOW),
+        trigger="dispatch",
+        state="missed",
+        late_by="1h10m48.598383s",
+        reason=reason,
+    )
+    fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[late], total=1)
+    result = run("schedule", "runs", "nightly")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[2].split()[4] == "1h10m49s"
 
 
 def test_schedule_create_and_update_send_the_start_deadline_and_pause_after(

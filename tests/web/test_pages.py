@@ -15,6 +15,7 @@ from sqlalchemy import update
 from rackflow.api.audit import AuditInterceptor
 from rackflow.api.servicer import FlowServicer
 from rackflow.clock import FakeClock
+from rackflow.domain.firing import late_text
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import OperationKind, TaskStatus
 from rackflow.schedules.dispatcher import Dispatcher
@@ -508,7 +509,7 @@ async def test_a_missed_run_shows_its_slot_and_how_late(http: httpx.AsyncClient,
     await make_racks(services, "r1")
     schedule = await make_schedule(services, "guarded", "r1")
     async with services.db.transaction() as conn:
-        slot = await services.db.now(conn) - timedelta(hours=2)
+        slot = await services.db.now(conn) - timedelta(hours=2, milliseconds=400)
         late = replace(
             schedule, next_run_at=slot, start_deadline=timedelta(minutes=15), pause_after_failed_runs=3
         )
@@ -523,3 +524,5 @@ async def test_a_missed_run_shows_its_slot_and_how_late(http: httpx.AsyncClient,
     run_page = await http.get(f"/runs/{run.id}")
     assert run_page.status_code == 200, run_page.text
     assert tagged(run_page.text, "run-slot") and "late, past its start deadline" in run_page.text
+    # In whole seconds, as its reason says it (the run keeps it to the microsecond).
+    assert run.late_by is not None and f"found {late_text(run.late_by)} late," in run_page.text

@@ -60,7 +60,9 @@ from rackflow.client import (
     operation_name,
     with_targets,
 )
+from rackflow.domain.firing import late_text
 from rackflow.domain.schedules import short_search
+from rackflow.timespec import parse_go_duration
 from rackflow.v1 import flow_pb2 as pb
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -798,7 +800,7 @@ def runs_table(found: pb.ListTaskScheduleRunsResponse, messages: dict[str, str])
             run.id.id + _part_text(run),
             fired,
             run.state,
-            run.late_by or "-",
+            late_text(timedelta(microseconds=parse_go_duration(run.late_by) // 1000)) if run.late_by else "-",
             *(_counted(run) if run.outcome_counts else _listed(run, held)),
             progress_text(run) or "-",
             error,

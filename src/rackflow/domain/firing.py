@@ -269,11 +269,16 @@ def slot_deadline(slot: datetime | None, own: timedelta | None, default: timedel
     return slot + deadline if slot is not None and deadline is not None else None
 
 
+def late_text(late_by: timedelta) -> str:
+    """How late a missed firing was found, for people: whole seconds (`1h10m49s`; the run keeps `late_by`
+    exactly, which `-o json` and the API show)."""
+    return format_go_duration(timedelta(seconds=round(late_by.total_seconds())))
+
+
 def missed_reason(late_by: timedelta, deadline: timedelta) -> str:
     """Why the firing is missed, in whole seconds (the run keeps `late_by` exactly)."""
-    late = timedelta(seconds=round(late_by.total_seconds()))
     return (
-        f"found {format_go_duration(late)} after its slot, past its start deadline of "
+        f"found {late_text(late_by)} after its slot, past its start deadline of "
         f"{format_go_duration(deadline)}; nothing was submitted"
     )
 

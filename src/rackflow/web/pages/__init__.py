@@ -33,6 +33,7 @@ from rackflow.api.auth import authorize
 from rackflow.api.errors import INTERNAL, INTERNAL_MESSAGE
 from rackflow.clock import Clock
 from rackflow.config import LIST_COUNT_CAP
+from rackflow.domain.firing import late_text
 from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import PermissionDenied, RackflowError, Unauthenticated
 from rackflow.security import Principal, TokenTable
@@ -162,6 +163,7 @@ class Site:
             duration=duration_text,
             spec_words=describe,
             go_duration=format_go_duration,
+            late=late_text,
             short_id=short_id,
             counted=words.counted,
         )
