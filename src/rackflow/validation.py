@@ -296,7 +296,12 @@ def retry_from(
 def check_retry(policy: RetryPolicy, field: str = "schedule.retry") -> RetryPolicy:
     """2..MAX_RETRY_ATTEMPTS attempts (one attempt is no policy at all), back-offs positive with the
     initial one at most the maximum and the maximum at most MAX_RETRY_BACKOFF, a multiplier of
-    1..MAX_RETRY_MULTIPLIER."""
+    1..MAX_RETRY_MULTIPLIER. Attempts left out (0: a back-off given alone) are "required", not "got 0"."""
+    if policy.max_attempts == 0:
+        raise InvalidArgument(
+            f"{field_path(field, 'max_attempts')}: required (attempts in all, the first included: "
+            f"2..{MAX_RETRY_ATTEMPTS})"
+        )
     if not 2 <= policy.max_attempts <= MAX_RETRY_ATTEMPTS:
         raise InvalidArgument(
             f"{field_path(field, 'max_attempts')}: must be 2..{MAX_RETRY_ATTEMPTS}, got {policy.max_attempts}"

@@ -1117,7 +1117,10 @@ def retry_request(name: str, policy: pb.RetryPolicy, *racks: str) -> pb.CreateTa
 @pytest.mark.parametrize(
     ("policy", "field"),
     [
-        (pb.RetryPolicy(), "schedule.retry.max_attempts: must be 2..10, got 0"),
+        (
+            pb.RetryPolicy(),
+            "schedule.retry.max_attempts: required (attempts in all, the first included: 2..10)",
+        ),
         (pb.RetryPolicy(max_attempts=11), "schedule.retry.max_attempts: must be 2..10, got 11"),
         (pb.RetryPolicy(max_attempts=3, initial_backoff="soon"), "schedule.retry.initial_backoff"),
         (pb.RetryPolicy(max_attempts=3, max_backoff="0s"), "schedule.retry.max_backoff"),

@@ -46,6 +46,12 @@ def test_defaults_fill_what_the_api_leaves_unset() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        # A policy given without its attempts (`--retry-backoff 1m` alone, on a schedule without retries):
+        # required, rather than "got 0", which no one gave.
+        (
+            (0, "1m", 0.0, ""),
+            "schedule.retry.max_attempts: required (attempts in all, the first included: 2..10)",
+        ),
         ((1, "", 0.0, ""), "schedule.retry.max_attempts: must be 2..10, got 1"),
         ((11, "", 0.0, ""), "schedule.retry.max_attempts: must be 2..10, got 11"),
         ((3, "", 0.5, ""), "schedule.retry.multiplier: must be 1..10, got 0.5"),
