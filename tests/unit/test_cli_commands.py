@@ -1262,6 +1262,9 @@ def test_schedule_pause_sends_the_reason_and_the_end(fake: FakeClient, run: Call
         (("--for", "2h", "--until", "2026-12-24T06:00:00Z"), "give one of --until or --for"),
         (("--for", "soon"), "not a duration"),
         (("--until", "2026-12-24T06:00:00"), "has no offset"),
+        # A pause that would end as it begins: said of --for, not as the server's "resume_at: must be in
+        # the future, got <now>", a time the operator never typed.
+        (("--for", "0s"), "--for: must be longer than 0s"),
     ],
 )
 def test_schedule_pause_refuses_bad_ends(

@@ -552,6 +552,10 @@ def pause(
     """
     if until is not None and for_ is not None:
         raise click.UsageError("give one of --until or --for")
+    if for_ == 0:
+        raise click.BadParameter(
+            "must be longer than 0s (a pause that ends as it begins)", param_hint="--for"
+        )
     session = pass_session(ctx)
     resume_at = until if for_ is None else session.clock.now() + timedelta(seconds=for_)
 
