@@ -41,7 +41,8 @@ def test_a_run_is_approved_once_enough_distinct_approvers_approved() -> None:
     second = with_approver(first, Approver("bob", NOW + 2 * HOUR, "ok"))
     assert second.approved and second.decided_at == NOW + 2 * HOUR
     assert RunApproval.from_json(second.to_json()) == second
-    assert describe_expiry(first) == f"not approved by {approval.expires_at.isoformat()} (1 of 2 approvers)"
+    # The expiry as every time in rackflow's words is (RFC 3339 in UTC, `Z`), not `…+00:00`.
+    assert describe_expiry(first) == "not approved by 2030-01-01T16:00:00Z (1 of 2 approvers)"
     assert ApprovalPolicy.from_json(POLICY.to_json()) == POLICY
     assert POLICY.describe() == "2 approvers within 4h"
 

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rackflow.errors import FailedPrecondition, PermissionDenied
-from rackflow.timespec import format_go_duration
+from rackflow.timespec import format_go_duration, format_rfc3339
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,6 @@ def describe_expiry(approval: RunApproval) -> str:
     """The reason an expired run records."""
     got = len(approval.approvers)
     return (
-        f"not approved by {approval.expires_at.isoformat()} "
+        f"not approved by {format_rfc3339(approval.expires_at)} "
         f"({got} of {approval.min_approvers} approver{'s' if approval.min_approvers != 1 else ''})"
     )

@@ -22,6 +22,7 @@ from rackflow.domain.schedules import Pause, Run, Schedule
 from rackflow.domain.tasks import TaskStatus
 from rackflow.ids import new_id
 from rackflow.security import caller_name
+from rackflow.timespec import format_rfc3339
 from rackflow.timespec.duration import format_go_duration
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ def runs_awaiting_approval(firings: Iterable[Firing], at: datetime) -> list[Even
             EventType.RUN_AWAITING_APPROVAL,
             at,
             f"schedule {f.schedule.name}: run awaits approval",
-            reason=f"needs {f.approval.min_approvers} approver(s) by {f.approval.expires_at.isoformat()}",
+            reason=f"needs {f.approval.min_approvers} approver(s) by {format_rfc3339(f.approval.expires_at)}",
             schedule_id=f.schedule.id,
             run_id=f.run_id,
         )
