@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import Result
@@ -278,3 +278,34 @@ def test_window_preview_refuses_a_zone_it_cannot_show(
     bad = run("window", "preview", "rack-01", "--tz", "Mars/Olympus_Mons")
     assert bad.exit_code == 2 and "--tz" in bad.output and "not in the IANA tz database" in bad.output
     assert fake.called("preview_windows") == []
+
+
+def test_schedule_preview_marks_each_firing_that_would_await_approval(
+    fake: FakeClient,  # noqa: F811
+    run: Callable[..., Result],  # noqa: F811
+) -> None:
+    """docs/SAFETY.md, "Seeing it": the preview marks each next firing that needs approval
+    (`PreviewFiring.needs_approval`); the table showed "fire" alone, as if it would start unattended."""
+    at = datetime(2026, 12, 5, 21, tzinfo=UTC)
+    fake.answers["preview_schedule"] = pb.PreviewTaskScheduleResponse(
+        firings=[
+            pb.PreviewFiring(at=stamp(at), scopes=[_decision("rack-01", "fire")], needs_approval=True),
+            pb.PreviewFiring(
+                at=stamp(at + timedelta(days=1)),
+                scopes=[_decision("rack-01", "missed")],
+                would_be_missed=True,
+            ),
+        ]
+    )
+    result = run("schedule", "preview", "nightly", "--tz", "UTC")
+    assert result.exit_code == 0, result.output
+    header, awaits, missed = result.output.splitlines()[0:3]
+    assert header.split() == ["FIRES", "(UTC)", "UTC", "APPROVAL", "rack-01"]
+    assert awaits.split()[4:] == ["awaits", "approval", "fire"]
+    assert missed.split()[4:] == ["-", "missed", "(past", "the", "start", "deadline)"]
+    # A schedule without approval has no such column.
+    fake.answers["preview_schedule"] = pb.PreviewTaskScheduleResponse(
+        firings=[pb.PreviewFiring(at=stamp(at), scopes=[_decision("rack-01", "fire")])]
+    )
+    plain = run("schedule", "preview", "nightly", "--tz", "UTC")
+    assert "APPROVAL" not in plain.output

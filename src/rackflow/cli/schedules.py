@@ -753,10 +753,17 @@ PREVIEW_COLUMNS = 6
 
 def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing:
     """A row per firing, in UTC and in `zone` (decision times too): a column per rack, or, for many racks,
-    the racks grouped by what the firing does to them."""
+    the racks grouped by what the firing does to them. With an approval policy, APPROVAL marks each firing
+    that would await approval before anything of it starts (`needs_approval`: not a missed one)."""
     racks = list(dict.fromkeys(d.rack_name for f in planned.firings for d in f.scopes))
     few = len(racks) <= PREVIEW_COLUMNS
-    result = table("FIRES (UTC)", zone_of(zone).key, *(racks if few else [free_text("RACKS")]))
+    approvals = any(f.needs_approval for f in planned.firings)
+    result = table(
+        "FIRES (UTC)",
+        zone_of(zone).key,
+        *(["APPROVAL"] if approvals else []),
+        *(racks if few else [free_text("RACKS")]),
+    )
     for firing in planned.firings:
         moment = firing.at.ToDatetime(tzinfo=UTC)
         decided = {d.rack_name: _decision_text(d, zone) for d in firing.scopes}
@@ -767,7 +774,8 @@ def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing
             for rack, text in decided.items():
                 by_decision.setdefault(text, []).append(rack)
             cells = ["; ".join(f"{text}: {', '.join(names)}" for text, names in by_decision.items())]
-        result.add_row(utc_text(moment), zoned_text(moment, zone), *cells)
+        marked = ["awaits approval" if firing.needs_approval else "-"] if approvals else []
+        result.add_row(utc_text(moment), zoned_text(moment, zone), *marked, *cells)
     return result
 
 
