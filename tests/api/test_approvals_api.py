@@ -207,6 +207,16 @@ async def test_roles_and_the_two_person_rule_by_token(secured: FlowStub, service
         ("lead", "PERMISSION_DENIED"),
         ("second", "OK"),
     ]
+    # Both are in the schedule's history too: the editor's refused approval is what an auditor of the
+    # two-person rule looks for there (`rackflow audit --target SCHEDULE`), not only under the run.
+    history = await stub.ListAuditEvents(
+        pb.ListAuditEventsRequest(method="ApproveTaskScheduleRun", target=schedule.id),
+        metadata=bearer(VIEWER_TOKEN),
+    )
+    assert sorted((e.principal, e.outcome) for e in history.events) == [
+        ("lead", "PERMISSION_DENIED"),
+        ("second", "OK"),
+    ]
 
     # The approver who is not the last editor may approve a trigger as it fires: it starts at once (once
     # the first task ended: the task manager's conflict rules still hold).

@@ -77,6 +77,16 @@ def note_deferral_changes(deferral_changes: Sequence[DeferralChange]) -> None:
         changes.recorded.append(deferral_change_json(change))
 
 
+def note_schedule_of_run(schedule_id: uuid.UUID) -> None:
+    """Tell the audited call's event (an action on a run: approve, reject, retry) the schedule of the run
+    it acts on, as soon as the run is read: the event then names it whatever the call's answer, so a
+    refused one (the two-person rule's, a second approval, a run no longer waiting) is in the schedule's
+    history (`rackflow audit --target SCHEDULE`) as an accepted one is, not only in the run's."""
+    changes = _noted.get()
+    if changes is not None:
+        changes.target_ids.append(str(schedule_id))
+
+
 def noted_by_a_call() -> bool:
     """Whether an audited call is listening: what a service changes now is noted on that call's event, so
     a decision made outside any call (an executor's, a firing's) records its own (`audit.decisions`)."""

@@ -31,6 +31,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
+from rackflow.audit.changes import note_schedule_of_run
 from rackflow.domain.approvals import (
     Approver,
     RunApproval,
@@ -88,10 +89,11 @@ class ApprovalService:
         self.clock = schedules.clock
 
     async def _run(self, conn: AsyncConnection, run_id: uuid.UUID) -> Run:
-        """The run, locked."""
+        """The run, locked; its schedule noted on the call's audit event (`note_schedule_of_run`)."""
         run = await run_store.get_run(self.db, conn, run_id, lock=True)
         if run is None:
             raise NotFound(f"id: no task schedule run {run_id}")
+        note_schedule_of_run(run.schedule_id)
         return run
 
     async def _awaiting(self, conn: AsyncConnection, run: Run, action: str) -> Schedule:

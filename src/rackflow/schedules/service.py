@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.audit.changes import note_schedule_of_run
 from rackflow.clock import Clock
 from rackflow.config import FAILING_STREAK_LOOK_BATCH, MAX_PAUSE, RUN_OUTCOMES_PER_PAGE
 from rackflow.domain.approvals import ApprovalPolicy, Approver, check_approver, opened
@@ -726,6 +727,7 @@ class ScheduleService:
                 run = await rollout_store.get_run(self.db, conn, run_id, lock=True)
                 if run is None:
                     raise NotFound(f"id: no task schedule run {run_id}")
+                note_schedule_of_run(run.schedule_id)  # a refusal's event too names the schedule
                 fired = await self._fired_before(conn, run.schedule_id, request_id)
                 if fired is None:
                     claimed, ended = await self._claim_retry(conn, run, only_failed, request_id)
