@@ -47,6 +47,27 @@ def test_api_reference_covers_every_rpc_and_type() -> None:
         assert f"| `{rpc}` |" in api
 
 
+def test_the_http_doc_lists_every_json_endpoint_with_its_rpc() -> None:
+    """docs/HTTP.md's table of the JSON API names each endpoint (method, path, RPC) the server serves: it
+    left out approving and rejecting a run, which a script found only in the code."""
+    from rackflow.web.api import JsonApi
+
+    rows = {
+        (method, re.sub(r"\{[^}]+\}", "{}", path), rpc)
+        for method, path, rpc in re.findall(
+            r"^\| `(GET|POST|PATCH|PUT|DELETE) /api/v1(\S*)` \| `(\w+)`",
+            (DOCS / "HTTP.md").read_text(),
+            re.MULTILINE,
+        )
+    }
+    missing = [
+        f"{e.method} /api/v1{e.path} ({e.rpc})"
+        for e in JsonApi.endpoints()
+        if (e.method, re.sub(r"\{[^}]+\}", "{}", e.path), e.rpc) not in rows
+    ]
+    assert missing == []
+
+
 def _anchor(heading: str) -> str:
     return re.sub(r"[^a-z0-9_ -]", "", heading.strip().lower()).replace(" ", "-")
 
