@@ -79,3 +79,16 @@ def test_run_approve_and_reject_call_the_server(fake: FakeClient, run: Callable[
     result = run("run", "reject", TASK_ID, "--comment", "not now", "-o", "json")
     assert result.exit_code == 0 and json.loads(result.output)["approval"]["rejected_by"] == "bob"
     assert fake.called("reject_run") == [((TASK_ID, "not now"), {})]
+
+
+def test_an_approved_run_shows_what_each_approver_said(fake: FakeClient, run: Callable[..., Result]) -> None:
+    """`run approve --comment` is "for the run's record": `run show` (and the answer) says it beside its
+    approver, as the dashboard's run page does, not only `-o json`."""
+    approved = _awaiting()
+    approved.state = "completed"
+    approved.approval.approvers[0].comment = "checked CHG-2231"
+    approved.approval.approvers.append(pb.RunApprover(principal="bob", at=stamp(NOW)))
+    fake.answers["approve_run"] = approved
+    result = run("run", "approve", TASK_ID)
+    assert result.exit_code == 0, result.output
+    assert "approved by ann (checked CHG-2231), bob" in " ".join(result.output.split())

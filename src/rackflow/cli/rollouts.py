@@ -134,11 +134,12 @@ def policy_from(flags: dict[str, Any], base: pb.RolloutPolicy | None = None) -> 
 
 
 def approval_text(run: pb.TaskScheduleRun) -> str:
-    """`awaiting 1 more of 2 approver(s) by 2026-…`, `approved by ann, bob`, `rejected by ann: why`, or ""."""
+    """`awaiting 1 more of 2 approver(s) by 2026-…`, `approved by ann (checked CHG-2231), bob`, `rejected by
+    ann: why`, or "": each approver with what they said, if anything, as the run page shows them."""
     if not run.HasField("approval"):
         return ""
     a = run.approval
-    names = ", ".join(x.principal for x in a.approvers)
+    names = ", ".join(x.principal + (f" ({x.comment})" if x.comment else "") for x in a.approvers)
     if run.state == "awaiting_approval":
         left = a.min_approvers - len(a.approvers)
         so_far = f" (approved by {names})" if names else ""
