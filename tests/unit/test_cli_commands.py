@@ -773,6 +773,29 @@ def test_task_show_shows_each_attempt(fake: FakeClient, run: Callable[..., Resul
     assert "FAILED (retryable): power on failed on c0 (1/1): timed out" in result.output
 
 
+def test_task_show_says_an_attempt_the_task_ended_before_never_started(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """Cancelled while it waited out its back-off, a task's `attempt` is the one it waited for: "attempt 2
+    of 3" beside TERMINATED read as if attempt 2 had run and been cut short."""
+    task = a_task(pb.TASK_STATUS_TERMINATED)
+    task.attempt, task.max_attempts = 2, 3
+    task.attempts.append(
+        pb.TaskAttempt(attempt=1, started_at=stamp(NOW), finished_at=stamp(NOW), status=pb.TASK_STATUS_FAILED)
+    )
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[task])
+    result = run("task", "show", TASK_ID)
+    assert result.exit_code == 0, result.output
+    assert "2 of 3 (never started: the task ended before it)" in " ".join(result.output.split())
+    task.attempts.append(
+        pb.TaskAttempt(
+            attempt=2, started_at=stamp(NOW), finished_at=stamp(NOW), status=pb.TASK_STATUS_TERMINATED
+        )
+    )
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[task])
+    assert "never started" not in run("task", "show", TASK_ID).output
+
+
 @pytest.mark.parametrize(
     ("status", "said"),
     [

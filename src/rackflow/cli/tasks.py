@@ -154,7 +154,16 @@ def task_view(t: pb.Task, racks: dict[str, str], schedule: str) -> Table:
     if t.ignore_windows:
         rows.append(("windows", "ignored (submitted with --ignore-windows)"))
     if t.max_attempts > 1:
-        rows.append(("attempt", f"{t.attempt} of {t.max_attempts}"))
+        # An ended task whose `attempt` has no record of its own ended before it began (cancelled during
+        # its back-off, its window's end): said so, lest "2 of 3" beside TERMINATED read as a cut attempt.
+        never = t.status in FINISHED and t.attempt not in {a.attempt for a in t.attempts}
+        rows.append(
+            (
+                "attempt",
+                f"{t.attempt} of {t.max_attempts}"
+                + (" (never started: the task ended before it)" if never else ""),
+            )
+        )
     for a in t.attempts:
         ended = "completed" if a.status == pb.TASK_STATUS_COMPLETED else f"{status_name(a.status)}"
         kind = " (retryable)" if a.retryable else ""
