@@ -202,3 +202,44 @@ def test_unreadable_tls_files_are_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["--tls-ca", str(tmp_path / "missing.pem"), "audit"])
     assert result.exit_code == 2
     assert "--tls-ca: cannot read" in result.output
+
+
+def _event(principal: str, method: str, request: dict[str, Any], error: str = "") -> pb.AuditEvent:
+    return pb.AuditEvent(
+        at=stamp(NOW),
+        principal=principal,
+        method=method,
+        outcome="FAILED_PRECONDITION" if error else "OK",
+        error=error,
+        target_ids=[pb.UUID(id=RACK_ID)],
+        request_json=json.dumps({"id": RACK_ID, **request}),
+    )
+
+
+def test_audit_says_why_a_pause_resume_expiry_or_rejection_was_made() -> None:
+    """The trail's table says who and what; the why of a safe operation (a pause's reason, a rejection's
+    comment, what rackflow's own pause, resume or expiry was for) sat in `-o json` alone, so a reader of
+    `rackflow audit` saw "rackflow PauseTaskSchedule" and had to dig for the failing runs that caused it."""
+    events = [
+        _event("oncall", "PauseTaskSchedule", {"reason": "rack-02 PSU swap, INC-4411", "resume_at": "…"}),
+        _event("rackflow", "PauseTaskSchedule", {"reason": "paused by rackflow: 3 consecutive runs …"}),
+        _event(
+            "rackflow",
+            "ResumeTaskSchedule",
+            {"pause_ended": {"reason": "INC-4411", "by": "oncall", "at": "…", "resume_at": "…"}},
+        ),
+        _event("rackflow", "ResumeTaskSchedule", {"pause_ended": {"reason": "", "by": "", "resume_at": "…"}}),
+        _event("rackflow", "ExpireTaskScheduleRun", {"reason": "not approved by 2026-12-01T10:00Z (0 of 1)"}),
+        _event("bob", "RejectTaskScheduleRun", {"comment": "firmware 2.1.0 bricks PSUs"}),
+        _event("bob", "RejectTaskScheduleRun", {"comment": "late"}, error="id: run … is rejected; …"),
+    ]
+    result = run(FakeAuditClient(events), "audit")
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.output.split())
+    assert "rack-02 PSU swap, INC-4411" in shown
+    assert "paused by rackflow: 3 consecutive runs …" in shown
+    assert "ended the pause by oncall at its end: INC-4411" in shown
+    assert "ended the pause by an anonymous caller at its end" in shown
+    assert "not approved by 2026-12-01T10:00Z (0 of 1)" in shown
+    assert "firmware 2.1.0 bricks PSUs" in shown
+    assert "id: run … is rejected; …" in shown and "late" not in shown  # a refusal: its error

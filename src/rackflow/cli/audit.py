@@ -72,11 +72,31 @@ def _owed_by_text(owed_by: Mapping[str, Any]) -> str:
 
 def _detail(event: pb.AuditEvent) -> str:
     """The error of a refused call; for a decision rackflow took by itself that a window's change owed,
-    what owed it (`_owed_by_text`)."""
-    if event.error or event.method != REDECIDE_WINDOW_TASK or not event.request_json:
+    what owed it (`_owed_by_text`); else why the call was made, as its request says (`_why`)."""
+    if event.error or not event.request_json:
         return event.error
-    owed_by = json.loads(event.request_json).get("owed_by")
-    return _owed_by_text(owed_by) if isinstance(owed_by, dict) else ""
+    request = json.loads(event.request_json)
+    if not isinstance(request, dict):
+        return ""
+    if event.method == REDECIDE_WINDOW_TASK:
+        owed_by = request.get("owed_by")
+        return _owed_by_text(owed_by) if isinstance(owed_by, dict) else ""
+    return _why(request)
+
+
+def _why(request: dict[str, Any]) -> str:
+    """Why a call was made, when its request says: a pause's reason (rackflow's own names the failing runs
+    or the halt), a rejection's or an approval's comment, an expiry's reason; rackflow's resume at a
+    pause's end, whose pause that was and why. "" for a request that says nothing of why."""
+    ended = request.get("pause_ended")
+    if isinstance(ended, dict):
+        by = ended.get("by") or "an anonymous caller"
+        reason = ended.get("reason") or ""
+        return f"ended the pause by {by} at its end" + (f": {reason}" if reason else "")
+    for key in ("reason", "comment"):
+        if isinstance(said := request.get(key), str) and said:
+            return said
+    return ""
 
 
 def audit_table(events: Sequence[pb.AuditEvent], title: str) -> Listing:
