@@ -52,7 +52,8 @@ def request_id_option(what: str) -> Callable[[F], F]:
         help=(
             f"The request id of this {what} (up to 64 of A-Z a-z 0-9 . _ : -); default: a new UUID. "
             f"Running the command again with the same id does not {what} again but shows the first answer, "
-            "as long as the server keeps that run."
+            "as long as the server keeps that run; an id the schedule's other calls used (a trigger's, "
+            "another run's retry) is refused."
         ),
     )
     return option
