@@ -153,8 +153,11 @@ code's number when a call fails (67 for INVALID_ARGUMENT, 70 for ALREADY_EXISTS)
 
 ## Errors
 
-Every error carries one of these codes and a message naming the field and the bad value. A refused request
-changes nothing. The JSON API ([HTTP.md](HTTP.md)) answers the same errors with the HTTP status beside each.
+Every error carries one of these codes and a message naming the field and the bad value. A message is at most
+2,000 bytes (UTF-8): one quoting a huge value keeps its start (the field) and its end (what was expected) and
+says how many characters it left out between them, so it fits any gRPC client's metadata limit, which would
+otherwise turn it into RESOURCE_EXHAUSTED. A refused request changes nothing. The JSON API
+([HTTP.md](HTTP.md)) answers the same errors with the HTTP status beside each.
 
 | code | HTTP | when |
 |---|---|---|

@@ -3,8 +3,8 @@
 For each RPC of the `Flow` service, on SQLite and on PostgreSQL, hypothesis sends requests drawn by
 `tests.api.fuzz_requests` to an in-process server over a small seeded inventory, and checks each answer:
 
-* the status is never INTERNAL or UNKNOWN (a bug), nor DEADLINE_EXCEEDED (bad input must be refused
-  quickly, not after a slow query);
+* the status is never INTERNAL or UNKNOWN (a bug), nor RESOURCE_EXHAUSTED (a message too long for the
+  client), nor DEADLINE_EXCEEDED (bad input must be refused quickly, not after a slow query);
 * a refused request leaves every table exactly as it was: row by row, not just the counts, so a partial
   update is caught as well as a partial insert.
 
@@ -43,7 +43,12 @@ RPCS = sorted(pb.DESCRIPTOR.services_by_name["Flow"].methods_by_name)
 EXAMPLES_PER_RPC = int(os.environ.get("RACKFLOW_FUZZ_EXAMPLES", "16"))
 CALL_TIMEOUT_S = 10.0
 ACTIVE = [s.value for s in (TaskStatus.WAITING, TaskStatus.PENDING, TaskStatus.RUNNING)]
-BUGS = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED}
+BUGS = {
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,  # a message the client refused (tests/api/test_long_messages)
+}
 
 
 @functools.cache

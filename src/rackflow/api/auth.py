@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from rackflow.api.errors import status_for
+from rackflow.api.errors import message_of, status_for
 from rackflow.errors import PermissionDenied, Unauthenticated
 from rackflow.security import ANONYMOUS, Principal, Role, TokenTable, current_principal
 from rackflow.v1 import flow_pb2
@@ -147,7 +147,7 @@ class AuthInterceptor(FlowInterceptor):
                 authorize(principal, rpc)
             except (Unauthenticated, PermissionDenied) as exc:
                 log.warning("refused %s from %s: %s", rpc, context.peer(), exc)
-                await context.abort(status_for(exc), str(exc))
+                await context.abort(status_for(exc), message_of(exc))
             reset = current_principal.set(principal)
             try:
                 return await behavior(request, context)

@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from rackflow.api.auth import Behavior
-from rackflow.api.errors import status_for
+from rackflow.api.errors import message_of, status_for
 from rackflow.errors import InvalidArgument
 
 Deserializer = Callable[[bytes], Any]
@@ -45,7 +45,7 @@ def _refusing_unparsed(behavior: Behavior) -> Behavior:
     async def refusing(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, _Unparsed):
             refusal = InvalidArgument(f"request: the bytes sent do not parse: {request.error}")
-            await context.abort(status_for(refusal), str(refusal))
+            await context.abort(status_for(refusal), message_of(refusal))
         return await behavior(request, context)
 
     return refusing

@@ -53,6 +53,28 @@ HTTP_STATUS_FOR_CODE: dict[grpc.StatusCode, int] = {
 }
 
 
+# What a status message may weigh, in UTF-8 bytes. gRPC carries it in a trailer, percent-encoding each
+# byte outside printable ASCII as three characters, and a client refuses a trailer past its metadata limit
+# (8 KiB soft, 16 KiB hard in gRPC core): it then sees RESOURCE_EXHAUSTED "Stream removed" instead of the
+# code and the field. 2,000 bytes stay under the soft limit even when every byte is encoded.
+MAX_MESSAGE_BYTES = 2000
+_KEPT_TAIL_BYTES = 500  # of a longer message: its end, which says what was expected ("(one of …)")
+
+
+def message_of(exc: errors.RackflowError) -> str:
+    """`exc`'s message as gRPC and the JSON API send it: whole, or, past `MAX_MESSAGE_BYTES` (a refusal
+    quoting a huge value), its start (the field) and its end with the middle left out and counted."""
+    text = str(exc)
+    data = text.encode()
+    if len(data) <= MAX_MESSAGE_BYTES:
+        return text
+    marker_room = 60
+    head = data[: MAX_MESSAGE_BYTES - _KEPT_TAIL_BYTES - marker_room].decode(errors="ignore")
+    tail = data[-_KEPT_TAIL_BYTES:].decode(errors="ignore")
+    left_out = len(text) - len(head) - len(tail)
+    return f"{head}… ({left_out} characters left out) …{tail}"
+
+
 def status_of(exc: errors.RackflowError) -> Status:
     for cls in type(exc).__mro__:
         if cls in STATUS_FOR_ERROR:
@@ -117,7 +139,7 @@ def rpc(handler: Handler[_R]) -> Handler[_R]:
         try:
             return await handler(self, request, context)
         except errors.RackflowError as exc:
-            await context.abort(status_for(exc), str(exc), trailing_metadata(exc))
+            await context.abort(status_for(exc), message_of(exc), trailing_metadata(exc))
         except Exception:
             log.exception("unexpected error in %s", handler.__name__)
             await context.abort(INTERNAL.grpc, INTERNAL_MESSAGE)

@@ -20,7 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rackflow.api.audit import AuditInterceptor
 from rackflow.api.auth import authorize, is_mutating
 from rackflow.api.convert import timestamp_into
-from rackflow.api.errors import HTTP_STATUS_FOR_CODE, AnsweredFiring, answered_firing, status_of
+from rackflow.api.errors import HTTP_STATUS_FOR_CODE, AnsweredFiring, answered_firing, message_of, status_of
 from rackflow.api.servicer import FlowServicer
 from rackflow.errors import RackflowError
 from rackflow.security import Principal, current_principal
@@ -42,7 +42,7 @@ class RpcError(Exception):
 
     @classmethod
     def of(cls, exc: RackflowError) -> RpcError:
-        return cls(status_of(exc).grpc, str(exc))
+        return cls(status_of(exc).grpc, message_of(exc))
 
     @property
     def http_status(self) -> int:
