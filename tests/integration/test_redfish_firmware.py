@@ -61,6 +61,7 @@ class FakeBmc:
     power_script: list[str] = field(default_factory=list)  # node-0's PowerState for its next reads
     system_reads: int = 0  # reads of node-0 served
     extra_firmware: list[dict[str, Any]] = field(default_factory=list)  # inventory entries listed first
+    garbage: dict[str, bytes] = field(default_factory=dict)  # path: the raw body a GET of it answers, 200
 
     def documents(self) -> dict[str, dict[str, Any]]:
         allowed = ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart"]
@@ -227,6 +228,13 @@ def _handler(bmc: FakeBmc) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if self._refused():
                 return
+            if (raw := bmc.garbage.get(self.path.rstrip("/"))) is not None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+                return
             if self.path == f"{ROOT}/TaskService/TaskMonitors/1":
                 self._send(*bmc.monitor())
                 return
@@ -330,6 +338,46 @@ async def test_server_errors_that_persist_fail_after_the_retries(fake_bmc: tuple
         await impatient.run_step(task(OperationKind.POWER_ON), node, Kept())
     assert str(caught.value).startswith(f"connecting to {url}{ROOT}/Systems/node-0: HTTP 500: injected 500")
     assert str(caught.value).endswith("(gave up after 2 attempts)")
+
+
+GARBAGE = {
+    "an HTML page": b"<html><body>Please log in</body></html>",
+    "truncated JSON": b'{"Id": "node-0", "Power',
+    "a JSON list": b"[1, 2, 3]",
+    "a malformed Actions": json.dumps(
+        {
+            "@odata.id": f"{ROOT}/Systems/node-0",
+            "Id": "node-0",
+            "Name": "n",
+            "Actions": {"#ComputerSystem.Reset": "x"},
+        }
+    ).encode(),
+}
+
+
+# The resource answers each; the service root each but the last (it has no actions to read).
+NOT_REDFISH = [
+    *(pytest.param("Systems/node-0", body, id=f"resource-{name}") for name, body in GARBAGE.items()),
+    *(pytest.param("", body, id=f"service root-{name}") for name, body in list(GARBAGE.items())[:3]),
+]
+
+
+@pytest.mark.parametrize(("where", "body"), NOT_REDFISH)
+async def test_an_answer_that_is_not_redfish_fails_the_step_saying_so(
+    fake_bmc: tuple[FakeBmc, str], body: bytes, where: str
+) -> None:
+    """A BMC (or a proxy in front of it) answering an HTML page, cut-off JSON or a document of the wrong
+    shape made sushy raise JSONDecodeError or TypeError: the task failed with `unexpected error:
+    JSONDecodeError('Expecting value…')`, naming no BMC, and the server logged a traceback as for a bug."""
+    bmc, url = fake_bmc
+    bmc.garbage[f"{ROOT}/{where}".rstrip("/")] = body
+    with pytest.raises(StepFailed) as caught:
+        await backend().run_step(task(OperationKind.POWER_OFF), component(url, "Systems/node-0"), Kept())
+    what = "reading the power state of" if where else "connecting to"
+    assert str(caught.value).startswith(f"{what} {url}{ROOT}/Systems/node-0: the BMC's answer is not ")
+    assert str(caught.value).endswith("; not retried")
+    assert not caught.value.retryable
+    assert bmc.posts == [] and bmc.system_power == "On"
 
 
 async def test_wrong_credentials_fail_without_retrying(fake_bmc: tuple[FakeBmc, str]) -> None:

@@ -229,6 +229,15 @@ async def test_transient_errors_are_retried_and_the_step_still_succeeds() -> Non
     assert stored(component, change).power_state is ON
 
 
+async def test_a_python_error_outside_sushy_is_a_bug_not_a_malformed_answer() -> None:
+    """An answer sushy could not read is the BMC's fault (tests/integration/test_redfish_firmware); the same
+    error raised by rackflow's own code is a bug, and stays one (the executor logs it with its traceback)."""
+    component, session = make_component(), FakeSession(OFF)
+    session.errors["read_power"] = [TypeError("a bug of rackflow's own")]
+    with pytest.raises(TypeError):
+        await backend(session, Clock()).run_step(task(OperationKind.POWER_ON), component, Kept())
+
+
 async def test_unset_credentials_fail_without_connecting() -> None:
     component = make_component(Bmc("http://bmc:8000", "node-0", "env:BMC_OTHER"))
     with pytest.raises(StepFailed) as caught:

@@ -3,15 +3,19 @@
 Transient failures (the connection refused, reset or timed out; an HTTP 5xx) are retried with doubling
 delays: BMCs reboot, and are slow to answer while busy. Refused credentials (401/403) fail at once, since
 repeating them only locks the account. Anything else (404, a missing action, an unsupported value) fails
-at once too, with the BMC's own words. Every failure becomes a `StepFailed` whose text ends up in the
-task's message, so it says which BMC, what was being done, and why, and is classed for a task's retry
-policy (docs/SAFETY.md, "Retries"): a transient failure that outlived these retries is retryable (a later
-attempt, after a back-off of minutes, may find the BMC back); a refusal (any 4xx) is not.
+at once too, with the BMC's own words, and so does an answer that is not a Redfish document (an HTML page
+from a proxy, cut-off JSON, a document of the wrong shape), which sushy fails to read with whatever Python
+error its parsing hit: named as what it is, not as a bug of rackflow. Every failure becomes a `StepFailed`
+whose text ends up in the task's message, so it says which BMC, what was being done, and why, and is
+classed for a task's retry policy (docs/SAFETY.md, "Retries"): a transient failure that outlived these
+retries is retryable (a later attempt, after a back-off of minutes, may find the BMC back); a refusal (any
+4xx) or an unreadable answer is not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -64,6 +68,26 @@ def reason(exc: BaseException) -> str:
     return str(exc)
 
 
+# What sushy (or requests, under it) raises reading a document that is not what Redfish says: JSONDecodeError
+# (a ValueError) for a body that is not JSON, TypeError/AttributeError/KeyError for JSON of another shape.
+_MALFORMED = (ValueError, TypeError, AttributeError, LookupError)
+
+
+def malformed_answer(exc: BaseException) -> str | None:
+    """Why the BMC's answer could not be read, when `exc` is sushy failing to read one (raised within
+    sushy's code, so a bug of rackflow's own is never taken for the BMC's); None otherwise."""
+    if not isinstance(exc, _MALFORMED) or isinstance(exc, sushy_errors.SushyError):
+        return None
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_frame.f_globals.get("__name__", "").split(".")[0] != "sushy":
+        frame = frame.tb_next
+    if frame is None:
+        return None
+    if isinstance(exc, json.JSONDecodeError):
+        return f"the BMC's answer is not JSON ({exc})"
+    return f"the BMC's answer is not a Redfish document rackflow can read ({type(exc).__name__}: {exc})"
+
+
 def _detail(exc: sushy_errors.HTTPError) -> str:
     return f": {exc.detail}" if exc.detail else ""
 
@@ -102,4 +126,7 @@ async def call(
             raise StepFailed(f"{what}: {reason(exc)} (gave up after {tries})", retryable=True) from None
         if isinstance(exc, sushy_errors.SushyError):
             raise StepFailed(f"{what}: {reason(exc)}") from None
+        if (malformed := malformed_answer(exc)) is not None:
+            log.warning("%s: %s", what, malformed, exc_info=True)  # where sushy choked, for a bug report
+            raise StepFailed(f"{what}: {malformed}; not retried") from None
         raise
