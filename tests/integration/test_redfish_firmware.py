@@ -380,6 +380,25 @@ async def test_an_answer_that_is_not_redfish_fails_the_step_saying_so(
     assert bmc.posts == [] and bmc.system_power == "On"
 
 
+async def test_a_power_state_sushy_does_not_know_is_named_in_the_timeout(
+    fake_bmc: tuple[FakeBmc, str],
+) -> None:
+    """A vendor's PowerState outside Redfish's five ("Standby"): sushy maps it to None, and the step's
+    timeout said `power still unknown`, hiding what the BMC actually reported."""
+    bmc, url = fake_bmc
+    bmc.power_script = ["On"] + ["Standby"] * 10_000
+    brief = backend(RedfishConfig(poll_interval=0.01, power_timeout=0.2))
+    with pytest.raises(StepFailed) as caught:
+        await brief.run_step(
+            task(OperationKind.POWER_OFF, forced=True), component(url, "Systems/node-0"), Kept()
+        )
+    assert (
+        str(caught.value)
+        == f"{url}{ROOT}/Systems/node-0: power still Standby, not off, 0.2s after Reset ForceOff"
+    )
+    assert caught.value.retryable
+
+
 async def test_wrong_credentials_fail_without_retrying(fake_bmc: tuple[FakeBmc, str]) -> None:
     bmc, url = fake_bmc
     node = component(url, "Systems/node-0")

@@ -215,7 +215,10 @@ class BmcSession:
 
 
 def _power_reading(resource: Any) -> PowerReading:
-    reported = _value(resource.power_state)
+    # The document's own word: sushy maps a PowerState outside Redfish's five (a vendor's "Standby") to
+    # None, which would read as "not reported" in a message that should say what the BMC did report.
+    raw = resource.json.get("PowerState")
+    reported = raw if isinstance(raw, str) and raw else _value(resource.power_state)
     last_reset = resource.json.get("LastResetTime")  # ComputerSystem v1.12+; sushy does not map it
     return PowerReading(power_state_from(reported), reported, str(last_reset) if last_reset else None)
 
