@@ -153,3 +153,31 @@ def test_configuration_lists_every_backend_variable(read: Callable[[Mapping[str,
 
 def test_configuration_mentions_token_variables() -> None:
     assert f"`{TOKEN_ENV_PREFIX}<NAME>=<role>:<sha256>`" in _configuration()
+
+
+def _update_services() -> list[tuple[str, tuple[str, ...]]]:
+    from rackflow.budgets import service as budgets
+    from rackflow.checks import service as checks
+    from rackflow.notify import service as notify
+    from rackflow.schedules import service as schedules
+    from rackflow.windows import service as windows
+
+    return [
+        ("UpdateTaskScheduleRequest", schedules.UPDATE_PATHS),
+        ("UpdateMaintenanceWindowRequest", windows.UPDATE_PATHS),
+        ("UpdateOperationBudgetRequest", budgets.UPDATE_PATHS),
+        ("UpdatePreflightCheckRequest", checks.UPDATE_PATHS),
+        ("UpdateNotificationChannelRequest", notify.UPDATE_PATHS),
+    ]
+
+
+@pytest.mark.parametrize(("message", "allowed"), _update_services(), ids=[m for m, _ in _update_services()])
+def test_an_update_masks_documented_paths_are_those_it_takes(message: str, allowed: tuple[str, ...]) -> None:
+    """The proto comment (and so docs/API.md) above `update_mask` names every path the service takes: a
+    client reading the reference could not find schedule.retry, which UpdateTaskSchedule takes."""
+    proto = (ROOT / "proto" / "rackflow" / "v1" / "flow.proto").read_text()
+    body = proto[proto.index(f"message {message} {{") :]
+    comment = body[: body.index("google.protobuf.FieldMask update_mask")]
+    comment = " ".join(line.strip().removeprefix("//") for line in comment.splitlines()[1:] if "//" in line)
+    documented = re.findall(r"\b(?:schedule|window|budget|check|channel)(?:\.[a-z_]+)+", comment)
+    assert documented == list(allowed)

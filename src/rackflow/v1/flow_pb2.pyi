@@ -2155,8 +2155,10 @@ class UpdateTaskScheduleRequest(_message.Message):
     def schedule(self) -> Global___ScheduleConfig: ...
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask:
-        """Paths: schedule.name, schedule.overlap_policy, schedule.spec, schedule.spec.timezone,
-        schedule.window_policy, schedule.rollout, schedule.approval.
+        """Paths: schedule.name, schedule.overlap_policy, schedule.spec (its type and text; not its timezone,
+        which only its own path changes), schedule.spec.timezone, schedule.window_policy, schedule.rollout,
+        schedule.approval, schedule.start_deadline, schedule.pause_after_failed_runs, schedule.retry. A field
+        outside the mask is ignored, however it is set.
         """
 
     def __init__(
