@@ -307,8 +307,7 @@ class RedfishBackend(Backend):
         hint = "; a forced operation does not wait for the OS" if graceful else ""
         still = now.describe() if now.state is PowerState.UNKNOWN else now.state.value  # the BMC's word
         return StepFailed(
-            f"{where}: power still {still}, not {wanted.value}, "
-            f"{timeout:g}s after Reset {sent}{hint}",
+            f"{where}: power still {still}, not {wanted.value}, {timeout:g}s after Reset {sent}{hint}",
             retryable=True,  # a timeout: the component may get there on a later attempt
         )
 
