@@ -433,6 +433,13 @@ OVER_LIMIT: list[tuple[str, str, Callable[[], Message]]] = [
         lambda: pb.ListTaskScheduleScopesRequest(schedule_id=SOME_ID, pagination=PAGE_1001),
     ),
     ("ListAuditEvents", "pagination", lambda: pb.ListAuditEventsRequest(pagination=PAGE_1001)),
+    # Unbounded, 70,000 ids were one statement past PostgreSQL's 65,535 parameters: UNAVAILABLE ("database
+    # unavailable: … number of parameters must be between 0 and 65535"), a retry that could never succeed.
+    (
+        "RedeliverNotifications",
+        "delivery_ids",
+        lambda: pb.RedeliverNotificationsRequest(delivery_ids=[SOME_ID] * 1001),
+    ),
 ]
 
 

@@ -261,7 +261,11 @@ class NotificationService:
         self, delivery_ids: Collection[uuid.UUID] = (), channel_id: uuid.UUID | None = None
     ) -> int:
         """Make dead deliveries (these, or the channel's, or every one) pending again, due now, with a fresh
-        count of attempts. Returns how many."""
+        count of attempts. Returns how many. At most a listing's worth of ids (`MAX_DELIVERIES_SHOWN`): they
+        come from one, and unbounded they were one statement past PostgreSQL's 65,535 parameters."""
+        if len(delivery_ids) > MAX_DELIVERIES_SHOWN:
+            count = len(delivery_ids)
+            raise InvalidArgument(f"delivery_ids: at most {MAX_DELIVERIES_SHOWN} ids, got {count}")
         async with self.db.transaction() as conn:
             if channel_id is not None and await store.get_channel(conn, channel_id) is None:
                 raise NotFound(f"channel_id: no notification channel {channel_id}")

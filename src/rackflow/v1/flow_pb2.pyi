@@ -4609,9 +4609,13 @@ class RedeliverNotificationsRequest(_message.Message):
     DELIVERY_IDS_FIELD_NUMBER: _builtins.int
     CHANNEL_ID_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def delivery_ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]: ...
+    def delivery_ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]:
+        """these dead deliveries (at most 1,000, a listing's worth)"""
+
     @_builtins.property
-    def channel_id(self) -> Global___UUID: ...
+    def channel_id(self) -> Global___UUID:
+        """this channel's dead deliveries; with neither: every dead delivery"""
+
     def __init__(
         self,
         *,
