@@ -62,6 +62,7 @@ class FakeBmc:
     system_reads: int = 0  # reads of node-0 served
     extra_firmware: list[dict[str, Any]] = field(default_factory=list)  # inventory entries listed first
     garbage: dict[str, bytes] = field(default_factory=dict)  # path: the raw body a GET of it answers, 200
+    garbled_actions: int = 0  # how many of the next actions are carried out and answered with an HTML page
 
     def documents(self) -> dict[str, dict[str, Any]]:
         allowed = ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart"]
@@ -249,6 +250,15 @@ def _handler(bmc: FakeBmc) -> type[BaseHTTPRequestHandler]:
                 return
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             status, headers, doc = bmc.post(self.path, body)
+            if bmc.garbled_actions:
+                bmc.garbled_actions -= 1
+                page = b"<html>Accepted</html>"
+                self.send_response(status)
+                for name, value in {**headers, "Content-Length": str(len(page))}.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(page)
+                return
             self._send(status, doc, headers)
 
     return Handler
@@ -494,6 +504,20 @@ async def test_a_simple_update_whose_answer_is_lost_is_not_sent_again(fake_bmc: 
         await backend().run_step(upgrade("2.0"), component(url, "Systems/node-0"), Kept())
     assert "not sent again" in str(caught.value) and not caught.value.retryable
     assert len(bmc.updates) == 1
+
+
+async def test_a_simple_update_answered_with_a_page_is_taken_as_started_not_sent_again(
+    fake_bmc: tuple[FakeBmc, str],
+) -> None:
+    """The BMC started the update and answered 202 with an HTML page: sushy cannot read the task monitor
+    out of it. The update may be flashing: the step fails saying so, and a retry must not send another."""
+    bmc, url = fake_bmc
+    bmc.garbled_actions = 1
+    with pytest.raises(StepFailed) as caught:
+        await backend().run_step(upgrade("2.0"), component(url, "Systems/node-0"), Kept())
+    assert "the BMC's answer is not JSON" in str(caught.value)
+    assert str(caught.value).endswith("not sent again: the BMC may be applying it (see its update service)")
+    assert not caught.value.retryable and len(bmc.updates) == 1
 
 
 async def test_an_update_still_running_at_the_timeout_is_not_retried(fake_bmc: tuple[FakeBmc, str]) -> None:

@@ -101,9 +101,10 @@ async def call(
     once: bool = False,
 ) -> T:
     """`fn()` in a worker thread, retried on transient errors; a `StepFailed` saying `what` failed and why.
-    `once`: an action (a Reset, a SimpleUpdate) is sent once: after a timeout or a 5xx the BMC may have
-    carried it out, and a second one would restart the machine again or flash it mid-update. The caller
-    reads what happened instead."""
+    `once`: an action (a Reset, a SimpleUpdate) is sent once: after a timeout, a 5xx or an answer it cannot
+    read the BMC may have carried it out, and a second one would restart the machine again or flash it
+    mid-update. Such a failure is raised retryable, which is how the caller knows to read what happened
+    instead (and never to send it again)."""
     attempts = 1 if once else config.retries + 1
     policy = Retry(config.retry_delay, config.max_retry_delay, attempts=attempts)
     try:
@@ -128,5 +129,7 @@ async def call(
             raise StepFailed(f"{what}: {reason(exc)}") from None
         if (malformed := malformed_answer(exc)) is not None:
             log.warning("%s: %s", what, malformed, exc_info=True)  # where sushy choked, for a bug report
+            if once:  # the action may have been carried out: its caller treats it as an answer lost
+                raise StepFailed(f"{what}: {malformed}", retryable=True) from None
             raise StepFailed(f"{what}: {malformed}; not retried") from None
         raise
