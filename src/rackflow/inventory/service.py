@@ -6,9 +6,11 @@ so the error names the clashing value, and a refused request writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -111,7 +113,7 @@ class InventoryService:
         check_name(name, "name")
         check_text(external_id, "external_id", identifier=True)
         specs = check_component_specs(components, "components")
-        async with self.db.transaction() as conn:
+        async with self._race_told_precisely(specs, "components"), self.db.transaction() as conn:
             if await store.racks_by_column(conn, "name", [name]):
                 raise AlreadyExists("name", name, "a rack named")
             if external_id and await store.racks_by_column(conn, "external_id", [external_id]):
@@ -124,7 +126,7 @@ class InventoryService:
             rack_id = await store.insert_rack(
                 conn, name=name, external_id=external_id, nvl_domain_id=nvl_domain_id, created_at=now
             )
-            await store.insert_components(conn, rack_id, specs, now)
+            await _insert_components(conn, rack_id, specs, now)
             rack = await store.get_rack(conn, rack_id)
         assert rack is not None
         return rack
@@ -231,12 +233,27 @@ class InventoryService:
         if not specs:
             raise InvalidArgument("components: at least one component is required")
         checked = check_component_specs(specs, "components")
-        async with self.db.transaction() as conn:
+        async with self._race_told_precisely(checked, "components"), self.db.transaction() as conn:
             if not await store.rack_exists(conn, rack_id):
                 raise NotFound(f"rack_id: no rack with id {rack_id}")
             await _refuse_taken_external_ids(conn, checked, "components")
             await _refuse_taken_bmc_resources(conn, checked, "components")
-            return await store.insert_components(conn, rack_id, checked, self.clock.now())
+            return await _insert_components(conn, rack_id, checked, self.clock.now())
+
+    @contextlib.asynccontextmanager
+    async def _race_told_precisely(self, specs: Sequence[ComponentSpec], field: str) -> AsyncIterator[None]:
+        """A component whose external id or BMC resource another request took between this one's pre-check
+        and its insert is refused by the unique index, whose error knows neither the request's field nor
+        who holds the value (`external_id: a component of the same type with one of …`): the pre-check,
+        run again now the other request has committed, says it as it would have (`components[1].bmc: a
+        component acting on '…' already exists: component 'node-0' (…) of rack 'rack-01'`)."""
+        try:
+            yield
+        except _TakenMeanwhile as race:
+            async with self.db.read() as conn:
+                await _refuse_taken_external_ids(conn, specs, field)
+                await _refuse_taken_bmc_resources(conn, specs, field)
+            raise race.error from None  # its holder is gone again: the index's own words
 
     async def remove_component(self, component_id: uuid.UUID) -> None:
         """Delete a component, unless an active task is working on it; schedules stop naming it.
@@ -326,6 +343,24 @@ def _tell(what: str, scope_changes: Sequence[ScopeChange]) -> None:
     if scope_changes:
         log.info("%s: %s", what, "; ".join(change.describe() for change in scope_changes))
         note_scope_changes(scope_changes)
+
+
+class _TakenMeanwhile(Exception):
+    """The components' insert hit a unique index another request filled after the pre-check (`error`):
+    raised through the transaction, which rolls back, to `_race_told_precisely`."""
+
+    def __init__(self, error: AlreadyExists) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def _insert_components(
+    conn: AsyncConnection, rack_id: uuid.UUID, specs: Sequence[ComponentSpec], created_at: datetime
+) -> list[Component]:
+    try:
+        return await store.insert_components(conn, rack_id, specs, created_at)
+    except AlreadyExists as exc:
+        raise _TakenMeanwhile(exc) from None
 
 
 async def _refuse_taken_external_ids(
