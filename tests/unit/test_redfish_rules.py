@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -344,19 +345,22 @@ def test_connection_reasons_are_short(error: str, text: str) -> None:
 # --- settings --------------------------------------------------------------------------------------
 
 
-def test_config_from_env() -> None:
+def test_config_from_env(tmp_path: Path) -> None:
+    ca = tmp_path / "bmc-ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
     env = {
         "RACKFLOW_REDFISH_CONCURRENCY": "8",
         "RACKFLOW_REDFISH_POWER_TIMEOUT": "90",
         "RACKFLOW_REDFISH_RETRIES": "0",
         "RACKFLOW_REDFISH_RESTART_PROOF_SECONDS": "5",
-        "RACKFLOW_REDFISH_VERIFY_TLS": "/etc/ssl/bmc-ca.pem",
+        "RACKFLOW_REDFISH_VERIFY_TLS": str(ca),
         "RACKFLOW_REDFISH_IMAGE_URI": "https://img/{type}/{version}.bin",
     }
     config = RedfishConfig.from_env(env)
     assert (config.concurrency, config.power_timeout, config.retries) == (8, 90.0, 0)
     assert (config.restart_proof_window, RedfishConfig().restart_proof_window) == (5.0, 30.0)
-    assert config.verify_tls == "/etc/ssl/bmc-ca.pem"
+    assert config.verify_tls == str(ca)
+    assert RedfishConfig.from_env({"RACKFLOW_REDFISH_VERIFY_TLS": str(tmp_path)}).verify_tls == str(tmp_path)
     assert RedfishConfig.from_env({"RACKFLOW_REDFISH_VERIFY_TLS": "false"}).verify_tls is False
     assert RedfishConfig.from_env({}) == RedfishConfig()
 
@@ -370,6 +374,24 @@ def test_config_from_env() -> None:
         ("POLL_SECONDS", "nan", "RACKFLOW_REDFISH_POLL_SECONDS: must be a positive number of seconds"),
         ("RESTART_PROOF_SECONDS", "0", "RACKFLOW_REDFISH_RESTART_PROOF_SECONDS: must be a positive number"),
         ("IMAGE_URI", "https://img/fw.bin", "RACKFLOW_REDFISH_IMAGE_URI: must contain {version}"),
+        # Accepted, these failed every upgrade by version (`unexpected error: KeyError('model')`, `Single
+        # '}' encountered in format string`), and every step on an https BMC (`unexpected error:
+        # OSError('Could not find a suitable TLS CA certificate bundle, invalid path: maybe')`).
+        (
+            "IMAGE_URI",
+            "https://img/{model}/{version}.bin",
+            "RACKFLOW_REDFISH_IMAGE_URI: only {version} and {type} are filled in, got",
+        ),
+        (
+            "IMAGE_URI",
+            "https://img/{version}}.bin",
+            "RACKFLOW_REDFISH_IMAGE_URI: only {version} and {type} are filled in, got",
+        ),
+        (
+            "VERIFY_TLS",
+            "maybe",
+            "RACKFLOW_REDFISH_VERIFY_TLS: expected true, false or the path of a CA bundle; 'maybe' is none",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(name: str, value: str, message: str) -> None:

@@ -58,6 +58,13 @@ class RedfishConfig:
             )
         if self.image_uri and "{version}" not in self.image_uri:
             raise InvalidArgument(f"{PREFIX}IMAGE_URI: must contain {{version}}, got {self.image_uri!r}")
+        try:  # as `rules.firmware_image` fills it, so that no upgrade is the first to find it broken
+            self.image_uri.format(version="1.0", type="compute")
+        except (KeyError, IndexError, ValueError):
+            raise InvalidArgument(
+                f"{PREFIX}IMAGE_URI: only {{version}} and {{type}} are filled in, got {self.image_uri!r} "
+                "(a literal brace is written twice: {{ }})"
+            ) from None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RedfishConfig:
@@ -95,9 +102,16 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def _verify(raw: str) -> bool | str:
+    """True, False, or a CA bundle (a file, or a directory of certificates) that exists now: requests reads
+    it at each connection, so a path that is not there would fail every step on an https BMC instead."""
     lowered = raw.lower()
     if lowered in ("", "1", "true", "yes"):
         return True
     if lowered in ("0", "false", "no"):
         return False
+    if not os.path.exists(raw):
+        raise InvalidArgument(
+            f"{PREFIX}VERIFY_TLS: expected true, false or the path of a CA bundle; {raw!r} is none "
+            "(no such file or directory)"
+        )
     return raw
