@@ -82,6 +82,10 @@ def test_other_resources_have_other_keys(other: tuple[str, str]) -> None:
         ("https://10.0.0.5", "Storage/1", "components[0].bmc.resource", "expected Systems/<id>"),
         ("https://10.0.0.5", "Systems/1/Bios", "components[0].bmc.resource", "expected Systems/<id>"),
         ("https://10.0.0.5", "Systems/a b", "components[0].bmc.resource", "expected Systems/<id>"),
+        # The id forgotten: these were taken for the bare ids "Chassis" and "Systems", i.e. Systems/Chassis.
+        ("https://10.0.0.5", "Chassis/", "components[0].bmc.resource", "names a collection, not a resource"),
+        ("https://10.0.0.5", "Systems/", "components[0].bmc.resource", "names a collection, not a resource"),
+        ("https://10.0.0.5", "Managers", "components[0].bmc.resource", "names a collection, not a resource"),
     ],
 )
 def test_bad_endpoints_are_refused_naming_the_field(url: str, resource: str, field: str, words: str) -> None:

@@ -80,6 +80,10 @@ def target_of(bmc: Bmc, field_name: str = "bmc") -> Target:
 
 def _split_resource(resource: str, field_name: str) -> tuple[str, str]:
     parts = resource.strip().strip("/").split("/")
+    if len(parts) == 1 and parts[0] in RESOURCE_COLLECTIONS:  # "Chassis/": the id forgotten, not an id
+        raise InvalidArgument(
+            f"{field_name}: {resource!r} names a collection, not a resource: expected {parts[0]}/<id>"
+        )
     if len(parts) == 1:
         parts = ["Systems", *parts]
     if len(parts) != 2 or parts[0] not in RESOURCE_COLLECTIONS or not _RESOURCE_ID.fullmatch(parts[1]):
