@@ -19,9 +19,10 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.budgets.service import BudgetInput
 from rackflow.domain.inventory import Component
 from rackflow.domain.rollouts import RolloutPolicy
-from rackflow.domain.tasks import ComponentChange, Fail, Task, TaskStatus
+from rackflow.domain.tasks import ComponentChange, Fail, OperationKind, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.rollouts.gate import CANCELLED_REASON
 from rackflow.store import outbox, task_runs
@@ -111,6 +112,33 @@ async def test_a_rack_a_gate_held_when_its_rollout_halted_waits_for_the_resume(d
     report = await env.services.rollouts.resume((await _run(env, schedule)).run.id)
     [r02] = [o.task_id for o in report.run.outcomes if o.rack_id == racks[2].id]
     assert sorted(map(str, await claim(env))) == sorted(map(str, [frozen, r02]))  # at once: released
+
+
+async def test_racks_a_budget_holds_halt_their_rollout_though_none_waits_its_turn(db: Database) -> None:
+    """ROLLOUTS.md, "A rollout under a budget": a rollout whose caps let every rack be submitted at once has
+    no rack waiting its turn, but a budget lets one run at a time; when that one fails past the limit, the
+    rollout halts and the racks the budget held start no more (the halt holds them), rather than let a bad
+    image reach every rack behind the budget. (It completed instead: no rack was `pending`.)"""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i:02d}") for i in range(3)]
+    await env.services.budgets.create(BudgetInput("one-off", (OperationKind.POWER_OFF,), 1))
+    schedule = await rollout_schedule(env, racks, RolloutPolicy(halt_after_failures=1))
+    submitted = await env.services.schedules.trigger(schedule.id)
+    assert len(submitted) == 3  # every rack at once: none waits its turn
+    [running] = await claim(env)  # the budget lets one start
+    await fail_and_step(env, running)
+
+    report = await _run(env, schedule)
+    halted = ("halted", "rollout halted: 1 of 3 racks failed (limit 1)")
+    assert (report.run.state, report.run.reason) == halted
+    env.clock.advance(timedelta(minutes=10))  # the budget has room now; the rollout is halted
+    for _ in range(2):  # the budget admits one at a claim: the rollout's gate holds it
+        assert await claim(env) == [], "a rack the budget held started after its rollout's failure limit"
+        env.clock.advance(timedelta(minutes=10))
+    held = [await get(env, task_id) for task_id in set(submitted) - {running}]
+    assert {(t.status, t.started_at) for t in held} == {(TaskStatus.PENDING, None)}
+    assert "rollout" in {t.held_by for t in held}  # the one the budget lets go each time: the other waits
+    assert (await env.services.schedules.get(schedule.id)).pause is not None  # paused on the halt
 
 
 async def test_a_rack_not_claimed_yet_when_its_rollout_halted_waits_too(db: Database) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from rackflow.checks.gate import GATE_NAME
@@ -103,9 +104,15 @@ def test_halting_at_exactly_the_count_or_the_percentage() -> None:
     assert decide(RolloutPolicy(halt_after_failures=2), two, now=NOW, failures_excused=1).halt is None
 
 
-def test_done_only_when_nothing_is_pending_or_active_and_no_halt_without_pending() -> None:
+def test_done_only_when_nothing_is_pending_or_active_and_no_halt_once_every_rack_began() -> None:
     running = [scope("a", Phase.FAILED), scope("b", Phase.ACTIVE)]
     assert decide(RolloutPolicy(halt_after_failures=1), running, now=NOW) == Decision(done=False)
+    # A task submitted and not begun (a budget holds it) still waits to start: the halt stops it.
+    unbegun = [scope("a", Phase.FAILED), replace(scope("b", Phase.ACTIVE), unbegun=True)]
+    assert decide(RolloutPolicy(halt_after_failures=1), unbegun, now=NOW).halt == (
+        "rollout halted: 1 of 2 racks failed (limit 1)"
+    )
+    assert decide(RolloutPolicy(halt_after_failures=2), unbegun, now=NOW) == Decision()
     ended = [scope("a", Phase.FAILED), scope("b", Phase.SUCCEEDED), scope("c", Phase.SKIPPED)]
     assert decide(RolloutPolicy(halt_after_failures=1), ended, now=NOW) == Decision(done=True)
 

@@ -6,9 +6,13 @@ is the same on every instance and after any restart (nothing lives in memory bet
 
 The rule, in order:
 
-1. Failures count from the last resume (`failures_excused` are the ones before it). When pending scopes
-   remain and the count reaches `halt_after_failures`, or `halt_after_failure_percent` of all scopes, the
-   run halts: nothing more starts (tasks already running finish).
+1. Failures count from the last resume (`failures_excused` are the ones before it). While scopes still
+   wait to start (pending, or submitted with a task that has not begun: held by a budget, a freeze, a
+   pre-flight check, its window's opening, or not claimed yet) and the count reaches
+   `halt_after_failures`, or `halt_after_failure_percent` of all scopes, the run halts: nothing more
+   starts (the halt holds those tasks; tasks already running finish). A run whose caps let every rack be
+   submitted at once has no scope pending, but a budget may hold most of its tasks: they wait all the
+   same, and a failure limit reached meanwhile must stop them.
 2. Canaries (the first `canary_racks` scopes) go first and alone. A failed canary halts the run; the rest
    start only once every canary ended and none failed, and `bake_time` after the last canary finished.
    A resumed run has passed its canary gate (the operator looked and said go).
@@ -113,7 +117,9 @@ ENDED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED, Phase.NOT_START
 
 @dataclass(frozen=True)
 class ScopeView:
-    """One scope as the rule sees it. `finished_at`: when its task ended (bake time counts from it)."""
+    """One scope as the rule sees it. `finished_at`: when its task ended (bake time counts from it).
+    `unbegun`: an ACTIVE scope whose task has not begun (its first attempt, PENDING or WAITING): it still
+    waits to start, so a halt would hold it."""
 
     scope_id: uuid.UUID
     rack_id: uuid.UUID
@@ -122,6 +128,7 @@ class ScopeView:
     phase: Phase
     canary: bool = False
     finished_at: datetime | None = None
+    unbegun: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,11 +182,14 @@ def decide(
     """The rule above, for `scopes` in rollout order (canaries first)."""
     pending = [s for s in scopes if s.phase is Phase.PENDING]
     active = [s for s in scopes if s.phase is Phase.ACTIVE]
-    if not pending:
-        return Decision(done=not active and all(s.phase is not Phase.HELD for s in scopes))
+    waiting = pending or any(s.phase is Phase.HELD or s.unbegun for s in scopes)
+    if not waiting:
+        return Decision(done=not active)
     reason = halt_reason(policy, scopes, failures_excused)
     if reason is not None:
         return Decision(halt=reason)
+    if not pending:
+        return Decision()
     eligible = pending
     bake_until = None
     canaries = [s for s in scopes if s.canary]

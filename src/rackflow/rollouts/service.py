@@ -203,6 +203,11 @@ def _phase(outcome: ScopeOutcome, task: store.TaskState | None) -> Phase:
     return Phase.FAILED if task.status in _FAILED_STATUSES else Phase.SUCCEEDED
 
 
+def _unbegun(task: store.TaskState) -> bool:
+    """Its task has not begun acting (as a halt finds it: `store.tasks.not_begun_of_run`)."""
+    return task.status in (TaskStatus.PENDING, TaskStatus.WAITING) and task.attempt == 1
+
+
 def _views(
     run: Run,
     tasks: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
@@ -212,15 +217,17 @@ def _views(
     for outcome in run.outcomes:
         task = tasks.get((run.id, outcome.rack_id))
         place = places.get(outcome.rack_id)
+        phase = _phase(outcome, task)
         views.append(
             ScopeView(
                 outcome.scope_id,
                 outcome.rack_id,
                 place.name if place else str(outcome.rack_id),
                 place.domain_id if place else None,
-                _phase(outcome, task),
+                phase,
                 outcome.canary,
                 task.finished_at if task else None,
+                unbegun=phase is Phase.ACTIVE and task is not None and _unbegun(task),
             )
         )
     return views

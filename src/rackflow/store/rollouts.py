@@ -44,6 +44,7 @@ class TaskState:
     finished_at: datetime | None
     held_by: str | None = None
     held_reason: str | None = None
+    attempt: int = 1  # 1 until a retry's next attempt: with PENDING or WAITING, the task has not begun
 
 
 async def live_rollouts(
@@ -277,9 +278,12 @@ async def task_states(
             tasks.c.finished_at,
             tasks.c.held_by,
             tasks.c.held_reason,
+            tasks.c.attempt,
         ).where(tasks.c.run_id.in_(chunk))
         for row in await conn.execute(stmt):
-            state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by, row.held_reason)
+            state = TaskState(
+                row.id, TaskStatus(row.status), row.finished_at, row.held_by, row.held_reason, row.attempt
+            )
             found[(row.run_id, row.rack_id)] = state
     return found
 
@@ -305,10 +309,12 @@ async def tasks_by_id(
     for chunk in chunked(list(task_ids)):
         task = tasks.c
         stmt = select(
-            task.rack_id, task.id, task.status, task.finished_at, task.held_by, task.held_reason
+            task.rack_id, task.id, task.status, task.finished_at, task.held_by, task.held_reason, task.attempt
         ).where(task.id.in_(chunk))
         for row in await conn.execute(stmt):
-            state = TaskState(row.id, TaskStatus(row.status), row.finished_at, row.held_by, row.held_reason)
+            state = TaskState(
+                row.id, TaskStatus(row.status), row.finished_at, row.held_by, row.held_reason, row.attempt
+            )
             found[(run_id, row.rack_id)] = state
     return found
 
