@@ -280,6 +280,21 @@ def test_a_rollout_orders_its_scopes_by_rack_name_canaries_first(
     assert not firing.skipped
 
 
+def test_a_rollout_skipped_beside_a_rolling_one_is_not_told_to_resume_it() -> None:
+    """A rolling run cannot be resumed (`run resume` refuses all but a halted one): the reason says what
+    an operator can do, wait for it or cancel it."""
+    owner = schedule(rollout=RolloutPolicy(max_concurrent_racks=1))
+    live = LiveRollout(uuid.uuid4(), "rolling")
+    snapshot = Snapshot((owner,), {owner.id: scopes_of(owner, 2)}, live_rollouts={owner.id: live})
+
+    (firing,) = plan(snapshot, NOW, "manual")
+
+    assert firing.skipped == (
+        f"the schedule's previous rollout (run {live.run_id}) is still rolling "
+        "(let it finish or cancel it first)"
+    )
+
+
 @pytest.mark.parametrize(("trigger", "refused"), [("dispatch", False), ("manual", True)])
 def test_a_rollout_whose_previous_one_is_live_is_skipped(trigger: Trigger, refused: bool) -> None:
     owner = schedule(rollout=RolloutPolicy(max_concurrent_racks=1))

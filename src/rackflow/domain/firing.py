@@ -502,11 +502,10 @@ def scope_decisions(firing: Firing) -> dict[uuid.UUID, Decision]:
 
 
 def skip_reason(live: LiveRollout) -> str:
-    """Why a rollout's firing is skipped: the schedule's live rollout."""
-    return (
-        f"the schedule's previous rollout (run {live.run_id}) is still {live.state} "
-        "(resume or cancel it first)"
-    )
+    """Why a rollout's firing is skipped: the schedule's live rollout, and what an operator can do about it
+    (only a halted one can be resumed)."""
+    then = "resume or cancel it first" if live.state == "halted" else "let it finish or cancel it first"
+    return f"the schedule's previous rollout (run {live.run_id}) is still {live.state} ({then})"
 
 
 def rollout_outcomes(
