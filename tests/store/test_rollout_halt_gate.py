@@ -141,6 +141,30 @@ async def test_racks_a_budget_holds_halt_their_rollout_though_none_waits_its_tur
     assert (await env.services.schedules.get(schedule.id)).pause is not None  # paused on the halt
 
 
+async def test_a_rack_a_budget_lets_go_before_the_step_halts_its_rollout_does_not_start(db: Database) -> None:
+    """The failure that reaches the limit frees the budget's room, and an executor's claim may come before
+    the rollout's next step (a second apart) halts the run: the rollout's gate, which a task a budget held
+    comes before, finds the limit reached and holds it until that step, rather than start one rack more
+    after the failure limit. (It started it: the gate counted only the caps.)"""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i:02d}") for i in range(3)]
+    await env.services.budgets.create(BudgetInput("one-off", (OperationKind.POWER_OFF,), 1))
+    schedule = await rollout_schedule(env, racks, RolloutPolicy(halt_after_failures=1))
+    submitted = await env.services.schedules.trigger(schedule.id)
+    [running] = await claim(env)
+    async with env.db.transaction() as conn:  # it fails; no step has seen it yet
+        await set_status(conn, [running], TaskStatus.FAILED, now=env.clock.now())
+    env.clock.advance(timedelta(minutes=1))  # the budget's back-off is over
+
+    assert await claim(env) == [], "a rack started after its rollout reached its failure limit"
+    held = [await get(env, task_id) for task_id in set(submitted) - {running}]
+    assert "rollout" in {t.held_by for t in held}
+    await env.services.rollouts.advance()
+    assert (await _run(env, schedule)).run.state == "halted"
+    env.clock.advance(timedelta(minutes=10))
+    assert await claim(env) == []
+
+
 async def test_a_rack_not_claimed_yet_when_its_rollout_halted_waits_too(db: Database) -> None:
     """Nothing held it (the executors were busy): the halt routes it through the gate all the same."""
     env = make_env(db)

@@ -14,7 +14,7 @@ from rackflow.domain.rollouts import Phase
 from rackflow.domain.schedules import Run, ScopeOutcome, racks_to_retry
 from rackflow.domain.tasks import RETRY_HOLD, Operation, OperationKind, RetryPolicy, Task, TaskStatus
 from rackflow.errors import InvalidArgument
-from rackflow.rollouts.service import _phase
+from rackflow.rollouts.gate import scope_phase as _phase
 from rackflow.store.rollouts import TaskState
 from rackflow.tasks.backends.base import StepFailed
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig

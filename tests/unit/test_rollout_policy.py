@@ -10,7 +10,7 @@ from rackflow.checks.gate import GATE_NAME
 from rackflow.domain.rollouts import Decision, Phase, RolloutPolicy, ScopeView, cap_reached, decide
 from rackflow.domain.schedules import ScopeOutcome
 from rackflow.domain.tasks import TaskStatus
-from rackflow.rollouts.service import _phase
+from rackflow.rollouts.gate import scope_phase as _phase
 from rackflow.store.rollouts import TaskState
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

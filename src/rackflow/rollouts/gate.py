@@ -16,7 +16,11 @@ opening), or not claimed yet. The halt holds those nothing held (`hold_stopped`)
 this gate when it would start, and stays held here, `held_by` "rollout", until the run is resumed (which
 releases them at once: they keep their place, as the resume's rule counts them active) or cancelled (a
 cancel ends them, `RolloutService.cancel_in`). A task that began before the halt (a retry's next attempt)
-goes on: a halt stops nothing already started. The one thing that lets go of a task that has not begun
+goes on: a halt stops nothing already started. The halt itself is the rollout's next step's to decide,
+a second or so after the failure that reaches the limit; a failure frees the room a budget held another
+of its tasks for, and a claim in between may come first: a task something held comes here then, and is
+held until that step (`HALTING_REASON`), as the step's rule, asked here over the run as it stands, would
+halt (`RolloutGate._halting`). The one thing that lets go of a task that has not begun
 without this gate's look is a maintenance window's change (`tasks.deferrals`: a task waiting for its
 window's opening, released when the windows open its rack now, held by nothing then); it locks the run's
 row first, as a halt does, and a task it lets go of a halted or cancelled rollout is held here again in
@@ -56,18 +60,19 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
 from rackflow.config import ROLLOUT_BUSY_WAIT, ROLLOUT_CAP_WAIT, ROLLOUT_HALT_WAIT
-from rackflow.domain.rollouts import cap_reached
-from rackflow.domain.schedules import Outcome
+from rackflow.domain.rollouts import Phase, RackPlace, ScopeView, cap_reached, decide
+from rackflow.domain.schedules import Outcome, Run, ScopeOutcome
 from rackflow.domain.tasks import Fail, Hold, Task, TaskStatus
 from rackflow.store import rollouts as store
-from rackflow.store.db import Database
+from rackflow.store.db import Database, in_id_order
 from rackflow.tasks.gates import Verdict
 
 GATE_NAME = "rollout"
@@ -78,6 +83,8 @@ CANCELLED_REASON = "its rollout was cancelled before it began"
 _CANCELLED = Fail(CANCELLED_REASON, ends_as=TaskStatus.TERMINATED)
 # Why a task is held whose rollout's run another transaction held at its claim (ROLLOUT_BUSY_WAIT).
 BUSY_REASON = "waits for its rollout: a step, a resume, a cancel or a window's change was deciding it"
+# Why a task is held whose rollout reached its failure limit, before the step that halts it.
+HALTING_REASON = "waits for its rollout to halt"
 
 
 def halted_hold(reason: str, now: datetime) -> Hold:
@@ -107,6 +114,60 @@ async def hold_stopped(
             continue
         held |= dict.fromkeys(await store.hold_unstarted(conn, run_id, GATE_NAME, hold, now), GATE_NAME)
     return held
+
+
+# A task ended so counts against the failure limit.
+FAILED_STATUSES = (TaskStatus.FAILED, TaskStatus.TERMINATED)
+
+
+def scope_phase(outcome: ScopeOutcome, task: store.TaskState | None) -> Phase:
+    """Where a scope stands, from its recorded outcome and (once submitted) its task."""
+    if outcome.outcome == "pending":
+        return Phase.PENDING
+    if outcome.outcome == "not_started":
+        return Phase.NOT_STARTED
+    if outcome.outcome in ("skipped_overlap", "skipped_window", "missed"):  # settled without a task
+        return Phase.SKIPPED
+    if outcome.outcome == "failed" or task is None:  # not submitted, or its rack (and task) deleted
+        return Phase.FAILED
+    if task.status is TaskStatus.PENDING and task.held_by == PREFLIGHT_GATE:
+        return Phase.HELD
+    if task.status.is_active:
+        return Phase.ACTIVE
+    return Phase.FAILED if task.status in FAILED_STATUSES else Phase.SUCCEEDED
+
+
+def unbegun(task: store.TaskState) -> bool:
+    """Its task has not begun acting (as a halt finds it: `store.tasks.not_begun_of_run`)."""
+    return task.status in (TaskStatus.PENDING, TaskStatus.WAITING) and task.attempt == 1
+
+
+def scope_views(
+    run: Run,
+    tasks: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
+    places: Mapping[uuid.UUID, RackPlace],
+) -> list[ScopeView]:
+    """The run's scopes as the rollout rule sees them (`domain.rollouts.decide`), in its order: a rollout's
+    step and this gate read them alike. `places` names the racks and their domains (without: the rack id,
+    no domain)."""
+    views = []
+    for outcome in run.outcomes:
+        task = tasks.get((run.id, outcome.rack_id))
+        place = places.get(outcome.rack_id)
+        phase = scope_phase(outcome, task)
+        views.append(
+            ScopeView(
+                outcome.scope_id,
+                outcome.rack_id,
+                place.name if place else str(outcome.rack_id),
+                place.domain_id if place else None,
+                phase,
+                outcome.canary,
+                task.finished_at if task else None,
+                unbegun=phase is Phase.ACTIVE and task is not None and unbegun(task),
+            )
+        )
+    return views
 
 
 class RolloutGate:
@@ -158,6 +219,13 @@ class RolloutGate:
         if not starting:
             return holds
         states = await store.task_states(conn, {t.run_id for t in starting if t.run_id})
+        halting = await self._halting(conn, [t for t in starting if t.attempt == 1], states, now)
+        for task in starting:
+            if task.run_id in halting and task.attempt == 1:
+                holds[task.id] = Hold(now + ROLLOUT_BUSY_WAIT, f"{HALTING_REASON}: {halting[task.run_id]}")
+        starting = [task for task in starting if task.id not in holds]
+        if not starting:
+            return holds
         places = await store.rack_places(conn, {rack for _, rack in states} | {t.rack_id for t in starting})
 
         def domain(rack_id: uuid.UUID) -> uuid.UUID:
@@ -181,3 +249,37 @@ class RolloutGate:
             else:
                 active[task.run_id].append(domain(task.rack_id))
         return holds
+
+    async def _halting(
+        self,
+        conn: AsyncConnection,
+        first: Collection[Task],
+        states: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
+        now: datetime,
+    ) -> dict[uuid.UUID, str]:
+        """The runs of these tasks (at their first attempt, their rows locked by this claim) that the
+        rollout rule would halt now, with why: a failure that reached the limit ended a task, which may
+        free the room a budget held one of them for, and this claim may come before the rollout's next
+        step, which halts the run; the task waits for it (`HALTING_REASON`) rather than start one rack
+        after the limit. The tasks this claim decides count as not begun (the claim has marked them)."""
+        deciding = {task.id for task in first}
+        found: dict[uuid.UUID, str] = {}
+        for run_id in in_id_order({task.run_id for task in first if task.run_id is not None}):
+            run = await store.get_run(self.db, conn, run_id)
+            if run is None or run.rollout is None or run.state != "rolling":
+                continue
+            seen = {
+                key: replace(state, status=TaskStatus.PENDING) if state.task_id in deciding else state
+                for key, state in states.items()
+                if key[0] == run_id
+            }
+            decision = decide(
+                run.rollout,
+                scope_views(run, seen, {}),
+                now=now,
+                failures_excused=run.failures_excused,
+                resumed=run.resumed,
+            )
+            if decision.halt is not None:
+                found[run_id] = decision.halt
+        return found

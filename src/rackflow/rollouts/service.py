@@ -54,7 +54,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow import metrics
 from rackflow.audit.trail import AuditTrail
-from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
 from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
 from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
@@ -63,7 +62,6 @@ from rackflow.domain.rollouts import (
     ENDED,
     Decision,
     Phase,
-    RackPlace,
     ScopeView,
     decide,
     failures_counted,
@@ -80,7 +78,7 @@ from rackflow.domain.tasks import TaskStatus
 from rackflow.errors import FailedPrecondition, NotFound, RackflowError
 from rackflow.notify import events
 from rackflow.rollouts.gate import GATE_NAME as ROLLOUT_GATE
-from rackflow.rollouts.gate import hold_stopped
+from rackflow.rollouts.gate import hold_stopped, scope_views
 from rackflow.security import ANONYMOUS, caller_name
 from rackflow.store import firing as firing_store
 from rackflow.store import outbox, task_runs
@@ -93,8 +91,6 @@ from rackflow.tasks.manager import Ended, TaskManager
 from rackflow.tasks.scheduled import scope_submission
 
 log = logging.getLogger(__name__)
-
-_FAILED_STATUSES = (TaskStatus.FAILED, TaskStatus.TERMINATED)
 
 
 @dataclass(frozen=True)
@@ -186,53 +182,6 @@ class Step:
         return tuple(task_id for tasks in self.started.values() for task_id in tasks)
 
 
-def _phase(outcome: ScopeOutcome, task: store.TaskState | None) -> Phase:
-    """Where a scope stands, from its recorded outcome and (once submitted) its task."""
-    if outcome.outcome == "pending":
-        return Phase.PENDING
-    if outcome.outcome == "not_started":
-        return Phase.NOT_STARTED
-    if outcome.outcome in ("skipped_overlap", "skipped_window", "missed"):  # settled without a task
-        return Phase.SKIPPED
-    if outcome.outcome == "failed" or task is None:  # not submitted, or its rack (and task) deleted
-        return Phase.FAILED
-    if task.status is TaskStatus.PENDING and task.held_by == PREFLIGHT_GATE:
-        return Phase.HELD
-    if task.status.is_active:
-        return Phase.ACTIVE
-    return Phase.FAILED if task.status in _FAILED_STATUSES else Phase.SUCCEEDED
-
-
-def _unbegun(task: store.TaskState) -> bool:
-    """Its task has not begun acting (as a halt finds it: `store.tasks.not_begun_of_run`)."""
-    return task.status in (TaskStatus.PENDING, TaskStatus.WAITING) and task.attempt == 1
-
-
-def _views(
-    run: Run,
-    tasks: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
-    places: Mapping[uuid.UUID, RackPlace],
-) -> list[ScopeView]:
-    views = []
-    for outcome in run.outcomes:
-        task = tasks.get((run.id, outcome.rack_id))
-        place = places.get(outcome.rack_id)
-        phase = _phase(outcome, task)
-        views.append(
-            ScopeView(
-                outcome.scope_id,
-                outcome.rack_id,
-                place.name if place else str(outcome.rack_id),
-                place.domain_id if place else None,
-                phase,
-                outcome.canary,
-                task.finished_at if task else None,
-                unbegun=phase is Phase.ACTIVE and task is not None and _unbegun(task),
-            )
-        )
-    return views
-
-
 def _progress(run: Run, views: Sequence[ScopeView], now: datetime) -> Progress:
     assert run.rollout is not None
     counts = Counter(v.phase for v in views)
@@ -313,14 +262,16 @@ class RolloutService:
             tasks = await store.task_states(conn, [r.id for r in runs])
             # The rule needs the domains of racks still to start or active, and the canaries' names.
             live = {Phase.PENDING, Phase.ACTIVE, Phase.HELD}
-            needed = {v.rack_id for r in runs for v in _views(r, tasks, {}) if v.phase in live or v.canary}
+            needed = {
+                v.rack_id for r in runs for v in scope_views(r, tasks, {}) if v.phase in live or v.canary
+            }
             places = await store.rack_places(conn, needed)
             started: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
             stepped: dict[uuid.UUID, Run] = {}
             paused: list[tuple[Run, str]] = []
             decided = []
             for run in runs:
-                views = _views(run, tasks, places)
+                views = scope_views(run, tasks, places)
                 decided.append((run, views, _decide(run, views, now)))
             # Halts first: the schedule a halt pauses comes before the racks of another run's wave (the
             # lock order atop `rackflow.tasks.executor`).
@@ -490,7 +441,9 @@ class RolloutService:
         run = replace(run, outcomes=tuple(started))
         statuses = {task.task_id: task.status for task in tasks.values()}
         holds = {t.task_id: (t.held_by, t.held_reason or "") for t in tasks.values() if t.held_by is not None}
-        progress = None if run.rollout is None else _progress(run, _views(run, tasks, {}), self.clock.now())
+        progress = (
+            None if run.rollout is None else _progress(run, scope_views(run, tasks, {}), self.clock.now())
+        )
         return RunReport(run, statuses, progress, (), holds)
 
     async def summary(self, run_id: uuid.UUID) -> RunSummary:
@@ -529,7 +482,7 @@ class RolloutService:
                     f"id: run {run_id} is {run.state}; only a halted rollout can be resumed"
                 )
             tasks = await store.task_states(conn, [run.id])
-            failures = failures_counted(_views(run, tasks, {}), 0)
+            failures = failures_counted(scope_views(run, tasks, {}), 0)
             await store.save_run(
                 conn,
                 replace(
@@ -664,6 +617,6 @@ class RolloutService:
         reports = []
         for run in runs:
             statuses = by_run[run.id]
-            progress = _progress(run, _views(run, tasks, {}), now) if run.rollout is not None else None
+            progress = _progress(run, scope_views(run, tasks, {}), now) if run.rollout is not None else None
             reports.append(RunReport(run, statuses, progress, tuple(retries.get(run.id, ())), holds[run.id]))
         return reports
