@@ -263,6 +263,39 @@ def test_schedule_preview_of_many_racks_lists_them_by_decision_in_the_zone_asked
     assert "skip (launch): rack-07" in " ".join(result.output.split())
 
 
+def test_schedule_preview_names_racks_in_rollout_order_whatever_order_the_server_sends(
+    fake: FakeClient,  # noqa: F811
+    run: Callable[..., Result],  # noqa: F811
+) -> None:
+    """The server sends a firing's scopes in scope order (ids made as the racks were added): 40 racks of
+    four domains read as a shuffle ("rack-c04, rack-c10, rack-c05, …"). The table names them by rack name,
+    the order a rollout starts them in, as columns and within each decision."""
+    at = stamp(datetime(2026, 12, 5, 21, tzinfo=UTC))
+    shuffled = [
+        "rack-c04",
+        "rack-c10",
+        "rack-c05",
+        "rack-c03",
+        "rack-c02",
+        "rack-c06",
+        "rack-c01",
+        "rack-c09",
+    ]
+    fake.answers["preview_schedule"] = pb.PreviewTaskScheduleResponse(
+        firings=[pb.PreviewFiring(at=at, scopes=[_decision(name, "fire") for name in shuffled])]
+    )
+    result = run("schedule", "preview", "nightly", "--tz", "UTC")
+    assert result.exit_code == 0, result.output
+    listed = " ".join(result.output.split()).split("fire: ")[1]
+    assert listed.startswith(", ".join(sorted(shuffled))), result.output
+    few = [_decision(name, "fire") for name in ("rack-b", "rack-a", "rack-c")]
+    fake.answers["preview_schedule"] = pb.PreviewTaskScheduleResponse(
+        firings=[pb.PreviewFiring(at=at, scopes=few)]
+    )
+    header = run("schedule", "preview", "nightly", "--tz", "UTC").output.splitlines()[0]
+    assert header.split()[-3:] == ["rack-a", "rack-b", "rack-c"]
+
+
 def test_task_commands_can_ignore_windows(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811
     assert run("task", "power-on", "--rack", "rack-01", "--ignore-windows").exit_code == 0
     [(args, _)] = fake.called("submit")

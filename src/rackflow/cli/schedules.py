@@ -753,9 +753,11 @@ PREVIEW_COLUMNS = 6
 
 def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing:
     """A row per firing, in UTC and in `zone` (decision times too): a column per rack, or, for many racks,
-    the racks grouped by what the firing does to them. With an approval policy, APPROVAL marks each firing
-    that would await approval before anything of it starts (`needs_approval`: not a missed one)."""
-    racks = list(dict.fromkeys(d.rack_name for f in planned.firings for d in f.scopes))
+    the racks grouped by what the firing does to them; racks by name, the order a rollout starts them in
+    (the server sends them in scope order, which reads as a shuffle). With an approval policy, APPROVAL
+    marks each firing that would await approval before anything of it starts (`needs_approval`: not a
+    missed one)."""
+    racks = sorted({d.rack_name for f in planned.firings for d in f.scopes})
     few = len(racks) <= PREVIEW_COLUMNS
     approvals = any(f.needs_approval for f in planned.firings)
     result = table(
@@ -771,7 +773,7 @@ def planned_table(planned: pb.PreviewTaskScheduleResponse, zone: str) -> Listing
             cells = [decided.get(rack, "-") for rack in racks]
         else:
             by_decision: dict[str, list[str]] = {}
-            for rack, text in decided.items():
+            for rack, text in sorted(decided.items()):
                 by_decision.setdefault(text, []).append(rack)
             cells = ["; ".join(f"{text}: {', '.join(names)}" for text, names in by_decision.items())]
         marked = ["awaits approval" if firing.needs_approval else "-"] if approvals else []
