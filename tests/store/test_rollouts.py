@@ -316,6 +316,33 @@ async def test_pause_on_halt_false_leaves_the_schedule_enabled(db: Database) -> 
     assert (await env.services.schedules.get(schedule.id)).enabled
 
 
+async def test_the_preview_of_a_schedule_whose_rollout_is_live_says_its_firings_are_skipped(
+    db: Database,
+) -> None:
+    """WINDOWS.md, "See it before it happens": the preview runs the dispatcher's planner, which skips a
+    firing while the schedule's previous rollout is rolling or halted. A halt that does not pause the
+    schedule left it firing (skipped), and the preview said "fire" for every rack of those firings."""
+    env = make_env(db)
+    racks = await _racks(env, 3)
+    schedule = await _schedule(
+        env, racks, RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1, pause_on_halt=False)
+    )
+    await env.services.schedules.trigger(schedule.id)
+    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    run_id = (await _run(env, schedule)).run.id
+
+    [firing, *_] = await env.services.schedules.preview_schedule(schedule.id, None, 2)
+    assert {s.decision.action if s.decision else None for s in firing.scopes} == {"skip_run"}
+    why = f"the schedule's previous rollout (run {run_id}) is still halted (resume or cancel it first)"
+    assert {s.reason for s in firing.scopes} == {why}
+
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit)
+    env.clock.advance(timedelta(hours=1))
+    await dispatcher.poll_once()
+    assert ((await _run(env, schedule)).run.state, (await _run(env, schedule)).run.reason) == ("skipped", why)
+
+
 async def test_resume_counts_failures_from_zero_and_cancel_ends_the_run(db: Database) -> None:
     env = make_env(db)
     racks = await _racks(env, 5)

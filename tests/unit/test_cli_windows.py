@@ -296,6 +296,20 @@ def test_schedule_preview_names_racks_in_rollout_order_whatever_order_the_server
     assert header.split()[-3:] == ["rack-a", "rack-b", "rack-c"]
 
 
+def test_schedule_preview_shows_a_firing_its_live_previous_run_skips(
+    fake: FakeClient,  # noqa: F811
+    run: Callable[..., Result],  # noqa: F811
+) -> None:
+    at = stamp(datetime(2026, 12, 5, 21, tzinfo=UTC))
+    why = "the schedule's previous rollout (run 0f5c) is still halted (resume or cancel it first)"
+    fake.answers["preview_schedule"] = pb.PreviewTaskScheduleResponse(
+        firings=[pb.PreviewFiring(at=at, scopes=[_decision("rack-01", "skip_run", reason=why)])]
+    )
+    result = run("schedule", "preview", "nightly", "--tz", "UTC")
+    assert result.exit_code == 0, result.output
+    assert "skip (rollout live)" in result.output
+
+
 def test_task_commands_can_ignore_windows(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811
     assert run("task", "power-on", "--rack", "rack-01", "--ignore-windows").exit_code == 0
     [(args, _)] = fake.called("submit")

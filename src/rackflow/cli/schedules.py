@@ -743,6 +743,8 @@ def _decision_text(decision: pb.ScopeDecision, zone: str) -> str:
         return f"defer → {zoned_text(when(decision.until), zone)}"
     if decision.decision == "missed":
         return "[red]missed[/] (past the start deadline)"
+    if decision.decision == "skip_run":  # the whole firing: its reason names the run in the way
+        return f"[yellow]skip[/] ({'awaiting approval' if 'approval' in decision.reason else 'rollout live'})"
     until = when(decision.until)
     return f"[dim]paused{f' until {zoned_text(until, zone)}' if until else ''}[/]"
 

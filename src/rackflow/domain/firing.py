@@ -483,11 +483,17 @@ def approved_firing(run: Run, snapshot: Snapshot, now: datetime) -> Firing:
 
 SKIP_OVERLAP = Decision("skip_overlap")
 MISSED = Decision("missed")
+# The whole firing is skipped (`Firing.skipped` says why): nothing of it is submitted.
+SKIP_RUN = Decision("skip_run")
 
 
 def scope_decisions(firing: Firing) -> dict[uuid.UUID, Decision]:
     """What the firing does for each of its scopes, as the schedule preview shows it: skipped for overlap,
-    missed (past the start deadline), or what the windows make it do (FIRE where none close its rack)."""
+    missed (past the start deadline), or what the windows make it do (FIRE where none close its rack); every
+    scope of a firing skipped whole (the schedule's previous rollout live, or its previous run awaiting
+    approval) is SKIP_RUN, as the dispatcher records such a firing `skipped` and submits nothing."""
+    if firing.skipped:
+        return dict.fromkeys((sc.id for sc in firing.scopes), SKIP_RUN)
     decisions = {}
     for sc in firing.scopes:
         outcome = firing.decided[sc.id].outcome if sc.id in firing.decided else None

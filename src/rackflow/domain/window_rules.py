@@ -39,9 +39,10 @@ class Closed:
     until: datetime | None
 
 
-# "skip_overlap" and "missed" (a deferral whose opening comes after the start deadline) are the planner's
-# (`domain.firing`), never the windows'.
-Action = Literal["fire", "skip_window", "defer", "skip_overlap", "missed"]
+# "skip_overlap", "missed" (a deferral whose opening comes after the start deadline) and "skip_run" (the
+# whole firing skipped: the schedule's previous rollout is live, or its previous run awaits approval) are
+# the planner's (`domain.firing`), never the windows'.
+Action = Literal["fire", "skip_window", "defer", "skip_overlap", "missed", "skip_run"]
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,12 @@ class PlannedScope:
     scope: Scope
     rack_name: str
     decision: Decision | None
+    skipped: str = ""  # the firing is skipped whole ("skip_run"), and why
+
+    @property
+    def reason(self) -> str:
+        """The words the run (a skipped firing's) or the scope's outcome or task would carry."""
+        return self.skipped or (self.decision.reason if self.decision is not None else "")
 
 
 @dataclass(frozen=True)
@@ -1502,8 +1508,11 @@ def _decided(
         planned.append(
             PlannedFiring(
                 moment,
-                tuple(PlannedScope(s, names.get(s.rack_id, "?"), decisions[s.id]) for s in scopes),
-                needs_approval=schedule.approval is not None and not decided.missed,
+                tuple(
+                    PlannedScope(s, names.get(s.rack_id, "?"), decisions[s.id], decided.skipped or "")
+                    for s in scopes
+                ),
+                needs_approval=schedule.approval is not None and not decided.missed and not decided.skipped,
                 would_be_missed=decided.missed,
             )
         )

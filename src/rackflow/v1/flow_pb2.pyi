@@ -2639,7 +2639,10 @@ class ScopeDecision(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     rack_name: _builtins.str
     decision: _builtins.str
-    """"fire", "skip_overlap", "skip_window", "defer", "paused" or "missed" (past the start deadline)"""
+    """"fire", "skip_overlap", "skip_window", "defer", "paused", "missed" (past the start deadline) or
+    "skip_run" (the whole firing skipped: the schedule's previous rollout is still rolling or halted, or its
+    previous run awaits approval; `reason` says which run)
+    """
     window_name: _builtins.str
     """skip_window, defer: the window that closes the rack then"""
     reason: _builtins.str

@@ -335,7 +335,7 @@ def _scope_decision_to(planned: PlannedScope, resume_at: datetime | None) -> pb.
     msg.MergeFrom(
         pb.ScopeDecision(
             decision=decision.action,
-            reason=decision.reason,
+            reason=planned.reason,
             window_name=decision.closed.window.name if decision.closed is not None else "",
             until=timestamp_to(decision.opens_at),
             closes_at=timestamp_to(decision.closes_at),

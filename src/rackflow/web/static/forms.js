@@ -22,6 +22,7 @@
     defer: ["deferred to its window", "st-wait"],
     paused: ["paused", "st-skip"],
     missed: ["missed: past its start deadline", "st-stop"],
+    skip_run: ["skipped: its previous run is still live", "st-skip"],
   };
 
   async function call(method, url, payload) {
