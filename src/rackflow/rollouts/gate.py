@@ -219,7 +219,16 @@ class RolloutGate:
         if not starting:
             return holds
         states = await store.task_states(conn, {t.run_id for t in starting if t.run_id})
-        halting = await self._halting(conn, [t for t in starting if t.attempt == 1], states, now)
+        # Only a rollout that may halt (a failure limit, or canaries) is read whole here.
+        may_halt = {
+            run_id
+            for run_id, run in runs.items()
+            if run.policy.halt_after_failures
+            or run.policy.halt_after_failure_percent
+            or run.policy.canary_racks
+        }
+        first = [t for t in starting if t.attempt == 1 and t.run_id in may_halt]
+        halting = await self._halting(conn, first, states, now) if first else {}
         for task in starting:
             if task.run_id in halting and task.attempt == 1:
                 holds[task.id] = Hold(now + ROLLOUT_BUSY_WAIT, f"{HALTING_REASON}: {halting[task.run_id]}")
