@@ -310,6 +310,27 @@ def test_schedule_preview_shows_a_firing_its_live_previous_run_skips(
     assert "skip (rollout live)" in result.output
 
 
+def test_schedule_preview_says_by_when_a_rack_firing_inside_an_allow_window_must_start(
+    fake: FakeClient,  # noqa: F811
+    run: Callable[..., Result],  # noqa: F811
+) -> None:
+    """A rack that fires inside an ALLOW window must start before it closes, or its task fails
+    (WINDOWS.md): the preview's `closes_at`, which the table left out."""
+    at = stamp(datetime(2027, 3, 28, 1, tzinfo=UTC))
+    closes = stamp(datetime(2027, 3, 28, 3, tzinfo=UTC))
+    fake.answers["preview_schedule"] = pb.PreviewTaskScheduleResponse(
+        firings=[
+            pb.PreviewFiring(
+                at=at, scopes=[_decision("rack-01", "fire", closes_at=closes), _decision("rack-02", "fire")]
+            )
+        ]
+    )
+    result = run("schedule", "preview", "nightly", "--tz", "Europe/Berlin")
+    assert result.exit_code == 0, result.output
+    row = " ".join(result.output.splitlines()[1].split())
+    assert "fire (by 2027-03-28 05:00 CEST (03:00Z)) fire" in row, result.output
+
+
 def test_task_commands_can_ignore_windows(fake: FakeClient, run: Callable[..., Result]) -> None:  # noqa: F811
     assert run("task", "power-on", "--rack", "rack-01", "--ignore-windows").exit_code == 0
     [(args, _)] = fake.called("submit")

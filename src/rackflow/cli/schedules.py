@@ -733,8 +733,9 @@ def preview(
 
 
 def _decision_text(decision: pb.ScopeDecision, zone: str) -> str:
-    if decision.decision == "fire":
-        return "[green]fire[/]"
+    if decision.decision == "fire":  # inside an ALLOW window, its task must start before that closes
+        closes = when(decision.closes_at)
+        return f"[green]fire[/] (by {zoned_text(closes, zone)})" if closes else "[green]fire[/]"
     if decision.decision == "skip_overlap":
         return "[yellow]skip[/] (still running)"
     if decision.decision == "skip_window":
