@@ -123,13 +123,16 @@ def test_the_policy_round_trips_through_json() -> None:
 
 
 def test_racks_held_by_pre_flight_checks_count_neither_against_the_cap_nor_as_failed() -> None:
-    """docs/CHECKS.md: a held rack's task is not running, so it takes no room; the run is not done (nor
-    halted) while one is held; only a check that gives up fails the task, and then it counts."""
+    """docs/CHECKS.md: a held rack's task is not running, so it takes no room; the run is not done while
+    one is held; only a check that gives up fails the task, and then it counts. Held, it has not begun: a
+    failure limit other racks reach halts the run (ROLLOUTS.md, "Halting")."""
     scopes = [scope("a", Phase.HELD), scope("b", Phase.HELD), scope("c"), scope("d")]
     policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1)
     assert started(decide(policy, scopes, now=NOW), *scopes) == ["c"]
     all_held = [scope("a", Phase.HELD), scope("b", Phase.SUCCEEDED)]
     assert decide(policy, all_held, now=NOW) == Decision(done=False)
+    held_and_failed = [scope("a", Phase.HELD), scope("b", Phase.FAILED)]
+    assert decide(policy, held_and_failed, now=NOW).halt == "rollout halted: 1 of 2 racks failed (limit 1)"
     gave_up = [scope("a", Phase.FAILED), scope("c")]
     assert decide(policy, gave_up, now=NOW).halt == "rollout halted: 1 of 2 racks failed (limit 1)"
 
