@@ -87,6 +87,18 @@ DEFAULT_AUDIT_SPOOL = "rackflow-audit.spool"
 DEFAULT_AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
 MIN_AUDIT_SPOOL_MAX_BYTES = 64 * 1024
 DEFAULT_AUDIT_SPOOL_REPLAY_INTERVAL = timedelta(seconds=5)
+# What one audit event may hold (`rackflow.domain.audit.bounded_event`): each JSON document of a row (the
+# request, the schedule before and after, `changes`) at most AUDIT_JSON_MAX_BYTES as the API sends it, cut
+# past it (long texts and lists shortened, marked, the original size said); a refused call's `target_ids`
+# at most AUDIT_REFUSED_TARGET_IDS ids. Why: a caller may send requests up to gRPC's 64 MiB, refused or
+# not, and a trail that kept them whole could no longer be read past them. 64 KiB holds a schedule of about
+# a thousand racks whole; a larger one's accepted request is cut, its ids all still in `target_ids`.
+AUDIT_JSON_MAX_BYTES = 64 * 1024
+AUDIT_REFUSED_TARGET_IDS = 1000
+# A page of ListAuditEvents ends early, with a token to the rest, once its events would pass this many
+# bytes (`rackflow.audit.trail`): well under a default gRPC client's 4 MiB receive limit (the CLI's, and
+# most clients') and the server's 64 MiB send limit, whatever old rows kept before the cap hold.
+AUDIT_PAGE_MAX_BYTES = 2 * 1024 * 1024
 # The HTTP listener (rackflow.web.security): a request body larger than this is refused with 413 while it
 # is read. A schedule or window with a few thousand racks is well under 1 MiB of JSON; the floor keeps a
 # slip (`1024` meaning KiB) from refusing every write.

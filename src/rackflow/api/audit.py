@@ -263,7 +263,8 @@ class AuditRpcs:
         )
         total, capped = total_to(listed.total)
         token = next_page_token("ListAuditEvents", page.limit, events, lambda e: (e.at, e.id))
-        if not token and listed.searched_to is not None:  # a walked page, short or empty: it searches on
+        # A walked page, short or empty, searches on; a page that ended early, its bytes full, goes on.
+        if not token and listed.searched_to is not None:
             token = page_token("ListAuditEvents", listed.searched_to)
         return pb.ListAuditEventsResponse(
             events=[audit_event_to(e) for e in events],

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -36,7 +37,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow import failpoints, metrics
 from rackflow.audit.spool import AuditSpool
 from rackflow.clock import Clock
-from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter
+from rackflow.config import AUDIT_PAGE_MAX_BYTES
+from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter, bounded_event, event_bytes
 from rackflow.errors import Unavailable
 from rackflow.ids import new_id
 from rackflow.store import audit as store
@@ -111,17 +113,19 @@ class AuditTrail:
         while the database is unavailable; never raises (a failure is logged loudly and counted, so the
         action's own result stands).
         """
-        event = AuditEvent(
-            id=event_id or new_id(),
-            at=self.clock.now(),
-            principal=principal,
-            method=method,
-            target_ids=tuple(_storable(target_id) for target_id in target_ids),
-            outcome=outcome,
-            error=_storable(error),
-            request=_storable(request),
-            schedule_before=before,
-            changes=changes,
+        event = bounded_event(
+            AuditEvent(
+                id=event_id or new_id(),
+                at=self.clock.now(),
+                principal=principal,
+                method=method,
+                target_ids=tuple(_storable(target_id) for target_id in target_ids),
+                outcome=outcome,
+                error=_storable(error),
+                request=_storable(request),
+                schedule_before=before,
+                changes=changes,
+            )
         )
         pending = store.PendingEvent(event, after_of=schedule_id)
         try:
@@ -184,7 +188,31 @@ class AuditTrail:
         # No row can hold a longer or control-character name: refuse it before the query.
         check_text(matching.principal or "", "principal")
         async with self.db.read() as conn:
-            return await store.list_events(conn, matching, offset=offset, limit=limit, after=after)
+            events, listed = await store.list_events(conn, matching, offset=offset, limit=limit, after=after)
+        return _within_page_bytes(events, listed)
+
+
+def _within_page_bytes(events: list[AuditEvent], listed: Listed) -> tuple[list[AuditEvent], Listed]:
+    """The page's events up to AUDIT_PAGE_MAX_BYTES (`domain.audit.event_bytes`), at least one; a page
+    cut there says where it ended (`Listed.searched_to`, the key of its last event), so the next page goes
+    on after it, as a walked page does, whatever its limit. An event past the budget by itself (a row kept
+    whole before events were bounded) is sent as the trail keeps events now (`bounded_event`).
+
+    Why: a page of rows holding megabytes each passed gRPC's 64 MiB send limit (RESOURCE_EXHAUSTED), and a
+    client's default 4 MiB receive limit long before, and the trail could not be read past them; bounded
+    rows alone do not help the rows written before."""
+    page: list[AuditEvent] = []
+    size = 0
+    for event in events:
+        event_size = event_bytes(event)
+        if event_size > AUDIT_PAGE_MAX_BYTES:
+            event = bounded_event(event)
+            event_size = event_bytes(event)
+        if page and size + event_size > AUDIT_PAGE_MAX_BYTES:
+            return page, replace(listed, searched_to=(page[-1].at, page[-1].id))
+        page.append(event)
+        size += event_size
+    return page, listed
 
 
 def _storable(value: Any) -> Any:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from rackflow.config import AUDIT_JSON_MAX_BYTES, AUDIT_REFUSED_TARGET_IDS
 from rackflow.errors import InvalidArgument, NotFound
 
 OK = "OK"  # the outcome of an action that succeeded; a refused one records its status code's name
@@ -56,6 +58,130 @@ class AuditEvent:
     schedule_before: dict[str, Any] | None = None
     schedule_after: dict[str, Any] | None = None
     changes: list[dict[str, Any]] | None = None
+
+
+# The key that marks a JSON document of an event cut to AUDIT_JSON_MAX_BYTES (`bounded_json`): a request's
+# object gets it as a member, a list (`changes`) as its last item, with the document's size as it came.
+TRUNCATED = "rackflow_truncated"
+# A cut document first keeps texts of up to this many characters and lists (and objects) of up to this many
+# items, then fewer and fewer until it fits.
+_CUTS = ((16384, 1024), (4096, 256), (1024, 64), (256, 16), (64, 4), (16, 1))
+# About what an event holds besides its JSON and ids on the wire (its id, time, field tags), and an id.
+_EVENT_OVERHEAD_BYTES = 128
+_TARGET_ID_BYTES = 40
+
+_J = TypeVar("_J", dict[str, Any], list[dict[str, Any]])
+
+
+def json_bytes(value: object) -> int:
+    """The size of `value` as the API sends it (`api.convert.audit`: ASCII JSON, one byte a character)."""
+    return len(json.dumps(value, sort_keys=True))
+
+
+def event_bytes(event: AuditEvent) -> int:
+    """About how many bytes `event` takes in a ListAuditEvents answer (what a page's budget counts)."""
+    documents = (event.request, event.schedule_before, event.schedule_after, event.changes)
+    texts = (event.principal, event.method, event.outcome, event.error)
+    return (
+        _EVENT_OVERHEAD_BYTES
+        + sum(json_bytes(d) for d in documents if d is not None)
+        + sum(len(t.encode()) for t in texts)
+        + _TARGET_ID_BYTES * len(event.target_ids)
+    )
+
+
+def bounded_event(event: AuditEvent) -> AuditEvent:
+    """`event` as the trail keeps it: each JSON document at most AUDIT_JSON_MAX_BYTES (`bounded_json`),
+    and a refused call's `target_ids` at most AUDIT_REFUSED_TARGET_IDS ids (the first ones, the request's
+    own; its request then says how many there were). An accepted call's ids are all kept: they are what it
+    touched, and what a thing's history finds it by.
+
+    Why: a caller may send a request up to gRPC's receive limit (64 MiB), refused or accepted, and the
+    trail records it; kept whole, a few such rows made every page holding them larger than gRPC sends, and
+    the trail could not be read past them. An event already within bounds is returned as it is."""
+    ids = event.target_ids
+    request = bounded_json(event.request)
+    if event.outcome != OK and len(ids) > AUDIT_REFUSED_TARGET_IDS:
+        ids = ids[:AUDIT_REFUSED_TARGET_IDS]
+        mark = {**request.get(TRUNCATED, {}), "target_ids": len(event.target_ids)}
+        request = {**request, TRUNCATED: mark}
+    return replace(
+        event,
+        target_ids=ids,
+        request=request,
+        schedule_before=_bounded_or_none(event.schedule_before),
+        schedule_after=_bounded_or_none(event.schedule_after),
+        changes=_bounded_or_none(event.changes),
+    )
+
+
+def _bounded_or_none(value: _J | None) -> _J | None:
+    return None if value is None else bounded_json(value)
+
+
+def bounded_json(value: _J, limit: int = AUDIT_JSON_MAX_BYTES) -> _J:
+    """`value` if its JSON (`json_bytes`) is at most `limit` bytes; else a copy cut to fit, still valid
+    JSON of the same shape: long texts shortened to their start and `… [N more characters]`, long lists and
+    objects to their first items and `… [N more items]` (an object's: a `…` member, `[N more keys]`),
+    keeping as much as fits; marked with TRUNCATED: `{"original_bytes": N, "limit_bytes": limit}`. Each try
+    stops building once past `limit`, so cutting a huge document costs about `limit`, not its size."""
+    size = json_bytes(value)
+    if size <= limit:
+        return value
+    mark = {"original_bytes": size, "limit_bytes": limit}
+    for chars, items in _CUTS:
+        try:
+            cut: _J = _marked(_shortened(value, chars, items, _Spent(limit)), mark)
+        except _TooBig:
+            continue
+        if json_bytes(cut) <= limit:
+            return cut
+    nothing: _J = _marked([] if isinstance(value, list) else {}, mark)
+    return nothing
+
+
+def _marked(value: Any, mark: dict[str, Any]) -> Any:
+    if isinstance(value, list):
+        return [*value, {TRUNCATED: mark}]
+    return {**value, TRUNCATED: mark}
+
+
+class _TooBig(Exception):
+    """A try of `bounded_json` passed its limit: try keeping less."""
+
+
+@dataclass
+class _Spent:
+    limit: int
+    spent: int = 0
+
+    def add(self, size: int) -> None:
+        self.spent += size
+        if self.spent > self.limit:
+            raise _TooBig
+
+
+def _shortened(value: Any, chars: int, items: int, spent: _Spent) -> Any:
+    """`value` with texts past `chars` characters and lists and objects past `items` items cut (marked)."""
+    if isinstance(value, str):
+        kept = value if len(value) <= chars else f"{value[:chars]}… [{len(value) - chars} more characters]"
+        spent.add(len(kept) + 4)
+        return kept
+    if isinstance(value, list):
+        shortened = [_shortened(item, chars, items, spent) for item in value[:items]]
+        if len(value) > items:
+            shortened.append(_shortened(f"… [{len(value) - items} more items]", 64, items, spent))
+        return shortened
+    if isinstance(value, dict):
+        kept_members: dict[str, Any] = {}
+        for index, (key, item) in enumerate(value.items()):
+            if index == items:
+                kept_members["…"] = _shortened(f"[{len(value) - items} more keys]", 64, items, spent)
+                break
+            kept_members[_shortened(key, chars, items, spent)] = _shortened(item, chars, items, spent)
+        return kept_members
+    spent.add(24)
+    return value
 
 
 @dataclass(frozen=True)

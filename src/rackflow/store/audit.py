@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement, Row, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.config import SEARCH_WALK
-from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter
+from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter, bounded_event
 from rackflow.store import audit_partitions as partitions
 from rackflow.store.db import Database
 from rackflow.store.dialect import array_holds, indexes_array_items, insert_new
@@ -33,7 +33,9 @@ class PendingEvent:
 
 async def insert_events(conn: AsyncConnection, events: Sequence[AuditEvent]) -> None:
     """One INSERT for all of `events`, leaving out ids already in the trail: a spooled event replayed twice
-    (`rackflow.audit.spool`) is written once."""
+    (`rackflow.audit.spool`) is written once. Each as the trail keeps events (`domain.audit.bounded_event`:
+    its "after" snapshot, read here, and rows spooled by an older release included)."""
+    events = [bounded_event(event) for event in events]
     await conn.execute(
         insert_new(conn.dialect.name, audit_events),
         [

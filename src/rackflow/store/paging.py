@@ -30,7 +30,8 @@ class Listed:
     """What a list says besides its rows: `total`, how many match before paging, counted up to
     LIST_COUNT_CAP + 1 (more: "more than LIST_COUNT_CAP"); and, for a page of a filter no index answers
     (a short schedule name search; the audit trail by target on SQLite) that walked SEARCH_WALK rows before
-    the list's end, `searched_to`, the key of the last row it walked: the next page searches on after it.
+    the list's end, `searched_to`, the key of the last row it walked: the next page searches on after it
+    (the audit trail sets it too on a page it ended early, its bytes full: `rackflow.audit.trail`).
     Such a filter counts only the matches among the list's first SEARCH_WALK rows; `count_bounded` says
     that the list goes on past them, so `total` is a lower bound."""
 

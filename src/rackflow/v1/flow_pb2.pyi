@@ -4682,7 +4682,10 @@ class AuditEvent(_message.Message):
     error: _builtins.str
     """the error message when outcome is not OK"""
     request_json: _builtins.str
-    """the request, as protobuf JSON"""
+    """The request, as protobuf JSON. Each of the four JSON fields is at most 64 KiB: one larger was cut
+    (long texts and lists shortened and marked, and a "rackflow_truncated" member, or last item, with
+    its original_bytes: docs/SECURITY.md).
+    """
     schedule_before_json: _builtins.str
     """schedule RPCs: the schedule and its scopes before ("" if none)"""
     schedule_after_json: _builtins.str
@@ -4792,7 +4795,9 @@ class ListAuditEventsResponse(_message.Message):
     """matching events before paging"""
     next_page_token: _builtins.str
     """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
-    limit was asked for).
+    limit was asked for). A page also ends early, short of its limit (or with none asked), once its
+    events would pass 2 MiB, under a default gRPC client's 4 MiB receive limit: it always holds at least
+    one event, and its token leads on to the rest (docs/SECURITY.md).
     """
     total_capped: _builtins.bool
     """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more
