@@ -4,13 +4,14 @@ for real; these check the content cheaply."""
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import insert, update
 
 from rackflow.api.audit import AuditInterceptor
 from rackflow.api.servicer import FlowServicer
@@ -18,12 +19,13 @@ from rackflow.clock import FakeClock
 from rackflow.domain.firing import late_text
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import OperationKind, TaskStatus
+from rackflow.ids import new_id
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import Principal, Role
 from rackflow.services import Services
 from rackflow.store import dispatch, paging
 from rackflow.store import schedules as schedule_store
-from rackflow.store.tables import task_schedule
+from rackflow.store.tables import audit_events, task_schedule
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.web import pages
@@ -465,6 +467,46 @@ async def test_audit_page_filters_by_target_and_pages_on_by_token(
     page = (await http.get("/audit", params={"target": "nightly"})).text  # by name: the same history
     assert [attribute(t, "data-method") for t in tagged(page, "audit-row")] == methods
     assert 'value="nightly"' in tagged(page, "filter-target")[0]
+
+
+async def test_audit_page_goes_on_by_token_past_a_page_its_bytes_ended_early(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """Rows a release before the cap stored whole (megabytes each) fill a page's bytes before its 50
+    events: the page ends early and goes on by its token (`after`), not by page number, whose offset would
+    skip the events between; every event is shown once, newest first."""
+    methods = ["CreateRack", "DeleteRack", "PauseTaskSchedule", "ResumeTaskSchedule", "DeleteTaskSchedule"]
+    at = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+    rows = [
+        {
+            "id": new_id(),
+            "at": at - timedelta(seconds=i),
+            "principal": "oncall",
+            "method": method,
+            "target_ids": [],
+            "outcome": "INVALID_ARGUMENT",
+            "error": "too long",
+            "request": {"description": "y" * (1024 * 1024)},
+            "schedule_before": None,
+            "schedule_after": None,
+            "changes": None,
+        }
+        for i, method in enumerate(methods)
+    ]
+    async with services.db.transaction() as conn:
+        await conn.execute(insert(audit_events), rows)
+    shown: list[str] = []
+    page = (await http.get("/audit")).text
+    while True:
+        found = [attribute(t, "data-method") for t in tagged(page, "audit-row")]
+        assert 0 < len(found) < len(methods) or shown, "the first page ends early"
+        shown += found
+        if not (following := tagged(page, "target-next")):
+            break
+        assert not tagged(page, "pager")  # no page numbers: page 2 (offset 50) would skip what is between
+        page = (await http.get(html.unescape(attribute(following[0], "href")))).text
+    assert shown == methods
+    assert tagged(page, "target-done")
 
 
 async def test_audit_page_finds_a_target_by_name_of_any_kind_and_refuses_one_two_kinds_use(

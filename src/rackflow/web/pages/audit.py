@@ -2,7 +2,9 @@
 of a rack, schedule, window, domain, budget, check or channel: that thing's history;
 `refs.audit_target_id`). By target the page goes on by the list's page tokens (`after`), not page
 numbers: on SQLite a page of it walks a bounded range of the trail and may come back short before its end
-(`rackflow.store.audit.list_events`), so a page number would not say which events it shows.
+(`rackflow.store.audit.list_events`), so a page number would not say which events it shows. So does a
+page that ended early, its bytes full (rows holding megabytes: `rackflow.audit.trail`), and every page
+after it.
 
 It reads through the `ListAuditEvents` RPC (which asks `Services.audit`), as the JSON API does. An event's
 targets are ids; the page names each (schedule, rack, task, run, window, budget, domain) and links it to
@@ -83,8 +85,8 @@ def _pretty(text: str) -> str:
 async def _list(site: Site, request: Request, principal: Principal) -> Mapping[str, Any]:
     q = request.query_params
     target = q.get("target", "").strip()
-    after = q.get("after", "") if target else ""
-    page = 1 if target else page_number(request)
+    after = q.get("after", "")
+    page = 1 if target or after else page_number(request)
     target_id = await refs.audit_target_id(site.services, target, "target") if target else None
     request_message = pb.ListAuditEventsRequest(
         method=q.get("method", ""),
@@ -94,6 +96,10 @@ async def _list(site: Site, request: Request, principal: Principal) -> Mapping[s
     )
     found = await site.caller("ListAuditEvents", request_message, principal)
     assert isinstance(found, pb.ListAuditEventsResponse)
+    # A page short of PAGE_SIZE with a token ended early, its bytes full (`rackflow.audit.trail`): the next
+    # page number's offset would skip the events between, so from there the page goes on by token too.
+    ended_early = bool(found.next_page_token) and len(found.events) < PAGE_SIZE
+    by_token = bool(target or after or ended_early)
     return {
         "events": found.events,
         "targets": await targets_of(site, {t.id for e in found.events for t in e.target_ids}),
@@ -101,7 +107,7 @@ async def _list(site: Site, request: Request, principal: Principal) -> Mapping[s
         "filters": {"method": q.get("method", ""), "principal": q.get("principal", ""), "target": target},
         "methods": sorted(m for m in pb.DESCRIPTOR.services_by_name["Flow"].methods_by_name),
         "pager": pages_of(found.total, page, capped=found.total_capped),
-        # By target: the next page's token ("" at the end), and whether this is the first page.
-        "by_target": {"next": found.next_page_token, "first": not after} if target else None,
+        # Paged by token: the next page's token ("" at the end), and whether this is the first page.
+        "by_token": {"next": found.next_page_token, "first": not after} if by_token else None,
         "url": lambda **changes: query_url(request, **changes),
     }
