@@ -65,7 +65,7 @@ class AuditEvent:
 TRUNCATED = "rackflow_truncated"
 # A cut document first keeps texts of up to this many characters and lists (and objects) of up to this many
 # items, then fewer and fewer until it fits.
-_CUTS = ((16384, 1024), (4096, 256), (1024, 64), (256, 16), (64, 4), (16, 1))
+_CUTS = ((16384, 1024), (8192, 512), (4096, 256), (2048, 128), (1024, 64), (256, 16), (64, 4), (16, 1))
 # About what an event holds besides its JSON and ids on the wire (its id, time, field tags), and an id.
 _EVENT_OVERHEAD_BYTES = 128
 _TARGET_ID_BYTES = 40
