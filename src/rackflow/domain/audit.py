@@ -44,7 +44,8 @@ class AuditEvent:
     `request` is the request as JSON; for an action on a schedule, `schedule_before` and `schedule_after`
     hold the schedule (row and scopes) as read just before the action and just after it. `changes` is what
     the action changed that its request does not name, as its service did it (`rackflow.audit.changes`:
-    the scope entries DeleteRack and RemoveComponent removed or narrowed), None when nothing.
+    the scope entries DeleteRack and RemoveComponent removed or narrowed), None when nothing. What the trail
+    keeps of each is bounded in bytes (`bounded_event`).
     """
 
     id: uuid.UUID
