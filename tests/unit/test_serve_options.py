@@ -203,3 +203,27 @@ def test_serve_passes_a_hold_threshold_from_its_minimum_on(
     result = CliRunner().invoke(serve, ["--notification-hold-threshold", value])
     assert isinstance(result.exception, _Started), result.output
     assert [config.notification_hold_threshold for config in started] == [threshold]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://rackflow@db.internal/rackflow", "--db: unsupported database 'mysql' (use sqlite:///"),
+        ("postgresql+asyncpg://rackflow@db/rackflow", "--db: unsupported PostgreSQL driver 'asyncpg'"),
+        ("db.internal/rackflow", "--db: cannot parse the database URL"),
+    ],
+)
+@pytest.mark.parametrize("command", [["serve"], ["db", "migrate"], ["db", "backup", "copy.db"]])
+@pytest.mark.parametrize("by", ["flag", "variable"])
+def test_a_bad_database_url_is_a_usage_error_naming_db(
+    started: list[ServeConfig], tmp_path: Any, command: list[str], url: str, message: str, by: str
+) -> None:
+    """A URL no driver takes was exit 1, `error: db: …`, from `serve` and `db migrate` once they tried to
+    connect: docs/CONFIGURATION.md promises a bad value is a usage error (exit 2) naming the flag."""
+    from rackflow.cli.main import main
+
+    args, env = (["--db", url], {}) if by == "flag" else ([], {"RACKFLOW_DB": url})
+    result = CliRunner().invoke(main, [*command, *args], env=env)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert started == []

@@ -39,11 +39,25 @@ from rackflow.errors import RackflowError
 from rackflow.security import ServerTls, load_tokens
 from rackflow.validation import start_deadline
 
+
+def _checked_db_url(_ctx: click.Context, _param: click.Parameter, url: str) -> str:
+    """Refuse a URL no driver takes as bad usage (exit 2, naming --db) before anything connects, as every
+    other bad value is: `serve` and `db migrate` used to try it and exit 1 with `error: db: …`."""
+    from rackflow.store.db import normalise_url
+
+    try:
+        normalise_url(url)
+    except RackflowError as exc:
+        raise click.UsageError(str(exc)) from None
+    return url
+
+
 _db_option = click.option(
     "--db",
     envvar="RACKFLOW_DB",
     default=DEFAULT_DB,
     show_default=True,
+    callback=_checked_db_url,
     help="Database URL: sqlite:///path.db or postgresql://user@host:port/db.",
 )
 

@@ -112,23 +112,24 @@ def normalise_url(url: str) -> str:
     """Map the URLs operators write to the async drivers rackflow uses.
 
     `sqlite:///x.db` -> `sqlite+aiosqlite:///x.db`; `postgresql://…` and `postgres://…` ->
-    `postgresql+psycopg://…`. Explicit async drivers are kept.
+    `postgresql+psycopg://…`. Explicit async drivers are kept. A URL no driver here takes is refused
+    naming `--db`, the flag (and `RACKFLOW_DB`) every command reads it from.
     """
     try:
         parsed = make_url(url)
     except Exception as exc:  # SQLAlchemy raises ArgumentError with a clear text
-        raise InvalidArgument(f"db: cannot parse the database URL: {exc}") from None
+        raise InvalidArgument(f"--db: cannot parse the database URL: {exc}") from None
     backend, _, driver = parsed.drivername.partition("+")
     if backend == "sqlite":
         if driver not in ("", "aiosqlite"):
-            raise InvalidArgument(f"db: unsupported SQLite driver {driver!r} (use sqlite:///path.db)")
+            raise InvalidArgument(f"--db: unsupported SQLite driver {driver!r} (use sqlite:///path.db)")
         parsed = parsed.set(drivername="sqlite+aiosqlite")
     elif backend in ("postgresql", "postgres"):
         if driver not in ("", "psycopg", "psycopg_async"):
-            raise InvalidArgument(f"db: unsupported PostgreSQL driver {driver!r} (use postgresql://…)")
+            raise InvalidArgument(f"--db: unsupported PostgreSQL driver {driver!r} (use postgresql://…)")
         parsed = parsed.set(drivername="postgresql+psycopg")
     else:
-        raise InvalidArgument(f"db: unsupported database {backend!r} (use sqlite:///… or postgresql://…)")
+        raise InvalidArgument(f"--db: unsupported database {backend!r} (use sqlite:///… or postgresql://…)")
     return parsed.render_as_string(hide_password=False)
 
 
