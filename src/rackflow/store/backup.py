@@ -20,6 +20,22 @@ from rackflow.errors import FailedPrecondition, InvalidArgument
 from rackflow.store.db import normalise_url
 
 
+def _copy_sqlite(source: str, path: Path) -> None:
+    """The online backup of `source` into the new file `path`. What SQLite refuses (a directory that does
+    not exist, a file that is no database) is said in a line naming the file, not a traceback, and no part
+    of a copy is left at `path`, which the next try would refuse as existing."""
+    try:
+        copy = sqlite3.connect(path)
+    except sqlite3.Error as exc:
+        raise FailedPrecondition(f"backup: cannot write {path}: {exc}") from None
+    try:
+        with contextlib.closing(sqlite3.connect(source)) as live, contextlib.closing(copy):
+            live.backup(copy)
+    except sqlite3.Error as exc:
+        path.unlink(missing_ok=True)
+        raise FailedPrecondition(f"backup: cannot copy {source}: {exc}") from None
+
+
 def backup(url: str, path: Path) -> str:
     """Copy the database of `url` to `path` (which must not exist yet); returns what was done, for the CLI."""
     if path.exists():
@@ -29,11 +45,7 @@ def backup(url: str, path: Path) -> str:
         source = parsed.database
         if not source or source == ":memory:" or not Path(source).exists():
             raise InvalidArgument(f"backup: no SQLite database at {source!r}")
-        with (
-            contextlib.closing(sqlite3.connect(source)) as live,
-            contextlib.closing(sqlite3.connect(path)) as copy,
-        ):
-            live.backup(copy)
+        _copy_sqlite(source, path)
         return f"SQLite online backup of {source} written to {path}"
     pg_dump = shutil.which("pg_dump")
     if pg_dump is None:

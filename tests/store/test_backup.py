@@ -1,0 +1,45 @@
+"""`rackflow db backup` on SQLite (store/backup.py): what it refuses, in its own words, leaving nothing
+behind. The copy itself, while a server writes, is tests/faults/test_backup_restore.py's."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from rackflow.errors import RackflowError
+from rackflow.store.backup import backup
+
+
+def _live_database(path: Path) -> None:
+    with sqlite3.connect(path) as live:
+        live.execute("CREATE TABLE t (x)")
+        live.execute("INSERT INTO t VALUES (1)")
+
+
+def test_a_copy_into_a_missing_directory_is_refused_naming_it(tmp_path: Path) -> None:
+    """Was a traceback: `sqlite3.OperationalError: unable to open database file`."""
+    _live_database(tmp_path / "live.db")
+    target = tmp_path / "no-such-dir" / "copy.db"
+    with pytest.raises(RackflowError, match=r"backup: cannot write .*no-such-dir/copy\.db: unable to open"):
+        backup(f"sqlite:///{tmp_path / 'live.db'}", target)
+    assert not target.parent.exists()
+
+
+def test_a_file_that_is_no_sqlite_database_is_refused_and_no_copy_is_left(tmp_path: Path) -> None:
+    """Was a traceback (`sqlite3.DatabaseError: file is not a database`) and a copy file left behind, which
+    the next try then refused as existing."""
+    (tmp_path / "notes.db").write_text("not a database, but an operator's notes\n" * 100)
+    target = tmp_path / "copy.db"
+    with pytest.raises(RackflowError, match=r"backup: cannot copy .*notes\.db: file is not a database"):
+        backup(f"sqlite:///{tmp_path / 'notes.db'}", target)
+    assert not target.exists()
+
+
+def test_a_live_database_is_copied(tmp_path: Path) -> None:
+    _live_database(tmp_path / "live.db")
+    said = backup(f"sqlite:///{tmp_path / 'live.db'}", tmp_path / "copy.db")
+    assert said == f"SQLite online backup of {tmp_path / 'live.db'} written to {tmp_path / 'copy.db'}"
+    with sqlite3.connect(tmp_path / "copy.db") as copy:
+        assert copy.execute("SELECT x FROM t").fetchall() == [(1,)]
