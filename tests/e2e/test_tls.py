@@ -8,6 +8,7 @@ Both also serve the dashboard and JSON API (--http-listen), which must be secure
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import subprocess
 import sys
@@ -153,6 +154,10 @@ def test_tls_server_refuses_missing_tokens_and_viewer_writes(tls_server: ServerP
 def test_plaintext_client_cannot_talk_to_a_tls_server(tls_server: ServerProcess) -> None:
     flow = FlowStub(grpc.insecure_channel(tls_server.address))
     assert refused(flow.ListRacks, pb.ListRacksRequest(), OPERATOR_TOKEN) == grpc.StatusCode.UNAVAILABLE
+    # The failed handshake wrote no line of gRPC core's own (`I1206 07:11:56.005056 29596
+    # ssl_transport_security.cc:2563] Handshake failed …`, written before the socket closed) into the
+    # server's log, where a JSON log then had a line that is not JSON (docs/OPERATIONS.md, "Logs").
+    assert not re.search(r"^[IWEF]\d{4} ", tls_server.output, re.MULTILINE), tls_server.output
 
 
 def test_mutual_tls_serves_a_ca_signed_client_and_names_it_in_the_audit(
