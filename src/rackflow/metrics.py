@@ -203,6 +203,19 @@ NOTIFICATION_EVENTS_PRUNED = Counter(
     "Delivered notification events this process deleted as older than --notification-retention.",
 )
 
+# Label values known in advance are series from start-up on, at 0: Prometheus' `increase()` and `rate()`
+# start from a series' first sample, so one that first appeared at 1 (an instance's first failed scope
+# since it started) raised no `increase(…) > 0` alert (contrib/prometheus/rackflow-alerts.yml). Labels
+# whose values are the operator's (a budget, a channel, a check) still appear once they count.
+for _counter, _values in (
+    (FIRINGS, ("dispatch", "manual")),
+    (SCOPE_OUTCOMES, ("submitted", "skipped_overlap", "skipped_window", "failed")),
+    (TASKS_FINISHED, ("completed", "failed", "terminated")),
+    (APPROVAL_DECISIONS, ("approved", "rejected", "expired")),
+):
+    for _value in _values:
+        _counter.labels(_value)
+
 
 def serve_metrics(listen: str) -> str:
     """Start the /metrics HTTP endpoint in a background thread; the HOST:PORT it listens on (port 0 in

@@ -8,11 +8,15 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import get_args
 
+import pytest
 import yaml
 from prometheus_client import REGISTRY
 
 import rackflow.metrics  # noqa: F401  (registers every rackflow metric)
+from rackflow.domain.schedules import Trigger
+from rackflow.domain.tasks import TaskStatus
 from tests.debian_tools import PROMTOOL, require
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,6 +24,8 @@ RULES = ROOT / "contrib/prometheus/rackflow-alerts.yml"
 RULE_TESTS = ROOT / "contrib/prometheus/rackflow-alerts.test.yml"
 DASHBOARD = ROOT / "contrib/grafana/rackflow.json"
 METRIC = re.compile(r"\brackflow_[a-z0-9_]+")
+# What a firing records of a scope (`schedules/firing.py`: submitted or failed, or settled by its plan).
+FIRING_OUTCOMES = ("submitted", "skipped_overlap", "skipped_window", "failed")
 
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
@@ -45,7 +51,7 @@ def _promtool(*args: str) -> str:
 
 
 def test_the_alert_rules_pass_promtool_check() -> None:
-    assert "SUCCESS: 8 rules found" in _promtool("check", "rules", str(RULES))
+    assert "SUCCESS: 10 rules found" in _promtool("check", "rules", str(RULES))
 
 
 def test_the_alert_rules_pass_their_promtool_tests() -> None:
@@ -87,3 +93,72 @@ def test_the_dashboard_panels_query_only_exported_metrics() -> None:
         f for f in families if not any(s.startswith(f) for s in shown) and not any(w in f for w in left_out)
     }
     assert missing == set()
+
+
+OPERATIONS = ROOT / "docs/OPERATIONS.md"
+NOTIFICATIONS = ROOT / "docs/NOTIFICATIONS.md"
+
+
+def _metrics_table() -> dict[str, str]:
+    """docs/OPERATIONS.md's "Metrics" table: each metric's row, by its name."""
+    section = OPERATIONS.read_text().split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    return {
+        match.group(1): match.group(0)
+        for match in re.finditer(r"^\| `(rackflow_[a-z0-9_]+)` \|.*$", section, re.MULTILINE)
+    }
+
+
+def test_the_metrics_table_lists_every_metric_rackflow_exports() -> None:
+    """rackflow_approval_decisions_total was exported but only docs/SAFETY.md named it."""
+    kinds = {"counter": "_total", "histogram": "", "gauge": ""}
+    exported = {f.name + kinds[f.type]: f.type for f in REGISTRY.collect() if f.name.startswith("rackflow_")}
+    table = _metrics_table()
+    assert set(table) == set(exported)
+    for name, kind in exported.items():
+        assert f"| {kind} |" in table[name], table[name]
+
+
+def test_the_metrics_table_names_every_value_of_the_firing_labels() -> None:
+    """The table said firings were the dispatcher's (`trigger`: `dispatch`) and scopes `submitted`,
+    `skipped_overlap` or `failed`: a manual trigger counts as `manual`, a scope a closed window skipped as
+    `skipped_window` (`schedules/firing.py`)."""
+    firings = _metrics_table()["rackflow_schedule_firings_total"]
+    for trigger in get_args(Trigger):
+        assert f"`{trigger}`" in firings
+    outcomes = _metrics_table()["rackflow_schedule_scope_outcomes_total"]
+    for outcome in FIRING_OUTCOMES:
+        assert f"`{outcome}`" in outcomes
+
+
+def test_the_shipped_rules_alert_on_what_the_docs_say_they_ship() -> None:
+    """docs/OPERATIONS.md ("Metrics") says contrib/prometheus ships its useful alerts as rules, lost audit
+    events and failed scope submissions among them; no rule looked at either."""
+    exprs = [r["expr"] for group in yaml.safe_load(RULES.read_text())["groups"] for r in group["rules"]]
+    assert any("rackflow_audit_events_lost_total" in e for e in exprs)
+    assert any("rackflow_schedule_scope_outcomes_total" in e and 'outcome="failed"' in e for e in exprs)
+
+
+def test_the_notifications_doc_lists_every_shipped_alert() -> None:
+    rules = {r["alert"] for group in yaml.safe_load(RULES.read_text())["groups"] for r in group["rules"]}
+    section = NOTIFICATIONS.read_text().split("## Shipped alert rules and dashboard", 1)[1]
+    listed = set(re.findall(r"^\| `(Rackflow\w+)` \|", section, re.MULTILINE))
+    assert listed == rules
+
+
+@pytest.mark.parametrize(
+    ("name", "label", "values"),
+    [
+        ("rackflow_schedule_firings_total", "trigger", get_args(Trigger)),
+        ("rackflow_schedule_scope_outcomes_total", "outcome", FIRING_OUTCOMES),
+        ("rackflow_tasks_finished_total", "status", tuple(s.value for s in TaskStatus if not s.is_active)),
+        ("rackflow_approval_decisions_total", "decision", ("approved", "rejected", "expired")),
+    ],
+)
+def test_labelled_counters_with_known_values_are_exported_at_zero_from_the_start(
+    name: str, label: str, values: tuple[str, ...]
+) -> None:
+    """`increase()` and `rate()` start from a series' first sample: a series that first appeared at 1 (an
+    instance's first failed scope since it started, `outcome="failed"`) raised no `increase(…) > 0`
+    alert. Each value known in advance is a series from start-up on, at 0 until it counts."""
+    for value in values:
+        assert REGISTRY.get_sample_value(name, {label: value}) is not None, (name, value)
