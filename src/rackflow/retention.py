@@ -28,6 +28,7 @@ from rackflow.config import DEFAULT_PRUNE_INTERVAL
 from rackflow.store import run_partitions
 from rackflow.store.db import Database
 from rackflow.store.retention import PRUNE_CHUNK
+from rackflow.timespec.duration import format_go_duration
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class PruneChunks(Protocol):
 
 class Pruner:
     """Run with `run(stop)` beside the executor and the dispatcher. Its log lines read `{name} retention:
-    pruned N {what} older than …`."""
+    pruned N {what} older than …`, durations as the flags take them (`2160h`; a `timedelta` printed itself
+    as `90 days, 0:00:00`)."""
 
     def __init__(
         self,
@@ -83,7 +85,13 @@ class Pruner:
                 self.counter.inc(deleted)
                 if stop.is_set():
                     break
-        log.info("%s retention: pruned %d %s older than %s", self.name, pruned, self.what, self.retention)
+        log.info(
+            "%s retention: pruned %d %s older than %s",
+            self.name,
+            pruned,
+            self.what,
+            format_go_duration(self.retention),
+        )
         return pruned
 
 
@@ -92,10 +100,11 @@ async def run_in_order(pruners: Sequence[Pruner], stop: asyncio.Event) -> None:
     `stop` is set. One failing pruner is logged and the next still runs."""
     for pruner in pruners:
         log.info(
-            "%s retention: deleting those older than %s, every %s",
+            "%s retention: deleting %s older than %s, every %s",
+            pruner.name,
             pruner.what,
-            pruner.retention,
-            pruner.every,
+            format_go_duration(pruner.retention),
+            format_go_duration(pruner.every),
         )
     every = min(pruner.every for pruner in pruners)
     while not stop.is_set():
@@ -105,7 +114,9 @@ async def run_in_order(pruners: Sequence[Pruner], stop: asyncio.Event) -> None:
             try:
                 await pruner.prune_once(stop)
             except Exception as exc:
-                log.warning("%s prune failed (%s); retrying in %s", pruner.name, exc, every)
+                log.warning(
+                    "%s prune failed (%s); retrying in %s", pruner.name, exc, format_go_duration(every)
+                )
         await sleep_unless_stopped(stop, every)
 
 
@@ -122,7 +133,9 @@ async def ensure_run_weeks(db: Database) -> None:
         try:
             names = await step(db)
         except Exception as exc:
-            log.warning("run partitions: %s (%s); retrying in %s", failed, exc, KEEP_AHEAD_EVERY)
+            log.warning(
+                "run partitions: %s (%s); retrying in %s", failed, exc, format_go_duration(KEEP_AHEAD_EVERY)
+            )
             return
         if names:
             log.info("run partitions: " + done, ", ".join(names))
