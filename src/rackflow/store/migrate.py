@@ -8,6 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection
 
 from rackflow.errors import FailedPrecondition, Unavailable
@@ -34,6 +35,24 @@ def head_revision() -> str:
     return head
 
 
+def _refuse_unknown(current: str | None) -> None:
+    """Refuse a database at a revision this release does not know: a newer release migrated it, and this
+    one is run on it (the binaries rolled back after `db migrate`). Migrating cannot help (Alembic's own
+    answer was a traceback, `Can't locate revision`), nor can `serve`'s usual advice to migrate."""
+    if current is None:
+        return
+    try:
+        known = ScriptDirectory.from_config(_config()).get_revision(current) is not None
+    except CommandError:  # an id no migration has (or a prefix of several)
+        known = False
+    if not known:
+        raise FailedPrecondition(
+            f"the database is at revision {current}, which this rackflow (whose newest is {head_revision()})"
+            " does not know: a newer release migrated it. Run that release or a newer one; to go back to"
+            " this one, restore the backup taken before the upgrade (there is no downgrade)"
+        )
+
+
 def _upgrade(conn: Connection, revision: str) -> None:
     cfg = _config()
     cfg.attributes["connection"] = conn
@@ -53,6 +72,10 @@ async def migrate(db: Database, revision: str = "head") -> str:
     and a migration that waited too long for a lock is rolled back and tried again after a pause
     (MIGRATION_RETRY) while the fleet goes on; those before it stay applied. On SQLite the whole upgrade is
     one transaction."""
+
+    # Read on a connection of its own: a read on the upgrade's would begin the transaction Alembic's env.py
+    # begins itself, and on SQLite the upgrade was then never committed.
+    _refuse_unknown(await current_revision(db))
 
     async def attempt() -> None:
         async with db.engine.connect() as conn:
@@ -86,6 +109,7 @@ async def current_revision(db: Database) -> str | None:
 async def require_migrated(db: Database) -> None:
     """Refuse to serve on a database whose schema is not the one this code expects."""
     current, head = await current_revision(db), head_revision()
+    _refuse_unknown(current)
     if current != head:
         state = "has no rackflow schema" if current is None else f"is at revision {current}"
         raise FailedPrecondition(
