@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import yaml
 
+from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.errors import InvalidArgument
 
 TOKEN_ENV_PREFIX = "RACKFLOW_AUTH_TOKEN_"
@@ -90,6 +91,10 @@ def _entry_from(item: object, where: str) -> TokenEntry:
     name, role, digest = item.get("name"), item.get("role"), item.get("sha256")
     if not isinstance(name, str) or not name.strip() or len(name) > 255:
         raise InvalidArgument(f"{where}.name: expected a non-empty string of at most 255 characters")
+    if reserved_name(name.strip()):
+        raise InvalidArgument(
+            f"{where}.name: {name.strip()!r} is reserved: {RESERVED_WHY}; choose another name"
+        )
     if role not in {r.value for r in Role}:
         known = ", ".join(repr(r.value) for r in Role)
         raise InvalidArgument(f"{where}.role: expected one of {known}, got {role!r}")
@@ -211,6 +216,18 @@ def check_exposure(host: str, *, tls: bool, auth: bool, insecure: bool, flag: st
 # service records about who did something (a pause's author, an event's principal) reads it here.
 
 ANONYMOUS = "anonymous"
+
+# The principals the audit trail gives others than a caller with credentials: what rackflow does by
+# itself, and a caller without credentials. A token or client certificate of that name made its holder's
+# changes look like rackflow's own (an automatic pause, an expiry) or an unidentified caller's.
+RESERVED_PRINCIPALS = frozenset({SYSTEM_PRINCIPAL, ANONYMOUS})
+RESERVED_WHY = (
+    "the audit trail names rackflow's own actions 'rackflow' and callers without credentials 'anonymous'"
+)
+
+
+def reserved_name(name: str) -> bool:
+    return name.lower() in RESERVED_PRINCIPALS
 
 
 @dataclass(frozen=True)

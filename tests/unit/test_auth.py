@@ -234,3 +234,24 @@ def test_target_ids_take_request_ids_then_returned_ids() -> None:
         components=[pb.Component(id=pb.UUID(id="c1"), rack_id=pb.UUID(id="r9"))],
     )
     assert target_ids(pb.CreateRackRequest(name="x"), rack, "r9", "s1") == ("r9", "d1", "c1", "s1")
+
+
+@pytest.mark.parametrize("name", ["rackflow", "anonymous", "Rackflow", " anonymous "])
+def test_a_token_may_not_take_a_name_the_audit_trail_gives_others(name: str) -> None:
+    """A token named `rackflow` was accepted, and its holder's changes were recorded as rackflow's own (an
+    automatic pause, an expiry); one named `anonymous` as a caller without credentials (docs/SECURITY.md,
+    "Audit trail")."""
+    with pytest.raises(InvalidArgument, match=r"t\.yaml\[0\]\.name: .* is reserved") as refused:
+        parse_token_file(f"- {{name: '{name}', role: operator, sha256: {OPERATOR_HASH}}}", "t.yaml")
+    assert OPERATOR_HASH not in str(refused.value)
+    variable = "RACKFLOW_AUTH_TOKEN_" + name.strip().upper()
+    with pytest.raises(InvalidArgument, match=rf"{variable}\.name: .* is reserved"):
+        tokens_from_env({variable: f"operator:{OPERATOR_HASH}"})
+
+
+@pytest.mark.parametrize("name", ["rackflow", "anonymous"])
+def test_a_client_certificate_may_not_take_a_name_the_audit_trail_gives_others(name: str) -> None:
+    """Under mutual TLS without tokens the certificate's CN is the principal: a CN `rackflow` recorded its
+    holder's changes as rackflow's own."""
+    with pytest.raises(Unauthenticated, match=rf"the client certificate's CN {name!r} is reserved"):
+        authenticate(None, None, name)

@@ -22,7 +22,15 @@ import grpc
 
 from rackflow.api.errors import message_of, status_for
 from rackflow.errors import PermissionDenied, Unauthenticated
-from rackflow.security import ANONYMOUS, Principal, Role, TokenTable, current_principal
+from rackflow.security import (
+    ANONYMOUS,
+    RESERVED_WHY,
+    Principal,
+    Role,
+    TokenTable,
+    current_principal,
+    reserved_name,
+)
 from rackflow.v1 import flow_pb2
 
 log = logging.getLogger(__name__)
@@ -73,6 +81,10 @@ def authenticate(tokens: TokenTable | None, token: str | None, cert_name: str | 
     """
     if tokens is None:
         if cert_name is not None:
+            if reserved_name(cert_name):
+                raise Unauthenticated(
+                    f"the client certificate's CN {cert_name!r} is reserved: {RESERVED_WHY}"
+                )
             return Principal(cert_name, Role.APPROVER, "certificate")
         return Principal(ANONYMOUS, Role.APPROVER, "anonymous")
     if token is None:
