@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import ipaddress
 import re
+import ssl
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -156,6 +157,38 @@ class ServerTls:
         if not cert or not key:
             raise InvalidArgument("--tls-cert, --tls-key: TLS needs both the certificate and its key")
         return cls(cert, key, client_ca or None)
+
+    def check_files(self) -> None:
+        """Refuse, naming the flag and the file, a certificate chain, key or client CA that gRPC could not
+        serve with. gRPC finds out only when it binds the port: it logged `Invalid private key.` in its own
+        format and failed the bind, which `serve` could only report as an address it could not listen on.
+        Read with Python's `ssl` (OpenSSL), which takes the same PEM files as gRPC's BoringSSL."""
+        for path, flag in (
+            (self.cert, "--tls-cert"),
+            (self.key, "--tls-key"),
+            (self.client_ca, "--tls-client-ca"),
+        ):
+            if path is not None:
+                _read(path, flag)
+        for path, flag in ((self.cert, "--tls-cert"), (self.client_ca, "--tls-client-ca")):
+            if path is not None:
+                try:
+                    ssl.create_default_context(cafile=path)
+                except ssl.SSLError:
+                    raise InvalidArgument(f"{flag}: {path} holds no PEM certificate") from None
+        try:
+            # A key protected by a passphrase is refused (gRPC cannot read it either), never prompted for.
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.cert, self.key, password=lambda: b"")
+        except ssl.SSLError as exc:
+            if exc.reason == "KEY_VALUES_MISMATCH":
+                raise InvalidArgument(
+                    f"--tls-key: {self.key} is not the private key of the certificate in {self.cert}"
+                ) from None
+            why = f" ({exc.reason})" if exc.reason else ""  # else only `[SSL] PEM lib (_ssl.c:3926)`
+            raise InvalidArgument(
+                f"--tls-key: {self.key} is not a PEM private key (unencrypted) of the certificate in"
+                f" {self.cert}{why}"
+            ) from None
 
 
 def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:

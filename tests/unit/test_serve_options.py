@@ -4,6 +4,7 @@ given, what is refused."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from rackflow import logs, server
 from rackflow.cli.serve import serve
 from rackflow.config import ServeConfig, parse_retention
 from rackflow.errors import InvalidArgument
+from tests.certs import Pki, make_pki
 
 
 @pytest.mark.parametrize(
@@ -226,4 +228,59 @@ def test_a_bad_database_url_is_a_usage_error_naming_db(
     result = CliRunner().invoke(main, [*command, *args], env=env)
     assert result.exit_code == 2, result.output
     assert message in result.output
+    assert started == []
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def _tls_case(pki: Pki, tmp_path: Path, case: str) -> tuple[list[str], str]:
+    """The TLS flags of one misconfiguration, and the start of what `serve` must say of it."""
+    not_pem = tmp_path / "notes.txt"
+    not_pem.write_text("not a certificate\n")
+    cert, key, ca = str(pki.server.cert), str(pki.server.key), str(pki.ca.cert)
+    return {
+        "another's key": (
+            ["--tls-cert", cert, "--tls-key", str(pki.client.key)],
+            f"--tls-key: {pki.client.key} is not the private key of the certificate in {cert}",
+        ),
+        "no certificate": (
+            ["--tls-cert", str(not_pem), "--tls-key", key],
+            f"--tls-cert: {not_pem} holds no PEM certificate",
+        ),
+        "no key": (
+            ["--tls-cert", cert, "--tls-key", str(not_pem)],
+            f"--tls-key: {not_pem} is not a PEM private key (unencrypted) of the certificate in {cert}",
+        ),
+        "no client CA": (
+            ["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", str(not_pem)],
+            f"--tls-client-ca: {not_pem} holds no PEM certificate",
+        ),
+        "a missing file": (
+            ["--tls-cert", cert, "--tls-key", str(tmp_path / "gone.key")],
+            f"--tls-key: cannot read '{tmp_path / 'gone.key'}': No such file or directory",
+        ),
+        "the right pair": (["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", ca], ""),
+    }[case]
+
+
+@pytest.mark.parametrize(
+    "case", ["another's key", "no certificate", "no key", "no client CA", "a missing file", "the right pair"]
+)
+def test_serve_refuses_tls_files_that_are_not_a_certificate_and_its_key(
+    started: list[ServeConfig], pki: Pki, tmp_path: Path, case: str
+) -> None:
+    """A key of another certificate (or a file that is no PEM) was found only when gRPC bound the port, and
+    reported as `--listen: cannot listen on 127.0.0.1:50051: the address is in use (another rackflow
+    serve?)`, after lines of gRPC's own (`Invalid private key.`); a file that could not be read, with exit
+    code 1. Each is now bad usage naming the flag and the file, before anything starts."""
+    args, message = _tls_case(pki, tmp_path, case)
+    result = CliRunner().invoke(serve, args)
+    if not message:
+        assert isinstance(result.exception, _Started), result.output
+        return
+    assert result.exit_code == 2, result.output
+    assert f"Error: {message}" in result.output
     assert started == []

@@ -302,6 +302,9 @@ def serve(
         offset = (
             timedelta(0) if clock_offset in ("0", "0s") else parse_interval(clock_offset, "--clock-offset")
         )
+        tls = ServerTls.from_flags(tls_cert, tls_key, tls_client_ca)
+        if tls is not None:
+            tls.check_files()
         config = ServeConfig(
             db=db,
             listen=listen,
@@ -319,7 +322,7 @@ def serve(
             clock_offset=offset,
             db_pool_size=db_pool_size,
             lease_ttl=parse_interval(lease_ttl, "--lease-ttl"),
-            tls=ServerTls.from_flags(tls_cert, tls_key, tls_client_ca),
+            tls=tls,
             tokens=load_tokens(auth_tokens, os.environ),
             insecure=insecure,
             default_start_deadline=start_deadline(default_start_deadline, "--default-start-deadline") or None,
