@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
+import psycopg
 import pytest
 from sqlalchemy import insert, select, text
 
 from rackflow.errors import FailedPrecondition
+from rackflow.store import dialect
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, head_revision, migrate, require_migrated
 from rackflow.store.tables import instances
@@ -60,3 +63,43 @@ async def test_utc_times_round_trip_exactly(db: Database) -> None:
     assert got == stamp
     assert got.tzinfo == UTC
     assert got.microsecond == 123456
+
+
+@pytest.mark.postgres
+async def test_a_migration_waiting_its_turn_holds_up_no_index_build_of_the_one_migrating(
+    pg_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`rackflow db migrate` run from three hosts at once on a new database: the two waiting for the first's
+    advisory lock waited inside a statement, whose snapshot the first's `CREATE INDEX CONCURRENTLY` must
+    outwait: a deadlock, which PostgreSQL broke by failing one of them (`deadlock detected … advisory
+    lock`, logged as a migration waiting for a table lock, tried again), or the build itself. The one
+    migrating here (the test's own connection) builds an index concurrently while a migration waits."""
+    holder = await psycopg.AsyncConnection.connect(pg_db, autocommit=True)
+    db = Database(pg_db)
+    try:
+        await holder.execute("SELECT pg_advisory_lock(%s)", (dialect._PG_MIGRATION_LOCK,))
+        await holder.execute("CREATE TABLE turn_taking (x int)")
+        waiting = asyncio.create_task(migrate(db))
+
+        async def migrate_waits() -> bool:
+            found = await holder.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND query LIKE '%advisory_lock%'"
+            )
+            row = await found.fetchone()
+            return row is not None and row[0] > 0
+
+        for _ in range(400):  # until the migration is at the lock (10 s at most)
+            if waiting.done() or await migrate_waits():
+                break
+            await asyncio.sleep(0.025)
+        assert not waiting.done()
+        await asyncio.wait_for(
+            holder.execute("CREATE INDEX CONCURRENTLY turn_taking_x ON turn_taking (x)"), 30
+        )
+        await holder.execute("SELECT pg_advisory_unlock(%s)", (dialect._PG_MIGRATION_LOCK,))
+        assert await asyncio.wait_for(waiting, 30) == head_revision()
+        assert not [r for r in caplog.records if "waiting for a table lock failed" in r.getMessage()]
+    finally:
+        await holder.close()
+        await db.dispose()

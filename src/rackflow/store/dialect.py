@@ -95,6 +95,8 @@ JIT = "off"
 # Several instances may start with --migrate at once; on PostgreSQL they take turns on this lock (the same
 # number in every version, so an old and a new instance exclude each other too).
 _PG_MIGRATION_LOCK = 7_262_532_861
+# How often a migration waiting for another's turn on that lock asks for it again (`migrations_locked`).
+MIGRATION_TURN_POLL = timedelta(milliseconds=200)
 # How long a migration's statement may wait for a table lock on PostgreSQL before its migration gives up
 # (and is tried again, `migrate.MIGRATION_RETRY`). While it waits, every statement that needs a conflicting
 # lock on the table queues behind it, the fleet's firings and tasks included: this bounds that stall, and
@@ -319,7 +321,13 @@ def migrations_locked(conn: Connection) -> Iterator[None]:
     if conn.dialect.name != POSTGRESQL:
         yield
         return
-    conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+    # Asked again and again, not waited for in one `pg_advisory_lock`: a statement waiting holds a
+    # snapshot, which the upgrade in progress must outwait at its next `CREATE INDEX CONCURRENTLY` while
+    # that statement waits for its advisory lock, a deadlock PostgreSQL broke by failing one of them. Between
+    # tries this session is outside any transaction, holding nothing the upgrade in progress waits for.
+    while not conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK}).scalar():
+        conn.commit()
+        time.sleep(MIGRATION_TURN_POLL.total_seconds())
     # After the advisory lock: waiting for another host's upgrade to end is no table lock held up.
     _wait_for_locks_at_most(conn, MIGRATION_LOCK_TIMEOUT)
     conn.commit()
