@@ -8,6 +8,7 @@ import sys
 from datetime import UTC, datetime
 
 from rackflow.config import LogFormat
+from rackflow.errors import Unavailable
 
 # Fields a log call may attach with `extra={...}`; they are shown as key=value (text) or keys (JSON).
 EVENT_FIELDS = (
@@ -74,3 +75,16 @@ def configure(fmt: LogFormat, level: int = logging.INFO) -> None:
     # Driver chatter is not an operator's event.
     for noisy in ("sqlalchemy", "aiosqlite", "alembic", "grpc"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def poll_failed(log: logging.Logger, what: str) -> None:
+    """Report, from the `except Exception` of a loop that tries again at its next poll (the executor, the
+    pre-flight checker, the rollout driver), why this poll failed. An outage (`Unavailable`) is a WARNING
+    line, as the dispatcher's `dispatch poll failed (…)`: an ERROR with its traceback at every poll (the
+    executor's, ten in five seconds) buried the log for as long as the database was away. Anything else is
+    a bug, logged at ERROR with its traceback."""
+    failure = sys.exc_info()[1]
+    if isinstance(failure, Unavailable):
+        log.warning("%s failed (%s); retrying", what, failure)
+    else:
+        log.exception("%s failed", what)

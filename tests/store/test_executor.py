@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -24,7 +25,7 @@ from rackflow.domain.tasks import (
     Task,
     TaskStatus,
 )
-from rackflow.errors import InvalidArgument
+from rackflow.errors import InvalidArgument, Unavailable
 from rackflow.inventory.service import InventoryService
 from rackflow.services import Services
 from rackflow.store import task_runs
@@ -525,3 +526,34 @@ async def test_a_task_cancelled_while_its_cut_short_run_waits_to_be_taken_again_
 
 async def _not_running_here(executor: Executor, task: Task) -> bool:
     return task.id not in executor._running
+
+
+async def test_a_poll_the_database_is_unavailable_for_is_one_warning_line_and_a_bug_a_traceback(
+    db: Database, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During a database outage the executor logged `executor poll failed` at ERROR with an 80-line
+    traceback at every poll (ten in five seconds), where the dispatcher and the notifier log one WARNING
+    line each (docs/OPERATIONS.md, "Logs": any ERROR is worth a look)."""
+    failures = iter([Unavailable("database unavailable: connection refused"), RuntimeError("a bug")])
+    both = asyncio.Event()
+
+    async def poll() -> None:
+        failure = next(failures, None)
+        if failure is None:
+            both.set()
+            return
+        raise failure
+
+    async with executing(db) as executor:
+        monkeypatch.setattr(executor, "poll", poll)
+        with caplog.at_level(logging.WARNING, logger="rackflow.tasks.executor"):
+            await asyncio.wait_for(both.wait(), 10)
+    failed = [
+        (r.levelno, r.getMessage(), r.exc_info is not None)
+        for r in caplog.records
+        if "poll failed" in r.getMessage()
+    ]
+    assert failed == [
+        (logging.WARNING, "executor poll failed (database unavailable: connection refused); retrying", False),
+        (logging.ERROR, "executor poll failed", True),
+    ]

@@ -73,6 +73,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow import logs
 from rackflow.checks import kinds
 from rackflow.checks.gate import GATE_NAME, PASSED, first_hold, round_result
 from rackflow.clock import Clock
@@ -195,7 +196,7 @@ class PreflightChecker:
                 try:
                     started = await self.poll()
                 except Exception:  # an outage or a bug: report it and try again next poll
-                    log.exception("pre-flight checker poll failed")
+                    logs.poll_failed(log, "pre-flight checker poll")
                 if started or eager > EAGER_UNTIL:
                     eager = 0.0
                 if await self._nap(stop, eager or await self._pause(started)):

@@ -18,6 +18,7 @@ import asyncio
 import logging
 from datetime import timedelta
 
+from rackflow import logs
 from rackflow.clock import sleep_unless_woken
 from rackflow.config import ROLLOUT_IDLE_INTERVAL, ROLLOUT_STEP_BATCH, ROLLOUT_STEP_INTERVAL
 from rackflow.rollouts.service import RolloutService
@@ -52,7 +53,7 @@ class RolloutDriver:
                 try:
                     step = await self.rollouts.advance(limit=self.batch)
                 except Exception:  # an outage or a bug: report it and step again next interval
-                    log.exception("rollout step failed")
+                    logs.poll_failed(log, "rollout step")
                 else:
                     if step.runs >= self.batch:
                         continue

@@ -135,6 +135,7 @@ from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow import logs
 from rackflow.clock import Clock, sleep_unless_stopped, sleep_unless_woken
 from rackflow.config import (
     DEFAULT_EXECUTOR_POLL_INTERVAL,
@@ -326,7 +327,7 @@ class Executor:
                 try:
                     await self.poll()
                 except Exception:  # an outage or a bug: report it and try again next poll
-                    log.exception("executor poll failed")
+                    logs.poll_failed(log, "executor poll")
                 await self._nap(stop)
         finally:
             self._stopping = True
