@@ -77,14 +77,14 @@ def configure(fmt: LogFormat, level: int = logging.INFO) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def poll_failed(log: logging.Logger, what: str) -> None:
-    """Report, from the `except Exception` of a loop that tries again at its next poll (the executor, the
-    pre-flight checker, the rollout driver), why this poll failed. An outage (`Unavailable`) is a WARNING
-    line, as the dispatcher's `dispatch poll failed (…)`: an ERROR with its traceback at every poll (the
-    executor's, ten in five seconds) buried the log for as long as the database was away. Anything else is
-    a bug, logged at ERROR with its traceback."""
+def failed(log: logging.Logger, message: str, *args: object, then: str = "") -> None:
+    """Report, from the `except Exception:` of work that is tried again later (a loop's poll, a task's run,
+    a heartbeat), why it failed: an outage (`Unavailable`) as one WARNING line, `<message> (<reason>)<then>`,
+    as the dispatcher's `dispatch poll failed (…); retrying`; anything else, a bug, at ERROR with its
+    traceback. Through a database outage the executor logged an ERROR with an 80-line traceback at every
+    poll (ten in five seconds), and one per task its run cut short, burying the log."""
     failure = sys.exc_info()[1]
     if isinstance(failure, Unavailable):
-        log.warning("%s failed (%s); retrying", what, failure)
+        log.warning(message + " (%s)" + then, *args, failure)
     else:
-        log.exception("%s failed", what)
+        log.exception(message + then, *args)

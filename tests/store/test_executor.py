@@ -555,5 +555,5 @@ async def test_a_poll_the_database_is_unavailable_for_is_one_warning_line_and_a_
     ]
     assert failed == [
         (logging.WARNING, "executor poll failed (database unavailable: connection refused); retrying", False),
-        (logging.ERROR, "executor poll failed", True),
+        (logging.ERROR, "executor poll failed; retrying", True),
     ]

@@ -196,7 +196,7 @@ class PreflightChecker:
                 try:
                     started = await self.poll()
                 except Exception:  # an outage or a bug: report it and try again next poll
-                    logs.poll_failed(log, "pre-flight checker poll")
+                    logs.failed(log, "pre-flight checker poll failed", then="; retrying")
                 if started or eager > EAGER_UNTIL:
                     eager = 0.0
                 if await self._nap(stop, eager or await self._pause(started)):

@@ -53,7 +53,7 @@ class RolloutDriver:
                 try:
                     step = await self.rollouts.advance(limit=self.batch)
                 except Exception:  # an outage or a bug: report it and step again next interval
-                    logs.poll_failed(log, "rollout step")
+                    logs.failed(log, "rollout step failed", then="; retrying")
                 else:
                     if step.runs >= self.batch:
                         continue

@@ -327,7 +327,7 @@ class Executor:
                 try:
                     await self.poll()
                 except Exception:  # an outage or a bug: report it and try again next poll
-                    logs.poll_failed(log, "executor poll")
+                    logs.failed(log, "executor poll failed", then="; retrying")
                 await self._nap(stop)
         finally:
             self._stopping = True
@@ -510,7 +510,7 @@ class Executor:
                     log.warning("instance %s was unregistered; registering again", self.instance_id)
                     await self._register(stop)
             except Exception:
-                log.warning("heartbeat of instance %s failed", self.instance_id, exc_info=True)
+                logs.failed(log, "heartbeat of instance %s failed", self.instance_id)
 
     async def _nap(self, stop: asyncio.Event) -> None:
         await sleep_unless_woken(stop, self._wake, self.poll_interval)
@@ -539,7 +539,7 @@ class Executor:
             else:
                 log.info("task %s: %s: %s", task.id, ending.outcome[0].value, ending.outcome[1])
         except Exception:  # it stays RUNNING and mine, so the next poll picks it up again
-            log.exception("task %s: run interrupted; it will be run again", task.id)
+            logs.failed(log, "task %s: run interrupted", task.id, then="; it will be run again")
         finally:
             self._running.pop(task.id, None)
             self.wake()

@@ -1,5 +1,5 @@
 """What the retention loop says in the log (rackflow/retention.py): the retention as the operator gave it,
-a Go duration, and which retention it is."""
+a Go duration, and which retention it is; and how work tried again later reports a failure (`logs.failed`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from rackflow import logs
+from rackflow.errors import Unavailable
 from rackflow.retention import Pruner, run_in_order
 
 
@@ -42,4 +44,26 @@ def test_the_log_gives_the_retention_as_a_go_duration_and_names_it(
     assert [r.getMessage() for r in caplog.records] == [
         f"audit retention: deleting events older than {said}, every 1h",
         f"audit retention: pruned 5 events older than {said}",
+    ]
+
+
+def test_work_tried_again_reports_an_outage_in_a_line_and_a_bug_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`logs.failed`, what the executor (its polls, a task's run, its heartbeat), the pre-flight checker and
+    the rollout driver report a failure with: through a database outage each logged a traceback at ERROR."""
+    log = logging.getLogger("rackflow.test")
+    with caplog.at_level(logging.WARNING, logger="rackflow.test"):
+        for failure in (Unavailable("database unavailable: connection refused"), KeyError("bug")):
+            try:
+                raise failure
+            except Exception:
+                logs.failed(log, "task %s: run interrupted", "t1", then="; it will be run again")
+    assert [(r.levelno, r.getMessage(), r.exc_info is not None) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            "task t1: run interrupted (database unavailable: connection refused); it will be run again",
+            False,
+        ),
+        (logging.ERROR, "task t1: run interrupted; it will be run again", True),
     ]
