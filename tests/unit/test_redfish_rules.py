@@ -453,3 +453,13 @@ def test_a_restart_record_is_counted_from_when_it_was_made(later: timedelta, ago
 def test_a_restart_record_from_before_records_kept_their_time_is_counted_from_now() -> None:
     """Made by a release before this one: the wait for its restart starts now, the longest it can be."""
     assert recorded_ago({"power": "On", "last_reset_time": T0}, AT) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("value", "verify"),
+    [("off", False), ("no", False), ("0", False), ("on", True), ("TRUE", True), ("", True)],
+)
+def test_verify_tls_reads_the_booleans_every_variable_reads(value: str, verify: bool) -> None:
+    """`off` was taken as the path of a CA bundle named `off` (docs/CONFIGURATION.md: variables read
+    1/true/yes/on and 0/false/no/off)."""
+    assert RedfishConfig.from_env({"RACKFLOW_REDFISH_VERIFY_TLS": value}).verify_tls is verify

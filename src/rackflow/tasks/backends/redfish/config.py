@@ -105,9 +105,10 @@ def _verify(raw: str) -> bool | str:
     """True, False, or a CA bundle (a file, or a directory of certificates) that exists now: requests reads
     it at each connection, so a path that is not there would fail every step on an https BMC instead."""
     lowered = raw.lower()
-    if lowered in ("", "1", "true", "yes"):
+    # The booleans every variable reads (docs/CONFIGURATION.md): `off` was taken for a CA bundle named `off`.
+    if lowered in ("", "1", "true", "yes", "on"):
         return True
-    if lowered in ("0", "false", "no"):
+    if lowered in ("0", "false", "no", "off"):
         return False
     if not os.path.exists(raw):
         raise InvalidArgument(
