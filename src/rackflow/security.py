@@ -161,8 +161,7 @@ class ServerTls:
     def check_files(self) -> None:
         """Refuse, naming the flag and the file, a certificate chain, key or client CA that gRPC could not
         serve with. gRPC finds out only when it binds the port: it logged `Invalid private key.` in its own
-        format and failed the bind, which `serve` could only report as an address it could not listen on.
-        Read with Python's `ssl` (OpenSSL), which takes the same PEM files as gRPC's BoringSSL."""
+        format and failed the bind, which `serve` could only report as an address it could not listen on."""
         for path, flag in (
             (self.cert, "--tls-cert"),
             (self.key, "--tls-key"),
@@ -170,25 +169,37 @@ class ServerTls:
         ):
             if path is not None:
                 _read(path, flag)
-        for path, flag in ((self.cert, "--tls-cert"), (self.client_ca, "--tls-client-ca")):
-            if path is not None:
-                try:
-                    ssl.create_default_context(cafile=path)
-                except ssl.SSLError:
-                    raise InvalidArgument(f"{flag}: {path} holds no PEM certificate") from None
-        try:
-            # A key protected by a passphrase is refused (gRPC cannot read it either), never prompted for.
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.cert, self.key, password=lambda: b"")
-        except ssl.SSLError as exc:
-            if exc.reason == "KEY_VALUES_MISMATCH":
-                raise InvalidArgument(
-                    f"--tls-key: {self.key} is not the private key of the certificate in {self.cert}"
-                ) from None
-            why = f" ({exc.reason})" if exc.reason else ""  # else only `[SSL] PEM lib (_ssl.c:3926)`
+        _check_certificates(self.cert, "--tls-cert")
+        if self.client_ca is not None:
+            _check_certificates(self.client_ca, "--tls-client-ca")
+        _check_key_of(self.cert, self.key)
+
+
+def _check_certificates(path: str, flag: str) -> None:
+    """`path` holds at least one PEM certificate. Read with Python's `ssl` (OpenSSL), which takes the same PEM
+    files as gRPC's BoringSSL: gRPC itself says what it cannot load only in a line of its own format, and
+    then fails a bind (server) or every connection (client) without saying why."""
+    try:
+        ssl.create_default_context(cafile=path)
+    except ssl.SSLError:
+        raise InvalidArgument(f"{flag}: {path} holds no PEM certificate") from None
+
+
+def _check_key_of(cert: str, key: str) -> None:
+    """`key` is the unencrypted PEM private key of the certificate in `cert` (`--tls-cert`/`--tls-key`, the
+    server's and the client's alike). A key protected by a passphrase is refused (gRPC cannot read it
+    either), never prompted for."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password=lambda: b"")
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
             raise InvalidArgument(
-                f"--tls-key: {self.key} is not a PEM private key (unencrypted) of the certificate in"
-                f" {self.cert}{why}"
+                f"--tls-key: {key} is not the private key of the certificate in {cert}"
             ) from None
+        why = f" ({exc.reason})" if exc.reason else ""  # else only `[SSL] PEM lib (_ssl.c:3926)`
+        raise InvalidArgument(
+            f"--tls-key: {key} is not a PEM private key (unencrypted) of the certificate in {cert}{why}"
+        ) from None
 
 
 def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
@@ -205,11 +216,17 @@ def channel_credentials(ca: str | None, cert: str | None, key: str | None) -> gr
     """Client TLS: trust `ca` (or the system roots), and present `cert`/`key` when the server wants mTLS."""
     if (cert is None) != (key is None):
         raise InvalidArgument("--tls-cert, --tls-key: give both (client certificate and key) or neither")
-    return grpc.ssl_channel_credentials(
+    credentials = grpc.ssl_channel_credentials(
         root_certificates=_read(ca, "--tls-ca") if ca else None,
         private_key=_read(key, "--tls-key") if key else None,
         certificate_chain=_read(cert, "--tls-cert") if cert else None,
     )
+    if ca:
+        _check_certificates(ca, "--tls-ca")
+    if cert and key:
+        _check_certificates(cert, "--tls-cert")
+        _check_key_of(cert, key)
+    return credentials
 
 
 def is_loopback(host: str) -> bool:

@@ -20,6 +20,7 @@ from rackflow.client import RackflowClient
 from rackflow.clock import FakeClock
 from rackflow.security import hash_token
 from rackflow.v1 import flow_pb2 as pb
+from tests.certs import Pki, make_pki
 
 NOW = datetime(2026, 12, 1, 6, 48, tzinfo=UTC)
 RACK_ID = "5f0c4a51-2c1b-4d7e-9a43-0f3a1b2c3d4e"
@@ -243,3 +244,34 @@ def test_audit_says_why_a_pause_resume_expiry_or_rejection_was_made() -> None:
     assert "not approved by 2026-12-01T10:00Z (0 of 1)" in shown
     assert "firmware 2.1.0 bricks PSUs" in shown
     assert "id: run … is rejected; …" in shown and "late" not in shown  # a refusal: its error
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.mark.parametrize("case", ["no CA", "another's key", "no key"])
+def test_tls_files_that_are_no_certificate_or_its_key_are_a_usage_error(
+    pki: Pki, tmp_path: Path, case: str
+) -> None:
+    """A CA file holding no certificate, or a client key of another certificate, were sent to gRPC, which
+    wrote `Could not load any root certificate.` / `Invalid private key.` four times in its own format and
+    answered `UNAVAILABLE: failed to connect to all addresses` (exit 1), as if the server were down."""
+    not_pem = tmp_path / "notes.txt"
+    not_pem.write_text("not a certificate\n")
+    ca, cert = str(pki.ca.cert), str(pki.client.cert)
+    args, message = {
+        "no CA": (["--tls-ca", str(not_pem)], f"--tls-ca: {not_pem} holds no PEM certificate"),
+        "another's key": (
+            ["--tls-ca", ca, "--tls-cert", cert, "--tls-key", str(pki.server.key)],
+            f"--tls-key: {pki.server.key} is not the private key of the certificate in {cert}",
+        ),
+        "no key": (
+            ["--tls-ca", ca, "--tls-cert", cert, "--tls-key", str(not_pem)],
+            f"--tls-key: {not_pem} is not a PEM private key (unencrypted) of the certificate in {cert}",
+        ),
+    }[case]
+    result = CliRunner().invoke(main, [*args, "audit"])
+    assert result.exit_code == 2, result.output
+    assert f"Error: {message}" in result.output
