@@ -284,3 +284,29 @@ def test_serve_refuses_tls_files_that_are_not_a_certificate_and_its_key(
     assert result.exit_code == 2, result.output
     assert f"Error: {message}" in result.output
     assert started == []
+
+
+@pytest.mark.parametrize("case", ["missing directory", "a directory", "a file in place of its directory"])
+def test_serve_refuses_an_audit_spool_it_could_not_write(
+    started: list[ServeConfig], tmp_path: Path, case: str
+) -> None:
+    """A spool in a directory that does not exist was accepted; the first database outage then lost every
+    event it should have kept (`AUDIT WRITE FAILED … cannot be written`), the one thing the spool is for."""
+    (tmp_path / "a-file").write_text("")
+    spool = {
+        "missing directory": tmp_path / "no-such-dir" / "audit.spool",
+        "a directory": tmp_path,
+        "a file in place of its directory": tmp_path / "a-file" / "audit.spool",
+    }[case]
+    result = CliRunner().invoke(serve, ["--audit-spool", str(spool)])
+    assert result.exit_code == 2, result.output
+    assert f"Error: --audit-spool: cannot keep audit events in {spool}: " in result.output
+    assert started == []
+
+
+def test_serve_takes_an_audit_spool_in_a_directory_it_may_write(
+    started: list[ServeConfig], tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(serve, ["--audit-spool", str(tmp_path / "audit.spool")])
+    assert isinstance(result.exception, _Started), result.output
+    assert not (tmp_path / "audit.spool").exists()  # looked at, not made

@@ -40,7 +40,7 @@ from rackflow import metrics
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_AUDIT_SPOOL_MAX_BYTES, DEFAULT_AUDIT_SPOOL_REPLAY_INTERVAL
 from rackflow.domain.audit import AuditEvent
-from rackflow.errors import Unavailable
+from rackflow.errors import InvalidArgument, Unavailable
 from rackflow.store import audit as store
 from rackflow.store.db import Database
 
@@ -48,6 +48,22 @@ log = logging.getLogger(__name__)
 
 # Events per replay transaction: a spool of a long outage goes back in short transactions.
 REPLAY_CHUNK = 500
+
+
+def check_spool_path(path: Path) -> None:
+    """Refuse, before serving, a spool this process could not write: its directory missing or not one, or
+    the path a directory. Found at the first outage instead, it lost every event the spool is there to
+    keep. Only looked at: the spool and its `.lock` files are made when first needed."""
+    directory = path.parent
+    if path.is_dir():
+        why = "it is a directory"
+    elif not directory.is_dir():
+        why = f"{directory} is not a directory" if directory.exists() else f"{directory} does not exist"
+    elif not os.access(directory, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        why = "permission denied"
+    else:
+        return
+    raise InvalidArgument(f"--audit-spool: cannot keep audit events in {path}: {why}")
 
 
 def _to_line(pending: store.PendingEvent) -> bytes:

@@ -296,6 +296,7 @@ def serve(
     insecure: bool,
 ) -> None:
     """Serve the rackflow API, run tasks and fire due schedules."""
+    from rackflow.audit.spool import check_spool_path
     from rackflow.server import RackflowServer, tune_gc
 
     try:
@@ -305,6 +306,7 @@ def serve(
         tls = ServerTls.from_flags(tls_cert, tls_key, tls_client_ca)
         if tls is not None:
             tls.check_files()
+        check_spool_path(Path(audit_spool))
         config = ServeConfig(
             db=db,
             listen=listen,
