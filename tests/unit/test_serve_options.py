@@ -213,6 +213,10 @@ def test_serve_passes_a_hold_threshold_from_its_minimum_on(
         ("mysql://rackflow@db.internal/rackflow", "--db: unsupported database 'mysql' (use sqlite:///"),
         ("postgresql+asyncpg://rackflow@db/rackflow", "--db: unsupported PostgreSQL driver 'asyncpg'"),
         ("db.internal/rackflow", "--db: cannot parse the database URL"),
+        (
+            "sqlite:////nonexistent/rackflow/rackflow.db",
+            "--db: the SQLite file's directory /nonexistent/rackflow does not exist",
+        ),
     ],
 )
 @pytest.mark.parametrize("command", [["serve"], ["db", "migrate"], ["db", "backup", "copy.db"]])
@@ -221,7 +225,8 @@ def test_a_bad_database_url_is_a_usage_error_naming_db(
     started: list[ServeConfig], tmp_path: Any, command: list[str], url: str, message: str, by: str
 ) -> None:
     """A URL no driver takes was exit 1, `error: db: …`, from `serve` and `db migrate` once they tried to
-    connect: docs/CONFIGURATION.md promises a bad value is a usage error (exit 2) naming the flag."""
+    connect, and a SQLite file in a missing directory `error: database unavailable: unable to open database
+    file`: docs/CONFIGURATION.md promises a bad value is a usage error (exit 2) naming the flag."""
     from rackflow.cli.main import main
 
     args, env = (["--db", url], {}) if by == "flag" else ([], {"RACKFLOW_DB": url})

@@ -41,14 +41,22 @@ from rackflow.validation import start_deadline
 
 
 def _checked_db_url(_ctx: click.Context, _param: click.Parameter, url: str) -> str:
-    """Refuse a URL no driver takes as bad usage (exit 2, naming --db) before anything connects, as every
-    other bad value is: `serve` and `db migrate` used to try it and exit 1 with `error: db: …`."""
+    """Refuse a URL no driver takes, or a SQLite file in a directory that does not exist, as bad usage (exit
+    2, naming --db) before anything connects, as every other bad value is: `serve` and `db migrate` used to
+    try it and exit 1 with `error: db: …`."""
+    from sqlalchemy.engine import make_url
+
     from rackflow.store.db import normalise_url
 
     try:
-        normalise_url(url)
+        parsed = make_url(normalise_url(url))
     except RackflowError as exc:
         raise click.UsageError(str(exc)) from None
+    # A SQLite file in a directory that is not there: SQLite said only `unable to open database file`.
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        directory = Path(parsed.database).parent
+        if not directory.is_dir():
+            raise click.UsageError(f"--db: the SQLite file's directory {directory} does not exist")
     return url
 
 
