@@ -4,11 +4,14 @@ behind. The copy itself, while a server writes, is tests/faults/test_backup_rest
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rackflow.errors import RackflowError
+from rackflow.store import backup as backup_module
 from rackflow.store.backup import backup
 
 
@@ -43,3 +46,23 @@ def test_a_live_database_is_copied(tmp_path: Path) -> None:
     assert said == f"SQLite online backup of {tmp_path / 'live.db'} written to {tmp_path / 'copy.db'}"
     with sqlite3.connect(tmp_path / "copy.db") as copy:
         assert copy.execute("SELECT x FROM t").fetchall() == [(1,)]
+
+
+def test_pg_dump_is_given_the_password_in_its_environment_not_its_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The URL was passed whole in pg_dump's arguments, so a password kept out of `ps` by giving the URL in
+    RACKFLOW_DB showed in `ps` for as long as the dump ran."""
+    ran: list[tuple[list[str], dict[str, str]]] = []
+
+    def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        ran.append((args, kwargs.get("env") or {}))
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(backup_module.shutil, "which", lambda _name: "/usr/bin/pg_dump")
+    monkeypatch.setattr(backup_module.subprocess, "run", run)
+    backup("postgresql://rackflow:s3cr%40t@db.internal:5432/rackflow?sslmode=require", tmp_path / "r.dump")
+    ((args, env),) = ran
+    assert not any("s3cr" in arg for arg in args), args
+    assert env["PGPASSWORD"] == "s3cr@t"
+    assert "postgresql://rackflow@db.internal:5432/rackflow?sslmode=require" in args

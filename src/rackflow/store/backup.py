@@ -9,12 +9,13 @@ snapshot; restore it with `pg_restore` into an empty database (docs/OPERATIONS.m
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from rackflow.errors import FailedPrecondition, InvalidArgument
 from rackflow.store.db import normalise_url
@@ -50,11 +51,24 @@ def backup(url: str, path: Path) -> str:
     pg_dump = shutil.which("pg_dump")
     if pg_dump is None:
         raise FailedPrecondition("backup: pg_dump not found; install the PostgreSQL client tools")
-    libpq_url = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+    # The password goes to pg_dump in its environment (libpq's PGPASSWORD), not in its arguments, which
+    # `ps` shows to every user of the host for as long as the dump runs.
+    env = dict(os.environ)
+    if parsed.password is not None:
+        env["PGPASSWORD"] = str(parsed.password)
+    libpq_url = URL.create(
+        "postgresql",
+        username=parsed.username,
+        host=parsed.host,
+        port=parsed.port,
+        database=parsed.database,
+        query=parsed.query,
+    ).render_as_string(hide_password=False)
     done = subprocess.run(
         [pg_dump, "--format=custom", "--file", str(path), "--dbname", libpq_url],
         capture_output=True,
         text=True,
+        env=env,
     )
     if done.returncode != 0:
         path.unlink(missing_ok=True)
