@@ -307,6 +307,13 @@ class ServeConfig:
                 f"--http-max-body-bytes: must be at least {MIN_HTTP_MAX_BODY_BYTES},"
                 f" got {self.http_max_body_bytes}"
             )
+        for host in self.http_allowed_hosts:
+            # A URL here (`https://portal.lab`) matched no `Host` header ever: every request was refused.
+            if any(c in host for c in "/@ ") or not host.strip():
+                raise InvalidArgument(
+                    "--http-allowed-hosts: expected a host name (rackflow.lab), an address or *,"
+                    f" got {host!r}"
+                )
         for origin in self.http_allowed_origins:
             scheme, sep, rest = origin.partition("://")
             if scheme not in ("http", "https") or not sep or not rest or "/" in rest.rstrip("/"):

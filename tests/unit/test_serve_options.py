@@ -175,6 +175,15 @@ def test_serve_passes_the_http_guard_options_to_the_server(started: list[ServeCo
             ["--http-allowed-origins", "https://a.lab/x"],
             "expected scheme://host[:port], got 'https://a.lab/x'",
         ),
+        # An origin given for a host name was taken, and matched no Host header ever: 403 for every request.
+        (
+            ["--http-allowed-hosts", "rackflow.lab,https://portal.lab"],
+            "--http-allowed-hosts: expected a host name (rackflow.lab), an address or *, got 'https://portal.lab'",
+        ),
+        (
+            ["--http-allowed-hosts", "portal.lab/console"],
+            "an address or *, got 'portal.lab/console'",
+        ),
     ],
 )
 def test_serve_refuses_a_bad_http_guard_option(
