@@ -14,6 +14,7 @@ from datetime import timedelta
 from rackflow.errors import InvalidArgument
 from rackflow.security import ServerTls, TokenTable, check_exposure
 from rackflow.timespec import parse_go_duration
+from rackflow.timespec.duration import format_go_duration
 
 DEFAULT_DB = "sqlite:///rackflow.db"
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -65,6 +66,11 @@ SEARCH_WALK = 10_000
 # How long an instance's heartbeat stays valid: its tasks and schedule runs are taken over once it is this
 # old. Instances renew it every third of this, so a brief stall or database hiccup does not count as death.
 DEFAULT_LEASE_TTL = timedelta(seconds=15)
+# The least `--dispatch-interval` and `--lease-ttl` taken: `1ms` was, and an idle instance polled for due
+# schedules 100 times a second (a core at 87 %), or heartbeated every millisecond and had its tasks taken
+# over by another at its first pause of a few milliseconds.
+MIN_DISPATCH_INTERVAL = timedelta(milliseconds=100)
+MIN_LEASE_TTL = timedelta(seconds=1)
 # PostgreSQL connections per process: DEFAULT_DB_POOL_SIZE kept open, plus up to DB_POOL_OVERFLOW opened for
 # a burst and closed after it. Four processes at the default need 60 of a server's usual 100
 # max_connections. The kept ones cover the steady load (the executor holds at most three however many
@@ -211,7 +217,7 @@ def parse_interval(value: str, flag: str, *, minimum: timedelta | None = None) -
         raise InvalidArgument(f"{flag}: must be positive, got {value!r}")
     interval = timedelta(microseconds=max(1, ns // 1000))
     if minimum is not None and interval < minimum:
-        raise InvalidArgument(f"{flag}: must be at least {duration_text(minimum)}, got {value!r}")
+        raise InvalidArgument(f"{flag}: must be at least {format_go_duration(minimum)}, got {value!r}")
     return interval
 
 

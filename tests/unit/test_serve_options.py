@@ -324,3 +324,32 @@ def test_serve_takes_an_audit_spool_in_a_directory_it_may_write(
     result = CliRunner().invoke(serve, ["--audit-spool", str(tmp_path / "audit.spool")])
     assert isinstance(result.exception, _Started), result.output
     assert not (tmp_path / "audit.spool").exists()  # looked at, not made
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--dispatch-interval", "1ms", "--dispatch-interval: must be at least 100ms, got '1ms'"),
+        ("--dispatch-interval", "99ms", "--dispatch-interval: must be at least 100ms, got '99ms'"),
+        ("--lease-ttl", "3ms", "--lease-ttl: must be at least 1s, got '3ms'"),
+        ("--lease-ttl", "999ms", "--lease-ttl: must be at least 1s, got '999ms'"),
+    ],
+)
+def test_serve_refuses_a_dispatch_interval_or_lease_that_would_poll_the_database_without_pause(
+    started: list[ServeConfig], flag: str, value: str, message: str
+) -> None:
+    """`--dispatch-interval 1ms` was taken (only `> 0` was asked): an idle instance polled for due
+    schedules 100 times a second and held a core at 87 %; `--lease-ttl 3ms` heartbeated every millisecond
+    and let any other instance take its tasks over at the first pause of a few milliseconds."""
+    result = CliRunner().invoke(serve, [flag, value])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert started == []
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--dispatch-interval", "100ms"), ("--lease-ttl", "1s")])
+def test_serve_takes_a_dispatch_interval_or_lease_from_its_minimum_on(
+    started: list[ServeConfig], flag: str, value: str
+) -> None:
+    result = CliRunner().invoke(serve, [flag, value])
+    assert isinstance(result.exception, _Started), result.output

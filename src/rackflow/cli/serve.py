@@ -26,6 +26,8 @@ from rackflow.config import (
     DEFAULT_NOTIFICATION_HOLD_THRESHOLD,
     DEFAULT_NOTIFICATION_RETENTION,
     DEFAULT_NOTIFY_SEND_LEASE,
+    MIN_DISPATCH_INTERVAL,
+    MIN_LEASE_TTL,
     MIN_NOTIFICATION_HOLD_THRESHOLD,
     BackendName,
     LogFormat,
@@ -318,7 +320,9 @@ def serve(
         config = ServeConfig(
             db=db,
             listen=listen,
-            dispatch_interval=parse_interval(dispatch_interval, "--dispatch-interval"),
+            dispatch_interval=parse_interval(
+                dispatch_interval, "--dispatch-interval", minimum=MIN_DISPATCH_INTERVAL
+            ),
             dispatch_batch=dispatch_batch,
             dispatcher=not no_dispatcher,
             backend=BackendName(backend),
@@ -331,7 +335,7 @@ def serve(
             log_format=LogFormat(log_format),
             clock_offset=offset,
             db_pool_size=db_pool_size,
-            lease_ttl=parse_interval(lease_ttl, "--lease-ttl"),
+            lease_ttl=parse_interval(lease_ttl, "--lease-ttl", minimum=MIN_LEASE_TTL),
             tls=tls,
             tokens=load_tokens(auth_tokens, os.environ),
             insecure=insecure,
