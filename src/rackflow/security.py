@@ -21,7 +21,6 @@ from pathlib import Path
 import grpc
 import yaml
 
-from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.errors import InvalidArgument
 
 TOKEN_ENV_PREFIX = "RACKFLOW_AUTH_TOKEN_"
@@ -265,6 +264,8 @@ def check_exposure(host: str, *, tls: bool, auth: bool, insecure: bool, flag: st
 # The front ends (gRPC's interceptor, the HTTP API) set the caller of the request being served; what a
 # service records about who did something (a pause's author, an event's principal) reads it here.
 
+# The principal of what rackflow does by itself (a pause ending at resume_at), as the audit trail names it.
+SYSTEM_PRINCIPAL = "rackflow"
 ANONYMOUS = "anonymous"
 
 # The principals the audit trail gives others than a caller with credentials: what rackflow does by

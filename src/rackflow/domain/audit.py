@@ -11,9 +11,9 @@ from typing import Any, Protocol, TypeVar
 
 from rackflow.config import AUDIT_JSON_MAX_BYTES, AUDIT_REFUSED_TARGET_IDS
 from rackflow.errors import InvalidArgument, NotFound
+from rackflow.security import SYSTEM_PRINCIPAL as SYSTEM_PRINCIPAL  # the trail's name for rackflow itself
 
 OK = "OK"  # the outcome of an action that succeeded; a refused one records its status code's name
-SYSTEM_PRINCIPAL = "rackflow"  # the principal of what rackflow does by itself (a pause ending at resume_at)
 # What rackflow records by itself under a name that is no RPC's: a run awaiting approval expiring; a
 # task's decision a window's change owed it, made outside any audited call (an executor's look again, a
 # firing's submit: `rackflow.tasks.deferrals`); a freeze's hold an executor's look again let go of
