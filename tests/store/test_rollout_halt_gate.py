@@ -165,6 +165,32 @@ async def test_a_rack_a_budget_lets_go_before_the_step_halts_its_rollout_does_no
     assert await claim(env) == []
 
 
+async def test_a_failure_whose_task_went_with_its_rack_still_holds_a_rack_a_budget_lets_go(
+    db: Database,
+) -> None:
+    """The gate runs the rollout rule only for a run whose failures could reach its limit, counted from the
+    run's tally and its tasks without reading its outcomes; a failed rack deleted since (its tasks with it)
+    leaves no failed task to count, yet the rule counts its scope failed (its task is gone), so the bound
+    counts the run's tasks that are gone as failures. (A bound that counted failed tasks alone let the
+    next rack start: no failed task, so no look.)"""
+    env = make_env(db)
+    racks = [await env.rack(f"r{i:02d}") for i in range(3)]
+    await env.services.budgets.create(BudgetInput("one-off", (OperationKind.POWER_OFF,), 1))
+    schedule = await rollout_schedule(env, racks, RolloutPolicy(halt_after_failures=1))
+    submitted = await env.services.schedules.trigger(schedule.id)
+    [running] = await claim(env)
+    async with env.db.transaction() as conn:  # it fails; no step has seen it yet
+        await set_status(conn, [running], TaskStatus.FAILED, now=env.clock.now())
+    await env.services.inventory.delete_rack((await get(env, running)).rack_id)  # its task goes with it
+    env.clock.advance(timedelta(minutes=1))  # the budget's back-off is over
+
+    assert await claim(env) == [], "a rack started after its rollout reached its failure limit"
+    held = [await get(env, task_id) for task_id in set(submitted) - {running}]
+    assert "rollout" in {t.held_by for t in held}
+    await env.services.rollouts.advance()
+    assert (await _run(env, schedule)).run.state == "halted"
+
+
 async def test_a_rack_not_claimed_yet_when_its_rollout_halted_waits_too(db: Database) -> None:
     """Nothing held it (the executors were busy): the halt routes it through the gate all the same."""
     env = make_env(db)

@@ -148,7 +148,13 @@ def failures_counted(scopes: Sequence[ScopeView], failures_excused: int) -> int:
 
 def halt_reason(policy: RolloutPolicy, scopes: Sequence[ScopeView], failures_excused: int) -> str | None:
     """Why the failure budget stops the run, or None while it holds."""
-    failures, total = failures_counted(scopes, failures_excused), len(scopes)
+    return limit_reached(policy, failures_counted(scopes, failures_excused), len(scopes))
+
+
+def limit_reached(policy: RolloutPolicy, failures: int, total: int) -> str | None:
+    """Why `failures` counted (since the last resume) of `total` scopes reach the failure limit, or None.
+    Monotone in `failures`: the rollout gate asks it with an upper bound of them, to skip the rule for a
+    run that cannot be halting (`rollouts.gate.failures_at_most`)."""
     if policy.halt_after_failures and failures >= policy.halt_after_failures:
         return f"rollout halted: {failures} of {total} racks failed (limit {policy.halt_after_failures})"
     percent = policy.halt_after_failure_percent

@@ -68,11 +68,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
 from rackflow.config import ROLLOUT_BUSY_WAIT, ROLLOUT_CAP_WAIT, ROLLOUT_HALT_WAIT
-from rackflow.domain.rollouts import Phase, RackPlace, ScopeView, cap_reached, decide
+from rackflow.domain.rollouts import Phase, RackPlace, ScopeView, cap_reached, decide, limit_reached
 from rackflow.domain.schedules import Outcome, Run, ScopeOutcome
 from rackflow.domain.tasks import Fail, Hold, Task, TaskStatus
 from rackflow.store import rollouts as store
 from rackflow.store.db import Database, in_id_order
+from rackflow.store.schedules import Tally
 from rackflow.tasks.gates import Verdict
 
 GATE_NAME = "rollout"
@@ -170,6 +171,53 @@ def scope_views(
     return views
 
 
+def failures_at_most(
+    tally: Tally, run_id: uuid.UUID, states: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState]
+) -> int:
+    """How many of the run's scopes the rule could count failed (`scope_phase`), at most, from its tally
+    by outcome (`LockedRollout.tally`) and its tasks (`states`), without its outcomes: those whose
+    submission failed ("failed"), those submitted with no task named, its tasks that failed or were
+    terminated, and its tasks that are gone (deleted with their rack, or pruned): a scope names its task
+    (`task_id`) from the transaction that submitted it on, so the tasks its scopes name and that `states`
+    no longer has are the difference. A scope settled otherwise whose task failed (a window's change
+    that ended it) is counted too, which only errs high."""
+    named = sum(count for (_, has_task), count in tally.items() if has_task)
+    present = failed = 0
+    for (of_run, _), state in states.items():
+        if of_run == run_id:
+            present += 1
+            failed += state.status in FAILED_STATUSES
+    unnamed_submitted = tally.get(("submitted", False), 0)
+    return (
+        tally.get(("failed", False), 0)
+        + tally.get(("failed", True), 0)
+        + unnamed_submitted
+        + failed
+        + max(0, named - present)
+    )
+
+
+def could_halt(
+    run: store.LockedRollout,
+    run_id: uuid.UUID,
+    states: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
+) -> bool:
+    """Whether the rollout rule could halt the run now, by what the gate has read already (its locked row
+    and its tasks): only then is it read whole (`RolloutGate._halting`, its outcomes: one entry per rack,
+    hundreds of ms at 10,000 racks, docs/PERFORMANCE.md). It could while the failures it could count reach
+    its limit (`limit_reached`, asked with `failures_at_most`), or, for a run with canaries not resumed
+    past their gate, while any scope could count failed (a failed canary halts it)."""
+    if run.state != "rolling":
+        return False  # the rule is asked of a rolling run only
+    if run.tally is None:
+        return True  # a run written before its tally was kept: read it whole
+    most = failures_at_most(run.tally, run_id, states)
+    if run.policy.canary_racks and not run.resumed and most:
+        return True
+    total = sum(run.tally.values())
+    return limit_reached(run.policy, max(0, most - run.failures_excused), total) is not None
+
+
 class RolloutGate:
     """Holds a rollout's task while its rollout is halted or at a cap; ends one whose rollout was
     cancelled before it began."""
@@ -219,15 +267,17 @@ class RolloutGate:
         if not starting:
             return holds
         states = await store.task_states(conn, {t.run_id for t in starting if t.run_id})
-        # Only a rollout that may halt (a failure limit, or canaries) is read whole here.
+        # Only a rollout that may halt (a failure limit, or canaries) and could be halting now by its
+        # tally and its tasks (`could_halt`) is read whole here.
         may_halt = {
             run_id
-            for run_id, run in runs.items()
-            if run.policy.halt_after_failures
-            or run.policy.halt_after_failure_percent
-            or run.policy.canary_racks
+            for run_id in {t.run_id for t in starting if t.attempt == 1 and t.run_id is not None}
+            if (policy := runs[run_id].policy).halt_after_failures
+            or policy.halt_after_failure_percent
+            or policy.canary_racks
         }
-        first = [t for t in starting if t.attempt == 1 and t.run_id in may_halt]
+        halt_looks = {run_id for run_id in may_halt if could_halt(runs[run_id], run_id, states)}
+        first = [t for t in starting if t.attempt == 1 and t.run_id in halt_looks]
         halting = await self._halting(conn, first, states, now) if first else {}
         for task in starting:
             if task.run_id in halting and task.attempt == 1:

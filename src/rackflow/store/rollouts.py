@@ -25,7 +25,13 @@ from rackflow.store import run_partitions
 from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys, for_update, keeps_deleted_runs_on_tasks
 from rackflow.store.runs import in_state
-from rackflow.store.schedules import outcome_counts_to_json, outcomes_to_json, run_from_row
+from rackflow.store.schedules import (
+    Tally,
+    outcome_counts_to_json,
+    outcomes_to_json,
+    run_from_row,
+    tally_from_json,
+)
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import racks, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import hold_values, not_begun_of_run, unclaimed
@@ -106,11 +112,16 @@ async def get_run(
 @dataclass(frozen=True)
 class LockedRollout:
     """A rollout run as its start gate reads it, under the lock of its row: its policy, its state and
-    why it is in it (a halt's reason)."""
+    why it is in it (a halt's reason); and, for the failure limit, its scopes' tally by outcome (its
+    `outcome_counts`, written with its outcomes: None for a run written before migration 0024, none
+    kept), the failures its last resume excused and whether it was resumed, without its outcomes."""
 
     policy: RolloutPolicy
     state: RunState
     reason: str
+    tally: Tally | None = None
+    failures_excused: int = 0
+    resumed: bool = False
 
 
 async def lock_rollouts(
@@ -121,7 +132,8 @@ async def lock_rollouts(
     a window's change, another claim's rollout gate), skipped, not waited for (`FOR UPDATE SKIP LOCKED`).
     Plain firings (their `rollout` a JSON null) are neither returned nor locked. One read of the
     policies, then one locking statement when there are rollouts among them, which reads the state and
-    reason: as they are once the lock is had, not as a step writing them left them before.
+    reason, and the failure limit's inputs (`LockedRollout`): as they are once the lock is had, not as a
+    step writing them left them before.
 
     The caller, an executor's claim, holds its tasks' rows and, in a round that ended tasks, their racks'
     (`tasks.manager.TaskManager.let_go_in`); a holder of a run's row may be waiting for one of those racks
@@ -135,9 +147,20 @@ async def lock_rollouts(
                 policies[row.id] = RolloutPolicy.from_json(row.rollout)
     found: dict[uuid.UUID, LockedRollout] = {}
     for chunk in chunked(in_id_order(policies)):
-        locking = select(_run.id, _run.state, _run.reason).where(_run.id.in_(chunk)).order_by(_run.id)
+        locking = (
+            select(_run.id, _run.state, _run.reason, _run.outcome_counts, _run.failures_excused, _run.resumed)
+            .where(_run.id.in_(chunk))
+            .order_by(_run.id)
+        )
         for locked in await conn.execute(db.skip_locked(locking)):
-            found[locked.id] = LockedRollout(policies[locked.id], locked.state, locked.reason)
+            found[locked.id] = LockedRollout(
+                policies[locked.id],
+                locked.state,
+                locked.reason,
+                tally_from_json(locked.outcome_counts) if locked.outcome_counts else None,
+                locked.failures_excused,
+                locked.resumed,
+            )
     return found, set(policies) - set(found)
 
 
