@@ -32,6 +32,8 @@ from tests.store.schedules_support import POWER_OFF, Env, make_env
 from tests.store.test_checks import _claim
 from tests.store.test_rollouts import _schedule as rollout_schedule
 
+ONE_AT_A_TIME = RolloutPolicy(max_concurrent_racks=1)
+
 
 @dataclass
 class Rollout:
@@ -59,9 +61,13 @@ class Rollout:
 
 
 @asynccontextmanager
-async def rollout_past_a_held_rack(db: Database, *answers: Answer) -> AsyncIterator[Rollout]:
+async def rollout_past_a_held_rack(
+    db: Database, *answers: Answer, policy: RolloutPolicy = ONE_AT_A_TIME
+) -> AsyncIterator[Rollout]:
+    """r00 held by its check, and r01 (in r00's NVLink domain) started in its place under `policy`."""
     env = make_env(db)
     checked, free = await env.rack("r00"), await env.rack("r01")
+    await env.services.inventory.create_domain("nvl-0", [checked.id, free.id])
     with receiving(Answer({"ok": False, "reason": "draining"}), *answers) as hook:
         check = await env.services.checks.create(
             CheckInput(
@@ -71,7 +77,7 @@ async def rollout_past_a_held_rack(db: Database, *answers: Answer) -> AsyncItera
                 interval="1h",
             )
         )
-        schedule = await rollout_schedule(env, [checked, free], RolloutPolicy(max_concurrent_racks=1))
+        schedule = await rollout_schedule(env, [checked, free], policy)
         running: set[uuid.UUID] = set()
 
         async def claim() -> list[uuid.UUID]:
@@ -105,6 +111,24 @@ async def test_a_held_rollout_rack_whose_checks_pass_waits_for_room_under_the_ca
             await set_status(conn, [rollout.in_its_place], TaskStatus.COMPLETED, now=env.clock.now())
         env.clock.advance(timedelta(seconds=5))
         assert await rollout.claim() == [rollout.held]  # room again: it starts
+
+
+async def test_a_released_rack_waits_for_room_in_its_domain(db: Database) -> None:
+    """The per-domain cap holds it as the rollout's cap does: the gate reads the racks' domains for a
+    rollout with a per-domain cap (and only for one: without, a rack of 10,000 needs none). (Read for
+    none, each rack counted as a domain of its own, and r00 started beside r01 in their domain.)"""
+    async with rollout_past_a_held_rack(
+        db, Answer({"ok": True}), policy=RolloutPolicy(max_per_domain=1)
+    ) as rollout:
+        env = rollout.env
+        env.clock.advance(timedelta(hours=1, seconds=1))
+        await rollout.look()  # r00's checks pass now
+        assert await rollout.claim() == [], (
+            "the held rack started beside r01 in its domain, past 1 per domain"
+        )
+        [waiting] = await env.services.tasks.get_tasks([rollout.held])
+        assert waiting.status is TaskStatus.PENDING and waiting.held_by == "rollout"
+        assert "1 of its racks active in this rack's domain (max 1 per domain)" in (waiting.held_reason or "")
 
 
 async def test_a_freeze_between_the_release_and_the_start(db: Database) -> None:

@@ -169,8 +169,10 @@ def cap_reached(policy: RolloutPolicy, active: Sequence[uuid.UUID], domain: uuid
     scope its pre-flight checks held: held, it did not count, so the rollout may have filled its place."""
     if policy.max_concurrent_racks and len(active) >= policy.max_concurrent_racks:
         return f"{len(active)} of its racks active (max {policy.max_concurrent_racks})"
+    if not policy.max_per_domain:  # counting 10,000 active racks per claimed task costs milliseconds
+        return ""
     in_domain = sum(1 for key in active if key == domain)
-    if policy.max_per_domain and in_domain >= policy.max_per_domain:
+    if in_domain >= policy.max_per_domain:
         return (
             f"{in_domain} of its racks active in this rack's domain (max {policy.max_per_domain} per domain)"
         )

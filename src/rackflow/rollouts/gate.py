@@ -285,7 +285,12 @@ class RolloutGate:
         starting = [task for task in starting if task.id not in holds]
         if not starting:
             return holds
-        places = await store.rack_places(conn, {rack for _, rack in states} | {t.rack_id for t in starting})
+        # The racks' domains matter only under a per-domain cap: a rollout of 10,000 racks without one
+        # reads none of them (a rack with no place counts as a domain of its own, which no cap counts).
+        per_domain = {t.run_id for t in starting if t.run_id and runs[t.run_id].policy.max_per_domain}
+        placed = {rack for run_id, rack in states if run_id in per_domain}
+        placed |= {t.rack_id for t in starting if t.run_id in per_domain}
+        places = await store.rack_places(conn, placed) if placed else {}
 
         def domain(rack_id: uuid.UUID) -> uuid.UUID:
             place = places.get(rack_id)
