@@ -7,6 +7,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from rich.console import Console
 
 from rackflow.cli.main import main
 from rackflow.cli.output import Session
+from rackflow.cli.racks import import_fleet, parse_fleet
 from rackflow.client import NewComponent, Operation, RackflowClientError, Spec, Targets
 from rackflow.clock import FakeClock
 from rackflow.v1 import flow_pb2 as pb
@@ -984,6 +986,85 @@ def test_inventory_import_creates_what_is_missing_and_skips_existing_names(
     [(args, kwargs)] = fake.called("create_rack")
     assert args == ("rack-09",) and kwargs["components"] == (NewComponent("COMPUTE", "n0"),)
     assert fake.called("create_domain") == [(("nvl-a", [RACK_ID, RACK_ID]), {})]
+
+
+def _refused_at_the_third_rack(fake: FakeClient, tmp_path: Path) -> Path:
+    """rack-01 exists; rack-02 is created; the server refuses rack-03; rack-04 and nvl-a are never sent."""
+    answers = iter(
+        [
+            pb.Rack(id=pb.UUID(id=RACK_ID), name="rack-02"),
+            RackflowClientError(grpc.StatusCode.ALREADY_EXISTS, "bmc 10.0.0.7/Systems/1 is rack-77's node-0"),
+        ]
+    )
+
+    def create_rack() -> pb.Rack:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    fake.answers["create_rack"] = create_rack
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        yaml.safe_dump(
+            {
+                "domains": [{"name": "nvl-a"}],
+                "racks": [{"name": f"rack-0{i}", "domain": "nvl-a"} for i in range(1, 5)],
+            }
+        )
+    )
+    return fleet
+
+
+def test_inventory_import_refused_part_way_says_what_was_created_and_how_to_resume(
+    fake: FakeClient, run: Callable[..., Result], tmp_path: Path
+) -> None:
+    result = run("inventory", "import", str(_refused_at_the_third_rack(fake, tmp_path)))
+    assert result.exit_code == 1
+    assert [args for args, _ in fake.called("create_rack")] == [("rack-02",), ("rack-03",)]
+    assert fake.called("create_domain") == []
+    assert result.stdout.splitlines() == [
+        "created rack rack-02 (0 components)",
+        "skipped rack rack-01: the name exists",
+    ]
+    assert result.stderr == (
+        "error: rack rack-03 refused: ALREADY_EXISTS: bmc 10.0.0.7/Systems/1 is rack-77's node-0\n"
+        "created before it: 1 rack (rack rack-02); "
+        "not attempted: 1 rack, 1 domain (rack rack-04, domain nvl-a)\n"
+        "fix the file or the inventory and run the same import again: what exists by name is skipped\n"
+    )
+
+
+def test_inventory_import_refused_part_way_in_json_lists_every_step(
+    fake: FakeClient, run: Callable[..., Result], tmp_path: Path
+) -> None:
+    result = run("inventory", "import", str(_refused_at_the_third_rack(fake, tmp_path)), "-o", "json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == {
+        "created": ["rack rack-02 (0 components)"],
+        "skipped": ["rack rack-01"],
+        "refused": {
+            "step": "rack rack-03",
+            "code": "ALREADY_EXISTS",
+            "message": "bmc 10.0.0.7/Systems/1 is rack-77's node-0",
+        },
+        "not_attempted": ["rack rack-04", "domain nvl-a"],
+    }
+    assert result.stderr.startswith("error: rack rack-03 refused: ALREADY_EXISTS: ")
+
+
+def test_inventory_import_counts_each_step_on_the_progress_bar(fake: FakeClient, tmp_path: Path) -> None:
+    plan = parse_fleet(yaml.safe_load(_refused_at_the_third_rack(fake, tmp_path).read_text()))
+    counted: list[int] = []
+
+    @contextmanager
+    def progress(total: int) -> Iterator[Callable[[int], None]]:
+        counted.append(total)
+        yield counted.append
+
+    result = import_fleet(plan, fake, progress)  # type: ignore[arg-type]
+    assert counted == [4, 1]  # rack-02..04 and nvl-a to create; rack-02 created before the refusal
+    assert result.done == ["rack rack-02"] and result.refused_step == "rack rack-03"
 
 
 def test_inventory_import_checks_the_whole_file_first(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ from rackflow.cli.output import (
 )
 from rackflow.cli.paging import emit_page, page_options, page_title
 from rackflow.cli.tasks import rack_names
-from rackflow.client import NewComponent, RackflowClient
+from rackflow.client import NewComponent, RackflowClient, RackflowClientError
 from rackflow.v1 import flow_pb2 as pb
 
 
@@ -395,22 +398,63 @@ def parse_fleet(document: object) -> Fleet:
 
 @dataclass
 class ImportResult:
+    """What an import did; when the server refused a step, which one, why, and the steps never sent, so
+    an operator who stops there knows the inventory's state and that re-running the file resumes."""
+
     created: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)  # the created steps' names ("rack rack-02"), in order
+    refused_step: str = ""
+    refused: RackflowClientError | None = None
+    not_attempted: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, list[str]]:
-        return {"created": self.created, "skipped": self.skipped}
+    def to_dict(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {"created": self.created, "skipped": self.skipped}
+        if self.refused is not None:
+            answer["refused"] = {
+                "step": self.refused_step,
+                "code": self.refused.code.name,
+                "message": self.refused.message,
+            }
+            answer["not_attempted"] = self.not_attempted
+        return answer
+
+    def refusal(self) -> str:
+        """The lines for stderr: the refused step and why, what was created before it, what was not sent,
+        and how to resume."""
+        assert self.refused is not None
+
+        def listed(steps: list[str]) -> str:
+            kinds = Counter(step.split(" ", 1)[0] for step in steps)
+            counts = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in kinds.items())
+            return f"{counts} ({', '.join(steps)})" if steps else "none"
+
+        return (
+            f"error: {self.refused_step} refused: {self.refused}\n"
+            f"created before it: {listed(self.done)}; not attempted: {listed(self.not_attempted)}\n"
+            "fix the file or the inventory and run the same import again: what exists by name is skipped"
+        )
 
 
-def import_fleet(plan: Fleet, client: RackflowClient) -> ImportResult:
-    """Create the missing racks, then the missing domains with their member racks; skip existing names."""
+def _uncounted(_total: int) -> AbstractContextManager[Callable[[int], None]]:
+    return nullcontext(lambda _n: None)
+
+
+def import_fleet(
+    plan: Fleet,
+    client: RackflowClient,
+    progress: Callable[[int], AbstractContextManager[Callable[[int], None]]] = _uncounted,
+) -> ImportResult:
+    """Create the missing racks, then the missing domains with their member racks; skip existing names.
+
+    Each rack and domain is its own call, so a refusal part-way leaves the earlier ones created: the
+    import stops there and the result says what was created, what was refused and what was never sent.
+    """
     result = ImportResult()
     rack_ids = {r.name: r.id.id for r in client.all_racks()}
     domain_ids = {d.name: d.id.id for d in client.list_domains().domains}
-    for entry in plan.racks:
-        if entry.name in rack_ids:
-            result.skipped.append(f"rack {entry.name}")
-            continue
+
+    def create_rack(entry: FleetRack) -> str:
         created = client.create_rack(
             entry.name,
             external_id=entry.external_id,
@@ -418,14 +462,34 @@ def import_fleet(plan: Fleet, client: RackflowClient) -> ImportResult:
             components=entry.components,
         )
         rack_ids[entry.name] = created.id.id
-        result.created.append(f"rack {entry.name} ({len(created.components)} components)")
+        return f"rack {entry.name} ({len(created.components)} components)"
+
+    def create_domain(name: str) -> str:
+        members = [rack_ids[r.name] for r in plan.racks if r.domain == name]
+        client.create_domain(name, members)
+        return f"domain {name} ({len(members)} racks)"
+
+    steps: list[tuple[str, Callable[[], str]]] = []
+    for entry in plan.racks:
+        if entry.name in rack_ids:
+            result.skipped.append(f"rack {entry.name}")
+        else:
+            steps.append((f"rack {entry.name}", partial(create_rack, entry)))
     for name in plan.domains:
         if name in domain_ids:
             result.skipped.append(f"domain {name}")
-            continue
-        members = [rack_ids[r.name] for r in plan.racks if r.domain == name]
-        client.create_domain(name, members)
-        result.created.append(f"domain {name} ({len(members)} racks)")
+        else:
+            steps.append((f"domain {name}", partial(create_domain, name)))
+    with progress(len(steps)) as advance:
+        for i, (step, create) in enumerate(steps):
+            try:
+                result.created.append(create())
+            except RackflowClientError as exc:
+                result.refused_step, result.refused = step, exc
+                result.not_attempted = [later for later, _ in steps[i + 1 :]]
+                break
+            result.done.append(step)
+            advance(1)
     return result
 
 
@@ -464,6 +528,11 @@ def import_command(ctx: click.Context, path: Path) -> None:
     The whole file is checked before anything is created. Safe to run again: a rack or domain whose name
     already exists is skipped with a note (its components are neither compared nor changed).
 
+    Each rack and domain is created on its own. When the server refuses one (a name taken, a BMC
+    resource already another component's), the import stops there and exits 1: it lists what was
+    created before it, the refused one and why, and what was not attempted. Fix the cause and run the
+    same file again to resume; what was created is skipped by name.
+
     \b
     Example:
       rackflow inventory import examples/fleet.yaml
@@ -473,14 +542,18 @@ def import_command(ctx: click.Context, path: Path) -> None:
         plan = parse_fleet(yaml.safe_load(path.read_text()))
     except (yaml.YAMLError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint=str(path)) from None
-    result = import_fleet(plan, session.client)
+    result = import_fleet(plan, session.client, partial(session.progress, "importing racks and domains"))
 
     def view() -> str:
         lines = [f"created {what}" for what in result.created]
         lines += [f"[dim]skipped {what}: the name exists[/]" for what in result.skipped]
         return "\n".join(lines) or "nothing to import"
 
-    session.emit(result.to_dict(), view)
+    if result.refused is None or result.created or result.skipped or not session.for_people:
+        session.emit(result.to_dict(), view)
+    if result.refused is not None:
+        click.echo(result.refusal(), err=True)
+        ctx.exit(1)
 
 
 @inventory.command(name="export")
