@@ -33,7 +33,7 @@ from rackflow.config import (
     parse_interval,
 )
 from rackflow.domain.approvals import ApprovalPolicy
-from rackflow.domain.rollouts import RolloutPolicy
+from rackflow.domain.rollouts import RolloutPolicy, bakes_without_canaries
 from rackflow.domain.tasks import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions, RetryPolicy
 from rackflow.errors import InvalidArgument
 from rackflow.ids import is_uuid
@@ -230,7 +230,8 @@ def bake_time(text: str, field: str = "schedule.rollout.bake_time") -> timedelta
 
 def check_rollout(policy: RolloutPolicy, field: str = "schedule.rollout") -> RolloutPolicy:
     """Counts are not negative (0: no limit), the failure percentage is 0..100 (0: none), the bake time
-    is not negative (a zero from the API means none: `bake_time` refuses a written zero)."""
+    is not negative (a zero from the API means none: `bake_time` refuses a written zero), and there is no
+    bake without canaries (`bakes_without_canaries`)."""
     for name in ("max_concurrent_racks", "max_per_domain", "canary_racks", "halt_after_failures"):
         value = getattr(policy, name)
         if value < 0:
@@ -242,6 +243,12 @@ def check_rollout(policy: RolloutPolicy, field: str = "schedule.rollout") -> Rol
         )
     if policy.bake_time < timedelta(0):
         raise InvalidArgument(f"{field_path(field, 'bake_time')}: must be positive")
+    if bakes_without_canaries(policy.canary_racks, bool(policy.bake_time)):
+        raise InvalidArgument(
+            f"{field_path(field, 'bake_time')}: applies with canary_racks: the bake is the wait after the "
+            f"canaries, and this policy has none; set {field_path(field, 'canary_racks')}, "
+            "or drop the bake time"
+        )
     return policy
 
 

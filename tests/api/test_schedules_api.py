@@ -901,6 +901,8 @@ def rollout_request(name: str, policy: pb.RolloutPolicy, *racks: str) -> pb.Crea
         (pb.RolloutPolicy(bake_time="0s"), "schedule.rollout.bake_time: must be positive"),
         (pb.RolloutPolicy(bake_time="-15m"), "schedule.rollout.bake_time"),
         (pb.RolloutPolicy(bake_time="1d"), "schedule.rollout.bake_time"),
+        # The bake is the wait after the canaries: without any it was stored and did nothing.
+        (pb.RolloutPolicy(bake_time="15m"), "schedule.rollout.bake_time: applies with canary_racks"),
     ],
 )
 async def test_a_bad_rollout_policy_is_invalid_argument_naming_the_field_and_writes_nothing(

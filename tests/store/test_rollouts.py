@@ -10,6 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +29,7 @@ from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
 from rackflow.store import runs as run_history
+from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
@@ -446,10 +448,28 @@ async def test_the_policy_is_validated_naming_the_field(db: Database) -> None:
         (RolloutPolicy(halt_after_failures=-1), "schedule.rollout.halt_after_failures"),
         (RolloutPolicy(halt_after_failure_percent=100.5), "schedule.rollout.halt_after_failure_percent"),
         (RolloutPolicy(bake_time=timedelta(seconds=-1)), "schedule.rollout.bake_time"),
+        (RolloutPolicy(bake_time=timedelta(minutes=15)), "schedule.rollout.bake_time"),
     ]:
         with pytest.raises(InvalidArgument, match=f"^{field}: "):
             await _schedule(env, racks, policy)
     assert (await env.services.schedules.list_schedules())[1] == 0
+
+
+async def test_a_stored_bake_without_canaries_keeps_working_until_its_rollout_changes(db: Database) -> None:
+    """Such a policy is refused now (a bake waits after the canaries), but one stored before that must
+    still fire and take updates of its other fields; only an update of its rollout must fix it."""
+    env = make_env(db)
+    racks = await _racks(env, 2)
+    schedule = await _schedule(env, racks, RolloutPolicy(canary_racks=1, bake_time=timedelta(minutes=15)))
+    legacy = RolloutPolicy(max_concurrent_racks=1, bake_time=timedelta(minutes=15))
+    async with db.transaction() as conn:
+        await schedule_store.save_schedule(conn, replace(schedule, rollout=legacy))
+    renamed = await env.services.schedules.update(schedule.id, ["schedule.name"], name="fw2")
+    assert renamed.name == "fw2" and renamed.rollout == legacy
+    with pytest.raises(InvalidArgument, match=r"^schedule\.rollout\.bake_time: applies with canary_racks"):
+        await env.services.schedules.update(schedule.id, ["schedule.rollout"], rollout=legacy)
+    assert len(await env.services.schedules.trigger(schedule.id)) == 1  # one rack at a time, no bake
+    assert (await _run(env, schedule)).run.rollout == legacy
 
 
 async def test_update_sets_and_removes_the_policy(db: Database) -> None:

@@ -638,6 +638,17 @@ def test_a_bake_needs_canaries_given_or_kept(fake: FakeClient, run: Callable[...
     assert fake.called("update_schedule")[2][1]["rollout"] == pb.RolloutPolicy()
 
 
+def test_schedule_get_shows_a_stored_bake_without_canaries(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """A schedule stored before the server refused a bake without canaries still shows (not an error)."""
+    current = a_schedule()
+    current.rollout.CopyFrom(pb.RolloutPolicy(max_concurrent_racks=5, bake_time="15m"))
+    fake.answers["get_schedule"] = current
+    shown = run("schedule", "get", "nightly")
+    assert shown.exit_code == 0 and "max 5, bake 15m, pause on halt" in shown.output
+
+
 def _a_rollout_run(state: str, active: int) -> pb.TaskScheduleRun:
     return pb.TaskScheduleRun(
         id=pb.UUID(id=TASK_ID),

@@ -133,6 +133,24 @@ async def test_create_update_and_delete_a_schedule(http: httpx.AsyncClient, serv
     )
 
 
+async def test_a_bake_without_canaries_is_refused_on_create_and_update(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """The web form's rollout fields post this JSON: a bake time with no canary racks did nothing (the bake
+    is the wait after the canaries), yet was stored, and the operator believed the rollout paused."""
+    await make_racks(services, "r1", "r2")
+    body = json.loads(json.dumps(CREATE_SCHEDULE))
+    body["schedule"]["rollout"] = {"bake_time": "15m", "max_concurrent_racks": 1}
+    field = "schedule.rollout.bake_time"
+    refused(await http.post(f"{API}/schedules", json=body), 400, field, "applies with canary_racks")
+    body["schedule"]["rollout"]["canary_racks"] = 1
+    assert ok(await http.post(f"{API}/schedules", json=body))["rollout"]["canary_racks"] == 1
+    patch = {"schedule": {"rollout": {"bake_time": "20m"}}}
+    words = "applies with canary_racks"
+    refused(await http.patch(f"{API}/schedules/web-made", json=patch), 400, field, words)
+    assert ok(await http.get(f"{API}/schedules/web-made"))["rollout"]["bake_time"] == "15m"
+
+
 @pytest.mark.parametrize(
     ("change", "field", "words"),
     [

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 
 from rackflow.api.convert.policies import retry_policy_from as retry_policy_from_pb
-from rackflow.api.convert.policies import rollout_from
+from rackflow.api.convert.policies import rollout_of
 from rackflow.api.tasks import MAX_TASK_IDS
 from rackflow.cli.output import (
     Group,
@@ -32,6 +32,7 @@ from rackflow.cli.output import (
 from rackflow.cli.requests import request_id_option, send_again
 from rackflow.cli.targets import checked, poll_interval_option
 from rackflow.cli.tasks import rack_names, schedule_name
+from rackflow.domain.rollouts import bakes_without_canaries
 from rackflow.v1 import flow_pb2 as pb
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -124,7 +125,7 @@ def policy_from(flags: dict[str, Any], base: pb.RolloutPolicy | None = None) -> 
         policy.halt_after_failures, policy.halt_after_failure_percent = halt_after
     if pause_on_halt is not None:
         policy.pause_on_halt = pause_on_halt
-    if policy.bake_time and not policy.canary_racks:
+    if bakes_without_canaries(policy.canary_racks, bool(policy.bake_time)):  # the server's rule, in flags
         kept = "" if bake is not None else f" (the schedule's bake {policy.bake_time} stays)"
         raise click.UsageError(
             f"--bake applies with --canary: the bake is the wait after the canaries{kept}; "
@@ -155,7 +156,7 @@ def approval_text(run: pb.TaskScheduleRun) -> str:
 
 def policy_text(policy: pb.RolloutPolicy) -> str:
     """`max 5, 1 per domain, 2 canaries, bake 15m, halt after 2, pause on halt` (`RolloutPolicy.describe`)."""
-    return rollout_from(policy).describe()
+    return rollout_of(policy).describe()  # as stored, even a bake without canaries stored before the rule
 
 
 def progress_text(run: pb.TaskScheduleRun) -> str:

@@ -34,6 +34,14 @@ from typing import Any
 from rackflow.timespec import format_go_duration
 
 
+def bakes_without_canaries(canary_racks: int, bakes: bool) -> bool:
+    """The bake is the wait after the canaries (`decide`), so a policy that bakes without any would do
+    nothing, while the operator believes the rollout pauses after its first racks: the API refuses it
+    (`validation.check_rollout`) and the CLI names its flags (`cli.rollouts.policy_from`). A schedule
+    stored before that keeps it until its rollout is updated; its firings simply do not bake."""
+    return bakes and not canary_racks
+
+
 @dataclass(frozen=True)
 class RolloutPolicy:
     """How a schedule's firing rolls out. A zero means "no limit" (or no canaries, no bake)."""

@@ -1759,7 +1759,7 @@ class RolloutPolicy(_message.Message):
     canary_racks: _builtins.int
     """the first N scopes (by rack name) go first and alone"""
     bake_time: _builtins.str
-    """Go duration to wait after the canaries succeeded; "" = none"""
+    """Go duration to wait after the canaries succeeded; "" = none; needs canary_racks"""
     halt_after_failures: _builtins.int
     """halt when this many racks failed"""
     halt_after_failure_percent: _builtins.float

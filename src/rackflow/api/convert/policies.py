@@ -14,7 +14,13 @@ from rackflow.validation import bake_time, check_rollout, retry_from
 
 def rollout_from(msg: pb.RolloutPolicy, field: str = "schedule.rollout") -> RolloutPolicy:
     """The policy, checked (`validation.check_rollout`); an unset `pause_on_halt` means true."""
-    policy = RolloutPolicy(
+    return check_rollout(rollout_of(msg, field), field)
+
+
+def rollout_of(msg: pb.RolloutPolicy, field: str = "schedule.rollout") -> RolloutPolicy:
+    """The policy as given, unchecked: for showing one the server stored, which may predate a rule
+    (`rollout_from` checks a policy to store)."""
+    return RolloutPolicy(
         max_concurrent_racks=msg.max_concurrent_racks,
         max_per_domain=msg.max_per_domain,
         canary_racks=msg.canary_racks,
@@ -23,7 +29,6 @@ def rollout_from(msg: pb.RolloutPolicy, field: str = "schedule.rollout") -> Roll
         halt_after_failure_percent=msg.halt_after_failure_percent,
         pause_on_halt=msg.pause_on_halt if msg.HasField("pause_on_halt") else True,
     )
-    return check_rollout(policy, field)
 
 
 def rollout_to(policy: RolloutPolicy | None) -> pb.RolloutPolicy | None:
