@@ -68,7 +68,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks.gate import GATE_NAME as PREFLIGHT_GATE
 from rackflow.config import ROLLOUT_BUSY_WAIT, ROLLOUT_CAP_WAIT, ROLLOUT_HALT_WAIT
-from rackflow.domain.rollouts import Phase, RackPlace, ScopeView, cap_reached, decide, limit_reached
+from rackflow.domain.rollouts import Phase, RackPlace, ScopeView, caps_reached, decide, limit_reached
 from rackflow.domain.schedules import Outcome, Run, ScopeOutcome
 from rackflow.domain.tasks import Fail, Hold, Task, TaskStatus
 from rackflow.store import rollouts as store
@@ -171,30 +171,31 @@ def scope_views(
     return views
 
 
-def failures_at_most(
-    tally: Tally, run_id: uuid.UUID, states: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState]
-) -> int:
+def failures_at_most(tally: Tally, counts: store.RunTaskCounts) -> int:
     """How many of the run's scopes the rule could count failed (`scope_phase`), at most, from its tally
-    by outcome (`LockedRollout.tally`) and its tasks (`states`), without its outcomes: those whose
-    submission failed ("failed"), those submitted with no task named, its tasks that failed or were
-    terminated, and its tasks that are gone (deleted with their rack, or pruned): a scope names its task
-    (`task_id`) from the transaction that submitted it on, so the tasks its scopes name and that `states`
-    no longer has are the difference. A scope settled otherwise whose task failed (a window's change
-    that ended it) is counted too, which only errs high."""
+    by outcome (`LockedRollout.tally`) and its tasks' counts (`store.run_task_counts`), without its
+    outcomes: those whose submission failed ("failed"), those submitted with no task named, its tasks that
+    failed or were terminated, and its tasks that are gone (deleted with their rack, or pruned): a scope
+    names its task (`task_id`) from the transaction that submitted it on, so the tasks its scopes name
+    less the tasks it has (`present`) are the difference. A scope settled otherwise whose task failed (a
+    window's change that ended it) is counted too, which only errs high."""
     named = sum(count for (_, has_task), count in tally.items() if has_task)
-    present = failed = 0
-    for (of_run, _), state in states.items():
-        if of_run == run_id:
-            present += 1
-            failed += state.status in FAILED_STATUSES
     unnamed_submitted = tally.get(("submitted", False), 0)
     return (
         tally.get(("failed", False), 0)
         + tally.get(("failed", True), 0)
         + unnamed_submitted
-        + failed
-        + max(0, named - present)
+        + counts.failed
+        + max(0, named - counts.present)
     )
+
+
+def counted(
+    run_id: uuid.UUID, states: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState]
+) -> store.RunTaskCounts:
+    """`store.run_task_counts`' `present` and `failed` of the run, from its task states as read whole."""
+    mine = [state for (of_run, _), state in states.items() if of_run == run_id]
+    return store.RunTaskCounts(len(mine), sum(state.status in FAILED_STATUSES for state in mine))
 
 
 def could_halt(
@@ -202,16 +203,21 @@ def could_halt(
     run_id: uuid.UUID,
     states: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
 ) -> bool:
+    """`could_halt_counted`, from the run's task states as read whole."""
+    return could_halt_counted(run, counted(run_id, states))
+
+
+def could_halt_counted(run: store.LockedRollout, counts: store.RunTaskCounts) -> bool:
     """Whether the rollout rule could halt the run now, by what the gate has read already (its locked row
-    and its tasks): only then is it read whole (`RolloutGate._halting`, its outcomes: one entry per rack,
-    hundreds of ms at 10,000 racks, docs/PERFORMANCE.md). It could while the failures it could count reach
-    its limit (`limit_reached`, asked with `failures_at_most`), or, for a run with canaries not resumed
-    past their gate, while any scope could count failed (a failed canary halts it)."""
+    and its tasks' counts): only then is it read whole (`RolloutGate._halting`, its outcomes: one entry per
+    rack, hundreds of ms at 10,000 racks, docs/PERFORMANCE.md). It could while the failures it could count
+    reach its limit (`limit_reached`, asked with `failures_at_most`), or, for a run with canaries not
+    resumed past their gate, while any scope could count failed (a failed canary halts it)."""
     if run.state != "rolling":
         return False  # the rule is asked of a rolling run only
     if run.tally is None:
         return True  # a run written before its tally was kept: read it whole
-    most = failures_at_most(run.tally, run_id, states)
+    most = failures_at_most(run.tally, counts)
     if run.policy.canary_racks and not run.resumed and most:
         return True
     total = sum(run.tally.values())
@@ -266,9 +272,9 @@ class RolloutGate:
             )
         if not starting:
             return holds
-        states = await store.task_states(conn, {t.run_id for t in starting if t.run_id})
-        # Only a rollout that may halt (a failure limit, or canaries) and could be halting now by its
-        # tally and its tasks (`could_halt`) is read whole here.
+        # The run's tasks are counted in SQL, not read (10,000 states at 10,000 racks): how many it has and
+        # how many failed for its failure limit, how many count against its caps. Only a rollout that may
+        # halt (a failure limit, or canaries) or has a cap needs them.
         may_halt = {
             run_id
             for run_id in {t.run_id for t in starting if t.attempt == 1 and t.run_id is not None}
@@ -276,20 +282,36 @@ class RolloutGate:
             or policy.halt_after_failure_percent
             or policy.canary_racks
         }
-        halt_looks = {run_id for run_id in may_halt if could_halt(runs[run_id], run_id, states)}
+        capped = {
+            t.run_id
+            for t in starting
+            if t.run_id
+            and (runs[t.run_id].policy.max_concurrent_racks or runs[t.run_id].policy.max_per_domain)
+        }
+        counts = await self._counts(conn, may_halt | capped, starting)
+        # Only a rollout that could be halting now by its tally and its tasks (`could_halt_counted`) is read
+        # whole here.
+        no_tasks = store.RunTaskCounts()
+        halt_looks = {
+            run_id for run_id in may_halt if could_halt_counted(runs[run_id], counts.get(run_id, no_tasks))
+        }
         first = [t for t in starting if t.attempt == 1 and t.run_id in halt_looks]
-        halting = await self._halting(conn, first, states, now) if first else {}
+        halting = await self._halting(conn, first, now) if first else {}
         for task in starting:
             if task.run_id in halting and task.attempt == 1:
                 holds[task.id] = Hold(now + ROLLOUT_BUSY_WAIT, f"{HALTING_REASON}: {halting[task.run_id]}")
-        starting = [task for task in starting if task.id not in holds]
+        if any(task.id in holds for task in starting):
+            # Those held for the halt were claimed: they count against the caps as they stand, as before
+            # this claim, so the rest are counted again without them among the claim's own.
+            starting = [task for task in starting if task.id not in holds]
+            counts = await self._counts(conn, capped, starting) if starting else {}
         if not starting:
             return holds
-        # The racks' domains matter only under a per-domain cap: a rollout of 10,000 racks without one
-        # reads none of them (a rack with no place counts as a domain of its own, which no cap counts).
+        # The racks' domains matter only under a per-domain cap, and then only those of the racks this
+        # claim would start: the run's others are counted by domain in SQL (a rack with no place counts as
+        # a domain of its own).
         per_domain = {t.run_id for t in starting if t.run_id and runs[t.run_id].policy.max_per_domain}
-        placed = {rack for run_id, rack in states if run_id in per_domain}
-        placed |= {t.rack_id for t in starting if t.run_id in per_domain}
+        placed = {t.rack_id for t in starting if t.run_id in per_domain}
         places = await store.rack_places(conn, placed) if placed else {}
 
         def domain(rack_id: uuid.UUID) -> uuid.UUID:
@@ -297,28 +319,54 @@ class RolloutGate:
             return place.domain_id if place is not None and place.domain_id is not None else rack_id
 
         # What counts against the caps, as the rollout step counts it: its tasks active and not held by
-        # pre-flight checks, besides those this claim decides on (added one by one below, in claim order).
-        deciding = {task.id for task in starting}
-        active: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
-        for (run_id, rack_id), state in states.items():
-            if state.task_id not in deciding and state.status.is_active and state.held_by != PREFLIGHT_GATE:
-                active[run_id].append(domain(rack_id))
+        # pre-flight checks, besides those this claim decides on (added one by one below, in claim order),
+        # in all and in the domains of the racks this claim would start.
+        in_domain: dict[tuple[uuid.UUID, uuid.UUID], int] = defaultdict(int)
+        if per_domain:
+            in_domain.update(
+                await store.active_by_domain(
+                    conn,
+                    per_domain,
+                    {domain(t.rack_id) for t in starting if t.run_id in per_domain},
+                    uncounted_holder=PREFLIGHT_GATE,
+                    deciding={task.id for task in starting},
+                )
+            )
+        active = {run_id: counts.get(run_id, no_tasks).active for run_id in capped}
         for task in starting:
             assert task.run_id is not None
-            full = cap_reached(runs[task.run_id].policy, active[task.run_id], domain(task.rack_id))
+            if task.run_id not in capped:
+                continue
+            key = (task.run_id, domain(task.rack_id))
+            full = caps_reached(runs[task.run_id].policy, active[task.run_id], in_domain[key])
             if full:
                 holds[task.id] = Hold(
                     now + ROLLOUT_CAP_WAIT, f"waits for room under its rollout's caps: {full}"
                 )
             else:
-                active[task.run_id].append(domain(task.rack_id))
+                active[task.run_id] += 1
+                in_domain[key] += 1
         return holds
+
+    async def _counts(
+        self, conn: AsyncConnection, run_ids: Collection[uuid.UUID], starting: Collection[Task]
+    ) -> dict[uuid.UUID, store.RunTaskCounts]:
+        """`store.run_task_counts` of these runs as this gate counts: the caps leave out a task its
+        pre-flight checks hold and the claim's own (`starting`, added one by one)."""
+        if not run_ids:
+            return {}
+        return await store.run_task_counts(
+            conn,
+            run_ids,
+            failed_statuses=FAILED_STATUSES,
+            uncounted_holder=PREFLIGHT_GATE,
+            deciding={task.id for task in starting},
+        )
 
     async def _halting(
         self,
         conn: AsyncConnection,
         first: Collection[Task],
-        states: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
         now: datetime,
     ) -> dict[uuid.UUID, str]:
         """The runs of these tasks (at their first attempt, their rows locked by this claim) that the
@@ -327,6 +375,7 @@ class RolloutGate:
         step, which halts the run; the task waits for it (`HALTING_REASON`) rather than start one rack
         after the limit. The tasks this claim decides count as not begun (the claim has marked them)."""
         deciding = {task.id for task in first}
+        states = await store.task_states(conn, {task.run_id for task in first if task.run_id is not None})
         found: dict[uuid.UUID, str] = {}
         for run_id in in_id_order({task.run_id for task in first if task.run_id is not None}):
             run = await store.get_run(self.db, conn, run_id)
