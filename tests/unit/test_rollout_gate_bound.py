@@ -1,6 +1,6 @@
-"""The rollout gate's short-cut for the failure limit (`rollouts.gate.could_halt`): it skips the rollout
-rule for a run whose tally by outcome and tasks say it cannot be halting, so it must never skip one the
-rule would halt. Checked against the rule itself over many random runs (scopes in every outcome, tasks in
+"""The rollout gate's short-cut for the failure limit (`rollouts.gate.could_halt_counted`): it skips the
+rollout rule for a run whose tally by outcome and tasks say it cannot be halting, so it must never skip one
+the rule would halt. Checked against the rule itself over many random runs (scopes in every outcome, tasks in
 every status or gone, limits, percentages, canaries, resumes), and on the cases each of its terms is for."""
 
 from __future__ import annotations
@@ -14,11 +14,22 @@ import pytest
 from rackflow.domain.rollouts import RolloutPolicy, decide
 from rackflow.domain.schedules import Outcome, Run, ScopeOutcome
 from rackflow.domain.tasks import TaskStatus
-from rackflow.rollouts.gate import could_halt, scope_views
-from rackflow.store.rollouts import LockedRollout, TaskState
+from rackflow.rollouts.gate import FAILED_STATUSES, could_halt_counted, scope_views
+from rackflow.store.rollouts import LockedRollout, RunTaskCounts, TaskState
 from rackflow.store.schedules import outcome_counts_to_json, tally_from_json
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def could_halt(
+    run: LockedRollout, run_id: uuid.UUID, states: dict[tuple[uuid.UUID, uuid.UUID], TaskState]
+) -> bool:
+    """`could_halt_counted` with the run's task counts as `store.run_task_counts` would count its `states`."""
+    mine = [state for (of_run, _), state in states.items() if of_run == run_id]
+    counts = RunTaskCounts(len(mine), sum(state.status in FAILED_STATUSES for state in mine))
+    return could_halt_counted(run, counts)
+
+
 OUTCOMES: list[Outcome] = [
     "submitted",
     "submitted",

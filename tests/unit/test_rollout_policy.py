@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from rackflow.checks.gate import GATE_NAME
-from rackflow.domain.rollouts import Decision, Phase, RolloutPolicy, ScopeView, cap_reached, decide
+from rackflow.domain.rollouts import Decision, Phase, RolloutPolicy, ScopeView, caps_reached, decide
 from rackflow.domain.schedules import ScopeOutcome
 from rackflow.domain.tasks import TaskStatus
 from rackflow.rollouts.gate import scope_phase as _phase
@@ -143,6 +143,11 @@ def test_a_pending_task_held_by_the_pre_flight_gate_is_a_held_scope() -> None:
     assert _phase(outcome, held) is Phase.HELD
     by_budget = TaskState(uuid.uuid4(), TaskStatus.PENDING, None, held_by="budget")
     assert _phase(outcome, by_budget) is Phase.ACTIVE
+
+
+def cap_reached(policy: RolloutPolicy, active: list[uuid.UUID], domain: uuid.UUID) -> str:
+    """`caps_reached` of a scope in `domain` beside the `active` ones, listed by domain."""
+    return caps_reached(policy, len(active), active.count(domain))
 
 
 def test_a_released_held_rack_finds_room_only_under_both_caps() -> None:

@@ -171,18 +171,11 @@ def limit_reached(policy: RolloutPolicy, failures: int, total: int) -> str | Non
     return None
 
 
-def cap_reached(policy: RolloutPolicy, active: Sequence[uuid.UUID], domain: uuid.UUID) -> str:
-    """Why one more scope in `domain` may not start now beside the `active` ones (by domain; a rack
-    without a domain is a domain of its own, keyed by its rack id), or "" when the caps leave room. For a
-    scope its pre-flight checks held: held, it did not count, so the rollout may have filled its place."""
-    if not policy.max_per_domain:  # counting 10,000 active racks per claimed task costs milliseconds
-        return caps_reached(policy, len(active), 0)
-    return caps_reached(policy, len(active), sum(1 for key in active if key == domain))
-
-
 def caps_reached(policy: RolloutPolicy, active: int, in_domain: int) -> str:
-    """`cap_reached` from the counts alone: `active` racks, `in_domain` of them in the scope's domain
-    (the rollout gate counts them in SQL rather than list them)."""
+    """Why one more scope may not start now beside `active` ones, `in_domain` of them in its domain (a rack
+    without a domain is a domain of its own), or "" when the caps leave room: the rollout gate counts them
+    in SQL rather than list them. For a scope its pre-flight checks held: held, it did not count, so the
+    rollout may have filled its place."""
     if policy.max_concurrent_racks and active >= policy.max_concurrent_racks:
         return f"{active} of its racks active (max {policy.max_concurrent_racks})"
     if policy.max_per_domain and in_domain >= policy.max_per_domain:

@@ -190,23 +190,6 @@ def failures_at_most(tally: Tally, counts: store.RunTaskCounts) -> int:
     )
 
 
-def counted(
-    run_id: uuid.UUID, states: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState]
-) -> store.RunTaskCounts:
-    """`store.run_task_counts`' `present` and `failed` of the run, from its task states as read whole."""
-    mine = [state for (of_run, _), state in states.items() if of_run == run_id]
-    return store.RunTaskCounts(len(mine), sum(state.status in FAILED_STATUSES for state in mine))
-
-
-def could_halt(
-    run: store.LockedRollout,
-    run_id: uuid.UUID,
-    states: Mapping[tuple[uuid.UUID, uuid.UUID], store.TaskState],
-) -> bool:
-    """`could_halt_counted`, from the run's task states as read whole."""
-    return could_halt_counted(run, counted(run_id, states))
-
-
 def could_halt_counted(run: store.LockedRollout, counts: store.RunTaskCounts) -> bool:
     """Whether the rollout rule could halt the run now, by what the gate has read already (its locked row
     and its tasks' counts): only then is it read whole (`RolloutGate._halting`, its outcomes: one entry per

@@ -371,7 +371,7 @@ async def active_by_domain(
 ) -> dict[tuple[uuid.UUID, uuid.UUID], int]:
     """How many of these runs' tasks count against their caps (`RunTaskCounts.active`) in each of these
     domains, keyed by (run id, domain): a rack's domain is its NVL domain, or, without one (or with its
-    rack row gone), its own id, a domain of its own (`domain.rollouts.cap_reached`). Only the domains
+    rack row gone), its own id, a domain of its own (`domain.rollouts.caps_reached`). Only the domains
     asked for are counted: those of the racks a claim would start."""
     if not domains:
         return {}
