@@ -39,7 +39,7 @@ from typing import Any
 from rackflow import metrics
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_AUDIT_SPOOL_MAX_BYTES, DEFAULT_AUDIT_SPOOL_REPLAY_INTERVAL
-from rackflow.domain.audit import AuditEvent
+from rackflow.domain.audit import AuditEvent, bounded_event
 from rackflow.errors import InvalidArgument, Unavailable
 from rackflow.store import audit as store
 from rackflow.store.db import Database
@@ -67,7 +67,8 @@ def check_spool_path(path: Path) -> None:
 
 
 def _to_line(pending: store.PendingEvent) -> bytes:
-    event = pending.event
+    """The event as the trail keeps it (`bounded_event`, as `store.insert_events` writes it), one line."""
+    event = bounded_event(pending.event)
     record = {
         "id": str(event.id),
         "at": event.at.isoformat(),

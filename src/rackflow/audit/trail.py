@@ -113,19 +113,18 @@ class AuditTrail:
         while the database is unavailable; never raises (a failure is logged loudly and counted, so the
         action's own result stands).
         """
-        event = bounded_event(
-            AuditEvent(
-                id=event_id or new_id(),
-                at=self.clock.now(),
-                principal=principal,
-                method=method,
-                target_ids=tuple(_storable(target_id) for target_id in target_ids),
-                outcome=outcome,
-                error=_storable(error),
-                request=_storable(request),
-                schedule_before=before,
-                changes=changes,
-            )
+        # Bounded where it is kept (`domain.audit.bounded_event`): by the insert and by the spool's line.
+        event = AuditEvent(
+            id=event_id or new_id(),
+            at=self.clock.now(),
+            principal=principal,
+            method=method,
+            target_ids=tuple(_storable(target_id) for target_id in target_ids),
+            outcome=outcome,
+            error=_storable(error),
+            request=_storable(request),
+            schedule_before=before,
+            changes=changes,
         )
         pending = store.PendingEvent(event, after_of=schedule_id)
         try:
