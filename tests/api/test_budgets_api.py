@@ -10,7 +10,10 @@ import grpc
 import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 
+from rackflow.domain.inventory import RackSelection
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
 from rackflow.services import Services
+from rackflow.store import task_runs
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
@@ -44,6 +47,40 @@ async def test_create_get_list_and_delete(stub: FlowStub) -> None:
     await stub.DeleteOperationBudget(pb.DeleteOperationBudgetRequest(id=created.id))
     listed = await stub.ListOperationBudgets(pb.ListOperationBudgetsRequest())
     assert [b.name for b in listed.budgets] == ["power"]
+
+
+async def test_a_returned_budget_says_how_many_of_its_tasks_run_now(
+    stub: FlowStub, services: Services
+) -> None:
+    """Counted fleet-wide and in its fullest NVLink domain (a rack in none is a domain of its own), only its
+    operations, whoever's tasks; on every call that returns it."""
+    racks = [(await services.inventory.create_rack(f"r{i}")).id for i in range(5)]
+    await services.inventory.create_domain("d1", racks[:2])
+    created = await create(
+        stub, fw("power", operations=["power_off"], max_running=5, max_running_per_domain=2)
+    )
+    assert (created.running, created.running_in_fullest_domain) == (0, 0)
+    power_off = await services.tasks.submit(
+        Operation(OperationKind.POWER_OFF),
+        [RackSelection(r) for r in racks[:4]],
+        description="",
+        queue=QueueOptions(),
+    )
+    (bring_up,) = await services.tasks.submit(
+        Operation(OperationKind.BRING_UP), [RackSelection(racks[4])], description="", queue=QueueOptions()
+    )
+    async with services.db.transaction() as conn:
+        for task in [*power_off[:3], bring_up]:
+            await task_runs.mark_running(conn, task.id, owner_id=uuid.uuid4(), now=services.clock.now())
+    got = await stub.GetOperationBudget(pb.GetOperationBudgetRequest(id=created.id))
+    assert (got.running, got.running_in_fullest_domain) == (3, 2)
+    (listed,) = (await stub.ListOperationBudgets(pb.ListOperationBudgetsRequest())).budgets
+    assert listed == got
+    mask = FieldMask(paths=["budget.max_running"])
+    updated = await stub.UpdateOperationBudget(
+        pb.UpdateOperationBudgetRequest(id=created.id, budget=fw(max_running=9), update_mask=mask)
+    )
+    assert (updated.max_running, updated.running, updated.running_in_fullest_domain) == (9, 3, 2)
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,7 @@ def seed(client: RackflowClient) -> None:
         ),
     )
     client.power_on(_racks(["rack-03"]), description="after the PDU work")  # held back by the freeze
+    client.create_budget("firmware", ["upgrade-firmware"], 4, max_per_domain=2)
 
 
 def _wait_idle(client: RackflowClient, timeout: float = 60) -> None:

@@ -338,7 +338,9 @@ def test_windows_page_lists_a_window_and_a_budget_and_a_schedule_shows_its_polic
     assert read(driver, lambda d: text(d, "window-kind")) == "allow"
     stub.CreateOperationBudget(
         pb.CreateOperationBudgetRequest(
-            budget=pb.OperationBudget(name="fw", operations=["upgrade_firmware"], max_running=8)
+            budget=pb.OperationBudget(
+                name="fw", operations=["upgrade_firmware"], max_running=8, max_running_per_domain=2
+            )
         )
     )
     try:  # the page refreshes its live regions: the new budget appears without a reload
@@ -346,6 +348,9 @@ def test_windows_page_lists_a_window_and_a_budget_and_a_schedule_shows_its_polic
         budget = read(driver, lambda d: str(by_testid(d, "budget-row")[0].text))
         assert "fw" in budget and "upgrade_firmware" in budget
         assert read(driver, lambda d: text(d, "budget-running")) == "0 of 8"
+        assert (
+            read(driver, lambda d: " ".join(text(d, "budget-per-domain").split())) == "0 of 2 in the fullest"
+        )
     finally:
         (created,) = stub.ListOperationBudgets(pb.ListOperationBudgetsRequest()).budgets
         stub.DeleteOperationBudget(pb.DeleteOperationBudgetRequest(id=created.id))

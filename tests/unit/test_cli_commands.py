@@ -1435,11 +1435,24 @@ def test_budget_list_and_show(fake: FakeClient, run: Callable[..., Result]) -> N
     result = run("budget", "list")
     assert result.exit_code == 0, result.output
     assert "2 budgets" in result.output and "upgrade-firmware" in result.output
+    assert "RUNNING NOW" in result.output
     fake.answers["get_budget"] = a_budget()
     result = run("budget", "show", "fw", "-o", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["max_running_per_domain"] == 2
     assert fake.called("get_budget") == [(("fw",), {})]
+
+
+def test_budget_show_says_how_full_its_caps_are(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["get_budget"] = pb.OperationBudget(
+        name="fw", max_running=8, max_running_per_domain=2, running=5, running_in_fullest_domain=2
+    )
+    result = run("budget", "show", "fw")
+    assert result.exit_code == 0, result.output
+    assert "5 of 8; 2 of 2 in the fullest domain" in " ".join(result.output.split())
+    fake.answers["get_budget"] = pb.OperationBudget(name="fw", max_running=8, running=3)
+    result = run("budget", "show", "fw")
+    assert "running now" in result.output and "3 of 8" in result.output and "fullest" not in result.output
 
 
 def test_budget_update_sends_only_what_is_given(fake: FakeClient, run: Callable[..., Result]) -> None:

@@ -124,5 +124,9 @@ async def test_the_windows_page_lists_operation_budgets_with_what_runs(
     rows = re.findall(r'<tr data-testid="budget-row" data-name="([^"]+)">(.*?)</tr>', page, re.S)
     text = {name: html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body))) for name, body in rows}
     assert list(text) == ["fw", "power"]
-    assert "power_off" in text["power"] and "1 of 2" in text["power"] and " 1 " in text["power"]
+    assert (
+        "power_off" in text["power"]
+        and "1 of 2" in text["power"]
+        and "1 of 1 in the fullest" in text["power"]
+    )
     assert "upgrade_firmware" in text["fw"] and "0 of 8" in text["fw"] and "—" in text["fw"]

@@ -10,9 +10,11 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from rackflow.budgets.gate import BudgetGate
 from rackflow.clock import Clock
-from rackflow.domain.budgets import OperationBudget
+from rackflow.domain.budgets import BudgetUsage, OperationBudget
 from rackflow.domain.tasks import OperationKind
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.ids import new_id
@@ -92,13 +94,17 @@ class BudgetService:
         async with self.db.read() as conn:
             return await store.all_budgets(conn)
 
-    async def with_running(self) -> list[tuple[OperationBudget, int]]:
-        """Every budget by name, with how many tasks it counts are RUNNING now (the dashboard's view)."""
+    async def with_usage(self) -> list[tuple[OperationBudget, BudgetUsage]]:
+        """Every budget by name, with how full it is now (the console's and ListOperationBudgets' view)."""
         async with self.db.read() as conn:
             budgets = await store.all_budgets(conn)
-            counted: frozenset[OperationKind] = frozenset().union(*(b.operations for b in budgets))
-            running = await store.running(conn, counted, besides=frozenset())
-        return [(b, sum(1 for task in running if b.counts(task.operation))) for b in budgets]
+            return list(zip(budgets, await _usage(conn, budgets), strict=True))
+
+    async def usage(self, budget: OperationBudget) -> BudgetUsage:
+        """How full `budget` is now (a returned budget's running counts)."""
+        async with self.db.read() as conn:
+            (found,) = await _usage(conn, [budget])
+        return found
 
     async def update(
         self, budget_id: uuid.UUID, paths: Collection[str], given: BudgetInput
@@ -147,3 +153,10 @@ class BudgetService:
         on tasks a claim holds while holding the row lock that claim waits for.)"""
         async with self.db.transaction() as conn:
             await release_held(conn, BudgetGate.name)
+
+
+async def _usage(conn: AsyncConnection, budgets: Sequence[OperationBudget]) -> list[BudgetUsage]:
+    """Each budget's usage, from one read of the running tasks any of them counts."""
+    counted: frozenset[OperationKind] = frozenset().union(*(b.operations for b in budgets))
+    running = await store.running(conn, counted, besides=frozenset())
+    return [BudgetUsage.of(budget, running) for budget in budgets]

@@ -38,16 +38,29 @@ def _per_domain(b: pb.OperationBudget) -> str:
     return str(b.max_running_per_domain) if b.HasField("max_running_per_domain") else "-"
 
 
+def _running(b: pb.OperationBudget) -> str:
+    """How full its caps are now: "3 of 8", and the fullest domain's "2 of 2" when it caps domains."""
+    fleet = f"{b.running} of {b.max_running}"
+    if not b.HasField("max_running_per_domain"):
+        return fleet
+    return f"{fleet}; {b.running_in_fullest_domain} of {b.max_running_per_domain} in the fullest domain"
+
+
 def _ops(b: pb.OperationBudget) -> str:
     return ", ".join(operation_label(o) for o in b.operations)
 
 
 def budgets_table(budgets: Sequence[pb.OperationBudget]) -> Listing:
     result = table(
-        "NAME", free_text("OPERATIONS"), "MAX RUNNING", "PER DOMAIN", title=counted(len(budgets), "budget")
+        "NAME",
+        free_text("OPERATIONS"),
+        "MAX RUNNING",
+        "PER DOMAIN",
+        free_text("RUNNING NOW"),
+        title=counted(len(budgets), "budget"),
     )
     for b in budgets:
-        result.add_row(b.name, _ops(b), str(b.max_running), _per_domain(b))
+        result.add_row(b.name, _ops(b), str(b.max_running), _per_domain(b), _running(b))
     return result
 
 
@@ -59,6 +72,7 @@ def budget_view(b: pb.OperationBudget) -> Table:
             ("operations", _ops(b)),
             ("max running", str(b.max_running)),
             ("per domain", _per_domain(b)),
+            ("running now", _running(b)),
             ("created", utc_text(when(b.created_at))),
             ("updated", utc_text(when(b.updated_at))),
         ]

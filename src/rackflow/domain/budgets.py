@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -31,3 +33,18 @@ class Started:
 
     operation: OperationKind
     domain: uuid.UUID
+
+
+@dataclass(frozen=True)
+class BudgetUsage:
+    """How full a budget is now: its tasks running across the fleet, and the most of them in one domain
+    (what its two caps are held against)."""
+
+    running: int
+    running_in_fullest_domain: int
+
+    @classmethod
+    def of(cls, budget: OperationBudget, started: Iterable[Started]) -> BudgetUsage:
+        """`budget`'s usage among `started` (every counted task, of any budget's operations)."""
+        by_domain = Counter(task.domain for task in started if budget.counts(task.operation))
+        return cls(sum(by_domain.values()), max(by_domain.values(), default=0))

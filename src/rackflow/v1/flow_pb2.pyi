@@ -3706,12 +3706,21 @@ class OperationBudget(_message.Message):
     MAX_RUNNING_PER_DOMAIN_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    RUNNING_IN_FULLEST_DOMAIN_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique"""
     max_running: _builtins.int
     """at least 1"""
     max_running_per_domain: _builtins.int
     """at least 1 per NVLink domain; unset = no such cap"""
+    running: _builtins.int
+    """Output only, counted when the budget is returned: its tasks RUNNING now across the fleet (whoever owns
+    them), and the most of them in one NVLink domain (a rack in none is a domain of its own). A cap that is
+    full holds new starts: `running` >= `max_running`, or `running_in_fullest_domain` >=
+    `max_running_per_domain` for the tasks of that domain.
+    """
+    running_in_fullest_domain: _builtins.int
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -3732,10 +3741,12 @@ class OperationBudget(_message.Message):
         max_running_per_domain: _builtins.int | None = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
+        running: _builtins.int = ...,
+        running_in_fullest_domain: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_running_per_domain", b"_max_running_per_domain", "created_at", b"created_at", "id", b"id", "max_running_per_domain", b"max_running_per_domain", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_running_per_domain", b"_max_running_per_domain", "created_at", b"created_at", "id", b"id", "max_running", b"max_running", "max_running_per_domain", b"max_running_per_domain", "name", b"name", "operations", b"operations", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_running_per_domain", b"_max_running_per_domain", "created_at", b"created_at", "id", b"id", "max_running", b"max_running", "max_running_per_domain", b"max_running_per_domain", "name", b"name", "operations", b"operations", "running", b"running", "running_in_fullest_domain", b"running_in_fullest_domain", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_running_per_domain: _TypeAlias = _typing.Literal["max_running_per_domain"]  # noqa: Y015
     _WhichOneofArgType__max_running_per_domain: _TypeAlias = _typing.Literal["_max_running_per_domain", b"_max_running_per_domain"]  # noqa: Y015

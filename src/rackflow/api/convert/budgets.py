@@ -6,7 +6,7 @@ from __future__ import annotations
 from rackflow.api.convert import timestamp_to, uuid_to
 from rackflow.api.convert.windows import operations_from
 from rackflow.budgets.service import BudgetInput
-from rackflow.domain.budgets import OperationBudget
+from rackflow.domain.budgets import BudgetUsage, OperationBudget
 from rackflow.v1 import flow_pb2 as pb
 
 
@@ -19,7 +19,7 @@ def budget_from(msg: pb.OperationBudget, field: str = "budget") -> BudgetInput:
     )
 
 
-def budget_to(budget: OperationBudget) -> pb.OperationBudget:
+def budget_to(budget: OperationBudget, usage: BudgetUsage) -> pb.OperationBudget:
     return pb.OperationBudget(
         id=uuid_to(budget.id),
         name=budget.name,
@@ -28,4 +28,6 @@ def budget_to(budget: OperationBudget) -> pb.OperationBudget:
         max_running_per_domain=budget.max_running_per_domain,
         created_at=timestamp_to(budget.created_at),
         updated_at=timestamp_to(budget.updated_at),
+        running=usage.running,
+        running_in_fullest_domain=usage.running_in_fullest_domain,
     )

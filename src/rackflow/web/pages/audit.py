@@ -62,7 +62,7 @@ async def targets_of(site: Site, raw_ids: Collection[str]) -> dict[str, Target]:
     for w in await services.windows.list_windows():
         if w.id in ids:
             found[w.id] = Target("window", w.name, "/windows")
-    for budget, _running in await services.budgets.with_running():
+    for budget in await services.budgets.list_budgets():
         if budget.id in ids:
             found[budget.id] = Target("budget", budget.name, "/windows")
     for d in await services.inventory.list_domains():

@@ -89,6 +89,6 @@ async def _list(site: Site) -> Mapping[str, Any]:
         "when_text": when_text,
         "covers_text": covers_text,
         "current_or_next": current_or_next,
-        "budgets": await site.services.budgets.with_running(),
+        "budgets": await site.services.budgets.with_usage(),
         "checks": await site.services.checks.list_checks(),
     }
