@@ -18,14 +18,9 @@ from rackflow.store.db import Database
 from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from tests.store.schedules_support import Env, make_env
 from tests.store.test_executor import executing, finished, make_rack, submit
-from tests.store.test_rollouts import _active, _end, _racks, _run, _schedule
+from tests.store.test_rollouts import _active, _end, _events, _racks, _run, _schedule
 
 pytestmark = pytest.mark.asyncio
-
-
-async def _events(env: Env) -> list[Event]:
-    async with env.db.read() as conn:
-        return list(reversed(await outbox.list_events(conn, 100)))
 
 
 async def _halted(env: Env) -> tuple[Env, object]:

@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 
 from rackflow.domain.audit import EventFilter
 from rackflow.domain.inventory import Rack
+from rackflow.domain.notifications import Event, EventType
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import QueueOptions, Task, TaskStatus
@@ -28,6 +29,7 @@ from rackflow.rollouts.service import RunReport, Step
 from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
+from rackflow.store import outbox
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
@@ -71,6 +73,11 @@ async def _active(env: Env, schedule: Schedule) -> list[Task]:
 async def _end(env: Env, tasks: Sequence[Task], status: TaskStatus = TaskStatus.COMPLETED) -> None:
     async with env.db.transaction() as conn:
         await task_store.set_status(conn, [t.id for t in tasks], status, now=env.clock.now())
+
+
+async def _events(env: Env) -> list[Event]:
+    async with env.db.read() as conn:
+        return list(reversed(await outbox.list_events(conn, 100)))
 
 
 def _names(env_racks: Sequence[Rack], tasks: Sequence[Task]) -> list[str]:
@@ -303,6 +310,53 @@ async def test_halts_at_exactly_the_threshold_and_running_tasks_finish(
     assert (report.progress.failed, report.progress.active, report.progress.not_started) == (2, 2, 6)
     assert len(await _active(env, schedule)) == 2  # not cancelled
     assert not (await env.services.schedules.get(schedule.id)).enabled
+
+
+@pytest.mark.parametrize("pause_on_halt", [True, False])
+async def test_a_limit_reached_after_every_rack_began_pauses_the_schedule_as_a_halt_would(
+    db: Database, pause_on_halt: bool
+) -> None:
+    """Nothing is left to halt (no cap held a rack back), so the run completes with its failures; but its
+    schedule would roll the same change out again at its next firing, so the limit pauses it, as a halt
+    does (and only as `pause_on_halt` lets a halt)."""
+    env = make_env(db)
+    racks = await _racks(env, 4)
+    schedule = await _schedule(env, racks, RolloutPolicy(halt_after_failures=2, pause_on_halt=pause_on_halt))
+    await env.services.schedules.trigger(schedule.id)
+    begun = await _active(env, schedule)
+    assert len(begun) == 4  # no cap: every rack began in the first wave
+    await _end(env, begun[:2], TaskStatus.FAILED)
+    await _end(env, begun[2:])
+    await env.services.rollouts.advance()
+    report = await _run(env, schedule)
+    assert report.run.state == "completed"
+    reason = "rollout completed over its failure limit: 2 of 4 racks failed (limit 2)"
+    after = await env.services.schedules.get(schedule.id)
+    paused, _ = await env.services.audit.list_events(EventFilter(method="PauseTaskSchedule"))
+    events = [e.type for e in await _events(env)]
+    if not pause_on_halt:
+        assert after.enabled and not paused
+        assert EventType.SCHEDULE_PAUSED not in events
+        return
+    assert not after.enabled and after.pause is not None
+    assert (after.pause.reason, after.pause.by) == (reason, "rackflow")
+    (event,) = paused
+    assert (event.principal, event.request["reason"]) == ("rackflow", reason)
+    assert str(report.run.id) in event.target_ids
+    assert EventType.SCHEDULE_PAUSED in events and EventType.ROLLOUT_FINISHED in events
+
+
+async def test_a_rollout_completed_under_its_limit_pauses_nothing(db: Database) -> None:
+    env = make_env(db)
+    racks = await _racks(env, 4)
+    schedule = await _schedule(env, racks, RolloutPolicy(halt_after_failures=2))
+    await env.services.schedules.trigger(schedule.id)
+    begun = await _active(env, schedule)
+    await _end(env, begun[:1], TaskStatus.FAILED)
+    await _end(env, begun[1:])
+    await env.services.rollouts.advance()
+    assert (await _run(env, schedule)).run.state == "completed"
+    assert (await env.services.schedules.get(schedule.id)).enabled
 
 
 async def test_pause_on_halt_false_leaves_the_schedule_enabled(db: Database) -> None:

@@ -104,7 +104,7 @@ def test_halting_at_exactly_the_count_or_the_percentage() -> None:
     assert decide(RolloutPolicy(halt_after_failures=2), two, now=NOW, failures_excused=1).halt is None
 
 
-def test_done_only_when_nothing_is_pending_or_active_and_no_halt_once_every_rack_began() -> None:
+def test_done_only_when_nothing_is_pending_or_active_and_over_its_limit_then_not_halted() -> None:
     running = [scope("a", Phase.FAILED), scope("b", Phase.ACTIVE)]
     assert decide(RolloutPolicy(halt_after_failures=1), running, now=NOW) == Decision(done=False)
     # A task submitted and not begun (a budget holds it) still waits to start: the halt stops it.
@@ -114,7 +114,16 @@ def test_done_only_when_nothing_is_pending_or_active_and_no_halt_once_every_rack
     )
     assert decide(RolloutPolicy(halt_after_failures=2), unbegun, now=NOW) == Decision()
     ended = [scope("a", Phase.FAILED), scope("b", Phase.SUCCEEDED), scope("c", Phase.SKIPPED)]
-    assert decide(RolloutPolicy(halt_after_failures=1), ended, now=NOW) == Decision(done=True)
+    # Every rack began, so nothing is left to halt: done, and over its limit (its schedule is paused).
+    assert decide(RolloutPolicy(halt_after_failures=1), ended, now=NOW) == Decision(
+        done=True, over_limit="rollout completed over its failure limit: 1 of 3 racks failed (limit 1)"
+    )
+    assert decide(RolloutPolicy(halt_after_failure_percent=50), ended, now=NOW) == Decision(done=True)
+    assert decide(RolloutPolicy(halt_after_failures=2), ended, now=NOW) == Decision(done=True)
+    # Failures before a resume are excused, as for a halt.
+    assert decide(RolloutPolicy(halt_after_failures=1), ended, now=NOW, failures_excused=1) == Decision(
+        done=True
+    )
 
 
 def test_the_policy_round_trips_through_json() -> None:

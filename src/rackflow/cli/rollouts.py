@@ -83,7 +83,10 @@ def rollout_options(*, removable: bool) -> Callable[[F], F]:
         click.option(
             "--pause-on-halt/--no-pause-on-halt",
             default=None,
-            help="Rollout: pause the schedule when the rollout halts (default: pause).",
+            help=(
+                "Rollout: pause the schedule when the rollout halts or completes over its failure limit"
+                " (default: pause)."
+            ),
         ),
     ]
     if removable:

@@ -12,7 +12,10 @@ The rule, in order:
    `halt_after_failures`, or `halt_after_failure_percent` of all scopes, the run halts: nothing more
    starts (the halt holds those tasks; tasks already running finish). A run whose caps let every rack be
    submitted at once has no scope pending, but a budget may hold most of its tasks: they wait all the
-   same, and a failure limit reached meanwhile must stop them.
+   same, and a failure limit reached meanwhile must stop them. Once every scope has begun there is
+   nothing left to stop: a run that ends over its limit completes, but says so (`over_limit`), and its
+   schedule is paused as a halt would pause it, so that its next firing does not roll the same change out
+   again unlooked-at.
 2. Canaries (the first `canary_racks` scopes) go first and alone. A failed canary halts the run; the rest
    start only once every canary ended and none failed, and `bake_time` after the last canary finished.
    A resumed run has passed its canary gate (the operator looked and said go).
@@ -142,12 +145,21 @@ class ScopeView:
 @dataclass(frozen=True)
 class Decision:
     """What to do now: `start` these scopes (in order), or `halt` with this reason. `done`: every scope
-    reached an end. `bake_until`: the rest wait for the canaries' bake time until then."""
+    reached an end; `over_limit`: why, done, it is over its failure limit, which no halt could act on
+    (every rack had begun), but which pauses its schedule as a halt would. `bake_until`: the rest wait for
+    the canaries' bake time until then."""
 
     start: tuple[uuid.UUID, ...] = ()
     halt: str | None = None
     done: bool = False
+    over_limit: str | None = None
     bake_until: datetime | None = None
+
+    @property
+    def pause_reason(self) -> str | None:
+        """Why this step pauses the run's schedule (its policy's `pause_on_halt` allowing): a halt, or a
+        run done over its failure limit."""
+        return self.halt or self.over_limit
 
 
 def failures_counted(scopes: Sequence[ScopeView], failures_excused: int) -> int:
@@ -163,12 +175,18 @@ def limit_reached(policy: RolloutPolicy, failures: int, total: int) -> str | Non
     """Why `failures` counted (since the last resume) of `total` scopes reach the failure limit, or None.
     Monotone in `failures`: the rollout gate asks it with an upper bound of them, to skip the rule for a
     run that cannot be halting (`rollouts.gate.failures_at_most`)."""
+    over = _over_limit(policy, failures, total)
+    return f"rollout halted: {over}" if over else None
+
+
+def _over_limit(policy: RolloutPolicy, failures: int, total: int) -> str:
+    """ "2 of 40 racks failed (limit 2)" when `failures` of `total` reach the policy's limit, else ""."""
     if policy.halt_after_failures and failures >= policy.halt_after_failures:
-        return f"rollout halted: {failures} of {total} racks failed (limit {policy.halt_after_failures})"
+        return f"{failures} of {total} racks failed (limit {policy.halt_after_failures})"
     percent = policy.halt_after_failure_percent
     if percent and failures and failures * 100 >= percent * total:
-        return f"rollout halted: {failures} of {total} racks failed (limit {percent:g}%)"
-    return None
+        return f"{failures} of {total} racks failed (limit {percent:g}%)"
+    return ""
 
 
 def caps_reached(policy: RolloutPolicy, active: int, in_domain: int) -> str:
@@ -198,7 +216,12 @@ def decide(
     active = [s for s in scopes if s.phase is Phase.ACTIVE]
     waiting = pending or any(s.phase is Phase.HELD or s.unbegun for s in scopes)
     if not waiting:
-        return Decision(done=not active)
+        if active:
+            return Decision()
+        over = _over_limit(policy, failures_counted(scopes, failures_excused), len(scopes))
+        return Decision(
+            done=True, over_limit=f"rollout completed over its failure limit: {over}" if over else None
+        )
     reason = halt_reason(policy, scopes, failures_excused)
     if reason is not None:
         return Decision(halt=reason)

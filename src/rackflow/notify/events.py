@@ -130,6 +130,20 @@ def rollout_halted(run: Run, reason: str, paused: bool, at: datetime) -> list[Ev
     return [halted, pause]
 
 
+def paused_over_limit(run: Run, reason: str, at: datetime) -> list[Event]:
+    """A rollout done over its failure limit (every rack had begun: nothing to halt) paused its schedule."""
+    return [
+        _event(
+            EventType.SCHEDULE_PAUSED,
+            at,
+            "schedule paused: its rollout completed over its failure limit",
+            reason=reason,
+            schedule_id=run.schedule_id,
+            run_id=run.id,
+        )
+    ]
+
+
 def rollout_finished(run: Run, views: Iterable[ScopeView], at: datetime) -> list[Event]:
     """A rollout completed: how many racks succeeded, failed and were skipped."""
     phases = [v.phase for v in views]

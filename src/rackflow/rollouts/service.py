@@ -273,9 +273,9 @@ class RolloutService:
             for run in runs:
                 views = scope_views(run, tasks, places)
                 decided.append((run, views, _decide(run, views, now)))
-            # Halts first: the schedule a halt pauses comes before the racks of another run's wave (the
-            # lock order atop `rackflow.tasks.executor`).
-            for run, views, decision in sorted(decided, key=lambda d: d[2].halt is None):
+            # Pauses first (a halt's, a run's done over its limit): the schedule a step pauses comes before
+            # the racks of another run's wave (the lock order atop `rackflow.tasks.executor`).
+            for run, views, decision in sorted(decided, key=lambda d: d[2].pause_reason is None):
                 stepped[run.id], begun = await self._step(conn, run, views, decision, now, paused)
                 started[run.id] = tuple(begun)
         step = Step(len(runs), started, stepped=stepped)
@@ -302,8 +302,8 @@ class RolloutService:
         now: datetime,
         paused: list[tuple[Run, str]],
     ) -> tuple[Run, list[uuid.UUID]]:
-        """One run's step, as decided: the run as it left it, and the tasks it started; a halt that pauses
-        the schedule is added to `paused` (audited after commit)."""
+        """One run's step, as decided: the run as it left it, and the tasks it started; a halt, or a run
+        done over its failure limit, that pauses the schedule is added to `paused` (audited after commit)."""
         assert run.rollout is not None
         if decision.halt is not None:
             metrics.ROLLOUT_HALTS.inc()
@@ -331,7 +331,22 @@ class RolloutService:
             completed = replace(run, state="completed")
             await store.save_run(conn, completed)
             await outbox.record_events(conn, events.rollout_finished(run, views, now))
-            log.info("run %s: rollout completed", run.id, extra={"run_id": str(run.id)})
+            if decision.over_limit is None:
+                log.info("run %s: rollout completed", run.id, extra={"run_id": str(run.id)})
+                return completed, []
+            pauses = run.rollout.pause_on_halt and await self._pause(
+                conn, run.schedule_id, decision.over_limit, now
+            )
+            if pauses:
+                await outbox.record_events(conn, events.paused_over_limit(run, decision.over_limit, now))
+                paused.append((run, decision.over_limit))
+            log.warning(
+                "run %s: %s%s",
+                run.id,
+                decision.over_limit,
+                "; schedule paused" if pauses else "",
+                extra={"run_id": str(run.id), "schedule_id": str(run.schedule_id)},
+            )
             return completed, []
         if not decision.start:
             return run, []
@@ -369,8 +384,9 @@ class RolloutService:
         return saved, list(started.values())
 
     async def _pause(self, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime) -> bool:
-        """Pause the schedule of a halted rollout, with the halt as its reason (by rackflow itself); False
-        when there is nothing to pause (already paused, or a fired one-time schedule)."""
+        """Pause the schedule of a halted rollout (or one done over its failure limit), with why as its
+        reason (by rackflow itself); False when there is nothing to pause (already paused, or a fired
+        one-time schedule)."""
         schedule = await schedule_store.get_schedule(conn, schedule_id, lock=schedule_store.key_kept(self.db))
         if schedule is None or not schedule.enabled or schedule.is_consumed:
             return False

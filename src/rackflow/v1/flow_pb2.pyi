@@ -1765,7 +1765,7 @@ class RolloutPolicy(_message.Message):
     halt_after_failure_percent: _builtins.float
     """... or this percentage of the racks (0 < p <= 100)"""
     pause_on_halt: _builtins.bool
-    """pause the schedule when the rollout halts (default true)"""
+    """Pause the schedule when the rollout halts, or completes over its failure limit (default true)."""
     def __init__(
         self,
         *,
