@@ -180,7 +180,8 @@ def limit_reached(policy: RolloutPolicy, failures: int, total: int) -> str | Non
 
 
 def _over_limit(policy: RolloutPolicy, failures: int, total: int) -> str:
-    """ "2 of 40 racks failed (limit 2)" when `failures` of `total` reach the policy's limit, else ""."""
+    """How `failures` of `total` reach the policy's limit (`2 of 40 racks failed (limit 2)`), or "" when
+    they do not."""
     if policy.halt_after_failures and failures >= policy.halt_after_failures:
         return f"{failures} of {total} racks failed (limit {policy.halt_after_failures})"
     percent = policy.halt_after_failure_percent
