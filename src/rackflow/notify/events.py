@@ -119,29 +119,19 @@ def rollout_halted(run: Run, reason: str, paused: bool, at: datetime) -> list[Ev
     )
     if not paused:
         return [halted]
-    pause = _event(
-        EventType.SCHEDULE_PAUSED,
-        at,
-        "schedule paused by its rollout's halt",
-        reason=reason,
-        schedule_id=run.schedule_id,
-        run_id=run.id,
-    )
-    return [halted, pause]
+    return [halted, _paused_by(run, "schedule paused by its rollout's halt", reason, at)]
 
 
 def paused_over_limit(run: Run, reason: str, at: datetime) -> list[Event]:
     """A rollout done over its failure limit (every rack had begun: nothing to halt) paused its schedule."""
-    return [
-        _event(
-            EventType.SCHEDULE_PAUSED,
-            at,
-            "schedule paused: its rollout completed over its failure limit",
-            reason=reason,
-            schedule_id=run.schedule_id,
-            run_id=run.id,
-        )
-    ]
+    return [_paused_by(run, "schedule paused: its rollout completed over its failure limit", reason, at)]
+
+
+def _paused_by(run: Run, summary: str, reason: str, at: datetime) -> Event:
+    """`run`'s rollout paused its schedule."""
+    return _event(
+        EventType.SCHEDULE_PAUSED, at, summary, reason=reason, schedule_id=run.schedule_id, run_id=run.id
+    )
 
 
 def rollout_finished(run: Run, views: Iterable[ScopeView], at: datetime) -> list[Event]:

@@ -313,19 +313,8 @@ class RolloutService:
             await store.save_run(conn, halted)
             # Its racks submitted and not begun start no more either: the rollout gate holds them.
             await hold_stopped(conn, {run.id: store.LockedRun("halted", decision.halt)}, now)
-            pauses = run.rollout.pause_on_halt and await self._pause(
-                conn, run.schedule_id, decision.halt, now
-            )
-            await outbox.record_events(conn, events.rollout_halted(run, decision.halt, bool(pauses), now))
-            if pauses:
-                paused.append((run, decision.halt))
-            log.warning(
-                "run %s: %s%s",
-                run.id,
-                decision.halt,
-                "; schedule paused" if pauses else "",
-                extra={"run_id": str(run.id), "schedule_id": str(run.schedule_id)},
-            )
+            pauses = await self._pause_for(conn, run, decision.halt, now, paused)
+            await outbox.record_events(conn, events.rollout_halted(run, decision.halt, pauses, now))
             return halted, []
         if decision.done:
             completed = replace(run, state="completed")
@@ -333,20 +322,8 @@ class RolloutService:
             await outbox.record_events(conn, events.rollout_finished(run, views, now))
             if decision.over_limit is None:
                 log.info("run %s: rollout completed", run.id, extra={"run_id": str(run.id)})
-                return completed, []
-            pauses = run.rollout.pause_on_halt and await self._pause(
-                conn, run.schedule_id, decision.over_limit, now
-            )
-            if pauses:
+            elif await self._pause_for(conn, run, decision.over_limit, now, paused):
                 await outbox.record_events(conn, events.paused_over_limit(run, decision.over_limit, now))
-                paused.append((run, decision.over_limit))
-            log.warning(
-                "run %s: %s%s",
-                run.id,
-                decision.over_limit,
-                "; schedule paused" if pauses else "",
-                extra={"run_id": str(run.id), "schedule_id": str(run.schedule_id)},
-            )
             return completed, []
         if not decision.start:
             return run, []
@@ -382,6 +359,24 @@ class RolloutService:
         # Scope rows after the schedule's mark (`save_run`), as the scope RPCs take them after the schedule.
         await schedule_store.set_last_task_ids(conn, started)
         return saved, list(started.values())
+
+    async def _pause_for(
+        self, conn: AsyncConnection, run: Run, reason: str, now: datetime, paused: list[tuple[Run, str]]
+    ) -> bool:
+        """A halt's, or a run's done over its limit: pause its schedule for `reason` as its policy's
+        `pause_on_halt` lets it, added to `paused` (audited after commit), and log it. Whether it paused."""
+        assert run.rollout is not None
+        pauses = run.rollout.pause_on_halt and await self._pause(conn, run.schedule_id, reason, now)
+        if pauses:
+            paused.append((run, reason))
+        log.warning(
+            "run %s: %s%s",
+            run.id,
+            reason,
+            "; schedule paused" if pauses else "",
+            extra={"run_id": str(run.id), "schedule_id": str(run.schedule_id)},
+        )
+        return pauses
 
     async def _pause(self, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime) -> bool:
         """Pause the schedule of a halted rollout (or one done over its failure limit), with why as its
