@@ -28,6 +28,7 @@ from rackflow.notify.holds import HoldWatcher
 from rackflow.notify.senders import Request, post
 from rackflow.notify.service import ChannelInput
 from rackflow.services import Services
+from rackflow.store import outbox
 from rackflow.store.db import Database
 from rackflow.store.tables import notification_delivery, tasks
 from tests.debian_tools import AMTOOL, require
@@ -284,6 +285,41 @@ async def test_a_resend_in_flight_when_the_condition_clears_does_not_leave_the_a
         env.clock.advance(RESEND + timedelta(seconds=1))
         await other.deliver_once()
     assert len(posts) == sent + 1
+
+
+async def test_a_halt_open_past_the_notification_retention_stays_firing_and_resolves_when_it_clears(
+    db: Database, tmp_path: Path
+) -> None:
+    """A rollout halted for longer than `--notification-retention`: the prune deleted its delivered halt
+    while the run stayed halted, so its alert was sent no more, and Alertmanager (which keeps alerts in
+    memory, and resolves one by its `endsAt`) lost it though nothing was fixed. Retention keeps an open
+    condition's raise: after the prune, an Alertmanager restarted without its storage shows the halt again
+    at the next interval, and the resume resolves it."""
+    env = make_env(db)
+    env.clock.advance(datetime.now(UTC) - env.clock.now())
+    retention = timedelta(days=7)
+    with running_alertmanager(tmp_path, CONFIG) as alertmanager:
+        _, _, run = await _halted(env, alertmanager.url)
+        run_id = str(run)
+        deliverer = Deliverer(db)
+        await deliverer.deliver_once()
+        (firing,) = await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id)
+
+        env.clock.advance(retention + timedelta(days=1))  # the halt is now older than the retention
+        async for _ in outbox.prune_delivered(db, retention):  # an hourly prune, chunk by chunk
+            pass
+        # Back to about Alertmanager's time (it judges `endsAt` by its own clock), an interval on.
+        env.clock.advance(datetime.now(UTC) + RESEND + timedelta(seconds=1) - env.clock.now())
+        await asyncio.to_thread(alertmanager.restart)
+        await deliverer.deliver_once()
+        (again,) = await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id)
+        assert again["labels"] == firing["labels"] and again["status"]["state"] == "active"
+        assert 2 * RESEND <= _ends_in(again, env.clock.now()) <= 5 * RESEND
+
+        env.clock.advance(datetime.now(UTC) - env.clock.now())  # the clearing ends the alert now
+        await env.services.rollouts.resume(run)
+        await deliverer.deliver_once()
+        assert await asyncio.to_thread(_rackflow_alerts, alertmanager, run_id) == []
 
 
 def test_the_docs_alertmanager_configuration_is_valid(tmp_path: Path) -> None:

@@ -860,3 +860,65 @@ async def test_the_look_for_resends_reads_later_events_only_for_conditions_that_
         )
     looked = [int(n) for n in re.findall(r"on notification_event later .*loops=(\d+)", plan)]
     assert looked == [1], plan
+
+
+async def test_retention_keeps_an_open_conditions_raise_and_it_is_sent_until_it_clears(db: Database) -> None:
+    """A rollout halted (and its schedule paused) for longer than `--notification-retention`: the prune
+    deleted the delivered halt and pause with their deliveries while both still held, so their alerts were
+    sent no more and Alertmanager resolved them by their `endsAt`, nothing fixed. The prune keeps what the
+    look for re-sends finds open (`outbox._open`); a one-off event, a cleared condition's raise and a
+    deleted schedule's halt go as before. Once the halt clears, its resolved alert carries the raise's
+    labels, and the next prune deletes the raise."""
+    clock = FakeClock(datetime.now(UTC))
+    env = make_env_at(db, clock)
+    retention = timedelta(days=7)
+    with receiving() as receiver:
+        await env.services.notifications.create(
+            ChannelInput(name="am", kind="alertmanager", url=receiver.url)
+        )
+        halted = {}
+        for name in ("fw-open", "fw-resumed", "fw-deleted"):
+            racks = await _racks(env, 3, prefix=f"{name}-")
+            policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1)
+            schedule = await _schedule(env, racks, policy, name=name)
+            await env.services.schedules.trigger(schedule.id)
+            await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+            await env.services.rollouts.advance()
+            halted[name] = (schedule, (await _run(env, schedule)).run.id)
+        await _record(env)  # a one-off
+        deliverer = _deliverer(db)
+        await deliverer.deliver_once()
+        await env.services.rollouts.resume(halted["fw-resumed"][1])  # cleared: a halt_cleared
+        await env.services.schedules.resume(halted["fw-resumed"][0].id)  # by hand: no clearing
+        await env.services.schedules.delete(halted["fw-deleted"][0].id)  # with its halted run
+        await deliverer.deliver_once()
+        open_run = str(halted["fw-open"][1])
+
+        clock.advance(retention + timedelta(days=1))  # the open halt's raise is now past the retention
+        assert sum([n async for n in outbox.prune_delivered(db, retention)]) > 0
+        before = len(receiver.received)
+        await deliverer.deliver_once()
+        resent = sorted(
+            (a["labels"]["alertname"], a["labels"]["schedule"])
+            for r in receiver.received[before:]
+            for a in r.json()
+        )
+        assert resent == [("RackflowRunHalted", "fw-open"), ("RackflowSchedulePaused", "fw-open")]
+        async with db.read() as conn:
+            kept = sorted((e.type.value, e.schedule_name) for e in await outbox.list_events(conn, 100))
+        assert kept == [("run.halted", "fw-open"), ("schedule.paused", "fw-open")]
+
+        await env.services.schedules.update(halted["fw-open"][0].id, ["schedule.name"], name="fw-renamed")
+        await env.services.rollouts.resume(halted["fw-open"][1])
+        before = len(receiver.received)
+        await deliverer.deliver_once()
+        (resolved,) = [
+            a for r in receiver.received[before:] for a in r.json() if a["labels"].get("run") == open_run
+        ]
+        assert resolved["labels"]["schedule"] == "fw-open"  # the raise's labels, which Alertmanager holds
+        assert datetime.fromisoformat(resolved["endsAt"]) <= clock.now()
+        clock.advance(retention + timedelta(days=1))
+        assert sum([n async for n in outbox.prune_delivered(db, retention)]) > 0
+        async with db.read() as conn:
+            kept = sorted((e.type.value, e.schedule_name) for e in await outbox.list_events(conn, 100))
+        assert kept == [("schedule.paused", "fw-open")]  # its schedule still paused, as rackflow paused it

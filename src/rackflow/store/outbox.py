@@ -589,13 +589,14 @@ async def redeliver(
 
 
 def _open(event: Any) -> ColumnElement[bool]:
-    """Whether `event` (a row of notification_event) raised a condition still open: not marked cleared
-    (`clear_condition` for a keyed event, a task held too long; `_mark_cleared` when a clearing is
-    recorded), and, unkeyed, holding in its rows (`_holds`) with no later event of its condition (a
-    clearing, or a new raise, which is then the open one) concerning its subject: what an event recorded
-    before the marking needs. Later is by (`at`,
-    `id`), the order `conditions_now` reads the latest in; the look reads from the raise's `at` on (its
-    index), for the few raised events not marked cleared."""
+    """Whether `event` (a row of notification_event) raised a condition still open, the one definition of
+    it: what the look for re-sends sends again (`_resendable`), and what retention keeps (`prune_delivered`).
+    Open: not marked cleared (`clear_condition` for a keyed event, a task held too long; `_mark_cleared`
+    when a clearing is recorded), and, unkeyed, holding in its rows (`_holds`) with no later event of its
+    condition (a clearing, or a new raise, which is then the open one) concerning its subject: what an
+    event recorded before the marking needs. Later is by (`at`, `id`), the order `conditions_now` reads the
+    latest in; the look reads from the raise's `at` on (its index), for the few raised events not marked
+    cleared."""
     later = notification_event.alias("later")
     holds = _holds(event)
     raised = []
@@ -833,9 +834,12 @@ def prune_delivered(
 ) -> AsyncGenerator[int, None]:
     """Delete the events older than `retention` whose deliveries all went through (with them), oldest first
     (`prune_older`). An event still pending or dead anywhere stays, to be delivered or re-driven, and so
-    does a condition not cleared yet (its clearing is made from it)."""
+    does the raise of a condition still open, as the look for re-sends finds it (`_open`), however old: its
+    deliveries are what an Alertmanager is sent again (a rollout halted for longer than the retention
+    stayed halted, and its alert resolved by its `endsAt`), and its clearing takes the raise's names. Once
+    the condition clears, or ends without a clearing (its run or schedule deleted), the raise goes."""
     unfinished = exists().where(_delivery.event_id == _event.id, _delivery.state != DELIVERED)
-    still_open = and_(_event.dedupe_key.is_not(None), _event.cleared_at.is_(None))
+    still_open = _open(notification_event)
     return prune_older(
         db,
         notification_event,
