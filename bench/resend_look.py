@@ -6,8 +6,11 @@ The look reads the open conditions (`outbox._open`) and, since the clearings' on
 clearings delivered in the last few intervals. This loads `--events` events spread over the last week
 (`--retention` is what `--notification-retention` keeps), each delivered to one Alertmanager channel:
 mostly one-off failed tasks, a fifth halts (`--cleared-share` of them resumed: a halt and its clearing),
-and `--open` halts still open (their runs halted). Then ANALYZE, and the look `--repeats` times after a
-warm-up: `next_resend` alone (what an idle look costs) and a claim of every due re-send, rolled back.
+and `--open` halts still open (their runs halted), and `--open-past` more raised before the retention
+(still halted: retention keeps them). Then ANALYZE, and the look `--repeats` times after a warm-up:
+`next_resend` alone (what an idle look costs) and a claim of every due re-send, rolled back. Last, once,
+the prune (`outbox.prune_delivered`) at half the retention: it deletes the older half of the week, and
+passes by the open raises past it.
 
     python bench/resend_look.py --db postgres --sizes 10000,100000,500000 --repeats 30
 """
@@ -33,7 +36,7 @@ from _common import (
     result,
     sync_engine,
 )
-from sqlalchemy import insert, text
+from sqlalchemy import func, insert, select, text
 
 from rackflow.clock import SystemClock
 from rackflow.config import DEFAULT_ALERT_RESEND_INTERVAL, NOTIFY_BATCH
@@ -64,12 +67,15 @@ def _run(run_id: uuid.UUID, schedule_id: uuid.UUID, state: str, at: datetime) ->
     }
 
 
-def load(url: str, events: int, open_halts: int, cleared_share: float, retention: timedelta) -> uuid.UUID:
+def load(
+    url: str, events: int, open_halts: int, open_past: int, cleared_share: float, retention: timedelta
+) -> uuid.UUID:
     """The history, and the Alertmanager channel every event was delivered to; returns the channel's id."""
     engine = sync_engine(url)
     now = datetime.now(UTC)
     channel_id = new_id()
     schedule_id = new_id()
+    open_schedules = [new_id() for _ in range(open_halts + open_past)]
     try:
         with engine.begin() as conn:
             conn.execute(
@@ -92,16 +98,23 @@ def load(url: str, events: int, open_halts: int, cleared_share: float, retention
                     updated_at=now,
                 )
             )
+            # A schedule has one live rollout at most (a halted run is one), so each open halt has its
+            # own: on PostgreSQL the live-runs trigger dropped the second halted run of a schedule
+            # silently (one open halt was loaded, not `open_halts`), and on SQLite its index refuses it.
             conn.execute(
-                insert(task_schedule).values(
-                    id=schedule_id,
-                    name="fw",
-                    spec_type="interval",
-                    spec="1h",
-                    operation_template={"operation": {"kind": "power_off"}},
-                    created_at=now,
-                    updated_at=now,
-                )
+                insert(task_schedule),
+                [
+                    {
+                        "id": sid,
+                        "name": f"fw-{k}",
+                        "spec_type": "interval",
+                        "spec": "1h",
+                        "operation_template": {"operation": {"kind": "power_off"}},
+                        "created_at": now,
+                        "updated_at": now,
+                    }
+                    for k, sid in enumerate([schedule_id, *open_schedules])
+                ],
             )
         events_rows: list[dict[str, Any]] = []
         deliveries: list[dict[str, Any]] = []
@@ -116,7 +129,7 @@ def load(url: str, events: int, open_halts: int, cleared_share: float, retention
                     "severity": "critical" if kind.startswith("run.") else "warning",
                     "at": at,
                     "summary": kind,
-                    "schedule_id": schedule_id,
+                    "schedule_id": fields.get("schedule_id", schedule_id),
                     "schedule_name": "fw",
                     "run_id": fields.get("run_id"),
                     "task_id": fields.get("task_id"),
@@ -154,11 +167,12 @@ def load(url: str, events: int, open_halts: int, cleared_share: float, retention
                 event("run.resumed", at + timedelta(minutes=5), run_id=run_id)
             else:  # a halt whose run was cancelled: it records no clearing, and its run no longer holds it
                 event("run.halted", at, run_id=run_id)
-        for k in range(open_halts):
+        raised_ago = [timedelta(hours=k + 1) for k in range(open_halts)]
+        raised_ago += [retention + timedelta(hours=k + 1) for k in range(open_past)]
+        for ago, open_schedule in zip(raised_ago, open_schedules, strict=True):
             run_id = new_id()
-            at = now - timedelta(hours=k + 1)
-            runs.append(_run(run_id, schedule_id, "halted", at))
-            event("run.halted", at, run_id=run_id)
+            runs.append(_run(run_id, open_schedule, "halted", now - ago))
+            event("run.halted", now - ago, run_id=run_id, schedule_id=open_schedule)
         with engine.begin() as conn:
             for table, rows in ((task_schedule_run, runs), (notification_event, events_rows)):
                 for start in range(0, len(rows), LOAD_CHUNK):
@@ -206,6 +220,23 @@ async def measure(url: str, channel_id: uuid.UUID, repeats: int) -> tuple[list[f
     return looks, claims, claimed
 
 
+async def measure_prune(url: str, retention: timedelta) -> tuple[float, int, int]:
+    """Milliseconds of one prune at half the retention, how many events it deleted, and how many it left
+    older than its cutoff."""
+    db = Database(url, clock=SystemClock())
+    try:
+        started = time.perf_counter()
+        pruned = sum([n async for n in outbox.prune_delivered(db, retention / 2)])
+        took = (time.perf_counter() - started) * 1000
+        async with db.read() as conn:
+            cutoff = await db.now(conn) - retention / 2
+            stmt = select(func.count()).where(notification_event.c.at < cutoff)
+            left: int = (await conn.execute(stmt)).scalar_one()
+    finally:
+        await db.dispose()
+    return took, pruned, left
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -213,6 +244,9 @@ def main() -> None:
     add_db_arguments(parser)
     parser.add_argument("--sizes", default="10000,100000", help="events in the week, comma-separated")
     parser.add_argument("--open", type=int, default=20, help="halts still open")
+    parser.add_argument(
+        "--open-past", type=int, default=0, help="halts still open, raised before the retention"
+    )
     parser.add_argument("--cleared-share", type=float, default=0.8, help="halts resumed (a clearing)")
     parser.add_argument("--retention", type=float, default=7.0, help="days of events kept")
     parser.add_argument("--repeats", type=int, default=30)
@@ -221,10 +255,10 @@ def main() -> None:
     print(code_line())
     for size in (int(s) for s in args.sizes.split(",")):
         with fresh_database(args.db, args.pg_admin) as workspace:
-            channel_id = load(
-                workspace.url, size, args.open, args.cleared_share, timedelta(days=args.retention)
-            )
+            retention = timedelta(days=args.retention)
+            channel_id = load(workspace.url, size, args.open, args.open_past, args.cleared_share, retention)
             looks, claims, claimed = asyncio.run(measure(workspace.url, channel_id, args.repeats))
+            prune_ms, pruned, left = asyncio.run(measure_prune(workspace.url, retention))
         result(
             "resend_look",
             db=args.db,
@@ -235,6 +269,10 @@ def main() -> None:
             claim_p50_ms=median(claims),
             claim_p95_ms=percentile(claims, 95),
             claimed=claimed,
+            open_past=args.open_past,
+            prune_ms=prune_ms,
+            pruned=pruned,
+            prune_left=left,
         )
 
 
