@@ -209,7 +209,8 @@ _db_option = click.option(
     envvar="RACKFLOW_NOTIFICATION_RETENTION",
     default=f"{int(DEFAULT_NOTIFICATION_RETENTION.total_seconds()) // 3600}h",
     show_default=True,
-    help="Delete delivered notification events older than this (Go duration, at least 1h); 0 keeps them.",
+    help="Delete delivered notification events older than this (Go duration, at least 1h), but an open "
+    "condition's raise (a halted rollout's) until it clears; 0 keeps them.",
 )
 @click.option(
     "--notification-hold-threshold",
