@@ -57,6 +57,37 @@ MATCHER_FORMS = 'name="value", name!="value", name=~"regex" or name!~"regex"'
 # Control characters break terminals and logs (and NUL breaks PostgreSQL); surrogates are not text.
 _FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs"})
 
+# What a name or external id may not hold, beyond those, because an operator acts on what it looks like
+# (`unseen_character`): format characters (Cf: zero-width spaces and joiners, bidi overrides and isolates
+# that show what follows reversed, the byte-order mark, tag characters), line and paragraph separators
+# (Zl, Zp) and unassigned code points (Cn), which draw nothing, move text or draw as anything; and a space
+# other than U+0020 SPACE (Zs: a no-break or ideographic space looks like it). "r12" and "r12\u200b" would
+# print alike and be two racks.
+_UNSEEN_CATEGORIES = _FORBIDDEN_CATEGORIES | {"Cf", "Cn", "Zl", "Zp"}
+# Unicode's Default_Ignorable_Code_Point characters that are not format characters, which draw nothing
+# either: the combining grapheme joiner, the Hangul fillers, Khmer's inherent vowels, Mongolian's free
+# variation selectors and the variation selectors.
+_DRAWN_AS_NOTHING = frozenset(
+    chr(code)
+    for first, last in (
+        (0x034F, 0x034F),
+        (0x115F, 0x1160),
+        (0x17B4, 0x17B5),
+        (0x180B, 0x180F),
+        (0x3164, 0x3164),
+        (0xFE00, 0xFE0F),
+        (0xFFA0, 0xFFA0),
+        (0xE0100, 0xE01EF),
+    )
+    for code in range(first, last + 1)
+)
+# The names Unicode gives no name to, by their category (as its charts write them).
+_UNNAMED = {"Cc": "<control>", "Cs": "<surrogate>", "Cn": "<unassigned>"}
+NAME_RULE = (
+    "names and external ids may not hold control, format or invisible characters, "
+    "nor begin or end with whitespace"
+)
+
 
 def field_path(prefix: str, name: str) -> str:
     """`name` inside the message at `prefix` ("" for the request itself)."""
@@ -67,8 +98,9 @@ def check_text(value: str, field: str, *, required: bool = False, identifier: bo
     """A stored name, external id, version or principal: at most MAX_TEXT_LENGTH characters, no control
     characters; `required`: not empty.
 
-    `identifier`: names and external ids must not begin or end with whitespace, since "r1" and "r1 "
-    would look like one name to an operator but be two to the database.
+    `identifier`: a new name or external id, which an operator picks by what it looks like: it must look
+    like nothing else (`check_identifier`). Lookups check text without it, so that a name stored before
+    that rule still finds its rack.
     """
     if not value:
         if required:
@@ -76,11 +108,55 @@ def check_text(value: str, field: str, *, required: bool = False, identifier: bo
         return value
     if len(value) > MAX_TEXT_LENGTH:
         raise InvalidArgument(f"{field}: at most {MAX_TEXT_LENGTH} characters, got {len(value)}")
+    if identifier:
+        return check_identifier(value, field)
     if has_control_characters(value):
         raise InvalidArgument(f"{field}: {value!r} contains control characters")
-    if identifier and value != value.strip():
-        raise InvalidArgument(f"{field}: {value!r} has leading or trailing whitespace")
     return value
+
+
+def check_identifier(value: str, field: str) -> str:
+    """A name or external id that shows as what it is: no character `unseen_character` finds, no
+    whitespace at either end ("r1" and "r1 " would look like one name to an operator but be two to the
+    database), and in Unicode's normal form NFC: "é" written as one character or as "e" and a combining
+    accent looks the same, and the database would hold two names. A name not in NFC is refused rather than
+    normalised, so that what is stored is what was sent and every lookup stays exact."""
+    found = unseen_character(value)
+    if found is None and value != value.strip():
+        found = 0 if value[0].isspace() else len(value) - 1
+    if found is not None:
+        where = f"position {found + 1}"
+        if value[found].isspace() and found in (0, len(value) - 1):
+            where += " (the start)" if found == 0 else " (the end)"
+        raise InvalidArgument(
+            f"{field}: {value!r}: {code_point(value[found])} at {where} is not allowed; {NAME_RULE}"
+        )
+    if not unicodedata.is_normalized("NFC", value):
+        normal = unicodedata.normalize("NFC", value)
+        raise InvalidArgument(  # !a: the two differ only in code points that look alike
+            f"{field}: {value!a} is not in Unicode normal form NFC; {normal!a} looks the same and "
+            "is: send that (an accented letter as one character, not a letter and a combining accent)"
+        )
+    return value
+
+
+def unseen_character(value: str) -> int | None:
+    """The index of the first character in `value` that is not seen as itself (`is_unseen`), or None."""
+    return next((index for index, char in enumerate(value) if is_unseen(char)), None)
+
+
+def is_unseen(char: str) -> bool:
+    """Whether a terminal or a browser does not show `char` as itself: a control, format, surrogate or
+    unassigned code point, a line or paragraph separator, a space other than U+0020, or a character
+    Unicode says draws nothing."""
+    category = unicodedata.category(char)
+    return category in _UNSEEN_CATEGORIES or char in _DRAWN_AS_NOTHING or (category == "Zs" and char != " ")
+
+
+def code_point(char: str) -> str:
+    """`char` as Unicode writes it: "U+200B ZERO WIDTH SPACE", "U+0007 <control>"."""
+    name = unicodedata.name(char, "") or _UNNAMED.get(unicodedata.category(char), "<unnamed>")
+    return f"U+{ord(char):04X} {name}"
 
 
 def has_control_characters(value: str) -> bool:
@@ -115,6 +191,13 @@ def check_name(name: str, field: str) -> str:
             "choose a name that does not"
         )
     return name
+
+
+def check_rename(name: str, field: str, current: str) -> str:
+    """The name an update gives an object named `current`: a new one is checked as on create
+    (`check_name`); the one it has is kept as it is, so that a name stored before a rule was added still
+    lets its object be edited, by a form that sends every field back too."""
+    return name if name == current else check_name(name, field)
 
 
 def check_description(description: str, field: str = "description") -> str:

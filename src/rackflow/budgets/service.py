@@ -21,7 +21,7 @@ from rackflow.ids import new_id
 from rackflow.store import budgets as store
 from rackflow.store.db import Database
 from rackflow.store.task_runs import release_held
-from rackflow.validation import check_mask, check_name, distinct_operations
+from rackflow.validation import check_mask, check_name, check_rename, check_text, distinct_operations
 
 NAME_PATH = "budget.name"
 OPERATIONS_PATH = "budget.operations"
@@ -113,7 +113,7 @@ class BudgetService:
         let the tasks budgets hold be claimed at once, to be held again by what now applies."""
         mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
-            check_name(given.name, NAME_PATH)
+            check_text(given.name, NAME_PATH, required=True)  # a new one is checked as on create, below
         operations = _check_operations(given.operations) if OPERATIONS_PATH in mask else None
         if MAX_RUNNING_PATH in mask:
             _check_max_running(given.max_running)
@@ -126,7 +126,7 @@ class BudgetService:
                 raise NotFound(f"id: no operation budget {budget_id}")
             updated = replace(
                 current,
-                name=given.name if NAME_PATH in mask else current.name,
+                name=check_rename(given.name, NAME_PATH, current.name) if NAME_PATH in mask else current.name,
                 operations=operations if operations is not None else current.operations,
                 max_running=given.max_running if MAX_RUNNING_PATH in mask else current.max_running,
                 max_running_per_domain=(

@@ -48,6 +48,7 @@ from rackflow.validation import (
     check_description,
     check_mask,
     check_name,
+    check_rename,
     check_text,
     distinct_operations,
     http_url,
@@ -215,7 +216,7 @@ class CheckService:
         """Apply the masked fields; the tasks checks hold are looked at again at once, by what now applies."""
         mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
-            check_name(given.name, NAME_PATH)
+            check_text(given.name, NAME_PATH, required=True)  # a new one is checked as on create, below
         operations = (
             distinct_operations(given.operations, OPERATIONS_PATH) if OPERATIONS_PATH in mask else None
         )
@@ -227,7 +228,7 @@ class CheckService:
             )
             updated = replace(
                 current,
-                name=given.name if NAME_PATH in mask else current.name,
+                name=check_rename(given.name, NAME_PATH, current.name) if NAME_PATH in mask else current.name,
                 operations=operations if operations is not None else current.operations,
                 settings=settings if settings is not None else current.settings,
                 updated_at=now,

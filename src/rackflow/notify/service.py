@@ -30,6 +30,8 @@ from rackflow.store.db import Database, unique_violation_as
 from rackflow.validation import (
     check_mask,
     check_name,
+    check_rename,
+    check_text,
     distinct_operations,
     enum_values,
     has_control_characters,
@@ -219,7 +221,7 @@ class NotificationService:
         """Apply the masked fields (`channel.<field>`); the kind cannot change (delete and create)."""
         mask = {path.removeprefix(f"{FIELD}.") for path in check_mask(paths, UPDATE_PATHS)}
         if "name" in mask:
-            check_name(given.name, f"{FIELD}.name")
+            check_text(given.name, f"{FIELD}.name", required=True)  # a new one is checked as on create, below
         if "url" in mask:
             _url(given.url)
         checked = _subscription(given)
@@ -233,7 +235,9 @@ class NotificationService:
             sub = current.subscription
             updated = replace(
                 current,
-                name=given.name if "name" in mask else current.name,
+                name=check_rename(given.name, f"{FIELD}.name", current.name)
+                if "name" in mask
+                else current.name,
                 url=given.url if "url" in mask else current.url,
                 secret=given.secret if "secret" in mask else current.secret,
                 enabled=not given.disabled if "disabled" in mask else current.enabled,

@@ -84,6 +84,7 @@ from rackflow.validation import (
     check_operation,
     check_pause_after_failed_runs,
     check_queue,
+    check_rename,
     check_retry,
     check_rollout,
     check_text,
@@ -469,7 +470,7 @@ class ScheduleService:
         """
         mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
-            check_name(name, NAME_PATH)
+            check_text(name, NAME_PATH, required=True)  # a new one is checked as on create, below
         if ROLLOUT_PATH in mask and rollout is not None:
             check_rollout(rollout, ROLLOUT_PATH)
         if PAUSE_AFTER_FAILED_RUNS_PATH in mask:
@@ -498,6 +499,7 @@ class ScheduleService:
             if APPROVAL_PATH in mask:
                 updated = replace(updated, approval=approval)
             if NAME_PATH in mask:
+                check_rename(name, NAME_PATH, current.name)
                 if await store.name_taken(conn, name, other_than=schedule_id):
                     raise store.name_taken_error(name)
                 updated = replace(updated, name=name)

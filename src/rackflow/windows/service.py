@@ -32,6 +32,7 @@ from rackflow.validation import (
     check_description,
     check_mask,
     check_name,
+    check_rename,
     check_text,
     distinct_operations,
     preview_count,
@@ -215,7 +216,7 @@ class WindowService:
         (`store.windows.edits_in_turn`), so each decides from what the one before committed."""
         mask = check_mask(paths, UPDATE_PATHS)
         if NAME_PATH in mask:
-            check_name(given.name, NAME_PATH)
+            check_text(given.name, NAME_PATH, required=True)  # a new one is checked as on create, below
         if REASON_PATH in mask:
             check_description(given.reason, REASON_PATH)
         if KIND_PATH in mask and given.kind is None:
@@ -229,6 +230,7 @@ class WindowService:
             current = await self._load(conn, window_id)
             updated = replace(current, updated_at=now)
             if NAME_PATH in mask:
+                check_rename(given.name, NAME_PATH, current.name)
                 if await store.name_taken(conn, given.name, other_than=window_id):
                     raise store.name_taken_error(given.name)
                 updated = replace(updated, name=given.name)
