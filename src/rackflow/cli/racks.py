@@ -25,6 +25,7 @@ from rackflow.cli.output import (
     details,
     free_text,
     pass_session,
+    shown,
     table,
     utc_text,
     when,
@@ -429,7 +430,7 @@ class ImportResult:
             counts = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in kinds.items())
             return f"{counts} ({', '.join(steps)})" if steps else "none"
 
-        return (
+        return shown(
             f"error: {self.refused_step} refused: {self.refused}\n"
             f"created before it: {listed(self.done)}; not attempted: {listed(self.not_attempted)}\n"
             "fix the file or the inventory and run the same import again: what exists by name is skipped"
@@ -547,7 +548,7 @@ def import_command(ctx: click.Context, path: Path) -> None:
     def view() -> str:
         lines = [f"created {what}" for what in result.created]
         lines += [f"[dim]skipped {what}: the name exists[/]" for what in result.skipped]
-        return "\n".join(lines) or "nothing to import"
+        return shown("\n".join(lines)) or "nothing to import"
 
     if result.refused is None or result.created or result.skipped or not session.for_people:
         session.emit(result.to_dict(), view)
