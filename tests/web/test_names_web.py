@@ -1,0 +1,76 @@
+"""The console's forms with names that would not show as themselves: a create is refused with the name
+field named (the form shows the refusal beside it, as any other), and a schedule named before the rule opens
+in its form with its name as stored and is saved with it sent back unchanged, as `static/forms.js` sends
+every field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from rackflow import validation
+from rackflow.services import Services
+from tests.conftest import table_counts
+from tests.web.conftest import make_racks, make_schedule
+from tests.web.test_forms import value_of
+from tests.web.test_json_writes import API, CREATE_BUDGET, CREATE_SCHEDULE, CREATE_WINDOW, ok, refused
+
+INVISIBLE = "r12\u200b"
+
+
+def named(body: dict[str, Any], name: str) -> dict[str, Any]:
+    ((wrapper, fields),) = ((k, v) for k, v in body.items() if k in ("schedule", "window", "budget"))
+    return body | {wrapper: fields | {"name": name}}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("schedules", CREATE_SCHEDULE, "schedule.name"),
+        ("windows", CREATE_WINDOW, "window.name"),
+        ("budgets", CREATE_BUDGET, "budget.name"),
+    ],
+)
+async def test_a_form_s_create_with_an_invisible_character_is_refused_naming_the_name_field(
+    http: httpx.AsyncClient, services: Services, path: str, body: dict[str, Any], field: str
+) -> None:
+    await make_racks(services, "r1", "r2")
+    before = await table_counts(services.db)
+    message = refused(
+        await http.post(f"{API}/{path}", json=named(body, INVISIBLE)),
+        400,
+        field,
+        "U+200B ZERO WIDTH SPACE at position 4 is not allowed",
+    )
+    assert "'r12\\u200b'" in message
+    counts = await table_counts(services.db)
+    assert counts.pop("audit_events") - before.pop("audit_events") <= 1  # a refused RPC is audited
+    assert counts == before
+
+
+async def test_a_schedule_named_before_the_rule_is_saved_by_its_form_with_its_name_unchanged(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await make_racks(services, "r1")
+    with monkeypatch.context() as before_the_rule:
+        before_the_rule.setattr(validation, "check_identifier", lambda value, _field: value)
+        schedule = await make_schedule(services, INVISIBLE, "r1")
+    form = await http.get(f"/schedules/{schedule.id}/edit")
+    assert form.status_code == 200, form.text
+    assert value_of(form.text, "form-name") == INVISIBLE
+
+    edit = {"schedule": {"name": INVISIBLE, "spec": {"type": "SCHEDULE_SPEC_TYPE_INTERVAL", "spec": "6h"}}}
+    saved = ok(await http.patch(f"{API}/schedules/{schedule.id}", json=edit))
+    assert (saved["name"], saved["spec"]["spec"]) == (INVISIBLE, "6h")
+    refused(
+        await http.patch(f"{API}/schedules/{schedule.id}", json={"schedule": {"name": "r\u202e21"}}),
+        400,
+        "schedule.name",
+        "U+202E RIGHT-TO-LEFT OVERRIDE at position 2",
+    )
+    assert (
+        ok(await http.patch(f"{API}/schedules/{schedule.id}", json={"schedule": {"name": "r12"}}))["name"]
+        == "r12"
+    )
