@@ -64,7 +64,9 @@ SCALAR_NAMES = {
 ERROR_ROWS = {
     "INVALID_ARGUMENT": "Malformed input: a bad spec, timezone, name, filter, mask path, target or UUID; "
     "a name that reads as a UUID (a reference that does is taken as an id, so such a name would name "
-    "another rack or schedule to the CLI and the dashboard); "
+    "another rack or schedule to the CLI and the dashboard); a new name or external id that would not show "
+    "as itself (`name: 'r12\\u200b': U+200B ZERO WIDTH SPACE at position 4 is not allowed; …`, or not in "
+    "NFC: see Names above); "
     "a duplicate rack or component in one target spec; a target that resolves to no rack; a request whose "
     "bytes do not parse, such as a string field that is not valid UTF-8 (`request: the bytes sent do not "
     "parse: …`, refused before it is audited).",
@@ -99,6 +101,23 @@ every RPC ([CONFIGURATION.md](CONFIGURATION.md) lists its options); this page is
 Conventions: ids are UUID strings wrapped in `UUID` (`{"id": "…"}` in JSON); times are UTC
 `google.protobuf.Timestamp`s (RFC 3339 strings in JSON); `Pagination.limit` 0 means no limit; enum values are
 written by name in JSON (`"COMPONENT_TYPE_COMPUTE"`). Schedule semantics are in [SCHEDULES.md](SCHEDULES.md).
+
+Names: the name of a rack, component, NVLink domain, schedule, maintenance window, operation budget,
+pre-flight check or notification channel, and a rack's or component's external id, is at most 255 characters;
+a name must not read as a UUID. Operators pick what they act on by what a name looks like, so a new name (on
+create, and on an update that changes it) must show as itself: it may not hold a control character (Cc), a
+format character (Cf: zero-width spaces and joiners U+200B..U+200D, U+2060, U+FEFF, bidi embeddings, overrides
+and isolates U+202A..U+202E and U+2066..U+2069, the soft hyphen, tag characters), a line or paragraph
+separator (U+2028, U+2029), an unassigned code point, a space other than U+0020 (a no-break space looks like
+one), or another character that draws nothing (variation selectors, Hangul fillers); nor begin or end with a
+space; and it must be in Unicode normal form NFC ("é" as one character, not "e" and a combining accent: both
+look the same). The refusal is `INVALID_ARGUMENT` naming the field, the name escaped, the character's code
+point and its position (from 1): `name: 'r12\\u200b': U+200B ZERO WIDTH SPACE at position 4 is not allowed;
+names and external ids may not hold control, format or invisible characters, nor begin or end with
+whitespace`. A non-NFC name is refused, not normalised, so lookups stay exact. A name stored by an earlier
+release keeps working: it is found by itself (`GetRack`, a `RackTarget`'s name), and an update that sends it
+back unchanged keeps it; renaming it is the way out
+([OPERATIONS.md](OPERATIONS.md#names-that-do-not-show-as-themselves)).
 
 ## Calling the API with grpcurl
 
