@@ -348,14 +348,11 @@ def details(rows: Iterable[tuple[str, RenderableType]]) -> Table:
     result.add_column(style="bold")
     result.add_column()
     for key, value in rows:
-        result.add_row(
-            key,
-            shown_text(value)
-            if isinstance(value, Text)
-            else shown(value)
-            if isinstance(value, str)
-            else value,
-        )
+        if isinstance(value, str):
+            value = shown(value)
+        elif isinstance(value, Text):
+            value = shown_text(value)
+        result.add_row(key, value)
     return result
 
 
