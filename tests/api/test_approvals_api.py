@@ -190,10 +190,10 @@ async def test_roles_and_the_two_person_rule_by_token(secured: FlowStub, service
         "'lead' last edited the schedule",
         stub.ApproveTaskScheduleRun(pb.ApproveTaskScheduleRunRequest(id=run.id), metadata=bearer(LEAD_TOKEN)),
     )
-    # Refused calls wrote nothing but the audit row of the one the role let through (a role's refusal is
-    # logged by the auth interceptor, before the audit interceptor).
+    # Refused calls wrote nothing but their audit rows: the role's refusals (the auth interceptor's) and
+    # the two-person rule's.
     after = await table_counts(services.db)
-    assert {k: v for k, v in after.items() if v != before[k]} == {"audit_events": before["audit_events"] + 1}
+    assert {k: v for k, v in after.items() if v != before[k]} == {"audit_events": before["audit_events"] + 3}
 
     approved = await stub.ApproveTaskScheduleRun(
         pb.ApproveTaskScheduleRunRequest(id=run.id, comment="ok"), metadata=bearer(SECOND_TOKEN)
@@ -203,20 +203,21 @@ async def test_roles_and_the_two_person_rule_by_token(secured: FlowStub, service
     events = await stub.ListAuditEvents(
         pb.ListAuditEventsRequest(method="ApproveTaskScheduleRun"), metadata=bearer(VIEWER_TOKEN)
     )
-    assert sorted((e.principal, e.outcome) for e in events.events) == [
+    tried = [
+        ("dashboard", "PERMISSION_DENIED"),
         ("lead", "PERMISSION_DENIED"),
+        ("oncall", "PERMISSION_DENIED"),
         ("second", "OK"),
     ]
-    # Both are in the schedule's history too: the editor's refused approval is what an auditor of the
-    # two-person rule looks for there (`rackflow audit --target SCHEDULE`), not only under the run.
+    assert sorted((e.principal, e.outcome) for e in events.events) == tried
+    # All are in the schedule's history too: the editor's refused approval is what an auditor of the
+    # two-person rule looks for there (`rackflow audit --target SCHEDULE`), not only under the run, and so
+    # are the approvals of those whose role may not approve.
     history = await stub.ListAuditEvents(
         pb.ListAuditEventsRequest(method="ApproveTaskScheduleRun", target=schedule.id),
         metadata=bearer(VIEWER_TOKEN),
     )
-    assert sorted((e.principal, e.outcome) for e in history.events) == [
-        ("lead", "PERMISSION_DENIED"),
-        ("second", "OK"),
-    ]
+    assert sorted((e.principal, e.outcome) for e in history.events) == tried
 
     # The approver who is not the last editor may approve a trigger as it fires: it starts at once (once
     # the first task ended: the task manager's conflict rules still hold).

@@ -28,7 +28,8 @@ from rackflow.store.db import Database
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from rackflow.windows.service import Ref, WindowInput
-from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
+from tests.api.secured import FLOW, OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
+from tests.api.test_request_decoding import TRUNCATED, raw_call
 from tests.store.schedules_support import Env
 from tests.store.test_windows_firing import NIGHTLY, dispatch_at, with_policy
 
@@ -131,6 +132,82 @@ async def test_a_refused_request_holding_a_nul_is_in_the_trail(stub: FlowStub, c
     assert (delete.method, delete.outcome) == ("DeleteRack", "INVALID_ARGUMENT")
     assert [i.id for i in delete.target_ids] == ["x\u2400"]
     assert json.loads(delete.request_json) == {"id": {"id": "x\u2400"}}
+
+
+async def test_a_call_its_role_may_not_make_is_recorded_as_denied(
+    stub: FlowStub, services: Services, clock: FakeClock
+) -> None:
+    """A viewer deleting a schedule, an operator approving a run: refused by role, nothing runs, and the
+    trail says who tried what (the refusal was only logged, so an operator reading the trail never saw
+    it). Recorded as a refusal by validation is: the principal, the RPC, its ids, `PERMISSION_DENIED`
+    with the message the caller got, the schedule as it stood (unchanged)."""
+    await services.inventory.create_rack("r1")
+    schedule = await create_schedule(stub)
+    clock.advance(SECOND)
+    with pytest.raises(grpc.aio.AioRpcError) as delete_refused:
+        await stub.DeleteTaskSchedule(pb.DeleteTaskScheduleRequest(id=schedule.id), metadata=VIEWER)
+    assert delete_refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    clock.advance(SECOND)
+    run_id = pb.UUID(id=str(uuid.uuid4()))
+    with pytest.raises(grpc.aio.AioRpcError) as approve_refused:
+        approve = pb.ApproveTaskScheduleRunRequest(id=run_id, comment="lgtm")
+        await stub.ApproveTaskScheduleRun(approve, metadata=OPERATOR)
+    assert approve_refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+    approve_event, delete_event, _create = await events(stub)
+    assert (delete_event.principal, delete_event.method, delete_event.outcome) == (
+        "dashboard",
+        "DeleteTaskSchedule",
+        "PERMISSION_DENIED",
+    )
+    assert delete_event.error == delete_refused.value.details()
+    assert [i.id for i in delete_event.target_ids] == [schedule.id.id]
+    before = json.loads(delete_event.schedule_before_json)
+    assert before == json.loads(delete_event.schedule_after_json) and before["name"] == "nightly"
+    assert (approve_event.principal, approve_event.method, approve_event.outcome) == (
+        "oncall",
+        "ApproveTaskScheduleRun",
+        "PERMISSION_DENIED",
+    )
+    assert approve_event.error == approve_refused.value.details()
+    assert [i.id for i in approve_event.target_ids] == [run_id.id]
+    assert json.loads(approve_event.request_json) == {"id": {"id": run_id.id}, "comment": "lgtm"}
+    history = await events(stub, target=schedule.id)
+    assert [(e.method, e.outcome) for e in history] == [
+        ("DeleteTaskSchedule", "PERMISSION_DENIED"),
+        ("CreateTaskSchedule", "OK"),
+    ]
+    assert (await services.schedules.get(uuid.UUID(schedule.id.id))).name == "nightly"
+
+
+async def test_a_denied_call_whose_bytes_do_not_parse_is_recorded_with_the_parsers_reason(
+    stub: FlowStub, services: Services
+) -> None:
+    """The role is checked before the request's bytes are parsed: the caller gets PERMISSION_DENIED, and
+    the trail holds who tried which RPC, with the parser's reason for its request."""
+    async with secured_server(services, TOKENS) as address, grpc.aio.insecure_channel(address) as channel:
+        refused = await raw_call(channel, f"/{FLOW}/DeleteRack", TRUNCATED, VIEWER_TOKEN)
+    assert refused.code() == grpc.StatusCode.PERMISSION_DENIED
+    (event,) = await events(stub)
+    assert (event.principal, event.method, event.outcome, event.error) == (
+        "dashboard",
+        "DeleteRack",
+        "PERMISSION_DENIED",
+        refused.details(),
+    )
+    assert list(event.target_ids) == []
+    assert json.loads(event.request_json)["unparsed"].startswith(
+        "the bytes sent do not parse: Error parsing message"
+    )
+
+
+async def test_a_call_without_valid_credentials_is_not_recorded(stub: FlowStub) -> None:
+    """Anyone can send a call without a token: recording those would let anyone fill the trail."""
+    for metadata in ((), bearer("not-a-token")):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.CreateRack(pb.CreateRackRequest(name="r1"), metadata=metadata)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert await events(stub) == []
 
 
 async def test_operations_record_the_racks_and_the_submitted_tasks(stub: FlowStub) -> None:

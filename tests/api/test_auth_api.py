@@ -76,7 +76,8 @@ async def test_viewer_reads_but_may_not_mutate(stub: FlowStub, services: Service
     error = await refused(stub.DeleteRack(delete, metadata=bearer(VIEWER_TOKEN)))
     assert error.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "DeleteRack" in (error.details() or "") and "operator" in (error.details() or "")
-    assert await table_counts(db) == before
+    after = await table_counts(db)  # nothing changed; the trail says who tried (test_audit.py)
+    assert {k: v for k, v in after.items() if v != before[k]} == {"audit_events": before["audit_events"] + 1}
 
 
 async def test_operator_may_mutate(stub: FlowStub) -> None:

@@ -348,9 +348,11 @@ async def test_the_override_needs_the_operator_role_and_is_audited(
         listed = await secured.ListAuditEvents(
             pb.ListAuditEventsRequest(method="PowerOnRack"), metadata=bearer(VIEWER_TOKEN)
         )
-    (event,) = listed.events  # the refused call never reached the audited servicer
+    event, denied = listed.events  # the viewer's attempt is in the trail too, refused by its role
     assert (event.principal, event.outcome) == ("oncall", "OK")
-    assert json.loads(event.request_json)["queue_options"]["ignore_windows"] is True
+    assert (denied.principal, denied.outcome) == ("dashboard", "PERMISSION_DENIED")
+    for recorded in (event, denied):
+        assert json.loads(recorded.request_json)["queue_options"]["ignore_windows"] is True
 
 
 async def test_schedule_window_policy_round_trips_and_schedules_cannot_ignore_windows(

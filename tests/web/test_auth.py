@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 import pytest
 
@@ -10,7 +12,7 @@ from rackflow.services import Services
 from rackflow.store.db import Database
 from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN
 from tests.conftest import table_counts
-from tests.web.conftest import make_racks, make_schedule
+from tests.web.conftest import BASE_URL, make_racks, make_schedule
 
 API = "/api/v1"
 FRAGMENT = {"X-Rackflow-Fragment": "1"}
@@ -56,15 +58,48 @@ async def test_a_viewer_reads_but_is_refused_every_action(
 ) -> None:
     await make_racks(services, "r1")
     await make_schedule(services, "nightly", "r1")
-    assert (await http.get(f"{API}/schedules/nightly", headers=bearer(VIEWER_TOKEN))).status_code == 200
+    read = await http.get(f"{API}/schedules/nightly", headers=bearer(VIEWER_TOKEN))
+    assert read.status_code == 200
+    schedule_id = read.json()["id"]["id"]
     before = await table_counts(db)
+    messages = []
     for verb in ("pause", "resume", "trigger"):
         response = await http.post(f"{API}/schedules/nightly:{verb}", headers=bearer(VIEWER_TOKEN))
         assert response.status_code == 403
         body = response.json()
         assert body["code"] == "PERMISSION_DENIED" and "operator" in body["message"]
         assert body["field"] is None  # the message starts with the RPC's name, which is no field
-    assert await table_counts(db) == before  # refused by role: no change, and (as over gRPC) no audit row
+        messages.append(body["message"])
+    after = await table_counts(db)
+    # Refused by role: nothing changed but the trail, which says who tried what (as over gRPC).
+    assert {k: v for k, v in after.items() if v != before[k]} == {"audit_events": before["audit_events"] + 3}
+    events = (await http.get(f"{API}/audit", headers=bearer(VIEWER_TOKEN))).json()["events"]
+    assert [(e["principal"], e["method"], e["outcome"], e["error"]) for e in reversed(events)] == [
+        ("dashboard", rpc, "PERMISSION_DENIED", message)
+        for rpc, message in zip(
+            ("PauseTaskSchedule", "ResumeTaskSchedule", "TriggerTaskSchedule"), messages, strict=True
+        )
+    ]
+    assert all([t["id"] for t in e["target_ids"]] == [schedule_id] for e in events)
+
+
+async def test_an_operator_approving_from_the_console_is_refused_and_audited(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """The console's Approve button posts to the JSON API as the page's script does (same origin, JSON):
+    an operator's approval is refused by role, and the trail records it as the gRPC API does."""
+    run_id = str(uuid.uuid4())
+    console = {"Origin": BASE_URL, "Sec-Fetch-Site": "same-origin", **bearer(OPERATOR_TOKEN)}
+    response = await http.post(f"{API}/runs/{run_id}:approve", json={"comment": "ok"}, headers=console)
+    assert response.status_code == 403 and response.json()["code"] == "PERMISSION_DENIED"
+    (event,) = (await http.get(f"{API}/audit", headers=bearer(VIEWER_TOKEN))).json()["events"]
+    assert (event["principal"], event["method"], event["outcome"], event["error"]) == (
+        "oncall",
+        "ApproveTaskScheduleRun",
+        "PERMISSION_DENIED",
+        response.json()["message"],
+    )
+    assert [t["id"] for t in event["target_ids"]] == [run_id]
 
 
 async def test_an_operator_acts_and_the_audit_names_the_token(

@@ -1,5 +1,8 @@
 """Audit over gRPC: the interceptor that records every mutating RPC, and ListAuditEvents.
 
+A mutating RPC the caller's role may not make is recorded too (`AuditInterceptor.record_denial`, which
+the auth interceptor and the HTTP API call before they refuse it), as `PERMISSION_DENIED`.
+
 The servicers know nothing about auditing. The interceptor wraps every Flow RPC that is not a read (see
 `rackflow.api.auth.is_mutating`), runs it, and records one event in the audit trail (`rackflow.audit`):
 the principal (set by the auth interceptor, which runs outside this one), the RPC name, the ids it touched
@@ -38,12 +41,13 @@ from rackflow.api.convert import (
 from rackflow.api.convert.audit import audit_event_to
 from rackflow.api.convert.checks import check_without_secrets
 from rackflow.api.convert.notifications import without_secrets
-from rackflow.api.errors import rpc
+from rackflow.api.decoding import Unparsed
+from rackflow.api.errors import message_of, rpc, status_for
 from rackflow.audit.changes import Changes, noting
 from rackflow.audit.trail import AuditTrail
 from rackflow.domain.audit import OK, SYSTEM_METHODS, EventFilter
-from rackflow.errors import InvalidArgument
-from rackflow.security import audited_name
+from rackflow.errors import InvalidArgument, PermissionDenied
+from rackflow.security import Principal, audited_name, current_principal
 from rackflow.v1 import flow_pb2 as pb
 
 if TYPE_CHECKING:
@@ -61,6 +65,9 @@ _SCHEDULE_ID_FIELD = {
     "AddTaskScheduleScope": "schedule_id",
     "UpdateTaskScheduleScope": "schedule_id",
 }
+# RPCs on a run whose event names the run's schedule, as their services note it once they read the run
+# (`audit.changes.note_schedule_of_run`); a call refused by role reads it for its event (`record_denial`).
+_RUN_RPCS = frozenset({"ApproveTaskScheduleRun", "RejectTaskScheduleRun", "RetryTaskScheduleRun"})
 _SCOPE_RPC = "RemoveTaskScheduleScope"
 _CREATE_SCHEDULE_RPC = "CreateTaskSchedule"
 
@@ -140,6 +147,44 @@ class AuditInterceptor(FlowInterceptor):
             return response
 
         return audited
+
+    async def record_denial(
+        self, rpc: str, request: Any, principal: Principal, refusal: PermissionDenied
+    ) -> None:
+        """Record a call `principal`'s role may not make, refused before it runs (`api.auth.authorize`:
+        over gRPC by the auth interceptor, over HTTP by `rackflow.web.calls`), as a call refused by its
+        service is recorded: the principal, the RPC, its ids, `PERMISSION_DENIED` with the message the
+        caller gets, a schedule RPC's schedule as it stands (before and after alike: nothing ran), and
+        an approval's, a rejection's or a retry's run's schedule among its ids.
+
+        Why: the refusal was only logged, so the trail never showed that a viewer's token tried to delete
+        a schedule, or an operator's to approve a run. A request whose bytes do not parse (the auth runs
+        before the decoding) is recorded as the parser's reason, naming no id. Returns once the event is
+        committed or spooled; never raises (`AuditTrail.record`).
+        """
+        outcome, error = status_for(refusal).name, message_of(refusal)
+        reset = current_principal.set(principal)
+        try:
+            if isinstance(request, Unparsed):
+                await self.trail.record(
+                    principal=principal.name,
+                    method=rpc,
+                    target_ids=(),
+                    outcome=outcome,
+                    error=error,
+                    request={"unparsed": f"the bytes sent do not parse: {request.error}"},
+                )
+                return
+            schedule_id = await self._schedule_id_before(rpc, request)
+            call = _AuditedCall(
+                self, rpc, request, schedule_id, await self.trail.schedule_before(schedule_id)
+            )
+            run_id = _parse_uuid(request.id.id) if rpc in _RUN_RPCS else None
+            if run_id is not None and (of_run := await self.trail.schedule_of_run(run_id)) is not None:
+                call.changes.target_ids.append(str(of_run))
+            await call.finish(None, outcome, error)
+        finally:
+            current_principal.reset(reset)
 
     async def _schedule_id_before(self, rpc: str, request: Any) -> uuid.UUID | None:
         if rpc in _SCHEDULE_ID_FIELD:

@@ -9,7 +9,9 @@ certificate) is then the access control. A token gets the approver role from its
 token's and a certificate's principals apart, never anonymous ones (`rackflow.security.caller_identified`).
 
 Health and reflection are not intercepted, so load balancers and grpcurl work without a token. The
-principal is published in `current_principal` for the audit interceptor, which runs inside this one.
+principal is published in `current_principal` for the audit interceptor, which runs inside this one. A call
+the principal's role may not make never reaches it, and is recorded in the audit trail here, before it is
+refused (docs/SECURITY.md, "Audit trail").
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ READ_PREFIXES = ("Get", "List", "Preview", "Check")
 APPROVER_RPCS = frozenset({"ApproveTaskScheduleRun", "RejectTaskScheduleRun"})
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+# Records in the audit trail a call (rpc, request) the principal's role may not make, before it is refused
+# (`rackflow.api.audit.AuditInterceptor.record_denial`).
+RecordDenial = Callable[[str, Any, Principal, PermissionDenied], Awaitable[None]]
 
 
 def rpc_name(method: str) -> str | None:
@@ -140,8 +145,13 @@ class FlowInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 class AuthInterceptor(FlowInterceptor):
-    def __init__(self, tokens: TokenTable | None) -> None:
+    """Refuses a caller without valid credentials (logged only: anyone can send those, and recording them
+    would let anyone fill the audit trail) and a caller whose role may not call the RPC (logged, and
+    recorded by `record_denial`: every such RPC is a mutating one, audited had it been allowed)."""
+
+    def __init__(self, tokens: TokenTable | None, record_denial: RecordDenial) -> None:
         self.tokens = tokens
+        self.record_denial = record_denial
 
     def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if self.tokens is None and not is_mutating(rpc):
@@ -156,9 +166,14 @@ class AuthInterceptor(FlowInterceptor):
                     bearer_token(context.invocation_metadata() or ()),
                     certificate_name(context.auth_context()),
                 )
-                authorize(principal, rpc)
-            except (Unauthenticated, PermissionDenied) as exc:
+            except Unauthenticated as exc:
                 log.warning("refused %s from %s: %s", rpc, context.peer(), exc)
+                await context.abort(status_for(exc), message_of(exc))
+            try:
+                authorize(principal, rpc)
+            except PermissionDenied as exc:
+                log.warning("refused %s from %s: %s", rpc, context.peer(), exc)
+                await self.record_denial(rpc, request, principal, exc)
                 await context.abort(status_for(exc), message_of(exc))
             reset = current_principal.set(principal)
             try:

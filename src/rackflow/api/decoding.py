@@ -4,7 +4,7 @@ gRPC parses a request before any handler runs, so the `rpc` decorator of `rackfl
 a parse that fails (a string field that is not valid UTF-8, as an operator's tool may send): the error
 escaped from grpc's own code, which answered UNKNOWN ("Unexpected <class 'DecodeError'>") and logged a
 traceback. This interceptor gives every unary request a deserializer that keeps such a failure as an
-`_Unparsed` request, and answers it, before the handler (or the audit, which has no request to record)
+`Unparsed` request, and answers it, before the handler (or the audit, which has no request to record)
 sees it, with the table's code for `InvalidArgument` and the parser's reason.
 """
 
@@ -23,7 +23,7 @@ from rackflow.errors import InvalidArgument
 Deserializer = Callable[[bytes], Any]
 
 
-class _Unparsed:
+class Unparsed:
     """A request that did not parse, held as the parser's reason, e.g. `Error parsing message with type
     'rackflow.v1.CreateRackRequest': String field had bad UTF-8`."""
 
@@ -36,14 +36,14 @@ def _keeping_failures(deserializer: Deserializer) -> Deserializer:
         try:
             return deserializer(data)
         except DecodeError as exc:
-            return _Unparsed(exc)
+            return Unparsed(exc)
 
     return deserialize
 
 
 def _refusing_unparsed(behavior: Behavior) -> Behavior:
     async def refusing(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        if isinstance(request, _Unparsed):
+        if isinstance(request, Unparsed):
             refusal = InvalidArgument(f"request: the bytes sent do not parse: {request.error}")
             await context.abort(status_for(refusal), message_of(refusal))
         return await behavior(request, context)

@@ -37,6 +37,7 @@ class FlowServicer(
 
 def interceptors(tokens: TokenTable | None, audit: AuditInterceptor) -> list[grpc.aio.ServerInterceptor]:
     """The server's interceptors, outermost first. Authentication runs first, so a caller without a valid
-    token learns nothing of its request and the audit sees the caller's principal; then a request whose
+    token learns nothing of its request and the audit sees the caller's principal (a call its role may not
+    make is refused there, and recorded by the audit's `record_denial`); then a request whose
     bytes do not parse is refused (there is no request to audit); then the audit records the call."""
-    return [AuthInterceptor(tokens), DecodeInterceptor(), audit]
+    return [AuthInterceptor(tokens, audit.record_denial), DecodeInterceptor(), audit]

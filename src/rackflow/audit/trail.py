@@ -72,6 +72,10 @@ class AuditTrail:
         """The schedule a scope entry belongs to (None: no such scope, or the read failed, logged)."""
         return await self._read(f"the schedule of scope {scope_id}", store.schedule_of_scope, scope_id)
 
+    async def schedule_of_run(self, run_id: uuid.UUID) -> uuid.UUID | None:
+        """The schedule a run belongs to (None: no such run, or the read failed, logged)."""
+        return await self._read(f"the schedule of run {run_id}", store.schedule_of_run, run_id)
+
     async def schedule_before(self, schedule_id: uuid.UUID | None) -> dict[str, Any] | None:
         """The schedule (row and scopes) as JSON, to record as an action's "before" (None: no schedule, or
         the read failed, which is logged: the action goes ahead all the same)."""

@@ -16,11 +16,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.config import SEARCH_WALK
 from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter, bounded_event
 from rackflow.store import audit_partitions as partitions
+from rackflow.store import run_partitions
 from rackflow.store.db import Database
 from rackflow.store.dialect import array_holds, indexes_array_items, insert_new
 from rackflow.store.paging import Key, Listed, after_key, count_capped, up_to_key
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
-from rackflow.store.tables import audit_events, task_schedule, task_schedule_scope
+from rackflow.store.tables import audit_events, task_schedule, task_schedule_run, task_schedule_scope
 
 
 @dataclass(frozen=True)
@@ -309,3 +310,10 @@ async def schedule_of_scope(conn: AsyncConnection, scope_id: uuid.UUID) -> uuid.
     query = select(task_schedule_scope.c.schedule_id).where(task_schedule_scope.c.id == scope_id)
     found: uuid.UUID | None = (await conn.execute(query)).scalar_one_or_none()
     return found
+
+
+async def schedule_of_run(conn: AsyncConnection, run_id: uuid.UUID) -> uuid.UUID | None:
+    """The schedule of a run, read in the run's partition (`run_partitions.run_rows`)."""
+    query = select(task_schedule_run.c.schedule_id).where(task_schedule_run.c.id == run_id)
+    rows = await run_partitions.run_rows(conn, run_id, query)
+    return rows[0].schedule_id if rows else None

@@ -4,7 +4,9 @@ The servicer method is called exactly as gRPC calls it, with a context whose `ab
 the `rpc` decorator has already turned a domain error into its status code and message, so the HTTP
 status comes from the same table (`rackflow.api.errors`). The caller's role is checked by the gRPC rule
 (`authorize`), and a mutating RPC is wrapped by the audit interceptor's own `audited`, so it writes the
-same audit row as over gRPC, with the HTTP caller's principal.
+same audit row as over gRPC, with the HTTP caller's principal; a call its role may not make is recorded
+by the same `record_denial` before it is refused, as over gRPC. The console's buttons and forms post to
+this API, so they are refused and recorded alike.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rackflow.api.auth import authorize, is_mutating
 from rackflow.api.convert import timestamp_into
 from rackflow.api.errors import HTTP_STATUS_FOR_CODE, AnsweredFiring, answered_firing, message_of, status_of
 from rackflow.api.servicer import FlowServicer
-from rackflow.errors import RackflowError
+from rackflow.errors import PermissionDenied, RackflowError
 from rackflow.security import Principal, current_principal
 
 # Messages name the field first: "schedule.spec.timezone: …", "task_ids[2]: …", "limit: …". Field names are
@@ -97,7 +99,8 @@ class RpcCaller:
         """The RPC's response; `RpcError` when it is refused (role, validation, state) or fails."""
         try:
             authorize(principal, rpc)
-        except RackflowError as exc:
+        except PermissionDenied as exc:
+            await self.audit.record_denial(rpc, request, principal, exc)
             raise RpcError.of(exc) from None
         behavior: Behavior = getattr(self.servicer, rpc)
         if is_mutating(rpc):
