@@ -285,15 +285,19 @@ class ServeConfig:
     # still going would be sent again beside it.
     notification_send_lease: timedelta = DEFAULT_NOTIFY_SEND_LEASE
 
+    @property
+    def mutual_tls(self) -> bool:
+        """Whether callers must present a client certificate (`--tls-client-ca`)."""
+        return self.tls is not None and self.tls.client_ca is not None
+
     def __post_init__(self) -> None:
-        mutual_tls = self.tls is not None and self.tls.client_ca is not None
         for flag, listen in (("--listen", self.listen), ("--http-listen", self.http_listen)):
             if listen is not None:
                 host, _ = parse_host_port(listen, flag)
                 check_exposure(
                     host,
                     tls=self.tls is not None,
-                    auth=self.tokens is not None or mutual_tls,
+                    auth=self.tokens is not None or self.mutual_tls,
                     insecure=self.insecure,
                     flag=flag,
                 )

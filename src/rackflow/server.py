@@ -42,7 +42,7 @@ from rackflow.notify.holds import HoldWatcher
 from rackflow.retention import Pruner, ensure_run_weeks, keep_run_weeks, run_in_order
 from rackflow.rollouts.driver import RolloutDriver
 from rackflow.schedules.dispatcher import Dispatcher
-from rackflow.security import server_credentials
+from rackflow.security import approvers_of, server_credentials
 from rackflow.services import Services
 from rackflow.store import outbox
 from rackflow.store import runs as run_history
@@ -93,6 +93,7 @@ class RackflowServer:
             self.audit_spool,
             default_start_deadline=config.default_start_deadline,
             instance_id=self.instance_id,
+            approvers=approvers_of(config.tokens, mutual_tls=config.mutual_tls),
         )
         # Records every mutating RPC, over gRPC and through the HTTP API alike, in `services.audit`.
         self.audit = AuditInterceptor(self.services.audit)
@@ -109,6 +110,8 @@ class RackflowServer:
             revision = await migrate(self.db)
             log.info("database migrated to revision %s", revision)
         await require_migrated(self.db)
+        # The tokens were read at start-up: name the stored schedules they leave unapprovable (logged).
+        await self.services.schedules.name_unapprovable()
         backend = build_backend(self.config, self.clock)  # bad backend settings fail before we listen
         http = self._bind_http()  # a taken HTTP port fails before gRPC listens
         # So does a taken metrics port, before any loop starts (its thread serves the process's life).

@@ -12,6 +12,7 @@ from rackflow.budgets.gate import BudgetGate
 from rackflow.budgets.service import BudgetService
 from rackflow.checks.service import CheckService
 from rackflow.clock import Clock
+from rackflow.domain.approvals import UNCOUNTED, Approvers
 from rackflow.inventory.service import InventoryService
 from rackflow.notify.service import NotificationService
 from rackflow.rollouts.gate import RolloutGate, hold_stopped
@@ -64,10 +65,12 @@ class Services:
         *,
         default_start_deadline: timedelta | None = None,
         instance_id: uuid.UUID | None = None,
+        approvers: Approvers = UNCOUNTED,
     ) -> Services:
         """The services; `default_start_deadline` (`--default-start-deadline`): the start deadline of a
         schedule without its own; `instance_id`: the process's (its executor's and dispatcher's), whose
-        heartbeat vouches for the runs its approvals, manual triggers and retries start. They and `db`
+        heartbeat vouches for the runs its approvals, manual triggers and retries start; `approvers`: who
+        its credentials let approve (`security.approvers_of`; not counted by default). They and `db`
         read one clock: what they stamp and what the database is asked (`Database.now`) must agree, so
         `db` takes `clock` (the server builds both on the same one)."""
         db.clock = clock
@@ -77,7 +80,9 @@ class Services:
         deferrals = Deferrals(tasks, default_start_deadline, hold_stopped)
         windows = WindowService(db, clock, deferrals)
         rollouts = RolloutService(db, clock, tasks, audit)
-        schedules = ScheduleService(db, clock, tasks, rollouts, default_start_deadline, instance_id)
+        schedules = ScheduleService(
+            db, clock, tasks, rollouts, default_start_deadline, instance_id, approvers=approvers
+        )
         checks = CheckService(db, clock, tasks)
         return cls(
             db=db,

@@ -3,6 +3,7 @@ two-person rule by token; a trigger its approver approves; the preview's `needs_
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,14 +12,23 @@ import grpc
 import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 
+from rackflow.domain.approvals import UNCOUNTED
 from rackflow.domain.tasks import TaskStatus
-from rackflow.security import Role, ServerTls, TokenEntry, TokenTable, hash_token, server_credentials
+from rackflow.security import (
+    Role,
+    ServerTls,
+    TokenEntry,
+    TokenTable,
+    approvers_of,
+    hash_token,
+    server_credentials,
+)
 from rackflow.services import Services
 from rackflow.store import tasks as task_store
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.api.secured import OPERATOR_TOKEN, VIEWER_TOKEN, bearer, secured_server
-from tests.api.test_schedules_api import config, expect, make_rack, power_off
+from tests.api.test_schedules_api import config, expect, make_rack, power_off, racks_spec
 from tests.certs import KeyPair, make_cert, make_pki
 from tests.conftest import table_counts
 
@@ -411,3 +421,159 @@ async def test_anonymous_callers_cannot_be_told_apart(services: Services) -> Non
         (started,) = await _runs(stub, one)
     assert started.state == "completed"
     assert [a.principal for a in started.approval.approvers] == ["anonymous"]
+
+
+def counting(services: Services, tokens: TokenTable | None, *, mutual_tls: bool = False) -> Services:
+    """The services as `rackflow serve` builds them beside these credentials: they know who may approve."""
+    return Services.build(services.db, services.clock, approvers=approvers_of(tokens, mutual_tls=mutual_tls))
+
+
+def with_approval(schedule_id: pb.UUID, approval: pb.ApprovalPolicy | None) -> pb.UpdateTaskScheduleRequest:
+    return pb.UpdateTaskScheduleRequest(
+        id=schedule_id,
+        schedule=pb.ScheduleConfig(approval=approval),
+        update_mask=FieldMask(paths=["schedule.approval"]),
+    )
+
+
+async def test_a_policy_needing_more_approvers_than_the_tokens_allow_is_refused(services: Services) -> None:
+    """lead and second hold the approver role: a policy asking for three is never met (each firing awaits
+    approval and expires), and one asking for two is not either once lead edits the schedule (the
+    two-person rule keeps lead from approving it). Refused when set, by create, update, re-scope and the
+    console's preview alike, naming the field and who may approve; nothing is written."""
+    await make_rack(services, "r1")
+    await make_rack(services, "r2")
+    counted = counting(services, TOKENS)
+    oncall, lead = bearer(OPERATOR_TOKEN), bearer(LEAD_TOKEN)
+    three = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=3)
+    two = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2)
+    async with secured_server(counted, TOKENS) as address, grpc.aio.insecure_channel(address) as channel:
+        stub = FlowStub(channel)
+        before = await table_counts(services.db)
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "schedule.approval.min_approvers: 3 approvers needed, but only 2 principals may approve its runs "
+            "with this server's tokens (lead, second); ask for at most 2, or give more tokens the approver "
+            "role (--auth-tokens)",
+            _create(stub, three, oncall),
+        )
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "2 approvers needed, but only 1 principal may approve its runs with this server's tokens "
+            "(second); 'lead' last edited it and may not (two-person rule); ask for at most 1",
+            _create(stub, two, lead),
+        )
+        draft = config("fw")
+        draft.approval.CopyFrom(two)
+        preview = pb.PreviewTaskScheduleRequest(
+            draft=pb.CreateTaskScheduleRequest(schedule=draft, operation=power_off("r1")), count=1
+        )
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "schedule.approval.min_approvers: 2 approvers needed",
+            stub.PreviewTaskSchedule(preview, metadata=lead),
+        )
+        after = await table_counts(services.db)
+        assert {k: v for k, v in after.items() if v != before[k]} == {
+            "audit_events": before["audit_events"] + 2
+        }
+
+        schedule = await _create(stub, two, oncall)
+        assert (await stub.PreviewTaskSchedule(preview, metadata=oncall)).firings
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "schedule.approval.min_approvers: 3 approvers needed",
+            stub.UpdateTaskSchedule(with_approval(schedule.id, three), metadata=oncall),
+        )
+        renamed = pb.UpdateTaskScheduleRequest(
+            id=schedule.id,
+            schedule=pb.ScheduleConfig(name="fw-2"),
+            update_mask=FieldMask(paths=["schedule.name"]),
+        )
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "'lead' last edited it and may not",
+            stub.UpdateTaskSchedule(renamed, metadata=lead),
+        )
+        add = pb.AddTaskScheduleScopeRequest(schedule_id=schedule.id, target_spec=racks_spec("r2"))
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "'lead' last edited it and may not",
+            stub.AddTaskScheduleScope(add, metadata=lead),
+        )
+        kept = await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id), metadata=oncall)
+        assert (kept.name, kept.last_edited_by) == ("fw", "oncall")
+        scopes = pb.ListTaskScheduleScopesRequest(schedule_id=schedule.id)
+        assert (await stub.ListTaskScheduleScopes(scopes, metadata=oncall)).total == 1
+        # lead may edit it once one approver other than lead is enough, and operators as they like.
+        assert (await stub.AddTaskScheduleScope(add, metadata=oncall)).scopes
+        one = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=1)
+        edited = await stub.UpdateTaskSchedule(with_approval(schedule.id, one), metadata=lead)
+        assert (edited.last_edited_by, edited.approval.min_approvers) == ("lead", 1)
+
+
+async def test_the_schedules_the_tokens_no_longer_let_approve_are_named_at_start_up(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tokens file is read at start-up: a schedule whose policy its approvers met before may need more
+    than the new file lets approve. `name_unapprovable` (which `rackflow serve` runs as it starts) says so
+    at WARNING for each; a schedule whose policy was removed, or that one approver can approve, is not
+    named."""
+    await make_rack(services, "r1")
+    two = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2)
+    async with (
+        secured_server(counting(services, TOKENS), TOKENS) as address,
+        grpc.aio.insecure_channel(address) as channel,
+    ):
+        stub = FlowStub(channel)
+        needs_two = await _create(stub, two, bearer(OPERATOR_TOKEN))
+        removed = await stub.CreateTaskSchedule(
+            pb.CreateTaskScheduleRequest(schedule=config("fw-removed"), operation=power_off("r1")),
+            metadata=bearer(OPERATOR_TOKEN),
+        )
+        await stub.UpdateTaskSchedule(with_approval(removed.id, two), metadata=bearer(OPERATOR_TOKEN))
+        await stub.UpdateTaskSchedule(with_approval(removed.id, None), metadata=bearer(OPERATOR_TOKEN))
+        one_config = config("fw-one")
+        one_config.approval.CopyFrom(APPROVAL)
+        await stub.CreateTaskSchedule(
+            pb.CreateTaskScheduleRequest(schedule=one_config, operation=power_off("r1")),
+            metadata=bearer(OPERATOR_TOKEN),
+        )
+    lead_only = TokenTable(tuple(e for e in TOKENS.entries if e.name != "second"))
+    assert await counting(services, TOKENS).schedules.name_unapprovable() == 0
+    caplog.set_level(logging.WARNING)
+    assert await counting(services, lead_only).schedules.name_unapprovable() == 1
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == (
+        f"schedule 'fw' ({needs_two.id.id}) cannot be approved: it needs 2 approvers, but only 1 principal "
+        "may approve its runs with this server's tokens (lead); ask for at most 1, or give more tokens the "
+        "approver role (--auth-tokens); until then each of its firings awaits approval and expires"
+    )
+
+
+async def test_without_tokens_anonymous_callers_count_once_and_certificates_are_not_counted(
+    services: Services,
+) -> None:
+    """Without authentication every caller is one `anonymous`, whom rackflow cannot tell apart: a policy
+    needing two is refused as it is set, saying so. Under mutual TLS without tokens any certificate its CA
+    signs may approve: the server cannot count them, and takes the policy (the approvals then count
+    distinct certificate names: test_two_person_rule_by_client_certificate)."""
+    await make_rack(services, "r1")
+    two = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2)
+    async with (
+        secured_server(counting(services, None), None) as address,
+        grpc.aio.insecure_channel(address) as channel,
+    ):
+        stub = FlowStub(channel)
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "schedule.approval.min_approvers: 2 approvers needed, but only 1 principal may approve its "
+            "runs on this server: without authentication every caller is 'anonymous', and anonymous "
+            "callers cannot be told apart; ask for at most 1, or configure --auth-tokens (role: "
+            "approver) or --tls-client-ca",
+            _create(stub, two),
+        )
+        assert (await _create(stub)).approval.min_approvers == 1
+    assert approvers_of(None, mutual_tls=True) == UNCOUNTED
+    certified = counting(services, None, mutual_tls=True)
+    assert await certified.schedules.name_unapprovable() == 0

@@ -13,13 +13,16 @@ from datetime import timedelta
 import pytest
 
 from rackflow.domain.approvals import (
+    UNCOUNTED,
     ApprovalPolicy,
     Approver,
+    Approvers,
     RunApproval,
     check_approver,
     check_decider,
     describe_expiry,
     opened,
+    unapprovable,
     with_approver,
 )
 from rackflow.domain.firing import LiveRollout, Snapshot, approved_firing, plan
@@ -256,3 +259,24 @@ def test_an_approved_rollout_starts_by_its_own_policy_as_fired() -> None:
 
     assert firing.rolls_out and firing.schedule.rollout == fired_with
     assert firing.rollout_outcomes == frozen
+
+
+@pytest.mark.parametrize(
+    ("approvers", "editor", "needed", "approvable"),
+    [
+        (Approvers(frozenset({"ann", "bob"})), "oncall", 2, True),
+        (Approvers(frozenset({"ann", "bob"})), "oncall", 3, False),
+        (Approvers(frozenset({"ann", "bob"})), "ann", 2, False),  # the two-person rule: bob alone is left
+        (Approvers(frozenset({"ann", "bob"})), "ann", 1, True),
+        (Approvers(frozenset()), "", 1, False),  # tokens, none of them an approver
+        (Approvers(anonymous=True), "", 1, True),
+        (Approvers(anonymous=True), "", 2, False),  # anonymous callers cannot be told apart
+        (Approvers(anonymous=True), "ann", 1, False),  # nor may they approve what a named principal edited
+        (UNCOUNTED, "ann", 10, True),  # mutual TLS without tokens: any certificate may approve
+    ],
+)
+def test_a_policy_is_approvable_by_the_principals_the_server_counts(
+    approvers: Approvers, editor: str, needed: int, approvable: bool
+) -> None:
+    why = unapprovable(ApprovalPolicy(timedelta(hours=4), needed), approvers, editor)
+    assert (why is None) == approvable, why

@@ -17,6 +17,7 @@ from typing import Any
 
 from rackflow.errors import FailedPrecondition, PermissionDenied
 from rackflow.timespec import format_go_duration, format_rfc3339
+from rackflow.words import counted
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,91 @@ def check_approver(
         raise FailedPrecondition(
             f"{field}: {principal!r} has already approved this run; another approver must"
         )
+
+
+@dataclass(frozen=True)
+class Approvers:
+    """Who this server lets approve, as far as it can count them: the names of its approver-role tokens
+    (`names`); without authentication (`anonymous`), every caller, as one `anonymous` (`check_approver`:
+    anonymous callers cannot be told apart). Under mutual TLS without tokens they are not `counted`: any
+    certificate its CA signs may approve, and the server cannot know how many there are.
+
+    Why: an approval policy that asks for more approvers than may approve is never met: each firing
+    awaits approval and expires. The server reads its tokens at start-up, so it can refuse such a policy
+    when it is set and name the schedules a change of its tokens left so (`unapprovable`)."""
+
+    names: frozenset[str] = frozenset()
+    anonymous: bool = False
+    counted: bool = True
+
+
+# A process that does not know its callers' credentials (services built without a server): nothing counted.
+UNCOUNTED = Approvers(counted=False)
+
+
+def check_approvable(
+    policy: ApprovalPolicy | None, approvers: Approvers, last_editor: str, field: str
+) -> None:
+    """Refuse (FailedPrecondition, naming `field`, the policy's `min_approvers`) an edit after which no run
+    of the schedule could be approved: `policy` is its approval policy then, `last_editor` its last
+    editor (the edit's caller)."""
+    if policy is None:
+        return
+    why = unapprovable(policy, approvers, last_editor)
+    if why is not None:
+        raise FailedPrecondition(f"{field}: {counted(policy.min_approvers, 'approver')} needed, {why}")
+
+
+def unapprovable(policy: ApprovalPolicy, approvers: Approvers, last_editor: str) -> str | None:
+    """Why no run of a schedule with `policy`, last edited by `last_editor` ("" when rackflow or an
+    anonymous caller did), can ever be approved by `approvers`, as words that follow "N approvers
+    needed, "; None when one can (or the approvers are not counted).
+
+    The one rule for a policy's create and update, a re-scope (its caller becomes the last editor) and the
+    start-up look at the stored schedules. It is the two-person rule counted (`check_decider`): the last
+    editor may not approve, and an anonymous caller counts once and not for a schedule a named principal
+    edited (`check_approver`)."""
+    if not approvers.counted:
+        return None
+    needed = policy.min_approvers
+    if approvers.anonymous:
+        if not last_editor:
+            able = 1
+            who = "and anonymous callers cannot be told apart"
+        else:
+            able = 0
+            who = (
+                f"and an anonymous caller may not approve the runs of a schedule {last_editor!r} last "
+                "edited (two-person rule)"
+            )
+        if needed <= able:
+            return None
+        return (
+            f"but {_only(able)} may approve its runs on this server: without authentication every caller "
+            f"is 'anonymous', {who}; {_ask_for(able)}configure --auth-tokens (role: approver) or "
+            "--tls-client-ca"
+        )
+    able_names = sorted(approvers.names - {last_editor})
+    if needed <= len(able_names):
+        return None
+    shown = f" ({', '.join(able_names)})" if able_names else ""
+    editor = (
+        f"; {last_editor!r} last edited it and may not (two-person rule)"
+        if last_editor in approvers.names
+        else ""
+    )
+    return (
+        f"but {_only(len(able_names))} may approve its runs with this server's tokens{shown}{editor}; "
+        f"{_ask_for(len(able_names))}give more tokens the approver role (--auth-tokens)"
+    )
+
+
+def _only(able: int) -> str:
+    return f"only {counted(able, 'principal')}" if able else "no principal"
+
+
+def _ask_for(able: int) -> str:
+    return f"ask for at most {able}, or " if able else ""
 
 
 def describe_expiry(approval: RunApproval) -> str:

@@ -19,7 +19,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.audit.changes import note_schedule_of_run
 from rackflow.clock import Clock
 from rackflow.config import FAILING_STREAK_LOOK_BATCH, MAX_PAUSE, RUN_OUTCOMES_PER_PAGE
-from rackflow.domain.approvals import ApprovalPolicy, Approver, check_approver, opened
+from rackflow.domain.approvals import (
+    UNCOUNTED,
+    ApprovalPolicy,
+    Approver,
+    Approvers,
+    check_approvable,
+    check_approver,
+    opened,
+    unapprovable,
+)
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.firing import (
     Firing,
@@ -90,6 +99,7 @@ from rackflow.validation import (
     check_text,
     preview_count,
 )
+from rackflow.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +110,7 @@ TIMEZONE_PATH = "schedule.spec.timezone"
 WINDOW_POLICY_PATH = "schedule.window_policy"
 ROLLOUT_PATH = "schedule.rollout"
 APPROVAL_PATH = "schedule.approval"
+MIN_APPROVERS_PATH = f"{APPROVAL_PATH}.min_approvers"
 START_DEADLINE_PATH = "schedule.start_deadline"
 PAUSE_AFTER_FAILED_RUNS_PATH = "schedule.pause_after_failed_runs"
 RETRY_PATH = "schedule.retry"
@@ -294,6 +305,7 @@ class ScheduleService:
         rollouts: RolloutService,
         default_start_deadline: timedelta | None = None,
         instance_id: uuid.UUID | None = None,
+        approvers: Approvers = UNCOUNTED,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -306,6 +318,10 @@ class ScheduleService:
         # it back, so a run left "running" as it dies is interrupted once its heartbeat lapses. The one
         # place the services hold it: the dispatcher, a trigger, a retry and an approval record it here.
         self.instance_id = instance_id
+        # Who this server lets approve (its approver tokens': `security.approvers_of`): an edit after which a
+        # schedule's runs could never be approved is refused (`check_approvable`), and the schedules a change
+        # of the tokens left so are named at start-up (`name_unapprovable`).
+        self.approvers = approvers
 
     async def _load(
         self,
@@ -376,6 +392,7 @@ class ScheduleService:
             retry,
         )
         schedule = draft.checked(new_id(), self.clock.now())  # refused before the database is touched
+        check_approvable(schedule.approval, self.approvers, schedule.last_edited_by, MIN_APPROVERS_PATH)
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)  # its first run counted from the clock that decides what is due
             schedule = draft.checked(schedule.id, now)
@@ -525,6 +542,7 @@ class ScheduleService:
                     raise _consumed(current, "re-arm" if SPEC_PATH in mask else "change the timezone of")
                 if SPEC_PATH in mask or updated.spec.type is SpecType.CRON:
                     updated = replace(updated, next_run_at=timing.first_run(now))
+            check_approvable(updated.approval, self.approvers, updated.last_edited_by, MIN_APPROVERS_PATH)
             await store.save_schedule(conn, updated)
             if updated.next_run_at != current.next_run_at:
                 await self._announce(conn, updated)
@@ -1096,7 +1114,7 @@ class ScheduleService:
     async def add_scope(self, schedule_id: uuid.UUID, target: TargetSpec) -> list[Scope]:
         """Merge the target's racks into the scope (see `scope.merge`); returns the whole resulting scope."""
         async with self.db.transaction() as conn:
-            await self._load(conn, schedule_id, "schedule_id", lock=True)
+            self._check_rescope(await self._load(conn, schedule_id, "schedule_id", lock=True))
             incoming = await self._resolve_locked(conn, target)
             changes = merge(await store.list_scopes(conn, schedule_id), incoming)
             await self._apply(conn, schedule_id, changes)
@@ -1108,7 +1126,7 @@ class ScheduleService:
     ) -> tuple[list[Scope], ScopeChanges]:
         """Make the scope exactly `desired`; returns the resulting scope and what changed."""
         async with self.db.transaction() as conn:
-            await self._load(conn, schedule_id, "schedule_id", lock=True)
+            self._check_rescope(await self._load(conn, schedule_id, "schedule_id", lock=True))
             wanted = await self._resolve_locked(conn, desired, "desired_scope")
             changes = reconcile(await store.list_scopes(conn, schedule_id), wanted)
             await self._apply(conn, schedule_id, changes)
@@ -1163,6 +1181,7 @@ class ScheduleService:
             if scope is None:
                 raise NotFound(f"scope_id: no schedule scope {scope_id}")
             schedule = await self._load(conn, scope.schedule_id, "scope_id", lock=True)
+            self._check_rescope(schedule)
             remaining = [s for s in await store.list_scopes(conn, schedule.id) if s.id != scope_id]
             if not remaining:
                 raise FailedPrecondition(
@@ -1171,6 +1190,36 @@ class ScheduleService:
                 )
             await store.delete_scopes(conn, [scope_id])
             await store.set_last_edited_by(conn, schedule.id, caller_name(), self.clock.now())
+
+    def _check_rescope(self, schedule: Schedule) -> None:
+        """A re-scope makes its caller the schedule's last editor: refused, as an update would be, when its
+        runs could then never be approved (an approver re-scoping a schedule that needs every other)."""
+        check_approvable(schedule.approval, self.approvers, caller_name(), MIN_APPROVERS_PATH)
+
+    async def name_unapprovable(self) -> int:
+        """Log at WARNING each schedule whose runs the principals this server lets approve could never
+        approve (its tokens changed since the policy was set, or a server with other tokens set it), and
+        return how many. Called once at start-up, when the tokens are read: until the policy or the tokens
+        change, each of its firings awaits approval and expires."""
+        if not self.approvers.counted:
+            return 0
+        async with self.db.read() as conn:
+            set_ups = await store.approval_set_ups(conn)
+        found = 0
+        for set_up in set_ups:
+            why = unapprovable(set_up.policy, self.approvers, set_up.last_edited_by)
+            if why is None:
+                continue
+            found += 1
+            log.warning(
+                "schedule %r (%s) cannot be approved: it needs %s, %s; until then each of its firings "
+                "awaits approval and expires",
+                set_up.name,
+                set_up.schedule_id,
+                counted(set_up.policy.min_approvers, "approver"),
+                why,
+            )
+        return found
 
     async def list_scopes(self, schedule_id: uuid.UUID) -> list[Scope]:
         async with self.db.read() as conn:
@@ -1289,6 +1338,7 @@ class ScheduleService:
         count = preview_count(count)
         now = self.clock.now()
         schedule = draft.checked(editing or new_id(), now, named=False)
+        check_approvable(schedule.approval, self.approvers, schedule.last_edited_by, MIN_APPROVERS_PATH)
         async with self.db.read() as conn:
             saved = await store.list_scopes(conn, (await self._load(conn, editing)).id) if editing else []
             kept = {scope.rack_id: scope for scope in saved}

@@ -354,6 +354,33 @@ async def save_schedule(conn: AsyncConnection, schedule: Schedule) -> None:
         await mark_schedules(conn, [schedule.id])
 
 
+@dataclass(frozen=True)
+class ApprovalSetUp:
+    """A schedule's approval policy and its last editor: what decides who may approve its runs."""
+
+    schedule_id: uuid.UUID
+    name: str
+    policy: ApprovalPolicy
+    last_edited_by: str
+
+
+async def approval_set_ups(conn: AsyncConnection) -> list[ApprovalSetUp]:
+    """Every schedule with an approval policy, by name (the start-up look at whether this server's
+    approvers can approve them: `ScheduleService.name_unapprovable`). Four columns of every schedule,
+    the policy told from none in Python: a policy removed is stored as JSON's null, which SQL's `IS NULL`
+    does not see."""
+    rows = await conn.execute(
+        select(
+            task_schedule.c.id, task_schedule.c.name, task_schedule.c.approval, task_schedule.c.last_edited_by
+        ).order_by(task_schedule.c.name)
+    )
+    return [
+        ApprovalSetUp(row.id, row.name, ApprovalPolicy.from_json(row.approval), row.last_edited_by)
+        for row in rows
+        if row.approval is not None
+    ]
+
+
 async def set_last_edited_by(conn: AsyncConnection, schedule_id: uuid.UUID, by: str, now: datetime) -> None:
     """Record who changed the schedule's scope, and when (the two-person rule reads it)."""
     await conn.execute(
