@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, delete, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, delete, exists, func, or_, select, union_all, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -592,28 +592,15 @@ def _open(event: Any) -> ColumnElement[bool]:
     """Whether `event` (a row of notification_event) raised a condition still open, the one definition of
     it: what the look for re-sends sends again (`_resendable`), and what retention keeps (`prune_delivered`).
     Open: not marked cleared (`clear_condition` for a keyed event, a task held too long; `_mark_cleared`
-    when a clearing is recorded), and, unkeyed, holding in its rows (`_holds`) with no later event of its
-    condition (a clearing, or a new raise, which is then the open one) concerning its subject: what an
-    event recorded before the marking needs. Later is by (`at`, `id`), the order `conditions_now` reads the
-    latest in; the look reads from the raise's `at` on (its index), for the few raised events not marked
-    cleared."""
-    later = notification_event.alias("later")
+    for the others, when their clearing is recorded) and, unkeyed, still holding in the rows it concerns
+    (`_holds`), since some ends record no clearing. Each test is by key: nothing here reads the events
+    that came later (a look for them by time read a week of events for each open raise: hundreds of ms a
+    look, every 15 s on every instance, docs/PERFORMANCE.md "The look for re-sends")."""
     holds = _holds(event)
-    raised = []
-    for condition, subject in CONDITION_SUBJECT.items():
-        superseded = exists().where(
-            later.c.type.in_([t.value for t in condition_types(condition)]),
-            later.c[subject] == event.c[subject],
-            later.c.at >= event.c.at,
-            or_(later.c.at > event.c.at, later.c.id > event.c.id),
-        )
-        # `holds` first: a raise whose condition ended without a clearing (a halted run cancelled) fails it
-        # by key, and is not looked for in every later event (`superseded`, read by time).
-        raised.append(
-            and_(
-                event.c.type == condition.value, event.c[subject].is_not(None), holds[condition], ~superseded
-            )
-        )
+    raised = [
+        and_(event.c.type == condition.value, event.c[subject].is_not(None), holds[condition])
+        for condition, subject in CONDITION_SUBJECT.items()
+    ]
     return and_(
         event.c.type.in_([c.value for c in CONDITION_SUBJECT]),
         event.c.cleared_at.is_(None),
@@ -664,8 +651,9 @@ async def _mark_cleared(conn: AsyncConnection, events: Sequence[Event]) -> None:
 
 
 def _clearing() -> ColumnElement[bool]:
-    """Whether a delivery's event is a clearing (its alert to an Alertmanager is resolved)."""
-    return _delivery.event_id.in_(select(_event.id).where(_event.type.in_([t.value for t in CLEARS])))
+    """Whether a delivery's event is a clearing (its alert to an Alertmanager is resolved): its event looked
+    up by key, where an `IN` of every clearing's id read every event of the week."""
+    return exists().where(_event.id == _delivery.event_id, _event.type.in_([t.value for t in CLEARS]))
 
 
 def _resendable(
@@ -677,18 +665,23 @@ def _resendable(
     clearing may still be under way on any instance when the clearing is sent, and reach Alertmanager
     last, which keeps what came last: the alert would fire on until its `endsAt`. Owed no longer once such
     a re-send's `endsAt` has passed (`ALERT_RESEND_ENDS_AFTER` intervals), the alert resolved by itself.
-    A delivered row's `next_attempt_at` is when it is sent again (a pending one's, when it is tried)."""
-    open_events = select(_event.id).where(_open(notification_event))
-    resolved_again = and_(
-        _clearing(),
-        _delivery.next_attempt_at > _delivery.delivered_at,
+    A delivered row's `next_attempt_at` is when it is sent again (a pending one's, when it is tried).
+
+    Two ranges, each read from its own index (migration 0054), never the week's events and deliveries
+    whole: the deliveries of the open raises (`ix_notification_event_type_cleared_at`, then each raise's
+    deliveries by its key), and the channels' deliveries of the last few intervals, of which the clearings
+    (`ix_notification_delivery_channel_id_delivered_at`)."""
+    delivered = (_delivery.channel_id.in_(list(channel_ids)), _delivery.state == DELIVERED)
+    of_open_raises = select(_delivery.id).where(
+        *delivered, _delivery.event_id.in_(select(_event.id).where(_open(notification_event)))
+    )
+    resolved_again = select(_delivery.id).where(
+        *delivered,
         _delivery.delivered_at >= now - ALERT_RESEND_ENDS_AFTER * interval,
+        _delivery.next_attempt_at > _delivery.delivered_at,
+        _clearing(),
     )
-    return and_(
-        _delivery.channel_id.in_(list(channel_ids)),
-        _delivery.state == DELIVERED,
-        or_(_delivery.event_id.in_(open_events), resolved_again),
-    )
+    return _delivery.id.in_(union_all(of_open_raises, resolved_again))
 
 
 async def next_resend(

@@ -759,6 +759,10 @@ notification_event = Table(
     ),
     Index("ix_notification_event_at_id", "at", "id"),
     Index("uq_notification_event_dedupe_key", "dedupe_key", unique=True),
+    # The raises the look for Alertmanager re-sends and the retention's prune ask about (`outbox._open`):
+    # those of a condition's types not marked cleared, a range of this index, where the look read every
+    # event of the retention's week (migration 0054).
+    Index("ix_notification_event_type_cleared_at", "type", "cleared_at"),
     # The conditions still open (a clearing to write when they end): few rows.
     Index(
         "ix_notification_event_open",
@@ -828,4 +832,7 @@ notification_delivery = Table(
         sqlite_where=text("state = 'pending'"),
     ),
     Index("ix_notification_delivery_state_created_at", "state", "created_at"),
+    # A channel's deliveries by when they went through: the clearings the look for re-sends owes one more
+    # resolved alert are among the last few intervals' (`outbox._resendable`; migration 0054).
+    Index("ix_notification_delivery_channel_id_delivered_at", "channel_id", "delivered_at"),
 )
