@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from rackflow.checks.kinds import (
     Asked,
     alert_text,
+    alertmanager,
     alertmanager_url,
     alerts_url,
     asked_urls,
@@ -181,3 +182,32 @@ def test_an_alertmanager_look_s_asked_url_is_hidden_in_an_error_s_words() -> Non
         f"ValueError: bad {asked}; from {settings.url}", *asked_urls(settings, RACK)
     )
     assert asked_urls(RackIdleSettings(frozenset(), ""), RACK) == ()
+
+
+async def test_an_alertmanager_answer_that_is_not_a_list_of_alerts_cannot_be_asked() -> None:
+    """A list whose items are not alerts (a proxy's or a broken Alertmanager's answer) failed the look with
+    an IndexError or a ValueError of `dict()`, logged as a bug with its traceback, and held the task whatever
+    `fail_closed` said. It is an Alertmanager that cannot be asked now, as an answer that is not a list is."""
+    answers = [b"[1]", b'[{"labels": "x"}]', b'[{"labels": {"rack": "rack-01"}}, "x"]', b"{}"]
+
+    class Garbage(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = answers[int(self.path.split("/")[1])]
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    with _serving(Garbage) as url, ThreadPoolExecutor(1) as pool:
+        for index in range(len(answers)):
+            for fail_closed in (True, False):
+                settings = AlertmanagerSettings(f"{url}/{index}", ('rack="{rack.name}"',), fail_closed)
+                look = await alertmanager(settings, RACK, Asked(pool))
+                assert look.passed is not fail_closed, (answers[index], look)
+                assert look.reason.startswith(
+                    f"alertmanager: cannot ask {url}/{index}: the answer is not a list of alerts"
+                ), (answers[index], look)

@@ -136,7 +136,7 @@ async def alertmanager(
 
     try:
         alerts = await asked.run(get)
-        if not isinstance(alerts, list):
+        if not _a_list_of_alerts(alerts):
             raise ValueError("the answer is not a list of alerts")
         alerts = [a for a in alerts if task_id is None or not about_the_task(a, task_id)]
     except (OSError, ValueError, http.client.HTTPException) as exc:
@@ -146,9 +146,18 @@ async def alertmanager(
         return Look(True, f"{problem} (fail_closed is off)")
     if not alerts:
         return Look(True, "alertmanager: no matching alert")
-    named = [alert_text(a) for a in alerts if isinstance(a, dict)]
+    named = [alert_text(a) for a in alerts]
     more = f" and {len(named) - 1} more" if len(named) > 1 else ""
     return Look(False, f"alertmanager: alert {named[0]} firing{more}")
+
+
+def _a_list_of_alerts(answer: Any) -> bool:
+    """Whether Alertmanager's answer is a list of alerts: objects whose labels, if any, are an object. Any
+    other answer (a proxy's, a broken server's) is one that cannot be asked, as `fail_closed` says: it
+    failed the look with an IndexError or a ValueError, logged as a bug, whatever `fail_closed` said."""
+    return isinstance(answer, list) and all(
+        isinstance(alert, dict) and isinstance(alert.get("labels") or {}, dict) for alert in answer
+    )
 
 
 def alertmanager_url(settings: AlertmanagerSettings, rack: RackFacts) -> str:
