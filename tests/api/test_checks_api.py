@@ -111,6 +111,21 @@ async def test_create_get_list_and_delete(stub: FlowStub, racks: list[Rack]) -> 
             ),
             "check.alertmanager.matchers[0]",
         ),
+        (
+            # A misspelled placeholder was kept as text: the check asked for `rack="{rack.nam}"`, which no
+            # alert matches, and let every rack through.
+            pb.PreflightCheck(
+                name="x",
+                alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=['a="1"', 'rack="{rack.nam}"']),
+            ),
+            "check.alertmanager.matchers[1]",
+        ),
+        (
+            pb.PreflightCheck(
+                name="x", alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=["serial={rack.serial}"])
+            ),
+            "check.alertmanager.matchers[0]",
+        ),
         (hook(url="localhost:80"), "check.webhook.url"),
         (hook(secret="hunter2"), "check.webhook.secret"),
         (hook(timeout="2m"), "check.webhook.timeout"),

@@ -58,6 +58,18 @@ _OPERATOR = re.compile(r"([^=!~]*?)(=~|!=|!~|=)(.*)", re.DOTALL)
 _REGEX_META = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 
+# What a matcher may be templated with, and what looks like a placeholder: braces around a word starting
+# with `rack` (a regex's `{2}` or `{2,3}` is not one).
+PLACEHOLDERS = ("{rack.name}", "{rack.id}", "{rack.external_id}", "{rack.domain}")
+_PLACEHOLDER_LIKE = re.compile(r"\{\s*rack\b[^{}]*\}")
+
+
+def unknown_placeholder(matcher: str) -> str | None:
+    """The first placeholder in `matcher` that `render` does not fill in (`{rack.nam}`, `{rack.serial}`),
+    or None. Kept as text, it made a matcher no alert matches, so the check let every rack through."""
+    return next((p for p in _PLACEHOLDER_LIKE.findall(matcher) if p not in PLACEHOLDERS), None)
+
+
 def render(matcher: str, rack: RackFacts) -> str:
     r"""`matcher` with `{rack.name}`, `{rack.id}`, `{rack.external_id}` and `{rack.domain}` filled in (only
     these: a matcher's own braces, a regex's `{2}`, stay as they are).
@@ -70,12 +82,8 @@ def render(matcher: str, rack: RackFacts) -> str:
     into the label name is left as it is: a label name has no escapes."""
     found = _OPERATOR.fullmatch(matcher)
     label, operator, value = found.groups() if found else (matcher, "", "")
-    for key, filled in (
-        ("{rack.name}", rack.name),
-        ("{rack.id}", str(rack.id)),
-        ("{rack.external_id}", rack.external_id),
-        ("{rack.domain}", rack.domain),
-    ):
+    fills = (rack.name, str(rack.id), rack.external_id, rack.domain)
+    for key, filled in zip(PLACEHOLDERS, fills, strict=True):
         label = label.replace(key, filled)
         literal = _REGEX_META.sub(r"\\\1", filled) if operator in ("=~", "!~") else filled
         value = value.replace(key, literal.replace("\\", "\\\\").replace('"', '\\"'))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks.gate import GATE_NAME, PreflightGate
-from rackflow.checks.kinds import render
+from rackflow.checks.kinds import PLACEHOLDERS, render, unknown_placeholder
 from rackflow.clock import Clock
 from rackflow.config import (
     DEFAULT_CHECK_INTERVAL,
@@ -135,7 +135,13 @@ def check_settings(settings: Settings | None) -> Settings:
         field = "check.alertmanager"
         _url(settings.url, f"{field}.url")
         for index, matcher in enumerate(settings.matchers):
-            alertmanager_matcher(matcher, f"{field}.matchers[{index}]", rendered=render(matcher, SAMPLE_RACK))
+            where = f"{field}.matchers[{index}]"
+            if (unknown := unknown_placeholder(matcher)) is not None:
+                raise InvalidArgument(
+                    f"{where}: {matcher!r} holds {unknown!r}, which is not a placeholder; a matcher is"
+                    f" templated with {', '.join(PLACEHOLDERS)} only"
+                )
+            alertmanager_matcher(matcher, where, rendered=render(matcher, SAMPLE_RACK))
         return settings
     if isinstance(settings, WebhookSettings):
         field = "check.webhook"
