@@ -156,6 +156,36 @@ async def test_pre_flight_checks_run_again_for_every_attempt(db: Database) -> No
     assert [p["attempt"] for p in payloads] == [1, 2, 3]  # one round of checks per attempt
 
 
+@pytest.mark.parametrize("overridden", [(), ("drained",)], ids=["all-checks", "one-check"])
+async def test_an_override_lets_the_attempt_start_not_its_retries(
+    db: Database, overridden: tuple[str, ...]
+) -> None:
+    """An operator's override is a judgment of the rack as it is then ("INC-1: the hook is wrong"): it let
+    every later attempt start unchecked too, though an attempt that failed may have left the rack draining
+    or alerting, and checks run again for every attempt (SAFETY.md, "Retries"). The next attempt is held."""
+    rack = await make_rack(db, computes=1)
+    with receiving(Answer({"ok": False, "reason": "draining 3 jobs"})) as hook:
+        services = Services.build(db, CLOCK)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="1m")
+        )
+        task = await submit(db, rack, QUICK)
+        await services.checks.override(task.id, "INC-1: the hook is wrong about this rack", overridden)
+        async with checking(db, backend=backend(transient_external_ids={"gpu-0": None})):
+
+            async def retry_held() -> bool:
+                found = await get(db, task)
+                held_again = found.attempt == 2 and "draining" in (found.held_reason or "")
+                return found.status.is_final or held_again
+
+            await eventually(retry_held)
+        held = await get(db, task)
+    assert (held.status, held.attempt, held.held_by) == (TaskStatus.PENDING, 2, "preflight")
+    assert held.held_reason == "pre-flight check 'drained': webhook: draining 3 jobs"
+    attempts = (await TaskManager(db, CLOCK).attempts([task.id]))[task.id]
+    assert [a.attempt for a in attempts] == [1]  # the overridden attempt ran; its retry did not
+
+
 async def test_a_rack_idle_check_is_asked_anew_in_the_claim_of_every_attempt(db: Database) -> None:
     """A check that only reads the database is asked by the claim that starts each attempt (its round
     made at that attempt's start), never carried over from the attempt before, though it stays fresh."""

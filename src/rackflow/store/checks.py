@@ -688,6 +688,20 @@ async def override_checks(
         await conn.execute(db.insert_new(preflight_tasks).values(task_id=task_id, attempt=0))
 
 
+async def forget_overrides(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
+    """Tasks sent back for another attempt: an operator's override (of all their checks, or of some) let the
+    attempt that ran start, and is not one for the next, whose checks are asked anew (SAFETY.md, "Retries").
+    It let every later attempt start unchecked, though a failed attempt may leave the rack alerting. An
+    override during the back-off is for the next attempt: it comes after this, in the same task's row."""
+    for chunk in chunked(set(task_ids)):
+        await conn.execute(
+            update(preflight_tasks)
+            .where(preflight_tasks.c.task_id.in_(chunk), preflight_tasks.c.overridden_at.is_not(None))
+            .values(override_reason=None, overridden_at=None)
+        )
+        await conn.execute(delete(preflight_overrides).where(preflight_overrides.c.task_id.in_(chunk)))
+
+
 async def overridden_checks(
     conn: AsyncConnection, task_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:

@@ -38,6 +38,7 @@ from rackflow.frozen import quick_init
 from rackflow.ids import new_id
 from rackflow.inventory.targets import resolve_targets
 from rackflow.metrics import TASKS_FINISHED
+from rackflow.store import checks as preflight
 from rackflow.store import task_runs
 from rackflow.store import tasks as store
 from rackflow.store.db import Database, in_id_order
@@ -619,6 +620,8 @@ class TaskManager:
         }
         finished = await task_runs.finish(conn, outcomes, owner_id=owner_id, now=now)
         retried = await task_runs.retry_later(conn, retries, owner_id=owner_id, now=now) if retries else set()
+        if retried:
+            await preflight.forget_overrides(conn, retried)  # checks run again for every attempt
         stopped = [e.task_id for e in endings if e.task_id not in finished and e.task_id not in retried]
         freed = finished | (await task_runs.release(conn, stopped, owner_id=owner_id) if stopped else set())
         recorded = finished | retried
