@@ -165,6 +165,17 @@ def has_control_characters(value: str) -> bool:
     return any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES for ch in value)
 
 
+def controls_escaped(value: str) -> str:
+    """`value` with each control character or lone surrogate written as Python writes it in a string (`\\n`,
+    `\\x00`, `\\x1b`): text from outside that rackflow stores and shows without refusing it (a pre-flight
+    hook's reason, an alert's labels), which PostgreSQL could not store (a NUL) and a terminal would obey (an
+    escape sequence)."""
+    if not has_control_characters(value):
+        return value
+    forbidden = _FORBIDDEN_CATEGORIES
+    return "".join(repr(ch)[1:-1] if unicodedata.category(ch) in forbidden else ch for ch in value)
+
+
 def http_url(url: str) -> SplitResult | None:
     """`url`'s parts when it is an http:// or https:// URL with a host (and a port, if any, in range), with
     no control character or space, else None: also for what urlsplit cannot parse at all (it raises

@@ -1093,3 +1093,26 @@ async def test_a_bug_in_a_look_is_logged_with_its_traceback_and_without_the_url_
     assert "Traceback (most recent call last)" in logged and "in broken" in logged
     assert "KeyError: 'no route for http://127.0.0.1:9/drain?token=…'" in logged
     assert "RuntimeError: cannot post to http://127.0.0.1:9/drain?token=…" in logged
+
+
+async def test_a_hook_s_reason_with_control_characters_holds_the_task_with_them_shown(db: Database) -> None:
+    """A hook's `reason` (and an alert's labels) is text from outside, written into the task's hold reason,
+    its message and the round's result: a NUL in it (`"\\u0000"` in the JSON) failed the transaction that
+    records the rounds on PostgreSQL, so the round was never recorded and the task waited with no reason;
+    an escape sequence or a newline was shown as it was by `rackflow task show` (the terminal obeying it).
+    Control characters are shown escaped, as Python writes them in a string."""
+    rack = await _rack(db, "r1")
+    with receiving(Answer({"ok": False, "reason": "draining\u0000 3 jobs\n\x1b[2Jrack ready"})) as hook:
+        services = Services.build(db, CLOCK)
+        await services.checks.create(
+            CheckInput(name="drained", settings=WebhookSettings(hook.url, "", "2s"), interval="10s")
+        )
+        task = await submit(db, rack, POWER_ON)
+        async with checking(db):
+            held = await _held_with(db, task, "draining")
+    shown = "draining\\x00 3 jobs\\n\\x1b[2Jrack ready"
+    assert held.held_reason == f"pre-flight check 'drained': webhook: {shown}"
+    assert held.message == held.held_reason
+    async with db.read() as conn:
+        reasons = (await conn.execute(select(preflight_results.c.reason))).scalars().all()
+    assert reasons == [held.held_reason]

@@ -67,6 +67,7 @@ from rackflow.store import checks as store
 from rackflow.store.db import Database
 from rackflow.store.windows import rack_refs
 from rackflow.tasks.gates import Verdict
+from rackflow.validation import controls_escaped
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +262,8 @@ def round_result(task: Task, check: PreflightCheck, attempt: int, look: Look, no
         check_name=check.name,
         attempt=attempt,
         passed=look.passed,
-        reason=f"pre-flight check {check.name!r}: {look.reason}",
+        # A hook's reason and an alert's labels come from outside: stored and shown with controls escaped.
+        reason=controls_escaped(f"pre-flight check {check.name!r}: {look.reason}"),
         checked_at=now,
         recheck_at=now + (look.retry_after or check.interval_delta),
     )
