@@ -171,6 +171,17 @@ def test_a_rendered_value_is_escaped_for_its_place_in_the_matcher() -> None:
     assert render('{rack.domain}="x"', rack) == 'a|b="x"'  # a label name is not a value: left as it is
 
 
+def test_a_name_that_holds_a_placeholder_is_filled_in_as_it_is() -> None:
+    """The placeholders were filled in one after another, so a name filled in earlier that held a later
+    one's text was filled in again: a rack named `r{rack.domain}` asked `rack="rnvl-a"`, another rack's
+    alerts, and not its own. Each is filled in once, in one pass over the matcher."""
+    rack = RackFacts(uuid.UUID(int=7), "r{rack.domain}", "{rack.name}", None, "nvl-a")
+    assert render('rack="{rack.name}"', rack) == 'rack="r{rack.domain}"'
+    assert render('serial="{rack.external_id}"', rack) == 'serial="{rack.name}"'
+    assert render('rack=~"{rack.name}|{rack.domain}"', rack) == 'rack=~"r\\\\{rack\\\\.domain\\\\}|nvl-a"'
+    assert render('{rack.name}="x"', rack) == 'r{rack.domain}="x"'
+
+
 def test_an_alertmanager_look_s_asked_url_is_hidden_in_an_error_s_words() -> None:
     """Alertmanager is asked its alerts under the check's URL, the token before the API's query: an error
     quoting that URL is scrubbed of the token too, not only one quoting the check's URL as stored."""

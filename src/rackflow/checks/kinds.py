@@ -62,6 +62,7 @@ _REGEX_META = re.compile(r"([\\.+*?()|\[\]{}^$])")
 # with `rack` (a regex's `{2}` or `{2,3}` is not one).
 PLACEHOLDERS = ("{rack.name}", "{rack.id}", "{rack.external_id}", "{rack.domain}")
 _PLACEHOLDER_LIKE = re.compile(r"\{\s*rack\b[^{}]*\}")
+_PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
 
 
 def unknown_placeholder(matcher: str) -> str | None:
@@ -82,12 +83,16 @@ def render(matcher: str, rack: RackFacts) -> str:
     into the label name is left as it is: a label name has no escapes."""
     found = _OPERATOR.fullmatch(matcher)
     label, operator, value = found.groups() if found else (matcher, "", "")
-    fills = (rack.name, str(rack.id), rack.external_id, rack.domain)
-    for key, filled in zip(PLACEHOLDERS, fills, strict=True):
-        label = label.replace(key, filled)
+    fills = dict(zip(PLACEHOLDERS, (rack.name, str(rack.id), rack.external_id, rack.domain), strict=True))
+
+    def in_value(placeholder: re.Match[str]) -> str:
+        filled = fills[placeholder.group()]
         literal = _REGEX_META.sub(r"\\\1", filled) if operator in ("=~", "!~") else filled
-        value = value.replace(key, literal.replace("\\", "\\\\").replace('"', '\\"'))
-    return label + operator + value
+        return literal.replace("\\", "\\\\").replace('"', '\\"')
+
+    # One pass each: a filled-in name that holds a placeholder's text is not filled in again.
+    label = _PLACEHOLDER.sub(lambda placeholder: fills[placeholder.group()], label)
+    return label + operator + _PLACEHOLDER.sub(in_value, value)
 
 
 def alert_text(alert: dict[str, Any]) -> str:
