@@ -32,7 +32,7 @@ from rackflow.checks.checker import PreflightChecker
 from rackflow.checks.gate import GATE_NAME
 from rackflow.checks.service import KIND_PATH, CheckInput
 from rackflow.clock import FakeClock, SystemClock
-from rackflow.domain.checks import CheckResult, RackIdleSettings, WebhookSettings
+from rackflow.domain.checks import AlertmanagerSettings, CheckResult, RackIdleSettings, WebhookSettings
 from rackflow.domain.inventory import ComponentsFilter, ComponentSpec, ComponentType, Rack, RackSelection
 from rackflow.domain.tasks import Hold, Operation, OperationKind, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
@@ -1116,3 +1116,25 @@ async def test_a_hook_s_reason_with_control_characters_holds_the_task_with_them_
     async with db.read() as conn:
         reasons = (await conn.execute(select(preflight_results.c.reason))).scalars().all()
     assert reasons == [held.held_reason]
+
+
+async def test_a_fail_open_pass_on_an_alertmanager_that_cannot_be_asked_is_logged_as_a_warning(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A `--fail-open` check whose Alertmanager is down lets the task start, as it says; but the checker
+    logged that round as `passed` at INFO, and the task said "pre-flight checks passed": an Alertmanager
+    down for an hour let every rack through with nothing an operator would notice. It is a warning now,
+    naming the check and why it could not ask."""
+    rack = await _rack(db, "r1")
+    services = Services.build(db, CLOCK)
+    settings = AlertmanagerSettings("http://127.0.0.1:9", ('rack="{rack.name}"',), False)
+    await services.checks.create(CheckInput(name="no-alerts", settings=settings, interval="10s"))
+    task = await submit(db, rack, POWER_ON)
+    with caplog.at_level(logging.WARNING, logger="rackflow.checks.checker"):
+        async with checking(db):
+            assert (await finished(db, task)).status is TaskStatus.COMPLETED
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == (
+        f"task {task.id}: pre-flight round 1 passed without an answer: pre-flight check 'no-alerts':"
+        " alertmanager: cannot ask http://127.0.0.1:9: [Errno 111] Connection refused (fail_closed is off)"
+    )

@@ -389,13 +389,24 @@ class PreflightChecker:
             return  # no longer ours: the task started or was overridden, or our lease ran out
         if failing:
             CHECK_HOLDS.labels(check=failing[0][0].name).inc()
-        log.info(
-            "task %s: pre-flight round %d: %s",
-            task.id,
-            attempt,
-            failing[0][1].reason if failing else "passed",
-            extra={"task_id": str(task.id)},
-        )
+        unanswered = [r.reason for r, look in zip(results, looks, strict=True) if look.unanswered]
+        if unanswered and not failing:
+            # A fail-open check let the rack through on no answer: what an operator must hear of.
+            log.warning(
+                "task %s: pre-flight round %d passed without an answer: %s",
+                task.id,
+                attempt,
+                "; ".join(unanswered),
+                extra={"task_id": str(task.id)},
+            )
+        else:
+            log.info(
+                "task %s: pre-flight round %d: %s",
+                task.id,
+                attempt,
+                failing[0][1].reason if failing else "passed",
+                extra={"task_id": str(task.id)},
+            )
 
     async def _write_records(self, conn: AsyncConnection, records: Sequence[_Record]) -> list[bool]:
         """Store each round's results and, in the same transaction, release its task if all passed or hold

@@ -156,7 +156,7 @@ async def alertmanager(
         problem = f"alertmanager: cannot ask {settings.shown_url}: {_error(exc, url, settings.url)}"
         if settings.fail_closed:
             return Look(False, problem)
-        return Look(True, f"{problem} (fail_closed is off)")
+        return Look(True, f"{problem} (fail_closed is off)", unanswered=True)
     if not alerts:
         return Look(True, "alertmanager: no matching alert")
     named = [alert_text(a) for a in alerts]

@@ -178,11 +178,13 @@ class OnRack:
 @dataclass(frozen=True)
 class Look:
     """What one check found for one task: `passed`, or why not (`reason`, e.g. "alertmanager: alert
-    RackOverheat{rack="r1"} firing"); `retry_after`, when the other side said when to ask again."""
+    RackOverheat{rack="r1"} firing"); `retry_after`, when the other side said when to ask again;
+    `unanswered`, a pass only because the check is fail-open and the other side could not be asked."""
 
     passed: bool
     reason: str
     retry_after: timedelta | None = None
+    unanswered: bool = False
 
 
 @dataclass(frozen=True)
