@@ -5,6 +5,7 @@ one task's checks, the operator role and the audit rows."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -12,8 +13,10 @@ import pytest
 from google.protobuf import text_format
 from google.protobuf.field_mask_pb2 import FieldMask
 
+from rackflow.domain.checks import CheckResult
 from rackflow.domain.inventory import Rack
 from rackflow.services import Services
+from rackflow.store import checks as check_store
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, bearer, secured_server
@@ -263,6 +266,59 @@ async def test_override_of_a_task_s_checks(stub: FlowStub, services: Services, r
         grpc.StatusCode.FAILED_PRECONDITION,
         "task_id",
         stub.OverridePreflightChecks(pb.OverridePreflightChecksRequest(task_id=task_id, reason="again")),
+    )
+
+
+async def test_a_task_s_view_lists_its_checks_answers_in_their_last_round(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    """GetTasksByIDs (what `rackflow task show` and the console's task page read) lists each check's answer
+    in the task's last round, by check name: the held reason alone said only the first failing check's,
+    and a fail-open pass on an Alertmanager that could not be asked said "passed"."""
+    target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="r1")]))
+    (task_id,) = (await stub.PowerOnRack(pb.PowerOnRackRequest(target_spec=target))).task_ids
+    task = uuid.UUID(task_id.id)
+    (listed,) = (await stub.GetTasksByIDs(pb.GetTasksByIDsRequest(task_ids=[task_id]))).tasks
+    assert list(listed.checks) == []  # no check applies: none asked
+    now = services.clock.now()
+    first = [
+        round_result(task, "drained", 1, passed=False, reason="webhook: not drained yet", at=now),
+        round_result(task, "alerts", 1, passed=True, reason="alertmanager: no matching alert", at=now),
+    ]
+    later = now + timedelta(seconds=30)
+    second = [
+        round_result(task, "drained", 2, passed=True, reason="webhook: ready", at=later),
+        round_result(
+            task, "alerts", 2, passed=True, reason="alertmanager: cannot ask (fail_closed is off)", at=later
+        ),
+    ]
+    async with services.db.transaction() as conn:
+        await check_store.record_rounds_in_claim(conn, [(None, first)])
+        waiting = (await check_store.gate_read(conn, [task], ())).waiting[task]
+        await check_store.record_rounds_in_claim(conn, [(waiting, second)])
+    (shown,) = (await stub.GetTasksByIDs(pb.GetTasksByIDsRequest(task_ids=[task_id]))).tasks
+    assert [(c.check, c.round, c.passed, c.reason) for c in shown.checks] == [
+        ("alerts", 2, True, "pre-flight check 'alerts': alertmanager: cannot ask (fail_closed is off)"),
+        ("drained", 2, True, "pre-flight check 'drained': webhook: ready"),
+    ]
+    assert shown.checks[0].checked_at.ToDatetime(tzinfo=UTC) == later
+    (in_list,) = (await stub.ListTasks(pb.ListTasksRequest())).tasks  # lists leave them out
+    assert list(in_list.checks) == []
+
+
+def round_result(
+    task: uuid.UUID, check: str, round_: int, *, passed: bool, reason: str, at: datetime
+) -> CheckResult:
+    """A stored answer of `check` (its id derived from its name) in round `round_` of `task`'s checks."""
+    return CheckResult(
+        task_id=task,
+        check_id=uuid.uuid5(uuid.NAMESPACE_DNS, check),
+        check_name=check,
+        attempt=round_,
+        passed=passed,
+        reason=f"pre-flight check {check!r}: {reason}",
+        checked_at=at,
+        recheck_at=at + timedelta(seconds=30),
     )
 
 

@@ -28,6 +28,7 @@ from rackflow.web.views import RUN_LOOKS
 from tests.browser.chromium import Browser
 from tests.browser.page import by_testid, read, text, visible, wait
 from tests.browser.test_dashboard import confirm, h1, open_page
+from tests.checks_support import Answer, receiving
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
 from tests.unit.test_cli_commands import stamp
@@ -342,3 +343,51 @@ def test_a_check_s_url_shows_its_query_values_hidden(
     shown = row.text
     assert "http://127.0.0.1:9/drain?token=…&dc=…" in shown, shown
     assert "s3cret" not in str(driver.page_source)
+
+
+def test_a_held_task_s_page_lists_each_check_s_answer_and_follows_its_next_round(
+    server: ServerProcess, driver: WebDriver, tmp_path: Path
+) -> None:
+    """The task page said only the first failing check's reason (its hold); it lists every check's answer
+    in the task's last round, and its live refresh follows the next one. The checks cover a rack of their
+    own, so the other tests' tasks do not wait for them."""
+    stub = server.stub()
+    create_racks(stub, ["pf1"])
+    covers = [pb.WindowTarget(name="pf1")]
+    with (
+        receiving(Answer({"ok": False, "reason": "3 jobs still running"}), Answer()) as drained,
+        receiving() as other,
+    ):
+        made = [
+            stub.CreatePreflightCheck(
+                pb.CreatePreflightCheckRequest(
+                    check=pb.PreflightCheck(
+                        name=name, racks=covers, interval="1s", webhook=pb.WebhookCheck(url=hook.url)
+                    )
+                )
+            )
+            for name, hook in (("drained", drained), ("inventory-ok", other))
+        ]
+        try:
+            target = pb.OperationTargetSpec(racks=pb.RackTargets(targets=[pb.RackTarget(name="pf1")]))
+            (task_id,) = stub.PowerOnRack(pb.PowerOnRackRequest(target_spec=target)).task_ids
+            open_page(driver, server, f"/tasks/{task_id.id}", "on pf1")
+
+            def answers(d: WebDriver) -> list[tuple[str, str]]:
+                return [
+                    (str(r.get_attribute("data-check")), str(r.get_attribute("data-passed")))
+                    for r in by_testid(d, "check-row")
+                ]
+
+            wait(driver, lambda d: answers(d) == [("drained", "false"), ("inventory-ok", "true")], "round 1")
+            held = read(driver, lambda d: str(by_testid(d, "check-row")[0].text))
+            assert "holds it" in held and "webhook: 3 jobs still running" in held, held
+            driver.save_screenshot(str(tmp_path / "task-checks.png"))
+            wait(
+                driver,
+                lambda d: answers(d) == [("drained", "true"), ("inventory-ok", "true")],
+                "the next round",
+            )
+        finally:
+            for check in made:
+                stub.DeletePreflightCheck(pb.DeletePreflightCheckRequest(id=check.id))

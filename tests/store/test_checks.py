@@ -603,6 +603,8 @@ async def test_a_rack_idle_check_that_fails_holds_the_task_at_its_first_claim_wi
     held = await get(db, task)
     assert held.status is TaskStatus.PENDING and held.held_by == GATE_NAME and held.held_reason == reason
     assert await _rounds(db, task) == [(1, False, reason)]
+    (shown,) = (await services.checks.latest_rounds([task.id, busy.id]))[task.id]  # what `task show` lists
+    assert (shown.check_name, shown.attempt, shown.passed, shown.reason) == ("idle", 1, False, reason)
     checker = PreflightChecker(db, clock, services.tasks)
     assert await checker.poll() == 0  # its next round is due after the interval
     async with db.transaction() as conn:
@@ -613,6 +615,8 @@ async def test_a_rack_idle_check_that_fails_holds_the_task_at_its_first_claim_wi
     async with db.transaction() as conn:
         assert await _claim(db, conn, services, clock.now()) == [task.id]
     assert [(attempt, passed) for attempt, passed, _ in await _rounds(db, task)] == [(1, False), (2, True)]
+    latest = await services.checks.latest_rounds([task.id, busy.id])
+    assert [(r.attempt, r.passed) for r in latest[task.id]] == [(2, True)] and busy.id not in latest
 
 
 async def test_two_tasks_each_busy_for_the_other_never_start_together_in_one_claim(db: Database) -> None:

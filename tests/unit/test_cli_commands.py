@@ -831,6 +831,33 @@ def test_task_show_says_a_start_gate_refused_it(
     assert "refused" not in run("task", "show", TASK_ID).output
 
 
+def test_task_show_lists_each_checks_answer_in_its_last_round(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    task = a_task(pb.TASK_STATUS_PENDING)
+    for check, passed, reason in (
+        ("alerts", True, "alertmanager: cannot ask http://am:9093: refused (fail_closed is off)"),
+        ("drained", False, "webhook: not drained yet"),
+    ):
+        task.checks.append(
+            pb.TaskCheckResult(
+                check=check,
+                round=3,
+                passed=passed,
+                reason=f"pre-flight check {check!r}: {reason}",
+                checked_at=stamp(NOW),
+            )
+        )
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[task])
+    result = run("task", "show", TASK_ID)
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.output.split())
+    assert "check alerts passed (round 3, " in shown and "refused (fail_closed is off)" in shown
+    assert "check drained holds it (round 3, " in shown and "): webhook: not drained yet" in shown
+    fake.answers["get_tasks"] = pb.GetTasksByIDsResponse(tasks=[a_task(pb.TASK_STATUS_PENDING)])
+    assert "check " not in run("task", "show", TASK_ID).output
+
+
 def test_schedule_runs_shows_a_rollouts_progress(fake: FakeClient, run: Callable[..., Result]) -> None:
     fake.answers["list_runs"] = pb.ListTaskScheduleRunsResponse(runs=[_a_rollout_run("halted", 0)], total=1)
     result = run("schedule", "runs", "nightly")

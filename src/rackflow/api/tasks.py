@@ -99,7 +99,10 @@ class TaskRpcs:
         ids = [required_uuid(msg, f"task_ids[{i}]") for i, msg in enumerate(request.task_ids)]
         found = await self.services.tasks.get_tasks(ids)
         attempts = await self.services.tasks.attempts([t.id for t in found if t.retry is not None])
-        return pb.GetTasksByIDsResponse(tasks=[task_to(t, attempts.get(t.id, ())) for t in found])
+        checks = await self.services.checks.latest_rounds([t.id for t in found])
+        return pb.GetTasksByIDsResponse(
+            tasks=[task_to(t, attempts.get(t.id, ()), checks.get(t.id, ())) for t in found]
+        )
 
     @rpc
     async def CancelTask(self, request: pb.CancelTaskRequest, context: Context) -> pb.CancelTaskResponse:

@@ -26,6 +26,7 @@ from rackflow.config import (
 from rackflow.domain.checks import (
     HIDDEN,
     AlertmanagerSettings,
+    CheckResult,
     PreflightCheck,
     RackFacts,
     RackIdleSettings,
@@ -209,6 +210,14 @@ class CheckService:
         """Every check, by name."""
         async with self.db.read() as conn:
             return await store.all_checks(conn)
+
+    async def latest_rounds(self, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, list[CheckResult]]:
+        """Each of these tasks' answers of its checks in its last round, by check name (none: no check
+        applied to it, or it has not been asked yet)."""
+        if not task_ids:
+            return {}
+        async with self.db.read() as conn:
+            return await store.latest_rounds(conn, task_ids)
 
     async def id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
         check_text(name, field, required=True)

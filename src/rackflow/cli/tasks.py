@@ -164,6 +164,12 @@ def task_view(t: pb.Task, racks: dict[str, str], schedule: str) -> Table:
                 + (" (never started: the task ended before it)" if never else ""),
             )
         )
+    for c in t.checks:  # its pre-flight checks' answers in their last round
+        answer = "passed" if c.passed else "holds it"
+        reason = c.reason.removeprefix(f"pre-flight check {c.check!r}: ")
+        rows.append(
+            (f"check {c.check}", f"{answer} (round {c.round}, {utc_text(when(c.checked_at))}): {reason}")
+        )
     for a in t.attempts:
         ended = "completed" if a.status == pb.TASK_STATUS_COMPLETED else f"{status_name(a.status)}"
         kind = " (retryable)" if a.retryable else ""

@@ -632,6 +632,41 @@ def _result_values(result: CheckResult) -> dict[str, Any]:
     }
 
 
+async def latest_rounds(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, list[CheckResult]]:
+    """Each task's results of its last round of checks (its waiting row's `attempt`, the round count), by
+    check name: what a task's view lists (`Task.checks`). Rounds before it are kept too, and not read."""
+    found: dict[uuid.UUID, list[CheckResult]] = {}
+    results = preflight_results.c
+    for chunk in chunked(list(task_ids)):
+        stmt = (
+            select(preflight_results)
+            .join(
+                preflight_tasks,
+                and_(
+                    preflight_tasks.c.task_id == results.task_id, preflight_tasks.c.attempt == results.attempt
+                ),
+            )
+            .where(results.task_id.in_(chunk))
+            .order_by(results.task_id, results.check_name)
+        )
+        for row in await conn.execute(stmt):
+            found.setdefault(row.task_id, []).append(
+                CheckResult(
+                    task_id=row.task_id,
+                    check_id=row.check_id,
+                    check_name=row.check_name,
+                    attempt=row.attempt,
+                    passed=row.passed,
+                    reason=row.reason,
+                    checked_at=row.checked_at,
+                    recheck_at=row.recheck_at,
+                )
+            )
+    return found
+
+
 async def release(
     conn: AsyncConnection, gate: str, task_ids: Collection[uuid.UUID], reason: str, *, now: datetime
 ) -> None:

@@ -1242,6 +1242,7 @@ class Task(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     ATTEMPT_STARTED_AT_FIELD_NUMBER: _builtins.int
     REFUSAL_FIELD_NUMBER: _builtins.int
+    CHECKS_FIELD_NUMBER: _builtins.int
     operation: _builtins.str
     """power_on, power_off, power_reset, bring_up, ingest, upgrade_firmware"""
     description: _builtins.str
@@ -1310,6 +1311,12 @@ class Task(_message.Message):
         first, the takeover ends it so); kept once it has ended. Unset when no gate refused the task.
         """
 
+    @_builtins.property
+    def checks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskCheckResult]:
+        """Each pre-flight check's answer in the task's latest round of checks (docs/CHECKS.md), by check name;
+        empty when none applied. Filled by GetTasksByIDs, not ListTasks.
+        """
+
     def __init__(
         self,
         *,
@@ -1338,14 +1345,58 @@ class Task(_message.Message):
         attempts: _abc.Iterable[Global___TaskAttempt] | None = ...,
         attempt_started_at: _timestamp_pb2.Timestamp | None = ...,
         refusal: Global___TaskRefusal | None = ...,
+        checks: _abc.Iterable[Global___TaskCheckResult] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["attempt_started_at", b"attempt_started_at", "created_at", b"created_at", "finished_at", b"finished_at", "held_since", b"held_since", "id", b"id", "not_after", b"not_after", "not_before", b"not_before", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "refusal", b"refusal", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_started_at", b"attempt_started_at", "attempts", b"attempts", "component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "held_by", b"held_by", "held_reason", b"held_reason", "held_since", b"held_since", "id", b"id", "ignore_windows", b"ignore_windows", "max_attempts", b"max_attempts", "message", b"message", "not_after", b"not_after", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "refusal", b"refusal", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempt_started_at", b"attempt_started_at", "attempts", b"attempts", "checks", b"checks", "component_ids", b"component_ids", "created_at", b"created_at", "description", b"description", "finished_at", b"finished_at", "held_by", b"held_by", "held_reason", b"held_reason", "held_since", b"held_since", "id", b"id", "ignore_windows", b"ignore_windows", "max_attempts", b"max_attempts", "message", b"message", "not_after", b"not_after", "not_before", b"not_before", "operation", b"operation", "queue_expires_at", b"queue_expires_at", "rack_id", b"rack_id", "refusal", b"refusal", "run_id", b"run_id", "schedule_id", b"schedule_id", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
+
+@_typing.final
+class TaskCheckResult(_message.Message):
+    """One pre-flight check's answer in a round of a task's checks (Task.checks)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECK_ID_FIELD_NUMBER: _builtins.int
+    CHECK_FIELD_NUMBER: _builtins.int
+    ROUND_FIELD_NUMBER: _builtins.int
+    PASSED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    CHECKED_AT_FIELD_NUMBER: _builtins.int
+    check: _builtins.str
+    """its name when asked (it may have been renamed or deleted since)"""
+    round: _builtins.int
+    """the task's round of checks, from 1"""
+    passed: _builtins.bool
+    reason: _builtins.str
+    """Why it holds the task, or, passed, what it found: "no alert matches", or the Alertmanager that could not
+    be asked when the check is fail-open.
+    """
+    @_builtins.property
+    def check_id(self) -> Global___UUID: ...
+    @_builtins.property
+    def checked_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        check_id: Global___UUID | None = ...,
+        check: _builtins.str = ...,
+        round: _builtins.int = ...,
+        passed: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        checked_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["check_id", b"check_id", "checked_at", b"checked_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check", b"check", "check_id", b"check_id", "checked_at", b"checked_at", "passed", b"passed", "reason", b"reason", "round", b"round"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskCheckResult: _TypeAlias = TaskCheckResult  # noqa: Y015
 
 @_typing.final
 class TaskRefusal(_message.Message):

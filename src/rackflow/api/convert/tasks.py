@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rackflow.api.convert import target_spec_from, timestamp_from, timestamp_to, uuid_to
+from rackflow.domain.checks import CheckResult
 from rackflow.domain.inventory import TargetSpec
 from rackflow.domain.tasks import (
     ConflictStrategy,
@@ -156,8 +157,9 @@ def task_status_to(status: TaskStatus) -> pb.TaskStatus.ValueType:
     return _STATUS_TO_PB[status]
 
 
-def task_to(task: Task, attempts: Sequence[TaskAttempt] = ()) -> pb.Task:
-    """The task; `attempts`: its ended attempts (GetTasksByIDs reads them, lists leave them out)."""
+def task_to(task: Task, attempts: Sequence[TaskAttempt] = (), checks: Sequence[CheckResult] = ()) -> pb.Task:
+    """The task; `attempts`: its ended attempts, `checks`: its checks' answers in its last round
+    (GetTasksByIDs reads both, lists leave them out)."""
     return pb.Task(
         id=uuid_to(task.id),
         operation=task.operation.kind.value,
@@ -199,4 +201,15 @@ def task_to(task: Task, attempts: Sequence[TaskAttempt] = ()) -> pb.Task:
             if task.refusal is not None
             else None
         ),
+        checks=[
+            pb.TaskCheckResult(
+                check_id=uuid_to(c.check_id),
+                check=c.check_name,
+                round=c.attempt,
+                passed=c.passed,
+                reason=c.reason,
+                checked_at=timestamp_to(c.checked_at),
+            )
+            for c in checks
+        ],
     )

@@ -87,4 +87,5 @@ async def _one(site: Site, ref: str) -> Mapping[str, Any]:
         "schedule_name": names.get(task.schedule_id) if task.schedule_id else None,
         "run_kept": task.run_id is not None and await services.schedules.has_run(task.run_id),
         "attempts": (await services.tasks.attempts([task.id])).get(task.id, []) if task.retry else [],
+        "checks": (await services.checks.latest_rounds([task.id])).get(task.id, []),
     }
