@@ -21,7 +21,6 @@ from pathlib import Path
 import grpc
 import yaml
 
-from rackflow.domain.approvals import UNCOUNTED, Approvers
 from rackflow.errors import InvalidArgument
 
 TOKEN_ENV_PREFIX = "RACKFLOW_AUTH_TOKEN_"
@@ -41,15 +40,6 @@ class Role(enum.StrEnum):
         """Whether this role may do what `needed` may."""
         order = list(Role)
         return order.index(self) >= order.index(needed)
-
-
-def approvers_of(tokens: TokenTable | None, *, mutual_tls: bool) -> Approvers:
-    """Who may approve on a server with these credentials, as `rackflow.api.auth.authenticate` admits
-    callers: with tokens, the names of those whose role is approver; without, every client certificate's
-    CN under mutual TLS (not counted: the CA may sign any number), else every caller as `anonymous`."""
-    if tokens is not None:
-        return Approvers(frozenset(e.name for e in tokens.entries if e.role.holds(Role.APPROVER)))
-    return UNCOUNTED if mutual_tls else Approvers(anonymous=True)
 
 
 def hash_token(token: str) -> str:

@@ -35,6 +35,7 @@ from rackflow.config import (
     host_port,
     parse_host_port,
 )
+from rackflow.domain.approvals import UNCOUNTED, Approvers
 from rackflow.ids import new_id
 from rackflow.metrics import serve_metrics
 from rackflow.notify.delivery import Deliverer
@@ -42,7 +43,7 @@ from rackflow.notify.holds import HoldWatcher
 from rackflow.retention import Pruner, ensure_run_weeks, keep_run_weeks, run_in_order
 from rackflow.rollouts.driver import RolloutDriver
 from rackflow.schedules.dispatcher import Dispatcher
-from rackflow.security import approvers_of, server_credentials
+from rackflow.security import Role, TokenTable, server_credentials
 from rackflow.services import Services
 from rackflow.store import outbox
 from rackflow.store import runs as run_history
@@ -71,6 +72,15 @@ def build_backend(config: ServeConfig, clock: Clock) -> Backend:
 
         return RedfishBackend(RedfishConfig.from_env(), clock=clock)
     return SimulatorBackend(SimulatorConfig.from_env())
+
+
+def approvers_of(tokens: TokenTable | None, *, mutual_tls: bool) -> Approvers:
+    """Who may approve on a server with these credentials, as `rackflow.api.auth.authenticate` admits
+    callers: with tokens, the names of those whose role is approver; without, every client certificate's
+    CN under mutual TLS (not counted: the CA may sign any number), else every caller as `anonymous`."""
+    if tokens is not None:
+        return Approvers(frozenset(e.name for e in tokens.entries if e.role.holds(Role.APPROVER)))
+    return UNCOUNTED if mutual_tls else Approvers(anonymous=True)
 
 
 class RackflowServer:

@@ -70,7 +70,7 @@ class Services:
         """The services; `default_start_deadline` (`--default-start-deadline`): the start deadline of a
         schedule without its own; `instance_id`: the process's (its executor's and dispatcher's), whose
         heartbeat vouches for the runs its approvals, manual triggers and retries start; `approvers`: who
-        its credentials let approve (`security.approvers_of`; not counted by default). They and `db`
+        its credentials let approve (`server.approvers_of`; not counted by default). They and `db`
         read one clock: what they stamp and what the database is asked (`Database.now`) must agree, so
         `db` takes `clock` (the server builds both on the same one)."""
         db.clock = clock

@@ -19,10 +19,10 @@ from rackflow.security import (
     ServerTls,
     TokenEntry,
     TokenTable,
-    approvers_of,
     hash_token,
     server_credentials,
 )
+from rackflow.server import approvers_of
 from rackflow.services import Services
 from rackflow.store import tasks as task_store
 from rackflow.v1 import flow_pb2 as pb

@@ -269,6 +269,25 @@ async def test_override_of_a_task_s_checks(stub: FlowStub, services: Services, r
     )
 
 
+async def test_a_check_whose_racks_were_all_deleted_says_it_covers_no_rack(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    hook = pb.WebhookCheck(url="http://127.0.0.1:9/drain")
+    made = await stub.CreatePreflightCheck(
+        pb.CreatePreflightCheckRequest(
+            check=pb.PreflightCheck(name="drained", webhook=hook, racks=[pb.WindowTarget(name="r1")])
+        )
+    )
+    everywhere = await stub.CreatePreflightCheck(
+        pb.CreatePreflightCheckRequest(check=pb.PreflightCheck(name="everywhere", webhook=hook))
+    )
+    assert not made.covers_no_rack and not everywhere.covers_no_rack
+    await services.inventory.delete_rack(racks[0].id)
+    got = await stub.GetPreflightCheck(pb.GetPreflightCheckRequest(id=made.id))
+    assert list(got.racks) == [] and list(got.nvl_domains) == [] and got.covers_no_rack
+    assert not (await stub.GetPreflightCheck(pb.GetPreflightCheckRequest(id=everywhere.id))).covers_no_rack
+
+
 async def test_a_task_s_view_lists_its_checks_answers_in_their_last_round(
     stub: FlowStub, services: Services, racks: list[Rack]
 ) -> None:

@@ -291,10 +291,19 @@ async def test_deleting_a_rack_takes_it_out_of_its_windows(
     window = await create(stub, freeze(racks=[pb.WindowTarget(name="r1")]))
     await services.inventory.delete_rack(racks[0].id)
     got = await stub.GetMaintenanceWindow(pb.GetMaintenanceWindowRequest(id=window.id))
-    assert list(got.racks) == []
+    assert list(got.racks) == [] and list(got.nvl_domains) == []
+    # Both lists empty read as "every rack": the window says it covers none (the CLI and console did not).
+    assert got.covers_no_rack
+    (listed,) = [
+        w
+        for w in (await stub.ListMaintenanceWindows(pb.ListMaintenanceWindowsRequest())).windows
+        if w.name == "launch"
+    ]
+    assert listed.covers_no_rack
     for rack in racks[1:]:  # covering no rack, it does not become a window over every rack
         request = pb.ListMaintenanceWindowsRequest(rack_id=pb.UUID(id=str(rack.id)))
         assert list((await stub.ListMaintenanceWindows(request)).windows) == []
+    assert not (await create(stub, freeze("everywhere"))).covers_no_rack  # a window over every rack
 
 
 async def test_preview_lists_openings_and_closings_for_a_rack(stub: FlowStub, racks: list[Rack]) -> None:

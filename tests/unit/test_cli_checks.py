@@ -91,6 +91,23 @@ def test_check_list_show_update_and_delete(fake: FakeClient, run: Callable[..., 
     )
 
 
+def test_a_check_or_window_whose_racks_were_deleted_says_it_covers_no_rack(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """Both lists empty read "all racks": a check or window that named racks, all deleted since, covers
+    none, and says so (`covers_no_rack`), as the console does."""
+    fake.answers["get_check"] = pb.PreflightCheck(name="drained", covers_no_rack=True)
+    shown = run("check", "show", "drained")
+    assert shown.exit_code == 0, shown.output
+    assert "no rack (its racks were deleted)" in shown.output and "all racks" not in shown.output
+    fake.answers["get_check"] = pb.PreflightCheck(name="drained")
+    assert "all racks" in run("check", "show", "drained").output
+    fake.answers["get_window"] = pb.MaintenanceWindow(name="launch", covers_no_rack=True)
+    shown = run("window", "show", "launch")
+    assert shown.exit_code == 0, shown.output
+    assert "no rack (its racks were deleted)" in shown.output
+
+
 def test_task_override_checks_sends_the_reason_and_shows_the_task(
     fake: FakeClient, run: Callable[..., Result]
 ) -> None:

@@ -22,6 +22,7 @@ from rackflow.cli.output import (
     when,
 )
 from rackflow.cli.tasks import rack_names, schedule_name, task, task_view
+from rackflow.cli.windows import covers_text
 from rackflow.client import OPERATION_RPCS, operation_name
 from rackflow.ids import is_uuid
 from rackflow.v1 import flow_pb2 as pb
@@ -55,11 +56,6 @@ def kind_text(c: pb.PreflightCheck) -> str:
     return f"rack idle of {busy}{within}"
 
 
-def _covers(c: pb.PreflightCheck) -> str:
-    parts = [t.name for t in c.racks] + [f"domain {t.name}" for t in c.nvl_domains]
-    return ", ".join(parts) if parts else "all racks"
-
-
 def _ops(operations: Sequence[str]) -> str:
     return ", ".join(operation_label(o) for o in operations) if operations else "all"
 
@@ -75,7 +71,7 @@ def checks_table(checks: Sequence[pb.PreflightCheck]) -> Listing:
         title=counted(len(checks), "check"),
     )
     for c in checks:
-        result.add_row(c.name, kind_text(c), _ops(c.operations), _covers(c), c.interval, c.max_wait)
+        result.add_row(c.name, kind_text(c), _ops(c.operations), covers_text(c), c.interval, c.max_wait)
     return result
 
 
@@ -86,7 +82,7 @@ def check_view(c: pb.PreflightCheck) -> Table:
             ("id", c.id.id),
             ("kind", kind_text(c)),
             ("operations", _ops(c.operations)),
-            ("covers", _covers(c)),
+            ("covers", covers_text(c)),
             ("interval", c.interval),
             ("max wait", c.max_wait),
             ("created", utc_text(when(c.created_at))),

@@ -26,6 +26,7 @@ from rackflow.cli.output import (
 )
 from rackflow.cli.targets import checked, parse_time, parse_zone
 from rackflow.client import OPERATION_RPCS, Recurrence, Span, Window, operation_name
+from rackflow.domain.windows import NO_RACK_LEFT
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.words import counted
 
@@ -51,7 +52,10 @@ def when_text(w: pb.MaintenanceWindow) -> str:
     return f"{utc_text(when(w.one_off.start))} → {utc_text(when(w.one_off.end))}"
 
 
-def covers_text(w: pb.MaintenanceWindow) -> str:
+def covers_text(w: pb.MaintenanceWindow | pb.PreflightCheck) -> str:
+    """What a window or a pre-flight check covers, as the console says it (`web.pages.windows`)."""
+    if w.covers_no_rack:
+        return NO_RACK_LEFT
     parts = [t.name for t in w.racks] + [f"domain {t.name}" for t in w.nvl_domains]
     return ", ".join(parts) if parts else "all racks"
 

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from rackflow.domain.tasks import OperationKind
@@ -142,6 +143,28 @@ class RackRef:
 
     rack_id: uuid.UUID
     domain_id: uuid.UUID | None
+
+
+# What a window or a check that named racks or domains, all deleted since, covers: no rack, said so (both
+# lists are empty then, as for one that covers every rack).
+NO_RACK_LEFT = "no rack (its racks were deleted)"
+
+
+class Coverage(Protocol):
+    """What a window or a pre-flight check covers: every rack, or these racks and these domains' racks."""
+
+    @property
+    def all_racks(self) -> bool: ...
+    @property
+    def racks(self) -> tuple[tuple[uuid.UUID, str], ...]: ...
+    @property
+    def domains(self) -> tuple[tuple[uuid.UUID, str], ...]: ...
+
+
+def covers_no_rack(coverage: Coverage) -> bool:
+    """Whether it named racks or domains and all of them have been deleted: it covers nothing, not every
+    rack (`all_racks` keeps the two apart)."""
+    return not coverage.all_racks and not coverage.racks and not coverage.domains
 
 
 @dataclass(frozen=True)

@@ -318,7 +318,7 @@ class ScheduleService:
         # it back, so a run left "running" as it dies is interrupted once its heartbeat lapses. The one
         # place the services hold it: the dispatcher, a trigger, a retry and an approval record it here.
         self.instance_id = instance_id
-        # Who this server lets approve (its approver tokens': `security.approvers_of`): an edit after which a
+        # Who this server lets approve (its approver tokens': `server.approvers_of`): an edit after which a
         # schedule's runs could never be approved is refused (`check_approvable`), and the schedules a change
         # of the tokens left so are named at start-up (`name_unapprovable`).
         self.approvers = approvers

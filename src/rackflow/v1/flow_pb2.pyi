@@ -3456,10 +3456,15 @@ class MaintenanceWindow(_message.Message):
     OPERATIONS_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    COVERS_NO_RACK_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique"""
     reason: _builtins.str
     kind: Global___WindowKind.ValueType
+    covers_no_rack: _builtins.bool
+    """Output only: it named racks or domains, and every one of them has been deleted since, so it covers no
+    rack (`racks` and `nvl_domains` are then both empty, which in a request means every rack).
+    """
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -3494,10 +3499,11 @@ class MaintenanceWindow(_message.Message):
         operations: _abc.Iterable[_builtins.str] | None = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
+        covers_no_rack: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "one_off", b"one_off", "recurring", b"recurring", "updated_at", b"updated_at", "when", b"when"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "kind", b"kind", "name", b"name", "nvl_domains", b"nvl_domains", "one_off", b"one_off", "operations", b"operations", "racks", b"racks", "reason", b"reason", "recurring", b"recurring", "updated_at", b"updated_at", "when", b"when"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["covers_no_rack", b"covers_no_rack", "created_at", b"created_at", "id", b"id", "kind", b"kind", "name", b"name", "nvl_domains", b"nvl_domains", "one_off", b"one_off", "operations", b"operations", "racks", b"racks", "reason", b"reason", "recurring", b"recurring", "updated_at", b"updated_at", "when", b"when"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_when: _TypeAlias = _typing.Literal["recurring", "one_off"]  # noqa: Y015
     _WhichOneofArgType_when: _TypeAlias = _typing.Literal["when", b"when"]  # noqa: Y015
@@ -4057,12 +4063,17 @@ class PreflightCheck(_message.Message):
     MAX_WAIT_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    COVERS_NO_RACK_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique"""
     interval: _builtins.str
     """Go duration: asked again this often while it holds a task; empty = 30s"""
     max_wait: _builtins.str
     """Go duration: a task it holds this long fails with its last reason; empty = 1h"""
+    covers_no_rack: _builtins.bool
+    """Output only: it named racks or domains, and every one of them has been deleted since, so it applies to
+    no rack (`racks` and `nvl_domains` are then both empty, which in a request means every rack).
+    """
     @_builtins.property
     def id(self) -> Global___UUID: ...
     @_builtins.property
@@ -4100,10 +4111,11 @@ class PreflightCheck(_message.Message):
         max_wait: _builtins.str = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
+        covers_no_rack: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["alertmanager", b"alertmanager", "created_at", b"created_at", "id", b"id", "kind", b"kind", "rack_idle", b"rack_idle", "updated_at", b"updated_at", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alertmanager", b"alertmanager", "created_at", b"created_at", "id", b"id", "interval", b"interval", "kind", b"kind", "max_wait", b"max_wait", "name", b"name", "nvl_domains", b"nvl_domains", "operations", b"operations", "rack_idle", b"rack_idle", "racks", b"racks", "updated_at", b"updated_at", "webhook", b"webhook"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alertmanager", b"alertmanager", "covers_no_rack", b"covers_no_rack", "created_at", b"created_at", "id", b"id", "interval", b"interval", "kind", b"kind", "max_wait", b"max_wait", "name", b"name", "nvl_domains", b"nvl_domains", "operations", b"operations", "rack_idle", b"rack_idle", "racks", b"racks", "updated_at", b"updated_at", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["alertmanager", "webhook", "rack_idle"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015

@@ -16,6 +16,7 @@ from rackflow.domain.checks import (
     WebhookSettings,
     shown_url,
 )
+from rackflow.domain.windows import covers_no_rack
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.validation import distinct_operations
 
@@ -61,6 +62,7 @@ def check_to(check: PreflightCheck) -> pb.PreflightCheck:
         max_wait=check.max_wait,
         created_at=timestamp_to(check.created_at),
         updated_at=timestamp_to(check.updated_at),
+        covers_no_rack=covers_no_rack(check),
     )
     settings = check.settings
     if isinstance(settings, AlertmanagerSettings):

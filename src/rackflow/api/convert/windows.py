@@ -11,7 +11,15 @@ from collections.abc import Sequence
 from rackflow.api.convert import timestamp_from, timestamp_to, uuid_from, uuid_to
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.window_rules import WindowEvent
-from rackflow.domain.windows import MaintenanceWindow, OneOff, Recurring, When, WindowKind, WindowPolicy
+from rackflow.domain.windows import (
+    MaintenanceWindow,
+    OneOff,
+    Recurring,
+    When,
+    WindowKind,
+    WindowPolicy,
+    covers_no_rack,
+)
 from rackflow.errors import InvalidArgument
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.windows.service import Ref, WindowInput
@@ -103,6 +111,7 @@ def window_to(window: MaintenanceWindow) -> pb.MaintenanceWindow:
         operations=sorted(op.value for op in window.operations),
         created_at=timestamp_to(window.created_at),
         updated_at=timestamp_to(window.updated_at),
+        covers_no_rack=covers_no_rack(window),
     )
     when = window.when
     if isinstance(when, Recurring):

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from rackflow.domain.checks import PreflightCheck
 from rackflow.domain.tasks import OperationKind
-from rackflow.domain.windows import MaintenanceWindow, Occurrence, Recurring
+from rackflow.domain.windows import NO_RACK_LEFT, MaintenanceWindow, Occurrence, Recurring
 from rackflow.web import refs
 from rackflow.web.pages import Site
 from rackflow.web.pages.schedules import ZONES
@@ -75,7 +75,7 @@ def covers_text(window: MaintenanceWindow | PreflightCheck) -> str:
     if window.all_racks:
         return "all racks"
     names = [name for _, name in window.racks] + [f"domain {name}" for _, name in window.domains]
-    return ", ".join(names) or "no rack (its racks were deleted)"
+    return ", ".join(names) or NO_RACK_LEFT
 
 
 def current_or_next(window: MaintenanceWindow, now: datetime) -> Occurrence | None:
