@@ -74,7 +74,8 @@ ERROR_ROWS = {
     "ALREADY_EXISTS": "A duplicate rack or schedule name, on create and on rename (nothing in that request "
     "is applied); a component's external id, or BMC resource, that another component has (in any rack).",
     "FAILED_PRECONDITION": "The current state forbids the request: pausing, resuming or triggering a "
-    "consumed one-time schedule; removing a schedule's last scope; merging component filters of different "
+    "consumed one-time schedule; a new spec for a schedule whose firmware upgrade's end_time has passed; "
+    "removing a schedule's last scope; merging component filters of different "
     "kinds; a task conflict under the REJECT strategy; a full waiting queue (5 per rack); cancelling a "
     "COMPLETED or FAILED task. A trigger that fired but submitted no task, every scope failed, is the one "
     "refusal that changes something (its run is recorded): its trailing metadata names that run as the "

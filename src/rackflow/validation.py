@@ -37,7 +37,7 @@ from rackflow.domain.rollouts import RolloutPolicy, bakes_without_canaries
 from rackflow.domain.tasks import DEFAULT_QUEUE_TIMEOUT, Operation, OperationKind, QueueOptions, RetryPolicy
 from rackflow.errors import InvalidArgument
 from rackflow.ids import is_uuid
-from rackflow.timespec import format_go_duration, parse_go_duration
+from rackflow.timespec import format_go_duration, format_rfc3339, parse_go_duration
 
 MAX_TEXT_LENGTH = 255  # the width of every inventory and schedule name column
 MAX_DESCRIPTION_LENGTH = 1024
@@ -252,6 +252,18 @@ def check_window(
         raise InvalidArgument(
             f"{end_field}: {end.isoformat()} is not after {start_field} {start.isoformat()}"
         )
+
+
+def check_window_not_over(operation: Operation, now: datetime, field: str, too_late: str) -> Operation:
+    """A firmware upgrade whose window (`end_time`) has ended by `now` is refused, saying what would be
+    `too_late`: its task would fail unrun at its first claim (`Operation.window_over`). No tolerance for a
+    client's clock: what is refused here is what the executor's claim, later still, would fail."""
+    if operation.window_end is not None and operation.window_over(now):
+        raise InvalidArgument(
+            f"{field_path(field, 'end_time')}: {format_rfc3339(operation.window_end)} has passed "
+            f"(now {format_rfc3339(now)}): {too_late}"
+        )
+    return operation
 
 
 def check_operation(operation: Operation, field: str = "") -> Operation:

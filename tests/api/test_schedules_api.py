@@ -157,6 +157,53 @@ async def test_get_and_list_show_what_a_firmware_schedule_runs(stub: FlowStub, r
     )
 
 
+def firmware_until(end: datetime, name: str = "fw") -> pb.CreateTaskScheduleRequest:
+    """A firmware schedule whose upgrade may start only before `end` (its operation's end_time)."""
+    end_time = Timestamp()
+    end_time.FromDatetime(end)
+    upgrade = pb.UpgradeFirmwareRequest(target_spec=racks_spec("r1"), target_version="2.1", end_time=end_time)
+    return pb.CreateTaskScheduleRequest(
+        schedule=config(name), operation=pb.ScheduledOperation(upgrade_firmware=upgrade)
+    )
+
+
+async def test_a_firmware_schedule_whose_end_time_has_passed_is_refused(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    """Every firing's task would be past its window's end when made, and fail at its claim unrun."""
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "operation.upgrade_firmware.end_time: 2026-03-02T11:00:00Z has passed (now 2026-03-02T12:00:00Z): "
+        "every firing's upgrade would be too late to start",
+        stub.CreateTaskSchedule(firmware_until(START - timedelta(hours=1))),
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "operation.upgrade_firmware.end_time: 2026-03-02T12:00:00Z has passed",  # the end is not in it
+        stub.CreateTaskSchedule(firmware_until(START)),
+    )
+    assert await table_counts(services.db) == before
+
+
+async def test_a_new_spec_for_a_firmware_schedule_past_its_end_time_is_refused(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    """UpdateTaskSchedule cannot change the operation; a new spec would give it firings that all fail."""
+    assert isinstance(services.clock, FakeClock)
+    schedule = await stub.CreateTaskSchedule(firmware_until(START + timedelta(hours=1)))
+    services.clock.advance(timedelta(hours=2))
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "schedule.spec: its operation's end_time 2026-03-02T13:00:00Z has passed",
+        stub.UpdateTaskSchedule(update(schedule, ["schedule.spec"], spec="2h")),
+    )
+    assert await table_counts(services.db) == before
+    renamed = await stub.UpdateTaskSchedule(update(schedule, ["schedule.name"], name="old-fw"))
+    assert renamed.name == "old-fw"  # what does not give it firings is not refused
+
+
 BAD_CONFIGS = [
     ({"spec_type": pb.SCHEDULE_SPEC_TYPE_UNSPECIFIED}, "schedule.spec.type"),
     ({"spec_type": 42}, "schedule.spec.type"),

@@ -172,6 +172,13 @@ def _ts(seconds: int) -> Timestamp:
             grpc.StatusCode.INVALID_ARGUMENT,
             "^end_time",
         ),
+        (  # a window over before the submit: its task could only fail at its claim, unrun
+            lambda s: s.UpgradeFirmware(
+                pb.UpgradeFirmwareRequest(target_spec=on_racks("r1"), target_version="2", end_time=_ts(1000))
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            r"^end_time: 1970-01-01T00:16:40Z has passed .*the upgrade could never start",
+        ),
         (
             lambda s: s.PowerOffRack(power_off("r1", description="x" * 1025)),
             grpc.StatusCode.INVALID_ARGUMENT,

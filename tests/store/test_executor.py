@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import event, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.clock import SystemClock
+from rackflow.clock import FakeClock, SystemClock
 from rackflow.domain.inventory import Component, ComponentSpec, ComponentType, PowerState, Rack, RackSelection
 from rackflow.domain.tasks import (
     ComponentChange,
@@ -366,7 +366,9 @@ async def test_firmware_waits_for_its_window_and_fails_after_it(db: Database) ->
     [waiting] = await manager.submit(later, [RackSelection(rack.id, None)], description="", queue=REJECT)
     assert waiting.message.startswith("waits for its maintenance window")
     await manager.cancel(waiting.id)
-    [late] = await manager.submit(missed, [RackSelection(rack.id)], description="", queue=REJECT)
+    # Submitted while its window was open (a submit after its end is refused), claimed after it.
+    while_open = TaskManager(db, FakeClock(now - timedelta(hours=2)))
+    [late] = await while_open.submit(missed, [RackSelection(rack.id)], description="", queue=REJECT)
     [pending] = await manager.submit(later, [RackSelection(rack.id)], description="", queue=QUEUE)
     async with executing(db) as executor:
         polls = counting_polls(executor)

@@ -180,6 +180,19 @@ async def test_a_bake_without_canaries_is_refused_on_create_and_update(
             "operation.power_on.target_spec.racks.targets",
             "expected a list",
         ),
+        (
+            lambda b: b.update(
+                operation={
+                    "upgrade_firmware": {
+                        "target_spec": {"racks": {"targets": [{"name": "r1"}]}},
+                        "target_version": "2.1",
+                        "end_time": "2026-03-01T00:00:00Z",
+                    }
+                }
+            ),
+            "operation.upgrade_firmware.end_time",
+            "has passed (now 2026-03-02T12:00:02Z): every firing's upgrade would be too late to start",
+        ),
     ],
 )
 async def test_a_bad_schedule_names_the_field_and_writes_nothing(

@@ -57,6 +57,12 @@ class Operation:
             text += f" until {format_rfc3339(self.window_end)}"
         return text
 
+    def window_over(self, now: datetime) -> bool:
+        """Its own window (a firmware upgrade's `end_time`) has ended by `now`: a task made for it now could
+        only fail unrun at its claim (its `not_after` is that end, `Task.too_late`; the window is half-open,
+        so at the end itself it is over)."""
+        return self.window_end is not None and now >= self.window_end
+
     def to_json(self) -> dict[str, object]:
         return {
             "kind": self.kind.value,

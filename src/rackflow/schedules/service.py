@@ -97,6 +97,7 @@ from rackflow.validation import (
     check_retry,
     check_rollout,
     check_text,
+    check_window_not_over,
     preview_count,
 )
 from rackflow.words import counted
@@ -296,6 +297,19 @@ def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
     )
 
 
+def _past_its_window(schedule: Schedule, now: datetime) -> FailedPrecondition:
+    """A new spec for a schedule whose operation's window has ended would give it firings that all fail
+    unrun (`Operation.window_over`); an update cannot change the operation."""
+    end = schedule.operation.window_end
+    assert end is not None
+    return FailedPrecondition(
+        f"{SPEC_PATH}: its operation's end_time {format_rfc3339(end)} has passed "
+        f"(now {format_rfc3339(now)}), so every firing a new spec gives schedule {schedule.name!r} would be "
+        "too late to start; create a new schedule with a later end_time (an update cannot change its "
+        "operation)"
+    )
+
+
 class ScheduleService:
     def __init__(
         self,
@@ -393,6 +407,12 @@ class ScheduleService:
         )
         schedule = draft.checked(new_id(), self.clock.now())  # refused before the database is touched
         check_approvable(schedule.approval, self.approvers, schedule.last_edited_by, MIN_APPROVERS_PATH)
+        check_window_not_over(
+            operation,
+            self.clock.now(),
+            f"operation.{operation.kind.value}",
+            "every firing's upgrade would be too late to start (give a later end_time, or none)",
+        )
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)  # its first run counted from the clock that decides what is due
             schedule = draft.checked(schedule.id, now)
@@ -540,6 +560,8 @@ class ScheduleService:
                 timing = timing_of(updated.spec)  # the zone is validated for every spec type
                 if current.is_consumed:
                     raise _consumed(current, "re-arm" if SPEC_PATH in mask else "change the timezone of")
+                if SPEC_PATH in mask and current.operation.window_over(now):
+                    raise _past_its_window(current, now)
                 if SPEC_PATH in mask or updated.spec.type is SpecType.CRON:
                     updated = replace(updated, next_run_at=timing.first_run(now))
             check_approvable(updated.approval, self.approvers, updated.last_edited_by, MIN_APPROVERS_PATH)

@@ -45,7 +45,7 @@ from rackflow.store.db import Database, in_id_order
 from rackflow.store.inventory import components_by_rack
 from rackflow.tasks.conflicts import first_conflict, shape_of
 from rackflow.timespec import format_rfc3339
-from rackflow.validation import check_description, check_operation, check_queue
+from rackflow.validation import check_description, check_operation, check_queue, check_window_not_over
 
 log = logging.getLogger(__name__)
 
@@ -319,7 +319,11 @@ class TaskManager:
         schedule_id: uuid.UUID | None = None,
     ) -> list[Task]:
         """One task per selected rack, all or none, in one transaction (a target spec is resolved to racks
-        in it)."""
+        in it). A direct submission only: an upgrade whose window has ended is refused here, while a
+        firing's task past it is made and fails at its claim, as the run shows (`submit_each_in`)."""
+        check_window_not_over(
+            operation, self.clock.now(), "", "the upgrade could never start (its task would fail unrun)"
+        )
         async with self.db.transaction() as conn:
             selections = await resolve_targets(conn, target) if isinstance(target, TargetSpec) else target
             made = await self.submit_in(

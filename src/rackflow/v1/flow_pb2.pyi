@@ -1150,7 +1150,12 @@ class UpgradeFirmwareRequest(_message.Message):
     def queue_options(self) -> Global___QueueOptions: ...
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp:
-        """optional maintenance window"""
+        """Optional: the window in which the upgrade may start, [start_time, end_time). Its task waits for
+        start_time and fails unrun if it has not started by end_time. end_time must be after start_time, and
+        not already passed (INVALID_ARGUMENT: the task could never start; a schedule's operation alike, on
+        CreateTaskSchedule, as every firing would be too late; and a new schedule.spec for a schedule whose
+        end_time has passed is FAILED_PRECONDITION).
+        """
 
     @_builtins.property
     def end_time(self) -> _timestamp_pb2.Timestamp: ...
