@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import re
 import unicodedata
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Sequence, Sized
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -277,6 +277,13 @@ def check_operation(operation: Operation, field: str = "") -> Operation:
         field_path(field, "end_time"),
     )
     return operation
+
+
+def at_most(values: Sized, limit: int, field: str, what: str) -> None:
+    """A list a request gives that rackflow stores and walks again and again (at each event, at each
+    claim) is bounded: more than `limit` is refused as `field: at most <limit> <what>, got <n>`."""
+    if len(values) > limit:
+        raise InvalidArgument(f"{field}: at most {limit} {what}, got {len(values)}")
 
 
 def distinct_operations(operations: Sequence[OperationKind], field: str) -> frozenset[OperationKind]:

@@ -137,6 +137,21 @@ async def test_create_get_list_and_delete(stub: FlowStub, racks: list[Rack]) -> 
         (idle(busy_operations=["reboot"]), "check.rack_idle.busy_operations[0]"),
         (idle(busy_operations=["power_on", "power_on"]), "check.rack_idle.busy_operations[1]"),
         (idle(failed_within="often"), "check.rack_idle.failed_within"),
+        # Evaluated at every claim of a task: lists without end were stored and walked for each one.
+        (
+            pb.PreflightCheck(
+                name="x", alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=['a="1"'] * 33)
+            ),
+            "check.alertmanager.matchers: at most 32 matchers, got 33",
+        ),
+        (
+            alerts(racks=[pb.WindowTarget(name=f"r{i}") for i in range(10_001)]),
+            "check.racks: at most 10000 racks, got 10001",
+        ),
+        (
+            alerts(nvl_domains=[pb.WindowTarget(name=f"d{i}") for i in range(10_001)]),
+            "check.nvl_domains: at most 10000 NVLink domains, got 10001",
+        ),
     ],
 )
 async def test_bad_create_names_the_field_and_writes_nothing(
@@ -205,6 +220,24 @@ async def test_update_by_mask(stub: FlowStub, services: Services, racks: list[Ra
             pb.PreflightCheck(alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=["severity"])),
             grpc.StatusCode.INVALID_ARGUMENT,
             "check.alertmanager.matchers[0]",
+        ),
+        (
+            ["check.racks"],
+            pb.PreflightCheck(racks=[pb.WindowTarget(name="r1")] * 10_001),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "check.racks: at most 10000 racks, got 10001",
+        ),
+        (
+            ["check.nvl_domains"],
+            pb.PreflightCheck(nvl_domains=[pb.WindowTarget(name="nvl-a")] * 10_001),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "check.nvl_domains: at most 10000 NVLink domains, got 10001",
+        ),
+        (
+            ["check.kind"],
+            pb.PreflightCheck(alertmanager=pb.AlertmanagerCheck(url="http://h", matchers=['a="1"'] * 33)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "check.alertmanager.matchers: at most 32 matchers, got 33",
         ),
     ):
         request = pb.UpdatePreflightCheckRequest(

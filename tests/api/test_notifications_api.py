@@ -99,6 +99,12 @@ async def test_create_get_list_update_and_delete_never_return_secrets(stub: Flow
         # Only a webhook is signed: a Slack or Alertmanager channel stored the secret and never used it.
         (hook(kind="slack", url=SLACK_URL), "channel.secret"),
         (hook(kind="alertmanager", url="http://am.example:9093"), "channel.secret"),
+        # Matched against every event: a list without end was stored and walked for each one.
+        (
+            hook(schedules=[f"s{i}" for i in range(1001)]),
+            "channel.schedules: at most 1000 schedules, got 1001",
+        ),
+        (hook(event_types=["run.halted"] * 101), "channel.event_types: at most 100 event types, got 101"),
     ],
 )
 async def test_bad_create_names_the_field_and_writes_nothing(
@@ -107,6 +113,25 @@ async def test_bad_create_names_the_field_and_writes_nothing(
     before = await table_counts(services.db)
     await expect(grpc.StatusCode.INVALID_ARGUMENT, field, create(stub, channel))
     assert await table_counts(services.db) == before
+
+
+async def test_an_update_past_a_list_s_cap_is_refused_and_changes_nothing(
+    stub: FlowStub, services: Services
+) -> None:
+    created = await create(stub, hook(schedules=[f"s{i}" for i in range(1000)]))  # the cap itself is kept
+    before = await table_counts(services.db)
+    too_many = pb.UpdateNotificationChannelRequest(
+        id=created.id,
+        channel=pb.NotificationChannel(schedules=[f"s{i}" for i in range(1001)]),
+        update_mask=FieldMask(paths=["channel.schedules"]),
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "channel.schedules: at most 1000 schedules, got 1001",
+        stub.UpdateNotificationChannel(too_many),
+    )
+    assert await table_counts(services.db) == before
+    assert await stub.GetNotificationChannel(pb.GetNotificationChannelRequest(id=created.id)) == created
 
 
 async def test_a_secret_is_refused_for_a_channel_that_is_not_a_webhook(

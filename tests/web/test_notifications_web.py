@@ -35,6 +35,10 @@ async def test_json_api_manages_channels_without_returning_secrets(http: httpx.A
         f"{API}/notification-channels", json={"channel": {**HOOK, "name": "b", "kind": "email"}}
     )
     assert (refused.status_code, refused.json()["field"]) == (400, "channel.kind")
+    too_many = {"channel": {"schedules": [f"s{i}" for i in range(1001)]}}
+    refused = await http.patch(f"{API}/notification-channels/ops", json=too_many)
+    assert (refused.status_code, refused.json()["field"]) == (400, "channel.schedules")
+    assert refused.json()["message"] == "channel.schedules: at most 1000 schedules, got 1001"
     missing = await http.get(f"{API}/notification-channels/nope")
     assert (missing.status_code, missing.json()["field"]) == (404, "id")
     assert (await http.delete(f"{API}/notification-channels/ops")).status_code == 200

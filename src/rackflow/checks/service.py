@@ -46,6 +46,7 @@ from rackflow.store.tasks import get_task
 from rackflow.tasks.manager import TaskManager
 from rackflow.validation import (
     alertmanager_matcher,
+    at_most,
     check_description,
     check_mask,
     check_name,
@@ -66,6 +67,12 @@ MAX_WAIT_PATH = "check.max_wait"
 # A rack to fill a matcher's placeholders with before it is parsed: a placeholder stands for a value.
 SAMPLE_RACK = RackFacts(uuid.UUID(int=1), "rack-01", "SN-1001", None, "nvl-a")
 UPDATE_PATHS = (NAME_PATH, OPERATIONS_PATH, RACKS_PATH, DOMAINS_PATH, KIND_PATH, INTERVAL_PATH, MAX_WAIT_PATH)
+# What a check's lists may hold: every claim of a task asks which checks apply to its rack, and every round
+# of an Alertmanager check sends each matcher, rendered for the rack, as a `filter` of its query. A check
+# names at most as many racks (and domains) as one request may target; real selectors are a few matchers.
+MAX_CHECK_RACKS = 10_000
+MAX_CHECK_DOMAINS = 10_000
+MAX_ALERTMANAGER_MATCHERS = 32
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,7 @@ def check_settings(settings: Settings | None) -> Settings:
     if isinstance(settings, AlertmanagerSettings):
         field = "check.alertmanager"
         _url(settings.url, f"{field}.url")
+        at_most(settings.matchers, MAX_ALERTMANAGER_MATCHERS, f"{field}.matchers", "matchers")
         for index, matcher in enumerate(settings.matchers):
             where = f"{field}.matchers[{index}]"
             if (unknown := unknown_placeholder(matcher)) is not None:
@@ -162,6 +170,16 @@ def check_settings(settings: Settings | None) -> Settings:
     return RackIdleSettings(busy, settings.failed_within)
 
 
+async def _racks(conn: AsyncConnection, refs: Sequence[Ref]) -> tuple[tuple[uuid.UUID, str], ...]:
+    at_most(refs, MAX_CHECK_RACKS, RACKS_PATH, "racks")
+    return await resolve_refs(conn, refs, RACKS_PATH, "rack", "racks")
+
+
+async def _domains(conn: AsyncConnection, refs: Sequence[Ref]) -> tuple[tuple[uuid.UUID, str], ...]:
+    at_most(refs, MAX_CHECK_DOMAINS, DOMAINS_PATH, "NVLink domains")
+    return await resolve_refs(conn, refs, DOMAINS_PATH, "NVLink domain", "domains")
+
+
 def _timing(interval: str, max_wait: str) -> tuple[str, str]:
     minimum = f"{int(MIN_CHECK_INTERVAL.total_seconds() * 1000)}ms"
     interval = _duration(interval or DEFAULT_CHECK_INTERVAL, INTERVAL_PATH, minimum=minimum)
@@ -184,8 +202,8 @@ class CheckService:
         interval, max_wait = _timing(given.interval, given.max_wait)
         now = self.clock.now()
         async with self.db.transaction() as conn:
-            covered = await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
-            domains = await resolve_refs(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
+            covered = await _racks(conn, given.racks)
+            domains = await _domains(conn, given.domains)
             check = PreflightCheck(
                 id=new_id(),
                 name=given.name,
@@ -254,12 +272,9 @@ class CheckService:
             )
             updated = replace(updated, interval=interval, max_wait=max_wait)
             if RACKS_PATH in mask:
-                updated = replace(
-                    updated, racks=await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
-                )
+                updated = replace(updated, racks=await _racks(conn, given.racks))
             if DOMAINS_PATH in mask:
-                domains = await resolve_refs(conn, given.domains, DOMAINS_PATH, "NVLink domain", "domains")
-                updated = replace(updated, domains=domains)
+                updated = replace(updated, domains=await _domains(conn, given.domains))
             if RACKS_PATH in mask or DOMAINS_PATH in mask:
                 updated = replace(updated, all_racks=not updated.racks and not updated.domains)
             await store.save_check(conn, updated)

@@ -28,6 +28,7 @@ from rackflow.notify.senders import redacted_url
 from rackflow.store import outbox as store
 from rackflow.store.db import Database, unique_violation_as
 from rackflow.validation import (
+    at_most,
     check_mask,
     check_name,
     check_rename,
@@ -60,6 +61,11 @@ DELIVERIES_SHOWN = 100
 MAX_DELIVERIES_SHOWN = 1000
 MAX_URL_LENGTH = 2048  # the column's
 MAX_SECRET_LENGTH = 1024
+# What a channel's subscription lists may hold: each is matched against every event (a repeated event type
+# is kept once, and an operation may be named once). A channel for more schedules subscribes to all of them
+# (an empty list), as RedeliverNotifications takes at most a listing's worth of ids.
+MAX_CHANNEL_EVENT_TYPES = 100
+MAX_CHANNEL_SCHEDULES = 1000
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,7 @@ def redacted(url: str) -> str:
 
 
 def _event_types(values: Sequence[str]) -> tuple[EventType, ...]:
+    at_most(values, MAX_CHANNEL_EVENT_TYPES, f"{FIELD}.event_types", "event types")
     return tuple(dict.fromkeys(enum_values(EventType, values, f"{FIELD}.event_types", "event type")))
 
 
@@ -143,6 +150,7 @@ def _severity(value: str) -> Severity:
 
 
 def _schedules(values: Sequence[str]) -> tuple[str, ...]:
+    at_most(values, MAX_CHANNEL_SCHEDULES, f"{FIELD}.schedules", "schedules")
     for i, name in enumerate(values):
         check_name(name, f"{FIELD}.schedules[{i}]")
     return tuple(dict.fromkeys(values))

@@ -3968,7 +3968,7 @@ class AlertmanagerCheck(_message.Message):
     @_builtins.property
     def matchers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Alertmanager matchers, each templated with {rack.name}, {rack.id}, {rack.external_id}, {rack.domain};
-        e.g. rack="{rack.name}", severity=~"critical|warning"
+        e.g. rack="{rack.name}", severity=~"critical|warning". At most 32.
         """
 
     def __init__(
@@ -4087,7 +4087,9 @@ class PreflightCheck(_message.Message):
 
     @_builtins.property
     def racks(self) -> _containers.RepeatedCompositeFieldContainer[Global___WindowTarget]:
-        """The racks it applies to: these racks and the racks of these domains; both empty = every rack."""
+        """The racks it applies to: these racks and the racks of these domains; both empty = every rack. Each
+        once; at most 10,000 racks and 10,000 domains.
+        """
 
     @_builtins.property
     def nvl_domains(self) -> _containers.RepeatedCompositeFieldContainer[Global___WindowTarget]: ...
@@ -4337,15 +4339,15 @@ class NotificationChannel(_message.Message):
     def id(self) -> Global___UUID: ...
     @_builtins.property
     def event_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """run.halted, task.failed, …; a condition's type admits its clearing"""
+        """run.halted, task.failed, …; a condition's type admits its clearing; at most 100"""
 
     @_builtins.property
     def schedules(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """schedule names"""
+        """schedule names; at most 1,000 (none: every schedule)"""
 
     @_builtins.property
     def operations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """power_on, …, upgrade_firmware"""
+        """power_on, …, upgrade_firmware; each once"""
 
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
