@@ -123,6 +123,7 @@ class RackflowServer:
         # The tokens were read at start-up: name the stored schedules they leave unapprovable (logged).
         await self.services.schedules.name_unapprovable()
         backend = build_backend(self.config, self.clock)  # bad backend settings fail before we listen
+        self.services.tasks.backend = backend  # what it cannot carry out is refused at the submit
         http = self._bind_http()  # a taken HTTP port fails before gRPC listens
         # So does a taken metrics port, before any loop starts (its thread serves the process's life).
         metrics_address = serve_metrics(self.config.metrics_listen) if self.config.metrics_listen else ""

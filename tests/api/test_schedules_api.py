@@ -21,6 +21,8 @@ from rackflow.services import Services
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
+from rackflow.tasks.backends.redfish.backend import RedfishBackend
+from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
 from tests.conftest import table_counts
@@ -202,6 +204,21 @@ async def test_a_new_spec_for_a_firmware_schedule_past_its_end_time_is_refused(
     assert await table_counts(services.db) == before
     renamed = await stub.UpdateTaskSchedule(update(schedule, ["schedule.name"], name="old-fw"))
     assert renamed.name == "old-fw"  # what does not give it firings is not refused
+
+
+async def test_a_firmware_schedule_by_version_without_an_image_uri_is_refused_on_redfish(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    """Every firing's upgrade would fail on every component: the backend cannot map a version to an image."""
+    services.tasks.backend = RedfishBackend(RedfishConfig())
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "operation.upgrade_firmware.target_version: every component's upgrade would fail on this server's "
+        "redfish backend: target_version '2.1' is a version, but RACKFLOW_REDFISH_IMAGE_URI",
+        stub.CreateTaskSchedule(firmware_until(START + timedelta(days=1))),
+    )
+    assert await table_counts(services.db) == before
 
 
 BAD_CONFIGS = [

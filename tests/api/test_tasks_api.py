@@ -22,6 +22,8 @@ from rackflow.errors import InvalidArgument
 from rackflow.services import Services
 from rackflow.store import tasks as store
 from rackflow.store.db import Database
+from rackflow.tasks.backends.redfish.backend import RedfishBackend
+from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.conftest import table_counts
@@ -296,6 +298,33 @@ async def test_cancel_rules(db: Database, stub: Stub, services: Services) -> Non
         grpc.StatusCode.FAILED_PRECONDITION,
         "completed",
     )
+
+
+# --- what the backend can tell before any task is made ---------------------------------------------
+
+
+async def test_an_upgrade_by_version_without_an_image_uri_is_refused_on_redfish(
+    db: Database, stub: Stub, services: Services
+) -> None:
+    """Without RACKFLOW_REDFISH_IMAGE_URI a version maps to no image: every component's SimpleUpdate would
+    fail, on every rack; refused up front instead of a task per rack that fails."""
+    await make_rack(stub)
+    services.tasks.backend = RedfishBackend(RedfishConfig())
+    by_version = pb.UpgradeFirmwareRequest(target_spec=on_racks("r1"), target_version="2.4.1")
+    await refused(
+        db,
+        stub.UpgradeFirmware(by_version),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        r"^target_version: every component's upgrade would fail on this server's redfish backend: "
+        r"target_version '2.4.1' is a version, but RACKFLOW_REDFISH_IMAGE_URI .* is not set",
+    )
+    by_image = pb.UpgradeFirmwareRequest(target_spec=on_racks("r1"), target_version="https://img/bios.bin")
+    assert len((await stub.UpgradeFirmware(by_image)).task_ids) == 1  # the image itself needs no template
+    await stub.CancelTask(
+        pb.CancelTaskRequest(task_id=(await stub.ListTasks(pb.ListTasksRequest())).tasks[0].id)
+    )
+    services.tasks.backend = RedfishBackend(RedfishConfig(image_uri="https://img/{type}/{version}.bin"))
+    assert len((await stub.UpgradeFirmware(by_version)).task_ids) == 1
 
 
 # --- the converter the schedules API shares --------------------------------------------------------

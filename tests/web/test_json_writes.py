@@ -14,6 +14,8 @@ import pytest
 from rackflow.api.audit import AuditInterceptor
 from rackflow.services import Services
 from rackflow.store.db import Database
+from rackflow.tasks.backends.redfish.backend import RedfishBackend
+from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.web.app import build_app
 from rackflow.web.security import HttpSecurity
 from tests.api.secured import TOKENS, VIEWER_TOKEN
@@ -206,6 +208,21 @@ async def test_a_bad_schedule_names_the_field_and_writes_nothing(
     change(body)
     before = await table_counts(db)
     refused(await http.post(f"{API}/schedules", json=body), 400, field, words)
+    counts = await table_counts(db)
+    assert counts.pop("audit_events") - before.pop("audit_events") <= 1  # a refused RPC is audited
+    assert counts == before
+
+
+async def test_a_firmware_schedule_the_backend_cannot_run_is_refused(
+    http: httpx.AsyncClient, services: Services, db: Database
+) -> None:
+    await make_racks(services, "r1")
+    services.tasks.backend = RedfishBackend(RedfishConfig())  # no RACKFLOW_REDFISH_IMAGE_URI
+    firmware = {"target_spec": {"racks": {"targets": [{"name": "r1"}]}}, "target_version": "2.1"}
+    body = {"schedule": CREATE_SCHEDULE["schedule"], "operation": {"upgrade_firmware": firmware}}
+    before = await table_counts(db)
+    field = "operation.upgrade_firmware.target_version"
+    refused(await http.post(f"{API}/schedules", json=body), 412, field, "RACKFLOW_REDFISH_IMAGE_URI")
     counts = await table_counts(db)
     assert counts.pop("audit_events") - before.pop("audit_events") <= 1  # a refused RPC is audited
     assert counts == before

@@ -413,6 +413,7 @@ class ScheduleService:
             f"operation.{operation.kind.value}",
             "every firing's upgrade would be too late to start (give a later end_time, or none)",
         )
+        self.tasks.check_runnable(operation, f"operation.{operation.kind.value}")
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)  # its first run counted from the clock that decides what is due
             schedule = draft.checked(schedule.id, now)

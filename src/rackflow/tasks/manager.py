@@ -43,6 +43,7 @@ from rackflow.store import task_runs
 from rackflow.store import tasks as store
 from rackflow.store.db import Database, in_id_order
 from rackflow.store.inventory import components_by_rack
+from rackflow.tasks.backends.base import Backend
 from rackflow.tasks.conflicts import first_conflict, shape_of
 from rackflow.timespec import format_rfc3339
 from rackflow.validation import check_description, check_operation, check_queue, check_window_not_over
@@ -298,6 +299,18 @@ class TaskManager:
         self.clock = clock
         self.on_submit: list[Callable[[], None]] = []
         self.decide_owed: Callable[[Collection[uuid.UUID]], Awaitable[None]] | None = None
+        # This process's backend (its executor's, set by the server): what it says no task could carry out
+        # is refused up front (`check_runnable`). None: nothing is known (no executor here).
+        self.backend: Backend | None = None
+
+    def check_runnable(self, operation: Operation, field: str = "") -> Operation:
+        """FailedPrecondition when this process's backend says every task of `operation` would fail, on any
+        rack (`Backend.refusal`: a redfish upgrade by version without RACKFLOW_REDFISH_IMAGE_URI). Peers
+        are meant to share their backend settings: the peer asked decides for the one that will run it."""
+        refusal = self.backend.refusal(operation, field) if self.backend is not None else None
+        if refusal is not None:
+            raise FailedPrecondition(refusal)
+        return operation
 
     def wake_executors(self) -> None:
         for callback in self.on_submit:
@@ -320,10 +333,12 @@ class TaskManager:
     ) -> list[Task]:
         """One task per selected rack, all or none, in one transaction (a target spec is resolved to racks
         in it). A direct submission only: an upgrade whose window has ended is refused here, while a
-        firing's task past it is made and fails at its claim, as the run shows (`submit_each_in`)."""
+        firing's task past it is made and fails at its claim, as the run shows (`submit_each_in`); so is one
+        its backend cannot carry out (`check_runnable`)."""
         check_window_not_over(
             operation, self.clock.now(), "", "the upgrade could never start (its task would fail unrun)"
         )
+        self.check_runnable(operation)
         async with self.db.transaction() as conn:
             selections = await resolve_targets(conn, target) if isinstance(target, TargetSpec) else target
             made = await self.submit_in(

@@ -13,7 +13,7 @@ import abc
 from collections.abc import Mapping, Sequence
 
 from rackflow.domain.inventory import Component, ComponentType
-from rackflow.domain.tasks import ComponentChange, OperationKind, Task
+from rackflow.domain.tasks import ComponentChange, Operation, OperationKind, Task
 
 
 class StepFailed(Exception):
@@ -68,6 +68,14 @@ class Backend(abc.ABC):
         not recorded yet. A step that cannot be made so by reading the component keeps what it needs in
         `state` before it acts (a redfish restart: `StepState`).
         """
+
+    def refusal(self, operation: Operation, field: str = "") -> str | None:
+        """Why every step of `operation` would fail here whatever the rack, known before any task is made
+        (this backend's settings cannot carry it out), as a refusal naming the field under `field` (the
+        operation's path in the request); None: nothing known. The task manager refuses such a submission,
+        and a schedule that would fire it, rather than make tasks that all fail
+        (`TaskManager.check_runnable`)."""
+        return None
 
 
 # Infrastructure before what depends on it: power, cooling, management, network, fabric, then compute.

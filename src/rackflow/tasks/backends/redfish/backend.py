@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from rackflow.clock import Clock, SystemClock
 from rackflow.domain.bmc import Target, target_of
-from rackflow.domain.inventory import Bmc, Component, PowerState
-from rackflow.domain.tasks import ComponentChange, OperationKind, Task
+from rackflow.domain.inventory import Bmc, Component, ComponentType, PowerState
+from rackflow.domain.tasks import ComponentChange, Operation, OperationKind, Task
 from rackflow.errors import InvalidArgument
 from rackflow.retry import Sleep
 from rackflow.tasks.backends.base import Backend, StepFailed, StepState
@@ -51,6 +51,7 @@ from rackflow.tasks.backends.redfish.rules import (
     update_failure,
     waits_for_settled_power,
 )
+from rackflow.validation import field_path
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,20 @@ class RedfishBackend(Backend):
         self._sleep = sleep
         self._monotonic = monotonic
         self._clock = clock or SystemClock()
+
+    def refusal(self, operation: Operation, field: str = "") -> str | None:
+        """An upgrade by version with no RACKFLOW_REDFISH_IMAGE_URI to map it to an image: `_firmware` fails
+        every component's step so (`firmware_image`), on any rack."""
+        if operation.kind is not OperationKind.UPGRADE_FIRMWARE:
+            return None
+        try:
+            firmware_image(operation.target_version, self.config.image_uri, ComponentType.COMPUTE)
+        except ValueError as exc:
+            return (
+                f"{field_path(field, 'target_version')}: every component's upgrade would fail on this "
+                f"server's redfish backend: {exc}"
+            )
+        return None
 
     async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
         bmc = component.bmc
