@@ -279,6 +279,11 @@ def check_operation(operation: Operation, field: str = "") -> Operation:
     return operation
 
 
+# The most racks (or components, or domains) one request may name: a target spec's, and the racks and domains
+# a window or a pre-flight check covers, which every claim of a task asks about its rack.
+MAX_TARGETS = 10_000
+
+
 def at_most(values: Sized, limit: int, field: str, what: str) -> None:
     """A list a request gives that rackflow stores and walks again and again (at each event, at each
     claim) is bounded: more than `limit` is refused as `field: at most <limit> <what>, got <n>`."""

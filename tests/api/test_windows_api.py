@@ -196,6 +196,17 @@ BAD_WINDOWS: list[tuple[pb.MaintenanceWindow, grpc.StatusCode, str]] = [
         "window.operations[1]",
     ),
     (freeze(reason="a\x00b"), grpc.StatusCode.INVALID_ARGUMENT, "window.reason"),
+    # Asked about at every claim of a task on a rack: at most as many as one request may target.
+    (
+        freeze(racks=[pb.WindowTarget(name=f"r{i}") for i in range(10_001)]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "window.racks: at most 10000 racks, got 10001",
+    ),
+    (
+        freeze(nvl_domains=[pb.WindowTarget(name=f"d{i}") for i in range(10_001)]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "window.nvl_domains: at most 10000 NVLink domains, got 10001",
+    ),
 ]
 
 

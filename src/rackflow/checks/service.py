@@ -69,9 +69,8 @@ SAMPLE_RACK = RackFacts(uuid.UUID(int=1), "rack-01", "SN-1001", None, "nvl-a")
 UPDATE_PATHS = (NAME_PATH, OPERATIONS_PATH, RACKS_PATH, DOMAINS_PATH, KIND_PATH, INTERVAL_PATH, MAX_WAIT_PATH)
 # What a check's lists may hold: every claim of a task asks which checks apply to its rack, and every round
 # of an Alertmanager check sends each matcher, rendered for the rack, as a `filter` of its query. A check
-# names at most as many racks (and domains) as one request may target; real selectors are a few matchers.
-MAX_CHECK_RACKS = 10_000
-MAX_CHECK_DOMAINS = 10_000
+# names at most as many racks (and domains) as one request may target (`MAX_TARGETS`); real selectors are
+# a few matchers.
 MAX_ALERTMANAGER_MATCHERS = 32
 
 
@@ -171,12 +170,10 @@ def check_settings(settings: Settings | None) -> Settings:
 
 
 async def _racks(conn: AsyncConnection, refs: Sequence[Ref]) -> tuple[tuple[uuid.UUID, str], ...]:
-    at_most(refs, MAX_CHECK_RACKS, RACKS_PATH, "racks")
     return await resolve_refs(conn, refs, RACKS_PATH, "rack", "racks")
 
 
 async def _domains(conn: AsyncConnection, refs: Sequence[Ref]) -> tuple[tuple[uuid.UUID, str], ...]:
-    at_most(refs, MAX_CHECK_DOMAINS, DOMAINS_PATH, "NVLink domains")
     return await resolve_refs(conn, refs, DOMAINS_PATH, "NVLink domain", "domains")
 
 

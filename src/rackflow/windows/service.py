@@ -29,6 +29,8 @@ from rackflow.store import windows as store
 from rackflow.store.db import Database
 from rackflow.store.tables import nvl_domains, racks
 from rackflow.validation import (
+    MAX_TARGETS,
+    at_most,
     check_description,
     check_mask,
     check_name,
@@ -90,7 +92,9 @@ def _check_when(when: When | None, now: datetime) -> When:
 async def resolve_refs(
     conn: AsyncConnection, refs: Sequence[Ref], field: str, what: str, by_column: str
 ) -> tuple[tuple[uuid.UUID, str], ...]:
-    """(id, name) of each named rack or domain, in request order; NotFound naming `field[i]`."""
+    """(id, name) of each named rack or domain, in request order; NotFound naming `field[i]`. At most
+    MAX_TARGETS of them: a window's and a check's are asked about at every claim of a task on a rack."""
+    at_most(refs, MAX_TARGETS, field, "racks" if by_column == "racks" else "NVLink domains")
     lookup = inventory_store.racks_by_column if by_column == "racks" else inventory_store.domains_by_column
     for index, ref in enumerate(refs):
         if ref.id is None:

@@ -28,9 +28,9 @@ from rackflow.domain.inventory import (
 )
 from rackflow.errors import InvalidArgument
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import MAX_TARGETS
 
 MAX_PAGE_SIZE = 1000
-MAX_TARGETS = 10_000
 
 
 def message_json(message: Message) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from rackflow.api.convert import (
     MAX_PAGE_SIZE,
-    MAX_TARGETS,
     component_type_from,
     component_type_to,
     required_uuid,
@@ -18,6 +17,7 @@ from rackflow.domain.inventory import Bmc, Component, ComponentSpec, NVLDomain, 
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.bmc import check_bmc
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import MAX_TARGETS
 
 MAX_COMPONENTS_PER_REQUEST = 10_000
 
