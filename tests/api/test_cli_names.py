@@ -6,33 +6,17 @@ turns its line around."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 import yaml
 from click.testing import CliRunner, Result
 
 from rackflow import validation
-from rackflow.api.servicer import FlowServicer
 from rackflow.cli.main import main
 from rackflow.services import Services
-from rackflow.v1 import flow_pb2_grpc
 
 pytestmark = pytest.mark.asyncio
-
-
-@pytest.fixture
-async def address(services: Services) -> AsyncIterator[str]:
-    server = grpc.aio.server()
-    flow_pb2_grpc.add_FlowServicer_to_server(FlowServicer(services), server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await server.stop(grace=None)
 
 
 async def rackflow(address: str, *args: str) -> Result:
@@ -40,13 +24,13 @@ async def rackflow(address: str, *args: str) -> Result:
 
 
 async def test_an_import_stops_at_a_rack_whose_name_does_not_show_as_itself_and_says_so(
-    address: str, services: Services, tmp_path: Path
+    grpc_server: str, services: Services, tmp_path: Path
 ) -> None:
     fleet = tmp_path / "fleet.yaml"
     racks = [{"name": name, "domain": "nvl-a"} for name in ("rack-01", "rack-02\u200b", "rack-03")]
     fleet.write_text(yaml.safe_dump({"domains": [{"name": "nvl-a"}], "racks": racks}))
 
-    result = await rackflow(address, "inventory", "import", str(fleet))
+    result = await rackflow(grpc_server, "inventory", "import", str(fleet))
 
     assert result.exit_code == 1, result.output
     assert result.stdout == "created rack rack-01 (0 components)\n"
@@ -61,7 +45,7 @@ async def test_an_import_stops_at_a_rack_whose_name_does_not_show_as_itself_and_
     assert [r.name for r in racks_now] == ["rack-01"]
 
     fleet.write_text(fleet.read_text().replace("\\u200B", ""))  # fixed, run again: it resumes
-    result = await rackflow(address, "inventory", "import", str(fleet))
+    result = await rackflow(grpc_server, "inventory", "import", str(fleet))
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[:3] == [
         "created rack rack-02 (0 components)",
@@ -71,7 +55,7 @@ async def test_an_import_stops_at_a_rack_whose_name_does_not_show_as_itself_and_
 
 
 async def test_a_table_shows_a_name_stored_before_the_rule_escaped(
-    address: str, services: Services, monkeypatch: pytest.MonkeyPatch
+    grpc_server: str, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with monkeypatch.context() as before_the_rule:
         before_the_rule.setattr(validation, "check_identifier", lambda value, _field: value)
@@ -79,12 +63,12 @@ async def test_a_table_shows_a_name_stored_before_the_rule_escaped(
         await services.inventory.create_rack("r\u202e21")
     await services.inventory.create_rack("r12")
 
-    listed = await rackflow(address, "rack", "list")
+    listed = await rackflow(grpc_server, "rack", "list")
     assert listed.exit_code == 0, listed.output
     names = [line.split()[0] for line in listed.stdout.splitlines()[2:]]
     assert names == ["r12\\u200b", "r\\u202e21", "r12"]
     assert "\u200b" not in listed.stdout and "\u202e" not in listed.stdout
 
-    shown = await rackflow(address, "rack", "show", "r12\u200b")  # found by its name as stored
+    shown = await rackflow(grpc_server, "rack", "show", "r12\u200b")  # found by its name as stored
     assert shown.exit_code == 0, shown.output
     assert "r12\\u200b" in shown.stdout and "\u200b" not in shown.stdout
