@@ -196,6 +196,18 @@ BAD_WINDOWS: list[tuple[pb.MaintenanceWindow, grpc.StatusCode, str]] = [
         "window.operations[1]",
     ),
     (freeze(reason="a\x00b"), grpc.StatusCode.INVALID_ARGUMENT, "window.reason"),
+    # A one-off window already over would never apply (a freeze given the wrong year protects nothing).
+    (
+        pb.MaintenanceWindow(
+            name="last-year",
+            kind=pb.WINDOW_KIND_FREEZE,
+            one_off=pb.OneOffWindow(
+                start=ts(START - timedelta(days=366)), end=ts(START - timedelta(days=365))
+            ),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "window.one_off.end: 2025-",
+    ),
     # Asked about at every claim of a task on a rack: at most as many as one request may target.
     (
         freeze(racks=[pb.WindowTarget(name=f"r{i}") for i in range(10_001)]),

@@ -20,7 +20,7 @@ from rackflow.clock import Clock
 from rackflow.domain.audit import WINDOW_CREATED, WINDOW_DELETED, WINDOW_UPDATED
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.window_rules import WindowEvent, events
-from rackflow.domain.windows import MaintenanceWindow, RackRef, Recurring, When, WindowKind
+from rackflow.domain.windows import MaintenanceWindow, OneOff, RackRef, Recurring, When, WindowKind
 from rackflow.errors import InvalidArgument, NotFound
 from rackflow.ids import new_id
 from rackflow.store import inventory as inventory_store
@@ -28,6 +28,7 @@ from rackflow.store import task_runs
 from rackflow.store import windows as store
 from rackflow.store.db import Database
 from rackflow.store.tables import nvl_domains, racks
+from rackflow.timespec import format_rfc3339
 from rackflow.validation import (
     MAX_TARGETS,
     at_most,
@@ -86,6 +87,18 @@ def _check_when(when: When | None, now: datetime) -> When:
             when.check("window.one_off")
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
+    return when
+
+
+def _not_over(when: When, now: datetime) -> When:
+    """A new one-off window that has already ended would never apply: refused, since a FREEZE given the
+    wrong year or offset would protect nothing while its list showed it there. (An update may end a window
+    early, at now or before: that is how a freeze is lifted.)"""
+    if isinstance(when, OneOff) and when.end <= now:
+        raise InvalidArgument(
+            f"window.one_off.end: {format_rfc3339(when.end)} has passed (now {format_rfc3339(now)}): the "
+            "window would never apply"
+        )
     return when
 
 
@@ -168,7 +181,7 @@ class WindowService:
         operations = distinct_operations(given.operations, OPERATIONS_PATH)
         async with self.db.transaction() as conn:
             now = await self._in_turn(conn)
-            when = _check_when(given.when, now)
+            when = _not_over(_check_when(given.when, now), now)
             if await store.name_taken(conn, given.name):
                 raise store.name_taken_error(given.name)
             covered = await resolve_refs(conn, given.racks, RACKS_PATH, "rack", "racks")
