@@ -32,8 +32,8 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
-# Schedules a page of the look-up that finds one by its name asks for, and racks a page of `all_racks` (the
-# API's largest page).
+# Schedules a page of the look-up that finds one by its name asks for, and racks or domains a page of
+# `all_racks` and `all_domains` (the API's largest page).
 NAME_SEARCH_PAGE = 1000
 M = TypeVar("M", bound=Message)
 
@@ -459,9 +459,8 @@ class RackflowClient:
     def resolve_domain_id(self, domain: str) -> str:
         if is_uuid(domain):
             return domain
-        for found in self.list_domains().domains:
-            if found.name == domain:
-                return found.id.id
+        for found in self.domains_asked(names=[domain]):
+            return found.id.id
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"NVLink domain {domain!r} not found")
 
     def resolve_target_id(self, target: str) -> str:
@@ -577,18 +576,42 @@ class RackflowClient:
         request = pb.CreateNVLDomainRequest(name=name, rack_ids=[self._rack_ref(r) for r in racks])
         return self._call(self._stub.CreateNVLDomain, request, pb.NVLDomain)
 
-    def list_domains(self) -> pb.ListNVLDomainsResponse:
-        return self._call(self._stub.ListNVLDomains, pb.ListNVLDomainsRequest(), pb.ListNVLDomainsResponse)
+    def list_domains(
+        self, *, offset: int = 0, limit: int = 0, page_token: str = ""
+    ) -> pb.ListNVLDomainsResponse:
+        request = pb.ListNVLDomainsRequest(pagination=_page(offset, limit, page_token))
+        return self._call(self._stub.ListNVLDomains, request, pb.ListNVLDomainsResponse)
+
+    def domains_asked(self, *, ids: Sequence[str] = (), names: Sequence[str] = ()) -> list[pb.NVLDomain]:
+        """Those of the domains of `ids` or of `names` (at most `MAX_PAGE_SIZE`) that exist, in one
+        ListNVLDomains. A server of a release before those fields ignores them and answers every domain,
+        of which those asked for are kept: the answer is right either way, and costs the whole list only
+        there."""
+        if not ids and not names:  # neither asks for every domain
+            return []
+        request = pb.ListNVLDomainsRequest(ids=[pb.UUID(id=i) for i in ids], names=names)
+        found = self._call(self._stub.ListNVLDomains, request, pb.ListNVLDomainsResponse).domains
+        asked_ids, asked_names = set(ids), set(names)
+        return [d for d in found if d.id.id in asked_ids or d.name in asked_names]
+
+    def all_domains(self) -> Iterator[pb.NVLDomain]:
+        """Every domain, read a page at a time (a fleet of NVL72 racks has a domain a rack: 40,000 of them
+        in one answer pass gRPC's 4 MiB). A server of a release before pages answers them all at once."""
+        token = ""
+        while True:
+            page = self.list_domains(limit=NAME_SEARCH_PAGE, page_token=token)
+            yield from page.domains
+            token = page.next_page_token
+            if not token:
+                return
 
     def get_domain(self, domain: str) -> pb.NVLDomain:
-        """The NVLink domain of that id or name (an id wins when a name looks like one), found on the list
-        of domains: the API has no GetNVLDomain, and the list is one call holding every domain (a fleet's
-        domains are a few racks each, so it is as long as `rackflow domain list`). NOT_FOUND as the
-        server words it for a domain."""
+        """The NVLink domain of that id or name (an id wins when a name looks like one): the API has no
+        GetNVLDomain, so ListNVLDomains is asked for that one. NOT_FOUND as the server words it for a
+        domain."""
         by_id = is_uuid(domain)
-        for found in self.list_domains().domains:
-            if (found.id.id if by_id else found.name) == domain:
-                return found
+        for found in self.domains_asked(ids=[domain]) if by_id else self.domains_asked(names=[domain]):
+            return found
         missing = (
             f"id: no NVLink domain with id {domain}" if by_id else f"name: no NVLink domain named {domain!r}"
         )

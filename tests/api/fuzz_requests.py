@@ -532,7 +532,12 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             name=usually(st.text(alphabet="abcxyz-", min_size=1, max_size=8), texts(k.domain_names)),
             rack_ids=st.lists(rack_id, max_size=4),
         ),
-        "ListNVLDomains": st.just(pb.ListNVLDomainsRequest()),
+        "ListNVLDomains": build(
+            pb.ListNVLDomainsRequest,
+            pagination=maybe(pages()),
+            ids=st.lists(ids(k.domain_ids), max_size=5) | st.integers(999, 1002).map(_many_ids),
+            names=st.lists(texts(k.domain_names), max_size=5),
+        ),
         "ListTasks": build(
             pb.ListTasksRequest,
             rack_id=maybe(rack_id),

@@ -27,6 +27,7 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
         self.requests: list[tuple[str, Message]] = []
         self.knows_rack_names = True  # False: as a release before GetRack took a name
         self.knows_rack_ids = True  # False: as a release before ListRacks took ids (it ignores them)
+        self.knows_domain_pages = True  # False: as a release before ListNVLDomains took any field
 
     def _record(self, name: str, request: Message) -> None:
         self.requests.append((name, request))
@@ -55,6 +56,23 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
             first = pb.Rack(id=pb.UUID(id=OTHER_ID), name="rack-01")
             return pb.ListRacksResponse(racks=[first], total=2, next_page_token="p2")
         return pb.ListRacksResponse(racks=[pb.Rack(id=pb.UUID(id=RACK_ID), name="rack-02")], total=2)
+
+    def ListNVLDomains(self, request: Any, context: Any) -> pb.ListNVLDomainsResponse:
+        """Two domains, nvl-a and nvl-b: those asked for by id or name, or a page of one each; a release
+        before the fields answers both, whatever was asked."""
+        self._record("ListNVLDomains", request)
+        domains = (
+            pb.NVLDomain(id=pb.UUID(id=OTHER_ID), name="nvl-a"),
+            pb.NVLDomain(id=pb.UUID(id=RACK_ID), name="nvl-b"),
+        )
+        if not self.knows_domain_pages:
+            return pb.ListNVLDomainsResponse(domains=domains)
+        if request.ids or request.names:
+            asked = [d for d in domains if d.id in request.ids or d.name in request.names]
+            return pb.ListNVLDomainsResponse(domains=asked, total=len(asked))
+        if not request.pagination.page_token:
+            return pb.ListNVLDomainsResponse(domains=domains[:1], total=2, next_page_token="p2")
+        return pb.ListNVLDomainsResponse(domains=domains[1:], total=2)
 
     def GetRack(self, request: Any, context: Any) -> pb.Rack:
         """rack-02, by its id or its name; NOT_FOUND for any other name."""
@@ -268,7 +286,7 @@ def test_a_server_error_keeps_its_code_and_message(flow: tuple[RecordingFlow, Ra
 def test_an_unimplemented_rpc_is_a_client_error_too(flow: tuple[RecordingFlow, RackflowClient]) -> None:
     _, client = flow
     with pytest.raises(RackflowClientError) as caught:
-        client.list_domains()
+        client.list_windows()
     assert caught.value.code == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -308,3 +326,41 @@ def test_task_status_names(name: str, status: int) -> None:
 def test_unknown_task_status_names_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match="unknown task status"):
         task_status(name)
+
+
+@pytest.mark.parametrize("knows_fields", [True, False], ids=["server", "older server"])
+def test_a_domain_is_found_by_asking_for_it_alone(
+    flow: tuple[RecordingFlow, RackflowClient], knows_fields: bool
+) -> None:
+    """By id or by name, in one ListNVLDomains that asks for that domain (a fleet of NVL72 racks has
+    20,000): a server of a release before those fields answers every domain, of which the one asked for
+    is kept, so the answer is the same."""
+    servicer, client = flow
+    servicer.knows_domain_pages = knows_fields
+    assert client.resolve_domain_id("nvl-b") == RACK_ID
+    assert client.get_domain(OTHER_ID).name == "nvl-a"
+    assert client.get_domain("nvl-b").id.id == RACK_ID
+    assert [d.name for d in client.domains_asked(ids=[RACK_ID, SCHEDULE_ID])] == ["nvl-b"]
+    assert client.domains_asked() == []  # nothing asked would be every domain: not sent
+    asked = [request for _, request in servicer.requests]
+    assert asked == [
+        pb.ListNVLDomainsRequest(names=["nvl-b"]),
+        pb.ListNVLDomainsRequest(ids=[pb.UUID(id=OTHER_ID)]),
+        pb.ListNVLDomainsRequest(names=["nvl-b"]),
+        pb.ListNVLDomainsRequest(ids=[pb.UUID(id=RACK_ID), pb.UUID(id=SCHEDULE_ID)]),
+    ]
+    with pytest.raises(RackflowClientError) as caught:
+        client.get_domain("nvl-z")
+    assert caught.value.code == grpc.StatusCode.NOT_FOUND
+    assert caught.value.message == "name: no NVLink domain named 'nvl-z'"
+
+
+def test_every_domain_is_read_a_page_at_a_time(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    servicer, client = flow
+    assert [d.name for d in client.all_domains()] == ["nvl-a", "nvl-b"]
+    lists = [request for name, request in servicer.requests if name == "ListNVLDomains"]
+    assert [(r.pagination.limit, r.pagination.page_token) for r in lists] == [(1000, ""), (1000, "p2")]
+    servicer.requests.clear()
+    servicer.knows_domain_pages = False  # an older server answers every domain at once, with no token
+    assert [d.name for d in client.all_domains()] == ["nvl-a", "nvl-b"]
+    assert len(servicer.requests) == 1

@@ -398,6 +398,67 @@ async def test_create_and_list_domains(stub: Stub) -> None:
     assert (await stub.GetRack(pb.GetRackRequest(id=r1.id))).nvl_domain_id == domain.id
 
 
+async def test_domains_are_listed_a_page_at_a_time_or_by_id_or_name(stub: Stub) -> None:
+    """A fleet of NVL72 racks has a domain a rack: ListNVLDomains pages as ListRacks does (a keyset token,
+    a capped total), and answers the domains asked for by id or name alone; with no field, every domain."""
+    racks = [await make_rack(stub, f"r{i}") for i in range(3)]
+    made = [
+        await stub.CreateNVLDomain(
+            pb.CreateNVLDomainRequest(name=f"d{i}", rack_ids=[racks[i].id] if i < 3 else [])
+        )
+        for i in range(5)
+    ]
+    everything = await stub.ListNVLDomains(pb.ListNVLDomainsRequest())
+    assert list(everything.domains) == made and (everything.total, everything.next_page_token) == (5, "")
+    first = await stub.ListNVLDomains(pb.ListNVLDomainsRequest(pagination=pb.Pagination(limit=2)))
+    assert [d.name for d in first.domains] == ["d0", "d1"] and first.total == 5 and first.next_page_token
+    assert [r.id for r in first.domains[1].rack_ids] == [racks[1].id.id]
+    shown = [d.name for d in first.domains]
+    token = first.next_page_token
+    while token:
+        page = await stub.ListNVLDomains(
+            pb.ListNVLDomainsRequest(pagination=pb.Pagination(limit=2, page_token=token))
+        )
+        shown += [d.name for d in page.domains]
+        token = page.next_page_token
+    assert shown == ["d0", "d1", "d2", "d3", "d4"]
+    by_offset = await stub.ListNVLDomains(
+        pb.ListNVLDomainsRequest(pagination=pb.Pagination(offset=3, limit=1))
+    )
+    assert [d.name for d in by_offset.domains] == ["d3"]
+
+    by_id = await stub.ListNVLDomains(pb.ListNVLDomainsRequest(ids=[made[4].id, made[2].id, ident(MISSING)]))
+    assert list(by_id.domains) == [made[2], made[4]] and by_id.total == 2
+    by_name = await stub.ListNVLDomains(pb.ListNVLDomainsRequest(names=["d1", "nope", "d3"]))
+    assert list(by_name.domains) == [made[1], made[3]]
+    both = await stub.ListNVLDomains(pb.ListNVLDomainsRequest(ids=[made[1].id], names=["d1", "d3"]))
+    assert [d.name for d in both.domains] == ["d1"]  # each field narrows the list
+
+
+async def test_domain_list_refusals(stub: Stub, db: Database) -> None:
+    bad = grpc.StatusCode.INVALID_ARGUMENT
+    await make_rack(stub, "r0")
+    await make_rack(stub, "r1")
+    racks_token = (
+        await stub.ListRacks(pb.ListRacksRequest(pagination=pb.Pagination(limit=1)))
+    ).next_page_token
+    assert racks_token
+    cases: list[tuple[pb.ListNVLDomainsRequest, str]] = [
+        (pb.ListNVLDomainsRequest(pagination=pb.Pagination(limit=1001)), r"^pagination\.limit: at most 1000"),
+        (pb.ListNVLDomainsRequest(pagination=pb.Pagination(limit=-1)), r"^pagination\.limit: must be >= 0"),
+        (
+            pb.ListNVLDomainsRequest(pagination=pb.Pagination(page_token=racks_token)),
+            r"^pagination\.page_token: a token of 'ListRacks', not of 'ListNVLDomains'",
+        ),
+        (pb.ListNVLDomainsRequest(ids=[ident(MISSING)] * 1001), "^ids: at most 1000 per request, got 1001"),
+        (pb.ListNVLDomainsRequest(ids=[ident(MISSING), ident("x")]), r"^ids\[1\]: 'x' is not a UUID"),
+        (pb.ListNVLDomainsRequest(names=["d"] * 1001), "^names: at most 1000 per request, got 1001"),
+        (pb.ListNVLDomainsRequest(names=["d", ""]), r"^names\[1\]: must not be empty"),
+    ]
+    for request, pattern in cases:
+        await refused(db, stub.ListNVLDomains(request), bad, pattern)
+
+
 async def test_create_domain_refusals(stub: Stub, db: Database) -> None:
     r1 = await make_rack(stub, "r1")
     r2 = await make_rack(stub, "r2")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -366,10 +367,18 @@ async def test_create_and_list_domains(inventory: InventoryService, clock: FakeC
     clock.advance(timedelta(seconds=1))
     empty = await inventory.create_domain("empty", [])
     assert empty.rack_ids == ()
-    assert await inventory.list_domains() == [d1, empty]
+    assert await inventory.list_domains() == ([d1, empty], 2)
     assert (await inventory.get_rack(r1.id)).nvl_domain_id == d1.id
     r3 = await inventory.create_rack("r3", nvl_domain_id=empty.id)
-    assert (await inventory.list_domains())[1].rack_ids == (r3.id,)
+    assert (await inventory.list_domains())[0][1].rack_ids == (r3.id,)
+    assert await inventory.list_domains(limit=1, after=(d1.created_at, d1.id)) == (
+        [replace(empty, rack_ids=(r3.id,))],
+        2,
+    )
+    assert await inventory.domain_names([empty.id, r3.id]) == {empty.id: "empty"}
+    assert await inventory.domain_id_by_name("d1") == d1.id
+    with pytest.raises(NotFound, match=r"^domain: no NVLink domain named 'd9'$"):
+        await inventory.domain_id_by_name("d9", "domain")
 
 
 async def test_create_domain_refusals_write_nothing(db: Database, inventory: InventoryService) -> None:

@@ -6,7 +6,7 @@ import io
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -93,6 +93,17 @@ class FakeClient:
     def all_racks(self) -> Iterator[pb.Rack]:
         """As the client's, every rack: here the `list_racks` answer's, recorded as that call."""
         return iter(self.__getattr__("list_racks")().racks)
+
+    def all_domains(self) -> Iterator[pb.NVLDomain]:
+        """As the client's, every domain: here the `list_domains` answer's, recorded as that call."""
+        return iter(self.__getattr__("list_domains")().domains)
+
+    def domains_asked(self, *, ids: Sequence[str] = (), names: Sequence[str] = ()) -> list[pb.NVLDomain]:
+        """Those of the `list_domains` answer's domains asked for (one ListNVLDomains, as the client's)."""
+        self.calls.append(("domains_asked", (), {"ids": list(ids), "names": list(names)}))
+        listed = self.answers["list_domains"]
+        found = (listed() if callable(listed) else listed).domains
+        return [d for d in found if d.id.id in ids or d.name in names]
 
     def get_rack(self, rack: str) -> pb.Rack:
         """The rack of that id or name (one GetRack either way, as the client's) in the `list_racks`
@@ -1777,3 +1788,39 @@ def test_reading_the_names_of_many_racks_shows_progress_on_a_terminal(fake: Fake
     assert "reading rack names" in show(terminal=True)
     assert "reading rack names" not in show(terminal=False)
     assert "reading rack names" not in show("-o", "json", terminal=True)
+
+
+def test_a_page_of_racks_names_its_own_domains_alone(fake: FakeClient, run: Callable[..., Result]) -> None:
+    """Its racks' domains asked for by id, not the whole domain list (20,000 domains in a fleet of NVL72
+    racks): one ListNVLDomains for each 1,000 of them."""
+    racks = [pb.Rack(id=pb.UUID(id=str(uuid.UUID(int=i + 1))), name=f"rack-{i}") for i in range(3)]
+    racks[0].nvl_domain_id.id = "d1"
+    racks[2].nvl_domain_id.id = "d1"
+    fake.answers["list_racks"] = pb.ListRacksResponse(racks=racks, total=3)
+    fake.answers["list_domains"] = pb.ListNVLDomainsResponse(
+        domains=[
+            pb.NVLDomain(id=pb.UUID(id="d1"), name="nvl-a"),
+            pb.NVLDomain(id=pb.UUID(id="d2"), name="nvl-b"),
+        ]
+    )
+    result = run("rack", "list")
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.split()) for line in result.output.splitlines()]
+    assert [line.split()[:4:3] for line in lines if line.startswith("rack-")] == [
+        ["rack-0", "nvl-a"],
+        ["rack-1", "-"],
+        ["rack-2", "nvl-a"],
+    ]
+    assert fake.called("list_domains") == []
+    assert fake.called("domains_asked") == [((), {"ids": ["d1"], "names": []})]
+
+
+def test_domain_list_pages(fake: FakeClient, run: Callable[..., Result]) -> None:
+    fake.answers["list_domains"] = pb.ListNVLDomainsResponse(
+        domains=[pb.NVLDomain(id=pb.UUID(id="d1"), name="nvl-a")], total=20_000, next_page_token="tok2"
+    )
+    result = run("domain", "list", "--limit", "1", "--page-token", "tok1")
+    assert result.exit_code == 0, result.output
+    assert fake.called("list_domains") == [((), {"offset": 0, "limit": 1, "page_token": "tok1"})]
+    assert "1 of 20000 domains" in result.output.replace(",", "")
+    assert "nvl-a" in result.output and "More: add --page-token tok2" in result.output

@@ -12,7 +12,8 @@ from rackflow.api.convert.inventory import (
     component_specs_from,
     component_to,
     domain_to,
-    rack_ids_from,
+    listed_ids_from,
+    listed_names_from,
     rack_ref_from,
     rack_to,
     uuids_from,
@@ -55,7 +56,7 @@ class InventoryRpcs:
         )
         page = page_from(request.pagination if request.HasField("pagination") else None, "ListRacks")
         racks, counted = await self.services.inventory.list_racks(
-            domain_id, page.offset, page.limit, page.after, ids=rack_ids_from(request.ids) or None
+            domain_id, page.offset, page.limit, page.after, ids=listed_ids_from(request.ids) or None
         )
         total, capped = total_to(counted)
         return pb.ListRacksResponse(
@@ -94,5 +95,20 @@ class InventoryRpcs:
     async def ListNVLDomains(
         self, request: pb.ListNVLDomainsRequest, context: Context
     ) -> pb.ListNVLDomainsResponse:
-        domains = await self.services.inventory.list_domains()
-        return pb.ListNVLDomainsResponse(domains=[domain_to(d) for d in domains])
+        page = page_from(request.pagination if request.HasField("pagination") else None, "ListNVLDomains")
+        domains, counted = await self.services.inventory.list_domains(
+            page.offset,
+            page.limit,
+            page.after,
+            ids=listed_ids_from(request.ids) or None,
+            names=listed_names_from(request.names) or None,
+        )
+        total, capped = total_to(counted)
+        return pb.ListNVLDomainsResponse(
+            domains=[domain_to(d) for d in domains],
+            total=total,
+            total_capped=capped,
+            next_page_token=next_page_token(
+                "ListNVLDomains", page.limit, domains, lambda d: (d.created_at, d.id)
+            ),
+        )

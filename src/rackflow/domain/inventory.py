@@ -68,6 +68,7 @@ class NVLDomain:
     id: uuid.UUID
     name: str
     rack_ids: tuple[uuid.UUID, ...]
+    created_at: datetime  # the list's order, with the id (`store.inventory.DOMAIN_ORDER`)
 
 
 @dataclass(frozen=True)

@@ -329,9 +329,36 @@ class InventoryService:
         assert domain is not None
         return domain
 
-    async def list_domains(self) -> list[NVLDomain]:
+    async def list_domains(
+        self,
+        offset: int = 0,
+        limit: int | None = None,
+        after: Sequence[Any] | None = None,
+        ids: Collection[uuid.UUID] | None = None,
+        names: Collection[str] | None = None,
+    ) -> tuple[list[NVLDomain], int]:
+        """A page of domains with their racks, oldest first (after the `store.DOMAIN_ORDER` key `after`),
+        and how many match in all (counted up to LIST_COUNT_CAP, then more); of those among `ids` or
+        `names` alone if given."""
         async with self.db.read() as conn:
-            return await store.list_domains(conn)
+            return await store.list_domains(
+                conn, offset=offset, limit=limit, after=after, ids=ids, names=names
+            )
+
+    async def domain_id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
+        """The id of the domain called `name` (its unique index); NotFound naming `field` otherwise."""
+        check_text(name, field, required=True)
+        async with self.db.read() as conn:
+            found = await store.domains_by_column(conn, "name", [name])
+        if name not in found:
+            raise NotFound(f"{field}: no NVLink domain named {name!r}")
+        return found[name]
+
+    async def domain_names(self, domain_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The name of each domain that still exists among `domain_ids`: what a page of racks shows, read
+        for its own domains rather than with the whole list."""
+        async with self.db.read() as conn:
+            return await store.domain_names(conn, domain_ids)
 
     # --- targets ---------------------------------------------------------------------------------
 

@@ -53,6 +53,9 @@ nvl_domains = Table(
     Column("id", Uuid, primary_key=True),
     Column("name", String(255), nullable=False, unique=True),
     Column("created_at", UTCDateTime, nullable=False),
+    # The domain list's order (`store.inventory.DOMAIN_ORDER`, migration 0055): a page is a range of it,
+    # where a page of a fleet's 20,000 domains (one an NVL72 rack) sorted them all.
+    Index("ix_nvl_domains_created_at_id", "created_at", "id"),
 )
 
 racks = Table(

@@ -706,14 +706,42 @@ Global___CreateNVLDomainRequest: _TypeAlias = CreateNVLDomainRequest  # noqa: Y0
 class ListNVLDomainsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    PAGINATION_FIELD_NUMBER: _builtins.int
+    IDS_FIELD_NUMBER: _builtins.int
+    NAMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pagination(self) -> Global___Pagination:
+        """A page of domains, oldest first (absent: every domain, as a request of no fields asks). A fleet of
+        NVL72 racks has a domain a rack: read a page at a time, as `rackflow domain list --limit` does.
+        """
+
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___UUID]:
+        """Only these domains, those of them that exist (at most 1,000, a page; empty: every domain): a table
+        names the domains of the racks it shows by reading those alone. A server of a release before this
+        field ignores it and answers every domain: a client keeps only those it asked for.
+        """
+
+    @_builtins.property
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only the domains of these names, those of them that exist (at most 1,000; empty: every domain): a
+        name is found by its unique index, not on the whole list. Ignored as `ids` by an older server.
+        """
+
     def __init__(
         self,
+        *,
+        pagination: Global___Pagination | None = ...,
+        ids: _abc.Iterable[Global___UUID] | None = ...,
+        names: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "pagination", b"pagination"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pagination", b"_pagination", "ids", b"ids", "names", b"names", "pagination", b"pagination"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__pagination: _TypeAlias = _typing.Literal["pagination"]  # noqa: Y015
+    _WhichOneofArgType__pagination: _TypeAlias = _typing.Literal["_pagination", b"_pagination"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pagination) -> _WhichOneofReturnType__pagination | None: ...
 
 Global___ListNVLDomainsRequest: _TypeAlias = ListNVLDomainsRequest  # noqa: Y015
 
@@ -722,16 +750,30 @@ class ListNVLDomainsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DOMAINS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_CAPPED_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """the matching domains before paging, up to 10,000 (see total_capped)"""
+    next_page_token: _builtins.str
+    """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
+    limit was asked for).
+    """
+    total_capped: _builtins.bool
+    """more match than `total` says"""
     @_builtins.property
     def domains(self) -> _containers.RepeatedCompositeFieldContainer[Global___NVLDomain]: ...
     def __init__(
         self,
         *,
         domains: _abc.Iterable[Global___NVLDomain] | None = ...,
+        total: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+        total_capped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["domains", b"domains"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domains", b"domains", "next_page_token", b"next_page_token", "total", b"total", "total_capped", b"total_capped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

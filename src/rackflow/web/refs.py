@@ -50,13 +50,10 @@ async def channel_id(services: Services, ref: str, field: str) -> uuid.UUID:
 
 
 async def domain_id(services: Services, ref: str, field: str) -> uuid.UUID:
-    """NVLink domains are few and have no name index: a name is looked for in the list."""
+    """An NVLink domain by id, or by name (its unique index: a fleet may have 20,000 domains)."""
     if is_uuid(ref):
         return uuid.UUID(ref)
-    for domain in await services.inventory.list_domains():
-        if domain.name == ref:
-            return domain.id
-    raise NotFound(f"{field}: no NVLink domain named {ref!r}")
+    return await services.inventory.domain_id_by_name(ref, field)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from rackflow.domain.inventory import Bmc, Component, ComponentSpec, NVLDomain, 
 from rackflow.errors import InvalidArgument
 from rackflow.inventory.bmc import check_bmc
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.validation import MAX_TARGETS
+from rackflow.validation import MAX_TARGETS, check_text
 
 MAX_COMPONENTS_PER_REQUEST = 10_000
 
@@ -90,10 +90,16 @@ def component_specs_from(msgs: Sequence[pb.ComponentSpec], field: str = "compone
     return [component_spec_from(msg, f"{field}[{i}]") for i, msg in enumerate(msgs)]
 
 
-def rack_ids_from(msgs: Sequence[pb.UUID], field: str = "ids") -> list[uuid.UUID]:
-    """The racks ListRacks is asked for by id: at most a page of them, as its answer is a page."""
+def listed_ids_from(msgs: Sequence[pb.UUID], field: str = "ids") -> list[uuid.UUID]:
+    """The racks or domains a list is asked for by id: at most a page of them, as its answer is a page."""
     _check_count(len(msgs), field, MAX_PAGE_SIZE)
     return [required_uuid(msg, f"{field}[{i}]") for i, msg in enumerate(msgs)]
+
+
+def listed_names_from(names: Sequence[str], field: str = "names") -> list[str]:
+    """The domains a list is asked for by name: at most a page of them, each a name."""
+    _check_count(len(names), field, MAX_PAGE_SIZE)
+    return [check_text(name, f"{field}[{i}]", required=True) for i, name in enumerate(names)]
 
 
 def uuids_from(msgs: Sequence[pb.UUID], field: str) -> list[uuid.UUID]:

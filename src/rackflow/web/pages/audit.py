@@ -65,9 +65,8 @@ async def targets_of(site: Site, raw_ids: Collection[str]) -> dict[str, Target]:
     for budget in await services.budgets.list_budgets():
         if budget.id in ids:
             found[budget.id] = Target("budget", budget.name, "/windows")
-    for d in await services.inventory.list_domains():
-        if d.id in ids:
-            found[d.id] = Target("domain", d.name, None)
+    for i, name in (await services.inventory.domain_names(ids - found.keys())).items():
+        found[i] = Target("domain", name, None)
     for i in sorted(ids - found.keys()):  # what is left may be a run (one read each; a page has few)
         try:
             report = await services.rollouts.get(i)

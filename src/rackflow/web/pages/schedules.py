@@ -167,7 +167,7 @@ async def _form(site: Site, ref: str | None) -> Mapping[str, Any]:
     racks, _ = await services.inventory.list_racks()
     context: dict[str, Any] = {
         "racks": sorted(r.name for r in racks),
-        "domains": sorted(d.name for d in await services.inventory.list_domains()),
+        "domains": sorted(d.name for d in (await services.inventory.list_domains())[0]),
         "operations": list(OperationKind),
         "component_types": COMPONENT_TYPES,
         "zones": ZONES,
