@@ -25,6 +25,7 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.api.errors import AnsweredFiring, answered_firing, status_for
+from rackflow.config import GRPC_MESSAGE_BYTES
 from rackflow.domain.audit import target_lookups, target_named
 from rackflow.errors import RackflowError
 from rackflow.ids import is_uuid
@@ -405,10 +406,12 @@ class RackflowClient:
         self.target = target
         self.timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        # As much as the server sends (a page of racks with their components may pass gRPC's 4 MiB).
+        options = [("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES)]
         if credentials is None:
-            self._channel = grpc.insecure_channel(target)
+            self._channel = grpc.insecure_channel(target, options)
         else:
-            self._channel = grpc.secure_channel(target, credentials)
+            self._channel = grpc.secure_channel(target, credentials, options)
         self._stub = flow_pb2_grpc.FlowStub(self._channel)
 
     def close(self) -> None:

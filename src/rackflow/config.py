@@ -18,6 +18,10 @@ from rackflow.timespec.duration import format_go_duration
 
 DEFAULT_DB = "sqlite:///rackflow.db"
 DEFAULT_LISTEN = "127.0.0.1:50051"
+# The largest gRPC message the server sends or takes, and its client (`RackflowClient`) takes: a page of
+# 1,000 GB200 NVL72 racks with their 36 components each is 5 MB, past gRPC's default 4 MiB (which the
+# client kept, so `inventory export` and a table naming a thousand racks failed RESOURCE_EXHAUSTED).
+GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
 # How often the dispatcher polls for due schedules, and how many it claims per poll (a full batch polls
 # again at once; docs/PERFORMANCE.md measured 10 as the fastest drain on two cores).
 DEFAULT_DISPATCH_INTERVAL = timedelta(seconds=10)

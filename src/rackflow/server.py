@@ -28,6 +28,7 @@ from rackflow.audit.spool import AuditSpool
 from rackflow.checks.checker import PreflightChecker
 from rackflow.clock import Clock, SystemClock
 from rackflow.config import (
+    GRPC_MESSAGE_BYTES,
     PREFLIGHT_LOOK_AHEAD,
     SERVE_GC_THRESHOLD,
     BackendName,
@@ -62,7 +63,6 @@ log = logging.getLogger("rackflow.server")
 
 SERVICE_NAME = flow_pb2.DESCRIPTOR.services_by_name["Flow"].full_name
 SHUTDOWN_GRACE_SECONDS = 5.0
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 def build_backend(config: ServeConfig, clock: Clock) -> Backend:
@@ -131,8 +131,8 @@ class RackflowServer:
         self.grpc = grpc.aio.server(
             interceptors=interceptors(self.config.tokens, self.audit),
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES),
                 # gRPC binds with SO_REUSEPORT by default: a second `rackflow serve` on a taken --listen
                 # would start, and the kernel would split the clients between the two (and their
                 # databases). Without it the bind fails and so does the start (below).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -28,6 +29,7 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
         self.knows_rack_names = True  # False: as a release before GetRack took a name
         self.knows_rack_ids = True  # False: as a release before ListRacks took ids (it ignores them)
         self.knows_domain_pages = True  # False: as a release before ListNVLDomains took any field
+        self.racks_answer: pb.ListRacksResponse | None = None  # a ListRacks answer given whatever was asked
 
     def _record(self, name: str, request: Message) -> None:
         self.requests.append((name, request))
@@ -45,6 +47,8 @@ class RecordingFlow(flow_pb2_grpc.FlowServicer):
         """Two pages of one rack each (a page holds at most what was asked: the whole list in one answer
         passes gRPC's message limit at about 20,000 racks); with ids, those of the two racks asked."""
         self._record("ListRacks", request)
+        if self.racks_answer is not None:
+            return self.racks_answer
         if request.ids and self.knows_rack_ids:
             racks = (
                 pb.Rack(id=pb.UUID(id=OTHER_ID), name="rack-01"),
@@ -364,3 +368,33 @@ def test_every_domain_is_read_a_page_at_a_time(flow: tuple[RecordingFlow, Rackfl
     servicer.knows_domain_pages = False  # an older server answers every domain at once, with no token
     assert [d.name for d in client.all_domains()] == ["nvl-a", "nvl-b"]
     assert len(servicer.requests) == 1
+
+
+def test_a_page_of_racks_past_grpcs_default_4_mib_is_read(flow: tuple[RecordingFlow, RackflowClient]) -> None:
+    """A page of 1,000 GB200 NVL72 racks with their 36 components each is 5 MB, which the server sends (up
+    to GRPC_MESSAGE_BYTES): the client took gRPC's default 4 MiB, and `inventory export`, `rack list
+    --limit 1000` and a table naming a thousand racks failed RESOURCE_EXHAUSTED."""
+    servicer, client = flow
+    kinds = {pb.COMPONENT_TYPE_COMPUTE: 18, pb.COMPONENT_TYPE_NVSWITCH: 9, pb.COMPONENT_TYPE_POWERSHELF: 8}
+    kinds[pb.COMPONENT_TYPE_TORSWITCH] = 1
+    racks = []
+    for r in range(1000):
+        rack_id = pb.UUID(id=str(uuid.UUID(int=r + 1)))
+        components = [
+            pb.Component(
+                id=pb.UUID(id=str(uuid.uuid4())),
+                rack_id=rack_id,
+                type=kind,
+                name=f"tray-{kind}-{n:02}",
+                external_id=f"SN-{r:05}-{kind}-{n:02}",
+                firmware_version="1.2.3",
+            )
+            for kind, count in kinds.items()
+            for n in range(count)
+        ]
+        racks.append(
+            pb.Rack(id=rack_id, name=f"rack-{r:05}", external_id=f"SN-{r:05}", components=components)
+        )
+    servicer.racks_answer = pb.ListRacksResponse(racks=racks, total=1000)
+    assert servicer.racks_answer.ByteSize() > 4 * 1024 * 1024
+    assert len(client.list_racks(limit=1000).racks) == 1000
