@@ -128,6 +128,7 @@ def load(args: argparse.Namespace) -> str:
         audit=args.audit,
         big_racks=args.big_racks,
         big_runs=args.big_runs,
+        domain_racks=args.domain_racks,
     )
     asyncio.run(scale_load.check_rows(url, ids, args.runs - 1))
     with engine.connect() as conn:
@@ -190,6 +191,7 @@ def rpc_cases(
         )
 
     paged("ListRacks", stub.ListRacks, pb.ListRacksRequest)
+    paged("ListNVLDomains", stub.ListNVLDomains, pb.ListNVLDomainsRequest)
     paged("ListTaskSchedules", stub.ListTaskSchedules, pb.ListTaskSchedulesRequest)
     for order in ("name", "next_run_at", "last_run_at desc", "created_at desc"):
         paged(
@@ -359,7 +361,8 @@ def rpc_cases(
             "ListTaskScheduleScopes[big,unpaged]",
             lambda: stub.ListTaskScheduleScopes(pb.ListTaskScheduleScopesRequest(schedule_id=_uuid(big))),
         ),
-        ("ListNVLDomains", lambda: stub.ListNVLDomains(pb.ListNVLDomainsRequest())),
+        # A domain a rack (`--domain-racks 1`): every one of them, as a request of no fields asks.
+        ("ListNVLDomains[unpaged]", lambda: stub.ListNVLDomains(pb.ListNVLDomainsRequest())),
         ("ListMaintenanceWindows", lambda: stub.ListMaintenanceWindows(pb.ListMaintenanceWindowsRequest())),
         ("ListOperationBudgets", lambda: stub.ListOperationBudgets(pb.ListOperationBudgetsRequest())),
         ("ListPreflightChecks", lambda: stub.ListPreflightChecks(pb.ListPreflightChecksRequest())),
@@ -403,8 +406,13 @@ def page_paths(ids: dict[str, str]) -> list[str]:
         "/tasks?schedule=scale-big&status=completed",
         f"/tasks/{ids['task1']}",
         "/racks",
+        "/racks?page=50",
         "/racks/scale-r0000001",
+        "/schedules/new",  # the schedule form: its racks and domains
+        "/schedules/scale-s0000001/edit",
         "/windows",
+        "/windows/new",
+        "/budgets/new",
         "/notifications",
         "/audit",
         "/audit?principal=user-7",
@@ -850,6 +858,12 @@ def main() -> None:
     parser.add_argument("--audit", type=int, default=1_000_000, help="audit events over the year")
     parser.add_argument("--big-racks", type=int, default=10_000, help="racks of the runs grid's schedule")
     parser.add_argument("--big-runs", type=int, default=50, help="runs of the runs grid's schedule")
+    parser.add_argument(
+        "--domain-racks",
+        type=int,
+        default=1,
+        help="racks an NVLink domain (1: a domain a rack, as a fleet of NVL72 racks; 0: no domains)",
+    )
     parser.add_argument("--phases", default=",".join(PHASES), help=f"some of {','.join(PHASES)}")
     parser.add_argument("--repeat", type=int, default=20, help="calls per read (p95 of them)")
     parser.add_argument(
@@ -890,7 +904,8 @@ def main() -> None:
     print(code_line())
     print(
         f"# scale schedules={args.schedules} racks={args.racks} runs={args.runs} audit={args.audit} "
-        f"big={args.big_racks}x{args.big_runs} database={args.database}",
+        f"big={args.big_racks}x{args.big_runs} domain_racks={args.domain_racks} "
+        f"database={args.database}",
         flush=True,
     )
     url = database_url(args.pg_admin, args.database) if args.reuse else load(args)

@@ -14,8 +14,9 @@ reads a cloned run and task back through rackflow's own row readers. Ids are sha
 (`rackflow.ids`: UUIDv7, the row's own time first) and derived from the row's number and time, so rows link
 to each other without a join (`run k` submitted `task k`, of schedule `k % schedules`): see `Ids`.
 
-Layout (S schedules, R racks, N runs, A audit events):
-* racks 0..R-1, each with one COMPUTE component, made a year and a day ago;
+Layout (S schedules, R racks, N runs, A audit events, K racks an NVLink domain):
+* racks 0..R-1, each with one COMPUTE component, made a year and a day ago, rack r in NVLink domain r // K
+  (K = 1 by default: a fleet of GB200 NVL72 racks has a domain a rack; K = 0: no domains);
 * schedules 0..S-1 (interval 24h), made one a millisecond from then, schedule s on rack s % R, next run
   spread over the day after tomorrow (so nothing fires during the reads; the drain makes 10,000 of them due
   on purpose); a fleet's mix of operations and pauses rather than one of each (`operation_kind`,
@@ -119,6 +120,9 @@ class Ids:
     def rack(self, n: str) -> str:
         return uid("rack", n, self.born)
 
+    def domain(self, n: str) -> str:
+        return uid("domain", n, self.born)
+
     def comp(self, n: str) -> str:
         return uid("comp", n, self.born)
 
@@ -175,6 +179,10 @@ class Ids:
 
 def rack_name(n: str) -> str:
     return f"'scale-r' || lpad(({n})::text, 7, '0')"
+
+
+def domain_name(n: str) -> str:
+    return f"'scale-d' || lpad(({n})::text, 7, '0')"
 
 
 async def write_templates(url: str) -> dict[str, uuid.UUID]:
@@ -387,6 +395,7 @@ def load(
     audit: int,
     big_racks: int,
     big_runs: int,
+    domain_racks: int = 1,
 ) -> Ids:
     """Write the fleet and its history (see the module docstring), then ANALYZE; returns its ids. Only the
     newest `tasks_n` runs keep their task, as with a --task-retention shorter than the --run-retention (the
@@ -397,6 +406,20 @@ def load(
     paused = f"g % {PAUSED_EVERY} = {PAUSED_EVERY // 2}"
     ids = Ids(datetime.now(UTC), s, per_schedule, audit, big_runs)
 
+    k = domain_racks
+    # A domain has only its id, name and creation time (no template row to clone): one a millisecond, so
+    # that the list's order is the creation order, as domains made one after another leave it.
+    _chunked(
+        engine,
+        -(-r // k) if k else 0,
+        "nvl_domains",
+        lambda conn, a, b: conn.execute(
+            text(
+                f"INSERT INTO nvl_domains (id, name, created_at) SELECT {ids.domain('g')}, "
+                f"{domain_name('g')}, {ids.born} + g * interval '1 millisecond' FROM {series(a, b)}"
+            )
+        ),
+    )
     _chunked(
         engine,
         r,
@@ -410,6 +433,7 @@ def load(
                     "id": ids.rack("g"),
                     "name": rack_name("g"),
                     "external_id": rack_name("g"),
+                    "nvl_domain_id": ids.domain(f"g / {k}") if k else "NULL",
                     "created_at": ids.born,
                 },
                 series(a, b),
