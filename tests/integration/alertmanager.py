@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.checks_support import _Server
 from tests.debian_tools import ALERTMANAGER, require
 from tests.e2e.cluster import free_port
 
@@ -133,3 +137,52 @@ def running_alertmanager(home: Path, config: str) -> Iterator[Alertmanager]:
             if b"address already in use" not in log.read():
                 break
     pytest.fail(f"Alertmanager did not get ready: {log_path.read_text()[-2000:]}")
+
+
+@dataclass
+class Counted:
+    """A loopback proxy in front of an Alertmanager (`counting`): its URL, and the path and query of each
+    GET it forwarded, in order."""
+
+    url: str = ""
+    gets: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def queries(self) -> list[str]:
+        with self.lock:
+            return list(self.gets)
+
+
+@contextmanager
+def counting(target: str) -> Iterator[Counted]:
+    """A proxy that forwards each GET to the Alertmanager at `target` and records it: how many queries
+    rackflow sends it, and which (Alertmanager 0.25 counts none of its API's GETs in /metrics)."""
+    counted = Counted()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with counted.lock:
+                counted.gets.append(self.path)
+            try:
+                with urllib.request.urlopen(f"{target}{self.path}", timeout=10) as answer:
+                    status, body = answer.status, answer.read()
+            except urllib.error.HTTPError as refused:
+                status, body = refused.code, refused.read()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = _Server(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    counted.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield counted
+    finally:
+        server.shutdown()
+        server.server_close()

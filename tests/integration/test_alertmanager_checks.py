@@ -153,13 +153,13 @@ async def test_an_alertmanager_behind_a_proxy_asked_with_a_token_in_its_query(
         firing = await kinds.alertmanager(
             AlertmanagerSettings(f"{alertmanager.url}/?token=t0k3n", ('rack="{rack.name}"',), True),
             rack,
-            kinds.Asked(pool),
+            kinds.Answers(kinds.Asked(pool)),
         )
         alertmanager.stop()
         down = await kinds.alertmanager(
             AlertmanagerSettings(f"{alertmanager.url}?token=t0k3n", ('rack="{rack.name}"',), True),
             rack,
-            kinds.Asked(pool),
+            kinds.Answers(kinds.Asked(pool)),
         )
     assert (firing.passed, firing.reason) == (
         False,

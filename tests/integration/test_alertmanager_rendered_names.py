@@ -14,7 +14,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rackflow.checks.kinds import Asked, alertmanager
+from rackflow.checks.kinds import Answers, Asked, alertmanager
 from rackflow.domain.checks import AlertmanagerSettings, Look, RackFacts
 from tests.integration.alertmanager import QUIET_CONFIG, running_alertmanager
 
@@ -28,7 +28,7 @@ def _look(url: str, matcher: str, name: str) -> Look:
     rack = RackFacts(uuid.uuid4(), name, "SN-1", uuid.uuid4(), "nvl-a")
     settings = AlertmanagerSettings(url, (matcher,), False)  # fail-open: a refused ask lets the rack through
     with ThreadPoolExecutor(1) as pool:
-        return asyncio.run(alertmanager(settings, rack, Asked(pool)))
+        return asyncio.run(alertmanager(settings, rack, Answers(Asked(pool))))
 
 
 def test_each_rack_is_held_by_its_own_alert_only(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from rackflow.checks.kinds import (
+    Answers,
     Asked,
     alert_text,
     alertmanager,
@@ -217,7 +218,7 @@ async def test_an_alertmanager_answer_that_is_not_a_list_of_alerts_cannot_be_ask
         for index in range(len(answers)):
             for fail_closed in (True, False):
                 settings = AlertmanagerSettings(f"{url}/{index}", ('rack="{rack.name}"',), fail_closed)
-                look = await alertmanager(settings, RACK, Asked(pool))
+                look = await alertmanager(settings, RACK, Answers(Asked(pool)))
                 assert look.passed is not fail_closed, (answers[index], look)
                 assert look.reason.startswith(
                     f"alertmanager: cannot ask {url}/{index}: the answer is not a list of alerts"

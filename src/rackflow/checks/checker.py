@@ -246,6 +246,7 @@ class PreflightChecker:
         leases: list[tuple[Waiting, datetime]] = []
         asks: dict[uuid.UUID, tuple[Hold, datetime]] = {}
         taken: list[_Round] = []
+        answers = kinds.Answers(self._asked)  # the poll's: one query of Alertmanager per URL for its rounds
         for task, waiting, applying in rounds:
             each = _Round(
                 task,
@@ -254,6 +255,7 @@ class PreflightChecker:
                 facts.get(task.rack_id),
                 components.get(task.rack_id, []),
                 _lease_end(applying, now),
+                answers,
             )
             if waiting is not None:
                 leases.append((waiting, each.leased_until))
@@ -374,7 +376,7 @@ class PreflightChecker:
         # older than the check's change (the gate counts no result from before it), however long it took.
         checked_at = self.clock.now()
         looks = await asyncio.gather(
-            *(self._look(c, task, attempt, rack, taken.components) for c in taken.checks if rack)
+            *(self._look(c, task, attempt, rack, taken) for c in taken.checks if rack)
         )
         results = [
             round_result(task, check, attempt, look, checked_at)
@@ -456,16 +458,16 @@ class PreflightChecker:
         task: Task,
         attempt: int,
         rack: RackFacts,
-        components: Sequence[Component],
+        taken: _Round,
     ) -> Look:
         settings = check.settings
         try:
             if isinstance(settings, AlertmanagerSettings):
-                return await kinds.alertmanager(settings, rack, self._asked, task_id=task.id)
+                return await kinds.alertmanager(settings, rack, taken.answers, task_id=task.id)
             if isinstance(settings, WebhookSettings):
                 wanted = set(task.component_ids)
                 payload = kinds.webhook_payload(
-                    check.name, task, attempt, rack, [c for c in components if c.id in wanted]
+                    check.name, task, attempt, rack, [c for c in taken.components if c.id in wanted]
                 )
                 return await kinds.webhook(settings, payload, self._asked)
             return await self._rack_idle(settings, task)
@@ -489,8 +491,9 @@ class PreflightChecker:
 
 @dataclass(frozen=True)
 class _Round:
-    """A due task's next round: the checks that apply to it (but those overridden for it), its rack, and
-    its rack's components when a hook is asked (the hook is told those in the task's scope)."""
+    """A due task's next round: the checks that apply to it (but those overridden for it), its rack, its
+    rack's components when a hook is asked (the hook is told those in the task's scope), and the answers of
+    Alertmanager its poll's rounds share (`kinds.Answers`)."""
 
     task: Task
     waiting: Waiting
@@ -498,6 +501,7 @@ class _Round:
     rack: RackFacts | None
     components: Sequence[Component]
     leased_until: datetime  # the lease this checker takes on the round (`_lease_end`), its fence
+    answers: kinds.Answers
 
 
 def _lease_end(checks: Sequence[PreflightCheck], now: datetime) -> datetime:

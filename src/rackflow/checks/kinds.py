@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from rackflow.config import ALERTMANAGER_TIMEOUT
 from rackflow.domain.checks import (
@@ -132,26 +132,50 @@ def about_the_task(alert: Any, task_id: uuid.UUID) -> bool:
     )
 
 
+class Answers:
+    """Alertmanager's answers for the rounds one poll of the checker took: one GET per URL (a check's
+    matchers filled in with a rack), its answer or its failure shared by every look that asks that URL
+    meanwhile, so the tasks held on one rack (or whose filled-in matchers are the same) cost Alertmanager one
+    query a poll, not one each. Each look still reads the answer for its own task (`about_the_task`)."""
+
+    def __init__(self, asked: Asked) -> None:
+        self.asked = asked
+        self._asking: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
+
+    async def alerts(self, url: str) -> list[dict[str, Any]]:
+        """The alerts Alertmanager answers `url` with (asked once), or the failure to ask it, raised."""
+        asking = self._asking.get(url)
+        if asking is None:
+            asking = self._asking[url] = asyncio.ensure_future(self.asked.run(lambda: _alerts(url)))
+            # Read once it is done, should every look that asked it be cancelled (the checker stopping).
+            asking.add_done_callback(lambda done: done.cancelled() or done.exception())
+        # Shielded: a look cancelled does not cancel the query the other looks wait for.
+        return await asyncio.shield(asking)
+
+
+def _alerts(url: str) -> list[dict[str, Any]]:
+    """GET `url` (Alertmanager's alerts, `alertmanager_url`): the list of alerts it answered, within
+    ALERTMANAGER_TIMEOUT and ALERTS_BYTES; a ValueError if the answer is longer or not such a list."""
+    timeout = ALERTMANAGER_TIMEOUT.total_seconds()
+    with urllib.request.urlopen(url, timeout=timeout) as answer:
+        raw = read_within(answer, time.monotonic() + timeout, ALERTS_BYTES + 1)
+    if len(raw) > ALERTS_BYTES:
+        raise ValueError(f"the answer is longer than {ALERTS_BYTES} bytes")
+    alerts = json.loads(raw)
+    if not _a_list_of_alerts(alerts):
+        raise ValueError("the answer is not a list of alerts")
+    return cast(list[dict[str, Any]], alerts)
+
+
 async def alertmanager(
-    settings: AlertmanagerSettings, rack: RackFacts, asked: Asked, *, task_id: uuid.UUID | None = None
+    settings: AlertmanagerSettings, rack: RackFacts, answers: Answers, *, task_id: uuid.UUID | None = None
 ) -> Look:
     """Hold while an alert matching the matchers fires, but not one of rackflow's own about the task
-    `task_id` being asked about (`about_the_task`)."""
+    `task_id` being asked about (`about_the_task`). Alertmanager is asked through `answers`: once for all
+    the looks of a poll that ask it the same."""
     url = alertmanager_url(settings, rack)
-
-    def get() -> Any:
-        timeout = ALERTMANAGER_TIMEOUT.total_seconds()
-        with urllib.request.urlopen(url, timeout=timeout) as answer:
-            raw = read_within(answer, time.monotonic() + timeout, ALERTS_BYTES + 1)
-        if len(raw) > ALERTS_BYTES:
-            raise ValueError(f"the answer is longer than {ALERTS_BYTES} bytes")
-        return json.loads(raw)
-
     try:
-        alerts = await asked.run(get)
-        if not _a_list_of_alerts(alerts):
-            raise ValueError("the answer is not a list of alerts")
-        alerts = [a for a in alerts if task_id is None or not about_the_task(a, task_id)]
+        alerts = [a for a in await answers.alerts(url) if task_id is None or not about_the_task(a, task_id)]
     except (OSError, ValueError, http.client.HTTPException) as exc:
         problem = f"alertmanager: cannot ask {settings.shown_url}: {_error(exc, url, settings.url)}"
         if settings.fail_closed:
