@@ -1,19 +1,24 @@
 """Alertmanager checks at fleet scale, against a REAL Alertmanager (Debian's `prometheus-alertmanager`), on
-both databases: one poll of the checker asks Alertmanager once per distinct query (a check's matchers
-filled in with a rack), not once per held task, and every task's results are what asking for it alone
-answers: tasks on one rack share the answer, each still not held by rackflow's own alert about itself
-(`about_the_task`); an Alertmanager that cannot be asked holds each task of a `fail_closed` check and lets
-each through a fail-open one, the reason's URL hidden, as before.
+both databases: one poll of the checker asks Alertmanager once per check where the matchers filled in with
+a rack are plain `=`/`!=` (`kinds.fleet_query`: applied to the answer here), else once per distinct query
+(a check's matchers filled in with a rack), not once per held task; and every task's result is what asking
+its own query alone answers: tasks on one rack share the answer, each still not held by rackflow's own
+alert about itself (`about_the_task`); a fleet answer too long to read makes each look ask its own query;
+an Alertmanager that cannot be asked holds each task of a `fail_closed` check and lets each through a
+fail-open one, the reason's URL hidden, as before.
 
 Without the binary these tests skip, except under CI=true, where they fail.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +28,7 @@ from rackflow.checks.checker import PreflightChecker
 from rackflow.checks.gate import GATE_NAME
 from rackflow.checks.service import CheckInput
 from rackflow.clock import FakeClock
-from rackflow.domain.checks import AlertmanagerSettings, CheckResult
+from rackflow.domain.checks import AlertmanagerSettings, CheckResult, RackFacts
 from rackflow.domain.inventory import ComponentsFilter, ComponentSpec, ComponentType, Rack, RackSelection
 from rackflow.domain.tasks import Operation, OperationKind, Task
 from rackflow.inventory.service import InventoryService
@@ -84,57 +89,92 @@ def _shown(results: list[CheckResult]) -> list[tuple[str, bool, str]]:
     return sorted((r.check_name, r.passed, r.reason) for r in results)
 
 
-async def test_a_poll_asks_once_per_rack_and_each_task_gets_its_own_answer(
-    db: Database, alertmanager: Alertmanager
+def _alone(url: str, task: Task) -> str:
+    """What a look asking Alertmanager `url` (a task's own query, `kinds.alertmanager_url`) on its own
+    finds for `task`, as a round's result words it."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        alerts = [a for a in json.loads(answer.read()) if not kinds.about_the_task(a, task.id)]
+    if not alerts:
+        return "pre-flight check 'no-alerts': alertmanager: no matching alert"
+    more = f" and {len(alerts) - 1} more" if len(alerts) > 1 else ""
+    return f"pre-flight check 'no-alerts': alertmanager: alert {kinds.alert_text(alerts[0])} firing{more}"
+
+
+@pytest.mark.parametrize(
+    ("matchers", "queries"),
+    [
+        # The rack's matcher is a plain `=`: one query for the poll, its answer read here for each rack.
+        (('rack="{rack.name}"', 'severity=~"critical|warning"'), 1),
+        # And a plain `!=` (a missing label is "", which `!=` matches): still one.
+        (('rack="{rack.name}"', 'severity=~"critical|warning"', 'excluded!="{rack.name}"'), 1),
+        # A regex filled in with the rack is sent (Python's `re` is not RE2): one query per rack.
+        (('rack=~"{rack.name}"', 'severity=~"critical|warning"'), 3),
+    ],
+)
+async def test_a_poll_asks_once_per_check_or_rack_and_each_task_gets_its_own_answer(
+    db: Database, alertmanager: Alertmanager, matchers: tuple[str, ...], queries: int
 ) -> None:
     """Five held tasks on three racks, two on each of rack-a (an alert fires) and rack-b (only rackflow's
-    own alert that b1 is held too long, which holds b2 but not b1): three queries, where one per task sent
-    five, and each task's result is what Alertmanager answers when asked for that task alone."""
+    own alert that b1 is held too long, which holds b2 but not b1), one on rack-c (an alert labelled
+    `excluded` with its rack, and one no matcher matches): one query for the poll, or one per rack where
+    the rack's matcher is a regex, where one per task sent five; and each task's result is what
+    Alertmanager answers its own query with, asked for it alone."""
     clock = FakeClock(CLOCK.now())
     services = Services.build(db, clock)
     a, b, c = await _racks(db, "rack-a", "rack-b", "rack-c")
-    a1, a2, b1, b2, c1 = await _upgrades(db, a, a, b, b, c)
+    a1, a2, b1, b2, c1 = tasks = await _upgrades(db, a, a, b, b, c)
     alertmanager.post({"alertname": "RackOverheat", "rack": "rack-a", "severity": "critical"})
+    alertmanager.post({"alertname": "Overheat2", "rack": "rack-a", "severity": "warning"})
     alertmanager.post(
         {"alertname": "RackflowTaskHeldTooLong", "task": str(b1.id), "rack": "rack-b", "severity": "warning"}
     )
     alertmanager.post({"alertname": "Chatter", "rack": "rack-c", "severity": "info"})
+    alertmanager.post({"alertname": "Drill", "rack": "rack-c", "severity": "critical", "excluded": "rack-c"})
     with counting(alertmanager.url) as proxy:
-        settings = AlertmanagerSettings(proxy.url, MATCHERS, True)
+        settings = AlertmanagerSettings(proxy.url, matchers, True)
         await services.checks.create(
             CheckInput(name="no-alerts", operations=(OperationKind.UPGRADE_FIRMWARE,), settings=settings)
         )
-        tasks = [a1, a2, b1, b2, c1]
         await _held_for_a_round(db, services, clock, tasks)
         await _one_poll(db, services, clock, len(tasks))
-        queries = proxy.queries()
-        assert len(queries) == 3, queries
-        assert len(set(queries)) == 3
-        # What each task alone is answered: a look of its own, sharing nothing.
-        async with db.read() as conn:
-            facts = await store.rack_facts(conn, {a.id, b.id, c.id})
-        with ThreadPoolExecutor(1) as pool:
-            alone = {
-                task.id: await kinds.alertmanager(
-                    settings, facts[task.rack_id], kinds.Answers(kinds.Asked(pool)), task_id=task.id
-                )
-                for task in tasks
-            }
+        sent = proxy.queries()
+    assert len(sent) == queries, sent
+    async with db.read() as conn:
+        facts = await store.rack_facts(conn, {a.id, b.id, c.id})
+    alone = {
+        t.id: _alone(kinds.alertmanager_url(replace(settings, url=alertmanager.url), facts[t.rack_id]), t)
+        for t in tasks
+    }
     rounds = await services.checks.latest_rounds([t.id for t in tasks])
     assert {t: _shown(found) for t, found in rounds.items()} == {
-        t: [("no-alerts", look.passed, f"pre-flight check 'no-alerts': {look.reason}")]
-        for t, look in alone.items()
+        t: [("no-alerts", reason.endswith("no matching alert"), reason)] for t, reason in alone.items()
     }
-    overheat = 'alertmanager: alert RackOverheat{rack="rack-a",severity="critical"} firing'
-    labels = f'rack="rack-b",severity="warning",task={json.dumps(str(b1.id))}'
-    held_too_long = f"alertmanager: alert RackflowTaskHeldTooLong{{{labels}}} firing"
-    assert [(look.passed, look.reason) for look in alone.values()] == [
-        (False, overheat),
-        (False, overheat),
-        (True, "alertmanager: no matching alert"),
-        (False, held_too_long),
-        (True, "alertmanager: no matching alert"),
+    excluded = "excluded" in "".join(matchers)
+    held = [t for t in tasks if not rounds[t.id][0].passed]
+    assert held == ([a1, a2, b2] if excluded else [a1, a2, b2, c1])
+    assert "and 1 more" in rounds[a1.id][0].reason and "RackflowTaskHeldTooLong" in rounds[b2.id][0].reason
+
+
+async def test_a_fleet_answer_too_long_asks_each_rack_s_own_query(
+    alertmanager: Alertmanager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer for every rack is longer than a look reads (ALERTS_BYTES, made small here) while each
+    rack's own is not: each look asks its rack's query, as before, and is answered as before rather than
+    held for an answer too long."""
+    racks = [RackFacts(uuid.uuid4(), f"rack-{i}", "", None, "") for i in range(3)]
+    for rack in racks:
+        alertmanager.post({"alertname": "RackOverheat", "rack": rack.name, "severity": "critical"})
+    one = len(json.dumps(alertmanager.active()[0]))
+    monkeypatch.setattr(kinds, "ALERTS_BYTES", 2 * one)
+    with counting(alertmanager.url) as proxy, ThreadPoolExecutor(2) as pool:
+        settings = AlertmanagerSettings(proxy.url, MATCHERS, True)
+        answers = kinds.Answers(kinds.Asked(pool))
+        looks = await asyncio.gather(*(kinds.alertmanager(settings, rack, answers) for rack in racks))
+        sent = proxy.queries()
+    assert [look.reason for look in looks] == [
+        f'alertmanager: alert RackOverheat{{rack="{rack.name}",severity="critical"}} firing' for rack in racks
     ]
+    assert len(sent) == 1 + len(racks), sent
 
 
 async def test_an_alertmanager_that_cannot_be_asked_holds_each_task_fail_closed_and_lets_each_go_fail_open(

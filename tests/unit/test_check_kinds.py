@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import http.server
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from rackflow.checks.kinds import (
     alertmanager_url,
     alerts_url,
     asked_urls,
+    fleet_query,
     render,
     scrubbed,
     signature,
@@ -183,13 +185,45 @@ def test_a_name_that_holds_a_placeholder_is_filled_in_as_it_is() -> None:
     assert render('{rack.name}="x"', rack) == 'r{rack.domain}="x"'
 
 
+def test_only_plain_equality_matchers_filled_in_with_a_rack_are_applied_to_the_fleet_answer() -> None:
+    """A check's matchers without a placeholder are sent once for every rack; those with one are applied
+    to that answer only when every Alertmanager reads them alike once filled in: a plain label, `=` or
+    `!=`, a quoted value without escapes, not empty. Any other makes the look send its rack's own query."""
+    settings = AlertmanagerSettings(
+        "http://am", ('rack="{rack.name}"', 'severity=~"critical"', 'serial!="{rack.external_id}"'), True
+    )
+    fleet = fleet_query(settings, RACK)
+    assert fleet is not None
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(fleet.url).query)["filter"] == ['severity=~"critical"']
+    assert fleet.matchers == (("rack", True, "rack-01"), ("serial", False, "SN-1001"))
+    alert = {"labels": {"rack": "rack-01", "serial": "SN-2"}}
+    assert fleet.matches(alert) and fleet.matches({"labels": {"rack": "rack-01"}})  # no serial: "" != SN
+    assert not fleet.matches({"labels": {"rack": "rack-01", "serial": "SN-1001"}})
+    assert not fleet.matches({"labels": {"rack": "rack-02"}}) and not fleet.matches({})
+    odd = RackFacts(uuid.UUID(int=7), 'r"1', "", None, "a\\b")
+    for matcher, rack in [
+        ('rack=~"{rack.name}"', RACK),  # a regex: RE2's to read
+        ('rack!~"{rack.name}"', RACK),
+        ('rack="{rack.name}"', odd),  # an escaped quote
+        ('domain="{rack.domain}"', odd),  # an escaped backslash
+        ('serial="{rack.external_id}"', odd),  # empty: a missing label and "" are told apart
+        ("rack={rack.name}", RACK),  # unquoted
+        ('rack = "{rack.name}"', RACK),  # spaced
+        ('rack="{rack.name}",x="y"', RACK),
+    ]:
+        assert fleet_query(AlertmanagerSettings("http://am", (matcher,), True), rack) is None, matcher
+    assert fleet_query(AlertmanagerSettings("http://am", ('severity="critical"',), True), RACK) is None
+
+
 def test_an_alertmanager_look_s_asked_url_is_hidden_in_an_error_s_words() -> None:
     """Alertmanager is asked its alerts under the check's URL, the token before the API's query: an error
     quoting that URL is scrubbed of the token too, not only one quoting the check's URL as stored."""
     settings = AlertmanagerSettings("http://am.example/p?token=abc123", ('rack="{rack.name}"',), True)
     asked = alertmanager_url(settings, RACK)
     assert asked.startswith("http://am.example/p/api/v2/alerts?token=abc123&active=true")
-    assert asked_urls(settings, RACK) == (settings.url, asked)
+    fleet = fleet_query(settings, RACK)
+    assert fleet is not None and fleet.url.startswith("http://am.example/p/api/v2/alerts?token=abc123&")
+    assert asked_urls(settings, RACK) == (settings.url, asked, fleet.url)
     assert "abc123" not in scrubbed(
         f"ValueError: bad {asked}; from {settings.url}", *asked_urls(settings, RACK)
     )

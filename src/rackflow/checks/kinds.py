@@ -133,10 +133,11 @@ def about_the_task(alert: Any, task_id: uuid.UUID) -> bool:
 
 
 class Answers:
-    """Alertmanager's answers for the rounds one poll of the checker took: one GET per URL (a check's
-    matchers filled in with a rack), its answer or its failure shared by every look that asks that URL
-    meanwhile, so the tasks held on one rack (or whose filled-in matchers are the same) cost Alertmanager one
-    query a poll, not one each. Each look still reads the answer for its own task (`about_the_task`)."""
+    """Alertmanager's answers for the rounds one poll of the checker took: one GET per URL, its answer or its
+    failure shared by every look that asks that URL meanwhile. A look asks its check's `fleet_query` (one
+    for every rack) where the check has one, else its own query (the matchers filled in with its rack,
+    which the tasks on one rack share), so a poll costs Alertmanager about one query per check, not one per
+    held task. Each look still reads the answer for its own rack and task (`about_the_task`)."""
 
     def __init__(self, asked: Asked) -> None:
         self.asked = asked
@@ -153,14 +154,19 @@ class Answers:
         return await asyncio.shield(asking)
 
 
+class TooLong(ValueError):
+    """Alertmanager's answer is longer than ALERTS_BYTES."""
+
+
 def _alerts(url: str) -> list[dict[str, Any]]:
     """GET `url` (Alertmanager's alerts, `alertmanager_url`): the list of alerts it answered, within
-    ALERTMANAGER_TIMEOUT and ALERTS_BYTES; a ValueError if the answer is longer or not such a list."""
+    ALERTMANAGER_TIMEOUT and ALERTS_BYTES; a ValueError if the answer is longer (TooLong) or not such a
+    list."""
     timeout = ALERTMANAGER_TIMEOUT.total_seconds()
     with urllib.request.urlopen(url, timeout=timeout) as answer:
         raw = read_within(answer, time.monotonic() + timeout, ALERTS_BYTES + 1)
     if len(raw) > ALERTS_BYTES:
-        raise ValueError(f"the answer is longer than {ALERTS_BYTES} bytes")
+        raise TooLong(f"the answer is longer than {ALERTS_BYTES} bytes")
     alerts = json.loads(raw)
     if not _a_list_of_alerts(alerts):
         raise ValueError("the answer is not a list of alerts")
@@ -174,10 +180,13 @@ async def alertmanager(
     `task_id` being asked about (`about_the_task`). Alertmanager is asked through `answers`: once for all
     the looks of a poll that ask it the same."""
     url = alertmanager_url(settings, rack)
+    fleet = fleet_query(settings, rack)
     try:
-        alerts = [a for a in await answers.alerts(url) if task_id is None or not about_the_task(a, task_id)]
+        found = await _matching(answers, url, fleet)
+        alerts = [a for a in found if task_id is None or not about_the_task(a, task_id)]
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        problem = f"alertmanager: cannot ask {settings.shown_url}: {_error(exc, url, settings.url)}"
+        urls = (url, fleet.url) if fleet else (url,)
+        problem = f"alertmanager: cannot ask {settings.shown_url}: {_error(exc, *urls, settings.url)}"
         if settings.fail_closed:
             return Look(False, problem)
         return Look(True, f"{problem} (fail_closed is off)", unanswered=True)
@@ -186,6 +195,19 @@ async def alertmanager(
     named = [alert_text(a) for a in alerts]
     more = f" and {len(named) - 1} more" if len(named) > 1 else ""
     return Look(False, f"alertmanager: alert {named[0]} firing{more}")
+
+
+async def _matching(answers: Answers, url: str, fleet: FleetQuery | None) -> list[dict[str, Any]]:
+    """The alerts Alertmanager answers `url` with: those of the check's `fleet` answer that its rack's
+    matchers match, where there is one (the same alerts in the same order: Alertmanager sorts an answer by
+    fingerprint), unless that answer is longer than ALERTS_BYTES, when `url` is asked, as it was: a rack's
+    own answer may be short enough."""
+    if fleet is not None:
+        try:
+            return [alert for alert in await answers.alerts(fleet.url) if fleet.matches(alert)]
+        except TooLong:
+            pass
+    return await answers.alerts(url)
 
 
 def _a_list_of_alerts(answer: Any) -> bool:
@@ -198,13 +220,59 @@ def _a_list_of_alerts(answer: Any) -> bool:
 
 
 def alertmanager_url(settings: AlertmanagerSettings, rack: RackFacts) -> str:
-    """What `alertmanager` asks about `rack`: the active, unsilenced, uninhibited alerts matching the
+    """What `alertmanager` asks about `rack` alone: the active, unsilenced, uninhibited alerts matching the
     check's matchers filled in with the rack."""
+    return _alerts_query(settings.url, [render(m, rack) for m in settings.matchers])
+
+
+def _alerts_query(base: str, filters: Sequence[str]) -> str:
     query = urllib.parse.urlencode(
-        [("active", "true"), ("silenced", "false"), ("inhibited", "false")]
-        + [("filter", render(m, rack)) for m in settings.matchers]
+        [("active", "true"), ("silenced", "false"), ("inhibited", "false")] + [("filter", f) for f in filters]
     )
-    return alerts_url(settings.url, query)
+    return alerts_url(base, query)
+
+
+# A matcher filled in with a rack that every Alertmanager reads alike (the classic parser of 0.25 and the
+# UTF-8 one of 0.27 on): a plain label name, `=` or `!=`, and a value in quotes without a backslash, a quote
+# or a control character, which is then the value as written, and not empty (Alertmanager's filter treats
+# an empty value and a missing label apart). Such a matcher is applied here, to the answer to the check's
+# other matchers (`fleet_query`): an alert's label equal to the value or not, a missing label read as "",
+# as Alertmanager's filter reads it. Any other is sent: a regex (`=~`, `!~`) above all, since Python's `re`
+# is not Go's RE2, and a value with escapes, which Alertmanager's versions unescape differently.
+_PLAIN = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)(!=|=)"([^"\\\x00-\x1f\x7f]+)"')
+
+
+@dataclass(frozen=True)
+class FleetQuery:
+    """One query for every rack of a check (`fleet_query`), and what of its answer is one rack's."""
+
+    url: str
+    matchers: tuple[tuple[str, bool, str], ...]  # the rack's plain matchers: label, `=` (or `!=`), value
+
+    def matches(self, alert: dict[str, Any]) -> bool:
+        labels = alert.get("labels") or {}
+        return all((labels.get(name, "") == value) is equal for name, equal, value in self.matchers)
+
+
+def fleet_query(settings: AlertmanagerSettings, rack: RackFacts) -> FleetQuery | None:
+    """The query that asks Alertmanager about every rack at once for this check (its matchers without a
+    placeholder) and `rack`'s matchers (those with one, filled in) to apply to the answer; None when the
+    check's matchers have no placeholder (its one query is every rack's already) or one filled in is not
+    plain (`_PLAIN`): that look sends its rack's own query (`alertmanager_url`), as every look did."""
+    sent: list[str] = []
+    applied: list[tuple[str, bool, str]] = []
+    for matcher in settings.matchers:
+        if not _PLACEHOLDER.search(matcher):
+            sent.append(matcher)
+            continue
+        plain = _PLAIN.fullmatch(render(matcher, rack))
+        if plain is None:
+            return None
+        name, operator, value = plain.groups()
+        applied.append((name, operator == "=", value))
+    if not applied:
+        return None
+    return FleetQuery(_alerts_query(settings.url, sent), tuple(applied))
 
 
 def asked_urls(settings: Settings, rack: RackFacts) -> tuple[str, ...]:
@@ -213,7 +281,8 @@ def asked_urls(settings: Settings, rack: RackFacts) -> tuple[str, ...]:
     be the making of that query: then only the check's URL, rather than a second failure."""
     if isinstance(settings, AlertmanagerSettings):
         try:
-            return settings.url, alertmanager_url(settings, rack)
+            fleet = fleet_query(settings, rack)
+            return settings.url, alertmanager_url(settings, rack), *((fleet.url,) if fleet else ())
         except Exception:
             return (settings.url,)
     if isinstance(settings, WebhookSettings):
