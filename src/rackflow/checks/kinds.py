@@ -142,6 +142,8 @@ class Answers:
     def __init__(self, asked: Asked) -> None:
         self.asked = asked
         self._asking: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
+        # A fleet answer's alerts by the value of one label (url, label): each rack's look reads its own.
+        self._by_label: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
 
     async def alerts(self, url: str) -> list[dict[str, Any]]:
         """The alerts Alertmanager answers `url` with (asked once), or the failure to ask it, raised."""
@@ -152,6 +154,30 @@ class Answers:
             asking.add_done_callback(lambda done: done.cancelled() or done.exception())
         # Shielded: a look cancelled does not cancel the query the other looks wait for.
         return await asyncio.shield(asking)
+
+    async def matching(self, fleet: FleetQuery) -> list[dict[str, Any]]:
+        """The alerts of `fleet`'s answer that its rack's matchers match, in the answer's order: those
+        whose label of its first `=` matcher has the value (indexed once a poll: with thousands of racks,
+        filtering the whole answer for each was the checker's own cost), then all its matchers."""
+        alerts = await self.alerts(fleet.url)
+        equal = next(((name, value) for name, equal, value in fleet.matchers if equal), None)
+        if equal is None:
+            return [alert for alert in alerts if fleet.matches(alert)]
+        index = self._by_label.get((fleet.url, equal[0]))
+        if index is None:
+            index = self._by_label[(fleet.url, equal[0])] = _by_label(alerts, equal[0])
+        return [alert for alert in index.get(equal[1], ()) if fleet.matches(alert)]
+
+
+def _by_label(alerts: list[dict[str, Any]], name: str) -> dict[str, list[dict[str, Any]]]:
+    """`alerts` by the value of their label `name`, each value's in their order (those without it, or
+    with a value that is not text, in none: no `=` matcher's value matches them)."""
+    index: dict[str, list[dict[str, Any]]] = {}
+    for alert in alerts:
+        value = (alert.get("labels") or {}).get(name)
+        if isinstance(value, str):
+            index.setdefault(value, []).append(alert)
+    return index
 
 
 class TooLong(ValueError):
@@ -204,7 +230,7 @@ async def _matching(answers: Answers, url: str, fleet: FleetQuery | None) -> lis
     own answer may be short enough."""
     if fleet is not None:
         try:
-            return [alert for alert in await answers.alerts(fleet.url) if fleet.matches(alert)]
+            return await answers.matching(fleet)
         except TooLong:
             pass
     return await answers.alerts(url)
