@@ -12,7 +12,8 @@ delays no other rack and never the dispatcher or the executor, and looks ahead (
    rounds a poll found due): of several instances, one asks; a checker that dies mid-round is replaced
    when its lease runs out;
 2. asks every check that applies, at once, outside any transaction (at most PREFLIGHT_CONCURRENCY HTTP
-   requests at once in the process, each with its timeout);
+   requests at once in the process, each with its timeout); an Alertmanager check asks once for all the
+   rounds of its poll where it can, else once per distinct query (`kinds.Answers`, docs/CHECKS.md);
 3. stores the results as round `attempt` and, in the same transaction, lets the task be claimed at once if
    all passed (the claim's gate then starts it), or holds it with the first failing check's reason
    (written on the task: `held_reason`, its message, `rackflow task show`, the pages) until that check's
