@@ -3,7 +3,8 @@ both databases: one poll of the checker asks Alertmanager once per check where t
 a rack are plain `=`/`!=` (`kinds.fleet_query`: applied to the answer here), else once per distinct query
 (a check's matchers filled in with a rack), not once per held task; and every task's result is what asking
 its own query alone answers: tasks on one rack share the answer, each still not held by rackflow's own
-alert about itself (`about_the_task`); a fleet answer too long to read makes each look ask its own query;
+alert about itself (`about_the_task`), racks named apart only by case, a space, a comma or accents
+told apart as Alertmanager tells them; a fleet answer too long to read makes each look ask its own query;
 an Alertmanager that cannot be asked holds each task of a `fail_closed` check and lets each through a
 fail-open one, the reason's URL hidden, as before.
 
@@ -89,15 +90,15 @@ def _shown(results: list[CheckResult]) -> list[tuple[str, bool, str]]:
     return sorted((r.check_name, r.passed, r.reason) for r in results)
 
 
-def _alone(url: str, task: Task) -> str:
+def _alone(url: str, task_id: uuid.UUID) -> str:
     """What a look asking Alertmanager `url` (a task's own query, `kinds.alertmanager_url`) on its own
-    finds for `task`, as a round's result words it."""
+    finds for task `task_id`, as the look words it."""
     with urllib.request.urlopen(url, timeout=10) as answer:
-        alerts = [a for a in json.loads(answer.read()) if not kinds.about_the_task(a, task.id)]
+        alerts = [a for a in json.loads(answer.read()) if not kinds.about_the_task(a, task_id)]
     if not alerts:
-        return "pre-flight check 'no-alerts': alertmanager: no matching alert"
+        return "alertmanager: no matching alert"
     more = f" and {len(alerts) - 1} more" if len(alerts) > 1 else ""
-    return f"pre-flight check 'no-alerts': alertmanager: alert {kinds.alert_text(alerts[0])} firing{more}"
+    return f"alertmanager: alert {kinds.alert_text(alerts[0])} firing{more}"
 
 
 @pytest.mark.parametrize(
@@ -142,7 +143,8 @@ async def test_a_poll_asks_once_per_check_or_rack_and_each_task_gets_its_own_ans
     async with db.read() as conn:
         facts = await store.rack_facts(conn, {a.id, b.id, c.id})
     alone = {
-        t.id: _alone(kinds.alertmanager_url(replace(settings, url=alertmanager.url), facts[t.rack_id]), t)
+        t.id: "pre-flight check 'no-alerts': "
+        + _alone(kinds.alertmanager_url(replace(settings, url=alertmanager.url), facts[t.rack_id]), t.id)
         for t in tasks
     }
     rounds = await services.checks.latest_rounds([t.id for t in tasks])
@@ -153,6 +155,54 @@ async def test_a_poll_asks_once_per_check_or_rack_and_each_task_gets_its_own_ans
     held = [t for t in tasks if not rounds[t.id][0].passed]
     assert held == ([a1, a2, b2] if excluded else [a1, a2, b2, c1])
     assert "and 1 more" in rounds[a1.id][0].reason and "RackflowTaskHeldTooLong" in rounds[b2.id][0].reason
+
+
+# Names a rack may have (validation refuses only control characters), and alerts' labels near them.
+NAMES = [
+    "rack-01",
+    "Rack-01",
+    "rack-01 ",
+    " rack-01",
+    "r,1",
+    "r=1",
+    "r{1}",
+    "r}1",
+    "é-1",
+    "日本",
+    "r 1",
+    "r'1",
+]
+ESCAPED = ['r"1', "r\\1"]  # sent as the rack's own query (a value with escapes)
+
+
+async def test_each_rack_s_answer_from_the_fleet_answer_is_its_own_query_s_answer(
+    alertmanager: Alertmanager,
+) -> None:
+    """Racks whose names differ by case, a space, a comma, braces, accents, or hold a quote: for each, a
+    look through a shared fleet answer (`=` on the name, `!=` on the serial) says what Alertmanager answers
+    the rack's own query, alerts missing the serial label counted by `!=` as Alertmanager counts them;
+    one query for the plain names, and the names with escapes asked on their own."""
+    racks = [RackFacts(uuid.uuid4(), name, f"SN-{i}", None, "") for i, name in enumerate(NAMES + ESCAPED)]
+    for i, rack in enumerate(racks):
+        alertmanager.post({"alertname": "Hot", "rack": rack.name, "severity": "critical"})
+        if i % 2:  # the rack's own serial: `serial!=` leaves it out
+            alertmanager.post({"alertname": "Own", "rack": rack.name, "serial": rack.external_id})
+        if i % 3 == 0:  # another rack's serial: counted
+            alertmanager.post({"alertname": "Near", "rack": rack.name, "serial": "SN-x"})
+    matchers = ('rack="{rack.name}"', 'serial!="{rack.external_id}"', 'alertname=~"Hot|Own|Near"')
+    with counting(alertmanager.url) as proxy, ThreadPoolExecutor(4) as pool:
+        settings = AlertmanagerSettings(proxy.url, matchers, True)
+        answers = kinds.Answers(kinds.Asked(pool))
+        looks = await asyncio.gather(
+            *(kinds.alertmanager(settings, rack, answers, task_id=rack.id) for rack in racks)
+        )
+        sent = proxy.queries()
+    own = [_alone(kinds.alertmanager_url(replace(settings, url=alertmanager.url), r), r.id) for r in racks]
+    assert [look.reason for look in looks] == own
+    # Each rack's Hot, and Near where posted; Own never (`serial!=` its own serial).
+    more = ["and 1 more" in look.reason for look in looks]
+    assert more == [i % 3 == 0 for i in range(len(racks))] and "Own" not in "".join(own)
+    assert len(sent) == 1 + len(ESCAPED), sent
 
 
 async def test_a_fleet_answer_too_long_asks_each_rack_s_own_query(
