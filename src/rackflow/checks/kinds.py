@@ -302,9 +302,10 @@ def fleet_query(settings: AlertmanagerSettings, rack: RackFacts) -> FleetQuery |
 
 
 def asked_urls(settings: Settings, rack: RackFacts) -> tuple[str, ...]:
-    """The URLs a look of `settings` at `rack` asks (the check's own, and Alertmanager's query under it),
-    which an error's words may quote: what `scrubbed` hides in them. Called on a look's failure, which may
-    be the making of that query: then only the check's URL, rather than a second failure."""
+    """The URLs a look of `settings` at `rack` asks (the check's own, and Alertmanager's queries under it:
+    the rack's own and the check's `fleet_query`), which an error's words may quote: what `scrubbed` hides
+    in them. Called on a look's failure, which may be the making of those queries: then only the check's
+    URL, rather than a second failure."""
     if isinstance(settings, AlertmanagerSettings):
         try:
             fleet = fleet_query(settings, rack)
