@@ -11,16 +11,20 @@ import grpc
 import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import func, select
 
 from rackflow.clock import Clock, FakeClock
+from rackflow.domain.audit import EventFilter
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
 from rackflow.domain.tasks import TaskStatus
 from rackflow.schedules import firing
 from rackflow.schedules import service as schedule_service
+from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
+from rackflow.store.tables import notification_event
 from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.v1 import flow_pb2 as pb
@@ -204,6 +208,62 @@ async def test_a_new_spec_for_a_firmware_schedule_past_its_end_time_is_refused(
     assert await table_counts(services.db) == before
     renamed = await stub.UpdateTaskSchedule(update(schedule, ["schedule.name"], name="old-fw"))
     assert renamed.name == "old-fw"  # what does not give it firings is not refused
+
+
+async def _paused_events(services: Services) -> int:
+    async with services.db.read() as conn:
+        stmt = select(func.count()).where(notification_event.c.type == "schedule.paused")
+        return int((await conn.execute(stmt)).scalar_one())
+
+
+async def test_a_firmware_schedule_past_its_end_time_fires_nothing_and_is_paused_once(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    """Its tasks could only fail unrun: the dispatcher's first firing past the end_time makes none, records
+    the slot skipped with the reason, and pauses the schedule by rackflow with it, once (audited, one
+    schedule.paused event); a resume or a trigger, which cannot change the end_time, is refused."""
+    assert isinstance(services.clock, FakeClock)
+    schedule = await stub.CreateTaskSchedule(firmware_until(START + timedelta(minutes=90)))
+    dispatcher = Dispatcher(services.schedules, services.audit)
+    services.clock.advance(timedelta(hours=1))
+    assert await dispatcher.poll_once() == 1  # within its window: fires as before
+    services.clock.advance(timedelta(hours=1))
+
+    assert await dispatcher.poll_once() == 0
+
+    ended = "its firmware window ended at 2026-03-02T13:30:00Z (its upgrade's end_time)"
+    runs = await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
+    assert [(r.state, r.trigger) for r in runs.runs] == [("skipped", "dispatch"), ("completed", "dispatch")]
+    assert runs.runs[0].reason.startswith(ended) and list(runs.runs[0].outcomes) == []
+    assert when(runs.runs[0].scheduled_for) == START + timedelta(hours=2)
+    assert (await stub.ListTasks(pb.ListTasksRequest())).total == 1
+    paused = await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))
+    assert not paused.enabled and paused.pause_reason == runs.runs[0].reason
+    assert (paused.paused_by, when(paused.paused_at)) == ("rackflow", START + timedelta(hours=2))
+    (event,), _ = await services.audit.list_events(
+        EventFilter(method="PauseTaskSchedule"), offset=0, limit=10
+    )
+    assert (event.principal, event.target_ids) == ("rackflow", (schedule.id.id, runs.runs[0].id.id))
+    assert event.request["reason"] == paused.pause_reason
+    assert await _paused_events(services) == 1
+
+    services.clock.advance(timedelta(hours=3))
+    assert await dispatcher.poll_once() == 0  # paused: no run each slot, no notification each slot
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "id: schedule 'fw' cannot be resumed: its operation's end_time 2026-03-02T13:30:00Z has passed",
+        stub.ResumeTaskSchedule(pb.ResumeTaskScheduleRequest(id=schedule.id)),
+    )
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"not fired: {ended}",
+        stub.TriggerTaskSchedule(pb.TriggerTaskScheduleRequest(id=schedule.id)),
+    )
+    assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == paused
+    assert (
+        await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
+    ).total == 2
+    assert await _paused_events(services) == 1
 
 
 async def test_a_firmware_schedule_by_version_without_an_image_uri_is_refused_on_redfish(

@@ -24,8 +24,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.approvals import ApprovalPolicy
+from rackflow.domain.audit import SYSTEM_PRINCIPAL, EventFilter
 from rackflow.domain.schedules import OverlapPolicy, Run, Schedule
-from rackflow.domain.tasks import QueueOptions, TaskStatus
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, TaskStatus
 from rackflow.errors import Unavailable
 from rackflow.retry import Retry
 from rackflow.schedules import firing
@@ -37,7 +38,9 @@ from rackflow.store import rollouts as run_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from tests.faults.tcp_proxy import TcpProxy
-from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
+from tests.store.schedules_support import HOURLY, POWER_OFF, START, Env, make_env, rack_target
+
+HOUR = timedelta(hours=1)
 
 LoseCommit = Callable[[bool], None]  # `delivered`: whether the database got the COMMIT (and committed)
 
@@ -133,6 +136,34 @@ async def test_a_claim_whose_commit_is_lost_fires_its_tick_once_at_once(
     assert [run.state for run in runs] == ["completed"]
     assert [t.id for t in tasks] == [o.task_id for o in runs[0].outcomes]
     assert len(tasks) == 1
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["answer-lost", "commit-lost"])
+async def test_a_claim_whose_commit_is_lost_audits_the_pause_it_made_once(
+    env: Env, lose_next_commit: LoseCommit, delivered: bool
+) -> None:
+    """A claim that only paused a schedule (its firmware window ended) fires nothing, but its pause is
+    audited once it committed: answer lost, the dispatcher finds it committed and audits it; COMMIT lost,
+    nothing was paused, and the next claim pauses it and audits that."""
+    upgrade = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=START + HOUR / 2)
+    schedule = await env.schedule(racks=[await env.rack("r1")], operation=upgrade)
+    env.clock.advance(2 * HOUR)  # due, and past its end_time
+    dispatcher = Dispatcher(env.services.schedules, env.services.audit)
+
+    lose_next_commit(delivered)
+    assert await dispatcher.poll_once() == 0
+    paused = await env.services.schedules.get(schedule.id)
+    assert paused.enabled is not delivered
+    assert await dispatcher.poll_once() == 0
+
+    paused = await env.services.schedules.get(schedule.id)
+    assert paused.pause is not None and paused.pause.by == SYSTEM_PRINCIPAL
+    (run,), _ = await env.services.schedules.list_runs(schedule.id)
+    assert (run.state, run.reason) == ("skipped", paused.pause.reason)
+    (event,), _ = await env.services.audit.list_events(
+        EventFilter(method="PauseTaskSchedule"), offset=0, limit=10
+    )
+    assert (event.principal, event.target_ids) == (SYSTEM_PRINCIPAL, (str(schedule.id), str(run.id)))
 
 
 @pytest.mark.parametrize("delivered", [True, False], ids=["answer-lost", "commit-lost"])

@@ -142,7 +142,8 @@ async def test_a_schedule_in_flight_and_due_again_hides_no_later_one_and_wakes_t
     busy = await env.schedule("busy", racks=[await env.rack("busy-rack")], spec=every_second)
     dispatcher = _dispatcher(env)
     await _let_pass(env, timedelta(seconds=1.2))
-    (in_flight,) = (await dispatcher._claim()).firings  # claimed; its firing not yet written back
+    first = await dispatcher._claim()
+    (in_flight,) = first.firings  # claimed; its firing not yet written back
     assert in_flight.schedule.id == busy.id
     await _let_pass(env, timedelta(seconds=1.2))  # due again, still in flight
     soon = await _one_time(env, "soon", await _db_now(env) + timedelta(seconds=3))
@@ -150,7 +151,7 @@ async def test_a_schedule_in_flight_and_due_again_hides_no_later_one_and_wakes_t
     assert (await dispatcher._claim()).firings == []
     assert dispatcher._wake_at == soon.next_run_at  # not the interval
     assert not dispatcher._woken.is_set()
-    await dispatcher._fire([in_flight])
+    await dispatcher._fire(first)
     assert dispatcher._woken.is_set()  # the busy schedule is due before the planned look
 
 

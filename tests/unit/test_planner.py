@@ -636,3 +636,70 @@ def test_a_run_is_tallied_from_its_tasks_final_statuses(
     ]
     got = tally(uuid.uuid4(), NOW, state, scope_outcomes, dict(zip(task_ids, statuses, strict=True)))  # type: ignore[arg-type]
     assert (got.finished, got.failed) == (finished, failed)
+
+
+# --- a firmware schedule past its own window (its operation's end_time) --------------------------------
+
+
+def upgrade_until(end: datetime) -> Operation:
+    return Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=end)
+
+
+ENDED_AT = "its firmware window ended at 2030-01-01T11:00:00Z (its upgrade's end_time)"
+
+
+@pytest.mark.parametrize(
+    ("trigger", "refused", "pauses"), [("dispatch", False, True), ("manual", True, False)]
+)
+def test_a_firing_past_its_operations_window_submits_nothing_and_pauses_its_schedule(
+    trigger: Trigger, refused: bool, pauses: bool
+) -> None:
+    """Every task it made would fail unrun at its claim: the firing is skipped whole with the reason (a
+    dispatched one recorded, its slot spent, and its schedule paused; a manual one refused)."""
+    owner = schedule(operation=upgrade_until(NOW - HOUR))
+    scopes = scopes_of(owner, 2)
+
+    (firing,) = plan(Snapshot((owner,), {owner.id: scopes}), NOW, trigger)
+
+    assert firing.skipped.startswith(ENDED_AT)
+    assert firing.window_ended == NOW - HOUR
+    assert (firing.refused, firing.pauses) == (refused, pauses)
+    assert {d.action for d in scope_decisions(firing).values()} == {"skip_run"}  # what the preview shows
+    assert firing.next_run_at == NOW + HOUR  # advanced as any firing
+
+
+@pytest.mark.parametrize(("end", "ended"), [(NOW, True), (NOW + MINUTE, False)])
+def test_the_operations_window_is_half_open(end: datetime, ended: bool) -> None:
+    owner = schedule(operation=upgrade_until(end))
+
+    (firing,) = plan(Snapshot((owner,), {owner.id: scopes_of(owner, 1)}), NOW, "dispatch")
+
+    assert (bool(firing.skipped), firing.pauses, len(firing.to_submit)) == (ended, ended, 1)
+
+
+def test_a_window_ended_is_told_before_a_missed_deadline_a_live_rollout_or_an_approval() -> None:
+    """Past its end the schedule can never fire a task again: that, not this slot's lateness, a live
+    rollout or an approval to ask for, is what the operator must hear."""
+    owner = replace(
+        schedule(operation=upgrade_until(NOW - HOUR), deadline=MINUTE, late=HOUR),
+        rollout=RolloutPolicy(max_concurrent_racks=1),
+        approval=ApprovalPolicy(HOUR),
+    )
+    live = {owner.id: LiveRollout(uuid.uuid4(), "halted")}
+    snapshot = Snapshot((owner,), {owner.id: scopes_of(owner, 2)}, live_rollouts=live)
+
+    (firing,) = plan(snapshot, NOW, "dispatch")
+
+    assert firing.skipped.startswith(ENDED_AT) and firing.pauses
+    assert not firing.missed and firing.approval is None and firing.rollout_outcomes == ()
+
+
+def test_a_one_time_firing_past_its_window_is_consumed_with_nothing_to_pause() -> None:
+    owner = schedule(
+        operation=upgrade_until(NOW - HOUR), spec=ScheduleSpec(SpecType.ONE_TIME, "2030-01-01T11:59:55Z")
+    )
+
+    (firing,) = plan(Snapshot((owner,), {owner.id: scopes_of(owner, 1)}), NOW, "dispatch")
+
+    assert firing.skipped.startswith(ENDED_AT)
+    assert (firing.enabled, firing.next_run_at, firing.pauses) == (False, None, False)

@@ -38,7 +38,15 @@ from rackflow import failpoints, metrics
 from rackflow.audit.spool import AuditSpool
 from rackflow.clock import Clock
 from rackflow.config import AUDIT_PAGE_MAX_BYTES
-from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter, bounded_event, event_bytes
+from rackflow.domain.audit import (
+    EVERY_EVENT,
+    OK,
+    SYSTEM_PRINCIPAL,
+    AuditEvent,
+    EventFilter,
+    bounded_event,
+    event_bytes,
+)
 from rackflow.errors import Unavailable
 from rackflow.ids import new_id
 from rackflow.store import audit as store
@@ -146,6 +154,19 @@ class AuditTrail:
                 principal,
                 outcome,
             )
+
+    async def record_rackflow_pause(self, schedule_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> None:
+        """Record a pause rackflow made because of a run (`store.schedules.pause_by_rackflow`: a rollout's
+        halt, one done over its failure limit, a firing past its operation's window), once it committed:
+        a PauseTaskSchedule by rackflow, naming the schedule and the run, with the reason."""
+        await self.record(
+            principal=SYSTEM_PRINCIPAL,
+            method="PauseTaskSchedule",
+            target_ids=[str(schedule_id), str(run_id)],
+            outcome=OK,
+            request={"id": str(schedule_id), "reason": reason, "run_id": str(run_id)},
+            schedule_id=schedule_id,
+        )
 
     def _spool_or_lose(self, pending: store.PendingEvent, why: Unavailable) -> None:
         """Spool an event the database could not take; when that fails too, say loudly that it is lost."""

@@ -40,6 +40,11 @@ For each schedule of the snapshot, `plan` decides:
    a rollout's first wave), so once approved their deferrals are bound by the same slot + deadline as a
    firing that needed no approval: the deadline counts from the slot, not from the approval.
 
+6. before all of the above, the operation's own window (`Operation.window_over`: a firmware upgrade at or
+   past its end_time): every task the firing made would fail unrun at its claim, as would every later
+   firing's, so it is skipped whole with the reason (`window_ended_reason`); a dispatched one is recorded
+   skipped and pauses its schedule (`Firing.pauses`), a manual one is refused.
+
 `failing_streak` decides, from the tallies of a schedule's newest runs, whether its
 `pause_after_failed_runs` pauses it.
 """
@@ -68,7 +73,7 @@ from rackflow.domain.window_rules import FIRE, Decision, decide_firing
 from rackflow.domain.windows import MaintenanceWindow, RackRef, WindowPolicy
 from rackflow.frozen import quick_init
 from rackflow.ids import id_at_time, new_id
-from rackflow.timespec import IntervalTiming, SpecType, format_go_duration, parse_spec
+from rackflow.timespec import IntervalTiming, SpecType, format_go_duration, format_rfc3339, parse_spec
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,15 @@ class Firing:
     # The windows `windows` was decided from (dispatched only: `Snapshot.windows`); should the submit find
     # them changed, it owes its tasks a window's decision (`rackflow.schedules.firing`).
     windows_read: tuple[MaintenanceWindow, ...] = ()
+    # Set: its operation's own window (a firmware upgrade's end_time) ended then, so the firing is skipped
+    # (`skipped` says why) and, dispatched, pauses its schedule (`pauses`).
+    window_ended: datetime | None = None
+
+    @property
+    def pauses(self) -> bool:
+        """The firing pauses its schedule, by rackflow, with `skipped` as the reason: a dispatched one whose
+        operation's window has ended, of a schedule that would fire again (a one-time one is consumed)."""
+        return self.window_ended is not None and self.trigger == "dispatch" and self.enabled
 
     @property
     def missed(self) -> bool:
@@ -373,6 +387,8 @@ def _plan_one(
     default_start_deadline: timedelta | None = None,
 ) -> Firing:
     scopes = tuple(snapshot.scopes.get(schedule.id, ()))
+    if schedule.operation.window_over(now):
+        return _window_ended(schedule, scopes, now, trigger, run_id)
     deadline_at = start_deadline_at(schedule, trigger, default_start_deadline)
     late = deadline_at is not None and now > deadline_at
     decided: dict[uuid.UUID, ScopeOutcome] = {}
@@ -436,6 +452,39 @@ def _plan_one(
     if schedule.rollout is None:
         return firing
     return replace(firing, rollout_outcomes=rollout_outcomes(firing, snapshot.places, deadline_at))
+
+
+def window_ended_reason(end: datetime) -> str:
+    """Why a firing past its operation's own window is skipped, and its schedule paused."""
+    return (
+        f"its firmware window ended at {format_rfc3339(end)} (its upgrade's end_time): every task it "
+        "fires would fail unrun, so it submits nothing; create a new schedule with a later end_time"
+    )
+
+
+def _window_ended(
+    schedule: Schedule, scopes: tuple[Scope, ...], now: datetime, trigger: Trigger, run_id: uuid.UUID
+) -> Firing:
+    """A firing at or past its operation's window end (`Operation.window_over`): each of its tasks would
+    fail unrun at its claim, and every later firing's too, since nothing can change the operation. So it
+    is skipped whole, before the rest is decided: a dispatched one is recorded skipped (its slot spent,
+    the schedule advanced as any firing advances it) and pauses its schedule (`Firing.pauses`); a manual
+    one is refused (`Firing.refused`)."""
+    end = schedule.operation.window_end
+    assert end is not None
+    enabled, next_run_at = advance_after_firing(schedule, now)
+    return Firing(
+        schedule=schedule,
+        scopes=scopes,
+        trigger=trigger,
+        fired_at=now,
+        run_id=run_id,
+        enabled=enabled,
+        next_run_at=next_run_at,
+        scheduled_for=slot_of(schedule, trigger),
+        skipped=window_ended_reason(end),
+        window_ended=end,
+    )
 
 
 def awaiting_skip_reason(run_id: uuid.UUID) -> str:

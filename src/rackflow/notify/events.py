@@ -119,18 +119,26 @@ def rollout_halted(run: Run, reason: str, paused: bool, at: datetime) -> list[Ev
     )
     if not paused:
         return [halted]
-    return [halted, _paused_by(run, "schedule paused by its rollout's halt", reason, at)]
+    return [halted, _paused_by(run.schedule_id, run.id, "schedule paused by its rollout's halt", reason, at)]
 
 
 def paused_over_limit(run: Run, reason: str, at: datetime) -> list[Event]:
     """A rollout done over its failure limit (every rack had begun: nothing to halt) paused its schedule."""
-    return [_paused_by(run, "schedule paused: its rollout completed over its failure limit", reason, at)]
+    summary = "schedule paused: its rollout completed over its failure limit"
+    return [_paused_by(run.schedule_id, run.id, summary, reason, at)]
 
 
-def _paused_by(run: Run, summary: str, reason: str, at: datetime) -> Event:
-    """`run`'s rollout paused its schedule."""
+def paused_window_ended(firings: Sequence[Firing], at: datetime) -> list[Event]:
+    """Dispatched firings past their operation's window (a firmware upgrade's end_time) paused their
+    schedules: they submitted nothing, and nothing later could start either."""
+    summary = "schedule paused: its firmware window ended"
+    return [_paused_by(f.schedule.id, f.run_id, summary, f.skipped, at) for f in firings]
+
+
+def _paused_by(schedule_id: uuid.UUID, run_id: uuid.UUID, summary: str, reason: str, at: datetime) -> Event:
+    """rackflow paused the schedule because of run `run_id` (its rollout, or its firing)."""
     return _event(
-        EventType.SCHEDULE_PAUSED, at, summary, reason=reason, schedule_id=run.schedule_id, run_id=run.id
+        EventType.SCHEDULE_PAUSED, at, summary, reason=reason, schedule_id=schedule_id, run_id=run_id
     )
 
 

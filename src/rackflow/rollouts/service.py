@@ -56,7 +56,6 @@ from rackflow import metrics
 from rackflow.audit.trail import AuditTrail
 from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
-from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
 from rackflow.domain.firing import deadline_end, plan_starts
 from rackflow.domain.rollouts import (
     ENDED,
@@ -69,7 +68,6 @@ from rackflow.domain.rollouts import (
 from rackflow.domain.schedules import (
     ROLLOUT_LIVE_STATES,
     Outcome,
-    Pause,
     Run,
     ScopeOutcome,
     settled_scopes,
@@ -283,14 +281,7 @@ class RolloutService:
             self.tasks.wake_executors()
             metrics.ROLLOUT_RACKS_STARTED.inc(len(step.task_ids))
         for run, reason in paused:
-            await self.audit.record(
-                principal=SYSTEM_PRINCIPAL,
-                method="PauseTaskSchedule",
-                target_ids=[str(run.schedule_id), str(run.id)],
-                outcome=OK,
-                request={"id": str(run.schedule_id), "reason": reason, "run_id": str(run.id)},
-                schedule_id=run.schedule_id,
-            )
+            await self.audit.record_rackflow_pause(run.schedule_id, run.id, reason)
         return step
 
     async def _step(
@@ -380,16 +371,9 @@ class RolloutService:
 
     async def _pause(self, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime) -> bool:
         """Pause the schedule of a halted rollout (or one done over its failure limit), with why as its
-        reason (by rackflow itself); False when there is nothing to pause (already paused, or a fired
-        one-time schedule)."""
-        schedule = await schedule_store.get_schedule(conn, schedule_id, lock=schedule_store.key_kept(self.db))
-        if schedule is None or not schedule.enabled or schedule.is_consumed:
-            return False
-        pause = Pause(reason=reason, by=SYSTEM_PRINCIPAL, at=now)
-        await schedule_store.save_schedule(
-            conn, replace(schedule, enabled=False, pause=pause, updated_at=now)
-        )
-        return True
+        reason, by rackflow itself (`schedule_store.pause_by_rackflow`); False when there is nothing to
+        pause (already paused, or a fired one-time schedule)."""
+        return await schedule_store.pause_by_rackflow(self.db, conn, schedule_id, reason, now)
 
     # --- one run: read, resume, cancel -------------------------------------------------------------
 

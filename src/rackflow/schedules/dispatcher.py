@@ -50,7 +50,7 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from rackflow import failpoints, metrics
@@ -89,11 +89,19 @@ POLL_RETRY = Retry.every(1.0)
 @dataclass(frozen=True)
 class Claim:
     """What one claim took, and whether its batch came back full (more is probably due). `in_doubt`: its
-    COMMIT went unanswered, and its firings are to be fired only if it committed (`Dispatcher._committed`)."""
+    COMMIT went unanswered, and its firings are to be fired only if it committed (`Dispatcher._committed`).
+    `paused`: its firings past their operation's window, which paused their schedules and fire nothing,
+    to be audited (if it committed)."""
 
     firings: list[Firing]
     full: bool
     in_doubt: bool = False
+    paused: list[Firing] = field(default_factory=list)
+
+    @property
+    def took(self) -> bool:
+        """Whether it leaves anything to do after it: firings to fire, or pauses to audit."""
+        return bool(self.firings or self.paused)
 
 
 class Dispatcher:
@@ -153,7 +161,7 @@ class Dispatcher:
                 except Exception:  # only raised once `stop` is set
                     slots.release()
                     break
-                if claim.firings:
+                if claim.took:
                     task = asyncio.create_task(self._fire_then_release(claim, started, slots))
                     firing.add(task)
                     task.add_done_callback(firing.discard)
@@ -208,14 +216,14 @@ class Dispatcher:
         """Claim, advance and fire one batch, waiting for it; returns how many schedules were claimed."""
         started = time.perf_counter()
         claim = await self._claim()
-        if claim.firings:
-            await self._fire(claim.firings, in_doubt=claim.in_doubt)
+        if claim.took:
+            await self._fire(claim)
         metrics.POLL_SECONDS.observe(time.perf_counter() - started)
         return len(claim.firings)
 
     async def _fire_then_release(self, claim: Claim, started: float, slot: asyncio.Semaphore) -> None:
         try:
-            await self._fire(claim.firings, in_doubt=claim.in_doubt)
+            await self._fire(claim)
         finally:
             slot.release()
             metrics.POLL_SECONDS.observe(time.perf_counter() - started)
@@ -235,6 +243,7 @@ class Dispatcher:
         batch = self.claim_batch
         may_count = time.monotonic() >= self._next_backlog_count  # see BACKLOG_REFRESH
         claimed: list[Firing] = []
+        paused: list[Firing] = []
         try:
             async with self.db.transaction() as conn:
                 now = await self.db.now(conn)
@@ -251,6 +260,7 @@ class Dispatcher:
                     now=now,
                     owner_id=self.schedules.instance_id,
                     default_start_deadline=self.schedules.default_start_deadline,
+                    paused=paused,
                 )
                 full = len(due) >= batch
                 # What is still due after a full batch (None: counted too recently), or when to look next.
@@ -261,15 +271,15 @@ class Dispatcher:
                 else:
                     earliest = await dispatch.next_due_at(conn, now)
         except Unavailable as exc:
-            if not claimed:
+            if not claimed and not paused:
                 raise
             log.warning(
                 "claim of %d schedule(s): commit outcome unknown (%s); looking up whether it committed",
-                len(claimed),
+                len(claimed) + len(paused),
                 exc,
             )
             self._in_flight.update(f.schedule.id for f in claimed)
-            return Claim(claimed, full=False, in_doubt=True)
+            return Claim(claimed, full=False, in_doubt=True, paused=paused)
         if full and may_count:
             self._next_backlog_count = time.monotonic() + BACKLOG_REFRESH.total_seconds()
         if backlog is not None:
@@ -287,14 +297,22 @@ class Dispatcher:
                 wake_at = earliest
             self.claim_batch, self._read_at = self.batch, read_at
             self.wake_after, self._wake_at = wake_at - now, wake_at
-        return Claim(claimed, full)
+        return Claim(claimed, full, paused=paused)
 
-    async def _fire(self, claimed: list[Firing], *, in_doubt: bool = False) -> None:
-        """Phases 2 and 3 for the whole batch (of a claim in doubt, for what it committed); never raises, so
-        a bad batch cannot stop the loop."""
+    async def _fire(self, taken: Claim) -> None:
+        """Phases 2 and 3 for the whole batch, after the audit rows of the pauses it made (of a claim in
+        doubt, for what it committed); never raises, so a bad batch cannot stop the loop."""
+        claimed = taken.firings
         fired: list[Firing] = []
         try:
-            fired = await self._committed(claimed) if in_doubt else claimed
+            recorded = taken.firings + taken.paused
+            if taken.in_doubt:
+                recorded = await self._committed(recorded)
+            paused = {f.run_id for f in taken.paused}
+            for f in recorded:
+                if f.run_id in paused:
+                    await self.audit.record_rackflow_pause(f.schedule.id, f.run_id, f.skipped)
+            fired = [f for f in recorded if f.run_id not in paused]
             await failpoints.pause("pause_after_claim")
             await self.schedules.fire(fired)
         except Exception:

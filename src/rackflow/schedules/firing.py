@@ -112,6 +112,7 @@ async def claim(
     default_start_deadline: timedelta | None = None,
     scopes: Mapping[uuid.UUID, Sequence[Scope]] | None = None,
     request_id: str | None = None,
+    paused: list[Firing] | None = None,
 ) -> list[Firing]:
     """Phase 1 for `schedules`, which the caller has locked in `conn`'s transaction; the firings to run.
 
@@ -129,6 +130,10 @@ async def claim(
     `scopes` (by schedule) fires only those of the schedules' scopes (RetryTaskScheduleRun's racks).
     `request_id`: a manual firing's caller's, recorded with its run; a firing whose schedule has a run
     with it already is left out (the unique index of the two, `ScheduleService.trigger`).
+    A dispatched firing past its operation's window (`Firing.pauses`) is recorded "skipped", left out, and
+    pauses its schedule by rackflow in this transaction (`store.pause_by_rackflow`, the rollouts' pause),
+    with one `schedule.paused` event; those that paused it are added to `paused`, for the caller to audit
+    once this commits (`AuditTrail.record_rackflow_pause`).
     """
     if not schedules:
         return []
@@ -142,6 +147,12 @@ async def claim(
     recorded = await firing_store.record(db, conn, planned, owner_id, request_id)
     awaiting = [f for f in planned if f.run_id in recorded and f.needs_approval]
     await outbox.record_events(conn, events.runs_awaiting_approval(awaiting, now))
+    pausing = [f for f in planned if f.run_id in recorded and f.pauses]
+    pausing = [f for f in pausing if await store.pause_by_rackflow(db, conn, f.schedule.id, f.skipped, now)]
+    await outbox.record_events(conn, events.paused_window_ended(pausing, now))
+    if paused is not None:
+        paused.extend(pausing)
+    paused_runs = {f.run_id for f in pausing}
     for f in planned:
         if f.run_id not in recorded:
             log.warning(
@@ -161,8 +172,9 @@ async def claim(
             )
         elif f.skipped:
             log.warning(
-                "schedule %s: firing skipped: %s",
+                "schedule %s: firing skipped%s: %s",
                 f.schedule.name,
+                " and schedule paused" if f.run_id in paused_runs else "",
                 f.skipped,
                 extra={"schedule_id": str(f.schedule.id), "run_id": str(f.run_id)},
             )

@@ -297,16 +297,16 @@ def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
     )
 
 
-def _past_its_window(schedule: Schedule, now: datetime) -> FailedPrecondition:
-    """A new spec for a schedule whose operation's window has ended would give it firings that all fail
-    unrun (`Operation.window_over`); an update cannot change the operation."""
+def _past_its_window(schedule: Schedule, now: datetime, refused: str, firings: str) -> FailedPrecondition:
+    """A request (`refused`: the field, and what is refused) that would give a schedule whose operation's
+    window has ended `firings` that could only be skipped (`domain.firing.window_ended_reason`: their
+    tasks would fail unrun); an update cannot change the operation."""
     end = schedule.operation.window_end
     assert end is not None
     return FailedPrecondition(
-        f"{SPEC_PATH}: its operation's end_time {format_rfc3339(end)} has passed "
-        f"(now {format_rfc3339(now)}), so every firing a new spec gives schedule {schedule.name!r} would be "
-        "too late to start; create a new schedule with a later end_time (an update cannot change its "
-        "operation)"
+        f"{refused}: its operation's end_time {format_rfc3339(end)} has passed "
+        f"(now {format_rfc3339(now)}), so {firings} would be too late to start; create a new schedule "
+        "with a later end_time (an update cannot change its operation)"
     )
 
 
@@ -562,7 +562,8 @@ class ScheduleService:
                 if current.is_consumed:
                     raise _consumed(current, "re-arm" if SPEC_PATH in mask else "change the timezone of")
                 if SPEC_PATH in mask and current.operation.window_over(now):
-                    raise _past_its_window(current, now)
+                    firings = f"every firing a new spec gives schedule {current.name!r}"
+                    raise _past_its_window(current, now, SPEC_PATH, firings)
                 if SPEC_PATH in mask or updated.spec.type is SpecType.CRON:
                     updated = replace(updated, next_run_at=timing.first_run(now))
             check_approvable(updated.approval, self.approvers, updated.last_edited_by, MIN_APPROVERS_PATH)
@@ -606,14 +607,20 @@ class ScheduleService:
         return schedule
 
     async def resume(self, schedule_id: uuid.UUID) -> Schedule:
-        """Fire again (see `resumed`). A no-op when already enabled."""
+        """Fire again (see `resumed`). A no-op when already enabled. Refused for a schedule whose
+        operation's window has ended: its next firing would only be skipped, and pause it again."""
         async with self.db.transaction() as conn:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:
                 raise _consumed(schedule, "resume")
             if schedule.enabled:
                 return schedule
-            schedule = resumed(schedule, await self.db.now(conn))
+            now = await self.db.now(conn)
+            if schedule.operation.window_over(now):
+                raise _past_its_window(
+                    schedule, now, f"id: schedule {schedule.name!r} cannot be resumed", "every firing"
+                )
+            schedule = resumed(schedule, now)
             await store.save_schedule(conn, schedule)
             await self._announce(conn, schedule)
         return schedule

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
 
@@ -37,6 +37,7 @@ from sqlalchemy.sql.selectable import Subquery
 
 from rackflow.config import SEARCH_WALK
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
+from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.firing import slot_deadline
 from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
 from rackflow.domain.rollouts import RolloutPolicy
@@ -791,6 +792,21 @@ async def pause_after_failures(
         )
     )
     return (await conn.execute(stmt)).rowcount == 1
+
+
+async def pause_by_rackflow(
+    db: Database, conn: AsyncConnection, schedule_id: uuid.UUID, reason: str, now: datetime
+) -> bool:
+    """Pause the schedule by rackflow itself, with `reason`: for a rollout's halt, or one done over its
+    failure limit (`RolloutService`), and for a firing past its operation's window (`schedules.firing`).
+    Its row is locked as every writer that keeps its key locks it (`key_kept`). False when there is
+    nothing to pause: gone, already paused, or a one-time schedule that has fired."""
+    schedule = await get_schedule(conn, schedule_id, lock=key_kept(db))
+    if schedule is None or not schedule.enabled or schedule.is_consumed:
+        return False
+    pause = Pause(reason=reason, by=SYSTEM_PRINCIPAL, at=now)
+    await save_schedule(conn, replace(schedule, enabled=False, pause=pause, updated_at=now))
+    return True
 
 
 async def enabled_schedules_on_racks(
