@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -9,6 +10,7 @@ import pytest
 from click.testing import Result
 
 from rackflow.client import Recurrence, Span, Window
+from rackflow.domain import firing as domain_firing
 from rackflow.v1 import flow_pb2 as pb
 from tests.unit.test_cli_commands import FakeClient, fake, run, stamp  # noqa: F401 (fixtures)
 
@@ -296,18 +298,30 @@ def test_schedule_preview_names_racks_in_rollout_order_whatever_order_the_server
     assert header.split()[-3:] == ["rack-a", "rack-b", "rack-c"]
 
 
-def test_schedule_preview_shows_a_firing_its_live_previous_run_skips(
+@pytest.mark.parametrize(
+    ("why", "shown"),
+    [
+        (
+            "the schedule's previous rollout (run 0f5c) is still halted (resume or cancel it first)",
+            "rollout live",
+        ),
+        (domain_firing.awaiting_skip_reason(uuid.UUID(int=5)), "awaiting approval"),
+        (domain_firing.window_ended_reason(datetime(2026, 12, 5, 20, tzinfo=UTC)), "firmware window ended"),
+    ],
+)
+def test_schedule_preview_shows_why_a_firing_is_skipped_whole(
     fake: FakeClient,  # noqa: F811
     run: Callable[..., Result],  # noqa: F811
+    why: str,
+    shown: str,
 ) -> None:
     at = stamp(datetime(2026, 12, 5, 21, tzinfo=UTC))
-    why = "the schedule's previous rollout (run 0f5c) is still halted (resume or cancel it first)"
     fake.answers["preview_schedule"] = pb.PreviewTaskScheduleResponse(
         firings=[pb.PreviewFiring(at=at, scopes=[_decision("rack-01", "skip_run", reason=why)])]
     )
     result = run("schedule", "preview", "nightly", "--tz", "UTC")
     assert result.exit_code == 0, result.output
-    assert "skip (rollout live)" in result.output
+    assert f"skip ({shown})" in " ".join(result.output.split()), result.output
 
 
 def test_schedule_preview_says_by_when_a_rack_firing_inside_an_allow_window_must_start(

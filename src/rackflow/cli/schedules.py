@@ -744,10 +744,18 @@ def _decision_text(decision: pb.ScopeDecision, zone: str) -> str:
         return f"defer → {zoned_text(when(decision.until), zone)}"
     if decision.decision == "missed":
         return "[red]missed[/] (past the start deadline)"
-    if decision.decision == "skip_run":  # the whole firing: its reason names the run in the way
-        return f"[yellow]skip[/] ({'awaiting approval' if 'approval' in decision.reason else 'rollout live'})"
+    if decision.decision == "skip_run":  # the whole firing: its reason says why
+        return f"[yellow]skip[/] ({_skipped_whole_because(decision.reason)})"
     until = when(decision.until)
     return f"[dim]paused{f' until {zoned_text(until, zone)}' if until else ''}[/]"
+
+
+def _skipped_whole_because(reason: str) -> str:
+    """Why a whole firing is skipped, in a word or two, from its reason (`domain.firing`: the schedule's
+    operation's window ended, its previous run awaits approval, or its previous rollout is live)."""
+    if reason.startswith("its firmware window ended"):
+        return "firmware window ended"
+    return "awaiting approval" if "approval" in reason else "rollout live"
 
 
 # Up to this many racks are columns, one decision a cell; more, and each firing lists its racks by decision.
