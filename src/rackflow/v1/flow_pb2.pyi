@@ -1196,7 +1196,9 @@ class UpgradeFirmwareRequest(_message.Message):
         start_time and fails unrun if it has not started by end_time. end_time must be after start_time, and
         not already passed (INVALID_ARGUMENT: the task could never start; a schedule's operation alike, on
         CreateTaskSchedule, as every firing would be too late; and a new schedule.spec for a schedule whose
-        end_time has passed is FAILED_PRECONDITION).
+        end_time has passed is FAILED_PRECONDITION). A schedule's firing at or past its end_time submits
+        nothing: dispatched, its run is "skipped" with the reason and the schedule is paused by rackflow with
+        it; a trigger, and a resume, of it is FAILED_PRECONDITION.
         """
 
     @_builtins.property
@@ -2739,7 +2741,8 @@ class ScopeDecision(_message.Message):
     decision: _builtins.str
     """"fire", "skip_overlap", "skip_window", "defer", "paused", "missed" (past the start deadline) or
     "skip_run" (the whole firing skipped: the schedule's previous rollout is still rolling or halted, or its
-    previous run awaits approval; `reason` says which run)
+    previous run awaits approval, `reason` says which run; or its operation's firmware window, end_time,
+    has ended by then, `reason` says when)
     """
     window_name: _builtins.str
     """skip_window, defer: the window that closes the rack then"""
@@ -2917,7 +2920,8 @@ class TaskScheduleRun(_message.Message):
     """"running", "completed" or "interrupted"; "missed" (found past its start deadline: nothing submitted,
     see reason and late_by); a rollout: "rolling" (scopes still to start or tasks still active), "halted"
     (its failure budget was reached), "cancelled", or "skipped" (the schedule's previous rollout was still
-    rolling or halted: see reason); with approval (RunApproval): "awaiting_approval", then running/rolling
+    rolling or halted: see reason); "skipped" too, any schedule's, when its operation's firmware window
+    (end_time) had ended, nothing submitted (see reason; the schedule is paused); with approval (RunApproval): "awaiting_approval", then running/rolling
     once approved, or "rejected" or "expired"
     """
     reason: _builtins.str
