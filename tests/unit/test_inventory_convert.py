@@ -43,7 +43,7 @@ def test_rack_outside_a_domain_has_no_domain_id() -> None:
 
 def test_domain_to_keeps_rack_order() -> None:
     racks = (uuid.uuid4(), uuid.uuid4())
-    msg = domain_to(NVLDomain(uuid.uuid4(), "d", racks))
+    msg = domain_to(NVLDomain(uuid.uuid4(), "d", racks, datetime(2026, 1, 1, tzinfo=UTC)))
     assert [r.id for r in msg.rack_ids] == [str(r) for r in racks]
 
 

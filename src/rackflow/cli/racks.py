@@ -31,7 +31,7 @@ from rackflow.cli.output import (
     utc_text,
     when,
 )
-from rackflow.cli.paging import emit_page, page_options, page_title
+from rackflow.cli.paging import emit_page, every_page, page_options, page_title
 from rackflow.cli.tasks import rack_names
 from rackflow.client import NewComponent, RackflowClient, RackflowClientError
 from rackflow.v1 import flow_pb2 as pb
@@ -166,7 +166,16 @@ def list_racks(ctx: click.Context, domain: str, limit: int, offset: int, page_to
       rackflow rack list --domain nvl-a
     """
     session = pass_session(ctx)
-    found = session.client.list_racks(domain=domain, offset=offset, limit=limit, page_token=page_token)
+    if limit or offset or page_token:
+        found = session.client.list_racks(domain=domain, offset=offset, limit=limit, page_token=page_token)
+    else:
+        domain_id = session.client.resolve_domain_id(domain) if domain else ""
+        found = every_page(
+            session,
+            lambda most, token: session.client.list_racks(domain=domain_id, limit=most, page_token=token),
+            "racks",
+            "reading racks",
+        )
 
     def view() -> Listing:
         domains = _domain_names(session, found.racks)
@@ -294,7 +303,15 @@ def list_domains(ctx: click.Context, limit: int, offset: int, page_token: str) -
       rackflow domain list --limit 100 -o json
     """
     session = pass_session(ctx)
-    found = session.client.list_domains(offset=offset, limit=limit, page_token=page_token)
+    if limit or offset or page_token:
+        found = session.client.list_domains(offset=offset, limit=limit, page_token=page_token)
+    else:
+        found = every_page(
+            session,
+            lambda most, token: session.client.list_domains(limit=most, page_token=token),
+            "domains",
+            "reading domains",
+        )
 
     def view() -> Listing:
         shown = list(found.domains)
