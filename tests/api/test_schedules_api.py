@@ -197,17 +197,61 @@ async def test_a_new_spec_for_a_firmware_schedule_past_its_end_time_is_refused(
 ) -> None:
     """UpdateTaskSchedule cannot change the operation; a new spec would give it firings that all fail."""
     assert isinstance(services.clock, FakeClock)
-    schedule = await stub.CreateTaskSchedule(firmware_until(START + timedelta(hours=1)))
+    schedule = await stub.CreateTaskSchedule(firmware_until(START + timedelta(minutes=90)))
     services.clock.advance(timedelta(hours=2))
     before = await table_counts(services.db)
     await expect(
         grpc.StatusCode.FAILED_PRECONDITION,
-        "schedule.spec: its operation's end_time 2026-03-02T13:00:00Z has passed",
+        "schedule.spec: its operation's end_time 2026-03-02T13:30:00Z has passed",
         stub.UpdateTaskSchedule(update(schedule, ["schedule.spec"], spec="2h")),
     )
     assert await table_counts(services.db) == before
     renamed = await stub.UpdateTaskSchedule(update(schedule, ["schedule.name"], name="old-fw"))
     assert renamed.name == "old-fw"  # what does not give it firings is not refused
+
+
+async def test_a_firmware_schedule_whose_next_firing_is_past_its_end_time_is_refused(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    """Its end_time still ahead, but not before the firing it would make next (on create, on a new spec, on
+    a resume): that firing and every later one could only be skipped, as a one-time upgrade set after its
+    own window would be (accepted, it was recorded skipped and logged, and told nobody)."""
+    assert isinstance(services.clock, FakeClock)
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "operation.upgrade_firmware.end_time: the schedule's first firing at 2026-03-02T13:00:00Z is not "
+        "before its operation's end_time 2026-03-02T12:30:00Z, so every firing's upgrade would be too late",
+        stub.CreateTaskSchedule(firmware_until(START + timedelta(minutes=30))),
+    )
+    one_time = firmware_until(START + timedelta(hours=1), name="fw-once")
+    one_time.schedule.spec.CopyFrom(
+        pb.ScheduleSpec(type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec="2026-03-02T14:00:00Z")
+    )
+    await expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "the schedule's first firing at 2026-03-02T14:00:00Z is not before",
+        stub.CreateTaskSchedule(one_time),
+    )
+    assert await table_counts(services.db) == before
+
+    schedule = await stub.CreateTaskSchedule(firmware_until(START + timedelta(minutes=90)))  # fires at 13:00
+    before = await table_counts(services.db)
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "schedule.spec: its next firing at 2026-03-02T14:00:00Z is not before its operation's end_time "
+        "2026-03-02T13:30:00Z",
+        stub.UpdateTaskSchedule(update(schedule, ["schedule.spec"], spec="2h")),
+    )
+    assert await table_counts(services.db) == before
+    await stub.PauseTaskSchedule(pb.PauseTaskScheduleRequest(id=schedule.id))
+    services.clock.advance(timedelta(minutes=40))  # resumed now, it would first fire at 13:40
+    await expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "id: schedule 'fw' cannot be resumed: its next firing at 2026-03-02T13:40:00Z is not before",
+        stub.ResumeTaskSchedule(pb.ResumeTaskScheduleRequest(id=schedule.id)),
+    )
+    assert not (await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))).enabled
 
 
 async def _paused_events(services: Services) -> int:

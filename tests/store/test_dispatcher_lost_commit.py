@@ -145,8 +145,8 @@ async def test_a_claim_whose_commit_is_lost_audits_the_pause_it_made_once(
     """A claim that only paused a schedule (its firmware window ended) fires nothing, but its pause is
     audited once it committed: answer lost, the dispatcher finds it committed and audits it; COMMIT lost,
     nothing was paused, and the next claim pauses it and audits that."""
-    upgrade = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=START + HOUR / 2)
-    schedule = await env.schedule(racks=[await env.rack("r1")], operation=upgrade)
+    upgrade = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=START + HOUR * 3 / 2)
+    schedule = await env.schedule(racks=[await env.rack("r1")], operation=upgrade)  # first firing: START + 1h
     env.clock.advance(2 * HOUR)  # due, and past its end_time
     dispatcher = Dispatcher(env.services.schedules, env.services.audit)
 

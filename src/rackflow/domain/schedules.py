@@ -131,6 +131,12 @@ class Schedule:
         """A one-time schedule that has fired: it has no next run and can never be re-armed."""
         return self.spec.type is SpecType.ONE_TIME and self.next_run_at is None
 
+    @property
+    def fires_after_its_window(self) -> bool:
+        """Its next firing is at or past its operation's own window end (a firmware upgrade's end_time), and
+        so is every later one: each could only be skipped (`domain.firing.window_ended_reason`)."""
+        return self.next_run_at is not None and self.operation.window_over(self.next_run_at)
+
 
 SCHEDULE_ORDER_FIELDS = ("created_at", "name", "next_run_at", "last_run_at")
 

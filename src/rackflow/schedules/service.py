@@ -297,6 +297,18 @@ def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
     )
 
 
+def _after_its_window(schedule: Schedule, field: str, next_firing: str) -> str:
+    """Why a schedule whose `next_firing` (its first, or its next once changed or resumed) is at or past
+    its operation's window end is refused (`Schedule.fires_after_its_window`)."""
+    end, at = schedule.operation.window_end, schedule.next_run_at
+    assert end is not None and at is not None
+    return (
+        f"{field}: {next_firing} at {format_rfc3339(at)} is not before its operation's end_time "
+        f"{format_rfc3339(end)}, so every firing's upgrade would be too late to start and be skipped; "
+        "give a later end_time, or none"
+    )
+
+
 def _past_its_window(schedule: Schedule, now: datetime, refused: str, firings: str) -> FailedPrecondition:
     """A request (`refused`: the field, and what is refused) that would give a schedule whose operation's
     window has ended `firings` that could only be skipped (`domain.firing.window_ended_reason`: their
@@ -413,6 +425,9 @@ class ScheduleService:
             f"operation.{operation.kind.value}",
             "every firing's upgrade would be too late to start (give a later end_time, or none)",
         )
+        if schedule.fires_after_its_window:  # a one-time upgrade set after its window, say
+            field = f"operation.{operation.kind.value}.end_time"
+            raise InvalidArgument(_after_its_window(schedule, field, "the schedule's first firing"))
         self.tasks.check_runnable(operation, f"operation.{operation.kind.value}")
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)  # its first run counted from the clock that decides what is due
@@ -566,6 +581,9 @@ class ScheduleService:
                     raise _past_its_window(current, now, SPEC_PATH, firings)
                 if SPEC_PATH in mask or updated.spec.type is SpecType.CRON:
                     updated = replace(updated, next_run_at=timing.first_run(now))
+                if updated.fires_after_its_window:
+                    field = SPEC_PATH if SPEC_PATH in mask else TIMEZONE_PATH
+                    raise FailedPrecondition(_after_its_window(updated, field, "its next firing"))
             check_approvable(updated.approval, self.approvers, updated.last_edited_by, MIN_APPROVERS_PATH)
             await store.save_schedule(conn, updated)
             if updated.next_run_at != current.next_run_at:
@@ -621,6 +639,9 @@ class ScheduleService:
                     schedule, now, f"id: schedule {schedule.name!r} cannot be resumed", "every firing"
                 )
             schedule = resumed(schedule, now)
+            if schedule.fires_after_its_window:
+                refused = f"id: schedule {schedule.name!r} cannot be resumed"
+                raise FailedPrecondition(_after_its_window(schedule, refused, "its next firing"))
             await store.save_schedule(conn, schedule)
             await self._announce(conn, schedule)
         return schedule
