@@ -7,9 +7,12 @@ import uuid
 import httpx
 import pytest
 
+from rackflow.api.auth import is_mutating
 from rackflow.security import TokenTable
 from rackflow.services import Services
 from rackflow.store.db import Database
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.web.api import JsonApi
 from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN
 from tests.conftest import table_counts
 from tests.web.conftest import BASE_URL, make_racks, make_schedule
@@ -125,3 +128,18 @@ async def test_a_page_without_a_token_is_an_empty_shell(http: httpx.AsyncClient,
     fragment = await http.get("/schedules", headers={**FRAGMENT, **bearer(VIEWER_TOKEN)})
     assert fragment.status_code == 200 and "secret-schedule-name" in fragment.text
     assert "<html" not in fragment.text  # only the page's own part
+
+
+def test_every_action_on_a_ref_says_which_request_field_the_ref_sets() -> None:
+    """A call refused by role is recorded with the id its path names (`JsonApi._as_sent`), so each action's
+    endpoint names the field; RemoveTaskScheduleScope's request holds the scope alone ({scope_id})."""
+    unnamed = [
+        e.rpc
+        for e in JsonApi.endpoints()
+        if is_mutating(e.rpc)
+        and "{ref}" in e.path
+        and not any(
+            e.request_type.fields_by_name[f].message_type is pb.UUID.DESCRIPTOR for f in e.path_fields
+        )
+    ]
+    assert unnamed == []

@@ -26,6 +26,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
 from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -84,8 +85,10 @@ class Endpoint:
     handler: Handler
     summary: str
     params: tuple[Param, ...] = ()
-    # Takes a JSON body: the RPC's request message less `path_fields` (which the path sets).
+    # Takes a JSON body: the RPC's request message less `path_fields`.
     body: bool = False
+    # The request fields the path sets: a path parameter the field of its own name (`{scope_id}`), `{ref}`
+    # the first id (`rackflow.v1.UUID`) field no parameter names (with the id its name resolves to).
     path_fields: tuple[str, ...] = ()
     # What it answers when not the RPC's own response (GET /tasks/{id} answers the one Task).
     answers: Descriptor | None = None
@@ -323,7 +326,12 @@ class JsonApi:
                 path_fields=("id", "update_mask"),
             ),
             Endpoint(
-                delete, "/schedules/{ref}", "DeleteTaskSchedule", api.delete_schedule, "Delete a schedule"
+                delete,
+                "/schedules/{ref}",
+                "DeleteTaskSchedule",
+                api.delete_schedule,
+                "Delete a schedule",
+                path_fields=("id",),
             ),
             Endpoint(
                 get,
@@ -365,6 +373,7 @@ class JsonApi:
                 "RemoveTaskScheduleScope",
                 api.remove_scope,
                 "Remove one scope from a schedule",
+                path_fields=("scope_id",),
             ),
             Endpoint(
                 get,
@@ -529,6 +538,7 @@ class JsonApi:
                 "DeleteMaintenanceWindow",
                 api.delete_window,
                 "Delete a maintenance window",
+                path_fields=("id",),
             ),
         )
         budgets = (
@@ -557,6 +567,7 @@ class JsonApi:
                 "DeleteOperationBudget",
                 api.delete_budget,
                 "Delete an operation budget",
+                path_fields=("id",),
             ),
         )
         audit = (
@@ -598,6 +609,7 @@ class JsonApi:
                 "RedeliverNotifications",
                 api.redeliver_channel,
                 "Send a channel's dead deliveries again",
+                path_fields=("channel_id",),
             ),
             Endpoint(
                 get,
@@ -621,6 +633,7 @@ class JsonApi:
                 "DeleteNotificationChannel",
                 api.delete_channel,
                 "Delete a notification channel",
+                path_fields=("id",),
             ),
             Endpoint(
                 get,
@@ -667,6 +680,9 @@ class JsonApi:
                 now = self.services.clock.now()
                 query = Query(request, endpoint.params, now)
                 call = Call(request, endpoint, query, principal, self.caller, now)
+                # The role first, as over gRPC: a refused call looks nothing up, so its answer and its
+                # audit row never depend on whether the names it gives exist.
+                await self.caller.authorize(endpoint.rpc, principal, lambda: self._as_sent(call))
                 query.check()
                 message = await endpoint.handler(self, call)
             except RpcError as exc:
@@ -681,6 +697,41 @@ class JsonApi:
             return JSONResponse(message_json(message))
 
         return respond
+
+    async def _as_sent(self, call: Call) -> Message:
+        """The endpoint's request as the path and body give it: what a call refused by role is recorded with
+        (`RpcCaller.authorize`). `{ref}` stands in its id field as the id it names, or as sent when it names
+        nothing (as gRPC records an id that is not one); a body that does not parse is left out."""
+        endpoint = call.endpoint
+        message = GetMessageClass(endpoint.request_type)()
+        if endpoint.body:
+            parsed = GetMessageClass(endpoint.request_type)()
+            try:
+                data = read_json(await call.request.body()) or {}
+                parse_into(data, parsed, call.now, path_fields=endpoint.path_fields)
+            except InvalidArgument:
+                pass
+            else:
+                message.CopyFrom(parsed)
+        params = dict(call.request.path_params)
+        for name in endpoint.path_fields:
+            if message.DESCRIPTOR.fields_by_name[name].message_type is not pb.UUID.DESCRIPTOR:
+                continue
+            if name in params:
+                getattr(message, name).id = str(params.pop(name))
+            elif "ref" in params:
+                getattr(message, name).id = await self._ref_id(endpoint, str(params.pop("ref")))
+        return message
+
+    async def _ref_id(self, endpoint: Endpoint, ref: str) -> str:
+        """The id `ref` names under the endpoint's collection; `ref` itself when it names nothing."""
+        resolve = refs.BY_COLLECTION.get(endpoint.path.split("/")[1].split(":")[0])
+        if resolve is None:
+            return ref
+        try:
+            return str(await resolve(self.services, ref, "ref"))
+        except NotFound:
+            return ref
 
     # --- names -----------------------------------------------------------------------------------
 

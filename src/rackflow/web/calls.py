@@ -5,7 +5,9 @@ the `rpc` decorator has already turned a domain error into its status code and m
 status comes from the same table (`rackflow.api.errors`). The caller's role is checked by the gRPC rule
 (`authorize`), and a mutating RPC is wrapped by the audit interceptor's own `audited`, so it writes the
 same audit row as over gRPC, with the HTTP caller's principal; a call its role may not make is recorded
-by the same `record_denial` before it is refused, as over gRPC. The console's buttons and forms post to
+by the same `record_denial` before it is refused, as over gRPC. The JSON API asks `authorize` for its
+endpoint's RPC before it reads the body or looks up a name (`rackflow.web.api`), as gRPC checks the role
+before it parses the request, so a refusal never depends on them. The console's buttons and forms post to
 this API, so they are refused and recorded alike.
 """
 
@@ -95,13 +97,24 @@ class RpcCaller:
         self.servicer = servicer
         self.audit = audit
 
-    async def __call__(self, rpc: str, request: Message, principal: Principal) -> Message:
-        """The RPC's response; `RpcError` when it is refused (role, validation, state) or fails."""
+    async def authorize(
+        self, rpc: str, principal: Principal, request: Callable[[], Awaitable[Message]]
+    ) -> None:
+        """`RpcError` (`PERMISSION_DENIED`) when the principal's role may not call `rpc`, recorded in the
+        audit trail first with `request()` (made only then) as the call's request."""
         try:
             authorize(principal, rpc)
         except PermissionDenied as exc:
-            await self.audit.record_denial(rpc, request, principal, exc)
+            await self.audit.record_denial(rpc, await request(), principal, exc)
             raise RpcError.of(exc) from None
+
+    async def __call__(self, rpc: str, request: Message, principal: Principal) -> Message:
+        """The RPC's response; `RpcError` when it is refused (role, validation, state) or fails."""
+
+        async def sent() -> Message:
+            return request
+
+        await self.authorize(rpc, principal, sent)
         behavior: Behavior = getattr(self.servicer, rpc)
         if is_mutating(rpc):
             behavior = self.audit.audited(rpc, behavior)

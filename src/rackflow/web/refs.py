@@ -4,7 +4,7 @@ an id wins when a name looks like one. An audit target may be a name of any kind
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from rackflow.domain.audit import target_lookups, target_named
@@ -54,6 +54,18 @@ async def domain_id(services: Services, ref: str, field: str) -> uuid.UUID:
     if is_uuid(ref):
         return uuid.UUID(ref)
     return await services.inventory.domain_id_by_name(ref, field)
+
+
+# What `{ref}` names under each collection of the JSON API (`/api/v1/schedules/{ref}`, …); runs and tasks
+# have ids only.
+BY_COLLECTION: dict[str, Callable[[Services, str, str], Awaitable[uuid.UUID]]] = {
+    "schedules": schedule_id,
+    "racks": rack_id,
+    "windows": window_id,
+    "budgets": budget_id,
+    "checks": check_id,
+    "notification-channels": channel_id,
+}
 
 
 @dataclass(frozen=True)
