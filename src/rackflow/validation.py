@@ -153,6 +153,23 @@ def is_unseen(char: str) -> bool:
     return category in _UNSEEN_CATEGORIES or char in _DRAWN_AS_NOTHING or (category == "Zs" and char != " ")
 
 
+# What is laid out, not escaped, where free text is shown (a description): a newline, a tab.
+_LAID_OUT = frozenset("\n\t")
+
+
+def escaped_when_shown(char: str) -> bool:
+    """Whether `shown` escapes `char`: it does not show as itself, and is not laid out."""
+    return char not in _LAID_OUT and is_unseen(char)
+
+
+def shown(text: str) -> str:
+    """`text` with each character that would not show as itself (`is_unseen`) written as Python writes it
+    in a string ("\\u200b"): a name stored before names were refused such characters then neither shows as
+    another ("r12\\u200b" as "r12") nor turns what follows it around (U+202E). The CLI's tables and the
+    console's pages (its `shown` filter) show text so."""
+    return "".join(ascii(char)[1:-1] if escaped_when_shown(char) else char for char in text)
+
+
 def code_point(char: str) -> str:
     """`char` as Unicode writes it: "U+200B ZERO WIDTH SPACE", "U+0007 <control>"."""
     name = unicodedata.name(char, "") or _UNNAMED.get(unicodedata.category(char), "<unnamed>")

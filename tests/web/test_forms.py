@@ -79,7 +79,7 @@ async def test_an_operator_gets_each_form_filled_in_with_what_is_saved(
     await fleet(http, services)
     new = await page(http, "/schedules/new", OPERATOR_TOKEN)
     assert tagged(new, "schedule-form") and not tagged(new, "form-refused")
-    assert re.findall(r"<option>(r\d)</option>", new) == ["r1", "r2", "r3"]  # the racks to add
+    assert re.findall(r"<option value=\"(r\d)\">r\d</option>", new) == ["r1", "r2", "r3"]  # the racks to add
     assert 'value="Europe/Berlin"' in new  # the zones suggested
     assert 'value="COMPONENT_TYPE_COMPUTE"' in new
     assert "checked" not in tagged(new, "form-approval-on")[0]  # no approval unless asked for

@@ -30,7 +30,7 @@ from rackflow.api.convert import message_json
 from rackflow.client import DEFAULT_TARGET, RackflowClient
 from rackflow.clock import Clock, SystemClock
 from rackflow.v1 import flow_pb2 as pb
-from rackflow.validation import is_unseen
+from rackflow.validation import escaped_when_shown, shown
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
 # Wide enough that ids and times never wrap when output goes to a pipe or a file.
@@ -271,29 +271,14 @@ def _as_text(console: Console, cell: RenderableType) -> Text:
     raise TypeError(f"a table cell is text, not {type(cell).__name__}")
 
 
-# What a table shows as it lays it out: a newline or tab in free text (a description).
-_LAID_OUT = frozenset("\n\t")
-
-
-def _escaped(char: str) -> bool:
-    return char not in _LAID_OUT and is_unseen(char)
-
-
-def shown(text: str) -> str:
-    """`text` with each character that would not show as itself (`validation.is_unseen`) written as
-    Python writes it in a string ("\\u200b"): a name stored before names were refused such characters
-    then neither prints as another ("r12\\u200b" as "r12") nor turns what follows it around (U+202E)."""
-    return "".join(ascii(char)[1:-1] if _escaped(char) else char for char in text)
-
-
 def shown_text(text: Text) -> Text:
-    """`text` as `shown` writes it, each escape in reverse video; its styles kept."""
-    at = [index for index, char in enumerate(text.plain) if _escaped(char)]
+    """`text` as `validation.shown` writes it, each escape in reverse video; its styles kept."""
+    at = [index for index, char in enumerate(text.plain) if escaped_when_shown(char)]
     if not at:
         return text
     result = text.blank_copy()
     for piece in text.divide(sorted({*at, *(index + 1 for index in at)})):
-        if len(piece) == 1 and _escaped(piece.plain):
+        if len(piece) == 1 and escaped_when_shown(piece.plain):
             result.append(shown(piece.plain), style="reverse")
         else:
             result.append_text(piece)

@@ -26,7 +26,6 @@ from rackflow.cli.output import (
     details,
     free_text,
     pass_session,
-    shown,
     table,
     utc_text,
     when,
@@ -35,6 +34,7 @@ from rackflow.cli.paging import emit_page, every_page, page_options, page_title
 from rackflow.cli.tasks import rack_names
 from rackflow.client import NewComponent, RackflowClient, RackflowClientError
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import shown
 
 
 def parse_component(value: str) -> NewComponent:

@@ -40,6 +40,7 @@ from rackflow.security import Principal, TokenTable
 from rackflow.services import Services
 from rackflow.timespec import format_go_duration
 from rackflow.timespec.words import describe
+from rackflow.validation import shown
 from rackflow.web import views
 from rackflow.web.auth import principal_of
 from rackflow.web.calls import RpcCaller, RpcError
@@ -166,6 +167,7 @@ class Site:
             late=late_text,
             short_id=short_id,
             counted=words.counted,
+            shown=shown,
         )
 
     def render(self, template: str, context: Mapping[str, Any]) -> str:

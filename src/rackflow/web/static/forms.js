@@ -129,6 +129,13 @@
     return `${text} ${name ? name.value : zone}`;
   }
 
+  // A rack's or domain's name as the page shows it: the text of its option in the form's choices, which the
+  // server writes with each character that would not show as itself escaped (`validation.shown`).
+  function shownName(form, name) {
+    const option = [...form.querySelectorAll("[data-choices] option")].find((o) => o.value === name);
+    return option ? option.textContent : name;
+  }
+
   function renderPreview(form, panel, firings) {
     const zone = form.elements.timezone.value.trim() || "UTC";
     const scheduleZone = zoneOk(zone) ? zone : "UTC";
@@ -175,7 +182,7 @@
         item.dataset.decision = scope.decision;
         const badge = document.createElement("span");
         badge.className = `badge ${css}`;
-        badge.textContent = scope.rack_name;
+        badge.textContent = shownName(form, scope.rack_name);
         item.append(badge, " ", scope.window_name ? `${words} (${scope.window_name})` : words);
         if (scope.reason) item.title = scope.reason;
         racks.append(item);
@@ -234,9 +241,9 @@
       li.dataset.name = name;
       const button = document.createElement("button");
       button.type = "button"; button.className = "link"; button.dataset.remove = "";
-      button.setAttribute("aria-label", `Remove ${name}`);
+      button.setAttribute("aria-label", `Remove ${shownName(form, name)}`);
       button.textContent = "×";
-      li.append(`${name} `, button);
+      li.append(`${shownName(form, name)} `, button);
       form.querySelector(".chosen").append(li);
       later();
     });
