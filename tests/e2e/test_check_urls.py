@@ -152,11 +152,13 @@ def test_a_cancelled_task_a_check_held_no_longer_shows_the_hold(
     stub.CreatePreflightCheck(pb.CreatePreflightCheckRequest(check=check))
     task_id = power_on(server, "r1")
     wait_until(lambda: held(server, task_id, "HTTP 503"), timeout=30, what="the check held the task")
-    assert "held by" in cli(server, "task", "show", task_id)
+    while_held = " ".join(cli(server, "task", "show", task_id).split())
+    assert "held by" in while_held and "held at most until" in while_held, while_held
+    assert "(asked again then; it fails once a check's maximum wait has run out)" in while_held
     cli(server, "task", "cancel", task_id)
     shown = cli(server, "task", "show", task_id)
     assert "TERMINATED" in shown and "cancelled by user" in shown
-    assert "held by" not in shown and "not before" not in shown, shown
+    assert "held by" not in shown and "held at most until" not in shown, shown
     task = get_task(server, task_id)
     assert (task.held_by, task.held_reason, task.HasField("not_before")) == ("", "", False)
     assert 'data-testid="task-held"' not in http_get(server, f"/tasks/{task_id}")

@@ -179,6 +179,8 @@ async def test_the_overview_flags_halted_rollouts_held_tasks_and_paused_schedule
     assert attribute(halted, "href") == f"/runs/{await only_run(services, fw.id)}"
     assert "rollout halted: 1 of 2 racks failed" in page
     assert len(tagged(page, "held-row")) == 1 and "waits for freeze &#39;xmas&#39; to end" in page
+    held_row = re.sub(r"<[^>]+>", " ", page[page.index('data-testid="held-row"') :])
+    assert "held at most until" in held_row  # the hold's end (`not_before`), no start time
     paused = re.sub(r"<[^>]+>", " ", page[page.index('data-testid="flag-paused"') :])
     assert "weekly" in paused and "PSU swap" in paused and "fw" in paused  # the halt paused fw too
 

@@ -59,7 +59,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.checks import kinds
 from rackflow.config import PREFLIGHT_ANSWER_WAIT
-from rackflow.domain.checks import CheckResult, Look, PreflightCheck, RackIdleSettings, Waiting
+from rackflow.domain.checks import (
+    HELD_BY_CHECKS,
+    CheckResult,
+    Look,
+    PreflightCheck,
+    RackIdleSettings,
+    Waiting,
+)
 from rackflow.domain.tasks import Fail, Hold, OperationKind, Task
 from rackflow.domain.windows import RackRef
 from rackflow.metrics import CHECK_HOLDS, CHECK_RESULTS, CHECK_WAIT
@@ -71,7 +78,7 @@ from rackflow.validation import controls_escaped
 
 log = logging.getLogger(__name__)
 
-GATE_NAME = "preflight"
+GATE_NAME = HELD_BY_CHECKS
 # A task's reason while its last round's pass lets it be claimed (the checker's release).
 PASSED = "pre-flight checks passed"
 

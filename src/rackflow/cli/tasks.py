@@ -39,6 +39,7 @@ from rackflow.cli.targets import (
     valid,
 )
 from rackflow.client import TASK_STATUSES, Operation, RackflowClientError, Targets
+from rackflow.domain.checks import HELD_BY_CHECKS
 from rackflow.domain.tasks import TaskStatus
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.words import counted
@@ -148,7 +149,12 @@ def task_view(t: pb.Task, racks: dict[str, str], schedule: str) -> Table:
         )
         rows.append(("refused", f"by a start gate: {t.refusal.reason} ({end})"))
     if when(t.not_before):
-        rows.append(("not before", utc_text(when(t.not_before))))
+        # The hold's end, no start time: the task is looked at again then (a check's hold ends at its
+        # maximum wait, and the task fails then if the checks still hold it).
+        until = utc_text(when(t.not_before))
+        if t.held_by == HELD_BY_CHECKS:
+            until += " (asked again then; it fails once a check's maximum wait has run out)"
+        rows.append(("held at most until", until))
     if when(t.not_after):
         rows.append(("not after", utc_text(when(t.not_after))))
     if t.ignore_windows:

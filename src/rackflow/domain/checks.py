@@ -21,6 +21,8 @@ from rackflow.timespec import parse_go_duration
 
 # What stands for a hidden value in a shown URL (`shown_url`).
 HIDDEN = "…"
+# `Task.held_by` of a task its pre-flight checks hold (the start gate's name, `rackflow.checks.gate`).
+HELD_BY_CHECKS = "preflight"
 
 
 def shown_url(url: str) -> str:

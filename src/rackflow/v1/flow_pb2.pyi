@@ -1329,9 +1329,12 @@ class Task(_message.Message):
 
     @_builtins.property
     def not_before(self) -> _timestamp_pb2.Timestamp:
-        """The task is held: it may not start before this time (its window's opening, a FREEZE window, a full
-        budget; docs/WINDOWS.md). `held_by` says what holds it, `held_reason` why, `held_since` since when;
-        all four are cleared when it starts or ends.
+        """The task is held at most until this time, when it is looked at again: no start time, but the hold's
+        end (its window's opening, a FREEZE window's end, a full budget's next look; for pre-flight checks
+        their next look, at the latest the maximum wait, when the task fails if they still hold it:
+        docs/CHECKS.md; docs/WINDOWS.md). It
+        does not start before it. `held_by` says what holds it, `held_reason` why, `held_since` since when;
+        all four are cleared when it starts or ends. (The field keeps its name for wire compatibility.)
         """
 
     @_builtins.property
