@@ -4,15 +4,18 @@ one task's checks, the operator role and the audit rows."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
 import pytest
+from click.testing import CliRunner
 from google.protobuf import text_format
 from google.protobuf.field_mask_pb2 import FieldMask
 
+from rackflow.cli.main import main as cli_main
 from rackflow.domain.checks import CheckResult
 from rackflow.domain.inventory import Rack
 from rackflow.services import Services
@@ -129,6 +132,11 @@ async def test_create_get_list_and_delete(stub: FlowStub, racks: list[Rack]) -> 
             ),
             "check.alertmanager.matchers[0]",
         ),
+        (
+            # No matchers: every alert in Alertmanager held every task (a log server's DiskFull too).
+            pb.PreflightCheck(name="x", alertmanager=pb.AlertmanagerCheck(url="http://h")),
+            'check.alertmanager.matchers: give at least one matcher; for any alert, say so: alertname=~".+"',
+        ),
         (hook(url="localhost:80"), "check.webhook.url"),
         (hook(secret="hunter2"), "check.webhook.secret"),
         (hook(timeout="2m"), "check.webhook.timeout"),
@@ -208,6 +216,12 @@ async def test_update_by_mask(stub: FlowStub, services: Services, racks: list[Ra
         ([], pb.PreflightCheck(), grpc.StatusCode.INVALID_ARGUMENT, "update_mask"),
         (["check.color"], pb.PreflightCheck(), grpc.StatusCode.INVALID_ARGUMENT, "update_mask"),
         (["check.kind"], pb.PreflightCheck(), grpc.StatusCode.INVALID_ARGUMENT, "check.kind"),
+        (
+            ["check.kind"],
+            pb.PreflightCheck(alertmanager=pb.AlertmanagerCheck(url="http://h")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "check.alertmanager.matchers",
+        ),
         (
             ["check.interval"],
             pb.PreflightCheck(interval="x"),
@@ -478,3 +492,22 @@ async def test_a_url_s_query_values_are_shown_hidden_and_kept_whole(services: Se
     assert sorted(e.method for e in events) == ["CreatePreflightCheck"] * 3 + ["UpdatePreflightCheck"]
     assert "abc123" not in text_format.MessageToString(listed, as_utf8=True)
     assert "token=…" in text_format.MessageToString(listed, as_utf8=True)
+
+
+async def test_the_cli_says_how_to_ask_for_any_alert_when_a_check_has_no_matcher(
+    grpc_server: str, services: Services
+) -> None:
+    """`rackflow check create --alertmanager URL` without `--matcher` made a check every alert in that
+    Alertmanager held every task with; it is refused, saying how to ask for that on purpose, which works."""
+    runner = CliRunner()
+    base = ["--server", grpc_server, "check", "create", "quiet", "--alertmanager", "http://am:9093"]
+    refused = await asyncio.to_thread(runner.invoke, cli_main, base)
+    assert refused.exit_code == 1, refused.output
+    assert (
+        'check.alertmanager.matchers: give at least one matcher; for any alert, say so: alertname=~".+"'
+        in refused.stderr
+    )
+    assert await services.checks.list_checks() == []
+    created = await asyncio.to_thread(runner.invoke, cli_main, [*base, "--matcher", 'alertname=~".+"'])
+    assert created.exit_code == 0, created.output
+    assert [c.settings.matchers for c in await services.checks.list_checks()] == [('alertname=~".+"',)]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from rackflow.checks import kinds
-from rackflow.checks.service import CheckInput
+from rackflow.checks.service import ANY_ALERT, CheckInput
 from rackflow.domain.checks import AlertmanagerSettings, RackFacts
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
 from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
@@ -106,6 +106,22 @@ async def test_an_alert_holds_its_rack_until_resolved_and_a_silent_alertmanager_
         f"pre-flight check 'no-alerts': alertmanager: cannot ask {alertmanager.url}"
     )
     assert gave_up.message.endswith("(pre-flight check 'no-alerts' gave up after 1s)")
+
+
+async def test_a_check_asking_for_any_alert_is_held_by_an_alert_about_another_host(
+    db: Database, alertmanager: Alertmanager
+) -> None:
+    """A check of no matcher is refused (it held every task on every alert, by omission); the matcher its
+    refusal offers, `alertname=~".+"`, asks for any alert on purpose, and a real Alertmanager answers so."""
+    a = await _rack(db, "rack-a")
+    services = Services.build(db, CLOCK)
+    settings = AlertmanagerSettings(alertmanager.url, (ANY_ALERT,), True)
+    await services.checks.create(CheckInput(name="quiet", settings=settings, interval="200ms"))
+    alertmanager.post({"alertname": "DiskFull", "instance": "logs-1"})
+    task = await submit(db, a, FIRMWARE)
+    async with checking(db):
+        held = await _held_with(db, task, "DiskFull")
+    assert held.status is TaskStatus.PENDING
 
 
 async def test_rackflows_own_alert_that_the_task_is_held_does_not_keep_holding_it(

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from rackflow.checks.kinds import render
-from rackflow.checks.service import SAMPLE_RACK
+from rackflow.checks.service import ANY_ALERT, SAMPLE_RACK
 from rackflow.errors import InvalidArgument
 from rackflow.validation import alertmanager_matcher
 from tests.integration.alertmanager import QUIET_CONFIG, running_alertmanager
@@ -46,7 +46,9 @@ def _rackflow_takes(matcher: str) -> bool:
 
 
 def test_rackflow_and_alertmanager_agree_on_each_matcher(tmp_path: Path) -> None:
-    matchers = ACCEPTED + [m for m, _ in REFUSED] + TEMPLATED
+    matchers = (
+        ACCEPTED + [m for m, _ in REFUSED] + TEMPLATED + [ANY_ALERT]
+    )  # what a check of no matcher is told
     with running_alertmanager(tmp_path, QUIET_CONFIG) as alertmanager:
         answers = {
             m: (_rackflow_takes(m), _alertmanager_takes(alertmanager.url, render(m, SAMPLE_RACK)))
@@ -54,5 +56,5 @@ def test_rackflow_and_alertmanager_agree_on_each_matcher(tmp_path: Path) -> None
         }
     disagreements = {m: taken for m, taken in answers.items() if taken[0] != taken[1]}
     assert not disagreements, f"(rackflow, alertmanager) differ: {disagreements}"
-    assert all(answers[m] == (True, True) for m in ACCEPTED)
+    assert all(answers[m] == (True, True) for m in [*ACCEPTED, ANY_ALERT])
     assert all(answers[m] == (False, False) for m, _ in REFUSED)

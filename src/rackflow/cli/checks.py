@@ -102,7 +102,8 @@ def _kind_options(f: F) -> F:
             "--matcher",
             "matchers",
             multiple=True,
-            help='Alertmanager matcher (repeatable), templated: rack="{rack.name}".',
+            help='Alertmanager matcher (repeatable, at least one), templated: rack="{rack.name}"; '
+            'any alert: alertname=~".+".',
         ),
         click.option("--fail-open", is_flag=True, help="Alertmanager: pass when it cannot be asked."),
         click.option(

@@ -4017,7 +4017,8 @@ class AlertmanagerCheck(_message.Message):
     @_builtins.property
     def matchers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Alertmanager matchers, each templated with {rack.name}, {rack.id}, {rack.external_id}, {rack.domain};
-        e.g. rack="{rack.name}", severity=~"critical|warning". At most 32.
+        e.g. rack="{rack.name}", severity=~"critical|warning". At least 1 (none would be every alert; ask for
+        any alert with alertname=~".+"), at most 32.
         """
 
     def __init__(
