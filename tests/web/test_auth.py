@@ -86,6 +86,19 @@ async def test_a_viewer_reads_but_is_refused_every_action(
     assert all([t["id"] for t in e["target_ids"]] == [schedule_id] for e in events)
 
 
+@pytest.mark.parametrize("ref", ["a%00b", "a%1Bb", "x" * 300], ids=["nul", "escape", "too-long"])
+async def test_a_viewer_acting_on_what_is_no_name_is_refused_by_role_and_audited(
+    http: httpx.AsyncClient, ref: str
+) -> None:
+    """A name the look-up refuses (a control character, too long) was answered 400 before the role: the
+    role is checked first, so it is refused 403 and recorded as any refusal."""
+    response = await http.post(f"{API}/schedules/{ref}:pause", headers=bearer(VIEWER_TOKEN))
+    assert response.status_code == 403, response.text
+    (event,) = (await http.get(f"{API}/audit", headers=bearer(VIEWER_TOKEN))).json()["events"]
+    assert (event["method"], event["outcome"]) == ("PauseTaskSchedule", "PERMISSION_DENIED")
+    assert len(event["target_ids"]) == 1  # what was asked, as the trail keeps it
+
+
 async def test_an_operator_approving_from_the_console_is_refused_and_audited(
     http: httpx.AsyncClient, services: Services
 ) -> None:

@@ -724,13 +724,14 @@ class JsonApi:
         return message
 
     async def _ref_id(self, endpoint: Endpoint, ref: str) -> str:
-        """The id `ref` names under the endpoint's collection; `ref` itself when it names nothing."""
+        """The id `ref` names under the endpoint's collection; `ref` itself when it names nothing, or is
+        no name at all (too long, a control character: the refusal is the role's all the same)."""
         resolve = refs.BY_COLLECTION.get(endpoint.path.split("/")[1].split(":")[0])
         if resolve is None:
             return ref
         try:
             return str(await resolve(self.services, ref, "ref"))
-        except NotFound:
+        except RackflowError:
             return ref
 
     # --- names -----------------------------------------------------------------------------------
