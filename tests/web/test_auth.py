@@ -97,6 +97,8 @@ async def test_a_viewer_acting_on_what_is_no_name_is_refused_by_role_and_audited
     (event,) = (await http.get(f"{API}/audit", headers=bearer(VIEWER_TOKEN))).json()["events"]
     assert (event["method"], event["outcome"]) == ("PauseTaskSchedule", "PERMISSION_DENIED")
     assert len(event["target_ids"]) == 1  # what was asked, as the trail keeps it
+    page = (await http.get("/audit", headers={**FRAGMENT, **bearer(VIEWER_TOKEN)})).text
+    assert "\x1b" not in page  # the Audit page shows what was asked escaped (a\x1bb), as any name
 
 
 async def test_an_operator_approving_from_the_console_is_refused_and_audited(
