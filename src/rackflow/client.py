@@ -527,10 +527,17 @@ class RackflowClient:
         raise RackflowClientError(grpc.StatusCode.NOT_FOUND, f"name: no rack named {rack!r}")
 
     def list_racks(
-        self, *, domain: str = "", offset: int = 0, limit: int = 0, page_token: str = ""
+        self,
+        *,
+        domain: str = "",
+        name_contains: str = "",
+        offset: int = 0,
+        limit: int = 0,
+        page_token: str = "",
     ) -> pb.ListRacksResponse:
         request = pb.ListRacksRequest(
             nvl_domain_id=pb.UUID(id=self.resolve_domain_id(domain)) if domain else None,
+            name_contains=name_contains,
             pagination=_page(offset, limit, page_token),
         )
         return self._call(self._stub.ListRacks, request, pb.ListRacksResponse)

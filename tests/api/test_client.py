@@ -312,6 +312,10 @@ def test_list_filters_become_the_request_fields(flow: tuple[RecordingFlow, Rackf
         order_by="next_run_at desc",
         pagination=pb.Pagination(limit=5),
     )
+    client.list_racks(name_contains="gb200", limit=20)
+    assert servicer.requests[-1][1] == pb.ListRacksRequest(
+        name_contains="gb200", pagination=pb.Pagination(limit=20)
+    )
 
 
 @pytest.mark.parametrize(

@@ -223,6 +223,28 @@ async def test_list_racks_by_id_answers_those_racks_alone(stub: Stub) -> None:
     assert [r.name for r in (await stub.ListRacks(most)).racks] == ["r0"]  # a page's worth: 1,000
 
 
+async def test_list_racks_by_a_part_of_their_name(stub: Stub) -> None:
+    """`name_contains` keeps the racks whose name holds the text, whatever its case, `%` and `_` taken
+    literally; a page of them pages on as the whole list does, and other filters narrow it too."""
+    made = [await make_rack(stub, name) for name in ("edge-A1", "core-a2", "core-b1", "50%_off", "5000ff")]
+
+    async def names(request: pb.ListRacksRequest) -> tuple[list[str], int]:
+        found = await stub.ListRacks(request)
+        return [r.name for r in found.racks], found.total
+
+    assert await names(pb.ListRacksRequest(name_contains="a")) == (["edge-A1", "core-a2"], 2)
+    assert await names(pb.ListRacksRequest(name_contains="%_")) == (["50%_off"], 1)
+    assert await names(pb.ListRacksRequest(name_contains="nowhere")) == ([], 0)
+    first = await stub.ListRacks(pb.ListRacksRequest(name_contains="CORE", pagination=pb.Pagination(limit=1)))
+    assert ([r.name for r in first.racks], first.total) == (["core-a2"], 2) and first.next_page_token
+    rest = pb.Pagination(limit=1, page_token=first.next_page_token)
+    assert await names(pb.ListRacksRequest(name_contains="CORE", pagination=rest)) == (["core-b1"], 2)
+    domain = await stub.CreateNVLDomain(
+        pb.CreateNVLDomainRequest(name="d", rack_ids=[made[2].id, made[0].id])
+    )
+    assert await names(pb.ListRacksRequest(name_contains="core", nvl_domain_id=domain.id)) == (["core-b1"], 1)
+
+
 async def test_list_racks_refusals(stub: Stub, db: Database) -> None:
     bad = grpc.StatusCode.INVALID_ARGUMENT
     cases: list[tuple[pb.ListRacksRequest, grpc.StatusCode, str]] = [
@@ -232,6 +254,12 @@ async def test_list_racks_refusals(stub: Stub, db: Database) -> None:
         (pb.ListRacksRequest(nvl_domain_id=ident("")), bad, "^nvl_domain_id: an id is required"),
         (pb.ListRacksRequest(ids=[ident(MISSING)] * 1001), bad, "^ids: at most 1000 per request, got 1001"),
         (pb.ListRacksRequest(ids=[ident(MISSING), ident("x")]), bad, r"^ids\[1\]: 'x' is not a UUID"),
+        (pb.ListRacksRequest(name_contains="a\x00"), bad, "^name_contains: .* contains control characters"),
+        (
+            pb.ListRacksRequest(name_contains="a" * 256),
+            bad,
+            "^name_contains: at most 255 characters, got 256",
+        ),
         (
             pb.ListRacksRequest(nvl_domain_id=ident(MISSING)),
             grpc.StatusCode.NOT_FOUND,

@@ -1256,6 +1256,10 @@ def test_list_commands_pass_their_filters(fake: FakeClient, run: Callable[..., R
         "limit": 0,
         "page_token": "",
     }
+    racks = run("rack", "list", "--name-contains", "gb200", "--limit", "20")
+    assert racks.exit_code == 0, racks.output
+    [(_, kwargs)] = fake.called("list_racks")
+    assert kwargs == {"domain": "", "name_contains": "gb200", "offset": 0, "limit": 20, "page_token": ""}
     tasks = run("task", "list", "--status", "failed", "--status", "TERMINATED")
     assert tasks.exit_code == 0, tasks.output
     [(_, kwargs)] = fake.called("list_tasks")

@@ -199,6 +199,9 @@ async def test_racks_and_one_rack_by_name_or_id(http: httpx.AsyncClient, service
     in_domain = (await http.get(f"{API}/racks", params={"nvl_domain_id": str(domain.id)})).json()
     assert [r["name"] for r in in_domain["racks"]] == ["r1"]
     error_of(await http.get(f"{API}/racks?nvl_domain_id=nope"), 400, "INVALID_ARGUMENT", "nvl_domain_id")
+    held = (await http.get(f"{API}/racks", params={"name_contains": "R2", "limit": 20})).json()
+    assert ([r["name"] for r in held["racks"]], held["total"]) == (["r2"], 1)
+    error_of(await http.get(f"{API}/racks?name_contains=%00"), 400, "INVALID_ARGUMENT", "name_contains")
 
 
 async def test_actions_change_the_schedule_and_are_audited_like_grpc(

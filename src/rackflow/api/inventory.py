@@ -56,7 +56,12 @@ class InventoryRpcs:
         )
         page = page_from(request.pagination if request.HasField("pagination") else None, "ListRacks")
         racks, counted = await self.services.inventory.list_racks(
-            domain_id, page.offset, page.limit, page.after, ids=listed_ids_from(request.ids) or None
+            domain_id,
+            page.offset,
+            page.limit,
+            page.after,
+            ids=listed_ids_from(request.ids) or None,
+            name_contains=request.name_contains,
         )
         total, capped = total_to(counted)
         return pb.ListRacksResponse(

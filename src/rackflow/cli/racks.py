@@ -156,23 +156,31 @@ def show(ctx: click.Context, rack_ref: str) -> None:
 
 @rack.command(name="list")
 @click.option("--domain", default="", metavar="NAME_OR_ID", help="Only racks in this NVLink domain.")
+@click.option("--name-contains", default="", metavar="TEXT", help="Only names holding TEXT, any case.")
 @page_options(limit=0, noun="racks", order="oldest first")
 @click.pass_context
-def list_racks(ctx: click.Context, domain: str, limit: int, offset: int, page_token: str) -> None:
+def list_racks(
+    ctx: click.Context, domain: str, name_contains: str, limit: int, offset: int, page_token: str
+) -> None:
     """List racks.
 
     \b
     Example:
       rackflow rack list --domain nvl-a
+      rackflow rack list --name-contains gb200 --limit 20
     """
     session = pass_session(ctx)
     if limit or offset or page_token:
-        found = session.client.list_racks(domain=domain, offset=offset, limit=limit, page_token=page_token)
+        found = session.client.list_racks(
+            domain=domain, name_contains=name_contains, offset=offset, limit=limit, page_token=page_token
+        )
     else:
         domain_id = session.client.resolve_domain_id(domain) if domain else ""
         found = every_page(
             session,
-            lambda most, token: session.client.list_racks(domain=domain_id, limit=most, page_token=token),
+            lambda most, token: session.client.list_racks(
+                domain=domain_id, name_contains=name_contains, limit=most, page_token=token
+            ),
             "racks",
             "reading racks",
         )

@@ -155,14 +155,23 @@ class InventoryService:
         limit: int | None = None,
         after: Sequence[Any] | None = None,
         ids: Collection[uuid.UUID] | None = None,
+        name_contains: str = "",
     ) -> tuple[list[Rack], int]:
         """A page of racks, oldest first (after the `store.RACK_ORDER` key `after`), and how many match
-        in all (counted up to LIST_COUNT_CAP, then more); of those among `ids` alone if given."""
+        in all (counted up to LIST_COUNT_CAP, then more); of those among `ids` alone if given, and of those
+        whose name holds `name_contains`, whatever its case, if given."""
+        check_text(name_contains, "name_contains")  # no name holds control characters (nor NUL)
         async with self.db.read() as conn:
             if nvl_domain_id is not None and not await store.domains_by_column(conn, "id", [nvl_domain_id]):
                 raise NotFound(f"nvl_domain_id: no NVLink domain with id {nvl_domain_id}")
             return await store.list_racks(
-                conn, nvl_domain_id=nvl_domain_id, offset=offset, limit=limit, after=after, ids=ids
+                conn,
+                nvl_domain_id=nvl_domain_id,
+                offset=offset,
+                limit=limit,
+                after=after,
+                ids=ids,
+                name_contains=name_contains,
             )
 
     async def rack_id_by_name(self, name: str, field: str = "name") -> uuid.UUID:

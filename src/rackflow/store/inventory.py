@@ -169,15 +169,18 @@ async def list_racks(
     limit: int | None,
     after: Key | None = None,
     ids: Collection[uuid.UUID] | None = None,
+    name_contains: str = "",
 ) -> tuple[list[Rack], int]:
     """One page of racks (oldest first, with their components, after the key `after` of RACK_ORDER if
-    given), of those among `ids` alone if given (a page's worth: one IN list), and the total before paging
-    (`paging.count_capped`)."""
+    given), of those among `ids` alone if given (a page's worth: one IN list) and of those whose name holds
+    `name_contains` (`name_holds`) if given, and the total before paging (`paging.count_capped`)."""
     where: list[ColumnElement[bool]] = []
     if nvl_domain_id is not None:
         where.append(racks.c.nvl_domain_id == nvl_domain_id)
     if ids is not None:
         where.append(racks.c.id.in_(set(ids)))
+    if name_contains:
+        where.append(name_holds(racks, name_contains))
     total = await count_capped(conn, racks, where)
     stmt = (
         select(racks)
@@ -190,6 +193,14 @@ async def list_racks(
     rows = (await conn.execute(stmt)).all()
     by_rack = await components_by_rack(conn, [row.id for row in rows])
     return [_rack_from(row, by_rack[row.id]) for row in rows], total
+
+
+def name_holds(table: Table, text: str) -> ColumnElement[bool]:
+    """The rows of `table` (racks, NVLink domains) whose name holds `text`, whatever its case, `%` and `_`
+    taken literally. No index answers it (the names' unique index is a B-tree, which a substring cannot
+    use; there is no trigram index of them, as there is of schedules' names): a query reads names until it
+    has what it asks for, every name when few match (docs/PERFORMANCE.md, "The schedule form's racks")."""
+    return table.c.name.icontains(text, autoescape=True)
 
 
 async def racks_by_column(

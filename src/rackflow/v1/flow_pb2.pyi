@@ -526,6 +526,13 @@ class ListRacksRequest(_message.Message):
     NVL_DOMAIN_ID_FIELD_NUMBER: _builtins.int
     PAGINATION_FIELD_NUMBER: _builtins.int
     IDS_FIELD_NUMBER: _builtins.int
+    NAME_CONTAINS_FIELD_NUMBER: _builtins.int
+    name_contains: _builtins.str
+    """Only racks whose name holds this text, ignoring case (`%` and `_` are plain characters): the
+    console's rack picker asks for a page of them as the operator types. No index answers it: each
+    request reads the racks' names until its page is full (every name when few match), about 10 ms at
+    20,000 racks (docs/PERFORMANCE.md, "The schedule form's racks").
+    """
     @_builtins.property
     def nvl_domain_id(self) -> Global___UUID: ...
     @_builtins.property
@@ -544,10 +551,11 @@ class ListRacksRequest(_message.Message):
         nvl_domain_id: Global___UUID | None = ...,
         pagination: Global___Pagination | None = ...,
         ids: _abc.Iterable[Global___UUID] | None = ...,
+        name_contains: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_nvl_domain_id", b"_nvl_domain_id", "_pagination", b"_pagination", "nvl_domain_id", b"nvl_domain_id", "pagination", b"pagination"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_nvl_domain_id", b"_nvl_domain_id", "_pagination", b"_pagination", "ids", b"ids", "nvl_domain_id", b"nvl_domain_id", "pagination", b"pagination"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_nvl_domain_id", b"_nvl_domain_id", "_pagination", b"_pagination", "ids", b"ids", "name_contains", b"name_contains", "nvl_domain_id", b"nvl_domain_id", "pagination", b"pagination"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__nvl_domain_id: _TypeAlias = _typing.Literal["nvl_domain_id"]  # noqa: Y015
     _WhichOneofArgType__nvl_domain_id: _TypeAlias = _typing.Literal["_nvl_domain_id", b"_nvl_domain_id"]  # noqa: Y015

@@ -492,6 +492,7 @@ class JsonApi:
                 "List racks",
                 (
                     Param("nvl_domain_id", "string", "only the racks of this NVLink domain"),
+                    Param("name_contains", "string", "only names containing this, ignoring case"),
                     *PAGE,
                 ),
             ),
@@ -912,7 +913,9 @@ class JsonApi:
     # --- racks -----------------------------------------------------------------------------------
 
     async def list_racks(self, call: Call) -> Message:
-        request = pb.ListRacksRequest(pagination=call.query.pagination())
+        request = pb.ListRacksRequest(
+            pagination=call.query.pagination(), name_contains=call.query.text("name_contains")
+        )
         if domain := call.query.text("nvl_domain_id"):
             request.nvl_domain_id.id = domain
         return await call.rpc("ListRacks", request)
