@@ -29,6 +29,9 @@ PAGES = (
 )
 # What a page shows once it is ready (default: its heading).
 READY = {"schedule-form": '[data-testid="preview-decision"]'}
+# What is typed into a page's input once it is ready, and what the page then shows: the schedule form's
+# picker offering the racks whose name holds it.
+TYPED = {"schedule-form": ('[data-testid="scope-pick"]', "rack-1", '[data-testid="scope-option"]')}
 
 
 def main(out: Path) -> None:
@@ -46,6 +49,10 @@ def main(out: Path) -> None:
             driver.get(server.http_url + path)
             ready = READY.get(name, "main h1")
             WebDriverWait(driver, 20).until(lambda d, ready=ready: d.find_element(By.CSS_SELECTOR, ready))
+            if name in TYPED:
+                field, typed, shown = TYPED[name]
+                driver.find_element(By.CSS_SELECTOR, field).send_keys(typed)
+                WebDriverWait(driver, 20).until(lambda d, shown=shown: d.find_element(By.CSS_SELECTOR, shown))
             driver.execute_script("window.scrollTo(0, 0)")
             target = out / f"{name}.png"
             driver.save_screenshot(str(target))

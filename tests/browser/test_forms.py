@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
@@ -68,9 +69,19 @@ def tick(driver: WebDriver, testid: str, on: bool = True) -> None:
     wait(driver, settled, f"{testid} {'checked' if on else 'unchecked'}")
 
 
+def offered(driver: WebDriver) -> list[str]:
+    """The names the scope picker offers now."""
+    return read(driver, lambda d: [str(o.get_attribute("data-name")) for o in by_testid(d, "scope-option")])
+
+
 def add_rack(driver: WebDriver, name: str) -> None:
-    Select(visible(driver, "scope-add-rack")).select_by_visible_text(name)
-    visible(driver, "scope-add").click()
+    """Type part of a rack's (or, picking domains, a domain's) name, and pick it from the names offered:
+    the page lists none of them."""
+    visible(driver, "scope-pick").send_keys(name[1:].upper())  # any case
+    wait(driver, lambda d: name in offered(d), f"{name} offered")
+    option = driver.find_element(By.CSS_SELECTOR, f'[data-testid="scope-option"][data-name="{name}"]')
+    option.click()
+    wait(driver, lambda d: name in chosen(d), f"{name} added")
 
 
 def chosen(driver: WebDriver) -> list[str]:
@@ -133,8 +144,7 @@ def test_a_schedule_targets_a_domain_and_some_of_its_components(
     open_page(driver, server, "/schedules/new", "New schedule")
     field(driver, "form-name", "domain-wide")
     visible(driver, "form-scope-domains").click()
-    Select(visible(driver, "scope-add-domain")).select_by_visible_text("d1")
-    visible(driver, "scope-add").click()
+    add_rack(driver, "d1")
     driver.find_element(By.CSS_SELECTOR, 'input[value="COMPONENT_TYPE_COMPUTE"]').click()
     # The domain's racks, in whatever order the domain lists them (not by name).
     wait(driver, lambda d: sorted(decisions(d)) == [("f2", "fire"), ("f3", "fire")], "the domain's racks")
@@ -142,6 +152,39 @@ def test_a_schedule_targets_a_domain_and_some_of_its_components(
     wait(driver, lambda d: h1(d) == "domain-wide", "the new schedule's page")
     rows = [r.text.split()[:2] for r in by_testid(driver, "scope-row")]
     assert rows == [["f2", "COMPUTE"], ["f3", "COMPUTE"]], rows
+
+
+def test_a_rack_is_picked_from_the_keyboard_and_a_name_of_no_rack_is_refused_at_once(
+    server: ServerProcess, driver: WebDriver
+) -> None:
+    """Typing part of a name offers the racks that hold it (asked of the server as you type); arrows and
+    Enter pick one, Enter does not save the form; a name that is no rack's is refused beside the picker,
+    before anything is saved, and what was chosen stays."""
+    open_page(driver, server, "/schedules/new", "New schedule")
+    field(driver, "form-name", "keyboard")
+    box = visible(driver, "scope-pick")
+    box.send_keys("F")
+    wait(driver, lambda d: offered(d) == ["f1", "f2", "f3", "f4"], "the racks holding f")
+    box.send_keys(Keys.ARROW_DOWN, Keys.ARROW_DOWN)
+    assert box.get_attribute("aria-activedescendant") == "scope-option-1"
+    box.send_keys(Keys.ENTER)
+    wait(driver, lambda d: chosen(d) == ["f2"], "f2 added")
+    assert box.get_attribute("value") == "" and h1(driver) == "New schedule"
+    box.send_keys("f9")
+    wait(driver, lambda d: "No rack's name holds “f9”." in text(d, "scope-options"), "nothing offered")
+    box.send_keys(Keys.ENTER)
+    refusal = "No rack is named “f9”: pick one of the names offered as you type."
+    wait(driver, lambda d: text(d, "scope-pick-error") == refusal, "the refusal")
+    assert box.get_attribute("aria-invalid") == "true" and chosen(driver) == ["f2"]
+    box.clear()
+    box.send_keys("f3", Keys.ENTER)  # typed in full, without waiting for the names offered
+    wait(driver, lambda d: chosen(d) == ["f2", "f3"], "f3 added")
+    assert not by_testid(driver, "scope-pick-error")[0].is_displayed()
+    wait(driver, lambda d: decisions(d) == [("f2", "fire"), ("f3", "fire")], "the preview of both")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: h1(d) == "keyboard", "the new schedule's page")
+    rows = [r.text.split()[0] for r in by_testid(driver, "scope-row")]
+    assert rows == ["f2", "f3"], rows
 
 
 def test_a_bad_field_is_named_beside_it_while_typing_and_the_input_stays(

@@ -174,6 +174,18 @@ class InventoryService:
                 name_contains=name_contains,
             )
 
+    async def names_holding(self, kind: str, text: str, limit: int) -> list[str]:
+        """At most `limit` names of racks or NVLink domains (`kind`: "racks", "nvl_domains") that hold
+        `text`, whatever its case: the one that is `text` first, then the others by name
+        (`store.names_holding`). The schedule form's picker asks it as the operator types, where the form
+        listed every rack and domain."""
+        table = store.NAMED_TABLES.get(kind)
+        if table is None:
+            raise NotFound(f"kind: no names of {kind!r} to search ({', '.join(store.NAMED_TABLES)})")
+        check_text(text, "contains", required=True)
+        async with self.db.read() as conn:
+            return await store.names_holding(conn, table, text, limit)
+
     async def rack_id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
         """The id of the rack called `name`; NotFound naming `field` otherwise."""
         check_text(name, field, required=True)

@@ -195,12 +195,30 @@ async def list_racks(
     return [_rack_from(row, by_rack[row.id]) for row in rows], total
 
 
+# The lists whose names a picker searches (`names_holding`), by the name a request gives them.
+NAMED_TABLES = {"racks": racks, "nvl_domains": nvl_domains}
+
+
 def name_holds(table: Table, text: str) -> ColumnElement[bool]:
     """The rows of `table` (racks, NVLink domains) whose name holds `text`, whatever its case, `%` and `_`
     taken literally. No index answers it (the names' unique index is a B-tree, which a substring cannot
     use; there is no trigram index of them, as there is of schedules' names): a query reads names until it
     has what it asks for, every name when few match (docs/PERFORMANCE.md, "The schedule form's racks")."""
     return table.c.name.icontains(text, autoescape=True)
+
+
+async def names_holding(conn: AsyncConnection, table: Table, text: str, limit: int) -> list[str]:
+    """At most `limit` names of `table` that hold `text` (`name_holds`): the name that is `text` itself
+    first, if there is one (a picker offers the rack typed in full, however many others hold it), then the
+    others in name order, read along the names' unique index until `limit` are found."""
+    exact = [row.name for row in await conn.execute(select(table.c.name).where(table.c.name == text))]
+    others = (
+        select(table.c.name)
+        .where(name_holds(table, text), table.c.name != text)
+        .order_by(table.c.name)
+        .limit(limit - len(exact))
+    )
+    return [*exact, *(row.name for row in await conn.execute(others))]
 
 
 async def racks_by_column(

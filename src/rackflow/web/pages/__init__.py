@@ -205,6 +205,18 @@ class Site:
             return HTMLResponse(body, status, headers=headers)
         return HTMLResponse(self._layout(request, title, body), status, headers=headers)
 
+    async def data(self, request: Request, load: Callable[[Principal], Awaitable[Any]]) -> Response:
+        """What a page's script asks for as JSON (the schedule form's picker): the caller authenticated
+        as for a page, and refused as the JSON API refuses (`{"code", "message", "field"}`)."""
+        headers = {"Cache-Control": "no-store"}
+        try:
+            return JSONResponse(await load(principal_of(request, self.tokens)), headers=headers)
+        except RackflowError as exc:
+            error = RpcError.of(exc)
+            if isinstance(exc, Unauthenticated):
+                headers["WWW-Authenticate"] = "Bearer"
+            return JSONResponse(error.to_json(), error.http_status, headers)
+
     def _layout(self, request: Request, title: str, main: str | None) -> str:
         return self.render("layout.html", {"request": request, "title": title, "main": main})
 

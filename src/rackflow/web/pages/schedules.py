@@ -6,7 +6,9 @@ The form is plain HTML filled in here; `static/forms.js` turns it into JSON API 
 asks `POST /api/v1/schedules:preview` for the draft's next firings and each rack's decision (or the
 first error, shown next to the field it names), and Save creates it (`POST /api/v1/schedules`) or changes
 it (`PATCH /api/v1/schedules/{id}`, then `PUT …/scopes` for its racks). An operation cannot be changed
-after create (UpdateTaskSchedule has no such path), so the edit form shows it fixed."""
+after create (UpdateTaskSchedule has no such path), so the edit form shows it fixed. The form lists no racks
+or domains (20,000 of each were 1.1 MB of `<option>`s): its picker asks `/names/{kind}` (`_names`) for a
+few names holding what is typed."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rackflow.api.auth import authorize
 from rackflow.api.convert import page_from, page_token
 from rackflow.api.convert.tasks import operation_kind_from
 from rackflow.config import SEARCH_WALK
@@ -32,8 +35,10 @@ from rackflow.domain.tasks import OperationKind
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import RunSummary
 from rackflow.schedules.service import parse_order
+from rackflow.security import Principal
 from rackflow.timespec import SpecType
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import shown
 from rackflow.web import refs
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url, utc_text
 from rackflow.web.pages.runs import RACKS_PER_PAGE, progress_bar
@@ -147,7 +152,11 @@ def routes(site: Site) -> list[Route]:
         ref = request.path_params["ref"]
         return await site.page(request, "schedule_form.html", f"Edit {ref}", lambda _: _form(site, ref))
 
+    async def names(request: Request) -> Response:
+        return await site.data(request, lambda principal: _names(site, principal, request))
+
     return [
+        Route("/names/{kind}", names),
         Route("/schedules", schedule_list),
         Route("/schedules/new", new_schedule),
         Route("/schedules/{ref}/edit", edit_schedule),
@@ -160,14 +169,27 @@ ZONES = sorted(zoneinfo.available_timezones() - {"localtime", "Factory"})
 COMPONENT_TYPES = [t for t in ComponentType if t is not ComponentType.UNKNOWN]
 
 
+# How many names the form's picker offers at once, and the RPC whose role may read each kind of them.
+PICKED_NAMES = 20
+PICKED_BY = {"racks": "ListRacks", "nvl_domains": "ListNVLDomains"}
+
+
+async def _names(site: Site, principal: Principal, request: Request) -> Mapping[str, Any]:
+    """`GET /names/{racks|nvl_domains}?contains=TEXT`: the names the schedule form's picker offers as the
+    operator types (`InventoryService.names_holding`), to a caller whose role may list them."""
+    kind, contains = request.path_params["kind"], request.query_params.get("contains", "")
+    if kind in PICKED_BY:  # any other is NotFound
+        authorize(principal, PICKED_BY[kind])
+    names = await site.services.inventory.names_holding(kind, contains, PICKED_NAMES)
+    return {"names": names, "shown": [shown(name) for name in names]}  # as the page writes each name
+
+
 async def _form(site: Site, ref: str | None) -> Mapping[str, Any]:
-    """What the schedule form offers (racks, domains, operations, zones) and, to edit, the schedule with
-    its racks by name and the component types its scopes share (none: all components)."""
+    """What the schedule form offers (operations, zones; racks and domains are looked up by name as they
+    are typed: `_names`) and, to edit, the schedule with its racks by name and the component types its
+    scopes share (none: all components)."""
     services = site.services
-    racks, _ = await services.inventory.list_racks()
     context: dict[str, Any] = {
-        "racks": sorted(r.name for r in racks),
-        "domains": sorted(d.name for d in (await services.inventory.list_domains())[0]),
         "operations": list(OperationKind),
         "component_types": COMPONENT_TYPES,
         "zones": ZONES,

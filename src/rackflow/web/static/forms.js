@@ -9,12 +9,18 @@
 //   `POST /api/v1/schedules:preview` with the draft, and shows the next firings in the schedule's zone and
 //   the viewer's, with each rack's decision (fire, skip for overlap, skip or defer for a window) and
 //   whether the firing would await approval.
+// - Its racks (or NVLink domains) are picked by name: the page lists none of them (a fleet has tens of
+//   thousands); as a name is typed, `GET /names/{racks|nvl_domains}?contains=` answers at most 20 that
+//   hold it (the name typed in full first), offered in a listbox (arrows, Enter, Escape, or a click). A
+//   name that is no rack's (or domain's) is refused at once, beside the picker; the preview's check of
+//   the racks on the server stays the final word.
 // - A resource form (`data-editor="resource"`: windows, budgets) sends its inputs under `data-wrapper` to
 //   `data-url` with `data-method`, then goes to `data-then`.
 (() => {
   "use strict";
   const PREVIEW_COUNT = 6;
   const TYPING_MS = 300;
+  const PICK_MS = 120; // a pause in typing before the picker asks for names
   const DECISIONS = {
     fire: ["fires", "st-ok"],
     skip_overlap: ["skipped: its last task is still active", "st-skip"],
@@ -129,11 +135,12 @@
     return `${text} ${name ? name.value : zone}`;
   }
 
-  // A rack's or domain's name as the page shows it: the text of its option in the form's choices, which the
-  // server writes with each character that would not show as itself escaped (`validation.shown`).
+  // A rack's or domain's name as the page shows it: as the server wrote it for a chosen one (its
+  // `data-shown`, from the page or the picker's answer), each character that would not show as itself
+  // escaped (`validation.shown`).
   function shownName(form, name) {
-    const option = [...form.querySelectorAll("[data-choices] option")].find((o) => o.value === name);
-    return option ? option.textContent : name;
+    const chosen = [...form.querySelectorAll(".chosen li")].find((li) => li.dataset.name === name);
+    return chosen ? chosen.dataset.shown || name : name;
   }
 
   function renderPreview(form, panel, firings) {
@@ -192,6 +199,142 @@
     });
   }
 
+  // --- the scope picker ---------------------------------------------------------------------------------
+  // `later` asks for the preview again once a name is added.
+  function setUpPicker(form, later) {
+    const input = form.querySelector("[data-pick]");
+    const list = form.querySelector("[data-pick-options]");
+    const error = form.querySelector("[data-pick-error]");
+    const chosen = form.querySelector(".chosen");
+    let asked = 0;
+    let timer = null;
+    let active = -1;
+    const kind = () => form.querySelector("[name=scope_kind]:checked").value;
+    const noun = () => (kind() === "racks" ? "rack" : "NVLink domain");
+    const options = () => Array.from(list.querySelectorAll("[role=option]"));
+
+    function say(message) {
+      error.textContent = message;
+      error.hidden = !message;
+      if (message) input.setAttribute("aria-invalid", "true");
+      else input.removeAttribute("aria-invalid");
+    }
+    function close() {
+      list.hidden = true;
+      list.replaceChildren();
+      input.setAttribute("aria-expanded", "false");
+      input.removeAttribute("aria-activedescendant");
+      active = -1;
+    }
+    function highlight(index) {
+      const all = options();
+      if (!all.length) return;
+      active = (index + all.length) % all.length;
+      all.forEach((option, i) => option.setAttribute("aria-selected", String(i === active)));
+      input.setAttribute("aria-activedescendant", all[active].id);
+      all[active].scrollIntoView({ block: "nearest" });
+    }
+    async function names(text) {
+      return call("GET", `/names/${kind()}?contains=${encodeURIComponent(text)}`);
+    }
+    async function suggest() {
+      const text = input.value.trim();
+      const mine = ++asked;
+      if (!text) { close(); return; }
+      const result = await names(text);
+      if (mine !== asked) return; // typed on meanwhile
+      close();
+      if (!result.ok) { say(result.data.message || "refused"); return; }
+      const found = result.data.names || [];
+      found.forEach((name, i) => {
+        const option = document.createElement("li");
+        option.id = `scope-option-${i}`;
+        option.setAttribute("role", "option");
+        option.setAttribute("aria-selected", "false");
+        option.dataset.name = name;
+        option.dataset.testid = "scope-option";
+        option.textContent = result.data.shown[i];
+        list.append(option);
+      });
+      if (!found.length) {
+        const none = document.createElement("li");
+        none.className = "none";
+        none.textContent = `No ${noun()}'s name holds “${text}”.`;
+        list.append(none);
+      }
+      list.hidden = false;
+      input.setAttribute("aria-expanded", "true");
+    }
+    async function add(typed) {
+      const name = typed.trim();
+      if (!name) return;
+      if (chosen.querySelector(`li[data-name="${CSS.escape(name)}"]`)) { say(`${name} is already in scope.`); return; }
+      clearTimeout(timer);
+      const result = await names(name);
+      if (!result.ok) { say(result.data.message || "refused"); return; }
+      // The server offers the name typed in full first when it is one (`names_holding`).
+      if ((result.data.names || [])[0] !== name) {
+        say(`No ${noun()} is named “${name}”: pick one of the names offered as you type.`);
+        return;
+      }
+      const shown = result.data.shown[0];
+      const li = document.createElement("li");
+      li.dataset.name = name;
+      li.dataset.shown = shown;
+      const button = document.createElement("button");
+      button.type = "button"; button.className = "link"; button.dataset.remove = "";
+      button.setAttribute("aria-label", `Remove ${shown}`);
+      button.textContent = "×";
+      li.append(`${shown} `, button);
+      chosen.append(li);
+      ++asked; // a suggestion still on its way is not shown under the emptied input
+      input.value = "";
+      close();
+      say("");
+      later();
+    }
+    const picked = () => (active >= 0 ? options()[active].dataset.name : input.value);
+
+    input.addEventListener("input", () => {
+      say("");
+      clearTimeout(timer);
+      timer = setTimeout(suggest, PICK_MS);
+    });
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+        event.preventDefault();
+        if (list.hidden) suggest();
+        else highlight(active + (event.key === "ArrowDown" ? 1 : -1));
+      } else if (event.key === "Enter") {
+        event.preventDefault(); // adds the name; it does not save the form
+        add(picked());
+      } else if (event.key === "Escape" && !list.hidden) {
+        event.preventDefault();
+        close();
+      }
+    });
+    // mousedown, not click: the input keeps its focus, and the list is not closed under the pointer.
+    list.addEventListener("mousedown", (event) => {
+      const option = event.target.closest("[role=option]");
+      event.preventDefault();
+      if (option) add(option.dataset.name);
+    });
+    input.addEventListener("blur", close);
+    form.querySelector("[data-add]").addEventListener("click", () => add(picked()));
+    return {
+      // A target names one kind: racks or domains. The picker says which it looks up.
+      kindChanged() {
+        chosen.replaceChildren();
+        input.value = "";
+        close();
+        say("");
+        const what = kind() === "racks" ? "rack" : "NVLink domain";
+        input.setAttribute("aria-label", `${what[0].toUpperCase()}${what.slice(1)} to add`);
+        input.placeholder = `type part of a${what === "rack" ? "" : "n"} ${what}'s name`;
+      },
+    };
+  }
+
   function setUpSchedule(form) {
     const panel = document.querySelector("[data-testid=form-preview]");
     const editing = form.dataset.id;
@@ -204,8 +347,6 @@
       form.querySelector("[data-rollout]").hidden = !form.elements.rollout_on.checked;
       form.querySelector("[data-retry]").hidden = !form.elements.retry_on.checked;
       form.querySelector("[data-approval]").hidden = !form.elements.approval_on.checked;
-      const kind = form.querySelector("[name=scope_kind]:checked").value;
-      form.querySelectorAll("[data-choices]").forEach((s) => { s.hidden = s.dataset.choices !== kind; });
     }
     async function preview() {
       const mine = ++asked;
@@ -227,29 +368,16 @@
     }
     function later() { clearTimeout(timer); timer = setTimeout(preview, TYPING_MS); }
 
-    form.addEventListener("input", later);
-    form.addEventListener("change", () => { showOps(); later(); });
+    const picker = setUpPicker(form, later);
+    // What is typed into the picker is no part of the draft: it previews once a name is added.
+    const drafted = (event) => !event.target.matches("[data-pick]");
+    form.addEventListener("input", (event) => { if (drafted(event)) later(); });
+    form.addEventListener("change", (event) => { if (drafted(event)) { showOps(); later(); } });
     form.addEventListener("click", (event) => {
       const remove = event.target.closest("[data-remove]");
-      if (remove) { remove.closest("li").remove(); later(); return; }
-      if (!event.target.closest("[data-add]")) return;
-      const kind = form.querySelector("[name=scope_kind]:checked").value;
-      const choice = form.querySelector(`[data-choices="${kind}"]`);
-      const name = choice && choice.value;
-      if (!name || form.querySelector(`.chosen li[data-name="${CSS.escape(name)}"]`)) return;
-      const li = document.createElement("li");
-      li.dataset.name = name;
-      const button = document.createElement("button");
-      button.type = "button"; button.className = "link"; button.dataset.remove = "";
-      button.setAttribute("aria-label", `Remove ${shownName(form, name)}`);
-      button.textContent = "×";
-      li.append(`${shownName(form, name)} `, button);
-      form.querySelector(".chosen").append(li);
-      later();
+      if (remove) { remove.closest("li").remove(); later(); }
     });
-    form.querySelectorAll("[name=scope_kind]").forEach((radio) => radio.addEventListener("change", () => {
-      form.querySelector(".chosen").replaceChildren(); // a target names one kind: racks or domains
-    }));
+    form.querySelectorAll("[name=scope_kind]").forEach((radio) => radio.addEventListener("change", picker.kindChanged));
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const save = form.querySelector("[data-testid=form-save]");
