@@ -529,9 +529,9 @@ class ListRacksRequest(_message.Message):
     NAME_CONTAINS_FIELD_NUMBER: _builtins.int
     name_contains: _builtins.str
     """Only racks whose name holds this text, ignoring case (`%` and `_` are plain characters): the
-    console's rack picker asks for a page of them as the operator types. No index answers it: each
-    request reads the racks' names until its page is full (every name when few match), about 10 ms at
-    20,000 racks (docs/PERFORMANCE.md, "The schedule form's racks").
+    console's rack picker looks names up the same way. No index answers it: a request reads the racks'
+    names until its page is full, and counts its matches (`total`): every name when few match, 10-30 ms
+    of database at 20,000 racks, 0.1-0.3 s at 100,000 (docs/PERFORMANCE.md, "The schedule form's racks").
     """
     @_builtins.property
     def nvl_domain_id(self) -> Global___UUID: ...
