@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import Select
 
 from rackflow.v1 import flow_pb2 as pb
 from tests.browser.page import by_testid, read, text, visible, wait
@@ -90,11 +89,6 @@ def test_the_edit_form_shows_names_escaped_and_keeps_the_real_ones_as_its_values
     open_page(driver, server, f"/schedules/{schedule_id}/edit", f"Edit {SCHEDULE_SHOWN}")
     assert visible(driver, "form-name").get_attribute("value") == SCHEDULE  # what Save sends back
 
-    choices = Select(visible(driver, "scope-add-rack"))
-    assert [(o.get_attribute("value"), o.text) for o in choices.options] == [
-        (RACK, RACK_SHOWN),
-        ("r13", "r13"),
-    ]
     chosen = read(
         driver,
         lambda d: [
@@ -107,13 +101,24 @@ def test_the_edit_form_shows_names_escaped_and_keeps_the_real_ones_as_its_values
     visible(driver, "form-name").clear()
     visible(driver, "form-name").send_keys("legacy")
     driver.find_element(By.CSS_SELECTOR, ".chosen li [data-remove]").click()
-    choices.select_by_value(RACK)
-    visible(driver, "scope-add").click()
-    added = read(
+    visible(driver, "scope-pick").send_keys("r1")  # the picker offers names as the server shows them
+    offered = wait(
         driver,
-        lambda d: [
-            (li.get_attribute("data-name"), li.text) for li in d.find_elements(By.CSS_SELECTOR, ".chosen li")
-        ],
+        lambda d: [(o.get_attribute("data-name"), o.text) for o in by_testid(d, "scope-option")] or None,
+        "the names offered",
+    )
+    assert offered == [(RACK, RACK_SHOWN), ("r13", "r13")]
+    driver.find_element(By.CSS_SELECTOR, '[data-testid="scope-option"]').click()
+    added = wait(
+        driver,
+        lambda d: (
+            [
+                (li.get_attribute("data-name"), li.text)
+                for li in d.find_elements(By.CSS_SELECTOR, ".chosen li")
+            ]
+            or None
+        ),
+        "the rack added",
     )
     assert added == [(RACK, f"{RACK_SHOWN} ×")]
     badges = wait(driver, lambda d: [b.text for b in by_testid(d, "preview-decision")], "the preview's racks")

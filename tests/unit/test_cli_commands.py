@@ -1845,7 +1845,7 @@ def test_rack_list_of_every_rack_reads_a_page_at_a_time(fake: FakeClient, run: C
     assert result.exit_code == 0, result.output
     assert [r["name"] for r in json.loads(result.output)["racks"]] == ["rack-0", "rack-1", "rack-2"]
     assert fake.called("list_racks") == [
-        ((), {"domain": "", "limit": 1000, "page_token": ""}),
-        ((), {"domain": "", "limit": 1000, "page_token": "p2"}),
+        ((), {"domain": "", "name_contains": "", "limit": 1000, "page_token": ""}),
+        ((), {"domain": "", "name_contains": "", "limit": 1000, "page_token": "p2"}),
     ]
     assert json.loads(result.output)["next_page_token"] == ""  # the list ended: no page after it
