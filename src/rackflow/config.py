@@ -386,6 +386,12 @@ PREFLIGHT_POLL_INTERVAL = timedelta(seconds=1)
 PREFLIGHT_IDLE_INTERVAL = timedelta(seconds=5)
 PREFLIGHT_BATCH = 100
 PREFLIGHT_CONCURRENCY = 16
+# Of those, at most ALERTMANAGER_CONCURRENCY GETs in flight to one Alertmanager (its URL's scheme, host and
+# port), shared by every check and poll that asks it: Alertmanager refuses GETs past its
+# `--web.get-concurrency` with 503, whose default is GOMAXPROCS but never less than 8, so 8 is what any
+# Alertmanager left at its default answers at once (16 at once saw about 4 in 10 refused,
+# docs/PERFORMANCE.md). Webhooks keep all of PREFLIGHT_CONCURRENCY.
+ALERTMANAGER_CONCURRENCY = 8
 PREFLIGHT_LEASE_SLACK = timedelta(seconds=30)
 PREFLIGHT_ANSWER_WAIT = timedelta(seconds=30)
 # The checker also asks, ahead of the executor's claim, about the tasks next in line whose checks ask over

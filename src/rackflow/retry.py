@@ -9,7 +9,10 @@ the waiting, the logging and the giving up. The policies in use, and why they di
 * registering an instance: every poll interval until the server stops;
 * a firing's write-back: 0.2 s doubling to 2 s for 30 s (then the dispatcher's sweep marks the run);
 * the dispatcher's poll after an error: every second until the server stops;
-* a call to a BMC: `RACKFLOW_REDFISH_RETRIES` times, on transient errors only.
+* a call to a BMC: `RACKFLOW_REDFISH_RETRIES` times, on transient errors only;
+* a pre-flight check's GET that Alertmanager refuses as busy (503, 429): 0.1 s doubling to 2 s, within the
+  look's timeout (`checks.kinds.BUSY_RETRY`: the round still answers, and a failing Alertmanager is not
+  waited on longer than the look would wait for its answer).
 """
 
 from __future__ import annotations

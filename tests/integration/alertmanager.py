@@ -40,6 +40,7 @@ class Alertmanager:
     process: subprocess.Popen[bytes]
     home: Path
     restarts: int = 0
+    args: tuple[str, ...] = ()  # flags of its own (`running_alertmanager`), kept by a restart
 
     def post(self, labels: dict[str, str], *, resolved: bool = False) -> None:
         alert: dict[str, Any] = {"labels": labels}
@@ -78,7 +79,7 @@ class Alertmanager:
         self.restarts += 1
         log_path = self.home / "alertmanager.log"
         with log_path.open("ab") as log:
-            self.process = _start(self.home, self.url, self.home / f"data-{self.restarts}", log)
+            self.process = _start(self.home, self.url, self.home / f"data-{self.restarts}", log, self.args)
         deadline = time.monotonic() + READY_WITHIN_S
         while not _ready(self.url) and self.process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -86,7 +87,7 @@ class Alertmanager:
             pytest.fail(f"Alertmanager did not get ready again: {log_path.read_text()[-2000:]}")
 
 
-def _start(home: Path, url: str, data: Path, log: Any) -> subprocess.Popen[bytes]:
+def _start(home: Path, url: str, data: Path, log: Any, args: tuple[str, ...]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             str(require(ALERTMANAGER, "prometheus-alertmanager")),
@@ -94,6 +95,7 @@ def _start(home: Path, url: str, data: Path, log: Any) -> subprocess.Popen[bytes
             f"--storage.path={data}",
             f"--web.listen-address={url.removeprefix('http://')}",
             "--cluster.listen-address=",
+            *args,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -109,8 +111,9 @@ def _ready(url: str) -> bool:
 
 
 @contextmanager
-def running_alertmanager(home: Path, config: str) -> Iterator[Alertmanager]:
-    """Alertmanager serving `config` from `home` (its storage and log), ready; stopped on exit."""
+def running_alertmanager(home: Path, config: str, *args: str) -> Iterator[Alertmanager]:
+    """Alertmanager serving `config` from `home` (its storage and log), ready; stopped on exit. `args`: its
+    own flags besides (`--web.get-concurrency=2`)."""
     require(ALERTMANAGER, "prometheus-alertmanager")
     (home / "alertmanager.yml").write_text(config)
     log_path = home / "alertmanager.log"
@@ -119,8 +122,8 @@ def running_alertmanager(home: Path, config: str) -> Iterator[Alertmanager]:
         url = f"http://127.0.0.1:{free_port()}"
         tried_from = log_path.stat().st_size
         with log_path.open("ab") as log:  # every try's output kept, for a failure's message
-            process = _start(home, url, home / "data", log)
-        started = Alertmanager(url, process, home)
+            process = _start(home, url, home / "data", log, args)
+        started = Alertmanager(url, process, home, args=args)
         deadline = time.monotonic() + READY_WITHIN_S
         while not _ready(url) and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -141,12 +144,16 @@ def running_alertmanager(home: Path, config: str) -> Iterator[Alertmanager]:
 
 @dataclass
 class Counted:
-    """A loopback proxy in front of an Alertmanager (`counting`): its URL, and the path and query of each
-    GET it forwarded, in order."""
+    """A loopback proxy in front of an Alertmanager (`counting`): its URL, the path and query of each GET it
+    forwarded, in order, how many were in flight at most at once, and the answers Alertmanager refused
+    (503: past its `--web.get-concurrency`)."""
 
     url: str = ""
     gets: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: int = 0
+    most_in_flight: int = 0
+    refused: int = 0
 
     def queries(self) -> list[str]:
         with self.lock:
@@ -154,20 +161,32 @@ class Counted:
 
 
 @contextmanager
-def counting(target: str) -> Iterator[Counted]:
+def counting(target: str, *, hold: float = 0.0) -> Iterator[Counted]:
     """A proxy that forwards each GET to the Alertmanager at `target` and records it: how many queries
-    rackflow sends it, and which (Alertmanager 0.25 counts none of its API's GETs in /metrics)."""
+    rackflow sends it, and which (Alertmanager 0.25 counts none of its API's GETs in /metrics), and how
+    many at once. `hold`: seconds each GET is kept in flight before it is forwarded, so that GETs sent at
+    once are seen at once."""
     counted = Counted()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             with counted.lock:
                 counted.gets.append(self.path)
+                counted.in_flight += 1
+                counted.most_in_flight = max(counted.most_in_flight, counted.in_flight)
             try:
+                time.sleep(hold)
                 with urllib.request.urlopen(f"{target}{self.path}", timeout=10) as answer:
                     status, body = answer.status, answer.read()
             except urllib.error.HTTPError as refused:
                 status, body = refused.code, refused.read()
+            finally:
+                # Out of flight before the answer is sent: the client may send its next GET once it has it.
+                with counted.lock:
+                    counted.in_flight -= 1
+            if status == 503:
+                with counted.lock:
+                    counted.refused += 1
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -14,7 +14,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
+import pytest
+
+from rackflow.checks import kinds
 from rackflow.checks.kinds import (
+    BUSY_RETRY,
     Answers,
     Asked,
     alert_text,
@@ -28,6 +32,7 @@ from rackflow.checks.kinds import (
     signature,
     webhook,
 )
+from rackflow.config import ALERTMANAGER_TIMEOUT
 from rackflow.domain.checks import (
     AlertmanagerSettings,
     PreflightCheck,
@@ -38,6 +43,7 @@ from rackflow.domain.checks import (
 )
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import RackRef
+from rackflow.retry import Retry
 
 RACK = RackFacts(uuid.UUID(int=7), "rack-01", "SN-1001", uuid.UUID(int=9), "nvl-a")
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
@@ -257,3 +263,60 @@ async def test_an_alertmanager_answer_that_is_not_a_list_of_alerts_cannot_be_ask
                 assert look.reason.startswith(
                     f"alertmanager: cannot ask {url}/{index}: the answer is not a list of alerts"
                 ), (answers[index], look)
+
+
+def _refusing(refusals: list[int], asked: list[str]) -> type[http.server.BaseHTTPRequestHandler]:
+    """An Alertmanager that answers each GET with the next status of `refusals` (taken), then, once they are
+    all taken, with one alert firing on rack-01; each path it is asked appended to `asked`."""
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            status = refusals.pop(0) if refusals else 200
+            body = b'[{"labels": {"alertname": "Hot", "rack": "rack-01"}}]' if status == 200 else b"busy\n"
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    return Refusing
+
+
+async def test_an_alertmanager_that_refuses_a_get_as_busy_is_asked_again_within_the_round() -> None:
+    """Alertmanager refuses GETs past its `--web.get-concurrency` with 503 (a proxy in front of it may say
+    429): the look is asked again after a short wait, and answered, where it was "cannot ask …: HTTP 503",
+    a `fail_closed` check's hold for no alert and a fail-open check's pass unasked."""
+    for refusals in ([503], [503, 429, 503], [429]):
+        asked: list[str] = []
+        with _serving(_refusing(list(refusals), asked)) as url, ThreadPoolExecutor(1) as pool:
+            settings = AlertmanagerSettings(url, ('rack=~"{rack.name}"',), False)
+            look = await alertmanager(settings, RACK, Answers(Asked(pool)))
+        assert (look.passed, look.reason) == (False, 'alertmanager: alert Hot{rack="rack-01"} firing'), (
+            refusals
+        )
+        assert len(asked) == len(refusals) + 1
+
+
+async def test_an_alertmanager_still_refusing_within_its_timeout_cannot_be_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Refused again and again, the look gives up once its next wait would end past the look's timeout
+    (ALERTMANAGER_TIMEOUT, made short here), and then cannot ask, as `fail_closed` says; any other failing
+    status (500) is not asked again."""
+    assert BUSY_RETRY.deadline == ALERTMANAGER_TIMEOUT.total_seconds()
+    monkeypatch.setattr(kinds, "BUSY_RETRY", Retry(0.05, 0.1, deadline=0.5))
+    for status, fail_closed in ((503, True), (503, False), (429, True), (500, False)):
+        asked: list[str] = []
+        with _serving(_refusing([status] * 100, asked)) as url, ThreadPoolExecutor(1) as pool:
+            settings = AlertmanagerSettings(url, ('rack=~"{rack.name}"',), fail_closed)
+            look = await alertmanager(settings, RACK, Answers(Asked(pool)))
+        assert look.passed is not fail_closed
+        assert look.reason.startswith(f"alertmanager: cannot ask {url}: HTTP {status}"), look
+        if status == 500:
+            assert len(asked) == 1
+        else:
+            # Asked again, but no more than waits of 0.05, 0.1, 0.1, … s fit in 0.5 s: at most 7 GETs.
+            assert 2 <= len(asked) <= 7, asked

@@ -12,8 +12,10 @@ delays no other rack and never the dispatcher or the executor, and looks ahead (
    rounds a poll found due): of several instances, one asks; a checker that dies mid-round is replaced
    when its lease runs out;
 2. asks every check that applies, at once, outside any transaction (at most PREFLIGHT_CONCURRENCY HTTP
-   requests at once in the process, each with its timeout); an Alertmanager check asks once for all the
-   rounds of its poll where it can, else once per distinct query (`kinds.Answers`, docs/CHECKS.md);
+   requests at once in the process, each with its timeout, and of those at most ALERTMANAGER_CONCURRENCY
+   GETs to one Alertmanager, for every check that asks it); an Alertmanager check asks once for all the
+   rounds of its poll where it can, else once per distinct query (`kinds.Answers`, docs/CHECKS.md), and
+   asks again within the round a GET Alertmanager refuses as busy (`kinds.BUSY_RETRY`);
 3. stores the results as round `attempt` and, in the same transaction, lets the task be claimed at once if
    all passed (the claim's gate then starts it), or holds it with the first failing check's reason
    (written on the task: `held_reason`, its message, `rackflow task show`, the pages) until that check's

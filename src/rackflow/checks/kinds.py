@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import logging
 import re
 import time
 import urllib.error
@@ -19,11 +20,11 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
-from rackflow.config import ALERTMANAGER_TIMEOUT
+from rackflow.config import ALERTMANAGER_CONCURRENCY, ALERTMANAGER_TIMEOUT
 from rackflow.domain.checks import (
     AlertmanagerSettings,
     Look,
@@ -39,8 +40,11 @@ from rackflow.domain.inventory import Component
 from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.http_answers import NO_REDIRECTS, not_followed, read_within
 from rackflow.notify.senders import ALERT_NAMES, sign
+from rackflow.retry import Retry, retrying
 from rackflow.tasks.backends.redfish.endpoint import CredentialsUnavailable, read_reference
 from rackflow.timespec import parse_go_duration
+
+log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Rackflow-Signature"
 TIMESTAMP_HEADER = "X-Rackflow-Timestamp"
@@ -48,6 +52,12 @@ TIMESTAMP_HEADER = "X-Rackflow-Timestamp"
 # refused past this rather than read without end.
 HOOK_ANSWER_BYTES = 64 * 1024
 ALERTS_BYTES = 8 * 1024 * 1024
+# A GET Alertmanager refuses as busy (503: past its `--web.get-concurrency`; 429 from a proxy in front of it)
+# is asked again within the round after 0.1 s, doubling to 2 s, until the next wait would end past the
+# look's timeout: then the look cannot ask, as for any failure. A refusal taken as the answer held a
+# `fail_closed` check's task for no alert and let a fail-open check's through unasked.
+BUSY_RETRY = Retry(0.1, 2.0, deadline=ALERTMANAGER_TIMEOUT.total_seconds())
+BUSY = (429, 503)
 _T = TypeVar("_T")
 
 
@@ -112,12 +122,30 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
 
 @dataclass(frozen=True)
 class Asked:
-    """The thread pool a look's blocking HTTP runs in (the checker's, bounded)."""
+    """The thread pool a look's blocking HTTP runs in (the checker's, of PREFLIGHT_CONCURRENCY threads), and
+    how many GETs are in flight to each Alertmanager: at most ALERTMANAGER_CONCURRENCY, shared by every
+    check and poll of the checker that asks it (`at`)."""
 
     pool: Executor
+    _alertmanagers: dict[str, asyncio.Semaphore] = field(default_factory=dict, repr=False, compare=False)
 
     async def run(self, call: Callable[[], _T]) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, call)
+
+    async def at(self, url: str, call: Callable[[], _T]) -> _T:
+        """`run(call)`, a GET of `url` from Alertmanager, once fewer than ALERTMANAGER_CONCURRENCY GETs are in
+        flight to that Alertmanager (its scheme, host and port): asked as many at once as the pool's
+        threads, it refused about 4 in 10 past its own limit, 8 at its default (docs/PERFORMANCE.md)."""
+        parts = urllib.parse.urlsplit(url)
+        where = f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or _PORTS.get(parts.scheme)}"
+        limit = self._alertmanagers.get(where)
+        if limit is None:
+            limit = self._alertmanagers[where] = asyncio.Semaphore(ALERTMANAGER_CONCURRENCY)
+        async with limit:
+            return await self.run(call)
+
+
+_PORTS = {"http": 80, "https": 443}
 
 
 def about_the_task(alert: Any, task_id: uuid.UUID) -> bool:
@@ -149,11 +177,23 @@ class Answers:
         """The alerts Alertmanager answers `url` with (asked once), or the failure to ask it, raised."""
         asking = self._asking.get(url)
         if asking is None:
-            asking = self._asking[url] = asyncio.ensure_future(self.asked.run(lambda: _alerts(url)))
+            asking = self._asking[url] = asyncio.ensure_future(self._ask(url))
             # Read once it is done, should every look that asked it be cancelled (the checker stopping).
             asking.add_done_callback(lambda done: done.cancelled() or done.exception())
         # Shielded: a look cancelled does not cancel the query the other looks wait for.
         return await asyncio.shield(asking)
+
+    async def _ask(self, url: str) -> list[dict[str, Any]]:
+        """GET `url` (`Asked.at`), again while Alertmanager refuses it as busy (BUSY_RETRY), each wait
+        outside its limit of GETs in flight."""
+        return await retrying(
+            lambda: self.asked.at(url, lambda: _alerts(url)),
+            BUSY_RETRY,
+            what=f"alertmanager query {shown_url(url)}",
+            retry_if=lambda exc: isinstance(exc, urllib.error.HTTPError) and exc.code in BUSY,
+            explain=lambda exc: _error(exc, url),
+            logger=log,
+        )
 
     async def matching(self, fleet: FleetQuery) -> list[dict[str, Any]]:
         """The alerts of `fleet`'s answer that its rack's matchers match, in the answer's order: those
