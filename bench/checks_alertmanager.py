@@ -7,9 +7,11 @@ docs/CHECKS.md (`rack="{rack.name}"`, `severity=~"critical|warning"`, fail close
 matcher a regex (`rack=~"{rack.name}"`), which rackflow sends per rack. The checker takes at most
 PREFLIGHT_BATCH rounds a poll and asks them all at once, in its thread pool of PREFLIGHT_CONCURRENCY; here
 the polls follow one another without the poll interval between them, so the figure is the asking alone:
-wall seconds for the N looks, the queries Alertmanager was sent (counted in the client), the CPU seconds of
-this process and of Alertmanager, and the looks that got no answer (`unanswered`: Alertmanager refuses GETs
-past its `--web.get-concurrency` with 503, and a fail-closed check holds the task for that). Of the M
+wall seconds for the N looks, the queries Alertmanager was sent (counted in the client, each GET asked
+again counted too), the CPU seconds of this process and of Alertmanager, the GETs it refused (`refused`:
+Alertmanager refuses GETs past its `--web.get-concurrency` with 503; rackflow asks at most
+ALERTMANAGER_CONCURRENCY at once and asks a refused one again within the round, since `kinds.BUSY_RETRY`),
+and the looks that got no answer (`unanswered`: a fail-closed check holds the task for that). Of the M
 alerts (severity critical), one in four is on a rack of the N, the rest on other racks, so about M / 4
 racks are held.
 
@@ -29,6 +31,7 @@ import json
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -38,6 +41,7 @@ from typing import Any
 
 from _common import code_line, cpu_seconds, machine_line, result
 
+from rackflow import config
 from rackflow.checks import kinds
 from rackflow.config import PREFLIGHT_BATCH, PREFLIGHT_CONCURRENCY
 from rackflow.domain.checks import AlertmanagerSettings, Look, RackFacts
@@ -72,19 +76,26 @@ def post_alerts(url: str, count: int, racks: int) -> None:
             assert answer.status == 200
 
 
-def counting_urlopen() -> Callable[[], int]:
-    """Count every `urllib.request.urlopen` from here on (the looks' GETs): how many were sent so far."""
-    sent = [0]
+def counting_urlopen() -> tuple[Callable[[], int], Callable[[], int]]:
+    """Count every `urllib.request.urlopen` from here on (the looks' GETs): how many were sent so far, and
+    how many of them Alertmanager refused with 503."""
+    sent = [0, 0]
     lock = threading.Lock()
     real = urllib.request.urlopen
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         with lock:
             sent[0] += 1
-        return real(*args, **kwargs)
+        try:
+            return real(*args, **kwargs)
+        except urllib.error.HTTPError as refused:
+            if refused.code == 503:
+                with lock:
+                    sent[1] += 1
+            raise
 
     urllib.request.urlopen = counted
-    return lambda: sent[0]
+    return (lambda: sent[0]), (lambda: sent[1])
 
 
 async def one_round(settings: AlertmanagerSettings, racks: list[RackFacts], per_rack: int) -> list[Look]:
@@ -112,6 +123,11 @@ def main() -> None:
     parser.add_argument("--alerts", type=int, default=1_000, help="firing alerts in Alertmanager")
     parser.add_argument("--per-rack", type=int, nargs="+", default=[1, 4], help="held tasks per rack")
     parser.add_argument(
+        "--get-concurrency",
+        type=int,
+        help="Alertmanager's --web.get-concurrency (default: its own, GOMAXPROCS but at least 8)",
+    )
+    parser.add_argument(
         "--rack-matcher", nargs="+", choices=sorted(RACK_MATCHERS), default=sorted(RACK_MATCHERS)
     )
     args = parser.parse_args()
@@ -119,10 +135,13 @@ def main() -> None:
     print(machine_line())
     print(
         f"# alerts={args.alerts} batch={PREFLIGHT_BATCH} concurrency={PREFLIGHT_CONCURRENCY} "
+        f"alertmanager_concurrency={getattr(config, 'ALERTMANAGER_CONCURRENCY', None)} "
+        f"get_concurrency={args.get_concurrency or 'default'} "
         f"matchers={SEVERITY} and one of {' '.join(RACK_MATCHERS.values())}"
     )
-    sent = counting_urlopen()
-    with tempfile.TemporaryDirectory() as home, running_alertmanager(Path(home), QUIET_CONFIG) as am:
+    flags = [f"--web.get-concurrency={args.get_concurrency}"] if args.get_concurrency else []
+    sent, refused = counting_urlopen()
+    with tempfile.TemporaryDirectory() as home, running_alertmanager(Path(home), QUIET_CONFIG, *flags) as am:
         post_alerts(am.url, args.alerts, max(args.tasks))
         for matcher, per_rack, n in itertools.product(args.rack_matcher, args.per_rack, args.tasks):
             settings = AlertmanagerSettings(am.url, (RACK_MATCHERS[matcher], SEVERITY), True)
@@ -130,7 +149,8 @@ def main() -> None:
                 RackFacts(uuid.uuid4(), f"rack-{i:05d}", f"SN-{i}", None, "")
                 for i in range(max(1, n // per_rack))
             ]
-            before, own, theirs = sent(), time.process_time(), cpu_seconds(am.process.pid)
+            before, refused_before = sent(), refused()
+            own, theirs = time.process_time(), cpu_seconds(am.process.pid)
             started = time.perf_counter()
             looks = asyncio.run(one_round(settings, racks, per_rack))
             wall = time.perf_counter() - started
@@ -142,6 +162,7 @@ def main() -> None:
                 held=sum(not look.passed for look in looks),
                 unanswered=sum("cannot ask" in look.reason for look in looks),
                 queries=sent() - before,
+                refused=refused() - refused_before,
                 wall_s=wall,
                 looks_per_s=len(looks) / wall,
                 rackflow_cpu_s=time.process_time() - own,
