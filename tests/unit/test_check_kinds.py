@@ -3,11 +3,13 @@ signature, and which checks apply to a task's rack and operation."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
 import http.server
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -32,7 +34,7 @@ from rackflow.checks.kinds import (
     signature,
     webhook,
 )
-from rackflow.config import ALERTMANAGER_TIMEOUT
+from rackflow.config import ALERTMANAGER_CONCURRENCY, ALERTMANAGER_TIMEOUT, PREFLIGHT_CONCURRENCY
 from rackflow.domain.checks import (
     AlertmanagerSettings,
     PreflightCheck,
@@ -44,6 +46,7 @@ from rackflow.domain.checks import (
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import RackRef
 from rackflow.retry import Retry
+from tests.checks_support import _Server
 
 RACK = RackFacts(uuid.UUID(int=7), "rack-01", "SN-1001", uuid.UUID(int=9), "nvl-a")
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
@@ -105,7 +108,7 @@ def test_a_check_applies_by_operation_rack_and_domain() -> None:
 
 @contextlib.contextmanager
 def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)  # a backlog for a pool's connections at once
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -320,3 +323,35 @@ async def test_an_alertmanager_still_refusing_within_its_timeout_cannot_be_asked
         else:
             # Asked again, but no more than waits of 0.05, 0.1, 0.1, … s fit in 0.5 s: at most 7 GETs.
             assert 2 <= len(asked) <= 7, asked
+
+
+async def test_webhooks_are_asked_as_many_at_once_as_the_pool_has_threads() -> None:
+    """The cap of GETs to one Alertmanager is Alertmanager's alone: 20 looks at a hook that keeps each POST
+    0.3 s have PREFLIGHT_CONCURRENCY in flight at once, not ALERTMANAGER_CONCURRENCY."""
+    lock = threading.Lock()
+    flight = [0, 0]  # in flight now, most at once
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with lock:
+                flight[0] += 1
+                flight[1] = max(flight[1], flight[0])
+            time.sleep(0.3)
+            with lock:
+                flight[0] -= 1
+            self.send_response(200)
+            self.send_header("Content-Length", "12")
+            self.end_headers()
+            self.wfile.write(b'{"ok": true}')
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    with _serving(Slow) as url, ThreadPoolExecutor(PREFLIGHT_CONCURRENCY) as pool:
+        asked = Asked(pool)
+        looks = await asyncio.gather(
+            *(webhook(WebhookSettings(url, "", "5s"), {"check": "drained"}, asked) for _ in range(20))
+        )
+    assert [look.reason for look in looks] == ["webhook: ok"] * 20
+    assert flight[1] == PREFLIGHT_CONCURRENCY > ALERTMANAGER_CONCURRENCY
