@@ -8,8 +8,6 @@ And a task a check held, then cancelled: it no longer shows the hold (`rackflow 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 from rackflow.v1 import flow_pb2 as pb
 from tests.checks_support import Answer, Receiver, receiving
+from tests.conftest import sqlite_copy
 from tests.e2e.cluster import ServerProcess, free_port, run_cli, start_server
 from tests.e2e.fleet import create_racks, wait_until
 
@@ -36,9 +35,8 @@ def hook() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    url = f"sqlite:///{tmp_path}/rackflow.db"
-    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+def server(sqlite_template: Path, tmp_path: Path) -> Iterator[ServerProcess]:
+    url = sqlite_copy(sqlite_template, tmp_path)
     started = start_server(url, tmp_path, args=["--http-listen", "127.0.0.1:0"], name="checks")
     yield started
     started.stop()

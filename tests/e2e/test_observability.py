@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from rackflow.v1 import flow_pb2 as pb
+from tests.conftest import sqlite_copy
 from tests.e2e.cluster import servers
 from tests.e2e.fleet import create_racks, rfc3339, schedule_request, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-def test_metrics_and_json_firing_log(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/rackflow.db"
-    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+def test_metrics_and_json_firing_log(sqlite_template: Path, tmp_path: Path) -> None:
+    url = sqlite_copy(sqlite_template, tmp_path)
     args = ["--dispatch-interval", "200ms", "--metrics-listen", "127.0.0.1:0", "--log-format", "json"]
     with servers(url, tmp_path, 1, args=args) as (server,):
         # Port 0: the server picks a free port and names the endpoint it serves.

@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from rackflow.v1 import flow_pb2 as pb
+from tests.conftest import sqlite_copy
 from tests.e2e.cluster import servers
 from tests.e2e.fleet import create_racks, wait_until
 
@@ -22,10 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/rackflow.db"
-    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
-    return url
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    return sqlite_copy(sqlite_template, tmp_path)
 
 
 def test_reflection_lists_the_flow_service_as_grpcurl_sees_it(sqlite_url: str, tmp_path: Path) -> None:
@@ -107,12 +106,13 @@ def test_serve_refuses_a_taken_http_port(sqlite_url: str) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_serve_refuses_a_grpc_port_another_server_listens_on(sqlite_url: str, tmp_path: Path) -> None:
+def test_serve_refuses_a_grpc_port_another_server_listens_on(
+    sqlite_url: str, sqlite_template: Path, tmp_path: Path
+) -> None:
     """gRPC binds with SO_REUSEPORT unless told not to: a second `rackflow serve` on a taken --listen (a
     forgotten instance, `make run` twice) started as if the port were its own, and the kernel split the
     clients' connections between the two servers and their databases."""
-    other = f"sqlite:///{tmp_path}/other.db"
-    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", other], check=True)
+    other = sqlite_copy(sqlite_template, tmp_path, "other.db")
     with servers(sqlite_url, tmp_path, 1) as [first]:
         result = serve_until_exit(other, "--listen", first.address)
     assert result.returncode == 1, result.stderr

@@ -13,8 +13,6 @@ docs/RELIABILITY.md says what a wrong clock still affects there).
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -22,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from rackflow.v1 import flow_pb2 as pb
+from tests.conftest import sqlite_copy
 from tests.e2e.cluster import servers, sql, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
 
@@ -61,10 +60,9 @@ def _runs(db_path: Path, name: str) -> list[tuple[datetime, datetime]]:
     return [(_utc(slot), _utc(fired)) for slot, fired in rows]
 
 
-def test_a_forward_clock_jump_fires_each_overdue_schedule_once(tmp_path: Path) -> None:
+def test_a_forward_clock_jump_fires_each_overdue_schedule_once(sqlite_template: Path, tmp_path: Path) -> None:
+    url = sqlite_copy(sqlite_template, tmp_path)
     db_path = tmp_path / "rackflow.db"
-    url = f"sqlite:///{db_path}"
-    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
 
     before = start_server(url, tmp_path, name="before", args=ARGS)
     try:

@@ -18,7 +18,7 @@ import pytest
 from psycopg.types.json import Jsonb
 from sqlalchemy.engine import make_url
 
-from tests.conftest import migrate_with_cli, postgres_admin_url
+from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import fresh_postgres_database
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -45,9 +45,8 @@ class Verdict:
 
 
 @pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    with fresh_postgres_database(postgres_admin_url()) as url:
-        migrate_with_cli(url)
+def database(pg_template: str) -> Iterator[str]:
+    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
         yield make_url(url).set(drivername="postgresql").render_as_string(False)
 
 
