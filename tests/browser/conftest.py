@@ -1,5 +1,6 @@
-"""Browser tests: a real `rackflow serve --http-listen` per module on SQLite, and one headless Chromium per
-module. Without Chromium these tests skip, except under CI=true, where they fail.
+"""Browser tests: a real `rackflow serve --http-listen` per module on SQLite, and one headless Chromium for
+all the modules a worker runs (the browser group: all of them). Without Chromium these tests skip, except
+under CI=true, where they fail.
 
 One database: what a browser adds to tests/web (the pages, forms and JSON API in process, on SQLite and on
 PostgreSQL alike) is the pages' scripts, which do not depend on the database, and every Chromium test costs
@@ -24,8 +25,12 @@ def served_db_url(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactor
     return served_sqlite_copy(sqlite_template, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
+    """One Chromium for the session: a start is about a second of Chromium's CPU, and nothing a module
+    leaves in it reaches the next. Each module's server has a port of its own, so an origin of its own
+    (local and session storage; the dashboard sets no cookie), and `driver` clears the storage and the
+    log after each test."""
     reason = missing()
     if reason is not None:
         if os.environ.get("CI"):
