@@ -53,7 +53,8 @@ typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
 # Most e2e time is waiting (real cron minutes, leases), so tests run in 3 workers; the heavy
-# multi-instance PostgreSQL modules share one xdist group so they never overlap.
+# multi-instance PostgreSQL modules are two xdist groups (the e2e clusters, the fault drills), so at most
+# two of them overlap: one group of all was a 600 s serial chain, the suite's tail (docs/PERFORMANCE.md).
 test: $(VENV)/.installed-test lint typecheck browser tools
 	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadgroup
 

@@ -14,7 +14,7 @@ from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import servers, sql, start_server
 from tests.e2e.fleet import create_racks, create_schedules, rfc3339, schedule_request, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-cluster")]
 
 ONE_TIME_SCHEDULES = 1000  # a few seconds of four instances racing for claims (2,000 took twice the setup)
 CRON_SCHEDULES = 40
