@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from rackflow.api.convert.inventory import component_specs_from, component_to
+from rackflow.api.convert.inventory import component_specs_from, rack_to
 from rackflow.clock import SystemClock
 from rackflow.domain.inventory import Bmc, ComponentSpec, ComponentType
 from rackflow.errors import AlreadyExists, InvalidArgument
@@ -23,16 +23,18 @@ async def test_bmc_is_stored_as_a_reference_and_read_back(db: Database) -> None:
     specs = [ComponentSpec(ComponentType.COMPUTE, "node-0", bmc=BMC)]
     specs.append(ComponentSpec(ComponentType.COMPUTE, "n1"))
     rack = await InventoryService(db, CLOCK).create_rack("r1", components=specs)
-    found = {c.name: c for c in (await InventoryService(db, CLOCK).get_rack(rack.id)).components}
+    read = await InventoryService(db, CLOCK).get_rack(rack.id)
+    found = {c.name: c for c in read.components}
     assert found["node-0"].bmc == BMC
     assert found["n1"].bmc is None
     async with db.read() as conn:
         rows = (await conn.execute(select(components.c.name, components.c.bmc_credentials))).all()
     assert sorted(rows) == [("n1", None), ("node-0", "env:BMC_RACK1")]
-    assert component_to(found["node-0"]).bmc == pb.BmcEndpoint(
+    sent = {c.name: c for c in rack_to(read).components}
+    assert sent["node-0"].bmc == pb.BmcEndpoint(
         url="https://10.0.0.5", resource="Systems/1", credentials="env:BMC_RACK1"
     )
-    assert not component_to(found["n1"]).HasField("bmc")
+    assert not sent["n1"].HasField("bmc")
 
 
 async def test_a_refused_bmc_writes_nothing(db: Database) -> None:

@@ -10,7 +10,7 @@ from grpc.aio import ServicerContext as Context
 from rackflow.api.convert import next_page_token, page_from, required_uuid, total_to, uuid_from
 from rackflow.api.convert.inventory import (
     component_specs_from,
-    component_to,
+    components_into,
     domain_to,
     listed_ids_from,
     listed_names_from,
@@ -84,7 +84,9 @@ class InventoryRpcs:
         added = await self.services.inventory.add_components(
             rack_id, component_specs_from(request.components)
         )
-        return pb.AddComponentsResponse(components=[component_to(c) for c in added])
+        response = pb.AddComponentsResponse()
+        components_into(response.components, added)
+        return response
 
     @rpc
     async def RemoveComponent(self, request: pb.RemoveComponentRequest, context: Context) -> Empty:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from rackflow.api.convert import (
     MAX_PAGE_SIZE,
@@ -22,17 +23,27 @@ from rackflow.validation import MAX_TARGETS, check_text
 MAX_COMPONENTS_PER_REQUEST = 10_000
 
 
-def component_to(component: Component) -> pb.Component:
-    return pb.Component(
-        id=uuid_to(component.id),
-        rack_id=uuid_to(component.rack_id),
-        type=component_type_to(component.type),
-        name=component.name,
-        external_id=component.external_id,
-        firmware_version=component.firmware_version,
-        power_state=component.power_state.value,
-        bmc=bmc_to(component.bmc),
-    )
+def components_into(target: Any, components: Iterable[Component]) -> None:
+    """Append each component to `target` (a repeated `pb.Component` field), its ids given as dicts, which
+    protobuf copies into the message faster than a `pb.UUID` made and then copied, and each rack's id
+    made once: a rack of 36 components was converted a component at a time, most of a ListRacks page's
+    server time (docs/PERFORMANCE.md, "Racks of 36 components")."""
+    add = target.add
+    rack_ids: dict[uuid.UUID, dict[str, str]] = {}
+    for c in components:
+        rack_id = rack_ids.get(c.rack_id)
+        if rack_id is None:
+            rack_id = rack_ids[c.rack_id] = {"id": str(c.rack_id)}
+        add(
+            id={"id": str(c.id)},
+            rack_id=rack_id,
+            type=component_type_to(c.type),
+            name=c.name,
+            external_id=c.external_id,
+            firmware_version=c.firmware_version,
+            power_state=c.power_state.value,
+            bmc=bmc_to(c.bmc),
+        )
 
 
 def bmc_to(bmc: Bmc | None) -> pb.BmcEndpoint | None:
@@ -49,14 +60,15 @@ def bmc_from(msg: pb.BmcEndpoint, field: str) -> Bmc:
 
 
 def rack_to(rack: Rack) -> pb.Rack:
-    return pb.Rack(
+    msg = pb.Rack(
         id=uuid_to(rack.id),
         name=rack.name,
         external_id=rack.external_id,
         nvl_domain_id=uuid_to(rack.nvl_domain_id),
-        components=[component_to(c) for c in rack.components],
         created_at=timestamp_to(rack.created_at),
     )
+    components_into(msg.components, rack.components)
+    return msg
 
 
 def rack_ref_from(request: pb.GetRackRequest) -> uuid.UUID | str:
