@@ -85,7 +85,7 @@ class InventoryRpcs:
             rack_id, component_specs_from(request.components)
         )
         response = pb.AddComponentsResponse()
-        components_into(response.components, added)
+        components_into(response.components, rack_id, added)
         return response
 
     @rpc
