@@ -143,6 +143,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/http_schedules.py --db postgres --schedules 2000 --loads 20
 	$(BIN)/python bench/rollout_step.py --db postgres --racks 300 --max-concurrent 50
 	$(BIN)/python bench/idle_cost.py --db both --seconds 30
+	$(BIN)/python bench/rack_components.py --racks 2000 --small 100 --big 1000 --repeat 3 --cli-repeat 1
 
 clean:
 	rm -rf $(VENV) rackflow.db rackflow.db-wal rackflow.db-shm .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,392 @@
+"""rack_components: racks of 36 components (a GB200 NVL72 rack) — what grows with them?
+
+Every other scale figure loads one component a rack. This one loads `--racks` racks of `--components`
+components each (a rack's mix as an NVL72's: 18 COMPUTE trays, 9 NVSWITCH trays, 8 POWERSHELF, one
+TORSWITCH, repeated past 36) by SQL into a scratch database `rackflow_comps_*` after `rackflow db migrate`,
+and two power-on schedules made through the services on one rack and given the others' scopes by SQL: one
+over `--small` racks and one over `--big` racks. Then, with one `rackflow serve` (simulator steps of
+`--sim-step` seconds, so the fired tasks run slowly and keep the executor quiet during the reads):
+
+* ListRacks first and next page (default page and 1,000), GetRack, /racks and /racks/{name}: p95 of
+  `--repeat` calls, server time over loopback (issue 29's targets: 100 ms an RPC page, 300 ms a page);
+* each schedule triggered: the TriggerTaskSchedule call (time to submit) and the time until its run's last
+  task exists (fan-out);
+* the big run: GetTaskScheduleRun, /runs/{id}, ListTasks (first and next page, default and 1,000, and by
+  schedule), GetTasksByIDs of 1,000 of its tasks, with the answer's size;
+* the CLI against the server: `rackflow run show RUN` and `rackflow task list` (wall time of the command,
+  Python's start-up included).
+
+The database is dropped at the end unless `--keep`.
+
+    python bench/rack_components.py --components 36 --racks 20000
+    python bench/rack_components.py --components 1 --racks 20000      # the one-component fleet, to compare
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+from _common import (
+    ServerProcess,
+    code_line,
+    machine_line,
+    percentile,
+    result,
+    start_server,
+    sync_engine,
+)
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from rackflow.clock import SystemClock
+from rackflow.domain.inventory import RackTarget, TargetSpec
+from rackflow.domain.schedules import OverlapPolicy
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
+from rackflow.services import Services
+from rackflow.store.db import Database
+from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.v1 import flow_pb2 as pb
+from rackflow.v1 import flow_pb2_grpc
+
+DEFAULT_ADMIN = os.environ.get("RACKFLOW_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+TARGET_RPC_MS = 100.0
+TARGET_PAGE_MS = 300.0
+# The pages asked for: the dashboard's and the CLI's (50) and a client's largest (MAX_PAGE_SIZE).
+PAGES = (50, 1000)
+# As the CLI's channel takes (a page of 1,000 racks of 36 components is about 5 MB, past gRPC's 4 MiB).
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20)]
+# An NVL72 rack's trays and shelves, in the order a rack lists them; component k of a rack is MIX[k % 36].
+MIX = ["COMPUTE"] * 18 + ["NVSWITCH"] * 9 + ["POWERSHELF"] * 8 + ["TORSWITCH"]
+
+
+def load_avg() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def rack_name(n: int) -> str:
+    return f"comps-r{n:06d}"
+
+
+def make_database(admin: str, name: str) -> str:
+    engine = create_engine(make_url(admin).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    url = make_url(admin).set(database=name).render_as_string(hide_password=False)
+    subprocess.run([sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True)
+    return url
+
+
+def drop_database(admin: str, name: str) -> None:
+    engine = create_engine(make_url(admin).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+def load_racks(url: str, racks_n: int, components_n: int) -> None:
+    """Racks 0..R-1 made one a millisecond a day ago, each with C components named `<rack>-c<k>`, a rack's
+    components inserted together, as CreateRack inserts them (so they share heap pages, as in a fleet)."""
+    types = "ARRAY[" + ",".join(f"'{t}'" for t in MIX) + "]"
+    engine = sync_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO racks (id, name, external_id, created_at) SELECT gen_random_uuid(),"
+                " 'comps-r' || lpad(n::text, 6, '0'), 'comps-r' || lpad(n::text, 6, '0'),"
+                " now() - interval '1 day' + n * interval '1 millisecond' FROM generate_series(0, :r - 1) n"
+            ),
+            {"r": racks_n},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO components (id, rack_id, type, name, external_id, firmware_version, power_state,"
+                " created_at) "
+                f"SELECT gen_random_uuid(), r.id, ({types})[k % {len(MIX)} + 1], r.name || '-c' || k,"
+                " r.name || '-c' || k, '1.0.0', 'on', r.created_at"
+                " FROM racks r CROSS JOIN generate_series(0, :c - 1) k ORDER BY r.name, k"
+            ),
+            {"c": components_n},
+        )
+    engine.dispose()
+
+
+async def make_schedule(url: str, name: str, first: int) -> uuid.UUID:
+    """A daily power-on schedule on rack `first`, through the services (next firing a day away)."""
+    db = Database(url)
+    try:
+        services = Services.build(db, SystemClock())
+        rack = await services.inventory.get_rack_by_name(rack_name(first))
+        schedule = await services.schedules.create(
+            name=name,
+            spec=ScheduleSpec(SpecType.INTERVAL, "24h", "UTC"),
+            overlap_policy=OverlapPolicy.SKIP,
+            operation=Operation(OperationKind.POWER_ON),
+            queue=QueueOptions(),
+            description="",
+            target=TargetSpec(racks=(RackTarget(id=rack.id),)),
+        )
+        return schedule.id
+    finally:
+        await db.dispose()
+
+
+def widen(url: str, schedule_id: uuid.UUID, first: int, racks_n: int) -> None:
+    """The schedule's scopes: racks first..first+N-1 (the first's the services made), as its own scope row
+    is. The schedules' racks do not overlap: a power-on on a rack another one's task runs on conflicts."""
+    engine = sync_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO task_schedule_scope (id, schedule_id, rack_id, component_filter, created_at) "
+                "SELECT gen_random_uuid(), :s, r.id, NULL, now() FROM racks r "
+                "WHERE r.name > :first AND r.name < :end"
+            ),
+            {"s": schedule_id, "first": rack_name(first), "end": rack_name(first + racks_n)},
+        )
+    engine.dispose()
+
+
+def analyze(url: str) -> None:
+    engine = create_engine(make_url(url).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text("VACUUM ANALYZE"))
+    engine.dispose()
+
+
+def timed(call: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
+    """Milliseconds of each of `repeat` calls (after one warm-up), and the last answer."""
+    answer = call()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        answer = call()
+        times.append((time.perf_counter() - started) * 1000)
+    return times, answer
+
+
+def report(figure: str, name: str, times: list[float], target: float, **extra: object) -> None:
+    p95 = percentile(times, 95)
+    result(
+        figure,
+        read=name,
+        p95_ms=p95,
+        p50_ms=percentile(times, 50),
+        **extra,
+        target_ms=target,
+        met="yes" if p95 <= target else "no",
+        loadavg=load_avg(),
+    )
+
+
+def rpc(name: str, call: Callable[[], Any], repeat: int) -> Any:
+    times, answer = timed(call, repeat)
+    report("comps_rpc", name, times, TARGET_RPC_MS, kib=answer.ByteSize() // 1024)
+    return answer
+
+
+def page(client: httpx.Client, path: str, repeat: int) -> None:
+    def get() -> int:
+        response = client.get(path)
+        response.raise_for_status()
+        return len(response.content)
+
+    times, size = timed(get, repeat)
+    report("comps_page", path, times, TARGET_PAGE_MS, kib=size // 1024)
+
+
+def stub_of(server: ServerProcess) -> Any:
+    return flow_pb2_grpc.FlowStub(grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS))
+
+
+def measure_racks(server: ServerProcess, repeat: int) -> None:
+    stub = stub_of(server)
+    for limit in PAGES:
+        first = rpc(
+            f"ListRacks[limit={limit}]",
+            partial(stub.ListRacks, pb.ListRacksRequest(pagination=pb.Pagination(limit=limit))),
+            repeat,
+        )
+        nxt = pb.Pagination(limit=limit, page_token=first.next_page_token)
+        rpc(
+            f"ListRacks[limit={limit},next]",
+            partial(stub.ListRacks, pb.ListRacksRequest(pagination=nxt)),
+            repeat,
+        )
+    rpc("GetRack", partial(stub.GetRack, pb.GetRackRequest(name=rack_name(1))), repeat)
+    with httpx.Client(base_url=server.http_url, timeout=120) as client:
+        for path in ("/racks", "/racks?page=50", f"/racks/{rack_name(1)}"):
+            page(client, path, repeat)
+
+
+def fire(server: ServerProcess, url: str, schedule_id: uuid.UUID, racks_n: int) -> str:
+    """Trigger the schedule: the call's time, and the time until its run's last task exists."""
+    stub = stub_of(server)
+    engine = sync_engine(url)
+    load = load_avg()
+    started = time.perf_counter()
+    answer = stub.TriggerTaskSchedule(
+        pb.TriggerTaskScheduleRequest(id=pb.UUID(id=str(schedule_id))), timeout=900
+    )
+    submitted = time.perf_counter() - started
+    run_id = str(answer.run_id.id)
+    count = 0
+    with engine.connect() as conn:
+        while True:
+            count = conn.execute(
+                text("SELECT count(*) FROM tasks WHERE run_id = :r"), {"r": run_id}
+            ).scalar_one()
+            if count >= racks_n or time.perf_counter() - started > 300:
+                break
+            time.sleep(0.05)
+            conn.commit()
+    engine.dispose()
+    result(
+        "comps_fire",
+        racks=racks_n,
+        trigger_s=submitted,
+        fanout_s=time.perf_counter() - started,
+        tasks=count,
+        answered_task_ids=len(answer.task_ids),
+        loadavg=load,
+    )
+    return run_id
+
+
+def measure_run(server: ServerProcess, run_id: str, schedule_id: uuid.UUID, repeat: int) -> None:
+    stub = stub_of(server)
+    rpc(
+        "GetTaskScheduleRun",
+        partial(stub.GetTaskScheduleRun, pb.GetTaskScheduleRunRequest(id=pb.UUID(id=run_id))),
+        repeat,
+    )
+    sched = pb.UUID(id=str(schedule_id))
+    for limit in PAGES:
+        pagination = pb.Pagination(limit=limit)
+        first = rpc(
+            f"ListTasks[limit={limit}]",
+            partial(stub.ListTasks, pb.ListTasksRequest(pagination=pagination)),
+            repeat,
+        )
+        nxt = pb.Pagination(limit=limit, page_token=first.next_page_token)
+        rpc(
+            f"ListTasks[limit={limit},next]",
+            partial(stub.ListTasks, pb.ListTasksRequest(pagination=nxt)),
+            repeat,
+        )
+        rpc(
+            f"ListTasks[schedule,limit={limit}]",
+            partial(stub.ListTasks, pb.ListTasksRequest(schedule_id=sched, pagination=pagination)),
+            repeat,
+        )
+    page_of = stub.ListTasks(pb.ListTasksRequest(schedule_id=sched, pagination=pb.Pagination(limit=1000)))
+    ids = [t.id for t in page_of.tasks]
+    rpc(
+        f"GetTasksByIDs[{len(ids)}]",
+        partial(stub.GetTasksByIDs, pb.GetTasksByIDsRequest(task_ids=ids)),
+        repeat,
+    )
+    with httpx.Client(base_url=server.http_url, timeout=120) as client:
+        for path in (f"/runs/{run_id}", f"/runs/{run_id}?page=50", "/tasks", f"/tasks/{ids[0].id}"):
+            page(client, path, repeat)
+
+
+def cli(server: ServerProcess, name: str, args: list[str], repeat: int) -> None:
+    command = [sys.executable, "-m", "rackflow", "--server", server.address, *args]
+
+    def run() -> int:
+        done = subprocess.run(command, check=True, capture_output=True)
+        return len(done.stdout)
+
+    times, size = timed(run, repeat)
+    result(
+        "comps_cli",
+        command=name,
+        p50_ms=percentile(times, 50),
+        max_ms=max(times),
+        kib=size // 1024,
+        loadavg=load_avg(),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pg-admin", default=DEFAULT_ADMIN, help="PostgreSQL server to make the database on")
+    parser.add_argument("--racks", type=int, default=20_000)
+    parser.add_argument("--components", type=int, default=36, help="components a rack")
+    parser.add_argument("--small", type=int, default=1_000, help="racks of the small schedule")
+    parser.add_argument("--big", type=int, default=10_000, help="racks of the big schedule")
+    parser.add_argument("--repeat", type=int, default=10, help="calls per read (p95 of them)")
+    parser.add_argument("--cli-repeat", type=int, default=3)
+    parser.add_argument("--sim-step", default="600", help="simulator step seconds of the server")
+    parser.add_argument("--keep", action="store_true", help="keep the database (named in the output)")
+    args = parser.parse_args()
+    name = f"rackflow_comps_{os.getpid()}"
+    print(
+        f"# racks={args.racks} components={args.components} small={args.small} big={args.big} database={name}"
+    )
+    print(code_line())
+    print(machine_line())
+    url = make_database(args.pg_admin, name)
+    try:
+        started = time.perf_counter()
+        load_racks(url, args.racks, args.components)
+        small = asyncio.run(make_schedule(url, "comps-small", 0))
+        big = asyncio.run(make_schedule(url, "comps-big", args.small))
+        widen(url, small, 0, args.small)
+        widen(url, big, args.small, args.big)
+        analyze(url)
+        result(
+            "comps_load",
+            seconds=time.perf_counter() - started,
+            components=args.racks * args.components,
+            loadavg=load_avg(),
+        )
+        with tempfile.TemporaryDirectory() as log_dir:
+            server = start_server(
+                url,
+                Path(log_dir),
+                args=["--http-listen", "127.0.0.1:0", "--no-dispatcher"],
+                env={"RACKFLOW_SIM_STEP_SECONDS": args.sim_step},
+            )
+            try:
+                measure_racks(server, args.repeat)
+                fire(server, url, small, args.small)
+                run_id = fire(server, url, big, args.big)
+                analyze(url)
+                measure_run(server, run_id, big, args.repeat)
+                cli(server, "run show", ["run", "show", run_id], args.cli_repeat)
+                cli(server, "task list", ["task", "list"], args.cli_repeat)
+                cli(
+                    server,
+                    "task list --schedule big --limit 1000",
+                    ["task", "list", "--schedule", "comps-big", "--limit", "1000"],
+                    args.cli_repeat,
+                )
+            finally:
+                server.stop()
+    finally:
+        if args.keep:
+            print(f"# kept {url}")
+        else:
+            drop_database(args.pg_admin, name)
+
+
+if __name__ == "__main__":
+    main()
