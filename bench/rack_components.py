@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,8 @@ from _common import (
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from rackflow.api.convert.inventory import rack_to
+from rackflow.api.convert.tasks import task_to
 from rackflow.clock import SystemClock
 from rackflow.domain.inventory import RackTarget, TargetSpec
 from rackflow.domain.schedules import OverlapPolicy
@@ -323,6 +326,44 @@ def cli(server: ServerProcess, name: str, args: list[str], repeat: int) -> None:
     )
 
 
+async def cpu_of_reads(url: str, rounds: int) -> None:
+    """The CPU (process time, which a busy machine changes little, where it doubles wall times) this process
+    spends, in process, reading a page of 1,000 racks through the service and converting it to its answer,
+    then 1,000 of the fired tasks (by GetTasksByIDs's read) likewise: the median of `rounds` after a
+    warm-up, the server stopped."""
+    db = Database(url)
+    try:
+        services = Services.build(db, SystemClock())
+        rack_read, rack_convert, task_read, task_convert = [], [], [], []
+        async with db.read() as conn:
+            found = await conn.execute(text("SELECT id FROM tasks ORDER BY id LIMIT 1000"))
+            task_ids = [row.id for row in found]
+        for _ in range(rounds + 1):
+            started = time.process_time()
+            page, _total = await services.inventory.list_racks(limit=1000)
+            read = time.process_time()
+            pb.ListRacksResponse(racks=[rack_to(r) for r in page]).SerializeToString()
+            converted = time.process_time()
+            tasks = await services.tasks.get_tasks(task_ids)
+            tasks_read = time.process_time()
+            pb.GetTasksByIDsResponse(tasks=[task_to(t) for t in tasks]).SerializeToString()
+            rack_read.append(read - started)
+            rack_convert.append(converted - read)
+            task_read.append(tasks_read - converted)
+            task_convert.append(time.process_time() - tasks_read)
+        result(
+            "comps_cpu",
+            racks_1000_read_ms=statistics.median(rack_read[1:]) * 1000,
+            racks_1000_convert_ms=statistics.median(rack_convert[1:]) * 1000,
+            tasks=len(task_ids),
+            tasks_read_ms=statistics.median(task_read[1:]) * 1000,
+            tasks_convert_ms=statistics.median(task_convert[1:]) * 1000,
+            loadavg=load_avg(),
+        )
+    finally:
+        await db.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -334,6 +375,7 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=10_000, help="racks of the big schedule")
     parser.add_argument("--repeat", type=int, default=10, help="calls per read (p95 of them)")
     parser.add_argument("--cli-repeat", type=int, default=3)
+    parser.add_argument("--cpu-rounds", type=int, default=5, help="rounds of the in-process CPU figure")
     parser.add_argument("--sim-step", default="600", help="simulator step seconds of the server")
     parser.add_argument("--keep", action="store_true", help="keep the database (named in the output)")
     args = parser.parse_args()
@@ -381,6 +423,7 @@ def main() -> None:
                 )
             finally:
                 server.stop()
+        asyncio.run(cpu_of_reads(url, args.cpu_rounds))
     finally:
         if args.keep:
             print(f"# kept {url}")
