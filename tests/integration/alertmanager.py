@@ -29,6 +29,8 @@ from tests.debian_tools import ALERTMANAGER, require
 from tests.e2e.cluster import free_port
 
 # A config that routes every alert to a receiver that sends nothing: the tests read the alerts back.
+# What Alertmanager answers a GET past its `--web.get-concurrency` (api/v2's limit), with 503.
+BUSY = b"Limit of concurrent GET requests reached (2), try again later.\n"
 QUIET_CONFIG = 'route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n'
 READY_WITHIN_S = 30
 PORT_TRIES = 3
@@ -161,23 +163,29 @@ class Counted:
 
 
 @contextmanager
-def counting(target: str, *, hold: float = 0.0) -> Iterator[Counted]:
+def counting(target: str, *, hold: float = 0.0, refuse_every: int = 0) -> Iterator[Counted]:
     """A proxy that forwards each GET to the Alertmanager at `target` and records it: how many queries
     rackflow sends it, and which (Alertmanager 0.25 counts none of its API's GETs in /metrics), and how
     many at once. `hold`: seconds each GET is kept in flight before it is forwarded, so that GETs sent at
-    once are seen at once."""
+    once are seen at once. `refuse_every` N: every Nth GET is answered 503 as a busy Alertmanager answers
+    it, not forwarded (a real one refuses only when GETs reach it together, which a quiet machine may
+    never make happen)."""
     counted = Counted()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             with counted.lock:
                 counted.gets.append(self.path)
+                nth = len(counted.gets)
                 counted.in_flight += 1
                 counted.most_in_flight = max(counted.most_in_flight, counted.in_flight)
             try:
                 time.sleep(hold)
-                with urllib.request.urlopen(f"{target}{self.path}", timeout=10) as answer:
-                    status, body = answer.status, answer.read()
+                if refuse_every and nth % refuse_every == 0:
+                    status, body = 503, BUSY
+                else:
+                    with urllib.request.urlopen(f"{target}{self.path}", timeout=10) as answer:
+                        status, body = answer.status, answer.read()
             except urllib.error.HTTPError as refused:
                 status, body = refused.code, refused.read()
             finally:
