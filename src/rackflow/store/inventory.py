@@ -33,7 +33,7 @@ from rackflow.ids import new_id
 from rackflow.store import kept_counts, scope_removals
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys
-from rackflow.store.paging import Key, after_key, count_capped
+from rackflow.store.paging import Key, page_of
 from rackflow.store.tables import (
     components,
     nvl_domains,
@@ -187,16 +187,7 @@ async def list_racks(
         where.append(racks.c.id.in_(set(ids)))
     if name_contains:
         where.append(name_holds(racks, name_contains))
-    total = await count_capped(conn, racks, where)
-    stmt = (
-        select(racks)
-        .where(*where, *after_key(RACK_ORDER, after, descending=False))
-        .order_by(*RACK_ORDER)
-        .offset(offset)
-    )
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    rows = (await conn.execute(stmt)).all()
+    rows, total = await page_of(conn, racks, RACK_ORDER, where, after=after, offset=offset, limit=limit)
     by_rack = await components_by_rack(conn, [row.id for row in rows])
     return [_rack_from(row, by_rack[row.id]) for row in rows], total
 
@@ -485,16 +476,9 @@ async def list_domains(
         where.append(nvl_domains.c.id.in_(set(ids)))
     if names is not None:
         where.append(nvl_domains.c.name.in_(set(names)))
-    total = await count_capped(conn, nvl_domains, where)
-    stmt = (
-        select(nvl_domains)
-        .where(*where, *after_key(DOMAIN_ORDER, after, descending=False))
-        .order_by(*DOMAIN_ORDER)
-        .offset(offset)
+    rows, total = await page_of(
+        conn, nvl_domains, DOMAIN_ORDER, where, after=after, offset=offset, limit=limit
     )
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    rows = (await conn.execute(stmt)).all()
     if not where and after is None and not offset and limit is None:
         by_domain: Mapping[uuid.UUID, list[uuid.UUID]] = await _racks_in_domains(conn)
     else:

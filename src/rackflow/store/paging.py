@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, FromClause, func, literal, select, tuple_
+from sqlalchemy import ColumnElement, FromClause, Row, Table, func, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.config import LIST_COUNT_CAP
@@ -50,6 +50,31 @@ async def count_capped(
     """
     found = select(literal(1)).select_from(source).where(*where).limit(LIST_COUNT_CAP + 1).subquery("found")
     return int((await conn.execute(select(func.count()).select_from(found))).scalar_one())
+
+
+async def page_of(
+    conn: AsyncConnection,
+    table: Table,
+    order: Sequence[ColumnElement[Any]],
+    where: Sequence[ColumnElement[bool]],
+    *,
+    after: Key | None,
+    offset: int,
+    limit: int | None,
+) -> tuple[Sequence[Row[Any]], int]:
+    """A page of `table`'s rows matching `where`, ascending in `order` after the key `after` (or past
+    `offset` rows), at most `limit` (None: all), and how many match before paging (`count_capped`): a
+    list of an inventory (racks, domains) whose order is an index."""
+    total = await count_capped(conn, table, where)
+    stmt = (
+        select(table)
+        .where(*where, *after_key(order, after, descending=False))
+        .order_by(*order)
+        .offset(offset)
+    )
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return (await conn.execute(stmt)).all(), total
 
 
 def after_key(
