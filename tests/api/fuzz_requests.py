@@ -521,6 +521,7 @@ def requests_by_rpc(k: Known) -> dict[str, Strategy[Message]]:
             nvl_domain_id=maybe(ids(k.domain_ids)),
             pagination=maybe(pages()),
             ids=st.lists(rack_id, max_size=5) | st.integers(999, 1002).map(_many_ids),
+            view=enums([pb.RACK_VIEW_UNSPECIFIED, pb.RACK_VIEW_BASIC, pb.RACK_VIEW_FULL]),
         ),
         "DeleteRack": build(pb.DeleteRackRequest, id=rack_id),
         "AddComponents": build(

@@ -200,7 +200,9 @@ def test_racks_are_read_by_id_in_one_list_racks(flow: tuple[RecordingFlow, Rackf
         (
             "ListRacks",
             pb.ListRacksRequest(
-                ids=[pb.UUID(id=RACK_ID), pb.UUID(id=SCHEDULE_ID)], pagination=pb.Pagination(limit=2)
+                ids=[pb.UUID(id=RACK_ID), pb.UUID(id=SCHEDULE_ID)],
+                pagination=pb.Pagination(limit=2),
+                view=pb.RACK_VIEW_BASIC,  # names: not each rack's components
             ),
         )
     ]

@@ -223,6 +223,27 @@ async def test_list_racks_by_id_answers_those_racks_alone(stub: Stub) -> None:
     assert [r.name for r in (await stub.ListRacks(most)).racks] == ["r0"]  # a page's worth: 1,000
 
 
+async def test_the_basic_view_answers_racks_without_their_components(stub: Stub, db: Database) -> None:
+    """What a table naming racks asks for (the CLI's `racks_by_id`): a GB200 NVL72 rack has 36 components,
+    a page of 1,000 such racks 5 MB with them. Unset or FULL: every component, as before views existed."""
+    specs = [pb.ComponentSpec(type=COMPUTE, name=f"c{i}") for i in range(3)]
+    made = [await make_rack(stub, f"r{i}", *specs) for i in range(2)]
+    basic = await stub.ListRacks(pb.ListRacksRequest(view=pb.RACK_VIEW_BASIC))
+    assert [(r.name, r.id, len(r.components)) for r in basic.racks] == [
+        ("r0", made[0].id, 0),
+        ("r1", made[1].id, 0),
+    ]
+    for view in (pb.RACK_VIEW_UNSPECIFIED, pb.RACK_VIEW_FULL):
+        full = await stub.ListRacks(pb.ListRacksRequest(view=view))
+        assert list(full.racks) == made
+    by_id = await stub.ListRacks(pb.ListRacksRequest(ids=[made[1].id], view=pb.RACK_VIEW_BASIC))
+    assert [(r.name, len(r.components)) for r in by_id.racks] == [("r1", 0)]
+    bad = pb.ListRacksRequest(view=7)  # type: ignore[arg-type]
+    await refused(
+        db, stub.ListRacks(bad), grpc.StatusCode.INVALID_ARGUMENT, "^view: rack view 7 is not BASIC or FULL"
+    )
+
+
 async def test_list_racks_by_a_part_of_their_name(stub: Stub) -> None:
     """`name_contains` keeps the racks whose name holds the text, whatever its case, `%` and `_` taken
     literally; a page of them pages on as the whole list does, and other filters narrow it too."""

@@ -9,6 +9,7 @@ from grpc.aio import ServicerContext as Context
 
 from rackflow.api.convert import next_page_token, page_from, required_uuid, total_to, uuid_from
 from rackflow.api.convert.inventory import (
+    basic_rack_view_from,
     component_specs_from,
     components_into,
     domain_to,
@@ -62,6 +63,7 @@ class InventoryRpcs:
             page.after,
             ids=listed_ids_from(request.ids) or None,
             name_contains=request.name_contains,
+            with_components=not basic_rack_view_from(request.view),
         )
         total, capped = total_to(counted)
         return pb.ListRacksResponse(

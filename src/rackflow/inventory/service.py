@@ -156,10 +156,12 @@ class InventoryService:
         after: Sequence[Any] | None = None,
         ids: Collection[uuid.UUID] | None = None,
         name_contains: str = "",
+        with_components: bool = True,
     ) -> tuple[list[Rack], int]:
         """A page of racks, oldest first (after the `store.RACK_ORDER` key `after`), and how many match
         in all (counted up to LIST_COUNT_CAP, then more); of those among `ids` alone if given, and of those
-        whose name holds `name_contains`, whatever its case, if given."""
+        whose name holds `name_contains`, whatever its case, if given; without their components unless
+        `with_components`."""
         check_text(name_contains, "name_contains")  # no name holds control characters (nor NUL)
         async with self.db.read() as conn:
             if nvl_domain_id is not None and not await store.domains_by_column(conn, "id", [nvl_domain_id]):
@@ -172,6 +174,7 @@ class InventoryService:
                 after=after,
                 ids=ids,
                 name_contains=name_contains,
+                with_components=with_components,
             )
 
     async def names_holding(self, kind: str, text: str, limit: int) -> list[str]:

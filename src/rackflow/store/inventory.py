@@ -176,10 +176,12 @@ async def list_racks(
     after: Key | None = None,
     ids: Collection[uuid.UUID] | None = None,
     name_contains: str = "",
+    with_components: bool = True,
 ) -> tuple[list[Rack], int]:
-    """One page of racks (oldest first, with their components, after the key `after` of RACK_ORDER if
-    given), of those among `ids` alone if given (a page's worth: one IN list) and of those whose name holds
-    `name_contains` (`name_holds`) if given, and the total before paging (`paging.count_capped`)."""
+    """One page of racks (oldest first, with their components unless not `with_components`, after the key
+    `after` of RACK_ORDER if given), of those among `ids` alone if given (a page's worth: one IN list) and
+    of those whose name holds `name_contains` (`name_holds`) if given, and the total before paging
+    (`paging.count_capped`)."""
     where: list[ColumnElement[bool]] = []
     if nvl_domain_id is not None:
         where.append(racks.c.nvl_domain_id == nvl_domain_id)
@@ -188,6 +190,8 @@ async def list_racks(
     if name_contains:
         where.append(name_holds(racks, name_contains))
     rows, total = await page_of(conn, racks, RACK_ORDER, where, after=after, offset=offset, limit=limit)
+    if not with_components:
+        return [_rack_from(row, []) for row in rows], total
     by_rack = await components_by_rack(conn, [row.id for row in rows])
     return [_rack_from(row, by_rack[row.id]) for row in rows], total
 

@@ -119,3 +119,10 @@ def uuids_from(msgs: Sequence[pb.UUID], field: str) -> list[uuid.UUID]:
 def _check_count(count: int, field: str, limit: int) -> None:
     if count > limit:
         raise InvalidArgument(f"{field}: at most {limit} per request, got {count}")
+
+
+def basic_rack_view_from(value: int, field: str = "view") -> bool:
+    """Whether a ListRacks asks for its racks without their components (unset: FULL, as before views)."""
+    if value not in (pb.RACK_VIEW_UNSPECIFIED, pb.RACK_VIEW_BASIC, pb.RACK_VIEW_FULL):
+        raise InvalidArgument(f"{field}: rack view {value} is not BASIC or FULL")
+    return value == pb.RACK_VIEW_BASIC
