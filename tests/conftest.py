@@ -66,10 +66,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if structured is not None:
             item._id = type(structured).parse(f"{item.nodeid}@{group}")
         if not item.nodeid.endswith(f"@{group}"):
-            raise pytest.UsageError(
-                f"{item.nodeid}: neither pytest-xdist nor tests/conftest.py could mark it with its group"
-                f" {group!r}; without the mark `--dist loadgroup` would split the group over the workers"
-            )
+            raise pytest.UsageError(f"{item.nodeid}: cannot put it in its xdist group {group!r}")
 
 
 def _pg_unreachable(reason: str) -> None:
