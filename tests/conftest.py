@@ -37,38 +37,6 @@ def postgres_admin_url() -> str:
     return os.environ.get("RACKFLOW_TEST_POSTGRES_URL", DEFAULT_PG)
 
 
-def xdist_group(item: pytest.Item) -> str | None:
-    """The group `--dist loadgroup` runs `item` in, named as pytest-xdist names it (its `xdist_group` marks'
-    names, sorted and joined by "_"), or None."""
-    names = {
-        str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-        for m in item.iter_markers("xdist_group")
-    }
-    return "_".join(sorted(names)) if names else None
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the `xdist_group` marks honoured on an xdist worker under `--dist loadgroup`. pytest-xdist tells
-    its scheduler a test's group by a suffix of the test's id ("…::test@group"), which it writes to the
-    item's `_nodeid`; pytest 9.2 keeps a structured id (`_id`) and no longer reads `_nodeid`, so every
-    group was silently split over the workers (pytest-xdist issue 1386): a module's servers and Chromium
-    started once per worker, and the heavy PostgreSQL modules ran side by side (docs/PERFORMANCE.md, "The
-    suite's time"). Here the suffix is written where this pytest reads it, and a run that cannot group
-    stops rather than run ungrouped."""
-    if not getattr(config.option, "loadgroup", False):  # set by pytest-xdist on its workers only
-        return
-    for item in items:
-        group = xdist_group(item)
-        if group is None or item.nodeid.endswith(f"@{group}"):
-            continue
-        structured = getattr(item, "_id", None)
-        if structured is not None:
-            item._id = type(structured).parse(f"{item.nodeid}@{group}")
-        if not item.nodeid.endswith(f"@{group}"):
-            raise pytest.UsageError(f"{item.nodeid}: cannot put it in its xdist group {group!r}")
-
-
 def _pg_unreachable(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"PostgreSQL tests cannot run under CI: {reason}", pytrace=False)
