@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Self, TypedDict, TypeVar, Unpack, cast
+from typing import Protocol, Self, TypedDict, TypeVar, Unpack, cast
 
 import grpc
 from google.protobuf.empty_pb2 import Empty
@@ -388,6 +388,25 @@ def _page(offset: int, limit: int, page_token: str) -> pb.Pagination | None:
     return pb.Pagination(offset=offset, limit=limit, page_token=page_token)
 
 
+class _Paged(Protocol):
+    next_page_token: str
+
+
+_P = TypeVar("_P", bound=_Paged)
+
+
+def _pages(ask: Callable[[str], _P]) -> Iterator[_P]:
+    """Each page of a list, `ask`ed with the token of the page before it (first ""), until one has none
+    (an older server that answers a list whole answers it with none: one page)."""
+    token = ""
+    while True:
+        page = ask(token)
+        yield page
+        token = page.next_page_token
+        if not token:
+            return
+
+
 class RackflowClient:
     """Synchronous client; use as a context manager or call `close()`."""
 
@@ -564,13 +583,8 @@ class RackflowClient:
         """Every rack, read a page at a time: the whole list in one answer passed gRPC's 4 MiB message
         limit at about 20,000 racks (RESOURCE_EXHAUSTED), and every command that showed racks by name
         failed there. A rack named on the command line is one GetRack by name (`resolve_rack_id`)."""
-        token = ""
-        while True:
-            page = self.list_racks(limit=NAME_SEARCH_PAGE, page_token=token)
+        for page in _pages(lambda token: self.list_racks(limit=NAME_SEARCH_PAGE, page_token=token)):
             yield from page.racks
-            token = page.next_page_token
-            if not token:
-                return
 
     def delete_rack(self, rack: str) -> None:
         self._call(self._stub.DeleteRack, pb.DeleteRackRequest(id=self._rack_ref(rack)), Empty)
@@ -610,13 +624,8 @@ class RackflowClient:
     def all_domains(self) -> Iterator[pb.NVLDomain]:
         """Every domain, read a page at a time (a fleet of NVL72 racks has a domain a rack: 40,000 of them
         in one answer pass gRPC's 4 MiB). A server of a release before pages answers them all at once."""
-        token = ""
-        while True:
-            page = self.list_domains(limit=NAME_SEARCH_PAGE, page_token=token)
+        for page in _pages(lambda token: self.list_domains(limit=NAME_SEARCH_PAGE, page_token=token)):
             yield from page.domains
-            token = page.next_page_token
-            if not token:
-                return
 
     def get_domain(self, domain: str) -> pb.NVLDomain:
         """The NVLink domain of that id or name (an id wins when a name looks like one): the API has no

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -439,17 +439,20 @@ async def _ids_by_column(
 
 
 async def rack_ids_by_domain(
-    conn: AsyncConnection, domain_ids: Collection[uuid.UUID]
-) -> dict[uuid.UUID, list[uuid.UUID]]:
-    """The racks of each domain, oldest first; a domain without racks maps to []."""
-    by_domain: dict[uuid.UUID, list[uuid.UUID]] = {domain_id: [] for domain_id in domain_ids}
-    for chunk in chunked(by_domain):
-        stmt = (
-            select(racks.c.id, racks.c.nvl_domain_id)
-            .where(racks.c.nvl_domain_id.in_(chunk))
-            .order_by(*RACK_ORDER)
-        )
-        for row in await conn.execute(stmt):
+    conn: AsyncConnection, domain_ids: Collection[uuid.UUID] | None
+) -> defaultdict[uuid.UUID, list[uuid.UUID]]:
+    """The racks of each domain, oldest first; a domain without racks maps to []. None: of every domain,
+    in one read of the racks that have one (the whole list), not a statement per thousand domains."""
+    by_domain: defaultdict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+    domain = racks.c.nvl_domain_id
+    reads = (
+        [domain.is_not(None)]
+        if domain_ids is None
+        else [domain.in_(chunk) for chunk in chunked(set(domain_ids))]
+    )
+    stmt = select(racks.c.id, domain).order_by(*RACK_ORDER)
+    for within in reads:
+        for row in await conn.execute(stmt.where(within)):
             by_domain[row.nvl_domain_id].append(row.id)
     return by_domain
 
@@ -483,26 +486,10 @@ async def list_domains(
     rows, total = await page_of(
         conn, nvl_domains, DOMAIN_ORDER, where, after=after, offset=offset, limit=limit
     )
-    if not where and after is None and not offset and limit is None:
-        by_domain: Mapping[uuid.UUID, list[uuid.UUID]] = await _racks_in_domains(conn)
-    else:
-        by_domain = await rack_ids_by_domain(conn, [row.id for row in rows])
+    whole = not where and after is None and not offset and limit is None
+    by_domain = await rack_ids_by_domain(conn, None if whole else [row.id for row in rows])
     found = [
         NVLDomain(id=row.id, name=row.name, rack_ids=tuple(by_domain[row.id]), created_at=row.created_at)
         for row in rows
     ]
     return found, total
-
-
-async def _racks_in_domains(conn: AsyncConnection) -> defaultdict[uuid.UUID, list[uuid.UUID]]:
-    """Every rack that has a domain, by domain, oldest first: one read for the whole list, where asking by
-    its domains' ids took a statement per thousand domains."""
-    by_domain: defaultdict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
-    stmt = (
-        select(racks.c.id, racks.c.nvl_domain_id)
-        .where(racks.c.nvl_domain_id.is_not(None))
-        .order_by(*RACK_ORDER)
-    )
-    for row in await conn.execute(stmt):
-        by_domain[row.nvl_domain_id].append(row.id)
-    return by_domain
