@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ from sqlalchemy import func, select
 from rackflow.clock import Clock, FakeClock
 from rackflow.domain.audit import EventFilter
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
+from rackflow.domain.schedules import Pause
 from rackflow.domain.tasks import TaskStatus
 from rackflow.schedules import firing
 from rackflow.schedules import service as schedule_service
@@ -308,6 +310,84 @@ async def test_a_firmware_schedule_past_its_end_time_fires_nothing_and_is_paused
         await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
     ).total == 2
     assert await _paused_events(services) == 1
+
+
+def _pause_until(schedule: pb.TaskSchedule, resume_at: datetime) -> pb.PauseTaskScheduleRequest:
+    request = pb.PauseTaskScheduleRequest(id=schedule.id, reason="rack move")
+    request.resume_at.FromDatetime(resume_at)
+    return request
+
+
+async def test_a_pause_of_a_firmware_schedule_may_not_end_past_its_end_time(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    """Resumed then, the schedule's next firing could only be skipped and pause it again (a second
+    notification for nothing): a resume_at at or past the end_time, or one whose next firing would be, is
+    refused, writing nothing; one whose next firing is still inside the window is not."""
+    schedule = await stub.CreateTaskSchedule(firmware_until(START + timedelta(minutes=90)))
+    window_end = "its firmware window's end at 2026-03-02T13:30:00Z (its upgrade's end_time)"
+    for resume_at, refusal in (
+        (START + timedelta(hours=2), f"{window_end} is not after 2026-03-02T14:00:00Z"),
+        (START + timedelta(minutes=90), f"{window_end} is not after 2026-03-02T13:30:00Z"),  # the end itself
+        (
+            START + timedelta(minutes=40),  # its next firing is an hour after the resume: past the end
+            "its next firing once resumed at 2026-03-02T12:40:00Z would be at 2026-03-02T13:40:00Z, not "
+            f"before {window_end}",
+        ),
+    ):
+        await expect(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"resume_at: {refusal}, so every firing's upgrade would be too late to start",
+            stub.PauseTaskSchedule(_pause_until(schedule, resume_at)),
+        )
+    assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == schedule
+    paused = await stub.PauseTaskSchedule(_pause_until(schedule, START + timedelta(minutes=20)))
+    assert when(paused.resume_at) == START + timedelta(minutes=20)  # resumed, it fires at 13:20
+
+
+async def test_a_pause_that_ends_past_a_firmware_schedules_end_time_keeps_it_paused_once(
+    stub: FlowStub, services: Services, racks: list[Rack]
+) -> None:
+    """A pause with such a resume_at made before it was refused does not resume the schedule at its end
+    (its next firing would only be skipped, and pause it again: two notifications for nothing): the
+    schedule stays paused, by rackflow, saying why, without the end; audited and notified once."""
+    assert isinstance(services.clock, FakeClock)
+    schedule = await stub.CreateTaskSchedule(firmware_until(START + timedelta(minutes=90)))
+    async with services.db.transaction() as conn:  # as an earlier release let an operator pause it
+        stored = await schedule_store.get_schedule(conn, uuid.UUID(schedule.id.id))
+        assert stored is not None
+        pause = Pause("rack move", "ann", START, resume_at=START + timedelta(hours=2))
+        await schedule_store.save_schedule(conn, replace(stored, enabled=False, pause=pause))
+    dispatcher = Dispatcher(services.schedules, services.audit)
+    services.clock.advance(timedelta(hours=2))
+
+    await dispatcher.resume_ended_pauses()
+
+    kept = await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id))
+    assert not kept.enabled and not kept.HasField("resume_at")
+    assert kept.paused_by == "rackflow"
+    assert kept.pause_reason.startswith(
+        "its pause ended at 2026-03-02T14:00:00Z: its firmware window's end at 2026-03-02T13:30:00Z (its "
+        "upgrade's end_time) is not after 2026-03-02T14:00:00Z, so it stays paused"
+    )
+    (event,), _ = await services.audit.list_events(
+        EventFilter(method="PauseTaskSchedule"), offset=0, limit=10
+    )
+    assert (event.principal, event.target_ids) == ("rackflow", (schedule.id.id,))
+    assert event.request["reason"] == kept.pause_reason
+    assert event.request["pause_ended"]["by"] == "ann"
+    assert (await services.audit.list_events(EventFilter(method="ResumeTaskSchedule"), offset=0, limit=10))[
+        0
+    ] == []
+    assert await _paused_events(services) == 1
+    services.clock.advance(timedelta(hours=1))
+    await dispatcher.resume_ended_pauses()
+    assert await dispatcher.poll_once() == 0
+    assert await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id)) == kept
+    assert await _paused_events(services) == 1
+    assert (
+        await stub.ListTaskScheduleRuns(pb.ListTaskScheduleRunsRequest(schedule_id=schedule.id))
+    ).total == 0
 
 
 async def test_a_firmware_schedule_by_version_without_an_image_uri_is_refused_on_redfish(

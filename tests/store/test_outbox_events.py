@@ -127,7 +127,7 @@ async def test_a_pause_that_ends_records_the_resume(db: Database) -> None:
         schedule.id, reason="change freeze", resume_at=env.clock.now() + timedelta(seconds=1)
     )
     env.clock.advance(timedelta(seconds=2))
-    assert len(await env.services.schedules.resume_ended_pauses()) == 1
+    assert len((await env.services.schedules.resume_ended_pauses()).resumed) == 1
     (resumed,) = await _events(env)
     assert (resumed.type, resumed.schedule_name, resumed.reason) == (
         EventType.SCHEDULE_RESUMED,

@@ -94,7 +94,7 @@ async def test_ended_pauses_resume_and_others_stay(env: Env) -> None:
     )
     await _set_resume_at(env, ended, PAST)
 
-    resumed = await env.services.schedules.resume_ended_pauses()
+    resumed = (await env.services.schedules.resume_ended_pauses()).resumed
 
     assert [(s.name, p.reason) for s, p in resumed] == [("ended", "a")]
     now = resumed[0][0].updated_at  # the database's clock (`Database.now`): what decides what is due
@@ -103,7 +103,7 @@ async def test_ended_pauses_resume_and_others_stay(env: Env) -> None:
     assert after.next_run_at == now + timedelta(hours=1)  # restarts from the resumption, as Resume would
     assert (await env.services.schedules.get(later.id)).pause == later.pause
     assert (await env.services.schedules.get(forever.id)).pause == forever.pause
-    assert await env.services.schedules.resume_ended_pauses() == []  # once only
+    assert (await env.services.schedules.resume_ended_pauses()).resumed == []  # once only
 
 
 async def test_a_one_time_schedule_consumed_while_paused_only_forgets_its_pause(env: Env) -> None:
@@ -113,7 +113,7 @@ async def test_a_one_time_schedule_consumed_while_paused_only_forgets_its_pause(
     await env.services.schedules.trigger(schedule.id)  # fires it by hand: consumed
     await _set_resume_at(env, replace(paused, next_run_at=None), PAST)
 
-    (resumed, _pause), *_ = await env.services.schedules.resume_ended_pauses()
+    (resumed, _pause), *_ = (await env.services.schedules.resume_ended_pauses()).resumed
 
     assert resumed.is_consumed and not resumed.enabled and resumed.pause is None
     with pytest.raises(FailedPrecondition):

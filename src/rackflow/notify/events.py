@@ -255,6 +255,22 @@ def pauses_ended(resumed: Iterable[tuple[Schedule, Pause]], at: datetime) -> lis
     ]
 
 
+def kept_paused(kept: Iterable[tuple[Schedule, Pause]], at: datetime) -> list[Event]:
+    """Schedules whose pause ended but which rackflow kept paused, its reason saying why: resumed, they
+    could only skip their firings (their firmware window, `schedules.service.kept_paused`)."""
+    return [
+        _event(
+            EventType.SCHEDULE_PAUSED,
+            at,
+            "schedule kept paused at its pause's end: its firmware window ends first",
+            reason=schedule.pause.reason if schedule.pause is not None else "",
+            schedule_id=schedule.id,
+            payload={"paused_by": pause.by},
+        )
+        for schedule, pause in kept
+    ]
+
+
 def held_too_long(held: Held, threshold: timedelta, at: datetime) -> Event:
     """A start gate has held a task since `held.held_since`, longer than `threshold`; keyed by the task, the
     gate and that time, so each hold is reported once, however many instances find it."""

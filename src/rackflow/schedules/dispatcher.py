@@ -347,8 +347,11 @@ class Dispatcher:
 
     async def resume_ended_pauses(self) -> None:
         """Resume the schedules whose pause has reached its `resume_at`, each recorded in the audit trail
-        as a ResumeTaskSchedule by rackflow itself, with the pause that ended."""
-        for schedule, pause in await self.schedules.resume_ended_pauses():
+        as a ResumeTaskSchedule by rackflow itself, with the pause that ended; one kept paused instead (its
+        firmware window: `schedules.service.kept_paused`) as a PauseTaskSchedule by rackflow, with its
+        reason and the pause that ended."""
+        ended = await self.schedules.resume_ended_pauses()
+        for schedule, pause in ended.resumed:
             log.info("resumed schedule %r: its pause ended at %s", schedule.name, pause.resume_at)
             await self.audit.record(
                 principal=SYSTEM_PRINCIPAL,
@@ -356,6 +359,23 @@ class Dispatcher:
                 target_ids=[str(schedule.id)],
                 outcome=OK,
                 request={"id": str(schedule.id), "pause_ended": pause_to_json(pause)},
+                schedule_id=schedule.id,
+            )
+        for schedule, pause in ended.kept:
+            assert schedule.pause is not None  # kept paused, saying why
+            log.warning(
+                "schedule %r not resumed at its pause's end: %s", schedule.name, schedule.pause.reason
+            )
+            await self.audit.record(
+                principal=SYSTEM_PRINCIPAL,
+                method="PauseTaskSchedule",
+                target_ids=[str(schedule.id)],
+                outcome=OK,
+                request={
+                    "id": str(schedule.id),
+                    "reason": schedule.pause.reason,
+                    "pause_ended": pause_to_json(pause),
+                },
                 schedule_id=schedule.id,
             )
 

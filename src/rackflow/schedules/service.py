@@ -10,7 +10,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -163,6 +163,15 @@ class Triggered:
 
 
 @dataclass(frozen=True)
+class PausesEnded:
+    """What `ScheduleService.resume_ended_pauses` did, each schedule with the pause that ended, for the
+    audit trail: `resumed`, or `kept` paused by rackflow (`kept_paused`: resumed, it could only skip)."""
+
+    resumed: list[tuple[Schedule, Pause]] = field(default_factory=list)
+    kept: list[tuple[Schedule, Pause]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class PlannedScope:
     """One scope of a previewed firing: what the planner makes it do (None: the schedule is paused)."""
 
@@ -307,6 +316,46 @@ def _after_its_window(schedule: Schedule, field: str, next_firing: str) -> str:
         f"{format_rfc3339(end)}, so every firing's upgrade would be too late to start and be skipped; "
         "give a later end_time, or none"
     )
+
+
+def too_late_to_resume(schedule: Schedule, at: datetime) -> str | None:
+    """Why `schedule`, resumed at `at`, could only skip its firings (`domain.firing.window_ended_reason`:
+    their tasks would fail unrun): its operation's window (a firmware upgrade's end_time) ends by then, or
+    its next firing once resumed then would come at or past that end; None when it may resume then. A
+    pause's `resume_at` is refused by it (`ScheduleService.pause`), and a pause whose end it refuses all
+    the same (one made before that) ends without resuming (`ScheduleService.resume_ended_pauses`)."""
+    end = schedule.operation.window_end
+    if end is None:
+        return None
+    window = f"its firmware window's end at {format_rfc3339(end)} (its upgrade's end_time)"
+    if schedule.operation.window_over(at):
+        return f"{window} is not after {format_rfc3339(at)}"
+    after = resumed(schedule, at)
+    if after.fires_after_its_window:
+        assert after.next_run_at is not None
+        return (
+            f"its next firing once resumed at {format_rfc3339(at)} would be at "
+            f"{format_rfc3339(after.next_run_at)}, not before {window}"
+        )
+    return None
+
+
+_SKIPPED_ALL = "so every firing's upgrade would be too late to start and be skipped"
+
+
+def kept_paused(schedule: Schedule, pause: Pause, now: datetime) -> Schedule | None:
+    """The schedule whose pause ended at `now`, kept paused by rackflow with why as its reason, its end
+    dropped, when resuming it then could only skip its firings (`too_late_to_resume`): resumed, its next
+    firing would skip and pause it again, a second notification for nothing. None: it resumes."""
+    why = too_late_to_resume(schedule, now)
+    if why is None:
+        return None
+    reason = (
+        f"its pause ended at {format_rfc3339(now)}: {why}, so it stays paused: every firing's upgrade would "
+        "be too late to start and be skipped; create a new schedule with a later end_time"
+    )
+    kept = Pause(reason=reason, by=SYSTEM_PRINCIPAL, at=pause.at)
+    return replace(schedule, enabled=False, pause=kept, updated_at=now)
 
 
 def _past_its_window(schedule: Schedule, now: datetime, refused: str, firings: str) -> FailedPrecondition:
@@ -614,6 +663,10 @@ class ScheduleService:
             schedule = await self._load(conn, schedule_id, lock=True)
             if schedule.is_consumed:
                 raise _consumed(schedule, "pause")
+            if resume_at is not None and (why := too_late_to_resume(schedule, resume_at)) is not None:
+                raise FailedPrecondition(
+                    f"resume_at: {why}, {_SKIPPED_ALL}; give an earlier resume_at, or none"
+                )
             if not schedule.enabled and not (reason or resume_at):
                 return schedule
             since = schedule.pause.at if schedule.pause is not None and not schedule.enabled else now
@@ -646,19 +699,29 @@ class ScheduleService:
             await self._announce(conn, schedule)
         return schedule
 
-    async def resume_ended_pauses(self) -> list[tuple[Schedule, Pause]]:
+    async def resume_ended_pauses(self) -> PausesEnded:
         """Resume every paused schedule whose `resume_at` has come (up to PAUSES_ENDED_PER_POLL), as
         ResumeTaskSchedule would, on the database's clock; returns each with the pause that ended, for the
-        audit trail. Called by the dispatcher of every instance; SKIP LOCKED shares the rows out."""
-        ended: list[tuple[Schedule, Pause]] = []
+        audit trail. Called by the dispatcher of every instance; SKIP LOCKED shares the rows out.
+
+        One that resumed then could only skip its firings (its firmware window: `kept_paused`), as a resume
+        by hand is refused, is kept paused by rackflow instead, saying why, with one `schedule.paused`
+        event (`PausesEnded.kept`)."""
+        ended = PausesEnded()
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)
             for schedule in await store.claim_pauses_ended(self.db, conn, now, PAUSES_ENDED_PER_POLL):
                 assert schedule.pause is not None  # only paused schedules have a resume_at
-                ended.append((resumed(schedule, now), schedule.pause))
-                await store.save_schedule(conn, ended[-1][0])
-                await self._announce(conn, ended[-1][0])
-            await outbox.record_events(conn, events.pauses_ended(ended, now))
+                kept = kept_paused(schedule, schedule.pause, now)
+                if kept is not None:
+                    ended.kept.append((kept, schedule.pause))
+                    await store.save_schedule(conn, kept)
+                    continue
+                ended.resumed.append((resumed(schedule, now), schedule.pause))
+                await store.save_schedule(conn, ended.resumed[-1][0])
+                await self._announce(conn, ended.resumed[-1][0])
+            await outbox.record_events(conn, events.pauses_ended(ended.resumed, now))
+            await outbox.record_events(conn, events.kept_paused(ended.kept, now))
         return ended
 
     async def pause_failing(
