@@ -27,7 +27,7 @@ from rackflow.domain.inventory import Rack
 from rackflow.domain.notifications import Event, EventType
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
-from rackflow.domain.tasks import QueueOptions, Task, TaskStatus
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind, WindowPolicy
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from rackflow.rollouts.service import RunReport
@@ -601,3 +601,39 @@ async def test_runs_no_one_approved_neither_count_towards_nor_break_a_failing_st
     ((paused, runs),) = await env.services.schedules.pause_failing()
     assert paused.id == schedule.id and not paused.enabled
     assert sorted(r.run_id for r in runs) == sorted([first, last])
+
+
+async def test_a_run_is_not_approved_once_its_firmware_window_has_ended(db: Database) -> None:
+    """Approved then, each of its tasks could only fail unrun at its claim (a rollout's, wave after wave):
+    the approval is refused as a trigger then is, writing nothing; a rejection still ends the run."""
+    env = _env(db)
+    end = env.clock.now() + timedelta(minutes=90)
+    upgrade = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=end)
+    schedule = await env.services.schedules.create(
+        name="fw",
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=upgrade,
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(await env.rack("r1"), await env.rack("r2")),
+        approval=ApprovalPolicy(FOUR_HOURS, 1),
+    )
+    assert await env.services.schedules.trigger(schedule.id) == []
+    (waiting,) = await _runs(env, schedule)
+    env.clock.advance(timedelta(minutes=90))
+
+    with pytest.raises(
+        FailedPrecondition,
+        match=f"^id: run {waiting.run.id} cannot be approved: its firmware window ended at "
+        f"{format_rfc3339(end)} \\(its upgrade's end_time\\)",
+    ):
+        await env.services.approvals.approve(waiting.run.id, "go")
+
+    (still,) = await _runs(env, schedule)
+    assert still.run == waiting.run
+    assert await _tasks(env, schedule) == []
+    assert [e.type for e in await _events(env)] == [EventType.RUN_AWAITING_APPROVAL]
+    with caller("ann"):
+        rejected = await env.services.approvals.reject(waiting.run.id, "too late")
+    assert rejected.run.state == "rejected"

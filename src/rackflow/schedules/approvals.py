@@ -5,7 +5,8 @@ A firing of a schedule with an approval policy is recorded "awaiting_approval" w
 a conditional UPDATE ... WHERE state = 'awaiting_approval' (`store.runs.decide_awaiting`), so of two
 instances or two approvers deciding at once exactly one does:
 
-- `approve`: the caller's approval is added (the rules of `domain.approvals.check_approver`: the two-person
+- `approve`: refused once the run's firmware window (its upgrade's end_time) has ended, as a trigger then
+  is; else the caller's approval is added (the rules of `domain.approvals.check_approver`: the two-person
   rule, one approval per principal); with enough of them the run becomes "running" (or "rolling") and, once
   that committed, the firing rebuilt from its frozen plan (`domain.firing.approved_firing`) takes the same
   path as any other (`ScheduleService.fire`: phases 2 and 3, or the rollout's first step). Tasks carry the
@@ -40,7 +41,7 @@ from rackflow.domain.approvals import (
     describe_expiry,
     with_approver,
 )
-from rackflow.domain.firing import Firing, approved_firing
+from rackflow.domain.firing import Firing, approved_firing, window_ended_reason
 from rackflow.domain.schedules import Run, RunState, Schedule, ScopeOutcome
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from rackflow.notify import events
@@ -112,6 +113,18 @@ class ApprovalService:
         assert schedule is not None  # runs are deleted with their schedule
         return schedule
 
+    async def _within_its_window(self, conn: AsyncConnection, run: Run, schedule: Schedule) -> None:
+        """Refuse to approve a run once its operation's own window has ended (a firmware upgrade's
+        end_time, on the database's clock): each task it started would fail unrun at its claim, a rollout's
+        wave after wave, so it is refused as a trigger then is (`domain.firing.window_ended_reason`),
+        writing nothing; the run still awaits a rejection, or its expiry."""
+        end = schedule.operation.window_end
+        if end is not None and schedule.operation.window_over(await self.db.now(conn)):
+            raise FailedPrecondition(
+                f"id: run {run.id} cannot be approved: {window_ended_reason(end)}; reject it (or let it "
+                "expire)"
+            )
+
     async def approve(self, run_id: uuid.UUID, comment: str = "") -> RunReport:
         """The caller approves the run; with enough approvers it starts, exactly once (see the module). Its
         schedule deleted between this approval's commit and the run's submit: NotFound saying so
@@ -128,6 +141,7 @@ class ApprovalService:
             async with self.db.transaction() as conn:
                 run = await self._run(conn, run_id)
                 schedule = await self._awaiting(conn, run, "approved")
+                await self._within_its_window(conn, run, schedule)
                 assert run.approval is not None
                 check_approver(
                     run.approval, principal, schedule.last_edited_by, identified=caller_identified()
