@@ -75,8 +75,9 @@ ERROR_ROWS = {
     "is applied); a component's external id, or BMC resource, that another component has (in any rack).",
     "FAILED_PRECONDITION": "The current state forbids the request: pausing, resuming or triggering a "
     "consumed one-time schedule; a new spec for, a resume of or a trigger of a schedule whose firmware "
-    "upgrade's end_time has passed, and an approval of its run awaiting approval then; a pause's resume_at "
-    "at or past that end_time (or whose next firing once resumed then would be); "
+    "upgrade's end_time has passed, an approval of its run awaiting approval then, or a resume of its "
+    "rollout halted then; a pause's resume_at at or past that end_time (or whose next firing once resumed "
+    "then would be); "
     "an operation this server's backend cannot carry out on any rack (an upgrade by version on the redfish "
     "backend without RACKFLOW_REDFISH_IMAGE_URI, [REDFISH.md](REDFISH.md)), submitted or in a new schedule; "
     "removing a schedule's last scope; merging component filters of different "

@@ -22,7 +22,7 @@ from rackflow.domain.inventory import Rack
 from rackflow.domain.notifications import Event, EventType
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
-from rackflow.domain.tasks import QueueOptions, Task, TaskStatus
+from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from rackflow.rollouts.driver import RolloutDriver
 from rackflow.rollouts.service import RunReport, Step
@@ -34,7 +34,7 @@ from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
-from tests.store.schedules_support import HOURLY, POWER_OFF, Env, make_env, rack_target
+from tests.store.schedules_support import HOURLY, POWER_OFF, START, Env, make_env, rack_target
 
 pytestmark = pytest.mark.asyncio
 
@@ -458,6 +458,68 @@ async def test_resume_counts_failures_from_zero_and_cancel_ends_the_run(db: Data
     # The next firing rolls out again.
     await env.services.schedules.resume(schedule.id)
     assert len(await env.services.schedules.trigger(schedule.id)) == 1
+
+
+async def test_a_rollout_starts_no_wave_at_or_past_its_firmware_window_s_end(db: Database) -> None:
+    """A wave started then would only fail unrun at its claim: at the end_time the rollout halts instead,
+    saying why, its racks not started "not_started", a task submitted and not begun held by the halt,
+    running ones left to finish; its schedule paused by rackflow, audited and notified as any halt; a
+    resume is refused (the end cannot move), a cancel ends it."""
+    env = make_env(db)
+    racks = await _racks(env, 5)
+    end = START + timedelta(minutes=70)
+    schedule = await env.services.schedules.create(
+        name="fw",
+        spec=HOURLY,
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=end),
+        queue=QueueOptions(),
+        description="",
+        target=rack_target(*racks),
+        rollout=RolloutPolicy(max_concurrent_racks=3),
+    )
+    assert len(await env.services.schedules.trigger(schedule.id)) == 3
+    env.clock.advance(timedelta(minutes=20))
+    await _end(env, (await _active(env, schedule))[:1])
+    assert len((await env.services.rollouts.advance()).task_ids) == 1  # within the window: goes on
+    running, ending, unbegun = await _active(env, schedule)
+    async with env.db.transaction() as conn:
+        await task_store.set_status(conn, [running.id], TaskStatus.RUNNING, now=env.clock.now())
+    env.clock.advance(timedelta(minutes=50))  # the end itself: the window is half-open
+    await _end(env, [ending])  # room for the last rack
+
+    assert (await env.services.rollouts.advance()).task_ids == ()
+
+    report = await _run(env, schedule)
+    reason = (
+        "rollout halted: its firmware window ended at 2026-03-02T13:10:00Z (its upgrade's end_time): no wave "
+        "starts at or after it, as each of its tasks would fail unrun"
+    )
+    assert report.run.state == "halted" and report.run.reason.startswith(reason)
+    assert [o.outcome for o in report.run.outcomes] == [*["submitted"] * 4, "not_started"]
+    assert len(await _tasks(env, schedule)) == 4
+    assert report.task_statuses[running.id] is TaskStatus.RUNNING  # it finishes
+    assert report.holds[unbegun.id][0] == "rollout"  # the halt holds it, saying why
+    paused = await env.services.schedules.get(schedule.id)
+    assert not paused.enabled and paused.pause is not None
+    assert (paused.pause.by, paused.pause.reason) == ("rackflow", report.run.reason)
+    (event,), _ = await env.services.audit.list_events(EventFilter(method="PauseTaskSchedule"))
+    assert (event.principal, event.request["reason"]) == ("rackflow", report.run.reason)
+    assert str(report.run.id) in event.target_ids
+    kinds = (EventType.RUN_HALTED, EventType.SCHEDULE_PAUSED)
+    halted = {(e.type, e.reason) for e in await _events(env) if e.type in kinds}
+    assert halted == {(kind, report.run.reason) for kind in kinds}
+    with pytest.raises(
+        FailedPrecondition,
+        match=f"^id: run {report.run.id} cannot be resumed: its firmware window ended at "
+        "2026-03-02T13:10:00Z \\(its upgrade's end_time\\)",
+    ):
+        await env.services.rollouts.resume(report.run.id)
+    assert (await _run(env, schedule)).run == report.run
+    cancelled = await env.services.rollouts.cancel(report.run.id)
+    assert cancelled.run.state == "cancelled" and cancelled.task_statuses[unbegun.id] is TaskStatus.TERMINATED
+    await env.services.rollouts.advance()
+    assert len(await _tasks(env, schedule)) == 4  # nothing more started
 
 
 async def test_bad_run_ids_and_plain_runs_are_refused(db: Database) -> None:

@@ -126,6 +126,37 @@ def test_done_only_when_nothing_is_pending_or_active_and_over_its_limit_then_not
     )
 
 
+def test_no_wave_starts_at_or_past_its_firmware_window_s_end() -> None:
+    """Rule 0: the window is half-open, so at its end the run halts while anything waits to start (a
+    pending scope, or a task submitted and not begun, which the halt holds), whatever the caps or the
+    failures say; with nothing left to start, it ends as it would have."""
+    end = NOW + timedelta(minutes=30)
+    reason = (
+        "rollout halted: its firmware window ended at 2026-12-01T12:30:00Z (its upgrade's end_time): no wave "
+        "starts at or after it"
+    )
+    pending = [scope("a", Phase.SUCCEEDED), scope("b"), scope("c")]
+    assert started(
+        decide(RolloutPolicy(), pending, now=end - timedelta(seconds=1), window_end=end), *pending
+    ) == [
+        "b",
+        "c",
+    ]
+    for now in (end, end + timedelta(days=1)):
+        halt = decide(RolloutPolicy(), pending, now=now, window_end=end).halt
+        assert halt is not None and halt.startswith(reason)
+    failed = [scope("a", Phase.FAILED), scope("b")]
+    halt = decide(RolloutPolicy(halt_after_failures=1), failed, now=end, window_end=end).halt
+    assert halt is not None and halt.startswith(reason)  # the end, which no resume can move, first
+    unbegun = [scope("a", Phase.SUCCEEDED), replace(scope("b", Phase.ACTIVE), unbegun=True)]
+    halt = decide(RolloutPolicy(), unbegun, now=end, window_end=end).halt
+    assert halt is not None and halt.startswith(reason)
+    running = [scope("a", Phase.SUCCEEDED), scope("b", Phase.ACTIVE)]
+    assert decide(RolloutPolicy(), running, now=end, window_end=end) == Decision()  # it finishes
+    ended = [scope("a", Phase.SUCCEEDED), scope("b", Phase.FAILED)]
+    assert decide(RolloutPolicy(), ended, now=end, window_end=end) == Decision(done=True)
+
+
 def test_the_policy_round_trips_through_json() -> None:
     policy = RolloutPolicy(3, 1, 2, timedelta(minutes=15), 2, 12.5, False)
     assert RolloutPolicy.from_json(policy.to_json()) == policy

@@ -19,6 +19,10 @@ The rule, in order:
 2. Canaries (the first `canary_racks` scopes) go first and alone. A failed canary halts the run; the rest
    start only once every canary ended and none failed, and `bake_time` after the last canary finished.
    A resumed run has passed its canary gate (the operator looked and said go).
+0. Before the above: once its operation's own window has ended (`window_end`: a firmware upgrade's
+   end_time, the window half-open) while scopes still wait to start, the run halts
+   (`window_ended_halt`): a wave started then would only fail unrun at its claim, and nothing can move
+   the end. Tasks already running finish; a resume is refused past the end (`RolloutService.resume`).
 3. Caps: at most `max_concurrent_racks` scopes active at once, at most `max_per_domain` active in one
    NVLink domain (a rack without a domain counts as a domain of its own). Scopes start in their order;
    one held back by its domain's cap does not hold back later scopes of other domains.
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from rackflow.timespec import format_go_duration
+from rackflow.timespec import format_go_duration, format_rfc3339
 
 
 def bakes_without_canaries(canary_racks: int, bakes: bool) -> bool:
@@ -204,6 +208,16 @@ def caps_reached(policy: RolloutPolicy, active: int, in_domain: int) -> str:
     return ""
 
 
+def window_ended_halt(end: datetime) -> str:
+    """Why a rollout halts once its operation's own window (a firmware upgrade's end_time) has ended with
+    scopes still to start (rule 0)."""
+    return (
+        f"rollout halted: its firmware window ended at {format_rfc3339(end)} (its upgrade's end_time): no "
+        "wave starts at or after it, as each of its tasks would fail unrun; cancel the run, and create a new "
+        "schedule with a later end_time for its racks not started"
+    )
+
+
 def decide(
     policy: RolloutPolicy,
     scopes: Sequence[ScopeView],
@@ -211,8 +225,10 @@ def decide(
     now: datetime,
     failures_excused: int = 0,
     resumed: bool = False,
+    window_end: datetime | None = None,
 ) -> Decision:
-    """The rule above, for `scopes` in rollout order (canaries first)."""
+    """The rule above, for `scopes` in rollout order (canaries first); `window_end`: the end of its
+    operation's own window (None: it has none)."""
     pending = [s for s in scopes if s.phase is Phase.PENDING]
     active = [s for s in scopes if s.phase is Phase.ACTIVE]
     waiting = pending or any(s.phase is Phase.HELD or s.unbegun for s in scopes)
@@ -223,6 +239,8 @@ def decide(
         return Decision(
             done=True, over_limit=f"rollout completed over its failure limit: {over}" if over else None
         )
+    if window_end is not None and now >= window_end:
+        return Decision(halt=window_ended_halt(window_end))
     reason = halt_reason(policy, scopes, failures_excused)
     if reason is not None:
         return Decision(halt=reason)

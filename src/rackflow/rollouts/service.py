@@ -56,7 +56,7 @@ from rackflow import metrics
 from rackflow.audit.trail import AuditTrail
 from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
-from rackflow.domain.firing import deadline_end, plan_starts
+from rackflow.domain.firing import deadline_end, plan_starts, window_ended_reason
 from rackflow.domain.rollouts import (
     ENDED,
     Decision,
@@ -208,10 +208,17 @@ def _progress(run: Run, views: Sequence[ScopeView], now: datetime) -> Progress:
     )
 
 
-def _decide(run: Run, views: Sequence[ScopeView], now: datetime) -> Decision:
-    """The rule's decision for one run's step."""
+def _decide(run: Run, views: Sequence[ScopeView], now: datetime, window_end: datetime | None) -> Decision:
+    """The rule's decision for one run's step; `window_end`: its operation's own (None: none)."""
     assert run.rollout is not None
-    return decide(run.rollout, views, now=now, failures_excused=run.failures_excused, resumed=run.resumed)
+    return decide(
+        run.rollout,
+        views,
+        now=now,
+        failures_excused=run.failures_excused,
+        resumed=run.resumed,
+        window_end=window_end,
+    )
 
 
 def _with_outcomes(run: Run, changed: Mapping[uuid.UUID, ScopeOutcome]) -> tuple[ScopeOutcome, ...]:
@@ -264,13 +271,14 @@ class RolloutService:
                 v.rack_id for r in runs for v in scope_views(r, tasks, {}) if v.phase in live or v.canary
             }
             places = await store.rack_places(conn, needed)
+            window_ends = await store.window_ends(conn, {r.schedule_id for r in runs})
             started: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
             stepped: dict[uuid.UUID, Run] = {}
             paused: list[tuple[Run, str]] = []
             decided = []
             for run in runs:
                 views = scope_views(run, tasks, places)
-                decided.append((run, views, _decide(run, views, now)))
+                decided.append((run, views, _decide(run, views, now, window_ends.get(run.schedule_id))))
             # Pauses first (a halt's, a run's done over its limit): the schedule a step pauses comes before
             # the racks of another run's wave (the lock order atop `rackflow.tasks.executor`).
             for run, views, decision in sorted(decided, key=lambda d: d[2].pause_reason is None):
@@ -469,12 +477,19 @@ class RolloutService:
     async def resume(self, run_id: uuid.UUID) -> RunReport:
         """Continue a halted rollout: its not-started scopes are pending again, the tasks the halt held go
         on (`rollouts.gate`), the failures so far are excused (the budget counts from zero), and the canary
-        gate is passed. Its schedule stays paused (ResumeTaskSchedule resumes firing)."""
+        gate is passed. Its schedule stays paused (ResumeTaskSchedule resumes firing). Refused once its
+        operation's own window has ended (a firmware upgrade's end_time): its next step could only halt it
+        again (`domain.rollouts.decide`), and nothing can move the end."""
         async with self.db.transaction() as conn:
             run = await self._load(conn, run_id, "resume")
             if run.state != "halted":
                 raise FailedPrecondition(
                     f"id: run {run_id} is {run.state}; only a halted rollout can be resumed"
+                )
+            end = (await store.window_ends(conn, [run.schedule_id])).get(run.schedule_id)
+            if end is not None and self.clock.now() >= end:
+                raise FailedPrecondition(
+                    f"id: run {run_id} cannot be resumed: {window_ended_reason(end)}; cancel it"
                 )
             tasks = await store.task_states(conn, [run.id])
             failures = failures_counted(scope_views(run, tasks, {}), 0)

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.domain.firing import LiveRollout
 from rackflow.domain.rollouts import RackPlace, RolloutPolicy
 from rackflow.domain.schedules import ROLLOUT_LIVE_STATES, Outcome, Run, RunState, settled_scopes
-from rackflow.domain.tasks import Hold, TaskStatus
+from rackflow.domain.tasks import Hold, Operation, TaskStatus
 from rackflow.store import run_partitions
 from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys, for_update, keeps_deleted_runs_on_tasks
@@ -33,7 +33,7 @@ from rackflow.store.schedules import (
     tally_from_json,
 )
 from rackflow.store.streak_checks import mark_schedules
-from rackflow.store.tables import racks, task_schedule_run, task_schedule_scope, tasks
+from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
 from rackflow.store.tasks import hold_values, is_active, not_begun_of_run, status_in, unclaimed
 
 _run = task_schedule_run.c
@@ -438,6 +438,23 @@ async def task_status_counts(
         )
         for run_id, status, count in await conn.execute(stmt):
             found[run_id][TaskStatus(status)] = count
+    return found
+
+
+async def window_ends(
+    conn: AsyncConnection, schedule_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, datetime]:
+    """The end of the own window (a firmware upgrade's end_time) of each of these schedules' operation that
+    has one: the rollout rule halts a run at it (`domain.rollouts.decide`). An update cannot change a
+    schedule's operation, so it is the one its runs fired with."""
+    found: dict[uuid.UUID, datetime] = {}
+    columns = select(task_schedule.c.id, task_schedule.c.operation_template)
+    for chunk in chunked(list(schedule_ids)):
+        stmt = by_keys(conn.dialect.name, columns, task_schedule.c.id, chunk)
+        for row in await conn.execute(stmt):
+            end = Operation.from_json(row.operation_template["operation"]).window_end
+            if end is not None:
+                found[row.id] = end
     return found
 
 

@@ -2329,7 +2329,9 @@ class PauseTaskScheduleRequest(_message.Message):
     @_builtins.property
     def resume_at(self) -> _timestamp_pb2.Timestamp:
         """When set, the dispatcher resumes the schedule at this time exactly as ResumeTaskSchedule would
-        (interval and cron restart from then). Must be in the future, at most 100 years ahead.
+        (interval and cron restart from then). Must be in the future, at most 100 years ahead. For a schedule
+        whose firmware upgrade has an end_time, it must come before it, as must its next firing once resumed
+        then (FAILED_PRECONDITION); a pause stored so before keeps the schedule paused at its end instead.
         """
 
     def __init__(
@@ -2958,7 +2960,8 @@ class TaskScheduleRun(_message.Message):
     state: _builtins.str
     """"running", "completed" or "interrupted"; "missed" (found past its start deadline: nothing submitted,
     see reason and late_by); a rollout: "rolling" (scopes still to start or tasks still active), "halted"
-    (its failure budget was reached), "cancelled", or "skipped" (the schedule's previous rollout was still
+    (its failure budget was reached, or its firmware window's end_time with scopes still to start: see
+    reason), "cancelled", or "skipped" (the schedule's previous rollout was still
     rolling or halted: see reason); "skipped" too, any schedule's, when its operation's firmware window
     (end_time) had ended, nothing submitted (see reason; the schedule is paused); with approval (RunApproval): "awaiting_approval", then running/rolling
     once approved, or "rejected" or "expired"
@@ -3253,7 +3256,9 @@ Global___GetTaskScheduleRunRequest: _TypeAlias = GetTaskScheduleRunRequest  # no
 
 @_typing.final
 class ResumeTaskScheduleRunRequest(_message.Message):
-    """Continue a halted rollout: its not_started scopes are pending again and failures count from zero."""
+    """Continue a halted rollout: its not_started scopes are pending again and failures count from zero.
+    Refused (FAILED_PRECONDITION) once its firmware upgrade's end_time has passed: cancel it instead.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -3297,7 +3302,9 @@ Global___CancelTaskScheduleRunRequest: _TypeAlias = CancelTaskScheduleRunRequest
 
 @_typing.final
 class ApproveTaskScheduleRunRequest(_message.Message):
-    """Approve a run awaiting approval: with enough distinct approvers it starts at once (exactly once)."""
+    """Approve a run awaiting approval: with enough distinct approvers it starts at once (exactly once).
+    Refused (FAILED_PRECONDITION) once its firmware upgrade's end_time has passed: reject it instead.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
