@@ -10,6 +10,7 @@ import pytest
 
 from rackflow.domain.audit import SYSTEM_PRINCIPAL, EventFilter
 from rackflow.domain.schedules import Pause, Schedule
+from rackflow.domain.tasks import Operation, OperationKind
 from rackflow.errors import FailedPrecondition, InvalidArgument
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.store import schedules as store
@@ -118,6 +119,30 @@ async def test_a_one_time_schedule_consumed_while_paused_only_forgets_its_pause(
     assert resumed.is_consumed and not resumed.enabled and resumed.pause is None
     with pytest.raises(FailedPrecondition):
         await env.services.schedules.pause(schedule.id, reason="again")
+
+
+async def test_a_consumed_firmware_schedule_s_pause_ending_past_its_window_is_only_forgotten(
+    env: Env,
+) -> None:
+    """It never fires again, so nothing would be skipped: its pause's end past the firmware window keeps
+    nothing paused and says nothing, as any consumed one-time schedule's pause end."""
+    spec = ScheduleSpec(SpecType.ONE_TIME, "2026-03-02T12:30:00Z")
+    upgrade = Operation(
+        OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=START + timedelta(hours=1)
+    )
+    schedule = await env.schedule("once", racks=[await env.rack("r1")], spec=spec, operation=upgrade)
+    paused = await env.services.schedules.pause(
+        schedule.id, reason="hold", resume_at=START + timedelta(minutes=10)
+    )
+    await env.services.schedules.trigger(schedule.id)  # fires it by hand: consumed
+    await _set_resume_at(env, replace(paused, next_run_at=None), START + timedelta(minutes=90))
+    env.clock.advance(timedelta(hours=2))
+
+    ended = await env.services.schedules.resume_ended_pauses()
+
+    assert ended.kept == []
+    ((resumed, _pause),) = ended.resumed
+    assert resumed.is_consumed and not resumed.enabled and resumed.pause is None
 
 
 async def test_the_dispatcher_resumes_ended_pauses_and_audits_them_as_rackflow(env: Env) -> None:

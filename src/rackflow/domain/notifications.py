@@ -31,8 +31,9 @@ class EventType(enum.StrEnum):
     RUN_HALT_CLEARED = "run.halt_cleared"
     ROLLOUT_FINISHED = "rollout.finished"
     TASK_FAILED = "task.failed"
-    # By rackflow itself: a rollout's halt or pause_after_failed_runs paused the schedule, or an operator's
-    # pause reached its end.
+    # By rackflow itself: a rollout's halt, pause_after_failed_runs or a firing past its firmware window
+    # paused the schedule, or kept it paused at its pause's end (the window ends first); resumed: an
+    # operator's pause reached its end.
     SCHEDULE_PAUSED = "schedule.paused"
     SCHEDULE_RESUMED = "schedule.resumed"
     # A start gate (a freeze, a budget, a pre-flight check) has held a task longer than the threshold

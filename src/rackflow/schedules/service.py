@@ -323,9 +323,10 @@ def too_late_to_resume(schedule: Schedule, at: datetime) -> str | None:
     their tasks would fail unrun): its operation's window (a firmware upgrade's end_time) ends by then, or
     its next firing once resumed then would come at or past that end; None when it may resume then. A
     pause's `resume_at` is refused by it (`ScheduleService.pause`), and a pause whose end it refuses all
-    the same (one made before that) ends without resuming (`ScheduleService.resume_ended_pauses`)."""
+    the same (one made before that) ends without resuming (`ScheduleService.resume_ended_pauses`). A
+    consumed one-time schedule never fires again, so nothing of it would be skipped: None."""
     end = schedule.operation.window_end
-    if end is None:
+    if end is None or schedule.is_consumed:
         return None
     window = f"its firmware window's end at {format_rfc3339(end)} (its upgrade's end_time)"
     if schedule.operation.window_over(at):

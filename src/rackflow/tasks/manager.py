@@ -332,11 +332,12 @@ class TaskManager:
         schedule_id: uuid.UUID | None = None,
     ) -> list[Task]:
         """One task per selected rack, all or none, in one transaction (a target spec is resolved to racks
-        in it). A direct submission only: an upgrade whose window has ended is refused here; a schedule's
-        firing past it submits nothing (the planner skips it and pauses the schedule:
-        `domain.firing.window_ended_reason`), while a task of a rollout's later wave, or of a run approved,
-        past it is made and fails at its claim, as the run shows (`submit_each_in`); so is one its backend
-        cannot carry out (`check_runnable`)."""
+        in it). A direct submission only: an upgrade whose window has ended is refused here, and so is one
+        its backend cannot carry out (`check_runnable`); a schedule's firing past that end submits nothing
+        (the planner skips it and pauses the schedule: `domain.firing.window_ended_reason`), nor does a
+        rollout's step (its rule halts the run: `domain.rollouts.window_ended_halt`) or an approval
+        (refused) past it; a task made before the end and not started by then fails at its claim, as the
+        run shows (`submit_each_in`)."""
         check_window_not_over(
             operation, self.clock.now(), "", "the upgrade could never start (its task would fail unrun)"
         )
