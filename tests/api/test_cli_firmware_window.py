@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from rackflow.cli.main import main
 from rackflow.clock import Clock, FakeClock
 from rackflow.domain.inventory import RackTarget, TargetSpec
+from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
 from rackflow.schedules.dispatcher import Dispatcher
@@ -74,4 +75,53 @@ async def test_a_schedule_paused_because_its_firmware_window_ended_says_why_and_
         "error: FAILED_PRECONDITION: id: schedule 'fw' cannot be resumed: its operation's end_time "
         "2026-03-02T13:30:00Z has passed (now 2026-03-02T14:00:00Z), so every firing would be too late to "
         "start; create a new schedule with a later end_time"
+    ), resumed.stderr
+
+
+async def test_a_pause_ending_past_the_window_and_a_rollout_halted_at_it_say_why(
+    grpc_server: str, services: Services
+) -> None:
+    """`schedule pause --until` past the end_time is refused saying why; a rollout still waiting at the end
+    halts, `run show` says why, and `run resume` is refused, saying to cancel it."""
+    assert isinstance(services.clock, FakeClock)
+    racks = [await services.inventory.create_rack(name) for name in ("r1", "r2")]
+    schedule = await services.schedules.create(
+        name="fw",
+        spec=ScheduleSpec(SpecType.INTERVAL, "1h"),
+        overlap_policy=OverlapPolicy.SKIP,
+        operation=Operation(
+            OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=START + timedelta(minutes=90)
+        ),
+        queue=QueueOptions(),
+        description="",
+        target=TargetSpec(racks=tuple(RackTarget(id=rack.id) for rack in racks)),
+        rollout=RolloutPolicy(max_concurrent_racks=1),
+    )
+
+    paused = await rackflow(
+        grpc_server, "schedule", "pause", "fw", "--until", "2026-03-02T14:00:00Z", "--reason", "x"
+    )
+    assert paused.exit_code == 1, paused.output
+    assert words(paused.stderr).startswith(
+        "error: FAILED_PRECONDITION: resume_at: its firmware window's end at 2026-03-02T13:30:00Z (its "
+        "upgrade's end_time) is not after 2026-03-02T14:00:00Z, so every firing's upgrade would be too late "
+        "to start and be skipped; give an earlier resume_at, or none"
+    ), paused.stderr
+
+    triggered = await rackflow(grpc_server, "schedule", "trigger", "fw")
+    assert triggered.exit_code == 0, triggered.output
+    runs, _ = await services.schedules.list_runs(schedule.id)
+    services.clock.advance(timedelta(hours=2))
+    await services.rollouts.advance()
+
+    shown = await rackflow(grpc_server, "run", "show", str(runs[0].id))
+    assert "halted" in shown.stdout
+    assert (
+        "rollout halted: its firmware window ended at 2026-03-02T13:30:00Z (its upgrade's end_time): no wave "
+        "starts at or after it"
+    ) in words(shown.stdout), shown.stdout
+    resumed = await rackflow(grpc_server, "run", "resume", str(runs[0].id))
+    assert resumed.exit_code == 1, resumed.output
+    assert f"cannot be resumed: {ENDED}" in words(resumed.stderr) and words(resumed.stderr).endswith(
+        "; cancel it"
     ), resumed.stderr
