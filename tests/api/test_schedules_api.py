@@ -368,7 +368,8 @@ async def test_a_pause_that_ends_past_a_firmware_schedules_end_time_keeps_it_pau
     assert kept.paused_by == "rackflow"
     assert kept.pause_reason.startswith(
         "its pause ended at 2026-03-02T14:00:00Z: its firmware window's end at 2026-03-02T13:30:00Z (its "
-        "upgrade's end_time) is not after 2026-03-02T14:00:00Z, so it stays paused"
+        "upgrade's end_time) is not after 2026-03-02T14:00:00Z, so every firing's upgrade would be too "
+        "late to start and be skipped; it stays paused"
     )
     (event,), _ = await services.audit.list_events(
         EventFilter(method="PauseTaskSchedule"), offset=0, limit=10

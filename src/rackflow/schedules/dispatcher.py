@@ -364,7 +364,10 @@ class Dispatcher:
         for schedule, pause in ended.kept:
             assert schedule.pause is not None  # kept paused, saying why
             log.warning(
-                "schedule %r not resumed at its pause's end: %s", schedule.name, schedule.pause.reason
+                "schedule %s: not resumed at its pause's end: %s",
+                schedule.name,
+                schedule.pause.reason,
+                extra={"schedule_id": str(schedule.id)},
             )
             await self.audit.record(
                 principal=SYSTEM_PRINCIPAL,

@@ -306,6 +306,10 @@ def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
     )
 
 
+# What a firing at or past its operation's window end would do (`domain.firing.window_ended_reason`).
+_SKIPPED_ALL = "so every firing's upgrade would be too late to start and be skipped"
+
+
 def _after_its_window(schedule: Schedule, field: str, next_firing: str) -> str:
     """Why a schedule whose `next_firing` (its first, or its next once changed or resumed) is at or past
     its operation's window end is refused (`Schedule.fires_after_its_window`)."""
@@ -313,8 +317,7 @@ def _after_its_window(schedule: Schedule, field: str, next_firing: str) -> str:
     assert end is not None and at is not None
     return (
         f"{field}: {next_firing} at {format_rfc3339(at)} is not before its operation's end_time "
-        f"{format_rfc3339(end)}, so every firing's upgrade would be too late to start and be skipped; "
-        "give a later end_time, or none"
+        f"{format_rfc3339(end)}, {_SKIPPED_ALL}; give a later end_time, or none"
     )
 
 
@@ -341,21 +344,19 @@ def too_late_to_resume(schedule: Schedule, at: datetime) -> str | None:
     return None
 
 
-_SKIPPED_ALL = "so every firing's upgrade would be too late to start and be skipped"
-
-
-def kept_paused(schedule: Schedule, pause: Pause, now: datetime) -> Schedule | None:
+def kept_paused(schedule: Schedule, now: datetime) -> Schedule | None:
     """The schedule whose pause ended at `now`, kept paused by rackflow with why as its reason, its end
     dropped, when resuming it then could only skip its firings (`too_late_to_resume`): resumed, its next
     firing would skip and pause it again, a second notification for nothing. None: it resumes."""
     why = too_late_to_resume(schedule, now)
     if why is None:
         return None
+    assert schedule.pause is not None  # only a paused schedule's pause ends
     reason = (
-        f"its pause ended at {format_rfc3339(now)}: {why}, so it stays paused: every firing's upgrade would "
-        "be too late to start and be skipped; create a new schedule with a later end_time"
+        f"its pause ended at {format_rfc3339(now)}: {why}, {_SKIPPED_ALL}; it stays paused: create a new "
+        "schedule with a later end_time"
     )
-    kept = Pause(reason=reason, by=SYSTEM_PRINCIPAL, at=pause.at)
+    kept = Pause(reason=reason, by=SYSTEM_PRINCIPAL, at=schedule.pause.at)
     return replace(schedule, enabled=False, pause=kept, updated_at=now)
 
 
@@ -713,7 +714,7 @@ class ScheduleService:
             now = await self.db.now(conn)
             for schedule in await store.claim_pauses_ended(self.db, conn, now, PAUSES_ENDED_PER_POLL):
                 assert schedule.pause is not None  # only paused schedules have a resume_at
-                kept = kept_paused(schedule, schedule.pause, now)
+                kept = kept_paused(schedule, now)
                 if kept is not None:
                     ended.kept.append((kept, schedule.pause))
                     await store.save_schedule(conn, kept)
