@@ -7,10 +7,12 @@ sessions can share one server. Unreachable server: skip locally, FAIL under CI=t
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -80,8 +82,6 @@ def sqlite_copy(template: Path, directory: Path, name: str = "rackflow.db") -> s
 
 
 def _run(coro: object) -> None:
-    import asyncio
-
     asyncio.run(coro)  # type: ignore[arg-type]
 
 
@@ -120,6 +120,22 @@ def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     request.getfixturevalue("postgres_url")  # fails under CI, skips elsewhere, when unreachable
     with fresh_postgres_database(postgres_admin_url()) as url:
         yield url
+
+
+def sqlite_threads() -> set[threading.Thread]:
+    """aiosqlite's worker threads now running, one a connection."""
+    return {t for t in threading.enumerate() if t.name.endswith("(_connection_worker_thread)")}
+
+
+async def sqlite_threads_ended(threads: set[threading.Thread]) -> None:
+    """Wait until `threads` (aiosqlite's workers) have ended. A connection that failed to open is stopped by
+    aiosqlite through a future of the test's loop, which its thread completes a moment later, unawaited:
+    with the loop closed by then, the thread dies with "Event loop is closed" in the next test."""
+    for _ in range(500):
+        if not any(t.is_alive() for t in threads):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"aiosqlite threads still running after 5 s: {threads}")
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from rackflow.domain.audit import OK, AuditEvent
 from rackflow.store import audit as audit_store
 from rackflow.store.db import Database
 from rackflow.v1 import flow_pb2 as pb
+from tests.conftest import sqlite_threads, sqlite_threads_ended
 from tests.e2e.cluster import servers, sql
 from tests.e2e.fleet import wait_until
 from tests.faults.conftest import database_down
@@ -61,22 +62,7 @@ async def db(own_db_url: str) -> AsyncIterator[Database]:
     database = Database(own_db_url)
     yield database
     await database.dispose()
-    await ended(sqlite_threads() - before)
-
-
-def sqlite_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.endswith("(_connection_worker_thread)")}
-
-
-async def ended(threads: set[threading.Thread]) -> None:
-    """Wait until `threads` (aiosqlite's workers) have ended. A connection that failed to open during the
-    SQLite outage is stopped by aiosqlite through a future of this loop, which its thread completes a moment
-    later: with the loop closed by then, the thread dies with "Event loop is closed" in the next test."""
-    for _ in range(500):
-        if not any(t.is_alive() for t in threads):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"aiosqlite threads still running after 5 s: {threads}")
+    await sqlite_threads_ended(sqlite_threads() - before)
 
 
 async def stored(db: Database) -> dict[uuid.UUID, str]:

@@ -22,6 +22,7 @@ from rackflow.store import audit as store
 from rackflow.store.db import Database
 from rackflow.store.retention import PRUNE_CHUNK
 from rackflow.store.tables import audit_events
+from tests.conftest import sqlite_threads, sqlite_threads_ended
 from tests.store.test_executor import eventually
 
 RETENTION = timedelta(hours=1)
@@ -124,6 +125,7 @@ async def test_pruner_runs_at_once_and_survives_a_failed_prune(
 ) -> None:
     await _add_events(db, [OLD])
     recent = await _add_events(db, [timedelta(minutes=5)])
+    before = sqlite_threads()
     broken = Database("sqlite:////nonexistent-dir/rackflow.db")
     stop = asyncio.Event()
 
@@ -146,6 +148,8 @@ async def test_pruner_runs_at_once_and_survives_a_failed_prune(
         await asyncio.wait_for(asyncio.gather(failing, working), 10)  # no waiting out the hour
     finally:
         await broken.dispose()
+        await db.dispose()  # its threads too, which end as its connections close
+        await sqlite_threads_ended(sqlite_threads() - before)  # the failed opens' (tests/conftest.py)
 
 
 async def test_a_chunk_reads_the_time_index_and_the_primary_key_not_the_table(db: Database) -> None:
