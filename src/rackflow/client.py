@@ -125,15 +125,26 @@ def task_status(name: str) -> pb.TaskStatus.ValueType:
     return pb.TaskStatus.Value(f"TASK_STATUS_{key}")
 
 
-RUN_VIEWS = ("basic", "full")
+VIEWS = ("basic", "full")
+
+
+def _view(name: str, prefix: str, what: str) -> str:
+    """`basic`, `FULL` or `<PREFIX>BASIC` -> the enum value's name `<PREFIX>BASIC`: the views of the List RPCs
+    that have one are named alike, and each is read by this one rule."""
+    key = name.strip().lower().removeprefix(prefix.lower())
+    if key not in VIEWS:
+        raise ValueError(f"unknown {what} view {name!r} (basic or full)")
+    return f"{prefix}{key.upper()}"
 
 
 def run_view(name: str) -> pb.TaskScheduleRunView.ValueType:
     """`basic`, `FULL` or `TASK_SCHEDULE_RUN_VIEW_BASIC` -> the enum value (ListTaskScheduleRuns' view)."""
-    key = name.strip().lower().removeprefix("task_schedule_run_view_")
-    if key not in RUN_VIEWS:
-        raise ValueError(f"unknown run view {name!r} (basic or full)")
-    return pb.TaskScheduleRunView.Value(f"TASK_SCHEDULE_RUN_VIEW_{key.upper()}")
+    return pb.TaskScheduleRunView.Value(_view(name, "TASK_SCHEDULE_RUN_VIEW_", "run"))
+
+
+def rack_view(name: str) -> pb.RackView.ValueType:
+    """`basic`, `FULL` or `RACK_VIEW_BASIC` -> the enum value (ListRacks' view: BASIC without components)."""
+    return pb.RackView.Value(_view(name, "RACK_VIEW_", "rack"))
 
 
 def overlap_policy(name: str) -> pb.OverlapPolicy.ValueType:

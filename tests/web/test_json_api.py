@@ -204,6 +204,24 @@ async def test_racks_and_one_rack_by_name_or_id(http: httpx.AsyncClient, service
     error_of(await http.get(f"{API}/racks?name_contains=%00"), 400, "INVALID_ARGUMENT", "name_contains")
 
 
+async def test_racks_are_listed_in_the_view_asked(http: httpx.AsyncClient, services: Services) -> None:
+    """`view=basic` answers the racks without their components, as ListRacks' RACK_VIEW_BASIC does; `full`,
+    the default, with them; any other view is refused with the field named, as the runs' `view` is."""
+    await make_racks(services, "r1", "r2")
+
+    async def listed(**params: str) -> list[tuple[str, int]]:
+        response = await http.get(f"{API}/racks", params=params)
+        assert response.status_code == 200, response.text
+        return [(r["name"], len(r["components"])) for r in response.json()["racks"]]
+
+    assert await listed() == await listed(view="full") == [("r1", 3), ("r2", 3)]
+    assert await listed(view="basic") == await listed(view="BASIC") == [("r1", 0), ("r2", 0)]
+    assert await listed(view="basic", name_contains="r2") == [("r2", 0)]
+    for bad in ("summary", "RACK_VIEW_UNSPECIFIED", "%00", "1"):
+        message = error_of(await http.get(f"{API}/racks?view={bad}"), 400, "INVALID_ARGUMENT", "view")
+        assert "basic or full" in message, message
+
+
 async def test_actions_change_the_schedule_and_are_audited_like_grpc(
     http: httpx.AsyncClient, services: Services, clock: FakeClock
 ) -> None:

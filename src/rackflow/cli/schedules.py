@@ -53,7 +53,7 @@ from rackflow.cli.targets import checked, parse_seconds, parse_time, parse_zone,
 from rackflow.cli.tasks import rack_names, submitted_view
 from rackflow.client import (
     OPERATION_RPCS,
-    RUN_VIEWS,
+    VIEWS,
     Operation,
     Spec,
     Targets,
@@ -872,7 +872,7 @@ def _counted(run: pb.TaskScheduleRun) -> tuple[str, str, str, str]:
 @page_options(limit=20, noun="runs", order="newest first")
 @click.option(
     "--view",
-    type=click.Choice(RUN_VIEWS),
+    type=click.Choice(VIEWS),
     default="full",
     show_default=True,
     help="basic: count each run's racks instead of listing them (a schedule of thousands of racks).",

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.field_mask_pb2 import FieldMask
@@ -34,7 +34,7 @@ from starlette.routing import Route
 
 from rackflow.api.convert import message_json
 from rackflow.api.errors import INTERNAL_MESSAGE
-from rackflow.client import run_view, task_status
+from rackflow.client import rack_view, run_view, task_status
 from rackflow.errors import InvalidArgument, NotFound, RackflowError
 from rackflow.schedules.service import TIMEZONE_PATH
 from rackflow.security import Principal, TokenTable
@@ -494,6 +494,7 @@ class JsonApi:
                     Param("nvl_domain_id", "string", "only the racks of this NVLink domain"),
                     Param("name_contains", "string", "only names containing this, ignoring case"),
                     *PAGE,
+                    Param("view", "string", "basic: racks without components; full (default): with them"),
                 ),
             ),
             Endpoint(get, "/racks/{ref}", "GetRack", api.get_rack, "One rack"),
@@ -788,10 +789,7 @@ class JsonApi:
         return await call.rpc("DeleteTaskSchedule", pb.DeleteTaskScheduleRequest(id=schedule_id))
 
     async def list_runs(self, call: Call) -> Message:
-        try:
-            view = run_view(call.query.text("view") or "full")
-        except ValueError as exc:
-            raise InvalidArgument(f"view: {exc}") from None
+        view = _view_of(call, run_view)
         request = pb.ListTaskScheduleRunsRequest(pagination=call.query.pagination(), view=view)
         request.schedule_id.CopyFrom(await self._schedule(call.ref(), "schedule_id"))
         return await call.rpc("ListTaskScheduleRuns", request)
@@ -914,7 +912,9 @@ class JsonApi:
 
     async def list_racks(self, call: Call) -> Message:
         request = pb.ListRacksRequest(
-            pagination=call.query.pagination(), name_contains=call.query.text("name_contains")
+            pagination=call.query.pagination(),
+            name_contains=call.query.text("name_contains"),
+            view=_view_of(call, rack_view),
         )
         if domain := call.query.text("nvl_domain_id"):
             request.nvl_domain_id.id = domain
@@ -1045,6 +1045,18 @@ class JsonApi:
     async def redeliver(self, call: Call) -> Message:
         """Body (optional): `{"delivery_ids": [{"id": "…"}]}`; none: every dead delivery."""
         return await call.rpc("RedeliverNotifications", await call.body(pb.RedeliverNotificationsRequest()))
+
+
+_V = TypeVar("_V")
+
+
+def _view_of(call: Call, parse: Callable[[str], _V]) -> _V:
+    """The `view` query parameter (`basic` or `full`; absent: `full`, as the RPCs take none) as the RPC's
+    enum, refused with the field named when it is neither."""
+    try:
+        return parse(call.query.text("view") or "full")
+    except ValueError as exc:
+        raise InvalidArgument(f"view: {exc}") from None
 
 
 def error_response(error: RpcError) -> JSONResponse:
