@@ -1241,7 +1241,15 @@ def test_task_watch_on_a_terminal_uses_a_live_display(fake: FakeClient) -> None:
 def test_list_commands_pass_their_filters(fake: FakeClient, run: Callable[..., Result]) -> None:
     fake.answers["list_tasks"] = pb.ListTasksResponse()
     listed = run(
-        "schedule", "list", "--paused-only", "--search", "night", "--op", "power-reset", "--sort", "name desc"
+        "schedule",
+        "list",
+        "--paused-only",
+        "--name-contains",
+        "night",
+        "--op",
+        "power-reset",
+        "--sort",
+        "name desc",
     )
     assert listed.exit_code == 0, listed.output
     [(_, kwargs)] = fake.called("list_schedules")
@@ -1339,7 +1347,7 @@ def test_a_short_search_goes_on_past_pages_that_found_few_and_says_so(
         ]
     )
     fake.answers["list_schedules"] = lambda: next(pages)
-    limited = run("schedule", "list", "--search", "nx", "--limit", "2", "--offset", "1")
+    limited = run("schedule", "list", "--name-contains", "nx", "--limit", "2", "--offset", "1")
     assert limited.exit_code == 0, limited.output
     asked = [(kw["limit"], kw["page_token"], kw["offset"]) for _, kw in fake.called("list_schedules")]
     assert asked == [(2, "", 1), (2, "walk-2", 0), (1, "walk-3", 0)]  # the offset once, then the tokens
@@ -1355,14 +1363,38 @@ def test_a_short_search_goes_on_past_pages_that_found_few_and_says_so(
         ]
     )
     fake.answers["list_schedules"] = lambda: next(ends)
-    every = run("schedule", "list", "--search", "nx")  # no limit: pages of the most a page may hold
+    every = run("schedule", "list", "--name-contains", "nx")  # no limit: pages of the most a page may hold
     assert every.exit_code == 0, every.output
     assert [kw["limit"] for _, kw in fake.called("list_schedules")[3:]] == [1000, 1000]
     assert "nx-1" in every.stdout and "--page-token" not in every.stderr
 
     fake.answers["list_schedules"] = pb.ListTaskSchedulesResponse(total=5, next_page_token="row-9")
-    longer = run("schedule", "list", "--search", "nxt", "--limit", "3")  # the index answers: one page
+    longer = run("schedule", "list", "--name-contains", "nxt", "--limit", "3")  # the index answers: one page
     assert len(fake.called("list_schedules")) == 6 and "searching on" not in longer.stderr
+
+
+def test_every_list_filters_names_by_name_contains_and_still_takes_the_old_search(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """`rack list --name-contains` and `schedule list --search` were the same filter (the RPCs'
+    `name_contains`) under two names. `--name-contains` is its one name on every list that has it, as in
+    the RPCs and the JSON API; `--search`, the old name, still works for the scripts that use it, hidden
+    from `--help`, and is refused beside a different `--name-contains`."""
+    for group in ("rack", "schedule"):
+        shown = run(group, "list", "--help")
+        assert shown.exit_code == 0, shown.output
+        assert "--name-contains" in shown.output and "--search" not in shown.output, shown.output
+        for flag in ("--name-contains", "--search"):
+            listed = run(group, "list", flag, "gb200", "--limit", "20")
+            assert listed.exit_code == 0, listed.output
+            (_, kwargs) = fake.called(f"list_{group}s")[-1]
+            assert kwargs["name_contains"] == "gb200", (group, flag)
+        same = run(group, "list", "--name-contains", "gb", "--search", "gb", "--limit", "20")
+        assert same.exit_code == 0, same.output
+        assert fake.called(f"list_{group}s")[-1][1]["name_contains"] == "gb"
+        both = run(group, "list", "--name-contains", "gb", "--search", "nv")
+        assert both.exit_code == 2, both.output
+        assert "--search is the old name of --name-contains; give one" in both.output, both.output
 
 
 def test_audit_by_target_goes_on_past_pages_that_found_few(

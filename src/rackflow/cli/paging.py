@@ -8,8 +8,9 @@ page costs more than the first. `--offset` stays for a quick look a few pages in
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import click
 from google.protobuf.message import Message
@@ -29,6 +30,31 @@ class Page(Protocol):
     total: int
     total_capped: bool
     next_page_token: str
+
+
+def name_filter(noun: str) -> Callable[[F], F]:
+    """`--name-contains TEXT`, the RPCs' `name_contains` (names holding TEXT, any case), for a list of
+    `noun`s, given to the command as `name_contains`; `--search`, the name `schedule list` gave the same
+    filter before, is taken as its hidden alias, so scripts written with it go on working. One name on
+    every list (and in the RPCs and the JSON API), where two had read as two different filters."""
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_filter(*args: Any, name_contains: str, search: str | None, **kwargs: Any) -> object:
+            if search is not None and name_contains and search != name_contains:
+                raise click.UsageError("--search is the old name of --name-contains; give one")
+            return command(*args, name_contains=name_contains or search or "", **kwargs)
+
+        hidden = click.option("--search", default=None, hidden=True, help="The old name of --name-contains.")
+        shown = click.option(
+            "--name-contains",
+            default="",
+            metavar="TEXT",
+            help=f"Only {noun} whose name holds TEXT, any case.",
+        )
+        return cast(F, shown(hidden(with_filter)))
+
+    return decorate
 
 
 def page_options(*, limit: int, noun: str, order: str) -> Callable[[F], F]:

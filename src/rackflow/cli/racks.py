@@ -30,7 +30,7 @@ from rackflow.cli.output import (
     utc_text,
     when,
 )
-from rackflow.cli.paging import emit_page, every_page, page_options, page_title
+from rackflow.cli.paging import emit_page, every_page, name_filter, page_options, page_title
 from rackflow.cli.tasks import rack_names
 from rackflow.client import NewComponent, RackflowClient, RackflowClientError
 from rackflow.v1 import flow_pb2 as pb
@@ -156,7 +156,7 @@ def show(ctx: click.Context, rack_ref: str) -> None:
 
 @rack.command(name="list")
 @click.option("--domain", default="", metavar="NAME_OR_ID", help="Only racks in this NVLink domain.")
-@click.option("--name-contains", default="", metavar="TEXT", help="Only names holding TEXT, any case.")
+@name_filter("racks")
 @page_options(limit=0, noun="racks", order="oldest first")
 @click.pass_context
 def list_racks(

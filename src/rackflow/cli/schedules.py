@@ -32,7 +32,7 @@ from rackflow.cli.output import (
     zone_of,
     zoned_text,
 )
-from rackflow.cli.paging import emit_page, page_options, page_title, searched_on
+from rackflow.cli.paging import emit_page, name_filter, page_options, page_title, searched_on
 from rackflow.cli.requests import request_id_option, send_again
 from rackflow.cli.rollouts import (
     FAILED_TASKS,
@@ -367,7 +367,7 @@ def show(ctx: click.Context, schedule_ref: str) -> None:
 @click.option("--rack", default="", metavar="NAME_OR_ID", help="Only schedules with this rack in scope.")
 @click.option("--enabled-only", is_flag=True, help="Leave out paused and finished schedules.")
 @click.option("--paused-only", is_flag=True, help="Only paused (and finished) schedules.")
-@click.option("--search", default="", metavar="TEXT", help="Only names containing TEXT (any case).")
+@name_filter("schedules")
 @click.option("--op", "operation", type=_OPERATIONS, default=None, help="Only schedules of this operation.")
 @click.option(
     "--sort",
@@ -382,7 +382,7 @@ def list_schedules(
     rack: str,
     enabled_only: bool,
     paused_only: bool,
-    search: str,
+    name_contains: str,
     operation: str | None,
     sort: str,
     limit: int,
@@ -394,7 +394,7 @@ def list_schedules(
     \b
     Example:
       rackflow schedule list --rack rack-01 --enabled-only
-      rackflow schedule list --search nightly --sort "next_run_at"
+      rackflow schedule list --name-contains nightly --sort "next_run_at"
     """
     session = pass_session(ctx)
 
@@ -403,7 +403,7 @@ def list_schedules(
             rack=rack,
             enabled_only=enabled_only,
             paused_only=paused_only,
-            name_contains=search,
+            name_contains=name_contains,
             operation=operation or "",
             order_by=sort,
             offset=offset,
@@ -413,7 +413,7 @@ def list_schedules(
 
     found = (
         searched_on(session, page, limit, page_token, "task_schedules")
-        if short_search(search)
+        if short_search(name_contains)
         else page(limit, page_token)
     )
     title = page_title(len(found.task_schedules), found, "schedule")
