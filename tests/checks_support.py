@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -95,6 +96,36 @@ def receiving(*script: Answer) -> Iterator[Receiver]:
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}/drain"
     try:
         yield receiver
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def busy_alertmanager(refusals: int, always_refused: str) -> Iterator[str]:
+    """An Alertmanager (its base URL) that refuses the first `refusals` GETs of each query with 503, and
+    every GET of a query naming `always_refused` (a rack's name), answering the rest with no alert."""
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    class Busy(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with lock:
+                seen[self.path] = seen.get(self.path, 0) + 1
+                busy = seen[self.path] <= refusals or always_refused in urllib.parse.unquote(self.path)
+            body = b"busy\n" if busy else b"[]"
+            self.send_response(503 if busy else 200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = _Server(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

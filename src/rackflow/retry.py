@@ -12,7 +12,8 @@ the waiting, the logging and the giving up. The policies in use, and why they di
 * a call to a BMC: `RACKFLOW_REDFISH_RETRIES` times, on transient errors only;
 * a pre-flight check's GET that Alertmanager refuses as busy (503, 429): 0.1 s doubling to 2 s, within the
   look's timeout (`checks.kinds.BUSY_RETRY`: the round still answers, and a failing Alertmanager is not
-  waited on longer than the look would wait for its answer).
+  waited on longer than the look would wait for its answer); each retry a DEBUG line, the poll's one
+  WARNING saying what they came to (`checks.kinds.Answers.say_busy`).
 """
 
 from __future__ import annotations
@@ -71,12 +72,15 @@ async def retrying(
     stop: asyncio.Event | None = None,
     sleep: Sleep = asyncio.sleep,
     logger: logging.Logger = log,
+    level: int = logging.WARNING,
 ) -> _T:
     """`await attempt()` until it returns, waiting the policy's delays after each error `retry_if` accepts.
 
     Raises the error as it is when `retry_if` refuses it, and the last error when the policy gives up or
-    `stop` is set (while waiting, too: the wait ends at once). Each retry is logged as a warning saying
-    `what` failed, why (`explain`), and when it is tried again.
+    `stop` is set (while waiting, too: the wait ends at once). Each retry is logged at `level` (a warning
+    unless the caller says otherwise) saying `what` failed, why (`explain`), and when it is tried again. A
+    caller whose retries come by the thousand (a busy Alertmanager's refusals, asked again within a
+    pre-flight poll) logs each at DEBUG and says once what they came to itself.
     """
     started = time.monotonic()
     delays = policy.delays()
@@ -92,7 +96,7 @@ async def retrying(
             if not retry_if(exc) or out_of_time or out_of_tries or (stop is not None and stop.is_set()):
                 raise
             why = explain(exc) or type(exc).__name__
-            logger.warning("%s failed (%s); try %d, again in %.1fs", what, why, tries, delay)
+            logger.log(level, "%s failed (%s); try %d, again in %.1fs", what, why, tries, delay)
             if stop is None:
                 await sleep(delay)
             elif await sleep_unless_stopped(stop, timedelta(seconds=delay)):

@@ -28,6 +28,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.budgets.service import BudgetInput
+from rackflow.checks import kinds
 from rackflow.checks.checker import PreflightChecker
 from rackflow.checks.gate import GATE_NAME
 from rackflow.checks.service import KIND_PATH, CheckInput
@@ -37,6 +38,7 @@ from rackflow.domain.inventory import ComponentsFilter, ComponentSpec, Component
 from rackflow.domain.tasks import Hold, Operation, OperationKind, Task, TaskStatus
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.inventory.service import InventoryService
+from rackflow.retry import Retry
 from rackflow.services import Services
 from rackflow.store import checks as store
 from rackflow.store import task_runs
@@ -47,7 +49,7 @@ from rackflow.tasks.backends.simulator import SimulatorBackend, SimulatorConfig
 from rackflow.tasks.executor import Executor
 from rackflow.tasks.gates import consult
 from rackflow.windows.service import Ref, WindowInput
-from tests.checks_support import Answer, Receiver, checking, receiving
+from tests.checks_support import Answer, Receiver, busy_alertmanager, checking, receiving
 from tests.store.lock_waits import waiting_for
 from tests.store.query_plans import statement_sent, statements_sent
 from tests.store.schedules_support import POWER_OFF, make_env
@@ -1142,3 +1144,32 @@ async def test_a_fail_open_pass_on_an_alertmanager_that_cannot_be_asked_is_logge
         f"task {task.id}: pre-flight round 1 passed without an answer: pre-flight check 'no-alerts':"
         " alertmanager: cannot ask http://127.0.0.1:9: [Errno 111] Connection refused (fail_closed is off)"
     )
+
+
+async def test_a_poll_against_a_busy_alertmanager_logs_one_warning_not_one_per_retry(
+    db: Database, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three held tasks on three racks, each rack's matcher a regex (a query a rack), against an
+    Alertmanager that refuses each query twice and rack-c's always: each GET asked again was a WARNING
+    (4,751 lines for two polls in the field). Each is a DEBUG line now, and the poll's rounds end with one
+    WARNING naming the Alertmanager and what its refusals came to."""
+    monkeypatch.setattr(kinds, "BUSY_RETRY", Retry(0.01, 0.02, deadline=0.3))
+    services = Services.build(db, CLOCK)
+    racks = [await _rack(db, name) for name in ("rack-a", "rack-b", "rack-c")]
+    with busy_alertmanager(2, always_refused="rack-c") as url:
+        settings = AlertmanagerSettings(url, ('rack=~"{rack.name}"',), True)
+        await services.checks.create(CheckInput(name="quiet", settings=settings))
+        held = [await submit(db, rack, POWER_ON) for rack in racks]
+        async with db.transaction() as conn:  # the first claim holds each task for its first round
+            assert await _claim(db, conn, services, CLOCK.now()) == []
+        caplog.set_level(logging.DEBUG)
+        checker = PreflightChecker(db, CLOCK, services.tasks)
+        assert await checker.poll() == len(held)
+        await checker.settle()
+    retries = [r for r in caplog.records if "again in" in r.getMessage()]
+    assert len(retries) >= 2 * 2 + 2 and {r.levelno for r in retries} == {logging.DEBUG}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [
+        f"pre-flight checks: Alertmanager {url} refused GETs as busy (HTTP 503 or 429): 3 queries asked "
+        f"again, {len(retries)} times in all; 1 still failed"
+    ]

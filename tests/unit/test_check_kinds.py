@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import hmac
 import http.server
+import logging
 import threading
 import time
 import urllib.parse
@@ -46,7 +47,7 @@ from rackflow.domain.checks import (
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import RackRef
 from rackflow.retry import Retry
-from tests.checks_support import _Server
+from tests.checks_support import _Server, busy_alertmanager
 
 RACK = RackFacts(uuid.UUID(int=7), "rack-01", "SN-1001", uuid.UUID(int=9), "nvl-a")
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
@@ -323,6 +324,36 @@ async def test_an_alertmanager_still_refusing_within_its_timeout_cannot_be_asked
         else:
             # Asked again, but no more than waits of 0.05, 0.1, 0.1, … s fit in 0.5 s: at most 7 GETs.
             assert 2 <= len(asked) <= 7, asked
+
+
+async def test_a_busy_alertmanager_s_retries_are_debug_lines_and_the_poll_says_them_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each GET asked again after a 503 was a WARNING: 4,751 lines for two rounds against a busy
+    Alertmanager. Each is now a DEBUG line, and the poll's answers say once, at WARNING, which Alertmanager
+    was busy, how many of its queries were asked again, how often, and how many it still refused."""
+    monkeypatch.setattr(kinds, "BUSY_RETRY", Retry(0.01, 0.02, deadline=0.3))
+    caplog.set_level(logging.DEBUG)
+    racks = [RackFacts(uuid.UUID(int=i), f"rack-0{i}", "", None, "") for i in range(1, 5)]
+    with busy_alertmanager(2, always_refused="rack-03") as url, ThreadPoolExecutor(2) as pool:
+        answers = Answers(Asked(pool))
+        settings = AlertmanagerSettings(url, ('rack=~"{rack.name}"',), True)
+        looks = await asyncio.gather(*(alertmanager(settings, rack, answers) for rack in racks))
+        assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []  # none a retry
+        answers.say_busy()
+    assert [look.passed for look in looks] == [True, True, False, True]
+    retries = [r for r in caplog.records if "again in" in r.getMessage()]
+    assert {r.levelno for r in retries} == {logging.DEBUG}
+    assert len(retries) >= 3 * 2 + 2  # two for each rack answered, and some for rack-03
+    (summary,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert summary.getMessage() == (
+        f"pre-flight checks: Alertmanager {url} refused GETs as busy (HTTP 503 or 429): 4 queries asked "
+        f"again, {len(retries)} times in all; 1 still failed"
+    )
+    caplog.clear()
+    answers.say_busy()  # said once
+    Answers(Asked(pool)).say_busy()  # a poll whose Alertmanagers were not busy says nothing
+    assert caplog.records == []
 
 
 async def test_webhooks_are_asked_as_many_at_once_as_the_pool_has_threads() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -81,3 +82,22 @@ async def test_stop_ends_the_wait_and_raises_the_last_error() -> None:
         await retrying(flaky, Retry.every(3600.0), what="registering", stop=stop)
     await stopper
     assert flaky.calls == 1
+
+
+async def test_each_retry_is_logged_at_the_level_the_caller_asks(caplog: pytest.LogCaptureFixture) -> None:
+    """A WARNING a retry by default, as every caller had it; a caller that says what its retries came to
+    by itself (the pre-flight checker's busy Alertmanager: thousands of retries a poll) logs each at DEBUG."""
+    caplog.set_level(logging.DEBUG, logger="rackflow.retry")
+    flaky = Flaky(2)
+    await retrying(flaky, Retry(1.0, 1.0), what="writing", sleep=flaky.sleep)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, "writing failed (database went away); try 1, again in 1.0s"),
+        (logging.WARNING, "writing failed (database went away); try 2, again in 1.0s"),
+    ]
+    caplog.clear()
+    quiet = Flaky(2)
+    await retrying(quiet, Retry(1.0, 1.0), what="asking", sleep=quiet.sleep, level=logging.DEBUG)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.DEBUG, "asking failed (database went away); try 1, again in 1.0s"),
+        (logging.DEBUG, "asking failed (database went away); try 2, again in 1.0s"),
+    ]

@@ -69,10 +69,11 @@ import asyncio
 import logging
 import traceback
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -273,7 +274,7 @@ class PreflightChecker:
         async with self.db.transaction() as conn:
             ids = await store.take_rounds(self.db, conn, GATE_NAME, leases, now=now) if leases else set()
             ahead = await store.ask_ahead(self.db, conn, GATE_NAME, asks, now=now) if asks else set()
-        self._start([r for r in taken if r.task.id in ids | ahead])
+        self._start([r for r in taken if r.task.id in ids | ahead], answers)
         if ahead:
             log.info("pre-flight checks asked ahead of the claim for %d task(s)", len(ahead))
         return len(ids) + len(ahead)
@@ -296,12 +297,23 @@ class PreflightChecker:
         found = {task.id: task for task in await get_tasks(conn, fresh)}
         return [found[task_id] for task_id in fresh if task_id in found]  # in the head's (claim) order
 
-    def _start(self, rounds: Sequence[_Round]) -> None:
-        """Ask the rounds taken, each in the background."""
-        for each in rounds:
-            running = asyncio.create_task(self.round(each))
-            self._rounds.add(running)
-            running.add_done_callback(self._rounds.discard)
+    def _start(self, rounds: Sequence[_Round], answers: kinds.Answers) -> None:
+        """Ask the rounds taken, each in the background; once they are all over, say what a busy
+        Alertmanager's refusals came to in them, once for the poll (`Answers.say_busy`)."""
+        started = [self._background(self.round(each)) for each in rounds]
+
+        async def then_say_busy() -> None:
+            await asyncio.gather(*started, return_exceptions=True)
+            answers.say_busy()
+
+        self._background(then_say_busy())
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """`work` run as a task the checker waits for (`settle`) and cancels when it stops."""
+        running = asyncio.create_task(work)
+        self._rounds.add(running)
+        running.add_done_callback(self._rounds.discard)
+        return running
 
     async def settle(self) -> None:
         """Wait for the rounds under way (tests)."""

@@ -136,8 +136,7 @@ class Asked:
         """`run(call)`, a GET of `url` from Alertmanager, once fewer than ALERTMANAGER_CONCURRENCY GETs are in
         flight to that Alertmanager (its scheme, host and port): asked as many at once as the pool's
         threads, it refused about 4 in 10 past its own limit, 8 at its default (docs/PERFORMANCE.md)."""
-        parts = urllib.parse.urlsplit(url)
-        where = f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or _PORTS.get(parts.scheme)}"
+        where = alertmanager_of(url)
         limit = self._alertmanagers.get(where)
         if limit is None:
             limit = self._alertmanagers[where] = asyncio.Semaphore(ALERTMANAGER_CONCURRENCY)
@@ -146,6 +145,23 @@ class Asked:
 
 
 _PORTS = {"http": 80, "https": 443}
+
+
+def alertmanager_of(url: str) -> str:
+    """The Alertmanager `url` asks, as `scheme://host:port` (no user, password, path or query: it names the
+    server in a log line, and keys what is counted per server)."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or _PORTS.get(parts.scheme)}"
+
+
+@dataclass
+class _Busy:
+    """What one Alertmanager's refusals as busy came to in a poll: its queries asked again, the GETs asked
+    again in all, and the queries it still refused (or failed otherwise) after them."""
+
+    queries: int = 0
+    retries: int = 0
+    refused: int = 0
 
 
 def about_the_task(alert: Any, task_id: uuid.UUID) -> bool:
@@ -172,6 +188,7 @@ class Answers:
         self._asking: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
         # A fleet answer's alerts by the value of one label (url, label): each rack's look reads its own.
         self._by_label: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+        self._busy: dict[str, _Busy] = {}  # by Alertmanager (`alertmanager_of`), until `say_busy`
 
     async def alerts(self, url: str) -> list[dict[str, Any]]:
         """The alerts Alertmanager answers `url` with (asked once), or the failure to ask it, raised."""
@@ -185,15 +202,51 @@ class Answers:
 
     async def _ask(self, url: str) -> list[dict[str, Any]]:
         """GET `url` (`Asked.at`), again while Alertmanager refuses it as busy (BUSY_RETRY), each wait
-        outside its limit of GETs in flight."""
-        return await retrying(
-            lambda: self.asked.at(url, lambda: _alerts(url)),
-            BUSY_RETRY,
-            what=f"alertmanager query {shown_url(url)}",
-            retry_if=lambda exc: isinstance(exc, urllib.error.HTTPError) and exc.code in BUSY,
-            explain=lambda exc: _error(exc, url),
-            logger=log,
+        outside its limit of GETs in flight. Each retry is a DEBUG line, and counted for `say_busy`: as a
+        WARNING each, a busy Alertmanager's refusals made thousands of lines a poll."""
+        tries = 0
+
+        async def ask() -> list[dict[str, Any]]:
+            nonlocal tries
+            tries += 1
+            return await self.asked.at(url, lambda: _alerts(url))
+
+        refused = True
+        try:
+            alerts = await retrying(
+                ask,
+                BUSY_RETRY,
+                what=f"alertmanager query {shown_url(url)}",
+                retry_if=lambda exc: isinstance(exc, urllib.error.HTTPError) and exc.code in BUSY,
+                explain=lambda exc: _error(exc, url),
+                logger=log,
+                level=logging.DEBUG,
+            )
+            refused = False
+            return alerts
+        finally:
+            if tries > 1:
+                busy = self._busy.setdefault(alertmanager_of(url), _Busy())
+                busy.queries += 1
+                busy.retries += tries - 1
+                busy.refused += refused
+
+    def say_busy(self) -> None:
+        """One WARNING for the poll, once its rounds are over, for the Alertmanagers that refused its GETs
+        as busy: which, how many queries were asked again and how often, and how many were still refused
+        (their looks could not ask, as `fail_closed` says). Nothing when none was busy; said once."""
+        if not self._busy:
+            return
+        log.warning(
+            "pre-flight checks: %s",
+            "; ".join(
+                f"Alertmanager {where} refused GETs as busy (HTTP 503 or 429): {busy.queries} "
+                f"{'query' if busy.queries == 1 else 'queries'} asked again, {busy.retries} times in all; "
+                f"{busy.refused} still failed"
+                for where, busy in sorted(self._busy.items())
+            ),
         )
+        self._busy.clear()
 
     async def matching(self, fleet: FleetQuery) -> list[dict[str, Any]]:
         """The alerts of `fleet`'s answer that its rack's matchers match, in the answer's order: those
