@@ -105,6 +105,11 @@ DEFAULT_AUDIT_SPOOL_REPLAY_INTERVAL = timedelta(seconds=5)
 # a thousand racks whole; a larger one's accepted request is cut, its ids all still in `target_ids`.
 AUDIT_JSON_MAX_BYTES = 64 * 1024
 AUDIT_REFUSED_TARGET_IDS = 1000
+# A JSON API call refused by role whose body does not parse records the body as sent (redacted, as text:
+# `rackflow.web.bodies.unparsed_body`) up to this many bytes, cut past it and saying so. Why: the row is
+# what an auditor has of what was tried; the start of a body shows that, and a body sent to fill the trail
+# (the listener takes up to 1 MiB) costs a row of a few KiB, not of AUDIT_JSON_MAX_BYTES.
+AUDIT_UNPARSED_BODY_MAX_BYTES = 4 * 1024
 # A page of ListAuditEvents ends early, with a token to the rest, once its events would pass this many
 # bytes (`rackflow.audit.trail`): well under a default gRPC client's 4 MiB receive limit (the CLI's, and
 # most clients') and the server's 64 MiB send limit, whatever old rows kept before the cap hold.

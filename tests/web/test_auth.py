@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from typing import Any
 
 import httpx
 import pytest
 
 from rackflow.api.auth import is_mutating
+from rackflow.config import AUDIT_UNPARSED_BODY_MAX_BYTES
 from rackflow.security import TokenTable
 from rackflow.services import Services
 from rackflow.store.db import Database
@@ -158,3 +161,85 @@ def test_every_action_on_a_ref_says_which_request_field_the_ref_sets() -> None:
         )
     ]
     assert unnamed == []
+
+
+async def _refused_request(http: httpx.AsyncClient, path: str, body: bytes) -> dict[str, Any]:
+    """A viewer's POST of `body` to `path`, refused by role: the request its audit row records."""
+    headers = {**bearer(VIEWER_TOKEN), "Content-Type": "application/json"}
+    response = await http.post(f"{API}{path}", content=body, headers=headers)
+    assert response.status_code == 403 and response.json()["code"] == "PERMISSION_DENIED", response.text
+    (event,) = (await http.get(f"{API}/audit", params={"limit": 1}, headers=bearer(VIEWER_TOKEN))).json()[
+        "events"
+    ]
+    assert event["outcome"] == "PERMISSION_DENIED"
+    return dict(json.loads(event["request_json"]))
+
+
+async def test_a_refused_call_s_body_that_does_not_parse_is_recorded_as_sent_bounded(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """A call refused by role was recorded with its body only when the body parsed: a viewer's malformed
+    request left no trace of what it sent. The body is recorded beside the request the path gives (its
+    ids), with why it did not parse, at most AUDIT_UNPARSED_BODY_MAX_BYTES of it, saying it was cut."""
+    await make_racks(services, "r1")
+    schedule = await make_schedule(services, "nightly", "r1")
+    typo = await _refused_request(http, "/schedules/nightly:pause", b'{"reasons": "INC-4411"}')
+    assert typo == {
+        "id": {"id": str(schedule.id)},
+        "unparsed_body": {
+            "error": "reasons: unknown field (the request body takes: reason, resume_at)",
+            "body": '{"reasons": "INC-4411"}',
+        },
+    }
+    broken = await _refused_request(http, "/schedules/nightly:pause", b'{"reason": "INC-4411"')
+    assert broken["unparsed_body"]["body"] == '{"reason": "INC-4411"'
+    assert broken["unparsed_body"]["error"].startswith("the request body is not valid JSON: ")
+    assert AUDIT_UNPARSED_BODY_MAX_BYTES == 4096
+    huge = "é" * 3000  # 6,000 bytes of UTF-8, cut between characters, never inside one
+    cut = await _refused_request(http, "/schedules/nightly:pause", huge.encode())
+    assert cut["unparsed_body"]["body"] == "é" * 2048
+    assert cut["unparsed_body"]["truncated"] == {"original_bytes": 6000, "limit_bytes": 4096}
+    parsed = await _refused_request(http, "/schedules/nightly:pause", b'{"reason": "INC-4411"}')
+    assert parsed == {"id": {"id": str(schedule.id)}, "reason": "INC-4411"}  # as before: no unparsed_body
+
+
+async def test_a_refused_call_s_unparsed_body_is_recorded_without_its_secrets(
+    http: httpx.AsyncClient,
+) -> None:
+    """A channel's secret and URL are kept out of the trail when its request parses (`without_secrets`);
+    an unparsed body is redacted alike: a JSON body's secret (any key naming one, a typo's too) as
+    "(redacted)", each URL as the API shows a Slack one (no user, password, path or query), and the
+    parser's reason without the value it quotes; a body that is not JSON, to a request that may hold a
+    secret, is not recorded at all, only its size."""
+    url = "https://hook-user:hook-pass@hooks.slack.example/services/T0/B0/XOXB?token=tok-123"
+    channel = {"name": "pager", "kind": "slack", "url": url, "secret": "s3cret-1", "Secrett": "s3cret-2"}
+    sent = {"channel": channel, "nested": [{"webhook_token": "tok-456", "password": {"value": "pw-789"}}]}
+    recorded = await _refused_request(http, "/notification-channels", json.dumps(sent).encode())
+    body = json.loads(recorded["unparsed_body"]["body"])
+    assert body == {
+        "channel": {
+            "name": "pager",
+            "kind": "slack",
+            "url": "https://hooks.slack.example/…",
+            "secret": "(redacted)",
+            "Secrett": "(redacted)",
+        },
+        "nested": [{"webhook_token": "(redacted)", "password": "(redacted)"}],
+    }
+    assert recorded["unparsed_body"]["error"].startswith("channel.Secrett: unknown field (channel takes: ")
+    wrong_type = {"channel": {"name": "pager", "secret": 987654}}
+    quoted = await _refused_request(http, "/notification-channels", json.dumps(wrong_type).encode())
+    assert quoted["unparsed_body"] == {
+        "error": "channel.secret: expected a string",  # the caller is told ", got 987654"
+        "body": '{"channel": {"name": "pager", "secret": "(redacted)"}}',
+    }
+    not_json = b'{"channel": {"secret": "s3cret-3", "url": "' + url.encode() + b'"'
+    withheld = await _refused_request(http, "/notification-channels", not_json)
+    assert withheld["unparsed_body"]["body"] == (
+        f"({len(not_json)} bytes, not JSON, not recorded: "
+        "CreateNotificationChannel's request may hold a secret)"
+    )
+    for row in (recorded, quoted, withheld):
+        text = json.dumps(row)
+        leaked = ("s3cret", "hook-pass", "tok-", "pw-789", "XOXB", "T0/B0", "987654")
+        assert not any(s in text for s in leaked), text

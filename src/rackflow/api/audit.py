@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -70,6 +71,16 @@ _SCHEDULE_ID_FIELD = {
 _RUN_RPCS = frozenset({"ApproveTaskScheduleRun", "RejectTaskScheduleRun", "RetryTaskScheduleRun"})
 _SCOPE_RPC = "RemoveTaskScheduleScope"
 _CREATE_SCHEDULE_RPC = "CreateTaskSchedule"
+
+
+@dataclass(frozen=True)
+class WithUnparsedBody:
+    """A JSON API call refused by role whose path parsed and whose body did not: recorded as the request its
+    path gives (the ids it names), with `unparsed_body` (`rackflow.web.bodies.unparsed_body`: why, and the
+    body as sent, bounded and without secrets) beside its fields."""
+
+    request: Message
+    unparsed_body: dict[str, Any]
 
 
 def _ids_in(message: Message, *, deep: bool) -> Iterator[str]:
@@ -159,8 +170,10 @@ class AuditInterceptor(FlowInterceptor):
 
         Why: the refusal was only logged, so the trail never showed that a viewer's token tried to delete
         a schedule, or an operator's to approve a run. A request whose bytes do not parse (the auth runs
-        before the decoding) is recorded as the parser's reason, naming no id. Returns once the event is
-        committed or spooled; never raises (`AuditTrail.record`).
+        before the decoding) is recorded as the parser's reason, naming no id; a JSON API request whose
+        body does not parse (`WithUnparsedBody`), as its path's request with the body as sent beside it
+        (`unparsed_body`). Returns once the event is committed or spooled; never raises
+        (`AuditTrail.record`).
         """
         outcome, error = status_for(refusal).name, message_of(refusal)
         reset = current_principal.set(principal)
@@ -175,10 +188,14 @@ class AuditInterceptor(FlowInterceptor):
                     request={"unparsed": f"the bytes sent do not parse: {request.error}"},
                 )
                 return
+            sent_body = None
+            if isinstance(request, WithUnparsedBody):
+                request, sent_body = request.request, request.unparsed_body
             schedule_id = await self._schedule_id_before(rpc, request)
             call = _AuditedCall(
                 self, rpc, request, schedule_id, await self.trail.schedule_before(schedule_id)
             )
+            call.unparsed_body = sent_body
             run_id = _parse_uuid(request.id.id) if rpc in _RUN_RPCS else None
             if run_id is not None and (of_run := await self.trail.schedule_of_run(run_id)) is not None:
                 call.changes.target_ids.append(str(of_run))
@@ -203,9 +220,10 @@ class AuditInterceptor(FlowInterceptor):
         schedule_id: uuid.UUID | None,
         before: dict[str, Any] | None,
         changes: Changes | None = None,
+        unparsed_body: dict[str, Any] | None = None,
     ) -> None:
         """Record the RPC in the trail: the gRPC request and response converted, the caller's principal,
-        what its service noted it changed.
+        what its service noted it changed (and, for a refused HTTP call, the body that did not parse).
 
         Returns once the event is committed, so an RPC that returns has its event in the trail; never
         raises (`AuditTrail.record`).
@@ -220,7 +238,8 @@ class AuditInterceptor(FlowInterceptor):
             ),
             outcome=outcome,
             error=error,
-            request=_as_dict(check_without_secrets(without_secrets(request))),
+            request=_as_dict(check_without_secrets(without_secrets(request)))
+            | ({"unparsed_body": unparsed_body} if unparsed_body is not None else {}),
             schedule_id=schedule_id,
             before=before,
             changes=noted.recorded or None,
@@ -256,13 +275,22 @@ class _AuditedCall:
         self.schedule_id = schedule_id
         self.before = before
         self.changes = Changes()
+        self.unparsed_body: dict[str, Any] | None = None  # a refused HTTP call's (`WithUnparsedBody`)
         self.recorded = False
 
     async def finish(self, response: Message | None, outcome: str, error: str) -> None:
         if not self.recorded:
             self.recorded = True
             await self.interceptor.record(
-                self.rpc, self.request, response, outcome, error, self.schedule_id, self.before, self.changes
+                self.rpc,
+                self.request,
+                response,
+                outcome,
+                error,
+                self.schedule_id,
+                self.before,
+                self.changes,
+                self.unparsed_body,
             )
 
 

@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rackflow.api.audit import WithUnparsedBody
 from rackflow.api.convert import message_json
 from rackflow.api.errors import INTERNAL_MESSAGE
 from rackflow.client import rack_view, run_view, task_status
@@ -43,7 +44,7 @@ from rackflow.timespec import parse_go_duration
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.web import refs
 from rackflow.web.auth import principal_of
-from rackflow.web.bodies import parse_into, read_json, real_oneof
+from rackflow.web.bodies import parse_into, read_json, real_oneof, unparsed_body
 from rackflow.web.calls import RpcCaller, RpcError
 from rackflow.web.security import BodyTooLarge
 
@@ -700,19 +701,22 @@ class JsonApi:
 
         return respond
 
-    async def _as_sent(self, call: Call) -> Message:
+    async def _as_sent(self, call: Call) -> Message | WithUnparsedBody:
         """The endpoint's request as the path and body give it: what a call refused by role is recorded with
         (`RpcCaller.authorize`). `{ref}` stands in its id field as the id it names, or as sent when it names
-        nothing (as gRPC records an id that is not one); a body that does not parse is left out."""
+        nothing (as gRPC records an id that is not one); a body that does not parse is recorded beside the
+        path's request as sent, bounded and without secrets (`bodies.unparsed_body`)."""
         endpoint = call.endpoint
         message = GetMessageClass(endpoint.request_type)()
+        unparsed = None
         if endpoint.body:
+            raw = await call.request.body()
             parsed = GetMessageClass(endpoint.request_type)()
             try:
-                data = read_json(await call.request.body()) or {}
+                data = read_json(raw) or {}
                 parse_into(data, parsed, call.now, path_fields=endpoint.path_fields)
-            except InvalidArgument:
-                pass
+            except InvalidArgument as exc:
+                unparsed = unparsed_body(raw, exc, endpoint.rpc, endpoint.request_type)
             else:
                 message.CopyFrom(parsed)
         params = dict(call.request.path_params)
@@ -723,7 +727,7 @@ class JsonApi:
                 getattr(message, name).id = str(params.pop(name))
             elif "ref" in params:
                 getattr(message, name).id = await self._ref_id(endpoint, str(params.pop("ref")))
-        return message
+        return message if unparsed is None else WithUnparsedBody(message, unparsed)
 
     async def _ref_id(self, endpoint: Endpoint, ref: str) -> str:
         """The id `ref` names under the endpoint's collection; `ref` itself when it names nothing, or is

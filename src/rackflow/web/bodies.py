@@ -8,6 +8,9 @@ in the request message (`schedule.spec.type`, `window.racks[2].name`) as the RPC
 the field takes (an enum's names, "an RFC 3339 time") and shows what it got. Fields the route fills from
 the path (`id`) are refused in the body rather than silently overwritten.
 
+A body that does not parse, sent with a call refused by role, is recorded in the audit trail as sent
+(`unparsed_body`): bounded, and without what may be a secret.
+
 A time the CLI takes as a duration (`rackflow schedule pause --for 2h`) is taken as one here too: the
 fields of `RELATIVE_TIMES` accept `"2h"` for "two hours from now"; and a count of seconds the CLI takes
 as a duration (`--queue-timeout 30m`) accepts one (`DURATION_SECONDS`).
@@ -25,7 +28,11 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from rackflow.api.convert.notifications import REDACTED
+from rackflow.config import AUDIT_UNPARSED_BODY_MAX_BYTES
+from rackflow.domain.notifications import ChannelKind
 from rackflow.errors import InvalidArgument
+from rackflow.notify.senders import redacted_url
 from rackflow.timespec import parse_go_duration
 
 # Request fields (by name, at any depth) that take a duration from now as well as a time.
@@ -39,6 +46,11 @@ WELL_KNOWN = {
     "google.protobuf.FieldMask": 'field paths, comma-separated, like "name,spec"',
     "google.protobuf.Empty": "an empty object {}",
 }
+# Words that make a JSON key (any case, at any depth) a secret's in an unparsed body: a channel's `secret`,
+# and what a typo of it or another credential would be called. `url` makes a key a URL's.
+_SECRET_WORDS = ("secret", "token", "password")
+_URL_WORD = "url"
+_URL_SCHEMES = ("http://", "https://")
 _SCALAR = {
     FieldDescriptor.TYPE_STRING: "a string",
     FieldDescriptor.TYPE_BOOL: "true or false",
@@ -73,6 +85,67 @@ def parse_into(
             raise InvalidArgument(f"{field.name}: set by the URL path; leave it out of the body")
     _merge(data, message, "", now, hidden=path_fields)
     return message
+
+
+def unparsed_body(raw: bytes, error: InvalidArgument, rpc: str, request: Descriptor) -> dict[str, Any]:
+    """What the audit trail records of `raw`, the body of a call to `rpc` refused by role that did not
+    parse (`error`): `{"error": why, "body": the body as text}`, the text at most
+    AUDIT_UNPARSED_BODY_MAX_BYTES of UTF-8, cut past it and marked `"truncated": {"original_bytes",
+    "limit_bytes"}`.
+
+    Why: the row is what an auditor has of what a token tried beyond its role, and a body that did not
+    parse was left out of it. Never a secret, as the trail keeps none of a request that parses
+    (`without_secrets`, `check_without_secrets`): a JSON body is recorded as JSON again with the value of
+    every key naming a secret (`_SECRET_WORDS`, a typo's too: `secrett`, `webhook_token`) as "(redacted)"
+    and every URL (under a key naming one, or any text starting http:// or https://) as the API shows a
+    Slack channel's, no user, password, path or query; a body that is not JSON is recorded as sent only
+    when `request` holds no field that may hold a secret or a URL (else its size alone). `error` is the
+    parser's reason less the value it quotes (", got …"), which the recorded body shows, redacted."""
+    reason = str(error).partition(", got ")[0]
+    try:
+        text: str | None = json.dumps(_redacted(json.loads(raw)), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        text = None if _may_hold_secret(request, set()) else raw.decode("utf-8", errors="replace")
+    if text is None:
+        withheld = f"({len(raw)} bytes, not JSON, not recorded: {rpc}'s request may hold a secret)"
+        return {"error": reason, "body": withheld}
+    encoded = text.encode("utf-8", errors="replace")  # a lone surrogate JSON escaped is no UTF-8
+    if len(encoded) <= AUDIT_UNPARSED_BODY_MAX_BYTES:
+        return {"error": reason, "body": encoded.decode()}
+    return {
+        "error": reason,
+        "body": encoded[:AUDIT_UNPARSED_BODY_MAX_BYTES].decode(errors="ignore"),  # whole characters
+        "truncated": {"original_bytes": len(encoded), "limit_bytes": AUDIT_UNPARSED_BODY_MAX_BYTES},
+    }
+
+
+def _redacted(value: Any, url: bool = False) -> Any:
+    """`value` (parsed JSON) without secrets (`unparsed_body`); `url`: its texts are URLs."""
+    if isinstance(value, dict):
+        return {
+            key: REDACTED
+            if any(word in key.lower() for word in _SECRET_WORDS)
+            else _redacted(item, url or _URL_WORD in key.lower())
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_redacted(item, url) for item in value]
+    if isinstance(value, str) and (url or value.lower().startswith(_URL_SCHEMES)):
+        return redacted_url(ChannelKind.SLACK, value)
+    return value
+
+
+def _may_hold_secret(message: Descriptor | Any, seen: set[str]) -> bool:
+    """Whether a request of type `message` has a field, at any depth, that holds a secret or a URL."""
+    seen.add(message.full_name)
+    for field in message.fields:
+        name = field.name.lower()
+        if _URL_WORD in name or any(word in name for word in _SECRET_WORDS):
+            return True
+        nested = field.message_type
+        if nested is not None and nested.full_name not in seen and _may_hold_secret(nested, seen):
+            return True
+    return False
 
 
 def takes(field: FieldDescriptor) -> str:

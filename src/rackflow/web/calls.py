@@ -21,7 +21,7 @@ import grpc
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rackflow.api.audit import AuditInterceptor
+from rackflow.api.audit import AuditInterceptor, WithUnparsedBody
 from rackflow.api.auth import authorize, is_mutating
 from rackflow.api.convert import timestamp_into
 from rackflow.api.errors import HTTP_STATUS_FOR_CODE, AnsweredFiring, answered_firing, message_of, status_of
@@ -98,7 +98,7 @@ class RpcCaller:
         self.audit = audit
 
     async def authorize(
-        self, rpc: str, principal: Principal, request: Callable[[], Awaitable[Message]]
+        self, rpc: str, principal: Principal, request: Callable[[], Awaitable[Message | WithUnparsedBody]]
     ) -> None:
         """`RpcError` (`PERMISSION_DENIED`) when the principal's role may not call `rpc`, recorded in the
         audit trail first with `request()` (made only then) as the call's request."""
