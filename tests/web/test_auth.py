@@ -208,12 +208,14 @@ async def test_a_refused_call_s_unparsed_body_is_recorded_without_its_secrets(
 ) -> None:
     """A channel's secret and URL are kept out of the trail when its request parses (`without_secrets`);
     an unparsed body is redacted alike: a JSON body's secret (any key naming one, a typo's too) as
-    "(redacted)", each URL as the API shows a Slack one (no user, password, path or query), and the
-    parser's reason without the value it quotes; a body that is not JSON, to a request that may hold a
-    secret, is not recorded at all, only its size."""
+    "(redacted)", in a request that may hold a secret any key that is no field (a misspelt secret) too,
+    each URL as the API shows a Slack one (no user, password, path or query), and the parser's reason
+    without the value it quotes; a body that is not JSON, to a request that may hold a secret, is not
+    recorded at all, only its size."""
     url = "https://hook-user:hook-pass@hooks.slack.example/services/T0/B0/XOXB?token=tok-123"
     channel = {"name": "pager", "kind": "slack", "url": url, "secret": "s3cret-1", "Secrett": "s3cret-2"}
-    sent = {"channel": channel, "nested": [{"webhook_token": "tok-456", "password": {"value": "pw-789"}}]}
+    extra = [{"webhook_token": "tok-456", "password": {"value": "pw-789"}}]
+    sent = {"channel": {**channel, "sceret": "s3cret-4", "schedules": [url]}, "extra": extra}
     recorded = await _refused_request(http, "/notification-channels", json.dumps(sent).encode())
     body = json.loads(recorded["unparsed_body"]["body"])
     assert body == {
@@ -223,8 +225,10 @@ async def test_a_refused_call_s_unparsed_body_is_recorded_without_its_secrets(
             "url": "https://hooks.slack.example/…",
             "secret": "(redacted)",
             "Secrett": "(redacted)",
+            "sceret": "(redacted)",
+            "schedules": ["https://hooks.slack.example/…"],
         },
-        "nested": [{"webhook_token": "(redacted)", "password": "(redacted)"}],
+        "extra": "(redacted)",
     }
     assert recorded["unparsed_body"]["error"].startswith("channel.Secrett: unknown field (channel takes: ")
     wrong_type = {"channel": {"name": "pager", "secret": 987654}}

@@ -29,6 +29,7 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rackflow.api.convert.notifications import REDACTED
+from rackflow.api.errors import message_of
 from rackflow.config import AUDIT_UNPARSED_BODY_MAX_BYTES
 from rackflow.domain.notifications import ChannelKind
 from rackflow.errors import InvalidArgument
@@ -96,16 +97,19 @@ def unparsed_body(raw: bytes, error: InvalidArgument, rpc: str, request: Descrip
     Why: the row is what an auditor has of what a token tried beyond its role, and a body that did not
     parse was left out of it. Never a secret, as the trail keeps none of a request that parses
     (`without_secrets`, `check_without_secrets`): a JSON body is recorded as JSON again with the value of
-    every key naming a secret (`_SECRET_WORDS`, a typo's too: `secrett`, `webhook_token`) as "(redacted)"
-    and every URL (under a key naming one, or any text starting http:// or https://) as the API shows a
-    Slack channel's, no user, password, path or query; a body that is not JSON is recorded as sent only
-    when `request` holds no field that may hold a secret or a URL (else its size alone). `error` is the
-    parser's reason less the value it quotes (", got …"), which the recorded body shows, redacted."""
-    reason = str(error).partition(", got ")[0]
+    every key naming a secret (`_SECRET_WORDS`, a typo's too: `secrett`, `webhook_token`) as "(redacted)",
+    and, when `request` has a field that may hold a secret or a URL (a notification channel's), of every
+    key that is no field where it stands (a misspelt `sceret`); every URL (under a key naming one, or any
+    text starting http:// or https://) is shown as the API shows a Slack channel's, with no user,
+    password, path or query. A body that is not JSON is recorded as sent only when `request` has no such
+    field (else its size alone). `error` is the parser's reason (as the caller got it, `message_of`) less
+    the value it quotes (", got …"), which the recorded body shows, redacted."""
+    reason = message_of(error).partition(", got ")[0]
+    strict = _may_hold_secret(request, set())
     try:
-        text: str | None = json.dumps(_redacted(json.loads(raw)), ensure_ascii=False)
+        text: str | None = json.dumps(_redacted(json.loads(raw), request, strict), ensure_ascii=False)
     except (ValueError, RecursionError):
-        text = None if _may_hold_secret(request, set()) else raw.decode("utf-8", errors="replace")
+        text = None if strict else raw.decode("utf-8", errors="replace")
     if text is None:
         withheld = f"({len(raw)} bytes, not JSON, not recorded: {rpc}'s request may hold a secret)"
         return {"error": reason, "body": withheld}
@@ -119,17 +123,22 @@ def unparsed_body(raw: bytes, error: InvalidArgument, rpc: str, request: Descrip
     }
 
 
-def _redacted(value: Any, url: bool = False) -> Any:
-    """`value` (parsed JSON) without secrets (`unparsed_body`); `url`: its texts are URLs."""
+def _redacted(value: Any, message: Descriptor | None, strict: bool, url: bool = False) -> Any:
+    """`value` (parsed JSON, of `message` where it is one) without secrets (`unparsed_body`); `strict`:
+    the value of a key that is no field of `message` too; `url`: its texts are URLs."""
     if isinstance(value, dict):
-        return {
-            key: REDACTED
-            if any(word in key.lower() for word in _SECRET_WORDS)
-            else _redacted(item, url or _URL_WORD in key.lower())
-            for key, item in value.items()
-        }
+        kept = {}
+        for key, item in value.items():
+            lowered = key.lower()
+            field = _field(message, key) if message is not None else None
+            if any(word in lowered for word in _SECRET_WORDS) or (strict and field is None):
+                kept[key] = REDACTED
+            else:
+                nested = field.message_type if field is not None else None
+                kept[key] = _redacted(item, nested, strict, url or _URL_WORD in lowered)
+        return kept
     if isinstance(value, list):
-        return [_redacted(item, url) for item in value]
+        return [_redacted(item, message, strict, url) for item in value]
     if isinstance(value, str) and (url or value.lower().startswith(_URL_SCHEMES)):
         return redacted_url(ChannelKind.SLACK, value)
     return value
