@@ -157,11 +157,11 @@ def alertmanager_of(url: str) -> str:
 @dataclass
 class _Busy:
     """What one Alertmanager's refusals as busy came to in a poll: its queries asked again, the GETs asked
-    again in all, and the queries it still refused (or failed otherwise) after them."""
+    again in all, and the queries that still failed after them (refused again, or another failure)."""
 
     queries: int = 0
     retries: int = 0
-    refused: int = 0
+    failed: int = 0
 
 
 def about_the_task(alert: Any, task_id: uuid.UUID) -> bool:
@@ -211,7 +211,7 @@ class Answers:
             tries += 1
             return await self.asked.at(url, lambda: _alerts(url))
 
-        refused = True
+        failed = True
         try:
             alerts = await retrying(
                 ask,
@@ -222,19 +222,19 @@ class Answers:
                 logger=log,
                 level=logging.DEBUG,
             )
-            refused = False
+            failed = False
             return alerts
         finally:
             if tries > 1:
                 busy = self._busy.setdefault(alertmanager_of(url), _Busy())
                 busy.queries += 1
                 busy.retries += tries - 1
-                busy.refused += refused
+                busy.failed += failed
 
     def say_busy(self) -> None:
         """One WARNING for the poll, once its rounds are over, for the Alertmanagers that refused its GETs
-        as busy: which, how many queries were asked again and how often, and how many were still refused
-        (their looks could not ask, as `fail_closed` says). Nothing when none was busy; said once."""
+        as busy: which, how many queries were asked again and how often, and how many still failed (their
+        looks could not ask, as `fail_closed` says). Nothing when none was busy; said once."""
         if not self._busy:
             return
         log.warning(
@@ -242,7 +242,7 @@ class Answers:
             "; ".join(
                 f"Alertmanager {where} refused GETs as busy (HTTP 503 or 429): {busy.queries} "
                 f"{'query' if busy.queries == 1 else 'queries'} asked again, {busy.retries} times in all; "
-                f"{busy.refused} still failed"
+                f"{busy.failed} still failed"
                 for where, busy in sorted(self._busy.items())
             ),
         )
