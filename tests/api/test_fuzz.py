@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -505,9 +504,6 @@ async def test_over_a_limit_is_invalid_argument_without_touching_the_database(
 ) -> None:
     request = make()
     with statements_counted(db) as statements:
-        started = time.perf_counter()
         code, details = await call(stub, rpc, request)
-        elapsed = time.perf_counter() - started
     assert code is grpc.StatusCode.INVALID_ARGUMENT, (code, details)
     assert statements == [], f"{rpc} over its {limit} limit reached the database: {statements[:3]}"
-    assert elapsed < 2.0, f"{rpc} took {elapsed:.2f}s to refuse an over-limit {limit}"
