@@ -77,6 +77,25 @@ async def explain_without_scans(db: Database, statement: str, parameters: Any) -
         return _text((await conn.exec_driver_sql("EXPLAIN " + explained, parameters)).all())
 
 
+async def plan_with_one_index(db: Database, statement: str, parameters: Any, table: str, index: str) -> str:
+    """PostgreSQL's plan of `statement` with every index of `table` but `index` dropped (in a transaction
+    rolled back) and its scan forbidden: a plan that could read `index` would, so one that does not shows
+    that its condition is one `index` cannot answer (whatever the statistics)."""
+    async with db.engine.connect() as conn:
+        transaction = await conn.begin()
+        others = await conn.exec_driver_sql(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %(table)s AND indexname <> %(index)s",
+            {"table": table, "index": index},
+        )
+        for (other,) in others.all():
+            await conn.exec_driver_sql(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {other} CASCADE")
+            await conn.exec_driver_sql(f"DROP INDEX IF EXISTS {other}")
+        await conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        plan = _text((await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).all())
+        await transaction.rollback()
+    return plan
+
+
 # Each index of a partition and the partitioned table's index it is part of.
 _PARTITION_INDEXES = text(
     "SELECT c.relname, p.relname FROM pg_inherits i"

@@ -24,11 +24,12 @@ from rackflow.config import LIST_COUNT_CAP
 from rackflow.domain.schedules import Schedule
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
+from rackflow.store.dialect import name_holds
 from rackflow.store.paging import Listed
 from rackflow.store.tables import task_schedule
 from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import fresh_postgres_database, sql
-from tests.store.query_plans import explain, statement_sent, statements_sent
+from tests.store.query_plans import explain, plan_with_one_index, statement_sent, statements_sent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("schedule-search-plans")]
 
@@ -127,20 +128,9 @@ async def test_no_plan_of_a_shorter_text_can_read_the_trigram_index(db: Database
     read the whole index for it (at a million schedules it did, beside the walk's range of the creation
     index: 470 ms a count). With the table's other indexes dropped (in a transaction rolled back) and its
     scan forbidden, a plan that could read the trigram index would; this one scans the table."""
-    counted = select(func.count()).select_from(task_schedule).where(store.name_holds(text))
+    counted = select(func.count()).select_from(task_schedule).where(name_holds(task_schedule.c.name, text))
     statement, parameters = await statement_sent(db, lambda conn: conn.execute(counted))
-    async with db.engine.connect() as conn:
-        transaction = await conn.begin()
-        others = await conn.exec_driver_sql(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'task_schedule' AND indexname <> %(trigram)s",
-            {"trigram": TRIGRAM_INDEX},
-        )
-        for (index,) in others.all():
-            await conn.exec_driver_sql(f"ALTER TABLE task_schedule DROP CONSTRAINT IF EXISTS {index} CASCADE")
-            await conn.exec_driver_sql(f"DROP INDEX IF EXISTS {index}")
-        await conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
-        plan = "\n".join(row[0] for row in await conn.exec_driver_sql("EXPLAIN " + statement, parameters))
-        await transaction.rollback()
+    plan = await plan_with_one_index(db, statement, parameters, "task_schedule", TRIGRAM_INDEX)
     assert TRIGRAM_INDEX not in plan, plan
     assert SEQ_SCAN.search(plan), plan
     found, _, _ = await _search(db, text)  # still the same names, whatever their case

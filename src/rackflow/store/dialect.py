@@ -4,7 +4,8 @@ The other store modules write each statement once and call here for the part tha
 is set up (`engine_options`, `prepare_engine`), which clock is "now" (`database_now`, `now_minus`), row
 locks (`skip_locked`, `for_update`, `locks_rows`), lookups by many keys (`by_keys`, `keys_table`,
 `past_newest`, `ids_in`, `not_in_keys`), a UUID as text (`uuid_text`), bulk writes (`insert_rows`,
-`update_rows`, `insert_new`), an item of a JSON array (`array_holds`) and the migration lock. `dialect`
+`update_rows`, `insert_new`), an item of a JSON array (`array_holds`), a name search that PostgreSQL's
+trigram indexes answer (`name_holds`) and the migrations' lock and online index builds. `dialect`
 is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
 
 How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks) is
@@ -53,14 +54,15 @@ from sqlalchemy import (
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.sql.type_api import TypeEngine
 
 from rackflow.clock import Clock
-from rackflow.config import DB_POOL_OVERFLOW
+from rackflow.config import DB_POOL_OVERFLOW, SHORT_SEARCH_TEXT
+from rackflow.errors import FailedPrecondition
 from rackflow.store.types import UTCDateTime
 
 _S = TypeVar("_S", bound=Select[Any])
@@ -105,6 +107,9 @@ MIGRATION_TURN_POLL = timedelta(milliseconds=200)
 # transaction, CREATE INDEX CONCURRENTLY, waits without a limit (`building_index_concurrently`).
 MIGRATION_LOCK_TIMEOUT = timedelta(milliseconds=500)
 LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a statement that waited lock_timeout
+INSUFFICIENT_PRIVILEGE = "42501"  # SQLSTATE of a statement the role may not run (CREATE EXTENSION)
+# What the names' trigram indexes need (migrations 0027, 0056), on PostgreSQL only.
+CREATE_PG_TRGM = "CREATE EXTENSION IF NOT EXISTS pg_trgm"
 DEADLOCK_DETECTED = "40P01"
 
 
@@ -209,6 +214,24 @@ def now_minus_params(dialect: str, clock: Clock, span: timedelta) -> dict[str, d
     if dialect == POSTGRESQL:
         return {"span": span}
     return {"before": clock.now() - span}
+
+
+# --- name searches ---------------------------------------------------------------------------------
+
+
+def name_holds(column: ColumnElement[str], text: str) -> ColumnElement[bool]:
+    """The rows whose name (`column`) holds `text`, whatever its case, `%` and `_` taken literally: the
+    schedules', racks' and NVLink domains' name searches. A text of SHORT_SEARCH_TEXT characters or more is
+    `column ILIKE '%' || text || '%'`, which the column's trigram index answers on PostgreSQL (migrations
+    0027, 0056). A shorter one holds no trigram, so that index could only be read whole, every entry of
+    it: it is spelled on `lower(column)`, which the index (of the column) cannot answer, so that no plan
+    reads it (PostgreSQL sometimes chose to: 470 ms a count at a million schedules, docs/PERFORMANCE.md,
+    "The twenty-seventh stop"). Both spellings match the same rows on both databases: PostgreSQL's ILIKE
+    folds case as `lower` does, and SQLite's is `lower(…) LIKE lower(…)` either way. SQLite has no trigram
+    index and reads names as it did."""
+    if len(text) < SHORT_SEARCH_TEXT:
+        return func.lower(column).icontains(text, autoescape=True)
+    return column.icontains(text, autoescape=True)
 
 
 # --- JSON arrays ------------------------------------------------------------------------------------
@@ -343,6 +366,29 @@ def migrations_locked(conn: Connection) -> Iterator[None]:
 def _wait_for_locks_at_most(conn: Connection, timeout: timedelta) -> None:
     """PostgreSQL's lock_timeout for the rest of the session (0: no limit)."""
     conn.execute(text(f"SET lock_timeout = '{int(timeout.total_seconds() * 1000)}ms'"))
+
+
+def creating_pg_trgm(conn: Connection, revision: str) -> None:
+    """In a migration on PostgreSQL that builds a trigram index (`gin_trgm_ops`), the extension `pg_trgm`
+    created if missing. PostgreSQL 13 and later mark it trusted, so a role with CREATE on the database may
+    create it; when it exists already the statement is a no-op that needs no privilege (PostgreSQL looks for
+    it before checking any). A role that may not create it fails the migration with the statement a
+    superuser must run, before anything of it is done (its transaction is rolled back; `rackflow db migrate`
+    run again goes on from it). Skipping the index instead would leave a schema other than the one
+    `tables.py` declares, which `rackflow serve` could not tell, and a search that reads every name with
+    nobody told why."""
+    try:
+        conn.execute(text(CREATE_PG_TRGM))
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
+            raise
+        refusal = getattr(exc.orig, "diag", None)
+        raise FailedPrecondition(
+            f"migration {revision} needs the PostgreSQL extension pg_trgm, which this role may not create "
+            f"({refusal.message_primary if refusal else exc.orig}); nothing of migration {revision} is "
+            f"applied: have a superuser run `{CREATE_PG_TRGM};` in the database {conn.engine.url.database} "
+            "(or, from PostgreSQL 13, grant this role CREATE on it), then run `rackflow db migrate` again"
+        ) from exc
 
 
 @contextmanager

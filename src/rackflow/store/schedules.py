@@ -69,6 +69,7 @@ from rackflow.store.dialect import (
     for_update,
     keys_shared,
     locks_rows,
+    name_holds,
     update_rows,
     uuid_text,
 )
@@ -502,7 +503,7 @@ async def each_schedule_chunk(
     if paused_only:
         conditions.append(task_schedule.c.enabled.is_(False))
     if name_contains:
-        conditions.append(name_holds(name_contains))
+        conditions.append(name_holds(task_schedule.c.name, name_contains))
     if operation is not None:
         conditions.append(schedule_operation == operation.value)
     searched_to = counted_to = None
@@ -527,18 +528,6 @@ async def each_schedule_chunk(
     async for chunk in rows.partitions(LIST_CHUNK):
         consume([schedule_from_row(row) for row in chunk])
     return Listed(int(total), searched_to, count_bounded=counted_to is not None)
-
-
-def name_holds(text: str) -> ColumnElement[bool]:
-    """The schedules whose name holds `text`, whatever its case, `%` and `_` taken literally. A text of
-    three characters or more is `name ILIKE`, which the names' trigram index answers (migration 0027). A
-    shorter one (`short_search`) holds no trigram, so that index could only be read whole: it is spelled on
-    `lower(name)`, which the index (of `name`) cannot answer, so that no plan reads it. As ILIKE, PostgreSQL
-    sometimes chose to, beside the walk's range of the list's index: all million names' entries read for
-    each count (470 ms at full size, docs/PERFORMANCE.md, "The twenty-seventh stop")."""
-    if short_search(text):
-        return func.lower(task_schedule.c.name).contains(text.lower(), autoescape=True)
-    return task_schedule.c.name.icontains(text, autoescape=True)
 
 
 async def _walk_end(conn: AsyncConnection, order: ScheduleOrder, after: Key | None) -> Key | None:

@@ -56,6 +56,11 @@ nvl_domains = Table(
     # The domain list's order (`store.inventory.DOMAIN_ORDER`, migration 0055): a page is a range of it,
     # where a page of a fleet's 20,000 domains (one an NVL72 rack) sorted them all.
     Index("ix_nvl_domains_created_at_id", "created_at", "id"),
+    # The schedule form's picker (`store.inventory.names_holding`) reads the names' trigrams, as the racks'
+    # (below).
+    Index(
+        "ix_nvl_domains_name_trgm", "name", postgresql_using="gin", postgresql_ops={"name": "gin_trgm_ops"}
+    ).ddl_if(dialect="postgresql"),
 )
 
 racks = Table(
@@ -70,6 +75,14 @@ racks = Table(
     # page is a range of one of these, where PostgreSQL read and sorted every rack for each page.
     Index("ix_racks_created_at_id", "created_at", "id"),
     Index("ix_racks_nvl_domain_id_created_at_id", "nvl_domain_id", "created_at", "id"),
+    # The name search (ListRacks' `name_contains`, the schedule form's picker: `name ILIKE '%' || :text ||
+    # '%'`) reads the names' trigrams, where it read every name when few matched (migration 0056; the
+    # extension `pg_trgm` is 0027's). PostgreSQL only, as the schedules' (`ix_task_schedule_name_trgm`); a
+    # text of one or two characters holds no trigram and is spelled so that no plan reads it
+    # (`store.dialect.name_holds`).
+    Index(
+        "ix_racks_name_trgm", "name", postgresql_using="gin", postgresql_ops={"name": "gin_trgm_ops"}
+    ).ddl_if(dialect="postgresql"),
 )
 
 components = Table(
@@ -277,7 +290,7 @@ task_schedule = Table(
     # no trigram index. Each firing, which updates its schedule's row, writes the name's trigrams again.
     # A text of one or two characters holds no trigram: its pages walk a bounded range of the list's own
     # index instead (config.SEARCH_WALK), its condition spelled so that this index cannot answer it
-    # (`store.schedules.name_holds`).
+    # (`store.dialect.name_holds`).
     Index(
         "ix_task_schedule_name_trgm",
         "name",

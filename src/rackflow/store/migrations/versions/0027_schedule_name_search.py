@@ -7,13 +7,11 @@ names' trigrams (`pg_trgm`) answers a text of three characters or more from the 
 have no trigram to look up; PostgreSQL plans them as before. PostgreSQL only: SQLite has no trigram index
 and keeps its scan (one instance, an embedded database).
 
-The extension is created if missing. PostgreSQL 13 and later mark `pg_trgm` trusted, so a role with
-CREATE on the database may create it; a role that may not (or an older server) fails this migration with
-the statement a superuser must run before anything of it is done: the migrations before it stay applied
-(on PostgreSQL each commits on its own), 0027's own transaction is rolled back, and `rackflow db migrate`
-run again goes on from it. Skipping the index instead would leave a schema other than the one
-`tables.py` declares, which `rackflow serve` could not tell, and a search that takes seconds with nobody
-told why.
+The extension is created if missing (`dialect.creating_pg_trgm`). PostgreSQL 13 and later mark `pg_trgm`
+trusted, so a role with CREATE on the database may create it; a role that may not (or an older server)
+fails this migration with the statement a superuser must run before anything of it is done: the
+migrations before it stay applied (on PostgreSQL each commits on its own), 0027's own transaction is
+rolled back, and `rackflow db migrate` run again goes on from it.
 
 The index is built CONCURRENTLY, outside a transaction (an autocommit block), so the fleet's writes to
 `task_schedule` (every firing moves a schedule's next run) go on while it builds; an invalid index left by
@@ -25,37 +23,21 @@ Revises: 0026
 Create Date: 2026-12-03
 """
 
-import sqlalchemy as sa
 from alembic import op
 
-from rackflow.errors import FailedPrecondition
-from rackflow.store.dialect import building_index_concurrently
+from rackflow.store.dialect import building_index_concurrently, creating_pg_trgm
 
 revision = "0027"
 down_revision = "0026"
 branch_labels = None
 depends_on = None
 
-CREATE_EXTENSION = "CREATE EXTENSION IF NOT EXISTS pg_trgm"
-INSUFFICIENT_PRIVILEGE = "42501"  # SQLSTATE
-
 
 def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name != "postgresql":
         return
-    try:
-        op.execute(CREATE_EXTENSION)
-    except sa.exc.DBAPIError as exc:
-        if getattr(exc.orig, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
-            raise
-        refusal = getattr(exc.orig, "diag", None)
-        raise FailedPrecondition(
-            f"migration 0027 needs the PostgreSQL extension pg_trgm, which this role may not create "
-            f"({refusal.message_primary if refusal else exc.orig}); nothing of migration 0027 is applied: have a "
-            f"superuser run `{CREATE_EXTENSION};` in the database {bind.engine.url.database} (or, from "
-            "PostgreSQL 13, grant this role CREATE on it), then run `rackflow db migrate` again"
-        ) from exc
+    creating_pg_trgm(bind, revision)
     with op.get_context().autocommit_block(), building_index_concurrently(bind, "ix_task_schedule_name_trgm"):
         op.create_index(
             "ix_task_schedule_name_trgm",
