@@ -18,8 +18,16 @@ over `--small` racks and one over `--big` racks. Then, with one `rackflow serve`
 
 The database is dropped at the end unless `--keep`.
 
+`--names` measures the name searches instead, and nothing else: each rack in an NVLink domain of its own
+(`comps-d<n>`, as an NVL72 fleet's), no schedule; then ListRacks' `name_contains` (a page of 20) and the
+schedule form's picker (`/names/racks`, `/names/nvl_domains`) for texts that many, one and no name holds,
+and one of two characters: p95 of `--repeat` calls through the server, and the store's own statements in
+process (`store.inventory.list_racks`, `names_holding`: p50 and p95, the server stopped). Run it on a
+release before migration 0056 (PYTHONPATH) and on one after it to compare.
+
     python bench/rack_components.py --components 36 --racks 20000
     python bench/rack_components.py --components 1 --racks 20000      # the one-component fleet, to compare
+    python bench/rack_components.py --names --components 4 --racks 100000 --repeat 20
 """
 
 from __future__ import annotations
@@ -59,7 +67,9 @@ from rackflow.domain.inventory import RackTarget, TargetSpec
 from rackflow.domain.schedules import OverlapPolicy
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions
 from rackflow.services import Services
+from rackflow.store import inventory
 from rackflow.store.db import Database
+from rackflow.store.tables import nvl_domains, racks
 from rackflow.timespec import ScheduleSpec, SpecType
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
@@ -81,6 +91,14 @@ def load_avg() -> float:
 
 def rack_name(n: int) -> str:
     return f"comps-r{n:06d}"
+
+
+# The name searches `--names` measures: texts that many names hold (one in ten: the picker stops at its 20th,
+# ListRacks' count at its cap), one holds, none holds, and one of two characters (no trigram), of the
+# racks' names and of the domains'.
+RACK_SEARCHES = ("comps-r01", "r000999", "zzz", "zz")
+DOMAIN_SEARCHES = ("comps-d01", "d000999", "zzz")
+PICKED = 20  # the picker's names a request, and the page asked of ListRacks
 
 
 def make_database(admin: str, name: str) -> str:
@@ -124,6 +142,25 @@ def load_racks(url: str, racks_n: int, components_n: int) -> None:
                 " FROM racks r CROSS JOIN generate_series(0, :c - 1) k ORDER BY r.name, k"
             ),
             {"c": components_n},
+        )
+    engine.dispose()
+
+
+def load_domains(url: str) -> None:
+    """An NVLink domain a rack, `comps-d<n>` for rack `comps-r<n>`, made when it was."""
+    engine = sync_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO nvl_domains (id, name, created_at)"
+                " SELECT gen_random_uuid(), replace(name, 'comps-r', 'comps-d'), created_at FROM racks"
+            )
+        )
+        conn.execute(
+            text(
+                "UPDATE racks r SET nvl_domain_id = d.id FROM nvl_domains d"
+                " WHERE d.name = replace(r.name, 'comps-r', 'comps-d')"
+            )
         )
     engine.dispose()
 
@@ -234,6 +271,67 @@ def measure_racks(server: ServerProcess, repeat: int) -> None:
     with httpx.Client(base_url=server.http_url, timeout=120) as client:
         for path in ("/racks", "/racks?page=50", f"/racks/{rack_name(1)}"):
             page(client, path, repeat)
+
+
+def measure_names(server: ServerProcess, repeat: int) -> None:
+    """ListRacks' `name_contains` and the picker's requests, through the server."""
+    stub = stub_of(server)
+    for search in RACK_SEARCHES:
+        request = pb.ListRacksRequest(
+            name_contains=search, pagination=pb.Pagination(limit=PICKED), view=pb.RACK_VIEW_BASIC
+        )
+        rpc(f"ListRacks[name_contains={search}]", partial(stub.ListRacks, request), repeat)
+    with httpx.Client(base_url=server.http_url, timeout=120) as client:
+        for kind, searches in (("racks", RACK_SEARCHES), ("nvl_domains", DOMAIN_SEARCHES)):
+            for search in searches:
+                page(client, f"/names/{kind}?contains={search}", repeat)
+
+
+async def names_in_process(url: str, repeat: int) -> None:
+    """The store's reads of the same searches, in process (the server stopped): ListRacks' count and page,
+    the picker's name and names; milliseconds of wall time, after a warm-up."""
+    db = Database(url)
+    try:
+        reads: list[tuple[str, Callable[[Any], Any]]] = [
+            (
+                f"list_racks[{search}]",
+                partial(
+                    inventory.list_racks,
+                    nvl_domain_id=None,
+                    offset=0,
+                    limit=PICKED,
+                    name_contains=search,
+                    with_components=False,
+                ),
+            )
+            for search in RACK_SEARCHES
+        ]
+        for table, searches in ((racks, RACK_SEARCHES), (nvl_domains, DOMAIN_SEARCHES)):
+            reads += [
+                (f"names_holding[{table.name},{search}]", partial(_names, table=table, text=search))
+                for search in searches
+            ]
+        for name, read in reads:
+            times = []
+            for _ in range(repeat + 1):
+                started = time.perf_counter()
+                async with db.read() as conn:
+                    await read(conn)
+                times.append((time.perf_counter() - started) * 1000)
+            times = times[1:]
+            result(
+                "comps_names_store",
+                read=name,
+                p50_ms=percentile(times, 50),
+                p95_ms=percentile(times, 95),
+                loadavg=load_avg(),
+            )
+    finally:
+        await db.dispose()
+
+
+async def _names(conn: Any, *, table: Any, text: str) -> list[str]:
+    return await inventory.names_holding(conn, table, text, PICKED)
 
 
 def fire(server: ServerProcess, url: str, schedule_id: uuid.UUID, racks_n: int) -> str:
@@ -364,6 +462,21 @@ async def cpu_of_reads(url: str, rounds: int) -> None:
         await db.dispose()
 
 
+def names(url: str, args: argparse.Namespace) -> None:
+    """`--names`: the racks loaded, a domain each, then the name searches measured."""
+    started = time.perf_counter()
+    load_domains(url)
+    analyze(url)
+    result("comps_load", seconds=time.perf_counter() - started, racks=args.racks, loadavg=load_avg())
+    with tempfile.TemporaryDirectory() as log_dir:
+        server = start_server(url, Path(log_dir), args=["--http-listen", "127.0.0.1:0", "--no-dispatcher"])
+        try:
+            measure_names(server, args.repeat)
+        finally:
+            server.stop()
+    asyncio.run(names_in_process(url, args.repeat))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -378,6 +491,7 @@ def main() -> None:
     parser.add_argument("--cpu-rounds", type=int, default=5, help="rounds of the in-process CPU figure")
     parser.add_argument("--sim-step", default="600", help="simulator step seconds of the server")
     parser.add_argument("--keep", action="store_true", help="keep the database (named in the output)")
+    parser.add_argument("--names", action="store_true", help="measure the name searches alone")
     args = parser.parse_args()
     name = f"rackflow_comps_{os.getpid()}"
     print(
@@ -389,6 +503,9 @@ def main() -> None:
     try:
         started = time.perf_counter()
         load_racks(url, args.racks, args.components)
+        if args.names:
+            names(url, args)
+            return
         small = asyncio.run(make_schedule(url, "comps-small", 0))
         big = asyncio.run(make_schedule(url, "comps-big", args.small))
         widen(url, small, 0, args.small)
