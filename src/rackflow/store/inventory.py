@@ -204,7 +204,7 @@ async def names_holding(conn: AsyncConnection, table: Table, text: str, limit: i
     """At most `limit` names of `table` that hold `text` (`dialect.name_holds`): the name that is `text`
     itself first, if there is one (a picker offers the rack typed in full, however many others hold it),
     then the others in name order. On PostgreSQL a text of three characters or more that few names hold is
-    found in the names' trigram index (migration 0056), where it read every name (0.1-0.3 s at 100,000
+    found in the names' trigram index (migration 0056), where it read every name (0.2-0.4 s at 100,000
     racks, docs/PERFORMANCE.md, "The schedule form's racks"); one that many hold, or a shorter one, is read
     along the names' unique index until `limit` are found."""
     exact = [row.name for row in await conn.execute(select(table.c.name).where(table.c.name == text))]
