@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, RowMapping, Table, delete, insert, select, update
+from sqlalchemy import ColumnElement, Row, Table, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.bmc import stored_resource_key, target_of
@@ -53,29 +53,21 @@ _TYPES = {t.value: t for t in ComponentType}
 _POWER_STATES = {p.value: p for p in PowerState}
 
 
-def _component_from(row: Row[Any]) -> Component:
-    """The component of a `components` row, read by name from `Row._mapping` (a Row's attributes cost ten
-    times more: `store.schedules.schedule_from_row`); a submit reads every component of its racks."""
-    columns = row._mapping
+def _component_from(row: Sequence[Any]) -> Component:
+    """The component of a row of `_COMPONENTS`, its values taken by position: by name (`Row._mapping`), as it
+    was, reading a page of 1,000 racks of 36 components spent a quarter of its time on the names' look-ups
+    alone (docs/PERFORMANCE.md, "The 1,000-row pages at 36 components"); a submit reads every component of
+    its racks too."""
+    id_, rack_id, type_, name, external_id, firmware_version, power_state, url, resource, credentials = row
     return Component(
-        id=columns["id"],
-        rack_id=columns["rack_id"],
-        type=_TYPES[columns["type"]],
-        name=columns["name"],
-        external_id=columns["external_id"] or "",
-        firmware_version=columns["firmware_version"],
-        power_state=_POWER_STATES[columns["power_state"]],
-        bmc=_bmc_from(columns),
-    )
-
-
-def _bmc_from(columns: RowMapping) -> Bmc | None:
-    if columns["bmc_url"] is None:
-        return None
-    return Bmc(
-        url=columns["bmc_url"],
-        resource=columns["bmc_resource"] or "",
-        credentials=columns["bmc_credentials"] or "",
+        id_,
+        rack_id,
+        _TYPES[type_],
+        name,
+        external_id or "",
+        firmware_version,
+        _POWER_STATES[power_state],
+        None if url is None else Bmc(url, resource or "", credentials or ""),
     )
 
 
@@ -103,10 +95,20 @@ def _rack_from(row: Row[Any], rack_components: Sequence[Component] = ()) -> Rack
 
 # A rack lists its components grouped by type, then by name: the order an operator reads them in.
 _COMPONENT_ORDER = (components.c.type, components.c.name, components.c.id)
-# A `Component` is read from every column but `created_at` and `bmc_resource_key`, which it does not carry:
-# converting that timestamp was 4 % of the server's time in a 10,000-rack fan-out (docs/PERFORMANCE.md).
+# A `Component`'s columns, in the order `_component_from` takes them: every column but `created_at` and
+# `bmc_resource_key`, which it does not carry (converting that timestamp was 4 % of the server's time in a
+# 10,000-rack fan-out, docs/PERFORMANCE.md).
 _COMPONENTS = select(
-    *(c for c in components.c if c is not components.c.created_at and c is not components.c.bmc_resource_key)
+    components.c.id,
+    components.c.rack_id,
+    components.c.type,
+    components.c.name,
+    components.c.external_id,
+    components.c.firmware_version,
+    components.c.power_state,
+    components.c.bmc_url,
+    components.c.bmc_resource,
+    components.c.bmc_credentials,
 )
 # The rack list's order; a page token holds its values in the page's last row.
 RACK_ORDER = (racks.c.created_at, racks.c.id)
@@ -379,8 +381,8 @@ async def components_by_external_ids(
     found: dict[str, list[Component]] = {}
     for chunk in chunked(set(external_ids)):
         stmt = _COMPONENTS.where(components.c.external_id.in_(chunk)).order_by(components.c.type)
-        for row in await conn.execute(stmt):
-            found.setdefault(row.external_id, []).append(_component_from(row))
+        for component in map(_component_from, await conn.execute(stmt)):
+            found.setdefault(component.external_id, []).append(component)
     return found
 
 
@@ -390,8 +392,8 @@ async def components_by_bmc_resources(conn: AsyncConnection, bmcs: Collection[Bm
     found: dict[str, Component] = {}
     for chunk in chunked({stored_resource_key(bmc) for bmc in bmcs}):
         stmt = _COMPONENTS.add_columns(components.c.bmc_resource_key)
-        for row in await conn.execute(stmt.where(components.c.bmc_resource_key.in_(chunk))):
-            found[row.bmc_resource_key] = _component_from(row)
+        for *columns, key in await conn.execute(stmt.where(components.c.bmc_resource_key.in_(chunk))):
+            found[key] = _component_from(columns)
     return found
 
 
