@@ -198,6 +198,32 @@ async def test_list_racks_pages_and_filters(stub: Stub) -> None:
     assert filtered.racks[0].nvl_domain_id == domain.id
 
 
+async def test_a_listed_rack_is_the_rack_get_rack_answers(stub: Stub) -> None:
+    """A page's racks are made in the answer itself (`racks_into`), its components grouped by type, then
+    name: each is what GetRack answers, field for field, a rack without components, one in a domain and
+    components with and without a BMC, external id and firmware version among them."""
+    full = await make_rack(
+        stub,
+        "full",
+        pb.ComponentSpec(type=NVSWITCH, name="a-switch", external_id="sw-1", firmware_version="2.0"),
+        with_bmc("node-b", "https://bmc-b.lab"),
+        pb.ComponentSpec(type=COMPUTE, name="node-a"),
+        external_id="ext-full",
+    )
+    bare = await make_rack(stub, "bare")
+    await stub.CreateNVLDomain(pb.CreateNVLDomainRequest(name="d", rack_ids=[bare.id]))
+    listed = await stub.ListRacks(pb.ListRacksRequest())
+    assert [r.name for r in listed.racks] == ["full", "bare"]
+    assert [c.name for c in listed.racks[0].components] == ["node-a", "node-b", "a-switch"]
+    assert listed.racks[0].components[1].bmc.url == "https://bmc-b.lab"
+    assert not listed.racks[0].components[0].HasField("bmc") and not listed.racks[1].components
+    assert listed.racks[1].nvl_domain_id.id and not listed.racks[0].HasField("nvl_domain_id")
+    for rack in (full, bare):
+        assert listed.racks[[r.id for r in listed.racks].index(rack.id)] == await stub.GetRack(
+            pb.GetRackRequest(id=rack.id)
+        )
+
+
 async def test_list_racks_by_id_answers_those_racks_alone(stub: Stub) -> None:
     """A table names the racks it shows by reading them alone (the CLI's `rack_names`), not the whole list;
     an id of no rack (deleted since) is left out, and a domain and a page narrow as without ids."""

@@ -17,6 +17,7 @@ from rackflow.api.convert.inventory import (
     listed_names_from,
     rack_ref_from,
     rack_to,
+    racks_into,
     uuids_from,
 )
 from rackflow.api.errors import rpc
@@ -66,12 +67,13 @@ class InventoryRpcs:
             with_components=not basic_rack_view_from(request.view),
         )
         total, capped = total_to(counted)
-        return pb.ListRacksResponse(
-            racks=[rack_to(r) for r in racks],
+        response = pb.ListRacksResponse(
             total=total,
             total_capped=capped,
             next_page_token=next_page_token("ListRacks", page.limit, racks, lambda r: (r.created_at, r.id)),
         )
+        racks_into(response.racks, racks)
+        return response
 
     @rpc
     async def DeleteRack(self, request: pb.DeleteRackRequest, context: Context) -> Empty:

@@ -193,7 +193,8 @@ _TYPE_FROM_PB = {
     pb.COMPONENT_TYPE_UMS: ComponentType.UMS,
     pb.COMPONENT_TYPE_CDU: ComponentType.CDU,
 }
-_TYPE_TO_PB = {v: k for k, v in _TYPE_FROM_PB.items()}
+# A component type's number in the API, for the converters that look up many (`components_into`).
+COMPONENT_TYPES_TO_PB = {v: k for k, v in _TYPE_FROM_PB.items()}
 
 
 def component_type_from(value: int, field: str, *, allow_unknown: bool = False) -> ComponentType:
@@ -207,7 +208,7 @@ def component_type_from(value: int, field: str, *, allow_unknown: bool = False) 
 
 
 def component_type_to(value: ComponentType) -> pb.ComponentType.ValueType:
-    return _TYPE_TO_PB[value]
+    return COMPONENT_TYPES_TO_PB[value]
 
 
 def component_types_from(values: Iterable[int], field: str) -> tuple[ComponentType, ...]:

@@ -7,11 +7,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rackflow.api.convert import (
+    COMPONENT_TYPES_TO_PB,
     MAX_PAGE_SIZE,
     component_type_from,
-    component_type_to,
     required_uuid,
-    timestamp_to,
+    timestamp_into,
     uuid_to,
 )
 from rackflow.domain.inventory import Bmc, Component, ComponentSpec, NVLDomain, Rack
@@ -27,20 +27,34 @@ def components_into(target: Any, rack_id: uuid.UUID, components: Iterable[Compon
     """Append the components of the rack `rack_id` to `target` (a repeated `pb.Component` field), their ids
     given as dicts, which protobuf copies into the message faster than a `pb.UUID` made and then copied, and
     the rack's id made once: a rack of 36 components was converted a component at a time, most of a
-    ListRacks page's server time (docs/PERFORMANCE.md, "Racks of 36 components")."""
+    ListRacks page's server time (docs/PERFORMANCE.md, "Racks of 36 components"). A component without a BMC
+    is added without the `bmc` argument, and its type and power state read without a call: a page of 1,000
+    racks adds 36,000 ("The 1,000-row pages at 36 components")."""
     add = target.add
     rack = {"id": str(rack_id)}
+    types = COMPONENT_TYPES_TO_PB
     for c in components:
-        add(
-            id={"id": str(c.id)},
-            rack_id=rack,
-            type=component_type_to(c.type),
-            name=c.name,
-            external_id=c.external_id,
-            firmware_version=c.firmware_version,
-            power_state=c.power_state.value,
-            bmc=bmc_to(c.bmc),
-        )
+        if c.bmc is None:
+            add(
+                id={"id": str(c.id)},
+                rack_id=rack,
+                type=types[c.type],
+                name=c.name,
+                external_id=c.external_id,
+                firmware_version=c.firmware_version,
+                power_state=c.power_state,
+            )
+        else:
+            add(
+                id={"id": str(c.id)},
+                rack_id=rack,
+                type=types[c.type],
+                name=c.name,
+                external_id=c.external_id,
+                firmware_version=c.firmware_version,
+                power_state=c.power_state,
+                bmc=bmc_to(c.bmc),
+            )
 
 
 def bmc_to(bmc: Bmc | None) -> pb.BmcEndpoint | None:
@@ -57,15 +71,29 @@ def bmc_from(msg: pb.BmcEndpoint, field: str) -> Bmc:
 
 
 def rack_to(rack: Rack) -> pb.Rack:
-    msg = pb.Rack(
-        id=uuid_to(rack.id),
-        name=rack.name,
-        external_id=rack.external_id,
-        nvl_domain_id=uuid_to(rack.nvl_domain_id),
-        created_at=timestamp_to(rack.created_at),
-    )
-    components_into(msg.components, rack.id, rack.components)
+    msg = pb.Rack()
+    rack_into(msg, rack)
     return msg
+
+
+def racks_into(target: Any, racks: Iterable[Rack]) -> None:
+    """Append the racks to `target` (a repeated `pb.Rack` field), each made in place: a `pb.Rack` made apart
+    is copied into the answer, its components with it, a fifth of converting a page of 1,000 racks of 36
+    (docs/PERFORMANCE.md, "The 1,000-row pages at 36 components")."""
+    add = target.add
+    for rack in racks:
+        rack_into(add(), rack)
+
+
+def rack_into(msg: pb.Rack, rack: Rack) -> None:
+    """Set the empty message `msg` to the rack, its components with it."""
+    msg.id.id = str(rack.id)
+    msg.name = rack.name
+    msg.external_id = rack.external_id
+    if rack.nvl_domain_id is not None:
+        msg.nvl_domain_id.id = str(rack.nvl_domain_id)
+    timestamp_into(msg.created_at, rack.created_at)
+    components_into(msg.components, rack.id, rack.components)
 
 
 def rack_ref_from(request: pb.GetRackRequest) -> uuid.UUID | str:
