@@ -145,3 +145,29 @@ async def test_record_changes_writes_each_state_once(db: Database) -> None:
     after = {c.id: c for c in (await InventoryService(db, CLOCK).get_rack(rack.id)).components}
     assert after[first.id].power_state is PowerState.OFF and after[first.id].firmware_version == ""
     assert (after[second.id].power_state, after[second.id].firmware_version) == (PowerState.OFF, "2.0")
+
+
+async def test_a_tasks_component_ids_read_back_as_written_by_every_read(db: Database) -> None:
+    """`tasks.component_ids` is read as UUIDs the database makes on PostgreSQL (`types.UUIDArray`): each
+    read of a task (by id, a list's page, the claim's RETURNING) gives them in the order written, not
+    sorted, a component since deleted included, and a task naming none gives none."""
+    racks = await make_racks(db, 2)
+    named, empty = await submit(db, racks[0]), await submit(db, racks[1])
+    gone = uuid.uuid4()  # a component deleted since: nothing checks the ids against `components`
+    written = tuple(sorted([*named.component_ids, gone], reverse=True))
+    async with db.transaction() as conn:
+        stored = [str(i) for i in written]
+        await conn.execute(
+            update(tasks_table).where(tasks_table.c.id == named.id).values(component_ids=stored)
+        )
+        await conn.execute(update(tasks_table).where(tasks_table.c.id == empty.id).values(component_ids=[]))
+    expected = {named.id: written, empty.id: ()}
+    async with db.read() as conn:
+        by_id = await store.get_tasks(conn, [named.id, empty.id])
+        page, _ = await store.list_tasks(
+            conn, rack_id=None, schedule_id=None, active_only=False, offset=0, limit=10
+        )
+    claimed = [task for task, _ in await claim(db)]
+    for found in (by_id, page, claimed):
+        assert {t.id: t.component_ids for t in found} == expected
+        assert all(type(i) is uuid.UUID for t in found for i in t.component_ids)
