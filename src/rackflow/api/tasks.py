@@ -15,6 +15,7 @@ from rackflow.api.convert.tasks import (
     operation_from_request,
     task_statuses_from,
     task_to,
+    tasks_into,
 )
 from rackflow.api.errors import rpc
 from rackflow.domain.tasks import OperationKind
@@ -83,12 +84,13 @@ class TaskRpcs:
             after=page.after,
         )
         total, capped = total_to(counted)
-        return pb.ListTasksResponse(
-            tasks=[task_to(t) for t in found],
+        response = pb.ListTasksResponse(
             total=total,
             total_capped=capped,
             next_page_token=next_page_token("ListTasks", page.limit, found, lambda t: (t.created_at, t.id)),
         )
+        tasks_into(response.tasks, found)
+        return response
 
     @rpc
     async def GetTasksByIDs(
@@ -100,9 +102,9 @@ class TaskRpcs:
         found = await self.services.tasks.get_tasks(ids)
         attempts = await self.services.tasks.attempts([t.id for t in found if t.retry is not None])
         checks = await self.services.checks.latest_rounds([t.id for t in found])
-        return pb.GetTasksByIDsResponse(
-            tasks=[task_to(t, attempts.get(t.id, ()), checks.get(t.id, ())) for t in found]
-        )
+        response = pb.GetTasksByIDsResponse()
+        tasks_into(response.tasks, found, attempts, checks)
+        return response
 
     @rpc
     async def CancelTask(self, request: pb.CancelTaskRequest, context: Context) -> pb.CancelTaskResponse:

@@ -8,9 +8,12 @@ errors name the field as the client wrote it (`operation.upgrade_firmware.target
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
 
-from rackflow.api.convert import target_spec_from, timestamp_from, timestamp_to, uuid_to
+from rackflow.api.convert import target_spec_from, timestamp_from, timestamp_into, timestamp_to, uuid_to
 from rackflow.domain.checks import CheckResult
 from rackflow.domain.inventory import TargetSpec
 from rackflow.domain.tasks import (
@@ -57,6 +60,8 @@ _STATUS_TO_PB = {
     TaskStatus.WAITING: pb.TASK_STATUS_WAITING,
 }
 _STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
+# No attempts or checks for any task (a list's answer: `tasks_into`).
+_NONE: Mapping[uuid.UUID, Any] = MappingProxyType({})
 
 
 def queue_options_from(msg: pb.QueueOptions, field: str = "queue_options") -> QueueOptions:
@@ -160,62 +165,87 @@ def task_status_to(status: TaskStatus) -> pb.TaskStatus.ValueType:
 def task_to(task: Task, attempts: Sequence[TaskAttempt] = (), checks: Sequence[CheckResult] = ()) -> pb.Task:
     """The task; `attempts`: its ended attempts, `checks`: its checks' answers in its last round
     (GetTasksByIDs reads both, lists leave them out)."""
-    msg = pb.Task(
-        id=uuid_to(task.id),
-        operation=task.operation.kind.value,
-        rack_id=uuid_to(task.rack_id),
-        description=task.description,
-        status=task_status_to(task.status),
-        message=task.message,
-        queue_expires_at=timestamp_to(task.queue_expires_at),
-        created_at=timestamp_to(task.created_at),
-        started_at=timestamp_to(task.started_at),
-        finished_at=timestamp_to(task.finished_at),
-        updated_at=timestamp_to(task.updated_at),
-        schedule_id=uuid_to(task.schedule_id),
-        not_before=timestamp_to(task.not_before),
-        ignore_windows=task.ignore_windows,
-        run_id=uuid_to(task.run_id),
-        held_by=task.held_by or "",
-        held_reason=task.held_reason or "",
-        held_since=timestamp_to(task.held_since),
-        not_after=timestamp_to(task.not_after),
-        attempt=task.attempt,
-        max_attempts=task.max_attempts,
-        attempts=[
-            pb.TaskAttempt(
-                attempt=a.attempt,
-                started_at=timestamp_to(a.started_at),
-                finished_at=timestamp_to(a.finished_at),
-                status=task_status_to(a.status),
-                message=a.message,
-                retryable=a.retryable,
-            )
-            for a in attempts
-        ],
-        attempt_started_at=timestamp_to(task.attempt_started_at),
-        # From the claim that recorded it on: a RUNNING task shows it will not run before it is ended.
-        refusal=(
-            pb.TaskRefusal(reason=task.refusal.reason, ends_as=task_status_to(task.refusal.ends_as))
-            if task.refusal is not None
-            else None
-        ),
-        checks=[
-            pb.TaskCheckResult(
-                check_id=uuid_to(c.check_id),
-                check=c.check_name,
-                round=c.attempt,
-                passed=c.passed,
-                reason=c.reason,
-                checked_at=timestamp_to(c.checked_at),
-            )
-            for c in checks
-        ],
-    )
-    # Added in place, each id's message made by the field itself, not a `pb.UUID` made and then copied in: a
-    # task on a rack of 36 components names 36, most of a page of 1,000 tasks' conversion
-    # (docs/PERFORMANCE.md, "Racks of 36 components").
+    msg = pb.Task()
+    task_into(msg, task, attempts, checks)
+    return msg
+
+
+def tasks_into(
+    target: Any,
+    tasks: Iterable[Task],
+    attempts: Mapping[uuid.UUID, Sequence[TaskAttempt]] = _NONE,
+    checks: Mapping[uuid.UUID, Sequence[CheckResult]] = _NONE,
+) -> None:
+    """Append the tasks to `target` (a repeated `pb.Task` field), each made in place, with its attempts and
+    checks by task id: a `pb.Task` made apart is copied into the answer, its component ids with it, and
+    its times and ids were messages made and copied into it too (docs/PERFORMANCE.md, "The 1,000-row
+    pages at 36 components")."""
+    add = target.add
+    for task in tasks:
+        task_into(add(), task, attempts.get(task.id, ()), checks.get(task.id, ()))
+
+
+def task_into(
+    msg: pb.Task, task: Task, attempts: Sequence[TaskAttempt] = (), checks: Sequence[CheckResult] = ()
+) -> None:
+    """Set the empty message `msg` to the task (`task_to`); a time or id the task does not hold is left
+    unset."""
+    msg.id.id = str(task.id)
+    msg.operation = task.operation.kind.value
+    msg.rack_id.id = str(task.rack_id)
+    # Added in place, each id's message made by the field itself: a task on a rack of 36 components names
+    # 36, most of a page of 1,000 tasks' conversion (docs/PERFORMANCE.md, "Racks of 36 components").
     add = msg.component_ids.add
     for component_id in task.component_ids:
         add(id=str(component_id))
-    return msg
+    msg.description = task.description
+    msg.status = _STATUS_TO_PB[task.status]
+    msg.message = task.message
+    for field, value in (
+        (msg.queue_expires_at, task.queue_expires_at),
+        (msg.created_at, task.created_at),
+        (msg.started_at, task.started_at),
+        (msg.finished_at, task.finished_at),
+        (msg.updated_at, task.updated_at),
+        (msg.not_before, task.not_before),
+        (msg.held_since, task.held_since),
+        (msg.not_after, task.not_after),
+        (msg.attempt_started_at, task.attempt_started_at),
+    ):
+        if value is not None:
+            timestamp_into(field, value)
+    if task.schedule_id is not None:
+        msg.schedule_id.id = str(task.schedule_id)
+    if task.run_id is not None:
+        msg.run_id.id = str(task.run_id)
+    msg.ignore_windows = task.ignore_windows
+    msg.held_by = task.held_by or ""
+    msg.held_reason = task.held_reason or ""
+    msg.attempt = task.attempt
+    msg.max_attempts = task.max_attempts
+    msg.attempts.extend(
+        pb.TaskAttempt(
+            attempt=a.attempt,
+            started_at=timestamp_to(a.started_at),
+            finished_at=timestamp_to(a.finished_at),
+            status=task_status_to(a.status),
+            message=a.message,
+            retryable=a.retryable,
+        )
+        for a in attempts
+    )
+    # From the claim that recorded it on: a RUNNING task shows it will not run before it is ended.
+    if task.refusal is not None:
+        msg.refusal.reason = task.refusal.reason
+        msg.refusal.ends_as = task_status_to(task.refusal.ends_as)
+    msg.checks.extend(
+        pb.TaskCheckResult(
+            check_id=uuid_to(c.check_id),
+            check=c.check_name,
+            round=c.attempt,
+            passed=c.passed,
+            reason=c.reason,
+            checked_at=timestamp_to(c.checked_at),
+        )
+        for c in checks
+    )
