@@ -47,7 +47,7 @@ from rackflow.domain.checks import (
 from rackflow.domain.tasks import Hold, InLine, OperationKind, Task, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, after_commit, chunked, in_id_order, unique_violation_as
-from rackflow.store.dialect import insert_rows_together, update_rows
+from rackflow.store.dialect import in_keys, insert_rows_together, update_rows
 from rackflow.store.inventory import names_by_id
 from rackflow.store.tables import (
     nvl_domains,
@@ -648,7 +648,7 @@ async def latest_rounds(
                     preflight_tasks.c.task_id == results.task_id, preflight_tasks.c.attempt == results.attempt
                 ),
             )
-            .where(results.task_id.in_(chunk))
+            .where(in_keys(conn.dialect.name, results.task_id, chunk))
             .order_by(results.task_id, results.check_name)
         )
         for row in await conn.execute(stmt):

@@ -35,7 +35,7 @@ from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store import kept_counts
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
-from rackflow.store.dialect import by_keys, insert_rows, skip_locked
+from rackflow.store.dialect import by_keys, in_keys, insert_rows, skip_locked
 from rackflow.store.instances import is_live
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
@@ -204,7 +204,7 @@ async def attempts(
     for chunk in chunked(list(task_ids)):
         stmt = (
             select(task_attempt)
-            .where(task_attempt.c.task_id.in_(chunk))
+            .where(in_keys(conn.dialect.name, task_attempt.c.task_id, chunk))
             .order_by(task_attempt.c.task_id, task_attempt.c.attempt)
         )
         for row in await conn.execute(stmt):
@@ -312,7 +312,7 @@ async def get_tasks(conn: AsyncConnection, task_ids: Sequence[uuid.UUID]) -> lis
     """The tasks that exist, in any order."""
     found: list[Task] = []
     for chunk in chunked(set(task_ids)):
-        found += await _tasks_where(conn, select(tasks).where(tasks.c.id.in_(chunk)))
+        found += await _tasks_where(conn, select(tasks).where(in_keys(conn.dialect.name, tasks.c.id, chunk)))
     return found
 
 
