@@ -62,6 +62,7 @@ from sqlalchemy.engine import make_url
 
 from rackflow.api.convert.inventory import rack_to
 from rackflow.api.convert.tasks import task_to
+from rackflow.api.servicer import FlowServicer
 from rackflow.clock import SystemClock
 from rackflow.domain.inventory import RackTarget, TargetSpec
 from rackflow.domain.schedules import OverlapPolicy
@@ -424,11 +425,14 @@ def cli(server: ServerProcess, name: str, args: list[str], repeat: int) -> None:
     )
 
 
-async def cpu_of_reads(url: str, rounds: int) -> None:
+async def cpu_of_reads(url: str, run_id: str, rounds: int) -> None:
     """The CPU (process time, which a busy machine changes little, where it doubles wall times) this process
     spends, in process, reading a page of 1,000 racks through the service and converting it to its answer,
     then 1,000 of the fired tasks (by GetTasksByIDs's read) likewise: the median of `rounds` after a
-    warm-up, the server stopped."""
+    warm-up, the server stopped. Then (`comps_cpu_rpc`) the CPU of the RPCs' own handlers, called in
+    process as the server calls them, each answer serialized: ListRacks and ListTasks of 1,000, GetTasksByIDs
+    of those 1,000 tasks and GetTaskScheduleRun of the big run, which converts as the server does (the
+    figures above convert each message apart, as `rack_to` and `task_to` do)."""
     db = Database(url)
     try:
         services = Services.build(db, SystemClock())
@@ -458,6 +462,27 @@ async def cpu_of_reads(url: str, rounds: int) -> None:
             tasks_convert_ms=statistics.median(task_convert[1:]) * 1000,
             loadavg=load_avg(),
         )
+        servicer = FlowServicer(services)
+        big = pb.Pagination(limit=1000)
+        requests: dict[str, Callable[[], Any]] = {
+            "ListRacks[limit=1000]": partial(servicer.ListRacks, pb.ListRacksRequest(pagination=big), None),
+            "ListTasks[limit=1000]": partial(servicer.ListTasks, pb.ListTasksRequest(pagination=big), None),
+            "GetTasksByIDs[1000]": partial(
+                servicer.GetTasksByIDs,
+                pb.GetTasksByIDsRequest(task_ids=[pb.UUID(id=str(i)) for i in task_ids]),
+                None,
+            ),
+            "GetTaskScheduleRun": partial(
+                servicer.GetTaskScheduleRun, pb.GetTaskScheduleRunRequest(id=pb.UUID(id=run_id)), None
+            ),
+        }
+        for name, call in requests.items():
+            spent = []
+            for _ in range(rounds + 1):
+                started = time.process_time()
+                (await call()).SerializeToString()
+                spent.append(time.process_time() - started)
+            result("comps_cpu_rpc", rpc=name, cpu_ms=statistics.median(spent[1:]) * 1000, loadavg=load_avg())
     finally:
         await db.dispose()
 
@@ -540,7 +565,7 @@ def main() -> None:
                 )
             finally:
                 server.stop()
-        asyncio.run(cpu_of_reads(url, args.cpu_rounds))
+        asyncio.run(cpu_of_reads(url, run_id, args.cpu_rounds))
     finally:
         if args.keep:
             print(f"# kept {url}")
