@@ -55,9 +55,8 @@ _POWER_STATES = {p.value: p for p in PowerState}
 
 def _component_from(row: Sequence[Any]) -> Component:
     """The component of a row of `_COMPONENTS`, its values taken by position: by name (`Row._mapping`), as it
-    was, reading a page of 1,000 racks of 36 components spent a quarter of its time on the names' look-ups
-    alone (docs/PERFORMANCE.md, "The 1,000-row pages at 36 components"); a submit reads every component of
-    its racks too."""
+    was, reading the 36,000 components of a page of 1,000 racks took a third more CPU (docs/PERFORMANCE.md,
+    "The 1,000-row pages at 36 components"); a submit reads every component of its racks too."""
     id_, rack_id, type_, name, external_id, firmware_version, power_state, url, resource, credentials = row
     return Component(
         id_,

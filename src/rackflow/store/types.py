@@ -51,7 +51,8 @@ class UUIDArray(TypeDecorator[tuple[uuid.UUID, ...]]):
     text in Python was two thirds of reading 1,000 such tasks (docs/PERFORMANCE.md, "The 1,000-row pages
     at 36 components"). So on PostgreSQL every SELECT and RETURNING of the column reads it as a `uuid[]`
     that the database makes, in the array's order (`column_expression`, `_UUIDsOf`), whose UUIDs psycopg
-    makes in C; SQLite's JSON texts are parsed here. Written as JSON: a list of the ids' texts.
+    makes in C (PostgreSQL spends 35-45 ms of its own CPU on it for 1,000 tasks of 36 ids, where Python
+    saved 60-130 ms); SQLite's JSON texts are parsed here. Written as JSON: a list of the ids' texts.
     """
 
     impl = JSON
