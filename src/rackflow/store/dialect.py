@@ -802,7 +802,7 @@ def _unnest(table: Table, columns: Sequence[str], name: str, prefix: str) -> Tab
     for column in columns:
         column_type = table.c[column].type
         parameter = f"{prefix}_{column}"
-        if _is_json(column_type):
+        if isinstance(column_type, JSON):
             arrays.append(sql_cast(bindparam(parameter, type_=ARRAY(Text)), ARRAY(column_type)))
         else:
             arrays.append(bindparam(parameter, type_=ARRAY(column_type)))
@@ -830,17 +830,12 @@ def _row_columns(
     for column in shared:
         column_type = table.c[column].type
         parameter = f"s_{column}"
-        if _is_json(column_type):
+        if isinstance(column_type, JSON):
             columns[column] = sql_cast(bindparam(parameter, type_=Text), column_type)
         else:
             columns[column] = bindparam(parameter, type_=column_type)
         parameters[parameter] = values[f"b_{column}"][0]
     return {column: columns[column] for column in rows[0]}, parameters
-
-
-def _is_json(column_type: TypeEngine[Any]) -> bool:
-    """A JSON column's, sent as its text: JSON itself, or a type stored as JSON (`types.UUIDArray`)."""
-    return isinstance(column_type, JSON) or isinstance(getattr(column_type, "impl_instance", None), JSON)
 
 
 def _one_value(values: Sequence[Any]) -> bool:
@@ -855,7 +850,7 @@ def rows_values(
     return {
         f"{prefix}_{column}": (
             [_json_text(row[column]) for row in rows]
-            if _is_json(table.c[column].type)
+            if isinstance(table.c[column].type, JSON)
             else [row[column] for row in rows]
         )
         for column in rows[0]

@@ -23,7 +23,7 @@ from sqlalchemy import (
     text,
 )
 
-from rackflow.store.types import UTCDateTime, UUIDArray, json_type
+from rackflow.store.types import UTCDateTime, json_type
 
 metadata = MetaData(
     naming_convention={
@@ -127,7 +127,7 @@ tasks = Table(
     Column("operation", String(32), nullable=False),
     Column("parameters", json_type(), nullable=False),
     Column("rack_id", Uuid, ForeignKey("racks.id", ondelete="CASCADE"), nullable=False),
-    Column("component_ids", UUIDArray(), nullable=False),
+    Column("component_ids", json_type(), nullable=False),
     Column("description", Text, nullable=False, server_default=""),
     Column("status", String(16), nullable=False),
     Column("message", Text, nullable=False, server_default=""),

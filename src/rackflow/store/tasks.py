@@ -105,7 +105,7 @@ def task_from_row(row: Row[Any]) -> Task:
         id=row.id,
         operation=Operation.from_json(row.parameters),
         rack_id=row.rack_id,
-        component_ids=row.component_ids,
+        component_ids=tuple(uuid.UUID(i) for i in row.component_ids),
         description=row.description,
         status=TaskStatus(row.status),
         message=row.message,
