@@ -41,6 +41,7 @@ from rackflow.api.errors import (
     RUN_ID_KEY,
     STATUS_FOR_ERROR,
 )
+from rackflow.config import GRPC_MESSAGE_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO = "rackflow/v1/flow.proto"
@@ -59,8 +60,8 @@ SCALAR_NAMES = {
 }
 
 # When each status code is returned. Every code that rackflow.api.errors maps a domain error to must be
-# here (the generator refuses to run otherwise); the last three come from the interceptors and the
-# catch-all.
+# here (the generator refuses to run otherwise); the last four come from the interceptors, the answer's
+# size and the catch-all.
 ERROR_ROWS = {
     "INVALID_ARGUMENT": "Malformed input: a bad spec, timezone, name, filter, mask path, target or UUID; "
     "a name that reads as a UUID (a reference that does is taken as an id, so such a name would name "
@@ -91,6 +92,10 @@ ERROR_ROWS = {
     "UNAUTHENTICATED": "Tokens are configured and the call has no valid `authorization: Bearer` token "
     "([SECURITY.md](SECURITY.md)).",
     "PERMISSION_DENIED": "A `viewer` token called an RPC that changes something.",
+    "RESOURCE_EXHAUSTED": "An answer heavier than a gRPC message may be "
+    f"({GRPC_MESSAGE_BYTES // 2**20} MiB; a `ListRacks` with no limit over 20,000 racks of 36 components "
+    "is about 95 MB): the message names the RPC and its size; ask "
+    "for pages (`pagination.limit`), fewer ids, or the basic view. Logged on the server at WARNING.",
     "INTERNAL": "A bug: the details are logged on the server, never sent. Bad input never gets this code.",
 }
 

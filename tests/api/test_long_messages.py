@@ -8,6 +8,7 @@ percent-encoding every non-ASCII byte as three characters): the client then saw 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import grpc
@@ -85,3 +86,28 @@ def test_a_message_within_the_bound_is_kept_whole_and_the_json_api_bounds_the_sa
     assert RpcError.of(long).message == message_of(long)
     assert RpcError.of(long).message.endswith("is not one of created_at, name")
     assert len(message_of(long).encode()) <= MAX_MESSAGE_BYTES
+
+
+async def test_an_answer_past_the_message_limit_is_refused_saying_how_to_ask_for_less(
+    stub: flow_pb2_grpc.FlowStub, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gRPC alone answers "Sent message larger than max (N vs. M)" to a ListRacks with no limit over a
+    fleet of racks of 36 components (about 95 MB at 20,000): the refusal names the RPC and the way out."""
+    for index in range(10):
+        await stub.CreateRack(pb.CreateRackRequest(name=f"rack-with-a-long-name-{index:02}"))
+    a_page = pb.ListRacksRequest(pagination=pb.Pagination(limit=1))
+    one = await stub.ListRacks(a_page)
+    whole = await stub.ListRacks(pb.ListRacksRequest())
+    assert one.ByteSize() < whole.ByteSize()
+    monkeypatch.setattr("rackflow.api.errors.GRPC_MESSAGE_BYTES", one.ByteSize())
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.ListRacks(pb.ListRacksRequest())
+
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert re.match(
+        r"ListRacks's answer is [\d.]+ MiB, past the \d+ MiB a gRPC message", refused.value.details()
+    )
+    assert "pagination.limit" in refused.value.details()
+    assert "refused to send an answer: ListRacks's answer" in caplog.text
+    assert len((await stub.ListRacks(a_page)).racks) == 1

@@ -469,3 +469,18 @@ async def test_a_refused_trigger_sent_again_says_it_was_replayed(
     error_of(bad, 400, "INVALID_ARGUMENT", "request_id")
     assert not {"run_id", "fired_at", "replayed"} & bad.json().keys()
     assert len((await http.get(f"{API}/schedules/fw/runs")).json()["runs"]) == 2
+
+
+async def test_an_answer_past_the_message_limit_is_refused_413_as_over_grpc(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await make_racks(services, *(f"rack-with-a-long-name-{index:02}" for index in range(10)))
+    one = await FlowServicer(services).ListRacks(
+        pb.ListRacksRequest(pagination=pb.Pagination(limit=1)), _Context()
+    )
+    monkeypatch.setattr("rackflow.api.errors.GRPC_MESSAGE_BYTES", one.ByteSize())
+
+    message = error_of(await http.get(f"{API}/racks"), 413, "RESOURCE_EXHAUSTED", None)
+
+    assert message.startswith("ListRacks's answer is") and "pagination.limit" in message
+    assert len((await http.get(f"{API}/racks?limit=1")).json()["racks"]) == 1

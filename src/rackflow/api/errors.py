@@ -9,6 +9,10 @@ An error that answers a firing (`errors.SubmittedNothing`: a trigger that fired 
 its run as a trigger's success does, in its trailing metadata (`trailing_metadata`): the run, when it
 fired, and whether the error is an earlier call's answer again (`replayed`). Written here alone, and read
 here alone (`answered_firing`), by the client and by the HTTP API's error body.
+
+An answer heavier than a gRPC message may be (`config.GRPC_MESSAGE_BYTES`: a `ListRacks` with no limit over
+20,000 racks of 36 components is about 95 MB) is refused RESOURCE_EXHAUSTED naming the RPC, its size and
+how to ask for less (`too_large`), where gRPC would answer only "Sent message larger than max".
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from rackflow import errors
+from rackflow.config import GRPC_MESSAGE_BYTES
 from rackflow.timespec import format_rfc3339, parse_rfc3339
 
 log = logging.getLogger(__name__)
@@ -46,10 +52,12 @@ STATUS_FOR_ERROR: dict[type[errors.RackflowError], Status] = {
 }
 INTERNAL = Status(grpc.StatusCode.INTERNAL, 500)
 INTERNAL_MESSAGE = "internal error (logged on the server)"
+# An answer heavier than a message may be (`too_large`); 413 as the JSON API answers a body too large.
+ANSWER_TOO_LARGE = Status(grpc.StatusCode.RESOURCE_EXHAUSTED, 413)
 
 # The HTTP status of every code the servicers can abort with (the rows above, read by code).
 HTTP_STATUS_FOR_CODE: dict[grpc.StatusCode, int] = {
-    status.grpc: status.http for status in (*STATUS_FOR_ERROR.values(), INTERNAL)
+    status.grpc: status.http for status in (*STATUS_FOR_ERROR.values(), INTERNAL, ANSWER_TOO_LARGE)
 }
 
 
@@ -131,18 +139,37 @@ _R = TypeVar("_R")
 Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_R]]
 
 
+def too_large(method: str, size: int) -> str | None:
+    """Why an answer of `size` bytes to `method` cannot be sent, or None when it can."""
+    if size <= GRPC_MESSAGE_BYTES:
+        return None
+    mib = 1024 * 1024
+    return (
+        f"{method}'s answer is {size / mib:.1f} MiB, past the {GRPC_MESSAGE_BYTES // mib} MiB a gRPC message"
+        " may carry: ask for less (pages of at most 1,000 with pagination.limit, fewer ids, or the basic view"
+        " where the RPC has one)"
+    )
+
+
 def rpc(handler: Handler[_R]) -> Handler[_R]:
-    """Wrap a servicer method: domain errors become their status code, anything else INTERNAL."""
+    """Wrap a servicer method: domain errors become their status code, anything else INTERNAL, and an
+    answer too large to send RESOURCE_EXHAUSTED saying how to ask for less."""
 
     @functools.wraps(handler)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> _R:
         try:
-            return await handler(self, request, context)
+            answer = await handler(self, request, context)
         except errors.RackflowError as exc:
             await context.abort(status_for(exc), message_of(exc), trailing_metadata(exc))
         except Exception:
             log.exception("unexpected error in %s", handler.__name__)
             await context.abort(INTERNAL.grpc, INTERNAL_MESSAGE)
+        else:
+            refusal = too_large(handler.__name__, answer.ByteSize()) if isinstance(answer, Message) else None
+            if refusal is None:
+                return answer
+            log.warning("refused to send an answer: %s", refusal)
+            await context.abort(ANSWER_TOO_LARGE.grpc, refusal)
         raise AssertionError("unreachable: context.abort raises")
 
     return wrapper
