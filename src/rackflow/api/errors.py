@@ -12,7 +12,9 @@ here alone (`answered_firing`), by the client and by the HTTP API's error body.
 
 An answer heavier than a gRPC message may be (`config.GRPC_MESSAGE_BYTES`: a `ListRacks` with no limit over
 20,000 racks of 36 components is about 95 MB) is refused RESOURCE_EXHAUSTED naming the RPC, its size and
-how to ask for less (`too_large`), where gRPC would answer only "Sent message larger than max".
+how to ask for less (`too_large`), where gRPC would answer only "Sent message larger than max". Weighing
+an answer costs about what serializing it does (4–8 ms of CPU for a 3 MB page of 1,000 racks of 36
+components, about 1 % of that answer's time; microseconds for the usual answer).
 """
 
 from __future__ import annotations
