@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,8 +44,8 @@ from rackflow.domain.schedules import OverlapPolicy  # noqa: E402
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions  # noqa: E402
 from rackflow.services import Services  # noqa: E402
 from rackflow.store.db import Database, normalise_url  # noqa: E402
+from rackflow.store.tables import components as components_table  # noqa: E402
 from rackflow.store.tables import (  # noqa: E402
-    components,
     preflight_checks,
     racks,
     task_schedule,
@@ -177,6 +177,11 @@ def sync_engine(url: str) -> Engine:
 # --- bulk loading ------------------------------------------------------------------------------------
 
 
+# An NVL72 rack's trays and shelves, in the order a rack lists them; component k of a rack is the k-th
+# (modulo 36).
+NVL72_MIX = ["COMPUTE"] * 18 + ["NVSWITCH"] * 9 + ["POWERSHELF"] * 8 + ["TORSWITCH"]
+
+
 @dataclass(frozen=True)
 class _Template:
     rack: dict[str, Any]
@@ -217,7 +222,7 @@ def _read_template(engine: Engine, rack_id: uuid.UUID, schedule_id: uuid.UUID) -
 
         return _Template(
             rack=one(select(racks).where(racks.c.id == rack_id)),
-            component=one(select(components).where(components.c.rack_id == rack_id)),
+            component=one(select(components_table).where(components_table.c.rack_id == rack_id)),
             schedule=one(select(task_schedule).where(task_schedule.c.id == schedule_id)),
             scope=one(select(task_schedule_scope).where(task_schedule_scope.c.schedule_id == schedule_id)),
         )
@@ -233,8 +238,11 @@ def bulk_load(
     with_scopes: bool = True,
     prefix: str = "bench",
     start: int = 0,
+    components: int = 1,
 ) -> None:
-    """`count` single-scope schedules named `<prefix>-<i>` (i from `start`), each on a rack of its own.
+    """`count` single-scope schedules named `<prefix>-<i>` (i from `start`), each on a rack of its own with
+    `components` components (NVL72_MIX's types; a scope of the whole rack, so each firing's task names
+    them all).
 
     `next_run_at(i)` and `enabled(i)` set each schedule's timing. Without scopes only schedule rows are
     written (enough for the due scan, and far faster for a million rows).
@@ -249,9 +257,12 @@ def bulk_load(
                 .where(task_schedule.c.id == schedule_id)
                 .values(next_run_at=next_run_at(start), enabled=enabled(start))
             )
+            more = _component_rows(template, rack_id, f"{prefix}-{start:07d}", range(1, components))
+            if more:
+                conn.execute(insert(components_table), more)
         for chunk_start in range(start + 1, start + count, LOAD_CHUNK):
             indexes = range(chunk_start, min(chunk_start + LOAD_CHUNK, start + count))
-            _insert_clones(engine, template, indexes, prefix, next_run_at, enabled, with_scopes)
+            _insert_clones(engine, template, indexes, prefix, next_run_at, enabled, with_scopes, components)
         if engine.dialect.name == "postgresql":
             # A fleet that grew over weeks has planner statistics (autovacuum keeps them); a table filled a
             # moment ago has none, and PostgreSQL then guesses that 200 ids out of 50,000 match a third of
@@ -270,8 +281,12 @@ def _insert_clones(
     next_run_at: Callable[[int], datetime | None],
     enabled: Callable[[int], bool],
     with_scopes: bool,
+    components_per_rack: int,
 ) -> None:
-    rack_rows, component_rows, schedule_rows, scope_rows = [], [], [], []
+    rack_rows: list[dict[str, Any]] = []
+    component_rows: list[dict[str, Any]] = []
+    schedule_rows: list[dict[str, Any]] = []
+    scope_rows: list[dict[str, Any]] = []
     for i in indexes:
         name = f"{prefix}-{i:07d}"
         schedule_id = uuid.uuid4()
@@ -287,27 +302,36 @@ def _insert_clones(
         if with_scopes:
             rack_id = uuid.uuid4()
             rack_rows.append({**template.rack, "id": rack_id, "name": name, "external_id": name})
-            component_rows.append(
-                {
-                    **template.component,
-                    "id": uuid.uuid4(),
-                    "rack_id": rack_id,
-                    "name": f"{name}-c0",
-                    "external_id": f"{name}-c0",
-                }
-            )
+            component_rows.extend(_component_rows(template, rack_id, name, range(components_per_rack)))
             scope_rows.append(
                 {**template.scope, "id": uuid.uuid4(), "schedule_id": schedule_id, "rack_id": rack_id}
             )
     with engine.begin() as conn:
         for table, rows in (
             (racks, rack_rows),
-            (components, component_rows),
+            (components_table, component_rows),
             (task_schedule, schedule_rows),
             (task_schedule_scope, scope_rows),
         ):
             if rows:
                 conn.execute(insert(table), rows)
+
+
+def _component_rows(
+    template: _Template, rack_id: uuid.UUID, rack_name: str, numbers: Iterable[int]
+) -> list[dict[str, Any]]:
+    """Components `<rack>-c<k>` of a rack, for each k of `numbers`, typed as an NVL72 rack's k-th."""
+    return [
+        {
+            **template.component,
+            "id": uuid.uuid4(),
+            "rack_id": rack_id,
+            "type": NVL72_MIX[k % len(NVL72_MIX)],
+            "name": f"{rack_name}-c{k}",
+            "external_id": f"{rack_name}-c{k}",
+        }
+        for k in numbers
+    ]
 
 
 # --- measuring and reporting -------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Measured from outside on a fresh database with one `rackflow serve`, per unit of work:
 
 * firing: N single-scope schedules due at once, drained with the executor idle (`--sim-step 3600`: it
-  starts 32 tasks that never finish, so the tasks' own work stays out); they fall due FIRING_LEAD after
+  starts 32 tasks that never finish, so the tasks' own work stays out); they fall due `--lead` seconds after
   the load, once the server is up and the first snapshot taken;
 * task: the same N tasks then run to completion by a server whose simulator takes 0.01 s a step (the
   executor's claims, status changes, and the write-back of each run's outcome), measured from before that
@@ -58,8 +58,6 @@ POSTGRES_LOG = Path(
     os.environ.get("RACKFLOW_BENCH_POSTGRES_LOG", "/var/log/postgresql/postgresql-15-main.log")
 )
 TICKS = os.sysconf("SC_CLK_TCK")
-# How far ahead of the load the firings' schedules are due: the server's start-up and a first snapshot fit.
-FIRING_LEAD = timedelta(seconds=20)
 COUNTERS = text(
     "SELECT xact_commit, xact_rollback, tup_inserted, tup_updated, tup_deleted, tup_returned, tup_fetched "
     "FROM pg_stat_database WHERE datname = current_database()"
@@ -221,9 +219,13 @@ def run(args: argparse.Namespace, statements: bool) -> None:
         assert database is not None
         # Due once the server has started and the first snapshot is taken: a drain of a few thousand takes
         # under a second, so schedules due already fired before a snapshot after start-up.
-        due = datetime.now(UTC) + FIRING_LEAD
+        due = datetime.now(UTC) + timedelta(seconds=args.lead)
         bulk_load(
-            ws.url, args.n, spec=ScheduleSpec(SpecType.INTERVAL, "24h", "UTC"), next_run_at=lambda _: due
+            ws.url,
+            args.n,
+            spec=ScheduleSpec(SpecType.INTERVAL, "24h", "UTC"),
+            next_run_at=lambda _: due,
+            components=args.components,
         )
         engine = sync_engine(ws.url)
         with engine.connect() as conn:
@@ -247,7 +249,7 @@ def run(args: argparse.Namespace, statements: bool) -> None:
                 settle()
                 before = snapshot(engine, database, server.proc.pid)
                 if datetime.now(UTC) >= due:
-                    raise RuntimeError("the server started after the schedules were due; raise FIRING_LEAD")
+                    raise RuntimeError("the server started after the schedules were due; raise --lead")
                 wait_until(
                     lambda: (
                         scalar(select(func.count()).select_from(first_due(due).subquery())) == 0
@@ -339,10 +341,22 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=500, help="calls of each read")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of an idle server measured")
     parser.add_argument("--statements", action="store_true", help="also count statements (second pass)")
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=20.0,
+        help="seconds from the load to the firings (the server must have started and been snapshotted)",
+    )
+    parser.add_argument(
+        "--components",
+        type=int,
+        default=1,
+        help="components a rack (36: a GB200 NVL72 rack); each firing's task names them all",
+    )
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
-    print(f"# capacity n={args.n} reads={args.reads}", flush=True)
+    print(f"# capacity n={args.n} reads={args.reads} components={args.components}", flush=True)
     run(args, statements=False)
     if args.statements:
         run(args, statements=True)

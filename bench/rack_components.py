@@ -49,6 +49,7 @@ from typing import Any
 import grpc
 import httpx
 from _common import (
+    NVL72_MIX,
     ServerProcess,
     code_line,
     machine_line,
@@ -82,8 +83,6 @@ TARGET_PAGE_MS = 300.0
 PAGES = (50, 1000)
 # As the CLI's channel takes (a page of 1,000 racks of 36 components is about 5 MB, past gRPC's 4 MiB).
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20)]
-# An NVL72 rack's trays and shelves, in the order a rack lists them; component k of a rack is MIX[k % 36].
-MIX = ["COMPUTE"] * 18 + ["NVSWITCH"] * 9 + ["POWERSHELF"] * 8 + ["TORSWITCH"]
 
 
 def load_avg() -> float:
@@ -123,7 +122,7 @@ def drop_database(admin: str, name: str) -> None:
 def load_racks(url: str, racks_n: int, components_n: int) -> None:
     """Racks 0..R-1 made one a millisecond a day ago, each with C components named `<rack>-c<k>`, a rack's
     components inserted together, as CreateRack inserts them (so they share heap pages, as in a fleet)."""
-    types = "ARRAY[" + ",".join(f"'{t}'" for t in MIX) + "]"
+    types = "ARRAY[" + ",".join(f"'{t}'" for t in NVL72_MIX) + "]"
     engine = sync_engine(url)
     with engine.begin() as conn:
         conn.execute(
@@ -138,7 +137,7 @@ def load_racks(url: str, racks_n: int, components_n: int) -> None:
             text(
                 "INSERT INTO components (id, rack_id, type, name, external_id, firmware_version, power_state,"
                 " created_at) "
-                f"SELECT gen_random_uuid(), r.id, ({types})[k % {len(MIX)} + 1], r.name || '-c' || k,"
+                f"SELECT gen_random_uuid(), r.id, ({types})[k % {len(NVL72_MIX)} + 1], r.name || '-c' || k,"
                 " r.name || '-c' || k, '1.0.0', 'on', r.created_at"
                 " FROM racks r CROSS JOIN generate_series(0, :c - 1) k ORDER BY r.name, k"
             ),
