@@ -26,7 +26,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -239,10 +239,11 @@ def bulk_load(
     prefix: str = "bench",
     start: int = 0,
     components: int = 1,
+    powered_on: bool = False,
 ) -> None:
     """`count` single-scope schedules named `<prefix>-<i>` (i from `start`), each on a rack of its own with
     `components` components (NVL72_MIX's types; a scope of the whole rack, so each firing's task names
-    them all).
+    them all), powered on already when `powered_on` (else in the state CreateRack leaves, unknown).
 
     `next_run_at(i)` and `enabled(i)` set each schedule's timing. Without scopes only schedule rows are
     written (enough for the due scan, and far faster for a million rows).
@@ -251,6 +252,8 @@ def bulk_load(
     try:
         rack_id, schedule_id = asyncio.run(_create_template(url, f"{prefix}-{start:07d}", spec))
         template = _read_template(engine, rack_id, schedule_id)
+        if powered_on:
+            template = replace(template, component={**template.component, "power_state": "on"})
         with engine.begin() as conn:  # the template becomes item `start`
             conn.execute(
                 update(task_schedule)
@@ -260,6 +263,12 @@ def bulk_load(
             more = _component_rows(template, rack_id, f"{prefix}-{start:07d}", range(1, components))
             if more:
                 conn.execute(insert(components_table), more)
+            if powered_on:
+                conn.execute(
+                    update(components_table)
+                    .where(components_table.c.rack_id == rack_id)
+                    .values(power_state="on")
+                )
         for chunk_start in range(start + 1, start + count, LOAD_CHUNK):
             indexes = range(chunk_start, min(chunk_start + LOAD_CHUNK, start + count))
             _insert_clones(engine, template, indexes, prefix, next_run_at, enabled, with_scopes, components)

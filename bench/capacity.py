@@ -226,6 +226,7 @@ def run(args: argparse.Namespace, statements: bool) -> None:
             spec=ScheduleSpec(SpecType.INTERVAL, "24h", "UTC"),
             next_run_at=lambda _: due,
             components=args.components,
+            powered_on=args.powered_on,
         )
         engine = sync_engine(ws.url)
         with engine.connect() as conn:
@@ -353,10 +354,18 @@ def main() -> None:
         default=1,
         help="components a rack (36: a GB200 NVL72 rack); each firing's task names them all",
     )
+    parser.add_argument(
+        "--powered-on",
+        action="store_true",
+        help="the racks are on already, as a nightly power-on finds them (their components not rewritten)",
+    )
     args = parser.parse_args()
     print(machine_line())
     print(code_line())
-    print(f"# capacity n={args.n} reads={args.reads} components={args.components}", flush=True)
+    print(
+        f"# capacity n={args.n} reads={args.reads} components={args.components} powered_on={args.powered_on}",
+        flush=True,
+    )
     run(args, statements=False)
     if args.statements:
         run(args, statements=True)

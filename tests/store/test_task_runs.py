@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
 
 from rackflow.clock import SystemClock
 from rackflow.domain.inventory import ComponentSpec, ComponentType, PowerState, Rack, RackSelection
@@ -171,3 +172,30 @@ async def test_a_tasks_component_ids_read_back_as_written_by_every_read(db: Data
     for found in (by_id, page, claimed):
         assert {t.id: t.component_ids for t in found} == expected
         assert all(type(i) is uuid.UUID for t in found for i in t.component_ids)
+
+
+async def test_record_changes_leaves_a_component_already_in_that_state_unwritten(db: Database) -> None:
+    """A power reset leaves its racks on, as they were: rewriting 36 unchanged component rows a task cost
+    a row version each (docs/CAPACITY.md, "Racks of 36 components")."""
+    [rack] = await make_racks(db, 1)
+    first, second = rack.components
+    async with db.transaction() as conn:
+        await task_runs.record_changes(conn, [ComponentChange(first.id, PowerState.ON)])
+    updated: list[int] = []
+
+    def count(_conn: object, cursor: Any, statement: str, *_: object) -> None:
+        if statement.startswith("UPDATE components"):
+            updated.append(cursor.rowcount)
+
+    event.listen(db.engine.sync_engine, "after_cursor_execute", count)
+    try:
+        async with db.transaction() as conn:
+            await task_runs.record_changes(
+                conn, [ComponentChange(first.id, PowerState.ON), ComponentChange(second.id, PowerState.ON)]
+            )
+            await task_runs.record_changes(conn, [ComponentChange(first.id, firmware_version="")])
+    finally:
+        event.remove(db.engine.sync_engine, "after_cursor_execute", count)
+    assert updated == [1, 0]  # the second component's; the first's unchanged power and firmware not rewritten
+    after = {c.id: c.power_state for c in (await InventoryService(db, CLOCK).get_rack(rack.id)).components}
+    assert after == {first.id: PowerState.ON, second.id: PowerState.ON}

@@ -290,7 +290,9 @@ async def release(
 
 async def record_changes(conn: AsyncConnection, changes: Iterable[ComponentChange]) -> None:
     """Write what steps changed, one UPDATE per distinct state (the steps of one operation all leave the
-    same). A component removed meanwhile is simply not updated."""
+    same). A component removed meanwhile is simply not updated, nor one already in that state: a power
+    reset leaves its racks on as they were, and rewriting each unchanged row cost a row version and its
+    WAL (docs/CAPACITY.md, "Racks of 36 components")."""
     by_state: dict[tuple[PowerState | None, str | None], list[uuid.UUID]] = defaultdict(list)
     for change in changes:
         by_state[change.power_state, change.firmware_version].append(change.component_id)
@@ -303,7 +305,8 @@ async def record_changes(conn: AsyncConnection, changes: Iterable[ComponentChang
         if not values:
             continue
         for chunk in chunked(component_ids):
-            await conn.execute(update(components).where(components.c.id.in_(chunk)).values(values))
+            changed = or_(*(components.c[column] != value for column, value in values.items()))
+            await conn.execute(update(components).where(components.c.id.in_(chunk), changed).values(values))
 
 
 async def record_steps(
