@@ -43,6 +43,13 @@ metadata = MetaData(
 # inserts off any page with less than a tenth free, so they append to the table's newest pages, and leaves
 # each row's own rewrite room on its page (migration 0033; PostgreSQL only).
 HISTORY_STORAGE = {"fillfactor": 90}
+# A task's row is rewritten once a step of its run (its progress message), by a HOT update when the new
+# version fits on the row's own page. A task on a GB200 NVL72 rack names its 36 components: a row of about
+# 1.75 KB, of which a tenth of a page (0.8 KB) holds no new version, so each rewrite moved the row to
+# another page and wrote an entry in every index of `tasks`: 2.5 KB of WAL a step, 101 KB a task. Pages
+# filled to 70 % keep room for a version of such a row: 18 KB a task (docs/CAPACITY.md, "Racks of 36
+# components"; migration 0057; PostgreSQL only). Inserts still append to the newest pages, as above.
+TASK_STORAGE = {"fillfactor": 70}
 # A scope row is rewritten by every firing (its `last_task_id`) by a HOT update, which needs room on the
 # row's own page: a tenth of each page is kept for it (migration 0034; PostgreSQL only).
 SCOPE_STORAGE = {"fillfactor": 90}
@@ -223,7 +230,7 @@ tasks = Table(
         postgresql_where=text("owner_id IS NOT NULL"),
         sqlite_where=text("owner_id IS NOT NULL"),
     ),
-    postgresql_with=HISTORY_STORAGE,
+    postgresql_with=TASK_STORAGE,
 )
 
 task_schedule = Table(
