@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -199,6 +200,38 @@ async def table_counts(db: Database) -> dict[str, int]:
             for t in metadata.sorted_tables
             if t.name in present  # a database at an older revision lacks the later tables
         }
+
+
+async def stored_rows(db: Database) -> dict[str, Any]:
+    """Every table's rows exactly as stored, by table name (the empty ones left out): PostgreSQL's COPY text,
+    SQLite's values as its driver reads them. Not through the tables' types, which read a JSON column's SQL
+    NULL and its JSON null alike, as None."""
+    found: dict[str, Any] = {}
+    async with db.read() as conn:
+        for table in metadata.sorted_tables:
+            select_all = f'SELECT * FROM "{table.name}"'
+            if db.is_postgres:
+                raw = (await conn.get_raw_connection()).driver_connection
+                async with raw.cursor() as cursor, cursor.copy(f"COPY ({select_all}) TO STDOUT") as copy:
+                    rows: Any = b"".join([bytes(chunk) async for chunk in copy])
+            else:
+                rows = [tuple(row) for row in await conn.exec_driver_sql(select_all)]
+            if rows:
+                found[table.name] = rows
+    return found
+
+
+async def write_back_rows(db: Database, found: dict[str, Any]) -> None:
+    """Write the rows `stored_rows` read into the same (empty) tables, references first (metadata's order)."""
+    async with db.transaction() as conn:
+        for name, rows in found.items():
+            if db.is_postgres:
+                raw = (await conn.get_raw_connection()).driver_connection
+                async with raw.cursor() as cursor, cursor.copy(f'COPY "{name}" FROM STDIN') as copy:
+                    await copy.write(rows)
+            else:
+                marks = ", ".join("?" * len(rows[0]))
+                await conn.exec_driver_sql(f'INSERT INTO "{name}" VALUES ({marks})', rows)
 
 
 @asynccontextmanager

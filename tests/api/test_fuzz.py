@@ -36,6 +36,7 @@ from rackflow.store.tables import components, metadata, tasks
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.api.fuzz_requests import Known, requests_by_rpc
+from tests.conftest import stored_rows, write_back_rows
 
 RPCS = sorted(pb.DESCRIPTOR.services_by_name["Flow"].methods_by_name)
 # x 64 RPCs x 2 databases: about 2,000 requests a run, drawn anew each run (no example database), so the
@@ -180,44 +181,12 @@ async def seed(stub: flow_pb2_grpc.FlowStub) -> Known:
 
 @dataclass
 class Seeded:
-    """What `seed` left in one database: its names and ids, every table's rows as `copied` them, and the
-    request strategies over them (building every RPC's strategies is not cheap)."""
+    """What `seed` left in one database: its names and ids, every table's rows as `stored_rows` read them,
+    and the request strategies over them (building every RPC's strategies is not cheap)."""
 
     known: Known
     rows: dict[str, Any]
     requests: dict[str, st.SearchStrategy[Message]]
-
-
-async def copied(db: Database) -> dict[str, Any]:
-    """Every table's rows exactly as stored, by table name (the empty ones left out): PostgreSQL's COPY text,
-    SQLite's values as its driver reads them. Not through the tables' types, which read a JSON column's SQL
-    NULL and its JSON null alike, as None."""
-    found: dict[str, Any] = {}
-    async with db.read() as conn:
-        for table in metadata.sorted_tables:
-            select_all = f'SELECT * FROM "{table.name}"'
-            if db.is_postgres:
-                raw = (await conn.get_raw_connection()).driver_connection
-                async with raw.cursor() as cursor, cursor.copy(f"COPY ({select_all}) TO STDOUT") as copy:
-                    rows: Any = b"".join([bytes(chunk) async for chunk in copy])
-            else:
-                rows = [tuple(row) for row in await conn.exec_driver_sql(select_all)]
-            if rows:
-                found[table.name] = rows
-    return found
-
-
-async def write_back(db: Database, found: dict[str, Any]) -> None:
-    """Write the rows `copied` read into the same (empty) tables, references first (metadata's order)."""
-    async with db.transaction() as conn:
-        for name, rows in found.items():
-            if db.is_postgres:
-                raw = (await conn.get_raw_connection()).driver_connection
-                async with raw.cursor() as cursor, cursor.copy(f'COPY "{name}" FROM STDIN') as copy:
-                    await copy.write(rows)
-            else:
-                marks = ", ".join("?" * len(rows[0]))
-                await conn.exec_driver_sql(f'INSERT INTO "{name}" VALUES ({marks})', rows)
 
 
 @pytest.fixture(scope="module")
@@ -232,9 +201,9 @@ def seeded() -> dict[str, Seeded]:
 async def known(stub: flow_pb2_grpc.FlowStub, db: Database, seeded: dict[str, Seeded]) -> Known:
     if (done := seeded.get(db.dialect)) is None:
         known = await seed(stub)
-        seeded[db.dialect] = Seeded(known, await copied(db), requests_by_rpc(known))
+        seeded[db.dialect] = Seeded(known, await stored_rows(db), requests_by_rpc(known))
         return known
-    await write_back(db, done.rows)
+    await write_back_rows(db, done.rows)
     return done.known
 
 
