@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from rackflow.store.tables import components, racks, task_schedule, task_schedule_scope
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
+from tests.e2e.cluster import kept_connection
 
 _T = TypeVar("_T")
 PARALLEL_RPCS = 64
@@ -80,6 +83,46 @@ def create_schedules(
     stub: flow_pb2_grpc.FlowStub, requests: Sequence[pb.CreateTaskScheduleRequest]
 ) -> list[pb.TaskSchedule]:
     return _parallel(stub.CreateTaskSchedule.future, requests)
+
+
+def clone_schedule(db_url: str, template: str, names: Sequence[str]) -> None:
+    """A schedule named after each of `names` on a rack of its own of the same name, copied row by row in
+    PostgreSQL from the schedule `template` and its one rack, its rack's one component and its one scope
+    entry (the template made through the API), as the benches' bulk load does (bench/_common.py): four
+    statements, where making a thousand through the API cost 19 s of CPU, mostly its server's
+    (docs/PERFORMANCE.md). Everything but their ids, names and external ids is the template's."""
+    rack_ids = [uuid.uuid4() for _ in names]
+    schedule_ids = [uuid.uuid4() for _ in names]
+    new = "unnest(%(names)s::text[], %(racks)s::uuid[], %(schedules)s::uuid[]) AS n(name, rack, schedule)"
+    copies = {
+        racks: ({"id": "n.rack", "name": "n.name", "external_id": "n.name"}, "racks.name = %(template)s"),
+        components: (
+            {
+                "id": "gen_random_uuid()",
+                "rack_id": "n.rack",
+                "name": "n.name || '-c0'",
+                "external_id": "n.name || '-c0'",
+            },
+            "components.rack_id = (SELECT id FROM racks WHERE name = %(template)s)",
+        ),
+        task_schedule: ({"id": "n.schedule", "name": "n.name"}, "task_schedule.name = %(template)s"),
+        task_schedule_scope: (
+            {"id": "gen_random_uuid()", "schedule_id": "n.schedule", "rack_id": "n.rack"},
+            "task_schedule_scope.schedule_id = (SELECT id FROM task_schedule WHERE name = %(template)s)",
+        ),
+    }
+    params = {"names": list(names), "racks": rack_ids, "schedules": schedule_ids, "template": template}
+    conn = kept_connection(db_url)
+    with conn.transaction():
+        for table, (replaced, where) in copies.items():
+            columns = [column.name for column in table.columns]
+            values = ", ".join(replaced.get(c, f'{table.name}."{c}"') for c in columns)
+            quoted = ", ".join(f'"{c}"' for c in columns)
+            conn.execute(
+                f'INSERT INTO "{table.name}" ({quoted}) SELECT {values} FROM "{table.name}", {new} '
+                f"WHERE {where}",
+                params,
+            )
 
 
 def _parallel(call: Callable[[object], object], requests: Sequence[object]) -> list[_T]:

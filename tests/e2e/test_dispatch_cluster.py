@@ -12,7 +12,14 @@ import pytest
 
 from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import servers, sql, start_server
-from tests.e2e.fleet import create_racks, create_schedules, rfc3339, schedule_request, wait_until
+from tests.e2e.fleet import (
+    clone_schedule,
+    create_racks,
+    create_schedules,
+    rfc3339,
+    schedule_request,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-cluster")]
 
@@ -27,19 +34,15 @@ def test_four_instances_drain_a_backlog_firing_each_schedule_once(pg_db: str, tm
     # instances run: started one after another, the first would otherwise drain a backlog this size alone
     # before the others are up (its batch doubles up to DISPATCH_BATCH_CAP), and the claims would never race.
     with servers(pg_db, tmp_path, 1, args=["--no-dispatcher"]) as (setup,):
+        # One rack and its one-time schedule through the API, copied in the database to make the rest.
         stub = setup.stub()
-        once_racks = [f"once-{i:04d}" for i in range(ONE_TIME_SCHEDULES)]
-        create_racks(stub, once_racks)
+        once = [f"once-{i:04d}" for i in range(ONE_TIME_SCHEDULES)]
+        create_racks(stub, once[:1])
         later = rfc3339(datetime.now(UTC) + timedelta(hours=1))
-        create_schedules(
-            stub,
-            [
-                schedule_request(
-                    f"once-{i:04d}", [rack], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=later
-                )
-                for i, rack in enumerate(once_racks)
-            ],
+        stub.CreateTaskSchedule(
+            schedule_request(once[0], once[:1], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=later)
         )
+        clone_schedule(pg_db, once[0], once[1:])
 
     # The tasks never finish a step (each executor starts its first 32 and no more): running the tasks
     # is not what this test is about.
@@ -190,16 +193,13 @@ def test_instance_killed_mid_drain_fires_nothing_twice(pg_db: str, tmp_path: Pat
     count = 300
     with servers(pg_db, tmp_path, 1, args=["--no-dispatcher"]) as (setup,):
         stub = setup.stub()
-        racks = [f"k-{i:03d}" for i in range(count)]
-        create_racks(stub, racks)
+        names = [f"k-{i:03d}" for i in range(count)]
+        create_racks(stub, names[:1])
         past = rfc3339(datetime.now(UTC) - timedelta(minutes=1))
-        create_schedules(
-            stub,
-            [
-                schedule_request(f"k-{i:03d}", [r], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
-                for i, r in enumerate(racks)
-            ],
+        stub.CreateTaskSchedule(
+            schedule_request(names[0], names[:1], spec_type=pb.SCHEDULE_SPEC_TYPE_ONE_TIME, spec=past)
         )
+        clone_schedule(pg_db, names[0], names[1:])
 
     lease = {"RACKFLOW_LEASE_TTL": "3s"}
     # The victim pauses after committing its first claim (a failpoint), so the kill lands between phases.
