@@ -37,10 +37,13 @@ OPEN = ('rack=~"{rack.name}"', 'severity="info"')
 CLAIMED = 10  # tasks a claim takes (`_claim`)
 
 
-@pytest.fixture
-def refusing(tmp_path: Path) -> Iterator[Alertmanager]:
-    """An Alertmanager that answers 2 GETs at once and refuses the rest with 503."""
-    with running_alertmanager(tmp_path, QUIET_CONFIG, "--web.get-concurrency=2") as started:
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alertmanager]:
+    """An Alertmanager that answers 2 GETs at once and refuses the rest with 503, one for the module: its
+    one test posts the same alerts on each database, which Alertmanager keeps as one."""
+    with running_alertmanager(
+        tmp_path_factory.mktemp("alertmanager"), QUIET_CONFIG, "--web.get-concurrency=2"
+    ) as started:
         yield started
 
 

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -46,9 +45,11 @@ FIRMWARE = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.0")
 MATCHERS = ('rack="{rack.name}"', 'severity=~"critical|warning"')
 
 
-@pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[Alertmanager]:
-    with running_alertmanager(tmp_path, QUIET_CONFIG) as started:
+@pytest.fixture(scope="module")
+def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alertmanager]:
+    """One Alertmanager for the module (a start costs more than most of its tests): each test's alerts
+    are kept apart from the others' by their racks' names, or alert names, no other test posts."""
+    with running_alertmanager(tmp_path_factory.mktemp("alertmanager"), QUIET_CONFIG) as started:
         yield started
 
 
@@ -119,18 +120,20 @@ async def test_a_poll_asks_once_per_check_or_rack_and_each_task_gets_its_own_ans
     own alert that b1 is held too long, which holds b2 but not b1), one on rack-c (an alert labelled
     `excluded` with its rack, and one no matcher matches): one query for the poll, or one per rack where
     the rack's matcher is a regex, where one per task sent five; and each task's result is what
-    Alertmanager answers its own query with, asked for it alone."""
+    Alertmanager answers its own query with, asked for it alone. The racks' names end with the test's
+    own suffix: the module's Alertmanager holds the other parameters' alerts too."""
     clock = FakeClock(CLOCK.now())
     services = Services.build(db, clock)
-    a, b, c = await _racks(db, "rack-a", "rack-b", "rack-c")
+    apart = uuid.uuid4().hex[:8]
+    a, b, c = await _racks(db, f"rack-a-{apart}", f"rack-b-{apart}", f"rack-c-{apart}")
     a1, a2, b1, b2, c1 = tasks = await _upgrades(db, a, a, b, b, c)
-    alertmanager.post({"alertname": "RackOverheat", "rack": "rack-a", "severity": "critical"})
-    alertmanager.post({"alertname": "Overheat2", "rack": "rack-a", "severity": "warning"})
+    alertmanager.post({"alertname": "RackOverheat", "rack": a.name, "severity": "critical"})
+    alertmanager.post({"alertname": "Overheat2", "rack": a.name, "severity": "warning"})
     alertmanager.post(
-        {"alertname": "RackflowTaskHeldTooLong", "task": str(b1.id), "rack": "rack-b", "severity": "warning"}
+        {"alertname": "RackflowTaskHeldTooLong", "task": str(b1.id), "rack": b.name, "severity": "warning"}
     )
-    alertmanager.post({"alertname": "Chatter", "rack": "rack-c", "severity": "info"})
-    alertmanager.post({"alertname": "Drill", "rack": "rack-c", "severity": "critical", "excluded": "rack-c"})
+    alertmanager.post({"alertname": "Chatter", "rack": c.name, "severity": "info"})
+    alertmanager.post({"alertname": "Drill", "rack": c.name, "severity": "critical", "excluded": c.name})
     with counting(alertmanager.url) as proxy:
         settings = AlertmanagerSettings(proxy.url, matchers, True)
         await services.checks.create(
@@ -210,11 +213,12 @@ async def test_a_fleet_answer_too_long_asks_each_rack_s_own_query(
 ) -> None:
     """The answer for every rack is longer than a look reads (ALERTS_BYTES, made small here) while each
     rack's own is not: each look asks its rack's query, as before, and is answered as before rather than
-    held for an answer too long."""
-    racks = [RackFacts(uuid.uuid4(), f"rack-{i}", "", None, "") for i in range(3)]
+    held for an answer too long (the module's other tests' alerts only make the fleet answer longer)."""
+    apart = uuid.uuid4().hex[:8]
+    racks = [RackFacts(uuid.uuid4(), f"rack-{i}-{apart}", "", None, "") for i in range(3)]
     for rack in racks:
         alertmanager.post({"alertname": "RackOverheat", "rack": rack.name, "severity": "critical"})
-    one = len(json.dumps(alertmanager.active()[0]))
+    one = len(json.dumps(next(a for a in alertmanager.active() if a["labels"].get("rack") == racks[0].name)))
     monkeypatch.setattr(kinds, "ALERTS_BYTES", 2 * one)
     with counting(alertmanager.url) as proxy, ThreadPoolExecutor(2) as pool:
         settings = AlertmanagerSettings(proxy.url, MATCHERS, True)
