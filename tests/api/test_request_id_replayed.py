@@ -21,9 +21,9 @@ from rackflow.store import tasks as task_store
 from rackflow.timespec import format_rfc3339
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1.flow_pb2_grpc import FlowStub
-from tests.api.test_schedules_api import clock, create, racks, when
+from tests.api.test_schedules_api import clock, create, racks, seeded_racks, when
 
-__all__ = ["clock", "racks"]
+__all__ = ["clock", "racks", "seeded_racks"]
 
 
 async def _runs(stub: FlowStub, schedule: pb.TaskSchedule) -> list[pb.TaskScheduleRun]:
