@@ -66,7 +66,7 @@ async def unpaged(call: List, rows: str) -> list[str]:
 def seeded() -> dict[str, tuple[list[uuid.UUID], dict[str, Any]]]:
     """`schedule_ids`' schedules and every table's rows (`stored_rows`) by dialect, once per module and
     worker: each later test's empty database gets the same rows written back, where seeding it through the
-    services and gRPC cost 0.4 s of CPU or more, paid by each test."""
+    services and gRPC cost each test about 0.3 s of CPU (docs/PERFORMANCE.md)."""
     return {}
 
 
@@ -82,7 +82,7 @@ async def schedule_ids(
         seeded[db.dialect] = (ids, await stored_rows(db))
         return ids
     await write_back_rows(db, done[1])
-    return done[0]
+    return list(done[0])
 
 
 async def seed(stub: Stub, services: Services, db: Database) -> list[uuid.UUID]:
