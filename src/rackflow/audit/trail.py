@@ -155,16 +155,20 @@ class AuditTrail:
                 outcome,
             )
 
-    async def record_rackflow_pause(self, schedule_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> None:
-        """Record a pause rackflow made because of a run (`store.schedules.pause_by_rackflow`: a rollout's
-        halt, one done over its failure limit, a firing past its operation's window), once it committed:
-        a PauseTaskSchedule by rackflow, naming the schedule and the run, with the reason."""
+    async def record_rackflow_pause(
+        self, schedule_id: uuid.UUID, reason: str, *, run_id: uuid.UUID | None = None, **why: Any
+    ) -> None:
+        """Record a pause rackflow made, once it committed: a PauseTaskSchedule by rackflow, naming the
+        schedule, with the reason and what made it: a run (`store.schedules.pause_by_rackflow`: a rollout's
+        halt, one done over its failure limit, a firing past its operation's window), also a target, or
+        `why`'s fields (the failed runs of a streak, a pause that ended past a firmware window)."""
+        made_by = {"run_id": str(run_id)} if run_id is not None else {}
         await self.record(
             principal=SYSTEM_PRINCIPAL,
             method="PauseTaskSchedule",
-            target_ids=[str(schedule_id), str(run_id)],
+            target_ids=[str(schedule_id), *made_by.values()],
             outcome=OK,
-            request={"id": str(schedule_id), "reason": reason, "run_id": str(run_id)},
+            request={"id": str(schedule_id), "reason": reason, **made_by, **why},
             schedule_id=schedule_id,
         )
 

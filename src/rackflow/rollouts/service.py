@@ -289,7 +289,7 @@ class RolloutService:
             self.tasks.wake_executors()
             metrics.ROLLOUT_RACKS_STARTED.inc(len(step.task_ids))
         for run, reason in paused:
-            await self.audit.record_rackflow_pause(run.schedule_id, run.id, reason)
+            await self.audit.record_rackflow_pause(run.schedule_id, reason, run_id=run.id)
         return step
 
     async def _step(

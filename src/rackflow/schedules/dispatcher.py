@@ -311,7 +311,7 @@ class Dispatcher:
             paused = {f.run_id for f in taken.paused}
             for f in recorded:
                 if f.run_id in paused:
-                    await self.audit.record_rackflow_pause(f.schedule.id, f.run_id, f.skipped)
+                    await self.audit.record_rackflow_pause(f.schedule.id, f.skipped, run_id=f.run_id)
             fired = [f for f in recorded if f.run_id not in paused]
             await failpoints.pause("pause_after_claim")
             await self.schedules.fire(fired)
@@ -369,17 +369,8 @@ class Dispatcher:
                 schedule.pause.reason,
                 extra={"schedule_id": str(schedule.id)},
             )
-            await self.audit.record(
-                principal=SYSTEM_PRINCIPAL,
-                method="PauseTaskSchedule",
-                target_ids=[str(schedule.id)],
-                outcome=OK,
-                request={
-                    "id": str(schedule.id),
-                    "reason": schedule.pause.reason,
-                    "pause_ended": pause_to_json(pause),
-                },
-                schedule_id=schedule.id,
+            await self.audit.record_rackflow_pause(
+                schedule.id, schedule.pause.reason, pause_ended=pause_to_json(pause)
             )
 
     async def expire_approvals(self) -> None:
@@ -410,17 +401,8 @@ class Dispatcher:
             assert schedule.pause is not None
             metrics.SCHEDULES_PAUSED_AFTER_FAILURES.inc()
             log.warning("paused schedule %r: %s", schedule.name, schedule.pause.reason)
-            await self.audit.record(
-                principal=SYSTEM_PRINCIPAL,
-                method="PauseTaskSchedule",
-                target_ids=[str(schedule.id)],
-                outcome=OK,
-                request={
-                    "id": str(schedule.id),
-                    "reason": schedule.pause.reason,
-                    "failed_runs": [str(t.run_id) for t in reversed(streak)],
-                },
-                schedule_id=schedule.id,
+            await self.audit.record_rackflow_pause(
+                schedule.id, schedule.pause.reason, failed_runs=[str(t.run_id) for t in reversed(streak)]
             )
 
     async def sweep_abandoned_runs(self) -> None:
