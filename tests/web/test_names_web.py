@@ -74,3 +74,35 @@ async def test_a_schedule_named_before_the_rule_is_saved_by_its_form_with_its_na
         ok(await http.patch(f"{API}/schedules/{schedule.id}", json={"schedule": {"name": "r12"}}))["name"]
         == "r12"
     )
+
+
+async def test_an_edit_s_preview_keeps_a_name_stored_before_the_rule_and_checks_a_new_one(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The form previews (and checks) every edit before it saves it: the draft's name is checked as
+    UpdateTaskSchedule checks it (`validation.check_rename`), so a schedule named before the rule can be
+    previewed, and so edited, under its own name, and a rename to a name the rule refuses is refused."""
+    await make_racks(services, "r1")
+    with monkeypatch.context() as before_the_rule:
+        before_the_rule.setattr(validation, "check_identifier", lambda value, _field: value)
+        schedule = await make_schedule(services, INVISIBLE, "r1")
+    target = {"racks": {"targets": [{"name": "r1"}]}}
+
+    def preview(name: str) -> dict[str, Any]:
+        spec = {"type": "SCHEDULE_SPEC_TYPE_INTERVAL", "spec": "6h"}
+        operation = {"power_reset": {"target_spec": target}}
+        draft = {"schedule": {"name": name, "spec": spec}, "operation": operation}
+        return {"id": {"id": str(schedule.id)}, "draft": draft, "count": 1}
+
+    firings = ok(await http.post(f"{API}/schedules:preview", json=preview(INVISIBLE)))["firings"]
+    assert [s["rack_name"] for s in firings[0]["scopes"]] == ["r1"]
+    refused(
+        await http.post(f"{API}/schedules:preview", json=preview("r\u202e21")),
+        400,
+        "draft.schedule.name",
+        "U+202E RIGHT-TO-LEFT OVERRIDE at position 2",
+    )
+    assert ok(await http.post(f"{API}/schedules:preview", json=preview("r12")))["firings"]
+    # A new schedule's draft is checked as create checks it, whatever schedule bears that name.
+    new = {k: v for k, v in preview(INVISIBLE).items() if k != "id"}
+    refused(await http.post(f"{API}/schedules:preview", json=new), 400, "draft.schedule.name", "U+200B")

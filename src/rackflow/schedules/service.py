@@ -217,11 +217,19 @@ class Draft:
     pause_after_failed_runs: int = 0
     retry: RetryPolicy | None = None
 
-    def checked(self, schedule_id: uuid.UUID, now: datetime, *, named: bool = True) -> Schedule:
+    def checked(
+        self, schedule_id: uuid.UUID, now: datetime, *, named: bool = True, was: str | None = None
+    ) -> Schedule:
         """The schedule it makes at `now`, every field checked as create checks it (the name only when
-        `named`: a preview's draft may have none yet); the scope is left to the caller to resolve."""
+        `named`: a preview's draft may have none yet); the scope is left to the caller to resolve. `was`:
+        the name of the schedule the draft edits, whose name is checked as UpdateTaskSchedule checks it
+        (`check_rename`): kept as it is, even one stored before today's rules, so that such a schedule can
+        be previewed and edited; a new one as on create."""
         if named or self.name:
-            check_name(self.name, NAME_PATH)
+            if was is None:
+                check_name(self.name, NAME_PATH)
+            else:
+                check_rename(self.name, NAME_PATH, was)
         if self.rollout is not None:
             check_rollout(self.rollout, ROLLOUT_PATH)
         check_pause_after_failed_runs(self.pause_after_failed_runs, PAUSE_AFTER_FAILED_RUNS_PATH)
@@ -1449,13 +1457,16 @@ class ScheduleService:
         """The next `count` firings of an unsaved schedule and each of its racks' decision, planned as
         `preview_schedule` plans a saved one. `editing`: the draft is that schedule's edit, so a rack
         already in its scope keeps its scope (and last task: the overlap check sees it) and its live
-        rollout counts; the draft itself is previewed enabled."""
+        rollout counts, and its name is checked as UpdateTaskSchedule checks it (`Draft.checked`'s `was`);
+        the draft itself is previewed enabled."""
         count = preview_count(count)
         now = self.clock.now()
-        schedule = draft.checked(editing or new_id(), now, named=False)
-        check_approvable(schedule.approval, self.approvers, schedule.last_edited_by, MIN_APPROVERS_PATH)
         async with self.db.read() as conn:
-            saved = await store.list_scopes(conn, (await self._load(conn, editing)).id) if editing else []
+            current = await self._load(conn, editing) if editing else None
+            was = current.name if current is not None else None
+            schedule = draft.checked(editing or new_id(), now, named=False, was=was)
+            check_approvable(schedule.approval, self.approvers, schedule.last_edited_by, MIN_APPROVERS_PATH)
+            saved = await store.list_scopes(conn, current.id) if current is not None else []
             kept = {scope.rack_id: scope for scope in saved}
             scopes = [
                 replace(kept[s.rack_id], filter=s.filter)
