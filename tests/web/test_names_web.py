@@ -5,13 +5,16 @@ every field."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from rackflow import validation
+from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.services import Services
+from rackflow.windows.service import Ref, WindowInput
 from tests.conftest import table_counts
 from tests.web.conftest import make_racks, make_schedule
 from tests.web.test_forms import value_of
@@ -106,3 +109,44 @@ async def test_an_edit_s_preview_keeps_a_name_stored_before_the_rule_and_checks_
     # A new schedule's draft is checked as create checks it, whatever schedule bears that name.
     new = {k: v for k, v in preview(INVISIBLE).items() if k != "id"}
     refused(await http.post(f"{API}/schedules:preview", json=new), 400, "draft.schedule.name", "U+200B")
+
+
+async def test_the_form_s_preview_answers_each_name_as_the_pages_write_it(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`POST /previews/schedule`: the JSON API's preview of the same draft, with `shown`, each rack's and
+    window's name in it escaped by `validation.shown` (a domain's racks, which the form never chose by
+    name, and the window that skips one, among them); a refusal is the JSON API's."""
+    now = services.clock.now()
+    with monkeypatch.context() as before_the_rule:
+        before_the_rule.setattr(validation, "check_identifier", lambda value, _field: value)
+        racks = await make_racks(services, INVISIBLE, "r13")
+        await services.inventory.create_domain("d1", racks)
+        await services.windows.create(
+            WindowInput(
+                name="frz\u202e",
+                kind=WindowKind.FREEZE,
+                when=OneOff(now - timedelta(hours=1), now + timedelta(days=30)),
+                racks=(Ref(name=INVISIBLE),),
+            )
+        )
+    target = {"nvl_domains": {"targets": [{"name": "d1"}]}}
+    draft = {
+        "schedule": {"name": "", "spec": {"type": "SCHEDULE_SPEC_TYPE_INTERVAL", "spec": "6h"}},
+        "operation": {"power_on": {"target_spec": target}},
+    }
+    body = {"draft": draft, "count": 1}
+    answer = ok(await http.post("/previews/schedule", json=body))
+    api = ok(await http.post(f"{API}/schedules:preview", json=body))
+    assert answer.pop("shown") == {INVISIBLE: "r12\\u200b", "r13": "r13", "frz\u202e": "frz\\u202e"}
+    for preview in answer, api:  # a new scope's id is made for each preview
+        for scope in preview["firings"][0]["scopes"]:
+            scope.pop("scope_id")
+    assert answer == api
+    scopes = {s["rack_name"]: (s["decision"], s["window_name"]) for s in api["firings"][0]["scopes"]}
+    assert scopes == {INVISIBLE: ("skip_window", "frz\u202e"), "r13": ("fire", "")}
+
+    unknown = {**body, "draft": {**draft, "operation": {"power_on": {"target_spec": {}}}}}
+    field = "draft.operation.power_on.target_spec"
+    refused(await http.post("/previews/schedule", json=unknown), 400, field, "no targets")
+    refused(await http.post("/previews/schedule", json={"counts": 1}), 400, "counts", "unknown field")

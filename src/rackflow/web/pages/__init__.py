@@ -206,11 +206,14 @@ class Site:
         return HTMLResponse(self._layout(request, title, body), status, headers=headers)
 
     async def data(self, request: Request, load: Callable[[Principal], Awaitable[Any]]) -> Response:
-        """What a page's script asks for as JSON (the schedule form's picker): the caller authenticated
-        as for a page, and refused as the JSON API refuses (`{"code", "message", "field"}`)."""
+        """What a page's script asks for as JSON (the schedule form's picker and preview): the caller
+        authenticated as for a page, and refused as the JSON API refuses (`{"code", "message", "field"}`),
+        a refusal of an RPC it runs too."""
         headers = {"Cache-Control": "no-store"}
         try:
             return JSONResponse(await load(principal_of(request, self.tokens)), headers=headers)
+        except RpcError as exc:
+            return JSONResponse(exc.to_json(), exc.http_status, headers)
         except RackflowError as exc:
             error = RpcError.of(exc)
             if isinstance(exc, Unauthenticated):

@@ -3,8 +3,9 @@ one schedule (configuration, scope, upcoming firings, the runs grid, actions), a
 or edits one (`/schedules/new`, `/schedules/{ref}/edit`).
 
 The form is plain HTML filled in here; `static/forms.js` turns it into JSON API calls: as you type it
-asks `POST /api/v1/schedules:preview` for the draft's next firings and each rack's decision (or the
-first error, shown next to the field it names), and Save creates it (`POST /api/v1/schedules`) or changes
+asks `POST /previews/schedule` (`_preview`: `POST /api/v1/schedules:preview`'s answer, with its names as
+the pages show them) for the draft's next firings and each rack's decision (or the first error, shown
+next to the field it names), and Save creates it (`POST /api/v1/schedules`) or changes
 it (`PATCH /api/v1/schedules/{id}`, then `PUT …/scopes` for its racks). An operation cannot be changed
 after create (UpdateTaskSchedule has no such path), so the edit form shows it fixed. The form lists no racks
 or domains (20,000 of each were 1.1 MB of `<option>`s): its picker asks `/names/{kind}` (`_names`) for a
@@ -18,7 +19,7 @@ import zoneinfo
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from markupsafe import Markup, escape
 from starlette.requests import Request
@@ -26,7 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rackflow.api.auth import authorize
-from rackflow.api.convert import page_from, page_token
+from rackflow.api.convert import message_json, page_from, page_token
 from rackflow.api.convert.tasks import operation_kind_from
 from rackflow.config import SEARCH_WALK
 from rackflow.domain.inventory import ComponentsFilter, ComponentType, TypesFilter
@@ -40,6 +41,7 @@ from rackflow.timespec import SpecType
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.validation import shown
 from rackflow.web import refs
+from rackflow.web.bodies import parse_into, read_json
 from rackflow.web.pages import PAGE_SIZE, Site, offset_of, page_number, pages_of, query_url, utc_text
 from rackflow.web.pages.runs import RACKS_PER_PAGE, progress_bar
 from rackflow.web.views import (
@@ -155,8 +157,12 @@ def routes(site: Site) -> list[Route]:
     async def names(request: Request) -> Response:
         return await site.data(request, lambda principal: _names(site, principal, request))
 
+    async def preview(request: Request) -> Response:
+        return await site.data(request, lambda principal: _preview(site, principal, request))
+
     return [
         Route("/names/{kind}", names),
+        Route(PREVIEW_PATH, preview, methods=["POST"]),
         Route("/schedules", schedule_list),
         Route("/schedules/new", new_schedule),
         Route("/schedules/{ref}/edit", edit_schedule),
@@ -182,6 +188,25 @@ async def _names(site: Site, principal: Principal, request: Request) -> Mapping[
         authorize(principal, PICKED_BY[kind])
     names = await site.services.inventory.names_holding(kind, contains, PICKED_NAMES)
     return {"names": names, "shown": [shown(name) for name in names]}  # as the page writes each name
+
+
+# The schedule form's preview (`_preview`).
+PREVIEW_PATH = "/previews/schedule"
+PREVIEW_RPC = "PreviewTaskSchedule"
+
+
+async def _preview(site: Site, principal: Principal, request: Request) -> Mapping[str, Any]:
+    """`POST /previews/schedule`, what the schedule form shows as it is typed: the answer of
+    `POST /api/v1/schedules:preview` to the same body (the same RPC, run as the caller), with `shown`: each
+    name of a rack and of a window in it, as the pages write a name (`validation.shown`). The script writes
+    every name of the preview from it, so a name stored before today's rules is shown escaped there too
+    (the racks of a chosen domain, the windows that close a rack, which the page has nowhere else), by the
+    one rule, written once."""
+    data = read_json(await request.body()) or {}
+    sent = parse_into(data, pb.PreviewTaskScheduleRequest(), site.clock.now())
+    answer = cast(pb.PreviewTaskScheduleResponse, await site.caller(PREVIEW_RPC, sent, principal))
+    names = {name for f in answer.firings for s in f.scopes for name in (s.rack_name, s.window_name) if name}
+    return {**message_json(answer), "shown": {name: shown(name) for name in sorted(names)}}
 
 
 async def _form(site: Site, ref: str | None) -> Mapping[str, Any]:

@@ -6,9 +6,10 @@
 //   shown next to the input whose `data-error-for` is the longest prefix of that field, or at the foot of
 //   the form. Nothing the user typed is thrown away.
 // - The schedule form validates as you type: each change (after a short pause) asks
-//   `POST /api/v1/schedules:preview` with the draft, and shows the next firings in the schedule's zone and
-//   the viewer's, with each rack's decision (fire, skip for overlap, skip or defer for a window) and
-//   whether the firing would await approval.
+//   `POST /previews/schedule` with the draft (`POST /api/v1/schedules:preview`'s answer, with each name in
+//   it as the pages write it), and shows the next firings in the schedule's zone and the viewer's, with
+//   each rack's decision (fire, skip for overlap, skip or defer for a window) and whether the firing would
+//   await approval.
 // - Its racks (or NVLink domains) are picked by name: the page lists none of them (a fleet has tens of
 //   thousands); as a name is typed, `GET /names/{racks|nvl_domains}?contains=` answers at most 20 that
 //   hold it (the name typed in full first), offered in a listbox (arrows, Enter, Escape, or a click). A
@@ -135,15 +136,9 @@
     return `${text} ${name ? name.value : zone}`;
   }
 
-  // A rack's or domain's name as the page shows it: as the server wrote it for a chosen one (its
-  // `data-shown`, from the page or the picker's answer), each character that would not show as itself
-  // escaped (`validation.shown`).
-  function shownName(form, name) {
-    const chosen = [...form.querySelectorAll(".chosen li")].find((li) => li.dataset.name === name);
-    return chosen ? chosen.dataset.shown || name : name;
-  }
-
-  function renderPreview(form, panel, firings) {
+  // `shown`: each rack's and window's name in the answer as the server writes it (`validation.shown`,
+  // each character that would not show as itself escaped): the preview writes no name but from there.
+  function renderPreview(form, panel, firings, shown) {
     const zone = form.elements.timezone.value.trim() || "UTC";
     const scheduleZone = zoneOk(zone) ? zone : "UTC";
     const viewer = Intl.DateTimeFormat().resolvedOptions().timeZone;
@@ -189,8 +184,8 @@
         item.dataset.decision = scope.decision;
         const badge = document.createElement("span");
         badge.className = `badge ${css}`;
-        badge.textContent = shownName(form, scope.rack_name);
-        item.append(badge, " ", scope.window_name ? `${words} (${scope.window_name})` : words);
+        badge.textContent = shown[scope.rack_name];
+        item.append(badge, " ", scope.window_name ? `${words} (${shown[scope.window_name]})` : words);
         if (scope.reason) item.title = scope.reason;
         racks.append(item);
       });
@@ -280,7 +275,6 @@
       const shown = result.data.shown[0];
       const li = document.createElement("li");
       li.dataset.name = name;
-      li.dataset.shown = shown;
       const button = document.createElement("button");
       button.type = "button"; button.className = "link"; button.dataset.remove = "";
       button.setAttribute("aria-label", `Remove ${shown}`);
@@ -353,12 +347,12 @@
       const { schedule, operation } = scheduleDraft(form);
       const body = { draft: { schedule, operation }, count: PREVIEW_COUNT };
       if (editing) body.id = { id: editing };
-      const result = await call("POST", "/api/v1/schedules:preview", body);
+      const result = await call("POST", "/previews/schedule", body);
       if (mine !== asked) return; // a newer draft was asked for meanwhile
       const status = panel.querySelector("[data-preview-status]");
       if (result.ok) {
         clearErrors(form);
-        renderPreview(form, panel, result.data.firings || []);
+        renderPreview(form, panel, result.data.firings || [], result.data.shown || {});
       } else {
         showError(form, result.data, result.status);
         panel.querySelector("[data-preview-list]").replaceChildren();
