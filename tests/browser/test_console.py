@@ -393,3 +393,51 @@ def test_a_held_task_s_page_lists_each_check_s_answer_and_follows_its_next_round
         finally:
             for check in made:
                 stub.DeletePreflightCheck(pb.DeletePreflightCheckRequest(id=check.id))
+
+
+def test_an_alertmanager_check_stored_with_no_matcher_is_flagged_in_the_list_of_checks(
+    server: ServerProcess, database: Path, driver: WebDriver, tmp_path: Path
+) -> None:
+    """An Alertmanager check with no matcher holds every task it applies to on any alert at all; it is
+    refused since, but one stored before is still asked. The list of checks marks it, and says why and what
+    to do; a check with a matcher is not marked. (Written straight into the file, as no API stores one any
+    more; it covers a rack of its own, so the other tests' tasks do not wait for it.)"""
+    stub = server.stub()
+    create_racks(stub, ["am1"])
+    made = [
+        stub.CreatePreflightCheck(
+            pb.CreatePreflightCheckRequest(
+                check=pb.PreflightCheck(
+                    name=name,
+                    racks=[pb.WindowTarget(name="am1")],
+                    alertmanager=pb.AlertmanagerCheck(
+                        url="http://127.0.0.1:9/", matchers=['rack="{rack.name}"']
+                    ),
+                )
+            )
+        )
+        for name in ("every-alert", "one-rack")
+    ]
+    try:
+        with sqlite3.connect(database) as db:  # as a release before the refusal stored it
+            db.execute(
+                "UPDATE preflight_checks SET settings = json_set(settings, '$.matchers', json('[]')) "
+                "WHERE name = 'every-alert'"
+            )
+        open_page(driver, server, "/windows", "Maintenance windows")
+
+        def row(d: WebDriver, name: str) -> str:
+            return next(
+                str(r.text) for r in by_testid(d, "check-row") if r.get_attribute("data-name") == name
+            )
+
+        flagged = wait(driver, lambda d: row(d, "every-alert"), "the check's row")
+        assert "matches every alert" in flagged and "would be refused today" in flagged, flagged
+        assert 'alertname=~".+"' in flagged, flagged
+        assert "matches every alert" not in read(driver, lambda d: row(d, "one-rack"))
+        assert [e.text for e in by_testid(driver, "check-every-alert")] == ["matches every alert"]
+        driver.execute_script("arguments[0].scrollIntoView()", by_testid(driver, "check-every-alert")[0])
+        driver.save_screenshot(str(tmp_path / "checks-every-alert.png"))
+    finally:
+        for check in made:
+            stub.DeletePreflightCheck(pb.DeletePreflightCheckRequest(id=check.id))

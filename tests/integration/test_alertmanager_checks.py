@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from rackflow.checks import kinds
-from rackflow.checks.service import ANY_ALERT, CheckInput
-from rackflow.domain.checks import AlertmanagerSettings, RackFacts
+from rackflow.checks.service import CheckInput
+from rackflow.domain.checks import ANY_ALERT, AlertmanagerSettings, RackFacts
 from rackflow.domain.inventory import ComponentSpec, ComponentType, Rack
 from rackflow.domain.tasks import Operation, OperationKind, Task, TaskStatus
 from rackflow.inventory.service import InventoryService

@@ -13,7 +13,8 @@ import urllib.request
 from pathlib import Path
 
 from rackflow.checks.kinds import render
-from rackflow.checks.service import ANY_ALERT, SAMPLE_RACK
+from rackflow.checks.service import SAMPLE_RACK
+from rackflow.domain.checks import ANY_ALERT
 from rackflow.errors import InvalidArgument
 from rackflow.validation import alertmanager_matcher
 from tests.integration.alertmanager import QUIET_CONFIG, running_alertmanager

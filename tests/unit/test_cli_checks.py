@@ -108,6 +108,37 @@ def test_a_check_or_window_whose_racks_were_deleted_says_it_covers_no_rack(
     assert "no rack (its racks were deleted)" in shown.output
 
 
+def test_an_alertmanager_check_with_no_matcher_is_marked_and_warned_of_by_list_and_show(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """A check stored before a matcher was required holds every task it applies to on any alert: `check
+    list` and `check show` mark it and warn, on stderr, that it matches every alert and would be refused
+    today (also under -o json, whose stdout stays the message); a check with a matcher is neither."""
+    every = a_check()
+    every.name = "every-alert"
+    del every.alertmanager.matchers[:]
+    fake.answers["list_checks"] = pb.ListPreflightChecksResponse(checks=[a_check(), every])
+    listed = run("check", "list")
+    assert listed.exit_code == 0, listed.output
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[2:]}
+    assert "matches every alert" in rows["every-alert"] and "matches every alert" not in rows["no-alerts"]
+    warning = " ".join(listed.stderr.split())
+    assert warning.startswith("warning: pre-flight check 'every-alert' matches every alert. No matcher:")
+    assert "would be refused today" in warning and 'alertname=~".+"' in warning
+    assert "no-alerts" not in listed.stderr
+
+    fake.answers["get_check"] = every
+    shown = run("check", "show", "every-alert")
+    assert shown.exit_code == 0, shown.output
+    assert "matches every alert" in shown.stdout and " ".join(shown.stderr.split()) == warning
+    as_json = run("check", "show", "every-alert", "-o", "json")
+    assert json.loads(as_json.stdout)["alertmanager"]["matchers"] == []
+    assert " ".join(as_json.stderr.split()) == warning
+    fake.answers["get_check"] = a_check()
+    fine = run("check", "show", "no-alerts")
+    assert fine.stderr == "" and "matches every alert" not in fine.stdout
+
+
 def test_task_override_checks_sends_the_reason_and_shows_the_task(
     fake: FakeClient, run: Callable[..., Result]
 ) -> None:

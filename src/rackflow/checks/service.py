@@ -24,6 +24,7 @@ from rackflow.config import (
     MIN_CHECK_INTERVAL,
 )
 from rackflow.domain.checks import (
+    ANY_ALERT,
     HIDDEN,
     AlertmanagerSettings,
     CheckResult,
@@ -33,6 +34,7 @@ from rackflow.domain.checks import (
     Settings,
     WebhookSettings,
     duration_of,
+    matches_every_alert,
     shown_url,
 )
 from rackflow.domain.tasks import OperationKind, Task, TaskStatus
@@ -72,8 +74,6 @@ UPDATE_PATHS = (NAME_PATH, OPERATIONS_PATH, RACKS_PATH, DOMAINS_PATH, KIND_PATH,
 # names at most as many racks (and domains) as one request may target (`MAX_TARGETS`); real selectors are
 # a few matchers.
 MAX_ALERTMANAGER_MATCHERS = 32
-# The matcher that asks for any alert (every alert has a name): a check holding on every alert says so.
-ANY_ALERT = 'alertname=~".+"'
 
 
 @dataclass(frozen=True)
@@ -143,9 +143,9 @@ def check_settings(settings: Settings | None) -> Settings:
     if isinstance(settings, AlertmanagerSettings):
         field = "check.alertmanager"
         _url(settings.url, f"{field}.url")
-        if not settings.matchers:
-            # Alertmanager's filter with no matcher is every alert: a log server's DiskFull would hold every
-            # task. Never by omission: "any alert" is asked for by a matcher every alert has.
+        if matches_every_alert(settings.matchers):
+            # A log server's DiskFull would hold every task. Never by omission: "any alert" is asked for by
+            # a matcher every alert has.
             raise InvalidArgument(
                 f"{field}.matchers: give at least one matcher; for any alert, say so: {ANY_ALERT}"
             )

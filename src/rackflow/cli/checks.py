@@ -24,8 +24,10 @@ from rackflow.cli.output import (
 from rackflow.cli.tasks import rack_names, schedule_name, task, task_view
 from rackflow.cli.windows import covers_text
 from rackflow.client import OPERATION_RPCS, operation_name
+from rackflow.domain.checks import EVERY_ALERT_WHY, MATCHES_EVERY_ALERT, matches_every_alert
 from rackflow.ids import is_uuid
 from rackflow.v1 import flow_pb2 as pb
+from rackflow.validation import shown
 from rackflow.words import counted
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -43,11 +45,30 @@ def _target(value: str) -> pb.WindowTarget:
     return pb.WindowTarget(id=pb.UUID(id=value)) if is_uuid(value) else pb.WindowTarget(name=value)
 
 
+def every_alert(c: pb.PreflightCheck) -> bool:
+    """An Alertmanager check stored with no matcher, before such a check was refused: it matches every
+    alert (`domain.checks.matches_every_alert`)."""
+    return c.WhichOneof("kind") == "alertmanager" and matches_every_alert(c.alertmanager.matchers)
+
+
+def warn_of_every_alert(checks: Sequence[pb.PreflightCheck]) -> None:
+    """Say on stderr, whatever the output (`-o json` keeps its stdout the message), of each check that
+    matches every alert: it holds every task it applies to on any alert, and would be refused today."""
+    for c in checks:
+        if every_alert(c):
+            click.echo(
+                f"warning: pre-flight check '{shown(c.name)}' {MATCHES_EVERY_ALERT}. {EVERY_ALERT_WHY}",
+                err=True,
+            )
+
+
 def kind_text(c: pb.PreflightCheck) -> str:
     which = c.WhichOneof("kind")
     if which == "alertmanager":
         closed = "" if c.alertmanager.fail_closed else ", fail open"
-        return f"alertmanager {c.alertmanager.url} {' '.join(c.alertmanager.matchers)}{closed}".strip()
+        if every_alert(c):
+            return f"alertmanager {c.alertmanager.url} ({MATCHES_EVERY_ALERT}){closed}"
+        return f"alertmanager {c.alertmanager.url} {' '.join(c.alertmanager.matchers)}{closed}"
     if which == "webhook":
         signed = ", signed" if c.webhook.secret else ""
         return f"webhook {c.webhook.url} (timeout {c.webhook.timeout}{signed})"
@@ -93,6 +114,7 @@ def check_view(c: pb.PreflightCheck) -> Table:
 
 def _show(session: Session, found: pb.PreflightCheck) -> None:
     session.emit(found, lambda: check_view(found))
+    warn_of_every_alert([found])
 
 
 def _kind_options(f: F) -> F:
@@ -252,6 +274,7 @@ def list_checks(ctx: click.Context) -> None:
     session = pass_session(ctx)
     found = session.client.list_checks()
     session.emit(found, lambda: checks_table(found.checks))
+    warn_of_every_alert(found.checks)
 
 
 @check.command()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit, urlunsplit
@@ -23,6 +24,24 @@ from rackflow.timespec import parse_go_duration
 HIDDEN = "…"
 # `Task.held_by` of a task its pre-flight checks hold (the start gate's name, `rackflow.checks.gate`).
 HELD_BY_CHECKS = "preflight"
+# The matcher that asks Alertmanager for any alert (every alert has a name): a check that is to hold on
+# every alert says so with it.
+ANY_ALERT = 'alertname=~".+"'
+# How an Alertmanager check with no matcher is marked where it is listed (the console, the CLI), and why.
+MATCHES_EVERY_ALERT = "matches every alert"
+EVERY_ALERT_WHY = (
+    "No matcher: Alertmanager answers a query with none with every alert it has, so any alert firing, "
+    "about any rack, holds every task the check applies to. It was stored before a check with no matcher "
+    "was refused, and would be refused today: give it the matchers of the alerts it means (rackflow check "
+    f"update NAME --alertmanager URL --matcher …; every alert, if that is meant: {ANY_ALERT})."
+)
+
+
+def matches_every_alert(matchers: Sequence[str]) -> bool:
+    """Whether an Alertmanager check asking with these matchers holds on every alert: Alertmanager's filter
+    with no matcher is every alert. Refused when a check is stored (`checks.service.check_settings`), but a
+    check stored before that still asks so, and is marked wherever checks are listed."""
+    return not matchers
 
 
 def shown_url(url: str) -> str:
@@ -68,6 +87,10 @@ class AlertmanagerSettings:
     @property
     def shown_url(self) -> str:
         return shown_url(self.url)
+
+    @property
+    def matches_every_alert(self) -> bool:
+        return matches_every_alert(self.matchers)
 
 
 @dataclass(frozen=True)
@@ -129,6 +152,12 @@ class PreflightCheck:
     @property
     def kind(self) -> CheckKind:
         return KIND_OF[type(self.settings)]
+
+    @property
+    def matches_every_alert(self) -> bool:
+        """An Alertmanager check with no matcher, stored before such a check was refused
+        (`matches_every_alert`)."""
+        return isinstance(self.settings, AlertmanagerSettings) and self.settings.matches_every_alert
 
     @property
     def asks_only_the_database(self) -> bool:

@@ -1,8 +1,9 @@
 """Maintenance windows: every window, what it covers, and when it next opens or closes (docs/WINDOWS.md);
 below them the operation budgets, with how many of their tasks run now (docs/ROLLOUTS.md, "Budgets"), and
-the pre-flight checks (docs/CHECKS.md). Windows and budgets are created and edited in a form (`/windows/new`,
-`/windows/{ref}/edit`, `/budgets/new`, `/budgets/{ref}/edit`) that `static/forms.js` sends to the JSON API,
-and deleted from the list."""
+the pre-flight checks (docs/CHECKS.md), an Alertmanager check stored with no matcher marked: it matches
+every alert. Windows and budgets are created and edited in a form (`/windows/new`, `/windows/{ref}/edit`,
+`/budgets/new`, `/budgets/{ref}/edit`) that `static/forms.js` sends to the JSON API, and deleted from the
+list."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rackflow.domain.checks import PreflightCheck
+from rackflow.domain.checks import EVERY_ALERT_WHY, MATCHES_EVERY_ALERT, PreflightCheck
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import NO_RACK_LEFT, MaintenanceWindow, Occurrence, Recurring
 from rackflow.web import refs
@@ -91,4 +92,6 @@ async def _list(site: Site) -> Mapping[str, Any]:
         "current_or_next": current_or_next,
         "budgets": await site.services.budgets.with_usage(),
         "checks": await site.services.checks.list_checks(),
+        "every_alert": MATCHES_EVERY_ALERT,
+        "every_alert_why": EVERY_ALERT_WHY,
     }
