@@ -5,6 +5,7 @@ every field."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +13,8 @@ import httpx
 import pytest
 
 from rackflow import validation
+from rackflow.checks.service import CheckInput
+from rackflow.domain.checks import WebhookSettings
 from rackflow.domain.windows import OneOff, WindowKind
 from rackflow.services import Services
 from rackflow.windows.service import Ref, WindowInput
@@ -150,3 +153,17 @@ async def test_the_form_s_preview_answers_each_name_as_the_pages_write_it(
     field = "draft.operation.power_on.target_spec"
     refused(await http.post("/previews/schedule", json=unknown), 400, field, "no targets")
     refused(await http.post("/previews/schedule", json={"counts": 1}), 400, "counts", "unknown field")
+
+
+async def test_the_list_of_checks_shows_the_racks_a_check_covers_escaped(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as before_the_rule:
+        before_the_rule.setattr(validation, "check_identifier", lambda value, _field: value)
+        await make_racks(services, INVISIBLE)
+    hook = WebhookSettings("http://127.0.0.1:9/", "", "")
+    await services.checks.create(CheckInput(name="drained", racks=(Ref(name=INVISIBLE),), settings=hook))
+    page = (await http.get("/windows")).text
+    found = re.search(r'<tr data-testid="check-row" data-name="drained">(.*?)</tr>', page, re.S)
+    assert found is not None and "<td>r12\\u200b</td>" in found.group(1), page
+    assert "\u200b" not in found.group(1)
