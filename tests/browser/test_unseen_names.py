@@ -165,7 +165,7 @@ def test_the_edit_form_shows_names_escaped_and_keeps_the_real_ones_as_its_values
 
 
 def test_the_form_previews_a_domain_s_racks_and_the_window_that_skips_one_escaped(
-    server: ServerProcess, driver: WebDriver
+    server: ServerProcess, driver: WebDriver, tmp_path: Path
 ) -> None:
     """A domain's racks are not the names chosen in the form: the preview shows them as the server writes
     them all the same, and the window that closes one."""
@@ -178,6 +178,7 @@ def test_the_form_previews_a_domain_s_racks_and_the_window_that_skips_one_escape
     frozen = (RACK, f"{RACK_SHOWN} skipped: window closed ({WINDOW_SHOWN})")
     wait(driver, lambda d: sorted(previewed(d)) == [frozen, ("r13", "r13 fires")], "the domain's racks")
     assert "\u200b" not in main_text(driver) and "\u200d" not in main_text(driver)
+    driver.save_screenshot(str(tmp_path / "preview-of-a-domain.png"))
 
 
 def test_a_rename_to_a_name_the_rule_refuses_is_refused_beside_the_name(
