@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -344,6 +345,17 @@ def _component_rows(
 
 
 # --- measuring and reporting -------------------------------------------------------------------------
+
+
+def timed(call: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
+    """Milliseconds of each of `repeat` calls (after one warm-up), and the last answer."""
+    answer = call()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        answer = call()
+        times.append((time.perf_counter() - started) * 1000)
+    return times, answer
 
 
 CHECK_KINDS = ("rack_idle", "webhook")

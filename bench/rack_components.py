@@ -57,6 +57,7 @@ from _common import (
     result,
     start_server,
     sync_engine,
+    timed,
 )
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -206,17 +207,6 @@ def analyze(url: str) -> None:
     with engine.connect() as conn:
         conn.execute(text("VACUUM ANALYZE"))
     engine.dispose()
-
-
-def timed(call: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
-    """Milliseconds of each of `repeat` calls (after one warm-up), and the last answer."""
-    answer = call()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        answer = call()
-        times.append((time.perf_counter() - started) * 1000)
-    return times, answer
 
 
 def report(figure: str, name: str, times: list[float], target: float, **extra: object) -> None:

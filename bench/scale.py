@@ -53,6 +53,7 @@ from _common import (
     runs_partitioned_since,
     start_server,
     sync_engine,
+    timed,
 )
 from _pg_io import io_watch, track_io_timing
 from sqlalchemy import Connection, Engine, create_engine, func, select, text, update
@@ -419,17 +420,6 @@ def page_paths(ids: dict[str, str]) -> list[str]:
         "/audit?method=PauseTaskSchedule",
         f"/audit?target={ids['sched1']}",  # one schedule's history, from the GIN index (migration 0044)
     ]
-
-
-def timed(call: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
-    """Milliseconds of each of `repeat` calls (after one warm-up), and the last answer."""
-    answer = call()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        answer = call()
-        times.append((time.perf_counter() - started) * 1000)
-    return times, answer
 
 
 def measure_reads(

@@ -65,6 +65,18 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A server of `handler` in a thread on a loopback port (its base URL), stopped afterwards."""
+    server = _Server(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
 def receiving(*script: Answer) -> Iterator[Receiver]:
     receiver = Receiver(list(script) or [Answer()])
 
@@ -90,15 +102,9 @@ def receiving(*script: Answer) -> Iterator[Receiver]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = _Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    receiver.url = f"http://127.0.0.1:{server.server_address[1]}/drain"
-    try:
+    with serving(Handler) as url:
+        receiver.url = f"{url}/drain"
         yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager
@@ -122,13 +128,8 @@ def busy_alertmanager(refusals: int, always_refused: str) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = _Server(("127.0.0.1", 0), Busy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Busy) as url:
+        yield url
 
 
 @asynccontextmanager

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.checks_support import _Server
+from tests.checks_support import serving
 from tests.debian_tools import ALERTMANAGER, require
 from tests.e2e.cluster import free_port
 
@@ -204,12 +204,6 @@ def counting(target: str, *, hold: float = 0.0, refuse_every: int = 0) -> Iterat
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = _Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    counted.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(Handler) as url:
+        counted.url = url
         yield counted
-    finally:
-        server.shutdown()
-        server.server_close()

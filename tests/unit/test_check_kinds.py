@@ -4,7 +4,6 @@ signature, and which checks apply to a task's rack and operation."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import http.server
@@ -13,7 +12,6 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -47,7 +45,7 @@ from rackflow.domain.checks import (
 from rackflow.domain.tasks import OperationKind
 from rackflow.domain.windows import RackRef
 from rackflow.retry import Retry
-from tests.checks_support import _Server, busy_alertmanager
+from tests.checks_support import busy_alertmanager, serving
 
 RACK = RackFacts(uuid.UUID(int=7), "rack-01", "SN-1001", uuid.UUID(int=9), "nvl-a")
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
@@ -107,17 +105,6 @@ def test_a_check_applies_by_operation_rack_and_domain() -> None:
     )
 
 
-@contextlib.contextmanager
-def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = _Server(("127.0.0.1", 0), handler)  # a backlog for a pool's connections at once
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 async def test_a_hook_that_redirects_holds_the_task_and_is_not_followed() -> None:
     """urllib followed a 301 to the hook's POST with a GET without the body: a page there answering
     `{"ok": true}` (a status page, the drain service's own summary) passed the check though no hook was
@@ -135,7 +122,7 @@ async def test_a_hook_that_redirects_holds_the_task_and_is_not_followed() -> Non
         def log_message(self, *_args: object) -> None:
             pass
 
-    with _serving(Ready) as target:
+    with serving(Ready) as target:
 
         class Moved(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
@@ -148,7 +135,7 @@ async def test_a_hook_that_redirects_holds_the_task_and_is_not_followed() -> Non
             def log_message(self, *_args: object) -> None:
                 pass
 
-        with _serving(Moved) as url, ThreadPoolExecutor(1) as pool:
+        with serving(Moved) as url, ThreadPoolExecutor(1) as pool:
             look = await webhook(WebhookSettings(f"{url}/drain", "", "5s"), {"check": "drained"}, Asked(pool))
     assert gets == []
     assert not look.passed
@@ -258,7 +245,7 @@ async def test_an_alertmanager_answer_that_is_not_a_list_of_alerts_cannot_be_ask
         def log_message(self, *_args: object) -> None:
             pass
 
-    with _serving(Garbage) as url, ThreadPoolExecutor(1) as pool:
+    with serving(Garbage) as url, ThreadPoolExecutor(1) as pool:
         for index in range(len(answers)):
             for fail_closed in (True, False):
                 settings = AlertmanagerSettings(f"{url}/{index}", ('rack="{rack.name}"',), fail_closed)
@@ -295,7 +282,7 @@ async def test_an_alertmanager_that_refuses_a_get_as_busy_is_asked_again_within_
     a `fail_closed` check's hold for no alert and a fail-open check's pass unasked."""
     for refusals in ([503], [503, 429, 503], [429]):
         asked: list[str] = []
-        with _serving(_refusing(list(refusals), asked)) as url, ThreadPoolExecutor(1) as pool:
+        with serving(_refusing(list(refusals), asked)) as url, ThreadPoolExecutor(1) as pool:
             settings = AlertmanagerSettings(url, ('rack=~"{rack.name}"',), False)
             look = await alertmanager(settings, RACK, Answers(Asked(pool)))
         assert (look.passed, look.reason) == (False, 'alertmanager: alert Hot{rack="rack-01"} firing'), (
@@ -314,7 +301,7 @@ async def test_an_alertmanager_still_refusing_within_its_timeout_cannot_be_asked
     monkeypatch.setattr(kinds, "BUSY_RETRY", Retry(0.05, 0.1, deadline=0.5))
     for status, fail_closed in ((503, True), (503, False), (429, True), (500, False)):
         asked: list[str] = []
-        with _serving(_refusing([status] * 100, asked)) as url, ThreadPoolExecutor(1) as pool:
+        with serving(_refusing([status] * 100, asked)) as url, ThreadPoolExecutor(1) as pool:
             settings = AlertmanagerSettings(url, ('rack=~"{rack.name}"',), fail_closed)
             look = await alertmanager(settings, RACK, Answers(Asked(pool)))
         assert look.passed is not fail_closed
@@ -379,7 +366,7 @@ async def test_webhooks_are_asked_as_many_at_once_as_the_pool_has_threads() -> N
         def log_message(self, *_args: object) -> None:
             pass
 
-    with _serving(Slow) as url, ThreadPoolExecutor(PREFLIGHT_CONCURRENCY) as pool:
+    with serving(Slow) as url, ThreadPoolExecutor(PREFLIGHT_CONCURRENCY) as pool:
         asked = Asked(pool)
         looks = await asyncio.gather(
             *(webhook(WebhookSettings(url, "", "5s"), {"check": "drained"}, asked) for _ in range(20))
