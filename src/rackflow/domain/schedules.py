@@ -11,12 +11,13 @@ from typing import Any, Literal, NamedTuple
 
 from rackflow.config import SHORT_SEARCH_TEXT
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
+from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.inventory import ComponentFilter
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import ConflictStrategy, Operation, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
 from rackflow.frozen import quick_init
-from rackflow.timespec import ScheduleSpec, SpecType
+from rackflow.timespec import ScheduleSpec, SpecType, format_rfc3339, parse_spec
 
 
 class OverlapPolicy(enum.StrEnum):
@@ -136,6 +137,78 @@ class Schedule:
         """Its next firing is at or past its operation's own window end (a firmware upgrade's end_time), and
         so is every later one: each could only be skipped (`domain.firing.window_ended_reason`)."""
         return self.next_run_at is not None and self.operation.window_over(self.next_run_at)
+
+
+# --- a schedule's pause and resume, and its firmware window's end: pure rules ----------------------------
+# The schedule service applies them (`schedules.service.ScheduleService`: pause, resume, the pauses that
+# end); they need no database and no clock (tests/unit/test_schedule_resume.py).
+
+
+def resumed(schedule: Schedule, now: datetime) -> Schedule:
+    """The schedule resumed at `now`: enabled, its pause forgotten, interval and cron restarting from now
+    (a run missed while paused is not fired at once), an unfired one-time schedule keeping its time. A
+    one-time schedule consumed while paused (by a trigger) only forgets its pause: it cannot fire again."""
+    if schedule.is_consumed:
+        return replace(schedule, pause=None, updated_at=now)
+    next_run_at = schedule.next_run_at
+    if schedule.spec.type is not SpecType.ONE_TIME:
+        next_run_at = parse_spec(schedule.spec).first_run(now)
+    return replace(schedule, enabled=True, pause=None, next_run_at=next_run_at, updated_at=now)
+
+
+# What a firing at or past its operation's window end would do (`domain.firing.window_ended_reason`).
+SKIPPED_ALL = "so every firing's upgrade would be too late to start and be skipped"
+
+
+def after_its_window(schedule: Schedule, field: str, next_firing: str) -> str:
+    """Why a schedule whose `next_firing` (its first, or its next once changed or resumed) is at or past
+    its operation's window end is refused (`Schedule.fires_after_its_window`)."""
+    end, at = schedule.operation.window_end, schedule.next_run_at
+    assert end is not None and at is not None
+    return (
+        f"{field}: {next_firing} at {format_rfc3339(at)} is not before its operation's end_time "
+        f"{format_rfc3339(end)}, {SKIPPED_ALL}; give a later end_time, or none"
+    )
+
+
+def too_late_to_resume(schedule: Schedule, at: datetime) -> str | None:
+    """Why `schedule`, resumed at `at`, could only skip its firings (`domain.firing.window_ended_reason`:
+    their tasks would fail unrun): its operation's window (a firmware upgrade's end_time) ends by then, or
+    its next firing once resumed then would come at or past that end; None when it may resume then. A
+    pause's `resume_at` is refused by it (`schedules.service.ScheduleService.pause`), and a pause whose
+    end it refuses all the same (one made before that) ends without resuming (`ScheduleService.
+    resume_ended_pauses`). A consumed one-time schedule never fires again, so nothing of it would be
+    skipped: None."""
+    end = schedule.operation.window_end
+    if end is None or schedule.is_consumed:
+        return None
+    window = f"its firmware window's end at {format_rfc3339(end)} (its upgrade's end_time)"
+    if schedule.operation.window_over(at):
+        return f"{window} is not after {format_rfc3339(at)}"
+    after = resumed(schedule, at)
+    if after.fires_after_its_window:
+        assert after.next_run_at is not None
+        return (
+            f"its next firing once resumed at {format_rfc3339(at)} would be at "
+            f"{format_rfc3339(after.next_run_at)}, not before {window}"
+        )
+    return None
+
+
+def kept_paused(schedule: Schedule, now: datetime) -> Schedule | None:
+    """The schedule whose pause ended at `now`, kept paused by rackflow with why as its reason, its end
+    dropped, when resuming it then could only skip its firings (`too_late_to_resume`): resumed, its next
+    firing would skip and pause it again, a second notification for nothing. None: it resumes."""
+    why = too_late_to_resume(schedule, now)
+    if why is None:
+        return None
+    assert schedule.pause is not None  # only a paused schedule's pause ends
+    reason = (
+        f"its pause ended at {format_rfc3339(now)}: {why}, {SKIPPED_ALL}; it stays paused: create a new "
+        "schedule with a later end_time"
+    )
+    kept = Pause(reason=reason, by=SYSTEM_PRINCIPAL, at=schedule.pause.at)
+    return replace(schedule, enabled=False, pause=kept, updated_at=now)
 
 
 SCHEDULE_ORDER_FIELDS = ("created_at", "name", "next_run_at", "last_run_at")

@@ -257,7 +257,7 @@ def pauses_ended(resumed: Iterable[tuple[Schedule, Pause]], at: datetime) -> lis
 
 def kept_paused(kept: Iterable[tuple[Schedule, Pause]], at: datetime) -> list[Event]:
     """Schedules whose pause ended but which rackflow kept paused, its reason saying why: resumed, they
-    could only skip their firings (their firmware window, `schedules.service.kept_paused`)."""
+    could only skip their firings (their firmware window, `domain.schedules.kept_paused`)."""
     return [
         _event(
             EventType.SCHEDULE_PAUSED,

@@ -348,7 +348,7 @@ class Dispatcher:
     async def resume_ended_pauses(self) -> None:
         """Resume the schedules whose pause has reached its `resume_at`, each recorded in the audit trail
         as a ResumeTaskSchedule by rackflow itself, with the pause that ended; one kept paused instead (its
-        firmware window: `schedules.service.kept_paused`) as a PauseTaskSchedule by rackflow, with its
+        firmware window: `domain.schedules.kept_paused`) as a PauseTaskSchedule by rackflow, with its
         reason and the pause that ended."""
         ended = await self.schedules.resume_ended_pauses()
         for schedule, pause in ended.resumed:

@@ -50,6 +50,7 @@ from rackflow.domain.schedules import (
     CREATION_ORDER,
     RETRIABLE_RUN_STATES,
     SCHEDULE_ORDER_FIELDS,
+    SKIPPED_ALL,
     ListedScope,
     OverlapPolicy,
     Pause,
@@ -58,8 +59,12 @@ from rackflow.domain.schedules import (
     ScheduleOrder,
     Scope,
     ScopeOutcome,
+    after_its_window,
+    kept_paused,
     outcome_parts,
     racks_to_retry,
+    resumed,
+    too_late_to_resume,
 )
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, RetryPolicy, TaskStatus
 from rackflow.domain.window_rules import Decision
@@ -295,77 +300,11 @@ def parse_order(text: str, field: str = "order_by") -> ScheduleOrder:
     return ScheduleOrder(name, descending=direction == "desc")
 
 
-def resumed(schedule: Schedule, now: datetime) -> Schedule:
-    """The schedule resumed at `now`: enabled, its pause forgotten, interval and cron restarting from now
-    (a run missed while paused is not fired at once), an unfired one-time schedule keeping its time. A
-    one-time schedule consumed while paused (by a trigger) only forgets its pause: it cannot fire again."""
-    if schedule.is_consumed:
-        return replace(schedule, pause=None, updated_at=now)
-    next_run_at = schedule.next_run_at
-    if schedule.spec.type is not SpecType.ONE_TIME:
-        next_run_at = timing_of(schedule.spec).first_run(now)
-    return replace(schedule, enabled=True, pause=None, next_run_at=next_run_at, updated_at=now)
-
-
 def _consumed(schedule: Schedule, action: str) -> FailedPrecondition:
     return FailedPrecondition(
         f"id: schedule {schedule.name!r} ({schedule.id}) is a one-time schedule that has already fired; "
         f"cannot {action} it (create a new schedule instead)"
     )
-
-
-# What a firing at or past its operation's window end would do (`domain.firing.window_ended_reason`).
-_SKIPPED_ALL = "so every firing's upgrade would be too late to start and be skipped"
-
-
-def _after_its_window(schedule: Schedule, field: str, next_firing: str) -> str:
-    """Why a schedule whose `next_firing` (its first, or its next once changed or resumed) is at or past
-    its operation's window end is refused (`Schedule.fires_after_its_window`)."""
-    end, at = schedule.operation.window_end, schedule.next_run_at
-    assert end is not None and at is not None
-    return (
-        f"{field}: {next_firing} at {format_rfc3339(at)} is not before its operation's end_time "
-        f"{format_rfc3339(end)}, {_SKIPPED_ALL}; give a later end_time, or none"
-    )
-
-
-def too_late_to_resume(schedule: Schedule, at: datetime) -> str | None:
-    """Why `schedule`, resumed at `at`, could only skip its firings (`domain.firing.window_ended_reason`:
-    their tasks would fail unrun): its operation's window (a firmware upgrade's end_time) ends by then, or
-    its next firing once resumed then would come at or past that end; None when it may resume then. A
-    pause's `resume_at` is refused by it (`ScheduleService.pause`), and a pause whose end it refuses all
-    the same (one made before that) ends without resuming (`ScheduleService.resume_ended_pauses`). A
-    consumed one-time schedule never fires again, so nothing of it would be skipped: None."""
-    end = schedule.operation.window_end
-    if end is None or schedule.is_consumed:
-        return None
-    window = f"its firmware window's end at {format_rfc3339(end)} (its upgrade's end_time)"
-    if schedule.operation.window_over(at):
-        return f"{window} is not after {format_rfc3339(at)}"
-    after = resumed(schedule, at)
-    if after.fires_after_its_window:
-        assert after.next_run_at is not None
-        return (
-            f"its next firing once resumed at {format_rfc3339(at)} would be at "
-            f"{format_rfc3339(after.next_run_at)}, not before {window}"
-        )
-    return None
-
-
-def kept_paused(schedule: Schedule, now: datetime) -> Schedule | None:
-    """The schedule whose pause ended at `now`, kept paused by rackflow with why as its reason, its end
-    dropped, when resuming it then could only skip its firings (`too_late_to_resume`): resumed, its next
-    firing would skip and pause it again, a second notification for nothing. None: it resumes."""
-    why = too_late_to_resume(schedule, now)
-    if why is None:
-        return None
-    assert schedule.pause is not None  # only a paused schedule's pause ends
-    reason = (
-        f"its pause ended at {format_rfc3339(now)}: {why}, {_SKIPPED_ALL}; it stays paused: create a new "
-        "schedule with a later end_time"
-    )
-    kept = Pause(reason=reason, by=SYSTEM_PRINCIPAL, at=schedule.pause.at)
-    return replace(schedule, enabled=False, pause=kept, updated_at=now)
 
 
 def _past_its_window(schedule: Schedule, now: datetime, refused: str, firings: str) -> FailedPrecondition:
@@ -486,7 +425,7 @@ class ScheduleService:
         )
         if schedule.fires_after_its_window:  # a one-time upgrade set after its window, say
             field = f"operation.{operation.kind.value}.end_time"
-            raise InvalidArgument(_after_its_window(schedule, field, "the schedule's first firing"))
+            raise InvalidArgument(after_its_window(schedule, field, "the schedule's first firing"))
         self.tasks.check_runnable(operation, f"operation.{operation.kind.value}")
         async with self.db.transaction() as conn:
             now = await self.db.now(conn)  # its first run counted from the clock that decides what is due
@@ -642,7 +581,7 @@ class ScheduleService:
                     updated = replace(updated, next_run_at=timing.first_run(now))
                 if updated.fires_after_its_window:
                     field = SPEC_PATH if SPEC_PATH in mask else TIMEZONE_PATH
-                    raise FailedPrecondition(_after_its_window(updated, field, "its next firing"))
+                    raise FailedPrecondition(after_its_window(updated, field, "its next firing"))
             check_approvable(updated.approval, self.approvers, updated.last_edited_by, MIN_APPROVERS_PATH)
             await store.save_schedule(conn, updated)
             if updated.next_run_at != current.next_run_at:
@@ -675,7 +614,7 @@ class ScheduleService:
                 raise _consumed(schedule, "pause")
             if resume_at is not None and (why := too_late_to_resume(schedule, resume_at)) is not None:
                 raise FailedPrecondition(
-                    f"resume_at: {why}, {_SKIPPED_ALL}; give an earlier resume_at, or none"
+                    f"resume_at: {why}, {SKIPPED_ALL}; give an earlier resume_at, or none"
                 )
             if not schedule.enabled and not (reason or resume_at):
                 return schedule
@@ -704,7 +643,7 @@ class ScheduleService:
             schedule = resumed(schedule, now)
             if schedule.fires_after_its_window:
                 refused = f"id: schedule {schedule.name!r} cannot be resumed"
-                raise FailedPrecondition(_after_its_window(schedule, refused, "its next firing"))
+                raise FailedPrecondition(after_its_window(schedule, refused, "its next firing"))
             await store.save_schedule(conn, schedule)
             await self._announce(conn, schedule)
         return schedule
