@@ -1,6 +1,7 @@
 """The CLI against an in-process server over the `db` fixture, on a schedule whose firmware window ended:
 `rackflow schedule show` says it is paused by rackflow and why, `schedule runs` shows the skipped slot
-with the same reason, and `schedule resume` is refused, saying what to do instead."""
+with the same reason, and `schedule resume` is refused, saying what to do instead; a rollout cancelled by
+rackflow at the end says why."""
 
 from __future__ import annotations
 
@@ -78,11 +79,11 @@ async def test_a_schedule_paused_because_its_firmware_window_ended_says_why_and_
     ), resumed.stderr
 
 
-async def test_a_pause_ending_past_the_window_and_a_rollout_halted_at_it_say_why(
+async def test_a_pause_ending_past_the_window_and_a_rollout_cancelled_at_it_say_why(
     grpc_server: str, services: Services
 ) -> None:
     """`schedule pause --until` past the end_time is refused saying why; a rollout still waiting at the end
-    halts, `run show` says why, and `run resume` is refused, saying to cancel it."""
+    is cancelled by rackflow, and `run show` says so and why."""
     assert isinstance(services.clock, FakeClock)
     racks = [await services.inventory.create_rack(name) for name in ("r1", "r2")]
     schedule = await services.schedules.create(
@@ -115,13 +116,11 @@ async def test_a_pause_ending_past_the_window_and_a_rollout_halted_at_it_say_why
     await services.rollouts.advance()
 
     shown = await rackflow(grpc_server, "run", "show", str(runs[0].id))
-    assert "halted" in shown.stdout
+    assert shown.exit_code == 0, shown.output
+    assert "cancelled" in shown.stdout
     assert (
-        "rollout halted: its firmware window ended at 2026-03-02T13:30:00Z (its upgrade's end_time): no wave "
-        "starts at or after it"
+        f"rollout cancelled by rackflow: {ENDED}: no wave starts at or after it, as each of its tasks would "
+        "fail unrun, and no resume could move the end; create a new schedule with a later end_time for its "
+        "racks not started; cancelled with 2 scope(s) not started, 1 of them by ending a task that had not "
+        "begun"
     ) in words(shown.stdout), shown.stdout
-    resumed = await rackflow(grpc_server, "run", "resume", str(runs[0].id))
-    assert resumed.exit_code == 1, resumed.output
-    assert f"cannot be resumed: {ENDED}" in words(resumed.stderr) and words(resumed.stderr).endswith(
-        "; cancel it"
-    ), resumed.stderr

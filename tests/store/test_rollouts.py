@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -460,15 +460,9 @@ async def test_resume_counts_failures_from_zero_and_cancel_ends_the_run(db: Data
     assert len(await env.services.schedules.trigger(schedule.id)) == 1
 
 
-async def test_a_rollout_starts_no_wave_at_or_past_its_firmware_window_s_end(db: Database) -> None:
-    """A wave started then would only fail unrun at its claim: at the end_time the rollout halts instead,
-    saying why, its racks not started "not_started", a task submitted and not begun held by the halt,
-    running ones left to finish; its schedule paused by rackflow, audited and notified as any halt; a
-    resume is refused (the end cannot move), a cancel ends it."""
-    env = make_env(db)
-    racks = await _racks(env, 5)
-    end = START + timedelta(minutes=70)
-    schedule = await env.services.schedules.create(
+async def _firmware(env: Env, racks: Sequence[Rack], end: datetime, policy: RolloutPolicy) -> Schedule:
+    """A rollout upgrading `racks`' firmware until `end`."""
+    return await env.services.schedules.create(
         name="fw",
         spec=HOURLY,
         overlap_policy=OverlapPolicy.SKIP,
@@ -476,7 +470,22 @@ async def test_a_rollout_starts_no_wave_at_or_past_its_firmware_window_s_end(db:
         queue=QueueOptions(),
         description="",
         target=rack_target(*racks),
-        rollout=RolloutPolicy(max_concurrent_racks=3),
+        rollout=policy,
+    )
+
+
+async def test_a_rollout_still_waiting_at_its_firmware_window_s_end_is_cancelled_by_rackflow(
+    db: Database,
+) -> None:
+    """A wave started then would only fail unrun at its claim, and no resume could move the end, so a halt
+    could only wait for an operator's cancel: at the end_time rackflow cancels the run itself, saying why,
+    its racks not started "not_started", a task submitted and not begun ended as a cancel ends it, running
+    ones left to finish; its schedule paused by rackflow as a halt's; audited (the pause and the cancel, by
+    rackflow) and notified once (run.cancelled, no halt to clear)."""
+    env = make_env(db)
+    racks = await _racks(env, 5)
+    schedule = await _firmware(
+        env, racks, START + timedelta(minutes=70), RolloutPolicy(max_concurrent_racks=3)
     )
     assert len(await env.services.schedules.trigger(schedule.id)) == 3
     env.clock.advance(timedelta(minutes=20))
@@ -491,35 +500,76 @@ async def test_a_rollout_starts_no_wave_at_or_past_its_firmware_window_s_end(db:
     assert (await env.services.rollouts.advance()).task_ids == ()
 
     report = await _run(env, schedule)
-    reason = (
-        "rollout halted: its firmware window ended at 2026-03-02T13:10:00Z (its upgrade's end_time): no wave "
-        "starts at or after it, as each of its tasks would fail unrun"
+    why = (
+        "rollout cancelled by rackflow: its firmware window ended at 2026-03-02T13:10:00Z (its upgrade's "
+        "end_time): no wave starts at or after it, as each of its tasks would fail unrun, and no resume "
+        "could move the end; create a new schedule with a later end_time for its racks not started"
     )
-    assert report.run.state == "halted" and report.run.reason.startswith(reason)
-    assert [o.outcome for o in report.run.outcomes] == [*["submitted"] * 4, "not_started"]
-    assert len(await _tasks(env, schedule)) == 4
+    assert report.run.state == "cancelled"
+    assert report.run.reason == (
+        f"{why}; cancelled with 2 scope(s) not started, 1 of them by ending a task that had not begun; tasks "
+        "already started were not cancelled"
+    )
+    assert sorted(o.outcome for o in report.run.outcomes) == [*["not_started"] * 2, *["submitted"] * 3]
+    (cancelled_rack,) = [o for o in report.run.outcomes if o.task_id == unbegun.id]
+    assert (cancelled_rack.outcome, cancelled_rack.error) == (
+        "not_started",
+        f"its rollout was cancelled by rackflow ({why})",
+    )
     assert report.task_statuses[running.id] is TaskStatus.RUNNING  # it finishes
-    assert report.holds[unbegun.id][0] == "rollout"  # the halt holds it, saying why
+    assert report.task_statuses[unbegun.id] is TaskStatus.TERMINATED
+    (ended,) = [t for t in await _tasks(env, schedule) if t.id == unbegun.id]
+    assert ended.message == f"its rollout was cancelled by rackflow ({why})"
     paused = await env.services.schedules.get(schedule.id)
     assert not paused.enabled and paused.pause is not None
-    assert (paused.pause.by, paused.pause.reason) == ("rackflow", report.run.reason)
-    (event,), _ = await env.services.audit.list_events(EventFilter(method="PauseTaskSchedule"))
-    assert (event.principal, event.request["reason"]) == ("rackflow", report.run.reason)
-    assert str(report.run.id) in event.target_ids
-    kinds = (EventType.RUN_HALTED, EventType.SCHEDULE_PAUSED)
-    halted = {(e.type, e.reason) for e in await _events(env) if e.type in kinds}
-    assert halted == {(kind, report.run.reason) for kind in kinds}
+    assert (paused.pause.by, paused.pause.reason) == ("rackflow", why)
+    (pause,), _ = await env.services.audit.list_events(EventFilter(method="PauseTaskSchedule"))
+    assert (pause.principal, pause.request["reason"]) == ("rackflow", why)
+    assert str(report.run.id) in pause.target_ids
+    (cancel,), _ = await env.services.audit.list_events(EventFilter(method="CancelTaskScheduleRun"))
+    assert (cancel.principal, cancel.request["reason"]) == ("rackflow", report.run.reason)
+    assert cancel.target_ids == (str(schedule.id), str(report.run.id))
+    told = sorted((e.type, e.reason) for e in await _events(env))
+    assert told == sorted([(EventType.RUN_CANCELLED, report.run.reason), (EventType.SCHEDULE_PAUSED, why)])
+    await env.services.rollouts.advance()  # nothing more: started, ended, told or audited
+    assert (await _run(env, schedule)).run == report.run
+    assert len(await _tasks(env, schedule)) == 4
+    assert sorted((e.type, e.reason) for e in await _events(env)) == told
+    with pytest.raises(FailedPrecondition, match="is cancelled; only a halted rollout can be resumed"):
+        await env.services.rollouts.resume(report.run.id)
+
+
+async def test_a_rollout_halted_before_its_firmware_window_s_end_is_not_resumed_past_it(
+    db: Database,
+) -> None:
+    """A rollout its failures halted waits for an operator's look, past its window's end too (rackflow
+    cancels only a rolling one there); a resume then is refused, as it could only be cancelled at its next
+    step; a cancel ends it."""
+    env = make_env(db)
+    racks = await _racks(env, 3)
+    policy = RolloutPolicy(max_concurrent_racks=1, halt_after_failures=1)
+    schedule = await _firmware(env, racks, START + timedelta(minutes=70), policy)
+    assert len(await env.services.schedules.trigger(schedule.id)) == 1
+    await _end(env, await _active(env, schedule), TaskStatus.FAILED)
+    await env.services.rollouts.advance()
+    halted = await _run(env, schedule)
+    assert (
+        halted.run.state == "halted" and halted.run.reason == "rollout halted: 1 of 3 racks failed (limit 1)"
+    )
+    env.clock.advance(timedelta(minutes=70))
+
+    await env.services.rollouts.advance()
+
+    assert (await _run(env, schedule)).run == halted.run
     with pytest.raises(
         FailedPrecondition,
-        match=f"^id: run {report.run.id} cannot be resumed: its firmware window ended at "
+        match=f"^id: run {halted.run.id} cannot be resumed: its firmware window ended at "
         "2026-03-02T13:10:00Z \\(its upgrade's end_time\\)",
     ):
-        await env.services.rollouts.resume(report.run.id)
-    assert (await _run(env, schedule)).run == report.run
-    cancelled = await env.services.rollouts.cancel(report.run.id)
-    assert cancelled.run.state == "cancelled" and cancelled.task_statuses[unbegun.id] is TaskStatus.TERMINATED
-    await env.services.rollouts.advance()
-    assert len(await _tasks(env, schedule)) == 4  # nothing more started
+        await env.services.rollouts.resume(halted.run.id)
+    assert (await _run(env, schedule)).run == halted.run
+    cancelled = await env.services.rollouts.cancel(halted.run.id)
+    assert cancelled.run.state == "cancelled"
 
 
 async def test_bad_run_ids_and_plain_runs_are_refused(db: Database) -> None:

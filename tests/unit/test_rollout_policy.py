@@ -127,13 +127,14 @@ def test_done_only_when_nothing_is_pending_or_active_and_over_its_limit_then_not
 
 
 def test_no_wave_starts_at_or_past_its_firmware_window_s_end() -> None:
-    """Rule 0: the window is half-open, so at its end the run halts while anything waits to start (a
-    pending scope, or a task submitted and not begun, which the halt holds), whatever the caps or the
-    failures say; with nothing left to start, it ends as it would have."""
+    """Rule 0: the window is half-open, so at its end the run is cancelled while anything waits to start
+    (a pending scope, or a task submitted and not begun, which the cancel ends), whatever the caps or the
+    failures say: no resume could move the end, so a halt could only wait for an operator's cancel; with
+    nothing left to start, it ends as it would have."""
     end = NOW + timedelta(minutes=30)
     reason = (
-        "rollout halted: its firmware window ended at 2026-12-01T12:30:00Z (its upgrade's end_time): no wave "
-        "starts at or after it"
+        "rollout cancelled by rackflow: its firmware window ended at 2026-12-01T12:30:00Z (its upgrade's "
+        "end_time): no wave starts at or after it"
     )
     pending = [scope("a", Phase.SUCCEEDED), scope("b"), scope("c")]
     assert started(
@@ -143,14 +144,15 @@ def test_no_wave_starts_at_or_past_its_firmware_window_s_end() -> None:
         "c",
     ]
     for now in (end, end + timedelta(days=1)):
-        halt = decide(RolloutPolicy(), pending, now=now, window_end=end).halt
-        assert halt is not None and halt.startswith(reason)
+        decision = decide(RolloutPolicy(), pending, now=now, window_end=end)
+        assert decision.halt is None and decision.cancel is not None and decision.cancel.startswith(reason)
+        assert decision.pause_reason == decision.cancel  # its schedule paused as a halt's
     failed = [scope("a", Phase.FAILED), scope("b")]
-    halt = decide(RolloutPolicy(halt_after_failures=1), failed, now=end, window_end=end).halt
-    assert halt is not None and halt.startswith(reason)  # the end, which no resume can move, first
+    cancel = decide(RolloutPolicy(halt_after_failures=1), failed, now=end, window_end=end).cancel
+    assert cancel is not None and cancel.startswith(reason)  # the end, which no resume can move, first
     unbegun = [scope("a", Phase.SUCCEEDED), replace(scope("b", Phase.ACTIVE), unbegun=True)]
-    halt = decide(RolloutPolicy(), unbegun, now=end, window_end=end).halt
-    assert halt is not None and halt.startswith(reason)
+    cancel = decide(RolloutPolicy(), unbegun, now=end, window_end=end).cancel
+    assert cancel is not None and cancel.startswith(reason)
     running = [scope("a", Phase.SUCCEEDED), scope("b", Phase.ACTIVE)]
     assert decide(RolloutPolicy(), running, now=end, window_end=end) == Decision()  # it finishes
     ended = [scope("a", Phase.SUCCEEDED), scope("b", Phase.FAILED)]

@@ -160,7 +160,8 @@ class AuditTrail:
     ) -> None:
         """Record a pause rackflow made, once it committed: a PauseTaskSchedule by rackflow, naming the
         schedule, with the reason and what made it: a run (`store.schedules.pause_by_rackflow`: a rollout's
-        halt, one done over its failure limit, a firing past its operation's window), also a target, or
+        halt or its cancel at its firmware window's end, one done over its failure limit, a firing past
+        its operation's window), also a target, or
         `why`'s fields (the failed runs of a streak, a pause that ended past a firmware window)."""
         made_by = {"run_id": str(run_id)} if run_id is not None else {}
         await self.record(

@@ -29,11 +29,14 @@ class EventType(enum.StrEnum):
     RUN_HALTED = "run.halted"
     # A halted run was resumed or cancelled: the halt's condition has cleared.
     RUN_HALT_CLEARED = "run.halt_cleared"
+    # rackflow cancelled a rollout that still had racks to start at its firmware window's end (nothing could
+    # resume it); an operator's cancel is not notified.
+    RUN_CANCELLED = "run.cancelled"
     ROLLOUT_FINISHED = "rollout.finished"
     TASK_FAILED = "task.failed"
-    # By rackflow itself: a rollout's halt, pause_after_failed_runs or a firing past its firmware window
-    # paused the schedule, or kept it paused at its pause's end (the window ends first); resumed: an
-    # operator's pause reached its end.
+    # By rackflow itself: a rollout's halt or cancel at its firmware window's end, pause_after_failed_runs
+    # or a firing past its firmware window paused the schedule, or kept it paused at its pause's end (the
+    # window ends first); resumed: an operator's pause reached its end.
     SCHEDULE_PAUSED = "schedule.paused"
     SCHEDULE_RESUMED = "schedule.resumed"
     # A start gate (a freeze, a budget, a pre-flight check) has held a task longer than the threshold
@@ -99,6 +102,7 @@ SEVERITY: Mapping[EventType, Severity] = {
     EventType.RUN_MISSED: Severity.WARNING,
     EventType.RUN_HALTED: Severity.CRITICAL,
     EventType.RUN_HALT_CLEARED: Severity.CRITICAL,
+    EventType.RUN_CANCELLED: Severity.WARNING,
     EventType.ROLLOUT_FINISHED: Severity.INFO,
     EventType.TASK_FAILED: Severity.WARNING,
     EventType.SCHEDULE_PAUSED: Severity.WARNING,

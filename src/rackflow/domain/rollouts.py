@@ -1,5 +1,5 @@
 """The rollout rule, as one pure function: given a run's scopes in order and where each stands, which may
-start now, and whether the run must halt.
+start now, and whether the run must halt (or, its firmware window over, be cancelled).
 
 No I/O and no clock: the caller passes `now` and the scopes' states as read from the database, so the rule
 is the same on every instance and after any restart (nothing lives in memory between two decisions).
@@ -20,9 +20,10 @@ The rule, in order:
    start only once every canary ended and none failed, and `bake_time` after the last canary finished.
    A resumed run has passed its canary gate (the operator looked and said go).
 0. Before the above: once its operation's own window has ended (`window_end`: a firmware upgrade's
-   end_time, the window half-open) while scopes still wait to start, the run halts
-   (`window_ended_halt`): a wave started then would only fail unrun at its claim, and nothing can move
-   the end. Tasks already running finish; a resume is refused past the end (`RolloutService.resume`).
+   end_time, the window half-open) while scopes still wait to start, the run is cancelled by rackflow
+   (`window_ended_cancel`): a wave started then would only fail unrun at its claim, and nothing can move
+   the end, so a halt could only wait for an operator's cancel (a resume is refused past the end,
+   `RolloutService.resume`). Tasks already running finish, as after any cancel.
 3. Caps: at most `max_concurrent_racks` scopes active at once, at most `max_per_domain` active in one
    NVLink domain (a rack without a domain counts as a domain of its own). Scopes start in their order;
    one held back by its domain's cap does not hold back later scopes of other domains.
@@ -148,22 +149,24 @@ class ScopeView:
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do now: `start` these scopes (in order), or `halt` with this reason. `done`: every scope
-    reached an end; `over_limit`: why, done, it is over its failure limit, which no halt could act on
-    (every rack had begun), but which pauses its schedule as a halt would. `bake_until`: the rest wait for
-    the canaries' bake time until then."""
+    """What to do now: `start` these scopes (in order), or `halt` with this reason, or `cancel` the run with
+    this reason (rule 0: nothing could resume it). `done`: every scope reached an end; `over_limit`: why,
+    done, it is over its failure limit, which no halt could act on (every rack had begun), but which
+    pauses its schedule as a halt would. `bake_until`: the rest wait for the canaries' bake time until
+    then."""
 
     start: tuple[uuid.UUID, ...] = ()
     halt: str | None = None
+    cancel: str | None = None
     done: bool = False
     over_limit: str | None = None
     bake_until: datetime | None = None
 
     @property
     def pause_reason(self) -> str | None:
-        """Why this step pauses the run's schedule (its policy's `pause_on_halt` allowing): a halt, or a
-        run done over its failure limit."""
-        return self.halt or self.over_limit
+        """Why this step pauses the run's schedule (its policy's `pause_on_halt` allowing): a halt, a
+        cancel at its window's end, or a run done over its failure limit."""
+        return self.halt or self.cancel or self.over_limit
 
 
 def failures_counted(scopes: Sequence[ScopeView], failures_excused: int) -> int:
@@ -208,13 +211,13 @@ def caps_reached(policy: RolloutPolicy, active: int, in_domain: int) -> str:
     return ""
 
 
-def window_ended_halt(end: datetime) -> str:
-    """Why a rollout halts once its operation's own window (a firmware upgrade's end_time) has ended with
-    scopes still to start (rule 0)."""
+def window_ended_cancel(end: datetime) -> str:
+    """Why rackflow cancels a rollout once its operation's own window (a firmware upgrade's end_time) has
+    ended with scopes still to start (rule 0)."""
     return (
-        f"rollout halted: its firmware window ended at {format_rfc3339(end)} (its upgrade's end_time): no "
-        "wave starts at or after it, as each of its tasks would fail unrun; cancel the run, and create a new "
-        "schedule with a later end_time for its racks not started"
+        f"rollout cancelled by rackflow: its firmware window ended at {format_rfc3339(end)} (its upgrade's "
+        "end_time): no wave starts at or after it, as each of its tasks would fail unrun, and no resume "
+        "could move the end; create a new schedule with a later end_time for its racks not started"
     )
 
 
@@ -240,7 +243,7 @@ def decide(
             done=True, over_limit=f"rollout completed over its failure limit: {over}" if over else None
         )
     if window_end is not None and now >= window_end:
-        return Decision(halt=window_ended_halt(window_end))
+        return Decision(cancel=window_ended_cancel(window_end))
     reason = halt_reason(policy, scopes, failures_excused)
     if reason is not None:
         return Decision(halt=reason)

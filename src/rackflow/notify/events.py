@@ -122,6 +122,23 @@ def rollout_halted(run: Run, reason: str, paused: bool, at: datetime) -> list[Ev
     return [halted, _paused_by(run.schedule_id, run.id, "schedule paused by its rollout's halt", reason, at)]
 
 
+def rollout_cancelled(run: Run, why: str, paused: bool, at: datetime) -> list[Event]:
+    """rackflow cancelled a rollout (`run`, as cancelled) that still had racks to start at its firmware
+    window's end (`why`), and (`paused`) paused its schedule for it."""
+    cancelled = _event(
+        EventType.RUN_CANCELLED,
+        at,
+        "rollout cancelled at its firmware window's end",
+        reason=run.reason,
+        schedule_id=run.schedule_id,
+        run_id=run.id,
+    )
+    if not paused:
+        return [cancelled]
+    summary = "schedule paused by its rollout's cancel at its firmware window's end"
+    return [cancelled, _paused_by(run.schedule_id, run.id, summary, why, at)]
+
+
 def paused_over_limit(run: Run, reason: str, at: datetime) -> list[Event]:
     """A rollout done over its failure limit (every rack had begun: nothing to halt) paused its schedule."""
     summary = "schedule paused: its rollout completed over its failure limit"

@@ -43,6 +43,7 @@ ANSWER_BYTES = 64 * 1024
 ALERT_NAMES: Mapping[EventType, str] = {
     EventType.RUN_COMPLETED_WITH_FAILURES: "RackflowRunCompletedWithFailures",
     EventType.RUN_HALTED: "RackflowRunHalted",
+    EventType.RUN_CANCELLED: "RackflowRunCancelled",
     EventType.RUN_MISSED: "RackflowRunMissed",
     EventType.ROLLOUT_FINISHED: "RackflowRolloutFinished",
     EventType.TASK_FAILED: "RackflowTaskFailed",

@@ -6,7 +6,9 @@ rolling runs (`FOR UPDATE SKIP LOCKED`, so every instance may step runs and none
 their tasks' states, decide per run, submit the scopes the rule starts as the planner settles them
 (`domain.firing.plan_starts`: a scope removed meanwhile, the windows), each task carrying its run (UNIQUE
 (run_id, rack_id) refuses a second task for a scope whatever path tries), and write the run back: its
-outcomes, and its state when it completed or halted (pausing its schedule unless `pause_on_halt` is off).
+outcomes, and its state when it completed or halted (pausing its schedule unless `pause_on_halt` is off), or
+was cancelled by rackflow at its firmware window's end (`domain.rollouts.window_ended_cancel`: as a halt,
+but its tasks not begun ended as a cancel ends them, since nothing could resume it).
 Nothing is kept in memory between steps, so a rollout goes on from where it is when the instance that
 stepped it dies or restarts: another instance's next step takes the run, and if the dead one's
 transaction had not committed, nothing of it happened.
@@ -36,9 +38,9 @@ claim's rollout gate, which never waits for the run's row, decides them from the
 claim, or at the next one when the run was still held: `rollouts.gate`). The schedule's row comes after the
 run's (a halt pauses it; `save_run`'s failing-streak mark checks its key), and scope rows after the schedule's
 (a step writes its scopes' last tasks last), as the scope RPCs take them. A step of several runs pauses the
-schedules of those it halts (`FOR NO KEY UPDATE`, `store.schedules.key_kept`) before it starts any run's wave:
-a schedule's row before racks', as the scope RPCs and DeleteRack's stamp take them
-(tests/store/test_schedule_lock_order.py).
+schedules of those it halts or cancels (`FOR NO KEY UPDATE`, `store.schedules.key_kept`) before it starts any
+run's wave or ends a cancelled one's tasks: a schedule's row before racks', as the scope RPCs and DeleteRack's
+stamp take them (tests/store/test_schedule_lock_order.py).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from rackflow import metrics
 from rackflow.audit.trail import AuditTrail
 from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
+from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
 from rackflow.domain.firing import deadline_end, plan_starts, window_ended_reason
 from rackflow.domain.rollouts import (
     ENDED,
@@ -279,15 +282,37 @@ class RolloutService:
             for run in runs:
                 views = scope_views(run, tasks, places)
                 decided.append((run, views, _decide(run, views, now, window_ends.get(run.schedule_id))))
-            # Pauses first (a halt's, a run's done over its limit): the schedule a step pauses comes before
-            # the racks of another run's wave (the lock order atop `rackflow.tasks.executor`).
+            # Pauses first (a cancel's at its window's end, a halt's, a run's done over its limit): the
+            # schedule a step pauses comes before the racks of a cancel's endings or another run's wave (the
+            # lock order atop `rackflow.tasks.executor`).
+            cancels: list[tuple[Run, str, bool]] = []
+            for run, _, decision in decided:
+                if decision.cancel is not None:
+                    pauses = await self._pause_for(conn, run, decision.cancel, now, paused)
+                    cancels.append((run, decision.cancel, pauses))
             for run, views, decision in sorted(decided, key=lambda d: d[2].pause_reason is None):
-                stepped[run.id], begun = await self._step(conn, run, views, decision, now, paused)
-                started[run.id] = tuple(begun)
+                if decision.cancel is None:
+                    stepped[run.id], begun = await self._step(conn, run, views, decision, now, paused)
+                    started[run.id] = tuple(begun)
+            ended: list[tuple[Run, Ended]] = []
+            for run, why, pauses in cancels:
+                stepped[run.id], endings = await self._cancel_at_window_end(conn, run, why, pauses, now)
+                started[run.id] = ()
+                ended.append((stepped[run.id], endings))
         step = Step(len(runs), started, stepped=stepped)
         if step.task_ids:
             self.tasks.wake_executors()
             metrics.ROLLOUT_RACKS_STARTED.inc(len(step.task_ids))
+        for cancelled, endings in ended:
+            self.tasks.after_ended(endings)
+            await self.audit.record(
+                principal=SYSTEM_PRINCIPAL,
+                method="CancelTaskScheduleRun",
+                target_ids=[str(cancelled.schedule_id), str(cancelled.id)],
+                outcome=OK,
+                request={"id": str(cancelled.id), "reason": cancelled.reason},
+                schedule_id=cancelled.schedule_id,
+            )
         for run, reason in paused:
             await self.audit.record_rackflow_pause(run.schedule_id, reason, run_id=run.id)
         return step
@@ -301,8 +326,9 @@ class RolloutService:
         now: datetime,
         paused: list[tuple[Run, str]],
     ) -> tuple[Run, list[uuid.UUID]]:
-        """One run's step, as decided: the run as it left it, and the tasks it started; a halt, or a run
-        done over its failure limit, that pauses the schedule is added to `paused` (audited after commit)."""
+        """One run's step, as decided (not a cancel at its window's end: `_cancel_at_window_end`): the run as
+        it left it, and the tasks it started; a halt, or a run done over its failure limit, that pauses the
+        schedule is added to `paused` (audited after commit)."""
         assert run.rollout is not None
         if decision.halt is not None:
             metrics.ROLLOUT_HALTS.inc()
@@ -327,6 +353,19 @@ class RolloutService:
         if not decision.start:
             return run, []
         return await self._start(conn, run, decision.start, now)
+
+    async def _cancel_at_window_end(
+        self, conn: AsyncConnection, run: Run, why: str, paused: bool, now: datetime
+    ) -> tuple[Run, Ended]:
+        """Cancel, as rackflow, a rollout that still had racks to start at its operation's window end
+        (`domain.rollouts.window_ended_cancel`: `why`), its schedule already paused for it (`paused`) as a
+        halt would have: its racks waiting and its tasks not begun end as `cancel_in` ends them, and one
+        `run.cancelled` event tells what a halt would have left for an operator to cancel by hand, since no
+        resume could move the end. The run as cancelled, and the tasks ended (`after_ended` once this
+        committed)."""
+        cancelled, ended = await self.cancel_in(conn, run, why, by=SYSTEM_PRINCIPAL)
+        await outbox.record_events(conn, events.rollout_cancelled(cancelled, why, paused, now))
+        return cancelled, ended
 
     async def _start(
         self, conn: AsyncConnection, run: Run, scope_ids: Sequence[uuid.UUID], now: datetime
@@ -478,8 +517,9 @@ class RolloutService:
         """Continue a halted rollout: its not-started scopes are pending again, the tasks the halt held go
         on (`rollouts.gate`), the failures so far are excused (the budget counts from zero), and the canary
         gate is passed. Its schedule stays paused (ResumeTaskSchedule resumes firing). Refused once its
-        operation's own window has ended (a firmware upgrade's end_time): its next step could only halt it
-        again (`domain.rollouts.decide`), and nothing can move the end."""
+        operation's own window has ended (a firmware upgrade's end_time): its next step could only cancel it
+        (`domain.rollouts.decide`), and nothing can move the end. (A rollout still rolling at that end is
+        cancelled by that step; one halted before it, by its failures, waits for an operator's look.)"""
         async with self.db.transaction() as conn:
             run = await self._load(conn, run_id, "resume")
             if run.state != "halted":
@@ -523,12 +563,15 @@ class RolloutService:
         self.tasks.after_ended(ended)
         return await self.get(run_id)
 
-    async def cancel_in(self, conn: AsyncConnection, run: Run, why: str = "") -> tuple[Run, Ended]:
+    async def cancel_in(
+        self, conn: AsyncConnection, run: Run, why: str = "", *, by: str | None = None
+    ) -> tuple[Run, Ended]:
         """Cancel a live rollout `run` (locked by the caller) in the caller's transaction: its pending
         scopes become not_started; its tasks that have not begun acting (held by its halt or another gate,
         waiting for their window or their rack's queue, or not claimed yet) are ended as CancelTask ends
         them, with the cancel as their reason, and their scopes become not_started too; its halt alert
-        resolves. `why` comes first in its reason. The caller calls `TaskManager.after_ended` with what
+        resolves. `why` comes first in its reason; `by`: who cancels it (None: the caller, as for a
+        request; rackflow itself at its window's end). The caller calls `TaskManager.after_ended` with what
         was ended once it committed. A task that began (a retry's next attempt included) goes on; one a
         claim holds meanwhile is left to that claim's start gates: it runs if that claim starts it, and
         the rollout's gate ends it otherwise, at that claim or, handed back there by another gate, once
@@ -536,7 +579,7 @@ class RolloutService:
         decided, which is all it can know: the tasks it ended, and those it left to a claim's gate (how
         many, not yet how each ends; the gate marks the scopes of those it ends "not_started", so the
         run's progress tells)."""
-        principal = caller_name() or ANONYMOUS
+        principal = by or caller_name() or ANONYMOUS
         message = f"its rollout was cancelled by {principal}" + (f" ({why})" if why else "")
         ended = await self.tasks.cancel_not_begun_in(conn, run.id, message)
         unstarted = set(ended.task_ids)
