@@ -603,23 +603,96 @@ async def test_runs_no_one_approved_neither_count_towards_nor_break_a_failing_st
     assert sorted(r.run_id for r in runs) == sorted([first, last])
 
 
-async def test_a_run_is_not_approved_once_its_firmware_window_has_ended(db: Database) -> None:
-    """Approved then, each of its tasks could only fail unrun at its claim (a rollout's, wave after wave):
-    the approval is refused as a trigger then is, writing nothing; a rejection still ends the run."""
-    env = _env(db)
-    end = env.clock.now() + timedelta(minutes=90)
-    upgrade = Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=end)
-    schedule = await env.services.schedules.create(
+async def _firmware(env: Env, end: datetime) -> Schedule:
+    """A schedule upgrading two racks' firmware until `end`, each firing awaiting one approver for 4 h."""
+    return await env.services.schedules.create(
         name="fw",
         spec=HOURLY,
         overlap_policy=OverlapPolicy.SKIP,
-        operation=upgrade,
+        operation=Operation(OperationKind.UPGRADE_FIRMWARE, target_version="2.1", window_end=end),
         queue=QueueOptions(),
         description="",
         target=rack_target(await env.rack("r1"), await env.rack("r2")),
         approval=ApprovalPolicy(FOUR_HOURS, 1),
     )
+
+
+async def test_a_run_awaiting_approval_expires_at_its_firmware_window_s_end(db: Database) -> None:
+    """Approved at or past its end_time, each of its tasks could only fail unrun at its claim (a
+    rollout's, wave after wave): its approval expires then, before its policy's timeout, so the expiry
+    sweep of any instance ends it once, as any run not approved in time, its reason naming the end_time,
+    audited as rackflow and notified once; an approval or a rejection then is refused as for any expired
+    run."""
+    env = _env(db)
+    end = env.clock.now() + timedelta(minutes=90)
+    schedule = await _firmware(env, end)
     assert await env.services.schedules.trigger(schedule.id) == []
+    (waiting,) = await _runs(env, schedule)
+    assert waiting.run.approval is not None
+    assert waiting.run.approval.expires_at == end  # not its policy's 4 h
+    assert waiting.run.approval.at_window_end
+    dispatchers = [  # two instances' (on one clock: `Services.build` sets the database's)
+        Dispatcher(env.services.schedules, env.services.audit, approvals=approvals)
+        for approvals in (env.services.approvals, Services.build(db, env.clock).approvals)
+    ]
+    env.clock.advance(timedelta(minutes=90) - SECOND)
+    await dispatchers[0].expire_approvals()
+    assert [r.run for r in await _runs(env, schedule)] == [waiting.run]  # within the window: it waits
+    env.clock.advance(SECOND)  # the end itself: the window is half-open
+
+    deadline = f"{format_rfc3339(end)}, its firmware window's end \\(its upgrade's end_time\\)"
+    with pytest.raises(
+        FailedPrecondition,
+        match=f"^id: run {waiting.run.id} expired at {deadline} and can no longer be approved",
+    ):
+        await env.services.approvals.approve(waiting.run.id, "go")
+    with caller("ann"), pytest.raises(FailedPrecondition, match="and can no longer be rejected"):
+        await env.services.approvals.reject(waiting.run.id, "too late")
+    for dispatcher in dispatchers:
+        await dispatcher.expire_approvals()
+
+    (expired,) = await _runs(env, schedule)
+    assert expired.run.state == "expired"
+    assert expired.run.reason == (
+        f"not approved by {format_rfc3339(end)}, its firmware window's end (its upgrade's end_time) (0 of 1 "
+        "approver)"
+    )
+    assert [o.outcome for o in expired.run.outcomes] == ["not_started"] * 2
+    (event,), _ = await env.services.audit.list_events(EventFilter(method=EXPIRE_RUN))
+    assert (event.principal, event.request["reason"]) == ("rackflow", expired.run.reason)
+    assert event.target_ids == (str(schedule.id), str(waiting.run.id))
+    assert await _tasks(env, schedule) == []
+    awaiting, ended = await _events(env)
+    assert (awaiting.type, awaiting.reason) == (
+        EventType.RUN_AWAITING_APPROVAL,
+        f"needs 1 approver(s) by {format_rfc3339(end)}, its firmware window's end (its upgrade's end_time)",
+    )
+    assert (ended.type, ended.principal, ended.reason) == (
+        EventType.RUN_EXPIRED,
+        "rackflow",
+        expired.run.reason,
+    )
+
+
+async def test_a_run_fired_before_its_approval_expired_at_its_window_is_not_approved_past_it(
+    db: Database,
+) -> None:
+    """A run an earlier release recorded awaits approval until its policy's timeout, past its window's
+    end: approved then, each of its tasks could only fail unrun at its claim, so the approval is refused as
+    a trigger then is, writing nothing; a rejection still ends the run."""
+    env = _env(db)
+    end = env.clock.now() + timedelta(minutes=90)
+    schedule = await _firmware(env, end)
+    assert await env.services.schedules.trigger(schedule.id) == []
+    (fired,) = await _runs(env, schedule)
+    assert fired.run.approval is not None
+    earlier = replace(fired.run.approval, expires_at=fired.run.fired_at + FOUR_HOURS, at_window_end=False)
+    async with env.db.transaction() as conn:  # as a release before the window bound its expiry wrote it
+        await conn.execute(
+            update(task_schedule_run)
+            .where(task_schedule_run.c.id == fired.run.id)
+            .values(approval=earlier.to_json(), approval_expires_at=earlier.expires_at)
+        )
     (waiting,) = await _runs(env, schedule)
     env.clock.advance(timedelta(minutes=90))
 

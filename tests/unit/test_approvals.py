@@ -36,7 +36,7 @@ POLICY = ApprovalPolicy(timedelta(hours=4), min_approvers=2)
 
 
 def test_a_run_is_approved_once_enough_distinct_approvers_approved() -> None:
-    approval = opened(POLICY, NOW, None, "editor")
+    approval = opened(POLICY, NOW, None, "editor", None)
     assert approval.expires_at == NOW + timedelta(hours=4) and not approval.approved
     assert approval.edited_by == "editor"
     first = with_approver(approval, Approver("ann", NOW + HOUR))
@@ -48,6 +48,22 @@ def test_a_run_is_approved_once_enough_distinct_approvers_approved() -> None:
     assert describe_expiry(first) == "not approved by 2030-01-01T16:00:00Z (1 of 2 approvers)"
     assert ApprovalPolicy.from_json(POLICY.to_json()) == POLICY
     assert POLICY.describe() == "2 approvers within 4h"
+
+
+def test_a_firmware_upgrade_s_run_may_be_approved_only_until_its_window_ends() -> None:
+    """Approved at or past its operation's end_time, each task the run started would fail unrun: its
+    approval expires at that end when it comes before the policy's timeout, and its expiry says so; a
+    window ending at or after the timeout changes nothing."""
+    for end in (NOW + timedelta(hours=4), NOW + timedelta(hours=5)):
+        assert opened(POLICY, NOW, None, "editor", end) == opened(POLICY, NOW, None, "editor", None)
+    end = NOW + timedelta(minutes=90)
+    approval = with_approver(opened(POLICY, NOW, None, "editor", end), Approver("ann", NOW + MINUTE))
+    assert (approval.expires_at, approval.at_window_end) == (end, True)
+    assert RunApproval.from_json(approval.to_json()) == approval
+    assert describe_expiry(approval) == (
+        "not approved by 2030-01-01T13:30:00Z, its firmware window's end (its upgrade's end_time) (1 of 2 "
+        "approvers)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,9 @@ A schedule with an approval policy does not start what a firing planned: the run
 "awaiting_approval" with its plan frozen in its outcomes (which racks, in which waves), and it starts only
 once `min_approvers` distinct approvers approved it, none of them the schedule's last editor (the two-person
 rule, which tells callers apart by token or client certificate; an anonymous caller is told from nobody).
-Past `expires_at` it is "expired"; rejected, "rejected".
+Past `expires_at` it is "expired"; rejected, "rejected". A firmware upgrade's run may be approved only until
+its operation's own window ends (its `end_time`), as nothing it started after could run: that end is its
+`expires_at` when it comes before the policy's timeout (`opened`).
 These are pure rules, no I/O and no clock (tests/unit/test_approvals.py), so every instance and the API
 decide alike; the database holds "starts once" (a conditional UPDATE ... WHERE state = 'awaiting_approval').
 """
@@ -53,7 +55,9 @@ class Approver:
 class RunApproval:
     """A run's approval: until when it may be approved, how many approvers it needs, who approved so far;
     once decided, when (`decided_at`) and, rejected, by whom and why. `edited_by`: who had last edited the
-    schedule when the run fired (the two-person rule keeps them from deciding it, whoever edits since)."""
+    schedule when the run fired (the two-person rule keeps them from deciding it, whoever edits since).
+    `at_window_end`: `expires_at` is its operation's window end (a firmware upgrade's end_time), which came
+    before its policy's timeout (`opened`)."""
 
     expires_at: datetime
     min_approvers: int
@@ -62,6 +66,7 @@ class RunApproval:
     comment: str = ""
     decided_at: datetime | None = None
     edited_by: str = ""
+    at_window_end: bool = False
 
     @property
     def approved(self) -> bool:
@@ -85,6 +90,7 @@ class RunApproval:
             "comment": self.comment,
             "decided_at": self.decided_at.isoformat() if self.decided_at else None,
             "edited_by": self.edited_by,
+            "at_window_end": self.at_window_end,
         }
 
     @classmethod
@@ -100,16 +106,28 @@ class RunApproval:
             comment=data.get("comment") or "",
             decided_at=datetime.fromisoformat(data["decided_at"]) if data.get("decided_at") else None,
             edited_by=data.get("edited_by") or "",
+            at_window_end=bool(data.get("at_window_end")),
         )
 
 
 def opened(
-    policy: ApprovalPolicy, fired_at: datetime, approver: Approver | None, edited_by: str
+    policy: ApprovalPolicy,
+    fired_at: datetime,
+    approver: Approver | None,
+    edited_by: str,
+    window_end: datetime | None,
 ) -> RunApproval:
     """The approval of a run fired at `fired_at` from a schedule `edited_by` last edited; `approver`: a
     manual trigger's caller who approved it as it fired (`approve = true`), counted as the first approver
-    (decided at once when that is enough)."""
-    approval = RunApproval(fired_at + policy.timeout, policy.min_approvers, edited_by=edited_by)
+    (decided at once when that is enough). `window_end`: its operation's own window end (a firmware
+    upgrade's end_time; None: none), its expiry when that comes before the policy's timeout: approved at or
+    past it, each task the run started would fail unrun at its claim, so the expiry sweep ends it then as
+    any run not approved in time (`schedules.approvals`), rather than leave it awaiting a rejection."""
+    timed_out = fired_at + policy.timeout
+    expires_at = min(timed_out, window_end) if window_end is not None else timed_out
+    approval = RunApproval(
+        expires_at, policy.min_approvers, edited_by=edited_by, at_window_end=expires_at != timed_out
+    )
     return with_approver(approval, approver) if approver is not None else approval
 
 
@@ -252,10 +270,17 @@ def _ask_for(able: int) -> str:
     return f"ask for at most {able}, or " if able else ""
 
 
+def expiry_text(approval: RunApproval) -> str:
+    """Its `expires_at` as people read it: `2026-…Z`, and, when that is its firmware window's end,
+    `2026-…Z, its firmware window's end (its upgrade's end_time)`."""
+    window = ", its firmware window's end (its upgrade's end_time)" if approval.at_window_end else ""
+    return f"{format_rfc3339(approval.expires_at)}{window}"
+
+
 def describe_expiry(approval: RunApproval) -> str:
     """The reason an expired run records."""
     got = len(approval.approvers)
     return (
-        f"not approved by {format_rfc3339(approval.expires_at)} "
+        f"not approved by {expiry_text(approval)} "
         f"({got} of {approval.min_approvers} approver{'s' if approval.min_approvers != 1 else ''})"
     )

@@ -447,7 +447,9 @@ def _plan_one(
     if schedule.approval is not None:
         # Its plan's pending scopes keep the deadline: once approved, their deferrals are bound by it as
         # they would have been had the firing started them (`plan_starts`).
-        approval = opened(schedule.approval, now, approver, schedule.last_edited_by)
+        approval = opened(
+            schedule.approval, now, approver, schedule.last_edited_by, schedule.operation.window_end
+        )
         firing = replace(firing, approval=approval, start_by=deadline_at)
     if schedule.rollout is None:
         return firing

@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
+from rackflow.domain.approvals import expiry_text
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.notifications import SEVERITY, Event, EventType
 from rackflow.domain.rollouts import Phase, ScopeView
@@ -22,7 +23,6 @@ from rackflow.domain.schedules import Pause, Run, Schedule
 from rackflow.domain.tasks import TaskStatus
 from rackflow.ids import new_id
 from rackflow.security import caller_name
-from rackflow.timespec import format_rfc3339
 from rackflow.timespec.duration import format_go_duration
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def runs_awaiting_approval(firings: Iterable[Firing], at: datetime) -> list[Even
             EventType.RUN_AWAITING_APPROVAL,
             at,
             f"schedule {f.schedule.name}: run awaits approval",
-            reason=f"needs {f.approval.min_approvers} approver(s) by {format_rfc3339(f.approval.expires_at)}",
+            reason=f"needs {f.approval.min_approvers} approver(s) by {expiry_text(f.approval)}",
             schedule_id=f.schedule.id,
             run_id=f.run_id,
         )

@@ -6,7 +6,8 @@ a conditional UPDATE ... WHERE state = 'awaiting_approval' (`store.runs.decide_a
 instances or two approvers deciding at once exactly one does:
 
 - `approve`: refused once the run's firmware window (its upgrade's end_time) has ended, as a trigger then
-  is; else the caller's approval is added (the rules of `domain.approvals.check_approver`: the two-person
+  is (its expiry, for a run fired since that rule: `domain.approvals.opened`); else the caller's approval
+  is added (the rules of `domain.approvals.check_approver`: the two-person
   rule, one approval per principal); with enough of them the run becomes "running" (or "rolling") and, once
   that committed, the firing rebuilt from its frozen plan (`domain.firing.approved_firing`) takes the same
   path as any other (`ScheduleService.fire`: phases 2 and 3, or the rollout's first step). Tasks carry the
@@ -18,7 +19,9 @@ instances or two approvers deciding at once exactly one does:
   rejection whose COMMIT goes unanswered asks alike whether it stands, and answers with the run if it
   does.
 - `expire_overdue`: the dispatcher of every instance calls it each poll; a run past its `expires_at` (on the
-  database's clock) becomes "expired" (SKIP LOCKED shares the runs out), audited as rackflow itself.
+  database's clock) becomes "expired" (SKIP LOCKED shares the runs out), audited as rackflow itself. A
+  firmware upgrade's run expires at its window's end when that comes first, its reason saying so: no
+  approval could start it after.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from rackflow.domain.approvals import (
     check_approver,
     check_decider,
     describe_expiry,
+    expiry_text,
     with_approver,
 )
 from rackflow.domain.firing import Firing, approved_firing, window_ended_reason
@@ -54,7 +58,6 @@ from rackflow.store import outbox
 from rackflow.store import rollouts as run_store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as store
-from rackflow.timespec import format_rfc3339
 from rackflow.validation import check_description
 
 log = logging.getLogger(__name__)
@@ -106,8 +109,7 @@ class ApprovalService:
             )
         if run.approval.expires_at <= await self.db.now(conn):
             raise FailedPrecondition(
-                f"id: run {run_id} expired at {format_rfc3339(run.approval.expires_at)} and can no longer be "
-                f"{action}"
+                f"id: run {run_id} expired at {expiry_text(run.approval)} and can no longer be {action}"
             )
         schedule = await store.get_schedule(conn, run.schedule_id)
         assert schedule is not None  # runs are deleted with their schedule
@@ -117,7 +119,9 @@ class ApprovalService:
         """Refuse to approve a run once its operation's own window has ended (a firmware upgrade's
         end_time, on the database's clock): each task it started would fail unrun at its claim, a rollout's
         wave after wave, so it is refused as a trigger then is (`domain.firing.window_ended_reason`),
-        writing nothing; the run still awaits a rejection, or its expiry."""
+        writing nothing. A run fired since its approval expires at that end (`domain.approvals.opened`) is
+        refused as expired first; this refuses one fired before (a release before that rule), which awaits
+        a rejection or its own expiry."""
         end = schedule.operation.window_end
         if end is not None and schedule.operation.window_over(await self.db.now(conn)):
             raise FailedPrecondition(
@@ -302,7 +306,9 @@ class ApprovalService:
 
     async def expire_overdue(self) -> list[Expired]:
         """Mark every run awaiting approval past its expiry "expired" (up to EXPIRED_PER_POLL), on the
-        database's clock; returns them for the audit trail. Any instance may; each run expires once."""
+        database's clock; returns them for the audit trail. Any instance may; each run expires once. A
+        firmware upgrade's run whose window ends before its policy's timeout expires at that end, its reason
+        naming it (`domain.approvals.describe_expiry`)."""
         expired: list[Expired] = []
         async with self.db.transaction() as conn:
             now: datetime = await self.db.now(conn)

@@ -967,7 +967,7 @@ class ScheduleService:
         if approve and schedule.approval is not None:
             approver = Approver(caller_name() or ANONYMOUS, now)
             check_approver(
-                opened(schedule.approval, now, None, schedule.last_edited_by),
+                opened(schedule.approval, now, None, schedule.last_edited_by, schedule.operation.window_end),
                 approver.principal,
                 schedule.last_edited_by,
                 identified=caller_identified(),
