@@ -335,9 +335,9 @@ class TaskManager:
         in it). A direct submission only: an upgrade whose window has ended is refused here, and so is one
         its backend cannot carry out (`check_runnable`); a schedule's firing past that end submits nothing
         (the planner skips it and pauses the schedule: `domain.firing.window_ended_reason`), nor does a
-        rollout's step (its rule halts the run: `domain.rollouts.window_ended_halt`) or an approval
-        (refused) past it; a task made before the end and not started by then fails at its claim, as the
-        run shows (`submit_each_in`)."""
+        rollout's step (its rule has rackflow cancel the run: `domain.rollouts.window_ended_cancel`) or an
+        approval (its run expires at the end: `domain.approvals.opened`) past it; a task made before the
+        end and not started by then fails at its claim, as the run shows (`submit_each_in`)."""
         check_window_not_over(
             operation, self.clock.now(), "", "the upgrade could never start (its task would fail unrun)"
         )

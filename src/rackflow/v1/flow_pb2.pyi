@@ -1236,7 +1236,8 @@ class UpgradeFirmwareRequest(_message.Message):
         CreateTaskSchedule, as every firing would be too late; and a new schedule.spec for a schedule whose
         end_time has passed is FAILED_PRECONDITION). A schedule's firing at or past its end_time submits
         nothing: dispatched, its run is "skipped" with the reason and the schedule is paused by rackflow with
-        it; a trigger, and a resume, of it is FAILED_PRECONDITION.
+        it; a trigger, and a resume, of it is FAILED_PRECONDITION. A run of it awaiting approval expires at
+        end_time (RunApproval.expires_at), and a rollout of it still rolling then is cancelled by rackflow.
         """
 
     @_builtins.property
@@ -2962,9 +2963,9 @@ class TaskScheduleRun(_message.Message):
     state: _builtins.str
     """"running", "completed" or "interrupted"; "missed" (found past its start deadline: nothing submitted,
     see reason and late_by); a rollout: "rolling" (scopes still to start or tasks still active), "halted"
-    (its failure budget was reached, or its firmware window's end_time with scopes still to start: see
-    reason), "cancelled", or "skipped" (the schedule's previous rollout was still
-    rolling or halted: see reason); "skipped" too, any schedule's, when its operation's firmware window
+    (its failure budget was reached: see reason), "cancelled" (by an operator, or by rackflow at its
+    firmware window's end_time with scopes still to start: see reason), or "skipped" (the schedule's
+    previous rollout was still rolling or halted: see reason); "skipped" too, any schedule's, when its operation's firmware window
     (end_time) had ended, nothing submitted (see reason; the schedule is paused); with approval (RunApproval): "awaiting_approval", then running/rolling
     once approved, or "rejected" or "expired"
     """
@@ -3124,7 +3125,9 @@ class RunApproval(_message.Message):
     """rejected: why"""
     @_builtins.property
     def expires_at(self) -> _timestamp_pb2.Timestamp:
-        """awaiting_approval past this time becomes "expired" """
+        """awaiting_approval past this time becomes "expired": its policy's timeout after it fired, or its
+        firmware upgrade's end_time when that comes first (an approval then could start nothing)
+        """
 
     @_builtins.property
     def approvers(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunApprover]:
@@ -3305,7 +3308,8 @@ Global___CancelTaskScheduleRunRequest: _TypeAlias = CancelTaskScheduleRunRequest
 @_typing.final
 class ApproveTaskScheduleRunRequest(_message.Message):
     """Approve a run awaiting approval: with enough distinct approvers it starts at once (exactly once).
-    Refused (FAILED_PRECONDITION) once its firmware upgrade's end_time has passed: reject it instead.
+    Refused (FAILED_PRECONDITION) once its firmware upgrade's end_time has passed: such a run expires then
+    (RunApproval.expires_at); one fired by a release before that rule awaits a rejection.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
