@@ -34,6 +34,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,11 @@ import grpc
 import httpx
 import scale_load
 from _common import (
+    DatabaseCpu,
     ServerProcess,
     bulk_load,
     code_line,
+    cpu_seconds,
     fresh_database,
     machine_line,
     percentile,
@@ -642,6 +645,30 @@ def end_live_tasks(conn: Connection) -> None:
     print(f"# drain: {ended.rowcount} tasks earlier rounds left live ended", flush=True)
 
 
+def spread_picks(n: int, schedules: int, first: int) -> list[int]:
+    """The numbers of the n loaded schedules a drain picks from `first` on (`make_due`)."""
+    return [i * SPREAD % schedules for i in range(first, first + n)]
+
+
+def same_operations(url: str, picks: list[int]) -> None:
+    """Give the empty database's schedules (`bench-<i>`, i from 0) the operations of the loaded schedules
+    the drain picked (`picks`, in order: `scale_load.operation_template`), so that both drains fire the same
+    mix and the executor beside each runs the same kinds of task: the empty one's were all power-ons, and
+    its ratio compared a database's size and a mix at once."""
+    engine = sync_engine(url)
+    template = scale_load.operation_template("task_schedule.operation_template", "picked.s")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                f"UPDATE task_schedule SET operation_template = {template} "
+                "FROM unnest(CAST(:names AS text[]), CAST(:picks AS integer[])) AS picked(name, s) "
+                "WHERE task_schedule.name = picked.name"
+            ),
+            {"names": [f"bench-{i:07d}" for i in range(len(picks))], "picks": picks},
+        )
+    engine.dispose()
+
+
 def make_due(url: str, n: int, schedules: int, racks: int, first: int) -> datetime:
     """n loaded schedules due a minute ago, each on a rack of its own (as in dispatch_drain); returns that
     time. Schedule s is on rack s % racks. They are spread over the loaded schedules' creation order, so
@@ -656,7 +683,7 @@ def make_due(url: str, n: int, schedules: int, racks: int, first: int) -> dateti
     schedules, pick i + 17,679 is a neighbour of pick i (17,679 * SPREAD = 1 mod 10^6): from there on every
     pick is, so only a fresh load's first 17,679 picks read what no earlier round read. The count of picks
     beside an earlier one is printed, to tell those rounds apart."""
-    picked = [i * SPREAD % schedules for i in range(first, first + n)]
+    picked = spread_picks(n, schedules, first)
     if len(set(picked)) != n or len({s % racks for s in picked}) != n:
         raise SystemExit(f"--drain {n}: cannot pick schedules on {n} racks of their own among {schedules}")
     earlier = {i * SPREAD % schedules for i in range(first)}
@@ -685,8 +712,20 @@ def make_due(url: str, n: int, schedules: int, racks: int, first: int) -> dateti
     return due
 
 
-def drain(url: str, log_dir: Path, n: int, due: datetime, timeout: float = 900.0) -> tuple[float, float]:
-    """Start a server, wait until nothing is due at `due` and no run is firing; (firings/s, load)."""
+@dataclass(frozen=True)
+class Drained:
+    """A drain's rate, and the CPU it cost a firing: the server's (user plus system, from the moment it
+    listens until the drain ends: its executor's work on the tasks fired meanwhile included) and its
+    database's backends' (`DatabaseCpu`), in µs; and the load average at its start."""
+
+    firings_per_s: float
+    server_cpu_us: float
+    postgres_cpu_us: float
+    load: float
+
+
+def drain(url: str, log_dir: Path, n: int, due: datetime, timeout: float = 900.0) -> Drained:
+    """Start a server, wait until nothing is due at `due` and no run is firing."""
     from dispatch_drain import RUNNING_RUN, first_due
 
     load = load_avg()
@@ -701,15 +740,21 @@ def drain(url: str, log_dir: Path, n: int, due: datetime, timeout: float = 900.0
     )
     try:
         deadline = time.monotonic() + timeout
+        server_cpu_before = cpu_seconds(server.proc.pid)
+        database_cpu = DatabaseCpu()
         with engine.connect() as conn:
+            database_cpu.sample(conn)
             while (
                 conn.execute(first_due(due)).first() is not None
                 or conn.execute(RUNNING_RUN).first() is not None
             ):
                 conn.commit()
+                database_cpu.sample(conn)
                 if server.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"drain did not finish; log tail:\n{server.output[-3000:]}")
                 time.sleep(0.5)
+            database_cpu.sample(conn)
+            server_cpu_s = cpu_seconds(server.proc.pid) - server_cpu_before
             run = task_schedule_run.c
             first_fired, fired = conn.execute(
                 select(func.min(run.fired_at), func.count()).where(run.fired_at >= started)
@@ -722,7 +767,25 @@ def drain(url: str, log_dir: Path, n: int, due: datetime, timeout: float = 900.0
         engine.dispose()
     if fired != n:
         raise RuntimeError(f"{fired} firings, expected {n}")
-    return n / (last_task - first_fired).total_seconds(), load
+    return Drained(
+        n / (last_task - first_fired).total_seconds(),
+        server_cpu_s / n * 1e6,
+        database_cpu.seconds / n * 1e6,
+        load,
+    )
+
+
+def drained_result(db: str, round_: int, n: int, drained: Drained) -> None:
+    result(
+        "scale_drain",
+        db=db,
+        round=round_,
+        n=n,
+        firings_per_s=drained.firings_per_s,
+        server_cpu_us_per_firing=drained.server_cpu_us,
+        postgres_cpu_us_per_firing=drained.postgres_cpu_us,
+        loadavg=drained.load,
+    )
 
 
 def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
@@ -742,9 +805,9 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
         if args.checkpoint:
             checkpoint(url)
         with watched(url, f"loaded round={round_}"):
-            rate, load = drain(url, log_dir, args.drain, due)
-        loaded_rates.append(rate)
-        result("scale_drain", db="loaded", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
+            loaded = drain(url, log_dir, args.drain, due)
+        loaded_rates.append(loaded.firings_per_s)
+        drained_result("loaded", round_, args.drain, loaded)
         with fresh_database("postgres", args.pg_admin) as ws:
             empty_due = datetime.now(UTC) - timedelta(minutes=1)
             bulk_load(
@@ -753,14 +816,17 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
                 spec=ScheduleSpec(SpecType.INTERVAL, "24h", "UTC"),
                 next_run_at=functools.partial(lambda due, _: due, empty_due),
             )
+            same_operations(
+                ws.url, spread_picks(args.drain, args.schedules, args.drain_first + round_ * args.drain)
+            )
             if args.io:
                 track_io_timing(ws.url)
             if args.checkpoint:
                 checkpoint(ws.url)
             with watched(ws.url, f"empty round={round_}"):
-                rate, load = drain(ws.url, ws.log_dir, args.drain, empty_due)
-            empty_rates.append(rate)
-            result("scale_drain", db="empty", round=round_, n=args.drain, firings_per_s=rate, loadavg=load)
+                empty = drain(ws.url, ws.log_dir, args.drain, empty_due)
+            empty_rates.append(empty.firings_per_s)
+            drained_result("empty", round_, args.drain, empty)
     ratio = (sum(loaded_rates) / len(loaded_rates)) / (sum(empty_rates) / len(empty_rates))
     result("scale_drain_ratio", loaded_over_empty=ratio, target=0.8, met="yes" if ratio >= 0.8 else "no")
 

@@ -88,6 +88,27 @@ def operation_kind(n: str) -> str:
     )
 
 
+# The version the loaded firmware upgrades install: a firmware upgrade with none is refused at every firing
+# (`target_version: a firmware upgrade needs a target version`), so without it the loaded fleet's upgrades
+# failed where a real fleet's fire, and a drain of them did other work than the empty database's.
+TARGET_VERSION = "2.1.0"
+
+
+def operation_parameters(parameters: str, n: str) -> str:
+    """The SQL of an operation's parameters (`parameters`: a JSON object as a template's operation holds
+    them) for schedule `n`'s operation (`operation_kind`), its firmware upgrade with `TARGET_VERSION`."""
+    kind = operation_kind(n)
+    version = f"CASE WHEN {kind} = 'upgrade_firmware' THEN '{TARGET_VERSION}' ELSE '' END"
+    with_kind = f"jsonb_set({parameters}, '{{kind}}', to_jsonb({kind}))"
+    return f"jsonb_set({with_kind}, '{{target_version}}', to_jsonb({version}))"
+
+
+def operation_template(template: str, n: str) -> str:
+    """The SQL of schedule `n`'s operation template, from `template` (a schedule's, as JSON)."""
+    operation = operation_parameters(f"({template} -> 'operation')", n)
+    return f"jsonb_set({template}, '{{operation}}', {operation})"
+
+
 def task_status(n: str) -> str:
     """The SQL of how task `n` ended: 3 % failed, 1 % terminated, the rest completed, spread over the fleet
     (by a hash of its number: not by schedule nor operation, whose tasks fail now and then, not always)."""
@@ -474,9 +495,7 @@ def load(
                 "last_run_at": f"now() - interval '1 day' + (g % {DAY_S}) * interval '1 second'",
                 "created_at": ids.sched_made("g"),
                 "updated_at": ids.sched_made("g"),
-                "operation_template": (
-                    f"jsonb_set(t.operation_template, '{{operation,kind}}', to_jsonb({operation_kind('g')}))"
-                ),
+                "operation_template": operation_template("t.operation_template", "g"),
                 "enabled": f"NOT ({paused})",
                 "paused_at": f"CASE WHEN {paused} THEN now() - interval '3 days' END",
                 "pause_reason": f"CASE WHEN {paused} THEN 'firmware freeze' ELSE '' END",
@@ -594,7 +613,7 @@ def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], ids: Ids, r: int, seri
             "schedule_id": ids.sched(f"g % {s}"),
             "run_id": ids.run("g"),
             "operation": operation_kind(f"g % {s}"),
-            "parameters": f"jsonb_set(t.parameters, '{{kind}}', to_jsonb({operation_kind(f'g % {s}')}))",
+            "parameters": operation_parameters("t.parameters", f"g % {s}"),
             "status": task_status("g"),
             "message": task_message(task_status("g")),
             "created_at": fired,
