@@ -41,11 +41,15 @@ def statements_sent(db: Database) -> Iterator[list[tuple[str, Any]]]:
         event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
 
 
-async def statement_sent(
+# The statements that set a walk's planner settings and set them back (`store.dialect.walking_in_order`).
+_WALK_SETTINGS = re.compile(r"\bset_config\(")
+
+
+async def _all_sent(
     db: Database, send: Callable[[AsyncConnection], Awaitable[object]]
-) -> tuple[str, Any]:
-    """The one statement (and its parameters) that `send` sends to the driver, in a transaction rolled back
-    after it (some of them write)."""
+) -> list[tuple[str, Any]]:
+    """Every statement (and its parameters) that `send` sends, in a transaction rolled back after it (some
+    of them write)."""
     async with db.engine.connect() as conn:
         transaction = await conn.begin()
         try:
@@ -53,8 +57,35 @@ async def statement_sent(
                 await send(conn)
         finally:
             await transaction.rollback()
+    return sent
+
+
+async def statement_sent(
+    db: Database, send: Callable[[AsyncConnection], Awaitable[object]]
+) -> tuple[str, Any]:
+    """The one statement (and its parameters) that `send` sends to the driver, the planner settings of a
+    walk in order aside (`explain_walked` plans a statement with them)."""
+    sent = [s for s in await _all_sent(db, send) if not _WALK_SETTINGS.search(s[0])]
     assert len(sent) == 1, f"expected one statement, got {[s for s, _ in sent]}"
     return sent[0]
+
+
+async def explain_walked(db: Database, send: Callable[[AsyncConnection], Awaitable[object]]) -> str:
+    """PostgreSQL's plan of the one statement `send` sends within a walk in order, as it runs it: after the
+    walk's settings, in their transaction. Fails unless `send` sends that statement between the settings
+    and their reset, so a test of it proves the code walks."""
+    sent = await _all_sent(db, send)
+    assert len(sent) == 3, f"expected a statement within the walk's settings, got {[s for s, _ in sent]}"
+    (settings, settings_parameters), statement, (reset, _) = sent
+    assert _WALK_SETTINGS.search(settings) and _WALK_SETTINGS.search(reset), [s for s, _ in sent]
+    async with db.engine.connect() as conn:
+        transaction = await conn.begin()
+        try:
+            await conn.exec_driver_sql(settings, settings_parameters)
+            plan = _text((await conn.exec_driver_sql("EXPLAIN " + statement[0], statement[1])).all())
+        finally:
+            await transaction.rollback()
+    return plan
 
 
 async def explain(db: Database, statement: str, parameters: Any) -> str:

@@ -33,6 +33,7 @@ from rackflow.domain.tasks import (
     TaskStatus,
 )
 from rackflow.store.db import Database, chunked
+from rackflow.store.dialect import walking_in_order
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.streak_checks import mark_schedules_of_tasks
 from rackflow.store.tables import components, task_attempt, task_step_state, tasks, window_decisions_owed
@@ -80,7 +81,9 @@ async def claim(
         "room": limit,
         **lease_params(db, lease_ttl),
     }
-    rows = sorted(await conn.execute(_claim_statement(db), params), key=lambda r: (r.created_at, r.id))
+    async with walking_in_order(conn):  # the live queue in its order, whatever the statistics say
+        claimed = await conn.execute(_claim_statement(db), params)
+    rows = sorted(claimed, key=lambda r: (r.created_at, r.id))
     return [(task_from_row(r), r.attempts) for r in rows]
 
 
