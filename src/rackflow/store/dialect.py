@@ -5,7 +5,8 @@ is set up (`engine_options`, `prepare_engine`), which clock is "now" (`database_
 locks (`skip_locked`, `for_update`, `locks_rows`), lookups by many keys (`by_keys`, `keys_table`,
 `past_newest`, `ids_in`, `not_in_keys`), a UUID as text (`uuid_text`), bulk writes (`insert_rows`,
 `update_rows`, `insert_new`), an item of a JSON array (`array_holds`), a name search that PostgreSQL's
-trigram indexes answer (`name_holds`) and the migrations' lock and online index builds. `dialect`
+trigram indexes answer (`name_holds`), a statement planned to walk an index in its order
+(`walking_in_order`) and the migrations' lock and online index builds. `dialect`
 is `Database.dialect` or, where only a connection is at hand, `conn.dialect.name`.
 
 How a transaction starts (SQLite: one writer, `BEGIN IMMEDIATE`; PostgreSQL: row locks) is
