@@ -20,6 +20,7 @@ from rackflow.domain.approvals import (
     RunApproval,
     check_approver,
     check_decider,
+    check_may_weaken,
     describe_expiry,
     opened,
     unapprovable,
@@ -30,6 +31,7 @@ from rackflow.domain.rollouts import RackPlace, RolloutPolicy
 from rackflow.domain.schedules import Run, ScopeOutcome, Trigger
 from rackflow.domain.windows import WindowKind, WindowPolicy
 from rackflow.errors import FailedPrecondition, PermissionDenied
+from rackflow.security import Principal, Role
 from tests.unit.test_planner import HOUR, MINUTE, NOW, closing, racks_of, schedule, scopes_of
 
 POLICY = ApprovalPolicy(timedelta(hours=4), min_approvers=2)
@@ -296,3 +298,73 @@ def test_a_policy_is_approvable_by_the_principals_the_server_counts(
 ) -> None:
     why = unapprovable(ApprovalPolicy(timedelta(hours=4), needed), approvers, editor)
     assert (why is None) == approvable, why
+
+
+FOUR_HOURS = timedelta(hours=4)
+OPS_BOT = Principal("ops-bot", Role.OPERATOR, "token")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "weakened"),
+    [
+        (ApprovalPolicy(FOUR_HOURS, 2), None, True),  # removed
+        (ApprovalPolicy(FOUR_HOURS, 2), ApprovalPolicy(FOUR_HOURS, 1), True),  # fewer approvers
+        (ApprovalPolicy(FOUR_HOURS, 1), None, True),
+        (ApprovalPolicy(FOUR_HOURS, 2), ApprovalPolicy(FOUR_HOURS, 2), False),  # unchanged
+        (ApprovalPolicy(FOUR_HOURS, 2), ApprovalPolicy(FOUR_HOURS, 3), False),  # more approvers
+        (ApprovalPolicy(FOUR_HOURS, 2), ApprovalPolicy(timedelta(hours=8), 2), False),  # a longer timeout
+        (ApprovalPolicy(FOUR_HOURS, 2), ApprovalPolicy(timedelta(minutes=30), 2), False),  # a shorter one
+        (None, ApprovalPolicy(FOUR_HOURS, 1), False),  # a policy added
+        (None, None, False),  # none before, none after
+    ],
+)
+@pytest.mark.parametrize("role", list(Role))
+def test_only_the_approver_role_weakens_an_approval_gate(
+    before: ApprovalPolicy | None, after: ApprovalPolicy | None, weakened: bool, role: Role
+) -> None:
+    """Removing a policy or lowering its min_approvers needs the approver role; any other change (the
+    timeout either way, more approvers, a policy where none was) does not. Rackflow itself (no caller)
+    holds every role."""
+    caller = Principal("ops-bot", role, "token")
+    check_may_weaken(before, after, None, schedule="fw", field="schedule.approval")
+    if not weakened or role is Role.APPROVER:
+        check_may_weaken(before, after, caller, schedule="fw", field="schedule.approval")
+        return
+    with pytest.raises(PermissionDenied, match=r"^schedule\.approval: .* needs the approver role"):
+        check_may_weaken(before, after, caller, schedule="fw", field="schedule.approval")
+
+
+@pytest.mark.parametrize(
+    ("after", "deleting", "message"),
+    [
+        (
+            None,
+            False,
+            "schedule.approval: removing the approval policy (2 approvers within 4h) of schedule 'fw' needs "
+            "the approver role: the operator role of 'ops-bot' may not weaken the approval of runs it may "
+            "not approve",
+        ),
+        (
+            ApprovalPolicy(FOUR_HOURS, 1),
+            False,
+            "schedule.approval: lowering the approvers schedule 'fw' needs from 2 to 1 needs the approver "
+            "role: the operator role of 'ops-bot' may not weaken the approval of runs it may not approve",
+        ),
+        (
+            None,
+            True,
+            "id: deleting schedule 'fw', whose runs need approval (2 approvers within 4h), needs the "
+            "approver role: the operator role of 'ops-bot' may not weaken the approval of runs it may not "
+            "approve",
+        ),
+    ],
+)
+def test_a_refused_weakening_says_what_it_would_take_and_who_tried(
+    after: ApprovalPolicy | None, deleting: bool, message: str
+) -> None:
+    field = "id" if deleting else "schedule.approval"
+    with pytest.raises(PermissionDenied) as refused:
+        check_may_weaken(
+            ApprovalPolicy(FOUR_HOURS, 2), after, OPS_BOT, schedule="fw", field=field, deleting=deleting
+        )
+    assert str(refused.value) == message

@@ -7,6 +7,8 @@ rule, which tells callers apart by token or client certificate; an anonymous cal
 Past `expires_at` it is "expired"; rejected, "rejected". A firmware upgrade's run may be approved only until
 its operation's own window ends (its `end_time`), as nothing it started after could run: that end is its
 `expires_at` when it comes before the policy's timeout (`opened`).
+Only the approver role may weaken a schedule's gate (`check_may_weaken`): otherwise an operator, who may not
+approve its runs, could remove the policy, lower it or delete the schedule, and trigger what it held.
 These are pure rules, no I/O and no clock (tests/unit/test_approvals.py), so every instance and the API
 decide alike; the database holds "starts once" (a conditional UPDATE ... WHERE state = 'awaiting_approval').
 """
@@ -18,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rackflow.errors import FailedPrecondition, PermissionDenied
+from rackflow.security import Principal, Role
 from rackflow.timespec import format_go_duration, format_rfc3339
 from rackflow.words import counted
 
@@ -183,6 +186,48 @@ def check_approver(
         raise FailedPrecondition(
             f"{field}: {principal!r} has already approved this run; another approver must"
         )
+
+
+def weakens(before: ApprovalPolicy | None, after: ApprovalPolicy | None) -> bool:
+    """Whether a schedule whose approval policy was `before` is left a weaker approval gate by `after`
+    (None: no policy, as a deleted schedule has none): no policy where there was one, or fewer
+    `min_approvers`. A timeout, longer or shorter, is not weaker: a run approved in time starts either way,
+    and one not approved never does."""
+    return before is not None and (after is None or after.min_approvers < before.min_approvers)
+
+
+def check_may_weaken(
+    before: ApprovalPolicy | None,
+    after: ApprovalPolicy | None,
+    caller: Principal | None,
+    *,
+    schedule: str,
+    field: str,
+    deleting: bool = False,
+) -> None:
+    """Refuse (PermissionDenied, naming `field` and the caller's role) a change of schedule `schedule`'s
+    approval policy from `before` to `after` that `weakens` it, or its delete (`deleting`, `after` None),
+    unless `caller` holds the approver role. `caller` None: rackflow itself, which holds every role.
+
+    Why: an operator, who may not approve a run, could otherwise remove the policy, lower its
+    `min_approvers` or delete the schedule, then trigger what it held (or make it again without one), and
+    the approval gate were for show. Without authentication every caller holds the approver role, so
+    nothing changes there."""
+    if before is None or caller is None or caller.role.holds(Role.APPROVER) or not weakens(before, after):
+        return
+    if deleting:
+        doing = f"deleting schedule {schedule!r}, whose runs need approval ({before.describe()}),"
+    elif after is None:
+        doing = f"removing the approval policy ({before.describe()}) of schedule {schedule!r}"
+    else:
+        doing = (
+            f"lowering the approvers schedule {schedule!r} needs from {before.min_approvers} to "
+            f"{after.min_approvers}"
+        )
+    raise PermissionDenied(
+        f"{field}: {doing} needs the approver role: the {caller.role.value} role of {caller.name!r} may not "
+        "weaken the approval of runs it may not approve"
+    )
 
 
 @dataclass(frozen=True)
