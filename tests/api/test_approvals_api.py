@@ -437,6 +437,103 @@ def with_approval(schedule_id: pb.UUID, approval: pb.ApprovalPolicy | None) -> p
     )
 
 
+WEAKEN_WHY = (
+    "needs the approver role: the operator role of 'oncall' may not weaken the approval of runs it may not "
+    "approve"
+)
+
+
+async def test_only_an_approver_may_remove_lower_or_delete_a_schedule_s_approval_gate(
+    secured: FlowStub, services: Services
+) -> None:
+    """oncall (operator) may not approve fw's runs, so may neither remove its policy, nor lower its
+    min_approvers, nor delete it: each is refused naming the field, writes nothing but its audit row (the
+    schedule's history shows who tried), and fw keeps its gate. lead (approver) may do all three."""
+    stub = secured
+    await make_rack(services, "r1")
+    oncall, lead = bearer(OPERATOR_TOKEN), bearer(LEAD_TOKEN)
+    two = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2)
+    one = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=1)
+    schedule = await _create(stub, two, oncall)
+    delete = pb.DeleteTaskScheduleRequest(id=schedule.id)
+    refusals = [
+        (
+            "UpdateTaskSchedule",
+            "schedule.approval: removing the approval policy (2 approvers within 4h) of schedule 'fw' "
+            f"{WEAKEN_WHY}",
+            stub.UpdateTaskSchedule(with_approval(schedule.id, None), metadata=oncall),
+        ),
+        (
+            "UpdateTaskSchedule",
+            f"schedule.approval: lowering the approvers schedule 'fw' needs from 2 to 1 {WEAKEN_WHY}",
+            stub.UpdateTaskSchedule(with_approval(schedule.id, one), metadata=oncall),
+        ),
+        (
+            "DeleteTaskSchedule",
+            f"id: deleting schedule 'fw', whose runs need approval (2 approvers within 4h), {WEAKEN_WHY}",
+            stub.DeleteTaskSchedule(delete, metadata=oncall),
+        ),
+    ]
+    before = await table_counts(services.db)
+    for _, message, call in refusals:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call
+        assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.PERMISSION_DENIED, message)
+    after = await table_counts(services.db)
+    assert {k: v for k, v in after.items() if v != before[k]} == {"audit_events": before["audit_events"] + 3}
+    kept = await stub.GetTaskSchedule(pb.GetTaskScheduleRequest(id=schedule.id), metadata=oncall)
+    assert kept.approval == two
+    history = await stub.ListAuditEvents(
+        pb.ListAuditEventsRequest(target=schedule.id), metadata=bearer(VIEWER_TOKEN)
+    )
+    assert sorted(
+        (e.principal, e.method, e.outcome, e.error) for e in history.events if e.outcome != "OK"
+    ) == sorted(("oncall", rpc, "PERMISSION_DENIED", message) for rpc, message, _ in refusals)
+
+    lowered = await stub.UpdateTaskSchedule(with_approval(schedule.id, one), metadata=lead)
+    assert lowered.approval.min_approvers == 1
+    removed = await stub.UpdateTaskSchedule(with_approval(schedule.id, None), metadata=lead)
+    assert not removed.HasField("approval")
+    gated = pb.CreateTaskScheduleRequest(schedule=config("fw-2"), operation=power_off("r1"))
+    gated.schedule.approval.CopyFrom(two)
+    second = await stub.CreateTaskSchedule(gated, metadata=oncall)
+    await stub.DeleteTaskSchedule(pb.DeleteTaskScheduleRequest(id=second.id), metadata=lead)
+    listed = await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest(), metadata=oncall)
+    assert [s.name for s in listed.task_schedules] == ["fw"]
+
+
+async def test_an_operator_may_add_raise_and_retime_an_approval_gate(
+    secured: FlowStub, services: Services
+) -> None:
+    """What leaves a schedule's runs no easier to start is an operator's to change: a policy where there
+    was none, more approvers, a longer or shorter timeout, any other field of a gated schedule; and a
+    schedule without a policy is deleted as any."""
+    stub = secured
+    await make_rack(services, "r1")
+    oncall = bearer(OPERATOR_TOKEN)
+    schedule = await _create(stub, pb.ApprovalPolicy(), oncall)  # none
+    for policy in (
+        pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=1),
+        pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2),
+        pb.ApprovalPolicy(required=True, timeout="8h", min_approvers=2),
+        pb.ApprovalPolicy(required=True, timeout="30m", min_approvers=2),
+    ):
+        updated = await stub.UpdateTaskSchedule(with_approval(schedule.id, policy), metadata=oncall)
+        assert updated.approval == policy
+    renamed = pb.UpdateTaskScheduleRequest(
+        id=schedule.id,
+        schedule=pb.ScheduleConfig(name="fw-2"),
+        update_mask=FieldMask(paths=["schedule.name"]),
+    )
+    assert (await stub.UpdateTaskSchedule(renamed, metadata=oncall)).approval.min_approvers == 2
+    plain = await stub.CreateTaskSchedule(
+        pb.CreateTaskScheduleRequest(schedule=config("plain"), operation=power_off("r1")), metadata=oncall
+    )
+    await stub.DeleteTaskSchedule(pb.DeleteTaskScheduleRequest(id=plain.id), metadata=oncall)
+    listed = await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest(), metadata=oncall)
+    assert [s.name for s in listed.task_schedules] == ["fw-2"]
+
+
 async def test_a_policy_needing_more_approvers_than_the_tokens_allow_is_refused(services: Services) -> None:
     """lead and second hold the approver role: a policy asking for three is never met (each firing awaits
     approval and expires), and one asking for two is not either once lead edits the schedule (the
@@ -533,7 +630,7 @@ async def test_the_schedules_the_tokens_no_longer_let_approve_are_named_at_start
             metadata=bearer(OPERATOR_TOKEN),
         )
         await stub.UpdateTaskSchedule(with_approval(removed.id, two), metadata=bearer(OPERATOR_TOKEN))
-        await stub.UpdateTaskSchedule(with_approval(removed.id, None), metadata=bearer(OPERATOR_TOKEN))
+        await stub.UpdateTaskSchedule(with_approval(removed.id, None), metadata=bearer(LEAD_TOKEN))
         one_config = config("fw-one")
         one_config.approval.CopyFrom(APPROVAL)
         await stub.CreateTaskSchedule(

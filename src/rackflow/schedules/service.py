@@ -26,6 +26,7 @@ from rackflow.domain.approvals import (
     Approvers,
     check_approvable,
     check_approver,
+    check_may_weaken,
     opened,
     unapprovable,
 )
@@ -77,7 +78,7 @@ from rackflow.retry import Retry, retrying
 from rackflow.rollouts.service import FirstSteps, RolloutService, RunPart, RunReport
 from rackflow.schedules import firing
 from rackflow.schedules.scope import ScopeChanges, merge, reconcile
-from rackflow.security import ANONYMOUS, caller_identified, caller_name
+from rackflow.security import ANONYMOUS, caller_identified, caller_name, current_principal
 from rackflow.store import firing as firing_store
 from rackflow.store import inventory as inventory_store
 from rackflow.store import kept_counts, outbox, scope_removals, streak_checks, wakeups
@@ -511,7 +512,8 @@ class ScheduleService:
 
         `schedule.rollout` replaces the rollout policy (None removes it); a run already rolling keeps the
         policy it fired with. `schedule.approval` replaces the approval policy (None removes it); a run
-        already awaiting approval keeps the approval it fired with. `schedule.retry` replaces the retry
+        already awaiting approval keeps the approval it fired with; removing it or lowering its
+        min_approvers needs the approver role (`check_may_weaken`). `schedule.retry` replaces the retry
         policy (None removes it); tasks already submitted keep the policy they were submitted with.
 
         `schedule.spec` replaces type and text and recomputes next_run_at from now. `schedule.spec.timezone`
@@ -582,6 +584,13 @@ class ScheduleService:
                 if updated.fires_after_its_window:
                     field = SPEC_PATH if SPEC_PATH in mask else TIMEZONE_PATH
                     raise FailedPrecondition(after_its_window(updated, field, "its next firing"))
+            check_may_weaken(
+                current.approval,
+                updated.approval,
+                current_principal.get(),
+                schedule=current.name,
+                field=APPROVAL_PATH,
+            )
             check_approvable(updated.approval, self.approvers, updated.last_edited_by, MIN_APPROVERS_PATH)
             await store.save_schedule(conn, updated)
             if updated.next_run_at != current.next_run_at:
@@ -752,7 +761,8 @@ class ScheduleService:
         return paused
 
     async def delete(self, schedule_id: uuid.UUID) -> None:
-        """Delete the schedule with its scope and runs; tasks it submitted keep running.
+        """Delete the schedule with its scope and runs; tasks it submitted keep running. One whose approval
+        policy holds its firings is the approver role's to delete (`check_may_weaken`).
 
         Lock order (atop `rackflow.tasks.executor`): its runs' rows (in id order), then the schedule's, which
         the delete's cascade to the runs would otherwise take first. A retry of a run, a rollout's halt and a
@@ -771,7 +781,15 @@ class ScheduleService:
     async def _delete(self, schedule_id: uuid.UUID) -> None:
         async with self.db.transaction() as conn:
             runs = await run_history.runs_of_schedule(conn, schedule_id, lock=True)
-            await self._load(conn, schedule_id, deleting=True)
+            schedule = await self._load(conn, schedule_id, deleting=True)
+            check_may_weaken(
+                schedule.approval,
+                None,
+                current_principal.get(),
+                schedule=schedule.name,
+                field="id",
+                deleting=True,
+            )
             if not await run_history.runs_of_schedule(conn, schedule_id) <= runs:
                 raise _FiredMeanwhile(
                     f"id: schedule {schedule_id} fired while it was being deleted; try again"
