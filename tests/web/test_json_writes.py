@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from rackflow.api.audit import AuditInterceptor
+from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.services import Services
 from rackflow.store.db import Database
 from rackflow.tasks.backends.redfish.backend import RedfishBackend
 from rackflow.tasks.backends.redfish.config import RedfishConfig
 from rackflow.web.app import build_app
 from rackflow.web.security import HttpSecurity
-from tests.api.secured import TOKENS, VIEWER_TOKEN
+from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN
+from tests.api.test_approvals_api import LEAD_TOKEN
+from tests.api.test_approvals_api import TOKENS as APPROVAL_TOKENS
 from tests.conftest import table_counts
 from tests.web.conftest import BASE_URL, make_racks, make_schedule
 
@@ -256,6 +260,64 @@ async def test_a_viewer_may_not_create_change_or_delete_a_schedule(
     await viewer_is_refused(viewer, db, "DELETE", "/schedules/nightly")
     await viewer_is_refused(viewer, db, "POST", "/schedules/nightly/scopes", {"target_spec": {}})
     await viewer_is_refused(viewer, db, "PUT", "/schedules/nightly/scopes", {"desired_scope": {}})
+
+
+@pytest.fixture
+async def tokened(services: Services) -> AsyncIterator[httpx.AsyncClient]:
+    """The same app with tokens of every role (tests/api/test_approvals_api.py's: `oncall` is an operator,
+    `lead` an approver); each request gives its own."""
+    app = build_app(
+        services, AuditInterceptor(services.audit), APPROVAL_TOKENS, services.clock, HttpSecurity()
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL) as client:
+        yield client
+
+
+async def test_only_an_approver_may_remove_lower_or_delete_a_schedule_s_approval_policy(
+    tokened: httpx.AsyncClient, services: Services, db: Database
+) -> None:
+    """The console's edit form and its Delete post these: an operator's removal, lowering or delete of a
+    gated schedule is refused 403 naming the field, writes nothing but its audit row; an approver's goes."""
+    await make_racks(services, "r1")
+    await make_schedule(services, "gated", "r1", approval=ApprovalPolicy(timedelta(hours=4), min_approvers=2))
+    oncall = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    lead = {"Authorization": f"Bearer {LEAD_TOKEN}"}
+    lower = {"schedule": {"approval": {"required": True, "timeout": "4h", "min_approvers": 1}}}
+    path = f"{API}/schedules/gated"
+    before = await table_counts(db)
+    messages = [
+        refused(
+            await tokened.patch(path, json={"schedule": {"approval": None}}, headers=oncall),
+            403,
+            "schedule.approval",
+            "removing the approval policy (2 approvers within 4h) of schedule 'gated' needs the approver",
+        ),
+        refused(
+            await tokened.patch(path, json=lower, headers=oncall),
+            403,
+            "schedule.approval",
+            "lowering the approvers schedule 'gated' needs from 2 to 1 needs the approver role",
+        ),
+        refused(
+            await tokened.delete(path, headers=oncall),
+            403,
+            "id",
+            "deleting schedule 'gated', whose runs need approval (2 approvers within 4h), needs the approver",
+        ),
+    ]
+    counts = await table_counts(db)
+    assert counts.pop("audit_events") == before.pop("audit_events") + 3
+    assert counts == before
+    events = ok(await tokened.get(f"{API}/audit", headers=oncall))["events"]
+    assert sorted((e["principal"], e["method"], e["outcome"], e["error"]) for e in events) == sorted(
+        ("oncall", method, "PERMISSION_DENIED", message)
+        for method, message in zip(
+            ("UpdateTaskSchedule", "UpdateTaskSchedule", "DeleteTaskSchedule"), messages, strict=True
+        )
+    )
+
+    assert ok(await tokened.patch(path, json=lower, headers=lead))["approval"]["min_approvers"] == 1
+    assert ok(await tokened.delete(path, headers=lead)) == {}
 
 
 async def test_scopes_are_added_replaced_and_removed(http: httpx.AsyncClient, services: Services) -> None:
