@@ -3,6 +3,7 @@ two-person rule by token; a trigger its approver approves; the preview's `needs_
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner, Result
 from google.protobuf.field_mask_pb2 import FieldMask
 
+from rackflow.cli.main import main
 from rackflow.domain.approvals import UNCOUNTED
 from rackflow.domain.tasks import TaskStatus
 from rackflow.security import (
@@ -500,6 +503,38 @@ async def test_only_an_approver_may_remove_lower_or_delete_a_schedule_s_approval
     await stub.DeleteTaskSchedule(pb.DeleteTaskScheduleRequest(id=second.id), metadata=lead)
     listed = await stub.ListTaskSchedules(pb.ListTaskSchedulesRequest(), metadata=oncall)
     assert [s.name for s in listed.task_schedules] == ["fw"]
+
+
+async def test_the_cli_says_an_operator_may_not_remove_the_approval_or_delete_the_schedule(
+    services: Services,
+) -> None:
+    """`rackflow schedule update NAME --no-approval` and `rackflow schedule delete NAME` with an operator's
+    token print the server's refusal and exit 1; fw keeps its gate."""
+    await make_rack(services, "r1")
+
+    async def rackflow(address: str, *args: str) -> Result:
+        command = ["--server", address, "--token", OPERATOR_TOKEN, *args]
+        return await asyncio.to_thread(CliRunner().invoke, main, command)
+
+    async with secured_server(services, TOKENS) as address, grpc.aio.insecure_channel(address) as channel:
+        stub = FlowStub(channel)
+        schedule = await _create(stub, metadata=bearer(OPERATOR_TOKEN))
+        removed = await rackflow(address, "schedule", "update", "fw", "--no-approval")
+        deleted = await rackflow(address, "schedule", "delete", "fw")
+        kept = await stub.GetTaskSchedule(
+            pb.GetTaskScheduleRequest(id=schedule.id), metadata=bearer(OPERATOR_TOKEN)
+        )
+    assert (removed.exit_code, removed.stdout) == (1, "")
+    assert removed.stderr == (
+        "error: PERMISSION_DENIED: schedule.approval: removing the approval policy (1 approver within 4h) of "
+        f"schedule 'fw' {WEAKEN_WHY}\n"
+    )
+    assert (deleted.exit_code, deleted.stdout) == (1, "")
+    assert deleted.stderr == (
+        "error: PERMISSION_DENIED: id: deleting schedule 'fw', whose runs need approval (1 approver within "
+        f"4h), {WEAKEN_WHY}\n"
+    )
+    assert kept.approval == pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=1)
 
 
 async def test_an_operator_may_add_raise_and_retime_an_approval_gate(
