@@ -56,13 +56,8 @@ async def test_tasks_are_kept_step_records_written_read_and_back_down(db_at_0042
     record = StepRecord(task_id, 1, component_id, {"power": "On", "last_reset_time": "2025-06-01T11:00:00Z"})
     async with db.transaction() as conn:
         await task_runs.mark_running(conn, task_id, owner_id=owner, now=datetime.now(UTC))
-        assert await task_runs.record_steps(conn, [record], owner_id=owner, now=datetime.now(UTC)) == {
-            task_id
-        }
-        assert (
-            await task_runs.record_steps(conn, [record], owner_id=uuid.uuid4(), now=datetime.now(UTC))
-            == set()
-        )
+        assert await task_runs.record_steps(conn, [record], owner_id=owner) == {task_id}
+        assert await task_runs.record_steps(conn, [record], owner_id=uuid.uuid4()) == set()
     async with db.read() as conn:
         assert await task_runs.steps_of(conn, {task_id: 1}) == {task_id: {component_id: record.values}}
         assert await task_runs.steps_of(conn, {task_id: 2}) == {}  # another attempt's steps start anew

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +27,7 @@ from rackflow.store import tasks as store
 from rackflow.store.db import Database
 from rackflow.store.tables import tasks as tasks_table
 from rackflow.tasks.manager import TaskManager
+from tests.store.lock_waits import waiting_for
 
 CLOCK = SystemClock()
 LEASE = timedelta(seconds=15)
@@ -122,14 +124,48 @@ async def test_progress_and_endings_apply_only_while_the_task_is_held(db: Databa
     ids = [held.id, cancelled.id, taken_over.id]
     now = datetime.now(UTC)
     async with db.transaction() as conn:
+        fenced = await task_runs.fence(conn, ids, owner_id=ME)
         progress = await task_runs.record_progress(conn, dict.fromkeys(ids, "step 2"), owner_id=ME, now=now)
         outcomes = dict.fromkeys(ids, (TaskStatus.COMPLETED, "done"))
         finished = await task_runs.finish(conn, outcomes, owner_id=ME, now=now)
         released = await task_runs.release(conn, ids, owner_id=ME)
-    assert progress == finished == {held.id} and released == {cancelled.id}
+    assert fenced == progress == finished == {held.id} and released == {cancelled.id}
     done = await current(db, held)
     assert (done.status, done.message, done.finished_at) == (TaskStatus.COMPLETED, "done", now)
     assert (await current(db, taken_over)).message == ""
+
+
+async def test_a_cancel_waits_for_the_transaction_that_fenced_its_task(db: Database) -> None:
+    """The fence that writes nothing holds the task's row as a write would, until its transaction commits:
+    a cancel meanwhile waits, and the executor's next fence finds the task gone."""
+    [rack] = await make_racks(db, 1)
+    task = await submit(db, rack)
+    await run_as(db, task, ME)
+    async with db.transaction() as conn:
+        assert await task_runs.fence(conn, [task.id], owner_id=ME) == {task.id}
+        cancel = asyncio.create_task(TaskManager(db, CLOCK).cancel(task.id))
+        await waiting_for(db, conn, cancel)
+    assert (await cancel).status is TaskStatus.TERMINATED
+    async with db.transaction() as conn:
+        assert await task_runs.fence(conn, [task.id], owner_id=ME) == set()
+
+
+async def test_a_fence_waits_for_a_cancel_under_way_and_leaves_its_task_out(db: Database) -> None:
+    """A cancel that holds the task's row first makes the fence wait; once it committed the fence reads the
+    row again and leaves the task out, so the next batch does not start."""
+    [rack] = await make_racks(db, 1)
+    task = await submit(db, rack)
+    await run_as(db, task, ME)
+
+    async def fence() -> set[uuid.UUID]:
+        async with db.transaction() as conn:
+            return await task_runs.fence(conn, [task.id], owner_id=ME)
+
+    async with db.transaction() as conn:
+        await store.set_status(conn, [task.id], TaskStatus.TERMINATED, now=datetime.now(UTC))
+        fencing = asyncio.create_task(fence())
+        await waiting_for(db, conn, fencing)
+    assert await fencing == set()
 
 
 async def test_record_changes_writes_each_state_once(db: Database) -> None:

@@ -1,9 +1,9 @@
 """The executor's queries on task rows: claiming, progress, endings, and what steps changed.
 
-Every write to a running task is fenced: it only applies while the task is RUNNING and owned by the
-writer, and says which tasks it applied to, so an executor learns at once that a task was cancelled or
-taken over. Each query handles many tasks in one statement, so the executor's journal writes a whole
-round of tasks in a handful of statements.
+Every write to a running task is fenced: it only applies while the task is RUNNING and owned by the writer,
+and says which tasks it applied to, so an executor learns at once that a task was cancelled or taken over;
+where nothing is to be written, the same fence locks the rows instead (`fence`). Each query handles many tasks
+in one statement, so the executor's journal writes a whole round of tasks in a handful of statements.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from rackflow.domain.tasks import (
     TaskStatus,
 )
 from rackflow.store.db import Database, chunked
-from rackflow.store.dialect import walking_in_order
+from rackflow.store.dialect import for_update, walking_in_order
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.streak_checks import mark_schedules_of_tasks
 from rackflow.store.tables import components, task_attempt, task_step_state, tasks, window_decisions_owed
@@ -155,11 +155,34 @@ def _held_running(task_ids: Sequence[uuid.UUID], owner_id: uuid.UUID) -> ColumnE
     )
 
 
+async def fence(
+    conn: AsyncConnection, task_ids: Collection[uuid.UUID], *, owner_id: uuid.UUID
+) -> set[uuid.UUID]:
+    """The tasks still RUNNING here (the others were cancelled or taken over), their rows locked until the
+    caller commits, as a write of them would lock them, without writing them: the fence of a batch of steps
+    whose progress message is not written (`record_progress` fences the others), and of what a step
+    records before it acts (`record_steps`).
+
+    On PostgreSQL the lock is `FOR NO KEY UPDATE`, the lock an UPDATE of those rows takes (their keys are
+    not changed), so the lock order is the writes' (the design note atop `rackflow.tasks.executor`): a
+    cancel (which locks the row `FOR UPDATE`) waits for the caller's commit, and one that holds the row
+    first makes this wait and then leaves the task out (read again at READ COMMITTED once it committed); a
+    takeover's claim (`FOR UPDATE SKIP LOCKED`) passes over it. SQLite's write transaction holds its one
+    writer's lock from its `BEGIN IMMEDIATE` to its commit, so no other writer comes in between either."""
+    held: set[uuid.UUID] = set()
+    for chunk in chunked(task_ids):
+        stmt = for_update(
+            conn.dialect.name, select(tasks.c.id).where(_held_running(chunk, owner_id)), keys_kept=True
+        )
+        held.update((await conn.execute(stmt)).scalars())
+    return held
+
+
 async def record_progress(
     conn: AsyncConnection, messages: Mapping[uuid.UUID, str], *, owner_id: uuid.UUID, now: datetime
 ) -> set[uuid.UUID]:
     """Write each task's progress message; returns the tasks still RUNNING here (the others were cancelled
-    or taken over, and are left as they are)."""
+    or taken over, and are left as they are), whose rows the UPDATE locks until commit."""
     held: set[uuid.UUID] = set()
     for chunk in chunked(messages, _CASE_CHUNK):
         result = await conn.execute(
@@ -313,19 +336,14 @@ async def record_changes(conn: AsyncConnection, changes: Iterable[ComponentChang
 
 
 async def record_steps(
-    conn: AsyncConnection, records: Sequence[StepRecord], *, owner_id: uuid.UUID, now: datetime
+    conn: AsyncConnection, records: Sequence[StepRecord], *, owner_id: uuid.UUID
 ) -> set[uuid.UUID]:
     """Keep what steps recorded before acting, for the tasks still RUNNING here; returns those (a step of
     any other is not to act: its task was cancelled or taken over). A later record of the same step
-    replaces the earlier. The fenced UPDATE locks each task's row until the round commits, so a takeover's
+    replaces the earlier. The fence locks each task's row until the round commits, so a takeover's
     claim, which reads the records in its own transaction (`steps_of`), either comes after and reads
     them, or before, and then nothing is kept here."""
-    held: set[uuid.UUID] = set()
-    for chunk in chunked({record.task_id for record in records}):
-        result = await conn.execute(
-            update(tasks).where(_held_running(chunk, owner_id)).values(updated_at=now).returning(tasks.c.id)
-        )
-        held.update(result.scalars())
+    held = await fence(conn, {record.task_id for record in records}, owner_id=owner_id)
     kept = [record for record in records if record.task_id in held]
     for record in kept:
         await conn.execute(

@@ -620,7 +620,7 @@ class Executor:
         await outbox.record_events(conn, events.tasks_failed(endings, let_go.finished if let_go else (), now))
         held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
         steps = [record for entry in entries for record in entry.steps]
-        held |= await task_runs.record_steps(conn, steps, owner_id=self.instance_id, now=now)
+        held |= await task_runs.record_steps(conn, steps, owner_id=self.instance_id)
         await task_runs.record_changes(conn, (change for entry in entries for change in entry.changes))
         room = 0 if self._stopping else self.max_concurrent - len(self._running) + len(endings)
         if room > 0 and self._awaiting:
