@@ -87,6 +87,13 @@ DB_POOL_OVERFLOW = 5
 DEFAULT_EXECUTOR_POLL_INTERVAL = timedelta(milliseconds=500)
 DEFAULT_MAX_CONCURRENT_TASKS = 32
 DEFAULT_SWEEP_INTERVAL = timedelta(seconds=2)
+# A running task's progress message ("powering on 5/36: compute-4") is written with the claim (its first
+# batch's), then by the executor's progress tick, every this often, for each task whose batch under way is not
+# the one its message names; its end with the outcome. So the message an operator reads lags the batch under
+# way by at most this (and a journal round), and a task's row is rewritten at most once this often. Written
+# before every batch, it was rewritten 36 times a task on an NVL72 rack (docs/CAPACITY.md, "Racks of 36
+# components"); each batch is still fenced in a journal round before it starts, which locks the row instead.
+DEFAULT_PROGRESS_INTERVAL = timedelta(seconds=5)
 # How often each instance prunes what a retention (--audit-retention, --run-retention, --task-retention)
 # bounds, when it is set.
 DEFAULT_PRUNE_INTERVAL = timedelta(hours=1)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,7 +28,7 @@ from rackflow.domain.tasks import (
 from rackflow.errors import InvalidArgument, Unavailable
 from rackflow.inventory.service import InventoryService
 from rackflow.services import Services
-from rackflow.store import task_runs
+from rackflow.store import instances, task_runs
 from rackflow.store.db import Database
 from rackflow.store.tables import instances as instances_table
 from rackflow.store.tables import tasks as tasks_table
@@ -144,6 +144,52 @@ class Recording(Backend):
         return await self.inner.run_step(task, component, state)
 
 
+class Pausing(Backend):
+    """The simulator's quick steps, each recorded as it starts; the `at`-th waits until `go` is set."""
+
+    def __init__(self, at: int) -> None:
+        self.inner = SimulatorBackend(FAST)
+        self.at = at
+        self.started: list[str] = []
+        self.go = asyncio.Event()
+
+    async def run_step(self, task: Task, component: Component, state: StepState) -> ComponentChange | None:
+        self.started.append(component.name)
+        if len(self.started) == self.at:
+            await self.go.wait()
+        return await self.inner.run_step(task, component, state)
+
+    async def paused(self) -> bool:
+        return len(self.started) == self.at
+
+
+@contextmanager
+def task_row_writes(db: Database, task_id: uuid.UUID) -> Iterator[list[str]]:
+    """The UPDATEs of `tasks` that name the task (in a WHERE or a CASE) while the block runs: each writes a
+    new version of its row while the task is the writer's. (A claim names the tasks running here only to
+    pass them over: `running_here`, each value of that list a parameter of its own, `running_here_1`, ….)"""
+    writes: list[str] = []
+
+    def names_it(name: str, value: object) -> bool:
+        return value == task_id and not name.startswith("running_here")
+
+    def count(
+        _conn: object, _cursor: object, statement: str, _params: object, context: Any, _many: bool
+    ) -> None:
+        if not statement.startswith("UPDATE tasks "):
+            return
+        if any(
+            names_it(name, value) for params in context.compiled_parameters for name, value in params.items()
+        ):
+            writes.append(statement)
+
+    event.listen(db.engine.sync_engine, "after_cursor_execute", count)
+    try:
+        yield writes
+    finally:
+        event.remove(db.engine.sync_engine, "after_cursor_execute", count)
+
+
 # --- running to an end ----------------------------------------------------------------------------
 
 
@@ -249,7 +295,7 @@ async def test_cancelling_a_running_task_stops_its_steps(db: Database) -> None:
     rack = await make_rack(db, computes=6)
     slow = SimulatorBackend(SimulatorConfig(step_seconds=0.2))
     manager = TaskManager(db, CLOCK)
-    async with executing(db, slow):
+    async with executing(db, slow, progress_interval=0.05):  # each step's message written: it waits for one
         task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
         queued = await submit(db, rack, Operation(OperationKind.POWER_ON), QUEUE)
 
@@ -263,6 +309,75 @@ async def test_cancelling_a_running_task_stops_its_steps(db: Database) -> None:
     assert (await get(db, queued)).status is TaskStatus.COMPLETED
     assert (await get(db, task)).message == CANCELLED_MESSAGE
     assert (await row(db, task)).owner_id is None
+
+
+@pytest.mark.parametrize("stopped", ["cancelled", "taken over"])
+async def test_a_task_stopped_during_a_step_runs_no_next_step_though_no_message_is_written(
+    db: Database, stopped: str
+) -> None:
+    """A batch whose progress message is not written is fenced all the same, before it starts: its journal
+    round locks the task's row, and finds the task no longer RUNNING and this instance's. What the steps
+    that ran changed is recorded, each in the round after it."""
+    rack = await make_rack(db, computes=6)
+    backend = Pausing(at=3)
+    rival = uuid.uuid4()  # alive, so the task stays its (lease_ttl)
+    await instances.register(db, rival, host="rival", pid=1)
+    async with executing(db, backend, progress_interval=3600.0, lease_ttl=60.0) as executor:
+        task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+        await eventually(backend.paused)
+        if stopped == "cancelled":
+            await TaskManager(db, CLOCK).cancel(task.id)
+        else:  # as the claim of an instance that found this one's lease expired
+            async with db.transaction() as conn:
+                taken = update(tasks_table).where(tasks_table.c.id == task.id)
+                await conn.execute(taken.values(owner_id=rival, attempts=tasks_table.c.attempts + 1))
+        backend.go.set()
+        await eventually(lambda: _not_running_here(executor, task))
+    assert backend.started == ["compute-0", "compute-1", "compute-2"]
+    states = {name: c.power_state for name, c in (await components(db, rack)).items()}
+    assert {name for name, state in states.items() if state is PowerState.OFF} == set(backend.started)
+    stored = await row(db, task)
+    if stopped == "cancelled":
+        assert (stored.status, stored.message, stored.owner_id) == ("terminated", CANCELLED_MESSAGE, None)
+    else:
+        assert (stored.status, stored.message, stored.owner_id) == (
+            "running",
+            "powering off 1/8: compute-0",
+            rival,
+        )
+
+
+async def test_a_tasks_steps_rewrite_its_row_only_when_its_message_is_due(db: Database) -> None:
+    """Each step wrote the task's progress message: a new version of its row at every step, 36 times a
+    task on an NVL72 rack, the row 1.75 KB (docs/CAPACITY.md, "Racks of 36 components"). A batch is fenced
+    by a lock of the row, and its message left to the progress tick (none within this task's run): only
+    the claim (the first message) and the end write the row; what each step changed is still written."""
+    rack = await make_rack(db, computes=6)
+    task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+    with task_row_writes(db, task.id) as writes:
+        async with executing(db, progress_interval=3600.0):
+            done = await finished(db, task)
+    assert (done.status, done.message) == (TaskStatus.COMPLETED, "powered off 8 components")
+    assert len(writes) == 2, writes
+    assert {c.power_state for c in (await components(db, rack)).values()} == {PowerState.OFF}
+
+
+async def test_the_message_of_the_batch_under_way_is_written_by_the_progress_tick(db: Database) -> None:
+    """The message lags the batch under way by at most the interval: the third step's, not written as the
+    step started, is written while it runs."""
+    rack = await make_rack(db, computes=6)
+    backend = Pausing(at=3)
+    async with executing(db, backend, progress_interval=0.5):
+        task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+        await eventually(backend.paused)
+
+        async def shown() -> bool:
+            return (await get(db, task)).message == "powering off 3/8: compute-2"
+
+        await eventually(shown)
+        assert backend.started == ["compute-0", "compute-1", "compute-2"]  # it still runs
+        backend.go.set()
+        assert (await finished(db, task)).status is TaskStatus.COMPLETED
 
 
 # --- takeover -------------------------------------------------------------------------------------
@@ -504,8 +619,8 @@ async def test_a_task_cancelled_while_its_cut_short_run_waits_to_be_taken_again_
     write_round = executor._write_round
 
     async def failing_in_the_blip(conn: AsyncConnection, entries: Sequence[Any]) -> Any:
-        if any(entry.task_id == first.id and entry.message for entry in entries):
-            blip.set()  # the first progress write of its run
+        if any(entry.task_id == first.id and entry.ending is None for entry in entries):
+            blip.set()  # the first fence of a batch of its run (with its progress message or not)
         if blip.is_set():
             raise RuntimeError("the database blipped")
         return await write_round(conn, entries)

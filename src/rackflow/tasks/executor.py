@@ -39,10 +39,11 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   DeleteRack: the runs of its tasks, whose rows it writes, then its rack, `InventoryService.delete_rack`). A
   journal round locks the racks of the tasks it ends (`FOR NO KEY UPDATE`, in id order, as every change to
   which tasks of a rack may run: a submit, CancelTask, a promotion; `store.tasks.lock_racks`), writes its own
-  running tasks' rows, claims (`FOR UPDATE SKIP LOCKED`), and then its start gates lock what they decide by:
-  the budget rows (in id order; only claims and budget changes take them, and neither waits for anything else
-  while holding one), then the claimed tasks' rollout runs, out of order and so never waited for: taken only
-  when free (`FOR UPDATE SKIP LOCKED`), a task of a run another transaction holds is held until the next claim
+  running tasks' rows or locks them as a write would (`FOR NO KEY UPDATE`, `task_runs.fence`), claims (`FOR
+  UPDATE SKIP LOCKED`), and then its start gates lock what they decide by: the budget rows (in id order; only
+  claims and budget changes take them, and neither waits for anything else while holding one), then the
+  claimed tasks' rollout runs, out of order and so never waited for: taken only when free (`FOR UPDATE SKIP
+  LOCKED`), a task of a run another transaction holds is held until the next claim
   (`rollouts.gate`). The claim writes its task rows again (a gate's hold or refusal, a hold cleared, the first
   progress message), and PostgreSQL checks a row's foreign key again whenever the transaction that wrote it
   writes it again, key changed or not: each such write takes `FOR KEY SHARE` on the task's rack, after the
@@ -95,7 +96,11 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   pauses the schedules of the runs it halts before it starts any run's wave (`RolloutService.advance`)
   (tests/store/test_schedule_lock_order.py).
 * Fencing. Every write while running is conditional on "still RUNNING and still mine": an executor whose
-  task was cancelled, or taken over while it was cut off, finds out before its next step and stops.
+  task was cancelled, or taken over while it was cut off, finds out before its next step and stops. Each
+  batch of steps is fenced so, in a journal round before it starts, though its progress message is not
+  written then (a tick writes the messages owed every `progress_interval`): the round locks the task's
+  row as the write would have (`task_runs.fence`), so a cancel or a takeover either committed before the
+  round, and the batch does not start, or waits for (or passes over) the row until the round committed.
 * Cut short. A run an error cuts short (a journal round that failed) leaves its task RUNNING and this
   instance's, for its next claim to take up again. One cancelled meanwhile is no longer RUNNING, so no
   claim takes it; at the dead-hold cadence (every `lease_ttl`) the instance lets go of the tasks it holds
@@ -107,10 +112,10 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
 Design note, why the executor is cheap (it shares the event loop and the pool with the API and the
 dispatcher): the running tasks' writes go through one journal (`store.group_commit`). Each round is one
 transaction holding every write queued since the last: the endings (finish or let go, and promotion
-when the rack has waiting tasks), the next steps' progress messages, what the steps changed in the
-inventory (each backend step returns its `ComponentChange`: backends are drivers that touch no database,
-and the executor is the only writer), and the claim of as many new tasks as there is room for, the ending
-ones' slots included. So the executor never holds more than one connection for its tasks (plus one now
+when the rack has waiting tasks), the next steps' fences and the progress messages owed, what the steps
+changed in the inventory (each backend step returns its `ComponentChange`: backends are drivers that touch no
+database, and the executor is the only writer), and the claim of as many new tasks as there is room for, the
+ending ones' slots included. So the executor never holds more than one connection for its tasks (plus one now
 and then for its heartbeat and its sweep) however many it runs, and a task costs a fraction of a
 transaction. The sweep for what nothing else catches (expired waiting tasks, dead instances' holds,
 stuck racks, a gate's holds that outlasted what held them: `gates.LooksAgain`, and what an instance owed
@@ -141,6 +146,7 @@ from rackflow.config import (
     DEFAULT_EXECUTOR_POLL_INTERVAL,
     DEFAULT_LEASE_TTL,
     DEFAULT_MAX_CONCURRENT_TASKS,
+    DEFAULT_PROGRESS_INTERVAL,
     DEFAULT_START_DEADLINE,
     DEFAULT_SWEEP_INTERVAL,
 )
@@ -223,7 +229,8 @@ class _Run:
 @dataclass(frozen=True)
 class _Entry:
     """One running task's write in a journal round: what its last steps changed, and then either the
-    progress message of its next batch of steps or its ending."""
+    fence of its next batch of steps or its ending; or the progress message of its batch under way (the
+    progress tick's); or what a step records before it acts (`steps`)."""
 
     task_id: uuid.UUID | None
     changes: tuple[ComponentChange, ...]
@@ -263,10 +270,13 @@ class Executor:
         max_concurrent: int = DEFAULT_MAX_CONCURRENT_TASKS,
         sweep_interval: float = DEFAULT_SWEEP_INTERVAL.total_seconds(),
         default_start_deadline: timedelta | None = DEFAULT_START_DEADLINE,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL.total_seconds(),
     ) -> None:
         """`default_start_deadline`: the server's, for a schedule without its own (as the planner's), so
         that a task found too late names its firing's deadline even before the write-back recorded it;
-        `backstops`: run with the gates' look again (`_look_again`)."""
+        `backstops`: run with the gates' look again (`_look_again`); `progress_interval`
+        (positive): how often the running tasks' progress messages are written, and so how far at most they
+        lag (`_tick_progress`)."""
         self.db = db
         self.clock = clock
         self.backend = backend
@@ -280,12 +290,15 @@ class Executor:
         self.max_concurrent = max_concurrent
         self.sweep_interval = sweep_interval
         self.default_start_deadline = default_start_deadline
+        self.progress_interval = timedelta(seconds=progress_interval)
         self._wake = asyncio.Event()
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._journal: GroupCommit[_Entry, _Written] = GroupCommit(
             db, self._write_round, after_commit=self._after_round
         )
         self._claimed: list[_Run] = []  # by the round being written; started once it commits
+        # The progress messages of the batches under way that are not written yet, by task (`_tick_progress`).
+        self._owed: dict[uuid.UUID, str] = {}
         # Tasks this executor's claims held for an answer, and the hold each got (gate, until): each keeps
         # a slot while that hold is in force (the design note's "slots kept for answers").
         self._awaiting: dict[uuid.UUID, tuple[str, datetime]] = {}
@@ -322,6 +335,7 @@ class Executor:
     async def run(self, stop: asyncio.Event) -> None:
         await self._register(stop)
         lease = asyncio.create_task(self._keep_lease(stop), name="executor lease")
+        ticks = asyncio.create_task(self._tick_progress(stop), name="executor progress")
         try:
             while not stop.is_set():
                 try:
@@ -332,10 +346,11 @@ class Executor:
         finally:
             self._stopping = True
             lease.cancel()
+            ticks.cancel()
             runs = list(self._running.values())
             for run in runs:
                 run.cancel()
-            await asyncio.gather(lease, *runs, return_exceptions=True)
+            await asyncio.gather(lease, ticks, *runs, return_exceptions=True)
             await self._journal.close()
             try:
                 await instances.unregister(self.db, self.instance_id)
@@ -512,6 +527,21 @@ class Executor:
             except Exception:
                 logs.failed(log, "heartbeat of instance %s failed", self.instance_id)
 
+    async def _tick_progress(self, stop: asyncio.Event) -> None:
+        """Every `progress_interval`, write the progress message of each batch under way whose message is
+        not written yet (`_owed`), each task's fenced as every write of a running task is: so a task's
+        message lags the batch under way by at most the interval (and a journal round), and its row is
+        rewritten at most once an interval, not at every batch. Those of a tick whose write fails (an
+        outage) are left to the next batches' messages."""
+        while not await sleep_unless_stopped(stop, self.progress_interval):
+            owed, self._owed = self._owed, {}
+            try:
+                await asyncio.gather(
+                    *(self._journal.write(_Entry(i, (), message=m)) for i, m in owed.items())
+                )
+            except Exception:
+                logs.failed(log, "writing the progress of %d task(s) failed", len(owed), then="; going on")
+
     async def _nap(self, stop: asyncio.Event) -> None:
         await sleep_unless_woken(stop, self._wake, self.poll_interval)
         self._wake.clear()
@@ -542,6 +572,7 @@ class Executor:
             logs.failed(log, "task %s: run interrupted", task.id, then="; it will be run again")
         finally:
             self._running.pop(task.id, None)
+            self._owed.pop(task.id, None)
             self.wake()
 
     async def _execute(self, run: _Run, changes: list[ComponentChange]) -> tuple[Outcome, bool] | None:
@@ -549,9 +580,11 @@ class Executor:
         was), or None when the task stopped being ours. `changes` collects what the steps changed and the
         journal has not written yet.
 
-        The first batch's progress was written with the claim; each later one is written (with what the
-        batch before changed) before the batch starts, which is also where a cancellation or a takeover
-        is noticed.
+        Each batch after the first is fenced before it starts, in a journal round with what the batch
+        before changed: that is where a cancellation or a takeover is noticed, and the batch does not
+        start. Its progress message is not written there: the first batch's was written with the claim,
+        a later one's is owed to the progress tick (`_tick_progress`), so a task of many quick steps
+        rewrites its row a few times, not at every step (docs/CAPACITY.md, "Racks of 36 components").
         """
         if run.refusal is not None:
             return (run.refusal.ends_as, run.refusal.reason), False
@@ -559,10 +592,11 @@ class Executor:
         notes: list[tuple[int, str]] = []
         for index, batch in enumerate(run.batches):
             if index > 0:
-                entry = _Entry(task.id, tuple(changes), message=run.progress(batch))
+                entry = _Entry(task.id, tuple(changes))
                 changes.clear()
                 if not (await self._journal.write(entry)).ours:
                     return None
+                self._owed[task.id] = run.progress(batch)
             outcomes = await asyncio.gather(*(self._step(run, c, n, changes, notes) for n, c in batch))
             unrecorded = [outcome for outcome in outcomes if isinstance(outcome, _Unrecorded)]
             for outcome in unrecorded:
@@ -607,7 +641,8 @@ class Executor:
 
     async def _write_round(self, conn: AsyncConnection, entries: Sequence[_Entry]) -> list[_Written]:
         """One journal round, one transaction: the running tasks' endings first (they lock racks, in id
-        order, before touching task rows, as every rack-changing transaction does), then progress, then
+        order, before touching task rows, as every rack-changing transaction does), then the progress
+        messages (written, fenced) and the next batches' fences (their tasks' rows locked alone), then
         what the steps changed (written whether or not the task is still ours: the hardware did change),
         then claims for the room there is, counting the slots the ending tasks free (holding those racks,
         the claim takes no run's row it would wait for: the lock order of the design note)."""
@@ -619,6 +654,8 @@ class Executor:
         now = self.clock.now()
         await outbox.record_events(conn, events.tasks_failed(endings, let_go.finished if let_go else (), now))
         held = await task_runs.record_progress(conn, messages, owner_id=self.instance_id, now=now)
+        fenced = {e.task_id for e in entries if e.task_id is not None and e.ending is None and not e.steps}
+        held |= await task_runs.fence(conn, fenced - messages.keys(), owner_id=self.instance_id)
         steps = [record for entry in entries for record in entry.steps]
         held |= await task_runs.record_steps(conn, steps, owner_id=self.instance_id)
         await task_runs.record_changes(conn, (change for entry in entries for change in entry.changes))
