@@ -316,10 +316,10 @@ async def walking_in_order(conn: AsyncConnection) -> AsyncIterator[None]:
         yield
         return
     await conn.execute(_WALK_OFF)
-    try:
-        yield
-    finally:
-        await conn.execute(_WALK_RESET)
+    yield
+    # Set back only after the block succeeded: a statement that failed aborted the transaction, which
+    # discards the settings as it rolls back, and a statement sent now would fail too and hide its error.
+    await conn.execute(_WALK_RESET)
 
 
 def keys_shared(dialect: str, stmt: _S) -> _S:

@@ -1,0 +1,42 @@
+"""`store.dialect.walking_in_order`: the planner settings of a walk in order hold for the block's statements
+only, and a statement of the block that fails keeps its own error (tests/store/test_task_indexes.py holds the
+claim's plan with them)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from rackflow.store.db import Database
+from rackflow.store.dialect import walking_in_order
+
+SETTINGS = text("SELECT current_setting('enable_bitmapscan'), current_setting('enable_sort')")
+
+
+@pytest.mark.postgres
+async def test_a_walk_turns_bitmaps_and_sorts_off_for_its_block_only(postgres_url: str) -> None:
+    db = Database(postgres_url)
+    try:
+        async with db.transaction() as conn:
+            async with walking_in_order(conn):
+                within = (await conn.execute(SETTINGS)).one()
+            after = (await conn.execute(SETTINGS)).one()
+    finally:
+        await db.dispose()
+    assert tuple(within) == ("off", "off")
+    assert tuple(after) == ("on", "on")
+
+
+async def test_a_statement_that_fails_in_a_walk_keeps_its_own_error(db_url: str) -> None:
+    # Setting the planner back after a failed statement was a second statement in an aborted transaction
+    # ("current transaction is aborted"), which replaced the error the callers tell outages and lock
+    # timeouts by.
+    db = Database(db_url)
+    try:
+        with pytest.raises(Exception) as raised:
+            async with db.transaction() as conn, walking_in_order(conn):
+                await conn.execute(text("SELECT id FROM no_such_table"))
+    finally:
+        await db.dispose()
+    assert "no_such_table" in str(raised.value)
+    assert "aborted" not in str(raised.value)
