@@ -196,6 +196,13 @@ def weakens(before: ApprovalPolicy | None, after: ApprovalPolicy | None) -> bool
     return before is not None and (after is None or after.min_approvers < before.min_approvers)
 
 
+def may_weaken(caller: Principal) -> bool:
+    """Whether `caller` may weaken a schedule's approval gate (`check_may_weaken`): the approver role. The
+    console asks it too, to offer an operator no weaker gate than a schedule has rather than a choice the
+    service would refuse on save."""
+    return caller.role.holds(Role.APPROVER)
+
+
 def check_may_weaken(
     before: ApprovalPolicy | None,
     after: ApprovalPolicy | None,
@@ -213,7 +220,7 @@ def check_may_weaken(
     `min_approvers` or delete the schedule, then trigger what it held (or make it again without one), and
     the approval gate were for show. Without authentication every caller holds the approver role, so
     nothing changes there."""
-    if before is None or caller is None or caller.role.holds(Role.APPROVER) or not weakens(before, after):
+    if before is None or caller is None or may_weaken(caller) or not weakens(before, after):
         return
     if deleting:
         doing = f"deleting schedule {schedule!r}, whose runs need approval ({before.describe()}),"
