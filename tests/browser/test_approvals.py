@@ -1,8 +1,10 @@
 """Approval on the run's page in headless Chromium against a real `rackflow serve` that requires tokens
 (docs/SAFETY.md, "Approval"): an operator is offered no Approve or Reject, the schedule's last editor is
 refused by the two-person rule with the reason in the dialog, another approver approves with a comment and
-sees the run start; a second run is rejected with its reason. The buttons post through the dashboard's
-JSON API and its security (the token, the same-origin check). Roles do not depend on the database: SQLite."""
+sees the run start; a second run is rejected with its reason; an operator's edit form keeps a schedule's
+approval on and its approvers needed, and its Delete is disabled, each saying why. The buttons post through
+the dashboard's JSON API and its security (the token, the same-origin check). Roles do not depend on the
+database: SQLite."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from rackflow.security import hash_token
 from rackflow.v1 import flow_pb2 as pb
-from tests.browser.page import by_testid, text, visible, wait
+from tests.browser.page import SHOTS, by_testid, text, visible, wait
+from tests.browser.test_forms import field
 from tests.browser.test_tokens import give_token
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import schedule_request
@@ -134,3 +138,34 @@ def test_an_approver_rejects_with_a_reason(server: ServerProcess, driver: WebDri
     wait(driver, lambda d: "rejected" in text(d, "run-state"), "the run rejected, without a reload")
     assert text(driver, "run-reason") == "rejected by lead: not during the freeze"
     assert {r.get_attribute("data-outcome") for r in by_testid(driver, "run-rack")} == {"not_started"}
+
+
+def test_an_operator_is_offered_no_weaker_approval_gate(server: ServerProcess, driver: WebDriver) -> None:
+    """An operator's edit form of a schedule needing 2 approvers (the operator edited it last, so 'editor'
+    and 'lead' may approve) keeps approval on and its approvers needed at 2 or more, saying why; what the
+    operator may change still saves, the policy with it; the schedule's Delete is disabled, saying why.
+    (tests/web/test_page_roles.py checks both pages for each role.)"""
+    request = schedule_request("held", ["a1"], spec_type=pb.SCHEDULE_SPEC_TYPE_INTERVAL, spec="24h")
+    request.schedule.approval.CopyFrom(pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2))
+    server.stub().CreateTaskSchedule(request, metadata=_as(OPERATOR))
+    driver.get(f"{server.http_url}/schedules/held/edit")
+    give_token(driver, OPERATOR)
+    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "main h1").text == "Edit held", "the edit form")
+    assert text(driver, "approval-locked") == (
+        "Only the approver role may remove or lower this schedule's approval (docs/SAFETY.md): it stays "
+        "on, with at least 2 approvers."
+    )
+    approval = visible(driver, "form-approval-on")
+    approval.click()
+    assert approval.is_selected() and not approval.is_enabled()
+    needed = visible(driver, "form-approval-min_approvers")
+    needed.send_keys(Keys.ARROW_DOWN)  # a number input stops at its min
+    assert needed.get_attribute("value") == "2"
+    driver.save_screenshot(str(SHOTS / "schedule-form-approval-held.png"))
+
+    field(driver, "form-approval-timeout", "8h")
+    visible(driver, "form-save").click()
+    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "main h1").text == "held", "the schedule's page")
+    assert text(driver, "schedule-approval") == "2 approvers within 8h · last edited by oncall"
+    assert not visible(driver, "action-delete").is_enabled()
+    assert text(driver, "delete-locked").startswith("Only the approver role may delete this schedule")

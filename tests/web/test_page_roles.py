@@ -1,18 +1,24 @@
 """Pages offer an action only to a role that may do it: a viewer sees no Pause, Resume, Trigger or Cancel
-button (each would end in a 403); an operator sees them all. The rule is the API's (`authorize`)."""
+button (each would end in a 403); an operator sees them all. The rule is the API's (`authorize`). Nor is an
+operator offered a weaker approval gate for a schedule that has one (`check_may_weaken`)."""
 
 from __future__ import annotations
+
+import re
+from datetime import timedelta
 
 import httpx
 import pytest
 
+from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.tasks import TaskStatus
 from rackflow.security import TokenTable
 from rackflow.services import Services
-from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN
+from tests.api.secured import OPERATOR_TOKEN, VIEWER_TOKEN
+from tests.api.test_approvals_api import LEAD_TOKEN, TOKENS
 from tests.web.conftest import end_task, make_racks, make_schedule
-from tests.web.test_pages import FRAGMENT, tagged
+from tests.web.test_pages import FRAGMENT, attribute, tagged, tagged_text
 
 ACTIONS = (
     "action-pause",
@@ -26,6 +32,7 @@ ACTIONS = (
 
 @pytest.fixture
 def tokens() -> TokenTable | None:
+    """A viewer's, an operator's (`oncall`) and approvers' (`lead`, `second`)."""
     return TOKENS
 
 
@@ -73,3 +80,45 @@ async def test_an_operator_sees_every_action(http: httpx.AsyncClient, services: 
     assert shown["schedule"] == {"action-pause", "action-trigger"}
     assert shown["run"] == {"action-resume-run", "action-cancel-run"}
     assert shown["tasks"] == shown["task"] == {"action-cancel"}
+
+
+def disabled(tag: str) -> bool:
+    return re.search(r"\sdisabled[\s>]", tag) is not None
+
+
+async def test_an_operator_is_offered_no_weaker_approval_gate(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """An operator's edit form of a schedule with an approval policy keeps approval on and its approvers
+    needed no fewer than now, and its page's Delete is disabled, each saying why; an approver is offered
+    all of it, and so is an operator for a schedule without a policy (the server refuses the rest anyway:
+    tests/web/test_json_writes.py)."""
+    await make_racks(services, "r1")
+    await make_schedule(services, "gated", "r1", approval=ApprovalPolicy(timedelta(hours=4), min_approvers=2))
+    await make_schedule(services, "open", "r1")
+
+    async def shown(path: str, token: str) -> str:
+        page = await http.get(path, headers={"Authorization": f"Bearer {token}", **FRAGMENT})
+        assert page.status_code == 200, page.text
+        return page.text
+
+    why = "Only the approver role may remove or lower this schedule's approval (docs/SAFETY.md)"
+    form = await shown("/schedules/gated/edit", OPERATOR_TOKEN)
+    (box,) = tagged(form, "form-approval-on")
+    assert "checked" in box and disabled(box)
+    (needed,) = tagged(form, "form-approval-min_approvers")
+    assert [attribute(needed, name) for name in ("type", "min", "value")] == ["number", "2", "2"]
+    assert why in tagged_text(form, "approval-locked")
+    page = await shown("/schedules/gated", OPERATOR_TOKEN)
+    (delete,) = tagged(page, "action-delete")
+    assert disabled(delete) and "data-post" not in delete
+    assert "Only the approver role may delete this schedule" in tagged_text(page, "delete-locked")
+
+    for path, token in (("/schedules/gated", LEAD_TOKEN), ("/schedules/open", OPERATOR_TOKEN)):
+        form = await shown(f"{path}/edit", token)
+        (box,) = tagged(form, "form-approval-on")
+        (needed,) = tagged(form, "form-approval-min_approvers")
+        assert not disabled(box) and "min=" not in needed and not tagged(form, "approval-locked")
+        page = await shown(path, token)
+        (delete,) = tagged(page, "action-delete")
+        assert not disabled(delete) and "data-post" in delete and not tagged(page, "delete-locked")

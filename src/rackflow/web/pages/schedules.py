@@ -30,6 +30,7 @@ from rackflow.api.auth import authorize
 from rackflow.api.convert import message_json, page_from, page_token
 from rackflow.api.convert.tasks import operation_kind_from
 from rackflow.config import SEARCH_WALK
+from rackflow.domain.approvals import may_weaken
 from rackflow.domain.inventory import ComponentsFilter, ComponentType, TypesFilter
 from rackflow.domain.schedules import Run, Schedule, short_search
 from rackflow.domain.tasks import OperationKind
@@ -145,14 +146,18 @@ def routes(site: Site) -> list[Route]:
 
     async def schedule_page(request: Request) -> Response:
         ref = request.path_params["ref"]
-        return await site.page(request, "schedule.html", ref, lambda _: _one(site, request, ref))
+        return await site.page(request, "schedule.html", ref, lambda who: _one(site, request, who, ref))
 
     async def new_schedule(request: Request) -> Response:
-        return await site.page(request, "schedule_form.html", "New schedule", lambda _: _form(site, None))
+        return await site.page(
+            request, "schedule_form.html", "New schedule", lambda who: _form(site, who, None)
+        )
 
     async def edit_schedule(request: Request) -> Response:
         ref = request.path_params["ref"]
-        return await site.page(request, "schedule_form.html", f"Edit {ref}", lambda _: _form(site, ref))
+        return await site.page(
+            request, "schedule_form.html", f"Edit {ref}", lambda who: _form(site, who, ref)
+        )
 
     async def names(request: Request) -> Response:
         return await site.data(request, lambda principal: _names(site, principal, request))
@@ -209,10 +214,18 @@ async def _preview(site: Site, principal: Principal, request: Request) -> Mappin
     return {**message_json(answer), "shown": {name: shown(name) for name in sorted(names)}}
 
 
-async def _form(site: Site, ref: str | None) -> Mapping[str, Any]:
+def gate_held(schedule: Schedule, principal: Principal) -> bool:
+    """Whether the page offers `principal` no weaker approval gate than `schedule` has: it has a policy,
+    and the caller's role may not weaken it (`may_weaken`). The edit form then keeps approval on with its
+    approvers needed no fewer than now, and the schedule's Delete is disabled, each saying why, rather
+    than offer what the service refuses on save (`check_may_weaken`, which stays the final word)."""
+    return schedule.approval is not None and not may_weaken(principal)
+
+
+async def _form(site: Site, principal: Principal, ref: str | None) -> Mapping[str, Any]:
     """What the schedule form offers (operations, zones; racks and domains are looked up by name as they
     are typed: `_names`) and, to edit, the schedule with its racks by name and the component types its
-    scopes share (none: all components)."""
+    scopes share (none: all components), and whether its approval gate is held (`gate_held`)."""
     services = site.services
     context: dict[str, Any] = {
         "operations": list(OperationKind),
@@ -222,6 +235,7 @@ async def _form(site: Site, ref: str | None) -> Mapping[str, Any]:
         "scope_racks": [],
         "scope_types": [],
         "mixed_filters": False,
+        "gate_held": False,
     }
     if ref is None:
         return context
@@ -235,6 +249,7 @@ async def _form(site: Site, ref: str | None) -> Mapping[str, Any]:
         scope_racks=sorted(names[s.rack_id] for s in scopes if s.rack_id in names),
         scope_types=sorted(t.value for t in shared.types) if isinstance(shared, TypesFilter) else [],
         mixed_filters=len(filters) > 1 or isinstance(shared, ComponentsFilter),
+        gate_held=gate_held(schedule, principal),
     )
     return context
 
@@ -318,12 +333,12 @@ def upcoming(site: Site, schedule: Schedule) -> list[Any]:
     return [schedule.next_run_at, *later]
 
 
-async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
+async def _one(site: Site, request: Request, principal: Principal, ref: str) -> Mapping[str, Any]:
     """The schedule, and its runs grid a page of racks at a time (RACKS_PER_PAGE rows: the scope's racks
     by name, then racks that have left it or the inventory), whose cells are read from the outcomes of
     those racks only and whose column verdicts are counted in the database (`grid_outcomes`): the grid of
     10,000 racks × 20 firings parsed and rendered 200,000 cells (docs/PERFORMANCE.md, issue 29). The
-    scope table shows the same page's racks."""
+    scope table shows the same page's racks. Its Delete is disabled where the gate is held (`gate_held`)."""
     services = site.services
     schedule = await services.schedules.get(await refs.schedule_id(services, ref, "id"))
     page = page_number(request)
@@ -361,6 +376,7 @@ async def _one(site: Site, request: Request, ref: str) -> Mapping[str, Any]:
     live = await services.rollouts.live([schedule.id])
     return {
         "schedule": schedule,
+        "gate_held": gate_held(schedule, principal),
         "default_start_deadline": services.schedules.default_start_deadline,
         "live_rollout": live.get(schedule.id),
         "rollout": rollout,
