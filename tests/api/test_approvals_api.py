@@ -505,6 +505,37 @@ async def test_only_an_approver_may_remove_lower_or_delete_a_schedule_s_approval
     assert [s.name for s in listed.task_schedules] == ["fw"]
 
 
+async def test_an_edit_s_preview_refuses_what_its_save_would_weaken(
+    secured: FlowStub, services: Services
+) -> None:
+    """The form's preview of fw's edit that lowers its min_approvers is refused to oncall (operator) as the
+    save would be, with UpdateTaskSchedule's message and field, so the form says so as it is typed; lead's
+    (approver) is answered, and so are oncall's of an edit that keeps the gate and of a new schedule."""
+    stub = secured
+    await make_rack(services, "r1")
+    oncall, lead = bearer(OPERATOR_TOKEN), bearer(LEAD_TOKEN)
+    two = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=2)
+    one = pb.ApprovalPolicy(required=True, timeout="4h", min_approvers=1)
+    schedule = await _create(stub, two, oncall)
+
+    def preview(approval: pb.ApprovalPolicy, editing: pb.UUID | None) -> pb.PreviewTaskScheduleRequest:
+        draft = pb.CreateTaskScheduleRequest(schedule=config("fw"), operation=power_off("r1"))
+        draft.schedule.approval.CopyFrom(approval)
+        return pb.PreviewTaskScheduleRequest(id=editing, draft=draft, count=1)
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.PreviewTaskSchedule(preview(one, schedule.id), metadata=oncall)
+    message = f"schedule.approval: lowering the approvers schedule 'fw' needs from 2 to 1 {WEAKEN_WHY}"
+    assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.PERMISSION_DENIED, message)
+    for request, metadata in (
+        (preview(one, schedule.id), lead),
+        (preview(two, schedule.id), oncall),
+        (preview(one, None), oncall),
+    ):
+        answered = await stub.PreviewTaskSchedule(request, metadata=metadata)
+        assert [f.needs_approval for f in answered.firings] == [True]
+
+
 async def test_the_cli_says_an_operator_may_not_remove_the_approval_or_delete_the_schedule(
     services: Services,
 ) -> None:

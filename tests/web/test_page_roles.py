@@ -122,3 +122,41 @@ async def test_an_operator_is_offered_no_weaker_approval_gate(
         page = await shown(path, token)
         (delete,) = tagged(page, "action-delete")
         assert not disabled(delete) and "data-post" in delete and not tagged(page, "delete-locked")
+
+
+async def test_an_operator_s_preview_of_a_weaker_gate_is_refused_beside_the_field(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """The edit form's preview (`POST /previews/schedule` with the schedule's id) of approvers needed typed
+    lower than now is refused to an operator as its save would be, naming `schedule.approval`, which the
+    form has a place for beside the approval fields; an approver's is answered."""
+    await make_racks(services, "r1")
+    gated = await make_schedule(
+        services, "gated", "r1", approval=ApprovalPolicy(timedelta(hours=4), min_approvers=2)
+    )
+    draft = {
+        "schedule": {
+            "name": "gated",
+            "spec": {"type": "SCHEDULE_SPEC_TYPE_INTERVAL", "spec": "6h"},
+            "approval": {"required": True, "timeout": "4h", "min_approvers": 1},
+        },
+        "operation": {"power_reset": {"target_spec": {"racks": {"targets": [{"name": "r1"}]}}}},
+    }
+    body = {"id": {"id": str(gated.id)}, "draft": draft, "count": 1}
+
+    def as_(token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    answer = await http.post("/previews/schedule", json=body, headers=as_(OPERATOR_TOKEN))
+    assert answer.status_code == 403, answer.text
+    assert answer.json() == {
+        "code": "PERMISSION_DENIED",
+        "message": "schedule.approval: lowering the approvers schedule 'gated' needs from 2 to 1 needs the "
+        "approver role: the operator role of 'oncall' may not weaken the approval of runs it may not approve",
+        "field": "schedule.approval",
+    }
+    form = await http.get("/schedules/gated/edit", headers={**as_(OPERATOR_TOKEN), **FRAGMENT})
+    assert tagged(form.text, "error-schedule.approval")
+    answer = await http.post("/previews/schedule", json=body, headers=as_(LEAD_TOKEN))
+    assert answer.status_code == 200, answer.text
+    assert [f["needs_approval"] for f in answer.json()["firings"]] == [True]

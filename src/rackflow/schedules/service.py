@@ -1414,14 +1414,23 @@ class ScheduleService:
         """The next `count` firings of an unsaved schedule and each of its racks' decision, planned as
         `preview_schedule` plans a saved one. `editing`: the draft is that schedule's edit, so a rack
         already in its scope keeps its scope (and last task: the overlap check sees it) and its live
-        rollout counts, and its name is checked as UpdateTaskSchedule checks it (`Draft.checked`'s `was`);
-        the draft itself is previewed enabled."""
+        rollout counts, and its name is checked as UpdateTaskSchedule checks it (`Draft.checked`'s `was`),
+        as is a weaker approval gate than the schedule's (`check_may_weaken`), so a form says what its save
+        would refuse as it is typed; the draft itself is previewed enabled."""
         count = preview_count(count)
         now = self.clock.now()
         async with self.db.read() as conn:
             current = await self._load(conn, editing) if editing else None
             was = current.name if current is not None else None
             schedule = draft.checked(editing or new_id(), now, named=False, was=was)
+            if current is not None:
+                check_may_weaken(
+                    current.approval,
+                    schedule.approval,
+                    current_principal.get(),
+                    schedule=current.name,
+                    field=APPROVAL_PATH,
+                )
             check_approvable(schedule.approval, self.approvers, schedule.last_edited_by, MIN_APPROVERS_PATH)
             saved = await store.list_scopes(conn, current.id) if current is not None else []
             kept = {scope.rack_id: scope for scope in saved}
