@@ -2720,7 +2720,9 @@ class PreviewTaskScheduleRequest(_message.Message):
     CreateTaskSchedule takes it, validated as create validates it (less its name, which may be empty and is
     not checked for uniqueness), errors naming the field under `draft.`; its racks are the target spec's. With
     `draft` and `id`, it is that schedule's edit: a rack already in its scope keeps its last task, so the
-    overlap decision is the saved schedule's, and the draft is previewed enabled.
+    overlap decision is the saved schedule's, and the draft is previewed enabled; a draft that would weaken
+    its approval gate is refused as UpdateTaskSchedule refuses it (PERMISSION_DENIED, `schedule.approval`,
+    unless the caller holds the approver role).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
