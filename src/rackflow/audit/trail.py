@@ -173,6 +173,21 @@ class AuditTrail:
             schedule_id=schedule_id,
         )
 
+    async def record_rackflow_run_end(
+        self, method: str, run_id: uuid.UUID, schedule_id: uuid.UUID, reason: str
+    ) -> None:
+        """Record a run rackflow ended itself, once it committed (`method`: an approval's expiry, a
+        rollout's cancel at its firmware window's end), by rackflow, naming the run and its schedule, with
+        the reason."""
+        await self.record(
+            principal=SYSTEM_PRINCIPAL,
+            method=method,
+            target_ids=[str(schedule_id), str(run_id)],
+            outcome=OK,
+            request={"id": str(run_id), "reason": reason},
+            schedule_id=schedule_id,
+        )
+
     def _spool_or_lose(self, pending: store.PendingEvent, why: Unavailable) -> None:
         """Spool an event the database could not take; when that fails too, say loudly that it is lost."""
         event = pending.event

@@ -58,7 +58,7 @@ from rackflow import metrics
 from rackflow.audit.trail import AuditTrail
 from rackflow.clock import Clock
 from rackflow.config import ROLLOUT_STEP_BATCH
-from rackflow.domain.audit import OK, SYSTEM_PRINCIPAL
+from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.firing import deadline_end, plan_starts, window_ended_reason
 from rackflow.domain.rollouts import (
     ENDED,
@@ -305,13 +305,8 @@ class RolloutService:
             metrics.ROLLOUT_RACKS_STARTED.inc(len(step.task_ids))
         for cancelled, endings in ended:
             self.tasks.after_ended(endings)
-            await self.audit.record(
-                principal=SYSTEM_PRINCIPAL,
-                method="CancelTaskScheduleRun",
-                target_ids=[str(cancelled.schedule_id), str(cancelled.id)],
-                outcome=OK,
-                request={"id": str(cancelled.id), "reason": cancelled.reason},
-                schedule_id=cancelled.schedule_id,
+            await self.audit.record_rackflow_run_end(
+                "CancelTaskScheduleRun", cancelled.id, cancelled.schedule_id, cancelled.reason
             )
         for run, reason in paused:
             await self.audit.record_rackflow_pause(run.schedule_id, reason, run_id=run.id)

@@ -379,13 +379,8 @@ class Dispatcher:
         if self.approvals is None:
             return
         for item in await self.approvals.expire_overdue():
-            await self.audit.record(
-                principal=SYSTEM_PRINCIPAL,
-                method=EXPIRE_RUN,
-                target_ids=[str(item.run.schedule_id), str(item.run.id)],
-                outcome=OK,
-                request={"id": str(item.run.id), "reason": item.reason},
-                schedule_id=item.run.schedule_id,
+            await self.audit.record_rackflow_run_end(
+                EXPIRE_RUN, item.run.id, item.run.schedule_id, item.reason
             )
 
     async def pause_failing_schedules(self) -> None:
