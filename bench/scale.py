@@ -819,6 +819,8 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
             same_operations(
                 ws.url, spread_picks(args.drain, args.schedules, args.drain_first + round_ * args.drain)
             )
+            if args.empty_sql:
+                run_sql(ws.url, args.empty_sql)
             if args.io:
                 track_io_timing(ws.url)
             if args.checkpoint:
@@ -829,6 +831,19 @@ def measure_drain(url: str, log_dir: Path, args: argparse.Namespace) -> None:
             drained_result("empty", round_, args.drain, empty)
     ratio = (sum(loaded_rates) / len(loaded_rates)) / (sum(empty_rates) / len(empty_rates))
     result("scale_drain_ratio", loaded_over_empty=ratio, target=0.8, met="yes" if ratio >= 0.8 else "no")
+
+
+def run_sql(url: str, statements: str) -> None:
+    """`--empty-sql`: the `;`-separated statements, then ANALYZE, on the empty database once it is loaded,
+    so that a schema change made by hand to the loaded database (an index dropped, say) is on both sides
+    of the comparison."""
+    engine = sync_engine(url)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for statement in filter(str.strip, statements.split(";")):
+            conn.execute(text(statement))
+        conn.execute(text("ANALYZE"))
+    engine.dispose()
+    print(f"# empty database: ran --empty-sql {statements!r}", flush=True)
 
 
 def checkpoint(url: str) -> None:
@@ -940,6 +955,12 @@ def main() -> None:
         "--checkpoint",
         action="store_true",
         help="a CHECKPOINT before each drain, which then pays every full-page image a firing would",
+    )
+    parser.add_argument(
+        "--empty-sql",
+        default="",
+        help="statements (`;`-separated) run on each empty database after its load: the same schema change "
+        "on both sides when one is probed on the loaded database by hand (docs/PERFORMANCE.md)",
     )
     parser.add_argument(
         "--io", action="store_true", help="what each drain read, wrote and waited on (bench/_pg_io.py)"
