@@ -24,7 +24,6 @@ from rackflow.errors import FailedPrecondition
 from rackflow.services import Services
 from rackflow.store import audit as audit_store
 from rackflow.store import paging
-from rackflow.store import schedules as schedule_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule
 from rackflow.v1 import flow_pb2 as pb
@@ -349,7 +348,7 @@ async def test_a_short_search_pages_on_past_pages_that_found_nothing(
     short, even empty, with a token that searches on from where its walk stopped; walking the tokens gives
     the unpaged search, every match once. `total` counts the matches of the first walk only, so it says
     it is capped. Its tokens are the list's: another order's, or a broken one, is refused."""
-    monkeypatch.setattr(schedule_store, "SEARCH_WALK", 2)
+    monkeypatch.setattr(paging, "SEARCH_WALK", 2)
 
     def search(pagination: pb.Pagination) -> Any:
         return stub.ListTaskSchedules(

@@ -23,6 +23,7 @@ from rackflow.domain.audit import OK
 from rackflow.ids import new_id
 from rackflow.services import Services
 from rackflow.store import audit as audit_store
+from rackflow.store import paging
 from rackflow.store.db import Database
 from rackflow.store.tables import audit_events
 from rackflow.v1 import flow_pb2 as pb
@@ -120,7 +121,7 @@ async def test_a_page_of_rows_stored_whole_ends_early_with_a_token_to_the_rest(
 ) -> None:
     # By target, a page on SQLite walks at most SEARCH_WALK events (its token: where the walk stopped): a
     # walk of 4 here, so that pages ended by the walk and by bytes meet.
-    monkeypatch.setattr(audit_store, "SEARCH_WALK", 4)
+    monkeypatch.setattr(paging, "SEARCH_WALK", 4)
     services = Services.build(db, FakeClock(T0))
     target = uuid.uuid4()
     # Newest first: huge ones (1.5 MiB, and one of 6 MiB, more than a client receives alone) among small.

@@ -12,6 +12,7 @@ import pytest
 
 from rackflow.domain.audit import OK, AuditEvent, EventFilter
 from rackflow.store import audit as store
+from rackflow.store import paging
 from rackflow.store.db import Database
 from rackflow.store.paging import Key, Listed
 from tests.store.query_plans import explain, statements_sent
@@ -122,7 +123,7 @@ async def test_a_page_by_target_on_sqlite_walks_a_bounded_range_and_paging_on_fi
     """SQLite has no index over `target_ids`: a page reads at most SEARCH_WALK events, comes back short (or
     empty) where its walk stopped, and says so; paging on finds every match, each once. PostgreSQL reads the
     matches from its index: full pages, an exact count."""
-    monkeypatch.setattr(store, "SEARCH_WALK", 4)
+    monkeypatch.setattr(paging, "SEARCH_WALK", 4)
     events = [_event(T0 + timedelta(minutes=i), *([RACK] if i in (0, 1, 9) else [])) for i in range(12)]
     await _insert(db, events)
 

@@ -22,6 +22,7 @@ from sqlalchemy import func, insert, select
 
 from rackflow.config import LIST_COUNT_CAP
 from rackflow.domain.schedules import Schedule
+from rackflow.store import paging
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.dialect import name_holds
@@ -145,7 +146,7 @@ async def test_a_shorter_text_walks_a_bounded_range(
     name. The page walks SEARCH_WALK schedules in the list's order (here 1,000 of the 20,000, where a
     range of the creation index is cheaper than a scan, as 10,000 are of a million): the walk's end found
     in the index, then the count and the page both bounded by it, no statement reading the table whole."""
-    monkeypatch.setattr(store, "SEARCH_WALK", 1_000)
+    monkeypatch.setattr(paging, "SEARCH_WALK", 1_000)
     walked = NAMES[:1_000]
     found, listed, plans = await _search(db, text)
     assert found == [name for name in walked if text.lower() in name.lower()][:50]

@@ -1,8 +1,9 @@
-"""A schedule name search of one or two characters (`store.short_search`: no trigram, so no index answers
-it) walks at most SEARCH_WALK schedules per page in the list's order and says where it stopped, so a rare
-text costs a bounded walk per page, not a read of every name (docs/PERFORMANCE.md, issue 29). Walking the
-pages on, from where each stopped, finds every match once, in the unpaged list's order, in every order and
-on both databases; the count covers the first walk only and says so."""
+"""A schedule name search of one or two characters (`domain.inventory.short_search`: no trigram, so no
+index answers it) walks at most SEARCH_WALK schedules per page in the list's order and says where it
+stopped (`store.paging.walked`), so a rare text costs a bounded walk per page, not a read of every name
+(docs/PERFORMANCE.md, issue 29). Walking the pages on, from where each stopped, finds every match once, in
+the unpaged list's order, in every order and on both databases; the count covers the first walk only and
+says so."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from sqlalchemy import update
 
 from rackflow.domain.schedules import Schedule, ScheduleOrder
+from rackflow.store import paging
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.paging import Key, Listed
@@ -31,7 +33,7 @@ ORDERS = [
 @pytest.fixture
 async def names(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The schedules, with ties and NULLs among their next and last runs; the walk bounded at WALK."""
-    monkeypatch.setattr(store, "SEARCH_WALK", WALK)
+    monkeypatch.setattr(paging, "SEARCH_WALK", WALK)
     env = make_env(db)
     rack = await env.rack("r1")
     for i, name in enumerate(NAMES):

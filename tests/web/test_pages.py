@@ -82,7 +82,7 @@ async def test_a_short_search_says_it_searches_on_until_it_has_looked_through_ev
     """A search of one or two characters looks through SEARCH_WALK schedules a page (here 2, by name): a
     page that found nothing says so of those schedules and links on; only the page whose walk reached the
     list's end says the search is over. A forged `after` is refused; a sort link starts from the top."""
-    monkeypatch.setattr(schedule_store, "SEARCH_WALK", 2)
+    monkeypatch.setattr(paging, "SEARCH_WALK", 2)
     monkeypatch.setattr(schedules_page, "SEARCH_WALK", 2)
     await make_racks(services, "r1")
     for name in ("a-1", "b-1", "c-1", "d-qx", "e-1"):

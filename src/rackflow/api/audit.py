@@ -34,7 +34,6 @@ from rackflow.api.auth import Behavior, FlowInterceptor, is_mutating, with_behav
 from rackflow.api.convert import (
     next_page_token,
     page_from,
-    page_token,
     required_uuid,
     timestamp_from,
     total_to,
@@ -334,14 +333,14 @@ class AuditRpcs:
         events, listed = await self.services.audit.list_events(
             matching, offset=page.offset, limit=page.limit, after=page.after
         )
-        total, capped = total_to(listed.total)
-        token = next_page_token("ListAuditEvents", page.limit, events, lambda e: (e.at, e.id))
+        total, capped = total_to(listed.total, bounded=listed.count_bounded)
         # A walked page, short or empty, searches on; a page that ended early, its bytes full, goes on.
-        if not token and listed.searched_to is not None:
-            token = page_token("ListAuditEvents", listed.searched_to)
+        token = next_page_token(
+            "ListAuditEvents", page.limit, events, lambda e: (e.at, e.id), listed.searched_to
+        )
         return pb.ListAuditEventsResponse(
             events=[audit_event_to(e) for e in events],
             total=total,
-            total_capped=capped or listed.count_bounded,
+            total_capped=capped,
             next_page_token=token,
         )

@@ -103,12 +103,12 @@ class ScheduleRpcs:
             limit=page.limit,
             after=page.after,
         )
-        response.total, response.total_capped = total_to(listed.total)
-        response.total_capped |= listed.count_bounded
-        if last and len(response.task_schedules) == page.limit:
-            response.next_page_token = page_token(listing, order.key_of(last[0]))
-        elif listed.searched_to is not None:  # a short search's page, short or empty: it searches on
-            response.next_page_token = page_token(listing, listed.searched_to)
+        response.total, response.total_capped = total_to(listed.total, bounded=listed.count_bounded)
+        # The page's rows are messages by now: its last schedule gives the key (a short search's page,
+        # short or empty, searches on from where its walk stopped).
+        response.next_page_token = next_page_token(
+            listing, page.limit, response.task_schedules, lambda _: order.key_of(last[0]), listed.searched_to
+        )
         return response
 
     @rpc

@@ -61,7 +61,7 @@ from rackflow.client import (
     with_targets,
 )
 from rackflow.domain.firing import late_text
-from rackflow.domain.schedules import short_search
+from rackflow.domain.inventory import short_search
 from rackflow.timespec import parse_go_duration
 from rackflow.v1 import flow_pb2 as pb
 

@@ -1,4 +1,5 @@
-"""Inventory values: racks, components, NVLink domains, and the target specs that select them."""
+"""Inventory values: racks, components, NVLink domains, and the target specs that select them; and the name
+search's rule for a short text, which the schedules' name search shares."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from rackflow.config import SHORT_SEARCH_TEXT
 from rackflow.frozen import quick_init
 
 
@@ -164,3 +166,10 @@ class RackSelection:
 
     rack_id: uuid.UUID
     filter: ComponentFilter | None = field(default=None)
+
+
+def short_search(name_contains: str) -> bool:
+    """A name search (of schedules, racks or NVLink domains) that no index answers: the text holds no
+    trigram (config.SHORT_SEARCH_TEXT). Each of its pages walks a bounded part of the list and may come
+    back short, even empty, before the list's end."""
+    return 0 < len(name_contains) < SHORT_SEARCH_TEXT

@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
-from rackflow.config import SHORT_SEARCH_TEXT
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.inventory import ComponentFilter
@@ -233,12 +232,6 @@ class ScheduleOrder:
 
 
 CREATION_ORDER = ScheduleOrder()  # ListTaskSchedules' order when none is asked for
-
-
-def short_search(name_contains: str) -> bool:
-    """A name search that no index answers (the text holds no trigram, config.SHORT_SEARCH_TEXT): each of
-    its pages walks a bounded part of the list and may come back short before the list's end."""
-    return 0 < len(name_contains) < SHORT_SEARCH_TEXT
 
 
 @quick_init

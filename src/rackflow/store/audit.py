@@ -13,13 +13,12 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.config import SEARCH_WALK
 from rackflow.domain.audit import EVERY_EVENT, AuditEvent, EventFilter, bounded_event
 from rackflow.store import audit_partitions as partitions
 from rackflow.store import run_partitions
 from rackflow.store.db import Database
 from rackflow.store.dialect import array_holds, indexes_array_items, insert_new
-from rackflow.store.paging import Key, Listed, after_key, count_capped, up_to_key
+from rackflow.store.paging import NOT_WALKED, Key, Listed, after_key, count_capped, keys_in_order, walked
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
 from rackflow.store.tables import audit_events, task_schedule, task_schedule_run, task_schedule_scope
 
@@ -103,10 +102,10 @@ async def list_events(
     DeleteRack's event names the schedules whose scope it changed there too, `audit.changes`). PostgreSQL
     reads them from the GIN index over `target_ids` (migration 0044; `_newest_matches`). SQLite has no
     index over a row's ids: a page (`limit`) walks at most SEARCH_WALK events after `after` in EVENT_ORDER
-    (narrowed by the other filters, which its indexes answer), may come back short or empty before the
-    trail's end, and says where it stopped (`Listed.searched_to`); its count is of the first SEARCH_WALK
-    events' matches (`Listed.count_bounded`). A request without a limit asked for every match: it is not
-    bounded.
+    (narrowed by the other filters, which its indexes answer: `paging.walked`), may come back short or
+    empty before the trail's end, and says where it stopped (`Listed.searched_to`); its count is of the
+    first SEARCH_WALK events' matches (`Listed.count_bounded`). A request without a limit asked for every
+    match: it is not bounded.
     """
     where: list[ColumnElement[bool]] = []
     if matching.since is not None:
@@ -116,17 +115,14 @@ async def list_events(
     if matching.principal:
         where.append(audit_events.c.principal == matching.principal)
     indexed = list(where)
-    searched_to = counted_to = None
+    walk = NOT_WALKED
     if matching.target is not None:
         holds = array_holds(conn.dialect.name, audit_events.c.target_ids, str(matching.target))
         where.append(holds)
         if limit is not None and not indexes_array_items(conn.dialect.name):
-            searched_to = await _walk_end(conn, indexed, after)
-            counted_to = searched_to if after is None else await _walk_end(conn, indexed, None)
-    counted = where if counted_to is None else [*where, *up_to_key(EVENT_ORDER, counted_to, descending=True)]
-    total = await count_capped(conn, audit_events, counted)
-    until = [] if searched_to is None else up_to_key(EVENT_ORDER, searched_to, descending=True)
-    paged = [*after_key(EVENT_ORDER, after, descending=True), *until]
+            walk = await walked(conn, keys_in_order(EVENT_ORDER, indexed, descending=True), after)
+    total = await count_capped(conn, audit_events, [*where, *walk.counted(EVENT_ORDER, descending=True)])
+    paged = [*after_key(EVENT_ORDER, after, descending=True), *walk.bounded(EVENT_ORDER, descending=True)]
     where += paged
     if matching.target is not None and limit is not None and indexes_array_items(conn.dialect.name):
         windowed = total > TARGET_SORTED_AT_MOST
@@ -156,7 +152,7 @@ async def list_events(
         )
         for row in rows
     ]
-    return events, Listed(int(total), searched_to, count_bounded=counted_to is not None)
+    return events, walk.listed(int(total))
 
 
 # A page by target on PostgreSQL whose count (which read them from the index already) found at most
@@ -204,23 +200,6 @@ async def _newest_matches(
         if len(rows) == limit or newest is None or oldest is None or newest - window <= oldest:
             return rows
         window *= TARGET_WINDOW_GROWTH
-
-
-async def _walk_end(
-    conn: AsyncConnection, where: Sequence[ColumnElement[bool]], after: Key | None
-) -> Key | None:
-    """The key of the SEARCH_WALK-th event matching `where` after `after` in EVENT_ORDER, or None when the
-    trail ends there or before: a walked page reads up to there (an index range). The event after it is read
-    too, so that a walk ending with the trail says so, and no empty page follows it."""
-    query = (
-        select(*EVENT_ORDER)
-        .where(*where, *after_key(EVENT_ORDER, after, descending=True))
-        .order_by(*(column.desc() for column in EVENT_ORDER))
-        .offset(SEARCH_WALK - 1)
-        .limit(2)
-    )
-    rows = (await conn.execute(query)).all()
-    return (rows[0].at, rows[0].id) if len(rows) == 2 else None
 
 
 async def prune_events(

@@ -8,15 +8,15 @@ its own rows from an index in the list's order, and the capped count at most LIS
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, FromClause, Row, Table, func, literal, select, tuple_
+from sqlalchemy import ColumnElement, FromClause, Row, Select, Table, func, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.config import LIST_COUNT_CAP
+from rackflow.config import LIST_COUNT_CAP, SEARCH_WALK
 from rackflow.errors import InvalidArgument
 from rackflow.store.types import UTCDateTime
 
@@ -29,9 +29,9 @@ PAGE_TOKEN = "pagination.page_token"
 class Listed:
     """What a list says besides its rows: `total`, how many match before paging, counted up to
     LIST_COUNT_CAP + 1 (more: "more than LIST_COUNT_CAP"); and, for a page of a filter no index answers
-    (a short schedule name search; the audit trail by target on SQLite) that walked SEARCH_WALK rows before
-    the list's end, `searched_to`, the key of the last row it walked: the next page searches on after it
-    (the audit trail sets it too on a page it ended early, its bytes full: `rackflow.audit.trail`).
+    (a short schedule name search; the audit trail by target on SQLite: `walked`) that walked SEARCH_WALK
+    rows before the list's end, `searched_to`, the key of the last row it walked: the next page searches on
+    after it (the audit trail sets it too on a page it ended early, its bytes full: `rackflow.audit.trail`).
     Such a filter counts only the matches among the list's first SEARCH_WALK rows; `count_bounded` says
     that the list goes on past them, so `total` is a lower bound."""
 
@@ -75,6 +75,78 @@ async def page_of(
     if limit is not None:
         stmt = stmt.limit(limit)
     return (await conn.execute(stmt)).all(), total
+
+
+# The key columns of a list's rows in its order after a key (None: from its start), past `offset` rows, at
+# most `limit`: one range of the list's index (`walk_end`).
+KeysAfter = Callable[[Key | None, int, int], Select[Any]]
+
+
+def keys_in_order(
+    order: Sequence[ColumnElement[Any]],
+    where: Sequence[ColumnElement[bool]] = (),
+    *,
+    descending: bool = False,
+) -> KeysAfter:
+    """`KeysAfter` of the rows matching `where` in the order of `order`'s columns (all ascending, or all
+    descending), the list's key: a range of the index on those columns (or on the columns of an equality
+    in `where`, then those)."""
+
+    def keys_after(after: Key | None, offset: int, limit: int) -> Select[Any]:
+        in_order = (column.desc() if descending else column.asc() for column in order)
+        return (
+            select(*order)
+            .where(*where, *after_key(order, after, descending=descending))
+            .order_by(*in_order)
+            .offset(offset)
+            .limit(limit)
+        )
+
+    return keys_after
+
+
+async def walk_end(conn: AsyncConnection, keys_after: KeysAfter, after: Key | None) -> Key | None:
+    """The key of the SEARCH_WALK-th row after `after` in a list (`keys_after`'s), or None when the list
+    ends there or before: a page of a filter no index answers reads up to there, an index range (about
+    SEARCH_WALK index entries read to find it), and the next page searches on after it. The row after it
+    is read too, so that a walk ending with the list says so, and no empty page follows it."""
+    rows = (await conn.execute(keys_after(after, SEARCH_WALK - 1, 2))).all()
+    return tuple(rows[0]) if len(rows) == 2 else None
+
+
+@dataclass(frozen=True)
+class Walk:
+    """Where a page's bounded walk ends (`to`: its last row's key; None, with the list) and where the
+    list's first walk ends (`counted_to`), which its count stops at, so that `total` stays put page after
+    page: the matches among the list's first SEARCH_WALK rows, a lower bound when the list goes on."""
+
+    to: Key | None
+    counted_to: Key | None
+
+    def bounded(
+        self, order: Sequence[ColumnElement[Any]], *, descending: bool = False
+    ) -> list[ColumnElement[bool]]:
+        """The page's rows: up to its walk's end in the order of `order`'s columns (`up_to_key`)."""
+        return [] if self.to is None else up_to_key(order, self.to, descending=descending)
+
+    def counted(
+        self, order: Sequence[ColumnElement[Any]], *, descending: bool = False
+    ) -> list[ColumnElement[bool]]:
+        """The rows the count counts: up to the first walk's end in the order of `order`'s columns."""
+        return [] if self.counted_to is None else up_to_key(order, self.counted_to, descending=descending)
+
+    def listed(self, total: int) -> Listed:
+        return Listed(total, self.to, count_bounded=self.counted_to is not None)
+
+
+NOT_WALKED = Walk(None, None)  # a page an index answers: neither bounded nor its count
+
+
+async def walked(conn: AsyncConnection, keys_after: KeysAfter, after: Key | None) -> Walk:
+    """The ends of the page's walk after `after` and of the list's first walk (`walk_end`, `Walk`): a
+    later page finds the first walk's end again (one more index range), so its count stays the first's."""
+    to = await walk_end(conn, keys_after, after)
+    return Walk(to, to if after is None else await walk_end(conn, keys_after, None))
 
 
 def after_key(

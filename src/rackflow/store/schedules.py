@@ -35,11 +35,16 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import Subquery
 
-from rackflow.config import SEARCH_WALK
 from rackflow.domain.approvals import ApprovalPolicy, RunApproval
 from rackflow.domain.audit import SYSTEM_PRINCIPAL
 from rackflow.domain.firing import slot_deadline
-from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, RackSelection, filter_from_json
+from rackflow.domain.inventory import (
+    ComponentFilter,
+    ComponentsFilter,
+    RackSelection,
+    filter_from_json,
+    short_search,
+)
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import (
     CREATION_ORDER,
@@ -54,7 +59,6 @@ from rackflow.domain.schedules import (
     Scope,
     ScopeOutcome,
     Trigger,
-    short_search,
 )
 from rackflow.domain.tasks import ACTIVE_STATUSES, Operation, OperationKind, RetryPolicy, TaskStatus
 from rackflow.domain.windows import WindowPolicy
@@ -75,7 +79,17 @@ from rackflow.store.dialect import (
 )
 from rackflow.store.inventory import names_by_id
 from rackflow.store.keyed_reads import fetch_by_key
-from rackflow.store.paging import Key, Listed, after_key, check_key, count_capped, up_to_key
+from rackflow.store.paging import (
+    NOT_WALKED,
+    Key,
+    KeysAfter,
+    Listed,
+    after_key,
+    check_key,
+    count_capped,
+    up_to_key,
+    walked,
+)
 from rackflow.store.streak_checks import mark_schedules
 from rackflow.store.tables import (
     racks,
@@ -506,17 +520,18 @@ async def each_schedule_chunk(
         conditions.append(name_holds(task_schedule.c.name, name_contains))
     if operation is not None:
         conditions.append(schedule_operation == operation.value)
-    searched_to = counted_to = None
+    walk = NOT_WALKED
     if limit is not None and short_search(name_contains):
-        searched_to = await _walk_end(conn, order, after)
-        counted_to = searched_to if after is None else await _walk_end(conn, order, None)
-    counted = conditions if counted_to is None else [*conditions, *_up_to_schedule(order, counted_to)]
+        walk = await walked(conn, _keys_after(order), after)
+    counted = (
+        conditions if walk.counted_to is None else [*conditions, *_up_to_schedule(order, walk.counted_to)]
+    )
     total = await count_capped(conn, task_schedule, counted)
     if order.field in _TIMED_ORDERS:
-        stmt = _by_run_time(conditions, order, after, offset, limit, until=searched_to)
+        stmt = _by_run_time(conditions, order, after, offset, limit, until=walk.to)
     else:
         column = _ORDER_COLUMNS[order.field]
-        until = [] if searched_to is None else _up_to_schedule(order, searched_to)
+        until = [] if walk.to is None else _up_to_schedule(order, walk.to)
         stmt = (
             select(task_schedule)
             .where(*conditions, *_after_schedule(order, after), *until)
@@ -527,28 +542,27 @@ async def each_schedule_chunk(
     rows = await conn.stream(stmt)
     async for chunk in rows.partitions(LIST_CHUNK):
         consume([schedule_from_row(row) for row in chunk])
-    return Listed(int(total), searched_to, count_bounded=counted_to is not None)
+    return walk.listed(int(total))
 
 
-async def _walk_end(conn: AsyncConnection, order: ScheduleOrder, after: Key | None) -> Key | None:
-    """The key of the SEARCH_WALK-th schedule after `after` in `order`, any filter aside, or None when the
-    list ends there or before: a short search's page reads up to there (an index range, about SEARCH_WALK
-    index entries read to find it). The row after it is read too, so that a walk ending with the list
-    says so, and no empty page follows it."""
+def _keys_after(order: ScheduleOrder) -> KeysAfter:
+    """The schedules' keys (`ScheduleOrder.key_of`) in `order`, any filter aside: a short search's walk
+    (`paging.walk_end`), a range of the order's index."""
     s = task_schedule.c
     keys = (_ORDER_COLUMNS[order.field].label("value"), s.created_at, s.id)
-    if order.field in _TIMED_ORDERS:
-        stmt = _by_run_time([], order, after, SEARCH_WALK - 1, 2, columns=keys)
-    else:
-        stmt = (
+
+    def keys_after(after: Key | None, offset: int, limit: int) -> Select[Any]:
+        if order.field in _TIMED_ORDERS:
+            return _by_run_time([], order, after, offset, limit, columns=keys)
+        return (
             select(*keys)
             .where(*_after_schedule(order, after))
             .order_by(_ordered(_ORDER_COLUMNS[order.field], order.descending), s.created_at, s.id)
-            .offset(SEARCH_WALK - 1)
-            .limit(2)
+            .offset(offset)
+            .limit(limit)
         )
-    rows = (await conn.execute(stmt)).all()
-    return (rows[0].value, rows[0].created_at, rows[0].id) if len(rows) == 2 else None
+
+    return keys_after
 
 
 def _ordered(column: ColumnElement[Any], descending: bool) -> ColumnElement[Any]:
@@ -676,9 +690,8 @@ def _by_run_time(
     both = union_all(*(select(part) for part in parts)).subquery("by_run_time")
     by = both.c["value" if columns is not None else order.field]
     in_order = by.desc() if order.descending else by.asc()
-    return (
-        select(both).order_by(both.c.part, in_order, both.c.created_at, both.c.id).offset(offset).limit(limit)
-    )
+    chosen = select(both) if columns is None else select(by, both.c.created_at, both.c.id)  # a key alone
+    return chosen.order_by(both.c.part, in_order, both.c.created_at, both.c.id).offset(offset).limit(limit)
 
 
 async def schedule_ids_by_name(conn: AsyncConnection, names: Collection[str]) -> dict[str, uuid.UUID]:

@@ -123,13 +123,19 @@ def page_from(msg: pb.Pagination | None, listing: str, field: str = "pagination"
 # clients, and checked when it comes back, so a token of another list (or another order) is refused, not
 # misread.
 def next_page_token(
-    listing: str, limit: int | None, rows: Sequence[Any], key: Callable[[Any], Iterable[Any]]
+    listing: str,
+    limit: int | None,
+    rows: Sequence[Any],
+    key: Callable[[Any], Iterable[Any]],
+    searched_to: Iterable[Any] | None = None,
 ) -> str:
     """The token of the page after `rows`, or "" when `rows` is the last page (short of `limit`, or no
-    limit was asked)."""
-    if limit is None or not rows or len(rows) < limit:
-        return ""
-    return page_token(listing, key(rows[-1]))
+    limit was asked). A page that walked a bounded part of its list (`searched_to`, the key where its walk
+    stopped: `store.paging.Listed`) may be short, even empty, and not the last: its token searches on from
+    there."""
+    if limit is not None and rows and len(rows) >= limit:
+        return page_token(listing, key(rows[-1]))
+    return "" if searched_to is None else page_token(listing, searched_to)
 
 
 def page_token(listing: str, key: Iterable[Any]) -> str:
@@ -179,9 +185,11 @@ def _untagged(value: Any) -> Any:
     raise KeyError(tag)
 
 
-def total_to(counted: int) -> tuple[int, bool]:
-    """A list response's (total, total_capped) from a count made up to LIST_COUNT_CAP + 1."""
-    return min(counted, LIST_COUNT_CAP), counted > LIST_COUNT_CAP
+def total_to(counted: int, *, bounded: bool = False) -> tuple[int, bool]:
+    """A list response's (total, total_capped) from a count made up to LIST_COUNT_CAP + 1; `bounded`: a
+    count of the matches among the first rows a bounded walk looked at (`store.paging.Listed.
+    count_bounded`), which more rows may add to, is capped too."""
+    return min(counted, LIST_COUNT_CAP), counted > LIST_COUNT_CAP or bounded
 
 
 _TYPE_FROM_PB = {

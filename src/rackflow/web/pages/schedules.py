@@ -31,8 +31,8 @@ from rackflow.api.convert import message_json, page_from, page_token
 from rackflow.api.convert.tasks import operation_kind_from
 from rackflow.config import SEARCH_WALK
 from rackflow.domain.approvals import may_weaken
-from rackflow.domain.inventory import ComponentsFilter, ComponentType, TypesFilter
-from rackflow.domain.schedules import Run, Schedule, short_search
+from rackflow.domain.inventory import ComponentsFilter, ComponentType, TypesFilter, short_search
+from rackflow.domain.schedules import Run, Schedule
 from rackflow.domain.tasks import OperationKind
 from rackflow.errors import InvalidArgument
 from rackflow.rollouts.service import RunSummary
