@@ -386,3 +386,53 @@ async def test_a_short_search_pages_on_past_pages_that_found_nothing(
     )
     await refused(search(pb.Pagination(limit=5, page_token=first_token[:-3])), "pagination.page_token")
     await refused(search(pb.Pagination(offset=1, limit=5, page_token=first_token)), "pagination.offset")
+
+
+@pytest.mark.parametrize("domain", [False, True], ids=["every-rack", "a-domain"])
+async def test_a_short_rack_search_pages_on_past_pages_that_found_nothing(
+    stub: Stub, schedule_ids: list[uuid.UUID], monkeypatch: pytest.MonkeyPatch, domain: bool
+) -> None:
+    """ListRacks' `name_contains` of one or two characters walks SEARCH_WALK racks a page (here 2), as
+    ListTaskSchedules' does: a page may come back short, even empty, with a token that searches on from
+    where its walk stopped; walking the tokens gives the unpaged search, every match once. `total` counts
+    the matches of the first walk only, so it says it is capped. Its tokens are the list's: another list's,
+    a broken one, or one with an offset, is refused."""
+    monkeypatch.setattr(paging, "SEARCH_WALK", 2)
+    rack_ids = [r.id for r in (await stub.ListRacks(pb.ListRacksRequest())).racks]  # r0 … r6, made in order
+    domain_id = None
+    if domain:  # r1 … r6 in a domain: its racks are walked alone
+        made = await stub.CreateNVLDomain(pb.CreateNVLDomainRequest(name="d", rack_ids=rack_ids[1:]))
+        domain_id = made.id
+
+    def search(pagination: pb.Pagination, text: str = "5") -> Any:
+        return stub.ListRacks(
+            pb.ListRacksRequest(name_contains=text, nvl_domain_id=domain_id, pagination=pagination)
+        )
+
+    everything = await search(pb.Pagination())  # no limit: every match, no bound, no token
+    assert [r.name for r in everything.racks] == ["r5"] and not everything.next_page_token
+    assert (everything.total, everything.total_capped) == (1, False)
+    pages: list[list[str]] = []
+    token = ""
+    while True:
+        page = await search(pb.Pagination(limit=5, page_token=token))
+        pages.append([r.name for r in page.racks])
+        assert (page.total, page.total_capped) == (0, True)  # the first walk's count, more to search
+        if not page.next_page_token:
+            break
+        token = page.next_page_token
+        assert len(pages) <= len(NAMES)
+    assert [name for found in pages for name in found] == ["r5"]
+    assert len(pages) > 1 and [] in pages  # a page that found nothing said that the search goes on
+    full = await search(pb.Pagination(limit=1), "r")  # every rack holds it: a full page's token, as ever
+    assert [r.name for r in full.racks] == ["r0" if not domain else "r1"] and full.next_page_token
+    first_token = (await search(pb.Pagination(limit=5))).next_page_token
+    assert first_token
+    tasks_token = (
+        await stub.ListTasks(pb.ListTasksRequest(pagination=pb.Pagination(limit=1)))
+    ).next_page_token
+    for bad in (tasks_token, first_token[:-3], "not a token"):
+        await refused(search(pb.Pagination(limit=5, page_token=bad)), "pagination.page_token")
+    await refused(search(pb.Pagination(offset=1, limit=5, page_token=first_token)), "pagination.offset")
+    await refused(search(pb.Pagination(limit=1001)), "pagination.limit")
+    await refused(search(pb.Pagination(limit=5), "r\x00"), "name_contains")

@@ -193,14 +193,14 @@ async def test_list_racks_orders_pages_and_filters(inventory: InventoryService, 
     for name in names:
         await inventory.create_rack(name, components=[spec(f"{name}-c")])
         clock.advance(timedelta(seconds=1))
-    racks, total = await inventory.list_racks()
-    assert ([r.name for r in racks], total) == (names, 4)
+    racks, listed = await inventory.list_racks()
+    assert ([r.name for r in racks], listed.total) == (names, 4)
     assert [c.name for c in racks[0].components] == ["r3-c"]
-    page, total = await inventory.list_racks(offset=1, limit=2)
-    assert ([r.name for r in page], total) == (["r1", "r2"], 4)
+    page, listed = await inventory.list_racks(offset=1, limit=2)
+    assert ([r.name for r in page], listed.total) == (["r1", "r2"], 4)
     domain = await inventory.create_domain("d", [racks[3].id, racks[1].id])
-    in_domain, total = await inventory.list_racks(nvl_domain_id=domain.id)
-    assert ([r.name for r in in_domain], total) == (["r1", "r0"], 2)
+    in_domain, listed = await inventory.list_racks(nvl_domain_id=domain.id)
+    assert ([r.name for r in in_domain], listed.total) == (["r1", "r0"], 2)
     with pytest.raises(NotFound, match="nvl_domain_id"):
         await inventory.list_racks(nvl_domain_id=uuid.uuid4())
 

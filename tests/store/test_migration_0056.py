@@ -63,8 +63,8 @@ async def _searched(db: Database) -> list[list[str]]:
             ]
             for t in ("GB200-R", "50%_", "r0", "%")
         ]
-        found.append(await inventory.names_holding(conn, racks, "gb200", 20))
-        found.append(await inventory.names_holding(conn, nvl_domains, "L-0000", 20))
+        found.append((await inventory.names_holding(conn, racks, "gb200", 20))[0])
+        found.append((await inventory.names_holding(conn, nvl_domains, "L-0000", 20))[0])
     return found
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.store import inventory
 from rackflow.store.db import Database
-from rackflow.store.paging import Key
+from rackflow.store.paging import Key, Listed
 from rackflow.store.tables import nvl_domains, racks
 from tests.store.query_plans import statements_sent
 
@@ -96,7 +96,7 @@ async def test_every_rack_page_and_a_domains_racks_read_an_index_in_order(db: Da
         assert not any(sort in plan for sort in SORTS), f"{what}:\n{plan}"
 
 
-async def _first_page(db: Database) -> tuple[list[inventory.Rack], int]:
+async def _first_page(db: Database) -> tuple[list[inventory.Rack], Listed]:
     async with db.read() as conn:
         return await inventory.list_racks(conn, nvl_domain_id=None, offset=0, limit=5)
 
@@ -112,7 +112,7 @@ async def test_the_pages_walk_every_rack_once_in_order(db: Database, limit: int 
         after = None
         while True:
             async with db.read() as conn:
-                page, total = await inventory.list_racks(
+                page, listed = await inventory.list_racks(
                     conn, nvl_domain_id=domain, offset=0, limit=limit, after=after
                 )
             seen += [rack.id for rack in page]
@@ -121,7 +121,7 @@ async def test_the_pages_walk_every_rack_once_in_order(db: Database, limit: int 
             after = (page[-1].created_at, page[-1].id)
         expected = sorted((r for r in ids if domain is None or ids.index(r) % 2), key=created.__getitem__)
         assert seen == expected
-        assert total == len(expected)
+        assert listed.total == len(expected)
 
 
 async def test_a_rack_by_name_is_one_read_of_the_unique_name_index(db: Database) -> None:

@@ -30,6 +30,7 @@ from rackflow.v1 import flow_pb2 as pb
 NOW = datetime(2026, 12, 1, 6, 48, tzinfo=UTC)
 TASK_ID = "6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f"
 RACK_ID = "5f0c4a51-2c1b-4d7e-9a43-0f3a1b2c3d4e"
+DOMAIN_ID = "6a1d5b62-3d2c-4e8f-8b54-1a4b2c3d4e5f"
 
 
 def stamp(value: datetime) -> Timestamp:
@@ -1373,6 +1374,54 @@ def test_a_short_search_goes_on_past_pages_that_found_few_and_says_so(
     assert len(fake.called("list_schedules")) == 6 and "searching on" not in longer.stderr
 
 
+def test_a_short_rack_search_goes_on_past_pages_that_found_few_and_says_so(
+    fake: FakeClient, run: Callable[..., Result]
+) -> None:
+    """`rack list --name-contains` of one or two characters, as `schedule list`'s: each page walks a bounded
+    part of the list (the server's SEARCH_WALK), so a page that found fewer than asked, with a token, is
+    not the end. The CLI asks on from each token, saying so on stderr, until it has --limit racks or the
+    list ends, the domain looked up once."""
+    racks = [pb.Rack(id=pb.UUID(id=str(uuid.UUID(int=i + 1))), name=f"nx-{i}") for i in range(2)]
+    pages = iter(
+        [
+            pb.ListRacksResponse(total=0, total_capped=True, next_page_token="walk-2"),
+            pb.ListRacksResponse(racks=racks[:1], total=0, total_capped=True, next_page_token="walk-3"),
+            pb.ListRacksResponse(racks=racks[1:], total=0, total_capped=True, next_page_token="row-2"),
+        ]
+    )
+    fake.answers["list_racks"] = lambda: next(pages)
+    fake.answers["resolve_domain_id"] = DOMAIN_ID
+    limited = run(
+        "rack", "list", "--name-contains", "nx", "--domain", "nvl-a", "--limit", "2", "--offset", "1"
+    )
+    assert limited.exit_code == 0, limited.output
+    asked = [
+        (kw["limit"], kw["page_token"], kw["offset"], kw["domain"]) for _, kw in fake.called("list_racks")
+    ]
+    assert asked == [(2, "", 1, DOMAIN_ID), (2, "walk-2", 0, DOMAIN_ID), (1, "walk-3", 0, DOMAIN_ID)]
+    assert fake.called("resolve_domain_id") == [(("nvl-a",), {})]
+    assert "nx-0" in limited.stdout and "nx-1" in limited.stdout and "2 of 2+ racks" in limited.stdout
+    assert "searching on: 0 found in 1 pages so far" in limited.stderr
+    assert "searching on: 1 found in 2 pages so far" in limited.stderr
+    assert "More: add --page-token row-2" in limited.stderr  # the limit reached: the rest from there
+
+    ends = iter(
+        [
+            pb.ListRacksResponse(total=1, total_capped=True, next_page_token="walk-2"),
+            pb.ListRacksResponse(racks=racks[:1]),
+        ]
+    )
+    fake.answers["list_racks"] = lambda: next(ends)
+    every = run("rack", "list", "--name-contains", "nx")  # no limit: pages of the most a page may hold
+    assert every.exit_code == 0, every.output
+    assert [kw["limit"] for _, kw in fake.called("list_racks")[3:]] == [1000, 1000]
+    assert "nx-0" in every.stdout and "--page-token" not in every.stderr
+
+    fake.answers["list_racks"] = pb.ListRacksResponse(total=5, next_page_token="row-9")
+    longer = run("rack", "list", "--name-contains", "nxt", "--limit", "3")  # the index answers: one page
+    assert len(fake.called("list_racks")) == 6 and "searching on" not in longer.stderr
+
+
 def test_every_list_filters_names_by_name_contains_and_still_takes_the_old_search(
     fake: FakeClient, run: Callable[..., Result]
 ) -> None:
@@ -1877,7 +1926,7 @@ def test_rack_list_of_every_rack_reads_a_page_at_a_time(fake: FakeClient, run: C
     assert result.exit_code == 0, result.output
     assert [r["name"] for r in json.loads(result.output)["racks"]] == ["rack-0", "rack-1", "rack-2"]
     assert fake.called("list_racks") == [
-        ((), {"domain": "", "name_contains": "", "limit": 1000, "page_token": ""}),
-        ((), {"domain": "", "name_contains": "", "limit": 1000, "page_token": "p2"}),
+        ((), {"domain": "", "name_contains": "", "offset": 0, "limit": 1000, "page_token": ""}),
+        ((), {"domain": "", "name_contains": "", "offset": 0, "limit": 1000, "page_token": "p2"}),
     ]
     assert json.loads(result.output)["next_page_token"] == ""  # the list ended: no page after it

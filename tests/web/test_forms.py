@@ -14,6 +14,8 @@ from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.security import TokenTable
 from rackflow.services import Services
+from rackflow.store import paging
+from rackflow.web.pages import schedules as schedules_page
 from tests.api.secured import OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN
 from tests.web.conftest import make_racks, make_schedule
 from tests.web.test_pages import FRAGMENT, tagged
@@ -148,12 +150,46 @@ async def test_the_schedule_form_holds_no_rack_list_and_its_picker_asks_for_a_fe
     assert await names("nvl_domains", "gb-") == []
 
 
+async def test_the_picker_pages_a_short_text_on_from_where_its_walk_stopped(
+    http: httpx.AsyncClient, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A text of one or two characters looks through SEARCH_WALK names a request (here 3, by name), where a
+    rare one read every name: the answer may hold fewer than 20 names, or none, and name where to ask on
+    (`after`, with the walk's size); asking on after it, page by page, gives every name that holds the text
+    once, in name order, and only the last answer says there is no more (`after` null). The name typed in
+    full comes first, on the first page only."""
+    monkeypatch.setattr(paging, "SEARCH_WALK", 3)
+    monkeypatch.setattr(schedules_page, "SEARCH_WALK", 3)
+    for name in ("a-1", "b-1", "c-1", "d-1", "e-1", "f-1", "g-qx", "h-1", "qx"):
+        await services.inventory.create_rack(name)
+    pages: list[list[str]] = []
+    after = ""
+    while True:
+        answer = await http.get(
+            "/names/racks",
+            params={"contains": "qx", "after": after},
+            headers={"Authorization": f"Bearer {VIEWER_TOKEN}"},
+        )
+        assert answer.status_code == 200, answer.text
+        data = answer.json()
+        pages.append(data["names"])
+        assert data["shown"] == data["names"] and data["walk"] == 3
+        if data["after"] is None:
+            break
+        after = data["after"]
+        assert len(pages) <= 9
+    # qx, typed in full, then the walks: a-1 b-1 c-1 | d-1 e-1 f-1 | g-qx h-1 qx (itself left out), the end
+    assert pages == [["qx"], [], ["g-qx"]]
+
+
 @pytest.mark.parametrize(
     ("path", "token", "status", "code", "field"),
     [
         ("/names/racks?contains=", VIEWER_TOKEN, 400, "INVALID_ARGUMENT", "contains"),
         ("/names/racks", VIEWER_TOKEN, 400, "INVALID_ARGUMENT", "contains"),
         ("/names/racks?contains=a%00", VIEWER_TOKEN, 400, "INVALID_ARGUMENT", "contains"),
+        ("/names/racks?contains=a&after=a%00", VIEWER_TOKEN, 400, "INVALID_ARGUMENT", "after"),
+        (f"/names/racks?contains=a&after={'a' * 256}", VIEWER_TOKEN, 400, "INVALID_ARGUMENT", "after"),
         (f"/names/racks?contains={'a' * 256}", VIEWER_TOKEN, 400, "INVALID_ARGUMENT", "contains"),
         ("/names/schedules?contains=a", VIEWER_TOKEN, 404, "NOT_FOUND", "kind"),
         ("/names/racks?contains=a", "", 401, "UNAUTHENTICATED", None),
