@@ -58,12 +58,13 @@ LIST_COUNT_CAP = 10_000
 # of 10,000 racks took 1.0-1.3 s to read, convert and send; 500 outcomes cost 40-80 ms of a List RPC
 # page's 100, about 60-80 us each on a two-core machine (docs/PERFORMANCE.md, issue 29).
 RUN_OUTCOMES_PER_PAGE = 500
-# The schedule name search is "name contains text". A text of fewer than SHORT_SEARCH_TEXT characters holds
-# no trigram, so PostgreSQL's trigram index (migration 0027) cannot answer it and the search reads names one
-# by one: a rare one read all million of them for one page, 3 s (docs/PERFORMANCE.md, issue 29). Such a
-# search walks at most SEARCH_WALK schedules per page in the list's order and says where it stopped (a page
-# token), so each page costs the same bounded walk, found or not, and the next page searches on from there.
-# So does the audit trail filtered by a target id on SQLite, which has no index over a row's ids
+# The name searches (of schedules, racks and NVLink domains) are "name contains text". A text of fewer than
+# SHORT_SEARCH_TEXT characters holds no trigram, so PostgreSQL's trigram indexes (migrations 0027, 0056)
+# cannot answer it and the search reads names one by one: a rare one read all million schedules' for one
+# page, 3 s, and all 100,000 racks' in 0.4-0.8 s (docs/PERFORMANCE.md, issue 29). Such a search walks at
+# most SEARCH_WALK rows per page in the list's order and says where it stopped (a page token), so each page
+# costs the same bounded walk, found or not, and the next page searches on from there (`store.paging.
+# walked`). So does the audit trail filtered by a target id on SQLite, which has no index over a row's ids
 # (`store.audit.list_events`).
 SHORT_SEARCH_TEXT = 3
 SEARCH_WALK = 10_000

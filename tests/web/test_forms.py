@@ -180,6 +180,10 @@ async def test_the_picker_pages_a_short_text_on_from_where_its_walk_stopped(
         assert len(pages) <= 9
     # qx, typed in full, then the walks: a-1 b-1 c-1 | d-1 e-1 f-1 | g-qx h-1 qx (itself left out), the end
     assert pages == [["qx"], [], ["g-qx"]]
+    longer = await http.get(
+        "/names/racks", params={"contains": "-qx"}, headers={"Authorization": f"Bearer {VIEWER_TOKEN}"}
+    )
+    assert longer.json() == {"names": ["g-qx"], "shown": ["g-qx"], "after": None, "walk": None}  # not walked
 
 
 @pytest.mark.parametrize(

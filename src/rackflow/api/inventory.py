@@ -57,7 +57,7 @@ class InventoryRpcs:
             else None
         )
         page = page_from(request.pagination if request.HasField("pagination") else None, "ListRacks")
-        racks, counted = await self.services.inventory.list_racks(
+        racks, listed = await self.services.inventory.list_racks(
             domain_id,
             page.offset,
             page.limit,
@@ -66,11 +66,13 @@ class InventoryRpcs:
             name_contains=request.name_contains,
             with_components=not basic_rack_view_from(request.view),
         )
-        total, capped = total_to(counted)
+        total, capped = total_to(listed.total, bounded=listed.count_bounded)
         response = pb.ListRacksResponse(
             total=total,
             total_capped=capped,
-            next_page_token=next_page_token("ListRacks", page.limit, racks, lambda r: (r.created_at, r.id)),
+            next_page_token=next_page_token(
+                "ListRacks", page.limit, racks, lambda r: (r.created_at, r.id), listed.searched_to
+            ),
         )
         racks_into(response.racks, racks)
         return response

@@ -30,9 +30,10 @@ from rackflow.cli.output import (
     utc_text,
     when,
 )
-from rackflow.cli.paging import emit_page, every_page, name_filter, page_options, page_title
+from rackflow.cli.paging import emit_page, every_page, name_filter, page_options, page_title, searched_on
 from rackflow.cli.tasks import rack_names
 from rackflow.client import NewComponent, RackflowClient, RackflowClientError
+from rackflow.domain.inventory import short_search
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.validation import shown
 
@@ -170,20 +171,22 @@ def list_racks(
       rackflow rack list --name-contains gb200 --limit 20
     """
     session = pass_session(ctx)
-    if limit or offset or page_token:
-        found = session.client.list_racks(
-            domain=domain, name_contains=name_contains, offset=offset, limit=limit, page_token=page_token
+    walked = short_search(name_contains)  # each page looks through a bounded part of the list: ask on
+    # A command that asks for several pages looks the domain up once.
+    several = walked or not (limit or offset or page_token)
+    domain_ref = session.client.resolve_domain_id(domain) if several and domain else domain
+
+    def page(most: int, token: str, offset: int = offset) -> pb.ListRacksResponse:
+        return session.client.list_racks(
+            domain=domain_ref, name_contains=name_contains, offset=offset, limit=most, page_token=token
         )
+
+    if walked:
+        found = searched_on(session, page, limit, page_token, "racks")
+    elif limit or offset or page_token:
+        found = page(limit, page_token)
     else:
-        domain_id = session.client.resolve_domain_id(domain) if domain else ""
-        found = every_page(
-            session,
-            lambda most, token: session.client.list_racks(
-                domain=domain_id, name_contains=name_contains, limit=most, page_token=token
-            ),
-            "racks",
-            "reading racks",
-        )
+        found = every_page(session, lambda most, token: page(most, token, 0), "racks", "reading racks")
 
     def view() -> Listing:
         domains = _domain_names(session, found.racks)

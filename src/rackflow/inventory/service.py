@@ -34,6 +34,7 @@ from rackflow.store import inventory as store
 from rackflow.store import rollouts as run_store
 from rackflow.store import scope_removals
 from rackflow.store.db import Database
+from rackflow.store.paging import Listed
 from rackflow.validation import check_name, check_text
 
 log = logging.getLogger(__name__)
@@ -157,10 +158,12 @@ class InventoryService:
         ids: Collection[uuid.UUID] | None = None,
         name_contains: str = "",
         with_components: bool = True,
-    ) -> tuple[list[Rack], int]:
-        """A page of racks, oldest first (after the `store.RACK_ORDER` key `after`), and how many match
-        in all (counted up to LIST_COUNT_CAP, then more); of those among `ids` alone if given, and of those
-        whose name holds `name_contains`, whatever its case, if given; without their components unless
+    ) -> tuple[list[Rack], Listed]:
+        """A page of racks, oldest first (after the `store.RACK_ORDER` key `after`), and what the list says
+        besides (`Listed`: how many match in all, counted up to LIST_COUNT_CAP, then more); of those among
+        `ids` alone if given, and of those whose name holds `name_contains`, whatever its case, if given
+        (of one or two characters, a page walks a bounded part of the list: it may come back short, even
+        empty, and say where it stopped, `Listed.searched_to`); without their components unless
         `with_components`."""
         check_text(name_contains, "name_contains")  # no name holds control characters (nor NUL)
         async with self.db.read() as conn:
@@ -177,17 +180,22 @@ class InventoryService:
                 with_components=with_components,
             )
 
-    async def names_holding(self, kind: str, text: str, limit: int) -> list[str]:
+    async def names_holding(
+        self, kind: str, text: str, limit: int, after: str = ""
+    ) -> tuple[list[str], str | None]:
         """At most `limit` names of racks or NVLink domains (`kind`: "racks", "nvl_domains") that hold
-        `text`, whatever its case: the one that is `text` first, then the others by name
-        (`store.names_holding`). The schedule form's picker asks it as the operator types, where the form
-        listed every rack and domain."""
+        `text`, whatever its case: the one that is `text` first, then the others by name, after the name
+        `after` if given (a page on); and the name the next page goes on after, None when the search is
+        over (`store.names_holding`: a text of one or two characters looks through a bounded part of the
+        names a page, so a page short of `limit`, even empty, may still go on). The schedule form's
+        picker asks it as the operator types, where the form listed every rack and domain."""
         table = store.NAMED_TABLES.get(kind)
         if table is None:
             raise NotFound(f"kind: no names of {kind!r} to search ({', '.join(store.NAMED_TABLES)})")
         check_text(text, "contains", required=True)
+        check_text(after, "after")
         async with self.db.read() as conn:
-            return await store.names_holding(conn, table, text, limit)
+            return await store.names_holding(conn, table, text, limit, after or None)
 
     async def rack_id_by_name(self, name: str, field: str = "name") -> uuid.UUID:
         """The id of the rack called `name`; NotFound naming `field` otherwise."""

@@ -26,6 +26,7 @@ from rackflow.domain.inventory import (
     NVLDomain,
     PowerState,
     Rack,
+    short_search,
 )
 from rackflow.domain.schedules import ScopeChange
 from rackflow.errors import AlreadyExists
@@ -33,7 +34,7 @@ from rackflow.ids import new_id
 from rackflow.store import kept_counts, scope_removals
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
 from rackflow.store.dialect import by_keys, name_holds
-from rackflow.store.paging import Key, page_of
+from rackflow.store.paging import Key, Listed, keys_in_order, page_of, walk_end
 from rackflow.store.tables import (
     components,
     nvl_domains,
@@ -178,44 +179,67 @@ async def list_racks(
     ids: Collection[uuid.UUID] | None = None,
     name_contains: str = "",
     with_components: bool = True,
-) -> tuple[list[Rack], int]:
+) -> tuple[list[Rack], Listed]:
     """One page of racks (oldest first, with their components unless not `with_components`, after the key
     `after` of RACK_ORDER if given), of those among `ids` alone if given (a page's worth: one IN list) and
     of those whose name holds `name_contains` (`dialect.name_holds`: on PostgreSQL, from the names' trigram
-    index) if given, and the total before paging (`paging.count_capped`)."""
+    index) if given, and what the list says besides (`paging.Listed`: the total before paging,
+    `paging.count_capped`).
+
+    A page (`limit`) of a short search (`short_search`: no index answers it) walks at most SEARCH_WALK
+    racks after `after`, of the domain's or the ids' if given (their indexes answer those), and may come
+    back short or empty before the list's end (`paging.page_of`): a rare text read every name, 0.4-0.8 s
+    a page at 100,000 racks (docs/PERFORMANCE.md). A request without a limit is not bounded."""
     where: list[ColumnElement[bool]] = []
     if nvl_domain_id is not None:
         where.append(racks.c.nvl_domain_id == nvl_domain_id)
     if ids is not None:
         where.append(racks.c.id.in_(set(ids)))
+    unindexed: list[ColumnElement[bool]] = []
     if name_contains:
-        where.append(name_holds(racks.c.name, name_contains))
-    rows, total = await page_of(conn, racks, RACK_ORDER, where, after=after, offset=offset, limit=limit)
+        holds = name_holds(racks.c.name, name_contains)
+        (unindexed if short_search(name_contains) else where).append(holds)
+    rows, listed = await page_of(
+        conn, racks, RACK_ORDER, where, after=after, offset=offset, limit=limit, unindexed=unindexed
+    )
     if not with_components:
-        return [_rack_from(row, []) for row in rows], total
+        return [_rack_from(row, []) for row in rows], listed
     by_rack = await components_by_rack(conn, [row.id for row in rows])
-    return [_rack_from(row, by_rack[row.id]) for row in rows], total
+    return [_rack_from(row, by_rack[row.id]) for row in rows], listed
 
 
 # The lists whose names a picker searches (`names_holding`), by the name a request gives them.
 NAMED_TABLES = {"racks": racks, "nvl_domains": nvl_domains}
 
 
-async def names_holding(conn: AsyncConnection, table: Table, text: str, limit: int) -> list[str]:
-    """At most `limit` names of `table` that hold `text` (`dialect.name_holds`): the name that is `text`
-    itself first, if there is one (a picker offers the rack typed in full, however many others hold it),
-    then the others in name order. On PostgreSQL a text of three characters or more that few names hold is
-    found in the names' trigram index (migration 0056), where it read every name (0.2-0.4 s at 100,000
-    racks, docs/PERFORMANCE.md, "The schedule form's racks"); one that many hold, or a shorter one, is read
-    along the names' unique index until `limit` are found."""
-    exact = [row.name for row in await conn.execute(select(table.c.name).where(table.c.name == text))]
-    others = (
-        select(table.c.name)
-        .where(name_holds(table.c.name, text), table.c.name != text)
-        .order_by(table.c.name)
-        .limit(limit - len(exact))
+async def names_holding(
+    conn: AsyncConnection, table: Table, text: str, limit: int, after: str | None = None
+) -> tuple[list[str], str | None]:
+    """At most `limit` (> 1) names of `table` that hold `text` (`dialect.name_holds`): the name that is
+    `text` itself first, if there is one (a picker offers the rack typed in full, however many others hold
+    it), then the others in name order, after the name `after` if given (a page on, without the first);
+    and the name the next page goes on after, None when no name is left to look at.
+
+    On PostgreSQL a text of three characters or more that few names hold is found in the names' trigram
+    index (migration 0056), where it read every name (0.2-0.4 s at 100,000 racks, docs/PERFORMANCE.md,
+    "The schedule form's racks"); one that many hold is read along the names' unique index until `limit`
+    are found. A shorter one (`short_search`: no index answers it) walks at most SEARCH_WALK names of that
+    index (`paging.walk_end`), where a rare one read every name: its page may come back short or empty
+    and still name where it stopped, the next page's `after`."""
+    name = table.c.name
+    exact = (
+        [] if after is not None else list((await conn.execute(select(name).where(name == text))).scalars())
     )
-    return [*exact, *(row.name for row in await conn.execute(others))]
+    within = [] if after is None else [name > after]
+    walk_to = None
+    if short_search(text):
+        walk_to = await walk_end(conn, keys_in_order((name,)), None if after is None else (after,))
+        within += [] if walk_to is None else [name <= walk_to[0]]
+    others = select(name).where(name_holds(name, text), name != text, *within).order_by(name)
+    found = list((await conn.execute(others.limit(limit - len(exact)))).scalars())
+    if len(found) == limit - len(exact):  # a full page: the rest from its last name
+        return [*exact, *found], found[-1]
+    return [*exact, *found], None if walk_to is None else walk_to[0]
 
 
 async def racks_by_column(
@@ -479,7 +503,7 @@ async def list_domains(
         where.append(nvl_domains.c.id.in_(set(ids)))
     if names is not None:
         where.append(nvl_domains.c.name.in_(set(names)))
-    rows, total = await page_of(
+    rows, listed = await page_of(
         conn, nvl_domains, DOMAIN_ORDER, where, after=after, offset=offset, limit=limit
     )
     whole = not where and after is None and not offset and limit is None
@@ -488,4 +512,4 @@ async def list_domains(
         NVLDomain(id=row.id, name=row.name, rack_ids=tuple(by_domain[row.id]), created_at=row.created_at)
         for row in rows
     ]
-    return found, total
+    return found, listed.total

@@ -29,9 +29,10 @@ PAGE_TOKEN = "pagination.page_token"
 class Listed:
     """What a list says besides its rows: `total`, how many match before paging, counted up to
     LIST_COUNT_CAP + 1 (more: "more than LIST_COUNT_CAP"); and, for a page of a filter no index answers
-    (a short schedule name search; the audit trail by target on SQLite: `walked`) that walked SEARCH_WALK
-    rows before the list's end, `searched_to`, the key of the last row it walked: the next page searches on
-    after it (the audit trail sets it too on a page it ended early, its bytes full: `rackflow.audit.trail`).
+    (a short name search of schedules, racks or NVLink domains; the audit trail by target on SQLite:
+    `walked`) that walked SEARCH_WALK rows before the list's end, `searched_to`, the key of the last row it
+    walked: the next page searches on after it (the audit trail sets it too on a page it ended early, its
+    bytes full: `rackflow.audit.trail`).
     Such a filter counts only the matches among the list's first SEARCH_WALK rows; `count_bounded` says
     that the list goes on past them, so `total` is a lower bound."""
 
@@ -61,20 +62,32 @@ async def page_of(
     after: Key | None,
     offset: int,
     limit: int | None,
-) -> tuple[Sequence[Row[Any]], int]:
-    """A page of `table`'s rows matching `where`, ascending in `order` after the key `after` (or past
-    `offset` rows), at most `limit` (None: all), and how many match before paging (`count_capped`): a
-    list of an inventory (racks, domains) whose order is an index."""
-    total = await count_capped(conn, table, where)
+    unindexed: Sequence[ColumnElement[bool]] = (),
+) -> tuple[Sequence[Row[Any]], Listed]:
+    """A page of `table`'s rows matching `where` and `unindexed`, ascending in `order` after the key
+    `after` (or past `offset` rows), at most `limit` (None: all), and what the list says besides (`Listed`:
+    how many match before paging, `count_capped`): a list of an inventory (racks, domains) whose order is
+    an index, alone or after the columns of an equality in `where` (a domain's racks).
+
+    `unindexed`: conditions no index answers (a name search of one or two characters,
+    `dialect.name_holds`). A page with a limit then walks at most SEARCH_WALK rows of `where` after `after`
+    and keeps those that match them (`walked`), so that it costs the same bounded walk, found or not,
+    where a rare text read every row; it may come back short or empty before the list's end. A request
+    without a limit asked for every match: it is not bounded."""
+    walk = NOT_WALKED
+    if unindexed and limit is not None:
+        walk = await walked(conn, keys_in_order(order, where), after)
+    counted = [*where, *unindexed, *walk.counted(order)]
+    total = await count_capped(conn, table, counted)
     stmt = (
         select(table)
-        .where(*where, *after_key(order, after, descending=False))
+        .where(*where, *unindexed, *after_key(order, after, descending=False), *walk.bounded(order))
         .order_by(*order)
         .offset(offset)
     )
     if limit is not None:
         stmt = stmt.limit(limit)
-    return (await conn.execute(stmt)).all(), total
+    return (await conn.execute(stmt)).all(), walk.listed(total)
 
 
 # The key columns of a list's rows in its order after a key (None: from its start), past `offset` rows, at

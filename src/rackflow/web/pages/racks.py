@@ -52,11 +52,11 @@ async def _domain_names(site: Site, racks: Iterable[Rack]) -> dict[uuid.UUID, st
 
 async def _list(site: Site, request: Request) -> Mapping[str, Any]:
     page = page_number(request)
-    racks, total = await site.services.inventory.list_racks(offset=offset_of(page), limit=PAGE_SIZE)
+    racks, listed = await site.services.inventory.list_racks(offset=offset_of(page), limit=PAGE_SIZE)
     return {
         "racks": racks,
         "domains": await _domain_names(site, racks),
-        "pager": pages_of(total, page),
+        "pager": pages_of(listed.total, page),
         "url": lambda **changes: query_url(request, **changes),
         "power_counts": power_counts,
         "firmware_versions": firmware_versions,

@@ -186,13 +186,20 @@ PICKED_BY = {"racks": "ListRacks", "nvl_domains": "ListNVLDomains"}
 
 
 async def _names(site: Site, principal: Principal, request: Request) -> Mapping[str, Any]:
-    """`GET /names/{racks|nvl_domains}?contains=TEXT`: the names the schedule form's picker offers as the
-    operator types (`InventoryService.names_holding`), to a caller whose role may list them."""
-    kind, contains = request.path_params["kind"], request.query_params.get("contains", "")
+    """`GET /names/{racks|nvl_domains}?contains=TEXT[&after=NAME]`: the names the schedule form's picker
+    offers as the operator types (`InventoryService.names_holding`), to a caller whose role may list them,
+    each as the page writes it (`shown`); `after`, the name to ask on after for more (null: there are no
+    more); `walk`, how many names a request of that text looks through at most (a text of one or two
+    characters, which no index answers), or null."""
+    kind, query = request.path_params["kind"], request.query_params
     if kind in PICKED_BY:  # any other is NotFound
         authorize(principal, PICKED_BY[kind])
-    names = await site.services.inventory.names_holding(kind, contains, PICKED_NAMES)
-    return {"names": names, "shown": [shown(name) for name in names]}  # as the page writes each name
+    contains = query.get("contains", "")
+    names, after = await site.services.inventory.names_holding(
+        kind, contains, PICKED_NAMES, query.get("after", "")
+    )
+    walk = SEARCH_WALK if short_search(contains) else None
+    return {"names": names, "shown": [shown(name) for name in names], "after": after, "walk": walk}
 
 
 # The schedule form's preview (`_preview`).

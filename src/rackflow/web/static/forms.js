@@ -14,7 +14,9 @@
 //   thousands); as a name is typed, `GET /names/{racks|nvl_domains}?contains=` answers at most 20 that
 //   hold it (the name typed in full first), offered in a listbox (arrows, Enter, Escape, or a click). A
 //   name that is no rack's (or domain's) is refused at once, beside the picker; the preview's check of
-//   the racks on the server stays the final word.
+//   the racks on the server stays the final word. An answer that may not be all (`after`: 20 found, or a
+//   text of one or two characters, which looks through `walk` names a request, found fewer or none) ends
+//   the list with an option that asks on (`&after=`) and adds what it finds.
 // - A resource form (`data-editor="resource"`: windows, budgets) sends its inputs under `data-wrapper` to
 //   `data-url` with `data-method`, then goes to `data-then`.
 (() => {
@@ -229,34 +231,56 @@
       input.setAttribute("aria-activedescendant", all[active].id);
       all[active].scrollIntoView({ block: "nearest" });
     }
-    async function names(text) {
-      return call("GET", `/names/${kind()}?contains=${encodeURIComponent(text)}`);
+    async function names(text, after = "") {
+      const on = after ? `&after=${encodeURIComponent(after)}` : "";
+      return call("GET", `/names/${kind()}?contains=${encodeURIComponent(text)}${on}`);
     }
-    async function suggest() {
+    function option(id, testid) {
+      const item = document.createElement("li");
+      item.id = id;
+      item.setAttribute("role", "option");
+      item.setAttribute("aria-selected", "false");
+      item.dataset.testid = testid;
+      return item;
+    }
+    // `after`: the names after the last answer's, added to those offered (the option that asked for them).
+    async function suggest(after = "") {
       const text = input.value.trim();
       const mine = ++asked;
       if (!text) { close(); return; }
-      const result = await names(text);
+      const result = await names(text, after);
       if (mine !== asked) return; // typed on meanwhile
-      close();
+      if (after) list.querySelectorAll("[data-more], .none").forEach((item) => item.remove());
+      else close();
       if (!result.ok) { say(result.data.message || "refused"); return; }
       const found = result.data.names || [];
+      const start = options().length;
       found.forEach((name, i) => {
-        const option = document.createElement("li");
-        option.id = `scope-option-${i}`;
-        option.setAttribute("role", "option");
-        option.setAttribute("aria-selected", "false");
-        option.dataset.name = name;
-        option.dataset.testid = "scope-option";
-        option.textContent = result.data.shown[i];
-        list.append(option);
+        const item = option(`scope-option-${start + i}`, "scope-option");
+        item.dataset.name = name;
+        item.textContent = result.data.shown[i];
+        list.append(item);
       });
-      if (!found.length) {
+      const more = result.data.after;
+      if (!options().length) {
         const none = document.createElement("li");
         none.className = "none";
-        none.textContent = `No ${noun()}'s name holds “${text}”.`;
+        none.dataset.testid = "scope-none";
+        none.textContent = more
+          ? `No ${noun()}'s name holds “${text}” among those looked through yet.`
+          : `No ${noun()}'s name holds “${text}”.`;
         list.append(none);
       }
+      if (more) {
+        const item = option("scope-option-more", "scope-more");
+        item.className = "more";
+        item.dataset.more = more;
+        const walk = result.data.walk;
+        item.textContent = walk ? `Search the next ${walk.toLocaleString("en")} names…` : "More names…";
+        list.append(item);
+      }
+      active = -1;
+      input.removeAttribute("aria-activedescendant");
       list.hidden = false;
       input.setAttribute("aria-expanded", "true");
     }
@@ -287,7 +311,12 @@
       say("");
       later();
     }
-    const picked = () => (active >= 0 ? options()[active].dataset.name : input.value);
+    const picked = () => (active >= 0 ? options()[active] : null);
+    // An option names a rack to add, or asks on for more (`data-more`: the name to ask after).
+    function choose(chosenOption) {
+      if (chosenOption && chosenOption.dataset.more) suggest(chosenOption.dataset.more);
+      else add(chosenOption ? chosenOption.dataset.name : input.value);
+    }
 
     input.addEventListener("input", () => {
       say("");
@@ -300,8 +329,8 @@
         if (list.hidden) suggest();
         else highlight(active + (event.key === "ArrowDown" ? 1 : -1));
       } else if (event.key === "Enter") {
-        event.preventDefault(); // adds the name; it does not save the form
-        add(picked());
+        event.preventDefault(); // adds the name (or asks on); it does not save the form
+        choose(picked());
       } else if (event.key === "Escape" && !list.hidden) {
         event.preventDefault();
         close();
@@ -309,12 +338,12 @@
     });
     // mousedown, not click: the input keeps its focus, and the list is not closed under the pointer.
     list.addEventListener("mousedown", (event) => {
-      const option = event.target.closest("[role=option]");
+      const clicked = event.target.closest("[role=option]");
       event.preventDefault();
-      if (option) add(option.dataset.name);
+      if (clicked) choose(clicked);
     });
     input.addEventListener("blur", close);
-    form.querySelector("[data-add]").addEventListener("click", () => add(picked()));
+    form.querySelector("[data-add]").addEventListener("click", () => choose(picked()));
     return {
       // A target names one kind: racks or domains. The picker says which it looks up.
       kindChanged() {
