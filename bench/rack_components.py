@@ -19,11 +19,13 @@ over `--small` racks and one over `--big` racks. Then, with one `rackflow serve`
 The database is dropped at the end unless `--keep`.
 
 `--names` measures the name searches instead, and nothing else: each rack in an NVLink domain of its own
-(`comps-d<n>`, as an NVL72 fleet's), no schedule; then ListRacks' `name_contains` (a page of 20) and the
-schedule form's picker (`/names/racks`, `/names/nvl_domains`) for texts that many, one and no name holds,
-and one of two characters: p95 of `--repeat` calls through the server, and the store's own statements in
-process (`store.inventory.list_racks`, `names_holding`: p50 and p95, the server stopped). Run it on a
-release before migration 0056 (PYTHONPATH) and on one after it to compare.
+(`comps-d<n>`, as an NVL72 fleet's), no schedule; then ListRacks' `name_contains` (a page of 20, and the
+next page where the first gave a token) and the schedule form's picker (`/names/racks`,
+`/names/nvl_domains`, and the next page where the first named one: `after`) for texts that many, one and no
+name holds, and one of two characters: p95 of `--repeat` calls through the server, and the store's own
+statements in process (`store.inventory.list_racks`, `names_holding`: p50 and p95, the server stopped). Run
+it on a release before a change (PYTHONPATH) and on one after it to compare: `--database NAME --keep` the
+first time, `--database NAME --reuse` the next (the racks loaded once; both releases at one migration).
 
     python bench/rack_components.py --components 36 --racks 20000
     python bench/rack_components.py --components 1 --racks 20000      # the one-component fleet, to compare
@@ -98,7 +100,7 @@ def rack_name(n: int) -> str:
 # ListRacks' count at its cap), one holds, none holds, and one of two characters (no trigram), of the
 # racks' names and of the domains'.
 RACK_SEARCHES = ("comps-r01", "r000999", "zzz", "zz")
-DOMAIN_SEARCHES = ("comps-d01", "d000999", "zzz")
+DOMAIN_SEARCHES = ("comps-d01", "d000999", "zzz", "zz")
 PICKED = 20  # the picker's names a request, and the page asked of ListRacks
 
 
@@ -229,14 +231,21 @@ def rpc(name: str, call: Callable[[], Any], repeat: int) -> Any:
     return answer
 
 
-def page(client: httpx.Client, path: str, repeat: int) -> None:
+def page(client: httpx.Client, path: str, repeat: int, params: dict[str, str] | None = None) -> Any:
+    """The page's p95 of `repeat` loads; its last answer, as JSON when it is JSON."""
+    answer: list[httpx.Response] = []
+
     def get() -> int:
-        response = client.get(path)
+        response = client.get(path, params=params)
         response.raise_for_status()
+        answer[:] = [response]
         return len(response.content)
 
     times, size = timed(get, repeat)
-    report("comps_page", path, times, TARGET_PAGE_MS, kib=size // 1024)
+    shown = path if not params else f"{path}?" + "&".join(f"{k}={v}" for k, v in params.items())
+    report("comps_page", shown, times, TARGET_PAGE_MS, kib=size // 1024)
+    is_json = answer[0].headers.get("content-type", "").startswith("application/json")
+    return answer[0].json() if is_json else None
 
 
 def stub_of(server: ServerProcess) -> Any:
@@ -270,11 +279,16 @@ def measure_names(server: ServerProcess, repeat: int) -> None:
         request = pb.ListRacksRequest(
             name_contains=search, pagination=pb.Pagination(limit=PICKED), view=pb.RACK_VIEW_BASIC
         )
-        rpc(f"ListRacks[name_contains={search}]", partial(stub.ListRacks, request), repeat)
+        first = rpc(f"ListRacks[name_contains={search}]", partial(stub.ListRacks, request), repeat)
+        if first.next_page_token:
+            request.pagination.page_token = first.next_page_token
+            rpc(f"ListRacks[name_contains={search},next]", partial(stub.ListRacks, request), repeat)
     with httpx.Client(base_url=server.http_url, timeout=120) as client:
         for kind, searches in (("racks", RACK_SEARCHES), ("nvl_domains", DOMAIN_SEARCHES)):
             for search in searches:
-                page(client, f"/names/{kind}?contains={search}", repeat)
+                answer = page(client, f"/names/{kind}", repeat, {"contains": search})
+                if answer and answer.get("after"):  # a release that pages the picker, and more to see
+                    page(client, f"/names/{kind}", repeat, {"contains": search, "after": answer["after"]})
 
 
 async def names_in_process(url: str, repeat: int) -> None:
@@ -477,11 +491,12 @@ async def cpu_of_reads(url: str, run_id: str, rounds: int) -> None:
 
 
 def names(url: str, args: argparse.Namespace) -> None:
-    """`--names`: the racks loaded, a domain each, then the name searches measured."""
-    started = time.perf_counter()
-    load_domains(url)
-    analyze(url)
-    result("comps_load", seconds=time.perf_counter() - started, racks=args.racks, loadavg=load_avg())
+    """`--names`: the racks loaded, a domain each (unless `--reuse`), then the name searches measured."""
+    if not args.reuse:
+        started = time.perf_counter()
+        load_domains(url)
+        analyze(url)
+        result("comps_load", seconds=time.perf_counter() - started, racks=args.racks, loadavg=load_avg())
     with tempfile.TemporaryDirectory() as log_dir:
         server = start_server(url, Path(log_dir), args=["--http-listen", "127.0.0.1:0", "--no-dispatcher"])
         try:
@@ -506,17 +521,27 @@ def main() -> None:
     parser.add_argument("--sim-step", default="600", help="simulator step seconds of the server")
     parser.add_argument("--keep", action="store_true", help="keep the database (named in the output)")
     parser.add_argument("--names", action="store_true", help="measure the name searches alone")
+    parser.add_argument("--database", default="", help="the scratch database's name (rackflow_comps_PID)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="--names on the racks a run with --keep left in --database"
+    )
     args = parser.parse_args()
-    name = f"rackflow_comps_{os.getpid()}"
+    if args.reuse and not (args.names and args.database):
+        parser.error("--reuse measures --names again in a --database a run kept")
+    name = args.database or f"rackflow_comps_{os.getpid()}"
     print(
         f"# racks={args.racks} components={args.components} small={args.small} big={args.big} database={name}"
     )
     print(code_line())
     print(machine_line())
-    url = make_database(args.pg_admin, name)
+    if args.reuse:
+        url = make_url(args.pg_admin).set(database=name).render_as_string(hide_password=False)
+    else:
+        url = make_database(args.pg_admin, name)
     try:
         started = time.perf_counter()
-        load_racks(url, args.racks, args.components)
+        if not args.reuse:
+            load_racks(url, args.racks, args.components)
         if args.names:
             names(url, args)
             return

@@ -553,9 +553,12 @@ class ListRacksRequest(_message.Message):
     """Only racks whose name holds this text, ignoring case (`%` and `_` are plain characters): the
     console's rack picker looks names up the same way. On PostgreSQL a text of three characters or more
     is looked up in the names' trigram index (migration 0056): a few matches cost 1-20 ms of database at
-    100,000 racks, where every name was read (0.2-0.6 s). A shorter text, and every text on SQLite,
-    reads the names until the page is full and counts its matches (`total`): every name when few match
-    (docs/PERFORMANCE.md, "The schedule form's racks").
+    100,000 racks, where every name was read (0.2-0.6 s); on SQLite the names are read until the page is
+    full. A text of one or two characters is looked up in no index: a page of such a search (with a
+    `pagination.limit`) looks through at most 10,000 racks (of `nvl_domain_id`'s or `ids`' if given) in
+    the list's order, so it may come back short, or empty, with a `next_page_token` that searches on from
+    where it stopped; only a response without a token says the search is over. Its `total` counts the
+    matches among the list's first 10,000 racks (`total_capped` when there are more to search).
     """
     view: Global___RackView.ValueType
     """BASIC: each rack without its components, as a table that names racks needs them (a GB200 NVL72 rack
@@ -609,7 +612,8 @@ class ListRacksResponse(_message.Message):
     total: _builtins.int
     next_page_token: _builtins.str
     """The next page's Pagination.page_token; empty when this page is the last (it was not full, or no
-    limit was asked for).
+    limit was asked for). A page of a short `name_contains` search may be short, even empty, and still
+    have one: the search goes on.
     """
     total_capped: _builtins.bool
     """`total` counts the matching rows up to 10,000 only (a count of ten million rows would cost more
