@@ -122,12 +122,13 @@ def every_page(session: Session, page: Callable[[int, str], _M], rows: str, what
 
 
 def searched_on(session: Session, page: Callable[..., _M], limit: int, token: str, rows: str) -> _M:
-    """The pages of a list whose each page walks a bounded part of it (a short schedule search; the audit
-    trail by target on SQLite), asked for one after another until `limit` rows (the answer's field `rows`)
-    are found (0: every one) or the list ends: a page may find few or none, so one page short of `limit`
-    says nothing of the rest. For people, each page that searches on is said on stderr. The answer holds
-    every page's rows, the first page's total (of the first walk: capped), or how many were found if more,
-    and the last page's token. A list an index answers comes back in one page, as asked."""
+    """The pages of a list whose each page walks a bounded part of it (a short schedule or rack name
+    search; the audit trail by target on SQLite), asked for one after another until `limit` rows (the
+    answer's field `rows`) are found (0: every one) or the list ends: a page may find few or none, so one
+    page short of `limit` says nothing of the rest. For people, each page that searches on is said on
+    stderr. The answer holds every page's rows, the first page's total (of the first walk: capped), or how
+    many were found if more, and the last page's token. A list an index answers comes back in one page, as
+    asked."""
     found: _M | None = None
     pages = 0
     while True:
