@@ -19,7 +19,7 @@ from sqlalchemy import insert
 from rackflow.config import SEARCH_WALK
 from rackflow.store.db import Database
 from rackflow.store.tables import racks
-from tests.browser.page import by_testid, text, visible, wait
+from tests.browser.page import SHOTS, by_testid, text, visible, wait
 from tests.browser.test_dashboard import open_page
 from tests.browser.test_forms import chosen, field, offered
 from tests.e2e.cluster import ServerProcess, start_server
@@ -76,6 +76,7 @@ def test_a_short_text_searches_on_past_the_names_it_looked_through(
     box.send_keys("ZQ")  # a-zq is in the first 10,000 names, zq-1 past them
     wait(driver, lambda d: offered(d) == ["a-zq"] and more(d), "a-zq and a way on")
     assert more(driver) == f"Search the next {SEARCH_WALK:,} names…"
+    driver.save_screenshot(str(SHOTS / "schedule-form-picker-walk.png"))
     by_testid(driver, "scope-more")[0].click()
     wait(driver, lambda d: offered(d) == ["a-zq", "zq-1"], "zq-1 added to the names offered")
     assert more(driver) == ""  # the rest looked through: nothing more to ask for
