@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Awaitable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -13,7 +13,7 @@ from google.protobuf.empty_pb2 import Empty
 from sqlalchemy import insert
 
 from rackflow.store.db import Database
-from rackflow.store.tables import tasks
+from rackflow.store.tables import racks, tasks
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.conftest import table_counts
@@ -508,6 +508,51 @@ async def test_domains_are_listed_a_page_at_a_time_or_by_id_or_name(stub: Stub) 
     assert list(by_name.domains) == [made[1], made[3]]
     both = await stub.ListNVLDomains(pb.ListNVLDomainsRequest(ids=[made[1].id], names=["d1", "d3"]))
     assert [d.name for d in both.domains] == ["d1"]  # each field narrows the list
+
+
+async def test_every_domain_at_once_is_the_list_its_pages_make(stub: Stub, db: Database) -> None:
+    """The request of no fields answers every domain in one answer, read and made apart from a page's
+    (docs/PERFORMANCE.md, "Every NVLink domain at once"): it must be, field for field on both databases,
+    the domains oldest first, each with its racks oldest first named by their ids' canonical text (the
+    order neither of their ids nor of the request that put them there), no rack outside a domain, an empty
+    domain empty; and the pages of one domain each, put end to end."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    rack_ids = sorted((uuid.uuid4() for _ in range(7)), reverse=True)  # the newer, the smaller its id
+    async with db.transaction() as conn:
+        await conn.execute(
+            insert(racks),
+            [
+                {"id": rack_id, "name": f"r{i}", "created_at": at + timedelta(seconds=i)}
+                for i, rack_id in enumerate(rack_ids)
+            ],
+        )
+    groups = [[6, 0, 3], [], [5], [2, 1]]  # rack 4 in no domain
+    made = [
+        await stub.CreateNVLDomain(
+            pb.CreateNVLDomainRequest(name=f"d{i}", rack_ids=[ident(str(rack_ids[r])) for r in group])
+        )
+        for i, group in enumerate(groups)
+    ]
+    expected = [
+        pb.NVLDomain(id=d.id, name=d.name, rack_ids=[ident(str(rack_ids[r])) for r in sorted(group)])
+        for d, group in zip(made, groups, strict=True)
+    ]
+
+    everything = await stub.ListNVLDomains(pb.ListNVLDomainsRequest())
+
+    assert list(everything.domains) == expected
+    assert (everything.total, everything.total_capped, everything.next_page_token) == (4, False, "")
+    paged: list[pb.NVLDomain] = []
+    token = ""
+    while True:
+        page = await stub.ListNVLDomains(
+            pb.ListNVLDomainsRequest(pagination=pb.Pagination(limit=1, page_token=token))
+        )
+        paged += page.domains
+        token = page.next_page_token
+        if not token:
+            break
+    assert paged == expected
 
 
 async def test_domain_list_refusals(stub: Stub, db: Database) -> None:

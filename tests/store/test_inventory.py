@@ -17,6 +17,8 @@ from rackflow.domain.inventory import (
     ComponentSpec,
     ComponentTarget,
     ComponentType,
+    ListedDomain,
+    NVLDomain,
     PowerState,
     TargetSpec,
 )
@@ -358,6 +360,14 @@ async def test_a_refused_remove_component_leaves_the_scopes_alone(db: Database) 
 # --- NVLink domains ------------------------------------------------------------------------------
 
 
+def listed(domain: NVLDomain, *, paged: bool) -> ListedDomain:
+    """The domain as the list names it: its ids and its racks' as their canonical text, its time (its
+    key's) only in a page of a limit."""
+    return ListedDomain(
+        str(domain.id), domain.name, list(map(str, domain.rack_ids)), domain.created_at if paged else None
+    )
+
+
 async def test_create_and_list_domains(inventory: InventoryService, clock: FakeClock) -> None:
     r1 = await inventory.create_rack("r1")
     clock.advance(timedelta(seconds=1))
@@ -367,12 +377,13 @@ async def test_create_and_list_domains(inventory: InventoryService, clock: FakeC
     clock.advance(timedelta(seconds=1))
     empty = await inventory.create_domain("empty", [])
     assert empty.rack_ids == ()
-    assert await inventory.list_domains() == ([d1, empty], 2)
+    assert await inventory.list_domains() == ([listed(d1, paged=False), listed(empty, paged=False)], 2)
+    assert await inventory.list_domains(limit=1) == ([listed(d1, paged=True)], 2)
     assert (await inventory.get_rack(r1.id)).nvl_domain_id == d1.id
     r3 = await inventory.create_rack("r3", nvl_domain_id=empty.id)
-    assert (await inventory.list_domains())[0][1].rack_ids == (r3.id,)
+    assert (await inventory.list_domains())[0][1].rack_ids == [str(r3.id)]
     assert await inventory.list_domains(limit=1, after=(d1.created_at, d1.id)) == (
-        [replace(empty, rack_ids=(r3.id,))],
+        [listed(replace(empty, rack_ids=(r3.id,)), paged=True)],
         2,
     )
     assert await inventory.domain_names([empty.id, r3.id]) == {empty.id: "empty"}

@@ -51,10 +51,10 @@ async def _paged(db: Database) -> list[uuid.UUID]:
     async with db.read() as conn:
         while True:
             page, _ = await inventory.list_domains(conn, limit=2, after=after)
-            ids += [d.id for d in page]
+            ids += [uuid.UUID(d.id) for d in page]
             if len(page) < 2:
                 return ids
-            after = (page[-1].created_at, page[-1].id)
+            after = (page[-1].created_at, ids[-1])
 
 
 async def test_domains_are_kept_and_paged_and_back_down(db_at_0054: Database) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 from google.protobuf.empty_pb2 import Empty
@@ -13,6 +14,7 @@ from rackflow.api.convert.inventory import (
     component_specs_from,
     components_into,
     domain_to,
+    listed_domains_into,
     listed_ids_from,
     listed_names_from,
     rack_ref_from,
@@ -117,11 +119,12 @@ class InventoryRpcs:
             names=listed_names_from(request.names) or None,
         )
         total, capped = total_to(counted)
-        return pb.ListNVLDomainsResponse(
-            domains=[domain_to(d) for d in domains],
+        response = pb.ListNVLDomainsResponse(
             total=total,
             total_capped=capped,
             next_page_token=next_page_token(
-                "ListNVLDomains", page.limit, domains, lambda d: (d.created_at, d.id)
+                "ListNVLDomains", page.limit, domains, lambda d: (d.created_at, uuid.UUID(d.id))
             ),
         )
+        listed_domains_into(response.domains, domains)
+        return response

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from rackflow.config import SHORT_SEARCH_TEXT
 from rackflow.frozen import quick_init
@@ -71,6 +73,21 @@ class NVLDomain:
     name: str
     rack_ids: tuple[uuid.UUID, ...]
     created_at: datetime  # the list's order, with the id (`store.inventory.DOMAIN_ORDER`)
+
+
+class ListedDomain(NamedTuple):
+    """An NVLink domain as ListNVLDomains answers it: its id and its racks' (oldest first) as the text they
+    are sent as, read so from the database, as `ListedScope` is. A fleet of NVL72 racks has a domain a
+    rack: its list of 20,000 made a `uuid.UUID` of each of 60,000 ids, an `NVLDomain` of each domain and
+    `str()` of every id again (docs/PERFORMANCE.md, "Every NVLink domain at once"). A named tuple, the
+    cheapest to make."""
+
+    id: str
+    name: str
+    rack_ids: Sequence[str]
+    # The list's order, with the id; read for a page of a limit, whose last domain's is the next page's
+    # key (`store.inventory.list_domains`), else None: a list of no limit has no next page.
+    created_at: datetime | None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from rackflow.domain.inventory import (
     Component,
     ComponentSpec,
     ComponentType,
+    ListedDomain,
     NVLDomain,
     Rack,
 )
@@ -368,10 +369,10 @@ class InventoryService:
         after: Sequence[Any] | None = None,
         ids: Collection[uuid.UUID] | None = None,
         names: Collection[str] | None = None,
-    ) -> tuple[list[NVLDomain], int]:
+    ) -> tuple[list[ListedDomain], int]:
         """A page of domains with their racks, oldest first (after the `store.DOMAIN_ORDER` key `after`),
-        and how many match in all (counted up to LIST_COUNT_CAP, then more); of those among `ids` or
-        `names` alone if given."""
+        their ids as text, and how many match in all (counted up to LIST_COUNT_CAP, then more); of those
+        among `ids` or `names` alone if given."""
         async with self.db.read() as conn:
             return await store.list_domains(
                 conn, offset=offset, limit=limit, after=after, ids=ids, names=names

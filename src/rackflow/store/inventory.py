@@ -12,9 +12,9 @@ import uuid
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Row, Table, delete, insert, select, update
+from sqlalchemy import ColumnElement, Row, Table, delete, insert, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.domain.bmc import stored_resource_key, target_of
@@ -23,6 +23,7 @@ from rackflow.domain.inventory import (
     Component,
     ComponentSpec,
     ComponentType,
+    ListedDomain,
     NVLDomain,
     PowerState,
     Rack,
@@ -33,7 +34,7 @@ from rackflow.errors import AlreadyExists
 from rackflow.ids import new_id
 from rackflow.store import kept_counts, scope_removals
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
-from rackflow.store.dialect import by_keys, name_holds
+from rackflow.store.dialect import by_keys, name_holds, uuid_text
 from rackflow.store.paging import Key, Listed, keys_in_order, page_of, walk_end
 from rackflow.store.tables import (
     components,
@@ -114,6 +115,8 @@ _COMPONENTS = select(
 RACK_ORDER = (racks.c.created_at, racks.c.id)
 # The domain list's order, an index's (migration 0055), as the racks' is.
 DOMAIN_ORDER = (nvl_domains.c.created_at, nvl_domains.c.id)
+# A rack's or a domain's id as a read gives it: itself, or its text (`uuid_text`).
+_Id = TypeVar("_Id", uuid.UUID, str)
 
 
 # --- racks ---------------------------------------------------------------------------------------
@@ -463,17 +466,28 @@ async def rack_ids_by_domain(
 ) -> defaultdict[uuid.UUID, list[uuid.UUID]]:
     """The racks of each domain, oldest first; a domain without racks maps to []. None: of every domain,
     in one read of the racks that have one (the whole list), not a statement per thousand domains."""
-    by_domain: defaultdict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
-    domain = racks.c.nvl_domain_id
+    return await _racks_by_domain(conn, domain_ids, racks.c.id, racks.c.nvl_domain_id)
+
+
+async def _racks_by_domain(
+    conn: AsyncConnection,
+    domain_ids: Collection[uuid.UUID] | None,
+    rack: ColumnElement[_Id],
+    domain: ColumnElement[_Id],
+) -> defaultdict[_Id, list[_Id]]:
+    """`rack_ids_by_domain`, each id read as the column `rack` or `domain` gives it (the racks' and their
+    domains' ids themselves, or their text: `uuid_text`)."""
+    by_domain: defaultdict[_Id, list[_Id]] = defaultdict(list)
+    in_domain = racks.c.nvl_domain_id
     reads = (
-        [domain.is_not(None)]
+        [in_domain.is_not(None)]
         if domain_ids is None
-        else [domain.in_(chunk) for chunk in chunked(set(domain_ids))]
+        else [in_domain.in_(chunk) for chunk in chunked(set(domain_ids))]
     )
-    stmt = select(racks.c.id, domain).order_by(*RACK_ORDER)
+    stmt = select(rack, domain).order_by(*RACK_ORDER)
     for within in reads:
-        for row in await conn.execute(stmt.where(within)):
-            by_domain[row.nvl_domain_id].append(row.id)
+        for rack_id, domain_id in (await conn.execute(stmt.where(within))).all():
+            by_domain[domain_id].append(rack_id)
     return by_domain
 
 
@@ -493,23 +507,44 @@ async def list_domains(
     after: Key | None = None,
     ids: Collection[uuid.UUID] | None = None,
     names: Collection[str] | None = None,
-) -> tuple[list[NVLDomain], int]:
+) -> tuple[list[ListedDomain], int]:
     """One page of domains with their racks (oldest domain first, after the key `after` of DOMAIN_ORDER if
-    given), of those among `ids` or `names` alone if given (a page's worth each: one IN list), and the total
-    before paging (`paging.count_capped`). A fleet of NVL72 racks has a domain a rack: 20,000 of them read
-    whole took half a second and 2 MB (docs/PERFORMANCE.md, "NVLink domains at a fleet's size")."""
+    given), of those among `ids` or `names` alone if given (a page's worth each: one IN list), their ids
+    and their racks' read as text (`uuid_text`), and the total before paging (`paging.count_capped`). A
+    fleet of NVL72 racks has a domain a rack: 20,000 of them read whole took half a second and 2 MB, then
+    0.2 s as `NVLDomain`s (docs/PERFORMANCE.md, "NVLink domains at a fleet's size", "Every NVLink domain
+    at once")."""
+    domain, dialect = nvl_domains.c, conn.dialect.name
     where: list[ColumnElement[bool]] = []
     if ids is not None:
-        where.append(nvl_domains.c.id.in_(set(ids)))
+        where.append(domain.id.in_(set(ids)))
     if names is not None:
-        where.append(nvl_domains.c.name.in_(set(names)))
+        where.append(domain.name.in_(set(names)))
     rows, listed = await page_of(
-        conn, nvl_domains, DOMAIN_ORDER, where, after=after, offset=offset, limit=limit
+        conn,
+        nvl_domains,
+        DOMAIN_ORDER,
+        where,
+        after=after,
+        offset=offset,
+        limit=limit,
+        columns=(
+            uuid_text(dialect, domain.id).label("id"),
+            domain.name,
+            # A page's last domain's key is the next page's token; a list of no limit has none, and
+            # making 20,000 aware times was a fifth of the whole list's read.
+            (null() if limit is None else domain.created_at).label("created_at"),
+        ),
     )
     whole = not where and after is None and not offset and limit is None
-    by_domain = await rack_ids_by_domain(conn, None if whole else [row.id for row in rows])
+    by_domain = await _racks_by_domain(
+        conn,
+        None if whole else [uuid.UUID(row.id) for row in rows],
+        uuid_text(dialect, racks.c.id),
+        uuid_text(dialect, racks.c.nvl_domain_id),
+    )
     found = [
-        NVLDomain(id=row.id, name=row.name, rack_ids=tuple(by_domain[row.id]), created_at=row.created_at)
-        for row in rows
+        ListedDomain(domain_id, name, by_domain[domain_id], created_at)
+        for domain_id, name, created_at in rows
     ]
     return found, listed.total

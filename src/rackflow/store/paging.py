@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import ColumnElement, FromClause, Row, Select, Table, func, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -63,11 +63,13 @@ async def page_of(
     offset: int,
     limit: int | None,
     unindexed: Sequence[ColumnElement[bool]] = (),
-) -> tuple[Sequence[Row[Any]], Listed]:
-    """A page of `table`'s rows matching `where` and `unindexed`, ascending in `order` after the key
-    `after` (or past `offset` rows), at most `limit` (None: all), and what the list says besides (`Listed`:
-    how many match before paging, `count_capped`): a list of an inventory (racks, domains) whose order is
-    an index, alone or after the columns of an equality in `where` (a domain's racks).
+    columns: Sequence[ColumnElement[Any]] = (),
+) -> tuple[Sequence[Row[Unpack[tuple[Any, ...]]]], Listed]:
+    """A page of `table`'s rows matching `where` and `unindexed` (of `columns` alone if given, else every
+    column), ascending in `order` after the key `after` (or past `offset` rows), at most `limit` (None:
+    all), and what the list says besides (`Listed`: how many match before paging, `count_capped`): a list
+    of an inventory (racks, domains) whose order is an index, alone or after the columns of an equality in
+    `where` (a domain's racks).
 
     `unindexed`: conditions no index answers (a name search of one or two characters,
     `dialect.name_holds`). A page with a limit then walks at most SEARCH_WALK rows of `where` after `after`
@@ -80,7 +82,7 @@ async def page_of(
     counted = [*where, *unindexed, *walk.counted(order)]
     total = await count_capped(conn, table, counted)
     stmt = (
-        select(table)
+        (select(*columns) if columns else select(table))
         .where(*where, *unindexed, *after_key(order, after, descending=False), *walk.bounded(order))
         .order_by(*order)
         .offset(offset)
