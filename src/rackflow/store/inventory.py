@@ -511,9 +511,9 @@ async def list_domains(
     """One page of domains with their racks (oldest domain first, after the key `after` of DOMAIN_ORDER if
     given), of those among `ids` or `names` alone if given (a page's worth each: one IN list), their ids
     and their racks' read as text (`uuid_text`), and the total before paging (`paging.count_capped`). A
-    fleet of NVL72 racks has a domain a rack: 20,000 of them read whole took half a second and 2 MB, then
-    0.2 s as `NVLDomain`s (docs/PERFORMANCE.md, "NVLink domains at a fleet's size", "Every NVLink domain
-    at once")."""
+    fleet of NVL72 racks has a domain a rack: 20,000 of them read whole took half a second and 2 MB
+    (docs/PERFORMANCE.md, "NVLink domains at a fleet's size"), then 0.2 s of CPU to read as `uuid.UUID`s
+    and `NVLDomain`s, a fifth of that as text ("Every NVLink domain at once")."""
     domain, dialect = nvl_domains.c, conn.dialect.name
     where: list[ColumnElement[bool]] = []
     if ids is not None:

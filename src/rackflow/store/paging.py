@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Unpack
+from typing import Any
 
 from sqlalchemy import ColumnElement, FromClause, Row, Select, Table, func, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -64,7 +64,7 @@ async def page_of(
     limit: int | None,
     unindexed: Sequence[ColumnElement[bool]] = (),
     columns: Sequence[ColumnElement[Any]] = (),
-) -> tuple[Sequence[Row[Unpack[tuple[Any, ...]]]], Listed]:
+) -> tuple[Sequence[Row[*tuple[Any, ...]]], Listed]:
     """A page of `table`'s rows matching `where` and `unindexed` (of `columns` alone if given, else every
     column), ascending in `order` after the key `after` (or past `offset` rows), at most `limit` (None:
     all), and what the list says besides (`Listed`: how many match before paging, `count_capped`): a list

@@ -108,7 +108,7 @@ def listed_domains_into(target: Any, domains: Iterable[ListedDomain]) -> None:
     """Append the listed domains to `target` (a repeated `pb.NVLDomain` field), each made in its place (as
     `racks_into`), its ids copied as the text they were read as and set on their fields (for a message
     this small, a third faster than given to `add` as dicts): 20,000 domains made apart as `domain_to`
-    makes one, then copied in, took four times as long (docs/PERFORMANCE.md, "Every NVLink domain at
+    makes one, then copied in, took six times as long (docs/PERFORMANCE.md, "Every NVLink domain at
     once")."""
     add = target.add
     for domain in domains:
