@@ -97,6 +97,17 @@ async def explain(db: Database, statement: str, parameters: Any) -> str:
         return await by_parent_index(conn, plan)
 
 
+async def explain_analyzed(db: Database, statement: str, parameters: Any) -> str:
+    """PostgreSQL's plan of `statement` as run (EXPLAIN ANALYZE, in a transaction rolled back): each node
+    with the rows it really read, for a test that a read is bounded whatever the planner's estimates."""
+    async with db.engine.connect() as conn:
+        transaction = await conn.begin()
+        try:
+            return _text((await conn.exec_driver_sql("EXPLAIN ANALYZE " + statement, parameters)).all())
+        finally:
+            await transaction.rollback()
+
+
 async def explain_without_scans(db: Database, statement: str, parameters: Any) -> str:
     """PostgreSQL's plan of a statement a list sent (its leading comment left out), the full and bitmap
     scans forbidden: a test's small table costs nothing to scan, so the plan takes one only if the index

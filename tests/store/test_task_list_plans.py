@@ -7,6 +7,7 @@ small table is not checked here)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -18,7 +19,7 @@ from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import racks, task_schedule, tasks
 from tests.conftest import schedule_row, task_row
-from tests.store.query_plans import explain, explain_without_scans, statements_sent
+from tests.store.query_plans import explain, explain_analyzed, explain_without_scans, statements_sent
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 INDEX = "ix_tasks_schedule_id_created_at_id_status"
@@ -99,3 +100,47 @@ async def test_a_page_of_a_schedule_whose_tasks_are_old_reads_the_schedule_s_ind
     plan = await explain(db, page, parameters)
     assert f"Index Only Scan Backward using {INDEX}" in plan, plan
     assert "ix_tasks_created_at " not in plan, plan
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # the plans checked are PostgreSQL's
+async def test_a_page_of_several_statuses_reads_each_status_s_newest_alone(db: Database) -> None:
+    """The newest 2,000 tasks completed, the 600 before them failed or terminated: a page of 20 of the
+    failed and terminated ones reads at most a page of each status's newest from the status index, in
+    order, and merges them. As one IN list, PostgreSQL walked the creation-time index backward, filtering out every
+    newer task of another status first (at full size 139,744 of them for a page, 114 ms), or read every
+    task of the statuses and sorted them."""
+    rack = uuid.uuid4()
+    async with db.transaction() as conn:
+        await conn.execute(insert(racks).values(id=rack, name="r1", created_at=T0))
+        ended = ["failed", "terminated"] * 300 + ["completed"] * 2000
+        rows = [
+            task_row(uuid.uuid4(), rack, T0 + timedelta(minutes=n), status=s) for n, s in enumerate(ended)
+        ]
+        await conn.execute(insert(tasks), rows)
+    async with db.engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await autocommit.exec_driver_sql("VACUUM ANALYZE tasks")
+
+    with statements_sent(db) as all_sent:
+        async with db.read() as conn:
+            found, total = await task_store.list_tasks(
+                conn,
+                rack_id=None,
+                schedule_id=None,
+                active_only=False,
+                statuses=[TaskStatus.TERMINATED, TaskStatus.FAILED],
+                offset=0,
+                limit=20,
+            )
+    assert [t.created_at for t in found] == [T0 + timedelta(minutes=n) for n in range(599, 579, -1)]
+    assert total == 600
+    *_, (page, parameters) = [(s, p) for s, p in all_sent if "FROM tasks" in s]
+    plan = await explain_analyzed(db, page, parameters)
+    read = [
+        int(rows)
+        for rows in re.findall(
+            r"Index Only Scan Backward using ix_tasks_status_created_at_id .*rows=(\d+) loops=1", plan
+        )
+    ]
+    assert len(read) == 2 and all(n <= 20 for n in read), plan  # at most a page of each status, in order
