@@ -89,12 +89,15 @@ DEFAULT_EXECUTOR_POLL_INTERVAL = timedelta(milliseconds=500)
 DEFAULT_MAX_CONCURRENT_TASKS = 32
 DEFAULT_SWEEP_INTERVAL = timedelta(seconds=2)
 # A running task's progress message ("powering on 5/36: compute-4") is written with the claim (its first
-# batch's), then by the executor's progress tick, every this often, for each task whose batch under way is not
-# the one its message names; its end with the outcome. So the message an operator reads lags the batch under
-# way by at most this (and a journal round), and a task's row is rewritten at most once this often. Written
-# before every batch, it was rewritten 36 times a task on an NVL72 rack (docs/CAPACITY.md, "Racks of 36
-# components"); each batch is still fenced in a journal round before it starts, which locks the row instead.
+# batch's), then by the executor's progress tick, every this often (`--progress-interval`), for each task
+# whose batch under way is not the one its message names; its end with the outcome. So the message an
+# operator reads lags the batch under way by at most this (and a journal round), and a task's row is
+# rewritten at most once this often. Written before every batch, it was rewritten 36 times a task on an NVL72
+# rack (docs/CAPACITY.md, "Racks of 36 components"); each batch is still fenced in a journal round before it
+# starts, which locks the row instead. The least the flag takes: a unit slip (`5ms` for `5s`) would write
+# every quick batch's message again, a row version a step, and wake the tick hundreds of times a second.
 DEFAULT_PROGRESS_INTERVAL = timedelta(seconds=5)
+MIN_PROGRESS_INTERVAL = timedelta(seconds=1)
 # How often each instance prunes what a retention (--audit-retention, --run-retention, --task-retention)
 # bounds, when it is set.
 DEFAULT_PRUNE_INTERVAL = timedelta(hours=1)
@@ -267,6 +270,8 @@ class ServeConfig:
     clock_offset: timedelta = field(default=timedelta(0))
     # How long an instance's heartbeat may be silent before others take its tasks and runs over.
     lease_ttl: timedelta = DEFAULT_LEASE_TTL
+    # How often the executor writes its running tasks' progress messages: how far at most they lag.
+    progress_interval: timedelta = DEFAULT_PROGRESS_INTERVAL
     # Connections kept open to PostgreSQL (DB_POOL_OVERFLOW more are opened for bursts). Size it so that
     # instances × (pool + overflow) stays under the server's max_connections.
     db_pool_size: int = DEFAULT_DB_POOL_SIZE

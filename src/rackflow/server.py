@@ -114,6 +114,21 @@ class RackflowServer:
         self._stop = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
 
+    def executor(self, backend: Backend) -> Executor:
+        """This process's executor, as the flags configure it (`start` runs it)."""
+        return Executor(
+            self.db,
+            self.clock,
+            backend,
+            instance_id=self.instance_id,
+            manager=self.services.tasks,
+            gates=self.services.gates,
+            backstops=(self.services.deferrals,),
+            lease_ttl=self.config.lease_ttl.total_seconds(),
+            default_start_deadline=self.config.default_start_deadline,
+            progress_interval=self.config.progress_interval.total_seconds(),
+        )
+
     async def start(self) -> str:
         """Migrate if asked, refuse an unmigrated database, then serve. Returns the bound HOST:PORT."""
         if self.config.migrate:
@@ -169,17 +184,7 @@ class RackflowServer:
         self.address = host_port(host, bound)
         await self.grpc.start()
 
-        executor = Executor(
-            self.db,
-            self.clock,
-            backend,
-            instance_id=self.instance_id,
-            manager=self.services.tasks,
-            gates=self.services.gates,
-            backstops=(self.services.deferrals,),
-            lease_ttl=self.config.lease_ttl.total_seconds(),
-            default_start_deadline=self.config.default_start_deadline,
-        )
+        executor = self.executor(backend)
         self._spawn("executor", executor.run)
         if self.db.is_postgres:
             # The coming weeks' partitions of the runs before this instance's first firing, then hourly.

@@ -14,6 +14,8 @@ from rackflow import logs, server
 from rackflow.cli.serve import serve
 from rackflow.config import ServeConfig, parse_retention
 from rackflow.errors import InvalidArgument
+from rackflow.server import build_backend
+from rackflow.tasks.executor import Executor
 from tests.certs import Pki, make_pki
 
 
@@ -353,3 +355,64 @@ def test_serve_takes_a_dispatch_interval_or_lease_from_its_minimum_on(
 ) -> None:
     result = CliRunner().invoke(serve, [flag, value])
     assert isinstance(result.exception, _Started), result.output
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "--progress-interval: must be positive, got '0'"),
+        ("-5s", "--progress-interval: must be positive, got '-5s'"),
+        ("5", '--progress-interval: invalid duration "5": missing unit'),
+        # A unit slipped (`5ms` for `5s`): every quick batch's message written as it starts, a row version a
+        # step, and the tick waking the event loop hundreds of times a second.
+        ("5ms", "--progress-interval: must be at least 1s, got '5ms'"),
+        ("999ms", "--progress-interval: must be at least 1s, got '999ms'"),
+    ],
+)
+@pytest.mark.parametrize("by", ["flag", "variable"])
+def test_serve_refuses_a_progress_interval_that_is_not_a_duration_of_at_least_1s(
+    started: list[ServeConfig], value: str, message: str, by: str
+) -> None:
+    variable = {"RACKFLOW_PROGRESS_INTERVAL": value}
+    args, env = (["--progress-interval", value], {}) if by == "flag" else ([], variable)
+    result = CliRunner().invoke(serve, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert started == []
+
+
+@pytest.fixture
+def executors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Executor]:
+    """The executors `rackflow serve` built, as its server builds it (nothing starts: the stand-in ends
+    `serve` once the real server made its executor)."""
+    built: list[Executor] = []
+    real = server.RackflowServer
+
+    def record(config: ServeConfig) -> Any:
+        made = real(config)
+        built.append(made.executor(build_backend(config, made.clock)))
+        raise _Started
+
+    monkeypatch.setattr(server, "RackflowServer", record)
+    monkeypatch.setattr(logs, "configure", lambda _fmt: None)
+    return built
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "interval"),
+    [
+        ([], {}, timedelta(seconds=5)),
+        (["--progress-interval", "1s"], {}, timedelta(seconds=1)),
+        ([], {"RACKFLOW_PROGRESS_INTERVAL": "1m30s"}, timedelta(seconds=90)),
+        (["--progress-interval", "2s"], {"RACKFLOW_PROGRESS_INTERVAL": "1m30s"}, timedelta(seconds=2)),
+    ],
+)
+def test_serve_gives_the_executor_its_progress_interval(
+    executors: list[Executor], tmp_path: Path, args: list[str], env: dict[str, str], interval: timedelta
+) -> None:
+    """`progress_interval` was the executor's constructor argument only: every server wrote its tasks'
+    progress every 5 s, whatever an operator needed."""
+    db = ["--db", f"sqlite:///{tmp_path / 'rackflow.db'}"]
+    result = CliRunner().invoke(serve, [*db, *args], env={"RACKFLOW_PROGRESS_INTERVAL": None, **env})
+    assert isinstance(result.exception, _Started), result.output
+    assert [executor.progress_interval for executor in executors] == [interval]

@@ -26,9 +26,11 @@ from rackflow.config import (
     DEFAULT_NOTIFICATION_HOLD_THRESHOLD,
     DEFAULT_NOTIFICATION_RETENTION,
     DEFAULT_NOTIFY_SEND_LEASE,
+    DEFAULT_PROGRESS_INTERVAL,
     MIN_DISPATCH_INTERVAL,
     MIN_LEASE_TTL,
     MIN_NOTIFICATION_HOLD_THRESHOLD,
+    MIN_PROGRESS_INTERVAL,
     BackendName,
     LogFormat,
     ServeConfig,
@@ -177,6 +179,14 @@ _db_option = click.option(
     help="How long a silent instance keeps its tasks and runs before others take them over.",
 )
 @click.option(
+    "--progress-interval",
+    envvar="RACKFLOW_PROGRESS_INTERVAL",
+    default=duration_text(DEFAULT_PROGRESS_INTERVAL),
+    show_default=True,
+    help="How often a running task's progress message is written: how far at most it lags the step under "
+    "way (Go duration, at least 1s).",
+)
+@click.option(
     "--default-start-deadline",
     envvar="RACKFLOW_DEFAULT_START_DEADLINE",
     default="",
@@ -290,6 +300,7 @@ def serve(
     clock_offset: str,
     db_pool_size: int,
     lease_ttl: str,
+    progress_interval: str,
     default_start_deadline: str,
     audit_retention: str,
     run_retention: str,
@@ -337,6 +348,9 @@ def serve(
             clock_offset=offset,
             db_pool_size=db_pool_size,
             lease_ttl=parse_interval(lease_ttl, "--lease-ttl", minimum=MIN_LEASE_TTL),
+            progress_interval=parse_interval(
+                progress_interval, "--progress-interval", minimum=MIN_PROGRESS_INTERVAL
+            ),
             tls=tls,
             tokens=load_tokens(auth_tokens, os.environ),
             insecure=insecure,

@@ -1340,8 +1340,9 @@ class Task(_message.Message):
     description: _builtins.str
     status: Global___TaskStatus.ValueType
     message: _builtins.str
-    """While RUNNING, the batch of steps under way ("powering on 5/36: compute-4"), written at most every 5
-    seconds: it may lag the batch under way by up to that. Once ended, the outcome.
+    """While RUNNING, the batch of steps under way ("powering on 5/36: compute-4"), written at most once a
+    progress interval of the server running the task (`rackflow serve --progress-interval`, 5 s by default):
+    it may lag the batch under way by up to that. Once ended, the outcome.
     """
     ignore_windows: _builtins.bool
     """submitted with queue_options.ignore_windows: FREEZE windows do not hold it"""
