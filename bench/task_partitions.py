@@ -9,12 +9,13 @@ on a fresh database migrated to the head:
 1. **The executor's claim over a year of weeks.** `--tasks` ended tasks spread over a year and `--live` live
    ones of the last hour (pending, running, waiting), as rackflow's `tasks`; the same rows in
    `tasks_by_week`, partitioned by week of their id (a year, two weeks ahead, and a DEFAULT), with the same
-   indexes. Then the claim's statement (`store.task_runs._claim_statement`, its SQL mirrored here with the
-   table's name as a parameter), planned with rackflow's `plan_cache_mode`, `--repeat` times each in a
-   rolled-back transaction: on `tasks`; on `tasks_by_week` as it is; bounded in its subquery to ids from the
-   start of last week (`id >= :since`, what a "live since" bound of the oldest live task would give); and
-   bounded in both the subquery and the UPDATE. Prints the median planning and execution times (ms), from
-   `EXPLAIN (ANALYZE, SUMMARY)`.
+   indexes. Then the claim's statement as it was when this was measured, one UPDATE of the rows its
+   subquery picked (since then a pick, `store.task_runs._pick_statement`, and `start`'s UPDATE; its SQL
+   mirrored here with the table's name as a parameter), planned with rackflow's `plan_cache_mode`,
+   `--repeat` times each in a rolled-back transaction: on `tasks`; on `tasks_by_week` as it is; bounded in
+   its subquery to ids from the start of last week (`id >= :since`, what a "live since" bound of the oldest
+   live task would give); and bounded in both the subquery and the UPDATE. Prints the median planning and
+   execution times (ms), from `EXPLAIN (ANALYZE, SUMMARY)`.
 2. **The old tasks' ids.** Tasks made before rackflow's ids were time-ordered have random version 4 ids. The
    same rows with such ids in a table whose only partition is the DEFAULT (the old table, attached): how many
    of them fall in each of the next `--weeks-ahead` weeks' ranges of ids (each such row refuses that week's
@@ -133,7 +134,8 @@ def _by_week(conn: Connection, now: datetime) -> int:
 
 
 def _claim_sql(table: str, bounded_subquery: bool, bounded_update: bool) -> str:
-    """The executor's claim (`store.task_runs._claim_statement`), on `table`, optionally bounded."""
+    """The executor's claim (as one statement: `store.task_runs.pick` and `start`), on `table`, optionally
+    bounded."""
     inner = "AND id >= :since" if bounded_subquery else ""
     outer = "id >= :since AND" if bounded_update else ""
     return (

@@ -1,8 +1,9 @@
 """An executor's round beside CancelTask, a window's change and a rollout's cancel does not deadlock
 (PostgreSQL: SQLite's single writer runs them one after the other).
 
-The round claims its tasks (their rows locked by the claim's UPDATE), then writes the same rows again in
-its transaction: a start gate's hold, a hold cleared, a refusal, the first progress message. PostgreSQL
+The round claims its tasks (their rows locked by the claim's pick, then written by its UPDATE, with their
+first progress message), then may write the same rows again in its transaction: a start gate's hold, a
+hold cleared, a refusal. PostgreSQL
 checks a foreign key again at an UPDATE of a row the same transaction wrote already, whether or not the
 key changed: each such write takes `FOR KEY SHARE` on the task's rack. The lock that orders a rack's tasks
 (`store.tasks.lock_racks`: CancelTask, a submit, a promotion, a window's change, a rollout's cancel) is
@@ -144,16 +145,16 @@ class Beside:
 
 
 def claimed(task_id: uuid.UUID) -> Callable[[Any, Sequence[Any]], bool]:
-    """`task_runs.claim` took the task."""
+    """The claim took the task (`task_runs.start`, the UPDATE after its pick)."""
     return lambda result, _: any(task.id == task_id for task, _ in result)
 
 
 async def test_cancel_task_beside_the_round_that_claims_the_task(
     pg_db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """CancelTask locks the task's rack, then waits for the task's row, which the round's claim holds; the
-    round then writes the task's first progress message, checking the rack's key. CancelTask goes on once
-    the round committed, and ends the task it started."""
+    """CancelTask locks the task's rack, then waits for the task's row, which the round's claim holds (and
+    has written, RUNNING with its first progress message). CancelTask goes on once the round committed, and
+    ends the task it started."""
     db = Database(pg_db)
     try:
         env = make_env(db)
@@ -161,7 +162,7 @@ async def test_cancel_task_beside_the_round_that_claims_the_task(
             POWER_ON, [RackSelection((await env.rack("r1")).id)], description="", queue=QueueOptions()
         )
         cancel = Beside(
-            env, monkeypatch, task_runs, "claim", claimed(task.id), lambda: env.services.tasks.cancel(task.id)
+            env, monkeypatch, task_runs, "start", claimed(task.id), lambda: env.services.tasks.cancel(task.id)
         )
         backend = Steps()
         async with executing(env, backend, caplog):
@@ -286,7 +287,7 @@ async def test_a_window_edit_beside_a_round_that_ends_a_task_on_a_rack_it_names(
 
         monkeypatch.setattr(manager, "let_go_in", then_r0_due)
         edit = Beside(
-            env, monkeypatch, task_runs, "claim", claimed(r0_task), nightly_also_on(env, deferred, r9.id)
+            env, monkeypatch, task_runs, "start", claimed(r0_task), nightly_also_on(env, deferred, r9.id)
         )
         async with executing(env, backend, caplog):
 

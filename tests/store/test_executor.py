@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert, select, update
+from sqlalchemy import Column, MetaData, Table, Uuid, event, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rackflow.clock import FakeClock, SystemClock
@@ -190,6 +190,51 @@ def task_row_writes(db: Database, task_id: uuid.UUID) -> Iterator[list[str]]:
         event.remove(db.engine.sync_engine, "after_cursor_execute", count)
 
 
+_VERSIONS = Table("test_task_row_versions", MetaData(), Column("task_id", Uuid(), nullable=False))
+_COUNT_VERSIONS = {
+    "sqlite": [
+        "CREATE TRIGGER test_task_row_versions AFTER UPDATE ON tasks"
+        " BEGIN INSERT INTO test_task_row_versions (task_id) VALUES (NEW.id); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION test_task_row_versions() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN INSERT INTO test_task_row_versions (task_id) VALUES (NEW.id); RETURN NULL; END $$",
+        "CREATE TRIGGER test_task_row_versions AFTER UPDATE ON tasks"
+        " FOR EACH ROW EXECUTE FUNCTION test_task_row_versions()",
+    ],
+}
+_STOP_COUNTING = {
+    "sqlite": ["DROP TRIGGER test_task_row_versions"],
+    "postgresql": [
+        "DROP TRIGGER test_task_row_versions ON tasks",
+        "DROP FUNCTION test_task_row_versions()",
+    ],
+}
+
+
+@asynccontextmanager
+async def task_row_versions(db: Database) -> AsyncIterator[Callable[[uuid.UUID], Awaitable[int]]]:
+    """How many versions of a task's row the block's writes made, whatever statement made them (one a row
+    an UPDATE matched: a row trigger's count), the claim's included, which names no task."""
+    async with db.transaction() as conn:
+        await conn.run_sync(_VERSIONS.create)
+        for statement in _COUNT_VERSIONS[db.dialect]:
+            await conn.exec_driver_sql(statement)
+
+    async def versions(task_id: uuid.UUID) -> int:
+        async with db.read() as conn:
+            counted = select(func.count()).where(_VERSIONS.c.task_id == task_id)
+            return int((await conn.execute(counted)).scalar_one())
+
+    try:
+        yield versions
+    finally:
+        async with db.transaction() as conn:
+            for statement in _STOP_COUNTING[db.dialect]:
+                await conn.exec_driver_sql(statement)
+            await conn.run_sync(_VERSIONS.drop)
+
+
 # --- running to an end ----------------------------------------------------------------------------
 
 
@@ -360,6 +405,19 @@ async def test_a_tasks_steps_rewrite_its_row_only_when_its_message_is_due(db: Da
     assert (done.status, done.message) == (TaskStatus.COMPLETED, "powered off 8 components")
     assert len(writes) == 2, writes
     assert {c.power_state for c in (await components(db, rack)).values()} == {PowerState.OFF}
+
+
+async def test_a_task_of_quick_steps_makes_two_versions_of_its_row(db: Database) -> None:
+    """The claim's UPDATE writes the first batch's progress message: written by a statement of its own, in
+    the claim's transaction, it made a third version of every task's row, with its WAL (docs/CAPACITY.md,
+    "Racks of 36 components")."""
+    rack = await make_rack(db, computes=6)
+    task = await submit(db, rack, Operation(OperationKind.POWER_OFF))
+    async with task_row_versions(db) as versions:
+        async with executing(db, progress_interval=3600.0):
+            done = await finished(db, task)
+        assert (done.status, done.message) == (TaskStatus.COMPLETED, "powered off 8 components")
+        assert await versions(task.id) == 2
 
 
 async def test_the_message_of_the_batch_under_way_is_written_by_the_progress_tick(db: Database) -> None:

@@ -43,14 +43,17 @@ POWER_ON = Operation(OperationKind.POWER_ON)
 GAVE_UP = "(pre-flight check 'not-flapping' gave up after 10m)"
 
 
-async def claim(env: Env) -> tuple[list[tuple[Task, int]], Gated]:
+async def claim(env: Env, first: str | None = None) -> tuple[list[tuple[Task, int]], Gated]:
     """One executor claim with the start gates, committed: what it took (task, claim number) and what the
-    gates made of it."""
+    gates made of it. `first`: the first progress message the claim writes on each task it takes, before
+    the gates are asked, as the executor's does (`task_runs.start`)."""
     async with env.db.transaction() as conn:
         now = env.clock.now()
-        claimed = await task_runs.claim(
+        picked = await task_runs.pick(
             env.db, conn, owner_id=DEAD, lease_ttl=timedelta(seconds=30), running_here=(), now=now, limit=10
         )
+        messages = {task.id: first for task, _ in picked} if first is not None else {}
+        claimed = await task_runs.start(conn, picked, owner_id=DEAD, now=now, messages=messages)
         gated = await consult(env.services.gates, conn, claimed, owner_id=DEAD, now=now)
     return claimed, gated
 
@@ -62,11 +65,12 @@ async def submit(env: Env, rack: Rack) -> Task:
     return task
 
 
-async def refused_by_the_checks(env: Env) -> Task:
+async def refused_by_the_checks(env: Env, first: str | None = None) -> Task:
     """A power-on the pre-flight gate refuses, at its second claim, past its check's maximum wait: the
     rack's last power-on failed within the hour (`rack_idle`, which the claim asks itself). That claim
-    committed and its instance died: the task is RUNNING, owned by no live instance. The task as
-    submitted, with the refusal the gate answered."""
+    (which writes `first` as the task's progress message: `claim`) committed and its instance died: the
+    task is RUNNING, owned by no live instance. The task as submitted, with the refusal the gate
+    answered."""
     rack = await env.rack("r1")
     earlier = await submit(env, rack)
     async with env.db.transaction() as conn:
@@ -79,7 +83,7 @@ async def refused_by_the_checks(env: Env) -> Task:
     _, gated = await claim(env)
     assert (gated.claimed, gated.failed) == ([], {})  # held: waits for the rack to stop flapping
     env.clock.advance(timedelta(minutes=11))
-    _, gated = await claim(env)
+    _, gated = await claim(env, first)
     [fail] = gated.failed.values()
     assert gated.failed == {task.id: fail} and fail.reason.endswith(GAVE_UP)
     return replace(task, refusal=fail)
@@ -98,9 +102,20 @@ async def test_a_takeover_of_a_task_a_gate_refused_is_refused_as_the_claim_recor
     assert gated.failed == {refused.id: refused.refusal}
 
 
+async def test_a_task_a_gate_refused_says_why_not_which_step_it_is_on(db: Database) -> None:
+    """The executor's claim writes each task's first progress message in its UPDATE, before the gates are
+    asked: a task a gate refuses never runs, so the refusal's record writes the reason over it, as its
+    end will (the same statement: no version of the row more)."""
+    env = make_env(db)
+    refused = await refused_by_the_checks(env, first="powering on 1/1: compute-0")
+    recorded = await get(env, refused.id)
+    assert refused.refusal is not None
+    assert (recorded.status, recorded.message) == (TaskStatus.RUNNING, refused.refusal.reason)
+
+
 async def test_a_claim_no_gate_refuses_in_sends_no_statement_more(db: Database) -> None:
     """The executor's hot path: a claim of fresh tasks and of a takeover that no gate refused reads the
-    refusals with the claim's own statement (its RETURNING) and writes none."""
+    refusals with the claim's own statement (its pick's SELECT) and writes none."""
     env = make_env(db)
     taken_over = await submit(env, await env.rack("r0"))
     await claim(env)  # started, and its instance died
@@ -111,7 +126,7 @@ async def test_a_claim_no_gate_refuses_in_sends_no_statement_more(db: Database) 
     assert {task.id for task, _ in gated.claimed} == {taken_over.id, *(task.id for task in fresh)}
     assert gated.failed == {}
     [claim_statement] = [statement for statement, _ in sent if "refusal" in statement]
-    assert claim_statement.lstrip().upper().startswith("UPDATE TASKS SET STATUS")
+    assert claim_statement.lstrip().upper().startswith("SELECT TASKS.ID")
 
 
 @pytest.mark.postgres
@@ -155,8 +170,10 @@ async def test_an_executor_taking_over_never_runs_a_task_a_freeze_held(pg_db: st
 
         with statements_sent(db) as sent:
 
-            async def polled_a_while() -> bool:  # many polls, each a claim that the freeze answers
-                claims = [s for s, _ in sent if s.lstrip().upper().startswith("UPDATE TASKS SET STATUS")]
+            async def polled_a_while() -> bool:  # many polls, each a claim (its pick) that finds it held
+                claims = [
+                    s for s, _ in sent if s.startswith("SELECT tasks.id, tasks.operation") and "SKIP" in s
+                ]
                 return len(claims) >= 5
 
             backend = await second_executor(env, polled_a_while)

@@ -255,8 +255,8 @@ class Hot:
 
 
 HOT = {
-    "claim": Hot(
-        lambda h, conn: task_runs.claim(
+    "claim": Hot(  # its pick: its UPDATE then names the tasks picked
+        lambda h, conn: task_runs.pick(
             h.db,
             conn,
             owner_id=h.rows.owner_id,

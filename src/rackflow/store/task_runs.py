@@ -11,12 +11,29 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Integer, Uuid, and_, bindparam, case, delete, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    Integer,
+    Row,
+    Select,
+    Uuid,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql import ColumnElement, Update
+from sqlalchemy.sql import ColumnElement
 
 from rackflow.domain.inventory import PowerState
 from rackflow.domain.tasks import (
@@ -53,6 +70,67 @@ from rackflow.store.types import UTCDateTime
 _CASE_CHUNK = 200
 
 
+async def pick(
+    db: Database,
+    conn: AsyncConnection,
+    *,
+    owner_id: uuid.UUID,
+    lease_ttl: timedelta,
+    running_here: Collection[uuid.UUID],
+    now: datetime,
+    limit: int,
+) -> list[tuple[Task, int]]:
+    """The first half of a claim: up to `limit` tasks this instance should run, oldest first, their rows
+    locked until the caller commits (`FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite's write transaction
+    holds its one writer's lock), so that no other claim takes them; `start` then makes them RUNNING.
+
+    Those are PENDING tasks that nothing holds past `now` (`not_before`: their window's opening, or a
+    start gate's hold), RUNNING tasks whose
+    owner's lease (`lease_ttl`) has expired (takeover), and RUNNING tasks this instance owns but is not
+    running (its run was interrupted, e.g. by a database outage) — never one in `running_here`, even if
+    this instance's own lease lapsed. Rows other claimers hold are skipped.
+    Each comes back as it is now, with the number its claim will be within its current attempt (a number
+    above 1 is a takeover): `start` counts one more claim.
+    """
+    params = {
+        "claimer": owner_id,
+        "claimed_at": now,
+        "running_here": list(running_here),
+        "room": limit,
+        **lease_params(db, lease_ttl),
+    }
+    async with walking_in_order(conn):  # the live queue in its order, whatever the statistics say
+        picked = await conn.execute(_pick_statement(db), params)
+    return [(task_from_row(r), r.attempts + 1) for r in picked]
+
+
+async def start(
+    conn: AsyncConnection,
+    picked: Sequence[tuple[Task, int]],
+    *,
+    owner_id: uuid.UUID,
+    now: datetime,
+    messages: Mapping[uuid.UUID, str],
+) -> list[tuple[Task, int]]:
+    """The second half of a claim: make the tasks `pick` took in this transaction (whose rows it holds)
+    RUNNING, owned by `owner_id`, with one more claim (`started_at` keeps the first start,
+    `attempt_started_at` the current retry attempt's), and those in `messages` with their first progress
+    message, in the same UPDATE: a task's claim and its first message are one version of its row (a
+    statement of their own made a second one of every task's: docs/CAPACITY.md, "Racks of 36 components").
+    Each comes back as it is now, with the number of its claim (`pick`'s)."""
+    started: list[tuple[Task, int]] = []
+    for chunk in chunked(picked, _CASE_CHUNK):
+        values = dict(_RUNNING_VALUES)
+        firsts = {task.id: messages[task.id] for task, _ in chunk if task.id in messages}
+        if firsts:
+            values["message"] = _per_task(firsts, else_=tasks.c.message)
+        stmt = update(tasks).where(tasks.c.id.in_([task.id for task, _ in chunk])).values(values)
+        rows = await conn.execute(stmt.returning(*_STARTED), {"claimer": owner_id, "claimed_at": now})
+        by_id = {row.id: row for row in rows}
+        started.extend((_started(task, by_id[task.id]), number) for task, number in chunk)
+    return started
+
+
 async def claim(
     db: Database,
     conn: AsyncConnection,
@@ -63,28 +141,12 @@ async def claim(
     now: datetime,
     limit: int,
 ) -> list[tuple[Task, int]]:
-    """Take up to `limit` tasks this instance should run, oldest first, in one statement.
-
-    Those are PENDING tasks that nothing holds past `now` (`not_before`: their window's opening, or a
-    start gate's hold), RUNNING tasks whose
-    owner's lease (`lease_ttl`) has expired (takeover), and RUNNING tasks this instance owns but is not
-    running (its run was interrupted, e.g. by a database outage) — never one in `running_here`, even if
-    this instance's own lease lapsed. Rows other claimers hold are skipped.
-    Each taken task becomes RUNNING, owned here, with one more claim (`started_at` keeps the first start,
-    `attempt_started_at` the current retry attempt's); it comes back as it is now, with the number of its
-    claim within the current attempt (a number above 1 is a takeover).
-    """
-    params = {
-        "claimer": owner_id,
-        "claimed_at": now,
-        "running_here": list(running_here),
-        "room": limit,
-        **lease_params(db, lease_ttl),
-    }
-    async with walking_in_order(conn):  # the live queue in its order, whatever the statistics say
-        claimed = await conn.execute(_claim_statement(db), params)
-    rows = sorted(claimed, key=lambda r: (r.created_at, r.id))
-    return [(task_from_row(r), r.attempts) for r in rows]
+    """`pick`, then `start` with no progress message: a claim as the executor's, for tools, benches and
+    tests (the executor plans the tasks' steps in between, for their first messages)."""
+    picked = await pick(
+        db, conn, owner_id=owner_id, lease_ttl=lease_ttl, running_here=running_here, now=now, limit=limit
+    )
+    return await start(conn, picked, owner_id=owner_id, now=now, messages={}) if picked else []
 
 
 # What a claim writes: RUNNING, owned by the claimer, one more attempt; `started_at` keeps the first start.
@@ -102,13 +164,34 @@ _RUNNING_VALUES = {
     "attempt_started_at": func.coalesce(tasks.c.attempt_started_at, _STARTED_AT),
     "updated_at": _CLAIMED_AT,
 }
+# What of a task `start` changed, read back: `pick` read the rest.
+_STARTED = (
+    tasks.c.id,
+    tasks.c.status,
+    tasks.c.message,
+    tasks.c.started_at,
+    tasks.c.attempt_started_at,
+    tasks.c.updated_at,
+)
+
+
+def _started(task: Task, row: Row[Any]) -> Task:
+    return replace(
+        task,
+        status=TaskStatus(row.status),
+        message=row.message,
+        started_at=row.started_at,
+        attempt_started_at=row.attempt_started_at,
+        updated_at=row.updated_at,
+    )
+
 
 # Built once per database (building the statement costs more than running it), with bound parameters.
-_CLAIM_STATEMENTS: WeakKeyDictionary[Database, Update] = WeakKeyDictionary()
+_PICK_STATEMENTS: WeakKeyDictionary[Database, Select[Any]] = WeakKeyDictionary()
 
 
-def _claim_statement(db: Database) -> Update:
-    stmt = _CLAIM_STATEMENTS.get(db)
+def _pick_statement(db: Database) -> Select[Any]:
+    stmt = _PICK_STATEMENTS.get(db)
     if stmt is not None:
         return stmt
     pending = status_in(tasks.c.status, TaskStatus.PENDING)
@@ -124,20 +207,14 @@ def _claim_statement(db: Database) -> Update:
     # Never a task this instance is running now, whatever its lease looks like: a loaded instance whose
     # own heartbeat lapsed must not start a second run of its own task.
     not_running_here = tasks.c.id.not_in(bindparam("running_here", expanding=True, type_=tasks.c.id.type))
-    picked = (
-        select(tasks.c.id)
+    stmt = db.skip_locked(
+        select(tasks)
         # `is_active` adds nothing to the branches but the partial index's predicate, for SQLite to use it.
         .where(is_active(tasks.c.status), or_(due, orphaned, forgotten), not_running_here)
         .order_by(*OLDEST_FIRST)
         .limit(bindparam("room", type_=Integer()))
     )
-    stmt = (
-        update(tasks)
-        .where(tasks.c.id.in_(db.skip_locked(picked)))
-        .values(_RUNNING_VALUES)
-        .returning(*tasks.c)
-    )
-    _CLAIM_STATEMENTS[db] = stmt
+    _PICK_STATEMENTS[db] = stmt
     return stmt
 
 
@@ -382,9 +459,10 @@ async def steps_of(
     return found
 
 
-def _per_task(values: Mapping[uuid.UUID, str]) -> ColumnElement[str]:
-    """SQL picking each task's own value by its id (so one UPDATE writes many different values)."""
-    return case(values, value=tasks.c.id)
+def _per_task(values: Mapping[uuid.UUID, str], else_: ColumnElement[str] | None = None) -> ColumnElement[str]:
+    """SQL picking each task's own value by its id (so one UPDATE writes many different values); a task
+    not in `values` gets `else_`."""
+    return case(values, value=tasks.c.id, else_=else_)
 
 
 # --- the typed hold's writes at claim time (rackflow.tasks.gates) ------------------------------------
@@ -425,15 +503,23 @@ async def hold_back(
 async def record_refusals(conn: AsyncConnection, refusals: Mapping[uuid.UUID, Fail]) -> None:
     """Record on the claimed tasks the start gates refused (task id -> refusal) why, in the claim's
     transaction, so that a takeover ends each as its gate said (`Task.refusal`) should its executor die
-    before recording the end. Only the claim's own rows are written, which it holds locked already: one
-    statement, run for each task (refused tasks are few)."""
+    before recording the end; and say it in the message, as the end will, over the first progress message
+    the claim wrote (`start`: the task runs no step). Only the claim's own rows are written, which it holds
+    locked already: one statement, run for each task (refused tasks are few)."""
     stmt = (
         update(tasks)
         .where(tasks.c.id == bindparam("refused_id", type_=Uuid()))
-        .values(refusal=bindparam("refused", type_=tasks.c.refusal.type))
+        .values(
+            refusal=bindparam("refused", type_=tasks.c.refusal.type),
+            message=bindparam("reason", type_=tasks.c.message.type),
+        )
     )
     await conn.execute(
-        stmt, [{"refused_id": task_id, "refused": refusal_json(fail)} for task_id, fail in refusals.items()]
+        stmt,
+        [
+            {"refused_id": task_id, "refused": refusal_json(fail), "reason": fail.reason}
+            for task_id, fail in refusals.items()
+        ],
     )
 
 

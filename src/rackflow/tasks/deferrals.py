@@ -78,7 +78,7 @@ still owed (`look_again`): when it starts, before its first claim, and at its de
 lease period), skipping a task a claim holds again until its next look. The backstop costs one read of
 the table's primary key per look when nothing is owed (about four statements a minute per executor at
 the default 15 s lease), and writes nothing then. Until it is decided, no claim takes a task owed a
-decision (`store.task_runs.claim`), even once the hold its gate gave it has ended: it waits, at most about
+decision (`store.task_runs.pick`), even once the hold its gate gave it has ended: it waits, at most about
 a lease period after a crash, rather than start by the old end.
 A record names the task, not the windows to decide it by: its decision reads the windows as they are (the
 change's window as it was may be gone), and the change found it covered, so it is decided again whatever

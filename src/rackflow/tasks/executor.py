@@ -2,9 +2,11 @@
 
 Design note, why a task runs to an end exactly once at a time and never stays RUNNING forever:
 
-* Claim. One statement takes several PENDING tasks at once (`UPDATE … WHERE id IN (SELECT … FOR UPDATE
-  SKIP LOCKED) RETURNING` on PostgreSQL; SQLite's single writer needs no lock) and marks them RUNNING with
-  this instance as `owner_id`, so no two instances take one. In the same transaction the start gates
+* Claim. One statement picks several PENDING tasks at once and locks their rows (`SELECT … FOR UPDATE SKIP
+  LOCKED` on PostgreSQL; SQLite's single writer needs no lock: `task_runs.pick`); once their steps are planned
+  over their racks' components, one UPDATE marks them RUNNING with this instance as `owner_id`, with each
+  one's first progress message (`task_runs.start`: a task's claim and that message are one version of its
+  row), so no two instances take one. In the same transaction the start gates
   the executor was built with (`rackflow.tasks.gates`: freezes, operation budgets, …) hand back what they
   hold, as if never claimed, or fail what they refuse, recording each refusal on its task in that
   transaction (`Task.refusal`). A takeover is not gated again (it began), but a refused task stays
@@ -44,10 +46,10 @@ Design note, why a task runs to an end exactly once at a time and never stays RU
   claims and budget changes take them, and neither waits for anything else while holding one), then the
   claimed tasks' rollout runs, out of order and so never waited for: taken only when free (`FOR UPDATE SKIP
   LOCKED`), a task of a run another transaction holds is held until the next claim
-  (`rollouts.gate`). The claim writes its task rows again (a gate's hold or refusal, a hold cleared, the first
-  progress message), and PostgreSQL checks a row's foreign key again whenever the transaction that wrote it
-  writes it again, key changed or not: each such write takes `FOR KEY SHARE` on the task's rack, after the
-  task's row. The racks' `FOR NO KEY UPDATE` never blocks that; only a rack an inventory change locks whole
+  (`rollouts.gate`). The claim may write its task rows again (a gate's hold or refusal, a hold cleared), and
+  PostgreSQL checks a row's foreign key again whenever the transaction that wrote it writes it again, key
+  changed or not: each such write takes `FOR KEY SHARE` on the task's rack, after the task's row. The
+  racks' `FOR NO KEY UPDATE` never blocks that; only a rack an inventory change locks whole
   (`FOR UPDATE`: DeleteRack, RemoveComponent, a domain's or a scope's change) does, and none of those waits
   for a row a claim holds (DeleteRack refuses a rack with active tasks first). So CancelTask waits for the
   claim of its task to commit, never the reverse, and a run's holder that waits for a rack a round holds waits
@@ -216,14 +218,10 @@ class _Run:
 
     @property
     def step_count(self) -> int:
-        return sum(len(batch) for batch in self.batches)
+        return _step_count(self.batches)
 
     def progress(self, batch: Batch) -> str:
-        """The message written before a batch starts, e.g. "powering on 2/5: compute-0"."""
-        first, last = batch[0][0], batch[-1][0]
-        numbers = f"{first}" if first == last else f"{first}-{last}"
-        names = ", ".join(component.name for _, component in batch)
-        return f"{STEP_VERB[self.task.operation.kind]} {numbers}/{self.step_count}: {names}"
+        return _progress(self.task, self.batches, batch)
 
 
 @dataclass(frozen=True)
@@ -413,9 +411,13 @@ class Executor:
     # --- claiming and the lease ------------------------------------------------------------------
 
     async def _claim_in(self, conn: AsyncConnection, room: int) -> list[_Run]:
-        """Take tasks, read their components and record their first step, in the round's transaction."""
+        """Take tasks, in the round's transaction: pick them (their rows locked), plan their steps over
+        their racks' components, then make them RUNNING with their first batch's progress message in the
+        same UPDATE (a task's claim and its first message are one version of its row), and ask the start
+        gates. A task the claim fails without running (`_refusal`) is given no message: its end says why.
+        A gate's hold or refusal rewrites the message with its reason."""
         now = self.clock.now()
-        claimed = await task_runs.claim(
+        picked = await task_runs.pick(
             self.db,
             conn,
             owner_id=self.instance_id,
@@ -424,14 +426,32 @@ class Executor:
             now=now,
             limit=room,
         )
+        if not picked:
+            return []
+        plans = await self._plan(conn, [task for task, _ in picked])
+        first = {
+            task.id: _progress(task, batches, batches[0])
+            for task, number in picked
+            if (batches := plans[task.id]) and _refusal(task, number, now, None) is None
+        }
+        claimed = await task_runs.start(conn, picked, owner_id=self.instance_id, now=now, messages=first)
         gated = await consult(self.gates, conn, claimed, owner_id=self.instance_id, now=now)
         self._awaiting.update(gated.awaiting)
         if not gated.claimed:
             return []
-        runs = await self._prepare(conn, gated.claimed, gated.failed, now)
-        first = {r.task.id: r.progress(r.batches[0]) for r in runs if r.refusal is None and r.batches}
-        await task_runs.record_progress(conn, first, owner_id=self.instance_id, now=now)
-        return runs
+        return await self._prepare(conn, gated.claimed, gated.failed, plans, now)
+
+    async def _plan(self, conn: AsyncConnection, picked: Sequence[Task]) -> dict[uuid.UUID, list[Batch]]:
+        """Each task's steps, in batches, over its components that still exist (one removed meanwhile is
+        skipped)."""
+        by_rack = await components_by_rack(conn, {task.rack_id for task in picked})
+        width = max(1, self.backend.step_concurrency)
+        plans = {}
+        for task in picked:
+            wanted = set(task.component_ids)
+            steps = plan(task.operation.kind, [c for c in by_rack[task.rack_id] if c.id in wanted])
+            plans[task.id] = step_batches(steps, width)
+        return plans
 
     def _slots_kept(self) -> int:
         """How many slots the tasks this executor held for an answer keep, as far as it knows: those not
@@ -478,21 +498,18 @@ class Executor:
         conn: AsyncConnection,
         claimed: list[tuple[Task, int]],
         failed: Mapping[uuid.UUID, Fail],
+        plans: Mapping[uuid.UUID, list[Batch]],
         now: datetime,
     ) -> list[_Run]:
-        """Plan each task's steps over its components that still exist (one removed meanwhile is skipped);
-        a task a gate failed (`failed`: why, and how it ends) ends without running."""
-        by_rack = await components_by_rack(conn, {task.rack_id for task, _ in claimed})
+        """The claimed tasks' runs, each with its planned batches (`plans`); a task a gate failed (`failed`:
+        why, and how it ends), or the claim refuses (`_refusal`), ends without running."""
         too_late = {task.run_id for task, _ in claimed if task.too_late(now) and task.run_id is not None}
         deadlines = await schedule_store.start_deadlines(conn, too_late) if too_late else None
         # Only a takeover (a claim after the first within an attempt) finds what steps recorded.
         taken_over = {task.id: task.attempt for task, attempt in claimed if attempt > 1}
         recorded = await task_runs.steps_of(conn, taken_over) if taken_over else {}
-        width = max(1, self.backend.step_concurrency)
         runs = []
         for task, attempt in claimed:
-            wanted = set(task.component_ids)
-            steps = plan(task.operation.kind, [c for c in by_rack[task.rack_id] if c.id in wanted])
             start_deadline = (
                 deadlines.of(task.id, task.run_id, self.default_start_deadline)
                 if deadlines is not None and task.run_id is not None
@@ -500,8 +517,7 @@ class Executor:
             )
             refused = _refusal(task, attempt, now, start_deadline)
             refusal = Fail(refused) if refused else failed.get(task.id)
-            batches = step_batches(steps, width)
-            runs.append(_Run(task, attempt, batches, refusal, recorded.get(task.id, {})))
+            runs.append(_Run(task, attempt, plans[task.id], refusal, recorded.get(task.id, {})))
         return runs
 
     async def _register(self, stop: asyncio.Event) -> None:
@@ -761,6 +777,18 @@ def step_batches(steps: Sequence[Component], width: int) -> list[Batch]:
         else:
             batches.append([(number, component)])
     return batches
+
+
+def _progress(task: Task, batches: Sequence[Batch], batch: Batch) -> str:
+    """The message of a task's batch of steps under way, e.g. "powering on 2/5: compute-0"."""
+    first, last = batch[0][0], batch[-1][0]
+    numbers = f"{first}" if first == last else f"{first}-{last}"
+    names = ", ".join(component.name for _, component in batch)
+    return f"{STEP_VERB[task.operation.kind]} {numbers}/{_step_count(batches)}: {names}"
+
+
+def _step_count(batches: Sequence[Batch]) -> int:
+    return sum(len(batch) for batch in batches)
 
 
 def _failed(task: Task, component: Component, number: int, total: int) -> str:

@@ -22,7 +22,7 @@ owner died, or its run was interrupted): it started already, so handing it back 
 (and its `started_at`) for nothing. But the claim before it may have been a refusal: a gate's `Fail`
 leaves the task RUNNING for its executor to end, and an instance that dies first leaves it to a takeover.
 So `consult` records every gate's refusal on the task (`Task.refusal`) in the claim's transaction, and a
-takeover, which reads it back with the task (the claim's own statement returns it), ends the task with it
+takeover, which reads it back with the task (the claim's own pick returns it), ends the task with it
 rather than run it. Writing it touches only rows the claim holds (no lock after them, the lock order of
 `tasks/executor.py`), and costs a statement only at a claim some gate refused a task in.
 Nor is a task past the end of its window (`Task.too_late`) gated: it fails without running at this
