@@ -251,10 +251,10 @@ def test_a_refused_task_says_so_while_it_is_running_and_ends_so(
     server: ServerProcess, driver: WebDriver, database: Path
 ) -> None:
     """The row a claim leaves when a start gate refuses its task and its instance dies before ending it:
-    RUNNING, owned by that instance, the refusal recorded (`tasks.refusal`), the message still the last
-    hold's. Written straight into the file, on a task a freeze holds (no claim here takes it meanwhile),
-    for an instance whose heartbeat is ahead (live) until the test lets it lapse: then this server takes the
-    task over and ends it with the refusal."""
+    RUNNING, owned by that instance, the refusal recorded (`tasks.refusal`) and said in the message
+    (`task_runs.record_refusals`). Written straight into the file, on a task a freeze holds (no claim here
+    takes it meanwhile), for an instance whose heartbeat is ahead (live) until the test lets it lapse: then
+    this server takes the task over and ends it with the refusal."""
     stub = server.stub()
     create_racks(stub, ["g1"])
     start = datetime.now(UTC)
@@ -297,13 +297,14 @@ def test_a_refused_task_says_so_while_it_is_running_and_ends_so(
                     attempt_started_at=now,
                     updated_at=now,
                     refusal=refusal_json(Fail(reason)),
+                    message=reason,
                 )
             )
         assert written.rowcount == 1
         open_page(driver, server, f"/tasks/{task_id.id}", "Power On on g1")
         assert text(driver, "task-status").endswith("running")
         assert text(driver, "task-refusal") == f"by a start gate: {reason} (ends failed without running)"
-        assert "freeze" in text(driver, "task-message")  # what held it last: the message says nothing yet
+        assert text(driver, "task-message") == reason
         with engine.begin() as conn:
             conn.execute(
                 instances.update().where(instances.c.id == dead).values(heartbeat_at=now - timedelta(hours=1))
