@@ -107,9 +107,9 @@ async def test_a_page_of_a_schedule_whose_tasks_are_old_reads_the_schedule_s_ind
 async def test_a_page_of_several_statuses_reads_each_status_s_newest_alone(db: Database) -> None:
     """The newest 2,000 tasks completed, the 600 before them failed or terminated: a page of 20 of the
     failed and terminated ones reads at most a page of each status's newest from the status index, in
-    order, and merges them. As one IN list, PostgreSQL walked the creation-time index backward, filtering out every
-    newer task of another status first (at full size 139,744 of them for a page, 114 ms), or read every
-    task of the statuses and sorted them."""
+    order, and merges them. As one IN list, PostgreSQL walked the creation-time index backward, filtering
+    out every newer task of another status first (at full size 139,744 of them for a page, 114 ms), or
+    read every task of the statuses and sorted them."""
     rack = uuid.uuid4()
     async with db.transaction() as conn:
         await conn.execute(insert(racks).values(id=rack, name="r1", created_at=T0))
