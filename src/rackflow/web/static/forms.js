@@ -54,9 +54,11 @@
       .replace(/^desired_scope/, "target_spec")
       .replace(/^operation\.\w+\./, "operation.");
   }
+  // The errors a save or a preview marked; not a picker's own refusal (`data-refused`), which stays marked
+  // beside its text until the picker is typed in, whenever a preview lands.
   function clearErrors(form) {
     form.querySelectorAll("[data-error-for]").forEach((p) => { p.hidden = true; p.textContent = ""; });
-    form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
+    form.querySelectorAll("[aria-invalid]:not([data-refused])").forEach((el) => el.removeAttribute("aria-invalid"));
   }
   function showError(form, data, status) {
     clearErrors(form);
@@ -213,8 +215,13 @@
     function say(message) {
       error.textContent = message;
       error.hidden = !message;
-      if (message) input.setAttribute("aria-invalid", "true");
-      else input.removeAttribute("aria-invalid");
+      if (message) {
+        input.setAttribute("aria-invalid", "true");
+        input.dataset.refused = "";
+      } else {
+        input.removeAttribute("aria-invalid");
+        delete input.dataset.refused;
+      }
     }
     function close() {
       list.hidden = true;
