@@ -54,7 +54,16 @@ from _common import (
     sync_engine,
     timed,
 )
-from rack_components import analyze, drop_database, load_domains, load_racks, make_database
+from rack_components import (
+    CHANNEL_OPTIONS,
+    DEFAULT_ADMIN,
+    TARGET_RPC_MS,
+    analyze,
+    drop_database,
+    load_domains,
+    load_racks,
+    make_database,
+)
 from sqlalchemy import insert
 
 from rackflow.api.servicer import FlowServicer
@@ -67,11 +76,7 @@ from rackflow.store.tables import nvl_domains, racks
 from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 
-DEFAULT_ADMIN = os.environ.get("RACKFLOW_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-TARGET_RPC_MS = 100.0
 PAGE = 1000  # a client's largest page (MAX_PAGE_SIZE), as `rackflow domain list` reads them
-# As the CLI's channel takes (the answer of every domain of 20,000 is about 2 MB; of more, past 4 MiB).
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20)]
 
 
 def load_avg() -> float:
