@@ -25,6 +25,13 @@ T0 = datetime(2026, 6, 1, tzinfo=UTC)
 INDEX = "ix_tasks_schedule_id_created_at_id_status"
 
 
+async def _vacuumed(db: Database) -> None:
+    """`tasks` as autovacuum leaves it: its pages all visible, its statistics taken."""
+    async with db.engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await autocommit.exec_driver_sql("VACUUM ANALYZE tasks")
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # the plans checked are PostgreSQL's
 async def test_the_count_of_a_list_filtered_by_schedule_and_status_reads_the_schedule_s_index_alone(
@@ -45,9 +52,7 @@ async def test_the_count_of_a_list_filtered_by_schedule_and_status_reads_the_sch
         ]
         await conn.execute(insert(tasks), rows)
     schedule = schedules[0]
-    async with db.engine.connect() as conn:  # as autovacuum leaves a table: its pages all visible
-        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await autocommit.exec_driver_sql("VACUUM ANALYZE tasks")
+    await _vacuumed(db)
 
     with statements_sent(db) as all_sent:
         async with db.read() as conn:
@@ -86,9 +91,7 @@ async def test_a_page_of_a_schedule_whose_tasks_are_old_reads_the_schedule_s_ind
             for n in range(1200)
         ]
         await conn.execute(insert(tasks), rows)
-    async with db.engine.connect() as conn:
-        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await autocommit.exec_driver_sql("VACUUM ANALYZE tasks")
+    await _vacuumed(db)
 
     with statements_sent(db) as all_sent:
         async with db.read() as conn:
@@ -118,9 +121,7 @@ async def test_a_page_of_several_statuses_reads_each_status_s_newest_alone(db: D
             task_row(uuid.uuid4(), rack, T0 + timedelta(minutes=n), status=s) for n, s in enumerate(ended)
         ]
         await conn.execute(insert(tasks), rows)
-    async with db.engine.connect() as conn:
-        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await autocommit.exec_driver_sql("VACUUM ANALYZE tasks")
+    await _vacuumed(db)
 
     with statements_sent(db) as all_sent:
         async with db.read() as conn:

@@ -342,6 +342,7 @@ async def count_not_begun(conn: AsyncConnection, run_id: uuid.UUID) -> int:
 
 # The task list's order, newest first (each column descending); a page token holds its values.
 TASK_ORDER = (tasks.c.created_at, tasks.c.id)
+NEWEST_FIRST = [column.desc() for column in TASK_ORDER]  # the task list's order
 
 
 async def list_tasks(
@@ -374,11 +375,10 @@ async def list_tasks(
     status_values = sorted(s.value for s in statuses)
     where = and_(True, *conditions, *([tasks.c.status.in_(status_values)] if statuses else []))
     total = await count_capped(conn, tasks, [where])
-    newest_first = [column.desc() for column in TASK_ORDER]
     matching = (
         select(tasks)
         .where(where, *after_key(TASK_ORDER, after, descending=True))
-        .order_by(*newest_first)
+        .order_by(*NEWEST_FIRST)
         .offset(offset)
     )
     if limit is None:
@@ -387,7 +387,7 @@ async def list_tasks(
         page_ids = _newest_of_each_status(conditions, status_values, after, offset, limit)
     else:
         page_ids = matching.with_only_columns(tasks.c.id).limit(limit).correlate(None)
-    page = select(tasks).where(tasks.c.id.in_(page_ids)).order_by(*newest_first)
+    page = select(tasks).where(tasks.c.id.in_(page_ids)).order_by(*NEWEST_FIRST)
     return await _tasks_where(conn, page), total
 
 
@@ -404,11 +404,10 @@ def _newest_of_each_status(
     status first: at full size 139,744 completed tasks read for a page of the failed and terminated, 114
     ms (docs/PERFORMANCE.md, issue 29). A schedule's list is not split: its own index, which holds the
     status, is walked once in order for all of them."""
-    newest_first = [column.desc() for column in TASK_ORDER]
     each = [
         select(*TASK_ORDER)
         .where(*conditions, tasks.c.status == value, *after_key(TASK_ORDER, after, descending=True))
-        .order_by(*newest_first)
+        .order_by(*NEWEST_FIRST)
         .limit(offset + limit)
         .subquery()
         for value in status_values
