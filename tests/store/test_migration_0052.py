@@ -16,11 +16,10 @@ from sqlalchemy import Connection, insert, inspect
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
-from rackflow.store.migrate import current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, migrate
 from rackflow.store.tables import racks, task_schedule, tasks
 from tests.conftest import database_at, downgrade, schedule_row, table_counts, task_row, upgraded_counts
 from tests.store.index_builds import index_valid, leave_an_invalid_build
-from tests.store.schema_diff import schema_diff
 
 pytestmark = pytest.mark.asyncio
 
@@ -77,8 +76,7 @@ async def test_tasks_are_kept_and_listed_by_schedule_and_status_and_back_down(db
     schedule, made = await _tasks(db)
     before = await table_counts(db)
 
-    assert await migrate(db) == head_revision()
-    assert await schema_diff(db) == []
+    assert await migrate(db, "0052") == "0052"
     assert await table_counts(db) == upgraded_counts(before)
     for status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
         assert await _listed(db, schedule, status) == made[status.value]
@@ -105,8 +103,7 @@ async def test_a_run_cut_short_is_finished_by_running_it_again(db_at_0051: Datab
     schedule, made = await _tasks(db)
     await leave_an_invalid_build(db, NEW, "tasks", "schedule_id")
 
-    assert await migrate(db) == head_revision()
-    assert await schema_diff(db) == []
+    assert await migrate(db, "0052") == "0052"
     async with db.engine.connect() as conn:
         assert await conn.run_sync(_indexes) == {NEW: ["schedule_id", "created_at", "id", "+status"]}
     assert await index_valid(db, NEW) is True

@@ -363,8 +363,10 @@ async def list_tasks(
     PostgreSQL judged a walk of the creation-time index, filtering each row, cheaper than a schedule's own
     index whenever the schedule's tasks were many, which reads the whole history newer than its newest
     task (113 ms at full size for a 10,000-rack schedule with 200,301 tasks newer than its newest); asked
-    for the ids alone it reads them from the schedule's index (which holds their status too, migration
-    0052) and stops at the page's end (docs/PERFORMANCE.md, issue 29)."""
+    for the ids alone it reads them from the schedule's index and stops at the page's end
+    (docs/PERFORMANCE.md, issue 29). That index is keyed by status before the list's order (migration
+    0058), so a schedule's page of more than one status, or of every status, merges the newest of each
+    (`_newest_of_each_status`), as a page of several statuses does without a schedule."""
     conditions = []
     if rack_id is not None:
         conditions.append(tasks.c.rack_id == rack_id)
@@ -383,8 +385,11 @@ async def list_tasks(
     )
     if limit is None:
         return await _tasks_where(conn, matching), total
-    if len(status_values) > 1 and schedule_id is None:
-        page_ids = _newest_of_each_status(conditions, status_values, after, offset, limit)
+    each_status = status_values
+    if schedule_id is not None and not statuses:
+        each_status = sorted(s.value for s in TaskStatus if s.is_active or not active_only)
+    if len(each_status) > 1:
+        page_ids = _newest_of_each_status(conditions, each_status, after, offset, limit)
     else:
         page_ids = matching.with_only_columns(tasks.c.id).limit(limit).correlate(None)
     page = select(tasks).where(tasks.c.id.in_(page_ids)).order_by(*NEWEST_FIRST)
@@ -399,11 +404,10 @@ def _newest_of_each_status(
     limit: int,
 ) -> Select[Any]:
     """The ids of a page of tasks of several statuses, newest first: the newest `offset + limit` of each
-    status (a range of ix_tasks_status_created_at_id, or of the rack's index by status), merged. As one IN
-    list PostgreSQL walked the creation-time index backward, filtering out every newer task of another
-    status first: at full size 139,744 completed tasks read for a page of the failed and terminated, 114
-    ms (docs/PERFORMANCE.md, issue 29). A schedule's list is not split: its own index, which holds the
-    status, is walked once in order for all of them."""
+    status (a range of ix_tasks_status_created_at_id, of the schedule's index, or of the rack's index by
+    status), merged. As one IN list PostgreSQL walked the creation-time index backward, filtering out every
+    newer task of another status first: at full size 139,744 completed tasks read for a page of the failed
+    and terminated, 114 ms (docs/PERFORMANCE.md, issue 29)."""
     each = [
         select(*TASK_ORDER)
         .where(*conditions, tasks.c.status == value, *after_key(TASK_ORDER, after, descending=True))
