@@ -378,7 +378,9 @@
       form.querySelector("[data-retry]").hidden = !form.elements.retry_on.checked;
       form.querySelector("[data-approval]").hidden = !form.elements.approval_on.checked;
     }
-    async function preview() {
+    // `saveRefused`: asked after a refused save, whose refusal the form keeps showing whatever the preview
+    // answers (the preview's own refusal is then said in its panel alone).
+    async function preview(saveRefused = false) {
       const mine = ++asked;
       const { schedule, operation } = scheduleDraft(form);
       const body = { draft: { schedule, operation }, count: PREVIEW_COUNT };
@@ -387,10 +389,10 @@
       if (mine !== asked) return; // a newer draft was asked for meanwhile
       const status = panel.querySelector("[data-preview-status]");
       if (result.ok) {
-        clearErrors(form);
+        if (!saveRefused) clearErrors(form);
         renderPreview(form, panel, result.data.firings || [], result.data.shown || {});
       } else {
-        showError(form, result.data, result.status);
+        if (!saveRefused) showError(form, result.data, result.status);
         panel.querySelector("[data-preview-list]").replaceChildren();
         status.hidden = false;
         status.textContent = "Fix the field marked in the form to see its firings.";
@@ -410,6 +412,11 @@
     form.querySelectorAll("[name=scope_kind]").forEach((radio) => radio.addEventListener("change", picker.kindChanged));
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
+      // The save answers for the draft now: a preview asked before it (the typing's pause, the blur's
+      // change) would land after the save's answer and clear the refusal it shows. A refused save asks
+      // for the draft's preview again, keeping its refusal.
+      clearTimeout(timer);
+      asked += 1;
       const save = form.querySelector("[data-testid=form-save]");
       save.disabled = true;
       const { schedule, operation, target } = scheduleDraft(form);
@@ -431,7 +438,7 @@
         }
       }
       save.disabled = false;
-      if (!result.ok) { showError(form, result.data, result.status); return; }
+      if (!result.ok) { showError(form, result.data, result.status); preview(true); return; }
       location.assign(`/schedules/${editing || encodeURIComponent(result.data.id.id)}`);
     });
     showOps();
