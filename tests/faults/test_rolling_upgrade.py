@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -105,6 +105,7 @@ def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path
     assert previous_head != head_revision()
 
     running = [start_server(pg_db_empty, tmp_path, args=ARGS, env=old_env, name=f"old{i}") for i in range(2)]
+    every_instance = list(running)  # for the failure message: what each said around a lost slot
     clients = Clients(list(running))
     traffic = threading.Thread(target=clients.run, name="clients")
     try:
@@ -131,6 +132,7 @@ def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path
 
         for i, old in enumerate(list(running)):
             new = start_server(pg_db_empty, tmp_path, args=ARGS, name=f"new{i}")
+            every_instance.append(new)
             clients.servers.append(new)
             running.append(new)
             assert old.stop() == 0
@@ -157,8 +159,34 @@ def test_migrate_and_restart_one_by_one_while_serving(pg_db_empty: str, tmp_path
         by_schedule.setdefault(schedule_id, []).append(slot)
     assert len(by_schedule) == len(RACKS)
     for fired in by_schedule.values():
-        gaps = [later - earlier for earlier, later in itertools.pairwise(fired)]  # type: ignore[operator]
-        assert max(gaps) <= MAX_GAP, f"a slot was lost: gaps {gaps}"
+        for earlier, later in itertools.pairwise(fired):
+            gap = later - earlier  # type: ignore[operator]
+            assert gap <= MAX_GAP, f"a slot was lost: {gap} after {earlier}\n" + said_around(
+                every_instance,
+                earlier,  # type: ignore[arg-type]
+                later,  # type: ignore[arg-type]
+            )
+
+
+def said_around(servers: list[ServerProcess], start: datetime, end: datetime) -> str:
+    """Each instance's log lines stamped from 5 s before `start` to 5 s after `end` (a lost slot's gap),
+    and its last lines: what a failure on a loaded machine is diagnosed from once its files are gone."""
+    since, until = start - timedelta(seconds=5), end + timedelta(seconds=5)
+    said = []
+    for server in servers:
+        lines = server.output.splitlines()
+        stamped = [line for line in lines if since <= _stamp(line, start) <= until]
+        said.append(f"--- {server.log_path.name}, {len(stamped)} lines in the gap:")
+        said += [*stamped[-200:], "--- its last lines:", *lines[-20:]]
+    return "\n".join(said)
+
+
+def _stamp(line: str, otherwise: datetime) -> datetime:
+    """The time a log line starts with (RFC 3339, "…Z"), or `otherwise` for a line that has none."""
+    try:
+        return datetime.fromisoformat(line.split(" ", 1)[0])
+    except ValueError:
+        return otherwise - timedelta(days=1)
 
 
 def serving(clients: Clients, db_url: str, who: str, *, slots: int = 0) -> None:
