@@ -55,15 +55,8 @@ typecheck: $(VENV)/.installed-test
 # Most e2e time is waiting (real cron minutes, leases), so tests run in 3 workers. The xdist_group marks
 # are not honored under pytest 9.2 with pytest-xdist 3.8 (its issue #1386; CONTRIBUTING.md): held by a
 # hook, they made the suite slower, so every test runs beside any other.
-# Three workers, and beside them the side lane: the tests marked side_lane (the cron minutes, the soak),
-# which mostly wait (about four minutes together, a fifth of it CPU), in a process of their own, so they
-# hold no worker (docs/PERFORMANCE.md, "The side lane"). Its output follows the workers'; either failing
-# fails the target.
 test: $(VENV)/.installed-test lint typecheck browser tools
-	@$(BIN)/pytest -q -p no:cacheprovider -m side_lane > .side-lane.log 2>&1 & side=$$!; \
-	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadgroup -m "not side_lane"; workers=$$?; \
-	wait $$side; lane=$$?; echo "--- the side lane (pytest -m side_lane):"; cat .side-lane.log; \
-	test $$workers -eq 0 && test $$lane -eq 0
+	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadgroup
 
 # Debian's Chromium and ChromeDriver drive tests/browser; installed here when missing (apt-get, as root or
 # through sudo). Nothing downloads a browser at run time. Without them the browser tests skip locally and

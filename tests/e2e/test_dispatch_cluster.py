@@ -101,9 +101,9 @@ def test_four_instances_drain_a_backlog_firing_each_schedule_once(pg_db: str, tm
     assert len(firing) >= 2, "one instance did all the firing: the claim did not spread the work"
 
 
-# Mostly waiting for whole minutes, light on the machine: in `make test` it runs in the side lane, so the
-# wait holds no worker.
-@pytest.mark.side_lane
+# Mostly waiting for whole minutes, light on the machine: not in the heavy group, so the wait overlaps
+# other tests.
+@pytest.mark.xdist_group("cron-minutes")
 def test_four_instances_fire_each_cron_slot_once(pg_db: str, tmp_path: Path) -> None:
     with servers(pg_db, tmp_path, 1, args=["--no-dispatcher"]) as (setup,):
         stub = setup.stub()

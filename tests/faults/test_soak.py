@@ -16,9 +16,9 @@ import pytest
 
 from tests.conftest import postgres_admin_url
 
-# The soak runs its own cluster on its own database and mostly waits on it (about 2 minutes, a fifth of
-# it CPU): in `make test` it runs in the side lane, beside the workers rather than holding one.
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.side_lane]
+# A group of its own: the soak runs its own cluster on its own database, so it may overlap the other
+# multi-instance modules (one xdist worker each) and the suite's critical path is the longer of the two.
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("soak")]
 
 SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
 
