@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import insert
 
-from rackflow.domain.tasks import TaskStatus
+from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import racks, task_schedule, tasks
@@ -32,6 +33,28 @@ async def _vacuumed(db: Database) -> None:
     async with db.engine.connect() as conn:
         autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
         await autocommit.exec_driver_sql("VACUUM ANALYZE tasks")
+
+
+async def _failed_page(db: Database, schedule: uuid.UUID) -> tuple[list[Task], int, list[tuple[str, Any]]]:
+    """The first page of 20 of `schedule`'s failed tasks, their count, and the statements the list sent
+    that read `tasks` (the count, then the page), `tasks` vacuumed first."""
+    await _vacuumed(db)
+    with statements_sent(db) as all_sent:
+        async with db.read() as conn:
+            found, total = await task_store.list_tasks(
+                conn,
+                rack_id=None,
+                schedule_id=schedule,
+                active_only=False,
+                statuses=[TaskStatus.FAILED],
+                offset=0,
+                limit=20,
+            )
+    return (
+        found,
+        total,
+        [(statement, parameters) for statement, parameters in all_sent if "FROM tasks" in statement],
+    )
 
 
 @pytest.mark.postgres
@@ -53,25 +76,9 @@ async def test_the_count_of_a_list_filtered_by_schedule_and_status_reads_the_sch
             for n, status in enumerate(["completed", "completed", "failed"] * 300)
         ]
         await conn.execute(insert(tasks), rows)
-    schedule = schedules[0]
-    await _vacuumed(db)
-
-    with statements_sent(db) as all_sent:
-        async with db.read() as conn:
-            found, total = await task_store.list_tasks(
-                conn,
-                rack_id=None,
-                schedule_id=schedule,
-                active_only=False,
-                statuses=[TaskStatus.FAILED],
-                offset=0,
-                limit=20,
-            )
+    found, total, (count, _page) = await _failed_page(db, schedules[0])
     assert (len(found), total) == (20, 30)
     assert all(t.status is TaskStatus.FAILED for t in found)
-    count, _page = [
-        (statement, parameters) for statement, parameters in all_sent if "FROM tasks" in statement
-    ]
     plan = await explain_without_scans(db, *count)
     assert f"Index Only Scan using {INDEX}" in plan, plan
 
@@ -104,22 +111,11 @@ async def test_a_rare_status_of_a_large_schedule_is_counted_and_paged_from_its_o
             for n in range(3000)
         ]
         await conn.execute(insert(tasks), rows)
-    await _vacuumed(db)
 
-    with statements_sent(db) as all_sent:
-        async with db.read() as conn:
-            found, total = await task_store.list_tasks(
-                conn,
-                rack_id=None,
-                schedule_id=schedule,
-                active_only=False,
-                statuses=[TaskStatus.FAILED],
-                offset=0,
-                limit=20,
-            )
+    found, total, sent = await _failed_page(db, schedule)
     assert [t.created_at for t in found] == [T0 + timedelta(minutes=n) for n in range(2900, 900, -100)]
     assert total == 30
-    for statement, parameters in [(s, p) for s, p in all_sent if "FROM tasks" in s]:
+    for statement, parameters in sent:
         plan = await explain_analyzed(db, statement, parameters)
         assert "Rows Removed by Filter" not in plan, plan
         read = [
