@@ -35,9 +35,11 @@ async def _vacuumed(db: Database) -> None:
         await autocommit.exec_driver_sql("VACUUM ANALYZE tasks")
 
 
-async def _failed_page(db: Database, schedule: uuid.UUID) -> tuple[list[Task], int, list[tuple[str, Any]]]:
-    """The first page of 20 of `schedule`'s failed tasks, their count, and the statements the list sent
-    that read `tasks` (the count, then the page), `tasks` vacuumed first."""
+async def _first_page(
+    db: Database, schedule: uuid.UUID | None, statuses: list[TaskStatus]
+) -> tuple[list[Task], int, list[tuple[str, Any]]]:
+    """The first page of 20 of the task list (of `schedule` if given, of `statuses` if any), its count,
+    and the statements the list sent that read `tasks` (the count, then the page), `tasks` vacuumed first."""
     await _vacuumed(db)
     with statements_sent(db) as all_sent:
         async with db.read() as conn:
@@ -46,7 +48,7 @@ async def _failed_page(db: Database, schedule: uuid.UUID) -> tuple[list[Task], i
                 rack_id=None,
                 schedule_id=schedule,
                 active_only=False,
-                statuses=[TaskStatus.FAILED],
+                statuses=statuses,
                 offset=0,
                 limit=20,
             )
@@ -76,7 +78,7 @@ async def test_the_count_of_a_list_filtered_by_schedule_and_status_reads_the_sch
             for n, status in enumerate(["completed", "completed", "failed"] * 300)
         ]
         await conn.execute(insert(tasks), rows)
-    found, total, (count, _page) = await _failed_page(db, schedules[0])
+    found, total, (count, _page) = await _first_page(db, schedules[0], [TaskStatus.FAILED])
     assert (len(found), total) == (20, 30)
     assert all(t.status is TaskStatus.FAILED for t in found)
     plan = await explain_without_scans(db, *count)
@@ -112,7 +114,7 @@ async def test_a_rare_status_of_a_large_schedule_is_counted_and_paged_from_its_o
         ]
         await conn.execute(insert(tasks), rows)
 
-    found, total, sent = await _failed_page(db, schedule)
+    found, total, sent = await _first_page(db, schedule, [TaskStatus.FAILED])
     assert [t.created_at for t in found] == [T0 + timedelta(minutes=n) for n in range(2900, 900, -100)]
     assert total == 30
     for statement, parameters in sent:
@@ -141,15 +143,10 @@ async def test_a_page_of_a_schedule_whose_tasks_are_old_reads_the_schedule_s_ind
             for n in range(1200)
         ]
         await conn.execute(insert(tasks), rows)
-    await _vacuumed(db)
 
-    with statements_sent(db) as all_sent:
-        async with db.read() as conn:
-            found, _ = await task_store.list_tasks(
-                conn, rack_id=None, schedule_id=old, active_only=False, offset=0, limit=20
-            )
+    found, _, sent = await _first_page(db, old, [])
     assert [t.created_at for t in found] == [T0 + timedelta(minutes=n) for n in range(599, 579, -1)]
-    *_, (page, parameters) = [(s, p) for s, p in all_sent if "FROM tasks" in s]
+    *_, (page, parameters) = sent
     plan = await explain(db, page, parameters)
     assert f"Index Only Scan Backward using {INDEX}" in plan, plan
     assert "ix_tasks_created_at " not in plan, plan
@@ -171,22 +168,11 @@ async def test_a_page_of_several_statuses_reads_each_status_s_newest_alone(db: D
             task_row(uuid.uuid4(), rack, T0 + timedelta(minutes=n), status=s) for n, s in enumerate(ended)
         ]
         await conn.execute(insert(tasks), rows)
-    await _vacuumed(db)
 
-    with statements_sent(db) as all_sent:
-        async with db.read() as conn:
-            found, total = await task_store.list_tasks(
-                conn,
-                rack_id=None,
-                schedule_id=None,
-                active_only=False,
-                statuses=[TaskStatus.TERMINATED, TaskStatus.FAILED],
-                offset=0,
-                limit=20,
-            )
+    found, total, sent = await _first_page(db, None, [TaskStatus.TERMINATED, TaskStatus.FAILED])
     assert [t.created_at for t in found] == [T0 + timedelta(minutes=n) for n in range(599, 579, -1)]
     assert total == 600
-    *_, (page, parameters) = [(s, p) for s, p in all_sent if "FROM tasks" in s]
+    *_, (page, parameters) = sent
     plan = await explain_analyzed(db, page, parameters)
     read = [
         int(rows)
