@@ -95,9 +95,12 @@ DEFAULT_SWEEP_INTERVAL = timedelta(seconds=2)
 # rewritten at most once this often. Written before every batch, it was rewritten 36 times a task on an NVL72
 # rack (docs/CAPACITY.md, "Racks of 36 components"); each batch is still fenced in a journal round before it
 # starts, which locks the row instead. The least the flag takes: a unit slip (`5ms` for `5s`) would write
-# every quick batch's message again, a row version a step, and wake the tick hundreds of times a second.
+# every quick batch's message again, a row version a step, and wake the tick hundreds of times a second. The
+# most it takes: the other slip (`5h` for `5s`) would leave a running rack's message naming a batch hours
+# behind the one under way, with nothing to tell an operator reading it so.
 DEFAULT_PROGRESS_INTERVAL = timedelta(seconds=5)
 MIN_PROGRESS_INTERVAL = timedelta(seconds=1)
+MAX_PROGRESS_INTERVAL = timedelta(minutes=5)
 # How often each instance prunes what a retention (--audit-retention, --run-retention, --task-retention)
 # bounds, when it is set.
 DEFAULT_PRUNE_INTERVAL = timedelta(hours=1)
@@ -227,8 +230,11 @@ def parse_list(value: str | None) -> tuple[str, ...]:
     return tuple(item.strip() for item in (value or "").split(",") if item.strip())
 
 
-def parse_interval(value: str, flag: str, *, minimum: timedelta | None = None) -> timedelta:
-    """A positive Go duration, at least `minimum` when given (refused naming the flag and the text typed)."""
+def parse_interval(
+    value: str, flag: str, *, minimum: timedelta | None = None, maximum: timedelta | None = None
+) -> timedelta:
+    """A positive Go duration, at least `minimum` and at most `maximum` when given (refused naming the flag
+    and the text typed)."""
     try:
         ns = parse_go_duration(value)
     except ValueError as exc:
@@ -238,6 +244,8 @@ def parse_interval(value: str, flag: str, *, minimum: timedelta | None = None) -
     interval = timedelta(microseconds=max(1, ns // 1000))
     if minimum is not None and interval < minimum:
         raise InvalidArgument(f"{flag}: must be at least {format_go_duration(minimum)}, got {value!r}")
+    if maximum is not None and interval > maximum:
+        raise InvalidArgument(f"{flag}: must be at most {format_go_duration(maximum)}, got {value!r}")
     return interval
 
 

@@ -367,10 +367,13 @@ def test_serve_takes_a_dispatch_interval_or_lease_from_its_minimum_on(
         # step, and the tick waking the event loop hundreds of times a second.
         ("5ms", "--progress-interval: must be at least 1s, got '5ms'"),
         ("999ms", "--progress-interval: must be at least 1s, got '999ms'"),
+        # The other slip (`5h` for `5s`): a running rack's message hours behind the batch under way.
+        ("5h", "--progress-interval: must be at most 5m, got '5h'"),
+        ("5m1s", "--progress-interval: must be at most 5m, got '5m1s'"),
     ],
 )
 @pytest.mark.parametrize("by", ["flag", "variable"])
-def test_serve_refuses_a_progress_interval_that_is_not_a_duration_of_at_least_1s(
+def test_serve_refuses_a_progress_interval_that_is_not_a_duration_from_1s_to_5m(
     started: list[ServeConfig], value: str, message: str, by: str
 ) -> None:
     variable = {"RACKFLOW_PROGRESS_INTERVAL": value}
@@ -404,6 +407,7 @@ def executors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Executor]
         ([], {}, timedelta(seconds=5)),
         (["--progress-interval", "1s"], {}, timedelta(seconds=1)),
         ([], {"RACKFLOW_PROGRESS_INTERVAL": "1m30s"}, timedelta(seconds=90)),
+        (["--progress-interval", "5m"], {}, timedelta(minutes=5)),
         (["--progress-interval", "2s"], {"RACKFLOW_PROGRESS_INTERVAL": "1m30s"}, timedelta(seconds=2)),
     ],
 )

@@ -27,6 +27,7 @@ from rackflow.config import (
     DEFAULT_NOTIFICATION_RETENTION,
     DEFAULT_NOTIFY_SEND_LEASE,
     DEFAULT_PROGRESS_INTERVAL,
+    MAX_PROGRESS_INTERVAL,
     MIN_DISPATCH_INTERVAL,
     MIN_LEASE_TTL,
     MIN_NOTIFICATION_HOLD_THRESHOLD,
@@ -41,6 +42,7 @@ from rackflow.config import (
 )
 from rackflow.errors import RackflowError
 from rackflow.security import ServerTls, load_tokens
+from rackflow.timespec.duration import format_go_duration
 from rackflow.validation import start_deadline
 
 
@@ -184,7 +186,8 @@ _db_option = click.option(
     default=duration_text(DEFAULT_PROGRESS_INTERVAL),
     show_default=True,
     help="How often a running task's progress message is written: how far at most it lags the step under "
-    "way (Go duration, at least 1s).",
+    f"way (Go duration, {format_go_duration(MIN_PROGRESS_INTERVAL)} to "
+    f"{format_go_duration(MAX_PROGRESS_INTERVAL)}).",
 )
 @click.option(
     "--default-start-deadline",
@@ -349,7 +352,10 @@ def serve(
             db_pool_size=db_pool_size,
             lease_ttl=parse_interval(lease_ttl, "--lease-ttl", minimum=MIN_LEASE_TTL),
             progress_interval=parse_interval(
-                progress_interval, "--progress-interval", minimum=MIN_PROGRESS_INTERVAL
+                progress_interval,
+                "--progress-interval",
+                minimum=MIN_PROGRESS_INTERVAL,
+                maximum=MAX_PROGRESS_INTERVAL,
             ),
             tls=tls,
             tokens=load_tokens(auth_tokens, os.environ),
